@@ -1,0 +1,1 @@
+"""Pure logic: no files, sockets or clocks. Drivers elsewhere do the I/O."""

@@ -1,0 +1,351 @@
+"""The one call path every face uses: look up, apply the mode, run once, encode, store.
+
+``@cache``, the HTTP transports and the tool cache all come through here, so modes,
+single-flight, fail-open store handling and replay-miss explanations behave the same
+everywhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import threading
+import time
+import warnings
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import orjson
+
+from ._core.diff import nearest, short
+from .config import Effective
+from .errors import ReplayMiss, SerializationError
+from .scope import check_ambiguous
+from .stats import record_hit, record_miss, usage_of
+from .stores._base import Record
+
+__all__ = [
+    "DejacacheWarning",
+    "MISS",
+    "call_async",
+    "call_sync",
+    "lookup",
+    "replay_miss",
+    "store_value",
+]
+
+T = TypeVar("T")
+
+
+class DejacacheWarning(UserWarning):
+    """Something was degraded but the caller still got a correct result."""
+
+
+class _Miss:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "MISS"
+
+
+MISS: Any = _Miss()
+_WARNED: set[str] = set()
+_WARNED_LOCK = threading.Lock()
+
+
+def warn_once(tag: str, message: str) -> None:
+    with _WARNED_LOCK:
+        if tag in _WARNED:
+            return
+        _WARNED.add(tag)
+    warnings.warn(message, DejacacheWarning, stacklevel=3)
+
+
+def lookup(eff: Effective, name: str, key: str) -> Any:
+    """The decoded stored value, or ``MISS``. Damaged entries are deleted and miss."""
+    store = eff.store
+    try:
+        rec = store.get(key)
+    except Exception as exc:  # a failing tier must not fail the call: treat as a miss
+        warn_once(f"get:{type(store).__name__}", f"dejacache: read from {eff.source} failed "
+                  f"({exc!r}); treating as a miss")
+        return MISS
+    if rec is None:
+        return MISS
+    try:
+        value = eff.codec.decode(rec.value, key=key, namespace=eff.namespace or "")
+    except SerializationError as exc:
+        warn_once(f"decode:{key}", f"dejacache: discarding unreadable entry for {name}: {exc}")
+        with contextlib.suppress(Exception):
+            store.delete(key)
+        return MISS
+    record_hit(name, rec.duration, rec.usage)
+    return value
+
+
+async def alookup(eff: Effective, name: str, key: str) -> Any:
+    store = eff.store
+    try:
+        rec = await store.aget(key)
+    except Exception as exc:
+        warn_once(f"get:{type(store).__name__}", f"dejacache: read from {eff.source} failed "
+                  f"({exc!r}); treating as a miss")
+        return MISS
+    if rec is None:
+        return MISS
+    try:
+        value = eff.codec.decode(rec.value, key=key, namespace=eff.namespace or "")
+    except SerializationError as exc:
+        warn_once(f"decode:{key}", f"dejacache: discarding unreadable entry for {name}: {exc}")
+        with contextlib.suppress(Exception):
+            await store.adelete(key)
+        return MISS
+    record_hit(name, rec.duration, rec.usage)
+    return value
+
+
+def encode_record(
+    eff: Effective, name: str, kind: str, key: str, canonical: bytes, value: Any, duration: float
+) -> Record:
+    """Encode before anything is written: an unencodable value raises ``SerializationError``."""
+    blob = eff.codec.encode(value, key=key, namespace=eff.namespace or "")
+    return Record(
+        value=blob,
+        name=name,
+        namespace=eff.namespace or "",
+        kind=kind,
+        request=canonical,
+        duration=duration,
+        usage=usage_of(value),
+        created=time.time(),
+    )
+
+
+def store_value(eff: Effective, key: str, record: Record, ttl: float | None) -> bool:
+    try:
+        eff.store.put(key, record, ttl=ttl)
+        return True
+    except Exception as exc:  # fail open: the caller still gets its result
+        warn_once(f"put:{type(eff.store).__name__}", f"dejacache: write to {eff.source} failed "
+                  f"({exc!r}); results are not being stored")
+        return False
+
+
+async def astore_value(eff: Effective, key: str, record: Record, ttl: float | None) -> bool:
+    try:
+        await eff.store.aput(key, record, ttl=ttl)
+        return True
+    except Exception as exc:
+        warn_once(f"put:{type(eff.store).__name__}", f"dejacache: write to {eff.source} failed "
+                  f"({exc!r}); results are not being stored")
+        return False
+
+
+def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> ReplayMiss:
+    """A ``ReplayMiss`` explaining the call and its nearest recorded sibling."""
+    try:
+        target = orjson.loads(canonical)
+    except orjson.JSONDecodeError:
+        target = canonical.decode(errors="replace")
+    lines = [
+        f"dejacache replay miss: no recording of {name} matches this call "
+        f"(mode 'replay', source {eff.source}).",
+        f"  key: {key}   namespace: {eff.namespace!r}",
+        f"  call: {short(target, 400)}",
+    ]
+    diff: list[str] = []
+    try:
+        cands = (
+            (k, orjson.loads(r.request))
+            for k, r in itertools.islice(
+                eff.store.iterate(name=name, namespace=eff.namespace), 1000
+            )
+            if r.request
+        )
+        near = nearest(target, cands)
+    except Exception as exc:  # explaining must never hide the miss itself
+        near = None
+        lines.append(f"  (could not search recorded calls: {exc!r})")
+    if near is None:
+        lines.append(f"  no call of {name} is recorded in this source.")
+    else:
+        nkey, _, diff = near
+        lines.append(
+            f"  nearest recorded call of {name}: key {nkey}; differences (recorded -> now):"
+        )
+        lines.extend(f"    {d}" for d in diff[:30])
+        if len(diff) > 30:
+            lines.append(f"    ... and {len(diff) - 30} more")
+    hint = getattr(eff.store, "rerecord_hint", None) or eff.extra.get("rerecord_hint")
+    lines.append(
+        f"  to re-record: {hint}" if hint else
+        "  to re-record: run again with DEJACACHE_MODE=record (or mode='record' on the block)"
+    )
+    return ReplayMiss("\n".join(lines), name=name, key=key, source=eff.source, diff=diff)
+
+
+# ---------------------------------------------------------------- single-flight (threads)
+
+_ABANDONED = object()
+
+
+class _Flight:
+    __slots__ = ("event", "record", "result", "state")
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.state: Any = None
+        self.result: Any = None
+        self.record: Record | None = None
+
+
+_SF_LOCK = threading.Lock()
+_INFLIGHT: dict[tuple[int, str], _Flight] = {}
+
+
+def _run_and_store(
+    eff: Effective, name: str, kind: str, key: str, canonical: bytes,
+    fn: Callable[[], T], ttl: float | None,
+) -> tuple[T, Record]:
+    t0 = time.perf_counter()
+    try:
+        value = fn()
+    except Exception:
+        record_miss(name, stored=False, error=True)
+        raise
+    rec = encode_record(eff, name, kind, key, canonical, value, time.perf_counter() - t0)
+    stored = store_value(eff, key, rec, ttl)
+    record_miss(name, stored=stored)
+    return value, rec
+
+
+def call_sync(
+    eff: Effective,
+    name: str,
+    kind: str,
+    key: str,
+    canonical: bytes,
+    fn: Callable[[], T],
+    *,
+    ttl: float | None = None,
+) -> T:
+    """Serve ``fn()`` under the mode in ``eff``; identical concurrent misses run it once."""
+    if eff.extra:
+        check_ambiguous(eff, name)
+    mode = eff.mode
+    sequenced = getattr(eff.store, "sequenced", False)
+    while True:
+        if mode != "record":
+            value = lookup(eff, name, key)
+            if value is not MISS:
+                return value  # type: ignore[no-any-return]
+        if mode == "replay":
+            raise replay_miss(eff, name, key, canonical)
+        if sequenced:  # cassettes: the n-th identical call records the n-th answer
+            return _run_and_store(eff, name, kind, key, canonical, fn, ttl)[0]
+        fk = (id(eff.store), key)
+        with _SF_LOCK:
+            flight = _INFLIGHT.get(fk)
+            leader = flight is None
+            if flight is None:
+                flight = _INFLIGHT[fk] = _Flight()
+        if not leader:
+            flight.event.wait()
+            if flight.state is _ABANDONED:
+                continue  # the leader was interrupted: try again, maybe as the new leader
+            if isinstance(flight.state, BaseException):
+                raise flight.state
+            assert flight.record is not None
+            return eff.codec.decode(  # type: ignore[no-any-return]
+                flight.record.value, key=key, namespace=eff.namespace or ""
+            )
+        try:
+            value, rec = _run_and_store(eff, name, kind, key, canonical, fn, ttl)
+            flight.record = rec
+            flight.state = True
+            return value
+        except Exception as exc:
+            flight.state = exc
+            raise
+        except BaseException:
+            flight.state = _ABANDONED
+            raise
+        finally:
+            with _SF_LOCK:
+                _INFLIGHT.pop(fk, None)
+            flight.event.set()
+
+
+# ---------------------------------------------------------------- single-flight (asyncio)
+
+_AINFLIGHT: dict[tuple[int, int, str], asyncio.Future[Any]] = {}
+
+
+async def _arun_and_store(
+    eff: Effective, name: str, kind: str, key: str, canonical: bytes,
+    fn: Callable[[], Awaitable[T]], ttl: float | None,
+) -> tuple[T, Record]:
+    t0 = time.perf_counter()
+    try:
+        value = await fn()
+    except Exception:
+        record_miss(name, stored=False, error=True)
+        raise
+    rec = encode_record(eff, name, kind, key, canonical, value, time.perf_counter() - t0)
+    stored = await astore_value(eff, key, rec, ttl)
+    record_miss(name, stored=stored)
+    return value, rec
+
+
+async def call_async(
+    eff: Effective,
+    name: str,
+    kind: str,
+    key: str,
+    canonical: bytes,
+    fn: Callable[[], Awaitable[T]],
+    *,
+    ttl: float | None = None,
+) -> T:
+    """Async twin of :func:`call_sync`. A cancelled leader hands over to a waiter."""
+    if eff.extra:
+        check_ambiguous(eff, name)
+    mode = eff.mode
+    sequenced = getattr(eff.store, "sequenced", False)
+    loop = asyncio.get_running_loop()
+    while True:
+        if mode != "record":
+            value = await alookup(eff, name, key)
+            if value is not MISS:
+                return value  # type: ignore[no-any-return]
+        if mode == "replay":
+            raise replay_miss(eff, name, key, canonical)
+        if sequenced:
+            return (await _arun_and_store(eff, name, kind, key, canonical, fn, ttl))[0]
+        fk = (id(loop), id(eff.store), key)
+        fut = _AINFLIGHT.get(fk)
+        if fut is not None:
+            # shield: a waiter being cancelled must not cancel the shared result
+            state, payload = await asyncio.shield(fut)
+            if state == "abandoned":
+                continue
+            if state == "error":
+                raise payload
+            return eff.codec.decode(  # type: ignore[no-any-return]
+                payload.value, key=key, namespace=eff.namespace or ""
+            )
+        fut = _AINFLIGHT[fk] = loop.create_future()
+        try:
+            value, rec = await _arun_and_store(eff, name, kind, key, canonical, fn, ttl)
+            fut.set_result(("ok", rec))
+            return value
+        except Exception as exc:
+            fut.set_result(("error", exc))
+            raise
+        except BaseException:
+            fut.set_result(("abandoned", None))
+            raise
+        finally:
+            if _AINFLIGHT.get(fk) is fut:
+                del _AINFLIGHT[fk]

@@ -1,0 +1,335 @@
+"""Safe value encoding: orjson plus type tags, no pickle unless opted in (and then signed).
+
+Blob layout (every store holds these bytes)::
+
+    b"DJ" | version (1 byte) | kind (1 byte: J plain JSON, T tagged JSON, P pickle)
+          | check (8 bytes xxh3_64 over key + payload; 32 bytes HMAC-SHA256 for P)
+          | payload
+
+The check binds a blob to its key, so flipped bytes, another app's data or a value copied
+under another key fail to decode (``IntegrityError``) and are treated as misses.
+
+Values that are plain JSON (the common LLM response dict) decode with one ``orjson.loads``.
+Other types round-trip through tags: tuples, bytes, sets, datetimes, UUID, Decimal, Path,
+Enum, dataclasses and pydantic models. Classes are rebuilt only when their module is already
+imported by the user's code or explicitly allowed, and only if they are dataclasses, Enums or
+pydantic-style models: a tag can never name an arbitrary callable.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as _dt
+import enum
+import hashlib
+import hmac
+import importlib
+import os
+import pathlib
+import pickle
+import sys
+import uuid
+from collections.abc import Iterable
+from decimal import Decimal
+from typing import Any, Protocol, runtime_checkable
+
+import orjson
+import xxhash
+
+from .errors import ConfigurationError, IntegrityError, SerializationError
+
+__all__ = ["CODEC_VERSION", "Codec", "JsonCodec", "PickleCodec", "from_tree", "to_tree"]
+
+CODEC_VERSION = 1
+_MAGIC = b"DJ"
+_HEAD = 4  # magic + version + kind
+_T = "\x00"  # tag keys start with NUL, which user dict keys are escaped away from
+
+
+@runtime_checkable
+class Codec(Protocol):
+    """Turns values into bytes bound to a key, and back."""
+
+    name: str
+
+    def encode(self, value: Any, *, key: str = "", namespace: str = "") -> bytes: ...
+
+    def decode(self, data: bytes, *, key: str = "", namespace: str = "") -> Any: ...
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+class _Tree:
+    """Converts values to JSON trees, noting whether any tag was needed."""
+
+    __slots__ = ("plain",)
+
+    def __init__(self) -> None:
+        self.plain = True
+
+    def conv(self, v: Any) -> Any:
+        t = type(v)
+        if v is None or t is str or t is bool or t is float:
+            return v
+        if t is int:
+            if -(2**63) <= v < 2**64:
+                return v
+            self.plain = False
+            return {_T + "int": str(v)}
+        if t is dict:
+            if all(type(k) is str and not k.startswith(_T) for k in v):
+                return {k: self.conv(x) for k, x in v.items()}
+            self.plain = False
+            return {_T + "map": [[self.conv(k), self.conv(x)] for k, x in v.items()]}
+        if t is list:
+            return [self.conv(x) for x in v]
+        self.plain = False
+        if t is tuple:
+            return {_T + "tuple": [self.conv(x) for x in v]}
+        if t is bytes or t is bytearray:
+            return {_T + t.__name__: base64.b64encode(v).decode()}
+        if t is set or t is frozenset:
+            return {_T + t.__name__: [self.conv(x) for x in v]}
+        if isinstance(v, enum.Enum):
+            return {_T + "enum": [_qualname(t), self.conv(v.value)]}
+        if t is _dt.datetime:
+            return {_T + "datetime": v.isoformat()}
+        if t is _dt.date:
+            return {_T + "date": v.isoformat()}
+        if t is _dt.time:
+            return {_T + "time": v.isoformat()}
+        if t is _dt.timedelta:
+            return {_T + "timedelta": [v.days, v.seconds, v.microseconds]}
+        if t is uuid.UUID:
+            return {_T + "uuid": str(v)}
+        if t is Decimal:
+            return {_T + "decimal": str(v)}
+        if isinstance(v, pathlib.PurePath):
+            return {_T + "path": [type(v).__name__, str(v)]}
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            fields = {f.name: self.conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
+            return {_T + "dataclass": [_qualname(t), fields]}
+        if hasattr(t, "model_validate") and hasattr(v, "model_dump"):
+            try:
+                data = v.model_dump(mode="json", round_trip=True)
+            except TypeError:
+                data = v.model_dump()
+            return {_T + "model": [_qualname(t), data]}
+        if isinstance(v, dict):  # dict subclasses (OrderedDict, ...) come back as dicts
+            return self.conv(dict(v))
+        if isinstance(v, list):
+            return self.conv(list(v))
+        raise SerializationError(
+            f"cannot encode a value of type {t.__module__}.{t.__qualname__}: dejacache stores "
+            "JSON data, tuples, bytes, sets, datetimes, UUID, Decimal, Path, Enum, dataclasses "
+            "and pydantic models (use PickleCodec(secret=...) to opt in to pickle)"
+        )
+
+
+def to_tree(value: Any) -> tuple[Any, bool]:
+    """``(json_tree, plain)``: ``plain`` is True when no type tag was needed."""
+    tr = _Tree()
+    tree = tr.conv(value)
+    return tree, tr.plain
+
+
+class _Resolver:
+    """Finds classes named by tags, without importing anything the user did not allow."""
+
+    def __init__(self, allow: Iterable[str] = ()) -> None:
+        self.allow = set(allow)
+
+    def __call__(self, name: str, kind: str) -> Any:
+        module, _, qual = name.partition(":")
+        mod = sys.modules.get(module)
+        if mod is None:
+            allowed = module in self.allow or name in self.allow or any(
+                module.startswith(a + ".") for a in self.allow
+            )
+            if not allowed:
+                raise SerializationError(
+                    f"refusing to rebuild {name}: module {module!r} is not imported; import it "
+                    "first or allow it with configure(codec_allow=[...])"
+                )
+            mod = importlib.import_module(module)
+        obj: Any = mod
+        for part in qual.split("."):
+            obj = getattr(obj, part, None)
+            if obj is None:
+                raise SerializationError(f"cannot rebuild {name}: no such class")
+        ok = isinstance(obj, type) and (
+            (kind == "dataclass" and dataclasses.is_dataclass(obj))
+            or (kind == "enum" and issubclass(obj, enum.Enum))
+            or (kind == "model" and hasattr(obj, "model_validate"))
+        )
+        if not ok:
+            raise SerializationError(f"refusing to rebuild {name}: not a {kind} class")
+        return obj
+
+
+_PATHS = {
+    "PosixPath": pathlib.Path,
+    "WindowsPath": pathlib.Path,
+    "Path": pathlib.Path,
+    "PurePosixPath": pathlib.PurePosixPath,
+    "PureWindowsPath": pathlib.PureWindowsPath,
+    "PurePath": pathlib.PurePath,
+}
+
+
+def _revive(tree: Any, resolve: _Resolver) -> Any:
+    t = type(tree)
+    if t is list:
+        return [_revive(x, resolve) for x in tree]
+    if t is not dict:
+        return tree
+    if len(tree) == 1:
+        (tag, arg), = tree.items()
+        if tag[:1] == _T:
+            tag = tag[1:]
+            if tag == "tuple":
+                return tuple(_revive(x, resolve) for x in arg)
+            if tag == "bytes":
+                return base64.b64decode(arg)
+            if tag == "bytearray":
+                return bytearray(base64.b64decode(arg))
+            if tag == "set":
+                return {_revive(x, resolve) for x in arg}
+            if tag == "frozenset":
+                return frozenset(_revive(x, resolve) for x in arg)
+            if tag == "map":
+                return {_revive(k, resolve): _revive(v, resolve) for k, v in arg}
+            if tag == "int":
+                return int(arg)
+            if tag == "datetime":
+                return _dt.datetime.fromisoformat(arg)
+            if tag == "date":
+                return _dt.date.fromisoformat(arg)
+            if tag == "time":
+                return _dt.time.fromisoformat(arg)
+            if tag == "timedelta":
+                return _dt.timedelta(days=arg[0], seconds=arg[1], microseconds=arg[2])
+            if tag == "uuid":
+                return uuid.UUID(arg)
+            if tag == "decimal":
+                return Decimal(arg)
+            if tag == "path":
+                return _PATHS.get(arg[0], pathlib.Path)(arg[1])
+            if tag == "enum":
+                return resolve(arg[0], "enum")(_revive(arg[1], resolve))
+            if tag == "dataclass":
+                cls = resolve(arg[0], "dataclass")
+                values = {k: _revive(v, resolve) for k, v in arg[1].items()}
+                init = {f.name for f in dataclasses.fields(cls) if f.init}
+                obj = cls(**{k: v for k, v in values.items() if k in init})
+                for k, v in values.items():
+                    if k not in init:
+                        object.__setattr__(obj, k, v)
+                return obj
+            if tag == "model":
+                return resolve(arg[0], "model").model_validate(arg[1])
+            raise SerializationError(f"unknown type tag {tag!r}")
+    return {k: _revive(v, resolve) for k, v in tree.items()}
+
+
+def from_tree(tree: Any, *, allow: Iterable[str] = ()) -> Any:
+    """Inverse of :func:`to_tree`."""
+    return _revive(tree, _Resolver(allow))
+
+
+def _check(key: str, payload: bytes | memoryview) -> bytes:
+    h = xxhash.xxh3_64(key.encode())
+    h.update(payload)
+    return h.digest()
+
+
+class JsonCodec:
+    """The default codec: orjson with type tags and a per-key checksum. Never pickle."""
+
+    name = "json"
+
+    def __init__(self, allow: Iterable[str] = ()) -> None:
+        self._resolve = _Resolver(allow)
+
+    def encode(self, value: Any, *, key: str = "", namespace: str = "") -> bytes:
+        try:
+            tree, plain = to_tree(value)
+            payload = orjson.dumps(tree)
+        except SerializationError as exc:
+            raise SerializationError(str(exc), key=key) from None
+        except (TypeError, orjson.JSONEncodeError) as exc:
+            raise SerializationError(f"cannot encode value: {exc}", key=key) from None
+        kind = b"J" if plain else b"T"
+        return _MAGIC + bytes((CODEC_VERSION,)) + kind + _check(key, payload) + payload
+
+    def decode(self, data: bytes, *, key: str = "", namespace: str = "") -> Any:
+        if data[:2] != _MAGIC or len(data) < _HEAD + 8:
+            raise IntegrityError("stored bytes are not a dejacache value", key=key)
+        kind = data[3:4]
+        if kind == b"P":
+            raise IntegrityError(
+                "stored value is pickled; refusing it (configure PickleCodec to opt in)", key=key
+            )
+        if data[2] != CODEC_VERSION:
+            raise IntegrityError(f"unsupported codec version {data[2]}", key=key)
+        payload = memoryview(data)[_HEAD + 8 :]
+        if not hmac.compare_digest(_check(key, payload), data[_HEAD : _HEAD + 8]):
+            raise IntegrityError("checksum mismatch: stored bytes are damaged", key=key)
+        try:
+            tree = orjson.loads(payload)
+        except orjson.JSONDecodeError as exc:
+            raise IntegrityError(f"stored JSON is invalid: {exc}", key=key) from None
+        if kind == b"J":
+            return tree
+        try:
+            return _revive(tree, self._resolve)
+        except SerializationError as exc:
+            raise SerializationError(str(exc), key=key) from None
+        except (TypeError, ValueError) as exc:
+            raise SerializationError(f"cannot rebuild stored value: {exc}", key=key) from None
+
+
+class PickleCodec:
+    """Opt-in pickle for values JSON cannot hold, HMAC-SHA256-signed over key, namespace
+    and schema version; unsigned or mis-signed blobs are refused before unpickling.
+
+    ``secret`` (bytes or str) may also come from ``DEJACACHE_PICKLE_SECRET``.
+    """
+
+    name = "pickle"
+
+    def __init__(self, secret: bytes | str | None = None) -> None:
+        secret = secret if secret is not None else os.environ.get("DEJACACHE_PICKLE_SECRET")
+        if not secret:
+            raise ConfigurationError(
+                "PickleCodec needs a secret (argument or DEJACACHE_PICKLE_SECRET): unsigned "
+                "pickle in a shared cache is remote code execution"
+            )
+        self._secret = secret.encode() if isinstance(secret, str) else bytes(secret)
+
+    def _sign(self, key: str, namespace: str, payload: bytes | memoryview) -> bytes:
+        mac = hmac.new(self._secret, digestmod=hashlib.sha256)
+        mac.update(f"dejacache-pickle/{CODEC_VERSION}\x00{namespace}\x00{key}\x00".encode())
+        mac.update(payload)
+        return mac.digest()
+
+    def encode(self, value: Any, *, key: str = "", namespace: str = "") -> bytes:
+        try:
+            payload = pickle.dumps(value, protocol=5)
+        except Exception as exc:
+            raise SerializationError(f"cannot pickle value: {exc}", key=key) from None
+        head = _MAGIC + bytes((CODEC_VERSION,)) + b"P"
+        return head + self._sign(key, namespace, payload) + payload
+
+    def decode(self, data: bytes, *, key: str = "", namespace: str = "") -> Any:
+        if data[:2] != _MAGIC or data[3:4] != b"P" or len(data) < _HEAD + 32:
+            raise IntegrityError("stored value is not a signed pickle; refused", key=key)
+        if data[2] != CODEC_VERSION:
+            raise IntegrityError(f"unsupported codec version {data[2]}", key=key)
+        payload = memoryview(data)[_HEAD + 32 :]
+        if not hmac.compare_digest(self._sign(key, namespace, payload), data[_HEAD : _HEAD + 32]):
+            raise IntegrityError("pickle signature mismatch; refused", key=key)
+        return pickle.loads(payload)

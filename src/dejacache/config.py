@@ -1,0 +1,213 @@
+"""Global settings: ``configure()``, environment variables, the default store.
+
+Precedence for each setting, highest first: the innermost ``scope(...)`` block, then
+``configure(...)``, then environment variables (``DEJACACHE_MODE``, ``DEJACACHE_CACHE_KEY``,
+``DEJACACHE_DIR``), then built-in defaults (mode ``auto``, namespace ``default``, SQLite at
+``<project root>/.dejacache/cache.db``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import threading
+from collections.abc import Iterable
+from typing import Any, Final
+
+from .codec import Codec, JsonCodec
+from .errors import ConfigurationError
+from .stores._base import Store
+
+__all__ = [
+    "MODES",
+    "UNSET",
+    "Effective",
+    "configure",
+    "default_cache_dir",
+    "get_settings",
+    "resolve_mode",
+    "store_from_url",
+]
+
+MODES: Final = ("auto", "replay", "record", "off")
+
+
+class _Unset:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+UNSET: Final = _Unset()
+
+
+def resolve_mode(mode: str, *, where: str = "mode") -> str:
+    m = mode.strip().lower()
+    if m not in MODES:
+        raise ConfigurationError(f"unknown {where} {mode!r}; expected one of {', '.join(MODES)}")
+    return m
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Effective:
+    """The settings in force for one call (global settings overlaid by scopes).
+
+    ``namespace`` None means caching is disabled here (``scope(cache_key=None)``).
+    ``source`` names where calls go (a store URL or a cassette path) for error messages.
+    ``tenant``/``session`` are set by runtime agent sessions; ``test_facing`` marks blocks that
+    bare worker threads may fall back to (see ``scope.py``).
+    """
+
+    namespace: str | None
+    mode: str
+    store: Store
+    codec: Codec
+    volatile: tuple[str, ...] = ()
+    source: str = ""
+    tenant: str | None = None
+    session: str | None = None
+    test_facing: bool = False
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _project_root(start: pathlib.Path | None = None) -> pathlib.Path:
+    here = (start or pathlib.Path.cwd()).resolve()
+    for d in (here, *here.parents):
+        if (d / "pyproject.toml").exists() or (d / ".git").exists() or (d / "setup.cfg").exists():
+            return d
+    return here
+
+
+def default_cache_dir() -> pathlib.Path | None:
+    """``DEJACACHE_DIR`` if set (empty string: no persistence), else ``<root>/.dejacache``."""
+    raw = os.environ.get("DEJACACHE_DIR")
+    if raw is not None:
+        return pathlib.Path(raw).expanduser() if raw.strip() else None
+    return _project_root() / ".dejacache"
+
+
+def store_from_url(url: str) -> Store:
+    """``memory://``, ``sqlite:///path/cache.db`` (or ``sqlite://`` for the default path),
+    ``redis://host:port/db``."""
+    from .stores import store_from_url as _from_url
+
+    return _from_url(url)
+
+
+class _Settings:
+    """Process-wide configuration; read through :func:`get_settings`."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.cache_key: str | _Unset | None = UNSET
+        self.mode: str | None = None
+        self.store: Store | None = None
+        self.codec: Codec = JsonCodec()
+        self.volatile: tuple[str, ...] = ()
+        self._default_store: Store | None = None
+        self._effective: Effective | None = None
+
+    def default_store(self) -> Store:
+        with self.lock:
+            if self._default_store is None:
+                from .stores.memory import MemoryStore
+                from .stores.sqlite import SQLiteStore
+
+                d = default_cache_dir()
+                self._default_store = MemoryStore() if d is None else SQLiteStore(d / "cache.db")
+            return self._default_store
+
+    def effective(self) -> Effective:
+        eff = self._effective
+        if eff is not None:
+            return eff
+        with self.lock:
+            if isinstance(self.cache_key, _Unset):
+                ns: str | None = os.environ.get("DEJACACHE_CACHE_KEY") or "default"
+            else:
+                ns = self.cache_key
+            env_mode = os.environ.get("DEJACACHE_MODE")
+            mode = self.mode or (resolve_mode(env_mode, where="DEJACACHE_MODE") if env_mode
+                                 else "auto")
+            store = self.store if self.store is not None else self.default_store()
+            eff = Effective(
+                namespace=ns,
+                mode=mode,
+                store=store,
+                codec=self.codec,
+                volatile=self.volatile,
+                source=getattr(store, "url", type(store).__name__),
+            )
+            self._effective = eff
+            return eff
+
+    def invalidate(self) -> None:
+        self._effective = None
+
+
+_SETTINGS = _Settings()
+
+
+def get_settings() -> Effective:
+    """The global effective settings (no scope applied)."""
+    return _SETTINGS.effective()
+
+
+def configure(
+    *,
+    cache_key: str | _Unset | None = UNSET,
+    mode: str | _Unset | None = UNSET,
+    store: Store | str | _Unset | None = UNSET,
+    codec: Codec | _Unset = UNSET,
+    volatile: Iterable[str] | _Unset = UNSET,
+    codec_allow: Iterable[str] | _Unset = UNSET,
+) -> None:
+    """Set process-wide defaults. Arguments left out keep their current value.
+
+    ``cache_key`` is the global namespace (``None`` disables caching); ``store`` takes a
+    ``Store`` or a URL; ``store=None`` goes back to the default store; ``mode=None`` goes back to
+    ``DEJACACHE_MODE``/``auto``.
+    """
+    s = _SETTINGS
+    with s.lock:
+        if not isinstance(cache_key, _Unset):
+            s.cache_key = cache_key
+        if not isinstance(mode, _Unset):
+            s.mode = resolve_mode(mode) if mode is not None else None
+        if not isinstance(store, _Unset):
+            if isinstance(store, str):
+                store = store_from_url(store)
+            if store is not None and not isinstance(store, Store):
+                raise ConfigurationError(
+                    f"store must be a Store instance or URL, not {type(store).__name__}"
+                )
+            s.store = store
+        if not isinstance(codec_allow, _Unset):
+            if not isinstance(codec, _Unset):
+                raise ConfigurationError("pass codec_allow or codec, not both")
+            s.codec = JsonCodec(allow=codec_allow)
+        if not isinstance(codec, _Unset):
+            if not isinstance(codec, Codec):
+                raise ConfigurationError(f"codec must implement Codec, not {type(codec).__name__}")
+            s.codec = codec
+        if not isinstance(volatile, _Unset):
+            s.volatile = tuple(volatile)
+        s.invalidate()
+
+
+def reset() -> None:
+    """Forget all configuration (tests). Closes nothing the user passed in."""
+    global _SETTINGS
+    old = _SETTINGS
+    _SETTINGS = _Settings()
+    if old._default_store is not None:
+        old._default_store.close()
+
+
+def settings_object() -> _Settings:
+    return _SETTINGS

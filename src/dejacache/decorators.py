@@ -1,0 +1,229 @@
+"""``@dejacache.cache``: remember any function's results (sync, async, generators)."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import time
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from typing import Any, TypeVar, overload
+
+from . import _engine
+from .keys import KeyBuilder, KeyParts, digest, explain
+from .scope import _CURRENT, check_ambiguous, current
+
+__all__ = ["cache"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _default_name(fn: Callable[..., Any]) -> str:
+    target: Any = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    if not hasattr(target, "__qualname__"):
+        target = type(target)
+    return f"{target.__module__}.{target.__qualname__}"
+
+
+class _Keys:
+    """Per-function key builders, one per extra volatile set configured at run time."""
+
+    __slots__ = ("_builders", "fn", "ignore", "name", "volatile")
+
+    def __init__(self, fn: Callable[..., Any], name: str, ignore: Iterable[str],
+                 volatile: Iterable[str]) -> None:
+        self.fn = fn
+        self.name = name
+        self.ignore = tuple(ignore)
+        self.volatile = tuple(volatile)
+        self._builders: dict[tuple[str, ...], KeyBuilder] = {}
+
+    def builder(self, extra: tuple[str, ...]) -> KeyBuilder:
+        b = self._builders.get(extra)
+        if b is None:
+            b = self._builders[extra] = KeyBuilder(
+                self.fn, self.name, ignore=self.ignore, volatile=self.volatile + extra
+            )
+        return b
+
+
+def _wrap(
+    fn: Callable[..., Any],
+    *,
+    name: str | None,
+    ignore: Iterable[str],
+    volatile: Iterable[str],
+    ttl: float | None,
+    kind: str,
+) -> Callable[..., Any]:
+    call_name = name or _default_name(fn)
+    keys = _Keys(fn, call_name, ignore, volatile)
+    target: Any = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    # For callable objects, inspect their __call__ to tell sync from async/generator.
+    probe = target if inspect.isfunction(target) or inspect.ismethod(target) else getattr(
+        type(target), "__call__", target
+    )
+
+    def prepare(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, str, bytes] | None:
+        eff = _CURRENT.get() or current()
+        ns = eff.namespace
+        if ns is None or eff.mode == "off":
+            return None
+        canonical = keys.builder(eff.volatile).canonical(args, kwargs)
+        return eff, digest(ns, call_name, canonical), canonical
+
+    if inspect.isasyncgenfunction(probe):
+
+        @functools.wraps(fn)
+        async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            prep = prepare(args, kwargs)
+            if prep is None:
+                async for item in fn(*args, **kwargs):
+                    yield item
+                return
+            eff, key, canonical = prep
+            if eff.extra:
+                check_ambiguous(eff, call_name)
+            if eff.mode != "record":
+                stored = await _engine.alookup(eff, call_name, key)
+                if stored is not _engine.MISS:
+                    for item in stored["items"]:
+                        yield item
+                    return
+            if eff.mode == "replay":
+                raise _engine.replay_miss(eff, call_name, key, canonical)
+            items: list[Any] = []
+            t0 = time.perf_counter()
+            async for item in fn(*args, **kwargs):
+                items.append(item)
+                yield item
+            # Only a generator that ran to the end is stored; an abandoned one never gets here.
+            rec = _engine.encode_record(eff, call_name, kind, key, canonical,
+                                        {"items": items, "return": None},
+                                        time.perf_counter() - t0)
+            await _engine.astore_value(eff, key, rec, ttl)
+
+        wrapper: Callable[..., Any] = agen_wrapper
+    elif inspect.isgeneratorfunction(probe):
+
+        @functools.wraps(fn)
+        def gen_wrapper(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            prep = prepare(args, kwargs)
+            if prep is None:
+                return (yield from fn(*args, **kwargs))
+            eff, key, canonical = prep
+            if eff.extra:
+                check_ambiguous(eff, call_name)
+            if eff.mode != "record":
+                stored = _engine.lookup(eff, call_name, key)
+                if stored is not _engine.MISS:
+                    yield from stored["items"]
+                    return stored["return"]
+            if eff.mode == "replay":
+                raise _engine.replay_miss(eff, call_name, key, canonical)
+            items: list[Any] = []
+            t0 = time.perf_counter()
+            gen = fn(*args, **kwargs)
+            while True:
+                try:
+                    item = next(gen)
+                except StopIteration as stop:
+                    result = stop.value
+                    break
+                items.append(item)
+                yield item
+            rec = _engine.encode_record(eff, call_name, kind, key, canonical,
+                                        {"items": items, "return": result},
+                                        time.perf_counter() - t0)
+            _engine.store_value(eff, key, rec, ttl)
+            return result
+
+        wrapper = gen_wrapper
+    elif inspect.iscoroutinefunction(probe):
+
+        @functools.wraps(fn)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            prep = prepare(args, kwargs)
+            if prep is None:
+                return await fn(*args, **kwargs)
+            eff, key, canonical = prep
+            return await _engine.call_async(
+                eff, call_name, kind, key, canonical, lambda: fn(*args, **kwargs), ttl=ttl
+            )
+
+        wrapper = async_wrapper
+    else:
+
+        @functools.wraps(fn)
+        def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+            prep = prepare(args, kwargs)
+            if prep is None:
+                return fn(*args, **kwargs)
+            eff, key, canonical = prep
+            return _engine.call_sync(
+                eff, call_name, kind, key, canonical, lambda: fn(*args, **kwargs), ttl=ttl
+            )
+
+        wrapper = sync_wrapper
+
+    def cache_key(*args: Any, **kwargs: Any) -> str:
+        """The key this call would use under the current settings."""
+        eff = current()
+        canonical = keys.builder(eff.volatile).canonical(args, kwargs)
+        return digest(eff.namespace or "", call_name, canonical)
+
+    def explain_call(*args: Any, **kwargs: Any) -> KeyParts:
+        eff = current()
+        return explain(eff.namespace or "", call_name, args, kwargs, fn=fn, ignore=keys.ignore,
+                       volatile=keys.volatile + eff.volatile)
+
+    wrapper.cache_key = cache_key  # type: ignore[attr-defined]
+    wrapper.explain = explain_call  # type: ignore[attr-defined]
+    wrapper.cache_name = call_name  # type: ignore[attr-defined]
+    return wrapper
+
+
+@overload
+def cache(fn: F, /) -> F: ...
+
+
+@overload
+def cache(
+    *,
+    name: str | None = None,
+    ignore: Iterable[str] = (),
+    volatile: Iterable[str] = (),
+    ttl: float | None = None,
+    kind: str = "call",
+) -> Callable[[F], F]: ...
+
+
+def cache(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    ignore: Iterable[str] = (),
+    volatile: Iterable[str] = (),
+    ttl: float | None = None,
+    kind: str = "call",
+) -> Any:
+    """Cache a function's results under the current mode, namespace and store.
+
+    Works on sync and async functions, generators and async generators (items are replayed
+    in order; an abandoned generator stores nothing), methods (``self``/``cls`` are not part
+    of the key), ``functools.partial`` objects and callables. Exceptions are not cached.
+
+    ``ignore`` names arguments left out of the key; ``volatile`` adds field names (anywhere in
+    the arguments) or dotted paths (``"metadata.run_id"``) to drop; ``ttl`` is in seconds.
+    """
+    ignore = tuple(ignore)
+    volatile = tuple(volatile)
+
+    def deco(f: Callable[..., Any]) -> Callable[..., Any]:
+        return _wrap(f, name=name, ignore=ignore, volatile=volatile, ttl=ttl, kind=kind)
+
+    return deco(fn) if fn is not None else deco

@@ -1,0 +1,159 @@
+"""The one exception tree of dejacache.
+
+    DejacacheError
+    ├── ConfigurationError            bad settings, unknown mode/URL, missing extra
+    ├── UnhashableArgument (TypeError) an argument the key builder cannot canonicalise
+    ├── SerializationError            a value the codec cannot encode or decode
+    │   └── IntegrityError            stored bytes failed a checksum or signature check
+    ├── StoreError                    a backend failed; names the backend
+    │   ├── IncompatibleStore         written by a newer schema
+    │   └── StoreUnavailable          backend unreachable (runtime tiers fail open instead)
+    ├── CassetteError                 a cassette file is unreadable or invalid; names the path
+    ├── ScopeError                    a call needs a scope/session that is not active
+    ├── AgentLoopDetected             the loop guard tripped
+    └── ReplayMiss (AssertionError)   replay mode found no recording; explains the nearest one
+        └── NetworkBlocked            a live connection was attempted while replaying
+
+Every error carries the context needed to act on it (key, cassette path, backend) in its
+message and as attributes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "AgentLoopDetected",
+    "CassetteError",
+    "ConfigurationError",
+    "DejacacheError",
+    "IncompatibleStore",
+    "IntegrityError",
+    "NetworkBlocked",
+    "ReplayMiss",
+    "ScopeError",
+    "SerializationError",
+    "StoreError",
+    "StoreUnavailable",
+    "UnhashableArgument",
+]
+
+
+class DejacacheError(Exception):
+    """Base class of every error raised by dejacache."""
+
+
+class ConfigurationError(DejacacheError, ValueError):
+    """Settings that cannot work: an unknown mode, a bad store URL, a missing extra."""
+
+
+class UnhashableArgument(DejacacheError, TypeError):
+    """An argument has a type the key builder cannot turn into canonical data.
+
+    Raised instead of silently using ``repr()`` (which may contain a memory address and
+    then never hits again).
+    """
+
+    def __init__(self, argument: str, value_type: type, function: str = "") -> None:
+        self.argument = argument
+        self.value_type = value_type
+        self.function = function
+        where = f" of {function}" if function else ""
+        tname = f"{value_type.__module__}.{value_type.__qualname__}"
+        super().__init__(
+            f"cannot build a cache key: argument {argument!r}{where} has type {tname}, "
+            "which has no canonical form. Pass plain data (dict/list/str/number, a dataclass, "
+            "a pydantic model), add it to ignore=[...], or give the type a "
+            "__dejacache_key__() method returning plain data."
+        )
+
+
+class SerializationError(DejacacheError):
+    """A value could not be encoded for storage, or stored bytes could not be decoded."""
+
+    def __init__(self, message: str, *, key: str = "") -> None:
+        self.key = key
+        super().__init__(f"{message} (key {key})" if key else message)
+
+
+class IntegrityError(SerializationError):
+    """Stored bytes failed their checksum or HMAC signature: treated as a miss, never served."""
+
+
+class StoreError(DejacacheError):
+    """A storage backend failed."""
+
+    def __init__(self, message: str, *, backend: str = "", key: str = "") -> None:
+        self.backend = backend
+        self.key = key
+        parts = [message]
+        if backend:
+            parts.append(f"backend: {backend}")
+        if key:
+            parts.append(f"key: {key}")
+        super().__init__("; ".join(parts))
+
+
+class IncompatibleStore(StoreError):
+    """The store was written by a newer schema version than this dejacache understands."""
+
+    def __init__(self, *, backend: str, found: int, supported: int) -> None:
+        self.found = found
+        self.supported = supported
+        super().__init__(
+            f"store schema version {found} is newer than the supported version {supported}; "
+            "upgrade dejacache or point DEJACACHE_DIR elsewhere",
+            backend=backend,
+        )
+
+
+class StoreUnavailable(StoreError):
+    """The backend cannot be reached right now."""
+
+
+class CassetteError(DejacacheError):
+    """A cassette file cannot be read, parsed or written."""
+
+    def __init__(self, message: str, *, path: Any = "") -> None:
+        self.path = str(path)
+        super().__init__(f"{message} (cassette {self.path})" if path else message)
+
+
+class ScopeError(DejacacheError):
+    """A call needs an active scope or agent session that is not there."""
+
+
+class AgentLoopDetected(DejacacheError):
+    """The loop guard found the agent repeating itself."""
+
+    def __init__(self, pattern: str, detail: str = "") -> None:
+        self.pattern = pattern
+        self.detail = detail
+        super().__init__(f"agent loop detected ({pattern}): {detail}" if detail else pattern)
+
+
+class ReplayMiss(DejacacheError, AssertionError):
+    """Replay mode met a call that has no recording.
+
+    The message names the call, shows its canonical parts, the nearest recorded call of the
+    same name with a field-level diff, and how to re-record.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        name: str = "",
+        key: str = "",
+        source: str = "",
+        diff: list[str] | None = None,
+    ) -> None:
+        self.name = name
+        self.key = key
+        self.source = source
+        self.diff = diff or []
+        super().__init__(message)
+
+
+class NetworkBlocked(ReplayMiss):
+    """A connection to a non-loopback host was attempted while replaying."""

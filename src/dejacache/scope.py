@@ -1,0 +1,266 @@
+"""Block-level overrides carried by ``contextvars``, and their carriage into threads.
+
+``with scope(cache_key=..., mode=..., store=...)`` overrides the global settings for the
+block, in sync code, asyncio tasks (each task copies its context) and generators (use the
+decorator form, which re-enters the scope around every step).
+
+Threads do not inherit context in Python 3.11. ``scope(...).run_in_thread``,
+:func:`wrap_executor` and :func:`propagate` carry it explicitly. As a last line of defence, a
+call from a thread that carries no scope at all, made while test-facing blocks (scopes,
+cassettes) are active, is routed to the single active block; with several active it fails
+closed. So a worker thread can never turn a replay into a live call.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextvars
+import dataclasses
+import functools
+import inspect
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar
+
+from .config import UNSET, Effective, _Unset, get_settings, resolve_mode, store_from_url
+from .errors import ConfigurationError, ReplayMiss
+from .stores._base import Store
+
+__all__ = ["current", "propagate", "scope", "wrap_executor"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+_CURRENT: contextvars.ContextVar[Effective | None] = contextvars.ContextVar(
+    "dejacache_scope", default=None
+)
+
+# Test-facing blocks open anywhere in the process (for context-less worker threads).
+_ACTIVE_LOCK = threading.Lock()
+_ACTIVE: list[Effective] = []
+
+
+def _ambiguous(n: int) -> Effective:
+    from .stores.memory import MemoryStore
+
+    base = get_settings()
+    return dataclasses.replace(
+        base, mode="replay", store=MemoryStore(maxsize=1), test_facing=True,
+        source=f"<{n} dejacache blocks active in other threads; this thread carries none>",
+        extra={"ambiguous": n},
+    )
+
+
+def current() -> Effective:
+    """The settings in force for a call made here and now."""
+    eff = _CURRENT.get()
+    if eff is not None:
+        return eff
+    if _ACTIVE and threading.current_thread() is not threading.main_thread():
+        with _ACTIVE_LOCK:
+            blocks = list(_ACTIVE)
+        if len(blocks) == 1:
+            return blocks[0]
+        if blocks:
+            return _ambiguous(len(blocks))
+    return get_settings()
+
+
+def enter(eff: Effective) -> contextvars.Token[Effective | None]:
+    """Make ``eff`` current; the caller must pass the token to :func:`leave`."""
+    if eff.test_facing:
+        with _ACTIVE_LOCK:
+            _ACTIVE.append(eff)
+    return _CURRENT.set(eff)
+
+
+def leave(eff: Effective, token: contextvars.Token[Effective | None]) -> None:
+    try:
+        _CURRENT.reset(token)
+    except ValueError:  # exited from another context (generator/task hand-over)
+        _CURRENT.set(None)
+    if eff.test_facing:
+        with _ACTIVE_LOCK:
+            for i in range(len(_ACTIVE) - 1, -1, -1):
+                if _ACTIVE[i] is eff:
+                    del _ACTIVE[i]
+                    break
+
+
+def check_ambiguous(eff: Effective, name: str) -> None:
+    n = eff.extra.get("ambiguous")
+    if n:
+        raise ReplayMiss(
+            f"{name} was called from a thread that carries no dejacache scope while {n} "
+            "dejacache blocks are active in other threads, so it cannot be attributed and is "
+            "refused rather than run live. Start the thread with dejacache.propagate(fn), "
+            "scope(...).run_in_thread or dejacache.wrap_executor(executor).",
+            name=name,
+            source=eff.source,
+        )
+
+
+class scope:
+    """Override namespace, mode or store for a block (context manager or decorator).
+
+    ``cache_key=None`` disables caching inside the block.
+    """
+
+    def __init__(
+        self,
+        cache_key: str | _Unset | None = UNSET,
+        *,
+        mode: str | None = None,
+        store: Store | str | None = None,
+    ) -> None:
+        self.cache_key = cache_key
+        self.mode = resolve_mode(mode) if mode is not None else None
+        if isinstance(store, str):
+            store = store_from_url(store)
+        if store is not None and not isinstance(store, Store):
+            raise ConfigurationError(f"store must be a Store or URL, not {type(store).__name__}")
+        self.store = store
+        self._tokens: list[tuple[Effective, contextvars.Token[Effective | None]]] = []
+
+    def effective(self) -> Effective:
+        base = current()
+        changes: dict[str, Any] = {"test_facing": True}
+        if not isinstance(self.cache_key, _Unset):
+            changes["namespace"] = self.cache_key
+        if self.mode is not None:
+            changes["mode"] = self.mode
+        if self.store is not None:
+            changes["store"] = self.store
+            changes["source"] = getattr(self.store, "url", type(self.store).__name__)
+        return dataclasses.replace(base, **changes)
+
+    def __enter__(self) -> scope:
+        eff = self.effective()
+        self._tokens.append((eff, enter(eff)))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        eff, token = self._tokens.pop()
+        leave(eff, token)
+
+    async def __aenter__(self) -> scope:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
+        return decorate_with_block(self, fn)
+
+    def run_in_thread(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn`` in a new thread inside this scope and return its result."""
+        with self:
+            ctx = contextvars.copy_context()
+        box: list[Any] = []
+
+        def target() -> None:
+            try:
+                box.append((True, ctx.run(fn, *args, **kwargs)))
+            except BaseException as exc:
+                box.append((False, exc))
+
+        t = threading.Thread(target=target, name="dejacache-scope")
+        t.start()
+        t.join()
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value  # type: ignore[no-any-return]
+
+
+def decorate_with_block(block: Any, fn: Callable[P, T]) -> Callable[P, T]:
+    """Wrap ``fn`` so each call (or each generator step) runs inside ``block``."""
+    if inspect.isasyncgenfunction(fn):
+
+        @functools.wraps(fn)
+        async def agen(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            async with block:
+                async for item in fn(*args, **kwargs):
+                    yield item
+
+        return agen  # type: ignore[return-value]
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def gen(*args: Any, **kwargs: Any) -> Iterator[Any]:
+            # Re-enter around every step so the caller's context is untouched between yields.
+            it = iter(fn(*args, **kwargs))
+            while True:
+                with block:
+                    try:
+                        item = next(it)
+                    except StopIteration as stop:
+                        return stop.value
+                yield item
+
+        return gen  # type: ignore[return-value]
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def coro(*args: Any, **kwargs: Any) -> Any:
+            async with block:
+                return await fn(*args, **kwargs)
+
+        return coro  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def sync(*args: Any, **kwargs: Any) -> Any:
+        with block:
+            return fn(*args, **kwargs)
+
+    return sync  # type: ignore[return-value]
+
+
+def propagate(fn: Callable[P, T]) -> Callable[P, T]:
+    """Bind ``fn`` to the current context, so a thread running it sees the current scope."""
+    ctx = contextvars.copy_context()
+
+    @functools.wraps(fn)
+    def bound(*args: P.args, **kwargs: P.kwargs) -> T:
+        return ctx.copy().run(fn, *args, **kwargs)
+
+    return bound
+
+
+class _ContextExecutor(concurrent.futures.Executor):
+    """An executor proxy that runs every task in the submitter's context."""
+
+    def __init__(self, inner: concurrent.futures.Executor) -> None:
+        self._inner = inner
+
+    def submit(
+        self, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[T]:
+        ctx = contextvars.copy_context()
+        return self._inner.submit(ctx.run, fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._inner.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def wrap_executor(executor: concurrent.futures.Executor) -> concurrent.futures.Executor:
+    """Wrap any ``concurrent.futures`` executor so tasks run in the submitter's scope.
+
+    (``asyncio.to_thread`` already copies the context; ``loop.run_in_executor`` does not, so
+    pass it a wrapped executor.)
+    """
+    return _ContextExecutor(executor)

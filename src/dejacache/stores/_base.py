@@ -1,0 +1,110 @@
+"""The ``Store`` protocol every tier implements, and the ``Record`` it holds."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["BaseStore", "Record", "Store", "StoreStats"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Record:
+    """One stored call.
+
+    ``value`` is codec output (bytes bound to the key). ``request`` is the canonical JSON of
+    the call, kept for ``explain``/nearest-miss diffs; stores may leave it empty on the hit
+    path (``get``) and fill it when iterating. ``duration`` is what the original call took
+    (seconds), reported as time saved on hits.
+    """
+
+    value: bytes
+    name: str = ""
+    namespace: str = ""
+    kind: str = "call"
+    request: bytes = b""
+    duration: float = 0.0
+    usage: Mapping[str, int] | None = None
+    created: float = 0.0
+
+    @property
+    def size(self) -> int:
+        return len(self.value) + len(self.request)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoreStats:
+    backend: str
+    entries: int
+    bytes: int
+    extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Key → Record storage. ``ttl`` is a duration in seconds; each store applies it with
+    its own clock (monotonic in memory, server time in Redis, wall time in SQLite files)."""
+
+    url: str
+
+    def get(self, key: str) -> Record | None: ...
+
+    def put(self, key: str, record: Record, *, ttl: float | None = None) -> None: ...
+
+    def delete(self, key: str) -> bool: ...
+
+    def iterate(self, name: str | None = None, namespace: str | None = None) -> Iterator[
+        tuple[str, Record]
+    ]: ...
+
+    def clear(self, namespace: str | None = None) -> int: ...
+
+    def stats(self) -> StoreStats: ...
+
+    def close(self) -> None: ...
+
+    async def aget(self, key: str) -> Record | None: ...
+
+    async def aput(self, key: str, record: Record, *, ttl: float | None = None) -> None: ...
+
+    async def adelete(self, key: str) -> bool: ...
+
+
+class BaseStore:
+    """Shared behaviour: async twins that call the sync methods directly.
+
+    Local stores answer in microseconds, so a thread hop (≈50 µs) would cost more than the
+    call; network stores override the twins with real async I/O.
+    """
+
+    url: str = ""
+
+    def get(self, key: str) -> Record | None:
+        raise NotImplementedError
+
+    def put(self, key: str, record: Record, *, ttl: float | None = None) -> None:
+        raise NotImplementedError
+
+    def delete(self, key: str) -> bool:
+        raise NotImplementedError
+
+    async def aget(self, key: str) -> Record | None:
+        return self.get(key)
+
+    async def aput(self, key: str, record: Record, *, ttl: float | None = None) -> None:
+        self.put(key, record, ttl=ttl)
+
+    async def adelete(self, key: str) -> bool:
+        return self.delete(key)
+
+    def close(self) -> None:
+        return None
+
+    async def aclose(self) -> None:
+        await asyncio.sleep(0)
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
