@@ -39,7 +39,16 @@ import xxhash
 
 from .errors import ConfigurationError, IntegrityError, SerializationError
 
-__all__ = ["CODEC_VERSION", "Codec", "JsonCodec", "PickleCodec", "from_tree", "to_tree"]
+__all__ = [
+    "CODEC_VERSION",
+    "Codec",
+    "JsonCodec",
+    "PickleCodec",
+    "blob_from_tree",
+    "blob_payload",
+    "from_tree",
+    "to_tree",
+]
 
 CODEC_VERSION = 1
 _MAGIC = b"DJ"
@@ -290,6 +299,24 @@ class JsonCodec:
             raise SerializationError(str(exc), key=key) from None
         except (TypeError, ValueError) as exc:
             raise SerializationError(f"cannot rebuild stored value: {exc}", key=key) from None
+
+
+def blob_payload(data: bytes) -> tuple[Any, bool]:
+    """The JSON tree inside a :class:`JsonCodec` blob and whether it is plain (no tags).
+
+    Cassettes store this tree inline so files stay human-readable; :func:`blob_from_tree`
+    rebuilds the exact blob (checksum bound to the key) on load.
+    """
+    if data[:2] != _MAGIC or data[3:4] not in (b"J", b"T"):
+        raise IntegrityError("not a JSON codec blob (pickled values cannot go in a cassette)")
+    return orjson.loads(memoryview(data)[_HEAD + 8 :]), data[3:4] == b"J"
+
+
+def blob_from_tree(tree: Any, plain: bool, *, key: str) -> bytes:
+    """Inverse of :func:`blob_payload`."""
+    payload = orjson.dumps(tree)
+    kind = b"J" if plain else b"T"
+    return _MAGIC + bytes((CODEC_VERSION,)) + kind + _check(key, payload) + payload
 
 
 class PickleCodec:

@@ -63,9 +63,9 @@ def _wrap(
     while isinstance(target, functools.partial):
         target = target.func
     # For callable objects, inspect their __call__ to tell sync from async/generator.
-    probe = target if inspect.isfunction(target) or inspect.ismethod(target) else getattr(
-        type(target), "__call__", target
-    )
+    probe = target
+    if not (inspect.isfunction(target) or inspect.ismethod(target) or isinstance(target, type)):
+        probe = type(target).__call__
 
     def prepare(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, str, bytes] | None:
         eff = _CURRENT.get() or current()

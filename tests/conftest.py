@@ -1,0 +1,32 @@
+"""Shared fixtures: every test runs with fresh dejacache settings and its own cache dir."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator
+
+import pytest
+
+import dejacache
+from dejacache import config, stats
+
+pytest_plugins = ["pytester", "support_redis"]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_dejacache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No test sees another's configuration, counters or default store."""
+    monkeypatch.setenv("DEJACACHE_DIR", str(tmp_path / ".dejacache"))
+    for var in ("DEJACACHE_MODE", "DEJACACHE_CACHE_KEY", "DEJACACHE_VOLATILE"):
+        monkeypatch.delenv(var, raising=False)
+    config.reset()
+    stats.reset_stats()
+    yield
+    config.reset()
+
+
+@pytest.fixture
+def memory_store() -> dejacache.MemoryStore:
+    store = dejacache.MemoryStore()
+    dejacache.configure(store=store)
+    return store
