@@ -4,13 +4,24 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench redis-server clean
+.PHONY: demo test test-legacy lint typecheck bench redis-server clean
+
+# openai 1.x / anthropic 0.x / litellm speak plain httpx and cannot share .venv with
+# openai 3.x / anthropic 2.x (httpx2): they get their own venv, rebuilt when pyproject changes.
+LEGACY := .venv-legacy
+LEGACY_STAMP := $(LEGACY)/.installed
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
+
+$(LEGACY_STAMP): pyproject.toml
+	test -x $(LEGACY)/bin/python || $(PYTHON) -m venv $(LEGACY)
+	$(LEGACY)/bin/python -m pip install -q --upgrade pip
+	$(LEGACY)/bin/python -m pip install -q -e '.[legacy-test]'
+	touch $(LEGACY_STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/dejacache demo
@@ -37,9 +48,14 @@ test: $(STAMP) redis-server
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -n 2 --dist loadfile -q
+	$(MAKE) --no-print-directory test-legacy
+
+test-legacy: $(LEGACY_STAMP)
+	$(LEGACY)/bin/python -m pytest tests/http/legacy -q
 
 bench: $(STAMP)
+	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) .dejacache build dist
+	rm -rf $(VENV) $(LEGACY) .dejacache build dist

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 import dejacache
-from dejacache import config, stats
+from dejacache import config
 
 pytest_plugins = ["pytester", "support_redis"]
 
@@ -20,7 +20,7 @@ def _isolated_dejacache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch)
     for var in ("DEJACACHE_MODE", "DEJACACHE_CACHE_KEY", "DEJACACHE_VOLATILE"):
         monkeypatch.delenv(var, raising=False)
     config.reset()
-    stats.reset_stats()
+    dejacache.reset_stats()  # the package re-exports stats() over the module name
     yield
     config.reset()
 

@@ -6,7 +6,10 @@ tests, and tool-result caching for running agents.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ._engine import DejacacheWarning
+from .cassettes import Cassette, cassette
 from .codec import Codec, JsonCodec, PickleCodec
 from .config import configure
 from .decorators import cache
@@ -25,15 +28,30 @@ from .errors import (
     StoreUnavailable,
     UnhashableArgument,
 )
+from .http import async_http_client, http_client, intercept
 from .keys import KeyParts, call_key, explain
+from .runtime import (
+    LoopGuard,
+    RuntimeStats,
+    agent_session,
+    invalidates,
+    reset_runtime_stats,
+    runtime_stats,
+    tool,
+    tool_cache,
+)
 from .scope import propagate, scope, wrap_executor
 from .stats import Stats, reset_stats, stats
-from .stores import MemoryStore, Record, SQLiteStore, Store, StoreStats
+from .stores import MemoryStore, Record, SQLiteStore, Store, StoreStats, TieredStore
+
+if TYPE_CHECKING:
+    from .stores.redis import RedisStore
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AgentLoopDetected",
+    "Cassette",
     "CassetteError",
     "Codec",
     "ConfigurationError",
@@ -43,11 +61,14 @@ __all__ = [
     "IntegrityError",
     "JsonCodec",
     "KeyParts",
+    "LoopGuard",
     "MemoryStore",
     "NetworkBlocked",
     "PickleCodec",
     "Record",
+    "RedisStore",
     "ReplayMiss",
+    "RuntimeStats",
     "SQLiteStore",
     "ScopeError",
     "SerializationError",
@@ -56,15 +77,36 @@ __all__ = [
     "StoreError",
     "StoreStats",
     "StoreUnavailable",
+    "TieredStore",
     "UnhashableArgument",
     "__version__",
+    "agent_session",
+    "async_http_client",
     "cache",
     "call_key",
+    "cassette",
     "configure",
     "explain",
+    "http_client",
+    "intercept",
+    "invalidates",
     "propagate",
+    "reset_runtime_stats",
     "reset_stats",
+    "runtime_stats",
     "scope",
     "stats",
+    "tool",
+    "tool_cache",
     "wrap_executor",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # RedisStore needs the optional redis package; importing it lazily keeps
+    # ``import dejacache`` working without the extra.
+    if name == "RedisStore":
+        from . import stores
+
+        return stores.RedisStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -20,7 +20,7 @@ import orjson
 
 from ._core.diff import nearest, short
 from .config import Effective
-from .errors import ReplayMiss, SerializationError
+from .errors import IntegrityError, ReplayMiss, SerializationError
 from .scope import check_ambiguous
 from .stats import record_hit, record_miss, usage_of
 from .stores._base import Record
@@ -62,6 +62,11 @@ def warn_once(tag: str, message: str) -> None:
     warnings.warn(message, DejacacheWarning, stacklevel=3)
 
 
+def _unreadable(name: str, key: str, exc: SerializationError) -> None:
+    what = "discarding damaged" if isinstance(exc, IntegrityError) else "cannot use"
+    warn_once(f"decode:{key}", f"dejacache: {what} entry for {name}, treating it as a miss: {exc}")
+
+
 def lookup(eff: Effective, name: str, key: str) -> Any:
     """The decoded stored value, or ``MISS``. Damaged entries are deleted and miss."""
     store = eff.store
@@ -73,12 +78,16 @@ def lookup(eff: Effective, name: str, key: str) -> Any:
         return MISS
     if rec is None:
         return MISS
+    if rec.kind == "error":  # a cassette entry recording an exception: replay it as raised
+        record_hit(name, rec.duration, rec.usage)
+        raise store.recorded_error(rec)  # type: ignore[attr-defined]
     try:
         value = eff.codec.decode(rec.value, key=key, namespace=eff.namespace or "")
     except SerializationError as exc:
-        warn_once(f"decode:{key}", f"dejacache: discarding unreadable entry for {name}: {exc}")
-        with contextlib.suppress(Exception):
-            store.delete(key)
+        _unreadable(name, key, exc)
+        if isinstance(exc, IntegrityError):  # damaged for good; a refused class may be fine later
+            with contextlib.suppress(Exception):
+                store.delete(key)
         return MISS
     record_hit(name, rec.duration, rec.usage)
     return value
@@ -94,12 +103,16 @@ async def alookup(eff: Effective, name: str, key: str) -> Any:
         return MISS
     if rec is None:
         return MISS
+    if rec.kind == "error":  # a cassette entry recording an exception: replay it as raised
+        record_hit(name, rec.duration, rec.usage)
+        raise store.recorded_error(rec)  # type: ignore[attr-defined]
     try:
         value = eff.codec.decode(rec.value, key=key, namespace=eff.namespace or "")
     except SerializationError as exc:
-        warn_once(f"decode:{key}", f"dejacache: discarding unreadable entry for {name}: {exc}")
-        with contextlib.suppress(Exception):
-            await store.adelete(key)
+        _unreadable(name, key, exc)
+        if isinstance(exc, IntegrityError):
+            with contextlib.suppress(Exception):
+                await store.adelete(key)
         return MISS
     record_hit(name, rec.duration, rec.usage)
     return value
@@ -148,6 +161,9 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
         target = orjson.loads(canonical)
     except orjson.JSONDecodeError:
         target = canonical.decode(errors="replace")
+    redact = getattr(eff.store, "redact_tree", None)
+    if redact is not None:  # a cassette: the report must not show what the file may not hold
+        target = redact(target)
     lines = [
         f"dejacache replay miss: no recording of {name} matches this call "
         f"(mode 'replay', source {eff.source}).",
@@ -202,6 +218,19 @@ class _Flight:
 
 _SF_LOCK = threading.Lock()
 _INFLIGHT: dict[tuple[int, str], _Flight] = {}
+# Flights finished so far. A caller whose lookup missed just before another leader stored
+# and left would otherwise become a second leader and call the origin again; it looks up once
+# more only when some flight finished in that window, so a plain miss costs one read.
+_LANDED = [0]
+
+
+def _record_error(eff: Effective, name: str, kind: str, key: str, canonical: bytes,
+                  exc: Exception, duration: float) -> None:
+    # Cassettes may keep exceptions the user opted in to (record_errors=...), to replay them.
+    keep = getattr(eff.store, "record_error", None)
+    if keep is not None:
+        with contextlib.suppress(Exception):
+            keep(key, name, eff.namespace or "", kind, canonical, exc, duration)
 
 
 def _run_and_store(
@@ -211,8 +240,9 @@ def _run_and_store(
     t0 = time.perf_counter()
     try:
         value = fn()
-    except Exception:
+    except Exception as exc:
         record_miss(name, stored=False, error=True)
+        _record_error(eff, name, kind, key, canonical, exc, time.perf_counter() - t0)
         raise
     rec = encode_record(eff, name, kind, key, canonical, value, time.perf_counter() - t0)
     stored = store_value(eff, key, rec, ttl)
@@ -236,6 +266,7 @@ def call_sync(
     mode = eff.mode
     sequenced = getattr(eff.store, "sequenced", False)
     while True:
+        landed = _LANDED[0]
         if mode != "record":
             value = lookup(eff, name, key)
             if value is not MISS:
@@ -250,6 +281,7 @@ def call_sync(
             leader = flight is None
             if flight is None:
                 flight = _INFLIGHT[fk] = _Flight()
+            recheck = mode != "record" and _LANDED[0] != landed
         if not leader:
             flight.event.wait()
             if flight.state is _ABANDONED:
@@ -261,10 +293,15 @@ def call_sync(
                 flight.record.value, key=key, namespace=eff.namespace or ""
             )
         try:
-            value, rec = _run_and_store(eff, name, kind, key, canonical, fn, ttl)
+            if recheck:
+                value = lookup(eff, name, key)
+                if value is not MISS:
+                    flight.state = _ABANDONED  # waiters look up again and hit
+                    return value  # type: ignore[no-any-return]
+            result, rec = _run_and_store(eff, name, kind, key, canonical, fn, ttl)
             flight.record = rec
             flight.state = True
-            return value
+            return result
         except Exception as exc:
             flight.state = exc
             raise
@@ -274,6 +311,7 @@ def call_sync(
         finally:
             with _SF_LOCK:
                 _INFLIGHT.pop(fk, None)
+                _LANDED[0] += 1
             flight.event.set()
 
 
@@ -289,8 +327,9 @@ async def _arun_and_store(
     t0 = time.perf_counter()
     try:
         value = await fn()
-    except Exception:
+    except Exception as exc:
         record_miss(name, stored=False, error=True)
+        _record_error(eff, name, kind, key, canonical, exc, time.perf_counter() - t0)
         raise
     rec = encode_record(eff, name, kind, key, canonical, value, time.perf_counter() - t0)
     stored = await astore_value(eff, key, rec, ttl)
@@ -315,6 +354,7 @@ async def call_async(
     sequenced = getattr(eff.store, "sequenced", False)
     loop = asyncio.get_running_loop()
     while True:
+        landed = _LANDED[0]
         if mode != "record":
             value = await alookup(eff, name, key)
             if value is not MISS:
@@ -337,9 +377,14 @@ async def call_async(
             )
         fut = _AINFLIGHT[fk] = loop.create_future()
         try:
-            value, rec = await _arun_and_store(eff, name, kind, key, canonical, fn, ttl)
+            if mode != "record" and _LANDED[0] != landed:  # see _LANDED
+                value = await alookup(eff, name, key)
+                if value is not MISS:
+                    fut.set_result(("abandoned", None))  # waiters look up again and hit
+                    return value  # type: ignore[no-any-return]
+            result, rec = await _arun_and_store(eff, name, kind, key, canonical, fn, ttl)
             fut.set_result(("ok", rec))
-            return value
+            return result
         except Exception as exc:
             fut.set_result(("error", exc))
             raise
@@ -349,3 +394,5 @@ async def call_async(
         finally:
             if _AINFLIGHT.get(fk) is fut:
                 del _AINFLIGHT[fk]
+            with _SF_LOCK:
+                _LANDED[0] += 1

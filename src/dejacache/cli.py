@@ -5,56 +5,144 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["main"]
+if TYPE_CHECKING:
+    from .stores._base import Store
+
+__all__ = ["build_parser", "main"]
+
+_Sub = Any  # argparse's _SubParsersAction is private; commands only call add_parser on it
+
+
+# Each command is one ``_add_<name>(sub)`` function that registers its parser and sets
+# ``func``; ``main`` calls them in order, so adding a command is one function and one line.
+
+
+def _store(args: argparse.Namespace) -> Store:
+    """The store a command works on: ``--store URL`` or the configured default."""
+    from .config import get_settings, store_from_url
+
+    url = getattr(args, "store", None)
+    return store_from_url(url) if url else get_settings().store
+
+
+def _add_store_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", metavar="URL", default=None,
+                   help="store URL (default: DEJACACHE_DIR or <project>/.dejacache/cache.db)")
+
+
+# ---------------------------------------------------------------- stats
+
+
+def _collect(store: Store, namespace: str | None) -> dict[tuple[str, str], list[float]]:
+    """(namespace, name) -> [entries, bytes, recorded seconds, tokens]."""
+    from .stats import token_total
+
+    per: dict[tuple[str, str], list[float]] = {}
+    for _, rec in store.iterate(namespace=namespace):
+        row = per.setdefault((rec.namespace, rec.name), [0, 0, 0.0, 0])
+        row[0] += 1
+        row[1] += rec.size
+        row[2] += rec.duration
+        row[3] += token_total(rec.usage) if rec.usage else 0
+    return per
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    from .config import get_settings
-
-    store = get_settings().store
+    store = _store(args)
     st = store.stats()
-    print(f"store: {st.backend}")
-    print(f"entries: {st.entries}   bytes: {st.bytes:,}")
-    per: dict[str, list[float]] = {}
-    for _, rec in store.iterate():
-        row = per.setdefault(rec.name, [0, 0.0, 0])
-        row[0] += 1
-        row[1] += rec.duration
-        row[2] += sum((rec.usage or {}).values()) if rec.usage else 0
+    per = _collect(store, args.cache_key)
+    totals = [sum(r[i] for r in per.values()) for i in range(4)]
+    if args.json:
+        import orjson
+
+        doc = {
+            "store": st.backend,
+            "entries": st.entries,
+            "bytes": st.bytes,
+            "extra": dict(st.extra),
+            "recorded_seconds": totals[2],
+            "tokens": int(totals[3]),
+            "by_name": [
+                {"namespace": ns, "name": name, "entries": int(r[0]), "bytes": int(r[1]),
+                 "recorded_seconds": r[2], "tokens": int(r[3])}
+                for (ns, name), r in sorted(per.items())
+            ],
+        }
+        print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
+        return 0
+    print(f"store:    {st.backend}")
+    if "file_bytes" in st.extra:
+        print(f"file:     {int(st.extra['file_bytes']):,} bytes on disk")
+    print(f"entries:  {st.entries:,}   bytes: {st.bytes:,}")
+    print(f"recorded: {totals[2]:,.3f} s of calls, {int(totals[3]):,} tokens "
+          "(what a full replay saves)")
     if per:
-        print(f"{'calls':>7} {'recorded s':>11}  name")
-        for name, (n, dur, _) in sorted(per.items(), key=lambda kv: -kv[1][0]):
-            print(f"{int(n):>7} {dur:>11.3f}  {name}")
+        print()
+        print(f"{'entries':>7} {'bytes':>11} {'recorded s':>11} {'tokens':>9}  namespace / name")
+        for (ns, name), (n, size, dur, tok) in sorted(per.items(), key=lambda kv: -kv[1][0]):
+            print(f"{int(n):>7,} {int(size):>11,} {dur:>11.3f} {int(tok):>9,}  {ns} / {name}")
     return 0
+
+
+def _add_stats(sub: _Sub) -> None:
+    p = sub.add_parser("stats", help="what the store holds: entries, bytes, time and tokens")
+    _add_store_option(p)
+    p.add_argument("--cache-key", default=None, metavar="NS", help="only this namespace")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_stats)
+
+
+# ---------------------------------------------------------------- clear
 
 
 def _cmd_clear(args: argparse.Namespace) -> int:
-    from .config import get_settings
-
-    n = get_settings().store.clear(namespace=args.cache_key)
-    print(f"removed {n} entries")
+    store = _store(args)
+    n = store.clear(namespace=args.cache_key)
+    where = f"namespace {args.cache_key!r} of " if args.cache_key is not None else ""
+    print(f"removed {n} entries from {where}{store.url}")
     return 0
+
+
+def _add_clear(sub: _Sub) -> None:
+    p = sub.add_parser("clear", help="remove stored entries (all, or one namespace)")
+    _add_store_option(p)
+    p.add_argument("--cache-key", default=None, metavar="NS", help="only this namespace")
+    p.set_defaults(func=_cmd_clear)
+
+
+# ---------------------------------------------------------------- demo
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(live=args.live)
+    return run_demo(live=args.live, plain=args.plain or None)
+
+
+def _add_demo(sub: _Sub) -> None:
+    p = sub.add_parser("demo", help="run a small agent twice: live, then from the store")
+    p.add_argument("--live", action="store_true", help="record against the real API")
+    p.add_argument("--plain", action="store_true", help="plain text output (no colours)")
+    p.set_defaults(func=_cmd_demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dejacache", description="Record/replay and caching for LLM calls and agent tools."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_add_stats, _add_clear, _add_demo):
+        add(sub)
+    from .cassettes.commands import add_cassette_commands
+
+    add_cassette_commands(sub)  # show, diff, scan, prune
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dejacache", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("stats", help="what the default store holds")
-    p.set_defaults(func=_cmd_stats)
-    p = sub.add_parser("clear", help="empty the default store")
-    p.add_argument("--cache-key", default=None, help="only this namespace")
-    p.set_defaults(func=_cmd_clear)
-    p = sub.add_parser("demo", help="record an agent run, replay it, show what was saved")
-    p.add_argument("--live", action="store_true", help="record against the real API")
-    p.set_defaults(func=_cmd_demo)
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     return int(args.func(args))
 
 

@@ -3,7 +3,7 @@
 Blob layout (every store holds these bytes)::
 
     b"DJ" | version (1 byte) | kind (1 byte: J plain JSON, T tagged JSON, P pickle)
-          | check (8 bytes xxh3_64 over key + payload; 32 bytes HMAC-SHA256 for P)
+          | check (8 bytes xxh3_64 over key + kind + payload; 32 bytes HMAC-SHA256 for P)
           | payload
 
 The check binds a blob to its key, so flipped bytes, another app's data or a value copied
@@ -11,7 +11,8 @@ under another key fail to decode (``IntegrityError``) and are treated as misses.
 
 Values that are plain JSON (the common LLM response dict) decode with one ``orjson.loads``.
 Other types round-trip through tags: tuples, bytes, sets, datetimes, UUID, Decimal, Path,
-Enum, dataclasses and pydantic models. Classes are rebuilt only when their module is already
+Enum, dataclasses and pydantic models, NaN and infinities (orjson would write ``null``), big
+integers and dicts with non-string keys. Classes are rebuilt only when their module is already
 imported by the user's code or explicitly allowed, and only if they are dataclasses, Enums or
 pydantic-style models: a tag can never name an arbitrary callable.
 """
@@ -30,6 +31,7 @@ import pathlib
 import pickle
 import sys
 import uuid
+import zoneinfo
 from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any, Protocol, runtime_checkable
@@ -81,8 +83,13 @@ class _Tree:
 
     def conv(self, v: Any) -> Any:
         t = type(v)
-        if v is None or t is str or t is bool or t is float:
+        if v is None or t is str or t is bool:
             return v
+        if t is float:
+            if v - v == 0.0:
+                return v
+            self.plain = False  # NaN/inf: orjson would silently write null
+            return {_T + "float": repr(v)}
         if t is int:
             if -(2**63) <= v < 2**64:
                 return v
@@ -105,6 +112,10 @@ class _Tree:
         if isinstance(v, enum.Enum):
             return {_T + "enum": [_qualname(t), self.conv(v.value)]}
         if t is _dt.datetime:
+            tz = v.tzinfo
+            if isinstance(tz, zoneinfo.ZoneInfo) and tz.key:
+                # A named zone, not just today's offset: arithmetic across DST must still work.
+                return {_T + "zdatetime": [v.replace(tzinfo=None).isoformat(), tz.key, v.fold]}
             return {_T + "datetime": v.isoformat()}
         if t is _dt.date:
             return {_T + "date": v.isoformat()}
@@ -213,8 +224,14 @@ def _revive(tree: Any, resolve: _Resolver) -> Any:
                 return {_revive(k, resolve): _revive(v, resolve) for k, v in arg}
             if tag == "int":
                 return int(arg)
+            if tag == "float":
+                return float(arg)
             if tag == "datetime":
                 return _dt.datetime.fromisoformat(arg)
+            if tag == "zdatetime":
+                return _dt.datetime.fromisoformat(arg[0]).replace(
+                    tzinfo=zoneinfo.ZoneInfo(arg[1]), fold=arg[2]
+                )
             if tag == "date":
                 return _dt.date.fromisoformat(arg)
             if tag == "time":
@@ -249,8 +266,10 @@ def from_tree(tree: Any, *, allow: Iterable[str] = ()) -> Any:
     return _revive(tree, _Resolver(allow))
 
 
-def _check(key: str, payload: bytes | memoryview) -> bytes:
+def _check(key: str, kind: bytes, payload: bytes | memoryview) -> bytes:
+    # The kind byte is covered too: a flipped J/T would serve tags as data (or vice versa).
     h = xxhash.xxh3_64(key.encode())
+    h.update(kind)
     h.update(payload)
     return h.digest()
 
@@ -272,7 +291,7 @@ class JsonCodec:
         except (TypeError, orjson.JSONEncodeError) as exc:
             raise SerializationError(f"cannot encode value: {exc}", key=key) from None
         kind = b"J" if plain else b"T"
-        return _MAGIC + bytes((CODEC_VERSION,)) + kind + _check(key, payload) + payload
+        return _MAGIC + bytes((CODEC_VERSION,)) + kind + _check(key, kind, payload) + payload
 
     def decode(self, data: bytes, *, key: str = "", namespace: str = "") -> Any:
         if data[:2] != _MAGIC or len(data) < _HEAD + 8:
@@ -284,8 +303,10 @@ class JsonCodec:
             )
         if data[2] != CODEC_VERSION:
             raise IntegrityError(f"unsupported codec version {data[2]}", key=key)
+        if kind != b"J" and kind != b"T":
+            raise IntegrityError(f"unknown value kind {kind!r}", key=key)
         payload = memoryview(data)[_HEAD + 8 :]
-        if not hmac.compare_digest(_check(key, payload), data[_HEAD : _HEAD + 8]):
+        if not hmac.compare_digest(_check(key, kind, payload), data[_HEAD : _HEAD + 8]):
             raise IntegrityError("checksum mismatch: stored bytes are damaged", key=key)
         try:
             tree = orjson.loads(payload)
@@ -297,8 +318,10 @@ class JsonCodec:
             return _revive(tree, self._resolve)
         except SerializationError as exc:
             raise SerializationError(str(exc), key=key) from None
-        except (TypeError, ValueError) as exc:
-            raise SerializationError(f"cannot rebuild stored value: {exc}", key=key) from None
+        except Exception as exc:  # malformed tags, unknown zones, a validator that now refuses
+            raise SerializationError(
+                f"cannot rebuild stored value: {type(exc).__name__}: {exc}", key=key
+            ) from None
 
 
 def blob_payload(data: bytes) -> tuple[Any, bool]:
@@ -316,7 +339,7 @@ def blob_from_tree(tree: Any, plain: bool, *, key: str) -> bytes:
     """Inverse of :func:`blob_payload`."""
     payload = orjson.dumps(tree)
     kind = b"J" if plain else b"T"
-    return _MAGIC + bytes((CODEC_VERSION,)) + kind + _check(key, payload) + payload
+    return _MAGIC + bytes((CODEC_VERSION,)) + kind + _check(key, kind, payload) + payload
 
 
 class PickleCodec:

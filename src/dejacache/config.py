@@ -2,8 +2,8 @@
 
 Precedence for each setting, highest first: the innermost ``scope(...)`` block, then
 ``configure(...)``, then environment variables (``DEJACACHE_MODE``, ``DEJACACHE_CACHE_KEY``,
-``DEJACACHE_DIR``), then built-in defaults (mode ``auto``, namespace ``default``, SQLite at
-``<project root>/.dejacache/cache.db``).
+``DEJACACHE_DIR``, ``DEJACACHE_VOLATILE``), then built-in defaults (mode ``auto``, namespace
+``default``, SQLite at ``<project root>/.dejacache/cache.db``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from .codec import Codec, JsonCodec
 from .errors import ConfigurationError
+from .keys import env_volatile
 from .stores._base import Store
 
 __all__ = [
@@ -108,7 +109,7 @@ class _Settings:
         self.mode: str | None = None
         self.store: Store | None = None
         self.codec: Codec = JsonCodec()
-        self.volatile: tuple[str, ...] = ()
+        self.volatile: tuple[str, ...] | None = None  # None: DEJACACHE_VOLATILE
         self._default_store: Store | None = None
         self._effective: Effective | None = None
 
@@ -135,12 +136,13 @@ class _Settings:
             mode = self.mode or (resolve_mode(env_mode, where="DEJACACHE_MODE") if env_mode
                                  else "auto")
             store = self.store if self.store is not None else self.default_store()
+            volatile = self.volatile if self.volatile is not None else env_volatile()
             eff = Effective(
                 namespace=ns,
                 mode=mode,
                 store=store,
                 codec=self.codec,
-                volatile=self.volatile,
+                volatile=volatile,
                 source=getattr(store, "url", type(store).__name__),
             )
             self._effective = eff
@@ -164,14 +166,16 @@ def configure(
     mode: str | _Unset | None = UNSET,
     store: Store | str | _Unset | None = UNSET,
     codec: Codec | _Unset = UNSET,
-    volatile: Iterable[str] | _Unset = UNSET,
+    volatile: Iterable[str] | _Unset | None = UNSET,
     codec_allow: Iterable[str] | _Unset = UNSET,
 ) -> None:
     """Set process-wide defaults. Arguments left out keep their current value.
 
     ``cache_key`` is the global namespace (``None`` disables caching); ``store`` takes a
     ``Store`` or a URL; ``store=None`` goes back to the default store; ``mode=None`` goes back to
-    ``DEJACACHE_MODE``/``auto``.
+    ``DEJACACHE_MODE``/``auto``. ``volatile`` names extra fields (or dotted paths) left out of
+    every key, replacing ``DEJACACHE_VOLATILE`` (comma separated); ``volatile=None`` goes back
+    to it.
     """
     s = _SETTINGS
     with s.lock:
@@ -196,7 +200,7 @@ def configure(
                 raise ConfigurationError(f"codec must implement Codec, not {type(codec).__name__}")
             s.codec = codec
         if not isinstance(volatile, _Unset):
-            s.volatile = tuple(volatile)
+            s.volatile = tuple(volatile) if volatile is not None else None
         s.invalidate()
 
 

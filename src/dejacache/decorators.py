@@ -5,12 +5,13 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator, Iterable
 from typing import Any, TypeVar, overload
 
 from . import _engine
 from .keys import KeyBuilder, KeyParts, digest, explain
 from .scope import _CURRENT, check_ambiguous, current
+from .stats import record_miss
 
 __all__ = ["cache"]
 
@@ -24,6 +25,12 @@ def _default_name(fn: Callable[..., Any]) -> str:
     if not hasattr(target, "__qualname__"):
         target = type(target)
     return f"{target.__module__}.{target.__qualname__}"
+
+
+def _is_stream(stored: Any) -> bool:
+    # Anything else under a generator's key (it used to be a plain function of the same name,
+    # say) is a miss, not a crash.
+    return type(stored) is dict and type(stored.get("items")) is list
 
 
 class _Keys:
@@ -89,7 +96,7 @@ def _wrap(
                 check_ambiguous(eff, call_name)
             if eff.mode != "record":
                 stored = await _engine.alookup(eff, call_name, key)
-                if stored is not _engine.MISS:
+                if _is_stream(stored):
                     for item in stored["items"]:
                         yield item
                     return
@@ -97,20 +104,27 @@ def _wrap(
                 raise _engine.replay_miss(eff, call_name, key, canonical)
             items: list[Any] = []
             t0 = time.perf_counter()
-            async for item in fn(*args, **kwargs):
-                items.append(item)
-                yield item
+            agen = fn(*args, **kwargs)
+            try:
+                async for item in agen:
+                    items.append(item)
+                    yield item
+            except Exception:
+                record_miss(call_name, stored=False, error=True)
+                raise
+            finally:
+                await agen.aclose()  # abandoned half-way: let the generator clean up
             # Only a generator that ran to the end is stored; an abandoned one never gets here.
             rec = _engine.encode_record(eff, call_name, kind, key, canonical,
                                         {"items": items, "return": None},
                                         time.perf_counter() - t0)
-            await _engine.astore_value(eff, key, rec, ttl)
+            record_miss(call_name, stored=await _engine.astore_value(eff, key, rec, ttl))
 
         wrapper: Callable[..., Any] = agen_wrapper
     elif inspect.isgeneratorfunction(probe):
 
         @functools.wraps(fn)
-        def gen_wrapper(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
             prep = prepare(args, kwargs)
             if prep is None:
                 return (yield from fn(*args, **kwargs))
@@ -119,7 +133,7 @@ def _wrap(
                 check_ambiguous(eff, call_name)
             if eff.mode != "record":
                 stored = _engine.lookup(eff, call_name, key)
-                if stored is not _engine.MISS:
+                if _is_stream(stored):
                     yield from stored["items"]
                     return stored["return"]
             if eff.mode == "replay":
@@ -127,18 +141,24 @@ def _wrap(
             items: list[Any] = []
             t0 = time.perf_counter()
             gen = fn(*args, **kwargs)
-            while True:
-                try:
-                    item = next(gen)
-                except StopIteration as stop:
-                    result = stop.value
-                    break
-                items.append(item)
-                yield item
+            try:
+                while True:
+                    try:
+                        item = next(gen)
+                    except StopIteration as stop:
+                        result = stop.value
+                        break
+                    items.append(item)
+                    yield item
+            except Exception:
+                record_miss(call_name, stored=False, error=True)
+                raise
+            finally:
+                gen.close()  # abandoned half-way: run the generator's own cleanup now
             rec = _engine.encode_record(eff, call_name, kind, key, canonical,
                                         {"items": items, "return": result},
                                         time.perf_counter() - t0)
-            _engine.store_value(eff, key, rec, ttl)
+            record_miss(call_name, stored=_engine.store_value(eff, key, rec, ttl))
             return result
 
         wrapper = gen_wrapper

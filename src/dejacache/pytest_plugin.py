@@ -1,3 +1,221 @@
-"""pytest plugin (registered through the ``pytest11`` entry point)."""
+"""pytest plugin (registered through the ``pytest11`` entry point).
+
+* fixture ``dejacache_cassette``: the test's calls go to ``<test dir>/cassettes/<module>/
+  <test name>.json``; written only when the test passes.
+* marker ``@pytest.mark.dejacache(cassette=..., mode=..., cache_key=..., redact=...,
+  substitute=..., record_errors=..., record_on_error=..., prune=..., allow_hosts=...)``:
+  same, without naming the fixture.
+* options (namespaced, so the plugin sits beside pytest-recording and others):
+  ``--dejacache-mode``, ``--dejacache-prune``, ``--dejacache-block-network``.
+* under ``CI`` the default mode is ``replay`` and cassette tests may reach loopback only.
+* a terminal summary of replayed/recorded/missed calls, unused entries and what replay saved.
+"""
 
 from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shlex
+from collections.abc import Generator, Iterator
+from typing import Any
+
+import pytest
+import xxhash
+
+from .cassettes.block import cassette, default_mode, in_ci
+from .cassettes.netguard import NetworkGuard
+from .cassettes.prices import PRICES_DATE, set_prices
+from .cassettes.store import Cassette, TapeCounters, summarize
+from .config import MODES
+
+__all__ = ["cassette_path"]
+
+_REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
+_TAPES = pytest.StashKey[list[tuple[str, Cassette]]]()
+_REMOTE = pytest.StashKey[list[dict[str, Any]]]()
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_MAX_NAME = 100
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("dejacache", "dejacache record/replay")
+    group.addoption("--dejacache-mode", choices=MODES, default=None,
+                    help="cassette mode for this run (default: DEJACACHE_MODE, replay under CI, "
+                         "else auto)")
+    group.addoption("--dejacache-prune", action="store_true", default=False,
+                    help="remove cassette entries that passing tests did not use")
+    group.addoption("--dejacache-block-network", action="store_true", default=False,
+                    help="allow only loopback connections in cassette tests (on under CI)")
+    parser.addini("dejacache_prices", type="linelist", default=[],
+                  help="price overrides: 'model-prefix input_per_mtok output_per_mtok' lines")
+    parser.addini("dejacache_allow_hosts", type="linelist", default=[],
+                  help="hosts cassette tests may reach while the network guard is on")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "dejacache(cassette=None, mode=None, cache_key=None, redact=None, substitute=None, "
+        "record_errors=(), record_on_error=False, prune=False, allow_hosts=()): record and "
+        "replay this test's calls from a cassette",
+    )
+    config.stash[_TAPES] = []
+    config.stash[_REMOTE] = []
+    table: dict[str, tuple[float, float]] = {}
+    for line in config.getini("dejacache_prices"):
+        parts = line.replace("=", " ").replace(",", " ").split()
+        if len(parts) == 3:
+            table[parts[0]] = (float(parts[1]), float(parts[2]))
+    if table:
+        set_prices(table)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    rep = yield
+    item.stash.setdefault(_REPORTS, {})[rep.when] = rep
+    return rep
+
+
+def cassette_path(item: pytest.Item, explicit: str | os.PathLike[str] | None = None
+                  ) -> pathlib.Path:
+    """Where a test's cassette lives: ``<test dir>/cassettes/<module>/<test name>.json``."""
+    test_file = pathlib.Path(str(item.path))
+    if explicit is not None:
+        p = pathlib.Path(explicit)
+        return p if p.is_absolute() else test_file.parent / p
+    parts = item.nodeid.split("::")[1:]
+    name = _UNSAFE.sub("_", ".".join(parts)).strip("._") or "test"
+    if len(name) > _MAX_NAME:  # long parametrize ids: keep a readable head, hash the rest
+        name = name[:80] + "-" + xxhash.xxh3_64_hexdigest(".".join(parts).encode())
+    return test_file.parent / "cassettes" / test_file.stem / f"{name}.json"
+
+
+def _rerecord_command(item: pytest.Item) -> str:
+    return f"pytest {shlex.quote(item.nodeid)} --dejacache-mode=record"
+
+
+@pytest.fixture
+def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
+    """The test's cassette, active for the whole test (see the module docstring)."""
+    item = request.node
+    marker = item.get_closest_marker("dejacache")
+    opts: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
+    if marker is not None and marker.args:
+        opts.setdefault("cassette", marker.args[0])
+    config = request.config
+    explicit = opts.get("cassette")
+    path = cassette_path(item, explicit)
+    mode = opts.get("mode") or config.getoption("dejacache_mode") or default_mode()
+    hint = _rerecord_command(item)
+    block = cassette(
+        path,
+        mode,
+        redact=opts.get("redact"),
+        substitute=opts.get("substitute"),
+        record_on_error=bool(opts.get("record_on_error", False)),
+        record_errors=tuple(opts.get("record_errors", ())),
+        prune=bool(opts.get("prune", False) or config.getoption("dejacache_prune")),
+        rerecord_hint=hint,
+        shared=explicit is not None,
+        **({"cache_key": opts["cache_key"]} if "cache_key" in opts else {}),
+    )
+    tape = block.__enter__()
+    config.stash[_TAPES].append((item.nodeid, tape))
+    guard: NetworkGuard | None = None
+    if tape.mode == "replay" and (in_ci() or config.getoption("dejacache_block_network")):
+        allow = [*config.getini("dejacache_allow_hosts"), *opts.get("allow_hosts", ())]
+        guard = NetworkGuard(
+            lambda where: (f"Test {item.nodeid} replays from cassette {path}; to record this "
+                           f"call run locally: {hint} (or allow the host with "
+                           "@pytest.mark.dejacache(allow_hosts=[...]))."),
+            allow=allow,
+        )
+        guard.__enter__()
+    try:
+        yield tape
+    finally:
+        if guard is not None:
+            guard.__exit__(None, None, None)
+        reports = item.stash.get(_REPORTS, {})
+        failed = any(r.failed for r in reports.values())
+        if failed:
+            block.__exit__(AssertionError, None, None)  # the old cassette stays as it was
+        else:
+            block.__exit__(None, None, None)
+
+
+@pytest.fixture(autouse=True)
+def _dejacache_marker(request: pytest.FixtureRequest) -> None:
+    # Cheap for unmarked tests: one marker lookup.
+    if request.node.get_closest_marker("dejacache") is not None:
+        request.getfixturevalue("dejacache_cassette")
+
+
+# ---------------------------------------------------------------- summary
+
+
+def _counts(tapes: list[tuple[str, Cassette]]) -> dict[str, Any]:
+    total = summarize(t for _, t in tapes)
+    unused = [(nodeid, str(t.path), len(t.unused)) for nodeid, t in tapes]
+    return {"counters": total, "unused": [u for u in unused if u[2]]}
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: hand the numbers to the controller
+        c = _counts(config.stash.get(_TAPES, []))
+        ctr: TapeCounters = c["counters"]
+        workeroutput["dejacache"] = {
+            "replayed": ctr.replayed, "recorded": ctr.recorded, "missed": ctr.missed,
+            "time_saved": ctr.time_saved, "tokens_saved": ctr.tokens_saved,
+            "dollars_saved": ctr.dollars_saved, "unused": c["unused"],
+        }
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    data = getattr(node, "workeroutput", {}).get("dejacache")
+    if data:
+        node.config.stash.setdefault(_REMOTE, []).append(data)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config
+                            ) -> None:
+    tapes = config.stash.get(_TAPES, [])
+    remote = config.stash.get(_REMOTE, [])
+    if not tapes and not remote:
+        return
+    c = _counts(tapes)
+    total: TapeCounters = c["counters"]
+    unused: list[Any] = list(c["unused"])
+    for r in remote:
+        total.replayed += r["replayed"]
+        total.recorded += r["recorded"]
+        total.missed += r["missed"]
+        total.time_saved += r["time_saved"]
+        total.tokens_saved += r["tokens_saved"]
+        total.dollars_saved += r["dollars_saved"]
+        unused.extend(tuple(u) for u in r["unused"])
+    tr = terminalreporter
+    tr.section("dejacache")
+    tr.write_line(
+        f"calls: {total.replayed} replayed, {total.recorded} recorded, {total.missed} missed "
+        f"({len(tapes) or 'xdist'} cassette uses)"
+    )
+    tr.write_line(
+        f"replay saved: {total.time_saved:.1f} s of model time, {total.tokens_saved:,} tokens, "
+        f"~${total.dollars_saved:.2f} (prices as of {PRICES_DATE}; override with the "
+        "dejacache_prices ini option)"
+    )
+    if unused:
+        n = sum(u[2] for u in unused)
+        tr.write_line(f"unused entries: {n} in {len(unused)} cassettes "
+                      "(remove them with --dejacache-prune):")
+        for nodeid, path, k in unused[:10]:
+            tr.write_line(f"  {k:>4}  {path}  ({nodeid})")
+        if len(unused) > 10:
+            tr.write_line(f"  ... and {len(unused) - 10} more")

@@ -19,7 +19,7 @@ import dataclasses
 import functools
 import inspect
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Generator
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
@@ -39,6 +39,18 @@ _CURRENT: contextvars.ContextVar[Effective | None] = contextvars.ContextVar(
 # Test-facing blocks open anywhere in the process (for context-less worker threads).
 _ACTIVE_LOCK = threading.Lock()
 _ACTIVE: list[Effective] = []
+# id(block) -> the test-facing block it was opened inside (None: outermost). Nested blocks
+# count as one, so `with scope(a): with scope(b):` routes worker threads to b rather than
+# failing closed; blocks opened side by side (other threads, sibling tasks) stay ambiguous.
+_PARENT: dict[int, Effective | None] = {}
+_BLOCK: contextvars.ContextVar[Effective | None] = contextvars.ContextVar(
+    "dejacache_block", default=None
+)
+_Tok = contextvars.Token[Effective | None]
+_BLOCK_TOKENS: dict[int, tuple[_Tok, _Tok]] = {}  # id(scope token) -> (it, its _BLOCK token)
+# Called with +1 / -1 as test-facing blocks open and close: HTTP interception
+# (http/intercept.py) keeps its transport patches installed only while a block is open.
+BLOCK_HOOKS: list[Callable[[int], None]] = []
 
 
 def _ambiguous(n: int) -> Effective:
@@ -59,20 +71,30 @@ def current() -> Effective:
         return eff
     if _ACTIVE and threading.current_thread() is not threading.main_thread():
         with _ACTIVE_LOCK:
-            blocks = list(_ACTIVE)
-        if len(blocks) == 1:
-            return blocks[0]
-        if blocks:
-            return _ambiguous(len(blocks))
+            inner = {id(p) for p in _PARENT.values() if p is not None}
+            leaves = {id(b): b for b in _ACTIVE if id(b) not in inner}
+        if len(leaves) == 1:
+            return next(iter(leaves.values()))
+        if leaves:
+            return _ambiguous(len(leaves))
     return get_settings()
 
 
 def enter(eff: Effective) -> contextvars.Token[Effective | None]:
     """Make ``eff`` current; the caller must pass the token to :func:`leave`."""
-    if eff.test_facing:
-        with _ACTIVE_LOCK:
-            _ACTIVE.append(eff)
-    return _CURRENT.set(eff)
+    if not eff.test_facing:
+        return _CURRENT.set(eff)
+    parent = _BLOCK.get()
+    btoken = _BLOCK.set(eff)
+    token = _CURRENT.set(eff)
+    with _ACTIVE_LOCK:
+        _ACTIVE.append(eff)
+        if parent is not eff:
+            _PARENT.setdefault(id(eff), parent)
+        _BLOCK_TOKENS[id(token)] = (token, btoken)
+    for hook in BLOCK_HOOKS:
+        hook(1)
+    return token
 
 
 def leave(eff: Effective, token: contextvars.Token[Effective | None]) -> None:
@@ -82,10 +104,22 @@ def leave(eff: Effective, token: contextvars.Token[Effective | None]) -> None:
         _CURRENT.set(None)
     if eff.test_facing:
         with _ACTIVE_LOCK:
+            btoken = _BLOCK_TOKENS.pop(id(token), (None, None))[1]
+            parent = _PARENT.get(id(eff))
             for i in range(len(_ACTIVE) - 1, -1, -1):
                 if _ACTIVE[i] is eff:
                     del _ACTIVE[i]
                     break
+            if not any(b is eff for b in _ACTIVE):
+                _PARENT.pop(id(eff), None)
+        try:
+            if btoken is None:
+                raise ValueError
+            _BLOCK.reset(btoken)
+        except ValueError:  # left from another context, as above
+            _BLOCK.set(parent)
+        for hook in BLOCK_HOOKS:
+            hook(-1)
 
 
 def check_ambiguous(eff: Effective, name: str) -> None:
@@ -146,7 +180,15 @@ class scope:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        eff, token = self._tokens.pop()
+        # One scope object may be entered by several tasks/threads at once (decorator form):
+        # leave the entry this context made, not simply the newest one, or an interleaved
+        # exit would reset another context's token and drop this context's outer scope.
+        cur = _CURRENT.get()
+        tokens = self._tokens
+        i = len(tokens) - 1
+        while i >= 0 and tokens[i][0] is not cur:
+            i -= 1
+        eff, token = tokens.pop(i if i >= 0 else -1)
         leave(eff, token)
 
     async def __aenter__(self) -> scope:
@@ -198,16 +240,22 @@ def decorate_with_block(block: Any, fn: Callable[P, T]) -> Callable[P, T]:
     if inspect.isgeneratorfunction(fn):
 
         @functools.wraps(fn)
-        def gen(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        def gen(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
             # Re-enter around every step so the caller's context is untouched between yields.
             it = iter(fn(*args, **kwargs))
-            while True:
-                with block:
-                    try:
-                        item = next(it)
-                    except StopIteration as stop:
-                        return stop.value
-                yield item
+            try:
+                while True:
+                    with block:
+                        try:
+                            item = next(it)
+                        except StopIteration as stop:
+                            return stop.value
+                    yield item
+            finally:
+                close = getattr(it, "close", None)
+                if close is not None:  # abandoned: its cleanup runs now, inside the block
+                    with block:
+                        close()
 
         return gen  # type: ignore[return-value]
     if inspect.iscoroutinefunction(fn):
@@ -224,7 +272,7 @@ def decorate_with_block(block: Any, fn: Callable[P, T]) -> Callable[P, T]:
         with block:
             return fn(*args, **kwargs)
 
-    return sync  # type: ignore[return-value]
+    return sync
 
 
 def propagate(fn: Callable[P, T]) -> Callable[P, T]:

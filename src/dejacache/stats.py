@@ -81,10 +81,11 @@ def record_miss(name: str, stored: bool, error: bool = False) -> None:
 
 
 def token_total(usage: Mapping[str, int]) -> int:
+    """All tokens a call was billed for: OpenAI's ``total_tokens``, else the sum of the parts
+    (Anthropic reports cache reads and writes apart from ``input_tokens``)."""
     if "total_tokens" in usage:
         return int(usage["total_tokens"])
-    return int(usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)
-               + usage.get("input_tokens", 0) + usage.get("output_tokens", 0))
+    return sum(int(usage.get(f, 0)) for f in _TOKEN_FIELDS if f != "total_tokens")
 
 
 def usage_of(value: Any) -> dict[str, int] | None:

@@ -3,15 +3,33 @@
 from __future__ import annotations
 
 import urllib.parse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
 from ._base import BaseStore, Record, Store, StoreStats
 from .memory import MemoryStore
 from .sqlite import SQLiteStore
+from .tiered import TieredStore
 
-__all__ = ["BaseStore", "MemoryStore", "Record", "SQLiteStore", "Store", "StoreStats",
-           "store_from_url"]
+if TYPE_CHECKING:
+    from .redis import RedisStore
+
+__all__ = ["BaseStore", "MemoryStore", "Record", "RedisStore", "SQLiteStore", "Store",
+           "StoreStats", "TieredStore", "store_from_url"]
+
+
+def __getattr__(name: str) -> Any:
+    # RedisStore needs the optional redis package: import it on first use only, so
+    # ``import dejacache`` works without the extra.
+    if name == "RedisStore":
+        try:
+            from .redis import RedisStore
+        except ImportError as exc:
+            raise ImportError(
+                "RedisStore needs the redis extra: pip install 'dejacache[redis]'"
+            ) from exc
+        return RedisStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def store_from_url(url: str) -> Store:

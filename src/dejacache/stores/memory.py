@@ -42,12 +42,12 @@ class MemoryStore(BaseStore):
 
     def put(self, key: str, record: Record, *, ttl: float | None = None) -> None:
         size = record.size
-        if size > self.max_bytes:
-            return  # larger than the whole budget: never cached, never evicts everything
         expires = time.monotonic() + ttl if ttl is not None else None
         with self._lock:
             if key in self._data:
-                self._remove(key)
+                self._remove(key)  # even when the new value is not kept: never serve the old
+            if size > self.max_bytes:
+                return  # larger than the whole budget: never cached, never evicts everything
             self._data[key] = (record, expires)
             self._bytes += size
             while len(self._data) > self.maxsize or self._bytes > self.max_bytes:

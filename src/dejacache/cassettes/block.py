@@ -1,0 +1,133 @@
+"""``with dejacache.cassette(path) as tape:``: route every call in a block to a cassette file.
+
+Works as a sync or async context manager and as a decorator (each decorated call replays
+the file from its start). The file is written when the block exits cleanly, and left
+byte-identical when the block raises, unless ``record_on_error=True``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import os
+import pathlib
+import re
+from collections.abc import Callable, Iterable, Mapping
+from types import TracebackType
+from typing import ParamSpec, TypeVar
+
+from ..config import UNSET, Effective, _Unset, resolve_mode, settings_object
+from ..scope import current, decorate_with_block, enter, leave
+from .redact import Redactor
+from .store import Cassette
+
+__all__ = ["cassette", "default_mode", "in_ci"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def in_ci() -> bool:
+    v = os.environ.get("CI", "").strip().lower()
+    return bool(v) and v not in ("0", "false", "no")
+
+
+def default_mode() -> str:
+    """``configure(mode=)`` > ``DEJACACHE_MODE`` > ``replay`` under ``CI`` > ``auto``."""
+    configured = settings_object().mode
+    if configured:
+        return configured
+    env = os.environ.get("DEJACACHE_MODE")
+    if env:
+        return resolve_mode(env, where="DEJACACHE_MODE")
+    return "replay" if in_ci() else "auto"
+
+
+class cassette:
+    """Record calls made inside the block to ``path`` and replay them on later runs.
+
+    ``mode``: ``auto`` (replay hits, record misses), ``replay`` (misses raise ``ReplayMiss``),
+    ``record`` (re-record everything), ``off``. ``redact``: extra header/field/query names,
+    dotted paths (``"request.user.ssn"`` style, containing a dot) and compiled regexes;
+    ``substitute={"<ACCOUNT>": live_value}`` writes the placeholder and restores the live
+    value on replay. ``prune=True`` drops entries the block never used. ``record_errors``:
+    exception types recorded and replayed as the same exception. ``cache_key`` sets the
+    namespace inside the block.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        mode: str | None = None,
+        *,
+        redact: Iterable[str | re.Pattern[str]] | Redactor | None = None,
+        substitute: Mapping[str, str] | None = None,
+        prune: bool = False,
+        record_on_error: bool = False,
+        record_errors: Iterable[type[BaseException]] = (),
+        cache_key: str | _Unset = UNSET,
+        rerecord_hint: str | None = None,
+        shared: bool = False,
+    ) -> None:
+        self.path = pathlib.Path(path)
+        self.mode = resolve_mode(mode) if mode is not None else None
+        self.redactor = Redactor.from_spec(redact, substitute)
+        self.prune = prune
+        self.record_on_error = record_on_error
+        self.record_errors = tuple(record_errors)
+        self.cache_key = cache_key
+        self.rerecord_hint = rerecord_hint
+        self.shared = shared
+        self._stack: list[tuple[Cassette, Effective, contextvars.Token[Effective | None]]] = []
+        self.last: Cassette | None = None
+
+    def open(self) -> Cassette:
+        """A fresh tape over the file (not yet active)."""
+        mode = self.mode or default_mode()
+        hint = self.rerecord_hint or (
+            f"DEJACACHE_MODE=record <your command>  (or cassette({str(self.path)!r}, "
+            "mode='record'))")
+        return Cassette(self.path, mode=mode, redactor=self.redactor, rerecord_hint=hint,
+                        record_errors=self.record_errors, shared=self.shared)
+
+    def __enter__(self) -> Cassette:
+        tape = self.open()
+        base = current()
+        ns: str | None
+        if not isinstance(self.cache_key, _Unset):
+            ns = self.cache_key
+        else:
+            ns = base.namespace if base.namespace is not None else "default"
+        source = str(self.path) if tape.exists or tape.mode != "replay" else (
+            f"{self.path} (file does not exist)")
+        eff = dataclasses.replace(base, store=tape, mode=tape.mode, source=source,
+                                  namespace=ns, test_facing=True)
+        token = enter(eff)
+        self._stack.append((tape, eff, token))
+        self.last = tape
+        return tape
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        tape, eff, token = self._stack.pop()
+        leave(eff, token)
+        if exc_type is None or self.record_on_error:
+            tape.save(prune=self.prune and exc_type is None)
+
+    async def __aenter__(self) -> Cassette:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
+        return decorate_with_block(self, fn)

@@ -1,0 +1,71 @@
+"""What a replayed call would have cost: a small, dated price table the user can override.
+
+Prices are US dollars per million tokens (input, output), matched by longest model-name
+prefix. They go stale; override or extend them with :func:`set_prices` (or the pytest ini
+option ``dejacache_prices``), e.g. ``set_prices({"my-model": (1.0, 2.0)})``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+__all__ = ["PRICES", "PRICES_DATE", "estimate_dollars", "set_prices"]
+
+PRICES_DATE = "2026-11-01"
+
+PRICES: dict[str, tuple[float, float]] = {
+    "gpt-4o-mini": (0.15, 0.60),
+    "gpt-4o": (2.50, 10.00),
+    "gpt-4.1-nano": (0.10, 0.40),
+    "gpt-4.1-mini": (0.40, 1.60),
+    "gpt-4.1": (2.00, 8.00),
+    "gpt-5-nano": (0.05, 0.40),
+    "gpt-5-mini": (0.25, 2.00),
+    "gpt-5": (1.25, 10.00),
+    "o3": (2.00, 8.00),
+    "o4-mini": (1.10, 4.40),
+    "claude-3-5-haiku": (0.80, 4.00),
+    "claude-haiku-4": (1.00, 5.00),
+    "claude-sonnet-4": (3.00, 15.00),
+    "claude-3-7-sonnet": (3.00, 15.00),
+    "claude-opus-4": (15.00, 75.00),
+    "gemini-2.5-flash": (0.30, 2.50),
+    "gemini-2.5-pro": (1.25, 10.00),
+}
+_DEFAULT: tuple[float, float] | None = None  # unknown models cost nothing rather than a guess
+
+
+def set_prices(table: Mapping[str, tuple[float, float]], *, replace: bool = False) -> None:
+    """Add or change prices (``replace=True`` drops the built-in table first)."""
+    _CACHE.clear()
+    if replace:
+        PRICES.clear()
+    PRICES.update({k: (float(v[0]), float(v[1])) for k, v in table.items()})
+
+
+_CACHE: dict[str, tuple[float, float] | None] = {}
+
+
+def _price(model: str) -> tuple[float, float] | None:
+    if model in _CACHE:
+        return _CACHE[model]
+    _CACHE[model] = found = _lookup(model)
+    return found
+
+
+def _lookup(model: str) -> tuple[float, float] | None:
+    best = ""
+    for prefix in PRICES:
+        if model.startswith(prefix) and len(prefix) > len(best):
+            best = prefix
+    return PRICES[best] if best else _DEFAULT
+
+
+def estimate_dollars(usage: Mapping[str, int], model: str) -> float:
+    price = _price(model) if model else None
+    if price is None:
+        return 0.0
+    tin = usage.get("input_tokens", usage.get("prompt_tokens", 0)) + usage.get(
+        "cache_read_input_tokens", 0) + usage.get("cache_creation_input_tokens", 0)
+    tout = usage.get("output_tokens", usage.get("completion_tokens", 0))
+    return (tin * price[0] + tout * price[1]) / 1_000_000

@@ -1,0 +1,522 @@
+"""``Cassette``: a store backed by one committed JSON file, replayed in order.
+
+The engine sees a ``Store`` with ``sequenced = True``: ``get(key)`` hands out the next unused
+recording of that key (FIFO by occurrence), ``put`` appends. Nothing touches the disk until
+:meth:`Cassette.save`, which the ``cassette`` block calls when it exits cleanly.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import pathlib
+import sys
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import orjson
+
+from ..codec import blob_from_tree, blob_payload
+from ..config import resolve_mode
+from ..errors import CassetteError, SerializationError
+from ..stats import token_total
+from ..stores._base import BaseStore, Record, StoreStats
+from . import format as fmt
+from .lock import cassette_lock
+from .prices import estimate_dollars
+from .redact import Redactor
+
+__all__ = ["Cassette", "EntryInfo", "TapeCounters"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EntryInfo:
+    """One recorded call, as listed by ``tape.unused``."""
+
+    name: str
+    key: str
+    occurrence: int
+    kind: str
+
+
+@dataclasses.dataclass(slots=True)
+class TapeCounters:
+    replayed: int = 0
+    recorded: int = 0
+    missed: int = 0
+    time_saved: float = 0.0
+    tokens_saved: int = 0
+    dollars_saved: float = 0.0
+
+
+class _Entry:
+    __slots__ = ("doc", "index", "key", "used")
+
+    def __init__(self, key: str, doc: dict[str, Any] | None, index: int | None) -> None:
+        self.key = key
+        self.doc = doc
+        self.index = index
+        self.used = False
+
+
+def _canon(doc: dict[str, Any], *, ignore: tuple[str, ...] = ()) -> bytes:
+    return orjson.dumps({k: v for k, v in doc.items() if k not in ignore},
+                        option=orjson.OPT_SORT_KEYS)
+
+
+_VOLATILE_FIELDS = ("duration", "occurrence", "usage")
+
+
+class Cassette(BaseStore):
+    """A sequenced store over one cassette file (see the module docstring)."""
+
+    sequenced = True
+
+    def __init__(
+        self,
+        path: str | pathlib.Path,
+        *,
+        mode: str = "auto",
+        redactor: Redactor | None = None,
+        rerecord_hint: str | None = None,
+        record_errors: tuple[type[BaseException], ...] = (),
+        shared: bool = False,
+    ) -> None:
+        self.path = pathlib.Path(path)
+        self.url = str(path)
+        self.mode = resolve_mode(mode)
+        self.redactor = redactor or Redactor()
+        self.rerecord_hint = rerecord_hint
+        self.record_errors = tuple(record_errors)
+        self.shared = shared
+        self.counters = TapeCounters()
+        self._lock = threading.RLock()
+        self._loaded = False
+        self._complete = True  # no file: nothing to discover
+        self._raw: fmt.Buffer | None = None
+        self._lazy: fmt.LazyFile | None = None
+        self._full: dict[str, Any] | None = None
+        self._old: list[_Entry] = []
+        self._queues: dict[str, collections.deque[_Entry]] = {}
+        self._by_key: dict[str, list[_Entry]] = {}
+        self._values: dict[str, Any] = {}  # parsed shared values (from the file or new)
+        self._new: list[dict[str, Any]] = []
+        self._new_count: collections.Counter[str] = collections.Counter()
+        self._deleted = 0
+
+    # ---------------------------------------------------------------- loading
+
+    @property
+    def exists(self) -> bool:
+        self._load()
+        return self._raw is not None
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        with self._lock:
+            if self._loaded:
+                return
+            self._raw = fmt.read_file(self.path)
+            if self._raw is not None:
+                self._lazy = fmt.LazyFile.open(self._raw)
+                self._complete = False
+            self._loaded = True
+
+    def _add(self, e: _Entry) -> None:
+        self._old.append(e)
+        self._queues.setdefault(e.key, collections.deque()).append(e)
+        self._by_key.setdefault(e.key, []).append(e)
+
+    def _discover(self, everything: bool = False) -> bool:
+        """Index more recorded entries (in file order); False when there are none left."""
+        if self._complete:
+            return False
+        lz = self._lazy
+        if lz is not None:
+            try:
+                # (reading an entry may also have scanned ahead: take everything indexed)
+                if everything:
+                    lz.scan_all()
+                elif len(lz.keys) == len(self._old):
+                    lz.scan()
+            except CassetteError:
+                self._lazy = None  # not the written shape after all: parse it whole
+                return self._discover(everything)
+            for i in range(len(self._old), len(lz.keys)):
+                self._add(_Entry(lz.keys[i], None, i))
+            self._complete = lz.done
+            return True
+        entries = self._parse_all()["entries"]
+        for i in range(len(self._old), len(entries)):
+            d = entries[i]
+            self._add(_Entry(str(d.get("key", "")), d, i))
+        self._complete = True
+        return True
+
+    def _discover_all(self) -> None:
+        self._load()
+        while self._discover(everything=True):
+            pass
+
+    def _parse_all(self) -> dict[str, Any]:
+        if self._full is None:
+            assert self._raw is not None
+            self._full = fmt.load_document(self._raw, self.path)
+            self._values.update(self._full["values"])
+        return self._full
+
+    def _doc(self, e: _Entry) -> dict[str, Any]:
+        if e.doc is None:
+            assert e.index is not None
+            doc: dict[str, Any] | None = None
+            if self._lazy is not None:
+                try:
+                    doc = self._lazy.entry(e.index)
+                except (CassetteError, orjson.JSONDecodeError):
+                    self._lazy = None  # the shortcut does not fit this file: parse it whole
+            if doc is None:
+                doc = self._parse_all()["entries"][e.index]
+            e.doc = doc
+        return e.doc
+
+    def _resolve(self, h: str) -> Any:
+        v = self._values.get(h, _MISSING)
+        if v is not _MISSING:
+            return v
+        if self._lazy is not None:
+            found, v = self._lazy.value(h)
+            if found:
+                self._values[h] = v
+                return v
+        if self._raw is not None and self._full is None:
+            self._parse_all()
+            if h in self._values:
+                return self._values[h]
+        raise CassetteError(f"dangling value reference {fmt.REF}{h}", path=self.path)
+
+    def expand(self, tree: Any) -> Any:
+        return fmt.unpack(tree, self._resolve)
+
+    # ---------------------------------------------------------------- Store protocol
+
+    def get(self, key: str) -> Record | None:
+        self._load()
+        with self._lock:
+            while True:
+                q = self._queues.get(key)
+                while q:
+                    e = q.popleft()
+                    if e.used:
+                        continue
+                    e.used = True
+                    return self._record(e)
+                if not self._discover():
+                    break
+            if self.mode == "replay":  # in auto mode a miss is recorded, not missed
+                self.counters.missed += 1
+            return None
+
+    def _hit_doc(self, e: _Entry) -> tuple[dict[str, Any], bool]:
+        if e.doc is None and e.index is not None and self._lazy is not None:
+            try:
+                return self._lazy.replay_view(e.index)
+            except (CassetteError, orjson.JSONDecodeError):
+                self._lazy = None
+        return self._doc(e), True
+
+    def _record(self, e: _Entry) -> Record:
+        doc, refs = self._hit_doc(e)
+        usage = doc.get("usage") or None
+        duration = float(doc.get("duration", 0.0))
+        if "error" in doc:
+            value = orjson.dumps(doc["error"])
+            kind = "error"
+            response: Any = None
+        else:
+            response = doc.get("response")
+            if refs:
+                response = self.expand(response)
+            response = self.redactor.restore(response)
+            value = blob_from_tree(response, not doc.get("tagged", False), key=e.key)
+            kind = str(doc.get("kind", "call"))
+        c = self.counters
+        c.replayed += 1
+        c.time_saved += duration
+        if usage:
+            c.tokens_saved += token_total(usage)
+            c.dollars_saved += estimate_dollars(usage, _model_of(response))
+        return Record(value=value, name=str(doc.get("name", "")),
+                      namespace=str(doc.get("namespace", "")), kind=kind,
+                      duration=duration, usage=usage)
+
+    def put(self, key: str, record: Record, *, ttl: float | None = None) -> None:
+        try:
+            tree, plain = blob_payload(record.value)
+        except SerializationError as exc:
+            raise CassetteError(f"cannot store {record.name}: {exc}", path=self.path) from None
+        doc: dict[str, Any] = {"response": tree}
+        if not plain:
+            doc["tagged"] = True
+        if record.usage:
+            doc["usage"] = dict(record.usage)
+        self._append(key, record.name, record.namespace, record.kind, record.request,
+                     record.duration, doc)
+
+    def record_error(self, key: str, name: str, namespace: str, kind: str, canonical: bytes,
+                     exc: BaseException, duration: float) -> bool:
+        """Keep an exception raised by the live call, if the block opted in to its type."""
+        if not self.record_errors or not isinstance(exc, self.record_errors):
+            return False
+        t = type(exc)
+        args = list(exc.args)
+        try:
+            orjson.dumps(args)
+        except TypeError:
+            args = [str(exc)]
+        err = {"type": f"{t.__module__}:{t.__qualname__}", "message": str(exc), "args": args}
+        self._append(key, name, namespace, kind, canonical, duration, {"error": err})
+        return True
+
+    def recorded_error(self, record: Record) -> BaseException:
+        """The exception an error entry stands for (same type and message)."""
+        err = orjson.loads(record.value)
+        return rebuild_exception(err)
+
+    def _append(self, key: str, name: str, namespace: str, kind: str, request: bytes,
+                duration: float, doc: dict[str, Any]) -> None:
+        self._discover_all()
+        try:
+            req_tree = orjson.loads(request) if request else None
+        except orjson.JSONDecodeError:
+            req_tree = request.decode(errors="replace")
+        red = self.redactor
+        with self._lock:
+            packer = fmt.Packer(self._values)
+            doc["request"] = packer.pack_root(red.tree(req_tree))
+            if "response" in doc:
+                light = fmt.Packer(self._values, min_shared=fmt.MIN_SHARED_RESPONSE,
+                                   share_containers=False)
+                doc["response"] = light.pack_root(red.tree(doc["response"]))
+            if "error" in doc:
+                doc["error"] = red.tree(doc["error"])
+            doc.update(name=name, kind=kind, key=key, namespace=namespace,
+                       duration=round(duration, 4))
+            if self.mode == "record":
+                occ = self._new_count[key]
+            else:
+                occ = len(self._by_key.get(key, ())) + self._new_count[key]
+            self._new_count[key] += 1
+            doc["occurrence"] = occ
+            if self.mode == "record":
+                doc = self._verbatim(key, occ, doc)
+            self._new.append(doc)
+            self.counters.recorded += 1
+
+    def _verbatim(self, key: str, occ: int, doc: dict[str, Any]) -> dict[str, Any]:
+        # Re-recording an unchanged call keeps the old entry, duration included: no git diff.
+        old = self._by_key.get(key, [])
+        if occ < len(old):
+            prev = self._doc(old[occ])
+            if _canon(prev, ignore=_VOLATILE_FIELDS) == _canon(doc, ignore=_VOLATILE_FIELDS):
+                return dict(prev, occurrence=occ)
+        return doc
+
+    def delete(self, key: str) -> bool:
+        # Only reached for an entry whose bytes failed their checksum: forget it for this run.
+        self._deleted += 1
+        return False
+
+    def iterate(self, name: str | None = None, namespace: str | None = None
+                ) -> Iterator[tuple[str, Record]]:
+        self._discover_all()
+        with self._lock:
+            docs = [self._doc(e) for e in self._old] + list(self._new)
+        for doc in docs:
+            if name is not None and doc.get("name") != name:
+                continue
+            if namespace is not None and doc.get("namespace", "") != namespace:
+                continue
+            req = self.expand(doc.get("request"))
+            yield str(doc.get("key", "")), Record(
+                value=b"", name=str(doc.get("name", "")), namespace=str(doc.get("namespace", "")),
+                kind=str(doc.get("kind", "call")), request=orjson.dumps(req),
+                duration=float(doc.get("duration", 0.0)), usage=doc.get("usage") or None,
+            )
+
+    def redact_tree(self, tree: Any) -> Any:
+        """What the file would hold for ``tree`` (used to keep secrets out of miss reports)."""
+        return self.redactor.tree(tree)
+
+    def clear(self, namespace: str | None = None) -> int:
+        self._discover_all()
+        with self._lock:
+            n = len(self._old) + len(self._new)
+            for e in self._old:
+                e.used = True
+            self._queues.clear()
+            self._new.clear()
+            return n
+
+    def stats(self) -> StoreStats:
+        self._discover_all()
+        return StoreStats(backend=f"cassette:{self.path}",
+                          entries=len(self._old) + len(self._new),
+                          bytes=len(self._raw or b""),
+                          extra=dataclasses.asdict(self.counters))
+
+    # ---------------------------------------------------------------- after the block
+
+    @property
+    def unused(self) -> list[EntryInfo]:
+        """Recorded entries this run never replayed (empty in ``record`` mode)."""
+        if self.mode == "record":
+            return []
+        self._discover_all()
+        out = []
+        occ: collections.Counter[str] = collections.Counter()
+        for e in self._old:
+            n = occ[e.key]
+            occ[e.key] += 1
+            if not e.used:
+                doc = self._doc(e)
+                out.append(EntryInfo(str(doc.get("name", "")), e.key, n,
+                                     str(doc.get("kind", "call"))))
+        return out
+
+    @property
+    def new_entries(self) -> int:
+        return len(self._new)
+
+    def _final_entries(self, prune: bool) -> list[dict[str, Any]]:
+        if self.mode == "record":
+            return list(self._new)
+        old = [self._doc(e) for e in self._old if not (prune and not e.used)]
+        return old + list(self._new)
+
+    def save(self, *, prune: bool = False) -> bool:
+        """Write the file if this run changed it; returns whether bytes were written."""
+        self._discover_all()
+        with self._lock:
+            if self.mode in ("off",):
+                return False
+            changed = bool(self._new) or (prune and bool(self.unused)) or (
+                self.mode == "record" and (self._raw is not None or bool(self._new)))
+            if not changed:
+                return False  # every call hit: the file is not even rewritten
+            if self._raw is not None:
+                self._parse_all()
+            entries = self._final_entries(prune)
+            with cassette_lock(self.path):
+                entries = self._merge_with_disk(entries)
+                data = self._render(entries)
+                try:
+                    current = self.path.read_bytes()
+                except FileNotFoundError:
+                    current = None
+                if current == data or (
+                    self.mode == "record" and current is not None
+                    and _same_multiset(current, entries, self.path)
+                ):
+                    return False
+                fmt.atomic_write(self.path, data)
+            self._raw = data
+            return True
+
+    def _render(self, entries: list[dict[str, Any]]) -> bytes:
+        # Occurrences follow file order per key, so FIFO replay and the field agree.
+        seen: collections.Counter[str] = collections.Counter()
+        out = []
+        for doc in entries:
+            k = str(doc.get("key", ""))
+            d = dict(doc, occurrence=seen[k])
+            seen[k] += 1
+            out.append(d)
+        values = fmt.reachable(out, self._values)
+        return fmt.dumps({"entries": out, "format": fmt.FORMAT, "values": values})
+
+    def _merge_with_disk(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Another process (an xdist worker) may have written the file since we read it:
+        keep what it added instead of overwriting it."""
+        try:
+            disk = self.path.read_bytes()
+        except FileNotFoundError:
+            disk = None
+        if disk is None or (self._raw is not None and disk == self._raw[:]):
+            return entries
+        other = fmt.load_document(disk, self.path)
+        self._values.update(other["values"])
+        mine_before = {_canon(d, ignore=_VOLATILE_FIELDS) for d in (
+            self._full["entries"] if self._full else [])}
+        theirs = [d for d in other["entries"]
+                  if _canon(d, ignore=_VOLATILE_FIELDS) not in mine_before]
+        if self.mode == "record" and self.shared:
+            mine_keys = {d["key"] for d in self._new}
+            kept = [d for d in other["entries"] if d.get("key") not in mine_keys]
+            return kept + list(self._new)
+        theirs_set = {_canon(d, ignore=_VOLATILE_FIELDS) for d in theirs}
+        new_only = [d for d in self._new
+                    if _canon(d, ignore=_VOLATILE_FIELDS) not in theirs_set]
+        base = entries[: len(entries) - len(self._new)] if self._new else entries
+        return base + theirs + new_only
+
+    def summary_counts(self) -> TapeCounters:
+        return self.counters
+
+
+_MISSING: Any = object()
+
+
+def _same_multiset(current: bytes, entries: list[dict[str, Any]], path: Any) -> bool:
+    """Re-recording that only reordered concurrent calls (``asyncio.gather``) is no change."""
+    try:
+        doc = fmt.load_document(current, path)
+    except CassetteError:
+        return False
+    old = sorted(_canon(d, ignore=("occurrence",)) for d in doc["entries"])
+    new = sorted(_canon(d, ignore=("occurrence",)) for d in entries)
+    return old == new
+
+
+def _model_of(response: Any) -> str:
+    if isinstance(response, dict):
+        m = response.get("model")
+        if isinstance(m, str):
+            return m
+        body = response.get("body") or response.get("json")
+        if isinstance(body, dict) and isinstance(body.get("model"), str):
+            return str(body["model"])
+    return ""
+
+
+def rebuild_exception(err: dict[str, Any]) -> BaseException:
+    """Same type (when its module is imported) and message as the recorded exception."""
+    type_name = str(err.get("type", ""))
+    message = str(err.get("message", ""))
+    args = err.get("args") or [message]
+    module, _, qual = type_name.partition(":")
+    cls: Any = sys.modules.get(module)
+    for part in qual.split("."):
+        cls = getattr(cls, part, None) if cls is not None else None
+    if not (isinstance(cls, type) and issubclass(cls, Exception)):
+        return CassetteError(f"recorded exception {type_name}: {message}")
+    try:
+        exc = cls(*args)
+    except Exception:
+        exc = cls.__new__(cls)
+        exc.args = (message,)
+    return exc
+
+
+def summarize(tapes: Iterable[Cassette]) -> TapeCounters:
+    total = TapeCounters()
+    for t in tapes:
+        c = t.counters
+        total.replayed += c.replayed
+        total.recorded += c.recorded
+        total.missed += c.missed
+        total.time_saved += c.time_saved
+        total.tokens_saved += c.tokens_saved
+        total.dollars_saved += c.dollars_saved
+    return total

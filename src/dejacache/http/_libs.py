@@ -1,0 +1,79 @@
+"""The two HTTP libraries we speak, httpx and httpx2, behind one small descriptor.
+
+Both expose the same public surface (``Client``, ``HTTPTransport``, ``Response``,
+``SyncByteStream``, the ``TransportError`` family), so every other module works against a
+:class:`Lib` and never imports either library at module import time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import sys
+import threading
+from typing import Any
+
+__all__ = ["LIBRARIES", "Lib", "available", "imported", "lib_named", "lib_of"]
+
+LIBRARIES = ("httpx2", "httpx")
+
+_LOCK = threading.Lock()
+_CACHE: dict[str, Lib] = {}
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class Lib:
+    name: str
+    module: Any
+
+    def transport_error(self, exc: BaseException) -> bool:
+        return isinstance(exc, self.module.TransportError)
+
+
+def lib_named(name: str) -> Lib | None:
+    """The library called ``name``, imported on first use; None when it is not installed."""
+    lib = _CACHE.get(name)
+    if lib is not None:
+        return lib
+    if name not in LIBRARIES:
+        raise ValueError(f"unknown HTTP library {name!r}; expected one of {LIBRARIES}")
+    try:
+        module = importlib.import_module(name)
+    except ImportError:
+        return None
+    with _LOCK:
+        return _CACHE.setdefault(name, Lib(name, module))
+
+
+def lib_of(obj: Any) -> Lib:
+    """The library an object (request, transport) comes from."""
+    top = type(obj).__module__.partition(".")[0]
+    lib = lib_named(top) if top in LIBRARIES else None
+    if lib is None:
+        raise TypeError(
+            f"{type(obj).__module__}.{type(obj).__qualname__} is not an httpx or httpx2 object"
+        )
+    return lib
+
+
+def imported() -> list[Lib]:
+    """Libraries the process has already imported (costs nothing to look at)."""
+    out = []
+    for name in LIBRARIES:
+        if name in sys.modules:
+            lib = lib_named(name)
+            if lib is not None:
+                out.append(lib)
+    return out
+
+
+def available() -> list[Lib]:
+    """Libraries that are installed, importing them if needed."""
+    out = []
+    for name in LIBRARIES:
+        if name in sys.modules or importlib.util.find_spec(name) is not None:
+            lib = lib_named(name)
+            if lib is not None:
+                out.append(lib)
+    return out

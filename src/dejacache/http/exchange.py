@@ -1,0 +1,216 @@
+"""One HTTP exchange as data: the request's canonical form and key, the stored answer.
+
+Pure functions over bytes and dicts (no sockets): the transports in ``transport.py`` drive them.
+
+Stored answer (a plain JSON dict, so cassettes stay readable and replays decode fast)::
+
+    {"status": 200, "headers": [["content-type", "application/json"], ...],
+     "json": {...} | "text": "..." | "bytes": b"...",       # a whole body, or
+     "events": [[0.012, "data: {...}\\n\\n"], ...],         # an SSE stream, or
+     "error": {"type": "ReadTimeout", "message": "..."},   # a transport failure
+     "ids": ["call_1", ...], "usage": {...}}
+
+Only an allow-list of response headers is kept: the SDKs need the content type and the retry
+hints; request ids are kept for ``_request_id``; everything else (cookies, organisation names,
+rate-limit details) never reaches the store. Request headers are never stored or keyed.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import orjson
+import xxhash
+
+from ..keys import DEFAULT_VOLATILE, _volatile_set, canonical_json, digest
+from .aliases import AliasTable
+from .providers import Provider
+from .sse import event_data
+
+__all__ = [
+    "KEEP_HEADERS",
+    "SECRET_QUERY",
+    "body_bytes",
+    "canonical_request",
+    "error_value",
+    "response_value",
+    "storable",
+]
+
+KEEP_HEADERS = frozenset(
+    {
+        "content-type",
+        "retry-after",
+        "retry-after-ms",
+        "x-should-retry",
+        "x-request-id",
+        "request-id",
+        "openai-processing-ms",
+    }
+)
+
+# Query parameters that carry credentials (Azure/Gemini keys, signed URLs, OAuth codes).
+SECRET_QUERY = frozenset(
+    {
+        "key",
+        "api_key",
+        "api-key",
+        "apikey",
+        "access_token",
+        "token",
+        "sig",
+        "signature",
+        "code",
+        "client_secret",
+        "password",
+    }
+)
+
+# Bodies above this are keyed by digest instead of inline text (nearest-miss diffs stay short).
+_INLINE_TEXT = 4096
+
+
+@functools.lru_cache(maxsize=256)
+def volatile_for(provider: str, extra: tuple[str, ...], base: frozenset[str]) -> frozenset[str]:
+    return _volatile_set(frozenset(DEFAULT_VOLATILE | base | set(extra)))
+
+
+def _body_for_key(body: bytes, content_type: str, aliases: AliasTable | None) -> Any:
+    if not body:
+        return None
+    head = body[:1]
+    if "json" in content_type or head in (b"{", b"["):
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass
+        else:
+            return aliases.apply(data) if aliases is not None else data
+    if content_type.startswith("multipart/"):
+        # The boundary is random per request; without this no upload would ever match.
+        _, _, boundary = content_type.partition("boundary=")
+        if boundary:
+            body = body.replace(boundary.strip('"').encode(), b"BOUNDARY")
+    if len(body) <= _INLINE_TEXT:
+        try:
+            return {"text": body.decode()}
+        except UnicodeDecodeError:
+            pass
+    return {"xxh3_128": xxhash.xxh3_128_hexdigest(body), "size": len(body)}
+
+
+def canonical_request(
+    method: str,
+    path: str,
+    query: Iterable[tuple[str, str]],
+    body: bytes,
+    content_type: str,
+    provider: Provider,
+    aliases: AliasTable | None,
+    extra_volatile: tuple[str, ...],
+) -> tuple[bytes, bool]:
+    """Canonical JSON of a request (method, path, non-secret query, body without volatile
+    fields) and whether the body asks for a stream.
+
+    The host is not part of it (the endpoint name carries the provider): a loopback test server
+    gets a fresh port on every run, and the same call through a proxy should match.
+    """
+    q: dict[str, Any] = {}
+    for k, v in query:
+        if k.lower() in SECRET_QUERY:
+            continue
+        if k in q:
+            prev = q[k]
+            q[k] = [*prev, v] if isinstance(prev, list) else [prev, v]
+        else:
+            q[k] = v
+    data: dict[str, Any] = {"method": method, "path": path}
+    if q:
+        data["query"] = q
+    b = _body_for_key(body, content_type, aliases)
+    stream = False
+    if b is not None:
+        data["body"] = b
+        stream = type(b) is dict and b.get("stream") is True
+    vol = volatile_for(provider.name, extra_volatile, provider.volatile)
+    return canonical_json(data, volatile=vol, function=provider.name), stream
+
+
+def request_key(namespace: str, name: str, canonical: bytes) -> str:
+    return digest(namespace, name, canonical)
+
+
+def keep_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:
+    return [[k.lower(), v] for k, v in headers if k.lower() in KEEP_HEADERS]
+
+
+def body_field(body: bytes, content_type: str) -> tuple[str, Any]:
+    if "json" in content_type:
+        try:
+            return "json", orjson.loads(body) if body else None
+        except orjson.JSONDecodeError:
+            pass
+    try:
+        return "text", body.decode()
+    except UnicodeDecodeError:
+        return "bytes", body
+
+
+def response_value(
+    status: int,
+    headers: Iterable[tuple[str, str]],
+    content_type: str,
+    provider: Provider,
+    *,
+    body: bytes | None = None,
+    events: list[list[Any]] | None = None,
+) -> dict[str, Any]:
+    value: dict[str, Any] = {"status": status, "headers": keep_headers(headers)}
+    parsed: Any = None
+    datas: list[Any] = []
+    if events is not None:
+        value["events"] = events
+        datas = [event_data(text) for _, text in events]
+    else:
+        field, parsed = body_field(body or b"", content_type)
+        value[field] = parsed
+        if field != "json":
+            parsed = None
+    if status < 400:
+        ids = provider.ids(parsed, datas)
+        if ids:
+            value["ids"] = ids
+        usage = provider.usage(parsed, datas)
+        if usage:
+            value["usage"] = usage
+    return value
+
+
+def error_value(exc: BaseException) -> dict[str, Any]:
+    return {"error": {"type": type(exc).__name__, "message": str(exc)}}
+
+
+def body_bytes(value: Mapping[str, Any]) -> bytes:
+    if "json" in value:
+        return orjson.dumps(value["json"])
+    if "text" in value:
+        return str(value["text"]).encode()
+    raw = value.get("bytes", b"")
+    return bytes(raw)
+
+
+# 5xx, 408 and 429 are transient: a runtime cache that kept one would serve the failure
+# forever (and the SDK's retry would hit it again). Sequenced stores (cassettes) keep them,
+# in order, so a recorded retry replays as a retry.
+_TRANSIENT = frozenset({408, 409, 429})
+
+
+def storable(value: Mapping[str, Any], sequenced: bool) -> bool:
+    if sequenced:
+        return True
+    if "error" in value:
+        return False
+    status = int(value.get("status", 0))
+    return status < 500 and status not in _TRANSIENT

@@ -1,0 +1,84 @@
+"""What a provider module declares: how to recognise its endpoints and what its data means."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+__all__ = ["Provider", "walk_ids"]
+
+
+class Provider:
+    """Provider knowledge used by the HTTP layer. Subclass it in one module per provider.
+
+    - ``matches``: does this request go to one of our endpoints?
+    - ``endpoint``: the call name, e.g. ``"openai.chat.completions"`` (stats, misses, keys).
+    - ``volatile``: request body fields that never change the answer (dropped from keys).
+    - ``alias_keys``: response fields holding ids the client may send back later; their values
+      are aliased by position within a block so re-recording one turn does not break the next.
+    - ``usage``: token counts from a JSON body or from the parsed SSE events of a stream.
+    """
+
+    name = "http"
+    priority = 100  # lower is tried first; the generic fallback is last
+    volatile: frozenset[str] = frozenset()
+    alias_keys: frozenset[str] = frozenset({"id", "call_id"})
+
+    def matches(self, host: str, path: str, headers: Mapping[str, str]) -> bool:
+        raise NotImplementedError
+
+    def endpoint(self, host: str, path: str) -> str:
+        raise NotImplementedError
+
+    def terminal(self, event: str) -> bool:
+        """Is this SSE event the provider's end-of-answer marker?
+
+        Some SDKs close the response as soon as they see it, without reading the (empty) rest
+        of the body; a stream closed after this event is complete, not abandoned.
+        """
+        return False
+
+    def usage(self, body: Any, events: Iterable[Any]) -> dict[str, int] | None:
+        """Token counts; the default looks for an OpenAI-style ``usage`` object."""
+        found = _usage_block(body)
+        for ev in events:
+            found = _usage_block(ev) or found
+        return found
+
+    def ids(self, body: Any, events: Iterable[Any]) -> list[str]:
+        """Ids in order of first appearance (JSON body first, then each event)."""
+        seen: dict[str, None] = {}
+        keys = self.alias_keys
+        if body is not None:
+            seen.update((i, None) for i in walk_ids(body, keys))
+        for ev in events:
+            seen.update((i, None) for i in walk_ids(ev, keys))
+        return list(seen)
+
+
+def _usage_block(obj: Any) -> dict[str, int] | None:
+    if not isinstance(obj, dict):
+        return None
+    usage = obj.get("usage")
+    if not isinstance(usage, dict):
+        resp = obj.get("response")  # responses API stream: response.completed carries usage
+        usage = resp.get("usage") if isinstance(resp, dict) else None
+    if not isinstance(usage, dict):
+        return None
+    out = {k: v for k, v in usage.items() if type(v) is int}
+    return out or None
+
+
+def walk_ids(obj: Any, keys: frozenset[str]) -> Iterator[str]:
+    """String values of ``keys`` anywhere in a JSON tree, depth first, in document order."""
+    t = type(obj)
+    if t is dict:
+        for k, v in obj.items():
+            if k in keys and type(v) is str and v:
+                yield v
+            elif type(v) is dict or type(v) is list:
+                yield from walk_ids(v, keys)
+    elif t is list:
+        for v in obj:
+            if type(v) is dict or type(v) is list:
+                yield from walk_ids(v, keys)

@@ -1,0 +1,59 @@
+"""Anthropic Messages API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ._base import Provider
+
+__all__ = ["PROVIDER", "Anthropic"]
+
+
+class Anthropic(Provider):
+    name = "anthropic"
+    priority = 10
+    # metadata holds only user_id, an end-user tag that does not change the answer.
+    volatile = frozenset({"metadata"})
+    # message id and tool_use.id (fed back as tool_result.tool_use_id).
+    alias_keys = frozenset({"id"})
+
+    def matches(self, host: str, path: str, headers: Mapping[str, str]) -> bool:
+        if host.endswith("anthropic.com"):
+            return True
+        # "/v1/messages" alone is too common a path; the SDK always sends this header.
+        return "/messages" in path and "anthropic-version" in headers
+
+    def terminal(self, event: str) -> bool:
+        return event.startswith("event: message_stop")
+
+    def endpoint(self, host: str, path: str) -> str:
+        if path.endswith("/messages/count_tokens"):
+            return "anthropic.messages.count_tokens"
+        if path.endswith("/messages"):
+            return "anthropic.messages"
+        parts = [p for p in path.split("/") if p and p != "v1"]
+        return "anthropic." + (parts[0] if parts else "other")
+
+    def usage(self, body: Any, events: Iterable[Any]) -> dict[str, int] | None:
+        # Streams report input tokens in message_start and output tokens in message_delta.
+        out: dict[str, int] = {}
+        if isinstance(body, dict) and isinstance(body.get("usage"), dict):
+            out.update(_ints(body["usage"]))
+        for ev in events:
+            if not isinstance(ev, dict):
+                continue
+            if ev.get("type") == "message_start" and isinstance(ev.get("message"), dict):
+                out.update(_ints(ev["message"].get("usage")))
+            elif ev.get("type") == "message_delta":
+                out.update(_ints(ev.get("usage")))
+        return out or None
+
+
+def _ints(usage: Any) -> dict[str, int]:
+    if not isinstance(usage, dict):
+        return {}
+    return {k: v for k, v in usage.items() if type(v) is int}
+
+
+PROVIDER = Anthropic()

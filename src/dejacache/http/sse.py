@@ -1,0 +1,93 @@
+"""Server-sent events: cut a byte stream into events while it flows, and play events back.
+
+A recording keeps each event's text and its offset (seconds since the response headers
+arrived), so replay can hand the SDK the same events in the same order, one chunk per event,
+and with ``realtime=True`` at the same pace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+import orjson
+
+__all__ = ["SSESplitter", "event_data", "is_sse", "replay_async", "replay_sync"]
+
+_SEPARATORS = (b"\r\n\r\n", b"\n\n", b"\r\r")
+
+
+def is_sse(content_type: str | None) -> bool:
+    return bool(content_type) and "text/event-stream" in content_type.lower()  # type: ignore[union-attr]
+
+
+class SSESplitter:
+    """Feed bytes as they arrive; get back complete events (text including the blank line)."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = b""
+
+    def feed(self, chunk: bytes) -> list[str]:
+        buf = self._buf + chunk if self._buf else chunk
+        out: list[str] = []
+        while True:
+            cut = -1
+            sep_len = 0
+            for sep in _SEPARATORS:
+                i = buf.find(sep)
+                if i != -1 and (cut == -1 or i < cut):
+                    cut, sep_len = i, len(sep)
+            if cut == -1:
+                break
+            end = cut + sep_len
+            # "\n\n" is ASCII, so an event never ends inside a multi-byte character.
+            out.append(buf[:end].decode("utf-8", "replace"))
+            buf = buf[end:]
+        self._buf = buf
+        return out
+
+    def flush(self) -> list[str]:
+        """Whatever is left when the stream ends without a final blank line."""
+        rest, self._buf = self._buf, b""
+        return [rest.decode("utf-8", "replace")] if rest.strip() else []
+
+
+def event_data(event: str) -> Any:
+    """The JSON in an event's ``data:`` lines, or None (``[DONE]``, comments, non-JSON)."""
+    lines = [
+        line[5:].lstrip(" ") for line in event.splitlines() if line.startswith("data:")
+    ]
+    if not lines:
+        return None
+    try:
+        return orjson.loads("\n".join(lines))
+    except orjson.JSONDecodeError:
+        return None
+
+
+def replay_sync(events: Sequence[Sequence[Any]], realtime: bool) -> Iterator[bytes]:
+    """Yield recorded ``[offset, text]`` events; with ``realtime`` keep the recorded pace."""
+    if not realtime:
+        for _, text in events:
+            yield text.encode()
+        return
+    start = time.perf_counter()
+    for offset, text in events:
+        wait = start + offset - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        yield text.encode()
+
+
+async def replay_async(events: Sequence[Sequence[Any]], realtime: bool) -> AsyncIterator[bytes]:
+    start = time.perf_counter()
+    for offset, text in events:
+        if realtime:
+            wait = start + offset - time.perf_counter()
+            if wait > 0:
+                await asyncio.sleep(wait)
+        yield text.encode()

@@ -1,0 +1,605 @@
+"""The explicit seam: transports that record and replay through dejacache, then call the next.
+
+``OpenAI(http_client=dejacache.http_client())`` (or ``Anthropic(...)``, or any httpx/httpx2
+client) sends every request through :class:`Transport`, which keys it, applies the mode in
+force (``scope.current()``: a block, ``configure()``, or the environment) and either answers
+from the store or calls ``next_transport`` and stores what came back. Automatic interception
+(``intercept.py``) runs the same functions from patched transport classes.
+
+Whole bodies go through ``_engine.call_sync``/``call_async`` (modes, single-flight, fail-open
+stores). Server-sent event streams are handed to the caller as they arrive and stored only once
+the caller has read them to the end: a stream abandoned half-way is not a complete answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import functools
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from typing import Any
+
+from .._engine import (
+    MISS,
+    alookup,
+    astore_value,
+    call_async,
+    call_sync,
+    encode_record,
+    lookup,
+    replay_miss,
+    store_value,
+)
+from ..config import Effective
+from ..errors import ConfigurationError
+from ..scope import check_ambiguous, current
+from ..stats import record_miss
+from ._libs import Lib, lib_named, lib_of
+from .aliases import AliasTable, table_for
+from .exchange import (
+    body_bytes,
+    canonical_request,
+    error_value,
+    request_key,
+    response_value,
+    storable,
+)
+from .providers import Provider, detect
+from .sse import SSESplitter, is_sse, replay_async, replay_sync
+
+__all__ = [
+    "AsyncTransport",
+    "Options",
+    "Transport",
+    "async_http_client",
+    "handle_async",
+    "handle_sync",
+    "http_client",
+]
+
+KIND = "http"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Options:
+    """Per-seam settings. ``realtime`` replays streams at their recorded pace."""
+
+    realtime: bool = False
+    ignore_hosts: frozenset[str] = frozenset()
+
+
+# Set while we hand a request to the next transport, so a patched transport underneath
+# (automatic interception under an explicit client) does not record the same call twice.
+_BYPASS: contextvars.ContextVar[bool] = contextvars.ContextVar("dejacache_http_bypass",
+                                                               default=False)
+
+
+def bypassing() -> bool:
+    return _BYPASS.get()
+
+
+@contextlib.contextmanager
+def _bypass() -> Iterator[None]:
+    token = _BYPASS.set(True)
+    try:
+        yield
+    finally:
+        _BYPASS.reset(token)
+
+
+class _Unstored(Exception):
+    """A live answer to hand back but not to keep (a transient failure, runtime cache)."""
+
+    def __init__(self, value: dict[str, Any]) -> None:
+        super().__init__("not stored")
+        self.value = value
+
+
+@dataclasses.dataclass(slots=True)
+class _Call:
+    lib: Lib
+    eff: Effective
+    provider: Provider
+    name: str
+    key: str
+    canonical: bytes
+    stream: bool
+    aliases: AliasTable | None
+    realtime: bool
+
+    @property
+    def sequenced(self) -> bool:
+        return bool(getattr(self.eff.store, "sequenced", False))
+
+
+def _prepare(lib: Lib, eff: Effective, request: Any, body: bytes, opts: Options) -> _Call:
+    url = request.url
+    host = url.host
+    path = url.path
+    headers = request.headers
+    provider = detect(host, path, headers)
+    name = provider.endpoint(host, path)
+    aliases = table_for(eff)
+    canonical, stream = canonical_request(
+        request.method, path, url.params.multi_items(), body,
+        headers.get("content-type", ""), provider, aliases, eff.volatile,
+    )
+    key = request_key(eff.namespace or "", name, canonical)
+    realtime = opts.realtime or bool(eff.extra.get("realtime", False))
+    return _Call(lib, eff, provider, name, key, canonical, stream, aliases, realtime)
+
+
+def _skip(eff: Effective, request: Any, opts: Options) -> bool:
+    return eff.namespace is None or eff.mode == "off" or (
+        bool(opts.ignore_hosts) and request.url.host in opts.ignore_hosts
+    )
+
+
+# ---------------------------------------------------------------- responses from values
+
+
+@functools.cache
+def _stream_classes(lib: Lib) -> tuple[type, type]:
+    m = lib.module
+
+    class ReplayStream(m.SyncByteStream):  # type: ignore[misc,name-defined]
+        def __init__(self, events: list[list[Any]], realtime: bool) -> None:
+            self._events = events
+            self._realtime = realtime
+
+        def __iter__(self) -> Iterator[bytes]:
+            return replay_sync(self._events, self._realtime)
+
+    class AsyncReplayStream(m.AsyncByteStream):  # type: ignore[misc,name-defined]
+        def __init__(self, events: list[list[Any]], realtime: bool) -> None:
+            self._events = events
+            self._realtime = realtime
+
+        def __aiter__(self) -> AsyncIterator[bytes]:
+            return replay_async(self._events, self._realtime)
+
+    return ReplayStream, AsyncReplayStream
+
+
+def _raise_recorded(lib: Lib, err: dict[str, Any], request: Any) -> None:
+    m = lib.module
+    cls = getattr(m, str(err.get("type", "")), None)
+    # Only the library's own transport errors are rebuilt: a stored name never picks a class
+    # outside that family.
+    if not (isinstance(cls, type) and issubclass(cls, m.TransportError)):
+        cls = m.TransportError
+    raise cls(str(err.get("message", "")), request=request)
+
+
+def _respond(call: _Call, request: Any, value: dict[str, Any], *, is_async: bool) -> Any:
+    if call.aliases is not None:
+        ids = value.get("ids")
+        if ids:
+            call.aliases.learn(ids)
+    err = value.get("error")
+    if err is not None:
+        _raise_recorded(call.lib, err, request)
+    events = value.get("events")
+    m = call.lib.module
+    if events is not None:
+        cls = _stream_classes(call.lib)[1 if is_async else 0]
+        return m.Response(
+            value["status"], headers=value["headers"], stream=cls(events, call.realtime),
+            request=request,
+        )
+    return m.Response(
+        value["status"], headers=value["headers"], content=body_bytes(value), request=request
+    )
+
+
+def _clean_headers(headers: Any) -> list[tuple[str, str]]:
+    # We hand on decoded bytes, so the encoding and length of the wire body no longer apply.
+    return [
+        (k, v) for k, v in headers.multi_items()
+        if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
+    ]
+
+
+def _store_sync(call: _Call, value: dict[str, Any], duration: float) -> None:
+    stored = False
+    if storable(value, call.sequenced):
+        rec = encode_record(call.eff, call.name, KIND, call.key, call.canonical, value, duration)
+        stored = store_value(call.eff, call.key, rec, None)
+    record_miss(call.name, stored=stored, error="error" in value)
+
+
+async def _store_async(call: _Call, value: dict[str, Any], duration: float) -> None:
+    stored = False
+    if storable(value, call.sequenced):
+        rec = encode_record(call.eff, call.name, KIND, call.key, call.canonical, value, duration)
+        stored = await astore_value(call.eff, call.key, rec, None)
+    record_miss(call.name, stored=stored, error="error" in value)
+
+
+class _Recorder:
+    """Collects SSE events with their offsets while the caller reads the live stream."""
+
+    __slots__ = ("call", "events", "finished", "live", "splitter", "t0", "terminal")
+
+    def __init__(self, call: _Call, live: Any, t0: float) -> None:
+        self.call = call
+        self.live = live
+        self.t0 = t0
+        self.splitter = SSESplitter()
+        self.events: list[list[Any]] = []
+        self.finished = False
+        self.terminal = False
+
+    def feed(self, chunk: bytes) -> None:
+        evs = self.splitter.feed(chunk)
+        if evs:
+            offset = round(time.perf_counter() - self.t0, 4)
+            self.events.extend([offset, e] for e in evs)
+            if not self.terminal:
+                self.terminal = any(self.call.provider.terminal(e) for e in evs)
+
+    def take(self) -> dict[str, Any] | None:
+        """The value to store once, when the stream is complete; None otherwise."""
+        if self.finished:
+            return None
+        self.finished = True
+        return self.value()
+
+    def value(self) -> dict[str, Any]:
+        for e in self.splitter.flush():
+            self.events.append([round(time.perf_counter() - self.t0, 4), e])
+        live = self.live
+        value = response_value(
+            live.status_code, live.headers.multi_items(), live.headers.get("content-type", ""),
+            self.call.provider, events=self.events,
+        )
+        if self.call.aliases is not None and value.get("ids"):
+            self.call.aliases.learn(value["ids"])
+        return value
+
+    def abandoned(self) -> None:
+        if not self.finished:
+            self.finished = True
+            record_miss(self.call.name, stored=False)
+
+
+@functools.cache
+def _recording_classes(lib: Lib) -> tuple[type, type]:
+    m = lib.module
+
+    class RecordingStream(m.SyncByteStream):  # type: ignore[misc,name-defined]
+        def __init__(self, rec: _Recorder) -> None:
+            self._rec = rec
+
+        def __iter__(self) -> Iterator[bytes]:
+            rec = self._rec
+            for chunk in rec.live.iter_bytes():
+                rec.feed(chunk)
+                if rec.terminal and not rec.finished:
+                    # Complete now: some callers stop reading here and never close.
+                    _store_sync(rec.call, rec.take() or {}, time.perf_counter() - rec.t0)
+                yield chunk
+            value = rec.take()
+            if value is not None:
+                _store_sync(rec.call, value, time.perf_counter() - rec.t0)
+
+        def close(self) -> None:
+            self._rec.abandoned()
+            self._rec.live.close()
+
+    class AsyncRecordingStream(m.AsyncByteStream):  # type: ignore[misc,name-defined]
+        def __init__(self, rec: _Recorder) -> None:
+            self._rec = rec
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            rec = self._rec
+            async for chunk in rec.live.aiter_bytes():
+                rec.feed(chunk)
+                if rec.terminal and not rec.finished:
+                    await _store_async(rec.call, rec.take() or {},
+                                       time.perf_counter() - rec.t0)
+                yield chunk
+            value = rec.take()
+            if value is not None:
+                await _store_async(rec.call, value, time.perf_counter() - rec.t0)
+
+        async def aclose(self) -> None:
+            self._rec.abandoned()
+            await self._rec.live.aclose()
+
+    return RecordingStream, AsyncRecordingStream
+
+
+# ---------------------------------------------------------------- sync flow
+
+
+def _live_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    try:
+        with _bypass():
+            resp = send(request)
+        try:
+            ct = resp.headers.get("content-type", "")
+            if is_sse(ct) and resp.status_code < 400:
+                rec = _Recorder(call, resp, t0)
+                for chunk in resp.iter_bytes():
+                    rec.feed(chunk)
+                rec.finished = True
+                value = rec.value()
+            else:
+                value = response_value(
+                    resp.status_code, resp.headers.multi_items(), ct, call.provider,
+                    body=resp.read(),
+                )
+        finally:
+            resp.close()
+    except Exception as exc:
+        if not (call.sequenced and call.lib.transport_error(exc)):
+            raise
+        value = error_value(exc)  # a cassette keeps failures in order, to replay them
+    if not storable(value, call.sequenced):
+        raise _Unstored(value)
+    return value
+
+
+def _stream_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> Any:
+    eff = call.eff
+    if eff.extra:
+        check_ambiguous(eff, call.name)
+    if eff.mode != "record":
+        value = lookup(eff, call.name, call.key)
+        if value is not MISS:
+            return _respond(call, request, value, is_async=False)
+    if eff.mode == "replay":
+        raise replay_miss(eff, call.name, call.key, call.canonical)
+    t0 = time.perf_counter()
+    try:
+        with _bypass():
+            resp = send(request)
+    except Exception as exc:
+        if call.lib.transport_error(exc):
+            _store_sync(call, error_value(exc), time.perf_counter() - t0)
+        raise
+    ct = resp.headers.get("content-type", "")
+    if not is_sse(ct) or resp.status_code >= 400:
+        try:
+            value = response_value(resp.status_code, resp.headers.multi_items(), ct,
+                                   call.provider, body=resp.read())
+        finally:
+            resp.close()
+        _store_sync(call, value, time.perf_counter() - t0)
+        return _respond(call, request, value, is_async=False)
+    stream = _recording_classes(call.lib)[0](_Recorder(call, resp, t0))
+    return call.lib.module.Response(
+        resp.status_code, headers=_clean_headers(resp.headers), stream=stream,
+        request=request, extensions=resp.extensions,
+    )
+
+
+def handle_sync(
+    lib: Lib, eff: Effective, request: Any, send: Callable[[Any], Any], opts: Options
+) -> Any:
+    """Answer one request under ``eff``: from the store, or through ``send`` (recorded)."""
+    if _skip(eff, request, opts):
+        return send(request)
+    call = _prepare(lib, eff, request, request.read(), opts)
+    if call.stream:
+        return _stream_sync(call, request, send)
+    try:
+        value = call_sync(eff, call.name, KIND, call.key, call.canonical,
+                          lambda: _live_sync(call, request, send))
+    except _Unstored as u:
+        value = u.value
+    return _respond(call, request, value, is_async=False)
+
+
+# ---------------------------------------------------------------- async flow
+
+
+async def _live_async(
+    call: _Call, request: Any, send: Callable[[Any], Awaitable[Any]]
+) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    try:
+        token = _BYPASS.set(True)
+        try:
+            resp = await send(request)
+        finally:
+            _BYPASS.reset(token)
+        try:
+            ct = resp.headers.get("content-type", "")
+            if is_sse(ct) and resp.status_code < 400:
+                rec = _Recorder(call, resp, t0)
+                async for chunk in resp.aiter_bytes():
+                    rec.feed(chunk)
+                rec.finished = True
+                value = rec.value()
+            else:
+                value = response_value(
+                    resp.status_code, resp.headers.multi_items(), ct, call.provider,
+                    body=await resp.aread(),
+                )
+        finally:
+            await resp.aclose()
+    except Exception as exc:
+        if not (call.sequenced and call.lib.transport_error(exc)):
+            raise
+        value = error_value(exc)
+    if not storable(value, call.sequenced):
+        raise _Unstored(value)
+    return value
+
+
+async def _stream_async(
+    call: _Call, request: Any, send: Callable[[Any], Awaitable[Any]]
+) -> Any:
+    eff = call.eff
+    if eff.extra:
+        check_ambiguous(eff, call.name)
+    if eff.mode != "record":
+        value = await alookup(eff, call.name, call.key)
+        if value is not MISS:
+            return _respond(call, request, value, is_async=True)
+    if eff.mode == "replay":
+        raise replay_miss(eff, call.name, call.key, call.canonical)
+    t0 = time.perf_counter()
+    token = _BYPASS.set(True)
+    try:
+        resp = await send(request)
+    except Exception as exc:
+        if call.lib.transport_error(exc):
+            await _store_async(call, error_value(exc), time.perf_counter() - t0)
+        raise
+    finally:
+        _BYPASS.reset(token)
+    ct = resp.headers.get("content-type", "")
+    if not is_sse(ct) or resp.status_code >= 400:
+        try:
+            value = response_value(resp.status_code, resp.headers.multi_items(), ct,
+                                   call.provider, body=await resp.aread())
+        finally:
+            await resp.aclose()
+        await _store_async(call, value, time.perf_counter() - t0)
+        return _respond(call, request, value, is_async=True)
+    stream = _recording_classes(call.lib)[1](_Recorder(call, resp, t0))
+    return call.lib.module.Response(
+        resp.status_code, headers=_clean_headers(resp.headers), stream=stream,
+        request=request, extensions=resp.extensions,
+    )
+
+
+async def handle_async(
+    lib: Lib, eff: Effective, request: Any, send: Callable[[Any], Awaitable[Any]], opts: Options
+) -> Any:
+    if _skip(eff, request, opts):
+        return await send(request)
+    call = _prepare(lib, eff, request, await request.aread(), opts)
+    if call.stream:
+        return await _stream_async(call, request, send)
+    try:
+        value = await call_async(eff, call.name, KIND, call.key, call.canonical,
+                                 lambda: _live_async(call, request, send))
+    except _Unstored as u:
+        value = u.value
+    return _respond(call, request, value, is_async=True)
+
+
+# ---------------------------------------------------------------- the public seam
+
+
+def _pick_lib(library: str | None, next_transport: Any) -> Lib:
+    if next_transport is not None:
+        return lib_of(next_transport)
+    names = (library,) if library else ("httpx2", "httpx")
+    for name in names:
+        lib = lib_named(name)
+        if lib is not None:
+            return lib
+    wanted = library or "httpx2 or httpx"
+    raise ConfigurationError(
+        f"dejacache's HTTP transport needs {wanted}: pip install 'dejacache[httpx2]' "
+        "(or 'dejacache[httpx]')"
+    )
+
+
+class Transport:
+    """A sync transport (httpx or httpx2) that records and replays, then calls the next one.
+
+    ``next_transport`` defaults to the library's ``HTTPTransport()``; the library is taken
+    from it, else ``library=`` ("httpx2" or "httpx"), else httpx2 when installed.
+    """
+
+    def __init__(
+        self,
+        next_transport: Any = None,
+        *,
+        library: str | None = None,
+        realtime: bool = False,
+        ignore_hosts: Iterable[str] = (),
+    ) -> None:
+        self.lib = _pick_lib(library, next_transport)
+        self.next_transport = (
+            next_transport if next_transport is not None else self.lib.module.HTTPTransport()
+        )
+        self.options = Options(realtime=realtime, ignore_hosts=frozenset(ignore_hosts))
+
+    def handle_request(self, request: Any) -> Any:
+        return handle_sync(self.lib, current(), request, self.next_transport.handle_request,
+                           self.options)
+
+    def close(self) -> None:
+        self.next_transport.close()
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncTransport:
+    """Async twin of :class:`Transport` (``next_transport`` defaults to
+    ``AsyncHTTPTransport()``)."""
+
+    def __init__(
+        self,
+        next_transport: Any = None,
+        *,
+        library: str | None = None,
+        realtime: bool = False,
+        ignore_hosts: Iterable[str] = (),
+    ) -> None:
+        self.lib = _pick_lib(library, next_transport)
+        self.next_transport = (
+            next_transport if next_transport is not None
+            else self.lib.module.AsyncHTTPTransport()
+        )
+        self.options = Options(realtime=realtime, ignore_hosts=frozenset(ignore_hosts))
+
+    async def handle_async_request(self, request: Any) -> Any:
+        return await handle_async(self.lib, current(), request,
+                                  self.next_transport.handle_async_request, self.options)
+
+    async def aclose(self) -> None:
+        await self.next_transport.aclose()
+
+    async def __aenter__(self) -> AsyncTransport:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def http_client(
+    next_transport: Any = None,
+    *,
+    library: str | None = None,
+    realtime: bool = False,
+    ignore_hosts: Iterable[str] = (),
+    **client_kwargs: Any,
+) -> Any:
+    """An ``httpx2.Client`` (or ``httpx.Client``) whose calls go through dejacache.
+
+    ``OpenAI(http_client=dejacache.http_client())``. Extra keyword arguments go to the
+    client; redirects are followed by default, as the SDKs' own clients do.
+    """
+    t = Transport(next_transport, library=library, realtime=realtime, ignore_hosts=ignore_hosts)
+    client_kwargs.setdefault("follow_redirects", True)
+    return t.lib.module.Client(transport=t, **client_kwargs)
+
+
+def async_http_client(
+    next_transport: Any = None,
+    *,
+    library: str | None = None,
+    realtime: bool = False,
+    ignore_hosts: Iterable[str] = (),
+    **client_kwargs: Any,
+) -> Any:
+    """Async twin of :func:`http_client`: ``AsyncOpenAI(http_client=...)``."""
+    t = AsyncTransport(next_transport, library=library, realtime=realtime,
+                       ignore_hosts=ignore_hosts)
+    client_kwargs.setdefault("follow_redirects", True)
+    return t.lib.module.AsyncClient(transport=t, **client_kwargs)

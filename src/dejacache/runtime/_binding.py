@@ -1,0 +1,83 @@
+"""Entity templates: ``key="cart:{user_id}"`` formatted from a call's arguments."""
+
+from __future__ import annotations
+
+import inspect
+import string
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..errors import ConfigurationError
+
+__all__ = ["Template", "is_error_result"]
+
+_PK = inspect.Parameter.POSITIONAL_OR_KEYWORD
+
+
+class Template:
+    """Formats an entity template with the call's arguments, defaults applied.
+
+    Field names are checked against the signature when the tool is decorated, so a typo
+    fails at import time instead of silently sharing one entity between all calls.
+    """
+
+    __slots__ = ("_defaults", "_fast", "_names", "_sig", "text")
+
+    def __init__(self, fn: Callable[..., Any], text: str, where: str) -> None:
+        self.text = text
+        self._sig = inspect.signature(fn)
+        params = list(self._sig.parameters.values())
+        self._names = tuple(p.name for p in params)
+        self._defaults = {p.name: p.default for p in params if p.default is not p.empty}
+        self._fast = all(p.kind is _PK for p in params)
+        has_var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+        try:
+            fields = [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
+        except ValueError as exc:
+            raise ConfigurationError(f"{where}: bad key template {text!r}: {exc}") from None
+        for f in fields:
+            root = f.split(".", 1)[0].split("[", 1)[0]
+            if not root or root.isdigit():
+                raise ConfigurationError(
+                    f"{where}: key template {text!r} must name arguments, like "
+                    "'cart:{user_id}'"
+                )
+            if root not in self._names and not has_var_kw:
+                raise ConfigurationError(
+                    f"{where}: key template {text!r} names {root!r}, which is not a "
+                    f"parameter (parameters: {', '.join(self._names) or 'none'})"
+                )
+
+    def format(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str | None:
+        """The entity for this call, or None when the arguments do not bind (the tool will
+        raise its own ``TypeError``)."""
+        try:
+            if self._fast and len(args) <= len(self._names):
+                bound = dict(zip(self._names, args, strict=False))
+                bound.update(kwargs)
+                for k, v in self._defaults.items():
+                    bound.setdefault(k, v)
+            else:
+                b = self._sig.bind(*args, **kwargs)
+                b.apply_defaults()
+                bound = {}
+                for k, v in b.arguments.items():
+                    if self._sig.parameters[k].kind is inspect.Parameter.VAR_KEYWORD:
+                        bound.update(v)
+                    else:
+                        bound[k] = v
+            return self.text.format_map(bound)
+        except (TypeError, KeyError, AttributeError, IndexError):
+            return None
+
+
+def is_error_result(value: Any) -> bool:
+    """True for results a tool marks as errors (``is_error``/``isError``, MCP-style)."""
+    if value is None or type(value) in (str, int, float, bool, list, tuple, bytes):
+        return False
+    if isinstance(value, Mapping):
+        return bool(value.get("is_error") or value.get("isError"))
+    try:
+        return bool(getattr(value, "is_error", False) or getattr(value, "isError", False))
+    except Exception:  # an object whose attribute access fails cannot be proven fine
+        return True

@@ -1,0 +1,246 @@
+"""Generation counters: O(1) invalidation of runtime cache entries.
+
+Every runtime entry key contains the current values of the counters it depends on. A write
+bumps a counter; entries written under the old value become unreachable at once (the store's
+TTL/LRU reclaims them later), whatever the number of entries.
+
+Two backends:
+
+* :class:`LocalGenerations` (the default): an in-process dict. Right for in-process stores,
+  where every entry lives in this process anyway.
+* :class:`SharedGenerations`: counters in Redis, used when the tool's store is a ``RedisStore``
+  (or a tiered store with one behind it), so a write on one replica invalidates every
+  replica. Counters are read on every call (``tool_cache(counter_max_age=0)``, the default:
+  a replica learns of another's write by its next call, one MGET later) or reused for at
+  most ``counter_max_age`` seconds (then a replica may serve an entry up to that long after
+  another replica's write; its own writes are seen at once).
+
+  Failing open: when the counters cannot be read (Redis down, breaker open) ``read`` returns
+  ``None`` and the caller runs the tool without reading or writing the cache, because an
+  entry in a memory tier cannot be proven fresh without them. A bump that cannot reach Redis
+  is remembered and retried; until it lands this replica bypasses the cache too. If Redis
+  loses its data (a restart without persistence) the counters go back to zero; a replica
+  that sees a counter lower than it saw before moves to a new local epoch (part of every
+  key), so its memory tier cannot resurrect entries from before the reset.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["LocalGenerations", "SharedGenerations", "generations_for", "local_generations"]
+
+
+#: Counters kept per process before starting over (one counter per written entity).
+MAX_COUNTERS = 200_000
+
+
+class LocalGenerations:
+    """In-process counters (thread-safe), bounded: past ``max_counters`` names they start
+    over in a new epoch (part of every key), which invalidates everything once instead of
+    letting a forgotten counter fall back to 0 and revive old entries."""
+
+    def __init__(self, max_counters: int = MAX_COUNTERS) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[str, int] = {}
+        self.max_counters = max_counters
+        self.epoch = 0
+
+    def read(self, names: Sequence[str], max_age: float = 0.0) -> list[int] | None:
+        get = self._values.get  # dict reads are atomic under the GIL: no lock on the hot path
+        return [get(n, 0) for n in names]
+
+    def bump(self, names: Sequence[str]) -> bool:
+        with self._lock:
+            if len(self._values) + len(names) > self.max_counters:
+                self._values.clear()
+                self.epoch += 1
+            for n in names:
+                self._values[n] = self._values.get(n, 0) + 1
+        return True
+
+    async def aread(self, names: Sequence[str], max_age: float = 0.0) -> list[int] | None:
+        return self.read(names)
+
+    async def abump(self, names: Sequence[str]) -> bool:
+        return self.bump(names)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._values.clear()
+            self.epoch = 0
+
+
+class SharedGenerations:
+    """Counters kept in a store that offers ``incr``/``get_counters`` (``RedisStore``)."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.epoch = 0
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[int, float]] = {}
+        self._seen: dict[str, int] = {}
+        self._pending: set[str] = set()
+
+    # -- helpers shared by the sync and async paths
+
+    def _cached(self, names: Sequence[str], max_age: float) -> list[int] | None:
+        if max_age <= 0 or self._pending:
+            return None
+        now = time.monotonic()
+        out = []
+        for n in names:
+            hit = self._cache.get(n)
+            if hit is None or now - hit[1] > max_age:
+                return None
+            out.append(hit[0])
+        return out
+
+    def _trim(self) -> None:
+        # Bounded memory: forgetting what was seen only weakens the reset detection for old
+        # names, whose memory-tier copies the tiered store's front_ttl bounds anyway.
+        if len(self._seen) > MAX_COUNTERS:
+            self._seen.clear()
+        if len(self._cache) > MAX_COUNTERS:
+            self._cache.clear()
+
+    def _learn(self, names: Sequence[str], values: Sequence[int]) -> list[int]:
+        now = time.monotonic()
+        out = [int(v) for v in values]
+        with self._lock:
+            self._trim()
+            for n, v in zip(names, out, strict=True):
+                if v < self._seen.get(n, 0):
+                    # Redis lost its counters: old keys could become reachable again.
+                    self.epoch += 1
+                    self._seen.clear()
+                self._seen[n] = max(v, self._seen.get(n, 0))
+                self._cache[n] = (v, now)
+        return out
+
+    def _took(self, name: str, value: int | None) -> bool:
+        with self._lock:
+            if value is None:
+                self._pending.add(name)
+                self._cache.pop(name, None)
+                return False
+            self._pending.discard(name)
+            self._trim()
+            self._seen[name] = max(int(value), self._seen.get(name, 0))
+            self._cache[name] = (int(value), time.monotonic())
+            return True
+
+    # -- sync
+
+    def _flush(self) -> bool:
+        return all(self._took(n, self.backend.incr(n)) for n in list(self._pending))
+
+    def read(self, names: Sequence[str], max_age: float = 0.0) -> list[int] | None:
+        """Current values; up to ``max_age`` seconds old when cached. None: unavailable."""
+        hit = self._cached(names, max_age)
+        if hit is not None:
+            return hit
+        try:
+            if self._pending and not self._flush():
+                return None
+            values = self.backend.get_counters(list(names))
+        except Exception:  # fail open: the caller runs the tool uncached
+            return None
+        if values is None:
+            return None
+        return self._learn(names, values)
+
+    def bump(self, names: Sequence[str]) -> bool:
+        ok = True
+        for n in names:
+            try:
+                value = self.backend.incr(n)
+            except Exception:
+                value = None
+            ok = self._took(n, value) and ok
+        return ok
+
+    # -- async
+
+    async def _aflush(self) -> bool:
+        for n in list(self._pending):
+            if not self._took(n, await self.backend.aincr(n)):
+                return False
+        return True
+
+    async def aread(self, names: Sequence[str], max_age: float = 0.0) -> list[int] | None:
+        hit = self._cached(names, max_age)
+        if hit is not None:
+            return hit
+        try:
+            if self._pending and not await self._aflush():
+                return None
+            values = await self.backend.aget_counters(list(names))
+        except Exception:
+            return None
+        if values is None:
+            return None
+        return self._learn(names, values)
+
+    async def abump(self, names: Sequence[str]) -> bool:
+        ok = True
+        for n in names:
+            try:
+                value = await self.backend.aincr(n)
+            except Exception:
+                value = None
+            ok = self._took(n, value) and ok
+        return ok
+
+
+_LOCAL = LocalGenerations()
+_SHARED_LOCK = threading.Lock()
+# By id, holding the backend: stores are few and long-lived, and not all are weak-referenceable.
+_SHARED: dict[int, tuple[Any, SharedGenerations]] = {}
+_INNER_ATTRS = ("remote", "back", "backend", "shared", "lower", "second", "redis", "inner")
+
+
+def local_generations() -> LocalGenerations:
+    return _LOCAL
+
+
+def counter_backend(store: Any, _depth: int = 0) -> Any:
+    """The object holding shared counters for ``store`` (itself or a tier behind it)."""
+    if callable(getattr(store, "get_counters", None)) and callable(getattr(store, "incr", None)):
+        return store
+    if _depth > 3:
+        return None
+    tiers = getattr(store, "tiers", None)
+    inner: list[Any] = list(tiers) if isinstance(tiers, (list, tuple)) else []
+    inner += [getattr(store, a, None) for a in _INNER_ATTRS]
+    for t in inner:
+        if t is not None and t is not store:
+            found = counter_backend(t, _depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
+def generations_for(store: Any) -> LocalGenerations | SharedGenerations:
+    """The counters entries in ``store`` depend on: shared when the store reaches Redis."""
+    backend = counter_backend(store)
+    if backend is None:
+        return _LOCAL
+    with _SHARED_LOCK:
+        entry = _SHARED.get(id(backend))
+        if entry is None or entry[0] is not backend:
+            gens = SharedGenerations(backend)
+            _SHARED[id(backend)] = (backend, gens)
+        else:
+            gens = entry[1]
+        return gens
+
+
+def reset() -> None:
+    """Forget every counter (tests)."""
+    _LOCAL.clear()
+    with _SHARED_LOCK:
+        _SHARED.clear()

@@ -1,0 +1,108 @@
+"""``agent_session``: who the runtime caches are working for (tenant, session, loop guard).
+
+The session lives in a ``contextvars.ContextVar``, so asyncio tasks started inside it inherit
+it and concurrent requests never see each other's. It is deliberately *not* a test-facing
+block (``scope.py`` routes bare worker threads to the single active test-facing block): a
+thread started without the caller's context must never inherit a tenant, so a tenant-scoped
+tool called there raises ``ScopeError`` instead of guessing. Carry it explicitly with
+``dejacache.propagate(fn)``, ``dejacache.wrap_executor(pool)``, ``asyncio.to_thread`` or
+``contextvars.copy_context().run``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import uuid
+from types import TracebackType
+
+from .._core.scopes import global_prefix, session_prefix, tenant_prefix
+from ..errors import ScopeError
+from .guard import GuardState, LoopGuard
+
+__all__ = ["agent_session", "current_session"]
+
+_SESSION: contextvars.ContextVar[agent_session | None] = contextvars.ContextVar(
+    "dejacache_agent_session", default=None
+)
+
+
+class agent_session:  # lower case like ``scope``: used as a context manager
+    """Run agent work for one tenant and session (sync and async context manager).
+
+    ``tenant`` isolates ``scope="tenant"`` and ``"session"`` tool caches; ``session_id``
+    (random when omitted) isolates ``scope="session"`` ones; ``loop_guard`` traces every
+    tool call of this session. Re-entering the same object continues its loop-guard state.
+    """
+
+    __slots__ = ("_tokens", "guard", "loop_guard", "prefixes", "session_id", "tenant")
+
+    def __init__(
+        self,
+        tenant: str | None = None,
+        session_id: str | None = None,
+        *,
+        loop_guard: LoopGuard | None = None,
+    ) -> None:
+        for what, value in (("tenant", tenant), ("session_id", session_id)):
+            if value is not None and (not isinstance(value, str) or not value):
+                raise ScopeError(
+                    f"agent_session {what} must be a non-empty str or None, got {value!r}: "
+                    "an empty or non-string id usually means a missing header or lookup, and "
+                    "would share one cache between unrelated callers"
+                )
+        if loop_guard is not None and not isinstance(loop_guard, LoopGuard):
+            raise ScopeError(f"loop_guard must be a dejacache.LoopGuard, not "
+                             f"{type(loop_guard).__name__}")
+        self.tenant = tenant
+        self.session_id = session_id if session_id is not None else uuid.uuid4().hex
+        self.loop_guard = loop_guard
+        self.guard: GuardState | None = (
+            loop_guard.new_state(tenant, self.session_id) if loop_guard is not None else None
+        )
+        # Key prefixes, computed once per session (hot path: one dict lookup per call).
+        self.prefixes: dict[str, str] = {"global": global_prefix()}
+        if tenant is not None:
+            self.prefixes["tenant"] = tenant_prefix(tenant)
+            self.prefixes["session"] = session_prefix(tenant, self.session_id)
+        self._tokens: list[contextvars.Token[agent_session | None]] = []
+
+    def __enter__(self) -> agent_session:
+        self._tokens.append(_SESSION.set(self))
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # The same object may be entered from several threads or tasks at once: reset the
+        # newest token that belongs to this context (reset refuses the others).
+        for i in range(len(self._tokens) - 1, -1, -1):
+            try:
+                _SESSION.reset(self._tokens[i])
+            except ValueError:
+                continue
+            del self._tokens[i]
+            return
+        _SESSION.set(None)  # exited in a context that never entered (generator hand-over)
+
+    async def __aenter__(self) -> agent_session:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def __repr__(self) -> str:
+        return (f"agent_session(tenant={self.tenant!r}, session_id={self.session_id!r}, "
+                f"loop_guard={self.loop_guard!r})")
+
+
+def current_session() -> agent_session | None:
+    """The innermost active session in this context, or None."""
+    return _SESSION.get()

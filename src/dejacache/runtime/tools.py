@@ -1,0 +1,678 @@
+"""``@tool_cache``, ``@invalidates`` and the ``@tool`` tracer: the runtime face's decorators.
+
+Entry keys::
+
+    <scope prefix>/<resource>/<tool>/<epoch>.<g1>.<g2>.../<argument digest>
+
+where the scope prefix is ``rt1/g`` (global), ``rt1/t/<tenant>`` or
+``rt1/s/<tenant>/<session>``, and every name is encoded by ``_core.scopes``, so different
+tenants can never share a key. ``g1...`` are the generation counters the entry depends on
+(see :mod:`.generations`): for a tool with ``key=`` the resource counter and the entity
+counter; without ``key=`` the resource counter and the resource's "any entity written"
+counter (a listing must not survive a write to one of its items). Tenant and session entries
+also depend on the global counters, so a write made outside any session (an admin job)
+reaches every tenant.
+
+Runtime caches ignore the test faces' modes, scopes and cassettes: they always serve hits
+and store misses, and have one answer per key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, overload
+
+from .. import config
+from .._core.scopes import encode_component, global_prefix
+from .._engine import warn_once
+from ..errors import ConfigurationError, ScopeError, SerializationError
+from ..keys import KeyBuilder, digest
+from ..stores._base import Record, Store
+from ..stores.memory import MemoryStore
+from . import metrics as m
+from ._binding import Template, is_error_result
+from .generations import LocalGenerations, SharedGenerations, generations_for, local_generations
+from .guard import PROCEED
+from .session import _SESSION, agent_session
+from .singleflight import SingleFlight
+
+__all__ = ["invalidates", "tool", "tool_cache"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+SCOPES = ("global", "tenant", "session")
+_GLOBAL = global_prefix()
+
+# Resources that have a global-scope reader somewhere in this process: a tenant's write must
+# then also bump the global counters, or the global entry would stay stale.
+_GLOBAL_READERS: set[str] = set()
+# Explicit per-tool stores of readers, by resource: writes bump the counters of each.
+# Strong references: decorated tools (and so their stores) live as long as their module.
+_READER_STORES: dict[str, dict[int, Any]] = {}
+_REG_LOCK = threading.Lock()
+
+Gens = LocalGenerations | SharedGenerations
+
+
+def _names(fn: Callable[..., Any], name: str | None) -> tuple[str, str]:
+    """(key name, display name): keys use the qualified name so two modules' ``get_cart``
+    never share entries; metrics and loop messages use the short one the model knows."""
+    target: Any = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    qual = getattr(target, "__qualname__", type(target).__qualname__)
+    module = getattr(target, "__module__", "") or ""
+    short = getattr(target, "__name__", type(target).__name__)
+    return (name or f"{module}.{qual}"), (name or short)
+
+
+def _probe(fn: Callable[..., Any]) -> Any:
+    target: Any = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    if inspect.isfunction(target) or inspect.ismethod(target):
+        return target
+    return type(target).__call__
+
+
+def _levels(sess: agent_session | None, resource: str, scope: str | None,
+            where: str) -> list[str]:
+    """The counter levels a write bumps."""
+    tenant_pfx = sess.prefixes.get("tenant") if sess is not None else None
+    if scope == "global" or (scope is None and tenant_pfx is None):
+        return [_GLOBAL]
+    if tenant_pfx is None:
+        raise ScopeError(
+            f"{where} invalidates {resource!r} for a tenant but was called outside "
+            "dejacache.agent_session(tenant=...); pass scope='global' to invalidate for "
+            "everyone"
+        )
+    return [tenant_pfx, _GLOBAL] if resource in _GLOBAL_READERS else [tenant_pfx]
+
+
+def _counter_names(levels: Iterable[str], res: str, entity: str | None) -> list[str]:
+    out: list[str] = []
+    tail = f"e/{encode_component(entity)}" if entity is not None else "W"
+    for lv in levels:
+        out.append(f"gen/{lv}/{res}/R")
+        out.append(f"gen/{lv}/{res}/{tail}")
+    return out
+
+
+class _ToolCache:
+    """Everything one decorated tool needs; the wrappers are thin closures around it."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        resource: str | None,
+        scope: str,
+        ttl: float | None,
+        maxsize: int,
+        key: str | None,
+        max_bytes: int,
+        store: Store | None,
+        name: str | None,
+        ignore: Iterable[str],
+        counter_max_age: float,
+    ) -> None:
+        if scope not in SCOPES:
+            raise ConfigurationError(f"tool_cache scope must be one of {', '.join(SCOPES)}, "
+                                     f"not {scope!r}")
+        if store is not None and not isinstance(store, Store):
+            raise ConfigurationError(f"store must be a Store, not {type(store).__name__}")
+        self.fn = fn
+        self.key_name, self.name = _names(fn, name)
+        self.resource = resource or self.name
+        self.scope = scope
+        self.ttl = ttl
+        self.max_bytes = max_bytes
+        self.counter_max_age = counter_max_age
+        self.explicit_store = store
+        self._own: MemoryStore | None = None
+        self._configured: tuple[Any, Store | None] = (None, None)
+        self._maxsize = maxsize
+        # No default volatile fields: they are HTTP/LLM tracing names (``request_id``...), and
+        # a tool argument of that name is data: dropping it would serve one answer to all.
+        self.keys = KeyBuilder(fn, self.key_name, ignore=ignore, use_default_volatile=False)
+        self.template = Template(fn, key, f"tool_cache({self.name})") if key else None
+        self.res = encode_component(self.resource)
+        self.res_tool = f"{self.res}/{encode_component(self.key_name)}"
+        self.flights: SingleFlight[tuple[Any, bytes | None]] = SingleFlight()
+        self._gens: tuple[Any, Gens] = (None, local_generations())
+        with _REG_LOCK:
+            if scope == "global":
+                _GLOBAL_READERS.add(self.resource)
+            if store is not None:
+                _READER_STORES.setdefault(self.resource, {})[id(store)] = store
+
+    def store(self) -> Store:
+        """``store=`` if given, else the store passed to ``configure(store=...)``, else this
+        tool's own in-process LRU. Never the implicit on-disk test default, and never a
+        sequenced (cassette) store: runtime caches have one answer per key."""
+        if self.explicit_store is not None:
+            return self.explicit_store
+        configured = config.settings_object().store
+        if configured is not None:
+            seen, use = self._configured
+            if configured is not seen:
+                use = None if getattr(configured, "sequenced", False) else configured
+                self._configured = (configured, use)
+            if use is not None:
+                return use
+        own = self._own
+        if own is None:
+            with _REG_LOCK:
+                if self._own is None:
+                    self._own = MemoryStore(maxsize=self._maxsize)
+                own = self._own
+        return own
+
+    def generations(self, store: Store) -> Gens:
+        """The counters for ``store``, remembered for the last store (hot path)."""
+        last, gens = self._gens
+        if last is not store:
+            gens = generations_for(store)
+            self._gens = (store, gens)
+        return gens
+
+    def where(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[
+        agent_session | None, str, list[str] | None
+    ]:
+        """(session, key prefix, counter names) for a call; None names: template unbound."""
+        sess = _SESSION.get()
+        if self.scope == "global":
+            prefix = _GLOBAL
+            levels = [_GLOBAL]
+        else:
+            pfx = sess.prefixes.get(self.scope) if sess is not None else None
+            if sess is None or pfx is None:
+                raise ScopeError(
+                    f"{self.name} caches per {self.scope} (resource {self.resource!r}) but was "
+                    + ("called outside dejacache.agent_session(...)" if sess is None else
+                       "called in an agent_session without a tenant")
+                    + "; refusing to share cached results between tenants. Run the agent "
+                    "step inside `with dejacache.agent_session(tenant=..., session_id=...)`; "
+                    "worker threads need the caller's context (dejacache.propagate(fn), "
+                    "dejacache.wrap_executor(pool) or asyncio.to_thread)."
+                )
+            prefix = pfx
+            levels = [sess.prefixes["tenant"], _GLOBAL]
+        entity: str | None = None
+        if self.template is not None:
+            entity = self.template.format(args, kwargs)
+            if entity is None:
+                return sess, prefix, None
+        return sess, prefix, _counter_names(levels, self.res, entity)
+
+    def entry_key(self, prefix: str, epoch: int, gens: list[int], adigest: str) -> str:
+        return f"{prefix}/{self.res_tool}/{epoch}.{'.'.join(map(str, gens))}/{adigest}"
+
+    def settle(self, tenant: str | None, prefix: str, key: str, value: Any,
+               duration: float) -> tuple[Record | None, bytes | None]:
+        """Decide whether a fresh result may be stored; the record and blob if so."""
+        if is_error_result(value):
+            m.count(tenant, self.resource, self.name, m.NOT_CACHED)
+            return None, None
+        codec = config.settings_object().codec
+        try:
+            blob = codec.encode(value, key=key, namespace=prefix)
+        except SerializationError as exc:
+            m.count(tenant, self.resource, self.name, m.NOT_CACHED)
+            warn_once(f"tool_cache-encode:{self.key_name}",
+                      f"dejacache: {self.name} results are not cached: {exc}")
+            return None, None
+        if len(blob) > self.max_bytes:
+            m.count(tenant, self.resource, self.name, m.NOT_CACHED)
+            return None, None
+        try:
+            # A value that encodes but cannot be rebuilt (a class defined in a function, a
+            # module the codec may not import) would be stored, fail, and miss forever.
+            codec.decode(blob, key=key, namespace=prefix)
+        except SerializationError as exc:
+            m.count(tenant, self.resource, self.name, m.NOT_CACHED)
+            warn_once(f"tool_cache-decode:{self.key_name}",
+                      f"dejacache: {self.name} results are not cached: {exc}")
+            return None, None
+        rec = Record(value=blob, name=self.key_name, namespace=prefix, kind="tool",
+                     duration=duration, created=time.time())
+        return rec, blob
+
+    def decode(self, prefix: str, key: str, blob: bytes) -> Any:
+        return config.settings_object().codec.decode(blob, key=key, namespace=prefix)
+
+
+def _wrap_cached(tc: _ToolCache) -> Callable[..., Any]:
+    fn = tc.fn
+    name, resource = tc.name, tc.resource
+
+    def _load(store: Store, prefix: str, key: str) -> tuple[Any, bytes]:
+        """(value or PROCEED, stored blob)."""
+        try:
+            rec = store.get(key)
+        except Exception as exc:  # a failing tier must not fail the tool call
+            warn_once(f"tool_cache-get:{type(store).__name__}",
+                      f"dejacache: tool cache read failed ({exc!r}); treating as a miss")
+            return PROCEED, b""
+        if rec is None:
+            return PROCEED, b""
+        try:
+            return tc.decode(prefix, key, rec.value), rec.value
+        except SerializationError:
+            with contextlib.suppress(Exception):
+                store.delete(key)
+            return PROCEED, b""
+
+    async def _aload(store: Store, prefix: str, key: str) -> tuple[Any, bytes]:
+        try:
+            rec = await store.aget(key)
+        except Exception as exc:
+            warn_once(f"tool_cache-get:{type(store).__name__}",
+                      f"dejacache: tool cache read failed ({exc!r}); treating as a miss")
+            return PROCEED, b""
+        if rec is None:
+            return PROCEED, b""
+        try:
+            return tc.decode(prefix, key, rec.value), rec.value
+        except SerializationError:
+            with contextlib.suppress(Exception):
+                await store.adelete(key)
+            return PROCEED, b""
+
+    def _finish(sess: agent_session | None, adigest: str, value: Any) -> Any:
+        gs = sess.guard if sess is not None else None
+        return value if gs is None else gs.after(name, resource, adigest, value)
+
+    def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+        sess, prefix, names = tc.where(args, kwargs)
+        if names is None:
+            return fn(*args, **kwargs)  # the arguments do not bind: let the tool say why
+        tenant = sess.tenant if sess is not None else None
+        adigest = digest("", tc.key_name, tc.keys.canonical(args, kwargs))
+        gs = sess.guard if sess is not None else None
+        if gs is not None:
+            nudge = gs.before(name, resource, adigest)
+            if nudge is not PROCEED:
+                return nudge
+        store = tc.store()
+        gens = tc.generations(store)
+        values = gens.read(names, tc.counter_max_age)
+        if values is None:  # counters unknown: cannot prove any entry fresh, so skip the cache
+            m.count(tenant, resource, name, m.BYPASSED)
+            return _finish(sess, adigest, fn(*args, **kwargs))
+        key = tc.entry_key(prefix, gens.epoch, values, adigest)
+        value, stored = _load(store, prefix, key)
+        if value is not PROCEED:
+            m.count_hit(tenant, resource, name, len(stored))
+            return _finish(sess, adigest, value)
+
+        def lead() -> tuple[Any, bytes | None]:
+            # Checked again as leader: a flight that finished (or was abandoned) between our
+            # miss and now may have stored the value; running the tool again would be waste.
+            again, stored = _load(store, prefix, key)
+            if again is not PROCEED:
+                m.count_hit(tenant, resource, name, len(stored))
+                return again, stored
+            t0 = time.perf_counter()
+            result = fn(*args, **kwargs)
+            m.count(tenant, resource, name, m.MISSES)
+            rec, blob = tc.settle(tenant, prefix, key, result, time.perf_counter() - t0)
+            if rec is None:
+                return result, None
+            now = gens.read(names)  # fresh, whatever counter_max_age says
+            if now != values:
+                # An invalidation ran while the tool was loading: the result may predate it.
+                # (None: the counters cannot be read now, so freshness cannot be proven.)
+                m.count(tenant, resource, name, m.STALE if now is not None else m.BYPASSED)
+                return result, blob
+            try:
+                store.put(key, rec, ttl=tc.ttl)
+                m.count(tenant, resource, name, m.BSTORED, len(rec.value))
+            except Exception as exc:
+                warn_once(f"tool_cache-put:{type(store).__name__}",
+                          f"dejacache: tool cache write failed ({exc!r}); not storing")
+            return result, blob
+
+        (result, blob), led = tc.flights.run(key, lead)
+        if not led:
+            m.count(tenant, resource, name, m.COALESCED)
+            if blob is not None:  # each waiter gets its own copy
+                result = tc.decode(prefix, key, blob)
+        return _finish(sess, adigest, result)
+
+    async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+        sess, prefix, names = tc.where(args, kwargs)
+        if names is None:
+            return await fn(*args, **kwargs)
+        tenant = sess.tenant if sess is not None else None
+        adigest = digest("", tc.key_name, tc.keys.canonical(args, kwargs))
+        gs = sess.guard if sess is not None else None
+        if gs is not None:
+            nudge = gs.before(name, resource, adigest)
+            if nudge is not PROCEED:
+                return nudge
+        store = tc.store()
+        gens = tc.generations(store)
+        values = await gens.aread(names, tc.counter_max_age)
+        if values is None:
+            m.count(tenant, resource, name, m.BYPASSED)
+            return _finish(sess, adigest, await fn(*args, **kwargs))
+        key = tc.entry_key(prefix, gens.epoch, values, adigest)
+        value, stored = await _aload(store, prefix, key)
+        if value is not PROCEED:
+            m.count_hit(tenant, resource, name, len(stored))
+            return _finish(sess, adigest, value)
+
+        async def lead() -> tuple[Any, bytes | None]:
+            again, stored = await _aload(store, prefix, key)
+            if again is not PROCEED:
+                m.count_hit(tenant, resource, name, len(stored))
+                return again, stored
+            t0 = time.perf_counter()
+            result = await fn(*args, **kwargs)
+            m.count(tenant, resource, name, m.MISSES)
+            rec, blob = tc.settle(tenant, prefix, key, result, time.perf_counter() - t0)
+            if rec is None:
+                return result, None
+            now = await gens.aread(names)
+            if now != values:
+                m.count(tenant, resource, name, m.STALE if now is not None else m.BYPASSED)
+                return result, blob
+            try:
+                await store.aput(key, rec, ttl=tc.ttl)
+                m.count(tenant, resource, name, m.BSTORED, len(rec.value))
+            except Exception as exc:
+                warn_once(f"tool_cache-put:{type(store).__name__}",
+                          f"dejacache: tool cache write failed ({exc!r}); not storing")
+            return result, blob
+
+        (result, blob), led = await tc.flights.arun(key, lead)
+        if not led:
+            m.count(tenant, resource, name, m.COALESCED)
+            if blob is not None:
+                result = tc.decode(prefix, key, blob)
+        return _finish(sess, adigest, result)
+
+    probe = _probe(fn)
+    if inspect.isgeneratorfunction(probe) or inspect.isasyncgenfunction(probe):
+        raise ConfigurationError(
+            f"tool_cache({tc.name}): generators are not supported; return a value (use "
+            "@dejacache.cache for generators)"
+        )
+    wrapper = async_wrapper if inspect.iscoroutinefunction(probe) else sync_wrapper
+    out = functools.wraps(fn)(wrapper)
+    out.tool_cache = tc  # type: ignore[attr-defined]
+    return out
+
+
+@overload
+def tool_cache(fn: F, /) -> F: ...
+
+
+@overload
+def tool_cache(
+    *,
+    resource: str | None = None,
+    scope: str = "tenant",
+    ttl: float | None = 3600.0,
+    maxsize: int = 1024,
+    key: str | None = None,
+    max_bytes: int = 1024 * 1024,
+    store: Store | None = None,
+    name: str | None = None,
+    ignore: Iterable[str] = (),
+    counter_max_age: float = 0.0,
+) -> Callable[[F], F]: ...
+
+
+def tool_cache(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    resource: str | None = None,
+    scope: str = "tenant",
+    ttl: float | None = 3600.0,
+    maxsize: int = 1024,
+    key: str | None = None,
+    max_bytes: int = 1024 * 1024,
+    store: Store | None = None,
+    name: str | None = None,
+    ignore: Iterable[str] = (),
+    counter_max_age: float = 0.0,
+) -> Any:
+    """Cache a read tool's results per canonical arguments, tenant-isolated (sync or async).
+
+    ``resource`` names what the tool reads (for ``@invalidates``; default: the tool's name);
+    ``scope`` is ``"tenant"`` (default), ``"session"`` or ``"global"``; ``key`` an entity
+    template such as ``"cart:{user_id}"`` so writes to one entity leave the others cached.
+    ``ttl`` seconds (None: no expiry), ``maxsize`` entries of the in-process store used when
+    no store is configured, ``max_bytes`` the largest encoded result stored. ``store``
+    overrides the store (default: the one given to ``configure(store=...)``, else an
+    in-process LRU). ``counter_max_age`` (seconds) lets a Redis-backed tool reuse generation
+    counters that long instead of reading them on every call.
+
+    Not cached: exceptions, results marked ``is_error``/``isError``, results over
+    ``max_bytes``. Identical concurrent misses run the tool once.
+    """
+    ignore = tuple(ignore)
+
+    def deco(f: Callable[..., Any]) -> Callable[..., Any]:
+        tc = _ToolCache(f, resource=resource, scope=scope, ttl=ttl, maxsize=maxsize, key=key,
+                        max_bytes=max_bytes, store=store, name=name, ignore=ignore,
+                        counter_max_age=counter_max_age)
+        return _wrap_cached(tc)
+
+    return deco(fn) if fn is not None else deco
+
+
+# ---------------------------------------------------------------- writes
+
+
+def _bump_targets(resource: str, store: Store | None) -> list[Gens]:
+    """Every counter backend a reader of ``resource`` may be using."""
+    out: list[Gens] = [local_generations()]
+    cands: list[Any] = [store, config.settings_object().store]
+    with _REG_LOCK:
+        cands.extend(_READER_STORES.get(resource, {}).values())
+    for s in cands:
+        if s is None:
+            continue
+        g = generations_for(s)
+        if all(g is not o for o in out):
+            out.append(g)
+    return out
+
+
+class _Writer:
+    def __init__(self, fn: Callable[..., Any], resource: str, key: str | None,
+                 scope: str | None, store: Store | None, name: str | None) -> None:
+        if scope not in (None, "tenant", "global"):
+            raise ConfigurationError(f"invalidates scope must be 'tenant', 'global' or None, "
+                                     f"not {scope!r}")
+        self.fn = fn
+        self.key_name, self.name = _names(fn, name)
+        self.resource = resource
+        self.res = encode_component(resource)
+        self.scope = scope
+        self.store = store
+        self.template = Template(fn, key, f"invalidates({self.name})") if key else None
+        self.keys = KeyBuilder(fn, self.key_name, use_default_volatile=False)
+
+    def plan(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[
+        agent_session | None, list[str] | None, list[Gens]
+    ]:
+        sess = _SESSION.get()
+        levels = _levels(sess, self.resource, self.scope, self.name)
+        entity: str | None = None
+        if self.template is not None:
+            entity = self.template.format(args, kwargs)
+            if entity is None:
+                return sess, None, []
+        return sess, _counter_names_w(levels, self.res, entity), _bump_targets(
+            self.resource, self.store)
+
+    def args_digest(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        try:
+            return digest("", self.key_name, self.keys.canonical(args, kwargs))
+        except TypeError:  # unhashable write arguments: a unique digest never repeats
+            return f"unkeyable-{time.perf_counter_ns()}"
+
+
+def _counter_names_w(levels: Iterable[str], res: str, entity: str | None) -> list[str]:
+    """Counters a write bumps: the resource counter for a whole-resource write; the entity
+    counter and the "any entity written" counter for an entity write."""
+    out: list[str] = []
+    for lv in levels:
+        if entity is None:
+            out.append(f"gen/{lv}/{res}/R")
+        else:
+            out.append(f"gen/{lv}/{res}/e/{encode_component(entity)}")
+            out.append(f"gen/{lv}/{res}/W")
+    return out
+
+
+def invalidates(
+    resource: str,
+    /,
+    *,
+    key: str | None = None,
+    scope: str | None = None,
+    store: Store | None = None,
+    name: str | None = None,
+) -> Callable[[F], F]:
+    """Mark a write tool: entries of ``resource`` are invalidated before and after it runs.
+
+    With ``key`` (``"cart:{user_id}"``) only that entity's entries, and listings of the
+    resource (tools without ``key``); without it, the whole resource. ``scope``: ``None``
+    invalidates the current session's tenant (or everyone's global entries outside a
+    tenant session), ``"global"`` every tenant. O(1): generation counters, never a scan.
+    The second invalidation runs even when the write raises (it may have half-happened).
+    """
+
+    def deco(f: Callable[..., Any]) -> Callable[..., Any]:
+        w = _Writer(f, resource, key, scope, store, name)
+        probe = _probe(f)
+
+        def _trace_before(sess: agent_session | None, adigest: str) -> Any:
+            gs = sess.guard if sess is not None else None
+            return PROCEED if gs is None else gs.before(w.name, resource, adigest, write=True)
+
+        if inspect.iscoroutinefunction(probe):
+
+            async def async_writer(*args: Any, **kwargs: Any) -> Any:
+                sess, names, targets = w.plan(args, kwargs)
+                if names is None:
+                    return await f(*args, **kwargs)
+                adigest = w.args_digest(args, kwargs)
+                nudge = _trace_before(sess, adigest)
+                if nudge is not PROCEED:
+                    return nudge
+                tenant = sess.tenant if sess is not None else None
+                for g in targets:
+                    await g.abump(names)
+                try:
+                    result = await f(*args, **kwargs)
+                finally:
+                    for g in targets:
+                        await g.abump(names)
+                    m.count(tenant, resource, w.name, m.INVALIDATIONS)
+                gs = sess.guard if sess is not None else None
+                return result if gs is None else gs.after(w.name, resource, adigest, result)
+
+            wrapper: Callable[..., Any] = async_writer
+        else:
+
+            def sync_writer(*args: Any, **kwargs: Any) -> Any:
+                sess, names, targets = w.plan(args, kwargs)
+                if names is None:
+                    return f(*args, **kwargs)
+                adigest = w.args_digest(args, kwargs)
+                nudge = _trace_before(sess, adigest)
+                if nudge is not PROCEED:
+                    return nudge
+                tenant = sess.tenant if sess is not None else None
+                for g in targets:
+                    g.bump(names)
+                try:
+                    result = f(*args, **kwargs)
+                finally:
+                    for g in targets:
+                        g.bump(names)
+                    m.count(tenant, resource, w.name, m.INVALIDATIONS)
+                gs = sess.guard if sess is not None else None
+                return result if gs is None else gs.after(w.name, resource, adigest, result)
+
+            wrapper = sync_writer
+        out = functools.wraps(f)(wrapper)
+        out.invalidates = w  # type: ignore[attr-defined]
+        return out
+
+    return deco  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------- tracing only
+
+
+@overload
+def tool(fn: F, /) -> F: ...
+
+
+@overload
+def tool(*, name: str | None = None, write: bool = False) -> Callable[[F], F]: ...
+
+
+def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
+         write: bool = False) -> Any:
+    """Trace an uncached tool for the session's loop guard (no caching at all).
+
+    ``write=True`` marks a tool that changes state, which resets the repeat counts of reads.
+    Outside a session with a loop guard it costs one context-variable read.
+    """
+
+    def deco(f: Callable[..., Any]) -> Callable[..., Any]:
+        key_name, display = _names(f, name)
+        kb = KeyBuilder(f, key_name, use_default_volatile=False)
+
+        def args_digest(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+            try:
+                return digest("", key_name, kb.canonical(args, kwargs))
+            except TypeError:
+                return f"unkeyable-{time.perf_counter_ns()}"
+
+        if inspect.iscoroutinefunction(_probe(f)):
+
+            async def async_traced(*args: Any, **kwargs: Any) -> Any:
+                sess = _SESSION.get()
+                gs = sess.guard if sess is not None else None
+                if gs is None:
+                    return await f(*args, **kwargs)
+                adigest = args_digest(args, kwargs)
+                nudge = gs.before(display, display, adigest, write=write)
+                if nudge is not PROCEED:
+                    return nudge
+                return gs.after(display, display, adigest, await f(*args, **kwargs))
+
+            wrapper: Callable[..., Any] = async_traced
+        else:
+
+            def traced(*args: Any, **kwargs: Any) -> Any:
+                sess = _SESSION.get()
+                gs = sess.guard if sess is not None else None
+                if gs is None:
+                    return f(*args, **kwargs)
+                adigest = args_digest(args, kwargs)
+                nudge = gs.before(display, display, adigest, write=write)
+                if nudge is not PROCEED:
+                    return nudge
+                return gs.after(display, display, adigest, f(*args, **kwargs))
+
+            wrapper = traced
+        return functools.wraps(f)(wrapper)
+
+    return deco(fn) if fn is not None else deco
+

@@ -1,0 +1,578 @@
+"""The shared tier: Redis, failing open and fast.
+
+An outage must cost a bounded delay, never a failed call (redis-py's defaults are 5 s
+timeouts and ten retries with backoff: seconds per call). So clients built here use
+millisecond timeouts and no retries, and every call goes through a :class:`CircuitBreaker`
+that skips Redis while it is down and probes it in the background to recover.
+
+Layout under ``key_prefix`` (default ``dejacache``)::
+
+    {prefix}:v:{key}      packed record: b"DJR\\x01" | u32 meta length | meta JSON | value
+    {prefix}:q:{key}      the canonical request (explain / nearest-miss only), same TTL
+    {prefix}:n:{name}     counters (runtime generation counters), never expired or cleared
+
+One packed blob rather than a hash because the hit path is then a single ``GET`` (measured
+in ``benchmarks/bench_redis.py``); the request lives apart so hits do not fetch it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import functools
+import inspect
+import logging
+import math
+import threading
+import time
+import urllib.parse
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import orjson
+import redis
+import redis.asyncio
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from ..errors import ConfigurationError
+from ._base import BaseStore, Record, StoreStats
+from ._breaker import CircuitBreaker, Decision
+
+__all__ = ["RedisStore", "pack_record", "unpack_record"]
+
+log = logging.getLogger("dejacache.redis")
+
+_MAGIC = b"DJR\x01"
+_FAILURES: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+_SCAN_COUNT = 500
+
+
+def pack_record(record: Record) -> bytes:
+    """The bytes stored for ``record`` (its request is stored apart)."""
+    meta = orjson.dumps([record.name, record.namespace, record.kind, record.duration,
+                         dict(record.usage) if record.usage else None, record.created])
+    return _MAGIC + len(meta).to_bytes(4, "big") + meta + record.value
+
+
+def unpack_record(raw: bytes, request: bytes = b"") -> Record | None:
+    """The record in ``raw``, or None when the bytes are not one of ours (never raises)."""
+    if raw[:4] != _MAGIC or len(raw) < 8:
+        return None
+    end = 8 + int.from_bytes(raw[4:8], "big")
+    if end > len(raw):
+        return None
+    try:
+        meta = orjson.loads(raw[8:end])  # a bytes slice parses 2x faster than a memoryview
+    except orjson.JSONDecodeError:
+        return None
+    if type(meta) is not list or len(meta) != 6:
+        return None
+    name, namespace, kind, duration, usage, created = meta
+    if not (type(name) is str and type(namespace) is str and type(kind) is str
+            and type(duration) in (int, float) and type(created) in (int, float)
+            and (usage is None or type(usage) is dict)):
+        return None
+    return Record(value=raw[end:], name=name, namespace=namespace, kind=kind, request=request,
+                  duration=float(duration), usage=usage, created=float(created))
+
+
+@functools.cache
+def _no_driver_info() -> dict[str, Any]:
+    # CLIENT SETINFO on every new connection is an extra command we do not need; the
+    # argument that disables it changed name in redis-py 6 (the old one now warns).
+    if "driver_info" in inspect.signature(redis.Redis.__init__).parameters:
+        return {"driver_info": None}
+    return {"lib_name": None, "lib_version": None}
+
+
+def _escape_glob(text: str) -> str:
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+class RedisStore(BaseStore):
+    """Key → Record in Redis, shared by processes and machines.
+
+    ``client_or_url``: a ``redis://``/``rediss://``/``unix://`` URL (clients are built
+    lazily with ``connect_timeout``/``timeout`` seconds, no retries; nothing connects
+    until the first call, so the process starts while Redis is down), or a redis-py client
+    you already have (``redis.Redis`` or ``redis.asyncio.Redis``; used as is, its timeouts
+    are yours). ``async_client`` adds an async client next to a sync one; without any,
+    async calls run the sync client in a worker thread.
+
+    Failures are swallowed (``get`` → None, writes dropped) and counted by a
+    :class:`CircuitBreaker` (``failures`` in a row, or ``failure_budget`` seconds lost to
+    them, open it; ``cooldown`` seconds later a background ``PING`` probes). Bytes that are
+    not a dejacache record are a miss and are deleted. ``read_only=True`` serves reads and
+    silently skips every write (fork pull requests reading a team cache). A URL may carry
+    both: ``redis://host:6379/0?read_only=1&key_prefix=myteam`` (handy in CI variables).
+    """
+
+    def __init__(
+        self,
+        client_or_url: Any,
+        *,
+        key_prefix: str = "dejacache",
+        async_client: Any = None,
+        timeout: float = 0.05,
+        connect_timeout: float = 0.05,
+        read_only: bool = False,
+        failures: int = 3,
+        failure_budget: float = 0.025,
+        cooldown: float = 1.0,
+        breaker: CircuitBreaker | None = None,
+    ) -> None:
+        if isinstance(client_or_url, str):
+            client_or_url, own = _own_options(client_or_url)
+            read_only = read_only or own.get("read_only", "").lower() in ("1", "true", "yes")
+            key_prefix = own.get("key_prefix", key_prefix)
+        if not key_prefix or not isinstance(key_prefix, str):
+            raise ConfigurationError("RedisStore key_prefix must be a non-empty string")
+        self.key_prefix = key_prefix
+        self.read_only = read_only
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.breaker = breaker or CircuitBreaker(threshold=failures, budget=failure_budget,
+                                                 cooldown=cooldown)
+        self._url: str | None = None
+        self._client: Any = None
+        self._aclient: Any = async_client
+        self._aclients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+        self.skipped = 0  # calls answered without Redis because the breaker was open
+        if isinstance(client_or_url, str):
+            self._url = client_or_url
+            self.url = _redact(client_or_url)
+        elif isinstance(client_or_url, redis.asyncio.Redis):
+            self._aclient = client_or_url
+            self.url = _client_url(client_or_url)
+        elif isinstance(client_or_url, redis.Redis):
+            self._client = client_or_url
+            self.url = _client_url(client_or_url)
+        else:
+            raise ConfigurationError(
+                "RedisStore needs a redis:// URL or a redis-py client, not "
+                f"{type(client_or_url).__name__}"
+            )
+        self._v = f"{key_prefix}:v:"
+        self._q = f"{key_prefix}:q:"
+        self._n = f"{key_prefix}:n:"
+        if self._url is not None:
+            # Building a client does no I/O (connections open on first use), so a bad URL
+            # fails here, at configuration time, while a down server does not.
+            try:
+                self._sync()
+            except ValueError as exc:
+                raise ConfigurationError(f"bad Redis URL {self.url!r}: {exc}") from exc
+
+    # ---------------------------------------------------------------- clients
+
+    def _client_kwargs(self, retry: Any) -> dict[str, Any]:
+        return {"socket_timeout": self.timeout, "socket_connect_timeout": self.connect_timeout,
+                "retry": retry, "retry_on_timeout": False, "health_check_interval": 0,
+                **_no_driver_info()}
+
+    def _sync(self) -> Any:
+        client = self._client
+        if client is None:
+            if self._url is None:
+                raise ConfigurationError(
+                    f"{self.url}: this RedisStore has only an async client; pass a sync "
+                    "client or a URL to use it from synchronous code"
+                )
+            with self._lock:
+                if self._client is None:
+                    self._client = redis.Redis.from_url(
+                        self._url, **self._client_kwargs(Retry(NoBackoff(), 0))
+                    )
+                client = self._client
+        return client
+
+    def _async(self) -> Any:
+        if self._aclient is not None:
+            return self._aclient
+        if self._url is None:
+            return None
+        loop = asyncio.get_running_loop()
+        # asyncio connections belong to the loop that opened them: one client per loop.
+        client = self._aclients.get(loop)
+        if client is None:
+            client = redis.asyncio.Redis.from_url(
+                self._url, **self._client_kwargs(AsyncRetry(NoBackoff(), 0))
+            )
+            self._aclients[loop] = client
+        return client
+
+    # ---------------------------------------------------------------- breaker plumbing
+
+    def _may_call(self, *, inline_probe: bool = False) -> bool:
+        decision = self.breaker.allow()
+        if decision is Decision.CALL:
+            return True
+        if decision is Decision.PROBE:
+            if inline_probe:
+                return True  # no sync client to probe with: this call is the probe
+            # Probe off the call path, so an open breaker costs callers ~0 even while a
+            # silent Redis makes the probe wait out a whole timeout.
+            threading.Thread(target=self._probe, args=(self._sync(),),
+                             name="dejacache-redis-probe", daemon=True).start()
+        self.skipped += 1
+        return False
+
+    def _probe(self, client: Any) -> None:
+        t0 = time.perf_counter()
+        try:
+            client.ping()
+        except _FAILURES as exc:
+            self._failed(exc, t0)
+        else:
+            self._ok()
+
+    def _ok(self) -> None:
+        if self.breaker.success():
+            log.warning("dejacache: Redis at %s is reachable again; using it", self.url)
+
+    def _failed(self, exc: BaseException, t0: float) -> None:
+        if self.breaker.failure(time.perf_counter() - t0):
+            log.warning("dejacache: Redis at %s is failing (%r); skipping it for %.3gs, then "
+                        "probing", self.url, exc, self.breaker.cooldown)
+
+    def _do(self, op: Callable[[Any], Any], default: Any, discard: str | None = None) -> Any:
+        """Run ``op(client)`` behind the breaker; any failure answers ``default``.
+
+        ``discard``: the key to delete when the server replies with an error (WRONGTYPE:
+        another app's data under our key).
+        """
+        if not self._may_call(inline_probe=self._client is None and self._url is None):
+            return default
+        t0 = time.perf_counter()
+        try:
+            out = op(self._sync())
+        except redis.ResponseError as exc:
+            # The server answered (wrong type, not an integer, OOM...): it is up, the call
+            # just has no useful result.
+            self._ok()
+            log.debug("dejacache: Redis error reply: %r", exc)
+            if discard is not None:
+                self._discard(discard)
+            return default
+        except _FAILURES as exc:
+            self._failed(exc, t0)
+            return default
+        self._ok()
+        return out
+
+    async def _ado(self, op: Callable[[Any], Any], default: Any,
+                   discard: str | None = None) -> Any:
+        """Async twin of :meth:`_do`; ``op`` works with either client (it is the same
+        redis-py call; only the async one returns an awaitable)."""
+        client = self._async()
+        if client is None:  # only a sync client: run it off the event loop
+            return await asyncio.to_thread(self._do, op, default, discard)
+        if not self._may_call(inline_probe=self._client is None and self._url is None):
+            return default
+        t0 = time.perf_counter()
+        try:
+            out = await op(client)
+        except redis.ResponseError as exc:
+            self._ok()
+            log.debug("dejacache: Redis error reply: %r", exc)
+            if discard is not None:
+                await self._adiscard(discard)
+            return default
+        except _FAILURES as exc:
+            self._failed(exc, t0)
+            return default
+        self._ok()
+        return out
+
+    # ---------------------------------------------------------------- Store protocol
+
+    def get(self, key: str) -> Record | None:
+        vkey = self._v + key
+        raw = self._do(lambda c: c.get(vkey), None, key)
+        if raw is None:
+            return None
+        rec = unpack_record(raw)
+        if rec is None:
+            self._discard(key)
+        return rec
+
+    async def aget(self, key: str) -> Record | None:
+        vkey = self._v + key
+        raw = await self._ado(lambda c: c.get(vkey), None, key)
+        if raw is None:
+            return None
+        rec = unpack_record(raw)
+        if rec is None:
+            await self._adiscard(key)
+        return rec
+
+    def _get_ttl_op(self, key: str) -> Callable[[Any], Any]:
+        vkey = self._v + key
+        return lambda c: c.pipeline(transaction=False).get(vkey).pttl(vkey).execute()
+
+    def get_with_ttl(self, key: str) -> tuple[Record | None, float | None]:
+        """The record and its remaining TTL in seconds (None: no expiry), one round trip."""
+        rec, ttl, bad = _with_ttl(self._do(self._get_ttl_op(key), None, key))
+        if bad:
+            self._discard(key)
+        return rec, ttl
+
+    async def aget_with_ttl(self, key: str) -> tuple[Record | None, float | None]:
+        rec, ttl, bad = _with_ttl(await self._ado(self._get_ttl_op(key), None, key))
+        if bad:
+            await self._adiscard(key)
+        return rec, ttl
+
+    def _write_ops(self, key: str, record: Record, ttl: float | None
+                   ) -> Callable[[Any], Any]:
+        px = None if ttl is None else max(1, math.ceil(ttl * 1000))
+        if not record.created:  # like SQLiteStore: iterate() reports when it was stored
+            record = dataclasses.replace(record, created=time.time())
+        blob = pack_record(record)
+        vkey, qkey = self._v + key, self._q + key
+
+        def ops(client: Any) -> Any:
+            pipe = client.pipeline(transaction=False)
+            pipe.set(vkey, blob, px=px)
+            if record.request:
+                pipe.set(qkey, record.request, px=px)
+            else:  # do not leave an older request next to the new value
+                pipe.unlink(qkey)
+            return pipe.execute()
+
+        return ops
+
+    def put(self, key: str, record: Record, *, ttl: float | None = None) -> None:
+        if self.read_only:
+            return
+        if ttl is not None and ttl <= 0:  # expired on arrival: Redis rejects PX 0
+            self.delete(key)
+            return
+        self._do(self._write_ops(key, record, ttl), None)
+
+    async def aput(self, key: str, record: Record, *, ttl: float | None = None) -> None:
+        if self.read_only:
+            return
+        if ttl is not None and ttl <= 0:
+            await self.adelete(key)
+            return
+        await self._ado(self._write_ops(key, record, ttl), None)
+
+    def delete(self, key: str) -> bool:
+        if self.read_only:
+            return False
+        return bool(self._do(lambda c: c.unlink(self._v + key, self._q + key), 0))
+
+    async def adelete(self, key: str) -> bool:
+        if self.read_only:
+            return False
+        return bool(await self._ado(lambda c: c.unlink(self._v + key, self._q + key), 0))
+
+    def _discard(self, key: str) -> None:
+        log.debug("dejacache: discarding malformed Redis entry %s", key)
+        self.delete(key)
+
+    async def _adiscard(self, key: str) -> None:
+        log.debug("dejacache: discarding malformed Redis entry %s", key)
+        await self.adelete(key)
+
+    # ---------------------------------------------------------------- scans
+
+    def _scan(self, kind: str) -> Iterator[list[bytes]]:
+        """Batches of keys under ``{prefix}:{kind}:`` (SCAN, never KEYS); stops on failure."""
+        match = _escape_glob(f"{self.key_prefix}:{kind}:") + "*"
+        cursor = 0
+        while True:
+            page = self._do(functools.partial(_scan_page, cursor=cursor, match=match), None)
+            if page is None:
+                return
+            cursor, keys = int(page[0]), list(page[1])
+            if keys:
+                yield keys
+            if cursor == 0:
+                return
+
+    def iterate(
+        self, name: str | None = None, namespace: str | None = None
+    ) -> Iterator[tuple[str, Record]]:
+        strip = len(self._v)
+        for vkeys in self._scan("v"):
+            qkeys = [self._q + k.decode()[strip:] for k in vkeys]
+            got = self._do(functools.partial(_mget2, first=vkeys, second=qkeys), None)
+            if got is None:
+                return
+            for vkey, raw, request in zip(vkeys, got[0], got[1], strict=True):
+                if raw is None:
+                    continue  # expired between SCAN and MGET
+                rec = unpack_record(raw, request or b"")
+                if rec is None:
+                    continue
+                if name is not None and rec.name != name:
+                    continue
+                if namespace is not None and rec.namespace != namespace:
+                    continue
+                yield vkey.decode()[strip:], rec
+
+    def clear(self, namespace: str | None = None) -> int:
+        """Delete entries (all, or one namespace). Counters are kept: resetting a
+        generation counter could make entries cached under an old generation reachable."""
+        if self.read_only:
+            return 0
+        strip, removed = len(self._v), 0
+        for vkeys in self._scan("v"):
+            if namespace is not None:
+                raws = self._do(functools.partial(_mget, keys=vkeys), None) or []
+                vkeys = [k for k, raw in zip(vkeys, raws, strict=False)
+                         if raw is not None and (rec := unpack_record(raw)) is not None
+                         and rec.namespace == namespace]
+            if vkeys:
+                qkeys = [self._q + k.decode()[strip:] for k in vkeys]
+                removed += len(vkeys)
+                self._do(functools.partial(_unlink, keys=[*vkeys, *qkeys]), 0)
+        return removed
+
+    def stats(self) -> StoreStats:
+        entries = size = 0
+        strip = len(self._v)
+        for vkeys in self._scan("v"):
+            qkeys = [self._q + k.decode()[strip:] for k in vkeys]
+
+            def lengths(c: Any, v: list[bytes] = vkeys, q: list[str] = qkeys) -> Any:
+                pipe = c.pipeline(transaction=False)
+                for k in (*v, *q):
+                    pipe.strlen(k)
+                return pipe.execute()
+
+            lens = self._do(lengths, None) or []
+            entries += sum(1 for n in lens[: len(vkeys)] if n)
+            size += sum(int(n) for n in lens)
+        return StoreStats(backend=self.url, entries=entries, bytes=size, extra={
+            "key_prefix": self.key_prefix, "read_only": self.read_only,
+            "breaker": self.breaker.state.value, "trips": self.breaker.trips,
+            "skipped": self.skipped,
+        })
+
+    # ---------------------------------------------------------------- counters
+
+    def incr(self, counter: str) -> int | None:
+        """Increment a shared counter; its new value, or None when Redis is unavailable."""
+        if self.read_only:
+            return None
+        out = self._do(lambda c: c.incr(self._n + counter), None)
+        return None if out is None else int(out)
+
+    async def aincr(self, counter: str) -> int | None:
+        if self.read_only:
+            return None
+        out = await self._ado(lambda c: c.incr(self._n + counter), None)
+        return None if out is None else int(out)
+
+    def get_counters(self, counters: list[str]) -> list[int] | None:
+        """Current values (0 when never incremented) in one MGET; None when unavailable."""
+        if not counters:
+            return []
+        out = self._do(lambda c: c.mget([self._n + n for n in counters]), None)
+        return None if out is None else _ints(out)
+
+    async def aget_counters(self, counters: list[str]) -> list[int] | None:
+        if not counters:
+            return []
+        out = await self._ado(lambda c: c.mget([self._n + n for n in counters]), None)
+        return None if out is None else _ints(out)
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def close(self) -> None:
+        """Close the clients this store built (an injected client is left to its owner)."""
+        with self._lock:
+            client, self._client = (self._client, None) if self._url else (None, self._client)
+        if client is not None:
+            client.close()
+
+    async def aclose(self) -> None:
+        """Close the current event loop's client this store built, then the sync one."""
+        if self._url is not None:
+            with contextlib.suppress(RuntimeError):
+                loop = asyncio.get_running_loop()
+                client = self._aclients.pop(loop, None)
+                if client is not None:
+                    await client.aclose()
+        self.close()
+
+    def __repr__(self) -> str:
+        ro = ", read_only=True" if self.read_only else ""
+        return (f"RedisStore({self.url!r}, key_prefix={self.key_prefix!r}{ro}, "
+                f"breaker={self.breaker.state.value})")
+
+
+def _ints(values: list[Any]) -> list[int] | None:
+    try:
+        return [int(v) if v is not None else 0 for v in values]
+    except ValueError:  # someone stored a non-number under a counter key
+        return None
+
+
+def _scan_page(client: Any, *, cursor: int, match: str) -> Any:
+    return client.scan(cursor, match=match, count=_SCAN_COUNT)
+
+
+def _mget(client: Any, *, keys: list[Any]) -> Any:
+    return client.mget(keys)
+
+
+def _mget2(client: Any, *, first: list[Any], second: list[Any]) -> Any:
+    return client.pipeline(transaction=False).mget(first).mget(second).execute()
+
+
+def _unlink(client: Any, *, keys: list[Any]) -> Any:
+    return client.unlink(*keys)
+
+
+def _with_ttl(out: Any) -> tuple[Record | None, float | None, bool]:
+    """(record, remaining TTL, malformed) from a GET + PTTL pipeline reply."""
+    if out is None or out[0] is None:
+        return None, None, False
+    rec = unpack_record(out[0])
+    if rec is None:
+        return None, None, True
+    pttl = int(out[1])
+    return rec, (pttl / 1000.0 if pttl >= 0 else None), False
+
+
+_OWN_OPTIONS = ("read_only", "key_prefix")
+
+
+def _own_options(url: str) -> tuple[str, dict[str, str]]:
+    """Split dejacache's own query options off a URL (redis-py rejects unknown ones)."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.query:
+        return url, {}
+    pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+    own = {k: v for k, v in pairs if k in _OWN_OPTIONS}
+    rest = urllib.parse.urlencode([(k, v) for k, v in pairs if k not in _OWN_OPTIONS])
+    return urllib.parse.urlunsplit(parts._replace(query=rest)), own
+
+
+def _redact(url: str) -> str:
+    """The URL without a password, for messages and ``source``."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username or ''}:***@{parts.hostname or ''}"
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def _client_url(client: Any) -> str:
+    kw = client.connection_pool.connection_kwargs
+    if "path" in kw:
+        return f"unix://{kw['path']}?db={kw.get('db', 0)}"
+    return f"redis://{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"

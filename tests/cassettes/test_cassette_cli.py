@@ -1,0 +1,81 @@
+"""``dejacache show / diff / scan / prune``."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+import dejacache
+from dejacache.cli import main
+
+LONG = "please summarise the following report " * 20
+
+
+def _record(path, answers: dict[str, str]) -> None:
+    @dejacache.cache(name="agent.step", kind="llm")
+    def step(q: str) -> dict[str, object]:
+        return {"text": answers[q], "usage": {"input_tokens": 100, "output_tokens": len(q)}}
+
+    with dejacache.cassette(path, mode="record"):
+        for q in answers:
+            step(q)
+
+
+def test_show_prints_entries_with_values_expanded(tmp_path, capsys):
+    path = tmp_path / "c.json"
+    _record(path, {LONG: "ok", "b": "fine"})
+    assert b"@ref:" in path.read_bytes()
+    assert main(["show", str(path), "--plain"]) == 0
+    out = capsys.readouterr().out
+    assert "2 calls" in out and "#0 agent.step [llm] occurrence 0" in out
+    assert LONG in out and "@ref:" not in out
+    assert main(["show", str(path), "--plain", "--refs"]) == 0
+    assert "@ref:" in capsys.readouterr().out
+
+
+def test_diff_reports_added_dropped_changed_and_token_delta(tmp_path, capsys):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    _record(a, {"q1": "x", "q2": "y"})
+    _record(b, {"q1": "x", "q2": "y2", "q3": "z"})
+    assert main(["diff", str(a), str(b), "--plain"]) == 0
+    out = capsys.readouterr().out
+    assert "calls: 1 added, 0 dropped, 1 changed, 1 unchanged" in out
+    assert "response.text: 'y' -> 'y2'" in out
+    assert "tokens: 204 -> 306 (+102)" in out
+    assert main(["diff", str(a), str(a), "--plain", "--exit-code"]) == 0
+    assert main(["diff", str(a), str(b), "--plain", "--exit-code"]) == 1
+
+
+def test_scan_exits_non_zero_on_secret_shaped_strings(tmp_path, capsys):
+    clean = tmp_path / "cassettes" / "clean.json"
+    clean.parent.mkdir()
+    _record(clean, {"q": "a"})
+    assert main(["scan", str(tmp_path), "--plain"]) == 0
+    leaked = tmp_path / "cassettes" / "leaked.json"
+    leaked.write_text('{"headers": {"x-custom": "Bearer abcdefghijklmnopqrstuvwxyz123456"}}\n')
+    assert main(["scan", str(tmp_path), "--plain"]) == 1
+    out = capsys.readouterr().out
+    assert "leaked.json:1: bearer token" in out
+    assert "abcdefghijklmnopqrstuvwxyz123456" not in out
+
+
+def test_show_of_a_missing_file_is_an_error(tmp_path, capsys):
+    assert main(["show", str(tmp_path / "none.json"), "--plain"]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cmd", ["show", "diff", "scan", "prune"])
+def test_commands_are_listed(cmd, capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert cmd in capsys.readouterr().out
+
+
+def test_diff_sees_request_changes(tmp_path, capsys):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    _record(a, {"q1": "x"})
+    doc = orjson.loads(a.read_bytes())
+    doc["entries"][0]["request"]["q"] = "q1-edited"
+    b.write_bytes(orjson.dumps(doc))
+    assert main(["diff", str(a), str(b), "--plain"]) == 0
+    assert "request.q: 'q1' -> 'q1-edited'" in capsys.readouterr().out

@@ -1,0 +1,146 @@
+"""The file format: deterministic bytes, shared values, the lazy index, linear size."""
+
+from __future__ import annotations
+
+import pathlib
+
+import orjson
+import pytest
+
+from dejacache.cassettes import Cassette
+from dejacache.cassettes import format as fmt
+from dejacache.cassettes._workload import agent_steps
+from dejacache.codec import JsonCodec
+from dejacache.errors import CassetteError
+from dejacache.keys import digest
+from dejacache.stores import Record
+
+CODEC = JsonCodec()
+
+
+def record_steps(path: pathlib.Path, n: int, mode: str = "record") -> int:
+    """Record n agent steps straight into a cassette; returns the naive JSON size."""
+    tape = Cassette(path, mode=mode)
+    raw = 0
+    for req, resp in agent_steps(n):
+        canonical = orjson.dumps({"body": req}, option=orjson.OPT_SORT_KEYS)
+        key = digest("default", "openai.chat", canonical)
+        raw += len(orjson.dumps({"request": req, "response": resp}))
+        tape.put(key, Record(value=CODEC.encode(resp, key=key), name="openai.chat",
+                             kind="llm", request=canonical, duration=1.25,
+                             usage=resp["usage"]))
+    tape.save()
+    return raw
+
+
+def test_bytes_are_deterministic_sorted_indented_with_final_newline(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    record_steps(a, 5)
+    record_steps(b, 5)
+    data = a.read_bytes()
+    assert data == b.read_bytes()
+    assert data.endswith(b"}\n")
+    assert data.startswith(b'{\n  "entries": [\n    {\n      "duration": 1.25,')
+    doc = orjson.loads(data)
+    assert list(doc) == ["entries", "format", "values"]
+    assert doc["format"] == 1
+    assert fmt.dumps(doc) == data
+
+
+def test_messages_are_stored_once_and_requests_list_references(tmp_path):
+    p = tmp_path / "c.json"
+    record_steps(p, 4)
+    doc = orjson.loads(p.read_bytes())
+    msgs = doc["entries"][3]["request"]["body"]["messages"]
+    assert all(isinstance(m, str) and m.startswith(fmt.REF) for m in msgs)
+    # step 3 repeats the system prompt and earlier messages of step 2: same references
+    prev = doc["entries"][2]["request"]["body"]["messages"]
+    assert msgs[: len(prev)] == prev
+    system = doc["values"][msgs[0][len(fmt.REF):]]
+    assert system["role"] == "system"
+
+
+def test_size_is_linear_and_under_a_third_of_naive_json(tmp_path):
+    p = tmp_path / "c.json"
+    raw = record_steps(p, 300)
+    assert p.stat().st_size <= 0.3 * raw
+
+
+def test_user_strings_that_look_like_references_round_trip(tmp_path):
+    packer = fmt.Packer({})
+    tree = {"a": fmt.REF + "deadbeef", "b": ["x" * 300, 1], "c": [1.5] * 200}
+    packed = packer.pack_root(tree)
+    assert packed["a"] != tree["a"] and packed["a"].startswith(fmt.REF)
+    assert isinstance(packed["c"], str)  # a long list of numbers is shared whole
+    assert fmt.unpack(packed, packer.values.__getitem__) == tree
+
+
+def test_lazy_index_matches_a_full_parse(tmp_path):
+    p = tmp_path / "c.json"
+    record_steps(p, 30)
+    data = p.read_bytes()
+    lazy = fmt.LazyFile.open(data)
+    assert lazy is not None
+    assert lazy.keys == []  # nothing is indexed before it is needed
+    lazy.scan(4096)
+    assert 0 < len(lazy.keys) < 30
+    lazy.scan_all()
+    doc = fmt.load_document(data, p)
+    assert lazy.keys == [e["key"] for e in doc["entries"]]
+    for i in (0, 7, 29):
+        assert lazy.entry(i) == doc["entries"][i]
+    for h, v in doc["values"].items():
+        assert lazy.value(h) == (True, v)
+    assert lazy.value("0" * 24) == (False, None)
+
+
+def test_a_hit_parses_only_its_own_entry_and_no_request(tmp_path):
+    p = tmp_path / "c.json"
+    record_steps(p, 50)
+    tape = Cassette(p, mode="replay")
+    entries = orjson.loads(p.read_bytes())["entries"]
+    for i in (0, 49, 7):
+        rec = tape.get(entries[i]["key"])
+        assert rec is not None
+        assert CODEC.decode(rec.value, key=entries[i]["key"])["id"] == f"chatcmpl-{i}"
+    assert tape._full is None and all(e.doc is None for e in tape._old)
+
+
+@pytest.mark.parametrize("order", ["forward", "backward", "shuffled"])
+def test_chunked_discovery_serves_every_entry_in_any_order(tmp_path, monkeypatch, order):
+    monkeypatch.setattr(fmt, "_CHUNK", 2048)  # many small chunks over a small file
+    p = tmp_path / "c.json"
+    record_steps(p, 40)
+    keys = [e["key"] for e in orjson.loads(p.read_bytes())["entries"]]
+    ids = list(range(40))
+    if order == "backward":
+        ids.reverse()
+    elif order == "shuffled":
+        ids = ids[::7] + [i for i in ids if i % 7]
+    tape = Cassette(p, mode="replay")
+    for i in ids:
+        rec = tape.get(keys[i])
+        assert rec is not None, i
+        assert CODEC.decode(rec.value, key=keys[i])["id"] == f"chatcmpl-{i}"
+    assert tape.get(keys[0]) is None and tape.unused == []
+
+
+def test_hand_edited_file_is_read_by_the_full_parser(tmp_path):
+    p = tmp_path / "c.json"
+    record_steps(p, 3)
+    doc = orjson.loads(p.read_bytes())
+    p.write_bytes(orjson.dumps(doc))  # compact: the lazy index does not apply
+    tape = Cassette(p, mode="replay")
+    rec = tape.get(doc["entries"][2]["key"])
+    assert rec is not None
+    assert CODEC.decode(rec.value, key=doc["entries"][2]["key"])["id"] == "chatcmpl-2"
+
+
+def test_invalid_files_raise_cassette_error_naming_the_path(tmp_path):
+    p = tmp_path / "bad.json"
+    p.write_text("{not json")
+    with pytest.raises(CassetteError, match="bad.json"):
+        Cassette(p, mode="replay").get("k")
+    p.write_text('{"entries": [], "format": 99, "values": {}}')
+    with pytest.raises(CassetteError, match="format 99"):
+        Cassette(p, mode="replay").get("k")

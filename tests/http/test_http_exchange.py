@@ -1,0 +1,99 @@
+"""Pure parts: canonical requests, id aliases, provider detection, stored values."""
+
+from __future__ import annotations
+
+import orjson
+
+from dejacache.http.aliases import AliasTable
+from dejacache.http.exchange import canonical_request, response_value, storable
+from dejacache.http.providers import detect
+from dejacache.http.providers.anthropic import PROVIDER as ANTHROPIC
+from dejacache.http.providers.openai import PROVIDER as OPENAI
+
+
+def canon(body: bytes, ct: str = "application/json", *, aliases: AliasTable | None = None,
+          query: list[tuple[str, str]] | None = None) -> dict[str, object]:
+    raw, _ = canonical_request("POST", "/v1/chat/completions", query or [], body, ct, OPENAI,
+                               aliases, ())
+    return orjson.loads(raw)  # type: ignore[no-any-return]
+
+
+def test_key_order_and_volatile_fields_do_not_matter() -> None:
+    a = canon(b'{"model": "m", "user": "u1", "messages": [], "traceparent": "x"}')
+    b = canon(b'{"messages": [], "model": "m", "user": "u2"}')
+    assert a == b == {"method": "POST", "path": "/v1/chat/completions",
+                      "body": {"messages": [], "model": "m"}}
+
+
+def test_secret_query_parameters_are_dropped() -> None:
+    got = canon(b"", query=[("api-version", "1"), ("api_key", "s"), ("KEY", "s"),
+                            ("sig", "s"), ("x", "1"), ("x", "2")])
+    assert got["query"] == {"api-version": "1", "x": ["1", "2"]}
+
+
+def test_multipart_boundary_is_not_part_of_the_key() -> None:
+    a = canon(b"--b1\r\nfile\r\n--b1--", "multipart/form-data; boundary=b1")
+    b = canon(b"--b2\r\nfile\r\n--b2--", "multipart/form-data; boundary=b2")
+    assert a == b
+
+
+def test_large_binary_bodies_are_keyed_by_digest() -> None:
+    got = canon(bytes(range(256)) * 40, "application/octet-stream")
+    assert set(got["body"]) == {"xxh3_128", "size"}  # type: ignore[arg-type]
+
+
+def test_ids_are_aliased_by_position() -> None:
+    t = AliasTable()
+    t.learn(["chatcmpl-1", "call_A"])
+    t.learn(["call_A", "call_B"])
+    body = {"messages": [{"tool_call_id": "call_B"}, {"tool_calls": [{"id": "call_A"}]}],
+            "previous_response_id": "chatcmpl-1", "other": "call_Z"}
+    got = canon(orjson.dumps(body), aliases=t)["body"]
+    assert got == {"messages": [{"tool_call_id": "<id:3>"}, {"tool_calls": [{"id": "<id:2>"}]}],
+                   "previous_response_id": "<id:1>", "other": "call_Z"}
+    assert body["other"] == "call_Z" and body["messages"][0]["tool_call_id"] == "call_B"
+
+
+def test_stream_flag_is_reported() -> None:
+    _, stream = canonical_request("POST", "/v1/chat/completions", [], b'{"stream": true}',
+                                  "application/json", OPENAI, None, ())
+    assert stream
+
+
+def test_provider_detection_and_endpoint_names() -> None:
+    h = {"anthropic-version": "2023-06-01"}
+    assert detect("127.0.0.1", "/v1/messages", h).endpoint("x", "/v1/messages") == \
+        "anthropic.messages"
+    assert detect("127.0.0.1", "/v1/messages", {}).name == "http"
+    for path, name in [("/v1/chat/completions", "openai.chat.completions"),
+                       ("/v1/responses", "openai.responses"),
+                       ("/openai/deployments/d/embeddings", "openai.embeddings")]:
+        prov = detect("127.0.0.1", path, {})
+        assert prov.endpoint("127.0.0.1", path) == name
+    assert detect("api.openai.com", "/v1/files", {}).endpoint("", "/v1/files") == "openai.files"
+    assert detect("example.com:8080", "/x", {}).endpoint("example.com", "/x") == \
+        "http.example.com"
+
+
+def test_anthropic_stream_usage_and_ids() -> None:
+    events = [
+        [0.0, 'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1",'
+              '"usage":{"input_tokens":5,"output_tokens":1}}}\n\n'],
+        [0.1, 'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
+              '"content_block":{"type":"tool_use","id":"toolu_9","input":{}}}\n\n'],
+        [0.2, 'event: message_delta\ndata: {"type":"message_delta","usage":'
+              '{"output_tokens":7}}\n\n'],
+    ]
+    v = response_value(200, [("content-type", "text/event-stream"), ("set-cookie", "s")],
+                       "text/event-stream", ANTHROPIC, events=events)
+    assert v["usage"] == {"input_tokens": 5, "output_tokens": 7}
+    assert v["ids"] == ["msg_1", "toolu_9"]
+    assert v["headers"] == [["content-type", "text/event-stream"]]
+
+
+def test_transient_failures_are_kept_only_by_sequenced_stores() -> None:
+    assert storable({"status": 400}, False)
+    assert not storable({"status": 500}, False)
+    assert not storable({"status": 429}, False)
+    assert not storable({"error": {"type": "ReadTimeout"}}, False)
+    assert storable({"status": 500}, True)

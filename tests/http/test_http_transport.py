@@ -1,0 +1,138 @@
+"""The explicit seam: Transport / http_client over httpx and httpx2, in and out of blocks."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import httpx2
+import openai
+import pytest
+from fake_provider import FakeProvider
+
+import dejacache
+from dejacache.http import AsyncTransport, Transport
+
+BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+
+
+@pytest.mark.parametrize("lib", [httpx, httpx2], ids=["httpx", "httpx2"])
+def test_raw_clients_record_and_replay(fake: FakeProvider, lib: Any) -> None:
+    store = dejacache.MemoryStore()
+
+    def run() -> Any:
+        with lib.Client(transport=Transport(lib.HTTPTransport())) as c:
+            r = c.post(fake.openai_url + "/chat/completions", json=BODY)
+            with c.stream("POST", fake.openai_url + "/chat/completions",
+                          json={**BODY, "stream": True}) as s:
+                chunks = list(s.iter_lines())
+            return r.status_code, r.json(), chunks
+
+    with dejacache.scope(mode="record", store=store):
+        live = run()
+    fake.stop()
+    with dejacache.scope(mode="replay", store=store):
+        again = run()
+    assert live == again
+    assert again[2][-2:] == ["data: [DONE]", ""]
+
+
+@pytest.mark.parametrize("lib", [httpx, httpx2], ids=["httpx", "httpx2"])
+def test_raw_async_clients_record_and_replay(fake: FakeProvider, lib: Any) -> None:
+    store = dejacache.MemoryStore()
+
+    async def run() -> Any:
+        async with lib.AsyncClient(transport=AsyncTransport(lib.AsyncHTTPTransport())) as c:
+            r = await c.post(fake.openai_url + "/embeddings", json={"input": "x"})
+            async with c.stream("POST", fake.url + "/v1/messages", json={**BODY, "stream": True},
+                                headers={"anthropic-version": "2023-06-01"}) as s:
+                chunks = [line async for line in s.aiter_lines()]
+            return r.json(), chunks
+
+    with dejacache.scope(mode="record", store=store):
+        live = asyncio.run(run())
+    fake.stop()
+    with dejacache.scope(mode="replay", store=store):
+        again = asyncio.run(run())
+    assert live == again
+    assert {r.name for _, r in store.iterate()} == {"openai.embeddings", "anthropic.messages"}
+
+
+def test_http_client_caches_outside_any_block(fake: FakeProvider) -> None:
+    dejacache.configure(store=dejacache.MemoryStore())
+    with dejacache.http_client() as http:
+        client = openai.OpenAI(base_url=fake.openai_url, api_key="k", http_client=http)
+        a = client.chat.completions.create(**BODY)  # type: ignore[call-overload]
+        b = client.chat.completions.create(**BODY)  # type: ignore[call-overload]
+    assert a.model_dump() == b.model_dump()
+    assert fake.count() == 1
+    assert isinstance(http, httpx2.Client)
+
+
+def test_openai3_over_a_legacy_httpx_client(fake: FakeProvider) -> None:
+    store = dejacache.MemoryStore()
+
+    def run() -> Any:
+        with dejacache.http_client(library="httpx") as http:
+            assert isinstance(http, httpx.Client)
+            client = openai.OpenAI(base_url=fake.openai_url, api_key="k", http_client=http)
+            r = client.chat.completions.create(**BODY)  # type: ignore[call-overload]
+            s = client.chat.completions.create(**BODY, stream=True)  # type: ignore[call-overload]
+            return r.model_dump(), [c.model_dump() for c in s]
+
+    with dejacache.scope(mode="record", store=store):
+        live = run()
+    fake.stop()
+    with dejacache.scope(mode="replay", store=store):
+        assert run() == live
+
+
+def test_explicit_client_inside_a_block_records_once(fake: FakeProvider) -> None:
+    store = dejacache.MemoryStore()
+    with dejacache.scope(mode="record", store=store), dejacache.http_client() as http:
+        client = openai.OpenAI(base_url=fake.openai_url, api_key="k", http_client=http)
+        client.chat.completions.create(**BODY)  # type: ignore[call-overload]
+    assert len(store) == 1
+    assert dejacache.stats().total.misses == 1
+
+
+def test_secrets_never_reach_the_store_and_headers_are_not_keyed(fake: FakeProvider) -> None:
+    store = dejacache.MemoryStore()
+    url = fake.openai_url + "/chat/completions?api_key=QUERY-SECRET&api-version=2024"
+    with dejacache.scope(mode="auto", store=store), httpx2.Client() as c:
+        a = c.post(url, json=BODY, headers={"Authorization": "Bearer HEADER-SECRET",
+                                            "traceparent": "00-aaaa-01"})
+        b = c.post(url.replace("QUERY-SECRET", "OTHER"), json=BODY,
+                   headers={"Authorization": "Bearer ANOTHER", "traceparent": "00-bbbb-01"})
+    assert a.json() == b.json()
+    assert fake.count() == 1
+    ((_, rec),) = list(store.iterate())
+    blob = rec.value + rec.request
+    for secret in (b"SECRET", b"server-secret", b"Bearer", b"session"):
+        assert secret not in blob
+    assert b"api-version" in rec.request
+    assert a.headers["content-type"] == b.headers["content-type"] == "application/json"
+    assert "set-cookie" not in b.headers
+
+
+def test_volatile_body_fields_do_not_change_the_key(fake: FakeProvider) -> None:
+    with dejacache.scope(mode="auto", store=dejacache.MemoryStore()), httpx2.Client() as c:
+        url = fake.openai_url + "/chat/completions"
+        a = c.post(url, json={**BODY, "user": "alice"}).json()
+        b = c.post(url, json={**BODY, "user": "bob"}).json()
+        d = c.post(url, json={**BODY, "temperature": 0.5}).json()
+    assert a == b != d
+    assert fake.count() == 2
+
+
+def test_no_namespace_means_no_caching(fake: FakeProvider) -> None:
+    with dejacache.scope(cache_key=None), httpx2.Client() as c:
+        c.post(fake.openai_url + "/embeddings", json={"input": "x"})
+        c.post(fake.openai_url + "/embeddings", json={"input": "x"})
+    assert fake.count() == 2
+
+
+def test_transport_needs_a_library_it_knows() -> None:
+    with pytest.raises(ValueError, match="unknown HTTP library"):
+        Transport(library="requests")

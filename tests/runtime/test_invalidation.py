@@ -1,0 +1,292 @@
+"""@invalidates: entity and whole-resource invalidation, before and after the write, O(1)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+import dejacache
+from dejacache.runtime import generations
+
+
+class Db:
+    """A tiny 'database' the tools read and write, counting reads."""
+
+    def __init__(self) -> None:
+        self.carts: dict[int, list[str]] = {1: [], 2: []}
+        self.reads = 0
+
+
+@pytest.fixture
+def shop() -> Any:
+    db = Db()
+
+    @dejacache.tool_cache(resource="cart", key="cart:{user_id}")
+    def get_cart(user_id: int) -> list[str]:
+        db.reads += 1
+        return list(db.carts[user_id])
+
+    @dejacache.tool_cache(resource="cart")
+    def all_carts() -> dict[str, list[str]]:
+        db.reads += 1
+        return {str(k): list(v) for k, v in db.carts.items()}
+
+    @dejacache.invalidates("cart", key="cart:{user_id}")
+    def add_item(user_id: int, sku: str) -> str:
+        db.carts[user_id].append(sku)
+        return "ok"
+
+    @dejacache.invalidates("cart")
+    def empty_all() -> None:
+        for v in db.carts.values():
+            v.clear()
+
+    class Shop:
+        pass
+
+    s = Shop()
+    s.db, s.get_cart, s.all_carts, s.add_item, s.empty_all = (  # type: ignore[attr-defined]
+        db, get_cart, all_carts, add_item, empty_all)
+    return s
+
+
+def test_entity_write_invalidates_only_that_entity(shop: Any) -> None:
+    with dejacache.agent_session(tenant="acme"):
+        assert shop.get_cart(1) == [] and shop.get_cart(2) == []
+        assert shop.db.reads == 2
+        shop.add_item(1, "apple")
+        assert shop.get_cart(1) == ["apple"]
+        assert shop.get_cart(2) == []
+    assert shop.db.reads == 3
+
+
+def test_entity_write_invalidates_listings_of_the_resource(shop: Any) -> None:
+    with dejacache.agent_session(tenant="acme"):
+        assert shop.all_carts() == {"1": [], "2": []}
+        shop.add_item(2, "pear")
+        assert shop.all_carts() == {"1": [], "2": ["pear"]}
+
+
+def test_whole_resource_write_invalidates_everything(shop: Any) -> None:
+    with dejacache.agent_session(tenant="acme"):
+        shop.add_item(1, "a")
+        shop.add_item(2, "b")
+        assert shop.get_cart(1) == ["a"] and shop.get_cart(2) == ["b"]
+        assert shop.all_carts() == {"1": ["a"], "2": ["b"]}
+        shop.empty_all()
+        assert shop.get_cart(1) == [] and shop.get_cart(2) == []
+        assert shop.all_carts() == {"1": [], "2": []}
+
+
+def test_tenant_write_leaves_other_tenants_cached(shop: Any) -> None:
+    with dejacache.agent_session(tenant="a"):
+        shop.get_cart(1)
+    with dejacache.agent_session(tenant="b"):
+        shop.get_cart(1)
+        shop.add_item(1, "x")
+    reads = shop.db.reads
+    with dejacache.agent_session(tenant="a"):
+        shop.get_cart(1)  # still the tenant's own cached (isolated) value
+    assert shop.db.reads == reads
+    assert dejacache.runtime_stats(tenant="b").by_tool["add_item"].invalidations == 1
+    assert dejacache.runtime_stats(tenant="a").total.invalidations == 0
+
+
+def test_write_outside_a_session_reaches_every_tenant(shop: Any) -> None:
+    for t in ("a", "b"):
+        with dejacache.agent_session(tenant=t):
+            shop.get_cart(1)
+    shop.add_item(1, "admin")  # no session: a global invalidation
+    for t in ("a", "b"):
+        with dejacache.agent_session(tenant=t):
+            assert shop.get_cart(1) == ["admin"]
+
+
+def test_explicit_global_scope_from_inside_a_session(shop: Any) -> None:
+    calls = []
+
+    @dejacache.invalidates("cart", scope="global")
+    def reindex() -> None:
+        calls.append(1)
+
+    with dejacache.agent_session(tenant="a"):
+        shop.get_cart(1)
+    with dejacache.agent_session(tenant="b"):
+        reindex()
+    reads = shop.db.reads
+    with dejacache.agent_session(tenant="a"):
+        shop.get_cart(1)
+    assert shop.db.reads == reads + 1
+
+
+def test_tenant_write_reaches_global_readers_of_the_resource() -> None:
+    prices = {"x": 1}
+
+    @dejacache.tool_cache(resource="price", scope="global")
+    def price(sku: str) -> int:
+        return prices[sku]
+
+    @dejacache.invalidates("price", key="price:{sku}")
+    def set_price(sku: str, value: int) -> None:
+        prices[sku] = value
+
+    assert price("x") == 1
+    with dejacache.agent_session(tenant="a"):
+        set_price("x", 2)
+    assert price("x") == 2
+
+
+def test_invalidates_tenant_scope_needs_a_session() -> None:
+    @dejacache.invalidates("cart", scope="tenant")
+    def write() -> None:
+        return None
+
+    with pytest.raises(dejacache.ScopeError, match="scope='global'"):
+        write()
+
+
+def test_second_invalidation_runs_even_if_the_write_raises(shop: Any) -> None:
+    @dejacache.invalidates("cart", key="cart:{user_id}")
+    def half_write(user_id: int) -> None:
+        shop.db.carts[user_id].append("half")
+        raise RuntimeError("crashed after writing")
+
+    with dejacache.agent_session(tenant="acme"):
+        shop.get_cart(1)
+        with pytest.raises(RuntimeError):
+            half_write(1)
+        assert shop.get_cart(1) == ["half"]
+
+
+def test_reader_loading_during_the_write_cannot_leave_a_stale_value() -> None:
+    """A read that starts after the first invalidation and loads the old value while the
+    write is in progress must not be served after the write (the second invalidation and the
+    stale check protect it)."""
+    db = {"v": "old"}
+    reader_loading = threading.Event()
+    writer_done = threading.Event()
+
+    @dejacache.tool_cache(resource="doc", key="doc:{doc_id}")
+    def read(doc_id: int) -> str:
+        value = db["v"]  # loads the old value ...
+        reader_loading.set()
+        assert writer_done.wait(5)  # ... and returns only after the write finished
+        return value
+
+    @dejacache.invalidates("doc", key="doc:{doc_id}")
+    def write(doc_id: int) -> None:
+        assert reader_loading.wait(5)
+        db["v"] = "new"
+
+    sess = dejacache.agent_session(tenant="acme")
+    results: list[str] = []
+
+    def reader() -> None:
+        with sess:
+            results.append(read(1))
+
+    def writer() -> None:
+        with sess:
+            write(1)
+        writer_done.set()
+
+    t1 = threading.Thread(target=reader)
+    t2 = threading.Thread(target=writer)
+    t2.start()
+    t1.start()
+    t1.join(10)
+    t2.join(10)
+    assert results == ["old"]  # that caller asked before the write finished
+    with sess:
+        assert read(1) == "new"  # and nobody is served the old value afterwards
+    st = dejacache.runtime_stats().by_tool["read"]
+    assert st.stale_protected == 1
+
+
+def test_reader_that_stores_between_the_two_invalidations_is_not_served() -> None:
+    db = {"v": "old"}
+
+    @dejacache.tool_cache(resource="doc2", key="doc:{doc_id}")
+    def read(doc_id: int) -> str:
+        return db["v"]
+
+    @dejacache.invalidates("doc2", key="doc:{doc_id}")
+    def write(doc_id: int) -> None:
+        # Another reader runs to completion after the first invalidation, before the write
+        # lands, and stores the old value.
+        assert read(doc_id) == "old"
+        db["v"] = "new"
+
+    with dejacache.agent_session(tenant="acme"):
+        write(1)
+        assert read(1) == "new"
+
+
+async def test_async_writer_and_reader() -> None:
+    db = {"v": 1}
+
+    @dejacache.tool_cache(resource="n")
+    async def get() -> int:
+        return db["v"]
+
+    @dejacache.invalidates("n")
+    async def incr() -> None:
+        await asyncio.sleep(0)
+        db["v"] += 1
+
+    async with dejacache.agent_session(tenant="a"):
+        assert await get() == 1
+        await incr()
+        assert await get() == 2
+        assert await get() == 2
+
+
+def test_invalidation_is_constant_time() -> None:
+    """O(1): the number of counters touched does not depend on the entries cached."""
+    store = dejacache.MemoryStore(maxsize=20_000)
+
+    @dejacache.tool_cache(resource="big", key="item:{i}", store=store)
+    def item(i: int) -> int:
+        return i
+
+    @dejacache.invalidates("big")
+    def wipe() -> None:
+        return None
+
+    with dejacache.agent_session(tenant="acme"):
+        for i in range(5000):
+            item(i)
+        before = dict(generations.local_generations()._values)
+        wipe()
+        after = generations.local_generations()._values
+        changed = {k for k in after if after[k] != before.get(k)}
+        assert len(changed) == 1 and next(iter(changed)).endswith("/big/R")
+        assert len(store) == 5000  # nothing scanned or deleted: old keys are unreachable
+        item(1)
+    assert dejacache.runtime_stats().by_tool["item"].misses == 5001
+
+
+def test_bad_invalidates_arguments() -> None:
+    with pytest.raises(dejacache.ConfigurationError):
+        dejacache.invalidates("cart", scope="session")(lambda: None)
+    with pytest.raises(dejacache.ConfigurationError, match="uid"):
+
+        @dejacache.invalidates("cart", key="cart:{uid}")
+        def write(user_id: int) -> None:
+            return None
+
+
+def test_local_counters_are_bounded_and_start_over_safely() -> None:
+    gens = generations.LocalGenerations(max_counters=4)
+    names = ["a", "b"]
+    assert gens.read(names) == [0, 0] and gens.epoch == 0
+    gens.bump(names)
+    gens.bump(["c", "d"])
+    before = (gens.epoch, gens.read(names))
+    gens.bump(["e"])  # over the bound: counters start over in a new epoch
+    after = (gens.epoch, gens.read(names))
+    assert before == (0, [1, 1]) and after == (1, [0, 0])
+    assert before != after  # so no key from before can be computed again

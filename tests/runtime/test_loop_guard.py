@@ -1,0 +1,215 @@
+"""The loop guard inside agent sessions: raise, warn once, nudge, escalation, per session."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+import dejacache
+
+
+def make_tools() -> Any:
+    calls: list[str] = []
+
+    @dejacache.tool_cache(resource="cart", key="cart:{user_id}")
+    def get_cart(user_id: int) -> dict[str, Any]:
+        calls.append("get_cart")
+        return {"user": user_id, "items": []}
+
+    @dejacache.tool
+    def search(q: str) -> list[str]:
+        calls.append("search")
+        return [q]
+
+    @dejacache.invalidates("cart", key="cart:{user_id}")
+    def add_item(user_id: int, sku: str) -> str:
+        calls.append("add_item")
+        return "ok"
+
+    return calls, get_cart, search, add_item
+
+
+def test_raise_on_repeat_counts_cache_hits() -> None:
+    calls, get_cart, _, _ = make_tools()
+    with dejacache.agent_session(tenant="a", loop_guard=dejacache.LoopGuard(max_repeats=3)):
+        for _ in range(3):
+            get_cart(1)
+        with pytest.raises(dejacache.AgentLoopDetected, match="repeat") as exc:
+            get_cart(1)
+    assert exc.value.pattern == "repeat"
+    assert "get_cart" in str(exc.value) and "4 times" in str(exc.value)
+    assert calls == ["get_cart"]  # one origin call; the rest were hits, and still traced
+
+
+def test_nudge_returns_a_structured_result_instead_of_running() -> None:
+    calls, _, search, _ = make_tools()
+    guard = dejacache.LoopGuard(max_repeats=2, on_loop="nudge", escalate=None)
+    with dejacache.agent_session(tenant="a", loop_guard=guard):
+        search("shoes")
+        search("shoes")
+        nudge = search("shoes")
+    assert calls == ["search", "search"]
+    assert isinstance(nudge, dict)
+    assert nudge["loop_detected"] == "repeat"
+    assert nudge["is_error"] is True
+    assert nudge["previous_result"] == ["shoes"]
+    assert "already made 2 times" in nudge["message"]
+    assert '["shoes"]' in nudge["message"]
+    assert "change approach" in nudge["message"]
+
+
+def test_nudge_escalates_to_raise() -> None:
+    _, _, search, _ = make_tools()
+    guard = dejacache.LoopGuard(max_repeats=1, on_loop="nudge", escalate=2)
+    with dejacache.agent_session(tenant="a", loop_guard=guard):
+        search("x")
+        assert search("x")["loop_detected"] == "repeat"
+        assert search("x")["loop_detected"] == "repeat"
+        with pytest.raises(dejacache.AgentLoopDetected):
+            search("x")
+
+
+def test_warn_logs_once_per_pattern_and_runs_the_tool(caplog: pytest.LogCaptureFixture) -> None:
+    calls, _, search, _ = make_tools()
+    guard = dejacache.LoopGuard(max_repeats=1, on_loop="warn")
+    with caplog.at_level(logging.WARNING, logger="dejacache.runtime"), dejacache.agent_session(
+        tenant="a", loop_guard=guard
+    ):
+        for _ in range(4):
+            assert search("x") == ["x"]
+        for _ in range(3):
+            assert search("y") == ["y"]
+    assert calls == ["search"] * 7
+    msgs = [r.getMessage() for r in caplog.records if r.name == "dejacache.runtime"]
+    assert len(msgs) == 2  # once for search("x"), once for search("y")
+    assert all("loop guard" in m for m in msgs)
+
+
+def test_depth_budget() -> None:
+    _, _, search, _ = make_tools()
+    guard = dejacache.LoopGuard(max_depth=5, max_repeats=100)
+    with dejacache.agent_session(tenant="a", loop_guard=guard):
+        for i in range(5):
+            search(str(i))
+        with pytest.raises(dejacache.AgentLoopDetected, match="depth"):
+            search("6")
+
+
+def test_cycle_between_tools_with_writes() -> None:
+    _, get_cart, _, add_item = make_tools()
+    guard = dejacache.LoopGuard(max_repeats=10)
+    with dejacache.agent_session(tenant="a", loop_guard=guard):
+        get_cart(1)
+        add_item(1, "sku")
+        get_cart(1)
+        with pytest.raises(dejacache.AgentLoopDetected, match="cycle") as exc:
+            add_item(1, "sku")
+    assert "get_cart → add_item" in str(exc.value)
+
+
+def test_cycle_nudge_message() -> None:
+    _, _, search, _ = make_tools()
+
+    @dejacache.tool
+    def open_page(url: str) -> str:
+        return "page"
+
+    guard = dejacache.LoopGuard(on_loop="nudge")
+    with dejacache.agent_session(tenant="a", loop_guard=guard):
+        search("q")
+        open_page("u")
+        search("q")
+        nudge = open_page("u")
+    assert nudge["loop_detected"] == "cycle"
+    assert "search -> open_page" in nudge["message"]
+
+
+def test_no_progress_identical_results_across_writes() -> None:
+    _, get_cart, _, _ = make_tools()
+
+    @dejacache.invalidates("cart", key="cart:{user_id}")
+    def touch(user_id: int, n: int) -> None:  # changes nothing get_cart can see
+        return None
+
+    guard = dejacache.LoopGuard(max_repeats=2, max_cycle=0, on_loop="nudge", escalate=None)
+    with dejacache.agent_session(tenant="a", loop_guard=guard):
+        results = []
+        for n in range(3):
+            touch(1, n)
+            results.append(get_cart(1))
+    assert results[:2] == [{"user": 1, "items": []}] * 2
+    assert results[2]["loop_detected"] == "no_progress"
+    assert "same result 3 times" in results[2]["message"]
+
+
+def test_guard_state_is_per_session() -> None:
+    _, _, search, _ = make_tools()
+    guard = dejacache.LoopGuard(max_repeats=2)
+    for tenant in ("a", "a", "b"):
+        with dejacache.agent_session(tenant=tenant, loop_guard=guard):
+            search("x")
+            search("x")  # at the limit in each session, never over it
+    sess = dejacache.agent_session(tenant="a", loop_guard=guard)
+    with sess:
+        search("x")
+        search("x")
+    with sess, pytest.raises(dejacache.AgentLoopDetected):  # re-entered: state continues
+        search("x")
+
+
+def test_no_guard_no_tracing() -> None:
+    _, _, search, _ = make_tools()
+    with dejacache.agent_session(tenant="a"):
+        for _ in range(10):
+            search("x")
+    for _ in range(10):
+        search("x")  # the plain tracer works outside sessions too
+
+
+async def test_async_tools_are_traced() -> None:
+    @dejacache.tool
+    async def fetch(url: str) -> str:
+        await asyncio.sleep(0)
+        return "body"
+
+    @dejacache.tool_cache(resource="page")
+    async def cached_fetch(url: str) -> str:
+        return "body"
+
+    guard = dejacache.LoopGuard(max_repeats=1, on_loop="nudge", escalate=None)
+    async with dejacache.agent_session(tenant="a", loop_guard=guard):
+        assert await fetch("u") == "body"
+        assert (await fetch("u"))["loop_detected"] == "repeat"
+        assert await cached_fetch("u") == "body"
+        assert (await cached_fetch("u"))["loop_detected"] == "repeat"
+
+
+def test_loops_are_counted_in_runtime_stats() -> None:
+    _, get_cart, _, _ = make_tools()
+    guard = dejacache.LoopGuard(max_repeats=1, on_loop="nudge", escalate=None)
+    with dejacache.agent_session(tenant="a", loop_guard=guard):
+        get_cart(1)
+        get_cart(1)
+    assert dejacache.runtime_stats().by_tool["get_cart"].loops == 1
+
+
+def test_nudge_never_returns_none_even_without_a_previous_result() -> None:
+    @dejacache.tool
+    def act(x: int) -> None:
+        return None
+
+    guard = dejacache.LoopGuard(max_depth=1, on_loop="nudge", escalate=None)
+    with dejacache.agent_session(tenant="a", loop_guard=guard):
+        assert act(1) is None
+        nudge = act(2)
+    assert isinstance(nudge, dict) and "budget of 1" in nudge["message"]
+
+
+@pytest.mark.parametrize("kw", [{"on_loop": "explode"}, {"max_repeats": 0},
+                                {"escalate": -1}, {"cycle_repeats": 1}])
+def test_bad_guard_settings(kw: dict[str, Any]) -> None:
+    with pytest.raises(dejacache.ConfigurationError):
+        dejacache.LoopGuard(**kw)

@@ -1,0 +1,76 @@
+"""runtime_stats() per tool, resource and tenant; the optional Prometheus collector."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import dejacache
+from dejacache.runtime.metrics import PrometheusCollector
+
+
+def workload() -> None:
+    @dejacache.tool_cache(resource="cart", key="cart:{u}")
+    def get_cart(u: int) -> dict[str, int]:
+        return {"u": u}
+
+    @dejacache.tool_cache(resource="cart")
+    def list_carts() -> list[int]:
+        return [1]
+
+    @dejacache.invalidates("cart", key="cart:{u}")
+    def add(u: int) -> None:
+        return None
+
+    for tenant in ("a", "b"):
+        with dejacache.agent_session(tenant=tenant):
+            get_cart(1)
+            get_cart(1)
+            list_carts()
+    with dejacache.agent_session(tenant="a"):
+        add(1)
+        get_cart(1)
+
+
+def test_runtime_stats_by_tool_resource_and_tenant() -> None:
+    workload()
+    st = dejacache.runtime_stats()
+    assert st.by_tool["get_cart"].hits == 2
+    assert st.by_tool["get_cart"].misses == 3
+    assert st.by_tool["list_carts"].misses == 2
+    assert st.by_tool["add"].invalidations == 1
+    assert st.by_resource["cart"].misses == 5
+    assert st.by_resource["cart"].invalidations == 1
+    assert st.total.bytes_stored > 0 and st.total.bytes_served > 0
+    assert 0 < st.total.hit_rate < 1
+    a = dejacache.runtime_stats(tenant="a")
+    assert a.by_tool["get_cart"].misses == 2 and a.total.invalidations == 1
+    b = dejacache.runtime_stats(tenant="b")
+    assert b.by_tool["get_cart"].misses == 1 and b.total.invalidations == 0
+    dejacache.reset_runtime_stats()
+    assert dejacache.runtime_stats().total == dejacache.runtime_stats().total.__class__()
+
+
+def test_prometheus_collector() -> None:
+    prometheus_client = pytest.importorskip("prometheus_client")
+    workload()
+    registry = prometheus_client.CollectorRegistry()
+    registry.register(PrometheusCollector())
+    text = prometheus_client.generate_latest(registry).decode()
+    assert 'dejacache_runtime_hits_total{resource="cart",tool="get_cart"} 2.0' in text
+    assert 'dejacache_runtime_invalidations_total{resource="cart",tool="add"} 1.0' in text
+    assert "tenant=" not in text
+    per_tenant = prometheus_client.CollectorRegistry()
+    per_tenant.register(PrometheusCollector(per_tenant=True))
+    text = prometheus_client.generate_latest(per_tenant).decode()
+    assert 'dejacache_runtime_misses_total{resource="cart",tenant="b",tool="get_cart"} 1.0' in text
+
+
+def test_prometheus_collector_without_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    monkeypatch.setitem(sys.modules, "prometheus_client.core", None)
+    with pytest.raises(dejacache.ConfigurationError, match=r"dejacache\[prometheus\]"):
+        PrometheusCollector()
+    # Importing dejacache never needed it.
+    assert dejacache.runtime_stats() is not None

@@ -1,0 +1,262 @@
+"""Redis-backed tool caches: generation counters shared across replicas (two real processes),
+a memory tier in front that learns of invalidations, and failing open when Redis is down."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import dejacache
+from dejacache._core.scopes import tenant_prefix
+from dejacache.runtime.generations import SharedGenerations
+from dejacache.runtime.tools import _counter_names_w
+from support_redis import RedisServer
+
+redis = pytest.importorskip("redis")
+from dejacache.stores.redis import RedisStore  # noqa: E402
+
+pytestmark = pytest.mark.redis
+
+
+def wait_for(cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.02)
+    raise AssertionError("condition not met in time")
+
+
+class Shop:
+    """Tools over a 'database' that lives in Redis itself (plain keys), so replicas share it."""
+
+    def __init__(self, url: str, store: dejacache.Store, *, max_age: float = 0.0) -> None:
+        self.db = redis.Redis.from_url(url, socket_timeout=1)
+        self.reads = 0
+
+        @dejacache.tool_cache(resource="cart", key="cart:{user_id}", store=store,
+                              counter_max_age=max_age)
+        def get_cart(user_id: int) -> str:
+            self.reads += 1
+            return (self.db.get(f"db:cart:{user_id}") or b"").decode()
+
+        @dejacache.invalidates("cart", key="cart:{user_id}", store=store)
+        def set_cart(user_id: int, value: str) -> None:
+            self.db.set(f"db:cart:{user_id}", value)
+
+        self.get_cart, self.set_cart = get_cart, set_cart
+
+
+def tiered(url: str, **kw: Any) -> dejacache.TieredStore:
+    return dejacache.TieredStore(dejacache.MemoryStore(),
+                                 RedisStore(url, key_prefix="rt", **kw))
+
+
+def test_tiered_store_learns_of_invalidation_through_redis_counters(
+    redis_server: RedisServer,
+) -> None:
+    store = tiered(redis_server.url)
+    shop = Shop(redis_server.url, store)
+    shop.db.set("db:cart:1", "v0")
+    with dejacache.agent_session(tenant="acme"):
+        assert shop.get_cart(1) == "v0"
+        assert shop.get_cart(1) == "v0"
+        assert shop.reads == 1
+        # Another replica writes: it bumps the counters in Redis (a separate store object,
+        # its own generation cache, no shared Python state with this one).
+        other = SharedGenerations(RedisStore(redis_server.url, key_prefix="rt"))
+        shop.db.set("db:cart:1", "v1")
+        names = _counter_names_w([tenant_prefix("acme")], "cart", "cart:1")
+        assert other.bump(names)
+        assert shop.get_cart(1) == "v1"  # bound 0: counters are read on every call
+        assert shop.reads == 2
+
+
+def test_counter_max_age_bounds_staleness(redis_server: RedisServer) -> None:
+    store = tiered(redis_server.url)
+    shop = Shop(redis_server.url, store, max_age=0.3)
+    shop.db.set("db:cart:1", "v0")
+    other = SharedGenerations(RedisStore(redis_server.url, key_prefix="rt"))
+    names = _counter_names_w([tenant_prefix("acme")], "cart", "cart:1")
+    with dejacache.agent_session(tenant="acme"):
+        assert shop.get_cart(1) == "v0"
+        shop.db.set("db:cart:1", "v1")
+        other.bump(names)
+        t0 = time.monotonic()
+        # Within max_age this replica may still serve v0; after it, never.
+        while shop.get_cart(1) != "v1":
+            assert time.monotonic() - t0 < 0.3 + 0.2, "stale beyond counter_max_age"
+            time.sleep(0.02)
+        # This replica's own writes are seen at once, whatever max_age says.
+        shop.set_cart(1, "v2")
+        assert shop.get_cart(1) == "v2"
+
+
+def test_redis_down_fails_open_to_the_origin(redis_server: RedisServer) -> None:
+    store = tiered(redis_server.url, cooldown=0.05)
+    shop = Shop(redis_server.url, store)
+    backend: RedisStore = store.back  # type: ignore[assignment]
+    shop.db.set("db:cart:1", "v0")
+    with dejacache.agent_session(tenant="acme"):
+        assert shop.get_cart(1) == "v0"  # stored under generation 0, memory tier included
+        shop.set_cart(1, "v1")
+        assert shop.get_cart(1) == "v1"
+        redis_server.stop()
+        # The memory tier still holds the entry, but its freshness cannot be proven: the
+        # tool runs (and here fails, since its database is down too: the caller sees that,
+        # never the possibly stale copy).
+        with pytest.raises(redis.RedisError):
+            shop.get_cart(1)
+        assert dejacache.runtime_stats().by_tool["get_cart"].bypassed >= 1
+        assert shop.reads == 3
+        redis_server.start()
+        wait_for(lambda: backend.get_counters(["x"]) is not None)
+        shop.db = redis.Redis.from_url(redis_server.url, socket_timeout=1)
+        shop.db.set("db:cart:1", "after-restart")
+        # Redis came back empty: counters went back to zero, which would make the gen-0 "v0"
+        # entry in the memory tier reachable again; the regression moves this replica to a
+        # new epoch instead.
+        assert shop.get_cart(1) == "after-restart"
+
+
+def test_write_while_redis_is_down_is_replayed_before_serving(redis_server: RedisServer) -> None:
+    store = tiered(redis_server.url, cooldown=0.05)
+    backend: RedisStore = store.back  # type: ignore[assignment]
+    seen: list[str] = []
+    value = {"v": "v0"}
+
+    @dejacache.tool_cache(resource="doc", store=store)
+    def read() -> str:
+        seen.append(value["v"])
+        return value["v"]
+
+    @dejacache.invalidates("doc", store=store)
+    def write(v: str) -> None:
+        value["v"] = v
+
+    with dejacache.agent_session(tenant="acme"):
+        assert read() == "v0"
+        assert read() == "v0"
+        redis_server.pause()  # silent Redis: the bumps time out
+        try:
+            write("v1")
+        finally:
+            redis_server.resume()
+        wait_for(lambda: backend.get_counters(["x"]) is not None)
+        # The failed bumps are applied before any entry is served again.
+        assert read() == "v1"
+        assert read() == "v1"
+    assert seen == ["v0", "v1"]
+
+
+async def test_async_tools_share_counters(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, key_prefix="rt")
+    data = {"v": 1}
+
+    @dejacache.tool_cache(resource="n", store=store)
+    async def get() -> int:
+        return data["v"]
+
+    @dejacache.invalidates("n", store=store)
+    async def bump() -> None:
+        data["v"] += 1
+
+    async with dejacache.agent_session(tenant="acme"):
+        assert await get() == 1
+        data["v"] = 5  # changed behind the cache's back: the entry stays until a write
+        assert await get() == 1
+        await bump()
+        assert await get() == 6
+    assert dejacache.runtime_stats().by_tool["get"].hits == 1
+    await store.aclose()
+
+
+CHILD = textwrap.dedent("""
+    import sys, redis, dejacache
+    url = sys.argv[1]
+    db = redis.Redis.from_url(url, socket_timeout=2)
+    dejacache.configure(store=dejacache.TieredStore(
+        dejacache.MemoryStore(), dejacache.RedisStore(url, key_prefix="rt", timeout=1.0,
+                                                      connect_timeout=1.0)))
+    reads = 0
+
+    @dejacache.tool_cache(resource="cart", key="cart:{user_id}")
+    def get_cart(user_id):
+        global reads
+        reads += 1
+        return (db.get(f"db:cart:{user_id}") or b"").decode()
+
+    @dejacache.invalidates("cart", key="cart:{user_id}")
+    def set_cart(user_id, value):
+        db.set(f"db:cart:{user_id}", value)
+
+    print("ready", flush=True)
+    for line in sys.stdin:
+        cmd, *args = line.split()
+        with dejacache.agent_session(tenant="acme"):
+            if cmd == "get":
+                print(get_cart(int(args[0])), reads, flush=True)
+            else:
+                set_cart(int(args[0]), args[1])
+                print("ok", reads, flush=True)
+""")
+
+
+class Replica:
+    def __init__(self, url: str, tmp: str) -> None:
+        env = {**os.environ, "DEJACACHE_DIR": tmp}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            text=True, env=env,
+        )
+        assert self.read_line() == "ready"
+
+    def read_line(self) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().strip()
+        assert line, "replica died"
+        return line
+
+    def ask(self, cmd: str) -> list[str]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(cmd + "\n")
+        self.proc.stdin.flush()
+        return self.read_line().split()
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()
+        self.proc.wait(10)
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def replicas(redis_server: RedisServer, tmp_path: Any) -> Iterator[tuple[Replica, Replica]]:
+    a = Replica(redis_server.url, str(tmp_path / "a"))
+    b = Replica(redis_server.url, str(tmp_path / "b"))
+    try:
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+
+
+def test_two_processes_see_each_others_invalidations(
+    replicas: tuple[Replica, Replica], redis_server: RedisServer,
+) -> None:
+    a, b = replicas
+    redis.Redis.from_url(redis_server.url).set("db:cart:1", "v0")
+    assert a.ask("get 1") == ["v0", "1"]
+    assert a.ask("get 1") == ["v0", "1"]  # a memory-tier hit in replica A
+    assert b.ask("get 1") == ["v0", "0"]  # B is served A's entry through Redis
+    assert b.ask("set 1 v1") == ["ok", "0"]
+    assert a.ask("get 1") == ["v1", "2"]  # B's write invalidated A's memory tier at once
+    assert a.ask("get 1") == ["v1", "2"]
+    assert b.ask("get 1") == ["v1", "0"]

@@ -1,0 +1,144 @@
+"""MemoryStore: the LRU bounds (count and bytes) and the monotonic TTL clock."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import pytest
+
+from dejacache.stores import MemoryStore, Record
+
+
+def sized(n: int, tag: bytes = b"") -> Record:
+    """A record whose ``size`` is exactly ``n`` bytes (value only, no request)."""
+    return Record(value=(tag + b"x" * n)[:n])
+
+
+def test_evicts_least_recently_used_by_count() -> None:
+    s = MemoryStore(maxsize=3)
+    for k in "abc":
+        s.put(k, sized(1))
+    assert s.get("a") is not None  # a is now the most recently used
+    s.put("d", sized(1))
+    assert s.get("b") is None  # b was the least recently used
+    assert {k for k, _ in s.iterate()} == {"a", "c", "d"}
+    s.put("e", sized(1))
+    assert s.get("c") is None
+    assert len(s) == 3
+    assert s.stats().extra["evictions"] == 2
+
+
+def test_overwrite_refreshes_recency() -> None:
+    s = MemoryStore(maxsize=2)
+    s.put("a", sized(1))
+    s.put("b", sized(1))
+    s.put("a", sized(1, b"2"))
+    s.put("c", sized(1))
+    assert s.get("b") is None
+    got = s.get("a")
+    assert got is not None and got.value == b"2"
+
+
+def test_byte_bound() -> None:
+    s = MemoryStore(maxsize=1000, max_bytes=100)
+    for i in range(4):
+        s.put(f"k{i}", sized(30))
+    # 4 x 30 > 100: the oldest goes
+    assert s.get("k0") is None
+    assert s.stats().bytes == 90
+    s.put("big", sized(80))  # needs 80 of 100: evicts until it fits
+    assert s.stats().bytes <= 100
+    assert s.get("big") is not None
+    assert [k for k, _ in s.iterate()] == ["big"]
+
+
+def test_request_bytes_count_towards_the_bound() -> None:
+    s = MemoryStore(max_bytes=100)
+    s.put("a", Record(value=b"v" * 10, request=b"r" * 60))
+    s.put("b", Record(value=b"v" * 10, request=b"r" * 60))
+    assert s.get("a") is None
+    assert s.stats().bytes == 70
+
+
+def test_oversize_value_is_never_cached_and_evicts_nothing() -> None:
+    s = MemoryStore(max_bytes=100)
+    s.put("small", sized(50))
+    s.put("huge", sized(101))
+    assert s.get("huge") is None
+    assert s.get("small") is not None
+    assert s.stats().extra["evictions"] == 0
+
+
+def test_oversize_overwrite_drops_the_old_value() -> None:
+    # Serving the previous answer after a newer one was recorded would be a wrong answer.
+    s = MemoryStore(max_bytes=100)
+    s.put("k", sized(10, b"old"))
+    s.put("k", sized(500, b"new"))
+    assert s.get("k") is None
+    assert s.stats().bytes == 0
+
+
+def test_ttl_uses_the_monotonic_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    s = MemoryStore()
+    s.put("k", sized(1), ttl=10)
+    wall = time.time()
+    # a wall-clock jump (NTP, suspend, a test freezing time) changes nothing
+    monkeypatch.setattr(time, "time", lambda: wall + 86_400)
+    assert s.get("k") is not None
+    now[0] += 9.9
+    assert s.get("k") is not None
+    now[0] += 0.2
+    assert s.get("k") is None
+    assert s.stats().entries == 0  # the expired entry was dropped on read
+
+
+def test_stats_and_clear() -> None:
+    s = MemoryStore(maxsize=10, max_bytes=1000)
+    s.put("a", Record(value=b"12345", namespace="A"))
+    s.put("b", Record(value=b"123", namespace="B"))
+    st = s.stats()
+    assert (st.entries, st.bytes, st.backend) == (2, 8, "memory://")
+    assert st.extra["maxsize"] == 10 and st.extra["max_bytes"] == 1000
+    assert s.clear("A") == 1
+    assert s.stats().bytes == 3
+    assert s.clear() == 1
+    assert s.stats().bytes == 0
+
+
+def test_bounds_hold_under_threads() -> None:
+    s = MemoryStore(maxsize=50, max_bytes=2000)
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        rnd = random.Random(seed)
+        try:
+            for _ in range(3000):
+                k = f"k{rnd.randrange(200)}"
+                op = rnd.random()
+                if op < 0.5:
+                    s.put(k, sized(rnd.randrange(1, 120)), ttl=rnd.choice([None, 0.001, 60]))
+                elif op < 0.9:
+                    s.get(k)
+                elif op < 0.97:
+                    s.delete(k)
+                else:
+                    list(s.iterate())
+        except BaseException as exc:  # reported in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    st = s.stats()
+    assert st.entries <= 50
+    assert st.bytes <= 2000
+    # the byte counter matches what is actually held (no drift from racing updates)
+    held = sum(r.size for r, _ in s._data.values())
+    assert st.bytes == held

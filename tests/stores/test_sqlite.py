@@ -1,0 +1,522 @@
+"""SQLiteStore hardening: damaged files, newer schemas, read-only and full disks, locks, fork."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import pathlib
+import pickle
+import shutil
+import sqlite3
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import dejacache
+from dejacache import DejacacheWarning
+from dejacache.errors import IncompatibleStore, StoreError
+from dejacache.stores import Record, SQLiteStore
+from dejacache.stores.sqlite import SCHEMA_VERSION
+
+
+def rec(value: bytes, request: bytes = b'{"q":1}', **kw: Any) -> Record:
+    return Record(value=value, name="fn", namespace="ns", request=request, **kw)
+
+
+def filled(path: pathlib.Path, n: int = 300) -> dict[str, bytes]:
+    """A real, closed store file with ``n`` ~2 KB entries; returns what it holds."""
+    store = SQLiteStore(path)
+    data = {f"key-{i:04d}": (b"value %d " % i) * 200 for i in range(n)}
+    for k, v in data.items():
+        store.put(k, rec(v, request=b'{"i":"%s"}' % k.encode()))
+    store.close()
+    return data
+
+
+def corrupt_copies(path: pathlib.Path) -> list[pathlib.Path]:
+    return sorted(p for p in path.parent.iterdir() if p.name.startswith(path.name + ".corrupt-"))
+
+
+def assert_works(store: SQLiteStore) -> None:
+    store.put("fresh", rec(b"ok"))
+    got = store.get("fresh")
+    assert got is not None and got.value == b"ok"
+
+
+# ---------------------------------------------------------------- damaged files
+
+
+def test_garbage_file_is_moved_aside(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "cache.db"
+    path.write_bytes(os.urandom(64 * 1024))
+    with pytest.warns(DejacacheWarning, match="moved it to cache.db.corrupt-") as caught:
+        store = SQLiteStore(path)
+        assert store.get("anything") is None
+        assert_works(store)
+    assert len(caught) == 1
+    (aside,) = corrupt_copies(path)
+    assert aside.read_bytes()[:16] != b"SQLite format 3\x00"
+    assert aside.stat().st_size == 64 * 1024
+    store.close()
+
+
+def test_truncated_file_is_moved_aside(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "cache.db"
+    filled(path)
+    size = path.stat().st_size
+    assert size > 200_000 and not (tmp_path / "cache.db-wal").exists()
+    with open(path, "r+b") as f:  # cut mid-page, as a crash or a full disk would
+        f.truncate(size // 2 + 123)
+    with pytest.warns(DejacacheWarning, match="unreadable") as caught:
+        store = SQLiteStore(path)
+        for i in range(0, 300, 7):  # whether found at open or on a read, it is handled
+            assert store.get(f"key-{i:04d}") is None
+        assert_works(store)
+    assert len(caught) == 1
+    assert len(corrupt_copies(path)) == 1
+    assert store.stats().entries == 1
+    store.close()
+
+
+def test_corruption_found_after_open_is_recovered(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "cache.db"
+    data = filled(path)
+    store = SQLiteStore(path)  # opens cleanly: the schema pages are intact
+    page = 4096
+    with open(path, "r+b") as f:  # then the data pages are overwritten under it
+        f.seek(6 * page)
+        f.write(os.urandom(path.stat().st_size - 6 * page))
+    with pytest.warns(DejacacheWarning, match="unreadable") as caught:
+        for k in data:
+            got = store.get(k)
+            if got is None:
+                break
+        else:
+            pytest.fail("the damaged pages were never read")
+        assert store.get(next(iter(data))) is None  # a fresh store now
+        assert_works(store)
+    assert len(caught) == 1
+    assert len(corrupt_copies(path)) == 1
+    store.close()
+
+
+def test_decorator_gives_correct_results_over_a_corrupt_file(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "cache.db"
+    path.write_bytes(b"definitely not sqlite " * 1000)
+    calls: list[int] = []
+
+    @dejacache.cache
+    def double(x: int) -> int:
+        calls.append(x)
+        return 2 * x
+
+    with pytest.warns(DejacacheWarning) as caught:
+        dejacache.configure(store=SQLiteStore(path))
+        assert double(21) == 42
+        assert double(21) == 42
+        assert double(5) == 10
+    assert len(caught) == 1
+    assert calls == [21, 5]  # the fresh store stores and serves
+
+
+def test_decorator_over_a_truncated_file(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "cache.db"
+    filled(path)
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size // 3 + 17)
+    calls: list[int] = []
+
+    @dejacache.cache
+    def square(x: int) -> int:
+        calls.append(x)
+        return x * x
+
+    with pytest.warns(DejacacheWarning):
+        dejacache.configure(store=SQLiteStore(path))
+        assert [square(3), square(3), square(4)] == [9, 9, 16]
+    assert calls == [3, 4]
+
+
+# ---------------------------------------------------------------- schema versions
+
+
+def _set_version(path: pathlib.Path, version: int) -> None:
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE dejacache_meta SET v=? WHERE k='schema_version'", (str(version),))
+
+
+def test_newer_schema_is_refused_and_left_alone(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "cache.db"
+    filled(path, n=3)
+    _set_version(path, 99)
+    before = path.read_bytes()
+    for kwargs in ({}, {"readonly": True}):
+        with pytest.raises(IncompatibleStore) as info:
+            SQLiteStore(path, **kwargs)
+        assert info.value.found == 99
+        assert info.value.supported == SCHEMA_VERSION
+        msg = str(info.value)
+        assert "99" in msg and str(SCHEMA_VERSION) in msg and str(path) in msg
+    assert path.read_bytes() == before
+    assert corrupt_copies(path) == []
+
+
+def test_older_schema_is_rebuilt(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "cache.db"
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("CREATE TABLE dejacache_meta (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+        db.execute("INSERT INTO dejacache_meta VALUES ('schema_version', '1')")
+        db.execute("CREATE TABLE entries (key TEXT PRIMARY KEY, name TEXT, value BLOB)")
+        db.execute("CREATE INDEX entries_name ON entries (name)")
+        db.execute("INSERT INTO entries VALUES ('old', 'fn', x'00')")
+    store = SQLiteStore(path)
+    assert store.get("old") is None
+    assert_works(store)
+    assert store.stats().extra["schema_version"] == SCHEMA_VERSION
+    store.close()
+
+
+# ---------------------------------------------------------------- full disk
+
+
+def test_full_disk_keeps_reads_and_drops_writes(tmp_path: pathlib.Path) -> None:
+    # SQLITE_FULL for real: the file may not grow past 12 pages (48 KB).
+    store = SQLiteStore(tmp_path / "cache.db", pragmas={"max_page_count": 12})
+    store.put("small", rec(b"fits"))
+    with pytest.warns(DejacacheWarning, match="cannot write") as caught:
+        store.put("big", rec(os.urandom(200_000)))
+        store.put("big2", rec(os.urandom(200_000)))
+        store.put("tiny", rec(b"t"))  # dropped too: no retry storm against a full disk
+        assert store.delete("small") is False
+    assert len(caught) == 1
+    got = store.get("small")
+    assert got is not None and got.value == b"fits"
+    assert store.get("big") is None and store.get("tiny") is None
+    assert store.stats().extra["writable"] is False
+    store.close()
+
+
+def test_full_disk_through_the_decorator(tmp_path: pathlib.Path) -> None:
+    store = SQLiteStore(tmp_path / "cache.db", pragmas={"max_page_count": 12})
+    dejacache.configure(store=store)
+    calls: list[int] = []
+
+    @dejacache.cache
+    def blob(n: int) -> str:
+        calls.append(n)
+        return "z" * n
+
+    assert blob(10) == "z" * 10  # stored
+    with pytest.warns(DejacacheWarning) as caught:
+        assert blob(300_000) == "z" * 300_000  # not storable: the caller still gets it
+        assert blob(300_000) == "z" * 300_000
+    assert len(caught) == 1
+    assert blob(10) == "z" * 10  # still served from the file
+    assert calls == [10, 300_000, 300_000]
+
+
+def test_writes_resume_after_the_retry_delay(tmp_path: pathlib.Path) -> None:
+    store = SQLiteStore(tmp_path / "cache.db", pragmas={"max_page_count": 12})
+    with pytest.warns(DejacacheWarning):
+        store.put("big", rec(os.urandom(200_000)))
+    store.put("later", rec(b"x"))
+    assert store.get("later") is None
+    store._retry_writes_at = 0.0  # as if the retry delay had passed (and space was freed)
+    store.put("later", rec(b"x"))
+    assert store.get("later") is not None
+    store.close()
+
+
+# ---------------------------------------------------------------- read-only
+
+
+@contextlib.contextmanager
+def immutable(*paths: pathlib.Path) -> Iterator[None]:
+    """Make paths immutable (``chattr +i``): read-only even for root, which chmod is not."""
+    if shutil.which("chattr") is None:
+        pytest.skip("chattr is not available")
+    done: list[pathlib.Path] = []
+    try:
+        for p in paths:
+            r = subprocess.run(["chattr", "+i", str(p)], capture_output=True, text=True)
+            if r.returncode != 0:
+                pytest.skip(f"chattr +i is not supported here: {r.stderr.strip()}")
+            done.append(p)
+        probe = paths[0] / "probe" if paths[0].is_dir() else paths[0]
+        try:
+            probe.open("ab").close()
+        except OSError:
+            pass
+        else:
+            pytest.skip("immutable attribute does not stop writes on this filesystem")
+        yield
+    finally:
+        for p in reversed(done):
+            subprocess.run(["chattr", "-i", str(p)], check=True)
+
+
+@pytest.mark.parametrize("file_too", [False, True], ids=["dir", "dir+file"])
+def test_read_only_directory(tmp_path: pathlib.Path, file_too: bool) -> None:
+    d = tmp_path / "ro"
+    d.mkdir()
+    path = d / "cache.db"
+    data = filled(path, n=20)
+    before = path.read_bytes()
+    with immutable(d, *([path] if file_too else [])):
+        with pytest.warns(DejacacheWarning, match="cannot write") as caught:
+            store = SQLiteStore(path)
+            for k, v in data.items():
+                got = store.get(k)
+                assert got is not None and got.value == v
+            store.put("new", rec(b"dropped"))
+            assert store.get("new") is None
+            assert store.delete("key-0001") is False
+            assert store.clear() == 0
+            assert len(dict(store.iterate())) == 20
+            assert store.stats().entries == 20
+        assert len(caught) == 1
+        store.close()
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in d.iterdir()) == ["cache.db"]
+
+
+def test_read_only_directory_through_the_decorator(tmp_path: pathlib.Path) -> None:
+    d = tmp_path / "ro"
+    path = d / "cache.db"
+    calls: list[int] = []
+
+    @dejacache.cache
+    def inc(x: int) -> int:
+        calls.append(x)
+        return x + 1
+
+    writable = SQLiteStore(path)
+    dejacache.configure(store=writable)
+    assert inc(1) == 2  # recorded while writable
+    writable.close()  # the last connection: SQLite removes -wal and -shm
+    with immutable(d):
+        with pytest.warns(DejacacheWarning) as caught:
+            dejacache.configure(store=SQLiteStore(path))
+            assert inc(1) == 2  # served from the read-only file
+            assert inc(7) == 8  # computed, not stored
+            assert inc(7) == 8
+        assert len(caught) == 1
+    assert calls == [1, 7, 7]
+
+
+def test_uncreatable_directory_is_an_empty_store(tmp_path: pathlib.Path) -> None:
+    parent = tmp_path / "locked"
+    parent.mkdir()
+    with immutable(parent):
+        with pytest.warns(DejacacheWarning) as caught:
+            store = SQLiteStore(parent / "sub" / "cache.db")
+            store.put("k", rec(b"v"))
+            assert store.get("k") is None
+            assert list(store.iterate()) == []
+            assert store.stats().entries == 0
+        assert len(caught) == 1
+        store.close()
+
+
+def test_corrupt_file_in_a_read_only_directory(tmp_path: pathlib.Path) -> None:
+    d = tmp_path / "ro"
+    d.mkdir()
+    path = d / "cache.db"
+    path.write_bytes(os.urandom(16 * 1024))
+    with immutable(d), pytest.warns(DejacacheWarning, match="cannot be moved aside") as caught:
+        store = SQLiteStore(path)
+        assert store.get("k") is None
+        store.put("k", rec(b"v"))  # nowhere to put it: dropped
+        assert store.get("k") is None
+        assert store.stats().entries == 0
+    assert len(caught) == 1
+    store.close()
+
+
+def test_readonly_option_reads_and_never_writes(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "cache.db"
+    data = filled(path, n=5)
+    before = path.read_bytes()
+    store = SQLiteStore(path, readonly=True)  # asked for: no warning (-W error would raise)
+    assert store.get("key-0003") is not None
+    assert store.get("key-0003").value == data["key-0003"]  # type: ignore[union-attr]
+    store.put("x", rec(b"x"))
+    assert store.get("x") is None
+    assert store.delete("key-0003") is False
+    store.close()
+    assert path.read_bytes() == before
+
+
+# ---------------------------------------------------------------- locking
+
+
+def _hold_write_lock(path: pathlib.Path, seconds: float) -> threading.Thread:
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("INSERT INTO dejacache_meta VALUES ('holder', 'x')")
+
+    def release() -> None:
+        time.sleep(seconds)
+        other.execute("COMMIT")
+        other.close()
+
+    t = threading.Thread(target=release)
+    t.start()
+    return t
+
+
+def test_a_writer_waits_for_a_competing_writer(tmp_path: pathlib.Path) -> None:
+    store = SQLiteStore(tmp_path / "cache.db")
+    store.put("before", rec(b"b"))
+    t0 = time.monotonic()
+    holder = _hold_write_lock(store.path, 0.3)
+    got = store.get("before")  # WAL: reads are not blocked by the writer
+    assert got is not None and got.value == b"b"
+    assert time.monotonic() - t0 < 0.25
+    store.put("k", rec(b"v"))
+    assert time.monotonic() - t0 >= 0.25
+    holder.join()
+    assert store.get("k") is not None
+    store.close()
+
+
+def test_lock_timeout_is_a_store_error_not_a_hang(tmp_path: pathlib.Path) -> None:
+    store = SQLiteStore(tmp_path / "cache.db", timeout=0.2)
+    holder = _hold_write_lock(store.path, 0.8)
+    with pytest.raises(StoreError, match="locked") as info:
+        store.put("k", rec(b"v"))
+    assert str(store.path) in str(info.value)
+    holder.join()
+    store.put("k", rec(b"v"))
+    assert store.get("k") is not None
+    store.close()
+
+
+# ---------------------------------------------------------------- fork and pickling
+
+
+def _child(store: SQLiteStore, parent_conn: sqlite3.Connection) -> None:
+    assert store._conn() is not parent_conn  # never the parent's connection
+    got = store.get("parent")
+    assert got is not None and got.value == b"from parent"
+    store.put("child", rec(b"from child"))
+
+    def in_thread() -> None:
+        store.put("child-thread", rec(b"from child thread"))
+
+    t = threading.Thread(target=in_thread)
+    t.start()
+    t.join()
+
+
+def test_forked_child_reopens_connections(tmp_path: pathlib.Path) -> None:
+    store = SQLiteStore(tmp_path / "cache.db")
+    store.put("parent", rec(b"from parent"))
+    parent_conn = store._conn()
+    # connections open in other threads too at fork time
+    t = threading.Thread(target=lambda: store.get("parent"))
+    t.start()
+    t.join()
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_child, args=(store, parent_conn)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    got = store.get("child")
+    assert got is not None and got.value == b"from child"
+    assert store.get("child-thread") is not None
+    store.put("parent-after", rec(b"still fine"))  # the parent's connection still works
+    assert store._conn() is parent_conn
+    assert store.get("parent-after") is not None
+    with contextlib.closing(sqlite3.connect(store.path)) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    store.close()
+
+
+def test_pickled_store_reopens_the_same_file(tmp_path: pathlib.Path) -> None:
+    store = SQLiteStore(tmp_path / "cache.db", timeout=5.0)
+    store.put("k", rec(b"v"))
+    clone = pickle.loads(pickle.dumps(store))
+    assert clone is not store and clone.path == store.path and clone.timeout == 5.0
+    got = clone.get("k")
+    assert got is not None and got.value == b"v"
+    clone.close()
+    store.close()
+
+
+# ---------------------------------------------------------------- details
+
+
+def test_iterate_pages_newest_first(tmp_path: pathlib.Path) -> None:
+    store = SQLiteStore(tmp_path / "cache.db")
+    for i in range(700):
+        store.put(f"k{i:03d}", Record(value=b"%d" % i, name="fn" if i % 2 else "other",
+                                      created=1000.0 + i // 3))  # ties in created, too
+    keys = [k for k, _ in store.iterate()]
+    assert len(keys) == len(set(keys)) == 700
+    created = [r.created for _, r in store.iterate()]
+    assert created == sorted(created, reverse=True)
+    assert len(list(store.iterate(name="fn"))) == 350
+    store.close()
+
+
+def test_large_requests_are_compressed(tmp_path: pathlib.Path) -> None:
+    store = SQLiteStore(tmp_path / "cache.db")
+    request = b'{"messages":"' + b"the same agent turn again " * 20_000 + b'"}'
+    store.put("k", rec(b"v", request=request))
+    store.put("small", rec(b"v", request=b'{"a":1}'))
+    with contextlib.closing(sqlite3.connect(store.path)) as db:
+        z, n = db.execute("SELECT z, LENGTH(request) FROM entries WHERE key='k'").fetchone()
+        assert z == 1 and n < len(request) // 10
+        assert db.execute("SELECT z FROM entries WHERE key='small'").fetchone() == (0,)
+    items = dict(store.iterate())
+    assert items["k"].request == request
+    assert items["small"].request == b'{"a":1}'
+    store.close()
+
+
+def test_purge_expired(tmp_path: pathlib.Path) -> None:
+    store = SQLiteStore(tmp_path / "cache.db")
+    store.put("old", rec(b"1"), ttl=0.05)
+    store.put("keep", rec(b"2"), ttl=3600)
+    store.put("forever", rec(b"3"))
+    time.sleep(0.1)
+    assert store.purge_expired() == 1
+    assert {k for k, _ in store.iterate()} == {"keep", "forever"}
+    store.close()
+
+
+def test_default_path_and_disabled_persistence(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SQLiteStore()
+    assert store.path == tmp_path / ".dejacache" / "cache.db"
+    assert store.url == f"sqlite:///{store.path}"
+    store.close()
+    monkeypatch.setenv("DEJACACHE_DIR", "")
+    with pytest.raises(StoreError, match="persistence is disabled"):
+        SQLiteStore()
+
+
+def test_pragmas_are_validated(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(StoreError, match="invalid pragma"):
+        SQLiteStore(tmp_path / "c.db", pragmas={"cache_size; DROP TABLE entries": 1})
+    store = SQLiteStore(tmp_path / "c.db", pragmas={"cache_size": -4096})
+    assert store._conn().execute("PRAGMA cache_size").fetchone() == (-4096,)
+    store.close()
+
+
+def test_close_then_reuse_reconnects(tmp_path: pathlib.Path) -> None:
+    store = SQLiteStore(tmp_path / "cache.db")
+    store.put("k", rec(b"v"))
+    store.close()
+    got = store.get("k")
+    assert got is not None and got.value == b"v"
+    store.close()

@@ -1,0 +1,119 @@
+"""``dejacache stats`` / ``clear`` / ``demo`` through main([...]) and the console script."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import dejacache
+from dejacache.cli import main
+
+
+def _fill(store: dejacache.Store) -> None:
+    usage = {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
+
+    @dejacache.cache(name="llm")
+    def llm(q: str) -> dict[str, object]:
+        return {"answer": q, "usage": usage}
+
+    @dejacache.cache(name="tool")
+    def tool(q: str) -> str:
+        return q * 10
+
+    with dejacache.scope(cache_key="ns-a", store=store):
+        llm("one")
+        llm("two")
+        tool("x")
+    with dejacache.scope(cache_key="ns-b", store=store):
+        llm("three")
+
+
+def test_stats_on_default_store(capsys: pytest.CaptureFixture[str]) -> None:
+    _fill(dejacache.SQLiteStore())  # no path: the default file under DEJACACHE_DIR
+    assert main(["stats"]) == 0
+    out = capsys.readouterr().out
+    assert f"store:    sqlite:///{os.environ['DEJACACHE_DIR']}/cache.db" in out
+    assert "entries:  4" in out
+    assert "360 tokens" in out  # three llm entries x 120
+    assert "ns-a / llm" in out and "ns-a / tool" in out and "ns-b / llm" in out
+
+
+def test_stats_json_and_namespace_filter(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "x.db"
+    _fill(dejacache.SQLiteStore(db))
+    assert main(["stats", "--store", f"sqlite:///{db}", "--cache-key", "ns-a", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["entries"] == 4  # the store total; by_name is filtered
+    rows = {(r["namespace"], r["name"]): r for r in doc["by_name"]}
+    assert set(rows) == {("ns-a", "llm"), ("ns-a", "tool")}
+    assert rows[("ns-a", "llm")]["entries"] == 2 and rows[("ns-a", "llm")]["tokens"] == 240
+    assert doc["tokens"] == 240 and doc["recorded_seconds"] >= 0
+
+
+def test_stats_empty_store(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["stats"]) == 0
+    out = capsys.readouterr().out
+    assert "entries:  0" in out and "namespace / name" not in out
+
+
+def test_clear_one_namespace_then_all(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "x.db"
+    store = dejacache.SQLiteStore(db)
+    _fill(store)
+    url = f"sqlite:///{db}"
+    assert main(["clear", "--store", url, "--cache-key", "ns-a"]) == 0
+    assert "removed 3 entries from namespace 'ns-a'" in capsys.readouterr().out
+    assert [r.namespace for _, r in store.iterate()] == ["ns-b"]
+    assert main(["clear", "--store", url]) == 0
+    assert "removed 1 entries" in capsys.readouterr().out
+    assert store.stats().entries == 0
+
+
+def test_demo_command(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEJACACHE_DEMO_LATENCY", "0.01")
+    assert main(["demo", "--plain"]) == 0
+    out = capsys.readouterr().out
+    assert "speed-up:" in out and "same answers: yes" in out
+    # what the demo stored shows up in stats, under its own namespace
+    assert main(["stats", "--cache-key", "dejacache-demo"]) == 0
+    assert "dejacache-demo / demo.chat.completions" in capsys.readouterr().out
+
+
+def test_demo_live_needs_a_key(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert main(["demo", "--live", "--plain"]) == 2
+    assert "OPENAI_API_KEY" in capsys.readouterr().out
+
+
+def test_unknown_command_exits_with_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["nope"])
+    assert exc.value.code == 2
+    assert "usage: dejacache" in capsys.readouterr().err
+
+
+def test_console_script_runs_demo_and_stats(tmp_path: pathlib.Path) -> None:
+    exe = shutil.which("dejacache", path=str(pathlib.Path(sys.executable).parent))
+    assert exe is not None, "the dejacache console script is not installed in this venv"
+    env = {**os.environ, "DEJACACHE_DIR": str(tmp_path / "dc"), "DEJACACHE_DEMO_LATENCY": "0.01"}
+    demo = subprocess.run([exe, "demo", "--plain"], env=env, capture_output=True, text=True,
+                          timeout=60, cwd=tmp_path)
+    assert demo.returncode == 0, demo.stderr
+    assert "same answers: yes" in demo.stdout
+    assert (tmp_path / "dc" / "cache.db").exists()
+    st = subprocess.run([exe, "stats", "--json"], env=env, capture_output=True, text=True,
+                        timeout=60, cwd=tmp_path)
+    assert st.returncode == 0, st.stderr
+    assert json.loads(st.stdout)["entries"] == 10

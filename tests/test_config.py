@@ -1,0 +1,187 @@
+"""configure(), environment variables, default store, and which setting wins."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import pytest
+
+import dejacache
+from dejacache import config
+from dejacache.config import MODES, configure, default_cache_dir, get_settings, resolve_mode
+from dejacache.errors import ConfigurationError
+from dejacache.scope import current
+
+
+def _counter() -> tuple[Any, list[int]]:
+    calls: list[int] = []
+
+    @dejacache.cache(name="cfg.f")
+    def f(x: int) -> int:
+        calls.append(x)
+        return x * 2
+
+    return f, calls
+
+
+def test_defaults() -> None:
+    eff = get_settings()
+    assert eff.mode == "auto"
+    assert eff.namespace == "default"
+    assert isinstance(eff.store, dejacache.SQLiteStore)
+    assert MODES == ("auto", "replay", "record", "off")
+
+
+def test_works_with_no_configuration_at_all(tmp_path: pathlib.Path) -> None:
+    f, calls = _counter()
+    assert f(1) == f(1) == 2
+    assert calls == [1]
+    # Persisted in SQLite under DEJACACHE_DIR (the fixture points it into tmp_path).
+    assert (tmp_path / ".dejacache" / "cache.db").exists()
+    config.reset()  # a new process, as far as settings go
+    f2, calls2 = _counter()
+    assert f2(1) == 2
+    assert calls2 == []
+
+
+def test_empty_dejacache_dir_means_no_persistence(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DEJACACHE_DIR", "")
+    monkeypatch.chdir(tmp_path)
+    assert default_cache_dir() is None
+    assert isinstance(get_settings().store, dejacache.MemoryStore)
+    f, calls = _counter()
+    assert f(3) == f(3) == 6
+    assert calls == [3]
+    assert not any(tmp_path.rglob("*.db"))
+
+
+def test_default_dir_is_project_root(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DEJACACHE_DIR")
+    (tmp_path / "pyproject.toml").write_text("")
+    sub = tmp_path / "a" / "b"
+    sub.mkdir(parents=True)
+    monkeypatch.chdir(sub)
+    assert default_cache_dir() == tmp_path.resolve() / ".dejacache"
+
+
+def test_resolve_mode() -> None:
+    assert resolve_mode(" Replay ") == "replay"
+    with pytest.raises(ConfigurationError, match="unknown mode 'fast'"):
+        resolve_mode("fast")
+
+
+def test_mode_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert current().mode == "auto"
+    monkeypatch.setenv("DEJACACHE_MODE", "record")
+    config.reset()
+    assert current().mode == "record"
+    configure(mode="off")
+    assert current().mode == "off"
+    with dejacache.scope(mode="replay"):
+        assert current().mode == "replay"
+        with dejacache.scope(cache_key="inner"):
+            assert current().mode == "replay"  # inherited from the outer block
+    assert current().mode == "off"
+    configure(mode=None)  # back to the environment
+    assert current().mode == "record"
+
+
+def test_bad_env_mode_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEJACACHE_MODE", "sometimes")
+    config.reset()
+    with pytest.raises(ConfigurationError, match="DEJACACHE_MODE"):
+        get_settings()
+
+
+def test_cache_key_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEJACACHE_CACHE_KEY", "from-env")
+    config.reset()
+    assert current().namespace == "from-env"
+    configure(cache_key="suite-v1")
+    assert current().namespace == "suite-v1"
+    with dejacache.scope(cache_key="happy-path-v1"):
+        assert current().namespace == "happy-path-v1"
+    with dejacache.scope(cache_key=None):
+        assert current().namespace is None
+    configure(cache_key=None)
+    assert current().namespace is None
+
+
+def test_namespaces_isolate_entries(memory_store: dejacache.MemoryStore) -> None:
+    f, calls = _counter()
+    configure(cache_key="v1")
+    f(1)
+    configure(cache_key="v2")
+    f(1)
+    f(1)
+    assert calls == [1, 1]
+    with dejacache.scope(cache_key="v1"):
+        f(1)
+    assert calls == [1, 1]
+
+
+def test_cache_key_none_disables_caching(memory_store: dejacache.MemoryStore) -> None:
+    f, calls = _counter()
+    configure(cache_key=None)
+    f(1)
+    f(1)
+    assert calls == [1, 1]
+    assert list(memory_store.iterate()) == []
+
+
+@pytest.mark.parametrize(
+    ("url", "kind"),
+    [("memory://", dejacache.MemoryStore), ("sqlite:///{tmp}/x/cache.db", dejacache.SQLiteStore)],
+)
+def test_configure_store_urls(tmp_path: pathlib.Path, url: str, kind: type) -> None:
+    configure(store=url.format(tmp=tmp_path))
+    store = get_settings().store
+    assert isinstance(store, kind)
+    f, calls = _counter()
+    f(5)
+    f(5)
+    assert calls == [5]
+    if kind is dejacache.SQLiteStore:
+        assert (tmp_path / "x" / "cache.db").exists()
+    store.close()
+
+
+def test_configure_store_instance_and_back_to_default() -> None:
+    mem = dejacache.MemoryStore()
+    configure(store=mem)
+    assert get_settings().store is mem
+    configure(store=None)
+    assert isinstance(get_settings().store, dejacache.SQLiteStore)
+
+
+@pytest.mark.parametrize("bad", ["ftp://x", "nonsense", 42])
+def test_bad_store_is_a_configuration_error(bad: Any) -> None:
+    with pytest.raises(ConfigurationError):
+        configure(store=bad)
+    with pytest.raises(ConfigurationError):
+        dejacache.scope(store=bad)
+
+
+def test_bad_mode_in_configure_and_scope() -> None:
+    with pytest.raises(ConfigurationError):
+        configure(mode="sometimes")
+    with pytest.raises(ConfigurationError):
+        dejacache.scope(mode="sometimes")
+
+
+def test_configure_keeps_unmentioned_settings() -> None:
+    mem = dejacache.MemoryStore()
+    configure(cache_key="a", mode="record", store=mem)
+    configure(cache_key="b")
+    eff = get_settings()
+    assert (eff.namespace, eff.mode, eff.store) == ("b", "record", mem)
+
+
+def test_effective_source_names_the_store(tmp_path: pathlib.Path) -> None:
+    configure(store=dejacache.MemoryStore())
+    assert get_settings().source == "memory://"

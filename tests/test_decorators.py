@@ -1,0 +1,562 @@
+"""@cache on every kind of callable: forms, generators, exceptions, single-flight, TTL."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+import dejacache
+from dejacache.stores._base import Record
+
+
+@pytest.fixture
+def store() -> dejacache.MemoryStore:
+    s = dejacache.MemoryStore()
+    dejacache.configure(store=s)
+    return s
+
+
+# ------------------------------------------------------------------------------ forms
+
+
+def test_bare_and_called_forms(store: dejacache.MemoryStore) -> None:
+    calls: list[int] = []
+
+    @dejacache.cache
+    def a(x: int) -> int:
+        calls.append(x)
+        return x
+
+    @dejacache.cache()
+    def b(x: int) -> int:
+        calls.append(-x)
+        return -x
+
+    @dejacache.cache(name="custom.name", ttl=60)
+    def c(x: int) -> int:
+        calls.append(x * 10)
+        return x * 10
+
+    for _ in range(2):
+        assert (a(1), b(1), c(1)) == (1, -1, 10)
+    assert calls == [1, -1, 10]
+    assert a.__name__ == "a"  # functools.wraps
+    assert a.cache_name == f"{__name__}.test_bare_and_called_forms.<locals>.a"  # type: ignore[attr-defined]
+    assert c.cache_name == "custom.name"  # type: ignore[attr-defined]
+    assert {r.name for _, r in store.iterate()} == {a.cache_name, b.cache_name, "custom.name"}  # type: ignore[attr-defined]
+
+
+def test_kwargs_and_positional_spellings_share_an_entry(store: dejacache.MemoryStore) -> None:
+    calls: list[Any] = []
+
+    @dejacache.cache
+    def f(a: int, b: int = 2, **extra: Any) -> int:
+        calls.append((a, b, extra))
+        return a + b
+
+    f(1)
+    f(1, 2)
+    f(a=1, b=2)
+    f(b=2, a=1)
+    assert len(calls) == 1
+    f(1, temperature=0.5)
+    f(1, temperature=0.7)
+    assert len(calls) == 3
+
+
+def test_ignore_argument(store: dejacache.MemoryStore) -> None:
+    calls: list[Any] = []
+
+    @dejacache.cache(ignore=["client", "timeout"])
+    def f(query: str, client: Any, timeout: float = 1.0) -> str:
+        calls.append(query)
+        return query.upper()
+
+    assert f("q", object()) == f("q", object(), timeout=9) == "Q"
+    assert calls == ["q"]
+
+
+def test_methods_ignore_self(store: dejacache.MemoryStore) -> None:
+    calls: list[Any] = []
+
+    class Svc:
+        def __init__(self, tag: str) -> None:
+            self.tag = tag
+
+        @dejacache.cache
+        def lookup(self, x: int) -> str:
+            calls.append((self.tag, x))
+            return f"{self.tag}{x}"
+
+        @classmethod
+        @dejacache.cache
+        def build(cls, x: int) -> int:
+            calls.append(("cls", x))
+            return x
+
+    assert Svc("a").lookup(1) == "a1"
+    assert Svc("b").lookup(1) == "a1"  # documented: self is not part of the key
+    assert Svc.build(3) == Svc.build(3) == 3
+    assert calls == [("a", 1), ("cls", 3)]
+
+
+def test_partial_and_callable_objects(store: dejacache.MemoryStore) -> None:
+    calls: list[Any] = []
+
+    def base(unit: str, value: int) -> str:
+        calls.append((unit, value))
+        return f"{value}{unit}"
+
+    km = dejacache.cache(functools.partial(base, "km"))
+    mi = dejacache.cache(functools.partial(base, "mi"))
+    assert km(3) == km(3) == "3km"
+    assert km.cache_name == mi.cache_name  # type: ignore[attr-defined]
+    assert mi(3) == "3mi"  # the frozen argument keeps them apart
+    assert calls == [("km", 3), ("mi", 3)]
+
+    class Tool:
+        def __init__(self) -> None:
+            self.n = 0
+
+        def __call__(self, q: str) -> str:
+            self.n += 1
+            return q * 2
+
+    tool = Tool()
+    cached = dejacache.cache(tool)
+    assert cached("ab") == cached(q="ab") == "abab"
+    assert tool.n == 1
+    assert cached.cache_name.endswith("Tool")  # type: ignore[attr-defined]
+
+
+async def test_async_callable_object(store: dejacache.MemoryStore) -> None:
+    class ATool:
+        n = 0
+
+        async def __call__(self, q: str) -> str:
+            ATool.n += 1
+            return q
+
+    cached = dejacache.cache(ATool())
+    assert await cached("x") == await cached("x") == "x"
+    assert ATool.n == 1
+
+
+def test_falsy_and_none_results_are_cached(store: dejacache.MemoryStore) -> None:
+    calls: list[int] = []
+
+    @dejacache.cache
+    def f(x: int) -> Any:
+        calls.append(x)
+        return [None, 0, "", [], {}, False][x]
+
+    for x in range(6):
+        assert f(x) == f(x)
+    assert calls == list(range(6))
+
+
+def test_results_are_independent_copies(store: dejacache.MemoryStore) -> None:
+    @dejacache.cache
+    def f() -> dict[str, list[int]]:
+        return {"a": [1]}
+
+    f()
+    first = f()
+    first["a"].append(2)
+    assert f() == {"a": [1]}
+
+
+# ------------------------------------------------------------------------------ async
+
+
+async def test_async_function(store: dejacache.MemoryStore) -> None:
+    calls: list[int] = []
+
+    @dejacache.cache
+    async def f(x: int) -> dict[str, Any]:
+        calls.append(x)
+        await asyncio.sleep(0)
+        return {"x": x, "t": (1, 2)}
+
+    assert await f(1) == await f(1) == {"x": 1, "t": (1, 2)}
+    assert calls == [1]
+
+
+# ------------------------------------------------------------------------------ generators
+
+
+def test_generator_items_replayed_in_order(store: dejacache.MemoryStore) -> None:
+    calls: list[int] = []
+
+    @dejacache.cache
+    def gen(n: int) -> Iterator[Any]:
+        calls.append(n)
+        for i in range(n):
+            yield {"chunk": i, "t": (i,)}
+        return "done"
+
+    def drain(g: Iterator[Any]) -> tuple[list[Any], Any]:
+        out = []
+        while True:
+            try:
+                out.append(next(g))
+            except StopIteration as stop:
+                return out, stop.value
+
+    live = drain(gen(3))
+    replayed = drain(gen(3))
+    assert live == replayed == ([{"chunk": i, "t": (i,)} for i in range(3)], "done")
+    assert calls == [3]
+    s = dejacache.stats().total
+    assert (s.hits, s.misses, s.stores) == (1, 1, 1)
+
+
+def test_abandoned_generator_stores_nothing(store: dejacache.MemoryStore) -> None:
+    cleaned: list[bool] = []
+
+    @dejacache.cache
+    def gen() -> Iterator[int]:
+        try:
+            yield 1
+            yield 2
+        finally:
+            cleaned.append(True)
+
+    g = gen()
+    assert next(g) == 1
+    g.close()
+    assert cleaned == [True]  # the generator's own cleanup ran at once
+    assert list(store.iterate()) == []
+    assert list(gen()) == [1, 2]
+    assert len(list(store.iterate())) == 1
+
+
+def test_generator_error_stores_nothing(store: dejacache.MemoryStore) -> None:
+    @dejacache.cache
+    def gen() -> Iterator[int]:
+        yield 1
+        raise ValueError("half-way")
+
+    with pytest.raises(ValueError):
+        list(gen())
+    assert list(store.iterate()) == []
+    assert dejacache.stats().total.errors == 1
+
+
+async def test_async_generator(store: dejacache.MemoryStore) -> None:
+    calls: list[int] = []
+
+    @dejacache.cache
+    async def agen(n: int) -> AsyncIterator[str]:
+        calls.append(n)
+        for i in range(n):
+            await asyncio.sleep(0)
+            yield f"tok{i}"
+
+    assert [x async for x in agen(3)] == ["tok0", "tok1", "tok2"]
+    assert [x async for x in agen(3)] == ["tok0", "tok1", "tok2"]
+    assert calls == [3]
+    s = dejacache.stats().total
+    assert (s.hits, s.misses, s.stores) == (1, 1, 1)
+
+
+async def test_abandoned_async_generator_stores_nothing(store: dejacache.MemoryStore) -> None:
+    cleaned: list[bool] = []
+
+    @dejacache.cache
+    async def agen() -> AsyncIterator[int]:
+        try:
+            yield 1
+            yield 2
+        finally:
+            cleaned.append(True)
+
+    g = agen()
+    assert await g.__anext__() == 1
+    await g.aclose()  # type: ignore[attr-defined]
+    assert cleaned == [True]
+    assert list(store.iterate()) == []
+
+
+def test_generator_replay_mode(store: dejacache.MemoryStore) -> None:
+    @dejacache.cache
+    def gen(n: int) -> Iterator[int]:
+        yield from range(n)
+
+    assert list(gen(2)) == [0, 1]
+    with dejacache.scope(mode="replay"):
+        assert list(gen(2)) == [0, 1]
+        with pytest.raises(dejacache.ReplayMiss):
+            list(gen(5))
+
+
+# ------------------------------------------------------------------------------ exceptions
+
+
+def test_exceptions_are_not_cached(store: dejacache.MemoryStore) -> None:
+    calls: list[int] = []
+
+    @dejacache.cache
+    def f(x: int) -> int:
+        calls.append(x)
+        if len(calls) == 1:
+            raise ConnectionError("flaky")
+        return x
+
+    with pytest.raises(ConnectionError):
+        f(1)
+    assert f(1) == 1
+    assert f(1) == 1
+    assert calls == [1, 1]
+    s = dejacache.stats().total
+    assert (s.errors, s.stores, s.hits) == (1, 1, 1)
+
+
+async def test_async_exceptions_are_not_cached(store: dejacache.MemoryStore) -> None:
+    calls: list[int] = []
+
+    @dejacache.cache
+    async def f() -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionError
+        return 7
+
+    with pytest.raises(ConnectionError):
+        await f()
+    assert await f() == await f() == 7
+    assert len(calls) == 2
+
+
+# ------------------------------------------------------------------------------ single-flight
+
+
+def test_threads_single_flight(store: dejacache.MemoryStore) -> None:
+    calls: list[int] = []
+    gate = threading.Barrier(8, timeout=10)
+
+    @dejacache.cache
+    def slow(x: int) -> int:
+        calls.append(x)
+        time.sleep(0.2)
+        return x * 2
+
+    results: list[int] = []
+
+    def worker() -> None:
+        gate.wait()
+        results.append(slow(21))
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads)
+    assert results == [42] * 8
+    assert calls == [21]
+
+
+def test_threads_crashed_leader_fails_waiters(store: dejacache.MemoryStore) -> None:
+    calls: list[int] = []
+    gate = threading.Barrier(4, timeout=10)
+
+    @dejacache.cache
+    def boom() -> int:
+        calls.append(1)
+        time.sleep(0.2)
+        raise RuntimeError("leader crashed")
+
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        gate.wait()
+        try:
+            boom()
+        except RuntimeError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads)
+    assert len(errors) == 4
+    assert len(calls) < 4  # waiters got the leader's exception instead of running
+    assert list(store.iterate()) == []
+
+
+async def test_asyncio_gather_single_flight(store: dejacache.MemoryStore) -> None:
+    calls: list[int] = []
+
+    @dejacache.cache
+    async def slow(x: int) -> int:
+        calls.append(x)
+        await asyncio.sleep(0.05)
+        return x + 1
+
+    results = await asyncio.wait_for(asyncio.gather(*(slow(1) for _ in range(10))), 10)
+    assert results == [2] * 10
+    assert calls == [1]
+
+
+async def test_asyncio_crashed_leader_fails_waiters(store: dejacache.MemoryStore) -> None:
+    calls: list[int] = []
+
+    @dejacache.cache
+    async def boom() -> int:
+        calls.append(1)
+        await asyncio.sleep(0.05)
+        raise KeyError("leader crashed")
+
+    results = await asyncio.wait_for(
+        asyncio.gather(*(boom() for _ in range(5)), return_exceptions=True), 10
+    )
+    assert all(isinstance(r, KeyError) for r in results)
+    assert calls == [1]
+
+
+async def test_asyncio_cancelled_leader_hands_over(store: dejacache.MemoryStore) -> None:
+    calls: list[int] = []
+    started = asyncio.Event()
+
+    @dejacache.cache
+    async def slow() -> str:
+        calls.append(1)
+        started.set()
+        await asyncio.sleep(0.1)
+        return "value"
+
+    leader = asyncio.create_task(slow())
+    await asyncio.wait_for(started.wait(), 5)
+    waiters = [asyncio.create_task(slow()) for _ in range(3)]
+    await asyncio.sleep(0.01)
+    leader.cancel()
+    results = await asyncio.wait_for(asyncio.gather(*waiters), 5)
+    assert results == ["value"] * 3
+    assert len(calls) == 2  # the cancelled leader, then one waiter that took over
+    with pytest.raises(asyncio.CancelledError):
+        await leader
+
+
+async def test_asyncio_cancelled_waiter_does_not_cancel_leader(
+    store: dejacache.MemoryStore,
+) -> None:
+    @dejacache.cache
+    async def slow() -> str:
+        await asyncio.sleep(0.05)
+        return "v"
+
+    leader = asyncio.create_task(slow())
+    await asyncio.sleep(0)
+    waiter = asyncio.create_task(slow())
+    await asyncio.sleep(0.01)
+    waiter.cancel()
+    assert await asyncio.wait_for(leader, 5) == "v"
+
+
+# ------------------------------------------------------------------------------ TTL and stats
+
+
+def test_ttl_expires(store: dejacache.MemoryStore) -> None:
+    calls: list[int] = []
+
+    @dejacache.cache(ttl=0.05)
+    def f() -> int:
+        calls.append(1)
+        return len(calls)
+
+    assert f() == f() == 1
+    time.sleep(0.08)
+    assert f() == 2
+
+
+def test_stats_count_hits_misses_stores_and_time_saved(store: dejacache.MemoryStore) -> None:
+    @dejacache.cache(name="stats.slow")
+    def slow(x: int) -> int:
+        time.sleep(0.03)
+        return x
+
+    slow(1)
+    slow(1)
+    slow(1)
+    slow(2)
+    snap = dejacache.stats()
+    s = snap.by_name["stats.slow"]
+    assert (s.hits, s.misses, s.stores, s.errors) == (2, 2, 2, 0)
+    assert 0.05 <= s.time_saved < 1.0  # two hits, each worth the recorded ~30 ms
+    assert snap.total.hits == 2
+    assert snap.hit_rate == 0.5
+    dejacache.reset_stats()
+    assert dejacache.stats().total.hits == 0
+
+
+def test_stats_time_saved_comes_from_the_record(store: dejacache.MemoryStore) -> None:
+    @dejacache.cache(name="stats.rec")
+    def f() -> int:
+        return 1
+
+    key = f.cache_key()  # type: ignore[attr-defined]
+    blob = dejacache.JsonCodec().encode(1, key=key, namespace="default")
+    store.put(key, Record(value=blob, name="stats.rec", duration=2.5))
+    f()
+    assert dejacache.stats().by_name["stats.rec"].time_saved == 2.5
+
+
+def test_stats_tokens_from_openai_and_anthropic_shapes(store: dejacache.MemoryStore) -> None:
+    @dejacache.cache(name="llm.openai")
+    def openai_like(q: str) -> dict[str, Any]:
+        return {"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 5,
+                                         "total_tokens": 15}}
+
+    @dejacache.cache(name="llm.anthropic")
+    def anthropic_like(q: str) -> dict[str, Any]:
+        return {"content": [], "usage": {"input_tokens": 7, "output_tokens": 3,
+                                         "cache_read_input_tokens": 100}}
+
+    for _ in range(3):
+        openai_like("q")
+        anthropic_like("q")
+    by = dejacache.stats().by_name
+    assert by["llm.openai"].tokens_saved == 30
+    assert by["llm.anthropic"].tokens_saved == 220
+
+
+def test_off_mode_and_stats(store: dejacache.MemoryStore) -> None:
+    calls: list[int] = []
+
+    @dejacache.cache
+    def f() -> int:
+        calls.append(1)
+        return 1
+
+    dejacache.configure(mode="off")
+    f()
+    f()
+    assert len(calls) == 2
+    assert list(store.iterate()) == []
+    assert dejacache.stats().total.misses == 0  # off: not counted at all
+
+
+def test_generator_over_a_plain_value_of_the_same_name_is_a_miss(
+    store: dejacache.MemoryStore,
+) -> None:
+    @dejacache.cache(name="refactored")
+    def before() -> int:
+        return 5
+
+    before()
+
+    @dejacache.cache(name="refactored")
+    def after() -> Iterator[int]:
+        yield 1
+
+    assert list(after()) == [1]
+    assert list(after()) == [1]

@@ -1,0 +1,272 @@
+"""The pytest plugin, driven through ``pytester`` (each test runs a small inner session)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import orjson
+import pytest
+
+AGENT = """
+import dejacache, pytest
+
+CALLS = []
+
+@dejacache.cache(name="llm", kind="llm")
+def llm(prompt):
+    CALLS.append(prompt)
+    return {"text": prompt.upper(), "model": "gpt-4o",
+            "usage": {"prompt_tokens": 1000, "completion_tokens": 200}}
+"""
+
+
+@pytest.fixture(autouse=True)
+def _not_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("CI", "DEJACACHE_MODE"):
+        monkeypatch.delenv(var, raising=False)
+
+
+# Other installed plugins are switched off: each inner session then starts in a fraction of
+# the time, and the plugin under test must not depend on them.
+_QUIET = ("-p", "no:xdist", "-p", "no:hypothesispytest", "-p", "no:anyio", "-p", "no:asyncio",
+          "-p", "no:timeout")
+
+
+def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    return pytester.runpytest(*_QUIET, *args)
+
+
+def _cassette(pytester: pytest.Pytester, name: str) -> pathlib.Path:
+    return pytester.path / "cassettes" / "test_agent" / f"{name}.json"
+
+
+def test_fixture_records_then_replays(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=AGENT + """
+def test_plan(dejacache_cassette):
+    assert llm("plan a trip")["text"] == "PLAN A TRIP"
+    assert llm("book it")["text"] == "BOOK IT"
+""")
+    run(pytester).assert_outcomes(passed=1)
+    path = _cassette(pytester, "test_plan")
+    entries = orjson.loads(path.read_bytes())["entries"]
+    assert [e["kind"] for e in entries] == ["llm", "llm"]
+    res = run(pytester, "--dejacache-mode=replay")
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines([
+        "*dejacache*",
+        "calls: 2 replayed, 0 recorded, 0 missed*",
+        "replay saved:*2,400 tokens, ~$0.01*",
+    ])
+
+
+def test_failing_test_leaves_its_cassette_untouched(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=AGENT + """
+def test_flow(dejacache_cassette):
+    llm("one")
+""")
+    run(pytester).assert_outcomes(passed=1)
+    path = _cassette(pytester, "test_flow")
+    before = path.read_bytes()
+    pytester.makepyfile(test_agent=AGENT + """
+def test_flow(dejacache_cassette):
+    llm("one")
+    llm("two")
+    assert False, "the agent regressed"
+""")
+    run(pytester).assert_outcomes(failed=1)
+    assert path.read_bytes() == before
+    run(pytester, "--dejacache-mode=record").assert_outcomes(failed=1)
+    assert path.read_bytes() == before
+
+
+def test_replay_with_missing_cassette_names_the_rerecord_command(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_agent=AGENT + """
+def test_new(dejacache_cassette):
+    llm("never recorded")
+""")
+    res = run(pytester, "--dejacache-mode=replay")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines([
+        "*ReplayMiss: *test_new.json (file does not exist)*",
+        "*to re-record: pytest test_agent.py::test_new --dejacache-mode=record*",
+        "calls: 0 replayed, 0 recorded, 1 missed*",
+    ])
+    assert not _cassette(pytester, "test_new").exists()
+
+
+def test_marker_options_and_shared_cassette(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=AGENT + """
+@pytest.mark.dejacache(cassette="shared/one.json", cache_key="suite-v1")
+def test_a():
+    llm("a")
+
+@pytest.mark.dejacache(cassette="shared/one.json", cache_key="suite-v1")
+def test_b():
+    llm("b")
+
+@pytest.mark.dejacache(mode="replay")
+def test_forced_replay():
+    with pytest.raises(dejacache.ReplayMiss):
+        llm("c")
+""")
+    run(pytester).assert_outcomes(passed=3)
+    doc = orjson.loads((pytester.path / "shared" / "one.json").read_bytes())
+    assert [(e["request"]["prompt"], e["namespace"]) for e in doc["entries"]] == [
+        ("a", "suite-v1"), ("b", "suite-v1")]
+    res = run(pytester, "--dejacache-mode=replay")
+    res.assert_outcomes(passed=3)
+
+
+def test_prune_option_and_unused_report(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=AGENT + """
+import os
+def test_t(dejacache_cassette):
+    llm("kept")
+    if not os.environ.get("SHORT"):
+        llm("dropped later")
+""")
+    run(pytester).assert_outcomes(passed=1)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SHORT", "1")
+        res = run(pytester)
+        res.stdout.fnmatch_lines(["unused entries: 1 in 1 cassettes*"])
+        path = _cassette(pytester, "test_t")
+        assert len(orjson.loads(path.read_bytes())["entries"]) == 2
+        run(pytester, "--dejacache-prune").assert_outcomes(passed=1)
+    assert len(orjson.loads(path.read_bytes())["entries"]) == 1
+
+
+def test_long_parametrize_ids_become_short_safe_file_names(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=AGENT + """
+@pytest.mark.parametrize("q", ["x" * 300, "a/b:c?"], ids=["x" * 300, "a/b:c?"])
+def test_p(dejacache_cassette, q):
+    llm(q)
+""")
+    run(pytester).assert_outcomes(passed=2)
+    names = sorted(p.name for p in (pytester.path / "cassettes" / "test_agent").iterdir())
+    assert "test_p_a_b_c.json" in names
+    long_name = next(n for n in names if n.startswith("test_p_xxx"))
+    assert len(long_name) <= 110
+
+
+def test_ci_blocks_non_loopback_connections_naming_host_and_cassette(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CI", "true")
+    pytester.makepyfile(test_agent=AGENT + """
+import socket
+
+def test_live(dejacache_cassette):
+    assert dejacache_cassette.mode == "replay"
+    s = socket.socket()
+    try:
+        s.connect(("203.0.113.7", 443))
+    finally:
+        s.close()
+
+def test_loopback_ok(dejacache_cassette):
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    c = socket.create_connection(srv.getsockname())
+    c.close()
+    srv.close()
+
+def test_dns(dejacache_cassette):
+    socket.getaddrinfo("api.openai.com", 443)
+""")
+    res = run(pytester)
+    res.assert_outcomes(passed=1, failed=2)
+    res.stdout.fnmatch_lines([
+        "*NetworkBlocked: dejacache blocked a connection to 203.0.113.7:443*",
+        "*NetworkBlocked: dejacache blocked a connection to api.openai.com:443*",
+    ])
+    assert "cassettes/test_agent/test_live.json" in res.stdout.str()
+
+
+def test_coexists_with_a_plugin_using_vcr_style_options(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(other_plugin="""
+import pytest
+
+def pytest_addoption(parser):
+    group = parser.getgroup("recording")
+    group.addoption("--block-network", action="store_true")
+    group.addoption("--allowed-hosts", default=None)
+    group.addoption("--disable-recording", action="store_true")
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "vcr: other plugin's cassette marker")
+
+@pytest.fixture
+def vcr(request):
+    return request.config.getoption("block_network")
+""")
+    pytester.makepyfile(test_agent=AGENT + """
+@pytest.mark.vcr
+@pytest.mark.dejacache
+def test_both(vcr):
+    assert vcr is True
+    llm("both")
+""")
+    pytester.syspathinsert()
+    res = run(pytester, "-p", "other_plugin", "--block-network", "--dejacache-mode=auto")
+    res.assert_outcomes(passed=1)
+    assert _cassette(pytester, "test_both").exists()
+
+
+def test_coexists_with_agentcassette_installed(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("agentcassette")
+    pytester.makepyfile(test_agent=AGENT + """
+import agentcassette
+
+tool = agentcassette.intercept(lambda x: x * 2, name="tool", kind="tool")
+
+@pytest.mark.dejacache
+def test_both(cassette):
+    assert tool(21) == 42
+    assert llm("both")["text"] == "BOTH"
+""")
+    run(pytester, "--record-mode=once").assert_outcomes(passed=1)
+    assert (pytester.path / "cassettes" / "test_both.json").exists()  # agentcassette's file
+    assert _cassette(pytester, "test_both").exists()  # ours, in its own directory
+    res = run(pytester, "--record-mode=none", "--dejacache-mode=replay")
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines(["calls: 1 replayed, 0 recorded, 0 missed*"])
+
+
+def test_async_tests_replay_through_the_fixture(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent="""
+import asyncio, dejacache
+
+@dejacache.cache(name="allm")
+async def allm(q):
+    await asyncio.sleep(0)
+    return q[::-1]
+
+async def test_gather(dejacache_cassette):
+    assert await asyncio.gather(allm("ab"), allm("cd")) == ["ba", "dc"]
+""")
+    args = ("-p", "no:xdist", "-p", "no:hypothesispytest", "-o", "asyncio_mode=auto",
+            "-o", "asyncio_default_fixture_loop_scope=function")
+    pytester.runpytest(*args).assert_outcomes(passed=1)
+    pytester.runpytest(*args, "--dejacache-mode=replay").assert_outcomes(passed=1)
+
+
+def test_xdist_workers_share_a_cassette_and_report_totals(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=AGENT + """
+@pytest.mark.parametrize("i", range(6))
+@pytest.mark.dejacache(cassette="cassettes/shared.json")
+def test_many(i):
+    llm(f"question {i}")
+""")
+    res = pytester.runpytest_subprocess("-n", "2", "-p", "no:hypothesispytest")
+    res.assert_outcomes(passed=6)
+    res.stdout.fnmatch_lines(["calls: 0 replayed, 6 recorded, 0 missed*"])
+    doc = orjson.loads((pytester.path / "cassettes" / "shared.json").read_bytes())
+    assert sorted(e["request"]["prompt"] for e in doc["entries"]) == [
+        f"question {i}" for i in range(6)]
+    res = run(pytester, "--dejacache-mode=replay")
+    res.assert_outcomes(passed=6)
+    res.stdout.fnmatch_lines(["calls: 6 replayed, 0 recorded, 0 missed*"])

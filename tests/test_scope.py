@@ -1,0 +1,355 @@
+"""scope(...): block overrides in sync code, tasks, generators and threads; no call escapes."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+import dejacache
+from dejacache.scope import current
+
+
+@pytest.fixture
+def store() -> dejacache.MemoryStore:
+    s = dejacache.MemoryStore()
+    dejacache.configure(store=s, cache_key="base")
+    return s
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.calls: list[Any] = []
+        self.lock = threading.Lock()
+
+        @dejacache.cache(name="scope.fn")
+        def fn(x: int) -> int:
+            with self.lock:
+                self.calls.append(x)
+            return x + 100
+
+        self.fn = fn
+
+
+def test_scope_overrides_and_restores(store: dejacache.MemoryStore) -> None:
+    other = dejacache.MemoryStore()
+    with dejacache.scope(cache_key="blk", mode="record", store=other) as s:
+        assert isinstance(s, dejacache.scope)
+        eff = current()
+        assert (eff.namespace, eff.mode, eff.store) == ("blk", "record", other)
+    eff = current()
+    assert (eff.namespace, eff.mode, eff.store) == ("base", "auto", store)
+
+
+def test_scope_store_url() -> None:
+    with dejacache.scope(store="memory://"):
+        assert isinstance(current().store, dejacache.MemoryStore)
+        assert current().source == "memory://"
+
+
+def test_nested_scopes_and_exception_exit(store: dejacache.MemoryStore) -> None:
+    with pytest.raises(RuntimeError), dejacache.scope(cache_key="a"), dejacache.scope(
+        cache_key="b"
+    ):
+        assert current().namespace == "b"
+        raise RuntimeError
+    assert current().namespace == "base"
+
+
+def test_scope_cache_key_none_disables_caching(store: dejacache.MemoryStore) -> None:
+    c = Counter()
+    with dejacache.scope(cache_key=None):
+        c.fn(1)
+        c.fn(1)
+    assert c.calls == [1, 1]
+    assert list(store.iterate()) == []
+
+
+def test_replay_scope_serves_recorded_and_refuses_new(store: dejacache.MemoryStore) -> None:
+    c = Counter()
+    with dejacache.scope(cache_key="rec"):
+        c.fn(1)
+    with dejacache.scope(cache_key="rec", mode="replay"):
+        assert c.fn(1) == 101
+        with pytest.raises(dejacache.ReplayMiss):
+            c.fn(2)
+    assert c.calls == [1]
+
+
+async def test_scope_in_asyncio_tasks(store: dejacache.MemoryStore) -> None:
+    seen: dict[str, str | None] = {}
+
+    async def task(name: str) -> None:
+        with dejacache.scope(cache_key=name):
+            await asyncio.sleep(0.01)
+            seen[name] = current().namespace
+
+    async def outer_sees() -> str | None:
+        await asyncio.sleep(0.005)
+        return current().namespace
+
+    with dejacache.scope(cache_key="outer"):
+        r = await asyncio.gather(task("t1"), task("t2"), outer_sees())
+    assert seen == {"t1": "t1", "t2": "t2"}
+    assert r[2] == "outer"
+    assert current().namespace == "base"
+
+
+async def test_async_with_scope() -> None:
+    async with dejacache.scope(cache_key="aw"):
+        assert current().namespace == "aw"
+    assert current().namespace != "aw"
+
+
+def test_decorator_form_sync_and_generator(store: dejacache.MemoryStore) -> None:
+    @dejacache.scope(cache_key="deco")
+    def plain() -> str | None:
+        return current().namespace
+
+    @dejacache.scope(cache_key="gen")
+    def gen() -> Iterator[str | None]:
+        yield current().namespace
+        yield current().namespace
+        return None
+
+    assert plain() == "deco"
+    it = gen()
+    assert next(it) == "gen"
+    # Between steps the caller's own context is untouched.
+    assert current().namespace == "base"
+    assert next(it) == "gen"
+    assert list(it) == []
+    assert current().namespace == "base"
+
+
+async def test_decorator_form_async_and_async_generator() -> None:
+    @dejacache.scope(cache_key="co")
+    async def co() -> str | None:
+        await asyncio.sleep(0)
+        return current().namespace
+
+    @dejacache.scope(cache_key="ag")
+    async def ag() -> AsyncIterator[str | None]:
+        yield current().namespace
+        await asyncio.sleep(0)
+        yield current().namespace
+
+    assert await co() == "co"
+    assert [x async for x in ag()] == ["ag", "ag"]
+
+
+async def test_one_decorated_scope_entered_by_interleaved_tasks() -> None:
+    # Regression: two tasks in one shared scope object exiting out of order used to reset
+    # each other's tokens and drop the task's own outer scope.
+    release = asyncio.Event()
+
+    @dejacache.scope(cache_key="shared")
+    async def step(wait: bool) -> str | None:
+        if wait:
+            await release.wait()
+        else:
+            await asyncio.sleep(0.01)
+        return current().namespace
+
+    async def runner(outer: str, wait: bool) -> tuple[str | None, str | None]:
+        with dejacache.scope(cache_key=outer):
+            inner = await step(wait)
+            after = current().namespace
+        return inner, after
+
+    t1 = asyncio.create_task(runner("o1", False))
+    t2 = asyncio.create_task(runner("o2", True))
+    r1 = await t1  # t1 entered first and leaves first, while t2 is still inside
+    release.set()
+    r2 = await t2
+    assert r1 == ("shared", "o1")
+    assert r2 == ("shared", "o2")
+
+
+def test_run_in_thread_carries_the_scope(store: dejacache.MemoryStore) -> None:
+    c = Counter()
+    blk = dejacache.scope(cache_key="thr")
+    assert blk.run_in_thread(lambda: current().namespace) == "thr"
+    assert blk.run_in_thread(c.fn, 4) == 104
+    with dejacache.scope(cache_key="thr", mode="replay"):
+        assert c.fn(4) == 104
+    with pytest.raises(ZeroDivisionError):
+        blk.run_in_thread(lambda: 1 / 0)
+
+
+def test_wrap_executor_and_propagate(store: dejacache.MemoryStore) -> None:
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        wrapped = dejacache.wrap_executor(pool)
+        with dejacache.scope(cache_key="pool"):
+            assert wrapped.submit(lambda: current().namespace).result(5) == "pool"
+            assert list(wrapped.map(lambda _: current().namespace, range(3))) == ["pool"] * 3
+            bound = dejacache.propagate(lambda: current().namespace)
+        # propagate binds the context of the moment it was called.
+        assert pool.submit(bound).result(5) == "pool"
+        # Without a scope the wrapper carries the global settings.
+        assert wrapped.submit(lambda: current().namespace).result(5) == "base"
+
+
+async def test_run_in_executor_with_wrapped_executor() -> None:
+    loop = asyncio.get_running_loop()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool, dejacache.scope(cache_key="ex"):
+        got = await loop.run_in_executor(dejacache.wrap_executor(pool), lambda: current().namespace)
+        via_to_thread = await asyncio.to_thread(lambda: current().namespace)
+    assert got == via_to_thread == "ex"
+
+
+# ------------------------------------------------------------------------------ bare threads
+
+
+def _in_bare_thread(fn: Any) -> Any:
+    box: list[Any] = []
+
+    def target() -> None:
+        try:
+            box.append(("ok", fn()))
+        except BaseException as exc:
+            box.append(("err", exc))
+
+    t = threading.Thread(target=target)
+    t.start()
+    t.join(10)
+    assert not t.is_alive()
+    return box[0]
+
+
+def test_bare_thread_in_replay_scope_never_runs_live(store: dejacache.MemoryStore) -> None:
+    c = Counter()
+    with dejacache.scope(cache_key="bare"):
+        c.fn(1)
+    with dejacache.scope(cache_key="bare", mode="replay"):
+        assert _in_bare_thread(lambda: c.fn(1)) == ("ok", 101)  # served from the block
+        status, exc = _in_bare_thread(lambda: c.fn(2))
+        assert status == "err" and isinstance(exc, dejacache.ReplayMiss)
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:  # an unwrapped pool
+            assert pool.submit(c.fn, 1).result(5) == 101
+            with pytest.raises(dejacache.ReplayMiss):
+                pool.submit(c.fn, 3).result(5)
+    assert c.calls == [1]
+
+
+def test_bare_thread_with_two_blocks_active_fails_closed(store: dejacache.MemoryStore) -> None:
+    c = Counter()
+    c.fn(1)  # recorded under the global namespace: still must not be served or run
+    entered = threading.Barrier(3, timeout=10)
+    done = threading.Event()
+
+    def hold(ns: str) -> None:
+        with dejacache.scope(cache_key=ns, mode="auto"):
+            entered.wait()
+            done.wait(10)
+
+    holders = [threading.Thread(target=hold, args=(n,)) for n in ("x", "y")]
+    for t in holders:
+        t.start()
+    try:
+        entered.wait()
+        status, exc = _in_bare_thread(lambda: c.fn(2))
+        assert status == "err"
+        assert isinstance(exc, dejacache.ReplayMiss)
+        assert "2 dejacache blocks" in str(exc) and "propagate" in str(exc)
+    finally:
+        done.set()
+        for t in holders:
+            t.join(10)
+    assert c.calls == [1]
+    # Once they are gone a bare thread falls back to the global settings again.
+    assert _in_bare_thread(lambda: c.fn(2)) == ("ok", 102)
+
+
+def test_bare_thread_inside_nested_blocks_uses_the_innermost(
+    store: dejacache.MemoryStore,
+) -> None:
+    # Regression: nested blocks in one thread used to count as two and fail closed.
+    c = Counter()
+    with dejacache.scope(cache_key="inner"):
+        c.fn(5)
+    with dejacache.scope(cache_key="outer", mode="auto"), dejacache.scope(
+        cache_key="inner", mode="replay"
+    ):
+        assert _in_bare_thread(lambda: current().namespace) == ("ok", "inner")
+        assert _in_bare_thread(lambda: c.fn(5)) == ("ok", 105)
+        status, exc = _in_bare_thread(lambda: c.fn(6))
+        assert status == "err" and isinstance(exc, dejacache.ReplayMiss)
+        assert "blocks active" not in str(exc)  # a plain miss in the inner block
+    assert c.calls == [5]
+
+
+async def test_bare_thread_with_sibling_task_blocks_fails_closed(
+    store: dejacache.MemoryStore,
+) -> None:
+    c = Counter()
+    both_in = asyncio.Event()
+    inside: list[str] = []
+    results: list[Any] = []
+
+    async def task(ns: str) -> None:
+        with dejacache.scope(cache_key=ns):
+            inside.append(ns)
+            if len(inside) == 2:
+                both_in.set()
+            await both_in.wait()
+            if ns == "s1":
+                results.append(await asyncio.to_thread(_in_bare_thread, lambda: c.fn(7)))
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(asyncio.gather(task("s1"), task("s2")), 10)
+    (status, exc), = results
+    assert status == "err" and isinstance(exc, dejacache.ReplayMiss)
+    assert c.calls == []
+
+
+async def test_bare_thread_async_call_in_replay_scope(store: dejacache.MemoryStore) -> None:
+    calls: list[int] = []
+
+    @dejacache.cache(name="scope.afn")
+    async def afn(x: int) -> int:
+        calls.append(x)
+        return x
+
+    with dejacache.scope(cache_key="abare", mode="replay"):
+        status, exc = _in_bare_thread(lambda: asyncio.run(afn(9)))
+    assert status == "err" and isinstance(exc, dejacache.ReplayMiss)
+    assert calls == []
+
+
+def test_main_thread_without_scope_uses_global_settings(store: dejacache.MemoryStore) -> None:
+    def other() -> None:
+        with dejacache.scope(cache_key="elsewhere"):
+            ready.set()
+            stop.wait(10)
+
+    ready, stop = threading.Event(), threading.Event()
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        ready.wait(10)
+        assert current().namespace == "base"
+    finally:
+        stop.set()
+        t.join(10)
+
+
+def test_decorated_generator_closed_early_cleans_up_inside_the_block() -> None:
+    seen: list[str | None] = []
+
+    @dejacache.scope(cache_key="gen-close")
+    def gen() -> Iterator[int]:
+        try:
+            yield 1
+            yield 2
+        finally:
+            seen.append(current().namespace)
+
+    g = gen()
+    assert next(g) == 1
+    g.close()
+    assert seen == ["gen-close"]
