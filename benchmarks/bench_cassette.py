@@ -58,35 +58,37 @@ def bench_replay(size: str, n: int, rounds: int, tmp: pathlib.Path) -> list[Any]
 
     # floor: the same key function, then a dict lookup returning the stored object
     kb = KeyBuilder(live, "llm")
-    table = {kb.key("bench", (r,), {}): resps[i] for i, r in enumerate(reqs)}
-    floor: list[int] = []
-    for _ in range(rounds):
-        for r in reqs:
-            t0 = _ns()
-            table[kb.key("bench", (r,), {})]
-            floor.append(_ns() - t0)
 
+    def key_of(r: dict[str, Any]) -> str:  # what @cache computes on its hit path
+        return digest("bench", "llm", kb.canonical_fast(kb.bind((r,), {})))
+
+    table = {key_of(r): resps[i] for i, r in enumerate(reqs)}
     llm = dejacache.cache(name="llm")(live)
     path = tmp / f"replay-{size}.json"
     with dejacache.cassette(path, mode="record", cache_key="bench"):
         for r in reqs:
             llm(r)
+    ac_llm: Any = None
+    ac_path = tmp / f"ac-{size}.json"
+    if agentcassette is not None:
+        ac_llm = agentcassette.intercept(live, name="llm", kind="llm")
+        with agentcassette.record(ac_path):
+            for r in reqs:
+                ac_llm(r)
+    floor: list[int] = []
     ours: list[int] = []
-    for _ in range(rounds):
+    peer: list[int] = []
+    for _ in range(rounds):  # interleaved, so a noisy neighbour hits all three alike
+        for r in reqs:
+            t0 = _ns()
+            table[key_of(r)]
+            floor.append(_ns() - t0)
         with dejacache.cassette(path, mode="replay", cache_key="bench"):
             for r in reqs:
                 t0 = _ns()
                 llm(r)
                 ours.append(_ns() - t0)
-
-    peer: list[int] = []
-    if agentcassette is not None:
-        ac_llm = agentcassette.intercept(live, name="llm", kind="llm")
-        ac_path = tmp / f"ac-{size}.json"
-        with agentcassette.record(ac_path):
-            for r in reqs:
-                ac_llm(r)
-        for _ in range(rounds):
+        if ac_llm is not None:
             with agentcassette.replay(ac_path, strict=True):
                 for r in reqs:
                     t0 = _ns()
@@ -130,9 +132,16 @@ def bench_cold(n: int, tmp: pathlib.Path, peer: bool) -> tuple[list[list[Any]], 
         times.append(_ns() - t0)
         del tape
     ours_ms = statistics.median(times) / 1e6
+    full = []
+    for _ in range(5):
+        t0 = _ns()
+        tape = Cassette(path, mode="replay")
+        tape._discover_all()
+        full.append(_ns() - t0)
+    full_ms = statistics.median(full) / 1e6
     size = path.stat().st_size
-    rows = [[f"dejacache ({n:,} entries)", f"{ours_ms:.1f} ms", f"{size / 1e6:.1f} MB",
-             f"{size / raw:.3f}x"]]
+    rows = [[f"dejacache ({n:,} entries)", f"{ours_ms:.1f} ms (index of all: {full_ms:.0f} ms)",
+             f"{size / 1e6:.1f} MB", f"{size / raw:.3f}x"]]
     if peer and agentcassette is not None:
         ac_path = tmp / f"ac-agent-{n}.json"
         answers = iter([s[1] for s in steps])
@@ -181,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         out += ["### Cold load to first hit, and file size (20 KB agent requests)", "",
                 md_table(["cassette", "load + first hit", "file", "vs naive JSON"], cold_rows),
                 "", "Load time is the median of 9 fresh loads with the file in the page cache "
-                "(agentcassette: one load). Targets: load ≤ 20 ms, size ≤ 0.3x.", ""]
+                "(agentcassette: one load). Entries are indexed as replay reaches them; the "
+                "index of all entries is what a miss or a write pays once. Targets: load ≤ "
+                "20 ms, size ≤ 0.3x.", ""]
     print("\n".join(out))
     ok = cold_ms <= 20 and ratio <= 0.3
     print(f"\ncold load {cold_ms:.1f} ms, size {ratio:.3f}x: {'within' if ok else 'OVER'} target")

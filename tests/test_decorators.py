@@ -560,3 +560,35 @@ def test_generator_over_a_plain_value_of_the_same_name_is_a_miss(
 
     assert list(after()) == [1]
     assert list(after()) == [1]
+
+
+def test_hit_path_skips_volatile_walk_but_stays_sound(
+    memory_store: dejacache.MemoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hits use the key built without the volatile walk; misses walk and re-key."""
+    from dejacache import keys
+
+    walks = []
+    real = keys._has_volatile
+
+    def counting(obj: object, vol: frozenset[str]) -> bool:
+        if isinstance(obj, dict) and "req" in obj:  # root of a key, not the walk's recursion
+            walks.append(1)
+        return real(obj, vol)
+
+    monkeypatch.setattr(keys, "_has_volatile", counting)
+    calls = []
+
+    @dejacache.cache
+    def ask(req: dict) -> str:
+        calls.append(req)
+        return f"answer {req['q']}"
+
+    assert ask({"q": 1, "metadata": {"trace_id": "a"}}) == "answer 1"  # miss: walked
+    walks.clear()
+    assert ask({"q": 1, "metadata": {"trace_id": "b"}}) == "answer 1"  # fast miss, full hit
+    assert ask({"q": 1, "metadata": {}}) == "answer 1"  # fast key == stored key
+    assert len(calls) == 1
+    assert len(walks) == 1  # only the call whose fast key missed walked
+    assert ask({"q": 2, "metadata": {"trace_id": "a"}}) == "answer 2"  # different call: runs
+    assert len(calls) == 2

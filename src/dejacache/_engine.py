@@ -164,6 +164,7 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
     redact = getattr(eff.store, "redact_tree", None)
     if redact is not None:  # a cassette: the report must not show what the file may not hold
         target = redact(target)
+        eff.store.note_miss(name, key)  # type: ignore[attr-defined]
     lines = [
         f"dejacache replay miss: no recording of {name} matches this call "
         f"(mode 'replay', source {eff.source}).",
@@ -250,6 +251,42 @@ def _run_and_store(
     return value, rec
 
 
+Rekey = Callable[[], tuple[str, bytes]]
+
+
+def first_lookup(
+    eff: Effective, name: str, key: str, canonical: bytes, rekey: Rekey | None
+) -> tuple[Any, str, bytes, bool]:
+    """Try the fast key, then (on a miss) the full key: ``(value|MISS, key, canonical,
+    looked_up)``; ``looked_up`` is False when the full key still needs its lookup.
+
+    ``key``/``canonical`` may come from a form that skipped stripping volatile fields (see
+    ``KeyBuilder.canonical_fast``); ``rekey`` returns the full form. In record mode nothing is
+    read, but the full key is what gets stored.
+    """
+    if rekey is None:
+        return MISS, key, canonical, False
+    if eff.mode != "record":
+        value = lookup(eff, name, key)
+        if value is not MISS:
+            return value, key, canonical, True
+    full_key, full_canonical = rekey()
+    return MISS, full_key, full_canonical, full_key == key
+
+
+async def afirst_lookup(
+    eff: Effective, name: str, key: str, canonical: bytes, rekey: Rekey | None
+) -> tuple[Any, str, bytes, bool]:
+    if rekey is None:
+        return MISS, key, canonical, False
+    if eff.mode != "record":
+        value = await alookup(eff, name, key)
+        if value is not MISS:
+            return value, key, canonical, True
+    full_key, full_canonical = rekey()
+    return MISS, full_key, full_canonical, full_key == key
+
+
 def call_sync(
     eff: Effective,
     name: str,
@@ -259,15 +296,25 @@ def call_sync(
     fn: Callable[[], T],
     *,
     ttl: float | None = None,
+    rekey: Rekey | None = None,
 ) -> T:
-    """Serve ``fn()`` under the mode in ``eff``; identical concurrent misses run it once."""
+    """Serve ``fn()`` under the mode in ``eff``; identical concurrent misses run it once.
+
+    With ``rekey``, ``key``/``canonical`` are the fast form and ``rekey()`` the full one.
+    """
     if eff.extra:
         check_ambiguous(eff, name)
     mode = eff.mode
     sequenced = getattr(eff.store, "sequenced", False)
+    landed = _LANDED[0]
+    value, key, canonical, skip = first_lookup(eff, name, key, canonical, rekey)
+    if value is not MISS:
+        return value  # type: ignore[no-any-return]
     while True:
-        landed = _LANDED[0]
-        if mode != "record":
+        if skip:
+            skip = False  # the fast key was the full key and has just missed
+        elif mode != "record":
+            landed = _LANDED[0]
             value = lookup(eff, name, key)
             if value is not MISS:
                 return value  # type: ignore[no-any-return]
@@ -346,6 +393,7 @@ async def call_async(
     fn: Callable[[], Awaitable[T]],
     *,
     ttl: float | None = None,
+    rekey: Rekey | None = None,
 ) -> T:
     """Async twin of :func:`call_sync`. A cancelled leader hands over to a waiter."""
     if eff.extra:
@@ -353,9 +401,15 @@ async def call_async(
     mode = eff.mode
     sequenced = getattr(eff.store, "sequenced", False)
     loop = asyncio.get_running_loop()
+    landed = _LANDED[0]
+    value, key, canonical, skip = await afirst_lookup(eff, name, key, canonical, rekey)
+    if value is not MISS:
+        return value  # type: ignore[no-any-return]
     while True:
-        landed = _LANDED[0]
-        if mode != "record":
+        if skip:
+            skip = False
+        elif mode != "record":
+            landed = _LANDED[0]
             value = await alookup(eff, name, key)
             if value is not MISS:
                 return value  # type: ignore[no-any-return]

@@ -74,13 +74,26 @@ def _wrap(
     if not (inspect.isfunction(target) or inspect.ismethod(target) or isinstance(target, type)):
         probe = type(target).__call__
 
-    def prepare(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, str, bytes] | None:
+    def prepare(
+        args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Any, str, bytes, _engine.Rekey | None] | None:
         eff = _CURRENT.get() or current()
         ns = eff.namespace
         if ns is None or eff.mode == "off":
             return None
-        canonical = keys.builder(eff.volatile).canonical(args, kwargs)
-        return eff, digest(ns, call_name, canonical), canonical
+        kb = keys.builder(eff.volatile)
+        bound = kb.bind(args, kwargs)
+        if kb.volatile is None:
+            canonical = kb.canonical_bound(bound)
+            return eff, digest(ns, call_name, canonical), canonical, None
+        # Hits skip the volatile-field walk; it runs only when the fast key misses.
+        fast = kb.canonical_fast(bound)
+
+        def rekey() -> tuple[str, bytes]:
+            full = kb.canonical_bound(bound)
+            return digest(ns, call_name, full), full
+
+        return eff, digest(ns, call_name, fast), fast, rekey
 
     if inspect.isasyncgenfunction(probe):
 
@@ -91,15 +104,18 @@ def _wrap(
                 async for item in fn(*args, **kwargs):
                     yield item
                 return
-            eff, key, canonical = prep
+            eff, key, canonical, rekey = prep
             if eff.extra:
                 check_ambiguous(eff, call_name)
-            if eff.mode != "record":
+            stored, key, canonical, looked = await _engine.afirst_lookup(
+                eff, call_name, key, canonical, rekey
+            )
+            if not looked and eff.mode != "record":
                 stored = await _engine.alookup(eff, call_name, key)
-                if _is_stream(stored):
-                    for item in stored["items"]:
-                        yield item
-                    return
+            if _is_stream(stored):
+                for item in stored["items"]:
+                    yield item
+                return
             if eff.mode == "replay":
                 raise _engine.replay_miss(eff, call_name, key, canonical)
             items: list[Any] = []
@@ -128,14 +144,17 @@ def _wrap(
             prep = prepare(args, kwargs)
             if prep is None:
                 return (yield from fn(*args, **kwargs))
-            eff, key, canonical = prep
+            eff, key, canonical, rekey = prep
             if eff.extra:
                 check_ambiguous(eff, call_name)
-            if eff.mode != "record":
+            stored, key, canonical, looked = _engine.first_lookup(
+                eff, call_name, key, canonical, rekey
+            )
+            if not looked and eff.mode != "record":
                 stored = _engine.lookup(eff, call_name, key)
-                if _is_stream(stored):
-                    yield from stored["items"]
-                    return stored["return"]
+            if _is_stream(stored):
+                yield from stored["items"]
+                return stored["return"]
             if eff.mode == "replay":
                 raise _engine.replay_miss(eff, call_name, key, canonical)
             items: list[Any] = []
@@ -169,9 +188,10 @@ def _wrap(
             prep = prepare(args, kwargs)
             if prep is None:
                 return await fn(*args, **kwargs)
-            eff, key, canonical = prep
+            eff, key, canonical, rekey = prep
             return await _engine.call_async(
-                eff, call_name, kind, key, canonical, lambda: fn(*args, **kwargs), ttl=ttl
+                eff, call_name, kind, key, canonical, lambda: fn(*args, **kwargs), ttl=ttl,
+                rekey=rekey,
             )
 
         wrapper = async_wrapper
@@ -182,9 +202,10 @@ def _wrap(
             prep = prepare(args, kwargs)
             if prep is None:
                 return fn(*args, **kwargs)
-            eff, key, canonical = prep
+            eff, key, canonical, rekey = prep
             return _engine.call_sync(
-                eff, call_name, kind, key, canonical, lambda: fn(*args, **kwargs), ttl=ttl
+                eff, call_name, kind, key, canonical, lambda: fn(*args, **kwargs), ttl=ttl,
+                rekey=rekey,
             )
 
         wrapper = sync_wrapper

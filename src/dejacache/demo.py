@@ -7,9 +7,10 @@ not served from the store would fail loudly instead of quietly going live.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._demo.agent import AgentRun, Model, Step, run_agent
@@ -28,6 +29,8 @@ __all__ = ["DEMO_NAMESPACE", "AgentFactory", "DemoResult", "cached_agent", "play
 #: The demo's own namespace: clearing it never touches the user's entries.
 DEMO_NAMESPACE = "dejacache-demo"
 MODEL_NAME = "demo.chat.completions"
+#: What the model call is stored as when it goes through the openai SDK (HTTP interception).
+SDK_MODEL_NAME = "openai.chat.completions"
 _LATENCY_ENV = "DEJACACHE_DEMO_LATENCY"
 
 
@@ -74,8 +77,31 @@ def cached_agent(world: TravelWorld) -> tuple[Model, dict[str, Callable[..., Any
     loop, the call counting and the report stay the same.
     """
     model = cache(name=MODEL_NAME)(world.chat)
-    tools = {name: cache(name=f"demo.tool.{name}")(fn) for name, fn in world.tools().items()}
-    return model, tools
+    return model, cached_tools(world)
+
+
+def cached_tools(world: TravelWorld) -> dict[str, Callable[..., Any]]:
+    return {name: cache(name=f"demo.tool.{name}")(fn) for name, fn in world.tools().items()}
+
+
+@contextlib.contextmanager
+def _default_agent(agent: AgentFactory | None) -> Iterator[tuple[AgentFactory, str]]:
+    """The agent to run and how to describe its model.
+
+    By default the model is the real ``openai`` SDK talking to a loopback server (recorded and
+    replayed by dejacache's HTTP interception); without the openai package, the same scripted
+    model is called directly behind ``@dejacache.cache``.
+    """
+    if agent is not None:
+        yield agent, "a local model"
+        return
+    from ._demo.sdk import loopback_sdk_agent, openai_available
+
+    if not openai_available():
+        yield cached_agent, "a local model"
+        return
+    with loopback_sdk_agent(cached_tools) as factory:
+        yield factory, "the openai SDK talking to a local model server on 127.0.0.1"
 
 
 def _one_run(label: str, world: TravelWorld, mode: str, store: Store, out: Printer,
@@ -108,7 +134,7 @@ def play(
     scale: float | None = None,
     store: Store | None = None,
     out: Printer | None = None,
-    agent: AgentFactory = cached_agent,
+    agent: AgentFactory | None = None,
 ) -> DemoResult:
     """Clear the demo's namespace, run the agent live, run it again from the store."""
     out = out if out is not None else make_printer()
@@ -116,13 +142,14 @@ def play(
     world = TravelWorld(scale=_latency_scale() if scale is None else scale)
     store.clear(namespace=DEMO_NAMESPACE)  # run 1 is always live, so the demo repeats
 
-    out.line("[bold]dejacache demo[/bold]: a travel agent with a local model "
-             f"(~120-250 ms per call) and two tools (~30-80 ms), store {store.url}")
-    first = _one_run("run 1: live, recording", world, "auto", store, out, agent)
-    saved = _saved(store, expected=first.model_calls + first.tool_calls)
-    hits_before = stats_snapshot().total.hits
-    second = _one_run("run 2: replay from the store", world, "replay", store, out, agent)
-    hits = stats_snapshot().total.hits - hits_before
+    with _default_agent(agent) as (factory, model_desc):
+        out.line(f"[bold]dejacache demo[/bold]: a travel agent with {model_desc} "
+                 f"(~120-250 ms per call) and two tools (~30-80 ms), store {store.url}")
+        first = _one_run("run 1: live, recording", world, "auto", store, out, factory)
+        saved = _saved(store, expected=first.model_calls + first.tool_calls)
+        hits_before = stats_snapshot().total.hits
+        second = _one_run("run 2: replay from the store", world, "replay", store, out, factory)
+        hits = stats_snapshot().total.hits - hits_before
     path = getattr(store, "path", None)
     return DemoResult(first, second, *saved, hits, str(path) if path is not None else store.url)
 
@@ -139,7 +166,7 @@ def _saved(store: Store, expected: int) -> tuple[int, int, float, int]:
         for _, rec in store.iterate(namespace=DEMO_NAMESPACE):
             entries += 1
             size += rec.size
-            if rec.name == MODEL_NAME:
+            if rec.name in (MODEL_NAME, SDK_MODEL_NAME):
                 model_seconds += rec.duration
             if rec.usage:
                 tokens += token_total(rec.usage)

@@ -434,6 +434,8 @@ class KeyBuilder:
                         bound[pname] = value
         ignore = self._ignore
         defaults = self._defaults
+        if not defaults and ignore.isdisjoint(bound):
+            return bound  # nothing to drop: skip rebuilding the dict on the hot path
         return {
             k: v
             for k, v in bound.items()
@@ -441,12 +443,24 @@ class KeyBuilder:
         }
 
     def canonical(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bytes:
+        return self.canonical_bound(self.bind(args, kwargs))
+
+    def canonical_bound(self, bound: Mapping[str, Any]) -> bytes:
+        """The canonical form of already-bound arguments, volatile fields stripped."""
         return canonical_json(
-            self.bind(args, kwargs),
-            volatile=self.volatile,
-            volatile_paths=self.paths,
-            function=self.name,
+            bound, volatile=self.volatile, volatile_paths=self.paths, function=self.name
         )
+
+    def canonical_fast(self, bound: Mapping[str, Any]) -> bytes:
+        """The canonical form WITHOUT the deep walk for volatile names.
+
+        Sound as a first lookup key: stored canonicals never contain volatile fields, so this
+        form can only equal a stored one when the call has none either, in which case it *is*
+        the full form. The walk (≈60 ns per node: 110 µs on a 200 KB request) is then only
+        paid on a miss, to compute the key to store under and look up once more.
+        """
+        return canonical_json(bound, volatile=None, volatile_paths=self.paths,
+                              function=self.name)
 
     def key(self, namespace: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
         return digest(namespace, self.name, self.canonical(args, kwargs))

@@ -139,7 +139,7 @@ def test_hand_edited_file_is_read_by_the_full_parser(tmp_path):
 def test_invalid_files_raise_cassette_error_naming_the_path(tmp_path):
     p = tmp_path / "bad.json"
     p.write_text("{not json")
-    with pytest.raises(CassetteError, match="bad.json"):
+    with pytest.raises(CassetteError, match=r"bad\.json"):
         Cassette(p, mode="replay").get("k")
     p.write_text('{"entries": [], "format": 99, "values": {}}')
     with pytest.raises(CassetteError, match="format 99"):

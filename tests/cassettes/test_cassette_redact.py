@@ -18,7 +18,7 @@ def test_default_headers_query_params_and_body_fields():
     r = Redactor()
     tree = {
         "method": "POST",
-        "url": f"https://api.example.com/v1/x?key=abc123&alt=json&sig=s1g&page=2&token=t0k",
+        "url": "https://api.example.com/v1/x?key=abc123&alt=json&sig=s1g&page=2&token=t0k",
         "headers": {"Authorization": f"Bearer {OPENAI_KEY}", "X-Api-Key": "k",
                     "OpenAI-Organization": "org-1", "Cookie": "a=b", "accept": "json"},
         "header_list": [["x-goog-api-key", "g"], ["content-type", "json"]],

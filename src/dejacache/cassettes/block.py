@@ -115,8 +115,11 @@ class cassette:
     ) -> None:
         tape, eff, token = self._stack.pop()
         leave(eff, token)
-        if exc_type is None or self.record_on_error:
-            tape.save(prune=self.prune and exc_type is None)
+        try:
+            if exc_type is None or self.record_on_error:
+                tape.save(prune=self.prune and exc_type is None)
+        finally:
+            tape.close()
 
     async def __aenter__(self) -> Cassette:
         return self.__enter__()

@@ -104,6 +104,7 @@ class Cassette(BaseStore):
         self._new: list[dict[str, Any]] = []
         self._new_count: collections.Counter[str] = collections.Counter()
         self._deleted = 0
+        self._closed: list[EntryInfo] | None = None
 
     # ---------------------------------------------------------------- loading
 
@@ -214,8 +215,6 @@ class Cassette(BaseStore):
                     return self._record(e)
                 if not self._discover():
                     break
-            if self.mode == "replay":  # in auto mode a miss is recorded, not missed
-                self.counters.missed += 1
             return None
 
     def _hit_doc(self, e: _Entry) -> tuple[dict[str, Any], bool]:
@@ -345,6 +344,11 @@ class Cassette(BaseStore):
                 duration=float(doc.get("duration", 0.0)), usage=doc.get("usage") or None,
             )
 
+    def note_miss(self, name: str, key: str) -> None:
+        """Counted by the engine when replay raises (a get() that misses may still be
+        followed by a hit on the call's full key)."""
+        self.counters.missed += 1
+
     def redact_tree(self, tree: Any) -> Any:
         """What the file would hold for ``tree`` (used to keep secrets out of miss reports)."""
         return self.redactor.tree(tree)
@@ -368,9 +372,21 @@ class Cassette(BaseStore):
 
     # ---------------------------------------------------------------- after the block
 
+    def close(self) -> None:
+        """Drop the file's bytes (a memory map holds a descriptor); counters and ``unused``
+        stay readable. Called when the block ends, so a long session holds no open files."""
+        with self._lock:
+            if self._closed is None:
+                self._closed = self.unused
+            self._raw = self._lazy = self._full = None
+            self._old, self._queues, self._by_key, self._values = [], {}, {}, {}
+            self._complete = True
+
     @property
     def unused(self) -> list[EntryInfo]:
         """Recorded entries this run never replayed (empty in ``record`` mode)."""
+        if self._closed is not None:
+            return list(self._closed)
         if self.mode == "record":
             return []
         self._discover_all()
