@@ -17,7 +17,9 @@ pytest_plugins = ["pytester", "support_redis"]
 def _isolated_dejacache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No test sees another's configuration, counters or default store."""
     monkeypatch.setenv("DEJACACHE_DIR", str(tmp_path / ".dejacache"))
-    for var in ("DEJACACHE_MODE", "DEJACACHE_CACHE_KEY", "DEJACACHE_VOLATILE"):
+    # CI is cleared too: under CI cassettes default to replay, and tests must not depend on
+    # where they run (tests of that rule set it themselves).
+    for var in ("DEJACACHE_MODE", "DEJACACHE_CACHE_KEY", "DEJACACHE_VOLATILE", "CI"):
         monkeypatch.delenv(var, raising=False)
     config.reset()
     dejacache.reset_stats()  # the package re-exports stats() over the module name

@@ -10,7 +10,14 @@ import dejacache
 from dejacache._demo.agent import run_agent
 from dejacache._demo.printer import make_printer
 from dejacache._demo.travel import QUESTIONS, SCHEMAS, SYSTEM, TravelWorld
-from dejacache.demo import DEMO_NAMESPACE, MODEL_NAME, cached_agent, play, run_demo
+from dejacache.demo import (
+    DEMO_NAMESPACE,
+    MODEL_NAME,
+    SDK_MODEL_NAME,
+    cached_agent,
+    play,
+    run_demo,
+)
 
 FAST = 0.01  # latency scale: ~2 ms model calls keep the test well under a second
 
@@ -99,7 +106,8 @@ def test_model_requests_are_snapshots() -> None:
 def test_demo_entries_carry_usage_for_token_savings(tmp_path: pathlib.Path) -> None:
     store = dejacache.MemoryStore()
     play(scale=FAST, store=store, out=make_printer(plain=True))
-    models = [r for _, r in store.iterate(namespace=DEMO_NAMESPACE) if r.name == MODEL_NAME]
+    models = [r for _, r in store.iterate(namespace=DEMO_NAMESPACE)
+              if r.name in (MODEL_NAME, SDK_MODEL_NAME)]
     assert len(models) == 6 and all(r.usage and r.usage["total_tokens"] > 0 for r in models)
 
 

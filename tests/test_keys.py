@@ -656,3 +656,33 @@ def test_decorated_function_explain_and_cache_key() -> None:
 
 if __name__ == "__main__":  # used by test_keys_are_stable_across_processes
     print(json.dumps(golden_keys()))
+
+
+def test_credentials_are_masked_not_dropped() -> None:
+    """Secrets never appear in the canonical form (stored requests, diffs), yet a different
+    credential is a different key, so a cache can never answer for the wrong password."""
+    from dejacache.keys import KeyBuilder
+
+    def login(user: str, password: str, headers: dict | None = None) -> None: ...
+
+    kb = KeyBuilder(login, "login")
+    a = kb.canonical(("ann", "hunter2"), {"headers": {"Authorization": "Bearer sk-abc"}})
+    b = kb.canonical(("ann", "hunter3"), {"headers": {"Authorization": "Bearer sk-abc"}})
+    assert b"hunter2" not in a and b"sk-abc" not in a and b"<secret:" in a
+    assert a != b
+
+
+def test_credentials_never_reach_the_sqlite_store(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import dejacache
+
+    store = dejacache.SQLiteStore(tmp_path / "c.db")
+    dejacache.configure(store=store)
+
+    @dejacache.cache
+    def fetch(q: str, api_key: str) -> str:
+        return q.upper()
+
+    assert fetch("hi", api_key="sk-live-123456") == "HI"
+    assert fetch("hi", api_key="sk-live-123456") == "HI"
+    store.close()
+    assert b"sk-live-123456" not in (tmp_path / "c.db").read_bytes()

@@ -83,9 +83,6 @@ def _wrap(
             return None
         kb = keys.builder(eff.volatile)
         bound = kb.bind(args, kwargs)
-        if kb.volatile is None:
-            canonical = kb.canonical_bound(bound)
-            return eff, digest(ns, call_name, canonical), canonical, None
         # Hits skip the volatile-field walk; it runs only when the fast key misses.
         fast = kb.canonical_fast(bound)
 

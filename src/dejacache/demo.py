@@ -93,7 +93,7 @@ def _default_agent(agent: AgentFactory | None) -> Iterator[tuple[AgentFactory, s
     model is called directly behind ``@dejacache.cache``.
     """
     if agent is not None:
-        yield agent, "a local model"
+        yield agent, getattr(agent, "description", "a local model")
         return
     from ._demo.sdk import loopback_sdk_agent, openai_available
 
@@ -202,16 +202,19 @@ def run_demo(live: bool = False, *, scale: float | None = None, plain: bool | No
              store: Store | None = None) -> int:
     """The ``dejacache demo`` command. Returns the process exit code."""
     out = make_printer(plain)
+    agent_cm: contextlib.AbstractContextManager[AgentFactory | None] = contextlib.nullcontext()
     if live:
-        if not os.environ.get("OPENAI_API_KEY"):
+        from ._demo.sdk import openai_available, real_api_agent
+
+        if not os.environ.get("OPENAI_API_KEY") or not openai_available():
             out.line("dejacache demo --live records against the real OpenAI API and needs "
-                     "OPENAI_API_KEY; without it, run `dejacache demo` (local model, no key).")
-        else:
-            out.line("dejacache demo --live is not wired to the OpenAI SDK yet; "
-                     "run `dejacache demo` for the local model.")
-        return 2
+                     "OPENAI_API_KEY and the openai package; without them, run "
+                     "`dejacache demo` (local model server, no key).")
+            return 2
+        agent_cm = real_api_agent(cached_tools)
     try:
-        res = play(scale=scale, store=store, out=out)
+        with agent_cm as agent:
+            res = play(scale=scale, store=store, out=out, agent=agent)
     except ReplayMiss as exc:  # run 2 would have gone live: the store did not serve it
         out.line(f"[red]replay failed[/red]: {exc}")
         return 1

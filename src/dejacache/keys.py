@@ -20,6 +20,7 @@ import dataclasses
 import datetime as _dt
 import enum
 import functools
+import hashlib
 import inspect
 import os
 import pathlib
@@ -34,6 +35,7 @@ import xxhash
 from .errors import UnhashableArgument
 
 __all__ = [
+    "DEFAULT_SECRETS",
     "DEFAULT_VOLATILE",
     "KEY_SCHEMA_VERSION",
     "KeyBuilder",
@@ -186,13 +188,51 @@ def _has_volatile(obj: Any, vol: frozenset[str]) -> bool:
     return False
 
 
+# Credentials passed as arguments must never reach a stored request, a diff or a log. They
+# are masked, not dropped: dropping would let ``login(user, password)`` answer for any password.
+DEFAULT_SECRETS: frozenset[str] = frozenset(
+    {
+        "api_key",
+        "apikey",
+        "access_token",
+        "refresh_token",
+        "id_token",
+        "client_secret",
+        "password",
+        "authorization",
+        "proxy-authorization",
+        "x-api-key",
+        "api-key",
+        "x-goog-api-key",
+        "cookie",
+        "set-cookie",
+        "x-amz-security-token",
+    }
+)
+
+
+_SECRET_SPELLINGS = _volatile_set(DEFAULT_SECRETS)
+
+
+def _mask(value: Any) -> str:
+    """A stand-in that still tells values apart (so keys stay per credential) but cannot be
+    read back: a truncated BLAKE2b of the value."""
+    data = value.encode() if type(value) is str else repr(value).encode()
+    return "<secret:" + hashlib.blake2b(data, digest_size=8).hexdigest() + ">"
+
+
 def _strip(obj: Any, vol: frozenset[str] | None) -> Any:
-    """A copy of ``obj`` without volatile keys (never mutates the caller's data)."""
+    """A copy of ``obj`` without volatile keys and with secret values masked (never mutates
+    the caller's data)."""
     if not vol:
         return obj
     t = type(obj)
     if t is dict:
-        return {k: _strip(v, vol) for k, v in obj.items() if k not in vol}
+        return {
+            k: (_mask(v) if k in _SECRET_SPELLINGS else _strip(v, vol))
+            for k, v in obj.items()
+            if k not in vol or k in _SECRET_SPELLINGS
+        }
     if t is list or t is tuple:
         return [_strip(v, vol) for v in obj]
     return obj
@@ -378,7 +418,8 @@ class KeyBuilder:
         names_in_paths = [v for v in (volatile or ()) if "." in v]
         flat = {v for v in (volatile or ()) if "." not in v}
         base = DEFAULT_VOLATILE if use_default_volatile else frozenset()
-        self.volatile = _volatile_set(frozenset(base | flat)) if (base or flat) else None
+        # Secrets are always in the walk's set: _strip masks them instead of dropping them.
+        self.volatile = _volatile_set(frozenset(base | flat | DEFAULT_SECRETS))
         self.paths = [tuple(p.split(".")) for p in names_in_paths]
         self._ignore = frozenset(ignore) | {"self", "cls"}
         self._sig: inspect.Signature | None = None

@@ -166,8 +166,9 @@ def _counts(tapes: list[tuple[str, Cassette]]) -> dict[str, Any]:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     workeroutput = getattr(config, "workeroutput", None)
-    if workeroutput is not None:  # an xdist worker: hand the numbers to the controller
-        c = _counts(config.stash.get(_TAPES, []))
+    tapes = config.stash.get(_TAPES, [])
+    if workeroutput is not None and tapes:  # an xdist worker: hand the numbers over
+        c = _counts(tapes)
         ctr: TapeCounters = c["counters"]
         workeroutput["dejacache"] = {
             "replayed": ctr.replayed, "recorded": ctr.recorded, "missed": ctr.missed,

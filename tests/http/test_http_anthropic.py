@@ -11,6 +11,8 @@ import pytest
 from fake_provider import FakeProvider
 from http_support import record_then_replay
 
+import dejacache
+
 TOOLS: list[Any] = [{"name": "get_weather", "description": "weather for a city",
                      "input_schema": {"type": "object",
                                       "properties": {"city": {"type": "string"}}}}]
@@ -101,3 +103,18 @@ def test_async_messages_and_stream(fake: FakeProvider) -> None:
 
     live, again = record_then_replay(fake, lambda: asyncio.run(agent()))
     assert live == again
+
+
+def test_rerecording_turn_one_keeps_the_tool_result_turn_matching(
+    fake: FakeProvider, client: anthropic.Anthropic
+) -> None:
+    store = dejacache.MemoryStore()
+    with dejacache.scope(mode="record", store=store):
+        first_run = tool_agent(client)
+    turn1 = [k for k, r in store.iterate() if b"tool_use_id" not in r.request]
+    store.delete(turn1[0])
+    with dejacache.scope(mode="auto", store=store):
+        second_run = tool_agent(client)
+    assert second_run[0]["content"][0]["id"] != first_run[0]["content"][0]["id"]
+    assert second_run[1] == first_run[1]  # fed the new tool_use id, still the old recording
+    assert fake.count() == 3

@@ -170,3 +170,59 @@ def test_cassette_records_and_replays_sdk_calls(
     assert live[0] != live[2]  # the same request asked twice got two recorded answers
     text = path.read_text()
     assert "SECRET" not in text and "openai.chat.completions" in text
+
+
+def test_cassette_with_async_streams_and_gather(
+    fake: FakeProvider, tmp_path: pathlib.Path
+) -> None:
+    import asyncio
+
+    import anthropic
+
+    path = tmp_path / "async.json"
+    prompts = ["one", "two", "three"]
+
+    async def agent() -> Any:
+        async with anthropic.AsyncAnthropic(base_url=fake.url, api_key="sk-ant-SECRET",
+                                            max_retries=0) as client:
+            async def ask(p: str) -> Any:
+                async with client.messages.stream(
+                        model="m", max_tokens=9,
+                        messages=[{"role": "user", "content": p}]) as s:
+                    return (await s.get_final_message()).model_dump()
+
+            return await asyncio.gather(*(ask(p) for p in prompts))
+
+    with dejacache.cassette(path, mode="record"):
+        live = asyncio.run(agent())
+    fake.stop()
+    with dejacache.cassette(path, mode="replay") as tape:
+        again = asyncio.run(agent())
+    assert live == again
+    assert tape.counters.replayed == 3
+    assert "SECRET" not in path.read_text()
+
+
+def test_library_imported_inside_a_block_is_patched_on_import(fake: FakeProvider) -> None:
+    import subprocess
+    import sys
+
+    code = f"""
+import sys
+import dejacache
+assert "httpx" not in sys.modules and "httpx2" not in sys.modules, "imported too early"
+with dejacache.scope(mode="replay", store=dejacache.MemoryStore()):
+    import httpx2
+    try:
+        httpx2.post("{fake.openai_url}/embeddings", json={{"input": "x"}})
+    except dejacache.ReplayMiss:
+        print("refused")
+import httpx2
+print("patched after", hasattr(httpx2.HTTPTransport.handle_request, "__dejacache_patch__"))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "refused" in proc.stdout
+    assert "patched after False" in proc.stdout
+    assert fake.count() == 0

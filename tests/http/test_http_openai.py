@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import pathlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -184,3 +185,45 @@ def test_auto_mode_hits_without_going_live(
         b = client.chat.completions.create(model="gpt-test", messages=USER)  # type: ignore[arg-type]
     assert a.model_dump() == b.model_dump()
     assert fake.count() == 1
+
+
+def test_responses_rerecord_keeps_previous_response_id_turn_matching(
+    fake: FakeProvider, client: openai.OpenAI
+) -> None:
+    def run() -> Any:
+        first = client.responses.create(model="gpt-test", input="weather?", tools=TOOLS_RESP)
+        call = first.output[0]
+        second = client.responses.create(
+            model="gpt-test", previous_response_id=first.id, tools=TOOLS_RESP,
+            input=[{"type": "function_call_output", "call_id": call.call_id, "output": "fog"}],
+        )
+        return [first.model_dump(), second.model_dump()]
+
+    store = dejacache.MemoryStore()
+    with dejacache.scope(mode="record", store=store):
+        one = run()
+    (turn1,) = [k for k, r in store.iterate() if b"previous_response_id" not in r.request]
+    store.delete(turn1)
+    with dejacache.scope(mode="auto", store=store):
+        two = run()
+    assert two[0]["id"] != one[0]["id"]
+    assert two[1] == one[1]
+    assert fake.count() == 3
+
+
+def test_sqlite_store_round_trip(fake: FakeProvider, client: openai.OpenAI,
+                                 tmp_path: pathlib.Path) -> None:
+    def run() -> Any:
+        r = client.chat.completions.create(model="gpt-test", messages=USER)  # type: ignore[arg-type]
+        s = client.chat.completions.create(model="gpt-test", messages=USER, stream=True)  # type: ignore[arg-type]
+        return r.model_dump(), [c.model_dump() for c in s]
+
+    with dejacache.scope(mode="record", store=dejacache.SQLiteStore(tmp_path / "c.db")) as blk:
+        live = run()
+    assert blk.store is not None
+    blk.store.close()
+    fake.stop()
+    store = dejacache.SQLiteStore(tmp_path / "c.db")  # a fresh connection: what a new run sees
+    with dejacache.scope(mode="replay", store=store):
+        assert run() == live
+    store.close()

@@ -84,9 +84,10 @@ def loopback_sdk_agent(tools: Tools) -> Iterator[AgentFactory]:
         client = openai.OpenAI(base_url=base_url, api_key="demo-no-key-needed", max_retries=0)
         clients.append(client)
 
+        create: Any = client.chat.completions.create  # plain dicts, not the SDK's TypedDicts
+
         def model(messages: list[dict[str, Any]], schemas: list[dict[str, Any]]) -> Any:
-            return client.chat.completions.create(model="demo-travel-1", messages=messages,
-                                                  tools=schemas)  # type: ignore[arg-type]
+            return create(model="demo-travel-1", messages=messages, tools=schemas)
 
         return model, tools(world)
 
@@ -106,18 +107,19 @@ def real_api_agent(tools: Tools) -> Iterator[AgentFactory]:
     import openai
 
     client = openai.OpenAI()
+    create: Any = client.chat.completions.create
 
     def factory(world: TravelWorld) -> tuple[Model, dict[str, Callable[..., Any]]]:
         def model(messages: list[dict[str, Any]], schemas: list[dict[str, Any]]) -> Any:
             misses = stats().total.misses
-            reply = client.chat.completions.create(model=LIVE_MODEL, messages=messages,
-                                                   tools=schemas)  # type: ignore[arg-type]
+            reply = create(model=LIVE_MODEL, messages=messages, tools=schemas)
             if stats().total.misses != misses:  # went to the API (not served by dejacache)
                 world.model_calls += 1
             return reply
 
         return model, tools(world)
 
+    setattr(factory, "description", f"OpenAI's {LIVE_MODEL} through the openai SDK")  # noqa: B010
     try:
         yield factory
     finally:

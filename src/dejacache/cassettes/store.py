@@ -172,7 +172,7 @@ class Cassette(BaseStore):
         if e.doc is None:
             assert e.index is not None
             doc: dict[str, Any] | None = None
-            if self._lazy is not None:
+            if self._lazy is not None and self._full is None:
                 try:
                     doc = self._lazy.entry(e.index)
                 except (CassetteError, orjson.JSONDecodeError):
@@ -217,35 +217,42 @@ class Cassette(BaseStore):
                     break
             return None
 
-    def _hit_doc(self, e: _Entry) -> tuple[dict[str, Any], bool]:
+    def _hit_view(self, e: _Entry) -> tuple[dict[str, Any], bytes | None]:
         if e.doc is None and e.index is not None and self._lazy is not None:
             try:
                 return self._lazy.replay_view(e.index)
             except (CassetteError, orjson.JSONDecodeError):
                 self._lazy = None
-        return self._doc(e), True
+        return self._doc(e), None
 
     def _record(self, e: _Entry) -> Record:
-        doc, refs = self._hit_doc(e)
+        doc, body = self._hit_view(e)
         usage = doc.get("usage") or None
         duration = float(doc.get("duration", 0.0))
+        plain = not doc.get("tagged", False)
+        model = ""
         if "error" in doc:
             value = orjson.dumps(doc["error"])
             kind = "error"
-            response: Any = None
         else:
-            response = doc.get("response")
-            if refs:
-                response = self.expand(response)
-            response = self.redactor.restore(response)
-            value = blob_from_tree(response, not doc.get("tagged", False), key=e.key)
             kind = str(doc.get("kind", "call"))
+            if body is not None and body.find(fmt.REF_BYTES) < 0 and not self.redactor.restore_map:
+                # the file's bytes are the payload: parsed once, by the codec (Fragment
+                # makes orjson emit them verbatim)
+                value = blob_from_tree(orjson.Fragment(body), plain, key=e.key)
+                if usage:
+                    model = fmt.model_in(body)
+            else:
+                response = orjson.loads(body) if body is not None else doc.get("response")
+                response = self.redactor.restore(self.expand(response))
+                value = blob_from_tree(response, plain, key=e.key)
+                model = _model_of(response)
         c = self.counters
         c.replayed += 1
         c.time_saved += duration
         if usage:
             c.tokens_saved += token_total(usage)
-            c.dollars_saved += estimate_dollars(usage, _model_of(response))
+            c.dollars_saved += estimate_dollars(usage, model)
         return Record(value=value, name=str(doc.get("name", "")),
                       namespace=str(doc.get("namespace", "")), kind=kind,
                       duration=duration, usage=usage)
@@ -331,8 +338,13 @@ class Cassette(BaseStore):
                 ) -> Iterator[tuple[str, Record]]:
         self._discover_all()
         with self._lock:
-            docs = [self._doc(e) for e in self._old] + list(self._new)
-        for doc in docs:
+            items: list[_Entry | dict[str, Any]] = [*self._old, *self._new]
+        for item in items:  # parsed one by one: a miss report looks at the first 1000 only
+            if isinstance(item, _Entry):
+                with self._lock:
+                    doc = self._doc(item)
+            else:
+                doc = item
             if name is not None and doc.get("name") != name:
                 continue
             if namespace is not None and doc.get("namespace", "") != namespace:

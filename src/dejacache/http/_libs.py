@@ -14,7 +14,7 @@ import sys
 import threading
 from typing import Any
 
-__all__ = ["LIBRARIES", "Lib", "available", "imported", "lib_named", "lib_of"]
+__all__ = ["LIBRARIES", "Lib", "available", "imported", "lib_named", "lib_of", "register"]
 
 LIBRARIES = ("httpx2", "httpx")
 
@@ -46,6 +46,12 @@ def lib_named(name: str) -> Lib | None:
         return _CACHE.setdefault(name, Lib(name, module))
 
 
+def register(name: str, module: Any) -> Lib:
+    """The descriptor for a module just loaded (no import machinery involved)."""
+    with _LOCK:
+        return _CACHE.setdefault(name, Lib(name, module))
+
+
 def lib_of(obj: Any) -> Lib:
     """The library an object (request, transport) comes from."""
     top = type(obj).__module__.partition(".")[0]
@@ -61,7 +67,10 @@ def imported() -> list[Lib]:
     """Libraries the process has already imported (costs nothing to look at)."""
     out = []
     for name in LIBRARIES:
-        if name in sys.modules:
+        mod = sys.modules.get(name)
+        # A module still executing its import belongs to the import hook in intercept.py;
+        # importing it here would wait on that thread's import lock.
+        if mod is not None and not getattr(mod.__spec__, "_initializing", False):
             lib = lib_named(name)
             if lib is not None:
                 out.append(lib)

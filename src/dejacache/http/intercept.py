@@ -14,15 +14,19 @@ open), or inside ``intercept()``, which also intercepts under plain ``configure(
 Outside blocks calls pass through untouched, even while another thread holds a block open.
 
 Blocks opened by ``scope()``/``cassette()`` patch the libraries the process has already
-imported (import your SDK before entering the block, as imports at the top of a module do),
-and stay silent when there are none. ``intercept()`` asks for interception explicitly: it
-imports whichever libraries are installed and raises ``ConfigurationError`` when neither is.
+imported, and an import hook patches one imported while a block is open (an SDK imported
+lazily inside the block): blocks never import httpx themselves (that would cost @cache-only
+users 130 ms and break ``httpx2.alias_httpx()`` called later), and stay silent when there is
+nothing to patch. ``intercept()`` asks for interception explicitly: it imports whichever
+libraries are installed and raises ``ConfigurationError`` when neither is.
 """
 
 from __future__ import annotations
 
 import contextvars
 import functools
+import importlib.abc
+import importlib.machinery
 import os
 import sys
 import threading
@@ -33,7 +37,7 @@ from typing import Any, ParamSpec, TypeVar
 from .. import scope as _scope
 from ..config import Effective
 from ..errors import ConfigurationError
-from ._libs import Lib, available, imported, lib_of
+from ._libs import LIBRARIES, Lib, available, imported, lib_of, register
 from .transport import Options, bypassing, handle_async, handle_sync
 
 __all__ = ["active", "intercept", "patched_libraries"]
@@ -89,8 +93,12 @@ EXTRA_TRANSPORTS = (
 )
 
 
-def _wrap(cls: type, attr: str, is_async: bool, lib: Lib | None) -> tuple[type, str, Any]:
+def _wrap(
+    cls: type, attr: str, is_async: bool, lib: Lib | None
+) -> tuple[type, str, Any] | None:
     orig = cls.__dict__[attr]
+    if getattr(orig, "__dejacache_patch__", False):
+        return None  # already ours (``import httpx`` aliased to httpx2 names the same class)
     wrapper: Any
     if is_async:
         async def wrapper(self: Any, request: Any) -> Any:
@@ -109,6 +117,7 @@ def _wrap(cls: type, attr: str, is_async: bool, lib: Lib | None) -> tuple[type, 
             return handle_sync(lib or lib_of(request), eff, request,
                                lambda r: orig(self, r), opts)
     functools.update_wrapper(wrapper, orig)
+    wrapper.__dejacache_patch__ = True
     setattr(cls, attr, wrapper)
     return cls, attr, orig
 
@@ -116,10 +125,11 @@ def _wrap(cls: type, attr: str, is_async: bool, lib: Lib | None) -> tuple[type, 
 def _patch(lib: Lib) -> None:
     if lib.name in _PATCHED:
         return
-    _PATCHED[lib.name] = [
+    done = [
         _wrap(lib.module.HTTPTransport, "handle_request", False, lib),
         _wrap(lib.module.AsyncHTTPTransport, "handle_async_request", True, lib),
     ]
+    _PATCHED[lib.name] = [d for d in done if d is not None]
 
 
 def _patch_extras() -> None:
@@ -130,7 +140,8 @@ def _patch_extras() -> None:
         mod = sys.modules.get(module)
         cls = getattr(mod, qual, None) if mod is not None else None
         if isinstance(cls, type) and "handle_async_request" in cls.__dict__:
-            _PATCHED[spec] = [_wrap(cls, "handle_async_request", True, None)]
+            done = _wrap(cls, "handle_async_request", True, None)
+            _PATCHED[spec] = [done] if done is not None else []
 
 
 def _unpatch_all() -> None:
@@ -179,6 +190,49 @@ def _on_block(delta: int) -> None:
 
 if _on_block not in _scope.BLOCK_HOOKS:
     _scope.BLOCK_HOOKS.append(_on_block)
+
+
+class _Loader(importlib.abc.Loader):
+    """Runs the real loader, then patches the library it just loaded (if a block is open)."""
+
+    def __init__(self, inner: Any, name: str) -> None:
+        self._inner = inner
+        self._name = name
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._inner.exec_module(module)
+        with _LOCK:
+            if _COUNT > 0:
+                _patch(register(self._name, module))
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Closes the gap of an SDK imported inside a block: its httpx/httpx2 (not imported when
+    the block opened) is patched the moment it is loaded, so that call cannot go live.
+    Imports nothing itself, and steps aside whenever no block is open."""
+
+    def find_spec(
+        self, fullname: str, path: Any = None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in LIBRARIES or not _COUNT or fullname in sys.modules:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _Loader(spec.loader, fullname)
+                return spec  # type: ignore[no-any-return]
+        return None
+
+
+if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+    sys.meta_path.insert(0, _PatchOnImport())
 
 
 class intercept:

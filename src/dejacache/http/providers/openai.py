@@ -38,7 +38,13 @@ class OpenAI(Provider):
         return any(path.endswith(s) for s, _ in _ENDPOINTS)
 
     def terminal(self, event: str) -> bool:
-        return "data: [DONE]" in event or "response.completed" in event[:40]
+        # chat/completions ends with "data: [DONE]"; the responses API with one of these events.
+        if "data: [DONE]" in event:
+            return True
+        head = event[:40]
+        return head.startswith("event: response.") and any(
+            k in head for k in ("response.completed", "response.failed", "response.incomplete")
+        )
 
     def endpoint(self, host: str, path: str) -> str:
         for suffix, name in _ENDPOINTS:
