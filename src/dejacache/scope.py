@@ -21,7 +21,7 @@ import inspect
 import threading
 from collections.abc import AsyncIterator, Callable, Generator
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar
 
 from .config import UNSET, Effective, _Unset, get_settings, resolve_mode, store_from_url
 from .errors import ConfigurationError, ReplayMiss
@@ -80,6 +80,12 @@ def current() -> Effective:
     return get_settings()
 
 
+def active_blocks() -> list[Effective]:
+    """The test-facing blocks open anywhere in the process right now (a snapshot)."""
+    with _ACTIVE_LOCK:
+        return list(_ACTIVE)
+
+
 def enter(eff: Effective) -> contextvars.Token[Effective | None]:
     """Make ``eff`` current; the caller must pass the token to :func:`leave`."""
     if not eff.test_facing:
@@ -135,7 +141,41 @@ def check_ambiguous(eff: Effective, name: str) -> None:
         )
 
 
-class scope:
+E = TypeVar("E")
+
+
+class Block(Generic[E]):
+    """Async-with and decorator forms for a sync context manager, so every dejacache block
+    (scope, cassette, intercept, agent_session) works in ``with``, ``async with`` and as a
+    decorator of sync/async functions and generators the same way."""
+
+    def __enter__(self) -> E:
+        raise NotImplementedError
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> E:
+        return self.__enter__()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
+        return decorate_with_block(self, fn)
+
+
+class scope(Block["scope"]):
     """Override namespace, mode or store for a block (context manager or decorator).
 
     ``cache_key=None`` disables caching inside the block.
@@ -191,19 +231,6 @@ class scope:
         eff, token = tokens.pop(i if i >= 0 else -1)
         leave(eff, token)
 
-    async def __aenter__(self) -> scope:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
-
-    def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
-        return decorate_with_block(self, fn)
 
     def run_in_thread(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run ``fn`` in a new thread inside this scope and return its result."""

@@ -12,12 +12,12 @@ import dataclasses
 import os
 import pathlib
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
 from ..config import UNSET, Effective, _Unset, resolve_mode, settings_object
-from ..scope import current, decorate_with_block, enter, leave
+from ..scope import Block, current, enter, leave
 from .redact import Redactor
 from .store import Cassette
 
@@ -43,7 +43,7 @@ def default_mode() -> str:
     return "replay" if in_ci() else "auto"
 
 
-class cassette:
+class cassette(Block[Cassette]):
     """Record calls made inside the block to ``path`` and replay them on later runs.
 
     ``mode``: ``auto`` (replay hits, record misses), ``replay`` (misses raise ``ReplayMiss``),
@@ -121,16 +121,3 @@ class cassette:
         finally:
             tape.close()
 
-    async def __aenter__(self) -> Cassette:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
-
-    def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
-        return decorate_with_block(self, fn)

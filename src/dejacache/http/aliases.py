@@ -17,8 +17,8 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from .. import scope as _scope
 from ..config import Effective
+from ..scope import active_blocks
 
 __all__ = ["AliasTable", "table_for"]
 
@@ -74,8 +74,7 @@ def table_for(eff: Effective) -> AliasTable | None:
         entry = _TABLES.get(id(eff))
         if entry is not None and entry[0] is eff:
             return entry[1]
-        with _scope._ACTIVE_LOCK:
-            live = {id(e) for e in _scope._ACTIVE}
+        live = {id(e) for e in active_blocks()}
         for k in [k for k in _TABLES if k not in live]:
             del _TABLES[k]
         table = AliasTable()

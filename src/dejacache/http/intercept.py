@@ -30,13 +30,13 @@ import importlib.machinery
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
-from .. import scope as _scope
 from ..config import Effective
 from ..errors import ConfigurationError
+from ..scope import BLOCK_HOOKS, Block, current
 from ._libs import LIBRARIES, Lib, available, imported, lib_of, register
 from .transport import Options, bypassing, handle_async, handle_sync
 
@@ -69,7 +69,7 @@ def _decide(request: Any) -> tuple[Effective, Options] | None:
     if bypassing():
         return None
     opts = _OPTIONS.get()
-    eff = _scope.current()
+    eff = current()
     if opts is None:
         if not eff.test_facing:
             return None
@@ -188,8 +188,8 @@ def _on_block(delta: int) -> None:
         release()
 
 
-if _on_block not in _scope.BLOCK_HOOKS:
-    _scope.BLOCK_HOOKS.append(_on_block)
+if _on_block not in BLOCK_HOOKS:
+    BLOCK_HOOKS.append(_on_block)
 
 
 class _Loader(importlib.abc.Loader):
@@ -235,7 +235,7 @@ if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
     sys.meta_path.insert(0, _PatchOnImport())
 
 
-class intercept:
+class intercept(Block["intercept"]):
     """Intercept httpx/httpx2 traffic for a block (context manager, async or not, or decorator).
 
     ``ignore_hosts`` lets calls to those hosts through untouched; ``realtime`` replays streams
@@ -272,16 +272,3 @@ class intercept:
             _OPTIONS.set(None)
         release()
 
-    async def __aenter__(self) -> intercept:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
-
-    def __call__(self, fn: Callable[P, T]) -> Callable[P, T]:
-        return _scope.decorate_with_block(self, fn)

@@ -17,6 +17,7 @@ from types import TracebackType
 
 from .._core.scopes import global_prefix, session_prefix, tenant_prefix
 from ..errors import ScopeError
+from ..scope import Block
 from .guard import GuardState, LoopGuard
 
 __all__ = ["agent_session", "current_session"]
@@ -26,7 +27,7 @@ _SESSION: contextvars.ContextVar[agent_session | None] = contextvars.ContextVar(
 )
 
 
-class agent_session:  # lower case like ``scope``: used as a context manager
+class agent_session(Block["agent_session"]):  # lower case like ``scope``: used as a context manager
     """Run agent work for one tenant and session (sync and async context manager).
 
     ``tenant`` isolates ``scope="tenant"`` and ``"session"`` tool caches; ``session_id``
@@ -86,17 +87,6 @@ class agent_session:  # lower case like ``scope``: used as a context manager
             del self._tokens[i]
             return
         _SESSION.set(None)  # exited in a context that never entered (generator hand-over)
-
-    async def __aenter__(self) -> agent_session:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
 
     def __repr__(self) -> str:
         return (f"agent_session(tenant={self.tenant!r}, session_id={self.session_id!r}, "
