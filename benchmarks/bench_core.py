@@ -13,6 +13,7 @@ import argparse
 import json
 import multiprocessing as mp
 import pathlib
+import shutil
 import sqlite3
 import sys
 import tempfile
@@ -481,10 +482,13 @@ def run(budget: float = 0.3, passes: int = 2, conc_seconds: float = 2.0) -> str:
     root = pathlib.Path(tempfile.mkdtemp(prefix="dejacache-bench-"))
     data = {size: pairs(size, N_HIT) for size in SIZES}
     t0 = time.perf_counter()
-    keys = bench_keys(data, budget, passes)
-    hits, skipped = bench_hits(data, budget, passes, root)
-    parts = bench_breakdown(data["2KB"], budget)
-    conc = bench_concurrency(conc_seconds, root)
+    try:
+        keys = bench_keys(data, budget, passes)
+        hits, skipped = bench_hits(data, budget, passes, root)
+        parts = bench_breakdown(data["2KB"], budget)
+        conc = bench_concurrency(conc_seconds, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
     wall = time.perf_counter() - t0
     return report(data, keys, hits, skipped, conc, wall, budget, passes, conc_seconds, parts)
 

@@ -523,7 +523,7 @@ def test_default_volatile_fields_removed_anywhere() -> None:
         **base,
         "extra_headers": {"traceparent": "00-aaa-01", "X-Request-ID": "r1", "tracestate": "t"},
         "metadata": {"trace_id": "abc", "span_id": "def"},
-        "messages": [{"role": "user", "content": "x", "request_id": "z"}],
+        "messages": [{"role": "user", "content": "x", "trace_id": "z"}],
     }
     noisy2 = copy.deepcopy(noisy)
     noisy2["extra_headers"] = {"Traceparent": "00-bbb-01", "x-request-id": "r2"}
@@ -686,3 +686,16 @@ def test_credentials_never_reach_the_sqlite_store(tmp_path) -> None:  # type: ig
     assert fetch("hi", api_key="sk-live-123456") == "HI"
     store.close()
     assert b"sk-live-123456" not in (tmp_path / "c.db").read_bytes()
+
+
+def test_bare_request_id_is_data_not_noise() -> None:
+    """A ``request_id`` in user data (an order, a support ticket) stays in the key: stripping
+    it served R-1's answer for R-2. Header spellings of request ids are still stripped."""
+    from dejacache.keys import KeyBuilder
+
+    def lookup(order: dict) -> None: ...
+
+    kb = KeyBuilder(lookup, "lookup")
+    assert kb.canonical(({"request_id": "R-1"},), {}) != kb.canonical(({"request_id": "R-2"},), {})
+    hdr = kb.canonical(({"headers": {"X-Request-ID": "a"}},), {})
+    assert hdr == kb.canonical(({"headers": {"X-Request-ID": "b"}},), {})

@@ -58,7 +58,8 @@ DEFAULT_VOLATILE: frozenset[str] = frozenset(
         "trace_id",
         "span_id",
         "parent_span_id",
-        "request_id",
+        # Request ids as headers only: a bare ``request_id`` argument is often real data (a
+        # support request, an order), and stripping it would serve one answer to all of them.
         "x-request-id",
         "x-correlation-id",
         "x-amzn-trace-id",
@@ -212,6 +213,9 @@ DEFAULT_SECRETS: frozenset[str] = frozenset(
 
 
 _SECRET_SPELLINGS = _volatile_set(DEFAULT_SECRETS)
+# Header-only spellings, added verbatim: run through _spellings they would also produce the
+# bare ``request_id`` that DEFAULT_VOLATILE deliberately leaves in keys.
+_HEADER_ONLY = frozenset({"request-id", "Request-Id", "Request-ID", "REQUEST-ID"})
 
 
 def _mask(value: Any) -> str:
@@ -419,7 +423,9 @@ class KeyBuilder:
         flat = {v for v in (volatile or ()) if "." not in v}
         base = DEFAULT_VOLATILE if use_default_volatile else frozenset()
         # Secrets are always in the walk's set: _strip masks them instead of dropping them.
-        self.volatile = _volatile_set(frozenset(base | flat | DEFAULT_SECRETS))
+        self.volatile = _volatile_set(frozenset(base | flat | DEFAULT_SECRETS)) | (
+            _HEADER_ONLY if use_default_volatile else frozenset()
+        )
         self.paths = [tuple(p.split(".")) for p in names_in_paths]
         self._ignore = frozenset(ignore) | {"self", "cls"}
         self._sig: inspect.Signature | None = None

@@ -520,3 +520,21 @@ def test_close_then_reuse_reconnects(tmp_path: pathlib.Path) -> None:
     got = store.get("k")
     assert got is not None and got.value == b"v"
     store.close()
+
+
+def test_file_labelled_current_but_laid_out_otherwise_is_rebuilt(tmp_path: pathlib.Path) -> None:
+    """A file claiming the current schema version with other columns (a damaged or hand-made
+    file) is rebuilt with one warning, instead of failing call by call."""
+    path = tmp_path / "cache.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE dejacache_meta (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+    conn.execute("INSERT INTO dejacache_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+    conn.execute("CREATE TABLE entries (key TEXT PRIMARY KEY, value BLOB)")
+    conn.commit()
+    conn.close()
+    with pytest.warns(dejacache.DejacacheWarning, match="unrecognised table layout"):
+        store = SQLiteStore(path)
+    store.put("k", Record(value=b"v", name="n"))
+    got = store.get("k")
+    assert got is not None and got.value == b"v"
+    store.close()

@@ -102,6 +102,11 @@ class BaseStore:
     def close(self) -> None:
         return None
 
+    def __bool__(self) -> bool:
+        # Stores with __len__ would be falsy when empty, and ``store or default`` would then
+        # silently swap in another store (it happened twice while building this).
+        return True
+
     async def aclose(self) -> None:
         await asyncio.sleep(0)
         self.close()

@@ -66,6 +66,8 @@ _SCHEMA = (
     )""",
 )
 _OLD_TABLES = ("entries", "requests")
+_COLUMNS = ["key", "value", "duration", "usage", "expires", "name", "namespace", "kind",
+            "created", "z", "request"]
 
 _GET = "SELECT value, duration, usage, expires, name, namespace, kind, created FROM entries " \
        "WHERE key=?"
@@ -300,6 +302,11 @@ class SQLiteStore(BaseStore):
         row = conn.execute("SELECT v FROM dejacache_meta WHERE k='schema_version'").fetchone()
         return None if row is None else int(row[0])
 
+    @staticmethod
+    def _layout_ok(conn: sqlite3.Connection) -> bool:
+        cols = [r[1] for r in conn.execute("PRAGMA table_info(entries)").fetchall()]
+        return cols == _COLUMNS
+
     def _check_version(self, found: int | None) -> None:
         if found is not None and found > SCHEMA_VERSION:
             self._close_all()
@@ -309,13 +316,20 @@ class SQLiteStore(BaseStore):
         conn = self._conn()
         found = self._schema_version(conn)  # a plain read: the common case writes nothing
         self._check_version(found)
-        if found == SCHEMA_VERSION:
+        if found == SCHEMA_VERSION and self._layout_ok(conn):
             return
 
         def create(conn: sqlite3.Connection) -> None:
             found = self._read_version(conn)  # another process may have won the race
             self._check_version(found)
-            if found is not None and found < SCHEMA_VERSION:
+            stale = found is not None and found < SCHEMA_VERSION
+            if found == SCHEMA_VERSION and not self._layout_ok(conn):
+                # Labelled current but laid out otherwise (a damaged or hand-edited file):
+                # a cache can be rebuilt, a half-working one only fails later, call by call.
+                stale = True
+                self._warn.once("layout", f"dejacache: {self.path} had an unrecognised table "
+                                "layout; rebuilt it empty")
+            if stale:
                 conn.execute("DROP INDEX IF EXISTS entries_name")
                 for table in _OLD_TABLES:
                     conn.execute(f"DROP TABLE IF EXISTS {table}")
