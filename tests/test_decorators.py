@@ -592,3 +592,36 @@ def test_hit_path_skips_volatile_walk_but_stays_sound(
     assert len(walks) == 1  # only the call whose fast key missed walked
     assert ask({"q": 2, "metadata": {"trace_id": "a"}}) == "answer 2"  # different call: runs
     assert len(calls) == 2
+
+
+def test_inputs_mutated_by_the_call_do_not_change_its_key(
+    memory_store: dejacache.MemoryStore,
+) -> None:
+    """The key is taken before the call runs: an agent that appends to the messages it was
+    given still hits next time with the same (original) messages."""
+    calls = []
+
+    @dejacache.cache
+    def step(messages: list[dict]) -> str:
+        calls.append(1)
+        messages.append({"role": "assistant", "content": "done"})  # mutates its input
+        return "done"
+
+    assert step([{"role": "user", "content": "hi"}]) == "done"
+    assert step([{"role": "user", "content": "hi"}]) == "done"
+    assert len(calls) == 1
+
+
+def test_callers_mutating_results_cannot_corrupt_the_cache(
+    memory_store: dejacache.MemoryStore,
+) -> None:
+    @dejacache.cache
+    def fetch(q: str) -> dict:
+        return {"q": q, "items": [1, 2]}
+
+    live = fetch("a")
+    live["items"].append("mutated after the miss")
+    hit = fetch("a")
+    assert hit == {"q": "a", "items": [1, 2]}
+    hit["items"].clear()
+    assert fetch("a") == {"q": "a", "items": [1, 2]}
