@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable, Generator, Iterable
 from typing import Any, TypeVar, overload
 
 from . import _engine
-from .keys import KeyBuilder, KeyParts, digest, explain
+from .keys import KeyBuilder, KeyParts, digest, explain, substitute
 from .scope import _CURRENT, check_ambiguous, current
 from .stats import record_miss
 
@@ -85,9 +85,14 @@ def _wrap(
         bound = kb.bind(args, kwargs)
         # Hits skip the volatile-field walk; it runs only when the fast key misses.
         fast = kb.canonical_fast(bound)
+        subs = eff.extra.get("key_substitute") if eff.extra else None
+        if subs:
+            fast = substitute(fast, subs)
 
         def rekey() -> tuple[str, bytes]:
             full = kb.canonical_bound(bound)
+            if subs:
+                full = substitute(full, subs)
             return digest(ns, call_name, full), full
 
         return eff, digest(ns, call_name, fast), fast, rekey

@@ -349,6 +349,23 @@ def _seed(namespace: str, name: str) -> int:
     )
 
 
+def key_substitutions(mapping: Mapping[str, str]) -> tuple[tuple[bytes, bytes], ...]:
+    """``{placeholder: live_value}`` as (live, placeholder) byte pairs for
+    :func:`substitute`, JSON-escaped the way canonical JSON spells them, longest first."""
+    pairs = [(orjson.dumps(live)[1:-1], orjson.dumps(ph)[1:-1])
+             for ph, live in mapping.items() if live]
+    return tuple(sorted(pairs, key=lambda p: -len(p[0])))
+
+
+def substitute(canonical: bytes, pairs: tuple[tuple[bytes, bytes], ...]) -> bytes:
+    """Replace live values by their placeholders in a canonical request, so a cassette
+    recorded under one account (``substitute={"<ACCOUNT>": os.environ["ACCOUNT_ID"]}``)
+    keys the same under another."""
+    for live, placeholder in pairs:
+        canonical = canonical.replace(live, placeholder)
+    return canonical
+
+
 def digest(namespace: str, name: str, canonical: bytes) -> str:
     """The key of a canonical request: 32 hex characters."""
     return xxhash.xxh3_128_hexdigest(canonical, seed=_seed(namespace, name))

@@ -89,3 +89,19 @@ def test_miss_report_does_not_print_secrets(tmp_path):
     assert ANTHROPIC_KEY not in str(err.value)
     assert orjson.loads(path.read_bytes())["entries"][0]["request"]["headers"] == {
         "x-api-key": PLACEHOLDER}
+
+
+def test_substitute_keys_live_values_as_placeholders(tmp_path):
+    """Recorded under one account, replayed under another: the request containing the live
+    account id keys as its placeholder, and the response gets the replaying account back."""
+
+    @dejacache.cache(name="whoami")
+    def whoami(account: str) -> dict[str, str]:
+        return {"owner": f"account {account}"}
+
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, substitute={"<ACCOUNT>": "111111"}):
+        assert whoami("111111") == {"owner": "account 111111"}
+    assert "111111" not in path.read_text()
+    with dejacache.cassette(path, mode="replay", substitute={"<ACCOUNT>": "222222"}):
+        assert whoami("222222") == {"owner": "account 222222"}

@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import ParamSpec, TypeVar
 
 from ..config import UNSET, Effective, _Unset, resolve_mode, settings_object
+from ..keys import key_substitutions
 from ..scope import Block, current, enter, leave
 from .redact import Redactor
 from .store import Cassette
@@ -72,6 +73,7 @@ class cassette(Block[Cassette]):
         self.path = pathlib.Path(path)
         self.mode = resolve_mode(mode) if mode is not None else None
         self.redactor = Redactor.from_spec(redact, substitute)
+        self.key_substitute = key_substitutions(substitute or {})
         self.prune = prune
         self.record_on_error = record_on_error
         self.record_errors = tuple(record_errors)
@@ -100,8 +102,12 @@ class cassette(Block[Cassette]):
             ns = base.namespace if base.namespace is not None else "default"
         source = str(self.path) if tape.exists or tape.mode != "replay" else (
             f"{self.path} (file does not exist)")
+        extra = base.extra
+        if self.key_substitute:
+            # Live values are keyed as their placeholders, as they are written to the file.
+            extra = {**extra, "key_substitute": self.key_substitute}
         eff = dataclasses.replace(base, store=tape, mode=tape.mode, source=source,
-                                  namespace=ns, test_facing=True)
+                                  namespace=ns, test_facing=True, extra=extra)
         token = enter(eff)
         self._stack.append((tape, eff, token))
         self.last = tape

@@ -34,6 +34,7 @@ from .._engine import (
 )
 from ..config import Effective
 from ..errors import ConfigurationError
+from ..keys import substitute
 from ..scope import check_ambiguous, current
 from ..stats import record_miss
 from ._libs import Lib, lib_named, lib_of
@@ -126,6 +127,9 @@ def _prepare(lib: Lib, eff: Effective, request: Any, body: bytes, opts: Options)
         request.method, path, url.params.multi_items(), body,
         headers.get("content-type", ""), provider, aliases, eff.volatile,
     )
+    subs = eff.extra.get("key_substitute")
+    if subs:
+        canonical = substitute(canonical, subs)
     key = request_key(eff.namespace or "", name, canonical)
     realtime = opts.realtime or bool(eff.extra.get("realtime", False))
     return _Call(lib, eff, provider, name, key, canonical, stream, aliases, realtime)
