@@ -1,27 +1,43 @@
-# Each target bootstraps .venv itself, so on a fresh machine one command is enough.
+# Each target bootstraps its venv itself, so on a fresh machine one command is enough.
+# Every venv is built with uv (installed with pip when missing): it resolves and installs the
+# SDK stacks below in seconds where pip takes minutes. A venv is rebuilt when pyproject changes.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+UV = $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 
-.PHONY: demo test test-legacy lint typecheck bench redis-server clean
+.PHONY: demo test test-legacy test-gen2 test-scenario test-hermes lint typecheck bench \
+	redis-server uv clean
 
-# openai 1.x / anthropic 0.x / litellm speak plain httpx and cannot share .venv with
-# openai 3.x / anthropic 2.x (httpx2): they get their own venv, rebuilt when pyproject changes.
+# The SDK generations and real clients cannot share one venv; each gets its own:
+# .venv          openai 3.x / anthropic 2.x on httpx2, the main suite
+# .venv-legacy   openai 1.x / anthropic 0.x / litellm < 1.81 on plain httpx
+# .venv-gen2     openai 2.x, current litellm (aiohttp for async), anthropic 0.x on httpx
+# .venv-scenario langwatch-scenario (pins openai < 3; ~130 packages)
+# .venv-hermes   hermes-agent 0.19 (pins openai 2.x), AgentPool's real client
 LEGACY := .venv-legacy
-LEGACY_STAMP := $(LEGACY)/.installed
+GEN2 := .venv-gen2
+SCENARIO := .venv-scenario
+HERMES := .venv-hermes
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
-	touch $(STAMP)
+uv:
+	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 \
+	  || $(PYTHON) -m pip install -q uv
 
-$(LEGACY_STAMP): pyproject.toml
-	test -x $(LEGACY)/bin/python || $(PYTHON) -m venv $(LEGACY)
-	$(LEGACY)/bin/python -m pip install -q --upgrade pip
-	$(LEGACY)/bin/python -m pip install -q -e '.[legacy-test]'
-	touch $(LEGACY_STAMP)
+# $(call venv,DIR,EXTRA): DIR/.installed, an editable dejacache with extra EXTRA.
+define venv
+$(1)/.installed: pyproject.toml | uv
+	test -x $(1)/bin/python || $$(UV) venv -q -p $(PYTHON) $(1)
+	$$(UV) pip install -q --python $(1)/bin/python -e '.[$(2)]'
+	touch $(1)/.installed
+endef
+
+$(eval $(call venv,$(VENV),dev))
+$(eval $(call venv,$(LEGACY),legacy-test))
+$(eval $(call venv,$(GEN2),gen2-test))
+$(eval $(call venv,$(SCENARIO),scenario-test))
+$(eval $(call venv,$(HERMES),hermes-test))
 
 demo: $(STAMP)
 	$(VENV)/bin/dejacache demo
@@ -47,17 +63,35 @@ test: $(STAMP) redis-server
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
 	$(MAKE) --no-print-directory test-legacy
+	$(MAKE) --no-print-directory test-gen2
+	$(MAKE) --no-print-directory test-scenario
+	$(MAKE) --no-print-directory test-hermes
 	$(PY) -m pytest -n 2 --dist loadfile -q
 
 # httpx-era SDKs (openai 1.x, anthropic 0.x, litellm) cannot share a venv with the current
-# ones. (litellm leaves an aiohttp connector to interpreter teardown, which prints a
-# ResourceWarning after the results; the exit code is unaffected.)
-test-legacy: $(LEGACY_STAMP)
+# ones. (The litellm tests close the clients litellm caches: left to interpreter teardown,
+# their aiohttp sessions and sockets fail the run under pytest 9's -W error.)
+test-legacy: $(LEGACY)/.installed
 	$(LEGACY)/bin/python -m pytest tests/http/legacy -q
 
+# openai 2.x and litellm's aiohttp transport (tests/http/gen2): litellm streams to Anthropic
+# and OpenAI, sync and async, over aiohttp and with DISABLE_AIOHTTP_TRANSPORT.
+test-gen2: $(GEN2)/.installed
+	$(GEN2)/bin/python -m pytest tests/http/gen2 -q
+
 bench: $(STAMP)
-	$(PY) -m pip install -q -e '.[bench]'
+	$(UV) pip install -q --python $(PY) -e '.[dev,bench]'
 	$(PY) benchmarks/run.py
 
+# langwatch-scenario 1.6 with openai 2.x and litellm, against a loopback provider: the
+# integration's record / replay / CI-replay runs (tests/integrations/langwatch_scenario).
+test-scenario: $(SCENARIO)/.installed
+	$(SCENARIO)/bin/python -m pytest tests/integrations/langwatch_scenario -q
+
+# AgentPool with hermes-agent's real AIAgent as the factory, against a loopback provider:
+# the gateway agent-cache cases (tests/integrations/hermes).
+test-hermes: $(HERMES)/.installed
+	$(HERMES)/bin/python -m pytest tests/integrations/hermes -q
+
 clean:
-	rm -rf $(VENV) $(LEGACY) .dejacache build dist
+	rm -rf $(VENV) $(LEGACY) $(GEN2) $(SCENARIO) $(HERMES) .dejacache build dist

@@ -17,6 +17,9 @@ pytest_plugins = ["pytester", "support_redis"]
 def _isolated_dejacache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No test sees another's configuration, counters or default store."""
     monkeypatch.setenv("DEJACACHE_DIR", str(tmp_path / ".dejacache"))
+    # The credential-masking key: fixed, so tests (and their subprocesses) never create one in
+    # the developer's ~/.config; tests of the key file unset it themselves.
+    monkeypatch.setenv("DEJACACHE_SECRET_KEY", "dejacache-test-suite")
     # CI is cleared too: under CI cassettes default to replay, and tests must not depend on
     # where they run (tests of that rule set it themselves).
     for var in ("DEJACACHE_MODE", "DEJACACHE_CACHE_KEY", "DEJACACHE_VOLATILE", "CI"):

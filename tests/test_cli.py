@@ -63,6 +63,61 @@ def test_stats_empty_store(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["stats"]) == 0
     out = capsys.readouterr().out
     assert "entries:  0" in out and "namespace / name" not in out
+    # a read-only command: the default store is not created by looking at it
+    assert not (pathlib.Path(os.environ["DEJACACHE_DIR"]) / "cache.db").exists()
+
+
+def test_stats_never_creates_a_store(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for url, path in ((f"sqlite:///{tmp_path}/u.db", tmp_path / "u.db"),
+                      (f"sqlite:///{tmp_path}/sub/dir/u.db", tmp_path / "sub")):
+        assert main(["stats", "--store", url]) == 0
+        out = capsys.readouterr().out
+        assert "(no such file; nothing was created)" in out and "entries:  0" in out
+        assert not path.exists()
+    assert main(["stats", "--store", f"sqlite:///{tmp_path}/u.db", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["entries"] == 0
+    assert not (tmp_path / "u.db").exists()
+
+
+def test_stats_reads_without_writing(tmp_path: pathlib.Path) -> None:
+    db = tmp_path / "x.db"
+    store = dejacache.SQLiteStore(db)
+    _fill(store)
+    store.close()  # the last connection checkpoints the WAL into the file
+    with sqlite3.connect(db) as conn:  # an older schema that a writable open would migrate
+        conn.execute("UPDATE dejacache_meta SET v = '2' WHERE k = 'schema_version'")
+    conn.close()
+    before = db.read_bytes()
+    assert main(["stats", "--store", f"sqlite:///{db}"]) == 0
+    assert db.read_bytes() == before
+
+
+def test_stats_survives_a_damaged_usage_column(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "x.db"
+    store = dejacache.SQLiteStore(db)
+    _fill(store)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE entries SET usage = ? WHERE name = 'llm' AND namespace = 'ns-b'",
+                     (b'{"prompt_tok',))
+        conn.execute("UPDATE entries SET usage = ? WHERE name = 'tool'",
+                     (b'{"total_tokens": "many", "nested": {"a": 1}}',))
+    conn.close()
+    assert main(["stats", "--store", f"sqlite:///{db}"]) == 0
+    out = capsys.readouterr().out
+    assert "entries:  4" in out and "240 tokens" in out  # the two intact llm rows
+    assert "ns-b / llm" in out
+    # the damaged column costs its statistics only: the stored answer is still served
+    with dejacache.scope(cache_key="ns-b", store=store):
+
+        @dejacache.cache(name="llm")
+        def llm(q: str) -> dict[str, object]:
+            raise AssertionError("the cached answer should have been served")
+
+        assert llm("three")["answer"] == "three"
 
 
 def test_clear_one_namespace_then_all(

@@ -31,7 +31,12 @@ from dejacache.codec import (
     from_tree,
     to_tree,
 )
-from dejacache.errors import ConfigurationError, IntegrityError, SerializationError
+from dejacache.errors import (
+    ConfigurationError,
+    DejacacheWarning,
+    IntegrityError,
+    SerializationError,
+)
 
 
 class Mood(enum.Enum):
@@ -331,30 +336,33 @@ def test_unencodable_value_raises_at_encode(value: Any) -> None:
     assert info.value.key == "key-9"
 
 
-def test_unencodable_result_is_never_written() -> None:
+def test_unencodable_result_reaches_the_caller_and_is_never_written() -> None:
+    """The caller paid for the result: it gets it, with a warning, and nothing is stored."""
     store = dejacache.MemoryStore()
     dejacache.configure(store=store)
+    opaque = Opaque()
 
     @dejacache.cache
     def f() -> Any:
-        return {"ok": Opaque()}
+        return {"ok": opaque}
 
-    with pytest.raises(SerializationError, match="PickleCodec"):
-        f()
+    with pytest.warns(DejacacheWarning, match="PickleCodec"):
+        assert f() == {"ok": opaque}
     assert list(store.iterate()) == []
     assert dejacache.stats().total.stores == 0
 
 
-async def test_unencodable_async_result_is_never_written() -> None:
+async def test_unencodable_async_result_reaches_the_caller_and_is_never_written() -> None:
     store = dejacache.MemoryStore()
     dejacache.configure(store=store)
+    opaque = Opaque()
 
     @dejacache.cache
     async def f() -> Any:
-        return Opaque()
+        return opaque
 
-    with pytest.raises(SerializationError):
-        await f()
+    with pytest.warns(DejacacheWarning, match="not stored"):
+        assert await f() is opaque
     assert list(store.iterate()) == []
 
 
@@ -488,3 +496,34 @@ def test_named_time_zones_survive() -> None:
                          key="k")
     with pytest.raises(SerializationError, match="cannot rebuild"):
         JsonCodec().decode(bad, key="k")
+
+
+# ------------------------------------------------------------------------------ issue 8
+
+
+def test_huge_integers_round_trip() -> None:
+    """Decimal text of 2**100000 raises ValueError (CPython's digit limit): hex is used."""
+    codec = JsonCodec()
+    for v in (2**100000, -(2**100000) - 7, 2**2000 + 1, 2**70):
+        assert codec.decode(codec.encode(v, key="k"), key="k") == v
+
+
+@pytest.mark.parametrize("kind", ["cycle", "deep"])
+def test_cyclic_or_deep_values_raise_a_serialization_error_naming_the_cause(kind: str) -> None:
+    value: list[Any] = []
+    if kind == "cycle":
+        value.append({"a": value})
+    else:
+        node = value
+        for _ in range(10_000):
+            node.append([])
+            node = node[0]
+    with pytest.raises(SerializationError, match="a cycle" if kind == "cycle" else "levels"):
+        JsonCodec().encode(value, key="k")
+
+
+def test_negative_zero_and_non_finite_floats_round_trip_inside_containers() -> None:
+    codec = JsonCodec()
+    got = codec.decode(codec.encode([-0.0, math.nan, math.inf, -math.inf], key="k"), key="k")
+    assert math.copysign(1.0, got[0]) == -1.0
+    assert math.isnan(got[1]) and got[2] == math.inf and got[3] == -math.inf

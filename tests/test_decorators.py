@@ -569,14 +569,14 @@ def test_hit_path_skips_volatile_walk_but_stays_sound(
     from dejacache import keys
 
     walks = []
-    real = keys._has_volatile
+    real = keys._clean
 
-    def counting(obj: object, vol: frozenset[str]) -> bool:
+    def counting(obj: object, names: object) -> bool:
         if isinstance(obj, dict) and "req" in obj:  # root of a key, not the walk's recursion
             walks.append(1)
-        return real(obj, vol)
+        return real(obj, names)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(keys, "_has_volatile", counting)
+    monkeypatch.setattr(keys, "_clean", counting)
     calls = []
 
     @dejacache.cache

@@ -106,13 +106,15 @@ GOLDEN_CASES: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     ),
 }
 
+# Schema 2 (issue 8) changed only the seed for these cases, and "scalars" (it holds a None)
+# gained the None mark: otherwise their canonical bytes are those of schema 1.
 GOLDEN = {
-    "empty": "4201b97f1fe6a4c84db9dca0038dd2b1",
-    "scalars": "c84b83fc4238d522260699f1b9bedfec",
-    "nested": "b2d02e00cc018cb265a96a61333438b6",
-    "types": "a4cf8d6d22e77468436fb136c8aeb665",
-    "big": "2ea9744525bdcf92626918237ad1f492",
-    "chat": "b4d93482a24e372df25443cff68312af",
+    "empty": "5e826d7465a320e3506cd14f679dfd2b",
+    "scalars": "522f05436d78dc6027bb1936ff05d663",
+    "nested": "b9b839fe83ae99c0e43f0f82e3586706",
+    "types": "fd2c9348bbc402e163b6afb1e78bf052",
+    "big": "b54b2e85a4ade57e820994b02b05cf36",
+    "chat": "b4e2025dbf2670f682ed14b5be8b8280",
 }
 
 
@@ -120,8 +122,8 @@ def golden_keys() -> dict[str, str]:
     return {n: call_key("golden-ns", "pkg.fn", a, kw) for n, (a, kw) in GOLDEN_CASES.items()}
 
 
-def test_schema_version_is_one() -> None:
-    assert KEY_SCHEMA_VERSION == 1
+def test_schema_version_is_two() -> None:
+    assert KEY_SCHEMA_VERSION == 2
 
 
 def test_golden_digests_are_pinned() -> None:
@@ -229,15 +231,25 @@ def test_positional_and_keyword_spellings_agree(values: list[Any], split: int) -
 @settings(_BASE, max_examples=100)
 @given(_values)
 def test_slow_path_writes_what_the_fast_path_writes(value: Any) -> None:
-    # Big integers or non-string dict keys push a call onto the slow canonicaliser; it must
-    # spell every value exactly as the fast path does, or keys would depend on neighbours.
+    # Big integers or non-string dict keys push a call onto the general canonicaliser; it
+    # must spell every value exactly as orjson does, or keys would depend on neighbours.
     data = {"v": value, "t": (value, Point(1, 2.0), Color.BLUE, datetime.time(1, 2))}
     try:
-        fast = orjson.dumps(data, default=lambda v: keys._tagged(v, None), option=keys._OPTS)
+        fast = orjson.dumps(data, default=keys._tagged, option=keys._OPTS)
     except TypeError:
         assume(False)
-    slow = orjson.dumps(keys._normalize(data, None, "v"), option=orjson.OPT_SORT_KEYS)
-    assert fast == slow
+    slow = keys._general(data, None, "f")
+    assert fast + (keys._NONE_MARK if _holds_none(value) else b"") == slow
+
+
+def _holds_none(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, dict):
+        return any(_holds_none(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(_holds_none(v) for v in value)
+    return False
 
 
 # ------------------------------------------------------------------------------ types
@@ -333,11 +345,29 @@ def test_non_finite_argument_is_not_none() -> None:
     assert _k(limit=math.nan) == _k(limit=float("nan"))
 
 
-def test_non_finite_inside_containers_is_written_as_json_null() -> None:
-    # Documented trade-off (keys.py docstring): scanning every container for NaN would double
-    # the cost of keying a 200 KB request, so nested NaN/inf are spelled like JSON spells them.
-    assert _k(v=[math.nan]) == _k(v=[None]) == _k(v=[math.inf])
-    assert _k(v={"a": math.nan}) == _k(v={"a": None})
+def test_non_finite_inside_containers_is_not_none() -> None:
+    """Issue 8 item 6: orjson writes NaN and infinities as ``null``; they used to share
+    ``None``'s key inside containers."""
+    got = {_k(v=[x]) for x in (math.nan, math.inf, -math.inf, None, 0.0, -0.0)}
+    assert len(got) == 6
+    assert _k(v={"a": math.nan}) != _k(v={"a": None})
+    assert _k(v=[math.nan]) == _k(v=[float("nan")]) == _k(v=(math.nan,))
+
+
+def test_decorated_call_with_nan_never_gets_the_none_answer(
+    memory_store: dejacache.MemoryStore,
+) -> None:
+    """The issue's reproduction: ``f([nan])`` then ``f([None])`` returned ``[nan]``."""
+
+    @dejacache.cache
+    def f(xs: list[Any]) -> list[Any]:
+        return list(xs)
+
+    for first, second in (([math.nan], [None]), ([None], [math.inf]), ([0.0], [-0.0])):
+        got_first = f(first)
+        got_second = f(second)
+        assert repr(got_first) == repr(first) and repr(got_second) == repr(second)
+        assert repr(f(first)) == repr(first) and repr(f(second)) == repr(second)  # hits
 
 
 # ------------------------------------------------------------------------------ unsupported types
@@ -375,7 +405,8 @@ def test_self_containing_list_is_unhashable_not_recursion_error() -> None:
     loop.append(loop)
     with pytest.raises(dejacache.UnhashableArgument) as info:
         _k(v=loop)
-    assert info.value.argument == "v"
+    assert info.value.argument == "v[0]"  # where the cycle closes
+    assert "contains itself" in str(info.value)
 
 
 def test_decorated_call_with_unsupported_argument_raises_before_running() -> None:
@@ -699,3 +730,261 @@ def test_bare_request_id_is_data_not_noise() -> None:
     assert kb.canonical(({"request_id": "R-1"},), {}) != kb.canonical(({"request_id": "R-2"},), {})
     hdr = kb.canonical(({"headers": {"X-Request-ID": "a"}},), {})
     assert hdr == kb.canonical(({"headers": {"X-Request-ID": "b"}},), {})
+
+
+# ------------------------------------------------------------------------------ issue 8
+
+_CRED_NAMES = st.sampled_from([
+    "password", "api_key", "authorization", "Authorization", "X-Api-Key", "apiKey", "token",
+    "auth_token", "secret", "passwd", "bearer", "aws_secret_access_key", "openai_api_key",
+    "aws_access_key_id", "db_password", "cookie",
+])
+_VOLATILE_NAMES = st.sampled_from(["traceparent", "trace_id", "X-Request-ID"])
+_json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**63), max_value=2**64 - 1)
+    | st.integers().filter(lambda i: abs(i) > 2**64)
+    | st.floats()  # NaN, ±inf and -0.0 included
+    | st.text(max_size=8)
+)
+_rich = st.recursive(
+    _json_scalars | st.binary(max_size=4),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(_names | _CRED_NAMES | _VOLATILE_NAMES, inner, max_size=4)
+    | st.dictionaries(st.integers(-3, 3), inner, max_size=3),
+    max_leaves=20,
+)
+_FILTER = keys._names_for(KeyBuilder(None, "f").volatile)
+
+
+def _both_paths(data: dict[str, Any]) -> tuple[bytes, bytes]:
+    """(what the key builder writes, what the general canonicaliser alone writes)."""
+    quick = keys._canonical(data, _FILTER, "f", ())
+    general = keys._secrets.mask_url_queries(keys._general(data, _FILTER, "f"))
+    return quick, general
+
+
+@settings(_BASE, max_examples=400)
+@given(_rich, st.booleans())
+def test_fast_and_general_paths_agree_with_credentials_and_non_finite(
+    value: Any, push: bool
+) -> None:
+    """Issue 8 item 2: one input, one canonical form, whichever path writes it. ``push``
+    adds an argument only the general path can write (an integer >= 2**64)."""
+    data = {"v": value, "big": 2**70} if push else {"v": value}
+    quick, general = _both_paths(data)
+    assert quick == general
+
+
+@settings(_BASE, max_examples=200)
+@given(_rich, _CRED_NAMES, st.text("abcdefghijklmnopqrstuvwxyz0123456789", min_size=8,
+                                     max_size=16), st.booleans())
+def test_different_credentials_give_different_keys_on_every_path(
+    value: Any, name: str, secret: str, push: bool
+) -> None:
+    secret = "zq" + secret  # never hex, so never inside a mask's digits
+    assume(secret not in repr(value))
+    other = secret[::-1] + "x"
+    req = {"user": "a", name: secret, "payload": value}
+    if push:
+        req["n"] = 2**70  # the slow path once dropped the credential instead of masking it
+    a = canonical_json({"req": req}, volatile=KeyBuilder(None, "f").volatile)
+    b = canonical_json({"req": {**req, name: other}}, volatile=KeyBuilder(None, "f").volatile)
+    assert a != b
+    assert secret.encode() not in a and b"<secret:" in a
+
+
+@settings(_BASE, max_examples=200)
+@given(_rich)
+def test_fast_form_never_answers_for_nan_with_the_none_entry(value: Any) -> None:
+    """The lookup form skips the walk, so it must never equal the stored (full) form of
+    other data: NaN is written as null by orjson, exactly like None."""
+
+    def nonfinite_to_none(v: Any) -> Any:
+        if isinstance(v, float) and v - v != 0.0:
+            return None
+        if isinstance(v, dict):
+            return {k: nonfinite_to_none(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [nonfinite_to_none(x) for x in v]
+        return v
+
+    data = {"v": value}
+    fast, full = keys.fast_json(data, names=_FILTER)
+    canon = keys._canonical(data, _FILTER, "f", ())
+    if full or (keys._clean(data, _FILTER) == keys._PLAIN):
+        assert fast == canon  # nothing to rewrite: the fast form *is* the stored form
+    swapped = {"v": nonfinite_to_none(value)}
+    swapped_canon = keys._canonical(swapped, _FILTER, "f", ())
+    if swapped_canon != canon:  # different data as keys see it
+        assert fast != swapped_canon
+
+
+def _jshape(value: Any) -> Any:
+    """Identity as keys see it, NaN included (NaN != NaN, so it gets a name)."""
+    if isinstance(value, float) and value != value:
+        return ("float", "nan")
+    if isinstance(value, (list, tuple)):
+        return ("list", tuple(_jshape(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple(sorted((repr(k), _jshape(v)) for k, v in value.items())))
+    return _shape(value)
+
+
+_json_like = st.recursive(
+    _json_scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_names, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(_BASE, max_examples=400)
+@given(_json_like, _json_like)
+def test_distinct_json_values_with_nan_inf_and_negative_zero_give_distinct_keys(
+    a: Any, b: Any
+) -> None:
+    assume(_jshape(a) != _jshape(b))
+    assert _k(x=a) != _k(x=b)
+
+
+@settings(_BASE, max_examples=200)
+@given(_json_like, st.booleans())
+def test_equal_json_values_with_nan_give_equal_keys(a: Any, flip: bool) -> None:
+    assert _k(x=a) == _k(x=_reorder(copy.deepcopy(a), flip))
+
+
+def test_login_with_a_wrong_password_never_gets_the_right_session(
+    memory_store: dejacache.MemoryStore,
+) -> None:
+    """Issue 8 item 2's reproduction: an int >= 2**64 beside the credential pushed the call
+    onto the slow path, which dropped ``password`` from the key."""
+    calls: list[str] = []
+
+    @dejacache.cache
+    def login(form: dict[str, Any]) -> str:
+        calls.append(form["password"])
+        return "session-ok" if form["password"] == "RIGHT" else "denied"
+
+    assert login({"user": "a", "password": "RIGHT", "n": 2**70}) == "session-ok"
+    assert login({"user": "a", "password": "WRONG", "n": 2**70}) == "denied"
+    assert login({"user": "a", "password": "WRONG", "n": 2**70}) == "denied"  # a hit
+    assert calls == ["RIGHT", "WRONG"]
+    ((_, rec), (_, rec2)) = list(memory_store.iterate())
+    assert b"RIGHT" not in rec.request + rec2.request
+    assert b"WRONG" not in rec.request + rec2.request
+
+
+@pytest.mark.parametrize("name", ["token", "auth_token", "secret", "passwd", "bearer",
+                                  "aws_secret_access_key", "openai_api_key",
+                                  "aws_access_key_id", "OPENAI_API_KEY", "githubToken",
+                                  "stripe_secret_key", "x-api-key", "Cookie"])
+def test_every_credential_name_is_masked_at_any_depth(name: str) -> None:
+    for push in ({}, {"n": 2**70}, {1: "non-string key"}):
+        canon = canonical_json({"a": {"b": [{name: "CANARY-VALUE-1", **push}]}})
+        assert b"CANARY-VALUE-1" not in canon and b"<secret:" in canon
+
+
+def test_url_query_credentials_inside_strings_are_masked() -> None:
+    a = canonical_json({"u": "see https://h.example/x?api_key=CANARY1&page=2 now"})
+    b = canonical_json({"u": "see https://h.example/x?api_key=CANARY2&page=2 now"})
+    assert b"CANARY1" not in a and b"page=2" in a and a != b
+
+
+def test_masks_are_keyed_and_full_length(monkeypatch: pytest.MonkeyPatch) -> None:
+    a = canonical_json({"password": "hunter2"})
+    monkeypatch.setenv("DEJACACHE_SECRET_KEY", "another machine")
+    b = canonical_json({"password": "hunter2"})
+    assert a != b  # a dictionary attack needs the key, which is not in the store
+    mask = orjson.loads(b)["password"]
+    assert mask.startswith("<secret:") and len(mask) == len("<secret:>") + 128
+
+
+def test_a_credential_schema_property_is_data_not_a_secret() -> None:
+    tool = {"parameters": {"properties": {"password": {"type": "string"}}}}
+    assert b'"password":{"type":"string"}' in canonical_json({"tool": tool})
+
+
+def test_numbers_and_strings_under_a_credential_name_stay_apart() -> None:
+    assert canonical_json({"pin": {"password": 1234}}) != canonical_json(
+        {"pin": {"password": "1234"}})
+
+
+# ------------------------------------------------------------------------------ bad input
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    root: dict[str, Any] = {}
+    node = root
+    for _ in range(depth):
+        node["a"] = {}
+        node = node["a"]
+    return root
+
+
+def test_too_deep_argument_names_the_depth_and_the_path() -> None:
+    with pytest.raises(dejacache.UnhashableArgument) as info:
+        call_key("ns", "mod.fn", (), {"req": _nested(300)})
+    err = info.value
+    assert "levels deep" in str(err) and err.argument.startswith("req.a.a.a")
+    assert err.reason and "mod.fn" in str(err)
+    assert call_key("ns", "mod.fn", (), {"req": _nested(200)})  # deep but fine
+
+
+def test_lone_surrogate_names_invalid_text_and_the_path() -> None:
+    for arg in ({"s": "\ud800"}, {"s": {"k": ["ok", "x\udfff"]}}, {"s": {"\ud800": 1}}):
+        with pytest.raises(dejacache.UnhashableArgument, match="not valid Unicode"):
+            call_key("ns", "mod.fn", (), arg)
+    with pytest.raises(dejacache.UnhashableArgument) as info:
+        call_key("ns", "mod.fn", (), {"s": {"k": ["ok", "x\udfff"]}})
+    assert info.value.argument == "s.k[1]"
+
+
+def test_huge_integers_are_keyed_not_refused() -> None:
+    big = 2**100000
+    assert _k(v=big) != _k(v=big + 1) != _k(v=[big])
+    assert _k(v={"n": big}) == _k(v={"n": 2**100000})
+
+
+def test_cycle_inside_a_dict_is_named() -> None:
+    d: dict[str, Any] = {"a": [1]}
+    d["a"].append(d)
+    with pytest.raises(dejacache.UnhashableArgument, match="contains itself") as info:
+        _k(v=d)
+    assert info.value.argument == "v.a[1]"
+
+
+@pytest.mark.parametrize("kind", ["cycle", "deep", "surrogate"])
+def test_a_result_that_cannot_be_stored_still_reaches_the_caller(
+    memory_store: dejacache.MemoryStore, kind: str
+) -> None:
+    """Issue 8 item 7: the caller paid for the result; it gets it (with a warning), and
+    nothing is stored."""
+    made: list[Any] = []
+
+    def build() -> Any:
+        if kind == "cycle":
+            out: list[Any] = []
+            out.append(out)
+        elif kind == "deep":
+            out = []
+            node = out
+            for _ in range(10_000):
+                node.append([])
+                node = node[0]
+        else:
+            out = {"text": "bad \ud800 decode"}
+        made.append(out)
+        return out
+
+    @dejacache.cache(name=f"result-{kind}")
+    def f() -> Any:
+        return build()
+
+    with pytest.warns(dejacache.DejacacheWarning, match="not stored"):
+        first = f()
+    assert first is made[0]
+    assert list(memory_store.iterate()) == []
+    second = f()  # nothing was stored: it runs again
+    assert second is made[1]

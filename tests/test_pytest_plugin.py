@@ -270,3 +270,40 @@ def test_many(i):
     res = run(pytester, "--dejacache-mode=replay")
     res.assert_outcomes(passed=6)
     res.stdout.fnmatch_lines(["calls: 6 replayed, 0 recorded, 0 missed*"])
+
+
+def test_a_wrapped_miss_leads_the_failure_and_counts_once(pytester: pytest.Pytester) -> None:
+    # SDK retry loops, litellm and scenario turn a ReplayMiss into "Connection error" many
+    # lines below the explanation; the report must lead with the miss, counted once.
+    pytester.makepyfile(test_agent=AGENT + """
+def ask(prompt):
+    for _ in range(3):  # an SDK retrying the same call
+        try:
+            return llm(prompt)
+        except AssertionError as exc:
+            err = exc
+    raise RuntimeError("litellm.InternalServerError: Connection error") from None
+
+def test_plan(dejacache_cassette):
+    assert ask("plan a trip")["text"] == "PLAN A TRIP"
+""")
+    run(pytester).assert_outcomes(passed=1)
+    pytester.makepyfile(test_agent=AGENT + """
+def ask(prompt):
+    for _ in range(3):
+        try:
+            return llm(prompt)
+        except AssertionError as exc:
+            err = exc
+    raise RuntimeError("litellm.InternalServerError: Connection error") from None
+
+def test_plan(dejacache_cassette):
+    assert ask("plan a trip at 12:05")["text"]
+""")
+    res = run(pytester, "--dejacache-mode=replay")
+    res.assert_outcomes(failed=1)
+    out = res.stdout.str()
+    assert out.index("dejacache: this test failed after 1 replay miss(es)") \
+        < out.index("RuntimeError: litellm.InternalServerError")
+    assert "dejacache replay miss: no recording of llm matches" in out
+    assert "calls: 0 replayed, 0 recorded, 1 missed" in out

@@ -353,3 +353,55 @@ def test_decorated_generator_closed_early_cleans_up_inside_the_block() -> None:
     assert next(g) == 1
     g.close()
     assert seen == ["gen-close"]
+
+
+async def test_run_in_executor_carries_each_submitters_block(
+    store: dejacache.MemoryStore,
+) -> None:
+    # langwatch-scenario's scenario.run: each scenario in its own ThreadPoolExecutor via
+    # loop.run_in_executor, two scenarios in asyncio.gather, each in its own block.
+    c = Counter()
+    with dejacache.scope(cache_key="s1"):
+        c.fn(1)
+    with dejacache.scope(cache_key="s2"):
+        c.fn(2)
+    both_in = asyncio.Event()
+    inside: list[str] = []
+
+    async def scenario(ns: str, x: int) -> Any:
+        with dejacache.scope(cache_key=ns, mode="replay"):
+            inside.append(ns)
+            if len(inside) == 2:
+                both_in.set()
+            await both_in.wait()
+            loop = asyncio.get_running_loop()
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                return await loop.run_in_executor(
+                    pool, lambda: (current().namespace, c.fn(x)))
+
+    got = await asyncio.wait_for(asyncio.gather(scenario("s1", 1), scenario("s2", 2)), 10)
+    assert got == [("s1", 101), ("s2", 102)]
+    assert c.calls == [1, 2]  # both replayed, none live
+
+
+def test_a_shared_executor_never_mixes_two_blocks(store: dejacache.MemoryStore) -> None:
+    # One worker thread serves tasks submitted from two blocks: each task sees its own.
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with dejacache.scope(cache_key="a"):
+            first = pool.submit(lambda: current().namespace).result(10)
+        with dejacache.scope(cache_key="b"):
+            second = pool.submit(lambda: current().namespace).result(10)
+        third = pool.submit(lambda: current().namespace).result(10)
+    assert (first, second, third) == ("a", "b", "base")
+
+
+def test_executor_carry_is_installed_only_while_a_block_is_open() -> None:
+    from dejacache import _threads
+
+    assert not _threads.patched()
+    with dejacache.scope(cache_key="x"):
+        assert _threads.patched()
+        with dejacache.scope(cache_key="y"):
+            assert _threads.patched()
+        assert _threads.patched()
+    assert not _threads.patched()

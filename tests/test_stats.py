@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
+import pathlib
+import sys
 import threading
 from typing import Any
 
 import pydantic
+import pytest
 
 import dejacache
 from dejacache.stats import CallStats, record_hit, record_miss, token_total, usage_of
@@ -103,3 +107,118 @@ def test_empty_stats() -> None:
     snap: Any = dejacache.stats()
     assert snap.total == CallStats()
     assert snap.hit_rate == 0.0
+
+
+# ---------------------------------------------------------------- layers (issue 8, item 8)
+
+
+def _fake_provider() -> Any:
+    """tests/http/fake_provider.py (already imported when tests/http ran first)."""
+    mod = sys.modules.get("fake_provider")
+    if mod is None:
+        path = pathlib.Path(__file__).parent / "http" / "fake_provider.py"
+        spec = importlib.util.spec_from_file_location("fake_provider", path)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["fake_provider"] = mod
+        spec.loader.exec_module(mod)
+    return mod
+
+
+def test_the_readme_quick_start_counts_each_live_call_once() -> None:
+    """The README quick start, against the real openai SDK and a loopback provider: two live
+    calls print as two misses (it printed three: the Lisbon call counted at the decorator
+    and again at the HTTP layer inside it, where the scope turns interception on)."""
+    import openai
+
+    server = _fake_provider().FakeProvider().start()
+    client = openai.OpenAI(base_url=server.openai_url, api_key="sk-test", max_retries=0)
+    try:
+        @dejacache.cache
+        def ask(question: str, model: str = "gpt-4o-mini") -> Any:
+            return client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": question}])
+
+        dejacache.configure(cache_key="suite-v1")
+        ask("What is WAL mode?")
+        ask("What is WAL mode?")
+        with dejacache.scope(mode="replay"):
+            ask("What is WAL mode?")
+        with dejacache.scope(cache_key="happy-path-v1", store=dejacache.MemoryStore()):
+            ask("Plan a trip to Lisbon")
+        snap = dejacache.stats()
+    finally:
+        client.close()
+        server.stop()
+    assert server.count() == 2
+    assert (snap.total.hits, snap.total.misses, snap.total.stores) == (2, 2, 2)
+    assert snap.total.tokens_saved > 0 and snap.total.time_saved > 0
+    by = snap.by_name
+    (ask_name,) = [n for n in by if not n.startswith("openai.")]
+    assert (by[ask_name].hits, by[ask_name].misses) == (2, 2)
+    assert (by["openai.chat.completions"].hits, by["openai.chat.completions"].misses) == (0, 1)
+    assert (snap.nested.hits, snap.nested.misses) == (0, 1)  # the request inside Lisbon
+
+
+def test_inner_layers_of_a_live_call_are_counted_as_nested() -> None:
+    dejacache.configure(store=dejacache.MemoryStore())
+
+    @dejacache.cache(name="inner")
+    def inner(x: int) -> dict[str, Any]:
+        return {"x": x, "usage": {"total_tokens": 5}}
+
+    @dejacache.cache(name="outer")
+    def outer(x: int) -> dict[str, Any]:
+        return inner(x)
+
+    @dejacache.cache(name="other")
+    def other(x: int) -> dict[str, Any]:
+        return inner(x)
+
+    outer(1)  # live: outer and, inside it, inner
+    outer(1)  # served at the outer layer: inner never runs
+    other(1)  # live, but the inner call inside it is served
+    snap = dejacache.stats()
+    assert (snap.total.hits, snap.total.misses, snap.total.stores) == (1, 2, 2)
+    assert (snap.nested.hits, snap.nested.misses) == (1, 1)
+    assert snap.total.tokens_saved == 10  # both hits saved their 5 tokens: every layer
+    assert snap.nested.tokens_saved == 5
+    assert (snap.by_name["inner"].hits, snap.by_name["inner"].misses) == (1, 1)
+    assert snap.hit_rate == 1 / 3
+    dejacache.reset_stats()
+    assert dejacache.stats().total == dejacache.stats().nested == CallStats()
+
+
+async def test_async_inner_layers_are_nested_and_siblings_are_not() -> None:
+    dejacache.configure(store=dejacache.MemoryStore())
+
+    @dejacache.cache(name="ainner")
+    async def inner(x: int) -> int:
+        return x
+
+    @dejacache.cache(name="aouter")
+    async def outer(x: int) -> int:
+        return await inner(x) + await inner(x + 1)
+
+    assert await outer(1) == 3
+    assert await inner(5) == 5  # after the outer call returned: its own outermost call
+    snap = dejacache.stats()
+    assert (snap.total.misses, snap.nested.misses) == (2, 2)
+
+
+def test_an_error_inside_a_live_call_does_not_leave_the_marker_set() -> None:
+    dejacache.configure(store=dejacache.MemoryStore())
+
+    @dejacache.cache(name="boom")
+    def boom() -> None:
+        raise ValueError("no")
+
+    @dejacache.cache(name="after")
+    def after() -> int:
+        return 1
+
+    with pytest.raises(ValueError):
+        boom()
+    after()
+    snap = dejacache.stats()
+    assert (snap.total.misses, snap.total.errors, snap.nested.misses) == (2, 1, 0)

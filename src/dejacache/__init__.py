@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._engine import DejacacheWarning
 from .cassettes import Cassette, cassette
 from .codec import Codec, JsonCodec, PickleCodec
 from .config import configure
@@ -18,9 +17,11 @@ from .errors import (
     CassetteError,
     ConfigurationError,
     DejacacheError,
+    DejacacheWarning,
     IncompatibleStore,
     IntegrityError,
     NetworkBlocked,
+    PoolError,
     ReplayMiss,
     ScopeError,
     SerializationError,
@@ -31,7 +32,10 @@ from .errors import (
 from .http import async_http_client, http_client, intercept
 from .keys import KeyParts, call_key, explain
 from .runtime import (
+    AgentPool,
     LoopGuard,
+    PrefixBreak,
+    PrefixMonitor,
     RuntimeStats,
     agent_session,
     invalidates,
@@ -51,6 +55,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AgentLoopDetected",
+    "AgentPool",
     "Cassette",
     "CassetteError",
     "Codec",
@@ -65,6 +70,9 @@ __all__ = [
     "MemoryStore",
     "NetworkBlocked",
     "PickleCodec",
+    "PoolError",
+    "PrefixBreak",
+    "PrefixMonitor",
     "Record",
     "RedisStore",
     "ReplayMiss",

@@ -19,10 +19,17 @@ from typing import Any, TypeVar
 import orjson
 
 from ._core.diff import nearest, short
+from ._secrets import scrub_request
 from .config import Effective
-from .errors import IntegrityError, ReplayMiss, SerializationError
+from .errors import (
+    CassetteError,
+    DejacacheWarning,
+    IntegrityError,
+    ReplayMiss,
+    SerializationError,
+)
 from .scope import check_ambiguous
-from .stats import record_hit, record_miss, usage_of
+from .stats import live_call, record_hit, record_miss, usage_of
 from .stores._base import Record
 
 __all__ = [
@@ -36,10 +43,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-
-
-class DejacacheWarning(UserWarning):
-    """Something was degraded but the caller still got a correct result."""
 
 
 class _Miss:
@@ -72,6 +75,8 @@ def lookup(eff: Effective, name: str, key: str) -> Any:
     store = eff.store
     try:
         rec = store.get(key)
+    except CassetteError:  # a damaged recording is reported as damage, never as a miss
+        raise
     except Exception as exc:  # a failing tier must not fail the call: treat as a miss
         warn_once(f"get:{type(store).__name__}", f"dejacache: read from {eff.source} failed "
                   f"({exc!r}); treating as a miss")
@@ -97,6 +102,8 @@ async def alookup(eff: Effective, name: str, key: str) -> Any:
     store = eff.store
     try:
         rec = await store.aget(key)
+    except CassetteError:
+        raise
     except Exception as exc:
         warn_once(f"get:{type(store).__name__}", f"dejacache: read from {eff.source} failed "
                   f"({exc!r}); treating as a miss")
@@ -121,18 +128,35 @@ async def alookup(eff: Effective, name: str, key: str) -> Any:
 def encode_record(
     eff: Effective, name: str, kind: str, key: str, canonical: bytes, value: Any, duration: float
 ) -> Record:
-    """Encode before anything is written: an unencodable value raises ``SerializationError``."""
+    """Encode before anything is written: an unencodable value raises ``SerializationError``.
+
+    The request is kept with secret-shaped strings masked (``_secrets.scrub_request``): the
+    key has credential names masked already, but an API key pasted into a prompt has not.
+    """
     blob = eff.codec.encode(value, key=key, namespace=eff.namespace or "")
     return Record(
         value=blob,
         name=name,
         namespace=eff.namespace or "",
         kind=kind,
-        request=canonical,
+        request=scrub_request(canonical),
         duration=duration,
         usage=usage_of(value),
         created=time.time(),
     )
+
+
+def try_encode(
+    eff: Effective, name: str, kind: str, key: str, canonical: bytes, value: Any, duration: float
+) -> Record | None:
+    """:func:`encode_record`, or None with a warning: a result the caller paid for reaches
+    the caller even when it cannot be stored (a cycle, 10,000 levels, invalid text)."""
+    try:
+        return encode_record(eff, name, kind, key, canonical, value, duration)
+    except SerializationError as exc:
+        warn_once(f"encode:{name}", f"dejacache: a result of {name} was returned but not "
+                  f"stored: {exc}")
+        return None
 
 
 def store_value(eff: Effective, key: str, record: Record, ttl: float | None) -> bool:
@@ -158,13 +182,12 @@ async def astore_value(eff: Effective, key: str, record: Record, ttl: float | No
 def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> ReplayMiss:
     """A ``ReplayMiss`` explaining the call and its nearest recorded sibling."""
     try:
-        target = orjson.loads(canonical)
+        target = orjson.loads(scrub_request(canonical))
     except orjson.JSONDecodeError:
         target = canonical.decode(errors="replace")
     redact = getattr(eff.store, "redact_tree", None)
     if redact is not None:  # a cassette: the report must not show what the file may not hold
         target = redact(target)
-        eff.store.note_miss(name, key)  # type: ignore[attr-defined]
     lines = [
         f"dejacache replay miss: no recording of {name} matches this call "
         f"(mode 'replay', source {eff.source}).",
@@ -194,12 +217,21 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
         lines.extend(f"    {d}" for d in diff[:30])
         if len(diff) > 30:
             lines.append(f"    ... and {len(diff) - 30} more")
+        if all("<secret:" in d or "<REDACTED>" in d for d in diff):
+            lines.append(
+                "  the calls differ only in credentials, which keys mask with a per-machine "
+                "key: declare them with substitute={'<NAME>': live_value}, ignore them, or "
+                "share DEJACACHE_SECRET_KEY (README, Keys)")
     hint = getattr(eff.store, "rerecord_hint", None) or eff.extra.get("rerecord_hint")
     lines.append(
         f"  to re-record: {hint}" if hint else
         "  to re-record: run again with DEJACACHE_MODE=record (or mode='record' on the block)"
     )
-    return ReplayMiss("\n".join(lines), name=name, key=key, source=eff.source, diff=diff)
+    miss = ReplayMiss("\n".join(lines), name=name, key=key, source=eff.source, diff=diff)
+    note = getattr(eff.store, "note_miss", None)
+    if note is not None:  # a cassette keeps the report: SDKs and frameworks often wrap it
+        note(miss)
+    return miss
 
 
 # ---------------------------------------------------------------- single-flight (threads)
@@ -237,16 +269,17 @@ def _record_error(eff: Effective, name: str, kind: str, key: str, canonical: byt
 def _run_and_store(
     eff: Effective, name: str, kind: str, key: str, canonical: bytes,
     fn: Callable[[], T], ttl: float | None,
-) -> tuple[T, Record]:
+) -> tuple[T, Record | None]:
     t0 = time.perf_counter()
     try:
-        value = fn()
+        with live_call():  # calls made inside are inner layers of this one (stats.py)
+            value = fn()
     except Exception as exc:
         record_miss(name, stored=False, error=True)
         _record_error(eff, name, kind, key, canonical, exc, time.perf_counter() - t0)
         raise
-    rec = encode_record(eff, name, kind, key, canonical, value, time.perf_counter() - t0)
-    stored = store_value(eff, key, rec, ttl)
+    rec = try_encode(eff, name, kind, key, canonical, value, time.perf_counter() - t0)
+    stored = rec is not None and store_value(eff, key, rec, ttl)
     record_miss(name, stored=stored)
     return value, rec
 
@@ -347,7 +380,9 @@ def call_sync(
                     return value  # type: ignore[no-any-return]
             result, rec = _run_and_store(eff, name, kind, key, canonical, fn, ttl)
             flight.record = rec
-            flight.state = True
+            # Nothing stored (unencodable): waiters call for themselves rather than share
+            # this caller's object.
+            flight.state = True if rec is not None else _ABANDONED
             return result
         except Exception as exc:
             flight.state = exc
@@ -370,16 +405,17 @@ _AINFLIGHT: dict[tuple[int, int, str], asyncio.Future[Any]] = {}
 async def _arun_and_store(
     eff: Effective, name: str, kind: str, key: str, canonical: bytes,
     fn: Callable[[], Awaitable[T]], ttl: float | None,
-) -> tuple[T, Record]:
+) -> tuple[T, Record | None]:
     t0 = time.perf_counter()
     try:
-        value = await fn()
+        with live_call():
+            value = await fn()
     except Exception as exc:
         record_miss(name, stored=False, error=True)
         _record_error(eff, name, kind, key, canonical, exc, time.perf_counter() - t0)
         raise
-    rec = encode_record(eff, name, kind, key, canonical, value, time.perf_counter() - t0)
-    stored = await astore_value(eff, key, rec, ttl)
+    rec = try_encode(eff, name, kind, key, canonical, value, time.perf_counter() - t0)
+    stored = rec is not None and await astore_value(eff, key, rec, ttl)
     record_miss(name, stored=stored)
     return value, rec
 
@@ -437,7 +473,7 @@ async def call_async(
                     fut.set_result(("abandoned", None))  # waiters look up again and hit
                     return value  # type: ignore[no-any-return]
             result, rec = await _arun_and_store(eff, name, kind, key, canonical, fn, ttl)
-            fut.set_result(("ok", rec))
+            fut.set_result(("ok", rec) if rec is not None else ("abandoned", None))
             return result
         except Exception as exc:
             fut.set_result(("error", exc))

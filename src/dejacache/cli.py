@@ -21,12 +21,43 @@ _Sub = Any  # argparse's _SubParsersAction is private; commands only call add_pa
 # ``func``; ``main`` calls them in order, so adding a command is one function and one line.
 
 
-def _store(args: argparse.Namespace) -> Store:
-    """The store a command works on: ``--store URL`` or the configured default."""
+def _store(args: argparse.Namespace, *, readonly: bool = False) -> Store:
+    """The store a command works on: ``--store URL`` or the configured default.
+
+    ``readonly``: the command only reads, so it must not create, migrate or move aside
+    anything (issue 8: ``stats --store sqlite:///u.db`` created an empty u.db). An SQLite
+    file is then opened read-only, and a missing one reads as empty.
+    """
     from .config import get_settings, store_from_url
 
     url = getattr(args, "store", None)
+    if readonly:
+        from .stores.sqlite import SQLiteStore
+
+        path = _sqlite_path(url) if url else _default_path()
+        if path is not None:
+            return SQLiteStore(path, readonly=True)
     return store_from_url(url) if url else get_settings().store
+
+
+def _sqlite_path(url: str) -> str | None:
+    """The file of an ``sqlite:`` URL, as ``store_from_url`` reads it (None: another kind)."""
+    import urllib.parse
+
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme.lower() != "sqlite":
+        return None
+    if parsed.netloc:  # sqlite://relative/path.db
+        return parsed.netloc + parsed.path
+    return parsed.path or _default_path()
+
+
+def _default_path() -> str | None:
+    """Where the default store lives (None when ``DEJACACHE_DIR`` turns persistence off)."""
+    from ._paths import default_cache_dir
+
+    d = default_cache_dir()
+    return None if d is None else str(d / "cache.db")
 
 
 def _add_store_option(p: argparse.ArgumentParser) -> None:
@@ -52,7 +83,7 @@ def _collect(store: Store, namespace: str | None) -> dict[tuple[str, str], list[
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    store = _store(args)
+    store = _store(args, readonly=True)
     st = store.stats()
     per = _collect(store, args.cache_key)
     totals = [sum(r[i] for r in per.values()) for i in range(4)]
@@ -74,7 +105,10 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         }
         print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
         return 0
-    print(f"store:    {st.backend}")
+    path = getattr(store, "path", None)
+    missing = " (no such file; nothing was created)" if (
+        path is not None and not path.exists()) else ""
+    print(f"store:    {st.backend}{missing}")
     if "file_bytes" in st.extra:
         print(f"file:     {int(st.extra['file_bytes']):,} bytes on disk")
     print(f"entries:  {st.entries:,}   bytes: {st.bytes:,}")
@@ -139,7 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
         add(sub)
     from .cassettes.commands import add_cassette_commands
 
-    add_cassette_commands(sub)  # show, diff, scan, prune
+    add_cassette_commands(sub)  # show, diff, scan, prune, rehash
+    from .cassettes.prefix_report import add_prefix_report
+
+    add_prefix_report(sub)
     return parser
 
 

@@ -56,6 +56,7 @@ CODEC_VERSION = 1
 _MAGIC = b"DJ"
 _HEAD = 4  # magic + version + kind
 _T = "\x00"  # tag keys start with NUL, which user dict keys are escaped away from
+_DECIMAL_BITS = 2000
 
 
 @runtime_checkable
@@ -94,7 +95,9 @@ class _Tree:
             if -(2**63) <= v < 2**64:
                 return v
             self.plain = False
-            return {_T + "int": str(v)}
+            # Hex above 2000 bits: decimal text of 2**100000 raises ValueError (CPython's
+            # digit limit, which users may lower to 640 digits); hex has no limit.
+            return {_T + "int": str(v) if v.bit_length() <= _DECIMAL_BITS else hex(v)}
         if t is dict:
             if all(type(k) is str and not k.startswith(_T) for k in v):
                 return {k: self.conv(x) for k, x in v.items()}
@@ -147,6 +150,30 @@ class _Tree:
             "JSON data, tuples, bytes, sets, datetimes, UUID, Decimal, Path, Enum, dataclasses "
             "and pydantic models (use PickleCodec(secret=...) to opt in to pickle)"
         )
+
+
+def _why_deep(value: Any) -> str:
+    """Why a value overflowed the stack: it contains itself, or it is simply too deep.
+    Iterative, so it works on the very values that broke the recursive encoder."""
+    on_path: set[int] = set()
+    stack: list[tuple[Any, int, bool]] = [(value, 1, False)]
+    deepest = seen = 0
+    while stack and seen < 1_000_000:
+        node, depth, leaving = stack.pop()
+        if leaving:
+            on_path.discard(id(node))
+            continue
+        if not isinstance(node, (dict, list, tuple, set, frozenset)):
+            continue
+        if id(node) in on_path:
+            return "it contains itself (a cycle)"
+        seen += 1
+        deepest = max(deepest, depth)
+        on_path.add(id(node))
+        stack.append((node, depth, True))
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1, False) for c in children)
+    return f"it is nested {deepest} levels deep (the limit is 254)"
 
 
 def to_tree(value: Any) -> tuple[Any, bool]:
@@ -223,7 +250,7 @@ def _revive(tree: Any, resolve: _Resolver) -> Any:
             if tag == "map":
                 return {_revive(k, resolve): _revive(v, resolve) for k, v in arg}
             if tag == "int":
-                return int(arg)
+                return int(arg, 16) if arg[:2] == "0x" or arg[:3] == "-0x" else int(arg)
             if tag == "float":
                 return float(arg)
             if tag == "datetime":
@@ -288,7 +315,13 @@ class JsonCodec:
             payload = orjson.dumps(tree)
         except SerializationError as exc:
             raise SerializationError(str(exc), key=key) from None
-        except (TypeError, orjson.JSONEncodeError) as exc:
+        except RecursionError:
+            raise SerializationError(f"cannot encode value: {_why_deep(value)}",
+                                     key=key) from None
+        except (TypeError, ValueError, orjson.JSONEncodeError) as exc:
+            if "ecursion" in str(exc):  # orjson's own 254-level limit
+                raise SerializationError(f"cannot encode value: {_why_deep(value)}",
+                                         key=key) from None
             raise SerializationError(f"cannot encode value: {exc}", key=key) from None
         kind = b"J" if plain else b"T"
         return _MAGIC + bytes((CODEC_VERSION,)) + kind + _check(key, kind, payload) + payload

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import pathlib
 import threading
 from collections.abc import Iterable
 from typing import Any, Final
 
+from ._paths import default_cache_dir
 from .codec import Codec, JsonCodec
 from .errors import ConfigurationError
 from .keys import env_volatile
@@ -74,22 +74,6 @@ class Effective:
     session: str | None = None
     test_facing: bool = False
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-
-def _project_root(start: pathlib.Path | None = None) -> pathlib.Path:
-    here = (start or pathlib.Path.cwd()).resolve()
-    for d in (here, *here.parents):
-        if (d / "pyproject.toml").exists() or (d / ".git").exists() or (d / "setup.cfg").exists():
-            return d
-    return here
-
-
-def default_cache_dir() -> pathlib.Path | None:
-    """``DEJACACHE_DIR`` if set (empty string: no persistence), else ``<root>/.dejacache``."""
-    raw = os.environ.get("DEJACACHE_DIR")
-    if raw is not None:
-        return pathlib.Path(raw).expanduser() if raw.strip() else None
-    return _project_root() / ".dejacache"
 
 
 def store_from_url(url: str) -> Store:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Callable, Generator, Iterable
 from typing import Any, TypeVar, overload
 
 from . import _engine
-from .keys import KeyBuilder, KeyParts, digest, explain, substitute
+from .keys import KeyBuilder, KeyParts, digest, explain
 from .scope import _CURRENT, check_ambiguous, current
 from .stats import record_miss
 
@@ -83,16 +83,14 @@ def _wrap(
             return None
         kb = keys.builder(eff.volatile)
         bound = kb.bind(args, kwargs)
+        # Substitutions go into the canonicaliser: a credential argument equal to a declared
+        # live value is keyed as its placeholder, before masking could hide it.
+        subs = (eff.extra.get("key_substitute") or ()) if eff.extra else ()
         # Hits skip the volatile-field walk; it runs only when the fast key misses.
-        fast = kb.canonical_fast(bound)
-        subs = eff.extra.get("key_substitute") if eff.extra else None
-        if subs:
-            fast = substitute(fast, subs)
+        fast = kb.canonical_fast(bound, subs)
 
         def rekey() -> tuple[str, bytes]:
-            full = kb.canonical_bound(bound)
-            if subs:
-                full = substitute(full, subs)
+            full = kb.canonical_bound(bound, subs)
             return digest(ns, call_name, full), full
 
         return eff, digest(ns, call_name, fast), fast, rekey
@@ -133,10 +131,11 @@ def _wrap(
             finally:
                 await agen.aclose()  # abandoned half-way: let the generator clean up
             # Only a generator that ran to the end is stored; an abandoned one never gets here.
-            rec = _engine.encode_record(eff, call_name, kind, key, canonical,
-                                        {"items": items, "return": None},
-                                        time.perf_counter() - t0)
-            record_miss(call_name, stored=await _engine.astore_value(eff, key, rec, ttl))
+            rec = _engine.try_encode(eff, call_name, kind, key, canonical,
+                                     {"items": items, "return": None},
+                                     time.perf_counter() - t0)
+            record_miss(call_name, stored=rec is not None
+                        and await _engine.astore_value(eff, key, rec, ttl))
 
         wrapper: Callable[..., Any] = agen_wrapper
     elif inspect.isgeneratorfunction(probe):
@@ -176,10 +175,11 @@ def _wrap(
                 raise
             finally:
                 gen.close()  # abandoned half-way: run the generator's own cleanup now
-            rec = _engine.encode_record(eff, call_name, kind, key, canonical,
-                                        {"items": items, "return": result},
-                                        time.perf_counter() - t0)
-            record_miss(call_name, stored=_engine.store_value(eff, key, rec, ttl))
+            rec = _engine.try_encode(eff, call_name, kind, key, canonical,
+                                     {"items": items, "return": result},
+                                     time.perf_counter() - t0)
+            record_miss(call_name, stored=rec is not None
+                        and _engine.store_value(eff, key, rec, ttl))
             return result
 
         wrapper = gen_wrapper

@@ -11,8 +11,14 @@
     ├── CassetteError                 a cassette file is unreadable or invalid; names the path
     ├── ScopeError                    a call needs a scope/session that is not active
     ├── AgentLoopDetected             the loop guard tripped
+    ├── PoolError                     AgentPool misuse or a session refused; names the session
     └── ReplayMiss (AssertionError)   replay mode found no recording; explains the nearest one
         └── NetworkBlocked            a live connection was attempted while replaying
+
+    DejacacheWarning (UserWarning)    something was degraded but the caller got a correct result
+
+Warnings live here too, so low layers (stores, codecs) can warn without importing the
+engine (issue 8, item 9: ``stores.sqlite`` importing ``_engine`` closed an import cycle).
 
 Every error carries the context needed to act on it (key, cassette path, backend) in its
 message and as attributes.
@@ -27,9 +33,11 @@ __all__ = [
     "CassetteError",
     "ConfigurationError",
     "DejacacheError",
+    "DejacacheWarning",
     "IncompatibleStore",
     "IntegrityError",
     "NetworkBlocked",
+    "PoolError",
     "ReplayMiss",
     "ScopeError",
     "SerializationError",
@@ -43,6 +51,10 @@ class DejacacheError(Exception):
     """Base class of every error raised by dejacache."""
 
 
+class DejacacheWarning(UserWarning):
+    """Something was degraded but the caller still got a correct result."""
+
+
 class ConfigurationError(DejacacheError, ValueError):
     """Settings that cannot work: an unknown mode, a bad store URL, a missing extra."""
 
@@ -54,18 +66,27 @@ class UnhashableArgument(DejacacheError, TypeError):
     then never hits again).
     """
 
-    def __init__(self, argument: str, value_type: type, function: str = "") -> None:
+    def __init__(self, argument: str, value_type: type, function: str = "", *,
+                 reason: str = "") -> None:
         self.argument = argument
         self.value_type = value_type
         self.function = function
+        #: What is wrong when the type itself is fine: a cycle, the depth, invalid text.
+        self.reason = reason
         where = f" of {function}" if function else ""
+        shown = argument if len(argument) <= 120 else argument[:60] + "..." + argument[-40:]
         tname = f"{value_type.__module__}.{value_type.__qualname__}"
-        super().__init__(
-            f"cannot build a cache key: argument {argument!r}{where} has type {tname}, "
-            "which has no canonical form. Pass plain data (dict/list/str/number, a dataclass, "
-            "a pydantic model), add it to ignore=[...], or give the type a "
-            "__dejacache_key__() method returning plain data."
-        )
+        if reason:
+            message = (f"cannot build a cache key: argument {shown!r}{where} {reason}. Pass "
+                       "plain finite data, or add the argument to ignore=[...].")
+        else:
+            message = (
+                f"cannot build a cache key: argument {shown!r}{where} has type {tname}, "
+                "which has no canonical form. Pass plain data (dict/list/str/number, a "
+                "dataclass, a pydantic model), add it to ignore=[...], or give the type a "
+                "__dejacache_key__() method returning plain data."
+            )
+        super().__init__(message)
 
 
 class SerializationError(DejacacheError):
@@ -130,6 +151,15 @@ class AgentLoopDetected(DejacacheError):
         self.pattern = pattern
         self.detail = detail
         super().__init__(f"agent loop detected ({pattern}): {detail}" if detail else pattern)
+
+
+class PoolError(DejacacheError):
+    """An ``AgentPool`` cannot serve this call: the session is busy and the pool refuses
+    concurrent turns, the pool is closed, or a config name cannot be applied to the agent."""
+
+    def __init__(self, message: str, *, session: Any = None) -> None:
+        self.session = session
+        super().__init__(message)
 
 
 class ReplayMiss(DejacacheError, AssertionError):

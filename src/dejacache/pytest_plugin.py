@@ -17,7 +17,7 @@ import os
 import pathlib
 import re
 import shlex
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import pytest
@@ -28,12 +28,16 @@ from .cassettes.netguard import NetworkGuard
 from .cassettes.prices import PRICES_DATE, set_prices
 from .cassettes.store import Cassette, TapeCounters, summarize
 from .config import MODES
+from .errors import ReplayMiss
 
 __all__ = ["cassette_path"]
 
 _REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
+_TAPE = pytest.StashKey[Cassette]()
 _TAPES = pytest.StashKey[list[tuple[str, Cassette]]]()
 _REMOTE = pytest.StashKey[list[dict[str, Any]]]()
+_SCENARIO = pytest.StashKey[bool]()
+_ADOPTED = pytest.StashKey[list[tuple[Cassette, Callable[[bool], None]]]]()
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_NAME = 100
 
@@ -51,6 +55,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                   help="price overrides: 'model-prefix input_per_mtok output_per_mtok' lines")
     parser.addini("dejacache_allow_hosts", type="linelist", default=[],
                   help="hosts cassette tests may reach while the network guard is on")
+    group.addoption("--dejacache-scenario", action="store_true", default=False,
+                    help="record and replay every langwatch-scenario run through a cassette "
+                         "named after the scenario (dejacache.integrations.scenario)")
+    parser.addini("dejacache_scenario", type="bool", default=False,
+                  help="same as --dejacache-scenario")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -69,6 +78,85 @@ def pytest_configure(config: pytest.Config) -> None:
             table[parts[0]] = (float(parts[1]), float(parts[2]))
     if table:
         set_prices(table)
+    if config.getoption("dejacache_scenario") or config.getini("dejacache_scenario"):
+        from .errors import ConfigurationError
+
+        try:
+            from .integrations import scenario as scenario_integration
+
+            scenario_integration.install()
+        except ConfigurationError as exc:
+            raise pytest.UsageError(f"--dejacache-scenario / dejacache_scenario: {exc}") from exc
+        config.stash[_SCENARIO] = True
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if config.stash.get(_SCENARIO, False):
+        from .integrations import scenario as scenario_integration
+
+        scenario_integration.uninstall()
+
+
+# ---------------------------------------------------------------- integrations
+# Integrations (dejacache.integrations.scenario) open cassettes of their own inside a test:
+# they ask which test is running, take its settings, and hand their tapes over so the
+# summary counts them, a failure shows their misses, and the file is written only when the
+# test passes.
+
+_CURRENT_ITEM: pytest.Item | None = None
+
+
+def current_test() -> pytest.Item | None:
+    """The test being run in this process (None between tests)."""
+    return _CURRENT_ITEM
+
+
+def integration_settings(item: pytest.Item) -> dict[str, Any]:
+    """Directory, mode, prune flag and re-record command for an integration's cassettes."""
+    marker = item.get_closest_marker("dejacache")
+    config = item.config
+    return {
+        "cassette_dir": cassette_path(item).with_suffix(""),
+        "mode": (marker.kwargs.get("mode") if marker is not None else None)
+        or config.getoption("dejacache_mode"),
+        "prune": bool(config.getoption("dejacache_prune")),
+        "rerecord_hint": _rerecord_command(item),
+    }
+
+
+def adopt_tape(item: pytest.Item, tape: Cassette, finish: Callable[[bool], None]) -> None:
+    """Count ``tape`` with the test's; ``finish(test_passed)`` runs at the test's teardown."""
+    item.config.stash[_TAPES].append((item.nodeid, tape))
+    item.stash.setdefault(_ADOPTED, []).append((tape, finish))
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
+    global _CURRENT_ITEM
+    _CURRENT_ITEM = item
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None
+                            ) -> Generator[None, None, None]:
+    global _CURRENT_ITEM
+    try:
+        return (yield)
+    finally:
+        _CURRENT_ITEM = None
+        adopted = item.stash.get(_ADOPTED, [])
+        if adopted:
+            passed = not any(r.failed for r in item.stash.get(_REPORTS, {}).values())
+            errors: list[BaseException] = []
+            for _, finish in adopted:
+                try:
+                    finish(passed)
+                except Exception as exc:  # every tape gets closed; the first error is raised
+                    errors.append(exc)
+            adopted.clear()
+            if errors:
+                raise errors[0]
 
 
 @pytest.hookimpl(wrapper=True)
@@ -76,7 +164,32 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
                               ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     rep = yield
     item.stash.setdefault(_REPORTS, {})[rep.when] = rep
+    tape = item.stash.get(_TAPE, None)
+    if rep.failed and tape is not None and tape.misses and call.excinfo is not None \
+            and not _raised_directly(call.excinfo.value):
+        _show_misses(rep, tape)
+    for adopted, _ in item.stash.get(_ADOPTED, []):  # integrations' tapes (scenario runs)
+        if rep.failed and adopted.misses and call.excinfo is not None \
+                and not _raised_directly(call.excinfo.value):
+            _show_misses(rep, adopted)
     return rep
+
+
+def _raised_directly(exc: BaseException) -> bool:
+    """Whether pytest's own report already leads with the ReplayMiss."""
+    return isinstance(exc, ReplayMiss)
+
+
+def _show_misses(rep: pytest.TestReport, tape: Cassette) -> None:
+    # An SDK, litellm or scenario that wraps the miss leaves a one-line "Connection error"
+    # on top and the explanation thousands of lines up: put the explanation first.
+    head = [f"dejacache: this test failed after {len(tape.misses)} replay miss(es) in "
+            f"cassette {tape.path}; the failure below wraps it.", ""]
+    for miss in tape.misses[:5]:
+        head += [str(miss), ""]
+    if len(tape.misses) > 5:
+        head.append(f"... and {len(tape.misses) - 5} more misses")
+    rep.longrepr = "\n".join(head) + "\n---- the failure as raised ----\n" + str(rep.longrepr)
 
 
 def cassette_path(item: pytest.Item, explicit: str | os.PathLike[str] | None = None
@@ -124,6 +237,7 @@ def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
     )
     tape = block.__enter__()
     config.stash[_TAPES].append((item.nodeid, tape))
+    item.stash[_TAPE] = tape
     guard: NetworkGuard | None = None
     if tape.mode == "replay" and (in_ci() or config.getoption("dejacache_block_network")):
         allow = [*config.getini("dejacache_allow_hosts"), *opts.get("allow_hosts", ())]

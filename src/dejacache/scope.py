@@ -339,3 +339,13 @@ def wrap_executor(executor: concurrent.futures.Executor) -> concurrent.futures.E
     pass it a wrapped executor.)
     """
     return _ContextExecutor(executor)
+
+
+def _register_thread_carry() -> None:
+    from . import _threads
+
+    if _threads.on_block not in BLOCK_HOOKS:
+        BLOCK_HOOKS.append(_threads.on_block)
+
+
+_register_thread_carry()

@@ -1,13 +1,25 @@
-"""In-process counters: hits, misses, stores, time and tokens saved."""
+"""In-process counters: hits, misses, stores, time and tokens saved.
+
+Layers: a decorated function that calls an SDK inside a block is two cached layers of one
+live call (``@cache`` around the function, the HTTP transport around the request). Each
+layer has its own row in ``by_name``; ``total`` counts each live call once, at the
+outermost layer, so the quick start's two live calls read as two misses, not three (issue
+8, item 8). What ran inside another call's live run is summed in ``nested``. Savings are
+summed over every layer: a hit only happens where nothing outside it was served, so no
+saving is counted twice.
+"""
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import threading
 from collections.abc import Mapping
+from types import TracebackType
 from typing import Any
 
-__all__ = ["CallStats", "Stats", "record_hit", "record_miss", "reset_stats", "stats", "usage_of"]
+__all__ = ["CallStats", "Stats", "live_call", "record_hit", "record_miss", "reset_stats",
+           "stats", "usage_of"]
 
 _TOKEN_FIELDS = (
     "prompt_tokens",
@@ -40,10 +52,14 @@ class CallStats:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Stats:
-    """A snapshot: totals and per call name."""
+    """A snapshot. ``total``: each call counted once, at the outermost cached layer (its
+    ``time_saved``/``tokens_saved`` include hits at every layer). ``by_name``: every layer
+    by call name. ``nested``: hits and misses that happened while an outer cached call was
+    running live (e.g. the HTTP request inside a decorated function)."""
 
     total: CallStats
     by_name: Mapping[str, CallStats]
+    nested: CallStats = dataclasses.field(default_factory=CallStats)
 
     @property
     def hit_rate(self) -> float:
@@ -53,6 +69,26 @@ class Stats:
 
 _LOCK = threading.Lock()
 _BY_NAME: dict[str, CallStats] = {}
+_TOTAL = CallStats()
+_NESTED = CallStats()
+# True while a cached call's function runs live: dejacache calls made inside are inner
+# layers of that call. A context variable, so threads and tasks started with the caller's
+# context (asyncio, dejacache.propagate) count as inside too.
+_INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("dejacache_live_call",
+                                                               default=False)
+
+
+class live_call:
+    """Marks the live run of a cached call, so calls inside it count as its inner layers."""
+
+    __slots__ = ("_token",)
+
+    def __enter__(self) -> None:
+        self._token = _INSIDE.set(True)
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        _INSIDE.reset(self._token)
 
 
 def _bucket(name: str) -> CallStats:
@@ -65,19 +101,31 @@ def _bucket(name: str) -> CallStats:
 
 def record_hit(name: str, duration: float, usage: Mapping[str, int] | None) -> None:
     b = _bucket(name)
+    tokens = token_total(usage) if usage else 0
+    layer = _NESTED if _INSIDE.get() else _TOTAL
     with _LOCK:
         b.hits += 1
         b.time_saved += duration
-        if usage:
-            b.tokens_saved += token_total(usage)
+        b.tokens_saved += tokens
+        layer.hits += 1
+        if layer is _NESTED:
+            _NESTED.time_saved += duration
+            _NESTED.tokens_saved += tokens
+        # Savings count in the total at every layer (see the module docstring).
+        _TOTAL.time_saved += duration
+        _TOTAL.tokens_saved += tokens
 
 
 def record_miss(name: str, stored: bool, error: bool = False) -> None:
     b = _bucket(name)
+    layer = _NESTED if _INSIDE.get() else _TOTAL
     with _LOCK:
         b.misses += 1
         b.stores += stored
         b.errors += error
+        layer.misses += 1
+        layer.stores += stored
+        layer.errors += error
 
 
 def token_total(usage: Mapping[str, int]) -> int:
@@ -104,12 +152,13 @@ def stats() -> Stats:
     """Counters since the process started (or the last :func:`reset_stats`)."""
     with _LOCK:
         by_name = {k: dataclasses.replace(v) for k, v in _BY_NAME.items()}
-    total = CallStats()
-    for v in by_name.values():
-        total.add(v)
-    return Stats(total=total, by_name=by_name)
+        return Stats(total=dataclasses.replace(_TOTAL), by_name=by_name,
+                     nested=dataclasses.replace(_NESTED))
 
 
 def reset_stats() -> None:
     with _LOCK:
         _BY_NAME.clear()
+        for c in (_TOTAL, _NESTED):
+            c.hits = c.misses = c.stores = c.errors = c.tokens_saved = 0
+            c.time_saved = 0.0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dejacache._core.diff import field_diff, nearest, short
+from dejacache._core.diff import field_diff, nearest, short, string_window
 
 
 def test_field_diff_names_each_changed_leaf() -> None:
@@ -42,3 +42,21 @@ def test_nearest_picks_fewest_differences() -> None:
     assert key == "k2" and cand == cands[1][1]
     assert diff == ["q: 'a' -> 'b'"]
     assert nearest(target, []) is None
+
+
+def test_long_strings_show_the_first_difference_with_a_window() -> None:
+    # A judge prompt that differs only in a timestamp deep inside: both sides used to print
+    # identically because each was cut in the middle.
+    old = "x" * 2000 + "at 12:04:31 UTC" + "y" * 1000
+    new = "x" * 2000 + "at 12:05:02 UTC" + "y" * 1000
+    [line] = field_diff({"m": [{"c": old}]}, {"m": [{"c": new}]})
+    assert line.startswith("m[0].c: differs at offset 2,007")
+    before, after = line.split(" -> ")
+    assert "12:04:31" in before and "12:05:02" in after
+    assert len(line) < 300
+
+
+def test_string_window_handles_prefixes_and_short_strings() -> None:
+    assert string_window("abc", "abd") == "'abc' -> 'abd'"
+    text = string_window("a" * 200 + "END", "a" * 200)
+    assert "offset 200" in text and "END" in text

@@ -64,7 +64,7 @@ def test_show_of_a_missing_file_is_an_error(tmp_path, capsys):
     assert "no such file" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("cmd", ["show", "diff", "scan", "prune"])
+@pytest.mark.parametrize("cmd", ["show", "diff", "scan", "prune", "rehash"])
 def test_commands_are_listed(cmd, capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
@@ -78,4 +78,12 @@ def test_diff_sees_request_changes(tmp_path, capsys):
     doc["entries"][0]["request"]["q"] = "q1-edited"
     b.write_bytes(orjson.dumps(doc))
     assert main(["diff", str(a), str(b), "--plain"]) == 0
-    assert "request.q: 'q1' -> 'q1-edited'" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "request.q: 'q1' -> 'q1-edited'" in out
+    # shown, with a warning: replay refuses a hand edit until it is accepted with rehash
+    assert "dejacache diff: warning: replay would refuse this file: entry #0" in err
+    assert f"dejacache rehash {b}" in err and str(a) not in err
+    assert main(["rehash", str(b)]) == 0
+    capsys.readouterr()
+    assert main(["show", str(b), "--plain"]) == 0
+    assert capsys.readouterr().err == ""

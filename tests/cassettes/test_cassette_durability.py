@@ -11,6 +11,8 @@ import time
 
 import orjson
 
+import dejacache
+
 WRITER = textwrap.dedent("""
     import sys, pathlib
     from dejacache.cassettes.format import atomic_write
@@ -45,6 +47,17 @@ def test_kill_9_mid_write_leaves_old_or_new_never_torn(tmp_path):
         assert target.read_bytes() in (a, b)
     # a killed writer may leave its temp file behind, never a partial cassette
     assert all(p.name.endswith(".tmp") for p in tmp_path.iterdir() if p.name.startswith("."))
+    # ... and the next write of that cassette removes it (issue 8)
+    (tmp_path / ".tape.json.0123456789abcdef.tmp").write_bytes(a[:1000])  # one at least
+
+    @dejacache.cache(name="work")
+    def work() -> str:
+        return "done"
+
+    with dejacache.cassette(target, mode="record"):
+        work()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tape.json.")] == []
+    assert orjson.loads(target.read_bytes())["entries"][0]["response"] == "done"
 
 
 RECORDER = textwrap.dedent("""

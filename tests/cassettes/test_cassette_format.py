@@ -40,11 +40,30 @@ def test_bytes_are_deterministic_sorted_indented_with_final_newline(tmp_path):
     data = a.read_bytes()
     assert data == b.read_bytes()
     assert data.endswith(b"}\n")
-    assert data.startswith(b'{\n  "entries": [\n    {\n      "duration": 1.25,')
+    assert data.startswith(b'{\n  "checksums": "xxh3-128 of each entry; after editing by hand '
+                           b'run: dejacache rehash FILE",\n  "entries": [\n    {\n      '
+                           b'"checksum": "')
     doc = orjson.loads(data)
-    assert list(doc) == ["entries", "format", "values"]
-    assert doc["format"] == 1
+    assert list(doc) == ["checksums", "entries", "format", "values"]
+    assert doc["format"] == 2
     assert fmt.dumps(doc) == data
+    assert all(e["checksum"] == fmt.entry_checksum(e) for e in doc["entries"])
+
+
+def test_an_entry_checksum_is_the_hash_of_its_bytes_in_the_file(tmp_path):
+    p = tmp_path / "c.json"
+    record_steps(p, 3)
+    data = p.read_bytes()
+    doc = orjson.loads(data)
+    lazy = fmt.LazyFile.open(data)
+    assert lazy is not None and lazy.checked
+    lazy.scan_all()
+    for i, e in enumerate(doc["entries"]):
+        raw = lazy._slice(i)  # checked against its checksum on the way
+        line = f'      "checksum": "{e["checksum"]}",\n'.encode()
+        assert raw.replace(line, b"") == b"    " + orjson.dumps(
+            {k: v for k, v in e.items() if k != "checksum"},
+            option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).replace(b"\n", b"\n    ")
 
 
 def test_messages_are_stored_once_and_requests_list_references(tmp_path):
@@ -94,7 +113,20 @@ def test_lazy_index_matches_a_full_parse(tmp_path):
     assert lazy.value("0" * 24) == (False, None)
 
 
-def test_a_hit_parses_only_its_own_entry_and_no_request(tmp_path):
+@pytest.fixture
+def lazy(monkeypatch):
+    """Files this small are otherwise parsed and checked whole when opened."""
+    monkeypatch.setattr(fmt, "EAGER_CHECK_UNDER", 0)
+
+
+def test_small_files_are_parsed_and_checked_whole_when_opened(tmp_path):
+    p = tmp_path / "c.json"
+    record_steps(p, 5)
+    tape = Cassette(p, mode="replay")
+    assert tape.exists and tape._full is not None and tape._lazy is None
+
+
+def test_a_hit_parses_only_its_own_entry_and_no_request(tmp_path, lazy):
     p = tmp_path / "c.json"
     record_steps(p, 50)
     tape = Cassette(p, mode="replay")
@@ -107,7 +139,7 @@ def test_a_hit_parses_only_its_own_entry_and_no_request(tmp_path):
 
 
 @pytest.mark.parametrize("order", ["forward", "backward", "shuffled"])
-def test_chunked_discovery_serves_every_entry_in_any_order(tmp_path, monkeypatch, order):
+def test_chunked_discovery_serves_every_entry_in_any_order(tmp_path, monkeypatch, order, lazy):
     monkeypatch.setattr(fmt, "_CHUNK", 2048)  # many small chunks over a small file
     p = tmp_path / "c.json"
     record_steps(p, 40)

@@ -24,7 +24,7 @@ def test_default_headers_query_params_and_body_fields():
         "header_list": [["x-goog-api-key", "g"], ["content-type", "json"]],
         "params": {"token": "t", "q": "cats"},
         "body": {"password": "hunter2", "nested": [{"client_secret": "cs", "refresh_token": "r"}],
-                 "logprobs": [{"token": "Hello", "logprob": -0.1}]},
+                 "token": "t0k3n"},
     }
     out = r.tree(tree)
     assert out["headers"] == {"Authorization": PLACEHOLDER, "X-Api-Key": PLACEHOLDER,
@@ -36,8 +36,11 @@ def test_default_headers_query_params_and_body_fields():
     assert out["params"] == {"token": PLACEHOLDER, "q": "cats"}
     assert out["body"]["password"] == PLACEHOLDER
     assert out["body"]["nested"] == [{"client_secret": PLACEHOLDER, "refresh_token": PLACEHOLDER}]
-    # a body field merely named "token" (logprobs) is data, not a secret
-    assert out["body"]["logprobs"] == [{"token": "Hello", "logprob": -0.1}]
+    assert out["body"]["token"] == PLACEHOLDER  # a request's token is a credential...
+    # ...but a response's token (logprobs) is a word: redacting it would change the replay
+    resp = {"logprobs": [{"token": "Hello", "logprob": -0.1}], "access_token": "at"}
+    assert r.tree(resp, response=True) == {"logprobs": [{"token": "Hello", "logprob": -0.1}],
+                                           "access_token": PLACEHOLDER}
     assert tree["headers"]["X-Api-Key"] == "k"  # input untouched
 
 

@@ -5,9 +5,15 @@ was recorded is distinguishable from a new live call. Tool calling follows a fix
 request that offers tools and has no tool result yet gets a tool call; one that carries the
 result gets a final text quoting it.
 
+Streams are written one event per write (one HTTP chunk, flushed), ``chunk_delay`` seconds
+apart, so a client never gets two events in one socket read by luck and chunking cannot hide
+a recorder that waits for an event the caller never reads.
+
 ``script`` queues overrides for the next requests: ``{"status": 500}`` (an error body in the
 provider's shape), ``{"drop": True}`` (close the connection without answering),
-``{"sleep": 2.0}`` (answer late, for timeouts), ``{"cut": 2}`` (stop a stream after 2 events).
+``{"sleep": 2.0}`` (answer late, for timeouts), ``{"cut": 2}`` (stop a stream after 2 events),
+``{"end_delay": 0.5}`` (wait that long before a stream's end marker: the last event),
+``{"no_end": True}`` (end the body without the end marker, as some compatible servers do).
 """
 
 from __future__ import annotations
@@ -161,6 +167,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("x-request-id", _rid("req_"))
         self.end_headers()
         cut = ov.get("cut")
+        if ov.get("no_end"):
+            events = events[:-1]
+        last = len(events) - 1
         for i, ev in enumerate(events):
             if cut is not None and i >= cut:
                 self.close_connection = True
@@ -169,13 +178,19 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if i and self.fake.chunk_delay:
                 time.sleep(self.fake.chunk_delay)
+            if i == last and ov.get("end_delay"):
+                time.sleep(float(ov["end_delay"]))
             data = ev.encode()
             try:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
                 return
-        self.wfile.write(b"0\r\n\r\n")
+        try:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            return
 
     # ------------------------------------------------------------ OpenAI chat
 

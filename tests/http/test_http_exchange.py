@@ -97,3 +97,20 @@ def test_transient_failures_are_kept_only_by_sequenced_stores() -> None:
     assert not storable({"status": 429}, False)
     assert not storable({"error": {"type": "ReadTimeout"}}, False)
     assert storable({"status": 500}, True)
+
+
+def test_body_credentials_are_masked_whatever_else_the_body_holds() -> None:
+    """Issue 8 item 3: ``password`` was masked only when a volatile field such as ``user``
+    or ``trace_id`` happened to be in the body too (the mask ran inside the volatile strip)."""
+    for extra in ({}, {"user": "u"}, {"trace_id": "t"}):
+        got = canon(orjson.dumps({"model": "m", "password": "hunter2", **extra}))
+        other = canon(orjson.dumps({"model": "m", "password": "hunter3", **extra}))
+        assert "hunter2" not in orjson.dumps(got).decode()
+        assert str(got["body"]["password"]).startswith("<secret:")  # type: ignore[index]
+        assert got != other  # a different credential is a different request
+
+
+def test_credential_query_parameters_that_change_the_answer_are_masked() -> None:
+    a = canon(b"", query=[("code", "oauth-1"), ("page", "2")])
+    b = canon(b"", query=[("code", "oauth-2"), ("page", "2")])
+    assert "oauth-1" not in orjson.dumps(a).decode() and a != b

@@ -39,7 +39,9 @@ def test_abandoned_stream_is_not_stored(fake: FakeProvider) -> None:
         stream = client.chat.completions.create(model="m", messages=USER, stream=True)  # type: ignore[arg-type]
         first = next(iter(stream))
         assert first.choices[0].delta.role == "assistant"
-        stream.close()
+        with pytest.warns(dejacache.DejacacheWarning,
+                          match=r"openai.chat.completions \(model 'm'\) stream was closed"):
+            stream.close()
         assert len(store) == 0
         # Read to the end, the same call is stored and then served.
         live = [c.model_dump() for c in client.chat.completions.create(
@@ -71,7 +73,8 @@ def test_async_abandoned_stream_is_not_stored(fake: FakeProvider) -> None:
             async for _ in s.text_stream:
                 break
 
-    with dejacache.scope(mode="auto", store=store):
+    with dejacache.scope(mode="auto", store=store), \
+            pytest.warns(dejacache.DejacacheWarning, match="anthropic.messages .*closed"):
         asyncio.run(run())
     assert len(store) == 0
 

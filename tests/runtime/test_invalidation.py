@@ -290,3 +290,32 @@ def test_local_counters_are_bounded_and_start_over_safely() -> None:
     after = (gens.epoch, gens.read(names))
     assert before == (0, [1, 1]) and after == (1, [0, 0])
     assert before != after  # so no key from before can be computed again
+
+
+@pytest.mark.parametrize("tiered", [False, True], ids=["sqlite", "memory-over-sqlite"])
+def test_counters_of_a_file_store_outlive_this_process_state(
+    tiered: bool, tmp_path: Any
+) -> None:
+    """Issue 8, item 5, in one process: forgetting every in-process counter (what a new
+    process starts with) must not make an entry from before a write reachable again."""
+    sq = dejacache.SQLiteStore(tmp_path / "rt.db")
+    store = dejacache.TieredStore(dejacache.MemoryStore(), sq) if tiered else sq
+    truth = [0]
+
+    @dejacache.tool_cache(resource="cart", key="cart:{u}", store=store)
+    def get(u: int) -> int:
+        return truth[0]
+
+    @dejacache.invalidates("cart", key="cart:{u}", store=store)
+    def write(u: int) -> None:
+        truth[0] += 1
+
+    with dejacache.agent_session(tenant="acme"):
+        assert get(1) == 0
+        write(1)
+        generations.reset()
+        assert get(1) == 1  # before: 0, the entry cached under counters that restarted at 0
+        generations.reset()
+        assert get(1) == 1
+    assert dejacache.runtime_stats().by_tool["get"].hits == 1  # and still cached
+    sq.close()

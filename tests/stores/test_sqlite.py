@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import multiprocessing
 import os
 import pathlib
@@ -10,6 +11,7 @@ import pickle
 import shutil
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -538,3 +540,160 @@ def test_file_labelled_current_but_laid_out_otherwise_is_rebuilt(tmp_path: pathl
     got = store.get("k")
     assert got is not None and got.value == b"v"
     store.close()
+
+
+# ---------------------------------------------------------------- generation counters
+
+
+def test_counters_start_at_zero_and_increment_atomically(tmp_path: pathlib.Path) -> None:
+    store = SQLiteStore(tmp_path / "cache.db")
+    assert store.get_counters([]) == [] and store.incr_many([]) == []
+    assert store.get_counters(["a", "b"]) == [0, 0]
+    assert store.incr("a") == 1 and store.incr("a") == 2
+    assert store.incr_many(["a", "b", "c"]) == [3, 1, 1]
+    assert store.get_counters(["c", "a", "nope", "b"]) == [1, 3, 0, 1]
+    store.put("k", rec(b"v"))
+    store.clear()  # entries go, counters stay: going back to 0 would revive old keys
+    assert store.get("k") is None and store.get_counters(["a"]) == [3]
+    store.close()
+    assert SQLiteStore(tmp_path / "cache.db").get_counters(["a", "b"]) == [3, 1]
+
+
+async def test_async_counter_twins(tmp_path: pathlib.Path) -> None:
+    store = SQLiteStore(tmp_path / "cache.db")
+    assert await store.aincr("a") == 1
+    assert await store.aincr_many(["a", "b"]) == [2, 1]
+    assert await store.aget_counters(["a", "b"]) == [2, 1]
+    store.close()
+
+
+def _incr_many_times(path: str, proc: int, n: int, out: Any) -> None:
+    store = SQLiteStore(path)
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def thread() -> None:
+        mine = [store.incr("shared") for _ in range(n)]
+        with lock:
+            got.extend(v for v in mine if v is not None)
+
+    threads = [threading.Thread(target=thread) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out.put(got)
+
+
+def test_increments_from_two_processes_are_never_lost_or_repeated(
+    tmp_path: pathlib.Path,
+) -> None:
+    path = tmp_path / "cache.db"
+    SQLiteStore(path).close()
+    ctx = multiprocessing.get_context("spawn")  # fresh interpreters, as separate apps are
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_incr_many_times, args=(str(path), i, 250, out))
+             for i in range(2)]
+    for p in procs:
+        p.start()
+    values = sorted(v for _ in procs for v in out.get(timeout=120))
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    assert values == list(range(1, 1001))  # 2 processes x 2 threads x 250, each value once
+    assert SQLiteStore(path).get_counters(["shared"]) == [1000]
+
+
+def test_unreadable_counters_read_as_none_never_as_zeros(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "cache.db"
+    store = SQLiteStore(path)
+    store.incr("a")
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("DROP TABLE counters")
+    store.close()
+    assert store.get_counters(["a"]) is None
+    assert store.incr("a") is None
+    store.close()
+
+
+def test_read_only_store_reads_counters_and_cannot_bump_them(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "cache.db"
+    writer = SQLiteStore(path)
+    writer.incr_many(["a", "a"])
+    writer.close()
+    store = SQLiteStore(path, readonly=True)
+    assert store.get_counters(["a", "b"]) == [2, 0]
+    assert store.incr("a") is None  # None: "not bumped", so readers stop trusting the cache
+    store.close()
+
+
+def test_version_2_file_keeps_its_calls_and_drops_its_tool_entries(
+    tmp_path: pathlib.Path,
+) -> None:
+    """Upgrading in place: version 2 tool entries were keyed by per-process counters that
+    restarted at 0, the very values the new file counters start from."""
+    path = tmp_path / "cache.db"
+    store = SQLiteStore(path)
+    store.put("call", rec(b"llm answer"))
+    store.put("tool", Record(value=b"cart", name="get_cart", namespace="rt1/t/acme", kind="tool"))
+    store.close()
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("DROP TABLE counters")
+        db.execute("UPDATE dejacache_meta SET v='2' WHERE k='schema_version'")
+    store = SQLiteStore(path)
+    got = store.get("call")
+    assert got is not None and got.value == b"llm answer"
+    assert store.get("tool") is None
+    assert store.incr("a") == 1
+    assert store.stats().extra["schema_version"] == SCHEMA_VERSION == 3
+    store.close()
+
+
+# ---------------------------------------------------------------- layering (issue 8, item 9)
+
+_LAYERING_PROBE = """
+import importlib.util, json, sys, types, warnings
+
+# The dejacache package without its __init__ (which imports every face): only what
+# dejacache.stores pulls in itself gets imported below.
+spec = importlib.util.find_spec("dejacache")
+pkg = types.ModuleType("dejacache")
+pkg.__path__ = list(spec.submodule_search_locations)
+sys.modules["dejacache"] = pkg
+
+import sqlite3
+from dejacache.stores.sqlite import SCHEMA_VERSION, SQLiteStore
+
+# A file claiming the current schema with another layout: the store warns while rebuilding.
+db = sqlite3.connect(sys.argv[1] + "/cache.db")
+db.execute("CREATE TABLE dejacache_meta (k TEXT PRIMARY KEY, v TEXT NOT NULL)")
+db.execute("INSERT INTO dejacache_meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+db.execute("CREATE TABLE entries (key TEXT PRIMARY KEY)")
+db.commit()
+db.close()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    store = SQLiteStore()  # the default path (DEJACACHE_DIR), without dejacache.config
+store.close()
+print(json.dumps({
+    "imported": sorted(m for m in ("dejacache._engine", "dejacache.config", "dejacache.scope",
+                                   "dejacache.runtime") if m in sys.modules),
+    "warnings": [[type(w.message).__module__, type(w.message).__name__] for w in caught],
+}))
+"""
+
+
+def test_stores_import_neither_the_engine_nor_config(tmp_path: pathlib.Path) -> None:
+    env = {**os.environ, "DEJACACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", _LAYERING_PROBE, str(tmp_path)],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["imported"] == []  # old code: ['dejacache._engine', 'dejacache.config', ...]
+    assert got["warnings"] == [["dejacache.errors", "DejacacheWarning"]]
+
+
+def test_dejacache_warning_is_one_class_everywhere() -> None:
+    from dejacache import _engine, errors
+
+    assert dejacache.DejacacheWarning is errors.DejacacheWarning is _engine.DejacacheWarning

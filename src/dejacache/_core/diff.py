@@ -5,7 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["field_diff", "nearest", "short"]
+__all__ = ["field_diff", "nearest", "short", "string_window"]
+
+# Either side of the first differing character: enough to read a timestamp or an id in
+# context without printing a 2,000-line prompt twice.
+_WINDOW = 40
 
 
 def short(value: Any, limit: int = 80) -> str:
@@ -39,9 +43,35 @@ def field_diff(old: Any, new: Any, path: str = "", out: list[str] | None = None,
             else:
                 field_diff(old[i], new[i], p, out, limit)
         return out
+    if isinstance(old, str) and isinstance(new, str) and old != new:
+        out.append(f"{path or '<root>'}: {string_window(old, new)}")
+        return out
     if old != new or type(old) is not type(new):
         out.append(f"{path or '<root>'}: {short(old)} -> {short(new)}")
     return out
+
+
+def string_window(old: str, new: str, width: int = _WINDOW) -> str:
+    """Two strings shown around their first difference, so long texts that differ in one
+    timestamp do not print identically (cutting both in the middle hid exactly that)."""
+    if len(old) + len(new) <= 2 * (width + 15):
+        return f"{old!r} -> {new!r}"
+    at = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b),
+              min(len(old), len(new)))
+    # The same suffix length on both sides keeps the windows aligned on the change.
+    tail = 0
+    while (tail < len(old) - at and tail < len(new) - at
+           and old[-1 - tail] == new[-1 - tail]):
+        tail += 1
+    start = max(0, at - width)
+
+    def cut(text: str) -> str:
+        end = min(len(text), max(len(text) - tail, at) + width)
+        body = repr(text[start:end])
+        return ("…" if start else "") + body + ("…" if end < len(text) else "")
+
+    return (f"differs at offset {at:,} (lengths {len(old):,} and {len(new):,}): "
+            f"{cut(old)} -> {cut(new)}")
 
 
 def _distance(old: Any, new: Any) -> int:

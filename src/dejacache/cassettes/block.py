@@ -12,7 +12,7 @@ import dataclasses
 import os
 import pathlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
@@ -82,6 +82,9 @@ class cassette(Block[Cassette]):
         self.shared = shared
         self._stack: list[tuple[Cassette, Effective, contextvars.Token[Effective | None]]] = []
         self.last: Cassette | None = None
+        # Set by integrations that write the file later (dejacache.integrations.scenario under
+        # pytest): called with (tape, block_ok) on exit instead of saving and closing the tape.
+        self.defer_save: Callable[[Cassette, bool], None] | None = None
 
     def open(self) -> Cassette:
         """A fresh tape over the file (not yet active)."""
@@ -121,6 +124,13 @@ class cassette(Block[Cassette]):
     ) -> None:
         tape, eff, token = self._stack.pop()
         leave(eff, token)
+        # A stream still being read cannot reach the file any more: say so, by name (issue 8).
+        from ..http.recording import settle
+
+        settle(tape, "its cassette block")
+        if self.defer_save is not None:  # the caller decides later (pytest: the test outcome)
+            self.defer_save(tape, exc_type is None)
+            return
         try:
             if exc_type is None or self.record_on_error:
                 tape.save(prune=self.prune and exc_type is None)

@@ -1,4 +1,4 @@
-"""The cassette subcommands of the ``dejacache`` CLI: show, diff, scan, prune."""
+"""The cassette subcommands of the ``dejacache`` CLI: show, diff, scan, prune, rehash."""
 
 from __future__ import annotations
 
@@ -65,6 +65,15 @@ def _usage_text(e: dict[str, Any]) -> str:
     return f"  {token_total(u):,} tokens" if isinstance(u, dict) else ""
 
 
+def _warn_if_damaged(command: str, doc: dict[str, Any], path: str) -> None:
+    from .view import problem
+
+    why = problem(doc, path)
+    if why is not None:  # still shown: seeing the file is how one finds what changed
+        print(f"dejacache {command}: warning: replay would refuse this file: {why}",
+              file=sys.stderr)
+
+
 def _cmd_show(args: argparse.Namespace) -> int:
     from .view import expanded_entries, load
 
@@ -74,6 +83,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     except CassetteError as exc:
         print(f"dejacache show: {exc}", file=sys.stderr)
         return 2
+    _warn_if_damaged("show", doc, args.file)
     entries = doc["entries"] if args.refs else expanded_entries(doc)
     out.line(f"{args.file}: {len(entries)} calls, {len(doc['values'])} shared values",
              "bold")
@@ -99,10 +109,13 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
     out = _Out(args.plain)
     try:
-        d = drift(load(args.a), load(args.b))
+        a, b = load(args.a), load(args.b)
     except CassetteError as exc:
         print(f"dejacache diff: {exc}", file=sys.stderr)
         return 2
+    _warn_if_damaged("diff", a, args.a)
+    _warn_if_damaged("diff", b, args.b)
+    d = drift(a, b)
     out.line(f"{args.a} -> {args.b}", "bold")
     out.line(f"calls: {len(d.added)} added, {len(d.dropped)} dropped, {len(d.changed)} changed, "
              f"{d.same} unchanged")
@@ -149,6 +162,35 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     return subprocess.call(cmd)
 
 
+def _cmd_rehash(args: argparse.Namespace) -> int:
+    import pathlib
+
+    from . import format as fmt
+    from .lock import cassette_lock
+
+    status = 0
+    for name in args.files:
+        path = pathlib.Path(name)
+        try:
+            with cassette_lock(path):  # a write like any other: no test may save meanwhile
+                data = fmt.read_file(path)
+                if data is None:
+                    raise CassetteError("no such file", path=path)
+                new, changed = fmt.rehash(data, path)
+                if new == data[:]:
+                    print(f"{path}: checksums match, nothing to do")
+                    continue
+                fmt.remove_stale_temps(path)
+                fmt.atomic_write(path, new)
+        except CassetteError as exc:
+            print(f"dejacache rehash: {exc}", file=sys.stderr)
+            status = 1
+            continue
+        what = f"accepted edits to {', '.join(changed)}" if changed else "rewritten"
+        print(f"{path}: {what} (format {fmt.FORMAT}, checksums updated)")
+    return status
+
+
 def _add(sub: Any, name: str, help: str) -> argparse.ArgumentParser:
     p: argparse.ArgumentParser = sub.add_parser(name, help=help)
     p.add_argument("--plain", action="store_true", help="plain text output (no colours)")
@@ -174,3 +216,12 @@ def add_cassette_commands(sub: Any) -> None:
     p = _add(sub, "prune", "run pytest with --dejacache-prune: drop entries no test used")
     p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed on to pytest")
     p.set_defaults(func=_cmd_prune)
+    p = sub.add_parser(
+        "rehash", help="accept hand edits to cassettes: recompute value hashes and checksums",
+        description="Replay refuses a cassette whose bytes do not match their checksums. "
+        "After editing one on purpose (a recorded answer, a merge of two branches), this "
+        "rewrites it with fresh hashes and checksums; files written by an older dejacache "
+        "are upgraded to the current format. Keys are kept: editing a request does not "
+        "change which call the entry answers.")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.set_defaults(func=_cmd_rehash)

@@ -1,12 +1,13 @@
-"""The cassette file format: deterministic bytes, a content-addressed value section, atomic
-writes, and an index read without parsing the whole file.
+"""The cassette file format: deterministic bytes, a content-addressed value section, a
+checksum on every entry, atomic writes, and an index read without parsing the whole file.
 
 Layout (orjson, sorted keys, 2-space indent, trailing newline)::
 
     {
-      "entries": [ {name, kind, key, occurrence, namespace, request, response, duration,
-                    usage?, error?, tagged?}, ... ],
-      "format": 1,
+      "checksums": "<algorithm, and how to accept a hand edit>",
+      "entries": [ {checksum, name, kind, key, occurrence, namespace, request, response,
+                    duration, usage?, error?, tagged?}, ... ],
+      "format": 2,
       "values": { "<hash>": <JSON value>, ... }
     }
 
@@ -18,16 +19,26 @@ its list of message references in order. Responses are packed more lightly (only
 ``MIN_SHARED_RESPONSE`` bytes or more), so a typical replay reads one entry and no shared value.
 A user string that itself starts with ``@ref:`` is always moved to ``values`` so the marker is
 never ambiguous. A top-level item of ``values`` that is a string is literal.
+
+Integrity (format 2, issue 8 item 4: a flipped byte in 22 of 120 damaged format-1 files was
+served as the recorded value). Every value is checked against its hash when it is read, and
+every entry carries ``checksum``: the hash of its own bytes as they sit in the file, without
+the checksum line (:func:`entry_checksum`). The hit path checks that with one hash over the
+slice it reads anyway; a full parse recomputes it from the parsed entry. Anything that does not
+match is a :class:`CassetteError` naming the file and the entry, never a value. A deliberate
+edit is accepted by ``dejacache rehash PATH`` (:func:`rehash`). Format 1 files (no entry
+checksums) are still read; their next write, or ``rehash``, upgrades them.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import glob
 import mmap
 import os
 import pathlib
 import re
-import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -37,21 +48,39 @@ import xxhash
 from ..errors import CassetteError
 
 __all__ = [
+    "CHECKSUMS",
+    "EAGER_CHECK_UNDER",
     "FORMAT",
     "MIN_SHARED",
     "MIN_SHARED_RESPONSE",
+    "READABLE",
     "REF",
     "Packer",
     "atomic_write",
+    "conflict_line",
     "dumps",
     "empty_document",
+    "entry_checksum",
     "load_document",
     "read_file",
     "refs_in",
+    "rehash",
+    "remove_stale_temps",
+    "render",
     "unpack",
+    "verify_document",
 ]
 
-FORMAT: Final = 1
+FORMAT: Final = 2
+READABLE: Final = (1, 2)
+# The top-level "checksums" field: what the entry checksums are, and what to do after an edit
+# (the first thing a person opening the file sees).
+CHECKSUMS: Final = "xxh3-128 of each entry; after editing by hand run: dejacache rehash FILE"
+# Files smaller than this are parsed and checked whole when a block opens them (~1 ms per
+# 500 KB), so damage anywhere is refused before the test runs. Larger files keep the lazy
+# index (a 10k-call cassette must open in a few ms, issue 10): each entry and value is checked
+# when it is read, and the whole file on the first miss or write.
+EAGER_CHECK_UNDER: Final = 1 << 20
 REF: Final = "@ref:"
 REF_BYTES: Final = b"@ref:"  # "@" is rare in JSON: a fast search; a false hit is only slower
 MIN_SHARED: Final = 256
@@ -71,11 +100,24 @@ def dumps(document: dict[str, Any]) -> bytes:
 
 
 def empty_document() -> dict[str, Any]:
-    return {"entries": [], "format": FORMAT, "values": {}}
+    return {"checksums": CHECKSUMS, "entries": [], "format": FORMAT, "values": {}}
 
 
 def _hash(node: Any) -> str:
     return xxhash.xxh3_128_hexdigest(orjson.dumps(node, option=_CANON))[:_HASH_LEN]
+
+
+_ENTRY_OPTS = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
+_NESTED = b"\n    "  # an entry sits 4 spaces deep in the file
+
+
+def entry_checksum(entry: dict[str, Any]) -> str:
+    """The hash of ``entry``'s bytes as :func:`dumps` lays them out inside a document (4
+    spaces deep), without its ``checksum`` field. Defined on the file's bytes so the hit path
+    can check an entry with one hash over its slice, without parsing it."""
+    body = orjson.dumps({k: v for k, v in entry.items() if k != "checksum"},
+                        option=_ENTRY_OPTS)
+    return xxhash.xxh3_128_hexdigest(b"    " + body.replace(b"\n", _NESTED))[:_HASH_LEN]
 
 
 class Packer:
@@ -175,8 +217,10 @@ def refs_in(tree: Any, out: set[str]) -> None:
             refs_in(v, out)
 
 
-def reachable(entries: list[dict[str, Any]], values: dict[str, Any]) -> dict[str, Any]:
-    """The part of ``values`` that the entries reference (directly or through values)."""
+def reachable(entries: list[dict[str, Any]], values: dict[str, Any], *,
+              strict: bool = True) -> dict[str, Any]:
+    """The part of ``values`` that the entries reference (directly or through values); a
+    reference to a missing value raises unless ``strict`` is false."""
     todo: set[str] = set()
     for e in entries:
         refs_in(e.get("request"), todo)
@@ -187,6 +231,8 @@ def reachable(entries: list[dict[str, Any]], values: dict[str, Any]) -> dict[str
         if h in seen:
             continue
         if h not in values:
+            if not strict:
+                continue
             raise CassetteError(f"dangling value reference {REF}{h}")
         v = values[h]
         seen[h] = v
@@ -218,24 +264,132 @@ def read_file(path: pathlib.Path) -> Buffer | None:
         raise CassetteError(f"cannot read: {exc}", path=path) from None
 
 
-def load_document(data: Buffer, path: Any) -> dict[str, Any]:
-    """Parse and validate a whole document."""
+def load_document(data: Buffer, path: Any, *, verify: bool = True) -> dict[str, Any]:
+    """Parse and validate a whole document; with ``verify``, every entry checksum and value
+    hash too (:func:`verify_document`)."""
     try:
         doc = orjson.loads(memoryview(data) if isinstance(data, mmap.mmap) else data)
     except orjson.JSONDecodeError as exc:
-        raise CassetteError(f"not valid JSON: {exc}", path=path) from None
+        raise CassetteError(_bad_json(data, exc, path), path=path) from None
     if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
-        raise CassetteError("not a dejacache cassette (no 'entries' list)", path=path)
-    fmt = doc.get("format")
-    if fmt != FORMAT:
+        raise CassetteError(_unless_conflict(data, "not a dejacache cassette (no 'entries' "
+                                             "list)", path), path=path)
+    version = doc.get("format")
+    if version not in READABLE:
         raise CassetteError(
-            f"cassette format {fmt!r} is not supported (this dejacache reads format {FORMAT})",
-            path=path,
+            f"cassette format {version!r} is not supported (this dejacache reads formats "
+            f"{', '.join(map(str, READABLE))})", path=path,
         )
     if not isinstance(doc.get("values", {}), dict):
         raise CassetteError("'values' must be an object", path=path)
     doc.setdefault("values", {})
+    for i, e in enumerate(doc["entries"]):
+        if not isinstance(e, dict):
+            raise CassetteError(f"entry #{i} is not an object", path=path)
+    if verify:
+        verify_document(doc, path)
+    for i, e in enumerate(doc["entries"]):
+        if not isinstance(e.get("key"), str):
+            raise CassetteError(f"entry #{i} has no 'key' string", path=path)
     return doc
+
+
+def describe(i: int, entry: dict[str, Any] | None = None) -> str:
+    """How errors name an entry: its position, call name and key."""
+    if not entry:
+        return f"entry #{i}"
+    return f"entry #{i} ({entry.get('name', '?')}, key {entry.get('key', '?')})"
+
+
+def _edited(path: Any) -> str:
+    return (f"the file was damaged or edited by hand. Re-record it (DEJACACHE_MODE=record), "
+            f"or, if the edit was intended, accept it with: dejacache rehash {path}")
+
+
+def verify_document(doc: dict[str, Any], path: Any) -> None:
+    """Raise :class:`CassetteError` naming the first entry or value that fails its check."""
+    # Only a file that says format 1 and has no checksum header goes unchecked: one flipped
+    # digit in "format" must not switch the checks off.
+    if doc.get("format") != 1 or "checksums" in doc:
+        if doc.get("checksums") != CHECKSUMS:
+            raise CassetteError(f"unknown checksum scheme {doc.get('checksums')!r}; "
+                                + _edited(path), path=path)
+        for i, e in enumerate(doc["entries"]):
+            if e.get("checksum") != entry_checksum(e):
+                raise CassetteError(f"{describe(i, e)} does not match its checksum: "
+                                    + _edited(path), path=path)
+    values = doc["values"]
+    for h, v in values.items():
+        if _hash(v) != h:
+            users = _users(doc, h)
+            used = f" (used by {', '.join(users[:3])})" if users else ""
+            raise CassetteError(f"shared value {REF}{h}{used} does not match its hash: "
+                                + _edited(path), path=path)
+
+
+def _users(doc: dict[str, Any], h: str) -> list[str]:
+    """The entries that use value ``h``, directly or through other values (one pass over
+    the references, then a walk up from ``h``)."""
+    up: dict[str, set[str]] = collections.defaultdict(set)  # value -> values using it
+    direct: dict[str, list[int]] = collections.defaultdict(list)  # value -> entries
+    for name, v in doc["values"].items():
+        if type(v) is not str:
+            found: set[str] = set()
+            refs_in(v, found)
+            for r in found:
+                up[r].add(name)
+    for i, e in enumerate(doc["entries"]):
+        found = set()
+        refs_in(e.get("request"), found)
+        refs_in(e.get("response"), found)
+        for r in found:
+            direct[r].append(i)
+    seen, todo, hits = {h}, [h], set[int]()
+    while todo:
+        x = todo.pop()
+        hits.update(direct.get(x, ()))
+        for parent in up.get(x, ()):
+            if parent not in seen:
+                seen.add(parent)
+                todo.append(parent)
+    return [describe(i, doc["entries"][i]) for i in sorted(hits)]
+
+
+_CONFLICT = re.compile(rb"^(<{7}|={7}|>{7}|\|{7})(?: [^\n]*)?\r?$", re.MULTILINE)
+
+
+def conflict_line(data: Buffer) -> tuple[int, str] | None:
+    """``(line number, marker)`` of the first git merge conflict marker, if any. A line of a
+    written cassette never starts with one (JSON strings hold no raw newline)."""
+    m = _CONFLICT.search(data)
+    if m is None:
+        return None
+    return bytes(data[: m.start()]).count(b"\n") + 1, m.group(1).decode()
+
+
+def _unless_conflict(data: Buffer, message: str, path: Any) -> str:
+    found = conflict_line(data)
+    if found is None:
+        return message
+    line, marker = found
+    return (f"has unresolved git merge conflict markers ({marker!r} at line {line}). Resolve "
+            "it by re-recording the test (DEJACACHE_MODE=record), or by keeping one side "
+            f"whole (git checkout --ours -- {path}, or --theirs); after merging both sides "
+            f"by hand, run: dejacache rehash {path}")
+
+
+def _bad_json(data: Buffer, exc: orjson.JSONDecodeError, path: Any) -> str:
+    where = f"line {exc.lineno} column {exc.colno}"
+    # On the written layout every entry starts with the same line: count them to name one.
+    n = bytes(data[: exc.pos]).count(_ENTRY_START)
+    end = data.find(_ENTRIES_END)
+    if n and (end < 0 or exc.pos < end):
+        where += f", in entry #{n - 1}"
+    elif end >= 0 and exc.pos > end:
+        where += ", in the values section"
+    return _unless_conflict(data, f"not valid JSON ({where}: {exc.msg}): the file was "
+                            "damaged or edited by hand. Re-record it (DEJACACHE_MODE=record), "
+                            f"or fix the JSON and run: dejacache rehash {path}", path)
 
 
 # ------------------------------------------------------------------ lazy index
@@ -243,7 +397,10 @@ def load_document(data: Buffer, path: Any) -> dict[str, Any]:
 # Written files have a fixed shape, so entry and value positions can be found with byte
 # searches: entry fields sit at exactly 6 spaces inside "entries", value items at exactly 4
 # spaces inside "values" (JSON strings cannot hold raw newlines, so these lines are structure).
-_ENTRIES_HEAD = b'{\n  "entries": [\n'
+_ENTRIES_HEAD_1 = b'{\n  "entries": [\n'
+_ENTRIES_HEAD = b'{\n  "checksums": ' + orjson.dumps(CHECKSUMS) + b',\n  "entries": [\n'
+_CHECK_LINE = b'    {\n      "checksum": "'
+_CHECK_END = len(_CHECK_LINE) + _HASH_LEN + 3  # the hash, then '",\n'
 _KEY_LINE = re.compile(rb'\n      "key": "([^"\\\n]*)"')
 _ENTRY_START = b"\n    {\n"
 _VALUE_LINE = b'\n    "'
@@ -283,11 +440,12 @@ class LazyFile:
     parses the whole document instead.
     """
 
-    __slots__ = ("_data", "_end", "_pos", "_spans", "_v_hi", "_v_lo", "keys")
+    __slots__ = ("_data", "_end", "_pos", "_spans", "_v_hi", "_v_lo", "checked", "keys")
 
-    def __init__(self, data: Buffer) -> None:
+    def __init__(self, data: Buffer, head: bytes = _ENTRIES_HEAD) -> None:
         self._data = data
-        self._pos = len(_ENTRIES_HEAD) - 1  # the newline before the first entry
+        self.checked = head is _ENTRIES_HEAD  # format 2: every entry has a checksum
+        self._pos = len(head) - 1  # the newline before the first entry
         self._end = -1  # where "entries" ends, once the scan reaches it
         self.keys: list[str] = []
         self._spans: list[int] = []
@@ -296,9 +454,12 @@ class LazyFile:
 
     @classmethod
     def open(cls, data: Buffer) -> LazyFile | None:
-        if data[: len(_ENTRIES_HEAD)] != _ENTRIES_HEAD or data[-2:] != b"}\n":
-            return None  # also the empty cassette: parsed whole, it is tiny
-        return cls(data)
+        if data[-2:] != b"}\n":
+            return None
+        for head in (_ENTRIES_HEAD, _ENTRIES_HEAD_1):
+            if data[: len(head)] == head:
+                return cls(data, head)
+        return None  # also the empty cassette: parsed whole, it is tiny
 
     @property
     def done(self) -> bool:
@@ -318,7 +479,8 @@ class LazyFile:
             stop = end
         n = 0
         for m in _KEY_LINE.finditer(data, pos, stop):
-            self.keys.append(m.group(1).decode())
+            # (damaged bytes decode to a key no call has; the checks then find the damage)
+            self.keys.append(m.group(1).decode(errors="replace"))
             self._spans.append(m.start())
             n += 1
         self._pos = stop
@@ -346,10 +508,29 @@ class LazyFile:
             stop = self._end
         if start < 0 or stop <= start:
             raise CassetteError("entry boundaries not found")
-        return data[start + 1 : stop].rstrip(b",\n")
+        raw = data[start + 1 : stop].rstrip(b",\n")
+        if self.checked:
+            self._verify(raw)
+        return raw
+
+    @staticmethod
+    def _verify(raw: bytes) -> None:
+        # The checksum line comes first (sorted keys): hash the slice around it, no parsing.
+        if raw[: len(_CHECK_LINE)] == _CHECK_LINE and raw[_CHECK_END - 3 : _CHECK_END] == b'",\n':
+            h = xxhash.xxh3_128()
+            view = memoryview(raw)
+            h.update(view[:6])  # '    {\n'
+            h.update(view[_CHECK_END:])
+            if h.hexdigest()[:_HASH_LEN].encode() == raw[len(_CHECK_LINE) : _CHECK_END - 3]:
+                return
+        # The caller falls back to parsing the whole file, which names what is wrong.
+        raise CassetteError("entry does not match its checksum")
 
     def _checked(self, i: int, raw: bytes) -> dict[str, Any]:
-        doc = orjson.loads(raw)
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise CassetteError("entry is not valid JSON") from None
         if not isinstance(doc, dict) or doc.get("key") != self.keys[i]:
             raise CassetteError("entry does not match the index")
         return doc
@@ -410,7 +591,13 @@ class LazyFile:
                 nxt = data.find(_VALUE_LINE, name_end, self._v_hi)
                 stop = nxt if nxt >= 0 else self._v_hi
                 raw = data[name_end + 3 : stop].rstrip(b",")  # skip '": '
-                return True, orjson.loads(raw)
+                try:
+                    value = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    raise CassetteError(f"value {REF}{h} is not valid JSON") from None
+                if _hash(value) != h:  # content-addressed: the name is the checksum
+                    raise CassetteError(f"value {REF}{h} does not match its hash")
+                return True, value
             if name < want:
                 lo = name_end
             else:
@@ -421,14 +608,18 @@ class LazyFile:
 def atomic_write(path: pathlib.Path, data: bytes) -> None:
     """Write ``data`` so that ``path`` holds either its old bytes or ``data``, never a mix."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    while True:
+        tmp = path.parent / f".{path.name}.{os.urandom(8).hex()}.tmp"
+        try:  # the usual file mode (umask applies), not mkstemp's 0600
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            break
+        except FileExistsError:  # pragma: no cover - 64 random bits
+            continue
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        with contextlib.suppress(OSError):  # keep the usual file mode, not mkstemp's 0600
-            os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -441,6 +632,92 @@ def atomic_write(path: pathlib.Path, data: bytes) -> None:
             os.fsync(dfd)
         finally:
             os.close(dfd)
+
+
+def remove_stale_temps(path: pathlib.Path) -> int:
+    """Delete the temp files of ``path`` that a writer killed mid-write left behind; returns
+    how many. Call it only while holding the cassette's lock (``lock.cassette_lock``): every
+    writer of a cassette holds that lock from its temp file's creation to its rename, so no
+    live write owns one. Only names :func:`atomic_write` makes for this exact file match
+    (``.<name>.<16 hex>.tmp``, and mkstemp's ``.<name>.<8 chars>.tmp`` from earlier
+    versions): a cassette whose name extends this one's keeps its temp files."""
+    exact = re.compile(re.escape(f".{path.name}.") + r"(?:[0-9a-f]{16}|[a-z0-9_]{8})\.tmp")
+    removed = 0
+    for p in path.parent.glob(glob.escape(f".{path.name}.") + "*.tmp"):
+        if exact.fullmatch(p.name):
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+                removed += 1
+    return removed
+
+
+def render(entries: list[dict[str, Any]], values: dict[str, Any]) -> bytes:
+    """The bytes of a document holding ``entries`` (in this order) and the part of ``values``
+    they use. Occurrences are renumbered in file order per key, so FIFO replay and the field
+    agree; checksums are computed last, over the final entry."""
+    seen: collections.Counter[str] = collections.Counter()
+    out = []
+    for doc in entries:
+        k = str(doc.get("key", ""))
+        d = {f: v for f, v in doc.items() if f != "checksum"}
+        d["occurrence"] = seen[k]
+        seen[k] += 1
+        d["checksum"] = entry_checksum(d)
+        out.append(d)
+    return dumps({"checksums": CHECKSUMS, "entries": out, "format": FORMAT,
+                  "values": reachable(out, values)})
+
+
+def rehash(data: Buffer, path: Any) -> tuple[bytes, list[str]]:
+    """A hand-edited cassette made valid again: each shared value renamed by the hash of
+    its content (references to it follow), then every entry checksummed. Returns the new
+    bytes and the entries whose content changed (empty when only the format was upgraded).
+    Keys are kept: an edited request still answers the call recorded under its key."""
+    doc = load_document(data, path, verify=False)
+    values = doc["values"]
+    renamed: dict[str, str] = {}
+    fresh: dict[str, Any] = {}
+    busy: set[str] = set()
+
+    def rename(h: str) -> str:
+        # Linear: values are renamed bottom-up, never expanded (an agent's requests repeat
+        # their history, so expanding them all is quadratic: 12 s for a 10k-call file).
+        if h in renamed:
+            return renamed[h]
+        if h not in values:
+            raise CassetteError(f"cannot rehash: dangling value reference {REF}{h}", path=path)
+        if h in busy:
+            raise CassetteError(f"cannot rehash: value {REF}{h} refers to itself", path=path)
+        busy.add(h)
+        v = values[h]
+        v = v if type(v) is str else relink(v)  # a top-level string value is literal
+        busy.discard(h)
+        renamed[h] = new = _hash(v)
+        fresh[new] = v
+        return new
+
+    def relink(tree: Any) -> Any:
+        t = type(tree)
+        if t is str:
+            return REF + rename(tree[len(REF):]) if tree.startswith(REF) else tree
+        if t is dict:
+            return {k: relink(v) for k, v in tree.items()}
+        if t is list:
+            return [relink(v) for v in tree]
+        return tree
+
+    entries, changed = [], []
+    for i, e in enumerate(doc["entries"]):
+        d = dict(e)
+        for field in ("request", "response"):  # the only packed fields
+            if field in d:
+                d[field] = relink(d[field])
+        entries.append(d)
+        # (a value edited below an entry renamed its references, so its bytes changed too;
+        # format 1 had no checksums to tell)
+        if "checksum" in e and e["checksum"] != entry_checksum(d):
+            changed.append(describe(i, e))
+    return render(entries, fresh), changed
 
 
 def iter_strings(tree: Any) -> Iterator[str]:

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["PRICES", "PRICES_DATE", "estimate_dollars", "set_prices"]
+__all__ = ["CACHE_MULTIPLIERS", "PRICES", "PRICES_DATE", "cache_multipliers", "estimate_dollars",
+           "input_price", "set_prices"]
 
 PRICES_DATE = "2026-11-01"
 
@@ -69,3 +70,34 @@ def estimate_dollars(usage: Mapping[str, int], model: str) -> float:
         "cache_read_input_tokens", 0) + usage.get("cache_creation_input_tokens", 0)
     tout = usage.get("output_tokens", usage.get("completion_tokens", 0))
     return (tin * price[0] + tout * price[1]) / 1_000_000
+
+
+# Prompt-cache multipliers of the input price, by longest model-name prefix: (cached read,
+# cache write). Anthropic: reads 0.1x, 5-minute writes 1.25x (1-hour writes 2x, decided by the
+# caller from the request). OpenAI: writes are free, reads 0.5x (gpt-4o, o1), 0.25x (gpt-4.1,
+# o3, o4-mini), 0.1x (gpt-5). Used by the prompt-prefix monitor to price a broken prefix.
+CACHE_MULTIPLIERS: dict[str, tuple[float, float]] = {
+    "claude": (0.1, 1.25),
+    "gpt-4o": (0.5, 1.0),
+    "o1": (0.5, 1.0),
+    "gpt-4.1": (0.25, 1.0),
+    "o3": (0.25, 1.0),
+    "o4-mini": (0.25, 1.0),
+    "gpt-5": (0.1, 1.0),
+}
+_DEFAULT_CACHE = (0.5, 1.0)  # OpenAI's most conservative discount for an unknown model
+
+
+def input_price(model: str) -> float | None:
+    """Dollars per million input tokens of ``model`` (None when the table does not know it)."""
+    price = _price(model) if model else None
+    return price[0] if price is not None else None
+
+
+def cache_multipliers(model: str) -> tuple[float, float]:
+    """(cached read, cache write) multipliers of ``model``'s input price."""
+    best = ""
+    for prefix in CACHE_MULTIPLIERS:
+        if model.startswith(prefix) and len(prefix) > len(best):
+            best = prefix
+    return CACHE_MULTIPLIERS[best] if best else _DEFAULT_CACHE

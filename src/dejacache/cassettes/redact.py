@@ -1,64 +1,47 @@
 """Secrets out, placeholders in: applied to every tree before it reaches a cassette file.
 
 ``@cache`` arguments and HTTP requests both arrive as plain JSON trees, so the rules are
-generic: header-like names anywhere (dict keys, or ``[name, value]`` pairs), query parameters
-inside URL strings and inside ``params``/``query`` dicts, body fields anywhere, user-given
-names, dotted paths and regexes, and secret-shaped strings (API keys, bearer tokens) wherever
-they appear. ``substitute`` maps placeholders to live values: the live value is written as the
-placeholder and restored on replay, so replayed data equals live data.
+generic: credential names anywhere (dict keys, or ``[name, value]`` pairs), query parameters
+inside URL strings and inside ``params``/``query`` dicts, user-given names, dotted paths and
+regexes, secret-shaped strings (API keys, bearer tokens) wherever they appear, and the keyed
+``<secret:...>`` masks of canonical requests (a committed file must not depend on the machine
+that wrote it). What counts as a credential is decided in one place, ``dejacache._secrets``.
+
+``substitute`` maps placeholders to live values: the live value is written as the placeholder
+and restored on replay, so replayed data equals live data.
 """
 
 from __future__ import annotations
 
 import re
-import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
+
+from .. import _secrets
+from .._secrets import SECRET_PATTERNS, is_secret_name, is_secret_query
 
 __all__ = ["DEFAULT_FIELDS", "DEFAULT_HEADERS", "DEFAULT_QUERY", "PLACEHOLDER", "Redactor",
            "SECRET_PATTERNS"]
 
 PLACEHOLDER: Final = "<REDACTED>"
 
+#: Kept for reference and compatibility; matching uses ``_secrets`` (spelling-insensitive).
 DEFAULT_HEADERS: Final = frozenset({
     "authorization", "proxy-authorization", "x-api-key", "api-key", "x-goog-api-key",
     "openai-organization", "openai-project", "cookie", "set-cookie", "x-amz-security-token",
 })
-DEFAULT_QUERY: Final = frozenset({"key", "api_key", "api-key", "sig", "token"})
-DEFAULT_FIELDS: Final = frozenset({
-    "api_key", "access_token", "refresh_token", "id_token", "client_secret", "password",
-})
+DEFAULT_QUERY: Final = _secrets.AUTH_QUERY
+DEFAULT_FIELDS: Final = _secrets.SECRET_NAMES
 _QUERY_HOLDERS = frozenset({"params", "query", "query_params", "querystring"})
-
-#: Secret-shaped strings, by kind (also used by ``dejacache scan``).
-SECRET_PATTERNS: Final[dict[str, re.Pattern[str]]] = {
-    "anthropic key": re.compile(r"\bsk-ant-[A-Za-z0-9_\-]{16,}"),
-    "openai key": re.compile(r"\bsk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}"),
-    "google api key": re.compile(r"\bAIza[0-9A-Za-z_\-]{35}"),
-    "aws access key": re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-    "aws secret key": re.compile(
-        r"(?i)aws_?secret_?access_?key[\"'\s:=]+[A-Za-z0-9/+]{40}"),
-    "bearer token": re.compile(r"(?i)\bbearer\s+(?!<)[A-Za-z0-9_\-.~+/]{16,}=*"),
-    "jwt": re.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
-}
-
-
-# Substrings every match of each pattern contains: a cheap `in` test skips the regex for the
-# common string (measured: the seven regexes were 80% of recording time on a 20 KB request).
-_NEEDLES: Final[dict[str, tuple[str, ...]]] = {
-    "anthropic key": ("sk-ant-",),
-    "openai key": ("sk-",),
-    "google api key": ("AIza",),
-    "aws access key": ("AKIA", "ASIA"),
-    "aws secret key": ("ecret", "ECRET"),
-    "bearer token": ("earer", "EARER"),
-    "jwt": ("eyJ",),
-}
 _MEMO_MAX = 8192
 
 
 def _norm(name: str) -> str:
-    return name.strip().lower().replace("_", "-")
+    return _secrets.normalize(name)
+
+
+def _placeholder_text(_: str) -> str:
+    return PLACEHOLDER
 
 
 class Redactor:
@@ -77,12 +60,9 @@ class Redactor:
         patterns: Iterable[str | re.Pattern[str]] = (),
         substitute: Mapping[str, str] | None = None,
     ) -> None:
-        extra = {_norm(n) for n in names}
-        self.keys = {_norm(n) for n in DEFAULT_HEADERS | DEFAULT_FIELDS} | extra
-        self.query = {_norm(n) for n in DEFAULT_QUERY} | extra
+        self.extra = {_norm(n) for n in names}
         self.paths = [tuple(p.split(".")) for p in paths]
         self.patterns = [re.compile(p) if isinstance(p, str) else p for p in patterns]
-        self.guarded = [(_NEEDLES[k], p) for k, p in SECRET_PATTERNS.items()]
         self._memo: dict[str, str] = {}
         # Longest live value first, so a value containing another is replaced whole.
         subs = {k: v for k, v in (substitute or {}).items() if v}
@@ -109,13 +89,26 @@ class Redactor:
                 names.append(item)
         return cls(names, paths=paths, patterns=patterns, substitute=substitute)
 
+    # ---------------------------------------------------------------- names
+
+    def secret(self, name: str, *, response: bool = False) -> bool:
+        """Whether a value under ``name`` is written as the placeholder."""
+        forms = _secrets.name_forms(name)
+        return (not forms.isdisjoint(self.extra)
+                or not forms.isdisjoint(_secrets.SENSITIVE_HEADERS)
+                or is_secret_name(name, response=response))
+
+    def secret_query(self, name: str) -> bool:
+        return _norm(name) in self.extra or is_secret_query(name)
+
     # ---------------------------------------------------------------- write path
 
-    def tree(self, tree: Any) -> Any:
-        """A redacted copy of ``tree`` (the input is never modified)."""
+    def tree(self, tree: Any, *, response: bool = False) -> Any:
+        """A redacted copy of ``tree`` (the input is never modified). ``response``: names that
+        are credentials only in requests (a logprobs ``token``) are left as data."""
         for path in self.paths:
             tree = _drop_path(tree, path)
-        return self._walk(tree, in_query=False)
+        return self._walk(tree, False, response)
 
     def text(self, s: str) -> str:
         # Agents resend the same messages every step: each distinct string is scanned once.
@@ -127,58 +120,36 @@ class Redactor:
             if live in s:
                 s = s.replace(live, placeholder)
         for pat in self.patterns:
-            s = pat.sub(_mask, s)
-        for needles, pat in self.guarded:
-            if any(n in s for n in needles):
-                s = pat.sub(_mask, s)
-        if "?" in s and "=" in s and "://" in s:
-            s = self._url(s)
+            s = pat.sub(PLACEHOLDER, s)
+        if _secrets.MASK_PREFIX in s:  # canonical requests carry keyed masks: machine-specific
+            s = _secrets.MASK_RE.sub(PLACEHOLDER, s)
+        s = _secrets.mask_text(s, _placeholder_text, self.secret_query)
         if len(self._memo) >= _MEMO_MAX:
             self._memo.clear()
         self._memo[orig] = s
         return s
 
-    def _url(self, s: str) -> str:
-        def fix(m: re.Match[str]) -> str:
-            url = m.group(0)
-            try:
-                parts = urllib.parse.urlsplit(url)
-            except ValueError:
-                return url
-            if not parts.query:
-                return url
-            pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-            if not any(_norm(k) in self.query for k, _ in pairs):
-                return url
-            q = "&".join(
-                f"{urllib.parse.quote(k, safe='')}="
-                + (PLACEHOLDER if _norm(k) in self.query else urllib.parse.quote(v, safe=""))
-                for k, v in pairs
-            )
-            return urllib.parse.urlunsplit(parts._replace(query=q))
-
-        return _URL.sub(fix, s)
-
-    def _walk(self, node: Any, in_query: bool) -> Any:
+    def _walk(self, node: Any, in_query: bool, response: bool) -> Any:
         t = type(node)
         if t is str:
             return self.text(node)
         if t is dict:
             out = {}
             for k, v in node.items():
-                nk = _norm(k)
-                if (nk in self.keys or (in_query and nk in self.query)) and v is not None:
+                if v is not None and (self.secret(k, response=response)
+                                      or (in_query and self.secret_query(k))):
                     out[k] = _placeholder(v)
                 else:
-                    out[k] = self._walk(v, nk in _QUERY_HOLDERS)
+                    out[k] = self._walk(v, _norm(k) in _QUERY_HOLDERS, response)
             return out
         if t is list:
             # [name, value] pairs: how HTTP headers and query params are often listed.
-            if len(node) == 2 and type(node[0]) is str:
-                n0 = _norm(node[0])
-                if n0 in self.keys or (in_query and n0 in self.query):
-                    return [node[0], _placeholder(node[1])]
-            return [self._walk(v, in_query) for v in node]
+            if len(node) == 2 and type(node[0]) is str and (
+                self.secret(node[0], response=response)
+                or (in_query and self.secret_query(node[0]))
+            ):
+                return [node[0], _placeholder(node[1])]
+            return [self._walk(v, in_query, response) for v in node]
         return node
 
     # ---------------------------------------------------------------- replay path
@@ -191,17 +162,12 @@ class Redactor:
 
 
 def _placeholder(v: Any) -> Any:
-    return PLACEHOLDER if type(v) is not list else [PLACEHOLDER for _ in v]
-
-
-def _mask(m: re.Match[str]) -> str:
-    text = m.group(0)
-    if text[:6].lower() == "bearer":
-        return text[:7] + PLACEHOLDER
-    return PLACEHOLDER
-
-
-_URL = re.compile(r"https?://[^\s\"'<>]+")
+    t = type(v)
+    if t is dict:  # every leaf under a credential name; the shape stays, for diffs
+        return {k: _placeholder(x) for k, x in v.items()}
+    if t is list:
+        return [_placeholder(x) for x in v]
+    return PLACEHOLDER if v is not None and t is not bool else v
 
 
 def _drop_path(node: Any, path: tuple[str, ...]) -> Any:

@@ -19,7 +19,7 @@ import orjson
 
 from ..codec import blob_from_tree, blob_payload
 from ..config import resolve_mode
-from ..errors import CassetteError, SerializationError
+from ..errors import CassetteError, ReplayMiss, SerializationError
 from ..stats import token_total
 from ..stores._base import BaseStore, Record, StoreStats
 from . import format as fmt
@@ -51,12 +51,13 @@ class TapeCounters:
 
 
 class _Entry:
-    __slots__ = ("doc", "index", "key", "used")
+    __slots__ = ("doc", "index", "key", "occ", "used")
 
     def __init__(self, key: str, doc: dict[str, Any] | None, index: int | None) -> None:
         self.key = key
         self.doc = doc
         self.index = index
+        self.occ = 0  # its place among the file's entries of this key
         self.used = False
 
 
@@ -65,7 +66,7 @@ def _canon(doc: dict[str, Any], *, ignore: tuple[str, ...] = ()) -> bytes:
                         option=orjson.OPT_SORT_KEYS)
 
 
-_VOLATILE_FIELDS = ("duration", "occurrence", "usage")
+_VOLATILE_FIELDS = ("checksum", "duration", "occurrence", "usage")
 
 
 class Cassette(BaseStore):
@@ -91,6 +92,7 @@ class Cassette(BaseStore):
         self.record_errors = tuple(record_errors)
         self.shared = shared
         self.counters = TapeCounters()
+        self.misses: list[ReplayMiss] = []
         self._lock = threading.RLock()
         self._loaded = False
         self._complete = True  # no file: nothing to discover
@@ -105,6 +107,7 @@ class Cassette(BaseStore):
         self._new_count: collections.Counter[str] = collections.Counter()
         self._deleted = 0
         self._closed: list[EntryInfo] | None = None
+        self._damage: CassetteError | None = None
 
     # ---------------------------------------------------------------- loading
 
@@ -123,12 +126,40 @@ class Cassette(BaseStore):
             if self._raw is not None:
                 self._lazy = fmt.LazyFile.open(self._raw)
                 self._complete = False
-            self._loaded = True
+                self._check_on_open()
+            self._loaded = True  # not when the check raised: the next call reads the file again
+
+    def _check_on_open(self) -> None:
+        if self.mode == "record":
+            # Re-recording is how a damaged file is repaired: its entries are not needed.
+            try:
+                self._parse_all()
+            except CassetteError:
+                self._lazy, self._full, self._complete = None, fmt.empty_document(), True
+        elif self.mode != "off" and (self._lazy is None
+                                     or len(self._raw or b"") < fmt.EAGER_CHECK_UNDER):
+            # Checked whole now, so a damaged file is refused when the block opens, before
+            # the test has used any of it (issue 8). Larger files are checked entry by entry
+            # as they are read, and whole on the first miss (see format.py).
+            self._parse_all()
 
     def _add(self, e: _Entry) -> None:
         self._old.append(e)
         self._queues.setdefault(e.key, collections.deque()).append(e)
-        self._by_key.setdefault(e.key, []).append(e)
+        same = self._by_key.setdefault(e.key, [])
+        e.occ = len(same)
+        same.append(e)
+
+    def _in_place(self, e: _Entry, doc: dict[str, Any]) -> dict[str, Any]:
+        """``doc``, read through the lazy index for ``e``, if it is the entry the index meant.
+        A written file numbers the entries of a key 0, 1, ... in file order: an entry whose
+        key line the byte search could not read (damaged) shifts that numbering, and FIFO
+        replay would hand its answer's place to the next occurrence's (found by the
+        fuzz test: a flipped byte in a field name served the second answer to the first call).
+        """
+        if doc.get("occurrence") != e.occ:
+            raise CassetteError("entry is not at its occurrence")
+        return doc
 
     def _discover(self, everything: bool = False) -> bool:
         """Index more recorded entries (in file order); False when there are none left."""
@@ -143,7 +174,7 @@ class Cassette(BaseStore):
                 elif len(lz.keys) == len(self._old):
                     lz.scan()
             except CassetteError:
-                self._lazy = None  # not the written shape after all: parse it whole
+                self._fall_back()  # not the written shape after all: parse it whole
                 return self._discover(everything)
             for i in range(len(self._old), len(lz.keys)):
                 self._add(_Entry(lz.keys[i], None, i))
@@ -162,23 +193,46 @@ class Cassette(BaseStore):
             pass
 
     def _parse_all(self) -> dict[str, Any]:
+        """The whole document, parsed and checked (raises ``CassetteError`` naming the damaged
+        entry). From then on entries come from it, not from the lazy index."""
         if self._full is None:
             assert self._raw is not None
-            self._full = fmt.load_document(self._raw, self.path)
-            self._values.update(self._full["values"])
+            full = fmt.load_document(self._raw, self.path)
+            keys = [e["key"] for e in full["entries"]]
+            if [e.key for e in self._old] != keys[: len(self._old)]:
+                # The parser accepts the file, but the byte index read it differently: a
+                # layout change (whitespace) the index cannot follow. Entries it handed out
+                # were whole and checked; the ones it did not may be misattributed.
+                raise CassetteError(
+                    "the file's layout was changed (its content checks out): rewrite it with "
+                    f"dejacache rehash {self.path}", path=self.path)
+            self._full = full
+            self._lazy = None
+            self._values.update(full["values"])
         return self._full
+
+    def _fall_back(self) -> None:
+        """The lazy index met bytes it cannot vouch for: parse and check the whole file,
+        which names the damage (or accepts a layout the index does not know)."""
+        self._lazy = None
+        self._parse_all()
 
     def _doc(self, e: _Entry) -> dict[str, Any]:
         if e.doc is None:
             assert e.index is not None
             doc: dict[str, Any] | None = None
-            if self._lazy is not None and self._full is None:
+            if self._lazy is not None:
                 try:
-                    doc = self._lazy.entry(e.index)
-                except (CassetteError, orjson.JSONDecodeError):
-                    self._lazy = None  # the shortcut does not fit this file: parse it whole
+                    doc = self._in_place(e, self._lazy.entry(e.index))
+                except CassetteError:
+                    self._fall_back()
             if doc is None:
-                doc = self._parse_all()["entries"][e.index]
+                entries = self._parse_all()["entries"]
+                if e.index >= len(entries) or entries[e.index]["key"] != e.key:
+                    raise CassetteError(f"{fmt.describe(e.index)} is not where the index "
+                                        f"put it; rewrite the file with dejacache rehash "
+                                        f"{self.path}", path=self.path)
+                doc = entries[e.index]
             e.doc = doc
         return e.doc
 
@@ -186,15 +240,22 @@ class Cassette(BaseStore):
         v = self._values.get(h, _MISSING)
         if v is not _MISSING:
             return v
-        if self._lazy is not None:
-            found, v = self._lazy.value(h)
-            if found:
-                self._values[h] = v
+        with self._lock:
+            lz = self._lazy
+            if lz is not None:
+                try:
+                    found, v = lz.value(h)
+                except CassetteError:
+                    self._fall_back()  # raises, naming the entry that uses the damaged value
+                    found = False
+                if found:
+                    self._values[h] = v
+                    return v
+            if self._raw is not None and self._full is None:
+                self._parse_all()
+            v = self._values.get(h, _MISSING)
+            if v is not _MISSING:
                 return v
-        if self._raw is not None and self._full is None:
-            self._parse_all()
-            if h in self._values:
-                return self._values[h]
         raise CassetteError(f"dangling value reference {fmt.REF}{h}", path=self.path)
 
     def expand(self, tree: Any) -> Any:
@@ -203,6 +264,13 @@ class Cassette(BaseStore):
     # ---------------------------------------------------------------- Store protocol
 
     def get(self, key: str) -> Record | None:
+        try:
+            return self._get(key)
+        except CassetteError as exc:
+            self._damage = exc  # reported to the caller: closing the block need not repeat it
+            raise
+
+    def _get(self, key: str) -> Record | None:
         self._load()
         with self._lock:
             while True:
@@ -215,14 +283,20 @@ class Cassette(BaseStore):
                     return self._record(e)
                 if not self._discover():
                     break
+            # A miss. Before the engine reports "no recording matches", check the whole file:
+            # a damaged key must be reported as damage (issue 8). An auto-mode miss pays
+            # nothing extra: the write at the end parses the whole file anyway.
+            if self._raw is not None and self._full is None:
+                self._parse_all()
             return None
 
     def _hit_view(self, e: _Entry) -> tuple[dict[str, Any], bytes | None]:
         if e.doc is None and e.index is not None and self._lazy is not None:
             try:
-                return self._lazy.replay_view(e.index)
-            except (CassetteError, orjson.JSONDecodeError):
-                self._lazy = None
+                fields, body = self._lazy.replay_view(e.index)
+                return self._in_place(e, fields), body
+            except CassetteError:
+                self._fall_back()
         return self._doc(e), None
 
     def _record(self, e: _Entry) -> Record:
@@ -304,7 +378,7 @@ class Cassette(BaseStore):
             if "response" in doc:
                 light = fmt.Packer(self._values, min_shared=fmt.MIN_SHARED_RESPONSE,
                                    share_containers=False)
-                doc["response"] = light.pack_root(red.tree(doc["response"]))
+                doc["response"] = light.pack_root(red.tree(doc["response"], response=True))
             if "error" in doc:
                 doc["error"] = red.tree(doc["error"])
             doc.update(name=name, kind=kind, key=key, namespace=namespace,
@@ -356,10 +430,15 @@ class Cassette(BaseStore):
                 duration=float(doc.get("duration", 0.0)), usage=doc.get("usage") or None,
             )
 
-    def note_miss(self, name: str, key: str) -> None:
-        """Counted by the engine when replay raises (a get() that misses may still be
-        followed by a hit on the call's full key)."""
-        self.counters.missed += 1
+    def note_miss(self, miss: ReplayMiss) -> None:
+        """Kept by the engine when replay raises (a get() that misses may still be followed
+        by a hit on the call's full key). An SDK retrying the same call is one miss, and the
+        report outlives wrappers (litellm, scenario) that reduce it to a one-line message."""
+        with self._lock:
+            if any(m.key == miss.key for m in self.misses):
+                return
+            self.misses.append(miss)
+            self.counters.missed += 1
 
     def redact_tree(self, tree: Any) -> Any:
         """What the file would hold for ``tree`` (used to keep secrets out of miss reports)."""
@@ -388,11 +467,17 @@ class Cassette(BaseStore):
         """Drop the file's bytes (a memory map holds a descriptor); counters and ``unused``
         stay readable. Called when the block ends, so a long session holds no open files."""
         with self._lock:
-            if self._closed is None:
-                self._closed = self.unused
-            self._raw = self._lazy = self._full = None
-            self._old, self._queues, self._by_key, self._values = [], {}, {}, {}
-            self._complete = True
+            try:
+                if self._closed is None:
+                    self._closed = self.unused
+            except CassetteError:
+                self._closed = []
+                if self._damage is None:  # damage in entries the run never used: say so once
+                    raise
+            finally:
+                self._raw = self._lazy = self._full = None
+                self._old, self._queues, self._by_key, self._values = [], {}, {}, {}
+                self._complete = True
 
     @property
     def unused(self) -> list[EntryInfo]:
@@ -437,6 +522,9 @@ class Cassette(BaseStore):
                 self._parse_all()
             entries = self._final_entries(prune)
             with cassette_lock(self.path):
+                # Under the lock no other writer is between creating and renaming its temp
+                # file: any left over is from one killed mid-write.
+                fmt.remove_stale_temps(self.path)
                 entries = self._merge_with_disk(entries)
                 data = self._render(entries)
                 try:
@@ -453,16 +541,7 @@ class Cassette(BaseStore):
             return True
 
     def _render(self, entries: list[dict[str, Any]]) -> bytes:
-        # Occurrences follow file order per key, so FIFO replay and the field agree.
-        seen: collections.Counter[str] = collections.Counter()
-        out = []
-        for doc in entries:
-            k = str(doc.get("key", ""))
-            d = dict(doc, occurrence=seen[k])
-            seen[k] += 1
-            out.append(d)
-        values = fmt.reachable(out, self._values)
-        return fmt.dumps({"entries": out, "format": fmt.FORMAT, "values": values})
+        return fmt.render(entries, self._values)
 
     def _merge_with_disk(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Another process (an xdist worker) may have written the file since we read it:
@@ -473,7 +552,12 @@ class Cassette(BaseStore):
             disk = None
         if disk is None or (self._raw is not None and disk == self._raw[:]):
             return entries
-        other = fmt.load_document(disk, self.path)
+        try:
+            other = fmt.load_document(disk, self.path)
+        except CassetteError:
+            if self.mode == "record":  # re-recording replaces a damaged file
+                return entries
+            raise
         self._values.update(other["values"])
         mine_before = {_canon(d, ignore=_VOLATILE_FIELDS) for d in (
             self._full["entries"] if self._full else [])}
@@ -502,8 +586,10 @@ def _same_multiset(current: bytes, entries: list[dict[str, Any]], path: Any) -> 
         doc = fmt.load_document(current, path)
     except CassetteError:
         return False
-    old = sorted(_canon(d, ignore=("occurrence",)) for d in doc["entries"])
-    new = sorted(_canon(d, ignore=("occurrence",)) for d in entries)
+    if doc["format"] != fmt.FORMAT:
+        return False  # re-recording upgrades an older file (format 1 had no checksums)
+    old = sorted(_canon(d, ignore=("checksum", "occurrence")) for d in doc["entries"])
+    new = sorted(_canon(d, ignore=("checksum", "occurrence")) for d in entries)
     return old == new
 
 

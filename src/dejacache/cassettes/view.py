@@ -8,20 +8,30 @@ import pathlib
 from typing import Any
 
 from .._core.diff import field_diff
+from ..errors import CassetteError
 from ..stats import token_total
 from . import format as fmt
 
-__all__ = ["Drift", "drift", "expanded_entries", "load"]
+__all__ = ["Drift", "drift", "expanded_entries", "load", "problem"]
 
 
 def load(path: str | pathlib.Path) -> dict[str, Any]:
+    """The parsed document, not checked: showing a damaged or hand-edited file is how one
+    finds what changed (:func:`problem` says whether it checks out)."""
     p = pathlib.Path(path)
     data = fmt.read_file(p)
     if data is None:
-        from ..errors import CassetteError
-
         raise CassetteError("no such file", path=p)
-    return fmt.load_document(data, p)
+    return fmt.load_document(data, p, verify=False)
+
+
+def problem(doc: dict[str, Any], path: str | pathlib.Path) -> str | None:
+    """Why ``doc`` would be refused on replay (a checksum or hash mismatch), or None."""
+    try:
+        fmt.verify_document(doc, path)
+    except CassetteError as exc:
+        return str(exc)
+    return None
 
 
 def expanded_entries(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -29,10 +39,10 @@ def expanded_entries(doc: dict[str, Any]) -> list[dict[str, Any]]:
     values = doc.get("values", {})
 
     def resolve(h: str) -> Any:
-        return values[h]
+        return values.get(h, fmt.REF + h)
 
     out = []
-    for e in doc["entries"]:
+    for e in doc["entries"]:  # (a reference missing from a damaged file stays as it is)
         d = dict(e)
         for field in ("request", "response"):
             if field in d:

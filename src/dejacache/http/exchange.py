@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 import xxhash
 
+from .._secrets import AUTH_QUERY, is_secret_name, is_secret_query, mask, name_forms
 from ..keys import DEFAULT_VOLATILE, _volatile_set, canonical_json, digest
 from .aliases import AliasTable
 from .providers import Provider
@@ -51,22 +52,10 @@ KEEP_HEADERS = frozenset(
     }
 )
 
-# Query parameters that carry credentials (Azure/Gemini keys, signed URLs, OAuth codes).
-SECRET_QUERY = frozenset(
-    {
-        "key",
-        "api_key",
-        "api-key",
-        "apikey",
-        "access_token",
-        "token",
-        "sig",
-        "signature",
-        "code",
-        "client_secret",
-        "password",
-    }
-)
+# Query parameters that authenticate (Azure/Gemini keys, signed URLs): not part of the key,
+# like the Authorization header, so a recording replays under another API key. Other
+# credential parameters (``?code=``, ``?password=``) change the answer: they are masked.
+SECRET_QUERY = AUTH_QUERY
 
 # Bodies above this are keyed by digest instead of inline text (nearest-miss diffs stay short).
 _INLINE_TEXT = 4096
@@ -110,17 +99,21 @@ def canonical_request(
     provider: Provider,
     aliases: AliasTable | None,
     extra_volatile: tuple[str, ...],
+    substitutions: tuple[tuple[bytes, bytes], ...] = (),
 ) -> tuple[bytes, bool]:
-    """Canonical JSON of a request (method, path, non-secret query, body without volatile
-    fields) and whether the body asks for a stream.
+    """Canonical JSON of a request (method, path, query without auth parameters, body without
+    volatile fields, credentials masked) and whether the body asks for a stream.
 
     The host is not part of it (the endpoint name carries the provider): a loopback test server
     gets a fresh port on every run, and the same call through a proxy should match.
+    Request headers are never part of it (nor stored): they carry auth and tracing.
     """
     q: dict[str, Any] = {}
     for k, v in query:
-        if k.lower() in SECRET_QUERY:
+        if not AUTH_QUERY.isdisjoint(name_forms(k)):
             continue
+        if is_secret_query(k) and not is_secret_name(k):  # ``?code=``: secret only here
+            v = mask(v)
         if k in q:
             prev = q[k]
             q[k] = [*prev, v] if isinstance(prev, list) else [prev, v]
@@ -135,7 +128,10 @@ def canonical_request(
         data["body"] = b
         stream = type(b) is dict and b.get("stream") is True
     vol = volatile_for(provider.name, extra_volatile, provider.volatile)
-    return canonical_json(data, volatile=vol, function=provider.name), stream
+    # Credential-named body fields (``password``, ``client_secret``) are masked whatever else
+    # the body holds (they once were only when a volatile field such as ``user`` was there).
+    return canonical_json(data, volatile=vol, function=provider.name,
+                          substitutions=substitutions), stream
 
 
 def request_key(namespace: str, name: str, canonical: bytes) -> str:

@@ -90,6 +90,9 @@ EXTRA_TRANSPORTS = (
     "litellm.llms.custom_httpx.aiohttp_transport:LiteLLMAiohttpTransport",
     "openai._vendor.httpx_aiohttp.transport:AiohttpTransport",
     "anthropic._vendor.httpx_aiohttp.transport:AiohttpTransport",
+    # openai 2.x's DefaultAioHttpClient (openai[aiohttp]) uses the httpx-aiohttp package.
+    "httpx_aiohttp.transport:AiohttpTransport",
+    "httpx_aiohttp.httpx2.transport:AiohttpTransport",
 )
 
 

@@ -7,8 +7,8 @@ from the store or calls ``next_transport`` and stores what came back. Automatic 
 (``intercept.py``) runs the same functions from patched transport classes.
 
 Whole bodies go through ``_engine.call_sync``/``call_async`` (modes, single-flight, fail-open
-stores). Server-sent event streams are handed to the caller as they arrive and stored only once
-the caller has read them to the end: a stream abandoned half-way is not a complete answer.
+stores). Server-sent event streams are handed to the caller as they arrive and stored once the
+answer is complete (``recording.py``): a stream abandoned half-way is not a complete answer.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from .._engine import (
 )
 from ..config import Effective
 from ..errors import ConfigurationError
-from ..keys import substitute
 from ..scope import check_ambiguous, current
 from ..stats import record_miss
+from . import observers
 from ._libs import Lib, lib_named, lib_of
 from .aliases import AliasTable, table_for
 from .exchange import (
@@ -48,7 +48,8 @@ from .exchange import (
     storable,
 )
 from .providers import Provider, detect
-from .sse import SSESplitter, is_sse, replay_async, replay_sync
+from .recording import Recorder, recording_classes
+from .sse import is_sse, replay_async, replay_sync
 
 __all__ = [
     "AsyncTransport",
@@ -126,10 +127,8 @@ def _prepare(lib: Lib, eff: Effective, request: Any, body: bytes, opts: Options)
     canonical, stream = canonical_request(
         request.method, path, url.params.multi_items(), body,
         headers.get("content-type", ""), provider, aliases, eff.volatile,
+        eff.extra.get("key_substitute") or (),
     )
-    subs = eff.extra.get("key_substitute")
-    if subs:
-        canonical = substitute(canonical, subs)
     key = request_key(eff.namespace or "", name, canonical)
     realtime = opts.realtime or bool(eff.extra.get("realtime", False))
     return _Call(lib, eff, provider, name, key, canonical, stream, aliases, realtime)
@@ -222,100 +221,6 @@ async def _store_async(call: _Call, value: dict[str, Any], duration: float) -> N
     record_miss(call.name, stored=stored, error="error" in value)
 
 
-class _Recorder:
-    """Collects SSE events with their offsets while the caller reads the live stream."""
-
-    __slots__ = ("call", "events", "finished", "live", "splitter", "t0", "terminal")
-
-    def __init__(self, call: _Call, live: Any, t0: float) -> None:
-        self.call = call
-        self.live = live
-        self.t0 = t0
-        self.splitter = SSESplitter()
-        self.events: list[list[Any]] = []
-        self.finished = False
-        self.terminal = False
-
-    def feed(self, chunk: bytes) -> None:
-        evs = self.splitter.feed(chunk)
-        if evs:
-            offset = round(time.perf_counter() - self.t0, 4)
-            self.events.extend([offset, e] for e in evs)
-            if not self.terminal:
-                self.terminal = any(self.call.provider.terminal(e) for e in evs)
-
-    def take(self) -> dict[str, Any] | None:
-        """The value to store once, when the stream is complete; None otherwise."""
-        if self.finished:
-            return None
-        self.finished = True
-        return self.value()
-
-    def value(self) -> dict[str, Any]:
-        for e in self.splitter.flush():
-            self.events.append([round(time.perf_counter() - self.t0, 4), e])
-        live = self.live
-        value = response_value(
-            live.status_code, live.headers.multi_items(), live.headers.get("content-type", ""),
-            self.call.provider, events=self.events,
-        )
-        if self.call.aliases is not None and value.get("ids"):
-            self.call.aliases.learn(value["ids"])
-        return value
-
-    def abandoned(self) -> None:
-        if not self.finished:
-            self.finished = True
-            record_miss(self.call.name, stored=False)
-
-
-@functools.cache
-def _recording_classes(lib: Lib) -> tuple[type, type]:
-    m = lib.module
-
-    class RecordingStream(m.SyncByteStream):  # type: ignore[misc,name-defined]
-        def __init__(self, rec: _Recorder) -> None:
-            self._rec = rec
-
-        def __iter__(self) -> Iterator[bytes]:
-            rec = self._rec
-            for chunk in rec.live.iter_bytes():
-                rec.feed(chunk)
-                if rec.terminal and not rec.finished:
-                    # Complete now: some callers stop reading here and never close.
-                    _store_sync(rec.call, rec.take() or {}, time.perf_counter() - rec.t0)
-                yield chunk
-            value = rec.take()
-            if value is not None:
-                _store_sync(rec.call, value, time.perf_counter() - rec.t0)
-
-        def close(self) -> None:
-            self._rec.abandoned()
-            self._rec.live.close()
-
-    class AsyncRecordingStream(m.AsyncByteStream):  # type: ignore[misc,name-defined]
-        def __init__(self, rec: _Recorder) -> None:
-            self._rec = rec
-
-        async def __aiter__(self) -> AsyncIterator[bytes]:
-            rec = self._rec
-            async for chunk in rec.live.aiter_bytes():
-                rec.feed(chunk)
-                if rec.terminal and not rec.finished:
-                    await _store_async(rec.call, rec.take() or {},
-                                       time.perf_counter() - rec.t0)
-                yield chunk
-            value = rec.take()
-            if value is not None:
-                await _store_async(rec.call, value, time.perf_counter() - rec.t0)
-
-        async def aclose(self) -> None:
-            self._rec.abandoned()
-            await self._rec.live.aclose()
-
-    return RecordingStream, AsyncRecordingStream
-
-
 # ---------------------------------------------------------------- sync flow
 
 
@@ -327,10 +232,9 @@ def _live_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> dict[st
         try:
             ct = resp.headers.get("content-type", "")
             if is_sse(ct) and resp.status_code < 400:
-                rec = _Recorder(call, resp, t0)
+                rec = Recorder(call, resp, t0)
                 for chunk in resp.iter_bytes():
                     rec.feed(chunk)
-                rec.finished = True
                 value = rec.value()
             else:
                 value = response_value(
@@ -375,13 +279,15 @@ def _stream_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> Any:
             resp.close()
         _store_sync(call, value, time.perf_counter() - t0)
         return _respond(call, request, value, is_async=False)
-    stream = _recording_classes(call.lib)[0](_Recorder(call, resp, t0))
+    stream = recording_classes(call.lib)[0](Recorder(call, resp, t0).track(),
+                                            functools.partial(_store_sync, call))
     return call.lib.module.Response(
         resp.status_code, headers=_clean_headers(resp.headers), stream=stream,
         request=request, extensions=resp.extensions,
     )
 
 
+@observers.watched_sync  # the prefix monitor sees every answer (runtime/prefix.py)
 def handle_sync(
     lib: Lib, eff: Effective, request: Any, send: Callable[[Any], Any], opts: Options
 ) -> Any:
@@ -415,10 +321,9 @@ async def _live_async(
         try:
             ct = resp.headers.get("content-type", "")
             if is_sse(ct) and resp.status_code < 400:
-                rec = _Recorder(call, resp, t0)
+                rec = Recorder(call, resp, t0)
                 async for chunk in resp.aiter_bytes():
                     rec.feed(chunk)
-                rec.finished = True
                 value = rec.value()
             else:
                 value = response_value(
@@ -467,13 +372,15 @@ async def _stream_async(
             await resp.aclose()
         await _store_async(call, value, time.perf_counter() - t0)
         return _respond(call, request, value, is_async=True)
-    stream = _recording_classes(call.lib)[1](_Recorder(call, resp, t0))
+    stream = recording_classes(call.lib)[1](Recorder(call, resp, t0).track(),
+                                            functools.partial(_store_async, call))
     return call.lib.module.Response(
         resp.status_code, headers=_clean_headers(resp.headers), stream=stream,
         request=request, extensions=resp.extensions,
     )
 
 
+@observers.watched_async
 async def handle_async(
     lib: Lib, eff: Effective, request: Any, send: Callable[[Any], Awaitable[Any]], opts: Options
 ) -> Any:

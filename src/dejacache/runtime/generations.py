@@ -4,24 +4,34 @@ Every runtime entry key contains the current values of the counters it depends o
 bumps a counter; entries written under the old value become unreachable at once (the store's
 TTL/LRU reclaims them later), whatever the number of entries.
 
-Two backends:
+The rule: **counters live wherever the entries live.** Entries that outlive the process, or
+that other processes share, are only as fresh as the counters in their keys; counters kept in
+process memory restart at 0 in every process, so a new process computed the keys of entries
+cached before a write, and another process's write never reached this one (issue 8, item 5:
+397,580 of 398,684 reads stale with two processes on one SQLite file). So:
 
-* :class:`LocalGenerations` (the default): an in-process dict. Right for in-process stores,
-  where every entry lives in this process anyway.
-* :class:`SharedGenerations`: counters in Redis, used when the tool's store is a ``RedisStore``
-  (or a tiered store with one behind it), so a write on one replica invalidates every
-  replica. Counters are read on every call (``tool_cache(counter_max_age=0)``, the default:
-  a replica learns of another's write by its next call, one MGET later) or reused for at
-  most ``counter_max_age`` seconds (then a replica may serve an entry up to that long after
-  another replica's write; its own writes are seen at once).
+* :class:`LocalGenerations`: an in-process dict, only for stores whose entries live in this
+  process alone (``MemoryStore``, a ``TieredStore`` of memory tiers, or a store declaring
+  ``process_local = True``).
+* :class:`SharedGenerations`: counters in the store itself, through ``incr``/``get_counters``
+  (``RedisStore``: INCR/MGET; ``SQLiteStore``: a ``counters`` table in the same file, atomic
+  increments in ``BEGIN IMMEDIATE``, one indexed SELECT per read), or in the tier behind a
+  ``TieredStore``, so the memory front's keys embed the durable values too. A write in any
+  process, or before a restart, invalidates every reader. Counters are read on every call
+  (``tool_cache(counter_max_age=0)``, the default: a reader learns of another's write by its
+  next call) or reused for at most ``counter_max_age`` seconds (then a reader may serve an
+  entry up to that long after another process's write; its own writes are seen at once).
+* Any other store (its entries may outlive the process, and it keeps no counters) is refused
+  with ``ConfigurationError``: it could only ever serve stale data after a write elsewhere.
 
-  Failing open: when the counters cannot be read (Redis down, breaker open) ``read`` returns
-  ``None`` and the caller runs the tool without reading or writing the cache, because an
-  entry in a memory tier cannot be proven fresh without them. A bump that cannot reach Redis
-  is remembered and retried; until it lands this replica bypasses the cache too. If Redis
-  loses its data (a restart without persistence) the counters go back to zero; a replica
-  that sees a counter lower than it saw before moves to a new local epoch (part of every
-  key), so its memory tier cannot resurrect entries from before the reset.
+Failing open (shared counters): when the counters cannot be read (Redis down, breaker open,
+an unreadable SQLite file) ``read`` returns ``None`` and the caller runs the tool without
+reading or writing the cache, because an entry cannot be proven fresh without them (never
+zeros instead: that could revive entries a write made unreachable). A bump that cannot reach
+the store is remembered and retried; until it lands this process bypasses the cache too. If
+the counters go back to zero (Redis restarted without persistence, a damaged SQLite file moved
+aside) a process that sees a counter lower than it saw before moves to a new local epoch (part
+of every key), so its memory tier cannot resurrect entries from before.
 """
 
 from __future__ import annotations
@@ -31,7 +41,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["LocalGenerations", "SharedGenerations", "generations_for", "local_generations"]
+from ..errors import ConfigurationError
+from ..stores.memory import MemoryStore
+from ..stores.tiered import TieredStore
+
+__all__ = ["LocalGenerations", "SharedGenerations", "generations_for", "local_generations",
+           "maybe_generations_for", "process_local"]
 
 
 #: Counters kept per process before starting over (one counter per written entity).
@@ -75,7 +90,9 @@ class LocalGenerations:
 
 
 class SharedGenerations:
-    """Counters kept in a store that offers ``incr``/``get_counters`` (``RedisStore``)."""
+    """Counters kept in a store that offers ``incr``/``get_counters`` (``RedisStore``,
+    ``SQLiteStore``); ``incr_many`` when offered bumps a write's counters in one
+    transaction."""
 
     def __init__(self, backend: Any) -> None:
         self.backend = backend
@@ -107,9 +124,14 @@ class SharedGenerations:
         if len(self._cache) > MAX_COUNTERS:
             self._cache.clear()
 
-    def _learn(self, names: Sequence[str], values: Sequence[int]) -> list[int]:
-        now = time.monotonic()
+    def _learn(self, names: Sequence[str], values: Sequence[int], remember: bool) -> list[int]:
         out = [int(v) for v in values]
+        seen = self._seen.get
+        if not remember and all(seen(n) == v for n, v in zip(names, out, strict=True)):
+            # The steady state (nothing written since this process last looked): no lock.
+            # The values are only cached for counter_max_age readers (``remember``).
+            return out
+        now = time.monotonic()
         with self._lock:
             self._trim()
             for n, v in zip(names, out, strict=True):
@@ -133,10 +155,34 @@ class SharedGenerations:
             self._cache[name] = (int(value), time.monotonic())
             return True
 
+    def _took_all(self, names: Sequence[str], values: Sequence[int] | None) -> bool:
+        if values is None:
+            for n in names:
+                self._took(n, None)
+            return False
+        return all([self._took(n, v) for n, v in zip(names, values, strict=True)])
+
     # -- sync
 
+    def _incr(self, names: Sequence[str]) -> bool:
+        many = getattr(self.backend, "incr_many", None)
+        if many is not None:
+            try:
+                values = many(list(names))
+            except Exception:  # fail open: remembered as pending, retried on the next read
+                values = None
+            return self._took_all(names, values)
+        ok = True
+        for n in names:
+            try:
+                value = self.backend.incr(n)
+            except Exception:
+                value = None
+            ok = self._took(n, value) and ok
+        return ok
+
     def _flush(self) -> bool:
-        return all(self._took(n, self.backend.incr(n)) for n in list(self._pending))
+        return self._incr(list(self._pending))
 
     def read(self, names: Sequence[str], max_age: float = 0.0) -> list[int] | None:
         """Current values; up to ``max_age`` seconds old when cached. None: unavailable."""
@@ -151,25 +197,32 @@ class SharedGenerations:
             return None
         if values is None:
             return None
-        return self._learn(names, values)
+        return self._learn(names, values, max_age > 0)
 
     def bump(self, names: Sequence[str]) -> bool:
+        return self._incr(names)
+
+    # -- async
+
+    async def _aincr(self, names: Sequence[str]) -> bool:
+        many = getattr(self.backend, "aincr_many", None)
+        if many is not None:
+            try:
+                values = await many(list(names))
+            except Exception:
+                values = None
+            return self._took_all(names, values)
         ok = True
         for n in names:
             try:
-                value = self.backend.incr(n)
+                value = await self.backend.aincr(n)
             except Exception:
                 value = None
             ok = self._took(n, value) and ok
         return ok
 
-    # -- async
-
     async def _aflush(self) -> bool:
-        for n in list(self._pending):
-            if not self._took(n, await self.backend.aincr(n)):
-                return False
-        return True
+        return await self._aincr(list(self._pending))
 
     async def aread(self, names: Sequence[str], max_age: float = 0.0) -> list[int] | None:
         hit = self._cached(names, max_age)
@@ -183,17 +236,10 @@ class SharedGenerations:
             return None
         if values is None:
             return None
-        return self._learn(names, values)
+        return self._learn(names, values, max_age > 0)
 
     async def abump(self, names: Sequence[str]) -> bool:
-        ok = True
-        for n in names:
-            try:
-                value = await self.backend.aincr(n)
-            except Exception:
-                value = None
-            ok = self._took(n, value) and ok
-        return ok
+        return await self._aincr(names)
 
 
 _LOCAL = LocalGenerations()
@@ -224,11 +270,42 @@ def counter_backend(store: Any, _depth: int = 0) -> Any:
     return None
 
 
+def process_local(store: Any) -> bool:
+    """True when every entry of ``store`` lives in this process's memory and dies with it."""
+    declared = getattr(store, "process_local", None)
+    if isinstance(declared, bool):
+        return declared
+    if isinstance(store, MemoryStore):
+        return True
+    if isinstance(store, TieredStore):
+        return process_local(store.front) and process_local(store.back)
+    return False
+
+
 def generations_for(store: Any) -> LocalGenerations | SharedGenerations:
-    """The counters entries in ``store`` depend on: shared when the store reaches Redis."""
+    """The counters entries in ``store`` depend on: kept in the store (or the tier behind it)
+    when it has counters, in this process when its entries live only here; any other store
+    is refused, because its entries would outlive counters kept in memory."""
+    gens = maybe_generations_for(store)
+    if gens is None:
+        name = getattr(store, "url", "") or type(store).__name__
+        raise ConfigurationError(
+            f"tool_cache cannot use the store {name!r}: its entries may outlive this process "
+            "or be shared with others, but it keeps no generation counters "
+            "(incr/get_counters), so a write in another process, or before a restart, could "
+            "not invalidate them and stale results would be served. Use SQLiteStore or "
+            "RedisStore (alone or behind a TieredStore), or MemoryStore; a custom store can "
+            "offer incr()/get_counters(), or declare process_local = True if its entries live "
+            "only in this process's memory."
+        )
+    return gens
+
+
+def maybe_generations_for(store: Any) -> LocalGenerations | SharedGenerations | None:
+    """:func:`generations_for`, with None instead of the error (writers skip such stores)."""
     backend = counter_backend(store)
     if backend is None:
-        return _LOCAL
+        return _LOCAL if process_local(store) else None
     with _SHARED_LOCK:
         entry = _SHARED.get(id(backend))
         if entry is None or entry[0] is not backend:

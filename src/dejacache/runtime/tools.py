@@ -36,7 +36,13 @@ from ..stores._base import Record, Store
 from ..stores.memory import MemoryStore
 from . import metrics as m
 from ._binding import Template, is_error_result
-from .generations import LocalGenerations, SharedGenerations, generations_for, local_generations
+from .generations import (
+    LocalGenerations,
+    SharedGenerations,
+    generations_for,
+    local_generations,
+    maybe_generations_for,
+)
 from .guard import PROCEED
 from .session import _SESSION, agent_session
 from .singleflight import SingleFlight
@@ -126,6 +132,8 @@ class _ToolCache:
                                      f"not {scope!r}")
         if store is not None and not isinstance(store, Store):
             raise ConfigurationError(f"store must be a Store, not {type(store).__name__}")
+        if store is not None:
+            generations_for(store)  # refuse at decoration a store no counter can keep fresh
         self.fn = fn
         self.key_name, self.name = _names(fn, name)
         self.resource = resource or self.name
@@ -453,7 +461,9 @@ def tool_cache(
     ``ttl`` seconds (None: no expiry), ``maxsize`` entries of the in-process store used when
     no store is configured, ``max_bytes`` the largest encoded result stored. ``store``
     overrides the store (default: the one given to ``configure(store=...)``, else an
-    in-process LRU). ``counter_max_age`` (seconds) lets a Redis-backed tool reuse generation
+    in-process LRU). A store whose entries outlive the process keeps the generation
+    counters too (SQLite, Redis, or the tier behind a ``TieredStore``); one that cannot is
+    refused with ``ConfigurationError``. ``counter_max_age`` (seconds) lets such a tool reuse
     counters that long instead of reading them on every call.
 
     Not cached: exceptions, results marked ``is_error``/``isError``, results over
@@ -482,8 +492,10 @@ def _bump_targets(resource: str, store: Store | None) -> list[Gens]:
     for s in cands:
         if s is None:
             continue
-        g = generations_for(s)
-        if all(g is not o for o in out):
+        # None: a store tool_cache refuses (a reader using it has already raised), or a
+        # configured cassette, which runtime caches never read.
+        g = maybe_generations_for(s)
+        if g is not None and all(g is not o for o in out):
             out.append(g)
     return out
 
@@ -494,6 +506,8 @@ class _Writer:
         if scope not in (None, "tenant", "global"):
             raise ConfigurationError(f"invalidates scope must be 'tenant', 'global' or None, "
                                      f"not {scope!r}")
+        if store is not None:
+            generations_for(store)  # the same refusal as tool_cache(store=...)
         self.fn = fn
         self.key_name, self.name = _names(fn, name)
         self.resource = resource

@@ -45,7 +45,15 @@ class StoreStats:
 @runtime_checkable
 class Store(Protocol):
     """Key → Record storage. ``ttl`` is a duration in seconds; each store applies it with
-    its own clock (monotonic in memory, server time in Redis, wall time in SQLite files)."""
+    its own clock (monotonic in memory, server time in Redis, wall time in SQLite files).
+
+    Optional, for the runtime tool cache: a store whose entries outlive the process or are
+    shared offers generation counters next to them (``incr(name) -> int | None``,
+    ``get_counters(names) -> list[int] | None``, optionally ``incr_many``, and ``a``-prefixed
+    async twins; None means unavailable, never zero), as ``RedisStore`` and ``SQLiteStore``
+    do; a store whose entries live only in this process's memory may say
+    ``process_local = True``. ``tool_cache`` refuses any other store (runtime/generations.py).
+    """
 
     url: str
 

@@ -11,8 +11,10 @@ Semantics (the front is a per-process copy, so say exactly how stale it may be):
   Runtime caches that must see other replicas' writes sooner do not rely on this bound:
   their keys embed generation counters read from the shared tier, so an invalidation
   elsewhere changes the key and the stale front entry is simply never asked for again.
-- Counters (``incr``/``get_counters``) are not forwarded: they live on the shared tier
-  (``tiered.back``), and a store without them says so by not having them.
+- Counters (``incr``/``get_counters``) are not forwarded: they live on the tier behind
+  (``tiered.back``: Redis, or SQLite, whose file outlives the process), and the runtime reads
+  them there, so a front copy is only ever asked for under the durable counters' current
+  values; a store without them says so by not having them.
 """
 
 from __future__ import annotations

@@ -5,7 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["Provider", "walk_ids"]
+__all__ = ["END", "FINISHING", "IN_PROGRESS", "Provider", "walk_ids"]
+
+# Where one SSE event leaves a streamed answer (``Provider.stage``).
+IN_PROGRESS = 0
+FINISHING = 1  # the answer is complete; only the end marker (and trailing usage) may follow
+END = 2  # the end marker: nothing the caller needs comes after it
 
 
 class Provider:
@@ -30,13 +35,15 @@ class Provider:
     def endpoint(self, host: str, path: str) -> str:
         raise NotImplementedError
 
-    def terminal(self, event: str) -> bool:
-        """Is this SSE event the provider's end-of-answer marker?
+    def stage(self, event: str) -> int:
+        """Where this SSE event leaves the answer: ``IN_PROGRESS``, ``FINISHING`` or ``END``.
 
-        Some SDKs close the response as soon as they see it, without reading the (empty) rest
-        of the body; a stream closed after this event is complete, not abandoned.
+        Called once per event while a live stream is recorded, so it must stay a cheap string
+        check. Callers such as litellm stop reading at the finishing event and never close
+        the response (issue 8): the recorder reads ahead to ``END`` before handing that event
+        over, so such a stream is stored all the same.
         """
-        return False
+        return IN_PROGRESS
 
     def usage(self, body: Any, events: Iterable[Any]) -> dict[str, int] | None:
         """Token counts; the default looks for an OpenAI-style ``usage`` object."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._base import Provider
+from ._base import END, FINISHING, IN_PROGRESS, Provider
 
 __all__ = ["PROVIDER", "Anthropic"]
 
@@ -24,8 +24,16 @@ class Anthropic(Provider):
         # "/v1/messages" alone is too common a path; the SDK always sends this header.
         return "/messages" in path and "anthropic-version" in headers
 
-    def terminal(self, event: str) -> bool:
-        return event.startswith("event: message_stop")
+    def stage(self, event: str) -> int:
+        # An event names itself in its first line ("event: message_delta") or, behind proxies
+        # that drop event lines, in the leading "type" of its data. message_delta carries the
+        # stop reason: litellm stops reading there and never sees message_stop.
+        head = event[:48]
+        if "message_" not in head:
+            return IN_PROGRESS
+        if "message_stop" in head:
+            return END
+        return FINISHING if "message_delta" in head else IN_PROGRESS
 
     def endpoint(self, host: str, path: str) -> str:
         if path.endswith("/messages/count_tokens"):

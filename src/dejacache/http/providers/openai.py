@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
-from ._base import Provider
+from ._base import END, FINISHING, IN_PROGRESS, Provider
 
 __all__ = ["PROVIDER", "OpenAI"]
 
@@ -20,6 +21,11 @@ _ENDPOINTS = (
     ("/audio/speech", "openai.audio.speech"),
     ("/audio/transcriptions", "openai.audio.transcriptions"),
 )
+
+# A chunk whose finish_reason is a string, not null. Inside a JSON string a quote is escaped,
+# so generated text that mentions finish_reason cannot match.
+_FINISHED = re.compile(r'"finish_reason"\s*:\s*"')
+_RESPONSE_ENDS = ("response.completed", "response.failed", "response.incomplete")
 
 
 class OpenAI(Provider):
@@ -37,14 +43,17 @@ class OpenAI(Provider):
             return True
         return any(path.endswith(s) for s, _ in _ENDPOINTS)
 
-    def terminal(self, event: str) -> bool:
-        # chat/completions ends with "data: [DONE]"; the responses API with one of these events.
+    def stage(self, event: str) -> int:
+        # chat/completions: the chunk with finish_reason completes the answer (a usage chunk
+        # may follow), "data: [DONE]" ends it; the responses API ends with one of
+        # _RESPONSE_ENDS. With n > 1 choices the first finish_reason comes early: reading ahead
+        # from there is still correct, only the later chunks then arrive together.
+        if event.startswith("event: response."):
+            head = event[:40]
+            return END if any(k in head for k in _RESPONSE_ENDS) else IN_PROGRESS
         if "data: [DONE]" in event:
-            return True
-        head = event[:40]
-        return head.startswith("event: response.") and any(
-            k in head for k in ("response.completed", "response.failed", "response.incomplete")
-        )
+            return END
+        return FINISHING if _FINISHED.search(event) else IN_PROGRESS
 
     def endpoint(self, host: str, path: str) -> str:
         for suffix, name in _ENDPOINTS:

@@ -1,0 +1,98 @@
+"""Volatile-looking text inside a prompt prefix, found on the first turn before it costs anything.
+
+A system prompt or tool description that embeds the current time, a request or message id, a
+uuid or a counter changes on the next build, and every token after it is then paid in full
+(hermes-agent #100336: cache hit rate 99% → 2% from one such line; PR #55595: a message id).
+The patterns are deliberately specific: a date line that changes once a day is reported as
+``date`` so it can be told apart from a clock that changes every turn.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from .prefix import Prefix
+
+__all__ = ["PrefixHazard", "scan"]
+
+# Order matters: the first pattern that matches a span names it; later ones skip the span.
+_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("uuid", re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
+                        r"[0-9a-fA-F]{12}\b")),
+    ("timestamp", re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?"
+                             r"(?:Z|[+-]\d{2}:?\d{2})?")),
+    ("time", re.compile(r"(?<![\d:])\d{1,2}:\d{2}(?::\d{2})?(?:\s?[AaPp][Mm])?(?![\d:])")),
+    ("epoch", re.compile(r"(?<!\d)1[5-9]\d{8}(?:\d{3})?(?!\d)")),
+    ("id", re.compile(r"\b(?:msg|req|run|call|chatcmpl|resp|toolu|evt|sess)_[A-Za-z0-9]{6,}\b")),
+    ("hex_id", re.compile(r"\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{16,}\b")),
+    ("counter", re.compile(r"\b(?:turn|message|msg|request|step|iteration|attempt|run|"
+                           r"session|call)\s*(?:#|no\.?|number|count|id)?\s*[:=#]?\s*\d+\b",
+                           re.IGNORECASE)),
+    ("date", re.compile(r"\b\d{4}-\d{2}-\d{2}\b|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct"
+                        r"|Nov|Dec)[a-z]*\.? \d{1,2}(?:st|nd|rd|th)?,? \d{4}\b")),
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PrefixHazard:
+    """Text in the cached prefix that looks like it changes between builds."""
+
+    session: str
+    kind: str  # uuid | timestamp | time | epoch | id | hex_id | counter | date | no_cache_marker
+    segment: str
+    path: str
+    offset: int
+    text: str
+
+    def __str__(self) -> str:
+        where = f"`{self.path}` at offset {self.offset:,}" if self.path else self.segment
+        return f"{self.session}: {self.kind} in {where}: `{self.text}`"
+
+
+def _strings(value: Any, path: str, description_only: bool) -> Iterator[tuple[str, str]]:
+    """(path, text) of the strings worth scanning: all of a system block, descriptions of a
+    tool (its names and schema types are code, not prose)."""
+    if isinstance(value, str):
+        if not description_only or path.endswith(("description", ".text")):
+            yield path, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(v, f"{path}.{k}", description_only)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{path}[{i}]", description_only)
+
+
+def _find(text: str) -> Iterator[tuple[str, int, str]]:
+    taken: list[tuple[int, int]] = []
+    for kind, pattern in _PATTERNS:
+        for m in pattern.finditer(text):
+            s, e = m.span()
+            if any(s < te and ts < e for ts, te in taken):
+                continue
+            taken.append((s, e))
+            yield kind, s, m.group(0)
+
+
+def scan(prefix: Prefix, session: str) -> list[PrefixHazard]:
+    """Hazards in the system prompt (Anthropic ``system``, OpenAI leading system/developer
+    messages, Responses ``instructions``) and tool descriptions, in prefix order."""
+    out: list[PrefixHazard] = []
+    for item in prefix.items:
+        if item.segment in ("system", "instructions") or item.system_like:
+            strings = _strings(item.data, item.path, False)
+        elif item.segment == "tools":
+            strings = _strings(item.data, item.path, True)
+        else:
+            continue
+        for path, text in strings:
+            hits = sorted(_find(text), key=lambda h: h[1])
+            out.extend(PrefixHazard(session, kind, item.segment, path, at, found)
+                       for kind, at, found in hits)
+    if prefix.provider == "anthropic" and prefix.items and not prefix.breakpoints():
+        out.append(PrefixHazard(session, "no_cache_marker", "", "", 0,
+                                "no cache_control marker: Anthropic caches nothing"))
+    return out

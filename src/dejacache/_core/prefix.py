@@ -1,0 +1,427 @@
+"""A request as the provider caches it: its prefix as a chain of segment digests, and where two
+consecutive requests of a conversation first part ways.
+
+Providers cache the *rendered* prompt, in a fixed order (Anthropic: tools → system → messages;
+OpenAI chat: tools → messages; Responses: tools → instructions → input), so a request is cut
+into items in that order (one tool, one system block, one message), each normalised to what
+the provider renders and digested with the same canonical JSON and digest as call keys. The
+running digest of items ``0..i`` (``Prefix.chain``) answers "is the first i items' prefix the
+same" in one comparison, which is both the prefix-cache question and a key of "everything
+before this message" (issue 10: one mechanism for keys and the monitor).
+
+Normalisation, so that what is *not* a change to the provider is not reported as one: a
+``cache_control`` marker moved between blocks, and a string ``content`` versus the same text as
+one text block, render the same tokens (cc-viewer and similar tools compare raw JSON and report
+both as breaks).
+
+Pure: no clock, no I/O. ``runtime/prefix.py`` drives it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from ..keys import canonical_json, digest
+
+__all__ = [
+    "Difference",
+    "Item",
+    "Prefix",
+    "api_of",
+    "build_prefix",
+    "compare",
+    "first_difference",
+    "window",
+]
+
+# Segment order per API; a difference in an earlier segment invalidates everything after it.
+ORDER: dict[str, tuple[str, ...]] = {
+    "messages": ("tools", "system", "messages"),
+    "chat": ("tools", "messages"),
+    "responses": ("tools", "instructions", "input"),
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Item:
+    """One cacheable unit of a prefix: a tool, a system block, a message."""
+
+    segment: str
+    path: str  # "system[0]", "messages[3]", "tools[1]", "instructions"
+    data: Any  # normalised JSON value
+    canonical: bytes
+    digest: str
+    breakpoint: bool = False  # carries a cache_control marker (a cache write point)
+    system_like: bool = False  # a leading system/developer message (OpenAI chat)
+
+    @property
+    def size(self) -> int:
+        return len(self.canonical)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Prefix:
+    """A request's cacheable prefix, in provider order."""
+
+    provider: str  # "anthropic" | "openai"
+    api: str  # "messages" | "chat" | "responses"
+    model: str
+    items: tuple[Item, ...]
+    chain: tuple[str, ...]  # chain[i]: digest of items[0..i]
+    one_hour: bool = False  # a cache_control asks for the 1 h lifetime (Anthropic)
+    retention: str = ""  # OpenAI prompt_cache_retention ("24h" extends the lifetime)
+    # Responses with previous_response_id: the conversation lives on the server and the
+    # input holds only new items, so it is not compared item by item.
+    stateful: bool = False
+
+    @property
+    def size(self) -> int:
+        return sum(i.size for i in self.items)
+
+    def offset_of(self, index: int) -> int:
+        """Characters (canonical bytes) before item ``index``."""
+        return sum(i.size for i in self.items[:index])
+
+    def breakpoints(self) -> list[int]:
+        """Character offsets where the provider writes a cache entry (end of marked items)."""
+        out, at = [], 0
+        for item in self.items:
+            at += item.size
+            if item.breakpoint:
+                out.append(at)
+        return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Difference:
+    """Where ``cur`` first parts from ``prev``."""
+
+    reason: str  # model | tools | system | truncated | modified
+    segment: str
+    path: str  # JSON path of the first differing value
+    offset: int  # character offset inside that value
+    before: str
+    after: str
+    common: int  # characters of prefix the two share (cacheable for cur)
+
+
+# ---------------------------------------------------------------- normalisation
+
+
+def _strip_marker(block: Any) -> tuple[Any, bool, bool]:
+    """A content block without ``cache_control``: (block, had a marker, marker asks for 1 h)."""
+    if type(block) is not dict or "cache_control" not in block:
+        return block, False, False
+    cc = block["cache_control"]
+    one_hour = isinstance(cc, dict) and cc.get("ttl") == "1h"
+    return {k: v for k, v in block.items() if k != "cache_control"}, cc is not None, one_hour
+
+
+def _blocks(content: Any, text_type: str = "text") -> tuple[Any, bool, bool]:
+    """Content as a list of blocks (a string is one text block), markers removed, including
+    those inside tool_result content."""
+    if isinstance(content, str):
+        return [{"type": text_type, "text": content}], False, False
+    if not isinstance(content, list):
+        return content, False, False
+    out, marked, hour = [], False, False
+    for block in content:
+        b, m, h = _strip_marker(block)
+        if type(b) is dict and "content" in b and b.get("type") == "tool_result":
+            inner, m2, h2 = _blocks(b["content"])
+            b = {**b, "content": inner}
+            m, h = m or m2, h or h2
+        out.append(b)
+        marked, hour = marked or m, hour or h
+    return out, marked, hour
+
+
+def _canon(value: Any) -> bytes:
+    # canonical_json keys a mapping of arguments; one fixed argument name makes any JSON value
+    # one (the wrapper adds the same few bytes to every item, so sizes stay comparable).
+    return canonical_json({"": value})
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.items: list[Item] = []
+        self.one_hour = False
+
+    def add(self, segment: str, path: str, data: Any, *, breakpoint: bool = False,
+            system_like: bool = False) -> None:
+        canon = _canon(data)
+        self.items.append(Item(segment, path, data, canon, digest("prefix", segment, canon),
+                               breakpoint, system_like))
+
+    def tools(self, tools: Any) -> None:
+        for i, tool in enumerate(tools if isinstance(tools, list) else []):
+            t, marked, hour = _strip_marker(tool)
+            self.one_hour |= hour
+            self.add("tools", f"tools[{i}]", t, breakpoint=marked)
+
+    def prefix(self, provider: str, api: str, model: Any, *, retention: str = "",
+               stateful: bool = False) -> Prefix:
+        chain, prev = [], ""
+        for item in self.items:
+            prev = digest("prefix", "chain", prev.encode() + item.digest.encode())
+            chain.append(prev)
+        return Prefix(provider, api, str(model or ""), tuple(self.items), tuple(chain),
+                      self.one_hour, retention, stateful)
+
+
+def _anthropic(body: Mapping[str, Any]) -> Prefix:
+    b = _Builder()
+    b.tools(body.get("tools"))
+    system = body.get("system") or []
+    if isinstance(system, str):
+        system = [{"type": "text", "text": system}]
+    for i, block in enumerate(system if isinstance(system, list) else [system]):
+        sb, m, h = _strip_marker(block)
+        b.one_hour |= h
+        b.add("system", f"system[{i}]", sb, breakpoint=m)
+    for i, msg in enumerate(body.get("messages") or []):
+        if type(msg) is not dict:
+            b.add("messages", f"messages[{i}]", msg)
+            continue
+        content, m, h = _blocks(msg.get("content"))
+        b.one_hour |= h
+        b.add("messages", f"messages[{i}]", {**msg, "content": content}, breakpoint=m)
+    top = body.get("cache_control")
+    if isinstance(top, dict) and b.items:
+        # Top-level cache_control: the API places the marker on the last cacheable block.
+        last = b.items[-1]
+        b.items[-1] = dataclasses.replace(last, breakpoint=True)
+        b.one_hour |= top.get("ttl") == "1h"
+    return b.prefix("anthropic", "messages", body.get("model"))
+
+
+def _chat(body: Mapping[str, Any]) -> Prefix:
+    b = _Builder()
+    b.tools(body.get("tools"))
+    leading = True
+    for i, msg in enumerate(body.get("messages") or []):
+        if type(msg) is not dict:
+            b.add("messages", f"messages[{i}]", msg)
+            leading = False
+            continue
+        role = msg.get("role")
+        leading = leading and role in ("system", "developer")
+        # OpenAI-compatible gateways (OpenRouter) pass Anthropic's cache_control in parts.
+        content, m, _ = _blocks(msg.get("content"))
+        b.add("messages", f"messages[{i}]", {**msg, "content": content}, breakpoint=m,
+              system_like=leading)
+    retention = str(body.get("prompt_cache_retention") or "")
+    return b.prefix("openai", "chat", body.get("model"), retention=retention)
+
+
+def _responses(body: Mapping[str, Any]) -> Prefix:
+    b = _Builder()
+    b.tools(body.get("tools"))
+    if body.get("instructions"):
+        b.add("instructions", "instructions", body["instructions"])
+    inp = body.get("input")
+    items = [{"role": "user", "content": inp}] if isinstance(inp, str) else inp
+    for i, it in enumerate(items if isinstance(items, list) else []):
+        if type(it) is dict and "role" in it and it.get("type", "message") == "message":
+            text_type = "output_text" if it.get("role") == "assistant" else "input_text"
+            content, _, _ = _blocks(it.get("content"), text_type)
+            it = {**it, "type": "message", "content": content}
+        b.add("input", f"input[{i}]", it)
+    retention = str(body.get("prompt_cache_retention") or "")
+    return b.prefix("openai", "responses", body.get("model"), retention=retention,
+                    stateful=bool(body.get("previous_response_id")))
+
+
+_BUILDERS = {"messages": _anthropic, "chat": _chat, "responses": _responses}
+
+
+def api_of(provider: str, body: Mapping[str, Any], endpoint: str = "") -> str | None:
+    """Which request shape ``body`` is: ``messages``, ``chat``, ``responses``; None if none."""
+    if endpoint:
+        for suffix, api in ((".messages", "messages"), (".chat.completions", "chat"),
+                            (".responses", "responses")):
+            if endpoint.endswith(suffix):
+                return api
+        return None
+    if provider == "anthropic":
+        return "messages"
+    if "messages" in body:
+        return "chat"
+    if "input" in body or "instructions" in body:
+        return "responses"
+    return None
+
+
+def build_prefix(api: str, body: Mapping[str, Any]) -> Prefix:
+    """The prefix of a request body of shape ``api`` (see :func:`api_of`)."""
+    return _BUILDERS[api](body)
+
+
+# ---------------------------------------------------------------- comparison
+
+
+def _key_path(path: str, key: Any) -> str:
+    k = str(key)
+    return f"{path}.{k}" if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k) else f"{path}[{k!r}]"
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> tuple[str, int, Any, Any] | None:
+    """The first place two JSON values differ, in the current request's order:
+    (path, character offset inside the differing string, old leaf, new leaf)."""
+    if type(a) is dict and type(b) is dict:
+        for k in [*b, *(k for k in a if k not in b)]:
+            if k not in a or k not in b:
+                return _key_path(path, k), 0, a.get(k, _MISSING), b.get(k, _MISSING)
+            found = first_difference(a[k], b[k], _key_path(path, k))
+            if found is not None:
+                return found
+        return None
+    if type(a) is list and type(b) is list:
+        for i in range(max(len(a), len(b))):
+            if i >= len(a) or i >= len(b):
+                return (f"{path}[{i}]", 0, a[i] if i < len(a) else _MISSING,
+                        b[i] if i < len(b) else _MISSING)
+            found = first_difference(a[i], b[i], f"{path}[{i}]")
+            if found is not None:
+                return found
+        return None
+    if type(a) is str and type(b) is str:
+        if a == b:
+            return None
+        at = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y),
+                  min(len(a), len(b)))
+        return path, at, a, b
+    if a == b and type(a) is type(b):
+        return None
+    return path, 0, a, b
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+_MISSING = _Missing()
+_WORD = re.compile(r"[\w:.+\-/]")  # what a timestamp, id or counter is made of
+_GROW = 16  # at most this many unchanged characters added on each side
+_MAX = 48
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MAX else text[: _MAX - 1] + "…"
+
+
+def _show(value: Any) -> str:
+    if value is _MISSING:
+        return "(absent)"
+    if isinstance(value, str):
+        return _clip(value)
+    import orjson
+
+    try:
+        return _clip(orjson.dumps(value).decode())
+    except TypeError:
+        return _clip(repr(value))
+
+
+def window(a: Any, b: Any, offset: int) -> tuple[str, str]:
+    """Short texts of both sides around a difference: the differing run, widened to the
+    whole word, time or id it sits in (``12:04:31`` → ``12:05:02``, not ``4:31`` → ``5:02``)."""
+    if not (isinstance(a, str) and isinstance(b, str)):
+        return _show(a), _show(b)
+    tail = 0
+    while (tail < len(a) - offset and tail < len(b) - offset
+           and a[-1 - tail] == b[-1 - tail]):
+        tail += 1
+    start = offset
+    while start > 0 and offset - start < _GROW and _WORD.match(a[start - 1]):
+        start -= 1
+    end_a, end_b = len(a) - tail, len(b) - tail
+    grow = 0
+    while end_a < len(a) and grow < _GROW and _WORD.match(a[end_a]):
+        end_a, end_b, grow = end_a + 1, end_b + 1, grow + 1
+    left, right = a[start:end_a], b[start:end_b]
+    # A sentence's full stop is not part of the value.
+    while left.endswith((".", ",", ":")) and right.endswith(left[-1]) and len(left) > 1:
+        left, right = left[:-1], right[:-1]
+    return _clip(left) or "(nothing)", _clip(right) or "(nothing)"
+
+
+def _common_bytes(a: bytes, b: bytes) -> int:
+    n = min(len(a), len(b))
+    lo, hi = 0, n
+    while lo < hi:  # binary search on slices: C-speed on prompts of a few hundred KB
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _segment_reason(segment: str) -> str:
+    return {"tools": "tools", "system": "system", "instructions": "system"}.get(segment,
+                                                                               "modified")
+
+
+def compare(prev: Prefix, cur: Prefix) -> Difference | None:
+    """Where ``cur`` stops continuing ``prev``'s prefix, or None when it extends (or repeats)
+    it. A conversation growing by new messages at the end is not a difference."""
+    if prev.model != cur.model:
+        return Difference("model", "model", "model", 0, prev.model or "(none)",
+                          cur.model or "(none)", 0)
+    pa, pc = prev.items, cur.items
+    if cur.stateful or prev.stateful:
+        # Server-side history: only what precedes the input is comparable.
+        pa = tuple(i for i in pa if i.segment != "input")
+        pc = tuple(i for i in pc if i.segment != "input")
+    n = min(len(pa), len(pc))
+    i = 0
+    pchain = prev.chain
+    cchain = cur.chain
+    if pa is prev.items and pc is cur.items:
+        while i < n and pchain[i] == cchain[i]:
+            i += 1
+    else:
+        while i < n and pa[i].digest == pc[i].digest:
+            i += 1
+    if i == len(pa):
+        return None
+    common = sum(x.size for x in pa[:i])
+    old = pa[i]
+    if i == len(pc):  # the new request stops inside the old prefix: history was cut
+        return Difference("truncated", old.segment, old.path, 0, _show(old.data), "(end)",
+                          common)
+    new = pc[i]
+    order = ORDER[cur.api]
+    if old.segment != new.segment:
+        # An item added or removed at a segment's end shifts the next segment up.
+        first = min(old.segment, new.segment,
+                    key=lambda s: order.index(s) if s in order else len(order))
+        reason = _segment_reason(first)
+        if first == old.segment:
+            return Difference(reason, first, old.path, 0, _show(old.data), "(removed)",
+                              common)
+        return Difference(reason, first, new.path, 0, "(absent)", _show(new.data), common)
+    if old.segment in ("messages", "input"):
+        if old.system_like and new.system_like:
+            reason = "system"
+        elif any(x.digest == new.digest for x in pa[i + 1:] if x.segment == old.segment):
+            reason = "truncated"  # earlier messages dropped: the next one moved up
+        else:
+            reason = "modified"
+    else:
+        reason = _segment_reason(old.segment)
+    if reason == "truncated":
+        return Difference(reason, old.segment, old.path, 0, _show(old.data), _show(new.data),
+                          common)
+    common += _common_bytes(old.canonical, new.canonical)
+    found = first_difference(old.data, new.data)
+    if found is None:  # equal data, different digest: cannot happen; keep a clear answer
+        return Difference(reason, old.segment, old.path, 0, "", "", common)
+    leaf, offset, a, b = found
+    before, after = window(a, b, offset)
+    return Difference(reason, old.segment, old.path + leaf, offset, before, after, common)

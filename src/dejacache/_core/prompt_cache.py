@@ -1,0 +1,301 @@
+"""What providers cache and what a broken prefix costs: minimums, lifetimes, usage, one turn's
+verdict. Pure: the caller passes the time and the prices.
+
+Provider rules used here (provider documentation, 2025-2026):
+
+- Anthropic caches only up to ``cache_control`` breakpoints, a prefix of at least 1,024 tokens
+  (2,048 on the Haiku 3 / 3.5 models, 4,096 on Opus 4.5 and Haiku 4.5); an entry lives 5 min
+  (refreshed on each read) or 1 h when the marker says ``"ttl": "1h"``. Writes cost 1.25x the
+  input price (2x for 1 h), reads 0.1x.
+- OpenAI caches automatically from 1,024 tokens, in 128-token increments; entries live 5-10
+  min of inactivity (we assume the short end, and only call a miss ``ttl`` when the reported
+  usage agrees), 24 h with ``prompt_cache_retention="24h"``. Cached input costs 0.1-0.5x.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .prefix import Prefix, compare
+
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "PrefixBreak",
+    "Rates",
+    "SessionReport",
+    "SessionState",
+    "SessionTotals",
+    "TurnRecord",
+    "Usage",
+    "lifetime",
+    "minimum_tokens",
+    "read_usage",
+]
+
+CHARS_PER_TOKEN = 4.0  # when the provider reports no usage; canonical JSON, so an estimate
+
+# Longest matching model-name prefix wins.
+_ANTHROPIC_MINIMUM = (
+    ("claude-opus-4-5", 4096),
+    ("claude-haiku-4-5", 4096),
+    ("claude-3-5-haiku", 2048),
+    ("claude-3-haiku", 2048),
+    ("claude", 1024),
+)
+OPENAI_MINIMUM = 1024
+OPENAI_BLOCK = 128
+
+
+def minimum_tokens(provider: str, model: str) -> int:
+    """The smallest prefix the provider will cache for ``model``."""
+    if provider != "anthropic":
+        return OPENAI_MINIMUM
+    best, value = "", 1024
+    for prefix, tokens in _ANTHROPIC_MINIMUM:
+        if model.startswith(prefix) and len(prefix) > len(best):
+            best, value = prefix, tokens
+    return value
+
+
+def lifetime(prefix: Prefix) -> float:
+    """Seconds a cache entry written for ``prefix`` survives without use."""
+    if prefix.provider == "anthropic":
+        return 3600.0 if prefix.one_hour else 300.0
+    return 86400.0 if prefix.retention == "24h" else 300.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Usage:
+    """Prompt-side token counts as the provider reported them."""
+
+    prompt: int  # every input token, cached or not
+    cached: int | None  # read from the cache (None: the provider did not say)
+    written: int | None = None  # written to the cache (Anthropic)
+
+
+def _int(v: Any) -> int | None:
+    return v if type(v) is int else None
+
+
+def read_usage(usage: Any) -> Usage | None:
+    """Anthropic (``cache_read_input_tokens``...), OpenAI chat
+    (``prompt_tokens_details.cached_tokens``) or Responses (``input_tokens_details``)."""
+    if not isinstance(usage, Mapping):
+        return None
+    if "prompt_tokens" in usage:  # OpenAI chat
+        details = usage.get("prompt_tokens_details")
+        cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else None
+        return Usage(_int(usage["prompt_tokens"]) or 0, cached)
+    if "input_tokens_details" in usage:  # Responses
+        details = usage.get("input_tokens_details")
+        cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else None
+        return Usage(_int(usage.get("input_tokens")) or 0, cached)
+    if "input_tokens" in usage:  # Anthropic: input_tokens excludes cache reads and writes
+        read = _int(usage.get("cache_read_input_tokens"))
+        written = _int(usage.get("cache_creation_input_tokens"))
+        base = _int(usage.get("input_tokens")) or 0
+        return Usage(base + (read or 0) + (written or 0), read, written)
+    return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Rates:
+    """Dollars per million input tokens, and the cache multipliers of that input price."""
+
+    input: float
+    read: float  # cached read, e.g. 0.1
+    write: float  # cache write, e.g. 1.25 (Anthropic); 1.0 where writes are free (OpenAI)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PrefixBreak:
+    """One turn whose prefix stopped matching what the provider had cached.
+
+    ``tokens``: prompt tokens the provider would have served from its cache without the break;
+    ``cost``: what paying for them in full (or writing them again) costs over the cached rate,
+    in dollars (0.0 for a model with no known price).
+    """
+
+    session: str
+    turn: int
+    reason: str  # model | tools | system | truncated | modified | ttl | below_minimum
+    segment: str
+    path: str
+    offset: int
+    before: str
+    after: str
+    tokens: int
+    cost: float
+
+    def __str__(self) -> str:
+        where = f"`{self.path}` at offset {self.offset:,}: " if self.path else ""
+        return (f"{self.session} turn {self.turn}: {self.reason}: {where}"
+                f"`{self.before}` → `{self.after}` ({self.tokens:,} tokens, ${self.cost:.4f})")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TurnRecord:
+    """One observed request of a session."""
+
+    session: str
+    turn: int
+    provider: str
+    model: str
+    prompt_tokens: int  # reported, else estimated from the characters
+    expected_cached: int  # what the prefix lets the provider serve from its cache
+    reported_cached: int | None  # what the provider says it served (None: not reported)
+    reported_written: int | None
+    estimated: bool  # prompt_tokens is an estimate
+
+
+RatesFor = Callable[[str, str], Rates | None]  # (provider, model) -> rates
+
+
+class SessionState:
+    """The last turn of one conversation, and the verdict on the next (not thread-safe: the
+    driver holds a lock)."""
+
+    __slots__ = ("below", "name", "prev", "prev_at", "prev_scale", "turns")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.prev: Prefix | None = None
+        self.prev_scale = 1.0 / CHARS_PER_TOKEN
+        self.prev_at: float | None = None
+        self.turns = 0
+        self.below = False
+
+    def turn(self, cur: Prefix, usage: Usage | None, now: float | None,
+             rates: RatesFor) -> tuple[TurnRecord, list[PrefixBreak]]:
+        self.turns += 1
+        n = self.turns
+        estimated = not (usage and usage.prompt)
+        scale = (usage.prompt / cur.size if usage and usage.prompt and cur.size
+                 else 1.0 / CHARS_PER_TOKEN)
+        breaks: list[PrefixBreak] = []
+        expected = 0
+        prev = self.prev
+        if prev is not None:
+            full = _reuse(prev, prev.size, self.prev_scale)
+            diff = compare(prev, cur)
+            reuse = _reuse(prev, diff.common, self.prev_scale) if diff else full
+            gap = (now - self.prev_at) if now is not None and self.prev_at is not None else 0.0
+            life = lifetime(prev)
+            reported = usage.cached if usage else None
+            if full and gap > life and (reported is None or reported < reuse):
+                breaks.append(self._break(n, "ttl", "", "", 0, f"{gap:,.0f} s idle",
+                                          f"cache lives {life:,.0f} s", full, prev, rates))
+            else:
+                expected = reuse
+                # A change inside what the previous turn cached is a break even when it costs
+                # nothing yet (OpenAI: inside the last, uncached 128-token step): every token
+                # the conversation adds after it is paid in full from now on.
+                if diff is not None and diff.common < _cacheable(prev):
+                    breaks.append(self._break(n, diff.reason, diff.segment, diff.path,
+                                              diff.offset, diff.before, diff.after,
+                                              full - reuse, prev, rates))
+        cacheable = round(_cacheable(cur) * scale)
+        minimum = minimum_tokens(cur.provider, cur.model)
+        below = 0 < cacheable < minimum
+        if below and not self.below:
+            r = rates(cur.provider, cur.model)
+            cost = cacheable * r.input / 1e6 * (1.0 - r.read) if r else 0.0
+            breaks.append(PrefixBreak(self.name, n, "below_minimum", "", "", 0,
+                                      f"{cacheable:,} tokens", f"minimum {minimum:,}",
+                                      cacheable, cost))
+        self.below = below
+        prompt = usage.prompt if usage and usage.prompt else round(cur.size * scale)
+        record = TurnRecord(self.name, n, cur.provider, cur.model, prompt, expected,
+                            usage.cached if usage else None, usage.written if usage else None,
+                            estimated)
+        self.prev, self.prev_scale, self.prev_at = cur, scale, now
+        return record, breaks
+
+    def _break(self, n: int, reason: str, segment: str, path: str, offset: int, before: str,
+               after: str, tokens: int, prev: Prefix, rates: RatesFor) -> PrefixBreak:
+        r = rates(prev.provider, prev.model)
+        cost = 0.0
+        if r is not None:
+            write = (2.0 if prev.one_hour else r.write) if prev.provider == "anthropic" else 1.0
+            cost = tokens * r.input / 1e6 * (write - r.read)
+        return PrefixBreak(self.name, n, reason, segment, path, offset, before, after, tokens,
+                           cost)
+
+
+def _cacheable(p: Prefix) -> int:
+    """Characters of ``p`` the provider would write to its cache."""
+    if p.provider == "anthropic":
+        bps = p.breakpoints()
+        return bps[-1] if bps else 0
+    return p.size
+
+
+def _reuse(prev: Prefix, common: int, scale: float) -> int:
+    """Tokens of ``prev``'s cache entries that a request sharing ``common`` characters with it
+    can read."""
+    minimum = minimum_tokens(prev.provider, prev.model)
+    if prev.provider == "anthropic":
+        best = 0
+        for bp in prev.breakpoints():
+            if bp <= common and round(bp * scale) >= minimum:
+                best = bp
+        return round(best * scale)
+    tokens = round(min(common, prev.size) * scale)
+    return 0 if tokens < minimum else tokens // OPENAI_BLOCK * OPENAI_BLOCK
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SessionReport:
+    """One session's prompt-cache account."""
+
+    session: str
+    turns: int
+    breaks: int
+    prompt_tokens: int
+    expected_cached: int  # tokens the prefixes allowed the provider to serve from its cache
+    reported_cached: int | None  # tokens the provider says it served (None: never reported)
+    cost: float  # dollars the breaks cost over the cached rate
+
+    @property
+    def hit_ratio(self) -> float | None:
+        """Reported cached tokens over prompt tokens (None when the provider never said)."""
+        if self.reported_cached is None or not self.prompt_tokens:
+            return None
+        return self.reported_cached / self.prompt_tokens
+
+    @property
+    def expected_ratio(self) -> float:
+        return self.expected_cached / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def __str__(self) -> str:
+        hit = "not reported" if self.hit_ratio is None else f"{self.hit_ratio:.0%}"
+        return (f"{self.session}: {self.turns} turns, {self.breaks} breaks (${self.cost:.4f}), "
+                f"cached {self.reported_cached or 0:,}/{self.prompt_tokens:,} tokens reported "
+                f"({hit}), {self.expected_cached:,} expected ({self.expected_ratio:.0%})")
+
+
+class SessionTotals:
+    """Running sums behind a :class:`SessionReport`."""
+
+    __slots__ = ("breaks", "cost", "expected", "name", "prompt", "reported", "turns")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.turns = self.breaks = self.prompt = self.expected = 0
+        self.reported: int | None = None
+        self.cost = 0.0
+
+    def add(self, record: TurnRecord, breaks: list[PrefixBreak]) -> None:
+        self.turns += 1
+        self.breaks += len(breaks)
+        self.cost += sum(b.cost for b in breaks)
+        self.prompt += record.prompt_tokens
+        self.expected += record.expected_cached
+        if record.reported_cached is not None:
+            self.reported = (self.reported or 0) + record.reported_cached
+
+    def report(self) -> SessionReport:
+        return SessionReport(self.name, self.turns, self.breaks, self.prompt, self.expected,
+                             self.reported, self.cost)

@@ -1,0 +1,236 @@
+"""Observers: code that wants to see each LLM exchange the transports handle, without taking
+part in it (the prompt-prefix monitor).
+
+``handle_sync``/``handle_async`` are wrapped by :func:`watched_sync`/:func:`watched_async`.
+While no observer is registered that costs one list check per request. Otherwise, once the
+answer is known (served from the store, replayed, or live, streamed or not), each observer is
+called once with an :class:`Exchange`: the request body as sent and the provider's usage
+object, as soon as its prompt-side counts are known (a stream's first usage-bearing event: some
+callers stop reading a stream early and never close it, issue 8). Observers run in the thread
+that reads the answer; an observer that raises is reported as a warning, never to the caller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import functools
+import threading
+import warnings
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import orjson
+
+from .providers import detect
+from .sse import SSESplitter, event_data, is_sse
+
+__all__ = ["Exchange", "add", "remove", "watched_async", "watched_sync", "watching"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Exchange:
+    provider: str  # "anthropic", "openai", "http"
+    endpoint: str  # "anthropic.messages", "openai.chat.completions", ...
+    request: bytes  # the request body as sent
+    status: int
+    usage: dict[str, Any] | None  # the provider's usage object, nested fields kept
+    context: contextvars.Context  # the caller's context when the request was made
+
+
+Observer = Callable[[Exchange], None]
+
+_LOCK = threading.Lock()
+_OBSERVERS: tuple[Observer, ...] = ()  # replaced, never mutated: readers take no lock
+
+
+def add(observer: Observer) -> None:
+    global _OBSERVERS
+    with _LOCK:
+        _OBSERVERS = (*_OBSERVERS, observer)
+
+
+def remove(observer: Observer) -> None:
+    """Remove one registration of ``observer`` (a no-op when it is not registered)."""
+    global _OBSERVERS
+    with _LOCK:
+        obs = list(_OBSERVERS)
+        if observer in obs:
+            obs.remove(observer)
+        _OBSERVERS = tuple(obs)
+
+
+def watching() -> bool:
+    return bool(_OBSERVERS)
+
+
+def _notify(ex: Exchange) -> None:
+    for obs in _OBSERVERS:
+        try:
+            obs(ex)
+        except Exception as exc:  # an observer's bug must never fail the caller's request
+            from ..errors import DejacacheWarning
+
+            warnings.warn(f"dejacache: observer {obs!r} failed: {exc!r}", DejacacheWarning,
+                          stacklevel=2)
+
+
+def _usage_of(data: Any, into: dict[str, Any]) -> bool:
+    """Merge the usage carried by one JSON body or SSE event into ``into``; True when it holds
+    prompt-side counts (then the observers can be told)."""
+    if not isinstance(data, dict):
+        return False
+    found: Any = data.get("usage")
+    kind = data.get("type")
+    if kind == "message_start" and isinstance(data.get("message"), dict):
+        found = data["message"].get("usage")  # Anthropic: input counts arrive first
+    elif isinstance(data.get("response"), dict):
+        found = data["response"].get("usage")  # Responses stream: response.completed
+    if not isinstance(found, dict):
+        return False
+    into.update({k: v for k, v in found.items() if v is not None})
+    return any(k in found for k in ("prompt_tokens", "input_tokens"))
+
+
+class _Watch:
+    """One exchange in flight: parses the answer as it passes and notifies once."""
+
+    __slots__ = ("base", "buffer", "decoder", "done", "splitter", "usage")
+
+    def __init__(self, base: Exchange, content_type: str, encoding: str) -> None:
+        self.base = base
+        self.usage: dict[str, Any] = {}
+        self.done = False
+        self.splitter = SSESplitter() if is_sse(content_type) else None
+        self.buffer: list[bytes] | None = None if self.splitter else []
+        enc = encoding.strip().lower()
+        # Pass-through answers arrive still compressed; gzip/deflate are cheap to follow.
+        # Anything else (br, zstd) is not parsed: the exchange is reported without usage.
+        self.decoder: Any = (None if enc in ("", "identity")
+                             else zlib.decompressobj(47) if enc in ("gzip", "deflate")
+                             else False)
+
+    def feed(self, chunk: bytes) -> None:
+        if self.done or self.decoder is False:
+            return
+        if self.decoder is not None:
+            try:
+                chunk = self.decoder.decompress(chunk)
+            except zlib.error:
+                self.decoder = False
+                return
+        if self.splitter is not None:
+            for ev in self.splitter.feed(chunk):
+                if _usage_of(event_data(ev), self.usage):
+                    self.finish()
+                    return
+        elif self.buffer is not None:
+            self.buffer.append(chunk)
+
+    def finish(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        if self.buffer and self.decoder is not False:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                _usage_of(orjson.loads(b"".join(self.buffer)), self.usage)
+        _notify(dataclasses.replace(self.base, usage=self.usage or None))
+
+
+@functools.cache
+def _tee_classes(module: Any) -> tuple[type, type]:
+    class Tee(module.SyncByteStream):  # type: ignore[misc]
+        def __init__(self, inner: Any, watch: _Watch) -> None:
+            self._inner = inner
+            self._watch = watch
+
+        def __iter__(self) -> Iterator[bytes]:
+            for chunk in self._inner:
+                self._watch.feed(chunk)
+                yield chunk
+            self._watch.finish()
+
+        def close(self) -> None:
+            try:
+                self._inner.close()
+            finally:
+                self._watch.finish()
+
+    class AsyncTee(module.AsyncByteStream):  # type: ignore[misc]
+        def __init__(self, inner: Any, watch: _Watch) -> None:
+            self._inner = inner
+            self._watch = watch
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            async for chunk in self._inner:
+                self._watch.feed(chunk)
+                yield chunk
+            self._watch.finish()
+
+        async def aclose(self) -> None:
+            try:
+                await self._inner.aclose()
+            finally:
+                self._watch.finish()
+
+    return Tee, AsyncTee
+
+
+def _begin(lib: Any, request: Any, response: Any, context: contextvars.Context,
+           is_async: bool) -> Any:
+    url = request.url
+    provider = detect(url.host, url.path, request.headers)
+    if provider.name == "http":
+        return response  # not an LLM API: nothing to observe
+    try:
+        body = request.content
+    except lib.module.RequestNotRead:
+        body = b""
+    headers = response.headers
+    base = Exchange(provider.name, provider.endpoint(url.host, url.path), body,
+                    response.status_code, None, context)
+    watch = _Watch(base, headers.get("content-type", ""), headers.get("content-encoding", ""))
+    try:
+        content = response.content  # an answer built from the store is already in memory
+    except lib.module.ResponseNotRead:
+        tee = _tee_classes(lib.module)[1 if is_async else 0]
+        response.stream = tee(response.stream, watch)
+        return response
+    watch.decoder = None  # .content is decoded already
+    watch.feed(content)
+    watch.finish()
+    return response
+
+
+Handle = Callable[[Any, Any, Any, Any, Any], Any]
+AsyncHandle = Callable[[Any, Any, Any, Any, Any], Awaitable[Any]]
+
+
+def watched_sync(handle: Handle) -> Handle:
+    """Wrap the sync request handler so observers see its exchanges."""
+
+    @functools.wraps(handle)
+    def wrapper(lib: Any, eff: Any, request: Any, send: Any, opts: Any) -> Any:
+        if not _OBSERVERS:
+            return handle(lib, eff, request, send, opts)
+        context = contextvars.copy_context()
+        response = handle(lib, eff, request, send, opts)
+        return _begin(lib, request, response, context, False)
+
+    return wrapper
+
+
+def watched_async(handle: AsyncHandle) -> AsyncHandle:
+    """Wrap the async request handler so observers see its exchanges."""
+
+    @functools.wraps(handle)
+    async def wrapper(lib: Any, eff: Any, request: Any, send: Any, opts: Any) -> Any:
+        if not _OBSERVERS:
+            return await handle(lib, eff, request, send, opts)
+        context = contextvars.copy_context()
+        response = await handle(lib, eff, request, send, opts)
+        return _begin(lib, request, response, context, True)
+
+    return wrapper

@@ -1,0 +1,405 @@
+"""Live server-sent event streams, recorded while the caller reads them.
+
+The caller gets every chunk as it arrives; the recorder cuts the same bytes into events and
+asks the provider (``Provider.stage``) where each one leaves the answer. A stream is stored
+once, when the answer is complete:
+
+- at the provider's end marker (``message_stop``, ``data: [DONE]``, ``response.completed``)
+  or at the end of the body;
+- and before the caller sees the event that *finishes* the answer (Anthropic
+  ``message_delta``, an OpenAI chunk with a ``finish_reason``): the recorder first reads ahead
+  to the end marker, for at most ``READ_AHEAD_TIMEOUT`` seconds. litellm stops reading at
+  that event and never closes the response (issue 8); when the end marker is in a later socket
+  read than the finishing event, as it is whenever the server writes one event at a time, its
+  streams were never stored. Events before that point are never held back.
+
+A stream the caller closes or drops before that point, or that is still unfinished when its
+cassette block exits, is not stored and says so with a ``DejacacheWarning`` naming the call
+(endpoint and model) and where it would have gone. A stream that fails (the server hangs up)
+is not stored either; the caller gets the failure itself.
+
+Cost per event: one cheap string check (``Provider.stage``). Per stream that stops at the
+finishing event with the end marker still on the wire: one short-lived reader thread (sync)
+or task (async; under trio the read-ahead runs inline, bounded only by the client's timeout).
+
+One mechanism for every transport: httpx and httpx2, sync and async, and the aiohttp-backed
+transports (litellm's, the SDKs' ``DefaultAioHttpClient``), which hand back httpx responses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, Protocol
+
+import orjson
+
+from ..config import Effective
+from ..errors import DejacacheWarning
+from ..stats import record_miss
+from ._libs import Lib
+from .aliases import AliasTable
+from .exchange import response_value
+from .providers import Provider
+from .providers._base import END, FINISHING
+from .sse import SSESplitter
+
+__all__ = ["READ_AHEAD_TIMEOUT", "Recorder", "recording_classes", "settle", "unfinished"]
+
+# How long the event that finishes an answer may wait for the end marker behind it. Real
+# providers send both within milliseconds; a server that stalls in between costs the caller
+# this much once. The reader then goes on by itself and stores the answer when the end
+# marker comes, even if the caller has stopped reading or closed the stream.
+READ_AHEAD_TIMEOUT = 2.0
+
+
+class CallInfo(Protocol):
+    """What the recorder needs to know about the call (``transport._Call``)."""
+
+    @property
+    def provider(self) -> Provider: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def eff(self) -> Effective: ...
+    @property
+    def canonical(self) -> bytes: ...
+    @property
+    def aliases(self) -> AliasTable | None: ...
+
+
+StoreSync = Callable[[dict[str, Any], float], None]
+StoreAsync = Callable[[dict[str, Any], float], Awaitable[None]]
+
+# Recordings still open, so a cassette block can name the ones it exits without.
+_OPEN: weakref.WeakSet[Recorder] = weakref.WeakSet()
+_OPEN_LOCK = threading.Lock()
+
+
+class Recorder:
+    """One live stream being recorded: its events so far, and whether it is still open."""
+
+    __slots__ = ("__weakref__", "_lock", "call", "events", "live", "open", "splitter", "stage",
+                 "t0")
+
+    def __init__(self, call: CallInfo, live: Any, t0: float) -> None:
+        self.call = call
+        self.live = live
+        self.t0 = t0
+        self.splitter = SSESplitter()
+        self.events: list[list[Any]] = []
+        self.stage = 0
+        self.open = True  # False once stored, abandoned or failed: exactly one of those
+        self._lock = threading.Lock()
+
+    def track(self) -> Recorder:
+        """Handed to a caller: a block exiting before it is done should say so."""
+        with _OPEN_LOCK:
+            _OPEN.add(self)
+        return self
+
+    def feed(self, chunk: bytes) -> int:
+        """Take in one chunk; return the furthest stage any event so far has reached."""
+        evs = self.splitter.feed(chunk)
+        if evs:
+            offset = round(time.perf_counter() - self.t0, 4)
+            self.events.extend([offset, e] for e in evs)
+            if self.stage < END:
+                stage_of = self.call.provider.stage
+                for e in evs:
+                    s = stage_of(e)
+                    if s > self.stage:
+                        self.stage = s
+        return self.stage
+
+    def _claim(self) -> bool:
+        with self._lock:
+            if not self.open:
+                return False
+            self.open = False
+        with _OPEN_LOCK:
+            _OPEN.discard(self)
+        return True
+
+    def value(self) -> dict[str, Any]:
+        for e in self.splitter.flush():
+            self.events.append([round(time.perf_counter() - self.t0, 4), e])
+        live = self.live
+        value = response_value(
+            live.status_code, live.headers.multi_items(), live.headers.get("content-type", ""),
+            self.call.provider, events=self.events,
+        )
+        if self.call.aliases is not None and value.get("ids"):
+            self.call.aliases.learn(value["ids"])
+        return value
+
+    def complete(self, store: StoreSync) -> None:
+        if self._claim():
+            store(self.value(), time.perf_counter() - self.t0)
+
+    async def acomplete(self, store: StoreAsync) -> None:
+        if self._claim():
+            await store(self.value(), time.perf_counter() - self.t0)
+
+    def failed(self) -> None:
+        """The live stream raised: nothing to store, and the caller sees the error itself."""
+        if self._claim():
+            record_miss(self.call.name, stored=False, error=True)
+
+    def abandon(self, why: str) -> None:
+        """Not stored, and nobody would notice without being told: warn, naming the call."""
+        if self._claim():
+            record_miss(self.call.name, stored=False)
+            warnings.warn(self.describe(why), DejacacheWarning, stacklevel=3)
+
+    def describe(self, why: str) -> str:
+        model = None
+        try:
+            body = orjson.loads(self.call.canonical).get("body")
+        except (orjson.JSONDecodeError, AttributeError):
+            body = None
+        if isinstance(body, dict):
+            model = body.get("model")
+        what = self.call.name + (f" (model {model!r})" if isinstance(model, str) else "")
+        source = self.call.eff.source
+        where = f" in {source}" if source else ""
+        return (f"dejacache: the {what} stream {why}; it was not recorded{where}. Read a "
+                "stream at least to the event that ends the answer to record it.")
+
+
+def unfinished(store: Any) -> list[Recorder]:
+    """Recordings still open that would be stored in ``store``."""
+    with _OPEN_LOCK:
+        return [r for r in _OPEN if r.open and r.call.eff.store is store]
+
+
+def settle(store: Any, where: str) -> None:
+    """A block that writes ``store`` is exiting: recordings still open for it are abandoned,
+    each with a warning (their answer can no longer reach the file)."""
+    for rec in unfinished(store):
+        rec.abandon(f"was still being read when {where} exited")
+
+
+# ---------------------------------------------------------------- reading ahead
+
+
+class _Ahead:
+    """Chunks read past the finishing event, shared by the caller and the reader.
+
+    When the reader is not done within ``READ_AHEAD_TIMEOUT`` the caller gets the finishing
+    event anyway (``give_up``) and the reader settles the recording itself; a caller closing
+    the stream meanwhile leaves the response to the reader to close (``defer_close``): the
+    events already hold the whole answer, so the end marker is still worth waiting for.
+    """
+
+    __slots__ = ("chunks", "close_pending", "done", "error", "given_up", "lock")
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.error: BaseException | None = None
+        self.done = False
+        self.given_up = False
+        self.close_pending = False
+        self.lock = threading.Lock()
+
+    def finish(self) -> tuple[bool, bool]:
+        """The reader is done: (settle the recording here, close the response here)."""
+        with self.lock:
+            self.done = True
+            return self.given_up, self.close_pending
+
+    def give_up(self) -> bool:
+        """The caller stops waiting; True when the reader had finished after all."""
+        with self.lock:
+            if not self.done:
+                self.given_up = True
+            return self.done
+
+    def defer_close(self) -> bool:
+        """The caller closes the stream; True when the reader is still going and will."""
+        with self.lock:
+            if not self.done:
+                self.close_pending = True
+            return not self.done
+
+
+def _orphan_failed(rec: Recorder, ahead: _Ahead) -> None:
+    rec.abandon(f"failed after the caller stopped reading ({ahead.error!r})")
+
+
+def _read_ahead(rec: Recorder, source: Iterator[bytes], ahead: _Ahead,
+                store: StoreSync) -> None:
+    try:
+        for more in source:
+            ahead.chunks.append(more)
+            if rec.feed(more) >= END:
+                break
+    except Exception as exc:
+        ahead.error = exc
+    settle_here, close_here = ahead.finish()
+    if settle_here:  # the caller moved on before the end marker: the recording is ours
+        if ahead.error is None:
+            rec.complete(store)
+        else:
+            _orphan_failed(rec, ahead)
+    if close_here:
+        rec.live.close()
+
+
+async def _aread_ahead(rec: Recorder, source: AsyncIterator[bytes], ahead: _Ahead,
+                       store: StoreAsync) -> None:
+    try:
+        async for more in source:
+            ahead.chunks.append(more)
+            if rec.feed(more) >= END:
+                break
+    except BaseException as exc:  # CancelledError too: the loop is shutting down
+        ahead.error = exc
+    settle_here, close_here = ahead.finish()
+    if settle_here:
+        if ahead.error is None:
+            await rec.acomplete(store)
+        else:
+            _orphan_failed(rec, ahead)
+    if close_here:
+        await rec.live.aclose()
+    if isinstance(ahead.error, asyncio.CancelledError):
+        raise ahead.error
+
+
+# Read-ahead tasks whose caller has stopped waiting: the event loop only keeps weak references.
+_TASKS: set[asyncio.Task[None]] = set()
+
+
+@functools.cache
+def recording_classes(lib: Lib) -> tuple[type, type]:
+    """The sync and async byte streams (for ``lib``) that hand chunks on while recording."""
+    m = lib.module
+
+    class RecordingStream(m.SyncByteStream):  # type: ignore[misc,name-defined]
+        def __init__(self, rec: Recorder, store: StoreSync) -> None:
+            self._rec = rec
+            self._store = store
+            self._ahead: _Ahead | None = None
+
+        def __iter__(self) -> Iterator[bytes]:
+            rec = self._rec
+            source = iter(rec.live.iter_bytes())
+            try:
+                for chunk in source:
+                    if rec.open and rec.feed(chunk):
+                        if rec.stage >= END:
+                            rec.complete(self._store)
+                        elif rec.stage == FINISHING:
+                            yield from self._read_on(chunk, source)
+                            continue
+                    yield chunk
+            except Exception:
+                rec.failed()
+                raise
+            rec.complete(self._store)  # the end of the body: the answer is all there
+
+        def _read_on(self, chunk: bytes, source: Iterator[bytes]) -> Iterator[bytes]:
+            # Before handing over the finishing event, read on to the end marker. In a
+            # thread, so a server stalling in between costs a bounded wait.
+            rec = self._rec
+            ahead = self._ahead = _Ahead()
+            reader = threading.Thread(
+                target=contextvars.copy_context().run,
+                args=(_read_ahead, rec, source, ahead, self._store),
+                name="dejacache-read-ahead", daemon=True,
+            )
+            reader.start()
+            reader.join(READ_AHEAD_TIMEOUT)
+            if ahead.give_up() and ahead.error is None:
+                rec.complete(self._store)
+            yield chunk
+            reader.join()  # the caller reads on: it would have waited for these anyway
+            yield from ahead.chunks
+            if ahead.error is not None:
+                rec.failed()
+                raise ahead.error
+
+        def close(self) -> None:
+            ahead = self._ahead
+            if ahead is not None and ahead.defer_close():
+                return  # the reader settles the recording, then closes the response
+            self._rec.abandon("was closed before the end of the answer")
+            self._rec.live.close()
+
+        def __del__(self) -> None:
+            ahead = self._ahead
+            if self._rec.open and (ahead is None or ahead.done):
+                self._rec.abandon("was dropped before the end of the answer")
+
+    class AsyncRecordingStream(m.AsyncByteStream):  # type: ignore[misc,name-defined]
+        def __init__(self, rec: Recorder, store: StoreAsync) -> None:
+            self._rec = rec
+            self._store = store
+            self._ahead: _Ahead | None = None
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            rec = self._rec
+            source = rec.live.aiter_bytes().__aiter__()
+            try:
+                async for chunk in source:
+                    if rec.open and rec.feed(chunk):
+                        if rec.stage >= END:
+                            await rec.acomplete(self._store)
+                        elif rec.stage == FINISHING:
+                            async for c in self._read_on(chunk, source):
+                                yield c
+                            continue
+                    yield chunk
+            except Exception:
+                rec.failed()
+                raise
+            await rec.acomplete(self._store)
+
+        async def _read_on(self, chunk: bytes,
+                           source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+            rec = self._rec
+            ahead = self._ahead = _Ahead()
+            reader = _aread_ahead(rec, source, ahead, self._store)
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:  # another event loop (trio): read ahead without a bound
+                await reader
+                task = None
+            else:
+                task = asyncio.ensure_future(reader)
+                # wait() never cancels the reader: a late end marker is still read and stored.
+                await asyncio.wait((task,), timeout=READ_AHEAD_TIMEOUT)
+                if not task.done():
+                    _TASKS.add(task)
+                    task.add_done_callback(_TASKS.discard)
+            if ahead.give_up() and ahead.error is None:
+                await rec.acomplete(self._store)
+            yield chunk
+            if task is not None:
+                await task
+            for c in ahead.chunks:
+                yield c
+            if ahead.error is not None:
+                rec.failed()
+                raise ahead.error
+
+        async def aclose(self) -> None:
+            ahead = self._ahead
+            if ahead is not None and ahead.defer_close():
+                return  # the reader settles the recording, then closes the response
+            self._rec.abandon("was closed before the end of the answer")
+            await self._rec.live.aclose()
+
+        def __del__(self) -> None:
+            ahead = self._ahead
+            if self._rec.open and (ahead is None or ahead.done):
+                self._rec.abandon("was dropped before the end of the answer")
+
+    return RecordingStream, AsyncRecordingStream

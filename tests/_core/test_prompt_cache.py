@@ -1,0 +1,176 @@
+"""Provider cache rules and one session's verdicts, with explicit times and prices."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dejacache._core.prefix import build_prefix
+from dejacache._core.prompt_cache import (
+    Rates,
+    SessionState,
+    SessionTotals,
+    Usage,
+    lifetime,
+    minimum_tokens,
+    read_usage,
+)
+
+BIG = "Stable instructions. " * 400  # ~8,400 characters: ~2,100 estimated tokens
+
+
+def rates(provider: str, model: str) -> Rates | None:
+    if model.startswith("claude"):
+        return Rates(3.0, 0.1, 1.25)
+    if model.startswith("gpt"):
+        return Rates(2.0, 0.25, 1.0)
+    return None
+
+
+def claude(system: str = BIG, turns: int = 1, ttl: str | None = None) -> Any:
+    cc: dict[str, Any] = {"type": "ephemeral"}
+    if ttl:
+        cc["ttl"] = ttl
+    msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"}
+            for i in range(2 * turns - 1)]
+    return build_prefix("messages", {"model": "claude-sonnet-4-6", "messages": msgs,
+                                     "system": [{"type": "text", "text": system,
+                                                 "cache_control": cc}]})
+
+
+def gpt(system: str = BIG, turns: int = 1) -> Any:
+    msgs = [{"role": "system", "content": system}] + [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"}
+        for i in range(2 * turns - 1)]
+    return build_prefix("chat", {"model": "gpt-4.1", "messages": msgs})
+
+
+def test_minimums_and_lifetimes() -> None:
+    assert minimum_tokens("anthropic", "claude-sonnet-4-6") == 1024
+    assert minimum_tokens("anthropic", "claude-3-5-haiku-latest") == 2048
+    assert minimum_tokens("anthropic", "claude-haiku-4-5") == 4096
+    assert minimum_tokens("openai", "gpt-4.1") == 1024
+    assert lifetime(claude()) == 300.0
+    assert lifetime(claude(ttl="1h")) == 3600.0
+    assert lifetime(build_prefix("chat", {"model": "gpt-5", "messages": [],
+                                          "prompt_cache_retention": "24h"})) == 86400.0
+
+
+def test_read_usage_per_provider() -> None:
+    assert read_usage({"input_tokens": 10, "cache_read_input_tokens": 2000,
+                       "cache_creation_input_tokens": 30}) == Usage(2040, 2000, 30)
+    assert read_usage({"prompt_tokens": 2100, "prompt_tokens_details":
+                       {"cached_tokens": 1920}}) == Usage(2100, 1920)
+    assert read_usage({"prompt_tokens": 11}) == Usage(11, None)
+    assert read_usage({"input_tokens": 9, "input_tokens_details":
+                       {"cached_tokens": 0}}) == Usage(9, 0)
+    assert read_usage({"input_tokens": 12}) == Usage(12, None, None)
+    assert read_usage(None) is None and read_usage({"other": 1}) is None
+
+
+def test_anthropic_frozen_prefix_expects_the_previous_breakpoint() -> None:
+    s = SessionState("s")
+    rec1, b1 = s.turn(claude(turns=1), None, 0.0, rates)
+    rec2, b2 = s.turn(claude(turns=2), None, 10.0, rates)
+    assert b1 == b2 == []
+    assert rec1.expected_cached == 0 and rec1.estimated
+    assert 2_000 < rec2.expected_cached < 2_300
+
+
+def test_usage_scales_the_estimate() -> None:
+    s = SessionState("s")
+    p = claude()
+    s.turn(p, Usage(p.size // 2, 0, p.size // 2), 0.0, rates)  # 2 characters a token
+    rec, _ = s.turn(claude(turns=2), Usage(p.size // 2 + 5, p.size // 2, 5), 1.0, rates)
+    assert rec.expected_cached == pytest.approx(p.breakpoints()[-1] / 2, abs=2)
+    assert rec.reported_cached == p.size // 2 and not rec.estimated
+
+
+def test_break_tokens_and_cost_anthropic() -> None:
+    s = SessionState("s")
+    s.turn(claude(BIG + "12:04:31"), None, 0.0, rates)
+    rec, (brk,) = s.turn(claude(BIG + "12:05:02", turns=2), None, 30.0, rates)
+    assert (brk.reason, brk.turn, brk.before, brk.after) == ("system", 2, "12:04:31", "12:05:02")
+    assert rec.expected_cached == 0
+    assert brk.tokens > 2_000
+    assert brk.cost == pytest.approx(brk.tokens * 3.0 / 1e6 * (1.25 - 0.1))
+    assert "`system[0].text` at offset 8,404: `12:04:31` → `12:05:02`" in str(brk)
+
+
+def test_one_hour_marker_prices_the_rewrite_at_2x() -> None:
+    s = SessionState("s")
+    s.turn(claude("A" + BIG, ttl="1h"), None, 0.0, rates)
+    _, (brk,) = s.turn(claude("B" + BIG, ttl="1h"), None, 1.0, rates)
+    assert brk.cost == pytest.approx(brk.tokens * 3.0 / 1e6 * (2.0 - 0.1))
+
+
+def test_openai_keeps_the_128_token_steps_before_a_late_change() -> None:
+    s = SessionState("s")
+    s.turn(gpt(BIG + "12:04:31"), None, 0.0, rates)
+    rec, (brk,) = s.turn(gpt(BIG + "12:05:02", turns=2), None, 1.0, rates)
+    assert rec.expected_cached % 128 == 0 and rec.expected_cached >= 1024
+    assert brk.tokens < 128  # only the tail after the last whole step is lost
+    assert brk.cost == pytest.approx(brk.tokens * 2.0 / 1e6 * (1.0 - 0.25))
+
+
+def test_ttl_only_when_the_gap_exceeds_the_lifetime_and_usage_agrees() -> None:
+    s = SessionState("s")
+    s.turn(claude(), None, 0.0, rates)
+    _, (brk,) = s.turn(claude(turns=2), None, 400.0, rates)
+    assert brk.reason == "ttl" and brk.before == "400 s idle" and brk.path == ""
+    # OpenAI keeps entries 5-10 min: a reported hit after 6 minutes is not called a ttl miss.
+    o = SessionState("o")
+    o.turn(gpt(), Usage(2100, 0), 0.0, rates)
+    rec, found = o.turn(gpt(turns=2), Usage(2110, 2048), 360.0, rates)
+    assert found == [] and rec.reported_cached == 2048
+    rec, (miss,) = o.turn(gpt(turns=3), Usage(2120, 0), 1000.0, rates)
+    assert miss.reason == "ttl" and rec.expected_cached == 0
+
+
+def test_below_minimum_is_flagged_once_per_stretch() -> None:
+    s = SessionState("s")
+    small = [gpt("short", turns=n) for n in (1, 2, 3)]
+    found = [s.turn(p, None, float(i), rates)[1] for i, p in enumerate(small)]
+    assert [len(f) for f in found] == [1, 0, 0]
+    (brk,) = found[0]
+    assert (brk.reason, brk.after) == ("below_minimum", "minimum 1,024")
+    assert brk.cost == pytest.approx(brk.tokens * 2.0 / 1e6 * (1 - 0.25))
+
+
+def test_model_change_loses_everything_and_unknown_models_cost_nothing() -> None:
+    s = SessionState("s")
+    s.turn(gpt(), None, 0.0, rates)
+    other = build_prefix("chat", {"model": "local-llm", "messages": [
+        {"role": "system", "content": BIG}]})
+    _, (brk,) = s.turn(other, None, 1.0, rates)
+    assert (brk.reason, brk.before, brk.after) == ("model", "gpt-4.1", "local-llm")
+    assert brk.tokens >= 1024 and brk.cost > 0  # priced at the model that had the cache
+    t = SessionState("t")
+    t.turn(other, None, 0.0, rates)
+    _, (free,) = t.turn(build_prefix("chat", {"model": "local-llm", "messages": [
+        {"role": "system", "content": "x" + BIG}]}), None, 1.0, rates)
+    assert free.cost == 0.0
+
+
+def test_anthropic_without_markers_caches_nothing_so_nothing_breaks() -> None:
+    s = SessionState("s")
+    body = {"model": "claude-sonnet-4-6", "system": "A" + BIG,
+            "messages": [{"role": "user", "content": "q"}]}
+    s.turn(build_prefix("messages", body), None, 0.0, rates)
+    rec, found = s.turn(build_prefix("messages", {**body, "system": "B" + BIG}), None, 1.0,
+                        rates)
+    assert found == [] and rec.expected_cached == 0
+
+
+def test_totals() -> None:
+    s, totals = SessionState("s"), SessionTotals("s")
+    for i, sys in enumerate(("A" + BIG, "B" + BIG)):
+        rec, found = s.turn(claude(sys, turns=i + 1), Usage(2000, 0, 2000),
+                            float(i), rates)
+        totals.add(rec, found)
+    r = totals.report()
+    assert (r.turns, r.breaks, r.prompt_tokens, r.reported_cached) == (2, 1, 4000, 0)
+    assert r.hit_ratio == 0.0 and r.cost > 0
+    assert "2 turns, 1 breaks" in str(r)
+    assert SessionTotals("x").report().hit_ratio is None

@@ -1,0 +1,370 @@
+"""Live streams are stored once the answer is complete, whether or not the caller reads on.
+
+litellm reads an Anthropic stream up to ``message_delta`` and never closes it (issue 8); an
+OpenAI caller may stop at the chunk with ``finish_reason`` and never read ``[DONE]``. Raw
+httpx/httpx2 clients play that caller here, against the loopback provider writing one event
+at a time with a pause before the end marker, so the end marker is never in the same socket
+read as the event before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import importlib
+import threading
+import time
+from typing import Any
+
+import pytest
+from fake_provider import FakeProvider
+
+import dejacache
+from dejacache.http import recording
+from dejacache.http.providers._base import END, FINISHING, IN_PROGRESS
+from dejacache.http.providers.anthropic import PROVIDER as ANTHROPIC
+from dejacache.http.providers.openai import PROVIDER as OPENAI
+
+LIBS = ["httpx", "httpx2"]
+USER: list[Any] = [{"role": "user", "content": "one two three"}]
+
+
+# ---------------------------------------------------------------- which event ends the answer
+
+
+def test_anthropic_stages() -> None:
+    assert ANTHROPIC.stage('event: message_start\ndata: {"type":"message_start"}\n\n') == 0
+    delta = 'event: content_block_delta\ndata: {"type":"content_block_delta","delta":' \
+            '{"text":"message_delta message_stop"}}\n\n'
+    assert ANTHROPIC.stage(delta) == IN_PROGRESS
+    assert ANTHROPIC.stage('event: message_delta\ndata: {"type":"message_delta"}\n\n') \
+        == FINISHING
+    assert ANTHROPIC.stage("event: message_stop\ndata: {}\n\n") == END
+    # proxies that drop the event lines
+    assert ANTHROPIC.stage('data: {"type": "message_delta", "delta": {}}\n\n') == FINISHING
+    assert ANTHROPIC.stage('data: {"type":"message_stop"}\n\n') == END
+
+
+def test_openai_stages() -> None:
+    chunk = 'data: {"choices":[{"delta":{"content":"x"},"finish_reason":null}]}\n\n'
+    assert OPENAI.stage(chunk) == IN_PROGRESS
+    assert OPENAI.stage('data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\n') \
+        == FINISHING
+    assert OPENAI.stage('data: {"choices": [{"finish_reason": "length"}]}\n\n') == FINISHING
+    # generated text that mentions a finish_reason is escaped inside its JSON string
+    text = 'data: {"choices":[{"delta":{"content":"\\"finish_reason\\": \\"stop\\""},' \
+           '"finish_reason":null}]}\n\n'
+    assert OPENAI.stage(text) == IN_PROGRESS
+    assert OPENAI.stage("data: [DONE]\n\n") == END
+    assert OPENAI.stage("event: response.output_text.delta\ndata: {}\n\n") == IN_PROGRESS
+    assert OPENAI.stage("event: response.completed\ndata: {}\n\n") == END
+    assert OPENAI.stage("event: response.incomplete\ndata: {}\n\n") == END
+
+
+# ---------------------------------------------------------------- raw callers
+
+
+def _request(fake: FakeProvider, provider: str) -> dict[str, Any]:
+    if provider == "anthropic":
+        return {"method": "POST", "url": fake.url + "/v1/messages",
+                "headers": {"anthropic-version": "2023-06-01"},
+                "json": {"model": "m", "max_tokens": 9, "stream": True, "messages": USER}}
+    return {"method": "POST", "url": fake.openai_url + "/chat/completions",
+            "json": {"model": "m", "stream": True, "messages": USER}}
+
+
+def _finishes(line: str) -> bool:
+    return '"type":"message_delta"' in line or '"finish_reason":"' in line
+
+
+def _ends(line: str) -> bool:
+    return "message_stop" in line or line == "data: [DONE]"
+
+
+def _lines_sync(client: Any, req: dict[str, Any], stop_at_finish: bool) -> list[str]:
+    """Read lines; with ``stop_at_finish`` stop at the finishing event and never close."""
+    r = client.send(client.build_request(**req), stream=True)
+    lines = []
+    for line in r.iter_lines():
+        lines.append(line)
+        if stop_at_finish and _finishes(line):
+            break
+    return lines
+
+
+def _read_sync(lib: str, req: dict[str, Any], stop_at_finish: bool) -> list[str]:
+    with importlib.import_module(lib).Client() as client:
+        return _lines_sync(client, req, stop_at_finish)
+
+
+async def _read_async(lib: str, req: dict[str, Any], stop_at_finish: bool) -> list[str]:
+    async with importlib.import_module(lib).AsyncClient() as client:
+        r = await client.send(client.build_request(**req), stream=True)
+        lines = []
+        async for line in r.aiter_lines():
+            lines.append(line)
+            if stop_at_finish and _finishes(line):
+                break
+        return lines
+
+
+def _read(is_async: bool, lib: str, req: dict[str, Any], stop: bool) -> Any:
+    if is_async:
+        return asyncio.run(_read_async(lib, req, stop))
+    return _read_sync(lib, req, stop)
+
+
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("provider", ["anthropic", "openai"])
+def test_caller_stopping_at_the_finishing_event_is_recorded(
+    fake: FakeProvider, provider: str, is_async: bool, lib: str
+) -> None:
+    store = dejacache.MemoryStore()
+    req = _request(fake, provider)
+    fake.script.append({"end_delay": 0.05})
+    with dejacache.scope(mode="auto", store=store):
+        live = _read(is_async, lib, req, True)
+        assert _finishes(live[-1]) and not any(_ends(x) for x in live)
+        # stored before the caller saw the finishing event
+        assert len(store) == 1
+        again = _read(is_async, lib, req, False)
+    assert fake.count() == 1
+    assert again[:len(live)] == live
+    assert _ends([x for x in again if x][-1])
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_explicit_transport_records_a_caller_stopping_at_finish(
+    fake: FakeProvider, is_async: bool
+) -> None:
+    store = dejacache.MemoryStore()
+    req = _request(fake, "openai")
+    fake.script.append({"end_delay": 0.05})
+
+    async def aread() -> None:
+        async with dejacache.async_http_client() as http:
+            r = await http.send(http.build_request(**req), stream=True)
+            async for line in r.aiter_lines():
+                if _finishes(line):
+                    return
+
+    def read() -> None:
+        with dejacache.http_client() as http:
+            r = http.send(http.build_request(**req), stream=True)
+            for line in r.iter_lines():
+                if _finishes(line):
+                    return
+
+    with dejacache.scope(mode="record", store=store):
+        asyncio.run(aread()) if is_async else read()
+    assert len(store) == 1
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_body_ending_without_end_marker_is_recorded(fake: FakeProvider, is_async: bool) -> None:
+    store = dejacache.MemoryStore()
+    req = _request(fake, "openai")
+    fake.script.append({"no_end": True})
+    with dejacache.scope(mode="auto", store=store):
+        live = _read(is_async, "httpx2", req, True)
+        assert len(store) == 1
+        again = _read(is_async, "httpx2", req, False)
+    assert again[:len(live)] == live
+    assert "data: [DONE]" not in again
+
+
+# ---------------------------------------------------------------- what is not recorded, loudly
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_stream_closed_early_warns_naming_the_call(fake: FakeProvider, lib: str) -> None:
+    store = dejacache.MemoryStore()
+    mod = importlib.import_module(lib)
+    with mod.Client() as client, dejacache.scope(mode="auto", store=store), \
+            client.stream(**_request(fake, "anthropic")) as r:
+        lines = r.iter_lines()  # held: httpx2 closes the response when it is dropped
+        next(lines)
+        with pytest.warns(dejacache.DejacacheWarning,
+                          match=r"anthropic.messages \(model 'm'\) stream was closed before"):
+            r.close()
+    assert len(store) == 0
+    assert dejacache.stats().by_name["anthropic.messages"].stores == 0
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_stream_dropped_early_warns(fake: FakeProvider, lib: str) -> None:
+    store = dejacache.MemoryStore()
+    # httpx2 closes a response whose line iterator is dropped; httpx leaves that to us.
+    with importlib.import_module(lib).Client() as client, \
+            dejacache.scope(mode="auto", store=store):
+        r = client.send(client.build_request(**_request(fake, "openai")), stream=True)
+        lines = r.iter_lines()
+        next(lines)
+        with pytest.warns(dejacache.DejacacheWarning, match="stream was (dropped|closed)"):
+            del r, lines
+            gc.collect()
+    assert len(store) == 0
+
+
+def test_async_stream_closed_early_warns(fake: FakeProvider) -> None:
+    import httpx
+
+    async def run() -> None:
+        async with httpx.AsyncClient() as client, \
+                client.stream(**_request(fake, "openai")) as r:
+            async for _ in r.aiter_lines():
+                break
+
+    with dejacache.scope(mode="auto", store=dejacache.MemoryStore()), \
+            pytest.warns(dejacache.DejacacheWarning, match="openai.chat.completions .*closed"):
+        asyncio.run(run())
+
+
+def test_cassette_block_exiting_mid_stream_warns_naming_the_file(
+    fake: FakeProvider, tmp_path: Any
+) -> None:
+    import httpx2
+
+    path = tmp_path / "mid.json"
+    warns = pytest.warns(dejacache.DejacacheWarning, match=r"still being read when its "
+                         r"cassette block exited; it was not recorded in .*mid\.json")
+    with httpx2.Client() as client:
+        with warns, dejacache.cassette(path, mode="record"):
+            r = client.send(client.build_request(**_request(fake, "anthropic")), stream=True)
+            lines = r.iter_lines()
+            next(lines)
+        rest = list(lines)  # reading on after the block: no second warning, nothing stored
+        r.close()
+    assert rest and "message_stop" in "".join(rest)
+    assert not path.exists() or "message_start" not in path.read_text()
+
+
+def test_async_cassette_block_exiting_mid_stream_warns(fake: FakeProvider, tmp_path: Any) -> None:
+    import httpx
+
+    path = tmp_path / "amid.json"
+
+    async def run() -> str:
+        async with httpx.AsyncClient() as client:
+            with pytest.warns(dejacache.DejacacheWarning, match=r"anthropic.messages .*"
+                              r"cassette block exited; it was not recorded in .*amid\.json"):
+                async with dejacache.cassette(path, mode="record"):
+                    r = await client.send(client.build_request(**_request(fake, "anthropic")),
+                                          stream=True)
+                    lines = r.aiter_lines()
+                    await lines.__anext__()
+            rest = [x async for x in lines]
+            await r.aclose()
+            return "".join(rest)
+
+    assert "message_stop" in asyncio.run(run())
+    assert not path.exists() or "message_start" not in path.read_text()
+
+
+def test_stream_failing_after_finish_is_not_stored(fake: FakeProvider) -> None:
+    import httpx2
+
+    store = dejacache.MemoryStore()
+    fake.script.append({"cut": 9})  # role, 7 words, finish_reason; never [DONE]
+    with httpx2.Client() as client, dejacache.scope(mode="auto", store=store), \
+            client.stream(**_request(fake, "openai")) as r, \
+            pytest.raises(httpx2.TransportError):
+        for _ in r.iter_lines():
+            pass
+    assert len(store) == 0
+
+
+# ---------------------------------------------------------------- a server slow to end
+
+
+@pytest.fixture
+def short_read_ahead(monkeypatch: pytest.MonkeyPatch) -> float:
+    monkeypatch.setattr(recording, "READ_AHEAD_TIMEOUT", 0.2)
+    return 0.2
+
+
+def _join_readers() -> None:
+    for t in threading.enumerate():
+        if t.name == "dejacache-read-ahead":
+            t.join(10)
+
+
+@pytest.mark.usefixtures("short_read_ahead")
+def test_stalled_end_marker_costs_a_bounded_wait(fake: FakeProvider) -> None:
+    import httpx2
+
+    store = dejacache.MemoryStore()
+    fake.script.append({"end_delay": 1.5})
+    with dejacache.scope(mode="auto", store=store), httpx2.Client() as client:
+        t0 = time.perf_counter()
+        live = _lines_sync(client, _request(fake, "anthropic"), True)
+        waited = time.perf_counter() - t0
+        assert waited < 1.2  # handed over after the read-ahead budget, not the stall
+        assert len(store) == 0
+        _join_readers()  # the reader goes on to the end marker and stores the answer
+        assert len(store) == 1
+        again = _read_sync("httpx2", _request(fake, "anthropic"), False)
+    assert again[:len(live)] == live
+    assert fake.count() == 1
+
+
+@pytest.mark.usefixtures("short_read_ahead")
+def test_stalled_end_marker_read_on_is_recorded(fake: FakeProvider) -> None:
+    store = dejacache.MemoryStore()
+    fake.script.append({"end_delay": 0.6})
+    with dejacache.scope(mode="auto", store=store):
+        lines = _read_sync("httpx", _request(fake, "openai"), False)
+    assert "data: [DONE]" in lines
+    assert len(store) == 1
+
+
+@pytest.mark.usefixtures("short_read_ahead")
+def test_stalled_end_marker_closed_at_finish_is_still_recorded(fake: FakeProvider) -> None:
+    import httpx2
+
+    store = dejacache.MemoryStore()
+    fake.script.append({"end_delay": 1.0})
+    with httpx2.Client() as client, dejacache.scope(mode="auto", store=store):
+        with client.stream(**_request(fake, "openai")) as r:
+            for line in r.iter_lines():
+                if _finishes(line):
+                    break
+        # closed at the finishing event, before the end marker came: the answer is whole
+        assert len(store) == 0
+        _join_readers()
+        assert len(store) == 1
+
+
+@pytest.mark.usefixtures("short_read_ahead")
+def test_async_stalled_end_marker_is_recorded_after_the_caller_stops(
+    fake: FakeProvider,
+) -> None:
+    store = dejacache.MemoryStore()
+    fake.script.append({"end_delay": 1.5})
+
+    async def run() -> list[str]:
+        import httpx
+
+        async with httpx.AsyncClient() as client:
+            r = await client.send(client.build_request(**_request(fake, "anthropic")),
+                                  stream=True)
+            t0 = time.perf_counter()
+            lines = []
+            async for line in r.aiter_lines():
+                lines.append(line)
+                if _finishes(line):
+                    break
+            assert time.perf_counter() - t0 < 1.2  # the read-ahead budget, not the stall
+            assert len(store) == 0
+            pending = set(recording._TASKS)
+            assert pending
+            await asyncio.wait(pending, timeout=10)
+            return lines
+
+    with dejacache.scope(mode="auto", store=store):
+        live = asyncio.run(run())
+        assert len(store) == 1
+        again = _read(True, "httpx", _request(fake, "anthropic"), False)
+    assert again[:len(live)] == live
+
