@@ -7,8 +7,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 UV = $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 
-.PHONY: demo test test-legacy test-gen2 test-scenario test-hermes lint typecheck bench \
-	redis-server uv clean
+.PHONY: demo test test-legacy test-gen2 test-scenario test-hermes test-frameworks lint typecheck bench \
+	redis-server uv clean chromium docs dist
 
 # The SDK generations and real clients cannot share one venv; each gets its own:
 # .venv          openai 3.x / anthropic 2.x on httpx2, the main suite
@@ -16,10 +16,15 @@ UV = $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 # .venv-gen2     openai 2.x, current litellm (aiohttp for async), anthropic 0.x on httpx
 # .venv-scenario langwatch-scenario (pins openai < 3; ~130 packages)
 # .venv-hermes   hermes-agent 0.19 (pins openai 2.x), AgentPool's real client
+# .venv-fw3      agent frameworks on openai 3.x: openai-agents, pydantic-ai, langgraph, smolagents, agno
+# .venv-fw2      agent frameworks pinned to openai 2.x: dspy, crewai, llama-index
 LEGACY := .venv-legacy
 GEN2 := .venv-gen2
 SCENARIO := .venv-scenario
 HERMES := .venv-hermes
+DOCS := .venv-docs
+FW3 := .venv-fw3
+FW2 := .venv-fw2
 
 uv:
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 \
@@ -34,10 +39,13 @@ $(1)/.installed: pyproject.toml | uv
 endef
 
 $(eval $(call venv,$(VENV),dev))
+$(eval $(call venv,$(DOCS),docs))
 $(eval $(call venv,$(LEGACY),legacy-test))
 $(eval $(call venv,$(GEN2),gen2-test))
 $(eval $(call venv,$(SCENARIO),scenario-test))
 $(eval $(call venv,$(HERMES),hermes-test))
+$(eval $(call venv,$(FW3),fw3-test))
+$(eval $(call venv,$(FW2),fw2-test))
 
 demo: $(STAMP)
 	$(VENV)/bin/dejacache demo
@@ -53,19 +61,44 @@ redis-server:
 	  else echo "redis-server not found and not root: redis tests will be skipped"; fi; }
 	@command -v redis-server >/dev/null 2>&1 && redis-server --version || true
 
+# tests/report opens the HTML report in a real headless browser: Debian's chromium, installed
+# like redis-server (when we are root and it is missing); the tests skip with the reason
+# otherwise.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's chromium for the report tests"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || echo "could not install chromium; browser tests will be skipped"; \
+	  else echo "chromium not found and not root: browser tests will be skipped"; fi; }
+
+# The documentation site (mkdocs-material, strict: a warning fails the build) into site/.
+docs: $(DOCS)/.installed
+	NO_MKDOCS_2_WARNING=1 $(DOCS)/bin/mkdocs build --strict
+
+# Packaging check: wheel + sdist, twine check, and the wheel in a fresh venv with no extras
+# (tests/test_packaging.py does the same when DEJACACHE_PACKAGING=1).
+dist: $(STAMP)
+	rm -rf dist
+	$(PY) -m build -q -o dist . >/dev/null
+	$(PY) -m twine check --strict dist/*
+	DEJACACHE_PACKAGING=1 $(PY) -m pytest tests/test_packaging.py -q -p no:randomly
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-test: $(STAMP) redis-server
+test: $(STAMP) redis-server chromium
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
+	$(MAKE) --no-print-directory docs
 	$(MAKE) --no-print-directory test-legacy
 	$(MAKE) --no-print-directory test-gen2
 	$(MAKE) --no-print-directory test-scenario
 	$(MAKE) --no-print-directory test-hermes
+	$(MAKE) --no-print-directory test-frameworks
 	$(PY) -m pytest -n 2 --dist loadfile -q
 
 # httpx-era SDKs (openai 1.x, anthropic 0.x, litellm) cannot share a venv with the current
@@ -93,5 +126,12 @@ test-scenario: $(SCENARIO)/.installed
 test-hermes: $(HERMES)/.installed
 	$(HERMES)/bin/python -m pytest tests/integrations/hermes -q
 
+# The agent frameworks (issue 11): one small agent with one tool each, recorded live against
+# the loopback provider and replayed with the provider gone; their tool decorators stacked
+# with dejacache's. Two venvs: the frameworks on openai 3.x and those pinned to 2.x.
+test-frameworks: $(FW3)/.installed $(FW2)/.installed
+	$(FW3)/bin/python -m pytest tests/integrations/frameworks -q
+	$(FW2)/bin/python -m pytest tests/integrations/frameworks -q
+
 clean:
-	rm -rf $(VENV) $(LEGACY) $(GEN2) $(SCENARIO) $(HERMES) .dejacache build dist
+	rm -rf $(VENV) $(LEGACY) $(GEN2) $(SCENARIO) $(HERMES) $(FW3) $(FW2) $(DOCS) .dejacache build dist site

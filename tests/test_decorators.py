@@ -625,3 +625,43 @@ def test_callers_mutating_results_cannot_corrupt_the_cache(
     assert hit == {"q": "a", "items": [1, 2]}
     hit["items"].clear()
     assert fetch("a") == {"q": "a", "items": [1, 2]}
+
+
+def test_volatile_patterns_and_paths_on_the_decorator(store: dejacache.MemoryStore) -> None:
+    import re
+
+    calls: list[str] = []
+
+    @dejacache.cache(volatile=[re.compile(r"\d\d:\d\d:\d\d"), "messages[*].id"])
+    def ask(messages: list[dict[str, Any]]) -> str:
+        calls.append(messages[0]["content"])
+        return "answer"
+
+    assert ask([{"content": "now 12:04:31, plan", "id": "a1"}]) == "answer"
+    assert ask([{"content": "now 12:05:02, plan", "id": "b2"}]) == "answer"  # a hit
+    assert ask([{"content": "now 12:05:02, book", "id": "b2"}]) == "answer"  # other text
+    assert calls == ["now 12:04:31, plan", "now 12:05:02, book"]
+    stored = [orjson_loads(r.request) for _, r in store.iterate(name=None)]
+    assert {"messages": [{"content": "now <volatile>, plan"}]} in stored
+
+
+def orjson_loads(raw: Any) -> Any:
+    import orjson
+
+    return orjson.loads(raw)
+
+
+def test_a_volatile_path_that_can_never_match_is_an_error(store: dejacache.MemoryStore) -> None:
+    with pytest.raises(dejacache.ConfigurationError, match=r"body\.messages.*can never match"):
+        @dejacache.cache(volatile=["body.messages"])
+        def f(messages: list[Any]) -> int:
+            return 1
+
+    @dejacache.cache(volatile=["body.messages"])  # **kwargs may carry it: allowed
+    def g(**kwargs: Any) -> int:
+        return 1
+
+    with pytest.raises(dejacache.ConfigurationError, match="malformed"):
+        dejacache.configure(volatile=["messages[x]"])
+    with pytest.raises(dejacache.ConfigurationError, match="malformed"):
+        dejacache.scope(volatile=["a..b"])

@@ -30,6 +30,13 @@ def test_core_names_are_exported() -> None:
         assert name in dejacache.__all__, name
 
 
+def test_trajectory_api_is_exported() -> None:
+    for name in ("load_cassette", "diff_cassettes", "ReplayDivergence"):
+        assert name in dejacache.__all__, name
+    assert issubclass(dejacache.ReplayDivergence, dejacache.ReplayMiss)
+    assert issubclass(dejacache.ReplayDivergence, AssertionError)
+
+
 def test_stores_importable_from_both_places() -> None:
     from dejacache import stores
 

@@ -106,7 +106,7 @@ def test_a():
 def test_b():
     llm("b")
 
-@pytest.mark.dejacache(mode="replay")
+@pytest.mark.dejacache(mode="replay", expect_misses=True)
 def test_forced_replay():
     with pytest.raises(dejacache.ReplayMiss):
         llm("c")
@@ -307,3 +307,23 @@ def test_plan(dejacache_cassette):
         < out.index("RuntimeError: litellm.InternalServerError")
     assert "dejacache replay miss: no recording of llm matches" in out
     assert "calls: 0 replayed, 0 recorded, 1 missed" in out
+
+
+def test_a_miss_swallowed_by_the_code_under_test_fails_the_test(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_agent=AGENT + """
+def answer(prompt):
+    try:
+        return llm(prompt)["text"]
+    except Exception:  # an agent's fallback: would make a replay miss look like a pass
+        return "sorry"
+
+def test_plan(dejacache_cassette):
+    assert answer("plan a trip")
+""")
+    run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=1, errors=1)
+    res = run(pytester, "--dejacache-mode=replay")
+    res.stdout.fnmatch_lines(["*1 replay miss(es) in cassette*were caught by the code under*"])
+    run(pytester).assert_outcomes(passed=1)  # auto mode records it
+    run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=1)

@@ -1,4 +1,5 @@
-"""The README's "Running agents" examples run as printed, and print what it says they do."""
+"""The "Running agents" examples (docs/agents.md, moved there from the README) run as
+printed, and print what the page says they do."""
 
 from __future__ import annotations
 
@@ -7,14 +8,11 @@ import re
 
 import pytest
 
-README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "agents.md"
 
 
 def blocks() -> list[str]:
-    text = README.read_text(encoding="utf-8")
-    start = text.index("\n## Running agents")
-    end = text.index("\n## ", start + 1)
-    return re.findall(r"```python\n(.*?)```", text[start:end], re.S)
+    return re.findall(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.S)
 
 
 def expected_output(code: str) -> list[str]:
@@ -31,7 +29,7 @@ def expected_output(code: str) -> list[str]:
 @pytest.mark.parametrize("index", range(2), ids=["agent-pool", "prefix-monitor"])
 def test_running_agents_example(index: int, capsys: pytest.CaptureFixture[str]) -> None:
     code = blocks()[index]
-    exec(compile(code, f"README.md running-agents block {index}", "exec"), {})
+    exec(compile(code, f"docs/agents.md block {index}", "exec"), {})
     printed = capsys.readouterr().out.splitlines()
     for line in expected_output(code):
         assert line in printed

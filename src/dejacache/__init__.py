@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .cassettes import Cassette, cassette
+from .cassettes.trajectory import diff_cassettes, load_cassette
 from .codec import Codec, JsonCodec, PickleCodec
 from .config import configure
 from .decorators import cache
@@ -22,6 +23,7 @@ from .errors import (
     IntegrityError,
     NetworkBlocked,
     PoolError,
+    ReplayDivergence,
     ReplayMiss,
     ScopeError,
     SerializationError,
@@ -75,6 +77,7 @@ __all__ = [
     "PrefixMonitor",
     "Record",
     "RedisStore",
+    "ReplayDivergence",
     "ReplayMiss",
     "RuntimeStats",
     "SQLiteStore",
@@ -94,10 +97,12 @@ __all__ = [
     "call_key",
     "cassette",
     "configure",
+    "diff_cassettes",
     "explain",
     "http_client",
     "intercept",
     "invalidates",
+    "load_cassette",
     "propagate",
     "reset_runtime_stats",
     "reset_stats",

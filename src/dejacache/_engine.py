@@ -75,8 +75,8 @@ def lookup(eff: Effective, name: str, key: str) -> Any:
     store = eff.store
     try:
         rec = store.get(key)
-    except CassetteError:  # a damaged recording is reported as damage, never as a miss
-        raise
+    except (CassetteError, ReplayMiss):  # damage is reported as damage, never as a miss;
+        raise  # a strict cassette's divergence (a ReplayMiss) fails the call
     except Exception as exc:  # a failing tier must not fail the call: treat as a miss
         warn_once(f"get:{type(store).__name__}", f"dejacache: read from {eff.source} failed "
                   f"({exc!r}); treating as a miss")
@@ -102,7 +102,7 @@ async def alookup(eff: Effective, name: str, key: str) -> Any:
     store = eff.store
     try:
         rec = await store.aget(key)
-    except CassetteError:
+    except (CassetteError, ReplayMiss):
         raise
     except Exception as exc:
         warn_once(f"get:{type(store).__name__}", f"dejacache: read from {eff.source} failed "
@@ -217,7 +217,12 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
         lines.extend(f"    {d}" for d in diff[:30])
         if len(diff) > 30:
             lines.append(f"    ... and {len(diff) - 30} more")
-        if all("<secret:" in d or "<REDACTED>" in d for d in diff):
+        if not diff and nkey == key:
+            lines.append(
+                "  (none: this very call is recorded, but all its recordings were already "
+                "replayed; each identical call replays the next recorded answer, so the code "
+                "now makes it more often than when it was recorded)")
+        elif all("<secret:" in d or "<REDACTED>" in d for d in diff):
             lines.append(
                 "  the calls differ only in credentials, which keys mask with a per-machine "
                 "key: declare them with substitute={'<NAME>': live_value}, ignore them, or "
@@ -228,9 +233,11 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
         "  to re-record: run again with DEJACACHE_MODE=record (or mode='record' on the block)"
     )
     miss = ReplayMiss("\n".join(lines), name=name, key=key, source=eff.source, diff=diff)
+    miss.request = target
     note = getattr(eff.store, "note_miss", None)
     if note is not None:  # a cassette keeps the report: SDKs and frameworks often wrap it
-        note(miss)
+        # (a strict cassette answers with the divergence to raise instead: issue 14)
+        miss = note(miss) or miss
     return miss
 
 

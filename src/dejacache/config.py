@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import threading
 from collections.abc import Iterable
 from typing import Any, Final
 
+from ._core.volatile import parse as _parse_volatile
 from ._paths import default_cache_dir
 from .codec import Codec, JsonCodec
 from .errors import ConfigurationError
@@ -30,6 +32,19 @@ __all__ = [
     "resolve_mode",
     "store_from_url",
 ]
+
+VolatileItems = tuple[str | re.Pattern[str], ...]
+
+
+def volatile_items(items: Iterable[str | re.Pattern[str]]) -> VolatileItems:
+    """``volatile=`` as given, checked now: a malformed path or pattern is an error where it
+    is written, not a key that silently keeps the field."""
+    if isinstance(items, (str, re.Pattern)):
+        items = (items,)
+    out = tuple(items)
+    _parse_volatile(out)
+    return out
+
 
 MODES: Final = ("auto", "replay", "record", "off")
 
@@ -68,7 +83,7 @@ class Effective:
     mode: str
     store: Store
     codec: Codec
-    volatile: tuple[str, ...] = ()
+    volatile: VolatileItems = ()
     source: str = ""
     tenant: str | None = None
     session: str | None = None
@@ -93,7 +108,7 @@ class _Settings:
         self.mode: str | None = None
         self.store: Store | None = None
         self.codec: Codec = JsonCodec()
-        self.volatile: tuple[str, ...] | None = None  # None: DEJACACHE_VOLATILE
+        self.volatile: VolatileItems | None = None  # None: DEJACACHE_VOLATILE
         self._default_store: Store | None = None
         self._effective: Effective | None = None
 
@@ -150,16 +165,17 @@ def configure(
     mode: str | _Unset | None = UNSET,
     store: Store | str | _Unset | None = UNSET,
     codec: Codec | _Unset = UNSET,
-    volatile: Iterable[str] | _Unset | None = UNSET,
+    volatile: Iterable[str | re.Pattern[str]] | _Unset | None = UNSET,
     codec_allow: Iterable[str] | _Unset = UNSET,
 ) -> None:
     """Set process-wide defaults. Arguments left out keep their current value.
 
     ``cache_key`` is the global namespace (``None`` disables caching); ``store`` takes a
     ``Store`` or a URL; ``store=None`` goes back to the default store; ``mode=None`` goes back to
-    ``DEJACACHE_MODE``/``auto``. ``volatile`` names extra fields (or dotted paths) left out of
-    every key, replacing ``DEJACACHE_VOLATILE`` (comma separated); ``volatile=None`` goes back
-    to it.
+    ``DEJACACHE_MODE``/``auto``. ``volatile`` names extra fields, dotted paths
+    (``body.messages[*].content``) or compiled patterns (every match inside any string is
+    replaced by a placeholder) left out of every key, replacing ``DEJACACHE_VOLATILE``;
+    ``volatile=None`` goes back to it.
     """
     s = _SETTINGS
     with s.lock:
@@ -184,7 +200,7 @@ def configure(
                 raise ConfigurationError(f"codec must implement Codec, not {type(codec).__name__}")
             s.codec = codec
         if not isinstance(volatile, _Unset):
-            s.volatile = tuple(volatile) if volatile is not None else None
+            s.volatile = volatile_items(volatile) if volatile is not None else None
         s.invalidate()
 
 

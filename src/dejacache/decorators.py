@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterable
 from typing import Any, TypeVar, overload
 
 from . import _engine
+from .config import VolatileItems, volatile_items
+from .errors import ConfigurationError
 from .keys import KeyBuilder, KeyParts, digest, explain
 from .scope import _CURRENT, check_ambiguous, current
 from .stats import record_miss
@@ -39,14 +42,21 @@ class _Keys:
     __slots__ = ("_builders", "fn", "ignore", "name", "volatile")
 
     def __init__(self, fn: Callable[..., Any], name: str, ignore: Iterable[str],
-                 volatile: Iterable[str]) -> None:
+                 volatile: Iterable[str | re.Pattern[str]]) -> None:
         self.fn = fn
         self.name = name
         self.ignore = tuple(ignore)
-        self.volatile = tuple(volatile)
-        self._builders: dict[tuple[str, ...], KeyBuilder] = {}
+        self.volatile = volatile_items(volatile)
+        self._builders: dict[VolatileItems, KeyBuilder] = {}
+        # A path written on the decorator that no call can reach is a mistake to report now,
+        # not a key that silently keeps the field.
+        lost = self.builder(()).unreachable_paths()
+        if lost:
+            raise ConfigurationError(
+                f"volatile path(s) {', '.join(lost)} on {name} can never match: the first name "
+                "of a path is one of the function's parameters")
 
-    def builder(self, extra: tuple[str, ...]) -> KeyBuilder:
+    def builder(self, extra: VolatileItems) -> KeyBuilder:
         b = self._builders.get(extra)
         if b is None:
             b = self._builders[extra] = KeyBuilder(
@@ -60,7 +70,7 @@ def _wrap(
     *,
     name: str | None,
     ignore: Iterable[str],
-    volatile: Iterable[str],
+    volatile: Iterable[str | re.Pattern[str]],
     ttl: float | None,
     kind: str,
 ) -> Callable[..., Any]:
@@ -238,7 +248,7 @@ def cache(
     *,
     name: str | None = None,
     ignore: Iterable[str] = (),
-    volatile: Iterable[str] = (),
+    volatile: Iterable[str | re.Pattern[str]] = (),
     ttl: float | None = None,
     kind: str = "call",
 ) -> Callable[[F], F]: ...
@@ -250,7 +260,7 @@ def cache(
     *,
     name: str | None = None,
     ignore: Iterable[str] = (),
-    volatile: Iterable[str] = (),
+    volatile: Iterable[str | re.Pattern[str]] = (),
     ttl: float | None = None,
     kind: str = "call",
 ) -> Any:
@@ -261,10 +271,12 @@ def cache(
     of the key), ``functools.partial`` objects and callables. Exceptions are not cached.
 
     ``ignore`` names arguments left out of the key; ``volatile`` adds field names (anywhere in
-    the arguments) or dotted paths (``"metadata.run_id"``) to drop; ``ttl`` is in seconds.
+    the arguments), paths from a parameter (``"messages[*].metadata"``) to drop, or compiled
+    patterns whose matches inside strings are replaced by a placeholder; ``ttl`` is in
+    seconds.
     """
     ignore = tuple(ignore)
-    volatile = tuple(volatile)
+    volatile = volatile_items(volatile)
 
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
         return _wrap(f, name=name, ignore=ignore, volatile=volatile, ttl=ttl, kind=kind)

@@ -13,7 +13,8 @@
     ├── AgentLoopDetected             the loop guard tripped
     ├── PoolError                     AgentPool misuse or a session refused; names the session
     └── ReplayMiss (AssertionError)   replay mode found no recording; explains the nearest one
-        └── NetworkBlocked            a live connection was attempted while replaying
+        ├── NetworkBlocked            a live connection was attempted while replaying
+        └── ReplayDivergence          a strict replay left the recorded order; names the step
 
     DejacacheWarning (UserWarning)    something was degraded but the caller got a correct result
 
@@ -38,6 +39,7 @@ __all__ = [
     "IntegrityError",
     "NetworkBlocked",
     "PoolError",
+    "ReplayDivergence",
     "ReplayMiss",
     "ScopeError",
     "SerializationError",
@@ -182,8 +184,53 @@ class ReplayMiss(DejacacheError, AssertionError):
         self.key = key
         self.source = source
         self.diff = diff or []
+        #: The call as the cassette would hold it (credentials masked), when known.
+        self.request: Any = None
         super().__init__(message)
 
 
 class NetworkBlocked(ReplayMiss):
-    """A connection to a non-loopback host was attempted while replaying."""
+    """A live connection was attempted while replaying: to a non-loopback host under the CI
+    guard, or from inside a replay block without going through HTTP interception.
+
+    ``host`` is the host asked for (with its address when it was looked up), ``code_path``
+    the modules that tried to connect, innermost first.
+    """
+
+    def __init__(self, message: str, *, host: str = "", code_path: str = "",
+                 **context: Any) -> None:
+        self.host = host
+        self.code_path = code_path
+        super().__init__(message, **context)
+
+
+class ReplayDivergence(ReplayMiss):
+    """A strict cassette met a call that is not the recorded call at its step, a call past
+    the end of the recording, or recorded calls that were never made (at block exit).
+
+    ``step`` is the call's place in this run (0-based), ``recorded_step`` the recorded step
+    it was compared with (None past the end), ``expected`` / ``actual`` describe both calls
+    (name, kind, request) and ``diff`` lists the fields that differ. A ``ReplayMiss``
+    subclass: code that catches misses catches divergences too.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        name: str = "",
+        key: str = "",
+        source: str = "",
+        diff: list[str] | None = None,
+        step: int | None = None,
+        recorded_step: int | None = None,
+        expected: Any = None,
+        actual: Any = None,
+        reason: str = "",
+    ) -> None:
+        self.step = step
+        self.recorded_step = recorded_step
+        self.expected = expected
+        self.actual = actual
+        self.reason = reason
+        super().__init__(message, name=name, key=key, source=source, diff=diff)

@@ -29,6 +29,7 @@ import functools
 import inspect
 import os
 import pathlib
+import re
 from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
@@ -38,6 +39,7 @@ import orjson
 import xxhash
 
 from . import _secrets
+from ._core import volatile as _vol
 from .errors import UnhashableArgument
 
 __all__ = [
@@ -434,20 +436,6 @@ class _Canon:
         return self.norm(v, path, depth)
 
 
-def _strip_path(obj: Any, path: tuple[str, ...]) -> Any:
-    """A copy of ``obj`` without the field at a dotted path (lists are traversed)."""
-    if not path:
-        return obj
-    if isinstance(obj, Mapping):
-        head, rest = path[0], path[1:]
-        if not rest:
-            return {k: v for k, v in obj.items() if k != head}
-        return {k: (_strip_path(v, rest) if k == head else v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_strip_path(v, path) for v in obj]
-    return obj
-
-
 def _subst(data: bytes, pairs: tuple[tuple[bytes, bytes], ...]) -> bytes:
     for live, placeholder in pairs:
         data = data.replace(live, placeholder)
@@ -501,16 +489,15 @@ def canonical_json(
     arguments: Mapping[str, Any],
     *,
     volatile: frozenset[str] | None = None,
-    volatile_paths: Iterable[tuple[str, ...]] = (),
+    volatile_paths: tuple[_vol.Path, ...] = (),
+    volatile_patterns: tuple[re.Pattern[str], ...] = (),
     function: str = "",
     substitutions: tuple[tuple[bytes, bytes], ...] = (),
 ) -> bytes:
-    """Canonical JSON bytes of an argument mapping: sorted, compact, volatile fields removed,
-    credentials and secret-shaped strings masked, ``substitutions`` applied (see
-    :func:`key_substitutions`)."""
-    data: Any = arguments
-    for p in volatile_paths:
-        data = _strip_path(data, p)
+    """Canonical JSON bytes of an argument mapping: sorted, compact, volatile fields, paths
+    and pattern matches removed (see ``_core/volatile.py``), credentials and secret-shaped
+    strings masked, ``substitutions`` applied (see :func:`key_substitutions`)."""
+    data: Any = _vol.apply(arguments, volatile_paths, volatile_patterns)
     return _canonical(data, _names_for(volatile or frozenset()), function, substitutions)
 
 
@@ -518,7 +505,8 @@ def fast_json(
     arguments: Mapping[str, Any],
     *,
     names: _Names,
-    volatile_paths: Iterable[tuple[str, ...]] = (),
+    volatile_paths: tuple[_vol.Path, ...] = (),
+    volatile_patterns: tuple[re.Pattern[str], ...] = (),
     function: str = "",
     substitutions: tuple[tuple[bytes, bytes], ...] = (),
 ) -> tuple[bytes, bool]:
@@ -531,9 +519,7 @@ def fast_json(
     kept apart by the mark full forms with a ``null`` carry (``_NONE_MARK``): a call holding
     ``None`` therefore always walks, one holding neither never does.
     """
-    data: Any = arguments
-    for p in volatile_paths:
-        data = _strip_path(data, p)
+    data: Any = _vol.apply(arguments, volatile_paths, volatile_patterns)
     if not names.plain.issuperset(data):  # a credential argument: it can only hit fully keyed
         return _canonical(data, names, function, substitutions), True
     try:
@@ -619,6 +605,7 @@ class KeyBuilder:
         "_sig",
         "name",
         "paths",
+        "patterns",
         "volatile",
     )
 
@@ -628,7 +615,7 @@ class KeyBuilder:
         name: str,
         *,
         ignore: Iterable[str] = (),
-        volatile: Iterable[str] | None = (),
+        volatile: Iterable[str | re.Pattern[str]] | None = (),
         use_default_volatile: bool = True,
     ) -> None:
         self.name = name
@@ -639,16 +626,16 @@ class KeyBuilder:
             # A partial's frozen arguments are part of the call: key on them too.
             self._pre_args, self._pre_kwargs = fn.args, dict(fn.keywords)
             target = fn.func
-        names_in_paths = [v for v in (volatile or ()) if "." in v]
-        flat = {v for v in (volatile or ()) if "." not in v}
+        spec = _vol.parse(volatile)
         base = DEFAULT_VOLATILE if use_default_volatile else frozenset()
         # Credentials are not listed here: every canonical form masks them (``_Names``).
-        self.volatile = _volatile_set(frozenset(base | flat)) | (
+        self.volatile = _volatile_set(frozenset(base | spec.names)) | (
             _HEADER_ONLY if use_default_volatile else frozenset()
         )
         self._filter = _names_for(self.volatile)
         self._nulls = False  # the last full form held a None (see canonical_fast)
-        self.paths = [tuple(p.split(".")) for p in names_in_paths]
+        self.paths = spec.paths
+        self.patterns = spec.patterns
         self._ignore = frozenset(ignore) | {"self", "cls"}
         self._sig: inspect.Signature | None = None
         self._names: tuple[str, ...] = ()
@@ -667,6 +654,15 @@ class KeyBuilder:
             # The zip fast path also covers keyword-only parameters and **kwargs (chat(**req)
             # is the common LLM wrapper shape): Signature.bind costs ~2 µs a call.
             self._fast = all(p.kind in _FAST_KINDS for p in params)
+
+    def unreachable_paths(self) -> list[str]:
+        """Volatile paths whose first name no call of the function can carry."""
+        sig = self._sig
+        if sig is None or any(p.kind is inspect.Parameter.VAR_KEYWORD
+                              for p in sig.parameters.values()):
+            return []
+        return [".".join(str(s) for s in p) for p in self.paths
+                if isinstance(p[0], str) and p[0] not in sig.parameters]
 
     def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Arguments by parameter name, ignored ones and defaults-equal ones dropped."""
@@ -719,9 +715,7 @@ class KeyBuilder:
                         substitutions: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:
         """The canonical form of already-bound arguments: volatile fields stripped,
         credentials masked."""
-        data: Any = bound
-        for p in self.paths:
-            data = _strip_path(data, p)
+        data: Any = _vol.apply(bound, self.paths, self.patterns)
         out = _canonical(data, self._filter, self.name, substitutions)
         self._nulls = out[-1:] == _NONE_MARK
         return out
@@ -739,6 +733,7 @@ class KeyBuilder:
         if self._nulls:
             return self.canonical_bound(bound, substitutions)
         return fast_json(bound, names=self._filter, volatile_paths=self.paths,
+                         volatile_patterns=self.patterns,
                          function=self.name, substitutions=substitutions)[0]
 
     def key(self, namespace: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
@@ -753,7 +748,7 @@ def call_key(
     *,
     fn: Callable[..., Any] | None = None,
     ignore: Iterable[str] = (),
-    volatile: Iterable[str] = (),
+    volatile: Iterable[str | re.Pattern[str]] = (),
 ) -> str:
     """The stable key of one call: a 32-character hex digest.
 
@@ -771,7 +766,7 @@ def explain(
     *,
     fn: Callable[..., Any] | None = None,
     ignore: Iterable[str] = (),
-    volatile: Iterable[str] = (),
+    volatile: Iterable[str | re.Pattern[str]] = (),
 ) -> KeyParts:
     """The parts that make a key, for debugging: version, namespace, name, canonical args."""
     kb = KeyBuilder(fn, name, ignore=ignore, volatile=volatile)
@@ -787,6 +782,9 @@ def explain(
 
 
 def env_volatile() -> tuple[str, ...]:
-    """Extra volatile field names from ``DEJACACHE_VOLATILE`` (comma separated)."""
+    """Extra volatile items from ``DEJACACHE_VOLATILE``: names, dotted paths and ``re:``
+    patterns, comma separated (or newline separated, which keeps commas inside patterns)."""
     raw = os.environ.get("DEJACACHE_VOLATILE", "")
-    return tuple(p.strip() for p in raw.split(",") if p.strip())
+    items = tuple(p.strip() for p in raw.split("\n" if "\n" in raw else ",") if p.strip())
+    _vol.parse(items)  # a malformed item is an error here, never silently ignored
+    return items

@@ -2,11 +2,14 @@
 
 * fixture ``dejacache_cassette``: the test's calls go to ``<test dir>/cassettes/<module>/
   <test name>.json``; written only when the test passes.
-* marker ``@pytest.mark.dejacache(cassette=..., mode=..., cache_key=..., redact=...,
-  substitute=..., record_errors=..., record_on_error=..., prune=..., allow_hosts=...)``:
-  same, without naming the fixture.
+* marker ``@pytest.mark.dejacache(cassette=..., mode=..., cache_key=..., redact=..., volatile=...,
+  substitute=..., record_errors=..., record_on_error=..., prune=..., allow_hosts=...,
+  expect_misses=...)``: same, without naming the fixture. A test that passes although the code
+  under test caught a replay miss fails, unless it says ``expect_misses=True``.
 * options (namespaced, so the plugin sits beside pytest-recording and others):
-  ``--dejacache-mode``, ``--dejacache-prune``, ``--dejacache-block-network``.
+  ``--dejacache-mode``, ``--dejacache-prune``, ``--dejacache-block-network``,
+  ``--dejacache-strict`` (every cassette strict: calls must follow the recorded order;
+  the marker's ``strict=True`` does it for one test).
 * under ``CI`` the default mode is ``replay`` and cassette tests may reach loopback only.
 * a terminal summary of replayed/recorded/missed calls, unused entries and what replay saved.
 """
@@ -23,6 +26,7 @@ from typing import Any
 import pytest
 import xxhash
 
+from .cassettes import placeholder_keys
 from .cassettes.block import cassette, default_mode, in_ci
 from .cassettes.netguard import NetworkGuard
 from .cassettes.prices import PRICES_DATE, set_prices
@@ -38,6 +42,7 @@ _TAPES = pytest.StashKey[list[tuple[str, Cassette]]]()
 _REMOTE = pytest.StashKey[list[dict[str, Any]]]()
 _SCENARIO = pytest.StashKey[bool]()
 _ADOPTED = pytest.StashKey[list[tuple[Cassette, Callable[[bool], None]]]]()
+_PLACEHOLDERS = pytest.StashKey[list[str] | None]()
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_NAME = 100
 
@@ -51,6 +56,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="remove cassette entries that passing tests did not use")
     group.addoption("--dejacache-block-network", action="store_true", default=False,
                     help="allow only loopback connections in cassette tests (on under CI)")
+    group.addoption("--dejacache-strict", action="store_true", default=False,
+                    help="strict replay for every cassette: calls must follow the recorded "
+                         "order (per asyncio task / thread); a divergence fails the test")
     parser.addini("dejacache_prices", type="linelist", default=[],
                   help="price overrides: 'model-prefix input_per_mtok output_per_mtok' lines")
     parser.addini("dejacache_allow_hosts", type="linelist", default=[],
@@ -60,13 +68,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "named after the scenario (dejacache.integrations.scenario)")
     parser.addini("dejacache_scenario", type="bool", default=False,
                   help="same as --dejacache-scenario")
+    group.addoption("--dejacache-report", metavar="DIR", default=None,
+                    help="write an HTML report of each cassette test's run into DIR: every "
+                         "call replayed, recorded or unused (dejacache.report)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "dejacache(cassette=None, mode=None, cache_key=None, redact=None, substitute=None, "
-        "record_errors=(), record_on_error=False, prune=False, allow_hosts=()): record and "
+        "record_errors=(), record_on_error=False, prune=False, allow_hosts=(), volatile=(), "
+        "expect_misses=False, strict=False): "
+        "record and "
         "replay this test's calls from a cassette",
     )
     config.stash[_TAPES] = []
@@ -88,9 +101,14 @@ def pytest_configure(config: pytest.Config) -> None:
         except ConfigurationError as exc:
             raise pytest.UsageError(f"--dejacache-scenario / dejacache_scenario: {exc}") from exc
         config.stash[_SCENARIO] = True
+    # Replay needs no API key (issue 13): SDK clients built at import time construct with a
+    # placeholder, which the guard in placeholder_keys keeps off the wire.
+    if (config.getoption("dejacache_mode") or default_mode()) == "replay":
+        config.stash[_PLACEHOLDERS] = placeholder_keys.supply()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    placeholder_keys.withdraw(config.stash.get(_PLACEHOLDERS, None))
     if config.stash.get(_SCENARIO, False):
         from .integrations import scenario as scenario_integration
 
@@ -223,6 +241,10 @@ def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
     path = cassette_path(item, explicit)
     mode = opts.get("mode") or config.getoption("dejacache_mode") or default_mode()
     hint = _rerecord_command(item)
+    # A test replaying in a session that does not (a marker's mode="replay"): its own
+    # placeholders, set before the block patches the transports so the guard sits under it.
+    keys = placeholder_keys.supply() if (
+        mode == "replay" and _PLACEHOLDERS not in config.stash) else None
     block = cassette(
         path,
         mode,
@@ -231,11 +253,17 @@ def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
         record_on_error=bool(opts.get("record_on_error", False)),
         record_errors=tuple(opts.get("record_errors", ())),
         prune=bool(opts.get("prune", False) or config.getoption("dejacache_prune")),
+        volatile=opts.get("volatile", ()),
+        strict=bool(opts.get("strict", False) or config.getoption("dejacache_strict")),
         rerecord_hint=hint,
         shared=explicit is not None,
         **({"cache_key": opts["cache_key"]} if "cache_key" in opts else {}),
     )
-    tape = block.__enter__()
+    try:
+        tape = block.__enter__()
+    except BaseException:
+        placeholder_keys.withdraw(keys)
+        raise
     config.stash[_TAPES].append((item.nodeid, tape))
     item.stash[_TAPE] = tape
     guard: NetworkGuard | None = None
@@ -255,10 +283,35 @@ def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
             guard.__exit__(None, None, None)
         reports = item.stash.get(_REPORTS, {})
         failed = any(r.failed for r in reports.values())
-        if failed:
-            block.__exit__(AssertionError, None, None)  # the old cassette stays as it was
-        else:
-            block.__exit__(None, None, None)
+        try:
+            if failed:
+                block.__exit__(AssertionError, None, None)  # the old cassette stays as it was
+            else:
+                block.__exit__(None, None, None)
+        finally:
+            placeholder_keys.withdraw(keys)
+        report_dir = config.getoption("dejacache_report")
+        if report_dir and path.exists():
+            _write_report(pathlib.Path(report_dir), item, path, tape)
+        if not failed and tape.misses and not opts.get("expect_misses", False):
+            # The code under test caught the miss (a broad ``except``, an SDK error handler,
+            # a framework's fallback) and the test passed on a path the recording never took.
+            pytest.fail(f"{len(tape.misses)} replay miss(es) in cassette {path} were caught "
+                        "by the code under test, so this test passed without its recording "
+                        "(a test that asserts misses says so with "
+                        "@pytest.mark.dejacache(expect_misses=True)):\n\n"
+                        + "\n\n".join(str(m) for m in tape.misses[:3]), pytrace=False)
+
+
+def _write_report(directory: pathlib.Path, item: pytest.Item, path: pathlib.Path,
+                  tape: Cassette) -> None:
+    """``--dejacache-report DIR``: the test's run as a page (what it replayed, recorded and
+    left unused), named after the test."""
+    from .report import report
+
+    directory.mkdir(parents=True, exist_ok=True)
+    name = _UNSAFE.sub("_", item.nodeid).strip("._")[:150] or "test"
+    (directory / f"{name}.html").write_text(report(path, calls=tape.calls), encoding="utf-8")
 
 
 @pytest.fixture(autouse=True)

@@ -18,12 +18,21 @@ import contextvars
 import dataclasses
 import functools
 import inspect
+import re
 import threading
-from collections.abc import AsyncIterator, Callable, Generator
+from collections.abc import AsyncIterator, Callable, Generator, Iterable
 from types import TracebackType
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from .config import UNSET, Effective, _Unset, get_settings, resolve_mode, store_from_url
+from .config import (
+    UNSET,
+    Effective,
+    _Unset,
+    get_settings,
+    resolve_mode,
+    store_from_url,
+    volatile_items,
+)
 from .errors import ConfigurationError, ReplayMiss
 from .stores._base import Store
 
@@ -178,7 +187,8 @@ class Block(Generic[E]):
 class scope(Block["scope"]):
     """Override namespace, mode or store for a block (context manager or decorator).
 
-    ``cache_key=None`` disables caching inside the block.
+    ``cache_key=None`` disables caching inside the block; ``volatile`` adds to the volatile
+    names, paths and patterns in force (see ``configure``).
     """
 
     def __init__(
@@ -187,8 +197,10 @@ class scope(Block["scope"]):
         *,
         mode: str | None = None,
         store: Store | str | None = None,
+        volatile: Iterable[str | re.Pattern[str]] = (),
     ) -> None:
         self.cache_key = cache_key
+        self.volatile = volatile_items(volatile)
         self.mode = resolve_mode(mode) if mode is not None else None
         if isinstance(store, str):
             store = store_from_url(store)
@@ -204,6 +216,8 @@ class scope(Block["scope"]):
             changes["namespace"] = self.cache_key
         if self.mode is not None:
             changes["mode"] = self.mode
+        if self.volatile:
+            changes["volatile"] = (*base.volatile, *self.volatile)
         if self.store is not None:
             changes["store"] = self.store
             changes["source"] = getattr(self.store, "url", type(self.store).__name__)

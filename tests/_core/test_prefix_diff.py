@@ -176,7 +176,8 @@ def test_markers_and_string_forms_never_break(system: str, turns: list[str],
     assert build_prefix("messages", a).chain == build_prefix("messages", b).chain
 
 
-@given(st.text(min_size=1, max_size=60), st.integers(min_value=0), st.characters())
+@given(st.text(st.characters(codec="utf-8"), min_size=1, max_size=60), st.integers(min_value=0),
+       st.characters(codec="utf-8"))
 def test_any_single_change_in_the_system_prompt_is_found_where_it_is(
     system: str, at: int, ch: str
 ) -> None:

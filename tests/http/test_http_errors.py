@@ -113,10 +113,11 @@ def test_anthropic_overloaded_then_ok(fake: FakeProvider, seq_store: SeqStore) -
         seq_store.rewind()
         seq_store.tape = {k: v[:1] for k, v in seq_store.tape.items()}  # only the failure
         with dejacache.scope(mode="replay", store=seq_store), \
-                pytest.raises(anthropic.APIConnectionError) as miss:
+                pytest.raises(dejacache.ReplayMiss) as miss:
             run()  # the SDK retries; the retry has no recording: refused, never live
-        # anthropic wraps every exception from its HTTP client; the miss is the cause.
-        assert isinstance(miss.value.__cause__, dejacache.ReplayMiss)
+        # The miss is also an AnthropicError, which the SDK lets through unwrapped.
+        assert isinstance(miss.value, anthropic.AnthropicError)
+        assert "all its recordings were already replayed" in str(miss.value)
         seq_store.rewind()
         with anthropic.Anthropic(base_url=fake.url, api_key="k", max_retries=0) as strict, \
                 dejacache.scope(mode="replay", store=seq_store), \

@@ -226,3 +226,120 @@ print("patched after", hasattr(httpx2.HTTPTransport.handle_request, "__dejacache
     assert "refused" in proc.stdout
     assert "patched after False" in proc.stdout
     assert fake.count() == 0
+
+
+# ---------------------------------------------------------------- the replay backstop (issue 11)
+
+
+def _urlopen(url: str) -> int:
+    import urllib.request
+
+    req = urllib.request.Request(url + "/embeddings", data=b'{"input": "x"}',
+                                 headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return int(resp.status)
+
+
+def test_unknown_http_client_in_a_replay_block_is_refused(fake: FakeProvider) -> None:
+    with dejacache.scope(mode="replay", store=dejacache.MemoryStore()), \
+            pytest.raises(dejacache.NetworkBlocked) as err:
+        _urlopen(fake.openai_url)
+    e = err.value
+    assert e.host == fake.openai_url.split("/")[2]  # 127.0.0.1:port
+    assert e.host in str(e)
+    assert e.code_path.startswith("http.client.")
+    assert "urllib.request" in e.code_path and __name__ in e.code_path
+    assert "did not go through dejacache's HTTP interception" in str(e)
+    assert fake.count() == 0
+
+
+@pytest.mark.parametrize("mode", ["record", "auto"])
+def test_unknown_http_client_outside_replay_goes_live(fake: FakeProvider, mode: str) -> None:
+    with dejacache.scope(mode=mode, store=dejacache.MemoryStore()):
+        assert _urlopen(fake.openai_url) == 200
+    assert fake.count() == 1
+
+
+def test_the_backstop_is_gone_after_the_block(fake: FakeProvider) -> None:
+    import socket
+
+    connect = socket.socket.connect
+    with dejacache.scope(mode="replay", store=dejacache.MemoryStore()):
+        assert socket.socket.connect is not connect
+    assert socket.socket.connect is connect
+    assert _urlopen(fake.openai_url) == 200  # no block: untouched
+
+
+def test_hosts_let_through_by_name_are_allowed(
+    fake: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with dejacache.scope(mode="replay", store=dejacache.MemoryStore()):
+        with dejacache.intercept(ignore_hosts=["127.0.0.1"]):
+            assert _urlopen(fake.openai_url) == 200
+        monkeypatch.setenv("DEJACACHE_IGNORE_HOSTS", "localhost")  # any loopback address
+        assert _urlopen(fake.openai_url) == 200
+    assert fake.count() == 2
+
+
+def test_caching_off_in_a_replay_block_goes_live(fake: FakeProvider) -> None:
+    with dejacache.scope(None, mode="replay"):
+        assert _urlopen(fake.openai_url) == 200
+        with httpx2.Client() as c:  # handed on by interception, as before
+            assert c.post(fake.openai_url + "/embeddings", json={"input": "x"}).status_code \
+                == 200
+    assert fake.count() == 2
+
+
+def test_a_bare_worker_thread_of_a_replay_block_is_refused(fake: FakeProvider) -> None:
+    box: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            _urlopen(fake.openai_url)
+        except BaseException as exc:
+            box.append(exc)
+
+    with dejacache.scope(mode="replay", store=dejacache.MemoryStore()):
+        t = threading.Thread(target=worker)
+        t.start()
+        t.join()
+    assert len(box) == 1 and isinstance(box[0], dejacache.NetworkBlocked)
+    assert fake.count() == 0
+
+
+def test_other_loopback_connections_stay_allowed_in_replay() -> None:
+    # A database or queue the test runs on loopback is not an HTTP call to replay.
+    import socket
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    try:
+        with dejacache.scope(mode="replay", store=dejacache.MemoryStore()):
+            socket.create_connection(srv.getsockname(), timeout=5).close()
+    finally:
+        srv.close()
+
+
+def test_non_loopback_connections_are_refused_in_replay_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The real connect is replaced first, so nothing ever leaves the machine: the guard
+    # wraps whatever connect it finds.
+    import socket
+
+    reached: list[Any] = []
+    monkeypatch.setattr(socket.socket, "connect", lambda s, a: reached.append(a))
+    with dejacache.scope(mode="replay", store=dejacache.MemoryStore()):
+        s = socket.socket()
+        try:
+            with pytest.raises(dejacache.NetworkBlocked, match=r"203\.0\.113\.7:443") as err:
+                s.connect(("203.0.113.7", 443))
+        finally:
+            s.close()
+    assert err.value.code_path.startswith(__name__ + ".")
+    with dejacache.scope(mode="auto", store=dejacache.MemoryStore()):
+        s = socket.socket()
+        s.connect(("203.0.113.7", 443))
+        s.close()
+    assert reached == [("203.0.113.7", 443)]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
-from ..config import UNSET, Effective, _Unset, resolve_mode, settings_object
+from ..config import UNSET, Effective, _Unset, resolve_mode, settings_object, volatile_items
 from ..keys import key_substitutions
 from ..scope import Block, current, enter, leave
 from .redact import Redactor
@@ -53,7 +53,14 @@ class cassette(Block[Cassette]):
     ``substitute={"<ACCOUNT>": live_value}`` writes the placeholder and restores the live
     value on replay. ``prune=True`` drops entries the block never used. ``record_errors``:
     exception types recorded and replayed as the same exception. ``cache_key`` sets the
-    namespace inside the block.
+    namespace inside the block. ``volatile``: names, paths (``"body.messages[*].content"``)
+    and compiled patterns left out of matching for the block's calls (the file shows a
+    placeholder where a pattern matched).
+    ``strict=True``: calls must follow the recorded order, compared per asyncio task /
+    thread (``asyncio.gather`` stays valid); a call that is not the recorded one at its step,
+    or goes past the end of the recording, raises ``ReplayDivergence`` (nothing is sent),
+    and so do recorded calls never made, when the block exits. Without it,
+    ``tape.divergences`` lists the same findings and nothing fails.
     """
 
     def __init__(
@@ -67,8 +74,10 @@ class cassette(Block[Cassette]):
         record_on_error: bool = False,
         record_errors: Iterable[type[BaseException]] = (),
         cache_key: str | _Unset = UNSET,
+        volatile: Iterable[str | re.Pattern[str]] = (),
         rerecord_hint: str | None = None,
         shared: bool = False,
+        strict: bool = False,
     ) -> None:
         self.path = pathlib.Path(path)
         self.mode = resolve_mode(mode) if mode is not None else None
@@ -78,8 +87,10 @@ class cassette(Block[Cassette]):
         self.record_on_error = record_on_error
         self.record_errors = tuple(record_errors)
         self.cache_key = cache_key
+        self.volatile = volatile_items(volatile)
         self.rerecord_hint = rerecord_hint
         self.shared = shared
+        self.strict = strict
         self._stack: list[tuple[Cassette, Effective, contextvars.Token[Effective | None]]] = []
         self.last: Cassette | None = None
         # Set by integrations that write the file later (dejacache.integrations.scenario under
@@ -93,7 +104,8 @@ class cassette(Block[Cassette]):
             f"DEJACACHE_MODE=record <your command>  (or cassette({str(self.path)!r}, "
             "mode='record'))")
         return Cassette(self.path, mode=mode, redactor=self.redactor, rerecord_hint=hint,
-                        record_errors=self.record_errors, shared=self.shared)
+                        record_errors=self.record_errors, shared=self.shared,
+                        strict=self.strict)
 
     def __enter__(self) -> Cassette:
         tape = self.open()
@@ -110,7 +122,8 @@ class cassette(Block[Cassette]):
             # Live values are keyed as their placeholders, as they are written to the file.
             extra = {**extra, "key_substitute": self.key_substitute}
         eff = dataclasses.replace(base, store=tape, mode=tape.mode, source=source,
-                                  namespace=ns, test_facing=True, extra=extra)
+                                  namespace=ns, test_facing=True, extra=extra,
+                                  volatile=(*base.volatile, *self.volatile))
         token = enter(eff)
         self._stack.append((tape, eff, token))
         self.last = tape
@@ -136,4 +149,8 @@ class cassette(Block[Cassette]):
                 tape.save(prune=self.prune and exc_type is None)
         finally:
             tape.close()
+        if tape.strict and exc_type is None:
+            unmade = tape.unmade_error()  # recorded calls never made: the contract is broken
+            if unmade is not None:
+                raise unmade
 

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import orjson
 
 from ..errors import CassetteError
-from ..stats import token_total
+from .trajectory import CassetteView, Step, diff_cassettes, load_cassette
 
 __all__ = ["add_cassette_commands"]
 
@@ -60,80 +60,96 @@ class _Out:
             yield from items
 
 
-def _usage_text(e: dict[str, Any]) -> str:
-    u = e.get("usage")
-    return f"  {token_total(u):,} tokens" if isinstance(u, dict) else ""
+def _tokens_text(s: Step) -> str:
+    if not s.total_tokens:
+        return ""
+    return f"  {s.total_tokens:,} tokens" + ("" if s.tokens_exact else " (estimated)")
 
 
-def _warn_if_damaged(command: str, doc: dict[str, Any], path: str) -> None:
-    from .view import problem
-
-    why = problem(doc, path)
+def _warn_if_damaged(command: str, view: CassetteView) -> None:
+    why = view.problem
     if why is not None:  # still shown: seeing the file is how one finds what changed
         print(f"dejacache {command}: warning: replay would refuse this file: {why}",
               file=sys.stderr)
 
 
-def _cmd_show(args: argparse.Namespace) -> int:
-    from .view import expanded_entries, load
-
-    out = _Out(args.plain)
+def _load(command: str, path: str) -> CassetteView | None:
     try:
-        doc = load(args.file)
+        return load_cassette(path, verify=False)
     except CassetteError as exc:
-        print(f"dejacache show: {exc}", file=sys.stderr)
+        print(f"dejacache {command}: {exc}", file=sys.stderr)
+        return None
+
+
+def _totals(view: CassetteView) -> str:
+    est = "" if view.tokens_exact else " (some estimated)"
+    return (f"tokens: {view.total_input_tokens:,} in + {view.total_output_tokens:,} out = "
+            f"{view.total_tokens:,}{est}   model time: {view.duration:.2f}s   cost: "
+            f"~${view.cost:.4f} (prices as of {view.prices_date})")
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    out = _Out(args.plain)
+    view = _load("show", args.file)
+    if view is None:
         return 2
-    _warn_if_damaged("show", doc, args.file)
-    entries = doc["entries"] if args.refs else expanded_entries(doc)
-    out.line(f"{args.file}: {len(entries)} calls, {len(doc['values'])} shared values",
-             "bold")
-    for i, e in enumerate(entries):
-        if args.name and args.name not in str(e.get("name", "")):
+    _warn_if_damaged("show", view)
+    out.line(f"{args.file}: {view.num_steps} calls, {view.num_values} shared values", "bold")
+    out.line(_totals(view))
+    for s in view.steps:
+        if args.name and args.name not in s.name:
             continue
-        head = (f"#{i} {e.get('name')} [{e.get('kind')}] occurrence {e.get('occurrence')}  "
-                f"{float(e.get('duration', 0)):.3f}s{_usage_text(e)}  key {e.get('key')}")
+        after = (f"  after #{s.follows}" if s.follows is not None and s.follows >= 0
+                 and s.follows != s.index - 1 else "")
+        head = (f"#{s.index} {s.name} [{s.raw_kind}] occurrence {s.occurrence}  "
+                f"{s.duration:.3f}s{_tokens_text(s)}{after}  key {s.key}")
         out.line(head, "bold cyan")
+        stored = s.stored if args.refs else None
         out.line("  request:", "yellow")
-        out.json(e.get("request"))
-        if "error" in e:
+        out.json(stored["request"] if stored is not None else s.request)
+        if s.error is not None:
             out.line("  raised:", "red")
-            out.json(e["error"])
+            out.json(s.error)
         else:
             out.line("  response:", "green")
-            out.json(e.get("response"))
+            out.json(stored.get("response") if stored is not None else s.response)
     return 0
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    from .view import drift, load
-
     out = _Out(args.plain)
-    try:
-        a, b = load(args.a), load(args.b)
-    except CassetteError as exc:
-        print(f"dejacache diff: {exc}", file=sys.stderr)
+    a, b = _load("diff", args.a), _load("diff", args.b)
+    if a is None or b is None:
         return 2
-    _warn_if_damaged("diff", a, args.a)
-    _warn_if_damaged("diff", b, args.b)
-    d = drift(a, b)
+    _warn_if_damaged("diff", a)
+    _warn_if_damaged("diff", b)
+    d = diff_cassettes(a, b, ignore_ids=not args.keep_ids, limit=max(args.limit, 1) * 5)
     out.line(f"{args.a} -> {args.b}", "bold")
-    out.line(f"calls: {len(d.added)} added, {len(d.dropped)} dropped, {len(d.changed)} changed, "
-             f"{d.same} unchanged")
-    ta, tb = d.tokens
-    sa, sb = d.seconds
-    out.line(f"tokens: {ta:,} -> {tb:,} ({tb - ta:+,})   model time: {sa:.2f}s -> {sb:.2f}s "
-             f"({sb - sa:+.2f}s)")
-    for e in d.added:
-        out.line(f"+ {e.get('name')} #{e.get('occurrence')}{_usage_text(e)}", "green")
-    for e in d.dropped:
-        out.line(f"- {e.get('name')} #{e.get('occurrence')}{_usage_text(e)}", "red")
-    for _old, new, lines in d.changed:
-        out.line(f"~ {new.get('name')} #{new.get('occurrence')}", "yellow")
-        for ln in lines[: args.limit]:
+    moved = f", {len(d.reordered_calls)} reordered" if d.reordered_calls else ""
+    out.line(f"calls: {len(d.new_calls)} added, {len(d.dropped_calls)} dropped, "
+             f"{len(d.changed_calls)} changed, {d.unchanged} unchanged{moved} "
+             f"(steps {a.num_steps} -> {b.num_steps})")
+    out.line(f"tokens: {a.total_tokens:,} -> {b.total_tokens:,} ({d.token_delta:+,})   "
+             f"model time: {a.duration:.2f}s -> {b.duration:.2f}s ({d.duration_delta:+.2f}s)   "
+             f"cost: ~${a.cost:.4f} -> ~${b.cost:.4f} ({d.cost_delta:+.4f})")
+    # Steps are numbered in their own file: a#2 is the third call of A, b#5 the sixth of B.
+    for s in d.new_calls:
+        out.line(f"+ b#{s.index} {s.kind} {s.name}{_tokens_text(s)}", "green")
+    for s in d.dropped_calls:
+        out.line(f"- a#{s.index} {s.kind} {s.name}{_tokens_text(s)}", "red")
+    for c in d.changed_calls:
+        out.line(f"~ a#{c.before.index} -> b#{c.after.index} {c.after.kind} {c.name}",
+                 "yellow")
+        for ln in c.changes[: args.limit]:
             out.line(f"    {ln}")
-        if len(lines) > args.limit:
-            out.line(f"    ... and {len(lines) - args.limit} more")
-    return 1 if args.exit_code and (d.added or d.dropped or d.changed) else 0
+        if len(c.changes) > args.limit:
+            out.line(f"    ... and {len(c.changes) - args.limit} more")
+    for sa, sb in d.reordered_calls:
+        was = "the start of its task" if sa.follows == -1 else f"a#{sa.follows}"
+        now = "the start of its task" if sb.follows == -1 else f"b#{sb.follows}"
+        out.line(f"> a#{sa.index} -> b#{sb.index} {sb.kind} {sb.name}: came after {was}, "
+                 f"now after {now}", "magenta")
+    return 1 if args.exit_code and not d.identical else 0
 
 
 def _cmd_scan(args: argparse.Namespace) -> int:
@@ -208,6 +224,9 @@ def add_cassette_commands(sub: Any) -> None:
     p.add_argument("b")
     p.add_argument("--limit", type=int, default=20, help="field changes shown per call")
     p.add_argument("--exit-code", action="store_true", help="exit 1 when they differ")
+    p.add_argument("--keep-ids", action="store_true",
+                   help="compare the ids, headers and timestamps providers regenerate on "
+                        "every call (ignored by default)")
     p.set_defaults(func=_cmd_diff)
     p = _add(sub, "scan", "exit 1 if files hold secret-shaped strings (pre-commit hook)")
     p.add_argument("paths", nargs="+")

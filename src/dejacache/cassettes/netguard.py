@@ -1,28 +1,49 @@
-"""Refuse connections to anything but loopback while a test replays (the CI guard).
+"""Socket-level guards: connections refused with ``NetworkBlocked`` instead of going live.
 
-Patches the public ``socket.socket.connect``/``connect_ex`` and ``socket.getaddrinfo`` for
-the duration of one test. A refused connection raises ``NetworkBlocked`` naming the host and
-the cassette, instead of a timeout or a silently recorded live call.
+One patch layer over the public ``socket.socket.connect``/``connect_ex`` and
+``socket.getaddrinfo``, installed while at least one check is registered (and put back when
+the last one goes). Every connection or lookup on an AF_INET/AF_INET6 socket is shown to the
+registered checks as an :class:`Attempt`; a check refuses it by raising ``NetworkBlocked``.
+Two checks use it:
+
+- :class:`NetworkGuard`, the CI guard of the pytest plugin: for one replaying test, only
+  loopback (and hosts allowed by name) is reachable.
+- the replay backstop (``http/socketguard.py``): inside a replay block, a connection that
+  did not come through HTTP interception is refused, naming the host and the code path.
+
+Lookups are also remembered (address -> host name, bounded), so a refused connection to an
+address names the host the caller asked for.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import NetworkBlocked
 
-__all__ = ["NetworkGuard"]
+__all__ = ["Attempt", "NetworkGuard", "add_check", "allowed_hosts", "code_path",
+           "is_loopback", "remove_check"]
 
 _LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost",
                           "ip6-loopback", ""})
-_STATE = threading.Lock()
+_INET = (socket.AF_INET, socket.AF_INET6)
+_STATE = threading.RLock()
+_CHECKS: list[Callable[[Attempt], None]] = []
+# (the originals, our replacements) while installed.
+_SAVED: tuple[tuple[Any, Any, Any], tuple[Any, Any, Any]] | None = None
+_GUARDS: list[NetworkGuard] = []
+# address -> the host name it was looked up under (the last 512 lookups while installed).
+_NAMES: dict[str, str] = {}
+_NAMES_MAX = 512
 
 
-def _is_loopback(host: Any) -> bool:
+def is_loopback(host: Any) -> bool:
     if isinstance(host, bytes):
         host = host.decode(errors="replace")
     if host is None:
@@ -36,58 +57,208 @@ def _is_loopback(host: Any) -> bool:
         return False
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Attempt:
+    """One connection (``kind="connect"``, ``host`` an address) or lookup (``"resolve"``)."""
+
+    kind: str
+    host: str
+    port: Any
+    #: The name ``host`` was looked up under, when this process looked it up; else ``host``.
+    name: str
+
+    @property
+    def loopback(self) -> bool:
+        return is_loopback(self.host)
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset({self.host.lower(), self.name.lower()})
+
+    @property
+    def where(self) -> str:
+        shown = self.name if self.name == self.host else f"{self.name} ({self.host})"
+        return f"{shown}:{self.port}" if self.port not in (None, "") else shown
+
+
+def _attempt(kind: str, host: Any, port: Any) -> Attempt:
+    h = host.decode(errors="replace") if isinstance(host, bytes) else str(host)
+    return Attempt(kind, h, port, _NAMES.get(h, h))
+
+
+def _run(attempt: Attempt) -> None:
+    for check in list(_CHECKS):
+        check(attempt)
+
+
+def _refuse_or_pass(sock: socket.socket, address: Any) -> None:
+    try:
+        _run(_attempt("connect", address[0], address[1]))
+    except NetworkBlocked:
+        # The socket can never be used now, and callers close theirs on OSError only
+        # (socket.create_connection): closed here, it is not left to the garbage collector.
+        sock.close()
+        raise
+
+
+def _remember(host: Any, infos: Any) -> None:
+    if isinstance(host, bytes):
+        host = host.decode(errors="replace")
+    if not isinstance(host, str) or not host:
+        return
+    try:
+        for info in infos:
+            addr = info[4][0]
+            if isinstance(addr, str) and addr != host:
+                if len(_NAMES) >= _NAMES_MAX:
+                    _NAMES.pop(next(iter(_NAMES)), None)
+                _NAMES[addr] = host
+    except (TypeError, IndexError, StopIteration, RuntimeError):
+        pass  # an odd result from a patched resolver: naming is best effort
+
+
+def _install() -> None:
+    global _SAVED
+    real_connect = socket.socket.connect
+    real_connect_ex = socket.socket.connect_ex
+    real_getaddrinfo = socket.getaddrinfo
+
+    def connect(sock: socket.socket, address: Any) -> None:
+        if _CHECKS and sock.family in _INET:
+            _refuse_or_pass(sock, address)
+        real_connect(sock, address)
+
+    def connect_ex(sock: socket.socket, address: Any) -> int:
+        if _CHECKS and sock.family in _INET:
+            _refuse_or_pass(sock, address)
+        return real_connect_ex(sock, address)
+
+    def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if _CHECKS:
+            _run(_attempt("resolve", host, port))
+        infos = real_getaddrinfo(host, port, *args, **kwargs)
+        _remember(host, infos)
+        return infos
+
+    socket.socket.connect = connect  # type: ignore[method-assign,assignment]
+    socket.socket.connect_ex = connect_ex  # type: ignore[method-assign,assignment]
+    socket.getaddrinfo = getaddrinfo
+    _SAVED = ((real_connect, real_connect_ex, real_getaddrinfo),
+              (connect, connect_ex, getaddrinfo))
+
+
+def _uninstall() -> None:
+    global _SAVED
+    if _SAVED is None:
+        return
+    (real_connect, real_connect_ex, real_getaddrinfo), ours = _SAVED
+    # Put back only what is still ours: a patch someone made on top of ours stays in place.
+    if socket.socket.connect is ours[0]:
+        socket.socket.connect = real_connect  # type: ignore[method-assign]
+    if socket.socket.connect_ex is ours[1]:
+        socket.socket.connect_ex = real_connect_ex  # type: ignore[method-assign]
+    if socket.getaddrinfo is ours[2]:
+        socket.getaddrinfo = real_getaddrinfo
+    _SAVED = None
+    _NAMES.clear()
+
+
+def add_check(check: Callable[[Attempt], None], *, first: bool = False) -> None:
+    """Show every connection and lookup to ``check`` until :func:`remove_check`; ``first``
+    puts it ahead of the others (the CI guard's message names the cassette and the command
+    that re-records it, so it speaks first)."""
+    with _STATE:
+        if _SAVED is None:
+            _install()
+        if first:
+            _CHECKS.insert(0, check)
+        else:
+            _CHECKS.append(check)
+
+
+def remove_check(check: Callable[[Attempt], None]) -> None:
+    with _STATE:
+        for i in range(len(_CHECKS) - 1, -1, -1):
+            if _CHECKS[i] is check or _CHECKS[i] == check:
+                del _CHECKS[i]
+                break
+        if not _CHECKS:
+            _uninstall()
+
+
+def allowed_hosts() -> frozenset[str]:
+    """Hosts the guards in force allow by name (``allow_hosts``): the backstop allows them too."""
+    with _STATE:
+        return frozenset(h for g in _GUARDS for h in g.allow)
+
+
+# Frames that only carry a connection along; the code path starts where they end.
+_PLUMBING = ("socket", "ssl", "selectors", "asyncio", "concurrent", "threading", "contextvars",
+             "functools", "dejacache.cassettes.netguard", "dejacache.http.socketguard")
+
+
+def _plumbing(mod: str) -> bool:
+    return any(mod == p or mod.startswith(p + ".") for p in _PLUMBING)
+
+
+def stack_modules(depth: int = 2) -> list[tuple[str, str, int]]:
+    """(module, function, line) of the calling frames, innermost first, plumbing left out."""
+    out = []
+    f: Any = sys._getframe(depth)
+    while f is not None:
+        mod = f.f_globals.get("__name__", "?")
+        if not _plumbing(mod):
+            out.append((mod, f.f_code.co_name, f.f_lineno))
+        f = f.f_back
+    return out
+
+
+def code_path(frames: list[tuple[str, str, int]], limit: int = 6) -> str:
+    """``http.client.connect:1 <- urllib.request.do_open:2 <- ...``: one entry per module."""
+    parts: list[str] = []
+    last = None
+    for mod, fn, line in frames:
+        if mod == last:
+            continue
+        last = mod
+        if len(parts) == limit:
+            parts.append("...")
+            break
+        parts.append(f"{mod}.{fn}:{line}")
+    return " <- ".join(parts) or "?"
+
+
 class NetworkGuard:
     """Context manager; ``explain`` returns the message tail (cassette, how to re-record)."""
 
     def __init__(self, explain: Callable[[str], str], allow: Iterable[str] = ()) -> None:
         self.explain = explain
         self.allow = {a.lower() for a in allow}
-        self._saved: tuple[Any, Any, Any] | None = None
+        self._entered = False
 
-    def _check(self, host: Any, port: Any) -> None:
-        name = host.decode(errors="replace") if isinstance(host, bytes) else str(host)
-        if _is_loopback(host) or name.lower() in self.allow:
+    def _check(self, attempt: Attempt) -> None:
+        if attempt.loopback or not attempt.names.isdisjoint(self.allow):
             return
-        where = f"{name}:{port}" if port not in (None, "") else name
+        where = f"{attempt.name}:{attempt.port}" if attempt.port not in (None, "") \
+            else attempt.name
+        path = code_path(stack_modules(3))
         raise NetworkBlocked(
             f"dejacache blocked a connection to {where}: only loopback is reachable while "
-            f"tests replay. {self.explain(where)}",
-            source=where,
+            f"tests replay (code path: {path}). {self.explain(where)}",
+            source=where, host=attempt.name, code_path=path,
         )
 
     def __enter__(self) -> NetworkGuard:
-        guard = self
         with _STATE:
-            real_connect = socket.socket.connect
-            real_connect_ex = socket.socket.connect_ex
-            real_getaddrinfo = socket.getaddrinfo
-            self._saved = (real_connect, real_connect_ex, real_getaddrinfo)
-
-            def connect(sock: socket.socket, address: Any) -> None:
-                if sock.family in (socket.AF_INET, socket.AF_INET6):
-                    guard._check(address[0], address[1])
-                real_connect(sock, address)
-
-            def connect_ex(sock: socket.socket, address: Any) -> int:
-                if sock.family in (socket.AF_INET, socket.AF_INET6):
-                    guard._check(address[0], address[1])
-                return real_connect_ex(sock, address)
-
-            def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
-                guard._check(host, port)
-                return real_getaddrinfo(host, port, *args, **kwargs)
-
-            socket.socket.connect = connect  # type: ignore[method-assign,assignment]
-            socket.socket.connect_ex = connect_ex  # type: ignore[method-assign,assignment]
-            socket.getaddrinfo = getaddrinfo
+            if not self._entered:
+                self._entered = True
+                _GUARDS.append(self)
+                add_check(self._check, first=True)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._saved is None:
-            return
         with _STATE:
-            real_connect, real_connect_ex, real_getaddrinfo = self._saved
-            socket.socket.connect = real_connect  # type: ignore[method-assign]
-            socket.socket.connect_ex = real_connect_ex  # type: ignore[method-assign]
-            socket.getaddrinfo = real_getaddrinfo
-            self._saved = None
+            if self._entered:
+                self._entered = False
+                _GUARDS.remove(self)
+                remove_check(self._check)

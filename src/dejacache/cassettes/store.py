@@ -3,12 +3,21 @@
 The engine sees a ``Store`` with ``sequenced = True``: ``get(key)`` hands out the next unused
 recording of that key (FIFO by occurrence), ``put`` appends. Nothing touches the disk until
 :meth:`Cassette.save`, which the ``cassette`` block calls when it exits cleanly.
+
+The recorded order (issue 14): every entry stores ``follows``, the step its asyncio task or
+thread made before it (``_core/strict.py`` explains why per task). The task's place is kept in
+a context variable, which tasks started inside the block copy from their parent. Each call
+made in the block becomes a :class:`~.trajectory.Call` (``tape.calls``); one that leaves the
+recorded order becomes a :class:`~.trajectory.Divergence` (``tape.divergences``), raised as
+:class:`~dejacache.ReplayDivergence` when the cassette is ``strict``.
 """
 
 from __future__ import annotations
 
 import collections
+import contextvars
 import dataclasses
+import itertools
 import pathlib
 import sys
 import threading
@@ -17,15 +26,18 @@ from typing import Any
 
 import orjson
 
+from .._core import strict as order
+from .._core.diff import field_diff
 from ..codec import blob_from_tree, blob_payload
 from ..config import resolve_mode
-from ..errors import CassetteError, ReplayMiss, SerializationError
+from ..errors import CassetteError, ReplayDivergence, ReplayMiss, SerializationError
 from ..stats import token_total
 from ..stores._base import BaseStore, Record, StoreStats
 from . import format as fmt
 from .lock import cassette_lock
 from .prices import estimate_dollars
 from .redact import Redactor
+from .trajectory import Call, CallInfo, Divergence, step_kind
 
 __all__ = ["Cassette", "EntryInfo", "TapeCounters"]
 
@@ -51,7 +63,7 @@ class TapeCounters:
 
 
 class _Entry:
-    __slots__ = ("doc", "index", "key", "occ", "used")
+    __slots__ = ("doc", "fields", "index", "key", "occ", "used")
 
     def __init__(self, key: str, doc: dict[str, Any] | None, index: int | None) -> None:
         self.key = key
@@ -59,6 +71,16 @@ class _Entry:
         self.index = index
         self.occ = 0  # its place among the file's entries of this key
         self.used = False
+        self.fields: dict[str, Any] | None = None  # small fields, read to choose among peers
+
+
+# Where the current asyncio task / thread is in a block's recording:
+# (tape serial, recorded step it is at, the last call it made: an _Entry, a new entry's dict
+# or None). Tasks copy it from their parent when they start, so a gathered child begins where
+# its parent was; a value left by another tape means "at the start".
+_POSITION: contextvars.ContextVar[tuple[int, int, Any] | None] = contextvars.ContextVar(
+    "dejacache_cassette_position", default=None)
+_SERIALS = itertools.count(1)
 
 
 def _canon(doc: dict[str, Any], *, ignore: tuple[str, ...] = ()) -> bytes:
@@ -66,7 +88,7 @@ def _canon(doc: dict[str, Any], *, ignore: tuple[str, ...] = ()) -> bytes:
                         option=orjson.OPT_SORT_KEYS)
 
 
-_VOLATILE_FIELDS = ("checksum", "duration", "occurrence", "usage")
+_VOLATILE_FIELDS = ("checksum", "duration", "follows", "occurrence", "usage")
 
 
 class Cassette(BaseStore):
@@ -83,6 +105,7 @@ class Cassette(BaseStore):
         rerecord_hint: str | None = None,
         record_errors: tuple[type[BaseException], ...] = (),
         shared: bool = False,
+        strict: bool = False,
     ) -> None:
         self.path = pathlib.Path(path)
         self.url = str(path)
@@ -108,6 +131,19 @@ class Cassette(BaseStore):
         self._deleted = 0
         self._closed: list[EntryInfo] | None = None
         self._damage: CassetteError | None = None
+        #: Calls must follow the recorded order (see ``_core/strict.py``); misses raise.
+        self.strict = strict
+        self._serial = next(_SERIALS)
+        self._book = order.OrderBook()
+        self._book_complete = False
+        self._calls: list[Call] = []
+        self._divergences: list[Divergence] = []
+        self._pending: list[tuple[Call, int, _Entry]] = []  # out-of-order hits, not yet named
+        self._pred: dict[int, Any] = {}  # id(new entry) -> the call its task made before
+        self._observed: dict[int, Any] = {}  # recorded step -> the call made before it now
+        self._miss_divergence: dict[str, ReplayDivergence] = {}
+        self._finished = False
+        self._load_request_fn = self._load_request
 
     # ---------------------------------------------------------------- loading
 
@@ -127,6 +163,10 @@ class Cassette(BaseStore):
                 self._lazy = fmt.LazyFile.open(self._raw)
                 self._complete = False
                 self._check_on_open()
+                if self.strict and self.mode == "auto":
+                    # A strict recording is a contract: a call it does not have is a
+                    # divergence, raised before anything is sent (nothing is paid for).
+                    self.mode = "replay"
             self._loaded = True  # not when the check raised: the next call reads the file again
 
     def _check_on_open(self) -> None:
@@ -144,6 +184,7 @@ class Cassette(BaseStore):
             self._parse_all()
 
     def _add(self, e: _Entry) -> None:
+        self._book.add(str(e.doc.get("name", "")) if e.doc else "", _follows(e.doc))
         self._old.append(e)
         self._queues.setdefault(e.key, collections.deque()).append(e)
         same = self._by_key.setdefault(e.key, [])
@@ -279,8 +320,9 @@ class Cassette(BaseStore):
                     e = q.popleft()
                     if e.used:
                         continue
+                    e, view = self._in_task_order(e, q)
                     e.used = True
-                    return self._record(e)
+                    return self._record(e, view)
                 if not self._discover():
                     break
             # A miss. Before the engine reports "no recording matches", check the whole file:
@@ -299,8 +341,9 @@ class Cassette(BaseStore):
                 self._fall_back()
         return self._doc(e), None
 
-    def _record(self, e: _Entry) -> Record:
-        doc, body = self._hit_view(e)
+    def _record(self, e: _Entry,
+                view: tuple[dict[str, Any], bytes | None] | None = None) -> Record:
+        doc, body = view if view is not None else self._hit_view(e)
         usage = doc.get("usage") or None
         duration = float(doc.get("duration", 0.0))
         plain = not doc.get("tagged", False)
@@ -327,6 +370,7 @@ class Cassette(BaseStore):
         if usage:
             c.tokens_saved += token_total(usage)
             c.dollars_saved += estimate_dollars(usage, model)
+        self._note_hit(e, doc)
         return Record(value=value, name=str(doc.get("name", "")),
                       namespace=str(doc.get("namespace", "")), kind=kind,
                       duration=duration, usage=usage)
@@ -374,7 +418,8 @@ class Cassette(BaseStore):
         red = self.redactor
         with self._lock:
             packer = fmt.Packer(self._values)
-            doc["request"] = packer.pack_root(red.tree(req_tree))
+            red_request = red.tree(req_tree)
+            doc["request"] = packer.pack_root(red_request)
             if "response" in doc:
                 light = fmt.Packer(self._values, min_shared=fmt.MIN_SHARED_RESPONSE,
                                    share_containers=False)
@@ -393,6 +438,7 @@ class Cassette(BaseStore):
                 doc = self._verbatim(key, occ, doc)
             self._new.append(doc)
             self.counters.recorded += 1
+            self._note_new(doc, name, kind, key, red_request)
 
     def _verbatim(self, key: str, occ: int, doc: dict[str, Any]) -> dict[str, Any]:
         # Re-recording an unchanged call keeps the old entry, duration included: no git diff.
@@ -430,15 +476,37 @@ class Cassette(BaseStore):
                 duration=float(doc.get("duration", 0.0)), usage=doc.get("usage") or None,
             )
 
-    def note_miss(self, miss: ReplayMiss) -> None:
+    def note_miss(self, miss: ReplayMiss) -> ReplayMiss | None:
         """Kept by the engine when replay raises (a get() that misses may still be followed
         by a hit on the call's full key). An SDK retrying the same call is one miss, and the
-        report outlives wrappers (litellm, scenario) that reduce it to a one-line message."""
+        report outlives wrappers (litellm, scenario) that reduce it to a one-line message.
+        Returns the error to raise instead (a strict cassette's divergence), or None."""
         with self._lock:
+            again = self._miss_divergence.get(miss.key)
+            if again is not None:
+                return again
             if any(m.key == miss.key for m in self.misses):
-                return
+                return None
             self.misses.append(miss)
             self.counters.missed += 1
+            raw_kind = self._kind_of_name(miss.name)
+            call = Call(len(self._calls), miss.name, raw_kind, miss.key, "missed", None, None,
+                        request=miss.request)
+            self._calls.append(call)
+            pos, _ = self._position()
+            if not self._checking():
+                return None
+            verdict = self._book.new(miss.name, pos)
+            self._set_position(verdict.position, None)
+            if verdict.ok:
+                return None
+            exc = self._diverge(verdict, call, pos, CallInfo(
+                miss.name, call.kind, miss.key, miss.request))
+            if not self.strict:
+                return None
+            self._miss_divergence[miss.key] = exc
+            self.misses[-1] = exc  # what a failing test's report leads with (pytest plugin)
+            return exc
 
     def redact_tree(self, tree: Any) -> Any:
         """What the file would hold for ``tree`` (used to keep secrets out of miss reports)."""
@@ -461,6 +529,272 @@ class Cassette(BaseStore):
                           bytes=len(self._raw or b""),
                           extra=dataclasses.asdict(self.counters))
 
+    # ---------------------------------------------------------------- the recorded order
+
+    def _position(self) -> tuple[int, Any]:
+        """(recorded step the calling task is at, the last call it made in this block)."""
+        v = _POSITION.get()
+        if v is None or v[0] != self._serial:
+            return order.ROOT, None
+        return v[1], v[2]
+
+    def _set_position(self, step: int, last: Any) -> None:
+        _, prev = self._position()
+        _POSITION.set((self._serial, step, last if last is not None else prev))
+
+    def _checking(self) -> bool:
+        """Whether this run is compared with a recording (there is one, and it is replayed)."""
+        if self.mode == "record" or self._raw is None:
+            return False
+        self._complete_book()
+        return len(self._book) > 0
+
+    def _complete_book(self) -> None:
+        """Every recorded step's ``follows`` (parses the whole file: only on a miss, a
+        divergence or at the end, never on an in-order hit)."""
+        if self._book_complete:
+            return
+        self._discover_all()
+        if self._raw is not None:
+            for i, d in enumerate(self._parse_all()["entries"]):
+                self._book.learn(i, str(d.get("name", "")), _follows(d))
+        self._book_complete = True
+
+    def _fields(self, e: _Entry) -> tuple[dict[str, Any], bytes | None]:
+        if e.doc is not None:
+            return e.doc, None
+        return self._hit_view(e)
+
+    def _in_task_order(self, e: _Entry, q: collections.deque[_Entry]
+                       ) -> tuple[_Entry, tuple[dict[str, Any], bytes | None] | None]:
+        """``e``, or a later unused entry of the same key recorded at the calling task's
+        place: identical calls made by concurrent tasks get the answers their own task
+        recorded. Returns the entry and what was read of it."""
+        if self._raw is None or self.mode == "record":
+            return e, None
+        view = self._fields(e)
+        f = _follows(view[0])
+        pos, _ = self._position()
+        if f is None or f == pos:
+            return e, view
+        for i, peer in enumerate(q):
+            if peer.used:
+                continue
+            pv = self._fields(peer)
+            if _follows(pv[0]) == pos:
+                del q[i]
+                q.appendleft(e)
+                return peer, pv
+        return e, view
+
+    def _note_hit(self, e: _Entry, doc: dict[str, Any]) -> None:
+        i = e.index
+        assert i is not None
+        name = str(doc.get("name", ""))
+        f = _follows(doc)
+        book = self._book
+        book.learn(i, name, f)
+        pos, last = self._position()
+        call = Call(len(self._calls), name, str(doc.get("kind", "call")), e.key, "replayed",
+                    i, self._load_request_fn, src=e)
+        self._calls.append(call)
+        self._observed[i] = last
+        if f is None or f == pos:  # in order (the hot path: no verdict object)
+            book.used[i] = True
+            _POSITION.set((self._serial, i, e))
+            return
+        if not self.strict:
+            # Out of order: reported when read (tape.divergences) or at close. Naming the
+            # expected step reads the whole file, which an in-order replay never does.
+            book.used[i] = True
+            self._pending.append((call, pos, e))
+            self._set_position(i, e)
+            return
+        self._complete_book()
+        verdict = book.hit(i, pos)
+        self._set_position(verdict.position, e)
+        if not verdict.ok:
+            exc = self._diverge(verdict, call, pos, CallInfo(
+                name, call.kind, e.key, self.expand(self._doc(e).get("request")), e.index))
+            if self.strict:
+                self.misses.append(exc)  # shown first if an SDK wraps it (pytest plugin)
+                raise exc
+
+    def _note_new(self, doc: dict[str, Any], name: str, kind: str, key: str,
+                  request: Any) -> None:
+        pos, last = self._position()
+        self._pred[id(doc)] = last
+        call = Call(len(self._calls), name, kind, key, "recorded", None, self._load_request,
+                    src=doc)
+        self._calls.append(call)
+        step = pos
+        if self._checking():
+            verdict = self._book.new(name, pos)
+            step = verdict.position
+            if not verdict.ok:
+                self._diverge(verdict, call, pos, CallInfo(name, call.kind, key, request))
+        self._set_position(step, doc)
+
+    def _kind_of_name(self, name: str) -> str:
+        if self._full is not None:
+            for d in self._full["entries"]:
+                if d.get("name") == name:
+                    return str(d.get("kind", "call"))
+        return "http" if name.startswith(("openai.", "anthropic.", "http.")) else "call"
+
+    def _info(self, step: int) -> CallInfo:
+        doc = self._doc(self._old[step])
+        name = str(doc.get("name", ""))
+        return CallInfo(name, step_kind(str(doc.get("kind", "call")), name),
+                        str(doc.get("key", "")), self.expand(doc.get("request")), step)
+
+    def _diverge(self, verdict: order.Verdict, call: Call, pos: int,
+                 actual: CallInfo) -> ReplayDivergence:
+        """Record a divergence (``tape.divergences``) and build the error strict mode raises."""
+        exp = self._info(verdict.expected) if verdict.expected is not None else None
+        diff: list[str] = []
+        if exp is not None:
+            if exp.name != actual.name:
+                diff.append(f"name: {exp.name!r} -> {actual.name!r}")
+            if verdict.reason != order.ORDER:
+                diff += field_diff(exp.request, actual.request)
+        what = f"call #{call.index} ({actual.kind} {actual.name})"
+        at = ("none (it is the first call of its task)" if pos == order.ROOT
+              else f"step {pos}")
+        total = len(self._book)
+        reason = verdict.reason
+        if reason == order.ORDER:
+            f = self._book.follows[actual.recorded_step or 0]
+            head = (f"{what} is out of order: it was recorded as step {actual.recorded_step}, "
+                    f"after step {f}, but its task's previous call in this run is {at}")
+        elif reason == order.CHANGED:
+            head = f"{what} differs from the recorded call at step {verdict.expected}"
+        elif reason == order.EXHAUSTED:
+            head = (f"{what} goes past the end of the recording, which is exhausted: the "
+                    f"cassette holds {total} calls and none follows its task's previous "
+                    f"call, {at}")
+        elif exp is None:
+            head = f"{what} is not in the recording ({total} calls)"
+        else:
+            head = f"{what} is not the call recorded after {at}"
+        lines = [f"dejacache {'strict ' if self.strict else ''}replay divergence in cassette "
+                 f"{self.path}: {head}."]
+        if exp is not None:
+            lines.append(f"  expected: {exp}")
+        lines.append(f"  actual:   {actual}")
+        if diff:
+            lines.append("  differences (recorded -> now):")
+            lines += [f"    {d}" for d in diff[:30]]
+            if len(diff) > 30:
+                lines.append(f"    ... and {len(diff) - 30} more")
+        lines.append("  (the order is compared per asyncio task / thread: concurrent tasks may "
+                     "interleave freely)")
+        lines.append(f"  to re-record: {self.rerecord_hint or 'DEJACACHE_MODE=record'}")
+        message = "\n".join(lines)
+        call.divergence = reason
+        self._divergences.append(Divergence(reason, call.index, verdict.expected, exp, actual,
+                                           tuple(diff), message))
+        return ReplayDivergence(message, name=actual.name, key=actual.key,
+                                source=str(self.path), diff=diff, step=call.index,
+                                recorded_step=verdict.expected, expected=exp, actual=actual,
+                                reason=reason)
+
+    def _finish_order(self) -> None:
+        """Recorded calls never made become ``"unmade"`` divergences (once, at close)."""
+        if self._finished:
+            return
+        self._finished = True
+        self._settle()
+        if self.mode == "record" or self._raw is None or (self.shared and not self.strict):
+            return  # (a shared cassette serves several tests: each uses only its part)
+        self._discover_all()
+        for e in self._old:
+            if e.used or e.index is None or e.index in self._book.replaced:
+                continue
+            exp = self._info(e.index)
+            self._divergences.append(Divergence(
+                "unmade", None, e.index, exp, None, (),
+                f"recorded step {e.index} ({exp.kind} {exp.name}) was never made"))
+
+    def unmade_error(self) -> ReplayDivergence | None:
+        """The error a strict block raises at exit for recorded calls never made."""
+        unmade = [d for d in self._divergences if d.reason == "unmade"]
+        if not unmade:
+            return None
+        lines = [f"dejacache strict replay: {len(unmade)} of the {len(self._book)} recorded "
+                 f"calls in cassette {self.path} were never made:"]
+        lines += [f"  {d.expected}" for d in unmade[:20]]
+        if len(unmade) > 20:
+            lines.append(f"  ... and {len(unmade) - 20} more")
+        lines.append(f"  to re-record: {self.rerecord_hint or 'DEJACACHE_MODE=record'}")
+        first = unmade[0]
+        return ReplayDivergence("\n".join(lines), name=first.expected.name if first.expected
+                                else "", source=str(self.path), step=None,
+                                recorded_step=first.recorded_step, expected=first.expected,
+                                reason="unmade")
+
+    @property
+    def divergences(self) -> list[Divergence]:
+        """Where this run left its recording, in the order found (see
+        :class:`~.trajectory.Divergence`); recorded calls never made are added at exit."""
+        with self._lock:
+            self._settle()
+            return list(self._divergences)
+
+    def _settle(self) -> None:
+        """Name the expected step of out-of-order hits (needs every step's ``follows``)."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        self._complete_book()
+        used_by = {c.recorded_step: c.index for c in self._calls
+                   if c.recorded_step is not None}
+        for call, pos, e in pending:
+            assert e.index is not None
+            # the steps that followed ``pos`` and were still unused when this call was made
+            cands = [i for i, f in enumerate(self._book.follows)
+                     if f == pos and used_by.get(i, call.index + 1) > call.index
+                     and i not in self._book.replaced]
+            verdict = order.Verdict(order.ORDER, cands[0] if cands else None, e.index)
+            doc = self._doc(e)
+            self._diverge(verdict, call, pos, CallInfo(
+                call.name, call.kind, e.key, self.expand(doc.get("request")), e.index))
+        self._divergences.sort(key=lambda d: (d.step is None, d.step or 0))
+
+    @property
+    def calls(self) -> list[Call]:
+        """The calls made in this block, in order (see :class:`~.trajectory.Call`)."""
+        with self._lock:
+            return list(self._calls)
+
+    def _load_request(self, call: Call) -> Any:
+        src = call._src
+        with self._lock:
+            if self._closed is None and src is not None:
+                doc = src if isinstance(src, dict) else self._doc(src)
+                return self.expand(doc.get("request"))
+        return self._from_file(call)
+
+    def _from_file(self, call: Call) -> Any:
+        """After the block: requests are read back from the file, for every call at once.
+        (A closed tape holds no file bytes; a call that was not saved has no request.)"""
+        from .trajectory import load_cassette
+
+        try:
+            view = load_cassette(self.path)
+        except CassetteError:
+            return None
+        first: dict[str, Any] = {}
+        for st in view.steps:
+            first.setdefault(st.key, st)
+        with self._lock:
+            waiting = [c for c in self._calls if c._loader is not None and c is not call]
+        for c in waiting:
+            found = first.get(c.key)
+            c._loader, c._request = None, (found.request if found is not None else None)
+        found = first.get(call.key)
+        return found.request if found is not None else None
+
     # ---------------------------------------------------------------- after the block
 
     def close(self) -> None:
@@ -469,6 +803,7 @@ class Cassette(BaseStore):
         with self._lock:
             try:
                 if self._closed is None:
+                    self._finish_order()
                     self._closed = self.unused
             except CassetteError:
                 self._closed = []
@@ -505,8 +840,87 @@ class Cassette(BaseStore):
     def _final_entries(self, prune: bool) -> list[dict[str, Any]]:
         if self.mode == "record":
             return list(self._new)
-        old = [self._doc(e) for e in self._old if not (prune and not e.used)]
-        return old + list(self._new)
+        if not self._new:  # only pruning: the file's order stays
+            return [self._doc(e) for e in self._old if not (prune and not e.used)]
+        # New calls go where this run made them: the file reads in the order of the run.
+        # Recorded entries it did not use stay after the entry that preceded them in the file.
+        with self._lock:
+            calls = list(self._calls)
+        by_index = {e.index: e for e in self._old}
+        run: list[_Entry | dict[str, Any]] = []
+        placed: set[int] = set()
+        fresh = iter(self._new)  # recorded calls and new entries are appended together
+        for c in calls:
+            if c.outcome == "replayed":
+                e = by_index.get(c.recorded_step)
+                if e is not None and id(e) not in placed:
+                    run.append(e)
+                    placed.add(id(e))
+            elif c.outcome == "recorded":
+                d = next(fresh, None)
+                if d is not None:
+                    run.append(d)
+        run.extend(fresh)
+        after: dict[int, list[_Entry]] = collections.defaultdict(list)
+        anchor: Any = None
+        for e in self._old:
+            if id(e) in placed:
+                anchor = e
+            elif e.used or not prune:
+                after[id(anchor)].append(e)
+        out: list[dict[str, Any]] = [self._doc(e) for e in after.get(id(None), ())]
+        for x in run:
+            out.append(x if isinstance(x, dict) else self._doc(x))
+            out += [self._doc(e) for e in after.get(id(x), ())]
+        return out
+
+    def _link(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Copies of ``entries`` with ``follows`` set to the index (in this list) of the step
+        each one's task made before it: as observed in this run for the calls it made, as
+        recorded for the rest. A predecessor that is not in the list (pruned) is replaced by
+        its own predecessor."""
+        old_docs: dict[int, _Entry] = {}
+        if self.mode != "record":
+            for e in self._old:
+                if e.doc is not None or self._full is not None:
+                    old_docs[id(self._doc(e))] = e
+
+        def marker_doc(marker: Any) -> dict[str, Any] | None:
+            if isinstance(marker, _Entry):
+                return self._doc(marker)
+            return marker if isinstance(marker, dict) else None
+
+        def pred(doc: dict[str, Any]) -> Any:
+            """_MISSING: unknown; None: the first call of its task; else a doc."""
+            if id(doc) in self._pred:
+                return marker_doc(self._pred[id(doc)])
+            e = old_docs.get(id(doc))
+            if e is None:
+                return _MISSING  # another process's entry (merged): its order is unknown
+            if e.index in self._observed:
+                return marker_doc(self._observed[e.index])
+            f = _follows(doc)
+            if f is None:
+                return _MISSING
+            if f < 0 or f >= len(self._old):
+                return None
+            return self._doc(self._old[f])
+
+        pos = {id(d): i for i, d in enumerate(entries)}
+        out = []
+        for d in entries:
+            p = pred(d)
+            hops = 0
+            while isinstance(p, dict) and id(p) not in pos and hops < len(entries) + 1:
+                p = pred(p)
+                hops += 1
+            c = dict(d)
+            if p is _MISSING or (isinstance(p, dict) and id(p) not in pos):
+                c.pop("follows", None)
+            else:
+                c["follows"] = order.ROOT if p is None else pos[id(p)]
+            out.append(c)
+        return out
 
     def save(self, *, prune: bool = False) -> bool:
         """Write the file if this run changed it; returns whether bytes were written."""
@@ -525,7 +939,7 @@ class Cassette(BaseStore):
                 # Under the lock no other writer is between creating and renaming its temp
                 # file: any left over is from one killed mid-write.
                 fmt.remove_stale_temps(self.path)
-                entries = self._merge_with_disk(entries)
+                entries = self._link(self._merge_with_disk(entries))
                 data = self._render(entries)
                 try:
                     current = self.path.read_bytes()
@@ -568,9 +982,10 @@ class Cassette(BaseStore):
             kept = [d for d in other["entries"] if d.get("key") not in mine_keys]
             return kept + list(self._new)
         theirs_set = {_canon(d, ignore=_VOLATILE_FIELDS) for d in theirs}
-        new_only = [d for d in self._new
-                    if _canon(d, ignore=_VOLATILE_FIELDS) not in theirs_set]
-        base = entries[: len(entries) - len(self._new)] if self._new else entries
+        new_ids = {id(d) for d in self._new}
+        new_only = [d for d in entries if id(d) in new_ids
+                    and _canon(d, ignore=_VOLATILE_FIELDS) not in theirs_set]
+        base = [d for d in entries if id(d) not in new_ids]
         return base + theirs + new_only
 
     def summary_counts(self) -> TapeCounters:
@@ -578,6 +993,12 @@ class Cassette(BaseStore):
 
 
 _MISSING: Any = object()
+
+
+def _follows(doc: dict[str, Any] | None) -> int | None:
+    """An entry's ``follows`` (None: written before the order was kept)."""
+    f = doc.get("follows") if doc else None
+    return f if type(f) is int else None
 
 
 def _same_multiset(current: bytes, entries: list[dict[str, Any]], path: Any) -> bool:
@@ -588,9 +1009,20 @@ def _same_multiset(current: bytes, entries: list[dict[str, Any]], path: Any) -> 
         return False
     if doc["format"] != fmt.FORMAT:
         return False  # re-recording upgrades an older file (format 1 had no checksums)
-    old = sorted(_canon(d, ignore=("checksum", "occurrence")) for d in doc["entries"])
-    new = sorted(_canon(d, ignore=("checksum", "occurrence")) for d in entries)
-    return old == new
+    return _order_free(doc["entries"]) == _order_free(entries)
+
+
+def _order_free(entries: list[dict[str, Any]]) -> list[bytes]:
+    """Entries as a sorted list, each with its predecessor's key in place of its index:
+    equal for two runs whose tasks made the same calls in the same order, however the
+    tasks interleaved."""
+    out = []
+    for d in entries:
+        f = _follows(d)
+        prev = entries[f].get("key") if f is not None and 0 <= f < len(entries) else f
+        out.append(_canon(d, ignore=("checksum", "occurrence", "follows"))
+                   + orjson.dumps(prev))
+    return sorted(out)
 
 
 def _model_of(response: Any) -> str:

@@ -3,7 +3,15 @@
 A live model returns fresh ids on every run (``call_x1`` today, ``call_q7`` after a re-record),
 and the agent sends them back in the next request. Keyed raw, re-recording one turn would make
 every later turn miss. So within one block, the n-th id seen in a response becomes ``<id:n>``,
-and requests are keyed with known ids replaced by their placeholders.
+and requests are keyed with known ids replaced by their placeholders: as whole values
+(``"tool_call_id": "call_x1"``) and inside text, where agents write them into messages
+(smolagents: ``"Calling tools: [{'id': 'call_x1', ..."``; issue 11).
+
+Inside text an id is replaced only where it stands alone (not touching a letter, digit, ``_``
+or ``-``) and only when it is at least ``MIN_INLINE`` characters long, so a short id such as
+``"0"`` never rewrites ordinary text. All known ids are found in one pass per string by one
+compiled pattern, not per id: a match of the ids' few distinct heads (``call_``, ``toolu``)
+extended over the id characters after it and looked up in the table.
 
 Tables live per block (per active test-facing ``Effective``): a new block starts counting at 1,
 so a recording block and the replay block after it number ids the same way. Runtime caching
@@ -13,22 +21,34 @@ they are, and a process-wide table would only grow.
 
 from __future__ import annotations
 
+import functools
+import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..config import Effective
 from ..scope import active_blocks
 
-__all__ = ["AliasTable", "table_for"]
+__all__ = ["MIN_INLINE", "AliasTable", "table_for"]
+
+# Shorter ids are aliased as whole values only: inside text they would match too much.
+MIN_INLINE = 8
+# Longer ones too (ids are short; this bounds the pattern's nesting).
+_MAX_INLINE = 256
+# The substring prefilter: the first _HEAD characters of each id, when they are this few.
+_HEAD = 5
+_MAX_HEADS = 8
 
 
 class AliasTable:
-    __slots__ = ("_lock", "_map")
+    __slots__ = ("_lock", "_map", "_sub")
 
     def __init__(self) -> None:
         self._map: dict[str, str] = {}
         self._lock = threading.Lock()
+        # The in-text replacer for the ids known so far; None until first needed after a change.
+        self._sub: Callable[[str], str] | None = None
 
     def learn(self, ids: Iterable[str]) -> None:
         with self._lock:
@@ -36,6 +56,7 @@ class AliasTable:
             for i in ids:
                 if i not in m:
                     m[i] = f"<id:{len(m) + 1}>"
+                    self._sub = None
 
     def __len__(self) -> int:
         return len(self._map)
@@ -44,18 +65,101 @@ class AliasTable:
         """A copy of a JSON tree with known ids replaced (the caller's data is not touched)."""
         if not self._map:
             return obj
-        return _replace(obj, self._map)
+        sub = self._sub
+        if sub is None:
+            with self._lock:
+                sub = self._sub = _inline_replacer(dict(self._map))
+        return _replace(obj, self._map, sub)
 
 
-def _replace(obj: Any, m: dict[str, str]) -> Any:
+def _replace(obj: Any, m: dict[str, str], sub: Callable[[str], str]) -> Any:
     t = type(obj)
     if t is str:
-        return m.get(obj, obj)
+        whole = m.get(obj)
+        if whole is not None:
+            return whole
+        return sub(obj) if len(obj) >= MIN_INLINE else obj
     if t is dict:
-        return {k: _replace(v, m) for k, v in obj.items()}
+        return {k: _replace(v, m, sub) for k, v in obj.items()}
     if t is list:
-        return [_replace(v, m) for v in obj]
+        return [_replace(v, m, sub) for v in obj]
     return obj
+
+
+_WORDLIKE = re.compile(r"[\w-]+")
+
+
+def _inline_replacer(m: dict[str, str]) -> Callable[[str], str]:
+    ids = [i for i in m if MIN_INLINE <= len(i) <= _MAX_INLINE]
+    if not ids:
+        return _unchanged
+    # Provider ids are word-like (call_..., toolu_..., chatcmpl-...): a match of one of their
+    # first few characters is extended over the id characters that follow and looked up, so
+    # the pattern depends only on the few distinct heads and is rarely recompiled (a trie
+    # of every id took 6 ms to compile at 250 ids, again after every response). Other ids
+    # go into a trie of their own.
+    words = [i for i in ids if _WORDLIKE.fullmatch(i)]
+    heads = tuple(sorted({i[:_HEAD] for i in words}))
+    odd = [i for i in ids if not _WORDLIKE.fullmatch(i)]
+    token = _token_pattern(heads if len(heads) <= _MAX_HEADS else ())
+    trie = re.compile(_trie(odd) + r"(?![\w-])") if odd else None
+    # Most strings hold no id at all: a substring test per head (C speed) spares them the
+    # regex when the heads are few.
+    prefilter = heads if (not odd and len(heads) <= _MAX_HEADS) else ()
+
+    def repl(match: re.Match[str]) -> str:
+        found = match.group()
+        start = match.start()
+        if start:  # stands alone on the left too: "xcall_..." is not an id
+            before = match.string[start - 1]
+            if before == "-" or before == "_" or before.isalnum():
+                return found
+        return m.get(found, found)
+
+    def sub(text: str) -> str:
+        if prefilter and not any(h in text for h in prefilter):
+            return text
+        if words:
+            text = token.sub(repl, text)
+        if trie is not None:
+            text = trie.sub(repl, text)
+        return text
+
+    return sub
+
+
+@functools.lru_cache(maxsize=64)
+def _token_pattern(heads: tuple[str, ...]) -> re.Pattern[str]:
+    """Word-like tokens starting with one of ``heads`` (any long token when there are too
+    many heads to list, ids without shared prefixes such as UUIDs)."""
+    if not heads:
+        return re.compile(r"[\w-]{" + str(MIN_INLINE) + ",}")
+    return re.compile("(?:" + "|".join(map(re.escape, heads)) + r")[\w-]*")
+
+
+def _unchanged(text: str) -> str:
+    return text
+
+
+def _trie(words: list[str]) -> str:
+    """One regular expression matching exactly ``words``, their shared prefixes factored out,
+    so a text position costs one walk down the trie rather than one try per id."""
+    root: dict[str, Any] = {}
+    for w in words:
+        node = root
+        for ch in w:
+            node = node.setdefault(ch, {})
+        node[""] = None
+    return _emit(root)
+
+
+def _emit(node: dict[str, Any]) -> str:
+    ends = "" in node
+    alts = [re.escape(ch) + _emit(child) for ch, child in sorted(node.items()) if ch]
+    if not alts:
+        return ""
+    body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+    return f"(?:{body})?" if ends else body
 
 
 _LOCK = threading.Lock()

@@ -18,12 +18,14 @@ rate-limit details) never reaches the store. Request headers are never stored or
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
 import xxhash
 
+from .._core import volatile as _vol
 from .._secrets import AUTH_QUERY, is_secret_name, is_secret_query, mask, name_forms
 from ..keys import DEFAULT_VOLATILE, _volatile_set, canonical_json, digest
 from .aliases import AliasTable
@@ -61,9 +63,18 @@ SECRET_QUERY = AUTH_QUERY
 _INLINE_TEXT = 4096
 
 
+_REQUEST_ROOTS = frozenset({"method", "path", "query", "body"})
+
+
 @functools.lru_cache(maxsize=256)
-def volatile_for(provider: str, extra: tuple[str, ...], base: frozenset[str]) -> frozenset[str]:
-    return _volatile_set(frozenset(DEFAULT_VOLATILE | base | set(extra)))
+def volatile_for(provider: str, extra: tuple[str | re.Pattern[str], ...], base: frozenset[str]
+                 ) -> tuple[frozenset[str], tuple[_vol.Path, ...], tuple[re.Pattern[str], ...]]:
+    """Names, paths and patterns for a request: paths are rooted at the canonical request
+    (``body.messages[*].content``), and one that does not start at ``method``, ``path``,
+    ``query`` or ``body`` is read under ``body``, so ``messages[*].content`` works too."""
+    spec = _vol.parse(extra)
+    names = _volatile_set(frozenset(DEFAULT_VOLATILE | base | spec.names))
+    return names, _vol.under(spec.paths, _REQUEST_ROOTS, "body"), spec.patterns
 
 
 def _body_for_key(body: bytes, content_type: str, aliases: AliasTable | None) -> Any:
@@ -98,7 +109,7 @@ def canonical_request(
     content_type: str,
     provider: Provider,
     aliases: AliasTable | None,
-    extra_volatile: tuple[str, ...],
+    extra_volatile: tuple[str | re.Pattern[str], ...],
     substitutions: tuple[tuple[bytes, bytes], ...] = (),
 ) -> tuple[bytes, bool]:
     """Canonical JSON of a request (method, path, query without auth parameters, body without
@@ -127,11 +138,11 @@ def canonical_request(
     if b is not None:
         data["body"] = b
         stream = type(b) is dict and b.get("stream") is True
-    vol = volatile_for(provider.name, extra_volatile, provider.volatile)
+    vol, paths, patterns = volatile_for(provider.name, extra_volatile, provider.volatile)
     # Credential-named body fields (``password``, ``client_secret``) are masked whatever else
     # the body holds (they once were only when a volatile field such as ``user`` was there).
-    return canonical_json(data, volatile=vol, function=provider.name,
-                          substitutions=substitutions), stream
+    return canonical_json(data, volatile=vol, volatile_paths=paths, volatile_patterns=patterns,
+                          function=provider.name, substitutions=substitutions), stream
 
 
 def request_key(namespace: str, name: str, canonical: bytes) -> str:

@@ -15,7 +15,11 @@ Outside blocks calls pass through untouched, even while another thread holds a b
 
 Blocks opened by ``scope()``/``cassette()`` patch the libraries the process has already
 imported, and an import hook patches one imported while a block is open (an SDK imported
-lazily inside the block): blocks never import httpx themselves (that would cost @cache-only
+lazily inside the block): httpx and httpx2, and every module of ``EXTRA_TRANSPORTS`` (issue
+11: dspy imports litellm inside the block, and litellm's aiohttp transport with it; that
+transport went unpatched, so async calls recorded nothing and replays went live). Behind
+them all, replay blocks refuse connections that escape interception anyway
+(``socketguard.py``). Blocks never import httpx themselves (that would cost @cache-only
 users 130 ms and break ``httpx2.alias_httpx()`` called later), and stay silent when there is
 nothing to patch. ``intercept()`` asks for interception explicitly: it imports whichever
 libraries are installed and raises ``ConfigurationError`` when neither is.
@@ -28,17 +32,19 @@ import functools
 import importlib.abc
 import importlib.machinery
 import os
+import re
 import sys
 import threading
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
-from ..config import Effective
+from ..config import Effective, volatile_items
 from ..errors import ConfigurationError
 from ..scope import BLOCK_HOOKS, Block, current
+from . import socketguard
 from ._libs import LIBRARIES, Lib, available, imported, lib_of, register
-from .transport import Options, bypassing, handle_async, handle_sync
+from .transport import Options, bypassing, handing_on, handle_async, handle_sync
 
 __all__ = ["active", "intercept", "patched_libraries"]
 
@@ -85,7 +91,7 @@ _DEFAULT = Options()
 
 # Network transports that SDKs ship outside httpx/httpx2 (aiohttp-backed: litellm's async
 # default, the SDKs' opt-in DefaultAioHttpClient). Each implements the public transport method
-# itself; patched when its module is already imported.
+# itself; patched when a block opens if its module is imported, else when it is imported.
 EXTRA_TRANSPORTS = (
     "litellm.llms.custom_httpx.aiohttp_transport:LiteLLMAiohttpTransport",
     "openai._vendor.httpx_aiohttp.transport:AiohttpTransport",
@@ -107,7 +113,8 @@ def _wrap(
         async def wrapper(self: Any, request: Any) -> Any:
             decided = _decide(request)
             if decided is None:
-                return await orig(self, request)
+                with handing_on():  # let through on purpose: the replay backstop allows it
+                    return await orig(self, request)
             eff, opts = decided
             return await handle_async(lib or lib_of(request), eff, request,
                                       lambda r: orig(self, r), opts)
@@ -115,7 +122,8 @@ def _wrap(
         def wrapper(self: Any, request: Any) -> Any:
             decided = _decide(request)
             if decided is None:
-                return orig(self, request)
+                with handing_on():
+                    return orig(self, request)
             eff, opts = decided
             return handle_sync(lib or lib_of(request), eff, request,
                                lambda r: orig(self, r), opts)
@@ -162,10 +170,12 @@ def acquire(libs: Iterable[Lib]) -> None:
         for lib in libs:
             _patch(lib)
         _patch_extras()
+    socketguard.acquire()
 
 
 def release() -> None:
     global _COUNT
+    socketguard.release()
     with _LOCK:
         _COUNT -= 1
         if _COUNT <= 0:
@@ -209,18 +219,26 @@ class _Loader(importlib.abc.Loader):
         self._inner.exec_module(module)
         with _LOCK:
             if _COUNT > 0:
-                _patch(register(self._name, module))
+                if self._name in LIBRARIES:
+                    _patch(register(self._name, module))
+                else:
+                    _patch_extras()
+
+
+# Every module the hook watches: the libraries and the modules of the extra transports.
+_WATCHED = frozenset(LIBRARIES) | frozenset(s.partition(":")[0] for s in EXTRA_TRANSPORTS)
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Closes the gap of an SDK imported inside a block: its httpx/httpx2 (not imported when
-    the block opened) is patched the moment it is loaded, so that call cannot go live.
-    Imports nothing itself, and steps aside whenever no block is open."""
+    """Closes the gap of an SDK imported inside a block: its httpx/httpx2 or aiohttp
+    transport (not imported when the block opened) is patched the moment it is loaded, so
+    that call cannot go live. Imports nothing itself, and steps aside whenever no block is
+    open."""
 
     def find_spec(
         self, fullname: str, path: Any = None, target: Any = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in LIBRARIES or not _COUNT or fullname in sys.modules:
+        if fullname not in _WATCHED or not _COUNT or fullname in sys.modules:
             return None
         for finder in sys.meta_path:
             find = getattr(finder, "find_spec", None)
@@ -247,8 +265,10 @@ class intercept(Block["intercept"]):
     ``auto`` mode caches SDK calls.
     """
 
-    def __init__(self, *, ignore_hosts: Iterable[str] = (), realtime: bool = False) -> None:
-        self.options = Options(realtime=realtime, ignore_hosts=frozenset(ignore_hosts))
+    def __init__(self, *, ignore_hosts: Iterable[str] = (), realtime: bool = False,
+                 volatile: Iterable[str | re.Pattern[str]] = ()) -> None:
+        self.options = Options(realtime=realtime, ignore_hosts=frozenset(ignore_hosts),
+                               volatile=volatile_items(volatile))
         self._tokens: list[contextvars.Token[Options | None]] = []
 
     def __enter__(self) -> intercept:

@@ -17,6 +17,7 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Any
@@ -33,7 +34,7 @@ from .._engine import (
     store_value,
 )
 from ..config import Effective
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ReplayMiss
 from ..scope import check_ambiguous, current
 from ..stats import record_miss
 from . import observers
@@ -49,6 +50,7 @@ from .exchange import (
 )
 from .providers import Provider, detect
 from .recording import Recorder, recording_classes
+from .sdk_errors import native_miss
 from .sse import is_sse, replay_async, replay_sync
 
 __all__ = [
@@ -66,20 +68,28 @@ KIND = "http"
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Options:
-    """Per-seam settings. ``realtime`` replays streams at their recorded pace."""
+    """Per-seam settings. ``realtime`` replays streams at their recorded pace; ``volatile``
+    adds to the volatile items in force for requests through this seam."""
 
     realtime: bool = False
     ignore_hosts: frozenset[str] = frozenset()
+    volatile: tuple[str | re.Pattern[str], ...] = ()
 
 
 # Set while we hand a request to the next transport, so a patched transport underneath
-# (automatic interception under an explicit client) does not record the same call twice.
+# (automatic interception under an explicit client) does not record the same call twice,
+# and the replay backstop (socketguard.py) lets the connection it opens through.
 _BYPASS: contextvars.ContextVar[bool] = contextvars.ContextVar("dejacache_http_bypass",
                                                                default=False)
 
 
 def bypassing() -> bool:
     return _BYPASS.get()
+
+
+def handing_on() -> contextlib.AbstractContextManager[None]:
+    """Around a request let through on purpose (an ignored host, caching off)."""
+    return _bypass()
 
 
 @contextlib.contextmanager
@@ -126,7 +136,8 @@ def _prepare(lib: Lib, eff: Effective, request: Any, body: bytes, opts: Options)
     aliases = table_for(eff)
     canonical, stream = canonical_request(
         request.method, path, url.params.multi_items(), body,
-        headers.get("content-type", ""), provider, aliases, eff.volatile,
+        headers.get("content-type", ""), provider, aliases,
+        (*eff.volatile, *opts.volatile) if opts.volatile else eff.volatile,
         eff.extra.get("key_substitute") or (),
     )
     key = request_key(eff.namespace or "", name, canonical)
@@ -293,15 +304,19 @@ def handle_sync(
 ) -> Any:
     """Answer one request under ``eff``: from the store, or through ``send`` (recorded)."""
     if _skip(eff, request, opts):
-        return send(request)
+        with _bypass():
+            return send(request)
     call = _prepare(lib, eff, request, request.read(), opts)
-    if call.stream:
-        return _stream_sync(call, request, send)
     try:
-        value = call_sync(eff, call.name, KIND, call.key, call.canonical,
-                          lambda: _live_sync(call, request, send))
-    except _Unstored as u:
-        value = u.value
+        if call.stream:
+            return _stream_sync(call, request, send)
+        try:
+            value = call_sync(eff, call.name, KIND, call.key, call.canonical,
+                              lambda: _live_sync(call, request, send))
+        except _Unstored as u:
+            value = u.value
+    except ReplayMiss as miss:
+        raise native_miss(miss, request) from None
     return _respond(call, request, value, is_async=False)
 
 
@@ -385,15 +400,19 @@ async def handle_async(
     lib: Lib, eff: Effective, request: Any, send: Callable[[Any], Awaitable[Any]], opts: Options
 ) -> Any:
     if _skip(eff, request, opts):
-        return await send(request)
+        with _bypass():
+            return await send(request)
     call = _prepare(lib, eff, request, await request.aread(), opts)
-    if call.stream:
-        return await _stream_async(call, request, send)
     try:
-        value = await call_async(eff, call.name, KIND, call.key, call.canonical,
-                                 lambda: _live_async(call, request, send))
-    except _Unstored as u:
-        value = u.value
+        if call.stream:
+            return await _stream_async(call, request, send)
+        try:
+            value = await call_async(eff, call.name, KIND, call.key, call.canonical,
+                                     lambda: _live_async(call, request, send))
+        except _Unstored as u:
+            value = u.value
+    except ReplayMiss as miss:
+        raise native_miss(miss, request) from None
     return _respond(call, request, value, is_async=True)
 
 

@@ -281,14 +281,8 @@ def _plan(opts: _Options, args: Mapping[str, Any]) -> tuple[_Plan, Any]:
         path = _NAMES.pick(directory, slug, None)
         mode = opts.mode
         hint = f"DEJACACHE_MODE=record <your command>  (re-records {path})"
-    extra: dict[str, Any] = {}
-    # TODO(issue 9 item 1): cassette(volatile=[regex]) is being added; until it is, the judge's
-    # calls are keyed with their trace digest and miss on replay (loudly). Drop this check
-    # and pass volatile= unconditionally once it lands.
-    if "volatile" in inspect.signature(cassette.__init__).parameters:
-        extra["volatile"] = opts.volatile
     block = cassette(path, mode, redact=opts.redact, cache_key=namespace, rerecord_hint=hint,
-                     shared=opts.cassette_dir is not None, **extra)
+                     shared=opts.cassette_dir is not None, volatile=opts.volatile)
     return _Plan(namespace, block), item
 
 

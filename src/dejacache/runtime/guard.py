@@ -120,15 +120,20 @@ class GuardState:
         self._lock = threading.Lock()
         self._last: OrderedDict[tuple[str, str], Any] = OrderedDict()
 
-    def before(self, tool: str, resource: str, args: str, *, write: bool = False) -> Any:
-        """``PROCEED`` to run the tool, or a nudge result to return instead. May raise."""
+    def before(self, tool: str, resource: str, args: str, *, write: bool = False,
+               seen: list[Loop] | None = None) -> Any:
+        """``PROCEED`` to run the tool, or a nudge result to return instead. May raise.
+        A loop found is appended to ``seen`` (the session's call trace)."""
         with self._lock:
             loop = self.detector.before(tool, args, write=write)
             if loop is None:
                 return PROCEED
+            if seen is not None:
+                seen.append(loop)
             return self._act(loop, resource, self._last.get((tool, args), PROCEED))
 
-    def after(self, tool: str, resource: str, args: str, value: Any) -> Any:
+    def after(self, tool: str, resource: str, args: str, value: Any, *,
+              seen: list[Loop] | None = None) -> Any:
         """The value to hand back: ``value``, or a nudge. May raise."""
         digest = result_digest(value)
         with self._lock:
@@ -139,6 +144,8 @@ class GuardState:
             loop = self.detector.after(tool, args, digest)
             if loop is None:
                 return value
+            if seen is not None:
+                seen.append(loop)
             out = self._act(loop, resource, value)
             return value if out is PROCEED else out
 

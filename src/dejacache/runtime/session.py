@@ -11,7 +11,10 @@ tool called there raises ``ScopeError`` instead of guessing. Carry it explicitly
 
 from __future__ import annotations
 
+import collections
 import contextvars
+import dataclasses
+import itertools
 import uuid
 from types import TracebackType
 
@@ -20,7 +23,32 @@ from ..errors import ScopeError
 from ..scope import Block
 from .guard import GuardState, LoopGuard
 
-__all__ = ["agent_session", "current_session"]
+__all__ = ["ToolCallTrace", "agent_session", "current_session"]
+
+OUTCOMES = ("hit", "miss", "coalesced", "bypassed", "invalidation", "nudged", "blocked",
+            "traced", "error")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ToolCallTrace:
+    """One tool call of a session (``agent_session(...).calls``).
+
+    ``outcome``: ``hit`` / ``miss`` / ``coalesced`` (served by an identical call in flight) /
+    ``bypassed`` (the cache could not prove freshness and ran the tool) for ``@tool_cache``;
+    ``invalidation`` for ``@invalidates``; ``traced`` for ``@tool``; ``nudged`` (the loop
+    guard answered instead of the tool), ``blocked`` (it raised) and ``error`` (the tool
+    raised) for any of them. ``loop``: the pattern the loop guard found at this call
+    (``repeat``, ``cycle``, ``no_progress``, ``depth``), else None. ``index`` counts every
+    call of the session, also those the bounded trace no longer holds.
+    """
+
+    index: int
+    name: str
+    resource: str
+    args_digest: str
+    outcome: str
+    loop: str | None = None
+
 
 _SESSION: contextvars.ContextVar[agent_session | None] = contextvars.ContextVar(
     "dejacache_agent_session", default=None
@@ -33,9 +61,12 @@ class agent_session(Block["agent_session"]):  # lower case like ``scope``: used 
     ``tenant`` isolates ``scope="tenant"`` and ``"session"`` tool caches; ``session_id``
     (random when omitted) isolates ``scope="session"`` ones; ``loop_guard`` traces every
     tool call of this session. Re-entering the same object continues its loop-guard state.
+    ``calls`` lists the session's latest ``max_calls`` tool calls in the order they finished
+    (name, resource, argument digest, outcome, loop verdict).
     """
 
-    __slots__ = ("_tokens", "guard", "loop_guard", "prefixes", "session_id", "tenant")
+    __slots__ = ("_counter", "_tokens", "calls", "guard", "loop_guard", "prefixes",
+                 "session_id", "tenant")
 
     def __init__(
         self,
@@ -43,6 +74,7 @@ class agent_session(Block["agent_session"]):  # lower case like ``scope``: used 
         session_id: str | None = None,
         *,
         loop_guard: LoopGuard | None = None,
+        max_calls: int = 1000,
     ) -> None:
         for what, value in (("tenant", tenant), ("session_id", session_id)):
             if value is not None and (not isinstance(value, str) or not value):
@@ -66,6 +98,22 @@ class agent_session(Block["agent_session"]):  # lower case like ``scope``: used 
             self.prefixes["tenant"] = tenant_prefix(tenant)
             self.prefixes["session"] = session_prefix(tenant, self.session_id)
         self._tokens: list[contextvars.Token[agent_session | None]] = []
+        if not isinstance(max_calls, int) or isinstance(max_calls, bool) or max_calls < 0:
+            raise ScopeError(f"max_calls must be an int >= 0, got {max_calls!r}")
+        #: The latest ``max_calls`` tool calls, oldest first (a ring: long sessions stay
+        #: bounded; 0 keeps none). See :class:`ToolCallTrace`.
+        self.calls: collections.deque[ToolCallTrace] = collections.deque(maxlen=max_calls)
+        self._counter = itertools.count()
+
+    @property
+    def tracing(self) -> bool:
+        return self.calls.maxlen != 0
+
+    def note_call(self, name: str, resource: str, args_digest: str, outcome: str,
+                  loop: str | None = None) -> None:
+        """Append one call to :attr:`calls` (thread-safe: deque appends are atomic)."""
+        self.calls.append(ToolCallTrace(next(self._counter), name, resource, args_digest,
+                                        outcome, loop))
 
     def __enter__(self) -> agent_session:
         self._tokens.append(_SESSION.set(self))

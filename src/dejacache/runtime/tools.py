@@ -30,7 +30,7 @@ from typing import Any, TypeVar, overload
 from .. import config
 from .._core.scopes import encode_component, global_prefix
 from .._engine import warn_once
-from ..errors import ConfigurationError, ScopeError, SerializationError
+from ..errors import AgentLoopDetected, ConfigurationError, ScopeError, SerializationError
 from ..keys import KeyBuilder, digest
 from ..stores._base import Record, Store
 from ..stores.memory import MemoryStore
@@ -62,6 +62,53 @@ _READER_STORES: dict[str, dict[int, Any]] = {}
 _REG_LOCK = threading.Lock()
 
 Gens = LocalGenerations | SharedGenerations
+
+
+class _Trace:
+    """What one call did, for ``agent_session(...).calls`` (filled in as the call runs)."""
+
+    __slots__ = ("digest", "loops", "outcome")
+
+    def __init__(self, outcome: str) -> None:
+        self.outcome = outcome
+        self.digest = ""
+        self.loops: list[Any] = []
+
+
+def _traced_call(sess: agent_session | None, name: str, resource: str,
+                 run: Callable[[_Trace], Any], outcome: str) -> Any:
+    if sess is None or not sess.tracing:
+        return run(_Trace(outcome))
+    tr = _Trace(outcome)
+    try:
+        return run(tr)
+    except AgentLoopDetected:
+        tr.outcome = "blocked"
+        raise
+    except BaseException:
+        tr.outcome = "error"
+        raise
+    finally:
+        sess.note_call(name, resource, tr.digest, tr.outcome,
+                       tr.loops[-1].pattern if tr.loops else None)
+
+
+async def _atraced_call(sess: agent_session | None, name: str, resource: str,
+                        run: Callable[[_Trace], Any], outcome: str) -> Any:
+    if sess is None or not sess.tracing:
+        return await run(_Trace(outcome))
+    tr = _Trace(outcome)
+    try:
+        return await run(tr)
+    except AgentLoopDetected:
+        tr.outcome = "blocked"
+        raise
+    except BaseException:
+        tr.outcome = "error"
+        raise
+    finally:
+        sess.note_call(name, resource, tr.digest, tr.outcome,
+                       tr.loops[-1].pattern if tr.loops else None)
 
 
 def _names(fn: Callable[..., Any], name: str | None) -> tuple[str, str]:
@@ -292,32 +339,45 @@ def _wrap_cached(tc: _ToolCache) -> Callable[..., Any]:
                 await store.adelete(key)
             return PROCEED, b""
 
-    def _finish(sess: agent_session | None, adigest: str, value: Any) -> Any:
+    def _finish(sess: agent_session | None, adigest: str, value: Any, tr: _Trace) -> Any:
         gs = sess.guard if sess is not None else None
-        return value if gs is None else gs.after(name, resource, adigest, value)
+        if gs is None:
+            return value
+        out = gs.after(name, resource, adigest, value, seen=tr.loops)
+        if out is not value:
+            tr.outcome = "nudged"
+        return out
 
     def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+        return _traced_call(_SESSION.get(), name, resource,
+                            lambda tr: _sync_call(tr, args, kwargs), "miss")
+
+    def _sync_call(tr: _Trace, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         sess, prefix, names = tc.where(args, kwargs)
         if names is None:
+            tr.outcome = "bypassed"
             return fn(*args, **kwargs)  # the arguments do not bind: let the tool say why
         tenant = sess.tenant if sess is not None else None
-        adigest = digest("", tc.key_name, tc.keys.canonical(args, kwargs))
+        adigest = tr.digest = digest("", tc.key_name, tc.keys.canonical(args, kwargs))
         gs = sess.guard if sess is not None else None
         if gs is not None:
-            nudge = gs.before(name, resource, adigest)
+            nudge = gs.before(name, resource, adigest, seen=tr.loops)
             if nudge is not PROCEED:
+                tr.outcome = "nudged"
                 return nudge
         store = tc.store()
         gens = tc.generations(store)
         values = gens.read(names, tc.counter_max_age)
         if values is None:  # counters unknown: cannot prove any entry fresh, so skip the cache
             m.count(tenant, resource, name, m.BYPASSED)
-            return _finish(sess, adigest, fn(*args, **kwargs))
+            tr.outcome = "bypassed"
+            return _finish(sess, adigest, fn(*args, **kwargs), tr)
         key = tc.entry_key(prefix, gens.epoch, values, adigest)
         value, stored = _load(store, prefix, key)
         if value is not PROCEED:
             m.count_hit(tenant, resource, name, len(stored))
-            return _finish(sess, adigest, value)
+            tr.outcome = "hit"
+            return _finish(sess, adigest, value, tr)
 
         def lead() -> tuple[Any, bytes | None]:
             # Checked again as leader: a flight that finished (or was abandoned) between our
@@ -325,6 +385,7 @@ def _wrap_cached(tc: _ToolCache) -> Callable[..., Any]:
             again, stored = _load(store, prefix, key)
             if again is not PROCEED:
                 m.count_hit(tenant, resource, name, len(stored))
+                tr.outcome = "hit"
                 return again, stored
             t0 = time.perf_counter()
             result = fn(*args, **kwargs)
@@ -349,37 +410,47 @@ def _wrap_cached(tc: _ToolCache) -> Callable[..., Any]:
         (result, blob), led = tc.flights.run(key, lead)
         if not led:
             m.count(tenant, resource, name, m.COALESCED)
+            tr.outcome = "coalesced"
             if blob is not None:  # each waiter gets its own copy
                 result = tc.decode(prefix, key, blob)
-        return _finish(sess, adigest, result)
+        return _finish(sess, adigest, result, tr)
 
     async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+        return await _atraced_call(_SESSION.get(), name, resource,
+                                   lambda tr: _async_call(tr, args, kwargs), "miss")
+
+    async def _async_call(tr: _Trace, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         sess, prefix, names = tc.where(args, kwargs)
         if names is None:
+            tr.outcome = "bypassed"
             return await fn(*args, **kwargs)
         tenant = sess.tenant if sess is not None else None
-        adigest = digest("", tc.key_name, tc.keys.canonical(args, kwargs))
+        adigest = tr.digest = digest("", tc.key_name, tc.keys.canonical(args, kwargs))
         gs = sess.guard if sess is not None else None
         if gs is not None:
-            nudge = gs.before(name, resource, adigest)
+            nudge = gs.before(name, resource, adigest, seen=tr.loops)
             if nudge is not PROCEED:
+                tr.outcome = "nudged"
                 return nudge
         store = tc.store()
         gens = tc.generations(store)
         values = await gens.aread(names, tc.counter_max_age)
         if values is None:
             m.count(tenant, resource, name, m.BYPASSED)
-            return _finish(sess, adigest, await fn(*args, **kwargs))
+            tr.outcome = "bypassed"
+            return _finish(sess, adigest, await fn(*args, **kwargs), tr)
         key = tc.entry_key(prefix, gens.epoch, values, adigest)
         value, stored = await _aload(store, prefix, key)
         if value is not PROCEED:
             m.count_hit(tenant, resource, name, len(stored))
-            return _finish(sess, adigest, value)
+            tr.outcome = "hit"
+            return _finish(sess, adigest, value, tr)
 
         async def lead() -> tuple[Any, bytes | None]:
             again, stored = await _aload(store, prefix, key)
             if again is not PROCEED:
                 m.count_hit(tenant, resource, name, len(stored))
+                tr.outcome = "hit"
                 return again, stored
             t0 = time.perf_counter()
             result = await fn(*args, **kwargs)
@@ -402,9 +473,10 @@ def _wrap_cached(tc: _ToolCache) -> Callable[..., Any]:
         (result, blob), led = await tc.flights.arun(key, lead)
         if not led:
             m.count(tenant, resource, name, m.COALESCED)
+            tr.outcome = "coalesced"
             if blob is not None:
                 result = tc.decode(prefix, key, blob)
-        return _finish(sess, adigest, result)
+        return _finish(sess, adigest, result, tr)
 
     probe = _probe(fn)
     if inspect.isgeneratorfunction(probe) or inspect.isasyncgenfunction(probe):
@@ -572,18 +644,37 @@ def invalidates(
         w = _Writer(f, resource, key, scope, store, name)
         probe = _probe(f)
 
-        def _trace_before(sess: agent_session | None, adigest: str) -> Any:
+        def _trace_before(sess: agent_session | None, adigest: str, tr: _Trace) -> Any:
             gs = sess.guard if sess is not None else None
-            return PROCEED if gs is None else gs.before(w.name, resource, adigest, write=True)
+            if gs is None:
+                return PROCEED
+            nudge = gs.before(w.name, resource, adigest, write=True, seen=tr.loops)
+            if nudge is not PROCEED:
+                tr.outcome = "nudged"
+            return nudge
+
+        def _trace_after(sess: agent_session | None, adigest: str, result: Any,
+                         tr: _Trace) -> Any:
+            gs = sess.guard if sess is not None else None
+            if gs is None:
+                return result
+            out = gs.after(w.name, resource, adigest, result, seen=tr.loops)
+            if out is not result:
+                tr.outcome = "nudged"
+            return out
 
         if inspect.iscoroutinefunction(probe):
 
             async def async_writer(*args: Any, **kwargs: Any) -> Any:
+                return await _atraced_call(_SESSION.get(), w.name, resource,
+                                           lambda tr: _awrite(tr, args, kwargs), "invalidation")
+
+            async def _awrite(tr: _Trace, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
                 sess, names, targets = w.plan(args, kwargs)
                 if names is None:
                     return await f(*args, **kwargs)
-                adigest = w.args_digest(args, kwargs)
-                nudge = _trace_before(sess, adigest)
+                adigest = tr.digest = w.args_digest(args, kwargs)
+                nudge = _trace_before(sess, adigest, tr)
                 if nudge is not PROCEED:
                     return nudge
                 tenant = sess.tenant if sess is not None else None
@@ -595,18 +686,21 @@ def invalidates(
                     for g in targets:
                         await g.abump(names)
                     m.count(tenant, resource, w.name, m.INVALIDATIONS)
-                gs = sess.guard if sess is not None else None
-                return result if gs is None else gs.after(w.name, resource, adigest, result)
+                return _trace_after(sess, adigest, result, tr)
 
             wrapper: Callable[..., Any] = async_writer
         else:
 
             def sync_writer(*args: Any, **kwargs: Any) -> Any:
+                return _traced_call(_SESSION.get(), w.name, resource,
+                                    lambda tr: _write(tr, args, kwargs), "invalidation")
+
+            def _write(tr: _Trace, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
                 sess, names, targets = w.plan(args, kwargs)
                 if names is None:
                     return f(*args, **kwargs)
-                adigest = w.args_digest(args, kwargs)
-                nudge = _trace_before(sess, adigest)
+                adigest = tr.digest = w.args_digest(args, kwargs)
+                nudge = _trace_before(sess, adigest, tr)
                 if nudge is not PROCEED:
                     return nudge
                 tenant = sess.tenant if sess is not None else None
@@ -618,8 +712,7 @@ def invalidates(
                     for g in targets:
                         g.bump(names)
                     m.count(tenant, resource, w.name, m.INVALIDATIONS)
-                gs = sess.guard if sess is not None else None
-                return result if gs is None else gs.after(w.name, resource, adigest, result)
+                return _trace_after(sess, adigest, result, tr)
 
             wrapper = sync_writer
         out = functools.wraps(f)(wrapper)
@@ -662,28 +755,52 @@ def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
 
             async def async_traced(*args: Any, **kwargs: Any) -> Any:
                 sess = _SESSION.get()
-                gs = sess.guard if sess is not None else None
+                if sess is None or (sess.guard is None and not sess.tracing):
+                    return await f(*args, **kwargs)
+                return await _atraced_call(sess, display, display,
+                                           lambda tr: _arun(sess, tr, args, kwargs), "traced")
+
+            async def _arun(sess: agent_session, tr: _Trace, args: tuple[Any, ...],
+                            kwargs: dict[str, Any]) -> Any:
+                gs = sess.guard
+                adigest = tr.digest = args_digest(args, kwargs)
                 if gs is None:
                     return await f(*args, **kwargs)
-                adigest = args_digest(args, kwargs)
-                nudge = gs.before(display, display, adigest, write=write)
+                nudge = gs.before(display, display, adigest, write=write, seen=tr.loops)
                 if nudge is not PROCEED:
+                    tr.outcome = "nudged"
                     return nudge
-                return gs.after(display, display, adigest, await f(*args, **kwargs))
+                value = await f(*args, **kwargs)
+                out = gs.after(display, display, adigest, value, seen=tr.loops)
+                if out is not value:
+                    tr.outcome = "nudged"
+                return out
 
             wrapper: Callable[..., Any] = async_traced
         else:
 
             def traced(*args: Any, **kwargs: Any) -> Any:
                 sess = _SESSION.get()
-                gs = sess.guard if sess is not None else None
+                if sess is None or (sess.guard is None and not sess.tracing):
+                    return f(*args, **kwargs)
+                return _traced_call(sess, display, display,
+                                    lambda tr: _run(sess, tr, args, kwargs), "traced")
+
+            def _run(sess: agent_session, tr: _Trace, args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> Any:
+                gs = sess.guard
+                adigest = tr.digest = args_digest(args, kwargs)
                 if gs is None:
                     return f(*args, **kwargs)
-                adigest = args_digest(args, kwargs)
-                nudge = gs.before(display, display, adigest, write=write)
+                nudge = gs.before(display, display, adigest, write=write, seen=tr.loops)
                 if nudge is not PROCEED:
+                    tr.outcome = "nudged"
                     return nudge
-                return gs.after(display, display, adigest, f(*args, **kwargs))
+                value = f(*args, **kwargs)
+                out = gs.after(display, display, adigest, value, seen=tr.loops)
+                if out is not value:
+                    tr.outcome = "nudged"
+                return out
 
             wrapper = traced
         return functools.wraps(f)(wrapper)

@@ -8,6 +8,7 @@ there (``make test-gen2``). In the main venv every test here skips.
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import pytest
@@ -153,3 +154,86 @@ def test_litellm_async_stream_over_httpx(
     monkeypatch.setenv("DISABLE_AIOHTTP_TRANSPORT", "True")
     stream_case(litellm, fake, provider, is_async=True)
     assert aiohttp_calls == []
+
+
+def test_a_replay_miss_is_not_retried_by_the_sdk(
+    fake: FakeProvider, caplog: pytest.LogCaptureFixture, tmp_path: Any
+) -> None:
+    # openai 2.x retries any transport exception and wraps it in APIConnectionError, but lets
+    # its own OpenAIError through: the miss is raised as both, so it is neither retried (three
+    # misses and seconds of back-off) nor reduced to "Connection error.".
+    import logging
+
+    caplog.set_level(logging.DEBUG, logger="openai")
+    with openai.OpenAI(base_url=fake.openai_url, api_key="k", max_retries=3) as c, \
+            dejacache.cassette(tmp_path / "c.json", "replay") as tape:
+        for stream in (False, True):
+            with pytest.raises(dejacache.ReplayMiss) as err:
+                c.chat.completions.create(model="m", messages=USER, stream=stream)
+            assert isinstance(err.value, openai.OpenAIError)
+            assert "no recording of openai.chat.completions" in str(err.value)
+        assert tape.counters.missed == 2
+    assert not [r for r in caplog.records if "Retrying" in r.getMessage()]
+    assert fake.count() == 0
+
+
+# ---------------------------------------------------------------- issue 11: lazy transports
+
+# A fresh interpreter in which litellm, and with it its aiohttp transport module, is imported
+# only inside the block (as dspy does): that transport used to go unpatched, so recording
+# stored nothing and the replay made live calls.
+_LAZY_LITELLM = """
+import asyncio, json, os, sys, warnings
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+warnings.simplefilter("ignore")
+import dejacache
+MOD = "litellm.llms.custom_httpx.aiohttp_transport"
+path, mode, url = sys.argv[1:4]
+assert "litellm" not in sys.modules and MOD not in sys.modules, "imported too early"
+
+async def main():
+    with dejacache.cassette(path, mode) as tape:
+        import litellm
+        litellm.telemetry = False
+        kw = {"model": "openai/m", "api_base": url, "api_key": "k",
+              "messages": [{"role": "user", "content": "one two"}]}
+        whole = await litellm.acompletion(**kw)
+        s = await litellm.acompletion(stream=True, **kw)
+        chunks = [c.choices[0].delta.content async for c in s]
+        patched = hasattr(sys.modules[MOD].LiteLLMAiohttpTransport.handle_async_request,
+                          "__dejacache_patch__")
+        counts = (tape.counters.recorded, tape.counters.replayed)
+    return {"answer": [whole.choices[0].message.content, chunks], "patched": patched,
+            "counts": counts}
+
+print(json.dumps(asyncio.run(main())))
+"""
+
+
+def test_litellm_imported_inside_the_block_is_recorded_and_replayed(
+    fake: FakeProvider, tmp_path: Any
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    path = tmp_path / "lazy.json"
+
+    def run(mode: str) -> Any:
+        proc = subprocess.run(
+            [sys.executable, "-c", _LAZY_LITELLM, str(path), mode, fake.openai_url],
+            capture_output=True, text=True, timeout=180,
+            env={**os.environ, "DISABLE_AIOHTTP_TRANSPORT": "False"},
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    live = run("record")
+    assert live["patched"] and live["counts"] == [2, 0]
+    assert fake.count() == 2
+    fake.stop()
+    again = run("replay")
+    assert again["counts"] == [0, 2]
+    assert again["answer"] == live["answer"]
+    assert "Hello from the fake" in again["answer"][0]
+    assert fake.count() == 2  # the stopped provider saw nothing more

@@ -1,0 +1,161 @@
+"""Placeholder API keys for replay, and the guard that keeps them off the wire (issue 13).
+
+``OpenAI()`` and ``Anthropic()`` refuse to construct without ``OPENAI_API_KEY`` /
+``ANTHROPIC_API_KEY``, even when every call they make replays from a cassette, so "no API key
+in CI" needed a fake key in every CI config. While tests replay, the pytest plugin sets a
+placeholder for each variable that is unset (:func:`supply`) and restores the environment
+afterwards.
+
+A placeholder must never reach a provider: a live request carrying it would fail with a
+confusing 401 at best. :func:`supply` therefore also wraps the public ``HTTPTransport`` /
+``AsyncHTTPTransport`` classes of httpx and httpx2 (what the SDKs send through, intercepted or
+not) with a check that refuses any request whose headers or URL carry the placeholder, with a
+:class:`~dejacache.errors.NetworkBlocked` that says which variable to set. Transports that are
+not httpx's (litellm's aiohttp) are not wrapped.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..errors import NetworkBlocked
+
+__all__ = ["KEY_VARIABLES", "PLACEHOLDER", "carries_placeholder", "supply", "withdraw"]
+
+# Not secret-shaped (no ``sk-`` prefix), so ``dejacache scan`` and redaction leave it alone
+# and nobody mistakes it for a leaked key.
+PLACEHOLDER = "dejacache-replay-placeholder-not-a-key"
+KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+
+_LOCK = threading.Lock()
+_USERS = 0
+# (class, method, what was there, our wrapper)
+_SAVED: list[tuple[type, str, Callable[..., Any], Callable[..., Any]]] = []
+
+
+def carries_placeholder(request: Any) -> bool:
+    """Whether an httpx/httpx2 request would send the placeholder (a header or the URL)."""
+    try:
+        values = [v for _, v in request.headers.items()]
+        values.append(str(request.url))
+    except AttributeError:  # not a request object we know: nothing to check
+        return False
+    return any(PLACEHOLDER in v for v in values)
+
+
+def _refuse(request: Any) -> None:
+    raise NetworkBlocked(
+        f"dejacache refused a live request to {request.url.host}: it carries the placeholder "
+        f"API key dejacache sets while tests replay ({' / '.join(KEY_VARIABLES)} were unset). "
+        "A call that misses the cassette needs a real key: set the variable and re-record "
+        "locally with --dejacache-mode=record.",
+        source=str(request.url.host),
+    )
+
+
+_MARK = "__dejacache_placeholder_guard__"
+
+
+def _wrap_sync(real: Callable[..., Any]) -> Callable[..., Any]:
+    def handle_request(self: Any, request: Any) -> Any:
+        if _USERS and carries_placeholder(request):
+            _refuse(request)
+        return real(self, request)
+
+    setattr(handle_request, _MARK, True)
+    return handle_request
+
+
+def _wrap_async(real: Callable[..., Any]) -> Callable[..., Any]:
+    async def handle_async_request(self: Any, request: Any) -> Any:
+        if _USERS and carries_placeholder(request):
+            _refuse(request)
+        return await real(self, request)
+
+    setattr(handle_async_request, _MARK, True)
+    return handle_async_request
+
+
+def _targets() -> list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]]:
+    out: list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]] = []
+    for name in ("httpx", "httpx2"):
+        if importlib.util.find_spec(name) is None:
+            continue
+        module = importlib.import_module(name)
+        for cls_name, method, wrap in (("HTTPTransport", "handle_request", _wrap_sync),
+                                       ("AsyncHTTPTransport", "handle_async_request",
+                                        _wrap_async)):
+            cls = getattr(module, cls_name, None)
+            if isinstance(cls, type) and method in cls.__dict__:
+                out.append((cls, method, wrap))
+    return out
+
+
+def _install_guard() -> bool:
+    """Wrap the transports, innermost: under dejacache's interception, so a replayed request
+    (which carries the placeholder too) is answered before the check sees it. When
+    interception is already on top, the guard cannot go under it: False, and no placeholder.
+    A guard left under an interception wrapper when withdrawn stays as a pass-through."""
+    targets = _targets()
+    for cls, method, _ in targets:
+        current = cls.__dict__[method]
+        if getattr(current, "__dejacache_patch__", False):
+            return False
+    for cls, method, wrap in targets:
+        current = cls.__dict__[method]
+        if getattr(current, _MARK, False) or getattr(current, "__dejacache_patch__", False):
+            continue  # ours already, left in place (see above)
+        wrapper = wrap(current)
+        _SAVED.append((cls, method, current, wrapper))
+        setattr(cls, method, wrapper)
+    return True
+
+
+def _remove_guard() -> None:
+    while _SAVED:
+        cls, method, real, wrapper = _SAVED.pop()
+        # Identity, not the mark: interception's wrapper copies our attributes
+        # (functools.update_wrapper), and must not be taken off while its block is open.
+        if cls.__dict__.get(method) is wrapper:
+            setattr(cls, method, real)
+
+
+def supply(env: dict[str, str] | None = None,
+           names: Iterable[str] = KEY_VARIABLES) -> list[str] | None:
+    """Set the placeholder for each unset (or empty) variable; returns the ones it set.
+
+    The first caller also installs the transport guard; :func:`withdraw` undoes both (calls
+    nest: the guard stays until the last ``withdraw``). Does nothing and returns None when the
+    guard cannot be installed under an interception already in place.
+    """
+    global _USERS
+    target: Any = os.environ if env is None else env
+    with _LOCK:
+        if _USERS == 0 and not _install_guard():
+            return None
+        _USERS += 1
+    set_here = [n for n in names if not target.get(n)]
+    for n in set_here:
+        target[n] = PLACEHOLDER
+    return set_here
+
+
+def withdraw(set_here: Iterable[str] | None, env: dict[str, str] | None = None) -> None:
+    """Undo one :func:`supply` (given what it returned): remove the placeholders it set
+    (those still holding the placeholder) and, after the last one, the guard."""
+    global _USERS
+    if set_here is None:
+        return
+    target: Any = os.environ if env is None else env
+    for n in set_here:
+        if target.get(n) == PLACEHOLDER:
+            del target[n]
+    with _LOCK:
+        _USERS = max(0, _USERS - 1)
+        if _USERS == 0:
+            _remove_guard()

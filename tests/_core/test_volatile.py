@@ -1,0 +1,87 @@
+"""Volatile items: names, dotted/wildcard paths and patterns inside text (pure functions)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dejacache import ConfigurationError
+from dejacache._core.volatile import PLACEHOLDER, apply, parse, parse_path, under
+
+
+def test_parse_splits_names_paths_and_patterns() -> None:
+    pat = re.compile(r"\d\d:\d\d")
+    spec = parse(["trace_id", "body.messages[*].content", pat, "re:id-[0-9a-f]+"])
+    assert spec.names == {"trace_id"}
+    assert spec.paths == (("body", "messages", None, "content"),)
+    assert spec.patterns[0] is pat and spec.patterns[1].pattern == "id-[0-9a-f]+"
+
+
+@pytest.mark.parametrize("bad", ["a..b", "a[", "a[x]", ".a", "a.", "re:(", 3, ""])
+def test_malformed_items_are_errors_naming_the_item(bad: Any) -> None:
+    with pytest.raises(ConfigurationError):
+        parse([bad])
+
+
+def test_a_pattern_matching_the_empty_string_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="empty string"):
+        parse([re.compile(r"\d*")])
+
+
+def test_paths_drop_keys_and_keep_list_positions() -> None:
+    data = {"messages": [{"role": "user", "content": "a", "id": 1},
+                         {"role": "assistant", "content": "b", "id": 2}], "n": 1}
+    out = apply(data, (parse_path("messages[*].id"), parse_path("messages[1].content")), ())
+    assert out == {"messages": [{"role": "user", "content": "a"}, {"role": "assistant"}],
+                   "n": 1}
+    assert data["messages"][0]["id"] == 1  # never mutated
+    assert apply([1, 2, 3], (parse_path("[1]"),), ()) == [1, PLACEHOLDER, 3]
+    # Lists met on the way are walked even without [*].
+    assert apply({"m": [{"x": 1}, {"x": 2}]}, (parse_path("m.x"),), ()) == {"m": [{}, {}]}
+
+
+def test_patterns_replace_matches_inside_every_string() -> None:
+    judge = ("Evaluate.\n<opentelemetry_traces>\nspan 3f2a at 12:04:31.123 took 0.41s\n"
+             "</opentelemetry_traces>\nVerdict?")
+    pat = re.compile(r"(?s)<opentelemetry_traces>.*</opentelemetry_traces>")
+    out = apply({"messages": [{"content": judge}], "model": "m"}, (), (pat,))
+    assert out["messages"][0]["content"] == f"Evaluate.\n{PLACEHOLDER}\nVerdict?"
+    assert out["model"] == "m"
+
+
+def test_untouched_data_is_returned_as_is() -> None:
+    data = {"a": [{"b": "text"}]}
+    assert apply(data, (parse_path("a.c"),), (re.compile("zzz"),)) is data
+
+
+def test_http_paths_default_to_the_body() -> None:
+    roots = frozenset({"method", "path", "query", "body"})
+    assert under((("messages", None, "content"), ("query", "t")), roots, "body") == (
+        ("body", "messages", None, "content"), ("query", "t"))
+
+
+_text = st.text(alphabet="ab:0123456789 ", max_size=20)
+_json = st.recursive(st.none() | st.integers() | _text,
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.sampled_from("abc"), inner, max_size=3),
+                     max_leaves=10)
+
+
+@given(_json)
+def test_values_differing_only_in_matches_agree_after_apply(base: Any) -> None:
+    pat = re.compile(r"\d\d:\d\d")
+
+    def stamp(v: Any, t: str) -> Any:
+        if isinstance(v, str):
+            return f"{v} at {t}"
+        if isinstance(v, list):
+            return [stamp(x, t) for x in v]
+        if isinstance(v, dict):
+            return {k: stamp(x, t) for k, x in v.items()}
+        return v
+
+    assert apply(stamp(base, "12:04"), (), (pat,)) == apply(stamp(base, "23:59"), (), (pat,))

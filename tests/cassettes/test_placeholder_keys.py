@@ -1,0 +1,159 @@
+"""Replay needs no API key (issue 13, item 3): placeholders while replaying, never on the wire."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import anthropic  # noqa: F401  (loaded here so the in-process inner sessions share them)
+import openai  # noqa: F401
+import pytest
+
+from dejacache.cassettes import placeholder_keys
+from dejacache.cassettes.placeholder_keys import PLACEHOLDER
+from loopback_provider import loopback
+
+__all__ = ["loopback"]
+
+_QUIET = ("-p", "no:xdist", "-p", "no:hypothesispytest", "-p", "no:anyio", "-p", "no:asyncio",
+          "-p", "no:timeout", "-p", "no:randomly")
+
+INNER = """
+import os, pytest
+import anthropic, openai
+from dejacache.errors import NetworkBlocked
+
+CLIENT = openai.OpenAI(max_retries=0)     # at import time, as most projects build it
+CLAUDE = anthropic.Anthropic()            # constructs too
+
+@pytest.mark.dejacache(cassette="cassettes/chat.json")
+def test_chat():
+    r = CLIENT.chat.completions.create(model="gpt-4o-mini",
+                                       messages=[{"role": "user", "content": "hi"}])
+    assert r.choices[0].message.content.startswith("Hello")
+
+def test_live_call_with_the_placeholder_is_refused():
+    if os.environ.get("OPENAI_API_KEY") != PLACEHOLDER:
+        pytest.skip("a real key is set")
+    with pytest.raises(Exception) as info:   # the SDK wraps it in APIConnectionError
+        CLIENT.chat.completions.create(model="gpt-4o-mini",
+                                       messages=[{"role": "user", "content": "live"}])
+    chain, exc = [], info.value
+    while exc is not None:
+        chain.append(exc)
+        exc = exc.__cause__ or exc.__context__
+    blocked = [e for e in chain if isinstance(e, NetworkBlocked)]
+    assert blocked, chain
+    assert "placeholder API key" in str(blocked[0])
+    assert "OPENAI_API_KEY" in str(blocked[0])
+"""
+
+
+@pytest.fixture
+def no_keys(monkeypatch: pytest.MonkeyPatch, loopback: Any) -> Any:
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "CI", "DEJACACHE_MODE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", loopback.openai_url)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", loopback.url)
+    return loopback
+
+
+def test_ci_replays_without_a_key_and_refuses_the_placeholder_live(
+        pytester: pytest.Pytester, no_keys: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makepyfile(test_inner=INNER.replace(
+        "from dejacache.errors", "from dejacache.cassettes.placeholder_keys import PLACEHOLDER\n"
+        "from dejacache.errors"))
+    # Recorded once with a key (as on a developer's machine)...
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-developer-key-0123456789abcdef")
+    pytester.runpytest(*_QUIET, "--dejacache-mode=record", "-k", "test_chat"
+                       ).assert_outcomes(passed=1)
+    recorded = no_keys.count()
+    assert recorded == 1
+    # ...then CI: no key anywhere, clients built at import time, every call replays.
+    monkeypatch.delenv("OPENAI_API_KEY")
+    monkeypatch.setenv("CI", "true")
+    pytester.runpytest(*_QUIET).assert_outcomes(passed=2)
+    assert no_keys.count() == recorded     # the replay made no request, the refusal neither
+    assert "OPENAI_API_KEY" not in os.environ  # the session put the environment back
+    assert "ANTHROPIC_API_KEY" not in os.environ
+
+
+def test_a_marker_in_replay_mode_supplies_the_keys_for_its_test(
+        pytester: pytest.Pytester, no_keys: Any) -> None:
+    pytester.makepyfile(test_inner=f"""
+import os, pytest
+
+@pytest.mark.dejacache(mode="replay")
+def test_replaying():
+    assert os.environ["OPENAI_API_KEY"] == "{PLACEHOLDER}"
+
+def test_not_replaying():
+    assert "OPENAI_API_KEY" not in os.environ
+""")
+    pytester.runpytest(*_QUIET, "-p", "no:randomly").assert_outcomes(passed=2)
+
+
+def test_recording_sessions_get_no_placeholder(pytester: pytest.Pytester, no_keys: Any,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CI", "1")   # CI, but the run asks to record: a real key is needed
+    pytester.makepyfile(test_inner="""
+import os
+
+def test_env():
+    assert "OPENAI_API_KEY" not in os.environ
+""")
+    pytester.runpytest(*_QUIET, "--dejacache-mode=record").assert_outcomes(passed=1)
+
+
+def test_supply_keeps_real_keys_and_withdraw_restores() -> None:
+    env = {"OPENAI_API_KEY": "sk-real"}
+    got = placeholder_keys.supply(env)
+    try:
+        assert got == ["ANTHROPIC_API_KEY"]
+        assert env == {"OPENAI_API_KEY": "sk-real", "ANTHROPIC_API_KEY": PLACEHOLDER}
+    finally:
+        placeholder_keys.withdraw(got, env)
+    assert env == {"OPENAI_API_KEY": "sk-real"}
+
+
+def test_the_guard_is_gone_after_the_last_withdraw() -> None:
+    import httpx
+
+    before = httpx.HTTPTransport.__dict__["handle_request"]
+    outer = placeholder_keys.supply({})
+    inner = placeholder_keys.supply({})
+    assert httpx.HTTPTransport.__dict__["handle_request"] is not before
+    placeholder_keys.withdraw(inner, {})
+    assert httpx.HTTPTransport.__dict__["handle_request"] is not before
+    placeholder_keys.withdraw(outer, {})
+    assert httpx.HTTPTransport.__dict__["handle_request"] is before
+
+
+def test_the_placeholder_is_not_secret_shaped() -> None:
+    from dejacache._secrets import mask_text
+
+    assert mask_text(PLACEHOLDER, lambda s: "<X>") == PLACEHOLDER
+
+
+@pytest.mark.parametrize("library", ["httpx", "httpx2"])
+async def test_the_guard_refuses_the_placeholder_on_every_transport(
+        library: str, loopback: Any) -> None:
+    import importlib
+
+    from dejacache.errors import NetworkBlocked
+
+    lib = importlib.import_module(library)
+    keys = placeholder_keys.supply({})
+    try:
+        with lib.Client() as client, pytest.raises(NetworkBlocked, match="placeholder"):
+            client.post(loopback.url + "/v1/messages", headers={"x-api-key": PLACEHOLDER})
+        async with lib.AsyncClient() as aclient:
+            with pytest.raises(NetworkBlocked, match="placeholder"):
+                await aclient.get(loopback.url + f"/v1/models?key={PLACEHOLDER}")
+            ok = await aclient.post(loopback.openai_url + "/chat/completions",
+                                    json={"model": "gpt-4o-mini", "messages": []},
+                                    headers={"authorization": "Bearer sk-real"})
+            assert ok.status_code == 200   # a real key passes untouched
+    finally:
+        placeholder_keys.withdraw(keys, {})
+    assert loopback.count() == 1

@@ -1,0 +1,156 @@
+"""``load_cassette`` / ``diff_cassettes`` (issue 14): recordings as data."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+from typing import Any
+
+import openai
+import pytest
+
+import dejacache
+from dejacache.cassettes.prices import estimate_dollars
+from dejacache.cassettes.trajectory import usage_tokens
+
+sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "http"))
+from fake_provider import FakeProvider
+
+TOOLS: list[Any] = [{"type": "function", "function": {
+    "name": "get_weather",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+
+
+@dejacache.cache(name="get_weather", kind="tool")
+def get_weather(city: str) -> str:
+    return f"sunny in {city}"
+
+
+@dejacache.cache(name="fmt")
+def fmt_answer(text: str) -> str:
+    return text.upper()
+
+
+def agent(client: openai.OpenAI, city: str, stream_last: bool = False) -> str:
+    msgs: list[Any] = [{"role": "user", "content": f"weather in {city}?"}]
+    first = client.chat.completions.create(model="gpt-4o-mini", messages=msgs, tools=TOOLS)
+    call = first.choices[0].message.tool_calls[0]  # type: ignore[index]
+    out = get_weather(city=city)
+    msgs += [first.choices[0].message.model_dump(exclude_none=True),
+             {"role": "tool", "tool_call_id": call.id, "content": out}]
+    if stream_last:
+        text = "".join(ch.choices[0].delta.content or "" for ch in client.chat.completions.create(
+            model="gpt-4o-mini", messages=msgs, stream=True) if ch.choices)
+    else:
+        text = client.chat.completions.create(model="gpt-4o-mini", messages=msgs
+                                              ).choices[0].message.content or ""
+    return fmt_answer(text)
+
+
+@pytest.fixture
+def fake() -> Any:
+    server = FakeProvider().start()
+    yield server
+    server.stop()
+
+
+def record(fake: FakeProvider, path: pathlib.Path, city: str, **kw: Any) -> None:
+    with openai.OpenAI(base_url=fake.openai_url, api_key="sk-test-SECRET",
+                       max_retries=0) as client, dejacache.cassette(path, mode="record"):
+        agent(client, city, **kw)
+
+
+def test_steps_in_order_with_kinds_tokens_cost_and_redacted_requests(fake, tmp_path) -> None:
+    p = tmp_path / "a.json"
+    record(fake, p, "Paris")
+    view = dejacache.load_cassette(p)
+    assert [(s.kind, s.name) for s in view.steps] == [
+        ("model", "openai.chat.completions"), ("tool", "get_weather"),
+        ("model", "openai.chat.completions"), ("function", "fmt")]
+    assert [s.name for s in view.steps if s.kind == "tool"] == ["get_weather"]
+    assert view.steps[1].args == {"city": "Paris"}
+    assert view.steps[1].response == "sunny in Paris"
+    assert [tc.name for tc in view.steps[0].tool_calls] == ["get_weather"]
+    assert view.steps[0].tool_calls[0].arguments == {"city": "Paris"}
+    assert view.steps[2].args["messages"][-1]["content"] == "sunny in Paris"
+    assert "sk-test-SECRET" not in repr([s.request for s in view.steps])
+    assert view.num_steps == 4 and view.tokens_exact
+    usage = view.steps[0].usage
+    assert usage is not None and (view.steps[0].input_tokens, view.steps[0].output_tokens
+                                  ) == usage_tokens(usage)
+    assert view.total_tokens == view.total_input_tokens + view.total_output_tokens > 0
+    assert view.steps[1].total_tokens == 0
+    assert view.cost == pytest.approx(2 * estimate_dollars(usage, "gpt-4o-mini"))
+    assert view.duration == pytest.approx(sum(s.duration for s in view.steps))
+    assert [s.follows for s in view.steps] == [-1, 0, 1, 2]
+    assert view.steps[0].error is None and view.steps[0].outcome is None
+
+
+def test_a_stream_without_usage_is_estimated(fake, tmp_path) -> None:
+    p = tmp_path / "s.json"
+    record(fake, p, "Oslo", stream_last=True)
+    step = dejacache.load_cassette(p).steps[2]
+    if step.usage is None:
+        assert not step.tokens_exact and step.input_tokens > 0
+    else:  # the fake provider reported usage in its stream
+        assert step.tokens_exact
+
+
+def test_re_recording_the_same_run_diffs_identical_despite_fresh_provider_ids(
+        fake, tmp_path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    record(fake, a, "Paris")
+    record(fake, b, "Paris")
+    va, vb = dejacache.load_cassette(a), dejacache.load_cassette(b)
+    assert va.steps[0].response["ids"] != vb.steps[0].response["ids"]  # the provider's ids
+    d = dejacache.diff_cassettes(a, b)
+    # the fake provider words each answer differently; ids, headers, timestamps are ignored
+    assert not d.new_calls and not d.dropped_calls and not d.reordered_calls
+    for c in d.changed_calls:  # only the wording (and what the agent made of it)
+        assert not any(word in line for line in c.changes for word in (
+            "ids", "id:", "created", "fingerprint", "headers")), c.changes
+    assert d.step_delta == 0 and d.token_delta == 0 and d.cost_delta == pytest.approx(0)
+    assert dejacache.diff_cassettes(a, a).identical
+    kept = dejacache.diff_cassettes(a, b, ignore_ids=False)
+    assert any("response.ids" in line for c in kept.changed_calls for line in c.changes)
+
+
+def test_diff_names_new_dropped_and_changed_calls(fake, tmp_path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    record(fake, a, "Paris")
+    record(fake, b, "Rome")
+    d = dejacache.diff_cassettes(a, b)
+    assert not d.identical and not d.new_calls and not d.dropped_calls
+    tool = [c for c in d.changed_calls if c.after.kind == "tool"]
+    assert len(tool) == 1 and tool[0].request_changed
+    assert "request.city: 'Paris' -> 'Rome'" in tool[0].changes
+    c = tmp_path / "c.json"
+    with dejacache.cassette(c, mode="record"):
+        get_weather(city="Paris")
+    d2 = dejacache.diff_cassettes(a, c)
+    assert [s.name for s in d2.dropped_calls] == ["openai.chat.completions",
+                                                  "openai.chat.completions", "fmt"]
+    assert d2.unchanged == 1 and d2.step_delta == -3
+    assert d2.token_delta == -dejacache.load_cassette(a).total_tokens
+
+
+def test_calls_of_a_block_are_readable_after_it_exits(fake, tmp_path) -> None:
+    p = tmp_path / "a.json"
+    record(fake, p, "Paris")
+    with openai.OpenAI(base_url=fake.openai_url, api_key="sk-test-SECRET",
+                       max_retries=0) as client, dejacache.cassette(p, mode="replay") as tape:
+        agent(client, "Paris")
+    assert [c.name for c in tape.calls if c.kind == "tool"] == ["get_weather"]
+    assert [c.args for c in tape.calls if c.kind == "tool"] == [{"city": "Paris"}]
+    assert tape.calls[0].args["messages"][0]["content"] == "weather in Paris?"
+
+
+def test_a_damaged_file_is_refused_unless_asked_to_show_it(tmp_path) -> None:
+    p = tmp_path / "a.json"
+    with dejacache.cassette(p, mode="record"):
+        get_weather(city="Paris")
+    p.write_bytes(p.read_bytes().replace(b"sunny in Paris", b"rainy in Paris"))
+    with pytest.raises(dejacache.CassetteError, match="does not match its checksum"):
+        dejacache.load_cassette(p)
+    view = dejacache.load_cassette(p, verify=False)
+    assert view.steps[0].response == "rainy in Paris" and "checksum" in (view.problem or "")

@@ -1,0 +1,120 @@
+"""Provider ids aliased by position: whole values and inside text (issue 11, item 2)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import openai
+from fake_provider import FakeProvider
+from hypothesis import given
+from hypothesis import strategies as st
+
+import dejacache
+from dejacache.http.aliases import MIN_INLINE, AliasTable
+
+TOOLS: list[Any] = [{"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object", "properties": {}}}}]
+
+
+def test_ids_inside_text_are_replaced_where_they_stand_alone() -> None:
+    t = AliasTable()
+    t.learn(["chatcmpl-0f3a9b", "call_0a1b2c3d", "call_0a1b2c3dd"])
+    got = t.apply({"messages": [
+        {"content": "Calling tools: [{'id': 'call_0a1b2c3d', 'type': 'function'}]"},
+        {"content": "call_0a1b2c3dd then call_0a1b2c3d."},
+        {"content": "glued: xcall_0a1b2c3d call_0a1b2c3d_x call_0a1b2c3d-2"},
+        {"tool_call_id": "call_0a1b2c3d", "id": "chatcmpl-0f3a9b"},
+    ]})
+    assert got == {"messages": [
+        {"content": "Calling tools: [{'id': '<id:2>', 'type': 'function'}]"},
+        {"content": "<id:3> then <id:2>."},
+        {"content": "glued: xcall_0a1b2c3d call_0a1b2c3d_x call_0a1b2c3d-2"},
+        {"tool_call_id": "<id:2>", "id": "<id:1>"},
+    ]}
+
+
+def test_short_ids_are_replaced_as_whole_values_only() -> None:
+    t = AliasTable()
+    t.learn(["0", "abc"])
+    assert t.apply(["0", "abc", "take 0 of abc"]) == ["<id:1>", "<id:2>", "take 0 of abc"]
+    assert MIN_INLINE > 3
+
+
+def test_ids_learned_later_are_found_too() -> None:
+    t = AliasTable()
+    t.learn(["call_aaaaaaaa"])
+    assert t.apply("x call_aaaaaaaa call_bbbbbbbb") == "x <id:1> call_bbbbbbbb"
+    t.learn(["call_bbbbbbbb"])
+    assert t.apply("x call_aaaaaaaa call_bbbbbbbb") == "x <id:1> <id:2>"
+
+
+def test_ids_without_shared_prefixes_are_found() -> None:
+    import uuid
+
+    ids = [str(uuid.UUID(int=i * 7919 + 1)) for i in range(40)]  # 40 distinct heads
+    t = AliasTable()
+    t.learn(ids)
+    text = f"first {ids[0]}, last '{ids[-1]}', glued x{ids[3]}"
+    assert t.apply(text) == f"first <id:1>, last '<id:40>', glued x{ids[3]}"
+
+
+def test_ids_with_pattern_characters_match_literally() -> None:
+    t = AliasTable()
+    t.learn(["id.with+stars*"])
+    assert t.apply("see id.with+stars* and idXwith+stars*") == "see <id:1> and idXwith+stars*"
+
+
+_IDS = st.lists(st.from_regex(r"(call|toolu|resp)_[a-z0-9]{5,20}", fullmatch=True),
+                min_size=1, max_size=8, unique=True)
+_WORDS = st.from_regex(r"[A-Za-z0-9 ]{0,12}", fullmatch=True)
+_SEPS = st.sampled_from([" ", "'", '"', ": ", ", ", "[", "]{", "\n", ". ", "("])
+
+
+@given(ids=_IDS, data=st.data())
+def test_replacing_ids_in_text_loses_nothing(ids: list[str], data: st.DataObject) -> None:
+    pieces: list[str] = []
+    for _ in range(data.draw(st.integers(1, 10))):
+        pieces += [data.draw(_WORDS), data.draw(_SEPS), data.draw(st.sampled_from(ids)),
+                   data.draw(_SEPS)]
+    text = "".join(pieces)
+    t = AliasTable()
+    t.learn(ids)
+    out = t.apply(text)
+    assert not any(re.search(rf"(?<![\w-]){re.escape(i)}(?![\w-])", out) for i in ids)
+    back = re.sub(r"<id:(\d+)>", lambda m: ids[int(m.group(1)) - 1], out)
+    assert back == text
+
+
+def _conversation(client: Any, *, turns: int = 2) -> list[Any]:
+    """Turn 2 carries the turn-1 tool-call id only inside text, as smolagents writes it."""
+    user = {"role": "user", "content": "weather in Paris?"}
+    first = client.chat.completions.create(model="m", messages=[user], tools=TOOLS)
+    call = first.choices[0].message.tool_calls[0]
+    if turns == 1:
+        return [first.model_dump()]
+    memory = ("Calling tools:\n[{'id': '" + call.id + "', 'type': 'function', 'function': "
+              "{'name': 'get_weather', 'arguments': {'city': 'Paris'}}}]")
+    second = client.chat.completions.create(model="m", messages=[
+        user, {"role": "assistant", "content": memory},
+        {"role": "user", "content": f"Observation ({call.id}): hail"}])
+    return [first.model_dump(), second.model_dump()]
+
+
+def test_rerecording_turn_one_keeps_turn_two_hitting(fake: FakeProvider) -> None:
+    store = dejacache.MemoryStore()
+    with openai.OpenAI(base_url=fake.openai_url, api_key="k", max_retries=0) as client:
+        with dejacache.scope(mode="record", store=store):
+            recorded = _conversation(client)
+        with dejacache.scope(mode="record", store=store):  # turn 1 again: a fresh call id
+            (turn1,) = _conversation(client, turns=1)
+        old_id = recorded[0]["choices"][0]["message"]["tool_calls"][0]["id"]
+        new_id = turn1["choices"][0]["message"]["tool_calls"][0]["id"]
+        assert new_id != old_id
+        assert fake.count() == 3
+        fake.stop()
+        with dejacache.scope(mode="replay", store=store):
+            replayed = _conversation(client)
+    assert replayed[0] == turn1
+    assert replayed[1] == recorded[1]  # turn 2 hit, with the new id inside its text
+    assert len(store) == 2

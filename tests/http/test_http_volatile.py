@@ -1,0 +1,81 @@
+"""Volatile names, paths and patterns for intercepted HTTP requests (the real openai SDK)."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+from collections.abc import Iterator
+
+import openai
+import orjson
+import pytest
+from fake_provider import FakeProvider
+
+import dejacache
+
+TRACES = re.compile(r"(?s)<opentelemetry_traces>.*</opentelemetry_traces>")
+
+
+@pytest.fixture
+def client(fake: FakeProvider) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=fake.openai_url, api_key="sk-test", max_retries=0) as c:
+        yield c
+
+
+def judge(client: openai.OpenAI, stamp: str, question: str = "Did the agent book it?") -> str:
+    prompt = (f"You are a judge.\n<opentelemetry_traces>\nspan a1b2 start {stamp} "
+              f"duration 0.41s\n</opentelemetry_traces>\n{question}")
+    r = client.chat.completions.create(model="m", messages=[
+        {"role": "system", "content": prompt}, {"role": "user", "content": "verdict?"}])
+    return r.choices[0].message.content or ""
+
+
+def test_a_pattern_on_the_cassette_replays_a_prompt_with_fresh_timestamps(
+    fake: FakeProvider, client: openai.OpenAI, tmp_path: pathlib.Path
+) -> None:
+    path = tmp_path / "judge.json"
+    with dejacache.cassette(path, "record", volatile=[TRACES]):
+        live = judge(client, "12:04:31.120")
+    seen = fake.count()
+    with dejacache.cassette(path, "replay", volatile=[TRACES]):
+        assert judge(client, "12:05:02.877") == live
+        with pytest.raises(dejacache.ReplayMiss):  # the rest of the prompt still counts
+            judge(client, "12:05:02.877", "Did the agent cancel it?")
+    assert fake.count() == seen
+    text = path.read_text()
+    assert "You are a judge.\\n<volatile>\\nDid the agent book it?" in text
+    assert "12:04:31" not in text
+
+
+def test_dotted_paths_from_the_environment_apply_to_http_bodies(
+    fake: FakeProvider, client: openai.OpenAI, tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # DEJACACHE_VOLATILE=body.messages used to be ignored for intercepted calls.
+    path = tmp_path / "c.json"
+    for spec in ("body.messages[0].content", "messages[0].content"):
+        monkeypatch.setenv("DEJACACHE_VOLATILE", spec)
+        dejacache.configure(volatile=None)
+        with dejacache.cassette(path, "record"):
+            live = judge(client, "12:04")
+        with dejacache.cassette(path, "replay"):
+            assert judge(client, "23:59", "Anything else entirely?") == live
+        entries = orjson.loads(path.read_bytes())["entries"]
+        assert "judge" not in orjson.dumps(entries).decode()
+
+
+def test_patterns_from_the_environment_and_on_intercept(
+    fake: FakeProvider, client: openai.OpenAI, tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    store = dejacache.MemoryStore()
+    monkeypatch.setenv("DEJACACHE_VOLATILE", "re:start [0-9:.]+")
+    with dejacache.scope(mode="record", store=store):
+        live = judge(client, "12:04")
+    monkeypatch.delenv("DEJACACHE_VOLATILE")
+    dejacache.configure(volatile=None)  # settings read the environment once: read it again
+    with dejacache.scope(mode="replay", store=store), dejacache.intercept(
+            volatile=[re.compile(r"start [0-9:.]+")]):
+        assert judge(client, "23:59") == live
+    with dejacache.scope(mode="replay", store=store), pytest.raises(dejacache.ReplayMiss):
+        judge(client, "23:59")  # without the pattern the timestamp counts again

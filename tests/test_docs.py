@@ -1,0 +1,57 @@
+"""The docs stay true to the code: every CLI command and option is in the CLI reference,
+every page is in the site's navigation, and user-facing text names no internal paths."""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import re
+
+from dejacache.cli import build_parser
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def test_the_cli_reference_documents_every_command_and_option() -> None:
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    missing = []
+    for name, p in _commands().items():
+        if f"### `dejacache {name}`" not in text:
+            missing.append(f"command {name}")
+        for action in p._actions:
+            for opt in action.option_strings:
+                if opt.startswith("--") and opt != "--help" and f"`{opt}" not in text \
+                        and f" {opt}" not in text and f"[{opt}" not in text:
+                    missing.append(f"{name} {opt}")
+    assert not missing, f"add to docs/cli.md: {missing}"
+
+
+def test_every_page_is_in_the_navigation() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    pages = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")}
+    listed = set(re.findall(r":\s*([\w/.-]+\.md)\s*$", nav, re.M))
+    assert pages == listed
+
+
+def test_user_facing_text_has_no_internal_references() -> None:
+    for path in [ROOT / "README.md", *DOCS.rglob("*.md")]:
+        text = path.read_text(encoding="utf-8")
+        assert not re.search(r"\bissue \d+\b|/work/|\bthe lead\b", text, re.I), path
+
+
+def test_the_cli_reference_lists_every_pytest_option() -> None:
+    import dejacache.pytest_plugin as plugin
+
+    source = pathlib.Path(plugin.__file__).read_text(encoding="utf-8")
+    options = set(re.findall(r'addoption\(\s*"(--dejacache-[a-z-]+)"', source))
+    inis = set(re.findall(r'addini\(\s*"(dejacache_[a-z_]+)"', source))
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    assert options and inis
+    assert [o for o in sorted(options | inis) if f"`{o}" not in text] == []
