@@ -13,6 +13,37 @@ from dejacache import config
 pytest_plugins = ["pytester", "support_redis"]
 
 
+def _import_every_module() -> None:
+    # pytester's in-process runs drop the modules first imported inside them when they end; a
+    # dejacache module imported lazily there would then exist twice, and a later test would
+    # patch one copy while the library runs the other. Importing everything up front keeps one.
+    import importlib
+    import pkgutil
+
+    for mod in pkgutil.walk_packages(dejacache.__path__, "dejacache."):
+        try:
+            importlib.import_module(mod.name)
+        except ImportError:  # an optional dependency this venv does not have
+            pass
+
+
+    # The same for the HTTP stacks, which import httpcore and h11 when the first client is
+    # built: if that happens inside an in-process inner session, later tests get a second
+    # copy of their exception classes and httpx no longer maps h11's errors.
+    import asyncio
+
+    for name in ("httpx", "httpx2"):
+        try:
+            lib = importlib.import_module(name)
+        except ImportError:
+            continue
+        lib.Client().close()
+        asyncio.run(lib.AsyncClient().aclose())
+
+
+_import_every_module()
+
+
 @pytest.fixture(autouse=True)
 def _isolated_dejacache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No test sees another's configuration, counters or default store."""

@@ -33,6 +33,7 @@ import orjson
 
 from .._core.diff import field_diff
 from ..errors import CassetteError
+from ..http.sse import event_data
 from . import format as fmt
 from .prices import PRICES_DATE, estimate_dollars
 
@@ -559,7 +560,22 @@ class _Normaliser:
                 body = resp.get(field)
                 if isinstance(body, dict):
                     resp[field] = {k: v for k, v in body.items() if k not in _VOLATILE_BODY}
+            events = resp.get("events")
+            if isinstance(events, list):
+                # A stream: the events' timing changes on every recording, and each event's
+                # JSON repeats the ids and timestamps; compare what the events say.
+                resp["events"] = [self._event(e) for e in events]
         return self._alias(resp)
+
+    @staticmethod
+    def _event(event: Any) -> Any:
+        text = event[1] if isinstance(event, list) and len(event) == 2 else event
+        if not isinstance(text, str):
+            return text
+        data = event_data(text)
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if k not in _VOLATILE_BODY}
+        return data if data is not None else text.strip()
 
     def _alias(self, node: Any) -> Any:
         if not self.map:
