@@ -17,14 +17,13 @@ def _import_every_module() -> None:
     # pytester's in-process runs drop the modules first imported inside them when they end; a
     # dejacache module imported lazily there would then exist twice, and a later test would
     # patch one copy while the library runs the other. Importing everything up front keeps one.
+    import contextlib
     import importlib
     import pkgutil
 
     for mod in pkgutil.walk_packages(dejacache.__path__, "dejacache."):
-        try:
+        with contextlib.suppress(ImportError):  # an optional dependency this venv lacks
             importlib.import_module(mod.name)
-        except ImportError:  # an optional dependency this venv does not have
-            pass
 
 
     # The same for the HTTP stacks, which import httpcore and h11 when the first client is
