@@ -35,6 +35,7 @@ from .._core.prompt_cache import (
     read_usage,
 )
 from ..errors import ConfigurationError
+from ..scope import Block
 from .session import current_session
 
 __all__ = ["PrefixBreak", "PrefixHazard", "PrefixMonitor", "SessionReport", "TurnRecord"]
@@ -84,7 +85,7 @@ def _usage(usage: Any) -> Any:
     return dump(mode="json") if callable(dump) else usage
 
 
-class PrefixMonitor:
+class PrefixMonitor(Block["PrefixMonitor"]):
     """Watches consecutive requests of each session for breaks in the provider's cached prefix.
 
     ``prices``: ``{model prefix: (input, output)}`` dollars per million tokens (default: the
@@ -238,17 +239,6 @@ class PrefixMonitor:
             self._depth -= 1
             if self._depth == 0:
                 self._block = ""
-
-    async def __aenter__(self) -> PrefixMonitor:
-        return self.__enter__()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.__exit__(exc_type, exc, tb)
 
     def __repr__(self) -> str:
         with self._lock:

@@ -24,7 +24,7 @@ import functools
 import inspect
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, overload
 
 from .. import config
@@ -75,13 +75,14 @@ class _Trace:
         self.loops: list[Any] = []
 
 
-def _traced_call(sess: agent_session | None, name: str, resource: str,
-                 run: Callable[[_Trace], Any], outcome: str) -> Any:
-    if sess is None or not sess.tracing:
-        return run(_Trace(outcome))
+@contextlib.contextmanager
+def _tracing(sess: agent_session, name: str, resource: str, outcome: str
+             ) -> Iterator[_Trace]:
+    """One traced call's record, noted on the session however the call ends (the sync and
+    async drivers share it)."""
     tr = _Trace(outcome)
     try:
-        return run(tr)
+        yield tr
     except AgentLoopDetected:
         tr.outcome = "blocked"
         raise
@@ -91,24 +92,22 @@ def _traced_call(sess: agent_session | None, name: str, resource: str,
     finally:
         sess.note_call(name, resource, tr.digest, tr.outcome,
                        tr.loops[-1].pattern if tr.loops else None)
+
+
+def _traced_call(sess: agent_session | None, name: str, resource: str,
+                 run: Callable[[_Trace], Any], outcome: str) -> Any:
+    if sess is None or not sess.tracing:
+        return run(_Trace(outcome))
+    with _tracing(sess, name, resource, outcome) as tr:
+        return run(tr)
 
 
 async def _atraced_call(sess: agent_session | None, name: str, resource: str,
                         run: Callable[[_Trace], Any], outcome: str) -> Any:
     if sess is None or not sess.tracing:
         return await run(_Trace(outcome))
-    tr = _Trace(outcome)
-    try:
+    with _tracing(sess, name, resource, outcome) as tr:
         return await run(tr)
-    except AgentLoopDetected:
-        tr.outcome = "blocked"
-        raise
-    except BaseException:
-        tr.outcome = "error"
-        raise
-    finally:
-        sess.note_call(name, resource, tr.digest, tr.outcome,
-                       tr.loops[-1].pattern if tr.loops else None)
 
 
 def _names(fn: Callable[..., Any], name: str | None) -> tuple[str, str]:
