@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 UV = $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 
-.PHONY: demo test test-legacy test-gen2 test-scenario test-hermes test-frameworks lint typecheck bench \
+.PHONY: demo test test-legacy test-gen2 test-scenario test-hermes test-frameworks test-import lint typecheck bench \
 	redis-server uv clean chromium docs dist
 
 # The SDK generations and real clients cannot share one venv; each gets its own:
@@ -18,6 +18,7 @@ UV = $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 # .venv-hermes   hermes-agent 0.19 (pins openai 2.x), AgentPool's real client
 # .venv-fw3      agent frameworks on openai 3.x: openai-agents, pydantic-ai, langgraph, smolagents, agno
 # .venv-fw2      agent frameworks pinned to openai 2.x: dspy, crewai, llama-index
+# .venv-import   vcrpy and agentcassette (dejacache import), openai 2.x / anthropic 0.x on httpx
 LEGACY := .venv-legacy
 GEN2 := .venv-gen2
 SCENARIO := .venv-scenario
@@ -25,6 +26,7 @@ HERMES := .venv-hermes
 DOCS := .venv-docs
 FW3 := .venv-fw3
 FW2 := .venv-fw2
+IMPORT := .venv-import
 
 uv:
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 \
@@ -46,6 +48,7 @@ $(eval $(call venv,$(SCENARIO),scenario-test))
 $(eval $(call venv,$(HERMES),hermes-test))
 $(eval $(call venv,$(FW3),fw3-test))
 $(eval $(call venv,$(FW2),fw2-test))
+$(eval $(call venv,$(IMPORT),import-test))
 
 demo: $(STAMP)
 	$(VENV)/bin/dejacache demo
@@ -99,6 +102,7 @@ test: $(STAMP) redis-server chromium
 	$(MAKE) --no-print-directory test-scenario
 	$(MAKE) --no-print-directory test-hermes
 	$(MAKE) --no-print-directory test-frameworks
+	$(MAKE) --no-print-directory test-import
 	$(PY) -m pytest -n 2 --dist loadfile -q
 
 # httpx-era SDKs (openai 1.x, anthropic 0.x, litellm) cannot share a venv with the current
@@ -115,6 +119,7 @@ test-gen2: $(GEN2)/.installed
 bench: $(STAMP)
 	$(UV) pip install -q --python $(PY) -e '.[dev,bench]'
 	$(PY) benchmarks/run.py
+	$(PY) benchmarks/render.py
 
 # langwatch-scenario 1.6 with openai 2.x and litellm, against a loopback provider: the
 # integration's record / replay / CI-replay runs (tests/integrations/langwatch_scenario).
@@ -133,5 +138,11 @@ test-frameworks: $(FW3)/.installed $(FW2)/.installed
 	$(FW3)/bin/python -m pytest tests/integrations/frameworks -q
 	$(FW2)/bin/python -m pytest tests/integrations/frameworks -q
 
+# dejacache import (issue 14): recordings written by the real vcrpy (around the real openai 2.x
+# and anthropic 0.x SDKs, which it intercepts on plain httpx) and the real agentcassette,
+# converted and replayed with the loopback provider stopped (tests/cassettes/importers).
+test-import: $(IMPORT)/.installed
+	$(IMPORT)/bin/python -m pytest tests/cassettes/importers -q
+
 clean:
-	rm -rf $(VENV) $(LEGACY) $(GEN2) $(SCENARIO) $(HERMES) $(FW3) $(FW2) $(DOCS) .dejacache build dist site
+	rm -rf $(VENV) $(LEGACY) $(GEN2) $(SCENARIO) $(HERMES) $(FW3) $(FW2) $(IMPORT) $(DOCS) .dejacache build dist site

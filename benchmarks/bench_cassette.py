@@ -1,13 +1,16 @@
-"""Cassettes: replay cost per call, cold load of a 10k-entry cassette, file size.
+"""Cassettes: replay cost per call, replay cost against cassette size, cold open, file size.
 
-1. Replay of a ``@cache``-decorated call from a cassette vs the floor (the same key function
-   plus a dict lookup in memory) and vs agentcassette's replay of the same calls, at 20 KB and
-   200 KB requests (``workload.step``: distinct requests sharing their history).
-2. Cold load: a fresh ``Cassette`` over a 10k-entry file of the 20 KB agent run, up to the
-   first decoded hit (file in the page cache), vs agentcassette's ``replay()`` of the same run.
-3. Size of that file vs the naive JSON of the same calls (request + response per call).
+1. Replay of a ``@cache``-decorated call from a cassette vs the floor (a plain orjson(sorted)
+   + xxh3 of the request and a dict lookup) and vs agentcassette's replay of the same calls,
+   at 20 KB and 200 KB requests (``workload.step``), interleaved round by round.
+2. Replay against size: cassettes of 10 / 1,000 / 10,000 entries, every entry served once in
+   a random order from one block; mean, p99 and worst call.
+3. Cold: a fresh interpreter opens a 10k-entry cassette of the 20 KB agent run in a
+   ``with dejacache.cassette(...)`` block, serves the first, the last or a random entry and
+   closes the block (file in the page cache); medians over several processes.
+4. Size of that file vs the naive JSON of the same calls (request + response per call).
 
-    .venv/bin/python benchmarks/bench_cassette.py [--quick]
+    .venv/bin/python benchmarks/bench_cassette.py [--quick] [--json PATH]
 """
 
 from __future__ import annotations
@@ -25,15 +28,12 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import orjson  # noqa: E402
-from _timing import fmt_us, machine, md_table, versions  # noqa: E402
+import xxhash  # noqa: E402
+from _timing import versions, write_json  # noqa: E402
 from workload import make_request, make_response, step  # noqa: E402
 
 import dejacache  # noqa: E402
-from dejacache.cassettes import Cassette  # noqa: E402
 from dejacache.cassettes._workload import agent_steps  # noqa: E402
-from dejacache.codec import JsonCodec  # noqa: E402
-from dejacache.keys import KeyBuilder, digest  # noqa: E402
-from dejacache.stores import Record  # noqa: E402
 
 try:
     import agentcassette
@@ -47,7 +47,7 @@ def _median_us(samples: list[int]) -> float:
     return statistics.median(samples) / 1000
 
 
-def bench_replay(size: str, n: int, rounds: int, tmp: pathlib.Path) -> list[Any]:
+def bench_replay(size: str, n: int, rounds: int, tmp: pathlib.Path) -> dict[str, Any]:
     base = make_request(size, 0)
     reqs = [step(base, i) for i in range(n)]
     resps = [make_response(i) for i in range(n)]
@@ -56,14 +56,11 @@ def bench_replay(size: str, n: int, rounds: int, tmp: pathlib.Path) -> list[Any]
     def live(request: dict[str, Any]) -> dict[str, Any]:
         return answers[id(request)]
 
-    # floor: the same key function, then a dict lookup returning the stored object
-    kb = KeyBuilder(live, "llm")
+    # floor: a plain orjson(sorted) + xxh3 of the request, then a dict lookup returning the
+    # stored object (never dejacache's own key function: the floor must not move with it)
+    def key_of(r: dict[str, Any]) -> bytes:
+        return xxhash.xxh3_128_digest(orjson.dumps(r, option=orjson.OPT_SORT_KEYS))
 
-    def key_of(r: dict[str, Any]) -> str:  # what @cache computes on its hit path
-        return digest("bench", "llm", kb.canonical_fast(kb.bind((r,), {})))
-
-    for r in reqs:  # the hit-path form settles once the builder has classified the names
-        kb.canonical((r,), {})
     table = {key_of(r): resps[i] for i, r in enumerate(reqs)}
     llm = dejacache.cache(name="llm")(live)
     path = tmp / f"replay-{size}.json"
@@ -96,54 +93,92 @@ def bench_replay(size: str, n: int, rounds: int, tmp: pathlib.Path) -> list[Any]
                     t0 = _ns()
                     ac_llm(r)
                     peer.append(_ns() - t0)
-    f, o = _median_us(floor), _median_us(ours)
-    p = _median_us(peer) if peer else float("nan")
-    return [size, fmt_us(f), fmt_us(o), f"{o / f:.2f}x", fmt_us(p),
-            f"{p / o:.1f}x" if peer else "-"]
+    return {"request": size, "calls": n, "floor_us": _median_us(floor),
+            "dejacache_us": _median_us(ours),
+            "agentcassette_us": _median_us(peer) if peer else None}
 
 
-def build_agent_cassette(n: int, path: pathlib.Path) -> tuple[int, list[tuple[Any, Any]]]:
-    codec = JsonCodec()
-    tape = Cassette(path, mode="record")
-    raw = 0
+def record_agent_cassette(n: int, path: pathlib.Path) -> tuple[int, list[tuple[Any, Any]]]:
+    """``n`` steps of the 20 KB agent run recorded through ``@cache`` (as a test records them);
+    returns the naive JSON size of the same calls and the steps."""
     steps = list(agent_steps(n))
-    for req, resp in steps:
-        canonical = orjson.dumps({"request": req}, option=orjson.OPT_SORT_KEYS)
-        key = digest("default", "llm", canonical)
-        raw += len(orjson.dumps({"request": req, "response": resp}))
-        tape.put(key, Record(value=codec.encode(resp, key=key), name="llm", kind="llm",
-                             request=canonical, duration=1.0, usage=resp["usage"]))
-    tape.save()
+    raw = sum(len(orjson.dumps({"request": q, "response": r})) for q, r in steps)
+    record_calls(path, steps)
     return raw, steps
 
 
-def bench_cold(n: int, tmp: pathlib.Path, peer: bool) -> tuple[list[list[Any]], list[Any]]:
+def record_calls(path: pathlib.Path, steps: list[tuple[Any, Any]]) -> None:
+    pending: list[Any] = [None]
+
+    @dejacache.cache(name="llm")
+    def llm(request: Any) -> Any:
+        return pending[0]
+
+    with dejacache.cassette(path, mode="record", cache_key="bench"):
+        for req, resp in steps:
+            pending[0] = resp
+            llm(req)
+
+
+# A fresh interpreter opens the cassette in a ``with dejacache.cassette(...)`` block, serves one
+# recorded call and closes the block: what one test pays. Import time is reported apart.
+_COLD_CHILD = """
+import json, sys, time
+t = time.perf_counter()
+import dejacache, orjson
+dejacache.cassette  # loaded on first use: counted (and reported) as import time, not as the open
+imp = time.perf_counter() - t
+case = orjson.loads(open(sys.argv[2], "rb").read())
+
+@dejacache.cache(name="llm")
+def llm(request):
+    raise RuntimeError("a replay went live")
+
+t0 = time.perf_counter()
+block = dejacache.cassette(sys.argv[1], mode="replay", cache_key="bench")
+block.__enter__()
+got = llm(case["request"])
+t1 = time.perf_counter()
+block.__exit__(None, None, None)
+t2 = time.perf_counter()
+print(json.dumps({"import_ms": imp * 1e3, "open_hit_ms": (t1 - t0) * 1e3,
+                  "close_ms": (t2 - t1) * 1e3, "total_ms": (t2 - t0) * 1e3,
+                  "ok": got == case["response"]}))
+"""
+
+
+def bench_cold(n: int, tmp: pathlib.Path, repeats: int, peer: bool) -> dict[str, Any]:
+    """Fresh-process open + one hit + close of an ``n``-entry cassette, for the first entry,
+    the last one and random ones (medians over ``repeats`` processes each), and its size."""
+    import random
+    import subprocess
+
     path = tmp / f"agent-{n}.json"
-    raw, steps = build_agent_cassette(n, path)
-    key = digest("default", "llm",
-                 orjson.dumps({"request": steps[0][0]}, option=orjson.OPT_SORT_KEYS))
-    codec = JsonCodec()
-    times = []
-    for _ in range(9):
-        gc.collect()
-        t0 = _ns()
-        tape = Cassette(path, mode="replay")
-        rec = tape.get(key)
-        assert rec is not None
-        codec.decode(rec.value, key=key)
-        times.append(_ns() - t0)
-        del tape
-    ours_ms = statistics.median(times) / 1e6
-    full = []
-    for _ in range(5):
-        t0 = _ns()
-        tape = Cassette(path, mode="replay")
-        tape._discover_all()
-        full.append(_ns() - t0)
-    full_ms = statistics.median(full) / 1e6
-    size = path.stat().st_size
-    rows = [[f"dejacache ({n:,} entries)", f"{ours_ms:.1f} ms (index of all: {full_ms:.0f} ms)",
-             f"{size / 1e6:.1f} MB", f"{size / raw:.3f}x"]]
+    raw, steps = record_agent_cassette(n, path)
+    rng = random.Random(12)
+    where = {"first": lambda: 0, "last": lambda: n - 1, "random": lambda: rng.randrange(n)}
+    out: dict[str, Any] = {"entries": n, "repeats": repeats, "file_bytes": path.stat().st_size,
+                           "raw_bytes": raw}
+    out["size_ratio"] = out["file_bytes"] / raw
+    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in where}
+    case_file = tmp / "case.json"
+    for rep in range(-1, repeats):  # round -1 compiles and caches bytecode; not measured
+        for label, pick in where.items():  # interleaved: the three positions share the noise
+            req, resp = steps[pick()]
+            case_file.write_bytes(orjson.dumps({"request": req, "response": resp}))
+            proc = subprocess.run([sys.executable, "-c", _COLD_CHILD, str(path), str(case_file)],
+                                  capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise RuntimeError(f"cold child failed: {proc.stderr[-2000:]}")
+            r = orjson.loads(proc.stdout.strip().splitlines()[-1])
+            if not r["ok"]:
+                raise AssertionError(f"cold replay of the {label} entry returned a wrong value")
+            if rep >= 0:
+                runs[label].append(r)
+    for label, rs in runs.items():
+        out[label] = {f: statistics.median(r[f] for r in rs)
+                      for f in ("open_hit_ms", "close_ms", "total_ms", "import_ms")}
+        out[label]["max_total_ms"] = max(r["total_ms"] for r in rs)
     if peer and agentcassette is not None:
         ac_path = tmp / f"ac-agent-{n}.json"
         answers = iter([s[1] for s in steps])
@@ -159,45 +194,83 @@ def bench_cold(n: int, tmp: pathlib.Path, peer: bool) -> tuple[list[list[Any]], 
         t0 = _ns()
         with agentcassette.replay(ac_path, strict=True):
             ac_llm(steps[0][0])
-        ac_ms = (_ns() - t0) / 1e6
-        ac_size = ac_path.stat().st_size
-        rows.append([f"agentcassette ({n:,} steps)", f"{ac_ms:,.0f} ms",
-                     f"{ac_size / 1e6:.1f} MB", f"{ac_size / raw:.2f}x"])
+        out["agentcassette"] = {"first_ms": (_ns() - t0) / 1e6,
+                                "file_bytes": ac_path.stat().st_size,
+                                "size_ratio": ac_path.stat().st_size / raw,
+                                "note": "one in-process load, first entry"}
         ac_path.unlink()
-    rows.append([f"naive JSON ({n:,} calls)", "-", f"{raw / 1e6:.1f} MB", "1.00x"])
-    return rows, [ours_ms, size / raw]
+    return out
+
+
+def bench_replay_random(sizes: tuple[int, ...], tmp: pathlib.Path,
+                        max_calls: int) -> dict[str, Any]:
+    """Replay cost per call against cassette size: every size's entries served in a random
+    order (up to ``max_calls`` of them) from a block opened once; mean, p99 and worst call,
+    the block's open and close included in the worst-case figures."""
+    import random
+
+    base = make_request("2KB", 0)
+    out: dict[str, Any] = {}
+    for n in sizes:
+        steps = [(step(base, i, "s"), make_response(i % 50)) for i in range(n)]
+        path = tmp / f"scale-{n}.json"
+        record_calls(path, steps)
+
+        @dejacache.cache(name="llm")
+        def llm(request: Any) -> Any:
+            raise RuntimeError("a replay went live")
+
+        order = list(range(n))
+        random.Random(n).shuffle(order)
+        order = order[:max_calls]
+        times: list[int] = []
+        gc.collect()
+        t_open = _ns()
+        block = dejacache.cassette(path, mode="replay", cache_key="bench")
+        block.__enter__()
+        opened = _ns() - t_open
+        try:
+            for k in order:
+                req, resp = steps[k]
+                t0 = _ns()
+                got = llm(req)
+                times.append(_ns() - t0)
+                if got != resp:
+                    raise AssertionError(f"wrong replay at entry {k} of {n}")
+        finally:
+            t1 = _ns()
+            block.__exit__(None, None, None)
+            closed = _ns() - t1
+        s = sorted(times)
+        out[str(n)] = {"calls": len(s), "mean_us": statistics.fmean(s) / 1000,
+                       "median_us": statistics.median(s) / 1000,
+                       "p99_us": s[min(len(s) - 1, round(0.99 * (len(s) - 1)))] / 1000,
+                       "max_us": s[-1] / 1000, "open_us": opened / 1000,
+                       "close_us": closed / 1000}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", default=None, help="write machine-readable results here")
     a = ap.parse_args(argv)
     n_calls, rounds = (100, 2) if a.quick else (400, 5)
-    n_cold = 1_000 if a.quick else 10_000
+    n_cold, repeats = (1_000, 1) if a.quick else (10_000, 3)
+    scale = (10, 100, 1_000) if a.quick else (10, 1_000, 10_000)
     dejacache.configure(store="memory://")
-    out = ["## Cassettes", "", f"Machine: {machine()}  ",
-           f"Versions: {versions('dejacache', 'orjson', 'agentcassette')}", ""]
+    doc: dict[str, Any] = {"versions": versions("dejacache", "orjson", "agentcassette")}
     with tempfile.TemporaryDirectory() as d:
         tmp = pathlib.Path(d)
-        rows = [bench_replay(size, n_calls if size == "20KB" else n_calls // 2, rounds, tmp)
-                for size in ("20KB", "200KB")]
-        out += ["### Replay of a decorated call (median µs per call)", "",
-                md_table(["request", "floor: key + dict", "dejacache cassette", "vs floor",
-                          "agentcassette replay", "agentcassette / dejacache"], rows), "",
-                f"{n_calls} distinct calls per size (half at 200 KB), {rounds} replays each. "
-                "The floor computes the same canonical key and looks it up in a dict holding "
-                "the response object; the cassette also decodes a fresh copy of the response. "
-                "agentcassette compares every argument with the recording (strict=True).", ""]
-        cold_rows, (cold_ms, ratio) = bench_cold(n_cold, tmp, peer=True)
-        out += ["### Cold load to first hit, and file size (20 KB agent requests)", "",
-                md_table(["cassette", "load + first hit", "file", "vs naive JSON"], cold_rows),
-                "", "Load time is the median of 9 fresh loads with the file in the page cache "
-                "(agentcassette: one load). Entries are indexed as replay reaches them; the "
-                "index of all entries is what a miss or a write pays once. Targets: load ≤ "
-                "20 ms, size ≤ 0.3x.", ""]
-    print("\n".join(out))
-    ok = cold_ms <= 20 and ratio <= 0.3
-    print(f"\ncold load {cold_ms:.1f} ms, size {ratio:.3f}x: {'within' if ok else 'OVER'} target")
+        doc["replay"] = [bench_replay(size, n_calls if size == "20KB" else n_calls // 2,
+                                      rounds, tmp) for size in ("20KB", "200KB")]
+        doc["replay_calls"], doc["replay_rounds"] = n_calls, rounds
+        doc["scale"] = bench_replay_random(scale, tmp, max_calls=10_000)
+        doc["cold"] = bench_cold(n_cold, tmp, repeats, peer=not a.quick)
+    full = write_json(a.json, "cassette", doc, quick=a.quick)
+    import render
+
+    print(render.cassette_markdown(full))
     return 0
 
 

@@ -1,10 +1,14 @@
-"""Core benchmark: key building, warm hits on every tier against the peers, and two processes
-sharing one SQLite store. Prints Markdown; ``run.py`` collects it into RESULTS.md.
+"""Core benchmark: key building, warm hits on every tier against the peers and the floors,
+langwatch-scenario's real ``@scenario.cache`` (in its own venv), and two processes sharing one
+SQLite store.
 
-    .venv/bin/python benchmarks/bench_core.py [--budget 0.3] [--conc-seconds 2] [--quick]
+    .venv/bin/python benchmarks/bench_core.py [--budget 1.5] [--conc-seconds 2] [--quick]
+                                              [--json PATH]
 
 Every contender wraps the same free "LLM call" (it returns the response it is handed), so
-the time measured is all cache overhead. Peers are used the way their users use them.
+the time measured is all cache overhead. Peers are used the way their users use them. All
+contenders of one size are set up together and timed in interleaved round-robin batches
+with the floors (``_timing.interleave``); ratios are computed by ``render.py`` from the JSON.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import multiprocessing as mp
 import pathlib
 import shutil
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import time
@@ -22,12 +27,19 @@ from typing import Any, ClassVar
 
 import orjson
 import xxhash
-from _timing import Cell, fmt_us, machine, md_table, ratio, time_each, versions
+from _timing import (
+    Cell,
+    interleave,
+    time_each,
+    versions,
+    write_json,
+)
 from workload import SIZES, make_request, make_response, nbytes, pairs, step
 
 import dejacache
 from dejacache.keys import KeyBuilder, digest
 
+HERE = pathlib.Path(__file__).resolve().parent
 N_HIT = 20  # distinct requests per size: one 20-call agent run, replayed round after round
 KEY_ALONE_ROW = "key alone: orjson.dumps(OPT_SORT_KEYS) + xxh3_128"
 FULL_KEY_ROW = "dejacache full key (KeyBuilder.key: bind + volatile walk + orjson + xxh3)"
@@ -45,6 +57,9 @@ class Contender:
     requires: tuple[str, ...] = ()
 
     def setup(self, tmp: pathlib.Path) -> None: ...
+
+    def activate(self) -> None:
+        """Untimed, before each batch: make this contender's store the configured one."""
 
     def store(self, request: Any, response: Any) -> None: ...
 
@@ -116,8 +131,11 @@ class _Dejacache(_Memo):
 
     def setup(self, tmp: pathlib.Path) -> None:
         self.st = self.make_store(tmp)
-        dejacache.configure(cache_key="bench", store=self.st, mode="auto")
+        self.activate()
         self.fn = dejacache.cache(name="bench.llm")(self.llm)
+
+    def activate(self) -> None:
+        dejacache.configure(cache_key="bench", store=self.st, mode="auto")
 
     def teardown(self) -> None:
         dejacache.configure(store=None)
@@ -212,44 +230,33 @@ def _available(c: type[Contender]) -> str | None:
 
 
 # ============================================================================ sections
-def _key_rows(items: list[tuple[Any, Any]], budget: float, reverse: bool) -> dict[str, Cell]:
+def bench_keys(data: dict[str, list[tuple[Any, Any]]], budget: float) -> dict[str, dict[str, Cell]]:
+    """Key building at each size, every row interleaved with its floor (a plain orjson(sorted)
+    + xxh3 of the request) in the same batches."""
     def llm(request: Any) -> Any:
         return None
 
-    default = KeyBuilder(llm, "bench.llm")
-    no_vol = KeyBuilder(llm, "bench.llm", use_default_volatile=False)
-    reqs = [r for r, _ in items]
-    keys = [fast_key(r) for r in reqs]
-    table = {k: resp for k, (_, resp) in zip(keys, items, strict=True)}
-    n = len(reqs)
-    ops: dict[str, Any] = {
-        "floor: dict get, precomputed key": lambda i: table.get(keys[i % n]),
-        KEY_ALONE_ROW: lambda i: fast_key(reqs[i % n]),
-        FULL_KEY_ROW: lambda i: default.key("bench", (reqs[i % n],), {}),
-        NO_VOL_ROW: lambda i: no_vol.key("bench", (reqs[i % n],), {}),
-    }
-    fast = getattr(default, "canonical_fast", None)
-    if fast is not None:  # the hit path's key: the volatile walk is paid only on a miss
-        ops[HIT_KEY_ROW] = lambda i: digest(
-            "bench", "bench.llm", fast(default.bind((reqs[i % n],), {})))
-    # Alternate the order between passes: at 200 KB the allocator's state (glibc's adaptive
-    # mmap threshold) favours whichever row runs later, and the rows are compared as ratios.
-    order = list(ops)[::-1] if reverse else list(ops)
-    cells = {row: time_each(ops[row], budget=budget) for row in order}
-    return {row: cells[row] for row in ops}
-
-
-def bench_keys(data: dict[str, list[tuple[Any, Any]]], budget: float,
-               passes: int) -> dict[str, dict[str, Cell]]:
-    """Each row measured ``passes`` times, best median kept (the rows are compared as ratios,
-    so one noisy cell would skew a target)."""
     out: dict[str, dict[str, Cell]] = {}
-    for p in range(max(passes, 2)):
-        for size, items in data.items():
-            best = out.setdefault(size, {})
-            for row, cell in _key_rows(items, budget, reverse=p % 2 == 1).items():
-                if row not in best or cell.median < best[row].median:
-                    best[row] = cell
+    for size, items in data.items():
+        default = KeyBuilder(llm, "bench.llm")
+        no_vol = KeyBuilder(llm, "bench.llm", use_default_volatile=False)
+        reqs = [r for r, _ in items]
+        n = len(reqs)
+        ops: dict[str, Any] = {
+            KEY_ALONE_ROW: lambda i, reqs=reqs, n=n: fast_key(reqs[i % n]),
+            FULL_KEY_ROW: lambda i, reqs=reqs, n=n, kb=default: kb.key("bench", (reqs[i % n],),
+                                                                         {}),
+            NO_VOL_ROW: lambda i, reqs=reqs, n=n, kb=no_vol: kb.key("bench", (reqs[i % n],), {}),
+        }
+        fast = getattr(default, "canonical_fast", None)
+        form = getattr(default, "fast_form", None)
+        if fast is not None:  # the hit path's key: the volatile walk is paid only on a miss
+            ops[HIT_KEY_ROW] = lambda i, reqs=reqs, n=n, kb=default, fast=fast: digest(
+                "bench", "bench.llm", fast(kb.bind((reqs[i % n],), {})))
+        elif form is not None:  # the same, under its newer name (returns the form first)
+            ops[HIT_KEY_ROW] = lambda i, reqs=reqs, n=n, kb=default, form=form: digest(
+                "bench", "bench.llm", form(kb.bind((reqs[i % n],), {}))[0])
+        out[size] = interleave(ops, budget=budget, batch=10)
     return out
 
 
@@ -304,37 +311,54 @@ def bench_breakdown(items: list[tuple[Any, Any]], budget: float) -> dict[str, Ce
     return rows
 
 
-def bench_hits(data: dict[str, list[tuple[Any, Any]]], budget: float, passes: int,
+def bench_hits(data: dict[str, list[tuple[Any, Any]]], budget: float,
                root: pathlib.Path) -> tuple[dict[str, dict[str, Cell]], dict[str, str]]:
+    """Every contender set up at once per size, verified, then timed interleaved with the
+    floors (round-robin batches), so each ratio compares the same moments of the machine."""
     results: dict[str, dict[str, Cell]] = {}
     skipped: dict[str, str] = {}
-    order = list(HIT_CONTENDERS)
-    for p in range(passes):
-        for cls in order if p % 2 == 0 else reversed(order):
-            why = _available(cls)
-            if why:
-                skipped[cls.name] = why
-                continue
-            for size, items in data.items():
-                tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"{size}-", dir=root))
+    for size, items in data.items():
+        live: list[Contender] = []
+        try:
+            for cls in HIT_CONTENDERS:
+                why = _available(cls)
+                if why:
+                    skipped[cls.name] = why
+                    continue
                 c = cls()
-                c.setup(tmp)
-                try:
-                    for req, resp in items:
-                        c.store(req, resp)
-                    for req, resp in items:  # the verification round doubles as warm-up
-                        got = c.hit(req)
-                        if got != resp:
-                            raise AssertionError(f"{cls.name} returned a wrong result at {size}")
-                    n = len(items)
-                    cell = time_each(lambda i, c=c, n=n, items=items: c.hit(items[i % n][0]),
-                                     budget=budget, min_n=30, warmup=0)
-                finally:
-                    c.teardown()
-                prev = results.setdefault(cls.name, {}).get(size)
-                if prev is None or cell.median < prev.median:
-                    results[cls.name][size] = cell
+                c.setup(pathlib.Path(tempfile.mkdtemp(prefix=f"{size}-", dir=root)))
+                live.append(c)
+                c.activate()
+                for req, resp in items:
+                    c.store(req, resp)
+                for req, resp in items:  # the verification round doubles as warm-up
+                    if c.hit(req) != resp:
+                        raise AssertionError(f"{cls.name} returned a wrong result at {size}")
+            n = len(items)
+            reqs = [r for r, _ in items]
+            ops = {c.name: (lambda i, c=c, reqs=reqs, n=n: c.hit(reqs[i % n])) for c in live}
+            cells = interleave(ops, budget=budget, batch=10, warmup=n,
+                               before={c.name: c.activate for c in live})
+        finally:
+            for c in live:
+                c.teardown()
+        for name, cell in cells.items():
+            results.setdefault(name, {})[size] = cell
     return results, skipped
+
+
+def bench_scenario(budget: float, quick: bool) -> dict[str, Any]:
+    """langwatch-scenario's real ``@scenario.cache`` needs its own venv (it pins openai < 3):
+    ``scenario_peer.py`` runs there and times it interleaved with dejacache and the floor."""
+    py = HERE.parent / ".venv-scenario" / "bin" / "python"
+    if not py.exists():
+        return {"available": False, "why": ".venv-scenario not built (`make test-scenario`)"}
+    proc = subprocess.run([str(py), str(HERE / "scenario_peer.py"), "--budget", str(budget),
+                           *(["--quick"] if quick else [])],
+                          capture_output=True, text=True, cwd=HERE.parent, timeout=600)
+    if proc.returncode != 0:
+        return {"available": False, "why": proc.stderr.strip().splitlines()[-1:]}
+    return {"available": True, **json.loads(proc.stdout.strip().splitlines()[-1])}
 
 
 # ---------------------------------------------------------------- two processes, one file
@@ -478,139 +502,59 @@ def bench_concurrency(seconds: float, root: pathlib.Path) -> dict[str, dict[str,
 
 
 # ============================================================================ report
-def run(budget: float = 0.3, passes: int = 2, conc_seconds: float = 2.0) -> str:
+def run(budget: float, conc_seconds: float, quick: bool) -> dict[str, Any]:
     root = pathlib.Path(tempfile.mkdtemp(prefix="dejacache-bench-"))
     data = {size: pairs(size, N_HIT) for size in SIZES}
     t0 = time.perf_counter()
     try:
-        keys = bench_keys(data, budget, passes)
-        hits, skipped = bench_hits(data, budget, passes, root)
-        parts = bench_breakdown(data["2KB"], budget)
+        keys = bench_keys(data, budget)
+        hits, skipped = bench_hits(data, budget * 2, root)
+        try:  # internal APIs: a refactor may move them; the rest of the run still counts
+            parts = bench_breakdown(data["2KB"], budget / 4)
+        except (AttributeError, ImportError, TypeError) as exc:
+            print(f"breakdown skipped: {exc!r}", file=sys.stderr)
+            parts = {}
         conc = bench_concurrency(conc_seconds, root)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    wall = time.perf_counter() - t0
-    return report(data, keys, hits, skipped, conc, wall, budget, passes, conc_seconds, parts)
-
-
-def _cells(row: dict[str, Cell]) -> list[str]:
-    out = []
-    for size in SIZES:
-        c = row.get(size)
-        out += [fmt_us(c.median), fmt_us(c.p99)] if c else ["-", "-"]
-    return out
-
-
-def report(data: dict[str, list[tuple[Any, Any]]], keys: dict[str, dict[str, Cell]],
-           hits: dict[str, dict[str, Cell]], skipped: dict[str, str],
-           conc: dict[str, dict[str, Any]], wall: float, budget: float, passes: int,
-           conc_seconds: float, parts: dict[str, Cell]) -> str:
-    size_hdr = [h for s in SIZES for h in (f"{s} median", f"{s} p99")]
-    lines = ["## Core: keys, hits, two processes (`benchmarks/bench_core.py`)", "",
-             f"Machine: {machine()}. Versions: "
-             + versions("dejacache", "orjson", "xxhash", "joblib", "diskcache", "cachetools")
-             + ".", ""]
-    lines.append(f"Workload (`benchmarks/workload.py`, seeded): {N_HIT} distinct OpenAI "
-                 "chat-completions requests per size, "
-                 + ", ".join(f"{s} = {nbytes(data[s][0][0]):,} B" for s in SIZES)
-                 + f"; responses {nbytes(data['2KB'][0][1]):,} B with a usage block. "
-                 f"Times in µs per call, one call at a time; budget {budget} s per cell, "
-                 f"{passes} passes (best median kept). Section wall time {wall:.0f} s.")
-    lines += ["", "### Key building", ""]
-    key_rows = sorted({r for s in keys.values() for r in s}, key=list(keys["2KB"]).index)
-    lines.append(md_table(["operation", *size_hdr],
-                          [[r, *_cells({s: keys[s][r] for s in SIZES})] for r in key_rows]))
-
-    lines += ["", "### Warm hit, end to end", ""]
-    mem_floor, disk_floor = hits.get(FloorDict.name, {}), hits.get(FloorSQLite.name, {})
-    rows = []
-    for name, row in hits.items():
-        vs = " / ".join(ratio(row[s].median, mem_floor[s].median) if s in mem_floor else "-"
-                        for s in SIZES)
-        vd = " / ".join(ratio(row[s].median, disk_floor[s].median) if s in disk_floor else "-"
-                        for s in SIZES)
-        rows.append([name, *_cells(row), vs, vd])
-    lines.append(md_table(["contender", *size_hdr, "x mem floor (2/20/200 KB)",
-                           "x SQLite floor (2/20/200 KB)"], rows))
-    for name, why in skipped.items():
-        lines.append(f"\nskipped {name}: {why}")
-
-    lines += ["", "### Where a 2 KB in-memory hit goes", "",
-              "Each part timed alone on the same 20 requests; the parts do not add up exactly "
-              "(the whole hit also pays for scope lookup and the engine's bookkeeping).", ""]
-    whole = parts["whole hit (@cache, MemoryStore)"].median
-    lines.append(md_table(["part", "median", "p99", "share of the whole hit"],
-                          [[k, fmt_us(c.median), fmt_us(c.p99), f"{c.median / whole:.0%}"]
-                           for k, c in parts.items()]))
-    lines += ["", f"### Two processes sharing one store (2 KB, 90 % hits / 10 % new writes, "
-              f"{conc_seconds:g} s)", ""]
-    crow = []
-    for kind, r in conc.items():
-        crow.append([kind, f"{r['1p']['ops_per_s']:,.0f}", f"{r['2p']['ops_per_s']:,.0f}",
-                     r["2p"]["writes"], r["2p"]["lost"] + r["1p"]["lost"],
-                     r["2p"]["bad_hits"] + r["1p"]["bad_hits"]])
-    lines.append(md_table(["store", "1 process ops/s", "2 processes ops/s (total)",
-                           "writes (2p)", "lost entries", "wrong/missing hits"], crow))
-
-    lines += ["", "### Targets (issue 2)", ""]
-    lines.append(md_table(["target", "measured", "met"], targets(keys, hits, conc)))
-    return "\n".join(lines) + "\n"
-
-
-def targets(keys: dict[str, dict[str, Cell]], hits: dict[str, dict[str, Cell]],
-            conc: dict[str, dict[str, Any]]) -> list[list[str]]:
-    out: list[list[str]] = []
-
-    def add(what: str, value: float | None, ok: bool | None, fmt: str = "{:.2f}x") -> None:
-        out.append([what, "-" if value is None else fmt.format(value),
-                    "-" if ok is None else ("yes" if ok else "**no**")])
-
-    def med(row: str, size: str, src: dict[str, dict[str, Cell]]) -> float | None:
-        c = src.get(row, {}).get(size)
-        return c.median if c else None
-
-    key_alone = KEY_ALONE_ROW
-    keys = {row: {s: keys[s][row] for s in keys} for row in keys["2KB"]}  # row -> size -> cell
-    mem = med(DejacacheMemory.name, "2KB", hits)
-    ka = med(key_alone, "2KB", keys)
-    jl = med(JoblibScenario.name, "2KB", hits)
-    if mem and ka:
-        add("memory hit 2 KB / key alone 2 KB (<= 3x)", mem / ka, mem / ka <= 3)
-    if mem and jl:
-        add("joblib (scenario) 2 KB / memory hit 2 KB (>= 50x)", jl / mem, jl / mem >= 50)
-    for size in ("20KB", "200KB"):
-        sq, fl = med(DejacacheSQLite.name, size, hits), med(FloorSQLite.name, size, hits)
-        if sq and fl:
-            add(f"SQLite hit / plain SQLite lookup, {size} (<= 1.5x)", sq / fl, sq / fl <= 1.5)
-    sq2 = med(DejacacheSQLite.name, "2KB", hits)
-    if sq2 and jl:
-        add("joblib (scenario) 2 KB / SQLite hit 2 KB (>= 10x)", jl / sq2, jl / sq2 >= 10)
-    ka200 = med(key_alone, "200KB", keys)
-    for row, label in ((HIT_KEY_ROW, "hit path (default)"),
-                       (FULL_KEY_ROW, "full key with the volatile walk (miss path)"),
-                       (NO_VOL_ROW, "no volatile stripping")):
-        k = med(row, "200KB", keys)
-        if k and ka200:
-            add(f"key building 200 KB / orjson+xxh3, {label} (<= 1.2x)", k / ka200,
-                k / ka200 <= 1.2)
-    d = conc.get("dejacache")
-    if d:
-        ops, lost = d["2p"]["ops_per_s"], d["2p"]["lost"] + d["1p"]["lost"]
-        add("2 processes, SQLite, ops/s total (>= 25,000, nothing lost)", ops,
-            ops >= 25_000 and lost == 0 and d["2p"]["bad_hits"] == 0, "{:,.0f}")
-    return out
+    scen = bench_scenario(budget * 2, quick)
+    return {
+        "versions": versions("dejacache", "orjson", "xxhash", "joblib", "diskcache",
+                             "cachetools"),
+        "workload": {"requests_per_size": N_HIT,
+                     "request_bytes": {s: nbytes(data[s][0][0]) for s in SIZES},
+                     "response_bytes": nbytes(data["2KB"][0][1])},
+        "budget_s": budget, "conc_seconds": conc_seconds,
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "rows": {"key_floor": KEY_ALONE_ROW, "full_key": FULL_KEY_ROW, "hit_key": HIT_KEY_ROW,
+                 "no_volatile_key": NO_VOL_ROW, "mem_floor": FloorDict.name,
+                 "sqlite_floor": FloorSQLite.name, "memory": DejacacheMemory.name,
+                 "sqlite": DejacacheSQLite.name, "joblib_path": JoblibScenario.name},
+        "keys": {size: {r: c.as_dict() for r, c in rows.items()} for size, rows in keys.items()},
+        "hits": {name: {size: c.as_dict() for size, c in row.items()}
+                 for name, row in hits.items()},
+        "skipped": skipped,
+        "breakdown": {r: c.as_dict() for r, c in parts.items()},
+        "scenario": scen,
+        "concurrency": conc,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--budget", type=float, default=0.3, help="seconds per measured cell")
-    ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--budget", type=float, default=1.5,
+                    help="seconds per interleaved group (hits get twice this)")
     ap.add_argument("--conc-seconds", type=float, default=2.0)
     ap.add_argument("--quick", action="store_true", help="short budgets (smoke run)")
+    ap.add_argument("--json", default=None, help="write machine-readable results here")
     a = ap.parse_args(argv)
     if a.quick:
-        a.budget, a.passes, a.conc_seconds = 0.1, 1, 1.0
-    print(run(a.budget, a.passes, a.conc_seconds))
+        a.budget, a.conc_seconds = 0.2, 0.5
+    doc = run(a.budget, a.conc_seconds, a.quick)
+    full = write_json(a.json, "core", doc, quick=a.quick)
+    import render
+
+    print(render.core_markdown(full))
     return 0
 
 

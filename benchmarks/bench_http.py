@@ -24,7 +24,7 @@ from typing import Any
 import httpx2
 import openai
 import orjson
-from _timing import Cell, fmt_us, machine, md_table, ratio, versions
+from _timing import Cell, fmt_us, machine, md_table, ratio, versions, write_json
 
 import dejacache
 
@@ -127,10 +127,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=0.6)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", default=None, help="write machine-readable results here")
     a = ap.parse_args(argv)
     budget = 0.15 if a.quick else a.budget
     n_keys = 50
     rows = []
+    cells: list[dict[str, Any]] = []
+
+    def add(call: str, served: str, floor: Cell, cell: Cell) -> None:
+        rows.append([call, served, fmt_us(floor.median), fmt_us(cell.median), fmt_us(cell.p99),
+                     ratio(cell.median, floor.median)])
+        cells.append({"call": call, "served_by": served, "floor": floor.as_dict(),
+                      "dejacache": cell.as_dict()})
+
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="dejacache-bench-http-"))
     dejacache.configure(store=dejacache.MemoryStore())
 
@@ -152,24 +161,22 @@ def main(argv: list[str] | None = None) -> int:
                               budget)
             f2, explicit = paired(floor_op, lambda i: fn(explicit_client, i % n_keys),  # noqa: B023
                                   n_keys, budget)
-        rows.append([label, "dejacache replay, automatic interception", fmt_us(f1.median),
-                     fmt_us(auto.median), fmt_us(auto.p99), ratio(auto.median, f1.median)])
-        rows.append([label, "dejacache replay, http_client()", fmt_us(f2.median),
-                     fmt_us(explicit.median), fmt_us(explicit.p99),
-                     ratio(explicit.median, f2.median)])
+        add(label, "dejacache replay, automatic interception", f1, auto)
+        add(label, "dejacache replay, http_client()", f2, explicit)
         for n in ((10, 100) if a.quick else (10, 100, 1000)):
             path = tmp / f"{fn.__name__}-{n}.json"
             record_cassette(path, n, fn)
             f3, c = paired(lambda i: fn(base_client, i), lambda i: fn(sdk, i), n,  # noqa: B023
                            budget, rounds=lambda: dejacache.cassette(path, mode="replay"))  # noqa: B023
-            rows.append([label, f"dejacache cassette replay, {n} entries", fmt_us(f3.median),
-                         fmt_us(c.median), fmt_us(c.p99), ratio(c.median, f3.median)])
+            add(label, f"dejacache cassette replay, {n} entries", f3, c)
 
     print("## HTTP replay through the real openai SDK\n")
     print(f"{machine()}; {versions('openai', 'httpx2', 'orjson')}\n")
     print("Per call, µs. Floor: the same SDK call answered by an httpx2 MockTransport with canned "
           "bytes, timed alternately with the dejacache call. Ratio: median / floor median.\n")
     print(md_table(["call", "served by", "floor median", "median", "p99", "vs floor"], rows))
+    write_json(a.json, "http", {"versions": versions("openai", "httpx2", "orjson"),
+                                "rows": cells}, quick=a.quick)
     return 0
 
 

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from typing import Any
 
-from _timing import Cell, fmt_us, machine, md_table, ratio, time_each
+from _timing import Cell, fmt_us, machine, md_table, ratio, time_each, write_json
 
 import dejacache
 
@@ -139,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=float, default=0.5)
     ap.add_argument("--entries", type=int, default=100_000)
     ap.add_argument("--quick", action="store_true", help="short run for CI smoke tests")
+    ap.add_argument("--json", default=None, help="write machine-readable results here")
     a = ap.parse_args(argv)
     budget = 0.05 if a.quick else a.budget
     entries = 1000 if a.quick else a.entries
@@ -163,9 +164,16 @@ def main(argv: list[str] | None = None) -> int:
     tool_hit = hits["tool_cache hit (tenant, key=)"].median
     print(f"\nTool-cache hit / core hit: {ratio(tool_hit, base)} (target ≤ 2x). Invalidation "
           f"at {entries:,} vs 10 entries: {ratio(big.median, small.median)} (target: constant).")
+    doc: dict[str, Any] = {
+        "entries": entries,
+        "hits": {k: c.as_dict() for k, c in hits.items()},
+        "invalidation": {"entity": {"10": small.as_dict(), "many": big.as_dict()},
+                         "resource": {"10": inv[-10].as_dict(), "many": inv[-entries].as_dict()}},
+    }
     print("\n### Redis-backed tool caches\n")
     if shutil.which("redis-server") is None:
         print("skipped: redis-server is not installed (`make redis-server`).")
+        write_json(a.json, "runtime", doc, quick=a.quick)
         return 0
     sys.path.insert(0, str(ROOT / "tests"))
     from support_redis import RedisServer, free_port
@@ -177,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
             rc = bench_redis(server.url, budget)
         finally:
             server.stop()
+    doc["redis"] = {k: c.as_dict() for k, c in rc.items()}
+    write_json(a.json, "runtime", doc, quick=a.quick)
     ref = rc["raw redis-py GET (reference)"].median
     print(md_table(["operation", "median µs", "p99 µs", "vs raw GET"],
                    [[k, fmt_us(c.median), fmt_us(c.p99), ratio(c.median, ref)]

@@ -1,75 +1,168 @@
-"""Run every benchmark script and write benchmarks/RESULTS.md (``make bench``).
+"""Run every benchmark, write its JSON results and benchmarks/RESULTS.md (``make bench``).
 
-Contract for a script: ``benchmarks/bench_<name>.py`` runs standalone, prints Markdown on
-stdout and accepts ``--quick`` (a short smoke run). Each script runs in its own process (one
-tool's imports and heap cannot slow another), in name order; the outputs are joined under
-one header. ``--quick`` and ``--only`` print instead of writing RESULTS.md.
+Each benchmark runs in its own process (one tool's imports and heap cannot slow another):
+the scripts in ``SCRIPTS`` take ``--json PATH`` (and ``--quick``) and print Markdown; the
+functions in ``FUNCTIONS`` return a dict or list, stored under ``result``. A function whose
+module is not there yet is recorded as not available rather than failing the run. Other
+``bench_*.py`` scripts run the old way (Markdown only).
 
-    .venv/bin/python benchmarks/run.py [--quick] [--only core,runtime] [--out PATH]
+A full run writes ``benchmarks/results/<name>.json`` and RESULTS.md; ``benchmarks/render.py``
+then rewrites the README and docs blocks from the JSON. ``--quick`` (a smoke run) writes its
+JSON to a temporary directory unless ``--results`` says where, so a smoke run never replaces
+the committed numbers.
+
+    .venv/bin/python benchmarks/run.py [--quick] [--only core,cassette] [--results DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import pathlib
 import subprocess
 import sys
+import tempfile
 import time
+from typing import Any
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _timing import machine, versions  # noqa: E402
+import render  # noqa: E402
+from _timing import RESULTS, machine, versions, write_json  # noqa: E402
+
+SCRIPTS = ("core", "cassette", "http", "redis", "runtime")
+
+# name -> (module, function, full-run arguments, quick arguments); arguments the function does
+# not accept are dropped, so a helper's signature can change without breaking the run.
+FUNCTIONS: dict[str, tuple[str, str, dict[str, Any], dict[str, Any]]] = {
+    "sqlite_size": ("bench_sqlite_size", "bench_sqlite_size", {"n": 10_000, "budget": 1.0},
+                    {"n": 1_000, "budget": 0.3, "quick": True}),
+    "keys_growth": ("bench_keys_growth", "bench_keys_growth", {},
+                    {"conversations": 10, "repeats": 1}),
+    "import": ("bench_import", "bench_import", {"rounds": 21}, {"rounds": 5, "quick": True}),
+    "cassette_scale": ("cassette_scale", "bench_scale", {"repeats": 5},
+                       {"sizes": [10, 100, 1_000], "repeats": 1}),
+}
+MARKDOWN = {"sqlite_size": ("SQLite store: size of a growing conversation, hits",
+                            render.block_sqlite_size),
+            "keys_growth": ("Keys for growing conversations", render.block_keys_growth),
+            "import": ("Import time", render.block_import),
+            "cassette_scale": ("Cassettes at scale, fresh processes", render.block_cassette_scale)}
+
+_CHILD = """
+import importlib, inspect, json, sys
+sys.path.insert(0, sys.argv[1])
+try:
+    fn = getattr(importlib.import_module(sys.argv[2]), sys.argv[3])
+except (ImportError, AttributeError) as exc:
+    print(json.dumps({"available": False, "why": f"{sys.argv[2]}.{sys.argv[3]}: {exc}"}))
+    raise SystemExit(0)
+params = inspect.signature(fn).parameters
+kwargs = {k: v for k, v in json.loads(sys.argv[4]).items() if k in params}
+print(json.dumps({"available": True, "result": fn(**kwargs)}, default=str))
+"""
+
+
+def run_script(name: str, out: pathlib.Path, quick: bool) -> str:
+    script = HERE / f"bench_{name}.py"
+    proc = subprocess.run([sys.executable, str(script), "--json", str(out / f"{name}.json"),
+                           *(["--quick"] if quick else [])],
+                          capture_output=True, text=True, cwd=HERE.parent)
+    if proc.returncode != 0:
+        return (f"## {script.name}: FAILED (exit {proc.returncode})\n\n```\n"
+                f"{proc.stderr[-3000:]}\n```\n")
+    return proc.stdout.rstrip() + "\n"
+
+
+def run_function(name: str, out: pathlib.Path, quick: bool) -> str:
+    module, fn, full, short = FUNCTIONS[name]
+    proc = subprocess.run([sys.executable, "-c", _CHILD, str(HERE), module, fn,
+                           json.dumps(short if quick else full)],
+                          capture_output=True, text=True, cwd=HERE.parent)
+    if proc.returncode != 0:
+        doc: dict[str, Any] = {"available": False,
+                               "why": f"{module}.{fn} failed: "
+                                      + (proc.stderr.strip().splitlines() or ["?"])[-1]}
+    else:
+        doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    write_json(out / f"{name}.json", name, doc, quick=quick)
+    title, block = MARKDOWN[name]
+    R = render.load(out)
+    return f"## {title}\n\n{block(R)}\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="short budgets; print, do not write")
+    ap.add_argument("--quick", action="store_true", help="short budgets (smoke run)")
     ap.add_argument("--only", default="", help="comma-separated names (core for bench_core)")
+    ap.add_argument("--results", default=None,
+                    help="where the JSON goes (default: benchmarks/results for a full run, a "
+                         "temporary directory for --quick)")
     ap.add_argument("--out", default=None,
-                    help="write here (default: RESULTS.md for a full run; --quick and --only "
-                         "print only, so a partial run never replaces the full file)")
+                    help="write the Markdown here (default: RESULTS.md for a full run of "
+                         "everything; otherwise print only)")
     a = ap.parse_args(argv)
     only = {n.strip() for n in a.only.split(",") if n.strip()}
-    scripts = sorted(HERE.glob("bench_*.py"))
+    tmp = None
+    if a.results:
+        out = pathlib.Path(a.results)
+    elif a.quick:
+        tmp = tempfile.TemporaryDirectory(prefix="dejacache-bench-quick-")
+        out = pathlib.Path(tmp.name)
+    else:
+        out = RESULTS
+    out.mkdir(parents=True, exist_ok=True)
+    others = sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py")
+                    if p.stem.removeprefix("bench_") not in (*SCRIPTS, *FUNCTIONS))
+    names = [*SCRIPTS, *FUNCTIONS, *others]
     if only:
-        scripts = [p for p in scripts if p.stem.removeprefix("bench_") in only]
+        names = [n for n in names if n in only]
     t0 = time.perf_counter()
     parts = []
-    for script in scripts:
-        print(f"running {script.name} ...", file=sys.stderr, flush=True)
+    for name in names:
+        print(f"running {name} ...", file=sys.stderr, flush=True)
         t1 = time.perf_counter()
-        proc = subprocess.run([sys.executable, str(script), *(["--quick"] if a.quick else [])],
-                              capture_output=True, text=True, cwd=HERE.parent)
-        took = time.perf_counter() - t1
-        if proc.returncode != 0:
-            parts.append(f"## {script.name}: FAILED (exit {proc.returncode})\n\n```\n"
-                         f"{proc.stderr[-3000:]}\n```\n")
+        if name in SCRIPTS:
+            part = run_script(name, out, a.quick)
+        elif name in FUNCTIONS:
+            part = run_function(name, out, a.quick)
         else:
-            parts.append(proc.stdout.rstrip() + f"\n\n_{script.name}: {took:.0f} s_\n")
+            proc = subprocess.run([sys.executable, str(HERE / f"bench_{name}.py"),
+                                   *(["--quick"] if a.quick else [])],
+                                  capture_output=True, text=True, cwd=HERE.parent)
+            part = proc.stdout.rstrip() + "\n" if proc.returncode == 0 else (
+                f"## bench_{name}.py: FAILED\n\n```\n{proc.stderr[-3000:]}\n```\n")
+        parts.append(part + f"\n_{name}: {time.perf_counter() - t1:.0f} s_\n")
     wall = time.perf_counter() - t0
     doc = "\n".join([
         "# dejacache benchmarks",
         "",
-        f"Generated by `make bench` (`benchmarks/run.py`) on {time.strftime('%Y-%m-%d %H:%M')} "
-        f"UTC in {wall:.0f} s. Machine: {machine()}.",
+        f"Generated by `make bench` (`benchmarks/run.py`) on "
+        f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC in {wall:.0f} s"
+        f"{' (quick run)' if a.quick else ''}. Machine: {machine()}.",
         "",
         "Versions: " + versions("dejacache", "orjson", "xxhash", "joblib", "diskcache",
                                 "cachetools") + ".",
         "",
-        "This 2-core VM is shared and noisy (±20-30 % on medians between runs, more on p99); "
-        "compare rows within one run. Side-by-side numbers from the shared peer harness are "
-        "in [RESULTS-peers.md](RESULTS-peers.md).",
+        "Contenders are timed in interleaved batches and every ratio divides by the floor its "
+        "row names, measured in the same run. This 2-core VM is shared and noisy; compare rows "
+        "within one run. Machine-readable results: `benchmarks/results/*.json`.",
         "",
         *parts,
     ])
-    out = a.out or (None if (a.quick or only) else str(HERE / "RESULTS.md"))
+    dest = a.out or (None if (a.quick or only) else str(HERE / "RESULTS.md"))
     print(doc)
-    if out:
-        pathlib.Path(out).write_text(doc)
-        print(f"wrote {out}", file=sys.stderr)
+    if dest:
+        pathlib.Path(dest).write_text(doc, encoding="utf-8")
+        print(f"wrote {dest}", file=sys.stderr)
+    print(f"results in {out}" + (" (temporary)" if tmp else ""), file=sys.stderr)
+    if tmp is not None:
+        tmp.cleanup()
     return 0
 
 
 if __name__ == "__main__":
+    os.environ.setdefault("PYTHONHASHSEED", "0")
     sys.exit(main())

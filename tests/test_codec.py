@@ -527,3 +527,17 @@ def test_negative_zero_and_non_finite_floats_round_trip_inside_containers() -> N
     got = codec.decode(codec.encode([-0.0, math.nan, math.inf, -math.inf], key="k"), key="k")
     assert math.copysign(1.0, got[0]) == -1.0
     assert math.isnan(got[1]) and got[2] == math.inf and got[3] == -math.inf
+
+
+def test_decode_checked_reads_what_decode_reads_and_defers_everything_else() -> None:
+    """``decode_checked`` (for bytes verified when put, see ``MemoryStore``) skips only the
+    checksum: tagged values, pickles and foreign bytes go through ``decode`` and its errors."""
+    codec = JsonCodec()
+    for value in ({"a": [1, None, "x"]}, (1, 2), {"when": datetime.date(2024, 1, 2)}, [math.inf]):
+        blob = codec.encode(value, key="k")
+        assert codec.decode_checked(blob, key="k") == codec.decode(blob, key="k") == value
+    with pytest.raises(IntegrityError):
+        codec.decode_checked(b"not a blob", key="k")
+    pickled = PickleCodec(secret="s").encode({"a": 1}, key="k")
+    with pytest.raises(IntegrityError):
+        codec.decode_checked(pickled, key="k")

@@ -25,12 +25,24 @@ def _counter() -> tuple[Any, list[int]]:
     return f, calls
 
 
-def test_defaults() -> None:
+def test_defaults(tmp_path: pathlib.Path) -> None:
     eff = get_settings()
     assert eff.mode == "auto"
     assert eff.namespace == "default"
-    assert isinstance(eff.store, dejacache.SQLiteStore)
+    db = tmp_path / ".dejacache" / "cache.db"
+    # The default store is opened on first use (issue 12, item 6): settings alone create no file.
+    assert isinstance(eff.store, dejacache.Store)
+    assert eff.store.url == eff.source == f"sqlite:///{db}"
+    assert not (tmp_path / ".dejacache").exists()
+    assert isinstance(config.settings_object().default_store(), dejacache.SQLiteStore)
+    assert db.exists()
     assert MODES == ("auto", "replay", "record", "off")
+
+
+def _opened(store: dejacache.Store) -> dejacache.Store:
+    """The real store behind the lazily opened default one."""
+    opened = store.open() if isinstance(store, config._DefaultStore) else store
+    return opened
 
 
 def test_works_with_no_configuration_at_all(tmp_path: pathlib.Path) -> None:
@@ -51,7 +63,8 @@ def test_empty_dejacache_dir_means_no_persistence(
     monkeypatch.setenv("DEJACACHE_DIR", "")
     monkeypatch.chdir(tmp_path)
     assert default_cache_dir() is None
-    assert isinstance(get_settings().store, dejacache.MemoryStore)
+    assert get_settings().store.url == "memory://"
+    assert isinstance(_opened(get_settings().store), dejacache.MemoryStore)
     f, calls = _counter()
     assert f(3) == f(3) == 6
     assert calls == [3]
@@ -156,7 +169,7 @@ def test_configure_store_instance_and_back_to_default() -> None:
     configure(store=mem)
     assert get_settings().store is mem
     configure(store=None)
-    assert isinstance(get_settings().store, dejacache.SQLiteStore)
+    assert isinstance(_opened(get_settings().store), dejacache.SQLiteStore)
 
 
 @pytest.mark.parametrize("bad", ["ftp://x", "nonsense", 42])
@@ -185,3 +198,32 @@ def test_configure_keeps_unmentioned_settings() -> None:
 def test_effective_source_names_the_store(tmp_path: pathlib.Path) -> None:
     configure(store=dejacache.MemoryStore())
     assert get_settings().source == "memory://"
+
+
+def test_the_default_store_opens_on_first_use_only(tmp_path: pathlib.Path) -> None:
+    # Issue 12, item 6: settings, scopes and cassette blocks with their own store used to
+    # create <DEJACACHE_DIR>/cache.db just by computing the global settings.
+    import pickle
+
+    cache_dir = tmp_path / ".dejacache"
+    eff = get_settings()
+    with dejacache.scope(store=dejacache.MemoryStore()), dejacache.scope(cache_key="x"):
+        pass
+    store = eff.store
+    assert isinstance(store, config._DefaultStore)
+    assert config.settings_object()._default_store is None
+    assert pickle.loads(pickle.dumps(store)).url == store.url  # another process: its own
+    store.close()  # closing what was never opened opens nothing
+    assert "not opened yet" in repr(store)
+    assert not cache_dir.exists()
+    assert store.get("k") is None
+    real = config.settings_object()._default_store
+    assert isinstance(real, dejacache.SQLiteStore)
+    assert (cache_dir / "cache.db").exists()
+    # From now on the hit path calls the real store directly, and optional features forward.
+    assert store.get == real.get and store.put == real.put
+    assert store.incr("gen") == real.get_counters(["gen"])[0]  # type: ignore[attr-defined]
+    # and the settings hand out the real store (no __getattr__ on the engine's probes).
+    assert get_settings().store is real
+    with dejacache.scope(cache_key="y"):
+        assert current().store is real

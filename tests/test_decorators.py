@@ -665,3 +665,24 @@ def test_a_volatile_path_that_can_never_match_is_an_error(store: dejacache.Memor
         dejacache.configure(volatile=["messages[x]"])
     with pytest.raises(dejacache.ConfigurationError, match="malformed"):
         dejacache.scope(volatile=["a..b"])
+
+
+def test_memory_hits_return_fresh_values_of_every_kind(
+    memory_store: dejacache.MemoryStore,
+) -> None:
+    """The in-memory hit path (checksum checked on put, not per hit) still rebuilds tagged
+    values and hands every caller its own copy."""
+    calls: list[int] = []
+
+    @dejacache.cache
+    def make(n: int) -> dict[str, Any]:
+        calls.append(n)
+        return {"pair": (n, n + 1), "items": [n], "nothing": None}
+
+    first = make(1)
+    second = make(1)
+    assert calls == [1]
+    assert second == first == {"pair": (1, 2), "items": [1], "nothing": None}
+    second["items"].append("mine")
+    assert make(1)["items"] == [1]
+    assert make(1) is not make(1)

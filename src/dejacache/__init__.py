@@ -6,52 +6,50 @@ tests, and tool-result caching for running agents.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from ._lazy import attach
 
-from .cassettes import Cassette, cassette
-from .cassettes.trajectory import diff_cassettes, load_cassette
-from .codec import Codec, JsonCodec, PickleCodec
-from .config import configure
-from .decorators import cache
-from .errors import (
-    AgentLoopDetected,
-    CassetteError,
-    ConfigurationError,
-    DejacacheError,
-    DejacacheWarning,
-    IncompatibleStore,
-    IntegrityError,
-    NetworkBlocked,
-    PoolError,
-    ReplayDivergence,
-    ReplayMiss,
-    ScopeError,
-    SerializationError,
-    StoreError,
-    StoreUnavailable,
-    UnhashableArgument,
-)
-from .http import async_http_client, http_client, intercept
-from .keys import KeyParts, call_key, explain
-from .runtime import (
-    AgentPool,
-    LoopGuard,
-    PrefixBreak,
-    PrefixMonitor,
-    RuntimeStats,
-    agent_session,
-    invalidates,
-    reset_runtime_stats,
-    runtime_stats,
-    tool,
-    tool_cache,
-)
-from .scope import propagate, scope, wrap_executor
-from .stats import Stats, reset_stats, stats
-from .stores import MemoryStore, Record, SQLiteStore, Store, StoreStats, TieredStore
-
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is not loaded at interpreter start
 if TYPE_CHECKING:
+    from .cassettes.block import cassette
+    from .cassettes.store import Cassette
+    from .cassettes.trajectory import diff_cassettes, load_cassette
+    from .codec import Codec, JsonCodec, PickleCodec
+    from .config import configure
+    from .decorators import cache
+    from .errors import (
+        AgentLoopDetected,
+        CassetteError,
+        ConfigurationError,
+        DejacacheError,
+        DejacacheWarning,
+        IncompatibleStore,
+        IntegrityError,
+        NetworkBlocked,
+        PoolError,
+        ReplayDivergence,
+        ReplayMiss,
+        ScopeError,
+        SerializationError,
+        StoreError,
+        StoreUnavailable,
+        UnhashableArgument,
+    )
+    from .http.intercept import intercept
+    from .http.transport import async_http_client, http_client
+    from .keys import KeyParts, call_key, explain
+    from .runtime.guard import LoopGuard
+    from .runtime.metrics import RuntimeStats, reset_runtime_stats, runtime_stats
+    from .runtime.pool import AgentPool
+    from .runtime.prefix import PrefixBreak, PrefixMonitor
+    from .runtime.session import agent_session
+    from .runtime.tools import invalidates, tool, tool_cache
+    from .scope import propagate, scope, wrap_executor
+    from .stats import Stats, reset_stats, stats
+    from .stores._base import Record, Store, StoreStats
+    from .stores.memory import MemoryStore
     from .stores.redis import RedisStore
+    from .stores.sqlite import SQLiteStore
+    from .stores.tiered import TieredStore
 
 __version__ = "0.1.0"
 
@@ -115,11 +113,38 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    # RedisStore needs the optional redis package; importing it lazily keeps
-    # ``import dejacache`` working without the extra.
-    if name == "RedisStore":
-        from . import stores
-
-        return stores.RedisStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Where each public name lives. ``import dejacache`` imports none of them (issue 12, item 6:
+# 61-65 ms, with HTTP interception, cassettes, the runtime and asyncio loaded eagerly); each
+# module is imported when one of its names is first read, then the name is a plain global.
+# HTTP interception still switches on with the first block: scope.enter loads it.
+_WHERE = {
+    ".cassettes.block": ("cassette",),
+    ".cassettes.store": ("Cassette",),
+    ".cassettes.trajectory": ("diff_cassettes", "load_cassette"),
+    ".codec": ("Codec", "JsonCodec", "PickleCodec"),
+    ".config": ("configure",),
+    ".decorators": ("cache",),
+    ".errors": ("AgentLoopDetected", "CassetteError", "ConfigurationError", "DejacacheError",
+                "DejacacheWarning", "IncompatibleStore", "IntegrityError", "NetworkBlocked",
+                "PoolError", "ReplayDivergence", "ReplayMiss", "ScopeError",
+                "SerializationError", "StoreError", "StoreUnavailable", "UnhashableArgument"),
+    ".http.intercept": ("intercept",),
+    ".http.transport": ("async_http_client", "http_client"),
+    ".keys": ("KeyParts", "call_key", "explain"),
+    ".runtime.guard": ("LoopGuard",),
+    ".runtime.metrics": ("RuntimeStats", "reset_runtime_stats", "runtime_stats"),
+    ".runtime.pool": ("AgentPool",),
+    ".runtime.prefix": ("PrefixBreak", "PrefixMonitor"),
+    ".runtime.session": ("agent_session",),
+    ".runtime.tools": ("invalidates", "tool", "tool_cache"),
+    ".scope": ("propagate", "scope", "wrap_executor"),
+    ".stats": ("Stats", "reset_stats", "stats"),
+    ".stores": ("RedisStore",),  # raises ImportError with the install line without redis
+    ".stores._base": ("Record", "Store", "StoreStats"),
+    ".stores.memory": ("MemoryStore",),
+    ".stores.sqlite": ("SQLiteStore",),
+    ".stores.tiered": ("TieredStore",),
+}
+__getattr__, __dir__ = attach(
+    __name__, {name: where for where, names in _WHERE.items() for name in names}
+)

@@ -22,12 +22,11 @@ import hashlib
 import os
 import pathlib
 import re
-import secrets
 import threading
 import urllib.parse
 import warnings
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
@@ -85,7 +84,7 @@ AUTH_QUERY: Final = frozenset({"key", "api_key", "apikey", "access_token", "toke
 # Secret only as a URL query parameter (``?code=`` is an OAuth code; a body ``code`` is code).
 _QUERY_ONLY: Final = AUTH_QUERY | {"code", "client_secret", "password"}
 
-_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_HUMP = r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"
 
 
 @functools.lru_cache(maxsize=8192)
@@ -98,7 +97,7 @@ def normalize(name: str) -> str:
 def name_forms(name: str) -> frozenset[str]:
     """:func:`normalize`, and the same with camelCase humps split (``apiKey`` -> ``api_key``;
     both, since splitting would turn ``OpenAI-Organization`` into ``open_ai_organization``)."""
-    return frozenset({normalize(name), normalize(_HUMP.sub("_", name.strip()))})
+    return frozenset({normalize(name), normalize(_hump().sub("_", name.strip()))})
 
 
 @functools.lru_cache(maxsize=8192)
@@ -127,24 +126,24 @@ def is_secret_query(name: str) -> bool:
 _L = r"(?:(?<![A-Za-z0-9_])|(?<=\\[nrtbf])|(?<=\\u00[0-9a-fA-F]{2}))"
 _SEP = r"(?:[\s\"':=]|\\[nrt\"])+"
 
-#: Secret-shaped strings by kind. Group ``s`` is the secret itself, so a mask keeps the rest
-#: (``Bearer <...>``) and never eats a JSON quote.
-SECRET_PATTERNS: Final[dict[str, re.Pattern[str]]] = {
-    "anthropic key": re.compile(_L + r"(?P<s>sk-ant-[A-Za-z0-9_\-]{16,})"),
-    "openai key": re.compile(
+# Secret-shaped strings by kind (compiled: ``SECRET_PATTERNS``). Group ``s`` is the secret
+# itself, so a mask keeps the rest (``Bearer <...>``) and never eats a JSON quote.
+_SHAPES: Final[dict[str, str]] = {
+    "anthropic key": _L + r"(?P<s>sk-ant-[A-Za-z0-9_\-]{16,})",
+    "openai key": (
         _L + r"(?P<s>sk-(?!ant-)(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,})"),
-    "google api key": re.compile(_L + r"(?P<s>AIza[0-9A-Za-z_\-]{35})"),
-    "aws access key": re.compile(_L + r"(?P<s>(?:AKIA|ASIA)[0-9A-Z]{16})(?![0-9A-Za-z])"),
-    "aws secret key": re.compile(
+    "google api key": _L + r"(?P<s>AIza[0-9A-Za-z_\-]{35})",
+    "aws access key": _L + r"(?P<s>(?:AKIA|ASIA)[0-9A-Z]{16})(?![0-9A-Za-z])",
+    "aws secret key": (
         r"(?:aws|AWS|Aws)_?(?:secret|SECRET|Secret)_?(?:access|ACCESS|Access)_?(?:key|KEY|Key)"
         + _SEP + r"(?P<s>[A-Za-z0-9/+]{40})(?![A-Za-z0-9/+])"),
-    "bearer token": re.compile(
+    "bearer token": (
         r"(?:bearer|Bearer|BEARER)(?:\s|\\[nrt])+(?P<s>(?!<)[A-Za-z0-9_\-.~+/]{16,}=*)"),
-    "jwt": re.compile(
+    "jwt": (
         _L + r"(?P<s>eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})"),
-    "github token": re.compile(_L + r"(?P<s>gh[pousr]_[A-Za-z0-9]{36,})"),
-    "slack token": re.compile(_L + r"(?P<s>xox[abposr]-[A-Za-z0-9\-]{10,})"),
-    "hugging face token": re.compile(_L + r"(?P<s>hf_[A-Za-z0-9]{30,})"),
+    "github token": _L + r"(?P<s>gh[pousr]_[A-Za-z0-9]{36,})",
+    "slack token": _L + r"(?P<s>xox[abposr]-[A-Za-z0-9\-]{10,})",
+    "hugging face token": _L + r"(?P<s>hf_[A-Za-z0-9]{30,})",
 }
 # Substrings every match contains: one C-speed ``in`` per needle skips the regexes for the
 # common string (measured: the regexes were 80% of recording time on a 20 KB request).
@@ -160,28 +159,75 @@ _NEEDLES: Final[dict[str, tuple[str, ...]]] = {
     "slack token": ("xox",),
     "hugging face token": ("hf_",),
 }
-_GUARDED: Final = tuple((_NEEDLES[k], p) for k, p in SECRET_PATTERNS.items())
-_URL: Final = re.compile(r"https?://[^\s\"'<>\\]+")
-_URL_B: Final = re.compile(rb"https?://[^\s\"'<>\\?]+\?[^\s\"'<>\\]*")
+_URL: Final = r"https?://[^\s\"'<>\\]+"
+_URL_B: Final = rb"https?://[^\s\"'<>\\?]+\?[^\s\"'<>\\]*"
 # One ``name=value`` of a raw query string; values are replaced in place, never re-encoded, so
 # two different URLs can never come out the same.
-_PARAM: Final = re.compile(r"(?<=[?&;])([^=&;#]+)=([^&;#]*)")
-_PARAM_B: Final = re.compile(_PARAM.pattern.encode())
+_PARAM: Final = r"(?<=[?&;])([^=&;#]+)=([^&;#]*)"
 
 #: Prefix of a key mask; a whole mask is ``<secret:`` + 128 hex digits + ``>``.
 MASK_PREFIX: Final = "<secret:"
-MASK_RE: Final = re.compile(r"<secret:[0-9a-f]{128}>")
+_MASK: Final = r"<secret:[0-9a-f]{128}>"
+
+
+class _Compiled:
+    """Every pattern above, compiled the first time one is needed: ~3-8 ms of regex
+    compilation that ``import dejacache`` paid (issue 12, item 6) in processes that may never
+    look at a credential."""
+
+    __slots__ = ("guarded", "mask", "param", "param_b", "shapes", "url", "url_b")
+
+    def __init__(self) -> None:
+        self.shapes = {k: re.compile(p) for k, p in _SHAPES.items()}
+        self.guarded = tuple((_NEEDLES[k], p) for k, p in self.shapes.items())
+        self.url = re.compile(_URL)
+        self.url_b = re.compile(_URL_B)
+        self.param = re.compile(_PARAM)
+        self.param_b = re.compile(_PARAM.encode())
+        self.mask = re.compile(_MASK)
+
+
+@functools.cache
+def _re() -> _Compiled:
+    return _Compiled()
+
+
+@functools.cache
+def _hump() -> re.Pattern[str]:
+    # Apart from the others: every cached call checks its argument names, few mask text.
+    return re.compile(_HUMP)
+
+
+if TYPE_CHECKING:
+    #: Secret-shaped strings by kind (compiled :data:`_SHAPES`).
+    SECRET_PATTERNS: dict[str, re.Pattern[str]]
+    #: A whole key mask.
+    MASK_RE: re.Pattern[str]
+
+
+def __getattr__(name: str) -> Any:
+    # The public compiled patterns, compiled on first read and then plain globals.
+    if name == "SECRET_PATTERNS":
+        value: Any = _re().shapes
+    elif name == "MASK_RE":
+        value = _re().mask
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def mask_text(s: str, replace: Callable[[str], str],
               query: Callable[[str], bool] = is_secret_query) -> str:
     """``s`` with every secret-shaped part (and credential query values inside URLs) passed
     through ``replace``."""
-    for needles, pat in _GUARDED:
+    c = _re()
+    for needles, pat in c.guarded:
         if any(n in s for n in needles):
             s = pat.sub(lambda m: _swap(m, replace), s)
     if "://" in s and "=" in s:
-        s = _URL.sub(lambda m: _PARAM.sub(lambda p: _param(p, replace, query), m.group(0)), s)
+        param = c.param
+        s = c.url.sub(lambda m: param.sub(lambda p: _param(p, replace, query), m.group(0)), s)
     return s
 
 
@@ -207,7 +253,8 @@ def mask_url_queries(data: bytes) -> bytes:
     """
     if b"?" not in data or b"://" not in data:
         return data
-    return _URL_B.sub(lambda m: _PARAM_B.sub(_param_b, m.group(0)), data)
+    c = _re()
+    return c.url_b.sub(lambda m: c.param_b.sub(_param_b, m.group(0)), data)
 
 
 def _param_b(p: re.Match[bytes]) -> bytes:
@@ -318,6 +365,8 @@ def secret_key() -> bytes:
 
 
 def _file_key(path: pathlib.Path) -> bytes:
+    import secrets  # with random: only when a key is first made (issue 12, item 6)
+
     try:
         return _read_key(path)
     except FileNotFoundError:
@@ -355,6 +404,8 @@ def _read_key(path: pathlib.Path) -> bytes:
 def _process_key(why: str) -> bytes:
     # Fail open: masks then differ per process, so credential calls miss in the next process,
     # never collide. Say so once.
+    import secrets
+
     warnings.warn(f"dejacache: no masking key: {why}; credential arguments are masked with a "
                   f"key for this process only. Set {_KEY_ENV} to fix.", DejacacheWarning,
                   stacklevel=4)

@@ -16,9 +16,11 @@ import concurrent.futures
 import contextvars
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["on_block", "patched"]
+__all__ = ["ContextExecutor", "on_block", "patched"]
+
+T = TypeVar("T")
 
 _LOCK = threading.Lock()
 _DEPTH = 0
@@ -45,3 +47,23 @@ def on_block(delta: int) -> None:
 
 def patched() -> bool:
     return concurrent.futures.ThreadPoolExecutor.submit is _submit
+
+
+class ContextExecutor(concurrent.futures.Executor):
+    """An executor proxy that runs every task in the submitter's context
+    (``scope.wrap_executor``; here so ``import dejacache`` does not load concurrent.futures)."""
+
+    def __init__(self, inner: concurrent.futures.Executor) -> None:
+        self._inner = inner
+
+    def submit(
+        self, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[T]:
+        ctx = contextvars.copy_context()
+        return self._inner.submit(ctx.run, fn, *args, **kwargs)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._inner.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)

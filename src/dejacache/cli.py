@@ -180,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .report.cli import add_report
 
     add_report(sub)  # report FILE_OR_DIR [B] -o report.html
+    from .cassettes.importers.cli import add_import
+
+    add_import(sub)  # import FILE -o CASSETTE (vcrpy, agentcassette)
     return parser
 
 

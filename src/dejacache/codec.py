@@ -28,10 +28,8 @@ import hmac
 import importlib
 import os
 import pathlib
-import pickle
 import sys
 import uuid
-import zoneinfo
 from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any, Protocol, runtime_checkable
@@ -47,6 +45,7 @@ __all__ = [
     "JsonCodec",
     "PickleCodec",
     "blob_from_tree",
+    "blob_ok",
     "blob_payload",
     "from_tree",
     "to_tree",
@@ -116,7 +115,9 @@ class _Tree:
             return {_T + "enum": [_qualname(t), self.conv(v.value)]}
         if t is _dt.datetime:
             tz = v.tzinfo
-            if isinstance(tz, zoneinfo.ZoneInfo) and tz.key:
+            # zoneinfo is imported lazily (issue 12, item 6): no ZoneInfo exists before it is.
+            zi = sys.modules.get("zoneinfo")
+            if zi is not None and isinstance(tz, zi.ZoneInfo) and tz.key:
                 # A named zone, not just today's offset: arithmetic across DST must still work.
                 return {_T + "zdatetime": [v.replace(tzinfo=None).isoformat(), tz.key, v.fold]}
             return {_T + "datetime": v.isoformat()}
@@ -256,6 +257,8 @@ def _revive(tree: Any, resolve: _Resolver) -> Any:
             if tag == "datetime":
                 return _dt.datetime.fromisoformat(arg)
             if tag == "zdatetime":
+                import zoneinfo
+
                 return _dt.datetime.fromisoformat(arg[0]).replace(
                     tzinfo=zoneinfo.ZoneInfo(arg[1]), fold=arg[2]
                 )
@@ -326,6 +329,20 @@ class JsonCodec:
         kind = b"J" if plain else b"T"
         return _MAGIC + bytes((CODEC_VERSION,)) + kind + _check(key, kind, payload) + payload
 
+    def decode_checked(self, data: bytes, *, key: str = "", namespace: str = "") -> Any:
+        """:meth:`decode` of bytes whose checksum was already verified (:func:`blob_ok`) and
+        that have not left this process's memory since (``MemoryStore``): the checksum
+        guards disks and networks, and was 0.8 of a 6.5 µs 2 KB hit (issue 12)."""
+        if data[:2] != _MAGIC or data[2] != CODEC_VERSION or len(data) < _HEAD + 8:
+            return self.decode(data, key=key, namespace=namespace)  # let it say what is wrong
+        kind = data[3:4]
+        if kind == b"J":
+            try:
+                return orjson.loads(memoryview(data)[_HEAD + 8 :])
+            except orjson.JSONDecodeError:
+                pass
+        return self.decode(data, key=key, namespace=namespace)
+
     def decode(self, data: bytes, *, key: str = "", namespace: str = "") -> Any:
         if data[:2] != _MAGIC or len(data) < _HEAD + 8:
             raise IntegrityError("stored bytes are not a dejacache value", key=key)
@@ -355,6 +372,18 @@ class JsonCodec:
             raise SerializationError(
                 f"cannot rebuild stored value: {type(exc).__name__}: {exc}", key=key
             ) from None
+
+
+def blob_ok(data: bytes, key: str) -> bool | None:
+    """Whether a :class:`JsonCodec` blob's checksum matches ``key``; None for bytes in any
+    other format (a pickle, another codec's), which only their codec can judge."""
+    if data[:2] != _MAGIC or len(data) < _HEAD + 8:
+        return None
+    kind = data[3:4]
+    if kind != b"J" and kind != b"T":
+        return None
+    return hmac.compare_digest(_check(key, kind, memoryview(data)[_HEAD + 8 :]),
+                               data[_HEAD : _HEAD + 8])
 
 
 def blob_payload(data: bytes) -> tuple[Any, bool]:
@@ -401,6 +430,8 @@ class PickleCodec:
 
     def encode(self, value: Any, *, key: str = "", namespace: str = "") -> bytes:
         try:
+            import pickle  # opt-in only: not paid by ``import dejacache`` (issue 12, item 6)
+
             payload = pickle.dumps(value, protocol=5)
         except Exception as exc:
             raise SerializationError(f"cannot pickle value: {exc}", key=key) from None
@@ -415,4 +446,6 @@ class PickleCodec:
         payload = memoryview(data)[_HEAD + 32 :]
         if not hmac.compare_digest(self._sign(key, namespace, payload), data[_HEAD : _HEAD + 32]):
             raise IntegrityError("pickle signature mismatch; refused", key=key)
+        import pickle
+
         return pickle.loads(payload)

@@ -3,7 +3,8 @@
 Precedence for each setting, highest first: the innermost ``scope(...)`` block, then
 ``configure(...)``, then environment variables (``DEJACACHE_MODE``, ``DEJACACHE_CACHE_KEY``,
 ``DEJACACHE_DIR``, ``DEJACACHE_VOLATILE``), then built-in defaults (mode ``auto``, namespace
-``default``, SQLite at ``<project root>/.dejacache/cache.db``).
+``default``, SQLite at ``<project root>/.dejacache/cache.db``, opened, and so created, only
+when a call first uses it).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import dataclasses
 import os
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
 from ._core.volatile import parse as _parse_volatile
@@ -20,7 +21,7 @@ from ._paths import default_cache_dir
 from .codec import Codec, JsonCodec
 from .errors import ConfigurationError
 from .keys import env_volatile
-from .stores._base import Store
+from .stores._base import BaseStore, Record, Store, StoreStats
 
 __all__ = [
     "MODES",
@@ -99,6 +100,96 @@ def store_from_url(url: str) -> Store:
     return _from_url(url)
 
 
+class _DefaultStore(BaseStore):
+    """The implicit store, opened on its first use.
+
+    Issue 12, item 6: building the global settings opened the default SQLite file, so even
+    ``scope(store=MemoryStore())`` or a cassette block created ``.dejacache/cache.db``. This
+    stand-in knows its URL (``sqlite:///<dir>/cache.db``, or ``memory://`` when
+    ``DEJACACHE_DIR`` is empty) without touching the disk, and opens the real store the first
+    time something reads or writes it. After that the real store's methods are bound on this
+    object, so a hit pays no extra call; attributes it does not define are forwarded. The
+    settings then hand out the real store itself (``on_open``), so the engine's per-call
+    ``getattr(store, "sequenced", False)`` probes do not go through ``__getattr__``.
+    """
+
+    _FORWARD = ("get", "put", "delete", "iterate", "clear", "stats", "aget", "aput", "adelete")
+
+    def __init__(self, on_open: Callable[[], None] | None = None) -> None:
+        d = default_cache_dir()  # finds the project root: reads the disk, creates nothing
+        self.path = None if d is None else d / "cache.db"
+        self.url = "memory://" if self.path is None else f"sqlite:///{self.path}"
+        self.opened: Store | None = None
+        self._on_open = on_open
+        self._lock = threading.Lock()
+
+    def open(self) -> Store:
+        real = self.opened
+        if real is not None:
+            return real
+        with self._lock:
+            if self.opened is None:
+                from .stores.memory import MemoryStore
+                from .stores.sqlite import SQLiteStore
+
+                real = MemoryStore() if self.path is None else SQLiteStore(self.path)
+                for name in self._FORWARD:
+                    self.__dict__[name] = getattr(real, name)
+                self.opened = real
+                if self._on_open is not None:
+                    self._on_open()
+            return self.opened
+
+    def get(self, key: str) -> Record | None:
+        return self.open().get(key)
+
+    def put(self, key: str, record: Record, *, ttl: float | None = None) -> None:
+        self.open().put(key, record, ttl=ttl)
+
+    def delete(self, key: str) -> bool:
+        return self.open().delete(key)
+
+    def iterate(
+        self, name: str | None = None, namespace: str | None = None
+    ) -> Iterator[tuple[str, Record]]:
+        return self.open().iterate(name, namespace)
+
+    def clear(self, namespace: str | None = None) -> int:
+        return self.open().clear(namespace)
+
+    def stats(self) -> StoreStats:
+        return self.open().stats()
+
+    async def aget(self, key: str) -> Record | None:
+        return await self.open().aget(key)
+
+    async def aput(self, key: str, record: Record, *, ttl: float | None = None) -> None:
+        await self.open().aput(key, record, ttl=ttl)
+
+    async def adelete(self, key: str) -> bool:
+        return await self.open().adelete(key)
+
+    def close(self) -> None:
+        # Closing what was never opened must not open it.
+        if self.opened is not None:
+            self.opened.close()
+
+    def __getattr__(self, name: str) -> Any:
+        # Only for names this class lacks: optional store features (``incr``, ``purge_expired``
+        # ...). Dunders are not forwarded (copy and pickle probe them).
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.open(), name)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Another process resolves its own default store (its environment, its directory).
+        return (_DefaultStore, ())
+
+    def __repr__(self) -> str:
+        state = "open" if self.opened is not None else "not opened yet"
+        return f"DefaultStore({self.url!r}, {state})"
+
+
 class _Settings:
     """Process-wide configuration; read through :func:`get_settings`."""
 
@@ -109,18 +200,25 @@ class _Settings:
         self.store: Store | None = None
         self.codec: Codec = JsonCodec()
         self.volatile: VolatileItems | None = None  # None: DEJACACHE_VOLATILE
-        self._default_store: Store | None = None
+        self._default: _DefaultStore | None = None
         self._effective: Effective | None = None
 
-    def default_store(self) -> Store:
-        with self.lock:
-            if self._default_store is None:
-                from .stores.memory import MemoryStore
-                from .stores.sqlite import SQLiteStore
+    @property
+    def _default_store(self) -> Store | None:
+        """The default store if something has opened it, else None."""
+        d = self._default
+        return None if d is None else d.opened
 
-                d = default_cache_dir()
-                self._default_store = MemoryStore() if d is None else SQLiteStore(d / "cache.db")
-            return self._default_store
+    def lazy_default_store(self) -> _DefaultStore:
+        """The default store as the settings hold it: opened on first use."""
+        with self.lock:
+            if self._default is None:
+                self._default = _DefaultStore(on_open=self.invalidate)
+            return self._default
+
+    def default_store(self) -> Store:
+        """The default store, opened now."""
+        return self.lazy_default_store().open()
 
     def effective(self) -> Effective:
         eff = self._effective
@@ -134,7 +232,10 @@ class _Settings:
             env_mode = os.environ.get("DEJACACHE_MODE")
             mode = self.mode or (resolve_mode(env_mode, where="DEJACACHE_MODE") if env_mode
                                  else "auto")
-            store = self.store if self.store is not None else self.default_store()
+            store = self.store
+            if store is None:
+                lazy = self.lazy_default_store()
+                store = lazy if lazy.opened is None else lazy.opened
             volatile = self.volatile if self.volatile is not None else env_volatile()
             eff = Effective(
                 namespace=ns,
@@ -209,8 +310,8 @@ def reset() -> None:
     global _SETTINGS
     old = _SETTINGS
     _SETTINGS = _Settings()
-    if old._default_store is not None:
-        old._default_store.close()
+    if old._default is not None:
+        old._default.close()
 
 
 def settings_object() -> _Settings:

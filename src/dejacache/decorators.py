@@ -97,7 +97,9 @@ def _wrap(
         # live value is keyed as its placeholder, before masking could hide it.
         subs = (eff.extra.get("key_substitute") or ()) if eff.extra else ()
         # Hits skip the volatile-field walk; it runs only when the fast key misses.
-        fast = kb.canonical_fast(bound, subs)
+        fast, full = kb.fast_form(bound, subs)
+        if full:  # already the full form: nothing to rekey
+            return eff, digest(ns, call_name, fast), fast, None
 
         def rekey() -> tuple[str, bytes]:
             full = kb.canonical_bound(bound, subs)
@@ -201,6 +203,10 @@ def _wrap(
             if prep is None:
                 return await fn(*args, **kwargs)
             eff, key, canonical, rekey = prep
+            if not eff.extra and eff.mode != "record":
+                value = _engine.memory_hit(eff, call_name, key)
+                if value is not _engine.MISS:
+                    return value
             return await _engine.call_async(
                 eff, call_name, kind, key, canonical, lambda: fn(*args, **kwargs), ttl=ttl,
                 rekey=rekey,
@@ -215,6 +221,10 @@ def _wrap(
             if prep is None:
                 return fn(*args, **kwargs)
             eff, key, canonical, rekey = prep
+            if not eff.extra and eff.mode != "record":
+                value = _engine.memory_hit(eff, call_name, key)
+                if value is not _engine.MISS:
+                    return value
             return _engine.call_sync(
                 eff, call_name, kind, key, canonical, lambda: fn(*args, **kwargs), ttl=ttl,
                 rekey=rekey,

@@ -16,7 +16,10 @@ One canonicaliser, two speeds: plain JSON data (the common LLM request) is writt
 ``orjson.dumps`` after a walk has shown there is nothing to rewrite; anything else goes through
 :func:`_Canon.norm`, which rewrites every case and is held to the same bytes by a Hypothesis
 property (issue 8: the two paths once disagreed, and a slow-path call dropped ``password``
-from its key instead of masking it).
+from its key instead of masking it). Requests holding lists of messages or schemas are
+written by parts (``_keys_segments``): a conversation that resends its history walks only
+its new messages, and ``None`` is told from NaN (which orjson also writes as ``null``) by
+probing the places that held ``None`` when the same bytes were first seen (issue 12).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from uuid import UUID
 import orjson
 import xxhash
 
+from . import _keys_segments as _seg
 from . import _secrets
 from ._core import volatile as _vol
 from .errors import UnhashableArgument
@@ -152,11 +156,12 @@ class _Names:
     a request's vocabulary has been seen, whatever suffix rules ``_secrets`` applies.
     """
 
-    __slots__ = ("plain", "vol")
+    __slots__ = ("lists", "plain", "vol")
 
     def __init__(self, vol: frozenset[str]) -> None:
         self.vol = vol
         self.plain: set[str] = set()
+        self.lists = _seg.ListMemo()  # conversations already found plain, by their bytes
 
     def clean(self, d: Mapping[Any, Any]) -> bool:
         """True when no key of ``d`` is volatile or a credential (and all are exact str)."""
@@ -291,6 +296,9 @@ def _tagged(value: Any) -> Any:
     if isinstance(value, float):  # float subclasses (orjson only takes exact floats)
         return float(value)
     raise _Unhashable(t)
+
+
+_dump = functools.partial(orjson.dumps, default=_tagged, option=_OPTS)
 
 
 def _item(value: Any) -> bytes:
@@ -458,31 +466,65 @@ def _general(data: Mapping[str, Any], names: _Names | None, function: str,
 
 
 # Appended (JSON allows trailing whitespace) to every full form that writes a ``null``. The
-# fast lookup form is one raw ``orjson.dumps``, which writes NaN as ``null`` too; it never
-# ends in a space, so it can only match stored forms without ``null``, where no NaN can hide.
-# The alternative, scanning every fast form for ``null``, cost 140 µs on a 200 KB request.
+# fast lookup form is one raw ``orjson.dumps``, which writes NaN as ``null`` too; it gets the
+# mark only once the ``null`` places are seen to hold ``None`` (``_NULLS``), so a NaN call can
+# never look up the ``None`` entry.
 _NONE_MARK = b" "
 
+# Per byte string holding ``null`` (by its 128-bit digest): where the plain data that wrote it
+# held ``None``. Probing those places costs a few dict lookups where a walk of the whole
+# request cost 3x the orjson floor (issue 12: a 200 KB hit went from 1.10x to 2.96x).
+_NULLS: dict[int, _seg.NoneCheck] = {}
 
-def _canonical(data: Mapping[str, Any], names: _Names, function: str,
-               subs: tuple[tuple[bytes, bytes], ...]) -> bytes:
-    """The full canonical form: one ``orjson.dumps`` when a walk finds nothing to rewrite,
-    the general canonicaliser otherwise (both give the same bytes for the same data)."""
-    out = None
+
+def _full(data: Mapping[str, Any], names: _Names, function: str,
+          subs: tuple[tuple[bytes, bytes], ...], collect: bool,
+          whole: bytes | None = None) -> tuple[bytes, _seg.NoneCheck | None]:
+    """The full form before substitutions and URL masking, and (``collect``) where it holds
+    ``None`` when the data is plain (None otherwise: nothing to remember). ``whole`` is
+    ``_dump(data)`` when the caller has it."""
+    if type(data) is dict and _seg.has_lists(data):
+        # Lists of messages or schemas: by parts, walking only what was not seen before.
+        parts, check = _by_parts(data, names, collect, whole)
+        if parts is not None:
+            return parts, check
     try:
         verdict = _clean(data, names)
         if verdict:
-            out = orjson.dumps(data, default=_tagged, option=_OPTS)
-            if verdict == _WITH_NONE:
-                out += _NONE_MARK
+            out = whole if whole is not None else _dump(data)
+            if verdict == _PLAIN:
+                return out, _seg.NoneCheck(()) if collect else None
+            paths = _seg.none_paths(data, _SIMPLE) if collect else None
+            return out + _NONE_MARK, (_seg.NoneCheck(paths) if paths is not None else None)
     except (TypeError, orjson.JSONEncodeError, RecursionError):
-        out = None  # big integers, invalid text, deep or cyclic data: the general path
-    if out is None:
-        out = _general(data, names, function, subs)
+        pass  # big integers, invalid text, deep or cyclic data: the general path
+    return _general(data, names, function, subs), None
+
+
+def _by_parts(data: dict[str, Any], names: _Names, collect: bool,
+              whole: bytes | None) -> tuple[bytes | None, _seg.NoneCheck | None]:
+    ctx = _seg.Ctx(names, names.lists, _clean, _dump, _SIMPLE)
+    try:
+        out = _seg.segmented(ctx, data, whole)
+    except (TypeError, orjson.JSONEncodeError, RecursionError):
+        out = None
+    if out is not None and ctx.nones:
+        out += _NONE_MARK
+    return out, (ctx.check() if collect and out is not None else None)
+
+
+def _finish(out: bytes, subs: tuple[tuple[bytes, bytes], ...]) -> bytes:
     if subs:
         out = _subst(out, subs)
     # ``?password=...`` inside a URL string is a credential by name too: mask it in the key.
     return _secrets.mask_url_queries(out)
+
+
+def _canonical(data: Mapping[str, Any], names: _Names, function: str,
+               subs: tuple[tuple[bytes, bytes], ...]) -> bytes:
+    """The full canonical form: one ``orjson.dumps`` (or one per part of a long list) when
+    nothing needs a rewrite, the general canonicaliser otherwise (same bytes either way)."""
+    return _finish(_full(data, names, function, subs, False)[0], subs)
 
 
 def canonical_json(
@@ -501,6 +543,33 @@ def canonical_json(
     return _canonical(data, _names_for(volatile or frozenset()), function, substitutions)
 
 
+def _fast(data: Any, names: _Names, function: str,
+          subs: tuple[tuple[bytes, bytes], ...]) -> tuple[bytes, bool]:
+    if not names.plain.issuperset(data) and not names.clean(data):
+        return _canonical(data, names, function, subs), True  # a credential argument
+    try:
+        out = _dump(data)
+    except (TypeError, orjson.JSONEncodeError):
+        return _canonical(data, names, function, subs), True
+    h = xxhash.xxh3_128_intdigest(out)
+    check = _NULLS.get(h)
+    if check is not None or b"null" in out:  # None, or a NaN/inf orjson spelled the same way
+        if check is None:
+            # First time these bytes are seen: the full form (needed on a miss anyway) also
+            # says where the None are, for the next call with the same bytes.
+            full, check = _full(data, names, function, subs, True, out)
+            if check is not None:
+                if len(_NULLS) >= _seg.MEMO_MAX:
+                    _NULLS.clear()
+                _NULLS[h] = check
+            return _finish(full, subs), True
+        if not check.ok(data):
+            return _canonical(data, names, function, subs), True
+        if check.nones:
+            out += _NONE_MARK
+    return (_subst(out, subs) if subs else out), False
+
+
 def fast_json(
     arguments: Mapping[str, Any],
     *,
@@ -516,17 +585,11 @@ def fast_json(
     Sound as a first lookup key: stored canonicals never hold volatile fields or unmasked
     credentials, so this form can only equal a stored one when the call has none either, in
     which case it *is* the full form. NaN, which orjson writes as ``null`` like ``None``, is
-    kept apart by the mark full forms with a ``null`` carry (``_NONE_MARK``): a call holding
-    ``None`` therefore always walks, one holding neither never does.
+    kept apart by the mark full forms with a ``null`` carry (``_NONE_MARK``): the fast form
+    gets it only when every ``null`` is seen to be a ``None`` (:class:`_seg.NoneCheck`).
     """
     data: Any = _vol.apply(arguments, volatile_paths, volatile_patterns)
-    if not names.plain.issuperset(data):  # a credential argument: it can only hit fully keyed
-        return _canonical(data, names, function, substitutions), True
-    try:
-        out = orjson.dumps(data, default=_tagged, option=_OPTS)
-    except (TypeError, orjson.JSONEncodeError):
-        return _canonical(data, names, function, substitutions), True
-    return (_subst(out, substitutions) if substitutions else out), False
+    return _fast(data, names, function, substitutions)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -599,7 +662,7 @@ class KeyBuilder:
         "_filter",
         "_ignore",
         "_names",
-        "_nulls",
+        "_plan",
         "_pre_args",
         "_pre_kwargs",
         "_sig",
@@ -633,7 +696,6 @@ class KeyBuilder:
             _HEADER_ONLY if use_default_volatile else frozenset()
         )
         self._filter = _names_for(self.volatile)
-        self._nulls = False  # the last full form held a None (see canonical_fast)
         self.paths = spec.paths
         self.patterns = spec.patterns
         self._ignore = frozenset(ignore) | {"self", "cls"}
@@ -641,6 +703,7 @@ class KeyBuilder:
         self._names: tuple[str, ...] = ()
         self._defaults: dict[str, Any] = {}
         self._fast = False
+        self._plan = False
         if target is not None:
             try:
                 self._sig = inspect.signature(target)
@@ -654,6 +717,9 @@ class KeyBuilder:
             # The zip fast path also covers keyword-only parameters and **kwargs (chat(**req)
             # is the common LLM wrapper shape): Signature.bind costs ~2 µs a call.
             self._fast = all(p.kind in _FAST_KINDS for p in params)
+        # Positional-only calls of such a function bind with one zip and drop nothing.
+        self._plan = (self._fast and not self._defaults and not self._pre_args
+                      and not self._pre_kwargs and self._ignore.isdisjoint(self._names))
 
     def unreachable_paths(self) -> list[str]:
         """Volatile paths whose first name no call of the function can carry."""
@@ -666,6 +732,8 @@ class KeyBuilder:
 
     def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Arguments by parameter name, ignored ones and defaults-equal ones dropped."""
+        if self._plan and not kwargs and len(args) <= len(self._names):
+            return dict(zip(self._names, args, strict=False))
         if self._pre_args or self._pre_kwargs:
             args = self._pre_args + tuple(args)
             kwargs = {**self._pre_kwargs, **kwargs}
@@ -716,25 +784,25 @@ class KeyBuilder:
         """The canonical form of already-bound arguments: volatile fields stripped,
         credentials masked."""
         data: Any = _vol.apply(bound, self.paths, self.patterns)
-        out = _canonical(data, self._filter, self.name, substitutions)
-        self._nulls = out[-1:] == _NONE_MARK
-        return out
+        return _canonical(data, self._filter, self.name, substitutions)
 
-    def canonical_fast(self, bound: Mapping[str, Any],
-                       substitutions: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:
-        """A first lookup form that skips the walk for volatile and credential names.
+    def fast_form(self, bound: Mapping[str, Any],
+                  substitutions: tuple[tuple[bytes, bytes], ...] = ()) -> tuple[bytes, bool]:
+        """``(form, full)``: a first lookup form that skips the walk for volatile and
+        credential names, or the full form (``full`` True) when that one is what it takes.
 
         The walk (≈0.15 µs per container: 110 µs on a 200 KB request) is then only paid on a
         miss, to compute the key to store under and look up once more. See :func:`fast_json`
-        for why it is sound. A form with ``None`` in it never matches a stored one (the None
-        mark), so once this function's calls are seen to carry ``None`` (agent messages with
-        ``"content": null``) the full form is built directly, saving a lookup bound to miss.
+        for why it is sound.
         """
-        if self._nulls:
-            return self.canonical_bound(bound, substitutions)
-        return fast_json(bound, names=self._filter, volatile_paths=self.paths,
-                         volatile_patterns=self.patterns,
-                         function=self.name, substitutions=substitutions)[0]
+        data: Any = _vol.apply(bound, self.paths, self.patterns) if (
+            self.paths or self.patterns) else bound
+        return _fast(data, self._filter, self.name, substitutions)
+
+    def canonical_fast(self, bound: Mapping[str, Any],
+                       substitutions: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:
+        """:meth:`fast_form` without the flag."""
+        return self.fast_form(bound, substitutions)[0]
 
     def key(self, namespace: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
         return digest(namespace, self.name, self.canonical(args, kwargs))

@@ -1,4 +1,4 @@
-"""The file format: deterministic bytes, shared values, the lazy index, linear size."""
+"""The file format: deterministic bytes, shared values, the cross-reference, linear size."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ import pathlib
 import orjson
 import pytest
 
-from dejacache.cassettes import Cassette
+from dejacache.cassettes import Cassette, reader
 from dejacache.cassettes import format as fmt
 from dejacache.cassettes._workload import agent_steps
+from dejacache.cassettes.reader import FileIndex
 from dejacache.codec import JsonCodec
 from dejacache.errors import CassetteError
 from dejacache.keys import digest
@@ -44,10 +45,14 @@ def test_bytes_are_deterministic_sorted_indented_with_final_newline(tmp_path):
                            b'run: dejacache rehash FILE",\n  "entries": [\n    {\n      '
                            b'"checksum": "')
     doc = orjson.loads(data)
-    assert list(doc) == ["checksums", "entries", "format", "values"]
-    assert doc["format"] == 2
+    assert list(doc) == ["checksums", "entries", "format", "values", "xref"]
+    assert doc["format"] == fmt.FORMAT == 3
     assert fmt.dumps(doc) == data
     assert all(e["checksum"] == fmt.entry_checksum(e) for e in doc["entries"])
+    assert doc["xref"] == fmt.build_xref(doc["entries"])
+    xref = data.rindex(b'\n  "xref": {\n    "checksum": "' + doc["xref"]["checksum"].encode()
+                       + b'",\n    "follows": [\n      -1,\n')
+    assert data.endswith(b"\n    ]\n  }\n}\n") and b'\n  "' not in data[xref + 1:]  # last
 
 
 def test_an_entry_checksum_is_the_hash_of_its_bytes_in_the_file(tmp_path):
@@ -55,10 +60,10 @@ def test_an_entry_checksum_is_the_hash_of_its_bytes_in_the_file(tmp_path):
     record_steps(p, 3)
     data = p.read_bytes()
     doc = orjson.loads(data)
-    lazy = fmt.LazyFile.open(data)
-    assert lazy is not None and lazy.checked
-    lazy.scan_all()
+    lazy = FileIndex.open(data)
+    assert lazy is not None and lazy.n == 3
     for i, e in enumerate(doc["entries"]):
+        assert doc["xref"]["sizes"][i] == len(fmt.entry_bytes(e))
         raw = lazy._slice(i)  # checked against its checksum on the way
         line = f'      "checksum": "{e["checksum"]}",\n'.encode()
         assert raw.replace(line, b"") == b"    " + orjson.dumps(
@@ -94,23 +99,33 @@ def test_user_strings_that_look_like_references_round_trip(tmp_path):
     assert fmt.unpack(packed, packer.values.__getitem__) == tree
 
 
-def test_lazy_index_matches_a_full_parse(tmp_path):
+def test_cross_reference_matches_a_full_parse(tmp_path, monkeypatch):
+    monkeypatch.setattr(reader, "_SEARCHES_BEFORE_MAP", 5)
     p = tmp_path / "c.json"
     record_steps(p, 30)
     data = p.read_bytes()
-    lazy = fmt.LazyFile.open(data)
-    assert lazy is not None
-    assert lazy.keys == []  # nothing is indexed before it is needed
-    lazy.scan(4096)
-    assert 0 < len(lazy.keys) < 30
-    lazy.scan_all()
     doc = fmt.load_document(data, p)
-    assert lazy.keys == [e["key"] for e in doc["entries"]]
-    for i in (0, 7, 29):
-        assert lazy.entry(i) == doc["entries"][i]
+    keys = [e["key"] for e in doc["entries"]]
+    lazy = FileIndex.open(data)
+    assert lazy is not None and lazy.n == 30
+    assert lazy._keys is None  # keys are searched in the column's bytes, not parsed
+    for i in (29, 0, 7):
+        assert lazy.positions(keys[i]) == [i]
+        assert lazy.entry(i, keys[i]) == doc["entries"][i]
+    assert lazy._keys is None
+    assert lazy.positions("0" * 32) == []
+    assert lazy.positions(keys[3][:-1]) == []  # a prefix of a key is not that key
+    for i in range(30):  # past the searches budget: the column is parsed into a dict once
+        assert lazy.positions(keys[i]) == [i]
+    assert lazy._keys == keys
+    assert lazy.names() == [e["name"] for e in doc["entries"]]
+    assert lazy.kinds() == [e["kind"] for e in doc["entries"]]
+    assert lazy.follows() == [e["follows"] for e in doc["entries"]]
     for h, v in doc["values"].items():
         assert lazy.value(h) == (True, v)
     assert lazy.value("0" * 24) == (False, None)
+    with pytest.raises(CassetteError, match="does not match the index"):
+        lazy.entry(3, keys[4])
 
 
 @pytest.fixture
@@ -123,7 +138,7 @@ def test_small_files_are_parsed_and_checked_whole_when_opened(tmp_path):
     p = tmp_path / "c.json"
     record_steps(p, 5)
     tape = Cassette(p, mode="replay")
-    assert tape.exists and tape._full is not None and tape._lazy is None
+    assert tape.exists and tape._full is not None and not tape._ix.lazy
 
 
 def test_a_hit_parses_only_its_own_entry_and_no_request(tmp_path, lazy):
@@ -135,12 +150,13 @@ def test_a_hit_parses_only_its_own_entry_and_no_request(tmp_path, lazy):
         rec = tape.get(entries[i]["key"])
         assert rec is not None
         assert CODEC.decode(rec.value, key=entries[i]["key"])["id"] == f"chatcmpl-{i}"
-    assert tape._full is None and all(e.doc is None for e in tape._old)
+    assert tape._full is None and all(e is None or e.doc is None for e in tape._old)
+    assert sum(e is not None for e in tape._old) == 3  # the other 47 were never touched
 
 
 @pytest.mark.parametrize("order", ["forward", "backward", "shuffled"])
-def test_chunked_discovery_serves_every_entry_in_any_order(tmp_path, monkeypatch, order, lazy):
-    monkeypatch.setattr(fmt, "_CHUNK", 2048)  # many small chunks over a small file
+def test_indexed_lookup_serves_every_entry_in_any_order(tmp_path, monkeypatch, order, lazy):
+    monkeypatch.setattr(reader, "_SEARCHES_BEFORE_MAP", 7)  # byte searches, then the dict
     p = tmp_path / "c.json"
     record_steps(p, 40)
     keys = [e["key"] for e in orjson.loads(p.read_bytes())["entries"]]
@@ -176,3 +192,60 @@ def test_invalid_files_raise_cassette_error_naming_the_path(tmp_path):
     p.write_text('{"entries": [], "format": 99, "values": {}}')
     with pytest.raises(CassetteError, match="format 99"):
         Cassette(p, mode="replay").get("k")
+
+
+def test_closing_an_unchanged_block_reads_only_the_entries_it_used(tmp_path, lazy):
+    p = tmp_path / "c.json"
+    record_steps(p, 40)
+    before = p.read_bytes()
+    entries = orjson.loads(before)["entries"]
+    tape = Cassette(p, mode="replay")
+    assert tape.get(entries[39]["key"]) is not None  # out of order: reported, lazily
+    assert tape.save() is False  # nothing changed: no parse, no write
+    assert tape._full is None and sum(e is not None for e in tape._old) == 1
+    tape.close()
+    assert p.read_bytes() == before
+    unused = tape.unused
+    assert len(unused) == 39 and unused[0].key == entries[0]["key"] and unused[0].occurrence == 0
+    divs = tape.divergences  # read from the file after close, which is still the one read
+    unmade = [d for d in divs if d.reason == "unmade"]
+    assert [d.recorded_step for d in unmade] == list(range(39))
+    assert unmade[5].expected is not None and unmade[5].expected.request == orjson.loads(
+        orjson.dumps({"body": next(s for i, s in enumerate(agent_steps(6)) if i == 5)[0]}))
+    assert [d.reason for d in divs if d.reason != "unmade"] == ["order"]
+
+
+def test_a_damaged_cross_reference_is_refused_never_served(tmp_path, lazy):
+    p = tmp_path / "c.json"
+    record_steps(p, 10)
+    data = p.read_bytes()
+    key = orjson.loads(data)["entries"][3]["key"]
+    at = data.rindex(b'"sizes": [') + len(b'"sizes": [\n      ')
+    damaged = data[:at] + (b"2" if data[at:at + 1] != b"2" else b"3") + data[at + 1:]
+    p.write_bytes(damaged)
+    with pytest.raises(CassetteError, match=r"cross-reference \('xref'\) does not match"):
+        Cassette(p, mode="replay").get(key)
+    # re-checksummed by hand, the stale cross-reference is still refused by the full parse
+    doc = orjson.loads(data)
+    doc["xref"]["keys"][2], doc["xref"]["keys"][3] = doc["xref"]["keys"][3], doc["xref"]["keys"][2]
+    doc["xref"]["checksum"] = fmt.xref_checksum(doc["xref"])
+    p.write_bytes(fmt.dumps(doc))
+    with pytest.raises(CassetteError, match="does not describe the entries"):
+        Cassette(p, mode="replay").get(key)
+
+
+def test_format_2_files_replay_and_their_next_write_upgrades_them(tmp_path):
+    p = tmp_path / "c.json"
+    record_steps(p, 4)
+    doc = orjson.loads(p.read_bytes())
+    del doc["xref"]
+    doc["format"] = 2
+    old = fmt.dumps(doc)
+    p.write_bytes(old)
+    tape = Cassette(p, mode="replay")
+    rec = tape.get(doc["entries"][2]["key"])
+    assert rec is not None and CODEC.decode(rec.value, key=doc["entries"][2]["key"])["id"] == (
+        "chatcmpl-2")
+    assert tape.save() is False and p.read_bytes() == old
+    record_steps(p, 5, mode="auto")  # one new call: the file is rewritten as format 3
+    assert orjson.loads(p.read_bytes())["format"] == 3

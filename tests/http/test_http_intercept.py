@@ -255,8 +255,26 @@ def test_unknown_http_client_in_a_replay_block_is_refused(fake: FakeProvider) ->
 
 @pytest.mark.parametrize("mode", ["record", "auto"])
 def test_unknown_http_client_outside_replay_goes_live(fake: FakeProvider, mode: str) -> None:
-    with dejacache.scope(mode=mode, store=dejacache.MemoryStore()):
+    # Live, but not silently: nothing is recorded for it (issue 11, dspy's lm15 engine).
+    host = fake.openai_url.split("/")[2]
+    with dejacache.scope(mode=mode, store=dejacache.MemoryStore()), \
+            pytest.warns(dejacache.DejacacheWarning) as caught:
         assert _urlopen(fake.openai_url) == 200
+    assert fake.count() == 1
+    [w] = [str(w.message) for w in caught]
+    assert f"connection to {host}" in w and f"({mode} mode)" in w
+    assert "did not go through dejacache's HTTP interception" in w
+    assert "code path: http.client." in w and __name__ in w
+
+
+def test_intercepted_and_ignored_requests_do_not_warn(fake: FakeProvider) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with dejacache.scope(mode="auto", store=dejacache.MemoryStore()), \
+                dejacache.intercept(ignore_hosts=["127.0.0.1"]):
+            assert _urlopen(fake.openai_url) == 200
     assert fake.count() == 1
 
 

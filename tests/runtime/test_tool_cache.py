@@ -531,7 +531,8 @@ def test_damaged_entry_is_a_miss_and_deleted() -> None:
     with dejacache.agent_session(tenant="a"):
         tool()
         (key, rec), = list(store.iterate())
-        store.put(key, dataclasses.replace(rec, value=rec.value[:-1] + b"9"))
+        with pytest.warns(dejacache.DejacacheWarning, match="damaged"):  # refused on put
+            store.put(key, dataclasses.replace(rec, value=rec.value[:-1] + b"9"))
         assert tool() == 7
     assert dejacache.runtime_stats().by_tool["tool"].misses == 2
 

@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from dejacache.errors import DejacacheWarning
 from dejacache.stores import MemoryStore, Record
 
 
@@ -142,3 +143,66 @@ def test_bounds_hold_under_threads() -> None:
     # the byte counter matches what is actually held (no drift from racing updates)
     held = sum(r.size for r, _ in s._data.values())
     assert st.bytes == held
+
+
+# ------------------------------------------------------------------------------ checked on put
+
+
+def test_json_values_are_checked_when_put_and_damaged_ones_are_not_kept() -> None:
+    """Hits skip the checksum (``checked_on_put``), so it is checked on the way in: a
+    damaged value, or one bound to another key, is never stored, and never leaves the old
+    value behind either."""
+    from dejacache.codec import JsonCodec
+
+    codec = JsonCodec()
+    s = MemoryStore()
+    good = codec.encode({"a": 1}, key="k1")
+    s.put("k1", Record(value=good))
+    assert s.get("k1") is not None
+    damaged = good[:-2] + b"2}"
+    with pytest.warns(DejacacheWarning, match="damaged value for key k1"):
+        s.put("k1", Record(value=damaged))
+    assert s.get("k1") is None
+    with pytest.warns(DejacacheWarning, match="k2"):
+        s.put("k2", Record(value=good))  # k1's value copied under k2
+    assert s.get("k2") is None
+    s.put("k3", Record(value=b"another codec's bytes"))  # only their codec can judge them
+    assert s.get("k3") is not None
+    assert MemoryStore.checked_on_put is True
+
+    class Overriding(MemoryStore):
+        def get(self, key: str) -> Record | None:
+            return super().get(key)
+
+    assert Overriding.checked_on_put is False  # its hits take the general, checked path
+
+
+def test_reads_without_the_lock_stay_consistent_under_concurrent_writes() -> None:
+    s = MemoryStore(maxsize=50)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        i = 0
+        while not stop.is_set():
+            s.put(f"k{i % 80}", sized(4, str(i % 80).encode()), ttl=None if i % 3 else 0.0)
+            if i % 7 == 0:
+                s.delete(f"k{(i * 3) % 80}")
+            i += 1
+
+    def reader() -> None:
+        try:
+            for j in range(20_000):
+                rec = s.get(f"k{j % 80}")
+                assert rec is None or rec.value.startswith(str(j % 80).encode())
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
+    for t in threads:
+        t.start()
+    threads[1].join()
+    stop.set()
+    threads[0].join()
+    assert not errors
+    assert len(s) <= 50

@@ -472,14 +472,23 @@ def test_iterate_pages_newest_first(tmp_path: pathlib.Path) -> None:
 def test_large_requests_are_compressed(tmp_path: pathlib.Path) -> None:
     store = SQLiteStore(tmp_path / "cache.db")
     request = b'{"messages":"' + b"the same agent turn again " * 20_000 + b'"}'
+    whole = b'{"messages": "' + b"the same agent turn again " * 20_000 + b'"}'  # not canonical
     store.put("k", rec(b"v", request=request))
+    store.put("whole", rec(b"v", request=whole))
     store.put("small", rec(b"v", request=b'{"a":1}'))
     with contextlib.closing(sqlite3.connect(store.path)) as db:
+        # the long string is a shared part of the request: compressed in ``blobs``
         z, n = db.execute("SELECT z, LENGTH(request) FROM entries WHERE key='k'").fetchone()
+        assert z == 2 and n < 100
+        z, n = db.execute("SELECT z, LENGTH(data) FROM blobs").fetchone()
+        assert z == 1 and n < len(request) // 10
+        # a request stored whole is compressed in its row
+        z, n = db.execute("SELECT z, LENGTH(request) FROM entries WHERE key='whole'").fetchone()
         assert z == 1 and n < len(request) // 10
         assert db.execute("SELECT z FROM entries WHERE key='small'").fetchone() == (0,)
     items = dict(store.iterate())
     assert items["k"].request == request
+    assert items["whole"].request == whole
     assert items["small"].request == b'{"a":1}'
     store.close()
 
@@ -645,7 +654,7 @@ def test_version_2_file_keeps_its_calls_and_drops_its_tool_entries(
     assert got is not None and got.value == b"llm answer"
     assert store.get("tool") is None
     assert store.incr("a") == 1
-    assert store.stats().extra["schema_version"] == SCHEMA_VERSION == 3
+    assert store.stats().extra["schema_version"] == SCHEMA_VERSION == 4
     store.close()
 
 

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-from .block import cassette, default_mode, in_ci
-from .redact import Redactor
-from .store import Cassette, EntryInfo, TapeCounters
+from .._lazy import attach
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .block import cassette, default_mode, in_ci
+    from .redact import Redactor
+    from .store import Cassette, EntryInfo, TapeCounters
 
 __all__ = ["Cassette", "EntryInfo", "Redactor", "TapeCounters", "cassette", "default_mode",
            "in_ci"]
+
+# Loaded on first use (issue 12, item 6): importing one module of this package, say
+# ``cassettes.format`` from the CLI, no longer loads the block, the tape and HTTP with it.
+__getattr__, __dir__ = attach(__name__, {
+    "Cassette": ".store", "EntryInfo": ".store", "TapeCounters": ".store",
+    "Redactor": ".redact",
+    "cassette": ".block", "default_mode": ".block", "in_ci": ".block",
+})

@@ -1,14 +1,17 @@
 """The cassette file format: deterministic bytes, a content-addressed value section, a
-checksum on every entry, atomic writes, and an index read without parsing the whole file.
+checksum on every entry, atomic writes, and a cross-reference that finds any entry without
+reading the others.
 
 Layout (orjson, sorted keys, 2-space indent, trailing newline)::
 
     {
       "checksums": "<algorithm, and how to accept a hand edit>",
       "entries": [ {checksum, name, kind, key, occurrence, namespace, request, response,
-                    duration, usage?, error?, tagged?}, ... ],
-      "format": 2,
-      "values": { "<hash>": <JSON value>, ... }
+                    duration, usage?, error?, tagged?, follows?}, ... ],
+      "format": 3,
+      "values": { "<hash>": <JSON value>, ... },
+      "xref": { "checksum", "follows": [...], "keys": [...], "kinds": [...],
+                "names": [...], "sizes": [...] }
     }
 
 An agent's n-th request repeats the messages before it, so storing requests whole grows the
@@ -26,8 +29,17 @@ every entry carries ``checksum``: the hash of its own bytes as they sit in the f
 the checksum line (:func:`entry_checksum`). The hit path checks that with one hash over the
 slice it reads anyway; a full parse recomputes it from the parsed entry. Anything that does not
 match is a :class:`CassetteError` naming the file and the entry, never a value. A deliberate
-edit is accepted by ``dejacache rehash PATH`` (:func:`rehash`). Format 1 files (no entry
-checksums) are still read; their next write, or ``rehash``, upgrades them.
+edit is accepted by ``dejacache rehash PATH`` (:func:`rehash`).
+
+The cross-reference (format 3, issue 12: finding entry 9,999 of a format-2 file meant scanning
+the 9,998 before it, 48-59 ms). ``xref`` is the last section, so a reader finds it with one
+backward search from the end of the file; it lists every entry's key, name, kind, ``follows``
+and byte size in file order (columns: one element per line, so re-recording one call changes
+a few lines of it). Entry ``i`` starts after the head and the sizes of the entries before it.
+``xref`` carries its own checksum (:func:`xref_checksum`, over its bytes like an entry's), and
+a full parse checks that it describes the entries exactly: a damaged or stale cross-reference
+is a :class:`CassetteError`, never a wrong entry. Formats 1 (no checksums) and 2 (no ``xref``)
+are still read, by parsing the whole file; their next write, or ``rehash``, upgrades them.
 """
 
 from __future__ import annotations
@@ -57,9 +69,11 @@ __all__ = [
     "REF",
     "Packer",
     "atomic_write",
+    "build_xref",
     "conflict_line",
     "dumps",
     "empty_document",
+    "entry_bytes",
     "entry_checksum",
     "load_document",
     "read_file",
@@ -69,17 +83,18 @@ __all__ = [
     "render",
     "unpack",
     "verify_document",
+    "xref_checksum",
 ]
 
-FORMAT: Final = 2
-READABLE: Final = (1, 2)
+FORMAT: Final = 3
+READABLE: Final = (1, 2, 3)
 # The top-level "checksums" field: what the entry checksums are, and what to do after an edit
 # (the first thing a person opening the file sees).
 CHECKSUMS: Final = "xxh3-128 of each entry; after editing by hand run: dejacache rehash FILE"
 # Files smaller than this are parsed and checked whole when a block opens them (~1 ms per
 # 500 KB), so damage anywhere is refused before the test runs. Larger files keep the lazy
-# index (a 10k-call cassette must open in a few ms, issue 10): each entry and value is checked
-# when it is read, and the whole file on the first miss or write.
+# index (a 10k-call cassette must open in a few ms, issues 10 and 12): each entry and value is
+# checked when it is read, and the whole file on the first miss or write.
 EAGER_CHECK_UNDER: Final = 1 << 20
 REF: Final = "@ref:"
 REF_BYTES: Final = b"@ref:"  # "@" is rare in JSON: a fast search; a false hit is only slower
@@ -100,7 +115,8 @@ def dumps(document: dict[str, Any]) -> bytes:
 
 
 def empty_document() -> dict[str, Any]:
-    return {"checksums": CHECKSUMS, "entries": [], "format": FORMAT, "values": {}}
+    return {"checksums": CHECKSUMS, "entries": [], "format": FORMAT, "values": {},
+            "xref": build_xref([])}
 
 
 def _hash(node: Any) -> str:
@@ -318,6 +334,8 @@ def verify_document(doc: dict[str, Any], path: Any) -> None:
             if e.get("checksum") != entry_checksum(e):
                 raise CassetteError(f"{describe(i, e)} does not match its checksum: "
                                     + _edited(path), path=path)
+    if doc.get("format") == 3 or "xref" in doc:
+        _verify_xref(doc, path)
     values = doc["values"]
     for h, v in values.items():
         if _hash(v) != h:
@@ -325,6 +343,18 @@ def verify_document(doc: dict[str, Any], path: Any) -> None:
             used = f" (used by {', '.join(users[:3])})" if users else ""
             raise CassetteError(f"shared value {REF}{h}{used} does not match its hash: "
                                 + _edited(path), path=path)
+
+
+def _verify_xref(doc: dict[str, Any], path: Any) -> None:
+    xref = doc.get("xref")
+    if not isinstance(xref, dict) or xref.get("checksum") != xref_checksum(xref):
+        raise CassetteError("the cross-reference ('xref') does not match its checksum: "
+                            + _edited(path), path=path)
+    if xref != build_xref(doc["entries"]):
+        # checksummed, yet not what the entries say: an entry was added, removed or edited
+        # and the file re-hashed by something other than ``dejacache rehash``
+        raise CassetteError("the cross-reference ('xref') does not describe the entries: "
+                            + _edited(path), path=path)
 
 
 def _users(doc: dict[str, Any], h: str) -> list[str]:
@@ -382,7 +412,7 @@ def _bad_json(data: Buffer, exc: orjson.JSONDecodeError, path: Any) -> str:
     where = f"line {exc.lineno} column {exc.colno}"
     # On the written layout every entry starts with the same line: count them to name one.
     n = bytes(data[: exc.pos]).count(_ENTRY_START)
-    end = data.find(_ENTRIES_END)
+    end = data.find(ENTRIES_END)
     if n and (end < 0 or exc.pos < end):
         where += f", in entry #{n - 1}"
     elif end >= 0 and exc.pos > end:
@@ -392,23 +422,17 @@ def _bad_json(data: Buffer, exc: orjson.JSONDecodeError, path: Any) -> str:
                             f"or fix the JSON and run: dejacache rehash {path}", path)
 
 
-# ------------------------------------------------------------------ lazy index
+# ------------------------------------------------------------------ byte layout
 
-# Written files have a fixed shape, so entry and value positions can be found with byte
-# searches: entry fields sit at exactly 6 spaces inside "entries", value items at exactly 4
-# spaces inside "values" (JSON strings cannot hold raw newlines, so these lines are structure).
-_ENTRIES_HEAD_1 = b'{\n  "entries": [\n'
-_ENTRIES_HEAD = b'{\n  "checksums": ' + orjson.dumps(CHECKSUMS) + b',\n  "entries": [\n'
-_CHECK_LINE = b'    {\n      "checksum": "'
-_CHECK_END = len(_CHECK_LINE) + _HASH_LEN + 3  # the hash, then '",\n'
-_KEY_LINE = re.compile(rb'\n      "key": "([^"\\\n]*)"')
+# Written files have a fixed shape (:func:`dumps`), which ``reader.FileIndex`` relies on:
+# entries sit 4 spaces deep, their fields at 6, value items at 4 spaces inside "values"
+# (JSON strings cannot hold raw newlines, so these lines are structure).
+ENTRIES_HEAD: Final = (b'{\n  "checksums": ' + orjson.dumps(CHECKSUMS)
+                       + b',\n  "entries": [\n')
+ENTRIES_END: Final = b'\n  ],\n  "format": '
+VALUES_HEAD: Final = b'\n  "values": {'
+XREF_HEAD: Final = b'\n  "xref": '
 _ENTRY_START = b"\n    {\n"
-_VALUE_LINE = b'\n    "'
-_REQUEST_LINE = b'\n      "request": '
-_RESPONSE_LINE = b'\n      "response": '
-_REF_QUOTED = b'"' + REF.encode()
-_TAGGED_LINE = b'\n      "tagged": '
-_USAGE_LINE = b'\n      "usage": '
 _MODEL_FIELD = b'"model": "'
 
 
@@ -422,187 +446,36 @@ def model_in(body: bytes) -> str:
     return body[at : body.find(b'"', at)].decode(errors="replace")
 
 
-_ENTRIES_END = b'\n  ],\n  "format": '
-_VALUES_HEAD = b'\n  "values": {'
-_CHUNK = 256 * 1024
+def entry_bytes(entry: dict[str, Any]) -> bytes:
+    """``entry`` as :func:`dumps` lays it out inside a document (4 spaces deep)."""
+    return b"    " + orjson.dumps(entry, option=_ENTRY_OPTS).replace(b"\n", _NESTED)
 
 
-class LazyFile:
-    """An index over the bytes of a cassette written by :func:`dumps`, built as it is needed.
+def xref_checksum(xref: dict[str, Any]) -> str:
+    """The hash of the ``xref`` object's bytes as they sit in the file (2 spaces deep),
+    without its ``checksum`` field: checked with one hash over the slice a reader holds."""
+    body = orjson.dumps({k: v for k, v in xref.items() if k != "checksum"},
+                        option=_ENTRY_OPTS)
+    return xxhash.xxh3_128_hexdigest(body.replace(b"\n", b"\n  "))[:_HASH_LEN]
 
-    Entries are discovered in file order, a chunk at a time (:meth:`scan`), so the first hit
-    of a replay reads a few pages instead of the whole file: an agent replays its calls in
-    about the order it recorded them, and FIFO per key stays exact because earlier entries
-    are always discovered first. Indexing all entries of a 10k-call cassette took ~45 ms,
-    twice the load budget. :meth:`entry` parses one entry on demand; :meth:`value` finds one
-    shared value by binary search over the sorted ``values`` section. :meth:`open` returns
-    None when the bytes do not have the written shape (hand-edited files), and the caller
-    parses the whole document instead.
-    """
 
-    __slots__ = ("_data", "_end", "_pos", "_spans", "_v_hi", "_v_lo", "checked", "keys")
+def follows_of(entry: dict[str, Any]) -> int | None:
+    f = entry.get("follows")
+    return f if type(f) is int else None
 
-    def __init__(self, data: Buffer, head: bytes = _ENTRIES_HEAD) -> None:
-        self._data = data
-        self.checked = head is _ENTRIES_HEAD  # format 2: every entry has a checksum
-        self._pos = len(head) - 1  # the newline before the first entry
-        self._end = -1  # where "entries" ends, once the scan reaches it
-        self.keys: list[str] = []
-        self._spans: list[int] = []
-        self._v_lo = -1
-        self._v_hi = -1
 
-    @classmethod
-    def open(cls, data: Buffer) -> LazyFile | None:
-        if data[-2:] != b"}\n":
-            return None
-        for head in (_ENTRIES_HEAD, _ENTRIES_HEAD_1):
-            if data[: len(head)] == head:
-                return cls(data, head)
-        return None  # also the empty cassette: parsed whole, it is tiny
-
-    @property
-    def done(self) -> bool:
-        return self._end >= 0
-
-    def scan(self, nbytes: int | None = None) -> int:
-        """Index the next ``nbytes`` or so of entries; returns how many were found."""
-        if self._end >= 0:
-            return 0
-        nbytes = nbytes or _CHUNK
-        data = self._data
-        pos = self._pos
-        stop = data.find(b"\n", pos + nbytes)  # key lines start with a newline: cut before one
-        stop = len(data) if stop < 0 else stop
-        end = data.find(_ENTRIES_END, pos, stop + len(_ENTRIES_END))
-        if end >= 0:
-            stop = end
-        n = 0
-        for m in _KEY_LINE.finditer(data, pos, stop):
-            # (damaged bytes decode to a key no call has; the checks then find the damage)
-            self.keys.append(m.group(1).decode(errors="replace"))
-            self._spans.append(m.start())
-            n += 1
-        self._pos = stop
-        if end >= 0:
-            self._end = end
-        elif stop >= len(data):
-            raise CassetteError("the entries list has no end")
-        return n
-
-    def scan_all(self) -> None:
-        while self._end < 0:
-            self.scan(1 << 30)
-
-    def _slice(self, i: int) -> bytes:
-        # Boundaries come from backward searches that stop at the nearest entry start: a
-        # forward search for the entry's end would crawl through its indented request
-        # (measured: 20 us for a 200 KB request, most of the replay cost).
-        while i + 1 >= len(self._spans) and self._end < 0:
-            self.scan()
-        data = self._data
-        start = data.rfind(_ENTRY_START, 0, self._spans[i])
-        if i + 1 < len(self._spans):
-            stop = data.rfind(_ENTRY_START, 0, self._spans[i + 1])
-        else:
-            stop = self._end
-        if start < 0 or stop <= start:
-            raise CassetteError("entry boundaries not found")
-        raw = data[start + 1 : stop].rstrip(b",\n")
-        if self.checked:
-            self._verify(raw)
-        return raw
-
-    @staticmethod
-    def _verify(raw: bytes) -> None:
-        # The checksum line comes first (sorted keys): hash the slice around it, no parsing.
-        if raw[: len(_CHECK_LINE)] == _CHECK_LINE and raw[_CHECK_END - 3 : _CHECK_END] == b'",\n':
-            h = xxhash.xxh3_128()
-            view = memoryview(raw)
-            h.update(view[:6])  # '    {\n'
-            h.update(view[_CHECK_END:])
-            if h.hexdigest()[:_HASH_LEN].encode() == raw[len(_CHECK_LINE) : _CHECK_END - 3]:
-                return
-        # The caller falls back to parsing the whole file, which names what is wrong.
-        raise CassetteError("entry does not match its checksum")
-
-    def _checked(self, i: int, raw: bytes) -> dict[str, Any]:
-        try:
-            doc = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            raise CassetteError("entry is not valid JSON") from None
-        if not isinstance(doc, dict) or doc.get("key") != self.keys[i]:
-            raise CassetteError("entry does not match the index")
-        return doc
-
-    def entry(self, i: int) -> dict[str, Any]:
-        return self._checked(i, self._slice(i))
-
-    def replay_view(self, i: int) -> tuple[dict[str, Any], bytes | None]:
-        """What a hit needs from entry ``i``: its small fields parsed, and its response as the
-        JSON bytes in the file (None for an error entry, whose ``error`` is in the fields).
-
-        The request is not parsed at all and the response is not parsed here: the codec
-        parses it once when the engine decodes it (at 20 KB this halved the replay cost).
-        """
-        raw = self._slice(i)
-        # after "response" only "tagged" and "usage" can follow (sorted keys): find them from
-        # the end first, so the backward search for "response" starts right after its body
-        tail = raw.rfind(_USAGE_LINE)
-        if tail >= 0:
-            tagged = raw.rfind(_TAGGED_LINE, max(0, tail - 32), tail)
-            tail = tagged if tagged >= 0 else tail
-        else:
-            tail = raw.rfind(_TAGGED_LINE)
-        resp = raw.rfind(_RESPONSE_LINE, 0, tail if tail >= 0 else len(raw))
-        if resp < 0:  # an error entry: small, parse it whole
-            return self._checked(i, raw), None
-        req = raw.find(_REQUEST_LINE, 0, resp)
-        head = raw[:req] if req >= 0 else raw[:resp]
-        if tail < 0:
-            body = raw[resp + len(_RESPONSE_LINE) : raw.rfind(b"\n    }")]
-            fields = head.rstrip(b",") + b"\n    }"
-        else:
-            body = raw[resp + len(_RESPONSE_LINE) : tail].rstrip(b",")
-            fields = head + raw[tail + 1 :]
-        return self._checked(i, fields), body
-
-    def value(self, h: str) -> tuple[bool, Any]:
-        """``(found, value)`` for one hash, by binary search over the sorted section."""
-        data = self._data
-        if self._v_lo < 0:  # first shared value asked for: locate the section once
-            at = data.find(_VALUES_HEAD, max(self._pos, self._end))
-            if at < 0:
-                raise CassetteError("no values section")
-            self._v_lo = at + len(_VALUES_HEAD)
-            self._v_hi = max(self._v_lo, data.rfind(b"\n  }"))
-        lo, hi = self._v_lo, self._v_hi
-        want = h.encode()
-        while lo < hi:
-            mid = (lo + hi) // 2
-            at = data.find(_VALUE_LINE, mid, self._v_hi)
-            if at < 0:
-                hi = mid
-                continue
-            name_start = at + len(_VALUE_LINE)
-            name_end = data.find(b'"', name_start)
-            name = data[name_start:name_end]
-            if name == want:
-                nxt = data.find(_VALUE_LINE, name_end, self._v_hi)
-                stop = nxt if nxt >= 0 else self._v_hi
-                raw = data[name_end + 3 : stop].rstrip(b",")  # skip '": '
-                try:
-                    value = orjson.loads(raw)
-                except orjson.JSONDecodeError:
-                    raise CassetteError(f"value {REF}{h} is not valid JSON") from None
-                if _hash(value) != h:  # content-addressed: the name is the checksum
-                    raise CassetteError(f"value {REF}{h} does not match its hash")
-                return True, value
-            if name < want:
-                lo = name_end
-            else:
-                hi = mid
-        return False, None
+def build_xref(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cross-reference of ``entries`` (checksummed, in file order): what opening a file
+    and finding one entry need, so neither reads the entries."""
+    xref: dict[str, Any] = {
+        "follows": [follows_of(e) for e in entries],
+        "keys": [str(e.get("key", "")) for e in entries],
+        "kinds": [str(e.get("kind", "call")) for e in entries],
+        "names": [str(e.get("name", "")) for e in entries],
+        "sizes": [len(entry_bytes(e)) for e in entries],
+    }
+    xref["checksum"] = xref_checksum(xref)
+    return xref
 
 
 def atomic_write(path: pathlib.Path, data: bytes) -> None:
@@ -665,7 +538,7 @@ def render(entries: list[dict[str, Any]], values: dict[str, Any]) -> bytes:
         d["checksum"] = entry_checksum(d)
         out.append(d)
     return dumps({"checksums": CHECKSUMS, "entries": out, "format": FORMAT,
-                  "values": reachable(out, values)})
+                  "values": reachable(out, values), "xref": build_xref(out)})
 
 
 def rehash(data: Buffer, path: Any) -> tuple[bytes, list[str]]:

@@ -18,6 +18,7 @@ import collections
 import contextvars
 import dataclasses
 import itertools
+import mmap
 import pathlib
 import sys
 import threading
@@ -36,6 +37,7 @@ from ..stores._base import BaseStore, Record, StoreStats
 from . import format as fmt
 from .lock import cassette_lock
 from .prices import estimate_dollars
+from .reader import DocIndex, FileIndex, Index
 from .redact import Redactor
 from .trajectory import Call, CallInfo, Divergence, step_kind
 
@@ -118,18 +120,21 @@ class Cassette(BaseStore):
         self.misses: list[ReplayMiss] = []
         self._lock = threading.RLock()
         self._loaded = False
-        self._complete = True  # no file: nothing to discover
         self._raw: fmt.Buffer | None = None
-        self._lazy: fmt.LazyFile | None = None
+        self._ix: Index | None = None  # where the recorded entries are (None: no file)
         self._full: dict[str, Any] | None = None
-        self._old: list[_Entry] = []
+        self._old: list[_Entry | None] = []  # by position in the file, made on first use
+        self._made: list[_Entry] = []  # the entries made so far
         self._queues: dict[str, collections.deque[_Entry]] = {}
-        self._by_key: dict[str, list[_Entry]] = {}
         self._values: dict[str, Any] = {}  # parsed shared values (from the file or new)
         self._new: list[dict[str, Any]] = []
         self._new_count: collections.Counter[str] = collections.Counter()
         self._deleted = 0
-        self._closed: list[EntryInfo] | None = None
+        self._closed: list[int] | None = None  # after close: the positions never used
+        self._closed_info: list[EntryInfo] | None = None
+        self._unmade: list[int] = []  # recorded steps never made, not yet reported
+        self._seal: bytes = b""  # the cross-reference checksum of the file read
+        self._again: tuple[FileIndex | None, fmt.Buffer | None, dict[str, Any]] | None = None
         self._damage: CassetteError | None = None
         #: Calls must follow the recorded order (see ``_core/strict.py``); misses raise.
         self.strict = strict
@@ -160,8 +165,6 @@ class Cassette(BaseStore):
                 return
             self._raw = fmt.read_file(self.path)
             if self._raw is not None:
-                self._lazy = fmt.LazyFile.open(self._raw)
-                self._complete = False
                 self._check_on_open()
                 if self.strict and self.mode == "auto":
                     # A strict recording is a contract: a call it does not have is a
@@ -170,101 +173,141 @@ class Cassette(BaseStore):
             self._loaded = True  # not when the check raised: the next call reads the file again
 
     def _check_on_open(self) -> None:
+        assert self._raw is not None
         if self.mode == "record":
             # Re-recording is how a damaged file is repaired: its entries are not needed.
             try:
                 self._parse_all()
             except CassetteError:
-                self._lazy, self._full, self._complete = None, fmt.empty_document(), True
-        elif self.mode != "off" and (self._lazy is None
-                                     or len(self._raw or b"") < fmt.EAGER_CHECK_UNDER):
+                full = fmt.empty_document()
+                self._use(DocIndex(full))
+                self._full = full
+            return
+        try:
+            ix = FileIndex.open(self._raw)
+        except CassetteError:
+            ix = None  # a damaged cross-reference: the full parse below names the damage
+        if ix is not None and (self.mode == "off" or len(self._raw) >= fmt.EAGER_CHECK_UNDER):
+            # Larger files are checked entry by entry as they are read, and whole on the
+            # first miss (see format.py); opening reads only the cross-reference.
+            self._use(ix)
+        elif self.mode != "off":
             # Checked whole now, so a damaged file is refused when the block opens, before
-            # the test has used any of it (issue 8). Larger files are checked entry by entry
-            # as they are read, and whole on the first miss (see format.py).
+            # the test has used any of it (issue 8).
             self._parse_all()
 
-    def _add(self, e: _Entry) -> None:
-        self._book.add(str(e.doc.get("name", "")) if e.doc else "", _follows(e.doc))
-        self._old.append(e)
-        self._queues.setdefault(e.key, collections.deque()).append(e)
-        same = self._by_key.setdefault(e.key, [])
-        e.occ = len(same)
-        same.append(e)
+    def _use(self, ix: Index) -> None:
+        """Start answering from ``ix`` (the first index of the file, or a parse of it)."""
+        if self._ix is not None and ix.n != len(self._old):
+            raise CassetteError(
+                "the file's layout was changed (its content checks out): rewrite it with "
+                f"dejacache rehash {self.path}", path=self.path)
+        first = self._ix is None
+        self._ix = ix
+        if first:
+            n = ix.n
+            self._old = [None] * n
+            book = self._book
+            # sized in one step (not n calls of book.add): a 10k-entry file opens in ~1 ms
+            book.follows.extend([None] * n)
+            book.names.extend([""] * n)
+            book.used.extend([False] * n)
+        if not ix.lazy and not self._book_complete:
+            self._complete_book()
+
+    def _index(self) -> Index | None:
+        """The index of the recorded entries (None: there is no file)."""
+        self._load()
+        if self._ix is None and self._raw is not None:
+            self._parse_all()
+        return self._ix
+
+    def _entry(self, i: int, key: str | None = None, occ: int | None = None) -> _Entry:
+        """Recorded entry ``i`` (made on first use: most of a large file is never touched)."""
+        e = self._old[i]
+        if e is None:
+            ix = self._ix
+            assert ix is not None
+            if key is None:
+                key = self._keys()[i]
+            e = _Entry(key, None, i)
+            e.occ = occ if occ is not None else self._positions(key).index(i)
+            self._old[i] = e
+            self._made.append(e)
+        return e
+
+    def _keys(self) -> list[str]:
+        assert self._ix is not None
+        try:
+            return self._ix.keys()
+        except CassetteError:
+            self._fall_back()
+            return self._ix.keys()
+
+    def _positions(self, key: str) -> list[int]:
+        ix = self._index()
+        if ix is None:
+            return []
+        try:
+            return ix.positions(key)
+        except CassetteError:
+            self._fall_back()
+            assert self._ix is not None
+            return self._ix.positions(key)
+
+    def _queue(self, key: str) -> collections.deque[_Entry]:
+        """The recorded entries of ``key`` this run has not used yet, in file order."""
+        q = self._queues.get(key)
+        if q is None:
+            q = collections.deque(self._entry(i, key, occ)
+                                  for occ, i in enumerate(self._positions(key)))
+            self._queues[key] = q
+        return q
 
     def _in_place(self, e: _Entry, doc: dict[str, Any]) -> dict[str, Any]:
-        """``doc``, read through the lazy index for ``e``, if it is the entry the index meant.
-        A written file numbers the entries of a key 0, 1, ... in file order: an entry whose
-        key line the byte search could not read (damaged) shifts that numbering, and FIFO
-        replay would hand its answer's place to the next occurrence's (found by the
-        fuzz test: a flipped byte in a field name served the second answer to the first call).
-        """
+        """``doc``, read through the byte index for ``e``, if it is the entry the index meant.
+        A written file numbers the entries of a key 0, 1, ... in file order: an entry the
+        index put at another place would hand its answer to another occurrence (found by
+        the fuzz test: a flipped byte in a field name served the second answer to the first
+        call)."""
         if doc.get("occurrence") != e.occ:
             raise CassetteError("entry is not at its occurrence")
         return doc
 
-    def _discover(self, everything: bool = False) -> bool:
-        """Index more recorded entries (in file order); False when there are none left."""
-        if self._complete:
-            return False
-        lz = self._lazy
-        if lz is not None:
-            try:
-                # (reading an entry may also have scanned ahead: take everything indexed)
-                if everything:
-                    lz.scan_all()
-                elif len(lz.keys) == len(self._old):
-                    lz.scan()
-            except CassetteError:
-                self._fall_back()  # not the written shape after all: parse it whole
-                return self._discover(everything)
-            for i in range(len(self._old), len(lz.keys)):
-                self._add(_Entry(lz.keys[i], None, i))
-            self._complete = lz.done
-            return True
-        entries = self._parse_all()["entries"]
-        for i in range(len(self._old), len(entries)):
-            d = entries[i]
-            self._add(_Entry(str(d.get("key", "")), d, i))
-        self._complete = True
-        return True
-
-    def _discover_all(self) -> None:
-        self._load()
-        while self._discover(everything=True):
-            pass
-
     def _parse_all(self) -> dict[str, Any]:
         """The whole document, parsed and checked (raises ``CassetteError`` naming the damaged
-        entry). From then on entries come from it, not from the lazy index."""
+        entry). From then on entries come from it, not from the byte index."""
         if self._full is None:
             assert self._raw is not None
             full = fmt.load_document(self._raw, self.path)
             keys = [e["key"] for e in full["entries"]]
-            if [e.key for e in self._old] != keys[: len(self._old)]:
-                # The parser accepts the file, but the byte index read it differently: a
-                # layout change (whitespace) the index cannot follow. Entries it handed out
-                # were whole and checked; the ones it did not may be misattributed.
-                raise CassetteError(
-                    "the file's layout was changed (its content checks out): rewrite it with "
-                    f"dejacache rehash {self.path}", path=self.path)
+            for e in self._old:
+                if e is not None and (e.index is None or e.index >= len(keys)
+                                      or keys[e.index] != e.key):
+                    # The parser accepts the file, but the byte index read it differently:
+                    # entries it handed out were whole and checked; others may not be.
+                    raise CassetteError(
+                        "the file's layout was changed (its content checks out): rewrite it "
+                        f"with dejacache rehash {self.path}", path=self.path)
+            self._use(DocIndex(full))
             self._full = full
-            self._lazy = None
             self._values.update(full["values"])
         return self._full
 
     def _fall_back(self) -> None:
-        """The lazy index met bytes it cannot vouch for: parse and check the whole file,
+        """The byte index met bytes it cannot vouch for: parse and check the whole file,
         which names the damage (or accepts a layout the index does not know)."""
-        self._lazy = None
         self._parse_all()
 
     def _doc(self, e: _Entry) -> dict[str, Any]:
         if e.doc is None:
             assert e.index is not None
+            ix = self._index()
+            assert ix is not None
             doc: dict[str, Any] | None = None
-            if self._lazy is not None:
+            if ix.lazy:
                 try:
-                    doc = self._in_place(e, self._lazy.entry(e.index))
+                    doc = self._in_place(e, ix.entry(e.index, e.key))
                 except CassetteError:
                     self._fall_back()
             if doc is None:
@@ -282,10 +325,10 @@ class Cassette(BaseStore):
         if v is not _MISSING:
             return v
         with self._lock:
-            lz = self._lazy
-            if lz is not None:
+            ix = self._ix
+            if ix is not None and ix.lazy:
                 try:
-                    found, v = lz.value(h)
+                    found, v = ix.value(h)
                 except CassetteError:
                     self._fall_back()  # raises, naming the entry that uses the damaged value
                     found = False
@@ -314,8 +357,8 @@ class Cassette(BaseStore):
     def _get(self, key: str) -> Record | None:
         self._load()
         with self._lock:
-            while True:
-                q = self._queues.get(key)
+            if self._raw is not None:
+                q = self._queue(key)
                 while q:
                     e = q.popleft()
                     if e.used:
@@ -323,8 +366,6 @@ class Cassette(BaseStore):
                     e, view = self._in_task_order(e, q)
                     e.used = True
                     return self._record(e, view)
-                if not self._discover():
-                    break
             # A miss. Before the engine reports "no recording matches", check the whole file:
             # a damaged key must be reported as damage (issue 8). An auto-mode miss pays
             # nothing extra: the write at the end parses the whole file anyway.
@@ -333,9 +374,10 @@ class Cassette(BaseStore):
             return None
 
     def _hit_view(self, e: _Entry) -> tuple[dict[str, Any], bytes | None]:
-        if e.doc is None and e.index is not None and self._lazy is not None:
+        ix = self._ix
+        if e.doc is None and e.index is not None and ix is not None and ix.lazy:
             try:
-                fields, body = self._lazy.replay_view(e.index)
+                fields, body = ix.replay_view(e.index, e.key)
                 return self._in_place(e, fields), body
             except CassetteError:
                 self._fall_back()
@@ -410,7 +452,7 @@ class Cassette(BaseStore):
 
     def _append(self, key: str, name: str, namespace: str, kind: str, request: bytes,
                 duration: float, doc: dict[str, Any]) -> None:
-        self._discover_all()
+        self._load()
         try:
             req_tree = orjson.loads(request) if request else None
         except orjson.JSONDecodeError:
@@ -431,7 +473,7 @@ class Cassette(BaseStore):
             if self.mode == "record":
                 occ = self._new_count[key]
             else:
-                occ = len(self._by_key.get(key, ())) + self._new_count[key]
+                occ = len(self._positions(key)) + self._new_count[key]
             self._new_count[key] += 1
             doc["occurrence"] = occ
             if self.mode == "record":
@@ -442,9 +484,9 @@ class Cassette(BaseStore):
 
     def _verbatim(self, key: str, occ: int, doc: dict[str, Any]) -> dict[str, Any]:
         # Re-recording an unchanged call keeps the old entry, duration included: no git diff.
-        old = self._by_key.get(key, [])
+        old = self._positions(key)
         if occ < len(old):
-            prev = self._doc(old[occ])
+            prev = self._doc(self._entry(old[occ], key, occ))
             if _canon(prev, ignore=_VOLATILE_FIELDS) == _canon(doc, ignore=_VOLATILE_FIELDS):
                 return dict(prev, occurrence=occ)
         return doc
@@ -456,9 +498,8 @@ class Cassette(BaseStore):
 
     def iterate(self, name: str | None = None, namespace: str | None = None
                 ) -> Iterator[tuple[str, Record]]:
-        self._discover_all()
         with self._lock:
-            items: list[_Entry | dict[str, Any]] = [*self._old, *self._new]
+            items: list[_Entry | dict[str, Any]] = [*self._all_entries(), *self._new]
         for item in items:  # parsed one by one: a miss report looks at the first 1000 only
             if isinstance(item, _Entry):
                 with self._lock:
@@ -513,17 +554,17 @@ class Cassette(BaseStore):
         return self.redactor.tree(tree)
 
     def clear(self, namespace: str | None = None) -> int:
-        self._discover_all()
         with self._lock:
-            n = len(self._old) + len(self._new)
-            for e in self._old:
+            old = self._all_entries()
+            n = len(old) + len(self._new)
+            for e in old:
                 e.used = True
             self._queues.clear()
             self._new.clear()
             return n
 
     def stats(self) -> StoreStats:
-        self._discover_all()
+        self._index()
         return StoreStats(backend=f"cassette:{self.path}",
                           entries=len(self._old) + len(self._new),
                           bytes=len(self._raw or b""),
@@ -549,15 +590,31 @@ class Cassette(BaseStore):
         self._complete_book()
         return len(self._book) > 0
 
+    def _all_entries(self) -> list[_Entry]:
+        """Every recorded entry, in file order (makes them all: not for the hit path)."""
+        if self._index() is None:
+            return []
+        keys = self._keys()
+        return [self._entry(i, keys[i]) for i in range(len(self._old))]
+
     def _complete_book(self) -> None:
-        """Every recorded step's ``follows`` (parses the whole file: only on a miss, a
+        """Every recorded step's name and ``follows``, from the index (on a miss, a
         divergence or at the end, never on an in-order hit)."""
         if self._book_complete:
             return
-        self._discover_all()
-        if self._raw is not None:
-            for i, d in enumerate(self._parse_all()["entries"]):
-                self._book.learn(i, str(d.get("name", "")), _follows(d))
+        ix = self._ix if self._ix is not None else self._index()
+        if ix is not None and ix.n:
+            try:
+                names, follows = ix.names(), ix.follows()
+            except CassetteError:
+                self._fall_back()
+                assert self._ix is not None
+                names, follows = self._ix.names(), self._ix.follows()
+            book = self._book
+            book.names[:] = names
+            book.follows[:] = follows
+            book.ordered = any(f is not None for f in follows)
+            book.learn(0, names[0], follows[0])  # (drops the book's successor cache)
         self._book_complete = True
 
     def _fields(self, e: _Entry) -> tuple[dict[str, Any], bytes | None]:
@@ -636,14 +693,61 @@ class Cassette(BaseStore):
         self._set_position(step, doc)
 
     def _kind_of_name(self, name: str) -> str:
-        if self._full is not None:
-            for d in self._full["entries"]:
-                if d.get("name") == name:
-                    return str(d.get("kind", "call"))
+        if self._ix is not None and self._book_complete:
+            book = self._book
+            if name in book.names:
+                return self._ix.kinds()[book.names.index(name)]
         return "http" if name.startswith(("openai.", "anthropic.", "http.")) else "call"
 
+    def _request_of(self, step: int) -> Any:
+        """Recorded step ``step``'s request as the file holds it (redacted), expanded: read
+        through the open tape, or after close from the file, if it is still the recording
+        the tape read (same cross-reference checksum); otherwise None (a report shows no
+        request rather than another recording's)."""
+        if self._raw is not None:
+            return self.expand(self._doc(self._entry(step)).get("request"))
+        if self._again is None:
+            raw = fmt.read_file(self.path) if self._seal else None
+            try:
+                now = FileIndex.open(raw) if raw is not None else None
+            except CassetteError:
+                now = None
+            if now is None or now.seal != self._seal:
+                now = None
+            self._again = (now, raw, {})
+        now, _, values = self._again
+        ix = self._ix
+        if now is None or ix is None:
+            return None
+
+        def resolve(h: str) -> Any:
+            if h not in values:
+                found, v = now.value(h)
+                if not found:
+                    raise CassetteError(f"dangling value reference {fmt.REF}{h}")
+                values[h] = v
+            return values[h]
+
+        try:
+            return fmt.unpack(now.entry(step, ix.keys()[step]).get("request"), resolve)
+        except CassetteError:
+            return None
+
+    def _forget_file(self) -> None:
+        """Drop the file read again for a report after close (a memory map holds a
+        descriptor)."""
+        again, self._again = self._again, None
+        if again is not None and isinstance(again[1], mmap.mmap):
+            again[1].close()
+
     def _info(self, step: int) -> CallInfo:
-        doc = self._doc(self._old[step])
+        if self._raw is None:  # closed: names from the index, the request from the file
+            ix = self._ix
+            assert ix is not None
+            name, kind = ix.names()[step], ix.kinds()[step]
+            return CallInfo(name, step_kind(kind, name), ix.keys()[step],
+                            self._request_of(step), step)
+        doc = self._doc(self._entry(step))
         name = str(doc.get("name", ""))
         return CallInfo(name, step_kind(str(doc.get("kind", "call")), name),
                         str(doc.get("key", "")), self.expand(doc.get("request")), step)
@@ -704,20 +808,51 @@ class Cassette(BaseStore):
         if self._finished:
             return
         self._finished = True
-        self._settle()
+        ix = self._ix
+        # Reported when asked for (tape.divergences), from the file if the tape is closed by
+        # then: reading the requests of 9,999 untouched entries of a 10k cassette cost
+        # ~200 ms at every block exit (issue 12). A strict tape reports at exit anyway.
+        later = isinstance(ix, FileIndex) and self._full is None and not self.strict
+        if isinstance(ix, FileIndex):
+            self._seal = ix.seal
+        if not later:
+            self._settle()
         if self.mode == "record" or self._raw is None or (self.shared and not self.strict):
             return  # (a shared cassette serves several tests: each uses only its part)
-        self._discover_all()
-        for e in self._old:
-            if e.used or e.index is None or e.index in self._book.replaced:
-                continue
-            exp = self._info(e.index)
+        self._index()
+        replaced = self._book.replaced
+        self._unmade = [i for i in self._unused_steps() if i not in replaced]
+        if not later:
+            self._report_unmade()
+
+    def _unused_steps(self) -> list[int]:
+        # from the entries made so far, not a walk over all of them (an entry never made was
+        # never used)
+        used = {e.index for e in self._made if e.used}
+        if not used:
+            return list(range(len(self._old)))
+        return sorted(set(range(len(self._old))).difference(used))
+
+    def _report_unmade(self) -> None:
+        """Turn the recorded steps never made into ``"unmade"`` divergences (their requests
+        read from the tape while it is open, or from the file after it closed)."""
+        steps, self._unmade = self._unmade, []
+        if not steps:
+            return
+        for i in steps:
+            exp = self._info(i)
             self._divergences.append(Divergence(
-                "unmade", None, e.index, exp, None, (),
-                f"recorded step {e.index} ({exp.kind} {exp.name}) was never made"))
+                "unmade", None, i, exp, None, (),
+                f"recorded step {i} ({exp.kind} {exp.name}) was never made"))
 
     def unmade_error(self) -> ReplayDivergence | None:
         """The error a strict block raises at exit for recorded calls never made."""
+        with self._lock:
+            try:
+                self._settle()
+                self._report_unmade()
+            finally:
+                self._forget_file()
         unmade = [d for d in self._divergences if d.reason == "unmade"]
         if not unmade:
             return None
@@ -738,7 +873,11 @@ class Cassette(BaseStore):
         """Where this run left its recording, in the order found (see
         :class:`~.trajectory.Divergence`); recorded calls never made are added at exit."""
         with self._lock:
-            self._settle()
+            try:
+                self._settle()
+                self._report_unmade()
+            finally:
+                self._forget_file()
             return list(self._divergences)
 
     def _settle(self) -> None:
@@ -756,9 +895,8 @@ class Cassette(BaseStore):
                      if f == pos and used_by.get(i, call.index + 1) > call.index
                      and i not in self._book.replaced]
             verdict = order.Verdict(order.ORDER, cands[0] if cands else None, e.index)
-            doc = self._doc(e)
             self._diverge(verdict, call, pos, CallInfo(
-                call.name, call.kind, e.key, self.expand(doc.get("request")), e.index))
+                call.name, call.kind, e.key, self._request_of(e.index), e.index))
         self._divergences.sort(key=lambda d: (d.step is None, d.step or 0))
 
     @property
@@ -804,33 +942,51 @@ class Cassette(BaseStore):
             try:
                 if self._closed is None:
                     self._finish_order()
-                    self._closed = self.unused
+                    # positions only: the names are read from the index when asked for
+                    self._closed = ([] if self.mode == "record" or self._ix is None
+                                    else self._unused_steps())
             except CassetteError:
                 self._closed = []
                 if self._damage is None:  # damage in entries the run never used: say so once
                     raise
             finally:
-                self._raw = self._lazy = self._full = None
-                self._old, self._queues, self._by_key, self._values = [], {}, {}, {}
-                self._complete = True
+                if self._ix is not None:  # keeps the columns, not the file's bytes
+                    self._ix = self._ix.detached()
+                self._raw = self._full = None
+                self._old, self._made, self._queues, self._values = [], [], {}, {}
 
     @property
     def unused(self) -> list[EntryInfo]:
         """Recorded entries this run never replayed (empty in ``record`` mode)."""
-        if self._closed is not None:
-            return list(self._closed)
-        if self.mode == "record":
-            return []
-        self._discover_all()
+        with self._lock:
+            if self._closed is not None:
+                if self._closed_info is None:
+                    self._closed_info = self._entry_infos(self._closed) if self._closed else []
+                return list(self._closed_info)
+            if self.mode == "record" or self._index() is None:
+                return []
+            return self._entry_infos(self._unused_steps())
+
+    def _entry_infos(self, steps: list[int]) -> list[EntryInfo]:
+        """``steps`` as ``EntryInfo`` (name, key, occurrence, kind), from the index alone."""
+        ix = self._ix
+        assert ix is not None
+        try:
+            keys, names, kinds = ix.keys(), ix.names(), ix.kinds()
+        except CassetteError:
+            if self._raw is None:
+                raise
+            self._fall_back()
+            assert self._ix is not None
+            keys, names, kinds = self._ix.keys(), self._ix.names(), self._ix.kinds()
+        want = set(steps)
         out = []
         occ: collections.Counter[str] = collections.Counter()
-        for e in self._old:
-            n = occ[e.key]
-            occ[e.key] += 1
-            if not e.used:
-                doc = self._doc(e)
-                out.append(EntryInfo(str(doc.get("name", "")), e.key, n,
-                                     str(doc.get("kind", "call"))))
+        for i, k in enumerate(keys):
+            n = occ[k]
+            occ[k] += 1
+            if i in want:
+                out.append(EntryInfo(names[i], k, n, kinds[i]))
         return out
 
     @property
@@ -840,13 +996,14 @@ class Cassette(BaseStore):
     def _final_entries(self, prune: bool) -> list[dict[str, Any]]:
         if self.mode == "record":
             return list(self._new)
+        old = self._all_entries()
         if not self._new:  # only pruning: the file's order stays
-            return [self._doc(e) for e in self._old if not (prune and not e.used)]
+            return [self._doc(e) for e in old if not (prune and not e.used)]
         # New calls go where this run made them: the file reads in the order of the run.
         # Recorded entries it did not use stay after the entry that preceded them in the file.
         with self._lock:
             calls = list(self._calls)
-        by_index = {e.index: e for e in self._old}
+        by_index = {e.index: e for e in old}
         run: list[_Entry | dict[str, Any]] = []
         placed: set[int] = set()
         fresh = iter(self._new)  # recorded calls and new entries are appended together
@@ -863,7 +1020,7 @@ class Cassette(BaseStore):
         run.extend(fresh)
         after: dict[int, list[_Entry]] = collections.defaultdict(list)
         anchor: Any = None
-        for e in self._old:
+        for e in old:
             if id(e) in placed:
                 anchor = e
             elif e.used or not prune:
@@ -881,7 +1038,7 @@ class Cassette(BaseStore):
         its own predecessor."""
         old_docs: dict[int, _Entry] = {}
         if self.mode != "record":
-            for e in self._old:
+            for e in self._all_entries():
                 if e.doc is not None or self._full is not None:
                     old_docs[id(self._doc(e))] = e
 
@@ -904,7 +1061,7 @@ class Cassette(BaseStore):
                 return _MISSING
             if f < 0 or f >= len(self._old):
                 return None
-            return self._doc(self._old[f])
+            return self._doc(self._entry(f))
 
         pos = {id(d): i for i, d in enumerate(entries)}
         out = []
@@ -923,8 +1080,9 @@ class Cassette(BaseStore):
         return out
 
     def save(self, *, prune: bool = False) -> bool:
-        """Write the file if this run changed it; returns whether bytes were written."""
-        self._discover_all()
+        """Write the file if this run changed it; returns whether bytes were written (an
+        unchanged run reads nothing more: no scan, no parse, no write)."""
+        self._load()
         with self._lock:
             if self.mode in ("off",):
                 return False

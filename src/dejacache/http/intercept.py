@@ -17,7 +17,8 @@ Blocks opened by ``scope()``/``cassette()`` patch the libraries the process has 
 imported, and an import hook patches one imported while a block is open (an SDK imported
 lazily inside the block): httpx and httpx2, and every module of ``EXTRA_TRANSPORTS`` (issue
 11: dspy imports litellm inside the block, and litellm's aiohttp transport with it; that
-transport went unpatched, so async calls recorded nothing and replays went live). Behind
+transport went unpatched, so async calls recorded nothing and replays went live), and
+lm15's transports, dspy's default engine (``lm15.py``). Behind
 them all, replay blocks refuse connections that escape interception anyway
 (``socketguard.py``). Blocks never import httpx themselves (that would cost @cache-only
 users 130 ms and break ``httpx2.alias_httpx()`` called later), and stay silent when there is
@@ -42,6 +43,7 @@ from typing import Any, ParamSpec, TypeVar
 from ..config import Effective, volatile_items
 from ..errors import ConfigurationError
 from ..scope import BLOCK_HOOKS, Block, current
+from . import lm15 as _lm15
 from . import socketguard
 from ._libs import LIBRARIES, Lib, available, imported, lib_of, register
 from .transport import Options, bypassing, handing_on, handle_async, handle_sync
@@ -143,7 +145,7 @@ def _patch(lib: Lib) -> None:
     _PATCHED[lib.name] = [d for d in done if d is not None]
 
 
-def _patch_extras() -> None:
+def _patch_extras(loaded: str | None = None) -> None:
     for spec in EXTRA_TRANSPORTS:
         if spec in _PATCHED:
             continue
@@ -153,6 +155,14 @@ def _patch_extras() -> None:
         if isinstance(cls, type) and "handle_async_request" in cls.__dict__:
             done = _wrap(cls, "handle_async_request", True, None)
             _PATCHED[spec] = [done] if done is not None else []
+    # lm15's transports (dspy's native engine) speak their own request type (lm15.py). A
+    # module another thread is still importing is left to the import hook (``loaded``).
+    for name in _lm15.MODULES:
+        mod = sys.modules.get(name)
+        if name in _PATCHED or mod is None or (
+                name != loaded and getattr(mod.__spec__, "_initializing", False)):
+            continue
+        _PATCHED[name] = _lm15.patch(mod)
 
 
 def _unpatch_all() -> None:
@@ -222,11 +232,12 @@ class _Loader(importlib.abc.Loader):
                 if self._name in LIBRARIES:
                     _patch(register(self._name, module))
                 else:
-                    _patch_extras()
+                    _patch_extras(self._name)
 
 
 # Every module the hook watches: the libraries and the modules of the extra transports.
-_WATCHED = frozenset(LIBRARIES) | frozenset(s.partition(":")[0] for s in EXTRA_TRANSPORTS)
+_WATCHED = (frozenset(LIBRARIES) | frozenset(s.partition(":")[0] for s in EXTRA_TRANSPORTS)
+            | frozenset(_lm15.MODULES))
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):

@@ -20,6 +20,12 @@ stores (a Redis store), to a host not allowed by name (``intercept(ignore_hosts=
   the loopback provider of our tests. Other loopback connections (a database or queue the
   test runs, a raw socket) are the test's own business and stay allowed.
 
+Recording blocks (``auto`` and ``record`` mode) cannot refuse such a connection without
+failing a run that would have worked, but they would store nothing for it and say nothing
+(issue 11: dspy's lm15 engine before ``lm15.py``). A connection from an HTTP client that did
+not come through interception, under the same rules otherwise, is let through with a
+``DejacacheWarning`` naming the host and the code path.
+
 Cost: nothing per request; per connection opened while a block is open, one context-variable
 read, and a walk up the stack only for a connection the rules above already suspect.
 Limits: connections opened below Python (uvloop's ``create_connection``, C extensions such
@@ -29,6 +35,7 @@ as pycurl or libpq) are not seen.
 from __future__ import annotations
 
 import threading
+import warnings
 
 from ..cassettes.netguard import (
     Attempt,
@@ -39,7 +46,7 @@ from ..cassettes.netguard import (
     stack_modules,
 )
 from ..config import Effective
-from ..errors import NetworkBlocked
+from ..errors import DejacacheWarning, NetworkBlocked
 from ..scope import current
 from .transport import bypassing
 
@@ -51,7 +58,7 @@ __all__ = ["HTTP_CLIENTS", "acquire", "release"]
 HTTP_CLIENTS = ("http.client", "urllib.request", "urllib3", "requests", "httpcore", "httpx",
                 "httpx2", "h11", "aiohttp", "aiohappyeyeballs", "anyio", "httplib2",
                 "niquests", "tornado", "websockets", "websocket", "litellm", "openai",
-                "anthropic")
+                "anthropic", "lm15", "dspy._vendor.lm15")
 
 _LOCK = threading.Lock()
 _COUNT = 0
@@ -61,14 +68,15 @@ def _matches(mod: str, names: tuple[str, ...]) -> bool:
     return any(mod == n or mod.startswith(n + ".") for n in names)
 
 
-def _replaying() -> tuple[Effective, frozenset[str]] | None:
-    """The replay settings in force here and the hosts they let through, or None."""
+def _watched() -> tuple[Effective, frozenset[str]] | None:
+    """The settings in force here, when they replay or record, and the hosts they let
+    through; None where connections are none of our business."""
     from .intercept import _OPTIONS, _env_ignored  # here: intercept imports this module
 
     if bypassing():  # interception handed this request on itself
         return None
     eff = current()
-    if eff.mode != "replay" or eff.namespace is None:
+    if eff.mode == "off" or eff.namespace is None:
         return None
     opts = _OPTIONS.get()
     if not eff.test_facing and opts is None:
@@ -82,7 +90,7 @@ def _replaying() -> tuple[Effective, frozenset[str]] | None:
 def _check(attempt: Attempt) -> None:
     if attempt.kind != "connect":
         return  # a lookup is no live call; the connection that follows is checked
-    found = _replaying()
+    found = _watched()
     if found is None:
         return
     eff, ignored = found
@@ -94,7 +102,12 @@ def _check(attempt: Attempt) -> None:
     mods = [m for m, _, _ in frames]
     if any(m.startswith("dejacache.stores") for m in mods):
         return  # the store in force (Redis) is how a replay gets its answers
-    if attempt.loopback and not any(_matches(m, HTTP_CLIENTS) for m in mods):
+    http = any(_matches(m, HTTP_CLIENTS) for m in mods)
+    if eff.mode != "replay":
+        if http:
+            _warn_unrecorded(eff, attempt, code_path(frames))
+        return
+    if attempt.loopback and not http:
         return
     path = code_path(frames)
     where = attempt.where
@@ -106,9 +119,25 @@ def _check(attempt: Attempt) -> None:
         f"dejacache refused a connection to {where} from {context}{source}: it did not go "
         f"through dejacache's HTTP interception, so it would have been a live call "
         f"(code path: {path}). Send it through a client dejacache intercepts (httpx, httpx2, "
-        "the SDKs' and litellm's aiohttp transports), or let this host through with "
+        "the SDKs' and litellm's aiohttp transports, dspy's lm15), or let this host through "
+        "with "
         f"intercept(ignore_hosts=[{attempt.name!r}]) or DEJACACHE_IGNORE_HOSTS.",
         source=eff.source, host=where, code_path=path,
+    )
+
+
+def _warn_unrecorded(eff: Effective, attempt: Attempt, path: str) -> None:
+    source = f" in {eff.source}" if eff.source else ""
+    # stacklevel 2 attributes it to the socket layer's check loop: the warnings registry
+    # there shows each (host, code path) once under the default filter.
+    warnings.warn(
+        f"dejacache: an HTTP connection to {attempt.where}{source} ({eff.mode} mode) did not go "
+        f"through dejacache's HTTP interception, so nothing is recorded for it and a replay "
+        f"will refuse it (code path: {path}). Send it through a client dejacache intercepts "
+        "(httpx, httpx2, the SDKs' and litellm's aiohttp transports, dspy's lm15), or let "
+        f"this host through with intercept(ignore_hosts=[{attempt.name!r}]) or "
+        "DEJACACHE_IGNORE_HOSTS.",
+        DejacacheWarning, stacklevel=2,
     )
 
 

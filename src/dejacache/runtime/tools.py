@@ -122,6 +122,50 @@ def _names(fn: Callable[..., Any], name: str | None) -> tuple[str, str]:
     return (name or f"{module}.{qual}"), (name or short)
 
 
+# Where the agent frameworks define their tool classes (top-level package), and what those
+# classes are called: enough to recognise one without importing any framework.
+_FRAMEWORKS = frozenset({
+    "agents", "agno", "autogen_core", "crewai", "crewai_tools", "dspy", "google", "haystack",
+    "langchain", "langchain_community", "langchain_core", "langgraph", "llama_index",
+    "pydantic_ai", "semantic_kernel", "smolagents", "strands",
+})
+
+
+def _framework_tool(obj: Any) -> type | None:
+    """The framework tool class ``obj`` is an instance of, or None."""
+    for cls in type(obj).__mro__:
+        top = (getattr(cls, "__module__", "") or "").partition(".")[0]
+        if top in _FRAMEWORKS and ("Tool" in cls.__name__ or cls.__name__ == "Function"):
+            return cls
+    return None
+
+
+def _function_only(fn: Any, decorator: str) -> None:
+    """Refuse what is not a function: above all a framework's tool object, which is what
+    dejacache gets when the two decorators are stacked the wrong way round (issue 11). The
+    wrapper built around it would hide the tool from its framework, or run a callable object
+    nobody meant to cache, and neither would say so."""
+    cls = _framework_tool(fn)
+    if cls is None and callable(fn):
+        return
+    kind = type(fn)
+    label = next((v for v in (getattr(fn, "name", None), getattr(fn, "__name__", None),
+                              getattr(getattr(fn, "metadata", None), "name", None))
+                  if isinstance(v, str)), None)
+    what = f"{kind.__module__}.{kind.__qualname__}" + (f" {label!r}" if label else "")
+    if cls is None:
+        raise ConfigurationError(f"dejacache.{decorator} decorates functions, not a {what} "
+                                 "object")
+    base = "" if cls is kind else f" (a {cls.__module__}.{cls.__name__})"
+    raise ConfigurationError(
+        f"dejacache.{decorator} was given a {what} object{base}: "
+        "a framework's tool, not a function. Stack the other way round: dejacache's "
+        "decorator on the function, the framework's outermost (written above it, applied "
+        f"last), e.g. `@function_tool` / `@tool` over `@dejacache.{decorator}(...)`, or "
+        f"`Tool(dejacache.{decorator}(...)(fn))` (docs/recipes/frameworks.md)."
+    )
+
+
 def _probe(fn: Callable[..., Any]) -> Any:
     target: Any = fn
     while isinstance(target, functools.partial):
@@ -543,6 +587,7 @@ def tool_cache(
     ignore = tuple(ignore)
 
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
+        _function_only(f, "tool_cache")
         tc = _ToolCache(f, resource=resource, scope=scope, ttl=ttl, maxsize=maxsize, key=key,
                         max_bytes=max_bytes, store=store, name=name, ignore=ignore,
                         counter_max_age=counter_max_age)
@@ -640,6 +685,7 @@ def invalidates(
     """
 
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
+        _function_only(f, "invalidates")
         w = _Writer(f, resource, key, scope, store, name)
         probe = _probe(f)
 
@@ -741,6 +787,7 @@ def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
     """
 
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
+        _function_only(f, "tool")
         key_name, display = _names(f, name)
         kb = KeyBuilder(f, key_name, use_default_volatile=False)
 

@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
-import urllib.parse
 from typing import TYPE_CHECKING, Any
 
+from .._lazy import attach
 from ..errors import ConfigurationError
 from ._base import BaseStore, Record, Store, StoreStats
-from .memory import MemoryStore
-from .sqlite import SQLiteStore
-from .tiered import TieredStore
 
 if TYPE_CHECKING:
+    from .memory import MemoryStore
     from .redis import RedisStore
+    from .sqlite import SQLiteStore
+    from .tiered import TieredStore
 
 __all__ = ["BaseStore", "MemoryStore", "Record", "RedisStore", "SQLiteStore", "Store",
            "StoreStats", "TieredStore", "store_from_url"]
+
+# Each tier is imported on first use: ``config`` needs only the protocol, and sqlite3 alone
+# cost ~3 ms of ``import dejacache`` (issue 12, item 6).
+_getattr, __dir__ = attach(__name__, {
+    "MemoryStore": ".memory", "SQLiteStore": ".sqlite", "TieredStore": ".tiered",
+})
 
 
 def __getattr__(name: str) -> Any:
@@ -29,20 +35,26 @@ def __getattr__(name: str) -> Any:
                 "RedisStore needs the redis extra: pip install 'dejacache[redis]'"
             ) from exc
         return RedisStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _getattr(name)
 
 
 def store_from_url(url: str) -> Store:
     """A store from a URL: ``memory://``, ``sqlite:///abs/path.db``, ``sqlite://`` (default
     path), ``redis://host:port/db`` (needs the ``redis`` extra)."""
+    import urllib.parse
+
     parsed = urllib.parse.urlsplit(url)
     scheme = parsed.scheme.lower()
     if scheme == "memory":
+        from .memory import MemoryStore
+
         return MemoryStore()
     if scheme == "sqlite":
         path = parsed.path or None
         if parsed.netloc:  # sqlite://relative/path.db
             path = parsed.netloc + (parsed.path or "")
+        from .sqlite import SQLiteStore
+
         return SQLiteStore(path)
     if scheme in ("redis", "rediss", "unix"):
         try:

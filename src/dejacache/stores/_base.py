@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
@@ -116,6 +115,10 @@ class BaseStore:
         return True
 
     async def aclose(self) -> None:
+        # Imported here: asyncio costs ~35 ms, and ``import dejacache`` pulled it in through
+        # this module alone (issue 12, item 6). A coroutine running here has loaded it already.
+        import asyncio
+
         await asyncio.sleep(0)
         self.close()
 

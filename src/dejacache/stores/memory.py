@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
 
+from ..codec import blob_ok
+from ..errors import DejacacheWarning
 from ._base import BaseStore, Record, StoreStats
 
 __all__ = ["MemoryStore"]
@@ -17,7 +20,20 @@ class MemoryStore(BaseStore):
 
     ``maxsize`` bounds the number of entries and ``max_bytes`` their total size; the least
     recently used entries are evicted first. Thread-safe.
+
+    JSON-codec values are checked against their key when put, and a damaged one is not kept;
+    the bytes then never leave this process's memory, so hits skip the per-read checksum
+    (``checked_on_put``: the engine decodes with ``JsonCodec.decode_checked``).
     """
+
+    checked_on_put = True
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        # A subclass that reads or writes its own way (a test double, a wrapper that fails
+        # on purpose) has not promised the check: its hits take the general, checked path.
+        if cls.get is not MemoryStore.get or cls.put is not MemoryStore.put:
+            cls.checked_on_put = False
 
     def __init__(self, maxsize: int = 10_000, max_bytes: int = 256 * 1024 * 1024) -> None:
         self.url = "memory://"
@@ -29,18 +45,30 @@ class MemoryStore(BaseStore):
         self.evictions = 0
 
     def get(self, key: str) -> Record | None:
-        with self._lock:
-            item = self._data.get(key)
-            if item is None:
-                return None
-            record, expires = item
-            if expires is not None and time.monotonic() >= expires:
-                self._remove(key)
-                return None
+        # No lock on the hit path: each OrderedDict call is atomic under the GIL, and a
+        # concurrent put or delete only decides whether this read sees the old or new entry.
+        item = self._data.get(key)
+        if item is None:
+            return None
+        record, expires = item
+        if expires is not None and time.monotonic() >= expires:
+            with self._lock:
+                if self._data.get(key) is item:
+                    self._remove(key)
+            return None
+        try:  # noqa: SIM105 (contextlib.suppress costs a context manager per hit)
             self._data.move_to_end(key)
-            return record
+        except KeyError:  # deleted meanwhile: the read still saw a live entry
+            pass
+        return record
 
     def put(self, key: str, record: Record, *, ttl: float | None = None) -> None:
+        if blob_ok(record.value, key) is False:  # damaged, or another key's value
+            self.delete(key)  # never serve the old value either
+            warnings.warn(f"dejacache: MemoryStore refused a damaged value for key {key} "
+                          "(its checksum does not match); the key now misses",
+                          DejacacheWarning, stacklevel=2)
+            return
         size = record.size
         expires = time.monotonic() + ttl if ttl is not None else None
         with self._lock:

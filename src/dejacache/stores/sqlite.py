@@ -7,14 +7,20 @@ starts; a read-only directory or a full disk keeps reads working and drops write
 warning.
 
 Layout (measured with a throwaway benchmark against a plain "SELECT value by key" table):
-one rowid table, the canonical request as the last column and zlib-compressed above 32 KB.
-The hit path reads only the small columns in front of it, so a hit costs ~1.1-1.2x the plain
-lookup at 20 KB and 200 KB requests, and a write is ~2 WAL pages, which keeps checkpoints
-(two fsyncs each) rare when several processes share the file.
+one rowid table, the canonical request as the last column. The hit path reads only the small
+columns in front of it, so a hit costs ~1.1-1.2x the plain lookup at 20 KB and 200 KB
+requests. Requests share their messages (issue 12: 10k calls of a growing 20 KB conversation
+took 1.03x the raw JSON): a request is stored as a skeleton whose messages, tool schemas and
+long strings live once each in ``blobs`` under a hash of their content (``_sqlite_blobs``),
+reference-counted by the rows using them, so a delete removes its orphans in the same
+transaction and a write touches a few WAL pages rather than the whole request. Hits never
+read ``blobs``; only ``iterate`` (miss reports, diffs, the CLI) puts requests back together,
+checking each blob against its hash.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import os
@@ -35,6 +41,7 @@ import orjson
 
 from .._paths import default_cache_dir
 from ..errors import DejacacheWarning, IncompatibleStore, StoreError
+from . import _sqlite_blobs as blobs
 from ._base import BaseStore, Record, StoreStats
 
 __all__ = ["SCHEMA_VERSION", "SQLiteStore"]
@@ -48,7 +55,11 @@ T = TypeVar("T")
 # the new durable ones would collide with, so they are deleted; everything else is kept.
 # Bumping the version also makes an older dejacache refuse the file (IncompatibleStore)
 # instead of serving tool entries by its in-memory counters next to a new one.
-SCHEMA_VERSION = 3
+# 4: adds the ``blobs`` table; ``entries.z`` 2/3 mark a request stored as a skeleton of blob
+# references (issue 12 item 3). A version 3 file is upgraded in place by creating the table:
+# its rows keep ``z`` 0/1 and read as before. An older dejacache refuses a version 4 file
+# rather than show skeletons as requests.
+SCHEMA_VERSION = 4
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS dejacache_meta (k TEXT PRIMARY KEY, v TEXT NOT NULL)",
@@ -57,7 +68,9 @@ _SCHEMA = (
     # request in the middle of a WITHOUT ROWID row, a 200 KB hit cost 2.2x a plain SELECT.
     # One table and no secondary index keep a write at ~2 WAL frames (a separate requests
     # table plus a (namespace, name) index took 8, and WAL checkpoints, each with two
-    # fsyncs, came 4x as often: half the two-process throughput).
+    # fsyncs, came 4x as often: half the two-process throughput). Requests under 4 KB are
+    # stored whole for that reason; longer ones are cut into ``blobs`` (a 20 KB one dirties
+    # ~10 pages instead of ~7: see _sqlite_blobs.PACK_OVER).
     """CREATE TABLE IF NOT EXISTS entries (
         key TEXT PRIMARY KEY NOT NULL,
         value BLOB NOT NULL,
@@ -80,8 +93,22 @@ _SCHEMA = (
         name TEXT PRIMARY KEY NOT NULL,
         value INTEGER NOT NULL
     ) WITHOUT ROWID""",
+    # Shared parts of requests (see _sqlite_blobs): ``n`` counts the entries whose skeleton
+    # references the blob. A rowid table, so blobs land in creation order: the messages one
+    # request references were mostly written by the few requests before it, and bumping
+    # their counts dirties a few adjacent pages, not one page per message (a WITHOUT ROWID
+    # table keyed by the hash would scatter them). ``data`` last: a count update leaves its
+    # overflow pages alone.
+    """CREATE TABLE IF NOT EXISTS blobs (
+        id INTEGER PRIMARY KEY,
+        h TEXT NOT NULL UNIQUE,
+        n INTEGER NOT NULL,
+        z INTEGER NOT NULL,
+        data BLOB NOT NULL
+    )""",
 )
-_OLD_TABLES = ("entries", "requests", "counters")
+_OLD_TABLES = ("entries", "requests", "counters", "blobs")
+_BLOB_COLUMNS = ["id", "h", "n", "z", "data"]
 _COLUMNS = ["key", "value", "duration", "usage", "expires", "name", "namespace", "kind",
             "created", "z", "request"]
 
@@ -93,6 +120,15 @@ _PUT = "INSERT OR REPLACE INTO entries VALUES (?,?,?,?,?,?,?,?,?,?,?)"
 _ITER_KEYS = "SELECT key, created FROM entries"
 _ITER_ROW = ("SELECT value, duration, usage, expires, name, namespace, kind, created, z, "
              "request FROM entries WHERE key=?")
+# The row a write replaces: its skeleton (z 2/3) to release its blobs; a whole request is
+# not read at all.
+_OLD = "SELECT z, CASE WHEN z >= 2 THEN request END FROM entries WHERE key=?"
+_ADD_BLOB = ("INSERT INTO blobs (h, n, z, data) VALUES (?, 1, ?, ?) "
+             "ON CONFLICT(h) DO UPDATE SET n = n + 1")
+_RELEASE = "UPDATE blobs SET n = n - ? WHERE h=?"
+_DROP_UNUSED = "DELETE FROM blobs WHERE h=? AND n <= 0"
+_BLOB = "SELECT z, data FROM blobs WHERE h=?"
+_BLOB_CACHE_BYTES = 8 << 20  # at most this much of checked blobs kept by one iterate()
 # An atomic increment: the UPDATE runs inside BEGIN IMMEDIATE, so no other writer can
 # interleave between it and the SELECT that reads the new value back (no RETURNING: that
 # needs SQLite 3.35, and Python 3.11 builds link older ones).
@@ -100,8 +136,8 @@ _INCR = ("INSERT INTO counters (name, value) VALUES (?, 1) "
          "ON CONFLICT(name) DO UPDATE SET value = value + 1")
 _COUNTER = "SELECT value FROM counters WHERE name=?"
 
-# Requests above this size are stored zlib-compressed (level 1: ~3.5x smaller JSON for about
-# 6 us per KB, paid on the miss path only; hits never read the column).
+# Requests, skeletons and blobs above this size are stored zlib-compressed (level 1: ~3.5x
+# smaller JSON for about 6 us per KB, paid on the miss path only; hits never read them).
 _COMPRESS_OVER = 32 * 1024
 _PAGE = 256  # rows per iterate() query, so a huge store is never loaded at once
 _WRITE_RETRY_S = 60.0  # after a full disk / read-only failure, try writing again this late
@@ -134,6 +170,19 @@ def _usage(raw: bytes | None) -> dict[str, int] | None:
     if type(usage) is not dict:
         return None
     return {k: v for k, v in usage.items() if type(v) is int} or None
+
+
+def _refs(z: int, skeleton: bytes) -> set[str]:
+    """The blobs a stored skeleton (``z`` 2, or 3 when compressed) references."""
+    return blobs.refs(zlib.decompress(skeleton) if z == 3 else skeleton)
+
+
+def _release(conn: sqlite3.Connection, counts: Mapping[str, int]) -> None:
+    """Drop ``counts[h]`` references to each blob, and the blobs nothing references now
+    (inside the caller's write transaction, so no other writer sees them half-counted)."""
+    if counts:
+        conn.executemany(_RELEASE, [(n, h) for h, n in counts.items()])
+        conn.executemany(_DROP_UNUSED, [(h,) for h in counts])
 
 
 def _classify(exc: BaseException) -> str:
@@ -171,6 +220,24 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _Seen:
+    """Blobs read and checked during one ``iterate()``: a conversation's system prompt and
+    early messages are shared by every later request, and are read and hashed once."""
+
+    __slots__ = ("blobs", "size")
+
+    def __init__(self) -> None:
+        self.blobs: dict[bytes, bytes] = {}  # hash (ASCII) -> JSON
+        self.size = 0
+
+    def add(self, h: bytes, data: bytes) -> None:
+        if self.size + len(data) > _BLOB_CACHE_BYTES:
+            self.blobs.clear()
+            self.size = 0
+        self.blobs[h] = data
+        self.size += len(data)
 
 
 class _Warn:
@@ -335,10 +402,15 @@ class SQLiteStore(BaseStore):
         return None if row is None else int(row[0])
 
     @staticmethod
-    def _layout_ok(conn: sqlite3.Connection) -> bool:
-        cols = [r[1] for r in conn.execute("PRAGMA table_info(entries)").fetchall()]
-        counters = [r[1] for r in conn.execute("PRAGMA table_info(counters)").fetchall()]
-        return cols == _COLUMNS and counters == ["name", "value"]
+    def _columns(conn: sqlite3.Connection, table: str) -> list[str]:
+        return [r[1] for r in conn.execute(f"PRAGMA table_info({table})").fetchall()]
+
+    def _v3_layout_ok(self, conn: sqlite3.Connection) -> bool:
+        return (self._columns(conn, "entries") == _COLUMNS
+                and self._columns(conn, "counters") == ["name", "value"])
+
+    def _layout_ok(self, conn: sqlite3.Connection) -> bool:
+        return self._v3_layout_ok(conn) and self._columns(conn, "blobs") == _BLOB_COLUMNS
 
     def _check_version(self, found: int | None) -> None:
         if found is not None and found > SCHEMA_VERSION:
@@ -355,15 +427,19 @@ class SQLiteStore(BaseStore):
         def create(conn: sqlite3.Connection) -> None:
             found = self._read_version(conn)  # another process may have won the race
             self._check_version(found)
-            if found == 2 and not self._layout_ok(conn):
-                # Version 2 had no counters table; its entries table is still good. Drop
-                # only the tool-cache entries, keyed by counters that restarted at 0 in
-                # every process: the durable counters start at 0 too and would reach them.
-                cols = [r[1] for r in conn.execute("PRAGMA table_info(entries)").fetchall()]
-                if cols == _COLUMNS:
-                    conn.execute("DELETE FROM entries WHERE kind='tool'")
-                    conn.execute(_SCHEMA[-1])  # the counters table
-                    found = SCHEMA_VERSION
+            # Version 2 had no counters table; its entries table is still good. Drop only
+            # the tool-cache entries, keyed by counters that restarted at 0 in every
+            # process: the durable counters start at 0 too and would reach them.
+            if (found == 2 and not self._v3_layout_ok(conn)
+                    and self._columns(conn, "entries") == _COLUMNS):
+                conn.execute("DELETE FROM entries WHERE kind='tool'")
+                conn.execute(_SCHEMA[2])  # the counters table
+                found = 3
+            if found == 3 and self._v3_layout_ok(conn):
+                # Version 3 stored every request whole (z 0/1); those rows stay readable as
+                # they are, and new rows share their parts through the new table.
+                conn.execute(_SCHEMA[3])  # the blobs table
+                found = SCHEMA_VERSION
             stale = found is not None and found < SCHEMA_VERSION
             if found == SCHEMA_VERSION and not self._layout_ok(conn):
                 # Labelled current but laid out otherwise (a damaged or hand-edited file):
@@ -567,24 +643,48 @@ class SQLiteStore(BaseStore):
         if not self._can_write():
             return
         now = time.time()
-        request, z = record.request, 0
-        if len(request) > _COMPRESS_OVER:
-            request, z = zlib.compress(request, 1), 1
+        # Cut the request before taking the write lock: the lock is held for SQL only.
+        packed = blobs.pack(record.request)
+        added: list[tuple[str, int, bytes]] = []
+        if packed is None:
+            request, z = record.request, 0
+            if len(request) > _COMPRESS_OVER:
+                request, z = zlib.compress(request, 1), 1
+        else:
+            request, z = packed.skeleton, 2
+            if len(request) > _COMPRESS_OVER:
+                request, z = zlib.compress(request, 1), 3
+            for h, data in packed.blobs.items():
+                added.append((h, 1, zlib.compress(data, 1)) if len(data) > _COMPRESS_OVER
+                             else (h, 0, data))
         row = (key, record.value, record.duration,
                orjson.dumps(dict(record.usage)) if record.usage else None,
                now + ttl if ttl is not None else None,
                record.name, record.namespace, record.kind, record.created or now, z, request)
 
         def body(conn: sqlite3.Connection) -> int:
+            old = conn.execute(_OLD, (key,)).fetchone()
+            if old is not None and old[0] == z and old[1] == request:
+                conn.execute(_PUT, row)  # the same request again: its blobs stay as they are
+                return 1
             conn.execute(_PUT, row)
+            if added:  # take the new references before dropping the old ones
+                conn.executemany(_ADD_BLOB, added)
+            if old is not None and old[1] is not None:
+                _release(conn, collections.Counter(_refs(old[0], old[1])))
             return 1
 
         self._write(body, key)
 
     def delete(self, key: str) -> bool:
         def body(conn: sqlite3.Connection) -> int:
-            n: int = conn.execute("DELETE FROM entries WHERE key=?", (key,)).rowcount
-            return n
+            old = conn.execute(_OLD, (key,)).fetchone()
+            if old is None:
+                return 0
+            conn.execute("DELETE FROM entries WHERE key=?", (key,))
+            if old[1] is not None:
+                _release(conn, collections.Counter(_refs(old[0], old[1])))
+            return 1
 
         return self._write(body, key) > 0
 
@@ -600,6 +700,7 @@ class SQLiteStore(BaseStore):
             where.append("namespace=?")
             params.append(namespace)
         after: tuple[float, str] | None = None
+        seen = _Seen()  # blobs already read and checked by this iteration
         while True:
             conds = list(where)
             args: list[object] = list(params)
@@ -610,33 +711,133 @@ class SQLiteStore(BaseStore):
             page = self._query(sql + f" ORDER BY created DESC, key LIMIT {_PAGE}", args)
             now = time.time()
             for key, _ in page:
-                rows = self._query(_ITER_ROW, (key,))
-                if not rows:
+                row = self._read_entry(key, seen)
+                if row is None:
                     continue  # deleted since the page was read
-                value, duration, usage, expires, nm, ns, kind, created, z, request = rows[0]
+                value, duration, usage, expires, nm, ns, kind, created, request = row
                 if expires is not None and now >= expires:
                     continue
-                yield key, Record(value, nm, ns, kind, zlib.decompress(request) if z else request,
-                                  duration, _usage(usage), created)
+                yield key, Record(value, nm, ns, kind, request, duration, _usage(usage),
+                                  created)
             if len(page) < _PAGE:
                 return
             after = (page[-1][1], page[-1][0])
 
-    def clear(self, namespace: str | None = None) -> int:
+    def _read_entry(self, key: str, seen: _Seen) -> tuple[Any, ...] | None:
+        """One row with its request put back together. Row and blobs are read in one read
+        transaction: a writer in another process may delete both between two statements,
+        and a blob missing for that reason must not be reported as damage."""
+
+        def once() -> tuple[Any, ...] | None:
+            conn = self._conn()
+            conn.execute("BEGIN")
+            try:
+                row = conn.execute(_ITER_ROW, (key,)).fetchone()
+                if row is not None:
+                    *head, z, request = row
+                    row = (*head, self._request(conn, key, z, request, seen))
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")  # only reads: ends the snapshot
+            return row  # type: ignore[no-any-return]
+
+        try:
+            return self._retry(once)
+        except sqlite3.Error as exc:
+            self._read_failed(exc, key)
+            return None
+
+    def _request(self, conn: sqlite3.Connection, key: str, z: int, request: bytes,
+                 seen: _Seen) -> bytes:
+        try:
+            if z == 0:
+                return request
+            if z == 1:
+                return zlib.decompress(request)
+            skeleton = zlib.decompress(request) if z == 3 else request
+            known = seen.blobs.get
+
+            def resolve(h: bytes) -> bytes:
+                data = known(h)
+                return data if data is not None else self._blob(conn, h, seen)
+
+            return blobs.splice(skeleton, resolve)
+        except (zlib.error, ValueError) as exc:
+            # The request only explains a call (miss reports, diffs): the entry stays
+            # usable, it just cannot be shown.
+            self._warn.once("request", f"dejacache: {self.path}: the stored request of key "
+                            f"{key} is damaged ({exc}); it is left out of reports")
+            return b""
+
+    def _blob(self, conn: sqlite3.Connection, hb: bytes, seen: _Seen) -> bytes:
+        """A blob's JSON, checked against its hash. A damaged or missing one reads as a
+        placeholder string and warns once: it only ever feeds a report (the request of a
+        miss, a diff), never a response, and the rest of the request is still worth
+        showing."""
+        h = hb.decode("ascii")
+        row = conn.execute(_BLOB, (h,)).fetchone()
+        problem, data = "missing", b""
+        if row is not None:
+            try:
+                data = zlib.decompress(row[1]) if row[0] else bytes(row[1])
+                problem = "" if blobs.blob_hash(data) == h else "damaged"
+            except zlib.error:
+                problem = "damaged"
+        if problem:
+            self._warn.once("blob", f"dejacache: {self.path}: the shared request part "
+                            f"@ref:{h} is {problem} (edited by hand, or a damaged file); "
+                            "requests are shown without it. Responses are not affected.")
+            return orjson.dumps(f"<dejacache: shared part {h} is {problem}>")
+        seen.add(hb, data)
+        return data
+
+    def _remove(self, where: str, args: tuple[Any, ...]) -> int:
+        """Delete the entries matching ``where`` and release the blobs they referenced."""
+
         def body(conn: sqlite3.Connection) -> int:
-            if namespace is None:
-                return conn.execute("DELETE FROM entries").rowcount
-            return conn.execute("DELETE FROM entries WHERE namespace=?", (namespace,)).rowcount
+            counts: collections.Counter[str] = collections.Counter()
+            for z, skeleton in conn.execute(
+                    f"SELECT z, request FROM entries WHERE z >= 2 AND ({where})", args):
+                counts.update(_refs(z, skeleton))
+            n: int = conn.execute(f"DELETE FROM entries WHERE {where}", args).rowcount
+            _release(conn, counts)
+            return n
 
         return self._write(body)
 
+    def clear(self, namespace: str | None = None) -> int:
+        if namespace is None:
+            def body(conn: sqlite3.Connection) -> int:
+                n: int = conn.execute("DELETE FROM entries").rowcount
+                conn.execute("DELETE FROM blobs")
+                return n
+
+            return self._write(body)
+        return self._remove("namespace=?", (namespace,))
+
     def purge_expired(self) -> int:
         """Delete entries whose TTL has passed (reads already skip them); returns the count."""
-        now = time.time()
+        return self._remove("expires IS NOT NULL AND expires <= ?", (time.time(),))
+
+    def prune_blobs(self) -> int:
+        """Recount every blob's references from the stored skeletons, fix counts that
+        differ and delete blobs nothing references; returns how many were deleted.
+
+        Counts are kept in every write's transaction, so this finds nothing to do unless the
+        file was edited by other means. O(store): a maintenance command, not a hot path.
+        """
 
         def body(conn: sqlite3.Connection) -> int:
-            return conn.execute("DELETE FROM entries WHERE expires IS NOT NULL AND "
-                                "expires <= ?", (now,)).rowcount
+            counts: collections.Counter[str] = collections.Counter()
+            for z, skeleton in conn.execute("SELECT z, request FROM entries WHERE z >= 2"):
+                counts.update(_refs(z, skeleton))
+            wrong = [(counts.get(h, 0), h) for h, n in conn.execute("SELECT h, n FROM blobs")
+                     if counts.get(h, 0) != n]
+            conn.executemany("UPDATE blobs SET n = ? WHERE h=?", wrong)
+            n: int = conn.execute("DELETE FROM blobs WHERE n <= 0").rowcount
+            return n
 
         return self._write(body)
 
@@ -705,12 +906,16 @@ class SQLiteStore(BaseStore):
             "WHERE expires IS NULL OR expires > ?", (time.time(),)
         )
         n, size = rows[0] if rows else (0, 0)
+        shared = self._query("SELECT COUNT(*), COALESCE(SUM(LENGTH(data)), 0) FROM blobs")
+        n_blobs, blob_bytes = shared[0] if shared else (0, 0)
+        size += blob_bytes
         file_bytes = 0
         for suffix in ("", "-wal"):
             with contextlib.suppress(OSError):
                 file_bytes += os.stat(str(self.path) + suffix).st_size
         return StoreStats(backend=self.url, entries=n, bytes=size,
                           extra={"file_bytes": file_bytes, "writable": self._can_write(),
+                                 "blobs": n_blobs, "blob_bytes": blob_bytes,
                                  "schema_version": SCHEMA_VERSION})
 
     def close(self) -> None:

@@ -10,9 +10,10 @@ return its final answer (``run``, sync; async ways run their own event loop).
   under ``CI=true`` with the provider stopped and its port held by a listener that counts
   and drops connections: 0 connections, the same final answer, the same tool calls.
 * the runtime face: ``tool_cache``, ``invalidates`` and ``tool`` under the framework's own
-  decorator leave the schema the framework builds unchanged; inside ``agent_session`` a real
-  run hits the cache, a write tool invalidates it, and the loop guard's nudge reaches the
-  model in place of a repeated call.
+  decorator leave the schema the framework builds unchanged (stacked the other way round,
+  on the framework's tool object, they refuse with the order that works); inside
+  ``agent_session`` a real run hits the cache, a write tool invalidates it, and the loop
+  guard's nudge reaches the model in place of a repeated call.
 """
 
 from __future__ import annotations
@@ -180,6 +181,18 @@ class FrameworkCases:
         stacked = a.schema(a.tool(DECORATORS[deco](log.read(is_async))))
         assert stacked == bare
         assert "get_weather" in str(bare) and "city" in str(bare)
+
+    @pytest.mark.parametrize("deco", sorted(DECORATORS))
+    def test_the_wrong_stacking_order_is_refused(self, deco: str) -> None:
+        """dejacache's decorator above the framework's gets the framework's tool object:
+        refused, naming it and the order that works, instead of a broken tool."""
+        tool = self.adapter.tool(ToolLog().read(False))
+        with pytest.raises(dejacache.ConfigurationError) as err:
+            DECORATORS[deco](tool)
+        msg = str(err.value)
+        assert f"{type(tool).__module__}.{type(tool).__qualname__}" in msg
+        assert "get_weather" in msg and "a framework's tool, not a function" in msg
+        assert f"over `@dejacache.{deco}(...)`" in msg
 
     def test_runtime_face(self, way: str, provider: Any) -> None:
         """Hits, invalidation and the loop guard during real runs of this framework."""

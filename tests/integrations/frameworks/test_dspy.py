@@ -2,7 +2,8 @@
 
 ReAct speaks dspy's ``[[ ## field ## ]]`` text protocol, not native tool calls; the provider
 plays that part (fw_provider.py). dspy's own LM cache is off, so every call reaches HTTP.
-Sync calls go through litellm's httpx path, async ones through its aiohttp transport.
+With ``engine="litellm"`` sync calls go through litellm's httpx path, async ones through its
+aiohttp transport; the default engine (``"auto"``) takes lm15's own sockets.
 """
 
 from __future__ import annotations
@@ -79,17 +80,34 @@ class TestDSPy(FrameworkCases):
     adapter = DSPy("litellm")
 
 
+class TestDSPyDefaultEngine(FrameworkCases):
+    """dspy >= 3.4's default engine (``engine="auto"``): lm15's raw-socket HTTP/1.1 client,
+    intercepted by dejacache.http.lm15 (it once recorded nothing and replayed live)."""
 
-class _DefaultEngine(FrameworkCases):
     adapter = DSPy("auto")
 
+    @pytest.fixture(autouse=True)
+    def _through_lm15(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Counts the live requests lm15's own transports make, so a run that quietly took
+        litellm instead cannot pass for an lm15 one."""
+        from dspy._vendor.lm15 import transports
 
-@pytest.mark.xfail(strict=True, reason=(
-    "dspy >= 3.4 sends calls through its vendored lm15 engine by default (engine='auto'), an "
-    "HTTP/1.1 client on raw sockets that dejacache does not intercept: nothing is recorded "
-    "and replay goes live (issue 11 item 1: transports dejacache cannot wrap). Use "
-    "dspy.LM(..., engine='litellm') until then."))
-@pytest.mark.parametrize("way", ["sync", "async"])
-def test_default_engine_record_then_replay(way: str, provider: Any, tmp_path: Any,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    _DefaultEngine().test_record_then_replay(way, provider, tmp_path, monkeypatch)
+        sent: list[str] = []
+        for name in ("StdlibTransport", "StdlibAsyncTransport"):
+            cls = getattr(transports, name)
+            orig = cls.stream
+
+            def counting(self: Any, request: Any, _orig: Any = orig, _name: str = name) -> Any:
+                sent.append(_name)
+                return _orig(self, request)
+
+            monkeypatch.setattr(cls, "stream", counting)
+        self._sent = sent
+
+    def test_record_then_replay(self, way: str, provider: Any, tmp_path: Any,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+        sent = self._sent
+        super().test_record_then_replay(way, provider, tmp_path, monkeypatch)
+        wanted = "StdlibAsyncTransport" if self.adapter.ways[way] else "StdlibTransport"
+        assert sent and set(sent) == {wanted}, sent
+        assert len(sent) == provider.count()  # every live call went through lm15

@@ -1,0 +1,140 @@
+"""Keying a conversation that resends its history: cost per turn at 10 / 100 / 1000 messages.
+
+Each sample is a new turn: the previous turn of the same conversation (two messages shorter)
+was keyed first, untimed, as an agent loop would have; then the new request is keyed, timed,
+and right after it the floor, ``xxh3_128(orjson.dumps(request, OPT_SORT_KEYS))`` of the same
+request, so both see the same machine load. Messages are shaped like an agent's (user text,
+assistant tool calls with ``"content": null``, tool results, assistant replies).
+
+Rows: ``full`` is ``KeyBuilder.key`` (the key a miss stores under: bind, volatile walk,
+orjson, xxh3); ``miss`` is what ``@cache`` pays for the key on a miss (the hit-path form,
+which on bytes never seen before is the full form). The goal (issue 12 item 5) is a ratio to
+the floor that does not grow with N.
+
+    .venv/bin/python benchmarks/bench_keys_growth.py
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import random
+import statistics
+import time
+from typing import Any
+
+import orjson
+import xxhash
+
+from dejacache.keys import KeyBuilder, digest
+
+__all__ = ["bench_keys_growth"]
+
+_WORDS = ("fare", "seat", "aisle", "window", "layover", "terminal", "gate", "baggage",
+          "refund", "voucher", "hotel", "room", "checkin", "breakfast", "shuttle", "museum",
+          "ticket", "forecast", "rain", "budget", "direct", "airline", "booking", "confirm",
+          "cancel", "change", "morning", "price", "total", "tax", "discount", "lounge",
+          "visa", "passport")
+
+
+def _text(rng: random.Random, words: int) -> str:
+    return " ".join(rng.choice(_WORDS) for _ in range(words)).capitalize() + "."
+
+
+def _message(rng: random.Random, i: int) -> dict[str, Any]:
+    kind = i % 4
+    if kind == 0:
+        return {"role": "user", "content": _text(rng, rng.randint(10, 30))}
+    call_id = f"call_{rng.getrandbits(96):024x}"
+    if kind == 1:
+        return {"role": "assistant", "content": None, "tool_calls": [
+            {"id": call_id, "type": "function", "function": {
+                "name": "search_flights", "arguments": json.dumps({"to": rng.choice(_WORDS)})}}]}
+    if kind == 2:
+        rows = [{"id": rng.randrange(10**6), "detail": _text(rng, 12),
+                 "score": round(rng.random(), 3)} for _ in range(rng.randint(1, 3))]
+        return {"role": "tool", "tool_call_id": call_id, "content": json.dumps({"rows": rows})}
+    return {"role": "assistant", "content": _text(rng, rng.randint(15, 45))}
+
+
+def _conversation(seed: int, n: int) -> list[dict[str, Any]]:
+    rng = random.Random(f"dejacache-bench-growth/{seed}")
+    return [{"role": "system", "content": _text(rng, 40)},
+            *(_message(rng, i) for i in range(n - 1))]
+
+
+def _request(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"model": "gpt-4o-mini", "temperature": 0.2, "tools": [
+        {"type": "function", "function": {"name": "search_flights", "parameters": {
+            "type": "object", "properties": {"to": {"type": "string"}}}}}],
+        "messages": messages}
+
+
+def _floor(request: dict[str, Any]) -> bytes:
+    return xxhash.xxh3_128_digest(orjson.dumps(request, option=orjson.OPT_SORT_KEYS))
+
+
+def _chat(**request: Any) -> Any:  # the usual LLM wrapper shape: chat(**request)
+    return request
+
+
+def _miss_key(kb: KeyBuilder, request: dict[str, Any]) -> str:
+    """The keys ``@cache`` builds on a miss: the hit-path form, then the full form unless the
+    first one already was it (builders without ``fast_form`` always rebuilt it)."""
+    bound = kb.bind((), request)
+    fast_form = getattr(kb, "fast_form", None)
+    form, full = fast_form(bound) if fast_form else (kb.canonical_fast(bound), False)
+    key = digest("bench", kb.name, form)
+    return key if full else digest("bench", kb.name, kb.canonical_bound(bound))
+
+
+def bench_keys_growth(sizes: tuple[int, ...] = (10, 100, 1000), conversations: int = 40,
+                      repeats: int = 3) -> list[dict[str, Any]]:
+    """One row per (N, path): N, our µs, floor µs, ratio (medians over all samples)."""
+    rows: list[dict[str, Any]] = []
+    for n in sizes:
+        convs = [_conversation(seed, n + 2) for seed in range(conversations)]
+        samples: dict[str, list[int]] = {"full": [], "miss": [], "floor": []}
+        for rep in range(repeats):
+            for path in ("full", "miss"):
+                # A fresh builder per round: every round starts with nothing remembered
+                # beyond what its own previous turns left.
+                kb = KeyBuilder(_chat, f"bench.growth.{rep}.{path}")
+                gc.collect()  # once per round: a collection right before a sample would
+                # leave its caches cold and charge that to whichever runs first
+                for i, msgs in enumerate(convs):
+                    prev, new = _request(msgs[:n]), _request(msgs[: n + 2])
+                    if path == "full":
+                        kb.key("bench", (), prev)
+                    else:
+                        _miss_key(kb, prev)
+                    floor_first = i % 2 == 1  # alternate, so neither always runs warmer
+                    if floor_first:
+                        t0 = time.perf_counter_ns()
+                        _floor(new)
+                        t1 = time.perf_counter_ns()
+                    t2 = time.perf_counter_ns()
+                    if path == "full":
+                        kb.key("bench", (), new)
+                    else:
+                        _miss_key(kb, new)
+                    t3 = time.perf_counter_ns()
+                    if not floor_first:
+                        t0 = time.perf_counter_ns()
+                        _floor(new)
+                        t1 = time.perf_counter_ns()
+                    samples[path].append(t3 - t2)
+                    samples["floor"].append(t1 - t0)
+        floor = statistics.median(samples["floor"]) / 1000
+        for path in ("full", "miss"):
+            ours = statistics.median(samples[path]) / 1000
+            rows.append({"N": n, "path": path, "ours_us": round(ours, 2),
+                         "floor_us": round(floor, 2), "ratio": round(ours / floor, 2)})
+    return rows
+
+
+if __name__ == "__main__":
+    print("| N messages | key | ours (µs) | floor: orjson+xxh3 (µs) | ratio |")
+    print("|---|---|---|---|---|")
+    for r in bench_keys_growth():
+        print(f"| {r['N']} | {r['path']} | {r['ours_us']} | {r['floor_us']} | {r['ratio']}x |")

@@ -1,0 +1,94 @@
+"""A warm 2 KB hit through langwatch-scenario's real ``@scenario.cache`` against dejacache's
+``@cache`` (MemoryStore) and the orjson(sorted)+xxh3+dict floor, interleaved in one process.
+
+Runs in the venv that holds the real package (``.venv-scenario``, which pins openai < 3 and so
+cannot share the main venv); ``bench_core.py`` starts it and reads the JSON it prints.
+
+    .venv-scenario/bin/python benchmarks/scenario_peer.py [--budget 3] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextvars
+import json
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+import types
+from typing import Any
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+N_HIT = 20
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--budget", type=float, default=3.0)
+    ap.add_argument("--quick", action="store_true")
+    a = ap.parse_args(argv)
+    budget = 0.5 if a.quick else a.budget
+    tmp = tempfile.mkdtemp(prefix="dejacache-bench-scenario-")
+    # scenario builds its joblib.Memory at import time from this variable
+    os.environ["SCENARIO_CACHE_DIR"] = str(pathlib.Path(tmp) / "scenario")
+    # scenario imports litellm, which otherwise fetches its price list from the network
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+    import orjson
+    import scenario
+    import xxhash
+    from _timing import interleave, versions
+    from scenario.cache import context_scenario
+    from scenario.config import ScenarioConfig
+    from workload import pairs
+
+    import dejacache
+
+    items = pairs("2KB", N_HIT)
+    reqs = [r for r, _ in items]
+    pending: list[Any] = [None]
+
+    def llm(request: Any) -> Any:
+        return pending[0]
+
+    # What scenario.run() puts in the context: the executor, whose config holds the cache key.
+    executor = types.SimpleNamespace(config=ScenarioConfig(cache_key="bench"))
+    ctx = contextvars.copy_context()
+    ctx.run(context_scenario.set, executor)
+    scen = scenario.cache()(llm)
+    dejacache.configure(cache_key="bench", store=dejacache.MemoryStore())
+    deja = dejacache.cache(name="bench.llm")(llm)
+    table: dict[bytes, Any] = {}
+
+    def fkey(r: Any) -> bytes:
+        return xxhash.xxh3_128_digest(orjson.dumps(r, option=orjson.OPT_SORT_KEYS))
+
+    for req, resp in items:
+        pending[0] = resp
+        ctx.run(scen, req)
+        deja(req)
+        table[fkey(req)] = resp
+    pending[0] = None
+    for req, resp in items:  # a wrong answer would make every number meaningless
+        if ctx.run(scen, req) != resp or deja(req) != resp or table.get(fkey(req)) != resp:
+            raise AssertionError("a contender returned a wrong result")
+    n = len(reqs)
+    try:
+        cells = interleave({
+            "floor": lambda i: table.get(fkey(reqs[i % n])),
+            "dejacache": lambda i: deja(reqs[i % n]),
+            "scenario": lambda i: ctx.run(scen, reqs[i % n]),
+        }, budget=budget, batch=10)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(json.dumps({"versions": versions("langwatch-scenario", "joblib", "dejacache"),
+                      "cells": {k: c.as_dict() for k, c in cells.items()}}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

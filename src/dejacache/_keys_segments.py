@@ -1,0 +1,387 @@
+"""Keying large requests by parts, and telling ``None`` from NaN without a walk.
+
+Two jobs for :mod:`dejacache.keys`, both built on one fact: the canonical form of plain JSON
+data is a function of its orjson bytes, except that orjson writes NaN and the infinities as
+``null``, exactly like ``None``. So
+
+* a **long list** (a conversation's messages) whose first ``n`` elements were once written,
+  walked and found plain needs no walk for them when the same bytes come back as the prefix
+  of a longer list (:class:`ListMemo`): only the places that held ``None`` are looked at
+  again, to rule out a NaN there, and the new messages are walked. A request that resends
+  its history then costs one ``orjson.dumps`` of the list, one digest of its bytes, one
+  ``orjson.dumps`` per new message and Python work for the new messages only (issue 12
+  item 5: the walk was 140 of 179 µs at 1,000 messages, and grew with the whole history
+  every turn). One ``orjson.dumps`` per message instead would cost ~0.6 µs each in call
+  overhead alone, 3x the floor at 366 messages;
+* a **whole request** whose bytes hold ``null`` is told apart from its NaN twin by
+  :class:`NoneCheck`: the ``None`` positions found once for those bytes, probed again on each
+  call (a few dict lookups) instead of walking everything (the walk tripled the cost of a
+  200 KB hit).
+
+Nothing here trusts object identity: an input mutated after keying has new bytes, or the
+same bytes with a NaN where a ``None`` was, which the probes see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+import xxhash
+
+__all__ = ["Ctx", "ListMemo", "NoneCheck", "has_lists", "none_paths", "segmented"]
+
+Step = str | int
+Path = tuple[Step, ...]
+
+_MISS: Any = object()
+# Lists this long are written by parts whatever they hold. (Not on the hit path: there one
+# orjson.dumps of the whole and the None probes cost 1.06-1.33x the floor at 200 KB, by parts
+# 1.36-1.64x, measured interleaved.)
+SEG_MIN = 8
+_SEG_DEPTH = 3  # dict levels searched for such lists (bound args -> request -> messages)
+TAIL = 32  # at most this many new elements per list are looked for before walking it all
+HEAD = 64  # bytes of a list that name the runs it may start with
+MEMO_MAX = 16_384  # entries per memo; cleared when full (bounded memory, no LRU upkeep)
+_digest = xxhash.xxh3_128_digest
+_DELIMS = (ord(","), ord("]"))
+
+
+def none_paths(obj: Any, simple: frozenset[type]) -> list[Path] | None:
+    """Where ``obj`` holds ``None``, or None when it holds anything but exact JSON types
+    (and ``simple`` leaves) or a non-finite float: then its bytes alone do not tell its
+    canonical form, and nothing is remembered. ``obj`` is acyclic (orjson wrote it)."""
+    if obj is None:
+        return [()]
+    out: list[Path] = []
+    stack: list[tuple[Path, Any]] = [((), obj)]
+    while stack:
+        path, node = stack.pop()
+        t = type(node)
+        items: Iterable[tuple[Any, Any]]
+        if t is dict:
+            items = node.items()
+        elif t is list or t is tuple:
+            items = enumerate(node)
+        else:
+            return None
+        for k, v in items:
+            tv = type(v)
+            if tv is str:
+                continue
+            if v is None:
+                out.append((*path, k))
+            elif tv is dict or tv is list or tv is tuple:
+                stack.append(((*path, k), v))
+            elif tv is float:
+                if v - v != 0.0:
+                    return None
+            elif tv not in simple:
+                return None
+    return out
+
+
+def _at(node: Any, path: Path) -> Any:
+    """The value at ``path`` through exact dicts, lists and tuples only (a subclass could
+    answer lookups differently from what orjson wrote), or ``_MISS``."""
+    for step in path:
+        t = type(node)
+        if t is dict:
+            node = node.get(step, _MISS)
+        elif (t is list or t is tuple) and type(step) is int and step < len(node):
+            node = node[step]
+        else:
+            return _MISS
+    return node
+
+
+class Run:
+    """The first ``n`` elements of some list, written and found plain: ``nulls`` says where
+    the elements added by this run (over ``parent``) held ``None``, as ``(index, key)`` for
+    ``messages[i].key`` (the common case) or ``(index, paths)``."""
+
+    __slots__ = ("any_null", "n", "nulls", "parent")
+
+    def __init__(self, n: int, parent: Run | None, nulls: tuple[tuple[int, Any], ...]) -> None:
+        self.n = n
+        self.parent = parent
+        self.nulls = nulls
+        self.any_null: bool = bool(nulls) or (parent is not None and parent.any_null)
+
+    def probe(self, seq: Any) -> bool:
+        """Whether ``seq`` (with this run's bytes as its prefix) holds ``None`` wherever
+        the elements that wrote those bytes did: then no NaN hides in its ``null``."""
+        if (type(seq) is not list and type(seq) is not tuple) or len(seq) < self.n:
+            return False
+        run: Run | None = self
+        while run is not None:
+            for i, val in run.nulls:
+                m = seq[i]
+                if type(val) is str:
+                    if type(m) is not dict or m.get(val, _MISS) is not None:
+                        return False
+                elif not all(_at(m, p) is None for p in val):
+                    return False
+            run = run.parent
+        return True
+
+
+class ListMemo:
+    """Runs by the digest of their bytes (the list's bytes without the closing ``]``).
+
+    One per set of volatile names (plain means: nothing to drop or mask under them).
+    ``heads`` (the first ``HEAD`` bytes of each run) tells a list never seen before without
+    writing any of its elements again; ``lengths`` lets a lookup hash only at offsets some
+    run ends at. Thread-safe as far as it needs to be: a lost or doubled entry costs one
+    walk.
+    """
+
+    __slots__ = ("heads", "lengths", "runs")
+
+    def __init__(self) -> None:
+        self.runs: dict[bytes, Run] = {}
+        self.lengths: set[int] = set()
+        self.heads: set[bytes] = set()
+
+    def put(self, data: bytes, length: int, run: Run) -> None:
+        """Remember ``run`` as the first ``length`` bytes of ``data``."""
+        if len(self.runs) >= MEMO_MAX:
+            self.runs.clear()
+            self.lengths.clear()
+            self.heads.clear()
+        self.runs[_digest(memoryview(data)[:length])] = run
+        self.lengths.add(length)
+        self.heads.add(data[:HEAD])
+
+
+_FLAT_MAX = 16  # probes of a short run are written out as paths: one loop, no calls
+
+
+def _flatten(pre: Path, run: Run, out: list[Path]) -> bool:
+    """Append a short run's probes to ``out`` as paths; False (nothing appended) if long."""
+    probes: list[Path] = []
+    r: Run | None = run
+    while r is not None:
+        for i, val in r.nulls:
+            if type(val) is str:
+                probes.append((*pre, i, val))
+            else:
+                probes.extend((*pre, i, *p) for p in val)
+            if len(probes) > _FLAT_MAX:
+                return False
+        r = r.parent
+    out.extend(probes)
+    return True
+
+
+class NoneCheck:
+    """The ``None`` positions of one byte string, to be probed on data with those bytes.
+
+    Every ``null`` in the bytes is one of these positions; when each holds ``None`` in the
+    data at hand, no NaN or infinity can hide in it. Long lists keep their :class:`Run`,
+    whose probes are one small loop per run.
+    """
+
+    __slots__ = ("lists", "nones", "paths")
+
+    def __init__(self, paths: Iterable[Path], lists: Iterable[tuple[Path, Run]] = ()) -> None:
+        flat = list(paths)
+        runs: list[tuple[Path, Run]] = []
+        for pre, run in lists:
+            if run.any_null and not _flatten(pre, run, flat):
+                runs.append((pre, run))
+        self.paths = tuple(flat)
+        self.lists = tuple(runs)
+        self.nones = bool(self.paths or self.lists)
+
+    def ok(self, data: Any) -> bool:
+        for pre, run in self.lists:
+            if not run.probe(_at(data, pre)):
+                return False
+        for path in self.paths:  # _at inlined: this runs on every hit of a small request
+            node = data
+            for step in path:
+                t = type(node)
+                if t is dict:
+                    node = node.get(step, _MISS)
+                elif (t is list or t is tuple) and type(step) is int and step < len(node):
+                    node = node[step]
+                else:
+                    return False
+            if node is not None:
+                return False
+        return True
+
+
+class Ctx:
+    """One write by parts: names filter, memo, and what was found on the way."""
+
+    __slots__ = ("clean", "dump", "lists", "memo", "names", "nones", "paths", "simple")
+
+    def __init__(self, names: Any, memo: ListMemo, clean: Callable[[Any, Any], int],
+                 dump: Callable[[Any], bytes], simple: frozenset[type]) -> None:
+        self.names = names
+        self.memo = memo
+        self.clean = clean
+        self.dump = dump
+        self.simple = simple
+        self.nones = False
+        self.paths: list[Path] = []
+        self.lists: list[tuple[Path, Run]] = []
+
+    def check(self) -> NoneCheck:
+        return NoneCheck(self.paths, self.lists)
+
+
+def _by_parts(v: list[Any]) -> bool:
+    # Lists of objects (messages, tool schemas, content parts) and long lists of anything.
+    return len(v) >= SEG_MIN or (bool(v) and type(v[0]) is dict)
+
+
+def has_lists(d: Any, depth: int = 0) -> bool:
+    """Whether a dict holds, within a few dict levels, a list worth writing by parts."""
+    for v in d.values():
+        tv = type(v)
+        if tv is list:
+            if _by_parts(v):
+                return True
+        elif tv is dict and depth < _SEG_DEPTH and has_lists(v, depth + 1):
+            return True
+    return False
+
+
+def _new(ctx: Ctx, elem: Any) -> Any:
+    """An element not seen before: walk it. True (no None), the one key holding None, all
+    its None paths, or None (not plain: the caller writes the whole the general way)."""
+    te = type(elem)
+    if te is dict:  # a message: its own None keys found in the same pass as the check
+        names = ctx.names
+        if not names.plain.issuperset(elem) and not names.clean(elem):
+            return None
+        keys: list[Any] = []
+        nested: list[Any] = []
+        for k, v in elem.items():
+            tv = type(v)
+            if tv is str:
+                continue
+            if v is None:
+                keys.append(k)
+            elif tv is dict or tv is list or tv is tuple:
+                r = ctx.clean(v, names)
+                if not r:
+                    return None
+                if r != 1:
+                    nested.append(k)
+            elif tv is float:
+                if v - v != 0.0:
+                    return None
+            elif tv not in ctx.simple:
+                return None
+        if not nested:
+            if not keys:
+                return True
+            if len(keys) == 1:
+                return keys[0]
+        paths: list[Path] = [(k,) for k in keys]
+        for k in nested:
+            ps = none_paths(elem[k], ctx.simple)
+            if ps is None:
+                return None
+            paths.extend((k, *p) for p in ps)
+        return tuple(paths)
+    verdict = ctx.clean(elem if te is list or te is tuple else [elem], ctx.names)
+    if not verdict:
+        return None
+    if verdict == 1:  # keys._PLAIN: no None anywhere
+        return True
+    ps = none_paths(elem, ctx.simple)
+    return tuple(ps) if ps else None
+
+
+def _find(ctx: Ctx, v: list[Any], data: bytes) -> Run | None:
+    """The longest remembered run that ``data`` (``v``'s bytes) starts with, looking back at
+    most ``TAIL`` elements; its probes are not run yet."""
+    memo = ctx.memo
+    if data[:HEAD] not in memo.heads:
+        return None  # no run starts like this list (runs shorter than HEAD are walked)
+    lengths = memo.lengths
+    mv = memoryview(data)
+    end = len(data) - 1  # the bytes of all of v, without "]"
+    m = len(v)
+    stop = max(1, m - TAIL)
+    while True:
+        if end > 0 and end in lengths and data[end] in _DELIMS:
+            run = memo.runs.get(_digest(mv[:end]))
+            if run is not None and run.n == m:
+                return run
+        if m <= stop:
+            return None
+        m -= 1
+        end -= len(ctx.dump(v[m])) + 1  # the run before the last element
+
+
+def _list(ctx: Ctx, v: list[Any], prefix: Path) -> bytes | None:
+    data = ctx.dump(v)  # raises for what orjson refuses: the caller falls back
+    n = len(v)
+    run = _find(ctx, v, data)
+    if run is not None and not run.probe(v):
+        run = None  # a NaN (or an object) where None was: walk it all
+    start = run.n if run is not None else 0
+    if start < n:
+        nulls: list[tuple[int, Any]] = []
+        for i in range(start, n):
+            val = _new(ctx, v[i])
+            if val is None:
+                return None
+            if val is not True:
+                nulls.append((i, val))
+        run = Run(n, run, tuple(nulls))
+        ctx.memo.put(data, len(data) - 1, run)
+    assert run is not None
+    if run.any_null:
+        ctx.nones = True
+        ctx.lists.append((prefix, run))
+    return data
+
+
+def _parts(ctx: Ctx, d: dict[str, Any], prefix: Path, depth: int) -> dict[str, Any] | None:
+    names = ctx.names
+    if not names.plain.issuperset(d) and not names.clean(d):
+        return None
+    parts: dict[str, Any] = {}
+    for k, v in d.items():
+        tv = type(v)
+        if tv is list and _by_parts(v):
+            b = _list(ctx, v, (*prefix, k))
+            if b is None:
+                return None
+            parts[k] = orjson.Fragment(b)
+        elif tv is dict and depth < _SEG_DEPTH:
+            sub = _parts(ctx, v, (*prefix, k), depth + 1)
+            if sub is None:
+                return None
+            parts[k] = sub
+        else:  # a scalar or a short list: walked, and written with the whole
+            verdict = ctx.clean([v], names)
+            if not verdict:
+                return None
+            if verdict != 1:
+                ps = none_paths(v, ctx.simple)
+                if ps is None:
+                    return None
+                ctx.nones = True
+                ctx.paths.extend((*prefix, k, *p) for p in ps)
+            parts[k] = v
+    return parts
+
+
+def segmented(ctx: Ctx, d: dict[str, Any], whole: bytes | None = None) -> bytes | None:
+    """The canonical bytes of plain ``d`` written by parts, or None when some part needs a
+    rewrite (the caller then writes the whole the general way). Same bytes as one
+    ``orjson.dumps`` of ``d``: orjson sorts the keys, long lists go in as fragments; when the
+    caller has that ``whole`` already, it is the answer and nothing is written twice."""
+    parts = _parts(ctx, d, (), 0)
+    if parts is None:
+        return None
+    return whole if whole is not None else ctx.dump(parts)

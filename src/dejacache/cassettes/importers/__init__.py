@@ -1,0 +1,211 @@
+"""``dejacache import FILE -o CASSETTE``: another tool's recording as a dejacache cassette.
+
+Two sources (issue 14): a vcrpy / pytest-recording cassette (YAML, or vcrpy's JSON serializer)
+of HTTP calls, and an agentcassette JSON recording of intercepted function calls. The format is
+read from the file's content, not its name.
+
+Nothing here writes cassette bytes itself: the import runs inside a ``dejacache.cassette(out,
+mode="record")`` block and hands every call to the code a live call goes through (the HTTP
+transport's ``handle_sync`` with the recorded response standing in for the network; the
+engine's ``encode_record``/``store_value`` for functions). So keys, id aliasing, the stored
+shape and redaction are those of a live recording, and replay hits. A call that cannot be
+mapped faithfully is skipped and listed in the report, never written approximately.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import orjson
+
+from ...errors import CassetteError, ConfigurationError
+from ..block import cassette
+from ..redact import Redactor
+from ..scan import scan_text
+
+__all__ = ["Converted", "ImportReport", "Skipped", "detect_format", "import_file"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Converted:
+    """One call written to the cassette: its place in the source and its call name."""
+
+    index: int
+    name: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Skipped:
+    """One call of the source that was not written, and why."""
+
+    index: int
+    name: str
+    reason: str
+
+
+@dataclasses.dataclass(slots=True)
+class ImportReport:
+    """What ``import_file`` did. ``redacted`` counts credentials met in the source by where
+    they were (``"request header authorization"``): none of them reaches the file.
+    ``secrets_in_source`` counts secret-shaped strings found in the source text;
+    ``secrets_in_output`` lists any still found in the written file (it should be empty)."""
+
+    source: str
+    output: str
+    format: str
+    converted: list[Converted] = dataclasses.field(default_factory=list)
+    skipped: list[Skipped] = dataclasses.field(default_factory=list)
+    redacted: dict[str, int] = dataclasses.field(default_factory=dict)
+    secrets_in_source: int = 0
+    secrets_in_output: list[str] = dataclasses.field(default_factory=list)
+    written: bool = False
+
+    def note_redacted(self, where: str) -> None:
+        self.redacted[where] = self.redacted.get(where, 0) + 1
+
+    def lines(self) -> list[str]:
+        """The report as text, for the CLI."""
+        out = [f"{self.source} ({self.format}) -> {self.output}"]
+        out.append(f"converted: {len(self.converted)} call(s)")
+        for c in self.converted:
+            out.append(f"  #{c.index} {c.name}")
+        out.append(f"skipped: {len(self.skipped)} call(s)")
+        for s in self.skipped:
+            out.append(f"  #{s.index} {s.name}: {s.reason}")
+        if self.redacted:
+            out.append("redacted (not written):")
+            for where, n in sorted(self.redacted.items()):
+                out.append(f"  {where}: {n}")
+        if self.secrets_in_source:
+            out.append(f"secret-shaped strings in the source: {self.secrets_in_source} "
+                       f"(in the cassette: {len(self.secrets_in_output)})")
+        for f in self.secrets_in_output:
+            out.append(f"  STILL IN THE CASSETTE: {f}")
+        if not self.written:
+            out.append("nothing was written")
+        return out
+
+
+# A dejacache cassette, so "import" of one says what it is instead of "unknown format".
+def _is_dejacache(doc: Any) -> bool:
+    return isinstance(doc, dict) and "entries" in doc and "format" in doc
+
+
+def _parse(path: pathlib.Path, raw: bytes) -> tuple[str, Any]:
+    """``(format, document)``: "vcr" or "agentcassette"; raises ``CassetteError`` otherwise."""
+    doc: Any = None
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        if raw.lstrip()[:1] not in (b"{", b"["):
+            from .vcr import load_yaml
+
+            doc = load_yaml(raw, path)
+    if _is_dejacache(doc):
+        raise CassetteError("this is already a dejacache cassette; nothing to import",
+                            path=path)
+    if isinstance(doc, dict) and isinstance(doc.get("interactions"), list):
+        return "vcr", doc
+    if isinstance(doc, dict) and isinstance(doc.get("steps"), list):
+        return "agentcassette", doc
+    raise CassetteError(
+        "unknown recording format: dejacache import reads vcrpy / pytest-recording cassettes "
+        "(YAML or JSON with 'interactions') and agentcassette recordings (JSON with 'steps')",
+        path=path)
+
+
+def detect_format(path: str | os.PathLike[str]) -> str:
+    """``"vcr"`` or ``"agentcassette"`` for the file at ``path`` (``CassetteError`` if
+    neither)."""
+    p = pathlib.Path(path)
+    return _parse(p, _read(p))[0]
+
+
+def _read(p: pathlib.Path) -> bytes:
+    try:
+        return p.read_bytes()
+    except OSError as exc:
+        raise CassetteError(f"cannot read the recording to import: {exc.strerror}",
+                            path=p) from None
+
+
+FunctionSpec = Callable[..., Any] | str
+
+
+def resolve_function(spec: FunctionSpec, name: str) -> Callable[..., Any]:
+    """A callable from ``"package.module:attr.path"`` (or the callable itself)."""
+    if callable(spec):
+        return spec
+    mod_name, sep, attr = str(spec).partition(":")
+    if not sep or not mod_name or not attr:
+        raise ConfigurationError(f"function for {name!r} must be 'module:attribute', "
+                                 f"not {spec!r}")
+    import importlib
+
+    try:
+        obj: Any = importlib.import_module(mod_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"function for {name!r}: cannot import {mod_name!r} "
+                                 f"({exc})") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigurationError(f"function for {name!r}: {mod_name!r} has no "
+                                     f"{attr!r}") from None
+    if not callable(obj):
+        raise ConfigurationError(f"function for {name!r}: {spec!r} is not callable")
+    return obj  # type: ignore[no-any-return]
+
+
+def import_file(
+    path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    functions: Mapping[str, FunctionSpec] | None = None,
+    cache_key: str | None = None,
+    redact: Iterable[str | re.Pattern[str]] = (),
+    overwrite: bool = False,
+) -> ImportReport:
+    """Convert the recording at ``path`` into the dejacache cassette ``out``.
+
+    ``functions`` maps an agentcassette step name to the ``@dejacache.cache`` function that
+    makes that call now (a callable or ``"module:attr"``); steps without one are skipped.
+    ``cache_key``: the namespace the replaying block uses (``cassette(..., cache_key=)``).
+    ``redact``: extra names, paths and patterns, as ``cassette(redact=)`` takes them.
+    ``out`` must not exist unless ``overwrite``.
+    """
+    src = pathlib.Path(path)
+    dst = pathlib.Path(out)
+    raw = _read(src)
+    fmt_name, doc = _parse(src, raw)
+    if dst.exists() and not overwrite:
+        raise ConfigurationError(f"{dst} exists; pass overwrite=True (--force) to replace it")
+    if dst.resolve() == src.resolve():
+        raise ConfigurationError(f"the output {dst} is the file being imported")
+    fns = {k: resolve_function(v, k) for k, v in (functions or {}).items()}
+    report = ImportReport(source=str(src), output=str(dst), format=fmt_name)
+    report.secrets_in_source = sum(1 for _ in scan_text(raw.decode("utf-8", "replace")))
+    redactor = Redactor.from_spec(tuple(redact))
+    kwargs: dict[str, Any] = {} if cache_key is None else {"cache_key": cache_key}
+    with cassette(dst, mode="record", redact=redactor, **kwargs) as tape:
+        if fmt_name == "vcr":
+            from .vcr import convert as convert_vcr
+
+            convert_vcr(doc, report, redactor, tape)
+        else:
+            from .agentcassette import convert as convert_steps
+
+            convert_steps(doc, report, fns, redactor, tape)
+        wrote = tape.new_entries
+    after = dst.read_bytes() if dst.exists() else None
+    report.written = wrote > 0 and after is not None
+    if after is not None:
+        report.secrets_in_output = [str(f) for f in scan_text(after.decode("utf-8", "replace"),
+                                                              str(dst))]
+    return report

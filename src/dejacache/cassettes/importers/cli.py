@@ -1,0 +1,63 @@
+"""``dejacache import FILE -o CASSETTE``: the command over :func:`import_file`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from ...errors import ConfigurationError
+
+__all__ = ["add_import"]
+
+
+def _functions(specs: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for spec in specs:
+        name, sep, target = spec.partition("=")
+        if not sep or not name.strip() or not target.strip():
+            raise ConfigurationError(f"--function {spec!r}: expected NAME=module:attribute")
+        out[name.strip()] = target.strip()
+    return out
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    from . import import_file
+
+    if args.path_entry:  # "module:attr" lookups import from the working directory
+        sys.path.insert(0, ".")
+    report = import_file(args.file, args.output, functions=_functions(args.function),
+                         cache_key=args.cache_key, redact=tuple(args.redact),
+                         overwrite=args.force)
+    for line in report.lines():
+        print(line)
+    if report.secrets_in_output:  # pragma: no cover - the redactor masks every shape scan finds
+        print("dejacache import: error: secret-shaped strings reached the cassette; "
+              "do not commit it", file=sys.stderr)
+        return 1
+    return 0 if report.converted else 1
+
+
+def add_import(sub: Any) -> None:
+    p = sub.add_parser(
+        "import",
+        help="convert a vcrpy / pytest-recording or agentcassette recording into a cassette",
+        description="Convert a vcrpy / pytest-recording cassette (YAML or JSON) of OpenAI or "
+        "Anthropic HTTP calls, or an agentcassette JSON recording, into a dejacache cassette "
+        "that replays the same calls. Credentials are redacted on the way in; calls that "
+        "cannot be mapped faithfully are skipped and listed. Exit status 1 when nothing was "
+        "converted.")
+    p.add_argument("file", help="the recording to import (format read from its content)")
+    p.add_argument("-o", "--output", required=True, metavar="CASSETTE",
+                   help="the dejacache cassette to write")
+    p.add_argument("--function", action="append", default=[], metavar="NAME=MODULE:ATTR",
+                   help="agentcassette: the @dejacache.cache function that makes the calls "
+                   "recorded as NAME (repeatable)")
+    p.add_argument("--cache-key", default=None, metavar="NS",
+                   help="the namespace the replaying block uses (cassette(cache_key=...))")
+    p.add_argument("--redact", action="append", default=[], metavar="NAME",
+                   help="an extra name or dotted path to redact (repeatable)")
+    p.add_argument("--force", action="store_true", help="replace CASSETTE if it exists")
+    p.add_argument("--no-path-entry", dest="path_entry", action="store_false",
+                   help="do not put the working directory on sys.path for --function")
+    p.set_defaults(func=_cmd_import)

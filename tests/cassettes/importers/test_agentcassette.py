@@ -1,0 +1,180 @@
+"""``dejacache import`` of recordings written by the real agentcassette.
+
+An agent's tools are wrapped with ``agentcassette.intercept`` and recorded with
+``agentcassette.record``; the file is imported with the ``@dejacache.cache`` functions that
+make the same calls now, and replayed under ``dejacache.cassette(out, mode="replay")`` with the
+real functions never running. Steps that cannot be keyed faithfully are skipped and named.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import pathlib
+from typing import Any
+
+import pytest
+
+agentcassette = pytest.importorskip("agentcassette")
+
+import dejacache  # noqa: E402
+from dejacache.cassettes.importers import import_file  # noqa: E402
+from dejacache.cli import main  # noqa: E402
+
+CALLS: list[str] = []
+
+
+def search(query: str, limit: int = 5) -> list[dict[str, Any]]:
+    CALLS.append(f"search {query}")
+    return [{"title": f"{query} #{i}", "rank": i, "score": 0.5 + i} for i in range(limit)]
+
+
+async def fetch(url: str, *, timeout: float = 1.0) -> str:
+    await asyncio.sleep(0)
+    CALLS.append(f"fetch {url}")
+    return f"<html>{url} {len(CALLS)}</html>"
+
+
+def call_model(messages: list[dict[str, str]], api_key: str) -> dict[str, Any]:
+    CALLS.append("model")
+    return {"role": "assistant", "content": f"answer {len(messages)}"}
+
+
+@dataclasses.dataclass
+class Forecast:
+    city: str
+    sky: str
+
+
+def forecast(city: str) -> Forecast:
+    CALLS.append(f"forecast {city}")
+    return Forecast(city, "sunny")
+
+
+class Calculator:
+    def add(self, a: int, b: int) -> int:
+        CALLS.append("add")
+        return a + b
+
+
+# The functions as the agent uses them now: under dejacache.
+cached_search = dejacache.cache(search)
+cached_fetch = dejacache.cache(fetch)
+cached_model = dejacache.cache(call_model)
+cached_forecast = dejacache.cache(forecast)
+
+
+def _run(tools: dict[str, Any]) -> list[Any]:
+    """A small agent: the same steps whoever wraps its tools."""
+    out = [tools["search"]("weather paris", limit=2),
+           tools["search"](query="weather rome"),  # keyword spelling, default limit
+           asyncio.run(tools["fetch"]("https://example.invalid/a", timeout=1.0))]
+    if "model" in tools:
+        out.append(tools["model"]([{"role": "user", "content": "hi"}], api_key="sk-FAKE12345"))
+    if "forecast" in tools:
+        out.append(tools["forecast"]("Oslo"))
+    if "calc" in tools:
+        out.append(tools["calc"].add(1, 2))
+    return out
+
+
+def _record(path: pathlib.Path, *, redact: list[str] | None = None) -> list[Any]:
+    calc = Calculator()
+    calc.add = agentcassette.intercept(calc.add, name="add", kind="tool")  # type: ignore[method-assign]
+    tools = {"search": agentcassette.intercept(search, kind="tool"),
+             "fetch": agentcassette.intercept(fetch, kind="tool"),
+             "model": agentcassette.intercept(call_model, kind="llm"),
+             "forecast": agentcassette.intercept(forecast, kind="tool"),
+             "calc": calc}
+    with agentcassette.record(str(path), redact=redact):
+        return _run(tools)
+
+
+def test_mapped_steps_replay_and_the_rest_are_skipped_with_reasons(
+    tmp_path: pathlib.Path,
+) -> None:
+    src, out = tmp_path / "agent.json", tmp_path / "imported.json"
+    live = _record(src, redact=["api_key"])
+    assert agentcassette.Cassette.load(src).num_steps == 6
+
+    report = import_file(src, out, functions={
+        "search": cached_search, "fetch": cached_fetch, "call_model": cached_model,
+        "forecast": cached_forecast,
+    })
+    assert report.format == "agentcassette"
+    assert [c.name for c in report.converted] == [cached_search.cache_name] * 2 + [
+        cached_fetch.cache_name]
+    why = {s.name: s.reason for s in report.skipped}
+    assert "redacted by agentcassette" in why["call_model"]  # its key needs the live api_key
+    assert "Forecast" in why["forecast"]  # replay would return a dict, not a Forecast
+    assert "no function given" in why["add"]
+    assert report.written and not report.secrets_in_output
+
+    CALLS.clear()
+    with dejacache.cassette(out, mode="replay") as tape:
+        again = _run({"search": cached_search, "fetch": cached_fetch})
+    assert again == live[:3]
+    assert CALLS == []  # the real functions never ran
+    assert tape.counters.replayed == 3 and not tape.unused
+    assert [c.name for c in tape.calls] == [cached_search.cache_name] * 2 + [
+        cached_fetch.cache_name]
+
+
+def test_credential_arguments_are_keyed_as_live_and_never_written(
+    tmp_path: pathlib.Path,
+) -> None:
+    src, out = tmp_path / "agent.json", tmp_path / "imported.json"
+    key = "sk-proj-FAKEagentKEY0123456789abcdef"
+    messages = [{"role": "user", "content": "hi"}]
+    with agentcassette.record(str(src)):  # not redacted: agentcassette wrote the key
+        live = agentcassette.intercept(call_model)(messages, api_key=key)
+    assert key in src.read_text()
+    report = import_file(src, out, functions={"call_model": cached_model})
+    assert report.redacted == {"argument api_key": 1}
+    assert report.secrets_in_source == 1 and report.secrets_in_output == []
+    assert key not in out.read_text()
+    CALLS.clear()
+    with dejacache.cassette(out, mode="replay"):
+        assert cached_model(messages, key) == live  # positional now, keyword then
+        with pytest.raises(dejacache.ReplayMiss):
+            cached_model(messages, "sk-proj-ANOTHERkey0123456789abcdef")
+    assert CALLS == []
+
+
+def test_a_method_recorded_with_self_is_skipped(tmp_path: pathlib.Path) -> None:
+    src, out = tmp_path / "agent.json", tmp_path / "imported.json"
+    tool = agentcassette.intercept(Calculator.add, name="add", kind="tool")
+    with agentcassette.record(str(src)):
+        tool(Calculator(), 1, 2)
+    report = import_file(src, out, functions={"add": dejacache.cache(Calculator.add)})
+    assert not report.converted and not report.written and not out.exists()
+    assert "args[0] was stored as a __repr__ marker" in report.skipped[0].reason
+
+
+def test_other_arguments_miss_rather_than_get_a_recorded_answer(tmp_path: pathlib.Path) -> None:
+    src, out = tmp_path / "agent.json", tmp_path / "imported.json"
+    with agentcassette.record(str(src)):
+        agentcassette.intercept(search)("weather paris", limit=2)
+    import_file(src, out, functions={"search": cached_search})
+    with dejacache.cassette(out, mode="replay"), pytest.raises(dejacache.ReplayMiss):
+        cached_search("weather paris", limit=3)
+
+
+def test_cli_imports_with_module_attribute_functions(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src, out = tmp_path / "agent.json", tmp_path / "imported.json"
+    with agentcassette.record(str(src)):
+        live = agentcassette.intercept(search)("weather paris", limit=2)
+    assert main(["import", str(src), "-o", str(out),
+                 "--function", f"search={__name__}:cached_search",
+                 "--cache-key", "suite-v2"]) == 0
+    text = capsys.readouterr().out
+    assert "converted: 1 call(s)" in text and "agentcassette" in text
+    CALLS.clear()
+    with dejacache.cassette(out, mode="replay", cache_key="suite-v2"):
+        assert cached_search("weather paris", limit=2) == live
+    assert CALLS == []
+    # Without a function nothing maps: exit status 1, and the reason is printed.
+    assert main(["import", str(src), "-o", str(tmp_path / "none.json")]) == 1
+    assert "--function search=module:attribute" in capsys.readouterr().out

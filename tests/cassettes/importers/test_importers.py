@@ -1,0 +1,72 @@
+"""Format detection and refusals of ``dejacache import`` (no optional packages needed)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+import dejacache
+from dejacache.cassettes.importers import detect_format, import_file
+from dejacache.cli import main
+
+
+def test_an_unknown_format_is_refused_naming_the_file(tmp_path: pathlib.Path) -> None:
+    src = tmp_path / "notes.json"
+    src.write_text('{"hello": "world"}')
+    with pytest.raises(dejacache.CassetteError, match="unknown recording format") as info:
+        import_file(src, tmp_path / "out.json")
+    assert str(src) in str(info.value)
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_a_dejacache_cassette_is_not_imported_again(tmp_path: pathlib.Path) -> None:
+    tape = tmp_path / "tape.json"
+    with dejacache.cassette(tape, mode="record"):
+        dejacache.cache(lambda x: x + 1)(1)
+    with pytest.raises(dejacache.CassetteError, match="already a dejacache cassette"):
+        detect_format(tape)
+
+
+def test_formats_are_read_from_content(tmp_path: pathlib.Path) -> None:
+    a = tmp_path / "a.cassette"
+    a.write_text('{"version": 1, "steps": []}')
+    v = tmp_path / "v.json"
+    v.write_text('{"version": 1, "interactions": []}')
+    assert detect_format(a) == "agentcassette"
+    assert detect_format(v) == "vcr"
+
+
+def test_yaml_cassettes(tmp_path: pathlib.Path) -> None:
+    pytest.importorskip("yaml")
+    y = tmp_path / "v.yaml"
+    y.write_text("interactions: []\nversion: 1\n")
+    assert detect_format(y) == "vcr"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("interactions:\n- !!python/object/apply:os.system ['true']\n")
+    with pytest.raises(dejacache.CassetteError, match="not a readable YAML cassette"):
+        detect_format(bad)
+
+
+def test_an_existing_output_is_kept_unless_forced(tmp_path: pathlib.Path) -> None:
+    src = tmp_path / "a.json"
+    src.write_text('{"version": 1, "steps": []}')
+    out = tmp_path / "out.json"
+    out.write_text("keep me")
+    with pytest.raises(dejacache.ConfigurationError, match="exists"):
+        import_file(src, out)
+    assert out.read_text() == "keep me"
+    with pytest.raises(dejacache.ConfigurationError, match="is the file being imported"):
+        import_file(src, src, overwrite=True)
+
+
+def test_cli_reports_errors_in_one_line(tmp_path: pathlib.Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["import", str(tmp_path / "missing.yaml"), "-o", str(tmp_path / "o.json")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("dejacache import: error: cannot read the recording")
+    src = tmp_path / "a.json"
+    src.write_text('{"version": 1, "steps": []}')
+    assert main(["import", str(src), "-o", str(tmp_path / "o.json"),
+                 "--function", "nonsense"]) == 1
+    assert "expected NAME=module:attribute" in capsys.readouterr().err

@@ -1,0 +1,92 @@
+"""What the runtime decorators accept: functions, not objects, and never a framework's tool.
+
+Stacked the wrong way round (``@dejacache.tool_cache`` above ``@function_tool``), dejacache
+would be handed the framework's tool object; that is refused with the order that works. The
+real frameworks' tool classes are checked in tests/integrations/frameworks (fw_cases.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+import dejacache
+
+DECORATORS: dict[str, Callable[[Any], Any]] = {
+    "tool_cache": dejacache.tool_cache(resource="weather", scope="global"),
+    "invalidates": dejacache.invalidates("weather"),
+    "tool": dejacache.tool,
+}
+
+
+def _stand_in(module: str, name: str, *, callable_: bool = True) -> Any:
+    """An instance of a class that says it lives in ``module`` (nothing is imported)."""
+    body: dict[str, Any] = {"__module__": module, "name": "get_weather"}
+    if callable_:
+        body["__call__"] = lambda self, city: f"sunny in {city}"
+    return type(name, (), body)()
+
+
+@pytest.mark.parametrize("deco", sorted(DECORATORS))
+def test_a_plain_object_is_refused_naming_it(deco: str) -> None:
+    class Settings:
+        pass
+
+    with pytest.raises(dejacache.ConfigurationError) as err:
+        DECORATORS[deco](Settings())
+    msg = str(err.value)
+    assert f"dejacache.{deco} decorates functions" in msg
+    assert "Settings" in msg and __name__ in msg
+
+
+@pytest.mark.parametrize("deco", sorted(DECORATORS))
+@pytest.mark.parametrize(("module", "cls"), [
+    ("agents.tool", "FunctionTool"),
+    ("langchain_core.tools.structured", "StructuredTool"),
+    ("crewai.tools.base_tool", "Tool"),
+    ("smolagents.tools", "SimpleTool"),
+    ("llama_index.core.tools.function_tool", "FunctionTool"),
+    ("dspy.adapters.types.tool", "Tool"),
+    ("agno.tools.function", "Function"),
+    ("pydantic_ai.tools", "Tool"),
+])
+def test_a_framework_tool_is_refused_with_the_order_that_works(deco: str, module: str,
+                                                               cls: str) -> None:
+    before = set(sys.modules)
+    obj = _stand_in(module, cls, callable_=cls != "FunctionTool")
+    with pytest.raises(dejacache.ConfigurationError) as err:
+        DECORATORS[deco](obj)
+    msg = str(err.value)
+    assert f"{module}.{cls} 'get_weather'" in msg
+    assert "a framework's tool, not a function" in msg
+    assert f"over `@dejacache.{deco}(...)`" in msg
+    assert "docs/recipes/frameworks.md" in msg
+    assert not {module.partition(".")[0]} & (set(sys.modules) - before)  # nothing imported
+
+
+def test_a_subclass_of_a_framework_tool_is_refused_too() -> None:
+    base = type(_stand_in("crewai.tools.base_tool", "BaseTool"))
+    mine = type("WeatherTool", (base,), {"__module__": __name__})()
+    with pytest.raises(dejacache.ConfigurationError, match=r"crewai\.tools\.base_tool\.BaseTool"):
+        dejacache.tool_cache(mine)
+
+
+@pytest.mark.parametrize("deco", sorted(DECORATORS))
+def test_functions_partials_and_callable_objects_still_work(deco: str) -> None:
+    def weather(city: str, unit: str) -> str:
+        return f"sunny in {city} ({unit})"
+
+    class Weather:
+        def __call__(self, city: str) -> str:
+            return f"sunny in {city}"
+
+    assert DECORATORS[deco](weather)("Paris", "C") == "sunny in Paris (C)"
+    assert DECORATORS[deco](functools.partial(weather, unit="F"))("Oslo") == "sunny in Oslo (F)"
+    assert DECORATORS[deco](Weather())("Rome") == "sunny in Rome"
+    # A tool class of some other library with "Tool" in its name is no framework's tool.
+    other = _stand_in("mylib.tools", "WeatherTool")
+    assert DECORATORS[deco](other)("Lima") == "sunny in Lima"

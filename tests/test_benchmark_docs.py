@@ -1,0 +1,127 @@
+"""Benchmark numbers in the docs are generated, never typed: every ``<!-- bench:NAME -->`` block
+in README.md and docs/benchmarks.md must equal what ``benchmarks/render.py`` renders from the
+committed JSON results, and every ratio divides by the floor its row names."""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import re
+import sys
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def render() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench_render", ROOT / "benchmarks" /
+                                                  "render.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["bench_render"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/benchmarks.md"])
+def test_every_block_equals_what_the_committed_results_render(render: ModuleType,
+                                                              doc: str) -> None:
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    assert render.BLOCK.search(text), f"{doc} has no benchmark block"
+    expected = render.render_text(text, render.load())
+    assert text == expected, (
+        f"{doc}: a benchmark block differs from benchmarks/results/*.json; run "
+        "`.venv/bin/python benchmarks/render.py` (numbers are never edited by hand)")
+
+
+def test_the_docs_carry_the_blocks_that_matter(render: ModuleType) -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    page = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert "<!-- bench:core-hits -->" in readme
+    names = set(re.findall(r"<!-- bench:([a-z0-9-]+) -->", page))
+    assert names == set(render.BLOCKS), "docs/benchmarks.md should show every block"
+    for text in (readme, page):  # every opening marker is closed
+        assert text.count("<!-- bench:") == text.count("<!-- /bench -->")
+
+
+def test_an_unknown_block_is_an_error(render: ModuleType) -> None:
+    with pytest.raises(KeyError, match="nope"):
+        render.render_text("<!-- bench:nope -->\nx\n<!-- /bench -->", {})
+
+
+def test_a_hand_edited_number_is_caught(render: ModuleType) -> None:
+    R = {"core": _core(memory=6.0, floor=2.0)}
+    good = render.render_text("<!-- bench:core-hits -->\n<!-- /bench -->", R)
+    assert "(3.0x)" in good
+    assert render.render_text(good.replace("(3.0x)", "(2.8x)"), R) == good
+
+
+def test_ratios_divide_by_the_floor_the_target_names(render: ModuleType) -> None:
+    """The 2 KB hit against orjson + xxh3 + dict and the SQLite hit against key + SELECT +
+    loads: not against dejacache's own key (which is slower than the floor)."""
+    R = {"core": _core(memory=6.0, floor=2.0, sqlite=9.0, sqlite_floor=6.0, own_key=3.0)}
+    targets = render.block_targets(R)
+    row = next(ln for ln in targets.splitlines() if "in-memory `@cache` hit" in ln)
+    assert "3.00x" in row and "**no**" not in row
+    row = next(ln for ln in targets.splitlines() if "SQLite hit at 2 KB" in ln)
+    assert "1.50x" in row
+    row = next(ln for ln in targets.splitlines() if "real `@scenario.cache`" in ln)
+    assert "not available" in row
+
+
+def test_missing_results_say_not_available(render: ModuleType) -> None:
+    for name, block in render.BLOCKS.items():
+        assert "not available" in block({}), name
+
+
+def test_claims_that_did_not_reproduce_are_gone() -> None:
+    """Figures from an earlier run that divided by the wrong floor or measured a warm process."""
+    x = "[x\u00d7]"  # "x" or the multiplication sign
+    stale = [rf"2\.8{x} .{{0,40}}met", rf"30{x} faster than joblib", rf"16{x} faster",
+             rf"full key costs 2\.7{x}", r"load \+ first hit \| 0\.7 ms"]
+    for path in [ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").rglob("*.md")]:
+        text = path.read_text(encoding="utf-8")
+        for pat in stale:
+            assert not re.search(pat, text, re.S), f"{path.name}: {pat}"
+
+
+def _core(*, memory: float, floor: float, sqlite: float = 10.0, sqlite_floor: float = 8.0,
+          own_key: float = 1.0) -> dict[str, Any]:
+    def cell(x: float) -> dict[str, Any]:
+        return {"median_us": x, "p99_us": x * 2, "n": 100}
+
+    rows = {"key_floor": "key floor", "full_key": "full key", "hit_key": "hit key",
+            "no_volatile_key": "no vol", "mem_floor": "floor dict",
+            "sqlite_floor": "floor sqlite", "memory": "deja memory", "sqlite": "deja sqlite",
+            "joblib_path": "joblib"}
+    sizes = ("2KB", "20KB", "200KB")
+    return {
+        "name": "core", "quick": False, "date": "2026-01-01 00:00 UTC",
+        "rows": rows,
+        "workload": {"request_bytes": dict.fromkeys(sizes, 2000), "response_bytes": 1200},
+        "hits": {rows["mem_floor"]: {s: cell(floor) for s in sizes},
+                 rows["memory"]: {s: cell(memory) for s in sizes},
+                 rows["sqlite_floor"]: {s: cell(sqlite_floor) for s in sizes},
+                 rows["sqlite"]: {s: cell(sqlite) for s in sizes}},
+        "keys": {s: {rows["key_floor"]: cell(floor / 2), rows["full_key"]: cell(own_key)}
+                 for s in sizes},
+        "skipped": {}, "breakdown": {}, "scenario": {"available": False},
+        "concurrency": {}, "conc_seconds": 1.0,
+    }
+
+
+def test_a_helper_benchmark_that_is_not_there_is_recorded_as_not_available(
+        render: ModuleType, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = importlib.util.spec_from_file_location("bench_run", ROOT / "benchmarks" / "run.py")
+    assert spec is not None and spec.loader is not None
+    run = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(run)
+    monkeypatch.setitem(run.FUNCTIONS, "import", ("no_such_bench_module", "bench", {}, {}))
+    text = run.run_function("import", tmp_path, quick=True)
+    assert "not available" in text and "no_such_bench_module" in text
+    doc = render.load(tmp_path)["import"]
+    assert doc["available"] is False and doc["quick"] is True

@@ -1,0 +1,247 @@
+"""``import dejacache`` is cheap and does no I/O nobody asked for (issue 12, item 6).
+
+Every check runs in a fresh interpreter and asserts on ``sys.modules`` and on the files that
+exist afterwards, never on milliseconds, so it is deterministic on a busy machine
+(``benchmarks/bench_import.py`` has the timings).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import dejacache
+
+# Modules a bare ``import dejacache`` must not load: the faces (loaded on first use) and the
+# heavy standard-library modules that used to come with them.
+FACES = ("dejacache.http", "dejacache.runtime", "dejacache.cassettes", "dejacache.report",
+         "dejacache.cli", "dejacache.pytest_plugin", "dejacache.integrations",
+         "dejacache.stores.sqlite", "dejacache.stores.redis", "dejacache.demo")
+HEAVY = ("asyncio", "sqlite3", "ssl", "socket", "subprocess", "logging", "concurrent.futures",
+         "pickle", "zoneinfo", "secrets", "tempfile", "shutil", "httpx", "httpx2", "openai",
+         "anthropic", "redis", "hypothesis", "pytest")
+
+
+def _run(code: str, *, env: dict[str, str] | None = None, cwd: pathlib.Path | None = None,
+         ) -> dict[str, object]:
+    """Run ``code`` in a fresh interpreter; it prints one JSON document as its last line."""
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                         text=True, timeout=120, env=env, cwd=cwd)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+_LOADED = """
+import json, sys
+{stmt}
+names = {names!r}
+print(json.dumps(sorted(n for n in names if n in sys.modules)))
+"""
+
+
+def test_bare_import_loads_no_face_and_no_heavy_module() -> None:
+    got = _run(_LOADED.format(stmt="import dejacache", names=FACES + HEAVY))
+    assert got == []
+
+
+def test_bare_import_loads_only_the_package() -> None:
+    got = _run("import json, sys, dejacache\n"
+               "print(json.dumps(sorted(m for m in sys.modules if m.startswith('dejacache'))))")
+    assert got == ["dejacache", "dejacache._lazy"]
+
+
+def test_the_cache_face_loads_no_other_face() -> None:
+    # What a test or an agent imports first: the decorator, scopes and configuration.
+    stmt = "from dejacache import cache, configure, scope, MemoryStore, ReplayMiss"
+    got = _run(_LOADED.format(stmt=stmt, names=FACES + HEAVY))
+    assert got == []
+
+
+def test_tool_cache_loads_the_runtime_only() -> None:
+    got = _run(_LOADED.format(stmt="from dejacache import tool_cache",
+                              names=("dejacache.http", "dejacache.cassettes",
+                                     "dejacache.runtime.pool", "dejacache.runtime.prefix")))
+    assert got == []
+
+
+def test_every_public_name_is_reachable_from_a_fresh_interpreter() -> None:
+    got = _run("""
+        import json, dejacache
+        ns = {}
+        exec("from dejacache import *", ns)
+        missing = [n for n in dejacache.__all__ if n not in ns]
+        print(json.dumps({"missing": missing, "dir": sorted(set(dejacache.__all__)
+                                                             - set(dir(dejacache)))}))
+    """)
+    assert got == {"missing": [], "dir": []}
+
+
+def test_lazy_table_and_all_agree() -> None:
+    table = {name for names in dejacache._WHERE.values() for name in names}
+    assert table == set(dejacache.__all__) - {"__version__"}
+    assert sum(len(names) for names in dejacache._WHERE.values()) == len(table)  # no twice
+
+
+def test_names_shared_with_submodules_stay_the_public_objects() -> None:
+    # dejacache.scope / dejacache.stats are both submodules and public names; a submodule
+    # loaded by the library first must not hide the class and the function.
+    got = _run("""
+        import json, sys
+        import dejacache
+        import dejacache.decorators  # loads the scope and stats modules
+        from dejacache import stats as via_from
+        print(json.dumps([isinstance(dejacache.scope, type), callable(dejacache.stats),
+                          dejacache.stats is via_from, dejacache.scope.__name__,
+                          type(sys.modules["dejacache.scope"]).__name__]))
+    """)
+    assert got == [True, True, True, "scope", "module"]
+
+
+def test_submodules_are_reachable_as_attributes() -> None:
+    # The eager imports made ``dejacache.config`` and ``dejacache.runtime`` reachable after a
+    # bare import; docs rely on ``dejacache.runtime.PrometheusCollector``.
+    got = _run("""
+        import json, dejacache
+        print(json.dumps([dejacache.config.__name__, dejacache.runtime.LoopGuard.__name__,
+                          hasattr(dejacache, "no_such_name")]))
+    """)
+    assert got == ["dejacache.config", "LoopGuard", False]
+
+
+# ---------------------------------------------------------------- no I/O nobody asked for
+
+
+def _fresh_env(tmp: pathlib.Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("DEJACACHE_", "XDG_")) and k != "CI"}
+    env.update(HOME=str(tmp / "home"), XDG_CONFIG_HOME=str(tmp / "xdg-config"),
+               XDG_CACHE_HOME=str(tmp / "xdg-cache"), XDG_DATA_HOME=str(tmp / "xdg-data"),
+               DEJACACHE_DIR=str(tmp / "dejacache-dir"))
+    return env
+
+
+def _created(tmp: pathlib.Path, work: pathlib.Path) -> list[str]:
+    return sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*")
+                  if p != work and not p.is_relative_to(work / "__pycache__"))
+
+
+@pytest.fixture
+def sandbox(tmp_path: pathlib.Path) -> tuple[pathlib.Path, dict[str, str], pathlib.Path]:
+    work = tmp_path / "work"  # the current directory, with a pyproject.toml: a project root
+    work.mkdir()
+    (work / "pyproject.toml").write_text("")
+    return tmp_path, _fresh_env(tmp_path), work
+
+
+_NO_IO = """
+import json, sys
+import dejacache
+from dejacache import *  # every public name loaded
+
+calls = []
+
+@dejacache.cache
+def f(x):
+    calls.append(x)
+    return {"x": x}
+
+with dejacache.scope(store=dejacache.MemoryStore()):
+    assert f(1) == f(1) == {"x": 1}
+with dejacache.scope(store="memory://", mode="record"):
+    f(2)
+dejacache.configure(store=dejacache.MemoryStore())
+f(3)
+dejacache.configure(store=None)
+from dejacache.config import get_settings
+print(get_settings().store.url, file=sys.stderr)
+print(json.dumps({"calls": calls,
+                  "hooks": "dejacache.http.intercept" in sys.modules}))
+"""
+
+
+def test_memory_store_blocks_create_no_file_or_directory(
+    sandbox: tuple[pathlib.Path, dict[str, str], pathlib.Path],
+) -> None:
+    tmp, env, work = sandbox
+    got = _run(_NO_IO, env=env, cwd=work)
+    assert got == {"calls": [1, 2, 3], "hooks": True}
+    # No default SQLite file, no cache directory, no masking key in the (fresh) config dir.
+    assert _created(tmp, work) == ["work/pyproject.toml"]
+
+
+def test_the_default_store_is_created_when_first_used(
+    sandbox: tuple[pathlib.Path, dict[str, str], pathlib.Path],
+) -> None:
+    tmp, env, work = sandbox
+    got = _run("""
+        import json, os, dejacache
+        from dejacache.config import get_settings
+        @dejacache.cache
+        def f(x):
+            return x
+        before = os.path.exists(os.environ["DEJACACHE_DIR"])
+        eff = get_settings()
+        with dejacache.scope(cache_key="ns"):
+            pass
+        during = os.path.exists(os.environ["DEJACACHE_DIR"])
+        f(1)
+        print(json.dumps([before, during, eff.store.url]))
+    """, env=env, cwd=work)
+    db = tmp / "dejacache-dir" / "cache.db"
+    assert got == [False, False, f"sqlite:///{db}"]
+    assert db.exists()
+
+
+def test_the_masking_key_is_created_only_when_a_credential_is_masked(
+    sandbox: tuple[pathlib.Path, dict[str, str], pathlib.Path],
+) -> None:
+    tmp, env, work = sandbox
+    code = """
+        import json, os, dejacache
+        @dejacache.cache
+        def f(x, api_key=None):
+            return x
+        with dejacache.scope(store=dejacache.MemoryStore()):
+            f(1)
+            plain = sorted(os.listdir(os.environ["XDG_CONFIG_HOME"])) if os.path.exists(
+                os.environ["XDG_CONFIG_HOME"]) else []
+            f(1, api_key="sk-test-0123456789abcdefghij")
+        print(json.dumps(plain))
+    """
+    assert _run(code, env=env, cwd=work) == []
+    assert (tmp / "xdg-config" / "dejacache" / "secret.key").exists()
+
+
+# ---------------------------------------------------------------- interception stays on time
+
+
+_INTERCEPT = """
+import json, sys
+import dejacache
+{before}
+assert "dejacache.http" not in sys.modules
+try:
+    with dejacache.scope(store=dejacache.MemoryStore(), mode="replay"):
+        {inside}
+        httpx.get("http://127.0.0.1:9/v1/models", timeout=2)
+except dejacache.ReplayMiss:
+    print(json.dumps("intercepted"))
+except Exception as exc:
+    print(json.dumps(type(exc).__name__))
+"""
+
+
+@pytest.mark.parametrize(("before", "inside"), [
+    ("import httpx", "pass"),  # the SDK was imported first
+    ("pass", "import httpx"),  # imported inside the very first block: the import hook
+])
+def test_the_first_block_intercepts_http(before: str, inside: str) -> None:
+    pytest.importorskip("httpx")
+    got = _run(_INTERCEPT.format(before=before, inside=inside))
+    assert got == "intercepted"
