@@ -686,3 +686,42 @@ def test_memory_hits_return_fresh_values_of_every_kind(
     second["items"].append("mine")
     assert make(1)["items"] == [1]
     assert make(1) is not make(1)
+
+
+def test_plain_memory_hits_are_fresh_counted_and_follow_configuration_changes() -> None:
+    """The short path (issue 12 item 4: a per-function plan, one ``orjson.loads`` of the
+    stored body) hands out fresh copies, counts hits, and is rebuilt whenever the settings
+    or a scope change: another store misses, record mode calls live, off bypasses."""
+    calls: list[str] = []
+
+    @dejacache.cache(name="plain.short")
+    def ask(q: str) -> dict[str, Any]:
+        calls.append(q)
+        return {"answer": q, "refusal": None, "items": [1, 2.5, -0.0]}
+
+    a, b = dejacache.MemoryStore(), dejacache.MemoryStore()
+    dejacache.reset_stats()
+    dejacache.configure(store=a, mode="auto")
+    first = ask("x")
+    hit = ask("x")
+    assert calls == ["x"] and hit == first and hit is not ask("x")
+    hit["items"].append("mine")
+    assert ask("x")["items"] == [1, 2.5, -0.0]
+    assert dejacache.stats().by_name["plain.short"].hits == 3
+    dejacache.configure(store=b)
+    ask("x")
+    assert calls == ["x", "x"]  # a new store: the old plan's store is not consulted
+    with dejacache.scope(store=a):
+        ask("x")
+        assert calls == ["x", "x"]
+        with dejacache.scope(mode="record"):
+            ask("x")
+            assert calls == ["x", "x", "x"]
+        with dejacache.scope(mode="off"):
+            ask("x")
+            assert calls == ["x", "x", "x", "x"]
+    with dejacache.scope(cache_key="other", store=a):
+        ask("x")  # another namespace: another key
+        assert calls == ["x", "x", "x", "x", "x"]
+    s = dejacache.stats().by_name["plain.short"]
+    assert (s.hits, s.misses) == (4, 4)  # mode off is not a cached call: not counted

@@ -214,3 +214,38 @@ def test_null_inside_text_only_needs_no_mark() -> None:
     data = {"q": "is it null?"}
     assert _fast(data)[0] == _fast(data)[0] == _reference(data)
     assert not _reference(data).endswith(keys._NONE_MARK)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.recursive(st.none() | st.integers() | st.text(max_size=3),
+                    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=3), c,
+                                                                         max_size=4),
+                    max_leaves=20),
+       st.sampled_from([math.nan, math.inf, -math.inf]))
+def test_compiled_none_probe_agrees_with_the_walk(data: Any, bad: float) -> None:
+    """``NoneCheck.ok`` runs its probes as one generated function (issue 12 item 4): it must
+    pass the data it was built from and refuse the same data with any ``None`` turned into
+    NaN or an infinity (the same bytes to orjson), and a container swapped for a subclass."""
+    data = {"request": data}
+    paths = seg.none_paths(data, frozenset({int, bool}))
+    assert paths is not None
+    check = seg.NoneCheck(paths)
+    assert check.ok(data) and check.ok(data)  # the second call runs the compiled probe
+    for path in paths:
+        if not path:
+            continue
+        twin = copy.deepcopy(data)
+        node = twin
+        for step in path[:-1]:
+            node = node[step]
+        node[path[-1]] = bad
+        assert not check.ok(twin)
+        if type(node) is dict:  # a subclass may answer lookups its own way: refused
+            twin = copy.deepcopy(data)
+            parent: Any = None
+            node = twin
+            for step in path[:-1]:
+                parent, node = node, node[step]
+            if parent is not None:
+                parent[path[-2]] = type("D", (dict,), {})(node)
+                assert not check.ok(twin)

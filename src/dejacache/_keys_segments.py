@@ -24,6 +24,7 @@ same bytes with a NaN where a ``None`` was, which the probes see.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -183,7 +184,7 @@ class NoneCheck:
     whose probes are one small loop per run.
     """
 
-    __slots__ = ("lists", "nones", "paths")
+    __slots__ = ("lists", "nones", "paths", "probe")
 
     def __init__(self, paths: Iterable[Path], lists: Iterable[tuple[Path, Run]] = ()) -> None:
         flat = list(paths)
@@ -194,24 +195,55 @@ class NoneCheck:
         self.paths = tuple(flat)
         self.lists = tuple(runs)
         self.nones = bool(self.paths or self.lists)
+        self.probe: Callable[[Any], bool] | None = None  # compiled on the second sight
 
     def ok(self, data: Any) -> bool:
         for pre, run in self.lists:
             if not run.probe(_at(data, pre)):
                 return False
-        for path in self.paths:  # _at inlined: this runs on every hit of a small request
-            node = data
-            for step in path:
-                t = type(node)
-                if t is dict:
-                    node = node.get(step, _MISS)
-                elif (t is list or t is tuple) and type(step) is int and step < len(node):
-                    node = node[step]
-                else:
-                    return False
-            if node is not None:
-                return False
-        return True
+        probe = self.probe
+        if probe is None:
+            probe = self.probe = (_compile(self.paths) if len(self.paths) <= _COMPILE_MAX
+                                  else functools.partial(_slow_ok, self.paths))
+        return probe(data)
+
+
+_COMPILE_MAX = 64  # more probes than this are looped over (bounded code per memo entry)
+
+
+def _compile(paths: tuple[Path, ...]) -> Callable[[Any], bool]:
+    """The probes of ``paths`` as one straight-line function: each step checks the exact
+    container type (a subclass could answer a lookup differently from what orjson wrote)
+    and looks up one key or index. The loop over paths and steps it replaces cost 0.5 µs of
+    a 2 KB hit (issue 12 item 4). Dict keys are passed in as constants, never spelled in
+    the source; indexes are ``int`` (checked), written as literals."""
+    names: list[str] = []
+    lines = ["def probe(d):"]
+    for path in paths:
+        lines.append("    n = d")
+        for step in path:
+            if type(step) is int:
+                lines.append("    t = type(n)")
+                lines.append(f"    if (t is not list and t is not tuple) or len(n) <= {step:d}:")
+                lines.append("        return False")
+                lines.append(f"    n = n[{step:d}]")
+            elif type(step) is str:
+                lines.append("    if type(n) is not dict:")
+                lines.append("        return False")
+                lines.append(f"    n = n.get(K[{len(names)}], M)")
+                names.append(step)
+            else:
+                return functools.partial(_slow_ok, paths)
+        lines.append("    if n is not None:")
+        lines.append("        return False")
+    lines.append("    return True")
+    scope: dict[str, Any] = {"K": tuple(names), "M": _MISS}
+    exec(compile("\n".join(lines), "<dejacache none probe>", "exec"), scope)
+    return scope["probe"]  # type: ignore[no-any-return]
+
+
+def _slow_ok(paths: tuple[Path, ...], data: Any) -> bool:
+    return all(_at(data, path) is None for path in paths)
 
 
 class Ctx:

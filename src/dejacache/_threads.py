@@ -8,62 +8,112 @@ the context the task was submitted from, as ``asyncio.to_thread`` does, attribut
 exactly. The patch is on the public ``submit`` method, installed only while at least one
 test-facing block is open (a counter fed by ``scope.BLOCK_HOOKS``), and each task carries the
 context of its own submitter, so a shared executor never mixes two blocks' calls.
+
+A block does not import ``concurrent.futures.thread`` itself: when nobody has, an import hook
+patches the class the moment it is loaded inside a block (importing it and ``queue`` was 1-2 ms
+of a cold cassette open, issue 12). An executor cannot exist before its module is loaded, so
+no task escapes the carry.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextvars
+import importlib
+import sys
 import threading
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
-__all__ = ["ContextExecutor", "on_block", "patched"]
+__all__ = ["on_block", "patched"]
 
-T = TypeVar("T")
-
+_MODULE = "concurrent.futures.thread"  # where ThreadPoolExecutor is defined
 _LOCK = threading.Lock()
 _DEPTH = 0
-_ORIGINAL = concurrent.futures.ThreadPoolExecutor.submit
+_ORIGINAL: Any = None  # ThreadPoolExecutor.submit before the patch (set when first seen)
 
 
-def _submit(self: concurrent.futures.ThreadPoolExecutor, fn: Callable[..., Any], /,
-            *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+def _submit(self: Any, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
     return _ORIGINAL(self, contextvars.copy_context().run, fn, *args, **kwargs)
+
+
+def _executor_class() -> type | None:
+    """``ThreadPoolExecutor`` if its module is loaded (never loads it)."""
+    mod = sys.modules.get(_MODULE)
+    cls = getattr(mod, "ThreadPoolExecutor", None) if mod is not None else None
+    return cls if isinstance(cls, type) else None
+
+
+def _sync(cls: type) -> None:
+    """Install the carrying ``submit`` on ``cls`` while a block is open, remove it when
+    none is (holding ``_LOCK``)."""
+    global _ORIGINAL
+    current = getattr(cls, "submit", None)
+    if _ORIGINAL is None and current is not _submit:
+        _ORIGINAL = current
+    if _DEPTH > 0 and current is not _submit:
+        cls.submit = _submit  # type: ignore[attr-defined]
+    elif _DEPTH == 0 and current is _submit:
+        cls.submit = _ORIGINAL  # type: ignore[attr-defined]
 
 
 def on_block(delta: int) -> None:
     """Install the carrying ``submit`` with the first open block, remove it with the last."""
     global _DEPTH
+    if delta > 0 and _MODULE in sys.modules:
+        # Another thread may still be importing it: wait until it is whole (outside _LOCK,
+        # which that import's hook takes when it finishes).
+        importlib.import_module(_MODULE)
     with _LOCK:
         _DEPTH = max(0, _DEPTH + delta)
-        want = _DEPTH > 0
-        executor = concurrent.futures.ThreadPoolExecutor
-        if want and executor.submit is not _submit:
-            executor.submit = _submit  # type: ignore[method-assign, assignment]
-        elif not want and executor.submit is _submit:
-            executor.submit = _ORIGINAL  # type: ignore[method-assign]
+        cls = _executor_class()
+        if cls is not None:
+            _sync(cls)
+        elif _DEPTH > 0 and not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+            sys.meta_path.insert(0, _PatchOnImport())
 
 
 def patched() -> bool:
-    return concurrent.futures.ThreadPoolExecutor.submit is _submit
+    """Whether executor tasks carry their submitter's context now (when the executor's
+    module is not loaded yet: whether it will be patched as it loads)."""
+    cls = _executor_class()
+    if cls is not None:
+        return getattr(cls, "submit", None) is _submit
+    return _DEPTH > 0 and any(isinstance(f, _PatchOnImport) for f in sys.meta_path)
 
 
-class ContextExecutor(concurrent.futures.Executor):
-    """An executor proxy that runs every task in the submitter's context
-    (``scope.wrap_executor``; here so ``import dejacache`` does not load concurrent.futures)."""
+class _Loader:
+    """Runs the real loader, then patches the class it defined if a block is open."""
 
-    def __init__(self, inner: concurrent.futures.Executor) -> None:
+    def __init__(self, inner: Any) -> None:
         self._inner = inner
 
-    def submit(
-        self, fn: Callable[..., T], /, *args: Any, **kwargs: Any
-    ) -> concurrent.futures.Future[T]:
-        ctx = contextvars.copy_context()
-        return self._inner.submit(ctx.run, fn, *args, **kwargs)
+    def create_module(self, spec: Any) -> Any:
+        return self._inner.create_module(spec)
 
-    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        self._inner.shutdown(wait=wait, cancel_futures=cancel_futures)
+    def exec_module(self, module: Any) -> None:
+        self._inner.exec_module(module)
+        cls = getattr(module, "ThreadPoolExecutor", None)
+        if isinstance(cls, type):
+            with _LOCK:
+                _sync(cls)
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, ...: the real one's
         return getattr(self._inner, name)
+
+
+class _PatchOnImport:
+    """Finds nothing itself: wraps the loader of the executor's module when it is imported
+    inside a block, and steps aside otherwise."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname != _MODULE or not _DEPTH:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _Loader(spec.loader)
+                return spec
+        return None

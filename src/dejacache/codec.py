@@ -48,6 +48,7 @@ __all__ = [
     "blob_ok",
     "blob_payload",
     "from_tree",
+    "plain_body",
     "to_tree",
 ]
 
@@ -308,6 +309,16 @@ class JsonCodec:
     """The default codec: orjson with type tags and a per-key checksum. Never pickle."""
 
     name = "json"
+    #: A ``J`` blob (see :func:`plain_body`) decodes to exactly ``orjson.loads`` of its body.
+    #: ``MemoryStore`` hits then skip the header checks (issue 12 item 4); a subclass that
+    #: decodes its own way has not promised this.
+    plain_payloads = True
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if (cls.decode is not JsonCodec.decode
+                or cls.decode_checked is not JsonCodec.decode_checked):
+            cls.plain_payloads = False
 
     def __init__(self, allow: Iterable[str] = ()) -> None:
         self._resolve = _Resolver(allow)
@@ -384,6 +395,16 @@ def blob_ok(data: bytes, key: str) -> bool | None:
         return None
     return hmac.compare_digest(_check(key, kind, memoryview(data)[_HEAD + 8 :]),
                                data[_HEAD : _HEAD + 8])
+
+
+def plain_body(data: bytes) -> memoryview | None:
+    """The JSON body of a plain (``J``, no type tags) :class:`JsonCodec` blob of this codec
+    version, for which ``orjson.loads`` is the whole decode; None for any other bytes. The
+    checksum is not looked at: callers check it once (:func:`blob_ok`) and keep the bytes."""
+    if data[:2] != _MAGIC or len(data) < _HEAD + 8 or data[2] != CODEC_VERSION \
+            or data[3:4] != b"J":
+        return None
+    return memoryview(data)[_HEAD + 8 :]
 
 
 def blob_payload(data: bytes) -> tuple[Any, bool]:

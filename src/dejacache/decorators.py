@@ -9,16 +9,19 @@ import time
 from collections.abc import AsyncIterator, Callable, Generator, Iterable
 from typing import Any, TypeVar, overload
 
+import orjson
+
 from . import _engine
-from .config import VolatileItems, volatile_items
+from .config import Effective, VolatileItems, volatile_items
 from .errors import ConfigurationError
-from .keys import KeyBuilder, KeyParts, digest, explain
+from .keys import KeyBuilder, KeyParts, digest, explain, key_seed
 from .scope import _CURRENT, check_ambiguous, current
-from .stats import record_miss
+from .stats import record_hit, record_miss
 
 __all__ = ["cache"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+_loads = orjson.loads
 
 
 def _default_name(fn: Callable[..., Any]) -> str:
@@ -65,6 +68,45 @@ class _Keys:
         return b
 
 
+class _Plan:
+    """What calls of one function under one ``Effective`` share, worked out once: the key
+    builder, the digest seed, substitutions, and whether a hit may take the short path (a
+    ``MemoryStore`` that checked its values when put, the plain ``JsonCodec``, no scope
+    extras, not recording). Settings and scopes are immutable ``Effective`` objects, so a new
+    one (``configure``, entering a scope) is the generation change that rebuilds the plan.
+
+    The short path is the whole of a warm in-memory hit (issue 12 item 4): key, one dict
+    lookup, one ``orjson.loads`` of the stored body (the caller's own fresh object), the hit
+    counted.
+    """
+
+    __slots__ = ("eff", "kb", "seed", "short", "store", "subs")
+
+    def __init__(self, eff: Effective | None, keys: _Keys) -> None:
+        self.eff = eff  # None: no call seen yet
+        self.kb: KeyBuilder | None = None
+        self.seed = 0
+        self.subs: tuple[tuple[bytes, bytes], ...] = ()
+        self.short = False
+        self.store: Any = None
+        if eff is None:
+            return
+        self.store = eff.store
+        ns = eff.namespace
+        if ns is None or eff.mode == "off":
+            return
+        self.kb = keys.builder(eff.volatile)
+        self.seed = key_seed(ns, keys.name)
+        # Substitutions go into the canonicaliser: a credential argument equal to a declared
+        # live value is keyed as its placeholder, before masking could hide it.
+        self.subs = (eff.extra.get("key_substitute") or ()) if eff.extra else ()
+        store = self.store
+        self.short = (not eff.extra and eff.mode != "record"
+                      and getattr(store, "checked_on_put", False) is True
+                      and callable(getattr(store, "hit", None))
+                      and getattr(eff.codec, "plain_payloads", False) is True)
+
+
 def _wrap(
     fn: Callable[..., Any],
     *,
@@ -84,28 +126,58 @@ def _wrap(
     if not (inspect.isfunction(target) or inspect.ismethod(target) or isinstance(target, type)):
         probe = type(target).__call__
 
-    def prepare(
-        args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[Any, str, bytes, _engine.Rekey | None] | None:
-        eff = _CURRENT.get() or current()
-        ns = eff.namespace
-        if ns is None or eff.mode == "off":
-            return None
-        kb = keys.builder(eff.volatile)
-        bound = kb.bind(args, kwargs)
-        # Substitutions go into the canonicaliser: a credential argument equal to a declared
-        # live value is keyed as its placeholder, before masking could hide it.
-        subs = (eff.extra.get("key_substitute") or ()) if eff.extra else ()
-        # Hits skip the volatile-field walk; it runs only when the fast key misses.
-        fast, full = kb.fast_form(bound, subs)
+    # The plan for the last Effective seen. One slot, read and replaced atomically: threads
+    # under different scopes at worst rebuild it (~2 µs); it keeps that Effective alive.
+    slot: list[_Plan] = [_Plan(None, keys)]
+
+    def plan_for(eff: Effective) -> _Plan:
+        p = slot[0]
+        if p.eff is not eff:
+            p = slot[0] = _Plan(eff, keys)
+        return p
+
+    def general(p: _Plan, bound: dict[str, Any], key: str, body: bytes, tail: bytes,
+                full: bool) -> tuple[Any, str, bytes, _engine.Rekey | None]:
+        """``(eff, key, canonical, rekey)`` for the engine's general path."""
+        canonical = body + tail if tail else body
         if full:  # already the full form: nothing to rekey
-            return eff, digest(ns, call_name, fast), fast, None
+            return p.eff, key, canonical, None
+        kb, subs, eff = p.kb, p.subs, p.eff
+        assert kb is not None and eff is not None
+        ns = eff.namespace or ""
 
         def rekey() -> tuple[str, bytes]:
+            # Hits skip the volatile-field walk; it runs only when the fast key misses.
             full = kb.canonical_bound(bound, subs)
             return digest(ns, call_name, full), full
 
-        return eff, digest(ns, call_name, fast), fast, rekey
+        return eff, key, canonical, rekey
+
+    def prepare(
+        args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[Any, str, bytes, _engine.Rekey | None] | None:
+        p = plan_for(_CURRENT.get() or current())
+        kb = p.kb
+        if kb is None:
+            return None
+        bound = kb.bind(args, kwargs)
+        return general(p, bound, *kb.fast_key(bound, p.seed, p.subs))
+
+    def short_hit(p: _Plan, eff: Effective, key: str) -> Any:
+        """The value of a warm in-memory hit, or ``MISS`` (then the general path decides)."""
+        item = p.store.hit(key)
+        if item is None:
+            return _engine.MISS
+        body = item[2]
+        if body is not None:  # plain JSON, checked when put: one loads is the fresh copy
+            try:
+                value = _loads(body)
+            except orjson.JSONDecodeError:
+                return _engine.MISS  # the general path decodes it again and reports it
+            rec = item[0]
+            record_hit(call_name, rec.duration, rec.usage)
+            return value
+        return _engine.memory_hit(eff, call_name, key)  # tagged values, errors
 
     if inspect.isasyncgenfunction(probe):
 
@@ -199,14 +271,20 @@ def _wrap(
 
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            prep = prepare(args, kwargs)
-            if prep is None:
+            eff = _CURRENT.get() or current()
+            p = slot[0]
+            if p.eff is not eff:
+                p = slot[0] = _Plan(eff, keys)
+            kb = p.kb
+            if kb is None:
                 return await fn(*args, **kwargs)
-            eff, key, canonical, rekey = prep
-            if not eff.extra and eff.mode != "record":
-                value = _engine.memory_hit(eff, call_name, key)
+            bound = kb.bind(args, kwargs)
+            key, body, tail, full = kb.fast_key(bound, p.seed, p.subs)
+            if p.short:
+                value = short_hit(p, eff, key)
                 if value is not _engine.MISS:
                     return value
+            eff, key, canonical, rekey = general(p, bound, key, body, tail, full)
             return await _engine.call_async(
                 eff, call_name, kind, key, canonical, lambda: fn(*args, **kwargs), ttl=ttl,
                 rekey=rekey,
@@ -217,14 +295,33 @@ def _wrap(
 
         @functools.wraps(fn)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-            prep = prepare(args, kwargs)
-            if prep is None:
+            # The plan lookup is inlined (not plan_for): this is the hot path of a hit.
+            eff = _CURRENT.get() or current()
+            p = slot[0]
+            if p.eff is not eff:
+                p = slot[0] = _Plan(eff, keys)
+            kb = p.kb
+            if kb is None:
                 return fn(*args, **kwargs)
-            eff, key, canonical, rekey = prep
-            if not eff.extra and eff.mode != "record":
-                value = _engine.memory_hit(eff, call_name, key)
-                if value is not _engine.MISS:
-                    return value
+            bound = kb.bind(args, kwargs)
+            key, body, tail, full = kb.fast_key(bound, p.seed, p.subs)
+            if p.short:  # short_hit, inlined
+                item = p.store.hit(key)
+                if item is not None:
+                    if item[2] is not None:
+                        try:
+                            value = _loads(item[2])
+                        except orjson.JSONDecodeError:
+                            pass  # the general path decodes it again and reports it
+                        else:
+                            rec = item[0]
+                            record_hit(call_name, rec.duration, rec.usage)
+                            return value
+                    else:
+                        value = _engine.memory_hit(eff, call_name, key)
+                        if value is not _engine.MISS:
+                            return value
+            eff, key, canonical, rekey = general(p, bound, key, body, tail, full)
             return _engine.call_sync(
                 eff, call_name, kind, key, canonical, lambda: fn(*args, **kwargs), ttl=ttl,
                 rekey=rekey,

@@ -36,7 +36,7 @@ from .errors import ConfigurationError, ReplayMiss
 from .stores._base import Store
 
 if TYPE_CHECKING:
-    import concurrent.futures  # at run time in _threads: it loads logging, ~7 ms (issue 12)
+    import concurrent.futures  # at run time in _executor: it loads logging, ~7 ms (issue 12)
 
 __all__ = ["current", "propagate", "scope", "wrap_executor"]
 
@@ -357,6 +357,6 @@ def wrap_executor(executor: concurrent.futures.Executor) -> concurrent.futures.E
     (``asyncio.to_thread`` already copies the context; ``loop.run_in_executor`` does not, so
     pass it a wrapped executor.)
     """
-    from ._threads import ContextExecutor
+    from ._executor import ContextExecutor
 
     return ContextExecutor(executor)

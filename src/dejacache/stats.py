@@ -68,14 +68,34 @@ class Stats:
 
 
 _LOCK = threading.Lock()
-_BY_NAME: dict[str, CallStats] = {}
-_TOTAL = CallStats()
-_NESTED = CallStats()
+
+
+class _Bucket:
+    """One call name's counters. The ``n*`` fields are the part counted while an outer
+    cached call ran live (``nested``); totals are summed from the buckets when a snapshot is
+    taken, so a hit updates one object (three additions under the lock), not three (issue
+    12: ``record_hit`` was 0.7 µs of a 2 KB hit)."""
+
+    __slots__ = ("errors", "hits", "misses", "nerrors", "nhits", "nmisses", "nstores",
+                 "ntime", "ntokens", "stores", "time_saved", "tokens_saved")
+
+    def __init__(self) -> None:
+        self.hits = self.misses = self.stores = self.errors = self.tokens_saved = 0
+        self.nhits = self.nmisses = self.nstores = self.nerrors = self.ntokens = 0
+        self.time_saved = self.ntime = 0.0
+
+    def row(self) -> CallStats:
+        return CallStats(self.hits, self.misses, self.stores, self.errors, self.time_saved,
+                         self.tokens_saved)
+
+
+_BY_NAME: dict[str, _Bucket] = {}
 # True while a cached call's function runs live: dejacache calls made inside are inner
 # layers of that call. A context variable, so threads and tasks started with the caller's
 # context (asyncio, dejacache.propagate) count as inside too.
 _INSIDE: contextvars.ContextVar[bool] = contextvars.ContextVar("dejacache_live_call",
                                                                default=False)
+_inside = _INSIDE.get
 
 
 class live_call:
@@ -91,41 +111,46 @@ class live_call:
         _INSIDE.reset(self._token)
 
 
-def _bucket(name: str) -> CallStats:
+def _bucket(name: str) -> _Bucket:
     b = _BY_NAME.get(name)
     if b is None:
         with _LOCK:
-            b = _BY_NAME.setdefault(name, CallStats())
+            b = _BY_NAME.setdefault(name, _Bucket())
     return b
 
 
 def record_hit(name: str, duration: float, usage: Mapping[str, int] | None) -> None:
-    b = _bucket(name)
-    tokens = token_total(usage) if usage else 0
-    layer = _NESTED if _INSIDE.get() else _TOTAL
-    with _LOCK:
-        b.hits += 1
-        b.time_saved += duration
-        b.tokens_saved += tokens
-        layer.hits += 1
-        if layer is _NESTED:
-            _NESTED.time_saved += duration
-            _NESTED.tokens_saved += tokens
-        # Savings count in the total at every layer (see the module docstring).
-        _TOTAL.time_saved += duration
-        _TOTAL.tokens_saved += tokens
+    b = _BY_NAME.get(name) or _bucket(name)
+    if usage:
+        tokens = int(usage["total_tokens"]) if "total_tokens" in usage else token_total(usage)
+    else:
+        tokens = 0
+    if _inside():
+        with _LOCK:
+            b.hits += 1
+            b.time_saved += duration
+            b.tokens_saved += tokens
+            b.nhits += 1
+            b.ntime += duration
+            b.ntokens += tokens
+    else:
+        with _LOCK:
+            b.hits += 1
+            b.time_saved += duration
+            b.tokens_saved += tokens
 
 
 def record_miss(name: str, stored: bool, error: bool = False) -> None:
-    b = _bucket(name)
-    layer = _NESTED if _INSIDE.get() else _TOTAL
+    b = _BY_NAME.get(name) or _bucket(name)
+    nested = _inside()
     with _LOCK:
         b.misses += 1
         b.stores += stored
         b.errors += error
-        layer.misses += 1
-        layer.stores += stored
-        layer.errors += error
+        if nested:
+            b.nmisses += 1
+            b.nstores += stored
+            b.nerrors += error
 
 
 def token_total(usage: Mapping[str, int]) -> int:
@@ -150,15 +175,22 @@ def usage_of(value: Any) -> dict[str, int] | None:
 
 def stats() -> Stats:
     """Counters since the process started (or the last :func:`reset_stats`)."""
+    total, nested = CallStats(), CallStats()
     with _LOCK:
-        by_name = {k: dataclasses.replace(v) for k, v in _BY_NAME.items()}
-        return Stats(total=dataclasses.replace(_TOTAL), by_name=by_name,
-                     nested=dataclasses.replace(_NESTED))
+        by_name = {}
+        for k, b in _BY_NAME.items():
+            by_name[k] = b.row()
+            # Each live call counts once, at its outermost layer; savings at every layer.
+            total.hits += b.hits - b.nhits
+            total.misses += b.misses - b.nmisses
+            total.stores += b.stores - b.nstores
+            total.errors += b.errors - b.nerrors
+            total.time_saved += b.time_saved
+            total.tokens_saved += b.tokens_saved
+            nested.add(CallStats(b.nhits, b.nmisses, b.nstores, b.nerrors, b.ntime, b.ntokens))
+    return Stats(total=total, by_name=by_name, nested=nested)
 
 
 def reset_stats() -> None:
     with _LOCK:
         _BY_NAME.clear()
-        for c in (_TOTAL, _NESTED):
-            c.hits = c.misses = c.stores = c.errors = c.tokens_saved = 0
-            c.time_saved = 0.0

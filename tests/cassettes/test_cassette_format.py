@@ -45,14 +45,20 @@ def test_bytes_are_deterministic_sorted_indented_with_final_newline(tmp_path):
                            b'run: dejacache rehash FILE",\n  "entries": [\n    {\n      '
                            b'"checksum": "')
     doc = orjson.loads(data)
-    assert list(doc) == ["checksums", "entries", "format", "values", "xref"]
+    assert list(doc) == ["checksums", "entries", "format", "values", "xref", "xref_at"]
     assert doc["format"] == fmt.FORMAT == 3
     assert fmt.dumps(doc) == data
     assert all(e["checksum"] == fmt.entry_checksum(e) for e in doc["entries"])
     assert doc["xref"] == fmt.build_xref(doc["entries"])
     xref = data.rindex(b'\n  "xref": {\n    "checksum": "' + doc["xref"]["checksum"].encode()
                        + b'",\n    "follows": [\n      -1,\n')
-    assert data.endswith(b"\n    ]\n  }\n}\n") and b'\n  "' not in data[xref + 1:]  # last
+    tail = b'\n  "xref_at": [\n    %d,\n    %d,\n    %d\n  ]\n}\n' % tuple(doc["xref_at"])
+    assert data.endswith(b"\n    ]\n  }," + tail)  # the cross-reference, then where it is
+    assert data.count(b'\n  "') == 6  # the six members, each on its own line
+    at, keys, end = doc["xref_at"]
+    assert data[at:].startswith(b'{\n    "checksum": "') and at == xref + len(b'\n  "xref": ')
+    assert data[keys - len(b'"keys": '):keys + 1] == b'"keys": ['
+    assert data[end:].startswith(b'\n    ],\n    "kinds": [')
 
 
 def test_an_entry_checksum_is_the_hash_of_its_bytes_in_the_file(tmp_path):
@@ -232,6 +238,46 @@ def test_a_damaged_cross_reference_is_refused_never_served(tmp_path, lazy):
     p.write_bytes(fmt.dumps(doc))
     with pytest.raises(CassetteError, match="does not describe the entries"):
         Cassette(p, mode="replay").get(key)
+
+
+def test_xref_at_is_a_checked_hint_and_a_wrong_one_means_a_full_parse(tmp_path, lazy):
+    p = tmp_path / "c.json"
+    record_steps(p, 12)
+    data = p.read_bytes()
+    doc = orjson.loads(data)
+    entries = doc["entries"]
+    assert fmt.with_xref_at(fmt.dumps({k: v for k, v in doc.items() if k != "xref_at"})) == data
+    at, keys, end = doc["xref_at"]
+    moved = [
+        fmt.dumps(dict(doc, xref_at=[at + 1, keys, end])),  # not the cross-reference
+        fmt.dumps(dict(doc, xref_at=[at, keys - 1, end])),  # not its keys
+        fmt.dumps(dict(doc, xref_at=[at, keys, end + 8])),  # past their end
+        fmt.dumps(dict(doc, xref_at=["x", keys, end])),
+    ]
+    for bad in moved:
+        with pytest.raises(CassetteError, match="xref_at"):
+            FileIndex.open(bad)
+    without = fmt.dumps({k: v for k, v in doc.items() if k != "xref_at"})  # unreleased files
+    assert FileIndex.open(without) is None
+
+    def replay() -> tuple[list[object], bool]:
+        tape = Cassette(p, mode="replay")
+        keys = [entries[i]["key"] for i in (11, 0, 5)]
+        got = [(k, tape.get(k)) for k in keys]
+        parsed = tape._full is not None
+        tape.close()
+        return [CODEC.decode(r.value, key=k) for k, r in got if r is not None], parsed
+
+    expected, parsed = replay()
+    assert len(expected) == 3 and not parsed  # served through the cross-reference
+    for bad in [*moved, without]:  # read whole: every entry, exactly
+        p.write_bytes(bad)
+        assert replay() == (expected, True)
+    p.write_bytes(data)
+    tape = Cassette(p, mode="replay")
+    assert tape.get(entries[11]["key"]) is not None and tape._full is None
+    tape.close()
+    assert len(tape.unused) == 11 and tape.unused[-1].key == entries[10]["key"]
 
 
 def test_format_2_files_replay_and_their_next_write_upgrades_them(tmp_path):

@@ -147,3 +147,19 @@ def test_concurrent_callers_elect_one_probe() -> None:
 def test_repr_names_the_state() -> None:
     b, _ = make()
     assert "closed" in repr(b)
+
+
+def test_healthy_means_closed_with_nothing_failed_since_the_last_success() -> None:
+    """The Redis hit path reads ``healthy`` instead of calling allow() and success()."""
+    b, clock = make(threshold=2)
+    assert b.healthy is True
+    b.failure(0.0001)
+    assert b.state is State.CLOSED and b.healthy is False
+    assert b.success() is False and b.healthy is True
+    b.failure(0.0001)
+    b.failure(0.0001)
+    assert b.state is State.OPEN and b.healthy is False
+    clock.now += 1.0
+    assert b.allow() is Decision.PROBE
+    assert b.state is State.HALF_OPEN and b.healthy is False
+    assert b.success() is True and b.healthy is True

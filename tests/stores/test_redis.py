@@ -3,6 +3,7 @@ read-only mode and client injection. Outages are in test_redis_outage.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -293,6 +294,31 @@ def test_another_apps_hash_under_our_key_is_a_miss_and_is_deleted(store: RedisSt
     assert store.get("k") is None
     assert raw.exists("t:v:k") == 0
     assert store.breaker.state == "closed"
+
+
+async def test_async_hash_under_our_key_is_a_miss_and_is_deleted(astore: RedisStore,
+                                                                 raw: redis.Redis) -> None:
+    raw.hset("t:v:k", mapping={"field": "value"})
+    assert await astore.aget("k") is None
+    assert raw.exists("t:v:k") == 0
+    assert astore.breaker.state == "closed" and astore.breaker.healthy
+
+
+def test_each_unpacked_record_gets_its_own_usage() -> None:
+    """Unpacking reuses the parse of metadata bytes it saw before, never the same dict,
+    and bytes it refused stay refused."""
+    blob = pack_record(dataclasses.replace(rec(b"v"), usage={"total_tokens": 4}, duration=0.5))
+    first = unpack_record(blob)
+    assert first is not None and first.usage == {"total_tokens": 4}
+    first.usage["total_tokens"] = 999  # type: ignore[index]
+    again = unpack_record(blob)
+    assert again is not None and again.usage == {"total_tokens": 4}
+    assert again.usage is not first.usage and again.duration == 0.5
+    assert unpack_record(blob, b"req") == Record(
+        b"v", first.name, first.namespace, first.kind, b"req", 0.5, {"total_tokens": 4},
+        first.created)
+    bad = blob[:8] + blob[8:].replace(b'"fn"', b"1234", 1)
+    assert unpack_record(bad) is None and unpack_record(bad) is None
 
 
 async def test_async_garbage_is_a_miss_and_is_deleted(astore: RedisStore,

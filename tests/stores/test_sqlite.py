@@ -706,3 +706,44 @@ def test_dejacache_warning_is_one_class_everywhere() -> None:
     from dejacache import _engine, errors
 
     assert dejacache.DejacacheWarning is errors.DejacacheWarning is _engine.DejacacheWarning
+
+
+# ---------------------------------------------------------------- the hit path (issue 12)
+
+
+def test_each_hit_gets_its_own_usage(tmp_path: pathlib.Path) -> None:
+    """Hits reuse the parse of a ``usage`` column they saw before; never the same dict."""
+    store = SQLiteStore(tmp_path / "c.db")
+    store.put("k", rec(b"v", usage={"total_tokens": 7, "prompt_tokens": 5}))
+    first = store.get("k")
+    assert first is not None and first.usage == {"total_tokens": 7, "prompt_tokens": 5}
+    first.usage["total_tokens"] = 999  # type: ignore[index]
+    again = store.get("k")
+    assert again is not None and again.usage == {"total_tokens": 7, "prompt_tokens": 5}
+    assert again.usage is not first.usage
+    with contextlib.closing(sqlite3.connect(tmp_path / "c.db")) as db, db:
+        db.execute("UPDATE entries SET usage=? WHERE key='k'", (b'{"total_tokens": "x"',))
+    damaged = store.get("k")  # a damaged usage fails neither the hit nor the stats
+    assert damaged is not None and damaged.value == b"v" and damaged.usage is None
+    store.close()
+
+
+def test_first_get_in_a_thread_opens_its_own_connection(tmp_path: pathlib.Path) -> None:
+    store = SQLiteStore(tmp_path / "c.db")
+    store.put("k", rec(b"v"))
+    got: list[Record | None] = []
+    conns: list[object] = []
+
+    def reader() -> None:
+        got.append(store.get("k"))
+        got.append(store.get("missing"))
+        conns.append(store._local.conn)
+
+    t = threading.Thread(target=reader)
+    t.start()
+    t.join()
+    assert got[0] is not None and got[0].value == b"v" and got[1] is None
+    assert conns[0] is not store._conn()  # one connection per thread
+    store.close()
+    assert store.get("k") is not None  # closed: the next hit reopens
+    store.close()

@@ -62,6 +62,10 @@ class CircuitBreaker:
         self._spent = 0.0
         self._since = 0.0  # when the breaker opened, or when the current probe started
         self.trips = 0  # how many times it opened (for stats)
+        # Closed with no failure since the last success: a call may go ahead and its
+        # success changes nothing, so a hot path reads this one attribute and skips both
+        # ``allow()`` and ``success()`` (issue 12: the Redis hit path).
+        self.healthy = True
 
     @property
     def state(self) -> State:
@@ -86,6 +90,7 @@ class CircuitBreaker:
         # Open and cooled down, or half-open with a probe that never reported: elect this
         # caller; everyone else keeps skipping until it reports.
         self._state = State.HALF_OPEN
+        self.healthy = False
         self._since = self._clock()
         return Decision.PROBE
 
@@ -98,11 +103,13 @@ class CircuitBreaker:
             self._state = State.CLOSED
             self._failures = 0
             self._spent = 0.0
+            self.healthy = True
             return not was_closed
 
     def failure(self, cost: float = 0.0) -> bool:
         """Record a failed call that took ``cost`` seconds. True when this opened it."""
         with self._lock:
+            self.healthy = False
             now = self._clock()
             if self._state is not State.CLOSED:
                 # A failed probe (or a straggler from before the trip): wait another cooldown.

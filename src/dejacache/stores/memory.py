@@ -8,7 +8,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Iterator
 
-from ..codec import blob_ok
+from ..codec import blob_ok, plain_body
 from ..errors import DejacacheWarning
 from ._base import BaseStore, Record, StoreStats
 
@@ -23,7 +23,8 @@ class MemoryStore(BaseStore):
 
     JSON-codec values are checked against their key when put, and a damaged one is not kept;
     the bytes then never leave this process's memory, so hits skip the per-read checksum
-    (``checked_on_put``: the engine decodes with ``JsonCodec.decode_checked``).
+    (``checked_on_put``: the engine decodes with ``JsonCodec.decode_checked``). A plain JSON
+    value's body is sliced once when put, so a hit is one ``orjson.loads`` of it (:meth:`hit`).
     """
 
     checked_on_put = True
@@ -39,7 +40,9 @@ class MemoryStore(BaseStore):
         self.url = "memory://"
         self.maxsize = maxsize
         self.max_bytes = max_bytes
-        self._data: OrderedDict[str, tuple[Record, float | None]] = OrderedDict()
+        # key -> (record, monotonic expiry or None, plain JSON body or None: see ``hit``)
+        self._data: OrderedDict[str, tuple[Record, float | None, memoryview | None]] = \
+            OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self.evictions = 0
@@ -50,7 +53,7 @@ class MemoryStore(BaseStore):
         item = self._data.get(key)
         if item is None:
             return None
-        record, expires = item
+        expires = item[1]
         if expires is not None and time.monotonic() >= expires:
             with self._lock:
                 if self._data.get(key) is item:
@@ -60,7 +63,27 @@ class MemoryStore(BaseStore):
             self._data.move_to_end(key)
         except KeyError:  # deleted meanwhile: the read still saw a live entry
             pass
-        return record
+        return item[0]
+
+    def hit(self, key: str) -> tuple[Record, float | None, memoryview | None] | None:
+        """:meth:`get` for the decorator's short path (issue 12 item 4): the stored entry,
+        ``(record, expiry, body)``, where ``body`` is the JSON body of a plain ``JsonCodec``
+        value (checked when put) and None for anything else (tagged values, errors, other
+        codecs), which take the general path. Not the ``Store`` protocol: an extension."""
+        item = self._data.get(key)
+        if item is None:
+            return None
+        expires = item[1]
+        if expires is not None and time.monotonic() >= expires:
+            with self._lock:
+                if self._data.get(key) is item:
+                    self._remove(key)
+            return None
+        try:  # noqa: SIM105
+            self._data.move_to_end(key)
+        except KeyError:
+            pass
+        return item
 
     def put(self, key: str, record: Record, *, ttl: float | None = None) -> None:
         if blob_ok(record.value, key) is False:  # damaged, or another key's value
@@ -71,21 +94,21 @@ class MemoryStore(BaseStore):
             return
         size = record.size
         expires = time.monotonic() + ttl if ttl is not None else None
+        body = plain_body(record.value) if record.kind != "error" else None
         with self._lock:
             if key in self._data:
                 self._remove(key)  # even when the new value is not kept: never serve the old
             if size > self.max_bytes:
                 return  # larger than the whole budget: never cached, never evicts everything
-            self._data[key] = (record, expires)
+            self._data[key] = (record, expires, body)
             self._bytes += size
             while len(self._data) > self.maxsize or self._bytes > self.max_bytes:
-                _, (old, _exp) = self._data.popitem(last=False)
+                old = self._data.popitem(last=False)[1][0]
                 self._bytes -= old.size
                 self.evictions += 1
 
     def _remove(self, key: str) -> None:
-        record, _ = self._data.pop(key)
-        self._bytes -= record.size
+        self._bytes -= self._data.pop(key)[0].size
 
     def delete(self, key: str) -> bool:
         with self._lock:
@@ -100,7 +123,7 @@ class MemoryStore(BaseStore):
         with self._lock:
             items = list(self._data.items())
         now = time.monotonic()
-        for key, (record, expires) in items:
+        for key, (record, expires, _body) in items:
             if expires is not None and now >= expires:
                 continue
             if name is not None and record.name != name:
@@ -116,7 +139,7 @@ class MemoryStore(BaseStore):
                 self._data.clear()
                 self._bytes = 0
                 return n
-            doomed = [k for k, (r, _) in self._data.items() if r.namespace == namespace]
+            doomed = [k for k, e in self._data.items() if e[0].namespace == namespace]
             for k in doomed:
                 self._remove(k)
             return len(doomed)
