@@ -725,3 +725,52 @@ def test_plain_memory_hits_are_fresh_counted_and_follow_configuration_changes() 
         assert calls == ["x", "x", "x", "x", "x"]
     s = dejacache.stats().by_name["plain.short"]
     assert (s.hits, s.misses) == (4, 4)  # mode off is not a cached call: not counted
+
+
+def test_settings_changes_reach_the_warm_hit_path_at_once(store: dejacache.MemoryStore) -> None:
+    """The hot path reads the global settings from one cached slot (issue 12 item 4): every
+    ``configure``, scope and ``config.reset`` still takes effect on the very next call."""
+    from dejacache import config
+
+    calls: list[int] = []
+
+    @dejacache.cache(name="warm")
+    def f(x: int) -> dict[str, int]:
+        calls.append(x)
+        return {"x": x}
+
+    f(1)
+    f(1)
+    assert calls == [1]
+    dejacache.configure(mode="off")
+    f(1)
+    assert calls == [1, 1]
+    dejacache.configure(mode="auto", cache_key="elsewhere")
+    f(1)
+    f(1)
+    assert calls == [1, 1, 1]
+    dejacache.configure(cache_key=None)
+    f(1)
+    assert calls == [1, 1, 1, 1]
+    config.reset()
+    dejacache.configure(store=dejacache.MemoryStore())
+    f(1)
+    assert calls == [1, 1, 1, 1, 1]
+    with dejacache.scope(mode="replay", store=dejacache.MemoryStore()):
+        with pytest.raises(dejacache.ReplayMiss):
+            f(1)
+        # A worker thread carrying no scope is routed to the open block, not the globals.
+        box: list[BaseException] = []
+
+        def bare() -> None:
+            try:
+                f(1)
+            except BaseException as exc:
+                box.append(exc)
+
+        t = threading.Thread(target=bare)
+        t.start()
+        t.join(30)
+        assert len(box) == 1 and isinstance(box[0], dejacache.ReplayMiss)
+    f(1)  # the globals again: a hit
+    assert calls == [1, 1, 1, 1, 1]

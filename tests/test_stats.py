@@ -92,6 +92,58 @@ def test_counters_are_thread_safe() -> None:
     assert abs(s.time_saved - 8.0) < 1e-6
 
 
+def _in_thread(fn: Any, *args: Any) -> threading.Thread:
+    t = threading.Thread(target=fn, args=args)
+    t.start()
+    t.join(30)
+    return t
+
+
+def test_counts_of_threads_that_have_exited_are_kept() -> None:
+    """Each thread counts in its own cells (no lock on a hit, issue 12 item 4); a thread that
+    exits keeps its counts, and the next thread to register folds them away, so the registry
+    stays as small as the live threads."""
+    stats_mod = importlib.import_module("dejacache.stats")
+
+    def work(n: int) -> None:
+        for _ in range(n):
+            record_hit("gone", 0.5, {"total_tokens": 2})
+            record_miss("gone", stored=True)
+
+    done = [_in_thread(work, 3), _in_thread(work, 4)]
+    _in_thread(record_hit, "later", 0.0, None)  # registers, folding the two exited threads
+    registered = [t for t, _ in stats_mod._THREADS.values()]
+    assert not any(t in registered for t in done)
+    s = dejacache.stats().by_name["gone"]
+    assert (s.hits, s.misses, s.stores, s.tokens_saved, s.time_saved) == (7, 7, 7, 14, 3.5)
+    assert dejacache.stats().total.hits == 8
+
+
+def test_reset_reaches_counts_made_in_other_threads() -> None:
+    counted, reset, again = threading.Event(), threading.Event(), threading.Event()
+
+    def work() -> None:
+        record_hit("w", 1.0, None)
+        counted.set()
+        reset.wait(30)
+        record_hit("w", 2.0, None)
+        again.set()
+        reset.wait(30)
+
+    t = threading.Thread(target=work)
+    t.start()
+    counted.wait(30)
+    assert dejacache.stats().by_name["w"].hits == 1
+    dejacache.reset_stats()
+    assert dejacache.stats().by_name == {}
+    reset.set()
+    again.wait(30)
+    assert dejacache.stats().by_name["w"] == CallStats(hits=1, time_saved=2.0)
+    t.join(30)
+    dejacache.reset_stats()
+    assert dejacache.stats().total == CallStats()
+
+
 def test_snapshot_is_a_copy_and_totals_add_up() -> None:
     record_hit("a", 1.0, None)
     record_miss("b", stored=False, error=True)

@@ -23,6 +23,8 @@ import sys
 import threading
 from typing import Any
 
+from ._importhook import spec_with_callback
+
 __all__ = ["on_block", "patched"]
 
 _MODULE = "concurrent.futures.thread"  # where ThreadPoolExecutor is defined
@@ -80,24 +82,12 @@ def patched() -> bool:
     return _DEPTH > 0 and any(isinstance(f, _PatchOnImport) for f in sys.meta_path)
 
 
-class _Loader:
-    """Runs the real loader, then patches the class it defined if a block is open."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    def create_module(self, spec: Any) -> Any:
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        self._inner.exec_module(module)
-        cls = getattr(module, "ThreadPoolExecutor", None)
-        if isinstance(cls, type):
-            with _LOCK:
-                _sync(cls)
-
-    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, ...: the real one's
-        return getattr(self._inner, name)
+def _loaded(module: Any) -> None:
+    """Patch the class the executor's module just defined (if a block is still open)."""
+    cls = getattr(module, "ThreadPoolExecutor", None)
+    if isinstance(cls, type):
+        with _LOCK:
+            _sync(cls)
 
 
 class _PatchOnImport:
@@ -107,13 +97,4 @@ class _PatchOnImport:
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname != _MODULE or not _DEPTH:
             return None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if finder is self or find is None:
-                continue
-            spec = find(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _Loader(spec.loader)
-                return spec
-        return None
+        return spec_with_callback(self, fullname, path, target, _loaded)

@@ -12,16 +12,17 @@ from typing import Any, TypeVar, overload
 import orjson
 
 from . import _engine
-from .config import Effective, VolatileItems, volatile_items
+from .config import GLOBAL, Effective, VolatileItems, volatile_items
 from .errors import ConfigurationError
 from .keys import KeyBuilder, KeyParts, digest, explain, key_seed
-from .scope import _CURRENT, check_ambiguous, current
+from .scope import _ACTIVE, _CURRENT, check_ambiguous, current
 from .stats import record_hit, record_miss
 
 __all__ = ["cache"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 _loads = orjson.loads
+_scoped = _CURRENT.get
 
 
 def _default_name(fn: Callable[..., Any]) -> str:
@@ -271,7 +272,11 @@ def _wrap(
 
         @functools.wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            eff = _CURRENT.get() or current()
+            eff = _scoped()
+            if eff is None:
+                eff = GLOBAL[0]
+                if eff is None or _ACTIVE:  # as in sync_wrapper
+                    eff = current()
             p = slot[0]
             if p.eff is not eff:
                 p = slot[0] = _Plan(eff, keys)
@@ -295,8 +300,12 @@ def _wrap(
 
         @functools.wraps(fn)
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-            # The plan lookup is inlined (not plan_for): this is the hot path of a hit.
-            eff = _CURRENT.get() or current()
+            # current() and the plan lookup inlined: this is the hot path of a hit.
+            eff = _scoped()
+            if eff is None:
+                eff = GLOBAL[0]
+                if eff is None or _ACTIVE:  # not computed yet / blocks open in other threads
+                    eff = current()
             p = slot[0]
             if p.eff is not eff:
                 p = slot[0] = _Plan(eff, keys)

@@ -24,6 +24,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from .config import (
+    GLOBAL,
     UNSET,
     Effective,
     _Unset,
@@ -80,7 +81,9 @@ def current() -> Effective:
     eff = _CURRENT.get()
     if eff is not None:
         return eff
-    if _ACTIVE and threading.current_thread() is not threading.main_thread():
+    if not _ACTIVE:
+        return GLOBAL[0] or get_settings()
+    if threading.current_thread() is not threading.main_thread():
         with _ACTIVE_LOCK:
             inner = {id(p) for p in _PARENT.values() if p is not None}
             leaves = {id(b): b for b in _ACTIVE if id(b) not in inner}

@@ -854,13 +854,7 @@ class Cassette(BaseStore):
 
     def unmade_error(self) -> ReplayDivergence | None:
         """The error a strict block raises at exit for recorded calls never made."""
-        with self._lock:
-            try:
-                self._settle()
-                self._report_unmade()
-            finally:
-                self._forget_file()
-        unmade = [d for d in self._divergences if d.reason == "unmade"]
+        unmade = [d for d in self._settled_divergences() if d.reason == "unmade"]
         if not unmade:
             return None
         lines = [f"dejacache strict replay: {len(unmade)} of the {len(self._book)} recorded "
@@ -879,6 +873,9 @@ class Cassette(BaseStore):
     def divergences(self) -> list[Divergence]:
         """Where this run left its recording, in the order found (see
         :class:`~.trajectory.Divergence`); recorded calls never made are added at exit."""
+        return self._settled_divergences()
+
+    def _settled_divergences(self) -> list[Divergence]:
         with self._lock:
             try:
                 self._settle()

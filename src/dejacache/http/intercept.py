@@ -37,9 +37,10 @@ import re
 import sys
 import threading
 from collections.abc import Iterable
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import Any, ParamSpec, TypeVar
 
+from .._importhook import spec_with_callback
 from ..config import Effective, volatile_items
 from ..errors import ConfigurationError
 from ..scope import BLOCK_HOOKS, Block, current
@@ -215,24 +216,15 @@ if _on_block not in BLOCK_HOOKS:
     BLOCK_HOOKS.append(_on_block)
 
 
-class _Loader(importlib.abc.Loader):
-    """Runs the real loader, then patches the library it just loaded (if a block is open)."""
-
-    def __init__(self, inner: Any, name: str) -> None:
-        self._inner = inner
-        self._name = name
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
-        return self._inner.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        self._inner.exec_module(module)
-        with _LOCK:
-            if _COUNT > 0:
-                if self._name in LIBRARIES:
-                    _patch(register(self._name, module))
-                else:
-                    _patch_extras(self._name)
+def _loaded(module: ModuleType) -> None:
+    """Patch the library or transport module that was just loaded (if a block is open)."""
+    name = module.__name__
+    with _LOCK:
+        if _COUNT > 0:
+            if name in LIBRARIES:
+                _patch(register(name, module))
+            else:
+                _patch_extras(name)
 
 
 # Every module the hook watches: the libraries and the modules of the extra transports.
@@ -251,16 +243,7 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
     ) -> importlib.machinery.ModuleSpec | None:
         if fullname not in _WATCHED or not _COUNT or fullname in sys.modules:
             return None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if finder is self or find is None:
-                continue
-            spec = find(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _Loader(spec.loader, fullname)
-                return spec  # type: ignore[no-any-return]
-        return None
+        return spec_with_callback(self, fullname, path, target, _loaded)  # type: ignore[no-any-return]
 
 
 if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):

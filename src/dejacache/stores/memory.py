@@ -33,7 +33,8 @@ class MemoryStore(BaseStore):
         super().__init_subclass__(**kwargs)
         # A subclass that reads or writes its own way (a test double, a wrapper that fails
         # on purpose) has not promised the check: its hits take the general, checked path.
-        if cls.get is not MemoryStore.get or cls.put is not MemoryStore.put:
+        if (cls.get is not MemoryStore.get or cls.put is not MemoryStore.put
+                or cls.hit is not MemoryStore.hit):
             cls.checked_on_put = False
 
     def __init__(self, maxsize: int = 10_000, max_bytes: int = 256 * 1024 * 1024) -> None:
@@ -48,6 +49,14 @@ class MemoryStore(BaseStore):
         self.evictions = 0
 
     def get(self, key: str) -> Record | None:
+        item = self.hit(key)
+        return None if item is None else item[0]
+
+    def hit(self, key: str) -> tuple[Record, float | None, memoryview | None] | None:
+        """:meth:`get` for the decorator's short path (issue 12 item 4): the stored entry,
+        ``(record, expiry, body)``, where ``body`` is the JSON body of a plain ``JsonCodec``
+        value (checked when put) and None for anything else (tagged values, errors, other
+        codecs), which take the general path. Not the ``Store`` protocol: an extension."""
         # No lock on the hit path: each OrderedDict call is atomic under the GIL, and a
         # concurrent put or delete only decides whether this read sees the old or new entry.
         item = self._data.get(key)
@@ -62,26 +71,6 @@ class MemoryStore(BaseStore):
         try:  # noqa: SIM105 (contextlib.suppress costs a context manager per hit)
             self._data.move_to_end(key)
         except KeyError:  # deleted meanwhile: the read still saw a live entry
-            pass
-        return item[0]
-
-    def hit(self, key: str) -> tuple[Record, float | None, memoryview | None] | None:
-        """:meth:`get` for the decorator's short path (issue 12 item 4): the stored entry,
-        ``(record, expiry, body)``, where ``body`` is the JSON body of a plain ``JsonCodec``
-        value (checked when put) and None for anything else (tagged values, errors, other
-        codecs), which take the general path. Not the ``Store`` protocol: an extension."""
-        item = self._data.get(key)
-        if item is None:
-            return None
-        expires = item[1]
-        if expires is not None and time.monotonic() >= expires:
-            with self._lock:
-                if self._data.get(key) is item:
-                    self._remove(key)
-            return None
-        try:  # noqa: SIM105
-            self._data.move_to_end(key)
-        except KeyError:
             pass
         return item
 

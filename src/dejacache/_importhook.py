@@ -1,0 +1,52 @@
+"""Run a callback right after a module is loaded, found through the other finders.
+
+Two patches must not miss a module imported while a block is open: the thread carry
+(``_threads``: ``concurrent.futures.thread``) and HTTP interception (``http.intercept``: the
+SDKs' HTTP stacks and transports). Each installs a meta-path finder that finds nothing itself:
+it asks the finders after it for the spec and wraps the spec's loader so that the callback
+runs once the module's code has executed. Importing nothing here keeps ``import dejacache``
+cheap (issue 12).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+__all__ = ["AfterLoader", "spec_with_callback"]
+
+
+class AfterLoader:
+    """Runs the real loader, then ``then(module)``."""
+
+    def __init__(self, inner: Any, then: Callable[[ModuleType], None]) -> None:
+        self._inner = inner
+        self._then = then
+
+    def create_module(self, spec: Any) -> Any:
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._inner.exec_module(module)
+        self._then(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_filename, ...: the real one's
+        return getattr(self._inner, name)
+
+
+def spec_with_callback(me: object, fullname: str, path: Any, target: Any,
+                       then: Callable[[ModuleType], None]) -> Any:
+    """The spec the finders after ``me`` give for ``fullname``, its loader wrapped so that
+    ``then`` runs after the module is executed; None when nobody finds it."""
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if finder is me or find is None:
+            continue
+        spec = find(fullname, path, target)
+        if spec is not None:
+            if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = AfterLoader(spec.loader, then)
+            return spec
+    return None
