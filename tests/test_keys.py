@@ -988,3 +988,30 @@ def test_a_result_that_cannot_be_stored_still_reaches_the_caller(
     assert list(memory_store.iterate()) == []
     second = f()  # nothing was stored: it runs again
     assert second is made[1]
+
+
+@settings(_BASE, max_examples=200)
+@given(_rich, st.sampled_from(["request", "password", "traceparent", "x"]), st.booleans())
+def test_bind_key_is_bind_then_fast_key_and_its_key_is_the_digest(
+    value: Any, param: str, push: bool
+) -> None:
+    """Issue 12 item 4: ``bind_key`` (the decorator's hot path) skips the names check of a
+    plain single parameter and serves the marked key from the ``None`` memo; its key stays
+    ``digest(body + tail)`` on the first, second and compiled sights, for credential and
+    volatile parameter names too, and a NaN twin never gets the ``None`` key."""
+    ns: dict[str, Any] = {}
+    exec(f"def fn({param}): pass", ns)
+    kb = KeyBuilder(ns["fn"], "f")
+    seed = keys.key_seed("n", "f")
+    arg = {"v": value, "big": 2**70} if push else {"v": value}
+    for _ in range(3):
+        bound, key, body, tail, _full = kb.bind_key((arg,), {}, seed)
+        assert bound == kb.bind((arg,), {})
+        # ``full`` may differ between sights (the first returns the full form it needed)
+        k2, b2, t2, _ = kb.fast_key(bound, seed)
+        assert (key, body + tail) == (k2, b2 + t2)
+        assert key == keys.digest("n", "f", body + tail)
+        assert body + tail == kb.fast_form(bound)[0]
+    swapped = {k: (math.nan if v is None else v) for k, v in arg.items()}
+    if param != "traceparent" and any(v is None for v in arg.values()):  # not dropped
+        assert kb.bind_key((swapped,), {}, seed)[1] != key

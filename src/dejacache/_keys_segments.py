@@ -195,17 +195,27 @@ class NoneCheck:
         self.paths = tuple(flat)
         self.lists = tuple(runs)
         self.nones = bool(self.paths or self.lists)
-        self.probe: Callable[[Any], bool] | None = None  # compiled on the second sight
+        # All the probes as one callable, built on the second sight (by ``ok``); a hit
+        # calls it directly, without the ``ok`` frame.
+        self.probe: Callable[[Any], bool] | None = None
 
     def ok(self, data: Any) -> bool:
-        for pre, run in self.lists:
-            if not run.probe(_at(data, pre)):
-                return False
         probe = self.probe
         if probe is None:
-            probe = self.probe = (_compile(self.paths) if len(self.paths) <= _COMPILE_MAX
-                                  else functools.partial(_slow_ok, self.paths))
+            probe = (_compile(self.paths) if len(self.paths) <= _COMPILE_MAX
+                     else functools.partial(_slow_ok, self.paths))
+            if self.lists:
+                probe = functools.partial(_lists_ok, self.lists, probe)
+            self.probe = probe
         return probe(data)
+
+
+def _lists_ok(lists: tuple[tuple[Path, Run], ...], paths: Callable[[Any], bool],
+              data: Any) -> bool:
+    for pre, run in lists:
+        if not run.probe(_at(data, pre)):
+            return False
+    return paths(data)
 
 
 _COMPILE_MAX = 64  # more probes than this are looped over (bounded code per memo entry)

@@ -161,8 +161,7 @@ def _wrap(
         kb = p.kb
         if kb is None:
             return None
-        bound = kb.bind(args, kwargs)
-        return general(p, bound, *kb.fast_key(bound, p.seed, p.subs))
+        return general(p, *kb.bind_key(args, kwargs, p.seed, p.subs))
 
     def short_hit(p: _Plan, eff: Effective, key: str) -> Any:
         """The value of a warm in-memory hit, or ``MISS`` (then the general path decides)."""
@@ -283,8 +282,7 @@ def _wrap(
             kb = p.kb
             if kb is None:
                 return await fn(*args, **kwargs)
-            bound = kb.bind(args, kwargs)
-            key, body, tail, full = kb.fast_key(bound, p.seed, p.subs)
+            bound, key, body, tail, full = kb.bind_key(args, kwargs, p.seed, p.subs)
             if p.short:
                 value = short_hit(p, eff, key)
                 if value is not _engine.MISS:
@@ -312,8 +310,7 @@ def _wrap(
             kb = p.kb
             if kb is None:
                 return fn(*args, **kwargs)
-            bound = kb.bind(args, kwargs)
-            key, body, tail, full = kb.fast_key(bound, p.seed, p.subs)
+            bound, key, body, tail, full = kb.bind_key(args, kwargs, p.seed, p.subs)
             if p.short:  # short_hit, inlined
                 item = p.store.hit(key)
                 if item is not None:

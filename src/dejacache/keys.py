@@ -471,12 +471,12 @@ def _general(data: Mapping[str, Any], names: _Names | None, function: str,
 # never look up the ``None`` entry.
 _NONE_MARK = b" "
 
-# Per byte string (by its 128-bit digest, seeded like the key it is part of): where the plain
-# data that wrote it held ``None`` (``_NO_NULLS`` when it holds no ``null`` at all: searching
-# 2 KB for one cost more than hashing it). Probing those places costs a few dict lookups where
-# a walk of the whole request cost 3x the orjson floor (issue 12: a 200 KB hit went from 1.10x
-# to 2.96x).
-_NULLS: dict[int, _seg.NoneCheck] = {}
+# Per byte string (by its key: the seeded 128-bit hex digest of the bytes alone): where the
+# plain data that wrote it held ``None``, and the key of the bytes with the mark. ``(None,
+# None)`` when there is nothing to probe (searching 2 KB for a ``null`` cost more than
+# hashing it). Probing those places costs a few dict lookups where a walk of the whole
+# request cost 3x the orjson floor (issue 12: a 200 KB hit went from 1.10x to 2.96x).
+_NULLS: dict[str, tuple[_seg.NoneCheck | None, str | None]] = {}
 
 
 def _full(data: Mapping[str, Any], names: _Names, function: str,
@@ -545,22 +545,24 @@ def canonical_json(
     return _canonical(data, _names_for(volatile or frozenset()), function, substitutions)
 
 
-_H128 = xxhash.xxh3_128
 _hex = xxhash.xxh3_128_hexdigest
-_NO_NULLS = _seg.NoneCheck(())  # bytes without any ``null``: nothing to probe
+_PLAIN_ENTRY: tuple[_seg.NoneCheck | None, str | None] = (None, None)  # nothing to probe
 
 
 def _fast_key(data: Any, names: _Names, function: str,
-              subs: tuple[tuple[bytes, bytes], ...], seed: int) -> tuple[str, bytes, bytes, bool]:
+              subs: tuple[tuple[bytes, bytes], ...], seed: int,
+              checked: bool = False) -> tuple[str, bytes, bytes, bool]:
     """``(key, body, tail, full)``: the key (seeded digest) of the fast lookup form
     ``body + tail``, kept in two parts so a hit never copies the bytes to append the mark;
-    ``full`` as in :func:`fast_json`.
+    ``full`` as in :func:`fast_json`. ``checked``: the caller knows ``data``'s own keys
+    are plain names.
 
-    One pass of the hash over the bytes serves both the ``_NULLS`` lookup (the digest of
-    ``body``) and the key (the same state, fed the mark when the ``null`` are ``None``):
-    hashing twice and appending the mark cost 12% of a 20 or 200 KB hit (issue 12).
+    One one-shot digest of ``body`` is both the ``_NULLS`` lookup and, when the bytes hold
+    no ``None``, the key; the key with the mark was computed once, when the bytes were first
+    seen (issue 12 item 4: a hasher object fed the mark cost 0.5 µs of a 2 KB hit, the
+    one-shot digest 0.15; hashing twice cost 12% of a 20 or 200 KB hit).
     """
-    if not names.plain.issuperset(data) and not names.clean(data):
+    if not checked and not names.plain.issuperset(data) and not names.clean(data):
         form = _canonical(data, names, function, subs)  # a credential argument
         return _hex(form, seed=seed), form, b"", True
     try:
@@ -568,36 +570,46 @@ def _fast_key(data: Any, names: _Names, function: str,
     except (TypeError, orjson.JSONEncodeError):
         form = _canonical(data, names, function, subs)
         return _hex(form, seed=seed), form, b"", True
-    h = _H128(out, seed=seed)
-    memo = h.intdigest()
-    check = _NULLS.get(memo)
-    if check is None:
+    key = _hex(out, seed=seed)
+    entry = _NULLS.get(key)
+    if entry is None:
         if b"null" in out:  # None, or a NaN/inf orjson spelled the same way
             # First time these bytes are seen: the full form (needed on a miss anyway) also
             # says where the None are, for the next call with the same bytes.
             full, check = _full(data, names, function, subs, True, out)
-            if check is not None:
-                _remember(memo, check)
             form = _finish(full, subs)
-            return _hex(form, seed=seed), form, b"", True
-        _remember(memo, _NO_NULLS)  # the next call with these bytes skips the search
-        check = _NO_NULLS
-    elif not check.ok(data):
+            form_key = _hex(form, seed=seed)
+            if check is not None:
+                if not check.nones:
+                    _remember(key, _PLAIN_ENTRY)
+                else:
+                    marked = out + _NONE_MARK
+                    _remember(key, (check, form_key if form == marked
+                                    else _hex(marked, seed=seed)))
+            return form_key, form, b"", True
+        _remember(key, _PLAIN_ENTRY)  # the next call with these bytes skips the search
+        entry = _PLAIN_ENTRY
+    check, marked_key = entry
+    if check is None:
+        if subs:
+            form = _subst(out, subs)
+            return _hex(form, seed=seed), form, b"", False
+        return key, out, b"", False
+    probe = check.probe  # compiled on the second sight (NoneCheck.ok)
+    if not (probe(data) if probe is not None else check.ok(data)):
         form = _canonical(data, names, function, subs)
         return _hex(form, seed=seed), form, b"", True
-    tail = _NONE_MARK if check.nones else b""
     if subs:
-        form = _subst(out + tail, subs)
+        form = _subst(out + _NONE_MARK, subs)
         return _hex(form, seed=seed), form, b"", False
-    if tail:
-        h.update(tail)
-    return h.hexdigest(), out, tail, False
+    assert marked_key is not None
+    return marked_key, out, _NONE_MARK, False
 
 
-def _remember(memo: int, check: _seg.NoneCheck) -> None:
+def _remember(key: str, entry: tuple[_seg.NoneCheck | None, str | None]) -> None:
     if len(_NULLS) >= _seg.MEMO_MAX:
         _NULLS.clear()
-    _NULLS[memo] = check
+    _NULLS[key] = entry
 
 
 def _fast(data: Any, names: _Names, function: str,
@@ -704,6 +716,7 @@ class KeyBuilder:
         "_ignore",
         "_names",
         "_one",
+        "_one_plain",
         "_plan",
         "_pre_args",
         "_pre_kwargs",
@@ -766,6 +779,11 @@ class KeyBuilder:
         # else: the commonest call, ``llm(request)``, binds as one dict display (0.07 µs;
         # the zip was 0.46).
         self._one: str | None = self._names[0] if self._plan and self._names else None
+        # ... and when that name is neither volatile nor a credential and no volatile path
+        # or pattern applies, its one-key dict needs no names check either (``bind_key``).
+        self._one_plain: str | None = self._one if (
+            self._one is not None and not self.paths and not self.patterns
+            and self._filter.clean({self._one: None})) else None
 
     def unreachable_paths(self) -> list[str]:
         """Volatile paths whose first name no call of the function can carry."""
@@ -857,6 +875,22 @@ class KeyBuilder:
         data: Any = _vol.apply(bound, self.paths, self.patterns) if (
             self.paths or self.patterns) else bound
         return _fast_key(data, self._filter, self.name, substitutions, seed)
+
+    def bind_key(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], seed: int,
+                 substitutions: tuple[tuple[bytes, bytes], ...] = ()
+                 ) -> tuple[dict[str, Any], str, bytes, bytes, bool]:
+        """:meth:`bind` then :meth:`fast_key`: ``(bound, key, body, tail, full)``. The
+        commonest call, ``llm(request)``, binds as one dict display and skips the names
+        check of its one plain parameter (issue 12 item 4: ~3% of a 2 KB hit)."""
+        one = self._one_plain
+        if one is not None and len(args) == 1 and not kwargs:
+            bound = {one: args[0]}
+            key, body, tail, full = _fast_key(bound, self._filter, self.name, substitutions,
+                                              seed, True)
+            return bound, key, body, tail, full
+        bound = self.bind(args, kwargs)
+        key, body, tail, full = self.fast_key(bound, seed, substitutions)
+        return bound, key, body, tail, full
 
     def canonical_fast(self, bound: Mapping[str, Any],
                        substitutions: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:
