@@ -82,19 +82,15 @@ def _decoder(eff: Effective, store: Any) -> Callable[..., Any]:
     return eff.codec.decode
 
 
-def memory_hit(eff: Effective, name: str, key: str) -> Any:
-    """The decoded value when ``eff.store`` checked it on put and holds it (``MemoryStore``),
-    else ``MISS``: the whole of a 2 KB in-memory hit (issue 12 item 4), before the general
-    path (:func:`call_sync`), which handles everything else, errors included."""
-    store = eff.store
-    if not getattr(store, "checked_on_put", False):
-        return MISS
-    decode = getattr(eff.codec, "decode_checked", None)
-    rec = store.get(key)
-    if rec is None or decode is None or rec.kind == "error":
+def memory_hit(eff: Effective, name: str, key: str, rec: Record) -> Any:
+    """The decoded value of ``rec``, just read from ``eff.store`` (a ``MemoryStore``, which
+    checked it on put), else ``MISS``: the decorator's short path for what is not plain JSON
+    (issue 12 item 4), before the general path (:func:`call_sync`), which handles everything
+    else, errors included."""
+    if rec.kind == "error":
         return MISS
     try:
-        value = decode(rec.value, key=key, namespace=eff.namespace or "")
+        value = _decoder(eff, eff.store)(rec.value, key=key, namespace=eff.namespace or "")
     except SerializationError:
         return MISS  # the general path looks again and reports it
     record_hit(name, rec.duration, rec.usage)

@@ -177,7 +177,7 @@ def _wrap(
             rec = item[0]
             record_hit(call_name, rec.duration, rec.usage)
             return value
-        return _engine.memory_hit(eff, call_name, key)  # tagged values, errors
+        return _engine.memory_hit(eff, call_name, key, item[0])  # tagged values, errors
 
     if inspect.isasyncgenfunction(probe):
 
@@ -324,7 +324,7 @@ def _wrap(
                             record_hit(call_name, rec.duration, rec.usage)
                             return value
                     else:
-                        value = _engine.memory_hit(eff, call_name, key)
+                        value = _engine.memory_hit(eff, call_name, key, item[0])
                         if value is not _engine.MISS:
                             return value
             eff, key, canonical, rekey = general(p, bound, key, body, tail, full)

@@ -218,19 +218,16 @@ class ReplayDivergence(ReplayMiss):
         self,
         message: str,
         *,
-        name: str = "",
-        key: str = "",
-        source: str = "",
-        diff: list[str] | None = None,
         step: int | None = None,
         recorded_step: int | None = None,
         expected: Any = None,
         actual: Any = None,
         reason: str = "",
+        **context: Any,
     ) -> None:
         self.step = step
         self.recorded_step = recorded_step
         self.expected = expected
         self.actual = actual
         self.reason = reason
-        super().__init__(message, name=name, key=key, source=source, diff=diff)
+        super().__init__(message, **context)

@@ -563,13 +563,11 @@ def _fast_key(data: Any, names: _Names, function: str,
     one-shot digest 0.15; hashing twice cost 12% of a 20 or 200 KB hit).
     """
     if not checked and not names.plain.issuperset(data) and not names.clean(data):
-        form = _canonical(data, names, function, subs)  # a credential argument
-        return _hex(form, seed=seed), form, b"", True
+        return _full_key(data, names, function, subs, seed)  # a credential argument
     try:
         out = orjson.dumps(data, default=_tagged, option=_OPTS)
     except (TypeError, orjson.JSONEncodeError):
-        form = _canonical(data, names, function, subs)
-        return _hex(form, seed=seed), form, b"", True
+        return _full_key(data, names, function, subs, seed)
     key = _hex(out, seed=seed)
     entry = _NULLS.get(key)
     if entry is None:
@@ -597,13 +595,19 @@ def _fast_key(data: Any, names: _Names, function: str,
         return key, out, b"", False
     probe = check.probe  # compiled on the second sight (NoneCheck.ok)
     if not (probe(data) if probe is not None else check.ok(data)):
-        form = _canonical(data, names, function, subs)
-        return _hex(form, seed=seed), form, b"", True
+        return _full_key(data, names, function, subs, seed)
     if subs:
         form = _subst(out + _NONE_MARK, subs)
         return _hex(form, seed=seed), form, b"", False
     assert marked_key is not None
     return marked_key, out, _NONE_MARK, False
+
+
+def _full_key(data: Any, names: _Names, function: str,
+              subs: tuple[tuple[bytes, bytes], ...], seed: int) -> tuple[str, bytes, bytes, bool]:
+    """:func:`_fast_key`'s answer when only the full form will do."""
+    form = _canonical(data, names, function, subs)
+    return _hex(form, seed=seed), form, b"", True
 
 
 def _remember(key: str, entry: tuple[_seg.NoneCheck | None, str | None]) -> None:

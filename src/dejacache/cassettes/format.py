@@ -137,9 +137,8 @@ def entry_checksum(entry: dict[str, Any]) -> str:
     """The hash of ``entry``'s bytes as :func:`dumps` lays them out inside a document (4
     spaces deep), without its ``checksum`` field. Defined on the file's bytes so the hit path
     can check an entry with one hash over its slice, without parsing it."""
-    body = orjson.dumps({k: v for k, v in entry.items() if k != "checksum"},
-                        option=_ENTRY_OPTS)
-    return xxhash.xxh3_128_hexdigest(b"    " + body.replace(b"\n", _NESTED))[:_HASH_LEN]
+    body = entry_bytes({k: v for k, v in entry.items() if k != "checksum"})
+    return xxhash.xxh3_128_hexdigest(body)[:_HASH_LEN]
 
 
 class Packer:
@@ -468,8 +467,9 @@ def xref_checksum(xref: dict[str, Any]) -> str:
     return xxhash.xxh3_128_hexdigest(body.replace(b"\n", b"\n  "))[:_HASH_LEN]
 
 
-def follows_of(entry: dict[str, Any]) -> int | None:
-    f = entry.get("follows")
+def follows_of(entry: dict[str, Any] | None) -> int | None:
+    """An entry's ``follows`` (None: written before the order was kept)."""
+    f = entry.get("follows") if entry else None
     return f if type(f) is int else None
 
 

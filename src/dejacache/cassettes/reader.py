@@ -28,7 +28,7 @@ from . import format as fmt
 
 __all__ = ["DocIndex", "FileIndex", "Index"]
 
-_HASH_LEN: Final = 24
+_HASH_LEN: Final = fmt._HASH_LEN
 _CHECK_LINE = b'    {\n      "checksum": "'
 _CHECK_END = len(_CHECK_LINE) + _HASH_LEN + 3  # the hash, then '",\n'
 _XREF_CHECK = b'{\n    "checksum": "'
@@ -280,29 +280,25 @@ class FileIndex(Index):
 
     def keys(self) -> list[str]:
         if self._keys is None:
-            keys = _parse(self._xref, self._cols["keys"])
-            if len(keys) != self.n:  # (types: the column is checksummed with the rest)
-                raise CassetteError("the cross-reference's keys do not match its sizes")
-            self._keys = keys
+            self._keys = self._list("keys")
         return self._keys
 
-    def _strs(self, name: str) -> list[str]:
-        out = _parse(self._xref, _column(self._xref, name))
+    def _list(self, name: str) -> list[Any]:
+        """One column, parsed (its types: the column is checksummed with the rest)."""
+        bounds = self._cols.get(name) or _column(self._xref, name)
+        out = _parse(self._xref, bounds)
         if len(out) != self.n:
             raise CassetteError(f"the cross-reference's {name} do not match its sizes")
         return out
 
     def names(self) -> list[str]:
-        return self._strs("names")
+        return self._list("names")
 
     def kinds(self) -> list[str]:
-        return self._strs("kinds")
+        return self._list("kinds")
 
     def follows(self) -> list[int | None]:
-        out = _parse(self._xref, _column(self._xref, "follows"))
-        if len(out) != self.n:
-            raise CassetteError("the cross-reference's follows do not match its sizes")
-        return out
+        return self._list("follows")
 
     # ------------------------------------------------------------ entries
 

@@ -634,7 +634,7 @@ class Cassette(BaseStore):
         if self._raw is None or self.mode == "record":
             return e, None
         view = self._fields(e)
-        f = _follows(view[0])
+        f = fmt.follows_of(view[0])
         pos, _ = self._position()
         if f is None or f == pos:
             return e, view
@@ -642,7 +642,7 @@ class Cassette(BaseStore):
             if peer.used:
                 continue
             pv = self._fields(peer)
-            if _follows(pv[0]) == pos:
+            if fmt.follows_of(pv[0]) == pos:
                 del q[i]
                 q.appendleft(e)
                 return peer, pv
@@ -652,7 +652,7 @@ class Cassette(BaseStore):
         i = e.index
         assert i is not None
         name = str(doc.get("name", ""))
-        f = _follows(doc)
+        f = fmt.follows_of(doc)
         book = self._book
         book.learn(i, name, f)
         pos, last = self._position()
@@ -1060,7 +1060,7 @@ class Cassette(BaseStore):
                 return _MISSING  # another process's entry (merged): its order is unknown
             if e.index in self._observed:
                 return marker_doc(self._observed[e.index])
-            f = _follows(doc)
+            f = fmt.follows_of(doc)
             if f is None:
                 return _MISSING
             if f < 0 or f >= len(self._old):
@@ -1182,12 +1182,6 @@ class _Unused:
         return itertools.chain.from_iterable(map(range, [0, *(i + 1 for i in t)], [*t, self._n]))
 
 
-def _follows(doc: dict[str, Any] | None) -> int | None:
-    """An entry's ``follows`` (None: written before the order was kept)."""
-    f = doc.get("follows") if doc else None
-    return f if type(f) is int else None
-
-
 def _same_multiset(current: bytes, entries: list[dict[str, Any]], path: Any) -> bool:
     """Re-recording that only reordered concurrent calls (``asyncio.gather``) is no change."""
     try:
@@ -1205,7 +1199,7 @@ def _order_free(entries: list[dict[str, Any]]) -> list[bytes]:
     tasks interleaved."""
     out = []
     for d in entries:
-        f = _follows(d)
+        f = fmt.follows_of(d)
         prev = entries[f].get("key") if f is not None and 0 <= f < len(entries) else f
         out.append(_canon(d, ignore=("checksum", "occurrence", "follows"))
                    + orjson.dumps(prev))

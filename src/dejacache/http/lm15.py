@@ -26,6 +26,7 @@ replay block then refuses its connection (``socketguard.py``).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
@@ -123,12 +124,16 @@ def _lm15_error(module: Any, exc: BaseException) -> BaseException:
     return out
 
 
-def _converting(module: Any, lib: Lib) -> Callable[[BaseException], BaseException | None]:
-    def convert(exc: BaseException) -> BaseException | None:
+@contextlib.contextmanager
+def _as_lm15(module: Any, lib: Lib) -> Iterator[None]:
+    """Raise the library's transport errors (live or replayed) as lm15's; a replay miss and
+    anything else as they are."""
+    try:
+        yield
+    except Exception as exc:
         if isinstance(exc, ReplayMiss) or not lib.transport_error(exc):
-            return None
-        return _lm15_error(module, exc)
-    return convert
+            raise
+        raise _lm15_error(module, exc) from exc
 
 
 @functools.cache
@@ -195,7 +200,6 @@ def _sync_stream(module: Any, orig: Callable[..., Any]) -> Callable[[Any, Any], 
                 return orig(self, request)
         lib = found
         hreq, (eff, opts) = decided
-        convert = _converting(module, lib)
 
         def send(req: Any) -> Any:  # ``req`` is ``hreq``: lm15 sends its own request
             try:
@@ -206,22 +210,12 @@ def _sync_stream(module: Any, orig: Callable[..., Any]) -> Callable[[Any, Any], 
                                        stream=_live_classes(lib, module)[0](live, req),
                                        request=req)
 
-        try:
+        with _as_lm15(module, lib):
             resp = handle_sync(lib, eff, hreq, send, opts)
-        except Exception as exc:
-            out = convert(exc)
-            if out is None:
-                raise
-            raise out from exc
 
         def chunks() -> Iterator[bytes]:
-            try:
+            with _as_lm15(module, lib):
                 yield from resp.iter_bytes()
-            except Exception as exc:
-                out = convert(exc)
-                if out is None:
-                    raise
-                raise out from exc
 
         return module.TransportResponse(**_response_kwargs(resp), chunks=chunks(),
                                         release=lambda _consumed: resp.close())
@@ -262,7 +256,6 @@ def _async_stream(module: Any, orig: Callable[..., Any]) -> Callable[[Any, Any],
                 return await orig(self, request)
         lib = found
         hreq, (eff, opts) = decided
-        convert = _converting(module, lib)
 
         async def send(req: Any) -> Any:
             try:
@@ -273,23 +266,13 @@ def _async_stream(module: Any, orig: Callable[..., Any]) -> Callable[[Any, Any],
                                        stream=_live_classes(lib, module)[1](live, req),
                                        request=req)
 
-        try:
+        with _as_lm15(module, lib):
             resp = await handle_async(lib, eff, hreq, send, opts)
-        except Exception as exc:
-            out = convert(exc)
-            if out is None:
-                raise
-            raise out from exc
 
         async def chunks() -> AsyncIterator[bytes]:
-            try:
+            with _as_lm15(module, lib):
                 async for chunk in resp.aiter_bytes():
                     yield chunk
-            except Exception as exc:
-                out = convert(exc)
-                if out is None:
-                    raise
-                raise out from exc
 
         async def release(_consumed: bool) -> None:
             await resp.aclose()

@@ -327,7 +327,8 @@ class RedisStore(BaseStore):
             try:
                 raw = client.get(vkey)
             except _FAILURES as exc:
-                self._get_failed(exc, t0, key)
+                if self._get_failed(exc, t0):
+                    self._discard(key)
                 return None
         else:
             raw = self._do(lambda c: c.get(vkey), None, key)
@@ -338,13 +339,15 @@ class RedisStore(BaseStore):
             self._discard(key)
         return rec
 
-    def _get_failed(self, exc: BaseException, t0: float, key: str) -> None:
-        if isinstance(exc, redis.ResponseError):  # up, but not a string under our key
+    def _get_failed(self, exc: BaseException, t0: float) -> bool:
+        """Book a failed hit-path GET as ``_do`` would; True when the server replied with an
+        error (up, but not a string under our key: the caller discards the key)."""
+        if isinstance(exc, redis.ResponseError):
             self._ok()
             log.debug("dejacache: Redis error reply: %r", exc)
-            self._discard(key)
-        else:
-            self._failed(exc, t0)
+            return True
+        self._failed(exc, t0)
+        return False
 
     async def aget(self, key: str) -> Record | None:
         vkey = self._v + key
@@ -354,12 +357,8 @@ class RedisStore(BaseStore):
             try:
                 raw = await client.get(vkey)
             except _FAILURES as exc:
-                if isinstance(exc, redis.ResponseError):
-                    self._ok()
-                    log.debug("dejacache: Redis error reply: %r", exc)
+                if self._get_failed(exc, t0):
                     await self._adiscard(key)
-                else:
-                    self._failed(exc, t0)
                 return None
         else:
             raw = await self._ado(lambda c: c.get(vkey), None, key)

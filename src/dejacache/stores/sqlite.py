@@ -698,10 +698,9 @@ class SQLiteStore(BaseStore):
 
         def body(conn: sqlite3.Connection) -> int:
             old = conn.execute(_OLD, (key,)).fetchone()
-            if old is not None and old[0] == z and old[1] == request:
-                conn.execute(_PUT, row)  # the same request again: its blobs stay as they are
-                return 1
             conn.execute(_PUT, row)
+            if old is not None and old[0] == z and old[1] == request:
+                return 1  # the same request again: its blobs stay as they are
             if added:  # take the new references before dropping the old ones
                 conn.executemany(_ADD_BLOB, added)
             if old is not None and old[1] is not None:
@@ -711,16 +710,7 @@ class SQLiteStore(BaseStore):
         self._write(body, key)
 
     def delete(self, key: str) -> bool:
-        def body(conn: sqlite3.Connection) -> int:
-            old = conn.execute(_OLD, (key,)).fetchone()
-            if old is None:
-                return 0
-            conn.execute("DELETE FROM entries WHERE key=?", (key,))
-            if old[1] is not None:
-                _release(conn, collections.Counter(_refs(old[0], old[1])))
-            return 1
-
-        return self._write(body, key) > 0
+        return self._remove("key=?", (key,), key) > 0
 
     def iterate(
         self, name: str | None = None, namespace: str | None = None
@@ -827,8 +817,9 @@ class SQLiteStore(BaseStore):
         seen.add(hb, data)
         return data
 
-    def _remove(self, where: str, args: tuple[Any, ...]) -> int:
-        """Delete the entries matching ``where`` and release the blobs they referenced."""
+    def _remove(self, where: str, args: tuple[Any, ...], key: str = "") -> int:
+        """Delete the entries matching ``where`` and release the blobs they referenced
+        (``key``: the one key removed, named by a write error)."""
 
         def body(conn: sqlite3.Connection) -> int:
             counts: collections.Counter[str] = collections.Counter()
@@ -839,7 +830,7 @@ class SQLiteStore(BaseStore):
             _release(conn, counts)
             return n
 
-        return self._write(body)
+        return self._write(body, key)
 
     def clear(self, namespace: str | None = None) -> int:
         if namespace is None:
