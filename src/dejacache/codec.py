@@ -37,6 +37,7 @@ from typing import Any, Protocol, runtime_checkable
 import orjson
 import xxhash
 
+from ._frozen import FrozenDict, FrozenList
 from .errors import ConfigurationError, IntegrityError, SerializationError
 
 __all__ = [
@@ -98,12 +99,12 @@ class _Tree:
             # Hex above 2000 bits: decimal text of 2**100000 raises ValueError (CPython's
             # digit limit, which users may lower to 640 digits); hex has no limit.
             return {_T + "int": str(v) if v.bit_length() <= _DECIMAL_BITS else hex(v)}
-        if t is dict:
+        if t is dict or t is FrozenDict:  # a frozen result stores as the dict it reads as
             if all(type(k) is str and not k.startswith(_T) for k in v):
                 return {k: self.conv(x) for k, x in v.items()}
             self.plain = False
             return {_T + "map": [[self.conv(k), self.conv(x)] for k, x in v.items()]}
-        if t is list:
+        if t is list or t is FrozenList:
             return [self.conv(x) for x in v]
         self.plain = False
         if t is tuple:
@@ -404,6 +405,20 @@ def plain_body(data: bytes) -> memoryview | None:
             or data[3:4] != b"J":
         return None
     return memoryview(data)[_HEAD + 8 :]
+
+
+_PLAIN_HEAD = _MAGIC + bytes((CODEC_VERSION,)) + b"J"
+
+
+def checked_plain_body(data: bytes, key: str) -> memoryview | None:
+    """:func:`plain_body` of bytes read from outside this process (a SQLite file), once
+    their checksum matches ``key``; None for anything else, damaged bytes included, which
+    :meth:`JsonCodec.decode` then reads and reports. The decode of a hit without the
+    header's branches: 0.6 of the 1 µs it spent around ``orjson.loads`` (issue 12)."""
+    if data[:4] != _PLAIN_HEAD:
+        return None
+    body = memoryview(data)[_HEAD + 8 :]
+    return body if _check(key, b"J", body) == data[_HEAD : _HEAD + 8] else None
 
 
 def blob_payload(data: bytes) -> tuple[Any, bool]:

@@ -12,11 +12,13 @@ from typing import Any, TypeVar, overload
 import orjson
 
 from . import _engine
+from ._frozen import freeze
 from .config import GLOBAL, Effective, VolatileItems, volatile_items
 from .errors import ConfigurationError
 from .keys import KeyBuilder, KeyParts, digest, explain, key_seed
 from .scope import _ACTIVE, _CURRENT, check_ambiguous, current
 from .stats import record_hit, record_miss
+from .stores._base import NOT_SHARED
 
 __all__ = ["cache"]
 
@@ -81,7 +83,7 @@ class _Plan:
     counted.
     """
 
-    __slots__ = ("eff", "kb", "seed", "short", "store", "subs")
+    __slots__ = ("eff", "kb", "quick", "seed", "share", "short", "store", "subs")
 
     def __init__(self, eff: Effective | None, keys: _Keys) -> None:
         self.eff = eff  # None: no call seen yet
@@ -89,7 +91,9 @@ class _Plan:
         self.seed = 0
         self.subs: tuple[tuple[bytes, bytes], ...] = ()
         self.short = False
+        self.quick = False  # short, and no substitutions: ``KeyBuilder.hit_key`` may answer
         self.store: Any = None
+        self.share: Callable[[str, Any, Any], None] | None = None
         if eff is None:
             return
         self.store = eff.store
@@ -103,9 +107,11 @@ class _Plan:
         self.subs = (eff.extra.get("key_substitute") or ()) if eff.extra else ()
         store = self.store
         self.short = (not eff.extra and eff.mode != "record"
-                      and getattr(store, "checked_on_put", False) is True
-                      and callable(getattr(store, "hit", None))
+                      and getattr(store, "short_hits", False) is True
                       and getattr(eff.codec, "plain_payloads", False) is True)
+        if self.short:
+            self.share = getattr(store, "share", None)
+            self.quick = not self.subs
 
 
 def _wrap(
@@ -116,6 +122,7 @@ def _wrap(
     volatile: Iterable[str | re.Pattern[str]],
     ttl: float | None,
     kind: str,
+    frozen: bool = False,
 ) -> Callable[..., Any]:
     call_name = name or _default_name(fn)
     keys = _Keys(fn, call_name, ignore, volatile)
@@ -163,21 +170,35 @@ def _wrap(
             return None
         return general(p, *kb.bind_key(args, kwargs, p.seed, p.subs))
 
-    def short_hit(p: _Plan, eff: Effective, key: str) -> Any:
-        """The value of a warm in-memory hit, or ``MISS`` (then the general path decides)."""
-        item = p.store.hit(key)
-        if item is None:
-            return _engine.MISS
-        body = item[2]
-        if body is not None:  # plain JSON, checked when put: one loads is the fresh copy
-            try:
-                value = _loads(body)
-            except orjson.JSONDecodeError:
-                return _engine.MISS  # the general path decodes it again and reports it
-            rec = item[0]
-            record_hit(call_name, rec.duration, rec.usage)
-            return value
-        return _engine.memory_hit(eff, call_name, key, item[0])  # tagged values, errors
+    def short_hit(p: _Plan, eff: Effective, key: str, item: tuple[Any, ...]) -> Any:
+        """The value of the hit ``item`` that ``p.store.hit`` just returned, or ``MISS``
+        (then the general path decides). The wrappers inline the two commonest cases."""
+        body = item[0]
+        if body is None:
+            rec = item[3]
+            if rec is None:
+                return _engine.MISS
+            value = _engine.memory_hit(eff, call_name, key, rec)  # tagged values, errors
+            return freeze(value) if frozen and value is not _engine.MISS else value
+        shared = item[4]
+        if frozen and shared is not NOT_SHARED:
+            record_hit(call_name, item[1], item[2])
+            return shared
+        try:
+            value = _loads(body)  # checked by the store: one loads is the fresh copy
+        except orjson.JSONDecodeError:
+            return _engine.MISS  # the general path decodes it again and reports it
+        if frozen:
+            value = freeze(value)
+            if p.share is not None:
+                p.share(key, item, value)
+        record_hit(call_name, item[1], item[2])
+        return value
+
+    if frozen and (inspect.isasyncgenfunction(probe) or inspect.isgeneratorfunction(probe)):
+        raise ConfigurationError(
+            f"frozen=True on {call_name}: a generator's items are replayed one by one, not "
+            "shared as one value; drop frozen=True")
 
     if inspect.isasyncgenfunction(probe):
 
@@ -282,16 +303,25 @@ def _wrap(
             kb = p.kb
             if kb is None:
                 return await fn(*args, **kwargs)
-            bound, key, body, tail, full = kb.bind_key(args, kwargs, p.seed, p.subs)
-            if p.short:
-                value = short_hit(p, eff, key)
-                if value is not _engine.MISS:
-                    return value
-            eff, key, canonical, rekey = general(p, bound, key, body, tail, full)
-            return await _engine.call_async(
+            parts = None
+            if p.short:  # as in sync_wrapper
+                key = kb.hit_key(args, kwargs, p.seed) if p.quick else None
+                if key is None:
+                    parts = kb.bind_key(args, kwargs, p.seed, p.subs)
+                    key = parts[1]
+                item = p.store.hit(key)
+                if item is not None:
+                    value = short_hit(p, eff, key, item)
+                    if value is not _engine.MISS:
+                        return value
+            if parts is None:
+                parts = kb.bind_key(args, kwargs, p.seed, p.subs)
+            eff, key, canonical, rekey = general(p, *parts)
+            value = await _engine.call_async(
                 eff, call_name, kind, key, canonical, lambda: fn(*args, **kwargs), ttl=ttl,
                 rekey=rekey,
             )
+            return freeze(value) if frozen else value
 
         wrapper = async_wrapper
     else:
@@ -310,28 +340,41 @@ def _wrap(
             kb = p.kb
             if kb is None:
                 return fn(*args, **kwargs)
-            bound, key, body, tail, full = kb.bind_key(args, kwargs, p.seed, p.subs)
-            if p.short:  # short_hit, inlined
+            parts = None
+            if p.short:
+                # The key alone first: a hit needs nothing else (bind_key's other parts are
+                # for the miss path, which binds again when this answered).
+                key = kb.hit_key(args, kwargs, p.seed) if p.quick else None
+                if key is None:
+                    parts = kb.bind_key(args, kwargs, p.seed, p.subs)
+                    key = parts[1]
                 item = p.store.hit(key)
                 if item is not None:
-                    if item[2] is not None:
+                    # short_hit's two commonest cases inlined: a plain body to decode, or
+                    # the read-only value a frozen hit shares.
+                    if not frozen and item[0] is not None:
                         try:
-                            value = _loads(item[2])
+                            value = _loads(item[0])
                         except orjson.JSONDecodeError:
                             pass  # the general path decodes it again and reports it
                         else:
-                            rec = item[0]
-                            record_hit(call_name, rec.duration, rec.usage)
+                            record_hit(call_name, item[1], item[2])
                             return value
+                    elif frozen and item[4] is not NOT_SHARED:
+                        record_hit(call_name, item[1], item[2])
+                        return item[4]
                     else:
-                        value = _engine.memory_hit(eff, call_name, key, item[0])
+                        value = short_hit(p, eff, key, item)
                         if value is not _engine.MISS:
                             return value
-            eff, key, canonical, rekey = general(p, bound, key, body, tail, full)
-            return _engine.call_sync(
+            if parts is None:
+                parts = kb.bind_key(args, kwargs, p.seed, p.subs)
+            eff, key, canonical, rekey = general(p, *parts)
+            value = _engine.call_sync(
                 eff, call_name, kind, key, canonical, lambda: fn(*args, **kwargs), ttl=ttl,
                 rekey=rekey,
             )
+            return freeze(value) if frozen else value
 
         wrapper = sync_wrapper
 
@@ -364,6 +407,7 @@ def cache(
     volatile: Iterable[str | re.Pattern[str]] = (),
     ttl: float | None = None,
     kind: str = "call",
+    frozen: bool = False,
 ) -> Callable[[F], F]: ...
 
 
@@ -376,6 +420,7 @@ def cache(
     volatile: Iterable[str | re.Pattern[str]] = (),
     ttl: float | None = None,
     kind: str = "call",
+    frozen: bool = False,
 ) -> Any:
     """Cache a function's results under the current mode, namespace and store.
 
@@ -387,11 +432,19 @@ def cache(
     the arguments), paths from a parameter (``"messages[*].metadata"``) to drop, or compiled
     patterns whose matches inside strings are replaced by a placeholder; ``ttl`` is in
     seconds.
+
+    ``frozen=True`` hands every hit one shared, read-only value instead of a fresh copy:
+    dicts and lists come back as read-only subclasses (``==``, ``isinstance``, JSON all work
+    as before; changing one raises ``ReadOnlyResult``), and an in-memory hit costs no decode
+    at all. Misses return a read-only copy too, so code sees the same either way.
     """
     ignore = tuple(ignore)
     volatile = volatile_items(volatile)
+    if type(frozen) is not bool:
+        raise ConfigurationError(f"frozen must be True or False, not {frozen!r}")
 
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
-        return _wrap(f, name=name, ignore=ignore, volatile=volatile, ttl=ttl, kind=kind)
+        return _wrap(f, name=name, ignore=ignore, volatile=volatile, ttl=ttl, kind=kind,
+                     frozen=frozen)
 
     return deco(fn) if fn is not None else deco

@@ -3,6 +3,7 @@
     DejacacheError
     ├── ConfigurationError            bad settings, unknown mode/URL, missing extra
     ├── UnhashableArgument (TypeError) an argument the key builder cannot canonicalise
+    ├── ReadOnlyResult (TypeError)    a shared ``@cache(frozen=True)`` result was changed
     ├── SerializationError            a value the codec cannot encode or decode
     │   └── IntegrityError            stored bytes failed a checksum or signature check
     ├── StoreError                    a backend failed; names the backend
@@ -39,6 +40,7 @@ __all__ = [
     "IntegrityError",
     "NetworkBlocked",
     "PoolError",
+    "ReadOnlyResult",
     "ReplayDivergence",
     "ReplayMiss",
     "ScopeError",
@@ -89,6 +91,18 @@ class UnhashableArgument(DejacacheError, TypeError):
                 "__dejacache_key__() method returning plain data."
             )
         super().__init__(message)
+
+
+class ReadOnlyResult(DejacacheError, TypeError):
+    """A result of ``@cache(frozen=True)`` was changed in place. Hits share one read-only
+    copy of the value (no per-call decode), so no caller may change it for the others."""
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+        super().__init__(
+            f"this {type_name} is a result of @cache(frozen=True), shared by every hit and "
+            "read-only; take a mutable copy with copy.deepcopy(result), or drop frozen=True "
+            "to get a fresh copy per call")
 
 
 class SerializationError(DejacacheError):

@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["BaseStore", "Record", "Store", "StoreStats"]
+__all__ = ["NOT_SHARED", "BaseStore", "Record", "Store", "StoreStats"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, init=False)
@@ -65,6 +65,28 @@ _SET_REQUEST = _setter("request")
 _SET_DURATION = _setter("duration")
 _SET_USAGE = _setter("usage")
 _SET_CREATED = _setter("created")
+
+
+class _NotShared:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NOT_SHARED"
+
+
+#: A store may offer ``hit(key)`` next to ``get`` for the decorator's short path (issue 12
+#: item 4), and then sets ``short_hits = True`` (and back to False in subclasses that
+#: override ``get``/``put``/``hit``, whose own behaviour a short path would skip).
+#: ``hit`` returns None on a miss, else a tuple starting with five items:
+#:
+#: - ``body``: bytes whose ``orjson.loads`` is the whole value, already checked against the
+#:   key, or None (tagged values, recorded errors, damaged bytes: the general path decodes
+#:   and reports those; ``record`` may be given for the codec to decode at once);
+#: - ``duration`` and ``usage``, for statistics;
+#: - ``record``: the ``Record``, or None;
+#: - ``shared``: the read-only value a ``@cache(frozen=True)`` hit hands out, kept by the
+#:   store's ``share(key, item, value)``, or ``NOT_SHARED``.
+NOT_SHARED: Any = _NotShared()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

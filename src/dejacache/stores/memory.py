@@ -6,11 +6,17 @@ import threading
 import time
 import warnings
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
+from .._frozen import shared_size
 from ..codec import blob_ok, plain_body
 from ..errors import DejacacheWarning
-from ._base import BaseStore, Record, StoreStats
+from ._base import NOT_SHARED, BaseStore, Record, StoreStats
+
+# (body, duration, usage, record, shared, expires, counted bytes): see ``MemoryStore.hit``
+_Entry = tuple[memoryview | None, float, Mapping[str, int] | None, Record, Any, float | None,
+               int]
 
 __all__ = ["MemoryStore"]
 
@@ -24,10 +30,12 @@ class MemoryStore(BaseStore):
     JSON-codec values are checked against their key when put, and a damaged one is not kept;
     the bytes then never leave this process's memory, so hits skip the per-read checksum
     (``checked_on_put``: the engine decodes with ``JsonCodec.decode_checked``). A plain JSON
-    value's body is sliced once when put, so a hit is one ``orjson.loads`` of it (:meth:`hit`).
+    value's body is sliced once when put, so a hit is one ``orjson.loads`` of it (:meth:`hit`),
+    and a ``@cache(frozen=True)`` hit hands out the read-only value kept by :meth:`share`.
     """
 
     checked_on_put = True
+    short_hits = True
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -36,33 +44,34 @@ class MemoryStore(BaseStore):
         if (cls.get is not MemoryStore.get or cls.put is not MemoryStore.put
                 or cls.hit is not MemoryStore.hit):
             cls.checked_on_put = False
+            cls.short_hits = False
 
     def __init__(self, maxsize: int = 10_000, max_bytes: int = 256 * 1024 * 1024) -> None:
         self.url = "memory://"
         self.maxsize = maxsize
         self.max_bytes = max_bytes
-        # key -> (record, monotonic expiry or None, plain JSON body or None: see ``hit``)
-        self._data: OrderedDict[str, tuple[Record, float | None, memoryview | None]] = \
-            OrderedDict()
+        # key -> the ``Hit`` layout (body, duration, usage, record, shared) followed by the
+        # monotonic expiry (or None) and the bytes the entry counts against ``max_bytes``.
+        self._data: OrderedDict[str, _Entry] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
         self.evictions = 0
 
     def get(self, key: str) -> Record | None:
         item = self.hit(key)
-        return None if item is None else item[0]
+        return None if item is None else item[3]
 
-    def hit(self, key: str) -> tuple[Record, float | None, memoryview | None] | None:
-        """:meth:`get` for the decorator's short path (issue 12 item 4): the stored entry,
-        ``(record, expiry, body)``, where ``body`` is the JSON body of a plain ``JsonCodec``
-        value (checked when put) and None for anything else (tagged values, errors, other
-        codecs), which take the general path. Not the ``Store`` protocol: an extension."""
+    def hit(self, key: str) -> _Entry | None:
+        """The stored entry in the ``Hit`` layout (see ``stores._base``), for the
+        decorator's short path (issue 12 item 4): ``body`` is the JSON body of a plain
+        ``JsonCodec`` value (checked when put), None for anything else (tagged values,
+        errors, other codecs), which the codec decodes from ``record``."""
         # No lock on the hit path: each OrderedDict call is atomic under the GIL, and a
         # concurrent put or delete only decides whether this read sees the old or new entry.
         item = self._data.get(key)
         if item is None:
             return None
-        expires = item[1]
+        expires = item[5]
         if expires is not None and time.monotonic() >= expires:
             with self._lock:
                 if self._data.get(key) is item:
@@ -74,6 +83,23 @@ class MemoryStore(BaseStore):
             pass
         return item
 
+    def share(self, key: str, item: tuple[Any, ...], value: Any) -> None:
+        """Keep ``value``, the read-only form of the entry ``item`` that :meth:`hit` just
+        returned, for later ``frozen`` hits; nothing when the entry has been replaced or
+        removed since (the value belongs to those bytes only). Its estimated size counts
+        against ``max_bytes`` like the bytes do."""
+        body = item[0]
+        if body is None:
+            return
+        extra = shared_size(value, len(body))
+        with self._lock:
+            if self._data.get(key) is not item:
+                return
+            entry = (*item[:4], value, item[5], item[6] + extra)
+            self._data[key] = entry  # same place in the LRU order
+            self._bytes += extra
+            self._evict()
+
     def put(self, key: str, record: Record, *, ttl: float | None = None) -> None:
         if blob_ok(record.value, key) is False:  # damaged, or another key's value
             self.delete(key)  # never serve the old value either
@@ -84,20 +110,23 @@ class MemoryStore(BaseStore):
         size = record.size
         expires = time.monotonic() + ttl if ttl is not None else None
         body = plain_body(record.value) if record.kind != "error" else None
+        entry = (body, record.duration, record.usage, record, NOT_SHARED, expires, size)
         with self._lock:
             if key in self._data:
                 self._remove(key)  # even when the new value is not kept: never serve the old
             if size > self.max_bytes:
                 return  # larger than the whole budget: never cached, never evicts everything
-            self._data[key] = (record, expires, body)
+            self._data[key] = entry
             self._bytes += size
-            while len(self._data) > self.maxsize or self._bytes > self.max_bytes:
-                old = self._data.popitem(last=False)[1][0]
-                self._bytes -= old.size
-                self.evictions += 1
+            self._evict()
+
+    def _evict(self) -> None:
+        while len(self._data) > self.maxsize or self._bytes > self.max_bytes:
+            self._bytes -= self._data.popitem(last=False)[1][6]
+            self.evictions += 1
 
     def _remove(self, key: str) -> None:
-        self._bytes -= self._data.pop(key)[0].size
+        self._bytes -= self._data.pop(key)[6]
 
     def delete(self, key: str) -> bool:
         with self._lock:
@@ -112,7 +141,8 @@ class MemoryStore(BaseStore):
         with self._lock:
             items = list(self._data.items())
         now = time.monotonic()
-        for key, (record, expires, _body) in items:
+        for key, item in items:
+            record, expires = item[3], item[5]
             if expires is not None and now >= expires:
                 continue
             if name is not None and record.name != name:
@@ -128,7 +158,7 @@ class MemoryStore(BaseStore):
                 self._data.clear()
                 self._bytes = 0
                 return n
-            doomed = [k for k, e in self._data.items() if e[0].namespace == namespace]
+            doomed = [k for k, e in self._data.items() if e[3].namespace == namespace]
             for k in doomed:
                 self._remove(k)
             return len(doomed)
