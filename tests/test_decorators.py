@@ -774,3 +774,147 @@ def test_settings_changes_reach_the_warm_hit_path_at_once(store: dejacache.Memor
         assert len(box) == 1 and isinstance(box[0], dejacache.ReplayMiss)
     f(1)  # the globals again: a hit
     assert calls == [1, 1, 1, 1, 1]
+
+
+# ------------------------------------------------------------ frozen=True (issue 12 item 4)
+
+
+def test_frozen_hits_share_one_read_only_value(memory_store: dejacache.MemoryStore) -> None:
+    """No caller gets an object another caller can change: every hit shares one value,
+    and changing it in place is refused."""
+    calls: list[str] = []
+
+    @dejacache.cache(frozen=True)
+    def ask(q: str) -> dict[str, Any]:
+        calls.append(q)
+        return {"q": q, "items": [1, {"deep": [2]}]}
+
+    live = ask("a")
+    first, second = ask("a"), ask("a")
+    assert calls == ["a"]
+    assert live == first == {"q": "a", "items": [1, {"deep": [2]}]}
+    assert first is second
+    for change in (lambda: first.__setitem__("q", "b"), lambda: first["items"].append(3),
+                   lambda: first["items"][1]["deep"].clear(), lambda: live["items"].pop()):
+        with pytest.raises(dejacache.ReadOnlyResult):
+            change()
+    mine = __import__("copy").deepcopy(first)
+    mine["items"].append("mine")
+    assert ask("a") == {"q": "a", "items": [1, {"deep": [2]}]}
+    assert isinstance(first, dict) and isinstance(first["items"], list)
+
+
+def test_frozen_and_fresh_callers_of_one_entry_stay_apart(
+    memory_store: dejacache.MemoryStore,
+) -> None:
+    def body(q: str) -> dict[str, Any]:
+        return {"items": [q]}
+
+    frozen = dejacache.cache(name="shared.name", frozen=True)(body)
+    fresh = dejacache.cache(name="shared.name")(body)
+    frozen("x")
+    assert frozen("x") is frozen("x")
+    mine = fresh("x")
+    mine["items"].append("mine")  # the plain decorator still hands out fresh copies
+    assert type(mine) is dict and frozen("x") == {"items": ["x"]} == fresh("x")
+
+
+def test_a_frozen_value_never_outlives_its_entry(memory_store: dejacache.MemoryStore) -> None:
+    answer = ["first"]
+
+    @dejacache.cache(frozen=True, ttl=60)
+    def ask() -> dict[str, str]:
+        return {"answer": answer[0]}
+
+    ask()
+    assert ask() == {"answer": "first"}
+    answer[0] = "second"
+    with dejacache.scope(mode="record"):
+        assert ask() == {"answer": "second"}  # re-recorded: a new entry
+    assert ask() == {"answer": "second"}
+    memory_store.clear()
+    answer[0] = "third"
+    assert ask() == {"answer": "third"}
+
+
+def test_frozen_values_count_against_the_memory_budget() -> None:
+    store = dejacache.MemoryStore(max_bytes=20_000)
+
+    @dejacache.cache(frozen=True)
+    def make(n: int) -> dict[str, Any]:
+        return {"n": n, "text": "x" * 1000}
+
+    with dejacache.scope(store=store):
+        for n in range(40):
+            make(n)
+            make(n)  # the first hit keeps the frozen value
+    held = sum(e[6] for e in store._data.values())
+    assert store.stats().bytes == held <= 20_000
+    assert store.evictions > 0
+
+
+def test_frozen_tagged_values_and_misses(memory_store: dejacache.MemoryStore) -> None:
+    """Values the codec tags (tuples, dates) and misses come back read-only too."""
+    import datetime
+
+    @dejacache.cache(frozen=True)
+    def make(n: int) -> dict[str, Any]:
+        return {"pair": (n, [n]), "when": datetime.date(2026, 1, n)}
+
+    for got in (make(1), make(1)):
+        assert got == {"pair": (1, [1]), "when": datetime.date(2026, 1, 1)}
+        with pytest.raises(dejacache.ReadOnlyResult):
+            got["pair"][1].append(2)
+
+
+async def test_frozen_async_functions(memory_store: dejacache.MemoryStore) -> None:
+    @dejacache.cache(frozen=True)
+    async def ask(q: str) -> dict[str, Any]:
+        await asyncio.sleep(0)
+        return {"q": [q]}
+
+    await ask("a")
+    one, two = await ask("a"), await ask("a")
+    assert one is two and one == {"q": ["a"]}
+    with pytest.raises(dejacache.ReadOnlyResult):
+        one["q"].append("b")
+
+
+def test_frozen_hits_from_many_threads_get_the_one_value(
+    memory_store: dejacache.MemoryStore,
+) -> None:
+    @dejacache.cache(frozen=True)
+    def ask(q: int) -> dict[str, Any]:
+        return {"q": q, "items": list(range(q))}
+
+    for q in range(8):
+        ask(q)
+    seen: list[Any] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(200):
+                for q in range(8):
+                    got = ask(q)
+                    assert got == {"q": q, "items": list(range(q))}
+                    seen.append((q, id(got)))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len({i for _, i in seen}) <= 16  # at most a race's second copy per key, then one
+
+
+def test_frozen_is_checked_and_refused_on_generators() -> None:
+    with pytest.raises(dejacache.ConfigurationError, match="frozen must be True or False"):
+        dejacache.cache(frozen="yes")  # type: ignore[call-overload]
+    with pytest.raises(dejacache.ConfigurationError, match="generator"):
+        @dejacache.cache(frozen=True)
+        def gen() -> Iterator[int]:
+            yield 1

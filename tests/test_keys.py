@@ -1015,3 +1015,37 @@ def test_bind_key_is_bind_then_fast_key_and_its_key_is_the_digest(
     swapped = {k: (math.nan if v is None else v) for k, v in arg.items()}
     if param != "traceparent" and any(v is None for v in arg.values()):  # not dropped
         assert kb.bind_key((swapped,), {}, seed)[1] != key
+
+
+@settings(_BASE, max_examples=200)
+@given(_rich, st.sampled_from(["request", "password", "traceparent", "x"]), st.booleans())
+def test_hit_key_is_bind_keys_key_or_nothing(value: Any, param: str, nan: bool) -> None:
+    """``hit_key`` (the hit path's key, issue 12 item 4) answers only with the key
+    ``bind_key`` gives the same call, on every sight, and never lets a NaN twin of a call
+    holding ``None`` take its key."""
+    ns: dict[str, Any] = {}
+    exec(f"def fn({param}): pass", ns)
+    kb = KeyBuilder(ns["fn"], "f")
+    seed = keys.key_seed("n", "f")
+    arg = {"v": value, "none": None}
+    for _ in range(3):
+        quick = kb.hit_key((arg,), {}, seed)
+        key = kb.bind_key((arg,), {}, seed)[1]
+        assert quick is None or quick == key
+    twin = {"v": value, "none": math.nan} if nan else {"v": value, "none": None, "x": 1}
+    twin_key = kb.hit_key((twin,), {}, seed)
+    assert twin_key is None or twin_key == kb.bind_key((twin,), {}, seed)[1] != key
+    assert kb.hit_key((arg,), {"extra": 1}, seed) is None
+    assert kb.hit_key((arg, 2), {}, seed) is None
+
+
+def test_hit_key_answers_for_a_plain_request_once_its_bytes_were_seen() -> None:
+    kb = KeyBuilder(lambda request: None, "f")
+    seed = keys.key_seed("n", "f")
+    request = {"messages": [{"role": "assistant", "content": None}], "model": "m"}
+    assert kb.hit_key((request,), {}, seed) is None  # never seen: bind_key works it out
+    key = kb.bind_key((request,), {}, seed)[1]
+    kb.bind_key((request,), {}, seed)  # the second sight compiles the None probe
+    assert kb.hit_key((request,), {}, seed) == key
+    request["messages"][0]["content"] = math.nan  # the same bytes, but not the same call
+    assert kb.hit_key((request,), {}, seed) is None

@@ -175,6 +175,30 @@ def test_json_values_are_checked_when_put_and_damaged_ones_are_not_kept() -> Non
             return super().get(key)
 
     assert Overriding.checked_on_put is False  # its hits take the general, checked path
+    assert Overriding.short_hits is False
+
+
+def test_a_shared_value_belongs_to_the_entry_it_was_made_from() -> None:
+    """``share`` keeps a ``frozen`` hit's value with the entry ``hit`` returned, counted in
+    the byte budget, and never with an entry that replaced it meanwhile."""
+    from dejacache.codec import JsonCodec
+    from dejacache.stores._base import NOT_SHARED
+
+    codec = JsonCodec()
+    s = MemoryStore()
+    s.put("k", Record(value=codec.encode({"a": 1}, key="k")))
+    item = s.hit("k")
+    assert item is not None and item[4] is NOT_SHARED
+    before = s.stats().bytes
+    s.share("k", item, "shared one")
+    again = s.hit("k")
+    assert again is not None and again[4] == "shared one"
+    assert s.stats().bytes > before
+    s.put("k", Record(value=codec.encode({"a": 2}, key="k")))  # replaced
+    s.share("k", again, "stale")  # made from the old entry: not kept
+    latest = s.hit("k")
+    assert latest is not None and latest[4] is NOT_SHARED
+    assert s.stats().bytes == sum(e[6] for e in s._data.values())
 
 
 def test_reads_without_the_lock_stay_consistent_under_concurrent_writes() -> None:

@@ -747,3 +747,117 @@ def test_first_get_in_a_thread_opens_its_own_connection(tmp_path: pathlib.Path) 
     store.close()
     assert store.get("k") is not None  # closed: the next hit reopens
     store.close()
+
+
+# ------------------------------------------------- the decorator's short path (SQLiteStore.hit)
+
+
+def _json_blob(value: Any, key: str) -> bytes:
+    return dejacache.JsonCodec().encode(value, key=key)
+
+
+def test_hit_hands_over_a_checked_plain_body(tmp_path: pathlib.Path) -> None:
+    import orjson
+
+    store = SQLiteStore(tmp_path / "c.db")
+    store.put("k", rec(_json_blob({"a": [1, 2]}, "k"), duration=0.5,
+                       usage={"total_tokens": 7}))
+    assert store.hit("k") is not None  # the first read in a thread may answer the general way
+    item = store.hit("k")
+    assert item is not None
+    body, duration, usage, record, shared = item[:5]
+    assert orjson.loads(body) == {"a": [1, 2]}
+    assert (duration, usage, record) == (0.5, {"total_tokens": 7}, None)
+    assert shared is dejacache.stores._base.NOT_SHARED
+    assert store.hit("missing") is None
+    store.close()
+
+
+@pytest.mark.parametrize("case", ["damaged", "other key", "tagged", "error", "not ours"])
+def test_hit_leaves_what_it_cannot_vouch_for_to_the_general_path(
+    tmp_path: pathlib.Path, case: str
+) -> None:
+    store = SQLiteStore(tmp_path / "c.db")
+    value = {
+        "damaged": _json_blob({"a": 1}, "k")[:-1] + b"2",
+        "other key": _json_blob({"a": 1}, "other"),
+        "tagged": _json_blob((1, 2), "k"),
+        "error": _json_blob({"a": 1}, "k"),
+        "not ours": b"plain bytes",
+    }[case]
+    store.put("k", rec(value, kind="error" if case == "error" else "call"))
+    store.get("k")  # opens this thread's connection
+    item = store.hit("k")
+    assert item is not None and item[0] is None and item[3] is None  # body and record
+    store.close()
+
+
+def test_expired_entries_miss_on_the_short_path(tmp_path: pathlib.Path) -> None:
+    store = SQLiteStore(tmp_path / "c.db")
+    store.put("k", rec(_json_blob(1, "k")), ttl=60)
+    store.get("k")
+    assert store.hit("k") is not None
+    with contextlib.closing(sqlite3.connect(tmp_path / "c.db")) as db, db:
+        db.execute("UPDATE entries SET expires=? WHERE key='k'", (time.time() - 1,))
+    assert store.hit("k") is None
+    store.close()
+
+
+def test_a_subclass_with_its_own_get_gets_no_short_path(tmp_path: pathlib.Path) -> None:
+    class Audited(SQLiteStore):
+        def get(self, key: str) -> Record | None:
+            return super().get(key)
+
+    assert SQLiteStore.short_hits is True
+    assert Audited.short_hits is False
+
+
+def test_damaged_value_through_the_decorator_is_reported_and_recomputed(
+    tmp_path: pathlib.Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "c.db")
+    calls: list[int] = []
+
+    @dejacache.cache(name="fetch")
+    def fetch(q: int) -> dict[str, Any]:
+        calls.append(q)
+        return {"q": q, "n": len(calls)}
+
+    with dejacache.scope(store=store):
+        assert fetch(1) == {"q": 1, "n": 1}
+        assert fetch(1) == {"q": 1, "n": 1}  # a short-path hit
+        with contextlib.closing(sqlite3.connect(tmp_path / "c.db")) as db, db:
+            db.execute("UPDATE entries SET value = CAST(substr(value, 1, length(value) - 1) "
+                       "|| 'X' AS BLOB)")
+        with pytest.warns(DejacacheWarning, match="damaged"):
+            assert fetch(1) == {"q": 1, "n": 2}  # never the damaged bytes: run again
+        assert fetch(1) == {"q": 1, "n": 2}
+    assert len(calls) == 2
+    store.close()
+
+
+def test_frozen_hits_follow_a_row_another_process_replaced(tmp_path: pathlib.Path) -> None:
+    """A frozen hit reuses the value it made while the row holds the same bytes, and only
+    then: another process (here another store on the file) may replace the row at any time."""
+    path = tmp_path / "c.db"
+    store, other = SQLiteStore(path), SQLiteStore(path)
+    answer = ["first"]
+
+    @dejacache.cache(name="ask", frozen=True)
+    def ask(q: str) -> dict[str, Any]:
+        return {"answer": answer[0], "items": [q]}
+
+    with dejacache.scope(store=store):
+        ask("x")
+        one, two = ask("x"), ask("x")
+        assert one == {"answer": "first", "items": ["x"]}
+        assert one is two  # shared, read-only
+        key = ask.cache_key("x")
+    with dejacache.scope(store=other, mode="record"):
+        answer[0] = "second"
+        ask("x")  # the other process re-records the row
+    with dejacache.scope(store=store):
+        assert ask("x") == {"answer": "second", "items": ["x"]}
+    assert store.get(key) is not None
+    store.close()
+    other.close()
