@@ -40,7 +40,10 @@ _CHILD = ("import time\nt = time.perf_counter()\n{stmt}\n"
 
 def _sample(stmt: str) -> tuple[float, float]:
     """(import seconds, process seconds) of one fresh interpreter."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    # PYTHON* settings (no bytecode, dev mode) would distort the child; PYTHONPATH is kept so
+    # a checkout other than the installed one can be measured.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("PYTHON") or k == "PYTHONPATH"}
     t = time.perf_counter()
     out = subprocess.run([sys.executable, "-c", _CHILD.format(stmt=stmt)], check=True,
                          capture_output=True, text=True, env=env, cwd=HERE).stdout

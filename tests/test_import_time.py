@@ -63,6 +63,38 @@ def test_the_cache_face_loads_no_other_face() -> None:
     assert got == []
 
 
+# Standard-library modules the cache face used to load for rarer paths: credential masks and
+# the key file (hashlib's OpenSSL, pathlib with urllib.parse and ipaddress), tagged values
+# (base64, decimal) and PickleCodec (hmac). ~12 ms of ``from dejacache import cache, scope``.
+DEFERRED = ("pathlib", "urllib.parse", "ipaddress", "hashlib", "_hashlib", "hmac", "base64",
+            "decimal", "_decimal")
+
+
+@pytest.mark.parametrize("stmt", [
+    "from dejacache import cache, scope",
+    "from dejacache import cache, configure, scope, MemoryStore, ReplayMiss",
+    "import dejacache.keys, dejacache.codec, dejacache.config, dejacache.decorators",
+])
+def test_the_cache_face_defers_rare_standard_modules(stmt: str) -> None:
+    # The stats() snapshot classes too (two dataclasses, ~1.3 ms).
+    got = _run(_LOADED.format(stmt=stmt, names=(*DEFERRED, "dejacache._stats_view")))
+    assert got == []
+
+
+def test_a_plain_call_key_and_value_load_none_of_them() -> None:
+    got = _run(_LOADED.format(stmt="""
+import dejacache.keys as keys, dejacache.codec as codec
+def f(request, n=1, *a, **k): pass
+b = keys.KeyBuilder(f, "f")
+for _ in range(2):
+    b.bind_key(({"messages": [{"role": "user", "content": "hi", "x": None}] * 3}, 2), {},
+               keys.key_seed("n", "f"))
+c = codec.JsonCodec()
+assert c.decode(c.encode({"a": [1, 2.5, None]}, key="k"), key="k") == {"a": [1, 2.5, None]}
+""", names=DEFERRED))
+    assert got == []
+
+
 def test_tool_cache_loads_the_runtime_only() -> None:
     got = _run(_LOADED.format(stmt="from dejacache import tool_cache",
                               names=("dejacache.http", "dejacache.cassettes",

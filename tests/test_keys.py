@@ -1049,3 +1049,73 @@ def test_hit_key_answers_for_a_plain_request_once_its_bytes_were_seen() -> None:
     assert kb.hit_key((request,), {}, seed) == key
     request["messages"][0]["content"] = math.nan  # the same bytes, but not the same call
     assert kb.hit_key((request,), {}, seed) is None
+
+
+# Issue 12, item 6: keys no longer imports decimal and pathlib; their types join the leaf sets
+# the first time one is met. A process that imports them only after keying other calls must
+# key every shape exactly as one whose sets held them from the start (the old frozensets),
+# whichever path meets the first Decimal or Path: each case below is a first sight.
+_LATE_SCRIPT = """
+import json, sys
+{first}
+import dejacache.keys as keys
+BASE = (keys._LEAF, keys._SIMPLE)
+
+def first_sight():
+    if {late}:
+        keys._LEAF, keys._SIMPLE = BASE
+        keys._LATE_DONE.clear()
+        keys._LATE_PENDING = True
+    else:
+        keys._refresh_late()
+
+first_sight()
+from dejacache.keys import KeyBuilder, call_key, canonical_json
+
+def f(request, api_key=None, *rest, **extra):
+    pass
+
+kb = KeyBuilder(f, "f")
+seed = keys.key_seed("n", "f")
+warm = [call_key("n", "f", ({{"messages": [{{"role": "user", "content": "hi"}}]}},), fn=f),
+        kb.bind_key(([1, 2.5, None],), {{}}, seed)[1]]
+loaded = sorted(m for m in ("decimal", "pathlib") if m in sys.modules)
+import decimal, pathlib
+D, P = decimal.Decimal, pathlib.PurePosixPath
+cases = [
+    (D("1.50"),), ({{"a": D("2")}},), ([D("1"), None, D("NaN")],),
+    ({{"messages": [{{"role": "user", "amount": D("3.10"), "path": P("/a")}}] * 9}},),
+    ({{"messages": [{{"role": "user", "x": [{{"amount": D("4")}}]}}, None]}},),
+    ("q", D("5")), ("q", P("/secret")), ({{D("1"), D("2")}},), ((D("1"), P("/b")),),
+    (pathlib.Path("/c"), pathlib.PureWindowsPath("c:/d")), ({{"k": None, "p": P("/e")}},),
+]
+out = [warm]
+for args in cases:
+    first_sight()
+    for _ in range(2):  # the second sight goes through the None memo
+        out.append([call_key("n", "f", args, fn=f), kb.bind_key(args, {{}}, seed)[1:4],
+                    canonical_json({{"v": args}}).decode()])
+print(json.dumps({{"loaded": loaded, "keys": out}}, default=repr))
+"""
+
+
+def _late_run(first: str, late: bool) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-c", _LATE_SCRIPT.format(first=first, late=late)],
+                         check=True, capture_output=True, text=True, timeout=60)
+    return json.loads(out.stdout)  # type: ignore[no-any-return]
+
+
+def test_decimal_and_paths_imported_after_keys_key_as_before() -> None:
+    early = _late_run("import decimal, pathlib", late=False)
+    late = _late_run("", late=True)
+    assert early["loaded"] == ["decimal", "pathlib"]
+    assert late["loaded"] == []  # keying plain calls loaded neither
+    assert late["keys"] == early["keys"]
+
+
+def test_late_leaves_join_the_leaf_sets() -> None:
+    keys._refresh_late()  # this process has both loaded (the tests import them)
+    assert {decimal.Decimal, pathlib.PosixPath, pathlib.PurePosixPath,
+            pathlib.PureWindowsPath, pathlib.WindowsPath} <= keys._LEAF <= keys._SIMPLE
+    assert not keys._LATE_PENDING
+    assert not keys._late_leaf(decimal.Context) and not keys._late_leaf(dict)

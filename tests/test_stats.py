@@ -274,3 +274,18 @@ def test_an_error_inside_a_live_call_does_not_leave_the_marker_set() -> None:
     after()
     snap = dejacache.stats()
     assert (snap.total.misses, snap.total.errors, snap.nested.misses) == (2, 1, 0)
+
+
+def test_snapshot_classes_load_on_first_read_and_keep_their_module() -> None:
+    # Issue 12, item 6: they live in _stats_view, loaded by stats() or the first read.
+    import pickle
+
+    stats_module = sys.modules["dejacache.stats"]  # ``dejacache.stats`` is the function
+    snap = dejacache.stats()
+    for cls in (type(snap), type(snap.total)):
+        assert cls.__module__ == "dejacache.stats"
+        assert getattr(stats_module, cls.__qualname__) is cls
+    assert pickle.loads(pickle.dumps(snap)) == snap
+    assert {"CallStats", "Stats"} <= set(dir(stats_module))
+    with pytest.raises(AttributeError, match="no_such_name"):
+        stats_module.no_such_name  # noqa: B018

@@ -18,12 +18,9 @@ Two kinds of hiding:
 from __future__ import annotations
 
 import functools
-import hashlib
 import os
-import pathlib
 import re
 import threading
-import urllib.parse
 import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -31,6 +28,10 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 from .errors import DejacacheWarning
+
+if TYPE_CHECKING:
+    import hashlib
+    import pathlib
 
 __all__ = [
     "AUTH_QUERY",
@@ -114,6 +115,8 @@ def is_secret_name(name: str, *, response: bool = False) -> bool:
 @functools.lru_cache(maxsize=4096)
 def is_secret_query(name: str) -> bool:
     """Whether a URL query parameter carries a credential."""
+    import urllib.parse  # with pathlib and ipaddress: ~4 ms at import (issue 12, item 6)
+
     raw = urllib.parse.unquote_plus(name)
     return not _QUERY_ONLY.isdisjoint(name_forms(raw)) or is_secret_name(raw)
 
@@ -328,6 +331,8 @@ _MEMO_MAX = 4096
 def key_path() -> pathlib.Path:
     """Where the per-user masking key lives: never next to the data it protects (a store or
     a cassette directory is often copied, shared or committed as a whole)."""
+    import pathlib  # only where a key is looked for: ~4 ms with urllib.parse (issue 12)
+
     override = os.environ.get(_KEY_FILE_ENV)
     if override:
         return pathlib.Path(override).expanduser()
@@ -355,7 +360,7 @@ def secret_key() -> bytes:
         key = _cache.get(source)
         if key is None:
             if env:
-                key = hashlib.blake2b(env.encode("utf-8", "surrogatepass"), digest_size=64,
+                key = _blake2b()(env.encode("utf-8", "surrogatepass"), digest_size=64,
                                       person=b"dejacache-key").digest()
             else:
                 key = _file_key(key_path())
@@ -412,6 +417,17 @@ def _process_key(why: str) -> bytes:
     return secrets.token_bytes(64)
 
 
+@functools.cache
+def _blake2b() -> type[hashlib.blake2b]:
+    # hashlib loads OpenSSL (_hashlib, 2-4 ms) which masks never use: its blake2b is the
+    # built-in _blake2 one. Only a credential pays, and only the first (issue 12, item 6).
+    try:
+        from _blake2 import blake2b
+    except ImportError:  # an interpreter built without it: hashlib finds one
+        from hashlib import blake2b
+    return blake2b
+
+
 def mask(value: Any) -> str:
     """``<secret:HEX>``: a keyed, full-length BLAKE2b of ``value`` (its type included, so
     ``1234`` and ``"1234"`` stay apart)."""
@@ -426,7 +442,7 @@ def mask(value: Any) -> str:
     done = _memo.get(memo_key)
     if done is not None:
         return done
-    h = hashlib.blake2b(kind.encode() + b"\x00" + data, digest_size=64, key=key)
+    h = _blake2b()(kind.encode() + b"\x00" + data, digest_size=64, key=key)
     out = MASK_PREFIX + h.hexdigest() + ">"
     if len(_memo) >= _MEMO_MAX:
         _memo.clear()

@@ -19,19 +19,15 @@ pydantic-style models: a tag can never name an arbitrary callable.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import datetime as _dt
 import enum
-import hashlib
-import hmac
 import importlib
 import os
-import pathlib
 import sys
 import uuid
+from _operator import _compare_digest as compare_digest  # hmac's, without OpenSSL (below)
 from collections.abc import Iterable
-from decimal import Decimal
 from typing import Any, Protocol, runtime_checkable
 
 import orjson
@@ -39,6 +35,14 @@ import xxhash
 
 from ._frozen import FrozenDict, FrozenList
 from .errors import ConfigurationError, IntegrityError, SerializationError
+
+# Import time (issue 12, item 6): base64, decimal, pathlib (with urllib.parse and ipaddress)
+# and hashlib/hmac (OpenSSL's _hashlib) cost ~10 ms together and serve only tagged values and
+# PickleCodec, so they are imported where those are handled. A value of a type they define
+# exists only once its module is loaded, so the encoder need not import them to recognise
+# one. datetime, uuid, dataclasses and enum stay: orjson imports them anyway.
+# ``compare_digest`` is the constant-time comparison hmac itself uses when it is built
+# without OpenSSL; hits call it.
 
 __all__ = [
     "CODEC_VERSION",
@@ -110,6 +114,8 @@ class _Tree:
         if t is tuple:
             return {_T + "tuple": [self.conv(x) for x in v]}
         if t is bytes or t is bytearray:
+            import base64
+
             return {_T + t.__name__: base64.b64encode(v).decode()}
         if t is set or t is frozenset:
             return {_T + t.__name__: [self.conv(x) for x in v]}
@@ -131,9 +137,13 @@ class _Tree:
             return {_T + "timedelta": [v.days, v.seconds, v.microseconds]}
         if t is uuid.UUID:
             return {_T + "uuid": str(v)}
-        if t is Decimal:
-            return {_T + "decimal": str(v)}
-        if isinstance(v, pathlib.PurePath):
+        if t.__module__ == "decimal":  # Decimal's, from _decimal and _pydecimal too
+            import decimal
+
+            if t is decimal.Decimal:
+                return {_T + "decimal": str(v)}
+        pl = sys.modules.get("pathlib")
+        if pl is not None and isinstance(v, pl.PurePath):
             return {_T + "path": [type(v).__name__, str(v)]}
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
             fields = {f.name: self.conv(getattr(v, f.name)) for f in dataclasses.fields(v)}
@@ -220,14 +230,13 @@ class _Resolver:
         return obj
 
 
-_PATHS = {
-    "PosixPath": pathlib.Path,
-    "WindowsPath": pathlib.Path,
-    "Path": pathlib.Path,
-    "PurePosixPath": pathlib.PurePosixPath,
-    "PureWindowsPath": pathlib.PureWindowsPath,
-    "PurePath": pathlib.PurePath,
-}
+def _path_class(name: str) -> Any:
+    """The class a ``path`` tag names (concrete paths come back as this system's ``Path``)."""
+    import pathlib
+
+    if name in ("PurePosixPath", "PureWindowsPath", "PurePath"):
+        return getattr(pathlib, name)
+    return pathlib.Path
 
 
 def _revive(tree: Any, resolve: _Resolver) -> Any:
@@ -243,8 +252,12 @@ def _revive(tree: Any, resolve: _Resolver) -> Any:
             if tag == "tuple":
                 return tuple(_revive(x, resolve) for x in arg)
             if tag == "bytes":
+                import base64
+
                 return base64.b64decode(arg)
             if tag == "bytearray":
+                import base64
+
                 return bytearray(base64.b64decode(arg))
             if tag == "set":
                 return {_revive(x, resolve) for x in arg}
@@ -273,9 +286,11 @@ def _revive(tree: Any, resolve: _Resolver) -> Any:
             if tag == "uuid":
                 return uuid.UUID(arg)
             if tag == "decimal":
-                return Decimal(arg)
+                import decimal
+
+                return decimal.Decimal(arg)
             if tag == "path":
-                return _PATHS.get(arg[0], pathlib.Path)(arg[1])
+                return _path_class(arg[0])(arg[1])
             if tag == "enum":
                 return resolve(arg[0], "enum")(_revive(arg[1], resolve))
             if tag == "dataclass":
@@ -367,7 +382,7 @@ class JsonCodec:
         if kind != b"J" and kind != b"T":
             raise IntegrityError(f"unknown value kind {kind!r}", key=key)
         payload = memoryview(data)[_HEAD + 8 :]
-        if not hmac.compare_digest(_check(key, kind, payload), data[_HEAD : _HEAD + 8]):
+        if not compare_digest(_check(key, kind, payload), data[_HEAD : _HEAD + 8]):
             raise IntegrityError("checksum mismatch: stored bytes are damaged", key=key)
         try:
             tree = orjson.loads(payload)
@@ -393,7 +408,7 @@ def blob_ok(data: bytes, key: str) -> bool | None:
     kind = data[3:4]
     if kind != b"J" and kind != b"T":
         return None
-    return hmac.compare_digest(_check(key, kind, memoryview(data)[_HEAD + 8 :]),
+    return compare_digest(_check(key, kind, memoryview(data)[_HEAD + 8 :]),
                                data[_HEAD : _HEAD + 8])
 
 
@@ -458,6 +473,9 @@ class PickleCodec:
         self._secret = secret.encode() if isinstance(secret, str) else bytes(secret)
 
     def _sign(self, key: str, namespace: str, payload: bytes | memoryview) -> bytes:
+        import hashlib
+        import hmac
+
         mac = hmac.new(self._secret, digestmod=hashlib.sha256)
         mac.update(f"dejacache-pickle/{CODEC_VERSION}\x00{namespace}\x00{key}\x00".encode())
         mac.update(payload)
@@ -479,7 +497,7 @@ class PickleCodec:
         if data[2] != CODEC_VERSION:
             raise IntegrityError(f"unsupported codec version {data[2]}", key=key)
         payload = memoryview(data)[_HEAD + 32 :]
-        if not hmac.compare_digest(self._sign(key, namespace, payload), data[_HEAD : _HEAD + 32]):
+        if not compare_digest(self._sign(key, namespace, payload), data[_HEAD : _HEAD + 32]):
             raise IntegrityError("pickle signature mismatch; refused", key=key)
         import pickle
 

@@ -24,17 +24,15 @@ probing the places that held ``None`` when the same bytes were first seen (issue
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import datetime as _dt
 import enum
 import functools
 import inspect
 import os
-import pathlib
 import re
+import sys
 from collections.abc import Callable, Iterable, Mapping
-from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
@@ -105,10 +103,47 @@ _TAG = "\x00"  # tagged forms are single-key dicts whose key starts with NUL: ne
 _HEADER_ONLY = frozenset({"request-id", "Request-Id", "Request-ID", "REQUEST-ID"})
 # Types whose canonical spelling is fixed text (orjson's, or a tag from _tagged): they hold no
 # names, floats or strings a rewrite would touch, so plain data may contain them.
-_LEAF = frozenset({bytes, bytearray, memoryview, Decimal, UUID, _dt.datetime, _dt.date,
-                   _dt.time, _dt.timedelta, pathlib.PurePosixPath, pathlib.PureWindowsPath,
-                   pathlib.PosixPath, pathlib.WindowsPath})
+_LEAF = frozenset({bytes, bytearray, memoryview, UUID, _dt.datetime, _dt.date, _dt.time,
+                   _dt.timedelta})
 _SIMPLE = _LEAF | {int, bool}
+# Leaves too, added by _late_leaf: decimal and pathlib (with urllib.parse and ipaddress) cost
+# ~6 ms that ``from dejacache import cache`` paid (issue 12, item 6). Neither type can be met
+# before its module is loaded, so the sets grow (rebound, never mutated) the first time one
+# is: a miss in _clean asks _late_leaf, the general path refreshes once per call, and a by-parts
+# write that met one first falls back to the whole write, which gives the same bytes.
+_LATE = {"decimal": ("Decimal",),
+         "pathlib": ("PurePosixPath", "PureWindowsPath", "PosixPath", "WindowsPath")}
+_LATE_DONE: set[str] = set()
+_LATE_PENDING = True  # some module of _LATE not added yet
+
+
+def _late_leaf(t: type) -> bool:
+    """Whether ``t``, not in ``_SIMPLE``, is a leaf of a module loaded after this one."""
+    names = _LATE.get(t.__module__)  # _decimal's and _pydecimal's Decimal say "decimal"
+    if names is None:
+        return False
+    _add_late(t.__module__)
+    return t in _LEAF
+
+
+def _add_late(module: str) -> None:
+    global _LEAF, _SIMPLE, _LATE_PENDING
+    if module in _LATE_DONE:
+        return
+    mod = __import__(module)  # cheap: a value of its type exists, so it is (nearly) loaded
+    new = {getattr(mod, n) for n in _LATE[module]}
+    _LEAF = _LEAF | new
+    _SIMPLE = _SIMPLE | new
+    _LATE_DONE.add(module)
+    _LATE_PENDING = len(_LATE_DONE) < len(_LATE)
+
+
+def _refresh_late() -> None:
+    """Adds the late leaves of every such module loaded by now (a Decimal may also come from
+    ``_decimal`` or ``_pydecimal`` imported alone)."""
+    for module, also in (("decimal", ("_decimal", "_pydecimal")), ("pathlib", ())):
+        if module in sys.modules or any(a in sys.modules for a in also):
+            _add_late(module)
 # Integers above this many bits are keyed in hex: decimal text of a 100,000-bit integer
 # raises ValueError (CPython's 4300-digit limit, which users may lower to 640 digits).
 _DECIMAL_BITS = 2000
@@ -233,7 +268,7 @@ def _clean(obj: Any, names: _Names) -> int:
                 elif tw is float:
                     if w - w != 0.0:  # NaN and ±inf: orjson would write null, like None
                         return 0
-                elif tw not in _SIMPLE:
+                elif tw not in _SIMPLE and not _late_leaf(tw):
                     return 0
         elif tv is list or tv is tuple:
             r = _clean(v, names)
@@ -243,7 +278,7 @@ def _clean(obj: Any, names: _Names) -> int:
         elif tv is float:
             if v - v != 0.0:
                 return 0
-        elif tv not in _SIMPLE:
+        elif tv not in _SIMPLE and not _late_leaf(tv):
             return 0
     return seen
 
@@ -273,6 +308,8 @@ def _tagged(value: Any) -> Any:
     """
     t = type(value)
     if t is bytes or t is bytearray or t is memoryview:
+        import base64  # ~1 ms at import for bytes arguments only (issue 12, item 6)
+
         return {_TAG + "bytes": base64.b64encode(bytes(value)).decode()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
@@ -281,9 +318,13 @@ def _tagged(value: Any) -> Any:
         return hook(value)
     if hasattr(value, "model_dump") and not isinstance(value, type):
         return _model_data(value)
-    if isinstance(value, Decimal):
+    if _LATE_PENDING:
+        _refresh_late()
+    dec = sys.modules.get("decimal")  # loaded (by _refresh_late) if a Decimal can exist
+    if dec is not None and isinstance(value, dec.Decimal):
         return {_TAG + "decimal": str(value.normalize()) if value.is_finite() else str(value)}
-    if isinstance(value, pathlib.PurePath):
+    pl = sys.modules.get("pathlib")
+    if pl is not None and isinstance(value, pl.PurePath):
         return {_TAG + "path": value.as_posix()}
     if isinstance(value, (set, frozenset)):
         return {_TAG + "set": [orjson.Fragment(i) for i in sorted(_item(v) for v in value)]}
@@ -343,6 +384,8 @@ class _Canon:
         self.subs = subs
         self.active: set[int] = set()  # containers on the current path: a revisit is a cycle
         self.none = False  # a None was written (the form then gets the None mark)
+        if _LATE_PENDING:  # norm and mask look leaves up in _LEAF without asking
+            _refresh_late()
 
     def norm(self, obj: Any, path: str, depth: int) -> Any:
         t = type(obj)

@@ -12,11 +12,10 @@ saving is counted twice.
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import threading
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 __all__ = ["CallStats", "Stats", "live_call", "record_hit", "record_miss", "reset_stats",
            "stats", "usage_of"]
@@ -39,33 +38,25 @@ def _add_fields(acc: Any, other: Any) -> None:
         setattr(acc, f, getattr(acc, f) + getattr(other, f))
 
 
-@dataclasses.dataclass(slots=True)
-class CallStats:
-    hits: int = 0
-    misses: int = 0
-    stores: int = 0
-    errors: int = 0
-    time_saved: float = 0.0
-    tokens_saved: int = 0
-
-    add = _add_fields
+if TYPE_CHECKING:
+    from ._stats_view import CallStats, Stats
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Stats:
-    """A snapshot. ``total``: each call counted once, at the outermost cached layer (its
-    ``time_saved``/``tokens_saved`` include hits at every layer). ``by_name``: every layer
-    by call name. ``nested``: hits and misses that happened while an outer cached call was
-    running live (e.g. the HTTP request inside a decorated function)."""
+def __getattr__(name: str) -> Any:
+    # The snapshot classes live in _stats_view: creating two dataclasses cost ~1.3 ms that
+    # every process importing the decorator paid for a function few call (issue 12, item 6).
+    # They still name this module as theirs; once read they are plain globals here.
+    if name in ("CallStats", "Stats"):
+        from . import _stats_view
 
-    total: CallStats
-    by_name: Mapping[str, CallStats]
-    nested: CallStats = dataclasses.field(default_factory=CallStats)
+        value = getattr(_stats_view, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    @property
-    def hit_rate(self) -> float:
-        n = self.total.hits + self.total.misses
-        return self.total.hits / n if n else 0.0
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
 
 
 _LOCK = threading.Lock()
@@ -200,6 +191,8 @@ def usage_of(value: Any) -> dict[str, int] | None:
 
 def stats() -> Stats:
     """Counters since the process started (or the last :func:`reset_stats`)."""
+    from ._stats_view import CallStats, Stats
+
     sums: dict[str, _Bucket] = {}
     with _LOCK:
         for cells in [_RETIRED, *(c for _t, c in _THREADS.values())]:
