@@ -1,8 +1,11 @@
 """A warm 2 KB hit through langwatch-scenario's real ``@scenario.cache`` against dejacache's
-``@cache`` (MemoryStore) and the orjson(sorted)+xxh3+dict floor, interleaved in one process.
+``@cache`` (MemoryStore; default fresh copies and ``frozen=True``) and the orjson(sorted)+xxh3+dict
+floor, interleaved in one process.
 
 Runs in the venv that holds the real package (``.venv-scenario``, which pins openai < 3 and so
-cannot share the main venv); ``bench_core.py`` starts it and reads the JSON it prints.
+cannot share the main venv); ``bench_core.py`` starts it and reads the JSON it prints. The
+dejacache timed is the working tree's ``src/`` (put first on ``sys.path`` below), whatever
+copy that venv holds.
 
     .venv-scenario/bin/python benchmarks/scenario_peer.py [--budget 3] [--quick]
 """
@@ -22,6 +25,9 @@ from typing import Any
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+# The venv installs dejacache editable from this tree today; this keeps a stale non-editable
+# copy (an older build of the venv) from being the one measured.
+sys.path.insert(0, str(HERE.parent / "src"))
 
 N_HIT = 20
 
@@ -62,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     scen = scenario.cache()(llm)
     dejacache.configure(cache_key="bench", store=dejacache.MemoryStore())
     deja = dejacache.cache(name="bench.llm")(llm)
+    frozen = dejacache.cache(name="bench.frozen", frozen=True)(llm)
     table: dict[bytes, Any] = {}
 
     def fkey(r: Any) -> bytes:
@@ -71,21 +78,34 @@ def main(argv: list[str] | None = None) -> int:
         pending[0] = resp
         ctx.run(scen, req)
         deja(req)
+        frozen(req)
         table[fkey(req)] = resp
     pending[0] = None
     for req, resp in items:  # a wrong answer would make every number meaningless
-        if ctx.run(scen, req) != resp or deja(req) != resp or table.get(fkey(req)) != resp:
+        if (ctx.run(scen, req) != resp or deja(req) != resp or frozen(req) != resp
+                or table.get(fkey(req)) != resp):
             raise AssertionError("a contender returned a wrong result")
+        got = frozen(req)
+        try:  # the frozen row is timed under its promise: a shared value nobody can change
+            got["__bench_mutation__"] = 1
+        except dejacache.ReadOnlyResult:
+            pass
+        else:
+            raise AssertionError("a frozen hit could be mutated")
+        if deja(req) is deja(req):
+            raise AssertionError("two default hits returned the same object")
     n = len(reqs)
     try:
         cells = interleave({
             "floor": lambda i: table.get(fkey(reqs[i % n])),
             "dejacache": lambda i: deja(reqs[i % n]),
+            "dejacache_frozen": lambda i: frozen(reqs[i % n]),
             "scenario": lambda i: ctx.run(scen, reqs[i % n]),
         }, budget=budget, batch=10)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps({"versions": versions("langwatch-scenario", "joblib", "dejacache"),
+                      "dejacache_from": str(pathlib.Path(dejacache.__file__).parent),
                       "cells": {k: c.as_dict() for k, c in cells.items()}}))
     return 0
 
