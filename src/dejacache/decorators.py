@@ -74,13 +74,15 @@ class _Keys:
 class _Plan:
     """What calls of one function under one ``Effective`` share, worked out once: the key
     builder, the digest seed, substitutions, and whether a hit may take the short path (a
-    ``MemoryStore`` that checked its values when put, the plain ``JsonCodec``, no scope
-    extras, not recording). Settings and scopes are immutable ``Effective`` objects, so a new
-    one (``configure``, entering a scope) is the generation change that rebuilds the plan.
+    store offering ``hit()``, ``short_hits``: ``MemoryStore`` and ``SQLiteStore``; the plain
+    ``JsonCodec``, no scope extras, not recording). Settings and scopes are immutable
+    ``Effective`` objects, so a new one (``configure``, entering a scope) is the generation
+    change that rebuilds the plan.
 
-    The short path is the whole of a warm in-memory hit (issue 12 item 4): key, one dict
-    lookup, one ``orjson.loads`` of the stored body (the caller's own fresh object), the hit
-    counted.
+    The short path is the whole of a warm hit (issue 12 item 4): the key, the store's
+    ``hit``, one ``orjson.loads`` of the checked body (the caller's own fresh object) or,
+    with ``frozen=True``, the read-only value the store keeps for those bytes, the hit
+    counted. Anything else it meets goes on to the engine's general path.
     """
 
     __slots__ = ("eff", "kb", "quick", "seed", "share", "short", "store", "subs")
