@@ -71,6 +71,9 @@ class _Keys:
         return b
 
 
+_Parts = tuple[dict[str, Any], str, bytes, bytes, bool]  # KeyBuilder.bind_key's answer
+
+
 class _Plan:
     """What calls of one function under one ``Effective`` share, worked out once: the key
     builder, the digest seed, substitutions, and whether a hit may take the short path (a
@@ -197,6 +200,18 @@ def _wrap(
         record_hit(call_name, item[1], item[2])
         return value
 
+    def try_short(p: _Plan, eff: Effective, kb: KeyBuilder, args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> tuple[Any, _Parts | None]:
+        """The short path (sync_wrapper inlines it): ``(value or MISS, bind_key's parts if
+        it had to be asked)``. The key alone comes first: a hit needs nothing else."""
+        key = kb.hit_key(args, kwargs, p.seed) if p.quick else None
+        parts = None
+        if key is None:
+            parts = kb.bind_key(args, kwargs, p.seed, p.subs)
+            key = parts[1]
+        item = p.store.hit(key)
+        return (_engine.MISS if item is None else short_hit(p, eff, key, item)), parts
+
     if frozen and (inspect.isasyncgenfunction(probe) or inspect.isgeneratorfunction(probe)):
         raise ConfigurationError(
             f"frozen=True on {call_name}: a generator's items are replayed one by one, not "
@@ -306,16 +321,10 @@ def _wrap(
             if kb is None:
                 return await fn(*args, **kwargs)
             parts = None
-            if p.short:  # as in sync_wrapper
-                key = kb.hit_key(args, kwargs, p.seed) if p.quick else None
-                if key is None:
-                    parts = kb.bind_key(args, kwargs, p.seed, p.subs)
-                    key = parts[1]
-                item = p.store.hit(key)
-                if item is not None:
-                    value = short_hit(p, eff, key, item)
-                    if value is not _engine.MISS:
-                        return value
+            if p.short:
+                value, parts = try_short(p, eff, kb, args, kwargs)
+                if value is not _engine.MISS:
+                    return value
             if parts is None:
                 parts = kb.bind_key(args, kwargs, p.seed, p.subs)
             eff, key, canonical, rekey = general(p, *parts)
@@ -343,9 +352,7 @@ def _wrap(
             if kb is None:
                 return fn(*args, **kwargs)
             parts = None
-            if p.short:
-                # The key alone first: a hit needs nothing else (bind_key's other parts are
-                # for the miss path, which binds again when this answered).
+            if p.short:  # try_short, inlined: the key alone first (see there)
                 key = kb.hit_key(args, kwargs, p.seed) if p.quick else None
                 if key is None:
                     parts = kb.bind_key(args, kwargs, p.seed, p.subs)
