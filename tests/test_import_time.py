@@ -277,3 +277,79 @@ def test_the_first_block_intercepts_http(before: str, inside: str) -> None:
     pytest.importorskip("httpx")
     got = _run(_INTERCEPT.format(before=before, inside=inside))
     assert got == "intercepted"
+
+
+# ---------------------------------------------------------------- the first block
+
+# What the first block used to load for HTTP interception: asyncio (~40 ms with ssl, socket,
+# concurrent.futures and logging), importlib.abc (~9 ms of importlib.resources, tempfile and
+# shutil) and socket for the connection guard. None of them runs before an async call, a
+# stream or a connection, each of which loads them itself. A cassette block takes its lock
+# (tempfile) and cleans temp files (glob) when it writes; difflib only compares trajectories.
+FIRST_BLOCK = ("asyncio", "ssl", "socket", "selectors", "concurrent.futures", "logging",
+               "importlib.abc", "importlib.resources", "subprocess", "tempfile", "shutil",
+               "glob", "difflib", "pkgutil", "importlib.util")
+
+
+@pytest.mark.parametrize("block", [
+    "dejacache.scope(store=dejacache.MemoryStore())",
+    "dejacache.scope(store=dejacache.MemoryStore(), mode='replay')",
+    "dejacache.cassette(tmp + '/c.yaml')",
+    "dejacache.cassette(tmp + '/c.yaml', mode='replay')",
+])
+def test_the_first_block_loads_interception_but_no_heavy_module(
+    block: str, tmp_path: pathlib.Path,
+) -> None:
+    got = _run(f"""
+import json, sys
+import dejacache
+tmp = {str(tmp_path)!r}
+with {block}:
+    inside = sorted(m for m in {FIRST_BLOCK!r} if m in sys.modules)
+    hooks = "dejacache.http.intercept" in sys.modules
+print(json.dumps([inside, hooks]))
+""")
+    assert got == [[], True]
+
+
+_GUARDED = """
+import json, sys
+import dejacache
+{before}
+try:
+    with dejacache.scope(store=dejacache.MemoryStore(), mode="replay"):
+        {inside}
+        urllib.request.urlopen("http://127.0.0.1:9/", timeout=2)  # past interception
+except Exception as exc:
+    out = [type(exc).__name__]
+import socket
+# Put back when the block closes, and the import hook gone with it.
+out.append(socket.socket.connect.__qualname__)
+out.append([type(f).__module__ for f in sys.meta_path
+            if type(f).__module__ == "dejacache.cassettes.netguard"])
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize(("before", "inside"), [
+    ("import urllib.request", "pass"),  # socket loaded before the block: patched on entry
+    ("pass", "import urllib.request"),  # loaded inside the very first block: the import hook
+])
+def test_the_first_replay_block_refuses_connections_made_past_interception(
+    before: str, inside: str,
+) -> None:
+    got = _run(_GUARDED.format(before=before, inside=inside))
+    assert got == ["NetworkBlocked", "socket.connect", []]
+
+
+def test_socket_imported_after_the_last_block_is_left_alone() -> None:
+    got = _run("""
+        import json, sys
+        import dejacache
+        with dejacache.scope(store=dejacache.MemoryStore(), mode="replay"):
+            pass
+        import socket
+        print(json.dumps([socket.socket.connect.__qualname__, socket.getaddrinfo.__module__,
+                          any("netguard" in type(f).__module__ for f in sys.meta_path)]))
+    """)
+    assert got == ["socket.connect", "socket", False]

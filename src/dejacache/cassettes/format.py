@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import glob
 import mmap
 import os
 import pathlib
@@ -523,6 +522,8 @@ def remove_stale_temps(path: pathlib.Path) -> int:
     live write owns one. Only names :func:`atomic_write` makes for this exact file match
     (``.<name>.<16 hex>.tmp``, and mkstemp's ``.<name>.<8 chars>.tmp`` from earlier
     versions): a cassette whose name extends this one's keeps its temp files."""
+    import glob  # on a write only, not with the first block (issue 12, item 6)
+
     exact = re.compile(re.escape(f".{path.name}.") + r"(?:[0-9a-f]{16}|[a-z0-9_]{8})\.tmp")
     removed = 0
     for p in path.parent.glob(glob.escape(f".{path.name}.") + "*.tmp"):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
-import tempfile
 from collections.abc import Iterator
 
 import xxhash
@@ -19,6 +18,10 @@ __all__ = ["cassette_lock"]
 
 
 def _lock_path(path: pathlib.Path) -> pathlib.Path:
+    # Here, not at module level: tempfile (with shutil, random, bz2, lzma) was ~4 ms of the
+    # first cassette block, which takes the lock only when it writes (issue 12, item 6).
+    import tempfile
+
     d = pathlib.Path(tempfile.gettempdir()) / "dejacache-locks"
     d.mkdir(parents=True, exist_ok=True)
     return d / (xxhash.xxh3_64_hexdigest(str(path.resolve()).encode()) + ".lock")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import importlib.util
 import sys
 import threading
 from typing import Any
@@ -79,6 +78,8 @@ def imported() -> list[Lib]:
 
 def available() -> list[Lib]:
     """Libraries that are installed, importing them if needed."""
+    import importlib.util  # intercept() only: not with the first block (issue 12, item 6)
+
     out = []
     for name in LIBRARIES:
         if name in sys.modules or importlib.util.find_spec(name) is not None:

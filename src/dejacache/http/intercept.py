@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import importlib.abc
-import importlib.machinery
 import os
 import re
 import sys
@@ -232,18 +230,18 @@ _WATCHED = (frozenset(LIBRARIES) | frozenset(s.partition(":")[0] for s in EXTRA_
             | frozenset(_lm15.MODULES))
 
 
-class _PatchOnImport(importlib.abc.MetaPathFinder):
+class _PatchOnImport:
     """Closes the gap of an SDK imported inside a block: its httpx/httpx2 or aiohttp
     transport (not imported when the block opened) is patched the moment it is loaded, so
     that call cannot go live. Imports nothing itself, and steps aside whenever no block is
-    open."""
+    open. A plain class with ``find_spec`` is all ``sys.meta_path`` asks for (as in
+    ``_threads``): subclassing ``importlib.abc.MetaPathFinder`` cost the first block ~9 ms of
+    importlib.resources, tempfile and shutil (issue 12, item 6)."""
 
-    def find_spec(
-        self, fullname: str, path: Any = None, target: Any = None
-    ) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname not in _WATCHED or not _COUNT or fullname in sys.modules:
             return None
-        return spec_with_callback(self, fullname, path, target, _loaded)  # type: ignore[no-any-return]
+        return spec_with_callback(self, fullname, path, target, _loaded)
 
 
 if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):

@@ -28,7 +28,6 @@ transports (litellm's, the SDKs' ``DefaultAioHttpClient``), which hand back http
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import functools
 import threading
@@ -36,7 +35,7 @@ import time
 import warnings
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -49,6 +48,9 @@ from .exchange import response_value
 from .providers import Provider
 from .providers._base import END, FINISHING
 from .sse import SSESplitter
+
+if TYPE_CHECKING:
+    import asyncio
 
 __all__ = ["READ_AHEAD_TIMEOUT", "Recorder", "recording_classes", "settle", "unfinished"]
 
@@ -269,6 +271,9 @@ async def _aread_ahead(rec: Recorder, source: AsyncIterator[bytes], ahead: _Ahea
             _orphan_failed(rec, ahead)
     if close_here:
         await rec.live.aclose()
+    import asyncio  # a coroutine runs here: a dict lookup under asyncio (not at module level:
+    # asyncio was ~40 ms of the first block, issue 12 item 6)
+
     if isinstance(ahead.error, asyncio.CancelledError):
         raise ahead.error
 
@@ -367,6 +372,8 @@ def recording_classes(lib: Lib) -> tuple[type, type]:
             rec = self._rec
             ahead = self._ahead = _Ahead()
             reader = _aread_ahead(rec, source, ahead, self._store)
+            import asyncio  # a coroutine runs here (see _aread_ahead)
+
             try:
                 asyncio.get_running_loop()
             except RuntimeError:  # another event loop (trio): read ahead without a bound

@@ -7,7 +7,6 @@ and with ``realtime=True`` at the same pace.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
@@ -89,5 +88,11 @@ async def replay_async(events: Sequence[Sequence[Any]], realtime: bool) -> Async
         if realtime:
             wait = start + offset - time.perf_counter()
             if wait > 0:
+                # Here, not at module level: asyncio (with ssl, socket, concurrent.futures and
+                # logging) was ~40 ms of the first block (issue 12, item 6). A coroutine is
+                # running, so this is a dict lookup under asyncio (under trio it loads it, as
+                # the module-level import used to).
+                import asyncio
+
                 await asyncio.sleep(wait)
         yield text.encode()

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import importlib
-import pkgutil
 from collections.abc import Mapping
 
 from ._base import Provider
@@ -18,6 +17,8 @@ __all__ = ["Provider", "all_providers", "detect"]
 
 @functools.cache
 def all_providers() -> tuple[Provider, ...]:
+    import pkgutil  # once, on the first request: not with the first block (issue 12, item 6)
+
     found = []
     for info in pkgutil.iter_modules(__path__):
         if info.name.startswith("_"):
