@@ -13,33 +13,26 @@ Two checks use it:
 
 Lookups are also remembered (address -> host name, bounded), so a refused connection to an
 address names the host the caller asked for.
-
-``socket`` (with selectors; ~5 ms) and ``ipaddress`` (~2 ms) are not imported here: every
-first block loaded them (issue 12, item 6) though no connection can be made before something
-imports ``socket``. A check registered while ``socket`` is not loaded yet installs the patch
-the moment it is (an import hook, as for the SDKs' transports in ``http/intercept.py``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
+import socket
 import sys
 import threading
 from collections.abc import Callable, Iterable
-from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .._importhook import spec_with_callback
 from ..errors import NetworkBlocked
-
-if TYPE_CHECKING:
-    import socket
 
 __all__ = ["Attempt", "NetworkGuard", "add_check", "allowed_hosts", "code_path",
            "is_loopback", "remove_check"]
 
 _LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost",
                           "ip6-loopback", ""})
+_INET = (socket.AF_INET, socket.AF_INET6)
 _STATE = threading.RLock()
 _CHECKS: list[Callable[[Attempt], None]] = []
 # (the originals, our replacements) while installed.
@@ -58,8 +51,6 @@ def is_loopback(host: Any) -> bool:
     h = str(host).strip("[]").lower()
     if h in _LOCAL_NAMES or h.endswith(".localhost"):
         return True
-    import ipaddress  # on a connection attempt only (see the module docstring)
-
     try:
         return ipaddress.ip_address(h.split("%")[0]).is_loopback
     except ValueError:
@@ -128,20 +119,17 @@ def _remember(host: Any, infos: Any) -> None:
 
 def _install() -> None:
     global _SAVED
-    import socket
-
-    inet = (socket.AF_INET, socket.AF_INET6)
     real_connect = socket.socket.connect
     real_connect_ex = socket.socket.connect_ex
     real_getaddrinfo = socket.getaddrinfo
 
     def connect(sock: socket.socket, address: Any) -> None:
-        if _CHECKS and sock.family in inet:
+        if _CHECKS and sock.family in _INET:
             _refuse_or_pass(sock, address)
         real_connect(sock, address)
 
     def connect_ex(sock: socket.socket, address: Any) -> int:
-        if _CHECKS and sock.family in inet:
+        if _CHECKS and sock.family in _INET:
             _refuse_or_pass(sock, address)
         return real_connect_ex(sock, address)
 
@@ -161,11 +149,8 @@ def _install() -> None:
 
 def _uninstall() -> None:
     global _SAVED
-    _unhook()
     if _SAVED is None:
         return
-    import socket  # installed: loaded already
-
     (real_connect, real_connect_ex, real_getaddrinfo), ours = _SAVED
     # Put back only what is still ours: a patch someone made on top of ours stays in place.
     if socket.socket.connect is ours[0]:
@@ -178,58 +163,13 @@ def _uninstall() -> None:
     _NAMES.clear()
 
 
-class _PatchOnImport:
-    """In ``sys.meta_path`` while checks are registered and ``socket`` is not loaded yet:
-    patches ``socket`` right after its code has run, before anyone can connect with it.
-    Finds nothing itself."""
-
-    used = False  # it was asked for socket (set before socket enters sys.modules)
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != "socket":
-            return None
-        self.used = True
-        return spec_with_callback(self, fullname, path, target, _socket_loaded)
-
-
-_HOOK = _PatchOnImport()
-
-
-def _socket_loaded(module: ModuleType) -> None:
-    with _STATE:
-        if _CHECKS and _SAVED is None:
-            _install()
-        _unhook()
-
-
-def _unhook() -> None:
-    if _HOOK in sys.meta_path:
-        sys.meta_path.remove(_HOOK)
-
-
-def _install_or_hook() -> None:
-    # Called under _STATE. Never waits here for a socket module loaded through the hook: its
-    # loader runs _socket_loaded, which waits for _STATE. One loaded without the hook may be
-    # still running its code in another thread: ``import socket`` in _install waits for it.
-    if _HOOK in sys.meta_path:
-        return  # already waiting for socket
-    if "socket" in sys.modules:
-        _install()
-        return
-    _HOOK.used = False
-    sys.meta_path.insert(0, _HOOK)
-    if "socket" in sys.modules and not _HOOK.used:  # loaded meanwhile, past the hook
-        _unhook()
-        _install()
-
-
 def add_check(check: Callable[[Attempt], None], *, first: bool = False) -> None:
     """Show every connection and lookup to ``check`` until :func:`remove_check`; ``first``
     puts it ahead of the others (the CI guard's message names the cassette and the command
     that re-records it, so it speaks first)."""
     with _STATE:
         if _SAVED is None:
-            _install_or_hook()
+            _install()
         if first:
             _CHECKS.insert(0, check)
         else:
