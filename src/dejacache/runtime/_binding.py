@@ -71,6 +71,14 @@ class Template:
         if pieces is not None and len(args) <= len(self._names):
             # As ``format_map`` of the bound arguments: a keyword wins over a position (that
             # call raises in the tool), then the position, then the default.
+            if len(pieces[0]) == 1:  # the usual "cart:{user_id}"
+                lit, i, name = pieces[0][0]
+                try:
+                    v = (kwargs[name] if name in kwargs else args[i] if i < len(args)
+                         else self._defaults[name])
+                    return lit + format(v, "") + pieces[1]
+                except (TypeError, KeyError, AttributeError, IndexError):
+                    return None
             out = []
             try:
                 for lit, i, name in pieces[0]:
