@@ -228,3 +228,20 @@ def test_local_counter_memo_follows_every_bump() -> None:
         assert calls == [1, 1]
         generations.reset()  # back to zeros: the first entry's key again, by design
         assert gens.version > v + 2
+
+
+def test_traces_are_the_frozen_dataclass_they_were() -> None:
+    import dataclasses
+
+    from dejacache.runtime.session import ToolCallTrace
+
+    get = dejacache.tool_cache(store=MemoryStore())(_counted([]))
+    with dejacache.agent_session(tenant="a") as sess:
+        get(1)
+        get(1)
+    miss, hit = sess.calls
+    assert hit == ToolCallTrace(1, "tool", "tool", miss.args_digest, "hit")
+    assert hash(hit) == hash(ToolCallTrace(1, "tool", "tool", miss.args_digest, "hit", None))
+    assert (miss.index, miss.outcome, miss.loop) == (0, "miss", None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        hit.outcome = "miss"  # type: ignore[misc]
