@@ -63,6 +63,10 @@ class LocalGenerations:
         self._values: dict[str, int] = {}
         self.max_counters = max_counters
         self.epoch = 0
+        #: Changes after every change of any counter (or the epoch), once the new values
+        #: are in place: values read after seeing a version are at least that new, so a
+        #: reader that read them at a version may reuse them while the version stays.
+        self.version = 0
 
     def read(self, names: Sequence[str], max_age: float = 0.0) -> list[int] | None:
         get = self._values.get  # dict reads are atomic under the GIL: no lock on the hot path
@@ -75,6 +79,7 @@ class LocalGenerations:
                 self.epoch += 1
             for n in names:
                 self._values[n] = self._values.get(n, 0) + 1
+            self.version += 1
         return True
 
     async def aread(self, names: Sequence[str], max_age: float = 0.0) -> list[int] | None:
@@ -87,6 +92,7 @@ class LocalGenerations:
         with self._lock:
             self._values.clear()
             self.epoch = 0
+            self.version += 1
 
 
 class SharedGenerations:

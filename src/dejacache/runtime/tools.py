@@ -27,12 +27,20 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar, overload
 
+import orjson
+
 from .. import config
 from .._core.scopes import encode_component, global_prefix
 from .._engine import warn_once
-from ..errors import AgentLoopDetected, ConfigurationError, ScopeError, SerializationError
-from ..keys import KeyBuilder, digest
-from ..stores._base import Record, Store
+from ..errors import (
+    AgentLoopDetected,
+    ConfigurationError,
+    IntegrityError,
+    ScopeError,
+    SerializationError,
+)
+from ..keys import KeyBuilder, digest, key_seed
+from ..stores._base import BaseStore, Record, Store
 from ..stores.memory import MemoryStore
 from . import metrics as m
 from ._binding import Template, is_error_result
@@ -62,6 +70,15 @@ _READER_STORES: dict[str, dict[int, Any]] = {}
 _REG_LOCK = threading.Lock()
 
 Gens = LocalGenerations | SharedGenerations
+# The in-process counters' values for one (prefix, entity), the key part they make, and the
+# counters' version they were read at: (counters, version, key part, values).
+_Memo = tuple[LocalGenerations, int, str, list[int]]
+# (key prefix, entry key head, counter names, [memo or None]) of one (prefix, entity).
+_Where = tuple[str, str, tuple[str, ...], list[_Memo | None]]
+# A read's (value or PROCEED, bytes served, body, blob); a flight's (result, body, blob).
+_Read = tuple[Any, int, Any, "bytes | None"]
+_Led = tuple[Any, Any, "bytes | None"]
+_MISSED: _Read = (PROCEED, 0, None, None)
 
 
 class _Trace:
@@ -199,6 +216,37 @@ def _counter_names(levels: Iterable[str], res: str, entity: str | None) -> list[
     return out
 
 
+_MAX_HEADS = 4096  # per tool: (prefix, entity) pairs remembered before starting over
+_UNSET: Any = object()
+
+
+class _Route:
+    """Where one tool's entries live under one configuration: the store, its counters, and
+    whether a hit may take the store's short path (``hit()``: a body checked against its
+    key, whose one ``orjson.loads`` is the caller's own copy), decided as ``@cache``'s plan
+    decides it: the store offers ``short_hits`` and the codec ``plain_payloads``."""
+
+    __slots__ = ("ashort", "codec", "configured", "gens", "local", "short", "store")
+
+    def __init__(self, tc: _ToolCache | None, configured: Any, codec: Any) -> None:
+        self.configured = configured
+        self.codec = codec
+        if tc is None:  # the placeholder before the first call: never matches
+            self.configured = self.codec = _UNSET
+            self.store: Any = None
+            self.gens: Any = None
+            self.short = self.ashort = self.local = False
+            return
+        store = self.store = tc.store_for(configured)
+        self.gens = tc.generations(store)
+        self.local = isinstance(self.gens, LocalGenerations)
+        self.short = (getattr(store, "short_hits", False) is True
+                      and getattr(codec, "plain_payloads", False) is True)
+        # Async callers read through ``aget``; ``hit`` stands in for it only where ``aget``
+        # is the base class's direct call of ``get`` (no await to keep).
+        self.ashort = self.short and getattr(type(store), "aget", None) is BaseStore.aget
+
+
 class _ToolCache:
     """Everything one decorated tool needs; the wrappers are thin closures around it."""
 
@@ -233,7 +281,6 @@ class _ToolCache:
         self.counter_max_age = counter_max_age
         self.explicit_store = store
         self._own: MemoryStore | None = None
-        self._configured: tuple[Any, Store | None] = (None, None)
         self._maxsize = maxsize
         # No default volatile fields: they are HTTP/LLM tracing names (``request_id``...), and
         # a tool argument of that name is data: dropping it would serve one answer to all.
@@ -241,8 +288,17 @@ class _ToolCache:
         self.template = Template(fn, key, f"tool_cache({self.name})") if key else None
         self.res = encode_component(self.resource)
         self.res_tool = f"{self.res}/{encode_component(self.key_name)}"
-        self.flights: SingleFlight[tuple[Any, bytes | None]] = SingleFlight()
+        self.flights: SingleFlight[_Led] = SingleFlight()
         self._gens: tuple[Any, Gens] = (None, local_generations())
+        # The argument digest is ``digest("", key_name, canonical)``: the seed once, and
+        # ``KeyBuilder.hit_key`` answers the commonest call (one plain argument) without
+        # binding (see ``_Route`` and ``_lookup`` for why a hit proves its key).
+        self.seed = key_seed("", self.key_name)
+        # (key prefix, entity) -> (entry key head, counter names): pure functions of the
+        # two, so worked out once instead of formatting four names and a prefix per call.
+        # The counters themselves are read on every call (they are the invalidation).
+        self._heads: dict[tuple[str, str | None], _Where] = {}
+        self._route = _Route(None, None, None)
         with _REG_LOCK:
             if scope == "global":
                 _GLOBAL_READERS.add(self.resource)
@@ -253,16 +309,14 @@ class _ToolCache:
         """``store=`` if given, else the store passed to ``configure(store=...)``, else this
         tool's own in-process LRU. Never the implicit on-disk test default, and never a
         sequenced (cassette) store: runtime caches have one answer per key."""
+        return self.store_for(config.settings_object().store)
+
+    def store_for(self, configured: Store | None) -> Store:
+        """:meth:`store` given the configured store."""
         if self.explicit_store is not None:
             return self.explicit_store
-        configured = config.settings_object().store
-        if configured is not None:
-            seen, use = self._configured
-            if configured is not seen:
-                use = None if getattr(configured, "sequenced", False) else configured
-                self._configured = (configured, use)
-            if use is not None:
-                return use
+        if configured is not None and not getattr(configured, "sequenced", False):
+            return configured
         own = self._own
         if own is None:
             with _REG_LOCK:
@@ -279,17 +333,25 @@ class _ToolCache:
             self._gens = (store, gens)
         return gens
 
-    def where(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[
-        agent_session | None, str, list[str] | None
-    ]:
-        """(session, key prefix, counter names) for a call; None names: template unbound."""
-        sess = _SESSION.get()
-        if self.scope == "global":
+    def route(self) -> _Route:
+        """The store, its counters and how hits may be read, for the current settings;
+        worked out again only when the configured store or codec object changes."""
+        s = config.settings_object()
+        r = self._route
+        if r.configured is not s.store or r.codec is not s.codec:
+            r = self._route = _Route(self, s.store, s.codec)
+        return r
+
+    def where(self, sess: agent_session | None, args: tuple[Any, ...],
+              kwargs: dict[str, Any]) -> _Where | None:
+        """(key prefix, entry key head, counter names, counter memo) for a call; None: the
+        template does not bind."""
+        scope = self.scope
+        if scope == "global":
             prefix = _GLOBAL
-            levels = [_GLOBAL]
         else:
-            pfx = sess.prefixes.get(self.scope) if sess is not None else None
-            if sess is None or pfx is None:
+            pfx = sess.prefixes.get(scope) if sess is not None else None
+            if pfx is None:
                 raise ScopeError(
                     f"{self.name} caches per {self.scope} (resource {self.resource!r}) but was "
                     + ("called outside dejacache.agent_session(...)" if sess is None else
@@ -300,16 +362,42 @@ class _ToolCache:
                     "dejacache.wrap_executor(pool) or asyncio.to_thread)."
                 )
             prefix = pfx
-            levels = [sess.prefixes["tenant"], _GLOBAL]
         entity: str | None = None
-        if self.template is not None:
-            entity = self.template.format(args, kwargs)
+        template = self.template
+        if template is not None:
+            entity = template.format(args, kwargs)
             if entity is None:
-                return sess, prefix, None
-        return sess, prefix, _counter_names(levels, self.res, entity)
+                return None
+        got = self._heads.get((prefix, entity))
+        if got is None:
+            # A session prefix names its tenant, so (prefix, entity) fixes the levels too.
+            levels = ([_GLOBAL] if self.scope == "global" or sess is None
+                      else [sess.prefixes["tenant"], _GLOBAL])
+            got = (prefix, f"{prefix}/{self.res_tool}/",
+                   tuple(_counter_names(levels, self.res, entity)), [None])
+            heads = self._heads
+            if len(heads) >= _MAX_HEADS:
+                heads.clear()
+            heads[(prefix, entity)] = got
+        return got
 
-    def entry_key(self, prefix: str, epoch: int, gens: list[int], adigest: str) -> str:
-        return f"{prefix}/{self.res_tool}/{epoch}.{'.'.join(map(str, gens))}/{adigest}"
+    def full_digest(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """The argument digest of the full canonical form (what entries are stored under)."""
+        return digest("", self.key_name, self.keys.canonical(args, kwargs))
+
+    def local_counters(self, gens: LocalGenerations, names: tuple[str, ...],
+                       cell: list[_Memo | None]) -> tuple[list[int], str]:
+        """(values, key part) of in-process counters: as ``read``, reusing the values read
+        for the same names while no counter anywhere has changed since (``version``)."""
+        version = gens.version  # before the values: they are then at least this new
+        memo = cell[0]
+        if memo is not None and memo[0] is gens and memo[1] == version:
+            return memo[3], memo[2]
+        values = gens.read(names)
+        assert values is not None  # in-process counters are always readable
+        part = f"{gens.epoch}.{'.'.join(map(str, values))}/"
+        cell[0] = (gens, version, part, values)  # one tuple: readers never see half of it
+        return values, part
 
     def settle(self, tenant: str | None, prefix: str, key: str, value: Any,
                duration: float) -> tuple[Record | None, bytes | None]:
@@ -345,42 +433,127 @@ class _ToolCache:
         return config.settings_object().codec.decode(blob, key=key, namespace=prefix)
 
 
+_loads = orjson.loads
+# ``hit`` raised: the general read reports it (and fails open).
+_GENERAL_ITEM = (None, 0.0, None, None, None)
+_settings = config.settings_object
+
+
+def _blob_size(body: Any) -> int:
+    """The encoded size behind a short hit's body (``bytes_served`` counts whole blobs)."""
+    return body.obj.__len__() if type(body) is memoryview else len(body)  # type: ignore[attr-defined]
+
+
+def _discard(tc: _ToolCache, key: str, exc: SerializationError) -> None:
+    """Say once per entry that a stored value could not be used (it is deleted and the
+    call runs the tool), as ``@cache`` does."""
+    what = "discarding damaged" if isinstance(exc, IntegrityError) else "cannot use"
+    warn_once(f"tool_cache-decode:{key}",
+              f"dejacache: {what} entry for {tc.name}, treating it as a miss: {exc}")
+
+
 def _wrap_cached(tc: _ToolCache) -> Callable[..., Any]:
+    """The sync or async wrapper of one tool.
+
+    A warm hit (issue 5: within 2x of ``@cache``'s) is: the session, the key head and
+    counter names (remembered per prefix and entity), the counters read (every call, unless
+    ``counter_max_age`` says otherwise: they are the invalidation), the argument digest
+    (``KeyBuilder.hit_key``), the store's short ``hit`` and one ``orjson.loads``, the loop
+    guard, one metrics increment, the session trace.
+
+    The digest looked up first is that of the fast canonical form (``KeyBuilder.bind_key``);
+    entries are stored under the full form's (``digest(canonical)``). The two differ only
+    for arguments holding credentials or volatile fields below the top level, and then the
+    fast one matches no stored entry (a stored form never holds an unmasked credential, so
+    equal digests mean equal forms, and such a form is the full one): a hit proves its
+    digest is the full one. A miss works the full digest out before the loop guard sees it.
+    """
     fn = tc.fn
     name, resource = tc.name, tc.resource
+    quick, seed = tc.keys.hit_key, tc.seed
 
-    def _load(store: Store, prefix: str, key: str) -> tuple[Any, bytes]:
-        """(value or PROCEED, stored blob)."""
-        try:
-            rec = store.get(key)
-        except Exception as exc:  # a failing tier must not fail the tool call
-            warn_once(f"tool_cache-get:{type(store).__name__}",
-                      f"dejacache: tool cache read failed ({exc!r}); treating as a miss")
-            return PROCEED, b""
+    # Reads answer (value or PROCEED, bytes served, body, blob): single-flight waiters make
+    # their own copy from the body (one ``orjson.loads``) or the blob (the codec).
+
+    def _general(store: Store, prefix: str, key: str, rec: Record | None) -> _Read:
+        """A read through ``get`` and the codec (``rec``: already read)."""
         if rec is None:
-            return PROCEED, b""
+            try:
+                rec = store.get(key)
+            except Exception as exc:  # a failing tier must not fail the tool call
+                warn_once(f"tool_cache-get:{type(store).__name__}",
+                          f"dejacache: tool cache read failed ({exc!r}); treating as a miss")
+                return _MISSED
+            if rec is None:
+                return _MISSED
         try:
-            return tc.decode(prefix, key, rec.value), rec.value
-        except SerializationError:
+            return tc.decode(prefix, key, rec.value), len(rec.value), None, rec.value
+        except SerializationError as exc:
+            _discard(tc, key, exc)
             with contextlib.suppress(Exception):
                 store.delete(key)
-            return PROCEED, b""
+            return _MISSED
 
-    async def _aload(store: Store, prefix: str, key: str) -> tuple[Any, bytes]:
+    async def _ageneral(store: Store, prefix: str, key: str) -> _Read:
         try:
             rec = await store.aget(key)
         except Exception as exc:
             warn_once(f"tool_cache-get:{type(store).__name__}",
                       f"dejacache: tool cache read failed ({exc!r}); treating as a miss")
-            return PROCEED, b""
+            return _MISSED
         if rec is None:
-            return PROCEED, b""
+            return _MISSED
         try:
-            return tc.decode(prefix, key, rec.value), rec.value
-        except SerializationError:
+            return tc.decode(prefix, key, rec.value), len(rec.value), None, rec.value
+        except SerializationError as exc:
+            _discard(tc, key, exc)
             with contextlib.suppress(Exception):
                 await store.adelete(key)
-            return PROCEED, b""
+            return _MISSED
+
+    def _short(store: Any, prefix: str, key: str) -> _Read:
+        """A read through the store's ``hit`` (``_Route.short``)."""
+        try:
+            item = store.hit(key)
+        except Exception:  # the general read reports it (and fails open)
+            return _general(store, prefix, key, None)
+        if item is None:
+            return _MISSED
+        body = item[0]
+        if body is not None:
+            try:
+                # Checked against the key by the store: one loads is the caller's own copy.
+                return _loads(body), _blob_size(body), body, None
+            except orjson.JSONDecodeError:
+                pass  # decoded again below, which reports it
+        # Tagged values and anything the store would not vouch for: the codec decides.
+        return _general(store, prefix, key, item[3])
+
+    def _load(r: _Route, prefix: str, key: str) -> _Read:
+        if r.short:
+            return _short(r.store, prefix, key)
+        return _general(r.store, prefix, key, None)
+
+    async def _aload(r: _Route, prefix: str, key: str) -> _Read:
+        if r.ashort:
+            return _short(r.store, prefix, key)
+        return await _ageneral(r.store, prefix, key)
+
+    def _copy(prefix: str, key: str, body: Any, blob: bytes | None, result: Any) -> Any:
+        """A single-flight waiter's own copy of the leader's result."""
+        if body is not None:
+            return _loads(body)
+        if blob is not None:
+            return tc.decode(prefix, key, blob)
+        return result  # not cached: the leader's object, as for any uncached call
+
+    def _first_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, bool]:
+        """(argument digest to look up first, whether it is the full form's)."""
+        fast = quick(args, kwargs, tc.seed)
+        if fast is not None:
+            return fast, False
+        _bound, fast, _body, _tail, full = tc.keys.bind_key(args, kwargs, tc.seed)
+        return fast, full
 
     def _finish(sess: agent_session | None, adigest: str, value: Any, tr: _Trace) -> Any:
         gs = sess.guard if sess is not None else None
@@ -391,134 +564,273 @@ def _wrap_cached(tc: _ToolCache) -> Callable[..., Any]:
             tr.outcome = "nudged"
         return out
 
-    def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-        return _traced_call(_SESSION.get(), name, resource,
-                            lambda tr: _sync_call(tr, args, kwargs), "miss")
+    def _note(sess: agent_session, tr: _Trace) -> None:
+        sess.note_call(name, resource, tr.digest, tr.outcome,
+                       tr.loops[-1].pattern if tr.loops else None)
 
-    def _sync_call(tr: _Trace, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        sess, prefix, names = tc.where(args, kwargs)
-        if names is None:
-            tr.outcome = "bypassed"
-            return fn(*args, **kwargs)  # the arguments do not bind: let the tool say why
-        tenant = sess.tenant if sess is not None else None
-        adigest = tr.digest = digest("", tc.key_name, tc.keys.canonical(args, kwargs))
+    def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+        # One function for the whole of a hit: every call level was ~0.1 µs of ~7 (issue 5).
+        # A hit without a loop guard traces from locals; the other paths fill a _Trace.
+        sess = _SESSION.get()
+        tr: _Trace | None = None
+        outcome = "hit"
+        adigest = ""
+        try:
+            where = tc.where(sess, args, kwargs)
+            if where is None:
+                tr = _Trace("bypassed")
+                return fn(*args, **kwargs)  # the arguments do not bind: let the tool say why
+            prefix, head, names, cell = where
+            r = tc._route
+            settings = _settings()
+            if r.configured is not settings.store or r.codec is not settings.codec:
+                r = tc.route()
+            gens = r.gens
+            if r.local:
+                memo = cell[0]
+                if memo is not None and memo[0] is gens and memo[1] == gens.version:
+                    values, vpart = memo[3], memo[2]
+                else:
+                    values, vpart = tc.local_counters(gens, names, cell)
+            else:
+                values = gens.read(names, tc.counter_max_age)
+                if values is None:  # unknown: no entry can be proven fresh, skip the cache
+                    tr = _Trace("miss")
+                    return _sync_bypass(sess, tr, args, kwargs)
+                vpart = f"{gens.epoch}.{'.'.join(map(str, values))}/"
+            fast = quick(args, kwargs, seed)
+            full = False
+            if fast is None:
+                fast, full = _first_key(args, kwargs)
+            key = head + vpart + fast
+            if r.short:
+                # _short inlined: a checked body, one loads.
+                try:
+                    item = r.store.hit(key)
+                except Exception:
+                    item = _GENERAL_ITEM
+                if item is None:
+                    value = PROCEED
+                else:
+                    body = item[0]
+                    if body is not None:
+                        try:
+                            value = _loads(body)  # checked by the store: a fresh copy
+                        except orjson.JSONDecodeError:
+                            body = None  # decoded again below, which reports it
+                        else:
+                            size = _blob_size(body)
+                    if body is None:  # tagged values, damage, a failing hit: the codec
+                        value, size, _b, _s = _general(r.store, prefix, key, item[3])
+            else:
+                value, size, _b, _s = _general(r.store, prefix, key, None)
+            if value is PROCEED:
+                tr = _Trace("miss")
+                return _sync_miss(sess, tr, args, kwargs, prefix, head, names, r, values,
+                                  vpart, fast, full)
+            adigest = fast  # a hit proves it is the full form's digest
+            if sess is None:
+                m.count_hit(None, resource, name, size)
+                return value
+            gs = sess.guard
+            if gs is None:
+                m.count_hit(sess.tenant, resource, name, size)
+                return value
+            tr = _Trace("hit")
+            tr.digest = adigest
+            nudge = gs.before(name, resource, adigest, seen=tr.loops)
+            if nudge is not PROCEED:
+                tr.outcome = "nudged"
+                return nudge
+            m.count_hit(sess.tenant, resource, name, size)
+            return _finish(sess, adigest, value, tr)
+        except AgentLoopDetected:
+            outcome = "blocked"
+            raise
+        except BaseException:
+            outcome = "error"
+            raise
+        finally:
+            if sess is not None and sess.calls.maxlen != 0:
+                if tr is None:
+                    sess.note_call(name, resource, adigest, outcome, None)
+                else:
+                    if outcome != "hit":  # raised
+                        tr.outcome = outcome
+                    sess.note_call(name, resource, tr.digest, tr.outcome,
+                                   tr.loops[-1].pattern if tr.loops else None)
+
+    def _sync_bypass(sess: agent_session | None, tr: _Trace, args: tuple[Any, ...],
+                     kwargs: dict[str, Any]) -> Any:
+        """The counters cannot be read: run the tool, neither reading nor writing entries."""
         gs = sess.guard if sess is not None else None
+        adigest = tr.digest = tc.full_digest(args, kwargs)
         if gs is not None:
             nudge = gs.before(name, resource, adigest, seen=tr.loops)
             if nudge is not PROCEED:
                 tr.outcome = "nudged"
                 return nudge
-        store = tc.store()
-        gens = tc.generations(store)
-        values = gens.read(names, tc.counter_max_age)
-        if values is None:  # counters unknown: cannot prove any entry fresh, so skip the cache
-            m.count(tenant, resource, name, m.BYPASSED)
-            tr.outcome = "bypassed"
-            return _finish(sess, adigest, fn(*args, **kwargs), tr)
-        key = tc.entry_key(prefix, gens.epoch, values, adigest)
-        value, stored = _load(store, prefix, key)
-        if value is not PROCEED:
-            m.count_hit(tenant, resource, name, len(stored))
-            tr.outcome = "hit"
-            return _finish(sess, adigest, value, tr)
+        m.count(sess.tenant if sess is not None else None, resource, name, m.BYPASSED)
+        tr.outcome = "bypassed"
+        return _finish(sess, adigest, fn(*args, **kwargs), tr)
 
-        def lead() -> tuple[Any, bytes | None]:
+    def _sync_miss(sess: agent_session | None, tr: _Trace, args: tuple[Any, ...],
+                   kwargs: dict[str, Any], prefix: str, head: str, names: tuple[str, ...],
+                   r: _Route, values: list[int], vpart: str, fast: str, full: bool) -> Any:
+        """No entry under the first key: the full digest, the loop guard, single-flight."""
+        tenant = sess.tenant if sess is not None else None
+        gs = sess.guard if sess is not None else None
+        gens = r.gens
+        key = head + vpart + fast
+        adigest = tr.digest = fast if full else tc.full_digest(args, kwargs)
+        if gs is not None:
+            nudge = gs.before(name, resource, adigest, seen=tr.loops)
+            if nudge is not PROCEED:
+                tr.outcome = "nudged"
+                return nudge
+        if adigest != fast:  # looked up under the fast form's digest: now the full one
+            key = head + vpart + adigest
+            value, size, _b, _s = _load(r, prefix, key)
+            if value is not PROCEED:
+                m.count_hit(tenant, resource, name, size)
+                tr.outcome = "hit"
+                return _finish(sess, adigest, value, tr)
+        store = r.store
+
+        def lead() -> _Led:
             # Checked again as leader: a flight that finished (or was abandoned) between our
             # miss and now may have stored the value; running the tool again would be waste.
-            again, stored = _load(store, prefix, key)
+            again, size, body, blob = _load(r, prefix, key)
             if again is not PROCEED:
-                m.count_hit(tenant, resource, name, len(stored))
+                m.count_hit(tenant, resource, name, size)
                 tr.outcome = "hit"
-                return again, stored
+                return again, body, blob
             t0 = time.perf_counter()
             result = fn(*args, **kwargs)
             m.count(tenant, resource, name, m.MISSES)
             rec, blob = tc.settle(tenant, prefix, key, result, time.perf_counter() - t0)
             if rec is None:
-                return result, None
+                return result, None, None
             now = gens.read(names)  # fresh, whatever counter_max_age says
             if now != values:
                 # An invalidation ran while the tool was loading: the result may predate it.
                 # (None: the counters cannot be read now, so freshness cannot be proven.)
                 m.count(tenant, resource, name, m.STALE if now is not None else m.BYPASSED)
-                return result, blob
+                return result, None, blob
             try:
                 store.put(key, rec, ttl=tc.ttl)
                 m.count(tenant, resource, name, m.BSTORED, len(rec.value))
             except Exception as exc:
                 warn_once(f"tool_cache-put:{type(store).__name__}",
                           f"dejacache: tool cache write failed ({exc!r}); not storing")
-            return result, blob
+            return result, None, blob
 
-        (result, blob), led = tc.flights.run(key, lead)
+        (result, body, blob), led = tc.flights.run(key, lead)
         if not led:
             m.count(tenant, resource, name, m.COALESCED)
             tr.outcome = "coalesced"
-            if blob is not None:  # each waiter gets its own copy
-                result = tc.decode(prefix, key, blob)
+            result = _copy(prefix, key, body, blob, result)  # each waiter gets its own copy
         return _finish(sess, adigest, result, tr)
 
     async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-        return await _atraced_call(_SESSION.get(), name, resource,
-                                   lambda tr: _async_call(tr, args, kwargs), "miss")
+        sess = _SESSION.get()
+        tr = _Trace("miss")
+        if sess is None or sess.calls.maxlen == 0:
+            return await _async_call(sess, tr, args, kwargs)
+        try:
+            return await _async_call(sess, tr, args, kwargs)
+        except AgentLoopDetected:
+            tr.outcome = "blocked"
+            raise
+        except BaseException:
+            tr.outcome = "error"
+            raise
+        finally:
+            _note(sess, tr)
 
-    async def _async_call(tr: _Trace, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        sess, prefix, names = tc.where(args, kwargs)
-        if names is None:
+    async def _async_call(sess: agent_session | None, tr: _Trace, args: tuple[Any, ...],
+                          kwargs: dict[str, Any]) -> Any:
+        where = tc.where(sess, args, kwargs)
+        if where is None:
             tr.outcome = "bypassed"
             return await fn(*args, **kwargs)
+        prefix, head, names, cell = where
+        r = tc.route()
+        gens = r.gens
+        if r.local:
+            values, vpart = tc.local_counters(gens, names, cell)
+        else:
+            values = await gens.aread(names, tc.counter_max_age)
+            vpart = "" if values is None else f"{gens.epoch}.{'.'.join(map(str, values))}/"
         tenant = sess.tenant if sess is not None else None
-        adigest = tr.digest = digest("", tc.key_name, tc.keys.canonical(args, kwargs))
         gs = sess.guard if sess is not None else None
+        if values is None:
+            adigest = tr.digest = tc.full_digest(args, kwargs)
+            if gs is not None:
+                nudge = gs.before(name, resource, adigest, seen=tr.loops)
+                if nudge is not PROCEED:
+                    tr.outcome = "nudged"
+                    return nudge
+            m.count(tenant, resource, name, m.BYPASSED)
+            tr.outcome = "bypassed"
+            return _finish(sess, adigest, await fn(*args, **kwargs), tr)
+        fast, full = _first_key(args, kwargs)
+        key = head + vpart + fast
+        value, size, _b, _s = await _aload(r, prefix, key)
+        if value is not PROCEED:
+            adigest = tr.digest = fast
+            if gs is not None:
+                nudge = gs.before(name, resource, adigest, seen=tr.loops)
+                if nudge is not PROCEED:
+                    tr.outcome = "nudged"
+                    return nudge
+            m.count_hit(tenant, resource, name, size)
+            tr.outcome = "hit"
+            return value if gs is None else _finish(sess, adigest, value, tr)
+        adigest = tr.digest = fast if full else tc.full_digest(args, kwargs)
         if gs is not None:
             nudge = gs.before(name, resource, adigest, seen=tr.loops)
             if nudge is not PROCEED:
                 tr.outcome = "nudged"
                 return nudge
-        store = tc.store()
-        gens = tc.generations(store)
-        values = await gens.aread(names, tc.counter_max_age)
-        if values is None:
-            m.count(tenant, resource, name, m.BYPASSED)
-            tr.outcome = "bypassed"
-            return _finish(sess, adigest, await fn(*args, **kwargs), tr)
-        key = tc.entry_key(prefix, gens.epoch, values, adigest)
-        value, stored = await _aload(store, prefix, key)
-        if value is not PROCEED:
-            m.count_hit(tenant, resource, name, len(stored))
-            tr.outcome = "hit"
-            return _finish(sess, adigest, value, tr)
-
-        async def lead() -> tuple[Any, bytes | None]:
-            again, stored = await _aload(store, prefix, key)
-            if again is not PROCEED:
-                m.count_hit(tenant, resource, name, len(stored))
+        if adigest != fast:
+            key = head + vpart + adigest
+            value, size, _b, _s = await _aload(r, prefix, key)
+            if value is not PROCEED:
+                m.count_hit(tenant, resource, name, size)
                 tr.outcome = "hit"
-                return again, stored
+                return _finish(sess, adigest, value, tr)
+        store = r.store
+
+        async def lead() -> _Led:
+            again, size, body, blob = await _aload(r, prefix, key)
+            if again is not PROCEED:
+                m.count_hit(tenant, resource, name, size)
+                tr.outcome = "hit"
+                return again, body, blob
             t0 = time.perf_counter()
             result = await fn(*args, **kwargs)
             m.count(tenant, resource, name, m.MISSES)
             rec, blob = tc.settle(tenant, prefix, key, result, time.perf_counter() - t0)
             if rec is None:
-                return result, None
+                return result, None, None
             now = await gens.aread(names)
             if now != values:
                 m.count(tenant, resource, name, m.STALE if now is not None else m.BYPASSED)
-                return result, blob
+                return result, None, blob
             try:
                 await store.aput(key, rec, ttl=tc.ttl)
                 m.count(tenant, resource, name, m.BSTORED, len(rec.value))
             except Exception as exc:
                 warn_once(f"tool_cache-put:{type(store).__name__}",
                           f"dejacache: tool cache write failed ({exc!r}); not storing")
-            return result, blob
+            return result, None, blob
 
-        (result, blob), led = await tc.flights.arun(key, lead)
+        (result, body, blob), led = await tc.flights.arun(key, lead)
         if not led:
             m.count(tenant, resource, name, m.COALESCED)
             tr.outcome = "coalesced"
-            if blob is not None:
-                result = tc.decode(prefix, key, blob)
+            result = _copy(prefix, key, body, blob, result)
         return _finish(sess, adigest, result, tr)
 
     probe = _probe(fn)
