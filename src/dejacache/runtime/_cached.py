@@ -1,0 +1,663 @@
+"""``@tool_cache``'s read side: one tool's state (:class:`ToolCache`: store, counters, keys,
+what may be stored) and its sync or async wrapper (:func:`wrap_cached`).
+
+Runtime caches ignore the test faces' modes, scopes and cassettes: they always serve hits
+and store misses, and have one answer per key. Keys and counters: :mod:`._layout`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import orjson
+
+from .. import config
+from .._core.scopes import encode_component
+from .._engine import warn_once
+from ..errors import (
+    AgentLoopDetected,
+    ConfigurationError,
+    IntegrityError,
+    ScopeError,
+    SerializationError,
+)
+from ..keys import KeyBuilder, digest, key_seed
+from ..stores._base import BaseStore, Record, Store
+from ..stores.memory import MemoryStore
+from . import metrics as m
+from ._binding import Template, is_error_result
+from ._decorate import probe, tool_names
+from ._layout import GLOBAL, REG_LOCK, SCOPES, Gens, read_counters, register_reader
+from ._tracing import Args, Kwargs, Noted, Trace, guard_after, guard_before
+from .generations import LocalGenerations, generations_for, local_generations
+from .guard import PROCEED
+from .session import _SESSION, agent_session
+from .singleflight import SingleFlight
+
+# The in-process counters' values for one (prefix, entity), the key part they make, and the
+# counters' version they were read at: (counters, version, key part, values).
+_Memo = tuple[LocalGenerations, int, str, list[int]]
+# (key prefix, entry key head, counter names, [memo or None]) of one (prefix, entity).
+_Where = tuple[str, str, tuple[str, ...], list[_Memo | None]]
+# A read's (value or PROCEED, bytes served, body, blob); a flight's (result, body, blob).
+_Read = tuple[Any, int, Any, "bytes | None"]
+_Led = tuple[Any, Any, "bytes | None"]
+_MISSED: _Read = (PROCEED, 0, None, None)
+
+_MAX_HEADS = 4096  # per tool: (prefix, entity) pairs remembered before starting over
+_UNSET: Any = object()
+
+
+class Route:
+    """Where one tool's entries live under one configuration: the store, its counters, and
+    whether a hit may take the store's short path (``hit()``: a body checked against its
+    key, whose one ``orjson.loads`` is the caller's own copy), decided as ``@cache``'s plan
+    decides it: the store offers ``short_hits`` and the codec ``plain_payloads``."""
+
+    __slots__ = ("ashort", "codec", "configured", "gens", "local", "short", "store")
+
+    def __init__(self, tc: ToolCache | None, configured: Any, codec: Any) -> None:
+        self.configured = configured
+        self.codec = codec
+        if tc is None:  # the placeholder before the first call: never matches
+            self.configured = self.codec = _UNSET
+            self.store: Any = None
+            self.gens: Any = None
+            self.short = self.ashort = self.local = False
+            return
+        store = self.store = tc.store_for(configured)
+        self.gens = tc.generations(store)
+        self.local = isinstance(self.gens, LocalGenerations)
+        self.short = (getattr(store, "short_hits", False) is True
+                      and getattr(codec, "plain_payloads", False) is True)
+        # Async callers read through ``aget``; ``hit`` stands in for it only where ``aget``
+        # is the base class's direct call of ``get`` (no await to keep).
+        self.ashort = self.short and getattr(type(store), "aget", None) is BaseStore.aget
+
+
+class ToolCache:
+    """Everything one decorated tool needs; the wrappers are thin closures around it."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        resource: str | None,
+        scope: str,
+        ttl: float | None,
+        maxsize: int,
+        key: str | None,
+        max_bytes: int,
+        store: Store | None,
+        name: str | None,
+        ignore: Iterable[str],
+        counter_max_age: float,
+    ) -> None:
+        if scope not in SCOPES:
+            raise ConfigurationError(f"tool_cache scope must be one of {', '.join(SCOPES)}, "
+                                     f"not {scope!r}")
+        if store is not None and not isinstance(store, Store):
+            raise ConfigurationError(f"store must be a Store, not {type(store).__name__}")
+        if store is not None:
+            generations_for(store)  # refuse at decoration a store no counter can keep fresh
+        self.fn = fn
+        self.key_name, self.name = tool_names(fn, name)
+        self.resource = resource or self.name
+        self.scope = scope
+        self.ttl = ttl
+        self.max_bytes = max_bytes
+        self.counter_max_age = counter_max_age
+        self.explicit_store = store
+        self._own: MemoryStore | None = None
+        self._maxsize = maxsize
+        # No default volatile fields: they are HTTP/LLM tracing names (``request_id``...), and
+        # a tool argument of that name is data: dropping it would serve one answer to all.
+        self.keys = KeyBuilder(fn, self.key_name, ignore=ignore, use_default_volatile=False)
+        self.template = Template(fn, key, f"tool_cache({self.name})") if key else None
+        self.res = encode_component(self.resource)
+        self.res_tool = f"{self.res}/{encode_component(self.key_name)}"
+        self.flights: SingleFlight[_Led] = SingleFlight()
+        self._gens: tuple[Any, Gens] = (None, local_generations())
+        # The argument digest is ``digest("", key_name, canonical)``: the seed once, and
+        # ``KeyBuilder.hit_key`` answers the commonest call (one plain argument) without
+        # binding (see ``Route`` and ``_lookup`` for why a hit proves its key).
+        self.seed = key_seed("", self.key_name)
+        # (key prefix, entity) -> (entry key head, counter names): pure functions of the
+        # two, so worked out once instead of formatting four names and a prefix per call.
+        # The counters themselves are read on every call (they are the invalidation).
+        self._heads: dict[tuple[str, str | None], _Where] = {}
+        self._route = Route(None, None, None)
+        register_reader(self.resource, scope, store)
+
+    def store(self) -> Store:
+        """``store=`` if given, else the store passed to ``configure(store=...)``, else this
+        tool's own in-process LRU. Never the implicit on-disk test default, and never a
+        sequenced (cassette) store: runtime caches have one answer per key."""
+        return self.store_for(config.settings_object().store)
+
+    def store_for(self, configured: Store | None) -> Store:
+        """:meth:`store` given the configured store."""
+        if self.explicit_store is not None:
+            return self.explicit_store
+        if configured is not None and not getattr(configured, "sequenced", False):
+            return configured
+        own = self._own
+        if own is None:
+            with REG_LOCK:
+                if self._own is None:
+                    self._own = MemoryStore(maxsize=self._maxsize)
+                own = self._own
+        return own
+
+    def generations(self, store: Store) -> Gens:
+        """The counters for ``store``, remembered for the last store (hot path)."""
+        last, gens = self._gens
+        if last is not store:
+            gens = generations_for(store)
+            self._gens = (store, gens)
+        return gens
+
+    def route(self) -> Route:
+        """The store, its counters and how hits may be read, for the current settings;
+        worked out again only when the configured store or codec object changes."""
+        s = config.settings_object()
+        r = self._route
+        if r.configured is not s.store or r.codec is not s.codec:
+            r = self._route = Route(self, s.store, s.codec)
+        return r
+
+    def where(self, sess: agent_session | None, args: tuple[Any, ...],
+              kwargs: dict[str, Any]) -> _Where | None:
+        """(key prefix, entry key head, counter names, counter memo) for a call; None: the
+        template does not bind."""
+        scope = self.scope
+        if scope == "global":
+            prefix = GLOBAL
+        else:
+            pfx = sess.prefixes.get(scope) if sess is not None else None
+            if pfx is None:
+                raise ScopeError(
+                    f"{self.name} caches per {self.scope} (resource {self.resource!r}) but was "
+                    + ("called outside dejacache.agent_session(...)" if sess is None else
+                       "called in an agent_session without a tenant")
+                    + "; refusing to share cached results between tenants. Run the agent "
+                    "step inside `with dejacache.agent_session(tenant=..., session_id=...)`; "
+                    "worker threads need the caller's context (dejacache.propagate(fn), "
+                    "dejacache.wrap_executor(pool) or asyncio.to_thread)."
+                )
+            prefix = pfx
+        entity: str | None = None
+        template = self.template
+        if template is not None:
+            entity = template.format(args, kwargs)
+            if entity is None:
+                return None
+        got = self._heads.get((prefix, entity))
+        if got is None:
+            # A session prefix names its tenant, so (prefix, entity) fixes the levels too.
+            levels = ([GLOBAL] if self.scope == "global" or sess is None
+                      else [sess.prefixes["tenant"], GLOBAL])
+            got = (prefix, f"{prefix}/{self.res_tool}/",
+                   tuple(read_counters(levels, self.res, entity)), [None])
+            heads = self._heads
+            if len(heads) >= _MAX_HEADS:
+                heads.clear()
+            heads[(prefix, entity)] = got
+        return got
+
+    def full_digest(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """The argument digest of the full canonical form (what entries are stored under)."""
+        return digest("", self.key_name, self.keys.canonical(args, kwargs))
+
+    def local_counters(self, gens: LocalGenerations, names: tuple[str, ...],
+                       cell: list[_Memo | None]) -> tuple[list[int], str]:
+        """(values, key part) of in-process counters: as ``read``, reusing the values read
+        for the same names while no counter anywhere has changed since (``version``)."""
+        version = gens.version  # before the values: they are then at least this new
+        memo = cell[0]
+        if memo is not None and memo[0] is gens and memo[1] == version:
+            return memo[3], memo[2]
+        values = gens.read(names)
+        assert values is not None  # in-process counters are always readable
+        part = f"{gens.epoch}.{'.'.join(map(str, values))}/"
+        cell[0] = (gens, version, part, values)  # one tuple: readers never see half of it
+        return values, part
+
+    def settle(self, tenant: str | None, prefix: str, key: str, value: Any,
+               duration: float) -> tuple[Record | None, bytes | None]:
+        """Count a tool run (a miss) and decide whether its result may be stored; the
+        record and blob if so."""
+        m.count(tenant, self.resource, self.name, m.MISSES)
+        if is_error_result(value):
+            m.count(tenant, self.resource, self.name, m.NOT_CACHED)
+            return None, None
+        codec = config.settings_object().codec
+        try:
+            blob = codec.encode(value, key=key, namespace=prefix)
+        except SerializationError as exc:
+            m.count(tenant, self.resource, self.name, m.NOT_CACHED)
+            warn_once(f"tool_cache-encode:{self.key_name}",
+                      f"dejacache: {self.name} results are not cached: {exc}")
+            return None, None
+        if len(blob) > self.max_bytes:
+            m.count(tenant, self.resource, self.name, m.NOT_CACHED)
+            return None, None
+        try:
+            # A value that encodes but cannot be rebuilt (a class defined in a function, a
+            # module the codec may not import) would be stored, fail, and miss forever.
+            codec.decode(blob, key=key, namespace=prefix)
+        except SerializationError as exc:
+            m.count(tenant, self.resource, self.name, m.NOT_CACHED)
+            warn_once(f"tool_cache-decode:{self.key_name}",
+                      f"dejacache: {self.name} results are not cached: {exc}")
+            return None, None
+        rec = Record(value=blob, name=self.key_name, namespace=prefix, kind="tool",
+                     duration=duration, created=time.time())
+        return rec, blob
+
+    def decode(self, prefix: str, key: str, blob: bytes) -> Any:
+        return config.settings_object().codec.decode(blob, key=key, namespace=prefix)
+
+    def decoded(self, prefix: str, key: str, blob: bytes) -> _Read:
+        """A stored blob as a read; ``_MISSED``: it cannot be used (said once per entry; the
+        caller deletes it and runs the tool, as ``@cache`` does)."""
+        try:
+            return self.decode(prefix, key, blob), len(blob), None, blob
+        except SerializationError as exc:
+            what = "discarding damaged" if isinstance(exc, IntegrityError) else "cannot use"
+            warn_once(f"tool_cache-decode:{key}",
+                      f"dejacache: {what} entry for {self.name}, treating it as a miss: {exc}")
+            return _MISSED
+
+    def fresh(self, tenant: str | None, values: list[int], now: list[int] | None) -> bool:
+        """Whether a result loaded under counters ``values`` may be stored, the counters
+        being ``now`` (read fresh, whatever ``counter_max_age`` says)."""
+        if now == values:
+            return True
+        # An invalidation ran while the tool was loading: the result may predate it.
+        # (None: the counters cannot be read now, so freshness cannot be proven.)
+        m.count(tenant, self.resource, self.name, m.STALE if now is not None else m.BYPASSED)
+        return False
+
+
+def _read_failed(store: Any, exc: Exception) -> _Read:
+    # A failing tier must not fail the tool call.
+    warn_once(f"tool_cache-get:{type(store).__name__}",
+              f"dejacache: tool cache read failed ({exc!r}); treating as a miss")
+    return _MISSED
+
+
+def _put_failed(store: Any, exc: Exception) -> None:
+    warn_once(f"tool_cache-put:{type(store).__name__}",
+              f"dejacache: tool cache write failed ({exc!r}); not storing")
+
+
+_loads = orjson.loads
+# ``hit`` raised: the general read reports it (and fails open).
+_GENERAL_ITEM = (None, 0.0, None, None, None)
+_settings = config.settings_object
+
+
+def _blob_size(body: Any) -> int:
+    """The encoded size behind a short hit's body (``bytes_served`` counts whole blobs)."""
+    return body.obj.__len__() if type(body) is memoryview else len(body)  # type: ignore[attr-defined]
+
+
+def wrap_cached(tc: ToolCache) -> Callable[..., Any]:
+    """The sync or async wrapper of one tool.
+
+    A warm hit (issue 5: within 2x of ``@cache``'s) is: the session, the key head and
+    counter names (remembered per prefix and entity), the counters read (every call, unless
+    ``counter_max_age`` says otherwise: they are the invalidation), the argument digest
+    (``KeyBuilder.hit_key``), the store's short ``hit`` and one ``orjson.loads``, the loop
+    guard, one metrics increment, the session trace.
+
+    The digest looked up first is that of the fast canonical form (``KeyBuilder.bind_key``);
+    entries are stored under the full form's (``digest(canonical)``). The two differ only
+    for arguments holding credentials or volatile fields below the top level, and then the
+    fast one matches no stored entry (a stored form never holds an unmasked credential, so
+    equal digests mean equal forms, and such a form is the full one): a hit proves its
+    digest is the full one. A miss works the full digest out before the loop guard sees it.
+
+    The decisions are made once, by ``ToolCache`` and the pure steps below; the sync and
+    async drivers differ by their awaits (reads, counters, the tool, the write), and the
+    sync hit path is inlined (see ``sync_wrapper``).
+    """
+    fn = tc.fn
+    name, resource = tc.name, tc.resource
+    quick, seed = tc.keys.hit_key, tc.seed
+
+    # Reads answer (value or PROCEED, bytes served, body, blob): single-flight waiters make
+    # their own copy from the body (one ``orjson.loads``) or the blob (the codec).
+
+    def _general(store: Store, prefix: str, key: str, rec: Record | None) -> _Read:
+        """A read through ``get`` and the codec (``rec``: already read)."""
+        if rec is None:
+            try:
+                rec = store.get(key)
+            except Exception as exc:
+                return _read_failed(store, exc)
+            if rec is None:
+                return _MISSED
+        got = tc.decoded(prefix, key, rec.value)
+        if got is _MISSED:  # unusable: deleted, so the tool's fresh result replaces it
+            with contextlib.suppress(Exception):
+                store.delete(key)
+        return got
+
+    async def _ageneral(store: Store, prefix: str, key: str) -> _Read:
+        # ``_general``'s awaited twin: only its I/O (aget, adelete) differs; what a read
+        # means is ``ToolCache.decoded`` and ``_read_failed``.
+        try:
+            rec = await store.aget(key)
+        except Exception as exc:
+            return _read_failed(store, exc)
+        if rec is None:
+            return _MISSED
+        got = tc.decoded(prefix, key, rec.value)
+        if got is _MISSED:  # unusable: deleted, so the tool's fresh result replaces it
+            with contextlib.suppress(Exception):
+                await store.adelete(key)
+        return got
+
+    def _short(store: Any, prefix: str, key: str) -> _Read:
+        """A read through the store's ``hit`` (``Route.short``)."""
+        try:
+            item = store.hit(key)
+        except Exception:  # the general read reports it (and fails open)
+            return _general(store, prefix, key, None)
+        if item is None:
+            return _MISSED
+        body = item[0]
+        if body is not None:
+            try:
+                # Checked against the key by the store: one loads is the caller's own copy.
+                return _loads(body), _blob_size(body), body, None
+            except orjson.JSONDecodeError:
+                pass  # decoded again below, which reports it
+        # Tagged values and anything the store would not vouch for: the codec decides.
+        return _general(store, prefix, key, item[3])
+
+    def _load(r: Route, prefix: str, key: str) -> _Read:
+        if r.short:
+            return _short(r.store, prefix, key)
+        return _general(r.store, prefix, key, None)
+
+    async def _aload(r: Route, prefix: str, key: str) -> _Read:
+        if r.ashort:
+            return _short(r.store, prefix, key)
+        return await _ageneral(r.store, prefix, key)
+
+    # The pure steps both drivers take.
+
+    def _first_key(args: Args, kwargs: Kwargs) -> tuple[str, bool]:
+        """(argument digest to look up first, whether it is the full form's)."""
+        fast = quick(args, kwargs, seed)
+        if fast is not None:
+            return fast, False
+        _bound, fast, _body, _tail, full = tc.keys.bind_key(args, kwargs, seed)
+        return fast, full
+
+    def _finish(sess: agent_session | None, adigest: str, value: Any, tr: Trace) -> Any:
+        return guard_after(sess, name, resource, adigest, value, tr)
+
+    def _served(sess: agent_session | None, adigest: str, got: _Read, tr: Trace) -> Any:
+        """A hit found past the first lookup (or on the async path)."""
+        m.count_hit(sess.tenant if sess is not None else None, resource, name, got[1])
+        tr.outcome = "hit"
+        return _finish(sess, adigest, got[0], tr)
+
+    def _bypassing(sess: agent_session | None, tr: Trace, args: Args, kwargs: Kwargs
+                   ) -> tuple[str, Any]:
+        """The counters cannot be read: the tool runs, neither reading nor writing entries.
+        (argument digest, PROCEED or the loop guard's answer instead)."""
+        adigest = tr.digest = tc.full_digest(args, kwargs)
+        nudge = guard_before(sess, name, resource, adigest, tr)
+        if nudge is PROCEED:
+            m.count(sess.tenant if sess is not None else None, resource, name, m.BYPASSED)
+            tr.outcome = "bypassed"
+        return adigest, nudge
+
+    def _missing(sess: agent_session | None, tr: Trace, args: Args, kwargs: Kwargs,
+                 fast: str, full: bool) -> tuple[str, Any]:
+        """No entry under the first key: (the full digest, PROCEED or the loop guard's
+        answer instead). Under a digest other than ``fast`` the entry is looked up again."""
+        adigest = tr.digest = fast if full else tc.full_digest(args, kwargs)
+        return adigest, guard_before(sess, name, resource, adigest, tr)
+
+    def _again(tenant: str | None, got: _Read, tr: Trace) -> _Led:
+        # Checked again as leader: a flight that finished (or was abandoned) between our
+        # miss and now may have stored the value; running the tool again would be waste.
+        m.count_hit(tenant, resource, name, got[1])
+        tr.outcome = "hit"
+        return got[0], got[2], got[3]
+
+    def _landed(sess: agent_session | None, tr: Trace, adigest: str, prefix: str, key: str,
+                flown: _Led, led: bool) -> Any:
+        """A flight's result for this caller: a waiter gets its own copy."""
+        result, body, blob = flown
+        if not led:
+            m.count(sess.tenant if sess is not None else None, resource, name, m.COALESCED)
+            tr.outcome = "coalesced"
+            if body is not None:
+                result = _loads(body)
+            elif blob is not None:
+                result = tc.decode(prefix, key, blob)
+            # else not cached: the leader's object, as for any uncached call
+        return _finish(sess, adigest, result, tr)
+
+    # The sync driver.
+
+    def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+        # One function for the whole of a hit: every call level was ~0.1 µs of ~7 (issue 5).
+        # A hit without a loop guard traces from locals; the other paths fill a Trace. The
+        # try/except/finally below is a deliberate twin of ``_tracing.traced_call`` (which
+        # the async driver uses): a hit without a loop guard builds no Trace and enters no
+        # context manager, which ``traced_call`` cannot avoid (~0.4 µs of a ~5 µs hit).
+        sess = _SESSION.get()
+        tr: Trace | None = None
+        outcome = "hit"
+        adigest = ""
+        try:
+            where = tc.where(sess, args, kwargs)
+            if where is None:
+                tr = Trace("bypassed")
+                return fn(*args, **kwargs)  # the arguments do not bind: let the tool say why
+            prefix, head, names, cell = where
+            r = tc._route
+            settings = _settings()
+            if r.configured is not settings.store or r.codec is not settings.codec:
+                r = tc.route()
+            gens = r.gens
+            if r.local:
+                memo = cell[0]
+                if memo is not None and memo[0] is gens and memo[1] == gens.version:
+                    values, vpart = memo[3], memo[2]
+                else:
+                    values, vpart = tc.local_counters(gens, names, cell)
+            else:
+                values = gens.read(names, tc.counter_max_age)
+                if values is None:  # unknown: no entry can be proven fresh, skip the cache
+                    tr = Trace("miss")
+                    adigest, nudge = _bypassing(sess, tr, args, kwargs)
+                    if nudge is not PROCEED:
+                        return nudge
+                    return _finish(sess, adigest, fn(*args, **kwargs), tr)
+                vpart = f"{gens.epoch}.{'.'.join(map(str, values))}/"
+            fast = quick(args, kwargs, seed)
+            full = False
+            if fast is None:
+                fast, full = _first_key(args, kwargs)
+            key = head + vpart + fast
+            if r.short:
+                # _short inlined: a checked body, one loads.
+                try:
+                    item = r.store.hit(key)
+                except Exception:
+                    item = _GENERAL_ITEM
+                if item is None:
+                    value = PROCEED
+                else:
+                    body = item[0]
+                    if body is not None:
+                        try:
+                            value = _loads(body)  # checked by the store: a fresh copy
+                        except orjson.JSONDecodeError:
+                            body = None  # decoded again below, which reports it
+                        else:
+                            size = _blob_size(body)
+                    if body is None:  # tagged values, damage, a failing hit: the codec
+                        value, size, _b, _s = _general(r.store, prefix, key, item[3])
+            else:
+                value, size, _b, _s = _general(r.store, prefix, key, None)
+            if value is PROCEED:
+                tr = Trace("miss")
+                return _sync_miss(sess, tr, args, kwargs, prefix, head, names, r, values,
+                                  vpart, fast, full)
+            adigest = fast  # a hit proves it is the full form's digest
+            if sess is None:
+                m.count_hit(None, resource, name, size)
+                return value
+            gs = sess.guard
+            if gs is None:
+                m.count_hit(sess.tenant, resource, name, size)
+                return value
+            tr = Trace("hit")
+            tr.digest = adigest
+            nudge = gs.before(name, resource, adigest, seen=tr.loops)
+            if nudge is not PROCEED:
+                tr.outcome = "nudged"
+                return nudge
+            m.count_hit(sess.tenant, resource, name, size)
+            return _finish(sess, adigest, value, tr)
+        except AgentLoopDetected:
+            outcome = "blocked"
+            raise
+        except BaseException:
+            outcome = "error"
+            raise
+        finally:
+            if sess is not None and sess.calls.maxlen != 0:
+                if tr is None:
+                    sess.note_call(name, resource, adigest, outcome, None)
+                else:
+                    if outcome != "hit":  # raised
+                        tr.outcome = outcome
+                    sess.note_call(name, resource, tr.digest, tr.outcome,
+                                   tr.loops[-1].pattern if tr.loops else None)
+
+    def _sync_miss(sess: agent_session | None, tr: Trace, args: Args, kwargs: Kwargs,
+                   prefix: str, head: str, names: tuple[str, ...], r: Route,
+                   values: list[int], vpart: str, fast: str, full: bool) -> Any:
+        adigest, nudge = _missing(sess, tr, args, kwargs, fast, full)
+        if nudge is not PROCEED:
+            return nudge
+        key = head + vpart + adigest
+        if adigest != fast:  # looked up under the fast form's digest: now the full one
+            got = _load(r, prefix, key)
+            if got[0] is not PROCEED:
+                return _served(sess, adigest, got, tr)
+        tenant = sess.tenant if sess is not None else None
+
+        def lead() -> _Led:
+            got = _load(r, prefix, key)
+            if got[0] is not PROCEED:
+                return _again(tenant, got, tr)
+            t0 = time.perf_counter()
+            result = fn(*args, **kwargs)
+            rec, blob = tc.settle(tenant, prefix, key, result, time.perf_counter() - t0)
+            if rec is not None and tc.fresh(tenant, values, r.gens.read(names)):
+                try:
+                    r.store.put(key, rec, ttl=tc.ttl)
+                    m.count(tenant, resource, name, m.BSTORED, len(rec.value))
+                except Exception as exc:
+                    _put_failed(r.store, exc)
+            return result, None, blob
+
+        flown, led = tc.flights.run(key, lead)
+        return _landed(sess, tr, adigest, prefix, key, flown, led)
+
+    # The async driver: the same steps, awaited.
+
+    async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+        # ``atraced_call`` written out: its extra coroutine level is ~0.5 µs of an async hit.
+        sess = _SESSION.get()
+        if sess is None or not sess.tracing:
+            return await _async_call(sess, Trace("miss"), args, kwargs)
+        with Noted(sess, name, resource, "miss") as tr:
+            return await _async_call(sess, tr, args, kwargs)
+
+    async def _async_call(sess: agent_session | None, tr: Trace, args: Args, kwargs: Kwargs
+                          ) -> Any:
+        where = tc.where(sess, args, kwargs)
+        if where is None:
+            tr.outcome = "bypassed"
+            return await fn(*args, **kwargs)
+        prefix, head, names, cell = where
+        r = tc.route()
+        if r.local:
+            values, vpart = tc.local_counters(r.gens, names, cell)
+        else:
+            got_values = await r.gens.aread(names, tc.counter_max_age)
+            if got_values is None:
+                adigest, nudge = _bypassing(sess, tr, args, kwargs)
+                if nudge is not PROCEED:
+                    return nudge
+                return _finish(sess, adigest, await fn(*args, **kwargs), tr)
+            values = got_values
+            vpart = f"{r.gens.epoch}.{'.'.join(map(str, values))}/"
+        fast, full = _first_key(args, kwargs)
+        got = await _aload(r, prefix, head + vpart + fast)
+        if got[0] is not PROCEED:
+            adigest = tr.digest = fast
+            if sess is None or sess.guard is None:  # the commonest async hit, inlined
+                m.count_hit(sess.tenant if sess is not None else None, resource, name, got[1])
+                tr.outcome = "hit"
+                return got[0]
+            nudge = guard_before(sess, name, resource, adigest, tr)
+            if nudge is not PROCEED:
+                return nudge
+            return _served(sess, adigest, got, tr)
+        adigest, nudge = _missing(sess, tr, args, kwargs, fast, full)
+        if nudge is not PROCEED:
+            return nudge
+        key = head + vpart + adigest
+        if adigest != fast:
+            got = await _aload(r, prefix, key)
+            if got[0] is not PROCEED:
+                return _served(sess, adigest, got, tr)
+        tenant = sess.tenant if sess is not None else None
+
+        async def lead() -> _Led:
+            got = await _aload(r, prefix, key)
+            if got[0] is not PROCEED:
+                return _again(tenant, got, tr)
+            t0 = time.perf_counter()
+            result = await fn(*args, **kwargs)
+            rec, blob = tc.settle(tenant, prefix, key, result, time.perf_counter() - t0)
+            if rec is not None and tc.fresh(tenant, values, await r.gens.aread(names)):
+                try:
+                    await r.store.aput(key, rec, ttl=tc.ttl)
+                    m.count(tenant, resource, name, m.BSTORED, len(rec.value))
+                except Exception as exc:
+                    _put_failed(r.store, exc)
+            return result, None, blob
+
+        flown, led = await tc.flights.arun(key, lead)
+        return _landed(sess, tr, adigest, prefix, key, flown, led)
+
+    target = probe(fn)
+    if inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
+        raise ConfigurationError(
+            f"tool_cache({tc.name}): generators are not supported; return a value (use "
+            "@dejacache.cache for generators)"
+        )
+    wrapper = async_wrapper if inspect.iscoroutinefunction(target) else sync_wrapper
+    out = functools.wraps(fn)(wrapper)
+    out.tool_cache = tc  # type: ignore[attr-defined]
+    return out
