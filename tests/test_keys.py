@@ -1119,3 +1119,40 @@ def test_late_leaves_join_the_leaf_sets() -> None:
             pathlib.PureWindowsPath, pathlib.WindowsPath} <= keys._LEAF <= keys._SIMPLE
     assert not keys._LATE_PENDING
     assert not keys._late_leaf(decimal.Context) and not keys._late_leaf(dict)
+
+
+_SIGNATURES = st.sampled_from([
+    "def fn(a, b): pass",
+    "def fn(a, b, c): pass",
+    "def fn(query, password): pass",  # a credential parameter: never the quick path
+    "def fn(a, b=2): pass",  # a default: bound by inspect, never the quick path
+    "def fn(a, *rest): pass",
+    "def fn(a, *, b): pass",
+    "def fn(traceparent, b): pass",  # a volatile parameter name
+])
+
+
+@settings(_BASE, max_examples=200)
+@given(_SIGNATURES, st.lists(_rich, min_size=1, max_size=3), st.booleans())
+def test_hit_key_by_position_is_bind_keys_key_or_nothing(
+    source: str, values: list[Any], keyword: bool
+) -> None:
+    """Calls by position of several plain parameters take ``hit_key`` too; whatever the
+    signature, its answer is ``bind_key``'s key or nothing, on every sight."""
+    ns: dict[str, Any] = {}
+    exec(source, ns)
+    kb = KeyBuilder(ns["fn"], "f")
+    seed = keys.key_seed("n", "f")
+    args = tuple(values)
+    kwargs: dict[str, Any] = {"b": 1} if keyword else {}
+    for _ in range(3):
+        try:
+            key = kb.bind_key(args, kwargs, seed)[1]
+        except dejacache.UnhashableArgument:
+            return
+        quick = kb.hit_key(args, kwargs, seed)
+        assert quick is None or quick == key
+    if source in ("def fn(a, b): pass", "def fn(a, b, c): pass") and not kwargs \
+            and len(args) <= 2 and all(v is None or type(v) is str
+                                       or (type(v) is int and abs(v) < 2**63) for v in args):
+        assert kb.hit_key(args, kwargs, seed) == key  # seen: the quick path answers

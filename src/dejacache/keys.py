@@ -757,6 +757,7 @@ class KeyBuilder:
     """
 
     __slots__ = (
+        "_all_plain",
         "_defaults",
         "_fast",
         "_filter",
@@ -831,6 +832,10 @@ class KeyBuilder:
         self._one_plain: str | None = self._one if (
             self._one is not None and not self.paths and not self.patterns
             and self._filter.clean({self._one: None})) else None
+        # ... and the same for all the parameters, bound by position (``hit_key``).
+        self._all_plain = bool(self._plan and self._names and not self.paths
+                               and not self.patterns
+                               and self._filter.clean(dict.fromkeys(self._names)))
 
     def unreachable_paths(self) -> list[str]:
         """Volatile paths whose first name no call of the function can carry."""
@@ -940,15 +945,19 @@ class KeyBuilder:
         return bound, key, body, tail, full
 
     def hit_key(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], seed: int) -> str | None:
-        """The key :meth:`bind_key` gives the commonest call, ``llm(request)`` with no
-        substitutions, when its bytes were seen before and need no rewrite; else None, and
-        :meth:`bind_key` answers. A hit needs nothing but the key: this skips building the
-        miss path's parts and one call level (issue 12 item 4: 0.3 of a 2 KB hit's 6 µs).
+        """The key :meth:`bind_key` gives a call by position of plain parameters (the
+        commonest, ``llm(request)``) with no substitutions, when its bytes were seen before
+        and need no rewrite; else None, and :meth:`bind_key` answers. A hit needs nothing
+        but the key: this skips building the miss path's parts and one call level (issue 12
+        item 4: 0.3 of a 2 KB hit's 6 µs).
         A miss then binds again through :meth:`bind_key`, which gives the same key."""
         one = self._one_plain
-        if one is None or len(args) != 1 or kwargs:
+        if one is not None and len(args) == 1 and not kwargs:
+            data = {one: args[0]}
+        elif self._all_plain and not kwargs and len(args) <= len(self._names):
+            data = dict(zip(self._names, args, strict=False))  # as ``bind`` does
+        else:
             return None
-        data = {one: args[0]}
         try:
             out = orjson.dumps(data, default=_tagged, option=_OPTS)
         except (TypeError, orjson.JSONEncodeError):
