@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-import pathlib
+import importlib
 import sys
 import threading
 from typing import Any
@@ -13,6 +12,7 @@ import pytest
 
 import dejacache
 from dejacache.stats import CallStats, record_hit, record_miss, token_total, usage_of
+from loopback_provider import fake_provider_module
 
 
 class CompletionUsage(pydantic.BaseModel):
@@ -164,26 +164,13 @@ def test_empty_stats() -> None:
 # ---------------------------------------------------------------- layers (issue 8, item 8)
 
 
-def _fake_provider() -> Any:
-    """tests/http/fake_provider.py (already imported when tests/http ran first)."""
-    mod = sys.modules.get("fake_provider")
-    if mod is None:
-        path = pathlib.Path(__file__).parent / "http" / "fake_provider.py"
-        spec = importlib.util.spec_from_file_location("fake_provider", path)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["fake_provider"] = mod
-        spec.loader.exec_module(mod)
-    return mod
-
-
 def test_the_readme_quick_start_counts_each_live_call_once() -> None:
     """The README quick start, against the real openai SDK and a loopback provider: two live
     calls print as two misses (it printed three: the Lisbon call counted at the decorator
     and again at the HTTP layer inside it, where the scope turns interception on)."""
     import openai
 
-    server = _fake_provider().FakeProvider().start()
+    server = fake_provider_module().FakeProvider().start()
     client = openai.OpenAI(base_url=server.openai_url, api_key="sk-test", max_retries=0)
     try:
         @dejacache.cache

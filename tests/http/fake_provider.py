@@ -23,94 +23,31 @@ import collections
 import itertools
 import secrets
 import struct
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import orjson
 
+from provider_support import (
+    LoopbackHandler,
+    LoopbackProvider,
+    QuietServer,
+    anthropic_stream,
+    chat_message,
+    chat_stream,
+    rid,
+    sse_event,
+    tool_call,
+)
+
 __all__ = ["FakeProvider"]
 
 
-def _rid(prefix: str) -> str:
-    return prefix + secrets.token_hex(6)
-
-
-class FakeProvider:
-    def __init__(self, *, chunk_delay: float = 0.0, latency: float = 0.0) -> None:
-        self.chunk_delay = chunk_delay
-        self.latency = latency
-        self.requests: list[dict[str, Any]] = []
-        self.script: collections.deque[dict[str, Any]] = collections.deque()
-        self._counter = itertools.count(1)
-        self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
-
-    # ------------------------------------------------------------ lifecycle
-
-    def start(self) -> FakeProvider:
-        provider = self
-
-        class Handler(_Handler):
-            fake = provider
-
-        self._server = _Server(("127.0.0.1", self.port), Handler)
-        self._server.daemon_threads = True
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
-                                        kwargs={"poll_interval": 0.05})
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def openai_url(self) -> str:
-        return self.url + "/v1"
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self.requests)
-
-    def next_n(self) -> int:
-        with self._lock:
-            return next(self._counter)
-
-    def override(self) -> dict[str, Any] | None:
-        with self._lock:
-            return self.script.popleft() if self.script else None
-
-
-class _Server(ThreadingHTTPServer):
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # Clients that time out or abandon a stream hang up mid-answer: expected here.
-        return None
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LoopbackHandler):
     fake: FakeProvider
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-    # ------------------------------------------------------------ plumbing
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        body = orjson.loads(raw) if raw else {}
+        body = self.read_json()
         fake = self.fake
         with fake._lock:
             fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
@@ -138,16 +75,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
 
     def _json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
-        out = orjson.dumps(data)
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(out)))
-        self.send_header("x-request-id", _rid("req_"))
-        self.send_header("set-cookie", "session=server-secret")
-        for k, v in (headers or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(out)
+        # A request id and a cookie on every answer: the recorder must keep the one and
+        # never store the other.
+        self.send_json(status, data, {"x-request-id": rid("req_"),
+                                      "set-cookie": "session=server-secret", **(headers or {})})
 
     def _error(self, status: int, anthropic: bool) -> None:
         msg = f"fake failure {status} #{self.fake.next_n()}"
@@ -161,34 +92,26 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(status, data, {"retry-after-ms": "1"})
 
     def _sse(self, events: list[str], ov: dict[str, Any]) -> None:
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream; charset=utf-8")
-        self.send_header("transfer-encoding", "chunked")
-        self.send_header("x-request-id", _rid("req_"))
-        self.end_headers()
+        """The stream, bent by the script's ``cut``/``no_end``/``end_delay`` and spaced by
+        ``chunk_delay``; a client that hangs up ends it quietly."""
+        self.start_stream("text/event-stream; charset=utf-8", {"x-request-id": rid("req_")})
         cut = ov.get("cut")
         if ov.get("no_end"):
             events = events[:-1]
         last = len(events) - 1
-        for i, ev in enumerate(events):
-            if cut is not None and i >= cut:
-                self.close_connection = True
-                self.wfile.flush()
-                self.connection.shutdown(2)
-                return
-            if i and self.fake.chunk_delay:
-                time.sleep(self.fake.chunk_delay)
-            if i == last and ov.get("end_delay"):
-                time.sleep(float(ov["end_delay"]))
-            data = ev.encode()
-            try:
-                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                self.wfile.flush()
-            except (BrokenPipeError, ConnectionResetError):
-                return
         try:
-            self.wfile.write(b"0\r\n\r\n")
-            self.wfile.flush()
+            for i, ev in enumerate(events):
+                if cut is not None and i >= cut:
+                    self.close_connection = True
+                    self.wfile.flush()
+                    self.connection.shutdown(2)
+                    return
+                if i and self.fake.chunk_delay:
+                    time.sleep(self.fake.chunk_delay)
+                if i == last and ov.get("end_delay"):
+                    time.sleep(float(ov["end_delay"]))
+                self.write_event(ev)
+            self.end_stream()
         except (BrokenPipeError, ConnectionResetError):
             return
 
@@ -197,49 +120,28 @@ class _Handler(BaseHTTPRequestHandler):
     def _chat(self, body: dict[str, Any], ov: dict[str, Any]) -> None:
         n = self.fake.next_n()
         nonce = secrets.token_hex(3)
-        cid = _rid("chatcmpl-")
+        cid = rid("chatcmpl-")
         model = body.get("model", "gpt-test")
         msgs = body.get("messages", [])
         last = msgs[-1] if msgs else {}
-        tool_call = None
+        call = None
+        text: str | None = None
         if body.get("tools") and last.get("role") != "tool":
-            tool_call = {"id": _rid("call_"), "type": "function",
-                         "function": {"name": body["tools"][0]["function"]["name"],
-                                      "arguments": orjson.dumps({"city": "Paris"}).decode()}}
-            text = None
+            call = tool_call(body["tools"][0]["function"]["name"], {"city": "Paris"})
         elif last.get("role") == "tool":
             text = f"Tool said {last.get('content')} (reply {n}, {nonce})"
         else:
             text = f"Hello from the fake model, reply {n} ({nonce})"
         usage = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
         if body.get("stream"):
-            def chunk(delta: dict[str, Any], finish: Any = None, use: Any = None) -> str:
-                c = {"id": cid, "object": "chat.completion.chunk", "created": 1700000000 + n,
-                     "model": model, "choices": [{"index": 0, "delta": delta,
-                                                  "finish_reason": finish}]}
-                if use is not None:
-                    c["usage"] = use
-                return "data: " + orjson.dumps(c).decode() + "\n\n"
-
-            events = [chunk({"role": "assistant", "content": ""})]
-            if tool_call is not None:
-                events.append(chunk({"tool_calls": [{"index": 0, **tool_call}]}))
-                events.append(chunk({}, "tool_calls", usage))
-            else:
-                assert text is not None
-                words = text.split(" ")
-                events += [chunk({"content": w + (" " if i < len(words) - 1 else "")})
-                           for i, w in enumerate(words)]
-                events.append(chunk({}, "stop", usage))
-            events.append("data: [DONE]\n\n")
-            return self._sse(events, ov)
-        message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
-        if tool_call is not None:
-            message["tool_calls"] = [tool_call]
+            # Word by word, each with the space that follows it.
+            words = (text or "").split(" ")
+            pieces = [w + (" " if i < len(words) - 1 else "") for i, w in enumerate(words)]
+            return self._sse(chat_stream(cid, 1700000000 + n, model, pieces, call, usage), ov)
         self._json(200, {
             "id": cid, "object": "chat.completion", "created": 1700000000 + n, "model": model,
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": "tool_calls" if tool_call else "stop",
+            "choices": [{"index": 0, "message": chat_message(text, call),
+                         "finish_reason": "tool_calls" if call else "stop",
                          "logprobs": None}],
             "usage": usage, "system_fingerprint": "fp_" + nonce,
         })
@@ -249,7 +151,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _responses(self, body: dict[str, Any], ov: dict[str, Any]) -> None:
         n = self.fake.next_n()
         nonce = secrets.token_hex(3)
-        rid = _rid("resp_")
+        resp_id = rid("resp_")
         inp = body.get("input")
         outputs: list[dict[str, Any]]
         fc_out = None
@@ -257,18 +159,18 @@ class _Handler(BaseHTTPRequestHandler):
             fc_out = next((i for i in inp if isinstance(i, dict)
                            and i.get("type") == "function_call_output"), None)
         if body.get("tools") and fc_out is None:
-            outputs = [{"type": "function_call", "id": _rid("fc_"), "call_id": _rid("call_"),
+            outputs = [{"type": "function_call", "id": rid("fc_"), "call_id": rid("call_"),
                         "name": body["tools"][0]["name"], "status": "completed",
                         "arguments": orjson.dumps({"city": "Paris"}).decode()}]
         else:
             text = (f"Tool said {fc_out['output']} after {body.get('previous_response_id')}"
                     if fc_out else f"Responses reply {n} ({nonce})")
-            outputs = [{"type": "message", "id": _rid("msg_"), "status": "completed",
+            outputs = [{"type": "message", "id": rid("msg_"), "status": "completed",
                         "role": "assistant",
                         "content": [{"type": "output_text", "text": text, "annotations": []}]}]
         resp = {
-            "id": rid, "object": "response", "created_at": 1700000000 + n, "status": "completed",
-            "model": body.get("model", "gpt-test"), "output": outputs,
+            "id": resp_id, "object": "response", "created_at": 1700000000 + n,
+            "status": "completed", "model": body.get("model", "gpt-test"), "output": outputs,
             "parallel_tool_calls": True, "tool_choice": "auto", "tools": body.get("tools", []),
             "previous_response_id": body.get("previous_response_id"),
             "usage": {"input_tokens": 9, "output_tokens": 5, "total_tokens": 14,
@@ -280,8 +182,7 @@ class _Handler(BaseHTTPRequestHandler):
         seq = itertools.count()
 
         def ev(kind: str, data: dict[str, Any]) -> str:
-            payload = {"type": kind, "sequence_number": next(seq), **data}
-            return f"event: {kind}\ndata: {orjson.dumps(payload).decode()}\n\n"
+            return sse_event(kind, {"sequence_number": next(seq), **data})
 
         start = {**resp, "status": "in_progress", "output": [], "usage": None}
         events = [ev("response.created", {"response": start})]
@@ -315,7 +216,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _messages(self, body: dict[str, Any], ov: dict[str, Any]) -> None:
         n = self.fake.next_n()
         nonce = secrets.token_hex(3)
-        mid = _rid("msg_")
+        mid = rid("msg_")
         msgs = body.get("messages", [])
         last = msgs[-1] if msgs else {}
         content = last.get("content")
@@ -325,7 +226,7 @@ class _Handler(BaseHTTPRequestHandler):
                            and c.get("type") == "tool_result"), None)
         blocks: list[dict[str, Any]]
         if body.get("tools") and result is None:
-            blocks = [{"type": "tool_use", "id": _rid("toolu_"),
+            blocks = [{"type": "tool_use", "id": rid("toolu_"),
                        "name": body["tools"][0]["name"], "input": {"city": "Paris"}}]
             stop = "tool_use"
         else:
@@ -338,31 +239,42 @@ class _Handler(BaseHTTPRequestHandler):
                "content": blocks, "stop_reason": stop, "stop_sequence": None, "usage": usage}
         if not body.get("stream"):
             return self._json(200, msg)
-
-        def ev(kind: str, data: dict[str, Any]) -> str:
-            return f"event: {kind}\ndata: {orjson.dumps({'type': kind, **data}).decode()}\n\n"
-
-        events = [ev("message_start", {"message": {**msg, "content": [], "stop_reason": None,
-                                                   "usage": {"input_tokens": 12,
-                                                             "output_tokens": 1}}}),
-                  ev("ping", {})]
         block = blocks[0]
         if block["type"] == "text":
-            events.append(ev("content_block_start", {"index": 0,
-                                                     "content_block": {"type": "text",
-                                                                       "text": ""}}))
-            for word in block["text"].split(" "):
-                events.append(ev("content_block_delta", {
-                    "index": 0, "delta": {"type": "text_delta", "text": word + " "}}))
+            start: dict[str, Any] = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": word + " "}
+                      for word in block["text"].split(" ")]
         else:
-            events.append(ev("content_block_start", {"index": 0, "content_block": {
-                **block, "input": {}}}))
-            events.append(ev("content_block_delta", {"index": 0, "delta": {
-                "type": "input_json_delta",
-                "partial_json": orjson.dumps(block["input"]).decode()}}))
-        events.append(ev("content_block_stop", {"index": 0}))
-        events.append(ev("message_delta", {"delta": {"stop_reason": stop,
-                                                     "stop_sequence": None},
-                                           "usage": {"output_tokens": 6}}))
-        events.append(ev("message_stop", {}))
-        self._sse(events, ov)
+            start = {**block, "input": {}}
+            deltas = [{"type": "input_json_delta",
+                       "partial_json": orjson.dumps(block["input"]).decode()}]
+        self._sse(anthropic_stream(msg, {"input_tokens": 12, "output_tokens": 1}, start, deltas,
+                                   ping=True), ov)
+
+
+# ---------------------------------------------------------------- the provider
+
+
+class FakeProvider(LoopbackProvider):
+    handler = _Handler
+    server_class = QuietServer  # clients time out and abandon streams here on purpose
+
+    def __init__(self, *, chunk_delay: float = 0.0, latency: float = 0.0) -> None:
+        super().__init__()
+        self.chunk_delay = chunk_delay
+        self.latency = latency
+        self.requests: list[dict[str, Any]] = []
+        self.script: collections.deque[dict[str, Any]] = collections.deque()
+        self._counter = itertools.count(1)
+
+    @property
+    def openai_url(self) -> str:
+        return self.url + "/v1"
+
+    def next_n(self) -> int:
+        with self._lock:
+            return next(self._counter)
+
+    def override(self) -> dict[str, Any] | None:
+        with self._lock:
+            return self.script.popleft() if self.script else None

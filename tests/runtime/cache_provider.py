@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import orjson
+
+from provider_support import LoopbackHandler, LoopbackProvider, anthropic_stream, chat_chunk
 
 __all__ = ["CachingProvider"]
 
@@ -61,37 +61,84 @@ def _render(value: Any) -> str:
     return orjson.dumps(_unmark(value), option=orjson.OPT_SORT_KEYS).decode() + "\n"
 
 
-class CachingProvider:
+class _Handler(LoopbackHandler):
+    fake: CachingProvider
+
+    def do_POST(self) -> None:
+        body = self.read_json()
+        fake = self.fake
+        with fake._lock:
+            fake.requests.append(body)
+        path = self.path.split("?")[0]
+        n = next(fake._n)
+        if path == "/v1/messages":
+            return self._messages(body, n)
+        if path == "/v1/chat/completions":
+            text = "".join(_render(t) for t in body.get("tools") or [])
+            text += "".join(_render(m) for m in body.get("messages") or [])
+            total, cached = fake.openai_cached(text)
+            usage = {"prompt_tokens": total, "completion_tokens": 5,
+                     "total_tokens": total + 5, "prompt_tokens_details": {"cached_tokens": cached}}
+            return self._chat(body, n, usage)
+        if path == "/v1/responses":
+            text = "".join(_render(t) for t in body.get("tools") or [])
+            text += _render(body.get("instructions") or "")
+            text += _render(body.get("input"))
+            total, cached = fake.openai_cached(text)
+            return self.send_json(200, {
+                "id": f"resp_{n:06d}", "object": "response", "created_at": 1700000000 + n,
+                "status": "completed", "model": body.get("model"), "parallel_tool_calls": True,
+                "tool_choice": "auto", "tools": [],
+                "output": [{"type": "message", "id": f"msg_{n:06d}", "status": "completed",
+                            "role": "assistant", "content": [
+                                {"type": "output_text", "text": f"reply {n}",
+                                 "annotations": []}]}],
+                "usage": {"input_tokens": total, "output_tokens": 5, "total_tokens": total + 5,
+                          "input_tokens_details": {"cached_tokens": cached},
+                          "output_tokens_details": {"reasoning_tokens": 0}},
+            })
+        self.send_json(404, {"error": {"message": f"no route {path}"}})
+
+    def _chat(self, body: dict[str, Any], n: int, usage: dict[str, Any]) -> None:
+        model = body.get("model")
+        if not body.get("stream"):
+            return self.send_json(200, {
+                "id": f"chatcmpl-{n}", "object": "chat.completion", "created": 1700000000 + n,
+                "model": model, "usage": usage,
+                "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
+                             "message": {"role": "assistant", "content": f"reply {n}",
+                                         "refusal": None}}],
+            })
+        cid, created = f"chatcmpl-{n}", 1700000000 + n
+        # Usage last, in a chunk with no choices: what OpenAI sends for include_usage.
+        self.send_sse([chat_chunk(cid, created, model, {"role": "assistant",
+                                                        "content": f"reply {n}"}),
+                       chat_chunk(cid, created, model, {}, "stop"),
+                       chat_chunk(cid, created, model, None, usage=usage),
+                       "data: [DONE]\n\n"])
+
+    def _messages(self, body: dict[str, Any], n: int) -> None:
+        usage = self.fake.anthropic_usage(body)
+        msg = {"id": f"msg_{n:06d}", "type": "message", "role": "assistant",
+               "model": body.get("model"), "content": [{"type": "text", "text": f"reply {n}"}],
+               "stop_reason": "end_turn", "stop_sequence": None,
+               "usage": {**usage, "output_tokens": 5}}
+        if not body.get("stream"):
+            return self.send_json(200, msg)
+        # The cache usage already in message_start, as Anthropic reports it.
+        self.send_sse(anthropic_stream(msg, {**usage, "output_tokens": 1},
+                                       {"type": "text", "text": ""},
+                                       [{"type": "text_delta", "text": f"reply {n}"}]))
+
+
+class CachingProvider(LoopbackProvider):
+    handler = _Handler
+
     def __init__(self) -> None:
+        super().__init__()
         self.cache: set[str] = set()
         self.requests: list[dict[str, Any]] = []
-        self._lock = threading.Lock()
         self._n = itertools.count(1)
-        self._server: ThreadingHTTPServer | None = None
-        self.port = 0
-
-    def start(self) -> CachingProvider:
-        provider = self
-
-        class Handler(_Handler):
-            fake = provider
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, daemon=True,
-                         kwargs={"poll_interval": 0.05}).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def clear(self) -> None:
         with self._lock:
@@ -142,114 +189,3 @@ class CachingProvider:
                 self.cache.add(key)
                 n += BLOCK
         return total, cached
-
-
-class _Handler(BaseHTTPRequestHandler):
-    fake: CachingProvider
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return None
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        body = orjson.loads(self.rfile.read(length)) if length else {}
-        fake = self.fake
-        with fake._lock:
-            fake.requests.append(body)
-        path = self.path.split("?")[0]
-        n = next(fake._n)
-        if path == "/v1/messages":
-            return self._messages(body, n)
-        if path == "/v1/chat/completions":
-            text = "".join(_render(t) for t in body.get("tools") or [])
-            text += "".join(_render(m) for m in body.get("messages") or [])
-            total, cached = fake.openai_cached(text)
-            usage = {"prompt_tokens": total, "completion_tokens": 5,
-                     "total_tokens": total + 5, "prompt_tokens_details": {"cached_tokens": cached}}
-            return self._chat(body, n, usage)
-        if path == "/v1/responses":
-            text = "".join(_render(t) for t in body.get("tools") or [])
-            text += _render(body.get("instructions") or "")
-            text += _render(body.get("input"))
-            total, cached = fake.openai_cached(text)
-            return self._json({
-                "id": f"resp_{n:06d}", "object": "response", "created_at": 1700000000 + n,
-                "status": "completed", "model": body.get("model"), "parallel_tool_calls": True,
-                "tool_choice": "auto", "tools": [],
-                "output": [{"type": "message", "id": f"msg_{n:06d}", "status": "completed",
-                            "role": "assistant", "content": [
-                                {"type": "output_text", "text": f"reply {n}",
-                                 "annotations": []}]}],
-                "usage": {"input_tokens": total, "output_tokens": 5, "total_tokens": total + 5,
-                          "input_tokens_details": {"cached_tokens": cached},
-                          "output_tokens_details": {"reasoning_tokens": 0}},
-            })
-        self._json({"error": {"message": f"no route {path}"}}, 404)
-
-    def _json(self, data: Any, status: int = 200) -> None:
-        out = orjson.dumps(data)
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
-
-    def _sse(self, events: list[str]) -> None:
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("transfer-encoding", "chunked")
-        self.end_headers()
-        for ev in events:
-            data = ev.encode()
-            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-            self.wfile.flush()
-        self.wfile.write(b"0\r\n\r\n")
-
-    def _chat(self, body: dict[str, Any], n: int, usage: dict[str, Any]) -> None:
-        model = body.get("model")
-        if not body.get("stream"):
-            return self._json({
-                "id": f"chatcmpl-{n}", "object": "chat.completion", "created": 1700000000 + n,
-                "model": model, "usage": usage,
-                "choices": [{"index": 0, "finish_reason": "stop", "logprobs": None,
-                             "message": {"role": "assistant", "content": f"reply {n}",
-                                         "refusal": None}}],
-            })
-
-        def chunk(delta: dict[str, Any], finish: Any = None, use: Any = None) -> str:
-            c: dict[str, Any] = {"id": f"chatcmpl-{n}", "object": "chat.completion.chunk",
-                                 "created": 1700000000 + n, "model": model,
-                                 "choices": [] if use else [{"index": 0, "delta": delta,
-                                                             "finish_reason": finish}]}
-            if use:
-                c["usage"] = use
-            return "data: " + orjson.dumps(c).decode() + "\n\n"
-
-        self._sse([chunk({"role": "assistant", "content": f"reply {n}"}), chunk({}, "stop"),
-                   chunk({}, use=usage), "data: [DONE]\n\n"])
-
-    def _messages(self, body: dict[str, Any], n: int) -> None:
-        usage = self.fake.anthropic_usage(body)
-        msg = {"id": f"msg_{n:06d}", "type": "message", "role": "assistant",
-               "model": body.get("model"), "content": [{"type": "text", "text": f"reply {n}"}],
-               "stop_reason": "end_turn", "stop_sequence": None,
-               "usage": {**usage, "output_tokens": 5}}
-        if not body.get("stream"):
-            return self._json(msg)
-
-        def ev(kind: str, data: dict[str, Any]) -> str:
-            return f"event: {kind}\ndata: {orjson.dumps({'type': kind, **data}).decode()}\n\n"
-
-        self._sse([
-            ev("message_start", {"message": {**msg, "content": [], "stop_reason": None,
-                                             "usage": {**usage, "output_tokens": 1}}}),
-            ev("content_block_start", {"index": 0, "content_block": {"type": "text",
-                                                                     "text": ""}}),
-            ev("content_block_delta", {"index": 0, "delta": {"type": "text_delta",
-                                                             "text": f"reply {n}"}}),
-            ev("content_block_stop", {"index": 0}),
-            ev("message_delta", {"delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                                 "usage": {"output_tokens": 5}}),
-            ev("message_stop", {}),
-        ])

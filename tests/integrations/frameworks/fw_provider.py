@@ -23,7 +23,9 @@ import threading
 from typing import Any
 
 import orjson
-from fake_provider import FakeProvider, _Handler, _rid, _Server
+from fake_provider import FakeProvider, _Handler
+
+from provider_support import chat_message, chat_stream, rid, tool_call
 
 __all__ = ["DropListener", "FrameworkProvider"]
 
@@ -41,22 +43,6 @@ def _section(text: str, name: str) -> str | None:
     m = re.search(r"\[\[ ## " + re.escape(name) + r" ## \]\]\n(.*?)(?=\n\n\[\[ ## |\Z)", text,
                   re.S)
     return m.group(1).strip() if m else None
-
-
-class FrameworkProvider(FakeProvider):
-    def start(self) -> FrameworkProvider:
-        provider = self
-
-        class Handler(_FrameworkHandler):
-            fake = provider
-
-        self._server = _Server(("127.0.0.1", self.port), Handler)
-        self._server.daemon_threads = True
-        self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
-                                        kwargs={"poll_interval": 0.05})
-        self._thread.start()
-        return self
 
 
 class _FrameworkHandler(_Handler):
@@ -103,40 +89,23 @@ class _FrameworkHandler(_Handler):
     def _reply(self, body: dict[str, Any], ov: dict[str, Any], *, text: str | None = None,
                call: tuple[str, dict[str, Any]] | None = None) -> None:
         """A chat completion (or its stream) holding ``text`` or one call of ``call``."""
-        cid = _rid("chatcmpl-")
+        cid = rid("chatcmpl-")
         model = body.get("model", "gpt-test")
-        tool_call = None if call is None else {
-            "id": _rid("call_"), "type": "function",
-            "function": {"name": call[0], "arguments": orjson.dumps(call[1]).decode()}}
+        made = None if call is None else tool_call(*call)
         usage = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
         if not body.get("stream"):
-            message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
-            if tool_call is not None:
-                message["tool_calls"] = [tool_call]
             return self._json(200, {
                 "id": cid, "object": "chat.completion", "created": 1700000000, "model": model,
-                "choices": [{"index": 0, "message": message, "logprobs": None,
-                             "finish_reason": "tool_calls" if tool_call else "stop"}],
+                "choices": [{"index": 0, "message": chat_message(text, made), "logprobs": None,
+                             "finish_reason": "tool_calls" if made else "stop"}],
                 "usage": usage})
+        # Word by word with the whitespace that follows (dspy's sections span lines).
+        pieces = re.findall(r"\S+\s*", text or "")
+        self._sse(chat_stream(cid, 1700000000, model, pieces, made, usage), ov)
 
-        def chunk(delta: dict[str, Any], finish: Any = None, use: Any = None) -> str:
-            c: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk",
-                                 "created": 1700000000, "model": model,
-                                 "choices": [{"index": 0, "delta": delta,
-                                              "finish_reason": finish}]}
-            if use is not None:
-                c["usage"] = use
-            return "data: " + orjson.dumps(c).decode() + "\n\n"
 
-        events = [chunk({"role": "assistant", "content": ""})]
-        if tool_call is not None:
-            events += [chunk({"tool_calls": [{"index": 0, **tool_call}]}),
-                       chunk({}, "tool_calls", usage)]
-        else:
-            events += [chunk({"content": w}) for w in re.findall(r"\S+\s*", text or "")]
-            events.append(chunk({}, "stop", usage))
-        events.append("data: [DONE]\n\n")
-        self._sse(events, ov)
+class FrameworkProvider(FakeProvider):
+    handler = _FrameworkHandler
 
 
 class DropListener:

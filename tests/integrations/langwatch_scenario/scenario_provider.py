@@ -12,53 +12,50 @@ from __future__ import annotations
 
 import itertools
 import secrets
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import orjson
+from provider_support import LoopbackHandler, LoopbackProvider, tool_call
 
 __all__ = ["ScenarioProvider"]
 
 
-class ScenarioProvider:
+class _Handler(LoopbackHandler):
+    fake: ScenarioProvider
+
+    def do_POST(self) -> None:
+        body = self.read_json()
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            self.send_json(404, {"error": {"message": f"no route {self.path}"}})
+            return
+        kind, message = self.fake.answer(body)
+        with self.fake._lock:
+            self.fake.requests.append({"kind": kind, "body": body})
+        self.send_json(200, {
+            "id": "chatcmpl-" + secrets.token_hex(8),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "m"),
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+            "usage": {"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28},
+        })
+
+
+class ScenarioProvider(LoopbackProvider):
     """``verdict_after``: agent replies the transcript must hold before the judge decides."""
 
+    handler = _Handler
+
     def __init__(self, *, verdict_after: int = 2) -> None:
+        super().__init__()
         self.verdict_after = verdict_after
         self.requests: list[dict[str, Any]] = []  # {"kind": ..., "body": ...}
         self._counter = itertools.count(1)
-        self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self.port = 0
-
-    def start(self) -> ScenarioProvider:
-        provider = self
-
-        class Handler(_Handler):
-            fake = provider
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, daemon=True,
-                         kwargs={"poll_interval": 0.05}).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def count(self) -> int:
-        with self._lock:
-            return len(self.requests)
+        return self.url + "/v1"
 
     def kinds(self) -> list[str]:
         with self._lock:
@@ -91,41 +88,4 @@ class ScenarioProvider:
 
 
 def _tool_call(name: str, args: dict[str, Any]) -> dict[str, Any]:
-    return {"role": "assistant", "content": None, "tool_calls": [{
-        "id": "call_" + secrets.token_hex(6), "type": "function",
-        "function": {"name": name, "arguments": orjson.dumps(args).decode()}}]}
-
-
-class _Handler(BaseHTTPRequestHandler):
-    fake: ScenarioProvider
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("content-length") or 0)
-        body = orjson.loads(self.rfile.read(length) or b"{}")
-        if not self.path.rstrip("/").endswith("/chat/completions"):
-            self._send(404, {"error": {"message": f"no route {self.path}"}})
-            return
-        kind, message = self.fake.answer(body)
-        with self.fake._lock:
-            self.fake.requests.append({"kind": kind, "body": body})
-        self._send(200, {
-            "id": "chatcmpl-" + secrets.token_hex(8),
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": body.get("model", "m"),
-            "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
-            "usage": {"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28},
-        })
-
-    def _send(self, status: int, data: Any) -> None:
-        raw = orjson.dumps(data)
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
+    return {"role": "assistant", "content": None, "tool_calls": [tool_call(name, args)]}
