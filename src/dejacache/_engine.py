@@ -19,6 +19,7 @@ import orjson
 
 from ._core.diff import nearest, short
 from ._secrets import scrub_request
+from ._slots import Sentinel
 from .config import Effective
 from .errors import (
     CassetteError,
@@ -47,14 +48,7 @@ __all__ = [
 T = TypeVar("T")
 
 
-class _Miss:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "MISS"
-
-
-MISS: Any = _Miss()
+MISS: Any = Sentinel("MISS")
 _WARNED: set[str] = set()
 _WARNED_LOCK = threading.Lock()
 

@@ -16,11 +16,10 @@ import contextvars
 import dataclasses
 import itertools
 import uuid
-from collections.abc import Callable
 from types import TracebackType
-from typing import Any
 
 from .._core.scopes import global_prefix, session_prefix, tenant_prefix
+from .._slots import slot_setters
 from ..errors import ScopeError
 from ..scope import Block
 from .guard import GuardState, LoopGuard
@@ -52,16 +51,8 @@ class ToolCallTrace:
     loop: str | None = None
 
 
-def _setter(field: str) -> Callable[[ToolCallTrace, Any], None]:
-    return vars(ToolCallTrace)[field].__set__  # type: ignore[no-any-return]
-
-
-_SET_INDEX = _setter("index")
-_SET_NAME = _setter("name")
-_SET_RESOURCE = _setter("resource")
-_SET_DIGEST = _setter("args_digest")
-_SET_OUTCOME = _setter("outcome")
-_SET_LOOP = _setter("loop")
+_SET_INDEX, _SET_NAME, _SET_RESOURCE, _SET_DIGEST, _SET_OUTCOME, _SET_LOOP = slot_setters(
+    ToolCallTrace, "index", "name", "resource", "args_digest", "outcome", "loop")
 _NEW = object.__new__
 
 

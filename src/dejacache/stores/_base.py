@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Protocol, runtime_checkable
+
+from .._slots import Sentinel, slot_setters
 
 __all__ = ["NOT_SHARED", "BaseStore", "Record", "Store", "StoreStats"]
 
@@ -48,30 +50,9 @@ class Record:
         return len(self.value) + len(self.request)
 
 
-# The slot descriptors of the class ``dataclass(slots=True)`` built (it replaces the class
-# body's, so they can only be taken now).
-_Setter = Callable[[Record, Any], None]
-
-
-def _setter(field: str) -> _Setter:
-    return vars(Record)[field].__set__  # type: ignore[no-any-return]
-
-
-_SET_VALUE = _setter("value")
-_SET_NAME = _setter("name")
-_SET_NAMESPACE = _setter("namespace")
-_SET_KIND = _setter("kind")
-_SET_REQUEST = _setter("request")
-_SET_DURATION = _setter("duration")
-_SET_USAGE = _setter("usage")
-_SET_CREATED = _setter("created")
-
-
-class _NotShared:
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return "NOT_SHARED"
+(_SET_VALUE, _SET_NAME, _SET_NAMESPACE, _SET_KIND, _SET_REQUEST, _SET_DURATION, _SET_USAGE,
+ _SET_CREATED) = slot_setters(Record, "value", "name", "namespace", "kind", "request",
+                              "duration", "usage", "created")
 
 
 #: A store may offer ``hit(key)`` next to ``get`` for the decorator's short path (issue 12
@@ -86,7 +67,7 @@ class _NotShared:
 #: - ``record``: the ``Record``, or None;
 #: - ``shared``: the read-only value a ``@cache(frozen=True)`` hit hands out, kept by the
 #:   store's ``share(key, item, value)``, or ``NOT_SHARED``.
-NOT_SHARED: Any = _NotShared()
+NOT_SHARED: Any = Sentinel("NOT_SHARED")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

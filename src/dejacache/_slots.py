@@ -1,0 +1,30 @@
+"""Small building blocks of the hot paths: slot setters of frozen dataclasses, sentinels."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Sentinel", "slot_setters"]
+
+
+def slot_setters(cls: type, *fields: str) -> tuple[Callable[[Any, Any], None], ...]:
+    """The slot descriptors' own setters of ``fields`` of a ``dataclass(frozen=True,
+    slots=True)``: building an instance through them skips the generated ``__init__``'s
+    ``object.__setattr__`` per field (0.8 against 1.3 µs for a ``Record``; ~1 µs of a
+    tool-cache hit for a trace) and leaves it exactly as frozen. Taken after the class is
+    built: ``dataclass(slots=True)`` replaces the class body's descriptors."""
+    return tuple(vars(cls)[f].__set__ for f in fields)
+
+
+class Sentinel:
+    """A named marker that no stored or returned value can be by accident (``MISS``,
+    ``NOT_SHARED``)."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return self._name
