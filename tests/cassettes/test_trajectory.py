@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 import sys
 from typing import Any
@@ -80,6 +81,8 @@ def test_steps_in_order_with_kinds_tokens_cost_and_redacted_requests(fake, tmp_p
                                   ) == usage_tokens(usage)
     assert view.total_tokens == view.total_input_tokens + view.total_output_tokens > 0
     assert view.steps[1].total_tokens == 0
+    # a tool without usage: no count, and not claimed exact; the totals stay exact
+    assert not view.steps[1].tokens_exact and view.tokens_exact
     assert view.cost == pytest.approx(2 * estimate_dollars(usage, "gpt-4o-mini"))
     assert view.duration == pytest.approx(sum(s.duration for s in view.steps))
     assert [s.follows for s in view.steps] == [-1, 0, 1, 2]
@@ -94,6 +97,46 @@ def test_a_stream_without_usage_is_estimated(fake, tmp_path) -> None:
         assert not step.tokens_exact and step.input_tokens > 0
     else:  # the fake provider reported usage in its stream
         assert step.tokens_exact
+
+
+def test_a_stream_without_usage_is_estimated_from_its_text_not_its_events(
+        fake, tmp_path, capsys) -> None:
+    # Sizing the SSE events made a 62-character answer 948 output tokens: every OpenAI chunk
+    # repeats its id, model and choice scaffolding around a word or two.
+    p = tmp_path / "s.json"
+    fake.script.append({"no_usage": True})
+    with openai.OpenAI(base_url=fake.openai_url, api_key="sk-test", max_retries=0) as client, \
+            dejacache.cassette(p, mode="record"):
+        text = "".join(ch.choices[0].delta.content or "" for ch in client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}], stream=True)
+            if ch.choices)
+    step = dejacache.load_cassette(p).steps[0]
+    assert step.usage is None and not step.tokens_exact
+    assert step.output_tokens == -(-len(text) // 4)
+    from dejacache.cli import main
+
+    assert main(["show", str(p), "--plain"]) == 0
+    out = capsys.readouterr().out
+    assert f"{step.total_tokens:,} tokens (estimated)" in out
+
+
+def test_stream_text_is_read_from_every_provider_event_shape() -> None:
+    from dejacache.cassettes.trajectory import _stream_text_size
+
+    def ev(data: Any) -> list[Any]:
+        return [0.0, "data: " + json.dumps(data) + "\n\n"]
+
+    events = [
+        ev({"choices": [{"delta": {"role": "assistant", "content": "Hello"}}]}),  # chat: 5
+        ev({"choices": [{"delta": {"tool_calls": [{"function": {
+            "name": "f", "arguments": "{}"}}]}}]}),  # 1 + 2
+        ev({"type": "response.output_text.delta", "delta": "abc"}),  # responses: 3
+        ev({"type": "content_block_delta", "delta": {"type": "text_delta", "text": "wxyz"}}),
+        ev({"type": "content_block_delta", "delta": {"partial_json": "{\"a\":1}"}}),  # 7
+        [0.0, "data: [DONE]\n\n"], [0.0, ": keep-alive\n\n"],
+    ]
+    assert _stream_text_size(events) == 5 + 3 + 3 + 4 + 7
+    assert _stream_text_size(None) == 0
 
 
 def test_re_recording_the_same_run_diffs_identical_despite_fresh_provider_ids(

@@ -133,6 +133,9 @@ class _Handler(LoopbackHandler):
         else:
             text = f"Hello from the fake model, reply {n} ({nonce})"
         usage = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+        if body.get("stream") and ov.get("no_usage"):
+            # The real API: a stream reports usage only with stream_options.include_usage.
+            usage = None  # type: ignore[assignment]
         if body.get("stream"):
             # Word by word, each with the space that follows it.
             words = (text or "").split(" ")

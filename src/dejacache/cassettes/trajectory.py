@@ -11,8 +11,9 @@ the HTML report) is built on these, so they agree on what a step, a token and a 
   ``"tool"`` for ``@cache(kind="tool")``, ``"http"`` for other HTTP endpoints, and
   ``"function"`` for every other ``@cache`` function.
 * **Tokens** come from the usage the provider reported (``tokens_exact``); a model step
-  without usage (a stream that did not ask for it) is estimated at ~4 characters per token.
-  Tools and functions cost no tokens.
+  without usage (a stream that did not ask for it) is estimated at ~4 characters per token
+  of its request and of its answer's text. Tools and functions cost no tokens; their
+  ``tokens_exact`` is True only when they returned a provider's usage.
 * **Cost** uses the dated price table of :mod:`dejacache.cassettes.prices`.
 * Requests are the stored, redacted ones: the view never holds a secret the file does not.
   Requests and responses are expanded from the file's shared values when read (an agent's
@@ -231,18 +232,18 @@ class Step:
         self.model = ""
         tokens = usage_tokens(self.usage)
         if self.kind != "model":
-            self.input_tokens, self.output_tokens, self.tokens_exact = 0, 0, True
-            if tokens is not None:  # a function returning usage (a wrapped model call)
-                self.input_tokens, self.output_tokens = tokens
+            # No tokens unless it returned a provider's usage (a wrapped model call); exact
+            # only then: with no usage, 0 is what the file cannot tell, not a count.
+            self.input_tokens, self.output_tokens = tokens or (0, 0)
+            self.tokens_exact = tokens is not None
         elif tokens is not None:
             self.input_tokens, self.output_tokens = tokens
             self.tokens_exact = True
         else:
             req, resp = entry.get("request"), entry.get("response")
             body = req.get("body") if isinstance(req, dict) else req
-            out = _answer_part(resp)
             self.input_tokens = -(-view._size(body) // CHARS_PER_TOKEN)
-            self.output_tokens = -(-view._size(out) // CHARS_PER_TOKEN) if out is not None else 0
+            self.output_tokens = -(-view._answer_size(resp) // CHARS_PER_TOKEN)
             self.tokens_exact = False
         if self.kind == "model":
             self.model = view._model(entry)
@@ -327,7 +328,9 @@ class CassetteView:
 
     @property
     def tokens_exact(self) -> bool:
-        return all(s.tokens_exact for s in self.steps)
+        """Every model step's tokens are the provider's reported usage (steps that cost no
+        tokens, such as tools, do not make the totals estimates)."""
+        return all(s.tokens_exact for s in self.steps if s.kind == "model" or s.usage)
 
     @property
     def duration(self) -> float:
@@ -393,6 +396,16 @@ class CassetteView:
             return 2 + sum(self._size(v) + 1 for v in tree)
         return len(orjson.dumps(tree)) if tree is not None else 4
 
+    def _answer_size(self, resp: Any) -> int:
+        """Characters of the answer a model call produced: a stream's generated text, not
+        its SSE framing (each OpenAI chunk repeats id, model, fingerprint and choice
+        scaffolding around a few characters: sizing the events made a 62-character answer
+        948 tokens), else the stored body's JSON length."""
+        if isinstance(resp, dict) and "events" in resp:
+            return _stream_text_size(self._expand(resp["events"]))
+        out = _answer_part(resp)
+        return self._size(out) if out is not None else 0
+
     def _model(self, entry: dict[str, Any]) -> str:
         resp = entry.get("response")
         for part in (resp, resp.get("json") if isinstance(resp, dict) else None,
@@ -420,6 +433,41 @@ def _answer_part(resp: Any) -> Any:
         if field in resp:
             return resp[field]
     return resp
+
+
+def _stream_text_size(events: Any) -> int:
+    """Characters generated in a recorded stream's events: text, refusals, reasoning and
+    tool-call argument deltas of OpenAI chat chunks, Responses API ``*.delta`` events and
+    Anthropic ``content_block_delta`` events."""
+    total = 0
+    for event in events if isinstance(events, list) else ():
+        text = event[1] if isinstance(event, list) and len(event) == 2 else event
+        data = event_data(text) if isinstance(text, str) else None
+        if isinstance(data, dict):
+            total += _delta_size(data)
+    return total
+
+
+def _delta_size(data: dict[str, Any]) -> int:
+    delta = data.get("delta")
+    if isinstance(delta, str):  # OpenAI Responses: response.output_text.delta and kin
+        return len(delta)
+    if isinstance(delta, dict):  # Anthropic: text, thinking, partial_json
+        return sum(len(v) for k, v in delta.items()
+                   if k in ("text", "thinking", "partial_json") and isinstance(v, str))
+    n = 0
+    for choice in data.get("choices") or ():  # OpenAI chat completion chunks
+        d = choice.get("delta") if isinstance(choice, dict) else None
+        if not isinstance(d, dict):
+            continue
+        n += sum(len(v) for k, v in d.items()
+                 if k in ("content", "refusal", "reasoning_content") and isinstance(v, str))
+        for tc in d.get("tool_calls") or ():
+            fn = tc.get("function") if isinstance(tc, dict) else None
+            if isinstance(fn, dict):
+                n += sum(len(v) for v in (fn.get("name"), fn.get("arguments"))
+                         if isinstance(v, str))
+    return n
 
 
 def load_cassette(path: str | os.PathLike[str], *, verify: bool = True) -> CassetteView:
