@@ -327,3 +327,26 @@ def test_plan(dejacache_cassette):
     res.stdout.fnmatch_lines(["*1 replay miss(es) in cassette*were caught by the code under*"])
     run(pytester).assert_outcomes(passed=1)  # auto mode records it
     run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=1)
+
+
+def test_an_unwritable_cassette_directory_is_a_clear_error_naming_the_cassette(
+        pytester: pytest.Pytester) -> None:
+    from fs_support import immutable
+
+    pytester.makepyfile(test_agent=AGENT + """
+@pytest.mark.dejacache(cassette="ro/shared.json")
+def test_plan():
+    assert llm("plan a trip")["text"] == "PLAN A TRIP"
+
+def test_after():
+    pass
+""")
+    ro = pytester.path / "ro"
+    ro.mkdir()
+    with immutable(ro):
+        res = run(pytester)
+    res.assert_outcomes(passed=2, errors=1)  # the session goes on to the next test
+    raised = [line for line in res.stdout.lines if line.startswith(("E ", "ERROR "))]
+    assert raised and not any("PermissionError" in line or ".tmp" in line for line in raised)
+    res.stdout.fnmatch_lines(["*CassetteError: cannot write the cassette: Operation not "
+                              f"permitted in {ro}*(cassette {ro / 'shared.json'})*"])

@@ -182,8 +182,8 @@ def try_encode(
 
 def store_value(eff: Effective, key: str, record: Record, ttl: float | None) -> bool:
     try:
-        eff.store.put(key, record, ttl=ttl)
-        return True
+        # False: the store knowingly kept nothing (read-only, unreachable) and has said so.
+        return eff.store.put(key, record, ttl=ttl) is not False
     except Exception as exc:  # fail open: the caller still gets its result
         warn_once(f"put:{type(eff.store).__name__}", f"dejacache: write to {eff.source} failed "
                   f"({exc!r}); results are not being stored")
@@ -192,8 +192,7 @@ def store_value(eff: Effective, key: str, record: Record, ttl: float | None) -> 
 
 async def astore_value(eff: Effective, key: str, record: Record, ttl: float | None) -> bool:
     try:
-        await eff.store.aput(key, record, ttl=ttl)
-        return True
+        return await eff.store.aput(key, record, ttl=ttl) is not False
     except Exception as exc:
         warn_once(f"put:{type(eff.store).__name__}", f"dejacache: write to {eff.source} failed "
                   f"({exc!r}); results are not being stored")

@@ -143,8 +143,8 @@ class _DefaultStore(BaseStore):
     def get(self, key: str) -> Record | None:
         return self.open().get(key)
 
-    def put(self, key: str, record: Record, *, ttl: float | None = None) -> None:
-        self.open().put(key, record, ttl=ttl)
+    def put(self, key: str, record: Record, *, ttl: float | None = None) -> bool | None:
+        return self.open().put(key, record, ttl=ttl)
 
     def delete(self, key: str) -> bool:
         return self.open().delete(key)
@@ -163,8 +163,9 @@ class _DefaultStore(BaseStore):
     async def aget(self, key: str) -> Record | None:
         return await self.open().aget(key)
 
-    async def aput(self, key: str, record: Record, *, ttl: float | None = None) -> None:
-        await self.open().aput(key, record, ttl=ttl)
+    async def aput(self, key: str, record: Record, *, ttl: float | None = None
+                   ) -> bool | None:
+        return await self.open().aput(key, record, ttl=ttl)
 
     async def adelete(self, key: str) -> bool:
         return await self.open().adelete(key)

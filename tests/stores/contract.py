@@ -75,7 +75,7 @@ class StoreContract:
         r = rec(b"\x00\xffbinary", name="pkg.fn", namespace="suite-v1", kind="http",
                 duration=1.25, usage={"prompt_tokens": 12, "completion_tokens": 3},
                 created=1_700_000_000.5)
-        store.put("k1", r)
+        assert store.put("k1", r) is not False  # False only when nothing was kept
         got = store.get("k1")
         assert got is not None
         assert got.value == r.value

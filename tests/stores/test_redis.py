@@ -366,7 +366,7 @@ def test_read_only_reads_and_skips_writes(redis_server: RedisServer, store: Redi
     try:
         assert ro.get("k") is not None
         assert [k for k, _ in ro.iterate()] == ["k"]
-        ro.put("other", rec())
+        assert ro.put("other", rec()) is False
         assert ro.delete("k") is False
         assert ro.clear() == 0
         assert ro.incr("gen") is None

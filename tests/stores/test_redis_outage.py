@@ -80,10 +80,12 @@ def assert_open_calls_are_free(origin: Origin, start: int) -> None:
 def test_starts_and_serves_with_redis_down_at_startup() -> None:
     store = RedisStore(f"redis://127.0.0.1:{free_port()}/0")  # nothing listens there
     dejacache.configure(store=store)
+    dejacache.reset_stats()
     origin = Origin("down.double")
     out, took = timed(lambda: [origin.fn(3) for _ in range(20)])
     assert out == [{"x": 3, "double": 6}] * 20
     assert origin.calls == [3] * 20  # nothing cached, every answer right
+    assert dejacache.stats().total.stores == 0  # and nothing counted as stored
     assert took < 0.3
     assert store.breaker.state is State.OPEN
     assert store.stats().entries == 0  # stats fail open too
@@ -106,6 +108,7 @@ async def test_async_starts_and_serves_with_redis_down_at_startup() -> None:
     assert [await triple(2) for _ in range(10)] == [6] * 10
     assert time.perf_counter() - t0 < 0.3
     assert calls == [2] * 10
+    assert await store.aput("k", dejacache.stores.Record(value=b"v")) is False
     assert await store.aincr("gen") is None and await store.aget_counters(["g"]) is None
     await store.aclose()
 

@@ -24,6 +24,7 @@ from dejacache import DejacacheWarning
 from dejacache.errors import IncompatibleStore, StoreError
 from dejacache.stores import Record, SQLiteStore
 from dejacache.stores.sqlite import SCHEMA_VERSION
+from fs_support import immutable
 
 
 def rec(value: bytes, request: bytes = b'{"q":1}', **kw: Any) -> Record:
@@ -237,31 +238,6 @@ def test_writes_resume_after_the_retry_delay(tmp_path: pathlib.Path) -> None:
 # ---------------------------------------------------------------- read-only
 
 
-@contextlib.contextmanager
-def immutable(*paths: pathlib.Path) -> Iterator[None]:
-    """Make paths immutable (``chattr +i``): read-only even for root, which chmod is not."""
-    if shutil.which("chattr") is None:
-        pytest.skip("chattr is not available")
-    done: list[pathlib.Path] = []
-    try:
-        for p in paths:
-            r = subprocess.run(["chattr", "+i", str(p)], capture_output=True, text=True)
-            if r.returncode != 0:
-                pytest.skip(f"chattr +i is not supported here: {r.stderr.strip()}")
-            done.append(p)
-        probe = paths[0] / "probe" if paths[0].is_dir() else paths[0]
-        try:
-            probe.open("ab").close()
-        except OSError:
-            pass
-        else:
-            pytest.skip("immutable attribute does not stop writes on this filesystem")
-        yield
-    finally:
-        for p in reversed(done):
-            subprocess.run(["chattr", "-i", str(p)], check=True)
-
-
 @pytest.mark.parametrize("file_too", [False, True], ids=["dir", "dir+file"])
 def test_read_only_directory(tmp_path: pathlib.Path, file_too: bool) -> None:
     d = tmp_path / "ro"
@@ -275,7 +251,7 @@ def test_read_only_directory(tmp_path: pathlib.Path, file_too: bool) -> None:
             for k, v in data.items():
                 got = store.get(k)
                 assert got is not None and got.value == v
-            store.put("new", rec(b"dropped"))
+            assert store.put("new", rec(b"dropped")) is False  # not counted as stored
             assert store.get("new") is None
             assert store.delete("key-0001") is False
             assert store.clear() == 0
@@ -304,11 +280,14 @@ def test_read_only_directory_through_the_decorator(tmp_path: pathlib.Path) -> No
     with immutable(d):
         with pytest.warns(DejacacheWarning) as caught:
             dejacache.configure(store=SQLiteStore(path))
+            dejacache.reset_stats()
             assert inc(1) == 2  # served from the read-only file
             assert inc(7) == 8  # computed, not stored
             assert inc(7) == 8
         assert len(caught) == 1
     assert calls == [1, 7, 7]
+    total = dejacache.stats().total  # the writes that failed are not counted as stored
+    assert (total.hits, total.misses, total.stores) == (1, 2, 0)
 
 
 def test_uncreatable_directory_is_an_empty_store(tmp_path: pathlib.Path) -> None:

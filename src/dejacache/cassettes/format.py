@@ -487,7 +487,20 @@ def build_xref(entries: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def atomic_write(path: pathlib.Path, data: bytes) -> None:
-    """Write ``data`` so that ``path`` holds either its old bytes or ``data``, never a mix."""
+    """Write ``data`` so that ``path`` holds either its old bytes or ``data``, never a mix.
+
+    An unwritable place is a :class:`~dejacache.CassetteError` naming the cassette and why
+    (a raw ``PermissionError`` named only the temp file, at a test's teardown)."""
+    try:
+        _atomic_write(path, data)
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        where = path.parent if exc.filename != str(path) else path
+        raise CassetteError(f"cannot write the cassette: {why} in {where}; the calls recorded "
+                            "in this block are not saved", path=path) from None
+
+
+def _atomic_write(path: pathlib.Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
         tmp = path.parent / f".{path.name}.{os.urandom(8).hex()}.tmp"

@@ -95,7 +95,10 @@ class Store(Protocol):
 
     def get(self, key: str) -> Record | None: ...
 
-    def put(self, key: str, record: Record, *, ttl: float | None = None) -> None: ...
+    def put(self, key: str, record: Record, *, ttl: float | None = None) -> bool | None:
+        """Store ``record``; ``False`` when the store knowingly kept nothing (read-only,
+        unreachable, expired on arrival), so the caller's stats do not count it as stored.
+        ``None`` (what a store that cannot tell returns) counts as stored."""
 
     def delete(self, key: str) -> bool: ...
 
@@ -111,7 +114,8 @@ class Store(Protocol):
 
     async def aget(self, key: str) -> Record | None: ...
 
-    async def aput(self, key: str, record: Record, *, ttl: float | None = None) -> None: ...
+    async def aput(self, key: str, record: Record, *, ttl: float | None = None
+                   ) -> bool | None: ...
 
     async def adelete(self, key: str) -> bool: ...
 
@@ -128,7 +132,7 @@ class BaseStore:
     def get(self, key: str) -> Record | None:
         raise NotImplementedError
 
-    def put(self, key: str, record: Record, *, ttl: float | None = None) -> None:
+    def put(self, key: str, record: Record, *, ttl: float | None = None) -> bool | None:
         raise NotImplementedError
 
     def delete(self, key: str) -> bool:
@@ -137,8 +141,9 @@ class BaseStore:
     async def aget(self, key: str) -> Record | None:
         return self.get(key)
 
-    async def aput(self, key: str, record: Record, *, ttl: float | None = None) -> None:
-        self.put(key, record, ttl=ttl)
+    async def aput(self, key: str, record: Record, *, ttl: float | None = None
+                   ) -> bool | None:
+        return self.put(key, record, ttl=ttl)
 
     async def adelete(self, key: str) -> bool:
         return self.delete(key)

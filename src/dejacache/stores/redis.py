@@ -48,6 +48,7 @@ log = logging.getLogger("dejacache.redis")
 
 _MAGIC = b"DJR\x01"
 _FAILURES: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+_NOT_WRITTEN = object()  # what a write answers when the breaker or the server refused it
 _SCAN_COUNT = 500
 
 
@@ -405,21 +406,22 @@ class RedisStore(BaseStore):
 
         return ops
 
-    def put(self, key: str, record: Record, *, ttl: float | None = None) -> None:
+    def put(self, key: str, record: Record, *, ttl: float | None = None) -> bool:
         if self.read_only:
-            return
+            return False
         if ttl is not None and ttl <= 0:  # expired on arrival: Redis rejects PX 0
             self.delete(key)
-            return
-        self._do(self._write_ops(key, record, ttl), None)
+            return False
+        return self._do(self._write_ops(key, record, ttl), _NOT_WRITTEN) is not _NOT_WRITTEN
 
-    async def aput(self, key: str, record: Record, *, ttl: float | None = None) -> None:
+    async def aput(self, key: str, record: Record, *, ttl: float | None = None) -> bool:
         if self.read_only:
-            return
+            return False
         if ttl is not None and ttl <= 0:
             await self.adelete(key)
-            return
-        await self._ado(self._write_ops(key, record, ttl), None)
+            return False
+        return (await self._ado(self._write_ops(key, record, ttl), _NOT_WRITTEN)
+                is not _NOT_WRITTEN)
 
     def delete(self, key: str) -> bool:
         if self.read_only:

@@ -751,9 +751,9 @@ class SQLiteStore(BaseStore):
             self._write_failed(exc, key)
             return 0
 
-    def put(self, key: str, record: Record, *, ttl: float | None = None) -> None:
+    def put(self, key: str, record: Record, *, ttl: float | None = None) -> bool:
         if not self._can_write():
-            return
+            return False
         now = time.time()
         # Cut the request before taking the write lock: the lock is held for SQL only.
         packed = blobs.pack(record.request)
@@ -785,7 +785,7 @@ class SQLiteStore(BaseStore):
                 _release(conn, collections.Counter(_refs(old[0], old[1])))
             return 1
 
-        self._write(body, key)
+        return self._write(body, key) > 0
 
     def delete(self, key: str) -> bool:
         return self._remove("key=?", (key,), key) > 0

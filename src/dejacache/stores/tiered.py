@@ -83,14 +83,17 @@ class TieredStore(BaseStore):
             await self._afill(key, rec, remaining)
         return rec
 
-    def put(self, key: str, record: Record, *, ttl: float | None = None) -> None:
+    def put(self, key: str, record: Record, *, ttl: float | None = None) -> bool | None:
         # Back first: if it raises, the front does not claim a write that never happened.
-        self.back.put(key, record, ttl=ttl)
+        stored = self.back.put(key, record, ttl=ttl)
         self._fill(key, record, ttl)
+        return stored  # what was kept is what the shared tier kept
 
-    async def aput(self, key: str, record: Record, *, ttl: float | None = None) -> None:
-        await self.back.aput(key, record, ttl=ttl)
+    async def aput(self, key: str, record: Record, *, ttl: float | None = None
+                   ) -> bool | None:
+        stored = await self.back.aput(key, record, ttl=ttl)
         await self._afill(key, record, ttl)
+        return stored
 
     def delete(self, key: str) -> bool:
         in_front = self.front.delete(key)
