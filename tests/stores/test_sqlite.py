@@ -8,13 +8,11 @@ import multiprocessing
 import os
 import pathlib
 import pickle
-import shutil
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
