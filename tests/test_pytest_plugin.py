@@ -127,7 +127,9 @@ def test_t(dejacache_cassette):
     if not os.environ.get("SHORT"):
         llm("dropped later")
 """)
-    run(pytester).assert_outcomes(passed=1)
+    first = run(pytester)
+    first.assert_outcomes(passed=1)
+    assert "unused entries" not in first.stdout.str()  # a recorded entry is used
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SHORT", "1")
         res = run(pytester)

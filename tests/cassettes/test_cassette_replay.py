@@ -184,10 +184,12 @@ def test_block_that_raises_writes_nothing_unless_asked(tmp_path, ask):
 
 def test_unused_entries_are_reported_and_pruned(tmp_path, ask):
     path = tmp_path / "c.json"
-    with dejacache.cassette(path):
+    with dejacache.cassette(path) as first:
         ask("a")
         ask("b")
         ask("a")
+    # a brand-new recording: everything in it was used, and nothing recorded went unmade
+    assert first.unused == [] and first.divergences == []
     with dejacache.cassette(path) as tape:
         ask("a")
     assert [(u.name, u.occurrence) for u in tape.unused] == [("ask", 0), ("ask", 1)]

@@ -1119,7 +1119,10 @@ class Cassette(BaseStore):
                 ):
                     return False
                 fmt.atomic_write(self.path, data)
-            self._raw = data
+            if self._raw is not None:
+                self._raw = data
+            # else: a brand-new file. The tape read no recording, so none of what it just
+            # wrote may count as a recorded step this block left unused (or never made).
             return True
 
     def _render(self, entries: list[dict[str, Any]]) -> bytes:
