@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import pathlib
 import re
+from typing import Any
 
 import pytest
+
+from loopback_provider import loopback
+
+__all__ = ["loopback"]
 
 PAGE = pathlib.Path(__file__).resolve().parents[1] / "docs" / "agents.md"
 
@@ -35,5 +40,25 @@ def test_running_agents_example(index: int, capsys: pytest.CaptureFixture[str]) 
         assert line in printed
 
 
-def test_the_section_has_both_examples() -> None:
-    assert len(blocks()) == 2
+def test_the_monitor_watching_the_sdk(loopback: Any, tmp_path: pathlib.Path,
+                                      monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """The third example, as a new user runs it: the SDK pointed at the provider, a project
+    directory, no dejacache settings. It prints the break, and keeps no file."""
+    monkeypatch.setenv("OPENAI_BASE_URL", loopback.openai_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-docs-example-not-a-real-key")
+    monkeypatch.delenv("DEJACACHE_DIR")
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "pyproject.toml").write_text("[project]\nname = 'agent'\n")
+    monkeypatch.chdir(project)
+    code = blocks()[2]
+    exec(compile(code, "docs/agents.md block 2", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert expected_output(code) and all(line in printed for line in expected_output(code))
+    assert loopback.count() == 2  # both requests reached the provider
+    assert sorted(p.name for p in project.iterdir()) == ["pyproject.toml"]
+
+
+def test_the_section_has_every_example() -> None:
+    assert len(blocks()) == 3

@@ -65,14 +65,15 @@ def test_read_usage_per_provider() -> None:
     assert read_usage({"prompt_tokens": 11}) == Usage(11, None)
     assert read_usage({"input_tokens": 9, "input_tokens_details":
                        {"cached_tokens": 0}}) == Usage(9, 0)
-    assert read_usage({"input_tokens": 12}) == Usage(12, None, None)
+    # Without the cache counts, Anthropic's input_tokens may be the uncached tail only.
+    assert read_usage({"input_tokens": 12}) == Usage(12, None, None, whole=False)
     assert read_usage(None) is None and read_usage({"other": 1}) is None
 
 
 def test_anthropic_frozen_prefix_expects_the_previous_breakpoint() -> None:
     s = SessionState("s")
-    rec1, b1 = s.turn(claude(turns=1), None, 0.0, rates)
-    rec2, b2 = s.turn(claude(turns=2), None, 10.0, rates)
+    rec1, b1, _ = s.turn(claude(turns=1), None, 0.0, rates)
+    rec2, b2, _ = s.turn(claude(turns=2), None, 10.0, rates)
     assert b1 == b2 == []
     assert rec1.expected_cached == 0 and rec1.estimated
     assert 2_000 < rec2.expected_cached < 2_300
@@ -82,7 +83,7 @@ def test_usage_scales_the_estimate() -> None:
     s = SessionState("s")
     p = claude()
     s.turn(p, Usage(p.size // 2, 0, p.size // 2), 0.0, rates)  # 2 characters a token
-    rec, _ = s.turn(claude(turns=2), Usage(p.size // 2 + 5, p.size // 2, 5), 1.0, rates)
+    rec, _, _ = s.turn(claude(turns=2), Usage(p.size // 2 + 5, p.size // 2, 5), 1.0, rates)
     assert rec.expected_cached == pytest.approx(p.breakpoints()[-1] / 2, abs=2)
     assert rec.reported_cached == p.size // 2 and not rec.estimated
 
@@ -90,7 +91,7 @@ def test_usage_scales_the_estimate() -> None:
 def test_break_tokens_and_cost_anthropic() -> None:
     s = SessionState("s")
     s.turn(claude(BIG + "12:04:31"), None, 0.0, rates)
-    rec, (brk,) = s.turn(claude(BIG + "12:05:02", turns=2), None, 30.0, rates)
+    rec, (brk,), _ = s.turn(claude(BIG + "12:05:02", turns=2), None, 30.0, rates)
     assert (brk.reason, brk.turn, brk.before, brk.after) == ("system", 2, "12:04:31", "12:05:02")
     assert rec.expected_cached == 0
     assert brk.tokens > 2_000
@@ -101,14 +102,14 @@ def test_break_tokens_and_cost_anthropic() -> None:
 def test_one_hour_marker_prices_the_rewrite_at_2x() -> None:
     s = SessionState("s")
     s.turn(claude("A" + BIG, ttl="1h"), None, 0.0, rates)
-    _, (brk,) = s.turn(claude("B" + BIG, ttl="1h"), None, 1.0, rates)
+    _, (brk,), _ = s.turn(claude("B" + BIG, ttl="1h"), None, 1.0, rates)
     assert brk.cost == pytest.approx(brk.tokens * 3.0 / 1e6 * (2.0 - 0.1))
 
 
 def test_openai_keeps_the_128_token_steps_before_a_late_change() -> None:
     s = SessionState("s")
     s.turn(gpt(BIG + "12:04:31"), None, 0.0, rates)
-    rec, (brk,) = s.turn(gpt(BIG + "12:05:02", turns=2), None, 1.0, rates)
+    rec, (brk,), _ = s.turn(gpt(BIG + "12:05:02", turns=2), None, 1.0, rates)
     assert rec.expected_cached % 128 == 0 and rec.expected_cached >= 1024
     assert brk.tokens < 128  # only the tail after the last whole step is lost
     assert brk.cost == pytest.approx(brk.tokens * 2.0 / 1e6 * (1.0 - 0.25))
@@ -117,25 +118,94 @@ def test_openai_keeps_the_128_token_steps_before_a_late_change() -> None:
 def test_ttl_only_when_the_gap_exceeds_the_lifetime_and_usage_agrees() -> None:
     s = SessionState("s")
     s.turn(claude(), None, 0.0, rates)
-    _, (brk,) = s.turn(claude(turns=2), None, 400.0, rates)
+    _, (brk,), _ = s.turn(claude(turns=2), None, 400.0, rates)
     assert brk.reason == "ttl" and brk.before == "400 s idle" and brk.path == ""
     # OpenAI keeps entries 5-10 min: a reported hit after 6 minutes is not called a ttl miss.
     o = SessionState("o")
     o.turn(gpt(), Usage(2100, 0), 0.0, rates)
-    rec, found = o.turn(gpt(turns=2), Usage(2110, 2048), 360.0, rates)
+    rec, found, _ = o.turn(gpt(turns=2), Usage(2110, 2048), 360.0, rates)
     assert found == [] and rec.reported_cached == 2048
-    rec, (miss,) = o.turn(gpt(turns=3), Usage(2120, 0), 1000.0, rates)
+    rec, (miss,), _ = o.turn(gpt(turns=3), Usage(2120, 0), 1000.0, rates)
     assert miss.reason == "ttl" and rec.expected_cached == 0
 
 
-def test_below_minimum_is_flagged_once_per_stretch() -> None:
+def test_below_minimum_is_a_hazard_flagged_once_per_stretch_never_a_break() -> None:
     s = SessionState("s")
     small = [gpt("short", turns=n) for n in (1, 2, 3)]
-    found = [s.turn(p, None, float(i), rates)[1] for i, p in enumerate(small)]
-    assert [len(f) for f in found] == [1, 0, 0]
-    (brk,) = found[0]
-    assert (brk.reason, brk.after) == ("below_minimum", "minimum 1,024")
-    assert brk.cost == pytest.approx(brk.tokens * 2.0 / 1e6 * (1 - 0.25))
+    verdicts = [s.turn(p, None, float(i), rates) for i, p in enumerate(small)]
+    assert [v[1] for v in verdicts] == [[], [], []]
+    assert [len(v[2]) for v in verdicts] == [1, 0, 0]
+    (hazard,) = verdicts[0][2]
+    assert (hazard.kind, hazard.segment, hazard.path) == ("below_minimum", "prefix", "")
+    assert "minimum 1,024" in hazard.text
+    assert str(hazard).startswith("s: below_minimum in prefix: `")
+
+
+def test_a_first_turn_never_breaks() -> None:
+    # Whatever the first request looks like (short, marked, unmarked, late, priced or not),
+    # there is no earlier turn whose cache it could break.
+    firsts = [gpt("short"), gpt(), claude("short"), claude(), claude(ttl="1h"),
+              build_prefix("messages", {"model": "claude-sonnet-4-6", "system": "x",
+                                        "messages": [{"role": "user", "content": "q"}]}),
+              build_prefix("chat", {"model": "local-llm", "messages": []})]
+    for usage in (None, Usage(51, None, None, whole=False), Usage(2120, 0, 2069)):
+        for p in firsts:
+            assert SessionState("s").turn(p, usage, 1e9, rates)[1] == []
+
+
+def test_below_minimum_trusts_the_provider_over_a_partial_count() -> None:
+    # Tools + system marked, ~2,069 tokens, then a 51-token question: Anthropic reports
+    # input_tokens=51 (the uncached tail) and the 2,069 it wrote to its cache.
+    body = {"model": "claude-sonnet-4-6", "tools": [
+        {"name": "search", "description": "Search trains. " * 200,
+         "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}}],
+        "system": [{"type": "text", "text": "Rules. " * 700,
+                    "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": "user", "content": "Paris to Lyon tomorrow? " * 8}]}
+    p = build_prefix("messages", body)
+    for usage in (Usage(2120, 0, 2069), Usage(2120, 2069, 0),
+                  # the tail alone, without the cache counts: sized from the characters
+                  read_usage({"input_tokens": 51})):
+        _, breaks, hazards = SessionState("s").turn(p, usage, 0.0, rates)
+        assert breaks == [] and [h.kind for h in hazards] == [], usage
+    # The tools' own breakpoint is under the minimum, but the system's is not: cacheable.
+    only_tools = {**body, "system": "Rules. " * 700}
+    _, _, hazards = SessionState("t").turn(build_prefix("messages", only_tools),
+                                           Usage(2120, 0, 0), 0.0, rates)
+    assert [h.kind for h in hazards] == ["below_minimum"]
+
+
+def test_local_turns_break_but_count_nothing_for_the_provider() -> None:
+    s, totals = SessionState("s"), SessionTotals("s")
+    usage = Usage(2100, 2000, 0)  # a stored answer's usage: a past request's cache counts
+    for i, sys in enumerate(("A" + BIG, "B" + BIG)):
+        rec, found, hazards = s.turn(claude(sys, turns=i + 1), usage, float(i), rates,
+                                     local=True)
+        totals.add(rec, found, hazards)
+        assert rec.local and rec.reported_cached is None and rec.reported_written is None
+        assert rec.prompt_tokens == 2100 and not rec.estimated and rec.expected_cached == 0
+    (brk,) = found
+    assert brk.local and brk.reason == "system" and brk.cost > 0  # what it costs once sent
+    assert "answered by dejacache" in str(brk)
+    r = totals.report()
+    assert (r.turns, r.local_turns, r.breaks) == (2, 2, 1)
+    assert (r.prompt_tokens, r.expected_cached, r.reported_cached, r.cost) == (0, 0, None, 0.0)
+    assert r.hit_ratio is None and "2 answered by dejacache" in str(r)
+    # The provider's cache holds what the provider saw: a live turn after local ones expects
+    # nothing from the turns it never saw.
+    rec, _, _ = s.turn(claude("B" + BIG, turns=3), None, 2.0, rates)
+    assert not rec.local and rec.expected_cached == 0
+
+
+def test_hazards_are_kept_per_session_once_per_place() -> None:
+    totals = SessionTotals("s")
+    s = SessionState("s")
+    rec, found, hazards = s.turn(claude("Now: 12:04:31. " + BIG), None, 0.0, rates)
+    totals.add(rec, found, hazards)
+    totals.add(rec, found, hazards)
+    (h,) = totals.report().hazards
+    assert (h.kind, h.path) == ("time", "system[0].text")
+    assert "1 hazards" in str(totals.report())
 
 
 def test_model_change_loses_everything_and_unknown_models_cost_nothing() -> None:
@@ -143,12 +213,12 @@ def test_model_change_loses_everything_and_unknown_models_cost_nothing() -> None
     s.turn(gpt(), None, 0.0, rates)
     other = build_prefix("chat", {"model": "local-llm", "messages": [
         {"role": "system", "content": BIG}]})
-    _, (brk,) = s.turn(other, None, 1.0, rates)
+    _, (brk,), _ = s.turn(other, None, 1.0, rates)
     assert (brk.reason, brk.before, brk.after) == ("model", "gpt-4.1", "local-llm")
     assert brk.tokens >= 1024 and brk.cost > 0  # priced at the model that had the cache
     t = SessionState("t")
     t.turn(other, None, 0.0, rates)
-    _, (free,) = t.turn(build_prefix("chat", {"model": "local-llm", "messages": [
+    _, (free,), _ = t.turn(build_prefix("chat", {"model": "local-llm", "messages": [
         {"role": "system", "content": "x" + BIG}]}), None, 1.0, rates)
     assert free.cost == 0.0
 
@@ -158,17 +228,17 @@ def test_anthropic_without_markers_caches_nothing_so_nothing_breaks() -> None:
     body = {"model": "claude-sonnet-4-6", "system": "A" + BIG,
             "messages": [{"role": "user", "content": "q"}]}
     s.turn(build_prefix("messages", body), None, 0.0, rates)
-    rec, found = s.turn(build_prefix("messages", {**body, "system": "B" + BIG}), None, 1.0,
-                        rates)
+    rec, found, _ = s.turn(build_prefix("messages", {**body, "system": "B" + BIG}), None,
+                           1.0, rates)
     assert found == [] and rec.expected_cached == 0
 
 
 def test_totals() -> None:
     s, totals = SessionState("s"), SessionTotals("s")
     for i, sys in enumerate(("A" + BIG, "B" + BIG)):
-        rec, found = s.turn(claude(sys, turns=i + 1), Usage(2000, 0, 2000),
-                            float(i), rates)
-        totals.add(rec, found)
+        rec, found, hazards = s.turn(claude(sys, turns=i + 1), Usage(2000, 0, 2000),
+                                     float(i), rates)
+        totals.add(rec, found, hazards)
     r = totals.report()
     assert (r.turns, r.breaks, r.prompt_tokens, r.reported_cached) == (2, 1, 4000, 0)
     assert r.hit_ratio == 0.0 and r.cost > 0

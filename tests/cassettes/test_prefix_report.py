@@ -42,12 +42,15 @@ def test_report_names_sessions_hit_ratio_and_top_breakers(
 ) -> None:
     assert main(["prefix-report", str(recorded)]) == 0
     out = capsys.readouterr().out
-    # the short unrelated call is below the provider minimum: flagged
-    assert "2 cassettes, 3 sessions, 4 prefix breaks" in out
+    # the short unrelated call is below the provider minimum: a hazard, not a break
+    assert "2 cassettes, 3 sessions, 3 prefix breaks" in out
     assert "rebuilt.json#1: 4 turns, 3 breaks" in out
     assert "frozen.json#1: 4 turns, 0 breaks" in out
-    assert "frozen.json#2: 1 turns, 1 breaks" in out
-    assert "1x below_minimum" in out
+    assert "frozen.json#2: 1 turns, 0 breaks ($0.0000), 1 hazards" in out
+    assert "hazards:\n" in out and "1x below_minimum" in out
+    # each conversation's clock, flagged on its first turn
+    assert "1x timestamp     `system[0].text` at offset 7,755: `2026-05-01 12:04:31`" in out
+    assert "1x timestamp     `messages[0].content[0].text` at offset 7,755" in out
     assert "3x system        `system[0].text` at offset 7," in out
     assert "e.g. `12:04:31` → `12:05:02`" in out
 
@@ -59,9 +62,10 @@ def test_report_json(recorded: pathlib.Path, capsys: pytest.CaptureFixture[str])
     assert sessions["rebuilt.json#1"]["hit_ratio"] == 0.0
     frozen = sessions["frozen.json#1"]
     assert frozen["breaks"] == 0 and frozen["hit_ratio"] > 0.7  # streamed usage, read back
-    top, small = doc["breakers"]
-    assert small["reason"] == "below_minimum" and small["cost"] < 0.0001
+    (top,) = doc["breakers"]
     assert (top["reason"], top["path"], top["count"]) == ("system", "system[0].text", 3)
+    (small,) = sessions["frozen.json#2"]["hazards"]
+    assert (small["kind"], small["segment"]) == ("below_minimum", "prefix")
     assert top["cost"] > 0.018
 
 
@@ -71,7 +75,7 @@ def test_per_cassette_and_single_file(recorded: pathlib.Path,
     out = capsys.readouterr().out
     assert "1 cassettes, 1 sessions" in out
     # the unrelated call now "modifies" the conversation (and is below the minimum)
-    assert "frozen.json#1: 5 turns, 2 breaks" in out
+    assert "frozen.json#1: 5 turns, 1 breaks ($0.0031), 2 hazards" in out
 
 
 def test_unreadable_target_is_one_line(tmp_path: pathlib.Path,

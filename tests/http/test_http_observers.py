@@ -19,9 +19,9 @@ from dejacache.http import observers
 @pytest.fixture
 def seen() -> Iterator[list[observers.Exchange]]:
     got: list[observers.Exchange] = []
-    observers.add(got.append)
+    token = observers.watch(got.append)
     yield got
-    observers.remove(got.append)
+    observers.unwatch(token, got.append)
     assert not observers.watching()
 
 
@@ -47,7 +47,7 @@ def test_a_failing_observer_warns_and_the_call_succeeds(fake: FakeProvider) -> N
     def broken(ex: observers.Exchange) -> None:
         raise RuntimeError("observer bug")
 
-    observers.add(broken)
+    token = observers.watch(broken)
     try:
         with openai.OpenAI(base_url=fake.openai_url, api_key="sk-x", max_retries=0,
                            http_client=dejacache.http_client()) as client, \
@@ -56,15 +56,15 @@ def test_a_failing_observer_warns_and_the_call_succeeds(fake: FakeProvider) -> N
                 {"role": "user", "content": "hi"}])
         assert reply.choices[0].message.content
     finally:
-        observers.remove(broken)
-    observers.remove(broken)  # removing twice is a no-op
+        observers.unwatch(token, broken)
+    assert not observers.watching()
 
 
 def test_compressed_pass_through_bodies_are_followed() -> None:
     got: list[observers.Exchange] = []
+    token = observers.watch(got.append)
     base = observers.Exchange("openai", "openai.chat.completions", b"{}", 200, None,
                               contextvars.copy_context())
-    observers.add(got.append)
     try:
         watch = observers._Watch(base, "application/json", "gzip")
         data = gzip.compress(orjson.dumps({"usage": {"prompt_tokens": 7}}))
@@ -76,5 +76,39 @@ def test_compressed_pass_through_bodies_are_followed() -> None:
         unknown.feed(b"\x00\x01")
         unknown.finish()
     finally:
-        observers.remove(got.append)
+        observers.unwatch(token, got.append)
     assert [g.usage for g in got] == [{"prompt_tokens": 7}, None]
+
+
+def test_an_observer_sees_its_own_context_only(fake: FakeProvider,
+                                               seen: list[observers.Exchange]) -> None:
+    """Watching is per context: a thread that does not carry this one (started by someone
+    else) makes requests the observer never sees."""
+    import threading
+
+    def ask(content: str) -> None:
+        with openai.OpenAI(base_url=fake.openai_url, api_key="sk-x", max_retries=0,
+                           http_client=dejacache.http_client()) as client:
+            client.chat.completions.create(model="gpt-4.1", messages=[
+                {"role": "user", "content": content}])
+
+    t = threading.Thread(target=ask, args=("elsewhere",))
+    t.start()
+    t.join(10)
+    ask("here")
+    assert [orjson.loads(ex.request)["messages"][0]["content"] for ex in seen] == ["here"]
+
+
+def test_answers_from_the_store_are_marked_local(fake: FakeProvider,
+                                                 seen: list[observers.Exchange]) -> None:
+    with dejacache.scope(store=dejacache.MemoryStore()), openai.OpenAI(
+            base_url=fake.openai_url, api_key="sk-x", max_retries=0,
+            http_client=dejacache.http_client()) as client:
+        for stream in (False, False, True, True):
+            kwargs: dict[str, object] = {"stream": True} if stream else {}
+            reply = client.chat.completions.create(model="gpt-4.1", messages=[
+                {"role": "user", "content": "hi"}], **kwargs)  # type: ignore[call-overload]
+            if stream:
+                list(reply)
+    assert [ex.local for ex in seen] == [False, True, False, True]
+    assert fake.count() == 2

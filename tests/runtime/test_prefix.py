@@ -201,7 +201,7 @@ def test_one_session_per_block_without_agent_session(provider: CachingProvider) 
     assert len(monitor.report()) == 2
 
 
-def test_replayed_calls_are_observed_with_their_recorded_usage(
+def test_replayed_calls_are_observed_as_answered_by_dejacache(
     provider: CachingProvider, tmp_path: Any
 ) -> None:
     path = tmp_path / "agent.json"
@@ -211,8 +211,15 @@ def test_replayed_calls_are_observed_with_their_recorded_usage(
     monitor = PrefixMonitor()
     with monitor, dejacache.cassette(path, mode="replay"):
         run_anthropic(provider, rebuild=True)
-    assert [b.reason for b in monitor.breaks] == ["system"] * 3
-    assert [t.reported_cached for t in monitor.turns] == [0, 0, 0, 0]
+    # The agent's prompt still breaks the provider's cache at the clock: named, priced as it
+    # would be once sent, and marked as answered from the cassette.
+    assert [(b.reason, b.local) for b in monitor.breaks] == [("system", True)] * 3
+    assert all(b.cost > 0.006 for b in monitor.breaks)
+    # The provider saw none of it: no usage of its own, nothing counted as its tokens.
+    assert [(t.local, t.reported_cached) for t in monitor.turns] == [(True, None)] * 4
+    (report,) = monitor.report().values()
+    assert (report.turns, report.local_turns, report.breaks) == (4, 4, 3)
+    assert (report.prompt_tokens, report.reported_cached, report.cost) == (0, None, 0.0)
 
 
 def test_observe_directly_with_a_clock_names_ttl() -> None:

@@ -4,7 +4,8 @@ A system prompt or tool description that embeds the current time, a request or m
 uuid or a counter changes on the next build, and every token after it is then paid in full
 (hermes-agent #100336: cache hit rate 99% → 2% from one such line; PR #55595: a message id).
 The patterns are deliberately specific: a date line that changes once a day is reported as
-``date`` so it can be told apart from a clock that changes every turn.
+``date`` so it can be told apart from a clock that changes every turn. The same type carries
+the ``below_minimum`` hazard, which needs token counts (``prompt_cache.SessionState``).
 """
 
 from __future__ import annotations
@@ -38,17 +39,22 @@ _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PrefixHazard:
-    """Text in the cached prefix that looks like it changes between builds."""
+    """Something in a prompt that costs its provider cache before any turn breaks it: text in
+    the cached prefix that looks like it changes between builds, no cache marker at all
+    (Anthropic), or a cacheable prefix under the provider's minimum (``below_minimum``)."""
 
     session: str
-    kind: str  # uuid | timestamp | time | epoch | id | hex_id | counter | date | no_cache_marker
+    # uuid | timestamp | time | epoch | id | hex_id | counter | date | no_cache_marker |
+    # below_minimum
+    kind: str
     segment: str
     path: str
     offset: int
     text: str
 
     def __str__(self) -> str:
-        where = f"`{self.path}` at offset {self.offset:,}" if self.path else self.segment
+        where = f"`{self.path}` at offset {self.offset:,}" if self.path else (
+            self.segment or "request")
         return f"{self.session}: {self.kind} in {where}: `{self.text}`"
 
 

@@ -15,10 +15,11 @@ Provider rules used here (provider documentation, 2025-2026):
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .prefix import Prefix, compare
+from .hazards import PrefixHazard, scan
+from .prefix import Difference, Prefix, compare
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -70,9 +71,18 @@ def lifetime(prefix: Prefix) -> float:
 class Usage:
     """Prompt-side token counts as the provider reported them."""
 
-    prompt: int  # every input token, cached or not
+    prompt: int  # every input token, cached or not (see ``whole``)
     cached: int | None  # read from the cache (None: the provider did not say)
     written: int | None = None  # written to the cache (Anthropic)
+    # ``prompt`` counts the whole prompt. Anthropic's ``input_tokens`` leaves out what was read
+    # from or written to the cache, so without those counts it may be the uncached tail only.
+    whole: bool = True
+
+    @property
+    def cache_used(self) -> bool:
+        """The provider read or wrote a cache entry for this prompt (so its prefix met the
+        minimum)."""
+        return bool(self.cached) or bool(self.written)
 
 
 def _int(v: Any) -> int | None:
@@ -96,7 +106,8 @@ def read_usage(usage: Any) -> Usage | None:
         read = _int(usage.get("cache_read_input_tokens"))
         written = _int(usage.get("cache_creation_input_tokens"))
         base = _int(usage.get("input_tokens")) or 0
-        return Usage(base + (read or 0) + (written or 0), read, written)
+        return Usage(base + (read or 0) + (written or 0), read, written,
+                     whole=read is not None or written is not None)
     return None
 
 
@@ -115,12 +126,14 @@ class PrefixBreak:
 
     ``tokens``: prompt tokens the provider would have served from its cache without the break;
     ``cost``: what paying for them in full (or writing them again) costs over the cached rate,
-    in dollars (0.0 for a model with no known price).
+    in dollars (0.0 for a model with no known price). ``local``: the turn was answered from
+    dejacache's own store, so the provider never saw it and ``cost`` is what the break costs
+    once the request is sent.
     """
 
     session: str
     turn: int
-    reason: str  # model | tools | system | truncated | modified | ttl | below_minimum
+    reason: str  # model | tools | system | truncated | modified | ttl
     segment: str
     path: str
     offset: int
@@ -128,11 +141,13 @@ class PrefixBreak:
     after: str
     tokens: int
     cost: float
+    local: bool = False
 
     def __str__(self) -> str:
         where = f"`{self.path}` at offset {self.offset:,}: " if self.path else ""
+        cost = f"${self.cost:.4f}" + (" once sent; answered by dejacache" if self.local else "")
         return (f"{self.session} turn {self.turn}: {self.reason}: {where}"
-                f"`{self.before}` → `{self.after}` ({self.tokens:,} tokens, ${self.cost:.4f})")
+                f"`{self.before}` → `{self.after}` ({self.tokens:,} tokens, {cost})")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -148,80 +163,135 @@ class TurnRecord:
     reported_cached: int | None  # what the provider says it served (None: not reported)
     reported_written: int | None
     estimated: bool  # prompt_tokens is an estimate
+    # Answered from dejacache's own store (a replay or a cache hit): the provider never saw
+    # this request, so it reported nothing and served nothing from its cache (expected 0).
+    local: bool = False
 
 
 RatesFor = Callable[[str, str], Rates | None]  # (provider, model) -> rates
+Verdict = tuple[TurnRecord, list[PrefixBreak], list[PrefixHazard]]
 
 
 class SessionState:
     """The last turn of one conversation, and the verdict on the next (not thread-safe: the
-    driver holds a lock)."""
+    driver holds a lock).
 
-    __slots__ = ("below", "name", "prev", "prev_at", "prev_scale", "turns")
+    Two "last turns" are kept: ``prev``, the last request the agent made (a change from it is
+    a break, wherever the answer came from), and ``seen``, the last one the provider saw (what
+    its cache can hold, and since when). They differ only after turns answered locally.
+    """
+
+    __slots__ = ("below", "name", "prev", "prev_scale", "seen", "seen_at", "seen_scale",
+                 "turns")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.prev: Prefix | None = None
         self.prev_scale = 1.0 / CHARS_PER_TOKEN
-        self.prev_at: float | None = None
+        self.seen: Prefix | None = None
+        self.seen_scale = 1.0 / CHARS_PER_TOKEN
+        self.seen_at: float | None = None
         self.turns = 0
         self.below = False
 
-    def turn(self, cur: Prefix, usage: Usage | None, now: float | None,
-             rates: RatesFor) -> tuple[TurnRecord, list[PrefixBreak]]:
+    def turn(self, cur: Prefix, usage: Usage | None, now: float | None, rates: RatesFor,
+             *, local: bool = False) -> Verdict:
+        """Account one request: its record, the breaks it caused, and the hazards it shows
+        (volatile text on a session's first turn; a cacheable prefix under the minimum)."""
         self.turns += 1
         n = self.turns
-        estimated = not (usage and usage.prompt)
-        scale = (usage.prompt / cur.size if usage and usage.prompt and cur.size
+        scale = (usage.prompt / cur.size if usage and usage.whole and usage.prompt and cur.size
                  else 1.0 / CHARS_PER_TOKEN)
-        breaks: list[PrefixBreak] = []
-        expected = 0
-        prev = self.prev
-        if prev is not None:
-            full = _reuse(prev, prev.size, self.prev_scale)
-            diff = compare(prev, cur)
-            reuse = _reuse(prev, diff.common, self.prev_scale) if diff else full
-            gap = (now - self.prev_at) if now is not None and self.prev_at is not None else 0.0
-            life = lifetime(prev)
-            reported = usage.cached if usage else None
-            if full and gap > life and (reported is None or reported < reuse):
-                breaks.append(self._break(n, "ttl", "", "", 0, f"{gap:,.0f} s idle",
-                                          f"cache lives {life:,.0f} s", full, prev, rates))
-            else:
-                expected = reuse
-                # A change inside what the previous turn cached is a break even when it costs
-                # nothing yet (OpenAI: inside the last, uncached 128-token step): every token
-                # the conversation adds after it is paid in full from now on.
-                if diff is not None and diff.common < _cacheable(prev):
-                    breaks.append(self._break(n, diff.reason, diff.segment, diff.path,
-                                              diff.offset, diff.before, diff.after,
-                                              full - reuse, prev, rates))
-        cacheable = round(_cacheable(cur) * scale)
-        minimum = minimum_tokens(cur.provider, cur.model)
-        below = 0 < cacheable < minimum
-        if below and not self.below:
-            r = rates(cur.provider, cur.model)
-            cost = cacheable * r.input / 1e6 * (1.0 - r.read) if r else 0.0
-            breaks.append(PrefixBreak(self.name, n, "below_minimum", "", "", 0,
-                                      f"{cacheable:,} tokens", f"minimum {minimum:,}",
-                                      cacheable, cost))
-        self.below = below
-        prompt = usage.prompt if usage and usage.prompt else round(cur.size * scale)
+        expected, breaks = self._verdict(n, cur, usage, now, rates, local)
+        hazards = scan(cur, self.name) if n == 1 else []
+        below = self._below_minimum(cur, usage, scale)
+        if below is not None:
+            hazards.append(below)
+        counted = bool(usage and usage.prompt)
+        prompt = usage.prompt if usage and counted else round(cur.size * scale)
+        # A stored answer's usage sizes the prompt, but its cache counts are a past request's.
+        told = usage if not local else None
         record = TurnRecord(self.name, n, cur.provider, cur.model, prompt, expected,
-                            usage.cached if usage else None, usage.written if usage else None,
-                            estimated)
-        self.prev, self.prev_scale, self.prev_at = cur, scale, now
-        return record, breaks
+                            told.cached if told else None, told.written if told else None,
+                            not counted, local)
+        self.prev, self.prev_scale = cur, scale
+        if not local:
+            self.seen, self.seen_scale, self.seen_at = cur, scale, now
+        return record, breaks, hazards
+
+    def _verdict(self, n: int, cur: Prefix, usage: Usage | None, now: float | None,
+                 rates: RatesFor, local: bool) -> tuple[int, list[PrefixBreak]]:
+        """(tokens the provider can serve from its cache, breaks) for turn ``n``."""
+        prev = self.prev
+        if prev is None:
+            return 0, []  # a first turn has nothing before it to break
+        diff = compare(prev, cur)
+        expected = 0 if local else self._reusable(cur, diff)
+        if not local:
+            expired = self._expired(n, usage, now, expected, rates)
+            if expired is not None:
+                return 0, [expired]
+        # A change inside what the previous turn cached is a break even when it costs nothing
+        # yet (OpenAI: inside the last, uncached 128-token step): every token the
+        # conversation adds after it is paid in full from now on.
+        if diff is None or diff.common >= _cacheable(prev):
+            return expected, []
+        full = _reuse(prev, prev.size, self.prev_scale)
+        lost = full - _reuse(prev, diff.common, self.prev_scale)
+        return expected, [self._break(n, diff.reason, diff.segment, diff.path, diff.offset,
+                                      diff.before, diff.after, lost, prev, rates, local)]
+
+    def _reusable(self, cur: Prefix, diff: Difference | None) -> int:
+        """Tokens of the provider's cache entries (from the last request it saw) ``cur`` can
+        read."""
+        seen = self.seen
+        if seen is None:
+            return 0
+        if seen is not self.prev:
+            diff = compare(seen, cur)
+        return _reuse(seen, diff.common if diff else seen.size, self.seen_scale)
+
+    def _expired(self, n: int, usage: Usage | None, now: float | None, reuse: int,
+                 rates: RatesFor) -> PrefixBreak | None:
+        """A ``ttl`` break when the provider's entry outlived its lifetime (and the provider's
+        report, if any, agrees)."""
+        seen, at = self.seen, self.seen_at
+        if seen is None or now is None or at is None:
+            return None
+        full = _reuse(seen, seen.size, self.seen_scale)
+        gap, life = now - at, lifetime(seen)
+        reported = usage.cached if usage else None
+        if not full or gap <= life or (reported is not None and reported >= reuse):
+            return None
+        return self._break(n, "ttl", "", "", 0, f"{gap:,.0f} s idle",
+                           f"cache lives {life:,.0f} s", full, seen, rates, False)
+
+    def _below_minimum(self, cur: Prefix, usage: Usage | None, scale: float
+                       ) -> PrefixHazard | None:
+        """A hazard when the cacheable prefix (up to the last breakpoint on Anthropic, the
+        whole prompt on OpenAI) newly falls under the provider's minimum: nothing is cached."""
+        minimum = minimum_tokens(cur.provider, cur.model)
+        # The provider reading or writing its cache proves the prefix met the minimum; an
+        # estimate (which a partial count such as Anthropic's uncached tail skews) never
+        # outweighs that.
+        tokens = 0 if usage and usage.cache_used else round(_cacheable(cur) * scale)
+        below = 0 < tokens < minimum
+        flag, self.below = below and not self.below, below
+        if not flag:
+            return None
+        return PrefixHazard(self.name, "below_minimum", "prefix", "", 0,
+                            f"{tokens:,} cacheable tokens, minimum {minimum:,}: none cached")
 
     def _break(self, n: int, reason: str, segment: str, path: str, offset: int, before: str,
-               after: str, tokens: int, prev: Prefix, rates: RatesFor) -> PrefixBreak:
+               after: str, tokens: int, prev: Prefix, rates: RatesFor,
+               local: bool) -> PrefixBreak:
         r = rates(prev.provider, prev.model)
         cost = 0.0
         if r is not None:
             write = (2.0 if prev.one_hour else r.write) if prev.provider == "anthropic" else 1.0
             cost = tokens * r.input / 1e6 * (write - r.read)
         return PrefixBreak(self.name, n, reason, segment, path, offset, before, after, tokens,
-                           cost)
+                           cost, local)
 
 
 def _cacheable(p: Prefix) -> int:
@@ -248,7 +318,13 @@ def _reuse(prev: Prefix, common: int, scale: float) -> int:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SessionReport:
-    """One session's prompt-cache account."""
+    """One session's prompt-cache account.
+
+    ``turns`` and ``breaks`` count every request the agent made; the token counts and ``cost``
+    only those the provider saw: ``local_turns`` were answered from dejacache's own store.
+    ``hazards``: what was flagged before it cost anything (volatile text on the first turn, a
+    cacheable prefix under the provider's minimum), each kind and place once.
+    """
 
     session: str
     turns: int
@@ -257,6 +333,8 @@ class SessionReport:
     expected_cached: int  # tokens the prefixes allowed the provider to serve from its cache
     reported_cached: int | None  # tokens the provider says it served (None: never reported)
     cost: float  # dollars the breaks cost over the cached rate
+    local_turns: int = 0
+    hazards: tuple[PrefixHazard, ...] = ()
 
     @property
     def hit_ratio(self) -> float | None:
@@ -271,25 +349,36 @@ class SessionReport:
 
     def __str__(self) -> str:
         hit = "not reported" if self.hit_ratio is None else f"{self.hit_ratio:.0%}"
-        return (f"{self.session}: {self.turns} turns, {self.breaks} breaks (${self.cost:.4f}), "
-                f"cached {self.reported_cached or 0:,}/{self.prompt_tokens:,} tokens reported "
-                f"({hit}), {self.expected_cached:,} expected ({self.expected_ratio:.0%})")
+        local = f" ({self.local_turns} answered by dejacache)" if self.local_turns else ""
+        hazards = f", {len(self.hazards)} hazards" if self.hazards else ""
+        return (f"{self.session}: {self.turns} turns{local}, {self.breaks} breaks "
+                f"(${self.cost:.4f}){hazards}, cached {self.reported_cached or 0:,}/"
+                f"{self.prompt_tokens:,} tokens reported ({hit}), "
+                f"{self.expected_cached:,} expected ({self.expected_ratio:.0%})")
 
 
 class SessionTotals:
     """Running sums behind a :class:`SessionReport`."""
 
-    __slots__ = ("breaks", "cost", "expected", "name", "prompt", "reported", "turns")
+    __slots__ = ("breaks", "cost", "expected", "hazards", "local", "name", "prompt",
+                 "reported", "turns")
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.turns = self.breaks = self.prompt = self.expected = 0
+        self.turns = self.breaks = self.prompt = self.expected = self.local = 0
         self.reported: int | None = None
         self.cost = 0.0
+        self.hazards: dict[tuple[str, str, str], PrefixHazard] = {}
 
-    def add(self, record: TurnRecord, breaks: list[PrefixBreak]) -> None:
+    def add(self, record: TurnRecord, breaks: list[PrefixBreak],
+            hazards: Iterable[PrefixHazard] = ()) -> None:
         self.turns += 1
         self.breaks += len(breaks)
+        for h in hazards:
+            self.hazards.setdefault((h.kind, h.segment, h.path), h)
+        if record.local:  # the provider never saw it: none of its tokens or costs
+            self.local += 1
+            return
         self.cost += sum(b.cost for b in breaks)
         self.prompt += record.prompt_tokens
         self.expected += record.expected_cached
@@ -298,4 +387,5 @@ class SessionTotals:
 
     def report(self) -> SessionReport:
         return SessionReport(self.name, self.turns, self.breaks, self.prompt, self.expected,
-                             self.reported, self.cost)
+                             self.reported, self.cost, self.local,
+                             tuple(self.hazards.values()))

@@ -3,7 +3,8 @@
 Reads cassettes with the ordinary reader (``view.load``), replays their LLM requests in file
 order through the same per-session accounting as :class:`dejacache.PrefixMonitor` (no clock:
 cassettes keep no timestamps, so ``ttl`` is never reported here), and prints, per session, the
-hit ratio and the top breakers with counts, tokens and cost.
+hit ratio, the top breakers with counts, tokens and cost, and the hazards (volatile text in a
+first turn's prefix, a cacheable prefix under the provider's minimum), which are not breaks.
 
 Cassettes record no session ids, so sessions are inferred: within one cassette and endpoint, a
 request continues the conversation whose last request shares the most leading messages with it,
@@ -129,8 +130,9 @@ def analyse(paths: list[pathlib.Path], per_cassette: bool = False
             prefix = build_prefix(api, body)
             session = tape.session_for(name, prefix)
             state = states.setdefault(session, SessionState(session))
-            record, found = state.turn(prefix, read_usage(_usage(response)), None, rates)
-            totals.setdefault(session, SessionTotals(session)).add(record, found)
+            record, found, hazards = state.turn(prefix, read_usage(_usage(response)), None,
+                                                rates)
+            totals.setdefault(session, SessionTotals(session)).add(record, found, hazards)
             breaks.extend(found)
     return {k: t.report() for k, t in totals.items()}, breaks
 
@@ -155,7 +157,9 @@ def _cmd(args: argparse.Namespace) -> int:
                 {"session": r.session, "turns": r.turns, "breaks": r.breaks,
                  "prompt_tokens": r.prompt_tokens, "expected_cached": r.expected_cached,
                  "reported_cached": r.reported_cached, "hit_ratio": r.hit_ratio,
-                 "cost": r.cost}
+                 "cost": r.cost,
+                 "hazards": [{"kind": h.kind, "segment": h.segment, "path": h.path,
+                              "offset": h.offset, "text": h.text} for h in r.hazards]}
                 for r in reports.values()],
             "breakers": [
                 {"reason": k[0], "segment": k[1], "path": k[2], "count": v[0], "tokens": v[1],
@@ -174,7 +178,23 @@ def _cmd(args: argparse.Namespace) -> int:
             where = f"`{path}` at offset {ex.offset:,}" if path else ""
             print(f"  {count:>4}x {reason:<13} {where}  {tokens:,} tokens  ${cost:.4f}  "
                   f"e.g. `{ex.before}` → `{ex.after}`")
+    _print_hazards(reports)
     return 0
+
+
+def _print_hazards(reports: dict[str, SessionReport]) -> None:
+    """Hazards (found before they cost anything; never counted as breaks), each kind and
+    place once, with the number of sessions that show it."""
+    seen: dict[tuple[str, str, str], list[Any]] = {}
+    for r in reports.values():
+        for h in r.hazards:
+            seen.setdefault((h.kind, h.segment, h.path), [0, h])[0] += 1
+    if not seen:
+        return
+    print("hazards:")
+    for (kind, _segment, _path), (count, h) in seen.items():
+        where = f"`{h.path}` at offset {h.offset:,}: " if h.path else ""
+        print(f"  {count:>4}x {kind:<13} {where}`{h.text}`")
 
 
 def add_prefix_report(sub: Any) -> None:

@@ -11,7 +11,9 @@ these two methods.
 Who gets intercepted: a request made where ``scope.current()`` is a test-facing block (a bare
 worker thread counts: it is routed to the single open block, or refused when several are
 open), or inside ``intercept()``, which also intercepts under plain ``configure()`` settings.
-Outside blocks calls pass through untouched, even while another thread holds a block open.
+Outside blocks calls pass through untouched, even while another thread holds a block open;
+inside an open ``PrefixMonitor`` they pass through as well, in mode ``off``, so its observers
+see them (``observe``).
 
 Blocks opened by ``scope()``/``cassette()`` patch the libraries the process has already
 imported, and an import hook patches one imported while a block is open (an SDK imported
@@ -29,6 +31,7 @@ libraries are installed and raises ``ConfigurationError`` when neither is.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 import os
 import re
@@ -45,9 +48,10 @@ from ..scope import BLOCK_HOOKS, Block, current
 from . import lm15 as _lm15
 from . import socketguard
 from ._libs import LIBRARIES, Lib, available, imported, lib_of, register
+from .observers import watching
 from .transport import Options, bypassing, handing_on, handle_async, handle_sync
 
-__all__ = ["active", "intercept", "patched_libraries"]
+__all__ = ["active", "intercept", "observe", "patched_libraries"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -79,7 +83,10 @@ def _decide(request: Any) -> tuple[Effective, Options] | None:
     eff = current()
     if opts is None:
         if not eff.test_facing:
-            return None
+            if not watching():
+                return None
+            # A PrefixMonitor is open here: observed on its way out, never cached ("off").
+            eff = dataclasses.replace(eff, mode="off")
         opts = _DEFAULT
     host = request.url.host
     if host in opts.ignore_hosts or host in _env_ignored():
@@ -171,20 +178,23 @@ def _unpatch_all() -> None:
     _PATCHED.clear()
 
 
-def acquire(libs: Iterable[Lib]) -> None:
-    """One more open block: make sure ``libs`` are patched (refcounted, thread-safe)."""
+def acquire(libs: Iterable[Lib], *, guard: bool = True) -> None:
+    """One more open block: make sure ``libs`` are patched (refcounted, thread-safe);
+    ``guard``: and watch connections (the replay backstop)."""
     global _COUNT
     with _LOCK:
         _COUNT += 1
         for lib in libs:
             _patch(lib)
         _patch_extras()
-    socketguard.acquire()
+    if guard:
+        socketguard.acquire()
 
 
-def release() -> None:
+def release(*, guard: bool = True) -> None:
     global _COUNT
-    socketguard.release()
+    if guard:
+        socketguard.release()
     with _LOCK:
         _COUNT -= 1
         if _COUNT <= 0:
@@ -212,6 +222,16 @@ def _on_block(delta: int) -> None:
 
 if _on_block not in BLOCK_HOOKS:
     BLOCK_HOOKS.append(_on_block)
+
+
+def observe(delta: int) -> None:
+    """A ``PrefixMonitor`` opened (+1) or closed (-1): the transports stay patched while one
+    is open, so the requests made inside it reach its observers. Nothing is replayed or
+    stored for it, so it needs no replay backstop."""
+    if delta > 0:
+        acquire(imported(), guard=False)
+    else:
+        release(guard=False)
 
 
 def _loaded(module: ModuleType) -> None:

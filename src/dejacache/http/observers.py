@@ -1,13 +1,17 @@
 """Observers: code that wants to see each LLM exchange the transports handle, without taking
 part in it (the prompt-prefix monitor).
 
-``handle_sync``/``handle_async`` are wrapped by :func:`watched_sync`/:func:`watched_async`.
-While no observer is registered that costs one list check per request. Otherwise, once the
-answer is known (served from the store, replayed, or live, streamed or not), each observer is
-called once with an :class:`Exchange`: the request body as sent and the provider's usage
-object, as soon as its prompt-side counts are known (a stream's first usage-bearing event: some
-callers stop reading a stream early and never close it, issue 8). Observers run in the thread
-that reads the answer; an observer that raises is reported as a warning, never to the caller.
+An observer watches a context: :func:`watch` shows it the exchanges of requests made in that
+context and in contexts that carry it (asyncio tasks, and the threads and executor tasks a
+``PrefixMonitor`` carries it into), never those of unrelated threads, until :func:`unwatch`.
+``handle_sync``/``handle_async`` are wrapped by :func:`watched_sync`/:func:`watched_async`;
+while nothing watches the caller's context that costs one context-variable read per request.
+Otherwise, once the answer is known (served from the store, replayed, or live, streamed or
+not), each observer is called once with an :class:`Exchange`: the request body as sent,
+whether the provider saw it, and the provider's usage object, as soon as its prompt-side
+counts are known (a stream's first usage-bearing event: some callers stop reading a stream
+early and never close it, issue 8). Observers run in the thread that reads the answer; an
+observer that raises is reported as a warning, never to the caller.
 """
 
 from __future__ import annotations
@@ -16,7 +20,6 @@ import contextlib
 import contextvars
 import dataclasses
 import functools
-import threading
 import warnings
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -27,7 +30,8 @@ import orjson
 from .providers import detect
 from .sse import SSESplitter, event_data, is_sse
 
-__all__ = ["Exchange", "add", "remove", "watched_async", "watched_sync", "watching"]
+__all__ = ["WATCHERS", "Exchange", "unwatch", "watch", "watched_async", "watched_sync",
+           "watching"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -38,36 +42,43 @@ class Exchange:
     status: int
     usage: dict[str, Any] | None  # the provider's usage object, nested fields kept
     context: contextvars.Context  # the caller's context when the request was made
+    # Answered from dejacache's own store (replay, cache hit, or an identical call in flight):
+    # the provider never saw this request, and ``usage`` is the stored answer's.
+    local: bool = False
 
 
 Observer = Callable[[Exchange], None]
 
-_LOCK = threading.Lock()
-_OBSERVERS: tuple[Observer, ...] = ()  # replaced, never mutated: readers take no lock
+# The observers watching requests made in this context (a tuple: replaced, never mutated).
+WATCHERS: contextvars.ContextVar[tuple[Observer, ...]] = contextvars.ContextVar(
+    "dejacache_observers", default=()
+)
+_Token = contextvars.Token[tuple[Observer, ...]]
 
 
-def add(observer: Observer) -> None:
-    global _OBSERVERS
-    with _LOCK:
-        _OBSERVERS = (*_OBSERVERS, observer)
+def watch(observer: Observer) -> _Token:
+    """Show ``observer`` the exchanges of requests made in this context from now on."""
+    return WATCHERS.set((*WATCHERS.get(), observer))
 
 
-def remove(observer: Observer) -> None:
-    """Remove one registration of ``observer`` (a no-op when it is not registered)."""
-    global _OBSERVERS
-    with _LOCK:
-        obs = list(_OBSERVERS)
-        if observer in obs:
-            obs.remove(observer)
-        _OBSERVERS = tuple(obs)
+def unwatch(token: _Token, observer: Observer) -> None:
+    """Undo the :func:`watch` that returned ``token``."""
+    try:
+        WATCHERS.reset(token)
+    except ValueError:  # undone from another context (generator or task hand-over)
+        left = list(WATCHERS.get())
+        if observer in left:
+            left.remove(observer)
+        WATCHERS.set(tuple(left))
 
 
 def watching() -> bool:
-    return bool(_OBSERVERS)
+    """Whether an observer watches requests made here."""
+    return bool(WATCHERS.get())
 
 
 def _notify(ex: Exchange) -> None:
-    for obs in _OBSERVERS:
+    for obs in ex.context.get(WATCHERS) or ():
         try:
             obs(ex)
         except Exception as exc:  # an observer's bug must never fail the caller's request
@@ -179,7 +190,7 @@ def _tee_classes(module: Any) -> tuple[type, type]:
 
 
 def _begin(lib: Any, request: Any, response: Any, context: contextvars.Context,
-           is_async: bool) -> Any:
+           is_async: bool, local: bool) -> Any:
     url = request.url
     provider = detect(url.host, url.path, request.headers)
     if provider.name == "http":
@@ -190,7 +201,7 @@ def _begin(lib: Any, request: Any, response: Any, context: contextvars.Context,
         body = b""
     headers = response.headers
     base = Exchange(provider.name, provider.endpoint(url.host, url.path), body,
-                    response.status_code, None, context)
+                    response.status_code, None, context, local)
     watch = _Watch(base, headers.get("content-type", ""), headers.get("content-encoding", ""))
     try:
         content = response.content  # an answer built from the store is already in memory
@@ -208,16 +219,32 @@ Handle = Callable[[Any, Any, Any, Any, Any], Any]
 AsyncHandle = Callable[[Any, Any, Any, Any, Any], Awaitable[Any]]
 
 
+class _Sending:
+    """``send`` (the way to the provider), noting whether the handler took it: an answer it
+    built without sending came from dejacache's own store."""
+
+    __slots__ = ("send", "sent")
+
+    def __init__(self, send: Callable[[Any], Any]) -> None:
+        self.send = send
+        self.sent = False
+
+    def __call__(self, request: Any) -> Any:
+        self.sent = True
+        return self.send(request)
+
+
 def watched_sync(handle: Handle) -> Handle:
     """Wrap the sync request handler so observers see its exchanges."""
 
     @functools.wraps(handle)
     def wrapper(lib: Any, eff: Any, request: Any, send: Any, opts: Any) -> Any:
-        if not _OBSERVERS:
+        if not WATCHERS.get():
             return handle(lib, eff, request, send, opts)
         context = contextvars.copy_context()
-        response = handle(lib, eff, request, send, opts)
-        return _begin(lib, request, response, context, False)
+        sending = _Sending(send)
+        response = handle(lib, eff, request, sending, opts)
+        return _begin(lib, request, response, context, False, not sending.sent)
 
     return wrapper
 
@@ -227,10 +254,11 @@ def watched_async(handle: AsyncHandle) -> AsyncHandle:
 
     @functools.wraps(handle)
     async def wrapper(lib: Any, eff: Any, request: Any, send: Any, opts: Any) -> Any:
-        if not _OBSERVERS:
+        if not WATCHERS.get():
             return await handle(lib, eff, request, send, opts)
         context = contextvars.copy_context()
-        response = await handle(lib, eff, request, send, opts)
-        return _begin(lib, request, response, context, True)
+        sending = _Sending(send)
+        response = await handle(lib, eff, request, sending, opts)
+        return _begin(lib, request, response, context, True, not sending.sent)
 
     return wrapper

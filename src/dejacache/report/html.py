@@ -207,7 +207,10 @@ def _prefix(run: Run) -> str:
         if t is None:
             continue
         reported = _num(t.reported_cached) if t.reported_cached is not None else "not reported"
-        breaks = "<br>".join(_e(b) for b in t.breaks) or "<span class=\"mut\">none</span>"
+        # Hazards (found before they cost anything) are shown with the breaks, never as one.
+        notes = [_e(b) for b in t.breaks] + [
+            f"<span class=\"mut\">hazard: {_e(h)}</span>" for h in t.hazards]
+        breaks = "<br>".join(notes) or "<span class=\"mut\">none</span>"
         rows.append(
             f"<tr data-step=\"{s.index}\"><td class=\"num\">{s.index}</td>"
             f"<td>{_e(t.session)}</td><td class=\"num\">{t.turn}</td>"

@@ -27,6 +27,7 @@ class PrefixTurn:
     expected_cached: int  # what an unchanged prefix lets the provider serve from its cache
     reported_cached: int | None  # what the provider says it served
     breaks: tuple[str, ...]  # one line per break: reason, where, tokens, cost
+    hazards: tuple[str, ...] = ()  # one line per hazard found on this turn: kind, where, text
 
 
 @dataclasses.dataclass(slots=True)
@@ -190,13 +191,15 @@ def _add_prefix_turns(run: Run) -> None:
         prefix = build_prefix(api, body)
         session = tape.session_for(step.name, prefix)
         state = states.setdefault(session, SessionState(session))
-        record, found = state.turn(prefix, read_usage(pr._usage(resp)), None, rates)
+        record, found, hazards = state.turn(prefix, read_usage(pr._usage(resp)), None, rates)
         step.prefix = PrefixTurn(
             session, record.turn, record.prompt_tokens, record.expected_cached,
             record.reported_cached,
             tuple(f"{b.reason}: {('`' + b.path + '` ') if b.path else ''}"
                   f"{b.before} → {b.after} ({b.tokens:,} tokens, ${b.cost:.4f})"
-                  for b in found))
+                  for b in found),
+            tuple(f"{h.kind}: {('`' + h.path + '` ') if h.path else ''}{h.text}"
+                  for h in hazards))
 
 
 # ---------------------------------------------------------------- drift

@@ -1,19 +1,27 @@
 """``PrefixMonitor``: which turn broke the provider's prompt cache, where, and what it cost.
 
 Drives the pure parts (``_core/prefix.py`` cuts a request into digested segments and finds the
-first difference; ``_core/prompt_cache.py`` knows provider minimums, lifetimes and usage;
-``_core/hazards.py`` spots volatile text) from two sources: ``observe()`` calls, and, inside
-``with monitor:``, every LLM request that passes through dejacache's HTTP transports
-(``dejacache.http_client()``, or an SDK's own client inside ``scope()``/``cassette()``/
-``intercept()``), live or replayed, via ``http/observers.py``.
+first difference; ``_core/prompt_cache.py`` knows provider minimums, lifetimes and usage and
+gives one turn's verdict; ``_core/hazards.py`` spots volatile text) from two sources:
+``observe()`` calls, and every LLM request made inside ``with monitor:`` (``http/observers.py``).
+
+Entering a monitor watches its context: the SDKs' transports are patched while one is open
+(``http/intercept.observe``), and a request made where no dejacache block or client handles
+it passes through them untouched and uncached (mode ``off``), so a monitor never creates a
+store. Requests that dejacache does handle (``scope()``, ``cassette()``, ``intercept()``,
+``dejacache.http_client()``) are seen with the mode in force, replays included; an answer
+from dejacache's own store is marked ``local``, as the provider never saw it. Threads and
+executor tasks started inside the monitor carry it (``_lease_threads``, ``_threads``).
 
 A conversation is the ``agent_session`` in effect where the request was made (an
-``AgentPool`` lease enters one), else one per ``with monitor:`` block.
+``AgentPool`` lease enters one; a thread started inside it is told its name), else one per
+``with monitor:`` block.
 """
 
 from __future__ import annotations
 
 import collections
+import contextvars
 import itertools
 import threading
 import time
@@ -23,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from .._core.hazards import PrefixHazard, scan
+from .._core.hazards import PrefixHazard
 from .._core.prefix import api_of, build_prefix
 from .._core.prompt_cache import (
     PrefixBreak,
@@ -36,12 +44,34 @@ from .._core.prompt_cache import (
 )
 from ..errors import ConfigurationError
 from ..scope import Block
+from . import _lease_threads
 from .session import current_session
 
 __all__ = ["PrefixBreak", "PrefixHazard", "PrefixMonitor", "SessionReport", "TurnRecord"]
 
 _PROVIDERS = ("anthropic", "openai")
 _BLOCKS = itertools.count(1)
+# The conversation a thread started inside a monitor belongs to: the starter's session, by
+# name only (the thread does not inherit the session itself, nor its tenant).
+_THREAD_SESSION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "dejacache_monitor_session", default=None
+)
+
+
+def _session_here() -> str | None:
+    """The conversation a request made here belongs to (None: the monitor's block)."""
+    s = current_session()
+    if s is not None:
+        return s.session_id if s.tenant is None else f"{s.tenant}/{s.session_id}"
+    return _THREAD_SESSION.get()
+
+
+def _carried() -> list[tuple[contextvars.ContextVar[Any], Any]]:
+    """What a thread started inside a monitor takes along (read as it starts)."""
+    from ..http import observers
+
+    return [(observers.WATCHERS, observers.WATCHERS.get()),
+            (_THREAD_SESSION, _session_here())]
 
 
 def _rates_from_table(table: Mapping[str, tuple[float, float]] | None
@@ -88,6 +118,8 @@ def _usage(usage: Any) -> Any:
 class PrefixMonitor(Block["PrefixMonitor"]):
     """Watches consecutive requests of each session for breaks in the provider's cached prefix.
 
+    ``with monitor:`` (or ``async with``, or as a decorator) sees the LLM requests made inside
+    it, never caching them; ``observe()`` feeds it by hand.
     ``prices``: ``{model prefix: (input, output)}`` dollars per million tokens (default: the
     cassette price table). ``clock``: seconds, for the cache lifetime (``ttl`` breaks).
     ``max_sessions`` / ``max_records``: bounds for a long-running gateway (oldest dropped).
@@ -113,6 +145,7 @@ class PrefixMonitor(Block["PrefixMonitor"]):
         self._hazard_seen: set[tuple[str, str, str]] = set()
         self._depth = 0
         self._block = ""
+        self._tokens: list[tuple[Any, Any, Any]] = []  # per entry: observers, two tokens
 
     # ------------------------------------------------------------ results
 
@@ -128,13 +161,16 @@ class PrefixMonitor(Block["PrefixMonitor"]):
 
     @property
     def hazards(self) -> list[PrefixHazard]:
-        """Volatile-looking text in a first turn's system prompt or tool descriptions (each
-        kind and place once)."""
+        """Volatile-looking text in a first turn's system prompt or tool descriptions, and
+        cacheable prefixes under the provider's minimum (each kind and place once; per
+        session in :meth:`report`)."""
         with self._lock:
             return list(self._hazards)
 
     def report(self) -> dict[str, SessionReport]:
-        """Per session: turns, breaks, prompt tokens, expected and reported cached tokens."""
+        """Per session: turns, breaks, hazards, prompt tokens, expected and reported cached
+        tokens (of the requests the provider saw; ``local_turns`` were answered by
+        dejacache)."""
         with self._lock:
             return {name: t.report() for name, t in self._totals.items()}
 
@@ -158,16 +194,10 @@ class PrefixMonitor(Block["PrefixMonitor"]):
         api = api_of(provider, data, endpoint)
         if api is None:
             return []
-        return self._turn(api, data, session or self._default_session(), read_usage(
-            _usage(usage)))
+        return self._turn(api, data, session or _session_here() or self._block or "default",
+                          read_usage(_usage(usage)), False)
 
-    def _default_session(self) -> str:
-        s = current_session()
-        if s is not None:
-            return s.session_id if s.tenant is None else f"{s.tenant}/{s.session_id}"
-        return self._block or "default"
-
-    def _turn(self, api: str, data: dict[str, Any], session: str, usage: Any
+    def _turn(self, api: str, data: dict[str, Any], session: str, usage: Any, local: bool
               ) -> list[PrefixBreak]:
         prefix = build_prefix(api, data)  # hashing outside the lock
         now = self._clock()
@@ -179,20 +209,17 @@ class PrefixMonitor(Block["PrefixMonitor"]):
                 while len(self._states) > self._max_sessions:
                     old, _ = self._states.popitem(last=False)
                     self._totals.pop(old, None)
-                first = True
             else:
                 self._states.move_to_end(session)
-                first = False
-            record, breaks = state.turn(prefix, usage, now, self._rates)
-            self._totals[session].add(record, breaks)
+            record, breaks, hazards = state.turn(prefix, usage, now, self._rates, local=local)
+            self._totals[session].add(record, breaks, hazards)
             self._turns.append(record)
             self._breaks.extend(breaks)
-            if first:
-                for h in scan(prefix, session):
-                    where = (h.kind, h.segment, h.path)
-                    if where not in self._hazard_seen:
-                        self._hazard_seen.add(where)
-                        self._hazards.append(h)
+            for h in hazards:
+                where = (h.kind, h.segment, h.path)
+                if where not in self._hazard_seen:
+                    self._hazard_seen.add(where)
+                    self._hazards.append(h)
         return breaks
 
     def _on_exchange(self, ex: Any) -> None:
@@ -207,23 +234,23 @@ class PrefixMonitor(Block["PrefixMonitor"]):
         api = api_of(ex.provider, data, ex.endpoint)
         if api is None:
             return
-        s = ex.context.run(current_session)
-        if s is not None:
-            session = s.session_id if s.tenant is None else f"{s.tenant}/{s.session_id}"
-        else:
-            session = self._block or "default"
-        self._turn(api, data, session, read_usage(ex.usage))
+        session = ex.context.run(_session_here) or self._block or "default"
+        self._turn(api, data, session, read_usage(ex.usage), ex.local)
 
     # ------------------------------------------------------------ blocks
 
     def __enter__(self) -> PrefixMonitor:
         from ..http import observers
+        from ..http.intercept import observe
 
+        observe(1)
+        watch = observers.watch(self._on_exchange)
+        threads = _lease_threads.enter(_carried)
         with self._lock:
             self._depth += 1
             if self._depth == 1:
                 self._block = f"block-{next(_BLOCKS)}"
-        observers.add(self._on_exchange)
+            self._tokens.append((observers.WATCHERS.get(), watch, threads))
         return self
 
     def __exit__(
@@ -233,12 +260,23 @@ class PrefixMonitor(Block["PrefixMonitor"]):
         tb: TracebackType | None,
     ) -> None:
         from ..http import observers
+        from ..http.intercept import observe
 
-        observers.remove(self._on_exchange)
+        here = observers.WATCHERS.get()
         with self._lock:
+            # One monitor may be open in several tasks or threads at once (decorator form):
+            # leave the entry this context made, not simply the newest one.
+            tokens = self._tokens
+            i = len(tokens) - 1
+            while i > 0 and tokens[i][0] is not here:
+                i -= 1
+            _, watch, threads = tokens.pop(i)
             self._depth -= 1
             if self._depth == 0:
                 self._block = ""
+        _lease_threads.leave(threads)
+        observers.unwatch(watch, self._on_exchange)
+        observe(-1)
 
     def __repr__(self) -> str:
         with self._lock:

@@ -28,7 +28,6 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import dejacache
 from dejacache import AgentPool, PrefixMonitor
 from dejacache.runtime import PoolStats
 
@@ -156,10 +155,9 @@ def run_gateway(gateway: str, provider: Any, messages: list[Message],
     history: list[Any] | None = None
     stats = None
     if gateway == "fresh":
-        # No pool, no lease: hermes sends from a bare thread it starts, which no context
-        # reaches, so a test-facing block (mode "off": observe, never cache) routes it. The
-        # conversation is the monitor's block.
-        with pinned_hermes_date(), dejacache.scope(mode="off"), monitor:
+        # No pool, no lease: hermes sends from a bare thread it starts, which the monitor
+        # reaches on its own (it watches, never caches). The conversation is its block.
+        with pinned_hermes_date(), monitor:
             for m, prompt in _turns(messages):
                 agent = factory(**config, ephemeral_system_prompt=prompt)
                 try:
@@ -172,17 +170,15 @@ def run_gateway(gateway: str, provider: Any, messages: list[Message],
         signature: Any = VOLATILE_SIGNATURE if gateway == "volatile" else stable_signature
         pool: AgentPool[Any] = AgentPool(factory, signature=signature,
                                          on_evict=lambda a: a.release_clients())
-        # A gateway's production setup: observe only (mode "off") through intercept(); the
-        # lease carries its session (and the interception) into hermes' request thread.
-        dejacache.configure(mode="off")
+        # A gateway's production setup: the monitor alone; the lease carries its session
+        # into hermes' request thread.
         try:
-            with pinned_hermes_date(), dejacache.intercept(), monitor:
+            with pinned_hermes_date(), monitor:
                 for m, prompt in _turns(messages):
                     with pool.lease(session, **config, ephemeral_system_prompt=prompt) as agent:
                         history = agent.run_conversation(
                             m.text, conversation_history=history)["messages"]
         finally:
-            dejacache.configure(mode=None)
             pool.close()
         stats = pool.stats()
         name = session
