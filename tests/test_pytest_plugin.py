@@ -327,3 +327,26 @@ def test_plan(dejacache_cassette):
     res.stdout.fnmatch_lines(["*1 replay miss(es) in cassette*were caught by the code under*"])
     run(pytester).assert_outcomes(passed=1)  # auto mode records it
     run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(("env", "value", "words"), [
+    ("DEJACACHE_MODE", "bogus", ["DEJACACHE_MODE", "'bogus'", "auto, replay, record, off"]),
+    ("DEJACACHE_MODE", "replayy", ["DEJACACHE_MODE", "'replayy'"]),
+    ("DEJACACHE_VOLATILE", "re:(", ["DEJACACHE_VOLATILE", "'('"]),  # was: every test failed
+])
+def test_a_bad_environment_setting_is_a_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, env: str, value: str,
+    words: list[str],
+) -> None:
+    """As ``--dejacache-mode=replayy`` is: exit status 4 and one line naming the variable,
+    not an INTERNALERROR traceback."""
+    pytester.makepyfile(test_agent=AGENT + "\ndef test_x():\n    assert llm('a')\n")
+    bad_option = run(pytester, "--dejacache-mode=replayy")
+    assert bad_option.ret == pytest.ExitCode.USAGE_ERROR
+    monkeypatch.setenv(env, value)
+    res = run(pytester)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    text = res.stdout.str() + res.stderr.str()
+    assert "INTERNALERROR" not in text and "Traceback" not in text
+    err = res.stderr.str()
+    assert all(w in err for w in words), err

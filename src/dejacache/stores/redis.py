@@ -38,6 +38,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .._core.durations import Duration, seconds
 from ..errors import ConfigurationError
 from ._base import BaseStore, Record, StoreStats
 from ._breaker import CircuitBreaker, Decision
@@ -140,12 +141,12 @@ class RedisStore(BaseStore):
         *,
         key_prefix: str = "dejacache",
         async_client: Any = None,
-        timeout: float = 0.05,
-        connect_timeout: float = 0.05,
+        timeout: Duration = 0.05,
+        connect_timeout: Duration = 0.05,
         read_only: bool = False,
         failures: int = 3,
-        failure_budget: float = 0.025,
-        cooldown: float = 1.0,
+        failure_budget: Duration = 0.025,
+        cooldown: Duration = 1.0,
         breaker: CircuitBreaker | None = None,
     ) -> None:
         if isinstance(client_or_url, str):
@@ -156,10 +157,12 @@ class RedisStore(BaseStore):
             raise ConfigurationError("RedisStore key_prefix must be a non-empty string")
         self.key_prefix = key_prefix
         self.read_only = read_only
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
-        self.breaker = breaker or CircuitBreaker(threshold=failures, budget=failure_budget,
-                                                 cooldown=cooldown)
+        self.timeout = seconds(timeout, "RedisStore timeout")
+        self.connect_timeout = seconds(connect_timeout, "RedisStore connect_timeout")
+        self.breaker = breaker or CircuitBreaker(
+            threshold=failures, budget=seconds(failure_budget, "RedisStore failure_budget",
+                                               zero=True),
+            cooldown=seconds(cooldown, "RedisStore cooldown", zero=True))
         self._url: str | None = None
         self._client: Any = None
         self._aclient: Any = async_client
