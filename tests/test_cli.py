@@ -188,3 +188,92 @@ def test_store_error_is_one_line_not_a_traceback(
     assert main(["stats", "--store", f"sqlite:///{newer}"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("dejacache stats: error:") and "Traceback" not in err
+
+
+# ---------------------------------------------------------------- through a real process
+
+
+def _cli(*args: str, cwd: pathlib.Path | None = None,
+         **kw: object) -> subprocess.CompletedProcess[str]:
+    """``dejacache ARGS`` as a user runs it: a new process (this checkout's PYTHONPATH)."""
+    return subprocess.run([sys.executable, "-m", "dejacache.cli", *args], capture_output=True,
+                          text=True, timeout=60, cwd=cwd, check=False, **kw)  # type: ignore[call-overload]
+
+
+def _closed_port() -> int:
+    from support_redis import free_port
+
+    return free_port()  # bound and released: nothing listens there
+
+
+@pytest.mark.parametrize("command", [["stats"], ["stats", "--json"], ["clear"]])
+def test_a_store_that_cannot_be_reached_is_exit_1_naming_it(command: list[str]) -> None:
+    """Redis down is not an empty store: ``entries: 0`` and status 0 would tell a script
+    (or a person) the cache is empty. The URL is named with its password masked."""
+    pytest.importorskip("redis")
+    port = _closed_port()
+    url = f"redis://:hunter2-secret@127.0.0.1:{port}/0"
+    res = _cli(*command, "--store", url)
+    assert res.returncode == 1, res.stdout
+    assert res.stdout == ""
+    err = res.stderr.strip()
+    assert err.startswith(f"dejacache {command[0]}: error:") and "\n" not in err, err
+    assert f"redis://:***@127.0.0.1:{port}/0" in err and "hunter2" not in err
+    assert "Traceback" not in err
+
+
+def _tape(tmp_path: pathlib.Path) -> pathlib.Path:
+    tape = tmp_path / "tape.json"
+    with dejacache.cassette(tape, mode="record"):
+        echo = dejacache.cache(name="echo")(lambda q: {"answer": q * 50})
+        for i in range(20):
+            echo(f"question {i}")
+    return tape
+
+
+@pytest.mark.parametrize("plain", [[], ["--plain"]])
+def test_show_into_a_closed_pipe_ends_quietly(tmp_path: pathlib.Path, plain: list[str]) -> None:
+    """``dejacache show FILE | head``: the reader has gone, which is no error of ours. The
+    read end is closed before the command starts, so every write fails (not only the ones
+    after ``head`` has read its lines): the same path every run. Status 141 (128 + SIGPIPE)
+    is what the shell reports for ``cat`` or ``git`` in the same place."""
+    tape = _tape(tmp_path)
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        res = subprocess.run([sys.executable, "-m", "dejacache.cli", "show", str(tape), *plain],
+                             stdout=w, stderr=subprocess.PIPE, text=True, timeout=60,
+                             check=False)
+    finally:
+        os.close(w)
+    assert res.stderr == ""  # no BrokenPipeError traceback, no "Exception ignored"
+    assert res.returncode == 141
+
+
+def test_prune_passes_its_arguments_to_pytest(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "test_p.py").write_text("def test_one():\n    pass\n")
+    res = _cli("prune", "-q", "-p", "no:cacheprovider", "test_p.py", cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "--dejacache-prune -q -p no:cacheprovider test_p.py" in res.stdout
+    assert "1 passed" in res.stdout
+
+
+def test_unknown_options_of_other_commands_are_still_usage_errors() -> None:
+    res = _cli("stats", "-q")
+    assert res.returncode == 2 and "unrecognized arguments: -q" in res.stderr
+
+
+def test_version() -> None:
+    res = _cli("--version")
+    assert res.returncode == 0 and res.stdout.strip() == f"dejacache {dejacache.__version__}"
+
+
+def test_import_names_the_flag_not_the_python_argument(tmp_path: pathlib.Path) -> None:
+    src = tmp_path / "vcr.json"
+    src.write_text('{"interactions": []}')
+    out = tmp_path / "out.json"
+    out.write_text("keep me")
+    res = _cli("import", str(src), "-o", str(out))
+    assert res.returncode == 1
+    assert "pass --force to replace it" in res.stderr and "overwrite" not in res.stderr
+    assert out.read_text() == "keep me"

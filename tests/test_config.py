@@ -227,3 +227,50 @@ def test_the_default_store_opens_on_first_use_only(tmp_path: pathlib.Path) -> No
     assert get_settings().store is real
     with dejacache.scope(cache_key="y"):
         assert current().store is real
+
+
+def _duration_settings(tmp_path: pathlib.Path) -> dict[str, Any]:
+    """Every setting that takes a duration: name -> function(value) -> the seconds it keeps
+    (None where they are not kept on an object: ``@cache`` hands them to each write)."""
+
+    def redis(attr: str, kept: str) -> Any:
+        def build(v: Any) -> float:
+            from dejacache.stores.redis import RedisStore
+
+            store = RedisStore("redis://127.0.0.1:1/0", **{attr: v})  # builds, connects never
+            return float(getattr(store.breaker if kept else store, kept or attr))
+        return build
+
+    def sqlite(v: Any) -> float:
+        store = dejacache.SQLiteStore(tmp_path / "d.db", timeout=v)
+        store.close()
+        return float(store.timeout)
+
+    return {
+        "@cache ttl": lambda v: dejacache.cache(ttl=v) and None,
+        "tool_cache ttl": lambda v: dejacache.tool_cache(ttl=v)(lambda: 1).tool_cache.ttl,
+        "tool_cache counter_max_age": lambda v: dejacache.tool_cache(counter_max_age=v)(
+            lambda: 1).tool_cache.counter_max_age,
+        "AgentPool idle_ttl": lambda v: dejacache.AgentPool(dict, idle_ttl=v).idle_ttl,
+        "TieredStore front_ttl": lambda v: dejacache.TieredStore(
+            dejacache.MemoryStore(), dejacache.MemoryStore(), front_ttl=v).front_ttl,
+        "SQLiteStore timeout": sqlite,
+        "RedisStore timeout": redis("timeout", ""),
+        "RedisStore connect_timeout": redis("connect_timeout", ""),
+        "RedisStore failure_budget": redis("failure_budget", "budget"),  # kept by the breaker
+        "RedisStore cooldown": redis("cooldown", "cooldown"),
+    }
+
+
+def test_every_duration_setting_takes_the_same_forms(tmp_path: pathlib.Path) -> None:
+    """One rule wherever a duration is given: seconds, a timedelta or text, and a value that
+    is none of them is refused right there, naming the setting and the value."""
+    import datetime
+
+    pytest.importorskip("redis")
+    for what, give in _duration_settings(tmp_path).items():
+        assert give("1m30s") in (90.0, None), what
+        assert give(datetime.timedelta(milliseconds=250)) in (0.25, None), what
+        with pytest.raises(ConfigurationError, match=f"{what} must be a duration") as info:
+            give("soon")
+        assert "'soon'" in str(info.value), what

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import functools
 import threading
 import time
@@ -476,6 +477,28 @@ def test_ttl_expires(store: dejacache.MemoryStore) -> None:
     assert f() == f() == 1
     time.sleep(0.08)
     assert f() == 2
+
+
+@pytest.mark.parametrize("ttl", ["1h", "90s", "1h30m", datetime.timedelta(minutes=5), 3600])
+def test_ttl_takes_durations_and_every_write_stores(store: dejacache.MemoryStore,
+                                                    ttl: Any) -> None:
+    calls: list[int] = []
+
+    @dejacache.cache(ttl=ttl)
+    def f() -> int:
+        calls.append(1)
+        return len(calls)
+
+    assert f() == f() == 1  # stored on the first call (-W error: no warning either)
+    assert calls == [1] and len(list(store.iterate())) == 1
+
+
+@pytest.mark.parametrize("ttl", ["soon", "1 hour", "h", "-5m", 0, -1, float("nan"),
+                                 float("inf"), True, [60]])
+def test_a_ttl_that_is_no_duration_is_refused_at_decoration(ttl: Any) -> None:
+    with pytest.raises(dejacache.ConfigurationError, match=r"ttl") as info:
+        dejacache.cache(ttl=ttl)
+    assert repr(ttl) in str(info.value)
 
 
 def test_stats_count_hits_misses_stores_and_time_saved(store: dejacache.MemoryStore) -> None:

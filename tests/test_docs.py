@@ -55,3 +55,18 @@ def test_the_cli_reference_lists_every_pytest_option() -> None:
     text = (DOCS / "cli.md").read_text(encoding="utf-8")
     assert options and inis
     assert [o for o in sorted(options | inis) if f"`{o}" not in text] == []
+
+
+def test_the_readme_lists_every_user_facing_extra() -> None:
+    """Every extra a user installs is in the README's table; the ones for this repository's
+    own test environments, benchmarks and docs are not meant for users."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))[
+        "project"]["optional-dependencies"]
+    ours = {n for n in extras if n.endswith("-test") or n in ("dev", "docs", "bench")}
+    table = (ROOT / "README.md").read_text(encoding="utf-8").split("| extra | for |", 1)[1]
+    table = table.split("\n\n", 1)[0]
+    listed = set(re.findall(r"`(?:dejacache)?\[([a-z0-9-]+)\]`", table))
+    assert sorted(set(extras) - ours - listed) == []
+    assert listed <= set(extras)

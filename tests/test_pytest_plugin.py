@@ -352,3 +352,26 @@ def test_after():
     assert raised and not any("PermissionError" in line or ".tmp" in line for line in raised)
     res.stdout.fnmatch_lines(["*CassetteError: cannot write the cassette: Operation not "
                               f"permitted in {ro}*(cassette {ro / 'shared.json'})*"])
+
+
+@pytest.mark.parametrize(("env", "value", "words"), [
+    ("DEJACACHE_MODE", "bogus", ["DEJACACHE_MODE", "'bogus'", "auto, replay, record, off"]),
+    ("DEJACACHE_MODE", "replayy", ["DEJACACHE_MODE", "'replayy'"]),
+    ("DEJACACHE_VOLATILE", "re:(", ["DEJACACHE_VOLATILE", "'('"]),  # was: every test failed
+])
+def test_a_bad_environment_setting_is_a_usage_error(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, env: str, value: str,
+    words: list[str],
+) -> None:
+    """As ``--dejacache-mode=replayy`` is: exit status 4 and one line naming the variable,
+    not an INTERNALERROR traceback."""
+    pytester.makepyfile(test_agent=AGENT + "\ndef test_x():\n    assert llm('a')\n")
+    bad_option = run(pytester, "--dejacache-mode=replayy")
+    assert bad_option.ret == pytest.ExitCode.USAGE_ERROR
+    monkeypatch.setenv(env, value)
+    res = run(pytester)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    text = res.stdout.str() + res.stderr.str()
+    assert "INTERNALERROR" not in text and "Traceback" not in text
+    err = res.stderr.str()
+    assert all(w in err for w in words), err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,12 @@ def _store(args: argparse.Namespace, *, readonly: bool = False) -> Store:
         path = _sqlite_path(url) if url else _default_path()
         if path is not None:
             return SQLiteStore(path, readonly=True)
-    return store_from_url(url) if url else get_settings().store
+    store = store_from_url(url) if url else get_settings().store
+    # Calls fail open (Redis down reads as a miss); a person asking what the store holds
+    # must hear that it cannot be reached, not "entries: 0" (exit 1, the URL named).
+    if getattr(store, "fail_open", None) is True:
+        store.fail_open = False  # type: ignore[attr-defined]
+    return store
 
 
 def _sqlite_path(url: str) -> str | None:
@@ -165,9 +171,12 @@ def _add_demo(sub: _Sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(
         prog="dejacache", description="Record/replay and caching for LLM calls and agent tools."
     )
+    parser.add_argument("--version", action="version", version=f"dejacache {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add in (_add_stats, _add_clear, _add_demo):
         add(sub)
@@ -186,10 +195,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line. A command that passes arguments on (``prune``: to pytest) names
+    the attribute that takes them in ``passthrough``: argparse's ``REMAINDER`` misses
+    options that come first (``prune -q``), so those arrive as unknown and join it."""
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    dest = getattr(args, "passthrough", None)
+    if unknown:
+        if dest is None:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        setattr(args, dest, [*unknown, *getattr(args, dest)])
+    return args
+
+
+# What the shell shows for ``cat`` or ``git`` killed by SIGPIPE: 128 + 13.
+_READER_GONE = 141
+
+
+def _reader_gone() -> int:
+    """Our reader went away (``dejacache show FILE | head``): not an error of ours, so no
+    message. stdout goes to /dev/null, or the flush at exit would fail again, and the status
+    is the one a Unix tool has in the same place (status 1 is ours for errors, and always
+    comes with a message)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return _READER_GONE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = _parse(argv)
     try:
-        return int(args.func(args))
+        status = int(args.func(args))
+        sys.stdout.flush()  # here, inside the try: a reader gone shows up now, not at exit
+        return status
+    except BrokenPipeError:  # commands write only to stdout through pipes
+        return _reader_gone()
     except DejacacheError as exc:  # a broken store or bad config: one line, not a traceback
         print(f"dejacache {args.command}: error: {exc}", file=sys.stderr)
         return 1

@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
+from ._core.durations import Duration, seconds
 from ._core.volatile import parse as _parse_volatile
 from ._paths import default_cache_dir
 from .codec import Codec, JsonCodec
@@ -26,12 +27,15 @@ from .stores._base import BaseStore, Record, Store, StoreStats
 __all__ = [
     "MODES",
     "UNSET",
+    "Duration",
     "Effective",
     "configure",
     "default_cache_dir",
     "get_settings",
     "resolve_mode",
+    "resolve_store",
     "store_from_url",
+    "ttl_seconds",
 ]
 
 VolatileItems = tuple[str | re.Pattern[str], ...]
@@ -48,6 +52,12 @@ def volatile_items(items: Iterable[str | re.Pattern[str]]) -> VolatileItems:
 
 
 MODES: Final = ("auto", "replay", "record", "off")
+
+
+def ttl_seconds(value: Duration | None, what: str) -> float | None:
+    """A ttl as the stores take it (seconds; None: no expiry), from any duration a user may
+    write (``3600``, ``timedelta(hours=1)``, ``"1h"``), checked where it is given."""
+    return None if value is None else seconds(value, what, hint="None: no expiry")
 
 
 class _Unset:
@@ -98,6 +108,17 @@ def store_from_url(url: str) -> Store:
     from .stores import store_from_url as _from_url
 
     return _from_url(url)
+
+
+def resolve_store(store: Store | str | None) -> Store | None:
+    """``store=`` as every setting takes it (``configure``, ``scope``, ``tool_cache``,
+    ``invalidates``): a ``Store``, a URL for :func:`store_from_url`, or None."""
+    if isinstance(store, str):
+        store = store_from_url(store)
+    if store is not None and not isinstance(store, Store):
+        raise ConfigurationError(
+            f"store must be a Store instance or URL, not {type(store).__name__}")
+    return store
 
 
 class _DefaultStore(BaseStore):
@@ -294,13 +315,7 @@ def configure(
         if not isinstance(mode, _Unset):
             s.mode = resolve_mode(mode) if mode is not None else None
         if not isinstance(store, _Unset):
-            if isinstance(store, str):
-                store = store_from_url(store)
-            if store is not None and not isinstance(store, Store):
-                raise ConfigurationError(
-                    f"store must be a Store instance or URL, not {type(store).__name__}"
-                )
-            s.store = store
+            s.store = resolve_store(store)
         if not isinstance(codec_allow, _Unset):
             if not isinstance(codec, _Unset):
                 raise ConfigurationError("pass codec_allow or codec, not both")

@@ -13,7 +13,7 @@ import orjson
 
 from . import _engine
 from ._frozen import freeze
-from .config import GLOBAL, Effective, VolatileItems, volatile_items
+from .config import GLOBAL, Duration, Effective, VolatileItems, ttl_seconds, volatile_items
 from .errors import ConfigurationError
 from .keys import KeyBuilder, KeyParts, digest, explain, key_seed
 from .scope import _ACTIVE, _CURRENT, check_ambiguous, current
@@ -414,7 +414,7 @@ def cache(
     name: str | None = None,
     ignore: Iterable[str] = (),
     volatile: Iterable[str | re.Pattern[str]] = (),
-    ttl: float | None = None,
+    ttl: Duration | None = None,
     kind: str = "call",
     frozen: bool = False,
 ) -> Callable[[F], F]: ...
@@ -427,7 +427,7 @@ def cache(
     name: str | None = None,
     ignore: Iterable[str] = (),
     volatile: Iterable[str | re.Pattern[str]] = (),
-    ttl: float | None = None,
+    ttl: Duration | None = None,
     kind: str = "call",
     frozen: bool = False,
 ) -> Any:
@@ -439,8 +439,8 @@ def cache(
 
     ``ignore`` names arguments left out of the key; ``volatile`` adds field names (anywhere in
     the arguments), paths from a parameter (``"messages[*].metadata"``) to drop, or compiled
-    patterns whose matches inside strings are replaced by a placeholder; ``ttl`` is in
-    seconds.
+    patterns whose matches inside strings are replaced by a placeholder; ``ttl`` is how long
+    an entry lives: seconds, a ``timedelta`` or text such as ``"1h30m"`` (None: no expiry).
 
     ``frozen=True`` hands every hit one shared, read-only value instead of a fresh copy:
     dicts and lists come back as read-only subclasses (``==``, ``isinstance``, JSON all work
@@ -451,9 +451,10 @@ def cache(
     volatile = volatile_items(volatile)
     if type(frozen) is not bool:
         raise ConfigurationError(f"frozen must be True or False, not {frozen!r}")
+    secs = ttl_seconds(ttl, "@cache ttl")
 
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
-        return _wrap(f, name=name, ignore=ignore, volatile=volatile, ttl=ttl, kind=kind,
+        return _wrap(f, name=name, ignore=ignore, volatile=volatile, ttl=secs, kind=kind,
                      frozen=frozen)
 
     return deco(fn) if fn is not None else deco

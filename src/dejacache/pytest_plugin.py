@@ -32,7 +32,8 @@ from .cassettes.netguard import NetworkGuard
 from .cassettes.prices import PRICES_DATE, set_prices
 from .cassettes.store import Cassette, TapeCounters, summarize
 from .config import MODES
-from .errors import ReplayMiss
+from .errors import ConfigurationError, ReplayMiss
+from .keys import env_volatile
 
 __all__ = ["cassette_path"]
 
@@ -82,6 +83,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "record and "
         "replay this test's calls from a cassette",
     )
+    _check_environment()
     config.stash[_TAPES] = []
     config.stash[_REMOTE] = []
     table: dict[str, tuple[float, float]] = {}
@@ -92,8 +94,6 @@ def pytest_configure(config: pytest.Config) -> None:
     if table:
         set_prices(table)
     if config.getoption("dejacache_scenario") or config.getini("dejacache_scenario"):
-        from .errors import ConfigurationError
-
         try:
             from .integrations import scenario as scenario_integration
 
@@ -105,6 +105,18 @@ def pytest_configure(config: pytest.Config) -> None:
     # placeholder, which the guard in placeholder_keys keeps off the wire.
     if (config.getoption("dejacache_mode") or default_mode()) == "replay":
         config.stash[_PLACEHOLDERS] = placeholder_keys.supply()
+
+
+def _check_environment() -> None:
+    """Settings read from the environment, checked once at start-up: a bad value is a usage
+    error (exit status 4), as a bad ``--dejacache-mode`` is, instead of an INTERNALERROR
+    traceback (``DEJACACHE_MODE``) or the same error in every test (``DEJACACHE_VOLATILE``)."""
+    for var, check in (("DEJACACHE_MODE", default_mode), ("DEJACACHE_VOLATILE", env_volatile)):
+        try:
+            check()
+        except ConfigurationError as exc:
+            why = str(exc)
+            raise pytest.UsageError(why if var in why else f"{var}: {why}") from None
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

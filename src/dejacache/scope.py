@@ -30,10 +30,10 @@ from .config import (
     _Unset,
     get_settings,
     resolve_mode,
-    store_from_url,
+    resolve_store,
     volatile_items,
 )
-from .errors import ConfigurationError, ReplayMiss
+from .errors import ReplayMiss
 from .stores._base import Store
 
 if TYPE_CHECKING:
@@ -229,11 +229,7 @@ class scope(Block["scope"]):
         self.cache_key = cache_key
         self.volatile = volatile_items(volatile)
         self.mode = resolve_mode(mode) if mode is not None else None
-        if isinstance(store, str):
-            store = store_from_url(store)
-        if store is not None and not isinstance(store, Store):
-            raise ConfigurationError(f"store must be a Store or URL, not {type(store).__name__}")
-        self.store = store
+        self.store = resolve_store(store)
         self._tokens: list[tuple[Effective, contextvars.Token[Effective | None]]] = []
 
     def effective(self) -> Effective:

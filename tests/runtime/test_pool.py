@@ -20,19 +20,21 @@ SECRET = "sk-live-0123456789abcdef-DO-NOT-KEEP"
 
 
 class Agent:
-    """A stand-in agent: remembers how it was built, accepts per-message attributes."""
+    """A stand-in agent: remembers how it was built, accepts per-message attributes. Its
+    parameters are named, so the pool knows every config name it can be given."""
 
     made = 0
 
-    def __init__(self, model: str = "m", api_key: str | None = None, **kw: Any) -> None:
+    def __init__(self, model: str = "m", api_key: str | None = None, toolsets: Any = None,
+                 system_prompt: str | None = None, cache_keys: Any = None,
+                 reasoning_config: Any = None, callback: Any = None) -> None:
         Agent.made += 1
         self.n = Agent.made
         self.model = model
         self.has_key = api_key is not None  # the key itself is not kept
-        self.reasoning_config: Any = None
-        self.callback: Any = None
-        for k, v in kw.items():
-            setattr(self, k, v)
+        self.toolsets, self.system_prompt, self.cache_keys = toolsets, system_prompt, cache_keys
+        self.reasoning_config = reasoning_config
+        self.callback = callback
         self.closed = 0
 
     def __repr__(self) -> str:
@@ -173,16 +175,71 @@ def test_callable_signature_names_it_reads_are_inside() -> None:
     assert pool.get("s", model="m", system_prompt="p2", callback=print) is not a
 
 
+class Explicit:
+    """A factory whose parameters are known: the config names it can ever be given."""
+
+    def __init__(self, model: str, system_prompt: str = "", reasoning: Any = None) -> None:
+        self.model, self.system_prompt, self.reasoning = model, system_prompt, reasoning
+
+
+def test_a_signature_name_the_factory_never_takes_is_refused_at_construction() -> None:
+    with pytest.raises(dejacache.ConfigurationError, match=r"'modle'") as info:
+        AgentPool(Explicit, signature=("modle", "system_prompt"))
+    msg = str(info.value)
+    assert "model, system_prompt, reasoning" in msg  # what the factory does take
+    pool = AgentPool(Explicit, signature=("model", "system_prompt"))
+    a = pool.get("s", model="gpt-4.1", system_prompt="p", reasoning="low")
+    assert pool.get("s", model="gpt-4.1", system_prompt="p", reasoning="high") is a
+    b = pool.get("s", model="gpt-5", system_prompt="p")  # a real model change rebuilds
+    assert b is not a and b.model == "gpt-5"
+
+
+def test_a_signature_name_a_keyword_factory_is_not_given_is_refused_at_the_turn() -> None:
+    """A factory taking ``**config`` could be given any name, so the pool checks a turn's
+    config: a signature name it lacks, while a name outside the signature would be set on a
+    reused agent, is a typo or a value not passed, and taking it as "no value" would set a
+    new model on the old agent instead of rebuilding it."""
+    built: list[dict[str, Any]] = []
+
+    def factory(**config: Any) -> Agent:
+        built.append(config)
+        return Agent(**config)
+
+    pool = AgentPool(factory, signature=("modle", "system_prompt"))
+    with pytest.raises(dejacache.ConfigurationError, match=r"'modle'") as info:
+        pool.get("s", model="gpt-4.1", system_prompt="p")
+    assert "(model)" in str(info.value)  # the name a reuse would have set in place
+    with pytest.raises(dejacache.ConfigurationError, match=r"'modle'"), \
+            pool.lease("s", model="gpt-4.1", system_prompt="p"):
+        pass
+    assert built == [] and len(pool) == 0
+    pool = AgentPool(factory, signature=("model", "system_prompt", "user_id"))
+    a = pool.get("s", model="gpt-4.1", system_prompt="p")  # all inside: user_id left out
+    with pytest.raises(dejacache.ConfigurationError, match=r"'user_id'.*\(callback\)"):
+        pool.get("s", model="gpt-4.1", system_prompt="p", callback=print)
+    assert pool.get("s", model="gpt-4.1", system_prompt="p", user_id=None,
+                    callback=print) is a  # None: supplied, no value
+    assert pool.get("s", model="gpt-5", system_prompt="p") is not a
+
+
+def test_a_callable_signature_reading_a_name_the_factory_never_takes_is_refused() -> None:
+    pool = AgentPool(Explicit, signature=lambda cfg: (cfg.get("modle"), cfg["system_prompt"]))
+    with pytest.raises(dejacache.ConfigurationError, match=r"'modle'"):
+        pool.get("s", model="gpt-4.1", system_prompt="p")
+    assert len(pool) == 0
+
+
 def test_bad_arguments() -> None:
     for kw in ({"max_size": 0}, {"max_size": 2.5}, {"idle_ttl": 0}, {"idle_ttl": float("nan")},
-               {"idle_ttl": float("inf")}, {"concurrent": "maybe"}, {"signature": [""]},
-               {"on_evict": 3}):
+               {"idle_ttl": float("inf")}, {"idle_ttl": "an hour"}, {"concurrent": "maybe"},
+               {"signature": [""]}, {"on_evict": 3}):
         with pytest.raises(dejacache.ConfigurationError):
             AgentPool(Agent, **kw)
 
     async def aclose(agent: Any) -> None:
         return None
 
+    assert AgentPool(Agent, idle_ttl="90m").idle_ttl == 5400.0
     with pytest.raises(dejacache.ConfigurationError, match="plain callable"):
         AgentPool(Agent, on_evict=aclose)
     with pytest.raises(dejacache.ConfigurationError):

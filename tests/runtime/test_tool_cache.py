@@ -549,3 +549,56 @@ def test_store_key_carries_the_encoded_tenant_prefix() -> None:
     (key, _), = list(store.iterate())
     assert key.startswith("rt1/t/%2E%2E%2Fevil%2Fx/cart/")
     assert "/../" not in key
+
+
+@pytest.mark.parametrize(("ttl", "seconds"), [("5m", 300.0), ("1h30m", 5400.0), (90, 90.0)])
+def test_ttl_takes_durations(ttl: Any, seconds: float) -> None:
+    @dejacache.tool_cache(ttl=ttl, counter_max_age="0s")
+    def tool() -> int:
+        return 1
+
+    assert tool.tool_cache.ttl == seconds  # type: ignore[attr-defined]
+    with dejacache.agent_session(tenant="a"):
+        assert tool() == tool() == 1
+    assert dejacache.runtime_stats().by_tool["tool"].hits == 1
+
+
+@pytest.mark.parametrize(("kw", "value"), [("ttl", "soon"), ("ttl", 0), ("ttl", "-1h"),
+                                           ("counter_max_age", "later"),
+                                           ("counter_max_age", -1.0)])
+def test_a_duration_that_is_no_duration_is_refused_at_decoration(kw: str, value: Any) -> None:
+    with pytest.raises(dejacache.ConfigurationError, match=kw) as info:
+        dejacache.tool_cache(**{kw: value})(lambda: 1)
+    assert repr(value) in str(info.value)
+
+
+@pytest.mark.parametrize(("url", "kind"), [("memory://", dejacache.MemoryStore),
+                                           ("sqlite:///{tmp}/rt.db", dejacache.SQLiteStore)])
+def test_store_takes_the_urls_configure_takes(tmp_path: Any, url: str, kind: type) -> None:
+    url = url.format(tmp=tmp_path)
+    calls: list[int] = []
+
+    @dejacache.tool_cache(resource="cart", store=url)
+    def get_cart() -> int:
+        calls.append(1)
+        return len(calls)
+
+    @dejacache.invalidates("cart", store=url)
+    def add_item() -> None:
+        return None
+
+    assert isinstance(get_cart.tool_cache.store(), kind)  # type: ignore[attr-defined]
+    with dejacache.agent_session(tenant="a"):
+        assert get_cart() == get_cart() == 1
+        add_item()
+        assert get_cart() == 2  # the write reached the counters the reader keys by
+    get_cart.tool_cache.store().close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("bad", ["ftp://x", "nonsense", 42])
+def test_a_bad_store_is_refused_as_configure_refuses_it(bad: Any) -> None:
+    with pytest.raises(dejacache.ConfigurationError) as expected:
+        dejacache.configure(store=bad)
+    with pytest.raises(dejacache.ConfigurationError) as info:
+        dejacache.tool_cache(store=bad)(lambda: 1)
+    assert str(info.value) == str(expected.value)

@@ -178,6 +178,34 @@ async def test_async_tools_share_counters(redis_server: RedisServer) -> None:
     await store.aclose()
 
 
+def test_tool_cache_takes_a_redis_url_as_configure_does(redis_server: RedisServer) -> None:
+    """The URL ``configure(store=...)`` accepts: the tool's entries and counters go to that
+    Redis, so a write through another store on the same URL invalidates them."""
+    data = {"v": 1}
+
+    @dejacache.tool_cache(resource="n", store=redis_server.url)
+    def get() -> int:
+        return data["v"]
+
+    other = RedisStore(redis_server.url)
+
+    @dejacache.invalidates("n", store=other)
+    def bump() -> None:
+        data["v"] += 1
+
+    store = get.tool_cache.store()  # type: ignore[attr-defined]
+    assert isinstance(store, RedisStore)
+    with dejacache.agent_session(tenant="acme"):
+        assert get() == 1
+        data["v"] = 5
+        assert get() == 1  # cached in Redis
+        bump()
+        assert get() == 6
+    assert [r.kind for _, r in other.iterate()] == ["tool", "tool"]
+    store.close()
+    other.close()
+
+
 CHILD = textwrap.dedent("""
     import sys, redis, dejacache
     url = sys.argv[1]

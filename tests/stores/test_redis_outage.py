@@ -264,3 +264,29 @@ def test_two_processes_share_entries_and_counters(redis_server: RedisServer) -> 
     assert double(7) == 14 and calls == [7]
     assert run_child(redis_server.url, 7) == [14, 0, 2]  # the child hits ours
     store.close()
+
+
+def test_fail_open_false_names_the_outage_instead_of_answering_empty(
+    redis_server: RedisServer,
+) -> None:
+    """For an operator's question ("what does the store hold?") an outage is an answer of
+    its own: ``StoreUnavailable`` naming the URL, password masked, on every path that would
+    have answered "nothing", including a breaker that is already open."""
+    port = free_port()  # nothing listens there
+    store = RedisStore(f"redis://:s3cret-pass@127.0.0.1:{port}/0", fail_open=False)
+    for call in (lambda: store.get("k"), lambda: list(store.iterate()), store.stats,
+                 lambda: store.clear(), lambda: store.put("k", dejacache.Record(b"1"))):
+        with pytest.raises(dejacache.StoreUnavailable) as info:
+            call()
+        assert info.value.backend == f"redis://:***@127.0.0.1:{port}/0"
+        assert "s3cret" not in str(info.value)
+    store.fail_open = True  # calls fail open again: three misses open the breaker
+    for _ in range(3):
+        assert store.get("k") is None
+    assert store.breaker.state is State.OPEN
+    store.fail_open = False
+    with pytest.raises(dejacache.StoreUnavailable, match="failed recently"):
+        store.stats()
+    live = RedisStore(redis_server.url, fail_open=False)
+    live.put("k", dejacache.Record(b"1"))
+    assert live.stats().entries == 1

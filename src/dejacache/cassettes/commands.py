@@ -30,6 +30,9 @@ class _Out:
                 pass
             else:
                 self.console = Console(highlight=False)
+                # rich ends a closed pipe with its own exit(1); rich's documented hook
+                # hands it back, so the CLI ends it one way for every command.
+                self.console.on_broken_pipe = _broken_pipe
 
     def line(self, text: str, style: str = "") -> None:
         if self.console is not None:
@@ -58,6 +61,10 @@ class _Out:
             yield from track(items, description=what, console=self.console)
         else:
             yield from items
+
+
+def _broken_pipe() -> None:
+    raise BrokenPipeError
 
 
 def _tokens_text(s: Step) -> str:
@@ -207,8 +214,8 @@ def _cmd_rehash(args: argparse.Namespace) -> int:
     return status
 
 
-def _add(sub: Any, name: str, help: str) -> argparse.ArgumentParser:
-    p: argparse.ArgumentParser = sub.add_parser(name, help=help)
+def _add(sub: Any, name: str, help: str, **kw: Any) -> argparse.ArgumentParser:
+    p: argparse.ArgumentParser = sub.add_parser(name, help=help, **kw)
     p.add_argument("--plain", action="store_true", help="plain text output (no colours)")
     return p
 
@@ -232,9 +239,11 @@ def add_cassette_commands(sub: Any) -> None:
     p.add_argument("paths", nargs="+")
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=_cmd_scan)
-    p = _add(sub, "prune", "run pytest with --dejacache-prune: drop entries no test used")
-    p.add_argument("pytest_args", nargs=argparse.REMAINDER, help="passed on to pytest")
-    p.set_defaults(func=_cmd_prune)
+    p = _add(sub, "prune", "run pytest with --dejacache-prune: drop entries no test used",
+             allow_abbrev=False)  # "--pl" is pytest's to read, not a short "--plain"
+    p.add_argument("pytest_args", nargs=argparse.REMAINDER,
+                   help="passed on to pytest (options too: prune -q -k slow)")
+    p.set_defaults(func=_cmd_prune, passthrough="pytest_args")
     p = sub.add_parser(
         "rehash", help="accept hand edits to cassettes: recompute value hashes and checksums",
         description="Replay refuses a cassette whose bytes do not match their checksums. "

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from .. import config
+from .._core.durations import seconds
 from .._core.scopes import encode_component
 from .._engine import warn_once
 from ..errors import (
@@ -89,29 +90,29 @@ class ToolCache:
         *,
         resource: str | None,
         scope: str,
-        ttl: float | None,
+        ttl: config.Duration | None,
         maxsize: int,
         key: str | None,
         max_bytes: int,
-        store: Store | None,
+        store: Store | str | None,
         name: str | None,
         ignore: Iterable[str],
-        counter_max_age: float,
+        counter_max_age: config.Duration,
     ) -> None:
         if scope not in SCOPES:
             raise ConfigurationError(f"tool_cache scope must be one of {', '.join(SCOPES)}, "
                                      f"not {scope!r}")
-        if store is not None and not isinstance(store, Store):
-            raise ConfigurationError(f"store must be a Store, not {type(store).__name__}")
+        self.ttl = config.ttl_seconds(ttl, "tool_cache ttl")
+        self.counter_max_age = seconds(counter_max_age, "tool_cache counter_max_age",
+                                       zero=True)
+        store = config.resolve_store(store)
         if store is not None:
             generations_for(store)  # refuse at decoration a store no counter can keep fresh
         self.fn = fn
         self.key_name, self.name = tool_names(fn, name)
         self.resource = resource or self.name
         self.scope = scope
-        self.ttl = ttl
         self.max_bytes = max_bytes
-        self.counter_max_age = counter_max_age
         self.explicit_store = store
         self._own: MemoryStore | None = None
         self._maxsize = maxsize

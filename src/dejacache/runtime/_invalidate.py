@@ -68,10 +68,11 @@ class Writer:
     """Everything one ``@invalidates`` tool needs; the drivers are thin closures around it."""
 
     def __init__(self, fn: Callable[..., Any], resource: str, key: str | None,
-                 scope: str | None, store: Store | None, name: str | None) -> None:
+                 scope: str | None, store: Store | str | None, name: str | None) -> None:
         if scope not in (None, "tenant", "global"):
             raise ConfigurationError(f"invalidates scope must be 'tenant', 'global' or None, "
                                      f"not {scope!r}")
+        store = config.resolve_store(store)
         if store is not None:
             generations_for(store)  # the same refusal as tool_cache(store=...)
         self.fn = fn
@@ -115,7 +116,7 @@ def invalidates(
     *,
     key: str | None = None,
     scope: str | None = None,
-    store: Store | None = None,
+    store: Store | str | None = None,
     name: str | None = None,
 ) -> Callable[[F], F]:
     """Mark a write tool: entries of ``resource`` are invalidated before and after it runs.
@@ -125,6 +126,7 @@ def invalidates(
     invalidates the current session's tenant (or everyone's global entries outside a
     tenant session), ``"global"`` every tenant. O(1): generation counters, never a scan.
     The second invalidation runs even when the write raises (it may have half-happened).
+    ``store`` as ``tool_cache(store=...)`` takes it: a ``Store`` or a URL.
     """
 
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:

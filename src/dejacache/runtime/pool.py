@@ -30,7 +30,6 @@ import contextvars
 import dataclasses
 import inspect
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
@@ -38,6 +37,7 @@ from concurrent import futures
 from types import TracebackType
 from typing import Any, Generic, Literal, TypeVar
 
+from .._core.durations import Duration, seconds
 from ..errors import ConfigurationError, PoolError
 from ..keys import KeyBuilder
 from . import _lease_threads
@@ -141,6 +141,38 @@ def _session_id(key: Hashable) -> str:
     return key if isinstance(key, str) else repr(key)
 
 
+_DEFAULT_SIGNATURE = ("model", "provider", "base_url", "api_key", "toolsets", "system_prompt")
+
+
+def _factory_takes(factory: Callable[..., Any]) -> tuple[str, ...] | None:
+    """The config names ``factory(**config)`` can be given; None when any name can be
+    (``**kwargs``) or its signature cannot be read."""
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+
+
+def _never_given(names: Iterable[str], takes: tuple[str, ...], factory: Any,
+                 what: str) -> ConfigurationError | None:
+    """The error for signature names ``factory`` never takes, if there are any. Such a name
+    always reads as "no value", so a change of the value it was meant to watch (a misspelt
+    ``"modle"``) would keep reusing the old agent."""
+    never = [n for n in names if n not in takes]
+    if not never:
+        return None
+    fname = getattr(factory, "__qualname__", type(factory).__qualname__)
+    them = "that name" if len(never) == 1 else "those names"
+    return ConfigurationError(
+        f"AgentPool {what} {', '.join(map(repr, never))} but the factory never gets {them} "
+        f"({fname} takes {', '.join(takes) or 'no names'}). A name the config never "
+        "supplies reads as no value on every turn, so a change of the value it was meant to "
+        "watch would reuse the old agent; fix the name")
+
+
 class AgentPool(Generic[A]):
     """Keeps one agent per session key while its signature matches; bounded, thread- and
     asyncio-safe.
@@ -155,10 +187,9 @@ class AgentPool(Generic[A]):
         self,
         factory: Callable[..., A],
         *,
-        signature: Iterable[str] | Callable[[Mapping[str, Any]], Any] = (
-            "model", "provider", "base_url", "api_key", "toolsets", "system_prompt"),
+        signature: Iterable[str] | Callable[[Mapping[str, Any]], Any] = _DEFAULT_SIGNATURE,
         max_size: int = 128,
-        idle_ttl: float = 3600.0,
+        idle_ttl: Duration = 3600.0,
         on_evict: Callable[[A], Any] | None = None,
         concurrent: Literal["wait", "refuse"] = "wait",
         clock: Callable[[], float] = time.monotonic,
@@ -168,11 +199,8 @@ class AgentPool(Generic[A]):
                                      f"{type(factory).__name__}")
         if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1:
             raise ConfigurationError(f"AgentPool max_size must be an int >= 1, got {max_size!r}")
-        if (isinstance(idle_ttl, bool) or not isinstance(idle_ttl, (int, float))
-                or not math.isfinite(idle_ttl) or idle_ttl <= 0):
-            raise ConfigurationError(
-                f"AgentPool idle_ttl must be a finite number of seconds > 0, got {idle_ttl!r}: "
-                "the pool is always bounded (hermes-agent #25315 grew to 37 GB without one)")
+        idle_seconds = seconds(idle_ttl, "AgentPool idle_ttl", hint="the pool is always "
+                               "bounded: hermes-agent #25315 grew to 37 GB without one")
         if on_evict is not None and (not callable(on_evict)
                                      or inspect.iscoroutinefunction(on_evict)):
             raise ConfigurationError(
@@ -183,6 +211,10 @@ class AgentPool(Generic[A]):
                 f"AgentPool concurrent must be 'wait' or 'refuse', got {concurrent!r}")
         self._names: frozenset[str] | None
         self._sigfn: Callable[[Mapping[str, Any]], Any] | None
+        # What the factory can be given: signature names outside it are refused now; with
+        # ``**kwargs`` a turn's config is checked instead (``_check_given``).
+        self._takes = _factory_takes(factory)
+        self._given_each_turn = False
         if callable(signature):
             self._names, self._sigfn = None, signature
         else:
@@ -192,9 +224,16 @@ class AgentPool(Generic[A]):
                     f"AgentPool signature must be config names (str) or a callable, "
                     f"got {signature!r}")
             self._names, self._sigfn = frozenset(names), None
+            # The default names are a guess at common factories, not the user's words: a
+            # factory lacking some of them just never gets them.
+            if signature is not _DEFAULT_SIGNATURE:
+                if self._takes is None:
+                    self._given_each_turn = True
+                elif err := _never_given(names, self._takes, factory, "signature names"):
+                    raise err
         self.factory = factory
         self.max_size = max_size
-        self.idle_ttl = float(idle_ttl)
+        self.idle_ttl = idle_seconds
         self.on_evict = on_evict
         self.concurrent = concurrent
         self._clock = clock
@@ -312,15 +351,38 @@ class AgentPool(Generic[A]):
         if self._names is not None:
             inputs: Mapping[str, Any] = {n: config.get(n) for n in self._names}
             outside = tuple(n for n in config if n not in self._names)
+            if outside and self._given_each_turn:
+                self._check_given(config, outside)
         else:
             assert self._sigfn is not None
             rec = _Recorder(config)
             raw = self._sigfn(rec)
+            if self._takes is not None and (
+                    err := _never_given(sorted(rec.read), self._takes, self.factory,
+                                        "signature reads")):
+                raise err
             inputs = raw if isinstance(raw, Mapping) else {"signature": raw}
             outside = tuple(n for n in config if n not in rec.read)
         # Missing and None agree, so adding an optional name does not rebuild every agent.
         inputs = {k: v for k, v in inputs.items() if v is not None}
         return _KEYS.key(_NAMESPACE, (), inputs), outside
+
+    def _check_given(self, config: Mapping[str, Any], outside: tuple[str, ...]) -> None:
+        """A turn of a factory taking ``**kwargs`` (any name could be a parameter) whose config
+        has names outside the signature, which a reuse sets on the agent. A signature name
+        the config lacks is then refused: were it a typo (``"modle"``), the value it was meant
+        to watch is among those names, and a change of it would be set on the old agent
+        instead of rebuilding it. With every config name inside the signature nothing is set
+        in place, and a missing name is only a value left out."""
+        assert self._names is not None
+        missing = sorted(n for n in self._names if n not in config)
+        if missing:
+            raise ConfigurationError(
+                f"AgentPool signature names {', '.join(map(repr, missing))} but this turn's "
+                f"config does not, while it carries names outside the signature "
+                f"({', '.join(outside)}) that a reuse sets on the agent. The factory takes "
+                "**kwargs, so the pool cannot tell a misspelt name from a value left out: "
+                f"fix the name, or pass {missing[0]}=None when there is no value")
 
     # ------------------------------------------------------------------ turns
 

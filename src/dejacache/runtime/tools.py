@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, overload
 
+from ..config import Duration
 from ..stores._base import Store
 from ._cached import ToolCache, wrap_cached
 from ._decorate import F, function_only
@@ -37,14 +38,14 @@ def tool_cache(
     *,
     resource: str | None = None,
     scope: str = "tenant",
-    ttl: float | None = 3600.0,
+    ttl: Duration | None = 3600.0,
     maxsize: int = 1024,
     key: str | None = None,
     max_bytes: int = 1024 * 1024,
-    store: Store | None = None,
+    store: Store | str | None = None,
     name: str | None = None,
     ignore: Iterable[str] = (),
-    counter_max_age: float = 0.0,
+    counter_max_age: Duration = 0.0,
 ) -> Callable[[F], F]: ...
 
 
@@ -54,27 +55,29 @@ def tool_cache(
     *,
     resource: str | None = None,
     scope: str = "tenant",
-    ttl: float | None = 3600.0,
+    ttl: Duration | None = 3600.0,
     maxsize: int = 1024,
     key: str | None = None,
     max_bytes: int = 1024 * 1024,
-    store: Store | None = None,
+    store: Store | str | None = None,
     name: str | None = None,
     ignore: Iterable[str] = (),
-    counter_max_age: float = 0.0,
+    counter_max_age: Duration = 0.0,
 ) -> Any:
     """Cache a read tool's results per canonical arguments, tenant-isolated (sync or async).
 
     ``resource`` names what the tool reads (for ``@invalidates``; default: the tool's name);
     ``scope`` is ``"tenant"`` (default), ``"session"`` or ``"global"``; ``key`` an entity
     template such as ``"cart:{user_id}"`` so writes to one entity leave the others cached.
-    ``ttl`` seconds (None: no expiry), ``maxsize`` entries of the in-process store used when
-    no store is configured, ``max_bytes`` the largest encoded result stored. ``store``
-    overrides the store (default: the one given to ``configure(store=...)``, else an
-    in-process LRU). A store whose entries outlive the process keeps the generation
-    counters too (SQLite, Redis, or the tier behind a ``TieredStore``); one that cannot is
-    refused with ``ConfigurationError``. ``counter_max_age`` (seconds) lets such a tool reuse
-    counters that long instead of reading them on every call.
+    ``ttl`` how long an entry lives (seconds, a ``timedelta`` or text such as ``"5m"``;
+    None: no expiry), ``maxsize`` entries of the in-process store used when no store is
+    configured, ``max_bytes`` the largest encoded result stored. ``store`` overrides the
+    store, as a ``Store`` or a URL as ``configure(store=...)`` takes it (default: the one
+    given to ``configure``, else an in-process LRU). A store whose entries outlive the
+    process keeps the generation counters too (SQLite, Redis, or the tier behind a
+    ``TieredStore``); one that cannot is refused with ``ConfigurationError``.
+    ``counter_max_age`` (a duration, default 0) lets such a tool reuse counters that long
+    instead of reading them on every call.
 
     Not cached: exceptions, results marked ``is_error``/``isError``, results over
     ``max_bytes``. Identical concurrent misses run the tool once.

@@ -38,7 +38,8 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ..errors import ConfigurationError
+from .._core.durations import Duration, seconds
+from ..errors import ConfigurationError, StoreUnavailable
 from ._base import BaseStore, Record, StoreStats
 from ._breaker import CircuitBreaker, Decision
 
@@ -133,6 +134,8 @@ class RedisStore(BaseStore):
     not a dejacache record are a miss and are deleted. ``read_only=True`` serves reads and
     silently skips every write (fork pull requests reading a team cache). A URL may carry
     both: ``redis://host:6379/0?read_only=1&key_prefix=myteam`` (handy in CI variables).
+    ``fail_open=False`` raises ``StoreUnavailable`` instead of answering as if Redis were
+    empty: for a person asking what the store holds (``dejacache stats``), not for calls.
     """
 
     def __init__(
@@ -141,13 +144,14 @@ class RedisStore(BaseStore):
         *,
         key_prefix: str = "dejacache",
         async_client: Any = None,
-        timeout: float = 0.05,
-        connect_timeout: float = 0.05,
+        timeout: Duration = 0.05,
+        connect_timeout: Duration = 0.05,
         read_only: bool = False,
         failures: int = 3,
-        failure_budget: float = 0.025,
-        cooldown: float = 1.0,
+        failure_budget: Duration = 0.025,
+        cooldown: Duration = 1.0,
         breaker: CircuitBreaker | None = None,
+        fail_open: bool = True,
     ) -> None:
         if isinstance(client_or_url, str):
             client_or_url, own = _own_options(client_or_url)
@@ -157,10 +161,13 @@ class RedisStore(BaseStore):
             raise ConfigurationError("RedisStore key_prefix must be a non-empty string")
         self.key_prefix = key_prefix
         self.read_only = read_only
-        self.timeout = timeout
-        self.connect_timeout = connect_timeout
-        self.breaker = breaker or CircuitBreaker(threshold=failures, budget=failure_budget,
-                                                 cooldown=cooldown)
+        self.fail_open = fail_open
+        self.timeout = seconds(timeout, "RedisStore timeout")
+        self.connect_timeout = seconds(connect_timeout, "RedisStore connect_timeout")
+        self.breaker = breaker or CircuitBreaker(
+            threshold=failures, budget=seconds(failure_budget, "RedisStore failure_budget",
+                                               zero=True),
+            cooldown=seconds(cooldown, "RedisStore cooldown", zero=True))
         self._url: str | None = None
         self._client: Any = None
         self._aclient: Any = async_client
@@ -238,6 +245,8 @@ class RedisStore(BaseStore):
         decision = self.breaker.allow()
         if decision is Decision.CALL:
             return True
+        if not self.fail_open:
+            raise StoreUnavailable("Redis failed recently; skipping it", backend=self.url)
         if decision is Decision.PROBE:
             if inline_probe:
                 return True  # no sync client to probe with: this call is the probe
@@ -262,6 +271,8 @@ class RedisStore(BaseStore):
             log.warning("dejacache: Redis at %s is reachable again; using it", self.url)
 
     def _failed(self, exc: BaseException, t0: float) -> None:
+        if not self.fail_open:
+            raise StoreUnavailable(f"Redis did not answer ({exc})", backend=self.url) from exc
         if self.breaker.failure(time.perf_counter() - t0):
             log.warning("dejacache: Redis at %s is failing (%r); skipping it for %.3gs, then "
                         "probing", self.url, exc, self.breaker.cooldown)

@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from .._core.durations import Duration, seconds
 from .._frozen import shared_size
 from .._paths import default_cache_dir
 from ..codec import checked_plain_body
@@ -310,7 +311,7 @@ class SQLiteStore(BaseStore):
         self,
         path: str | os.PathLike[str] | None = None,
         *,
-        timeout: float = 30.0,
+        timeout: Duration = 30.0,
         readonly: bool = False,
         pragmas: Mapping[str, int | str] | None = None,
     ) -> None:
@@ -326,7 +327,7 @@ class SQLiteStore(BaseStore):
         self._known: dict[str, tuple[Any, memoryview, Any]] = {}
         self._known_bytes = 0
         self.url = f"sqlite:///{self.path}"
-        self.timeout = timeout
+        self.timeout = seconds(timeout, "SQLiteStore timeout", zero=True)
         self.readonly = readonly
         self.pragmas = dict(pragmas or {})
         for k, v in self.pragmas.items():

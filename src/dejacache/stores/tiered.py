@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from .._core.durations import Duration, seconds
 from ._base import BaseStore, Record, Store, StoreStats
 
 __all__ = ["TieredStore"]
@@ -38,13 +39,15 @@ def _min_ttl(a: float | None, b: float | None) -> float | None:
 class TieredStore(BaseStore):
     """``TieredStore(MemoryStore(), RedisStore(url))``: local hits at memory speed, a miss
     falls through to the shared tier and is copied to the front. See the module docstring
-    for the staleness bound (``front_ttl`` seconds; ``None`` lets front copies live as long
-    as the entry's TTL)."""
+    for the staleness bound (``front_ttl``, a duration: seconds, a ``timedelta`` or text such
+    as ``"1m"``; ``None`` lets front copies live as long as the entry's TTL)."""
 
-    def __init__(self, front: Store, back: Store, *, front_ttl: float | None = 60.0) -> None:
+    def __init__(self, front: Store, back: Store, *,
+                 front_ttl: Duration | None = 60.0) -> None:
         self.front = front
         self.back = back
-        self.front_ttl = front_ttl
+        self.front_ttl = (None if front_ttl is None
+                          else seconds(front_ttl, "TieredStore front_ttl", zero=True))
         self.url = back.url  # the shared tier is the source of truth named in messages
 
     def _fill(self, key: str, record: Record, remaining: float | None) -> None:

@@ -53,8 +53,10 @@ def test_an_existing_output_is_kept_unless_forced(tmp_path: pathlib.Path) -> Non
     src.write_text('{"version": 1, "steps": []}')
     out = tmp_path / "out.json"
     out.write_text("keep me")
-    with pytest.raises(dejacache.ConfigurationError, match="exists"):
+    with pytest.raises(dejacache.ConfigurationError, match="exists") as info:
         import_file(src, out)
+    assert "pass overwrite=True to replace it" in str(info.value)  # Python's word, not a flag
+    assert "--force" not in str(info.value)
     assert out.read_text() == "keep me"
     with pytest.raises(dejacache.ConfigurationError, match="is the file being imported"):
         import_file(src, src, overwrite=True)

@@ -9,6 +9,7 @@ gateway's soft release: clients closed, session tool state kept).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import itertools
 import threading
 from collections.abc import Iterator
@@ -24,13 +25,15 @@ from dejacache.runtime import current_session
 
 
 class Built:
-    """The factory: real ``AIAgent``s, counted."""
+    """The factory: real ``AIAgent``s, counted. It shows the pool ``AIAgent``'s parameters,
+    so signature names are checked against them once, at construction."""
 
     def __init__(self) -> None:
         from run_agent import AIAgent
 
         self.cls = AIAgent
         self.agents: list[Any] = []
+        self.__signature__ = inspect.signature(AIAgent)
 
     def __call__(self, **config: Any) -> Any:
         agent = self.cls(**config)

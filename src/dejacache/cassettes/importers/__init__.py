@@ -180,12 +180,28 @@ def import_file(
     ``redact``: extra names, paths and patterns, as ``cassette(redact=)`` takes them.
     ``out`` must not exist unless ``overwrite``.
     """
+    return run_import(path, out, functions=functions, cache_key=cache_key, redact=redact,
+                      overwrite=overwrite, overwrite_hint="overwrite=True")
+
+
+def run_import(
+    path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    functions: Mapping[str, FunctionSpec] | None,
+    cache_key: str | None,
+    redact: Iterable[str | re.Pattern[str]],
+    overwrite: bool,
+    overwrite_hint: str,
+) -> ImportReport:
+    """:func:`import_file`, for a caller that asks for ``overwrite`` its own way
+    (``overwrite_hint``: the CLI's ``--force``), so a refusal names what its user wrote."""
     src = pathlib.Path(path)
     dst = pathlib.Path(out)
     raw = _read(src)
     fmt_name, doc = _parse(src, raw)
     if dst.exists() and not overwrite:
-        raise ConfigurationError(f"{dst} exists; pass overwrite=True (--force) to replace it")
+        raise ConfigurationError(f"{dst} exists; pass {overwrite_hint} to replace it")
     if dst.resolve() == src.resolve():
         raise ConfigurationError(f"the output {dst} is the file being imported")
     fns = {k: resolve_function(v, k) for k, v in (functions or {}).items()}

@@ -22,13 +22,13 @@ def _functions(specs: list[str]) -> dict[str, str]:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    from . import import_file
+    from . import run_import
 
     if args.path_entry:  # "module:attr" lookups import from the working directory
         sys.path.insert(0, ".")
-    report = import_file(args.file, args.output, functions=_functions(args.function),
-                         cache_key=args.cache_key, redact=tuple(args.redact),
-                         overwrite=args.force)
+    report = run_import(args.file, args.output, functions=_functions(args.function),
+                        cache_key=args.cache_key, redact=tuple(args.redact),
+                        overwrite=args.force, overwrite_hint="--force")
     for line in report.lines():
         print(line)
     if report.secrets_in_output:  # pragma: no cover - the redactor masks every shape scan finds
