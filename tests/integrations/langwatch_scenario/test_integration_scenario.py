@@ -360,3 +360,105 @@ async def test_langwatch_reporting_passes_through_unrecorded(
     assert outcome(again) == outcome(first)
     integration.uninstall()
     assert "localhost" not in os.environ.get("DEJACACHE_IGNORE_HOSTS", "")
+
+
+# ---------------------------------------------------------------- the drop-in's namespace
+
+
+class DropInAgent(OpenAIAgent):
+    """The agent under test with dejacache's drop-in for ``@scenario.cache`` on its call."""
+
+    calls = 0
+
+    @integration.cache(ignore=["self"])
+    async def call(self, input: scenario.AgentInput) -> str:
+        type(self).calls += 1
+        return await super().call(input)
+
+
+@integration.cache
+def ask(base_url: str, question: str) -> str:
+    """A cached helper a suite calls outside any run (fixtures, setup, a script)."""
+    with openai.OpenAI(base_url=base_url, api_key="sk-agent-test-key-987654") as client:
+        r = client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": question}])
+    return r.choices[0].message.content or ""
+
+
+async def scripted(provider: Any, run: Any = None, **kw: Any) -> Any:
+    run = run or scenario.run
+    return await run(name="Scripted", description="A customer asks for a refund",
+                     agents=[DropInAgent(provider.base_url), scenario.UserSimulatorAgent()],
+                     script=[scenario.user("i want a refund"), scenario.agent(),
+                             scenario.succeed()], **kw)
+
+
+def missed(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was raised because of, a ``ReplayMiss``."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, dejacache.ReplayMiss):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+@pytest.mark.parametrize("installed", [False, True], ids=["drop-in alone", "installed"])
+def test_cache_drop_in_outside_a_run_follows_the_configured_cache_key(
+        provider: Any, scenario_config: Any, installed: bool) -> None:
+    """Recorded under "suite-v1" (SQLite, the default store), replayed with the provider
+    stopped: "suite-v2" misses, "suite-v1" again hits, whether or not runs are installed."""
+    if installed:
+        integration.install()
+    scenario.configure(cache_key="suite-v1")
+    recorded = ask(provider.base_url, "is the kettle covered?")
+    provider.stop()
+    dejacache.configure(mode="replay")
+
+    scenario.configure(cache_key="suite-v2")
+    with pytest.raises(dejacache.ReplayMiss, match="suite-v2"):
+        ask(provider.base_url, "is the kettle covered?")
+    scenario.configure(cache_key="suite-v1")
+    assert ask(provider.base_url, "is the kettle covered?") == recorded
+
+
+@pytest.mark.parametrize("installed", [False, True], ids=["drop-in alone", "installed"])
+async def test_cache_drop_in_inside_a_run_follows_the_configured_cache_key(
+        provider: Any, scenario_config: Any, tmp_path: pathlib.Path,
+        monkeypatch: pytest.MonkeyPatch, installed: bool) -> None:
+    if installed:
+        monkeypatch.setattr(pytest_plugin, "_CURRENT_ITEM", None)
+        integration.install(cassette_dir=tmp_path)
+    DropInAgent.calls = 0
+    scenario.configure(cache_key="suite-v1")
+    first = await scripted(provider)
+    assert DropInAgent.calls == 1
+    provider.stop()
+    dejacache.configure(mode="replay")
+
+    scenario.configure(cache_key="suite-v2")
+    # without install() scenario wraps the miss in a RuntimeError of its own
+    with pytest.raises(Exception) as info:
+        await scripted(provider)
+    assert missed(info.value), info.value
+    scenario.configure(cache_key="suite-v1")
+    again = await scripted(provider)
+    assert outcome(again) == outcome(first)
+    assert DropInAgent.calls == 1
+
+
+async def test_cache_drop_in_after_arun_is_outside_that_run(
+        provider: Any, scenario_config: Any) -> None:
+    """``arun`` runs in the caller's task and leaves scenario's context variable pointing at
+    the finished run: a call after it keys by the configured cache_key, not that run's."""
+    scenario.configure(cache_key="suite-v1")
+    recorded = ask(provider.base_url, "is the kettle covered?")
+    await scripted(provider, run=scenario.arun, cache_key="suite-v1")
+    provider.stop()
+    dejacache.configure(mode="replay")
+
+    scenario.configure(cache_key="suite-v2")
+    with pytest.raises(dejacache.ReplayMiss, match="suite-v2"):
+        ask(provider.base_url, "is the kettle covered?")
+    scenario.configure(cache_key="suite-v1")
+    assert ask(provider.base_url, "is the kettle covered?") == recorded
