@@ -136,7 +136,9 @@ def install(
     Idempotent: a second call only replaces the options. ``mode`` overrides the usual default
     (``configure(mode=)``, ``DEJACACHE_MODE``, ``replay`` under ``CI``, else ``auto``; under
     pytest ``--dejacache-mode`` and the marker win); ``volatile`` adds field names, dotted
-    paths or compiled regexes to the judge-trace pattern; ``redact`` as for ``cassette``.
+    paths or compiled regexes to the judge-trace pattern (a path none of a run's requests
+    matched is named in a ``DejacacheWarning`` when the run ends); ``redact`` as for
+    ``cassette``.
     """
     global _OPTIONS, _ENV_BEFORE
     sc = _scenario()

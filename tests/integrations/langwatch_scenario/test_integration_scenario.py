@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import pathlib
+import re
 import sys
 from typing import Any
 
@@ -316,52 +317,6 @@ async def test_cache_drop_in_keys_by_the_runs_cache_key(provider: Any, scenario_
     assert provider.kinds() == ["agent", "agent"]
 
 
-@pytest.mark.usefixtures("outside_pytest")
-async def test_langwatch_reporting_passes_through_unrecorded(
-        provider: Any, scenario_config: Any, tmp_path: pathlib.Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """With LANGWATCH_API_KEY set, scenario posts run events from a bare worker thread; they
-    reach LangWatch live and never enter the cassette."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    posts: list[str] = []
-
-    class LangWatch(BaseHTTPRequestHandler):
-        def log_message(self, *a: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("content-length") or 0))
-            posts.append(self.path)
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", "2")
-            self.end_headers()
-            self.wfile.write(b"{}")
-
-    # Left running until the process ends: with the key set, the langwatch SDK also starts a
-    # span exporter of its own that flushes to this endpoint at interpreter exit.
-    server = ThreadingHTTPServer(("127.0.0.1", 0), LangWatch)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    # "localhost": another host name than the provider's 127.0.0.1, as in real life
-    monkeypatch.setenv("LANGWATCH_ENDPOINT", f"http://localhost:{server.server_address[1]}")
-    monkeypatch.setenv("LANGWATCH_API_KEY", "lw-test-key")
-    integration.install(cassette_dir=tmp_path)
-    first = await refund(provider)
-    recorded = provider.count()
-    assert posts, "scenario reported nothing to LangWatch"
-    assert "scenario-events" not in (tmp_path / "refund-request.json").read_text()
-    monkeypatch.setenv("CI", "true")
-    before = len(posts)
-    again = await refund(provider)
-    assert provider.count() == recorded and len(posts) > before
-    assert outcome(again) == outcome(first)
-    integration.uninstall()
-    assert "localhost" not in os.environ.get("DEJACACHE_IGNORE_HOSTS", "")
-
-
 # ---------------------------------------------------------------- the drop-in's namespace
 
 
@@ -462,3 +417,97 @@ async def test_cache_drop_in_after_arun_is_outside_that_run(
         ask(provider.base_url, "is the kettle covered?")
     scenario.configure(cache_key="suite-v1")
     assert ask(provider.base_url, "is the kettle covered?") == recorded
+
+
+# ---------------------------------------------------------------- volatile paths
+
+
+@pytest.mark.usefixtures("outside_pytest")
+async def test_a_volatile_path_that_never_matches_is_named_by_a_warning(
+        provider: Any, scenario_config: Any, tmp_path: pathlib.Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A typo in ``install(volatile=...)`` leaves the field it meant in the keys: each run
+    says so, naming the path and its cassette, recording and replaying alike."""
+    integration.install(cassette_dir=tmp_path, volatile=["body.nonexistent_root.x"])
+    typo = (r"volatile path 'body\.nonexistent_root\.x' from cassette "
+            rf"{re.escape(str(tmp_path / 'refund-request.json'))} never matched")
+    with pytest.warns(dejacache.DejacacheWarning, match=typo):
+        first = await refund(provider)
+    recorded = provider.count()
+    provider.stop()
+    monkeypatch.setenv("CI", "true")
+    with pytest.warns(dejacache.DejacacheWarning, match=typo):
+        again = await refund(provider)
+    assert provider.count() == recorded
+    assert outcome(again) == outcome(first)
+
+
+@pytest.mark.usefixtures("outside_pytest")
+async def test_volatile_paths_that_match_say_nothing(
+        provider: Any, scenario_config: Any, tmp_path: pathlib.Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Paths every request has (as written for the body, or relative to it) never warn: the
+    suite runs with -W error."""
+    integration.install(cassette_dir=tmp_path, volatile=["body.model", "messages[0].role"])
+    first = await refund(provider)
+    recorded = provider.count()
+    provider.stop()
+    monkeypatch.setenv("CI", "true")
+    again = await refund(provider)
+    assert provider.count() == recorded
+    assert outcome(again) == outcome(first)
+
+
+# Last in the file on purpose: with the key set, the langwatch SDK starts a span exporter that
+# stays for the rest of the process and posts to the fake LangWatch on a timer; a test after
+# this one could see its sockets closed late (a ResourceWarning, an error under -W error).
+@pytest.mark.usefixtures("outside_pytest")
+async def test_langwatch_reporting_passes_through_unrecorded(
+        provider: Any, scenario_config: Any, tmp_path: pathlib.Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With LANGWATCH_API_KEY set, scenario posts run events from a bare worker thread; they
+    reach LangWatch live and never enter the cassette."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    posts: list[str] = []
+
+    class LangWatch(BaseHTTPRequestHandler):
+        def log_message(self, *a: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            posts.append(self.path)
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", "2")
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+    # Left running until the process ends: with the key set, the langwatch SDK also starts a
+    # span exporter of its own that flushes to this endpoint at interpreter exit.
+    server = ThreadingHTTPServer(("127.0.0.1", 0), LangWatch)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # "localhost": another host name than the provider's 127.0.0.1, as in real life
+    monkeypatch.setenv("LANGWATCH_ENDPOINT", f"http://localhost:{server.server_address[1]}")
+    monkeypatch.setenv("LANGWATCH_API_KEY", "lw-test-key")
+    # The langwatch SDK copies the key onto its Client class, where scenario's reporter finds
+    # it after the variable is gone: put it back, or later tests post to the default host.
+    from langwatch.client import Client
+
+    monkeypatch.setattr(Client, "_api_key", Client._api_key)
+    monkeypatch.setattr(Client, "_endpoint_url", Client._endpoint_url)
+    integration.install(cassette_dir=tmp_path)
+    first = await refund(provider)
+    recorded = provider.count()
+    assert posts, "scenario reported nothing to LangWatch"
+    assert "scenario-events" not in (tmp_path / "refund-request.json").read_text()
+    monkeypatch.setenv("CI", "true")
+    before = len(posts)
+    again = await refund(provider)
+    assert provider.count() == recorded and len(posts) > before
+    assert outcome(again) == outcome(first)
+    integration.uninstall()
+    assert "localhost" not in os.environ.get("DEJACACHE_IGNORE_HOSTS", "")
