@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dejacache import ConfigurationError
+from dejacache._core import volatile
 from dejacache._core.volatile import (
     PLACEHOLDER,
     apply,
@@ -161,6 +162,19 @@ def test_a_match_inside_a_nested_watch_counts_for_the_outer_one() -> None:
 def test_unwatch_from_another_context_reports_nothing() -> None:
     assert unwatch(object()) is None
     assert never_matched(None, declared_paths(["body.x"])) == []
+
+
+def test_a_watch_past_its_bound_reports_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Paths declared without end (new ones per block) cannot grow a watch without bound; a
+    watch that had to stop noting says nothing rather than guess."""
+    monkeypatch.setattr(volatile, "MAX_NOTED", 3)
+    owner = object()
+    watch(owner)
+    many = [("body", f"field{i}") for i in range(10)]
+    apply(REQUEST, tuple(many), ())
+    w = unwatch(owner)
+    assert w is not None and len(w.tried) == 3 and w.full
+    assert never_matched(w, declared_paths(["body.field0"])) == []
 
 
 def test_declared_paths_keep_paths_only() -> None:

@@ -217,14 +217,19 @@ def under(paths: tuple[Path, ...], roots: frozenset[str], default: str) -> tuple
 # ------------------------------------------------------------------ paths that never match
 
 
+#: Distinct paths one watch keeps. Calls add none of their own (only declared paths are
+#: noted), but a program declaring new paths without end would grow the process watch; past
+#: this a watch reports nothing rather than guess.
+MAX_NOTED = 4096
+
+
 class PathWatch:
     """The paths the calls keyed under it tried and never matched (``tried``) or matched.
 
     A note goes to the enclosing watches too, so a block's path that matched inside a nested
-    block counts; a watch already holding a note stops there (its enclosing ones hold it).
-    The sets are bounded by the paths declared anywhere: calls add no new ones."""
+    block counts; a watch already holding a note stops there (its enclosing ones hold it)."""
 
-    __slots__ = ("matched", "owner", "parent", "token", "tried")
+    __slots__ = ("full", "matched", "owner", "parent", "token", "tried")
 
     def __init__(self, parent: PathWatch | None, owner: object = None) -> None:
         self.parent = parent
@@ -232,6 +237,7 @@ class PathWatch:
         self.token: contextvars.Token[PathWatch] | None = None
         self.tried: set[Path] = set()
         self.matched: set[Path] = set()
+        self.full = False
 
     def note(self, path: Path, hit: bool) -> None:
         w: PathWatch | None = self
@@ -239,7 +245,10 @@ class PathWatch:
             seen = w.matched if hit else w.tried
             if path in seen:
                 return
-            seen.add(path)
+            if len(seen) < MAX_NOTED:
+                seen.add(path)
+            else:
+                w.full = True
             w = w.parent
 
 
@@ -284,7 +293,7 @@ def never_matched(w: PathWatch | None, declared: Mapping[str, tuple[Path, ...]]
                   ) -> list[tuple[str, str]]:
     """``(text, first name)`` of each declared path that calls under ``w`` tried and none
     matched."""
-    if w is None:
+    if w is None or w.full:
         return []
     out = []
     for text, forms in declared.items():
