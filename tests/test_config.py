@@ -274,3 +274,27 @@ def test_every_duration_setting_takes_the_same_forms(tmp_path: pathlib.Path) -> 
         with pytest.raises(ConfigurationError, match=f"{what} must be a duration") as info:
             give("soon")
         assert "'soon'" in str(info.value), what
+
+
+@pytest.mark.parametrize(("spec", "warned"), [("body.nonexistent_root.x", True),
+                                              ("body.model,request.x", False)])
+def test_global_volatile_paths_are_checked_when_the_process_exits(
+        tmp_path: pathlib.Path, spec: str, warned: bool) -> None:
+    """``configure``/``DEJACACHE_VOLATILE`` paths belong to no block: a path some call tried
+    and none matched in the whole process is reported at exit."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import dejacache\n"
+              "@dejacache.cache\n"
+              "def chat(body):\n"
+              "    return len(body)\n"
+              "chat({'model': 'm', 'messages': []})\n"
+              "chat({'model': 'n', 'messages': []})\n")
+    env = {**os.environ, "DEJACACHE_VOLATILE": spec, "DEJACACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=60, check=True)
+    assert ("volatile path 'body.nonexistent_root.x' from configure(volatile=...) or "
+            "DEJACACHE_VOLATILE never matched" in out.stderr) is warned, out.stderr
+    assert "request.x" not in out.stderr  # never tried: no call had a ``request``

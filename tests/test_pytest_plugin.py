@@ -119,6 +119,28 @@ def test_forced_replay():
     res.assert_outcomes(passed=3)
 
 
+def test_a_marker_volatile_path_that_never_matched_is_named(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=AGENT + """
+@dejacache.cache(name="plan")
+def plan(request):
+    return len(request)
+
+@pytest.mark.dejacache(volatile=["request.nonexistent_root.x"])
+def test_typo():
+    plan({"text": "plan a trip"})
+
+@pytest.mark.dejacache(volatile=["request.run_id"])
+def test_matched():
+    plan({"text": "plan a trip", "run_id": 7})
+""")
+    res = run(pytester, "-W", "error::dejacache.DejacacheWarning")
+    res.assert_outcomes(passed=2, errors=1)  # raised at the typo's teardown
+    res.stdout.fnmatch_lines(["*ERROR at teardown of test_typo*",
+                              "*volatile path 'request.nonexistent_root.x' from cassette *"
+                              "test_typo.json never matched*"])
+    assert _cassette(pytester, "test_typo").exists()  # saved before the warning was raised
+
+
 def test_prune_option_and_unused_report(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_agent=AGENT + """
 import os

@@ -405,3 +405,33 @@ def test_executor_carry_is_installed_only_while_a_block_is_open() -> None:
             assert _threads.patched()
         assert _threads.patched()
     assert not _threads.patched()
+
+
+@dejacache.cache(name="scope.lookup")
+def lookup(request: dict[str, Any]) -> int:
+    return len(request)
+
+
+def test_a_volatile_path_that_never_matched_warns_at_exit(store: dejacache.MemoryStore) -> None:
+    typo = (r"volatile path 'request\.nonexistent_root\.x' from scope\("
+            r".*never matched: calls keyed under it had 'request'")
+    with pytest.warns(dejacache.DejacacheWarning, match=typo), \
+            dejacache.scope(volatile=["request.meta.run", "request.nonexistent_root.x"]):
+        lookup({"meta": {"run": 1}})
+        lookup({"meta": {"run": 2}})
+
+
+def test_volatile_paths_that_matched_or_were_never_tried_stay_quiet(
+        store: dejacache.MemoryStore) -> None:
+    # (the suite runs with -W error: any warning fails the test)
+    with dejacache.scope(volatile=["request.meta.run"]):
+        lookup({"other": 1})
+        lookup({"meta": {"run": 1}})  # matched once: enough
+    with dejacache.scope(volatile=["request.nonexistent_root.x"]):
+        pass  # no call at all
+    with dejacache.scope(volatile=["request.nonexistent_root.x"]):
+        Counter().fn(1)  # no call had a ``request``: the path was never tried
+    # matched in a nested block: counts for the outer one too
+    with dejacache.scope(volatile=["request.meta.run"]), \
+            dejacache.scope(volatile=["request.meta.other"]):
+        lookup({"meta": {"run": 1, "other": 2}})

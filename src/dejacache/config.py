@@ -9,6 +9,7 @@ when a call first uses it).
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import os
 import re
@@ -16,6 +17,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
+from ._core import volatile as _vol
 from ._core.durations import Duration, seconds
 from ._core.volatile import parse as _parse_volatile
 from ._paths import default_cache_dir
@@ -342,3 +344,16 @@ def reset() -> None:
 
 def settings_object() -> _Settings:
     return _SETTINGS
+
+
+@atexit.register
+def _report_global_paths() -> None:
+    """``configure``/``DEJACACHE_VOLATILE`` paths belong to no block: each is checked over
+    the whole process, when it ends."""
+    s = _SETTINGS
+    try:
+        items = s.volatile if s.volatile is not None else env_volatile()
+    except ConfigurationError:  # a malformed variable already failed where it was read
+        return
+    _vol.report(_vol.ROOT, _vol.declared_paths(items),
+                "configure(volatile=...) or DEJACACHE_VOLATILE")

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Generator, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
+from ._core.volatile import BlockPaths
 from .config import (
     GLOBAL,
     UNSET,
@@ -228,6 +229,7 @@ class scope(Block["scope"]):
     ) -> None:
         self.cache_key = cache_key
         self.volatile = volatile_items(volatile)
+        self._paths = BlockPaths(self.volatile, "scope(volatile=...)")
         self.mode = resolve_mode(mode) if mode is not None else None
         self.store = resolve_store(store)
         self._tokens: list[tuple[Effective, contextvars.Token[Effective | None]]] = []
@@ -249,6 +251,7 @@ class scope(Block["scope"]):
     def __enter__(self) -> scope:
         eff = self.effective()
         self._tokens.append((eff, enter(eff)))
+        self._paths.enter()
         return self
 
     def __exit__(
@@ -267,6 +270,7 @@ class scope(Block["scope"]):
             i -= 1
         eff, token = tokens.pop(i if i >= 0 else -1)
         leave(eff, token)
+        self._paths.exit()
 
 
     def run_in_thread(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:

@@ -10,7 +10,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dejacache import ConfigurationError
-from dejacache._core.volatile import PLACEHOLDER, apply, parse, parse_path, under
+from dejacache._core import volatile
+from dejacache._core.volatile import (
+    PLACEHOLDER,
+    apply,
+    declared_paths,
+    never_matched,
+    parse,
+    parse_path,
+    under,
+    unwatch,
+    watch,
+)
 
 
 def test_parse_splits_names_paths_and_patterns() -> None:
@@ -85,3 +96,91 @@ def test_values_differing_only_in_matches_agree_after_apply(base: Any) -> None:
         return v
 
     assert apply(stamp(base, "12:04"), (), (pat,)) == apply(stamp(base, "23:59"), (), (pat,))
+
+
+# ---------------------------------------------------------------- paths that never match
+
+
+def keyed(*calls: dict[str, Any], paths: list[str]) -> list[str]:
+    """Key ``calls`` (top-level mappings, as a function's bound arguments or a request's
+    parts) under a watch for ``paths``; what it reports as never matched."""
+    declared = declared_paths(paths)
+    applied = tuple(dict.fromkeys(f for forms in declared.values() for f in forms))
+    owner = object()
+    watch(owner)
+    for call in calls:
+        apply(call, applied, ())
+    return [text for text, _root in never_matched(unwatch(owner), declared)]
+
+
+REQUEST = {"method": "POST", "path": "/v1/chat/completions",
+           "body": {"model": "m", "messages": [{"role": "user", "content": "hi"}]}}
+
+
+def test_a_path_that_never_matched_is_reported_by_its_text() -> None:
+    assert keyed(REQUEST, paths=["body.nonexistent_root.x"]) == ["body.nonexistent_root.x"]
+    # relative to the body, as HTTP requests read it
+    assert keyed(REQUEST, paths=["nonexistent_root.x"]) == ["nonexistent_root.x"]
+    # a first name no request part or parameter has: the path was never tried there
+    assert keyed(REQUEST, paths=["headers.x-request-id"]) == ["headers.x-request-id"]
+
+
+def test_a_path_that_matched_once_is_not_reported() -> None:
+    plain = {"method": "GET", "path": "/v1/models"}
+    assert keyed(REQUEST, plain, paths=["body.messages[*].content", "messages[0].role",
+                                       "body.model"]) == []
+    other = {"method": "POST", "path": "/v1/x", "body": {"input": "x"}}
+    assert keyed(other, other, REQUEST, paths=["body.model"]) == []
+
+
+def test_nothing_tried_nothing_reported() -> None:
+    assert keyed(paths=["body.nonexistent_root.x"]) == []  # no call at all
+    # a function whose parameters do not include the first name: never tried
+    assert keyed({"question": "x"}, paths=["request.metadata.run"]) == []
+    # a request without a body (GET) never tries a body path
+    assert keyed({"method": "GET", "path": "/v1/models"}, paths=["body.model.x"]) == []
+
+
+def test_function_parameters_are_first_names_too() -> None:
+    assert keyed({"request": {"metadata": {"run": 1}}}, paths=["request.metadata.run"]) == []
+    assert keyed({"request": {"metadata": {}}}, paths=["request.metadata.run"]) == [
+        "request.metadata.run"]
+
+
+def test_a_match_inside_a_nested_watch_counts_for_the_outer_one() -> None:
+    outer_paths = declared_paths(["body.model"])
+    inner_paths = declared_paths(["body.nonexistent_root.x"])
+    outer, inner = object(), object()
+    watch(outer)
+    watch(inner)
+    apply(REQUEST, (("body", "model"), ("body", "nonexistent_root", "x")), ())
+    assert [t for t, _ in never_matched(unwatch(inner), inner_paths)] == [
+        "body.nonexistent_root.x"]
+    assert never_matched(unwatch(outer), outer_paths) == []
+
+
+def test_unwatch_from_another_context_reports_nothing() -> None:
+    assert unwatch(object()) is None
+    assert never_matched(None, declared_paths(["body.x"])) == []
+
+
+def test_a_watch_past_its_bound_reports_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Paths declared without end (new ones per block) cannot grow a watch without bound; a
+    watch that had to stop noting says nothing rather than guess."""
+    monkeypatch.setattr(volatile, "MAX_NOTED", 3)
+    owner = object()
+    watch(owner)
+    many = [("body", f"field{i}") for i in range(10)]
+    apply(REQUEST, tuple(many), ())
+    w = unwatch(owner)
+    assert w is not None and len(w.tried) == 3 and w.full
+    assert never_matched(w, declared_paths(["body.field0"])) == []
+
+
+def test_declared_paths_keep_paths_only() -> None:
+    declared = declared_paths(["trace_id", re.compile("x+"), "re:y+", "messages[0].content",
+                               "body.model"])
+    assert declared == {
+        "messages[0].content": (("messages", 0, "content"), ("body", "messages", 0, "content")),
+        "body.model": (("body", "model"),),
+    }

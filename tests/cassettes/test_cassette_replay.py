@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 
 import orjson
@@ -284,3 +285,19 @@ def test_cache_key_sets_the_namespace(tmp_path, ask):
     with pytest.raises(ReplayMiss), dejacache.cassette(path, mode="replay", cache_key="v2"):
         ask("q")
     assert orjson.loads(path.read_bytes())["entries"][0]["namespace"] == "v1"
+
+
+def test_a_volatile_path_that_never_matched_warns_after_the_file_is_written(tmp_path, model):
+    @dejacache.cache(name="lookup")
+    def lookup(request: dict[str, object]) -> dict[str, object]:
+        return model.answer(str(request))
+
+    path = tmp_path / "c.json"
+    typo = rf"'request\.nonexistent_root\.x' from cassette {re.escape(str(path))}"
+    # under -W error the warning is raised from the block's exit: the recording is kept
+    with pytest.raises(dejacache.DejacacheWarning, match=typo), dejacache.cassette(
+            path, "record", volatile=["request.nonexistent_root.x"]):
+        lookup({"q": "refund?"})
+    with dejacache.cassette(path, "replay"):
+        assert lookup({"q": "refund?"})["answer"] == "{'q': 'refund?'}#1"
+    assert len(model.calls) == 1

@@ -79,3 +79,21 @@ def test_patterns_from_the_environment_and_on_intercept(
         assert judge(client, "23:59") == live
     with dejacache.scope(mode="replay", store=store), pytest.raises(dejacache.ReplayMiss):
         judge(client, "23:59")  # without the pattern the timestamp counts again
+
+
+def test_a_volatile_path_that_never_matches_a_request_warns_naming_it(
+    fake: FakeProvider, client: openai.OpenAI, tmp_path: pathlib.Path,
+) -> None:
+    typo = r"volatile path 'body\.nonexistent_root\.x' from {}.* had 'body'"
+    with pytest.warns(dejacache.DejacacheWarning, match=typo.format("cassette")), \
+            dejacache.cassette(tmp_path / "a.json", "record",
+                               volatile=["body.nonexistent_root.x"]):
+        judge(client, "12:04")
+    with pytest.warns(dejacache.DejacacheWarning, match=typo.format(r"intercept\(")), \
+            dejacache.cassette(tmp_path / "b.json", "record"), \
+            dejacache.intercept(volatile=["body.nonexistent_root.x"]):
+        judge(client, "12:04")
+    # paths that matched, as written for the body or relative to it: quiet (-W error)
+    with dejacache.cassette(tmp_path / "c.json", "record",
+                            volatile=["body.messages[0].content", "messages[1].role"]):
+        judge(client, "12:04")

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
+from .._core.volatile import BlockPaths
 from ..config import UNSET, Effective, _Unset, resolve_mode, settings_object, volatile_items
 from ..keys import key_substitutions
 from ..scope import Block, current, enter, leave
@@ -88,6 +89,7 @@ class cassette(Block[Cassette]):
         self.record_errors = tuple(record_errors)
         self.cache_key = cache_key
         self.volatile = volatile_items(volatile)
+        self._paths = BlockPaths(self.volatile, f"cassette {self.path}")
         self.rerecord_hint = rerecord_hint
         self.shared = shared
         self.strict = strict
@@ -127,6 +129,7 @@ class cassette(Block[Cassette]):
         token = enter(eff)
         self._stack.append((tape, eff, token))
         self.last = tape
+        self._paths.enter()
         return tape
 
     def __exit__(
@@ -143,12 +146,15 @@ class cassette(Block[Cassette]):
         settle(tape, "its cassette block")
         if self.defer_save is not None:  # the caller decides later (pytest: the test outcome)
             self.defer_save(tape, exc_type is None)
+            self._paths.exit()
             return
         try:
             if exc_type is None or self.record_on_error:
                 tape.save(prune=self.prune and exc_type is None)
         finally:
             tape.close()
+        # After the save: under -W error this warning is raised, and must not cost the file.
+        self._paths.exit()
         if tape.strict and exc_type is None:
             unmade = tape.unmade_error()  # recorded calls never made: the contract is broken
             if unmade is not None:

@@ -63,9 +63,6 @@ SECRET_QUERY = AUTH_QUERY
 _INLINE_TEXT = 4096
 
 
-_REQUEST_ROOTS = frozenset({"method", "path", "query", "body"})
-
-
 @functools.lru_cache(maxsize=256)
 def volatile_for(provider: str, extra: tuple[str | re.Pattern[str], ...], base: frozenset[str]
                  ) -> tuple[frozenset[str], tuple[_vol.Path, ...], tuple[re.Pattern[str], ...]]:
@@ -74,7 +71,7 @@ def volatile_for(provider: str, extra: tuple[str | re.Pattern[str], ...], base: 
     ``query`` or ``body`` is read under ``body``, so ``messages[*].content`` works too."""
     spec = _vol.parse(extra)
     names = _volatile_set(frozenset(DEFAULT_VOLATILE | base | spec.names))
-    return names, _vol.under(spec.paths, _REQUEST_ROOTS, "body"), spec.patterns
+    return names, _vol.under(spec.paths, _vol.REQUEST_ROOTS, "body"), spec.patterns
 
 
 def _body_for_key(body: bytes, content_type: str, aliases: AliasTable | None) -> Any:

@@ -41,6 +41,7 @@ from collections.abc import Iterable
 from types import ModuleType, TracebackType
 from typing import Any, ParamSpec, TypeVar
 
+from .._core.volatile import BlockPaths
 from .._importhook import spec_with_callback
 from ..config import Effective, volatile_items
 from ..errors import ConfigurationError
@@ -281,6 +282,7 @@ class intercept(Block["intercept"]):
                  volatile: Iterable[str | re.Pattern[str]] = ()) -> None:
         self.options = Options(realtime=realtime, ignore_hosts=frozenset(ignore_hosts),
                                volatile=volatile_items(volatile))
+        self._paths = BlockPaths(self.options.volatile, "intercept(volatile=...)")
         self._tokens: list[contextvars.Token[Options | None]] = []
 
     def __enter__(self) -> intercept:
@@ -292,6 +294,7 @@ class intercept(Block["intercept"]):
             )
         acquire(libs)
         self._tokens.append(_OPTIONS.set(self.options))
+        self._paths.enter()
         return self
 
     def __exit__(
@@ -306,4 +309,5 @@ class intercept(Block["intercept"]):
         except ValueError:  # exited from another context (generator/task hand-over)
             _OPTIONS.set(None)
         release()
+        self._paths.exit()
 

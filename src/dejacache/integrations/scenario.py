@@ -27,8 +27,10 @@ the public ``scenario.run`` and ``scenario.arun`` so each run goes through its o
 Under pytest a scenario cassette is written when the test passes, like the test's own.
 
 ``cache(ignore=[...])`` is a drop-in for ``@scenario.cache(ignore=[...])`` built on
-``dejacache.cache``: keyed by the current run's cache_key, kwargs included (scenario #926
-drops them), ``AgentInput.thread_id`` left out, and usable outside a run.
+``dejacache.cache``: kwargs included in the key (scenario #926 drops them),
+``AgentInput.thread_id`` left out, and namespaced like a run: inside one by that run's
+cache_key, outside by ``scenario.configure(cache_key=...)``; with neither, by dejacache's own
+namespace.
 
 Not handled: the judge's large-trace discovery mode (``expand_trace(span_id)``, used when the
 digest exceeds the judge's token threshold) asks for span ids that differ on every run, so a
@@ -134,7 +136,9 @@ def install(
     Idempotent: a second call only replaces the options. ``mode`` overrides the usual default
     (``configure(mode=)``, ``DEJACACHE_MODE``, ``replay`` under ``CI``, else ``auto``; under
     pytest ``--dejacache-mode`` and the marker win); ``volatile`` adds field names, dotted
-    paths or compiled regexes to the judge-trace pattern; ``redact`` as for ``cassette``.
+    paths or compiled regexes to the judge-trace pattern (a path none of a run's requests
+    matched is named in a ``DejacacheWarning`` when the run ends); ``redact`` as for
+    ``cassette``.
     """
     global _OPTIONS, _ENV_BEFORE
     sc = _scenario()
@@ -248,9 +252,10 @@ _NAMES = _Names()
 
 
 def _configured_cache_key(sc: ModuleType) -> str | None:
-    cfg = getattr(sc, "default_config", None)
-    if cfg is None:
-        cfg = getattr(getattr(sc, "ScenarioConfig", None), "default_config", None)
+    """``scenario.configure(cache_key=...)``. It replaces the class attribute
+    ``ScenarioConfig.default_config`` on every call; ``scenario.default_config`` is a copy taken
+    when scenario was imported, so it never sees a later ``configure``."""
+    cfg = getattr(getattr(sc, "ScenarioConfig", None), "default_config", None)
     key = getattr(cfg, "cache_key", None)
     return key if isinstance(key, str) else None
 
@@ -368,15 +373,32 @@ def _surface(miss: ReplayMiss, wrapped: BaseException | None) -> ReplayMiss:
 
 
 def _run_namespace() -> Any:
-    """The namespace the current scenario run keys by: str, None (live) or UNSET."""
+    """The namespace the drop-in keys by: the current run's cache_key (str, or None for a
+    run made live), outside a run the configured one, else UNSET (dejacache's own)."""
     ns = _RUN_NS.get()
     if ns is not _NOT_IN_RUN:
         return ns
+    executor = _running_executor()
+    if executor is not None:
+        key = getattr(getattr(executor, "config", None), "cache_key", None)
+    else:
+        sc = sys.modules.get("scenario")  # never imported: nothing configured it
+        key = _configured_cache_key(sc) if sc is not None else None
+    return key if isinstance(key, str) else UNSET
+
+
+def _running_executor() -> Any:
+    """The scenario run this call is part of (a run without ``install()``), or None.
+
+    scenario sets ``scenario.cache.context_scenario`` when a run starts and never resets it:
+    ``arun`` runs in the caller's task, so after it returns the variable still names the
+    finished run. A run whose finished event went out (``_finished_emitted``) is over."""
     module = sys.modules.get("scenario.cache")
     var = getattr(module, "context_scenario", None) if module is not None else None
     executor = var.get(None) if var is not None else None
-    key = getattr(getattr(executor, "config", None), "cache_key", None)
-    return key if isinstance(key, str) else UNSET
+    if executor is None or getattr(executor, "_finished_emitted", False) is True:
+        return None
+    return executor
 
 
 _ENTERED: contextvars.ContextVar[tuple[scope | None, ...]] = contextvars.ContextVar(
@@ -417,8 +439,9 @@ def cache(
     """Drop-in for ``@scenario.cache(ignore=[...])`` (see the module docstring).
 
     Inside a scenario run the key's namespace is the run's cache_key (a run with
-    ``cache_key=None`` under ``install()`` is live); outside a run it is whatever dejacache
-    has in force (``configure``/``scope``/a cassette). The store is dejacache's as usual.
+    ``cache_key=None`` under ``install()`` is live); outside a run it is the one
+    ``scenario.configure(cache_key=...)`` set; with neither, whatever dejacache has in force
+    (``configure``/``scope``/a cassette). The store is dejacache's as usual.
     """
     ignore = tuple(ignore)
     extra = ("thread_id", *volatile)

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import pathlib
+import re
 import sys
 from typing import Any
 
@@ -316,6 +317,150 @@ async def test_cache_drop_in_keys_by_the_runs_cache_key(provider: Any, scenario_
     assert provider.kinds() == ["agent", "agent"]
 
 
+# ---------------------------------------------------------------- the drop-in's namespace
+
+
+class DropInAgent(OpenAIAgent):
+    """The agent under test with dejacache's drop-in for ``@scenario.cache`` on its call."""
+
+    calls = 0
+
+    @integration.cache(ignore=["self"])
+    async def call(self, input: scenario.AgentInput) -> str:
+        type(self).calls += 1
+        return await super().call(input)
+
+
+@integration.cache
+def ask(base_url: str, question: str) -> str:
+    """A cached helper a suite calls outside any run (fixtures, setup, a script)."""
+    with openai.OpenAI(base_url=base_url, api_key="sk-agent-test-key-987654") as client:
+        r = client.chat.completions.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": question}])
+    return r.choices[0].message.content or ""
+
+
+async def scripted(provider: Any, run: Any = None, **kw: Any) -> Any:
+    run = run or scenario.run
+    return await run(name="Scripted", description="A customer asks for a refund",
+                     agents=[DropInAgent(provider.base_url), scenario.UserSimulatorAgent()],
+                     script=[scenario.user("i want a refund"), scenario.agent(),
+                             scenario.succeed()], **kw)
+
+
+def missed(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was raised because of, a ``ReplayMiss``."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, dejacache.ReplayMiss):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+@pytest.mark.parametrize("installed", [False, True], ids=["drop-in alone", "installed"])
+def test_cache_drop_in_outside_a_run_follows_the_configured_cache_key(
+        provider: Any, scenario_config: Any, installed: bool) -> None:
+    """Recorded under "suite-v1" (SQLite, the default store), replayed with the provider
+    stopped: "suite-v2" misses, "suite-v1" again hits, whether or not runs are installed."""
+    if installed:
+        integration.install()
+    scenario.configure(cache_key="suite-v1")
+    recorded = ask(provider.base_url, "is the kettle covered?")
+    provider.stop()
+    dejacache.configure(mode="replay")
+
+    scenario.configure(cache_key="suite-v2")
+    with pytest.raises(dejacache.ReplayMiss, match="suite-v2"):
+        ask(provider.base_url, "is the kettle covered?")
+    scenario.configure(cache_key="suite-v1")
+    assert ask(provider.base_url, "is the kettle covered?") == recorded
+
+
+@pytest.mark.parametrize("installed", [False, True], ids=["drop-in alone", "installed"])
+async def test_cache_drop_in_inside_a_run_follows_the_configured_cache_key(
+        provider: Any, scenario_config: Any, tmp_path: pathlib.Path,
+        monkeypatch: pytest.MonkeyPatch, installed: bool) -> None:
+    if installed:
+        monkeypatch.setattr(pytest_plugin, "_CURRENT_ITEM", None)
+        integration.install(cassette_dir=tmp_path)
+    DropInAgent.calls = 0
+    scenario.configure(cache_key="suite-v1")
+    first = await scripted(provider)
+    assert DropInAgent.calls == 1
+    provider.stop()
+    dejacache.configure(mode="replay")
+
+    scenario.configure(cache_key="suite-v2")
+    # without install() scenario wraps the miss in a RuntimeError of its own
+    with pytest.raises(Exception) as info:
+        await scripted(provider)
+    assert missed(info.value), info.value
+    scenario.configure(cache_key="suite-v1")
+    again = await scripted(provider)
+    assert outcome(again) == outcome(first)
+    assert DropInAgent.calls == 1
+
+
+async def test_cache_drop_in_after_arun_is_outside_that_run(
+        provider: Any, scenario_config: Any) -> None:
+    """``arun`` runs in the caller's task and leaves scenario's context variable pointing at
+    the finished run: a call after it keys by the configured cache_key, not that run's."""
+    scenario.configure(cache_key="suite-v1")
+    recorded = ask(provider.base_url, "is the kettle covered?")
+    await scripted(provider, run=scenario.arun, cache_key="suite-v1")
+    provider.stop()
+    dejacache.configure(mode="replay")
+
+    scenario.configure(cache_key="suite-v2")
+    with pytest.raises(dejacache.ReplayMiss, match="suite-v2"):
+        ask(provider.base_url, "is the kettle covered?")
+    scenario.configure(cache_key="suite-v1")
+    assert ask(provider.base_url, "is the kettle covered?") == recorded
+
+
+# ---------------------------------------------------------------- volatile paths
+
+
+@pytest.mark.usefixtures("outside_pytest")
+async def test_a_volatile_path_that_never_matches_is_named_by_a_warning(
+        provider: Any, scenario_config: Any, tmp_path: pathlib.Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A typo in ``install(volatile=...)`` leaves the field it meant in the keys: each run
+    says so, naming the path and its cassette, recording and replaying alike."""
+    integration.install(cassette_dir=tmp_path, volatile=["body.nonexistent_root.x"])
+    typo = (r"volatile path 'body\.nonexistent_root\.x' from cassette "
+            rf"{re.escape(str(tmp_path / 'refund-request.json'))} never matched")
+    with pytest.warns(dejacache.DejacacheWarning, match=typo):
+        first = await refund(provider)
+    recorded = provider.count()
+    provider.stop()
+    monkeypatch.setenv("CI", "true")
+    with pytest.warns(dejacache.DejacacheWarning, match=typo):
+        again = await refund(provider)
+    assert provider.count() == recorded
+    assert outcome(again) == outcome(first)
+
+
+@pytest.mark.usefixtures("outside_pytest")
+async def test_volatile_paths_that_match_say_nothing(
+        provider: Any, scenario_config: Any, tmp_path: pathlib.Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Paths every request has (as written for the body, or relative to it) never warn: the
+    suite runs with -W error."""
+    integration.install(cassette_dir=tmp_path, volatile=["body.model", "messages[0].role"])
+    first = await refund(provider)
+    recorded = provider.count()
+    provider.stop()
+    monkeypatch.setenv("CI", "true")
+    again = await refund(provider)
+    assert provider.count() == recorded
+    assert outcome(again) == outcome(first)
+
+
+# Last in the file on purpose: with the key set, the langwatch SDK starts a span exporter that
+# stays for the rest of the process and posts to the fake LangWatch on a timer; a test after
+# this one could see its sockets closed late (a ResourceWarning, an error under -W error).
 @pytest.mark.usefixtures("outside_pytest")
 async def test_langwatch_reporting_passes_through_unrecorded(
         provider: Any, scenario_config: Any, tmp_path: pathlib.Path,
@@ -348,6 +493,12 @@ async def test_langwatch_reporting_passes_through_unrecorded(
     # "localhost": another host name than the provider's 127.0.0.1, as in real life
     monkeypatch.setenv("LANGWATCH_ENDPOINT", f"http://localhost:{server.server_address[1]}")
     monkeypatch.setenv("LANGWATCH_API_KEY", "lw-test-key")
+    # The langwatch SDK copies the key onto its Client class, where scenario's reporter finds
+    # it after the variable is gone: put it back, or later tests post to the default host.
+    from langwatch.client import Client
+
+    monkeypatch.setattr(Client, "_api_key", Client._api_key)
+    monkeypatch.setattr(Client, "_endpoint_url", Client._endpoint_url)
     integration.install(cassette_dir=tmp_path)
     first = await refund(provider)
     recorded = provider.count()
