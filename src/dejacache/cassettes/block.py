@@ -55,7 +55,9 @@ class cassette(Block[Cassette]):
     exception types recorded and replayed as the same exception. ``cache_key`` sets the
     namespace inside the block. ``volatile``: names, paths (``"body.messages[*].content"``)
     and compiled patterns left out of matching for the block's calls (the file shows a
-    placeholder where a pattern matched).
+    placeholder where a pattern matched). ``shared=True``: several tests (blocks) use the
+    file; a save keeps the others' entries in every mode (``record`` replaces only the
+    calls this block makes) and ``prune`` leaves it alone.
     ``strict=True``: calls must follow the recorded order, compared per asyncio task /
     thread (``asyncio.gather`` stays valid); a call that is not the recorded one at its step,
     or goes past the end of the recording, raises ``ReplayDivergence`` (nothing is sent),
