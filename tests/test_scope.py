@@ -405,3 +405,117 @@ def test_executor_carry_is_installed_only_while_a_block_is_open() -> None:
             assert _threads.patched()
         assert _threads.patched()
     assert not _threads.patched()
+
+
+# ------------------------------------------------------------- blocks opened in other threads
+
+
+class _Held:
+    """A block held open in a thread of its own until released (Events, no sleeps)."""
+
+    def __init__(self, block: Any) -> None:
+        self.block = block
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.thread = threading.Thread(target=self._hold)
+
+    def _hold(self) -> None:
+        with self.block:
+            self.entered.set()
+            self.release.wait(10)
+
+    def __enter__(self) -> _Held:
+        self.thread.start()
+        assert self.entered.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        self.thread.join(10)
+        assert not self.thread.is_alive()
+
+
+def test_a_block_opened_in_another_thread_starts_from_its_own_settings(
+    store: dejacache.MemoryStore,
+) -> None:
+    # A test's block is open in one thread; a service thread opens a block of its own. It
+    # must start from that thread's settings (here the global ones), never from the
+    # test's block: not its namespace, mode, volatile items or store.
+    c = Counter()
+    test_store = dejacache.MemoryStore()
+    service_store = dejacache.MemoryStore()
+    glob = dejacache.scope().effective()
+
+    def service() -> Any:
+        with dejacache.scope(cache_key="svc", store=service_store):
+            eff = current()
+            return eff.namespace, eff.mode, eff.volatile == glob.volatile, c.fn(1)
+
+    with _Held(dejacache.scope(cache_key="test", mode="replay", store=test_store,
+                               volatile=["trace_id"])):
+        got = _in_bare_thread(service)
+    assert got == ("ok", ("svc", "auto", True, 101))
+    assert [r.namespace for _, r in service_store.iterate()] == ["svc"]
+    assert list(test_store.iterate()) == []
+
+
+def test_a_service_threads_scope_calls_stay_out_of_a_tests_cassette(
+    store: dejacache.MemoryStore, tmp_path: Any,
+) -> None:
+    c = Counter()
+    path = tmp_path / "test.json"
+
+    def service() -> int:
+        with dejacache.scope(cache_key="svc"):
+            return c.fn(2)
+
+    with dejacache.cassette(path, mode="record") as tape:
+        assert _in_bare_thread(service) == ("ok", 102)
+        c.fn(3)  # the test's own call
+    assert tape.counters.recorded == 1
+    entries = __import__("orjson").loads(path.read_bytes())["entries"]
+    assert [e["request"]["x"] for e in entries] == [3]
+    assert [r.namespace for _, r in store.iterate()] == ["svc"]  # the global store's
+
+
+def test_a_block_of_its_own_works_while_two_are_open_elsewhere(
+    store: dejacache.MemoryStore, tmp_path: Any,
+) -> None:
+    # With two blocks open in other threads a bare thread's calls are refused (they cannot
+    # be attributed), but a block the thread opens itself is its own, in every mode.
+    c = Counter()
+    path = tmp_path / "own.json"
+
+    def own() -> Any:
+        with dejacache.scope(cache_key="own", mode="record"):
+            first = c.fn(4)
+        with dejacache.cassette(path, mode="record"):
+            second = c.fn(5)
+        return first, second
+
+    with _Held(dejacache.scope(cache_key="x")), _Held(dejacache.scope(cache_key="y")):
+        status, exc = _in_bare_thread(lambda: c.fn(6))
+        assert status == "err" and isinstance(exc, dejacache.ReplayMiss)  # still refused
+        assert _in_bare_thread(own) == ("ok", (104, 105))
+    assert c.calls == [4, 5]
+    with dejacache.cassette(path, mode="replay"):  # its recording replays on its own
+        assert c.fn(5) == 105
+    assert c.calls == [4, 5]
+
+
+def test_a_cassette_opened_in_another_thread_records_under_its_own_settings(
+    store: dejacache.MemoryStore, tmp_path: Any,
+) -> None:
+    c = Counter()
+    path = tmp_path / "worker.json"
+
+    def worker() -> Any:
+        with dejacache.cassette(path, mode="auto") as tape:
+            return current().namespace, tape.mode, c.fn(7)
+
+    with _Held(dejacache.cassette(tmp_path / "test.json", mode="replay", cache_key="suite-a",
+                                  volatile=["x"])):
+        assert _in_bare_thread(worker) == ("ok", ("base", "auto", 107))
+    with dejacache.cassette(path, mode="replay"):  # no other block open now
+        assert c.fn(7) == 107
+    assert c.calls == [7]

@@ -8,7 +8,9 @@ Threads do not inherit context in Python 3.11. ``scope(...).run_in_thread``,
 :func:`wrap_executor` and :func:`propagate` carry it explicitly. As a last line of defence, a
 call from a thread that carries no scope at all, made while test-facing blocks (scopes,
 cassettes) are active, is routed to the single active block; with several active it fails
-closed. So a worker thread can never turn a replay into a live call.
+closed. So a worker thread can never turn a replay into a live call. That routing is for
+calls only: a block opened in such a thread starts from the thread's own settings
+(:func:`inherited`), as a service thread's ``scope(cache_key=...)`` must.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from .stores._base import Store
 if TYPE_CHECKING:
     import concurrent.futures  # at run time in _executor: it loads logging, ~7 ms (issue 12)
 
-__all__ = ["current", "propagate", "scope", "wrap_executor"]
+__all__ = ["current", "inherited", "propagate", "scope", "wrap_executor"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -77,7 +79,9 @@ def _ambiguous(n: int) -> Effective:
 
 
 def current() -> Effective:
-    """The settings in force for a call made here and now."""
+    """The settings in force for a call made here and now (a call from a thread that
+    carries no scope may be routed to a block open in another thread: see the module
+    docstring)."""
     eff = _CURRENT.get()
     if eff is not None:
         return eff
@@ -92,6 +96,18 @@ def current() -> Effective:
         if leaves:
             return _ambiguous(len(leaves))
     return get_settings()
+
+
+def inherited() -> Effective:
+    """What a block opened here starts from: this context's own settings (the block it is
+    nested in, else the global settings). Never the block :func:`current` routes a bare
+    thread's calls to: a service thread's own block took that block's namespace, mode,
+    volatile items and store (its recording then never replayed on its own), and with two
+    blocks open elsewhere it inherited their refusal, even in record mode."""
+    eff = _CURRENT.get()
+    if eff is not None:
+        return eff
+    return GLOBAL[0] or get_settings()
 
 
 def active_blocks() -> list[Effective]:
@@ -237,7 +253,7 @@ class scope(Block["scope"]):
         self._tokens: list[tuple[Effective, contextvars.Token[Effective | None]]] = []
 
     def effective(self) -> Effective:
-        base = current()
+        base = inherited()
         changes: dict[str, Any] = {"test_facing": True}
         if not isinstance(self.cache_key, _Unset):
             changes["namespace"] = self.cache_key

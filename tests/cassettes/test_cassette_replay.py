@@ -282,3 +282,55 @@ def test_cache_key_sets_the_namespace(tmp_path, ask):
     with pytest.raises(ReplayMiss), dejacache.cassette(path, mode="replay", cache_key="v2"):
         ask("q")
     assert orjson.loads(path.read_bytes())["entries"][0]["namespace"] == "v1"
+
+
+# ---------------------------------------------------------------- calls that outlive the block
+
+
+def _late_task(pool, go: threading.Event, fn):
+    """Submitted inside a block (the executor carries the block's context), run after it."""
+    return pool.submit(lambda: (go.wait(10), fn())[1])
+
+
+@pytest.mark.parametrize("mode", ["auto", "record"])
+def test_a_task_recording_after_its_cassette_block_closed_is_named_not_lost(
+    tmp_path, model, ask, mode
+):
+    import concurrent.futures
+
+    path = tmp_path / "c.json"
+    go = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with dejacache.cassette(path, mode) as tape:
+            ask("inside")
+            late = _late_task(pool, go, lambda: ask("outlives the block"))
+        written = path.read_bytes()
+        with pytest.warns(dejacache.DejacacheWarning,
+                          match=r"ask was called after its cassette block exited .*"
+                                r"outlives the block.*not recorded in .*c\.json"):
+            go.set()
+            # the block allowed live calls: the task gets its live answer
+            assert late.result(10)["answer"] == "outlives the block#2"
+    assert path.read_bytes() == written
+    assert tape.counters.recorded == 1 and tape.misses == []
+    assert model.calls == ["inside", "outlives the block"]
+
+
+def test_a_task_calling_after_its_replay_block_closed_is_refused_not_run_live(
+    tmp_path, model, ask
+):
+    import concurrent.futures
+
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record"):
+        ask("inside")
+    go = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with dejacache.cassette(path, mode="replay") as tape:
+            ask("inside")
+            late = _late_task(pool, go, lambda: ask("inside"))  # recorded, yet too late
+        go.set()
+        with pytest.raises(ReplayMiss, match=r"ask was called after its cassette block "
+                                             r"exited .*refused rather than run live"):
+            late.result(10)
+    assert model.calls == ["inside"] and tape.misses == []

@@ -18,7 +18,7 @@ from typing import ParamSpec, TypeVar
 
 from ..config import UNSET, Effective, _Unset, resolve_mode, settings_object, volatile_items
 from ..keys import key_substitutions
-from ..scope import Block, current, enter, leave
+from ..scope import Block, enter, inherited, leave
 from .redact import Redactor
 from .store import Cassette
 
@@ -111,7 +111,7 @@ class cassette(Block[Cassette]):
 
     def __enter__(self) -> Cassette:
         tape = self.open()
-        base = current()
+        base = inherited()
         ns: str | None
         if not isinstance(self.cache_key, _Unset):
             ns = self.cache_key

@@ -22,6 +22,7 @@ import mmap
 import pathlib
 import sys
 import threading
+import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -31,7 +32,13 @@ from .._core import strict as order
 from .._core.diff import field_diff
 from ..codec import blob_from_tree, blob_payload
 from ..config import resolve_mode
-from ..errors import CassetteError, ReplayDivergence, ReplayMiss, SerializationError
+from ..errors import (
+    CassetteError,
+    DejacacheWarning,
+    ReplayDivergence,
+    ReplayMiss,
+    SerializationError,
+)
 from ..stats import token_total
 from ..stores._base import BaseStore, Record, StoreStats
 from . import format as fmt
@@ -143,6 +150,9 @@ class Cassette(BaseStore):
         self._observed: dict[int, Any] = {}  # recorded step -> the call made before it now
         self._miss_divergence: dict[str, ReplayDivergence] = {}
         self._finished = False
+        # Set when the block's save begins: a call completing later (a task or thread that
+        # outlived the block) can no longer reach the file, and is named instead of kept.
+        self._sealed = False
         self._load_request_fn = self._load_request
 
     # ---------------------------------------------------------------- loading
@@ -354,6 +364,8 @@ class Cassette(BaseStore):
     def _get(self, key: str) -> Record | None:
         self._load()
         with self._lock:
+            if self._sealed:
+                return None  # too late for this block: see note_miss and _append
             if self._raw is not None:
                 q = self._queue(key)
                 while q:
@@ -457,6 +469,9 @@ class Cassette(BaseStore):
             req_tree = request.decode(errors="replace")
         red = self.redactor
         with self._lock:
+            if self._sealed:
+                self._warn_late(name, req_tree)
+                return
             packer = fmt.Packer(self._values)
             red_request = red.tree(req_tree)
             doc["request"] = packer.pack_root(red_request)
@@ -521,6 +536,8 @@ class Cassette(BaseStore):
         report outlives wrappers (litellm, scenario) that reduce it to a one-line message.
         Returns the error to raise instead (a strict cassette's divergence), or None."""
         with self._lock:
+            if self._sealed:
+                return self._late_miss(miss)
             again = self._miss_divergence.get(miss.key)
             if again is not None:
                 return again
@@ -546,6 +563,25 @@ class Cassette(BaseStore):
             self._miss_divergence[miss.key] = exc
             self.misses[-1] = exc  # what a failing test's report leads with (pytest plugin)
             return exc
+
+    def _late_call(self, name: str, request: Any) -> str:
+        shown = orjson.dumps(self.redactor.tree(request)).decode(errors="replace")
+        shown = shown if len(shown) <= 200 else shown[:200] + "..."
+        return (f"dejacache: {name} was called after its cassette block exited "
+                f"(a task or thread that outlived the block), with {shown}")
+
+    def _warn_late(self, name: str, request: Any) -> None:
+        warnings.warn(f"{self._late_call(name, request)}; the caller got the live answer, "
+                      f"but it was not recorded in {self.path}. Wait for the task inside "
+                      "the block to record it.", DejacacheWarning, stacklevel=4)
+
+    def _late_miss(self, miss: ReplayMiss) -> ReplayMiss:
+        late = ReplayMiss(f"{self._late_call(miss.name, miss.request)}; the block replays "
+                          f"{self.path}, so the call is refused rather than run live. Wait for "
+                          "the task inside the block.", name=miss.name, key=miss.key,
+                          source=str(self.path))
+        late.request = miss.request
+        return late
 
     def redact_tree(self, tree: Any) -> Any:
         """What the file would hold for ``tree`` (used to keep secrets out of miss reports)."""
@@ -942,6 +978,7 @@ class Cassette(BaseStore):
         """Drop the file's bytes (a memory map holds a descriptor); counters and ``unused``
         stay readable. Called when the block ends, so a long session holds no open files."""
         with self._lock:
+            self._sealed = True
             try:
                 if self._closed is None:
                     self._finish_order()
@@ -1096,6 +1133,7 @@ class Cassette(BaseStore):
         self._load()
         prune = prune and not self.shared
         with self._lock:
+            self._sealed = True
             if self.mode in ("off",):
                 return False
             changed = bool(self._new) or (prune and bool(self.unused)) or (
