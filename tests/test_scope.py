@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import dejacache
-from dejacache.scope import current
+from dejacache.scope import Block, current, decorate_with_block
 
 
 @pytest.fixture
@@ -519,3 +519,65 @@ def test_a_cassette_opened_in_another_thread_records_under_its_own_settings(
     with dejacache.cassette(path, mode="replay"):  # no other block open now
         assert c.fn(7) == 107
     assert c.calls == [7]
+
+
+# ----------------------------------------------------- recordings still open when a block exits
+
+
+def _words() -> Any:
+    calls: list[str] = []
+
+    @dejacache.cache(name="scope.words")
+    def words(text: str) -> Iterator[str]:
+        calls.append(text)
+        yield from text.split()
+
+    return words, calls
+
+
+def test_a_cached_generator_left_open_at_scope_exit_is_named_then(
+    store: dejacache.MemoryStore,
+) -> None:
+    words, calls = _words()
+    warns = pytest.warns(dejacache.DejacacheWarning,
+                         match=r"scope.words generator was still being read when its scope "
+                               r"block exited; it was not recorded")
+    with warns, dejacache.scope(mode="auto", store=store):
+        it = words("one two three")
+        assert next(it) == "one"
+    assert list(it) == ["two", "three"]  # read on after the block: no second warning
+    assert len(store) == 0
+    with dejacache.scope(mode="auto", store=store):
+        assert list(words("one two three")) == ["one", "two", "three"]  # read whole: stored
+        assert list(words("one two three")) == ["one", "two", "three"]
+    assert calls == ["one two three"] * 2 and len(store) == 1
+
+
+def test_a_cached_generator_read_across_a_decorated_generators_steps_is_recorded(
+    store: dejacache.MemoryStore,
+) -> None:
+    # The decorator form re-enters the scope around every step: a pause, not an exit.
+    words, calls = _words()
+
+    @dejacache.scope(cache_key="steps")
+    def agent() -> Iterator[str]:
+        yield from words("a b c")
+
+    class Wrapper(Block[None]):
+        """A block that enters a scope of its own (as the scenario drop-in does)."""
+
+        def __enter__(self) -> None:
+            self.inner = dejacache.scope(cache_key="wrapped")
+            self.inner.__enter__()
+
+        def __exit__(self, *exc: Any) -> None:
+            self.inner.__exit__(*exc)
+
+    def inner() -> Iterator[str]:
+        yield from words("d e")
+
+    wrapped = decorate_with_block(Wrapper(), inner)
+    for _ in range(2):
+        assert list(agent()) == ["a", "b", "c"]
+        assert list(wrapped()) == ["d", "e"]
+    assert calls == ["a b c", "d e"]

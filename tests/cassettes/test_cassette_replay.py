@@ -334,3 +334,19 @@ def test_a_task_calling_after_its_replay_block_closed_is_refused_not_run_live(
                                              r"exited .*refused rather than run live"):
             late.result(10)
     assert model.calls == ["inside"] and tape.misses == []
+
+
+def test_a_cached_generator_left_open_at_cassette_exit_is_named_then(tmp_path):
+    @dejacache.cache(name="words")
+    def words(text):
+        yield from text.split()
+
+    path = tmp_path / "c.json"
+    warns = pytest.warns(dejacache.DejacacheWarning,
+                         match=r"words generator was still being read when its cassette block "
+                               r"exited; it was not recorded in .*c\.json")
+    with warns, dejacache.cassette(path, mode="record"):
+        it = words("one two")
+        assert next(it) == "one"
+    assert list(it) == ["two"]  # read on after the block: nothing more is said or written
+    assert not path.exists()

@@ -18,7 +18,7 @@ from typing import ParamSpec, TypeVar
 
 from ..config import UNSET, Effective, _Unset, resolve_mode, settings_object, volatile_items
 from ..keys import key_substitutions
-from ..scope import Block, enter, inherited, leave
+from ..scope import Block, enter, inherited, leave, settle
 from .redact import Redactor
 from .store import Cassette
 
@@ -139,9 +139,7 @@ class cassette(Block[Cassette]):
     ) -> None:
         tape, eff, token = self._stack.pop()
         leave(eff, token)
-        # A stream still being read cannot reach the file any more: say so, by name (issue 8).
-        from ..http.recording import settle
-
+        # A stream still being read cannot reach the file any more: say so, by name.
         settle(tape, "its cassette block")
         if self.defer_save is not None:  # the caller decides later (pytest: the test outcome)
             self.defer_save(tape, exc_type is None)
