@@ -397,3 +397,60 @@ def test_a_bad_environment_setting_is_a_usage_error(
     assert "INTERNALERROR" not in text and "Traceback" not in text
     err = res.stderr.str()
     assert all(w in err for w in words), err
+
+
+SHARED_PAIR = AGENT + """
+@pytest.mark.dejacache(cassette="cassettes/shared.json")
+def test_first():
+    assert llm("first")["text"] == "FIRST"
+
+@pytest.mark.dejacache(cassette="cassettes/shared.json")
+def test_second():
+    assert llm("second")["text"] == "SECOND"
+"""
+
+
+@pytest.mark.parametrize("mode", ["record", "auto", "replay"])
+def test_tests_sharing_a_cassette_keep_each_others_entries(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, mode: str,
+) -> None:
+    # Each test's block reads the file the one before it wrote: its save must keep the other
+    # tests' entries, or the next CI run misses them. Pruning a shared file would drop them
+    # too (each test uses only its part), so it is never pruned.
+    pytester.makepyfile(test_agent=SHARED_PAIR)
+    path = pytester.path / "cassettes" / "shared.json"
+    for _ in range(2):  # the second pass re-records over a file holding both tests' calls
+        run(pytester, "--dejacache-mode=record").assert_outcomes(passed=2)
+        doc = orjson.loads(path.read_bytes())
+        assert sorted(e["request"]["prompt"] for e in doc["entries"]) == ["first", "second"]
+    res = run(pytester, f"--dejacache-mode={mode}", "--dejacache-prune")
+    res.assert_outcomes(passed=2)
+    assert "unused entries" not in res.stdout.str()  # each test's part is not unused
+    if mode != "record":
+        res.stdout.fnmatch_lines(["calls: 2 replayed, 0 recorded, 0 missed*"])
+    monkeypatch.setenv("CI", "true")
+    res = run(pytester)
+    res.assert_outcomes(passed=2)
+    res.stdout.fnmatch_lines(["calls: 2 replayed, 0 recorded, 0 missed*"])
+
+
+def test_xdist_workers_re_recording_a_shared_cassette_keep_every_entry(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytester.makepyfile(test_agent=AGENT + """
+@pytest.mark.parametrize("i", range(6))
+@pytest.mark.dejacache(cassette="cassettes/shared.json")
+def test_many(i):
+    llm(f"question {i}")
+""")
+    for _ in range(2):  # the second run re-reads what the first wrote
+        res = pytester.runpytest_subprocess("-n", "2", "-p", "no:hypothesispytest",
+                                            "--dejacache-mode=record")
+        res.assert_outcomes(passed=6)
+    doc = orjson.loads((pytester.path / "cassettes" / "shared.json").read_bytes())
+    assert sorted(e["request"]["prompt"] for e in doc["entries"]) == [
+        f"question {i}" for i in range(6)]
+    monkeypatch.setenv("CI", "true")
+    res = run(pytester)
+    res.assert_outcomes(passed=6)
+    res.stdout.fnmatch_lines(["calls: 6 replayed, 0 recorded, 0 missed*"])

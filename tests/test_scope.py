@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import dejacache
-from dejacache.scope import current
+from dejacache.scope import Block, current, decorate_with_block
 
 
 @pytest.fixture
@@ -435,3 +435,179 @@ def test_volatile_paths_that_matched_or_were_never_tried_stay_quiet(
     with dejacache.scope(volatile=["request.meta.run"]), \
             dejacache.scope(volatile=["request.meta.other"]):
         lookup({"meta": {"run": 1, "other": 2}})
+
+
+# ------------------------------------------------------------- blocks opened in other threads
+
+
+class _Held:
+    """A block held open in a thread of its own until released (Events, no sleeps)."""
+
+    def __init__(self, block: Any) -> None:
+        self.block = block
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.thread = threading.Thread(target=self._hold)
+
+    def _hold(self) -> None:
+        with self.block:
+            self.entered.set()
+            self.release.wait(10)
+
+    def __enter__(self) -> _Held:
+        self.thread.start()
+        assert self.entered.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        self.thread.join(10)
+        assert not self.thread.is_alive()
+
+
+def test_a_block_opened_in_another_thread_starts_from_its_own_settings(
+    store: dejacache.MemoryStore,
+) -> None:
+    # A test's block is open in one thread; a service thread opens a block of its own. It
+    # must start from that thread's settings (here the global ones), never from the
+    # test's block: not its namespace, mode, volatile items or store.
+    c = Counter()
+    test_store = dejacache.MemoryStore()
+    service_store = dejacache.MemoryStore()
+    glob = dejacache.scope().effective()
+
+    def service() -> Any:
+        with dejacache.scope(cache_key="svc", store=service_store):
+            eff = current()
+            return eff.namespace, eff.mode, eff.volatile == glob.volatile, c.fn(1)
+
+    with _Held(dejacache.scope(cache_key="test", mode="replay", store=test_store,
+                               volatile=["trace_id"])):
+        got = _in_bare_thread(service)
+    assert got == ("ok", ("svc", "auto", True, 101))
+    assert [r.namespace for _, r in service_store.iterate()] == ["svc"]
+    assert list(test_store.iterate()) == []
+
+
+def test_a_service_threads_scope_calls_stay_out_of_a_tests_cassette(
+    store: dejacache.MemoryStore, tmp_path: Any,
+) -> None:
+    c = Counter()
+    path = tmp_path / "test.json"
+
+    def service() -> int:
+        with dejacache.scope(cache_key="svc"):
+            return c.fn(2)
+
+    with dejacache.cassette(path, mode="record") as tape:
+        assert _in_bare_thread(service) == ("ok", 102)
+        c.fn(3)  # the test's own call
+    assert tape.counters.recorded == 1
+    entries = __import__("orjson").loads(path.read_bytes())["entries"]
+    assert [e["request"]["x"] for e in entries] == [3]
+    assert [r.namespace for _, r in store.iterate()] == ["svc"]  # the global store's
+
+
+def test_a_block_of_its_own_works_while_two_are_open_elsewhere(
+    store: dejacache.MemoryStore, tmp_path: Any,
+) -> None:
+    # With two blocks open in other threads a bare thread's calls are refused (they cannot
+    # be attributed), but a block the thread opens itself is its own, in every mode.
+    c = Counter()
+    path = tmp_path / "own.json"
+
+    def own() -> Any:
+        with dejacache.scope(cache_key="own", mode="record"):
+            first = c.fn(4)
+        with dejacache.cassette(path, mode="record"):
+            second = c.fn(5)
+        return first, second
+
+    with _Held(dejacache.scope(cache_key="x")), _Held(dejacache.scope(cache_key="y")):
+        status, exc = _in_bare_thread(lambda: c.fn(6))
+        assert status == "err" and isinstance(exc, dejacache.ReplayMiss)  # still refused
+        assert _in_bare_thread(own) == ("ok", (104, 105))
+    assert c.calls == [4, 5]
+    with dejacache.cassette(path, mode="replay"):  # its recording replays on its own
+        assert c.fn(5) == 105
+    assert c.calls == [4, 5]
+
+
+def test_a_cassette_opened_in_another_thread_records_under_its_own_settings(
+    store: dejacache.MemoryStore, tmp_path: Any,
+) -> None:
+    c = Counter()
+    path = tmp_path / "worker.json"
+
+    def worker() -> Any:
+        with dejacache.cassette(path, mode="auto") as tape:
+            return current().namespace, tape.mode, c.fn(7)
+
+    with _Held(dejacache.cassette(tmp_path / "test.json", mode="replay", cache_key="suite-a",
+                                  volatile=["x"])):
+        assert _in_bare_thread(worker) == ("ok", ("base", "auto", 107))
+    with dejacache.cassette(path, mode="replay"):  # no other block open now
+        assert c.fn(7) == 107
+    assert c.calls == [7]
+
+
+# ----------------------------------------------------- recordings still open when a block exits
+
+
+def _words() -> Any:
+    calls: list[str] = []
+
+    @dejacache.cache(name="scope.words")
+    def words(text: str) -> Iterator[str]:
+        calls.append(text)
+        yield from text.split()
+
+    return words, calls
+
+
+def test_a_cached_generator_left_open_at_scope_exit_is_named_then(
+    store: dejacache.MemoryStore,
+) -> None:
+    words, calls = _words()
+    warns = pytest.warns(dejacache.DejacacheWarning,
+                         match=r"scope.words generator was still being read when its scope "
+                               r"block exited; it was not recorded")
+    with warns, dejacache.scope(mode="auto", store=store):
+        it = words("one two three")
+        assert next(it) == "one"
+    assert list(it) == ["two", "three"]  # read on after the block: no second warning
+    assert len(store) == 0
+    with dejacache.scope(mode="auto", store=store):
+        assert list(words("one two three")) == ["one", "two", "three"]  # read whole: stored
+        assert list(words("one two three")) == ["one", "two", "three"]
+    assert calls == ["one two three"] * 2 and len(store) == 1
+
+
+def test_a_cached_generator_read_across_a_decorated_generators_steps_is_recorded(
+    store: dejacache.MemoryStore,
+) -> None:
+    # The decorator form re-enters the scope around every step: a pause, not an exit.
+    words, calls = _words()
+
+    @dejacache.scope(cache_key="steps")
+    def agent() -> Iterator[str]:
+        yield from words("a b c")
+
+    class Wrapper(Block[None]):
+        """A block that enters a scope of its own (as the scenario drop-in does)."""
+
+        def __enter__(self) -> None:
+            self.inner = dejacache.scope(cache_key="wrapped")
+            self.inner.__enter__()
+
+        def __exit__(self, *exc: Any) -> None:
+            self.inner.__exit__(*exc)
+
+    def inner() -> Iterator[str]:
+        yield from words("d e")
+
+    wrapped = decorate_with_block(Wrapper(), inner)
+    for _ in range(2):
+        assert list(agent()) == ["a", "b", "c"]
+        assert list(wrapped()) == ["d", "e"]
+    assert calls == ["a b c", "d e"]

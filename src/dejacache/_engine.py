@@ -184,6 +184,8 @@ def store_value(eff: Effective, key: str, record: Record, ttl: float | None) -> 
     try:
         # False: the store knowingly kept nothing (read-only, unreachable) and has said so.
         return eff.store.put(key, record, ttl=ttl) is not False
+    except Warning:  # the store's own warning, raised under -W error: not a failed write
+        raise
     except Exception as exc:  # fail open: the caller still gets its result
         warn_once(f"put:{type(eff.store).__name__}", f"dejacache: write to {eff.source} failed "
                   f"({exc!r}); results are not being stored")
@@ -193,6 +195,8 @@ def store_value(eff: Effective, key: str, record: Record, ttl: float | None) -> 
 async def astore_value(eff: Effective, key: str, record: Record, ttl: float | None) -> bool:
     try:
         return await eff.store.aput(key, record, ttl=ttl) is not False
+    except Warning:
+        raise
     except Exception as exc:
         warn_once(f"put:{type(eff.store).__name__}", f"dejacache: write to {eff.source} failed "
                   f"({exc!r}); results are not being stored")

@@ -6,6 +6,7 @@ import functools
 import inspect
 import re
 import time
+import warnings
 from collections.abc import AsyncIterator, Callable, Generator, Iterable
 from typing import Any, TypeVar, overload
 
@@ -14,9 +15,9 @@ import orjson
 from . import _engine
 from ._frozen import freeze
 from .config import GLOBAL, Duration, Effective, VolatileItems, ttl_seconds, volatile_items
-from .errors import ConfigurationError
+from .errors import ConfigurationError, DejacacheWarning
 from .keys import KeyBuilder, KeyParts, digest, explain, key_seed
-from .scope import _ACTIVE, _CURRENT, check_ambiguous, current
+from .scope import _ACTIVE, _CURRENT, check_ambiguous, current, track, untrack
 from .stats import record_hit, record_miss
 from .stores._base import NOT_SHARED
 
@@ -34,6 +35,23 @@ def _default_name(fn: Callable[..., Any]) -> str:
     if not hasattr(target, "__qualname__"):
         target = type(target)
     return f"{target.__module__}.{target.__qualname__}"
+
+
+class _LiveGenerator:
+    """A generator run live, stored when its caller has read it to the end: unless the
+    block it was made in exits first, which names it then (``scope.settle``)."""
+
+    __slots__ = ("__weakref__", "eff", "name")
+
+    def __init__(self, eff: Effective, name: str) -> None:
+        self.eff = eff
+        self.name = name
+
+    def abandon(self, why: str) -> None:
+        if untrack(self):
+            warnings.warn(f"dejacache: the {self.name} generator {why}; it was not recorded "
+                          f"in {self.eff.source}. Read a generator to its end inside its "
+                          "block to record it.", DejacacheWarning, stacklevel=4)
 
 
 def _is_stream(stored: Any) -> bool:
@@ -242,6 +260,7 @@ def _wrap(
                 raise _engine.replay_miss(eff, call_name, key, canonical)
             items: list[Any] = []
             t0 = time.perf_counter()
+            live = track(_LiveGenerator(eff, call_name))
             agen = fn(*args, **kwargs)
             try:
                 async for item in agen:
@@ -252,7 +271,12 @@ def _wrap(
                 raise
             finally:
                 await agen.aclose()  # abandoned half-way: let the generator clean up
-            # Only a generator that ran to the end is stored; an abandoned one never gets here.
+                ours = untrack(live)
+            # Only a generator that ran to the end is stored; an abandoned one never gets here,
+            # and one whose block exited first was named then.
+            if not ours:
+                record_miss(call_name, stored=False)
+                return
             rec = _engine.try_encode(eff, call_name, kind, key, canonical,
                                      {"items": items, "return": None},
                                      time.perf_counter() - t0)
@@ -282,6 +306,7 @@ def _wrap(
                 raise _engine.replay_miss(eff, call_name, key, canonical)
             items: list[Any] = []
             t0 = time.perf_counter()
+            live = track(_LiveGenerator(eff, call_name))
             gen = fn(*args, **kwargs)
             try:
                 while True:
@@ -297,6 +322,10 @@ def _wrap(
                 raise
             finally:
                 gen.close()  # abandoned half-way: run the generator's own cleanup now
+                ours = untrack(live)
+            if not ours:  # its block exited before it was read to the end, and said so
+                record_miss(call_name, stored=False)
+                return result
             rec = _engine.try_encode(eff, call_name, kind, key, canonical,
                                      {"items": items, "return": result},
                                      time.perf_counter() - t0)

@@ -8,7 +8,9 @@ Threads do not inherit context in Python 3.11. ``scope(...).run_in_thread``,
 :func:`wrap_executor` and :func:`propagate` carry it explicitly. As a last line of defence, a
 call from a thread that carries no scope at all, made while test-facing blocks (scopes,
 cassettes) are active, is routed to the single active block; with several active it fails
-closed. So a worker thread can never turn a replay into a live call.
+closed. So a worker thread can never turn a replay into a live call. That routing is for
+calls only: a block opened in such a thread starts from the thread's own settings
+(:func:`inherited`), as a service thread's ``scope(cache_key=...)`` must.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ import functools
 import inspect
 import re
 import threading
+import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from ._core.volatile import BlockPaths
 from .config import (
@@ -40,7 +43,8 @@ from .stores._base import Store
 if TYPE_CHECKING:
     import concurrent.futures  # at run time in _executor: it loads logging, ~7 ms (issue 12)
 
-__all__ = ["current", "propagate", "scope", "wrap_executor"]
+__all__ = ["current", "inherited", "propagate", "scope", "settle", "track", "untrack",
+           "wrap_executor"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -78,7 +82,9 @@ def _ambiguous(n: int) -> Effective:
 
 
 def current() -> Effective:
-    """The settings in force for a call made here and now."""
+    """The settings in force for a call made here and now (a call from a thread that
+    carries no scope may be routed to a block open in another thread: see the module
+    docstring)."""
     eff = _CURRENT.get()
     if eff is not None:
         return eff
@@ -93,6 +99,18 @@ def current() -> Effective:
         if leaves:
             return _ambiguous(len(leaves))
     return get_settings()
+
+
+def inherited() -> Effective:
+    """What a block opened here starts from: this context's own settings (the block it is
+    nested in, else the global settings). Never the block :func:`current` routes a bare
+    thread's calls to: a service thread's own block took that block's namespace, mode,
+    volatile items and store (its recording then never replayed on its own), and with two
+    blocks open elsewhere it inherited their refusal, even in record mode."""
+    eff = _CURRENT.get()
+    if eff is not None:
+        return eff
+    return GLOBAL[0] or get_settings()
 
 
 def active_blocks() -> list[Effective]:
@@ -165,6 +183,65 @@ def leave(eff: Effective, token: contextvars.Token[Effective | None]) -> None:
             hook(-1)
 
 
+# ---------------------------------------------------------------- recordings open in a block
+
+
+class Recording(Protocol):
+    """A live answer stored only once it is complete: an HTTP stream being read
+    (``http/recording.py``), a ``@cache`` generator being iterated (``decorators.py``)."""
+
+    @property
+    def eff(self) -> Effective: ...
+
+    def abandon(self, why: str) -> None:
+        """Give up storing it (if nothing else settled it first), with a warning naming
+        the call."""
+
+
+_RECORDINGS_LOCK = threading.Lock()
+_RECORDINGS: weakref.WeakSet[Recording] = weakref.WeakSet()
+R = TypeVar("R", bound=Recording)
+
+
+def track(rec: R) -> R:
+    """``rec`` is handed to a caller: the block it was made in settles it at exit."""
+    with _RECORDINGS_LOCK:
+        _RECORDINGS.add(rec)
+    return rec
+
+
+def untrack(rec: Recording) -> bool:
+    """Stop tracking ``rec``; True for the one caller that found it still tracked (a
+    completion and a block exit racing: exactly one of them wins)."""
+    with _RECORDINGS_LOCK:
+        if rec not in _RECORDINGS:
+            return False
+        _RECORDINGS.discard(rec)
+        return True
+
+
+def settle(owner: object, where: str) -> None:
+    """A block is exiting: the recordings still open in it are abandoned, each with a
+    warning naming the call, now rather than whenever someone closes them outside the
+    block. ``owner`` is the block's settings, or the store only that block writes (a
+    cassette, which calls in blocks nested in it write too). A recording read on after
+    its block stores nothing: a cassette is written at exit, and the rule is one for
+    every block."""
+    if not _RECORDINGS:
+        return
+    with _RECORDINGS_LOCK:
+        mine = [r for r in _RECORDINGS if r.eff is owner or r.eff.store is owner]
+    for r in mine:
+        r.abandon(f"was still being read when {where} exited")
+
+
+# Set while a decorated generator's step leaves its block: re-entered around every step,
+# the block (and the scopes it enters itself, as the scenario drop-in's does) pauses
+# between steps rather than exits, so recordings read across steps go on.
+_PAUSED: contextvars.ContextVar[bool] = contextvars.ContextVar("dejacache_paused",
+                                                               default=False)
+
+
 def check_ambiguous(eff: Effective, name: str) -> None:
     n = eff.extra.get("ambiguous")
     if n:
@@ -235,7 +312,7 @@ class scope(Block["scope"]):
         self._tokens: list[tuple[Effective, contextvars.Token[Effective | None]]] = []
 
     def effective(self) -> Effective:
-        base = current()
+        base = inherited()
         changes: dict[str, Any] = {"test_facing": True}
         if not isinstance(self.cache_key, _Unset):
             changes["namespace"] = self.cache_key
@@ -270,6 +347,8 @@ class scope(Block["scope"]):
             i -= 1
         eff, token = tokens.pop(i if i >= 0 else -1)
         leave(eff, token)
+        if not _PAUSED.get():
+            settle(eff, "its scope block")
         self._paths.exit()
 
 
@@ -318,6 +397,8 @@ def decorate_with_block(block: Any, fn: Callable[P, T]) -> Callable[P, T]:
                             item = next(it)
                         except StopIteration as stop:
                             return stop.value
+                        paused = _PAUSED.set(True)
+                    _PAUSED.reset(paused)
                     yield item
             finally:
                 close = getattr(it, "close", None)

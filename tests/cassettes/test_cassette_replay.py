@@ -301,3 +301,74 @@ def test_a_volatile_path_that_never_matched_warns_after_the_file_is_written(tmp_
     with dejacache.cassette(path, "replay"):
         assert lookup({"q": "refund?"})["answer"] == "{'q': 'refund?'}#1"
     assert len(model.calls) == 1
+
+
+# ---------------------------------------------------------------- calls that outlive the block
+
+
+def _late_task(pool, go: threading.Event, fn):
+    """Submitted inside a block (the executor carries the block's context), run after it."""
+    return pool.submit(lambda: (go.wait(10), fn())[1])
+
+
+@pytest.mark.parametrize("mode", ["auto", "record"])
+def test_a_task_recording_after_its_cassette_block_closed_is_named_not_lost(
+    tmp_path, model, ask, mode
+):
+    import concurrent.futures
+
+    path = tmp_path / "c.json"
+    go = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with dejacache.cassette(path, mode) as tape:
+            ask("inside")
+            late = _late_task(pool, go, lambda: ask("outlives the block"))
+        written = path.read_bytes()
+        dejacache.reset_stats()
+        with pytest.warns(dejacache.DejacacheWarning,
+                          match=r"ask was called after its cassette block exited .*"
+                                r"outlives the block.*not recorded in .*c\.json") as caught:
+            go.set()
+            # the block allowed live calls: the task gets its live answer
+            assert late.result(10)["answer"] == "outlives the block#2"
+    assert len(caught) == 1  # named once, not again as a failed write
+    assert dejacache.stats().total.stores == 0  # and not counted as stored
+    assert path.read_bytes() == written
+    assert tape.counters.recorded == 1 and tape.misses == []
+    assert model.calls == ["inside", "outlives the block"]
+
+
+def test_a_task_calling_after_its_replay_block_closed_is_refused_not_run_live(
+    tmp_path, model, ask
+):
+    import concurrent.futures
+
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record"):
+        ask("inside")
+    go = threading.Event()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        with dejacache.cassette(path, mode="replay") as tape:
+            ask("inside")
+            late = _late_task(pool, go, lambda: ask("inside"))  # recorded, yet too late
+        go.set()
+        with pytest.raises(ReplayMiss, match=r"ask was called after its cassette block "
+                                             r"exited .*refused rather than run live"):
+            late.result(10)
+    assert model.calls == ["inside"] and tape.misses == []
+
+
+def test_a_cached_generator_left_open_at_cassette_exit_is_named_then(tmp_path):
+    @dejacache.cache(name="words")
+    def words(text):
+        yield from text.split()
+
+    path = tmp_path / "c.json"
+    warns = pytest.warns(dejacache.DejacacheWarning,
+                         match=r"words generator was still being read when its cassette block "
+                               r"exited; it was not recorded in .*c\.json")
+    with warns, dejacache.cassette(path, mode="record"):
+        it = words("one two")
+        assert next(it) == "one"
+    assert list(it) == ["two"]  # read on after the block: nothing more is said or written
+    assert not path.exists()

@@ -262,6 +262,49 @@ def test_async_cassette_block_exiting_mid_stream_warns(fake: FakeProvider, tmp_p
     assert not path.exists() or "message_start" not in path.read_text()
 
 
+@pytest.mark.parametrize("lib", LIBS)
+def test_scope_block_exiting_mid_stream_warns_at_exit_naming_the_call(
+    fake: FakeProvider, lib: str
+) -> None:
+    # One rule for every block: what is still being read when the block exits is named
+    # then (not later, when someone closes it outside the block) and is not stored.
+    store = dejacache.MemoryStore()
+    warns = pytest.warns(dejacache.DejacacheWarning,
+                         match=r"anthropic.messages \(model 'm'\) stream was still being "
+                               r"read when its scope block exited; it was not recorded")
+    with importlib.import_module(lib).Client() as client:
+        with warns, dejacache.scope(mode="auto", store=store):
+            r = client.send(client.build_request(**_request(fake, "anthropic")), stream=True)
+            lines = r.iter_lines()
+            next(lines)
+        rest = list(lines)  # reading on after the block: no second warning, nothing stored
+        r.close()
+    assert "message_stop" in "".join(rest)
+    assert len(store) == 0
+
+
+def test_async_scope_block_exiting_mid_stream_warns_at_exit(fake: FakeProvider) -> None:
+    import httpx
+
+    store = dejacache.MemoryStore()
+
+    async def run() -> str:
+        async with httpx.AsyncClient() as client:
+            with pytest.warns(dejacache.DejacacheWarning, match=r"openai.chat.completions .*"
+                              r"still being read when its scope block exited"):
+                async with dejacache.scope(mode="auto", store=store):
+                    r = await client.send(client.build_request(**_request(fake, "openai")),
+                                          stream=True)
+                    lines = r.aiter_lines()
+                    await lines.__anext__()
+            rest = [x async for x in lines]
+            await r.aclose()
+            return "".join(rest)
+
+    assert "[DONE]" in asyncio.run(run())
+    assert len(store) == 0
+
+
 def test_stream_failing_after_finish_is_not_stored(fake: FakeProvider) -> None:
     import httpx2
 

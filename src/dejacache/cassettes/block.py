@@ -19,7 +19,7 @@ from typing import ParamSpec, TypeVar
 from .._core.volatile import BlockPaths
 from ..config import UNSET, Effective, _Unset, resolve_mode, settings_object, volatile_items
 from ..keys import key_substitutions
-from ..scope import Block, current, enter, leave
+from ..scope import Block, enter, inherited, leave, settle
 from .redact import Redactor
 from .store import Cassette
 
@@ -56,7 +56,9 @@ class cassette(Block[Cassette]):
     exception types recorded and replayed as the same exception. ``cache_key`` sets the
     namespace inside the block. ``volatile``: names, paths (``"body.messages[*].content"``)
     and compiled patterns left out of matching for the block's calls (the file shows a
-    placeholder where a pattern matched).
+    placeholder where a pattern matched). ``shared=True``: several tests (blocks) use the
+    file; a save keeps the others' entries in every mode (``record`` replaces only the
+    calls this block makes) and ``prune`` leaves it alone.
     ``strict=True``: calls must follow the recorded order, compared per asyncio task /
     thread (``asyncio.gather`` stays valid); a call that is not the recorded one at its step,
     or goes past the end of the recording, raises ``ReplayDivergence`` (nothing is sent),
@@ -111,7 +113,7 @@ class cassette(Block[Cassette]):
 
     def __enter__(self) -> Cassette:
         tape = self.open()
-        base = current()
+        base = inherited()
         ns: str | None
         if not isinstance(self.cache_key, _Unset):
             ns = self.cache_key
@@ -140,9 +142,7 @@ class cassette(Block[Cassette]):
     ) -> None:
         tape, eff, token = self._stack.pop()
         leave(eff, token)
-        # A stream still being read cannot reach the file any more: say so, by name (issue 8).
-        from ..http.recording import settle
-
+        # A stream still being read cannot reach the file any more: say so, by name.
         settle(tape, "its cassette block")
         if self.defer_save is not None:  # the caller decides later (pytest: the test outcome)
             self.defer_save(tape, exc_type is None)

@@ -22,6 +22,7 @@ import mmap
 import pathlib
 import sys
 import threading
+import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -31,11 +32,18 @@ from .._core import strict as order
 from .._core.diff import field_diff
 from ..codec import blob_from_tree, blob_payload
 from ..config import resolve_mode
-from ..errors import CassetteError, ReplayDivergence, ReplayMiss, SerializationError
+from ..errors import (
+    CassetteError,
+    DejacacheWarning,
+    ReplayDivergence,
+    ReplayMiss,
+    SerializationError,
+)
 from ..stats import token_total
 from ..stores._base import BaseStore, Record, StoreStats
 from . import format as fmt
 from .lock import cassette_lock
+from .merge import VOLATILE_FIELDS, Merged, canon, merge
 from .prices import estimate_dollars
 from .reader import DocIndex, FileIndex, Index
 from .redact import Redactor
@@ -83,14 +91,6 @@ class _Entry:
 _POSITION: contextvars.ContextVar[tuple[int, int, Any] | None] = contextvars.ContextVar(
     "dejacache_cassette_position", default=None)
 _SERIALS = itertools.count(1)
-
-
-def _canon(doc: dict[str, Any], *, ignore: tuple[str, ...] = ()) -> bytes:
-    return orjson.dumps({k: v for k, v in doc.items() if k not in ignore},
-                        option=orjson.OPT_SORT_KEYS)
-
-
-_VOLATILE_FIELDS = ("checksum", "duration", "follows", "occurrence", "usage")
 
 
 class Cassette(BaseStore):
@@ -150,6 +150,9 @@ class Cassette(BaseStore):
         self._observed: dict[int, Any] = {}  # recorded step -> the call made before it now
         self._miss_divergence: dict[str, ReplayDivergence] = {}
         self._finished = False
+        # Set when the block's save begins: a call completing later (a task or thread that
+        # outlived the block) can no longer reach the file, and is named instead of kept.
+        self._sealed = False
         self._load_request_fn = self._load_request
 
     # ---------------------------------------------------------------- loading
@@ -361,6 +364,8 @@ class Cassette(BaseStore):
     def _get(self, key: str) -> Record | None:
         self._load()
         with self._lock:
+            if self._sealed:
+                return None  # too late for this block: see note_miss and _append
             if self._raw is not None:
                 q = self._queue(key)
                 while q:
@@ -422,7 +427,7 @@ class Cassette(BaseStore):
                       namespace=str(doc.get("namespace", "")), kind=kind,
                       duration=duration, usage=usage)
 
-    def put(self, key: str, record: Record, *, ttl: float | None = None) -> None:
+    def put(self, key: str, record: Record, *, ttl: float | None = None) -> bool:
         try:
             tree, plain = blob_payload(record.value)
         except SerializationError as exc:
@@ -432,8 +437,8 @@ class Cassette(BaseStore):
             doc["tagged"] = True
         if record.usage:
             doc["usage"] = dict(record.usage)
-        self._append(key, record.name, record.namespace, record.kind, record.request,
-                     record.duration, doc)
+        return self._append(key, record.name, record.namespace, record.kind, record.request,
+                            record.duration, doc)
 
     def record_error(self, key: str, name: str, namespace: str, kind: str, canonical: bytes,
                      exc: BaseException, duration: float) -> bool:
@@ -447,8 +452,7 @@ class Cassette(BaseStore):
         except TypeError:
             args = [str(exc)]
         err = {"type": f"{t.__module__}:{t.__qualname__}", "message": str(exc), "args": args}
-        self._append(key, name, namespace, kind, canonical, duration, {"error": err})
-        return True
+        return self._append(key, name, namespace, kind, canonical, duration, {"error": err})
 
     def recorded_error(self, record: Record) -> BaseException:
         """The exception an error entry stands for (same type and message)."""
@@ -456,7 +460,8 @@ class Cassette(BaseStore):
         return rebuild_exception(err)
 
     def _append(self, key: str, name: str, namespace: str, kind: str, request: bytes,
-                duration: float, doc: dict[str, Any]) -> None:
+                duration: float, doc: dict[str, Any]) -> bool:
+        """Add a recording; False when the tape was already saved (the call is named)."""
         self._load()
         try:
             req_tree = orjson.loads(request) if request else None
@@ -464,6 +469,9 @@ class Cassette(BaseStore):
             req_tree = request.decode(errors="replace")
         red = self.redactor
         with self._lock:
+            if self._sealed:
+                self._warn_late(name, req_tree)
+                return False
             packer = fmt.Packer(self._values)
             red_request = red.tree(req_tree)
             doc["request"] = packer.pack_root(red_request)
@@ -486,13 +494,14 @@ class Cassette(BaseStore):
             self._new.append(doc)
             self.counters.recorded += 1
             self._note_new(doc, name, kind, key, red_request)
+            return True
 
     def _verbatim(self, key: str, occ: int, doc: dict[str, Any]) -> dict[str, Any]:
         # Re-recording an unchanged call keeps the old entry, duration included: no git diff.
         old = self._positions(key)
         if occ < len(old):
             prev = self._doc(self._entry(old[occ], key, occ))
-            if _canon(prev, ignore=_VOLATILE_FIELDS) == _canon(doc, ignore=_VOLATILE_FIELDS):
+            if canon(prev, ignore=VOLATILE_FIELDS) == canon(doc, ignore=VOLATILE_FIELDS):
                 return dict(prev, occurrence=occ)
         return doc
 
@@ -528,6 +537,8 @@ class Cassette(BaseStore):
         report outlives wrappers (litellm, scenario) that reduce it to a one-line message.
         Returns the error to raise instead (a strict cassette's divergence), or None."""
         with self._lock:
+            if self._sealed:
+                return self._late_miss(miss)
             again = self._miss_divergence.get(miss.key)
             if again is not None:
                 return again
@@ -553,6 +564,25 @@ class Cassette(BaseStore):
             self._miss_divergence[miss.key] = exc
             self.misses[-1] = exc  # what a failing test's report leads with (pytest plugin)
             return exc
+
+    def _late_call(self, name: str, request: Any) -> str:
+        shown = orjson.dumps(self.redactor.tree(request)).decode(errors="replace")
+        shown = shown if len(shown) <= 200 else shown[:200] + "..."
+        return (f"dejacache: {name} was called after its cassette block exited "
+                f"(a task or thread that outlived the block), with {shown}")
+
+    def _warn_late(self, name: str, request: Any) -> None:
+        warnings.warn(f"{self._late_call(name, request)}; the caller got the live answer, "
+                      f"but it was not recorded in {self.path}. Wait for the task inside "
+                      "the block to record it.", DejacacheWarning, stacklevel=4)
+
+    def _late_miss(self, miss: ReplayMiss) -> ReplayMiss:
+        late = ReplayMiss(f"{self._late_call(miss.name, miss.request)}; the block replays "
+                          f"{self.path}, so the call is refused rather than run live. Wait for "
+                          "the task inside the block.", name=miss.name, key=miss.key,
+                          source=str(self.path))
+        late.request = miss.request
+        return late
 
     def redact_tree(self, tree: Any) -> Any:
         """What the file would hold for ``tree`` (used to keep secrets out of miss reports)."""
@@ -949,6 +979,7 @@ class Cassette(BaseStore):
         """Drop the file's bytes (a memory map holds a descriptor); counters and ``unused``
         stay readable. Called when the block ends, so a long session holds no open files."""
         with self._lock:
+            self._sealed = True
             try:
                 if self._closed is None:
                     self._finish_order()
@@ -1041,11 +1072,15 @@ class Cassette(BaseStore):
             out += [self._doc(e) for e in after.get(id(x), ())]
         return out
 
-    def _link(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _link(self, entries: list[dict[str, Any]],
+              theirs: dict[int, tuple[dict[str, Any], Any]] | None = None
+              ) -> list[dict[str, Any]]:
         """Copies of ``entries`` with ``follows`` set to the index (in this list) of the step
         each one's task made before it: as observed in this run for the calls it made, as
-        recorded for the rest. A predecessor that is not in the list (pruned) is replaced by
-        its own predecessor."""
+        recorded for the rest (``theirs``: for entries another writer put in the file, the
+        entry each follows there). A predecessor that is not in the list (pruned) is
+        replaced by its own predecessor."""
+        theirs = theirs or {}
         old_docs: dict[int, _Entry] = {}
         if self.mode != "record":
             for e in self._all_entries():
@@ -1061,6 +1096,9 @@ class Cassette(BaseStore):
             """_MISSING: unknown; None: the first call of its task; else a doc."""
             if id(doc) in self._pred:
                 return marker_doc(self._pred[id(doc)])
+            there = theirs.get(id(doc))
+            if there is not None and there[0] is doc:
+                return there[1]
             e = old_docs.get(id(doc))
             if e is None:
                 return _MISSING  # another process's entry (merged): its order is unknown
@@ -1091,9 +1129,12 @@ class Cassette(BaseStore):
 
     def save(self, *, prune: bool = False) -> bool:
         """Write the file if this run changed it; returns whether bytes were written (an
-        unchanged run reads nothing more: no scan, no parse, no write)."""
+        unchanged run reads nothing more: no scan, no parse, no write). A shared file is
+        never pruned: the entries this block did not use may be other tests'."""
         self._load()
+        prune = prune and not self.shared
         with self._lock:
+            self._sealed = True
             if self.mode in ("off",):
                 return False
             changed = bool(self._new) or (prune and bool(self.unused)) or (
@@ -1107,7 +1148,7 @@ class Cassette(BaseStore):
                 # Under the lock no other writer is between creating and renaming its temp
                 # file: any left over is from one killed mid-write.
                 fmt.remove_stale_temps(self.path)
-                entries = self._link(self._merge_with_disk(entries))
+                entries = self._link(*self._merge_with_disk(entries))
                 data = self._render(entries)
                 try:
                     current = self.path.read_bytes()
@@ -1128,42 +1169,56 @@ class Cassette(BaseStore):
     def _render(self, entries: list[dict[str, Any]]) -> bytes:
         return fmt.render(entries, self._values)
 
-    def _merge_with_disk(self, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Another process (an xdist worker) may have written the file since we read it:
-        keep what it added instead of overwriting it."""
+    def _merge_with_disk(self, entries: list[dict[str, Any]]
+                         ) -> tuple[list[dict[str, Any]], dict[int, tuple[Any, Any]]]:
+        """``entries`` applied to the file as it is now (``merge.py`` says how, per mode):
+        another writer (an xdist worker, an earlier test sharing the file) keeps what it
+        wrote. Returns the entries and, for those taken from the file now, the entry each
+        follows there (for ``_link``). Called under the file lock."""
         try:
             disk = self.path.read_bytes()
         except FileNotFoundError:
             disk = None
-        if disk is None or (self._raw is not None and disk == self._raw[:]):
-            return entries
-        try:
-            other = fmt.load_document(disk, self.path)
-        except CassetteError:
-            if self.mode == "record":  # re-recording replaces a damaged file
-                return entries
-            raise
-        self._values.update(other["values"])
-        mine_before = {_canon(d, ignore=_VOLATILE_FIELDS) for d in (
-            self._full["entries"] if self._full else [])}
-        theirs = [d for d in other["entries"]
-                  if _canon(d, ignore=_VOLATILE_FIELDS) not in mine_before]
-        if self.mode == "record" and self.shared:
-            mine_keys = {d["key"] for d in self._new}
-            kept = [d for d in other["entries"] if d.get("key") not in mine_keys]
-            return kept + list(self._new)
-        theirs_set = {_canon(d, ignore=_VOLATILE_FIELDS) for d in theirs}
-        new_ids = {id(d) for d in self._new}
-        new_only = [d for d in entries if id(d) in new_ids
-                    and _canon(d, ignore=_VOLATILE_FIELDS) not in theirs_set]
-        base = [d for d in entries if id(d) not in new_ids]
-        return base + theirs + new_only
+        read = self._full["entries"] if self._full is not None else []
+        unchanged = disk is not None and self._raw is not None and disk == self._raw[:]
+        if unchanged and not (self.mode == "record" and self.shared):
+            return entries, {}  # nobody else wrote: what this block made is the file
+        now: list[dict[str, Any]] | None = read if unchanged else None
+        if disk is not None and not unchanged:
+            try:
+                other = fmt.load_document(disk, self.path)
+            except CassetteError:
+                if self.mode != "record":
+                    raise
+                other = None  # re-recording replaces a damaged file
+            if other is not None:
+                self._values.update(other["values"])
+                now = other["entries"]
+        new = {id(d) for d in self._new}
+        merged = merge(entries, new=new, read=read, now=now, mode=self.mode,
+                       shared=self.shared)
+        return merged.entries, _followed_in(now or [], merged)
 
     def summary_counts(self) -> TapeCounters:
         return self.counters
 
 
 _MISSING: Any = object()
+
+
+def _followed_in(now: list[dict[str, Any]], merged: Merged
+                 ) -> dict[int, tuple[dict[str, Any], Any]]:
+    """For each entry of the file as it is now (``now``): itself and the entry it follows
+    there (None: the first call of its task), or the entry standing in that one's place in
+    ``merged``. Entries without a recorded order are left out (their order is unknown)."""
+    out: dict[int, tuple[dict[str, Any], Any]] = {}
+    for d in now:
+        f = fmt.follows_of(d)
+        if f is None:
+            continue
+        prev = now[f] if 0 <= f < len(now) else None
+        out[id(d)] = (d, merged.stand_ins.get(id(prev), prev) if prev is not None else None)
+    return out
 
 
 class _Unused:
@@ -1210,7 +1265,7 @@ def _order_free(entries: list[dict[str, Any]]) -> list[bytes]:
     for d in entries:
         f = fmt.follows_of(d)
         prev = entries[f].get("key") if f is not None and 0 <= f < len(entries) else f
-        out.append(_canon(d, ignore=("checksum", "occurrence", "follows"))
+        out.append(canon(d, ignore=("checksum", "occurrence", "follows"))
                    + orjson.dumps(prev))
     return sorted(out)
 

@@ -14,9 +14,10 @@ once, when the answer is complete:
   streams were never stored. Events before that point are never held back.
 
 A stream the caller closes or drops before that point, or that is still unfinished when its
-cassette block exits, is not stored and says so with a ``DejacacheWarning`` naming the call
-(endpoint and model) and where it would have gone. A stream that fails (the server hangs up)
-is not stored either; the caller gets the failure itself.
+block (a cassette or a scope) exits, is not stored and says so with a ``DejacacheWarning``
+naming the call (endpoint and model) and where it would have gone (``scope.settle``). A
+stream that fails (the server hangs up) is not stored either; the caller gets the failure
+itself.
 
 Cost per event: one cheap string check (``Provider.stage``). Per stream that stops at the
 finishing event with the end marker still on the wire: one short-lived reader thread (sync)
@@ -33,7 +34,6 @@ import functools
 import threading
 import time
 import warnings
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -41,6 +41,7 @@ import orjson
 
 from ..config import Effective
 from ..errors import DejacacheWarning
+from ..scope import track, untrack
 from ..stats import record_miss
 from ._libs import Lib
 from .aliases import AliasTable
@@ -52,7 +53,7 @@ from .sse import SSESplitter
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = ["READ_AHEAD_TIMEOUT", "Recorder", "recording_classes", "settle", "unfinished"]
+__all__ = ["READ_AHEAD_TIMEOUT", "Recorder", "recording_classes"]
 
 # How long the event that finishes an answer may wait for the end marker behind it. Real
 # providers send both within milliseconds; a server that stalls in between costs the caller
@@ -79,10 +80,6 @@ class CallInfo(Protocol):
 StoreSync = Callable[[dict[str, Any], float], None]
 StoreAsync = Callable[[dict[str, Any], float], Awaitable[None]]
 
-# Recordings still open, so a cassette block can name the ones it exits without.
-_OPEN: weakref.WeakSet[Recorder] = weakref.WeakSet()
-_OPEN_LOCK = threading.Lock()
-
 
 class Recorder:
     """One live stream being recorded: its events so far, and whether it is still open."""
@@ -100,11 +97,13 @@ class Recorder:
         self.open = True  # False once stored, abandoned or failed: exactly one of those
         self._lock = threading.Lock()
 
+    @property
+    def eff(self) -> Effective:
+        return self.call.eff
+
     def track(self) -> Recorder:
         """Handed to a caller: a block exiting before it is done should say so."""
-        with _OPEN_LOCK:
-            _OPEN.add(self)
-        return self
+        return track(self)
 
     def feed(self, chunk: bytes) -> int:
         """Take in one chunk; return the furthest stage any event so far has reached."""
@@ -125,8 +124,7 @@ class Recorder:
             if not self.open:
                 return False
             self.open = False
-        with _OPEN_LOCK:
-            _OPEN.discard(self)
+        untrack(self)
         return True
 
     def value(self) -> dict[str, Any]:
@@ -173,19 +171,6 @@ class Recorder:
         where = f" in {source}" if source else ""
         return (f"dejacache: the {what} stream {why}; it was not recorded{where}. Read a "
                 "stream at least to the event that ends the answer to record it.")
-
-
-def unfinished(store: Any) -> list[Recorder]:
-    """Recordings still open that would be stored in ``store``."""
-    with _OPEN_LOCK:
-        return [r for r in _OPEN if r.open and r.call.eff.store is store]
-
-
-def settle(store: Any, where: str) -> None:
-    """A block that writes ``store`` is exiting: recordings still open for it are abandoned,
-    each with a warning (their answer can no longer reach the file)."""
-    for rec in unfinished(store):
-        rec.abandon(f"was still being read when {where} exited")
 
 
 # ---------------------------------------------------------------- reading ahead
