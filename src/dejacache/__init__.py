@@ -10,6 +10,7 @@ from ._lazy import attach
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is not loaded at interpreter start
 if TYPE_CHECKING:
+    from ._frozen import thaw
     from .cassettes.block import cassette
     from .cassettes.store import Cassette
     from .cassettes.trajectory import diff_cassettes, load_cassette
@@ -109,6 +110,7 @@ __all__ = [
     "runtime_stats",
     "scope",
     "stats",
+    "thaw",
     "tool",
     "tool_cache",
     "wrap_executor",
@@ -120,6 +122,7 @@ __all__ = [
 # module is imported when one of its names is first read, then the name is a plain global.
 # HTTP interception still switches on with the first block: scope.enter loads it.
 _WHERE = {
+    "._frozen": ("thaw",),
     ".cassettes.block": ("cassette",),
     ".cassettes.store": ("Cassette",),
     ".cassettes.trajectory": ("diff_cassettes", "load_cassette"),

@@ -33,7 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 import orjson
 import xxhash
 
-from ._frozen import FrozenDict, FrozenList
+from ._frozen import FrozenDict, FrozenList, thaw
 from .errors import ConfigurationError, IntegrityError, SerializationError
 
 # Import time (issue 12, item 6): base64, decimal, pathlib (with urllib.parse and ipaddress)
@@ -103,12 +103,15 @@ class _Tree:
             # Hex above 2000 bits: decimal text of 2**100000 raises ValueError (CPython's
             # digit limit, which users may lower to 640 digits); hex has no limit.
             return {_T + "int": str(v) if v.bit_length() <= _DECIMAL_BITS else hex(v)}
-        if t is dict or t is FrozenDict:  # a frozen result stores as the dict it reads as
+        if t is FrozenDict or t is FrozenList:  # a frozen result stores as what it reads as
+            v = thaw(v)
+            t = type(v)
+        if t is dict:
             if all(type(k) is str and not k.startswith(_T) for k in v):
                 return {k: self.conv(x) for k, x in v.items()}
             self.plain = False
             return {_T + "map": [[self.conv(k), self.conv(x)] for k, x in v.items()]}
-        if t is list or t is FrozenList:
+        if t is list:
             return [self.conv(x) for x in v]
         self.plain = False
         if t is tuple:

@@ -13,7 +13,7 @@ from typing import Any, TypeVar, overload
 import orjson
 
 from . import _engine
-from ._frozen import freeze
+from ._frozen import freeze, shared_node, view_of
 from .config import GLOBAL, Duration, Effective, VolatileItems, ttl_seconds, volatile_items
 from .errors import ConfigurationError, DejacacheWarning
 from .keys import KeyBuilder, KeyParts, digest, explain, key_seed
@@ -102,8 +102,8 @@ class _Plan:
 
     The short path is the whole of a warm hit (issue 12 item 4): the key, the store's
     ``hit``, one ``orjson.loads`` of the checked body (the caller's own fresh object) or,
-    with ``frozen=True``, the read-only value the store keeps for those bytes, the hit
-    counted. Anything else it meets goes on to the engine's general path.
+    with ``frozen=True``, a new read-only view of the immutable value the store keeps for
+    those bytes, the hit counted. Anything else it meets goes on to the engine's general path.
     """
 
     __slots__ = ("eff", "kb", "quick", "seed", "share", "short", "store", "subs")
@@ -206,15 +206,17 @@ def _wrap(
         shared = item[4]
         if frozen and shared is not NOT_SHARED:
             record_hit(call_name, item[1], item[2])
-            return shared
+            return view_of(shared)
         try:
             value = _loads(body)  # checked by the store: one loads is the fresh copy
         except orjson.JSONDecodeError:
             return _engine.MISS  # the general path decodes it again and reports it
         if frozen:
-            value = freeze(value)
+            # The store keeps the immutable node tree; each caller gets its own view of it.
+            shared = shared_node(value, body)
             if p.share is not None:
-                p.share(key, item, value)
+                p.share(key, item, shared)
+            value = view_of(shared)
         record_hit(call_name, item[1], item[2])
         return value
 
@@ -389,7 +391,7 @@ def _wrap(
                 item = p.store.hit(key)
                 if item is not None:
                     # short_hit's two commonest cases inlined: a plain body to decode, or
-                    # the read-only value a frozen hit shares.
+                    # a view of the immutable value frozen hits share.
                     if not frozen and item[0] is not None:
                         try:
                             value = _loads(item[0])
@@ -400,7 +402,14 @@ def _wrap(
                             return value
                     elif frozen and item[4] is not NOT_SHARED:
                         record_hit(call_name, item[1], item[2])
-                        return item[4]
+                        node = item[4]
+                        if type(node) is not tuple:  # a str or number result
+                            return node
+                        # view_of inlined (0.1 µs of a 2 KB hit): shared values are
+                        # decoded JSON, so the node is a dict's or a list's.
+                        view = node[0]()
+                        view._node = node
+                        return view
                     else:
                         value = short_hit(p, eff, key, item)
                         if value is not _engine.MISS:
@@ -471,10 +480,12 @@ def cache(
     patterns whose matches inside strings are replaced by a placeholder; ``ttl`` is how long
     an entry lives: seconds, a ``timedelta`` or text such as ``"1h30m"`` (None: no expiry).
 
-    ``frozen=True`` hands every hit one shared, read-only value instead of a fresh copy:
-    dicts and lists come back as read-only subclasses (``==``, ``isinstance``, JSON all work
-    as before; changing one raises ``ReadOnlyResult``), and an in-memory hit costs no decode
-    at all. Misses return a read-only copy too, so code sees the same either way.
+    ``frozen=True`` hands every hit a read-only view of one shared value instead of a fresh
+    copy, so an in-memory hit costs no decode at all: dicts and lists come back as
+    ``Mapping``/``Sequence`` views that compare, index and iterate as the plain values do
+    (``dejacache.thaw`` gives a plain copy, and is the ``default=`` JSON encoders need);
+    changing one raises ``ReadOnlyResult``. Misses return a read-only copy too, so code sees
+    the same either way.
     """
     ignore = tuple(ignore)
     volatile = volatile_items(volatile)

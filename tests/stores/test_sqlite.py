@@ -828,7 +828,7 @@ def test_frozen_hits_follow_a_row_another_process_replaced(tmp_path: pathlib.Pat
         ask("x")
         one, two = ask("x"), ask("x")
         assert one == {"answer": "first", "items": ["x"]}
-        assert one is two  # shared, read-only
+        assert one._node is two._node  # one shared value, a read-only view per hit
         key = ask.cache_key("x")
     with dejacache.scope(store=other, mode="record"):
         answer[0] = "second"
@@ -838,3 +838,35 @@ def test_frozen_hits_follow_a_row_another_process_replaced(tmp_path: pathlib.Pat
     assert store.get(key) is not None
     store.close()
     other.close()
+
+
+@pytest.mark.parametrize("drop", ["clear", "clear namespace", "delete", "put"])
+def test_a_kept_frozen_value_never_outlives_its_row(tmp_path: pathlib.Path, drop: str) -> None:
+    """The value a frozen hit keeps for a row's bytes goes with the row: after a clear, a
+    delete or an overwrite, the same bytes written again are decoded afresh."""
+    from dejacache.codec import JsonCodec
+    from dejacache.stores._base import NOT_SHARED
+
+    store = SQLiteStore(tmp_path / "c.db")
+    value = JsonCodec().encode({"a": [1]}, key="k")
+    store.put("k", rec(value))
+    item = store.hit("k")
+    assert item is not None and item[4] is NOT_SHARED
+    store.share("k", item, "kept")
+    kept = store.hit("k")
+    assert kept is not None and kept[4] == "kept"
+    if drop == "clear":
+        store.clear()
+    elif drop == "clear namespace":
+        store.clear("ns")
+    elif drop == "delete":
+        store.delete("k")
+    store.put("k", rec(value))  # the same bytes again
+    again = store.hit("k")
+    assert again is not None and again[4] is NOT_SHARED
+    store.delete("k")  # removed between a hit and its share: the share keeps nothing
+    store.share("k", again, "late")
+    store.put("k", rec(value))
+    latest = store.hit("k")
+    assert latest is not None and latest[4] is NOT_SHARED
+    store.close()

@@ -65,8 +65,8 @@ class Record:
 #:   and reports those; ``record`` may be given for the codec to decode at once);
 #: - ``duration`` and ``usage``, for statistics;
 #: - ``record``: the ``Record``, or None;
-#: - ``shared``: the read-only value a ``@cache(frozen=True)`` hit hands out, kept by the
-#:   store's ``share(key, item, value)``, or ``NOT_SHARED``.
+#: - ``shared``: the immutable value (``_frozen.node_of``) every ``@cache(frozen=True)`` hit
+#:   hands out a view of, kept by the store's ``share(key, item, value)``, or ``NOT_SHARED``.
 NOT_SHARED: Any = Sentinel("NOT_SHARED")
 
 

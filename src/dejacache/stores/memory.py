@@ -31,7 +31,8 @@ class MemoryStore(BaseStore):
     the bytes then never leave this process's memory, so hits skip the per-read checksum
     (``checked_on_put``: the engine decodes with ``JsonCodec.decode_checked``). A plain JSON
     value's body is sliced once when put, so a hit is one ``orjson.loads`` of it (:meth:`hit`),
-    and a ``@cache(frozen=True)`` hit hands out the read-only value kept by :meth:`share`.
+    and a ``@cache(frozen=True)`` hit hands out a view of the immutable value kept by
+    :meth:`share`.
     """
 
     checked_on_put = True
@@ -84,7 +85,7 @@ class MemoryStore(BaseStore):
         return item
 
     def share(self, key: str, item: tuple[Any, ...], value: Any) -> None:
-        """Keep ``value``, the read-only form of the entry ``item`` that :meth:`hit` just
+        """Keep ``value``, the immutable form of the entry ``item`` that :meth:`hit` just
         returned, for later ``frozen`` hits; nothing when the entry has been replaced or
         removed since (the value belongs to those bytes only). Its estimated size counts
         against ``max_bytes`` like the bytes do."""

@@ -322,10 +322,11 @@ class SQLiteStore(BaseStore):
                                  backend="sqlite")
             path = d / "cache.db"
         self.path = pathlib.Path(path)
-        # key -> (stored bytes checked, their body, a read-only value made from them or
-        # NOT_SHARED): see ``hit`` and ``share``
-        self._known: dict[str, tuple[Any, memoryview, Any]] = {}
+        # key -> (stored bytes checked, their body, the immutable value a frozen hit made
+        # from them or NOT_SHARED, the bytes counted): see ``hit`` and ``share``
+        self._known: dict[str, tuple[Any, memoryview, Any, int]] = {}
         self._known_bytes = 0
+        self._known_lock = threading.Lock()  # its writers; hits read it without
         self.url = f"sqlite:///{self.path}"
         self.timeout = seconds(timeout, "SQLiteStore timeout", zero=True)
         self.readonly = readonly
@@ -693,7 +694,7 @@ class SQLiteStore(BaseStore):
 
         Bytes this process has checked before are remembered (``_known``): a row holding
         exactly those bytes again needs one comparison instead of the checksum and slicing
-        (0.5 µs of a 2 KB hit), and serves the read-only value a ``frozen`` hit made from
+        (0.5 µs of a 2 KB hit), and serves the immutable value a ``frozen`` hit made from
         them (:meth:`share`). Another process may replace a row at any time: only equal bytes
         count, so a changed row is checked afresh."""
         try:
@@ -718,21 +719,49 @@ class SQLiteStore(BaseStore):
         return (body, duration, _parsed_usage(usage) if usage else None, None, NOT_SHARED)
 
     def share(self, key: str, item: tuple[Any, ...], value: Any) -> None:
-        """Keep ``value``, the read-only form of the body :meth:`hit` just returned in
+        """Keep ``value``, the immutable form of the body :meth:`hit` just returned in
         ``item``, for later ``@cache(frozen=True)`` hits of this process on the same bytes:
         such a hit costs the SELECT and one comparison, not a decode and a freeze (7 µs for
-        a 1.2 KB chat completion)."""
+        a 1.2 KB chat completion). Nothing is kept once the row was written or removed here
+        since that hit (:meth:`_forget` dropped what the hit remembered)."""
         body = item[0]
-        if isinstance(body, memoryview) and type(body.obj) is bytes:
-            self._remember(key, body, value, shared_size(value, len(body)) + len(body.obj))
+        if not (isinstance(body, memoryview) and type(body.obj) is bytes):
+            return
+        size = shared_size(value, len(body)) + len(body.obj)
+        with self._known_lock:
+            known = self._known.get(key)
+            if known is not None and known[1] is body:
+                self._keep(key, body, value, size)
 
     def _remember(self, key: str, body: memoryview, shared: Any, size: int) -> None:
-        # Bounded by emptying it when its estimate passes _KNOWN_MAX_BYTES.
+        with self._known_lock:
+            self._keep(key, body, shared, size)
+
+    def _keep(self, key: str, body: memoryview, shared: Any, size: int) -> None:
+        # Under _known_lock. Bounded by emptying it when its estimate passes
+        # _KNOWN_MAX_BYTES.
+        self._drop_known(key)
         if self._known_bytes + size > _KNOWN_MAX_BYTES:
+            self._drop_known("")
+        self._known[key] = (body.obj, body, shared, size)
+        self._known_bytes += size
+
+    def _forget(self, key: str = "") -> None:
+        """Drop what :meth:`hit` remembers of ``key`` (of every key when empty), once its
+        row has been written or removed here: a remembered value never outlives its row in
+        this process. Another process's writes need nothing: only equal bytes are ever
+        matched, and the value made from them cannot be changed, so it is still theirs."""
+        with self._known_lock:
+            self._drop_known(key)
+
+    def _drop_known(self, key: str) -> None:
+        if not key:
             self._known.clear()
             self._known_bytes = 0
-        self._known[key] = (body.obj, body, shared)
-        self._known_bytes += size
+            return
+        old = self._known.pop(key, None)
+        if old is not None:
+            self._known_bytes -= old[3]
 
     def _get_opening(self, key: str) -> tuple[Any, ...] | None:
         """:meth:`get` in a thread that has no connection yet."""
@@ -786,7 +815,9 @@ class SQLiteStore(BaseStore):
                 _release(conn, collections.Counter(_refs(old[0], old[1])))
             return 1
 
-        return self._write(body, key) > 0
+        stored = self._write(body, key) > 0
+        self._forget(key)
+        return stored
 
     def delete(self, key: str) -> bool:
         return self._remove("key=?", (key,), key) > 0
@@ -909,7 +940,10 @@ class SQLiteStore(BaseStore):
             _release(conn, counts)
             return n
 
-        return self._write(body, key)
+        try:
+            return self._write(body, key)
+        finally:
+            self._forget(key)
 
     def clear(self, namespace: str | None = None) -> int:
         if namespace is None:
@@ -918,7 +952,10 @@ class SQLiteStore(BaseStore):
                 conn.execute("DELETE FROM blobs")
                 return n
 
-            return self._write(body)
+            try:
+                return self._write(body)
+            finally:
+                self._forget()
         return self._remove("namespace=?", (namespace,))
 
     def purge_expired(self) -> int:
