@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import http.client
+import json
 import pathlib
 import threading
 from collections.abc import Iterator
@@ -87,9 +88,17 @@ def _agent(oc: Any, ac: Any) -> dict[str, Any]:
     return out
 
 
+def _run_agent(base: str, *, replay: bool) -> dict[str, Any]:
+    # Closed here: an SDK client is garbage in a reference cycle, and its pooled socket to the
+    # provider otherwise leaks until whichever later test the collector happens to run in.
+    oc, ac = _clients(base, replay=replay)
+    with oc, ac:
+        return _agent(oc, ac)
+
+
 def _record(fake: Any, path: pathlib.Path) -> dict[str, Any]:
     with vcr.use_cassette(str(path), record_mode="all"):
-        live = _agent(*_clients(fake.url, replay=False))
+        live = _run_agent(fake.url, replay=False)
     assert path.exists()
     return live
 
@@ -116,7 +125,7 @@ def test_openai_and_anthropic_replay_from_an_imported_vcr_cassette(
     seen = fake.count()
     fake.stop()
     with dejacache.cassette(out, mode="replay") as tape:
-        again = _agent(*_clients(fake.url, replay=True))
+        again = _run_agent(fake.url, replay=True)
     assert again == live
     assert again["stream_type"] == "Stream" and again["chunk_types"] == {"ChatCompletionChunk"}
     assert again["anthropic_events"][0] == "RawMessageStartEvent"
@@ -129,18 +138,80 @@ def test_openai_and_anthropic_replay_from_an_imported_vcr_cassette(
         assert secret.encode() not in data
 
 
+# ---------------------------------------------------------------- serializers that parse bodies
+
+
+class ParsedBodies:
+    """A vcrpy serializer that keeps JSON bodies parsed, in the shape pydantic-ai's test suite
+    writes: a JSON request or response body becomes a ``parsed_body`` mapping and its ``body``
+    is removed; header names are lowercased and credentials dropped. (Written for this test;
+    registered with vcrpy's own ``register_serializer``.)"""
+
+    _DROPPED = frozenset({"authorization", "x-api-key", "set-cookie"})
+
+    @classmethod
+    def serialize(cls, cassette: dict[str, Any]) -> str:
+        for it in cassette["interactions"]:
+            for side in ("request", "response"):
+                data = it[side]
+                data["headers"] = {k.lower(): v for k, v in data["headers"].items()
+                                   if k.lower() not in cls._DROPPED}
+                if data["headers"].get("content-type", [""])[0].startswith("application/json"):
+                    body = data.pop("body")
+                    data["parsed_body"] = json.loads(body["string"] if side == "response"
+                                                     else body)
+        return str(yaml.safe_dump(cassette, allow_unicode=True))
+
+    @staticmethod
+    def deserialize(text: str) -> dict[str, Any]:
+        raise NotImplementedError("these tests only record")
+
+
+yaml = pytest.importorskip("yaml")
+
+
+def test_a_cassette_whose_serializer_parsed_the_bodies_replays(
+    fake: Any, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    src, out = tmp_path / "parsed.yaml", tmp_path / "imported.json"
+    recorder = vcr.VCR()
+    recorder.register_serializer("parsed", ParsedBodies)
+    with recorder.use_cassette(str(src), serializer="parsed", record_mode="all"):
+        live = _run_agent(fake.url, replay=False)
+    raw = src.read_text()
+    assert raw.count("parsed_body:") == 5 + 3  # every request; the answers that are not streams
+    assert "string: '{" not in raw  # no JSON body is left as text
+
+    text = _import(src, out, capsys)
+    assert "converted: 5 call(s)" in text and "skipped: 0 call(s)" in text
+    assert b'"json":null' not in out.read_bytes().replace(b" ", b"")
+
+    seen = fake.count()
+    fake.stop()
+    with dejacache.cassette(out, mode="replay") as tape:
+        again = _run_agent(fake.url, replay=True)
+    assert again == live
+    assert tape.counters.replayed == 5 and tape.counters.missed == 0 and not tape.unused
+    assert fake.count() == seen
+    oc, ac = _clients(fake.url, replay=True)
+    with dejacache.cassette(out, mode="replay"), oc, ac, pytest.raises(dejacache.ReplayMiss):
+        # the request bodies were imported: another question misses
+        oc.chat.completions.create(model="gpt-4o-mini",
+                                   messages=[{"role": "user", "content": "bye"}])
+
+
 async def test_an_imported_recording_replays_through_the_async_clients(
     fake: Any, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     src, out = tmp_path / "vcr.yaml", tmp_path / "imported.json"
-    with vcr.use_cassette(str(src), record_mode="all"):
-        oc = openai.OpenAI(base_url=fake.openai_url, api_key=OPENAI_KEY, max_retries=0)
+    with vcr.use_cassette(str(src), record_mode="all"), \
+            openai.OpenAI(base_url=fake.openai_url, api_key=OPENAI_KEY, max_retries=0) as oc:
         live = oc.chat.completions.create(model="gpt-4o-mini", messages=USER)
     _import(src, out, capsys)
     fake.stop()
-    async with dejacache.cassette(out, mode="replay"):
-        aoc = openai.AsyncOpenAI(base_url=fake.openai_url, api_key="another-key",
-                                 http_client=dejacache.async_http_client(library="httpx"))
+    async with dejacache.cassette(out, mode="replay"), openai.AsyncOpenAI(
+            base_url=fake.openai_url, api_key="another-key",
+            http_client=dejacache.async_http_client(library="httpx")) as aoc:
         again = await aoc.chat.completions.create(model="gpt-4o-mini", messages=USER)
     assert again.choices[0].message.content == live.choices[0].message.content
     assert again.id == live.id
@@ -150,16 +221,16 @@ def test_a_different_request_misses_instead_of_getting_the_imported_answer(
     fake: Any, tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     src, out = tmp_path / "vcr.yaml", tmp_path / "imported.json"
-    with vcr.use_cassette(str(src), record_mode="all"):
-        oc = openai.OpenAI(base_url=fake.openai_url, api_key=OPENAI_KEY, max_retries=0)
+    with vcr.use_cassette(str(src), record_mode="all"), \
+            openai.OpenAI(base_url=fake.openai_url, api_key=OPENAI_KEY, max_retries=0) as oc:
         oc.chat.completions.create(model="gpt-4o-mini", messages=USER)
     _import(src, out, capsys)
     fake.stop()
-    with dejacache.cassette(out, mode="replay"):
-        oc, _ = _clients(fake.url, replay=True)
-        with pytest.raises(dejacache.ReplayMiss, match="'hi' -> 'bye'"):
-            oc.chat.completions.create(model="gpt-4o-mini",
-                                       messages=[{"role": "user", "content": "bye"}])
+    oc, ac = _clients(fake.url, replay=True)
+    with dejacache.cassette(out, mode="replay"), oc, ac, \
+            pytest.raises(dejacache.ReplayMiss, match="'hi' -> 'bye'"):
+        oc.chat.completions.create(model="gpt-4o-mini",
+                                   messages=[{"role": "user", "content": "bye"}])
 
 
 # ---------------------------------------------------------------- compressed bodies
@@ -212,15 +283,15 @@ def test_gzip_bodies_vcrpy_kept_compressed_are_decoded(
     capsys: pytest.CaptureFixture[str]
 ) -> None:
     src, out = tmp_path / "vcr.yaml", tmp_path / "imported.json"
-    with vcr.use_cassette(str(src), record_mode="all"):
-        oc = openai.OpenAI(base_url=gzip_front + "/v1", api_key=OPENAI_KEY, max_retries=0)
+    with vcr.use_cassette(str(src), record_mode="all"), \
+            openai.OpenAI(base_url=gzip_front + "/v1", api_key=OPENAI_KEY, max_retries=0) as oc:
         live = oc.chat.completions.create(model="gpt-4o-mini", messages=USER)
     raw = src.read_bytes()
     assert b"!!binary" in raw and b"gzip" in raw  # the wire bytes, as vcrpy stores them
     _import(src, out, capsys)
     fake.stop()
-    with dejacache.cassette(out, mode="replay"):
-        oc, _ = _clients(gzip_front, replay=True)
+    oc, ac = _clients(gzip_front, replay=True)
+    with dejacache.cassette(out, mode="replay"), oc, ac:
         again = oc.chat.completions.create(model="gpt-4o-mini", messages=USER)
     assert again.choices[0].message.content == live.choices[0].message.content
     assert b"content-encoding" not in out.read_bytes()

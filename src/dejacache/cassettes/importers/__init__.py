@@ -27,6 +27,7 @@ from ...errors import CassetteError, ConfigurationError
 from ..block import cassette
 from ..redact import Redactor
 from ..scan import scan_text
+from ._limits import check_expansion
 
 __all__ = ["Converted", "ImportReport", "Skipped", "detect_format", "import_file"]
 
@@ -52,8 +53,8 @@ class Skipped:
 class ImportReport:
     """What ``import_file`` did. ``redacted`` counts credentials met in the source by where
     they were (``"request header authorization"``): none of them reaches the file.
-    ``secrets_in_source`` counts secret-shaped strings found in the source text;
-    ``secrets_in_output`` lists any still found in the written file (it should be empty)."""
+    ``secrets_in_output`` lists any secret-shaped string still found in the written file (it
+    should be empty)."""
 
     source: str
     output: str
@@ -61,7 +62,6 @@ class ImportReport:
     converted: list[Converted] = dataclasses.field(default_factory=list)
     skipped: list[Skipped] = dataclasses.field(default_factory=list)
     redacted: dict[str, int] = dataclasses.field(default_factory=dict)
-    secrets_in_source: int = 0
     secrets_in_output: list[str] = dataclasses.field(default_factory=list)
     written: bool = False
 
@@ -81,9 +81,6 @@ class ImportReport:
             out.append("redacted (not written):")
             for where, n in sorted(self.redacted.items()):
                 out.append(f"  {where}: {n}")
-        if self.secrets_in_source:
-            out.append(f"secret-shaped strings in the source: {self.secrets_in_source} "
-                       f"(in the cassette: {len(self.secrets_in_output)})")
         for f in self.secrets_in_output:
             out.append(f"  STILL IN THE CASSETTE: {f}")
         if not self.written:
@@ -97,15 +94,19 @@ def _is_dejacache(doc: Any) -> bool:
 
 
 def _parse(path: pathlib.Path, raw: bytes) -> tuple[str, Any]:
-    """``(format, document)``: "vcr" or "agentcassette"; raises ``CassetteError`` otherwise."""
+    """``(format, document)``: "vcr" or "agentcassette"; raises ``CassetteError`` otherwise,
+    and for a document past the bounds of ``_limits`` (YAML is measured as it loads)."""
     doc: Any = None
     try:
         doc = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        if raw.lstrip()[:1] not in (b"{", b"["):
-            from .vcr import load_yaml
+    except orjson.JSONDecodeError as exc:
+        if raw.lstrip()[:1] in (b"{", b"["):  # vcrpy's YAML never starts with a flow node
+            raise CassetteError(f"not a readable JSON recording: {exc}", path=path) from None
+        from ._yaml import load_yaml
 
-            doc = load_yaml(raw, path)
+        doc = load_yaml(raw, path)
+    else:
+        check_expansion(doc, _json_children, _json_weight, len(raw), path)
     if _is_dejacache(doc):
         raise CassetteError("this is already a dejacache cassette; nothing to import",
                             path=path)
@@ -117,6 +118,16 @@ def _parse(path: pathlib.Path, raw: bytes) -> tuple[str, Any]:
         "unknown recording format: dejacache import reads vcrpy / pytest-recording cassettes "
         "(YAML or JSON with 'interactions') and agentcassette recordings (JSON with 'steps')",
         path=path)
+
+
+def _json_children(value: Any) -> list[Any] | None:
+    if isinstance(value, dict):
+        return [*value.keys(), *value.values()]
+    return value if isinstance(value, list) else None
+
+
+def _json_weight(value: Any) -> int:
+    return 1 + len(value) if isinstance(value, str) else 1
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
@@ -206,22 +217,26 @@ def run_import(
         raise ConfigurationError(f"the output {dst} is the file being imported")
     fns = {k: resolve_function(v, k) for k, v in (functions or {}).items()}
     report = ImportReport(source=str(src), output=str(dst), format=fmt_name)
-    report.secrets_in_source = sum(1 for _ in scan_text(raw.decode("utf-8", "replace")))
     redactor = Redactor.from_spec(tuple(redact))
     kwargs: dict[str, Any] = {} if cache_key is None else {"cache_key": cache_key}
-    with cassette(dst, mode="record", redact=redactor, **kwargs) as tape:
-        if fmt_name == "vcr":
-            from .vcr import convert as convert_vcr
+    if fmt_name == "vcr":
+        from . import vcr
 
-            convert_vcr(doc, report, redactor, tape)
-        else:
-            from .agentcassette import convert as convert_steps
+        lib = vcr.library()
+        plan = vcr.read(doc, lib, len(raw), src)  # reads and decodes all, or refuses the file
+        with cassette(dst, mode="record", redact=redactor, **kwargs) as tape:
+            vcr.record(plan, lib, report, redactor, tape)
+            wrote = tape.new_entries
+    else:
+        from .agentcassette import convert as convert_steps
 
+        with cassette(dst, mode="record", redact=redactor, **kwargs) as tape:
             convert_steps(doc, report, fns, redactor, tape)
-        wrote = tape.new_entries
+            wrote = tape.new_entries
     after = dst.read_bytes() if dst.exists() else None
     report.written = wrote > 0 and after is not None
-    if after is not None:
+    if after is not None:  # one scan, of what will be committed; the redactor wrote it
         report.secrets_in_output = [str(f) for f in scan_text(after.decode("utf-8", "replace"),
                                                               str(dst))]
     return report
+
