@@ -7,6 +7,7 @@ import inspect
 import re
 import time
 import warnings
+import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Iterable
 from typing import Any, TypeVar, overload
 
@@ -439,7 +440,21 @@ def _wrap(
     wrapper.cache_key = cache_key  # type: ignore[attr-defined]
     wrapper.explain = explain_call  # type: ignore[attr-defined]
     wrapper.cache_name = call_name  # type: ignore[attr-defined]
+    if name:
+        _NAMED.setdefault(name, weakref.WeakSet()).add(wrapper)
     return wrapper
+
+
+# Functions decorated with an explicit ``name=``, so a recording that names its calls (an
+# agentcassette step) finds the function that makes that call now without being told.
+# Weak: a function defined and dropped (a test's local one) does not stay registered.
+_NAMED: dict[str, weakref.WeakSet[Callable[..., Any]]] = {}
+
+
+def named(name: str) -> list[Callable[..., Any]]:
+    """The live ``@cache(name=name)`` functions (several: the name alone cannot say which)."""
+    found = _NAMED.get(name)
+    return list(found) if found is not None else []
 
 
 @overload

@@ -107,7 +107,7 @@ def test_mapped_steps_replay_and_the_rest_are_skipped_with_reasons(
     why = {s.name: s.reason for s in report.skipped}
     assert "redacted by agentcassette" in why["call_model"]  # its key needs the live api_key
     assert "Forecast" in why["forecast"]  # replay would return a dict, not a Forecast
-    assert "no function given" in why["add"]
+    assert "no function for it" in why["add"]
     assert report.written and not report.secrets_in_output
 
     CALLS.clear()
@@ -178,3 +178,62 @@ def test_cli_imports_with_module_attribute_functions(
     # Without a function nothing maps: exit status 1, and the reason is printed.
     assert main(["import", str(src), "-o", str(tmp_path / "none.json")]) == 1
     assert "--function search=module:attribute" in capsys.readouterr().out
+
+
+# A step named like a function decorated @dejacache.cache(name=...) needs nothing more.
+@dejacache.cache(name="lookup_order")
+def lookup_order(order_id: str, *, verbose: bool = False) -> dict[str, Any]:
+    CALLS.append(f"order {order_id}")
+    return {"id": order_id, "status": "shipped", "verbose": verbose}
+
+
+def test_a_step_named_like_a_decorated_function_needs_no_function_argument(
+    tmp_path: pathlib.Path,
+) -> None:
+    src, out = tmp_path / "agent.json", tmp_path / "imported.json"
+    with agentcassette.record(str(src)):
+        live = agentcassette.intercept(lookup_order.__wrapped__, name="lookup_order")(
+            "A-17", verbose=True)
+    report = import_file(src, out)
+    assert [c.name for c in report.converted] == ["lookup_order"]
+    CALLS.clear()
+    with dejacache.cassette(out, mode="replay"):
+        assert lookup_order("A-17", verbose=True) == live  # keyed as the decorator keys it
+    assert CALLS == []
+
+
+def test_several_functions_under_one_name_are_not_guessed(tmp_path: pathlib.Path) -> None:
+    src, out = tmp_path / "agent.json", tmp_path / "imported.json"
+    with agentcassette.record(str(src)):
+        agentcassette.intercept(search, name="twice")("q", limit=1)
+    first = dejacache.cache(name="twice")(search)
+    second = dejacache.cache(name="twice")(search)
+    report = import_file(src, out)
+    assert not report.converted
+    assert "2 functions are decorated @dejacache.cache(name='twice')" in report.skipped[0].reason
+    assert "--function twice=module:attribute" in report.skipped[0].reason
+    assert first is not second  # both alive while the import looked
+
+
+def test_cli_module_imports_the_decorated_functions(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "shop_tools_for_import.py").write_text(
+        "import dejacache\n"
+        "@dejacache.cache(name='stock')\n"
+        "def stock(sku):\n"
+        "    raise AssertionError('replayed, never run')\n")
+    src, out = tmp_path / "agent.json", tmp_path / "imported.json"
+    with agentcassette.record(str(src)):
+        agentcassette.intercept(lambda sku: {"sku": sku, "n": 3}, name="stock")("X1")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))
+    assert main(["import", str(src), "-o", str(out), "--module", "shop_tools_for_import"]) == 0
+    assert "converted: 1 call(s)" in capsys.readouterr().out
+    import shop_tools_for_import  # type: ignore[import-not-found]
+
+    with dejacache.cassette(out, mode="replay"):
+        assert shop_tools_for_import.stock("X1") == {"sku": "X1", "n": 3}
+    assert main(["import", str(src), "-o", str(tmp_path / "n.json"), "--module", "no_such_mod"]
+                ) == 1
+    assert "--module 'no_such_mod': cannot import it" in capsys.readouterr().err

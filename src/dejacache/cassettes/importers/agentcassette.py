@@ -7,13 +7,15 @@ estimates and ``duration_ms``. Values went through agentcassette's ``to_jsonable
 sets became lists, SDK objects their ``model_dump()``, other objects ``{"__type__": ...}`` or
 ``{"__repr__": ...}`` markers, and ``Cassette.redact`` wrote ``"****"`` over chosen values.
 
-A step is written only when it can be keyed exactly as the live call would be: the caller
-names the ``@dejacache.cache`` function that makes that call now (its name in the file says
-nothing about its module), and its key is computed by that function's own key builder
-(``fn.explain``: same signature binding, ignore list, volatile fields and namespace). Skipped,
-with the reason in the report:
+A step is written only when it can be keyed exactly as the live call would be: by the
+``@dejacache.cache`` function that makes that call now, either named by the caller (the
+step's name in the file says nothing about its module) or, with none named, the one imported
+function decorated ``@dejacache.cache(name=...)`` with the step's name; and its key is
+computed by that function's own key builder (``fn.explain``: same signature binding, ignore
+list, volatile fields and namespace). Skipped, with the reason in the report:
 
-- steps with no function given, or whose function is not ``@dejacache.cache``-decorated;
+- steps with no function given or registered under their name (or several registered), or
+  whose function is not ``@dejacache.cache``-decorated;
 - arguments or results holding ``__type__`` / ``__repr__`` markers (the value is gone, and a
   method's ``self`` is one), or ``"****"`` (redacted: the live value's key is unknowable);
 - functions annotated to return something JSON cannot hold as itself (a dataclass, a
@@ -33,6 +35,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..._engine import encode_record
+from ...decorators import named
 from ...errors import DejacacheError
 from ...scope import current
 from ..redact import Redactor
@@ -123,7 +126,7 @@ def convert(doc: dict[str, Any], report: ImportReport, functions: Mapping[str, A
         if why is not None:
             report.skipped.append(Skipped(index, name, why))
             continue
-        fn = functions[name]
+        fn: Any = functions.get(name) or named(name)[0]
         arguments = step.get("arguments") or {}
         args = list(arguments.get("args") or [])
         kwargs = dict(arguments.get("kwargs") or {})
@@ -150,8 +153,16 @@ def _why_not(step: dict[str, Any], name: str, functions: Mapping[str, Any],
              problems: dict[str, str | None]) -> str | None:
     fn = functions.get(name)
     if fn is None:
-        return ("no function given for it: name the @dejacache.cache function that makes "
-                f"this call now (--function {name or 'NAME'}=module:attribute)")
+        found = named(name) if name else []
+        if len(found) > 1:
+            which = ", ".join(sorted(f"{f.__module__}.{f.__qualname__}" for f in found))
+            return (f"{len(found)} functions are decorated @dejacache.cache(name={name!r}) "
+                    f"({which}): say which with --function {name}=module:attribute")
+        if not found:
+            return ("no function for it: decorate the function that makes this call now "
+                    f"@dejacache.cache(name={name or 'NAME'!r}) and import its module "
+                    f"(--module), or name it (--function {name or 'NAME'}=module:attribute)")
+        fn = found[0]
     if not (callable(getattr(fn, "explain", None)) and getattr(fn, "cache_name", None)):
         return f"{getattr(fn, '__qualname__', fn)!r} is not decorated with @dejacache.cache"
     if name not in problems:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from typing import Any
 
@@ -26,6 +27,12 @@ def _cmd_import(args: argparse.Namespace) -> int:
 
     if args.path_entry:  # "module:attr" lookups import from the working directory
         sys.path.insert(0, ".")
+    importlib.invalidate_caches()  # a module written since this process looked at "."
+    for module in args.module:  # its @dejacache.cache(name=...) functions register
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ConfigurationError(f"--module {module!r}: cannot import it ({exc})") from None
     report = run_import(args.file, args.output, functions=_functions(args.function),
                         cache_key=args.cache_key, redact=tuple(args.redact),
                         overwrite=args.force, overwrite_hint="--force")
@@ -53,11 +60,14 @@ def add_import(sub: Any) -> None:
     p.add_argument("--function", action="append", default=[], metavar="NAME=MODULE:ATTR",
                    help="agentcassette: the @dejacache.cache function that makes the calls "
                    "recorded as NAME (repeatable)")
+    p.add_argument("--module", action="append", default=[], metavar="MODULE",
+                   help="agentcassette: import MODULE first; a step named like one of its "
+                   "@dejacache.cache(name=...) functions needs no --function (repeatable)")
     p.add_argument("--cache-key", default=None, metavar="NS",
                    help="the namespace the replaying block uses (cassette(cache_key=...))")
     p.add_argument("--redact", action="append", default=[], metavar="NAME",
                    help="an extra name or dotted path to redact (repeatable)")
     p.add_argument("--force", action="store_true", help="replace CASSETTE if it exists")
     p.add_argument("--no-path-entry", dest="path_entry", action="store_false",
-                   help="do not put the working directory on sys.path for --function")
+                   help="do not put the working directory on sys.path for --function and --module")
     p.set_defaults(func=_cmd_import)
