@@ -316,7 +316,7 @@ def handle_sync(
         except _Unstored as u:
             value = u.value
     except ReplayMiss as miss:
-        raise native_miss(miss, request) from None
+        raise native_miss(miss) from None
     return _respond(call, request, value, is_async=False)
 
 
@@ -412,7 +412,7 @@ async def handle_async(
         except _Unstored as u:
             value = u.value
     except ReplayMiss as miss:
-        raise native_miss(miss, request) from None
+        raise native_miss(miss) from None
     return _respond(call, request, value, is_async=True)
 
 
