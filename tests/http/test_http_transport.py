@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import pathlib
+import subprocess
+import sys
 from typing import Any
 
 import httpx
@@ -136,3 +140,99 @@ def test_no_namespace_means_no_caching(fake: FakeProvider) -> None:
 def test_transport_needs_a_library_it_knows() -> None:
     with pytest.raises(ValueError, match="unknown HTTP library"):
         Transport(library="requests")
+
+
+# ---------------------------------------------------------------- nothing blocks the event loop
+
+
+def test_async_calls_block_nothing_with_the_default_store(fake: FakeProvider) -> None:
+    """Under blockbuster (tests/http/conftest.py): the default SQLite store is created by the
+    first call, written on the miss and read on the hit, off the event loop."""
+
+    async def run() -> list[Any]:
+        async with openai.AsyncOpenAI(base_url=fake.openai_url, api_key="k",
+                                      max_retries=0) as c:
+            return [(await c.chat.completions.create(  # type: ignore[call-overload]
+                **BODY)).model_dump() for _ in range(2)]
+
+    with dejacache.scope(cache_key="suite"):
+        live, again = asyncio.run(run())
+    assert live == again and fake.count() == 1
+    assert dejacache.config.get_settings().store.url.endswith("cache.db")
+
+
+_FIRST_ASYNC_CALLS = """
+import asyncio, json, sys
+sys.path[:0] = {paths!r}
+from blockbuster import BlockBuster
+from fake_provider import FakeProvider
+import openai
+import dejacache
+
+fake = FakeProvider().start()
+
+
+async def main():
+    got = []
+    async with openai.AsyncOpenAI(base_url=fake.openai_url, api_key="k", max_retries=0) as c:
+        with dejacache.scope(store=dejacache.MemoryStore()):
+            watch = BlockBuster(scanned_modules=["dejacache"])
+            watch.activate()
+            try:
+                for i in range(3):
+                    try:
+                        await c.chat.completions.create(
+                            model="m", messages=[{{"role": "user", "content": str(i)}}],
+                            extra_body={{"password": "hunter2"}})
+                        got.append("ok")
+                    except Exception as exc:
+                        got.append(type(exc).__name__ + ": " + str(exc)[:80])
+            finally:
+                watch.deactivate()
+    return got
+
+
+print(json.dumps(asyncio.run(main())))
+fake.stop()
+"""
+
+
+def test_the_first_async_calls_of_a_process_block_nothing(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fresh interpreter, under blockbuster, with no masking key yet: provider discovery ran
+    on the first intercepted request (``os.stat`` on the event loop) and failed again on every
+    request after (only a success was cached); the key a credential in the body needs was
+    read or created on the event loop."""
+    monkeypatch.delenv("DEJACACHE_SECRET_KEY")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    tests = pathlib.Path(__file__).resolve().parents[1]
+    code = _FIRST_ASYNC_CALLS.format(paths=[str(tests), str(tests / "http")])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["ok", "ok", "ok"]
+    assert (tmp_path / "config" / "dejacache" / "secret.key").exists()
+
+
+def test_an_async_replay_miss_searches_a_sqlite_store_off_the_event_loop(
+    fake: FakeProvider, tmp_path: Any,
+) -> None:
+    """The miss report looks for the nearest recorded call in the store: under blockbuster
+    the search of a SQLite store failed ("could not search recorded calls: BlockingError")."""
+    store = dejacache.SQLiteStore(tmp_path / "c.db")
+
+    async def ask(text: str) -> Any:
+        async with openai.AsyncOpenAI(base_url=fake.openai_url, api_key="k",
+                                      max_retries=0) as c:
+            return await c.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": text}])
+
+    with dejacache.scope(mode="record", store=store):
+        asyncio.run(ask("recorded"))
+    with dejacache.scope(mode="replay", store=store), \
+            pytest.raises(dejacache.ReplayMiss) as miss:
+        asyncio.run(ask("asked now"))
+    assert "nearest recorded call of openai.chat.completions" in str(miss.value)
+    assert "'recorded' -> 'asked now'" in str(miss.value)
+    store.close()

@@ -25,6 +25,7 @@ from typing import Any
 from .._engine import (
     MISS,
     alookup,
+    areplay_miss,
     astore_value,
     call_async,
     call_sync,
@@ -33,10 +34,12 @@ from .._engine import (
     replay_miss,
     store_value,
 )
+from .._secrets import key_loaded, secret_key
 from ..config import Effective
 from ..errors import ConfigurationError, ReplayMiss
 from ..scope import check_ambiguous, current
 from ..stats import record_miss
+from ..stores._base import off_loop
 from . import observers
 from ._libs import Lib, lib_named, lib_of
 from .aliases import AliasTable, table_for
@@ -367,7 +370,7 @@ async def _stream_async(
         if value is not MISS:
             return _respond(call, request, value, is_async=True)
     if eff.mode == "replay":
-        raise replay_miss(eff, call.name, call.key, call.canonical)
+        raise await areplay_miss(eff, call.name, call.key, call.canonical)
     t0 = time.perf_counter()
     token = _BYPASS.set(True)
     try:
@@ -402,6 +405,10 @@ async def handle_async(
     if _skip(eff, request, opts):
         with _bypass():
             return await send(request)
+    if not key_loaded():
+        # Keys and stored requests mask credentials with a key whose first use reads (or
+        # creates) a file: loaded in a worker thread, never on the event loop.
+        await off_loop(secret_key)
     call = _prepare(lib, eff, request, await request.aread(), opts)
     try:
         if call.stream:

@@ -134,6 +134,10 @@ class RedisStore(BaseStore):
     both: ``redis://host:6379/0?read_only=1&key_prefix=myteam`` (handy in CI variables).
     """
 
+    # Its sync calls wait on the network: an async caller that needs one (a miss report's
+    # ``iterate``) runs it in a worker thread.
+    blocking = True
+
     def __init__(
         self,
         client_or_url: Any,

@@ -46,6 +46,8 @@ class TieredStore(BaseStore):
         self.back = back
         self.front_ttl = front_ttl
         self.url = back.url  # the shared tier is the source of truth named in messages
+        # As slow as its slowest tier (see BaseStore.blocking).
+        self.blocking = bool(getattr(front, "blocking", False) or getattr(back, "blocking", False))
 
     def _fill(self, key: str, record: Record, remaining: float | None) -> None:
         ttl = _min_ttl(remaining, self.front_ttl)
