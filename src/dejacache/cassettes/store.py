@@ -86,8 +86,14 @@ _SERIALS = itertools.count(1)
 
 
 def _canon(doc: dict[str, Any], *, ignore: tuple[str, ...] = ()) -> bytes:
-    return orjson.dumps({k: v for k, v in doc.items() if k not in ignore},
-                        option=orjson.OPT_SORT_KEYS)
+    out = {k: v for k, v in doc.items() if k not in ignore}
+    resp = out.get("response")
+    if type(resp) is dict and "headers" in resp:
+        # An HTTP answer: its volatile headers (dates, request ids) are no change.
+        from ..http.exchange import comparable  # HTTP knowledge, loaded with the first block
+
+        out["response"] = comparable(resp)
+    return orjson.dumps(out, option=orjson.OPT_SORT_KEYS)
 
 
 _VOLATILE_FIELDS = ("checksum", "duration", "follows", "occurrence", "usage")
