@@ -30,7 +30,7 @@ from .errors import (
 )
 from .scope import check_ambiguous
 from .stats import live_call, record_hit, record_miss, usage_of
-from .stores._base import Record
+from .stores._base import Record, off_loop
 
 if TYPE_CHECKING:
     import asyncio  # at run time imported by call_async: ~35 ms of ``import dejacache``
@@ -265,6 +265,14 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
     return miss
 
 
+async def areplay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> ReplayMiss:
+    """:func:`replay_miss` for an async caller: the nearest-call search reads the store (up to
+    1000 entries), in a worker thread when the store may block (SQLite)."""
+    if getattr(eff.store, "blocking", False):
+        return await off_loop(replay_miss, eff, name, key, canonical)
+    return replay_miss(eff, name, key, canonical)
+
+
 # ---------------------------------------------------------------- single-flight (threads)
 
 _ABANDONED = object()
@@ -483,7 +491,7 @@ async def call_async(
             if value is not MISS:
                 return value  # type: ignore[no-any-return]
         if mode == "replay":
-            raise replay_miss(eff, name, key, canonical)
+            raise await areplay_miss(eff, name, key, canonical)
         if sequenced:
             return (await _arun_and_store(eff, name, kind, key, canonical, fn, ttl))[0]
         fk = (id(loop), id(eff.store), key)

@@ -41,6 +41,7 @@ __all__ = [
     "SENSITIVE_HEADERS",
     "is_secret_name",
     "is_secret_query",
+    "key_loaded",
     "Scrubber",
     "mask",
     "mask_text",
@@ -342,6 +343,14 @@ def key_path() -> pathlib.Path:
         xdg = os.environ.get("XDG_CONFIG_HOME")
         base = pathlib.Path(xdg) if xdg else pathlib.Path.home() / ".config"
     return base / "dejacache" / "secret.key"
+
+
+def key_loaded() -> bool:
+    """Whether this process has a masking key at hand (loaded, or given in the environment):
+    async callers load the first one in a worker thread, never on the event loop. A key file
+    named only later in the process (another ``DEJACACHE_SECRET_KEY_FILE``) is read where it
+    is first needed. Per call: one truth test (an environment read costs ~3 µs)."""
+    return bool(_cache) or bool(os.environ.get(_KEY_ENV))
 
 
 def secret_key() -> bytes:

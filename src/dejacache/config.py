@@ -24,7 +24,7 @@ from ._paths import default_cache_dir
 from .codec import Codec, JsonCodec
 from .errors import ConfigurationError
 from .keys import env_volatile
-from .stores._base import BaseStore, Record, Store, StoreStats
+from .stores._base import BaseStore, Record, Store, StoreStats, off_loop
 
 __all__ = [
     "MODES",
@@ -137,12 +137,16 @@ class _DefaultStore(BaseStore):
     """
 
     _FORWARD = ("get", "put", "delete", "iterate", "clear", "stats", "aget", "aput", "adelete")
+    # Neither store it opens is sequenced: answered here, the engine's probe opens nothing
+    # (inside an async call it would open the file on the event loop).
+    sequenced = False
 
     def __init__(self, on_open: Callable[[], None] | None = None) -> None:
         d = default_cache_dir()  # finds the project root: reads the disk, creates nothing
         self.path = None if d is None else d / "cache.db"
         self.url = "memory://" if self.path is None else f"sqlite:///{self.path}"
         self.opened: Store | None = None
+        self.blocking = self.path is not None  # SQLite (see BaseStore.blocking)
         self._on_open = on_open
         self._lock = threading.Lock()
 
@@ -183,15 +187,20 @@ class _DefaultStore(BaseStore):
     def stats(self) -> StoreStats:
         return self.open().stats()
 
+    async def _aopen(self) -> Store:
+        # Opening creates the directory and the schema: never on the event loop.
+        real = self.opened
+        return real if real is not None else await off_loop(self.open)
+
     async def aget(self, key: str) -> Record | None:
-        return await self.open().aget(key)
+        return await (await self._aopen()).aget(key)
 
     async def aput(self, key: str, record: Record, *, ttl: float | None = None
                    ) -> bool | None:
-        return await self.open().aput(key, record, ttl=ttl)
+        return await (await self._aopen()).aput(key, record, ttl=ttl)
 
     async def adelete(self, key: str) -> bool:
-        return await self.open().adelete(key)
+        return await (await self._aopen()).adelete(key)
 
     def close(self) -> None:
         # Closing what was never opened must not open it.

@@ -1,4 +1,10 @@
-"""Fixtures for the HTTP layer: a fake provider on loopback and a sequenced in-memory store."""
+"""Fixtures for the HTTP layer: a fake provider on loopback and a sequenced in-memory store.
+
+Every test here runs under ``blockbuster`` watching dejacache's own frames: a blocking call
+(a file stat or read, a sleep, a socket, a SQLite statement) that dejacache makes on a running
+event loop raises ``BlockingError``, as it does in the suites that run under
+blockbuster themselves (pydantic-ai's). Code running outside an event loop is not affected.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +12,25 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from blockbuster import BlockBuster
 from fake_provider import FakeProvider
 from http_support import SeqStore
+
+
+@pytest.fixture(autouse=True)
+def _no_blocking_on_the_event_loop() -> Iterator[None]:
+    watch = BlockBuster(scanned_modules=["dejacache"])
+    # Not the lock check: it flags acquiring any lock another thread holds at that instant,
+    # and dejacache's locks guard microsecond sections that a previous test's background
+    # thread (a stream's read-ahead settling its recording) may still be in: a verdict that
+    # depends on thread timing, not on blocking I/O.
+    for name in ("threading.Lock.acquire", "threading.Lock.acquire_lock"):
+        del watch.functions[name]
+    watch.activate()
+    try:
+        yield
+    finally:
+        watch.deactivate()
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ a recorder that waits for an event the caller never reads.
 provider's shape), ``{"drop": True}`` (close the connection without answering),
 ``{"sleep": 2.0}`` (answer late, for timeouts), ``{"cut": 2}`` (stop a stream after 2 events),
 ``{"end_delay": 0.5}`` (wait that long before a stream's end marker: the last event),
-``{"no_end": True}`` (end the body without the end marker, as some compatible servers do).
+``{"no_end": True}`` (end the body without the end marker, as some compatible servers do),
+``{"headers": {...}}`` (more response headers, on a JSON answer or a stream).
 """
 
 from __future__ import annotations
@@ -45,13 +46,14 @@ __all__ = ["FakeProvider"]
 
 class _Handler(LoopbackHandler):
     fake: FakeProvider
+    ov: dict[str, Any]
 
     def do_POST(self) -> None:
         body = self.read_json()
         fake = self.fake
         with fake._lock:
             fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
-        ov = fake.override() or {}
+        ov = self.ov = fake.override() or {}
         if ov.get("drop"):
             self.close_connection = True
             self.connection.shutdown(2)
@@ -78,7 +80,8 @@ class _Handler(LoopbackHandler):
         # A request id and a cookie on every answer: the recorder must keep the one and
         # never store the other.
         self.send_json(status, data, {"x-request-id": rid("req_"),
-                                      "set-cookie": "session=server-secret", **(headers or {})})
+                                      "set-cookie": "session=server-secret", **(headers or {}),
+                                      **self.ov.get("headers", {})})
 
     def _error(self, status: int, anthropic: bool) -> None:
         msg = f"fake failure {status} #{self.fake.next_n()}"
@@ -94,7 +97,8 @@ class _Handler(LoopbackHandler):
     def _sse(self, events: list[str], ov: dict[str, Any]) -> None:
         """The stream, bent by the script's ``cut``/``no_end``/``end_delay`` and spaced by
         ``chunk_delay``; a client that hangs up ends it quietly."""
-        self.start_stream("text/event-stream; charset=utf-8", {"x-request-id": rid("req_")})
+        self.start_stream("text/event-stream; charset=utf-8",
+                          {"x-request-id": rid("req_"), **ov.get("headers", {})})
         cut = ov.get("cut")
         if ov.get("no_end"):
             events = events[:-1]

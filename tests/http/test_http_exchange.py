@@ -5,7 +5,14 @@ from __future__ import annotations
 import orjson
 
 from dejacache.http.aliases import AliasTable
-from dejacache.http.exchange import canonical_request, response_value, storable
+from dejacache.http.exchange import (
+    canonical_request,
+    comparable,
+    replay_headers,
+    response_value,
+    storable,
+    stored_headers,
+)
 from dejacache.http.providers import detect
 from dejacache.http.providers.anthropic import PROVIDER as ANTHROPIC
 from dejacache.http.providers.openai import PROVIDER as OPENAI
@@ -88,7 +95,7 @@ def test_anthropic_stream_usage_and_ids() -> None:
                        "text/event-stream", ANTHROPIC, events=events)
     assert v["usage"] == {"input_tokens": 5, "output_tokens": 7}
     assert v["ids"] == ["msg_1", "toolu_9"]
-    assert v["headers"] == [["content-type", "text/event-stream"]]
+    assert v["headers"] == [["content-type", "text/event-stream"], ["set-cookie", "<REDACTED>"]]
 
 
 def test_transient_failures_are_kept_only_by_sequenced_stores() -> None:
@@ -114,3 +121,38 @@ def test_credential_query_parameters_that_change_the_answer_are_masked() -> None
     a = canon(b"", query=[("code", "oauth-1"), ("page", "2")])
     b = canon(b"", query=[("code", "oauth-2"), ("page", "2")])
     assert "oauth-1" not in orjson.dumps(a).decode() and a != b
+
+
+def test_every_response_header_is_stored_with_credentials_masked() -> None:
+    got = stored_headers([
+        ("Content-Type", "application/json"), ("Mcp-Session-Id", "s-1"), ("ETag", '"v1"'),
+        ("Link", "<https://api.example/items?page=2&access_token=tok-123>; rel=next"),
+        ("Set-Cookie", "sid=1"), ("Set-Cookie", "other=2"), ("X-Api-Key", "k"),
+        ("OpenAI-Organization", "org-secret"), ("X-Debug", "Bearer abcdefghijklmnopqrstu"),
+        ("Content-Encoding", "gzip"), ("Content-Length", "17"), ("Transfer-Encoding", "x"),
+        ("Date", "Mon, 01 Jan 2024 00:00:00 GMT"), ("x-ratelimit-remaining-tokens", "9"),
+    ])
+    assert got == [
+        ["content-type", "application/json"], ["mcp-session-id", "s-1"], ["etag", '"v1"'],
+        ["link", "<https://api.example/items?page=2&access_token=<REDACTED>>; rel=next"],
+        ["set-cookie", "<REDACTED>"], ["set-cookie", "<REDACTED>"],
+        ["x-api-key", "<REDACTED>"], ["openai-organization", "<REDACTED>"],
+        ["x-debug", "Bearer <REDACTED>"],
+        ["date", "Mon, 01 Jan 2024 00:00:00 GMT"], ["x-ratelimit-remaining-tokens", "9"],
+    ]
+    # A replay never hands back a masked credential (a cookie jar would keep and send it).
+    assert [k for k, _ in replay_headers(got)] == [
+        "content-type", "mcp-session-id", "etag", "link", "x-debug", "date",
+        "x-ratelimit-remaining-tokens"]
+
+
+def test_volatile_headers_are_kept_but_not_compared() -> None:
+    def answer(date: str, rid: str, etag: str) -> dict[str, object]:
+        return response_value(200, [("date", date), ("x-request-id", rid), ("etag", etag),
+                                    ("x-ratelimit-remaining-requests", rid)],
+                              "application/json", OPENAI, body=b"{}")
+
+    a, b = answer("d1", "r1", "e1"), answer("d2", "r2", "e1")
+    assert a != b and comparable(a) == comparable(b) == {
+        "status": 200, "headers": [["etag", "e1"]], "json": {}}
+    assert comparable(a) != comparable(answer("d1", "r1", "e2"))  # a changed ETag is a change

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import httpx2
 import openai
+import orjson
 import pytest
 from fake_provider import FakeProvider
 
@@ -136,3 +144,240 @@ def test_no_namespace_means_no_caching(fake: FakeProvider) -> None:
 def test_transport_needs_a_library_it_knows() -> None:
     with pytest.raises(ValueError, match="unknown HTTP library"):
         Transport(library="requests")
+
+
+# ---------------------------------------------------------------- live answers keep every header
+
+# What protocols read from a live answer: an MCP session id, pagination, caching, redirects,
+# rate limits, and a header nobody listed in advance.
+PROTOCOL = {"mcp-session-id": "sess-42", "link": '<http://127.0.0.1/v1/items?page=2>; rel="next"',
+            "etag": '"v1-abc"', "location": "/v1/items/7",
+            "x-ratelimit-remaining-requests": "99", "x-vendor-thing": "kept"}
+COOKIE = "sid=live-cookie-secret"
+
+
+def _send(lib: Any, url: str, stream: bool, is_async: bool) -> tuple[int, Any, Any]:
+    """Status, headers and body (JSON, or the stream's lines) of one call, read as it comes."""
+    body = {**BODY, "stream": stream}
+
+    def sync() -> tuple[int, Any, list[str]]:
+        with lib.Client() as c, c.stream("POST", url, json=body) as r:
+            return r.status_code, r.headers, list(r.iter_lines())
+
+    async def run() -> tuple[int, Any, list[str]]:
+        async with lib.AsyncClient() as c, c.stream("POST", url, json=body) as r:
+            return r.status_code, r.headers, [line async for line in r.aiter_lines()]
+
+    status, headers, lines = asyncio.run(run()) if is_async else sync()
+    return status, headers, lines if stream else orjson.loads("".join(lines))
+
+
+@pytest.mark.parametrize("mode", ["record", "auto"])
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("lib", [httpx, httpx2], ids=["httpx", "httpx2"])
+def test_a_live_answer_in_a_recording_block_keeps_every_header(
+    fake: FakeProvider, tmp_path: Any, lib: Any, is_async: bool, stream: bool, mode: str,
+) -> None:
+    """The caller of a live call gets the live response untouched (an MCP session failed with
+    "Missing session ID" while recording); the cassette keeps every header, credentials
+    masked; a replay hands the recorded headers back, never a masked credential."""
+    fake.script.append({"headers": {**PROTOCOL, "set-cookie": COOKIE}})
+    path = tmp_path / "c.json"
+    url = fake.openai_url + "/chat/completions"
+    with dejacache.cassette(path, mode=mode):
+        status, live, lines = _send(lib, url, stream, is_async)
+    assert status == 200
+    for name, value in {**PROTOCOL, "set-cookie": COOKIE}.items():
+        assert live[name] == value, name
+    assert "date" in live
+    text = path.read_text()
+    assert "live-cookie-secret" not in text
+    ((entry),) = orjson.loads(text)["entries"]
+    stored = dict(entry["response"]["headers"])
+    assert {k: stored[k] for k in PROTOCOL} == PROTOCOL
+    assert stored["set-cookie"] == "<REDACTED>"
+    assert "date" in stored and "x-request-id" in stored  # volatile: kept, never compared
+    fake.stop()
+    with dejacache.cassette(path, mode="replay"):
+        status, again, replayed = _send(lib, url, stream, is_async)
+    assert (status, replayed) == (200, lines)
+    for name, value in PROTOCOL.items():
+        assert again[name] == value, name
+    assert "set-cookie" not in again  # a masked credential is not handed to a cookie jar
+
+
+def test_re_recording_an_unchanged_answer_leaves_the_cassette_as_it_was(
+    fake: FakeProvider, tmp_path: Any,
+) -> None:
+    # The same answer under a fresh Date and request id each time: volatile headers are kept
+    # in the file but do not make the re-recording a change (no diff to commit).
+    path = tmp_path / "c.json"
+    url = fake.openai_url + "/no-such-route"  # a fixed answer (404) with fresh volatile headers
+    with dejacache.cassette(path, mode="record"), httpx2.Client() as c:
+        first = c.post(url, json=BODY)
+    before = path.read_bytes()
+    with dejacache.cassette(path, mode="record"), httpx2.Client() as c:
+        again = c.post(url, json=BODY)
+    assert first.headers["x-request-id"] != again.headers["x-request-id"]
+    assert path.read_bytes() == before
+
+
+class _MCPServer:
+    """A real MCP server (the ``mcp`` package) speaking streamable HTTP on loopback."""
+
+    def __init__(self) -> None:
+        import uvicorn
+        from mcp.server.mcpserver import MCPServer
+
+        app = MCPServer("weather")
+
+        @app.tool()
+        def forecast(city: str) -> str:
+            return f"sunny in {city}"
+
+        self.server = uvicorn.Server(uvicorn.Config(app.streamable_http_app(), host="127.0.0.1",
+                                                    port=0, log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:  # a condition with a bound: the port is known after
+            assert self.thread.is_alive() and time.monotonic() < deadline
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}/mcp"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+@pytest.fixture
+def mcp_server() -> Iterator[_MCPServer]:
+    pytest.importorskip("mcp")
+    server = _MCPServer()
+    yield server
+    server.stop()
+
+
+async def _mcp_session(url: str) -> str:
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with streamable_http_client(url) as (read, write, *_), \
+            ClientSession(read, write) as session:
+        await session.initialize()
+        result = await session.call_tool("forecast", {"city": "Paris"})
+        return str(result.content[0].text)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("mode", ["record", "auto"])
+def test_an_mcp_session_is_recorded_and_replayed(
+    mcp_server: _MCPServer, tmp_path: Any, mode: str,
+) -> None:
+    """The session id the server sends with its first answer must reach the client while
+    recording (it failed with "Bad Request: Missing session ID"), and the recording replays
+    the whole session with the server gone."""
+    path = tmp_path / "mcp.json"
+    with dejacache.cassette(path, mode=mode):
+        assert asyncio.run(_mcp_session(mcp_server.url)) == "sunny in Paris"
+    assert "mcp-session-id" in path.read_text()
+    mcp_server.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert asyncio.run(_mcp_session(mcp_server.url)) == "sunny in Paris"
+
+
+# ---------------------------------------------------------------- nothing blocks the event loop
+
+
+def test_async_calls_block_nothing_with_the_default_store(fake: FakeProvider) -> None:
+    """Under blockbuster (tests/http/conftest.py): the default SQLite store is created by the
+    first call, written on the miss and read on the hit, off the event loop."""
+
+    async def run() -> list[Any]:
+        async with openai.AsyncOpenAI(base_url=fake.openai_url, api_key="k",
+                                      max_retries=0) as c:
+            return [(await c.chat.completions.create(  # type: ignore[call-overload]
+                **BODY)).model_dump() for _ in range(2)]
+
+    with dejacache.scope(cache_key="suite"):
+        live, again = asyncio.run(run())
+    assert live == again and fake.count() == 1
+    assert dejacache.config.get_settings().store.url.endswith("cache.db")
+
+
+_FIRST_ASYNC_CALLS = """
+import asyncio, json, sys
+sys.path[:0] = {paths!r}
+from blockbuster import BlockBuster
+from fake_provider import FakeProvider
+import openai
+import dejacache
+
+fake = FakeProvider().start()
+
+
+async def main():
+    got = []
+    async with openai.AsyncOpenAI(base_url=fake.openai_url, api_key="k", max_retries=0) as c:
+        with dejacache.scope(store=dejacache.MemoryStore()):
+            watch = BlockBuster(scanned_modules=["dejacache"])
+            watch.activate()
+            try:
+                for i in range(3):
+                    try:
+                        await c.chat.completions.create(
+                            model="m", messages=[{{"role": "user", "content": str(i)}}],
+                            extra_body={{"password": "hunter2"}})
+                        got.append("ok")
+                    except Exception as exc:
+                        got.append(type(exc).__name__ + ": " + str(exc)[:80])
+            finally:
+                watch.deactivate()
+    return got
+
+
+print(json.dumps(asyncio.run(main())))
+fake.stop()
+"""
+
+
+def test_the_first_async_calls_of_a_process_block_nothing(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fresh interpreter, under blockbuster, with no masking key yet: provider discovery ran
+    on the first intercepted request (``os.stat`` on the event loop) and failed again on every
+    request after (only a success was cached); the key a credential in the body needs was
+    read or created on the event loop."""
+    monkeypatch.delenv("DEJACACHE_SECRET_KEY")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    tests = pathlib.Path(__file__).resolve().parents[1]
+    code = _FIRST_ASYNC_CALLS.format(paths=[str(tests), str(tests / "http")])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["ok", "ok", "ok"]
+    assert (tmp_path / "config" / "dejacache" / "secret.key").exists()
+
+
+def test_an_async_replay_miss_searches_a_sqlite_store_off_the_event_loop(
+    fake: FakeProvider, tmp_path: Any,
+) -> None:
+    """The miss report looks for the nearest recorded call in the store: under blockbuster
+    the search of a SQLite store failed ("could not search recorded calls: BlockingError")."""
+    store = dejacache.SQLiteStore(tmp_path / "c.db")
+
+    async def ask(text: str) -> Any:
+        async with openai.AsyncOpenAI(base_url=fake.openai_url, api_key="k",
+                                      max_retries=0) as c:
+            return await c.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": text}])
+
+    with dejacache.scope(mode="record", store=store):
+        asyncio.run(ask("recorded"))
+    with dejacache.scope(mode="replay", store=store), \
+            pytest.raises(dejacache.ReplayMiss) as miss:
+        asyncio.run(ask("asked now"))
+    assert "nearest recorded call of openai.chat.completions" in str(miss.value)
+    assert "'recorded' -> 'asked now'" in str(miss.value)
+    store.close()

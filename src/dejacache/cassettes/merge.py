@@ -43,8 +43,14 @@ VOLATILE_FIELDS = ("checksum", "duration", "follows", "occurrence", "usage")
 
 def canon(doc: Doc, *, ignore: tuple[str, ...] = ()) -> bytes:
     """``doc`` as bytes, without the fields in ``ignore``: equal for equal recordings."""
-    return orjson.dumps({k: v for k, v in doc.items() if k not in ignore},
-                        option=orjson.OPT_SORT_KEYS)
+    out = {k: v for k, v in doc.items() if k not in ignore}
+    resp = out.get("response")
+    if type(resp) is dict and "headers" in resp:
+        # An HTTP answer: its volatile headers (dates, request ids) are no change.
+        from ..http.exchange import comparable  # HTTP knowledge, loaded with the first block
+
+        out["response"] = comparable(resp)
+    return orjson.dumps(out, option=orjson.OPT_SORT_KEYS)
 
 
 def _content(doc: Doc) -> bytes:

@@ -10,9 +10,12 @@ Stored answer (a plain JSON dict, so cassettes stay readable and replays decode 
      "error": {"type": "ReadTimeout", "message": "..."},   # a transport failure
      "ids": ["call_1", ...], "usage": {...}}
 
-Only an allow-list of response headers is kept: the SDKs need the content type and the retry
-hints; request ids are kept for ``_request_id``; everything else (cookies, organisation names,
-rate-limit details) never reaches the store. Request headers are never stored or keyed.
+Every response header is kept (protocols read them: an MCP session id, pagination ``Link``,
+``ETag``, ``Location``, rate limits), except the three that describe the wire body rather than
+the decoded body we keep. Credentials and cookies among them (the names ``_secrets`` lists, and
+secret-shaped values) are masked before anything is stored, and a replay never hands a masked
+one back. Volatile ones (``VOLATILE_HEADERS``: dates, request ids, rate-limit counters) are kept
+but never compared (:func:`comparable`). Request headers are never stored or keyed.
 """
 
 from __future__ import annotations
@@ -27,32 +30,42 @@ import xxhash
 
 from .._core import volatile as _vol
 from .._secrets import AUTH_QUERY, is_secret_name, is_secret_query, mask, name_forms
+from ..cassettes.redact import PLACEHOLDER, Redactor
 from ..keys import DEFAULT_VOLATILE, _volatile_set, canonical_json, digest
 from .aliases import AliasTable
 from .providers import Provider
 from .sse import event_data
 
 __all__ = [
-    "KEEP_HEADERS",
     "SECRET_QUERY",
+    "VOLATILE_HEADERS",
     "body_bytes",
     "canonical_request",
+    "comparable",
     "error_value",
+    "replay_headers",
     "response_value",
     "storable",
+    "stored_headers",
 ]
 
-KEEP_HEADERS = frozenset(
-    {
-        "content-type",
-        "retry-after",
-        "retry-after-ms",
-        "x-should-retry",
-        "x-request-id",
-        "request-id",
-        "openai-processing-ms",
-    }
-)
+# The wire body's framing: we keep the body decoded, and a replay lets the library frame it.
+_WIRE_HEADERS = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+
+#: Response headers that change on every call while the answer does not: kept (an SDK reads
+#: ``x-request-id`` into ``_request_id``), never compared (:func:`comparable`).
+VOLATILE_HEADERS = frozenset({
+    "date", "age", "expires", "x-request-id", "request-id", "x-amzn-requestid",
+    "x-amz-request-id", "x-amzn-trace-id", "x-correlation-id", "traceparent", "tracestate",
+    "cf-ray", "openai-processing-ms", "x-envoy-upstream-service-time", "server-timing",
+    "retry-after", "retry-after-ms", "x-cloud-trace-context",
+})
+# Families of counters a provider sends with every answer (x-ratelimit-remaining-requests...).
+_VOLATILE_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "ratelimit-")
+
+# Credential names, SENSITIVE_HEADERS and secret-shaped values: the cassettes' own rule, so a
+# header hidden in a file is hidden in every store too.
+_HIDE = Redactor()
 
 # Query parameters that authenticate (Azure/Gemini keys, signed URLs): not part of the key,
 # like the Authorization header, so a recording replays under another API key. Other
@@ -146,8 +159,29 @@ def request_key(namespace: str, name: str, canonical: bytes) -> str:
     return digest(namespace, name, canonical)
 
 
-def keep_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:
-    return [[k.lower(), v] for k, v in headers if k.lower() in KEEP_HEADERS]
+def stored_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:
+    """Every response header as ``[name, value]``, lower-cased, credentials masked."""
+    kept = [[k.lower(), v] for k, v in headers]
+    return _HIDE.tree([h for h in kept if h[0] not in _WIRE_HEADERS])  # type: ignore[no-any-return]
+
+
+def replay_headers(stored: Iterable[list[str]]) -> list[tuple[str, str]]:
+    """The headers a replayed answer carries: a masked credential is left out (a cookie jar
+    would keep ``<REDACTED>`` and send it on)."""
+    return [(k, v) for k, v in stored if v != PLACEHOLDER]
+
+
+def is_volatile_header(name: str) -> bool:
+    return name in VOLATILE_HEADERS or name.startswith(_VOLATILE_PREFIXES)
+
+
+def comparable(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A stored answer without its volatile headers: what "the same answer" compares."""
+    headers = value.get("headers")
+    if type(headers) is not list:
+        return value
+    return {**value, "headers": [h for h in headers if not (
+        type(h) is list and h and type(h[0]) is str and is_volatile_header(h[0]))]}
 
 
 def body_field(body: bytes, content_type: str) -> tuple[str, Any]:
@@ -171,7 +205,7 @@ def response_value(
     body: bytes | None = None,
     events: list[list[Any]] | None = None,
 ) -> dict[str, Any]:
-    value: dict[str, Any] = {"status": status, "headers": keep_headers(headers)}
+    value: dict[str, Any] = {"status": status, "headers": stored_headers(headers)}
     parsed: Any = None
     datas: list[Any] = []
     if events is not None:

@@ -25,6 +25,7 @@ from typing import Any
 from .._engine import (
     MISS,
     alookup,
+    areplay_miss,
     astore_value,
     call_async,
     call_sync,
@@ -33,10 +34,12 @@ from .._engine import (
     replay_miss,
     store_value,
 )
+from .._secrets import key_loaded, secret_key
 from ..config import Effective
 from ..errors import ConfigurationError, ReplayMiss
 from ..scope import check_ambiguous, current
 from ..stats import record_miss
+from ..stores._base import off_loop
 from . import observers
 from ._libs import Lib, lib_named, lib_of
 from .aliases import AliasTable, table_for
@@ -44,6 +47,7 @@ from .exchange import (
     body_bytes,
     canonical_request,
     error_value,
+    replay_headers,
     request_key,
     response_value,
     storable,
@@ -120,6 +124,9 @@ class _Call:
     stream: bool
     aliases: AliasTable | None
     realtime: bool
+    # What the server answered when this call went live (a response, or the transport error
+    # it raised): the caller gets it untouched, whatever of it the store keeps.
+    live: Any = None
 
     @property
     def sequenced(self) -> bool:
@@ -188,24 +195,30 @@ def _raise_recorded(lib: Lib, err: dict[str, Any], request: Any) -> None:
 
 
 def _respond(call: _Call, request: Any, value: dict[str, Any], *, is_async: bool) -> Any:
+    """The answer for the caller: the live one when this call went live, else ``value``."""
     if call.aliases is not None:
         ids = value.get("ids")
         if ids:
             call.aliases.learn(ids)
+    live = call.live
+    if isinstance(live, BaseException):
+        raise live
+    if live is not None:
+        return live
     err = value.get("error")
     if err is not None:
         _raise_recorded(call.lib, err, request)
     events = value.get("events")
     m = call.lib.module
+    headers = replay_headers(value["headers"])
     if events is not None:
         cls = _stream_classes(call.lib)[1 if is_async else 0]
         return m.Response(
-            value["status"], headers=value["headers"], stream=cls(events, call.realtime),
+            value["status"], headers=headers, stream=cls(events, call.realtime),
             request=request,
         )
-    return m.Response(
-        value["status"], headers=value["headers"], content=body_bytes(value), request=request
-    )
+    return m.Response(value["status"], headers=headers, content=body_bytes(value),
+                      request=request)
 
 
 def _clean_headers(headers: Any) -> list[tuple[str, str]]:
@@ -214,6 +227,35 @@ def _clean_headers(headers: Any) -> list[tuple[str, str]]:
         (k, v) for k, v in headers.multi_items()
         if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
     ]
+
+
+def _extensions(resp: Any) -> dict[str, Any]:
+    # The connection itself went back to the pool when the body was read.
+    return {k: v for k, v in resp.extensions.items() if k != "network_stream"}
+
+
+def _read_whole(call: _Call, resp: Any, raw: bytes) -> dict[str, Any]:
+    """The stored value of a whole (non-stream) answer read as ``raw`` wire bytes; the caller
+    gets those bytes and every header as they came (its client decodes them as it would)."""
+    m = call.lib.module
+    call.live = m.Response(resp.status_code, headers=resp.headers, stream=m.ByteStream(raw),
+                           extensions=_extensions(resp))
+    body = raw
+    if resp.headers.get("content-encoding"):
+        # The library's own decoders, on a copy: stored bodies are kept decoded.
+        body = m.Response(200, headers=[("content-encoding", resp.headers["content-encoding"])],
+                          stream=m.ByteStream(raw)).read()
+    return response_value(resp.status_code, resp.headers.multi_items(),
+                          resp.headers.get("content-type", ""), call.provider, body=body)
+
+
+def _read_events(call: _Call, resp: Any, rec: Recorder, chunks: list[bytes]) -> dict[str, Any]:
+    """The stored value of a stream read whole (an SSE answer to a call that did not ask for
+    a stream); the caller gets the decoded bytes with the live headers."""
+    m = call.lib.module
+    call.live = m.Response(resp.status_code, headers=_clean_headers(resp.headers),
+                           stream=m.ByteStream(b"".join(chunks)), extensions=_extensions(resp))
+    return rec.value()
 
 
 def _store_sync(call: _Call, value: dict[str, Any], duration: float) -> None:
@@ -241,22 +283,21 @@ def _live_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> dict[st
         with _bypass():
             resp = send(request)
         try:
-            ct = resp.headers.get("content-type", "")
-            if is_sse(ct) and resp.status_code < 400:
+            if is_sse(resp.headers.get("content-type", "")) and resp.status_code < 400:
                 rec = Recorder(call, resp, t0)
+                chunks = []
                 for chunk in resp.iter_bytes():
+                    chunks.append(chunk)
                     rec.feed(chunk)
-                value = rec.value()
+                value = _read_events(call, resp, rec, chunks)
             else:
-                value = response_value(
-                    resp.status_code, resp.headers.multi_items(), ct, call.provider,
-                    body=resp.read(),
-                )
+                value = _read_whole(call, resp, b"".join(resp.iter_raw()))
         finally:
             resp.close()
     except Exception as exc:
         if not (call.sequenced and call.lib.transport_error(exc)):
             raise
+        call.live = exc
         value = error_value(exc)  # a cassette keeps failures in order, to replay them
     if not storable(value, call.sequenced):
         raise _Unstored(value)
@@ -281,11 +322,9 @@ def _stream_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> Any:
         if call.lib.transport_error(exc):
             _store_sync(call, error_value(exc), time.perf_counter() - t0)
         raise
-    ct = resp.headers.get("content-type", "")
-    if not is_sse(ct) or resp.status_code >= 400:
+    if not is_sse(resp.headers.get("content-type", "")) or resp.status_code >= 400:
         try:
-            value = response_value(resp.status_code, resp.headers.multi_items(), ct,
-                                   call.provider, body=resp.read())
+            value = _read_whole(call, resp, b"".join(resp.iter_raw()))
         finally:
             resp.close()
         _store_sync(call, value, time.perf_counter() - t0)
@@ -316,7 +355,7 @@ def handle_sync(
         except _Unstored as u:
             value = u.value
     except ReplayMiss as miss:
-        raise native_miss(miss, request) from None
+        raise native_miss(miss) from None
     return _respond(call, request, value, is_async=False)
 
 
@@ -334,22 +373,21 @@ async def _live_async(
         finally:
             _BYPASS.reset(token)
         try:
-            ct = resp.headers.get("content-type", "")
-            if is_sse(ct) and resp.status_code < 400:
+            if is_sse(resp.headers.get("content-type", "")) and resp.status_code < 400:
                 rec = Recorder(call, resp, t0)
+                chunks = []
                 async for chunk in resp.aiter_bytes():
+                    chunks.append(chunk)
                     rec.feed(chunk)
-                value = rec.value()
+                value = _read_events(call, resp, rec, chunks)
             else:
-                value = response_value(
-                    resp.status_code, resp.headers.multi_items(), ct, call.provider,
-                    body=await resp.aread(),
-                )
+                value = _read_whole(call, resp, b"".join([c async for c in resp.aiter_raw()]))
         finally:
             await resp.aclose()
     except Exception as exc:
         if not (call.sequenced and call.lib.transport_error(exc)):
             raise
+        call.live = exc
         value = error_value(exc)
     if not storable(value, call.sequenced):
         raise _Unstored(value)
@@ -367,7 +405,7 @@ async def _stream_async(
         if value is not MISS:
             return _respond(call, request, value, is_async=True)
     if eff.mode == "replay":
-        raise replay_miss(eff, call.name, call.key, call.canonical)
+        raise await areplay_miss(eff, call.name, call.key, call.canonical)
     t0 = time.perf_counter()
     token = _BYPASS.set(True)
     try:
@@ -378,11 +416,9 @@ async def _stream_async(
         raise
     finally:
         _BYPASS.reset(token)
-    ct = resp.headers.get("content-type", "")
-    if not is_sse(ct) or resp.status_code >= 400:
+    if not is_sse(resp.headers.get("content-type", "")) or resp.status_code >= 400:
         try:
-            value = response_value(resp.status_code, resp.headers.multi_items(), ct,
-                                   call.provider, body=await resp.aread())
+            value = _read_whole(call, resp, b"".join([c async for c in resp.aiter_raw()]))
         finally:
             await resp.aclose()
         await _store_async(call, value, time.perf_counter() - t0)
@@ -402,6 +438,10 @@ async def handle_async(
     if _skip(eff, request, opts):
         with _bypass():
             return await send(request)
+    if not key_loaded():
+        # Keys and stored requests mask credentials with a key whose first use reads (or
+        # creates) a file: loaded in a worker thread, never on the event loop.
+        await off_loop(secret_key)
     call = _prepare(lib, eff, request, await request.aread(), opts)
     try:
         if call.stream:
@@ -412,7 +452,7 @@ async def handle_async(
         except _Unstored as u:
             value = u.value
     except ReplayMiss as miss:
-        raise native_miss(miss, request) from None
+        raise native_miss(miss) from None
     return _respond(call, request, value, is_async=True)
 
 

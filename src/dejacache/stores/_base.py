@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from .._slots import Sentinel, slot_setters
 
-__all__ = ["NOT_SHARED", "BaseStore", "Record", "Store", "StoreStats"]
+__all__ = ["NOT_SHARED", "BaseStore", "Record", "Store", "StoreStats", "off_loop"]
+
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, init=False)
@@ -120,14 +122,30 @@ class Store(Protocol):
     async def adelete(self, key: str) -> bool: ...
 
 
-class BaseStore:
-    """Shared behaviour: async twins that call the sync methods directly.
+async def off_loop(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` in a worker thread under asyncio, so whatever it waits on (a
+    file, a lock another process holds) never stalls the event loop; inline under any other
+    loop (trio), which asyncio's threads cannot serve."""
+    import asyncio  # a coroutine runs here: under asyncio, already loaded
 
-    Local stores answer in microseconds, so a thread hop (≈50 µs) would cost more than the
-    call; network stores override the twins with real async I/O.
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return fn(*args, **kwargs)
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+class BaseStore:
+    """Shared behaviour: async twins that call the sync methods.
+
+    In-memory stores answer in microseconds, so a thread hop (≈45 µs) would cost more than
+    the call: their twins call directly. A store whose calls may wait on a file or a lock
+    sets ``blocking`` and its twins run them in a worker thread (:func:`off_loop`); network
+    stores override the twins with real async I/O.
     """
 
     url: str = ""
+    blocking = False
 
     def get(self, key: str) -> Record | None:
         raise NotImplementedError
@@ -139,13 +157,19 @@ class BaseStore:
         raise NotImplementedError
 
     async def aget(self, key: str) -> Record | None:
+        if self.blocking:
+            return await off_loop(self.get, key)
         return self.get(key)
 
     async def aput(self, key: str, record: Record, *, ttl: float | None = None
                    ) -> bool | None:
+        if self.blocking:
+            return await off_loop(self.put, key, record, ttl=ttl)
         return self.put(key, record, ttl=ttl)
 
     async def adelete(self, key: str) -> bool:
+        if self.blocking:
+            return await off_loop(self.delete, key)
         return self.delete(key)
 
     def close(self) -> None:

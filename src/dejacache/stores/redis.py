@@ -138,6 +138,10 @@ class RedisStore(BaseStore):
     empty: for a person asking what the store holds (``dejacache stats``), not for calls.
     """
 
+    # Its sync calls wait on the network: an async caller that needs one (a miss report's
+    # ``iterate``) runs it in a worker thread.
+    blocking = True
+
     def __init__(
         self,
         client_or_url: Any,

@@ -49,6 +49,8 @@ class TieredStore(BaseStore):
         self.front_ttl = (None if front_ttl is None
                           else seconds(front_ttl, "TieredStore front_ttl", zero=True))
         self.url = back.url  # the shared tier is the source of truth named in messages
+        # As slow as its slowest tier (see BaseStore.blocking).
+        self.blocking = bool(getattr(front, "blocking", False) or getattr(back, "blocking", False))
 
     def _fill(self, key: str, record: Record, remaining: float | None) -> None:
         ttl = _min_ttl(remaining, self.front_ttl)

@@ -22,6 +22,7 @@ import httpx  # noqa: E402
 from fake_provider import FakeProvider  # noqa: E402
 from http_support import record_then_replay  # noqa: E402
 from litellm_cases import import_litellm, stream_case  # noqa: E402
+from sdk_miss_cases import CLIENTS, miss  # noqa: E402
 
 import dejacache  # noqa: E402
 
@@ -175,6 +176,18 @@ def test_a_replay_miss_is_not_retried_by_the_sdk(
         assert tape.counters.missed == 2
     assert not [r for r in caplog.records if "Retrying" in r.getMessage()]
     assert fake.count() == 0
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("name", CLIENTS)
+def test_a_replay_miss_through_every_client_is_neither_retried_nor_wrapped(
+    fake: FakeProvider, tmp_path: Any, name: str, stream: bool,
+) -> None:
+    # Recognised by the User-Agent, the async and Azure clients were not: each miss was
+    # sent three times with back-off and surfaced as APIConnectionError.
+    exc, sent = miss(name, fake, tmp_path / "c.json", stream)
+    assert isinstance(exc, dejacache.ReplayMiss), repr(exc)
+    assert sent == 1
 
 
 # ---------------------------------------------------------------- issue 11: lazy transports

@@ -22,6 +22,7 @@ import httpx  # noqa: E402
 from fake_provider import FakeProvider  # noqa: E402
 from http_support import SeqStore, record_then_replay  # noqa: E402
 from litellm_cases import import_litellm, litellm_loop, stream_case  # noqa: E402
+from sdk_miss_cases import CLIENTS, miss  # noqa: E402
 
 import dejacache  # noqa: E402
 
@@ -75,6 +76,23 @@ def test_openai_1x_errors_and_retries(fake: FakeProvider, seq_store: SeqStore) -
                 pytest.raises(openai.BadRequestError) as err:
             c.chat.completions.create(model="m", messages=USER)
     assert err.value.status_code == 400
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize("name", CLIENTS)
+def test_a_replay_miss_through_every_client(
+    fake: FakeProvider, tmp_path: Any, name: str, stream: bool,
+) -> None:
+    exc, sent = miss(name, fake, tmp_path / "c.json", stream)
+    if "Anthropic" in name:  # anthropic 0.x lets its own root error through
+        assert isinstance(exc, dejacache.ReplayMiss), repr(exc)
+        assert sent == 1
+        return
+    # openai 1.x retries every exception its transport raises and wraps it (no exemption
+    # for its own errors, unlike 2.x): the miss is its cause, sent 1 + max_retries times.
+    assert isinstance(exc, openai.APIConnectionError)
+    assert isinstance(exc.__cause__, dejacache.ReplayMiss)
+    assert sent == 3
 
 
 def test_anthropic_0x_messages_and_stream(fake: FakeProvider) -> None:

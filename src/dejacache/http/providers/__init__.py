@@ -1,37 +1,48 @@
 """Provider knowledge, one module per provider.
 
-Each module defines ``PROVIDER`` (a :class:`Provider`); they are discovered here, so adding
-a provider means adding one file.
+Each module defines ``PROVIDER`` (a :class:`Provider`) and is named in ``MODULES``; adding a
+provider means adding its file and its name there (``tests/http/test_http_providers.py`` fails
+when the two disagree).
+
+The modules are imported with this package, never found on the first request: that lookup
+(``pkgutil.iter_modules``, an ``os.stat`` per entry) ran inside the first intercepted call, on
+the event loop when the call was async, where a loop checker such as ``blockbuster`` made it
+fail, and failed again on every later request because only a success was cached.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 from collections.abc import Mapping
 
 from ._base import Provider
 
-__all__ = ["Provider", "all_providers", "detect"]
+__all__ = ["MODULES", "Provider", "all_providers", "detect"]
+
+#: The provider modules of this package.
+MODULES = ("anthropic", "generic", "openai")
 
 
-@functools.cache
-def all_providers() -> tuple[Provider, ...]:
-    import pkgutil  # once, on the first request: not with the first block (issue 12, item 6)
-
+def _load() -> tuple[Provider, ...]:
     found = []
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_"):
-            continue
-        mod = importlib.import_module(f"{__name__}.{info.name}")
-        prov = getattr(mod, "PROVIDER", None)
-        if isinstance(prov, Provider):
-            found.append(prov)
+    for name in MODULES:
+        prov = getattr(importlib.import_module(f"{__name__}.{name}"), "PROVIDER", None)
+        if not isinstance(prov, Provider):
+            raise TypeError(f"{__name__}.{name} defines no PROVIDER")
+        found.append(prov)
     return tuple(sorted(found, key=lambda p: (p.priority, p.name)))
 
 
+_PROVIDERS = _load()
+
+
+def all_providers() -> tuple[Provider, ...]:
+    """Every provider, in the order requests are matched (the generic fallback last)."""
+    return _PROVIDERS
+
+
 def detect(host: str, path: str, headers: Mapping[str, str]) -> Provider:
-    for prov in all_providers():
+    for prov in _PROVIDERS:
         if prov.matches(host, path, headers):
             return prov
     raise AssertionError("the generic provider matches everything")  # pragma: no cover
