@@ -111,6 +111,23 @@ def test_bad_env_mode_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) 
         get_settings()
 
 
+def test_an_exponential_volatile_pattern_names_the_variable_or_the_argument(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pattern like ``(a+)+$`` took 7 s on a 25-character argument, on every call: it is
+    refused, naming the pattern and where it was written."""
+    monkeypatch.setenv("DEJACACHE_VOLATILE", "trace_id\nre:(a+)+$")
+    config.reset()
+    with pytest.raises(ConfigurationError, match=r"DEJACACHE_VOLATILE.*'\(a\+\)\+\$'.*exponential"):
+        get_settings()
+    monkeypatch.delenv("DEJACACHE_VOLATILE")
+    config.reset()
+    with pytest.raises(ConfigurationError, match=r"volatile=.*'\(a\+\)\+\$'"):
+        configure(volatile=["re:(a+)+$"])
+    with pytest.raises(ConfigurationError, match=r"volatile=.*exponential"):
+        dejacache.cache(volatile=[__import__("re").compile(r"(\w+\s?)+$")])
+
+
 def test_cache_key_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DEJACACHE_CACHE_KEY", "from-env")
     config.reset()

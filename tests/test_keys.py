@@ -495,12 +495,38 @@ def test_bad_call_still_keys_on_what_was_given() -> None:
     assert kb.key("ns", (1, 2), {}) != kb.key("ns", (1, 3), {})
 
 
-def test_ignore_and_self_cls() -> None:
-    def f(self: Any, cls: Any, a: int, client: Any) -> None: ...
+def test_ignore_drops_the_named_arguments() -> None:
+    def f(a: int, client: Any) -> None: ...
 
     kb = KeyBuilder(f, "f", ignore=["client"])
-    assert kb.bind((object(), object(), 1, Opaque()), {}) == {"a": 1}
-    assert kb.key("ns", (1, 2, 3, Opaque()), {}) == kb.key("ns", (4, 5, 3), {"client": 9})
+    assert kb.bind((1, Opaque()), {}) == {"a": 1}
+    assert kb.key("ns", (3, Opaque()), {}) == kb.key("ns", (3,), {"client": 9})
+
+
+def test_self_and_cls_are_arguments_outside_a_method() -> None:
+    """Only the instance or class a method is called on is left out of the key: a plain
+    function's ``self`` or ``cls`` parameter, or a ``self=`` keyword, is an argument."""
+
+    def plain(self: Any, cls: Any, a: int) -> None: ...
+
+    def kw(**options: Any) -> None: ...
+
+    kb = KeyBuilder(plain, "f")
+    assert kb.bind((1, 2, 3), {}) == {"self": 1, "cls": 2, "a": 3}
+    assert kb.key("ns", (1, 2, 3), {}) != kb.key("ns", (4, 5, 3), {})
+    kb = KeyBuilder(kw, "f")
+    assert kb.key("ns", (), {"self": "alice"}) != kb.key("ns", (), {"self": "bob"})
+    assert kb.key("ns", (), {"cls": "admin"}) != kb.key("ns", (), {"cls": "guest"})
+
+    class Svc:
+        def get(self, x: int) -> None: ...
+
+        def fetch(self, /, **kw: Any) -> None: ...
+
+    kb = KeyBuilder(Svc.get, "g")
+    assert kb.bind((Svc(), 1), {}) == {"x": 1}
+    kb = KeyBuilder(Svc.fetch, "g")  # a keyword named like the receiver stays
+    assert kb.key("ns", (Svc(),), {"self": 1}) != kb.key("ns", (Svc(),), {"self": 2})
 
 
 def test_methods_key_on_arguments_not_instance() -> None:
@@ -1059,11 +1085,11 @@ _LATE_SCRIPT = """
 import json, sys
 {first}
 import dejacache.keys as keys
-BASE = (keys._LEAF, keys._SIMPLE)
+BASE = (keys._LEAF, keys._TAG_LEAF)
 
 def first_sight():
     if {late}:
-        keys._LEAF, keys._SIMPLE = BASE
+        keys._LEAF, keys._TAG_LEAF = BASE
         keys._LATE_DONE.clear()
         keys._LATE_PENDING = True
     else:
@@ -1116,7 +1142,7 @@ def test_decimal_and_paths_imported_after_keys_key_as_before() -> None:
 def test_late_leaves_join_the_leaf_sets() -> None:
     keys._refresh_late()  # this process has both loaded (the tests import them)
     assert {decimal.Decimal, pathlib.PosixPath, pathlib.PurePosixPath,
-            pathlib.PureWindowsPath, pathlib.WindowsPath} <= keys._LEAF <= keys._SIMPLE
+            pathlib.PureWindowsPath, pathlib.WindowsPath} <= keys._TAG_LEAF <= keys._LEAF
     assert not keys._LATE_PENDING
     assert not keys._late_leaf(decimal.Context) and not keys._late_leaf(dict)
 
@@ -1156,3 +1182,293 @@ def test_hit_key_by_position_is_bind_keys_key_or_nothing(
             and len(args) <= 2 and all(v is None or type(v) is str
                                        or (type(v) is int and abs(v) < 2**63) for v in args):
         assert kb.hit_key(args, kwargs, seed) == key  # seen: the quick path answers
+
+
+# ------------------------------------------------------------------------------ collisions
+
+
+def _with_default(default: Any) -> Any:
+    def f(x: Any = default) -> None: ...
+
+    return f
+
+
+@pytest.mark.parametrize(("value", "default"), [
+    (-0.0, 0.0), (0.0, -0.0), ((True, 2), (1, 2)), ({"t": 1.0}, {"t": 1}), ([0.0], [-0.0]),
+    ({"a": (1, False)}, {"a": (1, 0)}), (frozenset({True}), frozenset({1})),
+    ((1.0,), (1,)), ({"k": [True]}, {"k": [1.0]}),
+])
+def test_a_value_equal_to_the_default_but_another_value_is_kept(value: Any,
+                                                                default: Any) -> None:
+    assert value == default
+    kb = KeyBuilder(_with_default(default), "f")
+    assert kb.key("ns", (value,), {}) != kb.key("ns", (), {})
+    assert kb.key("ns", (), {"x": value}) != kb.key("ns", (), {})
+    assert kb.key("ns", (default,), {}) == kb.key("ns", (), {})  # the default itself: dropped
+    assert kb.key("ns", (), {"x": type(default)(default)}) == kb.key("ns", (), {})
+
+
+def test_negative_zero_is_not_served_the_defaults_answer(
+    memory_store: dejacache.MemoryStore,
+) -> None:
+    @dejacache.cache
+    def sign(x: float = 0.0) -> float:
+        return math.copysign(1.0, x)
+
+    assert sign() == 1.0
+    assert sign(-0.0) == -1.0
+    assert sign(x=-0.0) == -1.0
+
+
+@st.composite
+def _twins(draw: st.DrawFn, value: Any) -> Any:
+    """A value ``==`` to ``value`` whose parts may be of another type or sign."""
+    if isinstance(value, bool):
+        return draw(st.sampled_from([value, int(value), float(value)]))
+    if isinstance(value, int):
+        return draw(st.sampled_from([value, float(value)] + ([bool(value)]
+                                                            if value in (0, 1) else [])))
+    if isinstance(value, float):
+        alts = [value]
+        if value == 0.0:
+            alts.append(-value)
+        if value.is_integer() and abs(value) < 2**53:
+            alts.append(int(value))
+        return draw(st.sampled_from(alts))
+    if isinstance(value, (list, tuple)):
+        items = [draw(_twins(v)) for v in value]
+        return draw(st.sampled_from([list(items), tuple(items)]))
+    if isinstance(value, dict):
+        return {k: draw(_twins(v)) for k, v in value.items()}
+    return value
+
+
+_plain_defaults = st.recursive(
+    st.booleans() | st.integers(-2, 2) | st.sampled_from([0.0, -0.0, 1.0, 2.5]) | st.none(),
+    lambda inner: st.lists(inner, max_size=3) | st.lists(inner, max_size=3).map(tuple)
+    | st.dictionaries(_names, inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(_BASE, max_examples=500)
+@given(st.data(), _plain_defaults)
+def test_a_value_keys_like_the_default_only_when_it_is_canonically_the_default(
+    data: st.DataObject, default: Any
+) -> None:
+    """Defaults are compared as the key sees them, never by ``==`` alone (500 examples: 16
+    pairs keyed like the default before)."""
+    value = data.draw(_twins(default))
+    assume(value == default)
+    kb = KeyBuilder(_with_default(default), "f")
+    same = canonical_json({"x": value}) == canonical_json({"x": default})
+    assert (kb.key("ns", (value,), {}) == kb.key("ns", (), {})) == same
+
+
+_BIND_SIGNATURES = [
+    "def fn(*args, **kw): pass",
+    "def fn(a, /, **kw): pass",
+    "def fn(a=0, /, *args, **kw): pass",
+    "def fn(arg0, *, arg1): pass",
+    "def fn(x=0, **kw): pass",
+    "def fn(a, b=2): pass",
+    "def fn(self, cls=None): pass",
+    "def fn(**kw): pass",
+    "def fn(c, x=0): pass",  # c is ignored: a call without it is refused, not keyed as one
+    None,  # no signature: positional arguments are arg0, arg1...
+]
+_KW_NAMES = st.sampled_from(["a", "b", "c", "x", "kw", "args", "*args", "**args", "*a", "arg0",
+                             "arg1", "*arg0", "self", "cls", "*"])
+
+
+def _identity(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """What a call means: its arguments bound (defaults filled in; ``c`` is ignored where it
+    is a parameter), or what was given."""
+    if fn is None:
+        return ("given", args, sorted(kwargs.items()))
+    import inspect
+
+    sig = inspect.signature(fn)
+    try:
+        b = sig.bind(*args, **kwargs)
+    except TypeError:
+        return ("refused", args, sorted(kwargs.items()))
+    b.apply_defaults()
+    return ("bound", sorted((k, sorted(v.items()) if isinstance(v, dict) else v)
+                            for k, v in b.arguments.items()
+                            if not (k == "c" and k in sig.parameters)))
+
+
+@settings(_BASE, max_examples=600)
+@given(st.sampled_from(_BIND_SIGNATURES),
+       st.lists(st.integers(0, 2), max_size=3), st.dictionaries(_KW_NAMES, st.integers(0, 2),
+                                                                 max_size=3),
+       st.lists(st.integers(0, 2), max_size=3), st.dictionaries(_KW_NAMES, st.integers(0, 2),
+                                                                 max_size=3))
+def test_two_calls_share_a_key_only_when_they_bind_alike(
+    source: str | None, args1: list[int], kw1: dict[str, int], args2: list[int],
+    kw2: dict[str, int],
+) -> None:
+    """``*args``, keywords spelled like it, positional-only names, ``arg0`` and calls the
+    signature refuses: every call has a spelling no other call has."""
+    fn = None
+    if source is not None:
+        ns: dict[str, Any] = {}
+        exec(source, ns)
+        fn = ns["fn"]
+    kb = KeyBuilder(fn, "f", ignore=["c"] if source == "def fn(c, x=0): pass" else [])
+    a, b = (tuple(args1), kw1), (tuple(args2), kw2)
+    ida, idb = _identity(fn, *a), _identity(fn, *b)
+    if ida == idb:
+        assert kb.key("ns", *a) == kb.key("ns", *b)
+    elif ida[0] != "refused" or idb[0] != "refused":  # two refused calls both raise
+        assert kb.key("ns", *a) != kb.key("ns", *b)
+
+
+def test_reserved_argument_spellings_never_collide() -> None:
+    def star(*args: Any, **kw: Any) -> None: ...
+
+    def posonly(a: int = 0, /, **kw: Any) -> None: ...
+
+    def named(arg0: int, *, arg1: int) -> None: ...
+
+    kb = KeyBuilder(star, "f")
+    assert kb.key("ns", (1,), {}) != kb.key("ns", (), {"*args": [1]})
+    kb = KeyBuilder(posonly, "f")
+    assert kb.key("ns", (5,), {}) != kb.key("ns", (), {"a": 5})
+    assert kb.key("ns", (1,), {"a": 2}) != kb.key("ns", (2,), {})
+    kb = KeyBuilder(named, "f")  # f(1, 2) is refused; f(1, arg1=2) binds
+    assert kb.key("ns", (1, 2), {}) != kb.key("ns", (1,), {"arg1": 2})
+    assert call_key("ns", "f", (1,)) != call_key("ns", "f", (), {"arg0": 1})
+
+
+def test_a_password_equal_to_another_passwords_mask_is_not_served_its_answer(
+    memory_store: dejacache.MemoryStore,
+) -> None:
+    calls: list[str] = []
+
+    @dejacache.cache
+    def login(form: dict[str, Any]) -> str:
+        calls.append(str(form))
+        right = form.get("auth", {}).get("password") == "RIGHT"
+        return "session-ok" if right or form.get("url", "").endswith("=RIGHT") else "denied"
+
+    forged = keys._secrets.mask("RIGHT")  # what the store holds for the right password
+    assert login({"auth": {"password": "RIGHT"}}) == "session-ok"
+    for _ in range(2):  # first sight, then the remembered bytes
+        assert login({"auth": {"password": forged}}) == "denied"
+        assert login({"url": f"https://h.example/?password={forged}"}) == "denied"
+    assert login({"url": "https://h.example/?password=RIGHT"}) == "session-ok"
+    assert login({"url": f"https://h.example/?password={forged}"}) == "denied"
+    assert len(calls) == 4
+
+
+_TAGGED_VALUES = [b"\x00\xff", bytearray(b"ab"), memoryview(b"cd"), decimal.Decimal("1.5"),
+                  pathlib.PurePosixPath("/a"), {1, 2}, frozenset({"x"}),
+                  datetime.timedelta(days=1), 2**70, math.nan, math.inf, {1: "x"}]
+
+
+@pytest.mark.parametrize("tagged", _TAGGED_VALUES,
+                         ids=[f"{type(v).__name__}{i}" for i, v in enumerate(_TAGGED_VALUES)])
+@pytest.mark.parametrize("first", ["tagged", "forged"])
+@pytest.mark.parametrize("nest", ["bare", "in messages"])
+def test_a_dict_spelled_like_a_type_tag_keys_apart_on_every_path(
+    tagged: Any, first: str, nest: str
+) -> None:
+    """``{"\\x00set": [1, 2]}`` is data, never the set ``{1, 2}``: the full form escapes a
+    leading NUL and the lookup form never takes such bytes as they are, in either order."""
+    forged = orjson.loads(canonical_json({"v": tagged}))["v"]
+    assert isinstance(forged, dict) and next(iter(forged)).startswith("\x00")
+
+    def wrap(v: Any) -> Any:
+        if nest == "bare":
+            return {"v": v}
+        return {"messages": [{"role": "user", "content": f"m{i}"} for i in range(9)]
+                + [{"role": "user", "content": v}]}
+
+    def llm(request: Any) -> None: ...
+
+    kb = KeyBuilder(llm, f"llm-{first}-{nest}-{type(tagged).__name__}")
+    seed = keys.key_seed("ns", kb.name)
+    order = [tagged, forged] if first == "tagged" else [forged, tagged]
+    got: dict[str, set[str]] = {"tagged": set(), "forged": set()}
+    for _ in range(3):
+        for which, v in zip([first, "forged" if first == "tagged" else "tagged"], order,
+                            strict=True):
+            key = kb.bind_key((wrap(v),), {}, seed)[1]
+            quick = kb.hit_key((wrap(v),), {}, seed)
+            assert quick is None or quick == key
+            got[which] |= {key, keys.digest("ns", kb.name, kb.canonical((wrap(v),), {}))}
+    assert len(got["tagged"]) == 1 and len(got["forged"]) == 1
+    assert got["tagged"] != got["forged"]
+    assert _k(v=forged) != _k(v=tagged)
+
+
+_DATE = __import__("re").compile(r"\d{4}-\d{2}-\d{2}")
+
+
+@pytest.mark.parametrize("shape", [
+    lambda pw: ((), {"user": "a", "password": pw}),
+    lambda pw: (({"auth": {"password": pw}},), {}),
+    lambda pw: (({"auth": {"password": [pw, {"note": pw}]}},), {}),
+    lambda pw: (({"url": f"https://h.example/login?password={pw}&day=2024-05-06"},), {}),
+    lambda pw: (({"note": f"use sk-proj-{pw}AbCdEfGhIjKlMnOp"},), {}),
+    lambda pw: (({"h": f"Authorization: Bearer tok{pw}tok"},), {}),
+], ids=["argument", "nested", "list", "url", "shaped key", "bearer"])
+def test_volatile_patterns_never_make_two_credentials_key_alike(shape: Any) -> None:
+    """Credentials are masked before any volatile pattern looks at the text: a date pattern
+    once turned passwords ``pw-2024-01-01`` and ``pw-1999-12-31`` into one key."""
+
+    def login(*args: Any, **kwargs: Any) -> None: ...
+
+    kb = KeyBuilder(login, "login", volatile=[_DATE])
+    seed = keys.key_seed("ns", "login")
+    a, b = shape("pw-2024-01-01"), shape("pw-1999-12-31")
+    for _ in range(2):
+        assert kb.key("ns", *a) != kb.key("ns", *b)
+        assert kb.bind_key(*a, seed)[1] != kb.bind_key(*b, seed)[1]
+    stored = keys._secrets.scrub_request(kb.canonical(*a))
+    assert b"pw-2024-01-01" not in stored and b"pw-" + b"2024" not in stored
+
+
+def test_a_pattern_that_rewrites_a_url_never_unmasks_its_credential() -> None:
+    """A pattern that makes hosts volatile no longer leaves ``?password=`` to be found: the
+    value was masked before the pattern ran."""
+    host = __import__("re").compile(r"https?://[^/]+")
+    a = canonical_json({"u": "https://127.0.0.1:5001/x?password=hunter2"},
+                       volatile_patterns=(host,))
+    b = canonical_json({"u": "http://127.0.0.1:6002/x?password=hunter2"},
+                       volatile_patterns=(host,))
+    c = canonical_json({"u": "http://127.0.0.1:6002/x?password=hunter3"},
+                       volatile_patterns=(host,))
+    assert a == b != c
+    assert b"hunter" not in a + c
+
+
+def test_a_mask_in_the_text_is_never_rewritten_by_a_pattern() -> None:
+    hexes = __import__("re").compile(r"[0-9a-f]{8,}")
+    a = canonical_json({"query": {"code": keys._secrets.mask("one")}}, volatile_patterns=(hexes,))
+    b = canonical_json({"query": {"code": keys._secrets.mask("two")}}, volatile_patterns=(hexes,))
+    assert a != b
+
+
+def test_a_literal_placeholder_never_keys_like_a_replaced_match() -> None:
+    def vol(text: str) -> bytes:
+        return canonical_json({"t": text}, volatile_patterns=(_DATE,))
+
+    assert vol("on 2024-05-06 ok") == vol("on 1999-12-31 ok")
+    forms = {vol(t) for t in ("on <volatile> ok", "on 2024-05-06 ok", "on <volatile\\> ok",
+                              "on <volatile\\\\> ok")}
+    assert len(forms) == 4
+
+
+def test_volatile_dates_and_passwords_through_the_decorator(
+    memory_store: dejacache.MemoryStore,
+) -> None:
+    @dejacache.cache(volatile=[_DATE])
+    def login(user: str, password: str, day: str) -> str:
+        return "session-ok" if password == "pw-2024-01-01" else "denied"
+
+    assert login("a", "pw-2024-01-01", "2024-05-06") == "session-ok"
+    assert login("a", "pw-1999-12-31", "2024-05-06") == "denied"
+    assert login("a", "pw-2024-01-01", "2030-01-01") == "session-ok"  # a hit: day is volatile

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 import stat
+import time
+from collections.abc import Callable
 
 import orjson
 import pytest
@@ -35,8 +38,18 @@ def test_credential_names_in_every_spelling(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", [
+    "pwd", "PWD", "pass", "Pass", "passphrase", "pswd", "passcode", "db_pwd", "DB_PWD",
+    "gpgPassphrase", "smtp_passcode", "user_pswd",
+])
+def test_short_password_names_are_credentials(name: str) -> None:
+    assert _secrets.is_secret_name(name)
+
+
+@pytest.mark.parametrize("name", [
     "max_tokens", "tokens", "eos_token", "next_page_token", "request_id", "user", "model",
     "key", "code", "signature", "secretary", "passage", "tokenizer", "author",
+    "password_policy", "password_hint_shown", "passes", "bypass", "compass", "boarding_pass",
+    "first_pass", "passenger", "pwd_dir", "pin", "spin", "pinned",
 ])
 def test_ordinary_names_are_data(name: str) -> None:
     assert not _secrets.is_secret_name(name)
@@ -46,6 +59,11 @@ def test_token_is_a_credential_in_requests_only() -> None:
     assert _secrets.is_secret_name("token")
     assert not _secrets.is_secret_name("token", response=True)  # logprobs
     assert _secrets.is_secret_name("access_token", response=True)
+    # a shell tool's working directory and a test report's pass count are data in answers
+    for name in ("pwd", "pass"):
+        assert _secrets.is_secret_name(name)
+        assert not _secrets.is_secret_name(name, response=True)
+    assert _secrets.is_secret_name("passphrase", response=True)
 
 
 def test_query_only_names() -> None:
@@ -137,3 +155,147 @@ def test_substitute_keys_a_credential_argument_portably(tmp_path: pathlib.Path,
     with pytest.raises(dejacache.ReplayMiss, match="differ only in credentials"), \
             dejacache.cassette(path, mode="replay"):
         ask("q", api_key="k1-local")
+
+
+# --------------------------------------------------------------------- linear patterns
+
+_KB = 1024
+_SEPS = ["-", "a", ".", " ", "=", "\\n", "?", "&", "<", ":"]
+
+
+def _hostile(stem: str) -> Callable[[int], str]:
+    """``n`` characters built to make a backtracking regex rescan: for each separator, the
+    stem repeated with it, and the stem followed by one long run of it (a part each; a
+    quadratic part still grows 256x from 64 KB to 1 MB)."""
+    def make(n: int) -> str:
+        part = n // (2 * len(_SEPS))
+        out = []
+        for sep in _SEPS:
+            unit = stem + sep
+            out += [(unit * (part // len(unit) + 1))[:part], (stem + sep * part)[:part]]
+        return "".join(out)
+
+    return make
+
+
+_STEMS = {
+    "anthropic key": ["sk-ant-"], "openai key": ["sk-", "sk-proj-"], "google api key": ["AIza"],
+    "aws access key": ["AKIA"], "aws secret key": ["aws_secret_access_key", "AWS_SECRET"],
+    "bearer token": ["Bearer", "Bearer \\n"], "jwt": ["eyJ", "eyJaaaaaaaa.", "eyJaaaaaaaa.eyJa"],
+    "github token": ["ghp_"], "slack token": ["xoxb-"], "hugging face token": ["hf_"],
+    "url": ["http://x", "https://x?a=", "http://a<secret:"], "param": ["?", "&a", "?a=b;"],
+    "mask": ["<secret:", "<secret:0"], "trigger": ["sk", "://"], "hump": ["aB", "ABc"],
+}
+
+
+def _compiled(name: str) -> Callable[[str], object]:
+    c = _secrets._re()
+    if name in c.shapes:
+        return functools.partial(c.shapes[name].sub, "")
+    if name == "url":
+        return lambda s: (c.url.sub("", s), c.url_b.sub(b"", s.encode()))
+    if name == "param":
+        return lambda s: (c.param.sub("", s), c.param_b.sub(b"", s.encode()))
+    return functools.partial({"mask": c.mask, "trigger": c.trigger,
+                              "hump": _secrets._hump()}[name].sub, "")
+
+
+def _best(fn: Callable[[str], object], text: str, runs: int = 3) -> float:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn(text)
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def _assert_linear(fn: Callable[[str], object], make: Callable[[int], str], what: str) -> None:
+    """Time at 64 KB, then at 1 MB against 64 KB: linear work grows 16x, quadratic 256x.
+    The 64 KB run is bounded first so a quadratic regex fails in seconds, not hours (the JWT
+    shape took 5.5 s at 62 KB); the 1 MB bound allows 40x plus half a second, so load on a
+    shared machine cannot fail a linear one."""
+    small = _best(fn, make(64 * _KB))
+    assert small < 1.0, f"{what}: {small:.2f} s at 64 KB"
+    large = _best(fn, make(1024 * _KB), runs=1)
+    assert large < 40 * small + 0.5, f"{what}: {small:.4f} s at 64 KB, {large:.2f} s at 1 MB"
+
+
+@pytest.mark.parametrize("name", list(_STEMS))
+def test_every_secret_pattern_is_linear_at_1_mb(name: str) -> None:
+    fn = _compiled(name)
+    for stem in _STEMS[name]:
+        _assert_linear(fn, _hostile(stem), f"{name} on {stem!r}")
+
+
+def test_a_long_run_of_jwt_starts_records_in_linear_time() -> None:
+    """62 KB of ``-eyJ`` took 5.5 s in every cassette write and SQLite store."""
+    def make(n: int) -> str:
+        return ("-eyJ" * (n // 4))[:n]
+
+    _assert_linear(lambda s: Redactor().tree({"m": s}), make, "cassette redaction")
+    _assert_linear(lambda s: _secrets.scrub_request(orjson.dumps({"m": s})), make, "store")
+    _assert_linear(lambda s: list(scan_text(s)), make, "scan")
+    _assert_linear(lambda s: _secrets.mask_url_queries(b'"?' + s.encode() + b'"'),
+                   lambda n: ("http://x" * (n // 8))[:n], "key URL masking")
+
+
+# --------------------------------------------------------------------- guarded spans
+
+
+def test_guarded_keeps_shapes_and_masks_and_masks_url_credentials() -> None:
+    key = "sk-proj-" + "Ab1" * 10
+    mask = _secrets.mask("m")
+    text = f"k={key} u=https://h/x?password=pw&page=2 m={mask} plain"
+    regions = _secrets.guarded(text)
+    kept = [text[a:b] for a, b, _ in regions]
+    assert kept == [key, "pw", mask]
+    assert [t for _, _, t in regions] == [key, _secrets.mask("pw"), mask]
+    assert _secrets.guarded("nothing to see here") == []
+
+
+# --------------------------------------------------------------------- leaks
+
+
+def test_short_password_names_never_reach_a_cassette_store_report_or_miss(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``pwd``, ``pass`` and ``passphrase`` values are credentials in every place a request
+    is written: the cassette, the SQLite request column, ``dejacache show``, the HTML report
+    and the text of a miss."""
+    from dejacache.cli import main
+    from dejacache.report import report
+
+    values = {"pwd": "CANARY-PWD-1", "pass": "CANARY-PASS-2", "passphrase": "CANARY-PHRASE-3",
+              "db_pwd": "CANARY-DBPWD-4"}
+
+    @dejacache.cache(name="login", kind="llm")
+    def login(user: str, pwd: str, opts: dict[str, str]) -> dict[str, str]:
+        return {"text": f"welcome {user}"}
+
+    def call(user: str = "ann") -> None:
+        login(user, values["pwd"], {k: v for k, v in values.items() if k != "pwd"})
+
+    cassette = tmp_path / "c.json"
+    with dejacache.cassette(cassette, mode="record"):
+        call()
+    with pytest.raises(dejacache.ReplayMiss) as miss, dejacache.cassette(cassette, mode="replay"):
+        call("bob")
+    store_path = tmp_path / "cache.db"
+    store = dejacache.SQLiteStore(store_path)
+    with dejacache.scope(store=store, mode="auto", cache_key="t"):
+        call()
+    store.close()
+    with dejacache.scope(store=dejacache.SQLiteStore(store_path), mode="replay",
+                         cache_key="t"), pytest.raises(dejacache.ReplayMiss) as store_miss:
+        call("bob")
+    assert main(["show", str(cassette), "--plain"]) == 0
+    shown = capsys.readouterr().out
+    db = b"".join(pathlib.Path(str(store_path) + s).read_bytes()
+                  for s in ("", "-wal") if pathlib.Path(str(store_path) + s).exists())
+    places = {"cassette": cassette.read_text(), "show": shown, "report": report(cassette),
+              "miss": str(miss.value), "store miss": str(store_miss.value),
+              "sqlite": db.decode("latin-1")}
+    for where, text in places.items():
+        for value in values.values():
+            assert value not in text, f"{value} in the {where}"
+    assert "welcome" in places["cassette"] and "login" in places["show"]

@@ -22,7 +22,7 @@ import os
 import re
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -39,6 +39,9 @@ __all__ = [
     "SECRET_NAMES",
     "SECRET_PATTERNS",
     "SENSITIVE_HEADERS",
+    "Shape",
+    "find_secrets",
+    "guarded",
     "is_secret_name",
     "is_secret_query",
     "key_loaded",
@@ -50,6 +53,7 @@ __all__ = [
     "normalize",
     "scrub_request",
     "secret_key",
+    "shapes_in",
 ]
 
 # ------------------------------------------------------------------------------- names
@@ -62,20 +66,25 @@ SECRET_NAMES: Final = frozenset({
     "access_token", "refresh_token", "id_token", "auth_token", "session_token",
     "security_token", "x_amz_security_token", "bearer", "bearer_token", "token",
     "secret", "client_secret", "secret_key", "private_key", "password", "passwd", "passphrase",
-    "authorization", "proxy_authorization", "cookie", "set_cookie",
+    "pwd", "pswd", "pass", "passcode", "authorization", "proxy_authorization", "cookie",
+    "set_cookie",
     "aws_access_key_id", "aws_secret_access_key", "aws_session_token",
     "openai_api_key", "anthropic_api_key", "github_token", "gh_token", "hf_token",
     "slack_token", "npm_token", "credentials", "credential",
 })
 # ``foo_api_key``, ``db_password``, ``stripe_secret_key``... A bare ``*_token`` is not here:
 # ``eos_token``/``next_page_token`` are data, and masking a response's page token breaks replay.
+# ``db_pwd`` and ``gpg_passphrase`` too; not ``_pass`` (``boarding_pass``, ``first_pass`` are
+# data, and a credential argument makes a cassette replay only under the masking key that
+# recorded it) nor ``pin`` (GPIO pins, version pins).
 _SUFFIXES: Final = ("_api_key", "_apikey", "_secret", "_secret_key", "_password", "_passwd",
-                    "_private_key", "_access_token", "_refresh_token", "_auth_token",
-                    "_session_token", "_bearer_token", "_api_token", "_access_key_id",
-                    "_secret_access_key")
+                    "_pwd", "_pswd", "_passphrase", "_passcode", "_private_key", "_access_token",
+                    "_refresh_token", "_auth_token", "_session_token", "_bearer_token",
+                    "_api_token", "_access_key_id", "_secret_access_key")
 #: Names that are credentials in requests but data in responses: a ``token`` in logprobs is a
-#: word, and a cassette that redacted it would replay a different answer.
-REQUEST_ONLY: Final = frozenset({"token"})
+#: word, a shell tool's ``pwd`` its working directory, a test report's ``pass`` a count, and a
+#: cassette that redacted them would replay a different answer.
+REQUEST_ONLY: Final = frozenset({"token", "pwd", "pass"})
 #: Not credentials, but account details a committed cassette should not carry.
 SENSITIVE_HEADERS: Final = frozenset({"openai_organization", "openai_project"})
 #: Query parameters that authenticate a request rather than ask something: dropped from HTTP
@@ -129,6 +138,10 @@ def is_secret_query(name: str) -> bool:
 # JSON text, redaction reads raw strings: all three must agree).
 _L = r"(?:(?<![A-Za-z0-9_])|(?<=\\[nrtbf])|(?<=\\u00[0-9a-fA-F]{2}))"
 _SEP = r"(?:[\s\"':=]|\\[nrt\"])+"
+# A JWT starts only where a run of base64url characters (``-`` included) starts. With ``_L``,
+# every ``-eyJ`` inside one long run was a start that scanned to the run's end before failing
+# on the missing ``.``: 62 KB of ``-eyJ`` took 5.5 s. One start per run keeps it linear.
+_LB64 = r"(?:(?<![A-Za-z0-9_\-])|(?<=\\[nrtbf])|(?<=\\u00[0-9a-fA-F]{2}))"
 
 # Secret-shaped strings by kind (compiled: ``SECRET_PATTERNS``). Group ``s`` is the secret
 # itself, so a mask keeps the rest (``Bearer <...>``) and never eats a JSON quote.
@@ -144,7 +157,7 @@ _SHAPES: Final[dict[str, str]] = {
     "bearer token": (
         r"(?:bearer|Bearer|BEARER)(?:\s|\\[nrt])+(?P<s>(?!<)[A-Za-z0-9_\-.~+/]{16,}=*)"),
     "jwt": (
-        _L + r"(?P<s>eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})"),
+        _LB64 + r"(?P<s>eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,})"),
     "github token": _L + r"(?P<s>gh[pousr]_[A-Za-z0-9]{36,})",
     "slack token": _L + r"(?P<s>xox[abposr]-[A-Za-z0-9\-]{10,})",
     "hugging face token": _L + r"(?P<s>hf_[A-Za-z0-9]{30,})",
@@ -163,15 +176,25 @@ _NEEDLES: Final[dict[str, tuple[str, ...]]] = {
     "slack token": ("xox",),
     "hugging face token": ("hf_",),
 }
-_URL: Final = r"https?://[^\s\"'<>\\]+"
-_URL_B: Final = rb"https?://[^\s\"'<>\\?]+\?[^\s\"'<>\\]*"
+# Whole URLs, whose query parameters ``_PARAM`` then reads. A keyed mask is part of a URL
+# (``?password=<secret:…>``): a password that literally is another one's mask is masked
+# again, never keyed as that other password. Every pattern here is linear in its input
+# (tested at 1 MB): a URL is matched whole and its ``?`` checked after, since
+# ``https?://[^?]+\?`` rescanned the rest of the run from every ``http`` in it; a parameter
+# name stops at ``?``, since ``[^=&;#]+=`` rescanned from every ``?`` of ``????...``.
+_URL: Final = r"https?://[^\s\"'<>\\]+(?:<secret:[0-9a-f]{128}>[^\s\"'<>\\]*)*"
+_URL_B: Final = _URL.encode()
 # One ``name=value`` of a raw query string; values are replaced in place, never re-encoded, so
 # two different URLs can never come out the same.
-_PARAM: Final = r"(?<=[?&;])([^=&;#]+)=([^&;#]*)"
+_PARAM: Final = r"(?<=[?&;])([^=&;#?]+)=([^&;#]*)"
 
 #: Prefix of a key mask; a whole mask is ``<secret:`` + 128 hex digits + ``>``.
 MASK_PREFIX: Final = "<secret:"
 _MASK: Final = r"<secret:[0-9a-f]{128}>"
+
+
+#: One kind of secret-shaped string: its name, substrings every match contains, its regex.
+Shape = tuple[str, tuple[str, ...], "re.Pattern[str]"]
 
 
 class _Compiled:
@@ -179,11 +202,15 @@ class _Compiled:
     compilation that ``import dejacache`` paid (issue 12, item 6) in processes that may never
     look at a credential."""
 
-    __slots__ = ("guarded", "mask", "param", "param_b", "shapes", "url", "url_b")
+    __slots__ = ("kinds", "mask", "param", "param_b", "shapes", "trigger", "url", "url_b")
 
     def __init__(self) -> None:
         self.shapes = {k: re.compile(p) for k, p in _SHAPES.items()}
-        self.guarded = tuple((_NEEDLES[k], p) for k, p in self.shapes.items())
+        self.kinds: tuple[Shape, ...] = tuple(
+            (k, _NEEDLES[k], p) for k, p in self.shapes.items())
+        # Any needle, ``://`` or a mask: a string without one holds nothing to guard.
+        needles = sorted({n for ns in _NEEDLES.values() for n in ns} | {"://", MASK_PREFIX})
+        self.trigger = re.compile("|".join(map(re.escape, needles)))
         self.url = re.compile(_URL)
         self.url_b = re.compile(_URL_B)
         self.param = re.compile(_PARAM)
@@ -226,13 +253,81 @@ def mask_text(s: str, replace: Callable[[str], str],
     """``s`` with every secret-shaped part (and credential query values inside URLs) passed
     through ``replace``."""
     c = _re()
-    for needles, pat in c.guarded:
+    for _, needles, pat in c.kinds:
         if any(n in s for n in needles):
             s = pat.sub(lambda m: _swap(m, replace), s)
     if "://" in s and "=" in s:
         param = c.param
         s = c.url.sub(lambda m: param.sub(lambda p: _param(p, replace, query), m.group(0)), s)
     return s
+
+
+def shapes_in(text: str) -> tuple[Shape, ...]:
+    """The kinds of secret shape whose needles occur in ``text``: only these can match in it,
+    or in any part of it (``dejacache scan`` checks a whole file once, then its lines)."""
+    return tuple(k for k in _re().kinds if any(n in text for n in k[1]))
+
+
+def find_secrets(s: str, shapes: tuple[Shape, ...] | None = None
+                 ) -> Iterator[tuple[str, re.Match[str]]]:
+    """Secret-shaped matches in ``s`` as (kind, match), among ``shapes`` (default: all); a
+    regex runs only when one of its needles occurs in ``s``."""
+    for kind, needles, pat in _re().kinds if shapes is None else shapes:
+        for n in needles:
+            if n in s:
+                for m in pat.finditer(s):
+                    yield kind, m
+                break
+
+
+def guarded(s: str) -> list[tuple[int, int, str]]:
+    """The parts of ``s`` that volatile patterns must never rewrite, as sorted, disjoint
+    ``(start, end, text)``: secret shapes and keyed masks as they are, and credential values
+    inside URL queries already replaced by their keyed masks (a pattern that rewrote the URL
+    around one would otherwise hide it from the key's masking). Empty for most strings.
+
+    Credentials are masked before anything volatile is looked for: a date pattern must not
+    turn passwords ``pw-2024-01-01`` and ``pw-1999-12-31`` into one key."""
+    c = _re()
+    if c.trigger.search(s) is None:
+        return []
+    spans = [m.span() for _, m in find_secrets(s)]
+    if MASK_PREFIX in s:
+        spans.extend(m.span() for m in c.mask.finditer(s))
+    masked: list[tuple[int, int, str]] = []
+    if "://" in s and "=" in s:
+        for u in c.url.finditer(s):
+            for p in c.param.finditer(u.group(0)):
+                if p.group(2) and is_secret_query(p.group(1)):
+                    a, b = u.start() + p.start(2), u.start() + p.end(2)
+                    spans.append((a, b))
+                    masked.append((a, b, mask(p.group(2))))
+    return _regions(s, spans, masked)
+
+
+def _regions(s: str, spans: list[tuple[int, int]],
+             masked: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """Overlapping ``spans`` merged, each region's text with the ``masked`` parts swapped in."""
+    merged: list[list[int]] = []
+    for a, b in sorted(spans):
+        if merged and a < merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    masked.sort()
+    out: list[tuple[int, int, str]] = []
+    i = 0
+    for a, b in merged:
+        parts: list[str] = []
+        pos = a
+        while i < len(masked) and masked[i][0] < b:
+            x, y, text = masked[i]
+            parts += [s[pos:x], text]
+            pos = y
+            i += 1
+        parts.append(s[pos:b])
+        out.append((a, b, "".join(parts)))
+    return out
 
 
 def _swap(m: re.Match[str], replace: Callable[[str], str]) -> str:
@@ -258,12 +353,15 @@ def mask_url_queries(data: bytes) -> bytes:
     if b"?" not in data or b"://" not in data:
         return data
     c = _re()
-    return c.url_b.sub(lambda m: c.param_b.sub(_param_b, m.group(0)), data)
+    return c.url_b.sub(lambda m: c.param_b.sub(_param_b, m.group(0)) if b"?" in m.group(0)
+                       else m.group(0), data)
 
 
 def _param_b(p: re.Match[bytes]) -> bytes:
+    # A value that already looks like a mask is masked again: a password that literally is
+    # another password's mask must not key as that password.
     name, value = p.group(1), p.group(2)
-    if not value or value.startswith(MASK_PREFIX.encode()):
+    if not value:
         return p.group(0)
     if not is_secret_query(name.decode("utf-8", "replace")):
         return p.group(0)

@@ -49,7 +49,10 @@ def volatile_items(items: Iterable[str | re.Pattern[str]]) -> VolatileItems:
     if isinstance(items, (str, re.Pattern)):
         items = (items,)
     out = tuple(items)
-    _parse_volatile(out)
+    try:
+        _parse_volatile(out)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"volatile=: {exc}") from None
     return out
 
 

@@ -9,8 +9,10 @@ credentials masked (see ``_secrets``).
 Equal means equal as data: tuples and lists agree, as do sets and frozensets, dict subclasses
 and dicts, an Enum member and its value. Different data never shares a key: NaN, the two
 infinities and ``None`` differ everywhere, as do ``-0.0`` and ``0.0`` (the codec round-trips
-both, and ``copysign``/``atan2`` tell them apart), ``1``, ``1.0`` and ``True``. Dict keys
-starting with NUL are reserved for type tags.
+both, and ``copysign``/``atan2`` tell them apart), ``1``, ``1.0`` and ``True``. No two calls
+share a spelling: type tags are dict keys starting with NUL, so a caller's key starting with
+NUL gets one more; ``*args``, positional-only names and refused calls are spelled apart by
+:meth:`KeyBuilder.bind`.
 
 One canonicaliser, two speeds: plain JSON data (the common LLM request) is written by one
 ``orjson.dumps`` after a walk has shown there is nothing to rewrite; anything else goes through
@@ -42,7 +44,7 @@ import xxhash
 from . import _keys_segments as _seg
 from . import _secrets
 from ._core import volatile as _vol
-from .errors import UnhashableArgument
+from .errors import ConfigurationError, UnhashableArgument
 
 __all__ = [
     "DEFAULT_SECRETS",
@@ -105,12 +107,17 @@ _HEADER_ONLY = frozenset({"request-id", "Request-Id", "Request-ID", "REQUEST-ID"
 # names, floats or strings a rewrite would touch, so plain data may contain them.
 _LEAF = frozenset({bytes, bytearray, memoryview, UUID, _dt.datetime, _dt.date, _dt.time,
                    _dt.timedelta})
-_SIMPLE = _LEAF | {int, bool}
-# Leaves too, added by _late_leaf: decimal and pathlib (with urllib.parse and ipaddress) cost
-# ~6 ms that ``from dejacache import cache`` paid (issue 12, item 6). Neither type can be met
-# before its module is loaded, so the sets grow (rebound, never mutated) the first time one
-# is: a miss in _clean asks _late_leaf, the general path refreshes once per call, and a by-parts
-# write that met one first falls back to the whole write, which gives the same bytes.
+# Those whose spelling is a tag (``{"\u0000bytes": ...}``). The same bytes also come from a
+# dict the caller wrote with that key, which the full form escapes: data holding one is
+# keyed by its full form (``_clean`` says ``_TAGGED``) and its bytes are never remembered as
+# plain, by ``_NULLS`` or a list run.
+_TAG_LEAF = frozenset({bytes, bytearray, memoryview, _dt.timedelta})
+_SIMPLE = (_LEAF - _TAG_LEAF) | {int, bool}
+# Tag leaves too, added by _late_leaf: decimal and pathlib (with urllib.parse and ipaddress)
+# cost ~6 ms that ``from dejacache import cache`` paid (issue 12, item 6). Neither type can be
+# met before its module is loaded, so the sets grow (rebound, never mutated) the first time
+# one is: a miss in _clean asks _late_leaf, the general path refreshes once per call, and a
+# by-parts write that met one first falls back to the whole write, which gives the same bytes.
 _LATE = {"decimal": ("Decimal",),
          "pathlib": ("PurePosixPath", "PureWindowsPath", "PosixPath", "WindowsPath")}
 _LATE_DONE: set[str] = set()
@@ -127,13 +134,13 @@ def _late_leaf(t: type) -> bool:
 
 
 def _add_late(module: str) -> None:
-    global _LEAF, _SIMPLE, _LATE_PENDING
+    global _LEAF, _TAG_LEAF, _LATE_PENDING
     if module in _LATE_DONE:
         return
     mod = __import__(module)  # cheap: a value of its type exists, so it is (nearly) loaded
     new = {getattr(mod, n) for n in _LATE[module]}
     _LEAF = _LEAF | new
-    _SIMPLE = _SIMPLE | new
+    _TAG_LEAF = _TAG_LEAF | new
     _LATE_DONE.add(module)
     _LATE_PENDING = len(_LATE_DONE) < len(_LATE)
 
@@ -199,14 +206,16 @@ class _Names:
         self.lists = _seg.ListMemo()  # conversations already found plain, by their bytes
 
     def clean(self, d: Mapping[Any, Any]) -> bool:
-        """True when no key of ``d`` is volatile or a credential (and all are exact str)."""
+        """True when no key of ``d`` is volatile, a credential or escaped (a NUL first: the
+        full form escapes it, see ``_TAG``), and all are exact str."""
         plain = self.plain
         if plain.issuperset(d):
             return True
         for k in d:
             if k in plain:
                 continue
-            if type(k) is not str or k in self.vol or _secrets.is_secret_name(k):
+            if (type(k) is not str or k in self.vol or _secrets.is_secret_name(k)
+                    or k[:1] == _TAG):
                 return False
             if len(plain) < _PLAIN_MAX:
                 plain.add(k)
@@ -225,14 +234,15 @@ def _names_for(vol: frozenset[str]) -> _Names:
     return _Names(vol)
 
 
-_PLAIN, _WITH_NONE = 1, 3  # _clean's verdicts (0: needs a rewrite)
+_PLAIN, _WITH_NONE, _TAGGED = 1, 3, 5  # _clean's verdict bits (0: needs a rewrite)
 
 
 def _clean(obj: Any, names: _Names) -> int:
     """Whether ``obj`` (a dict, list or tuple) is plain JSON data that needs no rewrite: no
-    volatile or credential names, no NaN or infinity, no types other than exact JSON types
-    and :data:`_LEAF` ones. 0 when it needs one, else ``_PLAIN``, or ``_WITH_NONE`` when it
-    holds a ``None`` (see :func:`_canonical` for why that matters).
+    volatile, credential or escaped names, no NaN or infinity, no types other than exact JSON
+    types and :data:`_LEAF` ones. 0 when it needs one, else ``_PLAIN`` with the ``_WITH_NONE``
+    bit when it holds a ``None`` (see :func:`_canonical` for why that matters) and the
+    ``_TAGGED`` bit when it holds a :data:`_TAG_LEAF`.
 
     The hot part of keying a large request (~0.15 µs a container on the 2-core VM). Strings
     are skipped by one type check and a dict's direct children are inlined (15% faster than
@@ -268,8 +278,10 @@ def _clean(obj: Any, names: _Names) -> int:
                 elif tw is float:
                     if w - w != 0.0:  # NaN and ±inf: orjson would write null, like None
                         return 0
-                elif tw not in _SIMPLE and not _late_leaf(tw):
-                    return 0
+                elif tw not in _SIMPLE:
+                    if tw not in _TAG_LEAF and not _late_leaf(tw):
+                        return 0
+                    seen |= _TAGGED
         elif tv is list or tv is tuple:
             r = _clean(v, names)
             if not r:
@@ -278,8 +290,10 @@ def _clean(obj: Any, names: _Names) -> int:
         elif tv is float:
             if v - v != 0.0:
                 return 0
-        elif tv not in _SIMPLE and not _late_leaf(tv):
-            return 0
+        elif tv not in _SIMPLE:
+            if tv not in _TAG_LEAF and not _late_leaf(tv):
+                return 0
+            seen |= _TAGGED
     return seen
 
 
@@ -451,8 +465,11 @@ class _Canon:
                 act = names.action(k) if names is not None else _KEEP
                 if act == _DROP:
                     continue
-                out[k] = (self.mask(v, sub, depth + 1) if act == _MASK
-                          else self.norm(v, sub, depth + 1))
+                # A key starting with NUL would spell a type tag: one more NUL, so
+                # ``{"\x00set": [1, 2]}`` never keys like ``{1, 2}``.
+                out[_TAG + k if k[:1] == _TAG else k] = (
+                    self.mask(v, sub, depth + 1) if act == _MASK
+                    else self.norm(v, sub, depth + 1))
             else:
                 pairs.append((k, v))
         if not pairs:
@@ -484,6 +501,11 @@ class _Canon:
             if depth > MAX_DEPTH:
                 raise _Unhashable(t, path, f"is nested more than {MAX_DEPTH} levels deep")
             return [self.mask(x, f"{path}[{i}]", depth + 1) for i, x in enumerate(v)]
+        if isinstance(v, enum.Enum):  # as its value, like everywhere else
+            return self.mask(v.value, path, depth)
+        if isinstance(v, (str, int, float)):  # a str subclass is a password all the same
+            return self.mask(str.__str__(v) if isinstance(v, str)
+                             else float(v) if isinstance(v, float) else int(v), path, depth)
         return self.norm(v, path, depth)
 
 
@@ -524,11 +546,13 @@ _NULLS: dict[str, tuple[_seg.NoneCheck | None, str | None]] = {}
 
 def _full(data: Mapping[str, Any], names: _Names, function: str,
           subs: tuple[tuple[bytes, bytes], ...], collect: bool,
-          whole: bytes | None = None) -> tuple[bytes, _seg.NoneCheck | None]:
+          whole: bytes | None = None, by_parts: bool = True
+          ) -> tuple[bytes, _seg.NoneCheck | None]:
     """The full form before substitutions and URL masking, and (``collect``) where it holds
-    ``None`` when the data is plain (None otherwise: nothing to remember). ``whole`` is
-    ``_dump(data)`` when the caller has it."""
-    if type(data) is dict and _seg.has_lists(data):
+    ``None`` when the data is plain without tags (None otherwise: nothing to remember, as
+    other data can write the same bytes). ``whole`` is ``_dump(data)`` when the caller has
+    it; ``by_parts`` False walks the whole at once."""
+    if by_parts and type(data) is dict and _seg.has_lists(data):
         # Lists of messages or schemas: by parts, walking only what was not seen before.
         parts, check = _by_parts(data, names, collect, whole)
         if parts is not None:
@@ -539,6 +563,8 @@ def _full(data: Mapping[str, Any], names: _Names, function: str,
             out = whole if whole is not None else _dump(data)
             if verdict == _PLAIN:
                 return out, _seg.NoneCheck(()) if collect else None
+            if (verdict & _TAGGED) == _TAGGED:
+                return (out + _NONE_MARK if (verdict & _WITH_NONE) == _WITH_NONE else out), None
             paths = _seg.none_paths(data, _SIMPLE) if collect else None
             return out + _NONE_MARK, (_seg.NoneCheck(paths) if paths is not None else None)
     except (TypeError, orjson.JSONEncodeError, RecursionError):
@@ -604,6 +630,14 @@ def _fast_key(data: Any, names: _Names, function: str,
     no ``None``, the key; the key with the mark was computed once, when the bytes were first
     seen (issue 12 item 4: a hasher object fed the mark cost 0.5 µs of a 2 KB hit, the
     one-shot digest 0.15; hashing twice cost 12% of a 20 or 200 KB hit).
+
+    The first sight of some bytes walks the data (the full form, needed on a miss anyway):
+    raw bytes are a key only once that walk has found them to be their own full form. A
+    nested password written raw may literally be another password's ``<secret:…>`` mask, and
+    a dict keyed ``"\x00set"`` writes the bytes of a set: as lookup forms both were served
+    another call's answer. A repeated hit is unchanged; the first sight of bytes without a
+    ``null`` costs the walk it used to skip (measured: 3.5 -> 7 µs at 2 KB, 105 -> 122 µs a
+    turn of a growing 200 KB conversation; bytes with a ``null`` were walked already).
     """
     if not checked and not names.plain.issuperset(data) and not names.clean(data):
         return _full_key(data, names, function, subs, seed)  # a credential argument
@@ -614,22 +648,7 @@ def _fast_key(data: Any, names: _Names, function: str,
     key = _hex(out, seed=seed)
     entry = _NULLS.get(key)
     if entry is None:
-        if b"null" in out:  # None, or a NaN/inf orjson spelled the same way
-            # First time these bytes are seen: the full form (needed on a miss anyway) also
-            # says where the None are, for the next call with the same bytes.
-            full, check = _full(data, names, function, subs, True, out)
-            form = _finish(full, subs)
-            form_key = _hex(form, seed=seed)
-            if check is not None:
-                if not check.nones:
-                    _remember(key, _PLAIN_ENTRY)
-                else:
-                    marked = out + _NONE_MARK
-                    _remember(key, (check, form_key if form == marked
-                                    else _hex(marked, seed=seed)))
-            return form_key, form, b"", True
-        _remember(key, _PLAIN_ENTRY)  # the next call with these bytes skips the search
-        entry = _PLAIN_ENTRY
+        return _first_sight(data, names, function, subs, seed, out, key)
     check, marked_key = entry
     if check is None:
         if subs:
@@ -644,6 +663,30 @@ def _fast_key(data: Any, names: _Names, function: str,
         return _hex(form, seed=seed), form, b"", False
     assert marked_key is not None
     return marked_key, out, _NONE_MARK, False
+
+
+# Below this many bytes a first sight walks the whole request at once. By parts, with no run
+# remembered yet, a 2 KB request cost 14 µs that one walk does in 4, and a 20 KB one 55 µs
+# against 30; above it, remembered runs make a growing conversation's turns cheaper.
+_BY_PARTS_MIN = 32 * 1024
+
+
+def _first_sight(data: Any, names: _Names, function: str,
+                 subs: tuple[tuple[bytes, bytes], ...], seed: int, out: bytes,
+                 key: str) -> tuple[str, bytes, bytes, bool]:
+    """:func:`_fast_key` for bytes not seen before: the full form, and, when ``out`` is that
+    form (plain data, no tags, nothing for URL masking to do), where its ``None`` are, so
+    the next call with these bytes takes them as they are."""
+    full, check = _full(data, names, function, subs, True, out, len(out) > _BY_PARTS_MIN)
+    form = _finish(full, subs)
+    form_key = key if form == out else _hex(form, seed=seed)
+    if check is not None and (form if not subs else _finish(full, ())) == full:
+        if not check.nones:
+            _remember(key, _PLAIN_ENTRY)
+        else:
+            marked = out + _NONE_MARK
+            _remember(key, (check, form_key if form == marked else _hex(marked, seed=seed)))
+    return form_key, form, b"", True
 
 
 def _full_key(data: Any, names: _Names, function: str,
@@ -735,18 +778,37 @@ class KeyParts:
 
 _EMPTY = inspect.Parameter.empty
 _PK = inspect.Parameter.POSITIONAL_OR_KEYWORD
-_FAST_KINDS = (_PK, inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.VAR_KEYWORD)
+_PO = inspect.Parameter.POSITIONAL_ONLY
+_VAR_POS = inspect.Parameter.VAR_POSITIONAL
+_VAR_KW = inspect.Parameter.VAR_KEYWORD
+_FAST_KINDS = (_PK, inspect.Parameter.KEYWORD_ONLY, _VAR_KW)
+# The key of a call the signature refuses holds its positional arguments under this key: not
+# a str, so no binding (whose names all are) nor keyword can ever write it.
+_REFUSED: Any = None
+_ARG_N = re.compile(r"arg[0-9]+")
 
 
-def _default_equal(value: Any, default: Any) -> bool:
-    if value is default:
-        return True
-    if type(value) is not type(default):
-        return False
-    try:
-        return bool(value == default)
-    except Exception:  # objects with exotic __eq__ (arrays): keep them in the key
-        return False
+def _receiver(target: Any, sig: inspect.Signature) -> str | None:
+    """``self`` or ``cls`` when it is the first parameter of a function defined in a class
+    body (``__qualname__`` ``Class.method``): the instance or class a method is called on,
+    the one argument a key leaves out by itself. Anywhere else it is an argument like any."""
+    parts = str(getattr(target, "__qualname__", "")).split(".")
+    if len(parts) < 2 or parts[-2] == "<locals>":
+        return None
+    first = next(iter(sig.parameters.values()), None)
+    if first is None or first.kind not in (_PK, _PO) or first.name not in ("self", "cls"):
+        return None
+    return first.name
+
+
+def _unsigned(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Arguments of a function without a signature: ``arg0``, ``arg1``... by position, and
+    keywords that would read as one of those (or start with ``*``) get a ``*`` more."""
+    bound: dict[str, Any] = {f"arg{i}": a for i, a in enumerate(args)}
+    for k, v in kwargs.items():
+        escape = isinstance(k, str) and (k[:1] == "*" or _ARG_N.fullmatch(k) is not None)
+        bound["*" + k if escape else k] = v
+    return bound
 
 
 class KeyBuilder:
@@ -759,13 +821,17 @@ class KeyBuilder:
     __slots__ = (
         "_all_plain",
         "_defaults",
+        "_drop",
+        "_escape_kw",
         "_fast",
         "_filter",
         "_ignore",
+        "_must",
         "_names",
         "_one",
         "_one_plain",
         "_plan",
+        "_posonly",
         "_pre_args",
         "_pre_kwargs",
         "_sig",
@@ -801,10 +867,14 @@ class KeyBuilder:
         self._filter = _names_for(self.volatile)
         self.paths = spec.paths
         self.patterns = spec.patterns
-        self._ignore = frozenset(ignore) | {"self", "cls"}
+        self._ignore = frozenset(ignore)
+        self._drop = self._ignore  # and the receiver of a method: dropped once bound
         self._sig: inspect.Signature | None = None
         self._names: tuple[str, ...] = ()
         self._defaults: dict[str, Any] = {}
+        self._posonly: frozenset[str] = frozenset()
+        self._must: frozenset[str] = frozenset()
+        self._escape_kw = False
         self._fast = False
         self._plan = False
         if target is not None:
@@ -817,12 +887,23 @@ class KeyBuilder:
             # Positional-or-keyword names, in order: positional arguments zip onto these.
             self._names = tuple(p.name for p in params if p.kind is _PK)
             self._defaults = {p.name: p.default for p in params if p.default is not _EMPTY}
+            receiver = _receiver(target, self._sig)
+            if receiver is not None:
+                self._drop = self._ignore | {receiver}
+            # Required parameters the key leaves out: a call without one is refused, never
+            # keyed like the calls that pass it.
+            self._must = frozenset(p.name for p in params if p.default is _EMPTY
+                                   and p.kind not in (_VAR_POS, _VAR_KW)) & self._drop
+            # **kwargs keys that would read as ``*args`` or as a positional-only parameter
+            # get a ``*`` more (only such signatures bind those names).
+            self._posonly = frozenset(p.name for p in params if p.kind is _PO)
+            self._escape_kw = bool(self._posonly) or any(p.kind is _VAR_POS for p in params)
             # The zip fast path also covers keyword-only parameters and **kwargs (chat(**req)
             # is the common LLM wrapper shape): Signature.bind costs ~2 µs a call.
             self._fast = all(p.kind in _FAST_KINDS for p in params)
         # Positional-only calls of such a function bind with one zip and drop nothing.
         self._plan = (self._fast and not self._defaults and not self._pre_args
-                      and not self._pre_kwargs and self._ignore.isdisjoint(self._names))
+                      and not self._pre_kwargs and self._drop.isdisjoint(self._names))
         # The first parameter's name, when one positional argument binds to it and nothing
         # else: the commonest call, ``llm(request)``, binds as one dict display (0.07 µs;
         # the zip was 0.46).
@@ -847,7 +928,13 @@ class KeyBuilder:
                 if isinstance(p[0], str) and p[0] not in sig.parameters]
 
     def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        """Arguments by parameter name, ignored ones and defaults-equal ones dropped."""
+        """Arguments by parameter name; ignored ones, a method's receiver and arguments
+        equal to their default dropped.
+
+        Every call has one spelling that no other call has: ``*args`` is written
+        ``"*args"``, a ``**kwargs`` key that would read as that or as a positional-only
+        parameter gets a ``*`` more, and a call the signature refuses is keyed on what was
+        given, its positional arguments under a key no binding writes (``_REFUSED``)."""
         one = self._one
         if one is not None and not kwargs and len(args) == 1:
             return {one: args[0]}
@@ -858,41 +945,72 @@ class KeyBuilder:
             kwargs = {**self._pre_kwargs, **kwargs}
         sig = self._sig
         if sig is None:
-            bound: dict[str, Any] = {f"arg{i}": a for i, a in enumerate(args)}
-            bound.update(kwargs)
-        elif self._fast and len(args) <= len(self._names) and (
+            return self._dropped(_unsigned(args, kwargs), False)
+        if self._fast and len(args) <= len(self._names) and (
             not args or not kwargs or kwargs.keys().isdisjoint(self._names[: len(args)])
         ):
             bound = dict(zip(self._names, args, strict=False))
             if kwargs:
                 bound.update(kwargs)
-        else:
-            try:
-                b = sig.bind(*args, **kwargs)
-            except TypeError:
-                # Let the function raise its own error; key on what we were given.
-                bound = {f"arg{i}": a for i, a in enumerate(args)}
-                bound.update(kwargs)
+            must = self._must  # a call without one is refused below
+            if not must or bound.keys() >= must:
+                if self._defaults:
+                    return self._dropped(bound, True)
+                drop = self._drop  # inlined: a method's hit drops its receiver here
+                if drop.isdisjoint(bound):
+                    return bound  # nothing to drop: skip rebuilding the dict on the hot path
+                return {k: v for k, v in bound.items() if k not in drop}
+        try:
+            b = sig.bind(*args, **kwargs)
+        except TypeError:  # the function raises its own error (unless a wrapper lied)
+            return self._dropped({_REFUSED: list(args), **kwargs}, False)
+        return self._dropped(self._flat(sig, b.arguments), True)
+
+    def _flat(self, sig: inspect.Signature, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        bound: dict[str, Any] = {}
+        for pname, value in arguments.items():
+            kind = sig.parameters[pname].kind
+            if kind is _VAR_KW:
+                if not self._escape_kw:
+                    bound.update(value)
+                    continue
+                posonly = self._posonly
+                for k, v in value.items():
+                    bound["*" + k if k[:1] == "*" or k in posonly else k] = v
+            elif kind is _VAR_POS:
+                # starred so ``f(1, 2)`` and ``f(args=[2])`` via **kwargs differ
+                bound["*" + pname] = list(value)
             else:
-                bound = {}
-                for pname, value in b.arguments.items():
-                    kind = sig.parameters[pname].kind
-                    if kind is inspect.Parameter.VAR_KEYWORD:
-                        bound.update(value)
-                    elif kind is inspect.Parameter.VAR_POSITIONAL:
-                        # starred so ``f(1, 2)`` and ``f(args=[2])`` via **kwargs differ
-                        bound["*" + pname] = list(value)
-                    else:
-                        bound[pname] = value
-        ignore = self._ignore
-        defaults = self._defaults
-        if not defaults and ignore.isdisjoint(bound):
+                bound[pname] = value
+        return bound
+
+    def _dropped(self, bound: dict[str, Any], binds: bool) -> dict[str, Any]:
+        """``bound`` without ignored names; when the call ``binds``, also without the
+        receiver and arguments equal to their defaults."""
+        drop = self._drop if binds else self._ignore
+        defaults = self._defaults if binds else {}
+        if not defaults and drop.isdisjoint(bound):
             return bound  # nothing to drop: skip rebuilding the dict on the hot path
-        return {
-            k: v
-            for k, v in bound.items()
-            if k not in ignore and not (k in defaults and _default_equal(v, defaults[k]))
-        }
+        return {k: v for k, v in bound.items()
+                if k not in drop and not (k in defaults and self._is_default(k, v))}
+
+    def _is_default(self, name: str, value: Any) -> bool:
+        """Whether ``value`` is the default of parameter ``name``: the same canonical form,
+        not merely ``==`` (``-0.0 == 0.0``, ``(True, 2) == (1, 2)`` and ``{"t": 1.0} ==
+        {"t": 1}``, and dropping one as the default served the other's answer)."""
+        default = self._defaults[name]
+        if value is default:
+            return True
+        if type(value) is not type(default):
+            return False
+        try:
+            equal = value == default
+            return bool(equal) and self._form(name, value) == self._form(name, default)
+        except Exception:  # exotic __eq__ (arrays), or not keyable: keep it in the key
+            return False
+
+    def _form(self, name: str, value: Any) -> bytes:
+        return _canonical({name: value}, self._filter, self.name, ())
 
     def canonical(self, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                   substitutions: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:
@@ -1027,5 +1145,8 @@ def env_volatile() -> tuple[str, ...]:
     patterns, comma separated (or newline separated, which keeps commas inside patterns)."""
     raw = os.environ.get("DEJACACHE_VOLATILE", "")
     items = tuple(p.strip() for p in raw.split("\n" if "\n" in raw else ",") if p.strip())
-    _vol.parse(items)  # a malformed item is an error here, never silently ignored
+    try:
+        _vol.parse(items)  # a malformed item is an error here, never silently ignored
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"DEJACACHE_VOLATILE: {exc}") from None
     return items

@@ -184,3 +184,73 @@ def test_declared_paths_keep_paths_only() -> None:
         "messages[0].content": (("messages", 0, "content"), ("body", "messages", 0, "content")),
         "body.model": (("body", "model"),),
     }
+
+
+# ------------------------------------------------------------------ credentials come first
+
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def test_patterns_never_rewrite_a_credential() -> None:
+    data = {"password": "pw-2024-01-01", "auth": {"db_pwd": ["x-2024-01-01", 7]},
+            "schema": {"password": {"description": "since 2024-01-01"}},
+            "note": "seen 2024-01-01"}
+    out = apply(data, (), (_DATE,))
+    assert out["password"] == "pw-2024-01-01"
+    assert out["auth"] == {"db_pwd": ["x-2024-01-01", 7]}
+    # a JSON schema's ``password`` property is a dict the key walks, not a credential
+    assert out["schema"]["password"]["description"] == f"since {PLACEHOLDER}"
+    assert out["note"] == f"seen {PLACEHOLDER}"
+
+
+def test_secret_shapes_and_masks_in_text_are_kept_whole() -> None:
+    from dejacache import _secrets
+
+    key = "sk-proj-AbCd2024-01-01EfGhIjKlMnOpQrSt"
+    mask = _secrets.mask("x")
+    out = apply({"t": f"{key} on 2024-05-06 and {mask}"}, (), (re.compile(r"\d{4}-\d{2}-\d{2}"),
+                                                                re.compile(r"[0-9a-f]{6,}")))
+    assert out["t"] == f"{key} on {PLACEHOLDER} and {mask}"
+
+
+def test_url_credentials_are_masked_before_any_pattern() -> None:
+    from dejacache import _secrets
+
+    host = re.compile(r"https?://[^/]+")
+    out = apply({"u": "https://127.0.0.1:5001/x?password=pw-2024-01-01&day=2024-01-01"}, (),
+                (host, _DATE))
+    assert out["u"] == (f"{PLACEHOLDER}/x?password={_secrets.mask('pw-2024-01-01')}"
+                        f"&day={PLACEHOLDER}")
+
+
+def test_a_literal_placeholder_is_escaped() -> None:
+    texts = ["a <volatile> b", "a <volatile\\> b", "a 2024-01-01 b", "a <volatile\\\\> b"]
+    outs = [apply(t, (), (_DATE,)) for t in texts]
+    assert outs == ["a <volatile\\> b", "a <volatile\\\\> b", f"a {PLACEHOLDER} b",
+                    "a <volatile\\\\\\> b"]
+    assert len(set(outs)) == 4
+    assert apply("a <volatile> b", (), ()) == "a <volatile> b"  # no pattern: nothing to tell
+
+
+def test_patterns_run_before_paths_so_path_placeholders_stay_placeholders() -> None:
+    out = apply({"items": ["2024-01-01", "x"]}, (parse_path("items[1]"),), (_DATE,))
+    assert out == {"items": [PLACEHOLDER, PLACEHOLDER]}
+
+
+@pytest.mark.parametrize("bad", [r"(a+)+$", r"(\w+\s?)+$", r"(a|a)*b"])
+def test_a_pattern_that_can_take_exponential_time_is_refused(bad: str) -> None:
+    """``re:(a+)+$`` took 7 s on a 25-character argument; it is refused when parsed, naming
+    the pattern and a way out."""
+    for item in (f"re:{bad}", re.compile(bad)):
+        with pytest.raises(ConfigurationError, match="exponential time") as info:
+            parse([item])
+        assert repr(bad) in str(info.value) and "possessive" in str(info.value)
+
+
+def test_possessive_and_atomic_rewrites_are_accepted_and_fast() -> None:
+    import time
+
+    spec = parse(["re:(a++)+$", "re:(?>a+)+$"])
+    start = time.perf_counter()
+    apply({"s": "a" * 25 + "!"}, (), spec.patterns)
+    assert time.perf_counter() - start < 1.0  # microseconds; the refused form took 7 s

@@ -10,6 +10,12 @@ A volatile item is one of
   (a judge prompt's ``<opentelemetry_traces>`` digest, a timestamp inside a system prompt).
   In ``DEJACACHE_VOLATILE`` a pattern is written ``re:PATTERN``.
 
+Credentials come first: a pattern never sees a value under a credential name, a secret-shaped
+string, a keyed mask, or a credential inside a URL query (masked before the pattern runs), so
+no pattern can make two credentials key alike. A literal :data:`PLACEHOLDER` in the text is
+escaped (``<volatile\\>``), so it never keys like a replaced match. Patterns that can take
+exponential time are refused when parsed (see ``redos``).
+
 Pure functions: parsed once per key builder, applied per call, never mutating the input.
 
 A path that never matches is reported, not silently kept: while a block that declares paths
@@ -24,6 +30,7 @@ parameter of some function, or a body field), so nothing is refused when a path 
 
 from __future__ import annotations
 
+import bisect
 import contextvars
 import dataclasses
 import re
@@ -31,7 +38,9 @@ import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .. import _secrets
 from ..errors import ConfigurationError, DejacacheWarning
+from .redos import exponential
 
 __all__ = [
     "BlockPaths",
@@ -60,6 +69,9 @@ Path = tuple[Step, ...]
 
 _SEGMENT = re.compile(r"([^.\[\]]+)?((?:\[(?:\*|\d+)\])*)")
 _INDEX = re.compile(r"\[(\*|\d+)\]")
+# A literal placeholder in the text, and the escaped ones (``<volatile\\>``...): one more
+# backslash each, so text never keys like a match that was replaced.
+_LITERAL = re.compile(r"<volatile(\\*)>")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -104,16 +116,13 @@ def parse(items: Iterable[str | re.Pattern[str]] | None) -> Volatility:
             if not isinstance(item.pattern, str):
                 raise ConfigurationError(f"volatile pattern {item.pattern!r} must be a str "
                                          "pattern, not bytes")
-            if item.fullmatch(""):
-                raise ConfigurationError(
-                    f"volatile pattern {item.pattern!r} matches the empty string, so it would "
-                    "insert placeholders everywhere")
-            patterns.append(item)
+            patterns.append(_checked(item))
         elif isinstance(item, str) and item.startswith("re:"):
             try:
-                patterns.append(re.compile(item[3:]))
+                pat = re.compile(item[3:])
             except re.error as exc:
                 raise ConfigurationError(f"volatile pattern {item[3:]!r}: {exc}") from None
+            patterns.append(_checked(pat))
         elif isinstance(item, str) and item:
             if _is_path(item):
                 paths.append(parse_path(item))
@@ -125,6 +134,21 @@ def parse(items: Iterable[str | re.Pattern[str]] | None) -> Volatility:
                 f"not {item!r}")
     return Volatility(frozenset(names), tuple(dict.fromkeys(paths)),
                       tuple(dict.fromkeys(patterns)))
+
+
+def _checked(pat: re.Pattern[str]) -> re.Pattern[str]:
+    if pat.fullmatch(""):
+        raise ConfigurationError(
+            f"volatile pattern {pat.pattern!r} matches the empty string, so it would insert "
+            "placeholders everywhere")
+    why = exponential(pat)
+    if why is not None:
+        # Measured: ``(a+)+$`` took 7 s on a 25-character argument, doubling per character.
+        raise ConfigurationError(
+            f"volatile pattern {pat.pattern!r} can take exponential time on some text ({why}); "
+            "rewrite it so no repeated part can match the same text in two ways, or make the "
+            "inner repetition possessive (a++) or atomic ((?>...))")
+    return pat
 
 
 def _strip(obj: Any, path: Path) -> Any:
@@ -170,18 +194,89 @@ def strip_paths(obj: Any, paths: Iterable[Path]) -> Any:
     return obj
 
 
+def _text(s: str, patterns: tuple[re.Pattern[str], ...]) -> str:
+    """``s`` with matches replaced, except where they would touch a credential.
+
+    Text no pattern matches comes back as it is (no credential is looked for: the common
+    case costs what it did); otherwise the parts ``_secrets.guarded`` names are kept, a match
+    that overlaps one is left alone, and credential values inside URLs are put back masked.
+    Patterns see the whole string, so anchors and lookarounds mean what they say."""
+    if "<" in s and "<volatile" in s:
+        s = _LITERAL.sub(r"<volatile\1\\>", s)
+    out = s
+    regions: list[list[Any]] | None = None
+    for pat in patterns:
+        if pat.search(out) is None:
+            continue
+        if regions is None:
+            regions = [[a, b, kept] for a, b, kept in _secrets.guarded(out)]
+        out = _outside(pat, out, regions) if regions else pat.sub(PLACEHOLDER, out)
+    if regions:
+        for a, b, kept in reversed(regions):
+            out = out[:a] + kept + out[b:]
+    return out
+
+
+def _outside(pat: re.Pattern[str], text: str, regions: list[list[Any]]) -> str:
+    """``pat``'s matches in ``text`` replaced unless they overlap one of ``regions`` (sorted,
+    disjoint ``[start, end, kept]``), whose offsets are moved to the new text."""
+    starts = [r[0] for r in regions]
+    parts: list[str] = []
+    moves: list[tuple[int, int]] = []  # (end of a replaced match, growth) in text order
+    pos = 0
+    for m in pat.finditer(text):
+        a, b = m.span()
+        i = bisect.bisect_left(starts, b) - 1
+        if i >= 0 and regions[i][1] > a and regions[i][0] < b:
+            continue  # it would rewrite part of a credential
+        parts += [text[pos:a], PLACEHOLDER]
+        moves.append((b, len(PLACEHOLDER) - (b - a)))
+        pos = b
+    parts.append(text[pos:])
+    j = shift = 0
+    for r in regions:
+        while j < len(moves) and moves[j][0] <= r[0]:
+            shift += moves[j][1]
+            j += 1
+        r[0] += shift
+        r[1] += shift
+    return "".join(parts)
+
+
+_PLAIN: set[Any] = set()  # names seen not to be credentials (one set lookup per dict key)
+
+
+def _secret(name: Any) -> bool:
+    if isinstance(name, str) and _secrets.is_secret_name(name):
+        return True
+    if len(_PLAIN) < 50_000:
+        _PLAIN.add(name)
+    return False
+
+
+def _masked(obj: Any, patterns: tuple[re.Pattern[str], ...]) -> Any:
+    """A value under a credential name: what the key masks whole is left alone (the same
+    cases as ``keys._Canon.mask``: scalars, and lists and tuples of them); anything else,
+    a JSON schema's ``password`` property say, is walked."""
+    t = type(obj)
+    if t is list or t is tuple:
+        items = [_masked(v, patterns) for v in obj]
+        return obj if all(a is b for a, b in zip(items, obj, strict=True)) else items
+    if isinstance(obj, (Mapping, list, tuple)):
+        return _scrub(obj, patterns)
+    return obj
+
+
 def _scrub(obj: Any, patterns: tuple[re.Pattern[str], ...]) -> Any:
     t = type(obj)
     if t is str:
-        out: str = obj
-        for pat in patterns:
-            out = pat.sub(PLACEHOLDER, out)
-        return out
+        return _text(obj, patterns)
     if isinstance(obj, Mapping):
         changed = False
         new: dict[Any, Any] = {}
         for k, v in obj.items():
-            nv = _scrub(v, patterns)
+            secret = k not in _PLAIN and _secret(k)
+            nv = _masked(v, patterns) if secret else _scrub(v, patterns)
             changed = changed or nv is not v
             new[k] = nv
         return new if changed else obj
@@ -194,11 +289,13 @@ def _scrub(obj: Any, patterns: tuple[re.Pattern[str], ...]) -> Any:
 
 
 def apply(obj: Any, paths: tuple[Path, ...], patterns: tuple[re.Pattern[str], ...]) -> Any:
-    """``obj`` with volatile paths removed and pattern matches replaced (a copy where changed)."""
-    if paths:
-        obj = strip_paths(obj, paths)
+    """``obj`` with pattern matches replaced and volatile paths removed (a copy where
+    changed). Patterns first, so the placeholders paths put in list positions are not
+    escaped as literal text."""
     if patterns:
         obj = _scrub(obj, patterns)
+    if paths:
+        obj = strip_paths(obj, paths)
     return obj
 
 

@@ -18,7 +18,8 @@ import os
 import pathlib
 from collections.abc import Iterable, Iterator
 
-from .redact import PLACEHOLDER, SECRET_PATTERNS
+from .. import _secrets
+from .redact import PLACEHOLDER
 
 __all__ = ["Finding", "iter_files", "scan_text"]
 
@@ -43,13 +44,18 @@ def _mask(s: str) -> str:
 
 
 def scan_text(text: str, path: str = "") -> Iterator[Finding]:
+    """Secret-shaped strings in ``text``, line by line. Only the kinds whose needles occur in
+    the whole text are looked for, and on a line only where one occurs (measured on a 1 MB
+    cassette: 1.2 s a pass with every regex on every line)."""
+    shapes = _secrets.shapes_in(text)
+    if not shapes:
+        return
     for lineno, line in enumerate(text.splitlines(), 1):
-        for kind, pat in SECRET_PATTERNS.items():
-            for m in pat.finditer(line):
-                found = m.group(0)
-                if PLACEHOLDER in found:
-                    continue
-                yield Finding(path, lineno, kind, _mask(found))
+        for kind, m in _secrets.find_secrets(line, shapes):
+            found = m.group(0)
+            if PLACEHOLDER in found:
+                continue
+            yield Finding(path, lineno, kind, _mask(found))
 
 
 def iter_files(paths: Iterable[str]) -> Iterator[pathlib.Path]:

@@ -1,0 +1,42 @@
+"""``scan_text``: the needle prefilter finds exactly what every regex on every line finds."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dejacache._secrets import SECRET_PATTERNS
+from dejacache.cassettes.redact import PLACEHOLDER
+from dejacache.cassettes.scan import Finding, scan_text
+
+_PIECES = [
+    "sk-proj-" + "A1b2C3d4" * 5, "sk-ant-" + "Z" * 30, "AIza" + "x" * 35, "AKIAABCDEFGHIJKLMNOP",
+    "aws_secret_access_key=" + "a/B+" * 10, "Bearer " + "t" * 20, "Authorization: Bearer ",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.c2lnbmF0dXJlX3Zh", "ghp_" + "g" * 36,
+    "xoxb-123456789012", "hf_" + "h" * 30, "sk-", "eyJ", "hf_", "xox", "ghp_", "AKIA",
+    PLACEHOLDER, "Bearer " + PLACEHOLDER, "\n", "\r\n", "\\n", " ", "-", "_", ".", "=", '"',
+    "plain words ", "ask-me", "task-", "secret", "bearer",
+]
+
+
+def _every_regex_on_every_line(text: str) -> list[Finding]:
+    out = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        for kind, pat in SECRET_PATTERNS.items():
+            for m in pat.finditer(line):
+                if PLACEHOLDER not in m.group(0):
+                    out.append(Finding("", lineno, kind, m.group(0)))
+    return out
+
+
+@settings(max_examples=400, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(_PIECES), max_size=30).map("".join))
+def test_the_prefilter_finds_what_every_regex_finds(text: str) -> None:
+    want = [(f.line, f.kind) for f in _every_regex_on_every_line(text)]
+    assert [(f.line, f.kind) for f in scan_text(text)] == want
+
+
+def test_text_without_a_needle_is_not_scanned_line_by_line() -> None:
+    text = '{"role": "user", "content": "plain words"}\n' * 20_000  # ~0.9 MB, no needle
+    assert list(scan_text(text)) == []
