@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import pathlib
+import shutil
+import subprocess
+import sys
+
 import orjson
 import pytest
 
@@ -87,3 +92,38 @@ def test_diff_sees_request_changes(tmp_path, capsys):
     capsys.readouterr()
     assert main(["show", str(b), "--plain"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def _scan(*args: str) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("dejacache", path=str(pathlib.Path(sys.executable).parent))
+    assert exe is not None
+    return subprocess.run([exe, "scan", "--plain", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_scan_as_a_pre_commit_hook(tmp_path):
+    """Through the console script, as a hook runs it: a missing path is not "clean",
+    credential fields with a value are findings, -q names files once, counts are honest."""
+    creds = tmp_path / "creds.json"
+    creds.write_text('{"password": "hunter2", "api_key": "abc123def"}\n')
+    (tmp_path / "conf.yaml").write_text("db:\n  password: s3cret!\n")
+    (tmp_path / "ok.json").write_text(
+        '{"token": "Hello", "password": "<REDACTED>", "api_key": "<secret:' + "0" * 128
+        + '>", "key": "3f2a9c"}\n')
+    missing = _scan(str(tmp_path / "missing.json"))
+    assert missing.returncode == 2 and "clean" not in missing.stdout
+    assert "missing.json: no such file or directory" in missing.stderr
+    full = _scan(str(tmp_path))
+    assert full.returncode == 1
+    lines = full.stdout.splitlines()
+    assert f"{creds}:1: credential field 'password': …" in lines
+    assert f"{creds}:1: credential field 'api_key': …" in lines
+    assert any("conf.yaml:2: credential field 'password'" in line for line in lines)
+    assert "hunter2" not in full.stdout and "abc123def" not in full.stdout
+    assert lines[-1].startswith("dejacache scan: 3 findings in 2 of 3 files;")
+    quiet = _scan("-q", str(tmp_path))
+    assert quiet.returncode == 1
+    assert quiet.stdout.splitlines() == [str(tmp_path / "conf.yaml"), str(creds)]
+    clean = _scan("-q", str(tmp_path / "ok.json"))
+    assert (clean.returncode, clean.stdout) == (0, "")
+    assert _scan(str(tmp_path / "ok.json")).stdout == "dejacache scan: 1 file clean\n"

@@ -34,7 +34,8 @@ def _every_regex_on_every_line(text: str) -> list[Finding]:
 @given(st.lists(st.sampled_from(_PIECES), max_size=30).map("".join))
 def test_the_prefilter_finds_what_every_regex_finds(text: str) -> None:
     want = [(f.line, f.kind) for f in _every_regex_on_every_line(text)]
-    assert [(f.line, f.kind) for f in scan_text(text)] == want
+    shapes = [f for f in scan_text(text) if not f.kind.startswith("credential field")]
+    assert [(f.line, f.kind) for f in shapes] == want
 
 
 def test_text_without_a_needle_is_not_scanned_line_by_line() -> None:

@@ -163,18 +163,29 @@ def _cmd_scan(args: argparse.Namespace) -> int:
     from .scan import iter_files, scan_file
 
     out = _Out(args.plain)
-    files = list(iter_files(args.paths))
-    found = 0
+    try:
+        files = list(iter_files(args.paths))
+    except CassetteError as exc:  # a misspelt path must not come back "clean"
+        print(f"dejacache scan: {exc.path}: no such file or directory", file=sys.stderr)
+        return 2
+    found = dirty = 0
     for f in out.progress(files, "scanning"):
-        for finding in scan_file(f):
-            found += 1
-            out.line(str(finding), "red")
+        findings = scan_file(f)
+        found += len(findings)
+        dirty += bool(findings)
+        if findings and args.quiet:  # -q: the file names only, once each
+            out.line(str(f), "red")
+        elif not args.quiet:
+            for finding in findings:
+                out.line(str(finding), "red")
     if found:
-        out.line(f"dejacache scan: {found} secret-shaped strings in {len(files)} files; "
-                 "redact them (cassette(redact=...)) and re-record", "bold red")
+        if not args.quiet:
+            out.line(f"dejacache scan: {found} finding{'s' * (found != 1)} in {dirty} of "
+                     f"{len(files)} file{'s' * (len(files) != 1)}; redact them "
+                     "(cassette(redact=...)) and re-record", "bold red")
         return 1
     if not args.quiet:
-        out.line(f"dejacache scan: {len(files)} files clean")
+        out.line(f"dejacache scan: {len(files)} file{'s' * (len(files) != 1)} clean")
     return 0
 
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+import re
 from collections.abc import Iterable, Iterator
 
 from .. import _secrets
+from ..errors import CassetteError
 from .redact import PLACEHOLDER
 
 __all__ = ["Finding", "iter_files", "scan_text"]
@@ -43,12 +45,26 @@ def _mask(s: str) -> str:
     return s[:6] + "…" + f"({len(s)} chars)" if len(s) > 10 else "…"
 
 
+# A credential field with a value: JSON (``"password": "hunter2"``) or YAML
+# (``password: hunter2``). Each alternative is linear: no repetition can match the same text
+# two ways. Which names are credentials is ``_secrets.is_secret_name``'s rule for answers, so a
+# recorded ``"token": "Hello"`` (logprobs) is data, not a finding.
+_JSON_FIELD = re.compile(r'"([A-Za-z][A-Za-z0-9_\-]{1,63})"[ \t]*:[ \t]*"((?:[^"\\\n]|\\.)+)"')
+_YAML_FIELD = re.compile(r"^[ \t]*(?:-[ \t]+)?([A-Za-z][A-Za-z0-9_\-]{1,63}):[ \t]+(\S[^#\n]*)")
+# Values that stand for a credential rather than hold one.
+_NOT_A_VALUE = frozenset({PLACEHOLDER, "****", "***", "null", "~", "true", "false", "none",
+                          "None", "''", '""', "<volatile>"})
+_SCHEMES = frozenset({"bearer", "basic", "token", "digest"})
+
+
 def scan_text(text: str, path: str = "") -> Iterator[Finding]:
-    """Secret-shaped strings in ``text``, line by line. Only the kinds whose needles occur in
-    the whole text are looked for, and on a line only where one occurs (measured on a 1 MB
-    cassette: 1.2 s a pass with every regex on every line)."""
+    """Secret-shaped strings and credential fields with a value in ``text``, line by line.
+    Only the kinds whose needles occur in the whole text are looked for, and on a line only
+    where one occurs (measured on a 1 MB cassette: 1.2 s a pass with every regex on every
+    line); fields only on lines with a ``:``."""
     shapes = _secrets.shapes_in(text)
-    if not shapes:
+    fields = ":" in text
+    if not shapes and not fields:
         return
     for lineno, line in enumerate(text.splitlines(), 1):
         for kind, m in _secrets.find_secrets(line, shapes):
@@ -56,11 +72,34 @@ def scan_text(text: str, path: str = "") -> Iterator[Finding]:
             if PLACEHOLDER in found:
                 continue
             yield Finding(path, lineno, kind, _mask(found))
+        if fields and ":" in line:
+            for name, value in _credential_fields(line):
+                yield Finding(path, lineno, f"credential field {name!r}", _mask(value))
+
+
+def _credential_fields(line: str) -> Iterator[tuple[str, str]]:
+    pairs = [(m.group(1), m.group(2)) for m in _JSON_FIELD.finditer(line)]
+    if not pairs:
+        y = _YAML_FIELD.match(line)
+        if y is not None:
+            pairs = [(y.group(1), y.group(2).strip().strip("'\""))]
+    for name, value in pairs:
+        scheme, _, rest = value.partition(" ")
+        if scheme.lower() in _SCHEMES and (not rest.strip() or rest.strip() in _NOT_A_VALUE):
+            continue  # "Authorization: Bearer" names a scheme, holds nothing
+        if (value and value not in _NOT_A_VALUE and PLACEHOLDER not in value
+                and _secrets.MASK_PREFIX not in value
+                and _secrets.is_secret_name(name, response=True)):
+            yield name, value
 
 
 def iter_files(paths: Iterable[str]) -> Iterator[pathlib.Path]:
+    """The files under ``paths``; a path that does not exist is a ``CassetteError`` (a hook
+    given a misspelt path must not report it clean)."""
     for raw in paths:
         p = pathlib.Path(raw)
+        if not p.exists():
+            raise CassetteError("no such file or directory", path=p)
         if p.is_dir():
             for root, dirs, files in os.walk(p):
                 dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
