@@ -118,3 +118,19 @@ def test_rerecording_turn_one_keeps_turn_two_hitting(fake: FakeProvider) -> None
     assert replayed[0] == turn1
     assert replayed[1] == recorded[1]  # turn 2 hit, with the new id inside its text
     assert len(store) == 2
+
+
+def test_learning_an_id_with_a_known_head_keeps_the_replacer() -> None:
+    # Rebuilding the replacer after every new id walked all earlier ids: a block's cost per
+    # call grew with its length. Only a new head (or an id that is not word-like) rebuilds it.
+    table = AliasTable()
+    table.learn(["call_" + "a" * 20])
+    table.apply("x")
+    first = table._sub
+    for n in range(1, 500):
+        table.learn([f"call_{n:020d}"])
+        assert table.apply(f"see call_{n:020d} here") == f"see <id:{n + 1}> here"
+    assert table._sub is first
+    table.learn(["toolu_" + "b" * 20])  # a new head: the pattern changes once
+    assert table.apply("toolu_" + "b" * 20 + " and call_" + "a" * 20) == "<id:501> and <id:1>"
+    assert table._sub is not first
