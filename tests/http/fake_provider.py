@@ -20,48 +20,36 @@ provider's shape), ``{"drop": True}`` (close the connection without answering),
 from __future__ import annotations
 
 import base64
-import collections
 import itertools
 import secrets
 import struct
-import time
 from typing import Any
 
 import orjson
 
 from provider_support import (
-    LoopbackHandler,
-    LoopbackProvider,
-    QuietServer,
+    ScriptedHandler,
+    ScriptedProvider,
     anthropic_stream,
     chat_message,
     chat_stream,
     rid,
     sse_event,
     tool_call,
+    words,
 )
 
 __all__ = ["FakeProvider"]
 
 
-class _Handler(LoopbackHandler):
+class _Handler(ScriptedHandler):
     fake: FakeProvider
-    ov: dict[str, Any]
 
     def do_POST(self) -> None:
         body = self.read_json()
-        fake = self.fake
-        with fake._lock:
-            fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
-        ov = self.ov = fake.override() or {}
-        if ov.get("drop"):
-            self.close_connection = True
-            self.connection.shutdown(2)
+        if not self.begin(body):
             return
-        if ov.get("sleep"):
-            time.sleep(float(ov["sleep"]))
-        if fake.latency:
-            time.sleep(fake.latency)
+        ov = self.ov
         anthropic = self.path.startswith("/v1/messages")
         if "status" in ov:
             return self._error(int(ov["status"]), anthropic)
@@ -95,29 +83,8 @@ class _Handler(LoopbackHandler):
         self._json(status, data, {"retry-after-ms": "1"})
 
     def _sse(self, events: list[str], ov: dict[str, Any]) -> None:
-        """The stream, bent by the script's ``cut``/``no_end``/``end_delay`` and spaced by
-        ``chunk_delay``; a client that hangs up ends it quietly."""
-        self.start_stream("text/event-stream; charset=utf-8",
-                          {"x-request-id": rid("req_"), **ov.get("headers", {})})
-        cut = ov.get("cut")
-        if ov.get("no_end"):
-            events = events[:-1]
-        last = len(events) - 1
-        try:
-            for i, ev in enumerate(events):
-                if cut is not None and i >= cut:
-                    self.close_connection = True
-                    self.wfile.flush()
-                    self.connection.shutdown(2)
-                    return
-                if i and self.fake.chunk_delay:
-                    time.sleep(self.fake.chunk_delay)
-                if i == last and ov.get("end_delay"):
-                    time.sleep(float(ov["end_delay"]))
-                self.write_event(ev)
-            self.end_stream()
-        except (BrokenPipeError, ConnectionResetError):
-            return
+        self.write_stream(events, "text/event-stream; charset=utf-8",
+                          {"x-request-id": rid("req_")})
 
     # ------------------------------------------------------------ OpenAI chat
 
@@ -141,10 +108,8 @@ class _Handler(LoopbackHandler):
             # The real API: a stream reports usage only with stream_options.include_usage.
             usage = None  # type: ignore[assignment]
         if body.get("stream"):
-            # Word by word, each with the space that follows it.
-            words = (text or "").split(" ")
-            pieces = [w + (" " if i < len(words) - 1 else "") for i, w in enumerate(words)]
-            return self._sse(chat_stream(cid, 1700000000 + n, model, pieces, call, usage), ov)
+            return self._sse(chat_stream(cid, 1700000000 + n, model, words(text or ""), call,
+                                         usage), ov)
         self._json(200, {
             "id": cid, "object": "chat.completion", "created": 1700000000 + n, "model": model,
             "choices": [{"index": 0, "message": chat_message(text, call),
@@ -262,26 +227,9 @@ class _Handler(LoopbackHandler):
 # ---------------------------------------------------------------- the provider
 
 
-class FakeProvider(LoopbackProvider):
+class FakeProvider(ScriptedProvider):
     handler = _Handler
-    server_class = QuietServer  # clients time out and abandon streams here on purpose
-
-    def __init__(self, *, chunk_delay: float = 0.0, latency: float = 0.0) -> None:
-        super().__init__()
-        self.chunk_delay = chunk_delay
-        self.latency = latency
-        self.requests: list[dict[str, Any]] = []
-        self.script: collections.deque[dict[str, Any]] = collections.deque()
-        self._counter = itertools.count(1)
 
     @property
     def openai_url(self) -> str:
         return self.url + "/v1"
-
-    def next_n(self) -> int:
-        with self._lock:
-            return next(self._counter)
-
-    def override(self) -> dict[str, Any] | None:
-        with self._lock:
-            return self.script.popleft() if self.script else None
