@@ -17,6 +17,7 @@ from __future__ import annotations
 import collections
 import itertools
 import secrets
+import socket
 import struct
 import threading
 import time
@@ -27,9 +28,9 @@ from typing import Any, ClassVar, Self
 
 import orjson
 
-__all__ = ["LoopbackHandler", "LoopbackProvider", "QuietServer", "ScriptedHandler",
-           "ScriptedProvider", "anthropic_events", "anthropic_stream", "chat_chunk",
-           "chat_chunk_data", "chat_message", "chat_stream", "chat_stream_data",
+__all__ = ["DropListener", "LoopbackHandler", "LoopbackProvider", "QuietServer",
+           "ScriptedHandler", "ScriptedProvider", "anthropic_events", "anthropic_stream",
+           "chat_chunk", "chat_chunk_data", "chat_message", "chat_stream", "chat_stream_data",
            "eventstream_message", "reply_text", "rid", "sse_data", "sse_event", "tokens",
            "tool_call", "words"]
 
@@ -66,6 +67,35 @@ class QuietServer(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         # Clients that time out or abandon a stream hang up mid-answer: expected there.
         return None
+
+
+class DropListener:
+    """Holds a port: accepts each connection, counts it and closes it unanswered."""
+
+    def __init__(self, port: int) -> None:
+        self.count = 0
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", port))
+        self._sock.listen(16)
+        self._sock.settimeout(0.05)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                continue
+            self.count += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sock.close()
 
 
 class LoopbackHandler(BaseHTTPRequestHandler):

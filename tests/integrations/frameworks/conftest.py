@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
-# The loopback provider shared with the HTTP tests.
+# The loopback provider shared with the HTTP tests, and the MCP tests' ticket-desk server.
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "http"))
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "mcp_support"))
 
 _home = tempfile.mkdtemp(prefix="dejacache-fw-")
 atexit.register(shutil.rmtree, _home, True)

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import re
 import secrets
-import threading
 from typing import Any
 
 import orjson
 from fake_provider import FakeProvider, _Handler
 
-from provider_support import chat_message, chat_stream, rid, tool_call
+from provider_support import DropListener, chat_message, chat_stream, rid, tool_call
 
 __all__ = ["DropListener", "FrameworkProvider"]
 
@@ -106,34 +105,3 @@ class _FrameworkHandler(_Handler):
 
 class FrameworkProvider(FakeProvider):
     handler = _FrameworkHandler
-
-
-class DropListener:
-    """Holds a port: accepts each connection, counts it and closes it unanswered."""
-
-    def __init__(self, port: int) -> None:
-        import socket
-
-        self.count = 0
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", port))
-        self._sock.listen(16)
-        self._sock.settimeout(0.05)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:
-                continue
-            self.count += 1
-            conn.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._sock.close()
