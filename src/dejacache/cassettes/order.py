@@ -73,8 +73,9 @@ class RunOrder:
         return v[1], v[2]
 
     def step(self) -> int:
-        """The recorded step the calling task is at."""
-        return self.position()[0]
+        """The recorded step the calling task is at (``position()[0]``, on the hit path)."""
+        v = _POSITION.get()
+        return order.ROOT if v is None or v[0] != self._serial else v[1]
 
     def _set_position(self, step: int, last: Any) -> None:
         _, prev = self.position()

@@ -94,6 +94,7 @@ class Cassette(BaseStore):
         self._tape = Tape(self.path, self.mode, self._lock)
         self._order = RunOrder(self._tape, strict=strict, rerecord_hint=rerecord_hint)
         self._tape.on_index = self._order.indexed
+        self._here = self._order.step  # where the calling task is (bound once: the hit path)
         self._writer = Writer(self._tape, self._order, mode=self.mode, shared=shared)
         self._deleted = 0
         self._damage: CassetteError | None = None
@@ -139,7 +140,7 @@ class Cassette(BaseStore):
             if self._sealed:
                 return None  # too late for this block: see note_miss and _append
             # A miss checks the whole file first: a damaged key must be reported as damage.
-            found = self._tape.take(key, self._order.step)
+            found = self._tape.take(key, self._here)
             return None if found is None else self._record(*found)
 
     def _record(self, e: Entry, view: View | None = None) -> Record:

@@ -210,25 +210,26 @@ class Tape:
         which names the damage (or accepts a layout the index does not know)."""
         self.parse_all()
 
-    def _columns(self, read: Callable[[Index], Any]) -> Any:
-        """``read(index)``, from the whole parse if the byte index cannot vouch for it."""
+    def keys(self) -> list[str]:
         assert self.ix is not None
         try:
-            return read(self.ix)
+            return self.ix.keys()
         except CassetteError:
-            self.fall_back()
+            self.fall_back()  # the whole parse vouches for them, or names the damage
             assert self.ix is not None
-            return read(self.ix)
-
-    def keys(self) -> list[str]:
-        return self._columns(lambda ix: ix.keys())  # type: ignore[no-any-return]
+            return self.ix.keys()
 
     def names_follows(self) -> tuple[list[str], list[int | None]] | None:
         """Every recorded step's name and ``follows`` (None: no file, or no entries)."""
         ix = self.ix if self.ix is not None else self.index()
         if ix is None or not ix.n:
             return None
-        return self._columns(lambda i: (i.names(), i.follows()))  # type: ignore[no-any-return]
+        try:
+            return ix.names(), ix.follows()
+        except CassetteError:
+            self.fall_back()
+            assert self.ix is not None
+            return self.ix.names(), self.ix.follows()
 
     def positions(self, key: str) -> list[int]:
         ix = self.index()
