@@ -64,9 +64,9 @@ class Hit(NamedTuple):
     """A stored entry as the decorator's short path reads it: a store may offer ``hit(key)``
     next to ``get`` (None on a miss, else a ``Hit``) and then sets ``short_hits = True``
     (back to False in subclasses that override ``get``/``put``/``hit``, whose own behaviour
-    a short path would skip). A store may hand out a ``Hit`` followed by its own bookkeeping
-    (``MemoryStore`` hands out its stored tuple itself): read the fields by name or by
-    index, never by length."""
+    a short path would skip). Hits may hand out one ``Hit`` to every caller: read it, never
+    change what it holds. Fields read by index cost ~9 ns more each than on a plain tuple
+    (CPython specialises subscripts of exact tuples only), by name ~10 ns more."""
 
     #: bytes whose ``orjson.loads`` is the whole value, already checked against the key, or
     #: None (tagged values, recorded errors, damaged bytes: the general path decodes and
