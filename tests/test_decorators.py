@@ -876,7 +876,7 @@ def test_frozen_values_count_against_the_memory_budget() -> None:
         for n in range(40):
             make(n)
             make(n)  # the first hit keeps the frozen value
-    held = sum(e[6] for e in store._data.values())
+    held = sum(e[2] for e in store._data.values())
     assert store.stats().bytes == held <= 20_000
     assert store.evictions > 0
 

@@ -144,7 +144,7 @@ def test_small_files_are_parsed_and_checked_whole_when_opened(tmp_path):
     p = tmp_path / "c.json"
     record_steps(p, 5)
     tape = Cassette(p, mode="replay")
-    assert tape.exists and tape._full is not None and not tape._ix.lazy
+    assert tape.exists and tape._tape.full is not None and not tape._tape.ix.lazy
 
 
 def test_a_hit_parses_only_its_own_entry_and_no_request(tmp_path, lazy):
@@ -156,8 +156,8 @@ def test_a_hit_parses_only_its_own_entry_and_no_request(tmp_path, lazy):
         rec = tape.get(entries[i]["key"])
         assert rec is not None
         assert CODEC.decode(rec.value, key=entries[i]["key"])["id"] == f"chatcmpl-{i}"
-    assert tape._full is None and all(e is None or e.doc is None for e in tape._old)
-    assert sum(e is not None for e in tape._old) == 3  # the other 47 were never touched
+    assert tape._tape.full is None and all(e is None or e.doc is None for e in tape._tape.old)
+    assert sum(e is not None for e in tape._tape.old) == 3  # the other 47 were never touched
 
 
 @pytest.mark.parametrize("order", ["forward", "backward", "shuffled"])
@@ -208,7 +208,7 @@ def test_closing_an_unchanged_block_reads_only_the_entries_it_used(tmp_path, laz
     tape = Cassette(p, mode="replay")
     assert tape.get(entries[39]["key"]) is not None  # out of order: reported, lazily
     assert tape.save() is False  # nothing changed: no parse, no write
-    assert tape._full is None and sum(e is not None for e in tape._old) == 1
+    assert tape._tape.full is None and sum(e is not None for e in tape._tape.old) == 1
     tape.close()
     assert p.read_bytes() == before
     unused = tape.unused
@@ -232,7 +232,7 @@ def test_a_block_that_records_a_call_leaves_the_unmade_report_for_later(tmp_path
     tape = Cassette(p, mode="auto")
     assert tape.get(entries[0]["key"]) is not None
     assert tape.get("no-such-key") is None  # a miss: the whole file is parsed
-    assert tape._full is not None
+    assert tape._tape.full is not None
     tape.put("no-such-key", Record(value=CODEC.encode({"new": 1}, key="no-such-key"),
                                    name="openai.chat", kind="llm", request=b'{"new":1}'))
     expanded: list[object] = []
@@ -293,7 +293,7 @@ def test_xref_at_is_a_checked_hint_and_a_wrong_one_means_a_full_parse(tmp_path, 
         tape = Cassette(p, mode="replay")
         keys = [entries[i]["key"] for i in (11, 0, 5)]
         got = [(k, tape.get(k)) for k in keys]
-        parsed = tape._full is not None
+        parsed = tape._tape.full is not None
         tape.close()
         return [CODEC.decode(r.value, key=k) for k, r in got if r is not None], parsed
 
@@ -304,7 +304,7 @@ def test_xref_at_is_a_checked_hint_and_a_wrong_one_means_a_full_parse(tmp_path, 
         assert replay() == (expected, True)
     p.write_bytes(data)
     tape = Cassette(p, mode="replay")
-    assert tape.get(entries[11]["key"]) is not None and tape._full is None
+    assert tape.get(entries[11]["key"]) is not None and tape._tape.full is None
     tape.close()
     assert len(tape.unused) == 11 and tape.unused[-1].key == entries[10]["key"]
 

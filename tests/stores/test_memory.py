@@ -141,7 +141,7 @@ def test_bounds_hold_under_threads() -> None:
     assert st.entries <= 50
     assert st.bytes <= 2000
     # the byte counter matches what is actually held (no drift from racing updates)
-    held = sum(e[6] for e in s._data.values())  # the bytes each entry counts
+    held = sum(e[2] for e in s._data.values())  # the bytes each entry counts
     assert st.bytes == held
 
 
@@ -198,7 +198,7 @@ def test_a_shared_value_belongs_to_the_entry_it_was_made_from() -> None:
     s.share("k", again, "stale")  # made from the old entry: not kept
     latest = s.hit("k")
     assert latest is not None and latest[4] is NOT_SHARED
-    assert s.stats().bytes == sum(e[6] for e in s._data.values())
+    assert s.stats().bytes == sum(e[2] for e in s._data.values())
 
 
 def test_reads_without_the_lock_stay_consistent_under_concurrent_writes() -> None:

@@ -227,7 +227,7 @@ def test_writes_resume_after_the_retry_delay(tmp_path: pathlib.Path) -> None:
         store.put("big", rec(os.urandom(200_000)))
     store.put("later", rec(b"x"))
     assert store.get("later") is None
-    store._retry_writes_at = 0.0  # as if the retry delay had passed (and space was freed)
+    store._db.retry_writes_at = 0.0  # as if the retry delay had passed (and space was freed)
     store.put("later", rec(b"x"))
     assert store.get("later") is not None
     store.close()
@@ -380,7 +380,7 @@ def test_lock_timeout_is_a_store_error_not_a_hang(tmp_path: pathlib.Path) -> Non
 
 
 def _child(store: SQLiteStore, parent_conn: sqlite3.Connection) -> None:
-    assert store._conn() is not parent_conn  # never the parent's connection
+    assert store._db.conn() is not parent_conn  # never the parent's connection
     got = store.get("parent")
     assert got is not None and got.value == b"from parent"
     store.put("child", rec(b"from child"))
@@ -396,7 +396,7 @@ def _child(store: SQLiteStore, parent_conn: sqlite3.Connection) -> None:
 def test_forked_child_reopens_connections(tmp_path: pathlib.Path) -> None:
     store = SQLiteStore(tmp_path / "cache.db")
     store.put("parent", rec(b"from parent"))
-    parent_conn = store._conn()
+    parent_conn = store._db.conn()
     # connections open in other threads too at fork time
     t = threading.Thread(target=lambda: store.get("parent"))
     t.start()
@@ -412,7 +412,7 @@ def test_forked_child_reopens_connections(tmp_path: pathlib.Path) -> None:
     assert got is not None and got.value == b"from child"
     assert store.get("child-thread") is not None
     store.put("parent-after", rec(b"still fine"))  # the parent's connection still works
-    assert store._conn() is parent_conn
+    assert store._db.conn() is parent_conn
     assert store.get("parent-after") is not None
     with contextlib.closing(sqlite3.connect(store.path)) as db:
         assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
@@ -497,7 +497,7 @@ def test_pragmas_are_validated(tmp_path: pathlib.Path) -> None:
     with pytest.raises(StoreError, match="invalid pragma"):
         SQLiteStore(tmp_path / "c.db", pragmas={"cache_size; DROP TABLE entries": 1})
     store = SQLiteStore(tmp_path / "c.db", pragmas={"cache_size": -4096})
-    assert store._conn().execute("PRAGMA cache_size").fetchone() == (-4096,)
+    assert store._db.conn().execute("PRAGMA cache_size").fetchone() == (-4096,)
     store.close()
 
 
@@ -714,13 +714,13 @@ def test_first_get_in_a_thread_opens_its_own_connection(tmp_path: pathlib.Path) 
     def reader() -> None:
         got.append(store.get("k"))
         got.append(store.get("missing"))
-        conns.append(store._local.conn)
+        conns.append(store._db.local.conn)
 
     t = threading.Thread(target=reader)
     t.start()
     t.join()
     assert got[0] is not None and got[0].value == b"v" and got[1] is None
-    assert conns[0] is not store._conn()  # one connection per thread
+    assert conns[0] is not store._db.conn()  # one connection per thread
     store.close()
     assert store.get("k") is not None  # closed: the next hit reopens
     store.close()

@@ -1,0 +1,370 @@
+"""A block's calls in the order made, compared with the recorded order of its cassette.
+
+Every entry stores ``follows``, the step its asyncio task or thread made before it
+(``_core/strict.py`` explains why per task). The task's place is kept in a context variable,
+which tasks started inside the block copy from their parent. Each call made in the block
+becomes a :class:`~.trajectory.Call` (``tape.calls``); one that leaves the recorded order
+becomes a :class:`~.trajectory.Divergence` (``tape.divergences``), raised as
+:class:`~dejacache.ReplayDivergence` when the cassette is ``strict``.
+
+:class:`RunOrder` feeds the pure :class:`~dejacache._core.strict.OrderBook` the run's events
+(a replayed step, a new recording, a miss) and turns its verdicts into those records. It
+reads the recording through the :class:`~.tape.Tape`, and remembers, for the writer, the call
+each new entry's task made before it (``pred``) and the call made before each replayed step
+(``observed``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+import pathlib
+from typing import Any
+
+from .._core import strict as order
+from .._core.diff import field_diff
+from ..errors import CassetteError, ReplayDivergence, ReplayMiss
+from . import format as fmt
+from .reader import Index
+from .tape import Entry, Tape, Unused
+from .trajectory import Call, CallInfo, Divergence
+
+__all__ = ["RunOrder"]
+
+# Where the current asyncio task / thread is in a block's recording:
+# (run serial, recorded step it is at, the last call it made: an Entry, a new entry's dict
+# or None). Tasks copy it from their parent when they start, so a gathered child begins where
+# its parent was; a value left by another run means "at the start".
+_POSITION: contextvars.ContextVar[tuple[int, int, Any] | None] = contextvars.ContextVar(
+    "dejacache_cassette_position", default=None)
+_SERIALS = itertools.count(1)
+
+
+class RunOrder:
+    """The calls of one block over ``tape`` (see the module docstring). ``strict`` makes an
+    out-of-order replay raise at once; ``rerecord_hint`` ends every divergence message. The
+    cassette calls under its lock."""
+
+    def __init__(self, tape: Tape, *, strict: bool = False,
+                 rerecord_hint: str | None = None) -> None:
+        self.tape = tape
+        self.path: pathlib.Path = tape.path
+        self.strict = strict
+        self.rerecord_hint = rerecord_hint
+        self.book = order.OrderBook()
+        self.calls: list[Call] = []
+        self.divergences: list[Divergence] = []
+        self.pred: dict[int, Any] = {}  # id(new entry) -> the call its task made before
+        self.observed: dict[int, Any] = {}  # recorded step -> the call made before it now
+        self._serial = next(_SERIALS)
+        self._complete = False
+        self._pending: list[tuple[Call, int, Entry]] = []  # out-of-order hits, not yet named
+        self._finished = False
+        self._unmade: Unused | None = None  # recorded steps never made, not yet reported
+        self._loader = self.load_request
+
+    # ---------------------------------------------------------------- where the task is
+
+    def position(self) -> tuple[int, Any]:
+        """(recorded step the calling task is at, the last call it made in this block)."""
+        v = _POSITION.get()
+        if v is None or v[0] != self._serial:
+            return order.ROOT, None
+        return v[1], v[2]
+
+    def step(self) -> int:
+        """The recorded step the calling task is at (``position()[0]``, on the hit path)."""
+        v = _POSITION.get()
+        return order.ROOT if v is None or v[0] != self._serial else v[1]
+
+    def _set_position(self, step: int, last: Any) -> None:
+        _, prev = self.position()
+        _POSITION.set((self._serial, step, last if last is not None else prev))
+
+    # ---------------------------------------------------------------- the book
+
+    def indexed(self, ix: Index, first: bool) -> None:
+        """The tape answers from ``ix`` now (``Tape.on_index``)."""
+        if first:
+            n = ix.n
+            book = self.book
+            # sized in one step (not n calls of book.add): a 10k-entry file opens in ~1 ms
+            book.follows.extend(itertools.repeat(None, n))
+            book.names.extend(itertools.repeat("", n))
+            book.used.extend(itertools.repeat(False, n))
+        if not ix.lazy and not self._complete:
+            self.complete_book()
+
+    def complete_book(self) -> None:
+        """Every recorded step's name and ``follows``, from the index (on a miss, a
+        divergence or at the end, never on an in-order hit)."""
+        if self._complete:
+            return
+        got = self.tape.names_follows()
+        if got is not None:
+            names, follows = got
+            book = self.book
+            book.names[:] = names
+            book.follows[:] = follows
+            book.ordered = any(f is not None for f in follows)
+            book.learn(0, names[0], follows[0])  # (drops the book's successor cache)
+        self._complete = True
+
+    def checking(self, replaying: bool) -> bool:
+        """Whether this run is compared with a recording (there is one, and it is replayed)."""
+        if not replaying or self.tape.raw is None:
+            return False
+        self.complete_book()
+        return len(self.book) > 0
+
+    def kind_of(self, name: str) -> str:
+        """The kind recorded for calls named ``name`` (guessed from the name when the book
+        does not know it yet)."""
+        ix = self.tape.ix
+        if ix is not None and self._complete:
+            book = self.book
+            if name in book.names:
+                return ix.kinds()[book.names.index(name)]
+        return "http" if name.startswith(("openai.", "anthropic.", "http.")) else "call"
+
+    # ---------------------------------------------------------------- events
+
+    def note_hit(self, e: Entry, doc: dict[str, Any]) -> ReplayDivergence | None:
+        """Recorded entry ``e`` (fields ``doc``) answered a call; the error to raise when
+        the run is strict and this is not the recorded order."""
+        i = e.index
+        assert i is not None
+        name = str(doc.get("name", ""))
+        f = fmt.follows_of(doc)
+        book = self.book
+        book.learn(i, name, f)
+        pos, last = self.position()
+        call = Call(len(self.calls), name, str(doc.get("kind", "call")), e.key, "replayed",
+                    i, self._loader, src=e)
+        self.calls.append(call)
+        self.observed[i] = last
+        if f is None or f == pos:  # in order (the hot path: no verdict object)
+            book.used[i] = True
+            _POSITION.set((self._serial, i, e))
+            return None
+        if not self.strict:
+            # Out of order: reported when read (tape.divergences) or at close. Naming the
+            # expected step reads the whole file, which an in-order replay never does.
+            book.used[i] = True
+            self._pending.append((call, pos, e))
+            self._set_position(i, e)
+            return None
+        self.complete_book()
+        verdict = book.hit(i, pos)
+        self._set_position(verdict.position, e)
+        if verdict.ok:
+            return None
+        tape = self.tape
+        return self.diverge(verdict, call, pos, CallInfo(
+            name, call.kind, e.key, tape.expand(tape.doc(e).get("request")), e.index))
+
+    def note_new(self, doc: dict[str, Any], name: str, kind: str, key: str, request: Any,
+                 replaying: bool) -> None:
+        """A call with no recording was run and recorded as ``doc``."""
+        pos, last = self.position()
+        self.pred[id(doc)] = last
+        call = Call(len(self.calls), name, kind, key, "recorded", None, self._loader,
+                    src=doc)
+        self.calls.append(call)
+        step = pos
+        if self.checking(replaying):
+            verdict = self.book.new(name, pos)
+            step = verdict.position
+            if not verdict.ok:
+                self.diverge(verdict, call, pos, CallInfo(name, call.kind, key, request))
+        self._set_position(step, doc)
+
+    def note_miss(self, miss: ReplayMiss, replaying: bool) -> ReplayDivergence | None:
+        """Replay found no recording for ``miss``; the divergence it is, if the run is
+        compared with a recording and the call is not the one expected here."""
+        call = Call(len(self.calls), miss.name, self.kind_of(miss.name), miss.key, "missed",
+                    None, None, request=miss.request)
+        self.calls.append(call)
+        pos, _ = self.position()
+        if not self.checking(replaying):
+            return None
+        verdict = self.book.new(miss.name, pos)
+        self._set_position(verdict.position, None)
+        if verdict.ok:
+            return None
+        return self.diverge(verdict, call, pos, CallInfo(
+            miss.name, call.kind, miss.key, miss.request))
+
+    # ---------------------------------------------------------------- divergences
+
+    def diverge(self, verdict: order.Verdict, call: Call, pos: int,
+                actual: CallInfo) -> ReplayDivergence:
+        """Record a divergence (``tape.divergences``) and build the error strict mode raises."""
+        exp = self.tape.info(verdict.expected) if verdict.expected is not None else None
+        diff: list[str] = []
+        if exp is not None:
+            if exp.name != actual.name:
+                diff.append(f"name: {exp.name!r} -> {actual.name!r}")
+            if verdict.reason != order.ORDER:
+                diff += field_diff(exp.request, actual.request)
+        head = self._headline(verdict, call, pos, actual, exp)
+        lines = [f"dejacache {'strict ' if self.strict else ''}replay divergence in cassette "
+                 f"{self.path}: {head}."]
+        if exp is not None:
+            lines.append(f"  expected: {exp}")
+        lines.append(f"  actual:   {actual}")
+        if diff:
+            lines.append("  differences (recorded -> now):")
+            lines += [f"    {d}" for d in diff[:30]]
+            if len(diff) > 30:
+                lines.append(f"    ... and {len(diff) - 30} more")
+        lines.append("  (the order is compared per asyncio task / thread: concurrent tasks may "
+                     "interleave freely)")
+        lines.append(f"  to re-record: {self.rerecord_hint or 'DEJACACHE_MODE=record'}")
+        message = "\n".join(lines)
+        reason = verdict.reason
+        call.divergence = reason
+        self.divergences.append(Divergence(reason, call.index, verdict.expected, exp, actual,
+                                           tuple(diff), message))
+        return ReplayDivergence(message, name=actual.name, key=actual.key,
+                                source=str(self.path), diff=diff, step=call.index,
+                                recorded_step=verdict.expected, expected=exp, actual=actual,
+                                reason=reason)
+
+    def _headline(self, verdict: order.Verdict, call: Call, pos: int, actual: CallInfo,
+                  exp: CallInfo | None) -> str:
+        what = f"call #{call.index} ({actual.kind} {actual.name})"
+        at = ("none (it is the first call of its task)" if pos == order.ROOT
+              else f"step {pos}")
+        total = len(self.book)
+        reason = verdict.reason
+        if reason == order.ORDER:
+            f = self.book.follows[actual.recorded_step or 0]
+            return (f"{what} is out of order: it was recorded as step "
+                    f"{actual.recorded_step}, after step {f}, but its task's previous call in "
+                    f"this run is {at}")
+        if reason == order.CHANGED:
+            return f"{what} differs from the recorded call at step {verdict.expected}"
+        if reason == order.EXHAUSTED:
+            return (f"{what} goes past the end of the recording, which is exhausted: the "
+                    f"cassette holds {total} calls and none follows its task's previous "
+                    f"call, {at}")
+        if exp is None:
+            return f"{what} is not in the recording ({total} calls)"
+        return f"{what} is not the call recorded after {at}"
+
+    def finish(self, *, replayed: bool, shared: bool) -> None:
+        """Recorded calls never made become ``"unmade"`` divergences (once, at close).
+        ``replayed``: the run was compared with a recording; ``shared``: the file serves
+        several blocks, each of which uses only its part."""
+        if self._finished:
+            return
+        self._finished = True
+        tape = self.tape
+        # Reported when asked for (tape.divergences), from the file if the tape is closed by
+        # then: reading the requests of 9,999 untouched entries of a 10k cassette cost
+        # ~200 ms at every block exit. A strict tape reports at exit anyway. After a full
+        # parse too (an auto-mode miss parses the file): expanding the requests of 9,999
+        # unused entries of a 20 KB agent run took 2.3 s at the exit of a block that
+        # recorded one new call. The file read is still named by its seal; if the block
+        # rewrote it, a later report shows those requests as unknown (None).
+        later = tape.keep_seal() and not self.strict
+        if not later:
+            self.settle()
+        if not replayed or tape.raw is None or (shared and not self.strict):
+            return
+        tape.index()
+        unused = tape.unused_steps()
+        self._unmade = unused.without(self.book.replaced)
+        if not later:
+            self.report_unmade()
+
+    def report_unmade(self) -> None:
+        """Turn the recorded steps never made into ``"unmade"`` divergences (their requests
+        read from the tape while it is open, or from the file after it closed)."""
+        steps, self._unmade = self._unmade, None
+        if not steps:
+            return
+        for i in steps:
+            exp = self.tape.info(i)
+            self.divergences.append(Divergence(
+                "unmade", None, i, exp, None, (),
+                f"recorded step {i} ({exp.kind} {exp.name}) was never made"))
+
+    def settled(self) -> list[Divergence]:
+        """Every divergence found so far, the pending ones named."""
+        try:
+            self.settle()
+            self.report_unmade()
+        finally:
+            self.tape.forget_file()
+        return list(self.divergences)
+
+    def settle(self) -> None:
+        """Name the expected step of out-of-order hits (needs every step's ``follows``)."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        self.complete_book()
+        used_by = {c.recorded_step: c.index for c in self.calls
+                   if c.recorded_step is not None}
+        for call, pos, e in pending:
+            assert e.index is not None
+            # the steps that followed ``pos`` and were still unused when this call was made
+            cands = [i for i, f in enumerate(self.book.follows)
+                     if f == pos and used_by.get(i, call.index + 1) > call.index
+                     and i not in self.book.replaced]
+            verdict = order.Verdict(order.ORDER, cands[0] if cands else None, e.index)
+            self.diverge(verdict, call, pos, CallInfo(
+                call.name, call.kind, e.key, self.tape.request_of(e.index), e.index))
+        self.divergences.sort(key=lambda d: (d.step is None, d.step or 0))
+
+    def unmade_error(self) -> ReplayDivergence | None:
+        """The error a strict block raises at exit for recorded calls never made."""
+        unmade = [d for d in self.settled() if d.reason == "unmade"]
+        if not unmade:
+            return None
+        lines = [f"dejacache strict replay: {len(unmade)} of the {len(self.book)} recorded "
+                 f"calls in cassette {self.path} were never made:"]
+        lines += [f"  {d.expected}" for d in unmade[:20]]
+        if len(unmade) > 20:
+            lines.append(f"  ... and {len(unmade) - 20} more")
+        lines.append(f"  to re-record: {self.rerecord_hint or 'DEJACACHE_MODE=record'}")
+        first = unmade[0]
+        return ReplayDivergence("\n".join(lines), name=first.expected.name if first.expected
+                                else "", source=str(self.path), step=None,
+                                recorded_step=first.recorded_step, expected=first.expected,
+                                reason="unmade")
+
+    # ---------------------------------------------------------------- requests of calls
+
+    def load_request(self, call: Call) -> Any:
+        """``call.request``, read when first asked for: from the open tape, or after the
+        block from the file, for every call at once."""
+        src = call._src
+        tape = self.tape
+        with tape.lock:
+            if tape.closed is None and src is not None:
+                doc = src if isinstance(src, dict) else tape.doc(src)
+                return tape.expand(doc.get("request"))
+        return self._from_file(call)
+
+    def _from_file(self, call: Call) -> Any:
+        """After the block: requests are read back from the file, for every call at once.
+        (A closed tape holds no file bytes; a call that was not saved has no request.)"""
+        from .trajectory import load_cassette
+
+        try:
+            view = load_cassette(self.path)
+        except CassetteError:
+            return None
+        first: dict[str, Any] = {}
+        for st in view.steps:
+            first.setdefault(st.key, st)
+        with self.tape.lock:
+            waiting = [c for c in self.calls if c._loader is not None and c is not call]
+        for c in waiting:
+            found = first.get(c.key)
+            c._loader, c._request = None, (found.request if found is not None else None)
+        found = first.get(call.key)
+        return found.request if found is not None else None

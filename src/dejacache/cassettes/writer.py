@@ -1,0 +1,283 @@
+"""The writer: the recordings a block adds, and the file they are saved to.
+
+A new recording is redacted and packed (large parts shared through the document's
+``values``) when it is made (:meth:`Writer.add`). Nothing touches the disk until
+:meth:`Writer.write`, which the cassette's ``save`` calls when the block exits cleanly: new
+calls go where this run made them, recorded entries keep their place after the entry that
+preceded them, every entry's ``follows`` is set from the order observed in this run, and the
+result is merged under the file lock with whatever another writer (an xdist worker, an
+earlier test sharing the file) put there meanwhile (``merge.py``), then written atomically.
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import orjson
+
+from .._core import strict as order
+from ..errors import CassetteError
+from . import format as fmt
+from .lock import cassette_lock
+from .merge import VOLATILE_FIELDS, Merged, canon, merge
+from .order import RunOrder
+from .redact import Redactor
+from .tape import Entry, Tape
+
+__all__ = ["Writer"]
+
+_MISSING: Any = object()
+
+
+class Writer:
+    """New recordings over ``tape`` and their save (see the module docstring). In ``record``
+    mode the file's entries are replaced, not kept; ``shared``: other blocks keep their
+    entries in the file. The cassette calls under its lock."""
+
+    def __init__(self, tape: Tape, run: RunOrder, *, mode: str, shared: bool = False) -> None:
+        self.tape = tape
+        self.run = run
+        self.path = tape.path
+        self.mode = mode
+        self.recording = mode == "record"
+        self.shared = shared
+        self.new: list[dict[str, Any]] = []
+        self._count: collections.Counter[str] = collections.Counter()
+
+    def add(self, doc: dict[str, Any], *, key: str, name: str, namespace: str, kind: str,
+            request: Any, duration: float, redactor: Redactor) -> tuple[dict[str, Any], Any]:
+        """Keep the recording ``doc`` (its ``response`` or ``error``) of a call made with
+        ``request`` (a JSON tree); returns the entry kept and the redacted request."""
+        values = self.tape.values
+        red_request = redactor.tree(request)
+        doc["request"] = fmt.Packer(values).pack_root(red_request)
+        if "response" in doc:
+            light = fmt.Packer(values, min_shared=fmt.MIN_SHARED_RESPONSE,
+                               share_containers=False)
+            doc["response"] = light.pack_root(redactor.tree(doc["response"], response=True))
+        if "error" in doc:
+            doc["error"] = redactor.tree(doc["error"])
+        doc.update(name=name, kind=kind, key=key, namespace=namespace,
+                   duration=round(duration, 4))
+        if self.recording:
+            occ = self._count[key]
+        else:
+            occ = len(self.tape.positions(key)) + self._count[key]
+        self._count[key] += 1
+        doc["occurrence"] = occ
+        if self.recording:
+            doc = self._verbatim(key, occ, doc)
+        self.new.append(doc)
+        return doc, red_request
+
+    def _verbatim(self, key: str, occ: int, doc: dict[str, Any]) -> dict[str, Any]:
+        # Re-recording an unchanged call keeps the old entry, duration included: no git diff.
+        tape = self.tape
+        old = tape.positions(key)
+        if occ < len(old):
+            prev = tape.doc(tape.entry(old[occ], key, occ))
+            if canon(prev, ignore=VOLATILE_FIELDS) == canon(doc, ignore=VOLATILE_FIELDS):
+                return dict(prev, occurrence=occ)
+        return doc
+
+    # ---------------------------------------------------------------- the saved file
+
+    def write(self, prune: bool) -> bool:
+        """Write the file (``prune``: without the recorded entries this run never used);
+        whether bytes were written (not when the file already holds them)."""
+        tape = self.tape
+        if tape.raw is not None:
+            tape.parse_all()
+        entries = self.final_entries(prune)
+        with cassette_lock(self.path):
+            # Under the lock no other writer is between creating and renaming its temp
+            # file: any left over is from one killed mid-write.
+            fmt.remove_stale_temps(self.path)
+            entries = self.link(*self._merge_with_disk(entries))
+            data = fmt.render(entries, tape.values)
+            try:
+                current = self.path.read_bytes()
+            except FileNotFoundError:
+                current = None
+            if current == data or (
+                self.recording and current is not None
+                and _same_multiset(current, entries, self.path)
+            ):
+                return False
+            fmt.atomic_write(self.path, data)
+        if tape.raw is not None:
+            tape.raw = data
+        # else: a brand-new file. The tape read no recording, so none of what it just
+        # wrote may count as a recorded step this block left unused (or never made).
+        return True
+
+    def final_entries(self, prune: bool) -> list[dict[str, Any]]:
+        """The file's entries after this run, before another writer's are merged in."""
+        if self.recording:
+            return list(self.new)
+        tape = self.tape
+        old = tape.all_entries()
+        if not self.new:  # only pruning: the file's order stays
+            return [tape.doc(e) for e in old if not (prune and not e.used)]
+        # New calls go where this run made them: the file reads in the order of the run.
+        # Recorded entries it did not use stay after the entry that preceded them in the file.
+        with tape.lock:
+            calls = list(self.run.calls)
+        by_index = {e.index: e for e in old}
+        run: list[Entry | dict[str, Any]] = []
+        placed: set[int] = set()
+        fresh = iter(self.new)  # recorded calls and new entries are appended together
+        for c in calls:
+            if c.outcome == "replayed":
+                e = by_index.get(c.recorded_step)
+                if e is not None and id(e) not in placed:
+                    run.append(e)
+                    placed.add(id(e))
+            elif c.outcome == "recorded":
+                d = next(fresh, None)
+                if d is not None:
+                    run.append(d)
+        run.extend(fresh)
+        after: dict[int, list[Entry]] = collections.defaultdict(list)
+        anchor: Any = None
+        for e in old:
+            if id(e) in placed:
+                anchor = e
+            elif e.used or not prune:
+                after[id(anchor)].append(e)
+        out: list[dict[str, Any]] = [tape.doc(e) for e in after.get(id(None), ())]
+        for x in run:
+            out.append(x if isinstance(x, dict) else tape.doc(x))
+            out += [tape.doc(e) for e in after.get(id(x), ())]
+        return out
+
+    def link(self, entries: list[dict[str, Any]],
+             theirs: dict[int, tuple[dict[str, Any], Any]] | None = None
+             ) -> list[dict[str, Any]]:
+        """Copies of ``entries`` with ``follows`` set to the index (in this list) of the step
+        each one's task made before it: as observed in this run for the calls it made, as
+        recorded for the rest (``theirs``: for entries another writer put in the file, the
+        entry each follows there). A predecessor that is not in the list (pruned) is
+        replaced by its own predecessor."""
+        pred = self._predecessors(theirs or {})
+        pos = {id(d): i for i, d in enumerate(entries)}
+        out = []
+        for d in entries:
+            p = pred(d)
+            hops = 0
+            while isinstance(p, dict) and id(p) not in pos and hops < len(entries) + 1:
+                p = pred(p)
+                hops += 1
+            c = dict(d)
+            if p is _MISSING or (isinstance(p, dict) and id(p) not in pos):
+                c.pop("follows", None)
+            else:
+                c["follows"] = order.ROOT if p is None else pos[id(p)]
+            out.append(c)
+        return out
+
+    def _predecessors(self, theirs: dict[int, tuple[dict[str, Any], Any]]) -> Any:
+        """``pred(doc)``: the entry ``doc``'s task made before it (None: the first call of
+        its task; ``_MISSING``: unknown)."""
+        tape, run = self.tape, self.run
+        old_docs: dict[int, Entry] = {}
+        if not self.recording:
+            for e in tape.all_entries():
+                if e.doc is not None or tape.full is not None:
+                    old_docs[id(tape.doc(e))] = e
+
+        def marker_doc(marker: Any) -> dict[str, Any] | None:
+            if isinstance(marker, Entry):
+                return tape.doc(marker)
+            return marker if isinstance(marker, dict) else None
+
+        def pred(doc: dict[str, Any]) -> Any:
+            if id(doc) in run.pred:
+                return marker_doc(run.pred[id(doc)])
+            there = theirs.get(id(doc))
+            if there is not None and there[0] is doc:
+                return there[1]
+            e = old_docs.get(id(doc))
+            if e is None:
+                return _MISSING  # another process's entry (merged): its order is unknown
+            if e.index in run.observed:
+                return marker_doc(run.observed[e.index])
+            f = fmt.follows_of(doc)
+            if f is None:
+                return _MISSING
+            if f < 0 or f >= len(tape.old):
+                return None
+            return tape.doc(tape.entry(f))
+
+        return pred
+
+    def _merge_with_disk(self, entries: list[dict[str, Any]]
+                         ) -> tuple[list[dict[str, Any]], dict[int, tuple[Any, Any]]]:
+        """``entries`` applied to the file as it is now (``merge.py`` says how, per mode):
+        another writer (an xdist worker, an earlier test sharing the file) keeps what it
+        wrote. Returns the entries and, for those taken from the file now, the entry each
+        follows there (for :meth:`link`). Called under the file lock."""
+        tape = self.tape
+        try:
+            disk = self.path.read_bytes()
+        except FileNotFoundError:
+            disk = None
+        read = tape.full["entries"] if tape.full is not None else []
+        unchanged = disk is not None and tape.raw is not None and disk == tape.raw[:]
+        if unchanged and not (self.recording and self.shared):
+            return entries, {}  # nobody else wrote: what this block made is the file
+        now: list[dict[str, Any]] | None = read if unchanged else None
+        if disk is not None and not unchanged:
+            try:
+                other = fmt.load_document(disk, self.path)
+            except CassetteError:
+                if not self.recording:
+                    raise
+                other = None  # re-recording replaces a damaged file
+            if other is not None:
+                tape.values.update(other["values"])
+                now = other["entries"]
+        new = {id(d) for d in self.new}
+        merged = merge(entries, new=new, read=read, now=now, mode=self.mode,
+                       shared=self.shared)
+        return merged.entries, _followed_in(now or [], merged)
+
+
+def _followed_in(now: list[dict[str, Any]], merged: Merged
+                 ) -> dict[int, tuple[dict[str, Any], Any]]:
+    """For each entry of the file as it is now (``now``): itself and the entry it follows
+    there (None: the first call of its task), or the entry standing in that one's place in
+    ``merged``. Entries without a recorded order are left out (their order is unknown)."""
+    out: dict[int, tuple[dict[str, Any], Any]] = {}
+    for d in now:
+        f = fmt.follows_of(d)
+        if f is None:
+            continue
+        prev = now[f] if 0 <= f < len(now) else None
+        out[id(d)] = (d, merged.stand_ins.get(id(prev), prev) if prev is not None else None)
+    return out
+
+
+def _same_multiset(current: bytes, entries: list[dict[str, Any]], path: Any) -> bool:
+    """Re-recording that only reordered concurrent calls (``asyncio.gather``) is no change."""
+    try:
+        doc = fmt.load_document(current, path)
+    except CassetteError:
+        return False
+    if doc["format"] != fmt.FORMAT:
+        return False  # re-recording upgrades an older file (format 1 had no checksums)
+    return _order_free(doc["entries"]) == _order_free(entries)
+
+
+def _order_free(entries: list[dict[str, Any]]) -> list[bytes]:
+    """Entries as a sorted list, each with its predecessor's key in place of its index:
+    equal for two runs whose tasks made the same calls in the same order, however the
+    tasks interleaved."""
+    out = []
+    for d in entries:
+        f = fmt.follows_of(d)
+        prev = entries[f].get("key") if f is not None and 0 <= f < len(entries) else f
+        out.append(canon(d, ignore=("checksum", "occurrence", "follows"))
+                   + orjson.dumps(prev))
+    return sorted(out)

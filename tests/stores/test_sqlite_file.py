@@ -1,0 +1,113 @@
+"""``SQLiteFile`` alone: opening, transactions, lock retries and failures, without a store."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import sqlite3
+
+import pytest
+
+from dejacache import DejacacheWarning
+from dejacache.errors import IncompatibleStore, StoreError
+from dejacache.stores._sqlite_file import SQLiteFile, is_busy
+from dejacache.stores._sqlite_schema import SCHEMA_VERSION, read_version
+
+
+def open_file(path: pathlib.Path, *, timeout: float = 5.0, readonly: bool = False,
+              pragmas: dict[str, int | str] | None = None) -> SQLiteFile:
+    return SQLiteFile(path, url=f"sqlite:///{path}", timeout=timeout, readonly=readonly,
+                      pragmas=pragmas or {})
+
+
+def test_a_new_file_is_created_in_wal_mode_with_the_schema(tmp_path: pathlib.Path) -> None:
+    f = open_file(tmp_path / "sub" / "c.db", pragmas={"cache_size": -2048})
+    conn = f.conn()
+    assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    assert conn.execute("PRAGMA cache_size").fetchone() == (-2048,)
+    assert read_version(conn) == SCHEMA_VERSION
+    assert f.conn() is conn and f.local.conn is conn  # one connection per thread
+    assert f.writable and f.can_write()
+    f.close()
+    assert f.conn() is not conn  # reopened after close
+    f.close()
+
+
+def test_a_transaction_is_all_or_nothing(tmp_path: pathlib.Path) -> None:
+    f = open_file(tmp_path / "c.db")
+
+    def half(conn: sqlite3.Connection) -> int:
+        conn.execute("INSERT INTO counters VALUES ('a', 1)")
+        raise RuntimeError("stopped half way")
+
+    with pytest.raises(RuntimeError):
+        f.transact(half)
+    assert f.query("SELECT * FROM counters") == []
+    assert f.write(lambda conn: conn.execute(
+        "INSERT INTO counters VALUES ('a', 1)").rowcount) == 1
+    assert f.query("SELECT * FROM counters") == [("a", 1)]
+    f.close()
+
+
+def test_a_held_lock_is_waited_for_then_reported(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.db"
+    f = open_file(path, timeout=0.0)
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None, timeout=0)) as other:
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(sqlite3.OperationalError) as info:
+            f.transact(lambda conn: conn.execute("INSERT INTO counters VALUES ('a', 1)"))
+        assert is_busy(info.value)
+        with pytest.raises(StoreError, match="locked"):
+            f.write(lambda conn: 1, key="the-key")
+        other.execute("ROLLBACK")
+    assert f.write(lambda conn: 1) == 1
+    f.close()
+
+
+def test_a_corrupt_file_is_moved_aside(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.db"
+    path.write_bytes(os.urandom(8192))
+    with pytest.warns(DejacacheWarning, match="moved it to c.db.corrupt-"):
+        f = open_file(path)
+    assert read_version(f.conn()) == SCHEMA_VERSION
+    assert len(list(tmp_path.glob("c.db.corrupt-*"))) == 1
+    f.close()
+
+
+def test_a_newer_schema_is_refused(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.db"
+    open_file(path).close()
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE dejacache_meta SET v='99' WHERE k='schema_version'")
+    with pytest.raises(IncompatibleStore):
+        open_file(path)
+
+
+def test_read_only_opens_without_writing(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.db"
+    w = open_file(path)
+    w.write(lambda conn: conn.execute("INSERT INTO counters VALUES ('a', 1)").rowcount)
+    w.close()
+    f = open_file(path, readonly=True)
+    assert not f.writable and not f.can_write()
+    assert f.query("SELECT * FROM counters") == [("a", 1)]
+    assert f.write(lambda conn: 1) == 0  # dropped, silently
+    f.close()
+    missing = open_file(tmp_path / "missing.db", readonly=True)
+    assert missing.query("SELECT * FROM counters") == []  # nothing to read: empty
+    assert not (tmp_path / "missing.db").exists()
+    missing.close()
+
+
+def test_a_write_failure_warns_once_and_pauses_writes(tmp_path: pathlib.Path) -> None:
+    f = open_file(tmp_path / "c.db")
+    with pytest.warns(DejacacheWarning, match="cannot write"):
+        f.write_failed(OSError(28, "No space left on device"))
+    assert not f.can_write() and f.writable
+    f.write_failed(OSError(28, "No space left on device"))  # no second warning
+    f.retry_writes_at = 0.0
+    assert f.can_write()
+    with pytest.raises(StoreError, match="write failed"):
+        f.write_failed(sqlite3.IntegrityError("constraint failed"), "k")
+    f.close()
