@@ -29,7 +29,7 @@ def _not_ci(monkeypatch: pytest.MonkeyPatch) -> None:
 # Other installed plugins are switched off: each inner session then starts in a fraction of
 # the time, and the plugin under test must not depend on them.
 _QUIET = ("-p", "no:xdist", "-p", "no:hypothesispytest", "-p", "no:anyio", "-p", "no:asyncio",
-          "-p", "no:timeout")
+          "-p", "no:timeout", "-p", "no:cassetter")  # the benchmarks' peer, when installed
 
 
 def run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
