@@ -6,7 +6,7 @@ tests, and tool-result caching for running agents.
 
 from __future__ import annotations
 
-from ._lazy import attach
+from ._lazy import ON_FIRST_BLOCK, attach
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is not loaded at interpreter start
 if TYPE_CHECKING:
@@ -153,3 +153,13 @@ _WHERE = {
 __getattr__, __dir__ = attach(
     __name__, {name: where for where, names in _WHERE.items() for name in names}
 )
+
+
+def _switch_on_interception() -> None:
+    # A test-facing block intercepts the SDKs' HTTP clients from its first call, so the first
+    # block loads interception (it registers its own block hook on import). Wired here, at
+    # the top of the package, because ``scope`` sits below HTTP interception.
+    from .http import intercept  # noqa: F401
+
+
+ON_FIRST_BLOCK.append(_switch_on_interception)

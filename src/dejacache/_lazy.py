@@ -17,7 +17,12 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any
 
-__all__ = ["attach"]
+__all__ = ["ON_FIRST_BLOCK", "attach"]
+
+#: Run once, in order, before the first test-facing block opens (``scope.enter``): what such a
+#: block switches on, registered by the package (``dejacache/__init__.py``) because those
+#: faces (HTTP interception) import ``scope`` themselves and ``scope`` cannot import them.
+ON_FIRST_BLOCK: list[Callable[[], None]] = []
 
 
 class _Package(types.ModuleType):

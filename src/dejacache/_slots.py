@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Sentinel", "slot_setters"]
+__all__ = ["Sentinel", "add_slots", "slot_setters"]
 
 
 def slot_setters(cls: type, *fields: str) -> tuple[Callable[[Any, Any], None], ...]:
@@ -15,6 +15,14 @@ def slot_setters(cls: type, *fields: str) -> tuple[Callable[[Any, Any], None], .
     tool-cache hit for a trace) and leaves it exactly as frozen. Taken after the class is
     built: ``dataclass(slots=True)`` replaces the class body's descriptors."""
     return tuple(vars(cls)[f].__set__ for f in fields)
+
+
+def add_slots(acc: Any, other: Any) -> None:
+    """``acc += other`` slot by slot, for slotted counters (``stats.CallStats`` and the
+    per-thread buckets behind it). Not on the counting path: only snapshots and retiring
+    threads sum."""
+    for f in type(acc).__slots__:
+        setattr(acc, f, getattr(acc, f) + getattr(other, f))
 
 
 class Sentinel:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from .stats import _add_fields
+from ._slots import add_slots
 
 __all__ = ["CallStats", "Stats"]
 
@@ -27,7 +27,7 @@ class CallStats:
     time_saved: float = 0.0
     tokens_saved: int = 0
 
-    add = _add_fields
+    add = add_slots
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

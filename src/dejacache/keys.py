@@ -177,7 +177,9 @@ def _spellings(name: str) -> set[str]:
 
 
 @functools.lru_cache(maxsize=64)
-def _volatile_set(names: frozenset[str]) -> frozenset[str]:
+def volatile_spellings(names: frozenset[str]) -> frozenset[str]:
+    """Every spelling of each volatile name (``request_id`` also drops ``requestId`` and
+    ``RequestID``), memoised per set of names (a process uses a handful of sets)."""
     out: set[str] = set()
     for n in names:
         out |= _spellings(n)
@@ -861,7 +863,7 @@ class KeyBuilder:
         spec = _vol.parse(volatile)
         base = DEFAULT_VOLATILE if use_default_volatile else frozenset()
         # Credentials are not listed here: every canonical form masks them (``_Names``).
-        self.volatile = _volatile_set(frozenset(base | spec.names)) | (
+        self.volatile = volatile_spellings(frozenset(base | spec.names)) | (
             _HEADER_ONLY if use_default_volatile else frozenset()
         )
         self._filter = _names_for(self.volatile)

@@ -67,6 +67,7 @@ __all__ = [
     "CHECKSUMS",
     "EAGER_CHECK_UNDER",
     "FORMAT",
+    "HASH_LEN",
     "MIN_SHARED",
     "MIN_SHARED_RESPONSE",
     "READABLE",
@@ -86,6 +87,7 @@ __all__ = [
     "remove_stale_temps",
     "render",
     "unpack",
+    "value_hash",
     "verify_document",
     "with_xref_at",
     "xref_checksum",
@@ -109,7 +111,7 @@ MIN_SHARED: Final = 256
 MIN_SHARED_DICT: Final = 96
 MIN_SHARED_RESPONSE: Final = 4096
 _MAX_REFS_SHARED = 4
-_HASH_LEN = 24  # 96 bits of xxh3-128: collisions are out of reach for any cassette size
+HASH_LEN = 24  # 96 bits of xxh3-128: collisions are out of reach for any cassette size
 _OPTS = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
 _CANON = orjson.OPT_SORT_KEYS
 
@@ -124,8 +126,9 @@ def empty_document() -> dict[str, Any]:
             "xref": build_xref([])}
 
 
-def _hash(node: Any) -> str:
-    return xxhash.xxh3_128_hexdigest(orjson.dumps(node, option=_CANON))[:_HASH_LEN]
+def value_hash(node: Any) -> str:
+    """The name a shared value is stored under: a hash of its canonical JSON."""
+    return xxhash.xxh3_128_hexdigest(orjson.dumps(node, option=_CANON))[:HASH_LEN]
 
 
 _ENTRY_OPTS = orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS
@@ -137,7 +140,7 @@ def entry_checksum(entry: dict[str, Any]) -> str:
     spaces deep), without its ``checksum`` field. Defined on the file's bytes so the hit path
     can check an entry with one hash over its slice, without parsing it."""
     body = entry_bytes({k: v for k, v in entry.items() if k != "checksum"})
-    return xxhash.xxh3_128_hexdigest(body)[:_HASH_LEN]
+    return xxhash.xxh3_128_hexdigest(body)[:HASH_LEN]
 
 
 class Packer:
@@ -151,7 +154,7 @@ class Packer:
         self.min_dict = min(MIN_SHARED_DICT, self.min_shared)
 
     def _share(self, node: Any) -> str:
-        h = _hash(node)
+        h = value_hash(node)
         self.values.setdefault(h, node)
         return REF + h
 
@@ -342,7 +345,7 @@ def verify_document(doc: dict[str, Any], path: Any) -> None:
         _verify_xref(doc, path)
     values = doc["values"]
     for h, v in values.items():
-        if _hash(v) != h:
+        if value_hash(v) != h:
             users = _users(doc, h)
             used = f" (used by {', '.join(users[:3])})" if users else ""
             raise CassetteError(f"shared value {REF}{h}{used} does not match its hash: "
@@ -463,7 +466,7 @@ def xref_checksum(xref: dict[str, Any]) -> str:
     without its ``checksum`` field: checked with one hash over the slice a reader holds."""
     body = orjson.dumps({k: v for k, v in xref.items() if k != "checksum"},
                         option=_ENTRY_OPTS)
-    return xxhash.xxh3_128_hexdigest(body.replace(b"\n", b"\n  "))[:_HASH_LEN]
+    return xxhash.xxh3_128_hexdigest(body.replace(b"\n", b"\n  "))[:HASH_LEN]
 
 
 def follows_of(entry: dict[str, Any] | None) -> int | None:
@@ -599,7 +602,7 @@ def rehash(data: Buffer, path: Any) -> tuple[bytes, list[str]]:
         v = values[h]
         v = v if type(v) is str else relink(v)  # a top-level string value is literal
         busy.discard(h)
-        renamed[h] = new = _hash(v)
+        renamed[h] = new = value_hash(v)
         fresh[new] = v
         return new
 

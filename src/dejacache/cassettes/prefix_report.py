@@ -28,9 +28,11 @@ from .._core.prompt_cache import PrefixBreak, SessionReport, SessionState, Sessi
 from ..errors import CassetteError
 from ..http.sse import event_data
 
-__all__ = ["add_prefix_report", "analyse", "iter_cassettes"]
+__all__ = ["PROVIDER_OF_API", "SessionInference", "add_prefix_report", "analyse", "iter_cassettes",
+           "stored_usage"]
 
-_PROVIDER = {"messages": "anthropic", "chat": "openai", "responses": "openai"}
+#: The provider each request API belongs to (a turn is read only from its own provider).
+PROVIDER_OF_API = {"messages": "anthropic", "chat": "openai", "responses": "openai"}
 
 
 def iter_cassettes(target: str | pathlib.Path) -> Iterator[pathlib.Path]:
@@ -41,7 +43,7 @@ def iter_cassettes(target: str | pathlib.Path) -> Iterator[pathlib.Path]:
         yield p
 
 
-def _usage(response: Any) -> Any:
+def stored_usage(response: Any) -> Any:
     """The provider's usage object of a stored HTTP answer (JSON body or SSE events)."""
     if not isinstance(response, dict):
         return None
@@ -67,8 +69,10 @@ def _conversation_items(p: Prefix) -> list[str]:
     return [i.digest for i in p.items if i.segment in ("messages", "input") and not i.system_like]
 
 
-class _Cassette:
-    """Session inference and accounting for one cassette."""
+class SessionInference:
+    """Session inference for one cassette: which conversation each request continues (the
+    one it shares the most leading messages with), as ``prefix-report`` and the HTML report
+    both read it."""
 
     def __init__(self, name: str, per_cassette: bool) -> None:
         self.name = name
@@ -104,16 +108,16 @@ class _Cassette:
 def analyse(paths: list[pathlib.Path], per_cassette: bool = False
             ) -> tuple[dict[str, SessionReport], list[PrefixBreak]]:
     """Per-session reports and every break, over the given cassette files."""
-    from ..runtime.prefix import _rates_from_table
+    from .prices import rates_from_table
     from .view import expanded_entries, load
 
-    rates = _rates_from_table(None)
+    rates = rates_from_table()
     states: dict[str, SessionState] = {}
     totals: dict[str, SessionTotals] = {}
     breaks: list[PrefixBreak] = []
     for path in paths:
         doc = load(path)
-        tape = _Cassette(path.name, per_cassette)
+        tape = SessionInference(path.name, per_cassette)
         for entry in expanded_entries(doc):
             name = str(entry.get("name", ""))
             req = entry.get("request")
@@ -125,12 +129,12 @@ def analyse(paths: list[pathlib.Path], per_cassette: bool = False
                 continue
             provider = name.partition(".")[0]
             api = api_of(provider, body, name)
-            if api is None or _PROVIDER[api] != provider:
+            if api is None or PROVIDER_OF_API[api] != provider:
                 continue
             prefix = build_prefix(api, body)
             session = tape.session_for(name, prefix)
             state = states.setdefault(session, SessionState(session))
-            record, found, hazards = state.turn(prefix, read_usage(_usage(response)), None,
+            record, found, hazards = state.turn(prefix, read_usage(stored_usage(response)), None,
                                                 rates)
             totals.setdefault(session, SessionTotals(session)).add(record, found, hazards)
             breaks.extend(found)

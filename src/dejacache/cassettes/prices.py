@@ -7,10 +7,14 @@ option ``dejacache_prices``), e.g. ``set_prices({"my-model": (1.0, 2.0)})``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .._core.prompt_cache import Rates
 
 __all__ = ["CACHE_MULTIPLIERS", "PRICES", "PRICES_DATE", "cache_multipliers", "estimate_dollars",
-           "input_price", "set_prices"]
+           "input_price", "rates_from_table", "set_prices"]
 
 PRICES_DATE = "2026-11-01"
 
@@ -101,3 +105,26 @@ def cache_multipliers(model: str) -> tuple[float, float]:
         if model.startswith(prefix) and len(prefix) > len(best):
             best = prefix
     return CACHE_MULTIPLIERS[best] if best else _DEFAULT_CACHE
+
+
+def rates_from_table(table: Mapping[str, tuple[float, float]] | None = None,
+                     ) -> Callable[[str, str], Rates | None]:
+    """``rates(provider, model)``: the input price and cache multipliers of ``model``, from
+    ``table`` (model prefix -> (input, output) dollars per million tokens; the longest prefix
+    wins) or, without one, from :data:`PRICES`. None for a model with no known price."""
+    from .._core.prompt_cache import Rates
+
+    def rates(provider: str, model: str) -> Rates | None:
+        if table is None:
+            price = input_price(model)
+        else:
+            best = max((p for p in table if model.startswith(p)), key=len, default=None)
+            price = float(table[best][0]) if best is not None else None
+        if price is None:
+            return None
+        read, write = cache_multipliers(model)
+        if provider == "anthropic":
+            read, write = 0.1, 1.25  # the same for every Claude model
+        return Rates(price, read, write)
+
+    return rates

@@ -28,7 +28,7 @@ from . import format as fmt
 
 __all__ = ["DocIndex", "FileIndex", "Index"]
 
-_HASH_LEN: Final = fmt._HASH_LEN
+_HASH_LEN: Final = fmt.HASH_LEN
 _CHECK_LINE = b'    {\n      "checksum": "'
 _CHECK_END = len(_CHECK_LINE) + _HASH_LEN + 3  # the hash, then '",\n'
 _XREF_CHECK = b'{\n    "checksum": "'
@@ -394,7 +394,7 @@ class FileIndex(Index):
                     value = orjson.loads(raw)
                 except orjson.JSONDecodeError:
                     raise CassetteError(f"value {fmt.REF}{h} is not valid JSON") from None
-                if fmt._hash(value) != h:  # content-addressed: the name is the checksum
+                if fmt.value_hash(value) != h:  # content-addressed: the name is the checksum
                     raise CassetteError(f"value {fmt.REF}{h} does not match its hash")
                 return True, value
             if name < want:

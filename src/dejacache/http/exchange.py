@@ -31,7 +31,7 @@ import xxhash
 from .._core import volatile as _vol
 from .._secrets import AUTH_QUERY, is_secret_name, is_secret_query, mask, name_forms
 from ..cassettes.redact import PLACEHOLDER, Redactor
-from ..keys import DEFAULT_VOLATILE, _volatile_set, canonical_json, digest
+from ..keys import DEFAULT_VOLATILE, canonical_json, digest, volatile_spellings
 from .aliases import AliasTable
 from .providers import Provider
 from .sse import event_data
@@ -83,7 +83,7 @@ def volatile_for(provider: str, extra: tuple[str | re.Pattern[str], ...], base: 
     (``body.messages[*].content``), and one that does not start at ``method``, ``path``,
     ``query`` or ``body`` is read under ``body``, so ``messages[*].content`` works too."""
     spec = _vol.parse(extra)
-    names = _volatile_set(frozenset(DEFAULT_VOLATILE | base | spec.names))
+    names = volatile_spellings(frozenset(DEFAULT_VOLATILE | base | spec.names))
     return names, _vol.under(spec.paths, _vol.REQUEST_ROOTS, "body"), spec.patterns
 
 

@@ -31,9 +31,7 @@ libraries are installed and raises ``ConfigurationError`` when neither is.
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import functools
-import os
 import re
 import sys
 import threading
@@ -43,14 +41,14 @@ from typing import Any, ParamSpec, TypeVar
 
 from .._core.volatile import BlockPaths
 from .._importhook import spec_with_callback
-from ..config import Effective, volatile_items
+from ..config import volatile_items
 from ..errors import ConfigurationError
-from ..scope import BLOCK_HOOKS, Block, current
+from ..scope import BLOCK_HOOKS, Block
 from . import lm15 as _lm15
 from . import socketguard
 from ._libs import LIBRARIES, Lib, available, imported, lib_of, register
-from .observers import watching
-from .transport import Options, bypassing, handing_on, handle_async, handle_sync
+from .routing import INTERCEPT_OPTIONS, decide
+from .transport import Options, handing_on, handle_async, handle_sync
 
 __all__ = ["active", "intercept", "observe", "patched_libraries"]
 
@@ -61,43 +59,6 @@ _LOCK = threading.RLock()
 _COUNT = 0
 # library name or extra transport spec -> [(class, attribute, original function)]
 _PATCHED: dict[str, list[tuple[type, str, Any]]] = {}
-_OPTIONS: contextvars.ContextVar[Options | None] = contextvars.ContextVar(
-    "dejacache_intercept", default=None
-)
-_ENV_IGNORE = "DEJACACHE_IGNORE_HOSTS"
-_env_cache: tuple[str, frozenset[str]] = ("", frozenset())
-
-
-def _env_ignored() -> frozenset[str]:
-    global _env_cache
-    raw = os.environ.get(_ENV_IGNORE, "")
-    if raw != _env_cache[0]:
-        _env_cache = (raw, frozenset(h.strip() for h in raw.split(",") if h.strip()))
-    return _env_cache[1]
-
-
-def _decide(request: Any) -> tuple[Effective, Options] | None:
-    """The settings to intercept ``request`` with, or None to let it through untouched."""
-    if bypassing():
-        return None
-    opts = _OPTIONS.get()
-    eff = current()
-    if opts is None:
-        if not eff.test_facing:
-            if not watching():
-                return None
-            # A PrefixMonitor is open here: observed on its way out, never cached ("off").
-            eff = dataclasses.replace(eff, mode="off")
-        opts = _DEFAULT
-    host = request.url.host
-    if host in opts.ignore_hosts or host in _env_ignored():
-        return None
-    return eff, opts
-
-
-_DEFAULT = Options()
-
-
 # Network transports that SDKs ship outside httpx/httpx2 (aiohttp-backed: litellm's async
 # default, the SDKs' opt-in DefaultAioHttpClient). Each implements the public transport method
 # itself; patched when a block opens if its module is imported, else when it is imported.
@@ -120,7 +81,7 @@ def _wrap(
     wrapper: Any
     if is_async:
         async def wrapper(self: Any, request: Any) -> Any:
-            decided = _decide(request)
+            decided = decide(request)
             if decided is None:
                 with handing_on():  # let through on purpose: the replay backstop allows it
                     return await orig(self, request)
@@ -129,7 +90,7 @@ def _wrap(
                                       lambda r: orig(self, r), opts)
     else:
         def wrapper(self: Any, request: Any) -> Any:
-            decided = _decide(request)
+            decided = decide(request)
             if decided is None:
                 with handing_on():
                     return orig(self, request)
@@ -293,7 +254,7 @@ class intercept(Block["intercept"]):
                 "pip install 'dejacache[httpx2]' (or 'dejacache[httpx]')"
             )
         acquire(libs)
-        self._tokens.append(_OPTIONS.set(self.options))
+        self._tokens.append(INTERCEPT_OPTIONS.set(self.options))
         self._paths.enter()
         return self
 
@@ -305,9 +266,9 @@ class intercept(Block["intercept"]):
     ) -> None:
         token = self._tokens.pop()
         try:
-            _OPTIONS.reset(token)
+            INTERCEPT_OPTIONS.reset(token)
         except ValueError:  # exited from another context (generator/task hand-over)
-            _OPTIONS.set(None)
+            INTERCEPT_OPTIONS.set(None)
         release()
         self._paths.exit()
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from ..errors import DejacacheWarning, ReplayMiss
 from ._libs import Lib, available, imported
+from .routing import decide
 from .transport import handing_on, handle_async, handle_sync
 
 __all__ = ["MODULES", "patch"]
@@ -94,8 +95,6 @@ def _lib(module: Any) -> Lib | None:
 
 def _decide(lib: Lib, request: Any) -> tuple[Any, Any] | None:
     """The httpx request and the interception decision, or None to let it through."""
-    from .intercept import _decide as decide  # here: intercept imports this module
-
     hreq = lib.module.Request(request.method, request.url, headers=list(request.headers),
                               content=request.body)
     decided = decide(hreq)

@@ -48,6 +48,7 @@ from ..cassettes.netguard import (
 from ..config import Effective
 from ..errors import DejacacheWarning, NetworkBlocked
 from ..scope import current
+from .routing import INTERCEPT_OPTIONS, env_ignored_hosts
 from .transport import bypassing
 
 __all__ = ["HTTP_CLIENTS", "acquire", "release"]
@@ -71,17 +72,15 @@ def _matches(mod: str, names: tuple[str, ...]) -> bool:
 def _watched() -> tuple[Effective, frozenset[str]] | None:
     """The settings in force here, when they replay or record, and the hosts they let
     through; None where connections are none of our business."""
-    from .intercept import _OPTIONS, _env_ignored  # here: intercept imports this module
-
     if bypassing():  # interception handed this request on itself
         return None
     eff = current()
     if eff.mode == "off" or eff.namespace is None:
         return None
-    opts = _OPTIONS.get()
+    opts = INTERCEPT_OPTIONS.get()
     if not eff.test_facing and opts is None:
         return None
-    ignored = _env_ignored()
+    ignored = env_ignored_hosts()
     if opts is not None and opts.ignore_hosts:
         ignored = ignored | opts.ignore_hosts
     return eff, ignored

@@ -169,12 +169,12 @@ def _add_prefix_turns(run: Run) -> None:
     from .._core.prefix import api_of, build_prefix
     from .._core.prompt_cache import SessionState, read_usage
     from ..cassettes import prefix_report as pr
-    from ..runtime.prefix import _rates_from_table
+    from ..cassettes.prices import rates_from_table
 
-    rates = _rates_from_table(None)
+    rates = rates_from_table()
     # prefix-report's session inference (a request continues the conversation it shares the
     # most leading messages with), so the page and the command agree turn for turn.
-    tape = pr._Cassette(pathlib.Path(run.path).name, per_cassette=False)
+    tape = pr.SessionInference(pathlib.Path(run.path).name, per_cassette=False)
     states: dict[str, SessionState] = {}
     for step in run.steps:
         req = step.request
@@ -186,12 +186,12 @@ def _add_prefix_turns(run: Run) -> None:
             continue
         provider = step.name.partition(".")[0]
         api = api_of(provider, body, step.name)
-        if api is None or pr._PROVIDER.get(api) != provider:
+        if api is None or pr.PROVIDER_OF_API.get(api) != provider:
             continue
         prefix = build_prefix(api, body)
         session = tape.session_for(step.name, prefix)
         state = states.setdefault(session, SessionState(session))
-        record, found, hazards = state.turn(prefix, read_usage(pr._usage(resp)), None, rates)
+        record, found, hazards = state.turn(prefix, read_usage(pr.stored_usage(resp)), None, rates)
         step.prefix = PrefixTurn(
             session, record.turn, record.prompt_tokens, record.expected_cached,
             record.reported_cached,

@@ -37,7 +37,7 @@ from ._layout import GLOBAL, REG_LOCK, SCOPES, Gens, read_counters, register_rea
 from ._tracing import Args, Kwargs, Noted, Trace, guard_after, guard_before
 from .generations import LocalGenerations, generations_for, local_generations
 from .guard import PROCEED
-from .session import _SESSION, agent_session
+from .session import SESSION, agent_session
 from .singleflight import SingleFlight
 
 # The in-process counters' values for one (prefix, entity), the key part they make, and the
@@ -460,7 +460,7 @@ def wrap_cached(tc: ToolCache) -> Callable[..., Any]:
         # try/except/finally below is a deliberate twin of ``_tracing.traced_call`` (which
         # the async driver uses): a hit without a loop guard builds no Trace and enters no
         # context manager, which ``traced_call`` cannot avoid (~0.4 µs of a ~5 µs hit).
-        sess = _SESSION.get()
+        sess = SESSION.get()
         tr: Trace | None = None
         outcome = "hit"
         adigest = ""
@@ -587,7 +587,7 @@ def wrap_cached(tc: ToolCache) -> Callable[..., Any]:
 
     async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
         # ``atraced_call`` written out: its extra coroutine level is ~0.5 µs of an async hit.
-        sess = _SESSION.get()
+        sess = SESSION.get()
         if sess is None or not sess.tracing:
             return await _async_call(sess, Trace("miss"), args, kwargs)
         with Noted(sess, name, resource, "miss") as tr:

@@ -29,7 +29,7 @@ from ._tracing import (
 )
 from .generations import generations_for, local_generations, maybe_generations_for
 from .guard import PROCEED
-from .session import _SESSION, agent_session
+from .session import SESSION, agent_session
 
 
 def _levels(sess: agent_session | None, resource: str, scope: str | None,
@@ -137,7 +137,7 @@ def invalidates(
         if inspect.iscoroutinefunction(probe(f)):
 
             async def async_writer(*args: Any, **kwargs: Any) -> Any:
-                return await atraced_call(_SESSION.get(), w.name, resource, "invalidation",
+                return await atraced_call(SESSION.get(), w.name, resource, "invalidation",
                                           _awrite, args, kwargs)
 
             async def _awrite(sess: agent_session | None, tr: Trace, args: Args,
@@ -162,7 +162,7 @@ def invalidates(
         else:
 
             def sync_writer(*args: Any, **kwargs: Any) -> Any:
-                return traced_call(_SESSION.get(), w.name, resource, "invalidation", _write,
+                return traced_call(SESSION.get(), w.name, resource, "invalidation", _write,
                                    args, kwargs)
 
             def _write(sess: agent_session | None, tr: Trace, args: Args,

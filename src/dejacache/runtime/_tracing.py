@@ -19,7 +19,7 @@ from ..errors import AgentLoopDetected
 from ..keys import KeyBuilder, digest
 from ._decorate import F, function_only, probe, tool_names
 from .guard import PROCEED
-from .session import _SESSION, agent_session
+from .session import SESSION, agent_session
 
 Args = tuple[Any, ...]
 Kwargs = dict[str, Any]
@@ -143,7 +143,7 @@ def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
         if inspect.iscoroutinefunction(probe(f)):
 
             async def async_traced(*args: Any, **kwargs: Any) -> Any:
-                sess = _SESSION.get()
+                sess = SESSION.get()
                 if sess is None or (sess.guard is None and not sess.tracing):
                     return await f(*args, **kwargs)
                 return await atraced_call(sess, display, display, "traced", _arun, args,
@@ -161,7 +161,7 @@ def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
         else:
 
             def traced(*args: Any, **kwargs: Any) -> Any:
-                sess = _SESSION.get()
+                sess = SESSION.get()
                 if sess is None or (sess.guard is None and not sess.tracing):
                     return f(*args, **kwargs)
                 return traced_call(sess, display, display, "traced", _run, args, kwargs)

@@ -35,13 +35,13 @@ from .._core.hazards import PrefixHazard
 from .._core.prefix import api_of, build_prefix
 from .._core.prompt_cache import (
     PrefixBreak,
-    Rates,
     SessionReport,
     SessionState,
     SessionTotals,
     TurnRecord,
     read_usage,
 )
+from ..cassettes.prices import rates_from_table
 from ..errors import ConfigurationError
 from ..scope import Block
 from . import _lease_threads
@@ -72,26 +72,6 @@ def _carried() -> list[tuple[contextvars.ContextVar[Any], Any]]:
 
     return [(observers.WATCHERS, observers.WATCHERS.get()),
             (_THREAD_SESSION, _session_here())]
-
-
-def _rates_from_table(table: Mapping[str, tuple[float, float]] | None
-                      ) -> Callable[[str, str], Rates | None]:
-    from ..cassettes.prices import cache_multipliers, input_price
-
-    def rates(provider: str, model: str) -> Rates | None:
-        if table is None:
-            price = input_price(model)
-        else:
-            best = max((p for p in table if model.startswith(p)), key=len, default=None)
-            price = float(table[best][0]) if best is not None else None
-        if price is None:
-            return None
-        read, write = cache_multipliers(model)
-        if provider == "anthropic":
-            read, write = 0.1, 1.25  # the same for every Claude model
-        return Rates(price, read, write)
-
-    return rates
 
 
 def _body(body: Any) -> dict[str, Any]:
@@ -133,7 +113,7 @@ class PrefixMonitor(Block["PrefixMonitor"]):
         max_sessions: int = 10_000,
         max_records: int = 100_000,
     ) -> None:
-        self._rates = _rates_from_table(prices)
+        self._rates = rates_from_table(prices)
         self._clock = clock
         self._lock = threading.Lock()
         self._states: collections.OrderedDict[str, SessionState] = collections.OrderedDict()

@@ -24,7 +24,7 @@ from ..errors import ScopeError
 from ..scope import Block
 from .guard import GuardState, LoopGuard
 
-__all__ = ["ToolCallTrace", "agent_session", "current_session"]
+__all__ = ["SESSION", "ToolCallTrace", "agent_session", "current_session"]
 
 OUTCOMES = ("hit", "miss", "coalesced", "bypassed", "invalidation", "nudged", "blocked",
             "traced", "error")
@@ -71,7 +71,9 @@ def _new_trace(index: int, name: str, resource: str, args_digest: str, outcome: 
     return t
 
 
-_SESSION: contextvars.ContextVar[agent_session | None] = contextvars.ContextVar(
+#: The agent session open in this context. The tool cache reads it directly on its hit path
+#: (``SESSION.get()``, one call fewer than :func:`current_session`).
+SESSION: contextvars.ContextVar[agent_session | None] = contextvars.ContextVar(
     "dejacache_agent_session", default=None
 )
 
@@ -137,7 +139,7 @@ class agent_session(Block["agent_session"]):  # lower case like ``scope``: used 
                                      outcome, loop))
 
     def __enter__(self) -> agent_session:
-        self._tokens.append(_SESSION.set(self))
+        self._tokens.append(SESSION.set(self))
         return self
 
     def __exit__(
@@ -150,12 +152,12 @@ class agent_session(Block["agent_session"]):  # lower case like ``scope``: used 
         # newest token that belongs to this context (reset refuses the others).
         for i in range(len(self._tokens) - 1, -1, -1):
             try:
-                _SESSION.reset(self._tokens[i])
+                SESSION.reset(self._tokens[i])
             except ValueError:
                 continue
             del self._tokens[i]
             return
-        _SESSION.set(None)  # exited in a context that never entered (generator hand-over)
+        SESSION.set(None)  # exited in a context that never entered (generator hand-over)
 
     def __repr__(self) -> str:
         return (f"agent_session(tenant={self.tenant!r}, session_id={self.session_id!r}, "
@@ -164,4 +166,4 @@ class agent_session(Block["agent_session"]):  # lower case like ``scope``: used 
 
 def current_session() -> agent_session | None:
     """The innermost active session in this context, or None."""
-    return _SESSION.get()
+    return SESSION.get()

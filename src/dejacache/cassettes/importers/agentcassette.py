@@ -40,7 +40,7 @@ from ...errors import DejacacheError
 from ...scope import current
 from ..redact import Redactor
 from ..store import Cassette
-from . import Converted, ImportReport, Skipped
+from .report import Converted, ImportReport, Skipped
 
 __all__ = ["convert"]
 

@@ -33,9 +33,9 @@ from ...http.transport import Options, handle_sync
 from ...scope import current
 from ..redact import Redactor
 from ..store import Cassette
-from . import Converted, ImportReport, Skipped
 from ._bodies import Unreadable, codings, decode, request_body, response_body
 from ._limits import InflateBudget, OverBudget
+from .report import Converted, ImportReport, Skipped
 
 __all__ = ["Exchange", "library", "read", "record"]
 
