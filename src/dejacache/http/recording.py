@@ -267,131 +267,140 @@ async def _aread_ahead(rec: Recorder, source: AsyncIterator[bytes], ahead: _Ahea
 _TASKS: set[asyncio.Task[None]] = set()
 
 
+class _SyncRecording:
+    """A sync response body that hands each chunk on while the recorder reads it (the
+    library's ``SyncByteStream`` is added by :func:`recording_classes`)."""
+
+    def __init__(self, rec: Recorder, store: StoreSync) -> None:
+        self._rec = rec
+        self._store = store
+        self._ahead: _Ahead | None = None
+
+    def __iter__(self) -> Iterator[bytes]:
+        rec = self._rec
+        source = iter(rec.live.iter_bytes())
+        try:
+            for chunk in source:
+                if rec.open and rec.feed(chunk):
+                    if rec.stage >= END:
+                        rec.complete(self._store)
+                    elif rec.stage == FINISHING:
+                        yield from self._read_on(chunk, source)
+                        continue
+                yield chunk
+        except Exception:
+            rec.failed()
+            raise
+        rec.complete(self._store)  # the end of the body: the answer is all there
+
+    def _read_on(self, chunk: bytes, source: Iterator[bytes]) -> Iterator[bytes]:
+        # Before handing over the finishing event, read on to the end marker. In a
+        # thread, so a server stalling in between costs a bounded wait.
+        rec = self._rec
+        ahead = self._ahead = _Ahead()
+        reader = threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(_read_ahead, rec, source, ahead, self._store),
+            name="dejacache-read-ahead", daemon=True,
+        )
+        reader.start()
+        reader.join(READ_AHEAD_TIMEOUT)
+        if ahead.give_up() and ahead.error is None:
+            rec.complete(self._store)
+        yield chunk
+        reader.join()  # the caller reads on: it would have waited for these anyway
+        yield from ahead.chunks
+        if ahead.error is not None:
+            rec.failed()
+            raise ahead.error
+
+    def close(self) -> None:
+        ahead = self._ahead
+        if ahead is not None and ahead.defer_close():
+            return  # the reader settles the recording, then closes the response
+        self._rec.abandon("was closed before the end of the answer")
+        self._rec.live.close()
+
+    def __del__(self) -> None:
+        ahead = self._ahead
+        if self._rec.open and (ahead is None or ahead.done):
+            self._rec.abandon("was dropped before the end of the answer")
+
+
+class _AsyncRecording:
+    """The async twin of :class:`_SyncRecording` (with the library's ``AsyncByteStream``)."""
+
+    def __init__(self, rec: Recorder, store: StoreAsync) -> None:
+        self._rec = rec
+        self._store = store
+        self._ahead: _Ahead | None = None
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        rec = self._rec
+        source = rec.live.aiter_bytes().__aiter__()
+        try:
+            async for chunk in source:
+                if rec.open and rec.feed(chunk):
+                    if rec.stage >= END:
+                        await rec.acomplete(self._store)
+                    elif rec.stage == FINISHING:
+                        async for c in self._read_on(chunk, source):
+                            yield c
+                        continue
+                yield chunk
+        except Exception:
+            rec.failed()
+            raise
+        await rec.acomplete(self._store)
+
+    async def _read_on(self, chunk: bytes,
+                       source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        rec = self._rec
+        ahead = self._ahead = _Ahead()
+        reader = _aread_ahead(rec, source, ahead, self._store)
+        import asyncio  # a coroutine runs here (see _aread_ahead)
+
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # another event loop (trio): read ahead without a bound
+            await reader
+            task = None
+        else:
+            task = asyncio.ensure_future(reader)
+            # wait() never cancels the reader: a late end marker is still read and stored.
+            await asyncio.wait((task,), timeout=READ_AHEAD_TIMEOUT)
+            if not task.done():
+                _TASKS.add(task)
+                task.add_done_callback(_TASKS.discard)
+        if ahead.give_up() and ahead.error is None:
+            await rec.acomplete(self._store)
+        yield chunk
+        if task is not None:
+            await task
+        for c in ahead.chunks:
+            yield c
+        if ahead.error is not None:
+            rec.failed()
+            raise ahead.error
+
+    async def aclose(self) -> None:
+        ahead = self._ahead
+        if ahead is not None and ahead.defer_close():
+            return  # the reader settles the recording, then closes the response
+        self._rec.abandon("was closed before the end of the answer")
+        await self._rec.live.aclose()
+
+    def __del__(self) -> None:
+        ahead = self._ahead
+        if self._rec.open and (ahead is None or ahead.done):
+            self._rec.abandon("was dropped before the end of the answer")
+
+
 @functools.cache
 def recording_classes(lib: Lib) -> tuple[type, type]:
-    """The sync and async byte streams (for ``lib``) that hand chunks on while recording."""
+    """The sync and async byte streams (for ``lib``) that hand chunks on while recording:
+    the recording behaviour above on the library's own stream classes, so the library and
+    the SDKs above it take them for their own."""
     m = lib.module
-
-    class RecordingStream(m.SyncByteStream):  # type: ignore[misc,name-defined]
-        def __init__(self, rec: Recorder, store: StoreSync) -> None:
-            self._rec = rec
-            self._store = store
-            self._ahead: _Ahead | None = None
-
-        def __iter__(self) -> Iterator[bytes]:
-            rec = self._rec
-            source = iter(rec.live.iter_bytes())
-            try:
-                for chunk in source:
-                    if rec.open and rec.feed(chunk):
-                        if rec.stage >= END:
-                            rec.complete(self._store)
-                        elif rec.stage == FINISHING:
-                            yield from self._read_on(chunk, source)
-                            continue
-                    yield chunk
-            except Exception:
-                rec.failed()
-                raise
-            rec.complete(self._store)  # the end of the body: the answer is all there
-
-        def _read_on(self, chunk: bytes, source: Iterator[bytes]) -> Iterator[bytes]:
-            # Before handing over the finishing event, read on to the end marker. In a
-            # thread, so a server stalling in between costs a bounded wait.
-            rec = self._rec
-            ahead = self._ahead = _Ahead()
-            reader = threading.Thread(
-                target=contextvars.copy_context().run,
-                args=(_read_ahead, rec, source, ahead, self._store),
-                name="dejacache-read-ahead", daemon=True,
-            )
-            reader.start()
-            reader.join(READ_AHEAD_TIMEOUT)
-            if ahead.give_up() and ahead.error is None:
-                rec.complete(self._store)
-            yield chunk
-            reader.join()  # the caller reads on: it would have waited for these anyway
-            yield from ahead.chunks
-            if ahead.error is not None:
-                rec.failed()
-                raise ahead.error
-
-        def close(self) -> None:
-            ahead = self._ahead
-            if ahead is not None and ahead.defer_close():
-                return  # the reader settles the recording, then closes the response
-            self._rec.abandon("was closed before the end of the answer")
-            self._rec.live.close()
-
-        def __del__(self) -> None:
-            ahead = self._ahead
-            if self._rec.open and (ahead is None or ahead.done):
-                self._rec.abandon("was dropped before the end of the answer")
-
-    class AsyncRecordingStream(m.AsyncByteStream):  # type: ignore[misc,name-defined]
-        def __init__(self, rec: Recorder, store: StoreAsync) -> None:
-            self._rec = rec
-            self._store = store
-            self._ahead: _Ahead | None = None
-
-        async def __aiter__(self) -> AsyncIterator[bytes]:
-            rec = self._rec
-            source = rec.live.aiter_bytes().__aiter__()
-            try:
-                async for chunk in source:
-                    if rec.open and rec.feed(chunk):
-                        if rec.stage >= END:
-                            await rec.acomplete(self._store)
-                        elif rec.stage == FINISHING:
-                            async for c in self._read_on(chunk, source):
-                                yield c
-                            continue
-                    yield chunk
-            except Exception:
-                rec.failed()
-                raise
-            await rec.acomplete(self._store)
-
-        async def _read_on(self, chunk: bytes,
-                           source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-            rec = self._rec
-            ahead = self._ahead = _Ahead()
-            reader = _aread_ahead(rec, source, ahead, self._store)
-            import asyncio  # a coroutine runs here (see _aread_ahead)
-
-            try:
-                asyncio.get_running_loop()
-            except RuntimeError:  # another event loop (trio): read ahead without a bound
-                await reader
-                task = None
-            else:
-                task = asyncio.ensure_future(reader)
-                # wait() never cancels the reader: a late end marker is still read and stored.
-                await asyncio.wait((task,), timeout=READ_AHEAD_TIMEOUT)
-                if not task.done():
-                    _TASKS.add(task)
-                    task.add_done_callback(_TASKS.discard)
-            if ahead.give_up() and ahead.error is None:
-                await rec.acomplete(self._store)
-            yield chunk
-            if task is not None:
-                await task
-            for c in ahead.chunks:
-                yield c
-            if ahead.error is not None:
-                rec.failed()
-                raise ahead.error
-
-        async def aclose(self) -> None:
-            ahead = self._ahead
-            if ahead is not None and ahead.defer_close():
-                return  # the reader settles the recording, then closes the response
-            self._rec.abandon("was closed before the end of the answer")
-            await self._rec.live.aclose()
-
-        def __del__(self) -> None:
-            ahead = self._ahead
-            if self._rec.open and (ahead is None or ahead.done):
-                self._rec.abandon("was dropped before the end of the answer")
-
-    return RecordingStream, AsyncRecordingStream
+    return (type("RecordingStream", (_SyncRecording, m.SyncByteStream), {}),
+            type("AsyncRecordingStream", (_AsyncRecording, m.AsyncByteStream), {}))

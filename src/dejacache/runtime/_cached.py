@@ -8,6 +8,7 @@ and store misses, and have one answer per key. Keys and counters: :mod:`._layout
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import inspect
 import time
@@ -309,153 +310,200 @@ def _blob_size(body: Any) -> int:
     return body.obj.__len__() if type(body) is memoryview else len(body)  # type: ignore[attr-defined]
 
 
-def wrap_cached(tc: ToolCache) -> Callable[..., Any]:
-    """The sync or async wrapper of one tool.
+# Reads answer (value or PROCEED, bytes served, body, blob): single-flight waiters make their
+# own copy from the body (one ``orjson.loads``) or the blob (the codec).
 
-    A warm hit (issue 5: within 2x of ``@cache``'s) is: the session, the key head and
-    counter names (remembered per prefix and entity), the counters read (every call, unless
-    ``counter_max_age`` says otherwise: they are the invalidation), the argument digest
-    (``KeyBuilder.hit_key``), the store's short ``hit`` and one ``orjson.loads``, the loop
-    guard, one metrics increment, the session trace.
 
-    The digest looked up first is that of the fast canonical form (``KeyBuilder.bind_key``);
-    entries are stored under the full form's (``digest(canonical)``). The two differ only
-    for arguments holding credentials or volatile fields below the top level, and then the
-    fast one matches no stored entry (a stored form never holds an unmasked credential, so
-    equal digests mean equal forms, and such a form is the full one): a hit proves its
-    digest is the full one. A miss works the full digest out before the loop guard sees it.
-
-    The decisions are made once, by ``ToolCache`` and the pure steps below; the sync and
-    async drivers differ by their awaits (reads, counters, the tool, the write), and the
-    sync hit path is inlined (see ``sync_wrapper``).
-    """
-    fn = tc.fn
-    name, resource = tc.name, tc.resource
-    quick, seed = tc.keys.hit_key, tc.seed
-
-    # Reads answer (value or PROCEED, bytes served, body, blob): single-flight waiters make
-    # their own copy from the body (one ``orjson.loads``) or the blob (the codec).
-
-    def _general(store: Store, prefix: str, key: str, rec: Record | None) -> _Read:
-        """A read through ``get`` and the codec (``rec``: already read)."""
-        if rec is None:
-            try:
-                rec = store.get(key)
-            except Exception as exc:
-                return _read_failed(store, exc)
-            if rec is None:
-                return _MISSED
-        got = tc.decoded(prefix, key, rec.value)
-        if got is _MISSED:  # unusable: deleted, so the tool's fresh result replaces it
-            with contextlib.suppress(Exception):
-                store.delete(key)
-        return got
-
-    async def _ageneral(store: Store, prefix: str, key: str) -> _Read:
-        # ``_general``'s awaited twin: only its I/O (aget, adelete) differs; what a read
-        # means is ``ToolCache.decoded`` and ``_read_failed``.
+def _general(tc: ToolCache, store: Store, prefix: str, key: str, rec: Record | None) -> _Read:
+    """A read through ``get`` and the codec (``rec``: already read)."""
+    if rec is None:
         try:
-            rec = await store.aget(key)
+            rec = store.get(key)
         except Exception as exc:
             return _read_failed(store, exc)
         if rec is None:
             return _MISSED
-        got = tc.decoded(prefix, key, rec.value)
-        if got is _MISSED:  # unusable: deleted, so the tool's fresh result replaces it
-            with contextlib.suppress(Exception):
-                await store.adelete(key)
-        return got
+    got = tc.decoded(prefix, key, rec.value)
+    if got is _MISSED:  # unusable: deleted, so the tool's fresh result replaces it
+        with contextlib.suppress(Exception):
+            store.delete(key)
+    return got
 
-    def _short(store: Any, prefix: str, key: str) -> _Read:
-        """A read through the store's ``hit`` (``Route.short``)."""
+
+async def _ageneral(tc: ToolCache, store: Store, prefix: str, key: str) -> _Read:
+    # ``_general``'s awaited twin: only its I/O (aget, adelete) differs; what a read means
+    # is ``ToolCache.decoded`` and ``_read_failed``.
+    try:
+        rec = await store.aget(key)
+    except Exception as exc:
+        return _read_failed(store, exc)
+    if rec is None:
+        return _MISSED
+    got = tc.decoded(prefix, key, rec.value)
+    if got is _MISSED:  # unusable: deleted, so the tool's fresh result replaces it
+        with contextlib.suppress(Exception):
+            await store.adelete(key)
+    return got
+
+
+def _short(tc: ToolCache, store: Any, prefix: str, key: str) -> _Read:
+    """A read through the store's ``hit`` (``Route.short``)."""
+    try:
+        item = store.hit(key)
+    except Exception:  # the general read reports it (and fails open)
+        return _general(tc, store, prefix, key, None)
+    if item is None:
+        return _MISSED
+    body = item[0]
+    if body is not None:
         try:
-            item = store.hit(key)
-        except Exception:  # the general read reports it (and fails open)
-            return _general(store, prefix, key, None)
-        if item is None:
-            return _MISSED
-        body = item[0]
+            # Checked against the key by the store: one loads is the caller's own copy.
+            return _loads(body), _blob_size(body), body, None
+        except orjson.JSONDecodeError:
+            pass  # decoded again below, which reports it
+    # Tagged values and anything the store would not vouch for: the codec decides.
+    return _general(tc, store, prefix, key, item[3])
+
+
+def _load(tc: ToolCache, r: Route, prefix: str, key: str) -> _Read:
+    if r.short:
+        return _short(tc, r.store, prefix, key)
+    return _general(tc, r.store, prefix, key, None)
+
+
+async def _aload(tc: ToolCache, r: Route, prefix: str, key: str) -> _Read:
+    if r.ashort:
+        return _short(tc, r.store, prefix, key)
+    return await _ageneral(tc, r.store, prefix, key)
+
+
+# The pure steps both drivers take.
+
+
+def _first_key(tc: ToolCache, args: Args, kwargs: Kwargs) -> tuple[str, bool]:
+    """(argument digest to look up first, whether it is the full form's)."""
+    fast = tc.keys.hit_key(args, kwargs, tc.seed)
+    if fast is not None:
+        return fast, False
+    _bound, fast, _body, _tail, full = tc.keys.bind_key(args, kwargs, tc.seed)
+    return fast, full
+
+
+def _finish(tc: ToolCache, sess: agent_session | None, adigest: str, value: Any, tr: Trace
+            ) -> Any:
+    return guard_after(sess, tc.name, tc.resource, adigest, value, tr)
+
+
+def _served(tc: ToolCache, sess: agent_session | None, adigest: str, got: _Read, tr: Trace
+            ) -> Any:
+    """A hit found past the first lookup (or on the async path)."""
+    m.count_hit(sess.tenant if sess is not None else None, tc.resource, tc.name, got[1])
+    tr.outcome = "hit"
+    return _finish(tc, sess, adigest, got[0], tr)
+
+
+def _bypassing(tc: ToolCache, sess: agent_session | None, tr: Trace, args: Args,
+               kwargs: Kwargs) -> tuple[str, Any]:
+    """The counters cannot be read: the tool runs, neither reading nor writing entries.
+    (argument digest, PROCEED or the loop guard's answer instead)."""
+    adigest = tr.digest = tc.full_digest(args, kwargs)
+    nudge = guard_before(sess, tc.name, tc.resource, adigest, tr)
+    if nudge is PROCEED:
+        m.count(sess.tenant if sess is not None else None, tc.resource, tc.name, m.BYPASSED)
+        tr.outcome = "bypassed"
+    return adigest, nudge
+
+
+def _missing(tc: ToolCache, sess: agent_session | None, tr: Trace, args: Args,
+             kwargs: Kwargs, fast: str, full: bool) -> tuple[str, Any]:
+    """No entry under the first key: (the full digest, PROCEED or the loop guard's answer
+    instead). Under a digest other than ``fast`` the entry is looked up again."""
+    adigest = tr.digest = fast if full else tc.full_digest(args, kwargs)
+    return adigest, guard_before(sess, tc.name, tc.resource, adigest, tr)
+
+
+def _again(tc: ToolCache, tenant: str | None, got: _Read, tr: Trace) -> _Led:
+    # Checked again as leader: a flight that finished (or was abandoned) between our miss
+    # and now may have stored the value; running the tool again would be waste.
+    m.count_hit(tenant, tc.resource, tc.name, got[1])
+    tr.outcome = "hit"
+    return got[0], got[2], got[3]
+
+
+def _landed(tc: ToolCache, sess: agent_session | None, tr: Trace, adigest: str, prefix: str,
+            key: str, flown: _Led, led: bool) -> Any:
+    """A flight's result for this caller: a waiter gets its own copy."""
+    result, body, blob = flown
+    if not led:
+        m.count(sess.tenant if sess is not None else None, tc.resource, tc.name, m.COALESCED)
+        tr.outcome = "coalesced"
         if body is not None:
+            result = _loads(body)
+        elif blob is not None:
+            result = tc.decode(prefix, key, blob)
+        # else not cached: the leader's object, as for any uncached call
+    return _finish(tc, sess, adigest, result, tr)
+
+
+@dataclasses.dataclass(slots=True)
+class _Lookup:
+    """Where a call's entry is looked for, once its counters are read: what a miss needs
+    to look again, run the tool and store its result."""
+
+    prefix: str
+    head: str
+    names: tuple[str, ...]
+    route: Route
+    values: list[int]
+    vpart: str
+    fast: str
+    full: bool
+
+
+# The sync driver.
+
+
+def _sync_miss(tc: ToolCache, sess: agent_session | None, tr: Trace, args: Args,
+               kwargs: Kwargs, at: _Lookup) -> Any:
+    adigest, nudge = _missing(tc, sess, tr, args, kwargs, at.fast, at.full)
+    if nudge is not PROCEED:
+        return nudge
+    r, prefix = at.route, at.prefix
+    key = at.head + at.vpart + adigest
+    if adigest != at.fast:  # looked up under the fast form's digest: now the full one
+        got = _load(tc, r, prefix, key)
+        if got[0] is not PROCEED:
+            return _served(tc, sess, adigest, got, tr)
+    tenant = sess.tenant if sess is not None else None
+
+    def lead() -> _Led:
+        got = _load(tc, r, prefix, key)
+        if got[0] is not PROCEED:
+            return _again(tc, tenant, got, tr)
+        t0 = time.perf_counter()
+        result = tc.fn(*args, **kwargs)
+        rec, blob = tc.settle(tenant, prefix, key, result, time.perf_counter() - t0)
+        if rec is not None and tc.fresh(tenant, at.values, r.gens.read(at.names)):
             try:
-                # Checked against the key by the store: one loads is the caller's own copy.
-                return _loads(body), _blob_size(body), body, None
-            except orjson.JSONDecodeError:
-                pass  # decoded again below, which reports it
-        # Tagged values and anything the store would not vouch for: the codec decides.
-        return _general(store, prefix, key, item[3])
+                r.store.put(key, rec, ttl=tc.ttl)
+                m.count(tenant, tc.resource, tc.name, m.BSTORED, len(rec.value))
+            except Exception as exc:
+                _put_failed(r.store, exc)
+        return result, None, blob
 
-    def _load(r: Route, prefix: str, key: str) -> _Read:
-        if r.short:
-            return _short(r.store, prefix, key)
-        return _general(r.store, prefix, key, None)
+    flown, led = tc.flights.run(key, lead)
+    return _landed(tc, sess, tr, adigest, prefix, key, flown, led)
 
-    async def _aload(r: Route, prefix: str, key: str) -> _Read:
-        if r.ashort:
-            return _short(r.store, prefix, key)
-        return await _ageneral(r.store, prefix, key)
 
-    # The pure steps both drivers take.
-
-    def _first_key(args: Args, kwargs: Kwargs) -> tuple[str, bool]:
-        """(argument digest to look up first, whether it is the full form's)."""
-        fast = quick(args, kwargs, seed)
-        if fast is not None:
-            return fast, False
-        _bound, fast, _body, _tail, full = tc.keys.bind_key(args, kwargs, seed)
-        return fast, full
-
-    def _finish(sess: agent_session | None, adigest: str, value: Any, tr: Trace) -> Any:
-        return guard_after(sess, name, resource, adigest, value, tr)
-
-    def _served(sess: agent_session | None, adigest: str, got: _Read, tr: Trace) -> Any:
-        """A hit found past the first lookup (or on the async path)."""
-        m.count_hit(sess.tenant if sess is not None else None, resource, name, got[1])
-        tr.outcome = "hit"
-        return _finish(sess, adigest, got[0], tr)
-
-    def _bypassing(sess: agent_session | None, tr: Trace, args: Args, kwargs: Kwargs
-                   ) -> tuple[str, Any]:
-        """The counters cannot be read: the tool runs, neither reading nor writing entries.
-        (argument digest, PROCEED or the loop guard's answer instead)."""
-        adigest = tr.digest = tc.full_digest(args, kwargs)
-        nudge = guard_before(sess, name, resource, adigest, tr)
-        if nudge is PROCEED:
-            m.count(sess.tenant if sess is not None else None, resource, name, m.BYPASSED)
-            tr.outcome = "bypassed"
-        return adigest, nudge
-
-    def _missing(sess: agent_session | None, tr: Trace, args: Args, kwargs: Kwargs,
-                 fast: str, full: bool) -> tuple[str, Any]:
-        """No entry under the first key: (the full digest, PROCEED or the loop guard's
-        answer instead). Under a digest other than ``fast`` the entry is looked up again."""
-        adigest = tr.digest = fast if full else tc.full_digest(args, kwargs)
-        return adigest, guard_before(sess, name, resource, adigest, tr)
-
-    def _again(tenant: str | None, got: _Read, tr: Trace) -> _Led:
-        # Checked again as leader: a flight that finished (or was abandoned) between our
-        # miss and now may have stored the value; running the tool again would be waste.
-        m.count_hit(tenant, resource, name, got[1])
-        tr.outcome = "hit"
-        return got[0], got[2], got[3]
-
-    def _landed(sess: agent_session | None, tr: Trace, adigest: str, prefix: str, key: str,
-                flown: _Led, led: bool) -> Any:
-        """A flight's result for this caller: a waiter gets its own copy."""
-        result, body, blob = flown
-        if not led:
-            m.count(sess.tenant if sess is not None else None, resource, name, m.COALESCED)
-            tr.outcome = "coalesced"
-            if body is not None:
-                result = _loads(body)
-            elif blob is not None:
-                result = tc.decode(prefix, key, blob)
-            # else not cached: the leader's object, as for any uncached call
-        return _finish(sess, adigest, result, tr)
-
-    # The sync driver.
+def _sync_wrapper(tc: ToolCache) -> Callable[..., Any]:
+    """The sync driver. One function for the whole of a hit: every call level cost ~0.1 µs
+    of a ~7 µs hit, so what a hit does is written out here, in a closure over the tool's
+    state, and the rest (misses, bypasses, the loop guard) calls the steps above."""
+    fn = tc.fn
+    name, resource = tc.name, tc.resource
+    quick, seed = tc.keys.hit_key, tc.seed
 
     def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-        # One function for the whole of a hit: every call level was ~0.1 µs of ~7 (issue 5).
         # A hit without a loop guard traces from locals; the other paths fill a Trace. The
         # try/except/finally below is a deliberate twin of ``_tracing.traced_call`` (which
         # the async driver uses): a hit without a loop guard builds no Trace and enters no
@@ -485,15 +533,15 @@ def wrap_cached(tc: ToolCache) -> Callable[..., Any]:
                 values = gens.read(names, tc.counter_max_age)
                 if values is None:  # unknown: no entry can be proven fresh, skip the cache
                     tr = Trace("miss")
-                    adigest, nudge = _bypassing(sess, tr, args, kwargs)
+                    adigest, nudge = _bypassing(tc, sess, tr, args, kwargs)
                     if nudge is not PROCEED:
                         return nudge
-                    return _finish(sess, adigest, fn(*args, **kwargs), tr)
+                    return _finish(tc, sess, adigest, fn(*args, **kwargs), tr)
                 vpart = f"{gens.epoch}.{'.'.join(map(str, values))}/"
             fast = quick(args, kwargs, seed)
             full = False
             if fast is None:
-                fast, full = _first_key(args, kwargs)
+                fast, full = _first_key(tc, args, kwargs)
             key = head + vpart + fast
             if r.short:
                 # _short inlined: a checked body, one loads.
@@ -513,13 +561,13 @@ def wrap_cached(tc: ToolCache) -> Callable[..., Any]:
                         else:
                             size = _blob_size(body)
                     if body is None:  # tagged values, damage, a failing hit: the codec
-                        value, size, _b, _s = _general(r.store, prefix, key, item[3])
+                        value, size, _b, _s = _general(tc, r.store, prefix, key, item[3])
             else:
-                value, size, _b, _s = _general(r.store, prefix, key, None)
+                value, size, _b, _s = _general(tc, r.store, prefix, key, None)
             if value is PROCEED:
                 tr = Trace("miss")
-                return _sync_miss(sess, tr, args, kwargs, prefix, head, names, r, values,
-                                  vpart, fast, full)
+                return _sync_miss(tc, sess, tr, args, kwargs, _Lookup(
+                    prefix, head, names, r, values, vpart, fast, full))
             adigest = fast  # a hit proves it is the full form's digest
             if sess is None:
                 m.count_hit(None, resource, name, size)
@@ -535,7 +583,7 @@ def wrap_cached(tc: ToolCache) -> Callable[..., Any]:
                 tr.outcome = "nudged"
                 return nudge
             m.count_hit(sess.tenant, resource, name, size)
-            return _finish(sess, adigest, value, tr)
+            return _finish(tc, sess, adigest, value, tr)
         except AgentLoopDetected:
             outcome = "blocked"
             raise
@@ -552,113 +600,122 @@ def wrap_cached(tc: ToolCache) -> Callable[..., Any]:
                     sess.note_call(name, resource, tr.digest, tr.outcome,
                                    tr.loops[-1].pattern if tr.loops else None)
 
-    def _sync_miss(sess: agent_session | None, tr: Trace, args: Args, kwargs: Kwargs,
-                   prefix: str, head: str, names: tuple[str, ...], r: Route,
-                   values: list[int], vpart: str, fast: str, full: bool) -> Any:
-        adigest, nudge = _missing(sess, tr, args, kwargs, fast, full)
+    return sync_wrapper
+
+
+# The async driver: the same steps, awaited.
+
+
+async def _async_call(tc: ToolCache, sess: agent_session | None, tr: Trace, args: Args,
+                      kwargs: Kwargs) -> Any:
+    fn = tc.fn
+    where = tc.where(sess, args, kwargs)
+    if where is None:
+        tr.outcome = "bypassed"
+        return await fn(*args, **kwargs)
+    prefix, head, names, cell = where
+    r = tc.route()
+    if r.local:
+        values, vpart = tc.local_counters(r.gens, names, cell)
+    else:
+        got_values = await r.gens.aread(names, tc.counter_max_age)
+        if got_values is None:
+            adigest, nudge = _bypassing(tc, sess, tr, args, kwargs)
+            if nudge is not PROCEED:
+                return nudge
+            return _finish(tc, sess, adigest, await fn(*args, **kwargs), tr)
+        values = got_values
+        vpart = f"{r.gens.epoch}.{'.'.join(map(str, values))}/"
+    fast, full = _first_key(tc, args, kwargs)
+    got = await _aload(tc, r, prefix, head + vpart + fast)
+    if got[0] is not PROCEED:
+        adigest = tr.digest = fast
+        if sess is None or sess.guard is None:  # the commonest async hit, inlined
+            m.count_hit(sess.tenant if sess is not None else None, tc.resource, tc.name,
+                        got[1])
+            tr.outcome = "hit"
+            return got[0]
+        nudge = guard_before(sess, tc.name, tc.resource, adigest, tr)
         if nudge is not PROCEED:
             return nudge
-        key = head + vpart + adigest
-        if adigest != fast:  # looked up under the fast form's digest: now the full one
-            got = _load(r, prefix, key)
-            if got[0] is not PROCEED:
-                return _served(sess, adigest, got, tr)
-        tenant = sess.tenant if sess is not None else None
+        return _served(tc, sess, adigest, got, tr)
+    return await _async_miss(tc, sess, tr, args, kwargs, _Lookup(
+        prefix, head, names, r, values, vpart, fast, full))
 
-        def lead() -> _Led:
-            got = _load(r, prefix, key)
-            if got[0] is not PROCEED:
-                return _again(tenant, got, tr)
-            t0 = time.perf_counter()
-            result = fn(*args, **kwargs)
-            rec, blob = tc.settle(tenant, prefix, key, result, time.perf_counter() - t0)
-            if rec is not None and tc.fresh(tenant, values, r.gens.read(names)):
-                try:
-                    r.store.put(key, rec, ttl=tc.ttl)
-                    m.count(tenant, resource, name, m.BSTORED, len(rec.value))
-                except Exception as exc:
-                    _put_failed(r.store, exc)
-            return result, None, blob
 
-        flown, led = tc.flights.run(key, lead)
-        return _landed(sess, tr, adigest, prefix, key, flown, led)
+async def _async_miss(tc: ToolCache, sess: agent_session | None, tr: Trace, args: Args,
+                      kwargs: Kwargs, at: _Lookup) -> Any:
+    adigest, nudge = _missing(tc, sess, tr, args, kwargs, at.fast, at.full)
+    if nudge is not PROCEED:
+        return nudge
+    r, prefix = at.route, at.prefix
+    key = at.head + at.vpart + adigest
+    if adigest != at.fast:
+        got = await _aload(tc, r, prefix, key)
+        if got[0] is not PROCEED:
+            return _served(tc, sess, adigest, got, tr)
+    tenant = sess.tenant if sess is not None else None
 
-    # The async driver: the same steps, awaited.
+    async def lead() -> _Led:
+        got = await _aload(tc, r, prefix, key)
+        if got[0] is not PROCEED:
+            return _again(tc, tenant, got, tr)
+        t0 = time.perf_counter()
+        result = await tc.fn(*args, **kwargs)
+        rec, blob = tc.settle(tenant, prefix, key, result, time.perf_counter() - t0)
+        if rec is not None and tc.fresh(tenant, at.values, await r.gens.aread(at.names)):
+            try:
+                await r.store.aput(key, rec, ttl=tc.ttl)
+                m.count(tenant, tc.resource, tc.name, m.BSTORED, len(rec.value))
+            except Exception as exc:
+                _put_failed(r.store, exc)
+        return result, None, blob
 
+    flown, led = await tc.flights.arun(key, lead)
+    return _landed(tc, sess, tr, adigest, prefix, key, flown, led)
+
+
+def _async_wrapper(tc: ToolCache) -> Callable[..., Any]:
     async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
         # ``atraced_call`` written out: its extra coroutine level is ~0.5 µs of an async hit.
         sess = SESSION.get()
         if sess is None or not sess.tracing:
-            return await _async_call(sess, Trace("miss"), args, kwargs)
-        with Noted(sess, name, resource, "miss") as tr:
-            return await _async_call(sess, tr, args, kwargs)
+            return await _async_call(tc, sess, Trace("miss"), args, kwargs)
+        with Noted(sess, tc.name, tc.resource, "miss") as tr:
+            return await _async_call(tc, sess, tr, args, kwargs)
 
-    async def _async_call(sess: agent_session | None, tr: Trace, args: Args, kwargs: Kwargs
-                          ) -> Any:
-        where = tc.where(sess, args, kwargs)
-        if where is None:
-            tr.outcome = "bypassed"
-            return await fn(*args, **kwargs)
-        prefix, head, names, cell = where
-        r = tc.route()
-        if r.local:
-            values, vpart = tc.local_counters(r.gens, names, cell)
-        else:
-            got_values = await r.gens.aread(names, tc.counter_max_age)
-            if got_values is None:
-                adigest, nudge = _bypassing(sess, tr, args, kwargs)
-                if nudge is not PROCEED:
-                    return nudge
-                return _finish(sess, adigest, await fn(*args, **kwargs), tr)
-            values = got_values
-            vpart = f"{r.gens.epoch}.{'.'.join(map(str, values))}/"
-        fast, full = _first_key(args, kwargs)
-        got = await _aload(r, prefix, head + vpart + fast)
-        if got[0] is not PROCEED:
-            adigest = tr.digest = fast
-            if sess is None or sess.guard is None:  # the commonest async hit, inlined
-                m.count_hit(sess.tenant if sess is not None else None, resource, name, got[1])
-                tr.outcome = "hit"
-                return got[0]
-            nudge = guard_before(sess, name, resource, adigest, tr)
-            if nudge is not PROCEED:
-                return nudge
-            return _served(sess, adigest, got, tr)
-        adigest, nudge = _missing(sess, tr, args, kwargs, fast, full)
-        if nudge is not PROCEED:
-            return nudge
-        key = head + vpart + adigest
-        if adigest != fast:
-            got = await _aload(r, prefix, key)
-            if got[0] is not PROCEED:
-                return _served(sess, adigest, got, tr)
-        tenant = sess.tenant if sess is not None else None
+    return async_wrapper
 
-        async def lead() -> _Led:
-            got = await _aload(r, prefix, key)
-            if got[0] is not PROCEED:
-                return _again(tenant, got, tr)
-            t0 = time.perf_counter()
-            result = await fn(*args, **kwargs)
-            rec, blob = tc.settle(tenant, prefix, key, result, time.perf_counter() - t0)
-            if rec is not None and tc.fresh(tenant, values, await r.gens.aread(names)):
-                try:
-                    await r.store.aput(key, rec, ttl=tc.ttl)
-                    m.count(tenant, resource, name, m.BSTORED, len(rec.value))
-                except Exception as exc:
-                    _put_failed(r.store, exc)
-            return result, None, blob
 
-        flown, led = await tc.flights.arun(key, lead)
-        return _landed(sess, tr, adigest, prefix, key, flown, led)
+def wrap_cached(tc: ToolCache) -> Callable[..., Any]:
+    """The sync or async wrapper of one tool.
 
+    A warm hit (the target: within 2x of ``@cache``'s, which ``benchmarks/bench_runtime.py``
+    checks) is: the session, the key head and counter names (remembered per prefix and
+    entity), the counters read (every call, unless ``counter_max_age`` says otherwise: they
+    are the invalidation), the argument digest (``KeyBuilder.hit_key``), the store's short
+    ``hit`` and one ``orjson.loads``, the loop guard, one metrics increment, the session
+    trace.
+
+    The digest looked up first is that of the fast canonical form (``KeyBuilder.bind_key``);
+    entries are stored under the full form's (``digest(canonical)``). The two differ only
+    for arguments holding credentials or volatile fields below the top level, and then the
+    fast one matches no stored entry (a stored form never holds an unmasked credential, so
+    equal digests mean equal forms, and such a form is the full one): a hit proves its
+    digest is the full one. A miss works the full digest out before the loop guard sees it.
+
+    The decisions are made once, by ``ToolCache`` and the steps above; the sync and async
+    drivers differ by their awaits (reads, counters, the tool, the write), and the sync hit
+    path is inlined (see ``_sync_wrapper``).
+    """
+    fn = tc.fn
     target = probe(fn)
     if inspect.isgeneratorfunction(target) or inspect.isasyncgenfunction(target):
         raise ConfigurationError(
             f"tool_cache({tc.name}): generators are not supported; return a value (use "
             "@dejacache.cache for generators)"
         )
-    wrapper = async_wrapper if inspect.iscoroutinefunction(target) else sync_wrapper
-    out = functools.wraps(fn)(wrapper)
+    make = _async_wrapper if inspect.iscoroutinefunction(target) else _sync_wrapper
+    out = functools.wraps(fn)(make(tc))
     out.tool_cache = tc  # type: ignore[attr-defined]
     return out
