@@ -81,10 +81,6 @@ class Prefix:
     def size(self) -> int:
         return sum(i.size for i in self.items)
 
-    def offset_of(self, index: int) -> int:
-        """Characters (canonical bytes) before item ``index``."""
-        return sum(i.size for i in self.items[:index])
-
     def breakpoints(self) -> list[int]:
         """Character offsets where the provider writes a cache entry (end of marked items)."""
         out, at = [], 0

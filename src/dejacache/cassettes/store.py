@@ -96,7 +96,6 @@ class Cassette(BaseStore):
         self._tape.on_index = self._order.indexed
         self._here = self._order.step  # where the calling task is (bound once: the hit path)
         self._writer = Writer(self._tape, self._order, mode=self.mode, shared=shared)
-        self._deleted = 0
         self._damage: CassetteError | None = None
         self._miss_divergence: dict[str, ReplayDivergence] = {}
         # Set when the block's save begins: a call completing later (a task or thread that
@@ -231,8 +230,8 @@ class Cassette(BaseStore):
             return True
 
     def delete(self, key: str) -> bool:
-        # Only reached for an entry whose bytes failed their checksum: forget it for this run.
-        self._deleted += 1
+        # Only reached for an entry whose bytes failed their checksum. A cassette forgets
+        # nothing: it is changed by re-recording.
         return False
 
     def iterate(self, name: str | None = None, namespace: str | None = None

@@ -26,7 +26,7 @@ import collections
 import dataclasses
 import os
 import pathlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -558,14 +558,6 @@ class CassetteDiff:
         return self.b.total_tokens - self.a.total_tokens
 
     @property
-    def input_token_delta(self) -> int:
-        return self.b.total_input_tokens - self.a.total_input_tokens
-
-    @property
-    def output_token_delta(self) -> int:
-        return self.b.total_output_tokens - self.a.total_output_tokens
-
-    @property
     def cost_delta(self) -> float:
         return self.b.cost - self.a.cost
 
@@ -718,8 +710,3 @@ def _changes(sa: Step, sb: Step, na: _Normaliser, nb: _Normaliser, limit: int) -
         ra, rb = na.response(sa), nb.response(sb)
         lines += [f"response.{d}" for d in field_diff(ra, rb, limit=limit)]
     return lines[:limit]
-
-
-def steps_of(view: CassetteView, kind: str | None = None) -> Sequence[Step]:
-    """The steps of one kind (all of them when ``kind`` is None)."""
-    return view.steps if kind is None else tuple(s for s in view.steps if s.kind == kind)

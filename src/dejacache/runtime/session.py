@@ -26,9 +26,6 @@ from .guard import GuardState, LoopGuard
 
 __all__ = ["SESSION", "ToolCallTrace", "agent_session", "current_session"]
 
-OUTCOMES = ("hit", "miss", "coalesced", "bypassed", "invalidation", "nudged", "blocked",
-            "traced", "error")
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ToolCallTrace:
