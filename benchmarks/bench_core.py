@@ -367,7 +367,7 @@ def bench_breakdown(items: list[tuple[Any, Any]], budget: float) -> dict[str, Ce
                            orjson.dumps(bound[i % n], option=orjson.OPT_SORT_KEYS)),
         budget=budget)
     walk = getattr(K, "_clean", None)
-    if walk is not None:  # issue 8: one walk for volatile and credential names and NaN
+    if walk is not None:  # one walk for volatile and credential names and NaN
         names = K._names_for(kb.volatile)
         rows["name and NaN walk (keys._clean; on a miss, or for calls holding None)"] = \
             time_each(lambda i: walk(bound[i % n], names), budget=budget)

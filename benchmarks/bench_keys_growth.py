@@ -8,7 +8,7 @@ assistant tool calls with ``"content": null``, tool results, assistant replies).
 
 Rows: ``full`` is ``KeyBuilder.key`` (the key a miss stores under: bind, volatile walk,
 orjson, xxh3); ``miss`` is what ``@cache`` pays for the key on a miss (the hit-path form,
-which on bytes never seen before is the full form). The goal (issue 12 item 5) is a ratio to
+which on bytes never seen before is the full form). The goal is a ratio to
 the floor that does not grow with N.
 
     .venv/bin/python benchmarks/bench_keys_growth.py

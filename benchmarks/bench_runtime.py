@@ -4,7 +4,7 @@ of an invalidation with 10 and with 100,000 cached entries, and Redis-backed too
 
     .venv/bin/python benchmarks/bench_runtime.py [--budget 0.5] [--entries 100000] [--quick]
 
-Targets (issue 5): tool-cache hit within 2x of the core decorator's hit; invalidation cost
+Targets: tool-cache hit within 2x of the core decorator's hit; invalidation cost
 independent of the number of cached entries. Prints Markdown.
 """
 

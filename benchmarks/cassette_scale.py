@@ -1,4 +1,4 @@
-"""Cassettes at scale, each figure from a fresh interpreter (issue 12, item 2).
+"""Cassettes at scale, each figure from a fresh interpreter.
 
 For cassettes of the 20 KB agent run (``dejacache.cassettes._workload``) at 10 / 1,000 /
 10,000 entries:

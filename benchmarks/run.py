@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="write the Markdown here (default: RESULTS.md for a full run of "
                          "everything; otherwise print only)")
     a = ap.parse_args(argv)
-    # Cold starts are measured with bytecode cached (issue 12): a PYTHONDONTWRITEBYTECODE
+    # Cold starts are measured with bytecode cached: a PYTHONDONTWRITEBYTECODE
     # inherited from the shell would make every fresh process recompile each edited module
     # inside the timed window, so the children run without it, after one compile of src/.
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)

@@ -123,7 +123,7 @@ class LoopbackHandler(BaseHTTPRequestHandler):
         self.wfile.write(out)
 
     # Streams: one event per HTTP chunk, flushed on its own, as real providers stream, so a
-    # client never gets two events in one socket read by luck (issue 8).
+    # client never gets two events in one socket read by luck.
 
     def start_stream(self, content_type: str = "text/event-stream",
                      headers: dict[str, str] | None = None) -> None:

@@ -498,7 +498,7 @@ def test_named_time_zones_survive() -> None:
         JsonCodec().decode(bad, key="k")
 
 
-# ------------------------------------------------------------------------------ issue 8
+# ------------------------------------------------------------------------ integers, NaN
 
 
 def test_huge_integers_round_trip() -> None:

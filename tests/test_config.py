@@ -30,7 +30,7 @@ def test_defaults(tmp_path: pathlib.Path) -> None:
     assert eff.mode == "auto"
     assert eff.namespace == "default"
     db = tmp_path / ".dejacache" / "cache.db"
-    # The default store is opened on first use (issue 12, item 6): settings alone create no file.
+    # The default store is opened on first use: settings alone create no file.
     assert isinstance(eff.store, dejacache.Store)
     assert eff.store.url == eff.source == f"sqlite:///{db}"
     assert not (tmp_path / ".dejacache").exists()
@@ -218,7 +218,7 @@ def test_effective_source_names_the_store(tmp_path: pathlib.Path) -> None:
 
 
 def test_the_default_store_opens_on_first_use_only(tmp_path: pathlib.Path) -> None:
-    # Issue 12, item 6: settings, scopes and cassette blocks with their own store used to
+    # Settings, scopes and cassette blocks with their own store used to
     # create <DEJACACHE_DIR>/cache.db just by computing the global settings.
     import pickle
 

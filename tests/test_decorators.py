@@ -717,7 +717,7 @@ def test_memory_hits_return_fresh_values_of_every_kind(
 
 
 def test_plain_memory_hits_are_fresh_counted_and_follow_configuration_changes() -> None:
-    """The short path (issue 12 item 4: a per-function plan, one ``orjson.loads`` of the
+    """The short path (a per-function plan, one ``orjson.loads`` of the
     stored body) hands out fresh copies, counts hits, and is rebuilt whenever the settings
     or a scope change: another store misses, record mode calls live, off bypasses."""
     calls: list[str] = []
@@ -756,7 +756,7 @@ def test_plain_memory_hits_are_fresh_counted_and_follow_configuration_changes() 
 
 
 def test_settings_changes_reach_the_warm_hit_path_at_once(store: dejacache.MemoryStore) -> None:
-    """The hot path reads the global settings from one cached slot (issue 12 item 4): every
+    """The hot path reads the global settings from one cached slot: every
     ``configure``, scope and ``config.reset`` still takes effect on the very next call."""
     from dejacache import config
 
@@ -804,7 +804,7 @@ def test_settings_changes_reach_the_warm_hit_path_at_once(store: dejacache.Memor
     assert calls == [1, 1, 1, 1, 1]
 
 
-# ------------------------------------------------------------ frozen=True (issue 12 item 4)
+# ------------------------------------------------------------ frozen=True
 
 
 def test_frozen_hits_share_one_read_only_value(memory_store: dejacache.MemoryStore) -> None:

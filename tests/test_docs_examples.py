@@ -1,4 +1,4 @@
-"""Every Python example in README.md and docs/ runs (issue 13, item 2).
+"""Every Python example in README.md and docs/ runs.
 
 Each ```python block is one test, run as printed against the loopback provider of
 tests/http/fake_provider.py: the SDKs find it through ``OPENAI_BASE_URL`` /

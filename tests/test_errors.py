@@ -13,7 +13,7 @@ from dejacache import errors
 def test_every_error_derives_from_dejacache_error() -> None:
     for name in errors.__all__:
         cls = getattr(errors, name)
-        if name == "DejacacheWarning":  # the one warning, kept with the tree (issue 8, item 9)
+        if name == "DejacacheWarning":  # the one warning, kept with the tree
             assert issubclass(cls, UserWarning) and getattr(dejacache, name) is cls
             continue
         assert issubclass(cls, dejacache.DejacacheError), name

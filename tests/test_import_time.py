@@ -1,4 +1,4 @@
-"""``import dejacache`` is cheap and does no I/O nobody asked for (issue 12, item 6).
+"""``import dejacache`` is cheap and does no I/O nobody asked for.
 
 Every check runs in a fresh interpreter and asserts on ``sys.modules`` and on the files that
 exist afterwards, never on milliseconds, so it is deterministic on a busy machine

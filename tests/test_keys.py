@@ -106,7 +106,7 @@ GOLDEN_CASES: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
     ),
 }
 
-# Schema 2 (issue 8) changed only the seed for these cases, and "scalars" (it holds a None)
+# Schema 2 changed only the seed for these cases, and "scalars" (it holds a None)
 # gained the None mark: otherwise their canonical bytes are those of schema 1.
 GOLDEN = {
     "empty": "5e826d7465a320e3506cd14f679dfd2b",
@@ -346,7 +346,7 @@ def test_non_finite_argument_is_not_none() -> None:
 
 
 def test_non_finite_inside_containers_is_not_none() -> None:
-    """Issue 8 item 6: orjson writes NaN and infinities as ``null``; they used to share
+    """orjson writes NaN and infinities as ``null``; they used to share
     ``None``'s key inside containers."""
     got = {_k(v=[x]) for x in (math.nan, math.inf, -math.inf, None, 0.0, -0.0)}
     assert len(got) == 6
@@ -357,7 +357,7 @@ def test_non_finite_inside_containers_is_not_none() -> None:
 def test_decorated_call_with_nan_never_gets_the_none_answer(
     memory_store: dejacache.MemoryStore,
 ) -> None:
-    """The issue's reproduction: ``f([nan])`` then ``f([None])`` returned ``[nan]``."""
+    """The reproduction: ``f([nan])`` then ``f([None])`` returned ``[nan]``."""
 
     @dejacache.cache
     def f(xs: list[Any]) -> list[Any]:
@@ -758,7 +758,7 @@ def test_bare_request_id_is_data_not_noise() -> None:
     assert hdr == kb.canonical(({"headers": {"X-Request-ID": "b"}},), {})
 
 
-# ------------------------------------------------------------------------------ issue 8
+# ------------------------------------------------------- one canonical form, credentials masked
 
 _CRED_NAMES = st.sampled_from([
     "password", "api_key", "authorization", "Authorization", "X-Api-Key", "apiKey", "token",
@@ -797,7 +797,7 @@ def _both_paths(data: dict[str, Any]) -> tuple[bytes, bytes]:
 def test_fast_and_general_paths_agree_with_credentials_and_non_finite(
     value: Any, push: bool
 ) -> None:
-    """Issue 8 item 2: one input, one canonical form, whichever path writes it. ``push``
+    """One input, one canonical form, whichever path writes it. ``push``
     adds an argument only the general path can write (an integer >= 2**64)."""
     data = {"v": value, "big": 2**70} if push else {"v": value}
     quick, general = _both_paths(data)
@@ -884,8 +884,8 @@ def test_equal_json_values_with_nan_give_equal_keys(a: Any, flip: bool) -> None:
 def test_login_with_a_wrong_password_never_gets_the_right_session(
     memory_store: dejacache.MemoryStore,
 ) -> None:
-    """Issue 8 item 2's reproduction: an int >= 2**64 beside the credential pushed the call
-    onto the slow path, which dropped ``password`` from the key."""
+    """A lost credential mask, reproduced: an int >= 2**64 beside the credential pushed the
+    call onto the slow path, which dropped ``password`` from the key."""
     calls: list[str] = []
 
     @dejacache.cache
@@ -985,7 +985,7 @@ def test_cycle_inside_a_dict_is_named() -> None:
 def test_a_result_that_cannot_be_stored_still_reaches_the_caller(
     memory_store: dejacache.MemoryStore, kind: str
 ) -> None:
-    """Issue 8 item 7: the caller paid for the result; it gets it (with a warning), and
+    """The caller paid for the result; it gets it (with a warning), and
     nothing is stored."""
     made: list[Any] = []
 
@@ -1021,7 +1021,7 @@ def test_a_result_that_cannot_be_stored_still_reaches_the_caller(
 def test_bind_key_is_bind_then_fast_key_and_its_key_is_the_digest(
     value: Any, param: str, push: bool
 ) -> None:
-    """Issue 12 item 4: ``bind_key`` (the decorator's hot path) skips the names check of a
+    """``bind_key`` (the decorator's hot path) skips the names check of a
     plain single parameter and serves the marked key from the ``None`` memo; its key stays
     ``digest(body + tail)`` on the first, second and compiled sights, for credential and
     volatile parameter names too, and a NaN twin never gets the ``None`` key."""
@@ -1046,7 +1046,7 @@ def test_bind_key_is_bind_then_fast_key_and_its_key_is_the_digest(
 @settings(_BASE, max_examples=200)
 @given(_rich, st.sampled_from(["request", "password", "traceparent", "x"]), st.booleans())
 def test_hit_key_is_bind_keys_key_or_nothing(value: Any, param: str, nan: bool) -> None:
-    """``hit_key`` (the hit path's key, issue 12 item 4) answers only with the key
+    """``hit_key`` (the hit path's key) answers only with the key
     ``bind_key`` gives the same call, on every sight, and never lets a NaN twin of a call
     holding ``None`` take its key."""
     ns: dict[str, Any] = {}
@@ -1077,7 +1077,7 @@ def test_hit_key_answers_for_a_plain_request_once_its_bytes_were_seen() -> None:
     assert kb.hit_key((request,), {}, seed) is None
 
 
-# Issue 12, item 6: keys no longer imports decimal and pathlib; their types join the leaf sets
+# For import time, keys does not import decimal and pathlib; their types join the leaf sets
 # the first time one is met. A process that imports them only after keying other calls must
 # key every shape exactly as one whose sets held them from the start (the old frozensets),
 # whichever path meets the first Decimal or Path: each case below is a first sight.

@@ -223,7 +223,7 @@ def test_null_inside_text_only_needs_no_mark() -> None:
                     max_leaves=20),
        st.sampled_from([math.nan, math.inf, -math.inf]))
 def test_compiled_none_probe_agrees_with_the_walk(data: Any, bad: float) -> None:
-    """``NoneCheck.ok`` runs its probes as one generated function (issue 12 item 4): it must
+    """``NoneCheck.ok`` runs its probes as one generated function: it must
     pass the data it was built from and refuse the same data with any ``None`` turned into
     NaN or an infinity (the same bytes to orjson), and a container swapped for a subclass."""
     data = {"request": data}

@@ -1,4 +1,4 @@
-"""Packaging (issue 13, item 6): the wheel and sdist a user installs.
+"""Packaging: the wheel and sdist a user installs.
 
 Builds both with ``python -m build``, runs ``twine check --strict``, and installs the wheel
 into a fresh venv with no extras: ``import dejacache`` works, the version is the one in

@@ -1,4 +1,4 @@
-"""The one list of credentials and the keyed masking digest (issue 8 item 3)."""
+"""The one list of credentials and the keyed masking digest."""
 
 from __future__ import annotations
 

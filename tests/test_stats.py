@@ -100,7 +100,7 @@ def _in_thread(fn: Any, *args: Any) -> threading.Thread:
 
 
 def test_counts_of_threads_that_have_exited_are_kept() -> None:
-    """Each thread counts in its own cells (no lock on a hit, issue 12 item 4); a thread that
+    """Each thread counts in its own cells (no lock on a hit); a thread that
     exits keeps its counts, and the next thread to register folds them away, so the registry
     stays as small as the live threads."""
     stats_mod = importlib.import_module("dejacache.stats")
@@ -161,7 +161,7 @@ def test_empty_stats() -> None:
     assert snap.hit_rate == 0.0
 
 
-# ---------------------------------------------------------------- layers (issue 8, item 8)
+# ---------------------------------------------------------------- layers
 
 
 def test_the_readme_quick_start_counts_each_live_call_once() -> None:
@@ -264,7 +264,7 @@ def test_an_error_inside_a_live_call_does_not_leave_the_marker_set() -> None:
 
 
 def test_snapshot_classes_load_on_first_read_and_keep_their_module() -> None:
-    # Issue 12, item 6: they live in _stats_view, loaded by stats() or the first read.
+    # They live in _stats_view, loaded by stats() or the first read.
     import pickle
 
     stats_module = sys.modules["dejacache.stats"]  # ``dejacache.stats`` is the function

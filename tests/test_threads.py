@@ -1,5 +1,5 @@
 """Executor tasks carry their submitter's block, without a block loading the executor
-(``dejacache._threads``; issue 12: importing ``concurrent.futures.thread`` was part of every
+(``dejacache._threads``: importing ``concurrent.futures.thread`` was part of every
 cold cassette open). Each check runs in a fresh interpreter, where nothing has loaded the
 executor's module yet."""
 

@@ -117,10 +117,10 @@ __all__ = [
 ]
 
 
-# Where each public name lives. ``import dejacache`` imports none of them (issue 12, item 6:
-# 61-65 ms, with HTTP interception, cassettes, the runtime and asyncio loaded eagerly); each
+# Where each public name lives. ``import dejacache`` imports none of them (it took 61-65 ms
+# with HTTP interception, cassettes, the runtime and asyncio loaded eagerly); each
 # module is imported when one of its names is first read, then the name is a plain global.
-# HTTP interception still switches on with the first block: scope.enter loads it.
+# HTTP interception still switches on with the first block: see _switch_on_interception.
 _WHERE = {
     "._frozen": ("thaw",),
     ".cassettes.block": ("cassette",),

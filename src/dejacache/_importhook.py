@@ -5,7 +5,7 @@ Two patches must not miss a module imported while a block is open: the thread ca
 SDKs' HTTP stacks and transports). Each installs a meta-path finder that finds nothing itself:
 it asks the finders after it for the spec and wraps the spec's loader so that the callback
 runs once the module's code has executed. Importing nothing here keeps ``import dejacache``
-cheap (issue 12).
+cheap.
 """
 
 from __future__ import annotations

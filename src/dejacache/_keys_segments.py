@@ -9,8 +9,8 @@ data is a function of its orjson bytes, except that orjson writes NaN and the in
   of a longer list (:class:`ListMemo`): only the places that held ``None`` are looked at
   again, to rule out a NaN there, and the new messages are walked. A request that resends
   its history then costs one ``orjson.dumps`` of the list, one digest of its bytes, one
-  ``orjson.dumps`` per new message and Python work for the new messages only (issue 12
-  item 5: the walk was 140 of 179 µs at 1,000 messages, and grew with the whole history
+  ``orjson.dumps`` per new message and Python work for the new messages only (the
+  walk was 140 of 179 µs at 1,000 messages, and grew with the whole history
   every turn). One ``orjson.dumps`` per message instead would cost ~0.6 µs each in call
   overhead alone, 3x the floor at 366 messages;
 * a **whole request** whose bytes hold ``null`` is told apart from its NaN twin by
@@ -225,7 +225,7 @@ def _compile(paths: tuple[Path, ...]) -> Callable[[Any], bool]:
     """The probes of ``paths`` as one straight-line function: each step checks the exact
     container type (a subclass could answer a lookup differently from what orjson wrote)
     and looks up one key or index. The loop over paths and steps it replaces cost 0.5 µs of
-    a 2 KB hit (issue 12 item 4). Dict keys are passed in as constants, never spelled in
+    a 2 KB hit. Dict keys are passed in as constants, never spelled in
     the source; indexes are ``int`` (checked), written as literals."""
     names: list[str] = []
     lines = ["def probe(d):"]

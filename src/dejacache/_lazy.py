@@ -1,6 +1,6 @@
 """Public names loaded on first use (PEP 562), for ``dejacache`` and its subpackages.
 
-Issue 12, item 6: ``import dejacache`` imported every face (HTTP interception, cassettes,
+``import dejacache`` used to import every face (HTTP interception, cassettes,
 the runtime, asyncio through the stores) and took 61-65 ms where the goal is 50. A package
 now lists where each public name lives; the module holding it is imported the first time the
 name is read, and the value is then cached in the package namespace, so later reads are plain

@@ -1,7 +1,7 @@
 """Where dejacache keeps files by default: ``DEJACACHE_DIR`` or ``<project root>/.dejacache``.
 
 A leaf module (standard library only) so that both ``config`` and the stores can use it
-without a store reaching up into ``config`` (issue 8, item 9: that closed an import cycle).
+without a store reaching up into ``config`` (which closed an import cycle).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ __all__ = ["default_cache_dir", "project_root"]
 
 def project_root(start: pathlib.Path | None = None) -> pathlib.Path:
     """The nearest directory holding ``pyproject.toml``, ``.git`` or ``setup.cfg``."""
-    import pathlib  # with urllib.parse and ipaddress ~4 ms: not at import (issue 12, item 6)
+    import pathlib  # with urllib.parse and ipaddress ~4 ms: not at import
 
     here = (start or pathlib.Path.cwd()).resolve()
     for d in (here, *here.parents):

@@ -2,7 +2,7 @@
 
 Keys (arguments, HTTP bodies), the stores' request column, cassette redaction, miss reports and
 ``dejacache scan`` all ask this module, so a name or a secret-shaped string masked in one place
-is masked in all of them (issue 8: ``token`` and ``aws_secret_access_key`` used to reach
+is masked in all of them (``token`` and ``aws_secret_access_key`` used to reach
 SQLite while cassettes hid them).
 
 Two kinds of hiding:
@@ -125,7 +125,7 @@ def is_secret_name(name: str, *, response: bool = False) -> bool:
 @functools.lru_cache(maxsize=4096)
 def is_secret_query(name: str) -> bool:
     """Whether a URL query parameter carries a credential."""
-    import urllib.parse  # with pathlib and ipaddress: ~4 ms at import (issue 12, item 6)
+    import urllib.parse  # with pathlib and ipaddress: ~4 ms at import
 
     raw = urllib.parse.unquote_plus(name)
     return not _QUERY_ONLY.isdisjoint(name_forms(raw)) or is_secret_name(raw)
@@ -199,7 +199,7 @@ Shape = tuple[str, tuple[str, ...], "re.Pattern[str]"]
 
 class _Compiled:
     """Every pattern above, compiled the first time one is needed: ~3-8 ms of regex
-    compilation that ``import dejacache`` paid (issue 12, item 6) in processes that may never
+    compilation that ``import dejacache`` paid in processes that may never
     look at a credential."""
 
     __slots__ = ("kinds", "mask", "param", "param_b", "shapes", "trigger", "url", "url_b")
@@ -430,7 +430,7 @@ _MEMO_MAX = 4096
 def key_path() -> pathlib.Path:
     """Where the per-user masking key lives: never next to the data it protects (a store or
     a cassette directory is often copied, shared or committed as a whole)."""
-    import pathlib  # only where a key is looked for: ~4 ms with urllib.parse (issue 12)
+    import pathlib  # only where a key is looked for: ~4 ms with urllib.parse
 
     override = os.environ.get(_KEY_FILE_ENV)
     if override:
@@ -477,7 +477,7 @@ def secret_key() -> bytes:
 
 
 def _file_key(path: pathlib.Path) -> bytes:
-    import secrets  # with random: only when a key is first made (issue 12, item 6)
+    import secrets  # with random: only when a key is first made (import time)
 
     try:
         return _read_key(path)
@@ -527,7 +527,7 @@ def _process_key(why: str) -> bytes:
 @functools.cache
 def _blake2b() -> type[hashlib.blake2b]:
     # hashlib loads OpenSSL (_hashlib, 2-4 ms) which masks never use: its blake2b is the
-    # built-in _blake2 one. Only a credential pays, and only the first (issue 12, item 6).
+    # built-in _blake2 one. Only a credential pays, and only the first.
     try:
         from _blake2 import blake2b
     except ImportError:  # an interpreter built without it: hashlib finds one

@@ -1,7 +1,7 @@
 """The snapshot :func:`dejacache.stats` returns: :class:`Stats` and its :class:`CallStats`.
 
-Apart from ``stats`` so that importing the decorator does not create two dataclasses (~1.3 ms,
-issue 12, item 6) for a function few processes call; ``dejacache.stats`` loads this module
+Apart from ``stats`` so that importing the decorator does not create two dataclasses (~1.3 ms)
+for a function few processes call; ``dejacache.stats`` loads this module
 the first time either class is read. Both name ``dejacache.stats`` as their module, where
 they have always been found (pickles, reprs of the classes, documentation).
 """

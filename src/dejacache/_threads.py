@@ -11,7 +11,7 @@ context of its own submitter, so a shared executor never mixes two blocks' calls
 
 A block does not import ``concurrent.futures.thread`` itself: when nobody has, an import hook
 patches the class the moment it is loaded inside a block (importing it and ``queue`` was 1-2 ms
-of a cold cassette open, issue 12). An executor cannot exist before its module is loaded, so
+of a cold cassette open). An executor cannot exist before its module is loaded, so
 no task escapes the carry.
 """
 

@@ -26,7 +26,7 @@ def _store(args: argparse.Namespace, *, readonly: bool = False) -> Store:
     """The store a command works on: ``--store URL`` or the configured default.
 
     ``readonly``: the command only reads, so it must not create, migrate or move aside
-    anything (issue 8: ``stats --store sqlite:///u.db`` created an empty u.db). An SQLite
+    anything (``stats --store sqlite:///u.db`` used to create an empty u.db). An SQLite
     file is then opened read-only, and a missing one reads as empty.
     """
     from .config import get_settings, store_from_url

@@ -36,7 +36,7 @@ import xxhash
 from ._frozen import FrozenDict, FrozenList, thaw
 from .errors import ConfigurationError, IntegrityError, SerializationError
 
-# Import time (issue 12, item 6): base64, decimal, pathlib (with urllib.parse and ipaddress)
+# Import time: base64, decimal, pathlib (with urllib.parse and ipaddress)
 # and hashlib/hmac (OpenSSL's _hashlib) cost ~10 ms together and serve only tagged values and
 # PickleCodec, so they are imported where those are handled. A value of a type they define
 # exists only once its module is loaded, so the encoder need not import them to recognise
@@ -126,7 +126,7 @@ class _Tree:
             return {_T + "enum": [_qualname(t), self.conv(v.value)]}
         if t is _dt.datetime:
             tz = v.tzinfo
-            # zoneinfo is imported lazily (issue 12, item 6): no ZoneInfo exists before it is.
+            # zoneinfo is not imported here (import time): no ZoneInfo exists before it is.
             zi = sys.modules.get("zoneinfo")
             if zi is not None and isinstance(tz, zi.ZoneInfo) and tz.key:
                 # A named zone, not just today's offset: arithmetic across DST must still work.
@@ -329,7 +329,7 @@ class JsonCodec:
 
     name = "json"
     #: A ``J`` blob (see :func:`plain_body`) decodes to exactly ``orjson.loads`` of its body.
-    #: ``MemoryStore`` hits then skip the header checks (issue 12 item 4); a subclass that
+    #: ``MemoryStore`` hits then skip the header checks; a subclass that
     #: decodes its own way has not promised this.
     plain_payloads = True
 
@@ -362,7 +362,7 @@ class JsonCodec:
     def decode_checked(self, data: bytes, *, key: str = "", namespace: str = "") -> Any:
         """:meth:`decode` of bytes whose checksum was already verified (:func:`blob_ok`) and
         that have not left this process's memory since (``MemoryStore``): the checksum
-        guards disks and networks, and was 0.8 of a 6.5 µs 2 KB hit (issue 12)."""
+        guards disks and networks, and was 0.8 of a 6.5 µs 2 KB hit."""
         body = plain_body(data)
         if body is not None:
             try:
@@ -432,7 +432,7 @@ def checked_plain_body(data: bytes, key: str) -> memoryview | None:
     """:func:`plain_body` of bytes read from outside this process (a SQLite file), once
     their checksum matches ``key``; None for anything else, damaged bytes included, which
     :meth:`JsonCodec.decode` then reads and reports. The decode of a hit without the
-    header's branches: 0.6 of the 1 µs it spent around ``orjson.loads`` (issue 12)."""
+    header's branches: 0.6 of the 1 µs it spent around ``orjson.loads``."""
     if data[:4] != _PLAIN_HEAD:
         return None
     body = memoryview(data)[_HEAD + 8 :]
@@ -486,7 +486,7 @@ class PickleCodec:
 
     def encode(self, value: Any, *, key: str = "", namespace: str = "") -> bytes:
         try:
-            import pickle  # opt-in only: not paid by ``import dejacache`` (issue 12, item 6)
+            import pickle  # opt-in only: not paid by ``import dejacache``
 
             payload = pickle.dumps(value, protocol=5)
         except Exception as exc:

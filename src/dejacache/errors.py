@@ -20,7 +20,7 @@
     DejacacheWarning (UserWarning)    something was degraded but the caller got a correct result
 
 Warnings live here too, so low layers (stores, codecs) can warn without importing the
-engine (issue 8, item 9: ``stores.sqlite`` importing ``_engine`` closed an import cycle).
+engine (``stores.sqlite`` importing ``_engine`` for them once closed an import cycle).
 
 Every error carries the context needed to act on it (key, cassette path, backend) in its
 message and as attributes.

@@ -17,11 +17,11 @@ NUL gets one more; ``*args``, positional-only names and refused calls are spelle
 One canonicaliser, two speeds: plain JSON data (the common LLM request) is written by one
 ``orjson.dumps`` after a walk has shown there is nothing to rewrite; anything else goes through
 :func:`_Canon.norm`, which rewrites every case and is held to the same bytes by a Hypothesis
-property (issue 8: the two paths once disagreed, and a slow-path call dropped ``password``
+property (the two paths once disagreed, and a slow-path call dropped ``password``
 from its key instead of masking it). Requests holding lists of messages or schemas are
 written by parts (``_keys_segments``): a conversation that resends its history walks only
 its new messages, and ``None`` is told from NaN (which orjson also writes as ``null``) by
-probing the places that held ``None`` when the same bytes were first seen (issue 12).
+probing the places that held ``None`` when the same bytes were first seen.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ _LEAF = frozenset({bytes, bytearray, memoryview, UUID, _dt.datetime, _dt.date, _
 _TAG_LEAF = frozenset({bytes, bytearray, memoryview, _dt.timedelta})
 _SIMPLE = (_LEAF - _TAG_LEAF) | {int, bool}
 # Tag leaves too, added by _late_leaf: decimal and pathlib (with urllib.parse and ipaddress)
-# cost ~6 ms that ``from dejacache import cache`` paid (issue 12, item 6). Neither type can be
+# cost ~6 ms that ``from dejacache import cache`` paid. Neither type can be
 # met before its module is loaded, so the sets grow (rebound, never mutated) the first time
 # one is: a miss in _clean asks _late_leaf, the general path refreshes once per call, and a
 # by-parts write that met one first falls back to the whole write, which gives the same bytes.
@@ -324,7 +324,7 @@ def _tagged(value: Any) -> Any:
     """
     t = type(value)
     if t is bytes or t is bytearray or t is memoryview:
-        import base64  # ~1 ms at import for bytes arguments only (issue 12, item 6)
+        import base64  # ~1 ms at import: for bytes arguments only
 
         return {_TAG + "bytes": base64.b64encode(bytes(value)).decode()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -542,7 +542,7 @@ _NONE_MARK = b" "
 # plain data that wrote it held ``None``, and the key of the bytes with the mark. ``(None,
 # None)`` when there is nothing to probe (searching 2 KB for a ``null`` cost more than
 # hashing it). Probing those places costs a few dict lookups where a walk of the whole
-# request cost 3x the orjson floor (issue 12: a 200 KB hit went from 1.10x to 2.96x).
+# request cost 3x the orjson floor (a 200 KB hit went from 1.10x to 2.96x).
 _NULLS: dict[str, tuple[_seg.NoneCheck | None, str | None]] = {}
 
 
@@ -630,7 +630,7 @@ def _fast_key(data: Any, names: _Names, function: str,
 
     One one-shot digest of ``body`` is both the ``_NULLS`` lookup and, when the bytes hold
     no ``None``, the key; the key with the mark was computed once, when the bytes were first
-    seen (issue 12 item 4: a hasher object fed the mark cost 0.5 µs of a 2 KB hit, the
+    seen (a hasher object fed the mark cost 0.5 µs of a 2 KB hit, the
     one-shot digest 0.15; hashing twice cost 12% of a 20 or 200 KB hit).
 
     The first sight of some bytes walks the data (the full form, needed on a miss anyway):
@@ -1053,7 +1053,7 @@ class KeyBuilder:
                  ) -> tuple[dict[str, Any], str, bytes, bytes, bool]:
         """:meth:`bind` then :meth:`fast_key`: ``(bound, key, body, tail, full)``. The
         commonest call, ``llm(request)``, binds as one dict display and skips the names
-        check of its one plain parameter (issue 12 item 4: ~3% of a 2 KB hit)."""
+        check of its one plain parameter (~3% of a 2 KB hit)."""
         one = self._one_plain
         if one is not None and len(args) == 1 and not kwargs:
             bound = {one: args[0]}
@@ -1068,8 +1068,8 @@ class KeyBuilder:
         """The key :meth:`bind_key` gives a call by position of plain parameters (the
         commonest, ``llm(request)``) with no substitutions, when its bytes were seen before
         and need no rewrite; else None, and :meth:`bind_key` answers. A hit needs nothing
-        but the key: this skips building the miss path's parts and one call level (issue 12
-        item 4: 0.3 of a 2 KB hit's 6 µs).
+        but the key: this skips building the miss path's parts and one call level (0.3 of
+        a 2 KB hit's 6 µs).
         A miss then binds again through :meth:`bind_key`, which gives the same key."""
         one = self._one_plain
         if one is not None and len(args) == 1 and not kwargs:

@@ -101,7 +101,7 @@ def pytest_configure(config: pytest.Config) -> None:
         except ConfigurationError as exc:
             raise pytest.UsageError(f"--dejacache-scenario / dejacache_scenario: {exc}") from exc
         config.stash[_SCENARIO] = True
-    # Replay needs no API key (issue 13): SDK clients built at import time construct with a
+    # Replay needs no API key: SDK clients built at import time construct with a
     # placeholder, which the guard in placeholder_keys keeps off the wire.
     if (config.getoption("dejacache_mode") or default_mode()) == "replay":
         config.stash[_PLACEHOLDERS] = placeholder_keys.supply()

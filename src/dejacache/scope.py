@@ -42,7 +42,7 @@ from .errors import ReplayMiss
 from .stores._base import Store
 
 if TYPE_CHECKING:
-    import concurrent.futures  # at run time in _executor: it loads logging, ~7 ms (issue 12)
+    import concurrent.futures  # at run time in _executor: it loads logging, ~7 ms
 
 __all__ = ["current", "inherited", "propagate", "scope", "settle", "track", "untrack",
            "wrap_executor"]

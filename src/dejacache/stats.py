@@ -3,10 +3,10 @@
 Layers: a decorated function that calls an SDK inside a block is two cached layers of one
 live call (``@cache`` around the function, the HTTP transport around the request). Each
 layer has its own row in ``by_name``; ``total`` counts each live call once, at the
-outermost layer, so the quick start's two live calls read as two misses, not three (issue
-8, item 8). What ran inside another call's live run is summed in ``nested``. Savings are
-summed over every layer: a hit only happens where nothing outside it was served, so no
-saving is counted twice.
+outermost layer, so the quick start's two live calls read as two misses, not three. What
+ran inside another call's live run is summed in ``nested``. Savings are summed over every
+layer: a hit only happens where nothing outside it was served, so no saving is counted
+twice.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
 def __getattr__(name: str) -> Any:
     # The snapshot classes live in _stats_view: creating two dataclasses cost ~1.3 ms that
-    # every process importing the decorator paid for a function few call (issue 12, item 6).
+    # every process importing the decorator paid for a function few call.
     # They still name this module as theirs; once read they are plain globals here.
     if name in ("CallStats", "Stats"):
         from . import _stats_view
@@ -72,7 +72,7 @@ class _Bucket:
     add = add_slots
 
 
-# Counting without a lock (issue 12 item 4: the lock was ~0.5 µs of a 0.7 µs count on a
+# Counting without a lock (the lock was ~0.5 µs of a 0.7 µs count on a
 # 2 KB in-memory hit). Each thread counts in its own cells, one ``_Bucket`` per call name,
 # written by that thread only, so plain ``+=`` loses nothing. New cells (a thread's first
 # count under a name) are made under ``_LOCK``, which is also what ``stats()`` holds while

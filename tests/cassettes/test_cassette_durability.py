@@ -47,7 +47,7 @@ def test_kill_9_mid_write_leaves_old_or_new_never_torn(tmp_path):
         assert target.read_bytes() in (a, b)
     # a killed writer may leave its temp file behind, never a partial cassette
     assert all(p.name.endswith(".tmp") for p in tmp_path.iterdir() if p.name.startswith("."))
-    # ... and the next write of that cassette removes it (issue 8)
+    # ... and the next write of that cassette removes it
     (tmp_path / ".tape.json.0123456789abcdef.tmp").write_bytes(a[:1000])  # one at least
 
     @dejacache.cache(name="work")

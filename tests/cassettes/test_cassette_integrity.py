@@ -1,4 +1,4 @@
-"""Damaged cassettes are refused, never served (issue 8, item 4 and item 8).
+"""Damaged cassettes are refused, never served.
 
 A flipped byte used to be served as the recorded value (22 of 120 damaged files); a file that
 was not JSON was reported only when the block exited, after the test had used it.

@@ -1,4 +1,4 @@
-"""Strict replay (issue 14): calls follow the recorded order per asyncio task / thread."""
+"""Strict replay: calls follow the recorded order per asyncio task / thread."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Replay needs no API key (issue 13, item 3): placeholders while replaying, never on the wire."""
+"""Replay needs no API key: placeholders while replaying, never on the wire."""
 
 from __future__ import annotations
 

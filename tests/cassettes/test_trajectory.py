@@ -1,4 +1,4 @@
-"""``load_cassette`` / ``diff_cassettes`` (issue 14): recordings as data."""
+"""``load_cassette`` / ``diff_cassettes``: recordings as data."""
 
 from __future__ import annotations
 

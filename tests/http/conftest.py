@@ -35,7 +35,7 @@ def _no_blocking_on_the_event_loop() -> Iterator[None]:
 
 @pytest.fixture
 def fake() -> Iterator[FakeProvider]:
-    # One event per write, a millisecond apart: as real providers stream (issue 8).
+    # One event per write, a millisecond apart: as real providers stream.
     server = FakeProvider(chunk_delay=0.001).start()
     yield server
     server.stop()

@@ -2,7 +2,7 @@
 
 litellm reads an Anthropic stream up to ``message_delta`` and never closes it; its async
 calls go through aiohttp (``LiteLLMAiohttpTransport``) unless ``DISABLE_AIOHTTP_TRANSPORT`` is
-set. Each case records a streamed call, stops the server and replays it (issue 8).
+set. Each case records a streamed call, stops the server and replays it.
 """
 
 from __future__ import annotations

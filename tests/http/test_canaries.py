@@ -1,4 +1,4 @@
-"""Issue 8 item 3: distinct canary secrets through every path, then look for them in everything
+"""Distinct canary secrets through every path, then look for them in everything
 dejacache wrote (store files, Redis, cassettes, errors, DEBUG logs, CLI output) and run
 ``dejacache scan`` over the written files.
 

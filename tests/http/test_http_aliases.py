@@ -1,4 +1,4 @@
-"""Provider ids aliased by position: whole values and inside text (issue 11, item 2)."""
+"""Provider ids aliased by position: whole values and inside text."""
 
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ def test_transient_failures_are_kept_only_by_sequenced_stores() -> None:
 
 
 def test_body_credentials_are_masked_whatever_else_the_body_holds() -> None:
-    """Issue 8 item 3: ``password`` was masked only when a volatile field such as ``user``
+    """``password`` used to be masked only when a volatile field such as ``user``
     or ``trace_id`` happened to be in the body too (the mask ran inside the volatile strip)."""
     for extra in ({}, {"user": "u"}, {"trace_id": "t"}):
         got = canon(orjson.dumps({"model": "m", "password": "hunter2", **extra}))

@@ -228,7 +228,7 @@ print("patched after", hasattr(httpx2.HTTPTransport.handle_request, "__dejacache
     assert fake.count() == 0
 
 
-# ---------------------------------------------------------------- the replay backstop (issue 11)
+# ---------------------------------------------------------------- the replay backstop
 
 
 def _urlopen(url: str) -> int:
@@ -255,7 +255,7 @@ def test_unknown_http_client_in_a_replay_block_is_refused(fake: FakeProvider) ->
 
 @pytest.mark.parametrize("mode", ["record", "auto"])
 def test_unknown_http_client_outside_replay_goes_live(fake: FakeProvider, mode: str) -> None:
-    # Live, but not silently: nothing is recorded for it (issue 11, dspy's lm15 engine).
+    # Live, but not silently: nothing is recorded for it (as for dspy's lm15 engine once).
     host = fake.openai_url.split("/")[2]
     with dejacache.scope(mode=mode, store=dejacache.MemoryStore()), \
             pytest.warns(dejacache.DejacacheWarning) as caught:

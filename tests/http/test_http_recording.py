@@ -1,6 +1,6 @@
 """Live streams are stored once the answer is complete, whether or not the caller reads on.
 
-litellm reads an Anthropic stream up to ``message_delta`` and never closes it (issue 8); an
+litellm reads an Anthropic stream up to ``message_delta`` and never closes it; an
 OpenAI caller may stop at the chunk with ``finish_reason`` and never read ``[DONE]``. Raw
 httpx/httpx2 clients play that caller here, against the loopback provider writing one event
 at a time with a pause before the end marker, so the end marker is never in the same socket

@@ -1,4 +1,4 @@
-"""The HTML report (issue 13, item 4): what the page says about a recorded run, and drift."""
+"""The HTML report: what the page says about a recorded run, and drift."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_drift_names_added_dropped_and_changed_calls(run_a: pathlib.Path,
     assert d.token_delta == load_run(run_b).tokens - load_run(run_a).tokens
     back = diff_runs(load_run(run_b), load_run(run_a))
     assert [s.label for s in back.dropped] == ["#2 tools.get_hotels"]
-    # a dropped call is never also listed as changed (issue 13: "#0" was both)
+    # a dropped call is never also listed as changed ("#0" once was both)
     assert not {o.label for o, _, _ in back.changed} & {s.label for s in back.dropped}
     page = render_drift(d)
     for text in ("Added in B", "tools.get_hotels", "calls changed", "token delta"):

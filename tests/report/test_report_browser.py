@@ -1,4 +1,4 @@
-"""The report in a real browser (issue 13, item 4): Debian's headless Chromium opens the page
+"""The report in a real browser: Debian's headless Chromium opens the page
 from disk, with networking and background services off, and we read what it rendered.
 
 Installed by ``make chromium`` (part of ``make test``); skipped with the reason when absent.

@@ -1,6 +1,6 @@
 """A small agent on the real openai and anthropic SDKs, shared by the prefix-monitor tests:
 it rebuilds its system prompt with the current time every turn (``rebuild=True``) or builds it
-once, the two shapes issue 10 compares."""
+once, the two shapes the prefix monitor tells apart."""
 
 from __future__ import annotations
 

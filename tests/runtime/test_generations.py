@@ -1,4 +1,4 @@
-"""Generation counters live where the entries live (issue 8, item 5).
+"""Generation counters live where the entries live.
 
 Real processes (``gen_worker.py``, started with ``subprocess``) on a real SQLite file, with a
 second SQLite file as the data the tools read and write. Before the fix the counters lived in

@@ -296,8 +296,9 @@ def test_local_counters_are_bounded_and_start_over_safely() -> None:
 def test_counters_of_a_file_store_outlive_this_process_state(
     tiered: bool, tmp_path: Any
 ) -> None:
-    """Issue 8, item 5, in one process: forgetting every in-process counter (what a new
-    process starts with) must not make an entry from before a write reachable again."""
+    """Counters that restart with the process, in one process: forgetting every in-process
+    counter (what a new process starts with) must not make an entry from before a write
+    reachable again."""
     sq = dejacache.SQLiteStore(tmp_path / "rt.db")
     store = dejacache.TieredStore(dejacache.MemoryStore(), sq) if tiered else sq
     truth = [0]

@@ -1,8 +1,8 @@
 """PrefixMonitor against the real SDKs (openai 3.x, anthropic 2.x over httpx2) and a loopback
 provider that caches prompts and reports it (cache_provider.py).
 
-The agent under test is the shape issue 10 is about: one that rebuilds its system prompt with
-the current time every turn, against the same agent with the prompt built once.
+The agent under test is the shape that breaks prompt caches: one that rebuilds its system
+prompt with the current time every turn, against the same agent with the prompt built once.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``agent_session(...).calls`` (issue 14 item 7): the session's tool calls, bounded."""
+"""``agent_session(...).calls``: the session's tool calls, bounded."""
 
 from __future__ import annotations
 

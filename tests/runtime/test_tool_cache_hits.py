@@ -1,4 +1,4 @@
-"""The tool cache's hit path (issue 5: a warm hit within 2x of ``@cache``'s): the store's
+"""The tool cache's hit path (the target: a warm hit within 2x of ``@cache``'s): the store's
 short ``hit`` read, remembered key heads and in-process counters, the fast argument digest.
 Each shortcut must keep what the long way guaranteed."""
 

@@ -19,7 +19,7 @@ from support_redis import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
 
-# The bound the issue sets is ~50 ms per call before the breaker opens; the default
+# The bound: ~50 ms per call before the breaker opens; the default
 # timeouts are 50 ms. Assertions leave slack for a loaded 2-core CI machine.
 FIRST_CALL_MAX = 0.25
 OPEN_CALLS = 50

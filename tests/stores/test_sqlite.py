@@ -635,7 +635,7 @@ def test_version_2_file_keeps_its_calls_and_drops_its_tool_entries(
     store.close()
 
 
-# ---------------------------------------------------------------- layering (issue 8, item 9)
+# ---------------------------------------------------------------- layering
 
 _LAYERING_PROBE = """
 import importlib.util, json, sys, types, warnings
@@ -685,7 +685,7 @@ def test_dejacache_warning_is_one_class_everywhere() -> None:
     assert dejacache.DejacacheWarning is errors.DejacacheWarning is _engine.DejacacheWarning
 
 
-# ---------------------------------------------------------------- the hit path (issue 12)
+# ---------------------------------------------------------------- the hit path
 
 
 def test_each_hit_gets_its_own_usage(tmp_path: pathlib.Path) -> None:

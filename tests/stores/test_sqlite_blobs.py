@@ -1,4 +1,4 @@
-"""Requests sharing their parts in the SQLite store (issue 12 item 3): size, exact read-back,
+"""Requests sharing their parts in the SQLite store: size, exact read-back,
 reference counts under every delete path and two processes, damage, migration, secrets."""
 
 from __future__ import annotations

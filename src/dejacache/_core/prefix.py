@@ -7,7 +7,7 @@ into items in that order (one tool, one system block, one message), each normali
 the provider renders and digested with the same canonical JSON and digest as call keys. The
 running digest of items ``0..i`` (``Prefix.chain``) answers "is the first i items' prefix the
 same" in one comparison, which is both the prefix-cache question and a key of "everything
-before this message" (issue 10: one mechanism for keys and the monitor).
+before this message": one mechanism serves both keys and the monitor.
 
 Normalisation, so that what is *not* a change to the provider is not reported as one: a
 ``cache_control`` marker moved between blocks, and a string ``content`` versus the same text as

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 __all__ = ["Cassette", "EntryInfo", "Redactor", "TapeCounters", "cassette", "default_mode",
            "in_ci"]
 
-# Loaded on first use (issue 12, item 6): importing one module of this package, say
+# Loaded on first use, to keep imports cheap: importing one module of this package, say
 # ``cassettes.format`` from the CLI, no longer loads the block, the tape and HTTP with it.
 __getattr__, __dir__ = attach(__name__, {
     "Cassette": ".store", "EntryInfo": ".store", "TapeCounters": ".store",

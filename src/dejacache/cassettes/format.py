@@ -24,7 +24,7 @@ its list of message references in order. Responses are packed more lightly (only
 A user string that itself starts with ``@ref:`` is always moved to ``values`` so the marker is
 never ambiguous. A top-level item of ``values`` that is a string is literal.
 
-Integrity (format 2, issue 8 item 4: a flipped byte in 22 of 120 damaged format-1 files was
+Integrity (format 2: a flipped byte in 22 of 120 damaged format-1 files was
 served as the recorded value). Every value is checked against its hash when it is read, and
 every entry carries ``checksum``: the hash of its own bytes as they sit in the file, without
 the checksum line (:func:`entry_checksum`). The hit path checks that with one hash over the
@@ -32,7 +32,7 @@ slice it reads anyway; a full parse recomputes it from the parsed entry. Anythin
 match is a :class:`CassetteError` naming the file and the entry, never a value. A deliberate
 edit is accepted by ``dejacache rehash PATH`` (:func:`rehash`).
 
-The cross-reference (format 3, issue 12: finding entry 9,999 of a format-2 file meant scanning
+The cross-reference (format 3: finding entry 9,999 of a format-2 file meant scanning
 the 9,998 before it, 48-59 ms). ``xref`` lists every entry's key, name, kind, ``follows`` and
 byte size in file order (columns: one element per line, so re-recording one call changes a few
 lines of it). Entry ``i`` starts after the head and the sizes of the entries before it.
@@ -100,7 +100,7 @@ READABLE: Final = (1, 2, 3)
 CHECKSUMS: Final = "xxh3-128 of each entry; after editing by hand run: dejacache rehash FILE"
 # Files smaller than this are parsed and checked whole when a block opens them (~1 ms per
 # 500 KB), so damage anywhere is refused before the test runs. Larger files keep the lazy
-# index (a 10k-call cassette must open in a few ms, issues 10 and 12): each entry and value is
+# index (a 10k-call cassette must open in a few ms): each entry and value is
 # checked when it is read, and the whole file on the first miss or write.
 EAGER_CHECK_UNDER: Final = 1 << 20
 REF: Final = "@ref:"
@@ -538,7 +538,7 @@ def remove_stale_temps(path: pathlib.Path) -> int:
     live write owns one. Only names :func:`atomic_write` makes for this exact file match
     (``.<name>.<16 hex>.tmp``, and mkstemp's ``.<name>.<8 chars>.tmp`` from earlier
     versions): a cassette whose name extends this one's keeps its temp files."""
-    import glob  # on a write only, not with the first block (issue 12, item 6)
+    import glob  # on a write only, not with the first block (import time)
 
     exact = re.compile(re.escape(f".{path.name}.") + r"(?:[0-9a-f]{16}|[a-z0-9_]{8})\.tmp")
     removed = 0

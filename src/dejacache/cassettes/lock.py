@@ -19,7 +19,7 @@ __all__ = ["cassette_lock"]
 
 def _lock_path(path: pathlib.Path) -> pathlib.Path:
     # Here, not at module level: tempfile (with shutil, random, bz2, lzma) was ~4 ms of the
-    # first cassette block, which takes the lock only when it writes (issue 12, item 6).
+    # first cassette block, which takes the lock only when it writes.
     import tempfile
 
     d = pathlib.Path(tempfile.gettempdir()) / "dejacache-locks"

@@ -1,4 +1,4 @@
-"""Placeholder API keys for replay, and the guard that keeps them off the wire (issue 13).
+"""Placeholder API keys for replay, and the guard that keeps them off the wire.
 
 ``OpenAI()`` and ``Anthropic()`` refuse to construct without ``OPENAI_API_KEY`` /
 ``ANTHROPIC_API_KEY``, even when every call they make replays from a cassette, so "no API key

@@ -5,7 +5,7 @@ touches only what a call needs: opening reads the file's last member (``xref_at`
 cross-reference is), copies and checks the ``xref`` section (one hash) and reads the entry
 sizes; finding a key searches
 the bytes of the ``keys`` column; a hit reads and checks one entry's slice. A 10k-entry file
-opened and answered its last entry in a few ms, where scanning to it took 48-59 ms (issue 12).
+opened and answered its last entry in a few ms, where scanning to it took 48-59 ms.
 Anything that does not have the written shape, or fails a check, raises
 :class:`CassetteError`; the store then parses the whole file, which names the damage or
 accepts a layout the byte index cannot follow (:class:`DocIndex`).

@@ -667,7 +667,7 @@ def diff_cassettes(a: str | os.PathLike[str] | CassetteView,
     rest_a = [s for s in va.steps if s.index not in pairs]
     paired_b = set(pairs.values())
     rest_b = [s for s in vb.steps if s.index not in paired_b]
-    import difflib  # ~1.5 ms with heapq: only here, not with the first block (issue 12)
+    import difflib  # ~1.5 ms with heapq: only here, not with the first block
 
     sm = difflib.SequenceMatcher(a=[s.name for s in rest_a], b=[s.name for s in rest_b],
                                  autojunk=False)

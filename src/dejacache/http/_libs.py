@@ -78,7 +78,7 @@ def imported() -> list[Lib]:
 
 def available() -> list[Lib]:
     """Libraries that are installed, importing them if needed."""
-    import importlib.util  # intercept() only: not with the first block (issue 12, item 6)
+    import importlib.util  # intercept() only: not with the first block (import time)
 
     out = []
     for name in LIBRARIES:

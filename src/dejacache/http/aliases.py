@@ -5,7 +5,7 @@ and the agent sends them back in the next request. Keyed raw, re-recording one t
 every later turn miss. So within one block, the n-th id seen in a response becomes ``<id:n>``,
 and requests are keyed with known ids replaced by their placeholders: as whole values
 (``"tool_call_id": "call_x1"``) and inside text, where agents write them into messages
-(smolagents: ``"Calling tools: [{'id': 'call_x1', ..."``; issue 11).
+(smolagents: ``"Calling tools: [{'id': 'call_x1', ..."``).
 
 Inside text an id is replaced only where it stands alone (not touching a letter, digit, ``_``
 or ``-``) and only when it is at least ``MIN_INLINE`` characters long, so a short id such as

@@ -17,8 +17,8 @@ see them (``observe``).
 
 Blocks opened by ``scope()``/``cassette()`` patch the libraries the process has already
 imported, and an import hook patches one imported while a block is open (an SDK imported
-lazily inside the block): httpx and httpx2, and every module of ``EXTRA_TRANSPORTS`` (issue
-11: dspy imports litellm inside the block, and litellm's aiohttp transport with it; that
+lazily inside the block): httpx and httpx2, and every module of ``EXTRA_TRANSPORTS`` (dspy
+imports litellm inside the block, and litellm's aiohttp transport with it; that
 transport went unpatched, so async calls recorded nothing and replays went live), and
 lm15's transports, dspy's default engine (``lm15.py``). Behind
 them all, replay blocks refuse connections that escape interception anyway
@@ -218,7 +218,7 @@ class _PatchOnImport:
     that call cannot go live. Imports nothing itself, and steps aside whenever no block is
     open. A plain class with ``find_spec`` is all ``sys.meta_path`` asks for (as in
     ``_threads``): subclassing ``importlib.abc.MetaPathFinder`` cost the first block ~9 ms of
-    importlib.resources, tempfile and shutil (issue 12, item 6)."""
+    importlib.resources, tempfile and shutil."""
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
         if fullname not in _WATCHED or not _COUNT or fullname in sys.modules:

@@ -2,7 +2,7 @@
 
 dspy >= 3.4 sends its calls through lm15 by default (``dspy.LM(..., engine="auto")``), a
 client on raw sockets that never touches httpx: recordings stayed empty and replays went
-live (issue 11). lm15's transports are part of its public API
+live. lm15's transports are part of its public API
 (``lm15.transports.StdlibTransport`` / ``StdlibAsyncTransport``, vendored by dspy as
 ``dspy._vendor.lm15.transports``), and every lm15 provider ends in their one method,
 ``stream(TransportRequest)``. While a block is open that method is wrapped (by

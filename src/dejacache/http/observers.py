@@ -10,7 +10,7 @@ Otherwise, once the answer is known (served from the store, replayed, or live, s
 not), each observer is called once with an :class:`Exchange`: the request body as sent,
 whether the provider saw it, and the provider's usage object, as soon as its prompt-side
 counts are known (a stream's first usage-bearing event: some callers stop reading a stream
-early and never close it, issue 8). Observers run in the thread that reads the answer; an
+early and never close it, as litellm does). Observers run in the thread that reads the answer; an
 observer that raises is reported as a warning, never to the caller.
 """
 

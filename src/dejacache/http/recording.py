@@ -9,7 +9,7 @@ once, when the answer is complete:
 - and before the caller sees the event that *finishes* the answer (Anthropic
   ``message_delta``, an OpenAI chunk with a ``finish_reason``): the recorder first reads ahead
   to the end marker, for at most ``READ_AHEAD_TIMEOUT`` seconds. litellm stops reading at
-  that event and never closes the response (issue 8); when the end marker is in a later socket
+  that event and never closes the response; when the end marker is in a later socket
   read than the finishing event, as it is whenever the server writes one event at a time, its
   streams were never stored. Events before that point are never held back.
 
@@ -257,7 +257,7 @@ async def _aread_ahead(rec: Recorder, source: AsyncIterator[bytes], ahead: _Ahea
     if close_here:
         await rec.live.aclose()
     import asyncio  # a coroutine runs here: a dict lookup under asyncio (not at module level:
-    # asyncio was ~40 ms of the first block, issue 12 item 6)
+    # asyncio was ~40 ms of the first block)
 
     if isinstance(ahead.error, asyncio.CancelledError):
         raise ahead.error

@@ -2,7 +2,7 @@
 
 HTTP interception answers every request it sees from the recording, so in ``replay`` mode a
 connection is only opened by a request that did *not* go through it: a transport dejacache
-does not know (issue 11: litellm's aiohttp transport, imported inside the block, made paid
+does not know (litellm's aiohttp transport, imported inside the block, once made paid
 calls during replays and recorded nothing). Rather than trust the list of known transports,
 replay blocks also watch the socket layer (``cassettes/netguard.py``) and refuse such a
 connection with ``NetworkBlocked``, naming the host and the code path that tried.
@@ -22,7 +22,7 @@ stores (a Redis store), to a host not allowed by name (``intercept(ignore_hosts=
 
 Recording blocks (``auto`` and ``record`` mode) cannot refuse such a connection without
 failing a run that would have worked, but they would store nothing for it and say nothing
-(issue 11: dspy's lm15 engine before ``lm15.py``). A connection from an HTTP client that did
+(as dspy's lm15 engine did before ``lm15.py``). A connection from an HTTP client that did
 not come through interception, under the same rules otherwise, is let through with a
 ``DejacacheWarning`` naming the host and the code path.
 

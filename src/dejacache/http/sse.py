@@ -89,7 +89,7 @@ async def replay_async(events: Sequence[Sequence[Any]], realtime: bool) -> Async
             wait = start + offset - time.perf_counter()
             if wait > 0:
                 # Here, not at module level: asyncio (with ssl, socket, concurrent.futures and
-                # logging) was ~40 ms of the first block (issue 12, item 6). A coroutine is
+                # logging) was ~40 ms of the first block. A coroutine is
                 # running, so this is a dict lookup under asyncio (under trio it loads it, as
                 # the module-level import used to).
                 import asyncio

@@ -43,8 +43,8 @@ __all__ = [
     "tool_cache",
 ]
 
-# Loaded on first use (issue 12, item 6): ``tool_cache`` alone need not import the agent
-# pool, the loop guard and the prefix monitor.
+# Loaded on first use, to keep imports cheap: ``tool_cache`` alone need not import the
+# agent pool, the loop guard and the prefix monitor.
 __getattr__, __dir__ = attach(__name__, {
     "LoopGuard": ".guard",
     "PrometheusCollector": ".metrics", "RuntimeStats": ".metrics", "ToolStats": ".metrics",

@@ -58,7 +58,7 @@ def _framework_tool(obj: Any) -> type | None:
 
 def function_only(fn: Any, decorator: str) -> None:
     """Refuse what is not a function: above all a framework's tool object, which is what
-    dejacache gets when the two decorators are stacked the wrong way round (issue 11). The
+    dejacache gets when the two decorators are stacked the wrong way round. The
     wrapper built around it would hide the tool from its framework, or run a callable object
     nobody meant to cache, and neither would say so."""
     cls = _framework_tool(fn)

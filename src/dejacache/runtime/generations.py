@@ -7,7 +7,7 @@ TTL/LRU reclaims them later), whatever the number of entries.
 The rule: **counters live wherever the entries live.** Entries that outlive the process, or
 that other processes share, are only as fresh as the counters in their keys; counters kept in
 process memory restart at 0 in every process, so a new process computed the keys of entries
-cached before a write, and another process's write never reached this one (issue 8, item 5:
+cached before a write, and another process's write never reached this one (measured:
 397,580 of 398,684 reads stale with two processes on one SQLite file). So:
 
 * :class:`LocalGenerations`: an in-process dict, only for stores whose entries live in this

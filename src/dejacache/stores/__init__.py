@@ -18,7 +18,7 @@ __all__ = ["BaseStore", "MemoryStore", "Record", "RedisStore", "SQLiteStore", "S
            "StoreStats", "TieredStore", "store_from_url"]
 
 # Each tier is imported on first use: ``config`` needs only the protocol, and sqlite3 alone
-# cost ~3 ms of ``import dejacache`` (issue 12, item 6).
+# cost ~3 ms of ``import dejacache``.
 _getattr, __dir__ = attach(__name__, {
     "MemoryStore": ".memory", "SQLiteStore": ".sqlite", "TieredStore": ".tiered",
 })

@@ -64,7 +64,7 @@ class CircuitBreaker:
         self.trips = 0  # how many times it opened (for stats)
         # Closed with no failure since the last success: a call may go ahead and its
         # success changes nothing, so a hot path reads this one attribute and skips both
-        # ``allow()`` and ``success()`` (issue 12: the Redis hit path).
+        # ``allow()`` and ``success()`` (the Redis hit path).
         self.healthy = True
 
     @property

@@ -1,4 +1,4 @@
-"""Message-level sharing for the SQLite store's ``request`` column (issue 12 item 3).
+"""Message-level sharing for the SQLite store's ``request`` column.
 
 An agent's n-th request repeats the messages before it, so rows that each keep their whole
 request grow the file quadratically (10k calls of a 20 KB conversation: 1.03x the raw JSON).

@@ -62,7 +62,7 @@ def pack_record(record: Record) -> bytes:
 
 _Meta = tuple[str, str, str, float, "dict[str, Any] | None", float]
 # Metadata already parsed and checked, by its bytes: a key hit again carries the same bytes,
-# and a lookup replaces orjson.loads plus the checks (~1.5 us of a hit, issue 12). Bounded by
+# and a lookup replaces orjson.loads plus the checks (~1.5 us of a hit). Bounded by
 # emptying it when full; every record still gets its own ``usage`` dict.
 _METAS: dict[bytes, _Meta | None] = {}
 _METAS_MAX = 4096
@@ -336,7 +336,7 @@ class RedisStore(BaseStore):
         vkey = self._v + key
         client = self._client
         if client is not None and self.breaker.healthy:
-            # The hit path (issue 12): with the breaker closed and nothing failed since the
+            # The hit path: with the breaker closed and nothing failed since the
             # last success, ``_do``'s allow()/success() bookkeeping changes nothing; only a
             # failure needs handling, exactly as ``_do`` does.
             t0 = time.perf_counter()

@@ -190,7 +190,7 @@ def test_a_replay_miss_through_every_client_is_neither_retried_nor_wrapped(
     assert sent == 1
 
 
-# ---------------------------------------------------------------- issue 11: lazy transports
+# ---------------------------------------------------------------- transports imported late
 
 # A fresh interpreter in which litellm, and with it its aiohttp transport module, is imported
 # only inside the block (as dspy does): that transport used to go unpatched, so recording

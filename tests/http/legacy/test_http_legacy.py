@@ -131,7 +131,7 @@ def litellm() -> Any:
 def test_litellm_streams(litellm: Any, fake: FakeProvider, provider: str, transport: str,
                          aiohttp_calls: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     # litellm stops reading an Anthropic stream at message_delta and never closes it: these
-    # were recorded only when message_stop shared a socket read with it (issue 8).
+    # were recorded only when message_stop shared a socket read with it.
     if transport == "httpx":
         monkeypatch.setenv("DISABLE_AIOHTTP_TRANSPORT", "True")
     else:

@@ -1,4 +1,4 @@
-"""One chat, three gateways: what each does to the provider's prompt cache (issue 10).
+"""One chat, three gateways: what each does to the provider's prompt cache.
 
 Shared by ``test_integration_hermes_prefix.py`` and ``benchmarks/agent_pool_prefix.py``. Every
 message of the conversation arrives with the agent config a gateway would build for it, and,

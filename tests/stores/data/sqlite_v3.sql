@@ -1,4 +1,4 @@
--- A schema version 3 store written by dejacache before issue 12 (SQLiteStore.put,
+-- A schema version 3 store, as dejacache wrote it before shared request parts (SQLiteStore.put,
 -- then sqlite3 iterdump); tests/stores/test_sqlite_blobs.py upgrades it.
 BEGIN TRANSACTION;
 CREATE TABLE counters (

@@ -1,6 +1,6 @@
 """``dejacache import FILE -o CASSETTE``: another tool's recording as a dejacache cassette.
 
-Two sources (issue 14): a vcrpy / pytest-recording cassette (YAML, or vcrpy's JSON serializer)
+Two sources: a vcrpy / pytest-recording cassette (YAML, or vcrpy's JSON serializer)
 of HTTP calls, and an agentcassette JSON recording of intercepted function calls. The format is
 read from the file's content, not its name.
 

@@ -40,7 +40,7 @@ class Provider:
 
         Called once per event while a live stream is recorded, so it must stay a cheap string
         check. Callers such as litellm stop reading at the finishing event and never close
-        the response (issue 8): the recorder reads ahead to ``END`` before handing that event
+        the response: the recorder reads ahead to ``END`` before handing that event
         over, so such a stream is stored all the same.
         """
         return IN_PROGRESS
