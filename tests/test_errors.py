@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import pathlib
 
 import pytest
 
@@ -40,6 +41,27 @@ def test_docstring_draws_every_error() -> None:
     doc = inspect.getdoc(errors) or ""
     for name in errors.__all__:
         assert name in doc, name
+
+
+def test_design_doc_draws_the_same_tree() -> None:
+    """docs/design.md draws the tree of the module docstring, line for line, and every
+    class in the tree derives from the class it is drawn under."""
+    design = (pathlib.Path(__file__).resolve().parents[1] / "docs" / "design.md").read_text()
+    start = design.index("```text\nDejacacheError\n") + len("```text\n")
+    drawn = design[start:design.index("```", start)].strip().splitlines()
+    doc = (inspect.getdoc(errors) or "").splitlines()
+    first = doc.index("    DejacacheError")
+    tree = [line[4:] for line in doc[first:first + len(drawn)]]
+    assert drawn == tree
+    parents: list[str] = []
+    for line in drawn:
+        if not line.strip():
+            continue
+        name = line.lstrip("│├└─ ").split()[0]
+        depth = (len(line) - len(line.lstrip("│├└─ "))) // 4
+        parents[depth:] = [name]
+        if depth:
+            assert issubclass(getattr(errors, name), getattr(errors, parents[depth - 1])), name
 
 
 def test_messages_carry_context() -> None:
