@@ -6,7 +6,8 @@ tests, and tool-result caching for running agents.
 
 from __future__ import annotations
 
-from ._lazy import ON_FIRST_BLOCK, attach
+from ._lazy import ON_FIRST_BLOCK as _ON_FIRST_BLOCK
+from ._lazy import attach
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is not loaded at interpreter start
 if TYPE_CHECKING:
@@ -162,4 +163,4 @@ def _switch_on_interception() -> None:
     from .http import intercept  # noqa: F401
 
 
-ON_FIRST_BLOCK.append(_switch_on_interception)
+_ON_FIRST_BLOCK.append(_switch_on_interception)
