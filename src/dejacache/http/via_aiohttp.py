@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import DejacacheWarning, ReplayMiss
 from ._libs import Lib, available, imported
+from .routing import decide
 from .transport import bypassing, handing_on, handle_async
 
 if TYPE_CHECKING:
@@ -147,7 +148,6 @@ async def _middleware(session: Any, req: Any, handler: Callable[[Any], Awaitable
     lib = _lib()
     if lib is None:
         return await handler(req)
-    from .intercept import _decide  # here: intercept imports this module
 
     try:
         hreq = lib.module.Request(req.method, str(req.url),
@@ -159,7 +159,7 @@ async def _middleware(session: Any, req: Any, handler: Callable[[Any], Awaitable
             "it).", DejacacheWarning, stacklevel=2,
         )
         return await handler(req)
-    decided = _decide(hreq)
+    decided = decide(hreq)
     if decided is None:
         with handing_on():  # let through on purpose: the replay backstop allows it
             return await handler(req)

@@ -48,6 +48,7 @@ from typing import Any
 
 from ..errors import DejacacheWarning
 from ._libs import Lib, available, imported
+from .routing import decide
 from .transport import bypassing, handing_on, handle_sync
 
 __all__ = ["MODULES", "patch"]
@@ -412,7 +413,6 @@ def _urlopen(orig: Callable[..., Any]) -> Callable[..., Any]:
         if lib is None:  # not handed on: a replay block's backstop refuses it
             return orig(self, method, url, body, headers, retries, redirect,
                         assert_same_host, **kw)
-        from .intercept import _decide  # here: intercept imports this module
 
         data, to_send = _body(body, kw)
         try:
@@ -422,7 +422,7 @@ def _urlopen(orig: Callable[..., Any]) -> Callable[..., Any]:
             _unstated(method, url, exc)
             return orig(self, method, url, to_send, headers, retries, redirect,
                         assert_same_host, **kw)
-        decided = _decide(hreq)
+        decided = decide(hreq)
         if decided is None:
             with handing_on():  # let through on purpose: the replay backstop allows it
                 return orig(self, method, url, to_send, headers, retries, redirect,
