@@ -54,7 +54,7 @@ __all__ = [
 
 KINDS = ("model", "tool", "function", "http")
 _MODEL_KINDS = frozenset({"model", "llm", "chat", "completion"})
-_PROVIDERS = ("openai.", "anthropic.")
+_PROVIDERS = ("openai.", "anthropic.", "bedrock.")
 CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text and JSON
 
 

@@ -3,6 +3,10 @@
 A recording keeps each event's text and its offset (seconds since the response headers
 arrived), so replay can hand the SDK the same events in the same order, one chunk per event,
 and with ``realtime=True`` at the same pace.
+
+AWS eventstream bodies (``eventstream.py``) are recorded the same way, one decoded message
+per event in place of the text, and played back one framed message per chunk:
+:func:`event_bytes` is the one place that turns a recorded event back into wire bytes.
 """
 
 from __future__ import annotations
@@ -13,13 +17,36 @@ from typing import Any
 
 import orjson
 
-__all__ = ["SSESplitter", "event_data", "is_sse", "replay_async", "replay_sync"]
+from . import eventstream
+
+__all__ = ["SSESplitter", "event_bytes", "event_data", "is_sse", "is_stream", "replay_async",
+           "replay_sync", "splitter_for"]
 
 _SEPARATORS = (b"\r\n\r\n", b"\n\n", b"\r\r")
 
 
 def is_sse(content_type: str | None) -> bool:
     return bool(content_type) and "text/event-stream" in content_type.lower()  # type: ignore[union-attr]
+
+
+def is_stream(content_type: str | None) -> bool:
+    """A body recorded event by event: server-sent events or an AWS eventstream."""
+    return is_sse(content_type) or eventstream.is_eventstream(content_type)
+
+
+def splitter_for(content_type: str | None) -> SSESplitter | eventstream.EventStreamSplitter:
+    """The splitter that cuts a streamed body of this type into recorded events."""
+    if eventstream.is_eventstream(content_type):
+        return eventstream.EventStreamSplitter()
+    return SSESplitter()
+
+
+def event_bytes(event: Any) -> bytes:
+    """A recorded event's wire bytes: an SSE event's text, or an eventstream message framed
+    again (byte-exact for a message recorded unchanged)."""
+    if type(event) is str:
+        return event.encode()
+    return eventstream.encode(eventstream.from_stored(event))
 
 
 class SSESplitter:
@@ -69,17 +96,18 @@ def event_data(event: str) -> Any:
 
 
 def replay_sync(events: Sequence[Sequence[Any]], realtime: bool) -> Iterator[bytes]:
-    """Yield recorded ``[offset, text]`` events; with ``realtime`` keep the recorded pace."""
+    """Yield recorded ``[offset, event]`` events as wire bytes (:func:`event_bytes`); with
+    ``realtime`` keep the recorded pace."""
     if not realtime:
         for _, text in events:
-            yield text.encode()
+            yield event_bytes(text)
         return
     start = time.perf_counter()
     for offset, text in events:
         wait = start + offset - time.perf_counter()
         if wait > 0:
             time.sleep(wait)
-        yield text.encode()
+        yield event_bytes(text)
 
 
 async def replay_async(events: Sequence[Sequence[Any]], realtime: bool) -> AsyncIterator[bytes]:
@@ -95,4 +123,4 @@ async def replay_async(events: Sequence[Sequence[Any]], realtime: bool) -> Async
                 import asyncio
 
                 await asyncio.sleep(wait)
-        yield text.encode()
+        yield event_bytes(text)

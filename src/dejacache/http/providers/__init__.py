@@ -20,7 +20,7 @@ from ._base import Provider
 __all__ = ["MODULES", "Provider", "all_providers", "detect"]
 
 #: The provider modules of this package.
-MODULES = ("anthropic", "generic", "openai")
+MODULES = ("anthropic", "bedrock", "generic", "openai")
 
 
 def _load() -> tuple[Provider, ...]:
@@ -44,5 +44,5 @@ def all_providers() -> tuple[Provider, ...]:
 def detect(host: str, path: str, headers: Mapping[str, str]) -> Provider:
     for prov in _PROVIDERS:
         if prov.matches(host, path, headers):
-            return prov
+            return prov.for_request(host, path)
     raise AssertionError("the generic provider matches everything")  # pragma: no cover

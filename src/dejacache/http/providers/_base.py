@@ -22,6 +22,9 @@ class Provider:
     - ``alias_keys``: response fields holding ids the client may send back later; their values
       are aliased by position within a block so re-recording one turn does not break the next.
     - ``usage``: token counts from a JSON body or from the parsed SSE events of a stream.
+    - ``for_request``: the provider for one request; a provider whose answers do not name
+      their model (Bedrock: the model is in the path) returns a copy that knows it, and
+      ``model`` then reports it so the stored answer names it (prices, reports).
     """
 
     name = "http"
@@ -34,6 +37,13 @@ class Provider:
 
     def endpoint(self, host: str, path: str) -> str:
         raise NotImplementedError
+
+    def for_request(self, host: str, path: str) -> Provider:
+        return self
+
+    def model(self, body: Any) -> str | None:
+        """The model that answered, when the answer's body does not say (else None)."""
+        return None
 
     def stage(self, event: str) -> int:
         """Where this SSE event leaves the answer: ``IN_PROGRESS``, ``FINISHING`` or ``END``.
