@@ -20,7 +20,9 @@ imported, and an import hook patches one imported while a block is open (an SDK 
 lazily inside the block): httpx and httpx2, and every module of ``EXTRA_TRANSPORTS`` (issue
 11: dspy imports litellm inside the block, and litellm's aiohttp transport with it; that
 transport went unpatched, so async calls recorded nothing and replays went live), and
-lm15's transports, dspy's default engine (``lm15.py``). Behind
+lm15's transports, dspy's default engine (``lm15.py``), urllib3's connection pools, under
+``requests`` and botocore (``via_urllib3.py``), and ``aiohttp.ClientSession``
+(``via_aiohttp.py``). Behind
 them all, replay blocks refuse connections that escape interception anyway
 (``socketguard.py``). Blocks never import httpx themselves (that would cost @cache-only
 users 130 ms and break ``httpx2.alias_httpx()`` called later), and stay silent when there is
@@ -48,6 +50,8 @@ from ..errors import ConfigurationError
 from ..scope import BLOCK_HOOKS, Block, current
 from . import lm15 as _lm15
 from . import socketguard
+from . import via_aiohttp as _via_aiohttp
+from . import via_urllib3 as _via_urllib3
 from ._libs import LIBRARIES, Lib, available, imported, lib_of, register
 from .observers import watching
 from .transport import Options, bypassing, handing_on, handle_async, handle_sync
@@ -111,6 +115,10 @@ EXTRA_TRANSPORTS = (
 )
 
 
+# Modules with ``MODULES`` (the modules that define a stack's seam) and ``patch(module)``.
+_SEAMS = (_lm15, _via_urllib3, _via_aiohttp)
+
+
 def _wrap(
     cls: type, attr: str, is_async: bool, lib: Lib | None
 ) -> tuple[type, str, Any] | None:
@@ -162,14 +170,17 @@ def _patch_extras(loaded: str | None = None) -> None:
         if isinstance(cls, type) and "handle_async_request" in cls.__dict__:
             done = _wrap(cls, "handle_async_request", True, None)
             _PATCHED[spec] = [done] if done is not None else []
-    # lm15's transports (dspy's native engine) speak their own request type (lm15.py). A
-    # module another thread is still importing is left to the import hook (``loaded``).
-    for name in _lm15.MODULES:
-        mod = sys.modules.get(name)
-        if name in _PATCHED or mod is None or (
-                name != loaded and getattr(mod.__spec__, "_initializing", False)):
-            continue
-        _PATCHED[name] = _lm15.patch(mod)
+    # Stacks that speak their own request type, each restated as an httpx request by its
+    # module (lm15.py: dspy's native engine; via_urllib3.py: urllib3, requests, botocore;
+    # via_aiohttp.py: aiohttp.ClientSession). A module another thread is still importing is
+    # left to the import hook (``loaded``).
+    for seam in _SEAMS:
+        for name in seam.MODULES:
+            mod = sys.modules.get(name)
+            if name in _PATCHED or mod is None or (
+                    name != loaded and getattr(mod.__spec__, "_initializing", False)):
+                continue
+            _PATCHED[name] = seam.patch(mod)
 
 
 def _unpatch_all() -> None:
@@ -248,7 +259,7 @@ def _loaded(module: ModuleType) -> None:
 
 # Every module the hook watches: the libraries and the modules of the extra transports.
 _WATCHED = (frozenset(LIBRARIES) | frozenset(s.partition(":")[0] for s in EXTRA_TRANSPORTS)
-            | frozenset(_lm15.MODULES))
+            | frozenset(n for seam in _SEAMS for n in seam.MODULES))
 
 
 class _PatchOnImport:

@@ -1,0 +1,113 @@
+"""A loopback web API of the kind an agent's tools call (weather, search, CRM): plain HTTP/1.1.
+
+Every answer carries a fresh nonce, so a replay that returns what was recorded is told apart
+from a new live call; the server counts the connections it accepted and the requests it read.
+
+- ``GET /weather?city=...&key=...``: JSON, with a ``Set-Cookie`` session and an
+  ``x-request-id``; the ``key`` query parameter is an API key (never to be stored).
+- ``GET /redirect?city=...``: a 302 to ``/weather`` (the same query).
+- ``GET /download``: ``text/plain`` in five HTTP chunks, each written and flushed on its own.
+- ``GET /events``: server-sent events (``text/event-stream``), one per chunk.
+- ``GET /gzip``: a JSON answer sent ``Content-Encoding: gzip``.
+- ``POST /echo``: the JSON body back, with a nonce.
+- ``GET /status/<n>``: status ``n`` with a JSON error body.
+- ``GET /slow``: answers after ``SLOW`` seconds (for read timeouts).
+"""
+
+from __future__ import annotations
+
+import gzip
+import secrets
+import threading
+import time
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import orjson
+
+from provider_support import LoopbackHandler, LoopbackProvider, QuietServer
+
+__all__ = ["SLOW", "ToolAPI"]
+
+SLOW = 1.5
+
+
+class _CountingServer(QuietServer):
+    connections = 0
+    lock = threading.Lock()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self.lock:
+            type(self).connections += 1
+        super().process_request(request, client_address)
+
+
+class _Handler(LoopbackHandler):
+    fake: ToolAPI
+
+    def _log(self, body: Any = None) -> None:
+        with self.fake._lock:
+            self.fake.requests.append({"path": self.path, "headers": dict(self.headers),
+                                       "body": body})
+
+    def do_GET(self) -> None:
+        self._log()
+        url = urlsplit(self.path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        nonce = secrets.token_hex(4)
+        if url.path == "/weather":
+            return self.send_json(200, {"city": query.get("city"), "temp": 21, "nonce": nonce},
+                                  {"set-cookie": "session=SESSION-COOKIE-" + nonce,
+                                   "x-request-id": "req-" + nonce})
+        if url.path == "/redirect":
+            self.send_response(302)
+            self.send_header("location", "/weather?" + url.query)
+            self.send_header("content-length", "0")
+            self.end_headers()
+            return None
+        if url.path == "/download":
+            self.start_stream("text/plain")
+            for i in range(5):
+                self.write_event(f"part {i} {nonce}\n")
+                time.sleep(0.002)
+            return self.end_stream()
+        if url.path == "/events":
+            self.start_stream("text/event-stream")
+            for i in range(4):
+                self.write_event(f"data: {orjson.dumps({'i': i, 'nonce': nonce}).decode()}\n\n")
+                time.sleep(0.002)
+            return self.end_stream()
+        if url.path == "/gzip":
+            out = gzip.compress(orjson.dumps({"zipped": True, "nonce": nonce}))
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-encoding", "gzip")
+            self.send_header("content-length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+            return None
+        if url.path.startswith("/status/"):
+            status = int(url.path.rsplit("/", 1)[1])
+            return self.send_json(status, {"error": {"code": status, "nonce": nonce}})
+        if url.path == "/slow":
+            time.sleep(SLOW)
+            return self.send_json(200, {"slow": True, "nonce": nonce})
+        return self.send_json(404, {"error": "no such path", "path": url.path})
+
+    def do_POST(self) -> None:
+        body = self.read_json()
+        self._log(body)
+        self.send_json(200, {"echo": body, "nonce": secrets.token_hex(4)})
+
+
+class ToolAPI(LoopbackProvider):
+    handler = _Handler
+
+    def __init__(self) -> None:
+        super().__init__()
+        # A server class per instance: its connection count is this server's own.
+        self.server_class = type("Server", (_CountingServer,), {"connections": 0})
+
+    @property
+    def connections(self) -> int:
+        return int(self.server_class.connections)  # type: ignore[attr-defined]

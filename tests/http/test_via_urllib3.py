@@ -1,0 +1,239 @@
+"""urllib3, requests (and so botocore) through dejacache (src/dejacache/http/via_urllib3.py).
+
+The cases (``urllib3_cases.py``) run with the real packages against loopback servers: once
+recording in a process of their own, then replaying in a fresh process with the servers
+stopped and a listener on their ports counting any connection (there must be none).
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+
+pytest.importorskip("requests")
+urllib3 = pytest.importorskip("urllib3")
+
+from fake_provider import FakeProvider  # noqa: E402
+from fake_tool_api import ToolAPI  # noqa: E402
+from urllib3_cases import SECRETS  # noqa: E402
+
+import dejacache  # noqa: E402
+from dejacache.http.intercept import patched_libraries  # noqa: E402
+from provider_support import DropListener  # noqa: E402
+
+HERE = pathlib.Path(__file__).parent
+
+
+def _env() -> dict[str, str]:
+    paths = [str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def _run(*args: str) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, str(HERE / "urllib3_cases.py"), *args],
+                          capture_output=True, text=True, env=_env(), timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out: dict[str, Any] = orjson.loads(proc.stdout)
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """Record every case, stop the servers, replay them in a fresh process."""
+    cassette = tmp_path_factory.mktemp("urllib3") / "cases.json"
+    tool, chat = ToolAPI().start(), FakeProvider(chunk_delay=0.001).start()
+    refused = f"http://127.0.0.1:{_free_port()}"
+    args = [str(cassette), tool.url, chat.url + "/v1", refused]
+    try:
+        recorded = _run("record", *args)
+        seen = (tool.connections, chat.count())
+    finally:
+        tool.stop()
+        chat.stop()
+    guards = [DropListener(tool.port), DropListener(chat.port)]
+    try:
+        replayed = _run("replay", *args)
+    finally:
+        for g in guards:
+            g.close()
+    yield {"recorded": recorded, "replayed": replayed, "seen": seen, "cassette": cassette,
+           "connections": [g.count for g in guards]}
+
+
+def test_a_replay_in_a_fresh_process_opens_no_connection(runs: dict[str, Any]) -> None:
+    assert runs["seen"][0] > 0 and runs["seen"][1] > 0  # the recording went live
+    assert runs["connections"] == [0, 0]
+
+
+@pytest.mark.parametrize("case", [
+    "weather", "redirect", "download", "download_7", "events_lines", "chat_stream", "echo",
+    "status", "pool", "pool_read", "pool_gzip", "conn",
+])
+def test_requests_and_urllib3_answers_replay_the_same(runs: dict[str, Any], case: str) -> None:
+    """Status, the answer's headers (date and request id included), body: as recorded."""
+    assert runs["replayed"][case] == runs["recorded"][case]
+
+
+def test_http_errors_are_answers(runs: dict[str, Any]) -> None:
+    [[s404, b404], [s500, b500]] = runs["replayed"]["status"]
+    assert (s404, s500) == (404, 500)
+    assert b404["error"]["code"] == 404 and b500["error"]["code"] == 500
+
+
+def test_a_redirect_is_followed_as_live(runs: dict[str, Any]) -> None:
+    status, body, history, url = runs["replayed"]["redirect"]
+    assert (status, history, body["city"]) == (200, [302], "Oslo")
+    assert url.startswith("weather?")
+
+
+def test_event_streams_replay_event_by_event(runs: dict[str, Any]) -> None:
+    rec, rep = runs["recorded"], runs["replayed"]
+    # requests' iter_content(None) and urllib3's stream(None): one recorded event per chunk.
+    assert len(rep["events_chunks"]) == 4 and len(rep["pool_stream"]) == 4
+    assert all(c.startswith("data: ") and c.endswith("\n\n") for c in rep["events_chunks"])
+    assert "".join(rep["events_chunks"]) == "".join(rec["events_chunks"])
+    assert "".join(rep["pool_stream"]) == "".join(rec["pool_stream"])
+    # A stream the request asked for (chat "stream": true) streams live while recording too.
+    assert rep["chat_stream"] == rec["chat_stream"]
+    assert len(rep["chat_stream"]) > 3 and rep["chat_stream"][-1] == "data: [DONE]\n\n"
+
+
+def test_bodies_are_read_in_the_sizes_asked_for(runs: dict[str, Any]) -> None:
+    chunks = runs["replayed"]["download_7"]
+    assert all(len(c) == 7 for c in chunks[:-1]) and 0 < len(chunks[-1]) <= 7
+    first, rest = runs["replayed"]["pool_read"]
+    assert len(first) == 9 and (first + rest).count("part ") == 5
+
+
+def test_a_compressed_answer_replays_decoded(runs: dict[str, Any]) -> None:
+    rec, rep = runs["recorded"]["gzip"], runs["replayed"]["gzip"]
+    assert rep[0] == rec[0] and rep[0]["zipped"] is True
+    assert rep[1] is True  # stored decoded: no Content-Encoding left to apply
+
+
+@pytest.mark.parametrize(("case", "error", "reason"), [
+    ("refused", "requests.exceptions.ConnectionError", "NewConnectionError"),
+    ("timeout", "requests.exceptions.ReadTimeout", "ReadTimeoutError"),
+    ("refused_raw", "urllib3.exceptions.NewConnectionError", None),
+    ("refused_retried", "urllib3.exceptions.MaxRetryError", "NewConnectionError"),
+    ("timeout_raw", "urllib3.exceptions.ReadTimeoutError", None),
+])
+def test_failures_replay_as_the_librarys_own_exceptions(
+    runs: dict[str, Any], case: str, error: str, reason: str | None,
+) -> None:
+    expected = {"error": error, "reason": reason}
+    assert runs["recorded"][case] == expected
+    assert runs["replayed"][case] == expected
+
+
+def test_credentials_reach_no_file(runs: dict[str, Any]) -> None:
+    cassette: pathlib.Path = runs["cassette"]
+    files = [p for p in cassette.parent.rglob("*") if p.is_file()]
+    assert cassette in files
+    for path in files:
+        data = path.read_bytes()
+        for secret in (*SECRETS.values(), "SESSION-COOKIE"):
+            assert secret.encode() not in data, (secret, path)
+
+
+# ---------------------------------------------------------------- when the seam is patched
+
+
+def _is_patched() -> bool:
+    return bool(getattr(urllib3.HTTPConnectionPool.urlopen, "__dejacache_patch__", False))
+
+
+def test_patched_only_while_a_block_is_open(tmp_path: pathlib.Path) -> None:
+    orig = urllib3.HTTPConnectionPool.urlopen
+    assert not _is_patched()
+    with dejacache.scope(mode="auto", store=dejacache.MemoryStore()):
+        assert _is_patched()
+        assert "urllib3.connectionpool" in patched_libraries()
+        assert urllib3.HTTPSConnectionPool.urlopen is urllib3.HTTPConnectionPool.urlopen
+    assert urllib3.HTTPConnectionPool.urlopen is orig
+
+
+def test_outside_a_block_requests_go_live_untouched() -> None:
+    import requests
+
+    api = ToolAPI().start()
+    try:
+        first = requests.get(api.url + "/weather", timeout=10).json()
+        second = requests.get(api.url + "/weather", timeout=10).json()
+    finally:
+        api.stop()
+    assert first["nonce"] != second["nonce"]
+    assert len(api.requests) == 2
+
+
+def test_requests_imported_inside_a_block_is_intercepted(tmp_path: pathlib.Path) -> None:
+    api = ToolAPI().start()
+    cassette = tmp_path / "lazy.json"
+    code = f"""
+import sys
+import dejacache
+assert "urllib3" not in sys.modules and "requests" not in sys.modules, "imported too early"
+for mode in ("record", "replay"):
+    with dejacache.cassette({str(cassette)!r}, mode=mode):
+        import requests
+        import urllib3
+        assert getattr(urllib3.HTTPConnectionPool.urlopen, "__dejacache_patch__", False)
+        print(mode, requests.get("{api.url}/weather?city=Lima", timeout=10).json()["nonce"])
+print("patched after", hasattr(urllib3.HTTPConnectionPool.urlopen, "__dejacache_patch__"))
+"""
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=_env(), timeout=120)
+    finally:
+        api.stop()
+    assert proc.returncode == 0, proc.stderr
+    lines = dict(line.rsplit(" ", 1) for line in proc.stdout.splitlines())
+    assert lines["record"] == lines["replay"]
+    assert lines["patched after"] == "False"
+    assert len(api.requests) == 1  # the replay did not reach the server
+
+
+def test_a_replay_miss_is_raised_not_sent(tmp_path: pathlib.Path) -> None:
+    import requests
+
+    api = ToolAPI().start()
+    try:
+        with dejacache.scope(mode="replay", store=dejacache.MemoryStore()), \
+                pytest.raises(dejacache.ReplayMiss):
+            requests.get(api.url + "/weather?city=Nowhere", timeout=10)
+    finally:
+        api.stop()
+    assert api.requests == []
+
+
+def test_a_recording_made_through_httpx_replays_through_requests() -> None:
+    """One exchange, whatever the stack: a failure recorded by httpx2 names no urllib3 class,
+    and is raised the way urllib3 would raise it after spending the caller's retries."""
+    httpx2 = pytest.importorskip("httpx2")
+    import requests
+    from http_support import SeqStore
+
+    url = f"http://127.0.0.1:{_free_port()}/x"
+    store = SeqStore()
+    with dejacache.scope(mode="record", store=store), pytest.raises(httpx2.ConnectError):
+        httpx2.get(url)
+    store.rewind()
+    with dejacache.scope(mode="replay", store=store), \
+            pytest.raises(requests.ConnectionError) as err:
+        requests.get(url, timeout=5)
+    assert isinstance(err.value.args[0], urllib3.exceptions.MaxRetryError)
+    assert isinstance(err.value.args[0].reason, urllib3.exceptions.NewConnectionError)
