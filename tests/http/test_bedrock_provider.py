@@ -311,12 +311,50 @@ def test_matches(host: str, path: str, headers: dict[str, str], matched: bool) -
     ("/proxy/model/amazon.nova-micro-v1%3A0/invoke", "amazon.nova-micro-v1:0",
      "bedrock.invoke_model"),
     ("/model/m/count-tokens", "m", "bedrock.count_tokens"),
+    # httpx hands the path over percent-decoded: an ARN's "/" is a "/" again
+    ("/model/arn:aws:bedrock:us-east-1:123:inference-profile/us.amazon.nova-lite-v1:0/"
+     "converse", "arn:aws:bedrock:us-east-1:123:inference-profile/us.amazon.nova-lite-v1:0",
+     "bedrock.converse"),
 ])
 def test_model_and_endpoint_from_the_path(path: str, model: str, name: str) -> None:
     assert split_path(path) == (model, path.rpartition("/")[2])
     prov = detect("127.0.0.1", path, AWS_HEADERS)
     assert prov.model(None) == model and prov.endpoint("127.0.0.1", path) == name
     assert PROVIDER.model(None) is None  # the shared instance knows no model
+
+
+def test_the_stream_endpoints_say_so() -> None:
+    assert PROVIDER.streams("/model/m/converse-stream")
+    assert PROVIDER.streams("/model/m/invoke-with-response-stream")
+    assert not PROVIDER.streams("/model/m/converse")
+    assert not PROVIDER.streams("/model/m/invoke")
+
+
+def test_chunk_by_chunk_recording_gives_the_whole_body_value(bedrock: FakeBedrock) -> None:
+    """What a recorder fed live chunks builds (``splitter_for`` + ``response_value(events=)``)
+    is what the whole-body path stores, and the provider's stages end where the body ends."""
+    from dejacache.http.sse import splitter_for
+
+    ct = "application/vnd.amazon.eventstream"
+    with urllib3.PoolManager() as pool:
+        resp = pool.request("POST", f"{bedrock.url}/model/{MODEL}/converse-stream",
+                            json={"messages": USER}, preload_content=False)
+        chunks = list(resp.read_chunked())  # as they came off the wire, one message each
+        resp.release_conn()
+    assert len(chunks) > 5
+    splitter = splitter_for(ct)
+    prov = Bedrock(MODEL)
+    events: list[list[Any]] = []
+    stage = IN_PROGRESS
+    for chunk in chunks:
+        for ev in splitter.feed(chunk):
+            events.append([0.0, ev])
+            stage = max(stage, prov.stage(ev))
+    assert splitter.flush() == [] and stage == END
+    headers = [("content-type", ct)]
+    live = response_value(200, headers, ct, prov, events=events)
+    whole = response_value(200, headers, ct, prov, body=b"".join(chunks))
+    assert live == whole and body_bytes(live) == b"".join(chunks)
 
 
 def test_requestmetadata_is_not_keyed() -> None:

@@ -41,6 +41,11 @@ class Provider:
     def for_request(self, host: str, path: str) -> Provider:
         return self
 
+    def streams(self, path: str) -> bool:
+        """Whether this endpoint answers with a stream whatever the body asks (a body's
+        ``"stream": true`` is read by the exchange itself)."""
+        return False
+
     def model(self, body: Any) -> str | None:
         """The model that answered, when the answer's body does not say (else None)."""
         return None

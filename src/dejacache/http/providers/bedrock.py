@@ -37,6 +37,8 @@ _ACTIONS = {
     "invoke-with-response-stream": "bedrock.invoke_model_with_response_stream",
 }
 
+_STREAMING = frozenset({"converse-stream", "invoke-with-response-stream"})
+
 # Converse usage field -> the name the rest of dejacache counts (stats, prices, reports).
 # As with Anthropic, inputTokens leaves out the tokens read from or written to the prompt
 # cache; totalTokens includes them.
@@ -126,6 +128,10 @@ class Bedrock(Provider):
 
     def model(self, body: Any) -> str | None:
         return self.model_id
+
+    def streams(self, path: str) -> bool:
+        parts = split_path(path)
+        return parts is not None and parts[1] in _STREAMING
 
     def endpoint(self, host: str, path: str) -> str:
         parts = split_path(path)
