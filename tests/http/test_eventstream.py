@@ -184,7 +184,7 @@ def test_splitter_hands_out_stored_events_in_any_chunking(msgs: list[Message],
     for chunk in _split(data, cuts):
         out += sp.feed(chunk)
     out += sp.flush()
-    assert sp.damaged is None and sp.raw() == data
+    assert sp.damaged is None and sp.raw() == data and sp.body() is None
     assert [es.from_stored(s) for s in out] == msgs
 
 
@@ -268,10 +268,11 @@ def test_splitter_marks_damage_and_keeps_every_byte() -> None:
     assert len(sp.feed(frames[0])) == 1
     assert sp.feed(bytes(bad)) == [] and sp.damaged is not None
     assert sp.feed(frames[2]) == []
-    assert sp.raw() == frames[0] + bytes(bad) + frames[2]
+    assert sp.raw() == sp.body() == frames[0] + bytes(bad) + frames[2]
     cut = EventStreamSplitter()
     cut.feed(frames[0][:-3])
     assert cut.flush() == [] and "truncated" in str(cut.damaged)
+    assert cut.body() == frames[0][:-3]
 
 
 def test_replay_yields_one_frame_per_recorded_event() -> None:
@@ -287,4 +288,6 @@ def test_content_type_dispatch() -> None:
     assert is_stream("text/event-stream; charset=utf-8")
     assert not is_stream("application/json") and not is_stream(None)
     assert isinstance(splitter_for("application/vnd.amazon.eventstream"), EventStreamSplitter)
-    assert not isinstance(splitter_for("text/event-stream"), EventStreamSplitter)
+    sse = splitter_for("text/event-stream")
+    assert not isinstance(sse, EventStreamSplitter)
+    assert sse.feed(b"data: 1\n\n") == ["data: 1\n\n"] and sse.body() is None

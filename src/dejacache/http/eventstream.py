@@ -416,9 +416,9 @@ class EventStreamSplitter:
 
     It never raises: what the caller reads is the live body, whatever we make of it. On
     damage (a CRC mismatch, a length over the limit, a body ending inside a message)
-    ``damaged`` holds the error and no further event comes out; ``raw()`` still has every
-    byte fed, so a recorder can keep the body whole instead, and a replay then fails the same
-    way the live call did.
+    ``damaged`` holds the error and no further event comes out; ``body()`` then has every
+    byte fed, so a recorder keeps the body whole instead, and a replay fails the same way
+    the live call did.
     """
 
     __slots__ = ("_chunks", "_decoder", "damaged")
@@ -449,3 +449,7 @@ class EventStreamSplitter:
 
     def raw(self) -> bytes:
         return b"".join(self._chunks)
+
+    def body(self) -> bytes | None:
+        """Every byte fed when the events cannot stand for the body (damage), else None."""
+        return self.raw() if self.damaged is not None else None

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from . import eventstream
 
-__all__ = ["SSESplitter", "event_bytes", "event_data", "is_sse", "is_stream", "replay_async",
-           "replay_sync", "splitter_for"]
+__all__ = ["SSESplitter", "Splitter", "event_bytes", "event_data", "is_sse", "is_stream",
+           "replay_async", "replay_sync", "splitter_for"]
 
 _SEPARATORS = (b"\r\n\r\n", b"\n\n", b"\r\r")
 
@@ -34,7 +34,18 @@ def is_stream(content_type: str | None) -> bool:
     return is_sse(content_type) or eventstream.is_eventstream(content_type)
 
 
-def splitter_for(content_type: str | None) -> SSESplitter | eventstream.EventStreamSplitter:
+class Splitter(Protocol):
+    """Cuts a live body into the events a recording keeps (``[offset, event]``'s event)."""
+
+    def feed(self, chunk: bytes) -> list[Any]: ...
+
+    def flush(self) -> list[Any]: ...
+
+    def body(self) -> bytes | None:
+        """The body to store whole instead of the events (they did not decode), else None."""
+
+
+def splitter_for(content_type: str | None) -> Splitter:
     """The splitter that cuts a streamed body of this type into recorded events."""
     if eventstream.is_eventstream(content_type):
         return eventstream.EventStreamSplitter()
@@ -80,6 +91,9 @@ class SSESplitter:
         """Whatever is left when the stream ends without a final blank line."""
         rest, self._buf = self._buf, b""
         return [rest.decode("utf-8", "replace")] if rest.strip() else []
+
+    def body(self) -> None:
+        return None  # any text cuts into events
 
 
 def event_data(event: str) -> Any:
