@@ -3,6 +3,10 @@
 A recording keeps each event's text and its offset (seconds since the response headers
 arrived), so replay can hand the SDK the same events in the same order, one chunk per event,
 and with ``realtime=True`` at the same pace.
+
+Newline-delimited JSON streams (Ollama's ``application/x-ndjson``) are kept the same way, one
+event per line (:func:`ndjson_events`), so they replay one line per chunk too; they are read
+whole while recorded, so their offsets are all 0.
 """
 
 from __future__ import annotations
@@ -13,13 +17,34 @@ from typing import Any
 
 import orjson
 
-__all__ = ["SSESplitter", "event_data", "is_sse", "replay_async", "replay_sync"]
+__all__ = ["SSESplitter", "event_data", "is_ndjson", "is_sse", "ndjson_events", "replay_async",
+           "replay_sync"]
 
 _SEPARATORS = (b"\r\n\r\n", b"\n\n", b"\r\r")
 
 
 def is_sse(content_type: str | None) -> bool:
     return bool(content_type) and "text/event-stream" in content_type.lower()  # type: ignore[union-attr]
+
+
+def is_ndjson(content_type: str | None) -> bool:
+    ct = (content_type or "").lower()
+    return "ndjson" in ct or "jsonl" in ct  # application/x-ndjson, application/jsonl(ines)
+
+
+def ndjson_events(body: bytes) -> list[list[Any]] | None:
+    """A newline-delimited JSON body as ``[[0.0, line], ...]``, each line with its newline, so
+    the lines joined are the body byte for byte (None: empty, or not UTF-8)."""
+    try:
+        text = body.decode()
+    except UnicodeDecodeError:
+        return None
+    # On "\n" only: str.splitlines also cuts at U+2028 and friends, which JSON text holds raw.
+    parts = text.split("\n")
+    lines = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return [[0.0, line] for line in lines] if lines else None
 
 
 class SSESplitter:
@@ -61,7 +86,11 @@ def event_data(event: str) -> Any:
         line[5:].lstrip(" ") for line in event.splitlines() if line.startswith("data:")
     ]
     if not lines:
-        return None
+        # An NDJSON line is the JSON itself. An SSE event never starts with "{": that would be
+        # a field named "{...", which the SSE format ignores.
+        if event[:1] != "{":
+            return None
+        lines = [event]
     try:
         return orjson.loads("\n".join(lines))
     except orjson.JSONDecodeError:

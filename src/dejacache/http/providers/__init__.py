@@ -20,7 +20,7 @@ from ._base import Provider
 __all__ = ["MODULES", "Provider", "all_providers", "detect"]
 
 #: The provider modules of this package.
-MODULES = ("anthropic", "generic", "openai")
+MODULES = ("anthropic", "gemini", "generic", "openai")
 
 
 def _load() -> tuple[Provider, ...]:
