@@ -32,6 +32,26 @@ PRICES: dict[str, tuple[float, float]] = {
     "claude-opus-4": (15.00, 75.00),
     "gemini-2.5-flash": (0.30, 2.50),
     "gemini-2.5-pro": (1.25, 10.00),
+    # Added from the providers' public price pages as they stood in mid-2025 (Google AI
+    # Studio's Gemini API pricing, Mistral's La Plateforme, GroqCloud's on-demand prices,
+    # Cohere's API pricing), not re-read since: standard tier, text, a prompt of at most
+    # 200k tokens (Gemini 2.5 Pro doubles above that). The Llama prices are Groq's: the same
+    # model from another host is priced as if Groq served it.
+    "gemini-2.5-flash-lite": (0.10, 0.40),
+    "gemini-2.0-flash": (0.10, 0.40),
+    "gemini-2.0-flash-lite": (0.075, 0.30),
+    "gemini-1.5-flash": (0.075, 0.30),
+    "gemini-1.5-pro": (1.25, 5.00),
+    "mistral-large": (2.00, 6.00),
+    "mistral-medium": (0.40, 2.00),
+    "mistral-small": (0.10, 0.30),
+    "codestral": (0.30, 0.90),
+    "llama-3.3-70b-versatile": (0.59, 0.79),
+    "llama-3.1-8b-instant": (0.05, 0.08),
+    "command-a": (2.50, 10.00),
+    "command-r-plus": (2.50, 10.00),
+    "command-r7b": (0.0375, 0.15),
+    "command-r": (0.15, 0.60),
 }
 _DEFAULT: tuple[float, float] | None = None  # unknown models cost nothing rather than a guess
 

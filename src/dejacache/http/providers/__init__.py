@@ -20,7 +20,7 @@ from ._base import Provider
 __all__ = ["MODULES", "Provider", "all_providers", "detect"]
 
 #: The provider modules of this package.
-MODULES = ("anthropic", "gemini", "generic", "openai")
+MODULES = ("anthropic", "cohere", "gemini", "generic", "groq", "mistral", "ollama", "openai")
 
 
 def _load() -> tuple[Provider, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["END", "FINISHING", "IN_PROGRESS", "Provider", "int_fields", "walk_ids"]
+__all__ = ["END", "FINISHING", "IN_PROGRESS", "Provider", "int_fields", "last_str", "walk_ids"]
 
 # Where one SSE event leaves a streamed answer (``Provider.stage``).
 IN_PROGRESS = 0
@@ -99,6 +99,17 @@ def int_fields(obj: Any) -> dict[str, int]:
     if not isinstance(obj, dict):
         return {}
     return {k: v for k, v in obj.items() if type(v) is int}
+
+
+def last_str(field: str, body: Any, events: Iterable[Any]) -> str | None:
+    """The last non-empty string ``field`` at the top of the body or of any event."""
+    found = None
+    for obj in (body, *events):
+        if isinstance(obj, dict):
+            v = obj.get(field)
+            if type(v) is str and v:
+                found = v
+    return found
 
 
 def walk_ids(obj: Any, keys: frozenset[str]) -> Iterator[str]:

@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._base import FINISHING, IN_PROGRESS, Provider, int_fields
+from ._base import FINISHING, IN_PROGRESS, Provider, int_fields, last_str
 
 __all__ = ["PROVIDER", "Gemini"]
 
@@ -82,11 +82,7 @@ class Gemini(Provider):
         return out
 
     def model(self, body: Any, events: Iterable[Any]) -> str | None:
-        found = None
-        for obj in (body, *events):
-            if isinstance(obj, dict) and type(obj.get("modelVersion")) is str:
-                found = obj["modelVersion"]
-        return found
+        return last_str("modelVersion", body, events)
 
 
 PROVIDER = Gemini()
