@@ -67,13 +67,37 @@ def scenario(base_url: str) -> dict[str, Any]:
     return out
 
 
-def test_record_then_replay_in_a_fresh_process(chat_apis: FakeChatAPIs,
-                                               tmp_path: pathlib.Path) -> None:
+async def async_scenario(base_url: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    async with Mistral(api_key=KEY, server_url=base_url) as client:
+        chat = client.chat
+        out["text"] = _dump(await chat.complete_async(model=MODEL, messages=USER))
+        out["stream"] = [_dump(e) async for e in await chat.stream_async(model=MODEL,
+                                                                         messages=USER)]
+        first = await chat.complete_async(model=MODEL, messages=USER, tools=TOOLS)
+        (call,) = first.choices[0].message.tool_calls
+        msgs = [*USER, first.choices[0].message,
+                {"role": "tool", "tool_call_id": call.id, "name": "get_weather",
+                 "content": "sunny"}]
+        final = await chat.complete_async(model=MODEL, messages=msgs, tools=TOOLS)
+        out["tools"] = [_dump(first), _dump(final)]
+        for status in (429, 500):
+            try:
+                await chat.complete_async(model=MODEL, messages=[
+                    {"role": "user", "content": f"fail {status}"}])
+            except errors.SDKError as exc:
+                out[str(status)] = [type(exc).__name__, exc.status_code, json.loads(exc.body)]
+    return out
+
+
+@pytest.mark.parametrize("run", [scenario, async_scenario], ids=["sync", "async"])
+def test_record_then_replay_in_a_fresh_process(chat_apis: FakeChatAPIs, tmp_path: pathlib.Path,
+                                               run: Any) -> None:
     cas = tmp_path / "mistral.json"
     chat_apis.script.extend([{}, {}, {}, {}, {"status": 429}, {"status": 500}])
-    live = record(cas, scenario, chat_apis.url)
+    live = record(cas, run, chat_apis.url)
     chat_apis.stop()
-    again = replay_fresh(cas, scenario, chat_apis.url)
+    again = replay_fresh(cas, run, chat_apis.url)
     assert again["out"] == live
     assert again["attempts"] == []
     assert again["misses"] == 0 and again["hits"] == again["replayed"] == 6

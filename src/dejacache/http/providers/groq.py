@@ -23,7 +23,8 @@ class Groq(OpenAI):
     def matches(self, host: str, path: str, headers: Mapping[str, str]) -> bool:
         # "/openai/v1/..." alone is not Groq's (Azure OpenAI's v1 API uses it too): the host,
         # or the groq SDK's own user agent at any other host.
-        return host.endswith("groq.com") or headers.get("user-agent", "").startswith("Groq/")
+        return host.endswith("groq.com") or headers.get("user-agent", "").startswith(
+            ("Groq/", "AsyncGroq/"))
 
     def endpoint(self, host: str, path: str) -> str:
         if path.startswith("/openai/"):
