@@ -208,3 +208,23 @@ def test_the_finishing_event_is_told_by_its_field_not_its_text() -> None:
     done = 'data: {"candidates":[{"finishReason":"STOP"}]}\r\n\r\n'
     quoted = 'data: {"candidates":[{"content":{"parts":[{"text":"\\"finishReason\\": \\"x"}]}}]}'
     assert PROVIDER.stage(done) == 1 and PROVIDER.stage(quoted) == 0
+
+
+def test_a_miss_report_names_no_key(gemini: FakeGemini, tmp_path: pathlib.Path) -> None:
+    cas = tmp_path / "miss.json"
+    url = f"{gemini.url}/v1beta/models/{MODEL}:generateContent"
+
+    def ask(text: str) -> Any:
+        with httpx2.Client() as http:
+            return http.post(url, params={"key": QUERY_KEY}, headers={"x-goog-api-key": KEY},
+                             json={"contents": [{"parts": [{"text": text}]}]})
+
+    with dejacache.cassette(cas, mode="record"):
+        assert ask("recorded").status_code == 200
+    gemini.stop()
+    with dejacache.cassette(cas, mode="replay"), pytest.raises(dejacache.ReplayMiss) as miss:
+        ask("asked now")
+    report = str(miss.value)
+    assert "gemini.generate_content" in report and "'recorded' -> 'asked now'" in report
+    assert KEY not in report and QUERY_KEY not in report
+    assert_no_secrets(tmp_path, [KEY, QUERY_KEY])
