@@ -81,16 +81,18 @@ class SSESplitter:
 
 
 def event_data(event: str) -> Any:
-    """The JSON in an event's ``data:`` lines, or None (``[DONE]``, comments, non-JSON)."""
-    lines = [
-        line[5:].lstrip(" ") for line in event.splitlines() if line.startswith("data:")
-    ]
-    if not lines:
+    """The JSON in an event's ``data:`` lines or an NDJSON line, or None (``[DONE]``,
+    comments, non-JSON)."""
+    if event[:1] == "{":
         # An NDJSON line is the JSON itself. An SSE event never starts with "{": that would be
         # a field named "{...", which the SSE format ignores.
-        if event[:1] != "{":
-            return None
         lines = [event]
+    else:
+        lines = [
+            line[5:].lstrip(" ") for line in event.splitlines() if line.startswith("data:")
+        ]
+        if not lines:
+            return None
     try:
         return orjson.loads("\n".join(lines))
     except orjson.JSONDecodeError:
