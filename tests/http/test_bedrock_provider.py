@@ -319,15 +319,15 @@ def test_matches(host: str, path: str, headers: dict[str, str], matched: bool) -
 def test_model_and_endpoint_from_the_path(path: str, model: str, name: str) -> None:
     assert split_path(path) == (model, path.rpartition("/")[2])
     prov = detect("127.0.0.1", path, AWS_HEADERS)
-    assert prov.model(None) == model and prov.endpoint("127.0.0.1", path) == name
-    assert PROVIDER.model(None) is None  # the shared instance knows no model
+    assert prov.model(None, []) == model and prov.endpoint("127.0.0.1", path) == name
+    assert PROVIDER.model(None, []) is None  # the shared instance knows no model
 
 
 def test_the_stream_endpoints_say_so() -> None:
-    assert PROVIDER.streams("/model/m/converse-stream")
-    assert PROVIDER.streams("/model/m/invoke-with-response-stream")
-    assert not PROVIDER.streams("/model/m/converse")
-    assert not PROVIDER.streams("/model/m/invoke")
+    assert PROVIDER.asks_stream("/model/m/converse-stream", {"messages": []})
+    assert PROVIDER.asks_stream("/model/m/invoke-with-response-stream", None)
+    assert not PROVIDER.asks_stream("/model/m/converse", {"stream": True})
+    assert not PROVIDER.asks_stream("/model/m/invoke", None)
 
 
 def test_chunk_by_chunk_recording_gives_the_whole_body_value(bedrock: FakeBedrock) -> None:

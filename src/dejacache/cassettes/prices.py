@@ -32,10 +32,30 @@ PRICES: dict[str, tuple[float, float]] = {
     "claude-opus-4": (15.00, 75.00),
     "gemini-2.5-flash": (0.30, 2.50),
     "gemini-2.5-pro": (1.25, 10.00),
+    # Added from the providers' public price pages as they stood in mid-2025 (Google AI
+    # Studio's Gemini API pricing, Mistral's La Plateforme, GroqCloud's on-demand prices,
+    # Cohere's API pricing), not re-read since: standard tier, text, a prompt of at most
+    # 200k tokens (Gemini 2.5 Pro doubles above that). The Llama prices are Groq's: the same
+    # model from another host is priced as if Groq served it.
+    "gemini-2.5-flash-lite": (0.10, 0.40),
+    "gemini-2.0-flash": (0.10, 0.40),
+    "gemini-2.0-flash-lite": (0.075, 0.30),
+    "gemini-1.5-flash": (0.075, 0.30),
+    "gemini-1.5-pro": (1.25, 5.00),
+    "mistral-large": (2.00, 6.00),
+    "mistral-medium": (0.40, 2.00),
+    "mistral-small": (0.10, 0.30),
+    "codestral": (0.30, 0.90),
+    "llama-3.3-70b-versatile": (0.59, 0.79),
+    "llama-3.1-8b-instant": (0.05, 0.08),
+    "command-a": (2.50, 10.00),
+    "command-r-plus": (2.50, 10.00),
+    "command-r7b": (0.0375, 0.15),
+    "command-r": (0.15, 0.60),
     # Amazon Bedrock model ids, on-demand in US East (N. Virginia), from AWS's price list
-    # (aws.amazon.com/bedrock/pricing), entered 2026-11-26. Anthropic's models cost on
-    # Bedrock what Anthropic lists. Cross-region inference profiles ("us.anthropic...") and
-    # ARNs are priced as the model id they name (_lookup).
+    # (aws.amazon.com/bedrock/pricing) as published in 2025, not re-read since. Anthropic's
+    # models cost on Bedrock what Anthropic lists. Cross-region inference profiles
+    # ("us.anthropic...") and ARNs are priced as the model id they name (_lookup).
     "anthropic.claude-3-haiku": (0.25, 1.25),
     "anthropic.claude-3-5-haiku": (0.80, 4.00),
     "anthropic.claude-haiku-4": (1.00, 5.00),

@@ -6,11 +6,12 @@ Stored answer (a plain JSON dict, so cassettes stay readable and replays decode 
 
     {"status": 200, "headers": [["content-type", "application/json"], ...],
      "json": {...} | "text": "..." | "bytes": b"...",       # a whole body, or
-     "events": [[0.012, "data: {...}\\n\\n"], ...],         # an SSE stream, or
+     "events": [[0.012, "data: {...}\\n\\n"], ...],         # an SSE or NDJSON stream, or
      "events": [[0.0, {"headers": [...], "payload": "{...}"}], ...],   # an AWS eventstream
      "error": {"type": "ReadTimeout", "message": "..."},   # a transport failure
-     "ids": ["call_1", ...], "usage": {...},
-     "model": "..."}                                      # when the body does not name it
+     "ids": ["call_1", ...], "usage": {...}, "model": "..."}
+
+An NDJSON body (Ollama's streams) is kept as one event per line, so it replays line by line.
 
 Every response header is kept (protocols read them: an MCP session id, pagination ``Link``,
 ``ETag``, ``Location``, rate limits), except the three that describe the wire body rather than
@@ -38,7 +39,7 @@ from ..keys import DEFAULT_VOLATILE, _volatile_set, canonical_json, digest
 from . import eventstream
 from .aliases import AliasTable
 from .providers import Provider
-from .sse import event_bytes, event_data
+from .sse import event_bytes, event_data, is_ndjson, ndjson_events
 
 __all__ = [
     "SECRET_QUERY",
@@ -149,10 +150,9 @@ def canonical_request(
     if q:
         data["query"] = q
     b = _body_for_key(body, content_type, aliases)
-    stream = False
     if b is not None:
         data["body"] = b
-        stream = type(b) is dict and b.get("stream") is True
+    stream = provider.asks_stream(path, b)
     vol, paths, patterns = volatile_for(provider.name, extra_volatile, provider.volatile)
     # Credential-named body fields (``password``, ``client_secret``) are masked whatever else
     # the body holds (they once were only when a volatile field such as ``user`` was there).
@@ -212,8 +212,11 @@ def response_value(
 ) -> dict[str, Any]:
     value: dict[str, Any] = {"status": status, "headers": stored_headers(headers)}
     parsed: Any = None
-    if events is None and body and eventstream.is_eventstream(content_type):
-        events = _eventstream_events(body)
+    if events is None and body:
+        if eventstream.is_eventstream(content_type):
+            events = _eventstream_events(body)
+        elif status < 400 and is_ndjson(content_type):
+            events = ndjson_events(body)
     if events is not None:
         value["events"] = events
         datas = [_event_json(ev) for _, ev in events]
@@ -230,9 +233,9 @@ def response_value(
         usage = provider.usage(parsed, datas)
         if usage:
             value["usage"] = usage
-    model = provider.model(parsed)
-    if model:
-        value["model"] = model
+        model = provider.model(parsed, datas)
+        if model:
+            value["model"] = model
     return value
 
 

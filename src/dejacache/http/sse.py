@@ -4,6 +4,10 @@ A recording keeps each event's text and its offset (seconds since the response h
 arrived), so replay can hand the SDK the same events in the same order, one chunk per event,
 and with ``realtime=True`` at the same pace.
 
+Newline-delimited JSON streams (Ollama's ``application/x-ndjson``) are kept the same way, one
+event per line (:func:`ndjson_events`), so they replay one line per chunk too; they are read
+whole while recorded, so their offsets are all 0.
+
 AWS eventstream bodies (``eventstream.py``) are recorded the same way, one decoded message
 per event in place of the text, and played back one framed message per chunk:
 :func:`event_bytes` is the one place that turns a recorded event back into wire bytes.
@@ -19,14 +23,34 @@ import orjson
 
 from . import eventstream
 
-__all__ = ["SSESplitter", "Splitter", "event_bytes", "event_data", "is_sse", "is_stream",
-           "replay_async", "replay_sync", "splitter_for"]
+__all__ = ["SSESplitter", "Splitter", "event_bytes", "event_data", "is_ndjson", "is_sse",
+           "is_stream", "ndjson_events", "replay_async", "replay_sync", "splitter_for"]
 
 _SEPARATORS = (b"\r\n\r\n", b"\n\n", b"\r\r")
 
 
 def is_sse(content_type: str | None) -> bool:
     return bool(content_type) and "text/event-stream" in content_type.lower()  # type: ignore[union-attr]
+
+
+def is_ndjson(content_type: str | None) -> bool:
+    ct = (content_type or "").lower()
+    return "ndjson" in ct or "jsonl" in ct  # application/x-ndjson, application/jsonl(ines)
+
+
+def ndjson_events(body: bytes) -> list[list[Any]] | None:
+    """A newline-delimited JSON body as ``[[0.0, line], ...]``, each line with its newline, so
+    the lines joined are the body byte for byte (None: empty, or not UTF-8)."""
+    try:
+        text = body.decode()
+    except UnicodeDecodeError:
+        return None
+    # On "\n" only: str.splitlines also cuts at U+2028 and friends, which JSON text holds raw.
+    parts = text.split("\n")
+    lines = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return [[0.0, line] for line in lines] if lines else None
 
 
 def is_stream(content_type: str | None) -> bool:
@@ -97,12 +121,18 @@ class SSESplitter:
 
 
 def event_data(event: str) -> Any:
-    """The JSON in an event's ``data:`` lines, or None (``[DONE]``, comments, non-JSON)."""
-    lines = [
-        line[5:].lstrip(" ") for line in event.splitlines() if line.startswith("data:")
-    ]
-    if not lines:
-        return None
+    """The JSON in an event's ``data:`` lines or an NDJSON line, or None (``[DONE]``,
+    comments, non-JSON)."""
+    if event[:1] == "{":
+        # An NDJSON line is the JSON itself. An SSE event never starts with "{": that would be
+        # a field named "{...", which the SSE format ignores.
+        lines = [event]
+    else:
+        lines = [
+            line[5:].lstrip(" ") for line in event.splitlines() if line.startswith("data:")
+        ]
+        if not lines:
+            return None
     try:
         return orjson.loads("\n".join(lines))
     except orjson.JSONDecodeError:

@@ -126,10 +126,11 @@ class Bedrock(Provider):
         parts = split_path(path)
         return Bedrock(parts[0]) if parts is not None else self
 
-    def model(self, body: Any) -> str | None:
+    def model(self, body: Any, events: Iterable[Any]) -> str | None:
         return self.model_id
 
-    def streams(self, path: str) -> bool:
+    def asks_stream(self, path: str, body: Any) -> bool:
+        # The operation says it, not the body (which never has "stream").
         parts = split_path(path)
         return parts is not None and parts[1] in _STREAMING
 
