@@ -1,8 +1,9 @@
 """What the boto3 tests run, once recording and once replaying in a fresh process.
 
-``python boto3_cases.py MODE CASSETTE BEDROCK_URL`` calls the real ``bedrock-runtime`` client
-(botocore's HTTP sender on urllib3, SigV4-signed with the dummy ``CREDENTIALS``) inside
-``dejacache.cassette(CASSETTE, mode=MODE)`` and prints the answers as one JSON object.
+``python boto3_cases.py MODE CASSETTE BEDROCK_URL REFUSED_URL`` calls the real
+``bedrock-runtime`` client (botocore's HTTP sender on urllib3, SigV4-signed with the dummy
+``CREDENTIALS``) inside ``dejacache.cassette(CASSETTE, mode=MODE)`` and prints the answers as
+one JSON object; ``REFUSED_URL`` is a port nobody listens on.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 import boto3
 import orjson
 from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, EndpointConnectionError
 
 import dejacache
 
@@ -32,7 +33,7 @@ def client(url: str) -> Any:
                         config=Config(retries={"total_max_attempts": 1}), **CREDENTIALS)
 
 
-def cases(url: str) -> dict[str, Any]:
+def cases(url: str, refused: str) -> dict[str, Any]:
     c = client(url)
     out: dict[str, Any] = {}
     r = c.converse(modelId=MODEL, messages=USER)
@@ -46,13 +47,19 @@ def cases(url: str) -> dict[str, Any]:
         out["throttled"] = [type(exc).__name__, exc.response["Error"]["Code"],
                             exc.response["ResponseMetadata"]["HTTPStatusCode"]]
     c.close()
+    down = client(refused)
+    try:
+        down.converse(modelId=MODEL, messages=USER)
+    except EndpointConnectionError as exc:
+        out["refused"] = [type(exc).__name__, type(exc.kwargs["error"]).__name__]
+    down.close()
     return out
 
 
 def main(argv: list[str]) -> None:
-    mode, path, url = argv
+    mode, path, url, refused = argv
     with dejacache.cassette(path, mode=mode):  # type: ignore[arg-type]
-        out = cases(url)
+        out = cases(url, refused)
     sys.stdout.write(orjson.dumps(out).decode())
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import socket
 import subprocess
 import sys
 import time
@@ -48,15 +49,18 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     cassette = tmp_path_factory.mktemp("boto3") / "bedrock.json"
     bedrock = FakeBedrock(chunk_delay=0.001).start()
     bedrock.script.extend([{}, {}, {"status": 429}])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{s.getsockname()[1]}"
     try:
-        recorded = _run("record", str(cassette), bedrock.url)
+        recorded = _run("record", str(cassette), bedrock.url, refused)
         sent = list(bedrock.requests)
     finally:
         bedrock.stop()
     time.sleep(1.1)  # SigV4 dates have second resolution: the replay signs differently
     guard = DropListener(bedrock.port)
     try:
-        replayed = _run("replay", str(cassette), bedrock.url)
+        replayed = _run("replay", str(cassette), bedrock.url, refused)
     finally:
         guard.close()
     yield {"recorded": recorded, "replayed": replayed, "sent": sent, "cassette": cassette,
@@ -84,6 +88,11 @@ def test_converse_stream_events_come_back_parsed(runs: dict[str, Any]) -> None:
 
 def test_a_throttled_call_replays_as_botocores_client_error(runs: dict[str, Any]) -> None:
     assert runs["replayed"]["throttled"] == ["ThrottlingException", "ThrottlingException", 429]
+
+
+def test_a_refused_connection_replays_as_botocores_error(runs: dict[str, Any]) -> None:
+    """urllib3's NewConnectionError, replayed, becomes botocore's EndpointConnectionError."""
+    assert runs["replayed"]["refused"] == ["EndpointConnectionError", "NewConnectionError"]
 
 
 def test_signatures_and_credentials_reach_no_file(runs: dict[str, Any]) -> None:

@@ -1,0 +1,197 @@
+"""aiohttp.ClientSession through dejacache (src/dejacache/http/via_aiohttp.py).
+
+The cases (``aiohttp_cases.py``) run a plain session against loopback servers: once
+recording in a process of their own, then replaying in a fresh process with the servers
+stopped and a listener on their ports counting any connection (there must be none).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+
+aiohttp = pytest.importorskip("aiohttp")
+
+from aiohttp_cases import SECRETS  # noqa: E402
+from fake_provider import FakeProvider  # noqa: E402
+from fake_tool_api import ToolAPI  # noqa: E402
+from http_support import SeqStore  # noqa: E402
+
+import dejacache  # noqa: E402
+from dejacache.http.intercept import patched_libraries  # noqa: E402
+from provider_support import DropListener  # noqa: E402
+
+HERE = pathlib.Path(__file__).parent
+
+
+def _env() -> dict[str, str]:
+    paths = [str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def _run(*args: str) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, str(HERE / "aiohttp_cases.py"), *args],
+                          capture_output=True, text=True, env=_env(), timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out: dict[str, Any] = orjson.loads(proc.stdout)
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    cassette = tmp_path_factory.mktemp("aiohttp") / "cases.json"
+    tool, chat = ToolAPI().start(), FakeProvider(chunk_delay=0.001).start()
+    refused = f"http://127.0.0.1:{_free_port()}"
+    args = [str(cassette), tool.url, chat.url + "/v1", refused]
+    try:
+        recorded = _run("record", *args)
+        seen = (tool.connections, chat.count())
+    finally:
+        tool.stop()
+        chat.stop()
+    guards = [DropListener(tool.port), DropListener(chat.port)]
+    try:
+        replayed = _run("replay", *args)
+    finally:
+        for g in guards:
+            g.close()
+    yield {"recorded": recorded, "replayed": replayed, "seen": seen, "cassette": cassette,
+           "connections": [g.count for g in guards]}
+
+
+def test_a_replay_in_a_fresh_process_opens_no_connection(runs: dict[str, Any]) -> None:
+    assert runs["seen"][0] > 0 and runs["seen"][1] > 0
+    assert runs["connections"] == [0, 0]
+
+
+@pytest.mark.parametrize("case", [
+    "weather", "redirect", "download_lines", "download_7", "chat_stream", "gzip", "echo",
+    "status", "raised_status", "refused", "timeout",
+])
+def test_session_answers_replay_the_same(runs: dict[str, Any], case: str) -> None:
+    assert runs["replayed"][case] == runs["recorded"][case]
+
+
+def test_errors_are_aiohttps_own(runs: dict[str, Any]) -> None:
+    rep = runs["replayed"]
+    assert rep["refused"][0] == "ClientConnectorError"
+    assert rep["refused"][1].startswith("Cannot connect to host 127.0.0.1:")
+    assert rep["timeout"] == ["SocketTimeoutError", True]
+    assert rep["raised_status"] == ["ClientResponseError", 503]
+    assert [s for s, _ in rep["status"]] == [404, 500]
+
+
+def test_an_event_stream_replays_event_by_event(runs: dict[str, Any]) -> None:
+    rec, rep = runs["recorded"]["events"], runs["replayed"]["events"]
+    assert len(rep) == 4 and all(c.endswith("\n\n") for c in rep)
+    assert "".join(rep) == "".join(rec)
+
+
+def test_credentials_reach_no_file(runs: dict[str, Any]) -> None:
+    cassette: pathlib.Path = runs["cassette"]
+    for path in [p for p in cassette.parent.rglob("*") if p.is_file()]:
+        data = path.read_bytes()
+        for secret in (*SECRETS.values(), "SESSION-COOKIE"):
+            assert secret.encode() not in data, (secret, path)
+
+
+# ---------------------------------------------------------------- in process
+
+
+def _is_patched() -> bool:
+    return bool(getattr(aiohttp.ClientSession._request, "__dejacache_patch__", False))
+
+
+def test_patched_only_while_a_block_is_open() -> None:
+    orig = aiohttp.ClientSession._request
+    assert not _is_patched()
+    with dejacache.scope(mode="auto", store=dejacache.MemoryStore()):
+        assert _is_patched()
+        assert "aiohttp.client" in patched_libraries()
+    assert aiohttp.ClientSession._request is orig
+
+
+async def _weather(url: str) -> Any:
+    async with aiohttp.ClientSession() as s, s.get(url + "/weather?city=Rome") as r:
+        return await r.json()
+
+
+def test_record_and_replay_in_process_on_the_event_loop() -> None:
+    """Under blockbuster (conftest): nothing dejacache does here blocks the loop."""
+    api = ToolAPI().start()
+    store = SeqStore()
+    try:
+        with dejacache.scope(mode="record", store=store):
+            live = asyncio.run(_weather(api.url))
+    finally:
+        api.stop()
+    store.rewind()
+    with dejacache.scope(mode="replay", store=store):
+        again = asyncio.run(_weather(api.url))
+    assert again == live and len(api.requests) == 1
+
+
+def test_a_replay_miss_is_raised_not_sent() -> None:
+    api = ToolAPI().start()
+    try:
+        with dejacache.scope(mode="replay", store=dejacache.MemoryStore()), \
+                pytest.raises(dejacache.ReplayMiss):
+            asyncio.run(_weather(api.url))
+    finally:
+        api.stop()
+    assert api.requests == []
+
+
+def test_outside_a_block_sessions_go_live_untouched() -> None:
+    api = ToolAPI().start()
+    try:
+        first, second = asyncio.run(_weather(api.url)), asyncio.run(_weather(api.url))
+    finally:
+        api.stop()
+    assert first["nonce"] != second["nonce"] and len(api.requests) == 2
+
+
+def test_aiohttp_imported_inside_a_block_is_intercepted(tmp_path: pathlib.Path) -> None:
+    api = ToolAPI().start()
+    cassette = tmp_path / "lazy.json"
+    code = f"""
+import asyncio, sys
+import dejacache
+assert "aiohttp" not in sys.modules, "imported too early"
+
+async def call():
+    import aiohttp
+    async with aiohttp.ClientSession() as s, s.get("{api.url}/weather?city=Lima") as r:
+        return (await r.json())["nonce"]
+
+for mode in ("record", "replay"):
+    with dejacache.cassette({str(cassette)!r}, mode=mode):
+        print(mode, asyncio.run(call()))
+import aiohttp
+print("patched after", hasattr(aiohttp.ClientSession._request, "__dejacache_patch__"))
+"""
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=_env(), timeout=120)
+    finally:
+        api.stop()
+    assert proc.returncode == 0, proc.stderr
+    lines = dict(line.rsplit(" ", 1) for line in proc.stdout.splitlines())
+    assert lines["record"] == lines["replay"]
+    assert lines["patched after"] == "False"
+    assert len(api.requests) == 1
