@@ -149,8 +149,16 @@ async def _middleware(session: Any, req: Any, handler: Callable[[Any], Awaitable
         return await handler(req)
     from .intercept import _decide  # here: intercept imports this module
 
-    hreq = lib.module.Request(req.method, str(req.url), headers=list(req.headers.items()),
-                              content=await _body(req))
+    try:
+        hreq = lib.module.Request(req.method, str(req.url),
+                                  headers=list(req.headers.items()), content=await _body(req))
+    except Exception as exc:  # a URL, header or body httpx refuses: not ours to answer
+        warnings.warn(
+            f"dejacache could not restate {req.method} {req.url} as an httpx request ({exc}): "
+            "it goes through aiohttp untouched and is not recorded (a replay block refuses "
+            "it).", DejacacheWarning, stacklevel=2,
+        )
+        return await handler(req)
     decided = _decide(hreq)
     if decided is None:
         with handing_on():  # let through on purpose: the replay backstop allows it

@@ -130,6 +130,14 @@ def _lib() -> Lib | None:
     return None
 
 
+def _unstated(method: str, url: str, exc: BaseException) -> None:
+    warnings.warn(
+        f"dejacache could not restate {method} {url} as an httpx request ({exc}): it goes "
+        "through urllib3 untouched and is not recorded (a replay block refuses it).",
+        DejacacheWarning, stacklevel=4,
+    )
+
+
 def _full_url(pool: Any, url: str) -> str:
     if not url.startswith("/"):
         return url  # absolute already (a proxy's pool)
@@ -407,8 +415,13 @@ def _urlopen(orig: Callable[..., Any]) -> Callable[..., Any]:
         from .intercept import _decide  # here: intercept imports this module
 
         data, to_send = _body(body, kw)
-        hreq = lib.module.Request(method, _full_url(self, url),
-                                  headers=_headers(self, headers), content=data)
+        try:
+            hreq = lib.module.Request(method, _full_url(self, url),
+                                      headers=_headers(self, headers), content=data)
+        except Exception as exc:  # a URL or header httpx refuses: not ours to answer
+            _unstated(method, url, exc)
+            return orig(self, method, url, to_send, headers, retries, redirect,
+                        assert_same_host, **kw)
         decided = _decide(hreq)
         if decided is None:
             with handing_on():  # let through on purpose: the replay backstop allows it
