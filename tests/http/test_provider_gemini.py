@@ -160,8 +160,6 @@ def test_sync_record_then_replay_in_a_fresh_process(gemini: FakeGemini,
     assert "query" not in raw["request"]  # ?key= is neither keyed nor stored
 
 
-@pytest.mark.xfail(strict=True, reason="google-genai's async client runs on aiohttp, "
-                                       "intercepted by the aiohttp transport")
 def test_async_record_then_replay_in_a_fresh_process(gemini: FakeGemini,
                                                      tmp_path: pathlib.Path) -> None:
     cas = tmp_path / "gemini-async.json"
