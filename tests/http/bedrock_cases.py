@@ -127,9 +127,13 @@ def cases(url: str) -> dict[str, Any]:
 
 def main(argv: list[str]) -> None:
     mode, path, url = argv
-    with dejacache.cassette(path, mode=mode):  # type: ignore[arg-type]
+    with dejacache.cassette(path, mode=mode) as tape:  # type: ignore[arg-type]
         out = cases(url)
-    sys.stdout.write(orjson.dumps(out, default=str).decode())
+    counters = tape.counters
+    # Printed apart from the answers, which must be the same in both runs.
+    summary = {"replayed": counters.replayed, "tokens_saved": counters.tokens_saved,
+               "dollars_saved": counters.dollars_saved}
+    sys.stdout.write(orjson.dumps({"answers": out, "tape": summary}, default=str).decode())
 
 
 if __name__ == "__main__":

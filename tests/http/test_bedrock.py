@@ -54,18 +54,18 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     bedrock = FakeBedrock(chunk_delay=0.001).start()
     bedrock.script.extend(SCRIPT)
     try:
-        recorded = _run("record", str(cassette), bedrock.url)
+        recorded = _run("record", str(cassette), bedrock.url)["answers"]
         sent = list(bedrock.requests)
     finally:
         bedrock.stop()
     time.sleep(1.1)  # SigV4 dates have second resolution: the replay signs differently
     guard = DropListener(bedrock.port)
     try:
-        replayed = _run("replay", str(cassette), bedrock.url)
+        replay = _run("replay", str(cassette), bedrock.url)
     finally:
         guard.close()
-    yield {"recorded": recorded, "replayed": replayed, "sent": sent, "cassette": cassette,
-           "connections": guard.count}
+    yield {"recorded": recorded, "replayed": replay["answers"], "tape": replay["tape"],
+           "sent": sent, "cassette": cassette, "connections": guard.count}
 
 
 def test_the_whole_agent_replays_with_no_connection(runs: dict[str, Any]) -> None:
@@ -78,6 +78,17 @@ def test_the_whole_agent_replays_with_no_connection(runs: dict[str, Any]) -> Non
     for name in rec:
         if name != "converse_stream_chunks":  # chunked differently: see below
             assert rep[name] == rec[name], name
+
+
+def test_the_replay_counts_the_tokens_and_dollars_it_saved(runs: dict[str, Any]) -> None:
+    tape = runs["tape"]
+    assert tape["replayed"] == len(SCRIPT)
+    # the steps with a usage (the errors and the failed stream report none)
+    steps = [s for s in dejacache.load_cassette(runs["cassette"]).steps if s.usage]
+    assert len(steps) == 7
+    assert tape["tokens_saved"] == sum(s.total_tokens for s in steps) > 0
+    assert tape["dollars_saved"] > 0
+    assert tape["dollars_saved"] == pytest.approx(sum(s.cost for s in steps))
 
 
 def test_converse_and_the_tool_round_trip(runs: dict[str, Any]) -> None:
