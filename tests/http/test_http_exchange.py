@@ -156,3 +156,38 @@ def test_volatile_headers_are_kept_but_not_compared() -> None:
     assert a != b and comparable(a) == comparable(b) == {
         "status": 200, "headers": [["etag", "e1"]], "json": {}}
     assert comparable(a) != comparable(answer("d1", "r1", "e2"))  # a changed ETag is a change
+
+
+def test_a_provider_can_say_a_request_streams_by_its_path() -> None:
+    from dejacache.http.providers.gemini import PROVIDER as GEMINI
+
+    path = "/v1beta/models/gemini-2.5-flash:streamGenerateContent"
+    _, stream = canonical_request("POST", path, [("alt", "sse"), ("key", "k")],
+                                  b'{"contents": []}', "application/json", GEMINI, None, ())
+    assert stream
+    raw, stream = canonical_request("POST", path.replace("streamG", "g"), [("key", "k")],
+                                    b'{"contents": []}', "application/json", GEMINI, None, ())
+    assert not stream and b'"query"' not in raw  # the API key is no part of the key
+
+
+def test_ndjson_bodies_are_kept_line_by_line_and_read_for_usage_and_model() -> None:
+    from dejacache.http.providers.ollama import PROVIDER as OLLAMA
+
+    lines = [b'{"model":"m","message":{"content":"a\xe2\x80\xa8b"},"done":false}\n',
+             b'{"model":"m","done":true,"prompt_eval_count":3,"eval_count":5}\n']
+    value = response_value(200, [("content-type", "application/x-ndjson")],
+                           "application/x-ndjson", OLLAMA, body=b"".join(lines))
+    # One event per line: U+2028 inside a JSON string does not cut one.
+    assert [t.encode() for _, t in value["events"]] == lines
+    assert value["usage"] == {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
+    assert value["model"] == "m"
+    # A failure's body stays whole; text that is not UTF-8 stays bytes.
+    err = response_value(500, [], "application/x-ndjson", OLLAMA, body=b'{"error":"x"}\n')
+    assert "events" not in err and "usage" not in err
+    raw = response_value(200, [], "application/x-ndjson", OLLAMA, body=b"\xff\n")
+    assert raw["bytes"] == b"\xff\n"
+
+
+def test_a_provider_without_a_model_stores_none() -> None:
+    value = response_value(200, [], "application/json", OPENAI, body=b'{"model": "gpt"}')
+    assert "model" not in value  # OpenAI's answers name it in the body already

@@ -36,7 +36,45 @@ PRICES: dict[str, tuple[float, float]] = {
     "claude-opus-4": (15.00, 75.00),
     "gemini-2.5-flash": (0.30, 2.50),
     "gemini-2.5-pro": (1.25, 10.00),
+    # Added from the providers' public price pages as they stood in mid-2025 (Google AI
+    # Studio's Gemini API pricing, Mistral's La Plateforme, GroqCloud's on-demand prices,
+    # Cohere's API pricing), not re-read since: standard tier, text, a prompt of at most
+    # 200k tokens (Gemini 2.5 Pro doubles above that). The Llama prices are Groq's: the same
+    # model from another host is priced as if Groq served it.
+    "gemini-2.5-flash-lite": (0.10, 0.40),
+    "gemini-2.0-flash": (0.10, 0.40),
+    "gemini-2.0-flash-lite": (0.075, 0.30),
+    "gemini-1.5-flash": (0.075, 0.30),
+    "gemini-1.5-pro": (1.25, 5.00),
+    "mistral-large": (2.00, 6.00),
+    "mistral-medium": (0.40, 2.00),
+    "mistral-small": (0.10, 0.30),
+    "codestral": (0.30, 0.90),
+    "llama-3.3-70b-versatile": (0.59, 0.79),
+    "llama-3.1-8b-instant": (0.05, 0.08),
+    "command-a": (2.50, 10.00),
+    "command-r-plus": (2.50, 10.00),
+    "command-r7b": (0.0375, 0.15),
+    "command-r": (0.15, 0.60),
+    # Amazon Bedrock model ids, on-demand in US East (N. Virginia), from AWS's price list
+    # (aws.amazon.com/bedrock/pricing) as published in 2025, not re-read since. Anthropic's
+    # models cost on Bedrock what Anthropic lists. Cross-region inference profiles
+    # ("us.anthropic...") and ARNs are priced as the model id they name (_lookup).
+    "anthropic.claude-3-haiku": (0.25, 1.25),
+    "anthropic.claude-3-5-haiku": (0.80, 4.00),
+    "anthropic.claude-haiku-4": (1.00, 5.00),
+    "anthropic.claude-3-5-sonnet": (3.00, 15.00),
+    "anthropic.claude-3-7-sonnet": (3.00, 15.00),
+    "anthropic.claude-sonnet-4": (3.00, 15.00),
+    "anthropic.claude-opus-4": (15.00, 75.00),
+    "anthropic.claude-opus-4-5": (5.00, 25.00),
+    "amazon.nova-micro": (0.035, 0.14),
+    "amazon.nova-lite": (0.06, 0.24),
+    "amazon.nova-pro": (0.80, 3.20),
+    "amazon.nova-premier": (2.50, 12.50),
 }
+# Bedrock's cross-region inference profile ids put a geography before the model id.
+_GEOGRAPHIES = frozenset({"us", "eu", "apac", "global", "us-gov", "ca", "jp", "au"})
 _DEFAULT: tuple[float, float] | None = None  # unknown models cost nothing rather than a guess
 
 
@@ -59,11 +97,21 @@ def _price(model: str) -> tuple[float, float] | None:
 
 
 def _lookup(model: str) -> tuple[float, float] | None:
+    best = _longest(model)
+    if not best and ("/" in model or "." in model):
+        # A Bedrock ARN ends in the model or profile id; a profile id is "us." + model id.
+        name = model.rsplit("/", 1)[-1]
+        geo, _, rest = name.partition(".")
+        best = _longest(rest if geo in _GEOGRAPHIES else name)
+    return PRICES[best] if best else _DEFAULT
+
+
+def _longest(model: str) -> str:
     best = ""
     for prefix in PRICES:
         if model.startswith(prefix) and len(prefix) > len(best):
             best = prefix
-    return PRICES[best] if best else _DEFAULT
+    return best
 
 
 def estimate_dollars(usage: Mapping[str, int], model: str) -> float:

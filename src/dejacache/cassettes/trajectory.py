@@ -33,6 +33,7 @@ import orjson
 
 from .._core.diff import field_diff
 from ..errors import CassetteError
+from ..http.providers import all_providers
 from ..http.sse import event_data
 from . import format as fmt
 from .prices import PRICES_DATE, estimate_dollars
@@ -54,7 +55,9 @@ __all__ = [
 
 KINDS = ("model", "tool", "function", "http")
 _MODEL_KINDS = frozenset({"model", "llm", "chat", "completion"})
-_PROVIDERS = ("openai.", "anthropic.")
+# Calls named by a provider module are model calls; the generic fallback's
+# ("http.<host>") are not.
+_PROVIDERS = tuple(f"{p.name}." for p in all_providers() if p.name != "http")
 CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text and JSON
 
 

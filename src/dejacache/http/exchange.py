@@ -6,9 +6,12 @@ Stored answer (a plain JSON dict, so cassettes stay readable and replays decode 
 
     {"status": 200, "headers": [["content-type", "application/json"], ...],
      "json": {...} | "text": "..." | "bytes": b"...",       # a whole body, or
-     "events": [[0.012, "data: {...}\\n\\n"], ...],         # an SSE stream, or
+     "events": [[0.012, "data: {...}\\n\\n"], ...],         # an SSE or NDJSON stream, or
+     "events": [[0.0, {"headers": [...], "payload": "{...}"}], ...],   # an AWS eventstream
      "error": {"type": "ReadTimeout", "message": "..."},   # a transport failure
-     "ids": ["call_1", ...], "usage": {...}}
+     "ids": ["call_1", ...], "usage": {...}, "model": "..."}
+
+An NDJSON body (Ollama's streams) is kept as one event per line, so it replays line by line.
 
 Every response header is kept (protocols read them: an MCP session id, pagination ``Link``,
 ``ETag``, ``Location``, rate limits), except the three that describe the wire body rather than
@@ -31,10 +34,12 @@ import xxhash
 from .._core import volatile as _vol
 from .._secrets import AUTH_QUERY, is_secret_name, is_secret_query, mask, name_forms
 from ..cassettes.redact import PLACEHOLDER, Redactor
+from ..errors import SerializationError
 from ..keys import DEFAULT_VOLATILE, canonical_json, digest, volatile_spellings
+from . import eventstream
 from .aliases import AliasTable
 from .providers import Provider
-from .sse import event_data
+from .sse import event_bytes, event_data, is_ndjson, ndjson_events
 
 __all__ = [
     "SECRET_QUERY",
@@ -59,6 +64,7 @@ VOLATILE_HEADERS = frozenset({
     "x-amz-request-id", "x-amzn-trace-id", "x-correlation-id", "traceparent", "tracestate",
     "cf-ray", "openai-processing-ms", "x-envoy-upstream-service-time", "server-timing",
     "retry-after", "retry-after-ms", "x-cloud-trace-context",
+    "x-amzn-bedrock-invocation-latency",
 })
 # Families of counters a provider sends with every answer (x-ratelimit-remaining-requests...).
 _VOLATILE_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "ratelimit-")
@@ -144,10 +150,9 @@ def canonical_request(
     if q:
         data["query"] = q
     b = _body_for_key(body, content_type, aliases)
-    stream = False
     if b is not None:
         data["body"] = b
-        stream = type(b) is dict and b.get("stream") is True
+    stream = provider.asks_stream(path, b)
     vol, paths, patterns = volatile_for(provider.name, extra_volatile, provider.volatile)
     # Credential-named body fields (``password``, ``client_secret``) are masked whatever else
     # the body holds (they once were only when a volatile field such as ``user`` was there).
@@ -207,11 +212,16 @@ def response_value(
 ) -> dict[str, Any]:
     value: dict[str, Any] = {"status": status, "headers": stored_headers(headers)}
     parsed: Any = None
-    datas: list[Any] = []
+    if events is None and body:
+        if eventstream.is_eventstream(content_type):
+            events = _eventstream_events(body)
+        elif status < 400 and is_ndjson(content_type):
+            events = ndjson_events(body)
     if events is not None:
         value["events"] = events
-        datas = [event_data(text) for _, text in events]
+        datas = [_event_json(ev) for _, ev in events]
     else:
+        datas = []
         field, parsed = body_field(body or b"", content_type)
         value[field] = parsed
         if field != "json":
@@ -223,7 +233,25 @@ def response_value(
         usage = provider.usage(parsed, datas)
         if usage:
             value["usage"] = usage
+        model = provider.model(parsed, datas)
+        if model:
+            value["model"] = model
     return value
+
+
+def _event_json(event: Any) -> Any:
+    return event_data(event) if type(event) is str else eventstream.stored_json(event)
+
+
+def _eventstream_events(body: bytes) -> list[list[Any]] | None:
+    """A whole eventstream body as recorded events (no timing: it was read in one go), or
+    None when it does not decode (damaged, truncated): it is then kept as bytes, whole, so a
+    replay fails the way the live call did instead of serving messages that were not sent."""
+    try:
+        messages = eventstream.decode_all(body)
+    except SerializationError:
+        return None
+    return [[0.0, eventstream.to_stored(m)] for m in messages]
 
 
 def error_value(exc: BaseException) -> dict[str, Any]:
@@ -231,6 +259,10 @@ def error_value(exc: BaseException) -> dict[str, Any]:
 
 
 def body_bytes(value: Mapping[str, Any]) -> bytes:
+    """The body of a stored answer as wire bytes (a stream's events joined)."""
+    events = value.get("events")
+    if events is not None:
+        return b"".join([event_bytes(ev) for _, ev in events])
     if "json" in value:
         return orjson.dumps(value["json"])
     if "text" in value:

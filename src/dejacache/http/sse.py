@@ -3,23 +3,85 @@
 A recording keeps each event's text and its offset (seconds since the response headers
 arrived), so replay can hand the SDK the same events in the same order, one chunk per event,
 and with ``realtime=True`` at the same pace.
+
+Newline-delimited JSON streams (Ollama's ``application/x-ndjson``) are kept the same way, one
+event per line (:func:`ndjson_events`), so they replay one line per chunk too; they are read
+whole while recorded, so their offsets are all 0.
+
+AWS eventstream bodies (``eventstream.py``) are recorded the same way, one decoded message
+per event in place of the text, and played back one framed message per chunk:
+:func:`event_bytes` is the one place that turns a recorded event back into wire bytes.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
-__all__ = ["SSESplitter", "event_data", "is_sse", "replay_async", "replay_sync"]
+from . import eventstream
+
+__all__ = ["SSESplitter", "Splitter", "event_bytes", "event_data", "is_ndjson", "is_sse",
+           "is_stream", "ndjson_events", "replay_async", "replay_sync", "splitter_for"]
 
 _SEPARATORS = (b"\r\n\r\n", b"\n\n", b"\r\r")
 
 
 def is_sse(content_type: str | None) -> bool:
     return bool(content_type) and "text/event-stream" in content_type.lower()  # type: ignore[union-attr]
+
+
+def is_ndjson(content_type: str | None) -> bool:
+    ct = (content_type or "").lower()
+    return "ndjson" in ct or "jsonl" in ct  # application/x-ndjson, application/jsonl(ines)
+
+
+def ndjson_events(body: bytes) -> list[list[Any]] | None:
+    """A newline-delimited JSON body as ``[[0.0, line], ...]``, each line with its newline, so
+    the lines joined are the body byte for byte (None: empty, or not UTF-8)."""
+    try:
+        text = body.decode()
+    except UnicodeDecodeError:
+        return None
+    # On "\n" only: str.splitlines also cuts at U+2028 and friends, which JSON text holds raw.
+    parts = text.split("\n")
+    lines = [p + "\n" for p in parts[:-1]]
+    if parts[-1]:
+        lines.append(parts[-1])
+    return [[0.0, line] for line in lines] if lines else None
+
+
+def is_stream(content_type: str | None) -> bool:
+    """A body recorded event by event: server-sent events or an AWS eventstream."""
+    return is_sse(content_type) or eventstream.is_eventstream(content_type)
+
+
+class Splitter(Protocol):
+    """Cuts a live body into the events a recording keeps (``[offset, event]``'s event)."""
+
+    def feed(self, chunk: bytes) -> list[Any]: ...
+
+    def flush(self) -> list[Any]: ...
+
+    def body(self) -> bytes | None:
+        """The body to store whole instead of the events (they did not decode), else None."""
+
+
+def splitter_for(content_type: str | None) -> Splitter:
+    """The splitter that cuts a streamed body of this type into recorded events."""
+    if eventstream.is_eventstream(content_type):
+        return eventstream.EventStreamSplitter()
+    return SSESplitter()
+
+
+def event_bytes(event: Any) -> bytes:
+    """A recorded event's wire bytes: an SSE event's text, or an eventstream message framed
+    again (byte-exact for a message recorded unchanged)."""
+    if type(event) is str:
+        return event.encode()
+    return eventstream.encode(eventstream.from_stored(event))
 
 
 class SSESplitter:
@@ -54,14 +116,23 @@ class SSESplitter:
         rest, self._buf = self._buf, b""
         return [rest.decode("utf-8", "replace")] if rest.strip() else []
 
+    def body(self) -> None:
+        return None  # any text cuts into events
+
 
 def event_data(event: str) -> Any:
-    """The JSON in an event's ``data:`` lines, or None (``[DONE]``, comments, non-JSON)."""
-    lines = [
-        line[5:].lstrip(" ") for line in event.splitlines() if line.startswith("data:")
-    ]
-    if not lines:
-        return None
+    """The JSON in an event's ``data:`` lines or an NDJSON line, or None (``[DONE]``,
+    comments, non-JSON)."""
+    if event[:1] == "{":
+        # An NDJSON line is the JSON itself. An SSE event never starts with "{": that would be
+        # a field named "{...", which the SSE format ignores.
+        lines = [event]
+    else:
+        lines = [
+            line[5:].lstrip(" ") for line in event.splitlines() if line.startswith("data:")
+        ]
+        if not lines:
+            return None
     try:
         return orjson.loads("\n".join(lines))
     except orjson.JSONDecodeError:
@@ -69,17 +140,18 @@ def event_data(event: str) -> Any:
 
 
 def replay_sync(events: Sequence[Sequence[Any]], realtime: bool) -> Iterator[bytes]:
-    """Yield recorded ``[offset, text]`` events; with ``realtime`` keep the recorded pace."""
+    """Yield recorded ``[offset, event]`` events as wire bytes (:func:`event_bytes`); with
+    ``realtime`` keep the recorded pace."""
     if not realtime:
         for _, text in events:
-            yield text.encode()
+            yield event_bytes(text)
         return
     start = time.perf_counter()
     for offset, text in events:
         wait = start + offset - time.perf_counter()
         if wait > 0:
             time.sleep(wait)
-        yield text.encode()
+        yield event_bytes(text)
 
 
 async def replay_async(events: Sequence[Sequence[Any]], realtime: bool) -> AsyncIterator[bytes]:
@@ -95,4 +167,4 @@ async def replay_async(events: Sequence[Sequence[Any]], realtime: bool) -> Async
                 import asyncio
 
                 await asyncio.sleep(wait)
-        yield text.encode()
+        yield event_bytes(text)

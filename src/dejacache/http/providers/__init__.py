@@ -15,12 +15,14 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 
-from ._base import Provider
+from ._base import END, FINISHING, IN_PROGRESS, Provider, int_fields, last_str
 
-__all__ = ["MODULES", "Provider", "all_providers", "detect"]
+__all__ = ["END", "FINISHING", "IN_PROGRESS", "MODULES", "Provider", "all_providers", "detect",
+           "int_fields", "last_str"]
 
 #: The provider modules of this package.
-MODULES = ("anthropic", "generic", "openai")
+MODULES = ("anthropic", "bedrock", "cohere", "gemini", "generic", "groq", "mistral", "ollama",
+           "openai")
 
 
 def _load() -> tuple[Provider, ...]:
@@ -44,5 +46,5 @@ def all_providers() -> tuple[Provider, ...]:
 def detect(host: str, path: str, headers: Mapping[str, str]) -> Provider:
     for prov in _PROVIDERS:
         if prov.matches(host, path, headers):
-            return prov
+            return prov.for_request(host, path)
     raise AssertionError("the generic provider matches everything")  # pragma: no cover

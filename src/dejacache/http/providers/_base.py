@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["END", "FINISHING", "IN_PROGRESS", "Provider", "walk_ids"]
+__all__ = ["END", "FINISHING", "IN_PROGRESS", "Provider", "int_fields", "last_str", "walk_ids"]
 
 # Where one SSE event leaves a streamed answer (``Provider.stage``).
 IN_PROGRESS = 0
@@ -21,7 +21,19 @@ class Provider:
     - ``volatile``: request body fields that never change the answer (dropped from keys).
     - ``alias_keys``: response fields holding ids the client may send back later; their values
       are aliased by position within a block so re-recording one turn does not break the next.
-    - ``usage``: token counts from a JSON body or from the parsed SSE events of a stream.
+    - ``usage``: token counts from a JSON body or from the parsed events of a stream (SSE, or
+      NDJSON lines), under the names ``stats`` and the price table read (``prompt_tokens`` /
+      ``completion_tokens`` / ``total_tokens``, or Anthropic's ``input_tokens`` ...).
+    - ``model``: the model that answered, when the answer names it (prices a replayed call).
+    - ``asks_stream``: whether a request asks for a streamed answer (default: a JSON body
+      with ``"stream": true``; Gemini and Bedrock say so in the path).
+    - ``for_request``: the provider for one request; one whose answers do not name their
+      model (Bedrock: the model is in the path) returns a copy that knows it for ``model``.
+
+    A module may be matched wrongly (an unrelated service on the same path): that must only
+    change names and usage, never which answer is served. So ``matches`` looks at the host,
+    the path and the SDK's own headers, and ``volatile`` holds only fields that cannot change
+    an answer whichever service receives them.
     """
 
     name = "http"
@@ -34,6 +46,9 @@ class Provider:
 
     def endpoint(self, host: str, path: str) -> str:
         raise NotImplementedError
+
+    def for_request(self, host: str, path: str) -> Provider:
+        return self
 
     def stage(self, event: str) -> int:
         """Where this SSE event leaves the answer: ``IN_PROGRESS``, ``FINISHING`` or ``END``.
@@ -51,6 +66,14 @@ class Provider:
         for ev in events:
             found = _usage_block(ev) or found
         return found
+
+    def model(self, body: Any, events: Iterable[Any]) -> str | None:
+        """The model that answered, stored with the answer when known (None: not stored)."""
+        return None
+
+    def asks_stream(self, path: str, body: Any) -> bool:
+        """Whether the request asks for a stream: then the caller gets it as it arrives."""
+        return type(body) is dict and body.get("stream") is True
 
     def ids(self, body: Any, events: Iterable[Any]) -> list[str]:
         """Ids in order of first appearance (JSON body first, then each event)."""
@@ -74,6 +97,24 @@ def _usage_block(obj: Any) -> dict[str, int] | None:
         return None
     out = {k: v for k, v in usage.items() if type(v) is int}
     return out or None
+
+
+def int_fields(obj: Any) -> dict[str, int]:
+    """The integer fields of a JSON object (``{}`` for anything else): token counts."""
+    if not isinstance(obj, dict):
+        return {}
+    return {k: v for k, v in obj.items() if type(v) is int}
+
+
+def last_str(field: str, body: Any, events: Iterable[Any]) -> str | None:
+    """The last non-empty string ``field`` at the top of the body or of any event."""
+    found = None
+    for obj in (body, *events):
+        if isinstance(obj, dict):
+            v = obj.get(field)
+            if type(v) is str and v:
+                found = v
+    return found
 
 
 def walk_ids(obj: Any, keys: frozenset[str]) -> Iterator[str]:

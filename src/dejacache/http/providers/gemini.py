@@ -1,0 +1,88 @@
+"""Google Gemini: the Gemini API (generativelanguage) and Vertex AI's ``publishers/google``
+models, as google-genai calls them.
+
+Calls are ``POST .../models/{model}:{method}``; a stream is ``:streamGenerateContent?alt=sse``
+(the request body has no ``stream`` field). Answers carry ``usageMetadata``, ``modelVersion``
+and ``responseId``. The API key travels as the ``x-goog-api-key`` header (google-genai) or the
+``?key=`` query parameter (REST examples): request headers are never stored or keyed, and
+``key`` is an authenticating query parameter (``_secrets.AUTH_QUERY``), left out of keys and
+stored requests alike.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ._base import FINISHING, IN_PROGRESS, Provider, int_fields, last_str
+
+__all__ = ["PROVIDER", "Gemini"]
+
+# ".../models/gemini-2.5-flash:generateContent": the model, then the method after a colon.
+# The colon-method form is Google's (AIP-136 custom methods); other APIs rarely use it.
+_CALL = re.compile(r"/models/([^/:]+):([A-Za-z]+)$")
+_HOSTS = ("generativelanguage.googleapis.com", "aiplatform.googleapis.com")
+# A streamed answer is complete at the event that carries a finish reason: usage and the
+# last text come with it, and the server then ends the body. Inside a JSON string a quote is
+# escaped, so generated text that mentions finishReason cannot match.
+_FINISHED = re.compile(r'"finishReason"\s*:\s*"')
+_STREAMS = ("streamGenerateContent",)
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+class Gemini(Provider):
+    name = "gemini"
+    priority = 30
+    # functionCall.id (google-genai copies it into the functionResponse it sends back) and
+    # responseId.
+    alias_keys = frozenset({"id", "responseId"})
+
+    def matches(self, host: str, path: str, headers: Mapping[str, str]) -> bool:
+        return host.endswith(_HOSTS) or _CALL.search(path) is not None
+
+    def endpoint(self, host: str, path: str) -> str:
+        m = _CALL.search(path)
+        if m is None:
+            parts = [p for p in path.split("/") if p and not p.startswith("v1")]
+            return "gemini." + (_snake(parts[0]) if parts else "other")
+        method = m.group(2)
+        # A stream and a whole answer are one call, as OpenAI's stream=True is.
+        return "gemini." + _snake("generateContent" if method in _STREAMS else method)
+
+    def asks_stream(self, path: str, body: Any) -> bool:
+        return path.endswith(_STREAMS)
+
+    def stage(self, event: str) -> int:
+        return FINISHING if _FINISHED.search(event) else IN_PROGRESS
+
+    def usage(self, body: Any, events: Iterable[Any]) -> dict[str, int] | None:
+        # Streams repeat usageMetadata on every event, the prompt count first and the full
+        # counts with the finish reason: the last one holds them all.
+        meta: dict[str, int] = {}
+        for obj in (body, *events):
+            if isinstance(obj, dict) and isinstance(obj.get("usageMetadata"), dict):
+                meta = int_fields(obj["usageMetadata"])
+        if not meta:
+            return None
+        # OpenAI's names, which stats and the price table read. The prompt count includes
+        # the cached tokens (as OpenAI's prompt_tokens does); thinking tokens are billed as
+        # output, and candidatesTokenCount leaves them out.
+        prompt = meta.get("promptTokenCount", 0) + meta.get("toolUsePromptTokenCount", 0)
+        output = meta.get("candidatesTokenCount", 0) + meta.get("thoughtsTokenCount", 0)
+        out = {"prompt_tokens": prompt, "completion_tokens": output,
+               "total_tokens": meta.get("totalTokenCount", prompt + output)}
+        if "cachedContentTokenCount" in meta:
+            out["cached_tokens"] = meta["cachedContentTokenCount"]
+        if "thoughtsTokenCount" in meta:
+            out["thoughts_tokens"] = meta["thoughtsTokenCount"]
+        return out
+
+    def model(self, body: Any, events: Iterable[Any]) -> str | None:
+        return last_str("modelVersion", body, events)
+
+
+PROVIDER = Gemini()
