@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from .http.intercept import intercept
     from .http.transport import async_http_client, http_client
     from .keys import KeyParts, call_key, explain
+    from .mcp import mcp_tool_cache
     from .runtime.guard import LoopGuard
     from .runtime.metrics import RuntimeStats, reset_runtime_stats, runtime_stats
     from .runtime.pool import AgentPool
@@ -104,6 +105,7 @@ __all__ = [
     "intercept",
     "invalidates",
     "load_cassette",
+    "mcp_tool_cache",
     "propagate",
     "reset_runtime_stats",
     "reset_stats",
@@ -136,6 +138,7 @@ _WHERE = {
     ".http.intercept": ("intercept",),
     ".http.transport": ("async_http_client", "http_client"),
     ".keys": ("KeyParts", "call_key", "explain"),
+    ".mcp": ("mcp_tool_cache",),
     ".runtime.guard": ("LoopGuard",),
     ".runtime.metrics": ("RuntimeStats", "reset_runtime_stats", "runtime_stats"),
     ".runtime.pool": ("AgentPool",),

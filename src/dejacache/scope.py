@@ -132,6 +132,7 @@ def _load_block_hooks() -> None:
         if _threads.on_block not in BLOCK_HOOKS:
             BLOCK_HOOKS.append(_threads.on_block)
     from .http import intercept  # noqa: F401
+    from .mcp import _patch  # noqa: F401  (MCP transports, the same way; imports no mcp)
 
     _HOOKS_LOADED = True
 
