@@ -32,8 +32,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def fresh(*argv: str) -> dict[str, Any]:
     """``mcp_flow.py`` in a new interpreter (under ``CI``, as a replay in CI runs)."""
-    path = os.pathsep.join(str(p) for p in (ROOT / "src", ROOT / "tests",
-                                            ROOT / "tests" / "mcp", ROOT / "tests" / "mcp_support"))
+    tests = ROOT / "tests"
+    path = os.pathsep.join(str(p) for p in (ROOT / "src", tests, tests / "mcp_face",
+                                            tests / "mcp_support"))
     env = {**os.environ, "PYTHONPATH": path, "CI": "1"}
     done = subprocess.run([sys.executable, str(pathlib.Path(__file__).with_name("mcp_flow.py")),
                            *argv], capture_output=True, text=True, env=env, timeout=120,

@@ -103,17 +103,17 @@ async def run(spec: dict[str, Any], path: str, mode: str) -> dict[str, Any]:
 async def ask(spec: dict[str, Any], path: str, mode: str, tool: str,
               arguments: dict[str, Any]) -> dict[str, Any]:
     """One tool call after the handshake: the answer, or the failure."""
-    import dejacache
     from mcp import ClientSession
 
-    async with dejacache.cassette(path, mode=mode):
-        async with transport(spec) as (read, write), ClientSession(
-                read, write, read_timeout_seconds=30) as s:
-            await s.initialize()
-            try:
-                return {"result": dumped(await s.call_tool(tool, arguments))}
-            except Exception as exc:
-                return {"failed": failure(exc)}
+    import dejacache
+
+    async with dejacache.cassette(path, mode=mode), transport(spec) as (read, write), \
+            ClientSession(read, write, read_timeout_seconds=30) as s:
+        await s.initialize()
+        try:
+            return {"result": dumped(await s.call_tool(tool, arguments))}
+        except Exception as exc:
+            return {"failed": failure(exc)}
 
 
 def main() -> None:

@@ -1,4 +1,6 @@
-"""The MCP tests: the ticket-desk server of tests/mcp_support, recorded and replayed.
+"""The tests of ``dejacache.mcp``: the ticket-desk server of tests/mcp_support, recorded and
+replayed. (Not ``tests/mcp``: on the test path that directory would pass for the ``mcp``
+package in a venv without it, and litellm imports ``mcp`` when it finds one.)
 
 The server's modules live in tests/mcp_support (its own tests use them with no dejacache
 involved): they are put on the path here, and its fixtures (``mcp_stdio``, ``mcp_http``,
