@@ -98,13 +98,11 @@ class CachedSession:
         if self._server is not None:
             return self._server
         s = self.session
-        info = None
+        info = getattr(s, "server_info", None)  # ClientSession and mcp.Client (mcp 2)
         for attr in ("initialize_result", "discover_result"):
             result = getattr(s, attr, None)
-            info = getattr(result, "server_info", None) or getattr(result, "serverInfo", None)
-            if info is not None:
-                break
-        info = info or getattr(s, "_discover_server_info", None)
+            info = info or getattr(result, "server_info", None) or getattr(
+                result, "serverInfo", None)
         name = getattr(info, "name", None)
         if not isinstance(name, str) or not name:
             raise ConfigurationError(
