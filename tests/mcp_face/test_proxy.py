@@ -183,3 +183,31 @@ async def test_a_scope_with_a_store_serves_repeated_sessions_but_not_their_error
     assert [f"{r['method']} {r.get('name', '')}".strip() for r in mcp_ledger.events("request")
             if r["pid"] == second_pid] == ["initialize", "notifications/initialized",
                                            "tools/call get_ticket"]
+
+
+async def test_strict_replay_checks_the_order_of_mcp_calls_as_of_any_other(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger,
+) -> None:
+    from mcp import ClientSession
+    from mcp_flow import transport
+
+    spec = stdio_spec(tmp_path, mcp_ledger)
+    tape = str(tmp_path / "desk.json")
+    calls = [("get_weather", {"city": "Paris"}), ("get_ticket", {"id": 1})]
+
+    async def session_of(mode: str, order: list[Any]) -> list[str]:
+        with dejacache.cassette(tape, mode=mode, strict=True):
+            async with transport(spec) as (read, write), ClientSession(read, write) as s:
+                await s.initialize()
+                return [(await s.call_tool(n, a)).content[0].text for n, a in order]
+
+    recorded = await session_of("record", calls)
+    assert await session_of("replay", calls) == recorded
+    with pytest.raises(BaseException) as caught:  # the session's task group may wrap it
+        await session_of("replay", calls[::-1])
+    found = caught.value
+    while isinstance(found, BaseExceptionGroup):
+        found = found.exceptions[0]
+    assert isinstance(found, dejacache.ReplayDivergence), caught.value
+    assert "mcp.tools/call" in str(found) and "out of order" in str(found)
+    assert mcp_ledger.starts() == 1

@@ -65,18 +65,16 @@ def _server(transport: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> di
     return _wire.http_identity(str(url), transport)
 
 
-def _recording(eff: Any) -> bool:
-    return bool(eff.test_facing) and eff.namespace is not None and eff.mode != "off"
-
-
 def _replacement(orig: Callable[..., Any], transport: str, name: str) -> Callable[..., Any]:
     opened = contextlib.asynccontextmanager(orig)
     # mcp 1.x's streamablehttp_client yields a session-id getter after the pair.
     extra: tuple[Any, ...] = ((lambda: None),) if name == "streamablehttp_client" else ()
 
     async def transport_in_block(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        from . import _wire
+
         eff = current()
-        if not _recording(eff):
+        if not _wire.recording(eff):
             async with opened(*args, **kwargs) as streams:
                 yield streams
             return

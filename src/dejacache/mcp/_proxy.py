@@ -5,11 +5,12 @@ An MCP transport (``stdio_client``, ``streamable_http_client``, ``sse_client``) 
 (read, write) pair of memory-object streams carrying JSON-RPC messages; ``ClientSession``,
 ``mcp.Client`` and every framework built on them speak only through that pair. Inside a block
 the transport yields :func:`session_streams`' pair instead: each request the client writes
-becomes one engine call (kind ``mcp``), whose live run forwards it to the real transport and
-waits for the answer with the same id. So a replay answers from the recording and starts no
-process and opens no connection: the real transport is entered only when a call must go live
-(at once in ``record`` mode; at the first miss in ``auto``, after the session's handshake is
-sent to it again).
+becomes one engine call (kind ``mcp``), made in the task that wrote it (the caller's block,
+its place in the cassette's order, as for an HTTP request), whose live run forwards it to the
+real transport and waits for the answer with the same id. So a replay answers from the
+recording and starts no process and opens no connection: the real transport is entered only
+when a call must go live (at once in ``record`` mode; at the first miss in ``auto``, after
+the session's handshake is sent to it again).
 
 What the client gets back is the recorded message: a result, a JSON-RPC error (the session
 raises it as ``MCPError``, as it did live), a tool's ``isError`` result, and the progress
@@ -33,6 +34,7 @@ from .._engine import call_async
 from ..config import Effective
 from ..errors import ReplayMiss
 from ..http.transport import handing_on
+from ..scope import current
 from . import _wire
 
 __all__ = ["MISS_MARK", "session_streams", "take_miss"]
@@ -131,15 +133,13 @@ class _Waiter:
 class _Proxy:
     """One session's traffic: the client's side, the live side (when started), the engine."""
 
-    def __init__(self, eff: Effective, server: dict[str, Any], open_live: OpenTransport,
-                 to_client: Any, tg: anyio.abc.TaskGroup) -> None:
-        self.eff = eff
+    def __init__(self, server: dict[str, Any], open_live: OpenTransport, to_client: Any,
+                 tg: anyio.abc.TaskGroup) -> None:
         self.server = server
         self.open_live = open_live
         self.to_client = to_client
         self.tg = tg
         self.codec = _Codec()
-        self.sequenced = bool(getattr(eff.store, "sequenced", False))
         self.handshake: list[tuple[Any, dict[str, Any]]] = []
         self.waiting: dict[Any, _Waiter] = {}
         self.by_token: dict[Any, _Waiter] = {}
@@ -250,29 +250,39 @@ class _Proxy:
 
     # ------------------------------------------------------------ the client's side
 
-    async def pump(self, from_client: Any) -> None:
-        async with from_client:
-            async for item in from_client:
-                data = self.codec.dump(item)
-                kind = _wire.classify(data)
-                if kind == "request":
-                    if data["method"] in _wire.HANDSHAKE:
-                        self.handshake.append((item, data))
-                    self.tg.start_soon(_handed_on(self._answer), item, data)
-                    continue
-                if kind == "notification" and data["method"] in _wire.HANDSHAKE:
-                    self.handshake.append((item, data))
-                if self.live_write is not None:  # replayed calls need no cancel, no answer
-                    with contextlib.suppress(anyio.ClosedResourceError,
-                                             anyio.BrokenResourceError):
-                        await self.live_write.send(item)
+    async def from_client(self, item: Any) -> None:
+        """One message the session wrote, handled in the task that wrote it: a request is
+        answered before this returns, so the call is the caller's own (its block, its place
+        in the cassette's order), as an HTTP request is."""
+        data = self.codec.dump(item)
+        kind = _wire.classify(data)
+        if kind in ("request", "notification") and data["method"] in _wire.HANDSHAKE:
+            self.handshake.append((item, data))
+        # The live transport may make its HTTP requests in this task's context (mcp's
+        # context streams): they are this call's wire, not calls to record again.
+        with handing_on():
+            if kind == "request":
+                await self._answer(item, data)
+            elif self.live_write is not None:  # replayed calls need no cancel, no answer
+                with contextlib.suppress(anyio.ClosedResourceError,
+                                         anyio.BrokenResourceError):
+                    await self.live_write.send(item)
 
     async def _answer(self, item: Any, data: dict[str, Any]) -> None:
+        eff = current()
+        if not _wire.recording(eff):  # a call made outside every block: live, not recorded
+            try:
+                await self.ensure_live(item)
+                await self.live_write.send(item)
+            except Exception as exc:
+                await self._reply(data["id"], _failed(exc))
+            return
         method = data["method"]
         params = data.get("params")
         key, canonical = _wire.canonical(
-            self.eff.namespace or "", self.server, method, params, self.eff.volatile,
-            self.eff.extra.get("key_substitute") or ())
+            eff.namespace or "", self.server, method, params, eff.volatile,
+            eff.extra.get("key_substitute") or ())
+        sequenced = bool(getattr(eff.store, "sequenced", False))
         ran = False
 
         async def live() -> dict[str, Any]:
@@ -280,23 +290,19 @@ class _Proxy:
             ran = True
             await self.ensure_live(item)
             value = await self._exchange(item, data)
-            if "error" in value and not self.sequenced:
+            if "error" in value and not sequenced:
                 raise _Unstored(value)
             return value
 
         try:
-            value = await _engine_call(self.eff, _wire.call_name(method), key, canonical, live)
+            value = await _engine_call(eff, _wire.call_name(method), key, canonical, live)
         except _Unstored as u:
             value = u.value
         except ReplayMiss as miss:
-            await self._reply(data["id"], {"error": {
-                "code": -32603, "message": str(miss),
-                "data": {MISS_MARK: _keep_miss(miss)}}})
-            return
-        except Exception as exc:  # the server could not be reached, or went away
-            await self._reply(data["id"], {"error": {
-                "code": -32000, "message": f"dejacache: {exc}"}})
-            return
+            value = {"error": {"code": -32603, "message": str(miss),
+                               "data": {MISS_MARK: _keep_miss(miss)}}}
+        except Exception as exc:  # the server could not be started, or went away
+            value = _failed(exc)
         if not ran:
             for note in _wire.replayed_notifications(value.get("notifications"),
                                                      _wire.progress_token(params)):
@@ -312,23 +318,53 @@ class _Proxy:
             await self.to_client.send(self.codec.make(msg))
 
 
+def _failed(exc: Exception) -> dict[str, Any]:
+    return {"error": {"code": -32000, "message": f"dejacache: {exc}"}}
+
+
+class _ClientWrites:
+    """The write half the session gets (the ``WriteStream`` protocol: ``send``, ``aclose``,
+    async context manager). ``send`` hands the message to the proxy in the sender's task."""
+
+    def __init__(self, proxy: _Proxy) -> None:
+        self._proxy = proxy
+        self._closed = False
+
+    async def send(self, item: Any, /) -> None:
+        if self._closed:
+            raise anyio.ClosedResourceError
+        await self._proxy.from_client(item)
+
+    def close(self) -> None:
+        self._closed = True
+
+    async def aclose(self) -> None:
+        self._closed = True
+
+    async def __aenter__(self) -> _ClientWrites:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._closed = True
+
+
 @contextlib.asynccontextmanager
 async def session_streams(eff: Effective, server: dict[str, Any], open_live: OpenTransport,
                           extra: tuple[Any, ...] = ()) -> AsyncIterator[tuple[Any, ...]]:
     """The (read, write) pair a transport yields inside a block (plus ``extra``, what the
-    transport yields after the pair when it is not started: mcp 1.x's session-id getter)."""
+    transport yields after the pair when it is not started: mcp 1.x's session-id getter).
+    ``eff``: the block the transport was opened in (``record`` starts the server now)."""
     to_client, client_reads = anyio.create_memory_object_stream[Any](0)
-    client_writes, from_client = anyio.create_memory_object_stream[Any](0)
     async with anyio.create_task_group() as tg:
-        proxy = _Proxy(eff, server, open_live, to_client, tg)
+        proxy = _Proxy(server, open_live, to_client, tg)
         if eff.mode == "record":  # everything goes live: start now, as the transport would
             with handing_on():
                 await proxy.ensure_live()
-        tg.start_soon(_handed_on(proxy.pump), from_client)
+        writes = _ClientWrites(proxy)
         try:
-            yield (client_reads, client_writes, *(proxy.extra or extra))
+            yield (client_reads, writes, *(proxy.extra or extra))
         finally:
-            await client_writes.aclose()
+            writes.close()
             await proxy.stop()
             tg.cancel_scope.cancel()
             await to_client.aclose()

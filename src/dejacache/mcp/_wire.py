@@ -32,6 +32,7 @@ __all__ = [
     "http_identity",
     "progress_token",
     "recorded_notifications",
+    "recording",
     "replayed_notifications",
     "stdio_identity",
 ]
@@ -44,6 +45,12 @@ HANDSHAKE = frozenset({"initialize", "server/discover", "notifications/initializ
 
 _CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
 _LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+def recording(eff: Any) -> bool:
+    """Whether MCP calls made under ``eff`` (settings) are recorded and replayed: inside a
+    test-facing block that caches, as for HTTP interception."""
+    return bool(eff.test_facing) and eff.namespace is not None and eff.mode != "off"
 
 
 # ---------------------------------------------------------------- server identity
