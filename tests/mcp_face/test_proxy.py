@@ -211,3 +211,15 @@ async def test_strict_replay_checks_the_order_of_mcp_calls_as_of_any_other(
     assert isinstance(found, dejacache.ReplayDivergence), caught.value
     assert "mcp.tools/call" in str(found) and "out of order" in str(found)
     assert mcp_ledger.starts() == 1
+
+
+def test_a_patched_transport_keeps_its_name_and_signature() -> None:
+    import inspect
+
+    from mcp.client.stdio import stdio_client
+
+    before = inspect.signature(stdio_client)
+    with dejacache.scope(cache_key="t", store=dejacache.MemoryStore()):
+        assert inspect.signature(stdio_client) == before
+        assert stdio_client.__name__ == "stdio_client"
+    assert inspect.signature(stdio_client) == before

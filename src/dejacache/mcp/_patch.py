@@ -25,6 +25,7 @@ This module imports nothing from ``mcp`` (nor anyio) until a block finds it impo
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import threading
 import warnings
@@ -85,6 +86,8 @@ def _replacement(orig: Callable[..., Any], transport: str, name: str) -> Callabl
                                    extra) as streams:
             yield streams
 
+    # Its name, docstring and (through ``__wrapped__``) signature stay the transport's own.
+    functools.update_wrapper(transport_in_block, orig)
     transport_in_block.__dejacache_patch__ = True  # type: ignore[attr-defined]
     return transport_in_block
 

@@ -158,7 +158,13 @@ class _Proxy:
         async with self._lock:
             if self.live_write is not None:
                 return
-            await self.tg.start(_handed_on(self._run_live))
+            try:
+                await self.tg.start(_handed_on(self._run_live))
+            except Exception as exc:
+                if current is None:  # record mode's start: the caller gets the transport's error
+                    raise
+                raise _Lost(f"could not start or reach the MCP server {self.server} for a "
+                            f"call that is not recorded: {exc!r}") from exc
             for item, data in list(self.handshake):
                 if item is current:
                     continue
@@ -355,16 +361,24 @@ async def session_streams(eff: Effective, server: dict[str, Any], open_live: Ope
     transport yields after the pair when it is not started: mcp 1.x's session-id getter).
     ``eff``: the block the transport was opened in (``record`` starts the server now)."""
     to_client, client_reads = anyio.create_memory_object_stream[Any](0)
+    failed: BaseException | None = None
     async with anyio.create_task_group() as tg:
         proxy = _Proxy(server, open_live, to_client, tg)
         if eff.mode == "record":  # everything goes live: start now, as the transport would
-            with handing_on():
-                await proxy.ensure_live()
-        writes = _ClientWrites(proxy)
-        try:
-            yield (client_reads, writes, *(proxy.extra or extra))
-        finally:
-            writes.close()
-            await proxy.stop()
-            tg.cancel_scope.cancel()
-            await to_client.aclose()
+            try:
+                with handing_on():
+                    await proxy.ensure_live()
+            except Exception as exc:  # raised below as the transport raises it, not in a group
+                failed = exc
+        if failed is None:
+            writes = _ClientWrites(proxy)
+            try:
+                yield (client_reads, writes, *(proxy.extra or extra))
+            finally:
+                writes.close()
+                await proxy.stop()
+                tg.cancel_scope.cancel()
+        await to_client.aclose()
+        await client_reads.aclose()
+    if failed is not None:
+        raise failed
