@@ -149,6 +149,7 @@ class _Proxy:
         self._stopped = anyio.Event()
         self._lock = anyio.Lock()
         self._resent = 0
+        self._ended = False  # the live transport's read side has ended
 
     # ------------------------------------------------------------ the live side
 
@@ -194,6 +195,7 @@ class _Proxy:
             async for item in read:
                 await self._from_server(item)
         finally:
+            self._ended = True
             self._lose_all()
 
     def _lose_all(self) -> None:
@@ -234,7 +236,8 @@ class _Proxy:
             self.by_token[token] = w
         try:
             await self.live_write.send(item)
-            await w.done.wait()
+            if not self._ended:  # else no answer can come: lost
+                await w.done.wait()
         finally:
             self.waiting.pop(rid, None)
             if token is not None:
