@@ -1,6 +1,7 @@
 """One session's worth of calls to the ticket desk, run where it is recorded (the test
 process) and where it is replayed (a fresh interpreter: ``python mcp_flow.py SPEC CASSETTE
-MODE`` prints the answers as JSON).
+MODE`` prints the answers as JSON; MODE ``default`` leaves it to the cassette: ``replay``
+under ``CI``).
 
 Every kind of answer a recording must keep is asked for once: the handshake, listings, a
 structured tool result, a tool error result (``isError``), a JSON-RPC error, a tool that
@@ -92,7 +93,7 @@ async def run(spec: dict[str, Any], path: str, mode: str) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     try:
-        async with dejacache.cassette(path, mode=mode):
+        async with dejacache.cassette(path, mode=None if mode == "default" else mode):
             out = await desk_session(spec)
     except Exception as exc:
         out = {"failed": failure(exc)}
@@ -107,7 +108,8 @@ async def ask(spec: dict[str, Any], path: str, mode: str, tool: str,
 
     import dejacache
 
-    async with dejacache.cassette(path, mode=mode), transport(spec) as (read, write), \
+    block = dejacache.cassette(path, mode=None if mode == "default" else mode)
+    async with block, transport(spec) as (read, write), \
             ClientSession(read, write, read_timeout_seconds=30) as s:
         await s.initialize()
         try:

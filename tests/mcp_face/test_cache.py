@@ -154,3 +154,11 @@ async def test_a_named_resource_keeps_other_tools_cached(mcp_http: HttpServer) -
             assert (await cached.call_tool("get_ticket", {"id": 2})).structured_content[
                 "status"] == "closed"
             assert calls(ledger, "get_weather") == 1 and calls(ledger, "get_ticket") == 2
+
+
+def test_without_mcp_installed_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "mcp", None)  # ``import mcp`` raises ImportError
+    with pytest.raises(dejacache.ConfigurationError, match=r"pip install 'dejacache\[mcp\]'"):
+        mcp_tool_cache(object())

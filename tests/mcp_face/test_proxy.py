@@ -36,6 +36,7 @@ def fresh(*argv: str) -> dict[str, Any]:
     path = os.pathsep.join(str(p) for p in (ROOT / "src", tests, tests / "mcp_face",
                                             tests / "mcp_support"))
     env = {**os.environ, "PYTHONPATH": path, "CI": "1"}
+    env.pop("DEJACACHE_MODE", None)  # the cassette's default under CI: replay
     done = subprocess.run([sys.executable, str(pathlib.Path(__file__).with_name("mcp_flow.py")),
                            *argv], capture_output=True, text=True, env=env, timeout=120,
                           check=False)
@@ -81,7 +82,7 @@ async def test_a_stdio_session_replays_in_a_fresh_process_without_its_server(
     seen = mcp_ledger.events()
     shutil.rmtree(tmp_path / "server")  # the server's script is gone
 
-    replayed = fresh(json.dumps(spec), tape, "replay")
+    replayed = fresh(json.dumps(spec), tape, "default")
     same_answers(recorded, replayed)
     assert mcp_ledger.events() == seen  # no process started, no request reached one
     entries = json.loads(pathlib.Path(tape).read_text())["entries"]
@@ -105,7 +106,7 @@ async def test_an_http_session_replays_in_a_fresh_process_with_the_port_closed(
     seen = mcp_ledger.events()
     assert {e["path"] for e in mcp_ledger.events("http")} <= {"/mcp", "/sse", "/messages/"}
     with server.held() as drops:
-        replayed = fresh(json.dumps(spec), tape, "replay")
+        replayed = fresh(json.dumps(spec), tape, "default")
         assert drops.count == 0  # no connection reached the port
     same_answers(recorded, replayed)
     assert mcp_ledger.events() == seen

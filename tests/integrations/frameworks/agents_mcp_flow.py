@@ -1,6 +1,7 @@
 """An openai-agents run whose tool comes from the ticket-desk MCP server, inside a cassette:
 run where it is recorded (the test process) and where it is replayed (a fresh interpreter:
-``python agents_mcp_flow.py SPEC CASSETTE MODE MODEL_URL`` prints the answer as JSON).
+``python agents_mcp_flow.py SPEC CASSETTE MODE MODEL_URL`` prints the answer as JSON; MODE
+``default`` leaves it to the cassette: ``replay`` under ``CI``).
 
 ``SPEC`` names the MCP server as the test started it: ``{"transport": "stdio", "command",
 "args", "env"}`` or ``{"transport": "streamable-http", "url"}``. The model is the loopback
@@ -38,7 +39,7 @@ async def ask(spec: dict[str, Any], path: str, mode: str, model_url: str) -> dic
 
     set_tracing_disabled(True)
     t0 = time.perf_counter()
-    async with dejacache.cassette(path, mode=mode):
+    async with dejacache.cassette(path, mode=None if mode == "default" else mode):
         server = mcp_server(spec)
         async with server, AsyncOpenAI(base_url=model_url, api_key=KEY, max_retries=0) as client:
             agent = Agent(name="weather", instructions="Answer with the tool.",

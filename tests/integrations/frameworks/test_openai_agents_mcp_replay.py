@@ -36,6 +36,7 @@ def fresh(*argv: str) -> dict[str, Any]:
                                             tests / "mcp_support",
                                             tests / "integrations" / "frameworks"))
     env = {**os.environ, "PYTHONPATH": path, "CI": "1"}
+    env.pop("DEJACACHE_MODE", None)  # the cassette's default under CI: replay
     done = subprocess.run([sys.executable, str(pathlib.Path(__file__).with_name(
         "agents_mcp_flow.py")), *argv], capture_output=True, text=True, env=env, timeout=300,
         check=False)
@@ -65,7 +66,7 @@ def test_an_agent_with_a_stdio_mcp_tool_replays_whole_with_no_server_and_no_mode
     shutil.rmtree(tmp_path / "server")
     provider.stop()
 
-    replayed = fresh(json.dumps(spec), tape, "replay", provider.openai_url)
+    replayed = fresh(json.dumps(spec), tape, "default", provider.openai_url)
     assert replayed["answer"] == recorded["answer"]
     assert ledger.events() == seen and len(provider.requests) == model_calls
     kinds = [e["kind"] for e in json.loads(pathlib.Path(tape).read_text())["entries"]]
@@ -89,7 +90,7 @@ def test_an_agent_with_a_streamable_http_mcp_tool_replays_whole_with_the_port_cl
     seen = ledger.events()
     provider.stop()
     with desk.held() as drops:
-        replayed = fresh(json.dumps(spec), tape, "replay", provider.openai_url)
+        replayed = fresh(json.dumps(spec), tape, "default", provider.openai_url)
         assert drops.count == 0
     assert replayed["answer"] == recorded["answer"]
     assert ledger.events() == seen
