@@ -162,3 +162,18 @@ def test_without_mcp_installed_the_error_names_the_extra(monkeypatch: pytest.Mon
     monkeypatch.setitem(sys.modules, "mcp", None)  # ``import mcp`` raises ImportError
     with pytest.raises(dejacache.ConfigurationError, match=r"pip install 'dejacache\[mcp\]'"):
         mcp_tool_cache(object())
+
+
+async def test_a_write_not_named_in_resources_invalidates_the_named_ones_too(
+    mcp_http: HttpServer,
+) -> None:
+    ledger = mcp_http.ledger
+    with dejacache.agent_session(tenant="acme"):
+        async with session(mcp_http) as s:
+            await s.initialize()
+            cached = mcp_tool_cache(s, server="desk-unnamed", resources={"get_ticket": "tickets"})
+            await cached.call_tool("get_ticket", {"id": 1})
+            await cached.call_tool("close_ticket", {"id": 1})  # a write nobody placed
+            after = await cached.call_tool("get_ticket", {"id": 1})
+            assert after.structured_content["status"] == "closed"  # no stale read
+            assert calls(ledger, "get_ticket") == 2

@@ -12,7 +12,8 @@ cached only when the caller names it in ``cacheable=``.
 
 What a writer invalidates: the server's cached results (one resource per server), or, with
 ``resources={"close_ticket": "tickets", "get_ticket": "tickets"}``, the named resource only,
-so ``get_weather`` stays cached while tickets change.
+so ``get_weather`` stays cached while tickets change. A writer not named there invalidates
+every resource of the server, named or not: it may change what any of them reads.
 
 The cached call is one module-level ``tool_cache`` reader per (server, resource and cache
 settings), shared by every session wrapped with them: an application that opens a session
@@ -59,20 +60,24 @@ async def _call(tool: str, arguments: Any, session: Any, options: dict[str, Any]
     return await session.call_tool(tool, arguments, **options)
 
 
-def _caller(role: str, resource: str, server: str, settings: tuple[Any, ...]) -> Any:
-    """The shared ``tool_cache`` reader or ``invalidates`` writer for ``resource``."""
+def _caller(role: str, resources: tuple[str, ...], server: str,
+            settings: tuple[Any, ...]) -> Any:
+    """The shared ``tool_cache`` reader of ``resources[0]``, or the ``invalidates`` writer
+    of every resource in ``resources``."""
     scope, ttl, store, max_bytes, counter_max_age = settings
-    key = (role, server, resource, scope, ttl, id(store), max_bytes, counter_max_age)
+    key = (role, server, resources, scope, ttl, id(store), max_bytes, counter_max_age)
     with _LOCK:
         fn = _CALLERS.get(key)
         if fn is None:
             name = f"mcp:{server}"
             if role == "read":
-                fn = tool_cache(resource=resource, scope=scope, ttl=ttl, store=store,
+                fn = tool_cache(resource=resources[0], scope=scope, ttl=ttl, store=store,
                                 max_bytes=max_bytes, name=name, ignore=("session", "options"),
                                 counter_max_age=counter_max_age)(_call)
             else:
-                fn = invalidates(resource, store=store, name=name)(_call)
+                fn = _call
+                for resource in resources:
+                    fn = invalidates(resource, store=store, name=name)(fn)
             _CALLERS[key] = fn
         return fn
 
@@ -128,8 +133,14 @@ class CachedSession:
         hints = None if name in self._cacheable else await self.annotations(name)
         role = tool_role(hints, name in self._cacheable)
         server = self.server_name()
-        resource = self._resources.get(name, f"mcp:{server}")
-        fn = _caller(role, resource, server, self._settings)
+        everything = f"mcp:{server}"
+        if name in self._resources:
+            targets: tuple[str, ...] = (self._resources[name],)
+        elif role == "read":
+            targets = (everything,)
+        else:  # a write nobody placed may change what any of the server's tools reads
+            targets = tuple(sorted({everything, *self._resources.values()}))
+        fn = _caller(role, targets, server, self._settings)
         return await fn(name, arguments or {}, self.session, options)
 
 
