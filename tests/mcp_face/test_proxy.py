@@ -224,3 +224,33 @@ def test_a_patched_transport_keeps_its_name_and_signature() -> None:
         assert inspect.signature(stdio_client) == before
         assert stdio_client.__name__ == "stdio_client"
     assert inspect.signature(stdio_client) == before
+
+
+async def test_a_session_that_raises_leaves_no_stream_open(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger,
+) -> None:
+    import gc
+    import warnings
+
+    from mcp import ClientSession
+    from mcp_flow import transport
+
+    spec = stdio_spec(tmp_path, mcp_ledger)
+    tape = str(tmp_path / "desk.json")
+    await ask(spec, tape, "record", "get_ticket", {"id": 1})
+
+    async def failing() -> str:
+        try:
+            with dejacache.cassette(tape, mode="replay"):
+                async with transport(spec) as (read, write), ClientSession(read, write) as s:
+                    await s.initialize()
+                    raise KeyError("the test's own failure")
+        except BaseException as exc:  # dropped here, with the frames that hold the streams
+            return type(exc).__name__
+        return "nothing raised"
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert await failing() != "nothing raised"
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]

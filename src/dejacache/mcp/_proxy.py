@@ -365,23 +365,27 @@ async def session_streams(eff: Effective, server: dict[str, Any], open_live: Ope
     ``eff``: the block the transport was opened in (``record`` starts the server now)."""
     to_client, client_reads = anyio.create_memory_object_stream[Any](0)
     failed: BaseException | None = None
-    async with anyio.create_task_group() as tg:
-        proxy = _Proxy(server, open_live, to_client, tg)
-        if eff.mode == "record":  # everything goes live: start now, as the transport would
-            try:
-                with handing_on():
-                    await proxy.ensure_live()
-            except Exception as exc:  # raised below as the transport raises it, not in a group
-                failed = exc
-        if failed is None:
-            writes = _ClientWrites(proxy)
-            try:
-                yield (client_reads, writes, *(proxy.extra or extra))
-            finally:
-                writes.close()
-                await proxy.stop()
-                tg.cancel_scope.cancel()
-        await to_client.aclose()
-        await client_reads.aclose()
+    try:
+        async with anyio.create_task_group() as tg:
+            proxy = _Proxy(server, open_live, to_client, tg)
+            if eff.mode == "record":  # everything goes live: start now, as the transport would
+                try:
+                    with handing_on():
+                        await proxy.ensure_live()
+                except Exception as exc:  # raised below as the transport raises it, unwrapped
+                    failed = exc
+            if failed is None:
+                writes = _ClientWrites(proxy)
+                try:
+                    yield (client_reads, writes, *(proxy.extra or extra))
+                finally:
+                    writes.close()
+                    await proxy.stop()
+                    tg.cancel_scope.cancel()
+    finally:
+        # Closed on every way out (a session that raised too): an unclosed stream is a
+        # ResourceWarning when it is collected, in whatever code runs then.
+        to_client.close()
+        client_reads.close()
     if failed is not None:
         raise failed
