@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from .http.intercept import intercept
     from .http.transport import async_http_client, http_client
     from .keys import KeyParts, call_key, explain
+    from .mcp import mcp_tool_cache
     from .runtime.guard import LoopGuard
     from .runtime.metrics import RuntimeStats, reset_runtime_stats, runtime_stats
     from .runtime.pool import AgentPool
@@ -105,6 +106,7 @@ __all__ = [
     "intercept",
     "invalidates",
     "load_cassette",
+    "mcp_tool_cache",
     "propagate",
     "reset_runtime_stats",
     "reset_stats",
@@ -137,6 +139,7 @@ _WHERE = {
     ".http.intercept": ("intercept",),
     ".http.transport": ("async_http_client", "http_client"),
     ".keys": ("KeyParts", "call_key", "explain"),
+    ".mcp": ("mcp_tool_cache",),
     ".runtime.guard": ("LoopGuard",),
     ".runtime.metrics": ("RuntimeStats", "reset_runtime_stats", "runtime_stats"),
     ".runtime.pool": ("AgentPool",),
@@ -157,10 +160,11 @@ __getattr__, __dir__ = attach(
 
 
 def _switch_on_interception() -> None:
-    # A test-facing block intercepts the SDKs' HTTP clients from its first call, so the first
-    # block loads interception (it registers its own block hook on import). Wired here, at
-    # the top of the package, because ``scope`` sits below HTTP interception.
+    # A test-facing block intercepts the SDKs' HTTP clients and the MCP transports from its
+    # first call, so the first block loads interception (each registers its own block hook on
+    # import). Wired here, at the top of the package, because ``scope`` sits below both.
     from .http import intercept  # noqa: F401
+    from .mcp import _patch  # noqa: F401  (MCP transports, the same way; imports no mcp)
 
 
 _ON_FIRST_BLOCK.append(_switch_on_interception)

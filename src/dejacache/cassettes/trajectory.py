@@ -8,8 +8,8 @@ the HTML report) is built on these, so they agree on what a step, a token and a 
 * **Steps** are the recorded calls in the order they were made (file order; within
   concurrent tasks, each step's ``follows`` names the step its task made before it).
 * **kind**: ``"model"`` for LLM provider endpoints (and ``@cache(kind="llm"|"model")``),
-  ``"tool"`` for ``@cache(kind="tool")``, ``"http"`` for other HTTP endpoints, and
-  ``"function"`` for every other ``@cache`` function.
+  ``"tool"`` for ``@cache(kind="tool")`` and MCP ``tools/call``, ``"http"`` for other HTTP
+  endpoints, and ``"function"`` for every other ``@cache`` function (and MCP request).
 * **Tokens** come from the usage the provider reported (``tokens_exact``); a model step
   without usage (a stream that did not ask for it) is estimated at ~4 characters per token
   of its request and of its answer's text. Tools and functions cost no tokens; their
@@ -67,7 +67,7 @@ def step_kind(raw: str, name: str) -> str:
         return "model" if name.startswith(_PROVIDERS) else "http"
     if raw in _MODEL_KINDS:
         return "model"
-    if raw == "tool":
+    if raw == "tool" or (raw == "mcp" and name == "mcp.tools/call"):
         return "tool"
     return "function"
 

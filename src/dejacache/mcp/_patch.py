@@ -1,0 +1,247 @@
+"""MCP transports recorded and replayed inside blocks: switched on while a block is open.
+
+While a test-facing block (``scope()``, ``cassette()``) is open, the ``mcp`` package's public
+transport functions (``stdio_client``, ``streamable_http_client`` and mcp 1.x's
+``streamablehttp_client``, ``sse_client``) yield the recording pair of ``_proxy.py`` to
+sessions opened in a block, and their own pair elsewhere. Like HTTP interception
+(``http/intercept.py``), the change is made when a block opens and undone when the last one
+closes, for modules already imported and, through an import hook, for one imported inside
+the block (a framework that imports ``mcp`` lazily).
+
+How: each function is an ``asynccontextmanager`` whose one closure cell holds the generator
+function it runs. The cell's contents are swapped, not the module attribute: ``mcp/__init__``,
+``mcp.client.client`` and the frameworks bind ``stdio_client`` by name at import, and would
+keep the original function. ``__wrapped__`` names the generator function, so the cell is
+found, and checked, by identity; a shape that does not match is left alone with a warning.
+
+A replay miss reaches the session as a JSON-RPC error marked ``MISS_MARK``; the JSON-RPC
+dispatcher's ``send_raw_request`` (mcp 2) is wrapped to raise the ``ReplayMiss`` instead, as
+an instance of both ``ReplayMiss`` and ``MCPError``, so frameworks that catch ``MCPError``
+behave as they would for any failed call while the test sees the miss.
+
+This module imports nothing from ``mcp`` (nor anyio) until a block finds it imported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import threading
+import warnings
+from collections.abc import AsyncIterator, Callable
+from types import ModuleType
+from typing import Any
+
+from .._importhook import spec_with_callback
+from ..errors import DejacacheWarning, ReplayMiss
+from ..scope import BLOCK_HOOKS, current
+
+__all__ = ["active", "patched"]
+
+# (module, function, transport, what the function yields after (read, write) when unstarted)
+_TRANSPORTS: tuple[tuple[str, str, str], ...] = (
+    ("mcp.client.stdio", "stdio_client", "stdio"),
+    ("mcp.client.streamable_http", "streamable_http_client", "streamable-http"),
+    ("mcp.client.streamable_http", "streamablehttp_client", "streamable-http"),
+    ("mcp.client.sse", "sse_client", "sse"),
+)
+_DISPATCHER = ("mcp.shared.jsonrpc_dispatcher", "JSONRPCDispatcher")
+_WATCHED = frozenset({m for m, _, _ in _TRANSPORTS} | {_DISPATCHER[0]})
+
+_LOCK = threading.RLock()
+_COUNT = 0
+# module name -> [(undo)]
+_UNDO: dict[str, list[Callable[[], None]]] = {}
+
+
+def _server(transport: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    from . import _wire
+
+    if transport == "stdio":
+        params = args[0] if args else kwargs["server"]
+        return _wire.stdio_identity(params.command, list(params.args or ()),
+                                    None if params.cwd is None else str(params.cwd))
+    url = args[0] if args else kwargs["url"]
+    return _wire.http_identity(str(url), transport)
+
+
+def _replacement(orig: Callable[..., Any], transport: str, name: str) -> Callable[..., Any]:
+    opened = contextlib.asynccontextmanager(orig)
+    # mcp 1.x's streamablehttp_client yields a session-id getter after the pair.
+    extra: tuple[Any, ...] = ((lambda: None),) if name == "streamablehttp_client" else ()
+
+    async def transport_in_block(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        from . import _wire
+
+        eff = current()
+        if not _wire.recording(eff):
+            async with opened(*args, **kwargs) as streams:
+                yield streams
+            return
+        from ._proxy import session_streams
+
+        server = _server(transport, args, kwargs)
+        async with session_streams(eff, server, lambda: opened(*args, **kwargs),
+                                   extra) as streams:
+            yield streams
+
+    # Its name, docstring and (through ``__wrapped__``) signature stay the transport's own.
+    functools.update_wrapper(transport_in_block, orig)
+    transport_in_block.__dejacache_patch__ = True  # type: ignore[attr-defined]
+    return transport_in_block
+
+
+def _swap_cell(fn: Any, new: Any, old: Any) -> bool:
+    for cell in getattr(fn, "__closure__", None) or ():
+        with contextlib.suppress(ValueError):
+            if cell.cell_contents is old:
+                cell.cell_contents = new
+                return True
+    return False
+
+
+def _patch_transport(mod: ModuleType, name: str, transport: str) -> Callable[[], None] | None:
+    fn = getattr(mod, name, None)
+    orig = getattr(fn, "__wrapped__", None)
+    if fn is None or orig is None:
+        return None
+    if getattr(orig, "__dejacache_patch__", False):
+        return None  # an alias of a function already done
+    new = _replacement(orig, transport, name)
+    if not _swap_cell(fn, new, orig):
+        warnings.warn(f"dejacache: {mod.__name__}.{name} is not the asynccontextmanager it "
+                      "was; MCP sessions over it are not recorded or replayed",
+                      DejacacheWarning, stacklevel=2)
+        return None
+    fn.__wrapped__ = new
+
+    def undo() -> None:
+        _swap_cell(fn, orig, new)
+        fn.__wrapped__ = orig
+
+    return undo
+
+
+def _raise_miss(exc: Exception) -> None:
+    data = getattr(exc, "data", None)
+    if not isinstance(data, dict):
+        return
+    from ._proxy import MISS_MARK, take_miss
+
+    miss = take_miss(data.get(MISS_MARK))
+    if miss is not None:
+        raise _as_mcp_error(miss, exc) from None
+
+
+_MIXED: dict[tuple[type, type], type] = {}
+
+
+def _as_mcp_error(miss: ReplayMiss, exc: Exception) -> ReplayMiss:
+    base = type(exc)
+    cls: Any = _MIXED.get((type(miss), base))
+    if cls is None:
+        name = f"{type(miss).__name__}[{base.__module__}.{base.__qualname__}]"
+        cls = _MIXED[(type(miss), base)] = type(name, (type(miss), base),
+                                                 {"__module__": ReplayMiss.__module__,
+                                                  "__str__": ReplayMiss.__str__})
+    out = cls.__new__(cls)
+    base.__init__(out, *exc.args)  # MCPError's fields: code, message, data
+    out.__dict__.update(miss.__dict__)
+    out.args = miss.args
+    return out  # type: ignore[no-any-return]
+
+
+def _patch_dispatcher(mod: ModuleType) -> Callable[[], None] | None:
+    cls = getattr(mod, _DISPATCHER[1], None)
+    orig = getattr(cls, "send_raw_request", None) if cls is not None else None
+    if orig is None or getattr(orig, "__dejacache_patch__", False):
+        return None
+
+    async def send_raw_request(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await orig(self, *args, **kwargs)
+        except Exception as exc:
+            _raise_miss(exc)
+            raise
+
+    send_raw_request.__dejacache_patch__ = True  # type: ignore[attr-defined]
+    send_raw_request.__wrapped__ = orig  # type: ignore[attr-defined]
+    cls.send_raw_request = send_raw_request  # type: ignore[union-attr]
+
+    def undo() -> None:
+        cls.send_raw_request = orig  # type: ignore[union-attr]
+
+    return undo
+
+
+def _patch_module(mod: ModuleType) -> None:
+    name = mod.__name__
+    if name in _UNDO:
+        return
+    undo: list[Callable[[], None]] = []
+    for module, fn, transport in _TRANSPORTS:
+        if module == name:
+            u = _patch_transport(mod, fn, transport)
+            if u is not None:
+                undo.append(u)
+    if name == _DISPATCHER[0]:
+        u = _patch_dispatcher(mod)
+        if u is not None:
+            undo.append(u)
+    _UNDO[name] = undo
+
+
+def _patch_imported() -> None:
+    for name in sorted(_WATCHED):
+        mod = sys.modules.get(name)
+        if mod is not None and not getattr(mod.__spec__, "_initializing", False):
+            _patch_module(mod)
+
+
+def _unpatch_all() -> None:
+    for undo in _UNDO.values():
+        for u in reversed(undo):
+            u()
+    _UNDO.clear()
+
+
+def _on_block(delta: int) -> None:
+    global _COUNT
+    with _LOCK:
+        _COUNT = max(0, _COUNT + delta)
+        if delta > 0:
+            _patch_imported()
+        elif _COUNT == 0:
+            _unpatch_all()
+
+
+def active() -> int:
+    """How many blocks hold the MCP patches (0: nothing is patched)."""
+    return _COUNT
+
+
+def patched() -> list[str]:
+    with _LOCK:
+        return sorted(n for n, u in _UNDO.items() if u)
+
+
+def _loaded(module: ModuleType) -> None:
+    with _LOCK:
+        if _COUNT > 0:
+            _patch_module(module)
+
+
+class _PatchOnImport:
+    """An ``mcp`` transport module imported while a block is open is patched when loaded."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in _WATCHED or not _COUNT or fullname in sys.modules:
+            return None
+        return spec_with_callback(self, fullname, path, target, _loaded)
+
+
+if _on_block not in BLOCK_HOOKS:
+    BLOCK_HOOKS.append(_on_block)
+if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+    sys.meta_path.insert(0, _PatchOnImport())

@@ -1,0 +1,93 @@
+"""The pure part of MCP recording: server identities, request keys, stored notifications."""
+
+from __future__ import annotations
+
+import os
+
+import orjson
+import pytest
+
+from dejacache.mcp import _wire
+
+
+def test_a_stdio_server_is_its_command_name_and_arguments_with_portable_paths() -> None:
+    here = os.path.join(os.getcwd(), "servers", "desk.py")
+    ident = _wire.stdio_identity("/opt/venv/bin/python3", [here, "--flag"])
+    assert ident == {"transport": "stdio", "command": "python3",
+                     "args": [os.path.join(".", "servers", "desk.py"), "--flag"]}
+    assert _wire.stdio_identity("npx", ["-y", "@x/server"]) == {
+        "transport": "stdio", "command": "npx", "args": ["-y", "@x/server"]}
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("http://127.0.0.1:51234/mcp", "http://127.0.0.1/mcp"),
+    ("http://localhost:8000/mcp?x=1", "http://localhost/mcp?x=1"),
+    ("https://user:pw@mcp.example.com:8443/mcp?api_key=s3cret&team=a",
+     "https://mcp.example.com:8443/mcp?team=a"),
+    ("https://mcp.example.com/sse?token=abc", "https://mcp.example.com/sse"),
+])
+def test_an_http_server_is_its_url_without_credentials_or_a_loopback_port(
+    url: str, expected: str,
+) -> None:
+    assert _wire.http_identity(url, "streamable-http") == {"transport": "streamable-http",
+                                                           "url": expected}
+
+
+SERVER = {"transport": "stdio", "command": "python", "args": ["desk.py"]}
+
+
+def test_ids_progress_tokens_trace_context_and_the_client_version_are_not_keyed() -> None:
+    a = {"name": "get_ticket", "arguments": {"id": 1},
+         "_meta": {"progressToken": 7, "traceparent": "00-aa-bb-01",
+                   "io.modelcontextprotocol/clientInfo": {"name": "mcp", "version": "2.3.0"}}}
+    b = {"name": "get_ticket", "arguments": {"id": 1},
+         "_meta": {"progressToken": 12, "traceparent": "00-cc-dd-01",
+                   "io.modelcontextprotocol/clientInfo": {"name": "mcp", "version": "2.4.0"}}}
+    ka, ca = _wire.canonical("ns", SERVER, "tools/call", a)
+    kb, _ = _wire.canonical("ns", SERVER, "tools/call", b)
+    assert ka == kb
+    assert b"progressToken" not in ca and b"traceparent" not in ca and b"2.3.0" not in ca
+    init = {"protocolVersion": "2025-11-25", "clientInfo": {"name": "mcp", "version": "9"}}
+    assert orjson.loads(_wire.canonical("ns", SERVER, "initialize", init)[1])["params"] == {
+        "protocolVersion": "2025-11-25", "clientInfo": {"name": "mcp"}}
+
+
+def test_server_method_params_and_namespace_each_change_the_key() -> None:
+    base = _wire.canonical("ns", SERVER, "tools/call", {"name": "t", "arguments": {"id": 1}})[0]
+    assert base != _wire.canonical("ns", SERVER, "tools/call",
+                                   {"name": "t", "arguments": {"id": 2}})[0]
+    assert base != _wire.canonical("ns", {**SERVER, "args": ["other.py"]}, "tools/call",
+                                   {"name": "t", "arguments": {"id": 1}})[0]
+    assert base != _wire.canonical("ns2", SERVER, "tools/call",
+                                   {"name": "t", "arguments": {"id": 1}})[0]
+    assert base != _wire.canonical("ns", SERVER, "prompts/get",
+                                   {"name": "t", "arguments": {"id": 1}})[0]
+
+
+def test_the_blocks_volatile_paths_apply_under_params() -> None:
+    a = {"name": "t", "arguments": {"when": "2026-01-01", "id": 1}}
+    b = {"name": "t", "arguments": {"when": "2027-01-01", "id": 1}}
+    vol = ("params.arguments.when",)
+    assert _wire.canonical("", SERVER, "tools/call", a, vol)[0] == \
+        _wire.canonical("", SERVER, "tools/call", b, vol)[0]
+    assert _wire.canonical("", SERVER, "tools/call", a)[0] != \
+        _wire.canonical("", SERVER, "tools/call", b)[0]
+
+
+def test_progress_is_stored_without_its_token_and_replayed_with_the_new_one() -> None:
+    stored = _wire.recorded_notifications([
+        {"method": "notifications/progress",
+         "params": {"progressToken": 3, "progress": 1, "total": 2, "message": "half"}}])
+    assert stored == [{"method": "notifications/progress",
+                       "params": {"progress": 1, "total": 2, "message": "half"}}]
+    assert _wire.replayed_notifications(stored, 41) == [
+        {"jsonrpc": "2.0", "method": "notifications/progress",
+         "params": {"progress": 1, "total": 2, "message": "half", "progressToken": 41}}]
+    assert _wire.replayed_notifications(stored, None) == []  # nobody asked for progress
+
+
+def test_messages_are_told_apart() -> None:
+    assert _wire.classify({"id": 1, "method": "tools/list"}) == "request"
+    assert _wire.classify({"method": "notifications/initialized"}) == "notification"
+    assert _wire.classify({"id": 1, "result": {}}) == "response"
+    assert _wire.classify({"id": 1, "error": {"code": 1, "message": "x"}}) == "error"
