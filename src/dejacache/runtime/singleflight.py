@@ -1,108 +1,168 @@
-"""Single-flight: identical concurrent misses run the tool once.
+"""Single-flight: identical concurrent misses run once; threads and asyncio tasks alike.
 
-Keys are full runtime store keys, which carry the tenant/session prefix and the generation
-counters, so flights never cross tenants and a call made after an invalidation never joins a
-flight that started before it.
+One implementation serves the engine (``_engine``: every ``@cache`` call and HTTP exchange,
+keyed by store and key) and the runtime tool cache (keyed by full runtime store keys, which
+carry the tenant/session prefix and the generation counters, so flights never cross tenants
+and a call made after an invalidation never joins a flight that started before it).
 
 Every waiter gets the leader's result or its exception. A leader that is cancelled or
 interrupted (``BaseException``: ``CancelledError``, ``KeyboardInterrupt``, ``SystemExit``)
 marks the flight abandoned; its waiters loop and one of them becomes the new leader, so no
 waiter is ever left hanging on a leader that will not finish (the failure mode reported
 against async-cache's ``get``).
+
+The primitive is :meth:`SingleFlight.join` / :meth:`SingleFlight.land` (and their asyncio
+forms): a leader lands its flight ``OK``, ``ERROR`` or ``ABANDONED`` in a ``finally``.
+:meth:`SingleFlight.run` / :meth:`SingleFlight.arun` wrap a callable in that protocol.
 """
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from collections.abc import Awaitable, Callable, Hashable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-__all__ = ["SingleFlight"]
+if TYPE_CHECKING:
+    import asyncio  # imported where a coroutine runs: ~35 ms of ``import dejacache``
+
+__all__ = ["ABANDONED", "ERROR", "OK", "Flight", "SingleFlight"]
 
 R = TypeVar("R")
 
-_OK, _ERROR, _ABANDONED = "ok", "error", "abandoned"
+OK, ERROR, ABANDONED = "ok", "error", "abandoned"
 
 
-class _Call:
-    __slots__ = ("event", "state", "value")
+class Flight:
+    """One run others wait for. ``state``/``value`` are final once the flight has landed."""
 
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.state = ""
+    __slots__ = ("event", "fut", "state", "value")
+
+    def __init__(self, fut: asyncio.Future[None] | None = None) -> None:
+        self.event = threading.Event() if fut is None else None
+        self.fut = fut
+        self.state = ABANDONED  # what a leader that never says otherwise leaves behind
         self.value: Any = None
 
 
 class SingleFlight(Generic[R]):
-    """Groups concurrent calls by key; threads and asyncio tasks are grouped separately."""
+    """Groups concurrent calls by key; threads and asyncio tasks are grouped separately
+    (asyncio flights per event loop)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._calls: dict[str, _Call] = {}
-        self._acalls: dict[tuple[int, str], asyncio.Future[tuple[str, Any]]] = {}
+        self._calls: dict[Hashable, Flight] = {}
+        self._acalls: dict[tuple[int, Hashable], Flight] = {}
+        # Flights landed so far. A caller whose lookup missed just before another leader
+        # stored and left would otherwise lead a second run; reading this before the lookup
+        # and again on leading tells it whether one more lookup is worth it, so a plain miss
+        # costs one read.
+        self.landed = 0
 
-    def run(self, key: str, fn: Callable[[], R]) -> tuple[R, bool]:
-        """``(result, led)``: ``led`` is True for the caller that ran ``fn``."""
-        while True:
-            with self._lock:
-                call = self._calls.get(key)
-                leader = call is None
-                if call is None:
-                    call = self._calls[key] = _Call()
-            if not leader:
-                call.event.wait()  # the leader sets it in ``finally``, whatever happens
-                if call.state == _ABANDONED:
-                    continue
-                if call.state == _ERROR:
-                    raise call.value
-                return call.value, False
-            try:
-                value = fn()
-            except Exception as exc:
-                call.state, call.value = _ERROR, exc
-                raise
-            except BaseException:
-                call.state = _ABANDONED
-                raise
-            else:
-                call.state, call.value = _OK, value
-                return value, True
-            finally:
-                with self._lock:
-                    if self._calls.get(key) is call:
-                        del self._calls[key]
-                call.event.set()
+    # ------------------------------------------------------------ the primitive (threads)
 
-    async def arun(self, key: str, fn: Callable[[], Awaitable[R]]) -> tuple[R, bool]:
-        """Async twin of :meth:`run`; flights are per event loop."""
+    def join(self, key: Hashable) -> tuple[Flight, bool]:
+        """``(flight, leader)``: the flight under ``key``, started now if none was."""
+        with self._lock:
+            flight = self._calls.get(key)
+            if flight is not None:
+                return flight, False
+            flight = self._calls[key] = Flight()
+            return flight, True
+
+    @staticmethod
+    def wait(flight: Flight) -> tuple[str, Any]:
+        assert flight.event is not None
+        flight.event.wait()  # the leader lands it in ``finally``, whatever happens
+        return flight.state, flight.value
+
+    def land(self, key: Hashable, flight: Flight) -> None:
+        """End a flight this caller leads, with the ``state``/``value`` it set."""
+        with self._lock:
+            if self._calls.get(key) is flight:
+                del self._calls[key]
+            self.landed += 1
+        assert flight.event is not None
+        flight.event.set()
+
+    # ------------------------------------------------------------ the primitive (asyncio)
+
+    def ajoin(self, key: Hashable) -> tuple[Flight, bool]:
+        """:meth:`join` for a task on the running event loop."""
+        import asyncio  # a coroutine runs here, so asyncio is loaded: a dict lookup
+
         loop = asyncio.get_running_loop()
         fk = (id(loop), key)
+        flight = self._acalls.get(fk)
+        if flight is not None:
+            return flight, False
+        flight = self._acalls[fk] = Flight(loop.create_future())
+        return flight, True
+
+    @staticmethod
+    async def await_landing(flight: Flight) -> tuple[str, Any]:
+        import asyncio
+
+        assert flight.fut is not None
+        # shield: a waiter being cancelled must not cancel the shared result
+        await asyncio.shield(flight.fut)
+        return flight.state, flight.value
+
+    def aland(self, key: Hashable, flight: Flight) -> None:
+        import asyncio
+
+        fk = (id(asyncio.get_running_loop()), key)
+        if self._acalls.get(fk) is flight:
+            del self._acalls[fk]
+        with self._lock:
+            self.landed += 1
+        assert flight.fut is not None
+        flight.fut.set_result(None)
+
+    # ------------------------------------------------------------ one callable
+
+    def run(self, key: Hashable, fn: Callable[[], R]) -> tuple[R, bool]:
+        """``(result, led)``: ``led`` is True for the caller that ran ``fn``."""
         while True:
-            fut = self._acalls.get(fk)
-            if fut is not None:
-                # shield: a cancelled waiter must not cancel the leader's shared future.
-                state, value = await asyncio.shield(fut)
-                if state == _ABANDONED:
+            flight, leader = self.join(key)
+            if not leader:
+                state, value = self.wait(flight)
+                if state == ABANDONED:
                     continue
-                if state == _ERROR:
+                if state == ERROR:
                     raise value
                 return value, False
-            fut = self._acalls[fk] = loop.create_future()
+            try:
+                result = fn()
+            except Exception as exc:
+                flight.state, flight.value = ERROR, exc
+                raise
+            else:
+                flight.state, flight.value = OK, result
+                return result, True
+            finally:
+                self.land(key, flight)
+
+    async def arun(self, key: Hashable, fn: Callable[[], Awaitable[R]]) -> tuple[R, bool]:
+        """Async twin of :meth:`run`; flights are per event loop."""
+        while True:
+            flight, leader = self.ajoin(key)
+            if not leader:
+                state, value = await self.await_landing(flight)
+                if state == ABANDONED:
+                    continue
+                if state == ERROR:
+                    raise value
+                return value, False
             try:
                 result = await fn()
             except Exception as exc:
-                fut.set_result((_ERROR, exc))
-                raise
-            except BaseException:
-                fut.set_result((_ABANDONED, None))
+                flight.state, flight.value = ERROR, exc
                 raise
             else:
-                fut.set_result((_OK, result))
+                flight.state, flight.value = OK, result
                 return result, True
             finally:
-                if self._acalls.get(fk) is fut:
-                    del self._acalls[fk]
+                self.aland(key, flight)
 
     def __len__(self) -> int:
         return len(self._calls) + len(self._acalls)
