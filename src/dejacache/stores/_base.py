@@ -8,7 +8,19 @@ from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from .._slots import Sentinel, slot_setters
 
-__all__ = ["NOT_SHARED", "BaseStore", "Hit", "Record", "Store", "StoreStats", "off_loop"]
+__all__ = [
+    "NOT_SHARED",
+    "BaseStore",
+    "Features",
+    "Hit",
+    "Record",
+    "SequencedStore",
+    "ShortHitStore",
+    "Store",
+    "StoreStats",
+    "features_of",
+    "off_loop",
+]
 
 T = TypeVar("T")
 
@@ -36,7 +48,7 @@ class Record:
                  request: bytes = b"", duration: float = 0.0,
                  usage: Mapping[str, int] | None = None, created: float = 0.0) -> None:
         # The generated frozen __init__ calls ``object.__setattr__`` once per field: 1.3 us
-        # of a 2 KB SQLite hit (issue 12). The slots' own setters skip the frozen check's
+        # of a 2 KB SQLite hit. The slots' own setters skip the frozen check's
         # lookups and cost 0.8 us; the instance is exactly as frozen afterwards.
         _SET_VALUE(self, value)
         _SET_NAME(self, name)
@@ -130,6 +142,77 @@ class Store(Protocol):
     async def adelete(self, key: str) -> bool: ...
 
 
+class ShortHitStore(Store, Protocol):
+    """A store whose hits the decorator may read on its short path (``MemoryStore``,
+    ``SQLiteStore``): ``hit`` next to ``get``, ``short_hits = True``, and optionally
+    ``share`` to keep the immutable value frozen hits hand out views of. A store that
+    checked the bytes on ``put`` and keeps them in this process says ``checked_on_put``."""
+
+    short_hits: bool
+
+    def hit(self, key: str) -> Hit | None: ...
+
+    def share(self, key: str, item: Hit, value: Any) -> None: ...
+
+
+class SequencedStore(Store, Protocol):
+    """A store that answers the n-th identical call with the n-th recording (a cassette):
+    it may keep failures, explains and redacts replay misses, and says how to re-record."""
+
+    sequenced: bool
+    rerecord_hint: str | None
+
+    def record_error(self, key: str, name: str, namespace: str, kind: str, canonical: bytes,
+                     exc: BaseException, duration: float) -> None: ...
+
+    def recorded_error(self, record: Record) -> BaseException: ...
+
+    def note_miss(self, miss: Any) -> Any: ...
+
+    def redact_tree(self, tree: Any) -> Any: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Features:
+    """What the engine uses of one store beyond :class:`Store`, read once (settings hold
+    one per ``Effective``: ``Effective.features``) rather than probed on every call. None:
+    the store does not offer it."""
+
+    sequenced: bool = False
+    blocking: bool = False  #: calls may wait on a file or a lock: async callers go off-loop
+    short_hits: bool = False
+    checked_on_put: bool = False
+    share: Callable[[str, Hit, Any], None] | None = None
+    record_error: Callable[[str, str, str, str, bytes, BaseException, float], None] | None = (
+        None)
+    recorded_error: Callable[[Record], BaseException] | None = None
+    note_miss: Callable[[Any], Any] | None = None
+    redact_tree: Callable[[Any], Any] | None = None
+    rerecord_hint: str | None = None
+
+
+def features_of(store: Store) -> Features:
+    """The :class:`Features` of ``store``. A store that must not be touched to answer (the
+    default store before it is opened) offers ``features()`` itself."""
+    own = getattr(type(store), "features", None)
+    if own is not None:
+        return own(store)  # type: ignore[no-any-return]
+    get = getattr
+    short = get(store, "short_hits", False) is True
+    return Features(
+        sequenced=bool(get(store, "sequenced", False)),
+        blocking=bool(get(store, "blocking", False)),
+        short_hits=short,
+        checked_on_put=bool(get(store, "checked_on_put", False)),
+        share=get(store, "share", None) if short else None,
+        record_error=get(store, "record_error", None),
+        recorded_error=get(store, "recorded_error", None),
+        note_miss=get(store, "note_miss", None),
+        redact_tree=get(store, "redact_tree", None),
+        rerecord_hint=get(store, "rerecord_hint", None),
+    )
+
+
 async def off_loop(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` in a worker thread under asyncio, so whatever it waits on (a
     file, a lock another process holds) never stalls the event loop; inline under any other
@@ -190,7 +273,7 @@ class BaseStore:
 
     async def aclose(self) -> None:
         # Imported here: asyncio costs ~35 ms, and ``import dejacache`` pulled it in through
-        # this module alone (issue 12, item 6). A coroutine running here has loaded it already.
+        # this module alone. A coroutine running here has loaded it already.
         import asyncio
 
         await asyncio.sleep(0)
