@@ -13,7 +13,7 @@ import threading
 import time
 import warnings
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 
@@ -47,7 +47,7 @@ from .errors import (
 )
 from .scope import check_ambiguous
 from .stats import live_call, record_hit, record_miss, usage_of
-from .stores._base import Record, off_loop
+from .stores._base import Record, SequencedStore, off_loop
 
 __all__ = [
     "DejacacheWarning",
@@ -119,8 +119,7 @@ def _read(eff: Effective, name: str, key: str, rec: Record | None) -> tuple[Any,
     store = eff.store
     if rec.kind == "error":  # a cassette entry recording an exception: replay it as raised
         record_hit(name, rec.duration, rec.usage)
-        replay = eff.features.recorded_error or store.recorded_error  # type: ignore[attr-defined]
-        raise replay(rec)
+        raise cast(SequencedStore, store).recorded_error(rec)
     try:
         value = _decoder(eff)(rec.value, key=key, namespace=eff.namespace or "")
     except SerializationError as exc:
@@ -225,9 +224,8 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
     except orjson.JSONDecodeError:
         target = canonical.decode(errors="replace")
     features = eff.features
-    redact = features.redact_tree
-    if redact is not None:  # a cassette: the report must not show what the file may not hold
-        target = redact(target)
+    if features.redacts:  # a cassette: the report must not show what the file may not hold
+        target = cast(SequencedStore, eff.store).redact_tree(target)
     lines = [
         f"dejacache replay miss: no recording of {name} matches this call "
         f"(mode 'replay', source {eff.source}).",
@@ -274,11 +272,10 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
     )
     miss = ReplayMiss("\n".join(lines), name=name, key=key, source=eff.source, diff=diff)
     miss.request = target
-    note = features.note_miss
-    if note is not None:  # a cassette keeps the report: SDKs and frameworks often wrap it
+    if features.notes_misses:  # a cassette keeps the report: SDKs and frameworks often wrap it
         # (a strict cassette answers with the divergence to raise instead: the first
         # out-of-order call is the one to report, not the miss it leads to)
-        miss = note(miss) or miss
+        miss = cast(SequencedStore, eff.store).note_miss(miss) or miss
     return miss
 
 
@@ -299,10 +296,10 @@ _FLIGHTS: SingleFlight[Any] = SingleFlight()
 def _record_error(eff: Effective, name: str, kind: str, key: str, canonical: bytes,
                   exc: Exception, duration: float) -> None:
     # Cassettes may keep exceptions the user opted in to (record_errors=...), to replay them.
-    keep = eff.features.record_error
-    if keep is not None:
+    if eff.features.keeps_errors:
         with contextlib.suppress(Exception):
-            keep(key, name, eff.namespace or "", kind, canonical, exc, duration)
+            cast(SequencedStore, eff.store).record_error(key, name, eff.namespace or "", kind,
+                                                         canonical, exc, duration)
 
 
 RekeyFn = Callable[[], tuple[str, bytes]]

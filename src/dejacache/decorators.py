@@ -8,7 +8,7 @@ import re
 import warnings
 import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Iterable
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 import orjson
 
@@ -20,7 +20,7 @@ from .errors import ConfigurationError, DejacacheWarning
 from .keys import KeyBuilder, KeyParts, digest, explain, key_seed
 from .scope import _ACTIVE, _CURRENT, current, track, untrack
 from .stats import record_hit, record_miss
-from .stores._base import NOT_SHARED
+from .stores._base import NOT_SHARED, ShortHitStore
 
 __all__ = ["cache"]
 
@@ -131,10 +131,12 @@ class _Plan:
         # live value is keyed as its placeholder, before masking could hide it.
         self.subs = eff.key_substitute
         features = eff.features
+        store = self.store
         self.short = (not eff.guarded and eff.mode != "record" and features.short_hits
                       and getattr(eff.codec, "plain_payloads", False) is True)
         if self.short:
-            self.share = features.share
+            if features.shares:
+                self.share = cast(ShortHitStore, store).share
             self.quick = not self.subs
 
 

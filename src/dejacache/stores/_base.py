@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
@@ -165,7 +166,8 @@ class SequencedStore(Store, Protocol):
     def record_error(self, key: str, name: str, namespace: str, kind: str, canonical: bytes,
                      exc: BaseException, duration: float) -> None: ...
 
-    def recorded_error(self, record: Record) -> BaseException: ...
+    def recorded_error(self, record: Record) -> BaseException:
+        """The exception a record of ``kind == "error"`` stands for, to raise."""
 
     def note_miss(self, miss: Any) -> Any: ...
 
@@ -174,20 +176,20 @@ class SequencedStore(Store, Protocol):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Features:
-    """What the engine uses of one store beyond :class:`Store`, read once (settings hold
-    one per ``Effective``: ``Effective.features``) rather than probed on every call. None:
-    the store does not offer it."""
+    """What the engine uses of one store beyond :class:`Store`, read once rather than probed
+    on every call: flags of :class:`ShortHitStore` and :class:`SequencedStore` (a store that
+    says ``keeps_errors`` is called as a ``SequencedStore``, and so on). Flags and text
+    only, never the store's own methods, so a store can keep its features without holding
+    itself in a cycle."""
 
     sequenced: bool = False
     blocking: bool = False  #: calls may wait on a file or a lock: async callers go off-loop
     short_hits: bool = False
     checked_on_put: bool = False
-    share: Callable[[str, Hit, Any], None] | None = None
-    record_error: Callable[[str, str, str, str, bytes, BaseException, float], None] | None = (
-        None)
-    recorded_error: Callable[[Record], BaseException] | None = None
-    note_miss: Callable[[Any], Any] | None = None
-    redact_tree: Callable[[Any], Any] | None = None
+    shares: bool = False  #: ``share``
+    keeps_errors: bool = False  #: ``record_error``
+    notes_misses: bool = False  #: ``note_miss``
+    redacts: bool = False  #: ``redact_tree``
     rerecord_hint: str | None = None
 
 
@@ -197,20 +199,28 @@ def features_of(store: Store) -> Features:
     own = getattr(type(store), "features", None)
     if own is not None:
         return own(store)  # type: ignore[no-any-return]
+    # Kept on the store: a scope entered around every call makes a new Effective each time,
+    # and reading them again would cost it ~2 µs.
+    try:
+        return store.__dict__["_dejacache_features"]  # type: ignore[no-any-return]
+    except (AttributeError, KeyError):
+        pass
     get = getattr
     short = get(store, "short_hits", False) is True
-    return Features(
+    found = Features(
         sequenced=bool(get(store, "sequenced", False)),
         blocking=bool(get(store, "blocking", False)),
         short_hits=short,
         checked_on_put=bool(get(store, "checked_on_put", False)),
-        share=get(store, "share", None) if short else None,
-        record_error=get(store, "record_error", None),
-        recorded_error=get(store, "recorded_error", None),
-        note_miss=get(store, "note_miss", None),
-        redact_tree=get(store, "redact_tree", None),
+        shares=short and callable(get(store, "share", None)),
+        keeps_errors=callable(get(store, "record_error", None)),
+        notes_misses=callable(get(store, "note_miss", None)),
+        redacts=callable(get(store, "redact_tree", None)),
         rerecord_hint=get(store, "rerecord_hint", None),
     )
+    with contextlib.suppress(AttributeError):  # a store with __slots__ reads them each time
+        store.__dict__["_dejacache_features"] = found
+    return found
 
 
 async def off_loop(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
