@@ -335,3 +335,33 @@ def test_miss_racing_a_finished_leader_does_not_call_twice() -> None:
     late.join(10)
     assert late_result == [5]
     assert calls == [1]
+
+
+# ------------------------------------------------------------------------------ store features
+
+
+class _Probed(dejacache.MemoryStore):
+    """A store that counts how often its optional features are asked about."""
+
+    probes = 0
+
+    @property
+    def sequenced(self) -> bool:
+        type(self).probes += 1
+        return False
+
+
+def test_store_features_are_read_once_per_effective() -> None:
+    s = _Probed()
+    eff = dejacache.scope(store=s, cache_key="feat").effective()
+    for i in range(20):
+        assert _engine.call_sync(eff, "feat.fn", "call", f"k{i % 3}", b"{}", lambda: 1) == 1
+    assert _Probed.probes == 1  # not once per call: Effective.features keeps the answer
+
+
+def test_the_engine_and_the_tool_cache_share_one_single_flight() -> None:
+    from dejacache import _flights
+    from dejacache.runtime.singleflight import SingleFlight
+
+    assert SingleFlight is _flights.SingleFlight
+    assert isinstance(_engine._FLIGHTS, SingleFlight)

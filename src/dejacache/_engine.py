@@ -13,13 +13,30 @@ import threading
 import time
 import warnings
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import orjson
 
 from ._core.diff import nearest, short
+from ._core.flow import (
+    FOLLOWED,
+    LEAD,
+    MISS,
+    RECHECK,
+    RETRY,
+    Facts,
+    Fail,
+    Flow,
+    Join,
+    Lookup,
+    Ran,
+    Rekey,
+    Run,
+    Store,
+    call_flow,
+)
+from ._flights import ABANDONED, ERROR, OK, Flight, SingleFlight
 from ._secrets import scrub_request
-from ._slots import Sentinel
 from .config import Effective
 from .errors import (
     CassetteError,
@@ -30,10 +47,7 @@ from .errors import (
 )
 from .scope import check_ambiguous
 from .stats import live_call, record_hit, record_miss, usage_of
-from .stores._base import Record, off_loop
-
-if TYPE_CHECKING:
-    import asyncio  # at run time imported by call_async: ~35 ms of ``import dejacache``
+from .stores._base import Record, SequencedStore, off_loop
 
 __all__ = [
     "DejacacheWarning",
@@ -48,7 +62,6 @@ __all__ = [
 T = TypeVar("T")
 
 
-MISS: Any = Sentinel("MISS")
 _WARNED: set[str] = set()
 _WARNED_LOCK = threading.Lock()
 
@@ -66,10 +79,10 @@ def _unreadable(name: str, key: str, exc: SerializationError) -> None:
     warn_once(f"decode:{key}", f"dejacache: {what} entry for {name}, treating it as a miss: {exc}")
 
 
-def _decoder(eff: Effective, store: Any) -> Callable[..., Any]:
+def _decoder(eff: Effective) -> Callable[..., Any]:
     """The codec's decode; its checksum-free twin for a store that checked the bytes when
     they were put and keeps them in this process's memory (``MemoryStore``)."""
-    if getattr(store, "checked_on_put", False):
+    if eff.features.checked_on_put:
         checked = getattr(eff.codec, "decode_checked", None)
         if checked is not None:
             return checked  # type: ignore[no-any-return]
@@ -79,70 +92,70 @@ def _decoder(eff: Effective, store: Any) -> Callable[..., Any]:
 def memory_hit(eff: Effective, name: str, key: str, rec: Record) -> Any:
     """The decoded value of ``rec``, just read from ``eff.store`` (a ``MemoryStore``, which
     checked it on put), else ``MISS``: the decorator's short path for what is not plain JSON
-    (issue 12 item 4), before the general path (:func:`call_sync`), which handles everything
+    (tagged values), before the general path (:func:`call_sync`), which handles everything
     else, errors included."""
     if rec.kind == "error":
         return MISS
     try:
-        value = _decoder(eff, eff.store)(rec.value, key=key, namespace=eff.namespace or "")
+        value = _decoder(eff)(rec.value, key=key, namespace=eff.namespace or "")
     except SerializationError:
         return MISS  # the general path looks again and reports it
     record_hit(name, rec.duration, rec.usage)
     return value
 
 
-def lookup(eff: Effective, name: str, key: str) -> Any:
-    """The decoded stored value, or ``MISS``. Damaged entries are deleted and miss."""
-    store = eff.store
-    try:
-        rec = store.get(key)
-    except (CassetteError, ReplayMiss):  # damage is reported as damage, never as a miss;
-        raise  # a strict cassette's divergence (a ReplayMiss) fails the call
-    except Exception as exc:  # a failing tier must not fail the call: treat as a miss
-        warn_once(f"get:{type(store).__name__}", f"dejacache: read from {eff.source} failed "
-                  f"({exc!r}); treating as a miss")
-        return MISS
+def _read_failed(eff: Effective, exc: Exception) -> Any:
+    # A failing tier must not fail the call: treat it as a miss.
+    warn_once(f"get:{type(eff.store).__name__}", f"dejacache: read from {eff.source} failed "
+              f"({exc!r}); treating as a miss")
+    return MISS
+
+
+def _read(eff: Effective, name: str, key: str, rec: Record | None) -> tuple[Any, bool]:
+    """``(value or MISS, damaged)`` of what the store answered: damaged for good entries are
+    for the caller to delete (a refused class may be fine later)."""
     if rec is None:
-        return MISS
+        return MISS, False
+    store = eff.store
     if rec.kind == "error":  # a cassette entry recording an exception: replay it as raised
         record_hit(name, rec.duration, rec.usage)
-        raise store.recorded_error(rec)  # type: ignore[attr-defined]
+        raise cast(SequencedStore, store).recorded_error(rec)
     try:
-        value = _decoder(eff, store)(rec.value, key=key, namespace=eff.namespace or "")
+        value = _decoder(eff)(rec.value, key=key, namespace=eff.namespace or "")
     except SerializationError as exc:
         _unreadable(name, key, exc)
-        if isinstance(exc, IntegrityError):  # damaged for good; a refused class may be fine later
-            with contextlib.suppress(Exception):
-                store.delete(key)
-        return MISS
+        return MISS, isinstance(exc, IntegrityError)
     record_hit(name, rec.duration, rec.usage)
+    return value, False
+
+
+def lookup(eff: Effective, name: str, key: str) -> Any:
+    """The decoded stored value, or ``MISS``. Damaged entries are deleted and miss."""
+    try:
+        rec = eff.store.get(key)
+    except (CassetteError, ReplayMiss):  # damage is reported as damage, never as a miss;
+        raise  # a strict cassette's divergence (a ReplayMiss) fails the call
+    except Exception as exc:
+        return _read_failed(eff, exc)
+    value, damaged = _read(eff, name, key, rec)
+    if damaged:
+        with contextlib.suppress(Exception):
+            eff.store.delete(key)
     return value
 
 
 async def alookup(eff: Effective, name: str, key: str) -> Any:
-    store = eff.store
+    """:func:`lookup` for an async caller."""
     try:
-        rec = await store.aget(key)
+        rec = await eff.store.aget(key)
     except (CassetteError, ReplayMiss):
         raise
     except Exception as exc:
-        warn_once(f"get:{type(store).__name__}", f"dejacache: read from {eff.source} failed "
-                  f"({exc!r}); treating as a miss")
-        return MISS
-    if rec is None:
-        return MISS
-    if rec.kind == "error":  # a cassette entry recording an exception: replay it as raised
-        record_hit(name, rec.duration, rec.usage)
-        raise store.recorded_error(rec)  # type: ignore[attr-defined]
-    try:
-        value = _decoder(eff, store)(rec.value, key=key, namespace=eff.namespace or "")
-    except SerializationError as exc:
-        _unreadable(name, key, exc)
-        if isinstance(exc, IntegrityError):
-            with contextlib.suppress(Exception):
-                await store.adelete(key)
-        return MISS
-    record_hit(name, rec.duration, rec.usage)
+        return _read_failed(eff, exc)
+    value, damaged = _read(eff, name, key, rec)
+    if damaged:
+        with contextlib.suppress(Exception):
+            await eff.store.adelete(key)
     return value
 
 
@@ -180,27 +193,28 @@ def try_encode(
         return None
 
 
+def _put_failed(eff: Effective, exc: Exception) -> bool:
+    if isinstance(exc, Warning):  # the store's own warning, raised under -W error: not a
+        raise exc  # failed write
+    # Fail open: the caller still gets its result.
+    warn_once(f"put:{type(eff.store).__name__}", f"dejacache: write to {eff.source} failed "
+              f"({exc!r}); results are not being stored")
+    return False
+
+
 def store_value(eff: Effective, key: str, record: Record, ttl: float | None) -> bool:
     try:
         # False: the store knowingly kept nothing (read-only, unreachable) and has said so.
         return eff.store.put(key, record, ttl=ttl) is not False
-    except Warning:  # the store's own warning, raised under -W error: not a failed write
-        raise
-    except Exception as exc:  # fail open: the caller still gets its result
-        warn_once(f"put:{type(eff.store).__name__}", f"dejacache: write to {eff.source} failed "
-                  f"({exc!r}); results are not being stored")
-        return False
+    except Exception as exc:
+        return _put_failed(eff, exc)
 
 
 async def astore_value(eff: Effective, key: str, record: Record, ttl: float | None) -> bool:
     try:
         return await eff.store.aput(key, record, ttl=ttl) is not False
-    except Warning:
-        raise
     except Exception as exc:
-        warn_once(f"put:{type(eff.store).__name__}", f"dejacache: write to {eff.source} failed "
-                  f"({exc!r}); results are not being stored")
-        return False
+        return _put_failed(eff, exc)
 
 
 def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> ReplayMiss:
@@ -209,9 +223,9 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
         target = orjson.loads(scrub_request(canonical))
     except orjson.JSONDecodeError:
         target = canonical.decode(errors="replace")
-    redact = getattr(eff.store, "redact_tree", None)
-    if redact is not None:  # a cassette: the report must not show what the file may not hold
-        target = redact(target)
+    features = eff.features
+    if features.redacts:  # a cassette: the report must not show what the file may not hold
+        target = cast(SequencedStore, eff.store).redact_tree(target)
     lines = [
         f"dejacache replay miss: no recording of {name} matches this call "
         f"(mode 'replay', source {eff.source}).",
@@ -251,112 +265,283 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
                 "  the calls differ only in credentials, which keys mask with a per-machine "
                 "key: declare them with substitute={'<NAME>': live_value}, ignore them, or "
                 "share DEJACACHE_SECRET_KEY (README, Keys)")
-    hint = getattr(eff.store, "rerecord_hint", None) or eff.extra.get("rerecord_hint")
+    hint = features.rerecord_hint or eff.rerecord_hint
     lines.append(
         f"  to re-record: {hint}" if hint else
         "  to re-record: run again with DEJACACHE_MODE=record (or mode='record' on the block)"
     )
     miss = ReplayMiss("\n".join(lines), name=name, key=key, source=eff.source, diff=diff)
     miss.request = target
-    note = getattr(eff.store, "note_miss", None)
-    if note is not None:  # a cassette keeps the report: SDKs and frameworks often wrap it
-        # (a strict cassette answers with the divergence to raise instead: issue 14)
-        miss = note(miss) or miss
+    if features.notes_misses:  # a cassette keeps the report: SDKs and frameworks often wrap it
+        # (a strict cassette answers with the divergence to raise instead: the first
+        # out-of-order call is the one to report, not the miss it leads to)
+        miss = cast(SequencedStore, eff.store).note_miss(miss) or miss
     return miss
 
 
 async def areplay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> ReplayMiss:
     """:func:`replay_miss` for an async caller: the nearest-call search reads the store (up to
     1000 entries), in a worker thread when the store may block (SQLite)."""
-    if getattr(eff.store, "blocking", False):
+    if eff.features.blocking:
         return await off_loop(replay_miss, eff, name, key, canonical)
     return replay_miss(eff, name, key, canonical)
 
 
-# ---------------------------------------------------------------- single-flight (threads)
+# ---------------------------------------------------------------- the drivers
 
-_ABANDONED = object()
-
-
-class _Flight:
-    __slots__ = ("event", "record", "result", "state")
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.state: Any = None
-        self.result: Any = None
-        self.record: Record | None = None
-
-
-_SF_LOCK = threading.Lock()
-_INFLIGHT: dict[tuple[int, str], _Flight] = {}
-# Flights finished so far. A caller whose lookup missed just before another leader stored
-# and left would otherwise become a second leader and call the origin again; it looks up once
-# more only when some flight finished in that window, so a plain miss costs one read.
-_LANDED = [0]
+# One single-flight for every face: identical concurrent misses on one store run once.
+_FLIGHTS: SingleFlight[Any] = SingleFlight()
 
 
 def _record_error(eff: Effective, name: str, kind: str, key: str, canonical: bytes,
                   exc: Exception, duration: float) -> None:
     # Cassettes may keep exceptions the user opted in to (record_errors=...), to replay them.
-    keep = getattr(eff.store, "record_error", None)
-    if keep is not None:
+    if eff.features.keeps_errors:
         with contextlib.suppress(Exception):
-            keep(key, name, eff.namespace or "", kind, canonical, exc, duration)
+            cast(SequencedStore, eff.store).record_error(key, name, eff.namespace or "", kind,
+                                                         canonical, exc, duration)
 
 
-def _run_and_store(
-    eff: Effective, name: str, kind: str, key: str, canonical: bytes,
-    fn: Callable[[], T], ttl: float | None,
-) -> tuple[T, Record | None]:
-    t0 = time.perf_counter()
-    try:
-        with live_call():  # calls made inside are inner layers of this one (stats.py)
-            value = fn()
-    except Exception as exc:
-        record_miss(name, stored=False, error=True)
-        _record_error(eff, name, kind, key, canonical, exc, time.perf_counter() - t0)
-        raise
-    rec = try_encode(eff, name, kind, key, canonical, value, time.perf_counter() - t0)
-    stored = rec is not None and store_value(eff, key, rec, ttl)
-    record_miss(name, stored=stored)
-    return value, rec
+RekeyFn = Callable[[], tuple[str, bytes]]
+# What a driver answers from ``advance``: the Run the caller must carry out, or the value.
+Step = tuple[Run | None, Any]
 
 
-Rekey = Callable[[], tuple[str, bytes]]
+class Driver:
+    """Carries out the effects of one call's :func:`call_flow` on the store, codec and
+    statistics of ``eff``, except :class:`Run`, which ``advance`` hands back to the caller
+    (a function call, a generator read item by item, an HTTP exchange). The sync and async
+    drivers differ only in how they wait (:meth:`SyncDriver.do`, :meth:`AsyncDriver.do`);
+    faces adjust what a store keeps (:meth:`record`) and what a failure leaves behind
+    (:meth:`fail`)."""
+
+    __slots__ = ("accept", "eff", "fkey", "flight", "kind", "landed", "name", "rekey_fn", "t0",
+                 "ttl")
+
+    def __init__(self, eff: Effective, name: str, kind: str, *, ttl: float | None = None,
+                 rekey: RekeyFn | None = None,
+                 accept: Callable[[Any], bool] | None = None) -> None:
+        if eff.ambiguous:
+            check_ambiguous(eff, name)
+        # ``accept``: what a hit must look like for this face (a generator's stream), else
+        # it is a miss. ``flight``: the flight this call leads, landed when the call ends.
+        self.eff, self.name, self.kind, self.ttl = eff, name, kind, ttl
+        self.rekey_fn, self.accept = rekey, accept
+        self.flight: Flight | None = None
+        self.fkey: Any = None
+        self.landed, self.t0 = 0, 0.0
+
+    def flow(self, key: str, canonical: bytes, *, flights: bool = True,
+             keep_errors: bool = True) -> Flow:
+        eff = self.eff
+        facts = Facts(eff.mode, eff.features.sequenced, self.rekey_fn is not None, flights,
+                      keep_errors)
+        return call_flow(facts, key, canonical)
+
+    def ran(self, value: Any, *, keep: bool = True) -> Ran:
+        """The answer to the :class:`Run` just handed out."""
+        return Ran(value, time.perf_counter() - self.t0, keep)
+
+    # -- what faces adjust
+
+    def record(self, s: Store) -> Record | None:
+        """The record to keep for ``s``, or None (nothing to keep, or it could not be)."""
+        return try_encode(self.eff, self.name, self.kind, s.key, s.canonical, s.value,
+                          s.duration)
+
+    def counted(self, s: Store, stored: bool) -> None:
+        record_miss(self.name, stored=stored)
+
+    def fail(self, f: Fail) -> Store | None:
+        """Count a failed run and keep the error where asked; a face may answer a
+        :class:`Store` of what the failure should leave in the store."""
+        record_miss(self.name, stored=False, error=True)
+        if f.keep:
+            _record_error(self.eff, self.name, self.kind, f.key, f.canonical, f.error,
+                          time.perf_counter() - self.t0)
+        return None
+
+    # -- shared between the sync and async drivers
+
+    def _step(self, flow: Flow, answer: Any, exc: Exception | None) -> tuple[bool, Any]:
+        """``(True, step)`` when the flow returned (``(None, value)``) or asks for a run
+        (``(run, None)``, its clock started), else ``(False, effect)`` for the driver; the
+        flights landed so far are noted before each lookup."""
+        try:
+            effect = flow.send(answer) if exc is None else flow.throw(exc)
+        except StopIteration as stop:
+            return True, (None, stop.value)
+        if isinstance(effect, Lookup):
+            self.landed = _FLIGHTS.landed
+        elif isinstance(effect, Run):
+            self.t0 = time.perf_counter()
+            return True, (effect, None)
+        return False, effect
+
+    def _found(self, value: Any) -> Any:
+        accept = self.accept
+        return value if accept is None or value is MISS or accept(value) else MISS
+
+    def _led(self, flight: Flight, fkey: Any) -> tuple[str, None]:
+        self.flight, self.fkey = flight, fkey
+        # A flight that landed since this call's last lookup may have stored its answer.
+        recheck = self.eff.mode != "record" and _FLIGHTS.landed != self.landed
+        return (RECHECK if recheck else LEAD), None
+
+    def _followed(self, key: str, state: str, rec: Any) -> tuple[str, Any]:
+        if state == ABANDONED:  # the leader was interrupted or kept nothing: try again
+            return RETRY, None
+        if state == ERROR:
+            raise rec
+        eff = self.eff
+        return FOLLOWED, eff.codec.decode(rec.value, key=key, namespace=eff.namespace or "")
+
+    def _kept(self, s: Store, rec: Record | None, stored: bool) -> None:
+        self.counted(s, stored)
+        if self.flight is not None and rec is not None:
+            # Nothing kept (unencodable): waiters call for themselves rather than share
+            # this caller's object.
+            self.flight.state, self.flight.value = OK, rec
+
+    def _ended(self, exc: BaseException | None, land: Callable[[Any, Flight], None]) -> None:
+        """The call is over: land the flight it leads (an error is every waiter's)."""
+        flight = self.flight
+        if flight is not None:
+            if isinstance(exc, Exception):
+                flight.state, flight.value = ERROR, exc
+            land(self.fkey, flight)
 
 
-def first_lookup(
-    eff: Effective, name: str, key: str, canonical: bytes, rekey: Rekey | None
-) -> tuple[Any, str, bytes, bool]:
-    """Try the fast key, then (on a miss) the full key: ``(value|MISS, key, canonical,
-    looked_up)``; ``looked_up`` is False when the full key still needs its lookup.
+class SyncDriver(Driver):
+    __slots__ = ()
 
-    ``key``/``canonical`` may come from a form that skipped stripping volatile fields (see
-    ``KeyBuilder.canonical_fast``); ``rekey`` returns the full form. In record mode nothing is
-    read, but the full key is what gets stored.
-    """
-    if rekey is None:
-        return MISS, key, canonical, False
-    if eff.mode != "record":
-        value = lookup(eff, name, key)
-        if value is not MISS:
-            return value, key, canonical, True
-    full_key, full_canonical = rekey()
-    return MISS, full_key, full_canonical, full_key == key
+    def advance(self, flow: Flow, answer: Any = None, exc: Exception | None = None) -> Step:
+        """Carry out effects until the flow asks for a :class:`Run` or returns.
+
+        ``_step`` written out: this loop runs for every call off the short path (an HTTP
+        replay, a generator's hit), where each Python call costs ~60 ns."""
+        while True:
+            try:
+                effect = flow.send(answer) if exc is None else flow.throw(exc)
+            except StopIteration as stop:
+                return None, stop.value
+            if type(effect) is Lookup:
+                self.landed = _FLIGHTS.landed
+                answer, exc = lookup(self.eff, self.name, effect.key), None
+                if self.accept is not None:
+                    answer = self._found(answer)
+                continue
+            if type(effect) is Run:
+                self.t0 = time.perf_counter()
+                return effect, None
+            try:
+                answer, exc = self.do(effect), None
+            except Exception as e:
+                answer, exc = None, e
+
+    def do(self, effect: Any) -> Any:
+        if isinstance(effect, Lookup):
+            return self._found(lookup(self.eff, self.name, effect.key))
+        if isinstance(effect, Store):
+            return self.store(effect)
+        if isinstance(effect, Join):
+            fkey = (id(self.eff.store), effect.key)
+            flight, leader = _FLIGHTS.join(fkey)
+            if leader:
+                return self._led(flight, fkey)
+            return self._followed(effect.key, *_FLIGHTS.wait(flight))
+        if isinstance(effect, Fail):
+            s = self.fail(effect)
+            return None if s is None else self.store(s)
+        if isinstance(effect, Rekey):
+            assert self.rekey_fn is not None
+            return self.rekey_fn()
+        raise replay_miss(self.eff, self.name, effect.key, effect.canonical)
+
+    def store(self, s: Store) -> None:
+        rec = self.record(s)
+        self._kept(s, rec, rec is not None and store_value(self.eff, s.key, rec, self.ttl))
+
+    def call(self, flow: Flow, fn: Callable[[], T]) -> T:
+        """Run ``flow``, calling ``fn`` for its run."""
+        err: BaseException | None = None
+        try:
+            run, value = self.advance(flow)
+            if run is None:
+                return value  # type: ignore[no-any-return]
+            try:
+                with live_call():  # calls made inside are inner layers of this one
+                    value = fn()
+            except Exception as exc:
+                self.advance(flow, exc=exc)  # counted (maybe kept); the flow raises it again
+                raise  # pragma: no cover
+            return self.advance(flow, self.ran(value))[1]  # type: ignore[no-any-return]
+        except BaseException as exc:
+            err = exc
+            raise
+        finally:
+            self._ended(err, _FLIGHTS.land)
 
 
-async def afirst_lookup(
-    eff: Effective, name: str, key: str, canonical: bytes, rekey: Rekey | None
-) -> tuple[Any, str, bytes, bool]:
-    if rekey is None:
-        return MISS, key, canonical, False
-    if eff.mode != "record":
-        value = await alookup(eff, name, key)
-        if value is not MISS:
-            return value, key, canonical, True
-    full_key, full_canonical = rekey()
-    return MISS, full_key, full_canonical, full_key == key
+class AsyncDriver(Driver):
+    __slots__ = ()
+
+    async def advance(self, flow: Flow, answer: Any = None,
+                      exc: Exception | None = None) -> Step:
+        """:meth:`SyncDriver.advance`, waiting on the event loop."""
+        while True:
+            done, effect = self._step(flow, answer, exc)
+            if done:
+                return effect  # type: ignore[no-any-return]
+            try:
+                answer, exc = await self.do(effect), None
+            except Exception as e:
+                answer, exc = None, e
+
+    async def do(self, effect: Any) -> Any:
+        if isinstance(effect, Lookup):
+            return self._found(await alookup(self.eff, self.name, effect.key))
+        if isinstance(effect, Store):
+            return await self.store(effect)
+        if isinstance(effect, Join):
+            fkey = (id(self.eff.store), effect.key)
+            flight, leader = _FLIGHTS.ajoin(fkey)
+            if leader:
+                return self._led(flight, fkey)
+            return self._followed(effect.key, *await _FLIGHTS.await_landing(flight))
+        if isinstance(effect, Fail):
+            s = self.fail(effect)
+            return None if s is None else await self.store(s)
+        if isinstance(effect, Rekey):
+            assert self.rekey_fn is not None
+            return self.rekey_fn()
+        raise await areplay_miss(self.eff, self.name, effect.key, effect.canonical)
+
+    async def store(self, s: Store) -> None:
+        rec = self.record(s)
+        self._kept(s, rec, rec is not None
+                   and await astore_value(self.eff, s.key, rec, self.ttl))
+
+    async def call(self, flow: Flow, fn: Callable[[], Awaitable[T]]) -> T:
+        """:meth:`SyncDriver.call` for a coroutine function. A cancelled leader hands over
+        to a waiter."""
+        err: BaseException | None = None
+        try:
+            run, value = await self.advance(flow)
+            if run is None:
+                return value  # type: ignore[no-any-return]
+            try:
+                with live_call():
+                    value = await fn()
+            except Exception as exc:
+                await self.advance(flow, exc=exc)
+                raise  # pragma: no cover
+            return (await self.advance(flow, self.ran(value)))[1]  # type: ignore[no-any-return]
+        except BaseException as exc:
+            err = exc
+            raise
+        finally:
+            self._ended(err, _FLIGHTS.aland)
 
 
 def call_sync(
@@ -368,95 +553,14 @@ def call_sync(
     fn: Callable[[], T],
     *,
     ttl: float | None = None,
-    rekey: Rekey | None = None,
+    rekey: RekeyFn | None = None,
 ) -> T:
     """Serve ``fn()`` under the mode in ``eff``; identical concurrent misses run it once.
 
     With ``rekey``, ``key``/``canonical`` are the fast form and ``rekey()`` the full one.
     """
-    if eff.extra:
-        check_ambiguous(eff, name)
-    mode = eff.mode
-    sequenced = getattr(eff.store, "sequenced", False)
-    landed = _LANDED[0]
-    value, key, canonical, skip = first_lookup(eff, name, key, canonical, rekey)
-    if value is not MISS:
-        return value  # type: ignore[no-any-return]
-    while True:
-        if skip:
-            skip = False  # the fast key was the full key and has just missed
-        elif mode != "record":
-            landed = _LANDED[0]
-            value = lookup(eff, name, key)
-            if value is not MISS:
-                return value  # type: ignore[no-any-return]
-        if mode == "replay":
-            raise replay_miss(eff, name, key, canonical)
-        if sequenced:  # cassettes: the n-th identical call records the n-th answer
-            return _run_and_store(eff, name, kind, key, canonical, fn, ttl)[0]
-        fk = (id(eff.store), key)
-        with _SF_LOCK:
-            flight = _INFLIGHT.get(fk)
-            leader = flight is None
-            if flight is None:
-                flight = _INFLIGHT[fk] = _Flight()
-            recheck = mode != "record" and _LANDED[0] != landed
-        if not leader:
-            flight.event.wait()
-            if flight.state is _ABANDONED:
-                continue  # the leader was interrupted: try again, maybe as the new leader
-            if isinstance(flight.state, BaseException):
-                raise flight.state
-            assert flight.record is not None
-            return eff.codec.decode(  # type: ignore[no-any-return]
-                flight.record.value, key=key, namespace=eff.namespace or ""
-            )
-        try:
-            if recheck:
-                value = lookup(eff, name, key)
-                if value is not MISS:
-                    flight.state = _ABANDONED  # waiters look up again and hit
-                    return value  # type: ignore[no-any-return]
-            result, rec = _run_and_store(eff, name, kind, key, canonical, fn, ttl)
-            flight.record = rec
-            # Nothing stored (unencodable): waiters call for themselves rather than share
-            # this caller's object.
-            flight.state = True if rec is not None else _ABANDONED
-            return result
-        except Exception as exc:
-            flight.state = exc
-            raise
-        except BaseException:
-            flight.state = _ABANDONED
-            raise
-        finally:
-            with _SF_LOCK:
-                _INFLIGHT.pop(fk, None)
-                _LANDED[0] += 1
-            flight.event.set()
-
-
-# ---------------------------------------------------------------- single-flight (asyncio)
-
-_AINFLIGHT: dict[tuple[int, int, str], asyncio.Future[Any]] = {}
-
-
-async def _arun_and_store(
-    eff: Effective, name: str, kind: str, key: str, canonical: bytes,
-    fn: Callable[[], Awaitable[T]], ttl: float | None,
-) -> tuple[T, Record | None]:
-    t0 = time.perf_counter()
-    try:
-        with live_call():
-            value = await fn()
-    except Exception as exc:
-        record_miss(name, stored=False, error=True)
-        _record_error(eff, name, kind, key, canonical, exc, time.perf_counter() - t0)
-        raise
-    rec = try_encode(eff, name, kind, key, canonical, value, time.perf_counter() - t0)
-    stored = rec is not None and await astore_value(eff, key, rec, ttl)
-    record_miss(name, stored=stored)
-    return value, rec
+    d = SyncDriver(eff, name, kind, ttl=ttl, rekey=rekey)
+    return d.call(d.flow(key, canonical), fn)
 
 
 async def call_async(
@@ -468,62 +572,8 @@ async def call_async(
     fn: Callable[[], Awaitable[T]],
     *,
     ttl: float | None = None,
-    rekey: Rekey | None = None,
+    rekey: RekeyFn | None = None,
 ) -> T:
     """Async twin of :func:`call_sync`. A cancelled leader hands over to a waiter."""
-    if eff.extra:
-        check_ambiguous(eff, name)
-    mode = eff.mode
-    import asyncio  # a coroutine runs here, so asyncio is loaded: a dict lookup
-
-    sequenced = getattr(eff.store, "sequenced", False)
-    loop = asyncio.get_running_loop()
-    landed = _LANDED[0]
-    value, key, canonical, skip = await afirst_lookup(eff, name, key, canonical, rekey)
-    if value is not MISS:
-        return value  # type: ignore[no-any-return]
-    while True:
-        if skip:
-            skip = False
-        elif mode != "record":
-            landed = _LANDED[0]
-            value = await alookup(eff, name, key)
-            if value is not MISS:
-                return value  # type: ignore[no-any-return]
-        if mode == "replay":
-            raise await areplay_miss(eff, name, key, canonical)
-        if sequenced:
-            return (await _arun_and_store(eff, name, kind, key, canonical, fn, ttl))[0]
-        fk = (id(loop), id(eff.store), key)
-        fut = _AINFLIGHT.get(fk)
-        if fut is not None:
-            # shield: a waiter being cancelled must not cancel the shared result
-            state, payload = await asyncio.shield(fut)
-            if state == "abandoned":
-                continue
-            if state == "error":
-                raise payload
-            return eff.codec.decode(  # type: ignore[no-any-return]
-                payload.value, key=key, namespace=eff.namespace or ""
-            )
-        fut = _AINFLIGHT[fk] = loop.create_future()
-        try:
-            if mode != "record" and _LANDED[0] != landed:  # see _LANDED
-                value = await alookup(eff, name, key)
-                if value is not MISS:
-                    fut.set_result(("abandoned", None))  # waiters look up again and hit
-                    return value  # type: ignore[no-any-return]
-            result, rec = await _arun_and_store(eff, name, kind, key, canonical, fn, ttl)
-            fut.set_result(("ok", rec) if rec is not None else ("abandoned", None))
-            return result
-        except Exception as exc:
-            fut.set_result(("error", exc))
-            raise
-        except BaseException:
-            fut.set_result(("abandoned", None))
-            raise
-        finally:
-            if _AINFLIGHT.get(fk) is fut:
-                del _AINFLIGHT[fk]
-            with _SF_LOCK:
-                _LANDED[0] += 1
+    d = AsyncDriver(eff, name, kind, ttl=ttl, rekey=rekey)
+    return await d.call(d.flow(key, canonical), fn)

@@ -24,7 +24,15 @@ from ._paths import default_cache_dir
 from .codec import Codec, JsonCodec
 from .errors import ConfigurationError
 from .keys import env_volatile
-from .stores._base import BaseStore, Record, Store, StoreStats, off_loop
+from .stores._base import (
+    BaseStore,
+    Features,
+    Record,
+    Store,
+    StoreStats,
+    features_of,
+    off_loop,
+)
 
 __all__ = [
     "MODES",
@@ -92,7 +100,11 @@ class Effective:
     ``namespace`` None means caching is disabled here (``scope(cache_key=None)``).
     ``source`` names where calls go (a store URL or a cassette path) for error messages.
     ``tenant``/``session`` are set by runtime agent sessions; ``test_facing`` marks blocks that
-    bare worker threads may fall back to (see ``scope.py``).
+    bare worker threads may fall back to (see ``scope.py``). ``ambiguous`` is the number of
+    blocks open in other threads when this is what a thread carrying none falls back to: its
+    calls are refused. ``key_substitute`` holds a cassette's ``(live, placeholder)`` pairs,
+    keyed as the placeholders. ``features`` is what the engine uses of ``store`` beyond the
+    ``Store`` protocol, read once.
     """
 
     namespace: str | None
@@ -104,7 +116,25 @@ class Effective:
     tenant: str | None = None
     session: str | None = None
     test_facing: bool = False
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    ambiguous: int = 0
+    key_substitute: tuple[tuple[bytes, bytes], ...] = ()
+    realtime: bool = False  #: replay streams at their recorded pace
+    rerecord_hint: str | None = None  #: how to re-record, for replay-miss messages
+    _features: Features | None = dataclasses.field(default=None, init=False, repr=False,
+                                                   compare=False)
+
+    @property
+    def features(self) -> Features:
+        f = self._features
+        if f is None:
+            f = features_of(self.store)
+            object.__setattr__(self, "_features", f)  # a cache: the instance stays as frozen
+        return f
+
+    @property
+    def guarded(self) -> bool:
+        """Calls here need more than the plain path: refused (ambiguous) or rekeyed."""
+        return bool(self.ambiguous or self.key_substitute)
 
 
 def store_from_url(url: str) -> Store:
@@ -129,14 +159,14 @@ def resolve_store(store: Store | str | None) -> Store | None:
 class _DefaultStore(BaseStore):
     """The implicit store, opened on its first use.
 
-    Issue 12, item 6: building the global settings opened the default SQLite file, so even
-    ``scope(store=MemoryStore())`` or a cassette block created ``.dejacache/cache.db``. This
-    stand-in knows its URL (``sqlite:///<dir>/cache.db``, or ``memory://`` when
-    ``DEJACACHE_DIR`` is empty) without touching the disk, and opens the real store the first
-    time something reads or writes it. After that the real store's methods are bound on this
-    object, so a hit pays no extra call; attributes it does not define are forwarded. The
-    settings then hand out the real store itself (``on_open``), so the engine's per-call
-    ``getattr(store, "sequenced", False)`` probes do not go through ``__getattr__``.
+    Opening it while building the global settings would create ``.dejacache/cache.db`` even
+    under ``scope(store=MemoryStore())`` or a cassette block. This stand-in knows its URL
+    (``sqlite:///<dir>/cache.db``, or ``memory://`` when ``DEJACACHE_DIR`` is empty) without
+    touching the disk, and opens the real store the first time something reads or writes it.
+    After that the real store's methods are bound on this object, so a hit pays no extra
+    call; attributes it does not define are forwarded. The settings then hand out the real
+    store itself (``on_open``), whose :class:`Features` the next ``Effective`` reads; until
+    then :meth:`features` answers without opening anything.
     """
 
     _FORWARD = ("get", "put", "delete", "iterate", "clear", "stats", "aget", "aput", "adelete")
@@ -152,6 +182,13 @@ class _DefaultStore(BaseStore):
         self.blocking = self.path is not None  # SQLite (see BaseStore.blocking)
         self._on_open = on_open
         self._lock = threading.Lock()
+
+    def features(self) -> Features:
+        # Read without opening: inside an async call that would open the file on the event
+        # loop. Until opened, nothing beyond the Store protocol is used; opening changes the
+        # settings, whose next Effective reads the real store's.
+        real = self.opened
+        return features_of(real) if real is not None else Features(blocking=self.blocking)
 
     def open(self) -> Store:
         real = self.opened
@@ -293,7 +330,7 @@ class _Settings:
 
 # The global effective settings once computed (None: not yet, or changed since): one list
 # read for a decorated call outside any scope, instead of ``current()`` ->
-# ``get_settings()`` -> ``effective()`` (issue 12 item 4: ~0.3 µs of a 2 KB hit). Set and
+# ``get_settings()`` -> ``effective()`` (~0.3 µs of a 2 KB hit). Set and
 # cleared under the settings lock, with ``_effective``.
 GLOBAL: list[Effective | None] = [None]
 _SETTINGS = _Settings()

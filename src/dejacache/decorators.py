@@ -5,26 +5,27 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-import time
 import warnings
 import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Iterable
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 import orjson
 
 from . import _engine
+from ._core.flow import Flow
 from ._frozen import freeze, shared_node, view_of
 from .config import GLOBAL, Duration, Effective, VolatileItems, ttl_seconds, volatile_items
 from .errors import ConfigurationError, DejacacheWarning
 from .keys import KeyBuilder, KeyParts, digest, explain, key_seed
-from .scope import _ACTIVE, _CURRENT, check_ambiguous, current, track, untrack
+from .scope import _ACTIVE, _CURRENT, current, track, untrack
 from .stats import record_hit, record_miss
-from .stores._base import NOT_SHARED
+from .stores._base import NOT_SHARED, ShortHitStore
 
 __all__ = ["cache"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+D = TypeVar("D", bound="_engine.Driver")
 _loads = orjson.loads
 _scoped = _CURRENT.get
 
@@ -101,7 +102,7 @@ class _Plan:
     ``Effective`` objects, so a new one (``configure``, entering a scope) is the generation
     change that rebuilds the plan.
 
-    The short path is the whole of a warm hit (issue 12 item 4): the key, the store's
+    The short path is the whole of a warm hit: the key, the store's
     ``hit``, one ``orjson.loads`` of the checked body (the caller's own fresh object) or,
     with ``frozen=True``, a new read-only view of the immutable value the store keeps for
     those bytes, the hit counted. Anything else it meets goes on to the engine's general path.
@@ -128,48 +129,45 @@ class _Plan:
         self.seed = key_seed(ns, keys.name)
         # Substitutions go into the canonicaliser: a credential argument equal to a declared
         # live value is keyed as its placeholder, before masking could hide it.
-        self.subs = (eff.extra.get("key_substitute") or ()) if eff.extra else ()
+        self.subs = eff.key_substitute
+        features = eff.features
         store = self.store
-        self.short = (not eff.extra and eff.mode != "record"
-                      and getattr(store, "short_hits", False) is True
+        self.short = (not eff.guarded and eff.mode != "record" and features.short_hits
                       and getattr(eff.codec, "plain_payloads", False) is True)
         if self.short:
-            self.share = getattr(store, "share", None)
+            if features.shares:
+                self.share = cast(ShortHitStore, store).share
             self.quick = not self.subs
 
 
-def _wrap(
-    fn: Callable[..., Any],
-    *,
-    name: str | None,
-    ignore: Iterable[str],
-    volatile: Iterable[str | re.Pattern[str]],
-    ttl: float | None,
-    kind: str,
-    frozen: bool = False,
-) -> Callable[..., Any]:
-    call_name = name or _default_name(fn)
-    keys = _Keys(fn, call_name, ignore, volatile)
-    target: Any = fn
-    while isinstance(target, functools.partial):
-        target = target.func
-    # For callable objects, inspect their __call__ to tell sync from async/generator.
-    probe = target
-    if not (inspect.isfunction(target) or inspect.ismethod(target) or isinstance(target, type)):
-        probe = type(target).__call__
+Prep = tuple[Any, str, bytes, "_engine.RekeyFn | None"]  # (eff, key, canonical, rekey)
 
-    # The plan for the last Effective seen. One slot, read and replaced atomically: threads
-    # under different scopes at worst rebuild it (~2 µs); it keeps that Effective alive.
-    slot: list[_Plan] = [_Plan(None, keys)]
 
-    def plan_for(eff: Effective) -> _Plan:
+class _Face:
+    """What the wrapper of one decorated function works with: its key builders, the plan
+    for the last ``Effective`` seen, and the steps its sync, async and generator wrappers
+    share (the wrappers themselves are built by ``_sync_wrapper`` and its siblings)."""
+
+    __slots__ = ("call_name", "fn", "frozen", "keys", "kind", "slot", "ttl")
+
+    def __init__(self, fn: Callable[..., Any], call_name: str, keys: _Keys, ttl: float | None,
+                 kind: str, frozen: bool) -> None:
+        self.fn, self.call_name, self.keys = fn, call_name, keys
+        self.ttl, self.kind, self.frozen = ttl, kind, frozen
+        # The plan for the last Effective seen. One slot, read and replaced atomically:
+        # threads under different scopes at worst rebuild it (~2 µs); it keeps that
+        # Effective alive.
+        self.slot: list[_Plan] = [_Plan(None, keys)]
+
+    def plan_for(self, eff: Effective) -> _Plan:
+        slot = self.slot
         p = slot[0]
         if p.eff is not eff:
-            p = slot[0] = _Plan(eff, keys)
+            p = slot[0] = _Plan(eff, self.keys)
         return p
 
-    def general(p: _Plan, bound: dict[str, Any], key: str, body: bytes, tail: bytes,
-                full: bool) -> tuple[Any, str, bytes, _engine.Rekey | None]:
+    def general(self, p: _Plan, bound: dict[str, Any], key: str, body: bytes, tail: bytes,
+                full: bool) -> Prep:
         """``(eff, key, canonical, rekey)`` for the engine's general path."""
         canonical = body + tail if tail else body
         if full:  # already the full form: nothing to rekey
@@ -177,6 +175,7 @@ def _wrap(
         kb, subs, eff = p.kb, p.subs, p.eff
         assert kb is not None and eff is not None
         ns = eff.namespace or ""
+        call_name = self.call_name
 
         def rekey() -> tuple[str, bytes]:
             # Hits skip the volatile-field walk; it runs only when the fast key misses.
@@ -185,18 +184,17 @@ def _wrap(
 
         return eff, key, canonical, rekey
 
-    def prepare(
-        args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[Any, str, bytes, _engine.Rekey | None] | None:
-        p = plan_for(_CURRENT.get() or current())
+    def prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Prep | None:
+        p = self.plan_for(_CURRENT.get() or current())
         kb = p.kb
         if kb is None:
             return None
-        return general(p, *kb.bind_key(args, kwargs, p.seed, p.subs))
+        return self.general(p, *kb.bind_key(args, kwargs, p.seed, p.subs))
 
-    def short_hit(p: _Plan, eff: Effective, key: str, item: tuple[Any, ...]) -> Any:
+    def short_hit(self, p: _Plan, eff: Effective, key: str, item: tuple[Any, ...]) -> Any:
         """The value of the hit ``item`` that ``p.store.hit`` just returned, or ``MISS``
         (then the general path decides). The wrappers inline the two commonest cases."""
+        call_name, frozen = self.call_name, self.frozen
         body = item[0]
         if body is None:
             rec = item[3]
@@ -221,7 +219,7 @@ def _wrap(
         record_hit(call_name, item[1], item[2])
         return value
 
-    def try_short(p: _Plan, eff: Effective, kb: KeyBuilder, args: tuple[Any, ...],
+    def try_short(self, p: _Plan, eff: Effective, kb: KeyBuilder, args: tuple[Any, ...],
                   kwargs: dict[str, Any]) -> tuple[Any, _Parts | None]:
         """The short path (sync_wrapper inlines it): ``(value or MISS, bind_key's parts if
         it had to be asked)``. The key alone comes first: a hit needs nothing else."""
@@ -231,200 +229,228 @@ def _wrap(
             parts = kb.bind_key(args, kwargs, p.seed, p.subs)
             key = parts[1]
         item = p.store.hit(key)
-        return (_engine.MISS if item is None else short_hit(p, eff, key, item)), parts
+        return (_engine.MISS if item is None else self.short_hit(p, eff, key, item)), parts
 
+    def stream_flow(self, prep: Prep, driver: type[D]) -> tuple[D, Flow]:
+        eff, key, canonical, rekey = prep
+        d = driver(eff, self.call_name, self.kind, ttl=self.ttl, rekey=rekey,
+                   accept=_is_stream)
+        # Generators run unshared (each caller reads its own items) and their failures are
+        # not kept.
+        return d, d.flow(key, canonical, flights=False, keep_errors=False)
+
+
+def _agen_wrapper(face: _Face) -> Callable[..., Any]:
+    fn, call_name = face.fn, face.call_name
+
+    @functools.wraps(fn)
+    async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+        prep = face.prepare(args, kwargs)
+        if prep is None:
+            async for item in fn(*args, **kwargs):
+                yield item
+            return
+        d, flow = face.stream_flow(prep, _engine.AsyncDriver)
+        run, stored = await d.advance(flow)
+        if run is None:
+            for item in stored["items"]:
+                yield item
+            return
+        items: list[Any] = []
+        live = track(_LiveGenerator(d.eff, call_name))
+        agen = fn(*args, **kwargs)
+        try:
+            async for item in agen:
+                items.append(item)
+                yield item
+        except Exception as exc:
+            await d.advance(flow, exc=exc)  # counted; the flow raises it again
+            raise  # pragma: no cover
+        finally:
+            await agen.aclose()  # abandoned half-way: let the generator clean up
+            ours = untrack(live)
+        # Only a generator that ran to the end is stored; an abandoned one never gets here,
+        # and one whose block exited first was named then.
+        if not ours:
+            record_miss(call_name, stored=False)
+        await d.advance(flow, d.ran({"items": items, "return": None}, keep=ours))
+
+    return agen_wrapper
+
+
+def _gen_wrapper(face: _Face) -> Callable[..., Any]:
+    fn, call_name = face.fn, face.call_name
+
+    @functools.wraps(fn)
+    def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+        prep = face.prepare(args, kwargs)
+        if prep is None:
+            return (yield from fn(*args, **kwargs))
+        d, flow = face.stream_flow(prep, _engine.SyncDriver)
+        run, stored = d.advance(flow)
+        if run is None:
+            yield from stored["items"]
+            return stored["return"]
+        items: list[Any] = []
+        live = track(_LiveGenerator(d.eff, call_name))
+        gen = fn(*args, **kwargs)
+        try:
+            while True:
+                try:
+                    item = next(gen)
+                except StopIteration as stop:
+                    result = stop.value
+                    break
+                items.append(item)
+                yield item
+        except Exception as exc:
+            d.advance(flow, exc=exc)  # counted; the flow raises it again
+            raise  # pragma: no cover
+        finally:
+            gen.close()  # abandoned half-way: run the generator's own cleanup now
+            ours = untrack(live)
+        if not ours:  # its block exited before it was read to the end, and said so
+            record_miss(call_name, stored=False)
+        d.advance(flow, d.ran({"items": items, "return": result}, keep=ours))
+        return result
+
+    return gen_wrapper
+
+
+def _async_wrapper(face: _Face) -> Callable[..., Any]:
+    fn, call_name, kind, ttl, frozen = face.fn, face.call_name, face.kind, face.ttl, face.frozen
+    slot, keys, try_short, general = face.slot, face.keys, face.try_short, face.general
+
+    @functools.wraps(fn)
+    async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+        eff = _scoped()
+        if eff is None:
+            eff = GLOBAL[0]
+            if eff is None or _ACTIVE:  # as in sync_wrapper
+                eff = current()
+        p = slot[0]
+        if p.eff is not eff:
+            p = slot[0] = _Plan(eff, keys)
+        kb = p.kb
+        if kb is None:
+            return await fn(*args, **kwargs)
+        parts = None
+        if p.short:
+            value, parts = try_short(p, eff, kb, args, kwargs)
+            if value is not _engine.MISS:
+                return value
+        if parts is None:
+            parts = kb.bind_key(args, kwargs, p.seed, p.subs)
+        eff, key, canonical, rekey = general(p, *parts)
+        value = await _engine.call_async(
+            eff, call_name, kind, key, canonical, lambda: fn(*args, **kwargs), ttl=ttl,
+            rekey=rekey,
+        )
+        return freeze(value) if frozen else value
+
+    return async_wrapper
+
+
+def _sync_wrapper(face: _Face) -> Callable[..., Any]:
+    # The face's parts as closure cells: this is the hot path of a hit.
+    fn, call_name, kind, ttl, frozen = face.fn, face.call_name, face.kind, face.ttl, face.frozen
+    slot, keys, short_hit, general = face.slot, face.keys, face.short_hit, face.general
+
+    @functools.wraps(fn)
+    def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+        # current() and the plan lookup inlined: this is the hot path of a hit.
+        eff = _scoped()
+        if eff is None:
+            eff = GLOBAL[0]
+            if eff is None or _ACTIVE:  # not computed yet / blocks open in other threads
+                eff = current()
+        p = slot[0]
+        if p.eff is not eff:
+            p = slot[0] = _Plan(eff, keys)
+        kb = p.kb
+        if kb is None:
+            return fn(*args, **kwargs)
+        parts = None
+        if p.short:  # try_short, inlined: the key alone first (see there)
+            key = kb.hit_key(args, kwargs, p.seed) if p.quick else None
+            if key is None:
+                parts = kb.bind_key(args, kwargs, p.seed, p.subs)
+                key = parts[1]
+            item = p.store.hit(key)
+            if item is not None:
+                # short_hit's two commonest cases inlined: a plain body to decode, or
+                # a view of the immutable value frozen hits share.
+                if not frozen and item[0] is not None:
+                    try:
+                        value = _loads(item[0])
+                    except orjson.JSONDecodeError:
+                        pass  # the general path decodes it again and reports it
+                    else:
+                        record_hit(call_name, item[1], item[2])
+                        return value
+                elif frozen and item[4] is not NOT_SHARED:
+                    record_hit(call_name, item[1], item[2])
+                    node = item[4]
+                    if type(node) is not tuple:  # a str or number result
+                        return node
+                    # view_of inlined (0.1 µs of a 2 KB hit): shared values are
+                    # decoded JSON, so the node is a dict's or a list's.
+                    view = node[0]()
+                    view._node = node
+                    return view
+                else:
+                    value = short_hit(p, eff, key, item)
+                    if value is not _engine.MISS:
+                        return value
+        if parts is None:
+            parts = kb.bind_key(args, kwargs, p.seed, p.subs)
+        eff, key, canonical, rekey = general(p, *parts)
+        value = _engine.call_sync(
+            eff, call_name, kind, key, canonical, lambda: fn(*args, **kwargs), ttl=ttl,
+            rekey=rekey,
+        )
+        return freeze(value) if frozen else value
+
+    return sync_wrapper
+
+
+def _probe(fn: Callable[..., Any]) -> Any:
+    """What to inspect to tell sync from async and generators: a callable object's
+    ``__call__``, a partial's function."""
+    target: Any = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    if not (inspect.isfunction(target) or inspect.ismethod(target) or isinstance(target, type)):
+        return type(target).__call__
+    return target
+
+
+def _wrap(
+    fn: Callable[..., Any],
+    *,
+    name: str | None,
+    ignore: Iterable[str],
+    volatile: Iterable[str | re.Pattern[str]],
+    ttl: float | None,
+    kind: str,
+    frozen: bool = False,
+) -> Callable[..., Any]:
+    call_name = name or _default_name(fn)
+    keys = _Keys(fn, call_name, ignore, volatile)
+    probe = _probe(fn)
     if frozen and (inspect.isasyncgenfunction(probe) or inspect.isgeneratorfunction(probe)):
         raise ConfigurationError(
             f"frozen=True on {call_name}: a generator's items are replayed one by one, not "
             "shared as one value; drop frozen=True")
-
+    face = _Face(fn, call_name, keys, ttl, kind, frozen)
     if inspect.isasyncgenfunction(probe):
-
-        @functools.wraps(fn)
-        async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-            prep = prepare(args, kwargs)
-            if prep is None:
-                async for item in fn(*args, **kwargs):
-                    yield item
-                return
-            eff, key, canonical, rekey = prep
-            if eff.extra:
-                check_ambiguous(eff, call_name)
-            stored, key, canonical, looked = await _engine.afirst_lookup(
-                eff, call_name, key, canonical, rekey
-            )
-            if not looked and eff.mode != "record":
-                stored = await _engine.alookup(eff, call_name, key)
-            if _is_stream(stored):
-                for item in stored["items"]:
-                    yield item
-                return
-            if eff.mode == "replay":
-                raise _engine.replay_miss(eff, call_name, key, canonical)
-            items: list[Any] = []
-            t0 = time.perf_counter()
-            live = track(_LiveGenerator(eff, call_name))
-            agen = fn(*args, **kwargs)
-            try:
-                async for item in agen:
-                    items.append(item)
-                    yield item
-            except Exception:
-                record_miss(call_name, stored=False, error=True)
-                raise
-            finally:
-                await agen.aclose()  # abandoned half-way: let the generator clean up
-                ours = untrack(live)
-            # Only a generator that ran to the end is stored; an abandoned one never gets here,
-            # and one whose block exited first was named then.
-            if not ours:
-                record_miss(call_name, stored=False)
-                return
-            rec = _engine.try_encode(eff, call_name, kind, key, canonical,
-                                     {"items": items, "return": None},
-                                     time.perf_counter() - t0)
-            record_miss(call_name, stored=rec is not None
-                        and await _engine.astore_value(eff, key, rec, ttl))
-
-        wrapper: Callable[..., Any] = agen_wrapper
+        wrapper = _agen_wrapper(face)
     elif inspect.isgeneratorfunction(probe):
-
-        @functools.wraps(fn)
-        def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
-            prep = prepare(args, kwargs)
-            if prep is None:
-                return (yield from fn(*args, **kwargs))
-            eff, key, canonical, rekey = prep
-            if eff.extra:
-                check_ambiguous(eff, call_name)
-            stored, key, canonical, looked = _engine.first_lookup(
-                eff, call_name, key, canonical, rekey
-            )
-            if not looked and eff.mode != "record":
-                stored = _engine.lookup(eff, call_name, key)
-            if _is_stream(stored):
-                yield from stored["items"]
-                return stored["return"]
-            if eff.mode == "replay":
-                raise _engine.replay_miss(eff, call_name, key, canonical)
-            items: list[Any] = []
-            t0 = time.perf_counter()
-            live = track(_LiveGenerator(eff, call_name))
-            gen = fn(*args, **kwargs)
-            try:
-                while True:
-                    try:
-                        item = next(gen)
-                    except StopIteration as stop:
-                        result = stop.value
-                        break
-                    items.append(item)
-                    yield item
-            except Exception:
-                record_miss(call_name, stored=False, error=True)
-                raise
-            finally:
-                gen.close()  # abandoned half-way: run the generator's own cleanup now
-                ours = untrack(live)
-            if not ours:  # its block exited before it was read to the end, and said so
-                record_miss(call_name, stored=False)
-                return result
-            rec = _engine.try_encode(eff, call_name, kind, key, canonical,
-                                     {"items": items, "return": result},
-                                     time.perf_counter() - t0)
-            record_miss(call_name, stored=rec is not None
-                        and _engine.store_value(eff, key, rec, ttl))
-            return result
-
-        wrapper = gen_wrapper
+        wrapper = _gen_wrapper(face)
     elif inspect.iscoroutinefunction(probe):
-
-        @functools.wraps(fn)
-        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            eff = _scoped()
-            if eff is None:
-                eff = GLOBAL[0]
-                if eff is None or _ACTIVE:  # as in sync_wrapper
-                    eff = current()
-            p = slot[0]
-            if p.eff is not eff:
-                p = slot[0] = _Plan(eff, keys)
-            kb = p.kb
-            if kb is None:
-                return await fn(*args, **kwargs)
-            parts = None
-            if p.short:
-                value, parts = try_short(p, eff, kb, args, kwargs)
-                if value is not _engine.MISS:
-                    return value
-            if parts is None:
-                parts = kb.bind_key(args, kwargs, p.seed, p.subs)
-            eff, key, canonical, rekey = general(p, *parts)
-            value = await _engine.call_async(
-                eff, call_name, kind, key, canonical, lambda: fn(*args, **kwargs), ttl=ttl,
-                rekey=rekey,
-            )
-            return freeze(value) if frozen else value
-
-        wrapper = async_wrapper
+        wrapper = _async_wrapper(face)
     else:
-
-        @functools.wraps(fn)
-        def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-            # current() and the plan lookup inlined: this is the hot path of a hit.
-            eff = _scoped()
-            if eff is None:
-                eff = GLOBAL[0]
-                if eff is None or _ACTIVE:  # not computed yet / blocks open in other threads
-                    eff = current()
-            p = slot[0]
-            if p.eff is not eff:
-                p = slot[0] = _Plan(eff, keys)
-            kb = p.kb
-            if kb is None:
-                return fn(*args, **kwargs)
-            parts = None
-            if p.short:  # try_short, inlined: the key alone first (see there)
-                key = kb.hit_key(args, kwargs, p.seed) if p.quick else None
-                if key is None:
-                    parts = kb.bind_key(args, kwargs, p.seed, p.subs)
-                    key = parts[1]
-                item = p.store.hit(key)
-                if item is not None:
-                    # short_hit's two commonest cases inlined: a plain body to decode, or
-                    # a view of the immutable value frozen hits share.
-                    if not frozen and item[0] is not None:
-                        try:
-                            value = _loads(item[0])
-                        except orjson.JSONDecodeError:
-                            pass  # the general path decodes it again and reports it
-                        else:
-                            record_hit(call_name, item[1], item[2])
-                            return value
-                    elif frozen and item[4] is not NOT_SHARED:
-                        record_hit(call_name, item[1], item[2])
-                        node = item[4]
-                        if type(node) is not tuple:  # a str or number result
-                            return node
-                        # view_of inlined (0.1 µs of a 2 KB hit): shared values are
-                        # decoded JSON, so the node is a dict's or a list's.
-                        view = node[0]()
-                        view._node = node
-                        return view
-                    else:
-                        value = short_hit(p, eff, key, item)
-                        if value is not _engine.MISS:
-                            return value
-            if parts is None:
-                parts = kb.bind_key(args, kwargs, p.seed, p.subs)
-            eff, key, canonical, rekey = general(p, *parts)
-            value = _engine.call_sync(
-                eff, call_name, kind, key, canonical, lambda: fn(*args, **kwargs), ttl=ttl,
-                rekey=rekey,
-            )
-            return freeze(value) if frozen else value
-
-        wrapper = sync_wrapper
+        wrapper = _sync_wrapper(face)
 
     def cache_key(*args: Any, **kwargs: Any) -> str:
         """The key this call would use under the current settings."""

@@ -78,7 +78,7 @@ def _ambiguous(n: int) -> Effective:
     return dataclasses.replace(
         base, mode="replay", store=MemoryStore(maxsize=1), test_facing=True,
         source=f"<{n} dejacache blocks active in other threads; this thread carries none>",
-        extra={"ambiguous": n},
+        ambiguous=n,
     )
 
 
@@ -245,7 +245,7 @@ _PAUSED: contextvars.ContextVar[bool] = contextvars.ContextVar("dejacache_paused
 
 
 def check_ambiguous(eff: Effective, name: str) -> None:
-    n = eff.extra.get("ambiguous")
+    n = eff.ambiguous
     if n:
         raise ReplayMiss(
             f"{name} was called from a thread that carries no dejacache scope while {n} "

@@ -121,12 +121,10 @@ class cassette(Block[Cassette]):
             ns = base.namespace if base.namespace is not None else "default"
         source = str(self.path) if tape.exists or tape.mode != "replay" else (
             f"{self.path} (file does not exist)")
-        extra = base.extra
-        if self.key_substitute:
-            # Live values are keyed as their placeholders, as they are written to the file.
-            extra = {**extra, "key_substitute": self.key_substitute}
+        # Live values are keyed as their placeholders, as they are written to the file.
+        subs = self.key_substitute or base.key_substitute
         eff = dataclasses.replace(base, store=tape, mode=tape.mode, source=source,
-                                  namespace=ns, test_facing=True, extra=extra,
+                                  namespace=ns, test_facing=True, key_substitute=subs,
                                   volatile=(*base.volatile, *self.volatile))
         token = enter(eff)
         self._stack.append((tape, eff, token))

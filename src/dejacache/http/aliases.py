@@ -195,7 +195,7 @@ _TABLES: dict[int, tuple[Effective, AliasTable]] = {}
 
 
 def table_for(eff: Effective) -> AliasTable | None:
-    if not eff.test_facing or eff.extra.get("ambiguous"):
+    if not eff.test_facing or eff.ambiguous:
         return None
     entry = _TABLES.get(id(eff))
     if entry is not None and entry[0] is eff:

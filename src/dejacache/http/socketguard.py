@@ -111,7 +111,7 @@ def _check(attempt: Attempt) -> None:
     path = code_path(frames)
     where = attempt.where
     source = f" from {eff.source}" if eff.source else ""
-    amb = eff.extra.get("ambiguous")
+    amb = eff.ambiguous
     context = (f"a thread carrying no dejacache scope while {amb} blocks are open"
                if amb else "a replay block")
     raise NetworkBlocked(

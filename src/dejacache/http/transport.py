@@ -22,24 +22,14 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Any
 
-from .._engine import (
-    MISS,
-    alookup,
-    areplay_miss,
-    astore_value,
-    call_async,
-    call_sync,
-    encode_record,
-    lookup,
-    replay_miss,
-    store_value,
-)
+from .._core.flow import Fail, Store
+from .._engine import AsyncDriver, SyncDriver, call_async, call_sync, encode_record
 from .._secrets import key_loaded, secret_key
 from ..config import Effective
 from ..errors import ConfigurationError, ReplayMiss
-from ..scope import check_ambiguous, current
+from ..scope import current
 from ..stats import record_miss
-from ..stores._base import off_loop
+from ..stores._base import Record, off_loop
 from . import observers
 from ._libs import Lib, lib_named, lib_of
 from .aliases import AliasTable, table_for
@@ -130,7 +120,7 @@ class _Call:
 
     @property
     def sequenced(self) -> bool:
-        return bool(getattr(self.eff.store, "sequenced", False))
+        return self.eff.features.sequenced
 
 
 def _prepare(lib: Lib, eff: Effective, request: Any, body: bytes, opts: Options) -> _Call:
@@ -145,10 +135,10 @@ def _prepare(lib: Lib, eff: Effective, request: Any, body: bytes, opts: Options)
         request.method, path, url.params.multi_items(), body,
         headers.get("content-type", ""), provider, aliases,
         (*eff.volatile, *opts.volatile) if opts.volatile else eff.volatile,
-        eff.extra.get("key_substitute") or (),
+        eff.key_substitute,
     )
     key = request_key(eff.namespace or "", name, canonical)
-    realtime = opts.realtime or bool(eff.extra.get("realtime", False))
+    realtime = opts.realtime or eff.realtime
     return _Call(lib, eff, provider, name, key, canonical, stream, aliases, realtime)
 
 
@@ -258,20 +248,55 @@ def _read_events(call: _Call, resp: Any, rec: Recorder, chunks: list[bytes]) -> 
     return rec.value()
 
 
-def _store_sync(call: _Call, value: dict[str, Any], duration: float) -> None:
-    stored = False
-    if storable(value, call.sequenced):
-        rec = encode_record(call.eff, call.name, KIND, call.key, call.canonical, value, duration)
-        stored = store_value(call.eff, call.key, rec, None)
-    record_miss(call.name, stored=stored, error="error" in value)
+class _Keeping:
+    """How an HTTP exchange is kept: only storable answers (``exchange.storable``), a record
+    that cannot be encoded is an error, a transport error is stored as the answer (a cassette
+    replays failures in order), anything else the run raised is the caller's alone."""
+
+    __slots__ = ()
+    exchange: _Call
+    t0: float
+
+    def record(self, s: Store) -> Record | None:
+        call = self.exchange
+        if not storable(s.value, call.sequenced):
+            return None
+        return encode_record(call.eff, call.name, KIND, s.key, s.canonical, s.value, s.duration)
+
+    def counted(self, s: Store, stored: bool) -> None:
+        record_miss(self.exchange.name, stored=stored, error="error" in s.value)
+
+    def fail(self, f: Fail) -> Store | None:
+        if self.exchange.lib.transport_error(f.error):
+            return Store(f.key, f.canonical, error_value(f.error), time.perf_counter() - self.t0)
+        return None
 
 
-async def _store_async(call: _Call, value: dict[str, Any], duration: float) -> None:
-    stored = False
-    if storable(value, call.sequenced):
-        rec = encode_record(call.eff, call.name, KIND, call.key, call.canonical, value, duration)
-        stored = await astore_value(call.eff, call.key, rec, None)
-    record_miss(call.name, stored=stored, error="error" in value)
+class _StreamSync(_Keeping, SyncDriver):
+    __slots__ = ("exchange",)
+
+    def __init__(self, call: _Call) -> None:
+        super().__init__(call.eff, call.name, KIND)
+        self.exchange = call
+
+    def later(self, value: dict[str, Any], duration: float) -> None:
+        """Store a stream read to its end."""
+        self.store(Store(self.exchange.key, self.exchange.canonical, value, duration))
+
+
+class _StreamAsync(_Keeping, AsyncDriver):
+    __slots__ = ("exchange",)
+
+    def __init__(self, call: _Call) -> None:
+        super().__init__(call.eff, call.name, KIND)
+        self.exchange = call
+
+    async def later(self, value: dict[str, Any], duration: float) -> None:
+        await self.store(Store(self.exchange.key, self.exchange.canonical, value, duration))
+
+
+def _is_stream_answer(resp: Any) -> bool:
+    return is_sse(resp.headers.get("content-type", "")) and resp.status_code < 400
 
 
 # ---------------------------------------------------------------- sync flow
@@ -283,7 +308,7 @@ def _live_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> dict[st
         with _bypass():
             resp = send(request)
         try:
-            if is_sse(resp.headers.get("content-type", "")) and resp.status_code < 400:
+            if _is_stream_answer(resp):
                 rec = Recorder(call, resp, t0)
                 chunks = []
                 for chunk in resp.iter_bytes():
@@ -305,32 +330,26 @@ def _live_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> dict[st
 
 
 def _stream_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> Any:
-    eff = call.eff
-    if eff.extra:
-        check_ambiguous(eff, call.name)
-    if eff.mode != "record":
-        value = lookup(eff, call.name, call.key)
-        if value is not MISS:
-            return _respond(call, request, value, is_async=False)
-    if eff.mode == "replay":
-        raise replay_miss(eff, call.name, call.key, call.canonical)
-    t0 = time.perf_counter()
+    d = _StreamSync(call)
+    flow = d.flow(call.key, call.canonical, flights=False)  # each caller reads its own stream
+    run, value = d.advance(flow)
+    if run is None:
+        return _respond(call, request, value, is_async=False)
     try:
         with _bypass():
             resp = send(request)
     except Exception as exc:
-        if call.lib.transport_error(exc):
-            _store_sync(call, error_value(exc), time.perf_counter() - t0)
-        raise
-    if not is_sse(resp.headers.get("content-type", "")) or resp.status_code >= 400:
+        d.advance(flow, exc=exc)  # a transport error is kept; the flow raises it again
+        raise  # pragma: no cover
+    if not _is_stream_answer(resp):
         try:
             value = _read_whole(call, resp, b"".join(resp.iter_raw()))
         finally:
             resp.close()
-        _store_sync(call, value, time.perf_counter() - t0)
+        d.advance(flow, d.ran(value))
         return _respond(call, request, value, is_async=False)
-    stream = recording_classes(call.lib)[0](Recorder(call, resp, t0).track(),
-                                            functools.partial(_store_sync, call))
+    stream = recording_classes(call.lib)[0](Recorder(call, resp, d.t0).track(), d.later)
+    d.advance(flow, d.ran(None, keep=False))  # stored once read to its end
     return call.lib.module.Response(
         resp.status_code, headers=_clean_headers(resp.headers), stream=stream,
         request=request, extensions=resp.extensions,
@@ -373,7 +392,7 @@ async def _live_async(
         finally:
             _BYPASS.reset(token)
         try:
-            if is_sse(resp.headers.get("content-type", "")) and resp.status_code < 400:
+            if _is_stream_answer(resp):
                 rec = Recorder(call, resp, t0)
                 chunks = []
                 async for chunk in resp.aiter_bytes():
@@ -397,34 +416,28 @@ async def _live_async(
 async def _stream_async(
     call: _Call, request: Any, send: Callable[[Any], Awaitable[Any]]
 ) -> Any:
-    eff = call.eff
-    if eff.extra:
-        check_ambiguous(eff, call.name)
-    if eff.mode != "record":
-        value = await alookup(eff, call.name, call.key)
-        if value is not MISS:
-            return _respond(call, request, value, is_async=True)
-    if eff.mode == "replay":
-        raise await areplay_miss(eff, call.name, call.key, call.canonical)
-    t0 = time.perf_counter()
+    d = _StreamAsync(call)
+    flow = d.flow(call.key, call.canonical, flights=False)
+    run, value = await d.advance(flow)
+    if run is None:
+        return _respond(call, request, value, is_async=True)
     token = _BYPASS.set(True)
     try:
         resp = await send(request)
     except Exception as exc:
-        if call.lib.transport_error(exc):
-            await _store_async(call, error_value(exc), time.perf_counter() - t0)
-        raise
+        await d.advance(flow, exc=exc)
+        raise  # pragma: no cover
     finally:
         _BYPASS.reset(token)
-    if not is_sse(resp.headers.get("content-type", "")) or resp.status_code >= 400:
+    if not _is_stream_answer(resp):
         try:
             value = _read_whole(call, resp, b"".join([c async for c in resp.aiter_raw()]))
         finally:
             await resp.aclose()
-        await _store_async(call, value, time.perf_counter() - t0)
+        await d.advance(flow, d.ran(value))
         return _respond(call, request, value, is_async=True)
-    stream = recording_classes(call.lib)[1](Recorder(call, resp, t0).track(),
-                                            functools.partial(_store_async, call))
+    stream = recording_classes(call.lib)[1](Recorder(call, resp, d.t0).track(), d.later)
+    await d.advance(flow, d.ran(None, keep=False))
     return call.lib.module.Response(
         resp.status_code, headers=_clean_headers(resp.headers), stream=stream,
         request=request, extensions=resp.extensions,

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from .._slots import Sentinel, slot_setters
 
-__all__ = ["NOT_SHARED", "BaseStore", "Hit", "Record", "Store", "StoreStats", "off_loop"]
+__all__ = [
+    "NOT_SHARED",
+    "BaseStore",
+    "Features",
+    "Hit",
+    "Record",
+    "SequencedStore",
+    "ShortHitStore",
+    "Store",
+    "StoreStats",
+    "features_of",
+    "off_loop",
+]
 
 T = TypeVar("T")
 
@@ -36,7 +49,7 @@ class Record:
                  request: bytes = b"", duration: float = 0.0,
                  usage: Mapping[str, int] | None = None, created: float = 0.0) -> None:
         # The generated frozen __init__ calls ``object.__setattr__`` once per field: 1.3 us
-        # of a 2 KB SQLite hit (issue 12). The slots' own setters skip the frozen check's
+        # of a 2 KB SQLite hit. The slots' own setters skip the frozen check's
         # lookups and cost 0.8 us; the instance is exactly as frozen afterwards.
         _SET_VALUE(self, value)
         _SET_NAME(self, name)
@@ -130,6 +143,86 @@ class Store(Protocol):
     async def adelete(self, key: str) -> bool: ...
 
 
+class ShortHitStore(Store, Protocol):
+    """A store whose hits the decorator may read on its short path (``MemoryStore``,
+    ``SQLiteStore``): ``hit`` next to ``get``, ``short_hits = True``, and optionally
+    ``share`` to keep the immutable value frozen hits hand out views of. A store that
+    checked the bytes on ``put`` and keeps them in this process says ``checked_on_put``."""
+
+    short_hits: bool
+
+    def hit(self, key: str) -> Hit | None: ...
+
+    def share(self, key: str, item: Hit, value: Any) -> None: ...
+
+
+class SequencedStore(Store, Protocol):
+    """A store that answers the n-th identical call with the n-th recording (a cassette):
+    it may keep failures, explains and redacts replay misses, and says how to re-record."""
+
+    sequenced: bool
+    rerecord_hint: str | None
+
+    def record_error(self, key: str, name: str, namespace: str, kind: str, canonical: bytes,
+                     exc: BaseException, duration: float) -> None: ...
+
+    def recorded_error(self, record: Record) -> BaseException:
+        """The exception a record of ``kind == "error"`` stands for, to raise."""
+
+    def note_miss(self, miss: Any) -> Any: ...
+
+    def redact_tree(self, tree: Any) -> Any: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Features:
+    """What the engine uses of one store beyond :class:`Store`, read once rather than probed
+    on every call: flags of :class:`ShortHitStore` and :class:`SequencedStore` (a store that
+    says ``keeps_errors`` is called as a ``SequencedStore``, and so on). Flags and text
+    only, never the store's own methods, so a store can keep its features without holding
+    itself in a cycle."""
+
+    sequenced: bool = False
+    blocking: bool = False  #: calls may wait on a file or a lock: async callers go off-loop
+    short_hits: bool = False
+    checked_on_put: bool = False
+    shares: bool = False  #: ``share``
+    keeps_errors: bool = False  #: ``record_error``
+    notes_misses: bool = False  #: ``note_miss``
+    redacts: bool = False  #: ``redact_tree``
+    rerecord_hint: str | None = None
+
+
+def features_of(store: Store) -> Features:
+    """The :class:`Features` of ``store``. A store that must not be touched to answer (the
+    default store before it is opened) offers ``features()`` itself."""
+    own = getattr(type(store), "features", None)
+    if own is not None:
+        return own(store)  # type: ignore[no-any-return]
+    # Kept on the store: a scope entered around every call makes a new Effective each time,
+    # and reading them again would cost it ~2 µs.
+    try:
+        return store.__dict__["_dejacache_features"]  # type: ignore[no-any-return]
+    except (AttributeError, KeyError):
+        pass
+    get = getattr
+    short = get(store, "short_hits", False) is True
+    found = Features(
+        sequenced=bool(get(store, "sequenced", False)),
+        blocking=bool(get(store, "blocking", False)),
+        short_hits=short,
+        checked_on_put=bool(get(store, "checked_on_put", False)),
+        shares=short and callable(get(store, "share", None)),
+        keeps_errors=callable(get(store, "record_error", None)),
+        notes_misses=callable(get(store, "note_miss", None)),
+        redacts=callable(get(store, "redact_tree", None)),
+        rerecord_hint=get(store, "rerecord_hint", None),
+    )
+    with contextlib.suppress(AttributeError):  # a store with __slots__ reads them each time
+        store.__dict__["_dejacache_features"] = found
+    return found
+
+
 async def off_loop(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     """``fn(*args, **kwargs)`` in a worker thread under asyncio, so whatever it waits on (a
     file, a lock another process holds) never stalls the event loop; inline under any other
@@ -190,7 +283,7 @@ class BaseStore:
 
     async def aclose(self) -> None:
         # Imported here: asyncio costs ~35 ms, and ``import dejacache`` pulled it in through
-        # this module alone (issue 12, item 6). A coroutine running here has loaded it already.
+        # this module alone. A coroutine running here has loaded it already.
         import asyncio
 
         await asyncio.sleep(0)

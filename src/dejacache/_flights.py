@@ -1,0 +1,180 @@
+"""Single-flight: identical concurrent misses run once; threads and asyncio tasks alike.
+
+It lives outside ``runtime`` (which re-exports it as ``runtime.singleflight``) because
+``@cache`` alone must not load the runtime package.
+
+One implementation serves the engine (``_engine``: every ``@cache`` call and HTTP exchange,
+keyed by store and key) and the runtime tool cache (keyed by full runtime store keys, which
+carry the tenant/session prefix and the generation counters, so flights never cross tenants
+and a call made after an invalidation never joins a flight that started before it).
+
+Every waiter gets the leader's result or its exception. A leader that is cancelled or
+interrupted (``BaseException``: ``CancelledError``, ``KeyboardInterrupt``, ``SystemExit``)
+marks the flight abandoned; its waiters loop and one of them becomes the new leader, so no
+waiter is ever left hanging on a leader that will not finish (the failure mode reported
+against async-cache's ``get``).
+
+The primitive is :meth:`SingleFlight.join` / :meth:`SingleFlight.land` (and their asyncio
+forms): a leader lands its flight ``OK``, ``ERROR`` or ``ABANDONED`` in a ``finally``.
+:meth:`SingleFlight.run` / :meth:`SingleFlight.arun` wrap a callable in that protocol.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Awaitable, Callable, Hashable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    import asyncio  # imported where a coroutine runs: ~35 ms of ``import dejacache``
+
+__all__ = ["ABANDONED", "ERROR", "OK", "Flight", "SingleFlight"]
+
+R = TypeVar("R")
+
+OK, ERROR, ABANDONED = "ok", "error", "abandoned"
+
+
+class Flight:
+    """One run others wait for. ``state``/``value`` are final once the flight has landed."""
+
+    __slots__ = ("event", "fut", "state", "value")
+
+    def __init__(self, fut: asyncio.Future[None] | None = None) -> None:
+        self.event = threading.Event() if fut is None else None
+        self.fut = fut
+        self.state = ABANDONED  # what a leader that never says otherwise leaves behind
+        self.value: Any = None
+
+
+class SingleFlight(Generic[R]):
+    """Groups concurrent calls by key; threads and asyncio tasks are grouped separately
+    (asyncio flights per event loop)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[Hashable, Flight] = {}
+        self._acalls: dict[tuple[int, Hashable], Flight] = {}
+        # Flights landed so far. A caller whose lookup missed just before another leader
+        # stored and left would otherwise lead a second run; reading this before the lookup
+        # and again on leading tells it whether one more lookup is worth it, so a plain miss
+        # costs one read.
+        self.landed = 0
+
+    # ------------------------------------------------------------ the primitive (threads)
+
+    def join(self, key: Hashable) -> tuple[Flight, bool]:
+        """``(flight, leader)``: the flight under ``key``, started now if none was."""
+        with self._lock:
+            flight = self._calls.get(key)
+            if flight is not None:
+                return flight, False
+            flight = self._calls[key] = Flight()
+            return flight, True
+
+    @staticmethod
+    def wait(flight: Flight) -> tuple[str, Any]:
+        assert flight.event is not None
+        flight.event.wait()  # the leader lands it in ``finally``, whatever happens
+        return flight.state, flight.value
+
+    def land(self, key: Hashable, flight: Flight) -> None:
+        """End a flight this caller leads, with the ``state``/``value`` it set."""
+        with self._lock:
+            if self._calls.get(key) is flight:
+                del self._calls[key]
+            self.landed += 1
+        assert flight.event is not None
+        flight.event.set()
+
+    # ------------------------------------------------------------ the primitive (asyncio)
+
+    def ajoin(self, key: Hashable) -> tuple[Flight, bool]:
+        """:meth:`join` for a task on the running event loop."""
+        import asyncio  # a coroutine runs here, so asyncio is loaded: a dict lookup
+
+        loop = asyncio.get_running_loop()
+        fk = (id(loop), key)
+        flight = self._acalls.get(fk)
+        if flight is not None:
+            return flight, False
+        flight = self._acalls[fk] = Flight(loop.create_future())
+        return flight, True
+
+    @staticmethod
+    async def await_landing(flight: Flight) -> tuple[str, Any]:
+        import asyncio
+
+        assert flight.fut is not None
+        # shield: a waiter being cancelled must not cancel the shared result
+        await asyncio.shield(flight.fut)
+        return flight.state, flight.value
+
+    def aland(self, key: Hashable, flight: Flight) -> None:
+        import asyncio
+
+        fk = (id(asyncio.get_running_loop()), key)
+        if self._acalls.get(fk) is flight:
+            del self._acalls[fk]
+        with self._lock:
+            self.landed += 1
+        assert flight.fut is not None
+        flight.fut.set_result(None)
+
+    # ------------------------------------------------------------ one callable
+
+    def run(self, key: Hashable, fn: Callable[[], R]) -> tuple[R, bool]:
+        """``(result, led)``: ``led`` is True for the caller that ran ``fn``."""
+        while True:
+            flight, leader = self.join(key)
+            if leader:
+                with _Leading(flight, key, self.land):
+                    return _landed(flight, fn()), True
+            state, value = self.wait(flight)
+            if state != ABANDONED:
+                return _shared(state, value), False
+
+    async def arun(self, key: Hashable, fn: Callable[[], Awaitable[R]]) -> tuple[R, bool]:
+        """Async twin of :meth:`run`; flights are per event loop."""
+        while True:
+            flight, leader = self.ajoin(key)
+            if leader:
+                with _Leading(flight, key, self.aland):
+                    return _landed(flight, await fn()), True
+            state, value = await self.await_landing(flight)
+            if state != ABANDONED:
+                return _shared(state, value), False
+
+    def __len__(self) -> int:
+        return len(self._calls) + len(self._acalls)
+
+
+def _landed(flight: Flight, result: R) -> R:
+    flight.state, flight.value = OK, result
+    return result
+
+
+def _shared(state: str, value: Any) -> Any:
+    if state == ERROR:
+        raise value
+    return value
+
+
+class _Leading:
+    """Around a leader's run: its exception becomes every waiter's, and the flight lands
+    whatever happens (an interrupted leader's as abandoned)."""
+
+    __slots__ = ("flight", "key", "land")
+
+    def __init__(self, flight: Flight, key: Hashable,
+                 land: Callable[[Hashable, Flight], None]) -> None:
+        self.flight, self.key, self.land = flight, key, land
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, tp: type[BaseException] | None, exc: BaseException | None,
+                 tb: object) -> None:
+        if isinstance(exc, Exception):
+            self.flight.state, self.flight.value = ERROR, exc
+        self.land(self.key, self.flight)
