@@ -34,22 +34,12 @@ from dataclasses import dataclass
 SRC = pathlib.Path(__file__).resolve().parents[1] / "src"
 PACKAGE = "dejacache"
 
-# Cycle edges whose removal needs an edit in a module being rewritten on another branch
-# (the call policy: _engine, decorators, http/transport, runtime/singleflight, config,
-# stores/_base, _core/flow). Each names the edge and what clears it.
+# Cycle edges allowed while a fix is pending, each naming the edge and what clears it (none
+# today; a stale entry fails its own test).
 PENDING_EDGES: dict[tuple[str, str], str] = {}
 
-# Private names taken across modules for the same reason: (module, name) -> what clears it.
-PENDING_PRIVATE: dict[tuple[str, str], str] = {
-    # scope(cache_key: str | _Unset | None), cassette(...) and the scenario drop-in annotate
-    # with it and test ``isinstance(x, _Unset)``.
-    ("dejacache.config", "_Unset"): "config.py: rename _Unset to Unset",
-    # decorators.py reads scope's context variable and its list of open blocks directly on
-    # the @cache hit path (a call fewer per hit): name both publicly in scope.py (say
-    # CURRENT and OPEN_BLOCKS; tests/runtime/test_agent_session.py reads _ACTIVE too).
-    ("dejacache.scope", "_CURRENT"): "decorators.py: import it under a public name",
-    ("dejacache.scope", "_ACTIVE"): "decorators.py: import it under a public name",
-}
+# Private names taken across modules while a fix is pending: (module, name) -> what clears it.
+PENDING_PRIVATE: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,7 @@ def ttl_seconds(value: Duration | None, what: str) -> float | None:
     return None if value is None else seconds(value, what, hint="None: no expiry")
 
 
-class _Unset:
+class Unset:
     __slots__ = ()
 
     def __repr__(self) -> str:
@@ -83,7 +83,7 @@ class _Unset:
         return False
 
 
-UNSET: Final = _Unset()
+UNSET: Final = Unset()
 
 
 def resolve_mode(mode: str, *, where: str = "mode") -> str:
@@ -268,7 +268,7 @@ class _Settings:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self.cache_key: str | _Unset | None = UNSET
+        self.cache_key: str | Unset | None = UNSET
         self.mode: str | None = None
         self.store: Store | None = None
         self.codec: Codec = JsonCodec()
@@ -298,7 +298,7 @@ class _Settings:
         if eff is not None:
             return eff
         with self.lock:
-            if isinstance(self.cache_key, _Unset):
+            if isinstance(self.cache_key, Unset):
                 ns: str | None = os.environ.get("DEJACACHE_CACHE_KEY") or "default"
             else:
                 ns = self.cache_key
@@ -343,12 +343,12 @@ def get_settings() -> Effective:
 
 def configure(
     *,
-    cache_key: str | _Unset | None = UNSET,
-    mode: str | _Unset | None = UNSET,
-    store: Store | str | _Unset | None = UNSET,
-    codec: Codec | _Unset = UNSET,
-    volatile: Iterable[str | re.Pattern[str]] | _Unset | None = UNSET,
-    codec_allow: Iterable[str] | _Unset = UNSET,
+    cache_key: str | Unset | None = UNSET,
+    mode: str | Unset | None = UNSET,
+    store: Store | str | Unset | None = UNSET,
+    codec: Codec | Unset = UNSET,
+    volatile: Iterable[str | re.Pattern[str]] | Unset | None = UNSET,
+    codec_allow: Iterable[str] | Unset = UNSET,
 ) -> None:
     """Set process-wide defaults. Arguments left out keep their current value.
 
@@ -361,21 +361,21 @@ def configure(
     """
     s = _SETTINGS
     with s.lock:
-        if not isinstance(cache_key, _Unset):
+        if not isinstance(cache_key, Unset):
             s.cache_key = cache_key
-        if not isinstance(mode, _Unset):
+        if not isinstance(mode, Unset):
             s.mode = resolve_mode(mode) if mode is not None else None
-        if not isinstance(store, _Unset):
+        if not isinstance(store, Unset):
             s.store = resolve_store(store)
-        if not isinstance(codec_allow, _Unset):
-            if not isinstance(codec, _Unset):
+        if not isinstance(codec_allow, Unset):
+            if not isinstance(codec, Unset):
                 raise ConfigurationError("pass codec_allow or codec, not both")
             s.codec = JsonCodec(allow=codec_allow)
-        if not isinstance(codec, _Unset):
+        if not isinstance(codec, Unset):
             if not isinstance(codec, Codec):
                 raise ConfigurationError(f"codec must implement Codec, not {type(codec).__name__}")
             s.codec = codec
-        if not isinstance(volatile, _Unset):
+        if not isinstance(volatile, Unset):
             s.volatile = volatile_items(volatile) if volatile is not None else None
         s.invalidate()
 

@@ -18,7 +18,7 @@ from ._frozen import freeze, shared_node, view_of
 from .config import GLOBAL, Duration, Effective, VolatileItems, ttl_seconds, volatile_items
 from .errors import ConfigurationError, DejacacheWarning
 from .keys import KeyBuilder, KeyParts, digest, explain, key_seed
-from .scope import _ACTIVE, _CURRENT, current, track, untrack
+from .scope import CURRENT, OPEN_BLOCKS, current, track, untrack
 from .stats import record_hit, record_miss
 from .stores._base import NOT_SHARED, ShortHitStore
 
@@ -27,7 +27,7 @@ __all__ = ["cache"]
 F = TypeVar("F", bound=Callable[..., Any])
 D = TypeVar("D", bound="_engine.Driver")
 _loads = orjson.loads
-_scoped = _CURRENT.get
+_scoped = CURRENT.get
 
 
 def _default_name(fn: Callable[..., Any]) -> str:
@@ -185,7 +185,7 @@ class _Face:
         return eff, key, canonical, rekey
 
     def prepare(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Prep | None:
-        p = self.plan_for(_CURRENT.get() or current())
+        p = self.plan_for(CURRENT.get() or current())
         kb = p.kb
         if kb is None:
             return None
@@ -326,7 +326,7 @@ def _async_wrapper(face: _Face) -> Callable[..., Any]:
         eff = _scoped()
         if eff is None:
             eff = GLOBAL[0]
-            if eff is None or _ACTIVE:  # as in sync_wrapper
+            if eff is None or OPEN_BLOCKS:  # as in sync_wrapper
                 eff = current()
         p = slot[0]
         if p.eff is not eff:
@@ -362,7 +362,7 @@ def _sync_wrapper(face: _Face) -> Callable[..., Any]:
         eff = _scoped()
         if eff is None:
             eff = GLOBAL[0]
-            if eff is None or _ACTIVE:  # not computed yet / blocks open in other threads
+            if eff is None or OPEN_BLOCKS:  # not computed yet / blocks open in other threads
                 eff = current()
         p = slot[0]
         if p.eff is not eff:

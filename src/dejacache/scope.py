@@ -32,7 +32,7 @@ from .config import (
     GLOBAL,
     UNSET,
     Effective,
-    _Unset,
+    Unset,
     get_settings,
     resolve_mode,
     resolve_store,
@@ -50,13 +50,13 @@ __all__ = ["current", "inherited", "propagate", "scope", "settle", "track", "unt
 P = ParamSpec("P")
 T = TypeVar("T")
 
-_CURRENT: contextvars.ContextVar[Effective | None] = contextvars.ContextVar(
+CURRENT: contextvars.ContextVar[Effective | None] = contextvars.ContextVar(
     "dejacache_scope", default=None
 )
 
 # Test-facing blocks open anywhere in the process (for context-less worker threads).
 _ACTIVE_LOCK = threading.Lock()
-_ACTIVE: list[Effective] = []
+OPEN_BLOCKS: list[Effective] = []
 # id(block) -> the test-facing block it was opened inside (None: outermost). Nested blocks
 # count as one, so `with scope(a): with scope(b):` routes worker threads to b rather than
 # failing closed; blocks opened side by side (other threads, sibling tasks) stay ambiguous.
@@ -86,15 +86,15 @@ def current() -> Effective:
     """The settings in force for a call made here and now (a call from a thread that
     carries no scope may be routed to a block open in another thread: see the module
     docstring)."""
-    eff = _CURRENT.get()
+    eff = CURRENT.get()
     if eff is not None:
         return eff
-    if not _ACTIVE:
+    if not OPEN_BLOCKS:
         return GLOBAL[0] or get_settings()
     if threading.current_thread() is not threading.main_thread():
         with _ACTIVE_LOCK:
             inner = {id(p) for p in _PARENT.values() if p is not None}
-            leaves = {id(b): b for b in _ACTIVE if id(b) not in inner}
+            leaves = {id(b): b for b in OPEN_BLOCKS if id(b) not in inner}
         if len(leaves) == 1:
             return next(iter(leaves.values()))
         if leaves:
@@ -108,7 +108,7 @@ def inherited() -> Effective:
     thread's calls to: a service thread's own block took that block's namespace, mode,
     volatile items and store (its recording then never replayed on its own), and with two
     blocks open elsewhere it inherited their refusal, even in record mode."""
-    eff = _CURRENT.get()
+    eff = CURRENT.get()
     if eff is not None:
         return eff
     return GLOBAL[0] or get_settings()
@@ -117,7 +117,7 @@ def inherited() -> Effective:
 def active_blocks() -> list[Effective]:
     """The test-facing blocks open anywhere in the process right now (a snapshot)."""
     with _ACTIVE_LOCK:
-        return list(_ACTIVE)
+        return list(OPEN_BLOCKS)
 
 
 def _load_block_hooks() -> None:
@@ -144,14 +144,14 @@ _HOOKS_LOADED = False
 def enter(eff: Effective) -> contextvars.Token[Effective | None]:
     """Make ``eff`` current; the caller must pass the token to :func:`leave`."""
     if not eff.test_facing:
-        return _CURRENT.set(eff)
+        return CURRENT.set(eff)
     if not _HOOKS_LOADED:
         _load_block_hooks()
     parent = _BLOCK.get()
     btoken = _BLOCK.set(eff)
-    token = _CURRENT.set(eff)
+    token = CURRENT.set(eff)
     with _ACTIVE_LOCK:
-        _ACTIVE.append(eff)
+        OPEN_BLOCKS.append(eff)
         if parent is not eff:
             _PARENT.setdefault(id(eff), parent)
         _BLOCK_TOKENS[id(token)] = (token, btoken)
@@ -162,18 +162,18 @@ def enter(eff: Effective) -> contextvars.Token[Effective | None]:
 
 def leave(eff: Effective, token: contextvars.Token[Effective | None]) -> None:
     try:
-        _CURRENT.reset(token)
+        CURRENT.reset(token)
     except ValueError:  # exited from another context (generator/task hand-over)
-        _CURRENT.set(None)
+        CURRENT.set(None)
     if eff.test_facing:
         with _ACTIVE_LOCK:
             btoken = _BLOCK_TOKENS.pop(id(token), (None, None))[1]
             parent = _PARENT.get(id(eff))
-            for i in range(len(_ACTIVE) - 1, -1, -1):
-                if _ACTIVE[i] is eff:
-                    del _ACTIVE[i]
+            for i in range(len(OPEN_BLOCKS) - 1, -1, -1):
+                if OPEN_BLOCKS[i] is eff:
+                    del OPEN_BLOCKS[i]
                     break
-            if not any(b is eff for b in _ACTIVE):
+            if not any(b is eff for b in OPEN_BLOCKS):
                 _PARENT.pop(id(eff), None)
         try:
             if btoken is None:
@@ -300,7 +300,7 @@ class scope(Block["scope"]):
 
     def __init__(
         self,
-        cache_key: str | _Unset | None = UNSET,
+        cache_key: str | Unset | None = UNSET,
         *,
         mode: str | None = None,
         store: Store | str | None = None,
@@ -316,7 +316,7 @@ class scope(Block["scope"]):
     def effective(self) -> Effective:
         base = inherited()
         changes: dict[str, Any] = {"test_facing": True}
-        if not isinstance(self.cache_key, _Unset):
+        if not isinstance(self.cache_key, Unset):
             changes["namespace"] = self.cache_key
         if self.mode is not None:
             changes["mode"] = self.mode
@@ -342,7 +342,7 @@ class scope(Block["scope"]):
         # One scope object may be entered by several tasks/threads at once (decorator form):
         # leave the entry this context made, not simply the newest one, or an interleaved
         # exit would reset another context's token and drop this context's outer scope.
-        cur = _CURRENT.get()
+        cur = CURRENT.get()
         tokens = self._tokens
         i = len(tokens) - 1
         while i >= 0 and tokens[i][0] is not cur:

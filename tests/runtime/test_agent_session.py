@@ -61,7 +61,7 @@ def test_threads_do_not_inherit_but_propagation_carries() -> None:
 def test_session_is_not_a_test_facing_block() -> None:
     scope_mod = importlib.import_module("dejacache.scope")
     with dejacache.agent_session(tenant="a"):
-        assert scope_mod._ACTIVE == []
+        assert scope_mod.OPEN_BLOCKS == []
 
 
 @pytest.mark.parametrize("kw", [{"tenant": ""}, {"tenant": 42}, {"session_id": ""},

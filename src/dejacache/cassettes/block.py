@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import ParamSpec, TypeVar
 
 from .._core.volatile import BlockPaths
-from ..config import UNSET, Effective, _Unset, resolve_mode, settings_object, volatile_items
+from ..config import UNSET, Effective, Unset, resolve_mode, settings_object, volatile_items
 from ..keys import key_substitutions
 from ..scope import Block, enter, inherited, leave, settle
 from .redact import Redactor
@@ -76,7 +76,7 @@ class cassette(Block[Cassette]):
         prune: bool = False,
         record_on_error: bool = False,
         record_errors: Iterable[type[BaseException]] = (),
-        cache_key: str | _Unset = UNSET,
+        cache_key: str | Unset = UNSET,
         volatile: Iterable[str | re.Pattern[str]] = (),
         rerecord_hint: str | None = None,
         shared: bool = False,
@@ -115,7 +115,7 @@ class cassette(Block[Cassette]):
         tape = self.open()
         base = inherited()
         ns: str | None
-        if not isinstance(self.cache_key, _Unset):
+        if not isinstance(self.cache_key, Unset):
             ns = self.cache_key
         else:
             ns = base.namespace if base.namespace is not None else "default"

@@ -48,7 +48,7 @@ from .aliases import AliasTable
 from .exchange import response_value
 from .providers import Provider
 from .providers._base import END, FINISHING
-from .sse import SSESplitter
+from .sse import splitter_for
 
 if TYPE_CHECKING:
     import asyncio
@@ -91,7 +91,7 @@ class Recorder:
         self.call = call
         self.live = live
         self.t0 = t0
-        self.splitter = SSESplitter()
+        self.splitter = splitter_for(live.headers.get("content-type"))
         self.events: list[list[Any]] = []
         self.stage = 0
         self.open = True  # False once stored, abandoned or failed: exactly one of those
@@ -131,9 +131,10 @@ class Recorder:
         for e in self.splitter.flush():
             self.events.append([round(time.perf_counter() - self.t0, 4), e])
         live = self.live
+        whole = self.splitter.body()  # events that did not decode are kept as the bytes
         value = response_value(
             live.status_code, live.headers.multi_items(), live.headers.get("content-type", ""),
-            self.call.provider, events=self.events,
+            self.call.provider, events=self.events if whole is None else None, body=whole,
         )
         if self.call.aliases is not None and value.get("ids"):
             self.call.aliases.learn(value["ids"])

@@ -23,8 +23,8 @@ import orjson
 
 from . import eventstream
 
-__all__ = ["SSESplitter", "Splitter", "event_bytes", "event_data", "is_ndjson", "is_sse",
-           "is_stream", "ndjson_events", "replay_async", "replay_sync", "splitter_for"]
+__all__ = ["LineSplitter", "SSESplitter", "Splitter", "event_bytes", "event_data", "is_ndjson",
+           "is_sse", "is_stream", "ndjson_events", "replay_async", "replay_sync", "splitter_for"]
 
 _SEPARATORS = (b"\r\n\r\n", b"\n\n", b"\r\r")
 
@@ -54,8 +54,10 @@ def ndjson_events(body: bytes) -> list[list[Any]] | None:
 
 
 def is_stream(content_type: str | None) -> bool:
-    """A body recorded event by event: server-sent events or an AWS eventstream."""
-    return is_sse(content_type) or eventstream.is_eventstream(content_type)
+    """A body handed on and recorded event by event as it arrives: server-sent events, an AWS
+    eventstream, or newline-delimited JSON (Ollama's streams)."""
+    return is_sse(content_type) or eventstream.is_eventstream(content_type) or is_ndjson(
+        content_type)
 
 
 class Splitter(Protocol):
@@ -73,6 +75,8 @@ def splitter_for(content_type: str | None) -> Splitter:
     """The splitter that cuts a streamed body of this type into recorded events."""
     if eventstream.is_eventstream(content_type):
         return eventstream.EventStreamSplitter()
+    if is_ndjson(content_type):
+        return LineSplitter()
     return SSESplitter()
 
 
@@ -82,6 +86,42 @@ def event_bytes(event: Any) -> bytes:
     if type(event) is str:
         return event.encode()
     return eventstream.encode(eventstream.from_stored(event))
+
+
+class LineSplitter:
+    """Newline-delimited JSON as it arrives: each complete line (with its newline) is an event,
+    as ``ndjson_events`` cuts a whole body. A body that is not UTF-8 is kept whole instead
+    (``body``), so a replay gives back exactly the bytes that came."""
+
+    __slots__ = ("_bad", "_buf", "_raw")
+
+    def __init__(self) -> None:
+        self._buf = b""
+        self._raw: list[bytes] = []
+        self._bad = False
+
+    def feed(self, chunk: bytes) -> list[str]:
+        self._raw.append(chunk)
+        buf = self._buf + chunk
+        end = buf.rfind(b"\n") + 1
+        self._buf = buf[end:]
+        return self._lines(buf[:end].split(b"\n")[:-1], b"\n")
+
+    def flush(self) -> list[str]:
+        rest, self._buf = self._buf, b""
+        return self._lines([rest], b"") if rest else []
+
+    def _lines(self, lines: list[bytes], end: bytes) -> list[str]:
+        if self._bad:
+            return []
+        try:
+            return [(line + end).decode() for line in lines]
+        except UnicodeDecodeError:
+            self._bad = True
+            return []
+
+    def body(self) -> bytes | None:
+        return b"".join(self._raw) if self._bad else None
 
 
 class SSESplitter:

@@ -45,7 +45,7 @@ from .exchange import (
 from .providers import Provider, detect
 from .recording import Recorder, recording_classes
 from .sdk_errors import native_miss
-from .sse import is_sse, replay_async, replay_sync
+from .sse import is_stream, replay_async, replay_sync
 
 __all__ = [
     "AsyncTransport",
@@ -296,7 +296,7 @@ class _StreamAsync(_Keeping, AsyncDriver):
 
 
 def _is_stream_answer(resp: Any) -> bool:
-    return is_sse(resp.headers.get("content-type", "")) and resp.status_code < 400
+    return is_stream(resp.headers.get("content-type", "")) and resp.status_code < 400
 
 
 # ---------------------------------------------------------------- sync flow

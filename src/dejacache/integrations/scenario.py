@@ -58,7 +58,7 @@ from typing import Any
 from ..cassettes.block import cassette
 from ..cassettes.redact import Redactor
 from ..cassettes.store import Cassette
-from ..config import UNSET, _Unset
+from ..config import UNSET, Unset
 from ..decorators import cache as _dc_cache
 from ..errors import ConfigurationError, ReplayMiss
 from ..scope import Block, current, decorate_with_block, scope
@@ -121,7 +121,7 @@ _LOCK = threading.Lock()
 _OPTIONS: _Options | None = None
 # (module, attribute) -> (the original, our wrapper)
 _PATCHES: dict[tuple[ModuleType, str], tuple[Any, Any]] = {}
-_ENV_BEFORE: str | _Unset | None = UNSET
+_ENV_BEFORE: str | Unset | None = UNSET
 
 
 def install(
@@ -162,7 +162,7 @@ def install(
                 wrapper = _wrap_run(original)
                 setattr(module, attr, wrapper)
                 _PATCHES[(module, attr)] = (original, wrapper)
-        if isinstance(_ENV_BEFORE, _Unset):
+        if isinstance(_ENV_BEFORE, Unset):
             _ENV_BEFORE = os.environ.get(_ENV_IGNORE)
             host = urllib.parse.urlsplit(
                 os.environ.get("LANGWATCH_ENDPOINT") or _LANGWATCH_DEFAULT).hostname
@@ -182,7 +182,7 @@ def uninstall() -> None:
                 setattr(module, attr, original)
             del _PATCHES[(module, attr)]
         _OPTIONS = None
-        if not isinstance(_ENV_BEFORE, _Unset):
+        if not isinstance(_ENV_BEFORE, Unset):
             if _ENV_BEFORE is None:
                 os.environ.pop(_ENV_IGNORE, None)
             else:
@@ -267,7 +267,7 @@ def _plan(opts: _Options, args: Mapping[str, Any]) -> tuple[_Plan, Any]:
     key = args.get("cache_key")
     if not isinstance(key, str):
         key = _configured_cache_key(_scenario())
-    namespace: str | _Unset = key if key is not None else UNSET
+    namespace: str | Unset = key if key is not None else UNSET
     slug = _slug(str(args.get("name") or "scenario"))
     plugin = sys.modules.get("dejacache.pytest_plugin")
     item = plugin.current_test() if plugin is not None else None
@@ -412,7 +412,7 @@ class _RunNamespace(Block[None]):
     def __enter__(self) -> None:
         ns = _run_namespace()
         s = None
-        if not isinstance(ns, _Unset) and ns != current().namespace:
+        if not isinstance(ns, Unset) and ns != current().namespace:
             s = scope(cache_key=ns)
             s.__enter__()
         _ENTERED.set((*_ENTERED.get(), s))

@@ -290,8 +290,8 @@ class _Proxy:
         params = data.get("params")
         key, canonical = _wire.canonical(
             eff.namespace or "", self.server, method, params, eff.volatile,
-            eff.extra.get("key_substitute") or ())
-        sequenced = bool(getattr(eff.store, "sequenced", False))
+            eff.key_substitute)
+        sequenced = eff.features.sequenced
         ran = False
 
         async def live() -> dict[str, Any]:
