@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from provider_support import QuietServer, eventstream_message
-
 import dejacache
+from provider_support import QuietServer, eventstream_message
 
 WAIT = 10.0
 
