@@ -77,17 +77,17 @@ def server() -> Iterator[_Server]:
 @pytest.mark.parametrize("kind", sorted(BODIES))
 def test_a_recorded_stream_reaches_the_caller_as_it_arrives(server: _Server, kind: str) -> None:
     store = dejacache.MemoryStore()
-    with dejacache.scope(mode="record", store=store), dejacache.http_client() as http:
-        with http.stream("POST", f"{server.url}/{kind}", json={"stream": True}) as resp:
-            got = []
-            for chunk in resp.iter_bytes():
-                got.append(chunk)
-                server.read_first.set()
+    with dejacache.scope(mode="record", store=store), dejacache.http_client() as http, \
+            http.stream("POST", f"{server.url}/{kind}", json={"stream": True}) as resp:
+        got = []
+        for chunk in resp.iter_bytes():
+            got.append(chunk)
+            server.read_first.set()
     assert not server.waited_in_vain, "the first event was held back until the body ended"
     whole = b"".join(BODIES[kind][1])
     assert b"".join(got) == whole
-    with dejacache.scope(mode="replay", store=store), dejacache.http_client() as http:
-        with http.stream("POST", f"{server.url}/{kind}", json={"stream": True}) as resp:
-            replayed = list(resp.iter_bytes())
+    with dejacache.scope(mode="replay", store=store), dejacache.http_client() as http, \
+            http.stream("POST", f"{server.url}/{kind}", json={"stream": True}) as resp:
+        replayed = list(resp.iter_bytes())
     assert b"".join(replayed) == whole
     assert len(replayed) == 2  # one event per chunk
