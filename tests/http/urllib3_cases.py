@@ -88,6 +88,9 @@ def urllib3_cases(tool: str, refused: str) -> dict[str, Any]:
         r = pool.request("GET", tool + "/events", preload_content=False)
         out["pool_stream"] = [c.decode() for c in r.stream(None)]
         r.release_conn()
+        r = pool.request("GET", tool + "/events", preload_content=False)
+        out["pool_stream_64k"] = [c.decode() for c in r.stream(2**16)]  # botocore's read size
+        r.release_conn()
         r = pool.request("GET", tool + "/download", preload_content=False)
         out["pool_read"] = [r.read(9).decode(), r.read().decode()]
         r.release_conn()

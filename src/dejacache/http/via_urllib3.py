@@ -345,15 +345,19 @@ class _Chunks:
 @functools.cache
 def _response_class(base: type) -> type:
     class Response(base):  # type: ignore[misc]
-        """urllib3's response over recorded chunks: ``stream(None)`` hands them on one at a
-        time, as a chunked live answer does (instead of reading the whole body at once)."""
+        """urllib3's response over recorded chunks: ``stream()`` hands them on one at a
+        time (each at most ``amt`` bytes), as urllib3 reads a chunked live answer, instead of
+        gathering ``amt`` bytes first: botocore streams with ``amt=65536``, and an eventstream
+        or server-sent events gathered that way reach the caller all at once."""
 
         def stream(self, amt: int | None = 2**16,
                    decode_content: bool | None = None) -> Iterator[bytes]:
-            if amt is not None or not hasattr(self, "read1"):
+            if amt == 0:
+                return
+            if not hasattr(self, "read1"):
                 yield from super().stream(amt, decode_content)
                 return
-            while data := self.read1(decode_content=decode_content):
+            while data := self.read1(amt, decode_content=decode_content):
                 yield data
 
     Response.__name__ = Response.__qualname__ = base.__name__
