@@ -33,7 +33,6 @@ libraries are installed and raises ``ConfigurationError`` when neither is.
 from __future__ import annotations
 
 import contextvars
-import functools
 import re
 import sys
 import threading
@@ -51,6 +50,7 @@ from . import socketguard
 from . import via_aiohttp as _via_aiohttp
 from . import via_urllib3 as _via_urllib3
 from ._libs import LIBRARIES, Lib, available, imported, lib_of, register
+from ._patching import install, is_ours
 from .routing import INTERCEPT_OPTIONS, decide
 from .transport import Options, handing_on, handle_async, handle_sync
 
@@ -84,7 +84,7 @@ def _wrap(
     cls: type, attr: str, is_async: bool, lib: Lib | None
 ) -> tuple[type, str, Any] | None:
     orig = cls.__dict__[attr]
-    if getattr(orig, "__dejacache_patch__", False):
+    if is_ours(orig):
         return None  # already ours (``import httpx`` aliased to httpx2 names the same class)
     wrapper: Any
     if is_async:
@@ -105,10 +105,7 @@ def _wrap(
             eff, opts = decided
             return handle_sync(lib or lib_of(request), eff, request,
                                lambda r: orig(self, r), opts)
-    functools.update_wrapper(wrapper, orig)
-    wrapper.__dejacache_patch__ = True
-    setattr(cls, attr, wrapper)
-    return cls, attr, orig
+    return install(cls, attr, orig, wrapper)
 
 
 def _patch(lib: Lib) -> None:

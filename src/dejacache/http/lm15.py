@@ -34,6 +34,7 @@ from typing import Any
 
 from ..errors import DejacacheWarning, ReplayMiss
 from ._libs import Lib, available, imported
+from ._patching import install, is_ours
 from .routing import decide
 from .transport import handing_on, handle_async, handle_sync
 
@@ -66,15 +67,11 @@ def patch(module: Any) -> list[tuple[type, str, Any]]:
                 DejacacheWarning, stacklevel=2,
             )
             continue
-        if getattr(orig, "__dejacache_patch__", False):
+        if is_ours(orig):
             continue
         wrapper: Any = _async_stream(module, orig) if is_async else _sync_stream(module, orig)
-        functools.update_wrapper(wrapper, orig)
-        wrapper.__dejacache_patch__ = True
         assert isinstance(cls, type)
-        attr = "stream"
-        setattr(cls, attr, wrapper)
-        done.append((cls, attr, orig))
+        done.append(install(cls, "stream", orig, wrapper))
     return done
 
 

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import DejacacheWarning, ReplayMiss
 from ._libs import Lib, available, imported
+from ._patching import install, is_ours
 from .routing import decide
 from .transport import bypassing, handing_on, handle_async
 
@@ -97,14 +98,10 @@ def patch(module: Any) -> list[tuple[type, str, Any]]:
             DejacacheWarning, stacklevel=2,
         )
         return []
-    if getattr(orig, "__dejacache_patch__", False):
+    if is_ours(orig):
         return []
     assert isinstance(cls, type) and orig is not None
-    wrapper: Any = _request(orig)
-    functools.update_wrapper(wrapper, orig)
-    wrapper.__dejacache_patch__ = True
-    cls._request = wrapper  # type: ignore[attr-defined]
-    return [(cls, "_request", orig)]
+    return [install(cls, "_request", orig, _request(orig))]
 
 
 def _request(orig: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:

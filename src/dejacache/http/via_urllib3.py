@@ -48,6 +48,7 @@ from typing import Any
 
 from ..errors import DejacacheWarning
 from ._libs import Lib, available, imported
+from ._patching import install, is_ours
 from .routing import decide
 from .transport import bypassing, handing_on, handle_sync
 
@@ -106,14 +107,10 @@ def patch(module: Any) -> list[tuple[type, str, Any]]:
             DejacacheWarning, stacklevel=2,
         )
         return []
-    if getattr(orig, "__dejacache_patch__", False):
+    if is_ours(orig):
         return []
     assert isinstance(cls, type)
-    wrapper: Any = _urlopen(orig)
-    functools.update_wrapper(wrapper, orig)
-    wrapper.__dejacache_patch__ = True
-    cls.urlopen = wrapper  # type: ignore[attr-defined]
-    return [(cls, "urlopen", orig)]
+    return [install(cls, "urlopen", orig, _urlopen(orig))]
 
 
 # ---------------------------------------------------------------- the request

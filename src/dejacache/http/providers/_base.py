@@ -82,8 +82,12 @@ class Provider:
         if body is not None:
             seen.update((i, None) for i in walk_ids(body, keys))
         for ev in events:
-            seen.update((i, None) for i in walk_ids(ev, keys))
+            seen.update((i, None) for i in walk_ids(self.event_for_ids(ev), keys))
         return list(seen)
+
+    def event_for_ids(self, event: Any) -> Any:
+        """The part of one stream event that holds its ids (the event itself by default)."""
+        return event
 
 
 def _usage_block(obj: Any) -> dict[str, int] | None:

@@ -24,7 +24,7 @@ from urllib.parse import unquote
 import orjson
 
 from ..eventstream import stored_type
-from ._base import END, FINISHING, IN_PROGRESS, Provider, walk_ids
+from ._base import END, FINISHING, IN_PROGRESS, Provider
 from .anthropic import PROVIDER as ANTHROPIC
 
 __all__ = ["PROVIDER", "Bedrock", "split_path"]
@@ -186,14 +186,8 @@ class Bedrock(Provider):
             out.update(ANTHROPIC.usage(None, inner) or metrics)
         return out or None
 
-    def ids(self, body: Any, events: Iterable[Any]) -> list[str]:
-        seen: dict[str, None] = {}
-        keys = self.alias_keys
-        if body is not None:
-            seen.update((i, None) for i in walk_ids(body, keys))
-        for ev in events:
-            seen.update((i, None) for i in walk_ids(_chunk_event(ev), keys))
-        return list(seen)
+    def event_for_ids(self, event: Any) -> Any:
+        return _chunk_event(event)
 
 
 def _is_exception(event: Any) -> bool:
