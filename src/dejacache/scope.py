@@ -333,12 +333,7 @@ class scope(Block["scope"]):
         self._paths.enter()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         # One scope object may be entered by several tasks/threads at once (decorator form):
         # leave the entry this context made, not simply the newest one, or an interleaved
         # exit would reset another context's token and drop this context's outer scope.

@@ -37,7 +37,7 @@ import re
 import sys
 import threading
 from collections.abc import Iterable
-from types import ModuleType, TracebackType
+from types import ModuleType
 from typing import Any, ParamSpec, TypeVar
 
 from .._core.volatile import BlockPaths
@@ -266,12 +266,7 @@ class intercept(Block["intercept"]):
         self._paths.enter()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         token = self._tokens.pop()
         try:
             INTERCEPT_OPTIONS.reset(token)

@@ -26,7 +26,6 @@ import itertools
 import threading
 import time
 from collections.abc import Callable, Mapping
-from types import TracebackType
 from typing import Any
 
 import orjson
@@ -233,12 +232,7 @@ class PrefixMonitor(Block["PrefixMonitor"]):
             self._tokens.append((observers.WATCHERS.get(), watch, threads))
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         from ..http import observers
         from ..http.intercept import observe
 

@@ -16,7 +16,6 @@ import contextvars
 import dataclasses
 import itertools
 import uuid
-from types import TracebackType
 
 from .._core.scopes import global_prefix, session_prefix, tenant_prefix
 from .._slots import slot_setters
@@ -139,12 +138,7 @@ class agent_session(Block["agent_session"]):  # lower case like ``scope``: used 
         self._tokens.append(SESSION.set(self))
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         # The same object may be entered from several threads or tasks at once: reset the
         # newest token that belongs to this context (reset refuses the others).
         for i in range(len(self._tokens) - 1, -1, -1):
