@@ -13,7 +13,7 @@ import threading
 import time
 import warnings
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, cast
+from typing import Any, ClassVar, TypeVar, cast
 
 import orjson
 
@@ -333,6 +333,14 @@ class Driver:
     __slots__ = ("accept", "eff", "fkey", "flight", "kind", "landed", "name", "rekey_fn", "t0",
                  "ttl")
 
+    #: the class keeps :meth:`record` and :meth:`counted` as they are here, so a store
+    #: calls what they would call without the two calls (~5% of a memory miss)
+    _plain_keep: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._plain_keep = cls.record is Driver.record and cls.counted is Driver.counted
+
     def __init__(self, eff: Effective, name: str, kind: str, *, ttl: float | None = None,
                  rekey: RekeyFn | None = None,
                  accept: Callable[[Any], bool] | None = None) -> None:
@@ -492,9 +500,15 @@ class SyncDriver(Driver):
         raise replay_miss(self.eff, self.name, effect.key, effect.canonical)
 
     def store(self, s: Store) -> None:
-        rec = self.record(s)
-        stored = rec is not None and store_value(self.eff, s.key, rec, self.ttl)
-        self.counted(s, stored)
+        if self._plain_keep:
+            rec = try_encode(self.eff, self.name, self.kind, s.key, s.canonical, s.value,
+                             s.duration)
+            stored = rec is not None and store_value(self.eff, s.key, rec, self.ttl)
+            record_miss(self.name, stored=stored)
+        else:
+            rec = self.record(s)
+            stored = rec is not None and store_value(self.eff, s.key, rec, self.ttl)
+            self.counted(s, stored)
         if self.flight is not None and rec is not None:  # _kept, written out
             self.flight.state, self.flight.value = OK, rec
 
