@@ -8,7 +8,7 @@ import re
 import warnings
 import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Iterable
-from typing import Any, TypeVar, cast, overload
+from typing import Any, TypeVar, overload
 
 import orjson
 
@@ -20,7 +20,7 @@ from .errors import ConfigurationError, DejacacheWarning
 from .keys import KeyBuilder, KeyParts, digest, explain, key_seed
 from .scope import _ACTIVE, _CURRENT, current, track, untrack
 from .stats import record_hit, record_miss
-from .stores._base import NOT_SHARED, ShortHitStore
+from .stores._base import NOT_SHARED
 
 __all__ = ["cache"]
 
@@ -132,11 +132,14 @@ class _Plan:
         self.subs = eff.key_substitute
         features = eff.features
         store = self.store
-        self.short = (not eff.guarded and eff.mode != "record" and features.short_hits
+        # eff.guarded and typing.cast written out: a scope entered per call makes a new
+        # Effective, so a new plan, every call
+        self.short = (not (eff.ambiguous or eff.key_substitute) and eff.mode != "record"
+                      and features.short_hits
                       and getattr(eff.codec, "plain_payloads", False) is True)
         if self.short:
             if features.shares:
-                self.share = cast(ShortHitStore, store).share
+                self.share = store.share  # a ShortHitStore (``store`` is Any)
             self.quick = not self.subs
 
 
