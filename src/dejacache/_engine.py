@@ -526,7 +526,8 @@ class SyncDriver(Driver):
             except Exception as exc:
                 self.advance(flow, exc=exc)  # counted (maybe kept); the flow raises it again
                 raise  # pragma: no cover
-            ran = Ran(value, time.perf_counter() - self.t0)
+            # Ran(value, duration), without the constructor's own call (see flow._new)
+            ran = tuple.__new__(Ran, (value, time.perf_counter() - self.t0, True))
             return self.advance(flow, ran)[1]  # type: ignore[no-any-return]
         except BaseException as exc:
             err = exc
@@ -616,8 +617,8 @@ def call_sync(
     With ``rekey``, ``key``/``canonical`` are the fast form and ``rekey()`` the full one.
     """
     d = SyncDriver(eff, name, kind, ttl=ttl, rekey=rekey)
-    facts = Facts(eff.mode, (eff._features or eff.features).sequenced, rekey is not None,
-                  True, True)  # Driver.flow, written out
+    facts = tuple.__new__(Facts, (eff.mode, (eff._features or eff.features).sequenced,
+                                  rekey is not None, True, True))  # Driver.flow, written out
     return d.call(call_flow(facts, key, canonical), fn)
 
 
