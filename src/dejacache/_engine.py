@@ -341,8 +341,8 @@ class Driver:
         super().__init_subclass__(**kwargs)
         cls._plain_keep = cls.record is Driver.record and cls.counted is Driver.counted
 
-    def __init__(self, eff: Effective, name: str, kind: str, *, ttl: float | None = None,
-                 rekey: RekeyFn | None = None,
+    def __init__(self, eff: Effective, name: str, kind: str, ttl: float | None = None,
+                 rekey: RekeyFn | None = None, *,
                  accept: Callable[[Any], bool] | None = None) -> None:
         if eff.ambiguous:
             check_ambiguous(eff, name)
@@ -472,7 +472,16 @@ class SyncDriver(Driver):
                     else:
                         answer = self._followed(effect.key, *_FLIGHTS.wait(flight))
                 elif type(effect) is Store:
-                    self.store(effect)
+                    if self._plain_keep:  # store, written out
+                        eff, name, key = self.eff, self.name, effect.key
+                        rec = try_encode(eff, name, self.kind, key, effect.canonical,
+                                         effect.value, effect.duration)
+                        stored = rec is not None and store_value(eff, key, rec, self.ttl)
+                        record_miss(name, stored=stored)
+                        if self.flight is not None and rec is not None:
+                            self.flight.state, self.flight.value = OK, rec
+                    else:
+                        self.store(effect)
                     answer = None
                 else:
                     answer = self.do(effect)
@@ -616,7 +625,7 @@ def call_sync(
 
     With ``rekey``, ``key``/``canonical`` are the fast form and ``rekey()`` the full one.
     """
-    d = SyncDriver(eff, name, kind, ttl=ttl, rekey=rekey)
+    d = SyncDriver(eff, name, kind, ttl, rekey)  # positional: no keywords to match
     facts = tuple.__new__(Facts, (eff.mode, (eff._features or eff.features).sequenced,
                                   rekey is not None, True, True))  # Driver.flow, written out
     return d.call(call_flow(facts, key, canonical), fn)
