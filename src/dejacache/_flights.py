@@ -41,7 +41,9 @@ class Flight:
     __slots__ = ("event", "fut", "state", "value")
 
     def __init__(self, fut: asyncio.Future[None] | None = None) -> None:
-        self.event = threading.Event() if fut is None else None
+        # A thread's flight gets its event from its first waiter, under the lock: a lone
+        # miss (nearly every miss) makes none and sets none, ~10 Python calls fewer.
+        self.event: threading.Event | None = None
         self.fut = fut
         self.state = ABANDONED  # what a leader that never says otherwise leaves behind
         self.value: Any = None
@@ -68,6 +70,8 @@ class SingleFlight(Generic[R]):
         with self._lock:
             flight = self._calls.get(key)
             if flight is not None:
+                if flight.event is None:
+                    flight.event = threading.Event()
                 return flight, False
             flight = self._calls[key] = Flight()
             return flight, True
@@ -84,8 +88,11 @@ class SingleFlight(Generic[R]):
             if self._calls.get(key) is flight:
                 del self._calls[key]
             self.landed += 1
-        assert flight.event is not None
-        flight.event.set()
+            # Read under the lock: every waiter joined (and made the event) before the
+            # flight left ``_calls``; one that comes after leads a flight of its own.
+            event = flight.event
+        if event is not None:
+            event.set()
 
     # ------------------------------------------------------------ the primitive (asyncio)
 

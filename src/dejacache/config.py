@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import operator
 import os
 import re
 import threading
@@ -127,7 +128,11 @@ class Effective:
     def features(self) -> Features:
         f = self._features
         if f is None:
-            f = features_of(self.store)
+            store = self.store
+            try:  # features_of's own cache on the store, read without its call: a scope
+                f = store.__dict__["_dejacache_features"]  # entered per call reads it
+            except (AttributeError, KeyError):  # per call
+                f = features_of(store)
             object.__setattr__(self, "_features", f)  # a cache: the instance stays as frozen
         return f
 
@@ -135,6 +140,18 @@ class Effective:
     def guarded(self) -> bool:
         """Calls here need more than the plain path: refused (ambiguous) or rekeyed."""
         return bool(self.ambiguous or self.key_substitute)
+
+    def derive(self, changes: dict[str, Any]) -> Effective:
+        """``dataclasses.replace(self, **changes)`` without its walk over the fields in
+        Python: a scope entered around every call derives one per call (4.1 -> 5.1 µs with
+        replace once the fields grew by four)."""
+        args = dict(zip(_INIT_FIELDS, _init_values(self), strict=True))
+        args.update(changes)
+        return Effective(**args)
+
+
+_INIT_FIELDS: Final = tuple(f.name for f in dataclasses.fields(Effective) if f.init)
+_init_values: Final = operator.attrgetter(*_INIT_FIELDS)
 
 
 def store_from_url(url: str) -> Store:

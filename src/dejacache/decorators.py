@@ -8,19 +8,19 @@ import re
 import warnings
 import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Iterable
-from typing import Any, TypeVar, cast, overload
+from typing import Any, TypeVar, overload
 
 import orjson
 
 from . import _engine
-from ._core.flow import Flow
+from ._core.flow import Flow, Lookup
 from ._frozen import freeze, shared_node, view_of
 from .config import GLOBAL, Duration, Effective, VolatileItems, ttl_seconds, volatile_items
 from .errors import ConfigurationError, DejacacheWarning
 from .keys import KeyBuilder, KeyParts, digest, explain, key_seed
 from .scope import CURRENT, OPEN_BLOCKS, current, track, untrack
 from .stats import record_hit, record_miss
-from .stores._base import NOT_SHARED, ShortHitStore
+from .stores._base import NOT_SHARED
 
 __all__ = ["cache"]
 
@@ -132,11 +132,14 @@ class _Plan:
         self.subs = eff.key_substitute
         features = eff.features
         store = self.store
-        self.short = (not eff.guarded and eff.mode != "record" and features.short_hits
+        # eff.guarded and typing.cast written out: a scope entered per call makes a new
+        # Effective, so a new plan, every call
+        self.short = (not (eff.ambiguous or eff.key_substitute) and eff.mode != "record"
+                      and features.short_hits
                       and getattr(eff.codec, "plain_payloads", False) is True)
         if self.short:
             if features.shares:
-                self.share = cast(ShortHitStore, store).share
+                self.share = store.share  # a ShortHitStore (``store`` is Any)
             self.quick = not self.subs
 
 
@@ -231,13 +234,40 @@ class _Face:
         item = p.store.hit(key)
         return (_engine.MISS if item is None else self.short_hit(p, eff, key, item)), parts
 
-    def stream_flow(self, prep: Prep, driver: type[D]) -> tuple[D, Flow]:
+    def stream_flow(self, prep: Prep, driver: type[D], looked: bool) -> tuple[D, Flow]:
+        """The driver and flow of a generator call; ``looked``: its first lookup has been
+        made (``stream_hit``) and missed, so the flow starts past it."""
         eff, key, canonical, rekey = prep
         d = driver(eff, self.call_name, self.kind, ttl=self.ttl, rekey=rekey,
                    accept=_is_stream)
         # Generators run unshared (each caller reads its own items) and their failures are
         # not kept.
-        return d, d.flow(key, canonical, flights=False, keep_errors=False)
+        flow = d.flow(key, canonical, flights=False, keep_errors=False)
+        if looked:
+            first = next(flow)
+            assert type(first) is Lookup and first.key == key
+        return d, flow
+
+
+def _stream_hit(prep: Prep, call_name: str) -> Any:
+    """The stored stream of a generator call, ``MISS``, or None when the call must go the
+    driver's way from the start (recording, or refused as ambiguous). The flow's first
+    effect, taken in front of it: a hit then builds no driver and no flow (a memory hit
+    10.5 -> 6 µs)."""
+    eff = prep[0]
+    if eff.mode == "record" or eff.ambiguous:
+        return None
+    stored = _engine.lookup(eff, call_name, prep[1])
+    return stored if stored is _engine.MISS or _is_stream(stored) else _engine.MISS
+
+
+async def _astream_hit(prep: Prep, call_name: str) -> Any:
+    """:func:`_stream_hit` for an async generator."""
+    eff = prep[0]
+    if eff.mode == "record" or eff.ambiguous:
+        return None
+    stored = await _engine.alookup(eff, call_name, prep[1])
+    return stored if stored is _engine.MISS or _is_stream(stored) else _engine.MISS
 
 
 def _agen_wrapper(face: _Face) -> Callable[..., Any]:
@@ -250,8 +280,13 @@ def _agen_wrapper(face: _Face) -> Callable[..., Any]:
             async for item in fn(*args, **kwargs):
                 yield item
             return
-        d, flow = face.stream_flow(prep, _engine.AsyncDriver)
-        run, stored = await d.advance(flow)
+        stored = await _astream_hit(prep, call_name)
+        if stored is not None and stored is not _engine.MISS:
+            for item in stored["items"]:
+                yield item
+            return
+        d, flow = face.stream_flow(prep, _engine.AsyncDriver, stored is not None)
+        run, stored = await d.advance(flow, None if stored is None else _engine.MISS)
         if run is None:
             for item in stored["items"]:
                 yield item
@@ -286,8 +321,12 @@ def _gen_wrapper(face: _Face) -> Callable[..., Any]:
         prep = face.prepare(args, kwargs)
         if prep is None:
             return (yield from fn(*args, **kwargs))
-        d, flow = face.stream_flow(prep, _engine.SyncDriver)
-        run, stored = d.advance(flow)
+        stored = _stream_hit(prep, call_name)
+        if stored is not None and stored is not _engine.MISS:
+            yield from stored["items"]
+            return stored["return"]
+        d, flow = face.stream_flow(prep, _engine.SyncDriver, stored is not None)
+        run, stored = d.advance(flow, None if stored is None else _engine.MISS)
         if run is None:
             yield from stored["items"]
             return stored["return"]

@@ -325,7 +325,7 @@ class scope(Block["scope"]):
         if self.store is not None:
             changes["store"] = self.store
             changes["source"] = getattr(self.store, "url", type(self.store).__name__)
-        return dataclasses.replace(base, **changes)
+        return base.derive(changes)
 
     def __enter__(self) -> scope:
         eff = self.effective()
