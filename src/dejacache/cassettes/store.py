@@ -164,6 +164,8 @@ class Cassette(BaseStore):
                 response = self.redactor.restore(self._tape.expand(response))
                 value = blob_from_tree(response, plain, key=e.key)
                 model = _model_of(response)
+        if usage and not model:  # an answer that names no model (Cohere): the one asked for
+            model = _model_of(self._tape.expand(doc.get("request")))
         c = self.counters
         c.replayed += 1
         c.time_saved += duration
