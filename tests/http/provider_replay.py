@@ -22,7 +22,7 @@ from typing import Any
 
 import dejacache
 
-__all__ = ["assert_no_secrets", "record", "replay_fresh"]
+__all__ = ["assert_no_secrets", "record", "record_then_replay_fresh", "replay_fresh"]
 
 _TESTS = pathlib.Path(__file__).resolve().parents[1]
 _SRC = pathlib.Path(dejacache.__file__).resolve().parents[1]
@@ -85,3 +85,20 @@ def assert_no_secrets(root: pathlib.Path, secrets: Iterable[str]) -> None:
         data = p.read_bytes()
         for s in secrets:
             assert s.encode() not in data, f"{s!r} is in {p}"
+
+
+def record_then_replay_fresh(fake: Any, cassette: pathlib.Path, scenario: Callable[[str], Any],
+                             name: str) -> tuple[Any, dict[str, Any]]:
+    """Record ``scenario`` (four answers, then a 429 and a 500) against ``fake``, stop it and
+    replay in a fresh process: every call a hit under ``name``, the same answers, no attempt
+    to connect, tokens saved. Returns what the recording and the replay saw."""
+    fake.script.extend([{}, {}, {}, {}, {"status": 429}, {"status": 500}])
+    live = record(cassette, scenario, fake.url)
+    fake.stop()
+    again = replay_fresh(cassette, scenario, fake.url)
+    assert again["out"] == live
+    assert again["attempts"] == []
+    assert again["misses"] == 0 and again["hits"] == again["replayed"] == 6
+    assert again["by_name"] == [name]
+    assert again["tokens_saved"] > 0
+    return live, again

@@ -15,7 +15,7 @@ cohere = pytest.importorskip("cohere")
 
 from cohere.core.api_error import ApiError  # noqa: E402
 from fake_chat_apis import FakeChatAPIs  # noqa: E402
-from provider_replay import assert_no_secrets, record, replay_fresh  # noqa: E402
+from provider_replay import assert_no_secrets, record_then_replay_fresh  # noqa: E402
 
 import dejacache  # noqa: E402
 from dejacache.http.providers import detect  # noqa: E402
@@ -90,14 +90,7 @@ async def async_scenario(base_url: str) -> dict[str, Any]:
 def test_record_then_replay_in_a_fresh_process(chat_apis: FakeChatAPIs, tmp_path: pathlib.Path,
                                                run: Any) -> None:
     cas = tmp_path / "cohere.json"
-    chat_apis.script.extend([{}, {}, {}, {}, {"status": 429}, {"status": 500}])
-    live = record(cas, run, chat_apis.url)
-    chat_apis.stop()
-    again = replay_fresh(cas, run, chat_apis.url)
-    assert again["out"] == live
-    assert again["attempts"] == []
-    assert again["misses"] == 0 and again["hits"] == again["replayed"] == 6
-    assert again["by_name"] == ["cohere.chat"]
+    live, again = record_then_replay_fresh(chat_apis, cas, run, "cohere.chat")
     # Cohere's answers name no model: the replay prices them by the model the request asked.
     assert again["tokens_saved"] > 0 and again["dollars_saved"] > 0
     assert live["429"][:2] == ["TooManyRequestsError", 429]

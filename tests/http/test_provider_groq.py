@@ -14,7 +14,7 @@ import pytest
 groq = pytest.importorskip("groq")
 
 from fake_chat_apis import FakeChatAPIs  # noqa: E402
-from provider_replay import assert_no_secrets, record, replay_fresh  # noqa: E402
+from provider_replay import assert_no_secrets, record_then_replay_fresh  # noqa: E402
 
 import dejacache  # noqa: E402
 from dejacache.http.providers import detect  # noqa: E402
@@ -88,14 +88,7 @@ async def async_scenario(base_url: str) -> dict[str, Any]:
 def test_record_then_replay_in_a_fresh_process(chat_apis: FakeChatAPIs, tmp_path: pathlib.Path,
                                                run: Any) -> None:
     cas = tmp_path / "groq.json"
-    chat_apis.script.extend([{}, {}, {}, {}, {"status": 429}, {"status": 500}])
-    live = record(cas, run, chat_apis.url)
-    chat_apis.stop()
-    again = replay_fresh(cas, run, chat_apis.url)
-    assert again["out"] == live
-    assert again["attempts"] == []
-    assert again["misses"] == 0 and again["hits"] == again["replayed"] == 6
-    assert again["by_name"] == ["groq.chat.completions"]
+    live, again = record_then_replay_fresh(chat_apis, cas, run, "groq.chat.completions")
     assert again["tokens_saved"] > 0 and again["dollars_saved"] > 0
     assert live["429"][:2] == ["RateLimitError", 429]
     assert live["500"][:2] == ["InternalServerError", 500]

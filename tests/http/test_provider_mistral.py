@@ -15,7 +15,7 @@ pytest.importorskip("mistralai.client")
 
 from fake_chat_apis import FakeChatAPIs
 from mistralai.client import Mistral, errors, models
-from provider_replay import assert_no_secrets, record, replay_fresh
+from provider_replay import assert_no_secrets, record_then_replay_fresh
 
 import dejacache
 from dejacache.http.providers import detect
@@ -94,14 +94,7 @@ async def async_scenario(base_url: str) -> dict[str, Any]:
 def test_record_then_replay_in_a_fresh_process(chat_apis: FakeChatAPIs, tmp_path: pathlib.Path,
                                                run: Any) -> None:
     cas = tmp_path / "mistral.json"
-    chat_apis.script.extend([{}, {}, {}, {}, {"status": 429}, {"status": 500}])
-    live = record(cas, run, chat_apis.url)
-    chat_apis.stop()
-    again = replay_fresh(cas, run, chat_apis.url)
-    assert again["out"] == live
-    assert again["attempts"] == []
-    assert again["misses"] == 0 and again["hits"] == again["replayed"] == 6
-    assert again["by_name"] == ["mistral.chat.completions"]
+    live, again = record_then_replay_fresh(chat_apis, cas, run, "mistral.chat.completions")
     assert again["tokens_saved"] > 0 and again["dollars_saved"] > 0
     assert live["429"][:2] == ["SDKError", 429] and live["500"][:2] == ["SDKError", 500]
     assert len(live["stream"]) > 3 and live["stream"][-1]["data"]["usage"]["total_tokens"] > 0

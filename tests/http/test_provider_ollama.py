@@ -15,7 +15,7 @@ import pytest
 ollama = pytest.importorskip("ollama")
 
 from fake_chat_apis import FakeChatAPIs  # noqa: E402
-from provider_replay import record, replay_fresh  # noqa: E402
+from provider_replay import record_then_replay_fresh  # noqa: E402
 
 import dejacache  # noqa: E402
 from dejacache.http.providers import detect  # noqa: E402
@@ -95,14 +95,7 @@ async def async_scenario(base_url: str) -> dict[str, Any]:
 def test_record_then_replay_in_a_fresh_process(chat_apis: FakeChatAPIs, tmp_path: pathlib.Path,
                                                run: Any) -> None:
     cas = tmp_path / "ollama.json"
-    chat_apis.script.extend([{}, {}, {}, {}, {"status": 429}, {"status": 500}])
-    live = record(cas, run, chat_apis.url)
-    chat_apis.stop()
-    again = replay_fresh(cas, run, chat_apis.url)
-    assert again["out"] == live
-    assert again["attempts"] == []
-    assert again["misses"] == 0 and again["hits"] == again["replayed"] == 6
-    assert again["by_name"] == ["ollama.chat"]
+    live, again = record_then_replay_fresh(chat_apis, cas, run, "ollama.chat")
     assert again["tokens_saved"] > 0
     assert live["429"][:2] == ["ResponseError", 429] and live["500"][:2] == ["ResponseError", 500]
     parts = live["stream"]

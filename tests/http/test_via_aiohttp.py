@@ -8,70 +8,30 @@ stopped and a listener on their ports counting any connection (there must be non
 from __future__ import annotations
 
 import asyncio
-import os
 import pathlib
-import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
-import orjson
 import pytest
 
 aiohttp = pytest.importorskip("aiohttp")
 
 from aiohttp_cases import SECRETS  # noqa: E402
-from fake_provider import FakeProvider  # noqa: E402
+from cases_support import case_env, record_then_replay_cases  # noqa: E402
 from fake_tool_api import ToolAPI  # noqa: E402
 from http_support import SeqStore  # noqa: E402
 
 import dejacache  # noqa: E402
 from dejacache.http.intercept import patched_libraries  # noqa: E402
-from provider_support import DropListener  # noqa: E402
 
 HERE = pathlib.Path(__file__).parent
 
 
-def _env() -> dict[str, str]:
-    paths = [str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-
-
-def _run(*args: str) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, str(HERE / "aiohttp_cases.py"), *args],
-                          capture_output=True, text=True, env=_env(), timeout=240)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out: dict[str, Any] = orjson.loads(proc.stdout)
-    return out
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     cassette = tmp_path_factory.mktemp("aiohttp") / "cases.json"
-    tool, chat = ToolAPI().start(), FakeProvider(chunk_delay=0.001).start()
-    refused = f"http://127.0.0.1:{_free_port()}"
-    args = [str(cassette), tool.url, chat.url + "/v1", refused]
-    try:
-        recorded = _run("record", *args)
-        seen = (tool.connections, chat.count())
-    finally:
-        tool.stop()
-        chat.stop()
-    guards = [DropListener(tool.port), DropListener(chat.port)]
-    try:
-        replayed = _run("replay", *args)
-    finally:
-        for g in guards:
-            g.close()
-    yield {"recorded": recorded, "replayed": replayed, "seen": seen, "cassette": cassette,
-           "connections": [g.count for g in guards]}
+    return record_then_replay_cases("aiohttp_cases.py", cassette)
 
 
 def test_a_replay_in_a_fresh_process_opens_no_connection(runs: dict[str, Any]) -> None:
@@ -187,7 +147,7 @@ print("patched after", hasattr(aiohttp.ClientSession._request, "__dejacache_patc
 """
     try:
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              env=_env(), timeout=120)
+                              env=case_env(), timeout=120)
     finally:
         api.stop()
     assert proc.returncode == 0, proc.stderr
