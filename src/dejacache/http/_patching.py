@@ -15,8 +15,10 @@ def is_ours(obj: Any) -> bool:
 
 def install(cls: type, attr: str, orig: Any, wrapper: Any) -> tuple[type, str, Any]:
     """Put ``wrapper`` in place of ``cls.attr`` (``orig``), named like it and marked as ours;
-    the triple returned is what puts ``orig`` back."""
-    functools.update_wrapper(wrapper, orig)
-    wrapper.__dejacache_patch__ = True
+    the triple returned is what puts ``orig`` back. A wrapper kept from an earlier block is
+    put back as it is."""
+    if not is_ours(wrapper):
+        functools.update_wrapper(wrapper, orig)
+        wrapper.__dejacache_patch__ = True
     setattr(cls, attr, wrapper)
     return cls, attr, orig

@@ -84,13 +84,9 @@ _FROM_LIB = {
 
 def patch(module: Any) -> list[tuple[type, str, Any]]:
     """Wrap ``ClientSession._request`` of ``module`` (aiohttp.client) to add the middleware."""
-    import inspect  # here: aiohttp (which loads it anyway) is being patched
-
     cls = getattr(module, "ClientSession", None)
     orig = cls.__dict__.get("_request") if isinstance(cls, type) else None
-    ok = orig is not None and inspect.iscoroutinefunction(orig) and (
-        "middlewares" in inspect.signature(orig).parameters)
-    if not ok:
+    if orig is None or not _takes_middlewares(orig):
         warnings.warn(
             f"dejacache found {module.__name__} but no ClientSession._request(..., "
             "middlewares=...) in it: aiohttp requests are neither recorded nor replayed "
@@ -104,6 +100,17 @@ def patch(module: Any) -> list[tuple[type, str, Any]]:
     return [install(cls, "_request", orig, _request(orig))]
 
 
+# Kept per function: a scope entered around every request patches aiohttp each time, and
+# reading the signature again cost ~0.3 ms a block.
+@functools.cache
+def _takes_middlewares(orig: Any) -> bool:
+    import inspect  # here: aiohttp (which loads it anyway) is being patched
+
+    return inspect.iscoroutinefunction(orig) and (
+        "middlewares" in inspect.signature(orig).parameters)
+
+
+@functools.cache
 def _request(orig: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     async def request(self: Any, method: str, str_or_url: Any, **kwargs: Any) -> Any:
         if not bypassing():

@@ -402,6 +402,7 @@ def _is_lib_error(exc: BaseException) -> bool:
 # ---------------------------------------------------------------- the wrapper
 
 
+@functools.cache  # kept: a block opened per request patches again, as cheaply as it can
 def _urlopen(orig: Callable[..., Any]) -> Callable[..., Any]:
     def urlopen(self: Any, method: str, url: str, body: Any = None, headers: Any = None,
                 retries: Any = None, redirect: bool = True, assert_same_host: bool = True,

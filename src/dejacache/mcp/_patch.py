@@ -66,6 +66,9 @@ def _server(transport: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> di
     return _wire.http_identity(str(url), transport)
 
 
+# One replacement per original, kept: a scope entered around every request patches and
+# restores the transports each time, and building them again cost ~30 µs a block.
+@functools.cache
 def _replacement(orig: Callable[..., Any], transport: str, name: str) -> Callable[..., Any]:
     opened = contextlib.asynccontextmanager(orig)
     # mcp 1.x's streamablehttp_client yields a session-id getter after the pair.
@@ -152,12 +155,8 @@ def _as_mcp_error(miss: ReplayMiss, exc: Exception) -> ReplayMiss:
     return out  # type: ignore[no-any-return]
 
 
-def _patch_dispatcher(mod: ModuleType) -> Callable[[], None] | None:
-    cls = getattr(mod, _DISPATCHER[1], None)
-    orig = getattr(cls, "send_raw_request", None) if cls is not None else None
-    if orig is None or getattr(orig, "__dejacache_patch__", False):
-        return None
-
+@functools.cache
+def _miss_raiser(orig: Callable[..., Any]) -> Callable[..., Any]:
     async def send_raw_request(self: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return await orig(self, *args, **kwargs)
@@ -167,6 +166,16 @@ def _patch_dispatcher(mod: ModuleType) -> Callable[[], None] | None:
 
     send_raw_request.__dejacache_patch__ = True  # type: ignore[attr-defined]
     send_raw_request.__wrapped__ = orig  # type: ignore[attr-defined]
+    return send_raw_request
+
+
+def _patch_dispatcher(mod: ModuleType) -> Callable[[], None] | None:
+    cls = getattr(mod, _DISPATCHER[1], None)
+    orig = getattr(cls, "send_raw_request", None) if cls is not None else None
+    if orig is None or getattr(orig, "__dejacache_patch__", False):
+        return None
+
+    send_raw_request = _miss_raiser(orig)
     cls.send_raw_request = send_raw_request  # type: ignore[union-attr]
 
     def undo() -> None:
