@@ -33,6 +33,7 @@ libraries are installed and raises ``ConfigurationError`` when neither is.
 from __future__ import annotations
 
 import contextvars
+import functools
 import re
 import sys
 import threading
@@ -86,6 +87,12 @@ def _wrap(
     orig = cls.__dict__[attr]
     if is_ours(orig):
         return None  # already ours (``import httpx`` aliased to httpx2 names the same class)
+    return install(cls, attr, orig, _wrapper(orig, is_async, lib))
+
+
+# One wrapper per original, kept: a block opened per request patches again each time.
+@functools.cache
+def _wrapper(orig: Any, is_async: bool, lib: Lib | None) -> Any:
     wrapper: Any
     if is_async:
         async def wrapper(self: Any, request: Any) -> Any:
@@ -105,7 +112,7 @@ def _wrap(
             eff, opts = decided
             return handle_sync(lib or lib_of(request), eff, request,
                                lambda r: orig(self, r), opts)
-    return install(cls, attr, orig, wrapper)
+    return wrapper
 
 
 def _patch(lib: Lib) -> None:

@@ -96,12 +96,31 @@ def _replacement(orig: Callable[..., Any], transport: str, name: str) -> Callabl
 
 
 def _swap_cell(fn: Any, new: Any, old: Any) -> bool:
+    cell = _cell_holding(fn, old)
+    if cell is None:
+        return False
+    cell.cell_contents = new
+    return True
+
+
+def _cell_holding(fn: Any, value: Any) -> Any:
+    # Looked up once per (wrapper, function) pair: a block opened per request swaps the
+    # transports each time, and walking the closure under a context manager cost ~5 µs each.
+    key = (id(fn), id(value))
+    cell = _CELLS.get(key)
+    if cell is not None and cell.cell_contents is value:
+        return cell
     for cell in getattr(fn, "__closure__", None) or ():
-        with contextlib.suppress(ValueError):
-            if cell.cell_contents is old:
-                cell.cell_contents = new
-                return True
-    return False
+        try:
+            if cell.cell_contents is value:
+                _CELLS[key] = cell
+                return cell
+        except ValueError:  # an empty cell
+            continue
+    return None
+
+
+_CELLS: dict[tuple[int, int], Any] = {}
 
 
 def _patch_transport(mod: ModuleType, name: str, transport: str) -> Callable[[], None] | None:
