@@ -106,7 +106,7 @@ def _swap_cell(fn: Any, new: Any, old: Any) -> bool:
 def _cell_holding(fn: Any, value: Any) -> Any:
     # Looked up once per (wrapper, function) pair: a block opened per request swaps the
     # transports each time, and walking the closure under a context manager cost ~5 µs each.
-    key = (id(fn), id(value))
+    key = (fn, value)
     cell = _CELLS.get(key)
     if cell is not None and cell.cell_contents is value:
         return cell
@@ -120,7 +120,7 @@ def _cell_holding(fn: Any, value: Any) -> Any:
     return None
 
 
-_CELLS: dict[tuple[int, int], Any] = {}
+_CELLS: dict[tuple[Any, Any], Any] = {}  # the transports' own functions: a few, kept
 
 
 def _patch_transport(mod: ModuleType, name: str, transport: str) -> Callable[[], None] | None:
