@@ -288,6 +288,7 @@ async def test_bare_thread_with_sibling_task_blocks_fails_closed(
 ) -> None:
     c = Counter()
     both_in = asyncio.Event()
+    called = asyncio.Event()  # both blocks stay open until the bare thread has called
     inside: list[str] = []
     results: list[Any] = []
 
@@ -299,7 +300,8 @@ async def test_bare_thread_with_sibling_task_blocks_fails_closed(
             await both_in.wait()
             if ns == "s1":
                 results.append(await asyncio.to_thread(_in_bare_thread, lambda: c.fn(7)))
-            await asyncio.sleep(0.01)
+                called.set()
+            await called.wait()
 
     await asyncio.wait_for(asyncio.gather(task("s1"), task("s2")), 10)
     (status, exc), = results
