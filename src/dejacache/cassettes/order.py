@@ -62,6 +62,7 @@ class RunOrder:
         self._finished = False
         self._unmade: Unused | None = None  # recorded steps never made, not yet reported
         self._loader = self.load_request
+        self._kinds: dict[str, str] | None = None  # recorded name -> its first step's kind
 
     # ---------------------------------------------------------------- where the task is
 
@@ -86,12 +87,8 @@ class RunOrder:
     def indexed(self, ix: Index, first: bool) -> None:
         """The tape answers from ``ix`` now (``Tape.on_index``)."""
         if first:
-            n = ix.n
-            book = self.book
             # sized in one step (not n calls of book.add): a 10k-entry file opens in ~1 ms
-            book.follows.extend(itertools.repeat(None, n))
-            book.names.extend(itertools.repeat("", n))
-            book.used.extend(itertools.repeat(False, n))
+            self.book.grow(ix.n)
         if not ix.lazy and not self._complete:
             self.complete_book()
 
@@ -102,12 +99,7 @@ class RunOrder:
             return
         got = self.tape.names_follows()
         if got is not None:
-            names, follows = got
-            book = self.book
-            book.names[:] = names
-            book.follows[:] = follows
-            book.ordered = any(f is not None for f in follows)
-            book.learn(0, names[0], follows[0])  # (drops the book's successor cache)
+            self.book.fill(*got)
         self._complete = True
 
     def checking(self, replaying: bool) -> bool:
@@ -122,9 +114,13 @@ class RunOrder:
         does not know it yet)."""
         ix = self.tape.ix
         if ix is not None and self._complete:
-            book = self.book
-            if name in book.names:
-                return ix.kinds()[book.names.index(name)]
+            if self._kinds is None:
+                # once: each miss searched the names and parsed the kinds column (O(n))
+                names, kinds = self.book.names, ix.kinds()
+                self._kinds = dict(zip(reversed(names), reversed(kinds), strict=False))
+            kind = self._kinds.get(name)
+            if kind is not None:
+                return kind
         return "http" if name.startswith(("openai.", "anthropic.", "http.")) else "call"
 
     # ---------------------------------------------------------------- events
@@ -310,11 +306,12 @@ class RunOrder:
                    if c.recorded_step is not None}
         for call, pos, e in pending:
             assert e.index is not None
-            # the steps that followed ``pos`` and were still unused when this call was made
-            cands = [i for i, f in enumerate(self.book.follows)
-                     if f == pos and used_by.get(i, call.index + 1) > call.index
-                     and i not in self.book.replaced]
-            verdict = order.Verdict(order.ORDER, cands[0] if cands else None, e.index)
+            # the first step that followed ``pos`` and was still unused when this call was
+            # made (the book's steps after ``pos``, not a walk over every recorded step)
+            expected = next((i for i in self.book.following(pos)
+                             if used_by.get(i, call.index + 1) > call.index
+                             and i not in self.book.replaced), None)
+            verdict = order.Verdict(order.ORDER, expected, e.index)
             self.diverge(verdict, call, pos, CallInfo(
                 call.name, call.kind, e.key, self.tape.request_of(e.index), e.index))
         self.divergences.sort(key=lambda d: (d.step is None, d.step or 0))
