@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 import openai
+import pytest
 from fake_provider import FakeProvider
 from hypothesis import given
 from hypothesis import strategies as st
@@ -134,3 +135,73 @@ def test_learning_an_id_with_a_known_head_keeps_the_replacer() -> None:
     table.learn(["toolu_" + "b" * 20])  # a new head: the pattern changes once
     assert table.apply("toolu_" + "b" * 20 + " and call_" + "a" * 20) == "<id:501> and <id:1>"
     assert table._sub is not first
+
+
+def test_learning_an_odd_id_keeps_the_replacer() -> None:
+    # Ids that are not word-like used to go into a trie of every such id, recompiled after
+    # each new one. Now only a new first character or length changes the replacer.
+    table = AliasTable()
+    table.learn(["id.0000:aa"])
+    table.apply("x")
+    first = table._sub
+    for n in range(1, 300):
+        table.learn([f"id.{n:04d}:aa"])
+        assert table.apply(f"see id.{n:04d}:aa, id.0000:aa") == f"see <id:{n + 1}>, <id:1>"
+    assert table._sub is first
+
+
+def _replacers_built(monkeypatch: Any, ids: list[str]) -> int:
+    """How often a block of ``len(ids)`` calls (learn one id, key a request quoting it)
+    builds its in-text replacer."""
+    built = [0]
+    real = AliasTable._replacer
+
+    def counting(self: AliasTable) -> Any:
+        built[0] += 1
+        return real(self)
+
+    monkeypatch.setattr(AliasTable, "_replacer", counting)
+    table = AliasTable()
+    for i in ids:
+        table.learn([i])
+        table.apply({"content": f"Observation ({i}): done"})
+    return built[0]
+
+
+@pytest.mark.parametrize("make", [
+    lambda n: f"call_{n:024x}",  # OpenAI
+    lambda n: f"toolu_{n:024x}" if n % 2 else f"call_{n:024x}",  # two providers in one block
+    lambda n: f"{n:08x}-0000-4000-8000-{n:012x}",  # UUIDs: a new head per id
+    lambda n: f"resp.{n:012d}:v1",  # not word-like
+])
+def test_a_long_block_builds_its_replacer_a_bounded_number_of_times(
+        monkeypatch: Any, make: Any) -> None:
+    small = _replacers_built(monkeypatch, [make(n) for n in range(200)])
+    large = _replacers_built(monkeypatch, [make(n) for n in range(800)])
+    assert large == small <= 12
+
+
+def _trie_reference(ids: list[str], text: str) -> str:
+    """What the replacer did before: one alternation of every id, longest first, standing
+    alone on both sides."""
+    m = {i: f"<id:{n + 1}>" for n, i in enumerate(ids)}
+    alts = "|".join(map(re.escape, sorted(ids, key=len, reverse=True)))
+    return re.sub(rf"(?<![\w-])(?:{alts})(?![\w-])", lambda x: m[x.group()], text)
+
+
+_ODD = st.lists(st.from_regex(r"[a-z.:+/=]{1,3}[a-z0-9.:/+=]{7,14}", fullmatch=True)
+                .filter(lambda i: not re.fullmatch(r"[\w-]+", i)),
+                min_size=1, max_size=6, unique=True)
+
+
+@given(ids=_ODD, data=st.data())
+def test_odd_ids_are_replaced_as_a_trie_of_them_would(ids: list[str],
+                                                       data: st.DataObject) -> None:
+    pieces: list[str] = []
+    for _ in range(data.draw(st.integers(1, 8))):
+        pieces += [data.draw(_WORDS), data.draw(_SEPS), data.draw(st.sampled_from(ids)),
+                   data.draw(_SEPS)]
+    text = "".join(pieces)
+    t = AliasTable()
+    t.learn(ids)
+    assert t.apply(text) == _trie_reference(ids, text)

@@ -49,16 +49,19 @@ class AliasTable:
     grew with its length: replay 431 -> 1,377 µs from the first to the last tenth of 1,000
     calls."""
 
-    __slots__ = ("_heads", "_lock", "_map", "_odd", "_sub", "_words")
+    __slots__ = ("_heads", "_lock", "_map", "_odd_lengths", "_odd_starts", "_sub", "_words")
 
     def __init__(self) -> None:
         self._map: dict[str, str] = {}
         self._lock = threading.Lock()
         self._heads: set[str] = set()  # the first _HEAD characters of word-like inline ids
         self._words = 0  # how many word-like inline ids
-        self._odd: list[str] = []  # inline ids that are not word-like (rare): a trie of them
+        # Inline ids that are not word-like (rare): their first characters and lengths.
+        self._odd_starts: set[str] = set()
+        self._odd_lengths: set[int] = set()
         # The in-text replacer for the ids known so far; None until first needed after a
-        # change of its parts (a new head or odd id), not after every id.
+        # change of its parts (a new head, or an odd id's new first character or length),
+        # not after every id.
         self._sub: Callable[[str], str] | None = None
 
     def learn(self, ids: Iterable[str]) -> None:
@@ -77,8 +80,10 @@ class AliasTable:
                         self._sub = None  # the pattern's heads changed
                     self._heads.add(i[:_HEAD])
                 else:
-                    self._odd.append(i)
-                    self._sub = None
+                    if i[0] not in self._odd_starts or len(i) not in self._odd_lengths:
+                        self._sub = None  # the odd ids' first characters or lengths changed
+                    self._odd_starts.add(i[0])
+                    self._odd_lengths.add(len(i))
 
     def __len__(self) -> int:
         return len(self._map)
@@ -98,7 +103,9 @@ class AliasTable:
         # The table itself, not a copy: ids learned later are looked up as they arrive (a
         # dict read is safe beside another thread's insert), and their heads, when new,
         # reset the replacer.
-        return _inline_replacer(self._map, bool(self._words), heads, tuple(self._odd))
+        return _inline_replacer(self._map, bool(self._words), heads,
+                                "".join(sorted(self._odd_starts)),
+                                tuple(sorted(self._odd_lengths, reverse=True)))
 
 
 def _replace(obj: Any, m: dict[str, str], sub: Callable[[str], str]) -> Any:
@@ -118,20 +125,24 @@ def _replace(obj: Any, m: dict[str, str], sub: Callable[[str], str]) -> Any:
 _WORDLIKE = re.compile(r"[\w-]+")
 
 
-def _inline_replacer(m: dict[str, str], words: bool, heads: tuple[str, ...],
-                     odd: tuple[str, ...]) -> Callable[[str], str]:
-    if not words and not odd:
+def _inline_replacer(m: dict[str, str], words: bool, heads: tuple[str, ...], odd_starts: str,
+                     odd_lengths: tuple[int, ...]) -> Callable[[str], str]:
+    if not words and not odd_starts:
         return _unchanged
     # Provider ids are word-like (call_..., toolu_..., chatcmpl-...): a match of one of their
     # first few characters is extended over the id characters that follow and looked up, so
     # the pattern depends only on the few distinct heads and is rarely recompiled (a trie
-    # of every id took 6 ms to compile at 250 ids, again after every response). Other ids
-    # go into a trie of their own. ``heads`` is empty when there are too many to list.
+    # of every id took 6 ms to compile at 250 ids, again after every response). ``heads``
+    # is empty when there are too many to list.
     token = _token_pattern(heads)
-    trie = re.compile(_trie(list(odd)) + r"(?![\w-])") if odd else None
+    # Other ids: at each place one of them could start (standing alone on the left, one of
+    # their first characters), the text's slices of their few lengths are looked up,
+    # longest first. The pattern depends only on those characters (a trie of every odd id
+    # was recompiled after each new one: O(ids) per response).
+    starts = _start_pattern(odd_starts) if odd_starts else None
     # Most strings hold no id at all: a substring test per head (C speed) spares them the
     # regex when the heads are few.
-    prefilter = heads if not odd else ()
+    prefilter = heads if starts is None else ()
 
     def repl(match: re.Match[str]) -> str:
         found = match.group()
@@ -147,11 +158,47 @@ def _inline_replacer(m: dict[str, str], words: bool, heads: tuple[str, ...],
             return text
         if words:
             text = token.sub(repl, text)
-        if trie is not None:
-            text = trie.sub(repl, text)
+        if starts is not None:
+            text = _replace_odd(text, m, starts, odd_lengths)
         return text
 
     return sub
+
+
+def _replace_odd(text: str, m: dict[str, str], starts: re.Pattern[str],
+                 lengths: tuple[int, ...]) -> str:
+    """``text`` with the known ids that are not word-like replaced where they stand alone
+    (the longest at each place, as a trie of them would match)."""
+    out: list[str] = []
+    done = 0
+    found = starts.search(text)
+    while found is not None:
+        at = found.start()
+        for n in lengths:
+            end = at + n
+            alias = m.get(text[at:end]) if end <= len(text) else None
+            if alias is not None and not (end < len(text) and _IDCHAR.match(text, end)):
+                out += (text[done:at], alias)
+                done = end
+                break
+        found = starts.search(text, max(done, at + 1))
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)
+
+
+_IDCHAR = re.compile(r"[\w-]")
+
+
+@functools.lru_cache(maxsize=64)
+def _start_pattern(chars: str) -> re.Pattern[str]:
+    """Places where an id starting with one of ``chars`` stands alone on the left."""
+    return re.compile(r"(?<![\w-])[" + "".join(map(_escape_in_class, chars)) + "]")
+
+
+def _escape_in_class(ch: str) -> str:
+    return "\\" + ch if ch in "\\]^-[" else ch
 
 
 @functools.lru_cache(maxsize=64)
@@ -165,27 +212,6 @@ def _token_pattern(heads: tuple[str, ...]) -> re.Pattern[str]:
 
 def _unchanged(text: str) -> str:
     return text
-
-
-def _trie(words: list[str]) -> str:
-    """One regular expression matching exactly ``words``, their shared prefixes factored out,
-    so a text position costs one walk down the trie rather than one try per id."""
-    root: dict[str, Any] = {}
-    for w in words:
-        node = root
-        for ch in w:
-            node = node.setdefault(ch, {})
-        node[""] = None
-    return _emit(root)
-
-
-def _emit(node: dict[str, Any]) -> str:
-    ends = "" in node
-    alts = [re.escape(ch) + _emit(child) for ch, child in sorted(node.items()) if ch]
-    if not alts:
-        return ""
-    body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
-    return f"(?:{body})?" if ends else body
 
 
 _LOCK = threading.Lock()

@@ -1,0 +1,123 @@
+"""The order book alone: verdicts, and the work a verdict costs in a long block."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from dejacache._core import strict
+from dejacache._core.strict import ROOT, OrderBook
+
+
+def chain(n: int, name: str = "t") -> OrderBook:
+    """One task's ``n`` recorded steps: 0 first, each following the one before."""
+    book = OrderBook()
+    for i in range(n):
+        book.add(name, i - 1 if i else ROOT)
+    return book
+
+
+def fan(n: int, name: str = "t") -> OrderBook:
+    """``n`` steps started together (``asyncio.gather``): each follows the block's start."""
+    book = OrderBook()
+    for _ in range(n):
+        book.add(name, ROOT)
+    return book
+
+
+class Counted(list[bool]):
+    """The book's ``used`` column, counting each read: the steps a verdict looks at."""
+
+    reads = 0
+
+    def __getitem__(self, i: Any) -> Any:
+        Counted.reads += 1
+        return super().__getitem__(i)
+
+
+@pytest.fixture
+def builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many times a book indexed every step (a walk over the whole recording)."""
+    seen: list[int] = []
+    real = OrderBook._index
+
+    def counting(self: OrderBook) -> Any:
+        if self._after is None:
+            seen.append(len(self))
+        return real(self)
+
+    monkeypatch.setattr(OrderBook, "_index", counting)
+    return seen
+
+
+def test_verdicts() -> None:
+    book = chain(3, "a")
+    book.learn(1, "b", 0)
+    book.learn(2, "c", 1)
+    assert book.hit(0, ROOT).ok
+    assert book.hit(2, 0) == strict.Verdict(strict.ORDER, 1, 2)  # 1 was expected there
+    assert book.new("b", 0) == strict.Verdict(strict.CHANGED, 1, 1)  # b with new arguments
+    assert book.new("x", 2) == strict.Verdict(strict.EXHAUSTED, None, 2)
+    assert book.unmade() == []
+
+
+def test_a_new_call_is_compared_with_the_next_unspent_step() -> None:
+    book = fan(4)
+    book.learn(2, "u", ROOT)
+    assert book.new("u", ROOT) == strict.Verdict(strict.CHANGED, 2, 2)
+    assert book.new("u", ROOT) == strict.Verdict(strict.EXTRA, 0, ROOT)  # no other "u"
+    book.hit(0, ROOT)
+    book.hit(1, ROOT)
+    assert book.successors(ROOT) == [3]
+    assert book.new("v", ROOT) == strict.Verdict(strict.EXTRA, 3, ROOT)
+    book.hit(3, ROOT)
+    assert book.new("v", ROOT).reason == strict.EXHAUSTED
+    assert book.following(ROOT) == [0, 1, 2, 3]
+
+
+def test_learning_a_step_moves_it_in_the_index() -> None:
+    book = chain(3)
+    assert book.next_after(0) == 1
+    book.learn(1, "x", 1)  # read again: it follows step 1 after all (and is named x)
+    assert book.next_after(0) is None
+    assert book.next_after(1, "x") == 1
+    assert book.next_after(1, "t") == 2
+    book.learn(5, "y", 0)  # past the end: the book grows
+    assert len(book) == 6 and book.next_after(0) == 5
+
+
+def _auto_block(n: int) -> OrderBook:
+    """A block in ``auto`` mode over a recording of ``n`` steps: each step is replayed (the
+    book learns it) and followed by a new call the recording does not have."""
+    book = chain(n)
+    for i in range(n):
+        book.learn(i, "t", i - 1 if i else ROOT)  # what a replayed step's fields say
+        assert book.hit(i, i - 1 if i else ROOT).ok
+        book.new("new", i)
+    return book
+
+
+def test_a_long_auto_block_indexes_the_recording_once(builds: list[int]) -> None:
+    # Each replayed step used to drop the index, and each new call rebuilt it from every
+    # step: O(n) per call.
+    _auto_block(400)
+    assert builds == [400]
+
+
+@pytest.mark.parametrize("n", [200])
+def test_a_verdict_looks_at_each_step_a_bounded_number_of_times(n: int) -> None:
+    # A fan-out (gather) of identical steps: every verdict asks for the first unspent step
+    # after the start. Looking past the spent ones each time cost O(n) per call.
+    def reads(k: int) -> int:
+        book = fan(k)
+        book.used = Counted(book.used)
+        Counted.reads = 0
+        for i in range(k):
+            assert book.new("other", ROOT).expected == i
+            book.hit(i, ROOT)
+        return Counted.reads
+
+    small, large = reads(n), reads(4 * n)
+    assert large <= 4 * small + 8
+    assert large <= 3 * 4 * n
