@@ -183,3 +183,51 @@ def test_messages_name_the_cassette_and_the_hint(strict: bool) -> None:
     exc = miss(run, "z")
     assert exc is not None
     assert str(PATH) in str(exc) and "re-record me" in str(exc)
+
+
+def _chain(n: int) -> list[dict[str, Any]]:
+    return [entry(f"k{i}", i - 1 if i else ROOT, name="step") for i in range(n)]
+
+
+def test_a_long_auto_block_indexes_its_recording_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # auto mode over a recording, each replayed step followed by a call it does not have:
+    # the book's index was dropped by every replayed step and rebuilt by every new call.
+    from dejacache._core.strict import OrderBook
+
+    built: list[int] = []
+    real = OrderBook._index
+
+    def counting(self: OrderBook) -> Any:
+        if self._after is None:
+            built.append(len(self))
+        return real(self)
+
+    monkeypatch.setattr(OrderBook, "_index", counting)
+    n = 300
+    run = run_over(*_chain(n))
+    for i in range(n):
+        assert replay(run, f"k{i}") is None
+        doc = {"name": "new", "key": f"new{i}"}
+        run.note_new(doc, "new", "tool", f"new{i}", {"q": i}, replaying=True)
+    assert built == [n]
+    assert len(run.calls) == 2 * n
+
+
+def test_the_kinds_are_read_once_for_many_misses(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dejacache.cassettes.reader import DocIndex
+
+    reads = [0]
+    real = DocIndex.kinds
+
+    def counting(self: DocIndex) -> list[str]:
+        reads[0] += 1
+        return real(self)
+
+    monkeypatch.setattr(DocIndex, "kinds", counting)
+    run = run_over(*_chain(20))
+    for i in range(200):  # the recorded call with other arguments, again and again
+        m = ReplayMiss("no recording", name="step", key=f"missing{i}")
+        m.request = {"q": i}
+        run.note_miss(m, replaying=True)
+    assert reads[0] == 1
+    assert {c.raw_kind for c in run.calls} == {"tool"}  # the kind recorded for "step"

@@ -175,3 +175,33 @@ def test_info_names_a_recorded_step_for_reports() -> None:
     info = tape.info(0)
     assert (info.name, info.key, info.request, info.recorded_step) == (
         "openai.chat", "a", {"body": {"q": 1}}, 0)
+
+
+def _reads_for_reversed_tasks(monkeypatch: pytest.MonkeyPatch, n: int) -> int:
+    """``n`` gathered tasks each made the same call twice; the replay's tasks make their
+    second call in the reverse order. How many entries the tape reads to choose."""
+    first = [entry("k", follows=ROOT, response=f"1st of {t}") for t in range(n)]
+    second = [entry("k", follows=t, response=f"2nd of {t}") for t in range(n)]
+    tape = tape_over(document(*first, *second))
+    reads = [0]
+    real = Tape._fields
+
+    def counting(self: Tape, e: Any) -> Any:
+        reads[0] += 1
+        return real(self, e)
+
+    monkeypatch.setattr(Tape, "_fields", counting)
+    for t in range(n):
+        assert take_response(tape, "k") == f"1st of {t}"
+    for t in reversed(range(n)):
+        assert take_response(tape, "k", lambda t=t: t) == f"2nd of {t}"
+    return reads[0]
+
+
+def test_identical_calls_of_many_tasks_cost_o1_each(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Looking along the key's queue for the entry recorded at the task's place read up to
+    # one entry per task in flight, for every call: quadratic in a gather of n tasks.
+    small = _reads_for_reversed_tasks(monkeypatch, 50)
+    large = _reads_for_reversed_tasks(monkeypatch, 200)
+    assert large <= 4 * small + 8
+    assert large <= 4 * 200

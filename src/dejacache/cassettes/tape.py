@@ -119,6 +119,9 @@ class Tape:
         self.old: list[Entry | None] = []  # by position in the file, made on first use
         self.made: list[Entry] = []  # the entries made so far
         self.queues: dict[str, collections.deque[Entry]] = {}
+        # key -> recorded step -> its unused entries recorded there (made on first need)
+        self._at: dict[str, dict[int | None, collections.deque[Entry]]] = {}
+        self._follows: list[int | None] | None = None  # every step's, read for ``_at``
         self.values: dict[str, Any] = {}  # parsed shared values (from the file or new)
         self.seal: bytes = b""  # the cross-reference checksum of the file read
         self.closed: Unused | None = None  # after close: the positions never used
@@ -175,6 +178,7 @@ class Tape:
             raise _layout_changed(self.path)
         first = self.ix is None
         self.ix = ix
+        self._follows = None
         if first:
             self.old = [None] * ix.n
         if self.on_index is not None:
@@ -355,15 +359,36 @@ class Tape:
         pos = here()
         if f == pos:
             return e, view
-        for i, peer in enumerate(q):
-            if peer.used:
-                continue
+        peer = self._first_at(e.key, pos)
+        if peer is not None:
             pv = self._fields(peer)
             if fmt.follows_of(pv[0]) == pos:
-                del q[i]
+                # ``e`` goes back to the front; the peer stays in the queue, which passes
+                # over used entries
                 q.appendleft(e)
                 return peer, pv
         return e, view
+
+    def _first_at(self, key: str, pos: int) -> Entry | None:
+        """The first unused entry of ``key`` recorded at step ``pos`` (by the index's
+        ``follows``). Looking along the queue, reading each entry, cost O(identical calls
+        in flight) per call; this is O(1) amortised: each entry leaves its line once."""
+        lines = self._at.get(key)
+        if lines is None:
+            if self._follows is None:  # read once for every key (a column of the index)
+                got = self.names_follows()
+                self._follows = got[1] if got is not None else []
+            follows = self._follows
+            lines = self._at[key] = {}
+            for occ, i in enumerate(self.positions(key)):
+                f = follows[i] if i < len(follows) else None
+                lines.setdefault(f, collections.deque()).append(self.entry(i, key, occ))
+        line = lines.get(pos)
+        while line:
+            if not line[0].used:
+                return line[0]
+            line.popleft()
+        return None
 
     def use_all(self) -> int:
         """Mark every recorded entry used (``clear``); how many there are."""
@@ -372,6 +397,7 @@ class Tape:
             e.used = True
         self._uses += 1
         self.queues.clear()
+        self._at.clear()
         return len(old)
 
     # ---------------------------------------------------------------- values
@@ -456,6 +482,7 @@ class Tape:
             self.ix = self.ix.detached()
         self.raw = self.full = None
         self.old, self.made, self.queues, self.values = [], [], {}, {}
+        self._at = {}
 
     # ---------------------------------------------------------------- reports
 
