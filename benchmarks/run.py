@@ -33,7 +33,7 @@ sys.path.insert(0, str(HERE))
 import render  # noqa: E402
 from _timing import RESULTS, machine, versions, write_json  # noqa: E402
 
-SCRIPTS = ("core", "cassette", "http", "redis", "runtime")
+SCRIPTS = ("core", "cassette", "http", "redis", "runtime", "flat")
 
 # name -> (module, function, full-run arguments, quick arguments); arguments the function does
 # not accept are dropped, so a helper's signature can change without breaking the run.

@@ -1,0 +1,319 @@
+"""Cost per call in one long cassette block: flat, or growing with the calls already made?
+
+For 10 / 1,000 / 10,000 calls in one ``with dejacache.cassette(...)`` block, each cell in a
+fresh interpreter: record the calls (then save the file at the block's exit), and replay
+them in another fresh interpreter. Per cell: the median cost of a call in the first tenth of
+the block and in the last tenth, and their ratio (goal: <= 1.2, the cost does not grow with
+the block; the block's first call, which pays the lazy imports and the file's open, is left
+out), plus the block's exit (recording: the save) and the whole block.
+
+Faces:
+
+* ``httpx sync`` / ``httpx async``: a plain ``httpx.Client`` / ``AsyncClient`` (automatic
+  interception) posting agent-shaped chat requests (``workload.make_request``, 2 KB, each
+  made distinct by ``workload.step``) to the loopback provider the HTTP tests use
+  (``tests/http/fake_provider.py``), which answers each with a fresh tool-call id; the next
+  request carries that id back, as an agent sends a tool result (so id aliasing is in play).
+  Replay runs with the provider stopped: nothing may connect.
+* ``@cache``: a decorated function taking the same requests and returning a ~1.2 KB
+  ``chat.completion`` (``workload.make_response``) inside the block.
+
+If 10,000 calls of a face would take more than ~60 s (estimated from its 1,000-call
+recording), its 10,000 cells use a 200-byte request instead, and the output says so.
+
+    .venv/bin/python benchmarks/bench_flat.py [--quick] [--json PATH] [--src DIR]
+
+``--src DIR`` runs the cells against another copy of ``src/``; ``--before DIR`` runs every
+cell against that copy too, interleaved cell by cell (the numbers before a change:
+``git archive <commit> src | tar -x -C DIR``, then ``--before DIR/src``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+import orjson  # noqa: E402
+from _timing import md_table, versions, write_json  # noqa: E402
+
+FACES = ("httpx sync", "httpx async", "@cache")
+SIZES = (10, 1_000, 10_000)
+QUICK_SIZES = (10, 250, 1_000)
+GOAL = 1.2  # last tenth / first tenth
+BUDGET_S = 60.0  # a 10,000-call cell estimated above this uses the small request
+SMALL = "small"  # the smaller per-call workload's name
+
+
+# ---------------------------------------------------------------- the child (one cell)
+
+
+def _provider() -> Any:
+    """The HTTP tests' loopback provider, its answers sent without Nagle's delay (the
+    handler writes headers and body apart: with the client's delayed ACK each JSON answer
+    waited ~40 ms, and every cell measured that)."""
+    sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "http")]
+    from loopback_provider import fake_provider_module
+
+    base = fake_provider_module().FakeProvider
+    handler = type("NoDelayHandler", (base.handler,), {"disable_nagle_algorithm": True})
+    return type("FlatProvider", (base,), {"handler": handler})()
+
+
+def _requests(workload: str) -> Callable[[int, str | None], dict[str, Any]]:
+    from workload import make_request, step
+
+    if workload == SMALL:
+        base: dict[str, Any] = {"model": "gpt-4o-mini", "tools": [{"type": "function", "function": {
+            "name": "search", "parameters": {"type": "object", "properties": {}}}}],
+            "messages": [{"role": "user", "content": "find a flight"}]}
+    else:
+        base = make_request("2KB", 0)
+
+    def request(i: int, prev_id: str | None) -> dict[str, Any]:
+        r = step(base, i)
+        if prev_id is None:
+            return r
+        msgs = r["messages"]
+        # the previous answer's tool call and its result, before the new question
+        call = {"id": prev_id, "type": "function",
+                "function": {"name": "search", "arguments": "{}"}}
+        return {**r, "messages": [*msgs[:-1],
+                                  {"role": "assistant", "content": None, "tool_calls": [call]},
+                                  {"role": "tool", "tool_call_id": prev_id,
+                                   "content": f"3 flights ({prev_id})"},
+                                  msgs[-1]]}
+
+    return request
+
+
+def _tool_call_id(body: bytes) -> str | None:
+    msg = orjson.loads(body)["choices"][0]["message"]
+    calls = msg.get("tool_calls") or []
+    return str(calls[0]["id"]) if calls else None
+
+
+def _cell_http_sync(path: str, mode: str, n: int, url: str, request: Any) -> dict[str, Any]:
+    import httpx
+
+    import dejacache
+
+    ns = time.perf_counter_ns
+    times: list[int] = []
+    prev = None
+    with httpx.Client(timeout=30) as client:
+        t_block = ns()
+        with dejacache.cassette(path, mode=mode):
+            for i in range(n):
+                body = request(i, prev)
+                t0 = ns()
+                r = client.post(url, json=body)
+                times.append(ns() - t0)
+                r.raise_for_status()
+                prev = _tool_call_id(r.content)
+            t_exit = ns()
+        t_end = ns()
+    return {"times": times, "exit_ns": t_end - t_exit, "block_ns": t_end - t_block}
+
+
+def _cell_http_async(path: str, mode: str, n: int, url: str, request: Any) -> dict[str, Any]:
+    import httpx
+
+    import dejacache
+
+    ns = time.perf_counter_ns
+
+    async def run() -> dict[str, Any]:
+        times: list[int] = []
+        prev = None
+        async with httpx.AsyncClient(timeout=30) as client:
+            t_block = ns()
+            async with dejacache.cassette(path, mode=mode):
+                for i in range(n):
+                    body = request(i, prev)
+                    t0 = ns()
+                    r = await client.post(url, json=body)
+                    times.append(ns() - t0)
+                    r.raise_for_status()
+                    prev = _tool_call_id(r.content)
+                t_exit = ns()
+            t_end = ns()
+        return {"times": times, "exit_ns": t_end - t_exit, "block_ns": t_end - t_block}
+
+    return asyncio.run(run())
+
+
+def _cell_cache(path: str, mode: str, n: int, request: Any) -> dict[str, Any]:
+    from workload import make_response
+
+    import dejacache
+
+    answers = [make_response(i) for i in range(n)] if mode == "record" else []
+    requests = [request(i, None) for i in range(n)]
+
+    @dejacache.cache(name="llm", kind="llm")
+    def llm(req: dict[str, Any], i: int) -> dict[str, Any]:
+        if mode != "record":
+            raise AssertionError("a replay ran the function")
+        return answers[i]
+
+    ns = time.perf_counter_ns
+    times: list[int] = []
+    t_block = ns()
+    with dejacache.cassette(path, mode=mode):
+        for i in range(n):
+            req = requests[i]
+            t0 = ns()
+            llm(req, i)
+            times.append(ns() - t0)
+        t_exit = ns()
+    t_end = ns()
+    return {"times": times, "exit_ns": t_end - t_exit, "block_ns": t_end - t_block}
+
+
+def child(face: str, mode: str, n: int, path: str, workload: str) -> dict[str, Any]:
+    request = _requests(workload)
+    if face == "@cache":
+        out = _cell_cache(path, mode, n, request)
+    else:
+        server = _provider()
+        if mode == "record":
+            server.start()
+        # replay: the provider is not started (nothing listens), so a call that went live
+        # would fail the cell
+        url = (server.url if mode == "record" else "http://127.0.0.1:9") + \
+            "/v1/chat/completions"
+        try:
+            cell = _cell_http_sync if face == "httpx sync" else _cell_http_async
+            out = cell(path, mode, n, url, request)
+        finally:
+            if mode == "record":
+                server.stop()
+    return out
+
+
+# ---------------------------------------------------------------- the parent
+
+
+def _summary(face: str, mode: str, n: int, workload: str, raw: dict[str, Any],
+             path: pathlib.Path) -> dict[str, Any]:
+    # The block's first call is left out: it pays the lazy imports and the file's open,
+    # which a block pays once whatever its length.
+    times = raw["times"][1:]
+    k = max(1, len(times) // 10)
+    first = statistics.median(times[:k]) / 1000
+    last = statistics.median(times[-k:]) / 1000
+    return {"face": face, "mode": mode, "n": n, "workload": workload,
+            "first_tenth_us": round(first, 1), "last_tenth_us": round(last, 1),
+            "ratio": round(last / first, 3), "median_us": round(statistics.median(times) / 1000, 1),
+            "exit_ms": round(raw["exit_ns"] / 1e6, 1),
+            "block_s": round(raw["block_ns"] / 1e9, 3),
+            "file_bytes": path.stat().st_size if path.exists() else 0}
+
+
+def run_cell(face: str, mode: str, n: int, path: pathlib.Path, workload: str,
+             src: str | None) -> dict[str, Any]:
+    env = dict(os.environ)
+    if src:
+        env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    proc = subprocess.run([sys.executable, __file__, "--child", face, mode, str(n), str(path),
+                           workload], capture_output=True, text=True, cwd=ROOT, env=env)
+    if proc.returncode != 0:
+        raise SystemExit(f"cell {face} {mode} {n} failed:\n{proc.stderr[-3000:]}")
+    return _summary(face, mode, n, workload, orjson.loads(proc.stdout.strip().splitlines()[-1]),
+                    path)
+
+
+def _workload_for(face: str, n: int, cells: list[dict[str, Any]], budget: float) -> str:
+    """The 2 KB request, unless ``n`` calls of ``face`` would take more than ``budget``
+    seconds (estimated from its largest recording so far)."""
+    done = [c for c in cells if c["face"] == face and c["mode"] == "record"]
+    if not done:
+        return "2KB"
+    big = max(done, key=lambda c: c["n"])
+    estimate = big["block_s"] * n / big["n"]
+    return SMALL if estimate > budget else "2KB"
+
+
+def bench(sizes: tuple[int, ...], tmp: pathlib.Path, src: str | None,
+          before: str | None = None, budget: float = BUDGET_S
+          ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The cells for ``src`` and, interleaved cell by cell, for ``before`` (another copy of
+    src/, when given): both see the same moments of a shared machine."""
+    cells: list[dict[str, Any]] = []
+    old: list[dict[str, Any]] = []
+    for n in sizes:
+        for face in FACES:
+            workload = _workload_for(face, n, cells, budget) if n >= 10_000 else "2KB"
+            name = f"{face.replace(' ', '-').strip('@')}-{n}"
+            for mode in ("record", "replay"):
+                print(f"  {face} {mode} {n:,} ...", file=sys.stderr, flush=True)
+                if before is not None:
+                    old.append(run_cell(face, mode, n, tmp / f"before-{name}.json", workload,
+                                        before))
+                cells.append(run_cell(face, mode, n, tmp / f"{name}.json", workload, src))
+    return cells, old
+
+
+def _fmt(c: dict[str, Any]) -> list[str]:
+    n = f"{c['n']:,}" + (" (200 B requests)" if c["workload"] == SMALL else "")
+    return [c["face"], c["mode"], n, f"{c['first_tenth_us']:,.0f}", f"{c['last_tenth_us']:,.0f}",
+            f"{c['ratio']:.2f}", f"{c['exit_ms']:,.1f}", f"{c['block_s']:,.2f}"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--child":
+        face, mode, n, path, workload = sys.argv[2:7]
+        print(orjson.dumps(child(face, mode, int(n), path, workload)).decode())
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help=f"{QUICK_SIZES} calls (smoke run)")
+    ap.add_argument("--json", default=None, help="write machine-readable results here")
+    ap.add_argument("--src", default=None, help="run the cells against this copy of src/")
+    ap.add_argument("--before", default=None,
+                    help="also run every cell against this copy of src/, interleaved")
+    a = ap.parse_args(argv)
+    sizes = QUICK_SIZES if a.quick else SIZES
+    with tempfile.TemporaryDirectory(prefix="dejacache-bench-flat-") as tmp:
+        cells, old = bench(sizes, pathlib.Path(tmp), a.src, a.before)
+    biggest = max(sizes)
+    saves = {c["face"]: c["block_s"] for c in cells if c["n"] == biggest and c["mode"] == "record"}
+    print("## Cost per call in one long cassette block\n")
+    print(f"{versions('httpx', 'orjson')}; src: {a.src or 'this checkout'}\n")
+    print(f"Median µs per call in the first and the last tenth of one block (goal: ratio ≤ "
+          f"{GOAL}); exit = the block's exit (recording: the save); block = the whole block. "
+          "Every cell is a fresh interpreter.\n")
+    print(md_table(["face", "mode", "calls", "first tenth", "last tenth", "ratio", "exit ms",
+                    "block s"], [_fmt(c) for c in cells]))
+    print(f"\nRecord + save of {biggest:,} calls: "
+          + ", ".join(f"{f} {s:,.1f} s" for f, s in saves.items()))
+    if old:
+        print(f"\nBefore ({a.before}), interleaved cell by cell with the rows above:\n")
+        print(md_table(["face", "mode", "calls", "first tenth", "last tenth", "ratio",
+                        "exit ms", "block s"], [_fmt(c) for c in old]))
+    write_json(a.json, "flat", {
+        "versions": versions("httpx", "orjson"), "goal_ratio": GOAL, "sizes": list(sizes),
+        "workload": {"2KB": "agent-shaped chat request (~2 KB) carrying the previous "
+                            "tool-call id back; answers from the loopback provider (HTTP) "
+                            "or a ~1.2 KB chat.completion (@cache)",
+                     SMALL: "a 200-byte chat request (used where 10,000 calls of 2 KB would "
+                            f"take over {BUDGET_S:.0f} s)"},
+        "cells": cells, "record_save_s": saves,
+        **({"before": {"src": a.before, "cells": old}} if old else {})}, quick=a.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
