@@ -177,12 +177,12 @@ def test_info_names_a_recorded_step_for_reports() -> None:
         "openai.chat", "a", {"body": {"q": 1}}, 0)
 
 
-def _reads_for_reversed_tasks(monkeypatch: pytest.MonkeyPatch, n: int) -> int:
+def _reads_for_reversed_tasks(monkeypatch: pytest.MonkeyPatch, n: int, size: str) -> int:
     """``n`` gathered tasks each made the same call twice; the replay's tasks make their
     second call in the reverse order. How many entries the tape reads to choose."""
     first = [entry("k", follows=ROOT, response=f"1st of {t}") for t in range(n)]
     second = [entry("k", follows=t, response=f"2nd of {t}") for t in range(n)]
-    tape = tape_over(document(*first, *second))
+    tape = tape_over((document if size == "small" else big)(*first, *second))
     reads = [0]
     real = Tape._fields
 
@@ -198,10 +198,12 @@ def _reads_for_reversed_tasks(monkeypatch: pytest.MonkeyPatch, n: int) -> int:
     return reads[0]
 
 
-def test_identical_calls_of_many_tasks_cost_o1_each(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("size", ["small", "large"])
+def test_identical_calls_of_many_tasks_cost_o1_each(monkeypatch: pytest.MonkeyPatch,
+                                                    size: str) -> None:
     # Looking along the key's queue for the entry recorded at the task's place read up to
     # one entry per task in flight, for every call: quadratic in a gather of n tasks.
-    small = _reads_for_reversed_tasks(monkeypatch, 50)
-    large = _reads_for_reversed_tasks(monkeypatch, 200)
+    small = _reads_for_reversed_tasks(monkeypatch, 50, size)
+    large = _reads_for_reversed_tasks(monkeypatch, 200, size)
     assert large <= 4 * small + 8
     assert large <= 4 * 200
