@@ -116,8 +116,8 @@ class RunOrder:
         if ix is not None and self._complete:
             if self._kinds is None:
                 # once: each miss searched the names and parsed the kinds column (O(n))
-                names, kinds = self.book.names, ix.kinds()
-                self._kinds = dict(zip(reversed(names), reversed(kinds), strict=False))
+                pairs = list(zip(self.book.names, ix.kinds(), strict=False))
+                self._kinds = dict(reversed(pairs))  # the first step of each name wins
             kind = self._kinds.get(name)
             if kind is not None:
                 return kind
