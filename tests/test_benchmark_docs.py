@@ -125,3 +125,21 @@ def test_a_helper_benchmark_that_is_not_there_is_recorded_as_not_available(
     assert "not available" in text and "no_such_bench_module" in text
     doc = render.load(tmp_path)["import"]
     assert doc["available"] is False and doc["quick"] is True
+
+
+def test_the_flat_block_judges_the_largest_block(render: ModuleType) -> None:
+    def cell(face: str, mode: str, n: int, ratio: float) -> dict[str, Any]:
+        return {"face": face, "mode": mode, "n": n, "workload": "2KB", "ratio": ratio,
+                "first_tenth_us": 100.0, "last_tenth_us": 100.0 * ratio, "exit_ms": 5.0,
+                "block_s": 1.5}
+
+    cells = [cell("@cache", m, n, 3.0 if n == 10 else r)
+             for n, r in ((10, 1.0), (1000, 1.1)) for m in ("record", "replay")]
+    R = {"flat": {"name": "flat", "date": "2026-01-01 00:00 UTC", "goal_ratio": 1.2,
+                  "cells": cells}}
+    block = render.block_flat(R)
+    assert "Goal met at 1,000 calls: yes" in block  # the 10-call block's first call is noise
+    row = next(ln for ln in render.block_targets(R).splitlines() if "long cassette" in ln)
+    assert "worst 1.10" in row and "| yes |" in row
+    cells[-1]["ratio"] = 1.5
+    assert "Goal met at 1,000 calls: **no**" in render.block_flat(R)
