@@ -444,7 +444,7 @@ def block_flat(R: Results) -> str:
         for c in (rec, rep):
             row += (["-", "-"] if c is None else
                     [f"{num(c['first_tenth_us'])} → {num(c['last_tenth_us'])}",
-                     f"{c['ratio']:.2f}"])
+                     f"{_growth(c):.2f} ({c['ratio']:.2f})"])
         row.append(ms(rec["exit_ms"]) if rec else "-")
         row.append(f"{rec['block_s']:,.1f} s" if rec else "-")
         rows.append(row)
@@ -452,17 +452,27 @@ def block_flat(R: Results) -> str:
     return "\n".join([
         "Cost per call in one long `with dejacache.cassette(...)` block, each cell a fresh "
         "interpreter: the median µs of a call in the first and in the last tenth of the block "
-        f"(the block's first call left out) and their ratio (goal ≤ {goal}: the cost does "
-        "not grow with the calls already made). HTTP: plain httpx clients (automatic "
+        "(the block's first call left out) and their ratio, each tenth divided by its floor "
+        "(timed right after each call: recording, the same live call let through; replay, the "
+        "same call answered with the same bytes by an httpx `MockTransport`; `@cache`, an "
+        "orjson + xxh3 key and a dict), so that load slowing both cancels; in brackets the "
+        f"raw ratio. Goal ≤ {goal}: the cost does not grow with the calls already made. "
+        "HTTP: plain httpx clients (automatic "
         "interception) posting ~2 KB agent-shaped chat requests, each carrying the previous "
         "answer's tool-call id back, to the tests' loopback provider (replayed with it "
         "stopped); `@cache`: the same requests, ~1.2 KB answers. Save: the recording block's "
         "exit; record + save: the whole recording block.", "",
-        table(["face", "calls", "record µs, first → last tenth", "ratio",
-               "replay µs, first → last tenth", "ratio", "save", "record + save"], rows), "",
+        table(["face", "calls", "record µs, first → last tenth", "ratio vs floor (raw)",
+               "replay µs, first → last tenth", "ratio vs floor (raw)", "save",
+               "record + save"], rows), "",
         f"Goal met at {biggest:,} calls: " + _met(all(
-            c["ratio"] <= goal for c in cells if c["n"] == biggest)) + ".", "",
+            _growth(c) <= goal for c in cells if c["n"] == biggest)) + ".", "",
         source(R, "flat")])
+
+
+def _growth(c: dict[str, Any]) -> float:
+    """Last tenth / first tenth, each divided by its floor (the raw ratio without one)."""
+    return float(c.get("ratio_vs_floor", c["ratio"]))
 
 
 def _flat_target(R: Results) -> list[str]:
@@ -473,10 +483,11 @@ def _flat_target(R: Results) -> list[str]:
         return [job, "≤ 1.2", NA, "-"]
     biggest = max(c["n"] for c in cells)
     big = [c for c in cells if c["n"] == biggest]
-    worst = max(big, key=lambda c: c["ratio"])
+    worst = max(big, key=_growth)
     saves = ", ".join(f"{c['face']} {c['block_s']:,.1f} s" for c in big if c["mode"] == "record")
-    return [job, "≤ 1.2", f"{biggest:,} calls: worst {worst['ratio']:.2f} ({worst['face']} "
-            f"{worst['mode']}); record + save {saves}", _met(worst["ratio"] <= 1.2)]
+    return [job + ", each divided by its floor", "≤ 1.2",
+            f"{biggest:,} calls: worst {_growth(worst):.2f} ({worst['face']} {worst['mode']}); "
+            f"record + save {saves}", _met(_growth(worst) <= 1.2)]
 
 
 # ============================================================================ targets

@@ -143,3 +143,5 @@ def test_the_flat_block_judges_the_largest_block(render: ModuleType) -> None:
     assert "worst 1.10" in row and "| yes |" in row
     cells[-1]["ratio"] = 1.5
     assert "Goal met at 1,000 calls: **no**" in render.block_flat(R)
+    cells[-1]["ratio_vs_floor"] = 1.0  # the floor slowed as much: load, not the block
+    assert "Goal met at 1,000 calls: yes" in render.block_flat(R)
