@@ -374,9 +374,30 @@ class FileIndex(Index):
 
     def value(self, h: str) -> tuple[bool, Any]:
         """``(found, value)`` for one hash, by binary search over the sorted section."""
+        found, at = self.value_slot(h)
+        if not found:
+            return False, None
+        data = self._data
+        name_end = at + len(_VALUE_LINE) + len(h)
+        nxt = data.find(_VALUE_LINE, name_end, self._v_hi)
+        stop = nxt if nxt >= 0 else self._v_hi
+        raw = data[name_end + 3 : stop].rstrip(b",")  # skip '": '
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise CassetteError(f"value {fmt.REF}{h} is not valid JSON") from None
+        if fmt.value_hash(value) != h:  # content-addressed: the name is the checksum
+            raise CassetteError(f"value {fmt.REF}{h} does not match its hash")
+        return True, value
+
+    def value_slot(self, h: str) -> tuple[bool, int]:
+        """``(found, at)``: whether value ``h`` is in the file, and where its line starts
+        (the newline opening it), or where a value of that name would be inserted (the line
+        of the first greater name, or the section's end). A binary search: no parsing."""
         data = self._data
         lo, hi = self._v_lo, self._v_hi
         want = h.encode()
+        slot = self._v_hi
         while lo < hi:
             mid = (lo + hi) // 2
             at = data.find(_VALUE_LINE, mid, self._v_hi)
@@ -387,21 +408,31 @@ class FileIndex(Index):
             name_end = data.find(b'"', name_start)
             name = data[name_start:name_end]
             if name == want:
-                nxt = data.find(_VALUE_LINE, name_end, self._v_hi)
-                stop = nxt if nxt >= 0 else self._v_hi
-                raw = data[name_end + 3 : stop].rstrip(b",")  # skip '": '
-                try:
-                    value = orjson.loads(raw)
-                except orjson.JSONDecodeError:
-                    raise CassetteError(f"value {fmt.REF}{h} is not valid JSON") from None
-                if fmt.value_hash(value) != h:  # content-addressed: the name is the checksum
-                    raise CassetteError(f"value {fmt.REF}{h} does not match its hash")
-                return True, value
+                return True, at
             if name < want:
                 lo = name_end
             else:
+                slot = min(slot, at)
                 hi = mid
-        return False, None
+        return False, slot
+
+    @property
+    def values_bounds(self) -> tuple[int, int]:
+        """Where the items of ``values`` lie: after its ``{``, up to the newline before its
+        ``}`` (equal when the section is empty)."""
+        return self._v_lo, self._v_hi
+
+    @property
+    def sizes(self) -> list[int]:
+        """Every entry's byte size, in file order (the checksummed column)."""
+        return self._sizes
+
+    def entry_range(self, i: int) -> tuple[int, int]:
+        """``(start, stop)`` of entry ``i``'s bytes (a save copies them as they are)."""
+        if not 0 <= i < self.n:
+            raise CassetteError("entry is not in the cross-reference")
+        start = self._start(i)
+        return start, start + self._sizes[i]
 
 
 def _check_xref(xref: bytes) -> None:

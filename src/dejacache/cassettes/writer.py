@@ -12,6 +12,7 @@ earlier test sharing the file) put there meanwhile (``merge.py``), then written 
 from __future__ import annotations
 
 import collections
+import os
 from typing import Any
 
 import orjson
@@ -22,7 +23,9 @@ from . import format as fmt
 from .lock import cassette_lock
 from .merge import VOLATILE_FIELDS, Merged, canon, merge
 from .order import RunOrder
+from .reader import FileIndex
 from .redact import Redactor
+from .splice import Item, splice
 from .tape import Entry, Tape
 
 __all__ = ["Writer"]
@@ -44,6 +47,9 @@ class Writer:
         self.shared = shared
         self.new: list[dict[str, Any]] = []
         self._count: collections.Counter[str] = collections.Counter()
+        #: The file's :func:`format.identity` before the tape read it (None: unknown); a
+        #: save finding it unchanged splices the new file from the one read.
+        self.baseline: tuple[int, ...] | None = None
 
     def add(self, doc: dict[str, Any], *, key: str, name: str, namespace: str, kind: str,
             request: Any, duration: float, redactor: Redactor) -> tuple[dict[str, Any], Any]:
@@ -86,6 +92,13 @@ class Writer:
     def write(self, prune: bool) -> bool:
         """Write the file (``prune``: without the recorded entries this run never used);
         whether bytes were written (not when the file already holds them)."""
+        plan = self._splice_plan(prune)
+        if plan is not None and self._write_spliced(*plan):
+            return True
+        return self._write_whole(prune)
+
+    def _write_whole(self, prune: bool) -> bool:
+        """Parse the file, render every entry, merge with the file as it is now, write."""
         tape = self.tape
         if tape.raw is not None:
             tape.parse_all()
@@ -110,6 +123,106 @@ class Writer:
             tape.raw = data
         # else: a brand-new file. The tape read no recording, so none of what it just
         # wrote may count as a recorded step this block left unused (or never made).
+        return True
+
+    # ---------------------------------------------------------------- spliced saves
+
+    def _splice_plan(self, prune: bool
+                     ) -> tuple[FileIndex, list[Item], list[int | None]] | None:
+        """The new file's entries (old ones by index) and each one's ``follows``, when the
+        save can be spliced from the file read (``splice.py``): new calls kept over a file
+        read through its cross-reference, none of its entries dropped. None otherwise."""
+        tape = self.tape
+        ix = tape.ix
+        if (self.recording or not self.new or self.baseline is None or tape.raw is None
+                or tape.full is not None or not isinstance(ix, FileIndex)
+                or (prune and len(tape.unused_steps()) > 0)):
+            return None
+        items = self._order_of(ix.n)
+        return ix, items, self._follows_of(items, ix)
+
+    def _order_of(self, n: int) -> list[Item]:
+        """:meth:`final_entries` by index, nothing pruned: new calls where this run made
+        them, the file's other entries after the entry that preceded them there."""
+        with self.tape.lock:
+            calls = list(self.run.calls)
+        run: list[Item] = []
+        placed: set[int] = set()
+        fresh = iter(self.new)
+        for c in calls:
+            if c.outcome == "replayed":
+                i = c.recorded_step
+                if i is not None and 0 <= i < n and i not in placed:
+                    run.append(i)
+                    placed.add(i)
+            elif c.outcome == "recorded":
+                d = next(fresh, None)
+                if d is not None:
+                    run.append(d)
+        run.extend(fresh)
+        if not placed:  # nothing replayed: the file, then the new calls
+            return [*range(n), *run]
+        after: dict[int | None, list[int]] = collections.defaultdict(list)
+        anchor: int | None = None
+        for i in range(n):
+            if i in placed:
+                anchor = i
+            else:
+                after[anchor].append(i)
+        out: list[Item] = [*after.get(None, ())]
+        for x in run:
+            out.append(x)
+            if type(x) is int:
+                out += after.get(x, ())
+        return out
+
+    def _follows_of(self, items: list[Item], ix: FileIndex) -> list[int | None]:
+        """Each item's ``follows`` in ``items``, as :meth:`link` sets it (nothing is
+        pruned here, so every predecessor is in the list)."""
+        run = self.run
+        pos = {(x if type(x) is int else id(x)): j for j, x in enumerate(items)}
+        recorded = ix.follows()
+        n = ix.n
+
+        def place(marker: Any) -> int | None:
+            if isinstance(marker, Entry):
+                return pos.get(marker.index)  # type: ignore[arg-type]
+            if isinstance(marker, dict):
+                return pos.get(id(marker))
+            return order.ROOT
+
+        out: list[int | None] = []
+        for x in items:
+            if type(x) is not int:
+                out.append(place(run.pred[id(x)]) if id(x) in run.pred else None)
+            elif x in run.observed:
+                out.append(place(run.observed[x]))
+            else:
+                f = recorded[x]
+                out.append(None if f is None else order.ROOT if not 0 <= f < n else pos[f])
+        return out
+
+    def _write_spliced(self, ix: FileIndex, items: list[Item], follows: list[int | None]
+                       ) -> bool:
+        """Write the spliced file if nobody changed the file since it was read (under the
+        lock); whether it was written (False: the whole save runs instead)."""
+        with cassette_lock(self.path):
+            fmt.remove_stale_temps(self.path)
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return False
+            try:
+                if fmt.identity(self.path, fd) != self.baseline:
+                    return False  # another writer, or an edit: merge with what is there
+                try:
+                    parts = splice(ix, items, follows, self.tape.values)
+                except CassetteError:
+                    return False  # the whole save parses the file and names the damage
+                fmt.atomic_write_parts(self.path, parts, fd)
+            finally:
+                os.close(fd)
+            self.baseline = fmt.identity(self.path)  # a second save merges with this one
         return True
 
     def final_entries(self, prune: bool) -> list[dict[str, Any]]:
