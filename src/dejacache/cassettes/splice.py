@@ -50,7 +50,7 @@ def splice(ix: FileIndex, items: Sequence[Item], follows: Sequence[int | None],
     col: dict[str, list[Any]] = {"keys": [], "kinds": [], "names": [], "sizes": []}
     fresh: list[dict[str, Any]] = []
     for item, f in zip(items, follows, strict=True):
-        if type(item) is int:
+        if isinstance(item, int):
             k = keys[item]
             occ = seen[k]
             seen[k] += 1
