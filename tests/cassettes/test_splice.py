@@ -157,7 +157,7 @@ def test_another_writer_in_between_gets_the_whole_merge(
     p = tmp_path / "c.json"
     record(p)
     with dejacache.cassette(p, mode="auto", shared=True) as tape:
-        tape.exists  # read now
+        assert tape.exists  # read now
         llm([SYSTEM, {"role": "user", "content": "mine " * 80}])
         with dejacache.cassette(p, mode="auto", shared=True):  # saves first
             llm([SYSTEM, {"role": "user", "content": "theirs " * 80}])
