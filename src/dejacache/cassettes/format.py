@@ -106,7 +106,7 @@ CHECKSUMS: Final = "xxh3-128 of each entry; after editing by hand run: dejacache
 # Files smaller than this are parsed and checked whole when a block opens them (~1 ms per
 # 500 KB), so damage anywhere is refused before the test runs. Larger files keep the lazy
 # index (a 10k-call cassette must open in a few ms): each entry and value is
-# checked when it is read, and the whole file on the first miss or write.
+# checked when it is read, and the whole file on a replay miss or a save that is not spliced.
 EAGER_CHECK_UNDER: Final = 1 << 20
 REF: Final = "@ref:"
 REF_BYTES: Final = b"@ref:"  # "@" is rare in JSON: a fast search; a false hit is only slower
