@@ -15,6 +15,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import dejacache
 from dejacache.cassettes import format as fmt
@@ -45,6 +47,18 @@ def record(path: pathlib.Path, convs: int = 5, turns: int = 8) -> None:
         for c in range(convs):
             for t in range(turns):
                 llm(conversation(t, c))
+
+
+@pytest.fixture(autouse=True)
+def timeless(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every live call recorded as taking no time: two runs of one block write the same
+    bytes (a duration over 50 us shows in the file)."""
+    real = writer_mod.Writer.add
+
+    def add(self: writer_mod.Writer, doc: dict[str, Any], **kw: Any) -> Any:
+        return real(self, doc, **{**kw, "duration": 0.0})
+
+    monkeypatch.setattr(writer_mod.Writer, "add", add)
 
 
 @pytest.fixture
@@ -270,3 +284,24 @@ def test_kill_9_mid_spliced_save_loses_no_saved_recording(tmp_path: pathlib.Path
         assert len(doc["entries"]) in (saved, saved + 1)  # + the save killed after rename
         saved = len(doc["entries"])
         start += 10_000
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(st.tuples(st.integers(0, 4), st.integers(0, 7)),
+                          st.sampled_from(["new a", "new b", "new c"])), max_size=8))
+def test_any_run_splices_the_bytes_of_a_whole_save(
+        tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+        steps: list[tuple[int, int] | str]) -> None:
+    monkeypatch.setattr(fmt, "EAGER_CHECK_UNDER", 0)
+    d = tmp_path_factory.mktemp("any")
+    base = d / "base.json"
+    record(base)
+    a, b = d / "a.json", d / "b.json"
+    shutil.copy(base, a)
+    shutil.copy(base, b)
+    run(a, steps)
+    with monkeypatch.context() as m:
+        whole_save(m)
+        run(b, steps)
+    assert a.read_bytes() == b.read_bytes()

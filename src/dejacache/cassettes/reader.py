@@ -313,10 +313,15 @@ class FileIndex(Index):
         self._slices += 1
         if self._slices <= _SUMS_BEFORE_TABLE:
             return len(fmt.ENTRIES_HEAD) + sum(itertools.islice(self._sizes, i)) + 2 * i
-        self._starts = starts = list(itertools.accumulate(
-            map(operator.add, self._sizes, itertools.repeat(2)),
-            initial=len(fmt.ENTRIES_HEAD)))
-        return starts[i]
+        return self.starts()[i]
+
+    def starts(self) -> list[int]:
+        """Where every entry starts, and at ``[n]`` two bytes past the last one's end."""
+        if self._starts is None:
+            self._starts = list(itertools.accumulate(
+                map(operator.add, self._sizes, itertools.repeat(2)),
+                initial=len(fmt.ENTRIES_HEAD)))
+        return self._starts
 
     def _slice(self, i: int) -> bytes:
         if not 0 <= i < self.n:

@@ -18,7 +18,9 @@ when read, as it would have been before the save.
 
 from __future__ import annotations
 
-import collections
+import bisect
+import itertools
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -42,18 +44,113 @@ def splice(ix: FileIndex, items: Sequence[Item], follows: Sequence[int | None],
     file must be in ``items`` once (its shared values are then all still used)."""
     if len(items) != len(follows):
         raise ValueError("one follows per item")
+    fresh_at = [j for j, x in enumerate(items) if not isinstance(x, int)]
+    olds = list(items)
+    for j in reversed(fresh_at):
+        del olds[j]
+    if olds == list(range(ix.n)):
+        pieces, col = _in_file_order(ix, items, follows, fresh_at)
+    else:  # recorded entries replayed out of their order: placed one by one
+        pieces, col = _item_by_item(ix, items, follows)
+    fresh = _fresh(items, fresh_at)
+    parts = [fmt.ENTRIES_HEAD, *_joined(pieces, _SEP), fmt.ENTRIES_END + b"3," + fmt.VALUES_HEAD]
+    parts += _values(ix, _added_values(ix, fresh, values))
+    xref: dict[str, Any] = {"follows": list(follows), **col}
+    xref["checksum"] = fmt.xref_checksum(xref)
+    at = sum(len(p) if isinstance(p, bytes) else p[1] - p[0] for p in parts)
+    at += len(fmt.XREF_HEAD) + 1  # "," then the member's head
+    parts.append(b"," + fmt.XREF_HEAD + fmt.xref_tail(xref, at))
+    return parts
+
+
+Columns = dict[str, list[Any]]
+
+
+def _fresh(items: Sequence[Item], fresh_at: list[int]) -> list[dict[str, Any]]:
+    return [x for x in (items[j] for j in fresh_at) if isinstance(x, dict)]
+
+
+def _in_file_order(ix: FileIndex, items: Sequence[Item], follows: Sequence[int | None],
+                   fresh_at: list[int]) -> tuple[list[fmt.Part], Columns]:
+    """The file's entries in their order with new ones between them: runs of untouched
+    entries are single ranges, found without a step per entry in Python (an append to a
+    10k-entry file encodes one entry and touches ten thousand only in C loops). An entry
+    is written again only when its ``follows`` or its occurrence changes."""
+    n = ix.n
+    keys = ix.keys()
+    fresh = _fresh(items, fresh_at)
+    bounds = [j - t for t, j in enumerate(fresh_at)]  # the file's entries before each new one
+    now = list(follows)
+    for j in reversed(fresh_at):
+        del now[j]
+    dirty = set(itertools.compress(range(n), map(operator.ne, now, ix.follows())))
+    moved, fresh_occ = _occurrence_shifts(ix, fresh, bounds)
+    dirty.update(moved)
+    starts, sizes = ix.starts(), list(ix.sizes)
+    events = sorted([*((b, 0, t) for t, b in enumerate(bounds)), *((i, 1, i) for i in dirty)])
+    pieces: list[fmt.Part] = []
+    fresh_sizes = []
+    cur = 0
+    for at, kind, t in events:
+        if at > cur:
+            pieces.append((starts[cur], starts[at] - len(_SEP)))
+            cur = at
+        if kind == 0:
+            data = _encode(fresh[t], follows[fresh_at[t]], fresh_occ[t])
+            fresh_sizes.append(len(data))
+        else:
+            was = ix.positions(keys[t]).index(t)
+            doc = ix.entry(t, keys[t])
+            if doc.get("occurrence") != was:
+                raise CassetteError("entry is not at its occurrence")
+            data = _encode(doc, now[t], moved.get(t, was))
+            sizes[t] = len(data)
+            cur = t + 1
+        pieces.append(data)
+    if cur < n:
+        pieces.append((starts[cur], starts[n] - len(_SEP)))
+    col: Columns = {"keys": list(keys), "kinds": list(ix.kinds()), "names": list(ix.names()),
+                    "sizes": sizes}
+    for t, j in enumerate(fresh_at):  # in increasing order: each lands at its final place
+        d = fresh[t]
+        col["keys"].insert(j, str(d.get("key", "")))
+        col["kinds"].insert(j, str(d.get("kind", "call")))
+        col["names"].insert(j, str(d.get("name", "")))
+        col["sizes"].insert(j, fresh_sizes[t])
+    return pieces, col
+
+
+def _occurrence_shifts(ix: FileIndex, fresh: list[dict[str, Any]], bounds: list[int]
+                       ) -> tuple[dict[int, int], list[int]]:
+    """``(new occurrence of each file entry whose occurrence changes, occurrence of each new
+    entry)``: a new call placed before recorded calls of its key moves them one up."""
+    moved: dict[int, int] = {}
+    out: list[int] = []
+    news: dict[str, int] = {}
+    for d, b in zip(fresh, bounds, strict=True):
+        k = str(d.get("key", ""))
+        pos = ix.positions(k)
+        before = bisect.bisect_left(pos, b)
+        out.append(before + news.get(k, 0))
+        news[k] = news.get(k, 0) + 1
+        for r, i in enumerate(pos[before:], before):
+            moved[i] = moved.get(i, r) + 1
+    return moved, out
+
+
+def _item_by_item(ix: FileIndex, items: Sequence[Item], follows: Sequence[int | None]
+                  ) -> tuple[list[fmt.Part], Columns]:
     keys, names, kinds = ix.keys(), ix.names(), ix.kinds()
     was_follows = ix.follows()
     was_occ = _occurrences(keys)
-    seen: collections.Counter[str] = collections.Counter()
+    seen: dict[str, int] = {}
     pieces: list[fmt.Part] = []
-    col: dict[str, list[Any]] = {"keys": [], "kinds": [], "names": [], "sizes": []}
-    fresh: list[dict[str, Any]] = []
+    col: Columns = {"keys": [], "kinds": [], "names": [], "sizes": []}
     for item, f in zip(items, follows, strict=True):
         if isinstance(item, int):
             k = keys[item]
-            occ = seen[k]
-            seen[k] += 1
+            occ = seen.get(k, 0)
+            seen[k] = occ + 1
             if f == was_follows[item] and occ == was_occ[item]:
                 lo, hi = ix.entry_range(item)
                 _add_range(pieces, lo, hi)
@@ -68,34 +165,27 @@ def splice(ix: FileIndex, items: Sequence[Item], follows: Sequence[int | None],
             name, kind = names[item], kinds[item]
         else:
             k = str(item.get("key", ""))
-            occ = seen[k]
-            seen[k] += 1
+            occ = seen.get(k, 0)
+            seen[k] = occ + 1
             data = _encode(item, f, occ)
             pieces.append(data)
-            fresh.append(item)
             size = len(data)
             name, kind = str(item.get("name", "")), str(item.get("kind", "call"))
         col["keys"].append(k)
         col["names"].append(name)
         col["kinds"].append(kind)
         col["sizes"].append(size)
-    parts = [fmt.ENTRIES_HEAD, *_joined(pieces, _SEP), fmt.ENTRIES_END + b"3," + fmt.VALUES_HEAD]
-    parts += _values(ix, _added_values(ix, fresh, values))
-    xref: dict[str, Any] = {"follows": list(follows), **col}
-    xref["checksum"] = fmt.xref_checksum(xref)
-    at = sum(len(p) if isinstance(p, bytes) else p[1] - p[0] for p in parts)
-    at += len(fmt.XREF_HEAD) + 1  # "," then the member's head
-    parts.append(b"," + fmt.XREF_HEAD + fmt.xref_tail(xref, at))
-    return parts
+    return pieces, col
 
 
 def _occurrences(keys: list[str]) -> list[int]:
     """Each entry's place among the entries of its key, in file order."""
-    seen: collections.Counter[str] = collections.Counter()
+    seen: dict[str, int] = {}
     out = []
     for k in keys:
-        out.append(seen[k])
-        seen[k] += 1
+        n = seen.get(k, 0)
+        out.append(n)
+        seen[k] = n + 1
     return out
 
 
