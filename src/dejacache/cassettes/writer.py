@@ -11,8 +11,10 @@ earlier test sharing the file) put there meanwhile (``merge.py``), then written 
 
 from __future__ import annotations
 
+import bisect
 import collections
 import os
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -179,6 +181,54 @@ class Writer:
     def _follows_of(self, items: list[Item], ix: FileIndex) -> list[int | None]:
         """Each item's ``follows`` in ``items``, as :meth:`link` sets it (nothing is
         pruned here, so every predecessor is in the list)."""
+        n = ix.n
+        fresh_at = [j for j, x in enumerate(items) if not isinstance(x, int)]
+        olds = list(items)
+        for j in reversed(fresh_at):
+            del olds[j]
+        if olds != list(range(n)):
+            return self._follows_each(items, ix)
+        # The file's entries in their order, new ones between them: entry i moves to
+        # i + (new entries before it), and keeps its recorded follows unless what it
+        # follows moved (after the first new entry) or the run observed another.
+        bounds = [j - t for t, j in enumerate(fresh_at)]
+
+        def place(i: int) -> int:  # a new entry placed after b old ones comes before old b
+            return i + bisect.bisect_right(bounds, i) if bounds else i
+
+        recorded = ix.follows()
+        old = list(recorded)
+        known = [f for f in recorded if f is not None]
+        first = bounds[0] if bounds else n
+        if known and (min(known) < order.ROOT or max(known) >= first):
+            for i, f in enumerate(recorded):
+                if f is not None:
+                    old[i] = order.ROOT if not 0 <= f < n else place(f)
+        run = self.run
+        for i, marker in run.observed.items():  # what the run saw before a replayed entry
+            if 0 <= i < n:
+                old[i] = self._marker_place(marker, place, fresh_at)
+        for j in fresh_at:  # in increasing order: each lands at its place
+            doc = items[j]
+            old.insert(j, self._marker_place(run.pred[id(doc)], place, fresh_at)
+                       if id(doc) in run.pred else None)
+        return old
+
+    def _marker_place(self, marker: Any, place: Callable[[int], int], fresh_at: list[int]
+                      ) -> int | None:
+        """Where the call ``marker`` (a recorded entry, a new one, or none: the task's
+        first call) is in the new file."""
+        if isinstance(marker, Entry) and marker.index is not None:
+            return place(marker.index)
+        if isinstance(marker, dict):  # new entries are in ``items`` in the order made
+            for u, x in enumerate(self.new):
+                if x is marker:
+                    return fresh_at[u] if u < len(fresh_at) else None
+            return None
+        return order.ROOT
+
+    def _follows_each(self, items: list[Item], ix: FileIndex) -> list[int | None]:
+        """:meth:`_follows_of` one item at a time (recorded entries out of their order)."""
         run = self.run
         pos = {(x if type(x) is int else id(x)): j for j, x in enumerate(items)}
         recorded = ix.follows()
