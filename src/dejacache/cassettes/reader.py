@@ -156,8 +156,8 @@ _MISSING: Any = object()
 class FileIndex(Index):
     """The cross-reference of a format-3 file's bytes (see the module docstring)."""
 
-    __slots__ = ("_cols", "_data", "_first", "_found", "_keys", "_repeated", "_searches",
-                 "_sizes", "_slices", "_starts", "_v_hi", "_v_lo", "_xref", "n")
+    __slots__ = ("_cols", "_data", "_first", "_found", "_keys", "_parsed", "_repeated",
+                 "_searches", "_sizes", "_slices", "_starts", "_v_hi", "_v_lo", "_xref", "n")
 
     lazy = True
 
@@ -176,6 +176,7 @@ class FileIndex(Index):
         self._repeated: dict[str, list[int]] = {}
         self._found: dict[str, list[int]] = {}
         self._searches = 0
+        self._parsed: dict[str, list[Any]] = {}
 
     @classmethod
     def open(cls, data: fmt.Buffer) -> FileIndex | None:
@@ -284,11 +285,15 @@ class FileIndex(Index):
         return self._keys
 
     def _list(self, name: str) -> list[Any]:
-        """One column, parsed (its types: the column is checksummed with the rest)."""
-        bounds = self._cols.get(name) or _column(self._xref, name)
-        out = _parse(self._xref, bounds)
-        if len(out) != self.n:
-            raise CassetteError(f"the cross-reference's {name} do not match its sizes")
+        """One column, parsed once (its types: the column is checksummed with the rest).
+        Callers get the kept list: they must not change it."""
+        out = self._parsed.get(name)
+        if out is None:
+            bounds = self._cols.get(name) or _column(self._xref, name)
+            out = _parse(self._xref, bounds)
+            if len(out) != self.n:
+                raise CassetteError(f"the cross-reference's {name} do not match its sizes")
+            self._parsed[name] = out
         return out
 
     def names(self) -> list[str]:
