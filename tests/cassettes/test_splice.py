@@ -305,3 +305,24 @@ def test_any_run_splices_the_bytes_of_a_whole_save(
         whole_save(m)
         run(b, steps)
     assert a.read_bytes() == b.read_bytes()
+
+
+def test_without_copy_file_range_the_ranges_are_read_and_written(
+        tmp_path: pathlib.Path, lazy: None, monkeypatch: pytest.MonkeyPatch,
+        counts: dict[str, int]) -> None:
+    base = tmp_path / "base.json"
+    record(base)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    shutil.copy(base, a)
+    shutil.copy(base, b)
+
+    def refuse(*args: Any) -> int:
+        raise OSError(18, "Invalid cross-device link")
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "copy_file_range", refuse)
+        run(a, SCENARIOS["replayed then new"])
+    assert counts["spliced"] == 1
+    whole_save(monkeypatch)
+    run(b, SCENARIOS["replayed then new"])
+    assert a.read_bytes() == b.read_bytes()

@@ -535,10 +535,8 @@ def _write_parts(fd: int, parts: list[Part], source: int) -> None:
     for part in parts:
         if isinstance(part, tuple):
             _copy_range(source, fd, *part)
-            continue
-        view = memoryview(part)
-        while view:
-            view = view[os.write(fd, view):]
+        else:
+            _write_all(fd, part)
 
 
 def _copy_range(source: int, fd: int, start: int, stop: int) -> None:
@@ -546,10 +544,24 @@ def _copy_range(source: int, fd: int, start: int, stop: int) -> None:
         try:
             n = os.copy_file_range(source, fd, stop - start, start)
         except (AttributeError, OSError):  # no such call here, or not between these files
-            n = os.write(fd, os.pread(source, min(stop - start, 1 << 22), start))
+            n = _write_all(fd, _read_at(source, min(stop - start, 1 << 22), start))
         if n <= 0:
             raise OSError(f"the cassette being copied ended early at byte {start}")
         start += n
+
+
+def _read_at(fd: int, n: int, at: int) -> bytes:
+    if hasattr(os, "pread"):
+        return os.pread(fd, n, at)
+    os.lseek(fd, at, os.SEEK_SET)  # pragma: no cover - Windows
+    return os.read(fd, n)  # pragma: no cover
+
+
+def _write_all(fd: int, data: bytes) -> int:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    return len(data)
 
 
 def _atomic_write(path: pathlib.Path, parts: list[Part], source: int) -> None:
