@@ -326,3 +326,18 @@ def test_without_copy_file_range_the_ranges_are_read_and_written(
     whole_save(monkeypatch)
     run(b, SCENARIOS["replayed then new"])
     assert a.read_bytes() == b.read_bytes()
+
+
+def test_a_new_entry_never_rests_on_a_damaged_shared_value(
+        tmp_path: pathlib.Path, lazy: None) -> None:
+    p = tmp_path / "c.json"
+    record(p)
+    data = p.read_bytes()
+    values = data.index(fmt.VALUES_HEAD)
+    at = data.index(b"you plan trips", values)  # the system prompt every request shares
+    damaged = data[:at] + b"Y" + data[at + 1:]
+    p.write_bytes(damaged)
+    with pytest.raises(CassetteError) as info, dejacache.cassette(p, mode="auto"):
+        llm([SYSTEM, {"role": "user", "content": "new " * 80}])
+    assert str(p) in str(info.value) and "does not match its hash" in str(info.value)
+    assert p.read_bytes() == damaged

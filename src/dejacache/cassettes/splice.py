@@ -223,7 +223,8 @@ def _joined(pieces: list[fmt.Part], sep: bytes) -> list[fmt.Part]:
 def _added_values(ix: FileIndex, fresh: list[dict[str, Any]], values: Mapping[str, Any]
                   ) -> dict[str, Any]:
     """The shared values the new entries use, directly or through other values, that the
-    file does not hold."""
+    file does not hold. Those it holds are read and checked against their hash: one that
+    was damaged raises, and the whole save names it."""
     todo: set[str] = set()
     for d in fresh:
         fmt.refs_in(d.get("request"), todo)
@@ -235,11 +236,11 @@ def _added_values(ix: FileIndex, fresh: list[dict[str, Any]], values: Mapping[st
         if h in done:
             continue
         done.add(h)
-        if ix.value_slot(h)[0]:
-            continue  # in the file, with every value it uses
-        if h not in values:
-            raise CassetteError(f"dangling value reference {fmt.REF}{h}")
-        v = added[h] = values[h]
+        found, v = ix.value(h)  # checked: a new entry must not rest on damage
+        if not found:
+            if h not in values:
+                raise CassetteError(f"dangling value reference {fmt.REF}{h}")
+            v = added[h] = values[h]
         if type(v) is not str:
             fmt.refs_in(v, todo)
     return added
