@@ -19,16 +19,23 @@ when read, as it would have been before the save.
 from __future__ import annotations
 
 import bisect
+import collections
 import itertools
 import operator
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .._core.strict import ROOT
 from ..errors import CassetteError
 from . import format as fmt
 from .reader import FileIndex
+from .tape import Entry
 
-__all__ = ["Item", "splice"]
+if TYPE_CHECKING:
+    from .order import RunOrder
+    from .trajectory import Call
+
+__all__ = ["Item", "follows_of", "order_of", "splice"]
 
 #: An entry of the new file: an old entry by its index, or a new entry (without checksum).
 Item = int | dict[str, Any]
@@ -263,3 +270,111 @@ def _values(ix: FileIndex, added: dict[str, Any]) -> list[fmt.Part]:
     if not pieces:
         return [b"}"]
     return [*_joined(pieces, b","), b"\n  }"]
+
+
+# ---------------------------------------------------------------- the new file's order
+
+
+def order_of(calls: Sequence[Call], new: list[dict[str, Any]], n: int) -> list[Item]:
+    """``Writer.final_entries`` by index, nothing pruned: the new entries ``new`` where
+    ``calls`` (the run) made them, the file's ``n`` entries after the entry that preceded
+    them there."""
+    run: list[Item] = []
+    placed: set[int] = set()
+    fresh = iter(new)
+    for c in calls:
+        if c.outcome == "replayed":
+            i = c.recorded_step
+            if i is not None and 0 <= i < n and i not in placed:
+                run.append(i)
+                placed.add(i)
+        elif c.outcome == "recorded":
+            d = next(fresh, None)
+            if d is not None:
+                run.append(d)
+    run.extend(fresh)
+    if not placed:  # nothing replayed: the file, then the new calls
+        return [*range(n), *run]
+    after: dict[int | None, list[int]] = collections.defaultdict(list)
+    anchor: int | None = None
+    for i in range(n):
+        if i in placed:
+            anchor = i
+        else:
+            after[anchor].append(i)
+    out: list[Item] = [*after.get(None, ())]
+    for x in run:
+        out.append(x)
+        if isinstance(x, int):
+            out += after.get(x, ())
+    return out
+
+
+def follows_of(items: list[Item], ix: FileIndex, run: RunOrder, new: list[dict[str, Any]]
+               ) -> list[int | None]:
+    """Each item's ``follows`` in ``items``, as ``Writer.link`` sets it (nothing is pruned
+    here, so every predecessor is in the list): what the run observed for the calls it
+    made, the recorded order for the rest."""
+    n = ix.n
+    fresh_at = [j for j, x in enumerate(items) if not isinstance(x, int)]
+    olds = list(items)
+    for j in reversed(fresh_at):
+        del olds[j]
+    if olds != list(range(n)):
+        return _follows_each(items, ix, run)
+    # The file's entries in their order, new ones between them: entry i moves to
+    # i + (new entries before it), and keeps its recorded follows unless what it follows
+    # moved (after the first new entry) or the run observed another.
+    bounds = [j - t for t, j in enumerate(fresh_at)]
+
+    def place(marker: Any) -> int | None:
+        """Where the call ``marker`` (a recorded entry, a new one, or none: the task's
+        first call) is in the new file."""
+        if isinstance(marker, int):  # a new entry after b old ones comes before old b
+            return marker + bisect.bisect_right(bounds, marker) if bounds else marker
+        if isinstance(marker, Entry) and marker.index is not None:
+            return place(marker.index)
+        if isinstance(marker, dict):  # new entries are in ``items`` in the order made
+            u = next((u for u, x in enumerate(new) if x is marker), len(fresh_at))
+            return fresh_at[u] if u < len(fresh_at) else None
+        return ROOT
+
+    recorded = ix.follows()
+    out = list(recorded)
+    known = [f for f in recorded if f is not None]
+    if known and (min(known) < ROOT or max(known) >= (bounds[0] if bounds else n)):
+        for i, f in enumerate(recorded):
+            if f is not None:
+                out[i] = ROOT if not 0 <= f < n else place(f)
+    for i, marker in run.observed.items():  # what the run saw before a replayed entry
+        if 0 <= i < n:
+            out[i] = place(marker)
+    for j in fresh_at:  # in increasing order: each lands at its place
+        doc = items[j]
+        out.insert(j, place(run.pred[id(doc)]) if id(doc) in run.pred else None)
+    return out
+
+
+def _follows_each(items: list[Item], ix: FileIndex, run: RunOrder) -> list[int | None]:
+    """:func:`follows_of` one item at a time (recorded entries out of their order)."""
+    pos = {(x if isinstance(x, int) else id(x)): j for j, x in enumerate(items)}
+    recorded = ix.follows()
+    n = ix.n
+
+    def place(marker: Any) -> int | None:
+        if isinstance(marker, Entry):
+            return pos.get(marker.index) if marker.index is not None else None
+        if isinstance(marker, dict):
+            return pos.get(id(marker))
+        return ROOT
+
+    out: list[int | None] = []
+    for x in items:
+        if not isinstance(x, int):
+            out.append(place(run.pred[id(x)]) if id(x) in run.pred else None)
+        elif x in run.observed:
+            out.append(place(run.observed[x]))
+        else:
+            f = recorded[x]
+            out.append(None if f is None else ROOT if not 0 <= f < n else pos[f])
+    return out

@@ -11,10 +11,8 @@ earlier test sharing the file) put there meanwhile (``merge.py``), then written 
 
 from __future__ import annotations
 
-import bisect
 import collections
 import os
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -27,7 +25,7 @@ from .merge import VOLATILE_FIELDS, Merged, canon, merge
 from .order import RunOrder
 from .reader import FileIndex
 from .redact import Redactor
-from .splice import Item, splice
+from .splice import Item, follows_of, order_of, splice
 from .tape import Entry, Tape
 
 __all__ = ["Writer"]
@@ -140,117 +138,10 @@ class Writer:
                 or tape.full is not None or not isinstance(ix, FileIndex)
                 or (prune and len(tape.unused_steps()) > 0)):
             return None
-        items = self._order_of(ix.n)
-        return ix, items, self._follows_of(items, ix)
-
-    def _order_of(self, n: int) -> list[Item]:
-        """:meth:`final_entries` by index, nothing pruned: new calls where this run made
-        them, the file's other entries after the entry that preceded them there."""
-        with self.tape.lock:
+        with tape.lock:
             calls = list(self.run.calls)
-        run: list[Item] = []
-        placed: set[int] = set()
-        fresh = iter(self.new)
-        for c in calls:
-            if c.outcome == "replayed":
-                i = c.recorded_step
-                if i is not None and 0 <= i < n and i not in placed:
-                    run.append(i)
-                    placed.add(i)
-            elif c.outcome == "recorded":
-                d = next(fresh, None)
-                if d is not None:
-                    run.append(d)
-        run.extend(fresh)
-        if not placed:  # nothing replayed: the file, then the new calls
-            return [*range(n), *run]
-        after: dict[int | None, list[int]] = collections.defaultdict(list)
-        anchor: int | None = None
-        for i in range(n):
-            if i in placed:
-                anchor = i
-            else:
-                after[anchor].append(i)
-        out: list[Item] = [*after.get(None, ())]
-        for x in run:
-            out.append(x)
-            if type(x) is int:
-                out += after.get(x, ())
-        return out
-
-    def _follows_of(self, items: list[Item], ix: FileIndex) -> list[int | None]:
-        """Each item's ``follows`` in ``items``, as :meth:`link` sets it (nothing is
-        pruned here, so every predecessor is in the list)."""
-        n = ix.n
-        fresh_at = [j for j, x in enumerate(items) if not isinstance(x, int)]
-        olds = list(items)
-        for j in reversed(fresh_at):
-            del olds[j]
-        if olds != list(range(n)):
-            return self._follows_each(items, ix)
-        # The file's entries in their order, new ones between them: entry i moves to
-        # i + (new entries before it), and keeps its recorded follows unless what it
-        # follows moved (after the first new entry) or the run observed another.
-        bounds = [j - t for t, j in enumerate(fresh_at)]
-
-        def place(i: int) -> int:  # a new entry placed after b old ones comes before old b
-            return i + bisect.bisect_right(bounds, i) if bounds else i
-
-        recorded = ix.follows()
-        old = list(recorded)
-        known = [f for f in recorded if f is not None]
-        first = bounds[0] if bounds else n
-        if known and (min(known) < order.ROOT or max(known) >= first):
-            for i, f in enumerate(recorded):
-                if f is not None:
-                    old[i] = order.ROOT if not 0 <= f < n else place(f)
-        run = self.run
-        for i, marker in run.observed.items():  # what the run saw before a replayed entry
-            if 0 <= i < n:
-                old[i] = self._marker_place(marker, place, fresh_at)
-        for j in fresh_at:  # in increasing order: each lands at its place
-            doc = items[j]
-            old.insert(j, self._marker_place(run.pred[id(doc)], place, fresh_at)
-                       if id(doc) in run.pred else None)
-        return old
-
-    def _marker_place(self, marker: Any, place: Callable[[int], int], fresh_at: list[int]
-                      ) -> int | None:
-        """Where the call ``marker`` (a recorded entry, a new one, or none: the task's
-        first call) is in the new file."""
-        if isinstance(marker, Entry) and marker.index is not None:
-            return place(marker.index)
-        if isinstance(marker, dict):  # new entries are in ``items`` in the order made
-            for u, x in enumerate(self.new):
-                if x is marker:
-                    return fresh_at[u] if u < len(fresh_at) else None
-            return None
-        return order.ROOT
-
-    def _follows_each(self, items: list[Item], ix: FileIndex) -> list[int | None]:
-        """:meth:`_follows_of` one item at a time (recorded entries out of their order)."""
-        run = self.run
-        pos = {(x if type(x) is int else id(x)): j for j, x in enumerate(items)}
-        recorded = ix.follows()
-        n = ix.n
-
-        def place(marker: Any) -> int | None:
-            if isinstance(marker, Entry):
-                return pos.get(marker.index)  # type: ignore[arg-type]
-            if isinstance(marker, dict):
-                return pos.get(id(marker))
-            return order.ROOT
-
-        out: list[int | None] = []
-        for x in items:
-            if type(x) is not int:
-                out.append(place(run.pred[id(x)]) if id(x) in run.pred else None)
-            elif x in run.observed:
-                out.append(place(run.observed[x]))
-            else:
-                f = recorded[x]
-                out.append(None if f is None else order.ROOT if not 0 <= f < n else pos[f])
-        return out
+        items = order_of(calls, self.new, ix.n)
+        return ix, items, follows_of(items, ix, self.run, self.new)
 
     def _write_spliced(self, ix: FileIndex, items: list[Item], follows: list[int | None]
                        ) -> bool:
