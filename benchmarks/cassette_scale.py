@@ -9,7 +9,13 @@ For cassettes of the 20 KB agent run (``dejacache.cassettes._workload``) at 10 /
 * ``mean_us`` / ``p99_us`` / ``max_us``: one fresh process replays every entry once in a
   random order (up to ``max_calls``), timing each call.
 
-``bench_scale()`` returns one dict per size; ``--src DIR`` runs the children against another
+Then, for a 10k-entry cassette of growing conversations (``conversation_steps``: each
+request resends its history plus one new message; ~37 MB), ``bench_growing`` measures from
+fresh processes: open + hit of the last entry (imports reported apart), an auto-mode miss,
+and the save of that one new entry.
+
+``bench_scale()`` returns one dict per size, then the growing row (``"shape": "growing"``);
+``--src DIR`` runs the children against another
 copy of ``src/`` (the numbers before a change: ``git archive HEAD src | tar -x -C DIR``).
 
     .venv/bin/python benchmarks/cassette_scale.py [--quick] [--src DIR]
@@ -28,7 +34,7 @@ from typing import Any
 
 import orjson
 
-__all__ = ["bench_scale"]
+__all__ = ["bench_growing", "bench_scale", "conversation_steps"]
 
 _RECORD = """
 import sys
@@ -104,6 +110,134 @@ print(json.dumps({"times": times, "close_ns": close, "ok": ok}))
 """
 
 
+# Growing conversations: each request resends its conversation's whole history plus one
+# new message (an agent loop), ``turns`` turns per conversation, as many conversations as
+# it takes to make ``n`` entries (10k: ~33 MB on disk).
+_HERE = str(pathlib.Path(__file__).resolve().parent)
+_GROWING_RECORD = """
+import sys
+sys.path.insert(0, sys.argv[3])
+import dejacache
+from cassette_scale import conversation_steps
+steps = list(conversation_steps(int(sys.argv[2])))
+pending = [None]
+
+@dejacache.cache(name="llm")
+def llm(request):
+    return pending[0]
+
+with dejacache.cassette(sys.argv[1], mode="record", cache_key="bench"):
+    for req, resp in steps:
+        pending[0] = resp
+        llm(req)
+"""
+
+# open + hit one late entry; then, on a copy, an auto-mode miss (a new conversation: runs
+# live) and the block's exit, which saves the one new entry
+_GROWING_ONE = """
+import json, sys, time
+t0 = time.perf_counter()
+import dejacache
+dejacache.cassette  # (loaded on first use)
+t_import = time.perf_counter() - t0
+sys.path.insert(0, sys.argv[4])
+from cassette_scale import conversation_steps
+n, job = int(sys.argv[2]), sys.argv[3]
+
+@dejacache.cache(name="llm")
+def llm(request):
+    if job == "hit":
+        raise RuntimeError("a replay went live")
+    return {"role": "assistant", "content": "live"}
+
+if job == "hit":
+    req, resp = next(s for k, s in enumerate(conversation_steps(n)) if k == n - 1)
+else:
+    req, resp = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "new"}]}, None
+t0 = time.perf_counter()
+block = dejacache.cassette(sys.argv[1], mode="replay" if job == "hit" else "auto",
+                           cache_key="bench")
+block.__enter__()
+got = llm(req)
+t1 = time.perf_counter()
+block.__exit__(None, None, None)
+t2 = time.perf_counter()
+print(json.dumps({"import_ms": t_import * 1e3, "call_ms": (t1 - t0) * 1e3,
+                  "close_ms": (t2 - t1) * 1e3, "ok": resp is None or got == resp}))
+"""
+
+
+def conversation_steps(n: int, *, turns: int = 30, seed: int = 11, message_bytes: int = 300
+                       ) -> Any:
+    """``(request, response)`` pairs of agent loops whose requests resend their history."""
+    import random
+
+    from dejacache.cassettes._workload import filler
+
+    rng = random.Random(seed)
+    system = {"role": "system", "content": filler(rng, 2000)}
+    made, conv = 0, 0
+    while made < n:
+        history: list[dict[str, Any]] = [system]
+        for t in range(min(turns, n - made)):
+            history.append({"role": "user",
+                            "content": f"c{conv} t{t}: " + filler(rng, message_bytes)})
+            reply = {"role": "assistant",
+                     "content": f"c{conv} r{t}: " + filler(rng, message_bytes)}
+            yield ({"model": "gpt-4o-mini", "messages": list(history), "temperature": 0},
+                   {"id": f"chatcmpl-{made}", "model": "gpt-4o-mini-2024-07-18",
+                    "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 100 * t + 500, "completion_tokens": 80,
+                              "total_tokens": 100 * t + 580}})
+            history.append(reply)
+            made += 1
+        conv += 1
+
+
+def bench_growing(n: int = 10_000, *, repeats: int = 5, env: dict[str, str] | None = None,
+                  base: pathlib.Path | None = None) -> dict[str, Any]:
+    """Fresh-process figures for a cassette of ``n`` growing-conversation entries: open +
+    hit of the last entry, an auto-mode miss, and the save of that one new entry (on a
+    fresh copy each time); medians over ``repeats`` processes, imports reported apart."""
+    import shutil
+
+    env = env if env is not None else _env(None)
+    with tempfile.TemporaryDirectory() as d:
+        where = base or pathlib.Path(d)
+        path, copy = where / f"growing-{n}.json", where / f"growing-{n}-copy.json"
+        _run(_GROWING_RECORD, [path, n, _HERE], env)
+        hits, misses = [], []
+        for rep in range(-1, repeats):  # round -1 warms the page cache and bytecode
+            h = _run(_GROWING_ONE, [path, n, "hit", _HERE], env)
+            shutil.copyfile(path, copy)
+            m = _run(_GROWING_ONE, [copy, n, "miss", _HERE], env)
+            if not h["ok"]:
+                raise AssertionError("wrong replay of the last growing entry")
+            if rep >= 0:
+                hits.append(h)
+                misses.append(m)
+        med = statistics.median
+        row = {"shape": "growing", "entries": n, "file_bytes": path.stat().st_size,
+               "import_ms": med(r["import_ms"] for r in hits),
+               "late_open_hit_ms": med(r["call_ms"] for r in hits),
+               "max_late_open_hit_ms": max(r["call_ms"] for r in hits),
+               "late_close_ms": med(r["close_ms"] for r in hits),
+               "auto_miss_ms": med(r["call_ms"] for r in misses),
+               "save_one_ms": med(r["close_ms"] for r in misses)}
+        for p in (path, copy):
+            p.unlink(missing_ok=True)
+    return row
+
+
+def _env(src: str | None) -> dict[str, str]:
+    env = dict(os.environ)
+    if src:
+        env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env.pop("DEJACACHE_MODE", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # a user's process has its bytecode cached
+    return env
+
+
 def _run(code: str, args: list[Any], env: dict[str, str]) -> Any:
     proc = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True,
                           text=True, check=False, env=env)
@@ -115,16 +249,14 @@ def _run(code: str, args: list[Any], env: dict[str, str]) -> Any:
 
 def bench_scale(sizes: tuple[int, ...] = (10, 1_000, 10_000), *, repeats: int = 5,
                 max_calls: int = 10_000, tmp: pathlib.Path | None = None,
-                src: str | None = None) -> list[dict[str, Any]]:
+                src: str | None = None, growing: int = 10_000) -> list[dict[str, Any]]:
     """One dict per size: fresh-process open + hit of the first / last / a random entry and
     the block's close (medians over ``repeats`` processes, interleaved), and the per-call
-    cost of a random-order replay of every entry (mean, p99, worst)."""
+    cost of a random-order replay of every entry (mean, p99, worst); then, unless
+    ``growing`` is 0, one row (``"shape": "growing"``) from :func:`bench_growing`."""
     import random
 
-    env = dict(os.environ)
-    if src:
-        env["PYTHONPATH"] = os.pathsep.join([src, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env.pop("DEJACACHE_MODE", None)
+    env = _env(src)
     with tempfile.TemporaryDirectory() as d:
         base = tmp or pathlib.Path(d)
         rows = []
@@ -159,6 +291,8 @@ def bench_scale(sizes: tuple[int, ...] = (10, 1_000, 10_000), *, repeats: int = 
                        max_us=s[-1] / 1e3, replay_close_ms=r["close_ns"] / 1e6)
             rows.append(row)
             path.unlink()
+        if growing:
+            rows.append(bench_growing(growing, repeats=repeats, env=env, base=base))
     return rows
 
 
@@ -167,12 +301,21 @@ def _table(rows: list[dict[str, Any]]) -> str:
             "replay mean / p99 / worst (µs) |\n|---|---|---|---|---|")
     lines = [head]
     for r in rows:
+        if r.get("shape") == "growing":
+            continue
         lines.append(
             f"| {r['entries']:,} | {r['file_bytes'] / 1e6:.1f} MB | "
             f"{r['first_open_hit_ms']:.1f} / {r['last_open_hit_ms']:.1f} / "
             f"{r['random_open_hit_ms']:.1f} | {r['random_close_ms']:.1f} "
             f"(max {r['max_close_ms']:.1f}) | {r['mean_us']:.0f} / {r['p99_us']:.0f} / "
             f"{r['max_us']:.0f} |")
+    for r in rows:
+        if r.get("shape") == "growing":
+            lines.append(
+                f"\ngrowing conversations, {r['entries']:,} entries, "
+                f"{r['file_bytes'] / 1e6:.1f} MB: open + late hit {r['late_open_hit_ms']:.1f} "
+                f"ms (imports {r['import_ms']:.0f} ms apart), auto miss "
+                f"{r['auto_miss_ms']:.1f} ms, save of one new entry {r['save_one_ms']:.1f} ms")
     return "\n".join(lines)
 
 
@@ -181,9 +324,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--src", default=None, help="run the children against this src/ copy")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--growing-only", action="store_true")
     a = ap.parse_args(argv)
     sizes = (10, 100, 1_000) if a.quick else (10, 1_000, 10_000)
-    rows = bench_scale(sizes, repeats=1 if a.quick else a.repeats, src=a.src)
+    growing = 1_000 if a.quick else 10_000
+    if a.growing_only:
+        rows = [bench_growing(growing, repeats=a.repeats, env=_env(a.src))]
+    else:
+        rows = bench_scale(sizes, repeats=1 if a.quick else a.repeats, src=a.src,
+                           growing=growing)
     print(_table(rows))
     print(orjson.dumps(rows).decode())
     return 0

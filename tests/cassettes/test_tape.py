@@ -95,16 +95,28 @@ def test_a_large_file_is_read_entry_by_entry() -> None:
     assert sum(e is not None for e in tape.old) == 1  # the other 49 were never touched
 
 
-def test_a_miss_checks_the_whole_file() -> None:
-    """A key the index does not know may be a damaged one: the miss parses the whole file,
-    which names the damage rather than answering "no recording"."""
+def test_a_replay_miss_checks_the_whole_file() -> None:
+    """A replay miss is about to be reported: it parses the whole file, which names any
+    damage rather than answering "no recording"."""
     data = big(entry("good", response="fine"), entry("bad", response="original"))
     damaged = data.replace(b'"original"', b'"0riginal"')
-    tape = tape_over(damaged)
+    tape = tape_over(damaged, "replay")
     assert take_response(tape, "good") == "fine"
     assert tape.full is None
     with pytest.raises(CassetteError, match="checksum"):
         tape.take("missing", nowhere)
+
+
+def test_an_auto_miss_trusts_the_checked_cross_reference() -> None:
+    """In auto mode a miss runs live: the checksummed cross-reference vouches that the key
+    was not recorded, so nothing more is parsed; a damaged entry is still refused when its
+    own key is asked for."""
+    data = big(entry("good", response="fine"), entry("bad", response="original"))
+    tape = tape_over(data.replace(b'"original"', b'"0riginal"'))
+    assert tape.take("missing", nowhere) is None
+    assert tape.full is None
+    with pytest.raises(CassetteError, match="checksum"):
+        tape.take("bad", nowhere)
 
 
 def test_a_damaged_small_file_is_refused_when_read() -> None:

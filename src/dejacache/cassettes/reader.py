@@ -156,8 +156,8 @@ _MISSING: Any = object()
 class FileIndex(Index):
     """The cross-reference of a format-3 file's bytes (see the module docstring)."""
 
-    __slots__ = ("_cols", "_data", "_first", "_found", "_keys", "_repeated", "_searches",
-                 "_sizes", "_slices", "_starts", "_v_hi", "_v_lo", "_xref", "n")
+    __slots__ = ("_cols", "_data", "_first", "_found", "_keys", "_parsed", "_repeated",
+                 "_searches", "_sizes", "_slices", "_starts", "_v_hi", "_v_lo", "_xref", "n")
 
     lazy = True
 
@@ -176,6 +176,7 @@ class FileIndex(Index):
         self._repeated: dict[str, list[int]] = {}
         self._found: dict[str, list[int]] = {}
         self._searches = 0
+        self._parsed: dict[str, list[Any]] = {}
 
     @classmethod
     def open(cls, data: fmt.Buffer) -> FileIndex | None:
@@ -284,11 +285,15 @@ class FileIndex(Index):
         return self._keys
 
     def _list(self, name: str) -> list[Any]:
-        """One column, parsed (its types: the column is checksummed with the rest)."""
-        bounds = self._cols.get(name) or _column(self._xref, name)
-        out = _parse(self._xref, bounds)
-        if len(out) != self.n:
-            raise CassetteError(f"the cross-reference's {name} do not match its sizes")
+        """One column, parsed once (its types: the column is checksummed with the rest).
+        Callers get the kept list: they must not change it."""
+        out = self._parsed.get(name)
+        if out is None:
+            bounds = self._cols.get(name) or _column(self._xref, name)
+            out = _parse(self._xref, bounds)
+            if len(out) != self.n:
+                raise CassetteError(f"the cross-reference's {name} do not match its sizes")
+            self._parsed[name] = out
         return out
 
     def names(self) -> list[str]:
@@ -313,10 +318,15 @@ class FileIndex(Index):
         self._slices += 1
         if self._slices <= _SUMS_BEFORE_TABLE:
             return len(fmt.ENTRIES_HEAD) + sum(itertools.islice(self._sizes, i)) + 2 * i
-        self._starts = starts = list(itertools.accumulate(
-            map(operator.add, self._sizes, itertools.repeat(2)),
-            initial=len(fmt.ENTRIES_HEAD)))
-        return starts[i]
+        return self.starts()[i]
+
+    def starts(self) -> list[int]:
+        """Where every entry starts, and at ``[n]`` two bytes past the last one's end."""
+        if self._starts is None:
+            self._starts = list(itertools.accumulate(
+                map(operator.add, self._sizes, itertools.repeat(2)),
+                initial=len(fmt.ENTRIES_HEAD)))
+        return self._starts
 
     def _slice(self, i: int) -> bytes:
         if not 0 <= i < self.n:
@@ -374,9 +384,30 @@ class FileIndex(Index):
 
     def value(self, h: str) -> tuple[bool, Any]:
         """``(found, value)`` for one hash, by binary search over the sorted section."""
+        found, at = self.value_slot(h)
+        if not found:
+            return False, None
+        data = self._data
+        name_end = at + len(_VALUE_LINE) + len(h)
+        nxt = data.find(_VALUE_LINE, name_end, self._v_hi)
+        stop = nxt if nxt >= 0 else self._v_hi
+        raw = data[name_end + 3 : stop].rstrip(b",")  # skip '": '
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise CassetteError(f"value {fmt.REF}{h} is not valid JSON") from None
+        if fmt.value_hash(value) != h:  # content-addressed: the name is the checksum
+            raise CassetteError(f"value {fmt.REF}{h} does not match its hash")
+        return True, value
+
+    def value_slot(self, h: str) -> tuple[bool, int]:
+        """``(found, at)``: whether value ``h`` is in the file, and where its line starts
+        (the newline opening it), or where a value of that name would be inserted (the line
+        of the first greater name, or the section's end). A binary search: no parsing."""
         data = self._data
         lo, hi = self._v_lo, self._v_hi
         want = h.encode()
+        slot = self._v_hi
         while lo < hi:
             mid = (lo + hi) // 2
             at = data.find(_VALUE_LINE, mid, self._v_hi)
@@ -387,21 +418,31 @@ class FileIndex(Index):
             name_end = data.find(b'"', name_start)
             name = data[name_start:name_end]
             if name == want:
-                nxt = data.find(_VALUE_LINE, name_end, self._v_hi)
-                stop = nxt if nxt >= 0 else self._v_hi
-                raw = data[name_end + 3 : stop].rstrip(b",")  # skip '": '
-                try:
-                    value = orjson.loads(raw)
-                except orjson.JSONDecodeError:
-                    raise CassetteError(f"value {fmt.REF}{h} is not valid JSON") from None
-                if fmt.value_hash(value) != h:  # content-addressed: the name is the checksum
-                    raise CassetteError(f"value {fmt.REF}{h} does not match its hash")
-                return True, value
+                return True, at
             if name < want:
                 lo = name_end
             else:
+                slot = min(slot, at)
                 hi = mid
-        return False, None
+        return False, slot
+
+    @property
+    def values_bounds(self) -> tuple[int, int]:
+        """Where the items of ``values`` lie: after its ``{``, up to the newline before its
+        ``}`` (equal when the section is empty)."""
+        return self._v_lo, self._v_hi
+
+    @property
+    def sizes(self) -> list[int]:
+        """Every entry's byte size, in file order (the checksummed column)."""
+        return self._sizes
+
+    def entry_range(self, i: int) -> tuple[int, int]:
+        """``(start, stop)`` of entry ``i``'s bytes (a save copies them as they are)."""
+        if not 0 <= i < self.n:
+            raise CassetteError("entry is not in the cross-reference")
+        start = self._start(i)
+        return start, start + self._sizes[i]
 
 
 def _check_xref(xref: bytes) -> None:

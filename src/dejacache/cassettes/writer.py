@@ -12,6 +12,7 @@ earlier test sharing the file) put there meanwhile (``merge.py``), then written 
 from __future__ import annotations
 
 import collections
+import os
 from typing import Any
 
 import orjson
@@ -22,7 +23,9 @@ from . import format as fmt
 from .lock import cassette_lock
 from .merge import VOLATILE_FIELDS, Merged, canon, merge
 from .order import RunOrder
+from .reader import FileIndex
 from .redact import Redactor
+from .splice import Item, follows_of, order_of, splice
 from .tape import Entry, Tape
 
 __all__ = ["Writer"]
@@ -44,6 +47,9 @@ class Writer:
         self.shared = shared
         self.new: list[dict[str, Any]] = []
         self._count: collections.Counter[str] = collections.Counter()
+        #: The file's :func:`format.identity` before the tape read it (None: unknown); a
+        #: save finding it unchanged splices the new file from the one read.
+        self.baseline: tuple[int, ...] | None = None
 
     def add(self, doc: dict[str, Any], *, key: str, name: str, namespace: str, kind: str,
             request: Any, duration: float, redactor: Redactor) -> tuple[dict[str, Any], Any]:
@@ -86,6 +92,13 @@ class Writer:
     def write(self, prune: bool) -> bool:
         """Write the file (``prune``: without the recorded entries this run never used);
         whether bytes were written (not when the file already holds them)."""
+        plan = self._splice_plan(prune)
+        if plan is not None and self._write_spliced(*plan):
+            return True
+        return self._write_whole(prune)
+
+    def _write_whole(self, prune: bool) -> bool:
+        """Parse the file, render every entry, merge with the file as it is now, write."""
         tape = self.tape
         if tape.raw is not None:
             tape.parse_all()
@@ -110,6 +123,47 @@ class Writer:
             tape.raw = data
         # else: a brand-new file. The tape read no recording, so none of what it just
         # wrote may count as a recorded step this block left unused (or never made).
+        return True
+
+    # ---------------------------------------------------------------- spliced saves
+
+    def _splice_plan(self, prune: bool
+                     ) -> tuple[FileIndex, list[Item], list[int | None]] | None:
+        """The new file's entries (old ones by index) and each one's ``follows``, when the
+        save can be spliced from the file read (``splice.py``): new calls kept over a file
+        read through its cross-reference, none of its entries dropped. None otherwise."""
+        tape = self.tape
+        ix = tape.ix
+        if (self.recording or not self.new or self.baseline is None or tape.raw is None
+                or tape.full is not None or not isinstance(ix, FileIndex)
+                or (prune and len(tape.unused_steps()) > 0)):
+            return None
+        with tape.lock:
+            calls = list(self.run.calls)
+        items = order_of(calls, self.new, ix.n)
+        return ix, items, follows_of(items, ix, self.run, self.new)
+
+    def _write_spliced(self, ix: FileIndex, items: list[Item], follows: list[int | None]
+                       ) -> bool:
+        """Write the spliced file if nobody changed the file since it was read (under the
+        lock); whether it was written (False: the whole save runs instead)."""
+        with cassette_lock(self.path):
+            fmt.remove_stale_temps(self.path)
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:
+                return False
+            try:
+                if fmt.identity(self.path, fd) != self.baseline:
+                    return False  # another writer, or an edit: merge with what is there
+                try:
+                    parts = splice(ix, items, follows, self.tape.values)
+                except CassetteError:
+                    return False  # the whole save parses the file and names the damage
+                fmt.atomic_write_parts(self.path, parts, fd)
+            finally:
+                os.close(fd)
+            self.baseline = fmt.identity(self.path)  # a second save merges with this one
         return True
 
     def final_entries(self, prune: bool) -> list[dict[str, Any]]:

@@ -1,0 +1,343 @@
+"""Saves that cost what changed: a spliced save writes the bytes a whole render would, and
+opening, hitting, missing and appending touch O(1) entries (counted, not timed)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dejacache
+from dejacache.cassettes import format as fmt
+from dejacache.cassettes import writer as writer_mod
+from dejacache.cassettes.reader import FileIndex
+from dejacache.errors import CassetteError
+
+SYSTEM = {"role": "system", "content": "you plan trips; answer briefly " * 12}
+
+
+@dejacache.cache(name="llm")
+def llm(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"role": "assistant", "content": f"reply to {messages[-1]['content'][:40]}"}
+
+
+def conversation(turn: int, conv: int = 0) -> list[dict[str, Any]]:
+    """The request of an agent loop's turn: the whole history plus one new message."""
+    out = [SYSTEM]
+    for t in range(turn + 1):
+        out.append({"role": "user", "content": f"conversation {conv} question {t} " * 4})
+        if t < turn:
+            out.append({"role": "assistant", "content": f"c{conv} answer {t} " * 6})
+    return out
+
+
+def record(path: pathlib.Path, convs: int = 5, turns: int = 8) -> None:
+    with dejacache.cassette(path, mode="record"):
+        for c in range(convs):
+            for t in range(turns):
+                llm(conversation(t, c))
+
+
+@pytest.fixture(autouse=True)
+def timeless(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every live call recorded as taking no time: two runs of one block write the same
+    bytes (a duration over 50 us shows in the file)."""
+    real = writer_mod.Writer.add
+
+    def add(self: writer_mod.Writer, doc: dict[str, Any], **kw: Any) -> Any:
+        return real(self, doc, **{**kw, "duration": 0.0})
+
+    monkeypatch.setattr(writer_mod.Writer, "add", add)
+
+
+@pytest.fixture
+def lazy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read through the cross-reference, as for files over ``EAGER_CHECK_UNDER``."""
+    monkeypatch.setattr(fmt, "EAGER_CHECK_UNDER", 0)
+
+
+@pytest.fixture
+def counts(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How many entries were parsed from the file, encoded, and whole files parsed."""
+    n = {"decoded": 0, "encoded": 0, "parsed": 0, "spliced": 0}
+    real_checked, real_bytes = FileIndex._checked, fmt.entry_bytes
+    real_load, real_splice = fmt.load_document, writer_mod.splice
+
+    def checked(raw: bytes, key: str) -> dict[str, Any]:
+        n["decoded"] += 1
+        return real_checked(raw, key)
+
+    def entry_bytes(entry: dict[str, Any]) -> bytes:
+        n["encoded"] += 1
+        return real_bytes(entry)
+
+    def load(*a: Any, **kw: Any) -> dict[str, Any]:
+        n["parsed"] += 1
+        return real_load(*a, **kw)
+
+    def splice(*a: Any) -> Any:
+        n["spliced"] += 1
+        return real_splice(*a)
+
+    monkeypatch.setattr(FileIndex, "_checked", staticmethod(checked))
+    monkeypatch.setattr(fmt, "entry_bytes", entry_bytes)
+    monkeypatch.setattr(fmt, "load_document", load)
+    monkeypatch.setattr(writer_mod, "splice", splice)
+    return n
+
+
+def whole_save(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(writer_mod.Writer, "_splice_plan", lambda self, prune: None)
+
+
+SCENARIOS: dict[str, list[tuple[int, int] | str]] = {
+    "append": ["new a"],
+    "replayed then new": [(2, 3), (2, 4), "new a", "new b"],
+    "out of order": [(1, 5), (1, 2), "new a", (3, 0), "new b"],
+    "a repeated call": [(0, 0), (0, 0), (4, 7), "new a"],
+    "new first": ["new a", (0, 1), (0, 2)],
+}
+
+
+def run(path: pathlib.Path, steps: list[tuple[int, int] | str]) -> None:
+    with dejacache.cassette(path, mode="auto"):
+        for s in steps:
+            llm(conversation(*s) if isinstance(s, tuple) else
+                [SYSTEM, {"role": "user", "content": f"{s} " * 80}])
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_a_spliced_save_writes_the_bytes_of_a_whole_save(
+        tmp_path: pathlib.Path, lazy: None, monkeypatch: pytest.MonkeyPatch,
+        counts: dict[str, int], scenario: str) -> None:
+    base = tmp_path / "base.json"
+    record(base)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    shutil.copy(base, a)
+    shutil.copy(base, b)
+    run(a, SCENARIOS[scenario])
+    assert counts["spliced"] == 1 and counts["parsed"] == 0
+    whole_save(monkeypatch)
+    run(b, SCENARIOS[scenario])
+    assert a.read_bytes() == b.read_bytes()
+    fmt.load_document(a.read_bytes(), a)  # checks every entry, value and the xref
+
+
+def test_open_and_one_late_hit_decode_one_entry(
+        tmp_path: pathlib.Path, lazy: None, counts: dict[str, int]) -> None:
+    p = tmp_path / "c.json"
+    record(p, convs=20, turns=10)
+    counts.update(decoded=0, encoded=0, parsed=0)
+    with dejacache.cassette(p, mode="replay") as tape:
+        llm(conversation(9, 19))  # the last entry
+        assert tape._tape.full is None
+    assert counts == {"decoded": 1, "encoded": 0, "parsed": 0, "spliced": 0}
+
+
+def test_an_auto_miss_and_its_save_encode_only_the_new_entry(
+        tmp_path: pathlib.Path, lazy: None, counts: dict[str, int]) -> None:
+    p = tmp_path / "c.json"
+    record(p, convs=20, turns=10)
+    before = p.read_bytes()
+    counts.update(decoded=0, encoded=0, parsed=0)
+    with dejacache.cassette(p, mode="auto") as tape:
+        llm(conversation(10, 19))  # the next turn of the last conversation: a miss
+        assert tape._tape.full is None
+    # the new entry: once for its checksum, once for its bytes; none of the 200 others
+    # (one recorded entry may be read to name where the new call diverged)
+    assert counts["decoded"] <= 1
+    assert counts == {"decoded": counts["decoded"], "encoded": 2, "parsed": 0, "spliced": 1}
+    after = fmt.load_document(p.read_bytes(), p)
+    assert len(after["entries"]) == 201
+    assert p.read_bytes().startswith(before[: before.index(fmt.ENTRIES_END)])
+    with dejacache.cassette(p, mode="replay"):
+        want = f"reply to {conversation(10, 19)[-1]['content'][:40]}"
+        assert llm(conversation(10, 19))["content"] == want
+
+
+def test_another_writer_in_between_gets_the_whole_merge(
+        tmp_path: pathlib.Path, lazy: None, counts: dict[str, int]) -> None:
+    p = tmp_path / "c.json"
+    record(p)
+    with dejacache.cassette(p, mode="auto", shared=True) as tape:
+        assert tape.exists  # read now
+        llm([SYSTEM, {"role": "user", "content": "mine " * 80}])
+        with dejacache.cassette(p, mode="auto", shared=True):  # saves first
+            llm([SYSTEM, {"role": "user", "content": "theirs " * 80}])
+    assert counts["spliced"] == 1  # the inner block only: the outer one merged
+    doc = fmt.load_document(p.read_bytes(), p)
+    assert len(doc["entries"]) == 42
+
+
+def test_damage_in_an_untouched_entry_is_still_refused_after_a_save(
+        tmp_path: pathlib.Path, lazy: None) -> None:
+    p = tmp_path / "c.json"
+    record(p)
+    data = p.read_bytes()
+    at = data.index(b'"content": "reply to conversation 1 question 3')
+    p.write_bytes(data[:at] + data[at:].replace(b"reply", b"REPLY", 1))
+    run(p, ["new a"])  # copies the damaged entry as it is
+    with pytest.raises(CassetteError) as info, dejacache.cassette(p, mode="replay"):
+        llm(conversation(3, 1))
+    assert str(p) in str(info.value)
+
+
+@pytest.mark.parametrize("lie", ["truncated", "sizes"])
+def test_lying_offsets_are_damage_never_a_wrong_answer(
+        tmp_path: pathlib.Path, lazy: None, lie: str) -> None:
+    p = tmp_path / "c.json"
+    record(p)
+    data = p.read_bytes()
+    if lie == "truncated":
+        data = data[: len(data) // 2] + data[-200:]
+    else:  # one entry's size one byte longer, the next one's shorter: the same total
+        at = data.rindex(b'"sizes": [') + len(b'"sizes": [\n      ')
+        end = data.index(b",", at)
+        nxt = data.index(b",", end + 1)
+        size, size2 = int(data[at:end]), int(data[end + 1 : nxt].strip())
+        data = data[:at] + f"{size + 1},\n      {size2 - 1}".encode() + data[nxt:]
+    p.write_bytes(data)
+    for mode in ("replay", "auto"):
+        with pytest.raises(CassetteError) as info, dejacache.cassette(p, mode=mode):
+            llm(conversation(1, 0))
+        assert str(p) in str(info.value)
+    assert p.read_bytes() == data  # nothing written over it
+
+
+def test_a_cross_reference_pointer_that_lies_is_only_a_hint(
+        tmp_path: pathlib.Path, lazy: None) -> None:
+    """``xref_at`` is checked against the bytes it points at; when it lies the whole file
+    is parsed and checked, and answers come from that (right, or a CassetteError)."""
+    p = tmp_path / "c.json"
+    record(p)
+    data = p.read_bytes()
+    at = data.rindex(b'"xref_at": [') + len(b'"xref_at": [\n    ')
+    p.write_bytes(data[:at] + b"1" + data[at:])
+    with dejacache.cassette(p, mode="replay") as tape:
+        want = f"reply to {conversation(1, 0)[-1]['content'][:40]}"
+        assert llm(conversation(1, 0))["content"] == want
+        assert tape._tape.full is not None
+
+
+def test_an_old_format_file_still_opens_and_is_upgraded_by_a_save(
+        tmp_path: pathlib.Path, lazy: None) -> None:
+    p = tmp_path / "c.json"
+    record(p, convs=2, turns=3)
+    doc = orjson.loads(p.read_bytes())
+    for e in doc["entries"]:  # as dejacache 0.1 wrote it: format 1, no checksums, no xref
+        e.pop("checksum")
+        e.pop("follows", None)
+    old = fmt.dumps({"entries": doc["entries"], "format": 1, "values": doc["values"]})
+    p.write_bytes(old)
+    with dejacache.cassette(p, mode="replay"):
+        llm(conversation(2, 1))
+    run(p, ["new a"])
+    new = fmt.load_document(p.read_bytes(), p)
+    assert new["format"] == fmt.FORMAT and len(new["entries"]) == 7
+
+
+SAVER = textwrap.dedent("""
+    import sys, dejacache
+    from dejacache.cassettes import format as fmt
+    fmt.EAGER_CHECK_UNDER = 0
+
+    @dejacache.cache(name="llm")
+    def llm(messages):
+        return {"role": "assistant", "content": "live " + messages[-1]["content"][:20]}
+
+    i = int(sys.argv[2])
+    while True:
+        with dejacache.cassette(sys.argv[1], mode="auto"):
+            llm([{"role": "user", "content": f"question {i} " * 200}])
+        print(i, flush=True)
+        i += 1
+""")
+
+
+def test_kill_9_mid_spliced_save_loses_no_saved_recording(tmp_path: pathlib.Path) -> None:
+    p = tmp_path / "c.json"
+    record(p, convs=40, turns=10)  # ~1 MB: each save copies most of it
+    saved, start = 400, 0
+    for delay in (0.1, 0.25, 0.4):
+        proc = subprocess.Popen([sys.executable, "-c", SAVER, str(p), str(start)],
+                                stdout=subprocess.PIPE)
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # one save done: the next ones are under way
+        time.sleep(delay)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        done = [first, *proc.stdout.read().split()]
+        proc.stdout.close()
+        doc = fmt.load_document(p.read_bytes(), p)  # whole and checked, never torn
+        saved += len(done)
+        assert len(doc["entries"]) in (saved, saved + 1)  # + the save killed after rename
+        saved = len(doc["entries"])
+        start += 10_000
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.one_of(st.tuples(st.integers(0, 4), st.integers(0, 7)),
+                          st.sampled_from(["new a", "new b", "new c"])), max_size=8))
+def test_any_run_splices_the_bytes_of_a_whole_save(
+        tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+        steps: list[tuple[int, int] | str]) -> None:
+    monkeypatch.setattr(fmt, "EAGER_CHECK_UNDER", 0)
+    d = tmp_path_factory.mktemp("any")
+    base = d / "base.json"
+    record(base)
+    a, b = d / "a.json", d / "b.json"
+    shutil.copy(base, a)
+    shutil.copy(base, b)
+    run(a, steps)
+    with monkeypatch.context() as m:
+        whole_save(m)
+        run(b, steps)
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_without_copy_file_range_the_ranges_are_read_and_written(
+        tmp_path: pathlib.Path, lazy: None, monkeypatch: pytest.MonkeyPatch,
+        counts: dict[str, int]) -> None:
+    base = tmp_path / "base.json"
+    record(base)
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    shutil.copy(base, a)
+    shutil.copy(base, b)
+
+    def refuse(*args: Any) -> int:
+        raise OSError(18, "Invalid cross-device link")
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "copy_file_range", refuse)
+        run(a, SCENARIOS["replayed then new"])
+    assert counts["spliced"] == 1
+    whole_save(monkeypatch)
+    run(b, SCENARIOS["replayed then new"])
+    assert a.read_bytes() == b.read_bytes()
+
+
+def test_a_new_entry_never_rests_on_a_damaged_shared_value(
+        tmp_path: pathlib.Path, lazy: None) -> None:
+    p = tmp_path / "c.json"
+    record(p)
+    data = p.read_bytes()
+    values = data.index(fmt.VALUES_HEAD)
+    at = data.index(b"you plan trips", values)  # the system prompt every request shares
+    damaged = data[:at] + b"Y" + data[at + 1:]
+    p.write_bytes(damaged)
+    with pytest.raises(CassetteError) as info, dejacache.cassette(p, mode="auto"):
+        llm([SYSTEM, {"role": "user", "content": "new " * 80}])
+    assert str(p) in str(info.value) and "does not match its hash" in str(info.value)
+    assert p.read_bytes() == damaged
