@@ -242,3 +242,95 @@ def test_the_vcr_match_is_refused_for_agentcassette_recordings(
     src.write_text('{"version": 1, "steps": []}')
     assert main(["import", str(src), "-o", str(tmp_path / "o.json"), "--match", "vcr"]) == 1
     assert "match='vcr' is for vcrpy recordings" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the pytest plugin
+
+_QUIET = ("-p", "no:xdist", "-p", "no:hypothesispytest", "-p", "no:anyio", "-p", "no:asyncio",
+          "-p", "no:timeout", "-W", "error::dejacache.DejacacheWarning")
+
+# A test moved over from pytest-recording: its calls, and its assertions on the cassette.
+_SUITE = """
+import pytest, openai, dejacache
+
+def calls():
+    oc = openai.OpenAI(base_url="{base}/v1", api_key="sk-FAKE0123456789", max_retries=0,
+                       http_client=dejacache.http_client(library="httpx"))
+    with oc:
+        return [oc.chat.completions.create(
+            model="gpt-4o-mini", tools={tools!r},
+            messages=[{{"role": "user", "content": q}}]).id for q in ("hi - there", "and again")]
+
+{marker}
+def test_replays(vcr):
+    assert vcr.play_count == 0 and len(vcr) == 2 and not vcr.all_played
+    assert calls() == {ids!r}
+    assert vcr.play_count == 2 and vcr.all_played and vcr.write_protected
+    first = vcr.requests[0]
+    assert (first.method, first.uri, first.url) == ("POST",) + ("/v1/chat/completions",) * 2
+    assert b"\\\\u2014" in first.body or "\\u2014".encode() in first.body  # as recorded
+    assert first.headers == {{}}
+    assert [r["status"]["code"] for r in vcr.responses] == [200, 200]
+    assert b"{first_id}" in vcr.responses[0]["body"]["string"]
+"""
+
+
+def _suite(pytester: pytest.Pytester, src: pathlib.Path, live: list[str], base: str,
+           marker: str, capsys: pytest.CaptureFixture[str], *extra: str) -> None:
+    where = pytester.path / "cassettes" / "test_moved"
+    where.mkdir(parents=True)
+    _import(src, where / "test_replays.json", capsys, *extra)
+    pytester.makepyfile(test_moved=_SUITE.format(
+        base=base, tools=TOOLS, marker=marker, ids=live[:2], first_id=live[0]))
+
+
+@pytest.fixture
+def two_calls(fake: Any, tmp_path: pathlib.Path) -> tuple[pathlib.Path, list[str]]:
+    """A vcrpy cassette of the old code's two chat completions (``n``, an em dash)."""
+    src = tmp_path / "two.yaml"
+    with vcr.use_cassette(str(src), record_mode="all"):
+        oc, ac = _clients(fake.url, replay=False)
+        with oc, ac:
+            live = [oc.chat.completions.create(
+                model="gpt-4o-mini", tools=TOOLS, n=1,
+                messages=[{"role": "user", "content": q}]).id
+                for q in ("hi \u2014 there", "and again")]
+    return src, live
+
+
+@pytest.mark.parametrize(("marker", "extra"), [
+    ('@pytest.mark.dejacache(mode="replay")', ("--match", "vcr")),
+    ('@pytest.mark.dejacache(mode="replay", match="vcr")', ()),
+], ids=["import-match-vcr", "marker-match-vcr"])
+def test_a_moved_suite_replays_and_introspects_its_cassette_under_the_plugin(
+    pytester: pytest.Pytester, fake: Any, two_calls: tuple[pathlib.Path, list[str]],
+    capsys: pytest.CaptureFixture[str], marker: str, extra: tuple[str, ...]
+) -> None:
+    src, live = two_calls
+    _suite(pytester, src, live, fake.url, marker, capsys, *extra)
+    fake.stop()
+    result = pytester.runpytest(*_QUIET, "-p", "no:randomly", "-W",
+                                "ignore::DeprecationWarning")
+    # one warning, raised at the end of the test under -W error: the test itself passed
+    result.assert_outcomes(passed=1, errors=1)
+    text = result.stdout.str()
+    assert "body.messages[0].content changed, body.n removed" in text
+    result = pytester.runpytest(*_QUIET[:-2], "-p", "no:randomly", "-W",
+                                "ignore::DeprecationWarning", "-W",
+                                "default::dejacache.DejacacheWarning")
+    result.assert_outcomes(passed=1, warnings=1)
+
+
+def test_a_marker_with_an_unknown_match_is_a_configuration_error(
+    pytester: pytest.Pytester
+) -> None:
+    pytester.makepyfile(test_bad="""
+import pytest
+
+@pytest.mark.dejacache(match="body")
+def test_it():
+    pass
+""")
+    result = pytester.runpytest(*_QUIET, "-p", "no:randomly")
+    result.assert_outcomes(errors=1)
+    assert "match must be one of 'request', 'vcr', not 'body'" in result.stdout.str()
