@@ -91,8 +91,11 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     _check_environment()
     pm = config.pluginmanager
-    if not (pm.has_plugin("recording") or pm.has_plugin("vcr")):  # theirs stay theirs
-        pm.register(_VcrFixtures(), "dejacache-vcr-fixtures")
+    for name, plugin in (("vcr", _Vcr()), ("vcr_cassette", _VcrCassette())):
+        # Another plugin's fixture of that name (pytest-recording's, pytest-vcr's) stays
+        # theirs: registered later, ours would replace it.
+        if not any(hasattr(p, name) for p in pm.get_plugins()):
+            pm.register(plugin, f"dejacache-{name}")
     config.stash[_TAPES] = []
     config.stash[_REMOTE] = []
     table: dict[str, tuple[float, float]] = {}
@@ -325,18 +328,22 @@ def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
                         + "\n\n".join(str(m) for m in tape.misses[:3]), pytrace=False)
 
 
-class _VcrFixtures:
-    """pytest-recording's ``vcr`` and pytest-vcr's ``vcr_cassette`` fixture names, for a suite
-    that moved over from either (registered only when neither plugin is installed)."""
+class _Vcr:
+    """pytest-recording's ``vcr`` fixture name, for a suite that moved over from it
+    (registered only when no other plugin has a ``vcr``)."""
 
     @pytest.fixture
     def vcr(self, dejacache_cassette: Cassette) -> VcrView:
         """The test's cassette with vcrpy's ``Cassette`` attribute names."""
         return VcrView(dejacache_cassette)
 
+
+class _VcrCassette:
+    """pytest-vcr's ``vcr_cassette`` fixture name (as :class:`_Vcr`)."""
+
     @pytest.fixture
     def vcr_cassette(self, dejacache_cassette: Cassette) -> VcrView:
-        """Same as ``vcr`` (pytest-vcr's name)."""
+        """The test's cassette with vcrpy's ``Cassette`` attribute names."""
         return VcrView(dejacache_cassette)
 
 

@@ -183,8 +183,8 @@ def test_a_call_past_the_recorded_count_misses_instead_of_reusing_an_answer(
             dejacache.cassette(out, mode="replay") as tape, oc, ac:
         warnings.simplefilter("always")
         assert _calls(oc, ac, old=False) == live
-        with pytest.raises(dejacache.ReplayMiss, match="all its recordings were already "
-                           "replayed|no recording of openai.chat.completions"):
+        with pytest.raises(dejacache.ReplayMiss,
+                           match=r"no recording of openai\.chat\.completions"):
             oc.chat.completions.create(model="gpt-4o-mini",
                                        messages=[{"role": "user", "content": "a third"}])
     assert tape.counters.replayed == 4
