@@ -158,7 +158,8 @@ class cassette(Block[Cassette]):
             tape.close()
         # After the save: under -W error this warning is raised, and must not cost the file.
         self._paths.exit()
-        warn_stale(tape)
+        if exc_type is None:  # (under -W error it must not replace the block's own error)
+            warn_stale(tape)
         if tape.strict and exc_type is None:
             unmade = tape.unmade_error()  # recorded calls never made: the contract is broken
             if unmade is not None:
