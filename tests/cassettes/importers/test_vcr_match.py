@@ -235,6 +235,28 @@ def test_auto_mode_records_a_call_past_the_count_as_a_normal_entry(
     assert [e.get("match") for e in entries] == ["vcr"] * 4 + [None]
 
 
+async def test_the_async_clients_are_matched_the_same_way(
+    fake: Any, recorded: tuple[pathlib.Path, list[str]], tmp_path: pathlib.Path,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    src, live = recorded
+    out = tmp_path / "suite.json"
+    _import(src, out, capsys, "--match", "vcr")
+    fake.stop()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        async with dejacache.cassette(out, mode="replay") as tape, openai.AsyncOpenAI(
+                base_url=fake.url + "/v1", api_key="another-key", max_retries=0,
+                http_client=dejacache.async_http_client(library="httpx")) as aoc:
+            got = [(await aoc.chat.completions.create(
+                model="gpt-4o-mini", tools=TOOLS, messages=[{"role": "user", "content": q}])).id
+                for q in ("hi - there", "and again")]
+    assert got == live[:2]
+    assert tape.counters.replayed == 2 and len(tape.unused) == 2  # the Anthropic calls
+    (message,) = _stale_warnings(record)
+    assert "body.n removed" in message and "answered 2 call(s)" in message
+
+
 def test_the_vcr_match_is_refused_for_agentcassette_recordings(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
