@@ -21,6 +21,7 @@ from loopback_provider import fake_provider_module
 
 openai = pytest.importorskip("openai")
 FakeProvider = fake_provider_module().FakeProvider
+LONG = "context " * 60
 
 
 @pytest.mark.parametrize(("old", "new", "want"), [
@@ -86,11 +87,12 @@ def test_a_block_with_match_vcr_serves_changed_bodies_in_recorded_order(
     fake = FakeProvider().start()
     try:
         with dejacache.cassette(p, mode="record"):
-            live = _ask(fake.openai_url, ["one", "two", "one"], n=1)
+            # long enough that the file stores the messages once, by reference
+            live = _ask(fake.openai_url, [LONG + "one", LONG + "two", LONG + "one"], n=1)
     finally:
         fake.stop()
     with pytest.raises(dejacache.ReplayMiss), dejacache.cassette(p, mode="replay"):
-        _ask(fake.openai_url, ["one"])  # matched whole by default: the body changed
+        _ask(fake.openai_url, [LONG + "one"])  # matched whole by default: the body changed
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         with dejacache.cassette(p, mode="replay", match="vcr") as tape:

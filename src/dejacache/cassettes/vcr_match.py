@@ -196,9 +196,11 @@ class VcrMatch:
             tape = self.tape
             by: dict[str, collections.deque[int]] = collections.defaultdict(collections.deque)
             for i, e in enumerate(tape.parse_all()["entries"]):
-                req = tape.expand(e.get("request"))
-                k = target_key(str(e.get("namespace", "")), str(e.get("name", "")), req)
-                if k is not None and e.get("kind", "call") == "http":
+                if e.get("kind", "call") != "http":
+                    continue
+                k = target_key(str(e.get("namespace", "")), str(e.get("name", "")),
+                               _head(tape, e.get("request")))
+                if k is not None:
                     by[k].append(i)
             self._by_target = dict(by)
         return self._by_target
@@ -252,6 +254,18 @@ class VcrMatch:
                 f"the recorded ones: {named}. The recorded answers were made for the old "
                 f"requests; re-record to match on the whole request: "
                 f"{rerecord_hint or 'DEJACACHE_MODE=record'}")
+
+
+def _head(tape: Any, request: Any) -> Any:
+    """A packed request's method, path and query, expanded; not its body (expanding every
+    request of an agent's cassette is quadratic: each repeats the history before it)."""
+    from .format import REF  # (with the first block, not with the HTTP transport)
+
+    if isinstance(request, str) and request.startswith(REF):
+        request = tape.resolve(request[len(REF):])
+    if not isinstance(request, dict):
+        return None
+    return {k: tape.expand(request[k]) for k in ("method", "path", "query") if k in request}
 
 
 def warn_stale(tape: Any) -> None:
