@@ -4,13 +4,14 @@
   <test name>.json``; written only when the test passes.
 * marker ``@pytest.mark.dejacache(cassette=..., mode=..., cache_key=..., redact=..., volatile=...,
   substitute=..., record_errors=..., record_on_error=..., prune=..., allow_hosts=...,
-  expect_misses=..., match=...)``: same, without naming the fixture. ``match="vcr"``: calls
-  are matched on method + URL in recorded order, as vcrpy does (``cassettes/vcr_match.py``).
-* fixtures ``vcr`` and ``vcr_cassette`` (when pytest-recording and pytest-vcr are not
-  installed): the test's cassette with vcrpy's ``Cassette`` names (``play_count``,
-  ``all_played``, ``requests``, ``responses``; ``cassettes/vcr_view.py``), so tests that
-  introspect their cassette move over unchanged. A test that passes although the code
-  under test caught a replay miss fails, unless it says ``expect_misses=True``.
+  expect_misses=..., match=...)``: same, without naming the fixture. A test that passes
+  although the code under test caught a replay miss fails, unless it says
+  ``expect_misses=True``. ``match="vcr"``: calls are matched on method + URL in recorded
+  order, as vcrpy does (``cassettes/vcr_match.py``).
+* fixtures ``vcr`` and ``vcr_cassette`` (when no other plugin has them: pytest-recording and
+  pytest-vcr keep theirs): the test's cassette with vcrpy's ``Cassette`` names
+  (``play_count``, ``all_played``, ``requests``, ``responses``; ``cassettes/vcr_view.py``),
+  so tests that introspect their cassette move over unchanged.
 * options (namespaced, so the plugin sits beside pytest-recording and others):
   ``--dejacache-mode``, ``--dejacache-prune``, ``--dejacache-block-network``,
   ``--dejacache-strict`` (every cassette strict: calls must follow the recorded order;

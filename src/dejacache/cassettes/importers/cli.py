@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ...errors import ConfigurationError
+from ..vcr_match import MATCHES
 
 __all__ = ["add_import"]
 
@@ -67,7 +68,7 @@ def add_import(sub: Any) -> None:
                    help="the namespace the replaying block uses (cassette(cache_key=...))")
     p.add_argument("--redact", action="append", default=[], metavar="NAME",
                    help="an extra name or dotted path to redact (repeatable)")
-    p.add_argument("--match", choices=("request", "vcr"), default="request",
+    p.add_argument("--match", choices=MATCHES, default="request",
                    help="vcrpy recordings: 'vcr' matches their calls on method + URL in "
                    "recorded order, as vcrpy did (bodies may have changed since they were "
                    "recorded; a warning names the changed fields) until they are "
