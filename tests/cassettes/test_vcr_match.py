@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import dejacache
 from dejacache.cassettes import format as fmt
@@ -50,6 +52,22 @@ def test_the_method_and_url_key_leaves_the_body_out_and_never_equals_a_request_k
     assert k != target_key("ns", "openai.chat.completions", {**a, "method": "GET"})
     assert target_key("ns", "f", {"args": [1]}) is None
     assert target_key("ns", "f", "text") is None
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(st.text(max_size=5), inner, max_size=3), max_leaves=8)
+
+
+@given(body_a=_JSON, body_b=_JSON,
+       query=st.dictionaries(st.text(min_size=1, max_size=5), st.text(max_size=5), max_size=4))
+def test_the_method_and_url_key_ignores_the_body_and_the_query_order(
+    body_a: Any, body_b: Any, query: dict[str, str]
+) -> None:
+    a = {"method": "POST", "path": "/v1/x", "query": query, "body": body_a}
+    b = {"body": body_b, "query": dict(reversed(list(query.items()))), "path": "/v1/x",
+         "method": "POST"}
+    assert target_key("ns", "n", a) == target_key("ns", "n", b)
 
 
 def test_only_http_entries_are_rekeyed() -> None:
