@@ -4,8 +4,14 @@
   <test name>.json``; written only when the test passes.
 * marker ``@pytest.mark.dejacache(cassette=..., mode=..., cache_key=..., redact=..., volatile=...,
   substitute=..., record_errors=..., record_on_error=..., prune=..., allow_hosts=...,
-  expect_misses=...)``: same, without naming the fixture. A test that passes although the code
-  under test caught a replay miss fails, unless it says ``expect_misses=True``.
+  expect_misses=..., match=...)``: same, without naming the fixture. A test that passes
+  although the code under test caught a replay miss fails, unless it says
+  ``expect_misses=True``. ``match="vcr"``: calls are matched on method + URL in recorded
+  order, as vcrpy does (``cassettes/vcr_match.py``).
+* fixtures ``vcr`` and ``vcr_cassette`` (when no other plugin has them: pytest-recording and
+  pytest-vcr keep theirs): the test's cassette with vcrpy's ``Cassette`` names
+  (``play_count``, ``all_played``, ``requests``, ``responses``; ``cassettes/vcr_view.py``),
+  so tests that introspect their cassette move over unchanged.
 * options (namespaced, so the plugin sits beside pytest-recording and others):
   ``--dejacache-mode``, ``--dejacache-prune``, ``--dejacache-block-network``,
   ``--dejacache-strict`` (every cassette strict: calls must follow the recorded order;
@@ -31,6 +37,7 @@ from .cassettes.block import cassette, default_mode, in_ci
 from .cassettes.netguard import NetworkGuard
 from .cassettes.prices import PRICES_DATE, set_prices
 from .cassettes.store import Cassette, TapeCounters, summarize
+from .cassettes.vcr_view import VcrView
 from .config import MODES
 from .errors import ConfigurationError, ReplayMiss
 from .keys import env_volatile
@@ -79,11 +86,17 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "dejacache(cassette=None, mode=None, cache_key=None, redact=None, substitute=None, "
         "record_errors=(), record_on_error=False, prune=False, allow_hosts=(), volatile=(), "
-        "expect_misses=False, strict=False): "
+        "expect_misses=False, strict=False, match='request'): "
         "record and "
         "replay this test's calls from a cassette",
     )
     _check_environment()
+    pm = config.pluginmanager
+    for name, plugin in (("vcr", _Vcr()), ("vcr_cassette", _VcrCassette())):
+        # Another plugin's fixture of that name (pytest-recording's, pytest-vcr's) stays
+        # theirs: registered later, ours would replace it.
+        if not any(hasattr(p, name) for p in pm.get_plugins()):
+            pm.register(plugin, f"dejacache-{name}")
     config.stash[_TAPES] = []
     config.stash[_REMOTE] = []
     table: dict[str, tuple[float, float]] = {}
@@ -269,6 +282,7 @@ def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
         strict=bool(opts.get("strict", False) or config.getoption("dejacache_strict")),
         rerecord_hint=hint,
         shared=explicit is not None,
+        match=opts.get("match", "request"),
         **({"cache_key": opts["cache_key"]} if "cache_key" in opts else {}),
     )
     try:
@@ -313,6 +327,25 @@ def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
                         "(a test that asserts misses says so with "
                         "@pytest.mark.dejacache(expect_misses=True)):\n\n"
                         + "\n\n".join(str(m) for m in tape.misses[:3]), pytrace=False)
+
+
+class _Vcr:
+    """pytest-recording's ``vcr`` fixture name, for a suite that moved over from it
+    (registered only when no other plugin has a ``vcr``)."""
+
+    @pytest.fixture
+    def vcr(self, dejacache_cassette: Cassette) -> VcrView:
+        """The test's cassette with vcrpy's ``Cassette`` attribute names."""
+        return VcrView(dejacache_cassette)
+
+
+class _VcrCassette:
+    """pytest-vcr's ``vcr_cassette`` fixture name (as :class:`_Vcr`)."""
+
+    @pytest.fixture
+    def vcr_cassette(self, dejacache_cassette: Cassette) -> VcrView:
+        """The test's cassette with vcrpy's ``Cassette`` attribute names."""
+        return VcrView(dejacache_cassette)
 
 
 def _write_report(directory: pathlib.Path, item: pytest.Item, path: pathlib.Path,

@@ -22,6 +22,7 @@ from ..keys import key_substitutions
 from ..scope import Block, enter, inherited, leave, settle
 from .redact import Redactor
 from .store import Cassette
+from .vcr_match import check_match, warn_stale
 
 __all__ = ["cassette", "default_mode", "in_ci"]
 
@@ -64,6 +65,8 @@ class cassette(Block[Cassette]):
     or goes past the end of the recording, raises ``ReplayDivergence`` (nothing is sent),
     and so do recorded calls never made, when the block exits. Without it,
     ``tape.divergences`` lists the same findings and nothing fails.
+    ``match="vcr"``: calls are matched on method + URL in recorded order, as vcrpy does
+    (``cassettes/vcr_match.py``); a warning at exit names the request fields that changed.
     """
 
     def __init__(
@@ -81,6 +84,7 @@ class cassette(Block[Cassette]):
         rerecord_hint: str | None = None,
         shared: bool = False,
         strict: bool = False,
+        match: str = "request",
     ) -> None:
         self.path = pathlib.Path(path)
         self.mode = resolve_mode(mode) if mode is not None else None
@@ -95,6 +99,7 @@ class cassette(Block[Cassette]):
         self.rerecord_hint = rerecord_hint
         self.shared = shared
         self.strict = strict
+        self.match = check_match(match)
         self._stack: list[tuple[Cassette, Effective, contextvars.Token[Effective | None]]] = []
         self.last: Cassette | None = None
         # Set by integrations that write the file later (dejacache.integrations.scenario under
@@ -109,7 +114,7 @@ class cassette(Block[Cassette]):
             "mode='record'))")
         return Cassette(self.path, mode=mode, redactor=self.redactor, rerecord_hint=hint,
                         record_errors=self.record_errors, shared=self.shared,
-                        strict=self.strict)
+                        strict=self.strict, match=self.match)
 
     def __enter__(self) -> Cassette:
         tape = self.open()
@@ -153,6 +158,8 @@ class cassette(Block[Cassette]):
             tape.close()
         # After the save: under -W error this warning is raised, and must not cost the file.
         self._paths.exit()
+        if exc_type is None:  # (under -W error it must not replace the block's own error)
+            warn_stale(tape)
         if tape.strict and exc_type is None:
             unmade = tape.unmade_error()  # recorded calls never made: the contract is broken
             if unmade is not None:

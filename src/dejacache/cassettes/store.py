@@ -47,6 +47,7 @@ from .prices import estimate_dollars
 from .redact import Redactor
 from .tape import NONE_UNUSED, Entry, EntryInfo, Tape, Unused, View
 from .trajectory import Call, Divergence
+from .vcr_match import VcrMatch
 from .writer import Writer
 
 __all__ = ["Cassette", "EntryInfo", "TapeCounters"]
@@ -77,6 +78,7 @@ class Cassette(BaseStore):
         record_errors: tuple[type[BaseException], ...] = (),
         shared: bool = False,
         strict: bool = False,
+        match: str = "request",
     ) -> None:
         self.path = pathlib.Path(path)
         self.url = str(path)
@@ -96,6 +98,8 @@ class Cassette(BaseStore):
         self._tape.on_index = self._order.indexed
         self._here = self._order.step  # where the calling task is (bound once: the hit path)
         self._writer = Writer(self._tape, self._order, mode=self.mode, shared=shared)
+        #: method + URL matching, vcrpy's way (opt-in: ``vcr_match.py``)
+        self.vcr = VcrMatch(self._tape, self.redact_tree, match)
         self._damage: CassetteError | None = None
         self._miss_divergence: dict[str, ReplayDivergence] = {}
         # Set when the block's save begins: a call completing later (a task or thread that
@@ -142,9 +146,13 @@ class Cassette(BaseStore):
         with self._lock:
             if self._sealed:
                 return None  # too late for this block: see note_miss and _append
+            if self.vcr.wide and (got := self.vcr.first(key, self._record)) is not None:
+                return got
             # A miss checks the whole file first: a damaged key must be reported as damage.
             found = self._tape.take(key, self._here)
-            return None if found is None else self._record(*found)
+            if found is None:
+                return self.vcr.after_miss(key, self._here, self._record)
+            return self._record(*found)
 
     def _record(self, e: Entry, view: View | None = None) -> Record:
         doc, body = view if view is not None else self._tape.hit_view(e)

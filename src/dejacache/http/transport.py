@@ -25,6 +25,7 @@ from typing import Any
 from .._core.flow import Fail, Store
 from .._engine import AsyncDriver, SyncDriver, call_async, call_sync, encode_record
 from .._secrets import key_loaded, secret_key
+from ..cassettes.vcr_match import calling
 from ..config import Effective
 from ..errors import ConfigurationError, ReplayMiss
 from ..scope import current
@@ -138,6 +139,7 @@ def _prepare(lib: Lib, eff: Effective, request: Any, body: bytes, opts: Options)
         eff.key_substitute,
     )
     key = request_key(eff.namespace or "", name, canonical)
+    calling(key, eff.namespace or "", name, canonical)  # for cassettes' match="vcr"
     realtime = opts.realtime or eff.realtime
     return _Call(lib, eff, provider, name, key, canonical, stream, aliases, realtime)
 

@@ -26,6 +26,7 @@ from ...errors import CassetteError, ConfigurationError
 from ..block import cassette
 from ..redact import Redactor
 from ..scan import scan_text
+from ..vcr_match import VCR, check_match
 from ._limits import check_expansion
 from .report import Converted, ImportReport, Skipped
 
@@ -72,6 +73,20 @@ def _json_children(value: Any) -> list[Any] | None:
 
 def _json_weight(value: Any) -> int:
     return 1 + len(value) if isinstance(value, str) else 1
+
+
+def _match_vcr(dst: pathlib.Path, data: bytes) -> bytes:
+    """The cassette just written, its HTTP entries keyed by method + URL (``--match vcr``);
+    its new bytes."""
+    from .. import format as fmt
+    from ..vcr_match import rekey_entries
+
+    doc = fmt.load_document(data, dst)
+    values = doc["values"]
+    entries = rekey_entries(doc["entries"], lambda t: fmt.unpack(t, values.__getitem__))
+    out = fmt.render(entries, values)
+    fmt.atomic_write(dst, out)
+    return out
 
 
 def detect_format(path: str | os.PathLike[str]) -> str:
@@ -126,6 +141,7 @@ def import_file(
     cache_key: str | None = None,
     redact: Iterable[str | re.Pattern[str]] = (),
     overwrite: bool = False,
+    match: str = "request",
 ) -> ImportReport:
     """Convert the recording at ``path`` into the dejacache cassette ``out``.
 
@@ -133,10 +149,12 @@ def import_file(
     makes that call now (a callable or ``"module:attr"``); steps without one are skipped.
     ``cache_key``: the namespace the replaying block uses (``cassette(..., cache_key=)``).
     ``redact``: extra names, paths and patterns, as ``cassette(redact=)`` takes them.
-    ``out`` must not exist unless ``overwrite``.
+    ``out`` must not exist unless ``overwrite``. ``match="vcr"`` (vcrpy recordings): the
+    calls are matched on method + URL in recorded order, as vcrpy matched them, until they
+    are re-recorded (``cassettes/vcr_match.py``).
     """
     return run_import(path, out, functions=functions, cache_key=cache_key, redact=redact,
-                      overwrite=overwrite, overwrite_hint="overwrite=True")
+                      overwrite=overwrite, overwrite_hint="overwrite=True", match=match)
 
 
 def run_import(
@@ -148,6 +166,7 @@ def run_import(
     redact: Iterable[str | re.Pattern[str]],
     overwrite: bool,
     overwrite_hint: str,
+    match: str = "request",
 ) -> ImportReport:
     """:func:`import_file`, for a caller that asks for ``overwrite`` its own way
     (``overwrite_hint``: the CLI's ``--force``), so a refusal names what its user wrote."""
@@ -155,6 +174,9 @@ def run_import(
     dst = pathlib.Path(out)
     raw = _read(src)
     fmt_name, doc = _parse(src, raw)
+    if check_match(match, "match") == VCR and fmt_name != "vcr":
+        raise ConfigurationError(f"match='vcr' is for vcrpy recordings; {src} is an "
+                                 f"{fmt_name} recording (its calls are matched whole)")
     if dst.exists() and not overwrite:
         raise ConfigurationError(f"{dst} exists; pass {overwrite_hint} to replace it")
     if dst.resolve() == src.resolve():
@@ -179,6 +201,10 @@ def run_import(
             wrote = tape.new_entries
     after = dst.read_bytes() if dst.exists() else None
     report.written = wrote > 0 and after is not None
+    if report.written and match == VCR:
+        assert after is not None
+        after = _match_vcr(dst, after)
+        report.match = VCR
     if after is not None:  # one scan, of what will be committed; the redactor wrote it
         report.secrets_in_output = [str(f) for f in scan_text(after.decode("utf-8", "replace"),
                                                               str(dst))]

@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ...errors import ConfigurationError
+from ..vcr_match import MATCHES
 
 __all__ = ["add_import"]
 
@@ -35,7 +36,7 @@ def _cmd_import(args: argparse.Namespace) -> int:
             raise ConfigurationError(f"--module {module!r}: cannot import it ({exc})") from None
     report = run_import(args.file, args.output, functions=_functions(args.function),
                         cache_key=args.cache_key, redact=tuple(args.redact),
-                        overwrite=args.force, overwrite_hint="--force")
+                        overwrite=args.force, overwrite_hint="--force", match=args.match)
     for line in report.lines():
         print(line)
     if report.secrets_in_output:  # pragma: no cover - the redactor masks every shape scan finds
@@ -67,6 +68,11 @@ def add_import(sub: Any) -> None:
                    help="the namespace the replaying block uses (cassette(cache_key=...))")
     p.add_argument("--redact", action="append", default=[], metavar="NAME",
                    help="an extra name or dotted path to redact (repeatable)")
+    p.add_argument("--match", choices=MATCHES, default="request",
+                   help="vcrpy recordings: 'vcr' matches their calls on method + URL in "
+                   "recorded order, as vcrpy did (bodies may have changed since they were "
+                   "recorded; a warning names the changed fields) until they are "
+                   "re-recorded; default 'request': the whole request")
     p.add_argument("--force", action="store_true", help="replace CASSETTE if it exists")
     p.add_argument("--no-path-entry", dest="path_entry", action="store_false",
                    help="do not put the working directory on sys.path for --function and --module")

@@ -43,6 +43,8 @@ class ImportReport:
     redacted: dict[str, int] = dataclasses.field(default_factory=dict)
     secrets_in_output: list[str] = dataclasses.field(default_factory=list)
     written: bool = False
+    #: how the cassette's calls are matched: "request" (whole) or "vcr" (method + URL)
+    match: str = "request"
 
     def note_redacted(self, where: str) -> None:
         self.redacted[where] = self.redacted.get(where, 0) + 1
@@ -50,7 +52,8 @@ class ImportReport:
     def lines(self) -> list[str]:
         """The report as text, for the CLI."""
         out = [f"{self.source} ({self.format}) -> {self.output}"]
-        out.append(f"converted: {len(self.converted)} call(s)")
+        how = " (matched on method + URL in recorded order)" if self.match == "vcr" else ""
+        out.append(f"converted: {len(self.converted)} call(s){how}")
         for c in self.converted:
             out.append(f"  #{c.index} {c.name}")
         out.append(f"skipped: {len(self.skipped)} call(s)")

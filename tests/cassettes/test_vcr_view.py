@@ -1,0 +1,74 @@
+"""``VcrView``: a cassette under vcrpy's ``Cassette`` names (``cassettes/vcr_view.py``)."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import orjson
+import pytest
+
+import dejacache
+from dejacache.cassettes.vcr_view import VcrView
+from loopback_provider import fake_provider_module
+
+openai = pytest.importorskip("openai")
+FakeProvider = fake_provider_module().FakeProvider
+
+
+def _ask(base: str, q: str, **kw: Any) -> Any:
+    with openai.OpenAI(base_url=base, api_key="sk-test-FAKE", max_retries=0,
+                       http_client=dejacache.http_client()) as oc:
+        got = oc.chat.completions.create(model="gpt-4o-mini",
+                                         messages=[{"role": "user", "content": q}], **kw)
+        # a stream is read before its client closes (its connection goes with the client)
+        return list(got) if kw.get("stream") else got
+
+
+def test_requests_responses_and_play_counts(tmp_path: pathlib.Path) -> None:
+    p = tmp_path / "t.json"
+    fake = FakeProvider().start()
+    try:
+        with dejacache.cassette(p, mode="record") as tape:
+            view = VcrView(tape)
+            assert len(view) == 0 and view.play_count == 0
+            first = _ask(fake.openai_url, "one")
+            _ask(fake.openai_url, "two", stream=True)
+            assert len(view) == 2 and view.dirty and view.play_count == 0
+            assert not view.all_played and view.record_mode == "record"
+    finally:
+        fake.stop()
+    with dejacache.cassette(p, mode="replay") as tape:
+        view = VcrView(tape)
+        assert len(view) == 2 and view.rewound and view.write_protected
+        assert view.play_count == 0 and not view.all_played
+        assert _ask(fake.openai_url, "one").id == first.id
+        assert view.play_count == 1 and view.play_counts == {0: 1} and not view.all_played
+        req = view.requests[0]
+        assert (req.method, req.uri, req.url, req.path) == (
+            "POST", "/v1/chat/completions", "/v1/chat/completions", "/v1/chat/completions")
+        assert orjson.loads(req.body or b"")["messages"][0]["content"] == "one"
+        assert req.headers == {} and req.query == [] and repr(req).startswith("<Request (POST)")
+        resp = view.responses[0]
+        assert resp["status"]["code"] == 200
+        assert orjson.loads(resp["body"]["string"])["id"] == first.id
+        assert b"data: " in view.responses[1]["body"]["string"]  # the stream's events
+        assert [r for r, _ in view.data] and str(view).endswith("2 recorded response(s)>")
+        assert view.path == str(p) and not view.dirty
+
+
+def test_the_plugin_offers_vcr_and_vcr_cassette(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_it="""
+import dejacache
+
+f = dejacache.cache(name="f")(lambda x: x + 1)
+
+def test_both(vcr, vcr_cassette, dejacache_cassette):
+    assert vcr.tape is dejacache_cassette and vcr_cassette.tape is dejacache_cassette
+    assert vcr.play_count == 0 and len(vcr) == 0
+    assert f(1) == 2
+    assert len(vcr) == 1 and vcr.requests[0].method == ""  # a function call, not HTTP
+""")
+    result = pytester.runpytest("-p", "no:xdist", "-p", "no:randomly", "-p", "no:cassetter",
+                                "-p", "no:asyncio")
+    result.assert_outcomes(passed=1)
