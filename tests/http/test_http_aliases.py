@@ -134,3 +134,17 @@ def test_learning_an_id_with_a_known_head_keeps_the_replacer() -> None:
     table.learn(["toolu_" + "b" * 20])  # a new head: the pattern changes once
     assert table.apply("toolu_" + "b" * 20 + " and call_" + "a" * 20) == "<id:501> and <id:1>"
     assert table._sub is not first
+
+
+def test_alias_as_keys_another_runs_id_like_a_known_one_without_shifting_numbers() -> None:
+    from dejacache.http.aliases import AliasTable
+
+    t = AliasTable()
+    t.learn(["resp_live000001"])
+    t.alias_as("resp_recorded01", "resp_live000001")
+    t.alias_as("resp_other0001", "resp_unknown001")  # not known: nothing to alias it to
+    t.learn(["msg_000000001"])
+    assert t.apply({"a": "resp_recorded01", "b": "resp_live000001", "c": "msg_000000001",
+                    "path": "/v1/responses/resp_recorded01", "d": "resp_other0001"}) == {
+        "a": "<id:1>", "b": "<id:1>", "c": "<id:2>", "path": "/v1/responses/<id:1>",
+        "d": "resp_other0001"}

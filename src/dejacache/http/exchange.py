@@ -129,7 +129,8 @@ def canonical_request(
     substitutions: tuple[tuple[bytes, bytes], ...] = (),
 ) -> tuple[bytes, bool]:
     """Canonical JSON of a request (method, path, query without auth parameters, body without
-    volatile fields, credentials masked) and whether the body asks for a stream.
+    volatile fields, credentials masked; provider ids in path and body aliased) and whether
+    the body asks for a stream.
 
     The host is not part of it (the endpoint name carries the provider): a loopback test server
     gets a fresh port on every run, and the same call through a proxy should match.
@@ -146,7 +147,10 @@ def canonical_request(
             q[k] = [*prev, v] if isinstance(prev, list) else [prev, v]
         else:
             q[k] = v
-    data: dict[str, Any] = {"method": method, "path": path}
+    # Ids also come back in URLs (``GET /v1/responses/{id}`` polling a background response):
+    # the path is keyed through the block's aliases like the body.
+    keyed_path = aliases.apply(path) if aliases is not None else path
+    data: dict[str, Any] = {"method": method, "path": keyed_path}
     if q:
         data["query"] = q
     b = _body_for_key(body, content_type, aliases)
