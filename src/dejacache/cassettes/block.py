@@ -28,6 +28,11 @@ __all__ = ["cassette", "default_mode", "in_ci"]
 P = ParamSpec("P")
 T = TypeVar("T")
 
+#: Told of each tape a block opens, before it reads the file: the pytest plugin's record of
+#: which cassettes a run used (``usage.py``), including blocks a test opens by hand.
+#: Changed once per session, never per call.
+OPENED: list[Callable[[Cassette], None]] = []
+
 
 def in_ci() -> bool:
     v = os.environ.get("CI", "").strip().lower()
@@ -113,6 +118,8 @@ class cassette(Block[Cassette]):
 
     def __enter__(self) -> Cassette:
         tape = self.open()
+        for seen in OPENED:
+            seen(tape)
         base = inherited()
         ns: str | None
         if not isinstance(self.cache_key, Unset):

@@ -1,0 +1,288 @@
+"""Which cassettes, and which of their entries, a test run used: the record ``dejacache
+verify`` judges orphans by.
+
+The pytest plugin keeps one :class:`UsageRecorder` per session and writes what it saw to
+``<DEJACACHE_DIR or project>/.dejacache/usage.json`` when the session ends (the controller
+merges the workers' parts under xdist). The record says, for the run:
+
+* ``claims``: every cassette path a collected test may use (its default path, a marker's
+  ``cassette=``), with that test's outcome (``passed``, ``failed``, ``skipped``, ``not run``);
+  a deselected test still claims its file, so ``-k`` never makes a cassette look orphaned;
+* ``files``: every cassette a block opened, with the entries no block used, when that is
+  known: each block that opened it replayed (``auto``/``replay``) without recording or
+  missing, its test passed, and the file was not rewritten during the run. Otherwise the
+  file's usage is unknown and ``why`` says so. ``digest`` is the file's hash when the run
+  ended: a file changed since then is not judged by this record;
+* ``modules``: the test modules collected in full (``narrowed`` when the command line named
+  single tests, or ``--lf`` / ``--sw`` left tests uncollected: then none are), and ``roots``,
+  the paths the run collected from.
+
+Entries are named by ``(key, occurrence)``: the n-th entry of a key in file order, which is
+what the writer numbers ``occurrence`` by, so the pair names one entry of an unchanged file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import pathlib
+from collections.abc import Iterable
+from typing import Any, Final
+
+import orjson
+import xxhash
+
+from ..errors import CassetteError
+
+__all__ = ["FILE_NAME", "OrphanVerdict", "UsageRecord", "UsageRecorder", "digest",
+           "owner_module"]
+
+FILE_NAME: Final = "usage.json"
+VERSION: Final = 1
+PASSED: Final = "passed"
+NOT_RUN: Final = "not run"
+# When two parts of a run (xdist workers) disagree, the outcome that ran wins.
+_RANK: Final = {NOT_RUN: 0, "skipped": 1, PASSED: 2, "failed": 3}
+
+Stat = tuple[int, int, int]
+
+
+def digest(data: bytes) -> str:
+    return xxhash.xxh3_128_hexdigest(data)
+
+
+def _stat(path: pathlib.Path) -> Stat | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _key(path: str | os.PathLike[str]) -> str:
+    return str(pathlib.Path(path).resolve())
+
+
+def owner_module(path: pathlib.Path) -> pathlib.Path | None:
+    """The test module a cassette at the plugin's default place belongs to
+    (``<dir>/cassettes/<module>/<test>.json`` -> ``<dir>/<module>.py``), or None."""
+    if path.parent.parent.name != "cassettes":
+        return None
+    return path.parent.parent.parent / f"{path.parent.name}.py"
+
+
+@dataclasses.dataclass(slots=True)
+class _Use:
+    """One block over a cassette file, until the session ends."""
+
+    path: str
+    test: str | None
+    tape: Any  # the Cassette: closed by the time the session ends
+    stat: Stat | None
+
+
+class UsageRecorder:
+    """What one pytest session (or xdist worker) saw; :meth:`part` is its JSON form."""
+
+    def __init__(self, roots: Iterable[str], *, narrowed: bool) -> None:
+        self.roots = sorted({_key(r) for r in roots})
+        self.narrowed = narrowed
+        self.modules: set[str] = set()
+        self.claims: dict[str, dict[str, str]] = {}
+        self._uses: list[_Use] = []
+
+    def claim(self, path: pathlib.Path, test: str, outcome: str) -> None:
+        per = self.claims.setdefault(_key(path), {})
+        if _RANK.get(outcome, 0) >= _RANK.get(per.get(test, NOT_RUN), 0):
+            per[test] = outcome
+
+    def module(self, path: str | os.PathLike[str]) -> None:
+        self.modules.add(_key(path))
+
+    def opened(self, tape: Any, test: str | None) -> None:
+        """A block opened ``tape`` (before it read the file) in ``test`` (None: outside one)."""
+        self._uses.append(_Use(_key(tape.path), test, tape, _stat(tape.path)))
+
+    def part(self, outcomes: dict[str, str]) -> dict[str, Any]:
+        """This session's part of the record (``outcomes``: test id -> outcome)."""
+        uses = []
+        for u in self._uses:
+            why = _incomplete(u, outcomes.get(u.test or "", NOT_RUN))
+            unused = [] if why else [[e.key, e.occurrence, e.name] for e in u.tape.unused]
+            uses.append({"path": u.path, "test": u.test, "why": why, "unused": unused})
+        return {"narrowed": self.narrowed, "roots": self.roots, "modules": sorted(self.modules),
+                "claims": self.claims, "uses": uses}
+
+
+def _incomplete(u: _Use, outcome: str) -> str:
+    """Why this block's unused entries are not the file's (empty: they are)."""
+    tape = u.tape
+    if u.stat is None:
+        return "the file did not exist when the block opened"
+    if _stat(pathlib.Path(u.path)) != u.stat:
+        return "the run rewrote the file (recorded, pruned or merged)"
+    if u.test is None:
+        return "opened outside a test"
+    if outcome != PASSED:
+        return f"test {u.test} {outcome}"
+    if tape.mode not in ("auto", "replay"):
+        return f"opened in {tape.mode} mode"
+    if tape.misses or tape.new_entries:
+        return f"test {u.test} made calls the file does not have"
+    return ""
+
+
+def merge(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """One run's record from its parts (one per xdist worker), without the digests."""
+    out: dict[str, Any] = {"narrowed": False, "roots": set(), "modules": set(), "claims": {},
+                           "uses": []}
+    for p in parts:
+        out["narrowed"] = out["narrowed"] or bool(p["narrowed"])
+        out["roots"].update(p["roots"])
+        out["modules"].update(p["modules"])
+        for path, tests in p["claims"].items():
+            per = out["claims"].setdefault(path, {})
+            for test, outcome in tests.items():
+                if _RANK.get(outcome, 0) >= _RANK.get(per.get(test, NOT_RUN), 0):
+                    per[test] = outcome
+        out["uses"].extend(p["uses"])
+    return out
+
+
+def build(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The record of a run (:func:`merge` of its parts, each used file hashed as it is now):
+    a file is used by the entries any block used, and known only when every block is."""
+    m = merge(parts)
+    files: dict[str, dict[str, Any]] = {}
+    for u in m["uses"]:
+        f = files.setdefault(u["path"], {"tests": [], "why": "", "unused": None})
+        if u["test"] is not None and u["test"] not in f["tests"]:
+            f["tests"].append(u["test"])
+        if f["why"]:
+            continue
+        if u["why"]:
+            f["why"], f["unused"] = u["why"], None
+            continue
+        mine = {(k, o): n for k, o, n in u["unused"]}
+        if f["unused"] is not None:
+            mine = {e: n for e, n in mine.items() if e in f["unused"]}
+        f["unused"] = mine
+    for path, f in files.items():
+        try:
+            f["digest"] = digest(pathlib.Path(path).read_bytes())
+        except OSError:
+            f["digest"] = None
+        unused = f["unused"]
+        f["unused"] = None if unused is None else [[k, o, n] for (k, o), n in unused.items()]
+    return {"version": VERSION,
+            "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "narrowed": m["narrowed"], "roots": sorted(m["roots"]),
+            "modules": sorted(m["modules"]), "claims": m["claims"], "files": files}
+
+
+def write(record: dict[str, Any], directory: pathlib.Path) -> pathlib.Path:
+    from . import format as fmt
+
+    dest = directory / FILE_NAME
+    fmt.atomic_write(dest, orjson.dumps(record, option=orjson.OPT_INDENT_2))
+    return dest
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OrphanVerdict:
+    """``verdict``: ``ok``, ``fail`` (orphans) or ``skip`` (the record cannot tell)."""
+
+    verdict: str
+    detail: str
+    entries: tuple[tuple[str, int, str], ...] = ()  # orphaned entries: (key, occurrence, name)
+    whole_file: bool = False  # no test uses the file at all
+    digest: str | None = None  # the file's digest the verdict holds for
+
+
+class UsageRecord:
+    """A record written by :func:`build`, read back to judge files (see the module
+    docstring for what it can and cannot tell)."""
+
+    def __init__(self, doc: dict[str, Any], source: pathlib.Path) -> None:
+        self.source = source
+        self.written = str(doc.get("written", "?"))
+        self.narrowed = bool(doc.get("narrowed", True))
+        self.roots = [pathlib.Path(r) for r in doc.get("roots", ())]
+        self.modules = set(doc.get("modules", ()))
+        self.claims: dict[str, dict[str, str]] = doc.get("claims", {})
+        self.files: dict[str, dict[str, Any]] = doc.get("files", {})
+
+    @classmethod
+    def read(cls, path: pathlib.Path) -> UsageRecord | None:
+        """The record at ``path`` (None: there is none); an unreadable one is a
+        :class:`CassetteError` naming it (a damaged record must not pass as "no orphans")."""
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CassetteError(f"cannot read the usage record: {exc}", path=path) from None
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            doc = None
+        if not isinstance(doc, dict) or doc.get("version") != VERSION:
+            raise CassetteError("not a usage record this dejacache reads; delete it and run "
+                                "the tests again", path=path)
+        return cls(doc, path)
+
+    def judge(self, path: pathlib.Path, data: bytes) -> OrphanVerdict:
+        """Whether the run recorded here left ``path`` (holding ``data``) or entries of it
+        unused."""
+        key = _key(path)
+        now = digest(data)
+        f = self.files.get(key)
+        claims = self.claims.get(key, {})
+        if f is not None:
+            return self._judge_used(f, now, claims)
+        if claims:
+            ran = [t for t, o in claims.items() if o == PASSED]
+            if len(ran) < len(claims):
+                waiting = sorted(t for t in claims if t not in ran)
+                return OrphanVerdict("skip", f"its test did not pass in the last run "
+                                     f"({waiting[0]}: {claims[waiting[0]]})")
+            return OrphanVerdict("fail", f"its test {ran[0]} passed without opening it",
+                                 whole_file=True, digest=now)
+        return self._judge_unclaimed(path, now)
+
+    def _judge_used(self, f: dict[str, Any], now: str, claims: dict[str, str]
+                    ) -> OrphanVerdict:
+        if f.get("digest") != now:
+            return OrphanVerdict("skip", "changed since the last run")
+        # A test that may use the file and did not pass may need the entries the others
+        # left unused (a shared cassette, a deselected test).
+        waiting = sorted(t for t, o in claims.items() if o != PASSED)
+        if waiting:
+            return OrphanVerdict("skip", f"usage unknown: test {waiting[0]} "
+                                 f"{claims[waiting[0]]}")
+        unused = f.get("unused")
+        if unused is None:
+            return OrphanVerdict("skip", f"usage unknown: {f.get('why') or 'not recorded'}")
+        tests = f.get("tests") or []
+        if not unused:
+            return OrphanVerdict("ok", f"every entry used ({len(tests)} test"
+                                 f"{'s' * (len(tests) != 1)})")
+        shown = ", ".join(f"{n} #{o}" for _, o, n in unused[:3])
+        more = f" and {len(unused) - 3} more" if len(unused) > 3 else ""
+        return OrphanVerdict("fail", f"{len(unused)} entr{'ies' if len(unused) != 1 else 'y'} "
+                             f"no test used: {shown}{more}",
+                             entries=tuple((str(k), int(o), str(n)) for k, o, n in unused),
+                             digest=now)
+
+    def _judge_unclaimed(self, path: pathlib.Path, now: str) -> OrphanVerdict:
+        module = owner_module(path.resolve())
+        if module is None or self.narrowed:
+            return OrphanVerdict("skip", "no test of the last run names it")
+        if str(module) in self.modules:
+            return OrphanVerdict("fail", f"no test in {module.name} is named for it "
+                                 "(renamed or deleted test)", whole_file=True, digest=now)
+        if not module.exists() and any(module.is_relative_to(r) for r in self.roots):
+            return OrphanVerdict("fail", f"its test module {module.name} no longer exists",
+                                 whole_file=True, digest=now)
+        return OrphanVerdict("skip", "its test module was not collected in the last run")
