@@ -268,7 +268,8 @@ class UsageRecord:
         if not unused:
             return OrphanVerdict("ok", f"every entry used ({len(tests)} test"
                                  f"{'s' * (len(tests) != 1)})")
-        shown = ", ".join(f"{n} #{o}" for _, o, n in unused[:3])
+        shown = ", ".join(f"{n} (key {k[:12]}" + (f", occurrence {o})" if o else ")")
+                          for k, o, n in unused[:3])
         more = f" and {len(unused) - 3} more" if len(unused) > 3 else ""
         return OrphanVerdict("fail", f"{len(unused)} entr{'ies' if len(unused) != 1 else 'y'} "
                              f"no test used: {shown}{more}",

@@ -154,7 +154,8 @@ def _structure(path: pathlib.Path, data: bytes, add: Any
     layout = _layout(doc, data)
     todo.rewrite = bool(layout)
     add("format", WARN if layout else OK, layout or f"format {fmt.FORMAT}")
-    add("damaged", OK, f"{len(doc['entries'])} entries, checksums match")
+    n = len(doc["entries"])
+    add("damaged", OK, f"{n} entr{'ies' if n != 1 else 'y'}, checksums match")
     return doc, todo
 
 
