@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pathlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,7 +19,8 @@ import pytest
 from .cassettes import block
 from .cassettes.usage import NOT_RUN, PASSED, UsageRecorder, build, write
 
-__all__ = ["configure", "deselected", "finish", "summary", "unconfigure", "worker_part"]
+__all__ = ["configure", "deselected", "finish", "outcome", "summary", "unconfigure",
+           "worker_part"]
 
 _RECORDER = pytest.StashKey[UsageRecorder]()
 _DESELECTED = pytest.StashKey[list[pytest.Item]]()
@@ -27,9 +29,7 @@ _ROWS = pytest.StashKey[list[Any]]()
 _HOOK = pytest.StashKey[Any]()
 
 
-def configure(config: pytest.Config) -> None:
-    from .pytest_plugin import current_test
-
+def configure(config: pytest.Config, current_test: Callable[[], pytest.Item | None]) -> None:
     narrowed = (any("::" in str(a) for a in config.args) or bool(config.getoption("lf", False))
                 or bool(config.getoption("stepwise", False)))
     rec = UsageRecorder([str(a).split("::")[0] for a in config.args], narrowed=narrowed)
@@ -61,10 +61,8 @@ def worker_part(config: pytest.Config, part: dict[str, Any]) -> None:
     config.stash.setdefault(_PARTS, []).append(part)
 
 
-def _outcome(item: pytest.Item) -> str:
-    from .pytest_plugin import _REPORTS
-
-    reports = item.stash.get(_REPORTS, {})
+def outcome(reports: dict[str, pytest.TestReport]) -> str:
+    """A test's outcome from its reports (setup, call, teardown) for the record."""
     if any(r.failed for r in reports.values()):
         return "failed"
     if any(r.skipped for r in reports.values()):
@@ -73,31 +71,28 @@ def _outcome(item: pytest.Item) -> str:
     return PASSED if call is not None and call.passed else NOT_RUN
 
 
-def _part(session: pytest.Session) -> dict[str, Any] | None:
-    from .pytest_plugin import cassette_path
-
+def _part(session: pytest.Session, paths: Callable[[pytest.Item], list[pathlib.Path]],
+          outcome_of: Callable[[pytest.Item], str]) -> dict[str, Any] | None:
     config = session.config
     rec = config.stash.get(_RECORDER, None)
     if rec is None:
         return None
     outcomes: dict[str, str] = {}
     for item in [*session.items, *config.stash.get(_DESELECTED, [])]:
-        outcome = outcomes[item.nodeid] = _outcome(item)
+        result = outcomes[item.nodeid] = outcome_of(item)
         rec.module(str(item.path))
-        rec.claim(cassette_path(item), item.nodeid, outcome)
-        marker = item.get_closest_marker("dejacache")
-        explicit = (marker.kwargs.get("cassette") or (marker.args[0] if marker.args else None)
-                    ) if marker is not None else None
-        if explicit is not None:
-            rec.claim(cassette_path(item, explicit), item.nodeid, outcome)
+        for path in paths(item):
+            rec.claim(path, item.nodeid, result)
     return rec.part(outcomes)
 
 
-def finish(session: pytest.Session) -> dict[str, Any] | None:
+def finish(session: pytest.Session, paths: Callable[[pytest.Item], list[pathlib.Path]],
+           outcome_of: Callable[[pytest.Item], str]) -> dict[str, Any] | None:
     """At the session's end: an xdist worker's part to hand over (returned), or, for the
-    session that reports, the record written and ``--dejacache-verify`` carried out."""
+    session that reports, the record written and ``--dejacache-verify`` carried out.
+    ``paths(item)``: the cassettes a test may use; ``outcome_of(item)``: how it ended."""
     config = session.config
-    part = _part(session)
+    part = _part(session, paths, outcome_of)
     if part is None:
         return None
     if getattr(config, "workeroutput", None) is not None:

@@ -114,7 +114,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # placeholder, which the guard in placeholder_keys keeps off the wire.
     if (config.getoption("dejacache_mode") or default_mode()) == "replay":
         config.stash[_PLACEHOLDERS] = placeholder_keys.supply()
-    _pytest_usage.configure(config)  # the usage record: which cassettes the run used
+    _pytest_usage.configure(config, current_test)  # the record of which cassettes it used
 
 
 def _check_environment() -> None:
@@ -355,6 +355,13 @@ def _counts(tapes: list[tuple[str, Cassette]]) -> dict[str, Any]:
     return {"counters": total, "unused": [u for u in unused if u[2]]}
 
 
+def _claimed(item: pytest.Item) -> list[pathlib.Path]:
+    """The cassettes a test may use: its own, and the one its marker names."""
+    marker = item.get_closest_marker("dejacache")
+    named = marker and (marker.kwargs.get("cassette") or (marker.args or [None])[0])
+    return [cassette_path(item), *([cassette_path(item, named)] if named else [])]
+
+
 def pytest_deselected(items: list[pytest.Item]) -> None:
     _pytest_usage.deselected(items)  # deselected tests still claim their cassettes
 
@@ -362,7 +369,9 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     workeroutput = getattr(config, "workeroutput", None)
-    usage = _pytest_usage.finish(session)  # writes the record (and --dejacache-verify)
+    # writes the usage record (and carries out --dejacache-verify)
+    usage = _pytest_usage.finish(session, _claimed, lambda item: _pytest_usage.outcome(
+        item.stash.get(_REPORTS, {})))
     if workeroutput is not None and usage is not None:
         workeroutput["dejacache_usage"] = usage
     tapes = config.stash.get(_TAPES, [])
