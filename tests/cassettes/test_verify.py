@@ -302,3 +302,26 @@ def test_a_deleted_test_modules_cassettes_are_orphans(
     usage.write_bytes(orjson.dumps(doc))
     status, out = verify(capsys, str(tree), "--usage", str(usage), "-v")
     assert status == 0 and rows(out, "test_one.json")["orphans"][0] == "skip"
+
+
+def test_the_pre_commit_hooks_run_commands_that_exist(
+        tree: pathlib.Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+    import shlex
+
+    import yaml
+
+    root = pathlib.Path(__file__).parents[2]
+    hooks = {h["id"]: h for h in yaml.safe_load((root / ".pre-commit-hooks.yaml").read_text())}
+    assert set(hooks) == {"dejacache-verify", "dejacache-scan"}
+    for hook in hooks.values():
+        # pre-commit passes the staged files that match, relative to the repository root
+        assert re.search(hook["files"], "tests/cassettes/test_agent/test_one.json")
+        assert not re.search(hook["files"], "tests/fixtures/data.json")
+        prog, *args = shlex.split(hook["entry"])
+        assert prog == "dejacache"
+        files = [str(p.relative_to(tree)) for p in sorted(tree.rglob("cassettes/*/*.json"))]
+        monkeypatch.chdir(tree)
+        assert main([*args, *files]) == 0
+    assert "dejacache verify: passed: 2 cassettes" in capsys.readouterr().out
