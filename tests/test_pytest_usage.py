@@ -196,3 +196,25 @@ def test_dejacache_verify_reads_the_max_age_ini(pytester: pytest.Pytester) -> No
     assert res.ret == 1
     res.stdout.fnmatch_lines(["*test_other.json*expired*fail*1 of 1 entries recorded more "
                               "than 30d ago (oldest 2020-01-01)*"])
+
+
+def test_xdist_workers_parts_make_one_record(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    pytester.makepyfile(test_agent=TWO_TESTS)
+    run(pytester).assert_outcomes(passed=2)
+    pytester.makepyfile(test_agent=TWO_TESTS.replace(
+        '    assert llm("book")["text"] == "BOOK"\n', "").replace(
+        "def test_other", "def test_renamed"))
+    run(pytester).assert_outcomes(passed=2)  # records test_renamed
+    others = [a for a in _QUIET if a not in ("-p", "no:xdist")]
+    res = pytester.runpytest_subprocess(*(x for o in others for x in ("-p", o)), "-n", "2",
+                                        "--dejacache-mode=replay", "--dejacache-verify")
+    res.assert_outcomes(passed=2)
+    assert res.ret == 1
+    res.stdout.fnmatch_lines([
+        "*test_other.json*orphans*fail*no test in test_agent.py is named for it*",
+        "*test_plan.json*orphans*fail*1 entry no test used: llm*",
+    ], consecutive=False)
+    doc = orjson.loads(record().read_bytes())
+    assert sorted(t for c in doc["claims"].values() for t in c) == [
+        "test_agent.py::test_plan", "test_agent.py::test_renamed"]

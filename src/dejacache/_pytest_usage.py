@@ -120,7 +120,9 @@ def _verify(session: pytest.Session, record: dict[str, Any]) -> None:
     dirs = {pathlib.Path(m).parent / "cassettes" for m in record["modules"]}
     named = {pathlib.Path(p) for p in (*record["files"], *record["claims"])}
     found = set(cassette_files(sorted(str(d) for d in dirs if d.is_dir())))
-    files = sorted(found | {f for f in named if f.is_file()})
+    here = pathlib.Path.cwd()
+    files = sorted(f.relative_to(here) if f.is_relative_to(here) else f  # shown shorter
+                   for f in found | {f for f in named if f.is_file()})
     max_age = session.config.getini("dejacache_max_age") or None
     from ._core.durations import seconds
 

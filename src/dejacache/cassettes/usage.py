@@ -109,7 +109,12 @@ class UsageRecorder:
         uses = []
         for u in self._uses:
             why = _incomplete(u, outcomes.get(u.test or "", NOT_RUN))
-            unused = [] if why else [[e.key, e.occurrence, e.name] for e in u.tape.unused]
+            unused: list[list[Any]] = []
+            if not why:
+                try:
+                    unused = [[e.key, e.occurrence, e.name] for e in u.tape.unused]
+                except CassetteError as exc:
+                    why = f"the file could not be read: {exc}"
             uses.append({"path": u.path, "test": u.test, "why": why, "unused": unused})
         return {"narrowed": self.narrowed, "roots": self.roots, "modules": sorted(self.modules),
                 "claims": self.claims, "uses": uses}
