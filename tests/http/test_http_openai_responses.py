@@ -5,6 +5,7 @@ both, so re-recording one turn keeps the turns after it hitting."""
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 from collections.abc import Iterator
 from typing import Any
@@ -123,3 +124,25 @@ def test_the_cassette_keys_poll_urls_by_alias(fake: FakeProvider, client: openai
         "/v1/responses", "/v1/responses/<id:1>", "/v1/responses/<id:1>"]
     assert [e["name"] for e in entries] == ["openai.responses"] * 3
     assert live[0]["id"] in entries[1]["response"]["json"]["id"]  # the answer keeps it
+
+
+def test_async_background_polling_replays_in_order(fake: FakeProvider,
+                                                   tmp_path: pathlib.Path) -> None:
+    async def poll() -> list[Any]:
+        async with openai.AsyncOpenAI(base_url=fake.openai_url, api_key="sk-test-SECRET",
+                                      max_retries=0) as client:
+            resp = await client.responses.create(model="gpt-test", input="job",
+                                                 background=True)
+            seen = [resp.status]
+            while resp.status in ("queued", "in_progress"):
+                resp = await client.responses.retrieve(resp.id)
+                seen.append(resp.status)
+            return [*seen, resp.output_text]
+
+    path = tmp_path / "bg.json"
+    with dejacache.cassette(path, mode="record"):
+        live = asyncio.run(poll())
+    assert live[:3] == ["queued", "in_progress", "completed"]
+    fake.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert asyncio.run(poll()) == live
