@@ -71,7 +71,7 @@ def test_a_replayed_run_records_what_it_used(pytester: pytest.Pytester,
     plan = str(cassette(pytester, "test_plan").resolve())
     # Recorded in this run: written by it, so which entries it used is not known...
     assert doc["files"][plan]["unused"] is None
-    assert "did not exist" in doc["files"][plan]["why"]
+    assert "recorded calls the file did not have" in doc["files"][plan]["why"]
     status, out = verify(capsys, pytester, "-v")
     assert status == 0 and "usage unknown" in orphan_row(out, "test_plan")
     # ...until a run replays it.
@@ -83,6 +83,12 @@ def test_a_replayed_run_records_what_it_used(pytester: pytest.Pytester,
     status, out = verify(capsys, pytester, "-v")
     assert status == 0
     assert "every entry used (1 test)" in orphan_row(out, "test_plan")
+    # A pruning run rewrites what it did not use: nothing to judge it by.
+    run(pytester, "--dejacache-mode=replay", "--dejacache-prune").assert_outcomes(passed=2)
+    doc = orjson.loads(record().read_bytes())
+    assert doc["files"][plan] == {"tests": ["test_agent.py::test_plan"], "unused": None,
+                                  "why": "pruned by the run", "digest": doc["files"][plan][
+                                      "digest"]}
 
 
 def test_a_call_no_longer_made_is_an_orphan_and_fix_prunes_it(

@@ -37,9 +37,9 @@ def configure(config: pytest.Config, current_test: Callable[[], pytest.Item | No
     config.stash[_DESELECTED] = []
     config.stash[_PARTS] = []
 
-    def opened(tape: Any) -> None:
+    def opened(blk: block.cassette, tape: Any) -> None:
         item = current_test()
-        rec.opened(tape, item.nodeid if item is not None else None)
+        rec.opened(tape, item.nodeid if item is not None else None, prune=blk.prune)
 
     config.stash[_HOOK] = opened
     block.OPENED.append(opened)

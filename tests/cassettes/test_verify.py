@@ -228,7 +228,7 @@ def _run_record(tmp_path: pathlib.Path, uses: list[tuple[pathlib.Path, list[str]
         outcomes[test] = "passed"
         rec.claim(path, test, "passed")
 
-        def seen(tape: Any, test: str = test) -> None:
+        def seen(blk: Any, tape: Any, test: str = test) -> None:
             rec.opened(tape, test)
 
         block.OPENED.append(seen)
@@ -325,3 +325,20 @@ def test_the_pre_commit_hooks_run_commands_that_exist(
         monkeypatch.chdir(tree)
         assert main([*args, *files]) == 0
     assert "dejacache verify: passed: 2 cassettes" in capsys.readouterr().out
+
+
+def test_the_record_keeps_a_bounded_number_of_blocks(tree: pathlib.Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from dejacache.cassettes import usage
+
+    monkeypatch.setattr(usage, "MAX_USES", 2)
+    rec = UsageRecorder([str(tree)], narrowed=False)
+    d = tree / "tests" / "cassettes" / "test_agent"
+    for name in ("test_one", "test_two", "test_two", "test_one"):
+        rec.opened(dejacache.cassette(d / f"{name}.json", mode="replay").open(), "t")
+    part = rec.part({"t": "passed"})
+    assert len(rec._uses) == 2
+    assert sorted(u["why"] for u in part["uses"])[-2:] == [
+        "the run opened more than 2 blocks"] * 2
+    files = build([part])["files"]
+    assert all(f["unused"] is None for f in files.values())

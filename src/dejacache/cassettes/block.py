@@ -28,10 +28,10 @@ __all__ = ["cassette", "default_mode", "in_ci"]
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: Told of each tape a block opens, before it reads the file: the pytest plugin's record of
-#: which cassettes a run used (``usage.py``), including blocks a test opens by hand.
-#: Changed once per session, never per call.
-OPENED: list[Callable[[Cassette], None]] = []
+#: Told of each block entered and the tape it opened (before the tape reads the file): the
+#: pytest plugin's record of which cassettes a run used (``usage.py``), including blocks a
+#: test opens by hand. Changed once per session, never per call.
+OPENED: list[Callable[[cassette, Cassette], None]] = []
 
 
 def in_ci() -> bool:
@@ -119,7 +119,7 @@ class cassette(Block[Cassette]):
     def __enter__(self) -> Cassette:
         tape = self.open()
         for seen in OPENED:
-            seen(tape)
+            seen(self, tape)
         base = inherited()
         ns: str | None
         if not isinstance(self.cache_key, Unset):

@@ -42,22 +42,15 @@ FILE_NAME: Final = "usage.json"
 VERSION: Final = 1
 PASSED: Final = "passed"
 NOT_RUN: Final = "not run"
+# Blocks kept until the session ends (each holds its closed tape); a session that opens more
+# (a cassette used as a decorator, one block per call) keeps only the paths of the rest, whose
+# usage is then unknown: the record stays bounded.
+MAX_USES: Final = 10_000
 # When two parts of a run (xdist workers) disagree, the outcome that ran wins.
 _RANK: Final = {NOT_RUN: 0, "skipped": 1, PASSED: 2, "failed": 3}
 
-Stat = tuple[int, int, int]
-
-
 def digest(data: bytes) -> str:
     return xxhash.xxh3_128_hexdigest(data)
-
-
-def _stat(path: pathlib.Path) -> Stat | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _key(path: str | os.PathLike[str]) -> str:
@@ -76,10 +69,9 @@ def owner_module(path: pathlib.Path) -> pathlib.Path | None:
 class _Use:
     """One block over a cassette file, until the session ends."""
 
-    path: str
-    test: str | None
     tape: Any  # the Cassette: closed by the time the session ends
-    stat: Stat | None
+    test: str | None
+    prune: bool  # the block removes what it did not use when it saves
 
 
 class UsageRecorder:
@@ -91,6 +83,7 @@ class UsageRecorder:
         self.modules: set[str] = set()
         self.claims: dict[str, dict[str, str]] = {}
         self._uses: list[_Use] = []
+        self._overflow: set[pathlib.Path] = set()
 
     def claim(self, path: pathlib.Path, test: str, outcome: str) -> None:
         per = self.claims.setdefault(_key(path), {})
@@ -100,9 +93,13 @@ class UsageRecorder:
     def module(self, path: str | os.PathLike[str]) -> None:
         self.modules.add(_key(path))
 
-    def opened(self, tape: Any, test: str | None) -> None:
-        """A block opened ``tape`` (before it read the file) in ``test`` (None: outside one)."""
-        self._uses.append(_Use(_key(tape.path), test, tape, _stat(tape.path)))
+    def opened(self, tape: Any, test: str | None, *, prune: bool = False) -> None:
+        """A block opened ``tape`` in ``test`` (None: outside one). No I/O here: a block
+        may open on a running event loop, where a stat is a blocking call."""
+        if len(self._uses) < MAX_USES:
+            self._uses.append(_Use(tape, test, prune))
+        else:
+            self._overflow.add(tape.path)
 
     def part(self, outcomes: dict[str, str]) -> dict[str, Any]:
         """This session's part of the record (``outcomes``: test id -> outcome)."""
@@ -115,18 +112,20 @@ class UsageRecorder:
                     unused = [[e.key, e.occurrence, e.name] for e in u.tape.unused]
                 except CassetteError as exc:
                     why = f"the file could not be read: {exc}"
-            uses.append({"path": u.path, "test": u.test, "why": why, "unused": unused})
+            uses.append({"path": _key(u.tape.path), "test": u.test, "why": why,
+                         "unused": unused})
+        uses += [{"path": _key(p), "test": None, "unused": [],
+                  "why": f"the run opened more than {MAX_USES} blocks"} for p in self._overflow]
         return {"narrowed": self.narrowed, "roots": self.roots, "modules": sorted(self.modules),
                 "claims": self.claims, "uses": uses}
 
 
 def _incomplete(u: _Use, outcome: str) -> str:
     """Why this block's unused entries are not the file's (empty: they are)."""
+    # Each way a block writes its file is ruled out, so the entries it did not use are
+    # named by the file as it was read, which is the file as the run left it (a write by
+    # another block makes that block's use incomplete in turn).
     tape = u.tape
-    if u.stat is None:
-        return "the file did not exist when the block opened"
-    if _stat(pathlib.Path(u.path)) != u.stat:
-        return "the run rewrote the file (recorded, pruned or merged)"
     if u.test is None:
         return "opened outside a test"
     if outcome != PASSED:
@@ -134,7 +133,9 @@ def _incomplete(u: _Use, outcome: str) -> str:
     if tape.mode not in ("auto", "replay"):
         return f"opened in {tape.mode} mode"
     if tape.misses or tape.new_entries:
-        return f"test {u.test} made calls the file does not have"
+        return f"test {u.test} recorded calls the file did not have"
+    if u.prune:
+        return "pruned by the run"
     return ""
 
 
