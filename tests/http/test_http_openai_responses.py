@@ -146,3 +146,23 @@ def test_async_background_polling_replays_in_order(fake: FakeProvider,
     fake.stop()
     with dejacache.cassette(path, mode="replay"):
         assert asyncio.run(poll()) == live
+
+
+def test_polls_recorded_before_urls_were_aliased_still_replay(
+        fake: FakeProvider, client: openai.OpenAI, tmp_path: pathlib.Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from dejacache.http import exchange, transport
+
+    def unaliased(*args: Any, **kw: Any) -> tuple[bytes, bool]:
+        return exchange.canonical_request(*args, **{**kw, "alias_path": False})
+
+    path = tmp_path / "bg.json"
+    with monkeypatch.context() as m:  # how earlier versions keyed a URL
+        m.setattr(transport, "canonical_request", unaliased)
+        with dejacache.cassette(path, mode="record"):
+            live = background(client)
+    entries = orjson.loads(path.read_bytes())["entries"]
+    assert entries[1]["request"]["path"] == f"/v1/responses/{live[0]['id']}"
+    fake.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert background(client) == live

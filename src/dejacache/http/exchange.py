@@ -127,6 +127,8 @@ def canonical_request(
     aliases: AliasTable | None,
     extra_volatile: tuple[str | re.Pattern[str], ...],
     substitutions: tuple[tuple[bytes, bytes], ...] = (),
+    *,
+    alias_path: bool = True,
 ) -> tuple[bytes, bool]:
     """Canonical JSON of a request (method, path, query without auth parameters, body without
     volatile fields, credentials masked; provider ids in path and body aliased) and whether
@@ -148,8 +150,9 @@ def canonical_request(
         else:
             q[k] = v
     # Ids also come back in URLs (``GET /v1/responses/{id}`` polling a background response):
-    # the path is keyed through the block's aliases like the body.
-    keyed_path = aliases.apply(path) if aliases is not None else path
+    # the path is keyed through the block's aliases like the body (``alias_path=False``: the
+    # form keys had before, which recordings made then are found by).
+    keyed_path = aliases.apply(path) if aliases is not None and alias_path else path
     data: dict[str, Any] = {"method": method, "path": keyed_path}
     if q:
         data["query"] = q
