@@ -13,9 +13,11 @@ merges the workers' parts under xdist). The record says, for the run:
   missing, its test passed, and the file was not rewritten during the run. Otherwise the
   file's usage is unknown and ``why`` says so. ``digest`` is the file's hash when the run
   ended: a file changed since then is not judged by this record;
-* ``modules``: the test modules collected in full (``narrowed`` when the command line named
-  single tests, or ``--lf`` / ``--sw`` left tests uncollected: then none are), and ``roots``,
-  the paths the run collected from.
+* ``modules``: the test modules collected, with the hash of each (a module edited since
+  the run makes the whole record silent about orphans: its tests may now use what the run
+  did not); ``narrowed`` when the command line named single tests, or ``--lf`` / ``--sw``
+  left tests uncollected, so a module's tests may not all have been seen; ``roots``, the
+  paths the run collected from.
 
 Entries are named by ``(key, occurrence)``: the n-th entry of a key in file order, which is
 what the writer numbers ``occurrence`` by, so the pair names one entry of an unchanged file.
@@ -126,7 +128,8 @@ class UsageRecorder:
                          "unused": unused})
         uses += [{"path": _key(p), "test": None, "unused": [],
                   "why": f"the run opened more than {MAX_USES} blocks"} for p in self._overflow]
-        return {"narrowed": self.narrowed, "roots": self.roots, "modules": sorted(self.modules),
+        return {"narrowed": self.narrowed, "roots": self.roots,
+                "modules": {m: _digest_of(m) for m in sorted(self.modules)},
                 "claims": self.claims, "uses": uses}
 
 
@@ -149,9 +152,16 @@ def _incomplete(u: _Use, outcome: str) -> str:
     return ""
 
 
+def _digest_of(path: str) -> str | None:
+    try:
+        return digest(pathlib.Path(path).read_bytes())
+    except OSError:
+        return None
+
+
 def merge(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """One run's record from its parts (one per xdist worker), without the digests."""
-    out: dict[str, Any] = {"narrowed": False, "roots": set(), "modules": set(), "claims": {},
+    out: dict[str, Any] = {"narrowed": False, "roots": set(), "modules": {}, "claims": {},
                            "uses": []}
     for p in parts:
         out["narrowed"] = out["narrowed"] or bool(p["narrowed"])
@@ -194,7 +204,8 @@ def build(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return {"version": VERSION,
             "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "narrowed": m["narrowed"], "roots": sorted(m["roots"]),
-            "modules": sorted(m["modules"]), "claims": m["claims"], "files": files}
+            "modules": dict(sorted(m["modules"].items())), "claims": m["claims"],
+            "files": files}
 
 
 def write(record: dict[str, Any], directory: pathlib.Path) -> pathlib.Path:
@@ -213,7 +224,6 @@ class OrphanVerdict:
     detail: str
     entries: tuple[tuple[str, int, str], ...] = ()  # orphaned entries: (key, occurrence, name)
     whole_file: bool = False  # no test uses the file at all
-    digest: str | None = None  # the file's digest the verdict holds for
 
 
 class UsageRecord:
@@ -225,7 +235,8 @@ class UsageRecord:
         self.written = str(doc.get("written", "?"))
         self.narrowed = bool(doc.get("narrowed", True))
         self.roots = [pathlib.Path(r) for r in doc.get("roots", ())]
-        self.modules = set(doc.get("modules", ()))
+        self.modules: dict[str, str | None] = dict(doc.get("modules", {}))
+        self._stale: str | bool | None = False  # False: not looked at yet
         self.claims: dict[str, dict[str, str]] = doc.get("claims", {})
         self.files: dict[str, dict[str, Any]] = doc.get("files", {})
 
@@ -251,6 +262,10 @@ class UsageRecord:
     def judge(self, path: pathlib.Path, data: bytes) -> OrphanVerdict:
         """Whether the run recorded here left ``path`` (holding ``data``) or entries of it
         unused."""
+        stale = self.stale()
+        if stale is not None:
+            return OrphanVerdict("skip", f"test module {stale} changed since the last run: "
+                                 "run the tests again")
         key = _key(path)
         now = digest(data)
         f = self.files.get(key)
@@ -264,8 +279,16 @@ class UsageRecord:
                 return OrphanVerdict("skip", f"its test did not pass in the last run "
                                      f"({waiting[0]}: {claims[waiting[0]]})")
             return OrphanVerdict("fail", f"its test {ran[0]} passed without opening it",
-                                 whole_file=True, digest=now)
-        return self._judge_unclaimed(path, now)
+                                 whole_file=True)
+        return self._judge_unclaimed(path)
+
+    def stale(self) -> str | None:
+        """The first test module edited (or deleted) since the run, or None: a test edited
+        since may use what the run did not, or be one a cassette is now named for."""
+        if self._stale is False:
+            self._stale = next((pathlib.Path(m).name for m, d in self.modules.items()
+                                if _digest_of(m) != d), None)
+        return self._stale if isinstance(self._stale, str) else None
 
     def _judge_used(self, f: dict[str, Any], now: str, claims: dict[str, str]
                     ) -> OrphanVerdict:
@@ -289,17 +312,16 @@ class UsageRecord:
         more = f" and {len(unused) - 3} more" if len(unused) > 3 else ""
         return OrphanVerdict("fail", f"{len(unused)} entr{'ies' if len(unused) != 1 else 'y'} "
                              f"no test used: {shown}{more}",
-                             entries=tuple((str(k), int(o), str(n)) for k, o, n in unused),
-                             digest=now)
+                             entries=tuple((str(k), int(o), str(n)) for k, o, n in unused))
 
-    def _judge_unclaimed(self, path: pathlib.Path, now: str) -> OrphanVerdict:
+    def _judge_unclaimed(self, path: pathlib.Path) -> OrphanVerdict:
         module = owner_module(pathlib.Path(_key(path)))
         if module is None or self.narrowed:
             return OrphanVerdict("skip", "no test of the last run names it")
         if str(module) in self.modules:
             return OrphanVerdict("fail", f"no test in {module.name} is named for it "
-                                 "(renamed or deleted test)", whole_file=True, digest=now)
+                                 "(renamed or deleted test)", whole_file=True)
         if not module.exists() and any(module.is_relative_to(r) for r in self.roots):
             return OrphanVerdict("fail", f"its test module {module.name} no longer exists",
-                                 whole_file=True, digest=now)
+                                 whole_file=True)
         return OrphanVerdict("skip", "its test module was not collected in the last run")

@@ -61,7 +61,7 @@ class _Fix:
     rewrite: bool = False  # older format or layout: render it anew (checksums recomputed)
     drop: tuple[tuple[str, int, str], ...] = ()  # orphaned entries (key, occurrence, name)
     remove: bool = False  # the whole file is orphaned
-    digest: str | None = None  # the bytes the orphan verdict was made on
+    digest: str | None = None  # the bytes the verdicts were made on
 
 
 def cassette_files(paths: Iterable[str]) -> Iterator[pathlib.Path]:
@@ -109,9 +109,12 @@ def verify_file(path: pathlib.Path, *, usage: UsageRecord | None, max_age: float
     orphan = _orphans(path, data, usage)
     add("orphans", orphan.verdict, orphan.detail)
     if orphan.verdict == FAIL:
-        todo.drop, todo.remove, todo.digest = orphan.entries, orphan.whole_file, orphan.digest
+        todo.drop, todo.remove = orphan.entries, orphan.whole_file
     add("expired", *_expiry(doc, max_age, now))
     if fix and (todo.rewrite or todo.drop or todo.remove):
+        from .usage import digest
+
+        todo.digest = digest(data)  # what was verified: a later edit is never rewritten
         done = _apply(path, todo)
         rows = [Row(r.path, r.check, FIXED, done) if _fixed(r, todo) else r for r in rows]
     return rows
@@ -272,7 +275,7 @@ def _apply(path: pathlib.Path, todo: _Fix) -> str:
 
     with cassette_lock(path):
         data = bytes(fmt.read_file(path) or b"")
-        if todo.digest is not None and digest(data) != todo.digest:
+        if digest(data) != todo.digest:
             return "not fixed: the file changed while it was checked"
         if todo.remove:
             path.unlink()
