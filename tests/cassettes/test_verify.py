@@ -334,11 +334,18 @@ def test_the_record_keeps_a_bounded_number_of_blocks(tree: pathlib.Path,
     monkeypatch.setattr(usage, "MAX_USES", 2)
     rec = UsageRecorder([str(tree)], narrowed=False)
     d = tree / "tests" / "cassettes" / "test_agent"
-    for name in ("test_one", "test_two", "test_two", "test_one"):
-        rec.opened(dejacache.cassette(d / f"{name}.json", mode="replay").open(), "t")
-    part = rec.part({"t": "passed"})
-    assert len(rec._uses) == 2
-    assert sorted(u["why"] for u in part["uses"])[-2:] == [
-        "the run opened more than 2 blocks"] * 2
-    files = build([part])["files"]
-    assert all(f["unused"] is None for f in files.values())
+
+    def tape(name: str) -> Any:
+        return dejacache.cassette(d / f"{name}.json", mode="replay").open()
+
+    for name in ("test_one", "test_two", "test_two"):  # one test opening blocks without end
+        rec.opened(tape(name), "t1")
+    assert len(rec._open) == 2
+    rec.opened(tape("test_one"), "t2")  # the next test: t1's blocks are folded and let go
+    assert [u.test for u in rec._open] == ["t2"]
+    files = build([rec.part({"t1": "passed", "t2": "passed"})])["files"]
+    assert files[str(d.resolve() / "test_two.json")]["why"] == (
+        "a test opened more than 2 blocks")
+    one = files[str(d.resolve() / "test_one.json")]
+    assert one["why"] == "" and one["tests"] == ["t1", "t2"]
+    assert len(one["unused"]) == 2  # no block asked anything

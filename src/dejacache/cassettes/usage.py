@@ -45,9 +45,8 @@ FILE_NAME: Final = "usage.json"
 VERSION: Final = 1
 PASSED: Final = "passed"
 NOT_RUN: Final = "not run"
-# Blocks kept until the session ends (each holds its closed tape); a session that opens more
-# (a cassette used as a decorator, one block per call) keeps only the paths of the rest, whose
-# usage is then unknown: the record stays bounded.
+# Blocks one test may open before the rest are only counted, their files' usage then unknown
+# (a cassette used as a decorator opens a block per call): the recorder stays bounded.
 MAX_USES: Final = 10_000
 # When two parts of a run (xdist workers) disagree, the outcome that ran wins.
 _RANK: Final = {NOT_RUN: 0, "skipped": 1, PASSED: 2, "failed": 3}
@@ -79,23 +78,53 @@ def owner_module(path: pathlib.Path) -> pathlib.Path | None:
 
 @dataclasses.dataclass(slots=True)
 class _Use:
-    """One block over a cassette file, until the session ends."""
+    """One block over a cassette file, until its test has ended."""
 
-    tape: Any  # the Cassette: closed by the time the session ends
+    tape: Any  # the Cassette
     test: str | None
     prune: bool  # the block removes what it did not use when it saves
 
 
+@dataclasses.dataclass(slots=True)
+class _Group:
+    """The blocks over one file, folded: the tests that opened it, why its unused entries
+    are not known (empty: they are), and the entries none of them used."""
+
+    tests: set[str | None] = dataclasses.field(default_factory=set)
+    why: str = ""
+    unused: dict[tuple[str, int], str] | None = None
+
+    def fold(self, u: _Use) -> None:
+        self.tests.add(u.test)
+        if self.why:
+            return
+        self.why = _incomplete(u)
+        if not self.why:
+            try:
+                mine = {(e.key, e.occurrence): e.name for e in u.tape.unused}
+            except CassetteError as exc:
+                self.why = f"the file could not be read: {exc}"
+            else:
+                self.unused = mine if self.unused is None else {
+                    e: n for e, n in mine.items() if e in self.unused}
+        if self.why:
+            self.unused = None
+
+
 class UsageRecorder:
-    """What one pytest session (or xdist worker) saw; :meth:`part` is its JSON form."""
+    """What one pytest session (or xdist worker) saw; :meth:`part` is its JSON form.
+
+    A block's tape is kept only until its test ends (the next block opened by another test
+    folds it into its file's group), so a session holds one group per file, not every
+    closed tape."""
 
     def __init__(self, roots: Iterable[str], *, narrowed: bool) -> None:
         self.roots = sorted({_key(r) for r in roots})
         self.narrowed = narrowed
         self.modules: set[str] = set()
         self.claims: dict[str, dict[str, str]] = {}
-        self._uses: list[_Use] = []
-        self._overflow: set[pathlib.Path] = set()
+        self._open: list[_Use] = []
+        self._groups: dict[str, _Group] = {}  # by the path as the block spelt it
 
     def claim(self, path: pathlib.Path, test: str, outcome: str) -> None:
         per = self.claims.setdefault(_key(path), {})
@@ -108,41 +137,54 @@ class UsageRecorder:
     def opened(self, tape: Any, test: str | None, *, prune: bool = False) -> None:
         """A block opened ``tape`` in ``test`` (None: outside one). No I/O here: a block
         may open on a running event loop, where a stat is a blocking call."""
-        if len(self._uses) < MAX_USES:
-            self._uses.append(_Use(tape, test, prune))
-        else:
-            self._overflow.add(tape.path)
+        if self._open and test is not None:
+            self._settle(keep=test)
+        if len(self._open) >= MAX_USES:  # one test opening blocks without end
+            group = self._groups.setdefault(str(tape.path), _Group())
+            group.tests.add(test)
+            group.why, group.unused = f"a test opened more than {MAX_USES} blocks", None
+            return
+        self._open.append(_Use(tape, test, prune))
+
+    def _settle(self, keep: str | None = None) -> None:
+        """Fold the blocks of tests other than ``keep`` (ended: tests run one at a time in
+        a process); blocks opened outside a test stay until the end (they may be open)."""
+        still = []
+        for u in self._open:
+            if u.test is None or u.test == keep:
+                still.append(u)
+            else:
+                self._groups.setdefault(str(u.tape.path), _Group()).fold(u)
+        self._open = still
 
     def part(self, outcomes: dict[str, str]) -> dict[str, Any]:
         """This session's part of the record (``outcomes``: test id -> outcome)."""
+        for u in self._open:
+            self._groups.setdefault(str(u.tape.path), _Group()).fold(u)
+        self._open = []
         uses = []
-        for u in self._uses:
-            why = _incomplete(u, outcomes.get(u.test or "", NOT_RUN))
-            unused: list[list[Any]] = []
-            if not why:
-                try:
-                    unused = [[e.key, e.occurrence, e.name] for e in u.tape.unused]
-                except CassetteError as exc:
-                    why = f"the file could not be read: {exc}"
-            uses.append({"path": _key(u.tape.path), "test": u.test, "why": why,
-                         "unused": unused})
-        uses += [{"path": _key(p), "test": None, "unused": [],
-                  "why": f"the run opened more than {MAX_USES} blocks"} for p in self._overflow]
+        for path, g in self._groups.items():
+            ran = sorted(t for t in g.tests if t is not None)
+            failed = next((f"test {t} {outcomes.get(t, NOT_RUN)}" for t in ran
+                           if outcomes.get(t, NOT_RUN) != PASSED), "")
+            why = g.why or failed
+            unused = [] if why or g.unused is None else [
+                [k, o, n] for (k, o), n in g.unused.items()]
+            uses.append({"path": _key(path), "tests": ran, "why": why, "unused": unused})
         return {"narrowed": self.narrowed, "roots": self.roots,
                 "modules": {m: _digest_of(m) for m in sorted(self.modules)},
                 "claims": self.claims, "uses": uses}
 
 
-def _incomplete(u: _Use, outcome: str) -> str:
-    """Why this block's unused entries are not the file's (empty: they are)."""
+def _incomplete(u: _Use) -> str:
+    """Why this block's unused entries are not the file's (empty: they are, if its test
+    passes)."""
     # Each way a block writes its file is ruled out, so the entries it did not use are
     # named by the file as it was read, which is the file as the run left it (a write by
     # another block makes that block's use incomplete in turn).
     tape = u.tape
     if u.test is None:
         return "opened outside a test"
-    if outcome != PASSED:
-        return f"test {u.test} {outcome}"
     if tape.mode not in ("auto", "replay"):
         return f"opened in {tape.mode} mode"
     if tape.misses or tape.new_entries:
@@ -183,8 +225,7 @@ def build(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
     files: dict[str, dict[str, Any]] = {}
     for u in m["uses"]:
         f = files.setdefault(u["path"], {"tests": [], "why": "", "unused": None})
-        if u["test"] is not None and u["test"] not in f["tests"]:
-            f["tests"].append(u["test"])
+        f["tests"] += [t for t in u["tests"] if t not in f["tests"]]
         if f["why"]:
             continue
         if u["why"]:
