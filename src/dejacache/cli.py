@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 from .errors import DejacacheError
 
 if TYPE_CHECKING:
+    import pathlib
+
     from .stores._base import Store
 
 __all__ = ["build_parser", "main"]
@@ -170,6 +172,66 @@ def _add_demo(sub: _Sub) -> None:
     p.set_defaults(func=_cmd_demo)
 
 
+# ---------------------------------------------------------------- verify
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    import pathlib
+    import time
+
+    from ._core.durations import seconds
+    from .cassettes import usage, verify
+
+    max_age = seconds(args.max_age, "--max-age") if args.max_age is not None else None
+    record_path = pathlib.Path(args.usage) if args.usage else _usage_path()
+    record = usage.UsageRecord.read(record_path) if record_path is not None else None
+    if args.usage and record is None:
+        print(f"dejacache verify: no usage record at {args.usage}", file=sys.stderr)
+        return 2
+    try:
+        files = list(verify.cassette_files(args.paths or ["."]))
+    except DejacacheError as exc:  # a misspelt path must not come back "clean"
+        print(f"dejacache verify: {getattr(exc, 'path', '')}: no such file or directory",
+              file=sys.stderr)
+        return 2
+    rows = verify.verify_files(files, usage=record, max_age=max_age, now=time.time(),
+                               fix=args.fix)
+    for line in verify.table(rows, verbose=args.verbose):
+        print(line)
+    return 1 if any(r.verdict == verify.FAIL for r in rows) else 0
+
+
+def _usage_path() -> pathlib.Path | None:
+    """Where the pytest plugin writes its usage record (None: persistence is off)."""
+    import pathlib
+
+    from .cassettes.usage import FILE_NAME
+
+    d = _default_path()
+    return None if d is None else pathlib.Path(d).parent / FILE_NAME
+
+
+def _add_verify(sub: _Sub) -> None:
+    p = sub.add_parser(
+        "verify", help="exit 1 on damaged, secret-bearing, orphaned, expired or too-new "
+        "cassettes (CI, pre-commit)",
+        description="Checks cassette files (those named, and the *.json files in a "
+        "'cassettes' directory under the directories named; default: the current "
+        "directory) and prints a table of file, check, verdict and detail. Orphans are "
+        "judged by the usage record the pytest plugin writes at the end of a run.")
+    p.add_argument("paths", nargs="*", metavar="PATH")
+    p.add_argument("--fix", action="store_true",
+                   help="remove orphaned entries and files, rewrite older formats and hand "
+                        "layouts with fresh checksums (damage is never accepted)")
+    p.add_argument("--usage", metavar="FILE", default=None,
+                   help="the usage record (default: .dejacache/usage.json, or in DEJACACHE_DIR)")
+    p.add_argument("--max-age", metavar="DURATION", default=None,
+                   help="entries recorded longer ago fail (e.g. 30d), unless the cassette "
+                        "sets its own max_age")
+    p.add_argument("-v", "--verbose", action="store_true", help="every row, not only problems")
+    p.set_defaults(func=_cmd_verify)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -178,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"dejacache {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_stats, _add_clear, _add_demo):
+    for add in (_add_stats, _add_clear, _add_demo, _add_verify):
         add(sub)
     from .cassettes.commands import add_cassette_commands
 

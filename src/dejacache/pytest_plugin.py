@@ -15,7 +15,9 @@
 * options (namespaced, so the plugin sits beside pytest-recording and others):
   ``--dejacache-mode``, ``--dejacache-prune``, ``--dejacache-block-network``,
   ``--dejacache-strict`` (every cassette strict: calls must follow the recorded order;
-  the marker's ``strict=True`` does it for one test).
+  the marker's ``strict=True`` does it for one test), ``--dejacache-verify`` (``dejacache
+  verify`` on the run's cassettes after it; every run records which cassettes and entries
+  it used in ``.dejacache/usage.json``, which is what tells orphans).
 * under ``CI`` the default mode is ``replay`` and cassette tests may reach loopback only.
 * a terminal summary of replayed/recorded/missed calls, unused entries and what replay saved.
 """
@@ -32,6 +34,7 @@ from typing import Any
 import pytest
 import xxhash
 
+from . import _pytest_usage
 from .cassettes import placeholder_keys
 from .cassettes.block import cassette, default_mode, in_ci
 from .cassettes.netguard import NetworkGuard
@@ -76,6 +79,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "named after the scenario (dejacache.integrations.scenario)")
     parser.addini("dejacache_scenario", type="bool", default=False,
                   help="same as --dejacache-scenario")
+    group.addoption("--dejacache-verify", action="store_true", default=False,
+                    help="after the run, verify the cassettes of the modules collected "
+                         "(damage, secrets, entries no test used, expiry, format: "
+                         "dejacache verify) and fail the session when one fails")
+    parser.addini("dejacache_max_age", default="",
+                  help="with --dejacache-verify: entries recorded longer ago fail (e.g. 30d)")
     group.addoption("--dejacache-report", metavar="DIR", default=None,
                     help="write an HTML report of each cassette test's run into DIR: every "
                          "call replayed, recorded or unused (dejacache.report)")
@@ -118,6 +127,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # placeholder, which the guard in placeholder_keys keeps off the wire.
     if (config.getoption("dejacache_mode") or default_mode()) == "replay":
         config.stash[_PLACEHOLDERS] = placeholder_keys.supply()
+    _pytest_usage.configure(config, current_test)  # the record of which cassettes it used
 
 
 def _check_environment() -> None:
@@ -134,6 +144,7 @@ def _check_environment() -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     placeholder_keys.withdraw(config.stash.get(_PLACEHOLDERS, None))
+    _pytest_usage.unconfigure(config)
     if config.stash.get(_SCENARIO, False):
         from .integrations import scenario as scenario_integration
 
@@ -377,9 +388,25 @@ def _counts(tapes: list[tuple[str, Cassette]]) -> dict[str, Any]:
     return {"counters": total, "unused": [u for u in unused if u[2]]}
 
 
+def _claimed(item: pytest.Item) -> list[pathlib.Path]:
+    """The cassettes a test may use: its own, and the one its marker names."""
+    marker = item.get_closest_marker("dejacache")
+    named = marker and (marker.kwargs.get("cassette") or (marker.args or [None])[0])
+    return [cassette_path(item), *([cassette_path(item, named)] if named else [])]
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    _pytest_usage.deselected(items)  # deselected tests still claim their cassettes
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     config = session.config
     workeroutput = getattr(config, "workeroutput", None)
+    # writes the usage record (and carries out --dejacache-verify)
+    usage = _pytest_usage.finish(session, _claimed, lambda item: _pytest_usage.outcome(
+        item.stash.get(_REPORTS, {})))
+    if workeroutput is not None and usage is not None:
+        workeroutput["dejacache_usage"] = usage
     tapes = config.stash.get(_TAPES, [])
     if workeroutput is not None and tapes:  # an xdist worker: hand the numbers over
         c = _counts(tapes)
@@ -393,6 +420,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
+    usage = getattr(node, "workeroutput", {}).get("dejacache_usage")
+    if usage is not None:
+        _pytest_usage.worker_part(node.config, usage)
     data = getattr(node, "workeroutput", {}).get("dejacache")
     if data:
         node.config.stash.setdefault(_REMOTE, []).append(data)
@@ -400,6 +430,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config
                             ) -> None:
+    _pytest_usage.summary(terminalreporter, config)
     tapes = config.stash.get(_TAPES, [])
     remote = config.stash.get(_REMOTE, [])
     if not tapes and not remote:

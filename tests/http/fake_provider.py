@@ -15,11 +15,17 @@ provider's shape), ``{"drop": True}`` (close the connection without answering),
 ``{"end_delay": 0.5}`` (wait that long before a stream's end marker: the last event),
 ``{"no_end": True}`` (end the body without the end marker, as some compatible servers do),
 ``{"headers": {...}}`` (more response headers, on a JSON answer or a stream).
+
+The Responses API keeps what it answered: ``GET /v1/responses/{id}`` returns it again, and a
+``background=True`` request answers ``queued`` at once and then moves one state per poll
+(``queued`` -> ``in_progress`` -> ``completed``, the output only in the last), as the real
+API's background mode does.
 """
 
 from __future__ import annotations
 
 import base64
+import collections
 import itertools
 import secrets
 import struct
@@ -62,6 +68,14 @@ class _Handler(ScriptedHandler):
             return self._embeddings(body)
         if path == "/v1/messages":
             return self._messages(body, ov)
+        self._json(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
+
+    def do_GET(self) -> None:
+        if not self.begin(None):
+            return
+        path = self.path.split("?")[0]
+        if path.startswith("/v1/responses/"):
+            return self._poll(path.removeprefix("/v1/responses/"))
         self._json(404, {"error": {"message": f"no route {path}", "type": "not_found"}})
 
     def _json(self, status: int, data: Any, headers: dict[str, str] | None = None) -> None:
@@ -149,6 +163,12 @@ class _Handler(ScriptedHandler):
                       "input_tokens_details": {"cached_tokens": 0},
                       "output_tokens_details": {"reasoning_tokens": 0}},
         }
+        if body.get("background"):
+            resp["background"] = True
+            self.fake.background[resp_id] = collections.deque(
+                [{**resp, "status": "in_progress", "output": [], "usage": None}, resp])
+            return self._json(200, {**resp, "status": "queued", "output": [], "usage": None})
+        self.fake.stored[resp_id] = resp
         if not body.get("stream"):
             return self._json(200, resp)
         seq = itertools.count()
@@ -167,6 +187,19 @@ class _Handler(ScriptedHandler):
                     "delta": word + " ", "logprobs": []}))
         events.append(ev("response.completed", {"response": resp}))
         self._sse(events, ov)
+
+    def _poll(self, resp_id: str) -> None:
+        """The next state of a background response (the last one stays), or a stored one."""
+        with self.fake._lock:
+            states = self.fake.background.get(resp_id)
+            if states is not None:
+                resp = states.popleft() if len(states) > 1 else states[0]
+            else:
+                resp = self.fake.stored.get(resp_id)
+        if resp is None:
+            return self._json(404, {"error": {"message": f"No response with id '{resp_id}'.",
+                                              "type": "invalid_request_error"}})
+        self._json(200, resp)
 
     # ------------------------------------------------------------ OpenAI embeddings
 
@@ -229,6 +262,11 @@ class _Handler(ScriptedHandler):
 
 class FakeProvider(ScriptedProvider):
     handler = _Handler
+
+    def __init__(self, *, chunk_delay: float = 0.0, latency: float = 0.0) -> None:
+        super().__init__(chunk_delay=chunk_delay, latency=latency)
+        self.stored: dict[str, dict[str, Any]] = {}  # Responses API answers, by id
+        self.background: dict[str, collections.deque[dict[str, Any]]] = {}  # states to come
 
     @property
     def openai_url(self) -> str:

@@ -205,3 +205,17 @@ def test_odd_ids_are_replaced_as_a_trie_of_them_would(ids: list[str],
     t = AliasTable()
     t.learn(ids)
     assert t.apply(text) == _trie_reference(ids, text)
+
+
+def test_alias_as_keys_another_runs_id_like_a_known_one_without_shifting_numbers() -> None:
+    from dejacache.http.aliases import AliasTable
+
+    t = AliasTable()
+    t.learn(["resp_live000001"])
+    t.alias_as("resp_recorded01", "resp_live000001")
+    t.alias_as("resp_other0001", "resp_unknown001")  # not known: nothing to alias it to
+    t.learn(["msg_000000001"])
+    assert t.apply({"a": "resp_recorded01", "b": "resp_live000001", "c": "msg_000000001",
+                    "path": "/v1/responses/resp_recorded01", "d": "resp_other0001"}) == {
+        "a": "<id:1>", "b": "<id:1>", "c": "<id:2>", "path": "/v1/responses/<id:1>",
+        "d": "resp_other0001"}

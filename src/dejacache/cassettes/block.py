@@ -29,6 +29,11 @@ __all__ = ["cassette", "default_mode", "in_ci"]
 P = ParamSpec("P")
 T = TypeVar("T")
 
+#: Told of each block entered and the tape it opened (before the tape reads the file): the
+#: pytest plugin's record of which cassettes a run used (``usage.py``), including blocks a
+#: test opens by hand. Changed once per session, never per call.
+OPENED: list[Callable[[cassette, Cassette], None]] = []
+
 
 def in_ci() -> bool:
     v = os.environ.get("CI", "").strip().lower()
@@ -118,6 +123,8 @@ class cassette(Block[Cassette]):
 
     def __enter__(self) -> Cassette:
         tape = self.open()
+        for seen in OPENED:
+            seen(self, tape)
         base = inherited()
         ns: str | None
         if not isinstance(self.cache_key, Unset):

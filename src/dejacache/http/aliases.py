@@ -49,10 +49,12 @@ class AliasTable:
     grew with its length: replay 431 -> 1,377 µs from the first to the last tenth of 1,000
     calls."""
 
-    __slots__ = ("_heads", "_lock", "_map", "_odd_lengths", "_odd_starts", "_sub", "_words")
+    __slots__ = ("_also", "_heads", "_lock", "_map", "_odd_lengths", "_odd_starts", "_sub",
+                 "_words")
 
     def __init__(self) -> None:
         self._map: dict[str, str] = {}
+        self._also = 0  # entries of _map that name an id already numbered (alias_as)
         self._lock = threading.Lock()
         self._heads: set[str] = set()  # the first _HEAD characters of word-like inline ids
         self._words = 0  # how many word-like inline ids
@@ -70,20 +72,35 @@ class AliasTable:
             for i in ids:
                 if i in m:
                     continue
-                m[i] = f"<id:{len(m) + 1}>"
-                if not MIN_INLINE <= len(i) <= _MAX_INLINE:
-                    continue  # whole values only
-                if _WORDLIKE.fullmatch(i):
-                    self._words += 1
-                    if self._words == 1 or (i[:_HEAD] not in self._heads
-                                            and len(self._heads) <= _MAX_HEADS):
-                        self._sub = None  # the pattern's heads changed
-                    self._heads.add(i[:_HEAD])
-                else:
-                    if i[0] not in self._odd_starts or len(i) not in self._odd_lengths:
-                        self._sub = None  # the odd ids' first characters or lengths changed
-                    self._odd_starts.add(i[0])
-                    self._odd_lengths.add(len(i))
+                m[i] = f"<id:{len(m) + 1 - self._also}>"
+                self._inline(i)
+
+    def alias_as(self, other: str, known: str) -> None:
+        """Key ``other`` as ``known`` is keyed: the same object, under the id another run
+        got for it (a recorded answer about an object this run created live)."""
+        with self._lock:
+            alias = self._map.get(known)
+            if alias is None or other in self._map:
+                return
+            self._map[other] = alias
+            self._also += 1
+            self._inline(other)
+
+    def _inline(self, i: str) -> None:
+        """Let the in-text replacer find ``i`` (called under the lock)."""
+        if not MIN_INLINE <= len(i) <= _MAX_INLINE:
+            return  # whole values only
+        if _WORDLIKE.fullmatch(i):
+            self._words += 1
+            if self._words == 1 or (i[:_HEAD] not in self._heads
+                                    and len(self._heads) <= _MAX_HEADS):
+                self._sub = None  # the pattern's heads changed
+            self._heads.add(i[:_HEAD])
+        else:
+            if i[0] not in self._odd_starts or len(i) not in self._odd_lengths:
+                self._sub = None  # the odd ids' first characters or lengths changed
+            self._odd_starts.add(i[0])
+            self._odd_lengths.add(len(i))
 
     def __len__(self) -> int:
         return len(self._map)

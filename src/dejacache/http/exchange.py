@@ -127,9 +127,12 @@ def canonical_request(
     aliases: AliasTable | None,
     extra_volatile: tuple[str | re.Pattern[str], ...],
     substitutions: tuple[tuple[bytes, bytes], ...] = (),
+    *,
+    alias_path: bool = True,
 ) -> tuple[bytes, bool]:
     """Canonical JSON of a request (method, path, query without auth parameters, body without
-    volatile fields, credentials masked) and whether the body asks for a stream.
+    volatile fields, credentials masked; provider ids in path and body aliased) and whether
+    the body asks for a stream.
 
     The host is not part of it (the endpoint name carries the provider): a loopback test server
     gets a fresh port on every run, and the same call through a proxy should match.
@@ -146,7 +149,11 @@ def canonical_request(
             q[k] = [*prev, v] if isinstance(prev, list) else [prev, v]
         else:
             q[k] = v
-    data: dict[str, Any] = {"method": method, "path": path}
+    # Ids also come back in URLs (``GET /v1/responses/{id}`` polling a background response):
+    # the path is keyed through the block's aliases like the body (``alias_path=False``: the
+    # form keys had before, which recordings made then are found by).
+    keyed_path = aliases.apply(path) if aliases is not None and alias_path else path
+    data: dict[str, Any] = {"method": method, "path": keyed_path}
     if q:
         data["query"] = q
     b = _body_for_key(body, content_type, aliases)

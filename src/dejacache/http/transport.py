@@ -118,10 +118,26 @@ class _Call:
     # What the server answered when this call went live (a response, or the transport error
     # it raised): the caller gets it untouched, whatever of it the store keeps.
     live: Any = None
+    # (key, canonical) with the URL's ids as they are, when aliasing changed the URL: how
+    # the call was keyed before URLs were aliased. Looked up first, so those recordings
+    # still replay (an exact match: never a wrong answer); new ones are kept under ``key``.
+    raw: tuple[str, bytes] | None = None
 
     @property
     def sequenced(self) -> bool:
         return self.eff.features.sequenced
+
+    @property
+    def first(self) -> tuple[str, bytes]:
+        """The form looked up first (the engine's "fast" key; ``rekey`` gives the full)."""
+        return self.raw or (self.key, self.canonical)
+
+    @property
+    def rekey(self) -> Callable[[], tuple[str, bytes]] | None:
+        return None if self.raw is None else self._keyed
+
+    def _keyed(self) -> tuple[str, bytes]:
+        return self.key, self.canonical
 
 
 def _prepare(lib: Lib, eff: Effective, request: Any, body: bytes, opts: Options) -> _Call:
@@ -132,16 +148,19 @@ def _prepare(lib: Lib, eff: Effective, request: Any, body: bytes, opts: Options)
     provider = detect(host, path, headers)
     name = provider.endpoint(host, path)
     aliases = table_for(eff)
-    canonical, stream = canonical_request(
-        request.method, path, url.params.multi_items(), body,
-        headers.get("content-type", ""), provider, aliases,
-        (*eff.volatile, *opts.volatile) if opts.volatile else eff.volatile,
-        eff.key_substitute,
-    )
+    args = (request.method, path, url.params.multi_items(), body,
+            headers.get("content-type", ""), provider, aliases,
+            (*eff.volatile, *opts.volatile) if opts.volatile else eff.volatile,
+            eff.key_substitute)
+    canonical, stream = canonical_request(*args)
     key = request_key(eff.namespace or "", name, canonical)
     calling(key, eff.namespace or "", name, canonical)  # for cassettes' match="vcr"
     realtime = opts.realtime or eff.realtime
-    return _Call(lib, eff, provider, name, key, canonical, stream, aliases, realtime)
+    call = _Call(lib, eff, provider, name, key, canonical, stream, aliases, realtime)
+    if aliases is not None and len(aliases) and aliases.apply(path) != path:
+        raw = canonical_request(*args, alias_path=False)[0]
+        call.raw = request_key(eff.namespace or "", name, raw), raw
+    return call
 
 
 def _skip(eff: Effective, request: Any, opts: Options) -> bool:
@@ -189,6 +208,8 @@ def _raise_recorded(lib: Lib, err: dict[str, Any], request: Any) -> None:
 def _respond(call: _Call, request: Any, value: dict[str, Any], *, is_async: bool) -> Any:
     """The answer for the caller: the live one when this call went live, else ``value``."""
     if call.aliases is not None:
+        if call.live is None:
+            _same_object(call, request.url.path, value)
         ids = value.get("ids")
         if ids:
             call.aliases.learn(ids)
@@ -211,6 +232,18 @@ def _respond(call: _Call, request: Any, value: dict[str, Any], *, is_async: bool
         )
     return m.Response(value["status"], headers=headers, content=body_bytes(value),
                       request=request)
+
+
+def _same_object(call: _Call, path: str, value: dict[str, Any]) -> None:
+    """A recorded answer about the object the URL names (``GET /v1/responses/{id}``) carries
+    the id that object had when recorded; after its creation was re-recorded, the URL carries
+    the new one. Both are keyed alike, so the client polling by either keeps hitting."""
+    named = call.provider.url_id(path)
+    body = value.get("json")
+    if named is not None and type(body) is dict:
+        own = body.get("id")
+        if type(own) is str and own != named and call.aliases is not None:
+            call.aliases.alias_as(own, named)
 
 
 def _clean_headers(headers: Any) -> list[tuple[str, str]]:
@@ -278,7 +311,7 @@ class _StreamSync(_Keeping, SyncDriver):
     __slots__ = ("exchange",)
 
     def __init__(self, call: _Call) -> None:
-        super().__init__(call.eff, call.name, KIND)
+        super().__init__(call.eff, call.name, KIND, None, call.rekey)
         self.exchange = call
 
     def later(self, value: dict[str, Any], duration: float) -> None:
@@ -290,7 +323,7 @@ class _StreamAsync(_Keeping, AsyncDriver):
     __slots__ = ("exchange",)
 
     def __init__(self, call: _Call) -> None:
-        super().__init__(call.eff, call.name, KIND)
+        super().__init__(call.eff, call.name, KIND, None, call.rekey)
         self.exchange = call
 
     async def later(self, value: dict[str, Any], duration: float) -> None:
@@ -333,7 +366,7 @@ def _live_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> dict[st
 
 def _stream_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> Any:
     d = _StreamSync(call)
-    flow = d.flow(call.key, call.canonical, flights=False)  # each caller reads its own stream
+    flow = d.flow(*call.first, flights=False)  # each caller reads its own stream
     run, value = d.advance(flow)
     if run is None:
         return _respond(call, request, value, is_async=False)
@@ -371,8 +404,8 @@ def handle_sync(
         if call.stream:
             return _stream_sync(call, request, send)
         try:
-            value = call_sync(eff, call.name, KIND, call.key, call.canonical,
-                              lambda: _live_sync(call, request, send))
+            value = call_sync(eff, call.name, KIND, *call.first,
+                              lambda: _live_sync(call, request, send), rekey=call.rekey)
         except _Unstored as u:
             value = u.value
     except ReplayMiss as miss:
@@ -419,7 +452,7 @@ async def _stream_async(
     call: _Call, request: Any, send: Callable[[Any], Awaitable[Any]]
 ) -> Any:
     d = _StreamAsync(call)
-    flow = d.flow(call.key, call.canonical, flights=False)
+    flow = d.flow(*call.first, flights=False)
     run, value = await d.advance(flow)
     if run is None:
         return _respond(call, request, value, is_async=True)
@@ -462,8 +495,9 @@ async def handle_async(
         if call.stream:
             return await _stream_async(call, request, send)
         try:
-            value = await call_async(eff, call.name, KIND, call.key, call.canonical,
-                                     lambda: _live_async(call, request, send))
+            value = await call_async(eff, call.name, KIND, *call.first,
+                                     lambda: _live_async(call, request, send),
+                                     rekey=call.rekey)
         except _Unstored as u:
             value = u.value
     except ReplayMiss as miss:

@@ -21,6 +21,7 @@ class Provider:
     - ``volatile``: request body fields that never change the answer (dropped from keys).
     - ``alias_keys``: response fields holding ids the client may send back later; their values
       are aliased by position within a block so re-recording one turn does not break the next.
+    - ``url_id``: the id a URL names whose answer is that object (polling a background job).
     - ``usage``: token counts from a JSON body or from the parsed events of a stream (SSE, or
       NDJSON lines), under the names ``stats`` and the price table read (``prompt_tokens`` /
       ``completion_tokens`` / ``total_tokens``, or Anthropic's ``input_tokens`` ...).
@@ -84,6 +85,12 @@ class Provider:
         for ev in events:
             seen.update((i, None) for i in walk_ids(self.event_for_ids(ev), keys))
         return list(seen)
+
+    def url_id(self, path: str) -> str | None:
+        """The id in ``path`` of the object whose answer carries it as its own ``id``
+        (``GET /v1/responses/{id}``), or None. A recorded answer to such a request names
+        the object by the id it had when recorded; replay keys that id like the URL's."""
+        return None
 
     def event_for_ids(self, event: Any) -> Any:
         """The part of one stream event that holds its ids (the event itself by default)."""

@@ -26,6 +26,9 @@ _ENDPOINTS = (
 # so generated text that mentions finish_reason cannot match.
 _FINISHED = re.compile(r'"finish_reason"\s*:\s*"')
 _RESPONSE_ENDS = ("response.completed", "response.failed", "response.incomplete")
+# GET /v1/responses/{id} (a background response polled) and POST .../{id}/cancel answer the
+# response object itself.
+_RESPONSE_URL = re.compile(r"/responses/(resp_[\w-]+)(?:/cancel)?$")
 
 
 class OpenAI(Provider):
@@ -35,13 +38,19 @@ class OpenAI(Provider):
     # between test runs that are otherwise identical.
     volatile = frozenset({"user", "safety_identifier"})
     # chat: tool_calls[].id (fed back as tool_call_id); responses: response id (fed back as
-    # previous_response_id), output item ids and call_id (fed back in function_call_output).
+    # previous_response_id, and in the URL polling a background response: ``url_id``), output
+    # item ids and call_id (fed back in function_call_output).
     alias_keys = frozenset({"id", "call_id"})
+
+    def url_id(self, path: str) -> str | None:
+        m = _RESPONSE_URL.search(path)
+        return m.group(1) if m else None
 
     def matches(self, host: str, path: str, headers: Mapping[str, str]) -> bool:
         if host.endswith("openai.com") or host.endswith("openai.azure.com"):
             return True
-        return any(path.endswith(s) for s, _ in _ENDPOINTS)
+        return any(path.endswith(s) for s, _ in _ENDPOINTS) or (
+            "/responses/" in path and _RESPONSE_URL.search(path) is not None)
 
     def stage(self, event: str) -> int:
         # chat/completions: the chunk with finish_reason completes the answer (a usage chunk

@@ -1,0 +1,368 @@
+"""Which cassettes, and which of their entries, a test run used: the record ``dejacache
+verify`` judges orphans by.
+
+The pytest plugin keeps one :class:`UsageRecorder` per session and writes what it saw to
+``<DEJACACHE_DIR or project>/.dejacache/usage.json`` when the session ends (the controller
+merges the workers' parts under xdist). The record says, for the run:
+
+* ``claims``: every cassette path a collected test may use (its default path, a marker's
+  ``cassette=``), with that test's outcome (``passed``, ``failed``, ``skipped``, ``not run``);
+  a deselected test still claims its file, so ``-k`` never makes a cassette look orphaned;
+* ``files``: every cassette a block opened, with the entries no block used, when that is
+  known: each block that opened it replayed (``auto``/``replay``) without recording or
+  missing, its test passed, and the file was not rewritten during the run. Otherwise the
+  file's usage is unknown and ``why`` says so. ``digest`` is the file's hash when the run
+  ended: a file changed since then is not judged by this record;
+* ``modules``: the test modules collected, with the hash of each (a module edited since
+  the run makes the whole record silent about orphans: its tests may now use what the run
+  did not); ``narrowed`` when the command line named single tests, or ``--lf`` / ``--sw``
+  left tests uncollected, so a module's tests may not all have been seen; ``roots``, the
+  paths the run collected from.
+
+Entries are named by ``(key, occurrence)``: the n-th entry of a key in file order, which is
+what the writer numbers ``occurrence`` by, so the pair names one entry of an unchanged file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import os
+import pathlib
+from collections.abc import Iterable
+from typing import Any, Final
+
+import orjson
+import xxhash
+
+from ..errors import CassetteError
+
+__all__ = ["FILE_NAME", "OrphanVerdict", "UsageRecord", "UsageRecorder", "digest",
+           "owner_module"]
+
+FILE_NAME: Final = "usage.json"
+VERSION: Final = 1
+PASSED: Final = "passed"
+NOT_RUN: Final = "not run"
+# Blocks one test may open before the rest are only counted, their files' usage then unknown
+# (a cassette used as a decorator opens a block per call): the recorder stays bounded.
+MAX_USES: Final = 10_000
+# When two parts of a run (xdist workers) disagree, the outcome that ran wins.
+_RANK: Final = {NOT_RUN: 0, "skipped": 1, PASSED: 2, "failed": 3}
+
+def digest(data: bytes) -> str:
+    return xxhash.xxh3_128_hexdigest(data)
+
+
+def _key(path: str | os.PathLike[str]) -> str:
+    """How the record names a file: its directory resolved (symlinks, ``..``), then its name.
+    Both the plugin and ``verify`` name files by this, so a project under a symlinked path
+    matches itself; directories are resolved once each (per file it cost ~0.1 ms a test)."""
+    p = pathlib.Path(path)
+    return os.path.join(_resolved_dir(str(p.parent)), p.name)
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolved_dir(d: str) -> str:
+    return str(pathlib.Path(d).resolve())
+
+
+def owner_module(path: pathlib.Path) -> pathlib.Path | None:
+    """The test module a cassette at the plugin's default place belongs to
+    (``<dir>/cassettes/<module>/<test>.json`` -> ``<dir>/<module>.py``), or None."""
+    if path.parent.parent.name != "cassettes":
+        return None
+    return path.parent.parent.parent / f"{path.parent.name}.py"
+
+
+@dataclasses.dataclass(slots=True)
+class _Use:
+    """One block over a cassette file, until its test has ended."""
+
+    tape: Any  # the Cassette
+    test: str | None
+    prune: bool  # the block removes what it did not use when it saves
+
+
+@dataclasses.dataclass(slots=True)
+class _Group:
+    """The blocks over one file, folded: the tests that opened it, why its unused entries
+    are not known (empty: they are), and the entries none of them used."""
+
+    tests: set[str | None] = dataclasses.field(default_factory=set)
+    why: str = ""
+    unused: dict[tuple[str, int], str] | None = None
+
+    def fold(self, u: _Use) -> None:
+        self.tests.add(u.test)
+        if self.why:
+            return
+        self.why = _incomplete(u)
+        if not self.why:
+            try:
+                mine = {(e.key, e.occurrence): e.name for e in u.tape.unused}
+            except CassetteError as exc:
+                self.why = f"the file could not be read: {exc}"
+            else:
+                self.unused = mine if self.unused is None else {
+                    e: n for e, n in mine.items() if e in self.unused}
+        if self.why:
+            self.unused = None
+
+
+class UsageRecorder:
+    """What one pytest session (or xdist worker) saw; :meth:`part` is its JSON form.
+
+    A block's tape is kept only until its test ends (the next block opened by another test
+    folds it into its file's group), so a session holds one group per file, not every
+    closed tape."""
+
+    def __init__(self, roots: Iterable[str], *, narrowed: bool) -> None:
+        self.roots = sorted({_key(r) for r in roots})
+        self.narrowed = narrowed
+        self.modules: set[str] = set()
+        self.claims: dict[str, dict[str, str]] = {}
+        self._open: list[_Use] = []
+        self._groups: dict[str, _Group] = {}  # by the path as the block spelt it
+
+    def claim(self, path: pathlib.Path, test: str, outcome: str) -> None:
+        per = self.claims.setdefault(_key(path), {})
+        if _RANK.get(outcome, 0) >= _RANK.get(per.get(test, NOT_RUN), 0):
+            per[test] = outcome
+
+    def module(self, path: str | os.PathLike[str]) -> None:
+        self.modules.add(_key(path))
+
+    def opened(self, tape: Any, test: str | None, *, prune: bool = False) -> None:
+        """A block opened ``tape`` in ``test`` (None: outside one). No I/O here: a block
+        may open on a running event loop, where a stat is a blocking call."""
+        if self._open and test is not None:
+            self._settle(keep=test)
+        if len(self._open) >= MAX_USES:  # one test opening blocks without end
+            group = self._groups.setdefault(str(tape.path), _Group())
+            group.tests.add(test)
+            group.why, group.unused = f"a test opened more than {MAX_USES} blocks", None
+            return
+        self._open.append(_Use(tape, test, prune))
+
+    def _settle(self, keep: str | None = None) -> None:
+        """Fold the blocks of tests other than ``keep`` (ended: tests run one at a time in
+        a process); blocks opened outside a test stay until the end (they may be open)."""
+        still = []
+        for u in self._open:
+            if u.test is None or u.test == keep:
+                still.append(u)
+            else:
+                self._groups.setdefault(str(u.tape.path), _Group()).fold(u)
+        self._open = still
+
+    def part(self, outcomes: dict[str, str]) -> dict[str, Any]:
+        """This session's part of the record (``outcomes``: test id -> outcome)."""
+        for u in self._open:
+            self._groups.setdefault(str(u.tape.path), _Group()).fold(u)
+        self._open = []
+        uses = []
+        for path, g in self._groups.items():
+            ran = sorted(t for t in g.tests if t is not None)
+            failed = next((f"test {t} {outcomes.get(t, NOT_RUN)}" for t in ran
+                           if outcomes.get(t, NOT_RUN) != PASSED), "")
+            why = g.why or failed
+            unused = [] if why or g.unused is None else [
+                [k, o, n] for (k, o), n in g.unused.items()]
+            uses.append({"path": _key(path), "tests": ran, "why": why, "unused": unused})
+        return {"narrowed": self.narrowed, "roots": self.roots,
+                "modules": {m: _digest_of(m) for m in sorted(self.modules)},
+                "claims": self.claims, "uses": uses}
+
+
+def _incomplete(u: _Use) -> str:
+    """Why this block's unused entries are not the file's (empty: they are, if its test
+    passes)."""
+    # Each way a block writes its file is ruled out, so the entries it did not use are
+    # named by the file as it was read, which is the file as the run left it (a write by
+    # another block makes that block's use incomplete in turn).
+    tape = u.tape
+    if u.test is None:
+        return "opened outside a test"
+    if tape.mode not in ("auto", "replay"):
+        return f"opened in {tape.mode} mode"
+    if tape.misses or tape.new_entries:
+        return f"test {u.test} recorded calls the file did not have"
+    if u.prune:
+        return "pruned by the run"
+    return ""
+
+
+def _digest_of(path: str) -> str | None:
+    try:
+        return digest(pathlib.Path(path).read_bytes())
+    except OSError:
+        return None
+
+
+def merge(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """One run's record from its parts (one per xdist worker), without the digests."""
+    out: dict[str, Any] = {"narrowed": False, "roots": set(), "modules": {}, "claims": {},
+                           "uses": []}
+    for p in parts:
+        out["narrowed"] = out["narrowed"] or bool(p["narrowed"])
+        out["roots"].update(p["roots"])
+        out["modules"].update(p["modules"])
+        for path, tests in p["claims"].items():
+            per = out["claims"].setdefault(path, {})
+            for test, outcome in tests.items():
+                if _RANK.get(outcome, 0) >= _RANK.get(per.get(test, NOT_RUN), 0):
+                    per[test] = outcome
+        out["uses"].extend(p["uses"])
+    return out
+
+
+def build(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The record of a run (:func:`merge` of its parts, each used file hashed as it is now):
+    a file is used by the entries any block used, and known only when every block is."""
+    m = merge(parts)
+    files: dict[str, dict[str, Any]] = {}
+    for u in m["uses"]:
+        f = files.setdefault(u["path"], {"tests": [], "why": "", "unused": None})
+        f["tests"] += [t for t in u["tests"] if t not in f["tests"]]
+        if f["why"]:
+            continue
+        if u["why"]:
+            f["why"], f["unused"] = u["why"], None
+            continue
+        mine = {(k, o): n for k, o, n in u["unused"]}
+        if f["unused"] is not None:
+            mine = {e: n for e, n in mine.items() if e in f["unused"]}
+        f["unused"] = mine
+    for path, f in files.items():
+        try:
+            f["digest"] = digest(pathlib.Path(path).read_bytes())
+        except OSError:
+            f["digest"] = None
+        unused = f["unused"]
+        f["unused"] = None if unused is None else [[k, o, n] for (k, o), n in unused.items()]
+    return {"version": VERSION,
+            "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "narrowed": m["narrowed"], "roots": sorted(m["roots"]),
+            "modules": dict(sorted(m["modules"].items())), "claims": m["claims"],
+            "files": files}
+
+
+def write(record: dict[str, Any], directory: pathlib.Path) -> pathlib.Path:
+    from . import format as fmt
+
+    dest = directory / FILE_NAME
+    fmt.atomic_write(dest, orjson.dumps(record, option=orjson.OPT_INDENT_2))
+    return dest
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OrphanVerdict:
+    """``verdict``: ``ok``, ``fail`` (orphans) or ``skip`` (the record cannot tell)."""
+
+    verdict: str
+    detail: str
+    entries: tuple[tuple[str, int, str], ...] = ()  # orphaned entries: (key, occurrence, name)
+    whole_file: bool = False  # no test uses the file at all
+
+
+class UsageRecord:
+    """A record written by :func:`build`, read back to judge files (see the module
+    docstring for what it can and cannot tell)."""
+
+    def __init__(self, doc: dict[str, Any], source: pathlib.Path) -> None:
+        self.source = source
+        self.written = str(doc.get("written", "?"))
+        self.narrowed = bool(doc.get("narrowed", True))
+        self.roots = [pathlib.Path(r) for r in doc.get("roots", ())]
+        self.modules: dict[str, str | None] = dict(doc.get("modules", {}))
+        self._stale: str | bool | None = False  # False: not looked at yet
+        self.claims: dict[str, dict[str, str]] = doc.get("claims", {})
+        self.files: dict[str, dict[str, Any]] = doc.get("files", {})
+
+    @classmethod
+    def read(cls, path: pathlib.Path) -> UsageRecord | None:
+        """The record at ``path`` (None: there is none); an unreadable one is a
+        :class:`CassetteError` naming it (a damaged record must not pass as "no orphans")."""
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CassetteError(f"cannot read the usage record: {exc}", path=path) from None
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            doc = None
+        if not isinstance(doc, dict) or doc.get("version") != VERSION:
+            raise CassetteError("not a usage record this dejacache reads; delete it and run "
+                                "the tests again", path=path)
+        return cls(doc, path)
+
+    def judge(self, path: pathlib.Path, data: bytes) -> OrphanVerdict:
+        """Whether the run recorded here left ``path`` (holding ``data``) or entries of it
+        unused."""
+        stale = self.stale()
+        if stale is not None:
+            return OrphanVerdict("skip", f"test module {stale} changed since the last run: "
+                                 "run the tests again")
+        key = _key(path)
+        now = digest(data)
+        f = self.files.get(key)
+        claims = self.claims.get(key, {})
+        if f is not None:
+            return self._judge_used(f, now, claims)
+        if claims:
+            ran = [t for t, o in claims.items() if o == PASSED]
+            if len(ran) < len(claims):
+                waiting = sorted(t for t in claims if t not in ran)
+                return OrphanVerdict("skip", f"its test did not pass in the last run "
+                                     f"({waiting[0]}: {claims[waiting[0]]})")
+            return OrphanVerdict("fail", f"its test {ran[0]} passed without opening it",
+                                 whole_file=True)
+        return self._judge_unclaimed(path)
+
+    def stale(self) -> str | None:
+        """The first test module edited (or deleted) since the run, or None: a test edited
+        since may use what the run did not, or be one a cassette is now named for."""
+        if self._stale is False:
+            self._stale = next((pathlib.Path(m).name for m, d in self.modules.items()
+                                if _digest_of(m) != d), None)
+        return self._stale if isinstance(self._stale, str) else None
+
+    def _judge_used(self, f: dict[str, Any], now: str, claims: dict[str, str]
+                    ) -> OrphanVerdict:
+        if f.get("digest") != now:
+            return OrphanVerdict("skip", "changed since the last run")
+        # A test that may use the file and did not pass may need the entries the others
+        # left unused (a shared cassette, a deselected test).
+        waiting = sorted(t for t, o in claims.items() if o != PASSED)
+        if waiting:
+            return OrphanVerdict("skip", f"usage unknown: test {waiting[0]} "
+                                 f"{claims[waiting[0]]}")
+        unused = f.get("unused")
+        if unused is None:
+            return OrphanVerdict("skip", f"usage unknown: {f.get('why') or 'not recorded'}")
+        tests = f.get("tests") or []
+        if not unused:
+            return OrphanVerdict("ok", f"every entry used ({len(tests)} test"
+                                 f"{'s' * (len(tests) != 1)})")
+        shown = ", ".join(f"{n} (key {k[:12]}" + (f", occurrence {o})" if o else ")")
+                          for k, o, n in unused[:3])
+        more = f" and {len(unused) - 3} more" if len(unused) > 3 else ""
+        return OrphanVerdict("fail", f"{len(unused)} entr{'ies' if len(unused) != 1 else 'y'} "
+                             f"no test used: {shown}{more}",
+                             entries=tuple((str(k), int(o), str(n)) for k, o, n in unused))
+
+    def _judge_unclaimed(self, path: pathlib.Path) -> OrphanVerdict:
+        module = owner_module(pathlib.Path(_key(path)))
+        if module is None or self.narrowed:
+            return OrphanVerdict("skip", "no test of the last run names it")
+        if str(module) in self.modules:
+            return OrphanVerdict("fail", f"no test in {module.name} is named for it "
+                                 "(renamed or deleted test)", whole_file=True)
+        if not module.exists() and any(module.is_relative_to(r) for r in self.roots):
+            return OrphanVerdict("fail", f"its test module {module.name} no longer exists",
+                                 whole_file=True)
+        return OrphanVerdict("skip", "its test module was not collected in the last run")

@@ -1,0 +1,356 @@
+"""``dejacache verify``: one verdict on a tree of cassettes, for CI and pre-commit.
+
+Each cassette gets five checks (a row each: file, check, verdict, detail):
+
+* ``format``: the file's cassette format. Newer than this dejacache reads: ``fail`` (upgrade
+  dejacache; nothing else is judged, and the file is never called damaged). Older than the
+  current one, or not in the written layout (a large file then opens by a whole parse):
+  ``warn``, and ``--fix`` rewrites it (``dejacache rehash``, safe here: its checksums
+  were verified first).
+* ``damaged``: what replay would refuse (not JSON, merge conflict markers, an entry or
+  value that fails its checksum). Never fixed automatically: accepting the bytes as they
+  are could serve a flipped byte as a recorded answer. The detail says how to re-record,
+  or accept an intended edit with ``dejacache rehash``.
+* ``secrets``: ``dejacache scan``'s findings.
+* ``orphans``: entries no test used, or a whole file no test uses, judged by the usage
+  record the pytest plugin writes at the end of each run (``usage.py`` says what it can
+  tell); ``skip`` where it cannot tell. ``--fix`` removes them.
+* ``expired``: entries older than ``max_age`` (the cassette's own top-level ``max_age``
+  member where present, else ``--max-age``), by each entry's ``recorded_at`` (ISO 8601 or
+  Unix seconds) where present. An entry without one has an unknown age: ``warn``, never
+  counted as fresh.
+
+The exit status is 1 when any row fails (warnings and skips do not fail).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import datetime
+import math
+import pathlib
+from collections.abc import Iterable, Iterator
+from typing import Any, Final
+
+import orjson
+
+from .._core.durations import seconds
+from ..errors import CassetteError, ConfigurationError
+from . import format as fmt
+from .usage import OrphanVerdict, UsageRecord
+
+__all__ = ["CHECKS", "Row", "cassette_files", "verify_file", "verify_files"]
+
+CHECKS: Final = ("format", "damaged", "secrets", "orphans", "expired")
+OK, FAIL, WARN, SKIP, FIXED = "ok", "fail", "warn", "skip", "fixed"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Row:
+    path: str
+    check: str
+    verdict: str
+    detail: str
+
+
+@dataclasses.dataclass(slots=True)
+class _Fix:
+    """What ``--fix`` would do to one file."""
+
+    rewrite: bool = False  # older format or layout: render it anew (checksums recomputed)
+    drop: tuple[tuple[str, int, str], ...] = ()  # orphaned entries (key, occurrence, name)
+    remove: bool = False  # the whole file is orphaned
+    digest: str | None = None  # the bytes the verdicts were made on
+
+
+def cassette_files(paths: Iterable[str]) -> Iterator[pathlib.Path]:
+    """Files named on the command line, and the ``*.json`` files inside a ``cassettes``
+    directory under the directories named (other JSON under a tree is not a cassette)."""
+    from .scan import iter_files
+
+    for raw in paths:
+        p = pathlib.Path(raw)
+        if not p.is_dir():
+            yield from iter_files([raw])  # a missing path is a CassetteError, not "clean"
+            continue
+        for f in iter_files([raw]):
+            if f.suffix == ".json" and "cassettes" in f.relative_to(p).parts[:-1] + p.parts:
+                yield f
+
+
+def verify_files(files: Iterable[pathlib.Path], *, usage: UsageRecord | None,
+                 max_age: float | None, now: float, fix: bool = False) -> list[Row]:
+    rows: list[Row] = []
+    for f in files:
+        rows += verify_file(f, usage=usage, max_age=max_age, now=now, fix=fix)
+    return rows
+
+
+def verify_file(path: pathlib.Path, *, usage: UsageRecord | None, max_age: float | None,
+                now: float, fix: bool = False) -> list[Row]:
+    """The rows of one file (and, with ``fix``, what was done about them)."""
+    rows: list[Row] = []
+
+    def add(check: str, verdict: str, detail: str = "") -> None:
+        rows.append(Row(str(path), check, verdict, detail))
+
+    try:
+        data = bytes(fmt.read_file(path) or b"")
+    except CassetteError as exc:
+        add("damaged", FAIL, str(exc))
+        return rows
+    doc, todo = _structure(path, data, add)
+    add(*_secrets(path))
+    if doc is None:
+        for check in ("orphans", "expired"):
+            add(check, SKIP, "the file cannot be read")
+        return rows
+    orphan = _orphans(path, data, usage)
+    add("orphans", orphan.verdict, orphan.detail)
+    if orphan.verdict == FAIL:
+        todo.drop, todo.remove = orphan.entries, orphan.whole_file
+    add("expired", *_expiry(doc, max_age, now))
+    if fix and (todo.rewrite or todo.drop or todo.remove):
+        from .usage import digest
+
+        todo.digest = digest(data)  # what was verified: a later edit is never rewritten
+        done = _apply(path, todo)
+        rows = [Row(r.path, r.check, FIXED, done) if _fixed(r, todo) else r for r in rows]
+    return rows
+
+
+def _fixed(row: Row, todo: _Fix) -> bool:
+    if row.check == "orphans":
+        return row.verdict == FAIL
+    return row.check == "format" and row.verdict == WARN and (todo.rewrite or todo.remove)
+
+
+# ---------------------------------------------------------------- format and damage
+
+
+def _structure(path: pathlib.Path, data: bytes, add: Any
+               ) -> tuple[dict[str, Any] | None, _Fix]:
+    """The ``format`` and ``damaged`` rows; the verified document (None: not readable)."""
+    todo = _Fix()
+    try:
+        doc = fmt.load_document(data, path, verify=False)
+    except CassetteError as exc:
+        newer = _newer_format(data)
+        if newer is not None:
+            from .. import __version__
+
+            add("format", FAIL, f"written in cassette format {newer}; dejacache "
+                f"{__version__} reads formats {', '.join(map(str, fmt.READABLE))}: upgrade "
+                "dejacache (pip install -U dejacache)")
+            add("damaged", SKIP, "not judged: the format is newer than this dejacache")
+        else:
+            add("format", SKIP, "not judged: the file is damaged")
+            add("damaged", FAIL, str(exc))
+        return None, todo
+    try:
+        fmt.verify_document(doc, path)
+    except CassetteError as exc:
+        add("format", OK if doc["format"] == fmt.FORMAT else WARN, f"format {doc['format']}")
+        add("damaged", FAIL, str(exc))
+        return None, todo
+    layout = _layout(doc, data)
+    todo.rewrite = bool(layout)
+    add("format", WARN if layout else OK, layout or f"format {fmt.FORMAT}")
+    n = len(doc["entries"])
+    add("damaged", OK, f"{n} entr{'ies' if n != 1 else 'y'}, checksums match")
+    return doc, todo
+
+
+def _newer_format(data: bytes) -> int | None:
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    v = doc.get("format") if isinstance(doc, dict) else None
+    return v if type(v) is int and v > max(fmt.READABLE) else None
+
+
+def _layout(doc: dict[str, Any], data: bytes) -> str:
+    """Why the file is not as the writer lays it out (empty: it is)."""
+    from .reader import FileIndex
+
+    if doc["format"] != fmt.FORMAT:
+        return (f"format {doc['format']}: replay parses it whole; --fix rewrites it in "
+                f"format {fmt.FORMAT}")
+    try:
+        opened = FileIndex.open(data) is not None
+    except CassetteError:
+        opened = False
+    if not opened:
+        return ("not in the written layout (edited by hand?): replay parses it whole; "
+                "--fix rewrites it")
+    return ""
+
+
+# ---------------------------------------------------------------- secrets and orphans
+
+
+def _secrets(path: pathlib.Path) -> tuple[str, str, str]:
+    from .scan import scan_file
+
+    found = scan_file(path)
+    if not found:
+        return "secrets", OK, ""
+    shown = "; ".join(f"line {f.line}: {f.kind}" for f in found[:3])
+    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
+    return "secrets", FAIL, (f"{len(found)} finding{'s' * (len(found) != 1)} ({shown}{more}); "
+                             "redact them (cassette(redact=...)) and re-record")
+
+
+def _orphans(path: pathlib.Path, data: bytes, usage: UsageRecord | None) -> OrphanVerdict:
+    if usage is None:
+        return OrphanVerdict(SKIP, "no usage record: run the tests first (the pytest plugin "
+                             "writes .dejacache/usage.json), or pass --usage FILE")
+    return usage.judge(path, data)
+
+
+# ---------------------------------------------------------------- expiry
+
+
+def _expiry(doc: dict[str, Any], default: float | None, now: float) -> tuple[str, str]:
+    raw = doc.get("max_age")
+    if raw is not None:
+        try:
+            max_age = seconds(raw, "the cassette's max_age")
+        except ConfigurationError as exc:
+            return FAIL, str(exc)
+    elif default is None:
+        return SKIP, "no max_age (give --max-age, or a max_age member in the cassette)"
+    else:
+        max_age = default
+    born = [recorded_at(e) for e in doc["entries"]]
+    unknown = born.count(None)
+    old = [t for t in born if t is not None and now - t > max_age]
+    n = len(born)
+    if old:
+        oldest = datetime.datetime.fromtimestamp(min(old), datetime.UTC)
+        return FAIL, (f"{len(old)} of {n} entries recorded more than {_span(max_age)} ago "
+                      f"(oldest {oldest:%Y-%m-%d}); re-record them (DEJACACHE_MODE=record)")
+    if unknown:
+        return WARN, (f"{unknown} of {n} entries have no recorded_at: their age is unknown "
+                      "(recorded before dejacache kept the time)")
+    return OK, f"all {n} entries younger than {_span(max_age)}"
+
+
+def recorded_at(entry: dict[str, Any]) -> float | None:
+    """When an entry was recorded (Unix seconds), from its ``recorded_at`` field: ISO 8601
+    text (a time without a zone is UTC) or Unix seconds. None: not known."""
+    v = entry.get("recorded_at")
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        return float(v) if math.isfinite(v) else None
+    if isinstance(v, str):
+        try:
+            t = datetime.datetime.fromisoformat(v)
+        except ValueError:
+            return None
+        if t.tzinfo is None:
+            t = t.replace(tzinfo=datetime.UTC)
+        return t.timestamp()
+    return None
+
+
+def _span(s: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size and s % size == 0:
+            return f"{int(s // size)}{unit}"
+    return f"{s:g}s"
+
+
+# ---------------------------------------------------------------- --fix
+
+
+def _apply(path: pathlib.Path, todo: _Fix) -> str:
+    """Carry out ``todo`` under the cassette's lock, on the bytes the verdict was made on
+    (a file changed since is left alone and said so)."""
+    from .lock import cassette_lock
+    from .usage import digest
+
+    with cassette_lock(path):
+        data = bytes(fmt.read_file(path) or b"")
+        if digest(data) != todo.digest:
+            return "not fixed: the file changed while it was checked"
+        if todo.remove:
+            path.unlink()
+            return "removed the file (no test uses it)"
+        fmt.remove_stale_temps(path)
+        new, _ = fmt.rehash(data, path)  # verified above: this only rewrites the layout
+        doc = fmt.load_document(new, path)
+        entries = _without(doc["entries"], {(k, o) for k, o, _ in todo.drop})
+        fmt.atomic_write(path, fmt.render(entries, doc["values"]))
+    if todo.drop:
+        n = len(todo.drop)
+        return f"removed {n} unused entr{'ies' if n != 1 else 'y'}, checksums recomputed"
+    return f"rewritten in format {fmt.FORMAT} (dejacache rehash)"
+
+
+def _without(entries: list[dict[str, Any]], drop: set[tuple[str, int]]
+             ) -> list[dict[str, Any]]:
+    """``entries`` less those named in ``drop`` (key, n-th of that key in file order), each
+    kept entry's ``follows`` moved to the kept step its task made before it."""
+    seen: collections.Counter[str] = collections.Counter()
+    gone: set[int] = set()
+    for i, e in enumerate(entries):
+        k = str(e.get("key", ""))
+        if (k, seen[k]) in drop:
+            gone.add(i)
+        seen[k] += 1
+    if not gone:
+        return entries
+    new_index: dict[int, int] = {}
+    for i in range(len(entries)):
+        if i not in gone:
+            new_index[i] = len(new_index)
+    out = []
+    for i, e in enumerate(entries):
+        if i in gone:
+            continue
+        f = fmt.follows_of(e)
+        hops = 0
+        while f is not None and f in gone and hops <= len(entries):
+            f = fmt.follows_of(entries[f])
+            hops += 1
+        d = dict(e)
+        if f is None or f in gone:
+            d.pop("follows", None)
+        else:
+            d["follows"] = new_index.get(f, -1) if f >= 0 else f
+        out.append(d)
+    return out
+
+
+# ---------------------------------------------------------------- the table
+
+
+def table(rows: list[Row], *, verbose: bool = False) -> list[str]:
+    """The rows as aligned lines (``verbose``: every row; else all but ``ok`` and ``skip``),
+    then one summary line."""
+    shown = [r for r in rows if verbose or r.verdict not in (OK, SKIP)]
+    lines = []
+    if shown:
+        head = Row("file", "check", "verdict", "detail")
+        w_file = max(len(r.path) for r in (head, *shown))
+        w_check = max(len(r.check) for r in (head, *shown))
+        for r in (head, *shown):
+            lines.append(f"{r.path:<{w_file}}  {r.check:<{w_check}}  {r.verdict:<7}  "
+                         f"{r.detail}".rstrip())
+    lines.append(summary(rows))
+    return lines
+
+
+def summary(rows: list[Row]) -> str:
+    files = len({r.path for r in rows})
+    count = collections.Counter(r.verdict for r in rows)
+    parts = [f"{count[v]} {v}" for v in (FAIL, WARN, FIXED, SKIP) if count[v]]
+    skipped = collections.Counter(r.detail for r in rows if r.verdict == SKIP)
+    why = f"; skipped most often: {skipped.most_common(1)[0][0]}" if skipped else ""
+    verdict = "FAILED" if count[FAIL] else "passed"
+    return (f"dejacache verify: {verdict}: {files} cassette{'s' * (files != 1)}, "
+            f"{', '.join(parts) or 'every check ok'}{why}")
