@@ -280,8 +280,9 @@ class RedisStore(BaseStore):
     def _client_kwargs(self, retry: Any) -> dict[str, Any]:
         kw = {"socket_timeout": self.timeout, "socket_connect_timeout": self.connect_timeout,
               "retry": retry, "health_check_interval": 0, **_no_driver_info()}
-        if self.kind != "cluster":
-            # The cluster clients refuse it; their retry object alone counts their retries.
+        if self.kind == "server":
+            # The cluster client refuses it and Sentinel's warns it is deprecated; the retry
+            # object (no retries) is what counts there.
             kw["retry_on_timeout"] = False
         return kw
 
