@@ -14,13 +14,13 @@ import redis.cluster
 import redis.sentinel
 from contract import StoreContract
 from redis._parsers.base import BaseParser
-from redis_topology_tmp import Cluster, SentinelSetup, running_cluster, running_sentinel
 
 import dejacache
 from dejacache import ConfigurationError
 from dejacache.stores import Record
 from dejacache.stores._redis_topology import topology_advice
 from dejacache.stores.redis import RedisStore
+from support_redis_topologies import ClusterTopology, SentinelTopology
 
 pytestmark = pytest.mark.redis
 
@@ -31,33 +31,28 @@ def rec(value: bytes = b"v", *, name: str = "fn", namespace: str = "ns") -> Reco
     return Record(value=value, name=name, namespace=namespace, request=b'{"args":[1]}')
 
 
-@pytest.fixture(scope="module")
-def cluster_setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with running_cluster(tmp_path_factory.mktemp("cluster")) as cluster:
-        yield cluster
-
-
-@pytest.fixture(scope="module")
-def sentinel_setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelSetup]:
-    with running_sentinel(tmp_path_factory.mktemp("sentinel")) as setup:
-        yield setup
+def cluster_url(cluster: ClusterTopology) -> str:
+    return "redis+cluster://" + ",".join(f"{h}:{p}" for h, p in cluster.startup_nodes[:3])
 
 
 @pytest.fixture
-def cluster(cluster_setup: Cluster) -> Cluster:
-    cluster_setup.flush()
-    return cluster_setup
+def cluster(redis_cluster: ClusterTopology) -> ClusterTopology:
+    return redis_cluster
 
 
 @pytest.fixture
-def sentinel(sentinel_setup: SentinelSetup) -> SentinelSetup:
-    sentinel_setup.flush()
-    return sentinel_setup
+def sentinel(redis_sentinel: SentinelTopology) -> SentinelTopology:
+    return redis_sentinel
+
+
+def cluster_client(cluster: ClusterTopology) -> redis.cluster.RedisCluster:
+    host, port = cluster.startup_nodes[0]
+    return redis.cluster.RedisCluster(host=host, port=port, socket_timeout=5)
 
 
 @pytest.fixture
-def cstore(cluster: Cluster) -> Iterator[RedisStore]:
-    s = RedisStore(cluster.url, key_prefix="t", **SLOW_OK)
+def cstore(cluster: ClusterTopology) -> Iterator[RedisStore]:
+    s = RedisStore(cluster_url(cluster), key_prefix="t", **SLOW_OK)
     yield s
     s.close()
 
@@ -69,8 +64,8 @@ class TestClusterURLContract(StoreContract):
     persistent = True
 
     @pytest.fixture
-    async def store(self, cluster: Cluster) -> AsyncIterator[RedisStore]:
-        s = RedisStore(cluster.url, key_prefix="contract", **SLOW_OK)
+    async def store(self, cluster: ClusterTopology) -> AsyncIterator[RedisStore]:
+        s = RedisStore(cluster_url(cluster), key_prefix="contract", **SLOW_OK)
         yield s
         await s.aclose()
 
@@ -86,9 +81,9 @@ class TestClusterClientContract(StoreContract):
     persistent = True
 
     @pytest.fixture
-    async def store(self, cluster: Cluster) -> AsyncIterator[RedisStore]:
-        sync = cluster.client()
-        node = redis.asyncio.cluster.ClusterNode("127.0.0.1", cluster.ports[0])
+    async def store(self, cluster: ClusterTopology) -> AsyncIterator[RedisStore]:
+        sync = cluster_client(cluster)
+        node = redis.asyncio.cluster.ClusterNode("127.0.0.1", cluster.startup_nodes[0][1])
         aclient = redis.asyncio.cluster.RedisCluster(startup_nodes=[node], socket_timeout=5)
         s = RedisStore(sync, async_client=aclient, key_prefix="contract")
         self.clients = (sync, aclient)
@@ -104,7 +99,7 @@ class TestSentinelURLContract(StoreContract):
     persistent = True
 
     @pytest.fixture
-    async def store(self, sentinel: SentinelSetup) -> AsyncIterator[RedisStore]:
+    async def store(self, sentinel: SentinelTopology) -> AsyncIterator[RedisStore]:
         s = RedisStore(sentinel.url, key_prefix="contract", **SLOW_OK)
         yield s
         await s.aclose()
@@ -113,7 +108,7 @@ class TestSentinelURLContract(StoreContract):
         return RedisStore(self.url, key_prefix="contract", **SLOW_OK)
 
     @pytest.fixture(autouse=True)
-    def _url(self, sentinel: SentinelSetup) -> None:
+    def _url(self, sentinel: SentinelTopology) -> None:
         self.url = sentinel.url
 
 
@@ -123,10 +118,10 @@ class TestSentinelClientContract(StoreContract):
     persistent = True
 
     @pytest.fixture
-    def store(self, sentinel: SentinelSetup) -> Iterator[RedisStore]:
-        manager = redis.sentinel.Sentinel([("127.0.0.1", sentinel.sentinel)],
+    def store(self, sentinel: SentinelTopology) -> Iterator[RedisStore]:
+        manager = redis.sentinel.Sentinel(sentinel.sentinels,
                                           socket_timeout=5)
-        self.client = manager.master_for(sentinel.service, socket_timeout=5)
+        self.client = manager.master_for(sentinel.service_name, socket_timeout=5)
         s = RedisStore(self.client, key_prefix="contract")
         yield s
         self.client.close()
@@ -140,12 +135,12 @@ class TestSentinelClientContract(StoreContract):
 # ---------------------------------------------------------------- cluster layout and scans
 
 
-def test_entries_spread_over_every_shard_with_their_requests(cluster: Cluster,
+def test_entries_spread_over_every_shard_with_their_requests(cluster: ClusterTopology,
                                                              cstore: RedisStore) -> None:
     for i in range(60):
         cstore.put(f"k{i}", rec(b"%d" % i))
     assert sum(cstore.get(f"k{i}") is not None for i in range(60)) == 60
-    client = cluster.client()
+    client = cluster_client(cluster)
     try:
         per_node = {}
         for node in client.get_primaries():
@@ -190,8 +185,8 @@ def test_counters_spanning_slots(cstore: RedisStore) -> None:
     assert cstore.get_counters(["a", "b", "c"]) == [2, 1, 0]
 
 
-async def test_async_counters_spanning_slots(cluster: Cluster) -> None:
-    s = RedisStore(cluster.url, key_prefix="t", **SLOW_OK)
+async def test_async_counters_spanning_slots(cluster: ClusterTopology) -> None:
+    s = RedisStore(cluster_url(cluster), key_prefix="t", **SLOW_OK)
     try:
         assert await s.aincr("x") == 1
         assert await s.aget_counters(["x", "y"]) == [1, 0]
@@ -211,13 +206,14 @@ def test_seam_keys_of_one_tag_share_a_slot(cstore: RedisStore) -> None:
     assert cstore.run(lambda c: c.eval(script, 2, keys[0], other), "failed") == "failed"
 
 
-def test_names_say_the_topology(cluster: Cluster, sentinel: SentinelSetup) -> None:
-    s = RedisStore(cluster.url, **SLOW_OK)
-    assert s.url == f"redis cluster 127.0.0.1:{cluster.ports[0]} (+2 nodes)"
-    assert s.stats().backend.startswith(f"redis cluster 127.0.0.1:{cluster.ports[0]} (+")
+def test_names_say_the_topology(cluster: ClusterTopology, sentinel: SentinelTopology) -> None:
+    s = RedisStore(cluster_url(cluster), **SLOW_OK)
+    assert s.url == f"redis cluster 127.0.0.1:{cluster.startup_nodes[0][1]} (+2 nodes)"
+    assert s.stats().backend.startswith(f"redis cluster 127.0.0.1:{cluster.startup_nodes[0][1]} (+")
     s.close()
     t = RedisStore(sentinel.url, **SLOW_OK)
-    assert t.url == f"redis sentinel mymaster via 127.0.0.1:{sentinel.sentinel}"
+    first = sentinel.sentinels[0][1]
+    assert t.url.startswith(f"redis sentinel {sentinel.service_name} via 127.0.0.1:{first}")
     assert t.kind == "sentinel"
     t.close()
 
@@ -259,9 +255,9 @@ def test_cluster_down_fails_open_and_fast() -> None:
 
 
 def test_a_plain_url_to_a_cluster_node_warns_once_and_counts_failures(
-        cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
-    s = RedisStore(f"redis://127.0.0.1:{cluster.ports[0]}/0", key_prefix="t", cooldown=60,
-                   **SLOW_OK)
+        cluster: ClusterTopology, caplog: pytest.LogCaptureFixture) -> None:
+    port = cluster.startup_nodes[0][1]
+    s = RedisStore(f"redis://127.0.0.1:{port}/0", key_prefix="t", cooldown=60, **SLOW_OK)
     with caplog.at_level(logging.DEBUG, logger="dejacache.redis"):
         for i in range(30):
             s.put(f"k{i}", rec())
@@ -275,8 +271,8 @@ def test_a_plain_url_to_a_cluster_node_warns_once_and_counts_failures(
 
 
 def test_a_database_url_to_a_cluster_node_opens_the_breaker(
-        cluster: Cluster, caplog: pytest.LogCaptureFixture) -> None:
-    s = RedisStore(f"redis://127.0.0.1:{cluster.ports[0]}/1", cooldown=60, **SLOW_OK)
+        cluster: ClusterTopology, caplog: pytest.LogCaptureFixture) -> None:
+    s = RedisStore(f"redis://127.0.0.1:{cluster.startup_nodes[0][1]}/1", cooldown=60, **SLOW_OK)
     with caplog.at_level(logging.WARNING, logger="dejacache.redis"):
         for _ in range(3):
             assert s.get("k") is None
@@ -286,8 +282,8 @@ def test_a_database_url_to_a_cluster_node_opens_the_breaker(
 
 
 def test_a_replica_answers_readonly_counted_as_failure(
-        sentinel: SentinelSetup, caplog: pytest.LogCaptureFixture) -> None:
-    s = RedisStore(f"redis://127.0.0.1:{sentinel.replica}/0", cooldown=60, **SLOW_OK)
+        sentinel: SentinelTopology, caplog: pytest.LogCaptureFixture) -> None:
+    s = RedisStore(f"redis://127.0.0.1:{sentinel.replica().port}/0", cooldown=60, **SLOW_OK)
     with caplog.at_level(logging.WARNING, logger="dejacache.redis"):
         for i in range(3):
             assert s.put(f"k{i}", rec()) is False
@@ -318,10 +314,10 @@ def test_data_replies_are_not_topology_errors(reply: str) -> None:
     assert topology_advice(BaseParser.parse_error(reply)) is None
 
 
-def test_fail_closed_names_the_backend_and_the_fix(cluster: Cluster) -> None:
-    s = RedisStore(f"redis://127.0.0.1:{cluster.ports[0]}/1", fail_open=False, **SLOW_OK)
+def test_fail_closed_names_the_backend_and_the_fix(cluster: ClusterTopology) -> None:
+    s = RedisStore(f"redis://127.0.0.1:{cluster.startup_nodes[0][1]}/1", fail_open=False, **SLOW_OK)
     with pytest.raises(dejacache.StoreUnavailable, match="redis\\+cluster://") as info:
         s.get("k")
-    assert info.value.backend == f"redis://127.0.0.1:{cluster.ports[0]}/1"
+    assert info.value.backend == f"redis://127.0.0.1:{cluster.startup_nodes[0][1]}/1"
     s.close()
 
