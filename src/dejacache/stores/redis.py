@@ -251,7 +251,7 @@ class RedisStore(BaseStore):
         )
         self._lock = threading.Lock()
         self._warned: set[str] = set()
-        self._known: dict[str, tuple[bytes, Any, memoryview]] = {}
+        self._known: dict[str, tuple[bytes, Hit]] = {}
         self._known_bytes = 0
         self.skipped = 0  # calls answered without Redis because the breaker was open
         self.kind: Kind = self._adopt(client_or_url)
@@ -520,45 +520,44 @@ class RedisStore(BaseStore):
             raw = self._do(lambda c: c.get(vkey), None, key)
         if raw is None:
             return None
+        known = self._known.get(key)
+        if known is not None and known[0] == raw:
+            # The bytes this process read and checked last time: the same Hit again (Hit
+            # allows it), maybe with the value a frozen hit made from them (share()). One
+            # comparison instead of the header, the checksum and the slicing.
+            return known[1]
         found = _header(raw)
         if found is None:
             self._discard(key)
             return None
         (name, namespace, kind, duration, usage, created), end = found
-        value = raw[end:]
         if kind != "error":
-            known = self._known.get(key)
-            if known is not None and known[0] == value:
-                # The bytes this process read last time: already checked, and maybe with
-                # the immutable value a frozen hit made from them (share()).
-                return _new_tuple(Hit, (known[2], duration, usage, None, known[1]))
-            body = checked_plain_body(value, key)
+            body = checked_plain_body(raw[end:], key)
             if body is not None:
-                self._remember(key, value, body)
                 # tuple.__new__: Hit(...) runs a Python-level __new__; usage is shared by
                 # hits (read only), as Hit documents.
-                return _new_tuple(Hit, (body, duration, usage, None, NOT_SHARED))
+                hit = _new_tuple(Hit, (body, duration, usage, None, NOT_SHARED))
+                self._remember(key, raw, hit)
+                return hit
         return _new_tuple(Hit, (None, duration, usage, Record(
-            value, name, namespace, kind, b"", duration,
+            raw[end:], name, namespace, kind, b"", duration,
             None if usage is None else dict(usage), created), NOT_SHARED))
 
-    def _remember(self, key: str, value: bytes, body: memoryview) -> None:
+    def _remember(self, key: str, raw: bytes, hit: Hit) -> None:
         if len(self._known) >= _KNOWN_MAX or self._known_bytes >= _KNOWN_BYTES:
             self._known.clear()  # bounded: forgetting costs the next hit a checksum
             self._known_bytes = 0
-        self._known[key] = (value, NOT_SHARED, body)
-        self._known_bytes += len(value)
+        self._known[key] = (raw, hit)
+        self._known_bytes += len(raw)
 
     def share(self, key: str, item: Hit, value: Any) -> None:
         """Keep ``value``, the immutable form of the body :meth:`hit` just returned in
         ``item``, for later ``@cache(frozen=True)`` hits of this process on the same bytes.
         Only equal bytes ever match (another process may replace the entry), and nothing is
         kept once this store wrote or removed the entry since that hit."""
-        body = item.body
         known = self._known.get(key)
-        if (known is not None and isinstance(body, memoryview) and body.obj is known[0]
-                and known[1] is NOT_SHARED):
-            self._known[key] = (known[0], value, known[2])
+        if known is not None and known[1] is item and item[4] is NOT_SHARED:
+            self._known[key] = (known[0], _new_tuple(Hit, (*item[:4], value)))
 
     def _forget(self, key: str | None = None) -> None:
         if key is None:
