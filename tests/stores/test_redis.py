@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -559,3 +560,82 @@ def test_a_database_url_is_used(redis_server: RedisServer, raw: redis.Redis) -> 
     assert all_keys(raw) == set()  # nothing in database 0
     assert s.stats().entries == 5 and s.url.endswith("/1")
     s.close()
+
+
+# ---------------------------------------------------------------- the short hit path
+
+
+def test_hit_defers_to_the_general_path_under_a_running_loop(store: RedisStore) -> None:
+    import asyncio
+
+    from dejacache.codec import JsonCodec
+
+    store.put("k", rec(JsonCodec().encode({"a": 1}, key="k")))
+    assert store.hit("k") is not None and store.hit("k")[0] is not None  # type: ignore[index]
+
+    async def inside() -> Any:
+        return store.hit("k")
+
+    item = asyncio.run(inside())
+    assert item is not None and item.body is None and item.record is None
+
+
+def test_hit_hands_a_tagged_value_as_its_record(store: RedisStore, raw: redis.Redis) -> None:
+    from dejacache.codec import JsonCodec
+
+    value = JsonCodec().encode((1, 2), key="k")  # a tuple: a tagged value
+    store.put("k", rec(value))
+    item = store.hit("k")
+    assert item is not None and item.body is None
+    assert item.record is not None and item.record.value == value
+
+
+def test_hit_of_garbage_is_a_miss_and_deletes(store: RedisStore, raw: redis.Redis) -> None:
+    raw.set("t:e:{k}", b"garbage")
+    assert store.hit("k") is None
+    assert raw.exists("t:e:{k}") == 0
+
+
+def test_hit_sees_another_writer_replace_the_bytes(redis_server: RedisServer) -> None:
+    from dejacache.codec import JsonCodec
+
+    codec = JsonCodec()
+    a = RedisStore(redis_server.url, key_prefix="t", **SLOW_OK)
+    b = RedisStore(redis_server.url, key_prefix="t", **SLOW_OK)
+    a.put("k", rec(codec.encode("old", key="k")))
+    first = a.hit("k")
+    assert first is not None and first.body is not None
+    assert a.hit("k") is first  # the same bytes: the same Hit
+    b.put("k", rec(codec.encode("new", key="k")))
+    item = a.hit("k")
+    assert item is not None and item.body is not None and bytes(item.body) == b'"new"'
+    a.close()
+    b.close()
+
+
+def test_frozen_and_plain_cache_hits_through_redis(store: RedisStore) -> None:
+    dejacache.configure(store=store)
+    ran: list[int] = []
+
+    @dejacache.cache(name="short.plain")
+    def plain(x: int) -> dict[str, int]:
+        ran.append(x)
+        return {"x": x}
+
+    @dejacache.cache(name="short.frozen", frozen=True)
+    def frozen(x: int) -> dict[str, int]:
+        ran.append(-x)
+        return {"x": x}
+
+    for _ in range(3):
+        assert plain(1) == {"x": 1} and frozen(2) == {"x": 2}
+    first, second = plain(1), plain(1)
+    assert first == second and first is not second  # each caller its own object
+    with pytest.raises(TypeError):
+        frozen(2)["x"] = 3  # type: ignore[index]
+    assert ran == [1, -2]
+
+
+def test_key_prefix_with_braces_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="hash tag"):
+        RedisStore("redis://127.0.0.1:1/0", key_prefix="a{b}")

@@ -321,3 +321,24 @@ def test_fail_closed_names_the_backend_and_the_fix(cluster: ClusterTopology) -> 
     assert info.value.backend == f"redis://127.0.0.1:{cluster.startup_nodes[0][1]}/1"
     s.close()
 
+
+
+def test_cache_through_a_plain_url_to_a_cluster_node_is_never_wrong(
+        cluster: ClusterTopology, caplog: pytest.LogCaptureFixture) -> None:
+    port = cluster.startup_nodes[0][1]
+    s = RedisStore(f"redis://127.0.0.1:{port}/0", key_prefix="t", **SLOW_OK)
+    dejacache.configure(store=s)
+    ran: list[int] = []
+
+    @dejacache.cache(name="topo.plain")
+    def square(x: int) -> int:
+        ran.append(x)
+        return x * x
+
+    with caplog.at_level(logging.DEBUG, logger="dejacache.redis"):
+        for _ in range(2):
+            assert [square(i) for i in range(30)] == [i * i for i in range(30)]
+    assert not any("malformed" in r.getMessage() for r in caplog.records)
+    assert sum("(MOVED)" in r.getMessage() for r in caplog.records) == 1
+    assert s.breaker.trips >= 1  # the MOVED replies opened it: calls ran, Redis skipped
+    s.close()

@@ -384,8 +384,8 @@ class RedisStore(BaseStore):
         if not self.fail_open:
             raise StoreUnavailable(f"Redis did not answer ({exc})", backend=self.url) from exc
         if self.breaker.failure(time.perf_counter() - t0):
-            log.warning("dejacache: Redis at %s is failing (%r); skipping it for %.3gs, then "
-                        "probing", self.url, exc, self.breaker.cooldown)
+            log.warning("dejacache: Redis at %s is failing (%s: %s); skipping it for %.3gs, "
+                        "then probing", self.url, type(exc).__name__, exc, self.breaker.cooldown)
 
     def _topology_failed(self, exc: BaseException, t0: float) -> bool:
         """Book ``exc`` as a failure when it is a topology error (warned about once per
