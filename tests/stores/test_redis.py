@@ -528,3 +528,34 @@ async def test_async_cache_through_redis(astore: RedisStore) -> None:
     assert await upper("a") == "A"
     assert await upper("a") == "A"
     assert calls == ["a"]
+
+
+def test_old_layout_entries_are_misses_and_cleared(store: RedisStore,
+                                                   raw: redis.Redis) -> None:
+    """Entries written before keys carried hash tags are never read (a miss is safe);
+    clear() deletes them and counts them."""
+    raw.set("t:v:old", pack_record(rec()))
+    raw.set("t:q:old", b"{}")
+    assert store.get("old") is None
+    assert list(store.iterate()) == [] and store.stats().entries == 0
+    store.put("new", rec())
+    assert store.clear() == 2
+    assert all_keys(raw) == set()
+
+
+def test_a_database_url_is_used(redis_server: RedisServer, raw: redis.Redis) -> None:
+    url = redis_server.url.removesuffix("/0") + "/1"
+    s = RedisStore(url, key_prefix="t", **SLOW_OK)
+    dejacache.configure(store=s)
+    ran: list[int] = []
+
+    @dejacache.cache(name="db1.inc")
+    def inc(x: int) -> int:
+        ran.append(x)
+        return x + 1
+
+    assert [inc(i) for i in range(5)] == [inc(i) for i in range(5)]
+    assert ran == list(range(5))
+    assert all_keys(raw) == set()  # nothing in database 0
+    assert s.stats().entries == 5 and s.url.endswith("/1")
+    s.close()

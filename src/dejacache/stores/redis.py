@@ -67,8 +67,9 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .._core.durations import Duration, seconds
+from ..codec import checked_plain_body
 from ..errors import ConfigurationError, StoreUnavailable
-from ._base import BaseStore, Record, StoreStats
+from ._base import NOT_SHARED, BaseStore, Hit, Record, StoreStats
 from ._breaker import CircuitBreaker, Decision
 from ._redis_topology import (
     Kind,
@@ -78,6 +79,7 @@ from ._redis_topology import (
     topology_advice,
     url_topology,
 )
+from ._short import keeps_short_path
 
 __all__ = ["RedisStore", "pack_record", "unpack_record"]
 
@@ -90,6 +92,13 @@ _FAILURES: tuple[type[BaseException], ...] = (redis.RedisError, OSError,
                                               redis.exceptions.RedisClusterException)
 _NOT_WRITTEN = object()  # what a write answers when the breaker or the server refused it
 _SCAN_COUNT = 500
+# What hit() answers when the general path must decide (see RedisStore.hit).
+_GENERAL = Hit(None, 0.0, None, None, NOT_SHARED)
+_new_tuple = tuple.__new__
+_running_loop = asyncio._get_running_loop  # the C getter: ~40 ns, no exception when none
+# Bytes hit() checked, per key (see RedisStore.share): bounded by count and size.
+_KNOWN_MAX = 4096
+_KNOWN_BYTES = 32 * 1024 * 1024
 
 
 def pack_record(record: Record) -> bytes:
@@ -122,8 +131,9 @@ def _parse_meta(meta_bytes: bytes) -> _Meta | None:
     return name, namespace, kind, float(duration), usage, float(created)
 
 
-def unpack_record(raw: bytes, request: bytes = b"") -> Record | None:
-    """The record in ``raw``, or None when the bytes are not one of ours (never raises)."""
+def _header(raw: bytes) -> tuple[_Meta, int] | None:
+    """The parsed metadata of a packed record and where its value starts; None when the
+    bytes are not one of ours."""
     if raw[:4] != _MAGIC or len(raw) < 8:
         return None
     end = 8 + int.from_bytes(raw[4:8], "big")
@@ -137,9 +147,15 @@ def unpack_record(raw: bytes, request: bytes = b"") -> Record | None:
         if len(_METAS) >= _METAS_MAX:
             _METAS.clear()
         _METAS[meta_bytes] = meta
-    if meta is None:
+    return None if meta is None else (meta, end)
+
+
+def unpack_record(raw: bytes, request: bytes = b"") -> Record | None:
+    """The record in ``raw``, or None when the bytes are not one of ours (never raises)."""
+    found = _header(raw)
+    if found is None:
         return None
-    name, namespace, kind, duration, usage, created = meta
+    (name, namespace, kind, duration, usage, created), end = found
     return Record(raw[end:], name, namespace, kind, request, duration,
                   None if usage is None else dict(usage), created)
 
@@ -184,6 +200,14 @@ class RedisStore(BaseStore):
     # Its sync calls wait on the network: an async caller that needs one (a miss report's
     # ``iterate``) runs it in a worker thread.
     blocking = True
+    short_hits = True  # see :meth:`hit`
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        # A subclass that reads or writes its own way (a test double, a wrapper that fails
+        # on purpose) has not promised that hit agrees with get: general path for it.
+        if not keeps_short_path(cls, RedisStore):
+            cls.short_hits = False
 
     def __init__(
         self,
@@ -227,6 +251,8 @@ class RedisStore(BaseStore):
         )
         self._lock = threading.Lock()
         self._warned: set[str] = set()
+        self._known: dict[str, tuple[bytes, Any, memoryview]] = {}
+        self._known_bytes = 0
         self.skipped = 0  # calls answered without Redis because the breaker was open
         self.kind: Kind = self._adopt(client_or_url)
         self._e = f"{key_prefix}:e:{{"
@@ -280,8 +306,9 @@ class RedisStore(BaseStore):
     def _client_kwargs(self, retry: Any) -> dict[str, Any]:
         kw = {"socket_timeout": self.timeout, "socket_connect_timeout": self.connect_timeout,
               "retry": retry, "health_check_interval": 0, **_no_driver_info()}
-        if self.kind != "cluster":
-            # The cluster clients refuse it; their retry object alone counts their retries.
+        if self.kind == "server":
+            # The cluster client refuses it and Sentinel's warns it is deprecated; the retry
+            # object (no retries) is what counts there.
             kw["retry_on_timeout"] = False
         return kw
 
@@ -469,6 +496,77 @@ class RedisStore(BaseStore):
             await self._adiscard(key)
         return rec
 
+    def hit(self, key: str) -> Hit | None:
+        """:meth:`get` for the decorator's short path (a ``Hit``, see ``stores._base``): one
+        ``GET``, the header read from the metadata cache, and the plain JSON body checked
+        against the key, with no ``Record`` built (a 2 KB ``@cache`` hit: 1.55x -> see
+        docs/benchmarks.md of a raw GET + loads). A tagged value or a recorded error comes
+        as its record, decoded by the engine without a second round trip. Under a running
+        event loop, or with no sync client, it answers ``_GENERAL``: the caller's general
+        path then uses the async client, and never blocks a loop on the network."""
+        client = self._client
+        if _running_loop() is not None or (client is None and self._topology is None):
+            return _GENERAL
+        vkey = self._e + key + "}"
+        if client is not None and self.breaker.healthy:  # as in get()
+            t0 = time.perf_counter()
+            try:
+                raw = client.get(vkey)
+            except _FAILURES as exc:
+                if self._replied(exc, t0):
+                    self._discard(key)
+                return None
+        else:
+            raw = self._do(lambda c: c.get(vkey), None, key)
+        if raw is None:
+            return None
+        found = _header(raw)
+        if found is None:
+            self._discard(key)
+            return None
+        (name, namespace, kind, duration, usage, created), end = found
+        value = raw[end:]
+        if kind != "error":
+            known = self._known.get(key)
+            if known is not None and known[0] == value:
+                # The bytes this process read last time: already checked, and maybe with
+                # the immutable value a frozen hit made from them (share()).
+                return _new_tuple(Hit, (known[2], duration, usage, None, known[1]))
+            body = checked_plain_body(value, key)
+            if body is not None:
+                self._remember(key, value, body)
+                # tuple.__new__: Hit(...) runs a Python-level __new__; usage is shared by
+                # hits (read only), as Hit documents.
+                return _new_tuple(Hit, (body, duration, usage, None, NOT_SHARED))
+        return _new_tuple(Hit, (None, duration, usage, Record(
+            value, name, namespace, kind, b"", duration,
+            None if usage is None else dict(usage), created), NOT_SHARED))
+
+    def _remember(self, key: str, value: bytes, body: memoryview) -> None:
+        if len(self._known) >= _KNOWN_MAX or self._known_bytes >= _KNOWN_BYTES:
+            self._known.clear()  # bounded: forgetting costs the next hit a checksum
+            self._known_bytes = 0
+        self._known[key] = (value, NOT_SHARED, body)
+        self._known_bytes += len(value)
+
+    def share(self, key: str, item: Hit, value: Any) -> None:
+        """Keep ``value``, the immutable form of the body :meth:`hit` just returned in
+        ``item``, for later ``@cache(frozen=True)`` hits of this process on the same bytes.
+        Only equal bytes ever match (another process may replace the entry), and nothing is
+        kept once this store wrote or removed the entry since that hit."""
+        body = item.body
+        known = self._known.get(key)
+        if (known is not None and isinstance(body, memoryview) and body.obj is known[0]
+                and known[1] is NOT_SHARED):
+            self._known[key] = (known[0], value, known[2])
+
+    def _forget(self, key: str | None = None) -> None:
+        if key is None:
+            self._known.clear()
+            self._known_bytes = 0
+        else:
+            self._known.pop(key, None)
+
     def _get_ttl_op(self, key: str) -> Callable[[Any], Any]:
         vkey = self._e + key + "}"
         return lambda c: c.pipeline(transaction=False).get(vkey).pttl(vkey).execute()
@@ -508,6 +606,7 @@ class RedisStore(BaseStore):
     def put(self, key: str, record: Record, *, ttl: float | None = None) -> bool:
         if self.read_only:
             return False
+        self._forget(key)
         if ttl is not None and ttl <= 0:  # expired on arrival: Redis rejects PX 0
             self.delete(key)
             return False
@@ -516,6 +615,7 @@ class RedisStore(BaseStore):
     async def aput(self, key: str, record: Record, *, ttl: float | None = None) -> bool:
         if self.read_only:
             return False
+        self._forget(key)
         if ttl is not None and ttl <= 0:
             await self.adelete(key)
             return False
@@ -525,12 +625,14 @@ class RedisStore(BaseStore):
     def delete(self, key: str) -> bool:
         if self.read_only:
             return False
+        self._forget(key)
         keys = (self._e + key + "}", self._r + key + "}")
         return bool(self._do(lambda c: c.unlink(*keys), 0))
 
     async def adelete(self, key: str) -> bool:
         if self.read_only:
             return False
+        self._forget(key)
         keys = (self._e + key + "}", self._r + key + "}")
         return bool(await self._ado(lambda c: c.unlink(*keys), 0))
 
@@ -611,6 +713,7 @@ class RedisStore(BaseStore):
         before hash tags (``{prefix}:v:<key>``), which are never read."""
         if self.read_only:
             return 0
+        self._forget()
         removed = 0
         for ekeys in self._scan(self._match("e")):
             if namespace is not None:
