@@ -198,6 +198,11 @@ class ClusterTopology:
         return f"redis://127.0.0.1:{self.live_nodes()[0].port}/0"
 
     @property
+    def store_url(self) -> str:
+        """``redis+cluster://host:port,...`` naming every node (the form the store parses)."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes)
+
+    @property
     def startup_nodes(self) -> list[tuple[str, int]]:
         return [("127.0.0.1", n.port) for n in self.live_nodes()]
 
