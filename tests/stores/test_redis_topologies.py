@@ -342,3 +342,30 @@ def test_cache_through_a_plain_url_to_a_cluster_node_is_never_wrong(
     assert sum("(MOVED)" in r.getMessage() for r in caplog.records) == 1
     assert s.breaker.trips >= 1  # the MOVED replies opened it: calls ran, Redis skipped
     s.close()
+
+
+async def test_injected_async_clients_alone(cluster: ClusterTopology,
+                                            sentinel: SentinelTopology) -> None:
+    import redis.asyncio.sentinel
+
+    host, port = cluster.startup_nodes[0]
+    acluster = redis.asyncio.cluster.RedisCluster(host=host, port=port, socket_timeout=5)
+    manager = redis.asyncio.sentinel.Sentinel(sentinel.sentinels, socket_timeout=5)
+    amaster = manager.master_for(sentinel.service_name, socket_timeout=5)
+    try:
+        for client, kind, name in ((acluster, "cluster", f"redis cluster {host}:{port}"),
+                                   (amaster, "sentinel",
+                                    f"redis sentinel {sentinel.service_name} via")):
+            s = RedisStore(client, key_prefix="t")
+            assert s.kind == kind and s.url.startswith(name)
+            assert await s.aput("k", rec()) is True
+            got = await s.aget("k")
+            assert got is not None and got.value == b"v"
+            assert await s.adelete("k") is True
+            with pytest.raises(ConfigurationError, match="only an async client"):
+                s.stats()
+    finally:
+        await acluster.aclose()
+        await amaster.aclose()
+        for c in manager.sentinels:
+            await c.aclose()
