@@ -369,3 +369,22 @@ async def test_injected_async_clients_alone(cluster: ClusterTopology,
         await amaster.aclose()
         for c in manager.sentinels:
             await c.aclose()
+
+
+def test_scans_through_a_plain_url_to_a_cluster_node_refuse_to_report_a_part(
+        cluster: ClusterTopology, cstore: RedisStore, caplog: pytest.LogCaptureFixture) -> None:
+    for i in range(32):
+        cstore.put(f"k{i}", rec())
+    port = cluster.startup_nodes[0][1]
+    s = RedisStore(f"redis://127.0.0.1:{port}/0", key_prefix="t", cooldown=60, **SLOW_OK)
+    with caplog.at_level(logging.WARNING, logger="dejacache.redis"):
+        assert s.stats().entries == 0 and s.clear() == 0  # nothing done, and said so
+    (warned,) = [r.getMessage() for r in caplog.records if "scans only" in r.getMessage()]
+    assert "redis+cluster://" in warned
+    assert cstore.stats().entries == 32  # nothing was deleted
+    closed = RedisStore(f"redis://127.0.0.1:{port}/0", key_prefix="t", fail_open=False,
+                        **SLOW_OK)
+    with pytest.raises(dejacache.StoreUnavailable, match="redis\\+cluster://"):
+        closed.stats()
+    s.close()
+    closed.close()
