@@ -388,3 +388,22 @@ def test_scans_through_a_plain_url_to_a_cluster_node_refuse_to_report_a_part(
         closed.stats()
     s.close()
     closed.close()
+
+
+def test_store_urls_name_every_topology(cluster: ClusterTopology,
+                                        sentinel: SentinelTopology) -> None:
+    from dejacache.stores import store_from_url
+
+    for url, kind in ((cluster_url(cluster), "cluster"), (sentinel.url, "sentinel")):
+        s = store_from_url(url)
+        assert isinstance(s, RedisStore) and s.kind == kind
+        s.close()
+
+
+def test_a_bad_url_never_shows_its_password() -> None:
+    for url in ("redis://u:s3cret@127.0.0.1:notaport/0", "redis+cluster://u:s3cret@h:x",
+                "redis+sentinel://u:s3cret@h:1", "redis+cluster://u:s3cret@h:1/5",
+                "redis://u:s3cret@h:1,h:2/0", "bogus://u:s3cret@h:1/0"):
+        with pytest.raises(ConfigurationError) as info:
+            RedisStore(url)
+        assert "s3cret" not in str(info.value), url
