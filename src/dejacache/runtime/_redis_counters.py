@@ -142,18 +142,20 @@ class RedisCounters:
 
         return op
 
-    def incr_many(self, names: Sequence[str]) -> list[int] | None:
+    def incr_many(self, names: Sequence[str], *, probe: bool = False) -> list[int] | None:
         """Increment every counter; the new values, or None when Redis failed or the
-        increments are not replicated yet (the caller sends them again)."""
+        increments are not replicated yet (the caller sends them again). ``probe``: send
+        them even while the store's breaker is open, as its recovery probe."""
         if self.store.read_only:
             return None
+        run = self.store.run
         out = [0] * len(names)
         for idx, keys in self._groups(names):
             waited = self.replicas > 0
-            vals = self._landed(self.store.run(self._op(keys), None), len(keys))
+            vals = self._landed(run(self._op(keys), None, probe=probe), len(keys))
             if vals is None and not waited and self.replicas:
                 # First news of a replica: send them again, waiting for it this time.
-                vals = self._landed(self.store.run(self._op(keys), None), len(keys))
+                vals = self._landed(run(self._op(keys), None, probe=probe), len(keys))
             if vals is None:
                 return None
             for i, v in zip(idx, vals, strict=True):

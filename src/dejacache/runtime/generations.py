@@ -95,15 +95,16 @@ class LocalGenerations:
             self.version += 1
 
 
-#: How often a process retries the increments it could not land (in a background thread,
-#: whether or not anyone calls). While the store's breaker is open these attempts cost
-#: nothing; the first after its recovery probe closes it lands them.
+#: How often a process retries the increments it could not land, in a background thread
+#: (whether or not anyone calls), each attempt acting as the Redis store's recovery probe
+#: (sent even while its breaker is open): queued increments land within about this long
+#: of Redis answering again, whatever the breaker's cooldown.
 FLUSH_INTERVAL = 0.1
-#: After its counters could not be read, a process keeps off the cache for the store's
-#: breaker cooldown plus this long once it reads them again: the time another process that
-#: queued increments during the same outage needs to land them (its probe comes at most one
-#: cooldown after this one's, then one FLUSH_INTERVAL).
-FENCE_MARGIN = 0.5
+#: After its counters could not be read, a process keeps off the cache this long once it
+#: reads them again: the time another process that queued increments during the same outage
+#: needs to land them (one FLUSH_INTERVAL and one timeout after Redis answers it, which is
+#: no later than it answers this process), with room for a loaded machine's scheduling.
+FENCE = 1.0
 
 
 class SharedGenerations:
@@ -128,8 +129,10 @@ class SharedGenerations:
         self._pending: dict[str, int] = {}
         self._seq = 0
         self._flusher: threading.Thread | None = None
-        breaker = getattr(backend, "breaker", None)
-        self.fence = float(getattr(breaker, "cooldown", 1.0)) + FENCE_MARGIN
+        # Whether the counters' store takes ``probe=True`` (Redis): the background flush
+        # is then its recovery probe.
+        self._probes = self._ops is not backend
+        self.fence = FENCE
         self._failed = False  # counters unreadable since the last successful read
         self._fenced_until = 0.0
 
@@ -173,6 +176,11 @@ class SharedGenerations:
             return True
         self._fenced_until = 0.0
         return False
+
+    def settled(self) -> bool:
+        """No increment of this process queued and no fence up: reads use the cache."""
+        until = self._fenced_until
+        return not (self._pending or self._failed or (until and time.monotonic() < until))
 
     def _learn(self, names: Sequence[str], values: Sequence[int], remember: bool
                ) -> list[int] | None:
@@ -227,7 +235,7 @@ class SharedGenerations:
         while True:
             time.sleep(FLUSH_INTERVAL)
             try:
-                self._flush()
+                self._flush(probe=True)
                 sync = True
             except ConfigurationError:
                 sync = False  # a store with only an async client: the next aread lands them
@@ -238,12 +246,13 @@ class SharedGenerations:
 
     # -- sync
 
-    def _incr(self, names: Sequence[str]) -> bool:
+    def _incr(self, names: Sequence[str], probe: bool = False) -> bool:
         sent_at = self._seq
         many = getattr(self._ops, "incr_many", None)
         try:
             if many is not None:
-                values = many(list(names))
+                values = (many(list(names), probe=True) if probe and self._probes
+                          else many(list(names)))
             else:
                 values = [self._ops.incr(n) for n in names]
                 if any(v is None for v in values):
@@ -256,13 +265,13 @@ class SharedGenerations:
             return self._queue(names)
         return self._landed(names, values, sent_at)
 
-    def _flush(self) -> bool:
+    def _flush(self, probe: bool = False) -> bool:
         pending = list(self._pending)
-        return self._incr(pending) if pending else True
+        return self._incr(pending, probe) if pending else True
 
     def read(self, names: Sequence[str], max_age: float = 0.0) -> list[int] | None:
         """Current values; up to ``max_age`` seconds old when cached. None: unavailable,
-        or not yet trusted again after an outage (see ``FENCE_MARGIN``)."""
+        or not yet trusted again after an outage (see ``FENCE``)."""
         hit = self._cached(names, max_age)
         if hit is not None:
             return hit

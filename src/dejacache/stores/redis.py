@@ -294,9 +294,13 @@ class RedisStore(BaseStore):
         Cluster slot (see the module docstring for the contract)."""
         return f"{self.key_prefix}:{space}:{{{tag}}}" + "".join(":" + p for p in parts)
 
-    def run(self, op: Callable[[Any], Any], default: Any = None) -> Any:
-        """``op(client)`` behind the breaker; ``default`` on any failure or error reply."""
-        return self._do(op, default)
+    def run(self, op: Callable[[Any], Any], default: Any = None, *,
+            probe: bool = False) -> Any:
+        """``op(client)`` behind the breaker; ``default`` on any failure or error reply.
+        ``probe=True``: go ahead even while the breaker is open, as its recovery probe
+        (for a caller retrying on its own schedule: queued counter increments); a success
+        closes the breaker, a failure restarts its cooldown."""
+        return self._do(op, default, probe=probe)
 
     async def arun(self, op: Callable[[Any], Any], default: Any = None) -> Any:
         """Async twin of :meth:`run`: ``op(client)`` returns an awaitable."""
@@ -415,13 +419,15 @@ class RedisStore(BaseStore):
             self._failed(exc, t0)
         return False
 
-    def _do(self, op: Callable[[Any], Any], default: Any, discard: str | None = None) -> Any:
+    def _do(self, op: Callable[[Any], Any], default: Any, discard: str | None = None,
+            *, probe: bool = False) -> Any:
         """Run ``op(client)`` behind the breaker; any failure answers ``default``.
 
         ``discard``: the key to delete when the server replies with an error (WRONGTYPE:
         another app's data under our key).
         """
-        if not self._may_call(inline_probe=self._client is None and self._topology is None):
+        if not probe and not self._may_call(
+                inline_probe=self._client is None and self._topology is None):
             return default
         t0 = time.perf_counter()
         try:
