@@ -407,3 +407,20 @@ def test_a_bad_url_never_shows_its_password() -> None:
         with pytest.raises(ConfigurationError) as info:
             RedisStore(url)
         assert "s3cret" not in str(info.value), url
+
+
+async def test_async_put_without_request_drops_the_old_one_on_the_cluster(
+        cluster: ClusterTopology) -> None:
+    s = RedisStore(cluster_url(cluster), key_prefix="t", **SLOW_OK)
+    try:
+        await s.aput("k", rec())
+        await s.aput("k", Record(value=b"new"))
+        client = cluster_client(cluster)
+        try:
+            assert client.exists("t:r:{k}") == 0 and client.get("t:e:{k}") is not None
+        finally:
+            client.close()
+        got = await s.aget("k")
+        assert got is not None and got.value == b"new"
+    finally:
+        await s.aclose()

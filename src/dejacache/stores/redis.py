@@ -606,7 +606,9 @@ class RedisStore(BaseStore):
             if record.request:
                 pipe.set(qkey, record.request, px=px)
             else:  # do not leave an older request next to the new value
-                pipe.unlink(qkey)
+                # Queued by name: an asyncio cluster pipeline's unlink() is a coroutine of
+                # its own (it splits keys by slot) and would never run inside the pipeline.
+                pipe.execute_command("UNLINK", qkey)
             return pipe.execute()
 
         return ops
