@@ -422,5 +422,9 @@ async def test_async_put_without_request_drops_the_old_one_on_the_cluster(
             client.close()
         got = await s.aget("k")
         assert got is not None and got.value == b"new"
+        await s.aput("t", rec(), ttl=60)
+        got, ttl = await s.aget_with_ttl("t")
+        assert got is not None and ttl is not None and 0 < ttl <= 60
+        assert s.get_with_ttl("t")[0] is not None
     finally:
         await s.aclose()
