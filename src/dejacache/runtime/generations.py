@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -100,6 +101,8 @@ class LocalGenerations:
 #: (sent even while its breaker is open): queued increments land within about this long
 #: of Redis answering again, whatever the breaker's cooldown.
 FLUSH_INTERVAL = 0.1
+#: An outage longer than this is retried once a second (the window below stays <= 1 s).
+SLOW_AFTER = 30.0
 #: After its counters could not be read, a process keeps off the cache this long once it
 #: reads them again: the time another process that queued increments during the same outage
 #: needs to land them (one FLUSH_INTERVAL and one timeout after Redis answers it, which is
@@ -214,7 +217,8 @@ class SharedGenerations:
             t = self._flusher
             if t is None or not t.is_alive():  # (not alive: the process forked since)
                 t = self._flusher = threading.Thread(
-                    target=self._flush_loop, name="dejacache-counters-flush", daemon=True)
+                    target=_flush_loop, args=(weakref.ref(self),),
+                    name="dejacache-counters-flush", daemon=True)
                 t.start()
         return False
 
@@ -230,19 +234,6 @@ class SharedGenerations:
                 self._seen[n] = max(int(v), self._seen.get(n, 0))
                 self._cache[n] = (int(v), now)
         return True
-
-    def _flush_loop(self) -> None:
-        while True:
-            time.sleep(FLUSH_INTERVAL)
-            try:
-                self._flush(probe=True)
-                sync = True
-            except ConfigurationError:
-                sync = False  # a store with only an async client: the next aread lands them
-            with self._lock:  # under the lock: _queue starts a new thread once this one ends
-                if not self._pending or not sync:
-                    self._flusher = None
-                    return
 
     # -- sync
 
@@ -266,7 +257,8 @@ class SharedGenerations:
         return self._landed(names, values, sent_at)
 
     def _flush(self, probe: bool = False) -> bool:
-        pending = list(self._pending)
+        with self._lock:
+            pending = list(self._pending)
         return self._incr(pending, probe) if pending else True
 
     def read(self, names: Sequence[str], max_age: float = 0.0) -> list[int] | None:
@@ -311,7 +303,8 @@ class SharedGenerations:
         return self._landed(names, values, sent_at)
 
     async def _aflush(self) -> bool:
-        pending = list(self._pending)
+        with self._lock:
+            pending = list(self._pending)
         return await self._aincr(pending) if pending else True
 
     async def aread(self, names: Sequence[str], max_age: float = 0.0) -> list[int] | None:
@@ -331,6 +324,29 @@ class SharedGenerations:
 
     async def abump(self, names: Sequence[str]) -> bool:
         return await self._aincr(names)
+
+
+def _flush_loop(ref: weakref.ref[SharedGenerations]) -> None:
+    """Land ``ref``'s queued increments: every FLUSH_INTERVAL for the first SLOW_AFTER
+    seconds, then every second (a long outage costs one attempt a second); ends when none
+    is left, or when nothing uses those counters any more."""
+    started = time.monotonic()
+    while True:
+        slow = time.monotonic() - started > SLOW_AFTER
+        time.sleep(1.0 if slow else FLUSH_INTERVAL)
+        gens = ref()
+        if gens is None:
+            return
+        try:
+            gens._flush(probe=True)
+            sync = True
+        except ConfigurationError:
+            sync = False  # a store with only an async client: the next aread lands them
+        with gens._lock:  # under the lock: _queue starts a new thread once this one ends
+            if not gens._pending or not sync:
+                gens._flusher = None
+                return
+        del gens
 
 
 _LOCAL = LocalGenerations()
