@@ -28,7 +28,12 @@ Failing open (shared counters): when the counters cannot be read (Redis down, br
 an unreadable SQLite file) ``read`` returns ``None`` and the caller runs the tool without
 reading or writing the cache, because an entry cannot be proven fresh without them (never
 zeros instead: that could revive entries a write made unreachable). A bump that cannot reach
-the store is remembered and retried; until it lands this process bypasses the cache too. If
+the store (or that no replica confirmed, on Redis) is queued; until it lands this process
+bypasses the cache too, and a background thread sends it every ``FLUSH_INTERVAL`` as the
+store's recovery probe, so it lands ~0.1 s after Redis answers again. Other processes cannot
+know of that queue: one that failed to read its counters keeps off the cache for ``FENCE``
+seconds once it reads them again, the time such queues need to land (docs/runtime.md, "Redis:
+invalidation across outages and failovers", lists the windows that remain). If
 the counters go back to zero (Redis restarted without persistence, a damaged SQLite file moved
 aside) a process that sees a counter lower than it saw before moves to a new local epoch (part
 of every key), so its memory tier cannot resurrect entries from before.
@@ -364,6 +369,8 @@ def counter_backend(store: Any, _depth: int = 0) -> Any:
     """The object holding shared counters for ``store`` (itself or a tier behind it)."""
     if callable(getattr(store, "get_counters", None)) and callable(getattr(store, "incr", None)):
         return store
+    if all(callable(getattr(store, a, None)) for a in ("key", "run", "arun")):
+        return store  # RedisStore's seam: the counters are kept through it
     if _depth > 3:
         return None
     tiers = getattr(store, "tiers", None)
