@@ -342,3 +342,68 @@ def test_cache_through_a_plain_url_to_a_cluster_node_is_never_wrong(
     assert sum("(MOVED)" in r.getMessage() for r in caplog.records) == 1
     assert s.breaker.trips >= 1  # the MOVED replies opened it: calls ran, Redis skipped
     s.close()
+
+
+async def test_injected_async_clients_alone(cluster: ClusterTopology,
+                                            sentinel: SentinelTopology) -> None:
+    import redis.asyncio.sentinel
+
+    host, port = cluster.startup_nodes[0]
+    acluster = redis.asyncio.cluster.RedisCluster(host=host, port=port, socket_timeout=5)
+    manager = redis.asyncio.sentinel.Sentinel(sentinel.sentinels, socket_timeout=5)
+    amaster = manager.master_for(sentinel.service_name, socket_timeout=5)
+    try:
+        for client, kind, name in ((acluster, "cluster", f"redis cluster {host}:{port}"),
+                                   (amaster, "sentinel",
+                                    f"redis sentinel {sentinel.service_name} via")):
+            s = RedisStore(client, key_prefix="t")
+            assert s.kind == kind and s.url.startswith(name)
+            assert await s.aput("k", rec()) is True
+            got = await s.aget("k")
+            assert got is not None and got.value == b"v"
+            assert await s.adelete("k") is True
+            with pytest.raises(ConfigurationError, match="only an async client"):
+                s.stats()
+    finally:
+        await acluster.aclose()
+        await amaster.aclose()
+        for c in manager.sentinels:
+            await c.aclose()
+
+
+def test_scans_through_a_plain_url_to_a_cluster_node_refuse_to_report_a_part(
+        cluster: ClusterTopology, cstore: RedisStore, caplog: pytest.LogCaptureFixture) -> None:
+    for i in range(32):
+        cstore.put(f"k{i}", rec())
+    port = cluster.startup_nodes[0][1]
+    s = RedisStore(f"redis://127.0.0.1:{port}/0", key_prefix="t", cooldown=60, **SLOW_OK)
+    with caplog.at_level(logging.WARNING, logger="dejacache.redis"):
+        assert s.stats().entries == 0 and s.clear() == 0  # nothing done, and said so
+    (warned,) = [r.getMessage() for r in caplog.records if "scans only" in r.getMessage()]
+    assert "redis+cluster://" in warned
+    assert cstore.stats().entries == 32  # nothing was deleted
+    closed = RedisStore(f"redis://127.0.0.1:{port}/0", key_prefix="t", fail_open=False,
+                        **SLOW_OK)
+    with pytest.raises(dejacache.StoreUnavailable, match="redis\\+cluster://"):
+        closed.stats()
+    s.close()
+    closed.close()
+
+
+def test_store_urls_name_every_topology(cluster: ClusterTopology,
+                                        sentinel: SentinelTopology) -> None:
+    from dejacache.stores import store_from_url
+
+    for url, kind in ((cluster_url(cluster), "cluster"), (sentinel.url, "sentinel")):
+        s = store_from_url(url)
+        assert isinstance(s, RedisStore) and s.kind == kind
+        s.close()
+
+
+def test_a_bad_url_never_shows_its_password() -> None:
+    for url in ("redis://u:s3cret@127.0.0.1:notaport/0", "redis+cluster://u:s3cret@h:x",
+                "redis+sentinel://u:s3cret@h:1", "redis+cluster://u:s3cret@h:1/5",
+                "redis://u:s3cret@h:1,h:2/0", "bogus://u:s3cret@h:1/0"):
+        with pytest.raises(ConfigurationError) as info:
+            RedisStore(url)
+        assert "s3cret" not in str(info.value), url

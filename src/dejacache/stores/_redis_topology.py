@@ -244,6 +244,9 @@ _ADVICE: dict[str, str] = {
                   "replica's master link",
     "READONLY": "is a read-only replica (READONLY); point the store at the primary, or use "
                 "redis+sentinel://sentinel:port/service_name so failovers are followed",
+    "CLUSTER": "is a Redis Cluster node: a plain client scans only that node's slots, so "
+               "stats, iterate and clear would report a part as the whole; use "
+               "redis+cluster://host:port (or a redis.cluster.RedisCluster client)",
     "SELECT": "is a Redis Cluster node, which has only database 0 (SELECT refused); drop "
               "the /db from the URL and use redis+cluster://host:port",
 }
