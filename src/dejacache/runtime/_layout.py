@@ -18,7 +18,7 @@ Counter names::
 
     gen/<resource>/<level>/R | W | e/<entity>
 
-The resource comes first so :func:`counter_tag` can read it back: every counter one call
+The resource comes first so ``_redis_counters.counter_tag`` can read it back: every counter one call
 reads (tenant and global levels) and every counter one write bumps belong to one resource,
 so a store that groups keys by it (a Redis Cluster hash tag) reads them in one single-slot
 ``MGET`` and bumps them in one atomic script.
@@ -79,9 +79,3 @@ def write_counters(levels: Iterable[str], res: str, entity: str | None) -> list[
             out.append(f"gen/{res}/{lv}/W")
     return out
 
-
-def counter_tag(name: str) -> str:
-    """The resource a counter name belongs to (its group: one Redis Cluster slot). Names
-    not made here (a custom caller's) are their own group."""
-    parts = name.split("/", 2)
-    return parts[1] if len(parts) == 3 and parts[0] == "gen" else name

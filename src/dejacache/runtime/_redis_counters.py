@@ -21,9 +21,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
-from ._layout import counter_tag
 
 __all__ = ["RedisCounters", "redis_counters"]
+
+_MEMO_MAX = 4096
 
 _INCR = """
 local out = {}
@@ -32,6 +33,14 @@ local info = redis.call('INFO', 'replication')
 out[#KEYS + 1] = tonumber(string.match(info, 'connected_slaves:(%d+)')) or 0
 return out
 """
+
+
+def counter_tag(name: str) -> str:
+    """The resource a counter name belongs to (its hash tag): names are
+    ``gen/<resource>/<level>/...`` (``_layout`` makes them; a test pins the two together).
+    A name not made there is its own group."""
+    parts = name.split("/", 2)
+    return parts[1] if len(parts) == 3 and parts[0] == "gen" else name
 
 
 def redis_counters(store: Any) -> RedisCounters | None:
@@ -61,10 +70,21 @@ class RedisCounters:
         # Replicas the master reported last (0 until told: a WAIT on a master without
         # replicas would sit out its whole timeout).
         self.replicas = 0
+        self._memo: dict[tuple[str, ...], list[tuple[list[int], list[str]]]] = {}
 
     def _groups(self, names: Sequence[str]) -> list[tuple[list[int], list[str]]]:
         """(indexes, keys) per hash tag, in first-seen order (one group per call in
-        practice: every name of a call belongs to one resource)."""
+        practice: every name of a call belongs to one resource). Remembered per names:
+        a tool reads the same few sets on every call."""
+        memo = self._memo
+        hit = memo.get(tuple(names))
+        if hit is None:
+            if len(memo) >= _MEMO_MAX:
+                memo.clear()
+            hit = memo[tuple(names)] = self._group(names)
+        return hit
+
+    def _group(self, names: Sequence[str]) -> list[tuple[list[int], list[str]]]:
         groups: dict[str, tuple[list[int], list[str]]] = {}
         key = self.store.key
         for i, n in enumerate(names):

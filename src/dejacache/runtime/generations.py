@@ -28,7 +28,12 @@ Failing open (shared counters): when the counters cannot be read (Redis down, br
 an unreadable SQLite file) ``read`` returns ``None`` and the caller runs the tool without
 reading or writing the cache, because an entry cannot be proven fresh without them (never
 zeros instead: that could revive entries a write made unreachable). A bump that cannot reach
-the store is remembered and retried; until it lands this process bypasses the cache too. If
+the store (or that no replica confirmed, on Redis) is queued; until it lands this process
+bypasses the cache too, and a background thread sends it every ``FLUSH_INTERVAL`` as the
+store's recovery probe, so it lands ~0.1 s after Redis answers again. Other processes cannot
+know of that queue: one that failed to read its counters keeps off the cache for ``FENCE``
+seconds once it reads them again, the time such queues need to land (docs/runtime.md, "Redis:
+invalidation across outages and failovers", lists the windows that remain). If
 the counters go back to zero (Redis restarted without persistence, a damaged SQLite file moved
 aside) a process that sees a counter lower than it saw before moves to a new local epoch (part
 of every key), so its memory tier cannot resurrect entries from before.
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -100,6 +106,8 @@ class LocalGenerations:
 #: (sent even while its breaker is open): queued increments land within about this long
 #: of Redis answering again, whatever the breaker's cooldown.
 FLUSH_INTERVAL = 0.1
+#: An outage longer than this is retried once a second (the window below stays <= 1 s).
+SLOW_AFTER = 30.0
 #: After its counters could not be read, a process keeps off the cache this long once it
 #: reads them again: the time another process that queued increments during the same outage
 #: needs to land them (one FLUSH_INTERVAL and one timeout after Redis answers it, which is
@@ -214,7 +222,8 @@ class SharedGenerations:
             t = self._flusher
             if t is None or not t.is_alive():  # (not alive: the process forked since)
                 t = self._flusher = threading.Thread(
-                    target=self._flush_loop, name="dejacache-counters-flush", daemon=True)
+                    target=_flush_loop, args=(weakref.ref(self),),
+                    name="dejacache-counters-flush", daemon=True)
                 t.start()
         return False
 
@@ -230,19 +239,6 @@ class SharedGenerations:
                 self._seen[n] = max(int(v), self._seen.get(n, 0))
                 self._cache[n] = (int(v), now)
         return True
-
-    def _flush_loop(self) -> None:
-        while True:
-            time.sleep(FLUSH_INTERVAL)
-            try:
-                self._flush(probe=True)
-                sync = True
-            except ConfigurationError:
-                sync = False  # a store with only an async client: the next aread lands them
-            with self._lock:  # under the lock: _queue starts a new thread once this one ends
-                if not self._pending or not sync:
-                    self._flusher = None
-                    return
 
     # -- sync
 
@@ -266,7 +262,8 @@ class SharedGenerations:
         return self._landed(names, values, sent_at)
 
     def _flush(self, probe: bool = False) -> bool:
-        pending = list(self._pending)
+        with self._lock:
+            pending = list(self._pending)
         return self._incr(pending, probe) if pending else True
 
     def read(self, names: Sequence[str], max_age: float = 0.0) -> list[int] | None:
@@ -311,7 +308,8 @@ class SharedGenerations:
         return self._landed(names, values, sent_at)
 
     async def _aflush(self) -> bool:
-        pending = list(self._pending)
+        with self._lock:
+            pending = list(self._pending)
         return await self._aincr(pending) if pending else True
 
     async def aread(self, names: Sequence[str], max_age: float = 0.0) -> list[int] | None:
@@ -333,6 +331,29 @@ class SharedGenerations:
         return await self._aincr(names)
 
 
+def _flush_loop(ref: weakref.ref[SharedGenerations]) -> None:
+    """Land ``ref``'s queued increments: every FLUSH_INTERVAL for the first SLOW_AFTER
+    seconds, then every second (a long outage costs one attempt a second); ends when none
+    is left, or when nothing uses those counters any more."""
+    started = time.monotonic()
+    while True:
+        slow = time.monotonic() - started > SLOW_AFTER
+        time.sleep(1.0 if slow else FLUSH_INTERVAL)
+        gens = ref()
+        if gens is None:
+            return
+        try:
+            gens._flush(probe=True)
+            sync = True
+        except ConfigurationError:
+            sync = False  # a store with only an async client: the next aread lands them
+        with gens._lock:  # under the lock: _queue starts a new thread once this one ends
+            if not gens._pending or not sync:
+                gens._flusher = None
+                return
+        del gens
+
+
 _LOCAL = LocalGenerations()
 _SHARED_LOCK = threading.Lock()
 # By id, holding the backend: stores are few and long-lived, and not all are weak-referenceable.
@@ -348,6 +369,8 @@ def counter_backend(store: Any, _depth: int = 0) -> Any:
     """The object holding shared counters for ``store`` (itself or a tier behind it)."""
     if callable(getattr(store, "get_counters", None)) and callable(getattr(store, "incr", None)):
         return store
+    if all(callable(getattr(store, a, None)) for a in ("key", "run", "arun")):
+        return store  # RedisStore's seam: the counters are kept through it
     if _depth > 3:
         return None
     tiers = getattr(store, "tiers", None)
