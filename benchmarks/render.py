@@ -358,7 +358,35 @@ def block_redis(R: Results) -> str:
         "Warm hits on a loopback redis-server, ~1.2 KB responses, interleaved; each row divided "
         "by the raw redis-py `GET` + `orjson.loads` of its kind (sync or asyncio):", "",
         table(["operation", "median µs", "p99 µs", "vs raw GET + loads"], rows), "",
-        source(R, "redis")])
+        *_redis_cluster_block(r), source(R, "redis")])
+
+
+def _redis_cluster_block(r: dict[str, Any]) -> list[str]:
+    """The cluster rows and the hits per second by client processes, when measured: lines
+    for :func:`block_redis`, each paragraph followed by a blank one."""
+    c = r.get("cluster")
+    if not c:
+        why = r.get("cluster_why_not")
+        return [f"_Redis Cluster rows {NA}: {why}._", ""] if why else []
+    raw = c["cells"][c["rows"]["raw"]]
+    rows = [[k, num(med(v)), num(p99(v)), times(med(v), med(raw))]
+            for k, v in c["cells"].items()]
+    out = [
+        "On a Redis Cluster (3 masters + 3 replicas on loopback), each row divided by a raw "
+        "redis-py `RedisCluster` `GET` + `orjson.loads`, whose client routes by slot as the "
+        "store's does:", "",
+        table(["operation", "median µs", "p99 µs", "vs raw cluster GET + loads"], rows), ""]
+    t = r.get("throughput")
+    if t:
+        trows = [[n, f"{t['server'][n]:,.0f}", f"{t['cluster'][n]:,.0f}",
+                  times(t["cluster"][n], t["server"][n])] for n in t["server"]]
+        out += ["`@cache` hits per second (2 KB request argument) from client processes "
+                "running at once, one server and the cluster alternating, median of the "
+                "rounds. The clients share the machine's cores with the servers, so this "
+                "shows how the client side scales, not what a cluster serves:", "",
+                table(["processes", "one server", "cluster", "cluster / one server"], trows),
+                ""]
+    return out
 
 
 def block_runtime(R: Results) -> str:
@@ -613,6 +641,14 @@ def block_targets(R: Results) -> str:
                      _met(m / f <= 1.3) if m and f else "-"])
     else:
         rows.append([job, "≤ 1.3x raw GET + loads", NA, "-"])
+    job = "full `@cache` hit through a Redis Cluster, 2 KB request argument"
+    c = rd.get("cluster") if rd else None
+    if c:
+        m, f = med(c["cells"][c["rows"]["cache_2kb"]]), med(c["cells"][c["rows"]["raw"]])
+        rows.append([job, "≤ 1.3x raw RedisCluster GET + loads",
+                     f"{times(m, f)} ({us(m)} vs {us(f)})", _met(m / f <= 1.3) if m and f else "-"])
+    else:
+        rows.append([job, "≤ 1.3x raw RedisCluster GET + loads", NA, "-"])
     job = "key on a miss, a conversation resending N messages (10 / 100 / 1000)"
     measured, met = _growth_summary(_fn_result(R, "keys_growth"))
     rows.append([job, "amortised O(new messages) per turn: the ratio to the floor does not "
