@@ -411,7 +411,7 @@ def yaml_check(toml_path: pathlib.Path, n: int) -> dict[str, Any]:
         with cassetter.use_cassette(yaml_path, record_mode="none"):
             pass
     except Exception as exc:  # what a user of the default format gets
-        first = str(exc).splitlines()[0]
+        first = str(exc).splitlines()[0].replace(str(yaml_path.parent) + "/", "")
         return {**out, "loads": False, "error": f"{type(exc).__name__}: {first[:300]}"}
     finally:
         yaml_path.unlink(missing_ok=True)

@@ -623,13 +623,18 @@ def _flags(d: dict[str, Any]) -> str:
 
 
 def _peer_replay(row: dict[str, Any], key: str, part: str = "all") -> str:
+    """Median µs (vs httpx alone; vs the in-process MockTransport floor)."""
     d = row["results"].get(key)
     if d is None:
         return "-"
-    m, f = med(d[part]), med(row["results"]["floor"]["all"])
+    m = med(d[part])
+    f = med(row["results"]["floor"]["all"])
+    mf = med(row["results"].get("mock_floor", {}).get("all"))
     if m is None or m != m:
         return "-"
-    cell = num(m) + ("" if key == "floor" else f" ({times(m, f)})")
+    ratios = [times(m, f)] if key != "floor" else []
+    ratios += [f"{times(m, mf)} in-process"] if mf and key != "mock_floor" else []
+    cell = num(m) + (f" ({'; '.join(ratios)})" if ratios else "")
     if d.get("capped") and part == "all":
         cell += f" (capped: {d[part]['n']} calls timed)"
     return cell + (_flags(d) if part == "all" else "")
@@ -660,17 +665,19 @@ def _peer_targets(P: dict[str, Any]) -> str:
     rep, rec = P["replay"][-1], P["record"][-1]
     d, c = rep["results"].get("dejacache"), rep["results"].get("cassetter_body")
     f = med(rep["results"]["floor"]["all"])
+    mf = med(rep["results"].get("mock_floor", {}).get("all"))
     parts = []
     if d and c:
         m, mc = med(d["all"]), med(c["all"])
         parts.append(f"warm replay at N = {rep['n']:,} ≤ cassetter (body matching): "
-                     f"{num(m)} vs {num(mc)} µs, {_met(m <= mc)}")
-        parts.append(f"≤ 2x httpx alone: {times(m, f)}, {_met(m <= 2 * f)}")
+                     f"{us(m)} vs {us(mc)}, {_met(m <= mc)}")
+        parts.append(f"≤ 2x httpx alone: {times(m, f)}, {_met(m <= 2 * f)}"
+                     + (f" ({times(m, mf)} the in-process floor)" if mf else ""))
     rd, rc = rec["results"].get("dejacache"), rec["results"].get("cassetter_body")
     if rd and rc and "seconds" in rd and "seconds" in rc:
         ok = not rd.get("capped") and (bool(rc.get("capped")) or rd["seconds"] <= rc["seconds"])
-        parts.append(f"record + save {rec['n']:,} calls ≤ cassetter: {_peer_record(rd)} vs "
-                     f"{_peer_record(rc)}, {_met(ok)}")
+        parts.append(f"record + save {rec['n']:,} calls ≤ cassetter (body matching): "
+                     f"{_peer_record(rd)} vs {_peer_record(rc)}, {_met(ok)}")
     return "Targets for dejacache: " + "; ".join(parts) + "."
 
 
@@ -706,16 +713,19 @@ def block_peers_http(R: Results) -> str:
     if y:
         fmt = (f" cassetter runs with TOML cassettes, which its docs advise for thousands of "
                f"interactions; its default YAML copy of the same {y['n']:,}-call cassette "
-               + ("loads." if y["loads"] else f"does not load: `{y['error']}`."))
+               + ("loads." if y["loads"] else
+                  f"does not load: `{re.sub(r'/[^ :]*/', '', y['error'])}`."))
     return "\n".join([
         "LLM-shaped httpx calls (OpenAI chat-completions bodies, 2 KB and 20 KB alternating; "
         "~1.2 KB JSON answers) recorded from a loopback provider process and replayed from one "
         "cassette of N calls, in recorded order, each tool's block re-entered per round "
         "(untimed), contenders interleaved round by round. In brackets: the median divided by "
-        "httpx alone (the same POST to the loopback provider, no tool) in the same rounds; "
-        "the in-process floor is the same call answered by an httpx `MockTransport` (on this "
-        "loaded 2-core VM the loopback floor is mostly scheduling). Every replayed answer is "
-        "checked against the provider's; a capped cell timed only the calls it names.", "",
+        "httpx alone (the same POST to the loopback provider, no tool) in the same rounds, and "
+        "by the in-process floor (the same call answered by an httpx `MockTransport`: on this "
+        "shared 2-core VM the loopback round trip waits for the provider process to be "
+        "scheduled, and moved from ~0.6 to ~3 ms between runs). Every replayed answer is "
+        "checked against the provider's; a capped cell timed only the calls it names. Cold "
+        "starts: median of 3 fresh processes after one that writes the bytecode.", "",
         table(["", *(names[k] for k in keys)], rows), "",
         f"Shuffled replay: {any_ro['fixed_points']} of the {any_ro['n']} calls stay in place, so "
         f"a tool that replays by position gets {any_ro['n'] - any_ro['fixed_points']} wrong at "
