@@ -754,6 +754,147 @@ def _growth_summary(kg: Any) -> tuple[str, str]:
     return text, _met(rs[-1] <= rs[0] * 1.1)
 
 
+# ============================================================================ HTTP peers
+# bench_peers_http.py: dejacache vs cassetter vs vcrpy on one workload; columns in this order.
+PEERS = ("dejacache", "cassetter_body", "cassetter_default", "vcrpy_body", "floor", "mock_floor")
+
+
+def _flags(d: dict[str, Any]) -> str:
+    notes = [f"WRONG x{d['wrong']}"] if d.get("wrong") else []
+    notes += [f"{d['errors']} errors"] if d.get("errors") else []
+    return f" **{', '.join(notes)}**" if notes else ""
+
+
+def _peer_replay(row: dict[str, Any], key: str, part: str = "all") -> str:
+    """Median µs (vs httpx alone; vs the in-process MockTransport floor)."""
+    d = row["results"].get(key)
+    if d is None:
+        return "-"
+    m = med(d[part])
+    f = med(row["results"]["floor"]["all"])
+    mf = med(row["results"].get("mock_floor", {}).get("all"))
+    if m is None or m != m:
+        return "-"
+    ratios = [times(m, f)] if key != "floor" else []
+    ratios += [f"{times(m, mf)} in-process"] if mf and key != "mock_floor" else []
+    cell = num(m) + (f" ({'; '.join(ratios)})" if ratios else "")
+    if d.get("capped") and part == "all":
+        cell += f" (capped: {d[part]['n']} calls timed)"
+    return cell + (_flags(d) if part == "all" else "")
+
+
+def _peer_cold(d: dict[str, Any] | None) -> str:
+    if d is None:
+        return "-"
+    if "total_ms" not in d:
+        return str(d.get("capped") or d.get("error") or "-")
+    return (f"{ms(d['import_ms'] + d['total_ms'])} ({ms(d['total_ms'])} without the import)"
+            + _flags(d))
+
+
+def _peer_record(d: dict[str, Any] | None) -> str:
+    if d is None:
+        return "-"
+    if d.get("skipped"):
+        return f"skipped ({d['skipped']})"
+    if d.get("capped"):
+        return f"> {d['seconds']:,.0f} s ({d['capped']})"
+    return f"{d['seconds']:,.1f} s" + (f" **WRONG x{d['wrong']}**" if d.get("wrong") else "")
+
+
+def _peer_targets(P: dict[str, Any]) -> str:
+    """The targets dejacache is held to on this workload, from the largest replay and record
+    rows of the run."""
+    rep, rec = P["replay"][-1], P["record"][-1]
+    d, c = rep["results"].get("dejacache"), rep["results"].get("cassetter_body")
+    f = med(rep["results"]["floor"]["all"])
+    mf = med(rep["results"].get("mock_floor", {}).get("all"))
+    parts = []
+    if d and c:
+        m, mc = med(d["all"]), med(c["all"])
+        parts.append(f"warm replay at N = {rep['n']:,} ≤ cassetter (body matching): "
+                     f"{us(m)} vs {us(mc)}, {_met(m <= mc)}")
+        parts.append(f"≤ 2x httpx alone: {times(m, f)}, {_met(m <= 2 * f)}"
+                     + (f" ({times(m, mf)} the in-process floor)" if mf else ""))
+    rd, rc = rec["results"].get("dejacache"), rec["results"].get("cassetter_body")
+    if rd and rc and "seconds" in rd and "seconds" in rc:
+        ok = not rd.get("capped") and (bool(rc.get("capped")) or rd["seconds"] <= rc["seconds"])
+        parts.append(f"record + save {rec['n']:,} calls ≤ cassetter (body matching): "
+                     f"{_peer_record(rd)} vs {_peer_record(rc)}, {_met(ok)}")
+    return "Targets for dejacache: " + "; ".join(parts) + "."
+
+
+def block_peers_http(R: Results) -> str:
+    P = R.get("peers_http")
+    if not P:
+        return source(R, "peers_http")
+    names, res = P["names"], P["replay"]
+    keys = [k for k in PEERS if any(k in r["results"] for r in res)]
+    rows = []
+    for r in res:
+        rows.append([f"warm replay, µs median, N = {r['n']:,}"]
+                    + [_peer_replay(r, k) for k in keys])
+    big = res[-1]
+    for part, label in (("first_tenth", "first"), ("last_tenth", "last")):
+        rows.append([f"warm replay, N = {big['n']:,}, {label} tenth of the calls"]
+                    + [_peer_replay(big, k, part) for k in keys])
+    cold = P["cold"]
+    rows.append([f"cold: import + open + the last call + close, N = {cold['n']:,}"]
+                + [_peer_cold(cold["results"].get(k)) for k in keys])
+    for r in P["record"]:
+        rows.append([f"record + save, N = {r['n']:,}"]
+                    + [_peer_record(r["results"].get(k)) for k in keys])
+    ro = P["reorder"]
+    any_ro = next(iter(ro.values()), {"n": 20, "fixed_points": 0})
+    rows.append([f"wrong answers, {any_ro['n']} recorded calls replayed shuffled"]
+                + [f"{ro[k]['wrong']} / {ro[k]['n']}" if k in ro else "-" for k in keys])
+    defaults = ", ".join(f"{names[k]} {v['wrong']} / {v['n']}" for k, v in ro.items()
+                         if k not in keys)
+    skipped = "; ".join(f"{names.get(k, k)}: {why}" for k, why in P.get("skipped", {}).items())
+    y = P.get("cassetter_yaml")
+    fmt = ""
+    if y:
+        fmt = (f" cassetter runs with TOML cassettes, which its docs advise for thousands of "
+               f"interactions; its default YAML copy of the same {y['n']:,}-call cassette "
+               + ("loads." if y["loads"] else
+                  f"does not load: `{re.sub(r'/[^ :]*/', '', y['error'])}`."))
+    return "\n".join([
+        "LLM-shaped httpx calls (OpenAI chat-completions bodies, 2 KB and 20 KB alternating; "
+        "~1.2 KB JSON answers) recorded from a loopback provider process and replayed from one "
+        "cassette of N calls, in recorded order, each tool's block re-entered per round "
+        "(untimed), contenders interleaved round by round. In brackets: the median divided by "
+        "httpx alone (the same POST to the loopback provider, no tool) in the same rounds, and "
+        "by the in-process floor (the same call answered by an httpx `MockTransport`: on this "
+        "shared 2-core VM the loopback round trip waits for the provider process to be "
+        "scheduled, and moved from ~0.6 to ~3 ms between runs). Every replayed answer is "
+        "checked against the provider's; a capped cell timed only the calls it names. Cold "
+        "starts: median of 3 fresh processes after one that writes the bytecode.", "",
+        table(["", *(names[k] for k in keys)], rows), "",
+        f"Shuffled replay: {any_ro['fixed_points']} of the {any_ro['n']} calls stay in place, so "
+        f"a tool that replays by position gets {any_ro['n'] - any_ro['fixed_points']} wrong at "
+        f"most." + (f" Also measured: {defaults}." if defaults else "")
+        + (f" Not run: {skipped}." if skipped else "") + fmt, "",
+        _peer_targets(P), "",
+        f"Machine: {P.get('machine')}. Versions: {P.get('versions')}.", "",
+        source(R, "peers_http")])
+
+
+def block_peers_http_summary(R: Results) -> str:
+    P = R.get("peers_http")
+    if not P:
+        return source(R, "peers_http")
+    r = P["replay"][-1]
+    f = med(r["results"]["floor"]["all"])
+    parts = []
+    for k in ("dejacache", "cassetter_body", "vcrpy_body"):
+        d = r["results"].get(k)
+        if d and med(d["all"]) == med(d["all"]):
+            parts.append(f"{P['names'][k]} {us(med(d['all']))} ({times(med(d['all']), f)})")
+    return (f"Replaying httpx calls from a cassette of {r['n']:,} LLM calls, median per call "
+            f"(vs httpx alone to a loopback provider, {us(f)}): " + ", ".join(parts)
+            + f". {source(R, 'peers_http')}")
+
+
 # ============================================================================ documents
 BLOCKS: dict[str, Callable[[Results], str]] = {
     "targets": block_targets,
@@ -765,6 +906,8 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "cassette-scale": block_cassette_scale,
     "flat": block_flat,
     "http": block_http,
+    "peers-http": block_peers_http,
+    "peers-http-summary": block_peers_http_summary,
     "redis": block_redis,
     "runtime": block_runtime,
     "sqlite-size": block_sqlite_size,
