@@ -100,14 +100,20 @@ def _at(node: Any, path: Path) -> Any:
 class Run:
     """The first ``n`` elements of some list, written and found plain: ``nulls`` says where
     the elements added by this run (over ``parent``) held ``None``, as ``(index, key)`` for
-    ``messages[i].key`` (the common case) or ``(index, paths)``."""
+    ``messages[i].key`` (the common case) or ``(index, paths)``. ``length``: the bytes of
+    those ``n`` elements with the opening ``[`` (the list's bytes without ``]``). ``clean``:
+    whether the store's secret scrubbing leaves those bytes as they are (None: not asked
+    yet; see :func:`scrub_free`)."""
 
-    __slots__ = ("any_null", "n", "nulls", "parent")
+    __slots__ = ("any_null", "clean", "length", "n", "nulls", "parent")
 
-    def __init__(self, n: int, parent: Run | None, nulls: tuple[tuple[int, Any], ...]) -> None:
+    def __init__(self, n: int, parent: Run | None, nulls: tuple[tuple[int, Any], ...],
+                 length: int = 0) -> None:
         self.n = n
         self.parent = parent
         self.nulls = nulls
+        self.length = length
+        self.clean: bool | None = None
         self.any_null: bool = bool(nulls) or (parent is not None and parent.any_null)
 
     def probe(self, seq: Any) -> bool:
@@ -259,7 +265,8 @@ def _slow_ok(paths: tuple[Path, ...], data: Any) -> bool:
 class Ctx:
     """One write by parts: names filter, memo, and what was found on the way."""
 
-    __slots__ = ("clean", "dump", "lists", "memo", "names", "nones", "paths", "simple")
+    __slots__ = ("clean", "dump", "lists", "memo", "names", "nones", "paths", "pending",
+                 "simple", "spans")
 
     def __init__(self, names: Any, memo: ListMemo, clean: Callable[[Any, Any], int],
                  dump: Callable[[Any], bytes], simple: frozenset[type]) -> None:
@@ -271,6 +278,10 @@ class Ctx:
         self.nones = False
         self.paths: list[Path] = []
         self.lists: list[tuple[Path, Run]] = []
+        # Lists to write by parts, found by ``_parts``: (the dict holding it, its key, it,
+        # its path); and, once written out of a whole, where each starts in it, with its run.
+        self.pending: list[tuple[dict[str, Any], str, list[Any], Path]] = []
+        self.spans: list[tuple[int, Run]] | None = None
 
     def check(self) -> NoneCheck:
         return NoneCheck(self.paths, self.lists)
@@ -363,8 +374,10 @@ def _find(ctx: Ctx, v: list[Any], data: bytes) -> Run | None:
         end -= len(ctx.dump(v[m])) + 1  # the run before the last element
 
 
-def _list(ctx: Ctx, v: list[Any], prefix: Path) -> bytes | None:
-    data = ctx.dump(v)  # raises for what orjson refuses: the caller falls back
+def _list(ctx: Ctx, v: list[Any], prefix: Path, data: bytes) -> Run | None:
+    """The run of all of ``v``, whose bytes are ``data``: the longest remembered one its
+    bytes start with, extended by walking what follows it; None when some element is not
+    plain."""
     n = len(v)
     run = _find(ctx, v, data)
     if run is not None and not run.probe(v):
@@ -378,13 +391,13 @@ def _list(ctx: Ctx, v: list[Any], prefix: Path) -> bytes | None:
                 return None
             if val is not True:
                 nulls.append((i, val))
-        run = Run(n, run, tuple(nulls))
+        run = Run(n, run, tuple(nulls), len(data) - 1)
         ctx.memo.put(data, len(data) - 1, run)
     assert run is not None
     if run.any_null:
         ctx.nones = True
         ctx.lists.append((prefix, run))
-    return data
+    return run
 
 
 def _parts(ctx: Ctx, d: dict[str, Any], prefix: Path, depth: int) -> dict[str, Any] | None:
@@ -395,10 +408,8 @@ def _parts(ctx: Ctx, d: dict[str, Any], prefix: Path, depth: int) -> dict[str, A
     for k, v in d.items():
         tv = type(v)
         if tv is list and _by_parts(v):
-            b = _list(ctx, v, (*prefix, k))
-            if b is None:
-                return None
-            parts[k] = orjson.Fragment(b)
+            parts[k] = v  # written by ``segmented``, once its bytes are known
+            ctx.pending.append((parts, k, v, (*prefix, k)))
         elif tv is dict and depth < _SEG_DEPTH:
             sub = _parts(ctx, v, (*prefix, k), depth + 1)
             if sub is None:
@@ -422,8 +433,106 @@ def segmented(ctx: Ctx, d: dict[str, Any], whole: bytes | None = None) -> bytes 
     """The canonical bytes of plain ``d`` written by parts, or None when some part needs a
     rewrite (the caller then writes the whole the general way). Same bytes as one
     ``orjson.dumps`` of ``d``: orjson sorts the keys, long lists go in as fragments; when the
-    caller has that ``whole`` already, it is the answer and nothing is written twice."""
+    caller has that ``whole`` already, it is the answer and nothing is written twice: the
+    lists' bytes are cut out of it (:func:`_cut`), and ``ctx.spans`` says where each is."""
     parts = _parts(ctx, d, (), 0)
     if parts is None:
         return None
+    pending = ctx.pending
+    datas = _cut(ctx, parts, whole) if whole is not None else None
+    if datas is None:
+        datas = [ctx.dump(v) for _, _, v, _ in pending]
+        ctx.spans = None
+    runs: list[Run] = []
+    for (holder, k, v, path), data in zip(pending, datas, strict=True):
+        run = _list(ctx, v, path, data)
+        if run is None:
+            return None
+        runs.append(run)
+        holder[k] = orjson.Fragment(data)
+    if ctx.spans is not None:
+        ctx.spans = [(off, run) for (off, _), run in zip(ctx.spans, runs, strict=True)]
     return whole if whole is not None else ctx.dump(parts)
+
+
+_MARKS = 32  # placeholders: control bytes, which orjson never writes raw
+
+
+def _cut(ctx: Ctx, parts: dict[str, Any], whole: bytes) -> list[bytes] | None:
+    """The bytes of each pending list, cut out of ``whole`` (``ctx.dump`` of the data
+    ``parts`` was made of) instead of written again: the longest list is what a turn of a
+    conversation resends, and writing it a second time cost as much as the key's floor.
+    The other lists are written (tool schemas: small), each list is replaced by a one-byte
+    placeholder, and the skeleton so written must match ``whole`` byte for byte around the
+    gaps, or None (the caller writes every list)."""
+    pending = ctx.pending
+    count = len(pending)
+    if not count or count > _MARKS:
+        return None
+    big = max(range(count), key=lambda i: len(pending[i][2]))
+    datas: list[bytes] = [b""] * count
+    for i, (holder, k, v, _) in enumerate(pending):
+        if i != big:
+            datas[i] = ctx.dump(v)
+        holder[k] = orjson.Fragment(bytes((i,)))
+    skel = ctx.dump(parts)
+    gap = len(whole) - len(skel) + count - sum(len(b) for b in datas)
+    if gap <= 0:
+        return None
+    order = sorted(range(count), key=lambda i: skel.index(bytes((i,))))
+    spans: list[tuple[int, int]] = [(0, 0)] * count
+    mv, sv = memoryview(whole), memoryview(skel)
+    pos = spos = 0  # in whole, in skel
+    for i in order:
+        mark = skel.index(bytes((i,)), spos)
+        size = gap if i == big else len(datas[i])
+        end = pos + mark - spos
+        if mv[pos:end] != sv[spos:mark]:
+            return None
+        spans[i] = (end, size)
+        pos, spos = end + size, mark + 1
+    if mv[pos:] != sv[spos:]:
+        return None
+    off, size = spans[big]
+    datas[big] = whole[off:off + size]
+    for i in range(count):
+        if i != big and mv[spans[i][0]:spans[i][0] + spans[i][1]] != datas[i]:
+            return None
+    ctx.spans = [(off, 0) for off, _ in spans]  # runs filled in by ``segmented``
+    return datas
+
+
+def scrub_free(form: bytes, spans: list[tuple[int, Run]],
+               invariant: Callable[[bytes], bool]) -> bool:
+    """Whether the store's secret scrubbing leaves ``form`` (canonical JSON, the lists of
+    ``spans`` at their offsets) as it is. ``invariant`` answers that for one canonical JSON
+    value. Each run's own bytes are asked once, ever (``Run.clean``): a turn of a growing
+    conversation asks only its new messages and the skeleton around the lists."""
+    skeleton: list[bytes] = []
+    pos = 0
+    for off, run in sorted(spans, key=lambda s: s[0]):
+        if not _run_clean(form, off, run, invariant):
+            return False
+        skeleton += (form[pos:off], b"[]")
+        pos = off + run.length + 1  # past the closing "]"
+    end = len(form) - 1 if form[-1:] == b" " else len(form)  # without the None mark
+    skeleton.append(form[pos:end])
+    return invariant(b"".join(skeleton))
+
+
+def _run_clean(form: bytes, off: int, run: Run, invariant: Callable[[bytes], bool]) -> bool:
+    """``run.clean``, asking ``invariant`` about the bytes of every run on its chain not
+    asked before (oldest first); ``run``'s list starts at ``off`` in ``form``. A run is
+    clean when its own elements and every earlier one are."""
+    todo: list[Run] = []
+    r: Run | None = run
+    while r is not None and r.clean is None:
+        todo.append(r)
+        r = r.parent
+    ok = r is None or r.clean is True
+    for r in reversed(todo):
+        if ok:
+            start = off + (r.parent.length + 1 if r.parent is not None else 1)
+            ok = invariant(b"[" + form[start:off + r.length] + b"]")
+        r.clean = ok
+    return ok

@@ -116,7 +116,7 @@ class _Plan:
         self.seed = 0
         self.subs: tuple[tuple[bytes, bytes], ...] = ()
         self.short = False
-        self.quick = False  # short, and no substitutions: ``KeyBuilder.hit_key`` may answer
+        self.quick = False  # short, and no substitutions: ``KeyBuilder.probe_key`` may answer
         self.store: Any = None
         self.share: Callable[[str, Any, Any], None] | None = None
         if eff is None:
@@ -226,10 +226,12 @@ class _Face:
                   kwargs: dict[str, Any]) -> tuple[Any, _Parts | None]:
         """The short path (sync_wrapper inlines it): ``(value or MISS, bind_key's parts if
         it had to be asked)``. The key alone comes first: a hit needs nothing else."""
-        key = kb.hit_key(args, kwargs, p.seed) if p.quick else None
+        found = kb.probe_key(args, kwargs, p.seed) if p.quick else None
         parts = None
-        if key is None:
-            parts = kb.bind_key(args, kwargs, p.seed, p.subs)
+        if type(found) is str:
+            key = found
+        else:  # the bytes probe_key wrote, if any, are not written again
+            parts = kb.bind_key(args, kwargs, p.seed, p.subs, found)
             key = parts[1]
         item = p.store.hit(key)
         return (_engine.MISS if item is None else self.short_hit(p, eff, key, item)), parts
@@ -411,9 +413,11 @@ def _sync_wrapper(face: _Face) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         parts = None
         if p.short:  # try_short, inlined: the key alone first (see there)
-            key = kb.hit_key(args, kwargs, p.seed) if p.quick else None
-            if key is None:
-                parts = kb.bind_key(args, kwargs, p.seed, p.subs)
+            found = kb.probe_key(args, kwargs, p.seed) if p.quick else None
+            if type(found) is str:
+                key = found
+            else:  # the bytes probe_key wrote, if any, are not written again
+                parts = kb.bind_key(args, kwargs, p.seed, p.subs, found)
                 key = parts[1]
             item = p.store.hit(key)
             if item is not None:
