@@ -439,10 +439,8 @@ def segmented(ctx: Ctx, d: dict[str, Any], whole: bytes | None = None) -> bytes 
     if parts is None:
         return None
     pending = ctx.pending
-    datas = _cut(ctx, parts, whole) if whole is not None else None
-    if datas is None:
-        datas = [ctx.dump(v) for _, _, v, _ in pending]
-        ctx.spans = None
+    cut = _cut(ctx, parts, whole) if whole is not None else None
+    datas = cut[0] if cut is not None else [ctx.dump(v) for _, _, v, _ in pending]
     runs: list[Run] = []
     for (holder, k, v, path), data in zip(pending, datas, strict=True):
         run = _list(ctx, v, path, data)
@@ -450,21 +448,22 @@ def segmented(ctx: Ctx, d: dict[str, Any], whole: bytes | None = None) -> bytes 
             return None
         runs.append(run)
         holder[k] = orjson.Fragment(data)
-    if ctx.spans is not None:
-        ctx.spans = [(off, run) for (off, _), run in zip(ctx.spans, runs, strict=True)]
+    if cut is not None:
+        ctx.spans = list(zip(cut[1], runs, strict=True))
     return whole if whole is not None else ctx.dump(parts)
 
 
 _MARKS = 32  # placeholders: control bytes, which orjson never writes raw
 
 
-def _cut(ctx: Ctx, parts: dict[str, Any], whole: bytes) -> list[bytes] | None:
+def _cut(ctx: Ctx, parts: dict[str, Any], whole: bytes
+         ) -> tuple[list[bytes], list[int]] | None:
     """The bytes of each pending list, cut out of ``whole`` (``ctx.dump`` of the data
     ``parts`` was made of) instead of written again: the longest list is what a turn of a
     conversation resends, and writing it a second time cost as much as the key's floor.
     The other lists are written (tool schemas: small), each list is replaced by a one-byte
     placeholder, and the skeleton so written must match ``whole`` byte for byte around the
-    gaps, or None (the caller writes every list)."""
+    gaps, or None (the caller writes every list). With the bytes, where each starts."""
     pending = ctx.pending
     count = len(pending)
     if not count or count > _MARKS:
@@ -498,8 +497,7 @@ def _cut(ctx: Ctx, parts: dict[str, Any], whole: bytes) -> list[bytes] | None:
     for i in range(count):
         if i != big and mv[spans[i][0]:spans[i][0] + spans[i][1]] != datas[i]:
             return None
-    ctx.spans = [(off, 0) for off, _ in spans]  # runs filled in by ``segmented``
-    return datas
+    return datas, [off for off, _ in spans]
 
 
 def scrub_free(form: bytes, spans: list[tuple[int, Run]],

@@ -228,7 +228,7 @@ class _Face:
         it had to be asked)``. The key alone comes first: a hit needs nothing else."""
         found = kb.probe_key(args, kwargs, p.seed) if p.quick else None
         parts = None
-        if type(found) is str:
+        if isinstance(found, str):
             key = found
         else:  # the bytes probe_key wrote, if any, are not written again
             parts = kb.bind_key(args, kwargs, p.seed, p.subs, found)
@@ -414,7 +414,7 @@ def _sync_wrapper(face: _Face) -> Callable[..., Any]:
         parts = None
         if p.short:  # try_short, inlined: the key alone first (see there)
             found = kb.probe_key(args, kwargs, p.seed) if p.quick else None
-            if type(found) is str:
+            if isinstance(found, str):
                 key = found
             else:  # the bytes probe_key wrote, if any, are not written again
                 parts = kb.bind_key(args, kwargs, p.seed, p.subs, found)
