@@ -706,6 +706,9 @@ def _first_sight(data: Any, names: _Names, function: str,
     if check is not None and (form if not subs else _finish(full, ())) == full:
         if not check.nones:
             _remember(key, _PLAIN_ENTRY)
+        elif (len(form) == len(out) + 1 and form[-1:] == _NONE_MARK
+              and form.startswith(out)):  # in place: no second copy of a 200 KB request
+            _remember(key, (check, form_key))
         else:
             marked = out + _NONE_MARK
             _remember(key, (check, form_key if form == marked else _hex(marked, seed=seed)))
