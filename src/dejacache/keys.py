@@ -702,7 +702,7 @@ def _first_sight(data: Any, names: _Names, function: str,
         # Written by parts out of ``out``: the store's scrubbing of the request may ask
         # only what is new (``_secrets.vouch``).
         _secrets.vouch(form, functools.partial(_seg.scrub_free, form, spans,
-                                               _secrets.scrub_invariant))
+                                               _secrets.scrub_invariant), out)
     if check is not None and (form if not subs else _finish(full, ())) == full:
         if not check.nones:
             _remember(key, _PLAIN_ENTRY)
