@@ -286,11 +286,13 @@ def test_lists_cut_out_of_the_whole_key_like_the_general_path(
         data: dict[str, Any] = {"messages": list(msgs), "tools": tools, "other": other,
                                 "sub": {"items": nested, "m": "x"}}
         whole = _whole(data)
-        out, _check, spans = keys._by_parts(data, _FILTER, True, whole)
+        out, _check, cut = keys._by_parts(data, _FILTER, True, whole)
         if out is None:  # not plain under these names (a password, a traceparent)
             continue
         assert keys._finish(out, ()) == _reference(data)
-        assert spans is not None
+        assert cut is not None
+        spans, url = cut
+        assert url or b"://" not in out  # "no URL" is only ever said of a form without one
         for off, run in spans:
             assert out[off] == ord("[") and out[off + run.length] == ord("]")
         found = {out[off:off + run.length + 1] for off, run in spans}
@@ -437,3 +439,85 @@ def test_vouched_scrub_writes_what_the_full_scrub_writes() -> None:
             expected = _slow_scrub(body)
             assert keys._secrets.scrub_request(body) == expected
             assert (_SECRET.encode() in expected) is False
+
+
+def _reordered(v: Any, tuples: bool = True) -> Any:
+    """The same data built another way: dict keys in reverse order, fresh objects
+    throughout, and (``tuples``) tuples for lists."""
+    if type(v) is dict:
+        return {k: _reordered(v[k], tuples) for k in reversed(list(v))}
+    if type(v) is list:
+        items = [_reordered(x, tuples) for x in v]
+        return tuple(items) if tuples else items
+    return v
+
+
+_BASE = _long_conversation(120, "prop")
+
+
+@_SETTINGS
+@given(st.lists(_message_like, min_size=1, max_size=4), st.integers(0, 119), _plain)
+def test_long_requests_key_by_value_not_by_how_they_were_built(
+    new: list[Any], at: int, leaf: Any
+) -> None:
+    """Over the by-parts threshold, keyed turn after turn: equal requests built differently
+    share a key; a request with one message different never shares one."""
+    def llm(request: dict[str, Any]) -> None: ...
+
+    kb = KeyBuilder(llm, "prop")
+    seed = keys.key_seed("ns", "prop")
+    history = copy.deepcopy(_BASE)
+    _miss_key(kb, {"model": "m", "messages": history}, seed)  # the previous turn, remembered
+    request = {"model": "m", "messages": [*history, *new]}
+    key = _miss_key(kb, request, seed)
+    assert key == _reference_key(kb, request, seed)
+    assert key == _miss_key(kb, _reordered(request, tuples=False), seed)  # by parts
+    assert key == _miss_key(kb, _reordered(request), seed)  # a tuple: the whole at once
+    changed = copy.deepcopy(request)
+    changed["messages"][at + 1]["x"] = leaf  # no message had "x": always a new field
+    other = _miss_key(kb, changed, seed)
+    assert other == _reference_key(kb, changed, seed)
+    assert other != key
+
+
+def test_many_lists_and_a_long_string_beside_them_key_like_the_general_path() -> None:
+    """More lists than placeholders, and a skeleton larger than the lists: the cut falls
+    back or compares in place, never guesses."""
+    def llm(request: dict[str, Any]) -> None: ...
+
+    kb = KeyBuilder(llm, "many")
+    seed = keys.key_seed("ns", "many")
+    request: dict[str, Any] = {f"l{i:02d}": [{"i": i, "v": None}] for i in range(40)}
+    request["messages"] = _long_conversation(60, "many")
+    request["system"] = "long " * 5000
+    for _ in range(2):
+        assert _miss_key(kb, request, seed) == _reference_key(kb, request, seed)
+    few = {"messages": request["messages"], "system": request["system"], "b": [{"x": 1}]}
+    for _ in range(2):
+        assert _miss_key(kb, few, seed) == _reference_key(kb, few, seed)
+    assert all(type(h) is bytes for h in kb._filter.lists.heads)  # no view keeps a request
+
+
+@pytest.mark.parametrize("where", ["history", "new", "skeleton"])
+def test_credentials_in_urls_are_masked_in_the_key_wherever_they_come_from(where: str) -> None:
+    """URL masking is skipped only for forms known to hold no ``://``: a credential query
+    in an old message, a new one or beside the messages is masked on every turn."""
+    def llm(request: dict[str, Any]) -> None: ...
+
+    kb = KeyBuilder(llm, f"url.{where}")
+    seed = keys.key_seed("ns", kb.name)
+    url = "see https://api.example.com/v1?api_key=sk-live-123&q=1 ok?"
+    msgs = _long_conversation(120, f"url{where}")
+    if where == "history":
+        msgs[3]["content"] = url
+    for turn in range(3):
+        msgs += [_message(2 * turn), _message(2 * turn + 1)]
+        if where == "new" and turn == 2:
+            msgs.append({"role": "user", "content": url})
+        request: dict[str, Any] = {"model": "m", "messages": msgs}
+        if where == "skeleton":
+            request["base_url"] = url
+        key = _miss_key(kb, request, seed)
+        assert key == _reference_key(kb, request, seed)
+    _b, _k, body, _t, _f = kb.bind_key((request,), {}, seed)
+    assert b"sk-live-123" not in body and b"api_key=<secret:" in body

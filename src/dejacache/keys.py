@@ -546,7 +546,9 @@ _NONE_MARK = b" "
 _NULLS: dict[str, tuple[_seg.NoneCheck | None, str | None]] = {}
 
 
-_Spans = list[tuple[int, "_seg.Run"]]
+# Where the lists a form was cut into start, with their runs, and whether the form may hold
+# ``://`` (see ``_seg.Ctx``).
+_Spans = tuple[list[tuple[int, "_seg.Run"]], bool]
 
 
 def _full(data: Mapping[str, Any], names: _Names, function: str,
@@ -591,7 +593,8 @@ def _by_parts(data: dict[str, Any], names: _Names, collect: bool, whole: bytes |
         return None, None, None
     if ctx.nones:
         out += _NONE_MARK
-    return out, (ctx.check() if collect else None), ctx.spans
+    spans = (ctx.spans, ctx.url) if ctx.spans is not None else None
+    return out, (ctx.check() if collect else None), spans
 
 
 def _finish(out: bytes, subs: tuple[tuple[bytes, bytes], ...]) -> bytes:
@@ -694,20 +697,23 @@ def _first_sight(data: Any, names: _Names, function: str,
     """:func:`_fast_key` for bytes not seen before: the full form, and, when ``out`` is that
     form (plain data, no tags, nothing for URL masking to do), where its ``None`` are, so
     the next call with these bytes takes them as they are."""
-    full, check, spans = _full(data, names, function, subs, True, out,
-                               len(out) > _BY_PARTS_MIN)
-    form = _finish(full, subs)
+    full, check, cut = _full(data, names, function, subs, True, out,
+                             len(out) > _BY_PARTS_MIN)
+    # Cut out of ``out`` (``full`` is ``out``, with the None mark when it has one), and no
+    # ``://`` in it: URL masking has nothing to do.
+    form = full if cut is not None and not cut[1] and not subs else _finish(full, subs)
     form_key = key if form == out else _hex(form, seed=seed)
-    if spans is not None and not subs and form is full:
+    if cut is not None and not subs and form is full:
         # Written by parts out of ``out``: the store's scrubbing of the request may ask
         # only what is new (``_secrets.vouch``).
-        _secrets.vouch(form, functools.partial(_seg.scrub_free, form, spans,
+        _secrets.vouch(form, functools.partial(_seg.scrub_free, form, cut[0],
                                                _secrets.scrub_invariant), out)
     if check is not None and (form if not subs else _finish(full, ())) == full:
         if not check.nones:
             _remember(key, _PLAIN_ENTRY)
-        elif (len(form) == len(out) + 1 and form[-1:] == _NONE_MARK
-              and form.startswith(out)):  # in place: no second copy of a 200 KB request
+        elif form is full and (cut is not None or (
+                len(form) == len(out) + 1 and form[-1:] == _NONE_MARK
+                and form.startswith(out))):  # no second copy of a 200 KB request
             _remember(key, (check, form_key))
         else:
             marked = out + _NONE_MARK
