@@ -291,9 +291,10 @@ def test_lists_cut_out_of_the_whole_key_like_the_general_path(
         out, _check, cut = keys._by_parts(data, _FILTER, True, whole)
         if out is None:  # not plain under these names (a password, a traceparent)
             continue
-        assert keys._finish(out, ()) == _reference(data)
         assert cut is not None
-        spans, url = cut
+        spans, url, marked = cut
+        assert out is whole  # the mark, when it needs one, is the caller's to add
+        assert keys._finish(out + keys._NONE_MARK if marked else out, ()) == _reference(data)
         assert url or b"://" not in out  # "no URL" is only ever said of a form without one
         for off, run in spans:
             assert out[off] == ord("[") and out[off + run.length] == ord("]")
@@ -433,8 +434,9 @@ def test_vouched_scrub_writes_what_the_full_scrub_writes() -> None:
         for turn in range(3):
             msgs += [_message(2 * turn), _message(2 * turn + 1)]
             request = {"model": "m", "messages": msgs}
-            _b, _k, body, tail, full = kb.bind_key((request,), {}, 1)
-            assert full and not tail
+            _b, key, body, tail, full = kb.bind_key((request,), {}, 1)
+            assert full and tail == keys._NONE_MARK  # the mark is never written onto body
+            assert key == keys._hex(body + tail, seed=1)
             vouched = keys._secrets._VOUCHED.get(id(body))
             assert vouched is not None and vouched[0] is body
             assert vouched[1]() is not secret  # the clean one takes the short way

@@ -172,9 +172,11 @@ class _Face:
     def general(self, p: _Plan, bound: dict[str, Any], key: str, body: bytes, tail: bytes,
                 full: bool) -> Prep:
         """``(eff, key, canonical, rekey)`` for the engine's general path."""
+        if full:  # already the full form: nothing to rekey. Its None mark (``tail``) is
+            # left off: every use of the request strips it (the store keeps it scrubbed,
+            # reports parse it), and 200 KB need not be copied to add one byte.
+            return p.eff, key, body, None
         canonical = body + tail if tail else body
-        if full:  # already the full form: nothing to rekey
-            return p.eff, key, canonical, None
         kb, subs, eff = p.kb, p.subs, p.eff
         assert kb is not None and eff is not None
         ns = eff.namespace or ""
