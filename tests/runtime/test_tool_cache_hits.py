@@ -245,3 +245,42 @@ def test_traces_are_the_frozen_dataclass_they_were() -> None:
     assert (miss.index, miss.outcome, miss.loop) == (0, "miss", None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         hit.outcome = "miss"  # type: ignore[misc]
+
+
+def test_entities_remembered_by_value_keep_equal_but_different_values_apart() -> None:
+    """A one-field template's entity is remembered by the argument's value when it is an
+    exact int or str. ``True == 1`` (same hash) formats as ``cart:True``, and ``1`` and
+    ``"1"`` are two entries of one entity: each must be invalidated as its own entity says,
+    in its own tenant only."""
+    store = MemoryStore()
+    calls: list[Any] = []
+
+    @dejacache.tool_cache(resource="cart", key="cart:{user_id}", store=store)
+    def get(user_id: Any) -> Any:
+        calls.append(user_id)
+        return {"user": str(user_id), "n": len(calls)}
+
+    @dejacache.invalidates("cart", key="cart:{user_id}", store=store)
+    def update(user_id: Any) -> None:
+        return None
+
+    with dejacache.agent_session(tenant="a"):
+        one, text, yes = get(1), get("1"), get(True)  # (True == 1: not dict keys)
+        assert (get(1), get("1"), get(True)) == (one, text, yes)  # all hits
+        assert len(calls) == 3 and yes["user"] == "True"
+        update(True)  # entity cart:True: 1 and "1" stay cached
+        assert get(1) == one and get("1") == text
+        assert get(True) != yes
+        update(1)  # entity cart:1: both spellings of it miss
+        assert get(1) != one and get("1") != text
+        n = len(calls)
+        with dejacache.agent_session(tenant="b"):
+            get(1)
+            update(1)  # tenant b's write leaves tenant a's entries cached
+        assert len(calls) == n + 1
+    with dejacache.agent_session(tenant="a"):
+        get(1)
+        get(user_id=1)  # by keyword: the long way, the same entity and entry
+        assert len(calls) == n + 1
+    with pytest.raises(dejacache.ScopeError):
+        get(1)  # the remembered entity never stands in for a missing session
