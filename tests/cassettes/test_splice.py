@@ -359,3 +359,31 @@ def test_a_file_rewritten_in_place_after_the_read_is_merged_not_spliced(
     doc = fmt.load_document(p.read_bytes(), p)
     assert len(doc["entries"]) == 42
     assert counts["spliced"] == 1  # "theirs" only
+
+
+@pytest.mark.parametrize("new", [["short"], ["x" * 300], ["x" * 300, "y" * 300, "z" * 300]])
+def test_values_added_to_a_file_that_has_none(
+        tmp_path: pathlib.Path, lazy: None, monkeypatch: pytest.MonkeyPatch,
+        counts: dict[str, int], new: list[str]) -> None:
+    @dejacache.cache(name="small")
+    def small(text: str) -> str:
+        return text[:10]
+
+    base = tmp_path / "base.json"
+    with dejacache.cassette(base, mode="record"):
+        for i in range(5):
+            small(f"q{i}")
+    assert orjson.loads(base.read_bytes())["values"] == {}
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    shutil.copy(base, a)
+    shutil.copy(base, b)
+    with dejacache.cassette(a, mode="auto"):
+        for text in new:
+            small(text)
+    assert counts["spliced"] == 1
+    whole_save(monkeypatch)
+    with dejacache.cassette(b, mode="auto"):
+        for text in new:
+            small(text)
+    assert a.read_bytes() == b.read_bytes()
+    fmt.load_document(a.read_bytes(), a)
