@@ -640,8 +640,12 @@ def xref_tail(xref: dict[str, Any], at: int) -> bytes:
     for a document whose cross-reference starts at byte ``at`` (what :func:`with_xref_at`
     gives, made without the bytes before it)."""
     body = orjson.dumps(xref, option=_ENTRY_OPTS).replace(b"\n", b"\n  ")
-    keys = body.index(KEYS_HEAD + b"[") + len(KEYS_HEAD)
-    end = keys + 1 if body[keys + 1 : keys + 2] == b"]" else body.index(b"\n    ]", keys)
+    # Searched from a rare byte: a pattern opening with a newline matched at every line
+    # (10k entries: 2 ms). "keys" follows "follows" (numbers) and "checksum" (hex); a key
+    # is a JSON string, which holds no raw newline, so '],\n    "kinds"' ends the column.
+    keys = body.index(b'"keys": [') + len(b'"keys": ')
+    end = (keys + 1 if body[keys + 1 : keys + 2] == b"]"
+           else body.index(b'],\n    "kinds": [', keys) - len(b"\n    "))
     member = orjson.dumps({"xref_at": [at, at + keys, at + end]}, option=_OPTS)
     return body + b"," + member[1:]
 
