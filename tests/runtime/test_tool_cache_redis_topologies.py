@@ -87,10 +87,12 @@ class Carts:
 
 
 def settled(store: dejacache.Store) -> None:
-    """Until this process's increments are confirmed by a replica. (On a loaded machine
-    WAIT can time out: the increments are then sent again ~0.1 s later, and until they
-    are this process runs its tools uncached, which would change the counts below.)"""
-    wait_for(generations.generations_for(store).settled)  # type: ignore[union-attr]
+    """Until this process reads its counters again: its increments confirmed by a replica
+    and no fence up. (On a loaded machine WAIT can time out: the increments are then sent
+    again ~0.1 s later, and until they land, then for the fence, this process runs its
+    tools uncached, which would change the counts below.)"""
+    gens = generations.generations_for(store)
+    wait_for(lambda: gens.read(["gen/settled/x/R"]) is not None)
 
 
 def test_hits_and_entity_invalidation(store: RedisStore) -> None:
