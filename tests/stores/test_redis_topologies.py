@@ -407,3 +407,39 @@ def test_a_bad_url_never_shows_its_password() -> None:
         with pytest.raises(ConfigurationError) as info:
             RedisStore(url)
         assert "s3cret" not in str(info.value), url
+
+
+async def test_async_put_without_request_drops_the_old_one_on_the_cluster(
+        cluster: ClusterTopology) -> None:
+    s = RedisStore(cluster_url(cluster), key_prefix="t", **SLOW_OK)
+    try:
+        await s.aput("k", rec())
+        await s.aput("k", Record(value=b"new"))
+        client = cluster_client(cluster)
+        try:
+            assert client.exists("t:r:{k}") == 0 and client.get("t:e:{k}") is not None
+        finally:
+            client.close()
+        got = await s.aget("k")
+        assert got is not None and got.value == b"new"
+        await s.aput("t", rec(), ttl=60)
+        got, ttl = await s.aget_with_ttl("t")
+        assert got is not None and ttl is not None and 0 < ttl <= 60
+        assert s.get_with_ttl("t")[0] is not None
+    finally:
+        await s.aclose()
+
+
+@pytest.mark.parametrize(("url", "kind", "name"), [
+    ("redis://u:pw@127.0.0.1:6380/1", "server", "redis://u:***@127.0.0.1:6380/1"),
+    ("redis+cluster://10.0.0.1", "cluster", "redis cluster 10.0.0.1:6379"),
+    ("redis+cluster://:pw@[::1]:7000,[::1]:7001", "cluster", "redis cluster [::1]:7000 (+1 nodes)"),
+    ("redis+sentinel://s1,s2:26380/main/3", "sentinel",
+     "redis sentinel main via s1:26379 (+1 sentinels)"),
+])
+def test_urls_name_their_topology_without_connecting(url: str, kind: str, name: str) -> None:
+    from dejacache.stores._redis_topology import url_topology
+
+    topology = url_topology(url)
+    assert (topology.kind, topology.name) == (kind, name)
+    assert "pw" not in topology.name

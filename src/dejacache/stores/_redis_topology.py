@@ -169,9 +169,10 @@ def _plain(kw: dict[str, Any]) -> dict[str, Any]:
 
 def client_topology(client: Any) -> tuple[Kind, bool, str] | None:
     """(kind, is_async, name) of a redis-py client, or None when it is not one."""
-    if isinstance(client, redis.cluster.RedisCluster | redis.asyncio.cluster.RedisCluster):
-        return "cluster", isinstance(client, redis.asyncio.cluster.RedisCluster), \
-            cluster_name(client)
+    if isinstance(client, redis.asyncio.cluster.RedisCluster):
+        return "cluster", True, cluster_name(client)
+    if isinstance(client, redis.cluster.RedisCluster):
+        return "cluster", False, cluster_name(client)
     if isinstance(client, redis.asyncio.Redis):
         is_async = True
     elif isinstance(client, redis.Redis):

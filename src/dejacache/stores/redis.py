@@ -10,16 +10,17 @@ error (``CLUSTERDOWN``, ``TRYAGAIN``, ``MASTERDOWN``, ``READONLY``, ``CROSSSLOT`
 logged once per kind with what to do, and counts toward the breaker. Redirections
 (``MOVED``/``ASK``) are followed by redis-py's cluster client, never here.
 
-Layout under ``key_prefix`` (default ``dejacache``); ``{...}`` is a Redis Cluster hash
-tag, so an entry and its request share one slot while entries spread over the shards::
+Layout under ``key_prefix`` (default ``dejacache``; ``<...>`` marks a placeholder, ``{...}``
+is a literal Redis Cluster hash tag, so an entry and its request share one slot while
+entries spread over the shards)::
 
-    {prefix}:e:{<key>}    packed record: b"DJR\\x01" | u32 meta length | meta JSON | value
-    {prefix}:r:{<key>}    the canonical request (explain / nearest-miss only), same TTL
-    {prefix}:n:{name}     counters (runtime generation counters), never expired or cleared
+    <prefix>:e:{<key>}    packed record: b"DJR\\x01" | u32 meta length | meta JSON | value
+    <prefix>:r:{<key>}    the canonical request (explain / nearest-miss only), same TTL
+    <prefix>:n:<name>     counters of incr()/get_counters(), never expired or cleared
 
-Entries written by earlier dejacache versions under ``{prefix}:v:<key>`` / ``{prefix}:q:<key>``
-(no hash tag) are not read: they are misses, written again in the new layout on the next
-call, and ``clear()`` deletes them (they also expire by their own TTL).
+Entries written by earlier dejacache versions under ``<prefix>:v:<key>`` /
+``<prefix>:q:<key>`` (no hash tag) are not read: they are misses, written again in the new
+layout on the next call, and ``clear()`` deletes them (they also expire by their own TTL).
 
 One packed blob rather than a hash because the hit path is then a single ``GET`` (measured
 in ``benchmarks/bench_redis.py``); the request lives apart so hits do not fetch it.
@@ -28,18 +29,20 @@ The seam for code that keeps its own keys next to the entries (the runtime's gen
 counters) -- a contract, kept stable:
 
 * ``store.kind``: ``"server"``, ``"cluster"`` or ``"sentinel"``.
-* ``store.key(space, tag, *parts)`` -> ``"{prefix}:{space}:{<tag>}"`` followed by
-  ``":part"`` for each part. Keys made with one ``tag`` live in one slot on every topology,
-  so a multi-key command over them (``MGET``, ``EVAL`` whose keys all share the tag,
-  ``pipeline(transaction=True)``) works on a Cluster too. ``space`` is a short word of the
-  caller's; ``e``, ``r``, ``v`` and ``q`` are the store's own. Every key the store or a
-  caller makes carries a tag: ``key_prefix`` may not contain ``{`` or ``}``.
-* ``store.run(op, default)`` / ``await store.arun(op, default)``: ``op(client)`` behind the
-  breaker with the store's timeouts and error handling: ``default`` when Redis is down or
-  skipped, on a topology error, or on an error reply (``WRONGTYPE``...), each booked as for
-  the store's own calls. ``client`` is redis-py's sync client for ``run`` (``redis.Redis``
-  or ``redis.cluster.RedisCluster``) and its ``redis.asyncio`` twin for ``arun`` (the sync
-  one in a worker thread when the store has no async client). ``op`` must not keep it.
+* ``store.key(space, tag, *parts)`` -> ``"<prefix>:<space>:{<tag>}"`` followed by
+  ``":<part>"`` for each part. Keys made with one ``tag`` live in one slot on every
+  topology, so a multi-key command over them (``MGET``, ``EVAL`` whose keys all share the
+  tag, ``pipeline(transaction=True)``) works on a Cluster too. ``space`` is a short word of
+  the caller's; ``e``, ``r``, ``n``, ``v`` and ``q`` are the store's own. ``key_prefix`` may
+  not contain ``{`` or ``}``, so the tag is always the caller's.
+* ``store.run(op, default, probe=False)`` / ``await store.arun(op, default)``:
+  ``op(client)`` behind the breaker with the store's timeouts and error handling:
+  ``default`` when Redis is down or skipped, on a topology error, or on an error reply
+  (``WRONGTYPE``...), each booked as for the store's own calls; ``probe=True`` goes ahead
+  while the breaker is open, as its recovery probe. ``client`` is redis-py's sync client
+  for ``run`` (``redis.Redis`` or ``redis.cluster.RedisCluster``) and its ``redis.asyncio``
+  twin for ``arun`` (the sync one in a worker thread when the store has no async client).
+  ``op`` must not keep it.
 * ``store.read_only``: a caller skips its writes when it is true.
 """
 
@@ -606,7 +609,9 @@ class RedisStore(BaseStore):
             if record.request:
                 pipe.set(qkey, record.request, px=px)
             else:  # do not leave an older request next to the new value
-                pipe.unlink(qkey)
+                # Queued by name: an asyncio cluster pipeline's unlink() is a coroutine of
+                # its own (it splits keys by slot) and would never run inside the pipeline.
+                pipe.execute_command("UNLINK", qkey)
             return pipe.execute()
 
         return ops
