@@ -152,9 +152,6 @@ def test_memory_tier_in_front_learns_of_writes(url: str) -> None:
 
 
 async def test_async_tools(store: RedisStore) -> None:
-    if store.kind == "cluster":
-        pytest.skip("RedisStore.aput on an async cluster client leaves ClusterPipeline.unlink "
-                    "un-awaited (stores/redis.py, owned by the topology work)")
     data = {"v": 1}
 
     @dejacache.tool_cache(resource="n", store=store)
