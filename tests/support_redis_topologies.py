@@ -7,7 +7,7 @@
   monitoring them as ``SENTINEL_SERVICE``.
 
 Both are session fixtures (``redis_cluster_session``, ``redis_sentinel_session``; starting a
-cluster costs ~1.5 s on a quiet machine, a Sentinel set ~0.5 s). The function fixtures
+cluster costs ~2.2 s, a Sentinel set ~0.2 s). The function fixtures
 ``redis_cluster`` and ``redis_sentinel`` hand a test the same topology once it is healthy again
 (a previous test may have killed a master: it is restarted and rejoins as a replica) and with
 every database flushed. Timeouts are short (``NODE_TIMEOUT_MS``, ``DOWN_AFTER_MS``) so a
