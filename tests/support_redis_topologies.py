@@ -7,7 +7,7 @@
   monitoring them as ``SENTINEL_SERVICE``.
 
 Both are session fixtures (``redis_cluster_session``, ``redis_sentinel_session``; starting a
-cluster costs ~1.5 s on a quiet machine, a Sentinel set ~0.5 s). The function fixtures
+cluster costs ~2.2 s, a Sentinel set ~0.2 s). The function fixtures
 ``redis_cluster`` and ``redis_sentinel`` hand a test the same topology once it is healthy again
 (a previous test may have killed a master: it is restarted and rejoins as a replica) and with
 every database flushed. Timeouts are short (``NODE_TIMEOUT_MS``, ``DOWN_AFTER_MS``) so a
@@ -167,6 +167,16 @@ class Node:
         return _client(self.port, timeout)
 
 
+def _replica_online(master_port: int) -> bool:
+    """The server on ``master_port`` is a master with exactly one replica, and that replica
+    has finished its sync (``connected_slaves`` also counts one still loading the master's
+    data, which cannot acknowledge a ``WAIT`` yet)."""
+    repl = _info(master_port, "replication")
+    replica = repl.get("slave0")
+    return (repl.get("role") == "master" and int(repl.get("connected_slaves", 0)) == 1
+            and isinstance(replica, dict) and replica.get("state") == "online")
+
+
 def _server_args(port: int, *extra: str) -> list[str]:
     return ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
             "--protected-mode", "yes", "--dir", ".",
@@ -288,11 +298,7 @@ class ClusterTopology:
         masters = self.masters()
         if len(masters) != 3:
             return False
-        for port in masters:
-            repl = _info(port, "replication")
-            if repl.get("role") != "master" or int(repl.get("connected_slaves", 0)) != 1:
-                return False
-        return True
+        return all(_replica_online(port) for port in masters)
 
     def wait_healthy(self, timeout: float = 30) -> None:
         """Until every node is up, agrees the cluster is ok with all slots served, and each
@@ -426,9 +432,7 @@ class SentinelTopology:
     def _healthy(self) -> bool:
         if not all(n.alive and not n.paused for n in [*self.servers, *self.sentinel_nodes]):
             return False
-        master = self.master()
-        repl = _info(master.port, "replication")
-        if repl.get("role") != "master" or int(repl.get("connected_slaves", 0)) != 1:
+        if not _replica_online(self.master().port):
             return False
         rrepl = _info(self.replica().port, "replication")
         if rrepl.get("role") != "slave" or rrepl.get("master_link_status") != "up":

@@ -185,11 +185,6 @@ class SharedGenerations:
         self._fenced_until = 0.0
         return False
 
-    def settled(self) -> bool:
-        """No increment of this process queued and no fence up: reads use the cache."""
-        until = self._fenced_until
-        return not (self._pending or self._failed or (until and time.monotonic() < until))
-
     def _learn(self, names: Sequence[str], values: Sequence[int], remember: bool
                ) -> list[int] | None:
         out = [int(v) for v in values]
