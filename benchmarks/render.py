@@ -452,8 +452,8 @@ def block_flat(R: Results) -> str:
     return "\n".join([
         "Cost per call in one long `with dejacache.cassette(...)` block, each cell a fresh "
         "interpreter: the median µs of a call in the first and in the last tenth of the block "
-        "(the block's first call left out) and their ratio, each tenth divided by its floor "
-        "(timed right after each call: recording, the same live call let through; replay, the "
+        "(the block's first call left out) and their ratio, taken on each call divided by its "
+        "floor (timed right after it: recording, the same live call let through; replay, the "
         "same call answered with the same bytes by an httpx `MockTransport`; `@cache`, an "
         "orjson + xxh3 key and a dict), so that load slowing both cancels; in brackets the "
         f"raw ratio. Goal ≤ {goal}: the cost does not grow with the calls already made. "
