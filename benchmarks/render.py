@@ -444,7 +444,7 @@ def block_flat(R: Results) -> str:
         for c in (rec, rep):
             o = _overhead(c) if c is not None else None
             row += (["-", "-"] if c is None else
-                    [f"{num(o[0])} → {num(o[1])}" if o else "-",
+                    [f"{_own(o[0])} → {_own(o[1])}" if o else "-",
                      f"{_growth(c):.2f} ({num(c['first_tenth_us'])} → "
                      f"{num(c['last_tenth_us'])}: {c['ratio']:.2f})"])
         row.append(ms(rec["exit_ms"]) if rec else "-")
@@ -483,10 +483,16 @@ def _overhead(c: dict[str, Any]) -> tuple[float, float] | None:
             c["last_tenth_us"] - c["floor_last_tenth_us"])
 
 
+def _own(x: float) -> str:
+    # below its floor: the two calls' noise is larger than dejacache's cost (a 10-call
+    # block's tenth is one call)
+    return num(x) if x > 0 else "< floor"
+
+
 def _growth(c: dict[str, Any]) -> float:
     """Last tenth / first tenth of dejacache's own cost (the raw ratio without a floor)."""
     o = _overhead(c)
-    if o is None or o[0] <= 0:
+    if o is None or o[0] <= 0 or o[1] <= 0:
         return float(c["ratio"])
     return o[1] / o[0]
 
