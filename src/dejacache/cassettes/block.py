@@ -17,9 +17,18 @@ from types import TracebackType
 from typing import ParamSpec, TypeVar
 
 from .._core.volatile import BlockPaths
-from ..config import UNSET, Effective, Unset, resolve_mode, settings_object, volatile_items
+from ..config import (
+    UNSET,
+    Duration,
+    Effective,
+    Unset,
+    resolve_mode,
+    settings_object,
+    volatile_items,
+)
 from ..keys import key_substitutions
 from ..scope import Block, enter, inherited, leave, settle
+from .ageing import resolve as resolve_ageing
 from .redact import Redactor
 from .store import Cassette
 from .vcr_match import check_match, warn_stale
@@ -72,6 +81,9 @@ class cassette(Block[Cassette]):
     ``tape.divergences`` lists the same findings and nothing fails.
     ``match="vcr"``: calls are matched on method + URL in recorded order, as vcrpy does
     (``cassettes/vcr_match.py``); a warning at exit names the request fields that changed.
+    ``max_age`` (``"30d"``; default ``configure(max_age=)``, ``DEJACACHE_MAX_AGE``):
+    an entry recorded longer ago replays with a ``DejacacheWarning``, or with
+    ``on_expiry="rerecord"`` in ``auto`` mode runs live and is replaced (``ageing.py``).
     """
 
     def __init__(
@@ -90,6 +102,8 @@ class cassette(Block[Cassette]):
         shared: bool = False,
         strict: bool = False,
         match: str = "request",
+        max_age: Duration | None = None,
+        on_expiry: str | None = None,
     ) -> None:
         self.path = pathlib.Path(path)
         self.mode = resolve_mode(mode) if mode is not None else None
@@ -105,6 +119,8 @@ class cassette(Block[Cassette]):
         self.shared = shared
         self.strict = strict
         self.match = check_match(match)
+        self.max_age, self.on_expiry = max_age, on_expiry
+        resolve_ageing(max_age, on_expiry)  # a malformed duration fails where it is written
         self._stack: list[tuple[Cassette, Effective, contextvars.Token[Effective | None]]] = []
         self.last: Cassette | None = None
         # Set by integrations that write the file later (dejacache.integrations.scenario under
@@ -117,9 +133,11 @@ class cassette(Block[Cassette]):
         hint = self.rerecord_hint or (
             f"DEJACACHE_MODE=record <your command>  (or cassette({str(self.path)!r}, "
             "mode='record'))")
+        max_age, on_expiry = resolve_ageing(self.max_age, self.on_expiry)
         return Cassette(self.path, mode=mode, redactor=self.redactor, rerecord_hint=hint,
                         record_errors=self.record_errors, shared=self.shared,
-                        strict=self.strict, match=self.match)
+                        strict=self.strict, match=self.match, max_age=max_age,
+                        on_expiry=on_expiry)
 
     def __enter__(self) -> Cassette:
         tape = self.open()

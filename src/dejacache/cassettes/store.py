@@ -24,6 +24,7 @@ import dataclasses
 import pathlib
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -42,6 +43,7 @@ from ..errors import (
 from ..stats import token_total
 from ..stores._base import BaseStore, Record, StoreStats
 from . import format as fmt
+from .ageing import Ageing, stamp_entry
 from .order import RunOrder
 from .prices import estimate_dollars
 from .redact import Redactor
@@ -79,6 +81,8 @@ class Cassette(BaseStore):
         shared: bool = False,
         strict: bool = False,
         match: str = "request",
+        max_age: float | None = None,
+        on_expiry: str = "warn",
     ) -> None:
         self.path = pathlib.Path(path)
         self.url = str(path)
@@ -105,6 +109,9 @@ class Cassette(BaseStore):
         # Set when the block's save begins: a call completing later (a task or thread that
         # outlived the block) can no longer reach the file, and is named instead of kept.
         self._sealed = False
+        #: ``max_age`` applied to entries as they replay (None: they never expire)
+        self.ageing = (Ageing(self.path, max_age, on_expiry, self.mode)
+                       if max_age is not None else None)
 
     # ---------------------------------------------------------------- loading
 
@@ -127,6 +134,8 @@ class Cassette(BaseStore):
                 # A strict recording is a contract: a call it does not have is a
                 # divergence, raised before anything is sent (nothing is paid for).
                 self.mode = "replay"
+                if self.ageing is not None:
+                    self.ageing.mode = "replay"
             self._loaded = True  # not when the check raised: the next call reads the file again
 
     def expand(self, tree: Any) -> Any:
@@ -152,10 +161,17 @@ class Cassette(BaseStore):
             found = self._tape.take(key, self._here)
             if found is None:
                 return self.vcr.after_miss(key, self._here, self._record)
+            if self.ageing is not None:
+                e, view = found[0], found[1] or self._tape.hit_view(found[0])
+                if self.ageing.renew(key, e.index, view[0]):
+                    return None  # expired: run live, and the new recording replaces it
+                return self._record(e, view)
             return self._record(*found)
 
     def _record(self, e: Entry, view: View | None = None) -> Record:
         doc, body = view if view is not None else self._tape.hit_view(e)
+        if self.ageing is not None:
+            self.ageing.check(doc, e.index)
         usage = doc.get("usage") or None
         duration = float(doc.get("duration", 0.0))
         plain = not doc.get("tagged", False)
@@ -236,6 +252,9 @@ class Cassette(BaseStore):
             if self._sealed:
                 self._warn_late(name, req_tree)
                 return False
+            stamp_entry(doc, key, name, kind, req_tree, time.time())
+            if self.ageing is not None and (old := self.ageing.replaced(key)) is not None:
+                self._writer.replaced.add(old)
             doc, red_request = self._writer.add(
                 doc, key=key, name=name, namespace=namespace, kind=kind, request=req_tree,
                 duration=duration, redactor=self.redactor)

@@ -1,0 +1,200 @@
+"""Cassettes that age: what a new entry is stamped with, and expired entries on replay.
+
+A new entry gets ``recorded_at`` (ISO 8601, UTC) and ``recorded_with``: what it was recorded
+with, as far as known::
+
+    "recorded_with": {"sdk": "openai 1.54.0", "model": "gpt-4o-mini",
+                      "answered_by": "gpt-4o-mini-2024-07-18"}
+
+``sdk`` is read from the request's ``User-Agent`` (the transport names it per call:
+:func:`sending`), else from the provider's own package when it is imported; ``model`` is the
+model the request asked for, ``answered_by`` the one the answer named. Neither field takes
+part in matching or in telling two recordings apart (``merge.VOLATILE_FIELDS``).
+
+The rules for an expired entry are pure (``_core/ageing.py``); :class:`Ageing` applies them
+for one cassette and says so once per entry.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib.metadata
+import os
+import re
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any, Final
+
+from .._core.ageing import (
+    RERECORD,
+    WARN,
+    age_text,
+    check_on_expiry,
+    on_expired,
+    recorded_at,
+    span,
+    stamp,
+)
+from .._core.durations import seconds
+from ..config import settings_object
+from ..errors import DejacacheWarning
+
+__all__ = ["INI", "Ageing", "recorded_with", "resolve", "sending", "stamp_entry"]
+
+#: pytest's ini ``dejacache_max_age`` (set by the plugin): below ``configure`` and the env.
+INI: list[float | None] = [None]
+
+# The HTTP call about to be made in this context and its User-Agent (request headers are
+# never stored: this is how the one header that names the SDK reaches the entry).
+_AGENT: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "dejacache_user_agent", default=None)
+
+# "OpenAI/Python 1.54.0", "Anthropic/Python 0.40.0", "python-httpx/0.28.1", "groq/0.9"
+_PRODUCT: Final = re.compile(r"^\s*([A-Za-z][\w.-]*)/(?:Python|JS)?\s*([0-9][\w.+-]*)")
+
+# A provider's name (``Provider.name``) and the package that is its SDK, for calls whose
+# User-Agent is not known (transports other than httpx).
+_SDK_PACKAGE: Final = {"anthropic": "anthropic", "cohere": "cohere", "gemini": "google-genai",
+                       "groq": "groq", "mistral": "mistralai", "ollama": "ollama",
+                       "openai": "openai", "bedrock": "boto3"}
+_MODULE_OF: Final = {"google-genai": "google.genai", "mistralai": "mistralai"}
+
+
+def resolve(max_age: object, on_expiry: str | None) -> tuple[float | None, str]:
+    """A block's ``max_age`` (seconds; None: entries never expire) and ``on_expiry``: its
+    own arguments > ``configure()`` > ``DEJACACHE_MAX_AGE`` / ``DEJACACHE_ON_EXPIRY`` > the
+    ini's ``dejacache_max_age`` > none / ``"warn"``."""
+    s = settings_object()
+    age: float | None
+    if max_age is not None:
+        age = seconds(max_age, "max_age")
+    elif s.max_age is not None:
+        age = s.max_age
+    elif env := os.environ.get("DEJACACHE_MAX_AGE", "").strip():
+        age = seconds(env, "DEJACACHE_MAX_AGE")
+    else:
+        age = INI[0]
+    if on_expiry is not None:
+        how = check_on_expiry(on_expiry)
+    elif s.on_expiry is not None:
+        how = s.on_expiry
+    elif env := os.environ.get("DEJACACHE_ON_EXPIRY", "").strip():
+        how = check_on_expiry(env, "DEJACACHE_ON_EXPIRY")
+    else:
+        how = WARN
+    return age, how
+
+
+def sending(key: str, user_agent: str) -> None:
+    """The transport's note of the HTTP call keyed ``key`` and the User-Agent it carries."""
+    _AGENT.set((key, user_agent) if user_agent else None)
+
+
+def _sdk_from_agent(ua: str) -> str | None:
+    m = _PRODUCT.match(ua)
+    if m is None:
+        return None
+    return f"{m.group(1).lower()} {m.group(2)}"
+
+
+def _sdk_from_provider(name: str) -> str | None:
+    package = _SDK_PACKAGE.get(name.split(".", 1)[0])
+    if package is None or _MODULE_OF.get(package, package) not in sys.modules:
+        return None  # not the SDK that made this call, or not known to be
+    try:
+        return f"{package} {importlib.metadata.version(package)}"
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _model_in(tree: Any) -> str | None:
+    if not isinstance(tree, dict):
+        return None
+    for node in (tree, tree.get("body"), tree.get("json"), tree.get("kwargs")):
+        if isinstance(node, dict) and isinstance(node.get("model"), str):
+            return str(node["model"])
+    return None
+
+
+def recorded_with(key: str, name: str, kind: str, request: Any, response: Any
+                  ) -> dict[str, str]:
+    """What the call keyed ``key`` was recorded with (only the parts known)."""
+    out: dict[str, str] = {}
+    sdk = None
+    if kind == "http":
+        noted = _AGENT.get()
+        if noted is not None and noted[0] == key:
+            sdk = _sdk_from_agent(noted[1])
+        sdk = sdk or _sdk_from_provider(name)
+    if sdk:
+        out["sdk"] = sdk
+    asked = _model_in(request)
+    if asked:
+        out["model"] = asked
+    answered = _model_in(response)
+    if answered and answered != asked:
+        out["answered_by"] = answered
+    return out
+
+
+def stamp_entry(doc: dict[str, Any], key: str, name: str, kind: str, request: Any,
+                now: float) -> None:
+    """Add ``recorded_at`` and ``recorded_with`` to a new entry ``doc``."""
+    doc["recorded_at"] = stamp(now)
+    made_with = recorded_with(key, name, kind, request, doc.get("response"))
+    if made_with:
+        doc["recorded_with"] = made_with
+
+
+class Ageing:
+    """``max_age`` and ``on_expiry`` applied to one cassette's entries as they replay."""
+
+    def __init__(self, path: Any, max_age: float, on_expiry: str, mode: str,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.path = path
+        self.max_age = max_age
+        self.on_expiry = on_expiry
+        self.mode = mode
+        self.clock = clock
+        self.now = clock()  # one "now" per block: every entry is judged against the same
+        self.warned: set[tuple[str, int]] = set()
+        #: keys whose expired entries (file index) are being re-recorded live, oldest first
+        self.renewing: dict[str, list[int]] = {}
+
+    def verdict(self, doc: dict[str, Any]) -> str | None:
+        return on_expired(recorded_at(doc), self.max_age, self.now, mode=self.mode,
+                          on_expiry=self.on_expiry)
+
+    def renew(self, key: str, index: int | None, doc: dict[str, Any]) -> bool:
+        """Whether the entry at ``index`` is to be re-recorded live instead of served."""
+        if index is None or self.verdict(doc) != RERECORD:
+            return False
+        self.renewing.setdefault(key, []).append(index)
+        return True
+
+    def replaced(self, key: str) -> int | None:
+        """The file index of the expired entry a new recording of ``key`` replaces."""
+        q = self.renewing.get(key)
+        return q.pop(0) if q else None
+
+    def check(self, doc: dict[str, Any], step: int | None) -> None:
+        """Warn (once per entry) when ``doc``, about to be served, is expired."""
+        if self.verdict(doc) is None:
+            return
+        ident = (str(doc.get("key", "")), int(doc.get("occurrence", 0)))
+        if ident in self.warned:
+            return
+        self.warned.add(ident)
+        born = recorded_at(doc)
+        where = f"entry {step}" if step is not None else "an entry"
+        fix = ("it is served because replay never makes a live call"
+               if self.on_expiry == RERECORD else
+               "re-record it (DEJACACHE_MODE=record), or pass on_expiry='rerecord' to "
+               "re-record expired entries in auto mode")
+        warnings.warn(
+            f"dejacache: cassette {self.path}: {where} ({doc.get('name', '?')}, occurrence "
+            f"{ident[1]}) was recorded {age_text(born, self.now)} ago "
+            f"({doc.get('recorded_at')}), older than max_age {span(self.max_age)}; {fix}",
+            DejacacheWarning, stacklevel=6)
