@@ -52,7 +52,8 @@ def _isolated_dejacache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("DEJACACHE_SECRET_KEY", "dejacache-test-suite")
     # CI is cleared too: under CI cassettes default to replay, and tests must not depend on
     # where they run (tests of that rule set it themselves).
-    for var in ("DEJACACHE_MODE", "DEJACACHE_CACHE_KEY", "DEJACACHE_VOLATILE", "CI"):
+    for var in ("DEJACACHE_MODE", "DEJACACHE_CACHE_KEY", "DEJACACHE_VOLATILE", "CI",
+                "DEJACACHE_MAX_AGE", "DEJACACHE_ON_EXPIRY"):
         monkeypatch.delenv(var, raising=False)
     config.reset()
     dejacache.reset_stats()  # the package re-exports stats() over the module name

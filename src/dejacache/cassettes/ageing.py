@@ -18,7 +18,6 @@ for one cassette and says so once per entry.
 from __future__ import annotations
 
 import contextvars
-import importlib.metadata
 import os
 import re
 import sys
@@ -59,7 +58,7 @@ _PRODUCT: Final = re.compile(r"^\s*([A-Za-z][\w.-]*)/(?:Python|JS)?\s*([0-9][\w.
 _SDK_PACKAGE: Final = {"anthropic": "anthropic", "cohere": "cohere", "gemini": "google-genai",
                        "groq": "groq", "mistral": "mistralai", "ollama": "ollama",
                        "openai": "openai", "bedrock": "boto3"}
-_MODULE_OF: Final = {"google-genai": "google.genai", "mistralai": "mistralai"}
+_MODULE_OF: Final = {"google-genai": "google.genai"}
 
 
 def resolve(max_age: object, on_expiry: str | None) -> tuple[float | None, str]:
@@ -101,12 +100,11 @@ def _sdk_from_agent(ua: str) -> str | None:
 
 def _sdk_from_provider(name: str) -> str | None:
     package = _SDK_PACKAGE.get(name.split(".", 1)[0])
-    if package is None or _MODULE_OF.get(package, package) not in sys.modules:
-        return None  # not the SDK that made this call, or not known to be
-    try:
-        return f"{package} {importlib.metadata.version(package)}"
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    module = sys.modules.get(_MODULE_OF.get(package, package)) if package else None
+    # The module's own ``__version__``, not ``importlib.metadata`` (which reads files: on
+    # an event loop that is a blocking call in the middle of an async request).
+    version = getattr(module, "__version__", None)
+    return f"{package} {version}" if isinstance(version, str) else None
 
 
 def _model_in(tree: Any) -> str | None:
