@@ -40,7 +40,8 @@ from .._core.durations import seconds
 from ..config import settings_object
 from ..errors import DejacacheWarning
 
-__all__ = ["INI", "Ageing", "recorded_with", "resolve", "sending", "stamp_entry"]
+__all__ = ["INI", "Ageing", "age_line", "made_with_text", "recorded_with", "resolve", "sending",
+           "stamp_entry"]
 
 #: pytest's ini ``dejacache_max_age`` (set by the plugin): below ``configure`` and the env.
 INI: list[float | None] = [None]
@@ -196,3 +197,33 @@ class Ageing:
             f"{ident[1]}) was recorded {age_text(born, self.now)} ago "
             f"({doc.get('recorded_at')}), older than max_age {span(self.max_age)}; {fix}",
             DejacacheWarning, stacklevel=6)
+
+
+def made_with_text(entry: dict[str, Any]) -> str:
+    """``recorded_with`` as one phrase (``openai 1.54.0, model gpt-4o-mini (answered by
+    gpt-4o-mini-2024-07-18)``); empty when nothing is known."""
+    w = entry.get("recorded_with")
+    if not isinstance(w, dict):
+        return ""
+    parts = [str(w["sdk"])] if w.get("sdk") else []
+    if w.get("model"):
+        parts.append(f"model {w['model']}")
+    if w.get("answered_by"):
+        parts.append(f"answered by {w['answered_by']}" if w.get("model") else
+                     f"model {w['answered_by']}")
+    return ", ".join(parts)
+
+
+def age_line(entry: dict[str, Any], now: float, max_age: float | None = None) -> str:
+    """When and with what an entry was recorded, for ``dejacache show`` and the report:
+    ``recorded 45d ago (2026-10-14T09:00:00Z) with openai 1.54.0, model gpt-4o-mini``, or
+    that its age is unknown (recorded before dejacache kept the time)."""
+    born = recorded_at(entry)
+    if born is None:
+        text = "age unknown (recorded before dejacache kept the time; never expires)"
+    else:
+        text = f"recorded {age_text(born, now)} ago ({entry.get('recorded_at')})"
+        if max_age is not None and now - born > max_age:
+            text += f", older than max_age {span(max_age)}"
+    made = made_with_text(entry)
+    return f"{text} with {made}" if made else text
