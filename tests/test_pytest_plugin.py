@@ -454,3 +454,51 @@ def test_many(i):
     res = run(pytester)
     res.assert_outcomes(passed=6)
     res.stdout.fnmatch_lines(["calls: 6 replayed, 0 recorded, 0 missed*"])
+
+
+def _age_cassette(path: pathlib.Path, days: float) -> None:
+    import time
+
+    from dejacache._core.ageing import stamp
+    from dejacache.cassettes import format as fmt
+
+    doc = fmt.load_document(path.read_bytes(), path)
+    for e in doc["entries"]:
+        e["recorded_at"] = stamp(time.time() - days * 86400)
+    path.write_bytes(fmt.render(doc["entries"], doc["values"]))
+
+
+def test_marker_max_age_warns_of_expired_entries(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=AGENT + """
+@pytest.mark.dejacache(max_age="30d")
+def test_plan():
+    assert llm("plan a trip")["text"] == "PLAN A TRIP"
+""")
+    run(pytester).assert_outcomes(passed=1)
+    path = _cassette(pytester, "test_plan")
+    assert "recorded_at" in orjson.loads(path.read_bytes())["entries"][0]
+    _age_cassette(path, 45)
+    res = run(pytester, "--dejacache-mode=replay", "-W", "default::UserWarning")
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines(["*DejacacheWarning*test_plan.json: entry 0 (llm, occurrence 0) "
+                              "was recorded 45d ago*older than max_age 30d*"])
+
+
+def test_ini_max_age_and_marker_rerecord(pytester: pytest.Pytester,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makeini("[pytest]\ndejacache_max_age = 10d\n")
+    pytester.makepyfile(test_agent=AGENT + """
+import os
+
+@pytest.mark.dejacache(on_expiry="rerecord")
+def test_plan():
+    llm("plan a trip")
+    assert len(CALLS) == int(os.environ["LIVE_CALLS"])
+""")
+    monkeypatch.setenv("LIVE_CALLS", "1")
+    run(pytester).assert_outcomes(passed=1)
+    path = _cassette(pytester, "test_plan")
+    _age_cassette(path, 11)
+    run(pytester).assert_outcomes(passed=1)  # expired (the ini's 10d): re-recorded live
+    monkeypatch.setenv("LIVE_CALLS", "0")
+    run(pytester).assert_outcomes(passed=1)  # fresh again: replayed, no warning

@@ -10,12 +10,12 @@ from typing import Any
 
 import openai
 import pytest
-from loopback_provider import fake_provider_module
 
 import dejacache
 from dejacache import ConfigurationError, DejacacheWarning
 from dejacache._core.ageing import recorded_at, stamp
 from dejacache.cassettes import format as fmt
+from loopback_provider import fake_provider_module
 
 DAY = 86400.0
 RAN: list[str] = []
@@ -71,9 +71,9 @@ def test_new_entries_say_when_and_with_what_they_were_recorded(recorded: pathlib
 
 def test_expired_entry_replays_with_a_warning_naming_it(recorded: pathlib.Path) -> None:
     age(recorded, 45)
-    with pytest.warns(DejacacheWarning) as caught:
-        with dejacache.cassette(recorded, mode="replay", max_age="30d"):
-            assert ask("hello")["answer"] == "hello#1"
+    with (pytest.warns(DejacacheWarning) as caught,
+          dejacache.cassette(recorded, mode="replay", max_age="30d")):
+        assert ask("hello")["answer"] == "hello#1"
     msg = str(caught[0].message)
     assert str(recorded) in msg and "entry 0 (ask, occurrence 0)" in msg
     assert "recorded 45d ago" in msg and "older than max_age 30d" in msg
@@ -125,9 +125,9 @@ def test_rerecord_keeps_fresh_entries_and_replaces_only_the_expired(
 
 def test_rerecord_in_replay_mode_serves_with_the_warning(recorded: pathlib.Path) -> None:
     age(recorded, 45)
-    with pytest.warns(DejacacheWarning, match="replay never makes a live call"):
-        with dejacache.cassette(recorded, mode="replay", max_age="30d", on_expiry="rerecord"):
-            assert ask("hello")["answer"] == "hello#1"
+    with (pytest.warns(DejacacheWarning, match="replay never makes a live call"),
+          dejacache.cassette(recorded, mode="replay", max_age="30d", on_expiry="rerecord")):
+        assert ask("hello")["answer"] == "hello#1"
     assert RAN == []
 
 
@@ -135,13 +135,13 @@ def test_configure_then_env_give_the_default(recorded: pathlib.Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     age(recorded, 3)
     monkeypatch.setenv("DEJACACHE_MAX_AGE", "2d")
-    with pytest.warns(DejacacheWarning, match="older than max_age 2d"):
-        with dejacache.cassette(recorded, mode="replay"):
-            ask("hello")
+    with (pytest.warns(DejacacheWarning, match="older than max_age 2d"),
+          dejacache.cassette(recorded, mode="replay")):
+        ask("hello")
     dejacache.configure(max_age="1d")
-    with pytest.warns(DejacacheWarning, match="older than max_age 1d"):
-        with dejacache.cassette(recorded, mode="replay"):
-            ask("hello")
+    with (pytest.warns(DejacacheWarning, match="older than max_age 1d"),
+          dejacache.cassette(recorded, mode="replay")):
+        ask("hello")
     with warnings.catch_warnings():  # the cassette's own wins
         warnings.simplefilter("error")
         with dejacache.cassette(recorded, mode="replay", max_age="5d"):

@@ -159,6 +159,7 @@ class Ageing:
         self.clock = clock
         self.now = clock()  # one "now" per block: every entry is judged against the same
         self.warned: set[tuple[str, int]] = set()
+        self.served: list[str] = []  # expired entries served, described
         #: keys whose expired entries (file index) are being re-recorded live, oldest first
         self.renewing: dict[str, list[int]] = {}
 
@@ -179,24 +180,32 @@ class Ageing:
         return q.pop(0) if q else None
 
     def check(self, doc: dict[str, Any], step: int | None) -> None:
-        """Warn (once per entry) when ``doc``, about to be served, is expired."""
+        """Note ``doc``, about to be served, if it is expired (said once, at the block's
+        exit: :meth:`warn`)."""
         if self.verdict(doc) is None:
             return
         ident = (str(doc.get("key", "")), int(doc.get("occurrence", 0)))
         if ident in self.warned:
             return
         self.warned.add(ident)
-        born = recorded_at(doc)
         where = f"entry {step}" if step is not None else "an entry"
-        fix = ("it is served because replay never makes a live call"
+        self.served.append(f"{where} ({doc.get('name', '?')}, occurrence {ident[1]}) was "
+                           f"recorded {age_text(recorded_at(doc), self.now)} ago "
+                           f"({doc.get('recorded_at')})")
+
+    def warn(self) -> None:
+        """One ``DejacacheWarning`` for the expired entries the block served. Given at exit,
+        after the save: under ``-W error`` it fails the test, never a call or the file."""
+        if not self.served:
+            return
+        fix = ("they were served because replay never makes a live call"
                if self.on_expiry == RERECORD else
-               "re-record it (DEJACACHE_MODE=record), or pass on_expiry='rerecord' to "
+               "re-record them (DEJACACHE_MODE=record), or pass on_expiry='rerecord' to "
                "re-record expired entries in auto mode")
-        warnings.warn(
-            f"dejacache: cassette {self.path}: {where} ({doc.get('name', '?')}, occurrence "
-            f"{ident[1]}) was recorded {age_text(born, self.now)} ago "
-            f"({doc.get('recorded_at')}), older than max_age {span(self.max_age)}; {fix}",
-            DejacacheWarning, stacklevel=6)
+        shown = "; ".join(self.served[:5])
+        more = f"; and {len(self.served) - 5} more" if len(self.served) > 5 else ""
+        warnings.warn(f"dejacache: cassette {self.path}: {shown}{more}: older than max_age "
+                      f"{span(self.max_age)}; {fix}", DejacacheWarning, stacklevel=3)
 
 
 def made_with_text(entry: dict[str, Any]) -> str:

@@ -185,6 +185,8 @@ class cassette(Block[Cassette]):
         self._paths.exit()
         if exc_type is None:  # (under -W error it must not replace the block's own error)
             warn_stale(tape)
+            if tape.ageing is not None:
+                tape.ageing.warn()
         if tape.strict and exc_type is None:
             unmade = tape.unmade_error()  # recorded calls never made: the contract is broken
             if unmade is not None:
