@@ -45,6 +45,7 @@ from ..stores._base import BaseStore, Record, StoreStats
 from . import format as fmt
 from .ageing import Ageing, stamp_entry
 from .order import RunOrder
+from .partial import Partial
 from .prices import estimate_dollars
 from .redact import Redactor
 from .tape import NONE_UNUSED, Entry, EntryInfo, Tape, Unused, View
@@ -83,6 +84,8 @@ class Cassette(BaseStore):
         match: str = "request",
         max_age: float | None = None,
         on_expiry: str = "warn",
+        partial: Partial | None = None,
+        live_path: pathlib.Path | None = None,
     ) -> None:
         self.path = pathlib.Path(path)
         self.url = str(path)
@@ -112,6 +115,12 @@ class Cassette(BaseStore):
         #: ``max_age`` applied to entries as they replay (None: they never expire)
         self.ageing = (Ageing(self.path, max_age, on_expiry, self.mode)
                        if max_age is not None else None)
+        #: which calls go live (``partial.py``); their recordings go to ``live_tape``
+        self.partial = partial
+        self.live_tape = None if partial is None else Cassette(
+            live_path or self.path.with_suffix(".live.json"), mode="record",
+            redactor=self.redactor, rerecord_hint=rerecord_hint,
+            record_errors=self.record_errors)
 
     # ---------------------------------------------------------------- loading
 
@@ -208,7 +217,16 @@ class Cassette(BaseStore):
                       namespace=str(doc.get("namespace", "")), kind=kind,
                       duration=duration, usage=usage)
 
+    def mode_for(self, name: str, kind: str) -> str:
+        """The mode of one call of a partial block (``partial.py``)."""
+        assert self.partial is not None
+        return self.partial.mode_for(name, kind)
+
     def put(self, key: str, record: Record, *, ttl: float | None = None) -> bool:
+        if self.live_tape is not None:  # a live call of a partial block: never the original
+            kept = self.live_tape.put(key, record, ttl=ttl)
+            self.counters.recorded += kept
+            return kept
         try:
             tree, plain = blob_payload(record.value)
         except SerializationError as exc:
@@ -224,6 +242,9 @@ class Cassette(BaseStore):
     def record_error(self, key: str, name: str, namespace: str, kind: str, canonical: bytes,
                      exc: BaseException, duration: float) -> bool:
         """Keep an exception raised by the live call, if the block opted in to its type."""
+        if self.live_tape is not None:
+            return self.live_tape.record_error(key, name, namespace, kind, canonical, exc,
+                                               duration)
         if not self.record_errors or not isinstance(exc, self.record_errors):
             return False
         t = type(exc)
@@ -365,6 +386,8 @@ class Cassette(BaseStore):
 
     def unmade_error(self) -> ReplayDivergence | None:
         """The error a strict block raises at exit for recorded calls never made."""
+        if self.partial is not None:
+            return None  # the recorded calls a partial run did not replay went live instead
         with self._lock:
             return self._order.unmade_error()
 
@@ -373,6 +396,8 @@ class Cassette(BaseStore):
     def close(self) -> None:
         """Drop the file's bytes (a memory map holds a descriptor); counters and ``unused``
         stay readable. Called when the block ends, so a long session holds no open files."""
+        if self.live_tape is not None:
+            self.live_tape.close()
         with self._lock:
             self._sealed = True
             tape = self._tape
@@ -403,7 +428,12 @@ class Cassette(BaseStore):
     def save(self, *, prune: bool = False) -> bool:
         """Write the file if this run changed it; returns whether bytes were written (an
         unchanged run reads nothing more: no scan, no parse, no write). A shared file is
-        never pruned: the entries this block did not use may be other tests'."""
+        never pruned: the entries this block did not use may be other tests'. A partial
+        block writes only its live calls, to ``live_tape``'s file."""
+        if self.live_tape is not None:
+            with self._lock:
+                self._sealed = True
+            return self.live_tape.save()
         self._load()
         prune = prune and not self.shared
         with self._lock:
