@@ -502,3 +502,68 @@ def test_plan():
     run(pytester).assert_outcomes(passed=1)  # expired (the ini's 10d): re-recorded live
     monkeypatch.setenv("LIVE_CALLS", "0")
     run(pytester).assert_outcomes(passed=1)  # fresh again: replayed, no warning
+
+
+PARTIAL_AGENT = AGENT + """
+TOOLS = []
+
+@dejacache.cache(name="tools.search_web", kind="tool")
+def search_web(q):
+    TOOLS.append(q)
+    return "found " + q
+
+def agent():
+    return llm("plan " + search_web("paris"))["text"]
+"""
+
+
+def test_marker_live_and_the_option(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=PARTIAL_AGENT + """
+@pytest.mark.dejacache
+def test_plan():
+    agent()
+""")
+    run(pytester).assert_outcomes(passed=1)
+    path = _cassette(pytester, "test_plan")
+    before = path.read_bytes()
+    pytester.makepyfile(test_agent=PARTIAL_AGENT + """
+@pytest.mark.dejacache(live=["model"])
+def test_plan():
+    agent()
+    assert CALLS == ["plan found paris"] and TOOLS == []
+""")
+    run(pytester).assert_outcomes(passed=1)
+    assert path.read_bytes() == before
+    derived = path.with_name("test_plan.live.json")
+    assert [e["name"] for e in orjson.loads(derived.read_bytes())["entries"]] == ["llm"]
+    pytester.makepyfile(test_agent=PARTIAL_AGENT + """
+@pytest.mark.dejacache
+def test_plan():
+    agent()
+    assert CALLS == [] and TOOLS == ["paris"]
+""")
+    run(pytester, "--dejacache-live=tool:search_web").assert_outcomes(passed=1)
+    assert path.read_bytes() == before
+
+
+def test_marker_replay_until_fails_where_the_run_diverges(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=PARTIAL_AGENT + """
+@pytest.mark.dejacache
+def test_plan():
+    agent()
+""")
+    run(pytester).assert_outcomes(passed=1)
+    pytester.makepyfile(test_agent=PARTIAL_AGENT + """
+@pytest.mark.dejacache(replay_until=1)
+def test_plan():
+    agent()
+    assert TOOLS == [] and CALLS == ["plan found paris"]
+
+@pytest.mark.dejacache(replay_until=2, cassette="cassettes/test_agent/test_plan.json")
+def test_other_question():
+    search_web("rome")
+""")
+    res = run(pytester)
+    res.assert_outcomes(passed=1, failed=1)
+    res.stdout.fnmatch_lines(["*differs from the recorded call at step 0*",
+                              "*q: 'paris' -> 'rome'*"])

@@ -68,6 +68,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="remove cassette entries that passing tests did not use")
     group.addoption("--dejacache-block-network", action="store_true", default=False,
                     help="allow only loopback connections in cassette tests (on under CI)")
+    group.addoption("--dejacache-live", metavar="KINDS", default=None,
+                    help="comma-separated kinds or names of calls that go live while every "
+                         "other call replays, e.g. 'model' or 'tool:search_web'; recorded "
+                         "into <cassette>.live.json, never the cassette (partial replay)")
     group.addoption("--dejacache-strict", action="store_true", default=False,
                     help="strict replay for every cassette: calls must follow the recorded "
                          "order (per asyncio task / thread); a divergence fails the test")
@@ -97,7 +101,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "dejacache(cassette=None, mode=None, cache_key=None, redact=None, substitute=None, "
         "record_errors=(), record_on_error=False, prune=False, allow_hosts=(), volatile=(), "
-        "expect_misses=False, strict=False, match='request', max_age=None, on_expiry=None): "
+        "expect_misses=False, strict=False, match='request', max_age=None, on_expiry=None, "
+        "live=None, replay_until=None, live_path=None): "
         "record and "
         "replay this test's calls from a cassette",
     )
@@ -286,10 +291,15 @@ def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
     path = cassette_path(item, explicit)
     mode = opts.get("mode") or config.getoption("dejacache_mode") or default_mode()
     hint = _rerecord_command(item)
+    live = opts.get("live", config.getoption("dejacache_live"))
+    partial = bool(live) or opts.get("replay_until") is not None
+    if partial and mode == "record":
+        mode = None  # a partial block replays; --dejacache-mode=record is for the others
     # A test replaying in a session that does not (a marker's mode="replay"): its own
     # placeholders, set before the block patches the transports so the guard sits under it.
+    # (Not for a partial replay: its live calls need the real credentials.)
     keys = placeholder_keys.supply() if (
-        mode == "replay" and _PLACEHOLDERS not in config.stash) else None
+        mode == "replay" and not partial and _PLACEHOLDERS not in config.stash) else None
     block = cassette(
         path,
         mode,
@@ -305,6 +315,9 @@ def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
         match=opts.get("match", "request"),
         max_age=opts.get("max_age"),
         on_expiry=opts.get("on_expiry"),
+        live=live,
+        replay_until=opts.get("replay_until"),
+        live_path=opts.get("live_path"),
         **({"cache_key": opts["cache_key"]} if "cache_key" in opts else {}),
     )
     try:
