@@ -12,8 +12,8 @@ The vocabulary of ``live`` (each item one of):
 ``"model"``            calls to a model: HTTP calls to an endpoint a provider module names
                        (``openai.chat.completions``, ``anthropic.messages``...) and
                        ``@cache(kind="llm" | "model" | "chat" | "completion")`` functions
-``"tool"``             ``@cache(kind="tool")`` functions, ``tool_cache`` tools, MCP
-                       ``tools/call``
+``"tool"``             ``@cache(kind="tool")`` functions and MCP ``tools/call`` (all
+                       named ``mcp.tools/call``: an MCP tool is chosen by kind only)
 ``"function"``         any other ``@cache`` function
 ``"http"``             HTTP calls no provider module names (``http.<host>``)
 ``"<kind>:<name>"``    calls of that kind whose name, or its last dotted part, matches the
