@@ -1,14 +1,21 @@
 """Redis tier benchmark: a warm hit through dejacache against a raw redis-py GET of the same
-value, plus the storage-layout measurement behind RedisStore's packed-blob choice.
+value, on one server and on a Redis Cluster; the storage-layout measurement behind
+RedisStore's packed-blob choice; and ``@cache`` hits per second from 1, 2 and 4 client
+processes on one server and on the cluster.
 
     .venv/bin/python benchmarks/bench_redis.py [--budget 0.3] [--rounds 5] [--quick]
-                                               [--url redis://...]
+                                               [--url redis://...] [--cluster host:port,...]
 
-Without ``--url`` it starts its own ``redis-server`` on a free loopback port. Contenders run
-in interleaved round-robin batches so machine noise hits all of them alike. Every contender
-reads the same ~1.2 KB chat-completion responses under 20 keys, cycling; the full ``@cache``
-row is called with a ~2 KB chat request as its argument, as an agent calls it. Prints
-Markdown (median / p99 in microseconds, ratio to the raw GET); ``--json`` writes the cells.
+Without ``--url`` it starts its own ``redis-server`` on a free loopback port, and without
+``--cluster`` its own cluster (3 masters + 3 replicas, the test suite's fixture; skipped
+with the reason when ``redis-cli`` is missing). Contenders run in interleaved round-robin
+batches so machine noise hits all of them alike. Every contender reads the same ~1.2 KB
+chat-completion responses under 20 keys, cycling; the full ``@cache`` row is called with a
+~2 KB chat request as its argument, as an agent calls it. The cluster rows are divided by a
+raw ``RedisCluster`` GET + loads, whose client does the same slot routing. Throughput cells
+run their processes at once for ``--budget`` x ``--rounds`` seconds, one server and the
+cluster alternating. Prints Markdown (median / p99 in microseconds, ratio to the raw GET);
+``--json`` writes the cells.
 """
 
 from __future__ import annotations
@@ -16,8 +23,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import multiprocessing
 import pathlib
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -27,6 +36,7 @@ from typing import Any
 import orjson
 import redis
 import redis.asyncio
+import redis.cluster
 from _timing import Cell, fmt_us, interleave, machine, md_table, ratio, versions, write_json
 from workload import make_request, make_response
 
@@ -40,6 +50,9 @@ N_KEYS = 20
 TARGET = 1.3  # the goal: a full @cache hit through Redis within 1.3x of a raw GET + loads
 RAW = "raw redis-py GET + orjson.loads"
 CACHE_2KB = "@cache hit, RedisStore, 2 KB request argument"
+CLUSTER_RAW = "raw RedisCluster GET + orjson.loads"
+CLUSTER_CACHE_2KB = "@cache hit, RedisStore on the cluster, 2 KB request argument"
+PROCESSES = (1, 2, 4)
 
 _ns = time.perf_counter_ns
 
@@ -82,6 +95,8 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=0.3, help="seconds per contender per round")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--url", help="an existing Redis (default: start redis-server)")
+    ap.add_argument("--cluster", help="an existing Redis Cluster's host:port[,host:port] "
+                    "(default: start one)")
     ap.add_argument("--quick", action="store_true", help="a short smoke run")
     ap.add_argument("--json", default=None, help="write machine-readable results here")
     args = ap.parse_args()
@@ -103,16 +118,49 @@ def main() -> int:
         server = RedisServer(port=free_port(), workdir=tmp.name)
         server.start()
         url = server.url
+    cluster, cluster_url, why_not = None, None, None
+    if args.cluster:
+        cluster_url = f"redis+cluster://{args.cluster}"
+    elif shutil.which("redis-cli") is None:
+        why_not = "redis-cli is not installed (it creates the cluster)"
+    else:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from support_redis_topologies import ClusterTopology
+
+        cluster = ClusterTopology(root=pathlib.Path(tmp.name) / "cluster")
     try:
-        return run(url, args.budget, args.rounds, args.json, args.quick)
+        if cluster is not None:
+            cluster.start()
+            cluster_url = "redis+cluster://" + ",".join(
+                f"{h}:{p}" for h, p in cluster.startup_nodes[:3])
+        return run(url, cluster_url, why_not, args.budget, args.rounds, args.json, args.quick)
     finally:
+        if cluster is not None:
+            cluster.stop()
         if server is not None:
             server.stop()
         tmp.cleanup()
 
 
-def run(url: str, budget: float, rounds: int, json_path: str | None = None,
-        quick: bool = False) -> int:
+def _chat(store: RedisStore) -> Callable[[int], Any]:
+    """A ``@cache``d chat call over ``store``, warmed: ``op(i)`` hits the i-th request."""
+    responses = [make_response(s) for s in range(N_KEYS)]
+    # What an agent passes: a ~2 KB chat request, keyed on every hit.
+    requests = [make_request("2KB", s) for s in range(N_KEYS)]
+    answer = {id(r): responses[s] for s, r in enumerate(requests)}
+    dejacache.configure(store=store, cache_key="bench")
+
+    @dejacache.cache(name="bench.chat")
+    def chat(request: dict[str, Any]) -> dict[str, Any]:
+        return answer[id(request)]
+
+    for r in requests:
+        chat(r)
+    return lambda i: chat(requests[i % N_KEYS])
+
+
+def run(url: str, cluster_url: str | None, why_not: str | None, budget: float, rounds: int,
+        json_path: str | None = None, quick: bool = False) -> int:
     raw = redis.Redis.from_url(url)
     store = RedisStore(url, key_prefix="bench", timeout=1.0, connect_timeout=1.0)
     codec = JsonCodec()
@@ -134,17 +182,9 @@ def run(url: str, budget: float, rounds: int, json_path: str | None = None,
     def llm(seed: int) -> dict[str, Any]:
         return responses[seed]
 
-    # What an agent passes: a ~2 KB chat request, keyed on every hit.
-    requests = [make_request("2KB", s) for s in range(N_KEYS)]
-    answer = {id(r): responses[s] for s, r in enumerate(requests)}
-
-    @dejacache.cache(name="bench.chat")
-    def chat(request: dict[str, Any]) -> dict[str, Any]:
-        return answer[id(request)]
-
     for s in range(N_KEYS):
         llm(s)
-        chat(requests[s])
+    chat = _chat(store)
     tiered = TieredStore(MemoryStore(), store)
 
     rk = [f"raw:{k}" for k in keys]
@@ -166,7 +206,7 @@ def run(url: str, budget: float, rounds: int, json_path: str | None = None,
     sync_ops: dict[str, Callable[[int], Any]] = {
         "raw redis-py GET + orjson.loads": lambda i: orjson.loads(raw.get(rk[i % N_KEYS])),
         "RedisStore.get + JsonCodec.decode": store_get,
-        CACHE_2KB: lambda i: chat(requests[i % N_KEYS]),
+        CACHE_2KB: chat,
         "@cache hit, RedisStore (int argument)": lambda i: llm(i % N_KEYS),
         "TieredStore.get + decode (front hit)": tiered_get,
     }
@@ -178,12 +218,25 @@ def run(url: str, budget: float, rounds: int, json_path: str | None = None,
     sync = interleave(sync_ops, budget=budget * rounds, batch=20, warmup=50)
     layout = interleave(layout_ops, budget=budget * rounds / 2, batch=20, warmup=50)
     acells = asyncio.run(_async_cells(url, keys, rk, codec, budget, rounds))
+    ccells = (_cluster_cells(cluster_url, budget, rounds) if cluster_url is not None
+              else None)
+    flows = (_throughput(url, cluster_url, budget, rounds) if cluster_url is not None
+             else None)
 
     print("## Redis tier (warm hits, ~1.2 KB response)\n")
     print(f"Machine: {machine()}; {versions('redis', 'orjson')}; redis-server at {url}.\n")
     print(table(sync, "raw redis-py GET + orjson.loads"))
     print()
     print(table(acells, "raw redis.asyncio GET + orjson.loads"))
+    if ccells is not None and flows is not None:
+        print(f"\n### Redis Cluster (3 masters + 3 replicas, {cluster_url})\n")
+        print(table(ccells, CLUSTER_RAW))
+        print("\n### @cache hits per second, client processes at once\n")
+        print(md_table(("processes", "one server (hits/s)", "cluster (hits/s)"),
+                       [(n, f"{flows['server'][str(n)]:,.0f}", f"{flows['cluster'][str(n)]:,.0f}")
+                        for n in PROCESSES]))
+    else:
+        print(f"\n### Redis Cluster\n\nskipped: {why_not}.")
     print("\n### Storage layout (raw redis-py, no decoding)\n")
     print(table(layout, "GET packed blob (chosen)"))
     store_ratio = sync["RedisStore.get + JsonCodec.decode"].median / sync[
@@ -202,10 +255,101 @@ def run(url: str, budget: float, rounds: int, json_path: str | None = None,
         "sync": {k: c.as_dict() for k, c in sync.items()},
         "async": {k: c.as_dict() for k, c in acells.items()},
         "layout": {k: c.as_dict() for k, c in layout.items()},
+        "cluster": (None if ccells is None else {
+            "rows": {"raw": CLUSTER_RAW, "cache_2kb": CLUSTER_CACHE_2KB},
+            "cells": {k: c.as_dict() for k, c in ccells.items()}}),
+        "cluster_why_not": why_not,
+        "throughput": flows,
     }, quick=quick)
     store.close()
     raw.close()
     return 0
+
+
+def _cluster_cells(cluster_url: str, budget: float, rounds: int) -> dict[str, Cell]:
+    """The hit rows on the cluster, each divided by a raw RedisCluster GET + loads."""
+    store = RedisStore(cluster_url, key_prefix="bench", timeout=1.0, connect_timeout=1.0)
+    nodes = [redis.cluster.ClusterNode(h, int(p)) for h, p in
+             (hp.rsplit(":", 1) for hp in cluster_url.removeprefix("redis+cluster://")
+              .split(","))]
+    raw = redis.cluster.RedisCluster(startup_nodes=nodes)
+    codec = JsonCodec()
+    responses = [make_response(s) for s in range(N_KEYS)]
+    keys = [f"{s:032x}" for s in range(N_KEYS)]
+    rk = [f"raw:{k}" for k in keys]
+    for k, r, raw_key in zip(keys, responses, rk, strict=True):
+        raw.set(raw_key, orjson.dumps(r))
+        store.put(k, Record(value=codec.encode(r, key=k), name="bench", namespace="default",
+                            request=b"{}", duration=1.0))
+
+    def store_get(i: int) -> Any:
+        k = keys[i % N_KEYS]
+        rec = store.get(k)
+        assert rec is not None
+        return codec.decode(rec.value, key=k)
+
+    try:
+        return interleave({
+            CLUSTER_RAW: lambda i: orjson.loads(raw.get(rk[i % N_KEYS])),
+            "RedisStore.get + JsonCodec.decode, cluster": store_get,
+            CLUSTER_CACHE_2KB: _chat(store),
+        }, budget=budget * rounds, batch=20, warmup=50)
+    finally:
+        store.close()
+        raw.close()
+
+
+def _hits_worker(url: str, ready: Any, start: Any, stop_at: Any, out: Any) -> None:
+    """One client process: warm its hits, wait for the start, count hits until the end."""
+    store = RedisStore(url, key_prefix="flow", timeout=1.0, connect_timeout=1.0)
+    op = _chat(store)
+    for i in range(200):
+        op(i)
+    ready.put(True)
+    start.wait()
+    deadline = stop_at.value
+    n = 0
+    while time.time() < deadline:
+        for j in range(20):
+            op(n + j)
+        n += 20
+    out.put(n)
+    store.close()
+
+
+def _hits_per_second(url: str, processes: int, seconds: float) -> float:
+    ctx = multiprocessing.get_context("spawn")  # fresh interpreters, as separate clients are
+    ready, start, out = ctx.Queue(), ctx.Event(), ctx.Queue()
+    stop_at = ctx.Value("d", 0.0)
+    procs = [ctx.Process(target=_hits_worker, args=(url, ready, start, stop_at, out))
+             for _ in range(processes)]
+    for p in procs:
+        p.start()
+    try:
+        # The clock starts once every child has imported dejacache and warmed its hits.
+        for _ in procs:
+            ready.get(timeout=120)
+        stop_at.value = time.time() + seconds
+        start.set()
+        total = sum(out.get(timeout=seconds + 60) for _ in procs)
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+    return total / seconds
+
+
+def _throughput(url: str, cluster_url: str, budget: float,
+                rounds: int) -> dict[str, dict[str, float]]:
+    """Hits per second for 1, 2, 4 processes; one server and the cluster alternate, and each
+    cell is the median of its rounds."""
+    seconds = max(budget * 2, 0.2)
+    samples: dict[str, dict[str, list[float]]] = {"server": {}, "cluster": {}}
+    for _ in range(max(2, rounds // 2)):
+        for n in PROCESSES:
+            for name, u in (("server", url), ("cluster", cluster_url)):
+                samples[name].setdefault(str(n), []).append(_hits_per_second(u, n, seconds))
+    return {name: {n: statistics.median(v) for n, v in cells.items()}
+            for name, cells in samples.items()}
 
 
 async def _async_cells(url: str, keys: list[str], rk: list[str], codec: JsonCodec,

@@ -10,7 +10,7 @@ import pytest
 import dejacache
 from dejacache import config
 
-pytest_plugins = ["pytester", "support_redis"]
+pytest_plugins = ["pytester", "support_redis", "support_redis_topologies"]
 
 
 def _import_every_module() -> None:

@@ -171,7 +171,7 @@ def test_elements_of_other_types_fall_back_to_the_general_path() -> None:
 
     msgs: list[Any] = _conversation(10)
     msgs[3] = Sub(msgs[3])
-    msgs[5] = collections.OrderedDict(msgs[5])
+    msgs[6] = collections.OrderedDict(msgs[6])
     msgs[6] = ("a", 1, None)
     msgs.append(2**70)  # only the general path can write it
     data = {"messages": msgs}
@@ -249,3 +249,279 @@ def test_compiled_none_probe_agrees_with_the_walk(data: Any, bad: float) -> None
             if parent is not None:
                 parent[path[-2]] = type("D", (dict,), {})(node)
                 assert not check.ok(twin)
+
+
+# ------------------------------------------------------------------ lists cut out of the whole
+
+_SECRET = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2"  # secret-shaped: the store masks it
+_texts = st.text(max_size=6) | st.sampled_from(["", "?", "https://x.io/?a=1", _SECRET,
+                                                "eyJ", "task-list"])
+_plain = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.floats(allow_nan=False) | _texts,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_names, inner, max_size=3),
+    max_leaves=6,
+)
+_message_like = st.dictionaries(st.sampled_from(["role", "content", "name", "x"]), _plain,
+                                min_size=1, max_size=3)
+
+
+def _whole(data: dict[str, Any]) -> bytes:
+    return keys._dump(data)
+
+
+def _slow_scrub(form: bytes) -> bytes:
+    copy = bytes(memoryview(form))  # a new object (bytes(form) is form): never vouched
+    assert copy is not form
+    return keys._secrets.scrub_request(copy)
+
+
+@_SETTINGS
+@given(st.lists(_message_like, min_size=1, max_size=10), st.lists(_message_like, max_size=9),
+       st.lists(_message_like, max_size=3), _plain, st.lists(_message_like, max_size=3))
+def test_lists_cut_out_of_the_whole_key_like_the_general_path(
+    history: list[Any], tools: list[Any], new: list[Any], other: Any, nested: list[Any]
+) -> None:
+    """Several lists at several levels, cut out of one write of the whole: the same bytes as
+    the general path, each span where its list's bytes are, and the scrubbing check sound
+    (a form it passes is one scrubbing leaves as it is) on the first sight and on a turn."""
+    for msgs in (history, [*history, *new]):
+        data: dict[str, Any] = {"messages": list(msgs), "tools": tools, "other": other,
+                                "sub": {"items": nested, "m": "x"}}
+        whole = _whole(data)
+        out, _check, cut = keys._by_parts(data, _FILTER, True, whole)
+        if out is None:  # not plain under these names (a password, a traceparent)
+            continue
+        assert cut is not None
+        spans, url, marked = cut
+        assert out is whole  # the mark, when it needs one, is the caller's to add
+        assert keys._finish(out + keys._NONE_MARK if marked else out, ()) == _reference(data)
+        assert url or b"://" not in out  # "no URL" is only ever said of a form without one
+        for off, run in spans:
+            assert out[off] == ord("[") and out[off + run.length] == ord("]")
+        found = {out[off:off + run.length + 1] for off, run in spans}
+        wanted = {_whole({"v": v})[5:-1] for v in (data["messages"], tools, nested)
+                  if seg._by_parts(v)}
+        assert found == wanted
+        if seg.scrub_free(out, spans, keys._secrets.scrub_invariant):
+            assert _slow_scrub(out) == out.rstrip(b" ")
+
+
+def _long_conversation(n: int, tag: str) -> list[dict[str, Any]]:
+    """Over ``keys._BY_PARTS_MIN`` bytes, so a first sight writes it by parts."""
+    pad = "word " * 40
+    return [{"role": "system", "content": f"be brief {tag}"},
+            *({**_message(i), "content": None} if i % 4 == 1 else
+              {**_message(i), "content": f"{pad}{tag}{i}"} for i in range(n))]
+
+
+def _miss_key(kb: KeyBuilder, request: dict[str, Any], seed: int) -> str:
+    """The key ``@cache`` computes for ``llm(request)`` on a miss."""
+    found = kb.probe_key((request,), {}, seed)
+    if type(found) is str:
+        return found
+    return kb.bind_key((request,), {}, seed, (), found)[1]
+
+
+def _reference_key(kb: KeyBuilder, request: dict[str, Any], seed: int) -> str:
+    return keys._hex(keys._secrets.mask_url_queries(
+        keys._general({"request": request}, kb._filter, "f")), seed=seed)
+
+
+@pytest.mark.parametrize("mutate", ["content", "nested", "none_to_nan", "nan_to_none",
+                                    "appended_key", "list_item", "type"])
+def test_a_message_mutated_in_place_between_turns_changes_the_key(mutate: str) -> None:
+    """Turn after turn the history is the same dict objects; one of them changed in place
+    (at the top or deep inside) must never key like before, and must key like the general
+    path (nothing is trusted by identity)."""
+    def llm(request: dict[str, Any]) -> None: ...
+
+    kb = KeyBuilder(llm, f"mutate.{mutate}")
+    seed = keys.key_seed("ns", kb.name)
+    msgs = _long_conversation(160, mutate)
+    if mutate == "nan_to_none":
+        msgs[6]["content"] = math.nan
+    before: list[str] = []
+    for turn in range(3):
+        msgs += [_message(2 * turn), _message(2 * turn + 1)]
+        request = {"model": "m", "messages": msgs}
+        key = _miss_key(kb, request, seed)
+        assert key == _reference_key(kb, request, seed)
+        before.append(key)
+    old = msgs[9]
+    if mutate == "content":
+        old["content"] += "!"
+    elif mutate == "nested":
+        msgs[6]["tool_calls"][0]["function"]["arguments"] = '{"x": 1}'
+    elif mutate == "none_to_nan":
+        msgs[6]["content"] = math.nan  # orjson writes both as null: the same bytes
+    elif mutate == "nan_to_none":
+        msgs[6]["content"] = None
+    elif mutate == "appended_key":
+        old["name"] = "someone"
+    elif mutate == "list_item":
+        msgs[6]["tool_calls"].append({"id": "c", "type": "function"})
+    else:
+        old["content"] = 7
+    request = {"model": "m", "messages": msgs}
+    key = _miss_key(kb, request, seed)
+    assert key == _reference_key(kb, request, seed)
+    assert key not in before
+    assert _miss_key(kb, request, seed) == key  # and again, now that it is remembered
+
+
+def test_decorated_miss_after_an_in_place_edit_runs_the_function_again() -> None:
+    import dejacache
+
+    store = dejacache.MemoryStore()
+    calls: list[int] = []
+
+    @dejacache.cache
+    def llm(request: dict[str, Any]) -> int:
+        calls.append(1)
+        return len(calls)
+
+    with dejacache.scope(store=store, cache_key="edit"):
+        msgs = _long_conversation(160, "edit")
+        request = {"model": "m", "messages": msgs}
+        assert llm(request) == 1
+        assert llm(request) == 1  # a hit
+        msgs[6]["tool_calls"][0]["function"]["name"] = "g"  # deep, in place
+        assert llm(request) == 2
+        msgs[6]["content"] = math.nan  # was None: same bytes
+        assert llm(request) == 3
+        msgs[6]["content"] = None
+        assert llm(request) == 2 or calls == [1, 1, 1, 1]  # the first edit's entry again
+
+
+def test_the_stored_request_is_scrubbed_when_a_turn_brings_a_secret() -> None:
+    """The newest message of a turn holds an API key; the history was vouched clean by
+    earlier turns. The store must get the key masked all the same, and the vouched path
+    must write what the full scrub writes."""
+    import dejacache
+
+    store = dejacache.MemoryStore()
+
+    @dejacache.cache
+    def llm(request: dict[str, Any]) -> str:
+        return "ok"
+
+    with dejacache.scope(store=store, cache_key="scrub"):
+        msgs = _long_conversation(160, "scrub")
+        for turn in range(3):
+            msgs += [_message(2 * turn), _message(2 * turn + 1)]
+            llm({"model": "m", "messages": msgs})
+        msgs.append({"role": "user", "content": f"my key is {_SECRET} ok?"})
+        llm({"model": "m", "messages": msgs})
+        msgs.append({"role": "user", "content": "and https://x.io/a?api_key=abc"})
+        llm({"model": "m", "messages": msgs})
+    requests = [r.request for _, r in store.iterate()]
+    assert len(requests) == 5
+    for req in requests:
+        assert _SECRET.encode() not in req and b"api_key=abc" not in req
+        assert req == _slow_scrub(req)  # what the full scrub keeps is a fixed point
+        assert not req.endswith(b" ")
+    assert sum(b"my key is <secret:" in r for r in requests) == 2
+
+
+def test_vouched_scrub_writes_what_the_full_scrub_writes() -> None:
+    def llm(request: dict[str, Any]) -> None: ...
+
+    kb = KeyBuilder(llm, "vouch")
+    for secret in (False, True):
+        msgs = _long_conversation(160, f"vouch{secret}")
+        if secret:
+            msgs[7]["content"] = f"old secret {_SECRET}"
+        for turn in range(3):
+            msgs += [_message(2 * turn), _message(2 * turn + 1)]
+            request = {"model": "m", "messages": msgs}
+            _b, key, body, tail, full = kb.bind_key((request,), {}, 1)
+            assert full and tail == keys._NONE_MARK  # the mark is never written onto body
+            assert key == keys._hex(body + tail, seed=1)
+            vouched = keys._secrets._VOUCHED.get(id(body))
+            assert vouched is not None and vouched[0] is body
+            assert vouched[1]() is not secret  # the clean one takes the short way
+            expected = _slow_scrub(body)
+            assert keys._secrets.scrub_request(body) == expected
+            assert (_SECRET.encode() in expected) is False
+
+
+def _reordered(v: Any, tuples: bool = True) -> Any:
+    """The same data built another way: dict keys in reverse order, fresh objects
+    throughout, and (``tuples``) tuples for lists."""
+    if type(v) is dict:
+        return {k: _reordered(v[k], tuples) for k in reversed(list(v))}
+    if type(v) is list:
+        items = [_reordered(x, tuples) for x in v]
+        return tuple(items) if tuples else items
+    return v
+
+
+_BASE = _long_conversation(120, "prop")
+
+
+@_SETTINGS
+@given(st.lists(_message_like, min_size=1, max_size=4), st.integers(0, 119), _plain)
+def test_long_requests_key_by_value_not_by_how_they_were_built(
+    new: list[Any], at: int, leaf: Any
+) -> None:
+    """Over the by-parts threshold, keyed turn after turn: equal requests built differently
+    share a key; a request with one message different never shares one."""
+    def llm(request: dict[str, Any]) -> None: ...
+
+    kb = KeyBuilder(llm, "prop")
+    seed = keys.key_seed("ns", "prop")
+    history = copy.deepcopy(_BASE)
+    _miss_key(kb, {"model": "m", "messages": history}, seed)  # the previous turn, remembered
+    request = {"model": "m", "messages": [*history, *new]}
+    key = _miss_key(kb, request, seed)
+    assert key == _reference_key(kb, request, seed)
+    assert key == _miss_key(kb, _reordered(request, tuples=False), seed)  # by parts
+    assert key == _miss_key(kb, _reordered(request), seed)  # a tuple: the whole at once
+    changed = copy.deepcopy(request)
+    changed["messages"][at + 1]["x"] = leaf  # no message had "x": always a new field
+    other = _miss_key(kb, changed, seed)
+    assert other == _reference_key(kb, changed, seed)
+    assert other != key
+
+
+def test_many_lists_and_a_long_string_beside_them_key_like_the_general_path() -> None:
+    """More lists than placeholders, and a skeleton larger than the lists: the cut falls
+    back or compares in place, never guesses."""
+    def llm(request: dict[str, Any]) -> None: ...
+
+    kb = KeyBuilder(llm, "many")
+    seed = keys.key_seed("ns", "many")
+    request: dict[str, Any] = {f"l{i:02d}": [{"i": i, "v": None}] for i in range(40)}
+    request["messages"] = _long_conversation(60, "many")
+    request["system"] = "long " * 5000
+    for _ in range(2):
+        assert _miss_key(kb, request, seed) == _reference_key(kb, request, seed)
+    few = {"messages": request["messages"], "system": request["system"], "b": [{"x": 1}]}
+    for _ in range(2):
+        assert _miss_key(kb, few, seed) == _reference_key(kb, few, seed)
+    assert all(type(h) is bytes for h in kb._filter.lists.heads)  # no view keeps a request
+
+
+@pytest.mark.parametrize("where", ["history", "new", "skeleton"])
+def test_credentials_in_urls_are_masked_in_the_key_wherever_they_come_from(where: str) -> None:
+    """URL masking is skipped only for forms known to hold no ``://``: a credential query
+    in an old message, a new one or beside the messages is masked on every turn."""
+    def llm(request: dict[str, Any]) -> None: ...
+
+    kb = KeyBuilder(llm, f"url.{where}")
+    seed = keys.key_seed("ns", kb.name)
+    url = "see https://api.example.com/v1?api_key=sk-live-123&q=1 ok?"
+    msgs = _long_conversation(120, f"url{where}")
+    if where == "history":
+        msgs[3]["content"] = url
+    for turn in range(3):
+        msgs += [_message(2 * turn), _message(2 * turn + 1)]
+        if where == "new" and turn == 2:
+            msgs.append({"role": "user", "content": url})
+        request: dict[str, Any] = {"model": "m", "messages": msgs}
+        if where == "skeleton":
+            request["base_url"] = url
+        key = _miss_key(kb, request, seed)
+        assert key == _reference_key(kb, request, seed)
+    _b, _k, body, _t, _f = kb.bind_key((request,), {}, seed)
+    assert b"sk-live-123" not in body and b"api_key=<secret:" in body

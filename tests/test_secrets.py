@@ -299,3 +299,20 @@ def test_short_password_names_never_reach_a_cassette_store_report_or_miss(
         for value in values.values():
             assert value not in text, f"{value} in the {where}"
     assert "welcome" in places["cassette"] and "login" in places["show"]
+
+
+def test_vouched_scrubbing_is_bounded_and_bound_to_the_very_object() -> None:
+    """A form vouched for is answered without a parse only as that object, only once, and
+    only when its check says so; the registry never holds more than a few forms."""
+    secret = b'{"m":"key sk-proj-A1b2C3d4E5f6G7h8I9j0K1l2"}'
+    for i in range(100):
+        _secrets.vouch(orjson.dumps({"i": i}), lambda: True)
+    assert len(_secrets._VOUCHED) <= _secrets._VOUCHED_MAX
+    form = bytes(memoryview(secret))
+    _secrets.vouch(form, lambda: False)  # the check says no: the full scrub runs
+    assert b"sk-proj-" not in _secrets.scrub_request(form)
+    lying = bytes(memoryview(secret))
+    _secrets.vouch(lying, lambda: True)
+    assert _secrets.scrub_request(secret) != lying  # an equal object is not vouched
+    assert _secrets.scrub_request(lying) == lying  # (the check is the caller's promise)
+    assert b"sk-proj-" not in _secrets.scrub_request(lying)  # asked once: popped

@@ -53,7 +53,9 @@ __all__ = [
     "normalize",
     "scrub_request",
     "secret_key",
+    "scrub_invariant",
     "shapes_in",
+    "vouch",
 ]
 
 # ------------------------------------------------------------------------------- names
@@ -350,7 +352,8 @@ def mask_url_queries(data: bytes) -> bytes:
     Keys call this on every full canonical form, so it is anchored on ``?`` (one memchr):
     scanning a 200 KB request for multi-byte needles costs milliseconds in CPython.
     """
-    if b"?" not in data or b"://" not in data:
+    # One-byte checks first: ``b"://" in data`` runs at ~1.3 GB/s, ``b"/"`` at memchr speed.
+    if b"?" not in data or b"/" not in data or b"://" not in data:
         return data
     c = _re()
     return c.url_b.sub(lambda m: c.param_b.sub(_param_b, m.group(0)) if b"?" in m.group(0)
@@ -410,11 +413,51 @@ def scrub_request(canonical: bytes) -> bytes:
     strings anywhere replaced by keyed masks. The key was computed before, from the form
     with credential *names* masked; shaped secrets are long random strings, so leaving them
     in the digest's input gives a dictionary attack nothing to work with."""
+    vouched = _VOUCHED.pop(id(canonical), None)
+    if vouched is not None and vouched[0] is canonical and vouched[1]():
+        # Canonical JSON (orjson, sorted) that scrubbing leaves as it is: what the parse,
+        # walk and dump below would write (the None mark, a trailing space, is not kept).
+        return vouched[2]
     try:
         tree = orjson.loads(canonical)
     except orjson.JSONDecodeError:
         return canonical
     return orjson.dumps(_STORE_SCRUB.tree(tree), option=orjson.OPT_SORT_KEYS)
+
+
+def scrub_invariant(data: bytes) -> bool:
+    """Whether :func:`scrub_request` leaves ``data``, one canonical JSON value (orjson,
+    sorted keys), as it is: no string in it holds anything to mask."""
+    try:
+        tree = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return orjson.dumps(_STORE_SCRUB.tree(tree), option=orjson.OPT_SORT_KEYS) == data
+
+
+# Canonical forms whose scrubbing can be answered without parsing them, by their identity
+# (the entry keeps the bytes alive, so the id is not reused while it is here): id ->
+# (the bytes, a check that they are canonical JSON scrubbing leaves as they are). Keys put a
+# form here when they wrote a long conversation by parts; its run of messages already
+# asked says which parts are new (a turn of a 1,000-message conversation parsed and walked
+# all of it: 2.1 ms against the key's 0.15 ms floor). Bounded: a form not scrubbed soon
+# (its call raised) is pushed out by later ones, and a form pushed out is scrubbed in full.
+_VOUCHED: dict[int, tuple[bytes, Callable[[], bool], bytes]] = {}
+_VOUCHED_MAX = 16
+
+
+def vouch(canonical: bytes, check: Callable[[], bool], plain: bytes | None = None) -> None:
+    """Let :func:`scrub_request` of this very ``canonical`` object ask ``check`` (True:
+    canonical JSON that scrubbing leaves as it is) before parsing it. ``plain``: the same
+    bytes without the None mark, when the caller has them (200 KB not copied again)."""
+    if plain is None:
+        plain = canonical[:-1] if canonical[-1:] == b" " else canonical
+    while len(_VOUCHED) >= _VOUCHED_MAX:
+        try:
+            _VOUCHED.pop(next(iter(_VOUCHED)), None)
+        except (StopIteration, RuntimeError):  # emptied or changed by another thread
+            break
+    _VOUCHED[id(canonical)] = (canonical, check, plain)
 
 
 # ------------------------------------------------------------------------ the masking key

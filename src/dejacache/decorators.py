@@ -116,7 +116,7 @@ class _Plan:
         self.seed = 0
         self.subs: tuple[tuple[bytes, bytes], ...] = ()
         self.short = False
-        self.quick = False  # short, and no substitutions: ``KeyBuilder.hit_key`` may answer
+        self.quick = False  # short, and no substitutions: ``KeyBuilder.probe_key`` may answer
         self.store: Any = None
         self.share: Callable[[str, Any, Any], None] | None = None
         if eff is None:
@@ -172,9 +172,11 @@ class _Face:
     def general(self, p: _Plan, bound: dict[str, Any], key: str, body: bytes, tail: bytes,
                 full: bool) -> Prep:
         """``(eff, key, canonical, rekey)`` for the engine's general path."""
+        if full:  # already the full form: nothing to rekey. Its None mark (``tail``) is
+            # left off: every use of the request strips it (the store keeps it scrubbed,
+            # reports parse it), and 200 KB need not be copied to add one byte.
+            return p.eff, key, body, None
         canonical = body + tail if tail else body
-        if full:  # already the full form: nothing to rekey
-            return p.eff, key, canonical, None
         kb, subs, eff = p.kb, p.subs, p.eff
         assert kb is not None and eff is not None
         ns = eff.namespace or ""
@@ -226,10 +228,12 @@ class _Face:
                   kwargs: dict[str, Any]) -> tuple[Any, _Parts | None]:
         """The short path (sync_wrapper inlines it): ``(value or MISS, bind_key's parts if
         it had to be asked)``. The key alone comes first: a hit needs nothing else."""
-        key = kb.hit_key(args, kwargs, p.seed) if p.quick else None
+        found = kb.probe_key(args, kwargs, p.seed) if p.quick else None
         parts = None
-        if key is None:
-            parts = kb.bind_key(args, kwargs, p.seed, p.subs)
+        if isinstance(found, str):
+            key = found
+        else:  # the bytes probe_key wrote, if any, are not written again
+            parts = kb.bind_key(args, kwargs, p.seed, p.subs, found)
             key = parts[1]
         item = p.store.hit(key)
         return (_engine.MISS if item is None else self.short_hit(p, eff, key, item)), parts
@@ -411,9 +415,11 @@ def _sync_wrapper(face: _Face) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         parts = None
         if p.short:  # try_short, inlined: the key alone first (see there)
-            key = kb.hit_key(args, kwargs, p.seed) if p.quick else None
-            if key is None:
-                parts = kb.bind_key(args, kwargs, p.seed, p.subs)
+            found = kb.probe_key(args, kwargs, p.seed) if p.quick else None
+            if isinstance(found, str):
+                key = found
+            else:  # the bytes probe_key wrote, if any, are not written again
+                parts = kb.bind_key(args, kwargs, p.seed, p.subs, found)
                 key = parts[1]
             item = p.store.hit(key)
             if item is not None:

@@ -546,44 +546,56 @@ _NONE_MARK = b" "
 _NULLS: dict[str, tuple[_seg.NoneCheck | None, str | None]] = {}
 
 
+# Where the lists a form was cut into start, with their runs, whether the form may hold
+# ``://`` (see ``_seg.Ctx``), and whether it needs the None mark (not appended to a form cut
+# out of a whole: ``_first_sight`` decides).
+_Spans = tuple[list[tuple[int, "_seg.Run"]], bool, bool]
+
+
 def _full(data: Mapping[str, Any], names: _Names, function: str,
           subs: tuple[tuple[bytes, bytes], ...], collect: bool,
           whole: bytes | None = None, by_parts: bool = True
-          ) -> tuple[bytes, _seg.NoneCheck | None]:
+          ) -> tuple[bytes, _seg.NoneCheck | None, _Spans | None]:
     """The full form before substitutions and URL masking, and (``collect``) where it holds
     ``None`` when the data is plain without tags (None otherwise: nothing to remember, as
     other data can write the same bytes). ``whole`` is ``_dump(data)`` when the caller has
-    it; ``by_parts`` False walks the whole at once."""
+    it; ``by_parts`` False walks the whole at once. Third: where the lists written by
+    parts out of ``whole`` start in the form, with their runs (None otherwise)."""
     if by_parts and type(data) is dict and _seg.has_lists(data):
         # Lists of messages or schemas: by parts, walking only what was not seen before.
-        parts, check = _by_parts(data, names, collect, whole)
+        parts, check, spans = _by_parts(data, names, collect, whole)
         if parts is not None:
-            return parts, check
+            return parts, check, spans
     try:
         verdict = _clean(data, names)
         if verdict:
             out = whole if whole is not None else _dump(data)
             if verdict == _PLAIN:
-                return out, _seg.NoneCheck(()) if collect else None
+                return out, _seg.NoneCheck(()) if collect else None, None
             if (verdict & _TAGGED) == _TAGGED:
-                return (out + _NONE_MARK if (verdict & _WITH_NONE) == _WITH_NONE else out), None
+                return (out + _NONE_MARK if (verdict & _WITH_NONE) == _WITH_NONE else out,
+                        None, None)
             paths = _seg.none_paths(data, _SIMPLE) if collect else None
-            return out + _NONE_MARK, (_seg.NoneCheck(paths) if paths is not None else None)
+            return (out + _NONE_MARK, _seg.NoneCheck(paths) if paths is not None else None,
+                    None)
     except (TypeError, orjson.JSONEncodeError, RecursionError):
         pass  # big integers, invalid text, deep or cyclic data: the general path
-    return _general(data, names, function, subs), None
+    return _general(data, names, function, subs), None, None
 
 
-def _by_parts(data: dict[str, Any], names: _Names, collect: bool,
-              whole: bytes | None) -> tuple[bytes | None, _seg.NoneCheck | None]:
+def _by_parts(data: dict[str, Any], names: _Names, collect: bool, whole: bytes | None
+              ) -> tuple[bytes | None, _seg.NoneCheck | None, _Spans | None]:
     ctx = _seg.Ctx(names, names.lists, _clean, _dump, _SIMPLE)
     try:
         out = _seg.segmented(ctx, data, whole)
     except (TypeError, orjson.JSONEncodeError, RecursionError):
         out = None
-    if out is not None and ctx.nones:
+    if out is None:
+        return None, None, None
+    spans = (ctx.spans, ctx.url, ctx.nones) if ctx.spans is not None else None
+    if ctx.nones and spans is None:  # cut out of a whole: the caller adds the mark
         out += _NONE_MARK
-    return out, (ctx.check() if collect and out is not None else None)
+    return out, (ctx.check() if collect else None), spans
 
 
 def _finish(out: bytes, subs: tuple[tuple[bytes, bytes], ...]) -> bytes:
@@ -622,7 +634,8 @@ _PLAIN_ENTRY: tuple[_seg.NoneCheck | None, str | None] = (None, None)  # nothing
 
 def _fast_key(data: Any, names: _Names, function: str,
               subs: tuple[tuple[bytes, bytes], ...], seed: int,
-              checked: bool = False) -> tuple[str, bytes, bytes, bool]:
+              checked: bool = False, out: bytes | None = None
+              ) -> tuple[str, bytes, bytes, bool]:
     """``(key, body, tail, full)``: the key (seeded digest) of the fast lookup form
     ``body + tail``, kept in two parts so a hit never copies the bytes to append the mark;
     ``full`` as in :func:`fast_json`. ``checked``: the caller knows ``data``'s own keys
@@ -631,7 +644,10 @@ def _fast_key(data: Any, names: _Names, function: str,
     One one-shot digest of ``body`` is both the ``_NULLS`` lookup and, when the bytes hold
     no ``None``, the key; the key with the mark was computed once, when the bytes were first
     seen (a hasher object fed the mark cost 0.5 µs of a 2 KB hit, the
-    one-shot digest 0.15; hashing twice cost 12% of a 20 or 200 KB hit).
+    one-shot digest 0.15; hashing twice cost 12% of a 20 or 200 KB hit). ``out``: the
+    ``orjson.dumps`` of ``data`` when the caller has it (:meth:`KeyBuilder.probe_key` wrote
+    it for a lookup that found nothing remembered): written again, a 200 KB request's miss
+    paid the floor twice.
 
     The first sight of some bytes walks the data (the full form, needed on a miss anyway):
     raw bytes are a key only once that walk has found them to be their own full form. A
@@ -643,10 +659,11 @@ def _fast_key(data: Any, names: _Names, function: str,
     """
     if not checked and not names.plain.issuperset(data) and not names.clean(data):
         return _full_key(data, names, function, subs, seed)  # a credential argument
-    try:
-        out = orjson.dumps(data, default=_tagged, option=_OPTS)
-    except (TypeError, orjson.JSONEncodeError):
-        return _full_key(data, names, function, subs, seed)
+    if out is None:
+        try:
+            out = orjson.dumps(data, default=_tagged, option=_OPTS)
+        except (TypeError, orjson.JSONEncodeError):
+            return _full_key(data, names, function, subs, seed)
     key = _hex(out, seed=seed)
     entry = _NULLS.get(key)
     if entry is None:
@@ -668,9 +685,11 @@ def _fast_key(data: Any, names: _Names, function: str,
 
 
 # Below this many bytes a first sight walks the whole request at once. By parts, with no run
-# remembered yet, a 2 KB request cost 14 µs that one walk does in 4, and a 20 KB one 55 µs
-# against 30; above it, remembered runs make a growing conversation's turns cheaper.
-_BY_PARTS_MIN = 32 * 1024
+# remembered yet, a 2 KB request cost 14 µs that one walk does in 4; above it, remembered runs
+# make a growing conversation's turns cheaper, and since the lists' bytes are cut out of the
+# lookup's write instead of written again, from ~8 KB on (a 100-message turn: 141 -> 59 µs
+# on a 18 µs floor; 32 KB was the threshold while by parts wrote the list a second time).
+_BY_PARTS_MIN = 8 * 1024
 
 
 def _first_sight(data: Any, names: _Names, function: str,
@@ -679,16 +698,47 @@ def _first_sight(data: Any, names: _Names, function: str,
     """:func:`_fast_key` for bytes not seen before: the full form, and, when ``out`` is that
     form (plain data, no tags, nothing for URL masking to do), where its ``None`` are, so
     the next call with these bytes takes them as they are."""
-    full, check = _full(data, names, function, subs, True, out, len(out) > _BY_PARTS_MIN)
-    form = _finish(full, subs)
+    full, check, cut = _full(data, names, function, subs, True, out,
+                             len(out) > _BY_PARTS_MIN)
+    if cut is not None and cut[2]:  # cut out of ``out`` (``full`` is ``out``), with a None
+        if not cut[1] and not subs and check is not None:
+            return _marked_cut(out, check, cut[0], seed, key)
+        full += _NONE_MARK
+    # Cut out of ``out`` (``full`` is ``out``) and no ``://`` in it: URL masking has
+    # nothing to do.
+    form = full if cut is not None and not cut[1] and not subs else _finish(full, subs)
     form_key = key if form == out else _hex(form, seed=seed)
+    if cut is not None and not subs and form is full:
+        # Written by parts out of ``out``: the store's scrubbing of the request may ask
+        # only what is new (``_secrets.vouch``).
+        _secrets.vouch(form, functools.partial(_seg.scrub_free, form, cut[0],
+                                               _secrets.scrub_invariant), out)
     if check is not None and (form if not subs else _finish(full, ())) == full:
         if not check.nones:
             _remember(key, _PLAIN_ENTRY)
+        elif form is full and (cut is not None or (
+                len(form) == len(out) + 1 and form[-1:] == _NONE_MARK
+                and form.startswith(out))):  # no second copy of a 200 KB request
+            _remember(key, (check, form_key))
         else:
             marked = out + _NONE_MARK
             _remember(key, (check, form_key if form == marked else _hex(marked, seed=seed)))
     return form_key, form, b"", True
+
+
+def _marked_cut(out: bytes, check: _seg.NoneCheck, spans: list[tuple[int, _seg.Run]],
+                seed: int, key: str) -> tuple[str, bytes, bytes, bool]:
+    """:func:`_first_sight` for a form cut out of ``out`` that holds ``None`` and nothing
+    to mask: ``out`` + the None mark, never written out (a 200 KB copy and its page faults
+    cost 0.3x the key's floor): its key is the digest of both, and ``out`` is vouched for
+    as the request the store keeps (which never holds the mark)."""
+    h = xxhash.xxh3_128(out, seed=seed)
+    h.update(_NONE_MARK)
+    form_key = h.hexdigest()
+    _secrets.vouch(out, functools.partial(_seg.scrub_free, out, spans,
+                                          _secrets.scrub_invariant), out)
+    _remember(key, (check, form_key))
+    return form_key, out, _NONE_MARK, True
 
 
 def _full_key(data: Any, names: _Names, function: str,
@@ -1039,37 +1089,46 @@ class KeyBuilder:
         return _fast(data, self._filter, self.name, substitutions)
 
     def fast_key(self, bound: Mapping[str, Any], seed: int,
-                 substitutions: tuple[tuple[bytes, bytes], ...] = ()
-                 ) -> tuple[str, bytes, bytes, bool]:
+                 substitutions: tuple[tuple[bytes, bytes], ...] = (),
+                 out: bytes | None = None) -> tuple[str, bytes, bytes, bool]:
         """:meth:`fast_form` with its key: ``(key, body, tail, full)``, the form being
         ``body + tail`` and the key its digest under ``seed`` (:func:`key_seed`), which is
-        exactly ``digest(namespace, name, body + tail)``."""
+        exactly ``digest(namespace, name, body + tail)``. ``out``: see :meth:`bind_key`."""
         data: Any = _vol.apply(bound, self.paths, self.patterns) if (
             self.paths or self.patterns) else bound
-        return _fast_key(data, self._filter, self.name, substitutions, seed)
+        return _fast_key(data, self._filter, self.name, substitutions, seed, False,
+                         out if data is bound else None)
 
     def bind_key(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], seed: int,
-                 substitutions: tuple[tuple[bytes, bytes], ...] = ()
-                 ) -> tuple[dict[str, Any], str, bytes, bytes, bool]:
+                 substitutions: tuple[tuple[bytes, bytes], ...] = (),
+                 out: bytes | None = None) -> tuple[dict[str, Any], str, bytes, bytes, bool]:
         """:meth:`bind` then :meth:`fast_key`: ``(bound, key, body, tail, full)``. The
         commonest call, ``llm(request)``, binds as one dict display and skips the names
-        check of its one plain parameter (~3% of a 2 KB hit)."""
+        check of its one plain parameter (~3% of a 2 KB hit). ``out``: the bytes
+        :meth:`probe_key` returned for these very arguments, not written again."""
         one = self._one_plain
         if one is not None and len(args) == 1 and not kwargs:
             bound = {one: args[0]}
             key, body, tail, full = _fast_key(bound, self._filter, self.name, substitutions,
-                                              seed, True)
+                                              seed, True, out)
             return bound, key, body, tail, full
         bound = self.bind(args, kwargs)
-        key, body, tail, full = self.fast_key(bound, seed, substitutions)
+        key, body, tail, full = self.fast_key(bound, seed, substitutions, out)
         return bound, key, body, tail, full
 
     def hit_key(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], seed: int) -> str | None:
+        """:meth:`probe_key`'s key, or None."""
+        found = self.probe_key(args, kwargs, seed)
+        return found if type(found) is str else None
+
+    def probe_key(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], seed: int
+                  ) -> str | bytes | None:
         """The key :meth:`bind_key` gives a call by position of plain parameters (the
         commonest, ``llm(request)``) with no substitutions, when its bytes were seen before
-        and need no rewrite; else None, and :meth:`bind_key` answers. A hit needs nothing
-        but the key: this skips building the miss path's parts and one call level (0.3 of
-        a 2 KB hit's 6 µs).
+        and need no rewrite. Else the bytes it wrote, when it got that far (pass them to
+        :meth:`bind_key` as ``out``), or None, and :meth:`bind_key` answers. A hit needs
+        nothing but the key: this skips building the miss path's parts and one call level
+        (0.3 of a 2 KB hit's 6 µs).
         A miss then binds again through :meth:`bind_key`, which gives the same key."""
         one = self._one_plain
         if one is not None and len(args) == 1 and not kwargs:
@@ -1085,12 +1144,12 @@ class KeyBuilder:
         key = _hex(out, seed=seed)
         entry = _NULLS.get(key)
         if entry is None:
-            return None
+            return out
         check, marked_key = entry
         if check is None:
             return key
         probe = check.probe
-        return marked_key if probe is not None and probe(data) else None
+        return marked_key if probe is not None and probe(data) else out
 
     def canonical_fast(self, bound: Mapping[str, Any],
                        substitutions: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:

@@ -341,3 +341,49 @@ def test_a_new_entry_never_rests_on_a_damaged_shared_value(
         llm([SYSTEM, {"role": "user", "content": "new " * 80}])
     assert str(p) in str(info.value) and "does not match its hash" in str(info.value)
     assert p.read_bytes() == damaged
+
+
+def test_a_file_rewritten_in_place_after_the_read_is_merged_not_spliced(
+        tmp_path: pathlib.Path, lazy: None, counts: dict[str, int]) -> None:
+    """Same inode, other bytes (an editor, a tool writing in place): the save sees the
+    change and merges with what is there, keeping the other writer's entry."""
+    p, other = tmp_path / "c.json", tmp_path / "other.json"
+    record(p)
+    shutil.copy(p, other)
+    run(other, ["theirs"])  # the file as another writer left it: one more entry
+    with dejacache.cassette(p, mode="auto") as tape:
+        assert tape.exists  # read now
+        with open(p, "r+b") as fh:  # then rewritten where it is
+            fh.write(other.read_bytes())
+        llm([SYSTEM, {"role": "user", "content": "mine " * 80}])
+    doc = fmt.load_document(p.read_bytes(), p)
+    assert len(doc["entries"]) == 42
+    assert counts["spliced"] == 1  # "theirs" only
+
+
+@pytest.mark.parametrize("new", [["short"], ["x" * 300], ["x" * 300, "y" * 300, "z" * 300]])
+def test_values_added_to_a_file_that_has_none(
+        tmp_path: pathlib.Path, lazy: None, monkeypatch: pytest.MonkeyPatch,
+        counts: dict[str, int], new: list[str]) -> None:
+    @dejacache.cache(name="small")
+    def small(text: str) -> str:
+        return text[:10]
+
+    base = tmp_path / "base.json"
+    with dejacache.cassette(base, mode="record"):
+        for i in range(5):
+            small(f"q{i}")
+    assert orjson.loads(base.read_bytes())["values"] == {}
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    shutil.copy(base, a)
+    shutil.copy(base, b)
+    with dejacache.cassette(a, mode="auto"):
+        for text in new:
+            small(text)
+    assert counts["spliced"] == 1
+    whole_save(monkeypatch)
+    with dejacache.cassette(b, mode="auto"):
+        for text in new:
+            small(text)
+    assert a.read_bytes() == b.read_bytes()
+    fmt.load_document(a.read_bytes(), a)

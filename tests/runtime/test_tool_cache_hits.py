@@ -149,7 +149,7 @@ def test_counter_bumped_through_another_store_object_is_seen(tmp_path: Path) -> 
         get(1)
         get(1)
         assert calls == [1]
-        writer_store.incr_many(["gen/rt1/t/a/cart/e/cart%3A1"])  # no dejacache state
+        writer_store.incr_many(["gen/cart/rt1/t/a/e/cart%3A1"])  # no dejacache state
         get(1)
         assert calls == [1, 1]
         get(1)
@@ -223,7 +223,7 @@ def test_local_counter_memo_follows_every_bump() -> None:
         gens.bump(["gen/unrelated"])
         assert gens.version == v + 1
         get(1)  # unrelated counter: still a hit
-        gens.bump(["gen/rt1/t/a/r/R"])
+        gens.bump(["gen/r/rt1/t/a/R"])
         get(1)
         assert calls == [1, 1]
         generations.reset()  # back to zeros: the first entry's key again, by design
@@ -245,3 +245,42 @@ def test_traces_are_the_frozen_dataclass_they_were() -> None:
     assert (miss.index, miss.outcome, miss.loop) == (0, "miss", None)
     with pytest.raises(dataclasses.FrozenInstanceError):
         hit.outcome = "miss"  # type: ignore[misc]
+
+
+def test_entities_remembered_by_value_keep_equal_but_different_values_apart() -> None:
+    """A one-field template's entity is remembered by the argument's value when it is an
+    exact int or str. ``True == 1`` (same hash) formats as ``cart:True``, and ``1`` and
+    ``"1"`` are two entries of one entity: each must be invalidated as its own entity says,
+    in its own tenant only."""
+    store = MemoryStore()
+    calls: list[Any] = []
+
+    @dejacache.tool_cache(resource="cart", key="cart:{user_id}", store=store)
+    def get(user_id: Any) -> Any:
+        calls.append(user_id)
+        return {"user": str(user_id), "n": len(calls)}
+
+    @dejacache.invalidates("cart", key="cart:{user_id}", store=store)
+    def update(user_id: Any) -> None:
+        return None
+
+    with dejacache.agent_session(tenant="a"):
+        one, text, yes = get(1), get("1"), get(True)  # (True == 1: not dict keys)
+        assert (get(1), get("1"), get(True)) == (one, text, yes)  # all hits
+        assert len(calls) == 3 and yes["user"] == "True"
+        update(True)  # entity cart:True: 1 and "1" stay cached
+        assert get(1) == one and get("1") == text
+        assert get(True) != yes
+        update(1)  # entity cart:1: both spellings of it miss
+        assert get(1) != one and get("1") != text
+        n = len(calls)
+        with dejacache.agent_session(tenant="b"):
+            get(1)
+            update(1)  # tenant b's write leaves tenant a's entries cached
+        assert len(calls) == n + 1
+    with dejacache.agent_session(tenant="a"):
+        get(1)
+        get(user_id=1)  # by keyword: the long way, the same entity and entry
+        assert len(calls) == n + 1
+    with pytest.raises(dejacache.ScopeError):
+        get(1)  # the remembered entity never stands in for a missing session

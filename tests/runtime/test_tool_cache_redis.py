@@ -150,10 +150,18 @@ def test_write_while_redis_is_down_is_replayed_before_serving(redis_server: Redi
         finally:
             redis_server.resume()
         wait_for(lambda: backend.get_counters(["x"]) is not None)
-        # The failed bumps are applied before any entry is served again.
+        # The failed bumps are applied before any entry is served again; for the fence
+        # after an outage (other processes' queued bumps may still be landing) the tool
+        # runs uncached, then entries are served again.
         assert read() == "v1"
-        assert read() == "v1"
-    assert seen == ["v0", "v1"]
+
+        def hit() -> bool:
+            before = len(seen)
+            assert read() == "v1"
+            return len(seen) == before
+
+        wait_for(hit)
+    assert seen[0] == "v0" and set(seen[1:]) == {"v1"}
 
 
 async def test_async_tools_share_counters(redis_server: RedisServer) -> None:

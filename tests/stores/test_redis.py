@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -119,14 +120,14 @@ def test_put_get_round_trip_without_request_on_the_hit_path(store: RedisStore) -
 def test_every_key_is_prefixed(store: RedisStore, raw: redis.Redis) -> None:
     store.put("k1", rec())
     store.incr("gen:cart")
-    assert all_keys(raw) == {b"t:v:k1", b"t:q:k1", b"t:n:gen:cart"}
+    assert all_keys(raw) == {b"t:e:{k1}", b"t:r:{k1}", b"t:n:gen:cart"}
 
 
 def test_ttl_is_applied_by_the_server(store: RedisStore, raw: redis.Redis) -> None:
     store.put("short", rec(), ttl=0.2)
     store.put("long", rec(), ttl=100)
-    assert 0 < raw.pttl("t:v:short") <= 200
-    assert 0 < raw.pttl("t:q:short") <= 200
+    assert 0 < raw.pttl("t:e:{short}") <= 200
+    assert 0 < raw.pttl("t:r:{short}") <= 200
     got, remaining = store.get_with_ttl("long")
     assert got is not None and remaining is not None and 99 < remaining <= 100
     time.sleep(0.3)
@@ -138,7 +139,7 @@ def test_no_ttl_means_no_expiry_even_after_a_ttl_put(store: RedisStore, raw: red
                                                       ) -> None:
     store.put("k", rec(), ttl=50)
     store.put("k", rec(b"new"))
-    assert raw.pttl("t:v:k") == -1
+    assert raw.pttl("t:e:{k}") == -1
     got, remaining = store.get_with_ttl("k")
     assert got is not None and got.value == b"new" and remaining is None
 
@@ -154,7 +155,7 @@ def test_non_positive_ttl_is_expired_on_arrival(store: RedisStore) -> None:
 def test_put_without_request_drops_the_old_request(store: RedisStore, raw: redis.Redis) -> None:
     store.put("k", rec())
     store.put("k", rec(request=b""))
-    assert raw.exists("t:q:k") == 0
+    assert raw.exists("t:r:{k}") == 0
 
 
 def test_delete(store: RedisStore, raw: redis.Redis) -> None:
@@ -180,7 +181,7 @@ def test_iterate_filters_and_fills_requests(store: RedisStore) -> None:
 def test_iterate_walks_many_scan_pages(store: RedisStore, raw: redis.Redis) -> None:
     pipe = raw.pipeline(transaction=False)
     for i in range(1200):
-        pipe.set(f"t:v:k{i}", pack_record(rec(name=f"n{i % 3}")))
+        pipe.set(f"t:e:{{k{i}}}", pack_record(rec(name=f"n{i % 3}")))
     pipe.execute()
     assert sum(1 for _ in store.iterate()) == 1200
     assert sum(1 for _ in store.iterate(name="n1")) == 400
@@ -201,7 +202,7 @@ def test_clear_keeps_counters_and_other_prefixes(redis_server: RedisServer, stor
         assert store.get("b") is None
         assert store.get_counters(["gen"]) == [1]
         assert other.get("k") is not None
-        assert all_keys(raw) == {b"other:v:k", b"other:q:k", b"t:n:gen"}
+        assert all_keys(raw) == {b"other:e:{k}", b"other:r:{k}", b"t:n:gen"}
     finally:
         other.close()
 
@@ -279,28 +280,28 @@ def test_foreign_counter_value_is_unavailable_not_an_error(store: RedisStore,
 ])
 def test_garbage_is_a_miss_and_is_deleted(store: RedisStore, raw: redis.Redis,
                                           garbage: bytes) -> None:
-    raw.set("t:v:k", garbage)
-    raw.set("t:q:k", b"req")
+    raw.set("t:e:{k}", garbage)
+    raw.set("t:r:{k}", b"req")
     assert store.get("k") is None
     assert all_keys(raw) == set()
-    raw.set("t:v:k", garbage)
+    raw.set("t:e:{k}", garbage)
     assert store.get_with_ttl("k") == (None, None)
     assert all_keys(raw) == set()
 
 
 def test_another_apps_hash_under_our_key_is_a_miss_and_is_deleted(store: RedisStore,
                                                                     raw: redis.Redis) -> None:
-    raw.hset("t:v:k", mapping={"field": "value"})
+    raw.hset("t:e:{k}", mapping={"field": "value"})
     assert store.get("k") is None
-    assert raw.exists("t:v:k") == 0
+    assert raw.exists("t:e:{k}") == 0
     assert store.breaker.state == "closed"
 
 
 async def test_async_hash_under_our_key_is_a_miss_and_is_deleted(astore: RedisStore,
                                                                  raw: redis.Redis) -> None:
-    raw.hset("t:v:k", mapping={"field": "value"})
+    raw.hset("t:e:{k}", mapping={"field": "value"})
     assert await astore.aget("k") is None
-    assert raw.exists("t:v:k") == 0
+    assert raw.exists("t:e:{k}") == 0
     assert astore.breaker.state == "closed" and astore.breaker.healthy
 
 
@@ -323,15 +324,15 @@ def test_each_unpacked_record_gets_its_own_usage() -> None:
 
 async def test_async_garbage_is_a_miss_and_is_deleted(astore: RedisStore,
                                                       raw: redis.Redis) -> None:
-    raw.set("t:v:k", b"garbage")
+    raw.set("t:e:{k}", b"garbage")
     assert await astore.aget("k") is None
-    assert raw.exists("t:v:k") == 0
-    raw.rpush("t:v:k", b"a list")
+    assert raw.exists("t:e:{k}") == 0
+    raw.rpush("t:e:{k}", b"a list")
     assert await astore.aget("k") is None
-    assert raw.exists("t:v:k") == 0
-    raw.set("t:v:k", b"garbage")
+    assert raw.exists("t:e:{k}") == 0
+    raw.set("t:e:{k}", b"garbage")
     assert await astore.aget_with_ttl("k") == (None, None)
-    assert raw.exists("t:v:k") == 0
+    assert raw.exists("t:e:{k}") == 0
 
 
 def test_flipped_value_bytes_are_never_served(store: RedisStore, raw: redis.Redis) -> None:
@@ -344,7 +345,7 @@ def test_flipped_value_bytes_are_never_served(store: RedisStore, raw: redis.Redi
         return {"result": 2 * x}
 
     assert double(21) == {"result": 42}
-    (vkey,) = list(raw.scan_iter(match="t:v:*"))
+    (vkey,) = list(raw.scan_iter(match="t:e:*"))
     blob = bytearray(raw.get(vkey) or b"")
     blob[-3] ^= 0x01  # inside the codec payload: the record frame is still valid
     raw.set(vkey, bytes(blob))
@@ -371,10 +372,10 @@ def test_read_only_reads_and_skips_writes(redis_server: RedisServer, store: Redi
         assert ro.clear() == 0
         assert ro.incr("gen") is None
         assert ro.get_counters(["gen"]) == [1]
-        raw.set("t:v:bad", b"garbage")
+        raw.set("t:e:{bad}", b"garbage")
         assert ro.get("bad") is None
-        assert raw.exists("t:v:bad") == 1  # read-only never deletes, even garbage
-        assert all_keys(raw) == {b"t:v:k", b"t:q:k", b"t:n:gen", b"t:v:bad"}
+        assert raw.exists("t:e:{bad}") == 1  # read-only never deletes, even garbage
+        assert all_keys(raw) == {b"t:e:{k}", b"t:r:{k}", b"t:n:gen", b"t:e:{bad}"}
         assert ro.stats().extra["read_only"] is True
         assert "read_only=True" in repr(ro)
     finally:
@@ -425,7 +426,7 @@ def test_read_only_and_prefix_from_the_url(redis_server: RedisServer, store: Red
         assert "read_only" not in ro.url and "health_check_interval=0" in ro.url
         assert ro.get("k") is not None
         ro.put("new", rec())
-        assert raw.exists("t:v:new") == 0
+        assert raw.exists("t:e:{new}") == 0
     finally:
         ro.close()
     assert RedisStore(redis_server.url + "?read_only=0").read_only is False
@@ -441,7 +442,7 @@ def test_injected_sync_client_is_used_and_left_open(redis_server: RedisServer) -
     assert s.get("k") is not None
     assert s.url == redis_server.url
     s.close()
-    assert client.get("inj:v:k") is not None  # still usable: the caller owns it
+    assert client.get("inj:e:{k}") is not None  # still usable: the caller owns it
     client.close()
 
 
@@ -453,10 +454,10 @@ async def test_injected_sync_client_serves_async_calls_off_the_loop(
     await s.aput("k", rec())
     assert (await s.aget("k")) is not None
     assert await s.aincr("c") == 1
-    raw_garbage = client.set("inj:v:bad", b"x")
+    raw_garbage = client.set("inj:e:{bad}", b"x")
     assert raw_garbage
     assert await s.aget("bad") is None
-    assert client.exists("inj:v:bad") == 0
+    assert client.exists("inj:e:{bad}") == 0
     await s.aclose()
     client.close()
 
@@ -469,7 +470,7 @@ async def test_injected_async_client(redis_server: RedisServer) -> None:
     with pytest.raises(ConfigurationError, match="only an async client"):
         s.get("k")
     await s.aclose()
-    assert await client.get("ainj:v:k") is not None
+    assert await client.get("ainj:e:{k}") is not None
     await client.aclose()
 
 
@@ -528,3 +529,113 @@ async def test_async_cache_through_redis(astore: RedisStore) -> None:
     assert await upper("a") == "A"
     assert await upper("a") == "A"
     assert calls == ["a"]
+
+
+def test_old_layout_entries_are_misses_and_cleared(store: RedisStore,
+                                                   raw: redis.Redis) -> None:
+    """Entries written before keys carried hash tags are never read (a miss is safe);
+    clear() deletes them and counts them."""
+    raw.set("t:v:old", pack_record(rec()))
+    raw.set("t:q:old", b"{}")
+    assert store.get("old") is None
+    assert list(store.iterate()) == [] and store.stats().entries == 0
+    store.put("new", rec())
+    assert store.clear() == 2
+    assert all_keys(raw) == set()
+
+
+def test_a_database_url_is_used(redis_server: RedisServer, raw: redis.Redis) -> None:
+    url = redis_server.url.removesuffix("/0") + "/1"
+    s = RedisStore(url, key_prefix="t", **SLOW_OK)
+    dejacache.configure(store=s)
+    ran: list[int] = []
+
+    @dejacache.cache(name="db1.inc")
+    def inc(x: int) -> int:
+        ran.append(x)
+        return x + 1
+
+    assert [inc(i) for i in range(5)] == [inc(i) for i in range(5)]
+    assert ran == list(range(5))
+    assert all_keys(raw) == set()  # nothing in database 0
+    assert s.stats().entries == 5 and s.url.endswith("/1")
+    s.close()
+
+
+# ---------------------------------------------------------------- the short hit path
+
+
+def test_hit_defers_to_the_general_path_under_a_running_loop(store: RedisStore) -> None:
+    import asyncio
+
+    from dejacache.codec import JsonCodec
+
+    store.put("k", rec(JsonCodec().encode({"a": 1}, key="k")))
+    assert store.hit("k") is not None and store.hit("k")[0] is not None  # type: ignore[index]
+
+    async def inside() -> Any:
+        return store.hit("k")
+
+    item = asyncio.run(inside())
+    assert item is not None and item.body is None and item.record is None
+
+
+def test_hit_hands_a_tagged_value_as_its_record(store: RedisStore, raw: redis.Redis) -> None:
+    from dejacache.codec import JsonCodec
+
+    value = JsonCodec().encode((1, 2), key="k")  # a tuple: a tagged value
+    store.put("k", rec(value))
+    item = store.hit("k")
+    assert item is not None and item.body is None
+    assert item.record is not None and item.record.value == value
+
+
+def test_hit_of_garbage_is_a_miss_and_deletes(store: RedisStore, raw: redis.Redis) -> None:
+    raw.set("t:e:{k}", b"garbage")
+    assert store.hit("k") is None
+    assert raw.exists("t:e:{k}") == 0
+
+
+def test_hit_sees_another_writer_replace_the_bytes(redis_server: RedisServer) -> None:
+    from dejacache.codec import JsonCodec
+
+    codec = JsonCodec()
+    a = RedisStore(redis_server.url, key_prefix="t", **SLOW_OK)
+    b = RedisStore(redis_server.url, key_prefix="t", **SLOW_OK)
+    a.put("k", rec(codec.encode("old", key="k")))
+    first = a.hit("k")
+    assert first is not None and first.body is not None
+    assert a.hit("k") is first  # the same bytes: the same Hit
+    b.put("k", rec(codec.encode("new", key="k")))
+    item = a.hit("k")
+    assert item is not None and item.body is not None and bytes(item.body) == b'"new"'
+    a.close()
+    b.close()
+
+
+def test_frozen_and_plain_cache_hits_through_redis(store: RedisStore) -> None:
+    dejacache.configure(store=store)
+    ran: list[int] = []
+
+    @dejacache.cache(name="short.plain")
+    def plain(x: int) -> dict[str, int]:
+        ran.append(x)
+        return {"x": x}
+
+    @dejacache.cache(name="short.frozen", frozen=True)
+    def frozen(x: int) -> dict[str, int]:
+        ran.append(-x)
+        return {"x": x}
+
+    for _ in range(3):
+        assert plain(1) == {"x": 1} and frozen(2) == {"x": 2}
+    first, second = plain(1), plain(1)
+    assert first == second and first is not second  # each caller its own object
+    with pytest.raises(TypeError):
+        frozen(2)["x"] = 3  # type: ignore[index]
+    assert ran == [1, -2]
+
+
+def test_key_prefix_with_braces_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="hash tag"):
+        RedisStore("redis://127.0.0.1:1/0", key_prefix="a{b}")

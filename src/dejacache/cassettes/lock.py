@@ -15,15 +15,11 @@ import os
 import pathlib
 import time
 from collections.abc import Iterator
+from types import ModuleType
 
 import xxhash
 
 from ..errors import CassetteError
-
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["cassette_lock"]
 
@@ -41,7 +37,9 @@ def _lock_path(path: pathlib.Path) -> pathlib.Path:
 @contextlib.contextmanager
 def cassette_lock(path: pathlib.Path, timeout: float = 60.0) -> Iterator[None]:
     lp = _lock_path(path)
-    if fcntl is None:  # pragma: no cover - Windows
+    try:  # a save only: not with the first block (import time)
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
         import filelock
 
         with filelock.FileLock(str(lp), timeout=timeout):
@@ -49,7 +47,7 @@ def cassette_lock(path: pathlib.Path, timeout: float = 60.0) -> Iterator[None]:
         return
     fd = os.open(lp, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        _flock(fd, path, timeout)
+        _flock(fd, fcntl, path, timeout)
         try:
             yield
         finally:
@@ -58,7 +56,7 @@ def cassette_lock(path: pathlib.Path, timeout: float = 60.0) -> Iterator[None]:
         os.close(fd)
 
 
-def _flock(fd: int, path: pathlib.Path, timeout: float) -> None:
+def _flock(fd: int, fcntl: ModuleType, path: pathlib.Path, timeout: float) -> None:
     """Take the lock, waiting at most ``timeout`` seconds (a writer holds it for one save:
     milliseconds; a minute means a stuck process, which is named rather than waited on)."""
     deadline = time.monotonic() + timeout

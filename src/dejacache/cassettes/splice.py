@@ -18,7 +18,6 @@ when read, as it would have been before the save.
 
 from __future__ import annotations
 
-import bisect
 import collections
 import itertools
 import operator
@@ -131,6 +130,8 @@ def _occurrence_shifts(ix: FileIndex, fresh: list[dict[str, Any]], bounds: list[
                        ) -> tuple[dict[int, int], list[int]]:
     """``(new occurrence of each file entry whose occurrence changes, occurrence of each new
     entry)``: a new call placed before recorded calls of its key moves them one up."""
+    import bisect  # a save only: not with the first block (import time)
+
     moved: dict[int, int] = {}
     out: list[int] = []
     news: dict[str, int] = {}
@@ -315,6 +316,8 @@ def follows_of(items: list[Item], ix: FileIndex, run: RunOrder, new: list[dict[s
     """Each item's ``follows`` in ``items``, as ``Writer.link`` sets it (nothing is pruned
     here, so every predecessor is in the list): what the run observed for the calls it
     made, the recorded order for the rest."""
+    import bisect  # a save only: not with the first block (import time)
+
     n = ix.n
     fresh_at = [j for j, x in enumerate(items) if not isinstance(x, int)]
     olds = list(items)

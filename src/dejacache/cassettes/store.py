@@ -135,11 +135,11 @@ class Cassette(BaseStore):
         with self._lock:
             if self._loaded:
                 return
-            if not self._tape.loaded:
-                # Taken before the file is read: a save that finds the file still so knows
-                # it holds what was read, and splices instead of rendering it again.
-                self._writer.baseline = fmt.identity(self.path)
-            if self._tape.load() and self.strict and self.mode == "auto":
+            exists = self._tape.load()
+            # The file as it was read: a save that finds it still so knows it holds what was
+            # read, and splices instead of rendering it again.
+            self._writer.baseline = self._tape.identity
+            if exists and self.strict and self.mode == "auto":
                 # A strict recording is a contract: a call it does not have is a
                 # divergence, raised before anything is sent (nothing is paid for).
                 self.mode = "replay"

@@ -114,6 +114,7 @@ class Tape:
         self.on_index = on_index
         self.loaded = False
         self.raw: fmt.Buffer | None = None
+        self.identity: tuple[int, ...] | None = None  # the file read (format.identity)
         self.ix: Index | None = None  # where the recorded entries are (None: no file)
         self.full: dict[str, Any] | None = None
         self.old: list[Entry | None] = []  # by position in the file, made on first use
@@ -135,7 +136,11 @@ class Tape:
     def load(self) -> bool:
         """Read the file, once (again after a check that raised); whether it exists."""
         if not self.loaded:
-            self.read(fmt.read_file(self.path))
+            seen: list[tuple[int, ...]] = []
+            raw = fmt.read_file(self.path, seen)
+            # What a save compares the file with: unchanged since this read, it is spliced.
+            self.identity = seen[0] if seen else None
+            self.read(raw)
         return self.raw is not None
 
     def read(self, raw: fmt.Buffer | None) -> None:

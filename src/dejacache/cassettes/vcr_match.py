@@ -18,7 +18,7 @@ n-th recorded answer of that method + URL, and a call past the recorded count a 
 provider), path and query, without the host, so a loopback server on a fresh port or a proxy
 still matches. Each entry keeps the request it was recorded with, so the calls that were served
 with a body other than the one recorded are named once per cassette, field by field
-(:class:`VcrMatch.warning`), and a miss is reported with the nearest recording as usual.
+(:meth:`VcrMatch.warning`), and a miss is reported with the nearest recording as usual.
 
 The HTTP transport says which call is being looked up (:func:`calling`), because a store's
 ``get`` sees only the key: the matcher acts only when the key it is asked for is that call's.

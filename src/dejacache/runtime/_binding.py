@@ -21,13 +21,14 @@ class Template:
     fails at import time instead of silently sharing one entity between all calls.
     """
 
-    __slots__ = ("_defaults", "_fast", "_names", "_pieces", "_sig", "text")
+    __slots__ = ("_defaults", "_fast", "_names", "_pieces", "_sig", "nparams", "one", "text")
 
     def __init__(self, fn: Callable[..., Any], text: str, where: str) -> None:
         self.text = text
         self._sig = inspect.signature(fn)
         params = list(self._sig.parameters.values())
         self._names = tuple(p.name for p in params)
+        self.nparams = len(self._names)
         self._defaults = {p.name: p.default for p in params if p.default is not p.empty}
         self._fast = all(p.kind is _PK for p in params)
         has_var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
@@ -51,6 +52,10 @@ class Template:
                     pieces.append((text_before, index[f], f))
                     text_before = ""
             self._pieces = (tuple(pieces), text_before)
+        # The position of the one parameter a one-field template names ("cart:{user_id}"):
+        # a call passing it by position, alone, formats to a function of its value.
+        self.one: int | None = (self._pieces[0][0][1] if self._pieces is not None
+                                and len(self._pieces[0]) == 1 else None)
         for f in fields:
             root = f.split(".", 1)[0].split("[", 1)[0]
             if not root or root.isdigit():
@@ -63,6 +68,18 @@ class Template:
                     f"{where}: key template {text!r} names {root!r}, which is not a "
                     f"parameter (parameters: {', '.join(self._names) or 'none'})"
                 )
+
+    def value_of(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        """The one argument a one-field template formats when it is an exact ``int`` or
+        ``str`` passed by position without keywords (the entity is then a function of it
+        alone, and equal such values are the same value), else None. The tool cache's sync
+        hit path inlines this rule (``_cached._sync_wrapper``)."""
+        i = self.one
+        if i is None or kwargs or not i < len(args) <= self.nparams:
+            return None
+        v = args[i]
+        tv = type(v)
+        return v if tv is int or tv is str else None
 
     def format(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str | None:
         """The entity for this call, or None when the arguments do not bind (the tool will

@@ -13,6 +13,15 @@ counter; without ``key=`` the resource counter and the resource's "any entity wr
 counter (a listing must not survive a write to one of its items). Tenant and session entries
 also depend on the global counters, so a write made outside any session (an admin job)
 reaches every tenant.
+
+Counter names::
+
+    gen/<resource>/<level>/R | W | e/<entity>
+
+The resource comes first so ``_redis_counters.counter_tag`` can read it back: every counter one call
+reads (tenant and global levels) and every counter one write bumps belong to one resource,
+so a store that groups keys by it (a Redis Cluster hash tag) reads them in one single-slot
+``MGET`` and bumps them in one atomic script.
 """
 
 from __future__ import annotations
@@ -53,8 +62,8 @@ def read_counters(levels: Iterable[str], res: str, entity: str | None) -> list[s
     out: list[str] = []
     tail = f"e/{encode_component(entity)}" if entity is not None else "W"
     for lv in levels:
-        out.append(f"gen/{lv}/{res}/R")
-        out.append(f"gen/{lv}/{res}/{tail}")
+        out.append(f"gen/{res}/{lv}/R")
+        out.append(f"gen/{res}/{lv}/{tail}")
     return out
 
 
@@ -64,8 +73,9 @@ def write_counters(levels: Iterable[str], res: str, entity: str | None) -> list[
     out: list[str] = []
     for lv in levels:
         if entity is None:
-            out.append(f"gen/{lv}/{res}/R")
+            out.append(f"gen/{res}/{lv}/R")
         else:
-            out.append(f"gen/{lv}/{res}/e/{encode_component(entity)}")
-            out.append(f"gen/{lv}/{res}/W")
+            out.append(f"gen/{res}/{lv}/e/{encode_component(entity)}")
+            out.append(f"gen/{res}/{lv}/W")
     return out
+

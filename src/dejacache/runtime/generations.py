@@ -28,7 +28,12 @@ Failing open (shared counters): when the counters cannot be read (Redis down, br
 an unreadable SQLite file) ``read`` returns ``None`` and the caller runs the tool without
 reading or writing the cache, because an entry cannot be proven fresh without them (never
 zeros instead: that could revive entries a write made unreachable). A bump that cannot reach
-the store is remembered and retried; until it lands this process bypasses the cache too. If
+the store (or that no replica confirmed, on Redis) is queued; until it lands this process
+bypasses the cache too, and a background thread sends it every ``FLUSH_INTERVAL`` as the
+store's recovery probe, so it lands ~0.1 s after Redis answers again. Other processes cannot
+know of that queue: one that failed to read its counters keeps off the cache for ``FENCE``
+seconds once it reads them again, the time such queues need to land (docs/runtime.md, "Redis:
+invalidation across outages and failovers", lists the windows that remain). If
 the counters go back to zero (Redis restarted without persistence, a damaged SQLite file moved
 aside) a process that sees a counter lower than it saw before moves to a new local epoch (part
 of every key), so its memory tier cannot resurrect entries from before.
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -95,23 +101,53 @@ class LocalGenerations:
             self.version += 1
 
 
+#: How often a process retries the increments it could not land, in a background thread
+#: (whether or not anyone calls), each attempt acting as the Redis store's recovery probe
+#: (sent even while its breaker is open): queued increments land within about this long
+#: of Redis answering again, whatever the breaker's cooldown.
+FLUSH_INTERVAL = 0.1
+#: An outage longer than this is retried once a second (the window below stays <= 1 s).
+SLOW_AFTER = 30.0
+#: After its counters could not be read, a process keeps off the cache this long once it
+#: reads them again: the time another process that queued increments during the same outage
+#: needs to land them (one FLUSH_INTERVAL and one timeout after Redis answers it, which is
+#: no later than it answers this process), with room for a loaded machine's scheduling.
+FENCE = 1.0
+
+
 class SharedGenerations:
-    """Counters kept in a store that offers ``incr``/``get_counters`` (``RedisStore``,
-    ``SQLiteStore``); ``incr_many`` when offered bumps a write's counters in one
-    transaction."""
+    """Counters kept in a store that offers ``incr``/``get_counters`` (``RedisStore``
+    through its key/run seam, ``SQLiteStore``); ``incr_many`` when offered bumps a write's
+    counters in one transaction."""
 
     def __init__(self, backend: Any) -> None:
+        from ._redis_counters import redis_counters  # (imports _layout, which imports us)
+
         self.backend = backend
-        self.epoch = 0
+        self._ops: Any = redis_counters(backend) or backend
+        self._resets = 0
+        # Part of every entry key. The "g" marks the counter layout of this version (names
+        # start with the resource): counters under the new names start at 0, and an entry
+        # an earlier version cached under zeros must not be reachable again.
+        self.epoch = "g0"
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[int, float]] = {}
         self._seen: dict[str, int] = {}
-        self._pending: set[str] = set()
+        # Counters whose increment has not landed -> the sequence number it was queued at.
+        self._pending: dict[str, int] = {}
+        self._seq = 0
+        self._flusher: threading.Thread | None = None
+        # Whether the counters' store takes ``probe=True`` (Redis): the background flush
+        # is then its recovery probe.
+        self._probes = self._ops is not backend
+        self.fence = FENCE
+        self._failed = False  # counters unreadable since the last successful read
+        self._fenced_until = 0.0
 
     # -- helpers shared by the sync and async paths
 
     def _cached(self, names: Sequence[str], max_age: float) -> list[int] | None:
-        if max_age <= 0 or self._pending:
+        if max_age <= 0 or self._pending or self._failed or self._fenced_until:
             return None
         now = time.monotonic()
         out = []
@@ -130,105 +166,146 @@ class SharedGenerations:
         if len(self._cache) > MAX_COUNTERS:
             self._cache.clear()
 
-    def _learn(self, names: Sequence[str], values: Sequence[int], remember: bool) -> list[int]:
+    def _unreadable(self) -> None:
+        self._failed = True
+        self._cache.clear()
+
+    def _fenced(self) -> bool:
+        """After an outage: whether entries may still be older than an invalidation
+        another process queued during it and has not landed yet."""
+        if self._failed:
+            self._failed = False
+            self._fenced_until = time.monotonic() + self.fence
+            return True
+        until = self._fenced_until
+        if not until:
+            return False
+        if time.monotonic() < until:
+            return True
+        self._fenced_until = 0.0
+        return False
+
+    def _learn(self, names: Sequence[str], values: Sequence[int], remember: bool
+               ) -> list[int] | None:
         out = [int(v) for v in values]
         seen = self._seen.get
         if not remember and all(seen(n) == v for n, v in zip(names, out, strict=True)):
             # The steady state (nothing written since this process last looked): no lock.
             # The values are only cached for counter_max_age readers (``remember``).
-            return out
+            return None if (self._failed or self._fenced_until) and self._fenced() else out
         now = time.monotonic()
         with self._lock:
             self._trim()
             for n, v in zip(names, out, strict=True):
                 if v < self._seen.get(n, 0):
                     # Redis lost its counters: old keys could become reachable again.
-                    self.epoch += 1
+                    self._resets += 1
+                    self.epoch = f"g{self._resets}"
                     self._seen.clear()
                 self._seen[n] = max(v, self._seen.get(n, 0))
                 self._cache[n] = (v, now)
-        return out
+        return None if self._fenced() else out
 
-    def _took(self, name: str, value: int | None) -> bool:
+    def _queue(self, names: Sequence[str]) -> bool:
+        """Remember increments that did not land; a background thread retries them."""
+        self._failed = True  # other processes may have queued theirs too: fence on recovery
         with self._lock:
-            if value is None:
-                self._pending.add(name)
-                self._cache.pop(name, None)
-                return False
-            self._pending.discard(name)
-            self._trim()
-            self._seen[name] = max(int(value), self._seen.get(name, 0))
-            self._cache[name] = (int(value), time.monotonic())
-            return True
-
-    def _took_all(self, names: Sequence[str], values: Sequence[int] | None) -> bool:
-        if values is None:
             for n in names:
-                self._took(n, None)
-            return False
-        return all([self._took(n, v) for n, v in zip(names, values, strict=True)])
+                self._seq += 1
+                self._pending[n] = self._seq
+                self._cache.pop(n, None)
+            t = self._flusher
+            if t is None or not t.is_alive():  # (not alive: the process forked since)
+                t = self._flusher = threading.Thread(
+                    target=_flush_loop, args=(weakref.ref(self),),
+                    name="dejacache-counters-flush", daemon=True)
+                t.start()
+        return False
+
+    def _landed(self, names: Sequence[str], values: Sequence[int], sent_at: int) -> bool:
+        """Record increments that landed; drop what they cover from the queue (entries
+        queued before they were sent: one queued later needs an increment of its own)."""
+        now = time.monotonic()
+        with self._lock:
+            self._trim()
+            for n, v in zip(names, values, strict=True):
+                if self._pending.get(n, sent_at + 1) <= sent_at:
+                    del self._pending[n]
+                self._seen[n] = max(int(v), self._seen.get(n, 0))
+                self._cache[n] = (int(v), now)
+        return True
 
     # -- sync
 
-    def _incr(self, names: Sequence[str]) -> bool:
-        many = getattr(self.backend, "incr_many", None)
-        if many is not None:
-            try:
-                values = many(list(names))
-            except Exception:  # fail open: remembered as pending, retried on the next read
-                values = None
-            return self._took_all(names, values)
-        ok = True
-        for n in names:
-            try:
-                value = self.backend.incr(n)
-            except Exception:
-                value = None
-            ok = self._took(n, value) and ok
-        return ok
+    def _incr(self, names: Sequence[str], probe: bool = False) -> bool:
+        sent_at = self._seq
+        many = getattr(self._ops, "incr_many", None)
+        try:
+            if many is not None:
+                values = (many(list(names), probe=True) if probe and self._probes
+                          else many(list(names)))
+            else:
+                values = [self._ops.incr(n) for n in names]
+                if any(v is None for v in values):
+                    values = None
+        except ConfigurationError:
+            raise
+        except Exception:  # fail open: queued, retried in the background and on reads
+            values = None
+        if values is None:
+            return self._queue(names)
+        return self._landed(names, values, sent_at)
 
-    def _flush(self) -> bool:
-        return self._incr(list(self._pending))
+    def _flush(self, probe: bool = False) -> bool:
+        with self._lock:
+            pending = list(self._pending)
+        return self._incr(pending, probe) if pending else True
 
     def read(self, names: Sequence[str], max_age: float = 0.0) -> list[int] | None:
-        """Current values; up to ``max_age`` seconds old when cached. None: unavailable."""
+        """Current values; up to ``max_age`` seconds old when cached. None: unavailable,
+        or not yet trusted again after an outage (see ``FENCE``)."""
         hit = self._cached(names, max_age)
         if hit is not None:
             return hit
         try:
             if self._pending and not self._flush():
-                return None
-            values = self.backend.get_counters(list(names))
+                return None  # this process's own write has not landed: nothing is fresh
+            values = self._ops.get_counters(list(names))
         except Exception:  # fail open: the caller runs the tool uncached
-            return None
+            values = None
         if values is None:
+            self._unreadable()
             return None
         return self._learn(names, values, max_age > 0)
 
     def bump(self, names: Sequence[str]) -> bool:
-        return self._incr(names)
+        try:
+            return self._incr(names)
+        except ConfigurationError:
+            return self._queue(names)
 
     # -- async
 
     async def _aincr(self, names: Sequence[str]) -> bool:
-        many = getattr(self.backend, "aincr_many", None)
-        if many is not None:
-            try:
+        sent_at = self._seq
+        many = getattr(self._ops, "aincr_many", None)
+        try:
+            if many is not None:
                 values = await many(list(names))
-            except Exception:
-                values = None
-            return self._took_all(names, values)
-        ok = True
-        for n in names:
-            try:
-                value = await self.backend.aincr(n)
-            except Exception:
-                value = None
-            ok = self._took(n, value) and ok
-        return ok
+            else:
+                values = [await self._ops.aincr(n) for n in names]
+                if any(v is None for v in values):
+                    values = None
+        except Exception:
+            values = None
+        if values is None:
+            return self._queue(names)
+        return self._landed(names, values, sent_at)
 
     async def _aflush(self) -> bool:
-        return await self._aincr(list(self._pending))
+        with self._lock:
+            pending = list(self._pending)
+        return await self._aincr(pending) if pending else True
 
     async def aread(self, names: Sequence[str], max_age: float = 0.0) -> list[int] | None:
         hit = self._cached(names, max_age)
@@ -237,15 +314,39 @@ class SharedGenerations:
         try:
             if self._pending and not await self._aflush():
                 return None
-            values = await self.backend.aget_counters(list(names))
+            values = await self._ops.aget_counters(list(names))
         except Exception:
-            return None
+            values = None
         if values is None:
+            self._unreadable()
             return None
         return self._learn(names, values, max_age > 0)
 
     async def abump(self, names: Sequence[str]) -> bool:
         return await self._aincr(names)
+
+
+def _flush_loop(ref: weakref.ref[SharedGenerations]) -> None:
+    """Land ``ref``'s queued increments: every FLUSH_INTERVAL for the first SLOW_AFTER
+    seconds, then every second (a long outage costs one attempt a second); ends when none
+    is left, or when nothing uses those counters any more."""
+    started = time.monotonic()
+    while True:
+        slow = time.monotonic() - started > SLOW_AFTER
+        time.sleep(1.0 if slow else FLUSH_INTERVAL)
+        gens = ref()
+        if gens is None:
+            return
+        try:
+            gens._flush(probe=True)
+            sync = True
+        except ConfigurationError:
+            sync = False  # a store with only an async client: the next aread lands them
+        with gens._lock:  # under the lock: _queue starts a new thread once this one ends
+            if not gens._pending or not sync:
+                gens._flusher = None
+                return
+        del gens
 
 
 _LOCAL = LocalGenerations()
@@ -263,6 +364,8 @@ def counter_backend(store: Any, _depth: int = 0) -> Any:
     """The object holding shared counters for ``store`` (itself or a tier behind it)."""
     if callable(getattr(store, "get_counters", None)) and callable(getattr(store, "incr", None)):
         return store
+    if all(callable(getattr(store, a, None)) for a in ("key", "run", "arun")):
+        return store  # RedisStore's seam: the counters are kept through it
     if _depth > 3:
         return None
     tiers = getattr(store, "tiers", None)

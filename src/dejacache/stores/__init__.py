@@ -40,7 +40,9 @@ def __getattr__(name: str) -> Any:
 
 def store_from_url(url: str) -> Store:
     """A store from a URL: ``memory://``, ``sqlite:///abs/path.db``, ``sqlite://`` (default
-    path), ``redis://host:port/db`` (needs the ``redis`` extra)."""
+    path), ``redis://host:port/db``, ``redis+cluster://host:port[,host:port]``,
+    ``redis+sentinel://host:port[,host:port]/service_name[/db]`` (these need the ``redis``
+    extra)."""
     import urllib.parse
 
     parsed = urllib.parse.urlsplit(url)
@@ -56,7 +58,7 @@ def store_from_url(url: str) -> Store:
         from .sqlite import SQLiteStore
 
         return SQLiteStore(path)
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in ("redis", "rediss", "unix", "redis+cluster", "redis+sentinel"):
         try:
             from .redis import RedisStore
         except ImportError as exc:  # pragma: no cover - depends on extras

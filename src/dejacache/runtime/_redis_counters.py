@@ -1,0 +1,219 @@
+"""Generation counters in Redis (one server, Sentinel or Cluster), through the store's seam.
+
+Keys are ``store.key("g", <resource>, <name>)``: every counter of one resource shares a
+hash tag, so one call's counters (tenant and global levels) are one single-slot ``MGET``
+and one write's increments one atomic Lua script, on a Cluster as on one server.
+
+An increment counts as landed only when it is **durable as far as the topology allows**:
+the script also returns how many replicas the master has, and when it has any, the same
+connection sends ``WAIT 1 <ms>`` in the same round trip. An increment the master
+acknowledged but no replica did (a master about to die takes it with it: measured, 3 of 3
+failovers lost one) is reported as not landed, so the caller keeps it queued and sends it
+again; increments are idempotent for invalidation (a counter only has to change), so
+sending one twice costs an extra miss, never a wrong answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import ConfigurationError
+
+__all__ = ["RedisCounters", "redis_counters"]
+
+_MEMO_MAX = 4096
+
+_INCR = """
+local out = {}
+for i, k in ipairs(KEYS) do out[i] = redis.call('INCR', k) end
+local info = redis.call('INFO', 'replication')
+out[#KEYS + 1] = tonumber(string.match(info, 'connected_slaves:(%d+)')) or 0
+return out
+"""
+
+
+def counter_tag(name: str) -> str:
+    """The resource a counter name belongs to (its hash tag): names are
+    ``gen/<resource>/<level>/...`` (``_layout`` makes them; a test pins the two together).
+    A name not made there is its own group."""
+    parts = name.split("/", 2)
+    return parts[1] if len(parts) == 3 and parts[0] == "gen" else name
+
+
+def redis_counters(store: Any) -> RedisCounters | None:
+    """Counters over ``store``'s seam (``key``/``run``/``arun``), or None for a store
+    without it (SQLite keeps its own ``incr_many``/``get_counters``)."""
+    if all(callable(getattr(store, a, None)) for a in ("key", "run", "arun")):
+        return RedisCounters(store)
+    return None
+
+
+def _ints(values: Sequence[Any]) -> list[int] | None:
+    try:
+        return [int(v) if v is not None else 0 for v in values]
+    except (TypeError, ValueError):  # someone stored a non-number under a counter key
+        return None
+
+
+class RedisCounters:
+    """``get_counters``/``incr_many`` (and async twins) with hash-tagged keys and
+    replicated increments."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+        # WAIT must give up well before the socket does (a timeout would count as Redis
+        # failing): 40% of the store's read timeout, 20 ms with the default 50 ms.
+        self.wait_ms = max(1, int(float(getattr(store, "timeout", 0.05)) * 400))
+        # Replicas the master reported last (0 until told: a WAIT on a master without
+        # replicas would sit out its whole timeout).
+        self.replicas = 0
+        self._memo: dict[tuple[str, ...], list[tuple[list[int], list[str]]]] = {}
+
+    def _groups(self, names: Sequence[str]) -> list[tuple[list[int], list[str]]]:
+        """(indexes, keys) per hash tag, in first-seen order (one group per call in
+        practice: every name of a call belongs to one resource). Remembered per names:
+        a tool reads the same few sets on every call."""
+        memo = self._memo
+        hit = memo.get(tuple(names))
+        if hit is None:
+            if len(memo) >= _MEMO_MAX:
+                memo.clear()
+            hit = memo[tuple(names)] = self._group(names)
+        return hit
+
+    def _group(self, names: Sequence[str]) -> list[tuple[list[int], list[str]]]:
+        groups: dict[str, tuple[list[int], list[str]]] = {}
+        key = self.store.key
+        for i, n in enumerate(names):
+            tag = counter_tag(n)
+            idx, keys = groups.setdefault(tag, ([], []))
+            idx.append(i)
+            keys.append(key("g", tag, n))
+        return list(groups.values())
+
+    # -- reads
+
+    def get_counters(self, names: Sequence[str]) -> list[int] | None:
+        out = [0] * len(names)
+        for idx, keys in self._groups(names):
+            got = self.store.run(lambda c, k=keys: c.mget(k), None)
+            vals = None if got is None else _ints(got)
+            if vals is None:
+                return None
+            for i, v in zip(idx, vals, strict=True):
+                out[i] = v
+        return out
+
+    async def aget_counters(self, names: Sequence[str]) -> list[int] | None:
+        out = [0] * len(names)
+        for idx, keys in self._groups(names):
+            got = await self.store.arun(lambda c, k=keys: c.mget(k), None)
+            vals = None if got is None else _ints(got)
+            if vals is None:
+                return None
+            for i, v in zip(idx, vals, strict=True):
+                out[i] = v
+        return out
+
+    # -- increments
+
+    def _landed(self, reply: Any, n: int) -> list[int] | None:
+        """New values from a ``[script reply, WAIT reply?]`` pipeline reply, or None when
+        the increments are not known to have reached a replica the master has."""
+        if not reply:
+            return None
+        values = _ints(reply[0])
+        if values is None or len(values) != n + 1:
+            return None
+        replicas = values.pop()
+        waited = len(reply) > 1
+        self.replicas = replicas
+        if replicas and not (waited and int(reply[1]) >= 1):
+            return None
+        return values
+
+    def _op(self, keys: list[str]) -> Any:
+        wait = self.replicas > 0
+        cluster = self.store.kind == "cluster"
+
+        def op(client: Any) -> Any:
+            # WAIT covers the writes of its own connection only: the script and WAIT go in
+            # one pipeline (one connection, one round trip), on a Cluster to the client of
+            # the node that owns the slot.
+            node = client.get_redis_connection(client.get_node_from_key(keys[0])) \
+                if cluster else client
+            pipe = node.pipeline(transaction=False)
+            pipe.eval(_INCR, len(keys), *keys)
+            if wait:
+                pipe.execute_command("WAIT", 1, self.wait_ms)
+            try:
+                return pipe.execute()
+            except Exception:
+                if cluster:
+                    # The slot may have moved (a failover): re-read the layout so the next
+                    # attempt goes to the new master (the cluster client's own commands
+                    # do this; this one bypassed it).
+                    with contextlib.suppress(Exception):
+                        client.nodes_manager.initialize()
+                raise
+
+        return op
+
+    def incr_many(self, names: Sequence[str], *, probe: bool = False) -> list[int] | None:
+        """Increment every counter; the new values, or None when Redis failed or the
+        increments are not replicated yet (the caller sends them again). ``probe``: send
+        them even while the store's breaker is open, as its recovery probe."""
+        if self.store.read_only:
+            return None
+        run = self.store.run
+        out = [0] * len(names)
+        for idx, keys in self._groups(names):
+            waited = self.replicas > 0
+            vals = self._landed(run(self._op(keys), None, probe=probe), len(keys))
+            if vals is None and not waited and self.replicas:
+                # First news of a replica: send them again, waiting for it this time.
+                vals = self._landed(run(self._op(keys), None, probe=probe), len(keys))
+            if vals is None:
+                return None
+            for i, v in zip(idx, vals, strict=True):
+                out[i] = v
+        return out
+
+    async def aincr_many(self, names: Sequence[str]) -> list[int] | None:
+        if self.store.read_only:
+            return None
+        try:
+            # Writes are rare: the sync client in a thread gives every topology the same
+            # replicated increment (redis.asyncio's cluster pipeline cannot route WAIT).
+            return await asyncio.to_thread(self.incr_many, names)
+        except ConfigurationError:
+            pass  # only an async client
+        out = [0] * len(names)
+        for idx, keys in self._groups(names):
+            waited = self.replicas > 0
+            vals = self._landed(await self.store.arun(self._aop(keys), None), len(keys))
+            if vals is None and not waited and self.replicas:
+                vals = self._landed(await self.store.arun(self._aop(keys), None), len(keys))
+            if vals is None:
+                return None
+            for i, v in zip(idx, vals, strict=True):
+                out[i] = v
+        return out
+
+    def _aop(self, keys: list[str]) -> Any:
+        wait = self.replicas > 0 and self.store.kind != "cluster"
+
+        async def op(client: Any) -> Any:
+            if self.store.kind == "cluster":
+                # Documented gap: an async-only Cluster store's increments are not WAITed.
+                return [await client.eval(_INCR, len(keys), *keys), 1]
+            pipe = client.pipeline(transaction=False)
+            pipe.eval(_INCR, len(keys), *keys)
+            if wait:
+                pipe.execute_command("WAIT", 1, self.wait_ms)
+            return await pipe.execute()
+
+        return op
