@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -57,6 +58,12 @@ def _isolated_dejacache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch)
         monkeypatch.delenv(var, raising=False)
     config.reset()
     dejacache.reset_stats()  # the package re-exports stats() over the module name
+    # New cassette entries are stamped with the time to the second: held still within a
+    # test, so two saves it compares byte for byte do not differ by a second boundary.
+    from dejacache.cassettes import ageing
+
+    now = time.time()
+    monkeypatch.setattr(ageing, "clock", lambda: now)
     yield
     config.reset()
 

@@ -177,3 +177,50 @@ def test_the_openai_sdk_and_model_are_recorded(fake: Any, tmp_path: pathlib.Path
     made_with = entries(path)[0]["recorded_with"]
     assert made_with["sdk"] == f"openai {openai.__version__}"
     assert made_with["model"] == "gpt-test"
+
+
+FAIL = {"on": False}
+
+
+@dejacache.cache(name="flaky", kind="llm")
+def flaky(q: str) -> str:
+    if FAIL["on"]:
+        raise ConnectionError("provider down")
+    return f"ok {q}"
+
+
+def test_a_failed_rerecord_keeps_the_expired_entry(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path):
+        flaky("hello")
+    age(path, 45)
+    before = path.read_bytes()
+    FAIL["on"] = True
+    try:
+        with (dejacache.cassette(path, max_age="30d", on_expiry="rerecord"),
+              pytest.raises(ConnectionError)):  # handled inside: the block ends well
+            flaky("hello")
+    finally:
+        FAIL["on"] = False
+    assert path.read_bytes() == before  # never a lost recording
+
+
+def test_rerecording_unchanged_keeps_the_age_unless_expired(recorded: pathlib.Path,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    from dejacache.cassettes import ageing
+
+    age(recorded, 3)
+    before = recorded.read_bytes()
+    later = time.time() + 60
+    monkeypatch.setattr(ageing, "clock", lambda: later)
+    with dejacache.cassette(recorded, mode="record"):
+        ask("hello")
+        ask("bye")
+    assert recorded.read_bytes() == before  # unchanged answers: no diff, ages kept
+    RAN.clear()
+    with dejacache.cassette(recorded, mode="record", max_age="2d"):
+        ask("hello")
+        ask("bye")
+    after = entries(recorded)
+    assert all(abs(recorded_at(e) - later) < 2 for e in after)  # type: ignore[operator]

@@ -46,6 +46,10 @@ __all__ = ["INI", "Ageing", "age_line", "made_with_text", "recorded_with", "reso
 #: pytest's ini ``dejacache_max_age`` (set by the plugin): below ``configure`` and the env.
 INI: list[float | None] = [None]
 
+#: The clock entries are stamped and judged by (the test suite holds it still within a test:
+#: two saves of one run a second apart must give the same bytes).
+clock: Callable[[], float] = time.time
+
 # The HTTP call about to be made in this context and its User-Agent (request headers are
 # never stored: this is how the one header that names the SDK reaches the entry).
 _AGENT: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
@@ -138,10 +142,9 @@ def recorded_with(key: str, name: str, kind: str, request: Any, response: Any
     return out
 
 
-def stamp_entry(doc: dict[str, Any], key: str, name: str, kind: str, request: Any,
-                now: float) -> None:
+def stamp_entry(doc: dict[str, Any], key: str, name: str, kind: str, request: Any) -> None:
     """Add ``recorded_at`` and ``recorded_with`` to a new entry ``doc``."""
-    doc["recorded_at"] = stamp(now)
+    doc["recorded_at"] = stamp(clock())
     made_with = recorded_with(key, name, kind, request, doc.get("response"))
     if made_with:
         doc["recorded_with"] = made_with
@@ -150,13 +153,11 @@ def stamp_entry(doc: dict[str, Any], key: str, name: str, kind: str, request: An
 class Ageing:
     """``max_age`` and ``on_expiry`` applied to one cassette's entries as they replay."""
 
-    def __init__(self, path: Any, max_age: float, on_expiry: str, mode: str,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, path: Any, max_age: float, on_expiry: str, mode: str) -> None:
         self.path = path
         self.max_age = max_age
         self.on_expiry = on_expiry
         self.mode = mode
-        self.clock = clock
         self.now = clock()  # one "now" per block: every entry is judged against the same
         self.warned: set[tuple[str, int]] = set()
         self.served: list[str] = []  # expired entries served, described
@@ -166,6 +167,10 @@ class Ageing:
     def verdict(self, doc: dict[str, Any]) -> str | None:
         return on_expired(recorded_at(doc), self.max_age, self.now, mode=self.mode,
                           on_expiry=self.on_expiry)
+
+    def expired(self, doc: dict[str, Any]) -> bool:
+        born = recorded_at(doc)
+        return born is not None and self.now - born > self.max_age
 
     def renew(self, key: str, index: int | None, doc: dict[str, Any]) -> bool:
         """Whether the entry at ``index`` is to be re-recorded live instead of served."""

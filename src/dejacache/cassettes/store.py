@@ -24,7 +24,6 @@ import dataclasses
 import pathlib
 import sys
 import threading
-import time
 import warnings
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -117,6 +116,7 @@ class Cassette(BaseStore):
                        if max_age is not None else None)
         #: which calls go live (``partial.py``); their recordings go to ``live_tape``
         self.partial = partial
+        self._writer.expired = self.ageing.expired if self.ageing is not None else None
         self.live_tape = None if partial is None else Cassette(
             live_path or self.path.with_suffix(".live.json"), mode="record",
             redactor=self.redactor, rerecord_hint=rerecord_hint,
@@ -273,7 +273,7 @@ class Cassette(BaseStore):
             if self._sealed:
                 self._warn_late(name, req_tree)
                 return False
-            stamp_entry(doc, key, name, kind, req_tree, time.time())
+            stamp_entry(doc, key, name, kind, req_tree)
             if self.ageing is not None and (old := self.ageing.replaced(key)) is not None:
                 self._writer.replaced.add(old)
             doc, red_request = self._writer.add(

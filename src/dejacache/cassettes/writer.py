@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import os
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -52,6 +53,8 @@ class Writer:
         self.baseline: tuple[int, ...] | None = None
         #: File indexes of expired entries a new recording replaces (``ageing.py``).
         self.replaced: set[int] = set()
+        #: Whether a recorded entry is older than the cassette's max_age (None: none set).
+        self.expired: Callable[[dict[str, Any]], bool] | None = None
 
     def add(self, doc: dict[str, Any], *, key: str, name: str, namespace: str, kind: str,
             request: Any, duration: float, redactor: Redactor) -> tuple[dict[str, Any], Any]:
@@ -86,9 +89,11 @@ class Writer:
         if occ < len(old):
             prev = tape.doc(tape.entry(old[occ], key, occ))
             if canon(prev, ignore=VOLATILE_FIELDS) == canon(doc, ignore=VOLATILE_FIELDS):
-                # ...but its age restarts: the live call just confirmed it (else an expired
-                # entry re-recorded unchanged would stay expired for ever).
-                return dict(prev, occurrence=occ, **_stamps(doc))
+                # ...unless it had expired: the live call just confirmed it, and its age
+                # restarts (else it would stay expired, and be re-recorded, for ever).
+                if self.expired is not None and self.expired(prev):
+                    return dict(prev, occurrence=occ, **_stamps(doc))
+                return dict(prev, occurrence=occ)
         return doc
 
     # ---------------------------------------------------------------- the saved file
