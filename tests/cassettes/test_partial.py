@@ -183,3 +183,28 @@ def test_live_model_through_the_openai_sdk(fake: Any, tmp_path: pathlib.Path) ->
             until = sdk_agent(client)
         assert until[0] == recorded[0] and until[1] != recorded[1]
         assert LIVE == ["search paris"]
+
+
+@dejacache.cache(name="allm", kind="llm")
+async def allm(prompt: str) -> str:
+    LIVE.append(f"allm {prompt}")
+    return f"{prompt} v{VERSION['n']}"
+
+
+@dejacache.cache(name="tools.asearch", kind="tool")
+async def asearch(q: str) -> str:
+    LIVE.append(f"asearch {q}")
+    return f"found {q}"
+
+
+async def test_async_calls_go_live_by_kind_too(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "a.json"
+    VERSION["n"] = 1
+    with dejacache.cassette(path):
+        await allm(await asearch("paris"))
+    LIVE.clear()
+    VERSION["n"] = 2
+    with dejacache.cassette(path, live=["model"]):
+        assert await allm(await asearch("paris")) == "found paris v2"
+    assert LIVE == ["allm found paris"]
+    LIVE.clear()
