@@ -493,9 +493,11 @@ def block_flat(R: Results) -> str:
                             else "")
         row = [face, calls]
         for c in (rec, rep):
+            o = _overhead(c) if c is not None else None
             row += (["-", "-"] if c is None else
-                    [f"{num(c['first_tenth_us'])} → {num(c['last_tenth_us'])}",
-                     f"{_growth(c):.2f} ({c['ratio']:.2f})"])
+                    [f"{_own(o[0])} → {_own(o[1])}" if o else "-",
+                     f"{_growth(c):.2f} ({num(c['first_tenth_us'])} → "
+                     f"{num(c['last_tenth_us'])}: {c['ratio']:.2f})"])
         row.append(ms(rec["exit_ms"]) if rec else "-")
         row.append(f"{rec['block_s']:,.1f} s" if rec else "-")
         rows.append(row)
@@ -503,27 +505,47 @@ def block_flat(R: Results) -> str:
     return "\n".join([
         "Cost per call in one long `with dejacache.cassette(...)` block, each cell a fresh "
         "interpreter: the median µs of a call in the first and in the last tenth of the block "
-        "(the block's first call left out) and their ratio, each tenth divided by its floor "
-        "(timed right after each call: recording, the same live call let through; replay, the "
-        "same call answered with the same bytes by an httpx `MockTransport`; `@cache`, an "
-        "orjson + xxh3 key and a dict), so that load slowing both cancels; in brackets the "
-        f"raw ratio. Goal ≤ {goal}: the cost does not grow with the calls already made. "
+        "(the block's first call left out). dejacache's own cost is the call's median less "
+        "its floor's, the floor timed right after each call (recording: the same live call "
+        "let through; replay: the same call answered with the same bytes by an httpx "
+        "`MockTransport`; `@cache`: an orjson + xxh3 key and a dict), so the provider's time "
+        "and load that slows both leave it out. Goal: last tenth / first tenth of that cost "
+        f"≤ {goal} (it does not grow with the calls already made); in brackets the whole "
+        "calls' medians and their ratio. "
         "HTTP: plain httpx clients (automatic "
         "interception) posting ~2 KB agent-shaped chat requests, each carrying the previous "
         "answer's tool-call id back, to the tests' loopback provider (replayed with it "
         "stopped); `@cache`: the same requests, ~1.2 KB answers. Save: the recording block's "
         "exit; record + save: the whole recording block.", "",
-        table(["face", "calls", "record µs, first → last tenth", "ratio vs floor (raw)",
-               "replay µs, first → last tenth", "ratio vs floor (raw)", "save",
+        table(["face", "calls", "record: own µs, first → last tenth", "ratio (whole call)",
+               "replay: own µs, first → last tenth", "ratio (whole call)", "save",
                "record + save"], rows), "",
         f"Goal met at {biggest:,} calls: " + _met(all(
             _growth(c) <= goal for c in cells if c["n"] == biggest)) + ".", "",
         source(R, "flat")])
 
 
+def _overhead(c: dict[str, Any]) -> tuple[float, float] | None:
+    """dejacache's own cost in the first and the last tenth: the call's median less its
+    floor's (None for results without a floor)."""
+    if "floor_first_tenth_us" not in c:
+        return None
+    return (c["first_tenth_us"] - c["floor_first_tenth_us"],
+            c["last_tenth_us"] - c["floor_last_tenth_us"])
+
+
+def _own(x: float) -> str:
+    # below its floor: the two calls' noise is larger than dejacache's cost (a 10-call
+    # block's tenth is one call)
+    return num(x) if x > 0 else "< floor"
+
+
 def _growth(c: dict[str, Any]) -> float:
-    """Last tenth / first tenth, each divided by its floor (the raw ratio without one)."""
-    return float(c.get("ratio_vs_floor", c["ratio"]))
+    """Last tenth / first tenth of dejacache's own cost (the raw ratio without a floor)."""
+    o = _overhead(c)
+    if o is None or o[0] <= 0 or o[1] <= 0:
+        return float(c["ratio"])
+    return o[1] / o[0]
 
 
 def _flat_target(R: Results) -> list[str]:
@@ -536,7 +558,7 @@ def _flat_target(R: Results) -> list[str]:
     big = [c for c in cells if c["n"] == biggest]
     worst = max(big, key=_growth)
     saves = ", ".join(f"{c['face']} {c['block_s']:,.1f} s" for c in big if c["mode"] == "record")
-    return [job + ", each divided by its floor", "≤ 1.2",
+    return [job + " of dejacache's own cost (the call less its floor)", "≤ 1.2",
             f"{biggest:,} calls: worst {_growth(worst):.2f} ({worst['face']} {worst['mode']}); "
             f"record + save {saves}", _met(_growth(worst) <= 1.2)]
 

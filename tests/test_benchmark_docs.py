@@ -143,5 +143,7 @@ def test_the_flat_block_judges_the_largest_block(render: ModuleType) -> None:
     assert "worst 1.10" in row and "| yes |" in row
     cells[-1]["ratio"] = 1.5
     assert "Goal met at 1,000 calls: **no**" in render.block_flat(R)
-    cells[-1]["ratio_vs_floor"] = 1.0  # the floor slowed as much: load, not the block
+    # the floor (the live call let through) slowed as much: the provider, not dejacache
+    cells[-1].update(last_tenth_us=150.0, floor_first_tenth_us=50.0, floor_last_tenth_us=100.0)
     assert "Goal met at 1,000 calls: yes" in render.block_flat(R)
+    assert "50.0 → 50.0" in render.block_flat(R)  # dejacache's own cost, first → last
