@@ -421,6 +421,26 @@ class SentinelTopology:
             return int(port)
         raise AssertionError("no sentinel is running")
 
+    def _switched_master_port(self) -> int | None:
+        """The master every live sentinel records with no failover in progress (None while
+        one is running or the sentinels disagree)."""
+        ports: set[int] = set()
+        for s in self.sentinel_nodes:
+            if not s.alive:
+                continue
+            c = s.client()
+            try:
+                state = c.sentinel_master(self.service_name)
+            finally:
+                c.close()
+            flags = state["flags"]
+            if isinstance(flags, str):
+                flags = set(flags.split(","))
+            if "failover_in_progress" in flags:
+                return None
+            ports.add(int(state["port"]))
+        return ports.pop() if len(ports) == 1 else None
+
     def master(self) -> Node:
         port = self.master_port()
         return next(n for n in self.servers if n.port == port)
@@ -458,11 +478,15 @@ class SentinelTopology:
                    "the Sentinel set to be healthy (a master with a connected replica)")
 
     def wait_promoted(self, old_master_port: int, timeout: float = 20) -> Node:
-        """Until a sentinel names a master other than ``old_master_port`` and it accepts
-        writes; returns it."""
+        """Until a sentinel's failover is over (its master record switched to another server,
+        no failover in progress) and the new master accepts writes; returns it.
+        ``GET-MASTER-ADDR-BY-NAME`` names the promoted replica while the failover is still
+        running: restarting the old master then let a slow failover end with the old master
+        named again (seen once under load)."""
         def promoted() -> bool:
-            port = self.master_port()
-            return port != old_master_port and _info(port, "replication")["role"] == "master"
+            port = self._switched_master_port()
+            return (port is not None and port != old_master_port
+                    and _info(port, "replication")["role"] == "master")
         wait_until(promoted, timeout, "Sentinel to promote the replica")
         return self.master()
 
