@@ -567,3 +567,22 @@ def test_other_question():
     res.assert_outcomes(passed=1, failed=1)
     res.stdout.fnmatch_lines(["*differs from the recorded call at step 0*",
                               "*q: 'paris' -> 'rome'*"])
+
+
+def test_the_derived_live_cassette_is_no_orphan(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=PARTIAL_AGENT + """
+@pytest.mark.dejacache
+def test_plan():
+    agent()
+""")
+    run(pytester).assert_outcomes(passed=1)
+    pytester.makepyfile(test_agent=PARTIAL_AGENT + """
+@pytest.mark.dejacache(live=["model"])
+def test_plan():
+    agent()
+""")
+    run(pytester).assert_outcomes(passed=1)
+    assert _cassette(pytester, "test_plan").with_name("test_plan.live.json").exists()
+    res = run(pytester, "--dejacache-verify")
+    res.assert_outcomes(passed=1)
+    assert res.ret == 0, res.stdout.str()

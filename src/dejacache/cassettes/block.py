@@ -161,6 +161,8 @@ class cassette(Block[Cassette]):
         tape = self.open()
         for seen in OPENED:
             seen(self, tape)
+            if tape.live_tape is not None:  # a partial block's derived file is the test's too
+                seen(self, tape.live_tape)
         base = inherited()
         ns: str | None
         if not isinstance(self.cache_key, Unset):

@@ -417,7 +417,10 @@ class Cassette(BaseStore):
 
     @property
     def unused(self) -> list[EntryInfo]:
-        """Recorded entries this run never replayed (empty in ``record`` mode)."""
+        """Recorded entries this run never replayed (empty in ``record`` mode, and for a
+        partial block: what it did not replay went live on purpose, and is no orphan)."""
+        if self.partial is not None:
+            return []
         with self._lock:
             return self._tape.unused()
 
