@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -52,10 +53,17 @@ def _isolated_dejacache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("DEJACACHE_SECRET_KEY", "dejacache-test-suite")
     # CI is cleared too: under CI cassettes default to replay, and tests must not depend on
     # where they run (tests of that rule set it themselves).
-    for var in ("DEJACACHE_MODE", "DEJACACHE_CACHE_KEY", "DEJACACHE_VOLATILE", "CI"):
+    for var in ("DEJACACHE_MODE", "DEJACACHE_CACHE_KEY", "DEJACACHE_VOLATILE", "CI",
+                "DEJACACHE_MAX_AGE", "DEJACACHE_ON_EXPIRY"):
         monkeypatch.delenv(var, raising=False)
     config.reset()
     dejacache.reset_stats()  # the package re-exports stats() over the module name
+    # New cassette entries are stamped with the time to the second: held still within a
+    # test, so two saves it compares byte for byte do not differ by a second boundary.
+    from dejacache.cassettes import ageing
+
+    now = time.time()
+    monkeypatch.setattr(ageing, "clock", lambda: now)
     yield
     config.reset()
 

@@ -454,3 +454,138 @@ def test_many(i):
     res = run(pytester)
     res.assert_outcomes(passed=6)
     res.stdout.fnmatch_lines(["calls: 6 replayed, 0 recorded, 0 missed*"])
+
+
+def _age_cassette(path: pathlib.Path, days: float) -> None:
+    import time
+
+    from dejacache._core.ageing import stamp
+    from dejacache.cassettes import format as fmt
+
+    doc = fmt.load_document(path.read_bytes(), path)
+    for e in doc["entries"]:
+        e["recorded_at"] = stamp(time.time() - days * 86400)
+    path.write_bytes(fmt.render(doc["entries"], doc["values"]))
+
+
+def test_marker_max_age_warns_of_expired_entries(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=AGENT + """
+@pytest.mark.dejacache(max_age="30d")
+def test_plan():
+    assert llm("plan a trip")["text"] == "PLAN A TRIP"
+""")
+    run(pytester).assert_outcomes(passed=1)
+    path = _cassette(pytester, "test_plan")
+    assert "recorded_at" in orjson.loads(path.read_bytes())["entries"][0]
+    _age_cassette(path, 45)
+    res = run(pytester, "--dejacache-mode=replay", "-W", "default::UserWarning")
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines(["*DejacacheWarning*test_plan.json: entry 0 (llm, occurrence 0) "
+                              "was recorded 45d ago*older than max_age 30d*"])
+
+
+def test_ini_max_age_and_marker_rerecord(pytester: pytest.Pytester,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    pytester.makeini("[pytest]\ndejacache_max_age = 10d\n")
+    pytester.makepyfile(test_agent=AGENT + """
+import os
+
+@pytest.mark.dejacache(on_expiry="rerecord")
+def test_plan():
+    llm("plan a trip")
+    assert len(CALLS) == int(os.environ["LIVE_CALLS"])
+""")
+    monkeypatch.setenv("LIVE_CALLS", "1")
+    run(pytester).assert_outcomes(passed=1)
+    path = _cassette(pytester, "test_plan")
+    _age_cassette(path, 11)
+    run(pytester).assert_outcomes(passed=1)  # expired (the ini's 10d): re-recorded live
+    monkeypatch.setenv("LIVE_CALLS", "0")
+    run(pytester).assert_outcomes(passed=1)  # fresh again: replayed, no warning
+
+
+PARTIAL_AGENT = AGENT + """
+TOOLS = []
+
+@dejacache.cache(name="tools.search_web", kind="tool")
+def search_web(q):
+    TOOLS.append(q)
+    return "found " + q
+
+def agent():
+    return llm("plan " + search_web("paris"))["text"]
+"""
+
+
+def test_marker_live_and_the_option(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=PARTIAL_AGENT + """
+@pytest.mark.dejacache
+def test_plan():
+    agent()
+""")
+    run(pytester).assert_outcomes(passed=1)
+    path = _cassette(pytester, "test_plan")
+    before = path.read_bytes()
+    pytester.makepyfile(test_agent=PARTIAL_AGENT + """
+@pytest.mark.dejacache(live=["model"])
+def test_plan():
+    agent()
+    assert CALLS == ["plan found paris"] and TOOLS == []
+""")
+    run(pytester).assert_outcomes(passed=1)
+    assert path.read_bytes() == before
+    derived = path.with_name("test_plan.live.json")
+    assert [e["name"] for e in orjson.loads(derived.read_bytes())["entries"]] == ["llm"]
+    pytester.makepyfile(test_agent=PARTIAL_AGENT + """
+@pytest.mark.dejacache
+def test_plan():
+    agent()
+    assert CALLS == [] and TOOLS == ["paris"]
+""")
+    run(pytester, "--dejacache-live=tool:search_web").assert_outcomes(passed=1)
+    assert path.read_bytes() == before
+
+
+def test_marker_replay_until_fails_where_the_run_diverges(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=PARTIAL_AGENT + """
+@pytest.mark.dejacache
+def test_plan():
+    agent()
+""")
+    run(pytester).assert_outcomes(passed=1)
+    pytester.makepyfile(test_agent=PARTIAL_AGENT + """
+@pytest.mark.dejacache(replay_until=1)
+def test_plan():
+    agent()
+    assert TOOLS == [] and CALLS == ["plan found paris"]
+
+@pytest.mark.dejacache(replay_until=2, cassette="cassettes/test_agent/test_plan.json")
+def test_other_question():
+    search_web("rome")
+""")
+    res = run(pytester)
+    res.assert_outcomes(passed=1, failed=1)
+    res.stdout.fnmatch_lines(["*differs from the recorded call at step 0*",
+                              "*q: 'paris' -> 'rome'*"])
+
+
+def test_the_derived_live_cassette_is_no_orphan(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=PARTIAL_AGENT + """
+@pytest.mark.dejacache
+def test_plan():
+    agent()
+""")
+    run(pytester).assert_outcomes(passed=1)
+    pytester.makepyfile(test_agent=PARTIAL_AGENT + """
+@pytest.mark.dejacache(live=["model"])
+def test_plan():
+    agent()
+""")
+    run(pytester).assert_outcomes(passed=1)
+    assert _cassette(pytester, "test_plan").with_name("test_plan.live.json").exists()
+    # In a subprocess: an in-process session with --dejacache-verify leaves state behind
+    # that makes test_pytest_usage's orphan test see no collected module (seen with a
+    # plain replay too, without live=).
+    res = pytester.runpytest_subprocess(*_QUIET, "--dejacache-verify")
+    res.assert_outcomes(passed=1)
+    assert res.ret == 0, res.stdout.str()

@@ -308,6 +308,13 @@ async def areplay_miss(eff: Effective, name: str, key: str, canonical: bytes) ->
 _FLIGHTS: SingleFlight[Any] = SingleFlight()
 
 
+def call_mode(eff: Effective, name: str, kind: str) -> str:
+    """The mode of one call in a cassette that replays part of a run (``live=``,
+    ``replay_until=``: ``cassettes/partial.py``): ``replay``, or ``record`` for a call
+    that goes live."""
+    return cast(Any, eff.store).mode_for(name, kind)  # type: ignore[no-any-return]
+
+
 def _record_error(eff: Effective, name: str, kind: str, key: str, canonical: bytes,
                   exc: Exception, duration: float) -> None:
     # Cassettes may keep exceptions the user opted in to (record_errors=...), to replay them.
@@ -357,8 +364,9 @@ class Driver:
     def flow(self, key: str, canonical: bytes, *, flights: bool = True,
              keep_errors: bool = True) -> Flow:
         eff = self.eff
-        facts = Facts(eff.mode, eff.features.sequenced, self.rekey_fn is not None, flights,
-                      keep_errors)
+        f = eff.features
+        mode = eff.mode if not f.partial else call_mode(eff, self.name, self.kind)
+        facts = Facts(mode, f.sequenced, self.rekey_fn is not None, flights, keep_errors)
         return call_flow(facts, key, canonical)
 
     def ran(self, value: Any, *, keep: bool = True) -> Ran:
@@ -626,8 +634,10 @@ def call_sync(
     With ``rekey``, ``key``/``canonical`` are the fast form and ``rekey()`` the full one.
     """
     d = SyncDriver(eff, name, kind, ttl, rekey)  # positional: no keywords to match
-    facts = tuple.__new__(Facts, (eff.mode, (eff._features or eff.features).sequenced,
-                                  rekey is not None, True, True))  # Driver.flow, written out
+    f = eff._features or eff.features
+    mode = eff.mode if not f.partial else call_mode(eff, name, kind)
+    facts = tuple.__new__(Facts, (mode, f.sequenced, rekey is not None, True,
+                                  True))  # Driver.flow, written out
     return d.call(call_flow(facts, key, canonical), fn)
 
 

@@ -290,6 +290,8 @@ class _Settings:
         self.store: Store | None = None
         self.codec: Codec = JsonCodec()
         self.volatile: VolatileItems | None = None  # None: DEJACACHE_VOLATILE
+        self.max_age: float | None = None  # None: DEJACACHE_MAX_AGE (cassettes/ageing.py)
+        self.on_expiry: str | None = None  # None: DEJACACHE_ON_EXPIRY, else "warn"
         self._default: _DefaultStore | None = None
         self._effective: Effective | None = None
 
@@ -366,6 +368,8 @@ def configure(
     codec: Codec | Unset = UNSET,
     volatile: Iterable[str | re.Pattern[str]] | Unset | None = UNSET,
     codec_allow: Iterable[str] | Unset = UNSET,
+    max_age: Duration | Unset | None = UNSET,
+    on_expiry: str | Unset | None = UNSET,
 ) -> None:
     """Set process-wide defaults. Arguments left out keep their current value.
 
@@ -374,7 +378,10 @@ def configure(
     ``DEJACACHE_MODE``/``auto``. ``volatile`` names extra fields, dotted paths
     (``body.messages[*].content``) or compiled patterns (every match inside any string is
     replaced by a placeholder) left out of every key, replacing ``DEJACACHE_VOLATILE``;
-    ``volatile=None`` goes back to it.
+    ``volatile=None`` goes back to it. ``max_age`` (a duration: ``"30d"``) is how old a
+    cassette entry may be before replaying it warns, or with ``on_expiry="rerecord"`` runs
+    the call live again in ``auto`` mode (``docs/living-with-recordings.md``); ``None`` goes
+    back to ``DEJACACHE_MAX_AGE`` / ``DEJACACHE_ON_EXPIRY``.
     """
     s = _SETTINGS
     with s.lock:
@@ -394,6 +401,12 @@ def configure(
             s.codec = codec
         if not isinstance(volatile, Unset):
             s.volatile = volatile_items(volatile) if volatile is not None else None
+        if not isinstance(max_age, Unset):
+            s.max_age = seconds(max_age, "max_age") if max_age is not None else None
+        if not isinstance(on_expiry, Unset):
+            from ._core.ageing import check_on_expiry
+
+            s.on_expiry = check_on_expiry(on_expiry) if on_expiry is not None else None
         s.invalidate()
 
 

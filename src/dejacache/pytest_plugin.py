@@ -35,7 +35,8 @@ import pytest
 import xxhash
 
 from . import _pytest_usage
-from .cassettes import placeholder_keys
+from ._core.durations import seconds
+from .cassettes import ageing, placeholder_keys
 from .cassettes.block import cassette, default_mode, in_ci
 from .cassettes.netguard import NetworkGuard
 from .cassettes.prices import PRICES_DATE, set_prices
@@ -67,6 +68,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="remove cassette entries that passing tests did not use")
     group.addoption("--dejacache-block-network", action="store_true", default=False,
                     help="allow only loopback connections in cassette tests (on under CI)")
+    group.addoption("--dejacache-live", metavar="KINDS", default=None,
+                    help="comma-separated kinds or names of calls that go live while every "
+                         "other call replays, e.g. 'model' or 'tool:search_web'; recorded "
+                         "into <cassette>.live.json, never the cassette (partial replay)")
     group.addoption("--dejacache-strict", action="store_true", default=False,
                     help="strict replay for every cassette: calls must follow the recorded "
                          "order (per asyncio task / thread); a divergence fails the test")
@@ -84,7 +89,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(damage, secrets, entries no test used, expiry, format: "
                          "dejacache verify) and fail the session when one fails")
     parser.addini("dejacache_max_age", default="",
-                  help="with --dejacache-verify: entries recorded longer ago fail (e.g. 30d)")
+                  help="cassette entries recorded longer ago replay with a warning, and fail "
+                       "--dejacache-verify (e.g. 30d)")
     group.addoption("--dejacache-report", metavar="DIR", default=None,
                     help="write an HTML report of each cassette test's run into DIR: every "
                          "call replayed, recorded or unused (dejacache.report)")
@@ -95,7 +101,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "dejacache(cassette=None, mode=None, cache_key=None, redact=None, substitute=None, "
         "record_errors=(), record_on_error=False, prune=False, allow_hosts=(), volatile=(), "
-        "expect_misses=False, strict=False, match='request'): "
+        "expect_misses=False, strict=False, match='request', max_age=None, on_expiry=None, "
+        "live=None, replay_until=None, live_path=None): "
         "record and "
         "replay this test's calls from a cassette",
     )
@@ -127,6 +134,12 @@ def pytest_configure(config: pytest.Config) -> None:
     # placeholder, which the guard in placeholder_keys keeps off the wire.
     if (config.getoption("dejacache_mode") or default_mode()) == "replay":
         config.stash[_PLACEHOLDERS] = placeholder_keys.supply()
+    ini_age = config.getini("dejacache_max_age")
+    if ini_age:
+        try:
+            ageing.INI[0] = seconds(ini_age, "dejacache_max_age")
+        except ConfigurationError as exc:
+            raise pytest.UsageError(str(exc)) from exc
     _pytest_usage.configure(config, current_test)  # the record of which cassettes it used
 
 
@@ -144,6 +157,7 @@ def _check_environment() -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     placeholder_keys.withdraw(config.stash.get(_PLACEHOLDERS, None))
+    ageing.INI[0] = None  # pytester runs sessions in this process: the next has its own ini
     _pytest_usage.unconfigure(config)
     if config.stash.get(_SCENARIO, False):
         from .integrations import scenario as scenario_integration
@@ -277,10 +291,15 @@ def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
     path = cassette_path(item, explicit)
     mode = opts.get("mode") or config.getoption("dejacache_mode") or default_mode()
     hint = _rerecord_command(item)
+    live = opts.get("live", config.getoption("dejacache_live"))
+    partial = bool(live) or opts.get("replay_until") is not None
+    if partial and mode == "record":
+        mode = None  # a partial block replays; --dejacache-mode=record is for the others
     # A test replaying in a session that does not (a marker's mode="replay"): its own
     # placeholders, set before the block patches the transports so the guard sits under it.
+    # (Not for a partial replay: its live calls need the real credentials.)
     keys = placeholder_keys.supply() if (
-        mode == "replay" and _PLACEHOLDERS not in config.stash) else None
+        mode == "replay" and not partial and _PLACEHOLDERS not in config.stash) else None
     block = cassette(
         path,
         mode,
@@ -294,6 +313,11 @@ def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
         rerecord_hint=hint,
         shared=explicit is not None,
         match=opts.get("match", "request"),
+        max_age=opts.get("max_age"),
+        on_expiry=opts.get("on_expiry"),
+        live=live,
+        replay_until=opts.get("replay_until"),
+        live_path=opts.get("live_path"),
         **({"cache_key": opts["cache_key"]} if "cache_key" in opts else {}),
     )
     try:

@@ -179,6 +179,10 @@ def test_the_cassettes_own_max_age_wins_and_unknown_age_is_said(
     assert status == 1
     assert "1 of 2 entries recorded more than 1d ago" in rows(out, "test_one.json")["expired"][1]
     other = tree / "tests" / "cassettes" / "test_agent" / "test_two.json"
+    doc = fmt.load_document(other.read_bytes(), other)
+    for e in doc["entries"]:  # as recorded before dejacache kept the time
+        e.pop("recorded_at")
+    other.write_bytes(fmt.render(doc["entries"], doc["values"]))
     status, out = verify(capsys, str(other), "--max-age", "30d")
     assert status == 0
     verdict, detail = rows(out, "test_two.json")["expired"]

@@ -29,6 +29,20 @@ def test_a_run_lists_every_call_in_order_with_tokens_and_cost(run_a: pathlib.Pat
     assert run.duration == pytest.approx(sum(s.duration for s in run.steps))
 
 
+def test_each_step_gives_its_age_and_the_sdk_and_model_it_was_recorded_with(
+        run_a: pathlib.Path) -> None:
+    import anthropic
+    import openai
+
+    run = load_run(run_a)
+    assert all(re.fullmatch(r"\d+s", s.age) for s in run.steps)  # recorded just now
+    assert f"with openai {openai.__version__}, model gpt-4o-mini" in run.steps[0].recorded
+    assert f"with anthropic {anthropic.__version__}" in run.steps[3].recorded
+    page = report(run_a)
+    assert "<th class=\"num\">age</th>" in page
+    assert f"openai {openai.__version__}" in page
+
+
 def test_model_calls_carry_their_prompt_prefix_turn(run_a: pathlib.Path) -> None:
     run = load_run(run_a)
     chat = [s.prefix for s in run.steps if s.name == "openai.chat.completions"]

@@ -17,9 +17,19 @@ from types import TracebackType
 from typing import ParamSpec, TypeVar
 
 from .._core.volatile import BlockPaths
-from ..config import UNSET, Effective, Unset, resolve_mode, settings_object, volatile_items
+from ..config import (
+    UNSET,
+    Duration,
+    Effective,
+    Unset,
+    resolve_mode,
+    settings_object,
+    volatile_items,
+)
 from ..keys import key_substitutions
 from ..scope import Block, enter, inherited, leave, settle
+from .ageing import resolve as resolve_ageing
+from .partial import Partial, check_partial, derived_path, parse_live
 from .redact import Redactor
 from .store import Cassette
 from .vcr_match import check_match, warn_stale
@@ -72,6 +82,13 @@ class cassette(Block[Cassette]):
     ``tape.divergences`` lists the same findings and nothing fails.
     ``match="vcr"``: calls are matched on method + URL in recorded order, as vcrpy does
     (``cassettes/vcr_match.py``); a warning at exit names the request fields that changed.
+    ``max_age`` (``"30d"``; default ``configure(max_age=)``, ``DEJACACHE_MAX_AGE``):
+    an entry recorded longer ago replays with a ``DejacacheWarning``, or with
+    ``on_expiry="rerecord"`` in ``auto`` mode runs live and is replaced (``ageing.py``).
+    ``live=["model"]`` / ``["tool:search_web"]``: those calls go live, the rest replay;
+    ``replay_until=N``: the first N calls replay in the recorded order, later ones go live.
+    Live calls are written to ``live_path`` (default ``<name>.live.json``), never to
+    ``path`` (``partial.py``).
     """
 
     def __init__(
@@ -90,6 +107,11 @@ class cassette(Block[Cassette]):
         shared: bool = False,
         strict: bool = False,
         match: str = "request",
+        max_age: Duration | None = None,
+        on_expiry: str | None = None,
+        live: Iterable[str] | str | None = None,
+        replay_until: int | None = None,
+        live_path: str | os.PathLike[str] | None = None,
     ) -> None:
         self.path = pathlib.Path(path)
         self.mode = resolve_mode(mode) if mode is not None else None
@@ -105,6 +127,15 @@ class cassette(Block[Cassette]):
         self.shared = shared
         self.strict = strict
         self.match = check_match(match)
+        self.max_age, self.on_expiry = max_age, on_expiry
+        resolve_ageing(max_age, on_expiry)  # a malformed duration fails where it is written
+        self.live = parse_live(live)
+        self.replay_until = replay_until
+        self.partial = bool(self.live) or replay_until is not None
+        self.live_path = derived_path(self.path, live_path) if self.partial else None
+        if self.partial:
+            Partial(self.live, replay_until)  # checked here, made anew for each block entered
+            check_partial(self.mode, strict, self.live)
         self._stack: list[tuple[Cassette, Effective, contextvars.Token[Effective | None]]] = []
         self.last: Cassette | None = None
         # Set by integrations that write the file later (dejacache.integrations.scenario under
@@ -117,14 +148,21 @@ class cassette(Block[Cassette]):
         hint = self.rerecord_hint or (
             f"DEJACACHE_MODE=record <your command>  (or cassette({str(self.path)!r}, "
             "mode='record'))")
-        return Cassette(self.path, mode=mode, redactor=self.redactor, rerecord_hint=hint,
-                        record_errors=self.record_errors, shared=self.shared,
-                        strict=self.strict, match=self.match)
+        max_age, on_expiry = resolve_ageing(self.max_age, self.on_expiry)
+        partial = Partial(self.live, self.replay_until) if self.partial else None
+        return Cassette(self.path, mode="replay" if partial else mode, redactor=self.redactor,
+                        rerecord_hint=hint, record_errors=self.record_errors,
+                        shared=self.shared,
+                        strict=self.strict or self.replay_until is not None,
+                        match=self.match, max_age=max_age, on_expiry=on_expiry,
+                        partial=partial, live_path=self.live_path)
 
     def __enter__(self) -> Cassette:
         tape = self.open()
         for seen in OPENED:
             seen(self, tape)
+            if tape.live_tape is not None:  # a partial block's derived file is the test's too
+                seen(self, tape.live_tape)
         base = inherited()
         ns: str | None
         if not isinstance(self.cache_key, Unset):
@@ -167,6 +205,8 @@ class cassette(Block[Cassette]):
         self._paths.exit()
         if exc_type is None:  # (under -W error it must not replace the block's own error)
             warn_stale(tape)
+            if tape.ageing is not None:
+                tape.ageing.warn()
         if tape.strict and exc_type is None:
             unmade = tape.unmade_error()  # recorded calls never made: the contract is broken
             if unmade is not None:

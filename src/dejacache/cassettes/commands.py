@@ -5,12 +5,15 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import orjson
 
-from ..errors import CassetteError
+from ..errors import CassetteError, ConfigurationError
+from .ageing import age_line
+from .ageing import resolve as resolve_ageing
 from .trajectory import CassetteView, Step, diff_cassettes, load_cassette
 
 __all__ = ["add_cassette_commands"]
@@ -95,6 +98,14 @@ def _totals(view: CassetteView) -> str:
             f"~${view.cost:.4f} (prices as of {view.prices_date})")
 
 
+def _max_age() -> float | None:
+    """``DEJACACHE_MAX_AGE`` (or none): show marks the entries replay would warn about."""
+    try:
+        return resolve_ageing(None, None)[0]
+    except ConfigurationError:
+        return None
+
+
 def _cmd_show(args: argparse.Namespace) -> int:
     out = _Out(args.plain)
     view = _load("show", args.file)
@@ -103,6 +114,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     _warn_if_damaged("show", view)
     out.line(f"{args.file}: {view.num_steps} calls, {view.num_values} shared values", "bold")
     out.line(_totals(view))
+    now, max_age = time.time(), _max_age()
     for s in view.steps:
         if args.name and args.name not in s.name:
             continue
@@ -111,6 +123,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         head = (f"#{s.index} {s.name} [{s.raw_kind}] occurrence {s.occurrence}  "
                 f"{s.duration:.3f}s{_tokens_text(s)}{after}  key {s.key}")
         out.line(head, "bold cyan")
+        out.line("  " + age_line(s.stored, now, max_age))
         stored = s.stored if args.refs else None
         out.line("  request:", "yellow")
         out.json(stored["request"] if stored is not None else s.request)

@@ -37,8 +37,10 @@ __all__ = ["VOLATILE_FIELDS", "Merged", "canon", "merge"]
 
 Doc = dict[str, Any]
 
-#: Fields two recordings of one call may differ in (timings, order links, numbering, sums).
-VOLATILE_FIELDS = ("checksum", "duration", "follows", "occurrence", "usage")
+#: Fields two recordings of one call may differ in (timings, order links, numbering, sums,
+#: when and with which SDK version they were made).
+VOLATILE_FIELDS = ("checksum", "duration", "follows", "occurrence", "recorded_at",
+                   "recorded_with", "usage")
 
 
 def canon(doc: Doc, *, ignore: tuple[str, ...] = ()) -> bytes:

@@ -42,7 +42,9 @@ from ..errors import (
 from ..stats import token_total
 from ..stores._base import BaseStore, Record, StoreStats
 from . import format as fmt
+from .ageing import Ageing, stamp_entry
 from .order import RunOrder
+from .partial import Partial
 from .prices import estimate_dollars
 from .redact import Redactor
 from .tape import NONE_UNUSED, Entry, EntryInfo, Tape, Unused, View
@@ -79,6 +81,10 @@ class Cassette(BaseStore):
         shared: bool = False,
         strict: bool = False,
         match: str = "request",
+        max_age: float | None = None,
+        on_expiry: str = "warn",
+        partial: Partial | None = None,
+        live_path: pathlib.Path | None = None,
     ) -> None:
         self.path = pathlib.Path(path)
         self.url = str(path)
@@ -105,6 +111,16 @@ class Cassette(BaseStore):
         # Set when the block's save begins: a call completing later (a task or thread that
         # outlived the block) can no longer reach the file, and is named instead of kept.
         self._sealed = False
+        #: ``max_age`` applied to entries as they replay (None: they never expire)
+        self.ageing = (Ageing(self.path, max_age, on_expiry, self.mode)
+                       if max_age is not None else None)
+        #: which calls go live (``partial.py``); their recordings go to ``live_tape``
+        self.partial = partial
+        self._writer.expired = self.ageing.expired if self.ageing is not None else None
+        self.live_tape = None if partial is None else Cassette(
+            live_path or self.path.with_suffix(".live.json"), mode="record",
+            redactor=self.redactor, rerecord_hint=rerecord_hint,
+            record_errors=self.record_errors)
 
     # ---------------------------------------------------------------- loading
 
@@ -127,6 +143,8 @@ class Cassette(BaseStore):
                 # A strict recording is a contract: a call it does not have is a
                 # divergence, raised before anything is sent (nothing is paid for).
                 self.mode = "replay"
+                if self.ageing is not None:
+                    self.ageing.mode = "replay"
             self._loaded = True  # not when the check raised: the next call reads the file again
 
     def expand(self, tree: Any) -> Any:
@@ -152,10 +170,17 @@ class Cassette(BaseStore):
             found = self._tape.take(key, self._here)
             if found is None:
                 return self.vcr.after_miss(key, self._here, self._record)
+            if self.ageing is not None:
+                e, view = found[0], found[1] or self._tape.hit_view(found[0])
+                if self.ageing.renew(key, e.index, view[0]):
+                    return None  # expired: run live, and the new recording replaces it
+                return self._record(e, view)
             return self._record(*found)
 
     def _record(self, e: Entry, view: View | None = None) -> Record:
         doc, body = view if view is not None else self._tape.hit_view(e)
+        if self.ageing is not None:
+            self.ageing.check(doc, e.index)
         usage = doc.get("usage") or None
         duration = float(doc.get("duration", 0.0))
         plain = not doc.get("tagged", False)
@@ -192,7 +217,16 @@ class Cassette(BaseStore):
                       namespace=str(doc.get("namespace", "")), kind=kind,
                       duration=duration, usage=usage)
 
+    def mode_for(self, name: str, kind: str) -> str:
+        """The mode of one call of a partial block (``partial.py``)."""
+        assert self.partial is not None
+        return self.partial.mode_for(name, kind)
+
     def put(self, key: str, record: Record, *, ttl: float | None = None) -> bool:
+        if self.live_tape is not None:  # a live call of a partial block: never the original
+            kept = self.live_tape.put(key, record, ttl=ttl)
+            self.counters.recorded += kept
+            return kept
         try:
             tree, plain = blob_payload(record.value)
         except SerializationError as exc:
@@ -208,6 +242,9 @@ class Cassette(BaseStore):
     def record_error(self, key: str, name: str, namespace: str, kind: str, canonical: bytes,
                      exc: BaseException, duration: float) -> bool:
         """Keep an exception raised by the live call, if the block opted in to its type."""
+        if self.live_tape is not None:
+            return self.live_tape.record_error(key, name, namespace, kind, canonical, exc,
+                                               duration)
         if not self.record_errors or not isinstance(exc, self.record_errors):
             return False
         t = type(exc)
@@ -236,6 +273,9 @@ class Cassette(BaseStore):
             if self._sealed:
                 self._warn_late(name, req_tree)
                 return False
+            stamp_entry(doc, key, name, kind, req_tree)
+            if self.ageing is not None and (old := self.ageing.replaced(key)) is not None:
+                self._writer.replaced.add(old)
             doc, red_request = self._writer.add(
                 doc, key=key, name=name, namespace=namespace, kind=kind, request=req_tree,
                 duration=duration, redactor=self.redactor)
@@ -346,6 +386,8 @@ class Cassette(BaseStore):
 
     def unmade_error(self) -> ReplayDivergence | None:
         """The error a strict block raises at exit for recorded calls never made."""
+        if self.partial is not None:
+            return None  # the recorded calls a partial run did not replay went live instead
         with self._lock:
             return self._order.unmade_error()
 
@@ -354,6 +396,8 @@ class Cassette(BaseStore):
     def close(self) -> None:
         """Drop the file's bytes (a memory map holds a descriptor); counters and ``unused``
         stay readable. Called when the block ends, so a long session holds no open files."""
+        if self.live_tape is not None:
+            self.live_tape.close()
         with self._lock:
             self._sealed = True
             tape = self._tape
@@ -373,7 +417,10 @@ class Cassette(BaseStore):
 
     @property
     def unused(self) -> list[EntryInfo]:
-        """Recorded entries this run never replayed (empty in ``record`` mode)."""
+        """Recorded entries this run never replayed (empty in ``record`` mode, and for a
+        partial block: what it did not replay went live on purpose, and is no orphan)."""
+        if self.partial is not None:
+            return []
         with self._lock:
             return self._tape.unused()
 
@@ -384,7 +431,12 @@ class Cassette(BaseStore):
     def save(self, *, prune: bool = False) -> bool:
         """Write the file if this run changed it; returns whether bytes were written (an
         unchanged run reads nothing more: no scan, no parse, no write). A shared file is
-        never pruned: the entries this block did not use may be other tests'."""
+        never pruned: the entries this block did not use may be other tests'. A partial
+        block writes only its live calls, to ``live_tape``'s file."""
+        if self.live_tape is not None:
+            with self._lock:
+                self._sealed = True
+            return self.live_tape.save()
         self._load()
         prune = prune and not self.shared
         with self._lock:

@@ -28,13 +28,14 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime
-import math
 import pathlib
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 import orjson
 
+from .._core.ageing import recorded_at
+from .._core.ageing import span as _span
 from .._core.durations import seconds
 from ..errors import CassetteError, ConfigurationError
 from . import format as fmt
@@ -236,32 +237,6 @@ def _expiry(doc: dict[str, Any], default: float | None, now: float) -> tuple[str
         return WARN, (f"{unknown} of {n} entries have no recorded_at: their age is unknown "
                       "(recorded before dejacache kept the time)")
     return OK, f"all {n} entries younger than {_span(max_age)}"
-
-
-def recorded_at(entry: dict[str, Any]) -> float | None:
-    """When an entry was recorded (Unix seconds), from its ``recorded_at`` field: ISO 8601
-    text (a time without a zone is UTC) or Unix seconds. None: not known."""
-    v = entry.get("recorded_at")
-    if isinstance(v, bool):
-        return None
-    if isinstance(v, (int, float)):
-        return float(v) if math.isfinite(v) else None
-    if isinstance(v, str):
-        try:
-            t = datetime.datetime.fromisoformat(v)
-        except ValueError:
-            return None
-        if t.tzinfo is None:
-            t = t.replace(tzinfo=datetime.UTC)
-        return t.timestamp()
-    return None
-
-
-def _span(s: float) -> str:
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= size and s % size == 0:
-            return f"{int(s // size)}{unit}"
-    return f"{s:g}s"
 
 
 # ---------------------------------------------------------------- --fix

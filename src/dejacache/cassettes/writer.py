@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import os
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -50,6 +51,10 @@ class Writer:
         #: The file's :func:`format.identity` before the tape read it (None: unknown); a
         #: save finding it unchanged splices the new file from the one read.
         self.baseline: tuple[int, ...] | None = None
+        #: File indexes of expired entries a new recording replaces (``ageing.py``).
+        self.replaced: set[int] = set()
+        #: Whether a recorded entry is older than the cassette's max_age (None: none set).
+        self.expired: Callable[[dict[str, Any]], bool] | None = None
 
     def add(self, doc: dict[str, Any], *, key: str, name: str, namespace: str, kind: str,
             request: Any, duration: float, redactor: Redactor) -> tuple[dict[str, Any], Any]:
@@ -84,6 +89,10 @@ class Writer:
         if occ < len(old):
             prev = tape.doc(tape.entry(old[occ], key, occ))
             if canon(prev, ignore=VOLATILE_FIELDS) == canon(doc, ignore=VOLATILE_FIELDS):
+                # ...unless it had expired: the live call just confirmed it, and its age
+                # restarts (else it would stay expired, and be re-recorded, for ever).
+                if self.expired is not None and self.expired(prev):
+                    return dict(prev, occurrence=occ, **_stamps(doc))
                 return dict(prev, occurrence=occ)
         return doc
 
@@ -134,7 +143,8 @@ class Writer:
         read through its cross-reference, none of its entries dropped. None otherwise."""
         tape = self.tape
         ix = tape.ix
-        if (self.recording or not self.new or self.baseline is None or tape.raw is None
+        if (self.recording or not self.new or self.replaced or self.baseline is None
+                or tape.raw is None
                 or tape.full is not None or not isinstance(ix, FileIndex)
                 or (prune and len(tape.unused_steps()) > 0)):
             return None
@@ -172,6 +182,8 @@ class Writer:
             return list(self.new)
         tape = self.tape
         old = tape.all_entries()
+        if self.replaced:
+            old = [e for e in old if e.index not in self.replaced]
         if not self.new:  # only pruning: the file's order stays
             return [tape.doc(e) for e in old if not (prune and not e.used)]
         # New calls go where this run made them: the file reads in the order of the run.
@@ -311,6 +323,10 @@ def _followed_in(now: list[dict[str, Any]], merged: Merged
         prev = now[f] if 0 <= f < len(now) else None
         out[id(d)] = (d, merged.stand_ins.get(id(prev), prev) if prev is not None else None)
     return out
+
+
+def _stamps(doc: dict[str, Any]) -> dict[str, Any]:
+    return {f: doc[f] for f in ("recorded_at", "recorded_with") if f in doc}
 
 
 def _same_multiset(current: bytes, entries: list[dict[str, Any]], path: Any) -> bool:

@@ -25,6 +25,7 @@ from typing import Any
 from .._core.flow import Fail, Store
 from .._engine import AsyncDriver, SyncDriver, call_async, call_sync, encode_record
 from .._secrets import key_loaded, secret_key
+from ..cassettes.ageing import sending
 from ..cassettes.vcr_match import calling
 from ..config import Effective
 from ..errors import ConfigurationError, ReplayMiss
@@ -155,6 +156,7 @@ def _prepare(lib: Lib, eff: Effective, request: Any, body: bytes, opts: Options)
     canonical, stream = canonical_request(*args)
     key = request_key(eff.namespace or "", name, canonical)
     calling(key, eff.namespace or "", name, canonical)  # for cassettes' match="vcr"
+    sending(key, headers.get("user-agent", ""))  # the SDK a new recording names
     realtime = opts.realtime or eff.realtime
     call = _Call(lib, eff, provider, name, key, canonical, stream, aliases, realtime)
     if aliases is not None and len(aliases) and aliases.apply(path) != path:

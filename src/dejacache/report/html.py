@@ -150,12 +150,14 @@ def _timeline(run: Run) -> str:
             f"<i class=\"{s.kind}\" style=\"left:{left:.3f}%;width:{width:.3f}%\"></i></div></td>"
             f"<td class=\"num\">{_secs(s.duration)}</td><td class=\"num\">{tokens}</td>"
             f"<td class=\"num\">{_money(s.cost) if s.cost else _NONE}</td>"
+            f"<td class=\"num\" title=\"{_e(s.recorded)}\">{_e(s.age or _NONE)}</td>"
             f"<td><span class=\"state {s.state}\">{s.state}</span></td></tr>"
         )
     return (
         "<table class=\"timeline\"><thead><tr><th class=\"num\">#</th><th>kind</th>"
         "<th>call</th><th>timeline</th><th class=\"num\">duration</th>"
-        "<th class=\"num\">tokens</th><th class=\"num\">cost</th><th>state</th></tr></thead>"
+        "<th class=\"num\">tokens</th><th class=\"num\">cost</th><th class=\"num\">age</th>"
+        "<th>state</th></tr></thead>"
         "<tbody>" + "".join(rows) + "</tbody></table>"
     )
 
@@ -191,6 +193,7 @@ def _bodies(run: Run) -> str:
         parts = [f"<details class=\"step\" data-step=\"{s.index}\"><summary>"
                  f"<b>#{s.index}</b> <code>{_e(s.name)}</code> · {_secs(s.duration)} · "
                  f"{tokens}</summary>",
+                 f"<p class=\"mut\">{_e(s.recorded)}</p>" if s.recorded else "",
                  "<h3>request</h3>", _pretty(s.request), "<h3>response</h3>",
                  _pretty(s.response)]
         if s.error is not None:

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
+import time
 from collections.abc import Iterable
 from typing import Any
+
+from .._core.ageing import age_text, recorded_at
+from ..cassettes.ageing import age_line
 
 __all__ = ["Drift", "PrefixTurn", "Run", "Step", "apply_calls", "diff_runs", "load_run"]
 
@@ -47,6 +51,8 @@ class Step:
     state: str = "recorded"  # recorded | replayed | unused (the last two: from a run's calls)
     prefix: PrefixTurn | None = None
     key: str = ""
+    age: str = ""  # "45d" ("unknown": recorded before dejacache kept the time)
+    recorded: str = ""  # when and with which SDK / model (``cassettes/ageing.py``)
 
     @property
     def label(self) -> str:
@@ -117,14 +123,15 @@ class Drift:
 # ---------------------------------------------------------------- reading
 
 
-def _step(s: Any) -> Step:
+def _step(s: Any, now: float) -> Step:
     """A trajectory step as the page shows it (numbered from 0, as ``dejacache show``)."""
+    entry = s.stored
     return Step(
         index=s.index, name=s.name, kind=s.kind, request=s.request, response=s.response,
         error=s.error, input_tokens=s.input_tokens, output_tokens=s.output_tokens,
         tokens_exact=s.tokens_exact, duration=s.duration, cost=s.cost, model=s.model,
         state=s.outcome or "recorded",  # a file does not say what a run replayed
-        key=s.key,
+        key=s.key, age=age_text(recorded_at(entry), now), recorded=age_line(entry, now),
     )
 
 
@@ -158,7 +165,8 @@ def load_run(path: str | pathlib.Path, *, title: str | None = None) -> Run:
 
     p = pathlib.Path(path)
     view = load_cassette(p, verify=False)  # a damaged file is shown, with the warning
-    run = Run(title or p.name, str(p), [_step(s) for s in view.steps], view.problem)
+    now = time.time()
+    run = Run(title or p.name, str(p), [_step(s, now) for s in view.steps], view.problem)
     run.view = view
     _add_prefix_turns(run)
     return run

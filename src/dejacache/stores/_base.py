@@ -190,6 +190,8 @@ class Features:
     keeps_errors: bool = False  #: ``record_error``
     notes_misses: bool = False  #: ``note_miss``
     redacts: bool = False  #: ``redact_tree``
+    #: ``mode_for(name, kind)``: the mode of each call (a cassette replaying part of a run)
+    partial: bool = False
     rerecord_hint: str | None = None
 
 
@@ -216,6 +218,7 @@ def features_of(store: Store) -> Features:
         keeps_errors=callable(get(store, "record_error", None)),
         notes_misses=callable(get(store, "note_miss", None)),
         redacts=callable(get(store, "redact_tree", None)),
+        partial=bool(get(store, "partial", None)),
         rerecord_hint=get(store, "rerecord_hint", None),
     )
     with contextlib.suppress(AttributeError):  # a store with __slots__ reads them each time

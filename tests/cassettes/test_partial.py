@@ -1,0 +1,210 @@
+"""Partial replay: ``live=`` kinds or names go live, ``replay_until=N`` goes live after N."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import orjson
+import pytest
+
+import dejacache
+from dejacache import ConfigurationError, ReplayDivergence, ReplayMiss
+from dejacache.cassettes.partial import Partial, parse_live
+from loopback_provider import fake_provider_module
+
+LIVE: list[str] = []
+VERSION = {"n": 1}
+
+
+@dejacache.cache(name="llm", kind="llm")
+def llm(prompt: str) -> str:
+    LIVE.append(f"llm {prompt}")
+    return f"{prompt} v{VERSION['n']}"
+
+
+@dejacache.cache(name="tools.search_web", kind="tool")
+def search_web(q: str) -> str:
+    LIVE.append(f"search {q}")
+    return f"found {q}"
+
+
+@dejacache.cache(name="tools.fetch", kind="tool")
+def fetch(url: str) -> str:
+    LIVE.append(f"fetch {url}")
+    return f"page {url}"
+
+
+def agent() -> str:
+    plan = llm("plan")
+    hits = search_web("paris")
+    page = fetch("paris.example")
+    return llm(f"answer {plan} {hits} {page}")
+
+
+@pytest.fixture
+def recorded(tmp_path: pathlib.Path) -> Iterator[pathlib.Path]:
+    path = tmp_path / "agent.json"
+    VERSION["n"] = 1
+    with dejacache.cassette(path):
+        agent()
+    LIVE.clear()
+    VERSION["n"] = 2  # the model "changed": a live answer is told from a replayed one
+    yield path
+    LIVE.clear()
+
+
+def names(path: pathlib.Path) -> list[str]:
+    return [e["name"] for e in orjson.loads(path.read_bytes())["entries"]]
+
+
+@pytest.mark.parametrize(("item", "name", "kind", "live"), [
+    ("model", "openai.chat.completions", "http", True),
+    ("model", "llm", "llm", True),
+    ("model", "http.example.com", "http", False),  # no provider module names it
+    ("http", "http.example.com", "http", True),
+    ("tool", "tools.search_web", "tool", True),
+    ("tool", "mcp.tools/call", "mcp", True),
+    ("tool:search_web", "tools.search_web", "tool", True),  # the last dotted part
+    ("tool:search_web", "tools.fetch", "tool", False),
+    ("model:openai.*", "openai.responses", "http", True),
+    ("model:openai.*", "anthropic.messages", "http", False),
+    ("fetch", "tools.fetch", "tool", True),
+    ("function", "helpers.parse", "call", True),
+])
+def test_the_live_vocabulary(item: str, name: str, kind: str, live: bool) -> None:
+    assert Partial(parse_live([item]), None).mode_for(name, kind) == (
+        "record" if live else "replay")
+
+
+def test_bad_partial_settings_are_errors_where_written(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.json"
+    with pytest.raises(ConfigurationError, match="unknown kind 'agent'"):
+        dejacache.cassette(path, live=["agent:x"])
+    with pytest.raises(ConfigurationError, match="replay_until must be a number"):
+        dejacache.cassette(path, replay_until=-1)
+    with pytest.raises(ConfigurationError, match="mode='record' contradicts"):
+        dejacache.cassette(path, "record", live=["model"])
+    with pytest.raises(ConfigurationError, match="strict=True with live="):
+        dejacache.cassette(path, live=["model"], strict=True)
+    with pytest.raises(ConfigurationError, match="is the cassette itself"):
+        dejacache.cassette(path, live=["model"], live_path=path)
+
+
+def test_live_models_against_recorded_tools(recorded: pathlib.Path) -> None:
+    before = recorded.read_bytes()
+    with dejacache.cassette(recorded, live=["model"]) as tape:
+        out = agent()
+    assert LIVE == ["llm plan", "llm answer plan v2 found paris page paris.example"]
+    assert out.endswith("v2")
+    assert tape.counters.replayed == 2 and tape.counters.recorded == 2
+    assert recorded.read_bytes() == before  # never written over
+    derived = recorded.with_name("agent.live.json")
+    assert names(derived) == ["llm", "llm"]
+
+
+def test_one_tool_live_by_name(recorded: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    elsewhere = tmp_path / "runs" / "search.json"
+    with dejacache.cassette(recorded, live=["tool:search_web"], live_path=elsewhere):
+        assert agent() == "answer plan v1 found paris page paris.example v1"
+    assert LIVE == ["search paris"]
+    assert names(elsewhere) == ["tools.search_web"]
+
+
+def test_a_replayed_call_without_recording_is_a_miss(recorded: pathlib.Path) -> None:
+    with pytest.raises(ReplayMiss) as caught, dejacache.cassette(recorded, live=["model"]):
+        llm("plan")
+        search_web("rome")  # not live, and never recorded: nothing is run
+    assert "search_web" in str(caught.value) and "paris" in str(caught.value)  # the nearest
+    assert LIVE == ["llm plan"]
+
+
+def test_replay_until_replays_the_first_steps_then_goes_live(recorded: pathlib.Path) -> None:
+    with dejacache.cassette(recorded, replay_until=2) as tape:
+        out = agent()
+    assert LIVE == ["fetch paris.example", "llm answer plan v1 found paris page paris.example"]
+    assert out.endswith("v2") and tape.counters.replayed == 2
+    assert names(recorded.with_name("agent.live.json")) == ["tools.fetch", "llm"]
+    assert [c.outcome for c in tape.calls] == ["replayed", "replayed"]
+
+
+def test_replay_until_names_the_step_it_expected(recorded: pathlib.Path) -> None:
+    with pytest.raises(ReplayDivergence) as caught, dejacache.cassette(recorded, replay_until=3):
+        llm("plan")
+        search_web("rome")
+    msg = str(caught.value)
+    assert "differs from the recorded call at step 1" in msg
+    assert "q: 'paris' -> 'rome'" in msg
+    assert LIVE == []  # refused before anything ran
+    assert not recorded.with_name("agent.live.json").exists()
+
+
+@pytest.fixture
+def fake() -> Iterator[Any]:
+    server = fake_provider_module().FakeProvider().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+TOOLS: list[Any] = [{"type": "function", "function": {
+    "name": "search_web", "description": "search",
+    "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}}]
+
+
+def sdk_agent(client: openai.OpenAI) -> list[str]:
+    """Model asks for a tool, the tool (recorded) answers, the model answers."""
+    msgs: list[Any] = [{"role": "user", "content": "weather in Paris?"}]
+    first = client.chat.completions.create(model="gpt-test", messages=msgs, tools=TOOLS)
+    call = first.choices[0].message.tool_calls[0]  # type: ignore[index]
+    msgs += [first.choices[0].message.model_dump(exclude_none=True),
+             {"role": "tool", "tool_call_id": call.id, "content": search_web("paris")}]
+    second = client.chat.completions.create(model="gpt-test", messages=msgs, tools=TOOLS)
+    return [first.id, str(second.choices[0].message.content)]
+
+
+def test_live_model_through_the_openai_sdk(fake: Any, tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "sdk.json"
+    with openai.OpenAI(base_url=fake.openai_url, api_key="sk-test-SECRET",
+                       max_retries=0) as client:
+        with dejacache.cassette(path):
+            recorded = sdk_agent(client)
+        LIVE.clear()
+        with dejacache.cassette(path, live=["model"]) as tape:
+            again = sdk_agent(client)
+        assert LIVE == []  # the tool replayed
+        assert again[0] != recorded[0] and again[1] != recorded[1]  # fresh answers
+        assert tape.counters.replayed == 1 and tape.counters.recorded == 2
+        assert names(path.with_name("sdk.live.json")) == ["openai.chat.completions"] * 2
+        with dejacache.cassette(path, replay_until=1):
+            until = sdk_agent(client)
+        assert until[0] == recorded[0] and until[1] != recorded[1]
+        assert LIVE == ["search paris"]
+
+
+@dejacache.cache(name="allm", kind="llm")
+async def allm(prompt: str) -> str:
+    LIVE.append(f"allm {prompt}")
+    return f"{prompt} v{VERSION['n']}"
+
+
+@dejacache.cache(name="tools.asearch", kind="tool")
+async def asearch(q: str) -> str:
+    LIVE.append(f"asearch {q}")
+    return f"found {q}"
+
+
+async def test_async_calls_go_live_by_kind_too(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "a.json"
+    VERSION["n"] = 1
+    with dejacache.cassette(path):
+        await allm(await asearch("paris"))
+    LIVE.clear()
+    VERSION["n"] = 2
+    with dejacache.cassette(path, live=["model"]):
+        assert await allm(await asearch("paris")) == "found paris v2"
+    assert LIVE == ["allm found paris"]
+    LIVE.clear()
