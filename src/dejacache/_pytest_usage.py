@@ -28,6 +28,12 @@ _PARTS = pytest.StashKey[list[dict[str, Any]]]()
 _ROWS = pytest.StashKey[list[Any]]()
 _HOOK = pytest.StashKey[Any]()
 
+# The recorders of the sessions configured and not yet unconfigured in this process,
+# innermost last. A session run in-process from inside a test (``pytester.runpytest``,
+# ``pytest.main()`` again in an IDE or notebook) owns every block opened until it ends: the
+# outer session's record must not take in its files, nor outlive it.
+_ACTIVE: list[UsageRecorder] = []
+
 
 def configure(config: pytest.Config, current_test: Callable[[], pytest.Item | None]) -> None:
     narrowed = (any("::" in str(a) for a in config.args) or bool(config.getoption("lf", False))
@@ -38,17 +44,29 @@ def configure(config: pytest.Config, current_test: Callable[[], pytest.Item | No
     config.stash[_PARTS] = []
 
     def opened(blk: block.cassette, tape: Any) -> None:
+        if not _ACTIVE or _ACTIVE[-1] is not rec:  # an inner session's block
+            return
         item = current_test()
-        rec.opened(tape, item.nodeid if item is not None else None, prune=blk.prune)
+        # A block opened while an inner session collects runs in no test of its own.
+        test = item.nodeid if item is not None and item.config is config else None
+        rec.opened(tape, test, prune=blk.prune)
 
     config.stash[_HOOK] = opened
+    _ACTIVE.append(rec)
     block.OPENED.append(opened)
 
 
 def unconfigure(config: pytest.Config) -> None:
+    """Drops what :func:`configure` put in this process's lists, and the session's recorder."""
     hook = config.stash.get(_HOOK, None)
     if hook is not None and hook in block.OPENED:
         block.OPENED.remove(hook)
+    rec = config.stash.get(_RECORDER, None)
+    # By identity: UsageRecorder has no __eq__, and sessions may end out of order.
+    _ACTIVE[:] = [r for r in _ACTIVE if r is not rec]
+    for key in (_HOOK, _RECORDER, _DESELECTED, _PARTS, _ROWS):
+        if key in config.stash:
+            del config.stash[key]
 
 
 def deselected(items: list[pytest.Item]) -> None:

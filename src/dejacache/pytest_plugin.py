@@ -39,7 +39,7 @@ from ._core.durations import seconds
 from .cassettes import ageing, placeholder_keys
 from .cassettes.block import cassette, default_mode, in_ci
 from .cassettes.netguard import NetworkGuard
-from .cassettes.prices import PRICES_DATE, set_prices
+from .cassettes.prices import PRICES, PRICES_DATE, set_prices
 from .cassettes.store import Cassette, TapeCounters, summarize
 from .cassettes.vcr_view import VcrView
 from .config import MODES
@@ -55,6 +55,8 @@ _REMOTE = pytest.StashKey[list[dict[str, Any]]]()
 _SCENARIO = pytest.StashKey[bool]()
 _ADOPTED = pytest.StashKey[list[tuple[Cassette, Callable[[bool], None]]]]()
 _PLACEHOLDERS = pytest.StashKey[list[str] | None]()
+_OUTER = pytest.StashKey[pytest.Item | None]()  # the test running when this one started
+_SAVED = pytest.StashKey[tuple[float | None, dict[str, tuple[float, float]] | None]]()
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_NAME = 100
 
@@ -120,6 +122,9 @@ def pytest_configure(config: pytest.Config) -> None:
         parts = line.replace("=", " ").replace(",", " ").split()
         if len(parts) == 3:
             table[parts[0]] = (float(parts[1]), float(parts[2]))
+    # The process's settings this session changes, put back at unconfigure: a session run
+    # in-process (pytester, pytest.main() again) must neither inherit nor take them away.
+    config.stash[_SAVED] = (ageing.INI[0], dict(PRICES) if table else None)
     if table:
         set_prices(table)
     if config.getoption("dejacache_scenario") or config.getini("dejacache_scenario"):
@@ -157,7 +162,10 @@ def _check_environment() -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     placeholder_keys.withdraw(config.stash.get(_PLACEHOLDERS, None))
-    ageing.INI[0] = None  # pytester runs sessions in this process: the next has its own ini
+    saved_age, saved_prices = config.stash.get(_SAVED, (None, None))
+    ageing.INI[0] = saved_age
+    if saved_prices is not None:
+        set_prices(saved_prices, replace=True)
     _pytest_usage.unconfigure(config)
     if config.stash.get(_SCENARIO, False):
         from .integrations import scenario as scenario_integration
@@ -201,6 +209,9 @@ def adopt_tape(item: pytest.Item, tape: Cassette, finish: Callable[[bool], None]
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
     global _CURRENT_ITEM
+    # Not None between them: a session run in-process from inside a test (pytester) sets
+    # its own, and the outer test is the one running again when it ends.
+    item.stash[_OUTER] = _CURRENT_ITEM
     _CURRENT_ITEM = item
     return (yield)
 
@@ -212,7 +223,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None
     try:
         return (yield)
     finally:
-        _CURRENT_ITEM = None
+        _CURRENT_ITEM = item.stash.get(_OUTER, None)
         adopted = item.stash.get(_ADOPTED, [])
         if adopted:
             passed = not any(r.failed for r in item.stash.get(_REPORTS, {}).values())

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import functools
 import os
 import pathlib
 from collections.abc import Iterable
@@ -55,17 +54,41 @@ def digest(data: bytes) -> str:
     return xxhash.xxh3_128_hexdigest(data)
 
 
-def _key(path: str | os.PathLike[str]) -> str:
-    """How the record names a file: its directory resolved (symlinks, ``..``), then its name.
-    Both the plugin and ``verify`` name files by this, so a project under a symlinked path
-    matches itself; directories are resolved once each (per file it cost ~0.1 ms a test)."""
-    p = pathlib.Path(path)
-    return os.path.join(_resolved_dir(str(p.parent)), p.name)
+# Directories one recorder or record resolves before it starts again: bounds its cache.
+_MAX_DIRS: Final = 4096
 
 
-@functools.lru_cache(maxsize=4096)
-def _resolved_dir(d: str) -> str:
-    return str(pathlib.Path(d).resolve())
+def _absolute(path: str | os.PathLike[str]) -> str:
+    """``path`` against the working directory of the moment; joined, not normalised:
+    ``link/..`` resolves through the link later, as it opens."""
+    s = os.fspath(path)
+    return s if os.path.isabs(s) else os.path.join(os.getcwd(), s)
+
+
+class _Names:
+    """How the record names a file: its directory, taken against the working directory of
+    the moment and resolved (symlinks, ``..``), then its name. Both the plugin and
+    ``verify`` name files by this, so a project under a symlinked path matches itself.
+
+    Directories are resolved once each (per file it cost ~0.1 ms a test), in a cache each
+    recorder and record owns: a process-wide one outlived the pytest session, and named
+    ``cassettes/x`` after the first session's directory in the next session run in the
+    same process (``pytest.main()`` twice, ``pytester``), which then saw no test module."""
+
+    __slots__ = ("_dirs",)
+
+    def __init__(self) -> None:
+        self._dirs: dict[str, str] = {}
+
+    def __call__(self, path: str | os.PathLike[str]) -> str:
+        p = pathlib.Path(path)
+        d = _absolute(p.parent)
+        resolved = self._dirs.get(d)
+        if resolved is None:
+            if len(self._dirs) >= _MAX_DIRS:
+                self._dirs.clear()
+            resolved = self._dirs[d] = str(pathlib.Path(d).resolve())
+        return os.path.join(resolved, p.name)
 
 
 def owner_module(path: pathlib.Path) -> pathlib.Path | None:
@@ -83,6 +106,7 @@ class _Use:
     tape: Any  # the Cassette
     test: str | None
     prune: bool  # the block removes what it did not use when it saves
+    where: str  # the path, against the working directory the block opened in
 
 
 @dataclasses.dataclass(slots=True)
@@ -119,32 +143,35 @@ class UsageRecorder:
     closed tape."""
 
     def __init__(self, roots: Iterable[str], *, narrowed: bool) -> None:
-        self.roots = sorted({_key(r) for r in roots})
+        self._name = _Names()
+        self.roots = sorted({self._name(r) for r in roots})
         self.narrowed = narrowed
         self.modules: set[str] = set()
         self.claims: dict[str, dict[str, str]] = {}
         self._open: list[_Use] = []
-        self._groups: dict[str, _Group] = {}  # by the path as the block spelt it
+        self._groups: dict[str, _Group] = {}  # by _Use.where
 
     def claim(self, path: pathlib.Path, test: str, outcome: str) -> None:
-        per = self.claims.setdefault(_key(path), {})
+        per = self.claims.setdefault(self._name(path), {})
         if _RANK.get(outcome, 0) >= _RANK.get(per.get(test, NOT_RUN), 0):
             per[test] = outcome
 
     def module(self, path: str | os.PathLike[str]) -> None:
-        self.modules.add(_key(path))
+        self.modules.add(self._name(path))
 
     def opened(self, tape: Any, test: str | None, *, prune: bool = False) -> None:
         """A block opened ``tape`` in ``test`` (None: outside one). No I/O here: a block
         may open on a running event loop, where a stat is a blocking call."""
         if self._open and test is not None:
             self._settle(keep=test)
+        # Made absolute now (a test may change directory later); resolved when the run ends.
+        where = _absolute(tape.path)
         if len(self._open) >= MAX_USES:  # one test opening blocks without end
-            group = self._groups.setdefault(str(tape.path), _Group())
+            group = self._groups.setdefault(where, _Group())
             group.tests.add(test)
             group.why, group.unused = f"a test opened more than {MAX_USES} blocks", None
             return
-        self._open.append(_Use(tape, test, prune))
+        self._open.append(_Use(tape, test, prune, where))
 
     def _settle(self, keep: str | None = None) -> None:
         """Fold the blocks of tests other than ``keep`` (ended: tests run one at a time in
@@ -154,13 +181,13 @@ class UsageRecorder:
             if u.test is None or u.test == keep:
                 still.append(u)
             else:
-                self._groups.setdefault(str(u.tape.path), _Group()).fold(u)
+                self._groups.setdefault(u.where, _Group()).fold(u)
         self._open = still
 
     def part(self, outcomes: dict[str, str]) -> dict[str, Any]:
         """This session's part of the record (``outcomes``: test id -> outcome)."""
         for u in self._open:
-            self._groups.setdefault(str(u.tape.path), _Group()).fold(u)
+            self._groups.setdefault(u.where, _Group()).fold(u)
         self._open = []
         uses = []
         for path, g in self._groups.items():
@@ -170,7 +197,7 @@ class UsageRecorder:
             why = g.why or failed
             unused = [] if why or g.unused is None else [
                 [k, o, n] for (k, o), n in g.unused.items()]
-            uses.append({"path": _key(path), "tests": ran, "why": why, "unused": unused})
+            uses.append({"path": self._name(path), "tests": ran, "why": why, "unused": unused})
         return {"narrowed": self.narrowed, "roots": self.roots,
                 "modules": {m: _digest_of(m) for m in sorted(self.modules)},
                 "claims": self.claims, "uses": uses}
@@ -273,6 +300,7 @@ class UsageRecord:
 
     def __init__(self, doc: dict[str, Any], source: pathlib.Path) -> None:
         self.source = source
+        self._name = _Names()
         self.written = str(doc.get("written", "?"))
         self.narrowed = bool(doc.get("narrowed", True))
         self.roots = [pathlib.Path(r) for r in doc.get("roots", ())]
@@ -307,7 +335,7 @@ class UsageRecord:
         if stale is not None:
             return OrphanVerdict("skip", f"test module {stale} changed since the last run: "
                                  "run the tests again")
-        key = _key(path)
+        key = self._name(path)
         now = digest(data)
         f = self.files.get(key)
         claims = self.claims.get(key, {})
@@ -356,7 +384,7 @@ class UsageRecord:
                              entries=tuple((str(k), int(o), str(n)) for k, o, n in unused))
 
     def _judge_unclaimed(self, path: pathlib.Path) -> OrphanVerdict:
-        module = owner_module(pathlib.Path(_key(path)))
+        module = owner_module(pathlib.Path(self._name(path)))
         if module is None or self.narrowed:
             return OrphanVerdict("skip", "no test of the last run names it")
         if str(module) in self.modules:
