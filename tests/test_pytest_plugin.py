@@ -583,9 +583,6 @@ def test_plan():
 """)
     run(pytester).assert_outcomes(passed=1)
     assert _cassette(pytester, "test_plan").with_name("test_plan.live.json").exists()
-    # In a subprocess: an in-process session with --dejacache-verify leaves state behind
-    # that makes test_pytest_usage's orphan test see no collected module (seen with a
-    # plain replay too, without live=).
-    res = pytester.runpytest_subprocess(*_QUIET, "--dejacache-verify")
+    res = run(pytester, "--dejacache-verify")
     res.assert_outcomes(passed=1)
     assert res.ret == 0, res.stdout.str()

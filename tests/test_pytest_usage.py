@@ -177,13 +177,15 @@ def test_by_hand():
     assert status == 0 and "every entry used" in orphan_row(out, "handmade")
 
 
-def test_dejacache_verify_fails_the_session_on_an_orphan(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(test_agent=TWO_TESTS)
+def _verify_fails_on_an_orphan(pytester: pytest.Pytester, here: pathlib.Path) -> None:
+    """Sessions in ``here`` (the working directory): a passing verify, then a renamed test's
+    cassette that fails it."""
+    (here / "test_agent.py").write_text(TWO_TESTS)
     run(pytester).assert_outcomes(passed=2)
     res = run(pytester, "--dejacache-mode=replay", "--dejacache-verify")
     assert res.ret == 0
     res.stdout.fnmatch_lines(["*dejacache verify*", "dejacache verify: passed: 2 cassettes*"])
-    pytester.makepyfile(test_agent=TWO_TESTS.replace("def test_other", "def test_renamed"))
+    (here / "test_agent.py").write_text(TWO_TESTS.replace("def test_other", "def test_renamed"))
     run(pytester).assert_outcomes(passed=2)
     res = run(pytester, "--dejacache-mode=replay", "--dejacache-verify")
     res.assert_outcomes(passed=2)
@@ -192,6 +194,47 @@ def test_dejacache_verify_fails_the_session_on_an_orphan(pytester: pytest.Pytest
         "*test_other.json*orphans*fail*no test in test_agent.py is named for it*",
         "dejacache verify: FAILED: 3 cassettes, 1 fail*",
     ])
+
+
+def test_dejacache_verify_fails_the_session_on_an_orphan(pytester: pytest.Pytester) -> None:
+    _verify_fails_on_an_orphan(pytester, pytester.path)
+
+
+def test_a_session_in_process_leaves_the_next_nothing(pytester: pytest.Pytester,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # pytest.main() twice in one process (an IDE, a notebook, pytester): the second session
+    # names its files in its own directory, not the first's (a cache of resolved
+    # directories outlived the first, and the orphan below passed as "not collected").
+    first = pytester.mkdir("first")
+    (first / "test_agent.py").write_text(TWO_TESTS)
+    monkeypatch.chdir(first)
+    run(pytester).assert_outcomes(passed=2)
+    res = run(pytester, "--dejacache-mode=replay", "--dejacache-verify")
+    assert res.ret == 0
+    res.stdout.fnmatch_lines(["dejacache verify: passed: 2 cassettes*"])
+    second = pytester.mkdir("second")
+    monkeypatch.chdir(second)
+    _verify_fails_on_an_orphan(pytester, second)
+
+
+def test_a_session_in_process_hands_the_process_back(pytester: pytest.Pytester,
+                                                     request: pytest.FixtureRequest) -> None:
+    from dejacache import _pytest_usage, pytest_plugin
+    from dejacache.cassettes import ageing, block, prices
+
+    me = pytest_plugin.current_test()
+    hooks, age, table = list(block.OPENED), ageing.INI[0], dict(prices.PRICES)
+    pytester.makeini("[pytest]\ndejacache_max_age = 30d\n"
+                     "dejacache_prices =\n    gpt-test-only 1 2\n")
+    pytester.makepyfile(test_agent=TWO_TESTS)
+    run(pytester, "--dejacache-verify").assert_outcomes(passed=2)
+    # This test is the one running again, with the settings this session had...
+    assert me is request.node and pytest_plugin.current_test() is me
+    assert (block.OPENED, ageing.INI[0], prices.PRICES) == (hooks, age, table)
+    # ...and its record did not take in the inner session's cassettes.
+    outer = request.config.stash[_pytest_usage._RECORDER]
+    assert not [p for p in outer._groups if p.startswith(str(pytester.path))]
+    assert not [u for u in outer._open if u.where.startswith(str(pytester.path))]
 
 
 def test_dejacache_verify_reads_the_max_age_ini(pytester: pytest.Pytester) -> None:
