@@ -68,3 +68,20 @@ async def test_cache_drop_in_async_and_thread_id_not_keyed(
     assert await step({"thread_id": "scenariothread_1", "messages": [1, 2]}) == 2
     assert await step({"thread_id": "scenariothread_2", "messages": [1, 2]}) == 2
     assert calls == 1
+
+
+def test_the_same_test_run_again_names_its_scenarios_from_the_first(tmp_path: object) -> None:
+    import pathlib
+
+    names = integration._Names()
+    d = pathlib.Path(str(tmp_path))
+
+    class Item:  # a pytest item of one session; the next session makes another
+        nodeid = "tests/test_agent.py::test_trip"
+
+    first, again = Item(), Item()
+    assert names.pick(d, "trip", first).name == "trip.json"
+    assert names.pick(d, "trip", first).name == "trip-2.json"
+    # A second session in the same process (the same node id) starts at trip.json again:
+    # counting on would send its first run to trip-2.json's recording.
+    assert names.pick(d, "trip", again).name == "trip.json"

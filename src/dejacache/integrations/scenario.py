@@ -221,14 +221,16 @@ class _Names:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.test: str | None = None
+        # The pytest item itself, not its node id: the same test run again (a second
+        # session in one process) starts counting anew.
+        self.test: object | None = None
         self.per_test: collections.Counter[str] = collections.Counter()
         self.open: collections.Counter[pathlib.Path] = collections.Counter()
 
-    def pick(self, directory: pathlib.Path, slug: str, test: str | None) -> pathlib.Path:
+    def pick(self, directory: pathlib.Path, slug: str, test: object | None) -> pathlib.Path:
         with self.lock:
             if test is not None:
-                if test != self.test:
+                if test is not self.test:
                     self.test, self.per_test = test, collections.Counter()
                 self.per_test[slug] += 1
                 n = self.per_test[slug]
@@ -277,7 +279,7 @@ def _plan(opts: _Options, args: Mapping[str, Any]) -> tuple[_Plan, Any]:
         base = pathlib.Path(str(item.path)).parent
         directory = (base / opts.cassette_dir if opts.cassette_dir is not None
                      else settings["cassette_dir"])
-        path = _NAMES.pick(directory, slug, item.nodeid)
+        path = _NAMES.pick(directory, slug, item)
         mode = settings["mode"] or opts.mode
         hint = settings["rerecord_hint"]
     else:
