@@ -51,12 +51,14 @@ from ..errors import ConfigurationError
 from ..stores.memory import MemoryStore
 from ..stores.tiered import TieredStore
 
-__all__ = ["LocalGenerations", "SharedGenerations", "generations_for", "local_generations",
-           "maybe_generations_for", "process_local"]
+__all__ = ["NOT_READ", "LocalGenerations", "SharedGenerations", "generations_for",
+           "local_generations", "maybe_generations_for", "process_local"]
 
 
 #: Counters kept per process before starting over (one counter per written entity).
 MAX_COUNTERS = 200_000
+#: ``SharedGenerations.read_with``: no entry was read with the counters.
+NOT_READ: Any = object()
 
 
 class LocalGenerations:
@@ -277,6 +279,32 @@ class SharedGenerations:
             self._unreadable()
             return None
         return self._learn(names, values, max_age > 0)
+
+    def folds(self) -> bool:
+        """Whether :meth:`read_with` reads an entry in the counters' round trip."""
+        return getattr(self._ops, "folds", False) is True
+
+    def read_with(self, names: Sequence[str], max_age: float, entry: str
+                  ) -> tuple[list[int] | None, Any]:
+        """:meth:`read`, and the bytes under the backend's key ``entry`` read in the same
+        round trip (``NOT_READ`` when they were not: values from the ``max_age`` cache, a
+        queue to land first, a store that cannot, or a new epoch since the caller made
+        ``entry``). The caller uses the bytes only if ``entry`` is the key the values make."""
+        hit = self._cached(names, max_age)
+        if hit is not None:
+            return hit, NOT_READ
+        if self._pending or not self.folds():
+            return self.read(names, max_age), NOT_READ
+        epoch = self.epoch
+        try:
+            got = self._ops.get_counters_with(list(names), entry)
+        except Exception:  # fail open: the caller runs the tool uncached
+            got = None
+        if got is None:
+            self._unreadable()
+            return None, NOT_READ
+        out = self._learn(names, got[0], max_age > 0)
+        return out, got[1] if out is not None and self.epoch == epoch else NOT_READ
 
     def bump(self, names: Sequence[str]) -> bool:
         try:

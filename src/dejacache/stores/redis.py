@@ -530,6 +530,15 @@ class RedisStore(BaseStore):
                 return None
         else:
             raw = self._do(lambda c: c.get(vkey), None, key)
+        return self.hit_of(key, raw)
+
+    def entry_key(self, key: str) -> str:
+        """The Redis key of entry ``key`` (for a caller that reads it in a command of its
+        own: the runtime cache's counters and entry in one ``MGET``)."""
+        return self._e + key + "}"
+
+    def hit_of(self, key: str, raw: bytes | None) -> Hit | None:
+        """:meth:`hit` given the bytes a ``GET`` of :meth:`entry_key` answered."""
         if raw is None:
             return None
         known = self._known.get(key)
