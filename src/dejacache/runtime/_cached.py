@@ -93,7 +93,7 @@ class Route:
         # server: a hit was two round trips where a raw GET is one) when the counters live
         # in this very store and it reads entries by key (``entry_key``/``hit_of``).
         self.fold = (self.short and isinstance(self.gens, SharedGenerations)
-                     and self.gens.backend is store and self.gens.folds()
+                     and self.gens.backend is store and self.gens.folds
                      and callable(getattr(store, "entry_key", None))
                      and callable(getattr(store, "hit_of", None)))
 

@@ -142,6 +142,8 @@ class SharedGenerations:
         # Whether the counters' store takes ``probe=True`` (Redis): the background flush
         # is then its recovery probe.
         self._probes = self._ops is not backend
+        #: Whether :meth:`read_with` reads an entry in the counters' round trip.
+        self.folds = getattr(self._ops, "folds", False) is True
         self.fence = FENCE
         self._failed = False  # counters unreadable since the last successful read
         self._fenced_until = 0.0
@@ -280,31 +282,28 @@ class SharedGenerations:
             return None
         return self._learn(names, values, max_age > 0)
 
-    def folds(self) -> bool:
-        """Whether :meth:`read_with` reads an entry in the counters' round trip."""
-        return getattr(self._ops, "folds", False) is True
-
-    def read_with(self, names: Sequence[str], max_age: float, entry: str
+    def read_with(self, names: tuple[str, ...], max_age: float, entry: str
                   ) -> tuple[list[int] | None, Any]:
         """:meth:`read`, and the bytes under the backend's key ``entry`` read in the same
         round trip (``NOT_READ`` when they were not: values from the ``max_age`` cache, a
         queue to land first, a store that cannot, or a new epoch since the caller made
         ``entry``). The caller uses the bytes only if ``entry`` is the key the values make."""
-        hit = self._cached(names, max_age)
-        if hit is not None:
-            return hit, NOT_READ
-        if self._pending or not self.folds():
+        if max_age > 0 or self._pending or not self.folds:
             return self.read(names, max_age), NOT_READ
         epoch = self.epoch
         try:
-            got = self._ops.get_counters_with(list(names), entry)
+            got = self._ops.get_counters_with(names, entry)
         except Exception:  # fail open: the caller runs the tool uncached
             got = None
         if got is None:
             self._unreadable()
             return None, NOT_READ
-        out = self._learn(names, got[0], max_age > 0)
-        return out, got[1] if out is not None and self.epoch == epoch else NOT_READ
+        values, raw = got
+        if not (self._failed or self._fenced_until) \
+                and list(map(self._seen.get, names)) == values:
+            return values, raw  # _learn's steady state, written out: a hit's commonest path
+        out = self._learn(names, values, False)
+        return out, raw if out is not None and self.epoch == epoch else NOT_READ
 
     def bump(self, names: Sequence[str]) -> bool:
         try:

@@ -303,6 +303,17 @@ class RedisStore(BaseStore):
         ``probe=True``: go ahead even while the breaker is open, as its recovery probe
         (for a caller retrying on its own schedule: queued counter increments); a success
         closes the breaker, a failure restarts its cooldown."""
+        client = self._client
+        if client is not None and self.breaker.healthy:
+            # As in get(): closed with no failure since the last success, the breaker's
+            # bookkeeping changes nothing (the runtime cache reads its counters here on
+            # every call); only a failure needs booking, as ``_do`` books it.
+            t0 = time.perf_counter()
+            try:
+                return op(client)
+            except _FAILURES as exc:
+                self._replied(exc, t0)
+                return default
         return self._do(op, default, probe=probe)
 
     async def arun(self, op: Callable[[Any], Any], default: Any = None) -> Any:
