@@ -127,7 +127,8 @@ class RedisCounters:
             if len(self._folded) >= _MEMO_MAX:
                 self._folded.clear()
             keys = self._folded[names] = groups[0][1]
-        got = self.store.run(lambda c: c.mget([*keys, entry]), None)
+        # execute_command: ``mget`` only repacks its arguments (~1 µs of a ~75 µs hit).
+        got = self.store.run(lambda c: c.execute_command("MGET", *keys, entry), None)
         if got is None:
             return None
         raw = got.pop()
