@@ -102,8 +102,10 @@ class RedisCounters:
 
     def get_counters(self, names: Sequence[str]) -> list[int] | None:
         out = [0] * len(names)
+        direct = getattr(self.store, "direct", None)
         for idx, keys in self._groups(names):
-            got = self.store.run(lambda c, k=keys: c.mget(k), None)
+            got = (self.store.run(lambda c, k=keys: direct(c, k[0], lambda n: n.mget(k)), None)
+                   if direct is not None else self.store.run(lambda c, k=keys: c.mget(k), None))
             vals = None if got is None else _ints(got)
             if vals is None:
                 return None

@@ -258,6 +258,7 @@ class RedisStore(BaseStore):
         self._known_bytes = 0
         self._checked_plain = False  # _primaries: a plain client's server is not a cluster
         self.skipped = 0  # calls answered without Redis because the breaker was open
+        self._reroute = False  # direct(): the last direct read failed, go through the client
         self.kind: Kind = self._adopt(client_or_url)
         self._e = f"{key_prefix}:e:{{"
         self._r = f"{key_prefix}:r:{{"
@@ -315,6 +316,28 @@ class RedisStore(BaseStore):
                 self._replied(exc, t0)
                 return default
         return self._do(op, default, probe=probe)
+
+    def direct(self, client: Any, key: str, op: Callable[[Any], Any]) -> Any:
+        """``op(client)`` for a read of keys in ``key``'s slot; on a Cluster, ``op`` on the
+        plain client of the node serving that slot (the cluster client's routing of each
+        command cost ~26 µs of a ~77 µs GET: a tool_cache hit reads twice). A redirection
+        or error reply goes to the cluster client, which follows it and re-reads the
+        layout; after a failure the next read does too."""
+        if self.kind != "cluster" or self._reroute:
+            out = op(client)
+            self._reroute = False
+            return out
+        try:
+            node = client.get_redis_connection(client.get_node_from_key(key))
+        except Exception:  # no node known for the slot (a failover): the client decides
+            return op(client)
+        try:
+            return op(node)
+        except redis.ResponseError:  # MOVED, ASK, CLUSTERDOWN, WRONGTYPE...: no wait lost
+            return op(client)
+        except BaseException:
+            self._reroute = True
+            raise
 
     async def arun(self, op: Callable[[Any], Any], default: Any = None) -> Any:
         """Async twin of :meth:`run`: ``op(client)`` returns an awaitable."""
@@ -534,7 +557,8 @@ class RedisStore(BaseStore):
         if client is not None and self.breaker.healthy:  # as in get()
             t0 = time.perf_counter()
             try:
-                raw = client.get(vkey)
+                raw = (client.get(vkey) if self.kind != "cluster"
+                       else self.direct(client, vkey, lambda c: c.get(vkey)))
             except _FAILURES as exc:
                 if self._replied(exc, t0):
                     self._discard(key)
