@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -373,3 +374,41 @@ def test_a_folded_read_fails_open_when_redis_is_down(redis_server: RedisServer) 
             shop.get_cart(1)
     assert dejacache.runtime_stats().by_tool["get_cart"].bypassed >= 1
     assert shop.reads == 2
+
+
+def test_folded_reads_never_serve_a_value_older_than_a_returned_write(
+    redis_server: RedisServer,
+) -> None:
+    # Readers on one RedisStore (one MGET per hit) against a writer whose invalidations go
+    # through another store object (another replica's counters): once a write has returned,
+    # no read that starts after it may answer an older value.
+    shop = Shop(redis_server.url, RedisStore(redis_server.url, key_prefix="rt", timeout=1.0))
+    writer = Shop(redis_server.url, RedisStore(redis_server.url, key_prefix="rt", timeout=1.0))
+    shop.db.set("db:cart:1", "0")
+    returned = [0]
+    stale: list[tuple[int, int]] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        with dejacache.agent_session(tenant="acme"):
+            while not stop.is_set():
+                floor = returned[0]
+                got = int(shop.get_cart(1))
+                if got < floor:
+                    stale.append((got, floor))
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for t in readers:
+        t.start()
+    try:
+        with dejacache.agent_session(tenant="acme"):
+            for i in range(1, 150):
+                writer.set_cart(1, str(i))
+                returned[0] = i
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
+    assert stale == []
+    with dejacache.agent_session(tenant="acme"):
+        assert shop.get_cart(1) == "149"
