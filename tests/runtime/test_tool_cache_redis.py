@@ -412,3 +412,32 @@ def test_folded_reads_never_serve_a_value_older_than_a_returned_write(
     assert stale == []
     with dejacache.agent_session(tenant="acme"):
         assert shop.get_cart(1) == "149"
+
+
+async def test_an_async_hit_on_one_server_is_one_mget(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, key_prefix="rt")
+    other = SharedGenerations(RedisStore(redis_server.url, key_prefix="rt"))
+    db = redis.Redis.from_url(redis_server.url, socket_timeout=1)
+    data = {"v": "v0"}
+    runs = []
+
+    @dejacache.tool_cache(resource="cart", key="cart:{user_id}", store=store)
+    async def get_cart(user_id: int) -> str:
+        runs.append(user_id)
+        return data["v"]
+
+    async with dejacache.agent_session(tenant="acme"):
+        assert await get_cart(1) == "v0"
+        assert await get_cart(1) == "v0"
+        db.config_resetstat()
+        for _ in range(5):
+            assert await get_cart(1) == "v0"
+        calls = _commands(db)
+        assert calls.get("mget") == 5 and "get" not in calls
+        # Another replica's write: the entry read with the counters is not served.
+        data["v"] = "v1"
+        assert other.bump(_counter_names_w([tenant_prefix("acme")], "cart", "cart:1"))
+        assert await get_cart(1) == "v1"
+        assert await get_cart(1) == "v1"
+    assert len(runs) == 2
+    await store.aclose()

@@ -395,6 +395,22 @@ def _short(tc: ToolCache, store: Any, prefix: str, key: str) -> _Read:
     return _general(tc, store, prefix, key, item[3])
 
 
+def _from_bytes(tc: ToolCache, r: Route, key: str, raw: bytes | None) -> _Read | None:
+    """A short read of bytes read with the counters (``Route.fold``), without I/O; None:
+    the store's own read decides (a tagged value, damage: it may decode or delete)."""
+    try:
+        item = r.store.hit_of(key, raw, discard=False)
+    except Exception:
+        return None
+    if item is None:
+        return _MISSED if raw is None else None
+    body = item[0]
+    if body is not None:
+        with contextlib.suppress(orjson.JSONDecodeError):
+            return _loads(body), _blob_size(body), body, None
+    return None
+
+
 def _load(tc: ToolCache, r: Route, prefix: str, key: str) -> _Read:
     if r.short:
         return _short(tc, r.store, prefix, key)
@@ -680,19 +696,34 @@ async def _async_call(tc: ToolCache, sess: agent_session | None, tr: Trace, args
         return await fn(*args, **kwargs)
     prefix, head, names, cell = where
     r = tc.route()
+    fast, full = _first_key(tc, args, kwargs)
+    raw: Any = NOT_READ
     if r.local:
         values, vpart = tc.local_counters(r.gens, names, cell)
     else:
-        got_values = await r.gens.aread(names, tc.counter_max_age)
+        gens, seen = r.gens, cell[1]
+        if seen is not None and seen[0] is gens and r.fold:  # as the sync driver does
+            got_values, raw = await gens.aread_with(names, tc.counter_max_age,
+                                                    r.store.entry_key(head + seen[3] + fast))
+        else:
+            got_values = await gens.aread(names, tc.counter_max_age)
         if got_values is None:
             adigest, nudge = _bypassing(tc, sess, tr, args, kwargs)
             if nudge is not PROCEED:
                 return nudge
             return _finish(tc, sess, adigest, await fn(*args, **kwargs), tr)
         values = got_values
-        vpart = f"{r.gens.epoch}.{'.'.join(map(str, values))}/"
-    fast, full = _first_key(tc, args, kwargs)
-    got = await _aload(tc, r, prefix, head + vpart + fast)
+        if seen is not None and seen[0] is gens and seen[2] == values \
+                and seen[1] == gens.epoch:
+            vpart = seen[3]
+        else:
+            raw = NOT_READ  # read under other counters: not this call's entry
+            vpart = f"{gens.epoch}.{'.'.join(map(str, values))}/"
+            cell[1] = (gens, gens.epoch, values, vpart)
+    key = head + vpart + fast
+    got = _from_bytes(tc, r, key, raw) if raw is not NOT_READ else None
+    if got is None:
+        got = await _aload(tc, r, prefix, key)
     if got[0] is not PROCEED:
         adigest = tr.digest = fast
         if sess is None or sess.guard is None:  # the commonest async hit, inlined

@@ -58,6 +58,15 @@ def _ints(values: Sequence[Any]) -> list[int] | None:
         return None
 
 
+def _split(got: Any) -> tuple[list[int], bytes | None] | None:
+    """(counters, entry bytes) from an MGET of the counters and then the entry."""
+    if got is None:
+        return None
+    raw = got.pop()
+    vals = _ints(got)
+    return None if vals is None else (vals, raw)
+
+
 class RedisCounters:
     """``get_counters``/``incr_many`` (and async twins) with hash-tagged keys and
     replicated increments."""
@@ -120,22 +129,34 @@ class RedisCounters:
         went from 2.75x to ~1.5x a raw GET + loads). Only where one command may read keys
         of different slots: one server, Sentinel's master (``folds``). None when Redis
         failed (as :meth:`get_counters`)."""
+        keys = self._fold_keys(names)
+        if keys is None:  # counters of several resources (not made by _layout)
+            vals = self.get_counters(names)
+            return None if vals is None else (vals, self.store.run(lambda c: c.get(entry)))
+        # execute_command: ``mget`` only repacks its arguments (~1 µs of a ~75 µs hit).
+        return _split(self.store.run(lambda c: c.execute_command("MGET", *keys, entry), None))
+
+    async def aget_counters_with(self, names: tuple[str, ...], entry: str
+                                 ) -> tuple[list[int], bytes | None] | None:
+        keys = self._fold_keys(names)
+        if keys is None:
+            vals = await self.aget_counters(names)
+            return None if vals is None else (
+                vals, await self.store.arun(lambda c: c.get(entry)))
+        return _split(await self.store.arun(
+            lambda c: c.execute_command("MGET", *keys, entry), None))
+
+    def _fold_keys(self, names: tuple[str, ...]) -> list[str] | None:
+        """The keys of ``names`` when they share one hash tag (remembered), else None."""
         keys = self._folded.get(names)
         if keys is None:
             groups = self._groups(names)
-            if len(groups) != 1:  # counters of several resources (not made by _layout)
-                vals = self.get_counters(names)
-                return None if vals is None else (vals, self.store.run(lambda c: c.get(entry)))
+            if len(groups) != 1:
+                return None
             if len(self._folded) >= _MEMO_MAX:
                 self._folded.clear()
             keys = self._folded[names] = groups[0][1]
-        # execute_command: ``mget`` only repacks its arguments (~1 µs of a ~75 µs hit).
-        got = self.store.run(lambda c: c.execute_command("MGET", *keys, entry), None)
-        if got is None:
-            return None
-        raw = got.pop()
-        vals = _ints(got)
-        return None if vals is None else (vals, raw)
+        return keys
 
     async def aget_counters(self, names: Sequence[str]) -> list[int] | None:
         out = [0] * len(names)

@@ -295,6 +295,22 @@ class SharedGenerations:
             got = self._ops.get_counters_with(names, entry)
         except Exception:  # fail open: the caller runs the tool uncached
             got = None
+        return self._with(names, got, epoch)
+
+    async def aread_with(self, names: tuple[str, ...], max_age: float, entry: str
+                         ) -> tuple[list[int] | None, Any]:
+        if max_age > 0 or self._pending or not self.folds:
+            return await self.aread(names, max_age), NOT_READ
+        epoch = self.epoch
+        try:
+            got = await self._ops.aget_counters_with(names, entry)
+        except Exception:
+            got = None
+        return self._with(names, got, epoch)
+
+    def _with(self, names: tuple[str, ...], got: tuple[list[int], Any] | None, epoch: str
+              ) -> tuple[list[int] | None, Any]:
+        """:meth:`read_with`'s answer from what the store answered (None: it failed)."""
         if got is None:
             self._unreadable()
             return None, NOT_READ

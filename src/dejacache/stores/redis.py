@@ -572,8 +572,10 @@ class RedisStore(BaseStore):
         own: the runtime cache's counters and entry in one ``MGET``)."""
         return self._e + key + "}"
 
-    def hit_of(self, key: str, raw: bytes | None) -> Hit | None:
-        """:meth:`hit` given the bytes a ``GET`` of :meth:`entry_key` answered."""
+    def hit_of(self, key: str, raw: bytes | None, *, discard: bool = True) -> Hit | None:
+        """:meth:`hit` given the bytes a ``GET`` of :meth:`entry_key` answered.
+        ``discard=False``: bytes that are not a record are a miss, left for the caller's
+        own read to delete (an async caller: deleting here would block its loop)."""
         if raw is None:
             return None
         known = self._known.get(key)
@@ -584,7 +586,8 @@ class RedisStore(BaseStore):
             return known[1]
         found = _header(raw)
         if found is None:
-            self._discard(key)
+            if discard:
+                self._discard(key)
             return None
         (name, namespace, kind, duration, usage, created), end = found
         if kind != "error":
