@@ -389,6 +389,29 @@ def _redis_cluster_block(r: dict[str, Any]) -> list[str]:
     return out
 
 
+def _tool_redis_rows(rd: dict[str, Any] | None) -> list[list[str]]:
+    """Targets rows: a ``tool_cache`` hit through Redis (one server, the cluster) against a
+    raw GET + loads of the same run; "not measured" for a results file older than them."""
+    out = []
+    for job, cells, goal in (
+            ("`tool_cache` hit through Redis (counters read every call)",
+             rd, "≤ 1.5x raw GET + loads"),
+            ("`tool_cache` hit through a Redis Cluster (counters read every call)",
+             rd.get("cluster") if rd else None, "≤ 1.5x raw RedisCluster GET + loads")):
+        if not cells:
+            out.append([job, goal, NA, "-"])
+            continue
+        table_ = cells.get("sync") or cells.get("cells") or {}
+        rows = cells["rows"]
+        if "tool" not in rows or rows["tool"] not in table_:
+            out.append([job, goal, NA, "-"])
+            continue
+        m, f = med(table_[rows["tool"]]), med(table_[rows["raw"]])
+        out.append([job, goal, f"{times(m, f)} ({us(m)} vs {us(f)})",
+                    _met(m / f <= 1.5) if m and f else "-"])
+    return out
+
+
 def block_runtime(R: Results) -> str:
     rt = R.get("runtime")
     if not rt:
@@ -675,6 +698,7 @@ def block_targets(R: Results) -> str:
                      f"{times(m, f)} ({us(m)} vs {us(f)})", _met(m / f <= 1.3) if m and f else "-"])
     else:
         rows.append([job, "≤ 1.3x raw RedisCluster GET + loads", NA, "-"])
+    rows += _tool_redis_rows(rd)
     job = "key on a miss, a conversation resending N messages (10 / 100 / 1000)"
     measured, met = _growth_summary(_fn_result(R, "keys_growth"))
     rows.append([job, "amortised O(new messages) per turn: the ratio to the floor does not "

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -296,3 +297,147 @@ def test_two_processes_see_each_others_invalidations(
     assert a.ask("get 1") == ["v1", "2"]  # B's write invalidated A's memory tier at once
     assert a.ask("get 1") == ["v1", "2"]
     assert b.ask("get 1") == ["v1", "0"]
+
+
+# -- one round trip: on one server a hit reads its counters and its entry in one MGET
+
+
+def _commands(db: Any) -> dict[str, int]:
+    return {k.removeprefix("cmdstat_"): v["calls"]
+            for k, v in db.info("commandstats").items()}
+
+
+def test_a_hit_on_one_server_is_one_mget(redis_server: RedisServer) -> None:
+    shop = Shop(redis_server.url, RedisStore(redis_server.url, key_prefix="rt"))
+    shop.db.set("db:cart:1", "v0")
+    with dejacache.agent_session(tenant="acme"):
+        assert shop.get_cart(1) == "v0"
+        assert shop.get_cart(1) == "v0"  # learns the key the counters make
+        shop.db.config_resetstat()
+        for _ in range(10):
+            assert shop.get_cart(1) == "v0"
+    calls = _commands(shop.db)
+    assert calls.get("mget") == 10
+    assert "get" not in calls and "evalsha" not in calls
+    assert shop.reads == 1
+
+
+def test_a_folded_read_never_serves_the_entry_of_older_counters(
+    redis_server: RedisServer,
+) -> None:
+    store = RedisStore(redis_server.url, key_prefix="rt")
+    shop = Shop(redis_server.url, store)
+    shop.db.set("db:cart:1", "v0")
+    with dejacache.agent_session(tenant="acme"):
+        assert shop.get_cart(1) == "v0"
+        assert shop.get_cart(1) == "v0"
+        # Another replica writes. The "v0" entry stays in Redis under the key the old
+        # counters make, the very key this process reads with the counters next time.
+        other = SharedGenerations(RedisStore(redis_server.url, key_prefix="rt"))
+        shop.db.set("db:cart:1", "v1")
+        assert other.bump(_counter_names_w([tenant_prefix("acme")], "cart", "cart:1"))
+        assert len(list(store.iterate())) == 1
+        assert shop.get_cart(1) == "v1"
+        assert shop.reads == 2
+        shop.db.config_resetstat()
+        assert shop.get_cart(1) == "v1"  # the new key, one round trip again
+    assert _commands(shop.db).get("mget") == 1
+    assert shop.reads == 2
+
+
+def test_counters_lost_move_folded_reads_to_a_new_epoch(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, key_prefix="rt")
+    shop = Shop(redis_server.url, store)
+    shop.db.set("db:cart:1", "v0")
+    with dejacache.agent_session(tenant="acme"):
+        assert shop.get_cart(1) == "v0"  # stored under zeros
+        shop.set_cart(1, "v1")
+        assert shop.get_cart(1) == "v1"
+        assert shop.get_cart(1) == "v1"
+        # Redis loses the counters (not the entries): back at zero, the "v0" entry's key
+        # would be made again; the regression moves this process to a new epoch.
+        shop.db.delete(*shop.db.keys("rt:g:*"))
+        shop.db.set("db:cart:1", "v2")
+        assert shop.get_cart(1) == "v2"
+        assert shop.get_cart(1) == "v2"
+    assert shop.reads == 3
+
+
+def test_a_folded_read_fails_open_when_redis_is_down(redis_server: RedisServer) -> None:
+    shop = Shop(redis_server.url, RedisStore(redis_server.url, key_prefix="rt"))
+    with dejacache.agent_session(tenant="acme"):
+        shop.db.set("db:cart:1", "v0")
+        assert shop.get_cart(1) == "v0"
+        assert shop.get_cart(1) == "v0"
+        redis_server.stop()
+        with pytest.raises(redis.RedisError):  # the tool ran (its database is down too)
+            shop.get_cart(1)
+    assert dejacache.runtime_stats().by_tool["get_cart"].bypassed >= 1
+    assert shop.reads == 2
+
+
+def test_folded_reads_never_serve_a_value_older_than_a_returned_write(
+    redis_server: RedisServer,
+) -> None:
+    # Readers on one RedisStore (one MGET per hit) against a writer whose invalidations go
+    # through another store object (another replica's counters): once a write has returned,
+    # no read that starts after it may answer an older value.
+    shop = Shop(redis_server.url, RedisStore(redis_server.url, key_prefix="rt", timeout=1.0))
+    writer = Shop(redis_server.url, RedisStore(redis_server.url, key_prefix="rt", timeout=1.0))
+    shop.db.set("db:cart:1", "0")
+    returned = [0]
+    stale: list[tuple[int, int]] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        with dejacache.agent_session(tenant="acme"):
+            while not stop.is_set():
+                floor = returned[0]
+                got = int(shop.get_cart(1))
+                if got < floor:
+                    stale.append((got, floor))
+
+    readers = [threading.Thread(target=read) for _ in range(2)]
+    for t in readers:
+        t.start()
+    try:
+        with dejacache.agent_session(tenant="acme"):
+            for i in range(1, 150):
+                writer.set_cart(1, str(i))
+                returned[0] = i
+    finally:
+        stop.set()
+        for t in readers:
+            t.join()
+    assert stale == []
+    with dejacache.agent_session(tenant="acme"):
+        assert shop.get_cart(1) == "149"
+
+
+async def test_an_async_hit_on_one_server_is_one_mget(redis_server: RedisServer) -> None:
+    store = RedisStore(redis_server.url, key_prefix="rt")
+    other = SharedGenerations(RedisStore(redis_server.url, key_prefix="rt"))
+    db = redis.Redis.from_url(redis_server.url, socket_timeout=1)
+    data = {"v": "v0"}
+    runs = []
+
+    @dejacache.tool_cache(resource="cart", key="cart:{user_id}", store=store)
+    async def get_cart(user_id: int) -> str:
+        runs.append(user_id)
+        return data["v"]
+
+    async with dejacache.agent_session(tenant="acme"):
+        assert await get_cart(1) == "v0"
+        assert await get_cart(1) == "v0"
+        db.config_resetstat()
+        for _ in range(5):
+            assert await get_cart(1) == "v0"
+        calls = _commands(db)
+        assert calls.get("mget") == 5 and "get" not in calls
+        # Another replica's write: the entry read with the counters is not served.
+        data["v"] = "v1"
+        assert other.bump(_counter_names_w([tenant_prefix("acme")], "cart", "cart:1"))
+        assert await get_cart(1) == "v1"
+        assert await get_cart(1) == "v1"
+    assert len(runs) == 2
+    await store.aclose()

@@ -17,6 +17,7 @@ from redis._parsers.base import BaseParser
 
 import dejacache
 from dejacache import ConfigurationError
+from dejacache.runtime._redis_counters import RedisCounters
 from dejacache.stores import Record
 from dejacache.stores._redis_topology import topology_advice
 from dejacache.stores.redis import RedisStore
@@ -178,6 +179,30 @@ def test_cache_hits_every_call_through_the_cluster(cstore: RedisStore) -> None:
 
     assert [double(i) for i in range(30)] == [double(i) for i in range(30)]
     assert ran == list(range(30))
+
+
+def test_reads_straight_to_a_node_follow_a_moved_slot(cstore: RedisStore) -> None:
+    # Hits and counters go to the node serving the slot, by the client's table; a stale
+    # table (as after a failover or a resharding) answers MOVED: the cluster client then
+    # reads it instead, follows the redirection and corrects its table.
+    cstore.put("k", Record(value=b'{"a": 1}', name="n"))
+    counters = RedisCounters(cstore)
+    landed = counters.incr_many(["gen/c/t/R"])
+    assert landed is not None
+    client = cstore._sync()
+    manager = client.nodes_manager
+    vkey = cstore._e + "k}"
+    ckey = cstore.key("g", "c", "gen/c/t/R")
+    right = {k: client.get_node_from_key(k) for k in (vkey, ckey)}
+    masters = client.get_primaries()
+    for k, node in right.items():
+        wrong = next(n for n in masters if n.name != node.name)
+        manager.slots_cache[client.keyslot(k)] = [wrong]
+    hit = cstore.hit("k")
+    assert hit is not None and hit[3] is not None and hit[3].value == b'{"a": 1}'
+    assert counters.get_counters(["gen/c/t/R"]) == landed
+    assert {k: client.get_node_from_key(k).name for k in right} == {
+        k: n.name for k, n in right.items()}
 
 
 def test_counters_spanning_slots(cstore: RedisStore) -> None:

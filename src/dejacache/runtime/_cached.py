@@ -36,7 +36,13 @@ from ._binding import Template, is_error_result
 from ._decorate import probe, tool_names
 from ._layout import GLOBAL, REG_LOCK, SCOPES, Gens, read_counters, register_reader
 from ._tracing import Args, Kwargs, Noted, Trace, guard_after, guard_before
-from .generations import LocalGenerations, generations_for, local_generations
+from .generations import (
+    NOT_READ,
+    LocalGenerations,
+    SharedGenerations,
+    generations_for,
+    local_generations,
+)
 from .guard import PROCEED
 from .session import SESSION, agent_session
 from .singleflight import SingleFlight
@@ -44,8 +50,11 @@ from .singleflight import SingleFlight
 # The in-process counters' values for one (prefix, entity), the key part they make, and the
 # counters' version they were read at: (counters, version, key part, values).
 _Memo = tuple[LocalGenerations, int, str, list[int]]
-# (key prefix, entry key head, counter names, [memo or None]) of one (prefix, entity).
-_Where = tuple[str, str, tuple[str, ...], list[_Memo | None]]
+# (key prefix, entry key head, counter names, [memo or None, seen or None]) of one (prefix,
+# entity); seen: the shared counters' values read last, and the key part they make:
+# (counters, epoch, values, key part).
+_Seen = tuple[Any, str, list[int], str]
+_Where = tuple[str, str, tuple[str, ...], list[Any]]
 # A read's (value or PROCEED, bytes served, body, blob); a flight's (result, body, blob).
 _Read = tuple[Any, int, Any, "bytes | None"]
 _Led = tuple[Any, Any, "bytes | None"]
@@ -61,7 +70,7 @@ class Route:
     key, whose one ``orjson.loads`` is the caller's own copy), decided as ``@cache``'s plan
     decides it: the store offers ``short_hits`` and the codec ``plain_payloads``."""
 
-    __slots__ = ("ashort", "codec", "configured", "gens", "local", "short", "store")
+    __slots__ = ("ashort", "codec", "configured", "fold", "gens", "local", "short", "store")
 
     def __init__(self, tc: ToolCache | None, configured: Any, codec: Any) -> None:
         self.configured = configured
@@ -70,7 +79,7 @@ class Route:
             self.configured = self.codec = _UNSET
             self.store: Any = None
             self.gens: Any = None
-            self.short = self.ashort = self.local = False
+            self.short = self.ashort = self.local = self.fold = False
             return
         store = self.store = tc.store_for(configured)
         self.gens = tc.generations(store)
@@ -80,6 +89,13 @@ class Route:
         # Async callers read through ``aget``; ``hit`` stands in for it only where ``aget``
         # is the base class's direct call of ``get`` (no await to keep).
         self.ashort = self.short and getattr(type(store), "aget", None) is BaseStore.aget
+        # A short hit may come in the counters' round trip (one MGET of both on one Redis
+        # server: a hit was two round trips where a raw GET is one) when the counters live
+        # in this very store and it reads entries by key (``entry_key``/``hit_of``).
+        self.fold = (self.short and isinstance(self.gens, SharedGenerations)
+                     and self.gens.backend is store and self.gens.folds
+                     and callable(getattr(store, "entry_key", None))
+                     and callable(getattr(store, "hit_of", None)))
 
 
 class ToolCache:
@@ -214,7 +230,7 @@ class ToolCache:
             levels = ([GLOBAL] if self.scope == "global" or sess is None
                       else [sess.prefixes["tenant"], GLOBAL])
             got = (prefix, f"{prefix}/{self.res_tool}/",
-                   tuple(read_counters(levels, self.res, entity)), [None])
+                   tuple(read_counters(levels, self.res, entity)), [None, None])
             heads = self._heads
             if len(heads) >= _MAX_HEADS:
                 heads.clear()
@@ -377,6 +393,22 @@ def _short(tc: ToolCache, store: Any, prefix: str, key: str) -> _Read:
             pass  # decoded again below, which reports it
     # Tagged values and anything the store would not vouch for: the codec decides.
     return _general(tc, store, prefix, key, item[3])
+
+
+def _from_bytes(tc: ToolCache, r: Route, key: str, raw: bytes | None) -> _Read | None:
+    """A short read of bytes read with the counters (``Route.fold``), without I/O; None:
+    the store's own read decides (a tagged value, damage: it may decode or delete)."""
+    try:
+        item = r.store.hit_of(key, raw, discard=False)
+    except Exception:
+        return None
+    if item is None:
+        return _MISSED if raw is None else None
+    body = item[0]
+    if body is not None:
+        with contextlib.suppress(orjson.JSONDecodeError):
+            return _loads(body), _blob_size(body), body, None
+    return None
 
 
 def _load(tc: ToolCache, r: Route, prefix: str, key: str) -> _Read:
@@ -560,26 +592,41 @@ def _sync_wrapper(tc: ToolCache) -> Callable[..., Any]:
                     values, vpart = memo[3], memo[2]
                 else:
                     values, vpart = tc.local_counters(gens, names, cell)
-            else:
-                values = gens.read(names, tc.counter_max_age)
-                if values is None:  # unknown: no entry can be proven fresh, skip the cache
-                    tr = Trace("miss")
-                    adigest, nudge = _bypassing(tc, sess, tr, args, kwargs)
-                    if nudge is not PROCEED:
-                        return nudge
-                    return _finish(tc, sess, adigest, fn(*args, **kwargs), tr)
-                vpart = f"{gens.epoch}.{'.'.join(map(str, values))}/"
             found = quick(args, kwargs, seed)
             full = False
             if isinstance(found, str):
                 fast = found
             else:
                 fast, full = _first_key(tc, args, kwargs, found)
+            raw: Any = NOT_READ
+            if not r.local:
+                seen = cell[1]
+                if seen is not None and seen[0] is gens and r.fold:
+                    # The entry under the key the counters made last time, read with them
+                    # in one round trip; used only if they have not changed since.
+                    values, raw = gens.read_with(names, tc.counter_max_age,
+                                                 r.store.entry_key(head + seen[3] + fast))
+                else:
+                    values = gens.read(names, tc.counter_max_age)
+                if values is None:  # unknown: no entry can be proven fresh, skip the cache
+                    tr = Trace("miss")
+                    adigest, nudge = _bypassing(tc, sess, tr, args, kwargs)
+                    if nudge is not PROCEED:
+                        return nudge
+                    return _finish(tc, sess, adigest, fn(*args, **kwargs), tr)
+                if seen is not None and seen[0] is gens and seen[2] == values \
+                        and seen[1] == gens.epoch:
+                    vpart = seen[3]
+                else:
+                    raw = NOT_READ  # read under other counters: not this call's entry
+                    vpart = f"{gens.epoch}.{'.'.join(map(str, values))}/"
+                    cell[1] = (gens, gens.epoch, values, vpart)
             key = head + vpart + fast
             if r.short:
                 # _short inlined: a checked body, one loads.
                 try:
-                    item = r.store.hit(key)
+                    item = (r.store.hit(key) if raw is NOT_READ
+                            else r.store.hit_of(key, raw))
                 except Exception:
                     item = _GENERAL_ITEM
                 if item is None:
@@ -649,19 +696,34 @@ async def _async_call(tc: ToolCache, sess: agent_session | None, tr: Trace, args
         return await fn(*args, **kwargs)
     prefix, head, names, cell = where
     r = tc.route()
+    fast, full = _first_key(tc, args, kwargs)
+    raw: Any = NOT_READ
     if r.local:
         values, vpart = tc.local_counters(r.gens, names, cell)
     else:
-        got_values = await r.gens.aread(names, tc.counter_max_age)
+        gens, seen = r.gens, cell[1]
+        if seen is not None and seen[0] is gens and r.fold:  # as the sync driver does
+            got_values, raw = await gens.aread_with(names, tc.counter_max_age,
+                                                    r.store.entry_key(head + seen[3] + fast))
+        else:
+            got_values = await gens.aread(names, tc.counter_max_age)
         if got_values is None:
             adigest, nudge = _bypassing(tc, sess, tr, args, kwargs)
             if nudge is not PROCEED:
                 return nudge
             return _finish(tc, sess, adigest, await fn(*args, **kwargs), tr)
         values = got_values
-        vpart = f"{r.gens.epoch}.{'.'.join(map(str, values))}/"
-    fast, full = _first_key(tc, args, kwargs)
-    got = await _aload(tc, r, prefix, head + vpart + fast)
+        if seen is not None and seen[0] is gens and seen[2] == values \
+                and seen[1] == gens.epoch:
+            vpart = seen[3]
+        else:
+            raw = NOT_READ  # read under other counters: not this call's entry
+            vpart = f"{gens.epoch}.{'.'.join(map(str, values))}/"
+            cell[1] = (gens, gens.epoch, values, vpart)
+    key = head + vpart + fast
+    got = _from_bytes(tc, r, key, raw) if raw is not NOT_READ else None
+    if got is None:
+        got = await _aload(tc, r, prefix, key)
     if got[0] is not PROCEED:
         adigest = tr.digest = fast
         if sess is None or sess.guard is None:  # the commonest async hit, inlined

@@ -58,6 +58,15 @@ def _ints(values: Sequence[Any]) -> list[int] | None:
         return None
 
 
+def _split(got: Any) -> tuple[list[int], bytes | None] | None:
+    """(counters, entry bytes) from an MGET of the counters and then the entry."""
+    if got is None:
+        return None
+    raw = got.pop()
+    vals = _ints(got)
+    return None if vals is None else (vals, raw)
+
+
 class RedisCounters:
     """``get_counters``/``incr_many`` (and async twins) with hash-tagged keys and
     replicated increments."""
@@ -71,6 +80,10 @@ class RedisCounters:
         # replicas would sit out its whole timeout).
         self.replicas = 0
         self._memo: dict[tuple[str, ...], list[tuple[list[int], list[str]]]] = {}
+        #: Whether one command may read a counter and an entry (keys of different slots):
+        #: not on a Cluster (CROSSSLOT).
+        self.folds = getattr(store, "kind", None) != "cluster"
+        self._folded: dict[tuple[str, ...], list[str]] = {}  # names -> their keys (one group)
 
     def _groups(self, names: Sequence[str]) -> list[tuple[list[int], list[str]]]:
         """(indexes, keys) per hash tag, in first-seen order (one group per call in
@@ -98,14 +111,52 @@ class RedisCounters:
 
     def get_counters(self, names: Sequence[str]) -> list[int] | None:
         out = [0] * len(names)
+        direct = getattr(self.store, "direct", None)
         for idx, keys in self._groups(names):
-            got = self.store.run(lambda c, k=keys: c.mget(k), None)
+            got = (self.store.run(lambda c, k=keys: direct(c, k[0], lambda n: n.mget(k)), None)
+                   if direct is not None else self.store.run(lambda c, k=keys: c.mget(k), None))
             vals = None if got is None else _ints(got)
             if vals is None:
                 return None
             for i, v in zip(idx, vals, strict=True):
                 out[i] = v
         return out
+
+    def get_counters_with(self, names: tuple[str, ...], entry: str
+                          ) -> tuple[list[int], bytes | None] | None:
+        """The counters and the bytes under the Redis key ``entry``, in one ``MGET`` (one
+        round trip where reading them apart took two: a ``tool_cache`` hit over one server
+        went from 2.75x to ~1.5x a raw GET + loads). Only where one command may read keys
+        of different slots: one server, Sentinel's master (``folds``). None when Redis
+        failed (as :meth:`get_counters`)."""
+        keys = self._fold_keys(names)
+        if keys is None:  # counters of several resources (not made by _layout)
+            vals = self.get_counters(names)
+            return None if vals is None else (vals, self.store.run(lambda c: c.get(entry)))
+        # execute_command: ``mget`` only repacks its arguments (~1 µs of a ~75 µs hit).
+        return _split(self.store.run(lambda c: c.execute_command("MGET", *keys, entry), None))
+
+    async def aget_counters_with(self, names: tuple[str, ...], entry: str
+                                 ) -> tuple[list[int], bytes | None] | None:
+        keys = self._fold_keys(names)
+        if keys is None:
+            vals = await self.aget_counters(names)
+            return None if vals is None else (
+                vals, await self.store.arun(lambda c: c.get(entry)))
+        return _split(await self.store.arun(
+            lambda c: c.execute_command("MGET", *keys, entry), None))
+
+    def _fold_keys(self, names: tuple[str, ...]) -> list[str] | None:
+        """The keys of ``names`` when they share one hash tag (remembered), else None."""
+        keys = self._folded.get(names)
+        if keys is None:
+            groups = self._groups(names)
+            if len(groups) != 1:
+                return None
+            if len(self._folded) >= _MEMO_MAX:
+                self._folded.clear()
+            keys = self._folded[names] = groups[0][1]
+        return keys
 
     async def aget_counters(self, names: Sequence[str]) -> list[int] | None:
         out = [0] * len(names)

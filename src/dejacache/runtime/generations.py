@@ -51,12 +51,14 @@ from ..errors import ConfigurationError
 from ..stores.memory import MemoryStore
 from ..stores.tiered import TieredStore
 
-__all__ = ["LocalGenerations", "SharedGenerations", "generations_for", "local_generations",
-           "maybe_generations_for", "process_local"]
+__all__ = ["NOT_READ", "LocalGenerations", "SharedGenerations", "generations_for",
+           "local_generations", "maybe_generations_for", "process_local"]
 
 
 #: Counters kept per process before starting over (one counter per written entity).
 MAX_COUNTERS = 200_000
+#: ``SharedGenerations.read_with``: no entry was read with the counters.
+NOT_READ: Any = object()
 
 
 class LocalGenerations:
@@ -140,6 +142,8 @@ class SharedGenerations:
         # Whether the counters' store takes ``probe=True`` (Redis): the background flush
         # is then its recovery probe.
         self._probes = self._ops is not backend
+        #: Whether :meth:`read_with` reads an entry in the counters' round trip.
+        self.folds = getattr(self._ops, "folds", False) is True
         self.fence = FENCE
         self._failed = False  # counters unreadable since the last successful read
         self._fenced_until = 0.0
@@ -277,6 +281,45 @@ class SharedGenerations:
             self._unreadable()
             return None
         return self._learn(names, values, max_age > 0)
+
+    def read_with(self, names: tuple[str, ...], max_age: float, entry: str
+                  ) -> tuple[list[int] | None, Any]:
+        """:meth:`read`, and the bytes under the backend's key ``entry`` read in the same
+        round trip (``NOT_READ`` when they were not: values from the ``max_age`` cache, a
+        queue to land first, a store that cannot, or a new epoch since the caller made
+        ``entry``). The caller uses the bytes only if ``entry`` is the key the values make."""
+        if max_age > 0 or self._pending or not self.folds:
+            return self.read(names, max_age), NOT_READ
+        epoch = self.epoch
+        try:
+            got = self._ops.get_counters_with(names, entry)
+        except Exception:  # fail open: the caller runs the tool uncached
+            got = None
+        return self._with(names, got, epoch)
+
+    async def aread_with(self, names: tuple[str, ...], max_age: float, entry: str
+                         ) -> tuple[list[int] | None, Any]:
+        if max_age > 0 or self._pending or not self.folds:
+            return await self.aread(names, max_age), NOT_READ
+        epoch = self.epoch
+        try:
+            got = await self._ops.aget_counters_with(names, entry)
+        except Exception:
+            got = None
+        return self._with(names, got, epoch)
+
+    def _with(self, names: tuple[str, ...], got: tuple[list[int], Any] | None, epoch: str
+              ) -> tuple[list[int] | None, Any]:
+        """:meth:`read_with`'s answer from what the store answered (None: it failed)."""
+        if got is None:
+            self._unreadable()
+            return None, NOT_READ
+        values, raw = got
+        if not (self._failed or self._fenced_until) \
+                and list(map(self._seen.get, names)) == values:
+            return values, raw  # _learn's steady state, written out: a hit's commonest path
+        out = self._learn(names, values, False)
+        return out, raw if out is not None and self.epoch == epoch else NOT_READ
 
     def bump(self, names: Sequence[str]) -> bool:
         try:
