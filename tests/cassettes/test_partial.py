@@ -87,8 +87,6 @@ def test_bad_partial_settings_are_errors_where_written(tmp_path: pathlib.Path) -
         dejacache.cassette(path, replay_until=-1)
     with pytest.raises(ConfigurationError, match="mode='record' contradicts"):
         dejacache.cassette(path, "record", live=["model"])
-    with pytest.raises(ConfigurationError, match="strict=True with live="):
-        dejacache.cassette(path, live=["model"], strict=True)
     with pytest.raises(ConfigurationError, match="is the cassette itself"):
         dejacache.cassette(path, live=["model"], live_path=path)
 
@@ -139,6 +137,91 @@ def test_replay_until_names_the_step_it_expected(recorded: pathlib.Path) -> None
     assert "q: 'paris' -> 'rome'" in msg
     assert LIVE == []  # refused before anything ran
     assert not recorded.with_name("agent.live.json").exists()
+
+
+def test_strict_live_checks_the_replayed_calls_in_recorded_order(
+        recorded: pathlib.Path) -> None:
+    with dejacache.cassette(recorded, live=["model"], strict=True) as tape:
+        out = agent()  # the recorded llm steps went live: skipped, not missing steps
+    assert out.endswith("v2") and tape.divergences == []
+    assert LIVE == ["llm plan", "llm answer plan v2 found paris page paris.example"]
+    LIVE.clear()
+    with pytest.raises(ReplayDivergence) as caught, dejacache.cassette(
+            recorded, live=["model"], strict=True):
+        llm("plan")
+        fetch("paris.example")  # recorded after search_web, in the same task
+    err = caught.value
+    assert err.reason == "order" and err.recorded_step == 1  # the step it expected
+    assert err.expected is not None and err.expected.name == "tools.search_web"
+    assert "tools.search_web" in str(err) and "tools.fetch" in str(err)
+    assert "previous replayed call in this run is none" in str(err)
+    assert LIVE == ["llm plan"]  # the out-of-order tool never ran
+
+
+def test_strict_live_a_changed_replayed_call_names_its_step(recorded: pathlib.Path) -> None:
+    with pytest.raises(ReplayDivergence) as caught, dejacache.cassette(
+            recorded, live=["model"], strict=True):
+        llm("plan")
+        llm("plan again")  # the live part may make more calls than it recorded
+        search_web("rome")
+    assert "differs from the recorded call at step 1" in str(caught.value)
+    assert "q: 'paris' -> 'rome'" in str(caught.value)
+
+
+def test_strict_live_a_replayed_step_never_made_fails_at_exit(
+        recorded: pathlib.Path) -> None:
+    with pytest.raises(ReplayDivergence, match="1 of the 4 recorded calls") as caught, \
+            dejacache.cassette(recorded, live=["model"], strict=True):
+        llm("plan")
+        search_web("paris")
+        llm("answer")  # fetch was skipped: a replayed step, so a missing one
+    assert "tools.fetch" in str(caught.value)
+
+
+def test_live_without_strict_lists_divergences_of_the_replayed_part_only(
+        recorded: pathlib.Path) -> None:
+    with dejacache.cassette(recorded, live=["model"]) as tape:
+        llm("plan")
+        fetch("paris.example")
+        search_web("paris")
+    got = [(d.reason, d.expected.name if d.expected else None) for d in tape.divergences]
+    assert got[0] == ("order", "tools.search_web")  # the swap, as without live=
+    assert all(r != "unmade" for r, _ in got)  # the recorded llm steps went live
+
+
+@dejacache.cache(name="tools.lookup", kind="tool")
+async def alookup(q: str) -> str:
+    LIVE.append(f"lookup {q}")
+    return f"{q} #{len(LIVE)}"
+
+
+async def test_concurrent_identical_calls_get_their_own_tasks_answers_after_live_steps(
+        tmp_path: pathlib.Path) -> None:
+    import asyncio
+
+    path = tmp_path / "gather.json"
+
+    async def worker(who: str) -> str:
+        await alookup(who)  # distinguishes the tasks (replayed)
+        await allm(who)  # goes live on replay
+        return await alookup("shared")  # identical in both tasks
+
+    async def run() -> list[str]:
+        a = asyncio.create_task(worker("a"))
+        await asyncio.sleep(0)
+        return [await a, await asyncio.create_task(worker("b"))]
+
+    with dejacache.cassette(path):
+        recorded_answers = await run()
+    assert recorded_answers[0] != recorded_answers[1]
+    for strict in (False, True):
+        LIVE.clear()
+        with dejacache.cassette(path, live=["model"], strict=strict) as tape:
+            b = asyncio.create_task(worker("b"))  # b first now: it must not take a's answer
+            await b
+            a = await worker("a")
+        assert [a, b.result()] == recorded_answers
+        assert LIVE == ["allm b", "allm a"] and tape.divergences == []
 
 
 @pytest.fixture
@@ -207,4 +290,12 @@ async def test_async_calls_go_live_by_kind_too(tmp_path: pathlib.Path) -> None:
     with dejacache.cassette(path, live=["model"]):
         assert await allm(await asearch("paris")) == "found paris v2"
     assert LIVE == ["allm found paris"]
+    LIVE.clear()
+    with pytest.raises(ReplayDivergence) as caught, dejacache.cassette(
+            path, live=["model"], strict=True):
+        await asearch("rome")
+    assert caught.value.recorded_step == 0 and "q: 'paris' -> 'rome'" in str(caught.value)
+    with dejacache.cassette(path, live=["model"], strict=True) as tape:
+        assert await allm(await asearch("paris")) == "found paris v2"
+    assert tape.divergences == []
     LIVE.clear()

@@ -135,7 +135,7 @@ class cassette(Block[Cassette]):
         self.live_path = derived_path(self.path, live_path) if self.partial else None
         if self.partial:
             Partial(self.live, replay_until)  # checked here, made anew for each block entered
-            check_partial(self.mode, strict, self.live)
+            check_partial(self.mode)
         self._stack: list[tuple[Cassette, Effective, contextvars.Token[Effective | None]]] = []
         self.last: Cassette | None = None
         # Set by integrations that write the file later (dejacache.integrations.scenario under
