@@ -120,8 +120,11 @@ def test_a_replayed_call_without_recording_is_a_miss(recorded: pathlib.Path) -> 
 
 
 def test_replay_until_replays_the_first_steps_then_goes_live(recorded: pathlib.Path) -> None:
+    before = recorded.read_bytes()
     with dejacache.cassette(recorded, replay_until=2) as tape:
         out = agent()
+    assert recorded.read_bytes() == before  # the live part never reaches the original
+    assert tape.divergences == []  # the recorded steps after the first 2 went live
     assert LIVE == ["fetch paris.example", "llm answer plan v1 found paris page paris.example"]
     assert out.endswith("v2") and tape.counters.replayed == 2
     assert names(recorded.with_name("agent.live.json")) == ["tools.fetch", "llm"]
@@ -136,6 +139,24 @@ def test_replay_until_names_the_step_it_expected(recorded: pathlib.Path) -> None
     assert "differs from the recorded call at step 1" in msg
     assert "q: 'paris' -> 'rome'" in msg
     assert LIVE == []  # refused before anything ran
+    assert not recorded.with_name("agent.live.json").exists()
+
+
+def test_replay_until_an_out_of_order_call_names_both_steps(recorded: pathlib.Path) -> None:
+    with pytest.raises(ReplayDivergence) as caught, dejacache.cassette(recorded, replay_until=3):
+        llm("plan")
+        fetch("paris.example")
+    err = caught.value
+    assert (err.reason, err.step, err.recorded_step) == ("order", 1, 1)
+    assert err.expected is not None and err.expected.name == "tools.search_web"
+    assert "call #1 (tool tools.fetch) is out of order: it was recorded as step 2" in str(err)
+
+
+def test_replay_until_a_run_that_stops_before_n_fails_at_exit(recorded: pathlib.Path) -> None:
+    with pytest.raises(ReplayDivergence, match="3 of the 4 recorded calls") as caught, \
+            dejacache.cassette(recorded, replay_until=3):
+        llm("plan")  # the agent stopped: nothing went live, the rest were never made
+    assert caught.value.reason == "unmade"
     assert not recorded.with_name("agent.live.json").exists()
 
 
@@ -266,6 +287,30 @@ def test_live_model_through_the_openai_sdk(fake: Any, tmp_path: pathlib.Path) ->
             until = sdk_agent(client)
         assert until[0] == recorded[0] and until[1] != recorded[1]
         assert LIVE == ["search paris"]
+
+
+def test_strict_live_model_through_the_openai_sdk(fake: Any, tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "sdk.json"
+    with openai.OpenAI(base_url=fake.openai_url, api_key="sk-test-SECRET",
+                       max_retries=0) as client:
+        with dejacache.cassette(path):
+            sdk_agent(client)
+            search_web("rome")
+        LIVE.clear()
+        with dejacache.cassette(path, live=["model"], strict=True) as tape:
+            sdk_agent(client)
+            search_web("rome")
+        assert LIVE == [] and tape.divergences == []  # both tools replayed in order
+        assert tape.counters.replayed == 2 and tape.counters.recorded == 2
+        with pytest.raises(ReplayDivergence) as caught, dejacache.cassette(
+                path, live=["model"], strict=True):
+            search_web("rome")  # recorded after the paris search (the model went live)
+            sdk_agent(client)
+        err = caught.value
+        assert err.reason == "order" and err.expected is not None
+        assert err.expected.name == "tools.search_web" and "paris" in str(err)
+        assert LIVE == []  # refused before the tool ran
+    assert b"sk-test-SECRET" not in path.with_name("sdk.live.json").read_bytes()
 
 
 @dejacache.cache(name="allm", kind="llm")

@@ -269,10 +269,11 @@ class RunOrder:
             return f"{what} is not in the recording ({total} calls)"
         return f"{what} is not the call recorded after {at}"
 
-    def finish(self, *, replayed: bool, shared: bool) -> None:
+    def finish(self, *, replayed: bool, shared: bool, rest_live: bool = False) -> None:
         """Recorded calls never made become ``"unmade"`` divergences (once, at close).
         ``replayed``: the run was compared with a recording; ``shared``: the file serves
-        several blocks, each of which uses only its part."""
+        several blocks, each of which uses only its part; ``rest_live``: the recorded calls
+        this run did not replay went live instead (``replay_until=N``, N calls made)."""
         if self._finished:
             return
         self._finished = True
@@ -287,7 +288,7 @@ class RunOrder:
         later = tape.keep_seal() and not self.strict
         if not later:
             self.settle()
-        if not replayed or tape.raw is None or (shared and not self.strict):
+        if not replayed or tape.raw is None or (shared and not self.strict) or rest_live:
             return
         tape.index()
         unused = tape.unused_steps()

@@ -390,8 +390,8 @@ class Cassette(BaseStore):
 
     def unmade_error(self) -> ReplayDivergence | None:
         """The error a strict block raises at exit for recorded calls never made."""
-        if self.partial is not None and self.partial.until is not None:
-            return None  # the recorded calls after the first N went live instead
+        if self._rest_live():
+            return None
         with self._lock:  # (``live=``: the steps that went live are not counted, order.py)
             return self._order.unmade_error()
 
@@ -408,7 +408,8 @@ class Cassette(BaseStore):
             unused: Unused | None = tape.closed
             try:
                 if unused is None:
-                    self._order.finish(replayed=self.mode != "record", shared=self.shared)
+                    self._order.finish(replayed=self.mode != "record", shared=self.shared,
+                                       rest_live=self._rest_live())
                     # positions only: the names are read from the index when asked for
                     unused = (NONE_UNUSED if self.mode == "record" or tape.ix is None
                               else tape.unused_steps())
@@ -418,6 +419,13 @@ class Cassette(BaseStore):
                     raise
             finally:
                 tape.close(unused)
+
+    def _rest_live(self) -> bool:
+        """A ``replay_until=N`` block that made its N replayed calls: the recorded calls
+        after them went live (not unmade). One that stopped sooner sent nothing live, and
+        every recorded call it did not make is a divergence, as in plain strict replay."""
+        p = self.partial
+        return p is not None and p.until is not None and p.seen >= p.until
 
     @property
     def unused(self) -> list[EntryInfo]:
