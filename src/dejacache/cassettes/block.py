@@ -87,6 +87,7 @@ class cassette(Block[Cassette]):
     ``on_expiry="rerecord"`` in ``auto`` mode runs live and is replaced (``ageing.py``).
     ``live=["model"]`` / ``["tool:search_web"]``: those calls go live, the rest replay;
     ``replay_until=N``: the first N calls replay in the recorded order, later ones go live.
+    ``strict=True`` with ``live=`` checks the replayed calls' order, the live steps skipped.
     Live calls are written to ``live_path`` (default ``<name>.live.json``), never to
     ``path`` (``partial.py``).
     """

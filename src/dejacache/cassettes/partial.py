@@ -1,7 +1,9 @@
 """Partial replay: some calls of a recorded run go live, the rest replay.
 
 ``cassette(path, live=[...])``: calls the rules name go live, every other call replays (a
-call with no recording is a ``ReplayMiss``, reported as in ``replay`` mode).
+call with no recording is a ``ReplayMiss``, reported as in ``replay`` mode). With
+``strict=True`` the replayed calls keep their recorded order, the recorded steps the rules
+name skipped (``OrderBook.skip``: they went live, nothing is taken from them).
 ``cassette(path, replay_until=N)``: the first N calls replay in the recorded order (strict:
 a call that is not the recorded one at its step is a ``ReplayDivergence`` naming the step it
 expected), every later call goes live.
