@@ -546,6 +546,43 @@ def test_plan():
     assert path.read_bytes() == before
 
 
+def test_marker_strict_live_checks_the_replayed_order(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=PARTIAL_AGENT + """
+@pytest.mark.dejacache
+def test_plan():
+    agent()
+    search_web("rome")
+""")
+    run(pytester).assert_outcomes(passed=1)
+    path = _cassette(pytester, "test_plan")
+    before = path.read_bytes()
+    pytester.makepyfile(test_agent=PARTIAL_AGENT + """
+@pytest.mark.dejacache(strict=True, live=["model"])
+def test_plan():
+    agent()
+    search_web("rome")
+    assert CALLS == ["plan found paris"] and TOOLS == []
+
+@pytest.mark.dejacache(strict=True, live=["model"], cassette="cassettes/test_agent/test_plan.json")
+def test_swapped():
+    search_web("rome")
+""")
+    res = run(pytester)
+    res.assert_outcomes(passed=1, failed=1)
+    res.stdout.fnmatch_lines([
+        "*strict replay divergence*call #0 (tool tools.search_web) is out of order*",
+        "*expected: step 0: tool tools.search_web*paris*"])
+    assert path.read_bytes() == before
+    # --dejacache-strict with a live= marker: the same check, no configuration error
+    pytester.makepyfile(test_agent=PARTIAL_AGENT + """
+@pytest.mark.dejacache(live=["model"])
+def test_plan():
+    agent()
+    search_web("rome")
+""")
+    run(pytester, "--dejacache-strict").assert_outcomes(passed=1)
+
+
 def test_marker_replay_until_fails_where_the_run_diverges(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_agent=PARTIAL_AGENT + """
 @pytest.mark.dejacache

@@ -121,3 +121,26 @@ def test_a_verdict_looks_at_each_step_a_bounded_number_of_times(n: int) -> None:
     small, large = reads(n), reads(4 * n)
     assert large <= 4 * small + 8
     assert large <= 3 * 4 * n
+
+
+def test_skipped_steps_are_neither_expected_nor_unmade() -> None:
+    # 0 tool, 1 model, 2 tool (after 1), 3 model (after 2), 4 tool (after 3); the models go live
+    book = chain(5)
+    book.fill(["tool", "model", "tool", "model", "tool"], [ROOT, 0, 1, 2, 3])
+    book.skip([False, True, False, True, False])
+    assert [book.follows[i] for i in (0, 2, 4)] == [ROOT, 0, 2]  # the live steps skipped
+    assert book.hit(0, ROOT).ok
+    assert book.next_after(0) == 2  # not the live step 1
+    assert book.hit(4, 0) == strict.Verdict(strict.ORDER, 2, 4)  # 2 was expected there
+    assert book.unmade() == [2]  # the live steps went live: not missing
+
+
+def test_skip_lifts_past_consecutive_live_steps_and_forks() -> None:
+    book = OrderBook()
+    # 0 plan (live), 1 model (live, after 0), then two gathered tools both after 1
+    for name, f in [("m", ROOT), ("m", 0), ("t", 1), ("t", 1)]:
+        book.add(name, f)
+    book.skip([True, True, False, False])
+    assert book.follows[2:] == [ROOT, ROOT]
+    assert book.hit(3, ROOT).ok and book.hit(2, ROOT).ok
+    assert book.unmade() == []

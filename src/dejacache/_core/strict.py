@@ -93,13 +93,15 @@ class OrderBook:
     step, the index cost a block in ``auto`` mode that both replayed and recorded O(n) per
     new call: 1,600 calls over a cassette of 800 spent 0.46 s rebuilding it.)"""
 
-    __slots__ = ("_after", "_named", "follows", "names", "ordered", "replaced", "used")
+    __slots__ = ("_after", "_named", "follows", "names", "ordered", "replaced", "skipped",
+                 "used")
 
     def __init__(self) -> None:
         self.follows: list[int | None] = []
         self.names: list[str] = []
         self.used: list[bool] = []
         self.replaced: set[int] = set()  # steps a changed call stood in for
+        self.skipped: set[int] = set()  # steps that go live in this run (``skip``)
         self.ordered = False  # some step carries order information
         # position -> the steps following it; (position, name) -> those of that name
         self._after: dict[int, _Line] | None = None
@@ -148,6 +150,22 @@ class OrderBook:
             if follows is not None:
                 self._link(step, follows, name)
 
+    def skip(self, live: list[bool]) -> None:
+        """Recorded steps that go live in this run (a partial replay sends them to the
+        model or tool instead of the recording): never expected, never unmade, and a step
+        that followed one follows instead the nearest step before it in its task that
+        replays. However many calls the live part makes now, the replayed calls are
+        checked against each other in their recorded order."""
+        follows = self.follows
+        for i, f in enumerate(follows):
+            if live[i]:
+                self.skipped.add(i)
+            # a step follows one recorded before it, whose own ``follows`` is lifted already
+            if f is not None and 0 <= f < i and live[f]:
+                follows[i] = follows[f]
+        self._after = None
+        self._named = {}
+
     # ---------------------------------------------------------------- the index
 
     def _index(self) -> dict[int, _Line]:
@@ -173,7 +191,7 @@ class OrderBook:
         line.insert(step)
 
     def _spent(self, step: int) -> bool:
-        return self.used[step] or step in self.replaced
+        return self.used[step] or step in self.replaced or step in self.skipped
 
     def following(self, position: int) -> list[int]:
         """Every recorded step that follows ``position`` (file order), spent or not."""
@@ -221,4 +239,5 @@ class OrderBook:
 
     def unmade(self) -> list[int]:
         """Recorded steps never made (a changed call's step counts as made)."""
-        return [i for i, u in enumerate(self.used) if not u and i not in self.replaced]
+        return [i for i, u in enumerate(self.used)
+                if not u and i not in self.replaced and i not in self.skipped]

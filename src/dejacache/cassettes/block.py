@@ -87,6 +87,7 @@ class cassette(Block[Cassette]):
     ``on_expiry="rerecord"`` in ``auto`` mode runs live and is replaced (``ageing.py``).
     ``live=["model"]`` / ``["tool:search_web"]``: those calls go live, the rest replay;
     ``replay_until=N``: the first N calls replay in the recorded order, later ones go live.
+    ``strict=True`` with ``live=`` checks the replayed calls' order, the live steps skipped.
     Live calls are written to ``live_path`` (default ``<name>.live.json``), never to
     ``path`` (``partial.py``).
     """
@@ -135,7 +136,7 @@ class cassette(Block[Cassette]):
         self.live_path = derived_path(self.path, live_path) if self.partial else None
         if self.partial:
             Partial(self.live, replay_until)  # checked here, made anew for each block entered
-            check_partial(self.mode, strict, self.live)
+            check_partial(self.mode)
         self._stack: list[tuple[Cassette, Effective, contextvars.Token[Effective | None]]] = []
         self.last: Cassette | None = None
         # Set by integrations that write the file later (dejacache.integrations.scenario under

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextvars
 import itertools
 import pathlib
+from collections.abc import Callable
 from typing import Any
 
 from .._core import strict as order
@@ -37,16 +38,24 @@ __all__ = ["RunOrder"]
 # its parent was; a value left by another run means "at the start".
 _POSITION: contextvars.ContextVar[tuple[int, int, Any] | None] = contextvars.ContextVar(
     "dejacache_cassette_position", default=None)
+# A partial block's derived tape (its live calls) keeps its own place in each task: sharing
+# the replayed tape's would send a task's next replayed call back to "the start".
+_LIVE_POSITION: contextvars.ContextVar[tuple[int, int, Any] | None] = contextvars.ContextVar(
+    "dejacache_live_position", default=None)
 _SERIALS = itertools.count(1)
 
 
 class RunOrder:
     """The calls of one block over ``tape`` (see the module docstring). ``strict`` makes an
-    out-of-order replay raise at once; ``rerecord_hint`` ends every divergence message. The
+    out-of-order replay raise at once; ``rerecord_hint`` ends every divergence message.
+    ``live(name, kind)``: the recorded steps of a partial block that go live, skipped by the
+    order (``OrderBook.skip``); ``derived``: the tape of such a block's live calls. The
     cassette calls under its lock."""
 
     def __init__(self, tape: Tape, *, strict: bool = False,
-                 rerecord_hint: str | None = None) -> None:
+                 rerecord_hint: str | None = None,
+                 live: Callable[[str, str], bool] | None = None,
+                 derived: bool = False) -> None:
         self.tape = tape
         self.path: pathlib.Path = tape.path
         self.strict = strict
@@ -63,24 +72,26 @@ class RunOrder:
         self._unmade: Unused | None = None  # recorded steps never made, not yet reported
         self._loader = self.load_request
         self._kinds: dict[str, str] | None = None  # recorded name -> its first step's kind
+        self.live = live
+        self._var = _LIVE_POSITION if derived else _POSITION
 
     # ---------------------------------------------------------------- where the task is
 
     def position(self) -> tuple[int, Any]:
         """(recorded step the calling task is at, the last call it made in this block)."""
-        v = _POSITION.get()
+        v = self._var.get()
         if v is None or v[0] != self._serial:
             return order.ROOT, None
         return v[1], v[2]
 
     def step(self) -> int:
         """The recorded step the calling task is at (``position()[0]``, on the hit path)."""
-        v = _POSITION.get()
+        v = self._var.get()
         return order.ROOT if v is None or v[0] != self._serial else v[1]
 
     def _set_position(self, step: int, last: Any) -> None:
         _, prev = self.position()
-        _POSITION.set((self._serial, step, last if last is not None else prev))
+        self._var.set((self._serial, step, last if last is not None else prev))
 
     # ---------------------------------------------------------------- the book
 
@@ -89,17 +100,25 @@ class RunOrder:
         if first:
             # sized in one step (not n calls of book.add): a 10k-entry file opens in ~1 ms
             self.book.grow(ix.n)
-        if not ix.lazy and not self._complete:
-            self.complete_book()
+        if (self.live is not None or not ix.lazy) and not self._complete:
+            self.complete_book()  # a partial block's order is lifted before its first call
 
     def complete_book(self) -> None:
         """Every recorded step's name and ``follows``, from the index (on a miss, a
         divergence or at the end, never on an in-order hit)."""
         if self._complete:
             return
-        got = self.tape.names_follows()
+        tape = self.tape
+        got = tape.names_follows()
+        if self._complete:
+            return  # reading the index just now completed the book (``indexed``)
         if got is not None:
             self.book.fill(*got)
+            if self.live is not None and tape.ix is not None:
+                live = self.live
+                self.book.skip([live(n, k) for n, k in zip(got[0], tape.ix.kinds(),
+                                                           strict=False)])
+                tape.lifted = self.book.follows  # the tape prefers entries by this order too
         self._complete = True
 
     def checking(self, replaying: bool) -> bool:
@@ -131,8 +150,8 @@ class RunOrder:
         i = e.index
         assert i is not None
         name = str(doc.get("name", ""))
-        f = fmt.follows_of(doc)
         book = self.book
+        f = fmt.follows_of(doc) if self.live is None else book.follows[i]  # (lifted: skip)
         book.learn(i, name, f)
         pos, last = self.position()
         call = Call(len(self.calls), name, str(doc.get("kind", "call")), e.key, "replayed",
@@ -141,7 +160,7 @@ class RunOrder:
         self.observed[i] = last
         if f is None or f == pos:  # in order (the hot path: no verdict object)
             book.used[i] = True
-            _POSITION.set((self._serial, i, e))
+            self._var.set((self._serial, i, e))
             return None
         if not self.strict:
             # Out of order: reported when read (tape.divergences) or at close. Naming the
@@ -234,11 +253,12 @@ class RunOrder:
               else f"step {pos}")
         total = len(self.book)
         reason = verdict.reason
+        prev = "call" if self.live is None else "replayed call"  # live steps are skipped
         if reason == order.ORDER:
             f = self.book.follows[actual.recorded_step or 0]
             return (f"{what} is out of order: it was recorded as step "
-                    f"{actual.recorded_step}, after step {f}, but its task's previous call in "
-                    f"this run is {at}")
+                    f"{actual.recorded_step}, after step {f}, but its task's previous "
+                    f"{prev} in this run is {at}")
         if reason == order.CHANGED:
             return f"{what} differs from the recorded call at step {verdict.expected}"
         if reason == order.EXHAUSTED:
@@ -249,10 +269,11 @@ class RunOrder:
             return f"{what} is not in the recording ({total} calls)"
         return f"{what} is not the call recorded after {at}"
 
-    def finish(self, *, replayed: bool, shared: bool) -> None:
+    def finish(self, *, replayed: bool, shared: bool, rest_live: bool = False) -> None:
         """Recorded calls never made become ``"unmade"`` divergences (once, at close).
         ``replayed``: the run was compared with a recording; ``shared``: the file serves
-        several blocks, each of which uses only its part."""
+        several blocks, each of which uses only its part; ``rest_live``: the recorded calls
+        this run did not replay went live instead (``replay_until=N``, N calls made)."""
         if self._finished:
             return
         self._finished = True
@@ -267,11 +288,11 @@ class RunOrder:
         later = tape.keep_seal() and not self.strict
         if not later:
             self.settle()
-        if not replayed or tape.raw is None or (shared and not self.strict):
+        if not replayed or tape.raw is None or (shared and not self.strict) or rest_live:
             return
         tape.index()
         unused = tape.unused_steps()
-        self._unmade = unused.without(self.book.replaced)
+        self._unmade = unused.without(self.book.replaced | self.book.skipped)
         if not later:
             self.report_unmade()
 
@@ -310,7 +331,8 @@ class RunOrder:
             # made (the book's steps after ``pos``, not a walk over every recorded step)
             expected = next((i for i in self.book.following(pos)
                              if used_by.get(i, call.index + 1) > call.index
-                             and i not in self.book.replaced), None)
+                             and i not in self.book.replaced
+                             and i not in self.book.skipped), None)
             verdict = order.Verdict(order.ORDER, expected, e.index)
             self.diverge(verdict, call, pos, CallInfo(
                 call.name, call.kind, e.key, self.tape.request_of(e.index), e.index))

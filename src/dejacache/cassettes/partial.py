@@ -1,7 +1,9 @@
 """Partial replay: some calls of a recorded run go live, the rest replay.
 
 ``cassette(path, live=[...])``: calls the rules name go live, every other call replays (a
-call with no recording is a ``ReplayMiss``, reported as in ``replay`` mode).
+call with no recording is a ``ReplayMiss``, reported as in ``replay`` mode). With
+``strict=True`` the replayed calls keep their recorded order, the recorded steps the rules
+name skipped (``OrderBook.skip``: they went live, nothing is taken from them).
 ``cassette(path, replay_until=N)``: the first N calls replay in the recorded order (strict:
 a call that is not the recorded one at its step is a ``ReplayDivergence`` naming the step it
 expected), every later call goes live.
@@ -89,18 +91,14 @@ def derived_path(path: pathlib.Path, given: str | os.PathLike[str] | None) -> pa
     return out
 
 
-def check_partial(mode: str | None, strict: bool, rules: tuple[LiveRule, ...]) -> None:
-    """A partial block replays what does not go live: ``record`` and ``off`` contradict it;
-    ``strict=True`` with ``live=`` would call every recorded call that went live a missing
-    step (``replay_until`` replays its part strictly by itself)."""
+def check_partial(mode: str | None) -> None:
+    """A partial block replays what does not go live: ``record`` and ``off`` contradict it.
+    (``strict=True`` is welcome: the replayed calls keep their recorded order, the recorded
+    steps that go live skipped, ``OrderBook.skip``.)"""
     if mode in ("record", "off"):
         raise ConfigurationError(f"live= / replay_until= replay the calls that do not go "
                                  f"live: mode={mode!r} contradicts them (leave it out, or "
                                  "use 'auto' or 'replay')")
-    if strict and rules:
-        raise ConfigurationError("strict=True with live= is not supported: the recorded "
-                                 "calls that went live would be steps never made; "
-                                 "replay_until= keeps the recorded order for its part")
 
 
 class Partial:
@@ -121,10 +119,15 @@ class Partial:
         with self._lock:
             n = self.seen
             self.seen += 1
-            live = (self.until is not None and n >= self.until) or any(
-                r.matches(name, step_kind(raw_kind, name)) for r in self.rules)
+            live = (self.until is not None and n >= self.until) or self.goes_live(
+                name, raw_kind)
             self.live_calls += live
         return "record" if live else "replay"
+
+    def goes_live(self, name: str, raw_kind: str) -> bool:
+        """Whether the ``live=`` rules send calls like this live (recorded steps too)."""
+        kind = step_kind(raw_kind, name)
+        return any(r.matches(name, kind) for r in self.rules)
 
     def describe(self) -> str:
         parts = []

@@ -85,6 +85,7 @@ class Cassette(BaseStore):
         on_expiry: str = "warn",
         partial: Partial | None = None,
         live_path: pathlib.Path | None = None,
+        derived: bool = False,
     ) -> None:
         self.path = pathlib.Path(path)
         self.url = str(path)
@@ -100,7 +101,10 @@ class Cassette(BaseStore):
         self._lock = threading.RLock()
         self._loaded = False
         self._tape = Tape(self.path, self.mode, self._lock)
-        self._order = RunOrder(self._tape, strict=strict, rerecord_hint=rerecord_hint)
+        # a partial block's order skips the recorded steps its ``live=`` rules send live
+        self._order = RunOrder(self._tape, strict=strict, rerecord_hint=rerecord_hint,
+                               live=partial.goes_live if partial and partial.rules else None,
+                               derived=derived)
         self._tape.on_index = self._order.indexed
         self._here = self._order.step  # where the calling task is (bound once: the hit path)
         self._writer = Writer(self._tape, self._order, mode=self.mode, shared=shared)
@@ -120,7 +124,7 @@ class Cassette(BaseStore):
         self.live_tape = None if partial is None else Cassette(
             live_path or self.path.with_suffix(".live.json"), mode="record",
             redactor=self.redactor, rerecord_hint=rerecord_hint,
-            record_errors=self.record_errors)
+            record_errors=self.record_errors, derived=True)
 
     # ---------------------------------------------------------------- loading
 
@@ -386,9 +390,9 @@ class Cassette(BaseStore):
 
     def unmade_error(self) -> ReplayDivergence | None:
         """The error a strict block raises at exit for recorded calls never made."""
-        if self.partial is not None:
-            return None  # the recorded calls a partial run did not replay went live instead
-        with self._lock:
+        if self._rest_live():
+            return None
+        with self._lock:  # (``live=``: the steps that went live are not counted, order.py)
             return self._order.unmade_error()
 
     # ---------------------------------------------------------------- after the block
@@ -404,7 +408,8 @@ class Cassette(BaseStore):
             unused: Unused | None = tape.closed
             try:
                 if unused is None:
-                    self._order.finish(replayed=self.mode != "record", shared=self.shared)
+                    self._order.finish(replayed=self.mode != "record", shared=self.shared,
+                                       rest_live=self._rest_live())
                     # positions only: the names are read from the index when asked for
                     unused = (NONE_UNUSED if self.mode == "record" or tape.ix is None
                               else tape.unused_steps())
@@ -414,6 +419,13 @@ class Cassette(BaseStore):
                     raise
             finally:
                 tape.close(unused)
+
+    def _rest_live(self) -> bool:
+        """A ``replay_until=N`` block that made its N replayed calls: the recorded calls
+        after them went live (not unmade). One that stopped sooner sent nothing live, and
+        every recorded call it did not make is a divergence, as in plain strict replay."""
+        p = self.partial
+        return p is not None and p.until is not None and p.seen >= p.until
 
     @property
     def unused(self) -> list[EntryInfo]:

@@ -123,6 +123,9 @@ class Tape:
         # key -> recorded step -> its unused entries recorded there (made on first need)
         self._at: dict[str, dict[int | None, collections.deque[Entry]]] = {}
         self._follows: list[int | None] | None = None  # every step's, read for ``_at``
+        # A partial block's ``follows`` with the steps that go live skipped (``order.py``):
+        # what "recorded at the task's place" means when a task's live calls are not replayed
+        self.lifted: list[int | None] | None = None
         self.values: dict[str, Any] = {}  # parsed shared values (from the file or new)
         self.seal: bytes = b""  # the cross-reference checksum of the file read
         self.closed: Unused | None = None  # after close: the positions never used
@@ -376,7 +379,8 @@ class Tape:
         if self.mode == "record":
             return e, None
         view = self._fields(e)
-        f = fmt.follows_of(view[0])
+        lifted = self.lifted
+        f = fmt.follows_of(view[0]) if lifted is None or e.index is None else lifted[e.index]
         if f is None:
             return e, view
         pos = here()
@@ -385,7 +389,8 @@ class Tape:
         peer = self._first_at(e.key, pos)
         if peer is not None:
             pv = self._fields(peer)
-            if fmt.follows_of(pv[0]) == pos:
+            if (fmt.follows_of(pv[0]) if lifted is None or peer.index is None
+                    else lifted[peer.index]) == pos:
                 # ``e`` goes back to the front; the peer stays in the queue, which passes
                 # over used entries
                 q.appendleft(e)
@@ -399,7 +404,7 @@ class Tape:
         lines = self._at.get(key)
         if lines is None:
             if self._follows is None:  # read once for every key (a column of the index)
-                self._follows = self.follows()
+                self._follows = self.lifted if self.lifted is not None else self.follows()
             follows = self._follows
             lines = self._at[key] = {}
             for occ, i in enumerate(self.positions(key)):
