@@ -58,6 +58,17 @@ def _ints(values: Sequence[Any]) -> list[int] | None:
         return None
 
 
+def _place(out: list[int], idx: Sequence[int], got: Any) -> bool:
+    """Put one slot group's ``MGET`` reply into ``out`` at ``idx``; False when there is none
+    (Redis unavailable) or it holds a non-number."""
+    vals = None if got is None else _ints(got)
+    if vals is None:
+        return False
+    for i, v in zip(idx, vals, strict=True):
+        out[i] = v
+    return True
+
+
 def _split(got: Any) -> tuple[list[int], bytes | None] | None:
     """(counters, entry bytes) from an MGET of the counters and then the entry."""
     if got is None:
@@ -115,11 +126,8 @@ class RedisCounters:
         for idx, keys in self._groups(names):
             got = (self.store.run(lambda c, k=keys: direct(c, k[0], lambda n: n.mget(k)), None)
                    if direct is not None else self.store.run(lambda c, k=keys: c.mget(k), None))
-            vals = None if got is None else _ints(got)
-            if vals is None:
+            if not _place(out, idx, got):
                 return None
-            for i, v in zip(idx, vals, strict=True):
-                out[i] = v
         return out
 
     def get_counters_with(self, names: tuple[str, ...], entry: str
@@ -162,11 +170,8 @@ class RedisCounters:
         out = [0] * len(names)
         for idx, keys in self._groups(names):
             got = await self.store.arun(lambda c, k=keys: c.mget(k), None)
-            vals = None if got is None else _ints(got)
-            if vals is None:
+            if not _place(out, idx, got):
                 return None
-            for i, v in zip(idx, vals, strict=True):
-                out[i] = v
         return out
 
     # -- increments

@@ -497,7 +497,8 @@ class RedisStore(BaseStore):
 
     # ---------------------------------------------------------------- Store protocol
 
-    def get(self, key: str) -> Record | None:
+    def _read(self, key: str) -> Any:
+        """The entry's bytes; None when absent or Redis is unavailable."""
         vkey = self._e + key + "}"
         client = self._client
         if client is not None and self.breaker.healthy:
@@ -506,13 +507,16 @@ class RedisStore(BaseStore):
             # failure needs handling, exactly as ``_do`` does.
             t0 = time.perf_counter()
             try:
-                raw = client.get(vkey)
+                return (client.get(vkey) if self.kind != "cluster"
+                        else self.direct(client, vkey, lambda c: c.get(vkey)))
             except _FAILURES as exc:
                 if self._replied(exc, t0):
                     self._discard(key)
                 return None
-        else:
-            raw = self._do(lambda c: c.get(vkey), None, key)
+        return self._do(lambda c: c.get(vkey), None, key)
+
+    def get(self, key: str) -> Record | None:
+        raw = self._read(key)
         if raw is None:
             return None
         rec = unpack_record(raw)
@@ -553,19 +557,7 @@ class RedisStore(BaseStore):
         client = self._client
         if _running_loop() is not None or (client is None and self._topology is None):
             return _GENERAL
-        vkey = self._e + key + "}"
-        if client is not None and self.breaker.healthy:  # as in get()
-            t0 = time.perf_counter()
-            try:
-                raw = (client.get(vkey) if self.kind != "cluster"
-                       else self.direct(client, vkey, lambda c: c.get(vkey)))
-            except _FAILURES as exc:
-                if self._replied(exc, t0):
-                    self._discard(key)
-                return None
-        else:
-            raw = self._do(lambda c: c.get(vkey), None, key)
-        return self.hit_of(key, raw)
+        return self.hit_of(key, self._read(key))
 
     def entry_key(self, key: str) -> str:
         """The Redis key of entry ``key`` (for a caller that reads it in a command of its
