@@ -27,6 +27,8 @@ DOCS := .venv-docs
 FW3 := .venv-fw3
 FW2 := .venv-fw2
 IMPORT := .venv-import
+BENCH := .venv-bench
+comma := ,
 
 uv:
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 \
@@ -49,6 +51,7 @@ $(eval $(call venv,$(HERMES),hermes-test))
 $(eval $(call venv,$(FW3),fw3-test))
 $(eval $(call venv,$(FW2),fw2-test))
 $(eval $(call venv,$(IMPORT),import-test))
+$(eval $(call venv,$(BENCH),dev$(comma)bench))
 
 demo: $(STAMP)
 	$(VENV)/bin/dejacache demo
@@ -116,10 +119,11 @@ test-legacy: $(LEGACY)/.installed
 test-gen2: $(GEN2)/.installed
 	$(GEN2)/bin/python -m pytest tests/http/gen2 -q
 
-bench: $(STAMP)
-	$(UV) pip install -q --python $(PY) -e '.[dev,bench]'
-	$(PY) benchmarks/run.py
-	$(PY) benchmarks/render.py
+# The peers get a venv of their own: cassetter's and agentcassette's pytest plugins both add
+# --record-mode, so with both installed pytest refuses to start (the test venv stays clean).
+bench: $(BENCH)/.installed
+	$(BENCH)/bin/python benchmarks/run.py
+	$(BENCH)/bin/python benchmarks/render.py
 
 # langwatch-scenario 1.6 with openai 2.x and litellm, against a loopback provider: the
 # integration's record / replay / CI-replay runs (tests/integrations/langwatch_scenario).
@@ -145,4 +149,4 @@ test-import: $(IMPORT)/.installed
 	$(IMPORT)/bin/python -m pytest tests/cassettes/importers -q
 
 clean:
-	rm -rf $(VENV) $(LEGACY) $(GEN2) $(SCENARIO) $(HERMES) $(FW3) $(FW2) $(IMPORT) $(DOCS) .dejacache build dist site
+	rm -rf $(VENV) $(LEGACY) $(GEN2) $(SCENARIO) $(HERMES) $(FW3) $(FW2) $(IMPORT) $(BENCH) $(DOCS) .dejacache build dist site
