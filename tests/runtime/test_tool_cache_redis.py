@@ -55,9 +55,18 @@ class Shop:
         self.get_cart, self.set_cart = get_cart, set_cart
 
 
+# Tests that are not about a slow Redis give it a second: on a loaded 2-core CI machine the
+# 50 ms default was once exceeded by a first EVAL (connect + script), and the failed bump
+# read as "not landed".
+PATIENT = {"timeout": 1.0, "connect_timeout": 1.0}
+
+
+def rt(url: str, **kw: Any) -> RedisStore:
+    return RedisStore(url, key_prefix="rt", **{**PATIENT, **kw})
+
+
 def tiered(url: str, **kw: Any) -> dejacache.TieredStore:
-    return dejacache.TieredStore(dejacache.MemoryStore(),
-                                 RedisStore(url, key_prefix="rt", **kw))
+    return dejacache.TieredStore(dejacache.MemoryStore(), rt(url, **kw))
 
 
 def test_tiered_store_learns_of_invalidation_through_redis_counters(
@@ -72,7 +81,7 @@ def test_tiered_store_learns_of_invalidation_through_redis_counters(
         assert shop.reads == 1
         # Another replica writes: it bumps the counters in Redis (a separate store object,
         # its own generation cache, no shared Python state with this one).
-        other = SharedGenerations(RedisStore(redis_server.url, key_prefix="rt"))
+        other = SharedGenerations(rt(redis_server.url))
         shop.db.set("db:cart:1", "v1")
         names = _counter_names_w([tenant_prefix("acme")], "cart", "cart:1")
         assert other.bump(names)
@@ -84,7 +93,7 @@ def test_counter_max_age_bounds_staleness(redis_server: RedisServer) -> None:
     store = tiered(redis_server.url)
     shop = Shop(redis_server.url, store, max_age=0.3)
     shop.db.set("db:cart:1", "v0")
-    other = SharedGenerations(RedisStore(redis_server.url, key_prefix="rt"))
+    other = SharedGenerations(rt(redis_server.url))
     names = _counter_names_w([tenant_prefix("acme")], "cart", "cart:1")
     with dejacache.agent_session(tenant="acme"):
         assert shop.get_cart(1) == "v0"
@@ -128,7 +137,8 @@ def test_redis_down_fails_open_to_the_origin(redis_server: RedisServer) -> None:
 
 
 def test_write_while_redis_is_down_is_replayed_before_serving(redis_server: RedisServer) -> None:
-    store = tiered(redis_server.url, cooldown=0.05)
+    # short timeouts: the paused Redis must time the bumps out
+    store = tiered(redis_server.url, cooldown=0.05, timeout=0.05, connect_timeout=0.05)
     backend: RedisStore = store.back  # type: ignore[assignment]
     seen: list[str] = []
     value = {"v": "v0"}
@@ -166,7 +176,7 @@ def test_write_while_redis_is_down_is_replayed_before_serving(redis_server: Redi
 
 
 async def test_async_tools_share_counters(redis_server: RedisServer) -> None:
-    store = RedisStore(redis_server.url, key_prefix="rt")
+    store = rt(redis_server.url)
     data = {"v": 1}
 
     @dejacache.tool_cache(resource="n", store=store)
@@ -196,7 +206,7 @@ def test_tool_cache_takes_a_redis_url_as_configure_does(redis_server: RedisServe
     def get() -> int:
         return data["v"]
 
-    other = RedisStore(redis_server.url)
+    other = RedisStore(redis_server.url, **PATIENT)
 
     @dejacache.invalidates("n", store=other)
     def bump() -> None:
@@ -308,7 +318,7 @@ def _commands(db: Any) -> dict[str, int]:
 
 
 def test_a_hit_on_one_server_is_one_mget(redis_server: RedisServer) -> None:
-    shop = Shop(redis_server.url, RedisStore(redis_server.url, key_prefix="rt"))
+    shop = Shop(redis_server.url, rt(redis_server.url))
     shop.db.set("db:cart:1", "v0")
     with dejacache.agent_session(tenant="acme"):
         assert shop.get_cart(1) == "v0"
@@ -325,7 +335,7 @@ def test_a_hit_on_one_server_is_one_mget(redis_server: RedisServer) -> None:
 def test_a_folded_read_never_serves_the_entry_of_older_counters(
     redis_server: RedisServer,
 ) -> None:
-    store = RedisStore(redis_server.url, key_prefix="rt")
+    store = rt(redis_server.url)
     shop = Shop(redis_server.url, store)
     shop.db.set("db:cart:1", "v0")
     with dejacache.agent_session(tenant="acme"):
@@ -333,7 +343,7 @@ def test_a_folded_read_never_serves_the_entry_of_older_counters(
         assert shop.get_cart(1) == "v0"
         # Another replica writes. The "v0" entry stays in Redis under the key the old
         # counters make, the very key this process reads with the counters next time.
-        other = SharedGenerations(RedisStore(redis_server.url, key_prefix="rt"))
+        other = SharedGenerations(rt(redis_server.url))
         shop.db.set("db:cart:1", "v1")
         assert other.bump(_counter_names_w([tenant_prefix("acme")], "cart", "cart:1"))
         assert len(list(store.iterate())) == 1
@@ -346,7 +356,7 @@ def test_a_folded_read_never_serves_the_entry_of_older_counters(
 
 
 def test_counters_lost_move_folded_reads_to_a_new_epoch(redis_server: RedisServer) -> None:
-    store = RedisStore(redis_server.url, key_prefix="rt")
+    store = rt(redis_server.url)
     shop = Shop(redis_server.url, store)
     shop.db.set("db:cart:1", "v0")
     with dejacache.agent_session(tenant="acme"):
@@ -364,7 +374,7 @@ def test_counters_lost_move_folded_reads_to_a_new_epoch(redis_server: RedisServe
 
 
 def test_a_folded_read_fails_open_when_redis_is_down(redis_server: RedisServer) -> None:
-    shop = Shop(redis_server.url, RedisStore(redis_server.url, key_prefix="rt"))
+    shop = Shop(redis_server.url, rt(redis_server.url))
     with dejacache.agent_session(tenant="acme"):
         shop.db.set("db:cart:1", "v0")
         assert shop.get_cart(1) == "v0"
@@ -382,8 +392,8 @@ def test_folded_reads_never_serve_a_value_older_than_a_returned_write(
     # Readers on one RedisStore (one MGET per hit) against a writer whose invalidations go
     # through another store object (another replica's counters): once a write has returned,
     # no read that starts after it may answer an older value.
-    shop = Shop(redis_server.url, RedisStore(redis_server.url, key_prefix="rt", timeout=1.0))
-    writer = Shop(redis_server.url, RedisStore(redis_server.url, key_prefix="rt", timeout=1.0))
+    shop = Shop(redis_server.url, rt(redis_server.url))
+    writer = Shop(redis_server.url, rt(redis_server.url))
     shop.db.set("db:cart:1", "0")
     returned = [0]
     stale: list[tuple[int, int]] = []
@@ -415,8 +425,9 @@ def test_folded_reads_never_serve_a_value_older_than_a_returned_write(
 
 
 async def test_an_async_hit_on_one_server_is_one_mget(redis_server: RedisServer) -> None:
-    store = RedisStore(redis_server.url, key_prefix="rt")
-    other = SharedGenerations(RedisStore(redis_server.url, key_prefix="rt"))
+    store = rt(redis_server.url)
+    other_store = rt(redis_server.url)
+    other = SharedGenerations(other_store)
     db = redis.Redis.from_url(redis_server.url, socket_timeout=1)
     data = {"v": "v0"}
     runs = []
@@ -441,3 +452,5 @@ async def test_an_async_hit_on_one_server_is_one_mget(redis_server: RedisServer)
         assert await get_cart(1) == "v1"
     assert len(runs) == 2
     await store.aclose()
+    other_store.close()
+    db.close()
