@@ -58,6 +58,11 @@ def _isolated_dejacache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch)
         monkeypatch.delenv(var, raising=False)
     config.reset()
     dejacache.reset_stats()  # the package re-exports stats() over the module name
+    # Writes bump every registered reader's store: not those of earlier tests' tools, whose
+    # servers and event loops are gone (their retried bumps leaked sockets on a loaded run).
+    from dejacache.runtime import _layout
+
+    _layout.reset_readers()
     # New cassette entries are stamped with the time to the second: held still within a
     # test, so two saves it compares byte for byte do not differ by a second boundary.
     from dejacache.cassettes import ageing

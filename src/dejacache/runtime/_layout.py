@@ -56,6 +56,15 @@ def register_reader(resource: str, scope: str, store: Any) -> None:
             READER_STORES.setdefault(resource, {})[id(store)] = store
 
 
+def reset_readers() -> None:
+    """Forget every registered reader (tests: a reader registered by an earlier test, over
+    a server since stopped, would otherwise be bumped by every later write to its resource
+    and retried by its background flush)."""
+    with REG_LOCK:
+        GLOBAL_READERS.clear()
+        READER_STORES.clear()
+
+
 def read_counters(levels: Iterable[str], res: str, entity: str | None) -> list[str]:
     """Counters an entry depends on: the resource counter, and the entity counter (with
     ``key=``) or the "any entity written" counter (a listing)."""
