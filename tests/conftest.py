@@ -5,6 +5,7 @@ from __future__ import annotations
 import pathlib
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -44,8 +45,46 @@ def _import_every_module() -> None:
 _import_every_module()
 
 
+def _blockbuster_functions() -> list[Any]:
+    """blockbuster's record of every function it replaces while active, with the original
+    (taken here, at import, when none is active)."""
+    try:
+        from blockbuster import BlockBuster
+    except ImportError:  # the SDK-generation venvs run without it
+        return []
+    return list(BlockBuster().functions.values())
+
+
+_BLOCKBUSTER_FUNCTIONS = _blockbuster_functions()
+
+
+@pytest.fixture
+def _no_blockbuster_left_behind() -> Iterator[None]:
+    """Fail the test that leaves a blockbuster checker installed, and put the originals back.
+
+    Set up before ``monkeypatch`` (it is ``_isolated_dejacache``'s first argument), so it is
+    torn down after monkeypatch's undo. A test under tests/http's blockbuster that
+    monkeypatched ``socket.socket.connect`` saved the checker as the value to restore, and
+    the undo, running after blockbuster's deactivate, put it back for good: every later test
+    in that worker had ``connect`` raise ``BlockingError`` on an event loop, so its Redis
+    connects failed (and redis-py, which closes a socket only on OSError, leaked one each).
+    """
+    yield
+    left = [f for f in _BLOCKBUSTER_FUNCTIONS
+            if getattr(f.module, f.func_name, None) is not f.original_func]
+    for f in left:
+        f.activated = True  # so deactivate() restores the original it took at import
+        f.deactivate()
+    if left:
+        pytest.fail(f"{', '.join(f.full_name for f in left)} still patched after the test "
+                    "(blockbuster's checker, or a patch made over it): patch those inside "
+                    "the test with monkeypatch.context(), which undoes before blockbuster "
+                    "stops, and close every block the test opens")
+
+
 @pytest.fixture(autouse=True)
-def _isolated_dejacache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _isolated_dejacache(_no_blockbuster_left_behind: None, tmp_path: pathlib.Path,
+                        monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """No test sees another's configuration, counters or default store."""
     monkeypatch.setenv("DEJACACHE_DIR", str(tmp_path / ".dejacache"))
     # The credential-masking key: fixed, so tests (and their subprocesses) never create one in
@@ -59,7 +98,7 @@ def _isolated_dejacache(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch)
     config.reset()
     dejacache.reset_stats()  # the package re-exports stats() over the module name
     # Writes bump every registered reader's store: not those of earlier tests' tools, whose
-    # servers and event loops are gone (their retried bumps leaked sockets on a loaded run).
+    # servers and event loops are gone (their bumps would be retried in the background).
     from dejacache.runtime import _layout
 
     _layout.reset_readers()
