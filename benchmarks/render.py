@@ -51,7 +51,10 @@ def us(x: float | None) -> str:
 
 
 def num(x: float | None) -> str:
-    """A bare µs number for table cells whose header carries the unit."""
+    """A bare µs number for table cells whose header carries the unit (in µs however large:
+    "10.8 ms" under a µs header read as 10.8 µs)."""
+    if x is not None and x == x and x >= 10_000:
+        return f"{x:,.0f}"
     return us(x).removesuffix(" µs")
 
 
@@ -310,7 +313,7 @@ def block_cassette_scale(R: Results) -> str:
              " / ".join(ms(r[f"{k}_open_hit_ms"]).removesuffix(" ms")
                         for k in ("first", "last", "random")),
              f"{ms(r['random_close_ms'])} (worst {ms(r['max_close_ms'])})",
-             " / ".join(us(r[k]).removesuffix(" µs") for k in ("mean_us", "p99_us", "max_us"))]
+             " / ".join(num(r[k]) for k in ("mean_us", "p99_us", "max_us"))]
             for r in rows_]
     return "\n".join([
         "Cassettes of the 20 KB agent run, every figure from a fresh interpreter: open a "
@@ -622,8 +625,8 @@ def _scale_rows(result: list[dict[str, Any]]) -> list[list[str]]:
          f"{n}{ms(close)} (median; worst process {ms(big['max_close_ms'])})", _met(close <= 5)],
         ["replay cost vs cassette size, random order, fresh process",
          f"flat mean and p99 for {label} (largest ≤ 1.5x smallest)",
-         "mean " + " / ".join(us(r["mean_us"]).removesuffix(" µs") for r in sc) + " µs, p99 "
-         + " / ".join(us(r["p99_us"]).removesuffix(" µs") for r in sc) + " µs; worst call "
+         "mean " + " / ".join(num(r["mean_us"]) for r in sc) + " µs, p99 "
+         + " / ".join(num(r["p99_us"]) for r in sc) + " µs; worst call "
          + us(max(r["max_us"] for r in sc)), _met(flat)],
         *extra,
     ]
@@ -652,8 +655,8 @@ def _cassette_rows(R: Results) -> list[list[str]]:
     job = "replay cost vs cassette size, random order"
     if scale:
         ns = list(scale)
-        mean = " / ".join(us(scale[n]["mean_us"]).removesuffix(" µs") for n in ns)
-        tail = " / ".join(us(scale[n]["p99_us"]).removesuffix(" µs") for n in ns)
+        mean = " / ".join(num(scale[n]["mean_us"]) for n in ns)
+        tail = " / ".join(num(scale[n]["p99_us"]) for n in ns)
         worst = us(max(scale[n]["max_us"] for n in ns))
         lo, hi = scale[ns[0]], scale[ns[-1]]
         flat = hi["mean_us"] <= 1.5 * lo["mean_us"] and hi["p99_us"] <= 1.5 * lo["p99_us"]
