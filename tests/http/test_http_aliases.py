@@ -219,3 +219,50 @@ def test_alias_as_keys_another_runs_id_like_a_known_one_without_shifting_numbers
                     "path": "/v1/responses/resp_recorded01", "d": "resp_other0001"}) == {
         "a": "<id:1>", "b": "<id:1>", "c": "<id:2>", "path": "/v1/responses/<id:1>",
         "d": "resp_other0001"}
+
+
+_ANY_IDS = st.lists(st.one_of(
+    st.from_regex(r"(call|toolu|resp)_[a-z0-9]{5,20}", fullmatch=True),  # provider-like
+    st.from_regex(r"[a-z0-9]{1,4}", fullmatch=True),  # whole values only
+    st.from_regex(r"[a-zé]{2}_[a-z0-9é]{6,10}", fullmatch=True),  # non-ASCII heads
+    st.from_regex(r"[a-z.:+/=]{1,3}[a-z0-9.:/+=]{7,14}", fullmatch=True),  # not word-like
+), min_size=1, max_size=6, unique=True)
+
+
+@given(ids=_ANY_IDS, known=st.integers(0, 6), data=st.data(), ascii_only=st.booleans())
+def test_apply_json_answers_what_the_tree_walk_does(ids: list[str], known: int,
+                                                     data: st.DataObject,
+                                                     ascii_only: bool) -> None:
+    import json
+
+    pieces: list[str] = []
+    for _ in range(data.draw(st.integers(1, 6))):
+        pieces += [data.draw(_WORDS), data.draw(_SEPS), data.draw(st.sampled_from(ids)),
+                   data.draw(_SEPS)]
+    tree = {"messages": [{"content": "".join(pieces)}, {"tool_call_id": ids[0]},
+                         {"content": "no id here at all"}], "n": [1, None, ids[-1]]}
+    t = AliasTable()
+    t.learn(ids[:known])  # some ids of the body may be unknown, or none known
+    raw = json.dumps(tree, ensure_ascii=ascii_only).encode()
+    assert t.apply_json(raw, json.loads(raw)) == t.apply(tree)
+
+
+def test_apply_json_skips_the_walk_only_when_no_head_is_in_the_bytes() -> None:
+    t = AliasTable()
+    t.learn(["call_0a1b2c3d", "chatcmpl-0f3a9b"])
+    plain = {"messages": [{"role": "user", "content": "weather in Paris?"}]}
+    assert t.apply_json(b'{"messages":[{"role":"user","content":"weather in Paris?"}]}',
+                        plain) is plain
+    body = b'{"messages":[{"tool_call_id":"call_0a1b2c3d"}]}'
+    assert t.apply_json(body, {"messages": [{"tool_call_id": "call_0a1b2c3d"}]}) == {
+        "messages": [{"tool_call_id": "<id:1>"}]}
+    t.learn(["7"])  # a whole-value id has no head to look for: the tree is walked
+    assert t.apply_json(b'{"n":"7"}', {"n": "7"}) == {"n": "<id:3>"}
+
+
+def test_apply_json_finds_an_escaped_non_ascii_id() -> None:
+    t = AliasTable()
+    t.learn(["éclair_0a1b2c3d"])
+    tree = {"tool_call_id": "éclair_0a1b2c3d"}
+    assert t.apply_json(b'{"tool_call_id":"\\u00e9clair_0a1b2c3d"}', tree) == {
+        "tool_call_id": "<id:1>"}

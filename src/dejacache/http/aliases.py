@@ -49,8 +49,8 @@ class AliasTable:
     grew with its length: replay 431 -> 1,377 µs from the first to the last tenth of 1,000
     calls."""
 
-    __slots__ = ("_also", "_heads", "_lock", "_map", "_odd_lengths", "_odd_starts", "_sub",
-                 "_words")
+    __slots__ = ("_also", "_heads", "_lock", "_map", "_odd_lengths", "_odd_starts", "_raw",
+                 "_raw_stale", "_sub", "_whole_only", "_words")
 
     def __init__(self) -> None:
         self._map: dict[str, str] = {}
@@ -65,6 +65,11 @@ class AliasTable:
         # change of its parts (a new head, or an odd id's new first character or length),
         # not after every id.
         self._sub: Callable[[str], str] | None = None
+        self._whole_only = 0  # ids too short or too long to look for inside text
+        # The heads as bytes, for :meth:`apply_json`'s test of the raw body (None when that
+        # test cannot be exact); made again when first needed after a change (_raw_stale).
+        self._raw: tuple[bytes, ...] | None = None
+        self._raw_stale = True
 
     def learn(self, ids: Iterable[str]) -> None:
         with self._lock:
@@ -89,7 +94,11 @@ class AliasTable:
     def _inline(self, i: str) -> None:
         """Let the in-text replacer find ``i`` (called under the lock)."""
         if not MIN_INLINE <= len(i) <= _MAX_INLINE:
+            self._whole_only += 1
+            self._raw_stale = True
             return  # whole values only
+        if i[:_HEAD] not in self._heads or not self._words:
+            self._raw_stale = True
         if _WORDLIKE.fullmatch(i):
             self._words += 1
             if self._words == 1 or (i[:_HEAD] not in self._heads
@@ -101,19 +110,55 @@ class AliasTable:
                 self._sub = None  # the odd ids' first characters or lengths changed
             self._odd_starts.add(i[0])
             self._odd_lengths.add(len(i))
+            self._raw_stale = True
 
     def __len__(self) -> int:
         return len(self._map)
 
     def apply(self, obj: Any) -> Any:
-        """A copy of a JSON tree with known ids replaced (the caller's data is not touched)."""
+        """``obj`` with known ids replaced: a string's replacement, or the same dicts and
+        lists, replaced **in place** (callers pass a tree they just parsed from bytes; a
+        copying walk cost ~30% more: ~108 against ~80 µs for an 11 KB chat request)."""
         if not self._map:
             return obj
         sub = self._sub
         if sub is None:
             with self._lock:
                 sub = self._sub = self._replacer()
-        return _replace(obj, self._map, sub)
+        m = self._map
+        if type(obj) is str:
+            whole = m.get(obj)
+            if whole is not None:
+                return whole
+            return sub(obj) if len(obj) >= MIN_INLINE else obj
+        _replace_in(obj, m, sub)
+        return obj
+
+    def apply_json(self, raw: bytes, data: Any) -> Any:
+        """:meth:`apply` for ``data`` parsed from the JSON bytes ``raw``: ``data`` itself when
+        ``raw`` holds none of the ids' heads. Exact when every id is word-like ASCII of an
+        inline length under few heads (provider ids are): such an id, whole or inside text,
+        is in the raw bytes as it is (encoders escape none of its characters). Otherwise,
+        and when a head is there, the tree is walked. A chat request of ~11 KB without ids
+        cost ~107 µs to walk after 1,000 calls, against ~14 µs to parse it."""
+        if not self._map:
+            return data
+        if self._raw_stale:
+            with self._lock:
+                self._raw, self._raw_stale = self._raw_heads(), False
+        heads = self._raw
+        if heads is not None and not any(h in raw for h in heads):
+            return data
+        return self.apply(data)
+
+    def _raw_heads(self) -> tuple[bytes, ...] | None:
+        """The heads as bytes when a search of the raw body for them is exact (under the
+        lock); None when some id would not be found that way."""
+        if self._whole_only or self._odd_starts or len(self._heads) > _MAX_HEADS:
+            return None
+        if not all(h.isascii() for h in self._heads):
+            return None  # an encoder may write it \u-escaped
+        return tuple(sorted(h.encode() for h in self._heads))
 
     def _replacer(self) -> Callable[[str], str]:
         heads = tuple(sorted(self._heads)) if len(self._heads) <= _MAX_HEADS else ()
@@ -125,18 +170,25 @@ class AliasTable:
                                 tuple(sorted(self._odd_lengths, reverse=True)))
 
 
-def _replace(obj: Any, m: dict[str, str], sub: Callable[[str], str]) -> Any:
+def _replace_in(obj: Any, m: dict[str, str], sub: Callable[[str], str]) -> None:
+    """Replace the known ids in the strings of a dict's values or a list's items, in place,
+    and below them (keys are never ids); anything else is left as it is."""
     t = type(obj)
-    if t is str:
-        whole = m.get(obj)
-        if whole is not None:
-            return whole
-        return sub(obj) if len(obj) >= MIN_INLINE else obj
-    if t is dict:
-        return {k: _replace(v, m, sub) for k, v in obj.items()}
-    if t is list:
-        return [_replace(v, m, sub) for v in obj]
-    return obj
+    if t is not dict and t is not list:
+        return
+    for k, v in (obj.items() if t is dict else enumerate(obj)):
+        tv = type(v)
+        if tv is str:
+            new = m.get(v)
+            if new is None:
+                if len(v) < MIN_INLINE:
+                    continue
+                new = sub(v)
+                if new is v:
+                    continue
+            obj[k] = new  # an existing key or index: the dict's size does not change
+        elif tv is dict or tv is list:
+            _replace_in(v, m, sub)
 
 
 _WORDLIKE = re.compile(r"[\w-]+")
@@ -157,9 +209,11 @@ def _inline_replacer(m: dict[str, str], words: bool, heads: tuple[str, ...], odd
     # longest first. The pattern depends only on those characters (a trie of every odd id
     # was recompiled after each new one: O(ids) per response).
     starts = _start_pattern(odd_starts) if odd_starts else None
-    # Most strings hold no id at all: a substring test per head (C speed) spares them the
-    # regex when the heads are few.
-    prefilter = heads if starts is None else ()
+    # Most strings hold no id at all: when the heads are few, one search for any of them
+    # spares those the token regex (a substring test per head, ``any(h in text ...)``, cost
+    # 38 µs for the 80 strings of an 11 KB chat request; the one search 15 µs).
+    prefilter = (re.compile("|".join(map(re.escape, heads))).search
+                 if heads and starts is None else None)
 
     def repl(match: re.Match[str]) -> str:
         found = match.group()
@@ -171,7 +225,7 @@ def _inline_replacer(m: dict[str, str], words: bool, heads: tuple[str, ...], odd
         return m.get(found, found)
 
     def sub(text: str) -> str:
-        if prefilter and not any(h in text for h in prefilter):
+        if prefilter is not None and prefilter(text) is None:
             return text
         if words:
             text = token.sub(repl, text)

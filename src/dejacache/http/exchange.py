@@ -103,7 +103,7 @@ def _body_for_key(body: bytes, content_type: str, aliases: AliasTable | None) ->
         except orjson.JSONDecodeError:
             pass
         else:
-            return aliases.apply(data) if aliases is not None else data
+            return aliases.apply_json(body, data) if aliases is not None else data
     if content_type.startswith("multipart/"):
         # The boundary is random per request; without this no upload would ever match.
         _, _, boundary = content_type.partition("boundary=")
