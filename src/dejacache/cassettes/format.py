@@ -98,8 +98,12 @@ __all__ = [
     "xref_tail",
 ]
 
-FORMAT: Final = 3
-READABLE: Final = (1, 2, 3)
+FORMAT: Final = 4
+READABLE: Final = (1, 2, 3, 4)
+# A save that only adds entries appends a segment in place (``append.py``); past this many
+# segments the next save writes the file whole again, as one segment (a compaction), so a
+# reader's work and the tail rewritten per append stay bounded.
+MAX_SEGMENTS: Final = 16
 # The top-level "checksums" field: what the entry checksums are, and what to do after an edit
 # (the first thing a person opening the file sees).
 CHECKSUMS: Final = "xxh3-128 of each entry; after editing by hand run: dejacache rehash FILE"
@@ -269,9 +273,43 @@ def reachable(entries: list[dict[str, Any]], values: dict[str, Any], *,
     return seen
 
 
+class Mapped(mmap.mmap):
+    """A memory-mapped file with its last bytes as they were when it was read (``tail``
+    from byte ``tail_at`` on). An append (``append.py``) rewrites only the last member of
+    a format-4 file, ``xref_at``, which lies within those bytes: a reader that mapped the
+    file before keeps reading the file it mapped (:func:`whole`)."""
+
+    tail_at: int = 0
+    tail: bytes = b""
+
+
 Buffer = bytes | mmap.mmap
 
 _MMAP_FROM = 1 << 20
+#: The bytes of a mapped file copied when it is read: more than the ``xref_at`` member of
+#: a file of ``MAX_SEGMENTS`` segments (four offsets of up to 15 digits each).
+FROZEN_TAIL: Final = 8192
+
+
+def whole(data: Buffer | None) -> bytes:
+    """The bytes of the file ``data`` was read from, as they were when it was read."""
+    if data is None:
+        return b""
+    if isinstance(data, Mapped):
+        return bytes(data[: data.tail_at]) + data.tail
+    return bytes(data)
+
+
+def last_bytes(data: Buffer, n: int) -> bytes:
+    """The last ``n`` bytes of ``data`` as they were when it was read."""
+    if isinstance(data, Mapped):
+        return (bytes(data[max(0, len(data) - n) : data.tail_at]) + data.tail)[-n:]
+    return bytes(data[-n:])
+
+
+def undo_path(path: pathlib.Path) -> pathlib.Path:
+    """Where an append keeps what it overwrites until it is durable (``append.py``)."""
+    return path.parent / f".{path.name}.undo"
 
 
 def read_file(path: pathlib.Path,
@@ -280,28 +318,48 @@ def read_file(path: pathlib.Path,
     touches (reading 35 MB took 25 ms on its own, over the whole load budget). ``seen``
     receives the :func:`identity` of the file that was read, taken from its open handle: the
     very inode read, and no ``stat`` of a missing file (a block entered on an event loop
-    makes no blocking call when it has no file yet)."""
+    makes no blocking call when it has no file yet).
+
+    Read under a shared lock on the file (``append.py``): never while an append writes it.
+    A save that was killed mid-append left an undo record: it is rolled back first."""
+    while True:
+        try:
+            with open(path, "rb") as fh:
+                from . import append  # (a small module: the file's writer in place)
+
+                if not append.read_lock(fh.fileno(), path):
+                    continue  # an interrupted append was rolled back: read it again
+                try:
+                    return _read_open(fh, seen)
+                finally:
+                    append.read_unlock(fh.fileno())
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CassetteError(f"cannot read: {exc}", path=path) from None
+
+
+def _read_open(fh: Any, seen: list[tuple[int, ...]] | None) -> Buffer:
+    st = os.fstat(fh.fileno())
+    size = st.st_size
+    if seen is not None:
+        seen.append(_identity_of(st))
+    if size < _MMAP_FROM:
+        return bytes(fh.read())
     try:
-        with open(path, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            size = st.st_size
-            if seen is not None:
-                seen.append(_identity_of(st))
-            if size < _MMAP_FROM:
-                return fh.read()
-            try:
-                return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            except (OSError, ValueError):
-                return fh.read()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise CassetteError(f"cannot read: {exc}", path=path) from None
+        m = Mapped(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return bytes(fh.read())
+    m.tail_at = max(0, size - FROZEN_TAIL)
+    m.tail = m[m.tail_at :]
+    return m
 
 
 def load_document(data: Buffer, path: Any, *, verify: bool = True) -> dict[str, Any]:
     """Parse and validate a whole document; with ``verify``, every entry checksum and value
     hash too (:func:`verify_document`)."""
+    if isinstance(data, Mapped):
+        data = whole(data)
     try:
         doc = orjson.loads(memoryview(data) if isinstance(data, mmap.mmap) else data)
     except orjson.JSONDecodeError as exc:
@@ -315,6 +373,8 @@ def load_document(data: Buffer, path: Any, *, verify: bool = True) -> dict[str, 
             f"cassette format {version!r} is not supported (this dejacache reads formats "
             f"{', '.join(map(str, READABLE))})", path=path,
         )
+    if version == 4:
+        _flatten(doc, path)
     if not isinstance(doc.get("values", {}), dict):
         raise CassetteError("'values' must be an object", path=path)
     doc.setdefault("values", {})
@@ -353,8 +413,8 @@ def verify_document(doc: dict[str, Any], path: Any) -> None:
             if e.get("checksum") != entry_checksum(e):
                 raise CassetteError(f"{describe(i, e)} does not match its checksum: "
                                     + _edited(path), path=path)
-    if doc.get("format") == 3 or "xref" in doc:
-        _verify_xref(doc, path)
+    if doc.get("format") in (3, 4) or "xref" in doc:
+        _verify_xrefs(doc, path)
     values = doc["values"]
     for h, v in values.items():
         if value_hash(v) != h:
@@ -364,16 +424,56 @@ def verify_document(doc: dict[str, Any], path: Any) -> None:
                                 + _edited(path), path=path)
 
 
-def _verify_xref(doc: dict[str, Any], path: Any) -> None:
-    xref = doc.get("xref")
-    if not isinstance(xref, dict) or xref.get("checksum") != xref_checksum(xref):
-        raise CassetteError("the cross-reference ('xref') does not match its checksum: "
-                            + _edited(path), path=path)
-    if xref != build_xref(doc["entries"]):
-        # checksummed, yet not what the entries say: an entry was added, removed or edited
-        # and the file re-hashed by something other than ``dejacache rehash``
-        raise CassetteError("the cross-reference ('xref') does not describe the entries: "
-                            + _edited(path), path=path)
+def segment_names(k: int) -> tuple[str, str, str]:
+    """The members holding segment ``k`` (0: the first, written as format 3 wrote the file)."""
+    if k == 0:
+        return "entries", "values", "xref"
+    return f"entries.{k}", f"values.{k}", f"xref.{k}"
+
+
+def _flatten(doc: dict[str, Any], path: Any) -> None:
+    """A parsed format-4 document with its segments' entries and values joined into
+    ``entries`` and ``values`` (file order); each segment's ``xref.<k>`` stays, for
+    :func:`verify_document`. Segments are numbered 1, 2, ... after the first, no gaps."""
+    k = 1
+    while segment_names(k)[0] in doc:
+        e, v, x = segment_names(k)
+        more, vals = doc.pop(e), doc.pop(v, None)
+        if not isinstance(more, list) or not isinstance(vals, dict) or x not in doc:
+            raise CassetteError(f"segment {k} ({e!r}) is not whole: " + _edited(path),
+                                path=path)
+        doc["entries"].extend(more)
+        if isinstance(doc.get("values"), dict):
+            doc["values"].update(vals)
+        k += 1
+    xrefs = {f"xref.{j}" for j in range(1, k)}
+    if any(m.startswith(("entries.", "values.", "xref.")) and m not in xrefs for m in doc):
+        raise CassetteError("the segments are not numbered 1, 2, ...: " + _edited(path),
+                            path=path)
+    doc["segments"] = k
+
+
+def _verify_xrefs(doc: dict[str, Any], path: Any) -> None:
+    """Each segment's cross-reference against its checksum and against the entries it
+    covers (segment ``k`` covers the entries after those of the segments before it)."""
+    at = 0
+    entries = doc["entries"]
+    for k in range(doc.get("segments", 1) if doc.get("format") == 4 else 1):
+        name = segment_names(k)[2]
+        xref = doc.get(name)
+        if not isinstance(xref, dict) or xref.get("checksum") != xref_checksum(xref):
+            raise CassetteError(f"the cross-reference ({name!r}) does not match its "
+                                "checksum: " + _edited(path), path=path)
+        keys = xref.get("keys")
+        n = len(keys) if isinstance(keys, list) else 0
+        if doc.get("format") != 4 or k == doc.get("segments", 1) - 1:
+            n = len(entries) - at  # the last covers the rest
+        if xref != build_xref(entries[at : at + n]):
+            # checksummed, yet not what the entries say: an entry was added, removed or
+            # edited and the file re-hashed by something other than ``dejacache rehash``
+            raise CassetteError(f"the cross-reference ({name!r}) does not describe the "
+                                "entries: " + _edited(path), path=path)
+        at += n
 
 
 def _users(doc: dict[str, Any], h: str) -> list[str]:
@@ -647,9 +747,16 @@ def value_item(h: str, value: Any) -> bytes:
 
 
 def xref_tail(xref: dict[str, Any], at: int) -> bytes:
-    """The end of a document from its ``xref`` member's value on, ``xref_at`` included,
-    for a document whose cross-reference starts at byte ``at`` (what :func:`with_xref_at`
-    gives, made without the bytes before it)."""
+    """The end of a one-segment document from its ``xref`` member's value on, ``xref_at``
+    included, for a document whose cross-reference starts at byte ``at`` (what
+    :func:`with_xref_at` gives, made without the bytes before it)."""
+    body, keys, end = _xref_body(xref)
+    return body + tail_bytes([len(ENTRIES_HEAD), at, at + keys, at + end])
+
+
+def _xref_body(xref: dict[str, Any]) -> tuple[bytes, int, int]:
+    """``xref`` as it sits in the file (2 spaces deep), and where its ``keys`` column lies
+    in those bytes (the ``[`` opening it, the newline closing it)."""
     body = orjson.dumps(xref, option=_ENTRY_OPTS).replace(b"\n", b"\n  ")
     # Searched from a rare byte: a pattern opening with a newline matched at every line
     # (10k entries: 2 ms). "keys" follows "follows" (numbers) and "checksum" (hex); a key
@@ -657,19 +764,46 @@ def xref_tail(xref: dict[str, Any], at: int) -> bytes:
     keys = body.index(b'"keys": [') + len(b'"keys": ')
     end = (keys + 1 if body[keys + 1 : keys + 2] == b"]"
            else body.index(b'],\n    "kinds": [', keys) - len(b"\n    "))
-    member = orjson.dumps({"xref_at": [at, at + keys, at + end]}, option=_OPTS)
-    return body + b"," + member[1:]
+    return body, keys, end
+
+
+def tail_bytes(places: list[int]) -> bytes:
+    """The last member, ``xref_at`` (with the comma before it and the document's end):
+    for each segment, where its entries start, where its cross-reference starts, and where
+    that one's ``keys`` column opens and closes."""
+    return b"," + orjson.dumps({"xref_at": places}, option=_OPTS)[1:]
+
+
+def segment_head(k: int) -> bytes:
+    """The bytes opening segment ``k`` >= 1, after the cross-reference of segment k-1."""
+    return b',\n  "' + segment_names(k)[0].encode() + b'": [\n'
+
+
+def segment_bytes(k: int, entries: list[bytes], values: dict[str, Any],
+                  xref: dict[str, Any], at: int) -> tuple[bytes, list[int]]:
+    """Segment ``k`` >= 1 as written at byte ``at`` of a file (after the cross-reference
+    of segment k-1): ``entries`` (each :func:`entry_bytes`), the shared ``values`` it adds
+    and its ``xref``; and its places for ``xref_at``. The bytes :func:`dumps` would give
+    for these members (tests compare)."""
+    _, v, x = segment_names(k)
+    head = segment_head(k)
+    items = b",".join(value_item(h, values[h]) for h in sorted(values))
+    vals = b"{" + items + b"\n  }" if items else b"{}"
+    out = b"".join([head, b",\n".join(entries), b'\n  ],\n  "', v.encode(), b'": ', vals,
+                    b',\n  "', x.encode(), b'": '])
+    body, keys, end = _xref_body(xref)
+    xat = at + len(out)
+    return out + body, [at + len(head), xat, xat + keys, xat + end]
 
 
 def with_xref_at(data: bytes) -> bytes:
-    """``data`` (:func:`dumps` of a document whose last member is ``xref``) with the
-    ``xref_at`` member added: the bytes :func:`dumps` gives for the document holding it,
-    made without rendering the document again."""
+    """``data`` (:func:`dumps` of a one-segment document whose last member is ``xref``)
+    with the ``xref_at`` member added: the bytes :func:`dumps` gives for the document
+    holding it, made without rendering the document again."""
     at = data.rindex(XREF_HEAD + b"{\n") + len(XREF_HEAD)
     keys = data.index(KEYS_HEAD + b"[", at) + len(KEYS_HEAD)
     end = keys + 1 if data[keys + 1 : keys + 2] == b"]" else data.index(b"\n    ]", keys)
-    member = orjson.dumps({"xref_at": [at, keys, end]}, option=_OPTS)
-    return data[: -len(b"\n}\n")] + b"," + member[1:]
+    return data[: -len(b"\n}\n")] + tail_bytes([len(ENTRIES_HEAD), at, keys, end])
 
 
 def rehash(data: Buffer, path: Any) -> tuple[bytes, list[str]]:

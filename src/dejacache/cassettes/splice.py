@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from .order import RunOrder
     from .trajectory import Call
 
-__all__ = ["Item", "follows_of", "order_of", "splice"]
+__all__ = ["Item", "added_values", "encode", "follows_of", "order_of", "splice"]
 
 #: An entry of the new file: an old entry by its index, or a new entry (without checksum).
 Item = int | dict[str, Any]
@@ -44,10 +44,13 @@ _SEP = b",\n"  # between two entries of the written layout
 
 def splice(ix: FileIndex, items: Sequence[Item], follows: Sequence[int | None],
            values: Mapping[str, Any]) -> list[fmt.Part]:
-    """The parts of the document holding ``items`` in this order, entry ``j`` following
+    """The parts of the one-segment document holding ``items`` in this order, entry ``j`` following
     ``follows[j]`` (None: order unknown), over the file ``ix`` indexes; ``values`` holds at
     least every shared value the new entries use that the file lacks. Every entry of the
-    file must be in ``items`` once (its shared values are then all still used)."""
+    file must be in ``items`` once (its shared values are then all still used). ``ix``
+    covers one segment (``segments.flattened`` makes the others' entries new ones)."""
+    if ix.segments != 1:
+        raise ValueError("splice the first segment alone")
     if len(items) != len(follows):
         raise ValueError("one follows per item")
     fresh_at = [j for j, x in enumerate(items) if not isinstance(x, int)]
@@ -59,8 +62,9 @@ def splice(ix: FileIndex, items: Sequence[Item], follows: Sequence[int | None],
     else:  # recorded entries replayed out of their order: placed one by one
         pieces, col = _item_by_item(ix, items, follows)
     fresh = _fresh(items, fresh_at)
-    parts = [fmt.ENTRIES_HEAD, *_joined(pieces, _SEP), fmt.ENTRIES_END + b"3," + fmt.VALUES_HEAD]
-    parts += _values(ix, _added_values(ix, fresh, values))
+    mid = fmt.ENTRIES_END + b"%d," % fmt.FORMAT + fmt.VALUES_HEAD
+    parts = [fmt.ENTRIES_HEAD, *_joined(pieces, _SEP), mid]
+    parts += _values(ix, added_values(ix, fresh, values))
     xref: dict[str, Any] = {"follows": list(follows), **col}
     xref["checksum"] = fmt.xref_checksum(xref)
     at = sum(len(p) if isinstance(p, bytes) else p[1] - p[0] for p in parts)
@@ -102,14 +106,14 @@ def _in_file_order(ix: FileIndex, items: Sequence[Item], follows: Sequence[int |
             pieces.append((starts[cur], starts[at] - len(_SEP)))
             cur = at
         if kind == 0:
-            data = _encode(fresh[t], follows[fresh_at[t]], fresh_occ[t])
+            data = encode(fresh[t], follows[fresh_at[t]], fresh_occ[t])
             fresh_sizes.append(len(data))
         else:
             was = ix.positions(keys[t]).index(t)
             doc = ix.entry(t, keys[t])
             if doc.get("occurrence") != was:
                 raise CassetteError("entry is not at its occurrence")
-            data = _encode(doc, now[t], moved.get(t, was))
+            data = encode(doc, now[t], moved.get(t, was))
             sizes[t] = len(data)
             cur = t + 1
         pieces.append(data)
@@ -167,7 +171,7 @@ def _item_by_item(ix: FileIndex, items: Sequence[Item], follows: Sequence[int | 
                 doc = ix.entry(item, k)
                 if doc.get("occurrence") != was_occ[item]:
                     raise CassetteError("entry is not at its occurrence")
-                data = _encode(doc, f, occ)
+                data = encode(doc, f, occ)
                 pieces.append(data)
                 size = len(data)
             name, kind = names[item], kinds[item]
@@ -175,7 +179,7 @@ def _item_by_item(ix: FileIndex, items: Sequence[Item], follows: Sequence[int | 
             k = str(item.get("key", ""))
             occ = seen.get(k, 0)
             seen[k] = occ + 1
-            data = _encode(item, f, occ)
+            data = encode(item, f, occ)
             pieces.append(data)
             size = len(data)
             name, kind = str(item.get("name", "")), str(item.get("kind", "call"))
@@ -197,7 +201,7 @@ def _occurrences(keys: list[str]) -> list[int]:
     return out
 
 
-def _encode(doc: dict[str, Any], follows: int | None, occurrence: int) -> bytes:
+def encode(doc: dict[str, Any], follows: int | None, occurrence: int) -> bytes:
     """``doc``'s bytes as :func:`format.render` writes them at this place."""
     d = {f: v for f, v in doc.items() if f != "checksum"}
     if follows is None:
@@ -228,7 +232,7 @@ def _joined(pieces: list[fmt.Part], sep: bytes) -> list[fmt.Part]:
     return out
 
 
-def _added_values(ix: FileIndex, fresh: list[dict[str, Any]], values: Mapping[str, Any]
+def added_values(ix: FileIndex, fresh: list[dict[str, Any]], values: Mapping[str, Any]
                   ) -> dict[str, Any]:
     """The shared values the new entries use, directly or through other values, that the
     file does not hold. Those it holds are read and checked against their hash: one that

@@ -97,7 +97,7 @@ def verify_file(path: pathlib.Path, *, usage: UsageRecord | None, max_age: float
         rows.append(Row(str(path), check, verdict, detail))
 
     try:
-        data = bytes(fmt.read_file(path) or b"")
+        data = fmt.whole(fmt.read_file(path))
     except CassetteError as exc:
         add("damaged", FAIL, str(exc))
         return rows
@@ -249,7 +249,7 @@ def _apply(path: pathlib.Path, todo: _Fix) -> str:
     from .usage import digest
 
     with cassette_lock(path):
-        data = bytes(fmt.read_file(path) or b"")
+        data = fmt.whole(fmt.read_file(path))
         if digest(data) != todo.digest:
             return "not fixed: the file changed while it was checked"
         if todo.remove:

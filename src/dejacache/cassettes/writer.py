@@ -20,6 +20,7 @@ import orjson
 
 from .._core import strict as order
 from ..errors import CassetteError
+from . import append, segments
 from . import format as fmt
 from .lock import cassette_lock
 from .merge import VOLATILE_FIELDS, Merged, canon, merge
@@ -102,7 +103,9 @@ class Writer:
         """Write the file (``prune``: without the recorded entries this run never used);
         whether bytes were written (not when the file already holds them)."""
         plan = self._splice_plan(prune)
-        if plan is not None and self._write_spliced(*plan):
+        if plan is not None and (
+                (segments.is_append(*plan) and self._write_appended(*plan))
+                or self._write_spliced(*plan)):
             return True
         return self._write_whole(prune)
 
@@ -153,6 +156,25 @@ class Writer:
         items = order_of(calls, self.new, ix.n)
         return ix, items, follows_of(items, ix, self.run, self.new)
 
+    def _write_appended(self, ix: FileIndex, items: list[Item], follows: list[int | None]
+                        ) -> bool:
+        """Append the new entries as a segment, in place (``segments.py``, ``append.py``),
+        if nobody changed the file since it was read and no reader holds it; whether it
+        was written (False: the file is written whole instead)."""
+        with cassette_lock(self.path):
+            fmt.remove_stale_temps(self.path)
+            try:
+                at, data = segments.appended(ix, items, follows, self.tape.values)
+            except CassetteError:
+                return False  # the whole save parses the file and names the damage
+            if not append.append(self.path, at, data, self.baseline):
+                return False
+        # The tape still reads the file as it was (the bytes before ``at`` did not change,
+        # the rest is in its copy of the file's last bytes); a second save merges with
+        # the file as it is now.
+        self.baseline = None
+        return True
+
     def _write_spliced(self, ix: FileIndex, items: list[Item], follows: list[int | None]
                        ) -> bool:
         """Write the spliced file if nobody changed the file since it was read (under the
@@ -167,7 +189,7 @@ class Writer:
                 if fmt.identity(self.path, fd) != self.baseline:
                     return False  # another writer, or an edit: merge with what is there
                 try:
-                    parts = splice(ix, items, follows, self.tape.values)
+                    parts = splice(*_one_segment(ix, items, follows, self.tape.values))
                 except CassetteError:
                     return False  # the whole save parses the file and names the damage
                 fmt.atomic_write_parts(self.path, parts, fd)
@@ -290,7 +312,7 @@ class Writer:
         except FileNotFoundError:
             disk = None
         read = tape.full["entries"] if tape.full is not None else []
-        unchanged = disk is not None and tape.raw is not None and disk == tape.raw[:]
+        unchanged = disk is not None and tape.raw is not None and disk == fmt.whole(tape.raw)
         if unchanged and not (self.recording and self.shared):
             return entries, {}  # nobody else wrote: what this block made is the file
         now: list[dict[str, Any]] | None = read if unchanged else None
@@ -308,6 +330,14 @@ class Writer:
         merged = merge(entries, new=new, read=read, now=now, mode=self.mode,
                        shared=self.shared)
         return merged.entries, _followed_in(now or [], merged)
+
+
+def _one_segment(ix: FileIndex, items: list[Item], follows: list[int | None],
+                 values: dict[str, Any]) -> tuple[FileIndex, list[Item], list[int | None],
+                                                  Any]:
+    """``splice``'s arguments for writing the file ``ix`` indexes as one segment."""
+    first, flat, more = segments.flattened(ix, items, values)
+    return first, flat, follows, more
 
 
 def _followed_in(now: list[dict[str, Any]], merged: Merged

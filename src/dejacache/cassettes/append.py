@@ -1,0 +1,235 @@
+"""Saving by appending in place: the shared lock readers take, the undo record, recovery.
+
+An append (format 4, see format.py) writes a new segment and the last member over the old
+last member, ``xref_at``; every byte before it stays. What makes that safe:
+
+* Crash: before the first byte is overwritten, an undo record beside the file
+  (``.<name>.undo``: the old size and the bytes about to be overwritten, checksummed) is
+  written and synced. Whoever next reads or writes the file finds it and rolls the file back
+  (restores those bytes, truncates to the old size) under the cassette's lock, before
+  anything else: the file then holds exactly the entries it held before the save. The
+  record is deleted once the new bytes are synced; a torn record (killed while writing it)
+  fails its checksum and is deleted, the file not having been touched yet.
+* Readers: :func:`read_lock` takes a shared ``flock`` on the file while reading it (or
+  mapping it and copying its last bytes, ``format.Mapped``); an append holds the exclusive
+  lock while it writes, so no reader sees half an append. A reader that mapped the file
+  before keeps reading the old file: the bytes before the old ``xref_at`` never change, and
+  that member is in the copied tail. A rollback truncates to the size the file had before
+  the append, which no reader can have mapped beyond (it waited for the lock): the one
+  window is a reader of the half-written file, which finds the undo record first.
+* Where ``fcntl`` does not exist (Windows) nothing is appended in place: every save
+  writes a new file and renames it (``format.atomic_write``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import time
+from types import ModuleType
+
+import orjson
+import xxhash
+
+from ..errors import CassetteError
+from . import format as fmt
+
+__all__ = ["append", "read_lock", "read_unlock", "recover_locked"]
+
+_MAGIC = b"dejacache undo 1\n"
+#: A test names a step here to have the saving process killed there (os._exit).
+CRASH_ENV = "DEJACACHE_TEST_CRASH_AT"
+STEPS = ("undo-written", "half-written", "written", "synced")
+
+
+def _fcntl() -> ModuleType | None:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        return None
+    return fcntl
+
+
+def _wait(fd: int, op: int, path: pathlib.Path, timeout: float) -> bool:
+    """Take ``flock`` ``op`` on ``fd`` within ``timeout`` seconds; whether it was taken.
+    A file system without ``flock`` counts as taken (nothing is appended there: the
+    writer's exclusive lock fails the same way)."""
+    fcntl = _fcntl()
+    assert fcntl is not None
+    deadline = time.monotonic() + timeout
+    pause = 0.0005
+    while True:
+        try:
+            fcntl.flock(fd, op | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(pause)
+            pause = min(pause * 2, 0.02)
+        except OSError:
+            return bool(op == fcntl.LOCK_SH)
+
+
+def read_lock(fd: int, path: pathlib.Path) -> bool:
+    """Take the shared lock on the open cassette ``fd``; False (the lock released) when an
+    interrupted append was found and rolled back: the caller opens the file again."""
+    fcntl = _fcntl()
+    if fcntl is None:  # pragma: no cover - Windows: never appended in place
+        return True
+    if not _wait(fd, fcntl.LOCK_SH, path, 60.0):
+        raise CassetteError("another process has been writing this cassette for 60 s",
+                            path=path)
+    if not os.path.exists(fmt.undo_path(path)):
+        return True
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    from .lock import cassette_lock
+
+    with cassette_lock(path):
+        recover_locked(path)
+    return False
+
+
+def read_unlock(fd: int) -> None:
+    fcntl = _fcntl()
+    if fcntl is not None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+def _record(size: int, at: int, tail: bytes) -> bytes:
+    head = orjson.dumps([size, at, _sum(size, at, tail)])
+    return _MAGIC + head + b"\n" + tail
+
+
+def _sum(size: int, at: int, tail: bytes) -> str:
+    return xxhash.xxh3_128_hexdigest(f"{size},{at},".encode() + tail)
+
+
+def _parse(record: bytes) -> tuple[int, int, bytes] | None:
+    """``(old size, offset, old bytes)`` of an undo record, None when it is torn."""
+    if not record.startswith(_MAGIC):
+        return None
+    line, nl, tail = record[len(_MAGIC):].partition(b"\n")
+    try:
+        size, at, check = orjson.loads(line)
+    except (orjson.JSONDecodeError, TypeError, ValueError):
+        return None
+    if not nl or type(size) is not int or type(at) is not int or check != _sum(size, at, tail):
+        return None
+    return size, at, tail
+
+
+def recover_locked(path: pathlib.Path) -> bool:
+    """Roll back an append that was interrupted (its undo record is there); whether there
+    was one. Call it holding the cassette's lock (``lock.cassette_lock``)."""
+    up = fmt.undo_path(path)
+    try:
+        record = up.read_bytes()
+    except FileNotFoundError:
+        return False
+    undo = _parse(record)
+    if undo is not None:
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            fd = -1
+        if fd >= 0:
+            try:
+                fcntl = _fcntl()
+                if fcntl is not None and not _wait(fd, fcntl.LOCK_EX, path, 60.0):
+                    raise CassetteError("cannot roll back an interrupted save: readers "
+                                        "hold the file", path=path)
+                _restore(fd, *undo)
+            finally:
+                os.close(fd)
+    up.unlink()
+    _sync_dir(path)
+    return True
+
+
+def _restore(fd: int, size: int, at: int, tail: bytes) -> None:
+    os.pwrite(fd, tail, at)
+    os.ftruncate(fd, size)
+    os.fsync(fd)
+
+
+def _sync_dir(path: pathlib.Path) -> None:
+    with contextlib.suppress(OSError):
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def _step(name: str) -> None:
+    if os.environ.get(CRASH_ENV) == name:
+        os._exit(75)
+
+
+def append(path: pathlib.Path, at: int, data: bytes, baseline: tuple[int, ...] | None
+           ) -> bool:
+    """Write ``data`` over the file from byte ``at`` (its last member) to its new end, if
+    it is still the file read (``baseline``, its ``format.identity``) and no reader holds
+    it; whether it was written (False: the caller writes the file whole). Call it holding
+    the cassette's lock."""
+    fcntl = _fcntl()
+    if fcntl is None:  # pragma: no cover - Windows
+        return False
+    recover_locked(path)
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        # Readers hold the shared lock for the moment they read (microseconds to a few
+        # ms): a short wait, then the whole write, which does not need it.
+        if not _wait(fd, fcntl.LOCK_EX, path, 0.5):
+            return False
+        size = os.fstat(fd).st_size
+        if fmt.identity(path, fd) != baseline or not 0 < size - at <= fmt.FROZEN_TAIL \
+                or at + len(data) < size:
+            return False
+        old = os.pread(fd, size - at, at)
+        _write_undo(path, _record(size, at, old))
+        _step("undo-written")
+        try:
+            _overwrite(fd, at, data)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                _restore(fd, size, at, old)
+                fmt.undo_path(path).unlink()
+            raise
+        _step("synced")
+        fmt.undo_path(path).unlink()
+        _sync_dir(path)
+        return True
+    finally:
+        os.close(fd)
+
+
+def _write_undo(path: pathlib.Path, record: bytes) -> None:
+    fd = os.open(fmt.undo_path(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(record)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    _sync_dir(path)
+
+
+def _overwrite(fd: int, at: int, data: bytes) -> None:
+    half = len(data) // 2 if os.environ.get(CRASH_ENV) == "half-written" else len(data)
+    done = 0
+    while done < half:
+        done += os.pwrite(fd, data[done:half], at + done)
+    _step("half-written")
+    while done < len(data):
+        done += os.pwrite(fd, data[done:], at + done)
+    os.ftruncate(fd, at + len(data))
+    _step("written")
+    os.fsync(fd)
