@@ -463,7 +463,7 @@ def _open_segment(data: fmt.Buffer, k: int, place: list[int], stop: int, version
     ``place`` is its part of ``xref_at``, ``stop`` where its cross-reference ends."""
     a, x, k_lo, k_hi = place
     _, v_name, x_name = fmt.segment_names(k)
-    x_head = fmt.XREF_HEAD if k == 0 else b',\n  "' + x_name.encode() + b'": '
+    x_head = fmt.XREF_HEAD if k == 0 else b'\n  "' + x_name.encode() + b'": '
     if not (len(x_head) <= a < x < k_lo < k_hi < stop) or data[x - len(x_head) : x] != x_head:
         raise CassetteError("the cross-reference is not where 'xref_at' says")
     xref = bytes(data[x:stop])
@@ -489,7 +489,7 @@ def _open_segment(data: fmt.Buffer, k: int, place: list[int], stop: int, version
     if data[end : end + len(mid)] != mid:
         raise CassetteError("the entries do not end where the cross-reference says")
     v_lo = end + len(mid)
-    v_hi = (x - len(x_head) - len(b"\n  }")
+    v_hi = (x - len(x_head) - len(b"\n  },")
             if data[v_lo : v_lo + 2] != b"}," else v_lo)
     if v_hi < v_lo or (data[v_hi : v_hi + 4] != b"\n  }" and v_hi != v_lo):
         raise CassetteError("no values section")
