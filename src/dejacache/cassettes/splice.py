@@ -19,6 +19,7 @@ when read, as it would have been before the save.
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import operator
 from collections.abc import Mapping, Sequence
@@ -323,12 +324,15 @@ def follows_of(items: list[Item], ix: FileIndex, run: RunOrder, new: list[dict[s
     import bisect  # a save only: not with the first block (import time)
 
     n = ix.n
-    fresh_at = [j for j, x in enumerate(items) if not isinstance(x, int)]
-    olds = list(items)
-    for j in reversed(fresh_at):
-        del olds[j]
-    if olds != list(range(n)):
-        return _follows_each(items, ix, run)
+    if items[:n] == list(range(n)):  # new entries after the file's (compared in C: an
+        fresh_at = list(range(n, len(items)))  # append to 10k entries took 2 ms here)
+    else:
+        fresh_at = [j for j, x in enumerate(items) if not isinstance(x, int)]
+        olds = list(items)
+        for j in reversed(fresh_at):
+            del olds[j]
+        if olds != list(range(n)):
+            return _follows_each(items, ix, run)
     # The file's entries in their order, new ones between them: entry i moves to
     # i + (new entries before it), and keeps its recorded follows unless what it follows
     # moved (after the first new entry) or the run observed another.
@@ -348,7 +352,7 @@ def follows_of(items: list[Item], ix: FileIndex, run: RunOrder, new: list[dict[s
 
     recorded = ix.follows()
     out = list(recorded)
-    known = [f for f in recorded if f is not None]
+    known: list[int] = list(filter(functools.partial(operator.is_not, None), recorded))  # type: ignore[arg-type]
     if known and (min(known) < ROOT or max(known) >= (bounds[0] if bounds else n)):
         for i, f in enumerate(recorded):
             if f is not None:
