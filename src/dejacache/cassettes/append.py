@@ -10,7 +10,7 @@ last member, ``xref_at``; every byte before it stays. What makes that safe:
   anything else: the file then holds exactly the entries it held before the save. The
   record is deleted once the new bytes are synced; a torn record (killed while writing it)
   fails its checksum and is deleted, the file not having been touched yet.
-* Readers: :func:`read_lock` takes a shared ``flock`` on the file while reading it (or
+* Readers: ``format.read_file`` takes a shared ``flock`` on the file while reading it (or
   mapping it and copying its last bytes, ``format.Mapped``); an append holds the exclusive
   lock while it writes, so no reader sees half an append. A reader that mapped the file
   before keeps reading the old file: the bytes before the old ``xref_at`` never change, and
@@ -35,7 +35,7 @@ import xxhash
 from ..errors import CassetteError
 from . import format as fmt
 
-__all__ = ["append", "read_lock", "read_unlock", "recover_locked"]
+__all__ = ["append", "recover", "recover_locked"]
 
 _MAGIC = b"dejacache undo 1\n"
 #: A test names a step here to have the saving process killed there (os._exit).
@@ -72,30 +72,13 @@ def _wait(fd: int, op: int, path: pathlib.Path, timeout: float) -> bool:
             return bool(op == fcntl.LOCK_SH)
 
 
-def read_lock(fd: int, path: pathlib.Path) -> bool:
-    """Take the shared lock on the open cassette ``fd``; False (the lock released) when an
-    interrupted append was found and rolled back: the caller opens the file again."""
-    fcntl = _fcntl()
-    if fcntl is None:  # pragma: no cover - Windows: never appended in place
-        return True
-    if not _wait(fd, fcntl.LOCK_SH, path, 60.0):
-        raise CassetteError("another process has been writing this cassette for 60 s",
-                            path=path)
-    if not os.path.exists(fmt.undo_path(path)):
-        return True
-    fcntl.flock(fd, fcntl.LOCK_UN)
+def recover(path: pathlib.Path) -> None:
+    """Roll back an interrupted append under the cassette's lock (a reader found its undo
+    record)."""
     from .lock import cassette_lock
 
     with cassette_lock(path):
         recover_locked(path)
-    return False
-
-
-def read_unlock(fd: int) -> None:
-    fcntl = _fcntl()
-    if fcntl is not None:
-        with contextlib.suppress(OSError):
-            fcntl.flock(fd, fcntl.LOCK_UN)
 
 
 def _record(size: int, at: int, tail: bytes) -> bytes:
