@@ -1,19 +1,32 @@
 """The cassette file format: deterministic bytes, a content-addressed value section, a
-checksum on every entry, atomic writes, and a cross-reference that finds any entry without
-reading the others.
+checksum on every entry, a cross-reference that finds any entry without reading the others,
+and segments a save appends in place.
 
-Layout (orjson, sorted keys, 2-space indent, trailing newline)::
+Layout (orjson, 2-space indent, sorted keys inside every member, trailing newline)::
 
     {
       "checksums": "<algorithm, and how to accept a hand edit>",
       "entries": [ {checksum, name, kind, key, occurrence, namespace, request, response,
                     duration, usage?, error?, tagged?, follows?}, ... ],
-      "format": 3,
+      "format": 4,
       "values": { "<hash>": <JSON value>, ... },
       "xref": { "checksum", "follows": [...], "keys": [...], "kinds": [...],
                 "names": [...], "sizes": [...] },
-      "xref_at": [<offset of xref>, <offset of its keys>, <offset of their end>]
+      "entries.1": [ ... ],  "values.1": { ... },  "xref.1": { ... },   (segment 1)
+      ...                                                              (up to MAX_SEGMENTS)
+      "xref_at": [<entries start>, <xref>, <its keys>, <their end>, ... one four per segment]
     }
+
+A file written whole is one segment (the first five members, in sorted order: format 3's
+layout). A save that only adds entries (``segments.py``) writes the members of one more
+segment, ``entries.<k>``, ``values.<k>`` (only the shared values the file lacked: a value is
+in one segment) and ``xref.<k>`` (the cross-reference of that segment's entries), over the
+old ``xref_at``, then a new ``xref_at``; the bytes before the old ``xref_at`` never change
+(``append.py`` makes it crash-safe and keeps readers consistent). Entry ``i`` of the file
+is entry ``i`` of the segments' entries joined in order; ``follows`` and occurrences count
+across segments. A parse (:func:`load_document`) joins them and checks each segment's
+cross-reference against its entries. Past ``MAX_SEGMENTS`` the next save writes the file
+whole again, as one segment: the same bytes :func:`render` gives.
 
 An agent's n-th request repeats the messages before it, so storing requests whole grows the
 file quadratically. Every string or list of numbers of at least ``MIN_SHARED`` bytes, and every
@@ -34,17 +47,19 @@ edit is accepted by ``dejacache rehash PATH`` (:func:`rehash`).
 
 The cross-reference (format 3: finding entry 9,999 of a format-2 file meant scanning
 the 9,998 before it, 48-59 ms). ``xref`` lists every entry's key, name, kind, ``follows`` and
-byte size in file order (columns: one element per line, so re-recording one call changes a few
-lines of it). Entry ``i`` starts after the head and the sizes of the entries before it.
+byte size in file order (per segment in format 4; columns: one element per line, so
+re-recording one call changes a few lines of it). Entry ``i`` starts after the head and the sizes of the entries before it.
 ``xref`` carries its own checksum (:func:`xref_checksum`, over its bytes like an entry's), and
 a full parse checks that it describes the entries exactly: a damaged or stale cross-reference
-is a :class:`CassetteError`, never a wrong entry. The last member, ``xref_at``, is where the
-cross-reference and its ``keys`` column lie in the file (byte offsets: the ``{`` opening
-``xref``, the ``[`` opening ``keys``, the newline closing it), so opening a file reads its
-last line instead of searching a megabyte of columns (~1 ms at 10k entries). It is only a
+is a :class:`CassetteError`, never a wrong entry. The last member, ``xref_at``, is where each
+segment's entries start and its cross-reference and ``keys`` column lie in the file (byte
+offsets: the first entry's line, the ``{`` opening ``xref``, the ``[`` opening ``keys``, the
+newline closing it; format 3 wrote the last three of one segment), so opening a file reads
+its last lines instead of searching a megabyte of columns (~1 ms at 10k entries). It is only a
 hint: a reader checks the bytes it points at and, when they are not the cross-reference
 (a hand edit moved them), parses the whole file. Formats 1 (no checksums) and 2 (no ``xref``)
-are still read, by parsing the whole file; their next write, or ``rehash``, upgrades them.
+are still read, by parsing the whole file, and format 3 through its cross-reference; their
+next write, or ``rehash``, upgrades them to format 4.
 """
 
 from __future__ import annotations
