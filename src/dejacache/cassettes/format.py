@@ -48,7 +48,8 @@ edit is accepted by ``dejacache rehash PATH`` (:func:`rehash`).
 The cross-reference (format 3: finding entry 9,999 of a format-2 file meant scanning
 the 9,998 before it, 48-59 ms). ``xref`` lists every entry's key, name, kind, ``follows`` and
 byte size in file order (per segment in format 4; columns: one element per line, so
-re-recording one call changes a few lines of it). Entry ``i`` starts after the head and the sizes of the entries before it.
+re-recording one call changes a few lines of it). Entry ``i`` starts after its segment's
+head and the sizes of the entries before it there.
 ``xref`` carries its own checksum (:func:`xref_checksum`, over its bytes like an entry's), and
 a full parse checks that it describes the entries exactly: a damaged or stale cross-reference
 is a :class:`CassetteError`, never a wrong entry. The last member, ``xref_at``, is where each
