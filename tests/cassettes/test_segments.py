@@ -115,3 +115,21 @@ def test_a_save_that_is_not_an_append_writes_one_segment(
     assert segments(p) == 1
     doc = fmt.load_document(p.read_bytes(), p)
     assert fmt.render(doc["entries"], doc["values"]) == p.read_bytes()
+
+
+def test_a_format_3_file_is_written_whole_in_format_4_by_its_next_save(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fmt, "EAGER_CHECK_UNDER", 0)
+    p = tmp_path / "c.json"
+    run(p, [("alpha", 90), ("beta", 3)])
+    data = p.read_bytes()
+    old = data.replace(b'\n  "format": 4,', b'\n  "format": 3,')
+    tail = old.rindex(b'"xref_at": [') + len(b'"xref_at": [')
+    first = old.index(b",", tail)  # format 3 listed the last three places
+    p.write_bytes(old[:tail] + old[first + 1 :])
+    ix = FileIndex.open(p.read_bytes())
+    assert ix is not None and ix.version == 3
+    run(p, [("alpha", 90), ("gamma", 90)])
+    assert orjson.loads(p.read_bytes())["format"] == 4 and segments(p) == 1
+    doc = fmt.load_document(p.read_bytes(), p)
+    assert [e["name"] for e in doc["entries"]] == ["llm"] * 3

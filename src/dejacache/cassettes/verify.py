@@ -176,6 +176,9 @@ def _layout(doc: dict[str, Any], data: bytes) -> str:
     """Why the file is not as the writer lays it out (empty: it is)."""
     from .reader import FileIndex
 
+    if doc["format"] == 3:  # read through its cross-reference, as format 4 is
+        return (f"format 3: its next save writes it whole; --fix rewrites it in "
+                f"format {fmt.FORMAT}")
     if doc["format"] != fmt.FORMAT:
         return (f"format {doc['format']}: replay parses it whole; --fix rewrites it in "
                 f"format {fmt.FORMAT}")
