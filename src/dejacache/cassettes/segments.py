@@ -29,7 +29,8 @@ def is_append(ix: FileIndex, items: Sequence[Item], follows: Sequence[int | None
     """Whether the new file is the file ``ix`` indexes, unchanged, then new entries (a
     format-3 file is written whole instead: that is its upgrade to format 4)."""
     n = ix.n
-    return (ix.version == fmt.FORMAT and len(items) > n and all(isinstance(x, dict) for x in items[n:])
+    return (ix.version == fmt.FORMAT and len(items) > n
+            and all(isinstance(x, dict) for x in items[n:])
             and list(items[:n]) == list(range(n)) and list(follows[:n]) == ix.follows()
             and ix.segments < fmt.MAX_SEGMENTS)
 
