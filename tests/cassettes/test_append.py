@@ -181,3 +181,24 @@ def test_readers_never_see_half_an_append(cassette: pathlib.Path,
     assert rounds >= 3 and seen <= len(keys(cassette))
     assert FileIndex.open(cassette.read_bytes()).segments < fmt.MAX_SEGMENTS  # type: ignore[union-attr]
 
+
+
+def test_a_writer_that_read_before_the_crash_rolls_it_back_and_merges(
+        cassette: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import dejacache
+
+    monkeypatch.setattr(fmt, "EAGER_CHECK_UNDER", 0)
+
+    @dejacache.cache(name="llm")
+    def llm(messages: list[dict[str, str]]) -> dict[str, str]:
+        return {"role": "assistant", "content": "mine"}
+
+    before = keys(cassette)
+    with dejacache.cassette(cassette, mode="auto") as tape:
+        assert tape.exists  # read now, before the other process's save is killed
+        assert save(cassette, 2, crash_at="half-written").returncode == 75
+        llm([{"role": "user", "content": "mine " * 60}])
+    after = keys(cassette)
+    assert after[: len(before)] == before and len(after) == len(before) + 1
+    assert not fmt.undo_path(cassette).exists() and verified(cassette, capsys)

@@ -117,8 +117,10 @@ class Writer:
         entries = self.final_entries(prune)
         with cassette_lock(self.path):
             # Under the lock no other writer is between creating and renaming its temp
-            # file: any left over is from one killed mid-write.
+            # file: any left over is from one killed mid-write (and an undo record from
+            # one killed mid-append, rolled back before the file is read).
             fmt.remove_stale_temps(self.path)
+            append.recover_locked(self.path)
             entries = self.link(*self._merge_with_disk(entries))
             data = fmt.render(entries, tape.values)
             try:
@@ -181,6 +183,7 @@ class Writer:
         lock); whether it was written (False: the whole save runs instead)."""
         with cassette_lock(self.path):
             fmt.remove_stale_temps(self.path)
+            append.recover_locked(self.path)  # (then the file is not the one read)
             try:
                 fd = os.open(self.path, os.O_RDONLY)
             except FileNotFoundError:
