@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dejacache
+from dejacache.cassettes import append as append_mod
 from dejacache.cassettes import format as fmt
 from dejacache.cassettes import writer as writer_mod
 from dejacache.cassettes.reader import FileIndex
@@ -74,7 +75,7 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     n = {"decoded": 0, "encoded": 0, "parsed": 0, "spliced": 0, "appended": 0}
     real_checked, real_bytes = FileIndex._checked, fmt.entry_bytes
     real_load, real_splice = fmt.load_document, writer_mod.splice
-    real_append = writer_mod.append.append
+    real_append = append_mod.append
 
     def append(*a: Any) -> Any:
         done = real_append(*a)
@@ -101,7 +102,7 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     monkeypatch.setattr(fmt, "entry_bytes", entry_bytes)
     monkeypatch.setattr(fmt, "load_document", load)
     monkeypatch.setattr(writer_mod, "splice", splice)
-    monkeypatch.setattr(writer_mod.append, "append", append)
+    monkeypatch.setattr(append_mod, "append", append)
     return n
 
 

@@ -20,7 +20,6 @@ import orjson
 
 from .._core import strict as order
 from ..errors import CassetteError
-from . import append, segments
 from . import format as fmt
 from .lock import cassette_lock
 from .merge import VOLATILE_FIELDS, Merged, canon, merge
@@ -102,6 +101,8 @@ class Writer:
     def write(self, prune: bool) -> bool:
         """Write the file (``prune``: without the recorded entries this run never used);
         whether bytes were written (not when the file already holds them)."""
+        from . import segments  # a save only: not with the first block (import time)
+
         plan = self._splice_plan(prune)
         if plan is not None and (
                 (segments.is_append(*plan) and self._write_appended(*plan))
@@ -120,7 +121,7 @@ class Writer:
             # file: any left over is from one killed mid-write (and an undo record from
             # one killed mid-append, rolled back before the file is read).
             fmt.remove_stale_temps(self.path)
-            append.recover_locked(self.path)
+            _recover(self.path)
             entries = self.link(*self._merge_with_disk(entries))
             data = fmt.render(entries, tape.values)
             try:
@@ -163,6 +164,8 @@ class Writer:
         """Append the new entries as a segment, in place (``segments.py``, ``append.py``),
         if nobody changed the file since it was read and no reader holds it; whether it
         was written (False: the file is written whole instead)."""
+        from . import append, segments
+
         with cassette_lock(self.path):
             fmt.remove_stale_temps(self.path)
             try:
@@ -183,7 +186,7 @@ class Writer:
         lock); whether it was written (False: the whole save runs instead)."""
         with cassette_lock(self.path):
             fmt.remove_stale_temps(self.path)
-            append.recover_locked(self.path)  # (then the file is not the one read)
+            _recover(self.path)  # (then the file is not the one read)
             try:
                 fd = os.open(self.path, os.O_RDONLY)
             except FileNotFoundError:
@@ -335,10 +338,18 @@ class Writer:
         return merged.entries, _followed_in(now or [], merged)
 
 
+def _recover(path: Any) -> None:
+    from .append import recover_locked
+
+    recover_locked(path)
+
+
 def _one_segment(ix: FileIndex, items: list[Item], follows: list[int | None],
                  values: dict[str, Any]) -> tuple[FileIndex, list[Item], list[int | None],
                                                   Any]:
     """``splice``'s arguments for writing the file ``ix`` indexes as one segment."""
+    from . import segments
+
     first, flat, more = segments.flattened(ix, items, values)
     return first, flat, follows, more
 
