@@ -121,19 +121,31 @@ def test_a_reader_that_mapped_the_file_keeps_reading_it(
     assert len(keys(cassette)) == len(before) + 6
 
 
-def test_a_reader_holding_the_file_makes_the_save_write_it_whole(
-        cassette: pathlib.Path) -> None:
-    """A reader mid-read holds the shared lock: the save does not wait for it to end
-    but writes a new file (the reader keeps the old one)."""
-    import fcntl
-
+@pytest.mark.parametrize("when", ["during", "killed during"])
+def test_a_read_that_overlaps_an_append_is_read_again_under_the_lock(
+        cassette: pathlib.Path, monkeypatch: pytest.MonkeyPatch, when: str) -> None:
+    """Readers take no lock: one whose read overlapped an append (the file grew, or an
+    undo record appeared) reads again under the cassette's lock, which no append holds,
+    rolling back one that was killed."""
     before = keys(cassette)
-    with open(cassette, "rb") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_SH)
-        assert save(cassette, 2).returncode == 0
-        held = fh.read()
-    assert fmt.load_document(held, cassette)["entries"][-1]["key"] == before[-1]
-    assert len(keys(cassette)) == len(before) + 3
+    real = fmt._read_open
+    calls = []
+
+    def read_open(*a: object) -> object:
+        data = real(*a)  # type: ignore[arg-type]
+        if not calls:  # the first read: another process appends meanwhile
+            crash = "written" if when == "killed during" else None
+            assert save(cassette, 2, crash_at=crash).returncode == (75 if crash else 0)
+        calls.append(data)
+        return data
+
+    monkeypatch.setattr(fmt, "_read_open", read_open)
+    doc = fmt.load_document(fmt.read_file(cassette) or b"", cassette)
+    assert len(calls) == 2  # read again
+    got = [e["key"] for e in doc["entries"]]
+    assert got == (before if when == "killed during" else keys(cassette))
+    assert len(got) == len(before) + (0 if when == "killed during" else 3)
+    assert not fmt.undo_path(cassette).exists()
 
 
 READER = textwrap.dedent("""
@@ -141,6 +153,8 @@ READER = textwrap.dedent("""
     from dejacache.cassettes import format as fmt
     fmt.EAGER_CHECK_UNDER = 0
     path, stop = sys.argv[1], sys.argv[2]
+    if sys.argv[3] == "mapped":
+        fmt._MMAP_FROM = 0
 
     @dejacache.cache(name="llm")
     def llm(messages):
@@ -162,13 +176,15 @@ READER = textwrap.dedent("""
 """)
 
 
-def test_readers_never_see_half_an_append(cassette: pathlib.Path,
-                                          tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize("how", ["read", "mapped"])
+def test_readers_never_see_half_an_append(cassette: pathlib.Path, tmp_path: pathlib.Path,
+                                          how: str) -> None:
     """A reader process parses the file and replays from it in a loop while another
     process appends (and compacts): never an error, never fewer entries, never a wrong
-    answer."""
+    answer (readers take no lock: each read is checked, and read again if an append
+    overlapped it)."""
     stop = tmp_path / "stop"
-    reader = subprocess.Popen([sys.executable, "-c", READER, str(cassette), str(stop)],
+    reader = subprocess.Popen([sys.executable, "-c", READER, str(cassette), str(stop), how],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         done = save(cassette, 2, count=1, blocks=24)  # past MAX_SEGMENTS: one compaction

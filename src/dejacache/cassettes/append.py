@@ -1,4 +1,4 @@
-"""Saving by appending in place: the shared lock readers take, the undo record, recovery.
+"""Saving by appending in place: the undo record, and rolling back an interrupted append.
 
 An append (format 4, see format.py) writes a new segment and the last member over the old
 last member, ``xref_at``; every byte before it stays. What makes that safe:
@@ -10,14 +10,16 @@ last member, ``xref_at``; every byte before it stays. What makes that safe:
   anything else: the file then holds exactly the entries it held before the save. The
   record is deleted once the new bytes are synced; a torn record (killed while writing it)
   fails its checksum and is deleted, the file not having been touched yet.
-* Readers: ``format.read_file`` takes a shared ``flock`` on the file while reading it (or
-  mapping it and copying its last bytes, ``format.Mapped``); an append holds the exclusive
-  lock while it writes, so no reader sees half an append. A reader that mapped the file
-  before keeps reading the old file: the bytes before the old ``xref_at`` never change, and
-  that member is in the copied tail. A rollback truncates to the size the file had before
-  the append, which no reader can have mapped beyond (it waited for the lock): the one
-  window is a reader of the half-written file, which finds the undo record first.
-* Where ``fcntl`` does not exist (Windows) nothing is appended in place: every save
+* Readers take no lock. ``format.read_file`` keeps what it read only when no undo record
+  was there before or after the read and the file's size and times did not change meanwhile
+  (an append always grows the file, and holds its undo record from before its first write
+  to after its last): otherwise it reads again under the cassette's lock, which an append
+  holds throughout. A reader that mapped the file before an append keeps reading the old
+  file: the bytes before the old ``xref_at`` never change, and that member is in the copy
+  of the file's last bytes it took (``format.Mapped``). A rollback truncates to the size
+  the file had before the append, which no reader kept a mapping beyond: the one window is
+  a reader of the half-written file, which finds the undo record and reads again.
+* Where ``os.pwrite`` does not exist (Windows) nothing is appended in place: every save
   writes a new file and renames it (``format.atomic_write``).
 """
 
@@ -26,13 +28,10 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
-import time
-from types import ModuleType
 
 import orjson
 import xxhash
 
-from ..errors import CassetteError
 from . import format as fmt
 
 __all__ = ["append", "recover", "recover_locked"]
@@ -41,35 +40,6 @@ _MAGIC = b"dejacache undo 1\n"
 #: A test names a step here to have the saving process killed there (os._exit).
 CRASH_ENV = "DEJACACHE_TEST_CRASH_AT"
 STEPS = ("undo-written", "half-written", "written", "synced")
-
-
-def _fcntl() -> ModuleType | None:
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows
-        return None
-    return fcntl
-
-
-def _wait(fd: int, op: int, path: pathlib.Path, timeout: float) -> bool:
-    """Take ``flock`` ``op`` on ``fd`` within ``timeout`` seconds; whether it was taken.
-    A file system without ``flock`` counts as taken (nothing is appended there: the
-    writer's exclusive lock fails the same way)."""
-    fcntl = _fcntl()
-    assert fcntl is not None
-    deadline = time.monotonic() + timeout
-    pause = 0.0005
-    while True:
-        try:
-            fcntl.flock(fd, op | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(pause)
-            pause = min(pause * 2, 0.02)
-        except OSError:
-            return bool(op == fcntl.LOCK_SH)
 
 
 def recover(path: pathlib.Path) -> None:
@@ -120,10 +90,6 @@ def recover_locked(path: pathlib.Path) -> bool:
             fd = -1
         if fd >= 0:
             try:
-                fcntl = _fcntl()
-                if fcntl is not None and not _wait(fd, fcntl.LOCK_EX, path, 60.0):
-                    raise CassetteError("cannot roll back an interrupted save: readers "
-                                        "hold the file", path=path)
                 _restore(fd, *undo)
             finally:
                 os.close(fd)
@@ -155,11 +121,10 @@ def _step(name: str) -> None:
 def append(path: pathlib.Path, at: int, data: bytes, baseline: tuple[int, ...] | None
            ) -> bool:
     """Write ``data`` over the file from byte ``at`` (its last member) to its new end, if
-    it is still the file read (``baseline``, its ``format.identity``) and no reader holds
-    it; whether it was written (False: the caller writes the file whole). Call it holding
-    the cassette's lock."""
-    fcntl = _fcntl()
-    if fcntl is None:  # pragma: no cover - Windows
+    it is still the file read (``baseline``, its ``format.identity``); whether it was
+    written (False: the caller writes the file whole). Call it holding the cassette's
+    lock."""
+    if not hasattr(os, "pwrite"):  # pragma: no cover - Windows
         return False
     recover_locked(path)
     try:
@@ -167,10 +132,6 @@ def append(path: pathlib.Path, at: int, data: bytes, baseline: tuple[int, ...] |
     except FileNotFoundError:
         return False
     try:
-        # Readers hold the shared lock for the moment they read (microseconds to a few
-        # ms): a short wait, then the whole write, which does not need it.
-        if not _wait(fd, fcntl.LOCK_EX, path, 0.5):
-            return False
         size = os.fstat(fd).st_size
         if fmt.identity(path, fd) != baseline or not 0 < size - at <= fmt.FROZEN_TAIL \
                 or at + len(data) < size:

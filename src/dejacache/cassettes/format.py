@@ -336,70 +336,47 @@ def read_file(path: pathlib.Path,
     very inode read, and no ``stat`` of a missing file (a block entered on an event loop
     makes no blocking call when it has no file yet).
 
-    Read under a shared lock on the file (``append.py``): never while an append writes it.
-    A save that was killed mid-append left an undo record: it is rolled back first."""
-    while True:
-        try:
-            with open(path, "rb") as fh:
-                if not _read_lock(fh.fileno(), path):
-                    continue  # an interrupted append was rolled back: read it again
-                try:
-                    return _read_open(fh, seen)
-                finally:
-                    _read_unlock(fh.fileno())
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise CassetteError(f"cannot read: {exc}", path=path) from None
-
-
-def _read_lock(fd: int, path: pathlib.Path) -> bool:
-    """Take the shared lock on the open cassette ``fd`` (an append holds the exclusive
-    one while it writes: milliseconds); False, the lock released, when an interrupted
-    append was found and rolled back: the caller opens the file again. Here, not in
-    ``append.py``: importing it was 0.16 ms of every first open."""
+    A save may append to the file in place (``append.py``): what was read is the file as
+    it was if no append was under way before or after the read (no undo record) and the
+    file's size and times did not change while it was read (an append always grows it).
+    Otherwise it is read again under the cassette's lock, which no append holds, after
+    rolling back an append that was killed. (A shared ``flock`` around every read did the
+    same, but importing ``fcntl`` was 0.2 ms of every first open.)"""
+    undo = undo_path(path)
     try:
-        import fcntl
-    except ImportError:  # pragma: no cover - Windows: never appended in place
-        return True
-    pause, deadline = 0.0005, 0.0
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            import time
-
-            now = time.monotonic()
-            deadline = deadline or now + 60.0
-            if now >= deadline:
-                raise CassetteError("another process has been writing this cassette for "
-                                    "60 s", path=path) from None
-            time.sleep(pause)
-            pause = min(pause * 2, 0.02)
-        except OSError:  # no flock on this file system: nothing is appended there either
-            return True
-    if not os.path.exists(undo_path(path)):
-        return True
-    fcntl.flock(fd, fcntl.LOCK_UN)
-    from .append import recover
-
-    recover(path)
-    return False
+        if not os.path.exists(undo):
+            with open(path, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                data = _read_open(fh, st)
+                if (not os.path.exists(undo)
+                        and _identity_of(os.fstat(fh.fileno())) == _identity_of(st)):
+                    if seen is not None:
+                        seen.append(_identity_of(st))
+                    return data
+                if isinstance(data, mmap.mmap):
+                    data.close()
+        return _read_locked(path, seen)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CassetteError(f"cannot read: {exc}", path=path) from None
 
 
-def _read_unlock(fd: int) -> None:
-    with contextlib.suppress(ImportError, OSError):
-        import fcntl
+def _read_locked(path: pathlib.Path, seen: list[tuple[int, ...]] | None) -> Buffer:
+    from .append import recover_locked
+    from .lock import cassette_lock
 
-        fcntl.flock(fd, fcntl.LOCK_UN)
+    with cassette_lock(path):
+        recover_locked(path)
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if seen is not None:
+                seen.append(_identity_of(st))
+            return _read_open(fh, st)
 
 
-def _read_open(fh: Any, seen: list[tuple[int, ...]] | None) -> Buffer:
-    st = os.fstat(fh.fileno())
+def _read_open(fh: Any, st: os.stat_result) -> Buffer:
     size = st.st_size
-    if seen is not None:
-        seen.append(_identity_of(st))
     if size < _MMAP_FROM:
         return bytes(fh.read())
     try:
