@@ -29,88 +29,14 @@ import contextlib
 import os
 import pathlib
 
-import orjson
-import xxhash
-
+from ..errors import CassetteError
 from . import format as fmt
 
-__all__ = ["append", "recover", "recover_locked"]
+__all__ = ["append"]
 
-_MAGIC = b"dejacache undo 1\n"
 #: A test names a step here to have the saving process killed there (os._exit).
 CRASH_ENV = "DEJACACHE_TEST_CRASH_AT"
 STEPS = ("undo-written", "half-written", "written", "synced")
-
-
-def recover(path: pathlib.Path) -> None:
-    """Roll back an interrupted append under the cassette's lock (a reader found its undo
-    record)."""
-    from .lock import cassette_lock
-
-    with cassette_lock(path):
-        recover_locked(path)
-
-
-def _record(size: int, at: int, tail: bytes) -> bytes:
-    head = orjson.dumps([size, at, _sum(size, at, tail)])
-    return _MAGIC + head + b"\n" + tail
-
-
-def _sum(size: int, at: int, tail: bytes) -> str:
-    return xxhash.xxh3_128_hexdigest(f"{size},{at},".encode() + tail)
-
-
-def _parse(record: bytes) -> tuple[int, int, bytes] | None:
-    """``(old size, offset, old bytes)`` of an undo record, None when it is torn."""
-    if not record.startswith(_MAGIC):
-        return None
-    line, nl, tail = record[len(_MAGIC):].partition(b"\n")
-    try:
-        size, at, check = orjson.loads(line)
-    except (orjson.JSONDecodeError, TypeError, ValueError):
-        return None
-    if not nl or type(size) is not int or type(at) is not int or check != _sum(size, at, tail):
-        return None
-    return size, at, tail
-
-
-def recover_locked(path: pathlib.Path) -> bool:
-    """Roll back an append that was interrupted (its undo record is there); whether there
-    was one. Call it holding the cassette's lock (``lock.cassette_lock``)."""
-    up = fmt.undo_path(path)
-    try:
-        record = up.read_bytes()
-    except FileNotFoundError:
-        return False
-    undo = _parse(record)
-    if undo is not None:
-        try:
-            fd = os.open(path, os.O_RDWR)
-        except FileNotFoundError:
-            fd = -1
-        if fd >= 0:
-            try:
-                _restore(fd, *undo)
-            finally:
-                os.close(fd)
-    up.unlink()
-    _sync_dir(path)
-    return True
-
-
-def _restore(fd: int, size: int, at: int, tail: bytes) -> None:
-    os.pwrite(fd, tail, at)
-    os.ftruncate(fd, size)
-    os.fsync(fd)
-
-
-def _sync_dir(path: pathlib.Path) -> None:
-    with contextlib.suppress(OSError):
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
 
 
 def _step(name: str) -> None:
@@ -126,7 +52,7 @@ def append(path: pathlib.Path, at: int, data: bytes, baseline: tuple[int, ...] |
     lock."""
     if not hasattr(os, "pwrite"):  # pragma: no cover - Windows
         return False
-    recover_locked(path)
+    fmt.recover_locked(path)
     try:
         fd = os.open(path, os.O_RDWR)
     except FileNotFoundError:
@@ -137,18 +63,27 @@ def append(path: pathlib.Path, at: int, data: bytes, baseline: tuple[int, ...] |
                 or at + len(data) < size:
             return False
         old = os.pread(fd, size - at, at)
-        _write_undo(path, _record(size, at, old))
+        try:
+            _write_undo(path, fmt.undo_record(size, at, old))
+        except OSError:  # nothing overwritten yet: the whole write says what is wrong
+            with contextlib.suppress(OSError):
+                fmt.undo_path(path).unlink()
+            return False
         _step("undo-written")
         try:
             _overwrite(fd, at, data)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                _restore(fd, size, at, old)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):  # (else the next reader rolls it back)
+                fmt.restore_tail(fd, size, at, old)
                 fmt.undo_path(path).unlink()
+            if isinstance(exc, OSError):
+                raise CassetteError(f"cannot write the cassette: {exc.strerror or exc}; "
+                                    "the calls recorded in this block are not saved",
+                                    path=path) from None
             raise
         _step("synced")
         fmt.undo_path(path).unlink()
-        _sync_dir(path)
+        fmt.sync_dir(path)
         return True
     finally:
         os.close(fd)
@@ -163,7 +98,7 @@ def _write_undo(path: pathlib.Path, record: bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    _sync_dir(path)
+    fmt.sync_dir(path)
 
 
 def _overwrite(fd: int, at: int, data: bytes) -> None:

@@ -328,6 +328,80 @@ def undo_path(path: pathlib.Path) -> pathlib.Path:
     return path.parent / f".{path.name}.undo"
 
 
+# An undo record (``append.py``): what an append is about to overwrite, kept beside the
+# file until the append is durable. Written, parsed and rolled back here, where the file is
+# read: every reader may have to roll one back first.
+_UNDO_MAGIC = b"dejacache undo 1\n"
+
+
+def undo_record(size: int, at: int, old: bytes) -> bytes:
+    """The undo record of an append over a file of ``size`` bytes from byte ``at``, whose
+    bytes from there were ``old`` (checksummed: a record torn by a kill is not used)."""
+    return _UNDO_MAGIC + orjson.dumps([size, at, _undo_sum(size, at, old)]) + b"\n" + old
+
+
+def _undo_sum(size: int, at: int, old: bytes) -> str:
+    return xxhash.xxh3_128_hexdigest(f"{size},{at},".encode() + old)
+
+
+def _parse_undo(record: bytes) -> tuple[int, int, bytes] | None:
+    """``(old size, offset, old bytes)`` of an undo record, None when it is torn."""
+    if not record.startswith(_UNDO_MAGIC):
+        return None
+    line, nl, old = record[len(_UNDO_MAGIC):].partition(b"\n")
+    try:
+        size, at, check = orjson.loads(line)
+    except (orjson.JSONDecodeError, TypeError, ValueError):
+        return None
+    if not nl or type(size) is not int or type(at) is not int or check != _undo_sum(
+            size, at, old):
+        return None
+    return size, at, old
+
+
+def recover_locked(path: pathlib.Path) -> bool:
+    """Roll back an append that was interrupted (its undo record is there): the file gets
+    its old bytes and size back; whether there was one. A torn record is only deleted (the
+    file was not touched before the record was synced). Call it holding the cassette's
+    lock (``lock.cassette_lock``)."""
+    up = undo_path(path)
+    try:
+        record = up.read_bytes()
+    except FileNotFoundError:
+        return False
+    undo = _parse_undo(record)
+    if undo is not None:
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            fd = -1
+        if fd >= 0:
+            try:
+                restore_tail(fd, *undo)
+            finally:
+                os.close(fd)
+    up.unlink()
+    sync_dir(path)
+    return True
+
+
+def restore_tail(fd: int, size: int, at: int, old: bytes) -> None:
+    """Put ``old`` back at byte ``at`` of the open file ``fd`` and its size to ``size``."""
+    os.pwrite(fd, old, at)
+    os.ftruncate(fd, size)
+    os.fsync(fd)
+
+
+def sync_dir(path: pathlib.Path) -> None:
+    """Make a rename, creation or deletion in ``path``'s directory durable (POSIX)."""
+    with contextlib.suppress(OSError):
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
 def read_file(path: pathlib.Path,
               seen: list[tuple[int, ...]] | None = None) -> Buffer | None:
     """The file's bytes; large files are memory-mapped so a cold load reads only the pages it
@@ -344,8 +418,8 @@ def read_file(path: pathlib.Path,
     same, but importing ``fcntl`` was 0.2 ms of every first open.)"""
     undo = undo_path(path)
     try:
-        if not os.path.exists(undo):
-            with open(path, "rb") as fh:
+        with open(path, "rb") as fh:  # first: no stat at all when there is no file
+            if not os.path.exists(undo):
                 st = os.fstat(fh.fileno())
                 data = _read_open(fh, st)
                 if (not os.path.exists(undo)
@@ -363,7 +437,6 @@ def read_file(path: pathlib.Path,
 
 
 def _read_locked(path: pathlib.Path, seen: list[tuple[int, ...]] | None) -> Buffer:
-    from .append import recover_locked
     from .lock import cassette_lock
 
     with cassette_lock(path):
@@ -728,13 +801,7 @@ def _atomic_write(path: pathlib.Path, parts: list[Part], source: int) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    # The rename itself is made durable by syncing the directory (POSIX).
-    with contextlib.suppress(OSError):
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+    sync_dir(path)  # the rename itself made durable
 
 
 def remove_stale_temps(path: pathlib.Path) -> int:

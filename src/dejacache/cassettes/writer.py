@@ -121,7 +121,7 @@ class Writer:
             # file: any left over is from one killed mid-write (and an undo record from
             # one killed mid-append, rolled back before the file is read).
             fmt.remove_stale_temps(self.path)
-            _recover(self.path)
+            fmt.recover_locked(self.path)
             entries = self.link(*self._merge_with_disk(entries))
             data = fmt.render(entries, tape.values)
             try:
@@ -186,7 +186,7 @@ class Writer:
         lock); whether it was written (False: the whole save runs instead)."""
         with cassette_lock(self.path):
             fmt.remove_stale_temps(self.path)
-            _recover(self.path)  # (then the file is not the one read)
+            fmt.recover_locked(self.path)  # (then the file is not the one read)
             try:
                 fd = os.open(self.path, os.O_RDONLY)
             except FileNotFoundError:
@@ -336,12 +336,6 @@ class Writer:
         merged = merge(entries, new=new, read=read, now=now, mode=self.mode,
                        shared=self.shared)
         return merged.entries, _followed_in(now or [], merged)
-
-
-def _recover(path: Any) -> None:
-    from .append import recover_locked
-
-    recover_locked(path)
 
 
 def _one_segment(ix: FileIndex, items: list[Item], follows: list[int | None],
