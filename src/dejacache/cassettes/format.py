@@ -295,8 +295,10 @@ class Mapped(mmap.mmap):
     a format-4 file, ``xref_at``, which lies within those bytes: a reader that mapped the
     file before keeps reading the file it mapped (:func:`whole`)."""
 
-    tail_at: int = 0
-    tail: bytes = b""
+    __slots__ = ("tail", "tail_at")
+
+    tail_at: int
+    tail: bytes
 
 
 Buffer = bytes | mmap.mmap

@@ -152,6 +152,7 @@ class DocIndex(Index):
 
 
 _MISSING: Any = object()
+_NONE: list[Any] = []  # (no column parsed yet: one list fewer per column on open)
 
 
 class _Segment:
@@ -264,7 +265,9 @@ class FileIndex(Index):
         if self._searches > _SEARCHES_BEFORE_MAP:
             self._build_map()
             return self.positions(key)
-        found = [i for sg in self._segs for i in _search(sg, key)]
+        segs = self._segs
+        found = (_search(segs[0], key) if len(segs) == 1
+                 else [i for sg in segs for i in _search(sg, key)])
         self._found[key] = found
         return found
 
@@ -282,13 +285,13 @@ class FileIndex(Index):
         Callers get the kept list: they must not change it."""
         out = self._parsed.get(name)
         if out is None:
-            out = []
+            out = _NONE
             for sg in self._segs:
                 bounds = sg.cols.get(name) or _column(sg.xref, name)
                 part = _parse(sg.xref, bounds)
                 if len(part) != len(sg.sizes):
                     raise CassetteError(f"the cross-reference's {name} do not match its sizes")
-                out = part if not out else out + part
+                out = part if out is _NONE else out + part
             self._parsed[name] = out
         return out
 
