@@ -1,10 +1,10 @@
 """Finding recorded entries of a cassette file: through its cross-reference, or a parse.
 
-:class:`FileIndex` reads a format-3 file written by :func:`format.dumps` (see format.py) and
-touches only what a call needs: opening reads the file's last member (``xref_at``: where the
-cross-reference is), copies and checks the ``xref`` section (one hash) and reads the entry
-sizes; finding a key searches
-the bytes of the ``keys`` column; a hit reads and checks one entry's slice. A 10k-entry file
+:class:`FileIndex` reads a format-3 or 4 file as dejacache writes it (see format.py) and
+touches only what a call needs: opening reads the file's last member (``xref_at``: where
+each segment's cross-reference is), copies and checks each ``xref`` section (one hash each;
+a file has at most ``MAX_SEGMENTS``) and reads the entry sizes; finding a key searches the
+bytes of the ``keys`` columns; a hit reads and checks one entry's slice. A 10k-entry file
 opened and answered its last entry in a few ms, where scanning to it took 48-59 ms.
 Anything that does not have the written shape, or fails a check, raises
 :class:`CassetteError`; the store then parses the whole file, which names the damage or
