@@ -7,6 +7,9 @@ calls go where this run made them, recorded entries keep their place after the e
 preceded them, every entry's ``follows`` is set from the order observed in this run, and the
 result is merged under the file lock with whatever another writer (an xdist worker, an
 earlier test sharing the file) put there meanwhile (``merge.py``), then written atomically.
+A save that only adds calls to the file it read appends them in place as a segment
+(``segments.py``, ``append.py``); one that keeps every entry splices the new file from the
+old one (``splice.py``).
 """
 
 from __future__ import annotations
@@ -162,8 +165,8 @@ class Writer:
     def _write_appended(self, ix: FileIndex, items: list[Item], follows: list[int | None]
                         ) -> bool:
         """Append the new entries as a segment, in place (``segments.py``, ``append.py``),
-        if nobody changed the file since it was read and no reader holds it; whether it
-        was written (False: the file is written whole instead)."""
+        if nobody changed the file since it was read; whether it was written (False: the
+        file is written whole instead)."""
         from . import append, segments
 
         with cassette_lock(self.path):
