@@ -46,16 +46,17 @@ def test_bytes_are_deterministic_sorted_indented_with_final_newline(tmp_path):
                            b'"checksum": "')
     doc = orjson.loads(data)
     assert list(doc) == ["checksums", "entries", "format", "values", "xref", "xref_at"]
-    assert doc["format"] == fmt.FORMAT == 3
+    assert doc["format"] == fmt.FORMAT == 4
     assert fmt.dumps(doc) == data
     assert all(e["checksum"] == fmt.entry_checksum(e) for e in doc["entries"])
     assert doc["xref"] == fmt.build_xref(doc["entries"])
     xref = data.rindex(b'\n  "xref": {\n    "checksum": "' + doc["xref"]["checksum"].encode()
                        + b'",\n    "follows": [\n      -1,\n')
-    tail = b'\n  "xref_at": [\n    %d,\n    %d,\n    %d\n  ]\n}\n' % tuple(doc["xref_at"])
+    tail = b'\n  "xref_at": [\n    %d,\n    %d,\n    %d,\n    %d\n  ]\n}\n' % tuple(doc["xref_at"])
     assert data.endswith(b"\n    ]\n  }," + tail)  # the cross-reference, then where it is
     assert data.count(b'\n  "') == 6  # the six members, each on its own line
-    at, keys, end = doc["xref_at"]
+    first, at, keys, end = doc["xref_at"]
+    assert first == len(fmt.ENTRIES_HEAD)
     assert data[at:].startswith(b'{\n    "checksum": "') and at == xref + len(b'\n  "xref": ')
     assert data[keys - len(b'"keys": '):keys + 1] == b'"keys": ['
     assert data[end:].startswith(b'\n    ],\n    "kinds": [')
@@ -241,7 +242,7 @@ def test_a_block_that_records_a_call_leaves_the_unmade_report_for_later(tmp_path
     tape.save()
     tape.close()
     assert expanded == []  # nothing expanded at exit
-    assert len(orjson.loads(p.read_bytes())["entries"]) == 41
+    assert len(fmt.load_document(p.read_bytes(), p)["entries"]) == 41
     unmade = [d for d in tape.divergences if d.reason == "unmade"]
     # (step 1 is the one the new call replaced: reported as changed, not unmade)
     assert [d.recorded_step for d in unmade] == list(range(2, 40))
@@ -276,12 +277,14 @@ def test_xref_at_is_a_checked_hint_and_a_wrong_one_means_a_full_parse(tmp_path, 
     doc = orjson.loads(data)
     entries = doc["entries"]
     assert fmt.with_xref_at(fmt.dumps({k: v for k, v in doc.items() if k != "xref_at"})) == data
-    at, keys, end = doc["xref_at"]
+    a, at, keys, end = doc["xref_at"]
     moved = [
-        fmt.dumps(dict(doc, xref_at=[at + 1, keys, end])),  # not the cross-reference
-        fmt.dumps(dict(doc, xref_at=[at, keys - 1, end])),  # not its keys
-        fmt.dumps(dict(doc, xref_at=[at, keys, end + 8])),  # past their end
-        fmt.dumps(dict(doc, xref_at=["x", keys, end])),
+        fmt.dumps(dict(doc, xref_at=[a, at + 1, keys, end])),  # not the cross-reference
+        fmt.dumps(dict(doc, xref_at=[a, at, keys - 1, end])),  # not its keys
+        fmt.dumps(dict(doc, xref_at=[a, at, keys, end + 8])),  # past their end
+        fmt.dumps(dict(doc, xref_at=[a, "x", keys, end])),
+        fmt.dumps(dict(doc, xref_at=[a + 1, at, keys, end])),  # not the entries
+        fmt.dumps(dict(doc, xref_at=[a, at, keys, end, 1])),
     ]
     for bad in moved:
         with pytest.raises(CassetteError, match="xref_at"):
@@ -323,4 +326,4 @@ def test_format_2_files_replay_and_their_next_write_upgrades_them(tmp_path):
         "chatcmpl-2")
     assert tape.save() is False and p.read_bytes() == old
     record_steps(p, 5, mode="auto")  # one new call: the file is rewritten as format 3
-    assert orjson.loads(p.read_bytes())["format"] == 3
+    assert orjson.loads(p.read_bytes())["format"] == fmt.FORMAT

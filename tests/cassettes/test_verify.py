@@ -119,13 +119,13 @@ def test_a_secret_in_a_valid_cassette_fails(tree: pathlib.Path,
 def test_a_newer_format_is_not_called_damaged(tree: pathlib.Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     path = tree / "tests" / "cassettes" / "test_agent" / "test_one.json"
-    newer = path.read_bytes().replace(b'"format": 3', b'"format": 4')
+    newer = path.read_bytes().replace(b'"format": 4', b'"format": 5')
     path.write_bytes(newer)
     status, out = verify(capsys, str(path), "--fix", "-v")
     assert status == 1
     got = rows(out, "test_one.json")
     assert got["format"][0] == "fail"
-    assert "cassette format 4" in got["format"][1] and "upgrade dejacache" in got["format"][1]
+    assert "cassette format 5" in got["format"][1] and "upgrade dejacache" in got["format"][1]
     assert got["damaged"][0] == "skip"
     assert path.read_bytes() == newer
 

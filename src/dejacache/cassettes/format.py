@@ -1,19 +1,32 @@
 """The cassette file format: deterministic bytes, a content-addressed value section, a
-checksum on every entry, atomic writes, and a cross-reference that finds any entry without
-reading the others.
+checksum on every entry, a cross-reference that finds any entry without reading the others,
+and segments a save appends in place.
 
-Layout (orjson, sorted keys, 2-space indent, trailing newline)::
+Layout (orjson, 2-space indent, sorted keys inside every member, trailing newline)::
 
     {
       "checksums": "<algorithm, and how to accept a hand edit>",
       "entries": [ {checksum, name, kind, key, occurrence, namespace, request, response,
                     duration, usage?, error?, tagged?, follows?}, ... ],
-      "format": 3,
+      "format": 4,
       "values": { "<hash>": <JSON value>, ... },
       "xref": { "checksum", "follows": [...], "keys": [...], "kinds": [...],
                 "names": [...], "sizes": [...] },
-      "xref_at": [<offset of xref>, <offset of its keys>, <offset of their end>]
+      "entries.1": [ ... ],  "values.1": { ... },  "xref.1": { ... },   (segment 1)
+      ...                                                              (up to MAX_SEGMENTS)
+      "xref_at": [<entries start>, <xref>, <its keys>, <their end>, ... one four per segment]
     }
+
+A file written whole is one segment (the first five members, in sorted order: format 3's
+layout). A save that only adds entries (``segments.py``) writes the members of one more
+segment, ``entries.<k>``, ``values.<k>`` (only the shared values the file lacked: a value is
+in one segment) and ``xref.<k>`` (the cross-reference of that segment's entries), over the
+old ``xref_at``, then a new ``xref_at``; the bytes before the old ``xref_at`` never change
+(``append.py`` makes it crash-safe and keeps readers consistent). Entry ``i`` of the file
+is entry ``i`` of the segments' entries joined in order; ``follows`` and occurrences count
+across segments. A parse (:func:`load_document`) joins them and checks each segment's
+cross-reference against its entries. Past ``MAX_SEGMENTS`` the next save writes the file
+whole again, as one segment: the same bytes :func:`render` gives.
 
 An agent's n-th request repeats the messages before it, so storing requests whole grows the
 file quadratically. Every string or list of numbers of at least ``MIN_SHARED`` bytes, and every
@@ -34,17 +47,20 @@ edit is accepted by ``dejacache rehash PATH`` (:func:`rehash`).
 
 The cross-reference (format 3: finding entry 9,999 of a format-2 file meant scanning
 the 9,998 before it, 48-59 ms). ``xref`` lists every entry's key, name, kind, ``follows`` and
-byte size in file order (columns: one element per line, so re-recording one call changes a few
-lines of it). Entry ``i`` starts after the head and the sizes of the entries before it.
+byte size in file order (per segment in format 4; columns: one element per line, so
+re-recording one call changes a few lines of it). Entry ``i`` starts after its segment's
+head and the sizes of the entries before it there.
 ``xref`` carries its own checksum (:func:`xref_checksum`, over its bytes like an entry's), and
 a full parse checks that it describes the entries exactly: a damaged or stale cross-reference
-is a :class:`CassetteError`, never a wrong entry. The last member, ``xref_at``, is where the
-cross-reference and its ``keys`` column lie in the file (byte offsets: the ``{`` opening
-``xref``, the ``[`` opening ``keys``, the newline closing it), so opening a file reads its
-last line instead of searching a megabyte of columns (~1 ms at 10k entries). It is only a
+is a :class:`CassetteError`, never a wrong entry. The last member, ``xref_at``, is where each
+segment's entries start and its cross-reference and ``keys`` column lie in the file (byte
+offsets: the first entry's line, the ``{`` opening ``xref``, the ``[`` opening ``keys``, the
+newline closing it; format 3 wrote the last three of one segment), so opening a file reads
+its last lines instead of searching a megabyte of columns (~1 ms at 10k entries). It is only a
 hint: a reader checks the bytes it points at and, when they are not the cross-reference
 (a hand edit moved them), parses the whole file. Formats 1 (no checksums) and 2 (no ``xref``)
-are still read, by parsing the whole file; their next write, or ``rehash``, upgrades them.
+are still read, by parsing the whole file, and format 3 through its cross-reference; their
+next write, or ``rehash``, upgrades them to format 4.
 """
 
 from __future__ import annotations
@@ -98,8 +114,12 @@ __all__ = [
     "xref_tail",
 ]
 
-FORMAT: Final = 3
-READABLE: Final = (1, 2, 3)
+FORMAT: Final = 4
+READABLE: Final = (1, 2, 3, 4)
+# A save that only adds entries appends a segment in place (``append.py``); past this many
+# segments the next save writes the file whole again, as one segment (a compaction), so a
+# reader's work and the tail rewritten per append stay bounded.
+MAX_SEGMENTS: Final = 16
 # The top-level "checksums" field: what the entry checksums are, and what to do after an edit
 # (the first thing a person opening the file sees).
 CHECKSUMS: Final = "xxh3-128 of each entry; after editing by hand run: dejacache rehash FILE"
@@ -269,9 +289,119 @@ def reachable(entries: list[dict[str, Any]], values: dict[str, Any], *,
     return seen
 
 
+class Mapped(mmap.mmap):
+    """A memory-mapped file with its last bytes as they were when it was read (``tail``
+    from byte ``tail_at`` on). An append (``append.py``) rewrites only the last member of
+    a format-4 file, ``xref_at``, which lies within those bytes: a reader that mapped the
+    file before keeps reading the file it mapped (:func:`whole`)."""
+
+    __slots__ = ("tail", "tail_at")
+
+    tail_at: int
+    tail: bytes
+
+
 Buffer = bytes | mmap.mmap
 
 _MMAP_FROM = 1 << 20
+#: The bytes of a mapped file copied when it is read: more than the ``xref_at`` member of
+#: a file of ``MAX_SEGMENTS`` segments (four offsets of up to 15 digits each).
+FROZEN_TAIL: Final = 8192
+
+
+def whole(data: Buffer | None) -> bytes:
+    """The bytes of the file ``data`` was read from, as they were when it was read."""
+    if data is None:
+        return b""
+    if isinstance(data, Mapped):
+        return bytes(data[: data.tail_at]) + data.tail
+    return bytes(data)
+
+
+def last_bytes(data: Buffer, n: int) -> bytes:
+    """The last ``n`` bytes of ``data`` as they were when it was read."""
+    if isinstance(data, Mapped):
+        return (bytes(data[max(0, len(data) - n) : data.tail_at]) + data.tail)[-n:]
+    return bytes(data[-n:])
+
+
+def undo_path(path: pathlib.Path) -> pathlib.Path:
+    """Where an append keeps what it overwrites until it is durable (``append.py``)."""
+    return path.parent / f".{path.name}.undo"
+
+
+# An undo record (``append.py``): what an append is about to overwrite, kept beside the
+# file until the append is durable. Written, parsed and rolled back here, where the file is
+# read: every reader may have to roll one back first.
+_UNDO_MAGIC = b"dejacache undo 1\n"
+
+
+def undo_record(size: int, at: int, old: bytes) -> bytes:
+    """The undo record of an append over a file of ``size`` bytes from byte ``at``, whose
+    bytes from there were ``old`` (checksummed: a record torn by a kill is not used)."""
+    return _UNDO_MAGIC + orjson.dumps([size, at, _undo_sum(size, at, old)]) + b"\n" + old
+
+
+def _undo_sum(size: int, at: int, old: bytes) -> str:
+    return xxhash.xxh3_128_hexdigest(f"{size},{at},".encode() + old)
+
+
+def _parse_undo(record: bytes) -> tuple[int, int, bytes] | None:
+    """``(old size, offset, old bytes)`` of an undo record, None when it is torn."""
+    if not record.startswith(_UNDO_MAGIC):
+        return None
+    line, nl, old = record[len(_UNDO_MAGIC):].partition(b"\n")
+    try:
+        size, at, check = orjson.loads(line)
+    except (orjson.JSONDecodeError, TypeError, ValueError):
+        return None
+    if not nl or type(size) is not int or type(at) is not int or check != _undo_sum(
+            size, at, old):
+        return None
+    return size, at, old
+
+
+def recover_locked(path: pathlib.Path) -> bool:
+    """Roll back an append that was interrupted (its undo record is there): the file gets
+    its old bytes and size back; whether there was one. A torn record is only deleted (the
+    file was not touched before the record was synced). Call it holding the cassette's
+    lock (``lock.cassette_lock``)."""
+    up = undo_path(path)
+    try:
+        record = up.read_bytes()
+    except FileNotFoundError:
+        return False
+    undo = _parse_undo(record)
+    if undo is not None:
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            fd = -1
+        if fd >= 0:
+            try:
+                restore_tail(fd, *undo)
+            finally:
+                os.close(fd)
+    up.unlink()
+    sync_dir(path)
+    return True
+
+
+def restore_tail(fd: int, size: int, at: int, old: bytes) -> None:
+    """Put ``old`` back at byte ``at`` of the open file ``fd`` and its size to ``size``."""
+    os.pwrite(fd, old, at)
+    os.ftruncate(fd, size)
+    os.fsync(fd)
+
+
+def sync_dir(path: pathlib.Path) -> None:
+    """Make a rename, creation or deletion in ``path``'s directory durable (POSIX)."""
+    with contextlib.suppress(OSError):
+        dfd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
 
 
 def read_file(path: pathlib.Path,
@@ -280,28 +410,64 @@ def read_file(path: pathlib.Path,
     touches (reading 35 MB took 25 ms on its own, over the whole load budget). ``seen``
     receives the :func:`identity` of the file that was read, taken from its open handle: the
     very inode read, and no ``stat`` of a missing file (a block entered on an event loop
-    makes no blocking call when it has no file yet)."""
+    makes no blocking call when it has no file yet).
+
+    A save may append to the file in place (``append.py``): what was read is the file as
+    it was if no append was under way before or after the read (no undo record) and the
+    file's size and times did not change while it was read (an append always grows it).
+    Otherwise it is read again under the cassette's lock, which no append holds, after
+    rolling back an append that was killed. (A shared ``flock`` around every read did the
+    same, but importing ``fcntl`` was 0.2 ms of every first open.)"""
+    undo = undo_path(path)
     try:
-        with open(path, "rb") as fh:
-            st = os.fstat(fh.fileno())
-            size = st.st_size
-            if seen is not None:
-                seen.append(_identity_of(st))
-            if size < _MMAP_FROM:
-                return fh.read()
-            try:
-                return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-            except (OSError, ValueError):
-                return fh.read()
+        with open(path, "rb") as fh:  # first: no stat at all when there is no file
+            if not os.path.exists(undo):
+                st = os.fstat(fh.fileno())
+                data = _read_open(fh, st)
+                if (not os.path.exists(undo)
+                        and _identity_of(os.fstat(fh.fileno())) == _identity_of(st)):
+                    if seen is not None:
+                        seen.append(_identity_of(st))
+                    return data
+                if isinstance(data, mmap.mmap):
+                    data.close()
+        return _read_locked(path, seen)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise CassetteError(f"cannot read: {exc}", path=path) from None
 
 
+def _read_locked(path: pathlib.Path, seen: list[tuple[int, ...]] | None) -> Buffer:
+    from .lock import cassette_lock
+
+    with cassette_lock(path):
+        recover_locked(path)
+        with open(path, "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if seen is not None:
+                seen.append(_identity_of(st))
+            return _read_open(fh, st)
+
+
+def _read_open(fh: Any, st: os.stat_result) -> Buffer:
+    size = st.st_size
+    if size < _MMAP_FROM:
+        return bytes(fh.read())
+    try:
+        m = Mapped(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return bytes(fh.read())
+    m.tail_at = max(0, size - FROZEN_TAIL)
+    m.tail = m[m.tail_at :]
+    return m
+
+
 def load_document(data: Buffer, path: Any, *, verify: bool = True) -> dict[str, Any]:
     """Parse and validate a whole document; with ``verify``, every entry checksum and value
     hash too (:func:`verify_document`)."""
+    if isinstance(data, Mapped):
+        data = whole(data)
     try:
         doc = orjson.loads(memoryview(data) if isinstance(data, mmap.mmap) else data)
     except orjson.JSONDecodeError as exc:
@@ -315,6 +481,8 @@ def load_document(data: Buffer, path: Any, *, verify: bool = True) -> dict[str, 
             f"cassette format {version!r} is not supported (this dejacache reads formats "
             f"{', '.join(map(str, READABLE))})", path=path,
         )
+    if version == 4:
+        _flatten(doc, path)
     if not isinstance(doc.get("values", {}), dict):
         raise CassetteError("'values' must be an object", path=path)
     doc.setdefault("values", {})
@@ -353,8 +521,8 @@ def verify_document(doc: dict[str, Any], path: Any) -> None:
             if e.get("checksum") != entry_checksum(e):
                 raise CassetteError(f"{describe(i, e)} does not match its checksum: "
                                     + _edited(path), path=path)
-    if doc.get("format") == 3 or "xref" in doc:
-        _verify_xref(doc, path)
+    if doc.get("format") in (3, 4) or "xref" in doc:
+        _verify_xrefs(doc, path)
     values = doc["values"]
     for h, v in values.items():
         if value_hash(v) != h:
@@ -364,16 +532,56 @@ def verify_document(doc: dict[str, Any], path: Any) -> None:
                                 + _edited(path), path=path)
 
 
-def _verify_xref(doc: dict[str, Any], path: Any) -> None:
-    xref = doc.get("xref")
-    if not isinstance(xref, dict) or xref.get("checksum") != xref_checksum(xref):
-        raise CassetteError("the cross-reference ('xref') does not match its checksum: "
-                            + _edited(path), path=path)
-    if xref != build_xref(doc["entries"]):
-        # checksummed, yet not what the entries say: an entry was added, removed or edited
-        # and the file re-hashed by something other than ``dejacache rehash``
-        raise CassetteError("the cross-reference ('xref') does not describe the entries: "
-                            + _edited(path), path=path)
+def segment_names(k: int) -> tuple[str, str, str]:
+    """The members holding segment ``k`` (0: the first, written as format 3 wrote the file)."""
+    if k == 0:
+        return "entries", "values", "xref"
+    return f"entries.{k}", f"values.{k}", f"xref.{k}"
+
+
+def _flatten(doc: dict[str, Any], path: Any) -> None:
+    """A parsed format-4 document with its segments' entries and values joined into
+    ``entries`` and ``values`` (file order); each segment's ``xref.<k>`` stays, for
+    :func:`verify_document`. Segments are numbered 1, 2, ... after the first, no gaps."""
+    k = 1
+    while segment_names(k)[0] in doc:
+        e, v, x = segment_names(k)
+        more, vals = doc.pop(e), doc.pop(v, None)
+        if not isinstance(more, list) or not isinstance(vals, dict) or x not in doc:
+            raise CassetteError(f"segment {k} ({e!r}) is not whole: " + _edited(path),
+                                path=path)
+        doc["entries"].extend(more)
+        if isinstance(doc.get("values"), dict):
+            doc["values"].update(vals)
+        k += 1
+    xrefs = {f"xref.{j}" for j in range(1, k)}
+    if any(m.startswith(("entries.", "values.", "xref.")) and m not in xrefs for m in doc):
+        raise CassetteError("the segments are not numbered 1, 2, ...: " + _edited(path),
+                            path=path)
+    doc["segments"] = k
+
+
+def _verify_xrefs(doc: dict[str, Any], path: Any) -> None:
+    """Each segment's cross-reference against its checksum and against the entries it
+    covers (segment ``k`` covers the entries after those of the segments before it)."""
+    at = 0
+    entries = doc["entries"]
+    for k in range(doc.get("segments", 1) if doc.get("format") == 4 else 1):
+        name = segment_names(k)[2]
+        xref = doc.get(name)
+        if not isinstance(xref, dict) or xref.get("checksum") != xref_checksum(xref):
+            raise CassetteError(f"the cross-reference ({name!r}) does not match its "
+                                "checksum: " + _edited(path), path=path)
+        keys = xref.get("keys")
+        n = len(keys) if isinstance(keys, list) else 0
+        if doc.get("format") != 4 or k == doc.get("segments", 1) - 1:
+            n = len(entries) - at  # the last covers the rest
+        if xref != build_xref(entries[at : at + n]):
+            # checksummed, yet not what the entries say: an entry was added, removed or
+            # edited and the file re-hashed by something other than ``dejacache rehash``
+            raise CassetteError(f"the cross-reference ({name!r}) does not describe the "
+                                "entries: " + _edited(path), path=path)
+        at += n
 
 
 def _users(doc: dict[str, Any], h: str) -> list[str]:
@@ -595,13 +803,7 @@ def _atomic_write(path: pathlib.Path, parts: list[Part], source: int) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    # The rename itself is made durable by syncing the directory (POSIX).
-    with contextlib.suppress(OSError):
-        dfd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+    sync_dir(path)  # the rename itself made durable
 
 
 def remove_stale_temps(path: pathlib.Path) -> int:
@@ -647,9 +849,16 @@ def value_item(h: str, value: Any) -> bytes:
 
 
 def xref_tail(xref: dict[str, Any], at: int) -> bytes:
-    """The end of a document from its ``xref`` member's value on, ``xref_at`` included,
-    for a document whose cross-reference starts at byte ``at`` (what :func:`with_xref_at`
-    gives, made without the bytes before it)."""
+    """The end of a one-segment document from its ``xref`` member's value on, ``xref_at``
+    included, for a document whose cross-reference starts at byte ``at`` (what
+    :func:`with_xref_at` gives, made without the bytes before it)."""
+    body, keys, end = _xref_body(xref)
+    return body + tail_bytes([len(ENTRIES_HEAD), at, at + keys, at + end])
+
+
+def _xref_body(xref: dict[str, Any]) -> tuple[bytes, int, int]:
+    """``xref`` as it sits in the file (2 spaces deep), and where its ``keys`` column lies
+    in those bytes (the ``[`` opening it, the newline closing it)."""
     body = orjson.dumps(xref, option=_ENTRY_OPTS).replace(b"\n", b"\n  ")
     # Searched from a rare byte: a pattern opening with a newline matched at every line
     # (10k entries: 2 ms). "keys" follows "follows" (numbers) and "checksum" (hex); a key
@@ -657,19 +866,46 @@ def xref_tail(xref: dict[str, Any], at: int) -> bytes:
     keys = body.index(b'"keys": [') + len(b'"keys": ')
     end = (keys + 1 if body[keys + 1 : keys + 2] == b"]"
            else body.index(b'],\n    "kinds": [', keys) - len(b"\n    "))
-    member = orjson.dumps({"xref_at": [at, at + keys, at + end]}, option=_OPTS)
-    return body + b"," + member[1:]
+    return body, keys, end
+
+
+def tail_bytes(places: list[int]) -> bytes:
+    """The last member, ``xref_at`` (with the comma before it and the document's end):
+    for each segment, where its entries start, where its cross-reference starts, and where
+    that one's ``keys`` column opens and closes."""
+    return b"," + orjson.dumps({"xref_at": places}, option=_OPTS)[1:]
+
+
+def segment_head(k: int) -> bytes:
+    """The bytes opening segment ``k`` >= 1, after the cross-reference of segment k-1."""
+    return b',\n  "' + segment_names(k)[0].encode() + b'": [\n'
+
+
+def segment_bytes(k: int, entries: list[bytes], values: dict[str, Any],
+                  xref: dict[str, Any], at: int) -> tuple[bytes, list[int]]:
+    """Segment ``k`` >= 1 as written at byte ``at`` of a file (after the cross-reference
+    of segment k-1): ``entries`` (each :func:`entry_bytes`), the shared ``values`` it adds
+    and its ``xref``; and its places for ``xref_at``. The bytes :func:`dumps` would give
+    for these members (tests compare)."""
+    _, v, x = segment_names(k)
+    head = segment_head(k)
+    items = b",".join(value_item(h, values[h]) for h in sorted(values))
+    vals = b"{" + items + b"\n  }" if items else b"{}"
+    out = b"".join([head, b",\n".join(entries), b'\n  ],\n  "', v.encode(), b'": ', vals,
+                    b',\n  "', x.encode(), b'": '])
+    body, keys, end = _xref_body(xref)
+    xat = at + len(out)
+    return out + body, [at + len(head), xat, xat + keys, xat + end]
 
 
 def with_xref_at(data: bytes) -> bytes:
-    """``data`` (:func:`dumps` of a document whose last member is ``xref``) with the
-    ``xref_at`` member added: the bytes :func:`dumps` gives for the document holding it,
-    made without rendering the document again."""
+    """``data`` (:func:`dumps` of a one-segment document whose last member is ``xref``)
+    with the ``xref_at`` member added: the bytes :func:`dumps` gives for the document
+    holding it, made without rendering the document again."""
     at = data.rindex(XREF_HEAD + b"{\n") + len(XREF_HEAD)
     keys = data.index(KEYS_HEAD + b"[", at) + len(KEYS_HEAD)
     end = keys + 1 if data[keys + 1 : keys + 2] == b"]" else data.index(b"\n    ]", keys)
-    member = orjson.dumps({"xref_at": [at, keys, end]}, option=_OPTS)
-    return data[: -len(b"\n}\n")] + b"," + member[1:]
+    return data[: -len(b"\n}\n")] + tail_bytes([len(ENTRIES_HEAD), at, keys, end])
 
 
 def rehash(data: Buffer, path: Any) -> tuple[bytes, list[str]]:

@@ -1,10 +1,10 @@
 """Finding recorded entries of a cassette file: through its cross-reference, or a parse.
 
-:class:`FileIndex` reads a format-3 file written by :func:`format.dumps` (see format.py) and
-touches only what a call needs: opening reads the file's last member (``xref_at``: where the
-cross-reference is), copies and checks the ``xref`` section (one hash) and reads the entry
-sizes; finding a key searches
-the bytes of the ``keys`` column; a hit reads and checks one entry's slice. A 10k-entry file
+:class:`FileIndex` reads a format-3 or 4 file as dejacache writes it (see format.py) and
+touches only what a call needs: opening reads the file's last member (``xref_at``: where
+each segment's cross-reference is), copies and checks each ``xref`` section (one hash each;
+a file has at most ``MAX_SEGMENTS``) and reads the entry sizes; finding a key searches the
+bytes of the ``keys`` columns; a hit reads and checks one entry's slice. A 10k-entry file
 opened and answered its last entry in a few ms, where scanning to it took 48-59 ms.
 Anything that does not have the written shape, or fails a check, raises
 :class:`CassetteError`; the store then parses the whole file, which names the damage or
@@ -16,6 +16,7 @@ small enough to check whole when opened, hand-edited layouts).
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import operator
 from typing import Any, Final
@@ -33,7 +34,7 @@ _CHECK_LINE = b'    {\n      "checksum": "'
 _CHECK_END = len(_CHECK_LINE) + _HASH_LEN + 3  # the hash, then '",\n'
 _XREF_CHECK = b'{\n    "checksum": "'
 _TAIL = b"\n}\n"
-_TAIL_READ: Final = 128  # the "xref_at" member: three offsets of up to 15 digits
+_TAIL_READ: Final = fmt.FROZEN_TAIL  # the "xref_at" member (format.py)
 _REQUEST_LINE = b'\n      "request": '
 _RESPONSE_LINE = b'\n      "response": '
 _TAGGED_LINE = b'\n      "tagged": '
@@ -151,26 +152,45 @@ class DocIndex(Index):
 
 
 _MISSING: Any = object()
+_NONE: list[Any] = []  # (no column parsed yet: one list fewer per column on open)
+
+
+class _Segment:
+    """One segment of a file (format 3: the only one): its cross-reference's bytes and
+    columns, where its entries start and its values lie, and its first entry's index."""
+
+    __slots__ = ("base", "cols", "entries_at", "sizes", "v_hi", "v_lo", "xref")
+
+    def __init__(self, xref: bytes, cols: dict[str, tuple[int, int]], sizes: list[int],
+                 entries_at: int, values: tuple[int, int], base: int) -> None:
+        self.xref = xref
+        self.cols = cols
+        self.sizes = sizes
+        self.entries_at = entries_at
+        self.v_lo, self.v_hi = values
+        self.base = base
 
 
 class FileIndex(Index):
-    """The cross-reference of a format-3 file's bytes (see the module docstring)."""
+    """The cross-reference of a format-3 or 4 file's bytes (see the module docstring)."""
 
-    __slots__ = ("_cols", "_data", "_first", "_found", "_keys", "_parsed", "_repeated",
-                 "_searches", "_sizes", "_slices", "_starts", "_v_hi", "_v_lo", "_xref", "n")
+    __slots__ = ("_data", "_first", "_found", "_keys", "_parsed", "_repeated",
+                 "_searches", "_segs", "_sizes", "_slices", "_starts", "end", "n", "places",
+                 "version")
 
     lazy = True
 
-    def __init__(self, data: fmt.Buffer, xref: bytes, sizes: list[int],
-                 cols: dict[str, tuple[int, int]], values: tuple[int, int]) -> None:
+    def __init__(self, data: fmt.Buffer, segs: list[_Segment], places: list[int],
+                 end: int, version: int) -> None:
         self._data = data
-        self._xref = xref
-        self._cols = cols
-        self._sizes = sizes
-        self.n = len(sizes)
+        self._segs = segs
+        self._sizes = segs[0].sizes if len(segs) == 1 else [
+            z for sg in segs for z in sg.sizes]
+        self.n = len(self._sizes)
+        #: ``xref_at`` as read, where it starts (an append writes from there) and the format
+        self.places, self.end, self.version = places, end, version
         self._starts: list[int] | None = None
         self._slices = 0
-        self._v_lo, self._v_hi = values
         self._keys: list[str] | None = None
         self._first: dict[str, int] | None = None
         self._repeated: dict[str, list[int]] = {}
@@ -180,59 +200,49 @@ class FileIndex(Index):
 
     @classmethod
     def open(cls, data: fmt.Buffer) -> FileIndex | None:
-        """The index of ``data``, or None when it is not a format-3 file of the written
-        shape (the caller parses it whole). Raises ``CassetteError`` when the
+        """The index of ``data``, or None when it is not a format-3 or 4 file of the written
+        shape (the caller parses it whole). Raises ``CassetteError`` when a
         cross-reference is damaged, or is not where ``xref_at`` says."""
         head = fmt.ENTRIES_HEAD
         if data[: len(head)] != head:
             return None
-        # The last member says where the cross-reference and its keys are (format.py): read
-        # from the end, no search over the columns (a megabyte at 10k entries).
-        tail = bytes(data[-_TAIL_READ:])
+        # The last member says where the cross-references and their keys are (format.py):
+        # read from the end, no search over the columns (a megabyte at 10k entries).
+        tail = fmt.last_bytes(data, _TAIL_READ)
         at = tail.rfind(fmt.XREF_AT)
         if at < 0 or not tail.endswith(b"]" + _TAIL):
             return None
         try:
-            x, k_lo, k_hi = orjson.loads(tail[at + len(fmt.XREF_AT) : -len(_TAIL)])
-        except (orjson.JSONDecodeError, TypeError, ValueError):
+            places = orjson.loads(tail[at + len(fmt.XREF_AT) : -len(_TAIL)])
+        except orjson.JSONDecodeError:
             raise CassetteError("the cross-reference's place ('xref_at') is damaged") from None
-        e = len(data) - len(tail) + at  # where the cross-reference ends
-        if not (type(x) is type(k_lo) is type(k_hi) is int and len(fmt.XREF_HEAD) <= x
-                < k_lo < k_hi < e) or data[x - len(fmt.XREF_HEAD) : x] != fmt.XREF_HEAD:
-            raise CassetteError("the cross-reference is not where 'xref_at' says")
-        xref = bytes(data[x:e])
-        _check_xref(xref)
-        # the keys column, checked by the bytes around it: the only "keys" member of the
-        # (checksummed) cross-reference, up to the only "kinds" that follows it
-        k_lo, k_hi = k_lo - x, k_hi - x
-        if (xref[k_lo - len(fmt.KEYS_HEAD) : k_lo + 1] != fmt.KEYS_HEAD + b"["
-                or xref[k_hi : k_hi + len(fmt.KEYS_END)] != fmt.KEYS_END):
-            raise CassetteError("the cross-reference's keys are not where 'xref_at' says")
-        cols = {"keys": (k_lo + 1, k_hi), "sizes": _column(xref, "sizes")}
-        sizes = _parse(xref, cols["sizes"])
-        # where the entries end, by the sizes: the bytes there must be the written ones
-        # (a size that is not a positive int makes its entry fail its checksum when read)
-        try:
-            end = len(head) + sum(sizes) + 2 * (len(sizes) - 1)
-        except TypeError:
-            end = None
-        if not sizes or type(end) is not int:
-            raise CassetteError("the cross-reference lists no entry sizes")
-        mid = fmt.ENTRIES_END + b"3," + fmt.VALUES_HEAD
-        if data[end : end + len(mid)] != mid:
-            raise CassetteError("the entries do not end where the cross-reference says")
-        v_lo = end + len(mid)
-        v_hi = (x - len(fmt.XREF_HEAD) - len(b"\n  },")
-                if data[v_lo : v_lo + 2] != b"}," else v_lo)
-        if v_hi < v_lo or (data[v_hi : v_hi + 4] != b"\n  }" and v_hi != v_lo):
-            raise CassetteError("no values section")
-        return cls(data, xref, sizes, cols, (v_lo, v_hi))
+        if not isinstance(places, list) or not all(type(p) is int for p in places):
+            raise CassetteError("the cross-reference's place ('xref_at') is damaged")
+        version = 3 if len(places) == 3 else 4
+        if version == 3:
+            places = [len(head), *places]
+        if not places or len(places) % 4 or places[0] != len(head):
+            raise CassetteError("the cross-reference's place ('xref_at') is damaged")
+        end = len(data) - len(tail) + at  # where the last cross-reference ends
+        segs: list[_Segment] = []
+        count = len(places) // 4
+        for k in range(count):
+            stop = end if k == count - 1 else places[4 * k + 4] - len(fmt.segment_head(k + 1))
+            if k < count - 1 and data[stop : places[4 * k + 4]] != fmt.segment_head(k + 1):
+                raise CassetteError(f"segment {k + 1} is not where 'xref_at' says")
+            segs.append(_open_segment(data, k, places[4 * k : 4 * k + 4], stop, version,
+                                      sum(len(sg.sizes) for sg in segs)))
+        return cls(data, segs, places, end, version)
+
+    @property
+    def segments(self) -> int:
+        return len(self._segs)
 
     @property
     def seal(self) -> bytes:
-        """The cross-reference's checksum: equal for two reads of the same recording."""
+        """The cross-references' checksums: equal for two reads of the same recording."""
         n = len(_XREF_CHECK)
-        return self._xref[n : n + _HASH_LEN]
+        return b"".join(sg.xref[n : n + _HASH_LEN] for sg in self._segs)
 
     def detached(self) -> Index:
         self._data = b""
@@ -255,25 +265,11 @@ class FileIndex(Index):
         if self._searches > _SEARCHES_BEFORE_MAP:
             self._build_map()
             return self.positions(key)
-        found = self._search(key)
+        segs = self._segs
+        found = (_search(segs[0], key) if len(segs) == 1
+                 else [i for sg in segs for i in _search(sg, key)])
         self._found[key] = found
         return found
-
-    def _search(self, key: str) -> list[int]:
-        xref = self._xref
-        lo, hi = self._cols["keys"]
-        pat = _ITEM + orjson.dumps(key)
-        out: list[int] = []
-        at = xref.find(pat, lo, hi)
-        counted, line = lo, 0
-        while at >= 0:
-            after = xref[at + len(pat) : at + len(pat) + 1]
-            if after in (b",", b"\n"):  # the whole element, not a key it starts
-                line += xref.count(b"\n", counted, at)
-                counted = at
-                out.append(line)
-            at = xref.find(pat, at + 1, hi)
-        return out
 
     def _build_map(self) -> None:
         self._first, self._repeated = _positions_map(self.keys())
@@ -289,10 +285,13 @@ class FileIndex(Index):
         Callers get the kept list: they must not change it."""
         out = self._parsed.get(name)
         if out is None:
-            bounds = self._cols.get(name) or _column(self._xref, name)
-            out = _parse(self._xref, bounds)
-            if len(out) != self.n:
-                raise CassetteError(f"the cross-reference's {name} do not match its sizes")
+            out = _NONE
+            for sg in self._segs:
+                bounds = sg.cols.get(name) or _column(sg.xref, name)
+                part = _parse(sg.xref, bounds)
+                if len(part) != len(sg.sizes):
+                    raise CassetteError(f"the cross-reference's {name} do not match its sizes")
+                out = part if out is _NONE else out + part
             self._parsed[name] = out
         return out
 
@@ -307,25 +306,37 @@ class FileIndex(Index):
 
     # ------------------------------------------------------------ entries
 
+    def _segment_of(self, i: int) -> _Segment:
+        segs = self._segs
+        if len(segs) == 1:
+            return segs[0]
+        return segs[bisect.bisect_right([sg.base for sg in segs], i) - 1]
+
     def _start(self, i: int) -> int:
-        """Where entry ``i`` starts: after the head and the entries before it, each followed
-        by ``",\\n"``. A few lookups sum the sizes (C loops, ~50 us at 10k); after that a
-        table of every start pays for itself (a Python loop over 10k sizes was 2 ms, the
-        largest part of opening a file and serving one entry)."""
+        """Where entry ``i`` starts: after its segment's head and the entries before it in
+        the segment, each followed by ``",\\n"``. A few lookups sum the sizes (C loops,
+        ~50 us at 10k); after that a table of every start pays for itself (a Python loop
+        over 10k sizes was 2 ms, the largest part of opening a file and serving one entry)."""
         starts = self._starts
         if starts is not None:
             return starts[i]
         self._slices += 1
         if self._slices <= _SUMS_BEFORE_TABLE:
-            return len(fmt.ENTRIES_HEAD) + sum(itertools.islice(self._sizes, i)) + 2 * i
+            sg = self._segment_of(i)
+            j = i - sg.base
+            return sg.entries_at + sum(itertools.islice(sg.sizes, j)) + 2 * j
         return self.starts()[i]
 
     def starts(self) -> list[int]:
         """Where every entry starts, and at ``[n]`` two bytes past the last one's end."""
         if self._starts is None:
-            self._starts = list(itertools.accumulate(
-                map(operator.add, self._sizes, itertools.repeat(2)),
-                initial=len(fmt.ENTRIES_HEAD)))
+            out: list[int] = []
+            for sg in self._segs:
+                if out:
+                    out.pop()
+                out += itertools.accumulate(map(operator.add, sg.sizes, itertools.repeat(2)),
+                                            initial=sg.entries_at)
+            self._starts = out
         return self._starts
 
     def _slice(self, i: int) -> bytes:
@@ -383,14 +394,20 @@ class FileIndex(Index):
         return self._checked(fields, key), body
 
     def value(self, h: str) -> tuple[bool, Any]:
-        """``(found, value)`` for one hash, by binary search over the sorted section."""
-        found, at = self.value_slot(h)
-        if not found:
-            return False, None
+        """``(found, value)`` for one hash, by binary search over each segment's sorted
+        section (a value is written in one segment: an append adds only those the file
+        lacks)."""
+        for sg in self._segs:
+            found, at = _value_slot(self._data, sg, h)
+            if found:
+                return True, self._value_at(sg, h, at)
+        return False, None
+
+    def _value_at(self, sg: _Segment, h: str, at: int) -> Any:
         data = self._data
         name_end = at + len(_VALUE_LINE) + len(h)
-        nxt = data.find(_VALUE_LINE, name_end, self._v_hi)
-        stop = nxt if nxt >= 0 else self._v_hi
+        nxt = data.find(_VALUE_LINE, name_end, sg.v_hi)
+        stop = nxt if nxt >= 0 else sg.v_hi
         raw = data[name_end + 3 : stop].rstrip(b",")  # skip '": '
         try:
             value = orjson.loads(raw)
@@ -398,43 +415,41 @@ class FileIndex(Index):
             raise CassetteError(f"value {fmt.REF}{h} is not valid JSON") from None
         if fmt.value_hash(value) != h:  # content-addressed: the name is the checksum
             raise CassetteError(f"value {fmt.REF}{h} does not match its hash")
-        return True, value
+        return value
 
     def value_slot(self, h: str) -> tuple[bool, int]:
-        """``(found, at)``: whether value ``h`` is in the file, and where its line starts
-        (the newline opening it), or where a value of that name would be inserted (the line
-        of the first greater name, or the section's end). A binary search: no parsing."""
-        data = self._data
-        lo, hi = self._v_lo, self._v_hi
-        want = h.encode()
-        slot = self._v_hi
-        while lo < hi:
-            mid = (lo + hi) // 2
-            at = data.find(_VALUE_LINE, mid, self._v_hi)
-            if at < 0:
-                hi = mid
-                continue
-            name_start = at + len(_VALUE_LINE)
-            name_end = data.find(b'"', name_start)
-            name = data[name_start:name_end]
-            if name == want:
-                return True, at
-            if name < want:
-                lo = name_end
-            else:
-                slot = min(slot, at)
-                hi = mid
-        return False, slot
+        """``(found, at)`` in the first segment's values (see :func:`_value_slot`)."""
+        return _value_slot(self._data, self._segs[0], h)
 
     @property
     def values_bounds(self) -> tuple[int, int]:
-        """Where the items of ``values`` lie: after its ``{``, up to the newline before its
-        ``}`` (equal when the section is empty)."""
-        return self._v_lo, self._v_hi
+        """Where the items of the first segment's ``values`` lie: after its ``{``, up to
+        the newline before its ``}`` (equal when the section is empty)."""
+        sg = self._segs[0]
+        return sg.v_lo, sg.v_hi
+
+    def segment_values(self, k: int) -> dict[str, Any]:
+        """The shared values segment ``k`` holds, parsed and checked."""
+        sg = self._segs[k]
+        raw = b"{" + bytes(self._data[sg.v_lo : sg.v_hi]) + b"}"
+        try:
+            out = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            raise CassetteError(f"the values of segment {k} are not valid JSON") from None
+        for h, v in out.items():
+            if fmt.value_hash(v) != h:
+                raise CassetteError(f"value {fmt.REF}{h} does not match its hash")
+        return dict(out)
+
+    def first_segment(self) -> FileIndex:
+        """The index of this file's first segment alone (a compaction splices the others'
+        entries into it)."""
+        sg = self._segs[0]
+        return FileIndex(self._data, [sg], self.places[:4], self.end, self.version)
 
     @property
     def sizes(self) -> list[int]:
-        """Every entry's byte size, in file order (the checksummed column)."""
+        """Every entry's byte size, in file order (the checksummed columns)."""
         return self._sizes
 
     def entry_range(self, i: int) -> tuple[int, int]:
@@ -443,6 +458,90 @@ class FileIndex(Index):
             raise CassetteError("entry is not in the cross-reference")
         start = self._start(i)
         return start, start + self._sizes[i]
+
+
+def _open_segment(data: fmt.Buffer, k: int, place: list[int], stop: int, version: int,
+                  base: int) -> _Segment:
+    """Segment ``k``, checked by its cross-reference (one hash) and the bytes around it;
+    ``place`` is its part of ``xref_at``, ``stop`` where its cross-reference ends."""
+    a, x, k_lo, k_hi = place
+    _, v_name, x_name = fmt.segment_names(k)
+    x_head = fmt.XREF_HEAD if k == 0 else b'\n  "' + x_name.encode() + b'": '
+    if not (len(x_head) <= a < x < k_lo < k_hi < stop) or data[x - len(x_head) : x] != x_head:
+        raise CassetteError("the cross-reference is not where 'xref_at' says")
+    xref = bytes(data[x:stop])
+    _check_xref(xref)
+    # the keys column, checked by the bytes around it: the only "keys" member of the
+    # (checksummed) cross-reference, up to the only "kinds" that follows it
+    k_lo, k_hi = k_lo - x, k_hi - x
+    if (xref[k_lo - len(fmt.KEYS_HEAD) : k_lo + 1] != fmt.KEYS_HEAD + b"["
+            or xref[k_hi : k_hi + len(fmt.KEYS_END)] != fmt.KEYS_END):
+        raise CassetteError("the cross-reference's keys are not where 'xref_at' says")
+    cols = {"keys": (k_lo + 1, k_hi), "sizes": _column(xref, "sizes")}
+    sizes = _parse(xref, cols["sizes"])
+    # where the entries end, by the sizes: the bytes there must be the written ones
+    # (a size that is not a positive int makes its entry fail its checksum when read)
+    try:
+        end = a + sum(sizes) + 2 * (len(sizes) - 1)
+    except TypeError:
+        end = None
+    if not sizes or type(end) is not int:
+        raise CassetteError("the cross-reference lists no entry sizes")
+    mid = (fmt.ENTRIES_END + b"%d," % version + fmt.VALUES_HEAD if k == 0
+           else b'\n  ],\n  "' + v_name.encode() + b'": {')
+    if data[end : end + len(mid)] != mid:
+        raise CassetteError("the entries do not end where the cross-reference says")
+    v_lo = end + len(mid)
+    v_hi = (x - len(x_head) - len(b"\n  },")
+            if data[v_lo : v_lo + 2] != b"}," else v_lo)
+    if v_hi < v_lo or (data[v_hi : v_hi + 4] != b"\n  }" and v_hi != v_lo):
+        raise CassetteError("no values section")
+    return _Segment(xref, cols, sizes, a, (v_lo, v_hi), base)
+
+
+def _search(sg: _Segment, key: str) -> list[int]:
+    """The entries of segment ``sg`` recorded under ``key`` (file indexes), by a search
+    of its keys column's bytes."""
+    xref = sg.xref
+    lo, hi = sg.cols["keys"]
+    pat = _ITEM + orjson.dumps(key)
+    out: list[int] = []
+    at = xref.find(pat, lo, hi)
+    counted, line = lo, sg.base
+    while at >= 0:
+        after = xref[at + len(pat) : at + len(pat) + 1]
+        if after in (b",", b"\n"):  # the whole element, not a key it starts
+            line += xref.count(b"\n", counted, at)
+            counted = at
+            out.append(line)
+        at = xref.find(pat, at + 1, hi)
+    return out
+
+
+def _value_slot(data: fmt.Buffer, sg: _Segment, h: str) -> tuple[bool, int]:
+    """``(found, at)``: whether value ``h`` is in segment ``sg``, and where its line starts
+    (the newline opening it), or where a value of that name would be inserted (the line
+    of the first greater name, or the section's end). A binary search: no parsing."""
+    lo, hi = sg.v_lo, sg.v_hi
+    want = h.encode()
+    slot = sg.v_hi
+    while lo < hi:
+        mid = (lo + hi) // 2
+        at = data.find(_VALUE_LINE, mid, sg.v_hi)
+        if at < 0:
+            hi = mid
+            continue
+        name_start = at + len(_VALUE_LINE)
+        name_end = data.find(b'"', name_start)
+        name = data[name_start:name_end]
+        if name == want:
+            return True, at
+        if name < want:
+            lo = name_end
+        else:
+            slot = min(slot, at)
+            hi = mid
+    return False, slot
 
 
 def _check_xref(xref: bytes) -> None:

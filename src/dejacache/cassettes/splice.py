@@ -19,6 +19,7 @@ when read, as it would have been before the save.
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import operator
 from collections.abc import Mapping, Sequence
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from .order import RunOrder
     from .trajectory import Call
 
-__all__ = ["Item", "follows_of", "order_of", "splice"]
+__all__ = ["Item", "added_values", "encode", "follows_of", "order_of", "splice"]
 
 #: An entry of the new file: an old entry by its index, or a new entry (without checksum).
 Item = int | dict[str, Any]
@@ -44,10 +45,13 @@ _SEP = b",\n"  # between two entries of the written layout
 
 def splice(ix: FileIndex, items: Sequence[Item], follows: Sequence[int | None],
            values: Mapping[str, Any]) -> list[fmt.Part]:
-    """The parts of the document holding ``items`` in this order, entry ``j`` following
+    """The parts of the one-segment document holding ``items`` in this order, entry ``j`` following
     ``follows[j]`` (None: order unknown), over the file ``ix`` indexes; ``values`` holds at
     least every shared value the new entries use that the file lacks. Every entry of the
-    file must be in ``items`` once (its shared values are then all still used)."""
+    file must be in ``items`` once (its shared values are then all still used). ``ix``
+    covers one segment (``segments.flattened`` makes the others' entries new ones)."""
+    if ix.segments != 1:
+        raise ValueError("splice the first segment alone")
     if len(items) != len(follows):
         raise ValueError("one follows per item")
     fresh_at = [j for j, x in enumerate(items) if not isinstance(x, int)]
@@ -59,8 +63,9 @@ def splice(ix: FileIndex, items: Sequence[Item], follows: Sequence[int | None],
     else:  # recorded entries replayed out of their order: placed one by one
         pieces, col = _item_by_item(ix, items, follows)
     fresh = _fresh(items, fresh_at)
-    parts = [fmt.ENTRIES_HEAD, *_joined(pieces, _SEP), fmt.ENTRIES_END + b"3," + fmt.VALUES_HEAD]
-    parts += _values(ix, _added_values(ix, fresh, values))
+    mid = fmt.ENTRIES_END + b"%d," % fmt.FORMAT + fmt.VALUES_HEAD
+    parts = [fmt.ENTRIES_HEAD, *_joined(pieces, _SEP), mid]
+    parts += _values(ix, added_values(ix, fresh, values))
     xref: dict[str, Any] = {"follows": list(follows), **col}
     xref["checksum"] = fmt.xref_checksum(xref)
     at = sum(len(p) if isinstance(p, bytes) else p[1] - p[0] for p in parts)
@@ -102,14 +107,14 @@ def _in_file_order(ix: FileIndex, items: Sequence[Item], follows: Sequence[int |
             pieces.append((starts[cur], starts[at] - len(_SEP)))
             cur = at
         if kind == 0:
-            data = _encode(fresh[t], follows[fresh_at[t]], fresh_occ[t])
+            data = encode(fresh[t], follows[fresh_at[t]], fresh_occ[t])
             fresh_sizes.append(len(data))
         else:
             was = ix.positions(keys[t]).index(t)
             doc = ix.entry(t, keys[t])
             if doc.get("occurrence") != was:
                 raise CassetteError("entry is not at its occurrence")
-            data = _encode(doc, now[t], moved.get(t, was))
+            data = encode(doc, now[t], moved.get(t, was))
             sizes[t] = len(data)
             cur = t + 1
         pieces.append(data)
@@ -167,7 +172,7 @@ def _item_by_item(ix: FileIndex, items: Sequence[Item], follows: Sequence[int | 
                 doc = ix.entry(item, k)
                 if doc.get("occurrence") != was_occ[item]:
                     raise CassetteError("entry is not at its occurrence")
-                data = _encode(doc, f, occ)
+                data = encode(doc, f, occ)
                 pieces.append(data)
                 size = len(data)
             name, kind = names[item], kinds[item]
@@ -175,7 +180,7 @@ def _item_by_item(ix: FileIndex, items: Sequence[Item], follows: Sequence[int | 
             k = str(item.get("key", ""))
             occ = seen.get(k, 0)
             seen[k] = occ + 1
-            data = _encode(item, f, occ)
+            data = encode(item, f, occ)
             pieces.append(data)
             size = len(data)
             name, kind = str(item.get("name", "")), str(item.get("kind", "call"))
@@ -197,7 +202,7 @@ def _occurrences(keys: list[str]) -> list[int]:
     return out
 
 
-def _encode(doc: dict[str, Any], follows: int | None, occurrence: int) -> bytes:
+def encode(doc: dict[str, Any], follows: int | None, occurrence: int) -> bytes:
     """``doc``'s bytes as :func:`format.render` writes them at this place."""
     d = {f: v for f, v in doc.items() if f != "checksum"}
     if follows is None:
@@ -228,7 +233,7 @@ def _joined(pieces: list[fmt.Part], sep: bytes) -> list[fmt.Part]:
     return out
 
 
-def _added_values(ix: FileIndex, fresh: list[dict[str, Any]], values: Mapping[str, Any]
+def added_values(ix: FileIndex, fresh: list[dict[str, Any]], values: Mapping[str, Any]
                   ) -> dict[str, Any]:
     """The shared values the new entries use, directly or through other values, that the
     file does not hold. Those it holds are read and checked against their hash: one that
@@ -319,12 +324,15 @@ def follows_of(items: list[Item], ix: FileIndex, run: RunOrder, new: list[dict[s
     import bisect  # a save only: not with the first block (import time)
 
     n = ix.n
-    fresh_at = [j for j, x in enumerate(items) if not isinstance(x, int)]
-    olds = list(items)
-    for j in reversed(fresh_at):
-        del olds[j]
-    if olds != list(range(n)):
-        return _follows_each(items, ix, run)
+    if items[:n] == list(range(n)):  # new entries after the file's (compared in C: an
+        fresh_at = list(range(n, len(items)))  # append to 10k entries took 2 ms here)
+    else:
+        fresh_at = [j for j, x in enumerate(items) if not isinstance(x, int)]
+        olds = list(items)
+        for j in reversed(fresh_at):
+            del olds[j]
+        if olds != list(range(n)):
+            return _follows_each(items, ix, run)
     # The file's entries in their order, new ones between them: entry i moves to
     # i + (new entries before it), and keeps its recorded follows unless what it follows
     # moved (after the first new entry) or the run observed another.
@@ -344,8 +352,8 @@ def follows_of(items: list[Item], ix: FileIndex, run: RunOrder, new: list[dict[s
 
     recorded = ix.follows()
     out = list(recorded)
-    known = [f for f in recorded if f is not None]
-    if known and (min(known) < ROOT or max(known) >= (bounds[0] if bounds else n)):
+    lo_hi = _extent(recorded)
+    if lo_hi is not None and (lo_hi[0] < ROOT or lo_hi[1] >= (bounds[0] if bounds else n)):
         for i, f in enumerate(recorded):
             if f is not None:
                 out[i] = ROOT if not 0 <= f < n else place(f)
@@ -356,6 +364,18 @@ def follows_of(items: list[Item], ix: FileIndex, run: RunOrder, new: list[dict[s
         doc = items[j]
         out.insert(j, place(run.pred[id(doc)]) if id(doc) in run.pred else None)
     return out
+
+
+def _extent(follows: list[int | None]) -> tuple[int, int] | None:
+    """``(smallest, largest)`` recorded ``follows`` (None: none recorded). ``min`` and
+    ``max`` over the column first (C loops): a file without unknown ones, the usual case,
+    never builds a filtered copy (0.3 ms at 10k entries, in an append's budget)."""
+    col: list[Any] = follows
+    try:
+        return (min(col), max(col)) if col else None
+    except TypeError:  # some are None (recorded before the order was kept)
+        known = list(filter(functools.partial(operator.is_not, None), col))
+        return (min(known), max(known)) if known else None
 
 
 def _follows_each(items: list[Item], ix: FileIndex, run: RunOrder) -> list[int | None]:

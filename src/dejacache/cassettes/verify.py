@@ -97,7 +97,7 @@ def verify_file(path: pathlib.Path, *, usage: UsageRecord | None, max_age: float
         rows.append(Row(str(path), check, verdict, detail))
 
     try:
-        data = bytes(fmt.read_file(path) or b"")
+        data = fmt.whole(fmt.read_file(path))
     except CassetteError as exc:
         add("damaged", FAIL, str(exc))
         return rows
@@ -176,6 +176,9 @@ def _layout(doc: dict[str, Any], data: bytes) -> str:
     """Why the file is not as the writer lays it out (empty: it is)."""
     from .reader import FileIndex
 
+    if doc["format"] == 3:  # read through its cross-reference, as format 4 is
+        return (f"format 3: its next save writes it whole; --fix rewrites it in "
+                f"format {fmt.FORMAT}")
     if doc["format"] != fmt.FORMAT:
         return (f"format {doc['format']}: replay parses it whole; --fix rewrites it in "
                 f"format {fmt.FORMAT}")
@@ -249,7 +252,7 @@ def _apply(path: pathlib.Path, todo: _Fix) -> str:
     from .usage import digest
 
     with cassette_lock(path):
-        data = bytes(fmt.read_file(path) or b"")
+        data = fmt.whole(fmt.read_file(path))
         if digest(data) != todo.digest:
             return "not fixed: the file changed while it was checked"
         if todo.remove:

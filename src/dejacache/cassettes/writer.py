@@ -7,6 +7,9 @@ calls go where this run made them, recorded entries keep their place after the e
 preceded them, every entry's ``follows`` is set from the order observed in this run, and the
 result is merged under the file lock with whatever another writer (an xdist worker, an
 earlier test sharing the file) put there meanwhile (``merge.py``), then written atomically.
+A save that only adds calls to the file it read appends them in place as a segment
+(``segments.py``, ``append.py``); one that keeps every entry splices the new file from the
+old one (``splice.py``).
 """
 
 from __future__ import annotations
@@ -101,8 +104,12 @@ class Writer:
     def write(self, prune: bool) -> bool:
         """Write the file (``prune``: without the recorded entries this run never used);
         whether bytes were written (not when the file already holds them)."""
+        from . import segments  # a save only: not with the first block (import time)
+
         plan = self._splice_plan(prune)
-        if plan is not None and self._write_spliced(*plan):
+        if plan is not None and (
+                (segments.is_append(*plan) and self._write_appended(*plan))
+                or self._write_spliced(*plan)):
             return True
         return self._write_whole(prune)
 
@@ -114,8 +121,10 @@ class Writer:
         entries = self.final_entries(prune)
         with cassette_lock(self.path):
             # Under the lock no other writer is between creating and renaming its temp
-            # file: any left over is from one killed mid-write.
+            # file: any left over is from one killed mid-write (and an undo record from
+            # one killed mid-append, rolled back before the file is read).
             fmt.remove_stale_temps(self.path)
+            fmt.recover_locked(self.path)
             entries = self.link(*self._merge_with_disk(entries))
             data = fmt.render(entries, tape.values)
             try:
@@ -153,12 +162,34 @@ class Writer:
         items = order_of(calls, self.new, ix.n)
         return ix, items, follows_of(items, ix, self.run, self.new)
 
+    def _write_appended(self, ix: FileIndex, items: list[Item], follows: list[int | None]
+                        ) -> bool:
+        """Append the new entries as a segment, in place (``segments.py``, ``append.py``),
+        if nobody changed the file since it was read; whether it was written (False: the
+        file is written whole instead)."""
+        from . import append, segments
+
+        with cassette_lock(self.path):
+            fmt.remove_stale_temps(self.path)
+            try:
+                at, data = segments.appended(ix, items, follows, self.tape.values)
+            except CassetteError:
+                return False  # the whole save parses the file and names the damage
+            if not append.append(self.path, at, data, self.baseline):
+                return False
+        # The tape still reads the file as it was (the bytes before ``at`` did not change,
+        # the rest is in its copy of the file's last bytes); a second save merges with
+        # the file as it is now.
+        self.baseline = None
+        return True
+
     def _write_spliced(self, ix: FileIndex, items: list[Item], follows: list[int | None]
                        ) -> bool:
         """Write the spliced file if nobody changed the file since it was read (under the
         lock); whether it was written (False: the whole save runs instead)."""
         with cassette_lock(self.path):
             fmt.remove_stale_temps(self.path)
+            fmt.recover_locked(self.path)  # (then the file is not the one read)
             try:
                 fd = os.open(self.path, os.O_RDONLY)
             except FileNotFoundError:
@@ -167,7 +198,7 @@ class Writer:
                 if fmt.identity(self.path, fd) != self.baseline:
                     return False  # another writer, or an edit: merge with what is there
                 try:
-                    parts = splice(ix, items, follows, self.tape.values)
+                    parts = splice(*_one_segment(ix, items, follows, self.tape.values))
                 except CassetteError:
                     return False  # the whole save parses the file and names the damage
                 fmt.atomic_write_parts(self.path, parts, fd)
@@ -290,7 +321,7 @@ class Writer:
         except FileNotFoundError:
             disk = None
         read = tape.full["entries"] if tape.full is not None else []
-        unchanged = disk is not None and tape.raw is not None and disk == tape.raw[:]
+        unchanged = disk is not None and tape.raw is not None and disk == fmt.whole(tape.raw)
         if unchanged and not (self.recording and self.shared):
             return entries, {}  # nobody else wrote: what this block made is the file
         now: list[dict[str, Any]] | None = read if unchanged else None
@@ -308,6 +339,16 @@ class Writer:
         merged = merge(entries, new=new, read=read, now=now, mode=self.mode,
                        shared=self.shared)
         return merged.entries, _followed_in(now or [], merged)
+
+
+def _one_segment(ix: FileIndex, items: list[Item], follows: list[int | None],
+                 values: dict[str, Any]) -> tuple[FileIndex, list[Item], list[int | None],
+                                                  Any]:
+    """``splice``'s arguments for writing the file ``ix`` indexes as one segment."""
+    from . import segments
+
+    first, flat, more = segments.flattened(ix, items, values)
+    return first, flat, follows, more
 
 
 def _followed_in(now: list[dict[str, Any]], merged: Merged
