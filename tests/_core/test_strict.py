@@ -40,14 +40,13 @@ class Counted(list[bool]):
 def builds(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many times a book indexed every step (a walk over the whole recording)."""
     seen: list[int] = []
-    real = OrderBook._index
+    real = OrderBook._index_all
 
-    def counting(self: OrderBook) -> Any:
-        if self._after is None:
-            seen.append(len(self))
-        return real(self)
+    def counting(self: OrderBook) -> None:
+        seen.append(len(self))
+        real(self)
 
-    monkeypatch.setattr(OrderBook, "_index", counting)
+    monkeypatch.setattr(OrderBook, "_index_all", counting)
     return seen
 
 
@@ -144,3 +143,49 @@ def test_skip_lifts_past_consecutive_live_steps_and_forks() -> None:
     assert book.follows[2:] == [ROOT, ROOT]
     assert book.hit(3, ROOT).ok and book.hit(2, ROOT).ok
     assert book.unmade() == []
+
+
+def test_a_block_that_diverges_at_a_few_places_never_indexes_the_whole_recording(
+        builds: list[int]) -> None:
+    book = chain(10_000)
+    for i in range(0, 10_000, 10_000 // strict.SCANS):  # SCANS new calls, each elsewhere
+        assert book.new("new", i) == strict.Verdict(strict.EXTRA, i + 1, i)
+    assert builds == []
+    book.new("new", 5)  # one place more: the rest of the recording is indexed, once
+    book.new("new", 6)
+    assert builds == [10_000]
+
+
+def _random_ops(seed: int) -> list[tuple[Any, ...]]:
+    import random
+
+    rng = random.Random(seed)
+    n = rng.randint(1, 40)
+    ops: list[tuple[Any, ...]] = [("add", rng.choice("ab"), rng.choice([None, ROOT, *range(i)]))
+                                  for i in range(n)]
+    for _ in range(rng.randint(1, 80)):
+        pos = rng.choice([ROOT, *range(n)])
+        ops.append(rng.choice([
+            ("new", rng.choice("abc"), pos),
+            ("hit", rng.randrange(n), pos),
+            ("learn", rng.randrange(n + 2), rng.choice("ab"), rng.choice([None, ROOT, pos])),
+            ("successors", pos), ("following", pos), ("next_after", pos, rng.choice("ab")),
+        ]))
+    return ops
+
+
+def _play(ops: list[tuple[Any, ...]], eager: bool) -> list[Any]:
+    book, out = OrderBook(), []
+    for op, *args in ops:
+        if op != "add" and eager and not book._all:
+            book._index_all()
+        out.append(getattr(book, op)(*args))
+        if op == "learn":
+            out.append(len(book))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_indexing_positions_one_at_a_time_answers_as_indexing_all(seed: int) -> None:
+    ops = _random_ops(seed)
+    assert _play(ops, eager=False) == _play(ops, eager=True)

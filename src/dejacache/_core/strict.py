@@ -18,6 +18,7 @@ turns its :class:`Verdict` into ``tape.divergences`` entries or, when strict,
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import itertools
 from collections.abc import Callable
@@ -25,6 +26,12 @@ from collections.abc import Callable
 __all__ = ["ROOT", "OrderBook", "Verdict"]
 
 ROOT = -1  # "the first call of its task in this block"
+
+#: Positions indexed one at a time (each a scan of the ``follows`` column in C, ~0.1 ms at
+#: 10k steps) before the whole column is (~15 ms at 10k in Python: most of an auto-mode miss
+#: in a 10k-entry cassette): a block that diverges at a few places never pays for the whole
+#: recording, and a long one pays for it once.
+SCANS = 16
 
 # Verdict reasons
 OK = "ok"
@@ -87,14 +94,15 @@ class _Line:
 class OrderBook:
     """``follows`` links of the recorded steps (``None``: written before order was kept).
 
-    The steps that follow each position (and each position and name) are indexed once,
-    when a verdict first needs them, and kept up to date as steps are learned: a call's
-    verdict costs O(1) amortised however long the block. (Rebuilt after every replayed
-    step, the index cost a block in ``auto`` mode that both replayed and recorded O(n) per
-    new call: 1,600 calls over a cassette of 800 spent 0.46 s rebuilding it.)"""
+    The steps that follow a position (and a position and name) are indexed when a verdict
+    first needs them: one position at a time for the first ``SCANS`` positions, then all
+    of them at once; and kept up to date as steps are learned. A call's verdict costs O(1)
+    amortised however long the block. (Rebuilt after every replayed step, the index cost a
+    block in ``auto`` mode that both replayed and recorded O(n) per new call: 1,600 calls
+    over a cassette of 800 spent 0.46 s rebuilding it.)"""
 
-    __slots__ = ("_after", "_named", "follows", "names", "ordered", "replaced", "skipped",
-                 "used")
+    __slots__ = ("_after", "_all", "_named", "_scans", "follows", "names", "ordered",
+                 "replaced", "skipped", "used")
 
     def __init__(self) -> None:
         self.follows: list[int | None] = []
@@ -103,9 +111,12 @@ class OrderBook:
         self.replaced: set[int] = set()  # steps a changed call stood in for
         self.skipped: set[int] = set()  # steps that go live in this run (``skip``)
         self.ordered = False  # some step carries order information
-        # position -> the steps following it; (position, name) -> those of that name
-        self._after: dict[int, _Line] | None = None
+        # position -> the steps following it; (position, name) -> those of that name: for
+        # the positions indexed so far (every position once _all)
+        self._after: dict[int, _Line] = {}
         self._named: dict[tuple[int, str], _Line] = {}
+        self._all = False
+        self._scans = 0
 
     def __len__(self) -> int:
         return len(self.follows)
@@ -117,7 +128,7 @@ class OrderBook:
         self.used.append(False)
         if follows is not None:
             self.ordered = True
-            if self._after is not None:
+            if self._all or follows in self._after:
                 self._link(len(self.follows) - 1, follows, name)
 
     def grow(self, n: int) -> None:
@@ -131,8 +142,7 @@ class OrderBook:
         self.names[:] = names
         self.follows[:] = follows
         self.ordered = any(f is not None for f in follows)
-        self._after = None
-        self._named = {}
+        self._forget()
 
     def learn(self, step: int, name: str, follows: int | None) -> None:
         """Fill in a step whose fields were read later (lazy index)."""
@@ -143,11 +153,11 @@ class OrderBook:
         self.follows[step] = follows
         if follows is not None:
             self.ordered = True
-        if self._after is not None and (old_f != follows or old_n != name):
-            if old_f is not None:
+        if old_f != follows or old_n != name:
+            if old_f is not None and old_f in self._after:
                 self._after[old_f].remove(step)
                 self._named[(old_f, old_n)].remove(step)
-            if follows is not None:
+            if follows is not None and (self._all or follows in self._after):
                 self._link(step, follows, name)
 
     def skip(self, live: list[bool]) -> None:
@@ -163,24 +173,42 @@ class OrderBook:
             # a step follows one recorded before it, whose own ``follows`` is lifted already
             if f is not None and 0 <= f < i and live[f]:
                 follows[i] = follows[f]
-        self._after = None
-        self._named = {}
+        self._forget()
 
     # ---------------------------------------------------------------- the index
 
-    def _index(self) -> dict[int, _Line]:
-        """The steps following each position, built once (then kept by add and learn)."""
-        if self._after is None:
-            self._after = {}
-            self._named = {}
-            for i, f in enumerate(self.follows):
-                if f is not None:
-                    self._link(i, f, self.names[i])
-        return self._after
+    def _forget(self) -> None:
+        """Drop the index (every ``follows`` may have changed)."""
+        self._after, self._named, self._all, self._scans = {}, {}, False, 0
+
+    def _line(self, position: int) -> _Line | None:
+        """The steps following ``position``, indexed now if they are not yet (then kept
+        by add and learn)."""
+        line = self._after.get(position)
+        if line is not None or self._all:
+            return line
+        if self._scans >= SCANS:
+            self._index_all()
+            return self._after.get(position)
+        self._scans += 1
+        line = self._after[position] = _Line()
+        follows, names, at = self.follows, self.names, -1
+        with contextlib.suppress(ValueError):  # (no step after ``at`` follows ``position``)
+            while True:
+                at = follows.index(position, at + 1)
+                self._link(at, position, names[at])
+        return line
+
+    def _index_all(self) -> None:
+        """Index every position not indexed yet (the others keep their lines' cursors)."""
+        done = set(self._after)
+        for i, f in enumerate(self.follows):
+            if f is not None and f not in done:
+                self._link(i, f, self.names[i])
+        self._all = True
 
     def _link(self, step: int, follows: int, name: str) -> None:
         after = self._after
-        assert after is not None
         line = after.get(follows)
         if line is None:
             line = after[follows] = _Line()
@@ -195,14 +223,15 @@ class OrderBook:
 
     def following(self, position: int) -> list[int]:
         """Every recorded step that follows ``position`` (file order), spent or not."""
-        line = self._index().get(position)
+        line = self._line(position)
         return list(line.steps) if line is not None else []
 
     def next_after(self, position: int, name: str | None = None) -> int | None:
         """The first unspent recorded step that follows ``position`` (and is named
         ``name``), or None."""
-        index = self._index()
-        line = index.get(position) if name is None else self._named.get((position, name))
+        line = self._line(position)
+        if name is not None:
+            line = self._named.get((position, name))
         return line.first(self._spent) if line is not None else None
 
     def in_order(self, step: int, position: int) -> bool:
@@ -212,7 +241,7 @@ class OrderBook:
 
     def successors(self, position: int) -> list[int]:
         """Unused recorded steps that follow ``position`` (file order)."""
-        line = self._index().get(position)
+        line = self._line(position)
         if line is None:
             return []
         return [i for i in line.steps[line.at:] if not self._spent(i)]
