@@ -317,6 +317,19 @@ class ToolCache:
         return False
 
 
+def _shared_part(cell: list[Any], seen: _Seen | None, gens: Any, values: list[int]
+                 ) -> tuple[str, bool]:
+    """The key's version part for shared counters ``values``: the one remembered in
+    ``cell`` when they are the counters it was made from, else a new one, remembered;
+    and whether it was made now (an entry read with the counters is then not this
+    call's)."""
+    if seen is not None and seen[0] is gens and seen[2] == values and seen[1] == gens.epoch:
+        return seen[3], False
+    vpart = f"{gens.epoch}.{'.'.join(map(str, values))}/"
+    cell[1] = (gens, gens.epoch, values, vpart)
+    return vpart, True
+
+
 def _read_failed(store: Any, exc: Exception) -> _Read:
     # A failing tier must not fail the tool call.
     warn_once(f"tool_cache-get:{type(store).__name__}",
@@ -614,13 +627,9 @@ def _sync_wrapper(tc: ToolCache) -> Callable[..., Any]:
                     if nudge is not PROCEED:
                         return nudge
                     return _finish(tc, sess, adigest, fn(*args, **kwargs), tr)
-                if seen is not None and seen[0] is gens and seen[2] == values \
-                        and seen[1] == gens.epoch:
-                    vpart = seen[3]
-                else:
+                vpart, remade = _shared_part(cell, seen, gens, values)
+                if remade:
                     raw = NOT_READ  # read under other counters: not this call's entry
-                    vpart = f"{gens.epoch}.{'.'.join(map(str, values))}/"
-                    cell[1] = (gens, gens.epoch, values, vpart)
             key = head + vpart + fast
             if r.short:
                 # _short inlined: a checked body, one loads.
@@ -713,13 +722,9 @@ async def _async_call(tc: ToolCache, sess: agent_session | None, tr: Trace, args
                 return nudge
             return _finish(tc, sess, adigest, await fn(*args, **kwargs), tr)
         values = got_values
-        if seen is not None and seen[0] is gens and seen[2] == values \
-                and seen[1] == gens.epoch:
-            vpart = seen[3]
-        else:
+        vpart, remade = _shared_part(cell, seen, gens, values)
+        if remade:
             raw = NOT_READ  # read under other counters: not this call's entry
-            vpart = f"{gens.epoch}.{'.'.join(map(str, values))}/"
-            cell[1] = (gens, gens.epoch, values, vpart)
     key = head + vpart + fast
     got = _from_bytes(tc, r, key, raw) if raw is not NOT_READ else None
     if got is None:
