@@ -384,3 +384,38 @@ def test_an_async_replay_miss_searches_a_sqlite_store_off_the_event_loop(
     assert "nearest recorded call of openai.chat.completions" in str(miss.value)
     assert "'recorded' -> 'asked now'" in str(miss.value)
     store.close()
+
+
+@pytest.mark.parametrize("lib", [httpx, httpx2], ids=["httpx", "httpx2"])
+@pytest.mark.parametrize("gzipped", [False, True], ids=["plain", "gzip"])
+def test_a_mock_transport_answer_records_and_replays(lib: Any, gzipped: bool) -> None:
+    # A handler's Response(content=...) arrives already read: its wire bytes are gone
+    # (iter_raw raised StreamConsumed), so its decoded content is what is kept and served.
+    import gzip
+
+    answer = orjson.dumps({"id": "chatcmpl-1", "choices": []})
+    calls: list[Any] = []
+
+    def handler(request: Any) -> Any:
+        calls.append(request)
+        if gzipped:
+            return lib.Response(200, content=gzip.compress(answer), headers={
+                "content-type": "application/json", "content-encoding": "gzip"})
+        return lib.Response(200, content=answer, headers={"content-type": "application/json"})
+
+    def run() -> Any:
+        with lib.Client(transport=Transport(lib.MockTransport(handler))) as c:
+            r = c.post("http://127.0.0.1:9/v1/chat/completions", json=BODY)
+            return r.status_code, r.json()
+
+    async def arun() -> Any:
+        async with lib.AsyncClient(transport=AsyncTransport(lib.MockTransport(handler))) as c:
+            r = await c.post("http://127.0.0.1:9/v1/chat/completions", json={**BODY, "a": 1})
+            return r.status_code, r.json()
+
+    store = dejacache.MemoryStore()
+    with dejacache.scope(mode="record", store=store):
+        live, alive = run(), asyncio.run(arun())
+    with dejacache.scope(mode="replay", store=store):
+        assert (run(), asyncio.run(arun())) == (live, alive)
+    assert live == alive == (200, orjson.loads(answer)) and len(calls) == 2

@@ -261,10 +261,29 @@ def _extensions(resp: Any) -> dict[str, Any]:
     return {k: v for k, v in resp.extensions.items() if k != "network_stream"}
 
 
-def _read_whole(call: _Call, resp: Any, raw: bytes) -> dict[str, Any]:
+def _wire(resp: Any) -> bytes | None:
+    """The answer's wire bytes, or None when the transport handed it over already read
+    (``Response(content=...)`` from a ``MockTransport`` handler: ``iter_raw`` raised
+    ``StreamConsumed`` on it, and recording through one failed)."""
+    return None if resp.is_stream_consumed else b"".join(resp.iter_raw())
+
+
+async def _awire(resp: Any) -> bytes | None:
+    return None if resp.is_stream_consumed else b"".join([c async for c in resp.aiter_raw()])
+
+
+def _read_whole(call: _Call, resp: Any, raw: bytes | None) -> dict[str, Any]:
     """The stored value of a whole (non-stream) answer read as ``raw`` wire bytes; the caller
-    gets those bytes and every header as they came (its client decodes them as it would)."""
+    gets those bytes and every header as they came (its client decodes them as it would).
+    ``raw`` None (see :func:`_wire`): the caller gets the decoded content, without the
+    headers of the wire encoding."""
     m = call.lib.module
+    if raw is None:
+        body = resp.content
+        call.live = m.Response(resp.status_code, headers=_clean_headers(resp.headers),
+                               stream=m.ByteStream(body), extensions=_extensions(resp))
+        return response_value(resp.status_code, resp.headers.multi_items(),
+                              resp.headers.get("content-type", ""), call.provider, body=body)
     call.live = m.Response(resp.status_code, headers=resp.headers, stream=m.ByteStream(raw),
                            extensions=_extensions(resp))
     body = raw
@@ -353,7 +372,7 @@ def _live_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> dict[st
                     rec.feed(chunk)
                 value = _read_events(call, resp, rec, chunks)
             else:
-                value = _read_whole(call, resp, b"".join(resp.iter_raw()))
+                value = _read_whole(call, resp, _wire(resp))
         finally:
             resp.close()
     except Exception as exc:
@@ -380,7 +399,7 @@ def _stream_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> Any:
         raise  # pragma: no cover
     if not _is_stream_answer(resp):
         try:
-            value = _read_whole(call, resp, b"".join(resp.iter_raw()))
+            value = _read_whole(call, resp, _wire(resp))
         finally:
             resp.close()
         d.advance(flow, d.ran(value))
@@ -437,7 +456,7 @@ async def _live_async(
                     rec.feed(chunk)
                 value = _read_events(call, resp, rec, chunks)
             else:
-                value = _read_whole(call, resp, b"".join([c async for c in resp.aiter_raw()]))
+                value = _read_whole(call, resp, await _awire(resp))
         finally:
             await resp.aclose()
     except Exception as exc:
@@ -468,7 +487,7 @@ async def _stream_async(
         _BYPASS.reset(token)
     if not _is_stream_answer(resp):
         try:
-            value = _read_whole(call, resp, b"".join([c async for c in resp.aiter_raw()]))
+            value = _read_whole(call, resp, await _awire(resp))
         finally:
             await resp.aclose()
         await d.advance(flow, d.ran(value))
