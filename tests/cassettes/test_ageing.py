@@ -14,6 +14,7 @@ import pytest
 import dejacache
 from dejacache import ConfigurationError, DejacacheWarning
 from dejacache._core.ageing import recorded_at, stamp
+from dejacache.cassettes import ageing
 from dejacache.cassettes import format as fmt
 from loopback_provider import fake_provider_module
 
@@ -43,7 +44,7 @@ def age(path: pathlib.Path, days: float | None) -> None:
     for e in doc["entries"]:
         e.pop("recorded_at", None)
         if days is not None:
-            e["recorded_at"] = stamp(time.time() - days * DAY)
+            e["recorded_at"] = stamp(ageing.clock() - days * DAY)
     path.write_bytes(fmt.render(doc["entries"], doc["values"]))
 
 
@@ -114,7 +115,7 @@ def test_rerecord_in_auto_mode_replaces_the_expired_entry(recorded: pathlib.Path
 def test_rerecord_keeps_fresh_entries_and_replaces_only_the_expired(
         recorded: pathlib.Path) -> None:
     doc = fmt.load_document(recorded.read_bytes(), recorded)
-    doc["entries"][0]["recorded_at"] = stamp(time.time() - 45 * DAY)
+    doc["entries"][0]["recorded_at"] = stamp(ageing.clock() - 45 * DAY)
     recorded.write_bytes(fmt.render(doc["entries"], doc["values"]))
     with dejacache.cassette(recorded, max_age="30d", on_expiry="rerecord"):
         ask("hello")
@@ -208,11 +209,9 @@ def test_a_failed_rerecord_keeps_the_expired_entry(tmp_path: pathlib.Path) -> No
 def test_rerecording_unchanged_keeps_the_age_unless_expired(recorded: pathlib.Path,
                                                            monkeypatch: pytest.MonkeyPatch
                                                            ) -> None:
-    from dejacache.cassettes import ageing
-
     age(recorded, 3)
     before = recorded.read_bytes()
-    later = time.time() + 60
+    later = ageing.clock() + 60
     monkeypatch.setattr(ageing, "clock", lambda: later)
     with dejacache.cassette(recorded, mode="record"):
         ask("hello")

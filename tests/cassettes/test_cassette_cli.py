@@ -65,15 +65,15 @@ def test_scan_exits_non_zero_on_secret_shaped_strings(tmp_path, capsys):
 
 
 def test_show_gives_each_entrys_age_sdk_and_model(tmp_path, capsys, monkeypatch):
-    import time
 
     from dejacache._core.ageing import stamp
+    from dejacache.cassettes import ageing
     from dejacache.cassettes import format as fmt
 
     path = tmp_path / "c.json"
     _record(path, {"a": "ok", "b": "fine"})
     doc = fmt.load_document(path.read_bytes(), path)
-    doc["entries"][0]["recorded_at"] = stamp(time.time() - 45 * 86400)
+    doc["entries"][0]["recorded_at"] = stamp(ageing.clock() - 45 * 86400)
     doc["entries"][0]["recorded_with"] = {"sdk": "openai 1.54.0", "model": "gpt-4o-mini"}
     del doc["entries"][1]["recorded_at"]  # recorded before dejacache kept the time
     path.write_bytes(fmt.render(doc["entries"], doc["values"]))
