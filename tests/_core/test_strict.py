@@ -174,8 +174,15 @@ def _random_ops(seed: int) -> list[tuple[Any, ...]]:
     return ops
 
 
-def _play(ops: list[tuple[Any, ...]], eager: bool) -> list[Any]:
+def _play(ops: list[tuple[Any, ...]], eager: bool, unread: bool = False) -> list[Any]:
     book, out = OrderBook(), []
+    if unread:  # the recording filled in at once, its names read only when needed
+        recorded = [args for op, *args in ops if op == "add"]
+        names = [n for n, _ in recorded]
+        book.grow(len(recorded))  # (sized when the index is read, as the store does)
+        book.fill(None, [f for _, f in recorded], name_of=names.__getitem__,
+                  all_names=lambda: list(names))
+        ops = [o for o in ops if o[0] != "add"]
     for op, *args in ops:
         if op != "add" and eager and not book._all:
             book._index_all()
@@ -189,3 +196,28 @@ def _play(ops: list[tuple[Any, ...]], eager: bool) -> list[Any]:
 def test_indexing_positions_one_at_a_time_answers_as_indexing_all(seed: int) -> None:
     ops = _random_ops(seed)
     assert _play(ops, eager=False) == _play(ops, eager=True)
+
+
+@pytest.mark.parametrize("seed", range(100))
+def test_names_read_when_needed_answer_as_names_filled_in(seed: int) -> None:
+    ops = _random_ops(seed)
+    eager = _play(ops, eager=True)
+    for index_all in (False, True):
+        unread = _play(ops, eager=index_all, unread=True)
+        assert unread == eager[len(eager) - len(unread):]  # (no result for the adds)
+
+
+def test_a_verdict_reads_the_names_of_the_steps_it_looks_at_only() -> None:
+    book, read = OrderBook(), []
+    names = ["tool"] * 10_000
+
+    def name_of(i: int) -> str:
+        read.append(i)
+        return names[i]
+
+    book.grow(10_000)
+    book.fill(None, [ROOT, *range(9_999)], name_of=name_of, all_names=lambda: list(names))
+    assert book.new("tool", 4_000) == strict.Verdict(strict.CHANGED, 4_001, 4_001)
+    assert book.hit(4_002, 4_001).ok
+    assert book.new("model", 7_000) == strict.Verdict(strict.EXTRA, 7_001, 7_000)
+    assert read == [4_001, 7_001]

@@ -160,6 +160,8 @@ def test_open_and_one_late_hit_decode_one_entry(
     with dejacache.cassette(p, mode="replay") as tape:
         llm(conversation(9, 19))  # the last entry
         assert tape._tape.full is None
+        # no column read whole: the one recording of its key needs no recorded order
+        assert tape._tape.ix._parsed == {}  # type: ignore[union-attr]
     assert counts == {"decoded": 1, "encoded": 0, "parsed": 0, "spliced": 0, "appended": 0}
 
 
@@ -172,6 +174,8 @@ def test_an_auto_miss_and_its_save_encode_only_the_new_entry(
     with dejacache.cassette(p, mode="auto") as tape:
         llm(conversation(10, 19))  # the next turn of the last conversation: a miss
         assert tape._tape.full is None
+        # the recorded order, not the names or keys (read per step where they are needed)
+        assert set(tape._tape.ix._parsed) == {"follows"}  # type: ignore[union-attr]
     # the new entry: once for its checksum, once for its bytes; none of the 200 others
     # (one recorded entry may be read to name where the new call diverged)
     assert counts["decoded"] <= 1

@@ -101,12 +101,16 @@ class OrderBook:
     block in ``auto`` mode that both replayed and recorded O(n) per new call: 1,600 calls
     over a cassette of 800 spent 0.46 s rebuilding it.)"""
 
-    __slots__ = ("_after", "_all", "_named", "_scans", "follows", "names", "ordered",
-                 "replaced", "skipped", "used")
+    __slots__ = ("_after", "_all", "_all_names", "_name_of", "_named", "_scans", "_unread",
+                 "follows", "names", "ordered", "replaced", "skipped", "used")
 
     def __init__(self) -> None:
         self.follows: list[int | None] = []
-        self.names: list[str] = []
+        #: None: not read yet (``fill`` without names), read through ``_name_of``
+        self.names: list[str | None] = []
+        self._name_of: Callable[[int], str] | None = None
+        self._all_names: Callable[[], list[str]] | None = None
+        self._unread = False  # some name is still None
         self.used: list[bool] = []
         self.replaced: set[int] = set()  # steps a changed call stood in for
         self.skipped: set[int] = set()  # steps that go live in this run (``skip``)
@@ -137,9 +141,20 @@ class OrderBook:
         self.names.extend(itertools.repeat("", n))
         self.used.extend(itertools.repeat(False, n))
 
-    def fill(self, names: list[str], follows: list[int | None]) -> None:
-        """Every step's name and ``follows`` at once (the whole index was read)."""
-        self.names[:] = names
+    def fill(self, names: list[str] | None, follows: list[int | None], *,
+             name_of: Callable[[int], str] | None = None,
+             all_names: Callable[[], list[str]] | None = None) -> None:
+        """Every step's name and ``follows`` at once (the whole index was read). With
+        ``names`` None the names are read when a verdict needs them: one step's through
+        ``name_of``, every step's through ``all_names`` (a miss needs the names of the few
+        steps that follow its task's place, and reading the whole names column was ~0.8 ms
+        of an auto-mode miss in a 10k-entry cassette)."""
+        if names is None:
+            self.names[:] = itertools.repeat(None, len(follows))
+        else:
+            self.names[:] = names
+        self._name_of, self._all_names = name_of, all_names
+        self._unread = names is None
         self.follows[:] = follows
         self.ordered = any(f is not None for f in follows)
         self._forget()
@@ -148,17 +163,36 @@ class OrderBook:
         """Fill in a step whose fields were read later (lazy index)."""
         while len(self.follows) <= step:
             self.add("", None)
-        old_f, old_n = self.follows[step], self.names[step]
+        old_f = self.follows[step]
+        linked = old_f is not None and old_f in self._after  # (then its name was read)
+        old_n = self.name(step) if linked else self.names[step]
         self.names[step] = name
         self.follows[step] = follows
         if follows is not None:
             self.ordered = True
         if old_f != follows or old_n != name:
-            if old_f is not None and old_f in self._after:
+            if linked and old_f is not None and old_n is not None:
                 self._after[old_f].remove(step)
                 self._named[(old_f, old_n)].remove(step)
             if follows is not None and (self._all or follows in self._after):
                 self._link(step, follows, name)
+
+    def name(self, step: int) -> str:
+        """Step ``step``'s name (read now if ``fill`` left it unread)."""
+        name = self.names[step]
+        if name is None:
+            name = self.names[step] = self._name_of(step) if self._name_of is not None else ""
+        return name
+
+    def all_names(self) -> list[str]:
+        """Every step's name (read now, all at once, if some were left unread)."""
+        names = self.names
+        if self._unread:
+            every = self._all_names() if self._all_names is not None else []
+            names[:] = [n if n is not None else (every[i] if i < len(every) else "")
+                        for i, n in enumerate(names)]
+            self._unread = False
+        return names  # type: ignore[return-value]  # (no None is left)
 
     def skip(self, live: list[bool]) -> None:
         """Recorded steps that go live in this run (a partial replay sends them to the
@@ -192,19 +226,20 @@ class OrderBook:
             return self._after.get(position)
         self._scans += 1
         line = self._after[position] = _Line()
-        follows, names, at = self.follows, self.names, -1
+        follows, at = self.follows, -1
         with contextlib.suppress(ValueError):  # (no step after ``at`` follows ``position``)
             while True:
                 at = follows.index(position, at + 1)
-                self._link(at, position, names[at])
+                self._link(at, position, self.name(at))
         return line
 
     def _index_all(self) -> None:
         """Index every position not indexed yet (the others keep their lines' cursors)."""
         done = set(self._after)
+        names = self.all_names()
         for i, f in enumerate(self.follows):
             if f is not None and f not in done:
-                self._link(i, f, self.names[i])
+                self._link(i, f, names[i])
         self._all = True
 
     def _link(self, step: int, follows: int, name: str) -> None:

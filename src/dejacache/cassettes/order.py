@@ -109,12 +109,21 @@ class RunOrder:
         if self._complete:
             return
         tape = self.tape
+        if self.live is None:
+            follows = tape.follows()
+            if self._complete:
+                return  # reading the index just now completed the book (``indexed``)
+            if follows:
+                # names are read per step when a verdict needs them (``OrderBook.fill``)
+                self.book.fill(None, follows, name_of=tape.name_at, all_names=tape.names)
+            self._complete = True
+            return
         got = tape.names_follows()
         if self._complete:
             return  # reading the index just now completed the book (``indexed``)
         if got is not None:
             self.book.fill(*got)
-            if self.live is not None and tape.ix is not None:
+            if tape.ix is not None:
                 live = self.live
                 self.book.skip([live(n, k) for n, k in zip(got[0], tape.ix.kinds(),
                                                            strict=False)])
@@ -135,7 +144,7 @@ class RunOrder:
         if ix is not None and self._complete:
             if self._kinds is None:
                 # once: each miss searched the names and parsed the kinds column (O(n))
-                pairs = list(zip(self.book.names, ix.kinds(), strict=False))
+                pairs = list(zip(self.book.all_names(), ix.kinds(), strict=False))
                 self._kinds = dict(reversed(pairs))  # the first step of each name wins
             kind = self._kinds.get(name)
             if kind is not None:

@@ -1,0 +1,86 @@
+"""The byte index of a written cassette (``cassettes/reader.py``): read where it lies while
+the block is open, kept as one copy per recording after it closes."""
+
+from __future__ import annotations
+
+import pathlib
+
+import orjson
+import pytest
+
+from dejacache.cassettes import Cassette, reader
+from dejacache.cassettes import format as fmt
+from dejacache.cassettes.reader import FileIndex
+from dejacache.codec import JsonCodec
+from dejacache.stores import Record
+
+CODEC = JsonCodec()
+
+
+def write(path: pathlib.Path, keys: list[str], *, pad: int = 0) -> None:
+    tape = Cassette(path, mode="record")
+    for i, key in enumerate(keys):
+        tape.put(key, Record(value=CODEC.encode({"n": i, "pad": chr(65 + i % 26) * pad + str(i)}, key=key),
+                             name=f"tool-{i % 3}", kind="tool",
+                             request=orjson.dumps({"i": i}), duration=0.0))
+    tape.save()
+
+
+def test_keys_of_one_width_are_found_and_read_by_their_place(tmp_path: pathlib.Path) -> None:
+    p = tmp_path / "c.json"
+    keys = [f"{i:032x}" for i in range(50)]
+    write(p, [*keys, keys[7]])
+    ix = FileIndex.open(p.read_bytes())
+    assert ix is not None
+    assert [ix.positions(keys[i]) for i in (0, 7, 49)] == [[0], [7, 50], [49]]
+    assert [ix.key_at(i) for i in (0, 7, 49, 50)] == [keys[0], keys[7], keys[49], keys[7]]
+    assert ix._segs[0].stride == len(b'\n      "",') + 32
+    assert ix._keys is None  # no column parsed for either
+    assert ix.names() == [f"tool-{i % 3}" for i in range(51)]
+
+
+def test_keys_of_other_widths_are_found_by_counting_lines(tmp_path: pathlib.Path) -> None:
+    p = tmp_path / "c.json"
+    keys = ["a", "bb" * 20, "c" * 32, "dd", "a,", "e"]  # ("a," : no key is another's prefix)
+    write(p, keys)
+    ix = FileIndex.open(p.read_bytes())
+    assert ix is not None
+    assert [ix.positions(k) for k in keys] == [[i] for i in range(len(keys))]
+    assert ix._segs[0].stride == 0
+    assert [ix.key_at(i) for i in range(len(keys))] == keys
+    assert ix.positions("b") == [] and ix.positions("bb") == []
+
+
+def test_a_closed_index_keeps_one_copy_of_a_recording_and_none_of_the_file(
+        tmp_path: pathlib.Path) -> None:
+    p = tmp_path / "c.json"
+    keys = [f"{i:032x}" for i in range(40)]
+    write(p, keys, pad=40_000)  # over a megabyte: read through a memory map
+    maps = [fmt.read_file(p) for _ in range(2)]
+    assert all(isinstance(m, fmt.Mapped) for m in maps)
+    ixs = [FileIndex.open(m) for m in maps]  # type: ignore[arg-type]
+    assert ixs[0] is not None and ixs[1] is not None
+    assert ixs[0].positions(keys[39]) == [39]
+    closed = [ix.detached() for ix in ixs]  # type: ignore[union-attr]
+    for m in maps:
+        m.close()  # type: ignore[union-attr]  (nothing holds a view of the map)
+    a, b = (ix._segs[0].buf for ix in closed)  # type: ignore[attr-defined]
+    assert type(a) is bytes and a is b
+    assert len(a) < p.stat().st_size // 100  # the cross-reference alone
+    for ix in closed:
+        assert ix.keys() == keys and ix.key_at(39) == keys[39]
+        assert ix.names() == [f"tool-{i % 3}" for i in range(40)]
+        assert ix.kinds() == ["tool"] * 40
+
+
+def test_the_kept_copies_are_bounded(monkeypatch: pytest.MonkeyPatch,
+                                     tmp_path: pathlib.Path) -> None:
+    monkeypatch.setattr(reader, "_KEPT", type(reader._KEPT)())
+    monkeypatch.setattr(reader, "_KEPT_BYTES", 10_000)
+    for n in range(5):
+        p = tmp_path / f"c{n}.json"
+        write(p, [f"{n}-{i:030x}" for i in range(60)])
+        ix = FileIndex.open(p.read_bytes())
+        assert ix is not None
+        ix.detached()
+    assert 0 < sum(len(v) for v in reader._KEPT.values()) <= 10_000
