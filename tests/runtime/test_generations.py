@@ -13,7 +13,7 @@ import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 import pytest
@@ -261,4 +261,68 @@ def test_a_write_that_cannot_reach_the_file_keeps_readers_off_the_cache(
     assert doc() == 0
     write()  # the counters cannot be bumped: remembered as pending
     assert doc() == 1
+    store.close()
+
+
+class FlakyCounters(dejacache.MemoryStore):
+    """Keeps counters (in a dict shared by every instance: "the server") and refuses the
+    first ``fail`` increments."""
+
+    server: ClassVar[dict[str, int]] = {}
+
+    def __init__(self, fail: int = 0) -> None:
+        super().__init__()
+        self.fail = fail
+
+    def get_counters(self, names: list[str]) -> list[int]:
+        return [self.server.get(n, 0) for n in names]
+
+    def incr(self, name: str) -> int:
+        if self.fail:
+            self.fail -= 1
+            raise ConnectionError("the counters' server is away")
+        self.server[name] = self.server.get(name, 0) + 1
+        return self.server[name]
+
+
+def test_a_store_made_per_request_goes_with_its_counters(tmp_path: pathlib.Path) -> None:
+    import gc
+    import weakref
+
+    gone = []
+    for i in range(20):
+        store = dejacache.SQLiteStore(tmp_path / f"t{i}.db")
+        assert generations.generations_for(store).bump(["x"])  # type: ignore[union-attr]
+        gone.append(weakref.ref(store))
+        store.close()
+        del store
+    gc.collect()
+    assert [r() for r in gone] == [None] * 20
+
+
+def test_a_store_dropped_with_queued_increments_still_lands_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+    import time
+
+    monkeypatch.setattr(FlakyCounters, "server", {})
+    monkeypatch.setattr(generations, "FLUSH_INTERVAL", 0.01)
+    store = FlakyCounters(fail=1)
+    gens = generations.generations_for(store)
+    assert gens.bump(["cart"]) is False  # queued: the background flush retries it
+    del store, gens
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while FlakyCounters.server.get("cart") != 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert FlakyCounters.server == {"cart": 1}
+    assert generations.generations_for(FlakyCounters()).read(["cart"]) == [1]
+
+
+def test_reset_gives_a_store_used_again_fresh_counters(tmp_path: pathlib.Path) -> None:
+    store = dejacache.SQLiteStore(tmp_path / "c.db")
+    first = generations.generations_for(store)
+    assert generations.generations_for(store) is first
+    generations.reset()
+    assert generations.generations_for(store) is not first
     store.close()

@@ -221,7 +221,7 @@ class SharedGenerations:
             t = self._flusher
             if t is None or not t.is_alive():  # (not alive: the process forked since)
                 t = self._flusher = threading.Thread(
-                    target=_flush_loop, args=(weakref.ref(self),),
+                    target=_flush_loop, args=(self,),
                     name="dejacache-counters-flush", daemon=True)
                 t.start()
         return False
@@ -369,17 +369,16 @@ class SharedGenerations:
         return await self._aincr(names)
 
 
-def _flush_loop(ref: weakref.ref[SharedGenerations]) -> None:
-    """Land ``ref``'s queued increments: every FLUSH_INTERVAL for the first SLOW_AFTER
+def _flush_loop(gens: SharedGenerations) -> None:
+    """Land ``gens``'s queued increments: every FLUSH_INTERVAL for the first SLOW_AFTER
     seconds, then every second (a long outage costs one attempt a second); ends when none
-    is left, or when nothing uses those counters any more."""
+    is left. The thread holds the counters (and their store) until then: a store dropped by
+    its caller with increments queued must still land them, or other processes (and a
+    new store over the same server) would serve what they invalidate."""
     started = time.monotonic()
     while True:
         slow = time.monotonic() - started > SLOW_AFTER
         time.sleep(1.0 if slow else FLUSH_INTERVAL)
-        gens = ref()
-        if gens is None:
-            return
         try:
             gens._flush(probe=True)
             sync = True
@@ -389,13 +388,17 @@ def _flush_loop(ref: weakref.ref[SharedGenerations]) -> None:
             if not gens._pending or not sync:
                 gens._flusher = None
                 return
-        del gens
 
 
 _LOCAL = LocalGenerations()
 _SHARED_LOCK = threading.Lock()
-# By id, holding the backend: stores are few and long-lived, and not all are weak-referenceable.
+# A store's counters live as long as the store: kept on it (``_ATTR``), so a process that
+# makes a store per request or per tenant lets each go with its counters (kept here, every
+# store stayed for the life of the process, its client and connections with it). Only a
+# store that takes no attribute is kept here, by id, for the life of the process.
+_ATTR = "_dejacache_generations"
 _SHARED: dict[int, tuple[Any, SharedGenerations]] = {}
+_ON_STORES: weakref.WeakSet[SharedGenerations] = weakref.WeakSet()  # (for ``reset``)
 _INNER_ATTRS = ("remote", "back", "backend", "shared", "lower", "second", "redis", "inner")
 
 
@@ -458,7 +461,17 @@ def maybe_generations_for(store: Any) -> LocalGenerations | SharedGenerations | 
     backend = counter_backend(store)
     if backend is None:
         return _LOCAL if process_local(store) else None
+    own = getattr(backend, "__dict__", None)
+    gens = own.get(_ATTR) if isinstance(own, dict) else None
+    if isinstance(gens, SharedGenerations) and gens.backend is backend:
+        return gens
     with _SHARED_LOCK:
+        if isinstance(own, dict):
+            gens = own.get(_ATTR)
+            if not (isinstance(gens, SharedGenerations) and gens.backend is backend):
+                gens = own[_ATTR] = SharedGenerations(backend)  # (a copy of a store: anew)
+                _ON_STORES.add(gens)
+            return gens
         entry = _SHARED.get(id(backend))
         if entry is None or entry[0] is not backend:
             gens = SharedGenerations(backend)
@@ -469,7 +482,12 @@ def maybe_generations_for(store: Any) -> LocalGenerations | SharedGenerations | 
 
 
 def reset() -> None:
-    """Forget every counter (tests)."""
+    """Forget every counter (tests): a store used again starts with fresh counters."""
     _LOCAL.clear()
     with _SHARED_LOCK:
         _SHARED.clear()
+        for gens in list(_ON_STORES):
+            own = getattr(gens.backend, "__dict__", None)
+            if isinstance(own, dict) and own.get(_ATTR) is gens:
+                del own[_ATTR]
+        _ON_STORES.clear()
