@@ -1,5 +1,5 @@
-"""The byte index of a written cassette (``cassettes/reader.py``): read where it lies while
-the block is open, kept as one copy per recording after it closes."""
+"""The byte index of a written cassette (``cassettes/reader.py``): keys found and read by
+their place, one copy of a recording's cross-reference however many blocks open it."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ CODEC = JsonCodec()
 def write(path: pathlib.Path, keys: list[str], *, pad: int = 0) -> None:
     tape = Cassette(path, mode="record")
     for i, key in enumerate(keys):
-        tape.put(key, Record(value=CODEC.encode({"n": i, "pad": chr(65 + i % 26) * pad + str(i)}, key=key),
-                             name=f"tool-{i % 3}", kind="tool",
+        value = {"n": i, "pad": chr(65 + i % 26) * pad + str(i)}  # (each its own)
+        tape.put(key, Record(value=CODEC.encode(value, key=key), name=f"tool-{i % 3}",
+                             kind="tool",
                              request=orjson.dumps({"i": i}), duration=0.0))
     tape.save()
 
@@ -51,7 +52,7 @@ def test_keys_of_other_widths_are_found_by_counting_lines(tmp_path: pathlib.Path
     assert ix.positions("b") == [] and ix.positions("bb") == []
 
 
-def test_a_closed_index_keeps_one_copy_of_a_recording_and_none_of_the_file(
+def test_blocks_of_one_recording_share_one_copy_of_its_index_and_none_of_the_file(
         tmp_path: pathlib.Path) -> None:
     p = tmp_path / "c.json"
     keys = [f"{i:032x}" for i in range(40)]
@@ -60,17 +61,28 @@ def test_a_closed_index_keeps_one_copy_of_a_recording_and_none_of_the_file(
     assert all(isinstance(m, fmt.Mapped) for m in maps)
     ixs = [FileIndex.open(m) for m in maps]  # type: ignore[arg-type]
     assert ixs[0] is not None and ixs[1] is not None
+    a, b = (ix._segs[0].xref for ix in ixs)  # type: ignore[union-attr]
+    assert a is b
+    assert len(a) < p.stat().st_size // 100  # the cross-reference alone
     assert ixs[0].positions(keys[39]) == [39]
     closed = [ix.detached() for ix in ixs]  # type: ignore[union-attr]
     for m in maps:
         m.close()  # type: ignore[union-attr]  (nothing holds a view of the map)
-    a, b = (ix._segs[0].buf for ix in closed)  # type: ignore[attr-defined]
-    assert type(a) is bytes and a is b
-    assert len(a) < p.stat().st_size // 100  # the cross-reference alone
     for ix in closed:
         assert ix.keys() == keys and ix.key_at(39) == keys[39]
         assert ix.names() == [f"tool-{i % 3}" for i in range(40)]
         assert ix.kinds() == ["tool"] * 40
+
+
+def test_a_changed_recording_gets_its_own_copy(tmp_path: pathlib.Path) -> None:
+    p = tmp_path / "c.json"
+    write(p, [f"{i:032x}" for i in range(10)])
+    before = FileIndex.open(p.read_bytes())
+    write(p, [f"{i:032x}" for i in range(1, 11)])
+    after = FileIndex.open(p.read_bytes())
+    assert before is not None and after is not None
+    assert before._segs[0].xref != after._segs[0].xref
+    assert after.positions(f"{10:032x}") == [9] and before.positions(f"{10:032x}") == []
 
 
 def test_the_kept_copies_are_bounded(monkeypatch: pytest.MonkeyPatch,
@@ -80,7 +92,5 @@ def test_the_kept_copies_are_bounded(monkeypatch: pytest.MonkeyPatch,
     for n in range(5):
         p = tmp_path / f"c{n}.json"
         write(p, [f"{n}-{i:030x}" for i in range(60)])
-        ix = FileIndex.open(p.read_bytes())
-        assert ix is not None
-        ix.detached()
+        assert FileIndex.open(p.read_bytes()) is not None
     assert 0 < sum(len(v) for v in reader._KEPT.values()) <= 10_000

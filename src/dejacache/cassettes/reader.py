@@ -3,11 +3,10 @@
 :class:`FileIndex` reads a format-3 or 4 file as dejacache writes it (see format.py) and
 touches only what a call needs: opening reads the file's last member (``xref_at``: where
 each segment's cross-reference is), checks each ``xref`` section where it lies (one hash
-each; a file has at most ``MAX_SEGMENTS``) and reads the entry sizes; finding a key searches
-the bytes of the ``keys`` columns; a hit reads and checks one entry's slice. A 10k-entry
-file opened and answered its last entry in a few ms, where scanning to it took 48-59 ms.
-The cross-references are copied only when the tape closes (its reports read the columns
-after the file is let go), once per recording for every tape that read it.
+each; a file has at most ``MAX_SEGMENTS``) and copies it, once per recording however many
+blocks open it, and reads the entry sizes; finding a key searches the bytes of the ``keys``
+columns; a hit reads and checks one entry's slice. A 10k-entry file opened and answered its
+last entry in a few ms, where scanning to it took 48-59 ms.
 Anything that does not have the written shape, or fails a check, raises
 :class:`CassetteError`; the store then parses the whole file, which names the damage or
 accepts a layout the byte index cannot follow (:class:`DocIndex`).
@@ -21,6 +20,7 @@ from __future__ import annotations
 import bisect
 import collections
 import itertools
+import mmap
 import operator
 import threading
 from typing import Any, Final
@@ -168,20 +168,18 @@ _NONE: list[Any] = []  # (no column parsed yet: one list fewer per column on ope
 
 
 class _Segment:
-    """One segment of a file: where its cross-reference lies in ``buf`` (``x0 .. x1``; the
-    file's own bytes or map while the block is open, a copy of the cross-reference alone
-    after), its columns' bounds in ``buf``, where its entries start and its values lie in
-    the file, and its first entry's index."""
+    """One segment of a file: its cross-reference's bytes (a copy, shared by every index of
+    the same recording), its columns' bounds in them, where its entries start and its values
+    lie in the file, and its first entry's index."""
 
-    __slots__ = ("base", "buf", "check", "cols", "entries_at", "sizes", "stride", "v_hi",
-                 "v_lo", "x0", "x1")
+    __slots__ = ("base", "check", "cols", "entries_at", "sizes", "stride", "v_hi", "v_lo",
+                 "xref")
 
-    def __init__(self, buf: fmt.Buffer, x0: int, x1: int, cols: dict[str, tuple[int, int]],
-                 sizes: list[int], entries_at: int, values: tuple[int, int],
-                 base: int) -> None:
-        self.buf, self.x0, self.x1 = buf, x0, x1
+    def __init__(self, xref: fmt.Buffer, cols: dict[str, tuple[int, int]], sizes: list[int],
+                 entries_at: int, values: tuple[int, int], base: int) -> None:
+        self.xref = xref
         n = len(_XREF_CHECK)
-        self.check = bytes(buf[x0 + n : x0 + n + _HASH_LEN])
+        self.check = bytes(xref[n : n + _HASH_LEN])
         self.cols = cols
         self.sizes = sizes
         self.entries_at = entries_at
@@ -189,43 +187,55 @@ class _Segment:
         self.base = base
         self.stride: int | None = None  # the keys' element width, when they all have one
 
-    def detached(self) -> _Segment:
-        """This segment over a copy of its cross-reference alone (kept by closed tapes,
-        shared by every one that read the same recording)."""
-        xref = _kept_xref(self.check, self.buf, self.x0, self.x1)
-        shift = self.x0
-        cols = {k: (lo - shift, hi - shift) for k, (lo, hi) in self.cols.items()}
-        out = _Segment(xref, 0, len(xref), cols, self.sizes, self.entries_at,
-                       (self.v_lo, self.v_hi), self.base)
-        out.stride = self.stride
-        return out
 
-
-# Cross-references kept after close, by checksum: the tapes of every test that replayed the
-# same big cassette share one copy (each held its own ~1 MB at 10k entries, and copying it
-# was ~0.6 ms of each block). Equal checksums name the same recording, as a tape's seal does.
-# The cache holds at most ``_KEPT_BYTES`` itself (what closed tapes hold is theirs).
-_KEPT: collections.OrderedDict[tuple[bytes, int], bytes] = collections.OrderedDict()
+# Cross-references by checksum: every block that opens the same big cassette shares one
+# copy (copying ~1 MB at 10k entries was ~0.6 ms of each open, fresh pages, and each closed
+# tape kept its own copy for its reports). Equal checksums name the same recording, as a
+# tape's seal does; the bytes in the file are checked against the checksum first.
+# The cache holds at most ``_KEPT_BYTES`` itself (what indexes hold is theirs).
+_KEPT: collections.OrderedDict[tuple[bytes, int], fmt.Buffer] = collections.OrderedDict()
 _KEPT_BYTES: Final = 16 << 20
 _KEPT_LOCK = threading.Lock()
 
 
-def _kept_xref(check: bytes, buf: fmt.Buffer, x0: int, x1: int) -> bytes:
-    """The bytes ``buf[x0:x1]`` of the cross-reference checksummed ``check``: a copy kept
-    for the next tape of the same recording, or the one an earlier tape kept."""
-    key = (check, x1 - x0)
+def _kept_xref(data: fmt.Buffer, x0: int, x1: int) -> fmt.Buffer:
+    """The cross-reference ``data[x0:x1]``, checked against its checksum: the copy kept
+    for this recording, or a new one (then kept)."""
+    _check_xref(data, x0, x1)  # where it lies: no copy to check a recording already kept
+    n = len(_XREF_CHECK)
+    key = (bytes(data[x0 + n : x0 + n + _HASH_LEN]), x1 - x0)
     with _KEPT_LOCK:
         kept = _KEPT.get(key)
         if kept is not None:
             _KEPT.move_to_end(key)
             return kept
-    xref = bytes(buf[x0:x1])
+    xref = _copy(data, x0, x1)
     with _KEPT_LOCK:
         _KEPT[key] = xref
         held = sum(len(v) for v in _KEPT.values())
         while held > _KEPT_BYTES:
             held -= len(_KEPT.popitem(last=False)[1])
     return xref
+
+
+_POPULATE: Final = getattr(mmap, "MAP_POPULATE", 0)  # (Linux)
+_POPULATE_FROM: Final = 1 << 18
+
+
+def _copy(data: fmt.Buffer, x0: int, x1: int) -> fmt.Buffer:
+    """``data[x0:x1]`` in memory of its own. A large copy goes to pages mapped in one call
+    where the platform can (a fresh 930 KB ``bytes`` took 227 page faults, ~0.2 ms of its
+    ~0.5 ms)."""
+    if _POPULATE and x1 - x0 >= _POPULATE_FROM:
+        try:
+            out = mmap.mmap(-1, x1 - x0, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _POPULATE)
+        except OSError:
+            pass
+        else:
+            with memoryview(data)[x0:x1] as view:
+                out.write(view)
+            return out
+    return bytes(data[x0:x1])
 
 
 class FileIndex(Index):
@@ -301,7 +311,6 @@ class FileIndex(Index):
         return b"".join(sg.check for sg in self._segs)
 
     def detached(self) -> Index:
-        self._segs = [sg.detached() for sg in self._segs]
         self._data = b""
         self._starts = None
         return self
@@ -345,7 +354,7 @@ class FileIndex(Index):
         if not stride:
             return self.keys()[i]
         at = sg.cols["keys"][0] + (i - sg.base) * stride
-        raw = sg.buf[at : at + stride - 1]  # newline, indent, the quoted key
+        raw = sg.xref[at : at + stride - 1]  # newline, indent, the quoted key
         if raw[: len(_ITEM) + 1] != _ITEM + b'"':
             raise CassetteError("the cross-reference's keys are not one per line")
         try:
@@ -363,8 +372,8 @@ class FileIndex(Index):
         if out is None:
             out = _NONE
             for sg in self._segs:
-                bounds = sg.cols.get(name) or _column(sg.buf, sg.x0, sg.x1, name)
-                part = _parse(sg.buf, bounds)
+                bounds = sg.cols.get(name) or _column(sg.xref, 0, len(sg.xref), name)
+                part = _parse(sg.xref, bounds)
                 if len(part) != len(sg.sizes):
                     raise CassetteError(f"the cross-reference's {name} do not match its sizes")
                 out = part if out is _NONE else out + part
@@ -549,16 +558,15 @@ def _open_segment(data: fmt.Buffer, k: int, place: list[int], stop: int, version
     x_head = fmt.XREF_HEAD if k == 0 else b'\n  "' + x_name.encode() + b'": '
     if not (len(x_head) <= a < x < k_lo < k_hi < stop) or data[x - len(x_head) : x] != x_head:
         raise CassetteError("the cross-reference is not where 'xref_at' says")
-    # checked and read where it lies: copying it was ~0.6 ms of a 10k-entry open (fresh
-    # pages). The bytes before a file's last member never change in place (append.py).
-    _check_xref(data, x, stop)
+    xref = _kept_xref(data, x, stop)
     # the keys column, checked by the bytes around it: the only "keys" member of the
     # (checksummed) cross-reference, up to the only "kinds" that follows it
-    if (data[k_lo - len(fmt.KEYS_HEAD) : k_lo + 1] != fmt.KEYS_HEAD + b"["
-            or data[k_hi : k_hi + len(fmt.KEYS_END)] != fmt.KEYS_END):
+    k_lo, k_hi = k_lo - x, k_hi - x
+    if (xref[k_lo - len(fmt.KEYS_HEAD) : k_lo + 1] != fmt.KEYS_HEAD + b"["
+            or xref[k_hi : k_hi + len(fmt.KEYS_END)] != fmt.KEYS_END):
         raise CassetteError("the cross-reference's keys are not where 'xref_at' says")
-    cols = {"keys": (k_lo + 1, k_hi), "sizes": _column(data, k_hi, stop, "sizes")}
-    sizes = _parse(data, cols["sizes"])
+    cols = {"keys": (k_lo + 1, k_hi), "sizes": _column(xref, k_hi, len(xref), "sizes")}
+    sizes = _parse(xref, cols["sizes"])
     # where the entries end, by the sizes: the bytes there must be the written ones
     # (a size that is not a positive int makes its entry fail its checksum when read)
     try:
@@ -576,13 +584,13 @@ def _open_segment(data: fmt.Buffer, k: int, place: list[int], stop: int, version
             if data[v_lo : v_lo + 2] != b"}," else v_lo)
     if v_hi < v_lo or (data[v_hi : v_hi + 4] != b"\n  }" and v_hi != v_lo):
         raise CassetteError("no values section")
-    return _Segment(data, x, stop, cols, sizes, a, (v_lo, v_hi), base)
+    return _Segment(xref, cols, sizes, a, (v_lo, v_hi), base)
 
 
 def _search(sg: _Segment, key: str) -> list[int]:
     """The entries of segment ``sg`` recorded under ``key`` (file indexes), by a search
     of its keys column's bytes."""
-    buf = sg.buf
+    buf = sg.xref
     lo, hi = sg.cols["keys"]
     pat = _ITEM + orjson.dumps(key)
     stride = sg.stride if sg.stride is not None else _stride(sg)
@@ -607,7 +615,7 @@ def _stride(sg: _Segment) -> int:
     element starts with a newline, which no JSON string holds: when the column is ``n``
     elements of one width with a newline at each of their starts, an element's place is
     its offset over that width (counting newlines up to a late key cost 0.1 ms at 10k)."""
-    buf, n = sg.buf, len(sg.sizes)
+    buf, n = sg.xref, len(sg.sizes)
     lo, hi = sg.cols["keys"]
     second = buf.find(b"\n", lo + 1, hi)
     width = second - lo if n > 1 and second > lo else hi - lo + 1
