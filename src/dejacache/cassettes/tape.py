@@ -22,7 +22,7 @@ import mmap
 import pathlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import CassetteError
 from . import format as fmt
@@ -30,6 +30,8 @@ from .reader import DocIndex, FileIndex, Index
 from .trajectory import CallInfo, step_kind
 
 __all__ = ["EntryInfo", "Tape", "Unused"]
+
+_T = TypeVar("_T")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -222,37 +224,33 @@ class Tape:
         which names the damage (or accepts a layout the index does not know)."""
         self.parse_all()
 
-    def keys(self) -> list[str]:
+    def _read(self, read: Callable[[Index], _T]) -> _T:
+        """``read(index)``: from the byte index, or, when it meets bytes it cannot vouch
+        for, from the whole parse (which vouches for them, or names the damage)."""
         assert self.ix is not None
         try:
-            return self.ix.keys()
+            return read(self.ix)
         except CassetteError:
-            self.fall_back()  # the whole parse vouches for them, or names the damage
+            self.fall_back()
             assert self.ix is not None
-            return self.ix.keys()
+            return read(self.ix)
+
+    def _recorded(self) -> bool:
+        """Whether there is a file with entries (reads its index)."""
+        ix = self.ix if self.ix is not None else self.index()
+        return ix is not None and ix.n > 0
+
+    def keys(self) -> list[str]:
+        return self._read(lambda ix: ix.keys())
 
     def key_at(self, i: int) -> str:
         """The key of recorded step ``i`` (one element of the index, not its whole column:
         parsing every key was ~1.2 ms of an auto-mode miss in a 10k-entry file)."""
-        assert self.ix is not None
-        try:
-            return self.ix.key_at(i)
-        except CassetteError:
-            self.fall_back()
-            assert self.ix is not None
-            return self.ix.key_at(i)
+        return self._read(lambda ix: ix.key_at(i))
 
     def names(self) -> list[str]:
         """Every recorded step's name (empty: no file, or no entries)."""
-        ix = self.ix if self.ix is not None else self.index()
-        if ix is None or not ix.n:
-            return []
-        try:
-            return ix.names()
-        except CassetteError:
-            self.fall_back()
-            assert self.ix is not None
-            return self.ix.names()
+        return self._read(lambda ix: ix.names()) if self._recorded() else []
 
     def name_at(self, i: int) -> str:
         """Recorded step ``i``'s name: from its entry while the names column is unread
@@ -265,40 +263,20 @@ class Tape:
 
     def names_follows(self) -> tuple[list[str], list[int | None]] | None:
         """Every recorded step's name and ``follows`` (None: no file, or no entries)."""
-        ix = self.ix if self.ix is not None else self.index()
-        if ix is None or not ix.n:
+        if not self._recorded():
             return None
-        try:
-            return ix.names(), ix.follows()
-        except CassetteError:
-            self.fall_back()
-            assert self.ix is not None
-            return self.ix.names(), self.ix.follows()
+        return self._read(lambda ix: (ix.names(), ix.follows()))
 
     def follows(self) -> list[int | None]:
         """Every recorded step's ``follows`` alone (empty: no file, or no entries): a call
         out of recorded order needs no names column (parsing it was ~1 ms of the 10k-entry
         cassette's open + late hit)."""
-        ix = self.ix if self.ix is not None else self.index()
-        if ix is None or not ix.n:
-            return []
-        try:
-            return ix.follows()
-        except CassetteError:
-            self.fall_back()
-            assert self.ix is not None
-            return self.ix.follows()
+        return self._read(lambda ix: ix.follows()) if self._recorded() else []
 
     def positions(self, key: str) -> list[int]:
-        ix = self.index()
-        if ix is None:
+        if self.index() is None:
             return []
-        try:
-            return ix.positions(key)
-        except CassetteError:
-            self.fall_back()
-            assert self.ix is not None
-            return self.ix.positions(key)
+        return self._read(lambda ix: ix.positions(key))
 
     # ---------------------------------------------------------------- entries
 
