@@ -57,27 +57,26 @@ def _outcome(f: Any, args: tuple[Any, ...]) -> Any:
         return ("raised", str(exc))
 
 
-def record(path: pathlib.Path) -> list[Any]:
+def _live_calls() -> list[tuple[Any, tuple[Any, ...]]]:
+    """``CALLS``, the model's answers numbered in the order they are made (live)."""
     answers = iter(range(1000))
 
     @dejacache.cache(name="llm", kind="llm")
     def varying(prompt: str, n: int) -> dict[str, Any]:
         return {**llm.__wrapped__(prompt, n), "call": next(answers)}  # type: ignore[attr-defined]
 
-    calls = [(varying if f is llm else f, a) for f, a in CALLS]
+    return [(varying if f is llm else f, a) for f, a in CALLS]
+
+
+def record(path: pathlib.Path) -> list[Any]:
+    calls = _live_calls()
     with dejacache.cassette(path, mode="record", record_errors=(ValueError,)):
         return [_outcome(f, a) for f, a in calls]
 
 
 def record_in_segments(path: pathlib.Path) -> list[Any]:
     """:func:`record`'s calls saved by three blocks: written whole, then two appends."""
-    answers = iter(range(1000))
-
-    @dejacache.cache(name="llm", kind="llm")
-    def varying(prompt: str, n: int) -> dict[str, Any]:
-        return {**llm.__wrapped__(prompt, n), "call": next(answers)}  # type: ignore[attr-defined]
-
-    calls = [(varying if f is llm else f, a) for f, a in CALLS]
+    calls = _live_calls()
     got: list[Any] = []
     for upto, mode in ((3, "record"), (5, "auto"), (7, "auto")):
         with dejacache.cassette(path, mode=mode, record_errors=(ValueError,)):

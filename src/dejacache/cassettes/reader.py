@@ -172,14 +172,11 @@ class _Segment:
     the same recording), its columns' bounds in them, where its entries start and its values
     lie in the file, and its first entry's index."""
 
-    __slots__ = ("base", "check", "cols", "entries_at", "sizes", "stride", "v_hi", "v_lo",
-                 "xref")
+    __slots__ = ("base", "cols", "entries_at", "sizes", "stride", "v_hi", "v_lo", "xref")
 
     def __init__(self, xref: fmt.Buffer, cols: dict[str, tuple[int, int]], sizes: list[int],
                  entries_at: int, values: tuple[int, int], base: int) -> None:
         self.xref = xref
-        n = len(_XREF_CHECK)
-        self.check = bytes(xref[n : n + _HASH_LEN])
         self.cols = cols
         self.sizes = sizes
         self.entries_at = entries_at
@@ -308,7 +305,8 @@ class FileIndex(Index):
     @property
     def seal(self) -> bytes:
         """The cross-references' checksums: equal for two reads of the same recording."""
-        return b"".join(sg.check for sg in self._segs)
+        n = len(_XREF_CHECK)
+        return b"".join(bytes(sg.xref[n : n + _HASH_LEN]) for sg in self._segs)
 
     def detached(self) -> Index:
         self._data = b""
@@ -696,7 +694,7 @@ def _parse(buf: fmt.Buffer, bounds: tuple[int, int]) -> list[Any]:
     lo, hi = bounds
     # the column with its own brackets, parsed in place (no copy: at 10k entries each copy
     # is fresh memory, and its page faults cost more than the parse); the view is let go
-    # at once, so the file's map can be closed
+    # at once (a buffer with views held open cannot be closed)
     try:
         with memoryview(buf)[lo - 1 : hi + len(b"\n    ]") if hi > lo else hi + 1] as text:
             out = orjson.loads(text)

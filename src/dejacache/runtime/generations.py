@@ -462,14 +462,14 @@ def maybe_generations_for(store: Any) -> LocalGenerations | SharedGenerations | 
     if backend is None:
         return _LOCAL if process_local(store) else None
     own = getattr(backend, "__dict__", None)
-    gens = own.get(_ATTR) if isinstance(own, dict) else None
-    if isinstance(gens, SharedGenerations) and gens.backend is backend:
+    gens = _kept_on(own, backend)
+    if gens is not None:
         return gens
     with _SHARED_LOCK:
         if isinstance(own, dict):
-            gens = own.get(_ATTR)
-            if not (isinstance(gens, SharedGenerations) and gens.backend is backend):
-                gens = own[_ATTR] = SharedGenerations(backend)  # (a copy of a store: anew)
+            gens = _kept_on(own, backend)
+            if gens is None:  # (also for a copy of a store, which copied its attributes)
+                gens = own[_ATTR] = SharedGenerations(backend)
                 _ON_STORES.add(gens)
             return gens
         entry = _SHARED.get(id(backend))
@@ -479,6 +479,12 @@ def maybe_generations_for(store: Any) -> LocalGenerations | SharedGenerations | 
         else:
             gens = entry[1]
         return gens
+
+
+def _kept_on(own: Any, backend: Any) -> SharedGenerations | None:
+    """The counters kept on ``backend`` (``own``: its ``__dict__``), if they are its own."""
+    gens = own.get(_ATTR) if isinstance(own, dict) else None
+    return gens if isinstance(gens, SharedGenerations) and gens.backend is backend else None
 
 
 def reset() -> None:
