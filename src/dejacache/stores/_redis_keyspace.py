@@ -9,7 +9,7 @@ instead), so an outage shortens a walk and never fails it.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ._base import Record
@@ -40,17 +40,24 @@ def _unlink(client: Any, *, keys: list[Any]) -> Any:
     return client.unlink(*keys)
 
 
+def _unlink_counted(do: Callable[..., Any], counted: list[Any], others: list[Any]) -> int:
+    """UNLINK both lists; how many of ``counted`` existed (the server's own reply)."""
+    n = do(functools.partial(_unlink, keys=counted), 0)
+    if others:
+        do(functools.partial(_unlink, keys=others), 0)
+    return int(n)
+
+
 class Keyspace:
     """The keys under ``prefix``: ``entry`` (``<prefix>:e:{``, then the key and ``}``),
-    ``request`` (``<prefix>:r:{``) and ``counter`` (``<prefix>:n:``) heads, and walks over
-    them through ``calls``."""
+    ``request`` (``<prefix>:r:{``) and ``counter`` (``<prefix>:n:``) heads, and the walks
+    over them, each call made through ``calls``."""
 
-    def __init__(self, prefix: str, calls: RedisCalls) -> None:
+    def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self.entry = f"{prefix}:e:{{"
         self.request = f"{prefix}:r:{{"
         self.counter = f"{prefix}:n:"
-        self._calls = calls
 
     def key(self, space: str, tag: str, *parts: str) -> str:
         """``<prefix>:<space>:{<tag>}[:part...]``: keys made with one ``tag`` share a
@@ -66,9 +73,9 @@ class Keyspace:
         keys = [k.decode()[strip:-1] for k in ekeys]
         return keys, [self.request + k + "}" for k in keys]
 
-    def _batches(self, match: str) -> Iterator[list[bytes]]:
+    def _batches(self, calls: RedisCalls, match: str) -> Iterator[list[bytes]]:
         """Batches of keys matching ``match`` on every primary."""
-        do, clients = self._calls.do, self._calls.clients
+        do, clients = calls.do, calls.clients
         for node in do(clients.primaries, None) or ():
             cursor = 0
             while True:
@@ -82,11 +89,11 @@ class Keyspace:
                 if cursor == 0:
                     break
 
-    def records(self, name: str | None, namespace: str | None
+    def records(self, calls: RedisCalls, name: str | None, namespace: str | None
                 ) -> Iterator[tuple[str, Record]]:
         """Every entry (of ``name`` and ``namespace`` when given), with its request."""
-        do, mget = self._calls.do, self._calls.clients.mget
-        for ekeys in self._batches(self._match("e")):
+        do, mget = calls.do, calls.clients.mget
+        for ekeys in self._batches(calls, self._match("e")):
             keys, rkeys = self._requests_of(ekeys)
             got = do(functools.partial(mget, keys=[*ekeys, *rkeys]), None)
             if got is None:
@@ -104,41 +111,33 @@ class Keyspace:
                     continue
                 yield key, rec
 
-    def clear(self, namespace: str | None) -> int:
+    def clear(self, calls: RedisCalls, namespace: str | None) -> int:
         """Delete entries (all, or one namespace) and their requests; how many entries
         Redis says it deleted. Clearing everything also deletes entries of the layout
         before hash tags (``<prefix>:v:<key>``, ``<prefix>:q:<key>``)."""
-        do, mget = self._calls.do, self._calls.clients.mget
+        do, mget = calls.do, calls.clients.mget
         removed = 0
-        for ekeys in self._batches(self._match("e")):
+        for ekeys in self._batches(calls, self._match("e")):
             if namespace is not None:
                 raws = do(functools.partial(mget, keys=ekeys), None) or []
                 ekeys = [k for k, raw in zip(ekeys, raws, strict=False)
                          if raw is not None and (rec := unpack_record(raw)) is not None
                          and rec.namespace == namespace]
             if ekeys:
-                removed += self._unlink_counted(ekeys, self._requests_of(ekeys)[1])
+                removed += _unlink_counted(do, ekeys, self._requests_of(ekeys)[1])
         if namespace is None:
-            for vkeys in self._batches(self._match("v", tagged=False)):
-                removed += self._unlink_counted(vkeys, [])
-            for qkeys in self._batches(self._match("q", tagged=False)):
-                self._unlink_counted(qkeys, [])
+            for vkeys in self._batches(calls, self._match("v", tagged=False)):
+                removed += _unlink_counted(do, vkeys, [])
+            for qkeys in self._batches(calls, self._match("q", tagged=False)):
+                _unlink_counted(do, qkeys, [])
         return removed
 
-    def _unlink_counted(self, counted: list[Any], others: list[Any]) -> int:
-        """UNLINK both lists; how many of ``counted`` existed (the server's own reply)."""
-        n = self._calls.do(functools.partial(_unlink, keys=counted), 0)
-        if others:
-            self._calls.do(functools.partial(_unlink, keys=others), 0)
-        return int(n)
-
-    def sizes(self) -> tuple[int, int]:
+    def sizes(self, calls: RedisCalls) -> tuple[int, int]:
         """(entries, bytes of entries and requests)."""
         entries = size = 0
-        for ekeys in self._batches(self._match("e")):
+        for ekeys in self._batches(calls, self._match("e")):
             rkeys = self._requests_of(ekeys)[1]
-            lens = self._calls.do(functools.partial(_strlens, keys=[*ekeys, *rkeys]),
-                                  None) or []
+            lens = calls.do(functools.partial(_strlens, keys=[*ekeys, *rkeys]), None) or []
             entries += sum(1 for n in lens[: len(ekeys)] if n)
             size += sum(int(n) for n in lens)
         return entries, size

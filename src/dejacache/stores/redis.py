@@ -165,9 +165,9 @@ class RedisStore(BaseStore):
                                                timeout=self.timeout,
                                                connect_timeout=self.connect_timeout)
         self.kind: Kind = clients.kind
+        self._keys = keys = Keyspace(key_prefix)
         self._calls = RedisCalls(clients, self.breaker, fail_open=fail_open,
-                                 probe_key=f"{key_prefix}:n:probe")
-        self._keys = keys = Keyspace(key_prefix, self._calls)
+                                 probe_key=keys.counter + "probe")
         # The hit path's own references (one attribute each, not two).
         self._e, self._r, self._n = keys.entry, keys.request, keys.counter
         self._direct = clients.direct
@@ -415,7 +415,7 @@ class RedisStore(BaseStore):
     def iterate(
         self, name: str | None = None, namespace: str | None = None
     ) -> Iterator[tuple[str, Record]]:
-        return self._keys.records(name, namespace)
+        return self._keys.records(self._calls, name, namespace)
 
     def clear(self, namespace: str | None = None) -> int:
         """Delete entries (all, or one namespace); how many Redis says it deleted. Counters
@@ -425,10 +425,10 @@ class RedisStore(BaseStore):
         if self.read_only:
             return 0
         self._hits.forget()
-        return self._keys.clear(namespace)
+        return self._keys.clear(self._calls, namespace)
 
     def stats(self) -> StoreStats:
-        entries, size = self._keys.sizes()
+        entries, size = self._keys.sizes(self._calls)
         return StoreStats(backend=self.url, entries=entries, bytes=size, extra={
             "kind": self.kind, "key_prefix": self.key_prefix, "read_only": self.read_only,
             "breaker": self.breaker.state.value, "trips": self.breaker.trips,
