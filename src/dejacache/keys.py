@@ -620,11 +620,16 @@ def canonical_json(
     volatile_patterns: tuple[re.Pattern[str], ...] = (),
     function: str = "",
     substitutions: tuple[tuple[bytes, bytes], ...] = (),
+    fixed: Mapping[str, Any] | None = None,
 ) -> bytes:
     """Canonical JSON bytes of an argument mapping: sorted, compact, volatile fields, paths
     and pattern matches removed (see ``_core/volatile.py``), credentials and secret-shaped
-    strings masked, ``substitutions`` applied (see :func:`key_substitutions`)."""
+    strings masked, ``substitutions`` applied (see :func:`key_substitutions`). ``fixed``:
+    members added after the volatile paths and patterns ran, which they never rewrite (an
+    HTTP request's identity digest: a pattern matching hex must not make two callers one)."""
     data: Any = _vol.apply(arguments, volatile_paths, volatile_patterns)
+    if fixed:
+        data = {**data, **fixed}
     return _canonical(data, _names_for(volatile or frozenset()), function, substitutions)
 
 

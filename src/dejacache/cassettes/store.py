@@ -221,6 +221,25 @@ class Cassette(BaseStore):
                       namespace=str(doc.get("namespace", "")), kind=kind,
                       duration=duration, usage=usage)
 
+    def holds(self, key: str) -> bool:
+        """Whether the file holds a recording of ``key``, used or not: whether an older
+        spelling of a call's key is worth a lookup (HTTP keys before request headers
+        counted), and whether a caller's own identity was recorded."""
+        if self.mode == "record":
+            return False
+        self._load()
+        with self._lock:
+            return bool(self._tape.positions(key))
+
+    def identities(self) -> dict[tuple[str, str], frozenset[str]]:
+        """Who the file's HTTP calls were recorded from: (item, scope) -> identity digests
+        (``http/identities.py``). Empty when recording afresh."""
+        if self.mode == "record":
+            return {}
+        self._load()
+        with self._lock:
+            return self._tape.identities()
+
     def mode_for(self, name: str, kind: str) -> str:
         """The mode of one call of a partial block (``partial.py``)."""
         assert self.partial is not None
