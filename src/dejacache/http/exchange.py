@@ -29,7 +29,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
-import xxhash
 
 from .._core import volatile as _vol
 from .._secrets import AUTH_QUERY, is_secret_name, is_secret_query, mask, name_forms
@@ -38,6 +37,7 @@ from ..errors import SerializationError
 from ..keys import DEFAULT_VOLATILE, canonical_json, digest, volatile_spellings
 from . import eventstream
 from .aliases import AliasTable
+from .bodies import body_for_key
 from .providers import Provider
 from .sse import event_bytes, event_data, is_ndjson, ndjson_events
 
@@ -78,10 +78,6 @@ _HIDE = Redactor()
 # credential parameters (``?code=``, ``?password=``) change the answer: they are masked.
 SECRET_QUERY = AUTH_QUERY
 
-# Bodies above this are keyed by digest instead of inline text (nearest-miss diffs stay short).
-_INLINE_TEXT = 4096
-
-
 @functools.lru_cache(maxsize=256)
 def volatile_for(provider: str, extra: tuple[str | re.Pattern[str], ...], base: frozenset[str]
                  ) -> tuple[frozenset[str], tuple[_vol.Path, ...], tuple[re.Pattern[str], ...]]:
@@ -93,28 +89,12 @@ def volatile_for(provider: str, extra: tuple[str | re.Pattern[str], ...], base: 
     return names, _vol.under(spec.paths, _vol.REQUEST_ROOTS, "body"), spec.patterns
 
 
-def _body_for_key(body: bytes, content_type: str, aliases: AliasTable | None) -> Any:
-    if not body:
-        return None
-    head = body[:1]
-    if "json" in content_type or head in (b"{", b"["):
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            pass
-        else:
-            return aliases.apply_json(body, data) if aliases is not None else data
-    if content_type.startswith("multipart/"):
-        # The boundary is random per request; without this no upload would ever match.
-        _, _, boundary = content_type.partition("boundary=")
-        if boundary:
-            body = body.replace(boundary.strip('"').encode(), b"BOUNDARY")
-    if len(body) <= _INLINE_TEXT:
-        try:
-            return {"text": body.decode()}
-        except UnicodeDecodeError:
-            pass
-    return {"xxh3_128": xxhash.xxh3_128_hexdigest(body), "size": len(body)}
+def _body_for_key(body: bytes, content_type: str, aliases: AliasTable | None, *,
+                  legacy: bool = False) -> Any:
+    """The body as the canonical request holds it: JSON parsed, form and multipart bodies as
+    their fields (credential fields masked), other text inline or by digest (``bodies.py``).
+    ``legacy``: the form keys had before form and multipart bodies were parsed."""
+    return body_for_key(body, content_type, aliases, legacy=legacy)
 
 
 def canonical_request(
