@@ -459,6 +459,30 @@ def test_shapes_checked_after_their_prefix_match_as_if_checked_before() -> None:
     same()
 
 
+def test_masking_skips_only_regexes_that_cannot_match() -> None:
+    """``mask_text`` skips a needle when the string lacks its ``_`` or ``-``, and runs each
+    kind once: it masks what running every kind whose needle occurs masks."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    pieces = [v for vs in SHAPED.values() for v in vs] + [
+        "sk-proj-" + "A1b2C3d4" * 5, "ghp_" + "g" * 36, "hf_" + "h" * 30, "xoxb-123456789012",
+        "Bearer " + "t" * 20, " ", "_", "-", "\n", "plain words", "TASK"]
+
+    def every_kind(text: str) -> str:
+        for _, needles, pat in _secrets._re().kinds:
+            if any(n in text for n in needles):
+                text = pat.sub(lambda m: m.group(0).replace(m.group("s"), "#"), text)
+        return text
+
+    @settings(max_examples=300, deadline=None, derandomize=True)
+    @given(st.lists(st.sampled_from(pieces), max_size=6).map("".join))
+    def same(text: str) -> None:
+        assert _secrets.mask_text(text, lambda _: "#", lambda _: False) == every_kind(text)
+
+    same()
+
+
 # --------------------------------------------------------------------- form and multipart text
 
 
