@@ -77,7 +77,12 @@ def test_pairs_in_a_file_line() -> None:
     got = list(_formtext.pair_fields(line, _secrets.is_secret_pair))
     # ``pwd`` is a directory in a file (an answer's word), ``<REDACTED>`` is no value
     assert got == [("refresh_token", "r-123"), ("code", "c0de")]
-    assert list(_formtext.pair_fields("f(x, password=pw())", _secrets.is_secret_pair)) == []
+    for code in ("f(x, password=pw())", "    client(api_key=key, base_url=url)",
+                 "        key=key", "client(x, api_key=settings.key)"):
+        assert list(_formtext.pair_fields(code, _secrets.is_secret_pair)) == [], code
+    # after a space, a form's first pair (a YAML body) still is one
+    assert list(_formtext.pair_fields("body: client_secret=cs-1&grant_type=x",
+                                      _secrets.is_secret_pair)) == [("client_secret", "cs-1")]
     assert list(_formtext.pair_fields("a\\npassword=x1", _secrets.is_secret_pair)) == [
         ("password", "x1")]  # after a JSON escape
 

@@ -152,12 +152,11 @@ def _delimiter(s: str, at: int) -> str | None:
 
 # ---------------------------------------------------------------- in files (``scan``)
 
-# ``name=value`` where a query string, a form body or a JSON string starts, or after a space
-# or a JSON escape (``\\n``);
-# the value must end there too (``f(password=pw)`` in code is not one). Both parts bounded by
-# their characters, so each start scans only its own run.
+# ``name=value`` where a query string, a form body or a JSON string starts, after a JSON escape
+# (``\\n``) or a space, ending where the value ends (``f(password=pw())`` in code is not one).
+# Both parts bounded by their characters, so each start scans only its own run.
 _PAIR = (r"(?:(?<=[?&\"'\s])|(?<=\\[nrt])|^)([A-Za-z][A-Za-z0-9_.\-%\[\]]{0,63})="
-         r"([A-Za-z0-9_\-.~%+/=*!$:@,]+)(?=[&\"'#\s\\]|$)")
+         r"([A-Za-z0-9_\-.~%+/=]+)(?=[&\"'#\s\\]|$)")
 _VALUE = r"[ \t]*((?:[^\r\n\"\\]|\\(?![rn]))*)"
 _BLANK_ANY = r"(?:\r?\n|\\r\\n|\\n)[ \t]*(?:\r?\n|\\r\\n|\\n)"
 _VALUE_MAX = 512
@@ -168,6 +167,11 @@ def pair_fields(line: str, secret: Callable[[str], bool]) -> Iterator[tuple[str,
     if "=" not in line:
         return
     for m in _rx(_PAIR).finditer(line):
+        # After a space, only a form's first pair (``body: client_secret=...&...`` in YAML):
+        # ``f(x, api_key=key)`` and ``key=key`` on a line of code are not forms.
+        if (m.start() and line[m.start() - 1].isspace()
+                and not line.startswith("&", m.end())):
+            continue
         if secret(m.group(1)):
             yield m.group(1), m.group(2)
 
