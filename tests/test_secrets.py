@@ -253,6 +253,16 @@ def test_every_secret_pattern_is_linear_at_1_mb(name: str) -> None:
         _assert_linear(fn, _hostile(stem), f"{name} on {stem!r}")
 
 
+def test_every_secret_pattern_passes_the_static_exponential_check() -> None:
+    """The check user volatile patterns must pass: none of ours backtracks exponentially."""
+    from dejacache import _formtext
+    from dejacache._core.redos import exponential
+
+    patterns = [*_secrets._SHAPES.values(), _formtext._NOT_FORM, _formtext._MP_NAME,
+                _formtext._PAIR, _formtext._VALUE, _formtext._BLANK_ANY]
+    assert [p for p in patterns if exponential(re.compile(p)) is not None] == []
+
+
 def test_every_secret_shape_is_timed() -> None:
     """A shape added without hostile stems would skip the 1 MB check above."""
     assert set(_secrets._SHAPES) <= set(_STEMS)
