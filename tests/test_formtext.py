@@ -95,3 +95,14 @@ def test_multipart_fields_in_a_file_raw_or_json_escaped() -> None:
         ("password", "hunter2")]
     assert [(n, v) for _, n, v in _formtext.multipart_fields(
         escaped, _secrets.is_secret_pair)] == [("client_secret", "cs-1")]
+
+
+def test_name_hints_cover_every_name_a_pair_is_a_credential_under() -> None:
+    """``scan`` skips lines holding no hint: each credential name, suffix and query-only
+    name holds one, in every spelling ``is_secret_pair`` reads."""
+    names = [*_secrets.SECRET_NAMES, *_secrets._QUERY_ONLY, *("db" + s for s in _secrets._SUFFIXES)]
+    for name in names:
+        for spelling in (name, name.upper(), name.replace("_", "-"),
+                         "".join(w.title() for w in name.split("_"))):
+            if _secrets.is_secret_pair(spelling):
+                assert _formtext.hinted(spelling, _secrets.NAME_HINTS), spelling

@@ -199,7 +199,7 @@ _STEMS = {
     "form text": ["a=b&", "password=", "?", "a=&password=x"],
     "multipart text": ['form-data; name="password"\r\n\r\n', "--b\r\n",
                        'form-data; name="password"', "\n--"],
-    "form pairs": ["password=", "&password=a", "a=", "?a"],
+    "form pairs": ["password=", "&password=a", "a=", "?a", "a" * 70 + "=", "=a"],
     "multipart fields": ['form-data; name="password"\n\n', 'form-data; name=\\"pwd\\"'],
 }
 
@@ -259,7 +259,8 @@ def test_every_secret_pattern_passes_the_static_exponential_check() -> None:
     from dejacache._core.redos import exponential
 
     patterns = [*_secrets._SHAPES.values(), _formtext._NOT_FORM, _formtext._MP_NAME,
-                _formtext._PAIR, _formtext._VALUE, _formtext._BLANK_ANY]
+                _formtext._NAME_REVERSED, _formtext._PAIR_VALUE, _formtext._VALUE,
+                _formtext._BLANK_ANY]
     assert [p for p in patterns if exponential(re.compile(p)) is not None] == []
 
 

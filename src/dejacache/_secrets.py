@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AUTH_QUERY",
     "MASK_PREFIX",
+    "NAME_HINTS",
     "SECRET_NAMES",
     "SECRET_PATTERNS",
     "SENSITIVE_HEADERS",
@@ -128,6 +129,12 @@ def is_secret_name(name: str, *, response: bool = False) -> bool:
         if n.endswith(_SUFFIXES):
             return True
     return False
+
+
+#: Substrings (lower case) of every name :func:`is_secret_pair` accepts: text holding none of
+#: them holds no credential ``name=value`` (``dejacache scan`` skips its lines).
+NAME_HINTS: Final = ("key", "token", "secret", "pass", "pwd", "pswd", "auth", "cookie",
+                     "bearer", "cred", "sig", "code", "assertion")
 
 
 @functools.lru_cache(maxsize=4096)

@@ -66,14 +66,18 @@ def scan_text(text: str, path: str = "") -> Iterator[Finding]:
     line); fields only on lines with a ``:``."""
     shapes = _secrets.shapes_in(text)
     fields = ":" in text
-    pairs = "=" in text
+    pairs = "=" in text and _formtext.hinted(text, _secrets.NAME_HINTS)
     if not shapes and not fields and not pairs:
         return
     parts = _multipart_fields(text)
-    end = 0  # offset of the end of the current line: a multipart field is reported on its line
-    for lineno, raw in enumerate(text.splitlines(keepends=True), 1):
-        end += len(raw)
-        line = raw.rstrip(_LINE_BREAKS)  # one break at most: splitlines split there
+    # With multipart fields, lines are read with their breaks, to know where each ends: a
+    # field is reported on the line that names it.
+    keep = bool(parts)
+    end = 0
+    for lineno, line in enumerate(text.splitlines(keepends=keep), 1):
+        if keep:
+            end += len(line)
+            line = line.rstrip(_LINE_BREAKS)  # at most one: where splitlines split
         for kind, m in _secrets.find_secrets(line, shapes):
             found = m.group(0)
             if PLACEHOLDER in found:
@@ -83,7 +87,8 @@ def scan_text(text: str, path: str = "") -> Iterator[Finding]:
             for name, value in _credential_fields(line):
                 yield Finding(path, lineno, f"credential field {name!r}", _mask(value))
         if pairs and "=" in line:
-            for name, value in _formtext.pair_fields(line, _secrets.is_secret_pair):
+            for name, value in _formtext.pair_fields(line, _secrets.is_secret_pair,
+                                                     _secrets.NAME_HINTS):
                 if value not in _NOT_A_VALUE:
                     yield Finding(path, lineno, f"credential field {name!r}", _mask(value))
         while parts and parts[-1][0] < end:
