@@ -139,9 +139,10 @@ NAME_HINTS: Final = ("key", "token", "secret", "pass", "pwd", "pswd", "auth", "c
 
 @functools.lru_cache(maxsize=4096)
 def is_secret_pair(name: str) -> bool:
-    """Whether ``name=value`` found in a file (a URL query, form or multipart field) holds a
-    credential: the query-only names (``code``, ``key``, ``sig``) and credential names as
-    answers use them (``pwd=`` in a tool's output is a directory, ``token=`` still a token)."""
+    """Whether ``name=value`` found in a file (a URL query, form or multipart field) holds
+    a secret, by its name: a query-only one (``code``, ``key``, ``sig``) or a credential
+    name as answers use them (``pwd=`` in a tool's output is a directory, ``token=`` is
+    still a token)."""
     import urllib.parse
 
     raw = urllib.parse.unquote_plus(name)
