@@ -73,6 +73,15 @@ def test_query_only_names() -> None:
     assert not _secrets.is_secret_query("page")
 
 
+@pytest.mark.parametrize("name", ["code_verifier", "device_code", "assertion",
+                                  "client_assertion", "subject_token", "actor_token"])
+def test_oauth_proofs_are_secret_in_queries_and_forms_only(name: str) -> None:
+    """PKCE's verifier, a device code, a SAML or JWT assertion, RFC 8693's exchanged tokens:
+    credentials where OAuth sends them (a query, a form), data in a JSON body."""
+    assert _secrets.is_secret_query(name) and _secrets.is_secret_pair(name)
+    assert not _secrets.is_secret_name(name)
+
+
 def test_key_file_is_created_once_0600_and_reused(key_home: pathlib.Path) -> None:
     a = _secrets.mask("hunter2")
     assert key_home.exists()
