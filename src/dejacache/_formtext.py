@@ -4,8 +4,9 @@ HTTP keys parse form and multipart bodies into fields (``http/bodies.py``), so a
 field is masked by name like a JSON body's. Text can still hold one: a body keyed before
 bodies were parsed (``{"text": "grant_type=...&client_secret=..."}``), a form-encoded answer
 (GitHub's classic OAuth token endpoint answers ``access_token=...&scope=...``), a file written
-by another tool. Here are the two rules that find the values in such text, used by masking
-(stores and cassettes, through ``_secrets.mask_text``) and by ``dejacache scan``:
+by another tool. Here are the rules that find the values in such text, used by masking
+(stores and cassettes, through ``_secrets.mask_text``) and by ``dejacache scan`` (which also
+reads ``name=value`` pairs inside longer lines: a URL's query, a YAML body):
 
 - **form text**: a whole string shaped like ``name=value&name=value`` (no whitespace, every
   part has a name and a ``=``); a credential name's value is replaced in place (never
@@ -29,6 +30,7 @@ from collections.abc import Callable, Iterator
 
 __all__ = ["SKIP_VALUES", "form_spans", "hinted", "mask_form", "mask_multipart",
            "multipart_fields", "pair_fields"]
+
 
 @functools.cache
 def _rx(pattern: str) -> re.Pattern[str]:
