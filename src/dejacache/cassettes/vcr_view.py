@@ -10,7 +10,8 @@ What differs, because dejacache stores less: of the request headers, only those 
 are (``Accept``, API versions) are stored, so ``headers`` holds those; credentials never are
 (they are keyed as digests); hosts are not stored (a loopback server gets a fresh
 port per run), so ``uri`` is the path and query; ``body`` is the canonical request body as
-JSON bytes (volatile fields left out), not the bytes the client sent.
+JSON bytes (volatile fields left out), not the bytes the client sent (a body kept as text is
+that text, and a form is form-encoded, its credentials as their placeholder).
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ class VcrRequest:
             self.body: bytes | None = None
         elif isinstance(body, dict) and set(body) == {"text"}:
             self.body = str(body["text"]).encode()
+        elif isinstance(body, dict) and set(body) == {"form"} and isinstance(body["form"], list):
+            # A form as its client sent it (credentials as their placeholder), as vcrpy shows
+            # one: ``b"grant_type=client_credentials&..."``.
+            self.body = urllib.parse.urlencode(
+                [(k, str(v)) for pair in body["form"] if isinstance(pair, dict)
+                 for k, v in pair.items()]).encode()
         else:
             self.body = orjson.dumps(body)
         heads = req.get("headers")

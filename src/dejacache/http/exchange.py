@@ -30,7 +30,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
-import xxhash
 
 from .._core import volatile as _vol
 from .._secrets import AUTH_QUERY, is_secret_name, is_secret_query, mask, name_forms
@@ -39,6 +38,7 @@ from ..errors import SerializationError
 from ..keys import DEFAULT_VOLATILE, canonical_json, digest, volatile_spellings
 from . import eventstream
 from .aliases import AliasTable
+from .bodies import body_for_key, parsed_since_legacy
 from .providers import Provider
 from .sse import event_bytes, event_data, is_ndjson, ndjson_events
 
@@ -79,9 +79,6 @@ _HIDE = Redactor()
 # credential parameters (``?code=``, ``?password=``) change the answer: they are masked.
 SECRET_QUERY = AUTH_QUERY
 
-# Bodies above this are keyed by digest instead of inline text (nearest-miss diffs stay short).
-_INLINE_TEXT = 4096
-
 
 @functools.lru_cache(maxsize=256)
 def volatile_for(provider: str, extra: tuple[str | re.Pattern[str], ...], base: frozenset[str]
@@ -99,28 +96,12 @@ def volatile_for(provider: str, extra: tuple[str | re.Pattern[str], ...], base: 
     return names, _vol.under(spec.paths, _vol.REQUEST_ROOTS, "body"), spec.patterns, keep
 
 
-def _body_for_key(body: bytes, content_type: str, aliases: AliasTable | None) -> Any:
-    if not body:
-        return None
-    head = body[:1]
-    if "json" in content_type or head in (b"{", b"["):
-        try:
-            data = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            pass
-        else:
-            return aliases.apply_json(body, data) if aliases is not None else data
-    if content_type.startswith("multipart/"):
-        # The boundary is random per request; without this no upload would ever match.
-        _, _, boundary = content_type.partition("boundary=")
-        if boundary:
-            body = body.replace(boundary.strip('"').encode(), b"BOUNDARY")
-    if len(body) <= _INLINE_TEXT:
-        try:
-            return {"text": body.decode()}
-        except UnicodeDecodeError:
-            pass
-    return {"xxh3_128": xxhash.xxh3_128_hexdigest(body), "size": len(body)}
+def _body_for_key(body: bytes, content_type: str, aliases: AliasTable | None, *,
+                  legacy: bool = False) -> Any:
+    """The body as the canonical request holds it: JSON parsed, form and multipart bodies as
+    their fields (credential fields masked), other text inline or by digest (``bodies.py``).
+    ``legacy``: the form keys had before form and multipart bodies were parsed."""
+    return body_for_key(body, content_type, aliases, legacy=legacy)
 
 
 def _head(method: str, path: str, query: Iterable[tuple[str, str]],
@@ -168,15 +149,15 @@ def canonical_request(
     asks for a stream.
 
     ``headers``: the keyed headers (``headers.classify``), ``{}`` when none; None gives the
-    form keys had before request headers counted (no ``headers`` member), which recordings
-    made then are found by. ``identity``: the caller's identity items, sorted
-    (``NAME@SCOPE#DIGEST``: ``identities.py``).
+    form keys had before request headers counted (no ``headers`` member, form and multipart
+    bodies as text), which recordings made then are found by. ``identity``: the caller's
+    identity items, sorted (``NAME@SCOPE#DIGEST``: ``identities.py``).
 
     The host is not part of it (the endpoint name carries the provider): a loopback test server
     gets a fresh port on every run, and the same call through a proxy should match.
     """
     data = _head(method, path, query, aliases, alias_path)
-    b = _body_for_key(body, content_type, aliases)
+    b = _body_for_key(body, content_type, aliases, legacy=headers is None)
     if b is not None:
         data["body"] = b
     if headers is not None:
@@ -214,6 +195,9 @@ def legacy_request(
     canonicalised once per call, not twice (268 KB: ~0.7 ms each). Anything else (a ``None``
     mark that is not the body's, substitutions that span members) is written out in full.
     """
+    if parsed_since_legacy(content_type):  # the body itself was keyed another way then
+        return canonical_request(method, path, query, body, content_type, provider, aliases,
+                                 extra_volatile, substitutions)[0]
     vol, paths, patterns, _ = volatile_for(provider.name, extra_volatile, provider.volatile)
     kw: dict[str, Any] = {"volatile": vol, "volatile_paths": paths,
                           "volatile_patterns": patterns, "function": provider.name,

@@ -15,7 +15,8 @@ A request header is, in this order:
    of all of it (``identities.py``), which a file cannot be turned back into. On a
    provider's own endpoints the API key is a *role*, not an identity (a recording made with a
    real key replays under CI's placeholder), and is left out; the account headers still count;
-3. **keyed as it is** otherwise: content negotiation (``Accept``, ``Accept-Language``,
+3. **keyed as it is** otherwise: what the body is (``Content-Type``'s media type, without
+   its parameters), content negotiation (``Accept``, ``Accept-Language``,
    ``Range``, ``If-None-Match``...), API versions and betas (``anthropic-version``,
    ``anthropic-beta``, ``openai-beta``, ``X-GitHub-Api-Version``...), and any header this
    module does not know, since a miss is safe and a wrong answer is not. A value that asks
@@ -38,7 +39,7 @@ __all__ = ["TRANSPORT", "TRANSPORT_PREFIXES", "KeyedHeaders", "classify", "cooki
 #: Request headers that describe the connection, the client or the trace, never the question.
 TRANSPORT: Final = frozenset({
     # the wire and the connection
-    "host", "content-length", "content-type", "transfer-encoding", "connection", "keep-alive",
+    "host", "content-length", "transfer-encoding", "connection", "keep-alive",
     "te", "trailer", "upgrade", "expect", "accept-encoding", "proxy-connection", "via",
     "cache-control", "pragma", "origin", "referer", "forwarded",
     # the client
@@ -128,6 +129,8 @@ def _classify(headers: tuple[tuple[str, str], ...], provider: bool, volatile: fr
     identity: list[tuple[str, str]] = []
     for name in sorted(joined):
         value = ", ".join(joined[name])
+        if name == "content-type":  # what the body is; its parameters are framing (boundary)
+            value = value.partition(";")[0].strip().lower()
         if name in volatile or _AS_ABSENT.get(name) == value:
             continue
         kind = _kind(name)
