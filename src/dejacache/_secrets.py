@@ -53,6 +53,7 @@ __all__ = [
     "mask",
     "mask_text",
     "mask_url_queries",
+    "may_be_secret",
     "name_forms",
     "normalize",
     "scrub_request",
@@ -371,6 +372,18 @@ def shapes_in(text: str) -> tuple[Shape, ...]:
     """The kinds of secret shape whose needles occur in ``text``: only these can match in it,
     or in any part of it (``dejacache scan`` checks a whole file once, then its lines)."""
     return tuple(k for k in _re().kinds if any(n in text for n in k[1]))
+
+
+@functools.cache
+def _all_needles() -> tuple[str, ...]:
+    return tuple(sorted({n for ns in _NEEDLES.values() for n in ns}))
+
+
+def may_be_secret(s: str) -> bool:
+    """Whether ``s`` holds a substring every match of some secret shape holds: False means it
+    holds none, decided without compiling a pattern (compiling them all costs ~3-8 ms, which
+    a replay that only reads short header values would otherwise pay on its first call)."""
+    return any(n in s for n in _all_needles())
 
 
 def find_secrets(s: str, shapes: tuple[Shape, ...] | None = None

@@ -32,7 +32,7 @@ import functools
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-from .._secrets import SENSITIVE_HEADERS, find_secrets, is_secret_name, name_forms
+from .._secrets import SENSITIVE_HEADERS, find_secrets, is_secret_name, may_be_secret, name_forms
 
 __all__ = ["TRANSPORT", "TRANSPORT_PREFIXES", "KeyedHeaders", "classify", "cookie_pairs"]
 
@@ -136,7 +136,7 @@ def _classify(headers: tuple[tuple[str, str], ...], provider: bool, volatile: fr
         kind = _kind(name)
         if kind == "transport" and name not in keep:
             continue
-        if kind == "plain" and next(find_secrets(value), None) is not None:
+        if kind == "plain" and may_be_secret(value) and next(find_secrets(value), None):
             kind = "identity"  # a secret-shaped value under a name we did not know
         if kind == "identity":
             if not (provider and _role_name(name)):
