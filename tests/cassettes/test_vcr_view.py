@@ -48,7 +48,8 @@ def test_requests_responses_and_play_counts(tmp_path: pathlib.Path) -> None:
         assert (req.method, req.uri, req.url, req.path) == (
             "POST", "/v1/chat/completions", "/v1/chat/completions", "/v1/chat/completions")
         assert orjson.loads(req.body or b"")["messages"][0]["content"] == "one"
-        assert req.headers == {"accept": "application/json"}  # no credential: never stored
+        # what the key held as it is; credentials never stored
+        assert req.headers == {"accept": "application/json", "content-type": "application/json"}
         assert req.query == [] and repr(req).startswith("<Request (POST)")
         resp = view.responses[0]
         assert resp["status"]["code"] == 200

@@ -156,7 +156,7 @@ def test_polls_recorded_before_urls_were_aliased_still_replay(
     def unaliased(*args: Any, **kw: Any) -> tuple[bytes, bool]:
         # URLs not aliased, request headers not keyed: how earlier versions keyed a call
         return exchange.canonical_request(*args, **{**kw, "alias_path": False,
-                                                    "headers": None, "identity": None})
+                                                    "legacy": True})
 
     path = tmp_path / "bg.json"
     with monkeypatch.context() as m:  # how earlier versions keyed a URL

@@ -142,26 +142,27 @@ def canonical_request(
     alias_path: bool = True,
     headers: Mapping[str, str] | None = None,
     identity: list[str] | None = None,
+    legacy: bool = False,
 ) -> tuple[bytes, bool]:
     """Canonical JSON of a request (method, path, query without auth parameters, the request
     headers that change the answer, the caller's identity digest, body without volatile
     fields, credentials masked; provider ids in path and body aliased) and whether the body
     asks for a stream.
 
-    ``headers``: the keyed headers (``headers.classify``), ``{}`` when none; None gives the
-    form keys had before request headers counted (no ``headers`` member, form and multipart
-    bodies as text), which recordings made then are found by. ``identity``: the caller's
-    identity items, sorted (``NAME@SCOPE#DIGEST``: ``identities.py``).
+    ``headers``: the keyed headers (``headers.classify``); ``identity``: the caller's
+    identity items, sorted (``NAME@SCOPE#DIGEST``: ``identities.py``). ``legacy``: the form
+    keys had before request headers counted (no ``headers`` member, form and multipart
+    bodies as text), which recordings made then are found by.
 
     The host is not part of it (the endpoint name carries the provider): a loopback test server
     gets a fresh port on every run, and the same call through a proxy should match.
     """
     data = _head(method, path, query, aliases, alias_path)
-    b = _body_for_key(body, content_type, aliases, legacy=headers is None)
+    b = _body_for_key(body, content_type, aliases, legacy=legacy)
     if b is not None:
         data["body"] = b
-    if headers is not None:
-        data["headers"] = dict(headers)
+    if not legacy:
+        data["headers"] = dict(headers or {})
     stream = provider.asks_stream(path, b)
     vol, paths, patterns, _ = volatile_for(provider.name, extra_volatile, provider.volatile)
     # Credential-named body fields (``password``, ``client_secret``) are masked whatever else
@@ -186,7 +187,7 @@ def legacy_request(
     headers: Mapping[str, str],
     identity: list[str] | None,
 ) -> bytes:
-    """The form before request headers counted (``canonical_request(..., headers=None)``) of
+    """The form before request headers counted (``canonical_request(..., legacy=True)``) of
     the request whose new form is ``new``.
 
     Cut out of ``new`` when its bytes are laid out as expected: the members sort ``body`` <
@@ -197,7 +198,7 @@ def legacy_request(
     """
     if parsed_since_legacy(content_type):  # the body itself was keyed another way then
         return canonical_request(method, path, query, body, content_type, provider, aliases,
-                                 extra_volatile, substitutions)[0]
+                                 extra_volatile, substitutions, legacy=True)[0]
     vol, paths, patterns, _ = volatile_for(provider.name, extra_volatile, provider.volatile)
     kw: dict[str, Any] = {"volatile": vol, "volatile_paths": paths,
                           "volatile_patterns": patterns, "function": provider.name,
@@ -212,7 +213,7 @@ def legacy_request(
         if core.endswith(suffix) and core[-len(suffix) - 1:-len(suffix)] in (b"{", b","):
             return core[:-len(suffix)] + tail[1:] + mark
     return canonical_request(method, path, query, body, content_type, provider, aliases,
-                             extra_volatile, substitutions)[0]
+                             extra_volatile, substitutions, legacy=True)[0]
 
 
 def request_key(namespace: str, name: str, canonical: bytes) -> str:

@@ -58,7 +58,7 @@ def keyed(eff: Effective, name: str, args: tuple[Any, ...],
     content type, provider, aliases, volatile items, substitutions). ``headers`` None: the
     form before request headers counted, as importers write it."""
     if headers is None:
-        canonical, stream = canonical_request(*args)
+        canonical, stream = canonical_request(*args, legacy=True)
         return Keyed(request_key(eff.namespace or "", name, canonical), canonical, stream,
                      _NOBODY, None)
     provider, aliases, extra = args[5], args[6], args[7]
@@ -128,7 +128,7 @@ def _older(eff: Effective, name: str, args: tuple[Any, ...], canonical: bytes,
     ns = eff.namespace or ""
     forms = [legacy_request(canonical, *args, headers=plain, identity=identity)]
     if unaliased:
-        forms.append(canonical_request(*args, alias_path=False)[0])
+        forms.append(canonical_request(*args, alias_path=False, legacy=True)[0])
     for form in forms:
         key = request_key(ns, name, form)
         if holds(key):
