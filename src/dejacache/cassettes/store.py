@@ -44,7 +44,7 @@ from ..stores._base import BaseStore, Record, StoreStats
 from . import format as fmt
 from .ageing import Ageing, stamp_entry
 from .order import RunOrder
-from .partial import Partial
+from .partial import Partial, derived_path
 from .prices import estimate_dollars
 from .redact import Redactor
 from .tape import NONE_UNUSED, Entry, EntryInfo, Tape, Unused, View
@@ -122,7 +122,7 @@ class Cassette(BaseStore):
         self.partial = partial
         self._writer.expired = self.ageing.expired if self.ageing is not None else None
         self.live_tape = None if partial is None else Cassette(
-            live_path or self.path.with_suffix(".live.json"), mode="record",
+            live_path or derived_path(self.path, None), mode="record",
             redactor=self.redactor, rerecord_hint=rerecord_hint,
             record_errors=self.record_errors, derived=True)
 
