@@ -94,6 +94,8 @@ class Cassette(BaseStore):
         self.rerecord_hint = rerecord_hint
         self.record_errors = tuple(record_errors)
         self.shared = shared
+        #: entries the save removed as unused (``prune``); they are still in ``unused``
+        self.pruned = 0
         #: Calls must follow the recorded order (see ``_core/strict.py``); misses raise.
         self.strict = strict
         self.counters = TapeCounters()
@@ -460,7 +462,10 @@ class Cassette(BaseStore):
                 self.mode == "record" and (self._tape.raw is not None or new))
             if not changed:
                 return False  # every call hit: the file is not even rewritten
-            return self._writer.write(prune)
+            dropped = len(self.unused) if prune else 0
+            wrote = self._writer.write(prune)
+            self.pruned = dropped
+            return wrote
 
 
 def _model_of(response: Any) -> str:
