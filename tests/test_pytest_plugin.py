@@ -158,8 +158,41 @@ def test_t(dejacache_cassette):
         res.stdout.fnmatch_lines(["unused entries: 1 in 1 cassettes*"])
         path = _cassette(pytester, "test_t")
         assert len(orjson.loads(path.read_bytes())["entries"]) == 2
-        run(pytester, "--dejacache-prune").assert_outcomes(passed=1)
+        pruned = run(pytester, "--dejacache-prune")
+        pruned.assert_outcomes(passed=1)
     assert len(orjson.loads(path.read_bytes())["entries"]) == 1
+    # The summary says what the prune did, not that there is something left to prune.
+    assert "remove them with --dejacache-prune" not in pruned.stdout.str()
+    pruned.stdout.fnmatch_lines(["pruned: 1 unused entry removed from 1 cassette"])
+
+
+@pytest.mark.parametrize("where", ["a fixture", "the test"])
+def test_prune_keeps_the_entries_of_a_skipped_test(pytester: pytest.Pytester,
+                                                  where: str) -> None:
+    pytester.makepyfile(test_agent=AGENT + """
+import os
+
+@pytest.fixture
+def service():
+    if os.environ.get("SKIP_IN") == "a fixture":
+        pytest.skip("the service is not running")
+
+def test_t(dejacache_cassette, service):
+    llm("first")
+    if os.environ.get("SKIP_IN") == "the test":
+        pytest.skip("not today")
+    llm("second")
+""")
+    run(pytester).assert_outcomes(passed=1)
+    path = _cassette(pytester, "test_t")
+    before = path.read_bytes()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SKIP_IN", where)
+        res = run(pytester, "--dejacache-prune")
+    res.assert_outcomes(skipped=1)
+    # A skipped test stopped before the calls it did not make: they are not unused.
+    assert path.read_bytes() == before
+    assert "pruned:" not in res.stdout.str()
 
 
 def test_long_parametrize_ids_become_short_safe_file_names(pytester: pytest.Pytester) -> None:

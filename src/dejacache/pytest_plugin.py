@@ -355,6 +355,8 @@ def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
             guard.__exit__(None, None, None)
         reports = item.stash.get(_REPORTS, {})
         failed = any(r.failed for r in reports.values())
+        if any(r.skipped for r in reports.values()):
+            block.prune = False  # it stopped before the calls it did not make: not unused
         try:
             if failed:
                 block.__exit__(AssertionError, None, None)  # the old cassette stays as it was
@@ -419,8 +421,10 @@ def _counts(tapes: list[tuple[str, Cassette]]) -> dict[str, Any]:
     total = summarize(t for _, t in tapes)
     # A shared cassette holds other tests' entries: one test's unused ones are not unused
     # (and --dejacache-prune leaves a shared file alone).
-    unused = [(nodeid, str(t.path), len(t.unused)) for nodeid, t in tapes if not t.shared]
-    return {"counters": total, "unused": [u for u in unused if u[2]]}
+    unused = [(nodeid, str(t.path), len(t.unused)) for nodeid, t in tapes
+              if not t.shared and not t.pruned]
+    return {"counters": total, "unused": [u for u in unused if u[2]],
+            "pruned": [(nodeid, str(t.path), t.pruned) for nodeid, t in tapes if t.pruned]}
 
 
 def _claimed(item: pytest.Item) -> list[pathlib.Path]:
@@ -449,7 +453,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         workeroutput["dejacache"] = {
             "replayed": ctr.replayed, "recorded": ctr.recorded, "missed": ctr.missed,
             "time_saved": ctr.time_saved, "tokens_saved": ctr.tokens_saved,
-            "dollars_saved": ctr.dollars_saved, "unused": c["unused"],
+            "dollars_saved": ctr.dollars_saved, "unused": c["unused"], "pruned": c["pruned"],
         }
 
 
@@ -473,6 +477,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     c = _counts(tapes)
     total: TapeCounters = c["counters"]
     unused: list[Any] = list(c["unused"])
+    pruned: list[Any] = list(c["pruned"])
     for r in remote:
         total.replayed += r["replayed"]
         total.recorded += r["recorded"]
@@ -481,6 +486,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         total.tokens_saved += r["tokens_saved"]
         total.dollars_saved += r["dollars_saved"]
         unused.extend(tuple(u) for u in r["unused"])
+        pruned.extend(tuple(u) for u in r.get("pruned", ()))
     tr = terminalreporter
     tr.section("dejacache")
     tr.write_line(
@@ -500,3 +506,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             tr.write_line(f"  {k:>4}  {path}  ({nodeid})")
         if len(unused) > 10:
             tr.write_line(f"  ... and {len(unused) - 10} more")
+    if pruned:  # --dejacache-prune (or the marker's prune=True) removed them: done
+        n = sum(u[2] for u in pruned)
+        tr.write_line(f"pruned: {n} unused entr{'ies' if n != 1 else 'y'} removed from "
+                      f"{len(pruned)} cassette{'s' * (len(pruned) != 1)}")

@@ -44,7 +44,7 @@ from ..stores._base import BaseStore, Record, StoreStats
 from . import format as fmt
 from .ageing import Ageing, stamp_entry
 from .order import RunOrder
-from .partial import Partial
+from .partial import Partial, derived_path
 from .prices import estimate_dollars
 from .redact import Redactor
 from .tape import NONE_UNUSED, Entry, EntryInfo, Tape, Unused, View
@@ -94,6 +94,8 @@ class Cassette(BaseStore):
         self.rerecord_hint = rerecord_hint
         self.record_errors = tuple(record_errors)
         self.shared = shared
+        #: entries the save removed as unused (``prune``); they are still in ``unused``
+        self.pruned = 0
         #: Calls must follow the recorded order (see ``_core/strict.py``); misses raise.
         self.strict = strict
         self.counters = TapeCounters()
@@ -122,7 +124,7 @@ class Cassette(BaseStore):
         self.partial = partial
         self._writer.expired = self.ageing.expired if self.ageing is not None else None
         self.live_tape = None if partial is None else Cassette(
-            live_path or self.path.with_suffix(".live.json"), mode="record",
+            live_path or derived_path(self.path, None), mode="record",
             redactor=self.redactor, rerecord_hint=rerecord_hint,
             record_errors=self.record_errors, derived=True)
 
@@ -479,7 +481,10 @@ class Cassette(BaseStore):
                 self.mode == "record" and (self._tape.raw is not None or new))
             if not changed:
                 return False  # every call hit: the file is not even rewritten
-            return self._writer.write(prune)
+            dropped = len(self.unused) if prune else 0
+            wrote = self._writer.write(prune)
+            self.pruned = dropped
+            return wrote
 
 
 def _model_of(response: Any) -> str:
