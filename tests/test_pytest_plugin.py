@@ -811,3 +811,17 @@ def test_plan(tmp_path):
     res = run(pytester)
     res.assert_outcomes(passed=1)
     assert "discarded" not in res.stdout.str()
+
+
+def test_a_session_takes_its_discard_listener_away_when_it_ends(
+    pytester: pytest.Pytester,
+) -> None:
+    from dejacache.cassettes import block
+
+    before = list(block.DISCARDED)
+    pytester.makepyfile(test_agent=AGENT + """
+def test_plan(dejacache_cassette):
+    llm("one")
+""")
+    run(pytester).assert_outcomes(passed=1)
+    assert block.DISCARDED == before
