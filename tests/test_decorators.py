@@ -8,7 +8,7 @@ import functools
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -110,7 +110,7 @@ def test_methods_ignore_self(store: dejacache.MemoryStore) -> None:
 class _Assistant:
     """Two instances with different models answer differently: the instance matters."""
 
-    LIVE: list[tuple[str, str]] = []
+    LIVE: ClassVar[list[tuple[str, str]]] = []
 
     def __init__(self, model: str, client: Any = None) -> None:
         self.model = model
@@ -281,7 +281,7 @@ def test_key_self_is_refused_where_it_cannot_mean_anything() -> None:
             def f(q: str) -> str:
                 return q
     with pytest.raises(dejacache.ConfigurationError, match=r"contradicts ignore=\['self'\]"):
-        class I:
+        class Ignoring:
             @dejacache.cache(key_self=True, ignore=["self"])
             def f(self, q: str) -> str:
                 return q

@@ -824,4 +824,4 @@ def test_plan(dejacache_cassette):
     llm("one")
 """)
     run(pytester).assert_outcomes(passed=1)
-    assert block.DISCARDED == before
+    assert before == block.DISCARDED

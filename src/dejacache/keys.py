@@ -993,7 +993,7 @@ class KeyBuilder:
             self._defaults = {p.name: p.default for p in params if p.default is not _EMPTY}
             receiver = _receiver(target, self._sig)
             if receiver is not None:
-                # Dropped by the binding, then put back by ``_receive`` when its rule says
+                # Dropped by the binding, then put back by ``_put_receiver`` when its rule says
                 # so: a method never takes the fast paths (``_plan`` below), so none of them
                 # can key a call without asking.
                 self._drop = self._ignore | {receiver}
@@ -1121,9 +1121,11 @@ class KeyBuilder:
             out[recv] = f"{cls.__module__}.{cls.__qualname__}"
             return out
         t = type(value)
-        seen = self._seen  # the rule for the last class, in one tuple (threads replace it
-        if seen[0] is not t:  # whole): a method's calls are on one class, and asking cost
-            seen = self._seen = (t, self._keeps(t))  # 0.3 µs of a 3.3 µs hit
+        # The rule for the last class seen, in one tuple a thread replaces whole: a method's
+        # calls are on one class, and asking the class each call cost 0.35 µs of a 3.3 µs hit.
+        seen = self._seen
+        if seen[0] is not t:
+            seen = self._seen = (t, self._keeps(t))
         if seen[1]:
             out[recv] = value
         return out
