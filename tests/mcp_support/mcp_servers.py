@@ -64,9 +64,11 @@ class StdioServer:
 class HttpServer:
     """The server on a free loopback port, served by uvicorn in a thread."""
 
-    def __init__(self, ledger: Ledger, transport: Literal["streamable-http", "sse"]) -> None:
+    def __init__(self, ledger: Ledger, transport: Literal["streamable-http", "sse"],
+                 **options: Any) -> None:
         self.ledger = ledger
         self.transport = transport
+        self.options = options  # build()'s (cache_hints)
         self.desk = Desk()
         self._sock = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._sock.getsockname()[1]
@@ -80,7 +82,7 @@ class HttpServer:
     def start(self) -> HttpServer:
         import uvicorn
 
-        mcp_app = build(self.ledger, self.desk)
+        mcp_app = build(self.ledger, self.desk, **self.options)
         app = (mcp_app.streamable_http_app() if self.transport == "streamable-http"
                else mcp_app.sse_app())
         # The socket is bound and listening before the thread starts, so a client that
