@@ -109,9 +109,10 @@ def _redact(_: str) -> str:
 def hidden_url(url: str, hide: Callable[[str], str]) -> str:
     """``url`` (or any text holding URLs) with user and password, credential query values
     and secret-shaped strings passed through ``hide``."""
+    url = mask_text(url, hide)  # first: a URL is matched up to a ``<``, as a mask has
     if "@" in url:
         url = _USERINFO.sub(lambda m: hide(m.group(1)) + "@", url)
-    return mask_text(url, hide)
+    return url
 
 
 def _secret_flag(arg: str) -> bool:
