@@ -15,6 +15,7 @@ import shutil
 import sys
 from typing import Any
 
+import anyio
 import pytest
 
 pytest.importorskip("mcp.server.mcpserver", reason="the MCP tests need mcp 2")
@@ -22,7 +23,7 @@ pytest.importorskip("mcp.server.mcpserver", reason="the MCP tests need mcp 2")
 from fake_mcp_server import LEDGER_ENV, Ledger
 from mcp.client.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
-from mcp_servers import READ_TIMEOUT, SCRIPT, HttpServer, session
+from mcp_servers import READ_TIMEOUT, SCRIPT, HttpServer, arrived, on_change, session
 
 import dejacache
 from dejacache.mcp import CachedSession, mcp_tool_cache
@@ -299,14 +300,16 @@ async def test_a_tool_redeployed_as_destructive_is_no_longer_cached(
     mcp_http: HttpServer,
 ) -> None:
     ledger = mcp_http.ledger
+    changed = anyio.Event()
     with dejacache.agent_session(tenant="acme"):
-        async with session(mcp_http) as s:
+        async with session(mcp_http, message_handler=on_change(changed)) as s:
             await s.initialize()
             cached = mcp_tool_cache(s)
             first = text(await cached.call_tool("get_weather", {"city": "Paris"}))
             assert text(await cached.call_tool("get_weather", {"city": "Paris"})) == first
             # The server says its tools changed (notifications/tools/list_changed)...
             await s.call_tool("redeploy", {"tool": "get_weather", "read_only": False})
+            await arrived(changed)
             after = [text(await cached.call_tool("get_weather", {"city": "Paris"}))
                      for _ in range(2)]
     # ...so the tool is listed again: now destructive, it runs every time.
@@ -379,3 +382,26 @@ async def test_on_2026_07_28_a_listen_stream_says_when_a_long_lived_listing_chan
         server.stop()
     assert len(set(first)) == 1 and after != first[0]
     assert calls(ledger, "get_weather") == 2
+
+
+async def test_a_session_known_by_no_connection_takes_its_cache_with_it(
+    mcp_http: HttpServer,
+) -> None:
+    import gc
+    import weakref
+
+    from dejacache.mcp import _cache
+
+    async def one_session() -> weakref.ref[Any]:
+        async with session(mcp_http) as s:
+            await s.initialize()
+            with dejacache.agent_session(tenant="acme"):
+                await mcp_tool_cache(s).call_tool("get_weather", {"city": "Oslo"})
+            assert len(_cache._OWNED.get(s) or {}) == 1  # its reader, kept for it alone
+            return weakref.ref(s)
+
+    gc.collect()
+    before = len(_cache._OWNED)
+    gone = await one_session()
+    gc.collect()
+    assert gone() is None and len(_cache._OWNED) == before  # a session per request leaks none

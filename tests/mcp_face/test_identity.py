@@ -41,12 +41,13 @@ URL = "https://alice:pw-4471@mcp.example.com:8443/mcp?token=tok-9921&team=a"
 
 def test_a_url_keeps_its_host_port_and_path_and_masks_its_credentials(sessions: Any) -> None:
     s = sessions()
-    conn = connection_of(s, URL)
+    conn, owner = connection_of(s, URL)
+    assert owner is None  # any session may name it
     assert conn["url"].startswith("https://<secret:") and "@mcp.example.com:8443/mcp?" in conn[
         "url"]
     assert "pw-4471" not in repr(conn) and "tok-9921" not in repr(conn) and "team=a" in conn[
         "url"]
-    other = connection_of(s, URL.replace("tok-9921", "tok-0000"))
+    other, _ = connection_of(s, URL.replace("tok-9921", "tok-0000"))
     assert other != conn  # masked with a key, not dropped: another token, another server
 
 
@@ -54,7 +55,7 @@ def test_a_command_line_is_its_command_and_arguments_without_environment(session
     params = StdioServerParameters(command="/usr/bin/npx", args=["-y", "@x/server", "--token",
                                                                  "t-5512"],
                                    env={"API_KEY": "k-7713"})
-    conn = connection_of(sessions(), params)
+    conn, _ = connection_of(sessions(), params)
     assert conn["command"] == "npx" and conn["args"][:3] == ["-y", "@x/server", "--token"]
     assert "t-5512" not in repr(conn) and "k-7713" not in repr(conn)
 
@@ -64,7 +65,8 @@ def test_a_session_that_cannot_say_what_it_is_connected_to_is_its_own_server(
 ) -> None:
     a, b = sessions(), sessions()
     assert connection_of(a, None) == connection_of(a, None) != connection_of(b, None)
-    assert connection_of(a, "desk") == connection_of(b, "desk") == {"label": "desk"}
+    assert connection_of(a, None)[1] is a  # its cache goes with it
+    assert connection_of(a, "desk") == connection_of(b, "desk") == ({"label": "desk"}, None)
 
 
 def test_the_name_and_version_from_the_handshake_are_part_of_the_identity(

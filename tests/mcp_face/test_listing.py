@@ -8,6 +8,7 @@ from __future__ import annotations
 import pathlib
 from typing import Any
 
+import anyio
 import pytest
 
 pytest.importorskip("mcp.server.mcpserver", reason="the MCP tests need mcp 2")
@@ -15,7 +16,7 @@ pytest.importorskip("mcp.server.mcpserver", reason="the MCP tests need mcp 2")
 from fake_mcp_server import Ledger
 from mcp import ClientSession
 from mcp.server.caching import CacheHint
-from mcp_servers import READ_TIMEOUT, HttpServer, session
+from mcp_servers import READ_TIMEOUT, HttpServer, arrived, on_change, session
 
 import dejacache
 from dejacache.mcp import mcp_tool_cache
@@ -37,7 +38,8 @@ class Clock:
 async def test_a_handshake_era_listing_holds_until_the_server_says_otherwise(
     mcp_http: HttpServer,
 ) -> None:
-    async with session(mcp_http) as s:
+    changed = anyio.Event()
+    async with session(mcp_http, message_handler=on_change(changed)) as s:
         await s.initialize()
         book = Listing(s, clock=(clock := Clock()))
         assert await book.annotations("get_weather") == (True, {
@@ -48,6 +50,7 @@ async def test_a_handshake_era_listing_holds_until_the_server_says_otherwise(
         assert await book.annotations("ghost") == (False, None)  # listed again: not there
         assert listed(mcp_http.ledger) == 2
         await s.call_tool("redeploy", {"tool": "get_weather", "read_only": False})
+        await arrived(changed)
         hints = (await book.annotations("get_weather"))[1]
         assert hints["readOnlyHint"] is False and listed(mcp_http.ledger) == 3
 

@@ -21,12 +21,13 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal
 
+import anyio
 from fake_mcp_server import LEDGER_ENV, Desk, Ledger, build
 from mcp import ClientSession, StdioServerParameters
 
 from provider_support import DropListener
 
-__all__ = ["SCRIPT", "HttpServer", "StdioServer", "session"]
+__all__ = ["SCRIPT", "HttpServer", "StdioServer", "arrived", "on_change", "session"]
 
 SCRIPT = pathlib.Path(__file__).with_name("fake_mcp_server.py")
 
@@ -160,3 +161,22 @@ async def session(server: StdioServer | HttpServer, **kwargs: Any) -> AsyncItera
     kwargs.setdefault("read_timeout_seconds", READ_TIMEOUT)
     async with server.client() as (read, write), ClientSession(read, write, **kwargs) as s:
         yield s
+
+
+def on_change(changed: anyio.Event) -> Any:
+    """A session's message handler that sets ``changed`` when the tool list changes."""
+
+    async def handle(message: Any) -> None:
+        if getattr(message, "method", None) == "notifications/tools/list_changed":
+            changed.set()
+
+    return handle
+
+
+async def arrived(changed: anyio.Event) -> None:
+    """Wait for ``changed``.
+
+    Over streamable HTTP a server sends a notification on the session's own stream, in no order
+    with the answer of the call that caused it: a client hears of it when it arrives."""
+    with anyio.fail_after(READ_TIMEOUT):
+        await changed.wait()

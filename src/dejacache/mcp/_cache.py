@@ -30,6 +30,7 @@ per request still shares one cache, when its sessions name the same server.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -45,6 +46,11 @@ __all__ = ["CachedSession", "mcp_tool_cache", "tool_role"]
 
 _LOCK = threading.Lock()
 _CALLERS: dict[tuple[Any, ...], Any] = {}
+# The callers of servers known by no connection (a ClientSession given no server=): one
+# table per session, dropped with it. A process that opens a session per request would
+# otherwise keep every session's readers, and their results, for good.
+_OWNED: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Any]] = (
+    weakref.WeakKeyDictionary())
 
 
 def _hint(annotations: Mapping[str, Any], wire: str, model: str) -> Any:
@@ -85,14 +91,26 @@ async def _call(tool: str, arguments: Any, session: Any, options: dict[str, Any]
     return await session.call_tool(tool, arguments, **options)
 
 
+def _table(server: Identity, own: dict[tuple[Any, ...], Any]) -> dict[tuple[Any, ...], Any]:
+    """Where the callers of ``server`` are kept (under ``_LOCK``); ``own``: the wrapper's
+    table, for an owner that cannot be referred to weakly."""
+    if server.owner is None:
+        return _CALLERS
+    try:
+        return _OWNED.setdefault(server.owner, {})
+    except TypeError:
+        return own
+
+
 def _caller(role: str, resources: tuple[str, ...], server: Identity,
-            settings: tuple[Any, ...]) -> Any:
+            settings: tuple[Any, ...], own: dict[tuple[Any, ...], Any]) -> Any:
     """The shared ``tool_cache`` reader of ``resources[0]``, or the ``invalidates`` writer
     of every resource in ``resources``."""
     scope, ttl, store, max_bytes, counter_max_age = settings
     key = (role, server.key, resources, scope, ttl, id(store), max_bytes, counter_max_age)
     with _LOCK:
-        fn = _CALLERS.get(key)
+        table = _table(server, own)
+        fn = table.get(key)
         if fn is None:
             if role == "read":
                 fn = tool_cache(resource=resources[0], scope=scope, ttl=ttl, store=store,
@@ -103,7 +121,7 @@ def _caller(role: str, resources: tuple[str, ...], server: Identity,
                 fn = _call
                 for resource in resources:
                     fn = invalidates(resource, store=store, name=server.key)(fn)
-            _CALLERS[key] = fn
+            table[key] = fn
         return fn
 
 
@@ -120,6 +138,7 @@ class CachedSession:
         self._settings = settings
         self._listing = Listing(session)
         self._identity: tuple[Any, Identity] | None = None  # (handshake, identity)
+        self._own: dict[tuple[Any, ...], Any] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.session, name)
@@ -155,7 +174,7 @@ class CachedSession:
             targets = (server.key,)
         else:  # a write nobody placed may change what any of the server's tools reads
             targets = tuple(sorted({server.key, *self._resources.values()}))
-        fn = _caller(role, targets, server, self._settings)
+        fn = _caller(role, targets, server, self._settings, self._own)
         return await fn(name, arguments or {}, self.session, options)
 
 

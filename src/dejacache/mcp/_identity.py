@@ -10,7 +10,8 @@ Where the connection comes from: ``server=`` (a URL, ``StdioServerParameters`` o
 caller vouches for), else what an ``mcp.Client`` was built with. A ``ClientSession`` does not
 know what it was opened over (its transport yields only a pair of streams), so without
 ``server=`` its identity is the session object itself: its cache is its own, never another
-server's. The same holds for an in-process server or a ``Transport`` object.
+server's, and goes with it (:attr:`Identity.owner`). The same holds for an in-process server
+or a ``Transport`` object.
 
 Credentials never reach a key, a store or a log as they are: user and password, credential
 query values and credential arguments (``--token V``, ``API_KEY=V``, secret-shaped strings)
@@ -79,31 +80,34 @@ def handshake_of(session: Any) -> Any:
     return None
 
 
-def connection_of(session: Any, server: Any) -> dict[str, Any]:
-    """The connection ``session`` talks over (``server``: the caller's ``server=``)."""
+def connection_of(session: Any, server: Any) -> tuple[dict[str, Any], Any]:
+    """The connection ``session`` talks over (``server``: the caller's ``server=``), and
+    the object it is named after when it can only be named after one (else None)."""
     if server is None and _is_client(session):
         server = session.server
     if server is None:
-        return {"session": _token(session)}
+        return {"session": _token(session)}, session
     if isinstance(server, str):
         if "://" in server:
-            return {"url": _wire.hidden_url(server, mask)}
-        return {"label": server}
+            return {"url": _wire.hidden_url(server, mask)}, None
+        return {"label": server}, None
     command = getattr(server, "command", None)
     if isinstance(command, str):  # StdioServerParameters: the environment is left out
         cwd = getattr(server, "cwd", None)
         return _wire.stdio_identity(command, [str(a) for a in getattr(server, "args", ())],
-                                    None if cwd is None else str(cwd), hide=mask)
-    return {"object": _token(server)}  # an in-process server, a Transport object
+                                    None if cwd is None else str(cwd), hide=mask), None
+    return {"object": _token(server)}, server  # an in-process server, a Transport object
 
 
 class Identity:
-    """A server as keys name it (:attr:`key`, a digest) and as people read it (:attr:`name`)."""
+    """A server as keys name it (:attr:`key`, a digest) and as people read it (:attr:`name`);
+    :attr:`owner`: the object a server known by no connection is named after, whose cache
+    must go when it goes (None: a server any session may name)."""
 
-    __slots__ = ("key", "name")
+    __slots__ = ("key", "name", "owner")
 
-    def __init__(self, key: str, name: str) -> None:
-        self.key, self.name = key, name
+    def __init__(self, key: str, name: str, owner: Any = None) -> None:
+        self.key, self.name, self.owner = key, name, owner
 
 
 def _server_info(session: Any) -> Any:
@@ -134,10 +138,10 @@ def identify(session: Any, server: Any) -> Identity:
     name = getattr(info, "name", None)
     name = name if isinstance(name, str) else ""
     version = getattr(info, "version", None)
-    connection = connection_of(session, server)
+    connection, owner = connection_of(session, server)
     whole = {"connection": connection, "name": name,
              "version": version if isinstance(version, str) else ""}
     # Masked credentials only, and then hashed: 16 bytes name the server in keys.
     key = _wire.digest_of(orjson.dumps(whole, option=orjson.OPT_SORT_KEYS))
     shown = _shown(connection, name)
-    return Identity(f"mcp:{shown}#{key[:16]}", shown)
+    return Identity(f"mcp:{shown}#{key[:16]}", shown, owner)
