@@ -22,8 +22,8 @@ name shown in metrics is the server's name or a label, a host, a command's file 
 
 from __future__ import annotations
 
-import itertools
 import pathlib
+import uuid
 import weakref
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,18 +36,18 @@ from . import _wire
 __all__ = ["Identity", "connection_of", "handshake_of", "identify", "inner_session"]
 
 _TOKENS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-_COUNTER = itertools.count(1)
 
 
 def _token(obj: Any) -> str:
-    """A name for ``obj`` for as long as it lives (never reused: a counter, not its id)."""
+    """A name for ``obj`` for as long as it lives, never another's: random, not its id (an
+    id is reused in this process, a counter in the next one sharing a Redis store)."""
     try:
         found = _TOKENS.get(obj)
         if found is None:
-            found = _TOKENS[obj] = f"{type(obj).__qualname__}-{next(_COUNTER)}"
+            found = _TOKENS[obj] = f"{type(obj).__qualname__}-{uuid.uuid4().hex}"
         return found
     except TypeError:  # not weakly referable: a name of its own, for this wrapper only
-        return f"{type(obj).__qualname__}-{next(_COUNTER)}"
+        return f"{type(obj).__qualname__}-{uuid.uuid4().hex}"
 
 
 def _is_client(session: Any) -> bool:

@@ -43,7 +43,8 @@ class ToolsWatch:
     async def __call__(self, message: Any) -> None:
         # Counted before the first await: the notification's task runs before the caller of
         # the call that caused it resumes, so that caller's next call sees the change.
-        if getattr(message, "method", None) == _CHANGED:
+        inner = getattr(message, "root", message)  # mcp 1.x: ServerNotification(root=...)
+        if getattr(inner, "method", None) == _CHANGED:
             self.changes += 1
         await self.handler(message)
 

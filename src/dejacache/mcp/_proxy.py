@@ -44,7 +44,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from .._engine import MISS, AsyncDriver, alookup
+from .._engine import MISS, AsyncDriver, alookup, call_mode
 from ..config import Effective
 from ..errors import ReplayMiss
 from ..http.transport import handing_on
@@ -369,27 +369,28 @@ class _Call:
     """One client request inside a block, answered through the engine: the recording (or
     store) answers, or the live server does (``live``), and what a store may keep of it."""
 
-    __slots__ = ("canonical", "data", "eff", "item", "key", "proxy", "ran")
+    __slots__ = ("canonical", "data", "eff", "item", "key", "name", "proxy", "ran")
 
     def __init__(self, proxy: _Proxy, item: Any, data: dict[str, Any],
                  eff: Effective) -> None:
         self.proxy, self.item, self.data, self.eff = proxy, item, data, eff
+        self.name = _wire.call_name(data["method"])
         self.key, self.canonical = _wire.canonical(
             eff.namespace or "", proxy.server, data["method"], data.get("params"),
             eff.volatile, eff.key_substitute)
         self.ran = False
 
     async def answer(self) -> dict[str, Any]:
-        eff, method = self.eff, self.data["method"]
-        name = _wire.call_name(method)
-        if eff.mode != "record" and _wire.by_content(method, self.data.get("params")):
-            return await self.proxy.by_content.answer(eff, name, self.key, self.engine)
+        eff = self.eff
+        # (a block that replays part of a run sends some calls live: ``cassettes/partial``)
+        mode = call_mode(eff, self.name, _wire.KIND) if eff.features.partial else eff.mode
+        if mode != "record" and _wire.by_content(self.data["method"], self.data.get("params")):
+            return await self.proxy.by_content.answer(eff, self.name, self.key, self.engine)
         return await self.engine()
 
     async def engine(self) -> dict[str, Any]:
-        name = _wire.call_name(self.data["method"])
-        value: dict[str, Any] = await _engine_call(self.eff, name, self.key, self.canonical,
-                                                   self.live)
+        value: dict[str, Any] = await _engine_call(self.eff, self.name, self.key,
+                                                   self.canonical, self.live)
         return value
 
     async def live(self, driver: AsyncDriver) -> dict[str, Any]:
