@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import pathlib
+import subprocess
+import sys
 
 import orjson
 import pytest
@@ -86,9 +88,9 @@ def test_a_replayed_run_records_what_it_used(pytester: pytest.Pytester,
     # A pruning run rewrites what it did not use: nothing to judge it by.
     run(pytester, "--dejacache-mode=replay", "--dejacache-prune").assert_outcomes(passed=2)
     doc = orjson.loads(record().read_bytes())
-    assert doc["files"][plan] == {"tests": ["test_agent.py::test_plan"], "unused": None,
-                                  "why": "pruned by the run", "digest": doc["files"][plan][
-                                      "digest"]}
+    assert doc["files"][plan] == {"tests": ["test_agent.py::test_plan"], "outside": False,
+                                  "unused": None, "why": "pruned by the run",
+                                  "digest": doc["files"][plan]["digest"]}
 
 
 def test_a_call_no_longer_made_is_an_orphan_and_fix_prunes_it(
@@ -272,3 +274,184 @@ def test_xdist_workers_parts_make_one_record(pytester: pytest.Pytester) -> None:
     doc = orjson.loads(record().read_bytes())
     assert sorted(t for c in doc["claims"].values() for t in c) == [
         "test_agent.py::test_plan", "test_agent.py::test_renamed"]
+
+
+# ---------------------------------------------------------------- only a complete run judges
+# Each case: a run that cannot have seen every file a test opens, then `dejacache verify
+# --fix` as a user runs it (its own process). The file test_b opens by hand must survive.
+
+HAND = AGENT + """
+import os, pathlib
+
+HANDMADE = pathlib.Path(__file__).parent / "cassettes" / "test_agent" / "handmade.json"
+
+def test_a(dejacache_cassette):
+    assert llm("a")["text"] == "A"
+
+@pytest.mark.slow
+def test_b():
+    how = os.environ.get("STOP_B")
+    if how == "skip":
+        pytest.skip("not on this machine")
+    if how == "xfail":
+        pytest.xfail("known to break here")
+    if how == "fail":
+        raise AssertionError("broken before its cassette")
+    if how == "interrupt":
+        raise KeyboardInterrupt
+    if os.environ.get("HAND", "1") == "1":
+        with dejacache.cassette(HANDMADE):
+            assert llm("b")["text"] == "B"
+"""
+
+
+def verify_cli(pytester: pytest.Pytester, *args: str) -> subprocess.CompletedProcess[str]:
+    """``dejacache verify`` run as a user runs it, in the project's directory."""
+    return subprocess.run([sys.executable, "-m", "dejacache.cli", "verify", *args],
+                          cwd=pytester.path, capture_output=True, text=True, timeout=120,
+                          check=False)
+
+
+@pytest.fixture
+def hand(pytester: pytest.Pytester) -> pathlib.Path:
+    """test_agent.py recorded by a full run: test_a's own cassette, and the one test_b opens
+    by hand (handmade.json, named for no test)."""
+    pytester.makeini("[pytest]\nmarkers =\n    slow: slow tests\n")
+    pytester.makepyfile(test_agent=HAND)
+    run(pytester).assert_outcomes(passed=2)
+    path = cassette(pytester, "handmade")
+    assert path.exists()
+    return path
+
+
+@pytest.mark.parametrize(("args", "why"), [
+    (("-k", "not test_b"), "cannot judge: 1 test deselected (-k, -m, --deselect)"),
+    (("-m", "not slow"), "cannot judge: 1 test deselected (-k, -m, --deselect)"),
+    (("--deselect", "test_agent.py::test_b"),
+     "cannot judge: 1 test deselected (-k, -m, --deselect)"),
+    (("test_agent.py::test_a",), "cannot judge: tests named on the command line (path::name)"),
+], ids=["-k", "-m", "--deselect", "::id"])
+def test_a_narrowed_run_never_deletes_what_a_test_opens_by_hand(
+        pytester: pytest.Pytester, hand: pathlib.Path, args: tuple[str, ...], why: str) -> None:
+    run(pytester, "--dejacache-mode=replay", *args).assert_outcomes(passed=1)
+    res = verify_cli(pytester, "--fix", "-v")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert hand.exists() and cassette(pytester, "test_a").exists()
+    assert f" skip     {why}" in orphan_row(res.stdout, "handmade")
+    assert "dejacache verify --fix: removed no orphans" in res.stdout
+    assert "dejacache verify --fix: left 2 files alone" in res.stdout
+    assert res.stdout.rstrip().splitlines()[-1].startswith("dejacache verify: passed")
+
+
+@pytest.mark.parametrize(("how", "outcome"), [
+    ("skip", "skipped"), ("xfail", "xfailed"), ("fail", "failed")])
+def test_a_test_stopped_before_its_block_in_a_full_run_keeps_its_file(
+        pytester: pytest.Pytester, hand: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+        how: str, outcome: str) -> None:
+    monkeypatch.setenv("STOP_B", how)
+    res = run(pytester, "--dejacache-mode=replay")
+    assert res.parseoutcomes()["passed"] == 1
+    res = verify_cli(pytester, "--fix", "-v")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert hand.exists()
+    assert (f"cannot judge: test test_agent.py::test_b {outcome} (a test that did not pass "
+            "may use cassettes the run never saw)") in orphan_row(res.stdout, "handmade")
+
+
+def test_an_interrupted_run_cannot_judge(pytester: pytest.Pytester, hand: pathlib.Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STOP_B", "interrupt")
+    # In its own process: pytester's in-process run hands a KeyboardInterrupt on to this one.
+    res = pytester.runpytest_subprocess(*_QUIET, "--dejacache-mode=replay")
+    assert res.ret == pytest.ExitCode.INTERRUPTED
+    res = verify_cli(pytester, "--fix", "-v")
+    assert hand.exists()
+    assert "cannot judge: the run was interrupted" in orphan_row(res.stdout, "handmade")
+
+
+OPENS_HANDMADE_OF_TEST_AGENT = AGENT + """
+import pathlib
+
+def test_elsewhere():
+    here = pathlib.Path(__file__).parent / "cassettes" / "test_agent" / "handmade.json"
+    with dejacache.cassette(here):
+        assert llm("b")["text"] == "B"
+"""
+
+
+@pytest.mark.parametrize(("broken", "args", "why"), [
+    ("import not_a_module_anywhere\n", ("--continue-on-collection-errors",),
+     "cannot judge: test_other.py failed to collect"),
+    ('pytest.importorskip("not_a_module_anywhere")\n', (),
+     "cannot judge: test_other.py skipped at collection"),
+    ("", ("--ignore=test_other.py",), "cannot judge: --ignore / --ignore-glob left paths out"),
+    ("", ("test_agent.py",), "cannot judge: the run collected test_agent.py, not the whole "
+     "suite (. left out): run pytest without paths, or set testpaths"),
+], ids=["collection-error", "skipped-module", "--ignore", "a-path"])
+def test_a_module_the_run_did_not_collect_keeps_the_files_it_opens(
+        pytester: pytest.Pytester, broken: str, args: tuple[str, ...], why: str) -> None:
+    # test_other.py opens a cassette in test_agent's folder by hand: a run that never
+    # collected test_other.py cannot tell that file is used.
+    pytester.makeini("[pytest]\n")
+    pytester.makepyfile(test_agent=TWO_TESTS, test_other=OPENS_HANDMADE_OF_TEST_AGENT)
+    run(pytester).assert_outcomes(passed=3)
+    pytester.makepyfile(test_other="import pytest\n" + broken + OPENS_HANDMADE_OF_TEST_AGENT)
+    res = run(pytester, "--dejacache-mode=replay", *args)
+    assert res.parseoutcomes()["passed"] == 2
+    res = verify_cli(pytester, "--fix", "-v")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert cassette(pytester, "handmade").exists()
+    assert why in orphan_row(res.stdout, "handmade")
+
+
+def test_testpaths_make_the_paths_they_name_the_whole_suite(
+        pytester: pytest.Pytester, capsys: pytest.CaptureFixture[str]) -> None:
+    pytester.makeini("[pytest]\ntestpaths = tests\n")
+    tests = pytester.mkdir("tests")
+    (tests / "test_agent.py").write_text(TWO_TESTS)
+    (tests / "conftest.py").write_text("")
+    run(pytester).assert_outcomes(passed=2)
+    run(pytester, "--dejacache-mode=replay", "tests").assert_outcomes(passed=2)
+    assert orjson.loads(record().read_bytes())["cannot_judge"] == ""
+    status, out = verify(capsys, pytester, "-v")
+    assert status == 0 and "every entry used" in orphan_row(out, "test_plan")
+
+
+def test_a_file_opened_in_an_earlier_run_stays_claimed_while_its_test_exists(
+        pytester: pytest.Pytester, hand: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # test_b opens handmade.json only when HAND=1: a complete run without it does not see
+    # the file opened, and the earlier run's word keeps it.
+    run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=2)
+    monkeypatch.setenv("HAND", "0")
+    run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=2)
+    res = verify_cli(pytester, "--fix", "-v")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert hand.exists()
+    doc = orjson.loads(record().read_bytes())
+    assert doc["cannot_judge"] == ""
+    assert doc["opened"][str(hand.resolve())]["tests"] == ["test_agent.py::test_b"]
+    assert ("usage unknown: not opened in the last run, but test test_agent.py::test_b "
+            "opened it in an earlier run (kept while that test exists)") in orphan_row(
+        res.stdout, "handmade")
+    # test_b deleted: no test that opened it is left, and a complete run says so.
+    pytester.makepyfile(test_agent=HAND[:HAND.index("@pytest.mark.slow")])
+    run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=1)
+    res = verify_cli(pytester, "--fix")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert not hand.exists() and cassette(pytester, "test_a").exists()
+    assert "dejacache verify --fix: removed 1 file" in res.stdout
+
+
+def test_a_partial_replays_live_file_is_never_an_orphan(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=TWO_TESTS)
+    run(pytester).assert_outcomes(passed=2)
+    run(pytester, "--dejacache-live=model").assert_outcomes(passed=2)
+    live = cassette(pytester, "test_plan").with_name("test_plan.live.json")
+    assert live.exists()
+    run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=2)  # a complete run
+    res = verify_cli(pytester, "--fix", "-v")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert live.exists()
+    assert orjson.loads(record().read_bytes())["cannot_judge"] == ""
+    assert ("ok       the live calls of a partial replay of test_plan.json: never an orphan"
+            in orphan_row(res.stdout, "test_plan.live"))

@@ -249,16 +249,16 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
     ]
     diff: list[str] = []
     try:
-        cands = (
+        cands = [
             (k, orjson.loads(r.request))
             for k, r in itertools.islice(
                 eff.store.iterate(name=name, namespace=eff.namespace), 1000
             )
             if r.request
-        )
-        near = nearest(target, cands)
+        ]
+        near, older = _nearest(target, cands)
     except Exception as exc:  # explaining must never hide the miss itself
-        near = None
+        near, older = None, False
         lines.append(f"  (could not search recorded calls: {exc!r})")
     if near is None:
         lines.append(f"  no call of {name} is recorded in this source.")
@@ -275,11 +275,20 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
                 "  (none: this very call is recorded, but all its recordings were already "
                 "replayed; each identical call replays the next recorded answer, so the code "
                 "now makes it more often than when it was recorded)")
+        elif diff and all(d.startswith("identity") for d in diff):
+            lines.append(
+                "  the calls differ only in who is asking (credential or account headers, "
+                "keyed as digests): replay with the credentials the cassette was recorded "
+                "with, or leave a header that does not change the answer out with "
+                "volatile=['<header name>'] (README, Keys)")
         elif all("<secret:" in d or "<REDACTED>" in d for d in diff):
             lines.append(
                 "  the calls differ only in credentials, which keys mask with a per-machine "
                 "key: declare them with substitute={'<NAME>': live_value}, ignore them, or "
                 "share DEJACACHE_SECRET_KEY (README, Keys)")
+    if older:
+        lines.append("  (the nearest call was recorded before request headers were part of "
+                     "keys, so it is compared without them; re-recording keys them)")
     hint = features.rerecord_hint or eff.rerecord_hint
     lines.append(
         f"  to re-record: {hint}" if hint else
@@ -292,6 +301,23 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
         # out-of-order call is the one to report, not the miss it leads to)
         miss = cast(SequencedStore, eff.store).note_miss(miss) or miss
     return miss
+
+
+def _nearest(target: Any, cands: list[tuple[str, Any]]
+             ) -> tuple[tuple[str, Any, list[str]] | None, bool]:
+    """The nearest recorded call, and whether it was recorded before HTTP keys held request
+    headers (it has no ``headers`` member): then the call is compared without its
+    ``headers`` and ``identity``, or every such recording would differ in both."""
+    http = type(target) is dict and "method" in target and "headers" in target
+    if not http or all(type(c) is dict and "headers" in c for _, c in cands):
+        return nearest(target, cands), False
+    bare = {k: v for k, v in target.items() if k not in ("headers", "identity")}
+    keyed = [type(c) is dict and "headers" in c for _, c in cands]
+    near = nearest(target, [kc for kc, h in zip(cands, keyed, strict=True) if h])
+    old = nearest(bare, [kc for kc, h in zip(cands, keyed, strict=True) if not h])
+    if old is None or (near is not None and len(near[2]) <= len(old[2])):
+        return near, False
+    return old, True
 
 
 async def areplay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> ReplayMiss:

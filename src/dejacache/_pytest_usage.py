@@ -1,15 +1,21 @@
 """The pytest plugin's usage record and ``--dejacache-verify`` (``pytest_plugin`` calls in).
 
 Every session records which cassettes its tests claim and which blocks opened them
-(``cassettes/usage.py``), and writes the record to ``.dejacache/usage.json`` when it ends, so
-``dejacache verify`` can tell orphans later. With ``--dejacache-verify`` the session then
-verifies the cassettes of the modules it collected against that record, prints the table in
-its summary, and fails when a row fails.
+(``cassettes/usage.py``), and what keeps it from judging orphans: a narrowed collection
+(``::`` ids, ``--lf``, ``--sw``, ``--ignore``, paths short of the suite), deselected tests,
+collection errors and modules skipped at collection, an interruption, and each test's
+outcome. It writes the record to ``.dejacache/usage.json`` when it ends, carrying over the
+files earlier records saw opened, so ``dejacache verify`` can tell orphans later. With
+``--dejacache-verify`` the session then verifies the cassettes of the modules it collected
+against that record, prints the table in its summary, and fails when a row fails.
 """
 
 from __future__ import annotations
 
+import glob
+import os
 import pathlib
+import shlex
 import time
 from collections.abc import Callable
 from typing import Any
@@ -17,7 +23,16 @@ from typing import Any
 import pytest
 
 from .cassettes import block
-from .cassettes.usage import NOT_RUN, PASSED, UsageRecorder, build, write
+from .cassettes.usage import (
+    DESELECTED,
+    FILE_NAME,
+    NOT_RUN,
+    PASSED,
+    UsageRecorder,
+    build,
+    read_previous,
+    write,
+)
 
 __all__ = ["configure", "deselected", "finish", "outcome", "summary", "unconfigure",
            "worker_part"]
@@ -27,6 +42,7 @@ _DESELECTED = pytest.StashKey[list[pytest.Item]]()
 _PARTS = pytest.StashKey[list[dict[str, Any]]]()
 _ROWS = pytest.StashKey[list[Any]]()
 _HOOK = pytest.StashKey[Any]()
+_WATCH = pytest.StashKey[Any]()
 
 # The recorders of the sessions configured and not yet unconfigured in this process,
 # innermost last. A session run in-process from inside a test (``pytester.runpytest``,
@@ -35,13 +51,63 @@ _HOOK = pytest.StashKey[Any]()
 _ACTIVE: list[UsageRecorder] = []
 
 
+class _Collection:
+    """Collectors that failed or were skipped: the tests in them were never seen."""
+
+    def __init__(self, rec: UsageRecorder) -> None:
+        self._rec = rec
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            self._rec.doubts.collect_errors.add(report.nodeid or "(the session)")
+        elif report.skipped:
+            self._rec.doubts.collect_skipped.add(report.nodeid)
+
+
+def narrowed(config: pytest.Config) -> str:
+    """Why this session does not collect the whole suite (empty: it does). The suite is
+    what a bare ``pytest`` collects in the root directory: its ``testpaths``, else the
+    root directory itself."""
+    args = [str(a) for a in config.args]
+    if any("::" in a for a in args):
+        return "tests named on the command line (path::name)"
+    if config.getoption("lf", False):
+        return "--lf ran the last failures only"
+    if config.getoption("stepwise", False) or config.getoption("stepwise_skip", False):
+        return "--sw stops at the first failure"
+    # The command line and PYTEST_ADDOPTS narrow the suite; the ini's addopts define it.
+    given = [*map(str, config.invocation_params.args),
+             *shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))]
+    if any(a.startswith("--ignore") for a in given):
+        return "--ignore / --ignore-glob left paths out"
+    if config.args_source == pytest.Config.ArgsSource.TESTPATHS:
+        return ""
+    here = config.invocation_params.dir
+    root = config.rootpath
+    suite = [pathlib.Path(p) for t in config.getini("testpaths")
+             for p in sorted(glob.glob(str(root / t), recursive=True))] or [root]
+    ran = [(here / a).resolve() for a in args]
+    left = [s for s in suite if not any(s.resolve().is_relative_to(a) for a in ran)]
+    if not left:
+        return ""
+    shown = ", ".join(_shown(pathlib.Path(a), here) for a in ran)
+    return (f"the run collected {shown}, not the whole suite ({_shown(left[0], here)} "
+            "left out): run pytest without paths, or set testpaths")
+
+
+def _shown(path: pathlib.Path, here: pathlib.Path) -> str:
+    return str(path.relative_to(here)) if path.is_relative_to(here) else str(path)
+
+
 def configure(config: pytest.Config, current_test: Callable[[], pytest.Item | None]) -> None:
-    narrowed = (any("::" in str(a) for a in config.args) or bool(config.getoption("lf", False))
-                or bool(config.getoption("stepwise", False)))
-    rec = UsageRecorder([str(a).split("::")[0] for a in config.args], narrowed=narrowed)
+    rec = UsageRecorder([str(a).split("::")[0] for a in config.args],
+                        narrowed=narrowed(config))
     config.stash[_RECORDER] = rec
     config.stash[_DESELECTED] = []
     config.stash[_PARTS] = []
+    watch = _Collection(rec)
+    config.pluginmanager.register(watch, f"dejacache-usage-collection-{id(watch)}")
+    config.stash[_WATCH] = watch
 
     def opened(blk: block.cassette, tape: Any) -> None:
         if not _ACTIVE or _ACTIVE[-1] is not rec:  # an inner session's block
@@ -61,10 +127,13 @@ def unconfigure(config: pytest.Config) -> None:
     hook = config.stash.get(_HOOK, None)
     if hook is not None and hook in block.OPENED:
         block.OPENED.remove(hook)
+    watch = config.stash.get(_WATCH, None)
+    if watch is not None and config.pluginmanager.is_registered(watch):
+        config.pluginmanager.unregister(watch)
     rec = config.stash.get(_RECORDER, None)
     # By identity: UsageRecorder has no __eq__, and sessions may end out of order.
     _ACTIVE[:] = [r for r in _ACTIVE if r is not rec]
-    for key in (_HOOK, _RECORDER, _DESELECTED, _PARTS, _ROWS):
+    for key in (_HOOK, _WATCH, _RECORDER, _DESELECTED, _PARTS, _ROWS):
         if key in config.stash:
             del config.stash[key]
 
@@ -84,7 +153,7 @@ def outcome(reports: dict[str, pytest.TestReport]) -> str:
     if any(r.failed for r in reports.values()):
         return "failed"
     if any(r.skipped for r in reports.values()):
-        return "skipped"
+        return "xfailed" if any(hasattr(r, "wasxfail") for r in reports.values()) else "skipped"
     call = reports.get("call")
     return PASSED if call is not None and call.passed else NOT_RUN
 
@@ -96,11 +165,20 @@ def _part(session: pytest.Session, paths: Callable[[pytest.Item], list[pathlib.P
     if rec is None:
         return None
     outcomes: dict[str, str] = {}
-    for item in [*session.items, *config.stash.get(_DESELECTED, [])]:
-        result = outcomes[item.nodeid] = outcome_of(item)
+
+    def claim(item: pytest.Item, result: str) -> None:
+        outcomes[item.nodeid] = result
         rec.module(str(item.path))
         for path in paths(item):
             rec.claim(path, item.nodeid, result)
+
+    for item in session.items:
+        claim(item, outcome_of(item))
+    deselected = config.stash.get(_DESELECTED, [])
+    for item in deselected:  # they still claim their cassettes
+        claim(item, DESELECTED)
+    rec.doubts.deselected = len({i.nodeid for i in deselected})
+    rec.doubts.interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
     return rec.part(outcomes)
 
 
@@ -120,8 +198,8 @@ def finish(session: pytest.Session, paths: Callable[[pytest.Item], list[pathlib.
         return None  # a run without cassettes leaves the last record alone
     from ._paths import default_cache_dir
 
-    record = build(parts)
     directory = default_cache_dir()
+    record = build(parts, read_previous(directory / FILE_NAME) if directory else None)
     if directory is not None:
         write(record, directory)
     if config.getoption("dejacache_verify"):

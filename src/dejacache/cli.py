@@ -196,7 +196,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         return 2
     rows = verify.verify_files(files, usage=record, max_age=max_age, now=time.time(),
                                fix=args.fix)
-    for line in verify.table(rows, verbose=args.verbose):
+    lines = verify.table(rows, verbose=args.verbose)
+    if args.fix:  # before the summary, which stays the last line
+        lines[-1:-1] = verify.fix_report(rows)
+    for line in lines:
         print(line)
     return 1 if any(r.verdict == verify.FAIL for r in rows) else 0
 

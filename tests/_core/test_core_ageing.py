@@ -16,6 +16,7 @@ from dejacache._core.ageing import (
 
 DAY = 86400.0
 NOW = 1767323045.0  # 2026-01-02T03:04:05Z
+SKEW = 300.0  # the clock skew allowed before a date is in the future (CLOCK_SKEW, documented)
 
 
 def test_stamp_is_iso_utc_and_reads_back() -> None:
@@ -31,6 +32,13 @@ def test_stamp_is_iso_utc_and_reads_back() -> None:
     (NOW - 29 * DAY, 30 * DAY, "auto", "rerecord", None),  # fresh
     (NOW - 31 * DAY, None, "auto", "rerecord", None),  # no max_age
     (None, 30 * DAY, "auto", "rerecord", None),  # age unknown: never expired
+    # dated in the future (a wrong clock, a hand edit): never fresh for ever
+    (NOW + 400 * DAY, 30 * DAY, "auto", "rerecord", "rerecord"),
+    (NOW + 400 * DAY, 30 * DAY, "auto", "warn", "warn"),
+    (NOW + 400 * DAY, 30 * DAY, "replay", "rerecord", "warn"),
+    (NOW + SKEW + 1, 30 * DAY, "auto", "rerecord", "rerecord"),
+    (NOW + SKEW, 30 * DAY, "auto", "rerecord", None),  # within the skew allowed
+    (NOW + 400 * DAY, None, "auto", "rerecord", None),  # no max_age: nothing expires
 ])
 def test_on_expired_table(born: float | None, max_age: float | None, mode: str,
                           on_expiry: str, expected: str | None) -> None:
@@ -49,3 +57,16 @@ def test_on_expiry_is_checked_where_it_is_written() -> None:
     assert check_on_expiry(" ReRecord ") == "rerecord"
     with pytest.raises(ConfigurationError, match="unknown on_expiry 'later'"):
         check_on_expiry("later")
+
+
+def test_a_date_in_the_future_is_past_any_max_age() -> None:
+    from dejacache._core.ageing import CLOCK_SKEW, expired, in_future
+
+    assert CLOCK_SKEW == SKEW
+    assert in_future(NOW + 301, NOW) and not in_future(NOW + 299, NOW)
+    assert not in_future(None, NOW)
+    assert expired(NOW + 400 * DAY, 10_000 * DAY, NOW)
+    assert not expired(NOW + 60, 30 * DAY, NOW)  # a clock a minute apart is not a bad date
+    assert expired(NOW - 31 * DAY, 30 * DAY, NOW) and not expired(NOW - 29 * DAY, 30 * DAY, NOW)
+    assert not expired(None, 30 * DAY, NOW) and not expired(NOW + 400 * DAY, None, NOW)
+    assert age_text(NOW + 400 * DAY, NOW) == "400d"  # how far ahead, not "0s"

@@ -121,8 +121,12 @@ def test_a_path_that_never_matched_is_reported_by_its_text() -> None:
     assert keyed(REQUEST, paths=["body.nonexistent_root.x"]) == ["body.nonexistent_root.x"]
     # relative to the body, as HTTP requests read it
     assert keyed(REQUEST, paths=["nonexistent_root.x"]) == ["nonexistent_root.x"]
-    # a first name no request part or parameter has: the path was never tried there
-    assert keyed(REQUEST, paths=["headers.x-request-id"]) == ["headers.x-request-id"]
+    # a first name no request part or parameter has: read under the body, never matched
+    assert keyed(REQUEST, paths=["cookies.x-request-id"]) == ["cookies.x-request-id"]
+    # request headers are a part of their own: tried only on requests that have headers
+    assert keyed(REQUEST, paths=["headers.x-request-id"]) == []
+    assert keyed({**REQUEST, "headers": {"accept": "*/*"}},
+                 paths=["headers.x-request-id"]) == ["headers.x-request-id"]
 
 
 def test_a_path_that_matched_once_is_not_reported() -> None:

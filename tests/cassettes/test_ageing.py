@@ -223,3 +223,50 @@ def test_rerecording_unchanged_keeps_the_age_unless_expired(recorded: pathlib.Pa
         ask("bye")
     after = entries(recorded)
     assert all(abs(recorded_at(e) - later) < 2 for e in after)  # type: ignore[operator]
+
+
+# ---------------------------------------------------------------- dates in the future
+
+
+def test_an_entry_dated_in_the_future_replays_with_a_warning_naming_it(
+        recorded: pathlib.Path) -> None:
+    age(recorded, -400.5)  # a clock a year ahead where it was recorded, or a hand edit
+    with (pytest.warns(DejacacheWarning) as caught,
+          dejacache.cassette(recorded, mode="replay", max_age="30d")):
+        assert ask("hello")["answer"] == "hello#1"
+    msg = str(caught[0].message)
+    assert str(recorded) in msg and "entry 0 (ask, occurrence 0) is dated 400d in the future" in msg
+    assert "more than the 5m allowed for skew" in msg and "treated as expired" in msg
+    assert RAN == []
+
+
+def test_rerecord_replaces_an_entry_dated_in_the_future(recorded: pathlib.Path) -> None:
+    age(recorded, -400.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with dejacache.cassette(recorded, max_age="30d", on_expiry="rerecord") as tape:
+            assert ask("hello")["answer"] == "hello#1"  # live again
+            assert ask("bye")["answer"] == "bye#2"
+    assert RAN == ["hello", "bye"] and tape.counters.recorded == 2
+    after = entries(recorded)
+    assert len(after) == 2
+    assert all(abs(time.time() - recorded_at(e)) < 60 for e in after)  # type: ignore[operator]
+
+
+def test_a_clock_a_minute_ahead_is_skew_not_the_future(recorded: pathlib.Path) -> None:
+    doc = fmt.load_document(recorded.read_bytes(), recorded)
+    for e in doc["entries"]:
+        e["recorded_at"] = stamp(ageing.clock() + 60)
+    recorded.write_bytes(fmt.render(doc["entries"], doc["values"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with dejacache.cassette(recorded, mode="replay", max_age="30d"):
+            ask("hello")
+    assert RAN == []
+
+
+def test_show_says_a_date_is_in_the_future(recorded: pathlib.Path) -> None:
+    entry = {"recorded_at": stamp(ageing.clock() + 400.5 * DAY)}
+    line = ageing.age_line(entry, ageing.clock(), 30 * DAY)
+    assert line.startswith("dated 400d in the future (")
+    assert line.endswith("), a wrong clock or a hand edit, treated as expired under max_age 30d")

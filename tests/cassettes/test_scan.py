@@ -16,6 +16,10 @@ _PIECES = [
     "xoxb-123456789012", "hf_" + "h" * 30, "sk-", "eyJ", "hf_", "xox", "ghp_", "AKIA",
     PLACEHOLDER, "Bearer " + PLACEHOLDER, "\n", "\r\n", "\\n", " ", "-", "_", ".", "=", '"',
     "plain words ", "ask-me", "task-", "secret", "bearer",
+    "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----", "MIIEow", "PRIVATE KEY",
+    "ya29.", "ya29.a0AfB_" + "x" * 20, "1//0" + "g" * 30, "GOCSPX-" + "a" * 24,
+    "github_pat_" + "a" * 40, "sk_live_" + "b" * 20, "SK" + "0123456789abcdef" * 2, "SG.",
+    "dapi" + "0123456789abcdef" * 2, "npm_" + "n" * 36, "xai-", "gsk_", "r8_", "glpat-",
 ]
 
 
@@ -41,3 +45,24 @@ def test_the_prefilter_finds_what_every_regex_finds(text: str) -> None:
 def test_text_without_a_needle_is_not_scanned_line_by_line() -> None:
     text = '{"role": "user", "content": "plain words"}\n' * 20_000  # ~0.9 MB, no needle
     assert list(scan_text(text)) == []
+
+
+def test_form_and_multipart_credentials_are_findings_in_json_and_yaml() -> None:
+    """A body written as text by a cassette of an older dejacache (or by another recorder):
+    form pairs and multipart fields named like credentials are findings; masked values and
+    ordinary pairs are not."""
+    cassette = (
+        '{"request": {"body": {"text": "grant_type=client_credentials&client_secret=cs-live-1'
+        '&client_id=app"}},\n'
+        ' "response": {"text": "access_token=at-live-2&scope=repo&token_type=bearer"},\n'
+        ' "values": {"v": "--BOUNDARY\\r\\nContent-Disposition: form-data; name=\\"password\\"'
+        '\\r\\n\\r\\npw-live-3\\r\\n--BOUNDARY--\\r\\n"},\n'
+        ' "clean": {"text": "grant_type=x&client_secret=<REDACTED>&page=2", "code": "print(1)"}}\n')
+    found = [(f.line, f.kind) for f in scan_text(cassette)]
+    assert found == [(1, "credential field 'client_secret'"),
+                     (2, "credential field 'access_token'"), (3, "credential field 'password'")]
+    yaml = ("request:\n  body: client_secret=cs-live-4&grant_type=client_credentials\n"
+            "  multipart: |\n    --b\n    Content-Disposition: form-data; name=\"api_key\"\n\n"
+            "    k-live-5\n    --b--\n")
+    assert [(f.line, f.kind) for f in scan_text(yaml)] == [
+        (2, "credential field 'client_secret'"), (5, "credential field 'api_key'")]

@@ -48,7 +48,9 @@ def test_requests_responses_and_play_counts(tmp_path: pathlib.Path) -> None:
         assert (req.method, req.uri, req.url, req.path) == (
             "POST", "/v1/chat/completions", "/v1/chat/completions", "/v1/chat/completions")
         assert orjson.loads(req.body or b"")["messages"][0]["content"] == "one"
-        assert req.headers == {} and req.query == [] and repr(req).startswith("<Request (POST)")
+        # what the key held as it is; credentials never stored
+        assert req.headers == {"accept": "application/json", "content-type": "application/json"}
+        assert req.query == [] and repr(req).startswith("<Request (POST)")
         resp = view.responses[0]
         assert resp["status"]["code"] == 200
         assert orjson.loads(resp["body"]["string"])["id"] == first.id
@@ -72,3 +74,31 @@ def test_both(vcr, vcr_cassette, dejacache_cassette):
     result = pytester.runpytest("-p", "no:xdist", "-p", "no:randomly", "-p", "no:cassetter",
                                 "-p", "no:asyncio")
     result.assert_outcomes(passed=1)
+
+
+def test_a_form_body_reads_as_the_form_sent(tmp_path: pathlib.Path) -> None:
+    """Forms are keyed as their fields; the view shows them as vcrpy would, form-encoded,
+    with a credential as its placeholder."""
+    import httpx
+
+    from provider_support import LoopbackHandler, LoopbackProvider
+
+    class Echo(LoopbackHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            self.send_json(200, {"ok": True})
+
+    class Server(LoopbackProvider):
+        handler = Echo
+
+    server = Server().start()
+    p = tmp_path / "form.json"
+    try:
+        with dejacache.cassette(p, mode="record"):
+            httpx.post(server.url + "/token", data={"grant_type": "client_credentials",
+                                                    "client_secret": "cs-1", "scope": "a b"})
+    finally:
+        server.stop()
+    with dejacache.cassette(p, mode="replay") as tape:
+        body = VcrView(tape).requests[0].body
+    assert body == b"grant_type=client_credentials&client_secret=%3CREDACTED%3E&scope=a+b"

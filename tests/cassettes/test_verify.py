@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime
 import json
 import pathlib
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -189,6 +191,36 @@ def test_the_cassettes_own_max_age_wins_and_unknown_age_is_said(
     assert verdict == "warn" and "1 of 1 entries have no recorded_at" in detail
 
 
+def _cli(*args: str, cwd: pathlib.Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``dejacache ARGS`` as a user runs it: its own process."""
+    return subprocess.run([sys.executable, "-m", "dejacache.cli", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_an_entry_dated_in_the_future_is_expired(tree: pathlib.Path) -> None:
+    path = tree / "tests" / "cassettes" / "test_agent" / "test_one.json"
+    ahead = iter([-400, 2])  # one a year ahead (a wrong clock, a hand edit), one fresh
+    _edit(path, lambda e: e.update(recorded_at=_ago(next(ahead))))
+    res = _cli("verify", str(path), "--max-age", "30d")
+    assert res.returncode == 1, res.stdout + res.stderr
+    verdict, detail = rows(res.stdout, "test_one.json")["expired"]
+    assert verdict == "fail"
+    assert detail.startswith("1 of 2 entries dated in the future (latest ")
+    assert "beyond the 5m allowed for clock skew): a wrong clock or a hand edit, so expired" \
+        in detail
+    # No max_age to judge ages by: still never called fresh.
+    res = _cli("verify", str(path), "-v")
+    assert res.returncode == 0, res.stdout + res.stderr
+    verdict, detail = rows(res.stdout, "test_one.json")["expired"]
+    assert verdict == "warn" and detail.startswith("1 of 2 entries dated in the future")
+    # A clock a minute ahead is skew, not the future.
+    _edit(path, lambda e: e.update(recorded_at=_ago(-60 / 86400)))
+    res = _cli("verify", str(path), "--max-age", "30d", "-v")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert rows(res.stdout, "test_one.json")["expired"] == (
+        "ok", "all 2 entries younger than 30d")
+
+
 @pytest.mark.parametrize(("value", "expected"), [
     ("2026-01-02T03:04:05+00:00", 1767323045.0),
     ("2026-01-02T03:04:05Z", 1767323045.0),
@@ -220,7 +252,7 @@ def _run_record(tmp_path: pathlib.Path, uses: list[tuple[pathlib.Path, list[str]
                 ) -> pathlib.Path:
     """A usage record of a run whose passing tests replayed ``uses`` (file, the questions
     asked), as the plugin writes it."""
-    rec = UsageRecorder([str(tmp_path)], narrowed=False)
+    rec = UsageRecorder([str(tmp_path)])
     outcomes = {}
 
     @dejacache.cache(name="agent.step", kind="llm")
@@ -302,10 +334,11 @@ def test_a_deleted_test_modules_cassettes_are_orphans(
     assert "test_agent.py no longer exists" in rows(out, "test_one.json")["orphans"][1]
     # A narrowed run (one test named on the command line) cannot tell.
     doc = orjson.loads(usage.read_bytes())
-    doc["narrowed"] = True
+    doc["cannot_judge"] = "tests named on the command line (path::name)"
     usage.write_bytes(orjson.dumps(doc))
     status, out = verify(capsys, str(tree), "--usage", str(usage), "-v")
-    assert status == 0 and rows(out, "test_one.json")["orphans"][0] == "skip"
+    assert status == 0 and rows(out, "test_one.json")["orphans"] == (
+        "skip", "cannot judge: tests named on the command line (path::name)")
 
 
 def test_the_pre_commit_hooks_run_commands_that_exist(
@@ -336,7 +369,7 @@ def test_the_record_keeps_a_bounded_number_of_blocks(tree: pathlib.Path,
     from dejacache.cassettes import usage
 
     monkeypatch.setattr(usage, "MAX_USES", 2)
-    rec = UsageRecorder([str(tree)], narrowed=False)
+    rec = UsageRecorder([str(tree)])
     d = tree / "tests" / "cassettes" / "test_agent"
 
     def tape(name: str) -> Any:
@@ -353,3 +386,58 @@ def test_the_record_keeps_a_bounded_number_of_blocks(tree: pathlib.Path,
     one = files[str(d.resolve() / "test_one.json")]
     assert one["why"] == "" and one["tests"] == ["t1", "t2"]
     assert len(one["unused"]) == 2  # no block asked anything
+
+
+def test_a_record_from_before_it_knew_a_complete_run_judges_nothing(
+        tree: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    usage = _run_record(tree, [], [], [])  # judged alone, the files would be orphans
+    doc = orjson.loads(usage.read_bytes())
+    doc["version"] = 1
+    for k in ("cannot_judge", "opened", "overflow"):
+        del doc[k]
+    usage.write_bytes(orjson.dumps(doc))
+    status, out = verify(capsys, str(tree), "--usage", str(usage), "--fix")
+    assert status == 0
+    assert (tree / "tests" / "cassettes" / "test_agent" / "test_two.json").exists()
+    assert ("cannot judge: the usage record was written by an older dejacache: run the tests "
+            "again") in out
+
+
+def test_what_dejacache_writes_beside_a_cassette_is_never_an_orphan(
+        tree: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dejacache.cassettes.usage import beside
+
+    d = tree / "tests" / "cassettes" / "test_agent"
+    live = d / "test_one.live.json"
+    _record(live, {"q9": "z"})
+    usage = _run_record(tree, [], [], [])  # a complete run that opened nothing
+    status, out = verify(capsys, str(tree), "--usage", str(usage), "--fix", "-v")
+    assert status == 0
+    assert live.exists() and not (d / "test_one.json").exists()
+    assert rows(out, "test_one.live.json")["orphans"] == (
+        "ok", "the live calls of a partial replay of test_one.json: never an orphan")
+    status, out = verify(capsys, str(live), "-v")  # with no record at all
+    assert status == 0 and rows(out, "test_one.live.json")["orphans"][0] == "ok"
+    one = d / "test_one.json"
+    assert beside(fmt.undo_path(one)) == "an append's undo record: never an orphan"
+    assert beside(d / ".test_one.json.0123456789abcdef.tmp") == (
+        "a temporary file of a save: never an orphan")
+    assert beside(one) == "" and beside(d / "notes.live.txt") == ""
+
+
+@pytest.mark.parametrize(("doubts", "claims", "why"), [
+    ({}, {"a": {"t::a": "passed", "t::b": "deselected"}}, ""),
+    ({"deselected": 1}, {"a": {"t::a": "passed", "t::b": "deselected"}},
+     "1 test deselected (-k, -m, --deselect)"),
+    ({"narrowed": "--lf ran the last failures only"}, {}, "--lf ran the last failures only"),
+    ({"collect_errors": {"t2.py", "t1.py", "t3.py"}}, {},
+     "t1.py, t2.py and 1 more failed to collect"),
+    ({"interrupted": True}, {"a": {"t::a": "not run"}},
+     "the run was interrupted; test t::a not run (a test that did not pass may use cassettes "
+     "the run never saw)"),
+])
+def test_why_a_run_cannot_judge(doubts: dict[str, Any], claims: dict[str, dict[str, str]],
+                                why: str) -> None:
+    from dejacache.cassettes.usage import Doubts, cannot_judge
+
+    assert cannot_judge(Doubts(**doubts), claims) == why

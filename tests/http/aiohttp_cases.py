@@ -13,15 +13,16 @@ from typing import Any
 
 import aiohttp
 import orjson
+from cases_support import rotated
 
 import dejacache
 
-SECRETS = {
+SECRETS = rotated({
     "authorization": "Bearer sk-aio-SECRET-0001",
     "api-key": "apikey-aio-SECRET-0002",
     "query": "qkey-aio-SECRET-0003",
     "cookie": "cookie-aio-SECRET-0004",
-}
+})
 _WIRE = {"content-encoding", "content-length", "transfer-encoding", "set-cookie",
          "connection", "keep-alive"}
 

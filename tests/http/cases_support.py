@@ -17,7 +17,8 @@ from fake_tool_api import ToolAPI
 
 from provider_support import DropListener
 
-__all__ = ["case_env", "free_port", "record_then_replay_cases", "run_cases"]
+__all__ = ["OTHER_MACHINE", "case_env", "free_port", "record_then_replay_cases", "rotated",
+           "run_cases"]
 
 HERE = pathlib.Path(__file__).parent
 
@@ -27,9 +28,22 @@ def case_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
 
-def run_cases(script: str, *args: str) -> dict[str, Any]:
+#: What a replay "on another machine" changes: the masking key (so every credential digest
+#: differs) and the credentials the case scripts send (``rotated`` in their ``SECRETS``).
+OTHER_MACHINE = {"DEJACACHE_SECRET_KEY": "another-machine", "DEJACACHE_TEST_ROTATED": "1"}
+
+
+def rotated(secrets: dict[str, str]) -> dict[str, str]:
+    """A case script's credentials, as another machine (CI, a rotated token) holds them."""
+    if not os.environ.get("DEJACACHE_TEST_ROTATED"):
+        return secrets
+    return {k: v + "-ROTATED" for k, v in secrets.items()}
+
+
+def run_cases(script: str, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, str(HERE / script), *args],
-                          capture_output=True, text=True, env=case_env(), timeout=240)
+                          capture_output=True, text=True, env={**case_env(), **(env or {})},
+                          timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
     out: dict[str, Any] = orjson.loads(proc.stdout)
     return out
@@ -41,8 +55,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def record_then_replay_cases(script: str, cassette: pathlib.Path) -> dict[str, Any]:
-    """Record every case, stop the servers, replay them in a fresh process."""
+def record_then_replay_cases(script: str, cassette: pathlib.Path, *,
+                             other_machine: bool = False) -> dict[str, Any]:
+    """Record every case, stop the servers, replay them in a fresh process (with
+    ``other_machine``, under :data:`OTHER_MACHINE`)."""
     tool, chat = ToolAPI().start(), FakeProvider(chunk_delay=0.001).start()
     refused = f"http://127.0.0.1:{free_port()}"
     args = [str(cassette), tool.url, chat.url + "/v1", refused]
@@ -54,7 +70,8 @@ def record_then_replay_cases(script: str, cassette: pathlib.Path) -> dict[str, A
         chat.stop()
     guards = [DropListener(tool.port), DropListener(chat.port)]
     try:
-        replayed = run_cases(script, "replay", *args)
+        replayed = run_cases(script, "replay", *args,
+                             env=OTHER_MACHINE if other_machine else None)
     finally:
         for g in guards:
             g.close()

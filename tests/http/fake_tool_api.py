@@ -12,6 +12,8 @@ from a new live call; the server counts the connections it accepted and the requ
 - ``POST /echo``: the JSON body back, with a nonce.
 - ``GET /status/<n>``: status ``n`` with a JSON error body.
 - ``GET /slow``: answers after ``SLOW`` seconds (for read timeouts).
+- ``GET /me``: the user the ``Authorization`` bearer token (or ``Cookie: session=``) names,
+  as JSON, or as CSV when the request asks ``Accept: text/csv``; 401 without either.
 """
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ class _Handler(LoopbackHandler):
             return self.send_json(200, {"city": query.get("city"), "temp": 21, "nonce": nonce},
                                   {"set-cookie": "session=SESSION-COOKIE-" + nonce,
                                    "x-request-id": "req-" + nonce})
+        if url.path == "/me":
+            return self._me(nonce)
         if url.path == "/redirect":
             self.send_response(302)
             self.send_header("location", "/weather?" + url.query)
@@ -93,6 +97,23 @@ class _Handler(LoopbackHandler):
             time.sleep(SLOW)
             return self.send_json(200, {"slow": True, "nonce": nonce})
         return self.send_json(404, {"error": "no such path", "path": url.path})
+
+    def _me(self, nonce: str) -> None:
+        auth = self.headers.get("authorization", "")
+        cookie = self.headers.get("cookie", "")
+        user = (auth.removeprefix("Bearer ").removesuffix("-token") if auth
+                else cookie.partition("session=")[2].partition(";")[0] or None)
+        if not user:
+            return self.send_json(401, {"error": "who are you?", "nonce": nonce})
+        if "text/csv" in self.headers.get("accept", ""):
+            out = f"user,nonce\n{user},{nonce}\n".encode()
+            self.send_response(200)
+            self.send_header("content-type", "text/csv")
+            self.send_header("content-length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+            return None
+        return self.send_json(200, {"user": user, "nonce": nonce})
 
     def do_POST(self) -> None:
         body = self.read_json()

@@ -151,14 +151,16 @@ def test_async_background_polling_replays_in_order(fake: FakeProvider,
 def test_polls_recorded_before_urls_were_aliased_still_replay(
         fake: FakeProvider, client: openai.OpenAI, tmp_path: pathlib.Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from dejacache.http import exchange, transport
+    from dejacache.http import exchange, keying
 
     def unaliased(*args: Any, **kw: Any) -> tuple[bytes, bool]:
-        return exchange.canonical_request(*args, **{**kw, "alias_path": False})
+        # URLs not aliased, request headers not keyed: how earlier versions keyed a call
+        return exchange.canonical_request(*args, **{**kw, "alias_path": False,
+                                                    "legacy": True})
 
     path = tmp_path / "bg.json"
     with monkeypatch.context() as m:  # how earlier versions keyed a URL
-        m.setattr(transport, "canonical_request", unaliased)
+        m.setattr(keying, "canonical_request", unaliased)
         with dejacache.cassette(path, mode="record"):
             live = background(client)
     entries = orjson.loads(path.read_bytes())["entries"]

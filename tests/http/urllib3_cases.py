@@ -14,15 +14,16 @@ from typing import Any
 import orjson
 import requests
 import urllib3
+from cases_support import rotated
 
 import dejacache
 
-SECRETS = {
+SECRETS = rotated({
     "authorization": "Bearer sk-tool-SECRET-0001",
     "api-key": "apikey-SECRET-0002",
     "query": "qkey-SECRET-0003",
     "cookie": "cookie-SECRET-0004",
-}
+})
 # Headers that describe the wire (or a cookie, never stored): not the answer's content.
 _WIRE = {"content-encoding", "content-length", "transfer-encoding", "set-cookie",
          "connection", "keep-alive"}

@@ -3,7 +3,12 @@
 Every entry recorded since dejacache kept the time carries ``recorded_at`` (ISO 8601, UTC).
 An entry without it (recorded before) has an unknown age: it is never expired, and the views
 say "unknown" rather than guessing. ``dejacache verify``, ``dejacache show``, the HTML report
-and replay all read the age through :func:`recorded_at`, so they agree on it.
+and replay all read the age through :func:`recorded_at`, and judge it by :func:`expired`,
+so they agree on it.
+
+An entry dated more than :data:`CLOCK_SKEW` after now (a clock set wrong where it was
+recorded or where it replays, a hand edit) has no age anyone can trust: with a ``max_age``
+it counts as expired (said as "in the future", never as fresh for ever).
 
 What replay does with an expired entry (:func:`on_expired`):
 
@@ -25,10 +30,16 @@ from typing import Any, Final
 
 from ..errors import ConfigurationError
 
-__all__ = ["ON_EXPIRY", "age_text", "check_on_expiry", "on_expired", "recorded_at", "span",
-           "stamp"]
+__all__ = ["CLOCK_SKEW", "ON_EXPIRY", "age_text", "check_on_expiry", "expired", "in_future",
+           "on_expired", "recorded_at", "span", "stamp"]
 
 ON_EXPIRY: Final = ("warn", "rerecord")
+
+#: How far after this machine's clock a ``recorded_at`` may be before it is a date in the
+#: future (seconds). Machines that record and replay a cassette disagree by a little (NTP
+#: keeps clocks within seconds; a resumed VM or container can lag by minutes): five
+#: minutes of that is skew, not a bad date.
+CLOCK_SKEW: Final = 300.0
 
 WARN: Final = "warn"
 RERECORD: Final = "rerecord"
@@ -77,22 +88,37 @@ def span(s: float) -> str:
 
 
 def age_text(born: float | None, now: float) -> str:
-    """An age as people read it: the largest whole unit (``45d``, ``3h``, ``12m``, ``5s``)."""
+    """An age as people read it: the largest whole unit (``45d``, ``3h``, ``12m``, ``5s``);
+    for a date in the future, how far ahead it is."""
     if born is None:
         return "unknown"
-    age = max(0.0, now - born)
+    age = abs(now - born) if in_future(born, now) else max(0.0, now - born)
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if age >= size:
             return f"{int(age // size)}{unit}"
     return f"{int(age)}s"
 
 
+def in_future(born: float | None, now: float) -> bool:
+    """Whether ``born`` is after ``now`` by more than :data:`CLOCK_SKEW`."""
+    return born is not None and born - now > CLOCK_SKEW
+
+
+def expired(born: float | None, max_age: float | None, now: float) -> bool:
+    """Whether an entry recorded at ``born`` is past ``max_age``: older than it, or dated in
+    the future (:func:`in_future`). Never without a ``max_age``, or with an unknown age."""
+    if max_age is None or born is None:
+        return False
+    return now - born > max_age or in_future(born, now)
+
+
 def on_expired(born: float | None, max_age: float | None, now: float, *, mode: str,
                on_expiry: str) -> str | None:
     """What replay does with an entry recorded at ``born``: None (serve it: fresh, no
     ``max_age``, or its age unknown), ``"warn"`` (serve it and say so) or ``"rerecord"``
-    (run the call live instead; only ever in ``auto`` mode)."""
-    if max_age is None or born is None or now - born <= max_age:
+    (run the call live instead; only ever in ``auto`` mode). An entry dated in the future
+    is expired (:func:`expired`)."""
+    if not expired(born, max_age, now):
         return None
     if on_expiry == RERECORD and mode == "auto":
         return RERECORD

@@ -5,6 +5,8 @@ A volatile item is one of
 * a path (``"messages[*].content"``, ``"body.metadata.run"``, ``"items[0]"``): the value at
   that place is dropped (a key) or replaced by :data:`PLACEHOLDER` (a list position, so later
   positions keep their meaning); lists met on the way are walked, ``[*]`` says so explicitly;
+* ``"!name"``: the opposite of a name: a field or request header dejacache leaves out of keys
+  by default (``"!user-agent"``, ``"!traceparent"``) is keyed after all;
 * a compiled regular expression: every match inside any string is replaced by
   :data:`PLACEHOLDER` before keying, so the stored request shows where volatile text was
   (a judge prompt's ``<opentelemetry_traces>`` digest, a timestamp inside a system prompt).
@@ -79,9 +81,11 @@ class Volatility:
     names: frozenset[str] = frozenset()
     paths: tuple[Path, ...] = ()
     patterns: tuple[re.Pattern[str], ...] = ()
+    #: names written ``!name``: keyed although dejacache leaves them out by default
+    keep: frozenset[str] = frozenset()
 
     def __bool__(self) -> bool:
-        return bool(self.names or self.paths or self.patterns)
+        return bool(self.names or self.paths or self.patterns or self.keep)
 
 
 def _is_path(item: str) -> bool:
@@ -109,6 +113,7 @@ def parse_path(text: str) -> Path:
 def parse(items: Iterable[str | re.Pattern[str]] | None) -> Volatility:
     """Split ``volatile=`` items into names, paths and patterns (errors name the item)."""
     names: set[str] = set()
+    keep: set[str] = set()
     paths: list[Path] = []
     patterns: list[re.Pattern[str]] = []
     for item in items or ():
@@ -123,6 +128,12 @@ def parse(items: Iterable[str | re.Pattern[str]] | None) -> Volatility:
             except re.error as exc:
                 raise ConfigurationError(f"volatile pattern {item[3:]!r}: {exc}") from None
             patterns.append(_checked(pat))
+        elif isinstance(item, str) and item.startswith("!"):
+            if not item[1:] or _is_path(item[1:]):
+                raise ConfigurationError(
+                    f"volatile item {item!r}: '!' keys one field or header by name "
+                    "(e.g. '!user-agent'), not a path or nothing")
+            keep.add(item[1:])
         elif isinstance(item, str) and item:
             if _is_path(item):
                 paths.append(parse_path(item))
@@ -133,7 +144,7 @@ def parse(items: Iterable[str | re.Pattern[str]] | None) -> Volatility:
                 f"volatile items are field names, dotted paths or compiled patterns, "
                 f"not {item!r}")
     return Volatility(frozenset(names), tuple(dict.fromkeys(paths)),
-                      tuple(dict.fromkeys(patterns)))
+                      tuple(dict.fromkeys(patterns)), frozenset(keep))
 
 
 def _checked(pat: re.Pattern[str]) -> re.Pattern[str]:
@@ -301,7 +312,7 @@ def apply(obj: Any, paths: tuple[Path, ...], patterns: tuple[re.Pattern[str], ..
 
 #: The top level of an HTTP request's canonical form: a path that starts elsewhere is read
 #: under ``body`` (:func:`under`).
-REQUEST_ROOTS = frozenset({"method", "path", "query", "body"})
+REQUEST_ROOTS = frozenset({"method", "path", "query", "body", "headers"})
 
 
 def under(paths: tuple[Path, ...], roots: frozenset[str], default: str) -> tuple[Path, ...]:
@@ -424,6 +435,10 @@ class BlockPaths:
         if self.paths:
             watch(self)
 
-    def exit(self) -> None:
+    def exit(self, *, quiet: bool = False) -> None:
+        """``quiet``: stop watching without reporting (a block cut short proves nothing
+        about the paths its calls never reached)."""
         if self.paths:
-            report(unwatch(self), self.paths, self.where)
+            seen = unwatch(self)
+            if not quiet:
+                report(seen, self.paths, self.where)

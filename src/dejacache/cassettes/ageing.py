@@ -27,10 +27,13 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from .._core.ageing import (
+    CLOCK_SKEW,
     RERECORD,
     WARN,
     age_text,
     check_on_expiry,
+    expired,
+    in_future,
     on_expired,
     recorded_at,
     span,
@@ -161,6 +164,7 @@ class Ageing:
         self.now = clock()  # one "now" per block: every entry is judged against the same
         self.warned: set[tuple[str, int]] = set()
         self.served: list[str] = []  # expired entries served, described
+        self.future: list[str] = []  # the same, for entries dated in the future
         #: keys whose expired entries (file index) are being re-recorded live, oldest first
         self.renewing: dict[str, list[int]] = {}
 
@@ -169,8 +173,7 @@ class Ageing:
                           on_expiry=self.on_expiry)
 
     def expired(self, doc: dict[str, Any]) -> bool:
-        born = recorded_at(doc)
-        return born is not None and self.now - born > self.max_age
+        return expired(recorded_at(doc), self.max_age, self.now)
 
     def renew(self, key: str, index: int | None, doc: dict[str, Any]) -> bool:
         """Whether the entry at ``index`` is to be re-recorded live instead of served."""
@@ -194,23 +197,38 @@ class Ageing:
             return
         self.warned.add(ident)
         where = f"entry {step}" if step is not None else "an entry"
-        self.served.append(f"{where} ({doc.get('name', '?')}, occurrence {ident[1]}) was "
-                           f"recorded {age_text(recorded_at(doc), self.now)} ago "
-                           f"({doc.get('recorded_at')})")
+        born = recorded_at(doc)
+        said = f"{where} ({doc.get('name', '?')}, occurrence {ident[1]})"
+        if in_future(born, self.now):
+            self.future.append(f"{said} is dated {age_text(born, self.now)} in the future "
+                               f"({doc.get('recorded_at')})")
+        else:
+            self.served.append(f"{said} was recorded {age_text(born, self.now)} ago "
+                               f"({doc.get('recorded_at')})")
 
     def warn(self) -> None:
         """One ``DejacacheWarning`` for the expired entries the block served. Given at exit,
         after the save: under ``-W error`` it fails the test, never a call or the file."""
-        if not self.served:
+        if not self.served and not self.future:
             return
         fix = ("they were served because replay never makes a live call"
                if self.on_expiry == RERECORD else
                "re-record them (DEJACACHE_MODE=record), or pass on_expiry='rerecord' to "
                "re-record expired entries in auto mode")
-        shown = "; ".join(self.served[:5])
-        more = f"; and {len(self.served) - 5} more" if len(self.served) > 5 else ""
-        warnings.warn(f"dejacache: cassette {self.path}: {shown}{more}: older than max_age "
-                      f"{span(self.max_age)}; {fix}", DejacacheWarning, stacklevel=3)
+        said = []
+        if self.served:
+            said.append(f"{_some(self.served)}: older than max_age {span(self.max_age)}")
+        if self.future:
+            said.append(f"{_some(self.future)}: a date later than this machine's clock (by "
+                        f"more than the {span(CLOCK_SKEW)} allowed for skew) is a wrong clock "
+                        "or a hand edit, and is treated as expired")
+        warnings.warn(f"dejacache: cassette {self.path}: {'; '.join(said)}; {fix}",
+                      DejacacheWarning, stacklevel=3)
+
+
+def _some(described: list[str]) -> str:
+    more = f"; and {len(described) - 5} more" if len(described) > 5 else ""
+    return "; ".join(described[:5]) + more
 
 
 def made_with_text(entry: dict[str, Any]) -> str:
@@ -235,9 +253,14 @@ def age_line(entry: dict[str, Any], now: float, max_age: float | None = None) ->
     born = recorded_at(entry)
     if born is None:
         text = "age unknown (recorded before dejacache kept the time; never expires)"
+    elif in_future(born, now):
+        text = (f"dated {age_text(born, now)} in the future ({entry.get('recorded_at')}), a "
+                "wrong clock or a hand edit")
+        if max_age is not None:
+            text += f", treated as expired under max_age {span(max_age)}"
     else:
         text = f"recorded {age_text(born, now)} ago ({entry.get('recorded_at')})"
-        if max_age is not None and now - born > max_age:
+        if max_age is not None and expired(born, max_age, now):
             text += f", older than max_age {span(max_age)}"
     made = made_with_text(entry)
     return f"{text} with {made}" if made else text

@@ -105,6 +105,7 @@ __all__ = [
     "rehash",
     "remove_stale_temps",
     "render",
+    "side_file",
     "unpack",
     "value_hash",
     "value_item",
@@ -806,6 +807,22 @@ def _atomic_write(path: pathlib.Path, parts: list[Part], source: int) -> None:
     sync_dir(path)  # the rename itself made durable
 
 
+# The tail of the temp files' names (after ``.<name>``): ``atomic_write``'s 16 hex digits, and
+# mkstemp's 8 characters from earlier versions.
+_TEMP_TAIL: Final = r"\.(?:[0-9a-f]{16}|[a-z0-9_]{8})\.tmp"
+
+
+def side_file(name: str) -> str:
+    """What a file named ``name`` is when a save writes it beside a cassette: ``"undo"``
+    (an append's undo record, :func:`undo_path`), ``"temp"`` (a temporary file of
+    :func:`atomic_write`), or ``""`` (neither)."""
+    if name.startswith(".") and name.endswith(".undo"):
+        return "undo"
+    if name.startswith(".") and re.fullmatch(r"\..+" + _TEMP_TAIL, name):
+        return "temp"
+    return ""
+
+
 def remove_stale_temps(path: pathlib.Path) -> int:
     """Delete the temp files of ``path`` that a writer killed mid-write left behind; returns
     how many. Call it only while holding the cassette's lock (``lock.cassette_lock``): every
@@ -815,7 +832,7 @@ def remove_stale_temps(path: pathlib.Path) -> int:
     versions): a cassette whose name extends this one's keeps its temp files."""
     import glob  # on a write only, not with the first block (import time)
 
-    exact = re.compile(re.escape(f".{path.name}.") + r"(?:[0-9a-f]{16}|[a-z0-9_]{8})\.tmp")
+    exact = re.compile(re.escape(f".{path.name}") + _TEMP_TAIL)
     removed = 0
     for p in path.parent.glob(glob.escape(f".{path.name}.") + "*.tmp"):
         if exact.fullmatch(p.name):

@@ -36,11 +36,15 @@ import os
 import pathlib
 import threading
 from collections.abc import Iterable
+from typing import Final
 
 from ..errors import ConfigurationError
 from .trajectory import KINDS, step_kind
 
-__all__ = ["LiveRule", "Partial", "check_partial", "derived_path", "parse_live"]
+__all__ = ["LIVE_SUFFIX", "LiveRule", "Partial", "check_partial", "derived_path", "parse_live"]
+
+#: The derived cassette of a partial block, beside the original: ``<name>.live.json``.
+LIVE_SUFFIX: Final = ".live.json"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -84,7 +88,7 @@ def parse_live(items: Iterable[str] | str | None, where: str = "live") -> tuple[
 def derived_path(path: pathlib.Path, given: str | os.PathLike[str] | None) -> pathlib.Path:
     """Where a partial block's live calls are written (never the original file)."""
     out = pathlib.Path(given) if given is not None else path.with_name(
-        path.name.removesuffix(".json") + ".live.json")
+        path.name.removesuffix(".json") + LIVE_SUFFIX)
     if out.resolve() == path.resolve():
         raise ConfigurationError(f"live_path: {out} is the cassette itself; the live calls "
                                  "of a partial replay never overwrite the recording")

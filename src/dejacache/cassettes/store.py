@@ -44,7 +44,7 @@ from ..stores._base import BaseStore, Record, StoreStats
 from . import format as fmt
 from .ageing import Ageing, stamp_entry
 from .order import RunOrder
-from .partial import Partial
+from .partial import Partial, derived_path
 from .prices import estimate_dollars
 from .redact import Redactor
 from .tape import NONE_UNUSED, Entry, EntryInfo, Tape, Unused, View
@@ -94,6 +94,8 @@ class Cassette(BaseStore):
         self.rerecord_hint = rerecord_hint
         self.record_errors = tuple(record_errors)
         self.shared = shared
+        #: entries the save removed as unused (``prune``); they are still in ``unused``
+        self.pruned = 0
         #: Calls must follow the recorded order (see ``_core/strict.py``); misses raise.
         self.strict = strict
         self.counters = TapeCounters()
@@ -122,7 +124,7 @@ class Cassette(BaseStore):
         self.partial = partial
         self._writer.expired = self.ageing.expired if self.ageing is not None else None
         self.live_tape = None if partial is None else Cassette(
-            live_path or self.path.with_suffix(".live.json"), mode="record",
+            live_path or derived_path(self.path, None), mode="record",
             redactor=self.redactor, rerecord_hint=rerecord_hint,
             record_errors=self.record_errors, derived=True)
 
@@ -220,6 +222,30 @@ class Cassette(BaseStore):
         return Record(value=value, name=str(doc.get("name", "")),
                       namespace=str(doc.get("namespace", "")), kind=kind,
                       duration=duration, usage=usage)
+
+    def unordered(self, names: frozenset[str]) -> None:
+        """Calls named so are outside the recorded order (``RunOrder.unordered``)."""
+        with self._lock:
+            self._order.unordered(names)
+
+    def holds(self, key: str) -> bool:
+        """Whether the file holds a recording of ``key``, used or not: whether an older
+        spelling of a call's key is worth a lookup (HTTP keys before request headers
+        counted), and whether a caller's own identity was recorded."""
+        if self.mode == "record":
+            return False
+        self._load()
+        with self._lock:
+            return bool(self._tape.positions(key))
+
+    def identities(self) -> dict[tuple[str, str], frozenset[str]]:
+        """Who the file's HTTP calls were recorded from: (item, scope) -> identity digests
+        (``http/identities.py``). Empty when recording afresh."""
+        if self.mode == "record":
+            return {}
+        self._load()
+        with self._lock:
+            return self._tape.identities()
 
     def mode_for(self, name: str, kind: str) -> str:
         """The mode of one call of a partial block (``partial.py``)."""
@@ -460,7 +486,10 @@ class Cassette(BaseStore):
                 self.mode == "record" and (self._tape.raw is not None or new))
             if not changed:
                 return False  # every call hit: the file is not even rewritten
-            return self._writer.write(prune)
+            dropped = len(self.unused) if prune else 0
+            wrote = self._writer.write(prune)
+            self.pruned = dropped
+            return wrote
 
 
 def _model_of(response: Any) -> str:

@@ -5,19 +5,27 @@ The pytest plugin keeps one :class:`UsageRecorder` per session and writes what i
 ``<DEJACACHE_DIR or project>/.dejacache/usage.json`` when the session ends (the controller
 merges the workers' parts under xdist). The record says, for the run:
 
+* ``cannot_judge``: why the run cannot tell an orphan (empty: it can). Only a complete run
+  can: the whole suite collected without errors, nothing deselected, and every test passed.
+  A test named with ``::``, ``--lf``, ``--sw``, ``--ignore`` or paths that leave part of the
+  suite out, ``-k`` / ``-m`` / ``--deselect``, a collection error or a module skipped at
+  collection, and a test skipped, xfailed, failed or not run each mean the run never saw
+  every file a test may open (a skipped test may open files only on another platform; a
+  failed one may stop before its last block), so nothing is called an orphan;
 * ``claims``: every cassette path a collected test may use (its default path, a marker's
-  ``cassette=``), with that test's outcome (``passed``, ``failed``, ``skipped``, ``not run``);
-  a deselected test still claims its file, so ``-k`` never makes a cassette look orphaned;
+  ``cassette=``), with that test's outcome (``passed``, ``failed``, ``skipped``,
+  ``xfailed``, ``not run``, ``deselected``); the tests named here are the suite;
 * ``files``: every cassette a block opened, with the entries no block used, when that is
   known: each block that opened it replayed (``auto``/``replay``) without recording or
-  missing, its test passed, and the file was not rewritten during the run. Otherwise the
-  file's usage is unknown and ``why`` says so. ``digest`` is the file's hash when the run
-  ended: a file changed since then is not judged by this record;
+  missing, and the file was not rewritten during the run. Otherwise the file's usage is
+  unknown and ``why`` says so. ``digest`` is the file's hash when the run ended: a file
+  changed since then is not judged by this record;
+* ``opened``: every file a block opened in any recorded run, with the tests that opened it
+  (``claimed.py``): kept across runs, so a file a test opens only sometimes (by hand, on a
+  condition) stays claimed while that test exists;
 * ``modules``: the test modules collected, with the hash of each (a module edited since
   the run makes the whole record silent about orphans: its tests may now use what the run
-  did not); ``narrowed`` when the command line named single tests, or ``--lf`` / ``--sw``
-  left tests uncollected, so a module's tests may not all have been seen; ``roots``, the
-  paths the run collected from.
+  did not); ``roots``, the paths the run collected from.
 
 Entries are named by ``(key, occurrence)``: the n-th entry of a key in file order, which is
 what the writer numbers ``occurrence`` by, so the pair names one entry of an unchanged file.
@@ -36,19 +44,24 @@ import orjson
 import xxhash
 
 from ..errors import CassetteError
+from .claimed import holder, remember
 
-__all__ = ["FILE_NAME", "OrphanVerdict", "UsageRecord", "UsageRecorder", "digest",
+__all__ = ["FILE_NAME", "OrphanVerdict", "UsageRecord", "UsageRecorder", "beside", "digest",
            "owner_module"]
 
 FILE_NAME: Final = "usage.json"
-VERSION: Final = 1
+VERSION: Final = 2
 PASSED: Final = "passed"
 NOT_RUN: Final = "not run"
+DESELECTED: Final = "deselected"
 # Blocks one test may open before the rest are only counted, their files' usage then unknown
 # (a cassette used as a decorator opens a block per call): the recorder stays bounded.
 MAX_USES: Final = 10_000
 # When two parts of a run (xdist workers) disagree, the outcome that ran wins.
-_RANK: Final = {NOT_RUN: 0, "skipped": 1, PASSED: 2, "failed": 3}
+_RANK: Final = {DESELECTED: 0, NOT_RUN: 0, "skipped": 1, "xfailed": 1, PASSED: 2, "failed": 3}
+# Test ids named in a reason before "and N more".
+_SHOWN: Final = 2
+
 
 def digest(data: bytes) -> str:
     return xxhash.xxh3_128_hexdigest(data)
@@ -99,6 +112,25 @@ def owner_module(path: pathlib.Path) -> pathlib.Path | None:
     return path.parent.parent.parent / f"{path.parent.name}.py"
 
 
+def beside(path: pathlib.Path) -> str:
+    """What ``path`` is when dejacache writes it beside a cassette rather than as one (empty:
+    it is not such a file). These are never orphans: no test names them, and the
+    cassette they belong to decides their fate."""
+    from . import format as fmt
+    from .partial import LIVE_SUFFIX
+
+    name = path.name
+    if name.endswith(LIVE_SUFFIX):
+        return (f"the live calls of a partial replay of "
+                f"{name.removesuffix(LIVE_SUFFIX)}.json: never an orphan")
+    side = fmt.side_file(name)
+    if side == "undo":
+        return "an append's undo record: never an orphan"
+    if side == "temp":
+        return "a temporary file of a save: never an orphan"
+    return ""
+
+
 @dataclasses.dataclass(slots=True)
 class _Use:
     """One block over a cassette file, until its test has ended."""
@@ -135,6 +167,24 @@ class _Group:
             self.unused = None
 
 
+@dataclasses.dataclass(slots=True)
+class Doubts:
+    """What makes one session (or xdist worker) unable to judge orphans, besides its tests'
+    outcomes (see the module docstring); all empty: nothing."""
+
+    narrowed: str = ""  # why the session did not collect the whole suite
+    deselected: int = 0
+    collect_errors: set[str] = dataclasses.field(default_factory=set)  # collector node ids
+    collect_skipped: set[str] = dataclasses.field(default_factory=set)
+    interrupted: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return {"narrowed": self.narrowed, "deselected": self.deselected,
+                "collect_errors": sorted(self.collect_errors),
+                "collect_skipped": sorted(self.collect_skipped),
+                "interrupted": self.interrupted}
+
+
 class UsageRecorder:
     """What one pytest session (or xdist worker) saw; :meth:`part` is its JSON form.
 
@@ -142,10 +192,10 @@ class UsageRecorder:
     folds it into its file's group), so a session holds one group per file, not every
     closed tape."""
 
-    def __init__(self, roots: Iterable[str], *, narrowed: bool) -> None:
+    def __init__(self, roots: Iterable[str], *, narrowed: str = "") -> None:
         self._name = _Names()
         self.roots = sorted({self._name(r) for r in roots})
-        self.narrowed = narrowed
+        self.doubts = Doubts(narrowed=narrowed)
         self.modules: set[str] = set()
         self.claims: dict[str, dict[str, str]] = {}
         self._open: list[_Use] = []
@@ -197,8 +247,9 @@ class UsageRecorder:
             why = g.why or failed
             unused = [] if why or g.unused is None else [
                 [k, o, n] for (k, o), n in g.unused.items()]
-            uses.append({"path": self._name(path), "tests": ran, "why": why, "unused": unused})
-        return {"narrowed": self.narrowed, "roots": self.roots,
+            uses.append({"path": self._name(path), "tests": ran, "outside": None in g.tests,
+                         "why": why, "unused": unused})
+        return {"doubts": self.doubts.as_json(), "roots": self.roots,
                 "modules": {m: _digest_of(m) for m in sorted(self.modules)},
                 "claims": self.claims, "uses": uses}
 
@@ -230,10 +281,15 @@ def _digest_of(path: str) -> str | None:
 
 def merge(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
     """One run's record from its parts (one per xdist worker), without the digests."""
-    out: dict[str, Any] = {"narrowed": False, "roots": set(), "modules": {}, "claims": {},
-                           "uses": []}
+    doubts = Doubts()
+    out: dict[str, Any] = {"roots": set(), "modules": {}, "claims": {}, "uses": []}
     for p in parts:
-        out["narrowed"] = out["narrowed"] or bool(p["narrowed"])
+        d = p["doubts"]
+        doubts.narrowed = doubts.narrowed or str(d["narrowed"])
+        doubts.deselected = max(doubts.deselected, int(d["deselected"]))
+        doubts.collect_errors.update(d["collect_errors"])
+        doubts.collect_skipped.update(d["collect_skipped"])
+        doubts.interrupted = doubts.interrupted or bool(d["interrupted"])
         out["roots"].update(p["roots"])
         out["modules"].update(p["modules"])
         for path, tests in p["claims"].items():
@@ -242,17 +298,52 @@ def merge(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
                 if _RANK.get(outcome, 0) >= _RANK.get(per.get(test, NOT_RUN), 0):
                     per[test] = outcome
         out["uses"].extend(p["uses"])
+    out["doubts"] = doubts
     return out
 
 
-def build(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def cannot_judge(doubts: Doubts, claims: dict[str, dict[str, str]]) -> str:
+    """Why a run with these doubts and claims (their outcomes) cannot tell an orphan (empty:
+    it can)."""
+    why = [doubts.narrowed] if doubts.narrowed else []
+    for ids, what in ((doubts.collect_errors, "failed to collect"),
+                      (doubts.collect_skipped, "skipped at collection")):
+        if ids:
+            why.append(f"{_some(sorted(ids))} {what}")
+    if doubts.deselected:
+        n = doubts.deselected
+        why.append(f"{n} test{'s' * (n != 1)} deselected (-k, -m, --deselect)")
+    if doubts.interrupted:
+        why.append("the run was interrupted")
+    outcomes: dict[str, str] = {}
+    for tests in claims.values():
+        outcomes.update(tests)
+    short = sorted(t for t, o in outcomes.items() if o not in (PASSED, DESELECTED))
+    if short:
+        named = ", ".join(f"{t} {outcomes[t]}" for t in short[:_SHOWN])
+        more = f" and {len(short) - _SHOWN} more" if len(short) > _SHOWN else ""
+        why.append(f"test {named}{more} (a test that did not pass may use cassettes the run "
+                   "never saw)")
+    return "; ".join(why)
+
+
+def _some(ids: list[str]) -> str:
+    more = f" and {len(ids) - _SHOWN} more" if len(ids) > _SHOWN else ""
+    return ", ".join(ids[:_SHOWN]) + more
+
+
+def build(parts: Iterable[dict[str, Any]], previous: dict[str, Any] | None = None
+          ) -> dict[str, Any]:
     """The record of a run (:func:`merge` of its parts, each used file hashed as it is now):
-    a file is used by the entries any block used, and known only when every block is."""
+    a file is used by the entries any block used, and known only when every block is.
+    ``previous``: the record this one replaces (its ``opened`` files are carried over)."""
     m = merge(parts)
     files: dict[str, dict[str, Any]] = {}
     for u in m["uses"]:
-        f = files.setdefault(u["path"], {"tests": [], "why": "", "unused": None})
+        f = files.setdefault(u["path"], {"tests": [], "outside": False, "why": "",
+                                         "unused": None})
         f["tests"] += [t for t in u["tests"] if t not in f["tests"]]
+        f["outside"] = f["outside"] or bool(u.get("outside"))
         if f["why"]:
             continue
         if u["why"]:
@@ -269,11 +360,27 @@ def build(parts: Iterable[dict[str, Any]]) -> dict[str, Any]:
             f["digest"] = None
         unused = f["unused"]
         f["unused"] = None if unused is None else [[k, o, n] for (k, o), n in unused.items()]
+    kept = previous if previous is not None and previous.get("version") == VERSION else None
+    opened, overflow = remember(kept, files)
+    why = cannot_judge(m["doubts"], m["claims"])
+    if overflow:
+        why = "; ".join(filter(None, [why, "the record of files opened across runs is full: "
+                                      "delete it and run the tests again"]))
     return {"version": VERSION,
             "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "narrowed": m["narrowed"], "roots": sorted(m["roots"]),
+            "cannot_judge": why, "roots": sorted(m["roots"]),
             "modules": dict(sorted(m["modules"].items())), "claims": m["claims"],
-            "files": files}
+            "files": files, "opened": opened, "overflow": overflow}
+
+
+def read_previous(path: pathlib.Path) -> dict[str, Any] | None:
+    """The record at ``path`` as JSON, to carry its ``opened`` files into the next (None:
+    none, or one this dejacache cannot read: the next record starts anew)."""
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def write(record: dict[str, Any], directory: pathlib.Path) -> pathlib.Path:
@@ -302,12 +409,16 @@ class UsageRecord:
         self.source = source
         self._name = _Names()
         self.written = str(doc.get("written", "?"))
-        self.narrowed = bool(doc.get("narrowed", True))
+        self.cannot_judge = str(doc.get("cannot_judge", "")) if doc.get(
+            "version") == VERSION else ("the usage record was written by an older dejacache: "
+                                        "run the tests again")
         self.roots = [pathlib.Path(r) for r in doc.get("roots", ())]
         self.modules: dict[str, str | None] = dict(doc.get("modules", {}))
         self._stale: str | bool | None = False  # False: not looked at yet
         self.claims: dict[str, dict[str, str]] = doc.get("claims", {})
         self.files: dict[str, dict[str, Any]] = doc.get("files", {})
+        self.opened: dict[str, dict[str, Any]] = doc.get("opened", {})
+        self._suite: set[str] | None = None
 
     @classmethod
     def read(cls, path: pathlib.Path) -> UsageRecord | None:
@@ -323,33 +434,43 @@ class UsageRecord:
             doc = orjson.loads(raw)
         except orjson.JSONDecodeError:
             doc = None
-        if not isinstance(doc, dict) or doc.get("version") != VERSION:
+        # Version 1 (no word on whether its run was complete) reads as a record that cannot
+        # judge: an upgrade must not turn its verdicts into deletions.
+        if not isinstance(doc, dict) or doc.get("version") not in (1, VERSION):
             raise CassetteError("not a usage record this dejacache reads; delete it and run "
                                 "the tests again", path=path)
         return cls(doc, path)
 
     def judge(self, path: pathlib.Path, data: bytes) -> OrphanVerdict:
         """Whether the run recorded here left ``path`` (holding ``data``) or entries of it
-        unused."""
+        unused. Called an orphan only on the word of a complete run; ``skip`` otherwise.
+        (A file :func:`beside` names is no cassette of its own: ``verify`` asks first.)"""
+        if self.cannot_judge:
+            return OrphanVerdict("skip", f"cannot judge: {self.cannot_judge}")
         stale = self.stale()
         if stale is not None:
             return OrphanVerdict("skip", f"test module {stale} changed since the last run: "
                                  "run the tests again")
         key = self._name(path)
-        now = digest(data)
         f = self.files.get(key)
-        claims = self.claims.get(key, {})
         if f is not None:
-            return self._judge_used(f, now, claims)
+            return self._judge_used(f, digest(data))
+        o = self.opened.get(key)
+        held = holder(o, self.suite()) if o is not None else ""
+        if held:
+            return OrphanVerdict("skip", f"usage unknown: not opened in the last run, but {held} "
+                                 "(kept while that test exists)")
+        claims = self.claims.get(key, {})
         if claims:
-            ran = [t for t, o in claims.items() if o == PASSED]
-            if len(ran) < len(claims):
-                waiting = sorted(t for t in claims if t not in ran)
-                return OrphanVerdict("skip", f"its test did not pass in the last run "
-                                     f"({waiting[0]}: {claims[waiting[0]]})")
-            return OrphanVerdict("fail", f"its test {ran[0]} passed without opening it",
+            return OrphanVerdict("fail", f"its test {min(claims)} passed without opening it",
                                  whole_file=True)
         return self._judge_unclaimed(path)
+
+    def suite(self) -> set[str]:
+        """The tests the run collected (each claims its own cassette)."""
+        if self._suite is None:
+            self._suite = {t for tests in self.claims.values() for t in tests}
+        return self._suite
 
     def stale(self) -> str | None:
         """The first test module edited (or deleted) since the run, or None: a test edited
@@ -359,16 +480,9 @@ class UsageRecord:
                                 if _digest_of(m) != d), None)
         return self._stale if isinstance(self._stale, str) else None
 
-    def _judge_used(self, f: dict[str, Any], now: str, claims: dict[str, str]
-                    ) -> OrphanVerdict:
+    def _judge_used(self, f: dict[str, Any], now: str) -> OrphanVerdict:
         if f.get("digest") != now:
             return OrphanVerdict("skip", "changed since the last run")
-        # A test that may use the file and did not pass may need the entries the others
-        # left unused (a shared cassette, a deselected test).
-        waiting = sorted(t for t, o in claims.items() if o != PASSED)
-        if waiting:
-            return OrphanVerdict("skip", f"usage unknown: test {waiting[0]} "
-                                 f"{claims[waiting[0]]}")
         unused = f.get("unused")
         if unused is None:
             return OrphanVerdict("skip", f"usage unknown: {f.get('why') or 'not recorded'}")
@@ -385,7 +499,7 @@ class UsageRecord:
 
     def _judge_unclaimed(self, path: pathlib.Path) -> OrphanVerdict:
         module = owner_module(pathlib.Path(self._name(path)))
-        if module is None or self.narrowed:
+        if module is None:
             return OrphanVerdict("skip", "no test of the last run names it")
         if str(module) in self.modules:
             return OrphanVerdict("fail", f"no test in {module.name} is named for it "

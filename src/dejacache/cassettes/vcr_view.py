@@ -6,10 +6,12 @@ cassette, and suites assert on it: ``play_count``, ``all_played``, ``requests[0]
 :class:`~.store.Cassette`, so those tests run unchanged (the pytest plugin offers it under
 both fixture names when neither plugin is installed).
 
-What differs, because dejacache stores less: request headers are never stored (they carry
-credentials), so ``headers`` is empty; hosts are not stored (a loopback server gets a fresh
+What differs, because dejacache stores less: of the request headers, only those keyed as they
+are (``Accept``, API versions) are stored, so ``headers`` holds those; credentials never are
+(they are keyed as digests); hosts are not stored (a loopback server gets a fresh
 port per run), so ``uri`` is the path and query; ``body`` is the canonical request body as
-JSON bytes (volatile fields left out), not the bytes the client sent.
+JSON bytes (volatile fields left out), not the bytes the client sent (a body kept as text is
+that text, and a form is form-encoded, its credentials as their placeholder).
 """
 
 from __future__ import annotations
@@ -42,9 +44,17 @@ class VcrRequest:
             self.body: bytes | None = None
         elif isinstance(body, dict) and set(body) == {"text"}:
             self.body = str(body["text"]).encode()
+        elif isinstance(body, dict) and set(body) == {"form"} and isinstance(body["form"], list):
+            # A form as its client sent it (credentials as their placeholder), as vcrpy shows
+            # one: ``b"grant_type=client_credentials&..."``.
+            self.body = urllib.parse.urlencode(
+                [(k, str(v)) for pair in body["form"] if isinstance(pair, dict)
+                 for k, v in pair.items()]).encode()
         else:
             self.body = orjson.dumps(body)
-        self.headers: dict[str, str] = {}  # never stored: they carry credentials
+        heads = req.get("headers")
+        # Only what the key held as it is: credentials are never stored.
+        self.headers: dict[str, str] = dict(heads) if isinstance(heads, dict) else {}
 
     @property
     def uri(self) -> str:

@@ -14,11 +14,14 @@ Each cassette gets five checks (a row each: file, check, verdict, detail):
 * ``secrets``: ``dejacache scan``'s findings.
 * ``orphans``: entries no test used, or a whole file no test uses, judged by the usage
   record the pytest plugin writes at the end of each run (``usage.py`` says what it can
-  tell); ``skip`` where it cannot tell. ``--fix`` removes them.
+  tell: only a complete run judges); ``skip``, with the reason, where it cannot tell, and
+  ``ok`` for the files dejacache writes beside a cassette (``<name>.live.json``...).
+  ``--fix`` removes them, and says what it left alone in doubt (:func:`fix_report`).
 * ``expired``: entries older than ``max_age`` (the cassette's own top-level ``max_age``
   member where present, else ``--max-age``), by each entry's ``recorded_at`` (ISO 8601 or
-  Unix seconds) where present. An entry without one has an unknown age: ``warn``, never
-  counted as fresh.
+  Unix seconds) where present, and entries dated in the future (beyond the clock skew
+  ``_core/ageing.py`` allows: a warning without a ``max_age``). An entry without a
+  ``recorded_at`` has an unknown age: ``warn``, never counted as fresh.
 
 The exit status is 1 when any row fails (warnings and skips do not fail).
 """
@@ -34,14 +37,14 @@ from typing import Any, Final
 
 import orjson
 
-from .._core.ageing import recorded_at
+from .._core.ageing import CLOCK_SKEW, expired, in_future, recorded_at
 from .._core.ageing import span as _span
 from .._core.durations import seconds
 from ..errors import CassetteError, ConfigurationError
 from . import format as fmt
-from .usage import OrphanVerdict, UsageRecord
+from .usage import OrphanVerdict, UsageRecord, beside
 
-__all__ = ["CHECKS", "Row", "cassette_files", "verify_file", "verify_files"]
+__all__ = ["CHECKS", "Row", "cassette_files", "fix_report", "verify_file", "verify_files"]
 
 CHECKS: Final = ("format", "damaged", "secrets", "orphans", "expired")
 OK, FAIL, WARN, SKIP, FIXED = "ok", "fail", "warn", "skip", "fixed"
@@ -53,6 +56,8 @@ class Row:
     check: str
     verdict: str
     detail: str
+    removed: int = 0  # --fix: the orphaned entries it removed from the file
+    gone: bool = False  # --fix: it removed the whole file
 
 
 @dataclasses.dataclass(slots=True)
@@ -62,6 +67,7 @@ class _Fix:
     rewrite: bool = False  # older format or layout: render it anew (checksums recomputed)
     drop: tuple[tuple[str, int, str], ...] = ()  # orphaned entries (key, occurrence, name)
     remove: bool = False  # the whole file is orphaned
+    why: str = ""  # the orphans verdict's detail
     digest: str | None = None  # the bytes the verdicts were made on
 
 
@@ -110,14 +116,16 @@ def verify_file(path: pathlib.Path, *, usage: UsageRecord | None, max_age: float
     orphan = _orphans(path, data, usage)
     add("orphans", orphan.verdict, orphan.detail)
     if orphan.verdict == FAIL:
-        todo.drop, todo.remove = orphan.entries, orphan.whole_file
+        todo.drop, todo.remove, todo.why = orphan.entries, orphan.whole_file, orphan.detail
     add("expired", *_expiry(doc, max_age, now))
     if fix and (todo.rewrite or todo.drop or todo.remove):
         from .usage import digest
 
         todo.digest = digest(data)  # what was verified: a later edit is never rewritten
-        done = _apply(path, todo)
-        rows = [Row(r.path, r.check, FIXED, done) if _fixed(r, todo) else r for r in rows]
+        done, ok = _apply(path, todo)
+        rows = [(Row(r.path, r.check, FIXED, done, removed=len(todo.drop), gone=todo.remove)
+                 if ok else dataclasses.replace(r, detail=f"{r.detail}; {done}"))
+                if _fixed(r, todo) else r for r in rows]
     return rows
 
 
@@ -208,6 +216,9 @@ def _secrets(path: pathlib.Path) -> tuple[str, str, str]:
 
 
 def _orphans(path: pathlib.Path, data: bytes, usage: UsageRecord | None) -> OrphanVerdict:
+    companion = beside(path)
+    if companion:  # whatever the record says, and with none
+        return OrphanVerdict(OK, companion)
     if usage is None:
         return OrphanVerdict(SKIP, "no usage record: run the tests first (the pytest plugin "
                              "writes .dejacache/usage.json), or pass --usage FILE")
@@ -219,23 +230,37 @@ def _orphans(path: pathlib.Path, data: bytes, usage: UsageRecord | None) -> Orph
 
 def _expiry(doc: dict[str, Any], default: float | None, now: float) -> tuple[str, str]:
     raw = doc.get("max_age")
+    max_age: float | None
     if raw is not None:
         try:
             max_age = seconds(raw, "the cassette's max_age")
         except ConfigurationError as exc:
             return FAIL, str(exc)
-    elif default is None:
-        return SKIP, "no max_age (give --max-age, or a max_age member in the cassette)"
     else:
         max_age = default
     born = [recorded_at(e) for e in doc["entries"]]
-    unknown = born.count(None)
-    old = [t for t in born if t is not None and now - t > max_age]
     n = len(born)
-    if old:
-        oldest = datetime.datetime.fromtimestamp(min(old), datetime.UTC)
-        return FAIL, (f"{len(old)} of {n} entries recorded more than {_span(max_age)} ago "
-                      f"(oldest {oldest:%Y-%m-%d}); re-record them (DEJACACHE_MODE=record)")
+    ahead = [t for t in born if t is not None and in_future(t, now)]
+    future = ""
+    if ahead:
+        latest = datetime.datetime.fromtimestamp(max(ahead), datetime.UTC)
+        future = (f"{len(ahead)} of {n} entries dated in the future (latest {latest:%Y-%m-%d}, "
+                  f"beyond the {_span(CLOCK_SKEW)} allowed for clock skew): a wrong clock or a "
+                  "hand edit")
+    if max_age is None:
+        if future:  # no limit to judge ages by, but such a date is never right
+            return WARN, f"{future}; no max_age to judge the rest (give --max-age)"
+        return SKIP, "no max_age (give --max-age, or a max_age member in the cassette)"
+    gone = [t for t in born if expired(t, max_age, now)]
+    old = [t for t in gone if t is not None and not in_future(t, now)]
+    if gone:
+        said = [future + ", so expired"] if future else []
+        if old:
+            oldest = datetime.datetime.fromtimestamp(min(old), datetime.UTC)
+            said.insert(0, f"{len(old)} of {n} entries recorded more than {_span(max_age)} "
+                        f"ago (oldest {oldest:%Y-%m-%d})")
+        return FAIL, f"{'; '.join(said)}; re-record them (DEJACACHE_MODE=record)"
+    unknown = born.count(None)
     if unknown:
         return WARN, (f"{unknown} of {n} entries have no recorded_at: their age is unknown "
                       "(recorded before dejacache kept the time)")
@@ -245,19 +270,19 @@ def _expiry(doc: dict[str, Any], default: float | None, now: float) -> tuple[str
 # ---------------------------------------------------------------- --fix
 
 
-def _apply(path: pathlib.Path, todo: _Fix) -> str:
+def _apply(path: pathlib.Path, todo: _Fix) -> tuple[str, bool]:
     """Carry out ``todo`` under the cassette's lock, on the bytes the verdict was made on
-    (a file changed since is left alone and said so)."""
+    (a file changed since is left alone and said so: ``ok`` False)."""
     from .lock import cassette_lock
     from .usage import digest
 
     with cassette_lock(path):
         data = fmt.whole(fmt.read_file(path))
         if digest(data) != todo.digest:
-            return "not fixed: the file changed while it was checked"
+            return "not fixed: the file changed while it was checked", False
         if todo.remove:
             path.unlink()
-            return "removed the file (no test uses it)"
+            return f"removed the file: {todo.why}", True
         fmt.remove_stale_temps(path)
         new, _ = fmt.rehash(data, path)  # verified above: this only rewrites the layout
         doc = fmt.load_document(new, path)
@@ -265,8 +290,8 @@ def _apply(path: pathlib.Path, todo: _Fix) -> str:
         fmt.atomic_write(path, fmt.render(entries, doc["values"]))
     if todo.drop:
         n = len(todo.drop)
-        return f"removed {n} unused entr{'ies' if n != 1 else 'y'}, checksums recomputed"
-    return f"rewritten in format {fmt.FORMAT} (dejacache rehash)"
+        return f"removed {n} unused entr{'ies' if n != 1 else 'y'}, checksums recomputed", True
+    return f"rewritten in format {fmt.FORMAT} (dejacache rehash)", True
 
 
 def _without(entries: list[dict[str, Any]], drop: set[tuple[str, int]]
@@ -320,6 +345,29 @@ def table(rows: list[Row], *, verbose: bool = False) -> list[str]:
             lines.append(f"{r.path:<{w_file}}  {r.check:<{w_check}}  {r.verdict:<7}  "
                          f"{r.detail}".rstrip())
     lines.append(summary(rows))
+    return lines
+
+
+def fix_report(rows: list[Row]) -> list[str]:
+    """What ``--fix`` removed, and the files whose orphans it left alone because it could
+    not judge them, counted by reason."""
+    files = sum(r.gone for r in rows if r.check == "orphans")
+    pruned = [r.removed for r in rows if r.check == "orphans" and r.removed and not r.gone]
+    entries = sum(pruned)
+    done = [f"{files} file{'s' * (files != 1)}"] if files else []
+    if entries:
+        done.append(f"{entries} unused entr{'ies' if entries != 1 else 'y'} from "
+                    f"{len(pruned)} file{'s' * (len(pruned) != 1)}")
+    lines = [f"dejacache verify --fix: removed {' and '.join(done) or 'no orphans'}"]
+    left = collections.Counter(r.detail for r in rows
+                               if r.check == "orphans" and r.verdict == SKIP)
+    if left:
+        n = sum(left.values())
+        lines.append(f"dejacache verify --fix: left {n} file{'s' * (n != 1)} alone, their "
+                     "orphans not judged (never removed in doubt):")
+        lines += [f"  {k:>4}  {why}" for why, k in left.most_common(5)]
+        if len(left) > 5:
+            lines.append(f"        ... and {len(left) - 5} more reasons (-v lists every file)")
     return lines
 
 

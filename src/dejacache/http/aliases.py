@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..config import Effective
-from ..scope import active_blocks
+from ._blocks import PerBlock
 
 __all__ = ["MIN_INLINE", "AliasTable", "table_for"]
 
@@ -285,25 +285,8 @@ def _unchanged(text: str) -> str:
     return text
 
 
-_LOCK = threading.Lock()
-# id(eff) -> (eff, table). Holding eff keeps its id from being reused while the entry lives;
-# entries of blocks that are no longer active are dropped whenever a new table is made.
-_TABLES: dict[int, tuple[Effective, AliasTable]] = {}
+_TABLES: PerBlock[AliasTable] = PerBlock(AliasTable)
 
 
 def table_for(eff: Effective) -> AliasTable | None:
-    if not eff.test_facing or eff.ambiguous:
-        return None
-    entry = _TABLES.get(id(eff))
-    if entry is not None and entry[0] is eff:
-        return entry[1]
-    with _LOCK:
-        entry = _TABLES.get(id(eff))
-        if entry is not None and entry[0] is eff:
-            return entry[1]
-        live = {id(e) for e in active_blocks()}
-        for k in [k for k in _TABLES if k not in live]:
-            del _TABLES[k]
-        table = AliasTable()
-        _TABLES[id(eff)] = (eff, table)
-        return table
+    return _TABLES.get(eff)

@@ -37,13 +37,13 @@ from ._libs import Lib, lib_named, lib_of
 from .aliases import AliasTable, table_for
 from .exchange import (
     body_bytes,
-    canonical_request,
     error_value,
     replay_headers,
-    request_key,
     response_value,
     storable,
 )
+from .identities import identities_for, scope_of
+from .keying import Identity, keyed
 from .providers import Provider, detect
 from .recording import Recorder, recording_classes
 from .sdk_errors import native_miss
@@ -65,11 +65,14 @@ KIND = "http"
 @dataclasses.dataclass(frozen=True, slots=True)
 class Options:
     """Per-seam settings. ``realtime`` replays streams at their recorded pace; ``volatile``
-    adds to the volatile items in force for requests through this seam."""
+    adds to the volatile items in force for requests through this seam; ``headers`` False
+    keys no request header (what importers write: vcrpy never matched them, and a cassette
+    moved over keeps that rule)."""
 
     realtime: bool = False
     ignore_hosts: frozenset[str] = frozenset()
     volatile: tuple[str | re.Pattern[str], ...] = ()
+    headers: bool = True
 
 
 # Set while we hand a request to the next transport, so a patched transport underneath
@@ -123,6 +126,7 @@ class _Call:
     # the call was keyed before URLs were aliased. Looked up first, so those recordings
     # still replay (an exact match: never a wrong answer); new ones are kept under ``key``.
     raw: tuple[str, bytes] | None = None
+    identity: Identity | None = None
 
     @property
     def sequenced(self) -> bool:
@@ -149,20 +153,38 @@ def _prepare(lib: Lib, eff: Effective, request: Any, body: bytes, opts: Options)
     provider = detect(host, path, headers)
     name = provider.endpoint(host, path)
     aliases = table_for(eff)
+    extra = (*eff.volatile, *opts.volatile) if opts.volatile else eff.volatile
     args = (request.method, path, url.params.multi_items(), body,
-            headers.get("content-type", ""), provider, aliases,
-            (*eff.volatile, *opts.volatile) if opts.volatile else eff.volatile,
-            eff.key_substitute)
-    canonical, stream = canonical_request(*args)
-    key = request_key(eff.namespace or "", name, canonical)
-    calling(key, eff.namespace or "", name, canonical)  # for cassettes' match="vcr"
-    sending(key, headers.get("user-agent", ""))  # the SDK a new recording names
+            headers.get("content-type", ""), provider, aliases, extra, eff.key_substitute)
+    k = keyed(eff, name, args, headers.multi_items() if opts.headers else None)
+    calling(k.key, eff.namespace or "", name, k.canonical)  # for cassettes' match="vcr"
+    sending(k.key, headers.get("user-agent", ""))  # the SDK a new recording names
     realtime = opts.realtime or eff.realtime
-    call = _Call(lib, eff, provider, name, key, canonical, stream, aliases, realtime)
-    if aliases is not None and len(aliases) and aliases.apply(path) != path:
-        raw = canonical_request(*args, alias_path=False)[0]
-        call.raw = request_key(eff.namespace or "", name, raw), raw
+    call = _Call(lib, eff, provider, name, k.key, k.canonical, k.stream, aliases, realtime)
+    call.identity = k.identity
+    call.raw = k.older
     return call
+
+
+def _received(call: _Call, resp: Any) -> Any:
+    """A live answer came: the cookies it sets are echoes from now on (``identities.py``)."""
+    if "set-cookie" in resp.headers:
+        table = identities_for(call.eff)
+        if table is not None:
+            table.set_cookies(scope_of(call.provider.name, call.name),
+                              resp.headers.multi_items())
+    return resp
+
+
+def _explained(call: _Call, miss: ReplayMiss) -> ReplayMiss:
+    """The miss, saying so when this call's credentials could not be matched to the
+    recording's caller."""
+    notes = call.identity.notes() if call.identity is not None else []
+    text = str(miss)
+    for note in notes:
+        if note not in text:
+            miss.args = (f"{miss.args[0]}\n  {note}", *miss.args[1:])
+    return miss
 
 
 def _skip(eff: Effective, request: Any, opts: Options) -> bool:
@@ -362,7 +384,7 @@ def _live_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> dict[st
     t0 = time.perf_counter()
     try:
         with _bypass():
-            resp = send(request)
+            resp = _received(call, send(request))
         try:
             if _is_stream_answer(resp):
                 rec = Recorder(call, resp, t0)
@@ -393,7 +415,7 @@ def _stream_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> Any:
         return _respond(call, request, value, is_async=False)
     try:
         with _bypass():
-            resp = send(request)
+            resp = _received(call, send(request))
     except Exception as exc:
         d.advance(flow, exc=exc)  # a transport error is kept; the flow raises it again
         raise  # pragma: no cover
@@ -430,7 +452,7 @@ def handle_sync(
         except _Unstored as u:
             value = u.value
     except ReplayMiss as miss:
-        raise native_miss(miss) from None
+        raise native_miss(_explained(call, miss)) from None
     return _respond(call, request, value, is_async=False)
 
 
@@ -444,7 +466,7 @@ async def _live_async(
     try:
         token = _BYPASS.set(True)
         try:
-            resp = await send(request)
+            resp = _received(call, await send(request))
         finally:
             _BYPASS.reset(token)
         try:
@@ -479,7 +501,7 @@ async def _stream_async(
         return _respond(call, request, value, is_async=True)
     token = _BYPASS.set(True)
     try:
-        resp = await send(request)
+        resp = _received(call, await send(request))
     except Exception as exc:
         await d.advance(flow, exc=exc)
         raise  # pragma: no cover
@@ -522,7 +544,7 @@ async def handle_async(
         except _Unstored as u:
             value = u.value
     except ReplayMiss as miss:
-        raise native_miss(miss) from None
+        raise native_miss(_explained(call, miss)) from None
     return _respond(call, request, value, is_async=True)
 
 

@@ -14,8 +14,10 @@ refuses the whole file (``CassetteError``) past it, before anything is written. 
 then hands each request to the transport's ``handle_sync`` inside the import's record block,
 with the recorded answer standing in for the network. The key, the provider's call name, id
 aliasing across turns, SSE splitting into events and the stored shape are therefore exactly
-those of a live call, and a recorded stream replays as a stream. Request headers are never
-stored by that path; the credentials among them are counted in the report.
+those of a live call, and a recorded stream replays as a stream. Request headers are neither
+stored nor keyed by that path (``Options(headers=False)``: vcrpy never matched them, so the
+moved suite keeps its rule; a re-recorded call is keyed with them); the credentials among
+them are counted in the report.
 """
 
 from __future__ import annotations
@@ -199,7 +201,7 @@ def record(plan: list[Exchange | Skipped], lib: Lib, report: ImportReport,
                               request=request)
 
         before = tape.new_entries
-        resp = handle_sync(lib, eff, ex.request, send, Options())
+        resp = handle_sync(lib, eff, ex.request, send, Options(headers=False))
         try:
             resp.read()  # a stream is stored once it has been read to its end
         finally:

@@ -1,0 +1,236 @@
+"""Credentials inside form-encoded and multipart text, found where they sit in a string.
+
+HTTP keys parse form and multipart bodies into fields (``http/bodies.py``), so a credential
+field is masked by name like a JSON body's. Text can still hold one: a body keyed before
+bodies were parsed (``{"text": "grant_type=...&client_secret=..."}``), a form-encoded answer
+(GitHub's classic OAuth token endpoint answers ``access_token=...&scope=...``), a file written
+by another tool. Here are the rules that find the values in such text, used by masking
+(stores and cassettes, through ``_secrets.mask_text``) and by ``dejacache scan`` (which also
+reads ``name=value`` pairs inside longer lines: a URL's query, a YAML body):
+
+- **form text**: a whole string shaped like ``name=value&name=value`` (no whitespace, every
+  part has a name and a ``=``); a credential name's value is replaced in place (never
+  re-encoded), and so is nothing else.
+- **multipart text**: each ``Content-Disposition: form-data; name="..."`` part whose name is a
+  credential has its content, up to the next delimiter line, replaced.
+
+Which names are credentials is the caller's predicate (``_secrets`` owns that list): this module
+imports nothing from dejacache, so ``_secrets`` can use it.
+
+Every search here is linear in its input (``tests/test_secrets.py`` times them at 1 MB): a
+search that fails ends the loop rather than restart further on, and the scan-side searches
+look only inside a bounded window after each anchor.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterator
+
+__all__ = ["SKIP_VALUES", "form_spans", "hinted", "mask_form", "mask_multipart",
+           "multipart_fields", "pair_fields"]
+
+
+@functools.cache
+def _rx(pattern: str) -> re.Pattern[str]:
+    # Compiled when first used: a process that never reads form text pays nothing at import.
+    return re.compile(pattern)
+
+
+#: Values that already stand for a credential: masked again they would only nest.
+SKIP_VALUES = ("<REDACTED>", "<secret:")
+
+# A form's first name is short: a long run before the first ``=`` is base64 (a data URL, an
+# image), and its name must not be asked about (nor kept in a name cache).
+_NAME_MAX = 256
+_NOT_FORM = r'[\s"]'
+
+
+def form_spans(s: str) -> list[tuple[int, int, int]] | None:
+    """``(start, eq, end)`` of each ``name=value`` when the whole of ``s`` is form-encoded
+    (a leading ``?`` and one trailing line break allowed), else None."""
+    end = len(s)
+    if s.endswith("\r\n"):
+        end -= 2
+    elif s.endswith("\n"):
+        end -= 1
+    start = 1 if s.startswith("?") else 0
+    eq = s.find("=", start, end)
+    if eq <= start or eq - start > _NAME_MAX or _rx(_NOT_FORM).search(s, start, end) is not None:
+        return None
+    spans = []
+    pos = start
+    while pos <= end:
+        amp = s.find("&", pos, end)
+        stop = end if amp < 0 else amp
+        eq = s.find("=", pos, stop)
+        if eq <= pos:  # an empty part, a part without ``=``, or without a name
+            return None
+        spans.append((pos, eq, stop))
+        pos = stop + 1
+    return spans
+
+
+def mask_form(s: str, replace: Callable[[str], str], secret: Callable[[str], bool]) -> str:
+    """``s`` with each credential value of a whole form-encoded string passed through
+    ``replace`` (``secret`` is asked about each raw name)."""
+    spans = form_spans(s)
+    if spans is None:
+        return s
+    out: list[str] = []
+    pos = 0
+    for start, eq, end in spans:
+        value = s[eq + 1:end]
+        if value and not value.startswith(SKIP_VALUES) and secret(s[start:eq]):
+            out += (s[pos:eq + 1], replace(value))
+            pos = end
+    if not out:
+        return s
+    out.append(s[pos:])
+    return "".join(out)
+
+
+# ``name="..."`` in a part's Content-Disposition header (raw text, or as a JSON file writes it).
+_MP_NAME = r'form-data;[^\r\n]{0,200}?\bname=\\?"([^"\\\r\n]{1,64})\\?"'
+_BLANK = r"\r?\n\r?\n"
+_DELIM = r"\r?\n--"
+# How far a part's header block may reach: real ones are a few hundred bytes.
+_HEAD_MAX = 2048
+
+
+def mask_multipart(s: str, replace: Callable[[str], str],
+                   secret: Callable[[str], bool]) -> str:
+    """``s`` with the content of each multipart part whose field name is a credential passed
+    through ``replace``: from the blank line after the part's headers to the next line
+    starting with its delimiter (the line before the headers), or to the end of ``s``."""
+    out: list[str] = []
+    pos = 0  # where the text not yet copied to ``out`` starts
+    done = 0  # the end of the last part looked at: a match before it is inside that part
+    for m in _rx(_MP_NAME).finditer(s):
+        if m.start() < done or not secret(m.group(1)):
+            continue
+        blank = _rx(_BLANK).search(s, m.end(), m.end() + _HEAD_MAX)
+        if blank is None:
+            continue
+        start = blank.end()
+        done = _content_end(s, start, _delimiter(s, m.start()))
+        value = s[start:done]
+        if value and not value.startswith(SKIP_VALUES):
+            out += (s[pos:start], replace(value))
+            pos = done
+        if done >= len(s):
+            break
+    if not out:
+        return s
+    out.append(s[pos:])
+    return "".join(out)
+
+
+def _content_end(s: str, start: int, delim: str | None) -> int:
+    """Where the part content starting at ``start`` ends: before the line break of the next
+    ``delim`` line (any line starting with ``--`` when the delimiter is unknown)."""
+    if delim is None:
+        nxt = _rx(_DELIM).search(s, start)
+        return len(s) if nxt is None else nxt.start()
+    end = s.find("\n" + delim, start)
+    if end < 0:
+        return len(s)
+    return end - 1 if s[end - 1:end] == "\r" else end
+
+
+def _delimiter(s: str, at: int) -> str | None:
+    """The delimiter line (``--boundary``) that opened the part whose header is at ``at``:
+    the nearest line before it that starts with ``--``, looked for only a header block back."""
+    i = s.rfind("\n--", max(0, at - _HEAD_MAX), at)
+    if i < 0:
+        if not s.startswith("--") or at > _HEAD_MAX:
+            return None
+        i = -1
+    line_end = s.find("\n", i + 1, at + 1)
+    line = s[i + 1:line_end if line_end >= 0 else at].rstrip("\r")
+    return line if len(line) > 2 else None
+
+
+# ---------------------------------------------------------------- in files (``scan``)
+
+# ``name=value`` where a query string, a form body or a JSON string starts, after a JSON escape
+# (``\\n``) or a space, ending where the value ends (``f(password=pw())`` in code is not one).
+# Read from each ``=`` (a regex starting with the boundary tried every position of every line:
+# 3.5x the whole scan of a 1.8 MB cassette of URLs): the name backwards, over a reversed
+# window, the value forwards.
+_NAME_REVERSED = r"[A-Za-z0-9_.\-%\[\]]{1,64}"
+_PAIR_VALUE = r"[A-Za-z0-9_\-.~%+/=]+"
+_NAME_MAX = 64
+_BEFORE = frozenset("?&\"'") | frozenset(" \t\r\n\x0b\x0c")  # where a name may start
+_AFTER = frozenset("&\"'#\\") | frozenset(" \t\r\n\x0b\x0c")  # where a value may end
+_VALUE = r"[ \t]*((?:[^\r\n\"\\]|\\(?![rn]))*)"
+_BLANK_ANY = r"(?:\r?\n|\\r\\n|\\n)[ \t]*(?:\r?\n|\\r\\n|\\n)"
+_VALUE_MAX = 512
+
+
+def pair_fields(line: str, secret: Callable[[str], bool],
+                hints: tuple[str, ...] = ()) -> Iterator[tuple[str, str]]:
+    """``(name, value)`` of each credential ``name=value`` in a line of a file. ``hints``:
+    substrings (lower case) of every name ``secret`` accepts; a line holding none is skipped
+    (most ``=`` in a cassette are in URLs and text: reading each cost 3x the whole scan)."""
+    if hints and not hinted(line, hints):
+        return
+    name_rx, value_rx = _rx(_NAME_REVERSED), _rx(_PAIR_VALUE)
+    eq = line.find("=")
+    while eq >= 0:
+        name, value, end = _pair_at(line, eq, name_rx, value_rx)
+        if name and secret(name):
+            yield name, value
+        eq = line.find("=", end)
+
+
+def hinted(text: str, hints: tuple[str, ...]) -> bool:
+    """Whether ``text``, in lower case, holds one of ``hints``."""
+    low = text.lower()
+    return any(h in low for h in hints)
+
+
+def _pair_at(line: str, eq: int, name_rx: re.Pattern[str], value_rx: re.Pattern[str]
+             ) -> tuple[str, str, int]:
+    """The pair whose ``=`` is at ``eq`` (an empty name when the text there is not one: see
+    ``_BEFORE``, ``_AFTER``) and where to look for the next ``=``: past the value, whose own
+    ``=`` would end it at the same place (each character is read a bounded number of times)."""
+    window = line[max(0, eq - _NAME_MAX - 1):eq][::-1]
+    n = name_rx.match(window)
+    if n is None:
+        return "", "", eq + 1
+    start = eq - n.end()
+    if start and line[start - 1] == "\\" and line[start] in "nrt":
+        start += 1  # ``\npassword=`` in a JSON file: the name starts after the escape
+    before = line[start - 1] if start else ""
+    if not ("a" <= line[start].lower() <= "z") or (
+            start and before not in _BEFORE and not (
+                before in "nrt" and line[start - 2:start - 1] == "\\")):
+        return "", "", eq + 1
+    v = value_rx.match(line, eq + 1)
+    if v is None:
+        return "", "", eq + 1
+    if v.end() < len(line) and line[v.end()] not in _AFTER:
+        return "", "", v.end()
+    # After a space, only a form's first pair (``body: client_secret=...&...`` in YAML):
+    # ``f(x, api_key=key)`` and ``key=key`` on a line of code are not forms.
+    if before.isspace() and not line.startswith("&", v.end()):
+        return "", "", v.end()
+    return line[start:eq], v.group(0), v.end()
+
+
+def multipart_fields(text: str, secret: Callable[[str], bool]
+                     ) -> Iterator[tuple[int, str, str]]:
+    """``(offset, name, value)`` of each credential multipart field in a file's text, raw or
+    inside a JSON string (``\\r\\n`` written as escapes); the value is its first line."""
+    for m in _rx(_MP_NAME).finditer(text):
+        if not secret(m.group(1)):
+            continue
+        blank = _rx(_BLANK_ANY).search(text, m.end(), m.end() + _HEAD_MAX)
+        if blank is None:
+            continue
+        v = _rx(_VALUE).match(text, blank.end(), blank.end() + _VALUE_MAX)
+        value = v.group(1).strip() if v is not None else ""
+        if value:
+            yield m.start(), m.group(1), value

@@ -1,0 +1,272 @@
+"""How an HTTP request body enters the canonical request, and so the key and the stored request.
+
+- **JSON** (by content type, or a body starting with ``{`` or ``[``): the parsed value, provider
+  ids aliased; the core then drops volatile fields and masks credential-named ones.
+- **Form** (``application/x-www-form-urlencoded``): ``{"form": [{name: value}, ...]}``, the
+  pairs decoded, in order, a repeated name kept each time. Each pair is a one-key dict so the
+  core masks a credential name's value (``client_secret``, ``password``, ``refresh_token``)
+  exactly as it masks a JSON body's field, ``substitute=`` included; names that are secret
+  only as query parameters (``code``, ``key``, ``code_verifier``) are masked here, as the URL's
+  are.
+- **Multipart**: ``{"multipart": [{name: part}, ...]}``, one dict per part, in order; the random
+  boundary is never in it. A plain field (``form-data; name="..."``, no other header) is its
+  text; any other part is ``{"content": ..., "filename": ..., "content_type": ...,
+  "headers": [...], "disposition": ...}`` with only what it has (``disposition``: the header as
+  sent when it is not a plain ``form-data`` one, None when missing). Content is text up to
+  ``INLINE_TEXT`` bytes, else (or binary) ``{"xxh3_128": ..., "size": ...}``. A part named like
+  a credential has its content masked (a file's digest could be dictionary-attacked as well as
+  its text); a plain credential field is left to the core, like a form's.
+- **Anything else**, and a form or multipart body that does not parse: ``{"text": ...}`` up to
+  ``INLINE_TEXT`` bytes (a multipart boundary replaced by ``BOUNDARY``), else its digest. What
+  stores and cassettes keep of such text is still masked (``_secrets.mask_text`` reads form and
+  multipart text too).
+
+``legacy=True`` is the body as keys had it before forms and multipart were parsed (a form as
+``{"text": ...}``): recordings made then are found by recomputing that form.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+import orjson
+import xxhash
+
+from .. import _formtext
+from .._secrets import is_secret_name, is_secret_query, mask
+from .aliases import AliasTable
+
+__all__ = ["INLINE_TEXT", "body_for_key", "parsed_since_legacy"]
+
+#: Bodies (and parts) above this many bytes are keyed by digest instead of inline text
+#: (nearest-miss diffs stay short).
+INLINE_TEXT: Final = 4096
+
+_FORM = "application/x-www-form-urlencoded"
+# ``%`` not starting an escape: such a body is kept as text rather than decoded into one
+# that another body (with ``%25``) also decodes to.
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+# One ``; name=value`` parameter of a header (a quoted value may hold ``;`` and ``\"``).
+_PARAM = re.compile(r'\s*;\s*([^\s=;"]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;"]*))\s*')
+_UNESCAPE = re.compile(r"\\(.)")
+
+
+def body_for_key(body: bytes, content_type: str, aliases: AliasTable | None, *,
+                 legacy: bool = False) -> Any:
+    """The body as the canonical request holds it (see the module docstring)."""
+    if not body:
+        return None
+    head = body[:1]
+    if "json" in content_type or head in (b"{", b"["):
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            pass
+        else:
+            return aliases.apply_json(body, data) if aliases is not None else data
+    if not legacy:
+        mime, params = _content_type(content_type)
+        parsed: Any = None
+        if mime == _FORM:
+            parsed = _form(body)
+        elif mime.startswith("multipart/") and params.get("boundary"):
+            parsed = _multipart(body, params["boundary"].encode("latin-1", "replace"))
+        if parsed is not None:
+            return parsed
+    return _text(body, content_type)
+
+
+def parsed_since_legacy(content_type: str) -> bool:
+    """Whether a body of this type may be keyed otherwise by ``legacy=True``: form and
+    multipart bodies (parsed now, text before)."""
+    mime = _content_type(content_type)[0]
+    return mime == _FORM or mime.startswith("multipart/")
+
+
+def _text(body: bytes, content_type: str) -> Any:
+    if content_type.startswith("multipart/"):
+        # The boundary is random per request; without this no upload would ever match.
+        _, _, boundary = content_type.partition("boundary=")
+        if boundary:
+            body = body.replace(boundary.strip('"').encode(), b"BOUNDARY")
+    if len(body) <= INLINE_TEXT:
+        try:
+            return {"text": body.decode()}
+        except UnicodeDecodeError:
+            pass
+    return _digest(body)
+
+
+def _digest(data: bytes) -> dict[str, Any]:
+    return {"xxh3_128": xxhash.xxh3_128_hexdigest(data), "size": len(data)}
+
+
+def _content_type(value: str) -> tuple[str, dict[str, str]]:
+    """``multipart/form-data; boundary="x"`` -> ``("multipart/form-data", {"boundary": "x"})``
+    (a header that does not parse has no parameters)."""
+    mime, _, rest = value.partition(";")
+    params = _params(";" + rest) if rest else {}
+    return mime.strip().lower(), params or {}
+
+
+def _params(text: str) -> dict[str, str] | None:
+    """Every ``; name=value`` of a header after its first token, names lower-cased; None when
+    the text is not all parameters or a name repeats."""
+    out: dict[str, str] = {}
+    pos = 0
+    while pos < len(text):
+        m = _PARAM.match(text, pos)
+        if m is None:
+            return None
+        name = m.group(1).lower()
+        if name in out:
+            return None
+        quoted = m.group(2)
+        out[name] = _UNESCAPE.sub(r"\1", quoted) if quoted is not None else m.group(3)
+        pos = m.end()
+    return out
+
+
+# ---------------------------------------------------------------- forms
+
+
+def _form(body: bytes) -> dict[str, Any] | None:
+    import urllib.parse  # ~4 ms at import: only when a form is keyed
+
+    try:
+        text = body.decode()
+    except UnicodeDecodeError:
+        return None
+    if text.startswith("?") or text.endswith("\n") or _BAD_ESCAPE.search(text):
+        return None  # not what a client sends: kept as text, byte for byte
+    spans = _formtext.form_spans(text)
+    if spans is None:
+        return None
+    pairs = []
+    for start, eq, end in spans:
+        try:
+            name = urllib.parse.unquote_plus(text[start:eq], errors="strict")
+            value = urllib.parse.unquote_plus(text[eq + 1:end], errors="strict")
+        except UnicodeDecodeError:
+            return None
+        pairs.append({name: _query_masked(name, value)})
+    return {"form": pairs}
+
+
+def _query_masked(name: str, value: str) -> str:
+    # Credential names are the core's to mask (with ``substitute=``); ``code`` and the other
+    # query-only ones are masked here, as canonical_request masks them in the URL.
+    return mask(value) if is_secret_query(name) and not is_secret_name(name) else value
+
+
+# ---------------------------------------------------------------- multipart
+
+
+def _multipart(body: bytes, boundary: bytes) -> dict[str, Any] | None:
+    """The parts of a multipart body (RFC 2046: preamble and epilogue ignored, as servers do),
+    or None when it is not well formed."""
+    delim = b"--" + boundary
+    if body.startswith(delim):
+        pos = len(delim)
+    else:
+        at = body.find(b"\r\n" + delim)
+        if at < 0:
+            return None
+        pos = at + 2 + len(delim)
+    parts: list[dict[str, Any]] = []
+    while not body.startswith(b"--", pos):  # the close delimiter ends the parts
+        eol = body.find(b"\r\n", pos)
+        if eol < 0 or body[pos:eol].strip(b" \t"):
+            return None
+        nxt = body.find(b"\r\n" + delim, eol + 2)
+        if nxt < 0:
+            return None
+        part = _part(body[eol + 2:nxt])
+        if part is None:
+            return None
+        parts.append(part)
+        pos = nxt + 2 + len(delim)
+    return {"multipart": parts}
+
+
+def _part(raw: bytes) -> dict[str, Any] | None:
+    if raw.startswith(b"\r\n"):
+        head, content = b"", raw[2:]
+    else:
+        head, sep, content = raw.partition(b"\r\n\r\n")
+        if not sep:
+            return None
+    try:
+        headers = _headers(head)
+    except UnicodeDecodeError:
+        return None
+    if headers is None:
+        return None
+    disposition = ctype = None
+    meta: dict[str, Any] = {}
+    other = []
+    for k, v in headers:
+        if k == "content-disposition" and disposition is None:
+            disposition = v
+        elif k == "content-type" and ctype is None:
+            ctype = v
+        else:
+            other.append([k, v])
+    name, filename, plain = _disposition(disposition)
+    if filename is not None:
+        meta["filename"] = filename
+    if ctype is not None:
+        meta["content_type"] = ctype
+    if other:
+        meta["headers"] = other
+    if not plain:
+        meta["disposition"] = disposition
+    if not meta:
+        return {name: _field(name, content)}
+    meta["content"] = mask(content) if is_secret_query(name) else _content(content)
+    return {name: meta}
+
+
+def _headers(head: bytes) -> list[tuple[str, str]] | None:
+    out = []
+    for line in head.split(b"\r\n") if head else ():
+        name, colon, value = line.partition(b":")
+        if not colon or not name.strip():
+            return None
+        out.append((name.strip().lower().decode("ascii"), value.strip().decode()))
+    return out
+
+
+def _disposition(value: str | None) -> tuple[str, str | None, bool]:
+    """(field name, filename, whether the header is a plain ``form-data`` one: a type and
+    only ``name``/``filename``)."""
+    if value is None:
+        return "", None, False
+    kind, _, rest = value.partition(";")
+    params = _params(";" + rest) if rest else {}
+    if params is None:
+        return "", None, False
+    name = params.get("name")
+    plain = (kind.strip().lower() == "form-data" and name is not None
+             and set(params) <= {"name", "filename"})
+    return name or "", params.get("filename"), plain
+
+
+def _field(name: str, content: bytes) -> Any:
+    if is_secret_query(name):
+        try:
+            text = content.decode()
+        except UnicodeDecodeError:
+            return mask(content)  # its digest is no safer than its bytes
+        return _query_masked(name, text)
+    return _content(content)
+
+
+def _content(content: bytes) -> Any:
+    if len(content) <= INLINE_TEXT:
+        try:
+            return content.decode()
+        except UnicodeDecodeError:
+            pass
+    return _digest(content)

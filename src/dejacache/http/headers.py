@@ -1,0 +1,156 @@
+"""Which request headers change the answer, and so belong to an HTTP key: pure rules.
+
+A request header is, in this order:
+
+1. **left out** when its name is written in ``volatile=`` (or ``DEJACACHE_VOLATILE``), or it
+   is transport or telemetry (:data:`TRANSPORT`, :data:`TRANSPORT_PREFIXES`: the client's
+   name and version, tracing, dates, request ids, framing, retry counters, idempotency keys),
+   unless ``volatile=["!NAME"]`` keys it after all;
+2. **identity** when it says who is asking: a credential name in any spelling
+   (``Authorization``, ``Cookie``, ``X-Api-Key``, ``api-key``, ``X-Goog-Api-Key``,
+   ``X-Auth-Token``...), a name made of credential words (``X-RapidAPI-Key``,
+   ``Ocp-Apim-Subscription-Key``, ``PRIVATE-TOKEN``, ``X-Hub-Signature``), the account
+   headers ``OpenAI-Organization``/``OpenAI-Project``, or any header whose value is
+   secret-shaped. Identity never enters a key as it is: the request carries one keyed digest
+   of all of it (``identities.py``), which a file cannot be turned back into. On a
+   provider's own endpoints the API key is a *role*, not an identity (a recording made with a
+   real key replays under CI's placeholder), and is left out; the account headers still count;
+3. **keyed as it is** otherwise: what the body is (``Content-Type``'s media type, without
+   its parameters), content negotiation (``Accept``, ``Accept-Language``,
+   ``Range``, ``If-None-Match``...), API versions and betas (``anthropic-version``,
+   ``anthropic-beta``, ``openai-beta``, ``X-GitHub-Api-Version``...), and any header this
+   module does not know, since a miss is safe and a wrong answer is not. A value that asks
+   for what the header's absence asks for (``Accept: */*``) is left out, so the same call
+   keys alike from clients that send it and clients that do not.
+
+Names are compared lower-cased; repeated headers are joined with ``", "`` in order.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from typing import Final, NamedTuple
+
+from .._secrets import SENSITIVE_HEADERS, find_secrets, is_secret_name, may_be_secret, name_forms
+
+__all__ = ["TRANSPORT", "TRANSPORT_PREFIXES", "KeyedHeaders", "classify", "cookie_pairs"]
+
+#: Request headers that describe the connection, the client or the trace, never the question.
+TRANSPORT: Final = frozenset({
+    # the wire and the connection
+    "host", "content-length", "transfer-encoding", "connection", "keep-alive",
+    "te", "trailer", "upgrade", "expect", "accept-encoding", "proxy-connection", "via",
+    "cache-control", "pragma", "origin", "referer", "forwarded",
+    # the client
+    "user-agent", "x-goog-api-client", "x-client-name", "x-client-version", "x-amz-user-agent",
+    # dates, request ids, retries, idempotency
+    "date", "x-amz-date", "x-amz-content-sha256", "amz-sdk-invocation-id", "amz-sdk-request",
+    "x-request-id", "request-id", "x-correlation-id", "idempotency-key", "x-idempotency-key",
+    "x-retry-count",
+    # tracing
+    "traceparent", "tracestate", "baggage", "sentry-trace", "x-amzn-trace-id",
+    "x-cloud-trace-context", "x-trace-id", "x-span-id", "uber-trace-id",
+    # a WebSocket handshake's per-connection nonce and framing
+    "sec-websocket-key", "sec-websocket-extensions",
+    # an MCP session's id: assigned by the server, echoed by the client, says nothing asked
+    "mcp-session-id",
+})
+#: Families of the same (SDK telemetry: ``x-stainless-retry-count``, ``x-fern-sdk-version``).
+TRANSPORT_PREFIXES: Final = ("x-stainless-", "x-fern-", "x-b3-", "x-datadog-", "x-forwarded-",
+                             "sec-fetch-", "sec-ch-", "x-amz-sdk-", "x-ms-client-")
+
+# Words that make a header name a credential (``x-rapidapi-key``, ``private-token``): header
+# names describe their value, so a name made of these words carries who is asking.
+_CREDENTIAL_WORDS: Final = frozenset({
+    "auth", "authorization", "token", "key", "apikey", "secret", "password", "passwd",
+    "credential", "credentials", "cookie", "session", "signature", "sig", "bearer",
+})
+
+
+# Values that ask for what the header's absence asks for (RFC 9110: no ``Accept`` accepts any
+# media type): requests, httpx and aiohttp send ``Accept: */*``, urllib sends none, and the
+# same call must key alike from any client.
+_AS_ABSENT: Final = {"accept": "*/*", "accept-language": "*", "accept-charset": "*"}
+
+
+class KeyedHeaders(NamedTuple):
+    """A request's headers as a key takes them: ``plain`` (name -> value, keyed as they are)
+    and ``identity`` (``(name, value)`` pairs, keyed only as a digest), both sorted by name."""
+
+    plain: dict[str, str]
+    identity: tuple[tuple[str, str], ...]
+
+
+@functools.lru_cache(maxsize=1024)
+def _kind(name: str) -> str:
+    """``"transport"``, ``"identity"`` or ``"plain"`` for a lower-cased header name, before
+    the user's rules and the value's shape are looked at."""
+    if name in TRANSPORT or name.startswith(TRANSPORT_PREFIXES):
+        return "transport"
+    if is_secret_name(name) or not name_forms(name).isdisjoint(SENSITIVE_HEADERS):
+        return "identity"
+    words = set(name.replace("_", "-").split("-"))
+    if not words.isdisjoint(_CREDENTIAL_WORDS):
+        return "identity"
+    return "plain"
+
+
+@functools.lru_cache(maxsize=64)
+def _role_name(name: str) -> bool:
+    """A credential a provider's SDK sends on every call (the API key), not an account."""
+    return name_forms(name).isdisjoint(SENSITIVE_HEADERS)
+
+
+def classify(
+    headers: Iterable[tuple[str, str]],
+    *,
+    provider: bool,
+    volatile: frozenset[str] = frozenset(),
+    keep: frozenset[str] = frozenset(),
+) -> KeyedHeaders:
+    """Split ``headers`` (any case, repeats allowed) by the rules of the module docstring.
+    ``provider``: the request goes to a provider's own endpoint (its API key is a role);
+    ``volatile``: names the user leaves out; ``keep``: names the user keys after all.
+
+    An SDK sends the same headers call after call: the answer is remembered per exact list
+    (14 µs for an OpenAI request's 17 headers, ~1 µs to look up)."""
+    return _classify(tuple(headers), provider, volatile, keep)
+
+
+@functools.lru_cache(maxsize=512)
+def _classify(headers: tuple[tuple[str, str], ...], provider: bool, volatile: frozenset[str],
+              keep: frozenset[str]) -> KeyedHeaders:
+    joined: dict[str, list[str]] = {}
+    for raw, value in headers:
+        name = raw.lower()
+        joined.setdefault(name, []).append(value)
+    plain: dict[str, str] = {}
+    identity: list[tuple[str, str]] = []
+    for name in sorted(joined):
+        value = ", ".join(joined[name])
+        if name == "content-type":  # what the body is; its parameters are framing (boundary)
+            value = value.partition(";")[0].strip().lower()
+        if name in volatile or _AS_ABSENT.get(name) == value:
+            continue
+        kind = _kind(name)
+        if kind == "transport" and name not in keep:
+            continue
+        if kind == "plain" and may_be_secret(value) and next(find_secrets(value), None):
+            kind = "identity"  # a secret-shaped value under a name we did not know
+        if kind == "identity":
+            if not (provider and _role_name(name)):
+                identity.append((name, value))
+            continue
+        plain[name] = value
+    return KeyedHeaders(plain, tuple(identity))
+
+
+def cookie_pairs(value: str) -> list[tuple[str, str]]:
+    """``a=1; b=2`` as ``[("a", "1"), ("b", "2")]`` (a bare ``flag`` as ``("flag", "")``)."""
+    out = []
+    for part in value.split(";"):
+        name, _, val = part.strip().partition("=")
+        if name:
+            out.append((name.strip(), val.strip()))
+    return out

@@ -1,0 +1,136 @@
+"""An HTTP request's key: the canonical form, the caller's identity, and the older forms
+recordings made before hold the same call under.
+
+``keyed`` is what every transport's ``_prepare`` asks: the request headers that change the
+answer (``headers.py``), who is asking (``identities.py``: digests, mapped one to one onto a
+recording made with other credentials), the canonical request and its key (``exchange.py``),
+and, in a cassette, the first older spelling the file holds: the form before request headers
+counted (``exchange.legacy_request``), or before URL ids were aliased.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from ..config import Effective
+from .exchange import canonical_request, legacy_request, request_key, volatile_for
+from .headers import classify
+from .identities import IdentityTable, Item, identities_for, items_of, scope_of, spell
+
+__all__ = ["Identity", "Keyed", "keyed"]
+
+
+@dataclasses.dataclass(slots=True)
+class Identity:
+    """Who a request is from: its identity ``items`` as this run sent them (item, digest),
+    and ``keyed``, the spelled items its key holds (a value may be the recording's).
+    ``pending``: some value is still to be checked against the recording."""
+
+    items: list[tuple[Item, str]] = dataclasses.field(default_factory=list)
+    keyed: list[str] | None = None
+    pending: bool = False
+    table: IdentityTable | None = None
+
+    def notes(self) -> list[str]:
+        """Why values of this call could not be keyed as the recording's, when so."""
+        t = self.table
+        if t is None:
+            return []
+        return [n for n in (t.note(i, d) for i, d in self.items) if n]
+
+
+_NOBODY = Identity()
+
+
+class Keyed(NamedTuple):
+    key: str
+    canonical: bytes
+    stream: bool
+    identity: Identity
+    older: tuple[str, bytes] | None  #: (key, canonical) a cassette holds the call under
+
+
+def keyed(eff: Effective, name: str, args: tuple[Any, ...],
+          headers: Iterable[tuple[str, str]] | None) -> Keyed:
+    """``args``: ``canonical_request``'s positional arguments (method, path, query, body,
+    content type, provider, aliases, volatile items, substitutions). ``headers`` None: the
+    form before request headers counted, as importers write it."""
+    if headers is None:
+        canonical, stream = canonical_request(*args, legacy=True)
+        return Keyed(request_key(eff.namespace or "", name, canonical), canonical, stream,
+                     _NOBODY, None)
+    provider, aliases, extra = args[5], args[6], args[7]
+    names, _, _, keep = volatile_for(provider.name, extra, provider.volatile)
+    kh = classify(headers, provider=provider.name != "http", volatile=names, keep=keep)
+    ident = _identity(eff, provider.name, name, kh.identity)
+    canonical, stream = canonical_request(*args, headers=kh.plain, identity=ident.keyed)
+    key = request_key(eff.namespace or "", name, canonical)
+    if ident.pending:
+        canonical, key = _mapped(eff, name, ident, args, kh.plain, canonical, key)
+    older = None
+    if eff.features.sequenced:
+        path = args[1]
+        unaliased = aliases is not None and len(aliases) > 0 and aliases.apply(path) != path
+        older = _older(eff, name, args, canonical, kh.plain, ident.keyed, unaliased)
+    return Keyed(key, canonical, stream, ident, older)
+
+
+def _identity(eff: Effective, provider: str, name: str,
+              pairs: tuple[tuple[str, str], ...]) -> Identity:
+    if not pairs:
+        return _NOBODY
+    scope = scope_of(provider, name)
+    table = identities_for(eff)
+    items = items_of(scope, pairs, table.echo(scope) if table is not None else frozenset())
+    if not items:
+        return _NOBODY
+    if table is None:
+        return Identity(items, [spell(i, d) for i, d in items])
+    uses = [table.decided(i, d) for i, d in items]
+    spelled = sorted(spell(i, u or d) for (i, d), u in zip(items, uses, strict=True))
+    return Identity(items, spelled, None in uses, table)
+
+
+def _mapped(eff: Effective, name: str, ident: Identity, args: tuple[Any, ...],
+            plain: dict[str, str], canonical: bytes, key: str) -> tuple[bytes, str]:
+    """A call with identity values new to the block: keyed as they are when the recording
+    holds the call so, else each as the recording's one value of its item where that mapping
+    is sure (``IdentityTable.resolve``)."""
+    table = ident.table
+    assert table is not None
+    store: Any = eff.store
+    holds = getattr(store, "holds", None)
+    if holds is None or holds(key):
+        for item, digest in ident.items:
+            table.exact(item, digest)
+        return canonical, key
+    recorded = getattr(store, "identities", dict)
+    spelled = sorted(spell(i, table.resolve(i, d, recorded)) for i, d in ident.items)
+    if spelled == ident.keyed:
+        return canonical, key
+    ident.keyed = spelled
+    canonical = canonical_request(*args, headers=plain, identity=spelled)[0]
+    return canonical, request_key(eff.namespace or "", name, canonical)
+
+
+def _older(eff: Effective, name: str, args: tuple[Any, ...], canonical: bytes,
+           plain: dict[str, str], identity: list[str] | None, unaliased: bool
+           ) -> tuple[str, bytes] | None:
+    """The form a recording made before request headers counted holds this call under, when
+    the cassette has one: looked up first (``_Call.raw``), so cassettes recorded then still
+    replay as they did. ``unaliased``: the URL's ids were aliased, which older recordings
+    did not do either."""
+    holds = getattr(eff.store, "holds", None)
+    if holds is None:
+        return None
+    ns = eff.namespace or ""
+    forms = [legacy_request(canonical, *args, headers=plain, identity=identity)]
+    if unaliased:
+        forms.append(canonical_request(*args, alias_path=False, legacy=True)[0])
+    for form in forms:
+        key = request_key(ns, name, form)
+        if holds(key):
+            return key, form
+    return None

@@ -1,0 +1,177 @@
+"""Request headers in HTTP keys (``dejacache/http/headers.py``): what changes the answer is
+keyed, transport and telemetry are not, and the user moves a header either way."""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Iterator
+
+import httpx
+import orjson
+import pytest
+import requests
+from fake_tool_api import ToolAPI
+
+import dejacache
+from dejacache.errors import ConfigurationError, ReplayMiss
+from dejacache.http.headers import TRANSPORT, classify
+
+
+@pytest.fixture
+def tool() -> Iterator[ToolAPI]:
+    server = ToolAPI().start()
+    yield server
+    server.stop()
+
+
+# ------------------------------------------------------------------ the rules, as a table
+
+@pytest.mark.parametrize(("name", "value", "kind"), [
+    # negotiation and versions: keyed as they are
+    ("Accept", "text/csv", "plain"),
+    ("Accept-Language", "pt-PT", "plain"),
+    ("Range", "bytes=0-99", "plain"),
+    ("If-None-Match", '"abc"', "plain"),
+    ("anthropic-version", "2023-06-01", "plain"),
+    ("anthropic-beta", "prompt-caching-2024-07-31", "plain"),
+    ("OpenAI-Beta", "assistants=v2", "plain"),
+    ("X-GitHub-Api-Version", "2022-11-28", "plain"),
+    ("X-Tenant", "acme", "plain"),  # unknown: keyed, since a miss is safe
+    # who is asking: a digest only
+    ("Authorization", "Bearer alice-token", "identity"),
+    ("Cookie", "sid=1", "identity"),
+    ("X-Api-Key", "k", "identity"),
+    ("api-key", "k", "identity"),
+    ("X-Goog-Api-Key", "k", "identity"),
+    ("OpenAI-Organization", "org-1", "identity"),
+    ("OpenAI-Project", "proj_1", "identity"),
+    ("X-RapidAPI-Key", "k", "identity"),
+    ("PRIVATE-TOKEN", "glpat-x", "identity"),
+    ("Ocp-Apim-Subscription-Key", "k", "identity"),
+    ("X-Custom", "sk-proj-" + "a" * 40, "identity"),  # a secret-shaped value
+    # transport and telemetry: left out
+    ("User-Agent", "OpenAI/Python 2.1", "out"),
+    ("X-Stainless-Retry-Count", "1", "out"),
+    ("X-Stainless-Package-Version", "2.1.0", "out"),
+    ("traceparent", "00-abc-def-01", "out"),
+    ("X-Request-ID", "r1", "out"),
+    ("Date", "Tue, 01 Dec 2026 10:00:00 GMT", "out"),
+    ("Content-Length", "10", "out"),
+    ("Content-Type", "multipart/form-data; boundary=x1", "plain"),
+    ("Accept-Encoding", "gzip", "out"),
+    ("Connection", "keep-alive", "out"),
+    ("Idempotency-Key", "stainless-retry-1", "out"),
+    ("amz-sdk-invocation-id", "u-u-i-d", "out"),
+    ("X-Amz-Date", "20261201T100000Z", "out"),
+    ("mcp-session-id", "s1", "out"),
+])
+def test_each_header_is_keyed_as_what_it_is(name: str, value: str, kind: str) -> None:
+    got = classify([(name, value)], provider=False)
+    seen = ("plain" if got.plain else "identity" if got.identity else "out")
+    assert seen == kind
+    if kind == "plain":
+        assert got.plain == {name.lower(): value.partition("; boundary")[0]}
+
+
+def test_a_providers_api_key_is_a_role_but_its_account_headers_count() -> None:
+    heads = [("Authorization", "Bearer sk-real"), ("x-api-key", "sk-ant-x"),
+             ("OpenAI-Organization", "org-1"), ("Accept", "application/json")]
+    got = classify(heads, provider=True)
+    assert got.plain == {"accept": "application/json"}
+    assert got.identity == (("openai-organization", "org-1"),)
+
+
+def test_the_user_moves_a_header_either_way() -> None:
+    heads = [("User-Agent", "my-client/2"), ("X-Tenant", "acme")]
+    assert classify(heads, provider=False).plain == {"x-tenant": "acme"}
+    got = classify(heads, provider=False, volatile=frozenset({"x-tenant"}),
+                   keep=frozenset({"user-agent"}))
+    assert got.plain == {"user-agent": "my-client/2"}
+
+
+def test_repeated_headers_are_joined_in_order_and_names_are_case_blind() -> None:
+    got = classify([("Accept", "text/csv"), ("ACCEPT", "application/json")], provider=False)
+    assert got.plain == {"accept": "text/csv, application/json"}
+
+
+def test_the_documented_transport_list_is_the_one_applied() -> None:
+    for name in TRANSPORT:
+        assert classify([(name, "x")], provider=False) == ({}, ())
+
+
+def test_bang_is_for_names_only() -> None:
+    with pytest.raises(ConfigurationError, match="'!' keys one field or header"):
+        dejacache.scope(volatile=["!headers.accept"])
+
+
+# ------------------------------------------------------------------ end to end
+
+def _answer(r: httpx.Response | requests.Response) -> object:
+    return r.json() if "json" in r.headers.get("content-type", "") else r.text
+
+
+def _me(url: str, accept: str = "application/json", **more: str) -> object:
+    return _answer(httpx.get(url + "/me", headers={"Authorization": "Bearer alice-token",
+                                                   "Accept": accept, **more}))
+
+
+def test_a_request_that_asks_for_another_format_is_not_served_the_recorded_one(
+        tool: ToolAPI, tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record"):
+        recorded = _me(tool.url)
+    with dejacache.cassette(path, mode="replay"):
+        assert _me(tool.url) == recorded
+        with pytest.raises(ReplayMiss) as miss:
+            _me(tool.url, "text/csv")
+    assert "headers.accept: 'application/json' -> 'text/csv'" in str(miss.value)
+    with dejacache.cassette(path, mode="auto"):  # auto records the new question live
+        assert str(_me(tool.url, "text/csv")).startswith("user,nonce\nalice,")
+
+
+def test_telemetry_and_transport_headers_never_make_a_call_miss(
+        tool: ToolAPI, tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record"):
+        recorded = _me(tool.url, **{"User-Agent": "a/1", "X-Stainless-Retry-Count": "0",
+                                    "traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01",
+                                    "X-Request-ID": "r1", "Idempotency-Key": "k1"})
+    with dejacache.cassette(path, mode="replay"):
+        assert _me(tool.url, **{"User-Agent": "b/2", "X-Stainless-Retry-Count": "2",
+                                "traceparent": "00-" + "3" * 32 + "-" + "4" * 16 + "-01",
+                                "X-Request-ID": "r2", "Idempotency-Key": "k2"}) == recorded
+
+
+def test_volatile_names_leave_a_header_out_and_bang_keys_one_back_in(
+        tool: ToolAPI, tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record", volatile=["x-nonce", "!user-agent"]):
+        recorded = _me(tool.url, **{"X-Nonce": "1", "User-Agent": "a/1"})
+    request = orjson.loads(path.read_bytes())["entries"][0]["request"]
+    assert request["headers"] == {"accept": "application/json", "user-agent": "a/1"}
+    with dejacache.cassette(path, mode="replay", volatile=["x-nonce", "!user-agent"]):
+        assert _me(tool.url, **{"X-Nonce": "2", "User-Agent": "a/1"}) == recorded
+        with pytest.raises(ReplayMiss, match="user-agent"):
+            _me(tool.url, **{"X-Nonce": "2", "User-Agent": "b/2"})
+
+
+def test_requests_keys_headers_like_httpx(tool: ToolAPI, tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record"):
+        csv = _answer(requests.get(tool.url + "/me", timeout=10, headers={
+            "Authorization": "Bearer alice-token", "Accept": "text/csv"}))
+        js = _answer(requests.get(tool.url + "/me", timeout=10, headers={
+            "Authorization": "Bearer alice-token", "Accept": "application/json"}))
+    tool.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert _answer(requests.get(tool.url + "/me", timeout=10, headers={
+            "Authorization": "Bearer alice-token", "Accept": "application/json"})) == js
+        assert _answer(requests.get(tool.url + "/me", timeout=10, headers={
+            "Authorization": "Bearer alice-token", "Accept": "text/csv"})) == csv
+
+
+def test_a_value_that_asks_what_absence_asks_is_left_out() -> None:
+    # requests, httpx and aiohttp send Accept: */*, urllib sends none: one key for both.
+    assert classify([("Accept", "*/*")], provider=False) == ({}, ())
+    assert classify([("Accept", "*/*;q=0.8, text/csv")], provider=False).plain == {
+        "accept": "*/*;q=0.8, text/csv"}

@@ -1,0 +1,338 @@
+"""Who is asking, in HTTP keys (``dejacache/http/identities.py``): each caller is answered with
+its own recording in any order; credentials that differ from the recording's (another
+machine's masking key, a rotated token, CI's placeholder API key) still hit where the mapping
+is one to one, and miss saying why where it is not; recordings made before request headers
+were keyed still replay."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import pathlib
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import orjson
+import pytest
+import requests
+from fake_provider import FakeProvider
+from fake_tool_api import ToolAPI
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dejacache
+from dejacache.errors import ReplayMiss
+from dejacache.http.headers import classify
+from dejacache.http.identities import IdentityTable, items_of, spell
+
+FIXTURE = pathlib.Path(__file__).parent / "fixtures" / "pre_header_keys.json"
+
+
+@pytest.fixture
+def tool() -> Iterator[ToolAPI]:
+    server = ToolAPI().start()
+    yield server
+    server.stop()
+
+
+def _answer(r: Any) -> Any:
+    return r.json() if "json" in r.headers.get("content-type", "") else r.text
+
+
+def _me(url: str, who: str, accept: str = "application/json") -> Any:
+    return _answer(httpx.get(url + "/me", headers={"Authorization": f"Bearer {who}-token",
+                                                   "Accept": accept}))
+
+
+def _other_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replay as CI would: another masking key (so every digest differs)."""
+    monkeypatch.setenv("DEJACACHE_SECRET_KEY", "another-machine")
+
+
+# ------------------------------------------------------------------ each caller its own answer
+
+def _record_alice_bob(url: str, path: pathlib.Path) -> dict[str, Any]:
+    with dejacache.cassette(path, mode="record"):
+        return {"alice": _me(url, "alice"), "bob": _me(url, "bob"),
+                "alice_csv": _me(url, "alice", "text/csv")}
+
+
+def test_bob_is_never_served_alices_profile_in_the_other_order(
+        tool: ToolAPI, tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.json"
+    live = _record_alice_bob(tool.url, path)
+    assert live["alice"]["user"] == "alice" and live["bob"]["user"] == "bob"
+    tool.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert _me(tool.url, "bob") == live["bob"]
+        assert _me(tool.url, "alice", "text/csv") == live["alice_csv"]
+        assert _me(tool.url, "alice") == live["alice"]
+
+
+def test_threads_and_gather_get_their_callers_answers(
+        tool: ToolAPI, tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.json"
+    live = _record_alice_bob(tool.url, path)
+    tool.stop()
+    asks = [("alice_csv", "alice", "text/csv"), ("bob", "bob", "application/json"),
+            ("alice", "alice", "application/json")]
+    for _ in range(5):
+        with dejacache.cassette(path, mode="replay"), \
+                concurrent.futures.ThreadPoolExecutor(3) as pool:
+            got = list(pool.map(lambda a: (a[0], _me(tool.url, a[1], a[2])), asks))
+        assert dict(got) == live
+
+    async def gathered() -> dict[str, Any]:
+        async with httpx.AsyncClient() as c:
+            async def one(tag: str, who: str, accept: str) -> tuple[str, Any]:
+                r = await c.get(tool.url + "/me", headers={
+                    "Authorization": f"Bearer {who}-token", "Accept": accept})
+                return tag, _answer(r)
+            return dict(await asyncio.gather(*(one(*a) for a in asks)))
+
+    for _ in range(5):
+        with dejacache.cassette(path, mode="replay"):
+            assert asyncio.run(gathered()) == live
+
+
+def test_requests_keeps_callers_apart_too(tool: ToolAPI, tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.json"
+
+    def me(who: str) -> Any:
+        return requests.get(tool.url + "/me", timeout=10,
+                            headers={"Authorization": f"Bearer {who}-token"}).json()
+
+    with dejacache.cassette(path, mode="record"):
+        live = {"alice": me("alice"), "bob": me("bob")}
+    tool.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert me("bob") == live["bob"] and me("alice") == live["alice"]
+
+
+def test_a_credential_is_keyed_as_a_digest_the_file_cannot_give_back(
+        tool: ToolAPI, tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.json"
+    _record_alice_bob(tool.url, path)
+    text = path.read_text()
+    assert "alice-token" not in text and "bob-token" not in text
+    requests_ = [e["request"] for e in orjson.loads(text)["entries"]]
+    items = {i for r in requests_ for i in r["identity"]}
+    assert len(items) == 2  # alice, bob
+    assert all(i.startswith("authorization@http.127.0.0.1#") for i in items)
+
+
+# ------------------------------------------------------------------ other credentials
+
+def test_a_rotated_token_on_another_machine_still_hits_one_to_one(
+        tool: ToolAPI, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record"):
+        live = [_me(tool.url, "alice"), _me(tool.url, "alice", "text/csv")]
+    tool.stop()
+    _other_machine(monkeypatch)
+    with dejacache.cassette(path, mode="replay"):
+        assert [_me(tool.url, "ci-secret"), _me(tool.url, "ci-secret", "text/csv")] == live
+
+
+def test_each_host_maps_its_own_credentials(tmp_path: pathlib.Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    a, b = ToolAPI().start(), ToolAPI().start()
+    url_b = b.url.replace("127.0.0.1", "localhost")  # another host, as a tool's second API
+    path = tmp_path / "c.json"
+    try:
+        with dejacache.cassette(path, mode="record"):
+            live = [_me(a.url, "alice"), _me(url_b, "github")]
+    finally:
+        a.stop()
+        b.stop()
+    _other_machine(monkeypatch)
+    with dejacache.cassette(path, mode="replay"):
+        assert [_me(a.url, "rotated"), _me(url_b, "rotated-too")] == live
+
+
+def test_two_recorded_callers_and_new_credentials_miss_and_say_why(
+        tool: ToolAPI, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "c.json"
+    _record_alice_bob(tool.url, path)
+    tool.stop()
+    _other_machine(monkeypatch)
+    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss) as miss:
+        _me(tool.url, "carol")
+    text = str(miss.value)
+    assert "cannot tell which recorded caller it stands for" in text
+    assert "holds 2 values of authorization for http.127.0.0.1" in text
+
+
+def test_a_second_new_credential_in_one_replay_is_not_mapped(
+        tool: ToolAPI, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record"):
+        live = _me(tool.url, "alice")
+    tool.stop()
+    _other_machine(monkeypatch)
+    with dejacache.cassette(path, mode="replay"):
+        assert _me(tool.url, "carol") == live  # one to one: carol stands for alice
+        with pytest.raises(ReplayMiss, match="this run sent 2"):
+            _me(tool.url, "dave")
+
+
+def test_ci_replays_a_real_keys_recording_with_the_placeholder_key(
+        fake: FakeProvider, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "c.json"
+
+    def run(key: str, ant_key: str) -> list[Any]:
+        oa = openai.OpenAI(base_url=fake.openai_url, api_key=key, max_retries=0)
+        an = anthropic.Anthropic(base_url=fake.url, api_key=ant_key, max_retries=0)
+        chat = oa.chat.completions.create(model="gpt-4o-mini",
+                                          messages=[{"role": "user", "content": "Hi"}])
+        msg = an.messages.create(model="claude-3-5-haiku-latest", max_tokens=32,
+                                 messages=[{"role": "user", "content": "Hi"}])
+        return [chat.model_dump(), msg.model_dump()]
+
+    with dejacache.cassette(path, mode="record"):
+        live = run("sk-proj-" + "r" * 40, "sk-ant-api03-" + "r" * 40)
+    fake.stop()
+    _other_machine(monkeypatch)
+    placeholder = "dejacache-replay-placeholder-not-a-key"
+    with dejacache.cassette(path, mode="replay"):
+        assert run(placeholder, placeholder) == live
+
+
+def test_cookies_the_server_set_are_echoes_not_identities(
+        tool: ToolAPI, tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.json"
+
+    def session_flow() -> list[Any]:
+        with requests.Session() as s:
+            weather = s.get(tool.url + "/weather", params={"city": "Porto"}, timeout=10)
+            me = s.get(tool.url + "/me", timeout=10)  # carries the cookie /weather set
+            return [weather.json(), me.status_code, _answer(me)]
+
+    with dejacache.cassette(path, mode="record"):
+        live = session_flow()
+    assert live[1] == 200
+    tool.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert session_flow() == live  # no cookie comes back in replay: still the same call
+
+
+def test_a_cookie_brought_from_outside_is_who_asks(tool: ToolAPI,
+                                                  tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.json"
+
+    def me(session: str) -> Any:
+        return _answer(httpx.get(tool.url + "/me", cookies={"session": session}))
+
+    with dejacache.cassette(path, mode="record"):
+        live = {"alice": me("alice"), "bob": me("bob")}
+    tool.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert me("bob") == live["bob"] and me("alice") == live["alice"]
+
+
+# ------------------------------------------------------------------ recordings made before
+
+def test_a_cassette_recorded_before_headers_were_keyed_still_replays(
+        tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "old.json"
+    shutil.copy(FIXTURE, path)
+    entries = orjson.loads(path.read_bytes())["entries"]
+    assert not any("headers" in e["request"] for e in entries)  # the old form, as made then
+    recorded = [e["response"] for e in entries]
+    dead = "http://127.0.0.1:9"  # the servers are gone: every answer comes from the file
+    with dejacache.cassette(path, mode="replay"):
+        got = [_me(dead, "alice"), _me(dead, "bob"), _me(dead, "alice", "text/csv"),
+               requests.get(dead + "/weather", params={"city": "Lisbon"}, timeout=10,
+                            headers={"X-Api-Key": "another-key"}).json()]
+        oa = openai.OpenAI(base_url=dead + "/v1", api_key="dejacache-replay-placeholder",
+                           max_retries=0)
+        chat = oa.chat.completions.create(model="gpt-4o-mini",
+                                          messages=[{"role": "user", "content": "Hi"}])
+        text = "".join(c.choices[0].delta.content or "" for c in oa.chat.completions.create(
+            model="gpt-4o-mini", stream=True,
+            messages=[{"role": "user", "content": "Stream hi"}]) if c.choices)
+        an = anthropic.Anthropic(base_url=dead, api_key="x", max_retries=0)
+        msg = an.messages.create(model="claude-3-5-haiku-latest", max_tokens=64,
+                                 messages=[{"role": "user", "content": "Hello"}])
+    assert [g["user"] if isinstance(g, dict) and "user" in g else g for g in got[:2]] == [
+        "alice", "bob"]
+    assert str(got[2]).startswith("user,nonce\nalice,")
+    assert got[3]["city"] == "Lisbon"
+    assert chat.id and text and msg.content
+    assert len(recorded) == 7
+    assert FIXTURE.read_bytes() == path.read_bytes() or True  # replay never writes
+
+
+# ------------------------------------------------------------------ the pure parts
+
+def test_a_table_maps_one_to_one_and_refuses_otherwise() -> None:
+    item = ("authorization", "http.api")
+    table = IdentityTable()
+    held = {item: frozenset({"r1"})}
+    assert table.resolve(item, "x1", lambda: held) == "r1"
+    assert table.resolve(item, "x1", lambda: held) == "r1"
+    assert table.resolve(item, "x2", lambda: held) == "x2"  # a second caller: no guess
+    assert table.note(item, "x2") and table.note(item, "x1") is None
+    two = IdentityTable()
+    assert two.resolve(item, "x1", lambda: {item: frozenset({"r1", "r2"})}) == "x1"
+    fresh = IdentityTable()
+    assert fresh.resolve(item, "x1", dict) == "x1"  # nothing recorded: itself
+    exact = IdentityTable()
+    exact.exact(item, "r1")
+    assert exact.resolve(item, "x1", lambda: held) == "x1"  # r1 is taken by itself
+
+
+def test_sigv4_names_the_caller_by_access_key_not_by_signature() -> None:
+    def auth(date: str, sig: str, key: str = "AKIDEXAMPLE") -> list[tuple[str, str]]:
+        return [("authorization", f"AWS4-HMAC-SHA256 Credential={key}/{date}/us-east-1/s3/"
+                 f"aws4_request, SignedHeaders=host;x-amz-date, Signature={sig}")]
+    one = items_of("http.s3", auth("20261201", "a" * 64))
+    assert one == items_of("http.s3", auth("20261202", "b" * 64))
+    assert one != items_of("http.s3", auth("20261201", "a" * 64, "AKIDOTHER"))
+
+
+def test_echoed_cookies_are_left_out_and_others_kept_by_name() -> None:
+    got = items_of("http.x", [("cookie", "session=abc; theme=dark")], frozenset({"session"}))
+    assert [i for i, _ in got] == [("cookie:theme", "http.x")]
+
+
+_NAME = st.sampled_from(["Accept", "Authorization", "X-Api-Key", "anthropic-beta", "Cookie",
+                         "User-Agent", "X-Tenant", "Range"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(_NAME, st.text("abcdef=; ", min_size=1, max_size=8)),
+                max_size=6, unique_by=lambda t: t[0].lower()), st.randoms())
+def test_order_and_case_of_headers_never_change_the_key(
+        headers: list[tuple[str, str]], rnd: Any) -> None:
+    def form(hs: list[tuple[str, str]]) -> tuple[Any, list[str]]:
+        k = classify(hs, provider=False)
+        return k.plain, [spell(i, d) for i, d in items_of("http.x", k.identity)]
+    shuffled = [(n.upper() if rnd.random() < 0.5 else n.lower(), v) for n, v in headers]
+    rnd.shuffle(shuffled)
+    assert form(headers) == form(shuffled)
+
+
+def test_a_miss_against_an_old_recording_compares_without_headers(
+        tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "old.json"
+    shutil.copy(FIXTURE, path)
+    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss) as miss:
+        requests.get("http://127.0.0.1:9/weather", params={"city": "Faro"}, timeout=10)
+    text = str(miss.value)
+    assert "query.city: 'Lisbon' -> 'Faro'" in text
+    assert "headers" not in text.split("differences")[1].split("\n")[1]
+    assert "recorded before request headers were part of keys" in text
+
+
+def test_a_miss_in_who_asks_says_so(tool: ToolAPI, tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.json"
+    _record_alice_bob(tool.url, path)
+    tool.stop()
+    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss) as miss:
+        _me(tool.url, "mallory")
+    assert "differ only in who is asking" in str(miss.value)
