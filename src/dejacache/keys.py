@@ -726,13 +726,15 @@ def _first_sight(data: Any, names: _Names, function: str,
     the next call with these bytes takes them as they are."""
     full, check, cut = _full(data, names, function, subs, True, out,
                              len(out) > _BY_PARTS_MIN)
+    # Cut out of ``out`` (``full`` is ``out``) with no ``://`` in it, or none that URL
+    # masking rewrites (asked of each run once: ``_seg.scrub_free``): it has nothing to do.
+    unmasked = cut is not None and not subs and (
+        not cut[1] or _seg.scrub_free(out, cut[0], _urls_unmasked, "url_clean"))
     if cut is not None and cut[2]:  # cut out of ``out`` (``full`` is ``out``), with a None
-        if not cut[1] and not subs and check is not None:
+        if unmasked and check is not None:
             return _marked_cut(out, check, cut[0], seed, key)
         full += _NONE_MARK
-    # Cut out of ``out`` (``full`` is ``out``) and no ``://`` in it: URL masking has
-    # nothing to do.
-    form = full if cut is not None and not cut[1] and not subs else _finish(full, subs)
+    form = full if unmasked else _finish(full, subs)
     form_key = key if form == out else _hex(form, seed=seed)
     if cut is not None and not subs and form is full:
         # Written by parts out of ``out``: the store's scrubbing of the request may ask
@@ -750,6 +752,10 @@ def _first_sight(data: Any, names: _Names, function: str,
             marked = out + _NONE_MARK
             _remember(key, (check, form_key if form == marked else _hex(marked, seed=seed)))
     return form_key, form, b"", True
+
+
+def _urls_unmasked(data: bytes) -> bool:
+    return _secrets.mask_url_queries(data) == data
 
 
 def _marked_cut(out: bytes, check: _seg.NoneCheck, spans: list[tuple[int, _seg.Run]],
