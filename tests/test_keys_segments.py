@@ -7,6 +7,7 @@ rewrites every case and remembers nothing: whatever the memos hold, a key must e
 from __future__ import annotations
 
 import collections
+import contextlib
 import copy
 import math
 from typing import Any
@@ -565,3 +566,28 @@ def test_harmless_urls_in_the_history_are_asked_of_once(monkeypatch: pytest.Monk
             assert asked and max(asked) < whole // 20, asked  # the new messages, not all
     requests = [r.request for _, r in store.iterate()]
     assert len(requests) == 4 and all(r == _slow_scrub(r) for r in requests)
+
+
+@_SETTINGS
+@given(st.lists(_elements, min_size=0, max_size=40), st.lists(_elements, max_size=4),
+       st.booleans())
+def test_the_full_key_a_miss_stores_under_is_the_general_paths_key(
+        history: list[Any], new: list[Any], seen: bool) -> None:
+    """``KeyBuilder.full_key`` (what a miss stores under once its fast key missed, written
+    by parts out of the fast form's bytes) is the key of the canonical form the general path
+    writes: whatever the data holds (None, NaN, credentials, volatile names, tuples) and
+    whether its bytes were seen before (``seen``: a probe or an earlier turn wrote them)."""
+    def llm(request: dict[str, Any]) -> None: ...
+
+    kb = KeyBuilder(llm, "full")
+    seed = keys.key_seed("ns", "full")
+    request = {"model": "m", "messages": [*history, *new]}
+    if seen:
+        _miss_key(kb, {"model": "m", "messages": history}, seed)
+        _miss_key(kb, request, seed)
+    bound = {"request": request}
+    expected = keys.digest("ns", "full", kb.canonical_bound(bound))
+    out = keys._dump(bound) if keys._names_for(kb.volatile).plain.issuperset(bound) else None
+    with contextlib.suppress(TypeError, orjson.JSONEncodeError):
+        assert kb.full_key(bound, seed, (), out)[0] == expected
+    assert kb.full_key(bound, seed)[0] == expected
