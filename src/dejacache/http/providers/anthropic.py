@@ -15,6 +15,12 @@ class Anthropic(Provider):
     priority = 10
     # metadata holds only user_id, an end-user tag that does not change the answer.
     volatile = frozenset({"metadata"})
+    # Breakpoints and their lifetimes: what is cached, never what the model reads. Top level
+    # (automatic caching), on a tool, a system block, a content block, or a block inside a
+    # tool_result.
+    cache_fields = ("cache_control", "tools[*].cache_control", "system[*].cache_control",
+                    "messages[*].content[*].cache_control",
+                    "messages[*].content[*].content[*].cache_control")
     # message id and tool_use.id (fed back as tool_result.tool_use_id).
     alias_keys = frozenset({"id"})
 

@@ -1,0 +1,96 @@
+"""Prompt-cache controls in a request body: where they sit, and the body without them.
+
+A cache control decides what the provider caches, for how long, and on which machine; never
+what the model reads: Anthropic's ``cache_control`` (top level, or on a tool, a system block or
+a content block), OpenAI's ``prompt_cache_key`` (routing), ``prompt_cache_retention``,
+``prompt_cache_options`` and a content part's ``prompt_cache_breakpoint``. Each provider module
+names its own as paths (``Provider.cache_fields``: ``"messages[*].content[*].cache_control"``).
+
+Requests are keyed without them, so a recording replays whatever breakpoints or routing key
+the code adds later (the prompt-cache planner's fixes, applied at runtime, add exactly these),
+and stored with them, so the planner reads the breakpoints a recording was made with.
+
+Paths name the places, never a bare field name: a tool whose JSON schema has a property
+called ``cache_control`` keeps it in its key. Pure.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+from typing import Any
+
+__all__ = ["fields_in", "may_hold", "parse", "strip"]
+
+Step = str | None  # a member name, or every element of a list (``[*]``)
+
+
+@functools.lru_cache(maxsize=64)
+def parse(paths: tuple[str, ...]) -> tuple[tuple[Step, ...], ...]:
+    """``"messages[*].content[*].cache_control"`` -> ``("messages", None, "content", None,
+    "cache_control")``: member names, ``[*]`` for each element of a list."""
+    out = []
+    for text in paths:
+        steps: list[Step] = []
+        for part in text.split("."):
+            name, _, rest = part.partition("[")
+            if not name or rest.replace("*]", "").replace("[", ""):
+                raise ValueError(f"cache field path {text!r}: write names with [*] after a "
+                                 "list, e.g. 'messages[*].content[*].cache_control'")
+            steps.append(name)
+            steps.extend(None for _ in range(part.count("[*]")))
+        out.append(tuple(steps))
+    return tuple(out)
+
+
+@functools.lru_cache(maxsize=64)
+def _needles(paths: tuple[str, ...]) -> tuple[bytes, ...]:
+    return tuple(sorted({p.rpartition(".")[2].encode() for p in paths}))
+
+
+def may_hold(raw: bytes, paths: tuple[str, ...]) -> bool:
+    """Whether a raw body can hold one of ``paths``' fields (its last name occurs in it): the
+    cheap test before parsing. False says so for sure; True only maybe."""
+    return bool(paths) and any(n in raw for n in _needles(paths))
+
+
+def strip(body: Any, paths: tuple[str, ...]) -> Any:
+    """``body`` without the fields ``paths`` name: a copy of what changes, the same object
+    when nothing does (so ``strip(b, p) is b`` says "no cache field")."""
+    for steps in parse(paths):
+        body = _without(body, steps)
+    return body
+
+
+def _without(node: Any, steps: tuple[Step, ...]) -> Any:
+    step, rest = steps[0], steps[1:]
+    if step is None:
+        if type(node) is not list:
+            return node
+        new = [_without(x, rest) for x in node]
+        return node if all(a is b for a, b in zip(new, node, strict=True)) else new
+    if type(node) is not dict or step not in node:
+        return node
+    if not rest:
+        return {k: v for k, v in node.items() if k != step}
+    inner = _without(node[step], rest)
+    return node if inner is node[step] else {**node, step: inner}
+
+
+def fields_in(body: Any, paths: tuple[str, ...]) -> Iterable[tuple[str, Any]]:
+    """(path as written, value) of every cache field ``body`` holds, in ``paths`` order."""
+    for text, steps in zip(paths, parse(paths), strict=True):
+        yield from ((text, v) for v in _values(body, steps))
+
+
+def _values(node: Any, steps: tuple[Step, ...]) -> Iterable[Any]:
+    if not steps:
+        yield node
+        return
+    step, rest = steps[0], steps[1:]
+    if step is None:
+        if type(node) is list:
+            for x in node:
+                yield from _values(x, rest)
+    elif type(node) is dict and step in node:
+        yield from _values(node[step], rest)
