@@ -3,8 +3,9 @@
 A cache control decides what the provider caches, for how long, and on which machine; never
 what the model reads: Anthropic's ``cache_control`` (top level, or on a tool, a system block or
 a content block), OpenAI's ``prompt_cache_key`` (routing), ``prompt_cache_retention``,
-``prompt_cache_options`` and a content part's ``prompt_cache_breakpoint``. Each provider module
-names its own as paths (``Provider.cache_fields``: ``"messages[*].content[*].cache_control"``).
+``prompt_cache_options`` and a content part's ``prompt_cache_breakpoint``. :data:`FIELDS` names
+each provider's as paths (``"messages[*].content[*].cache_control"``); the provider modules
+declare theirs from it (``Provider.cache_fields``).
 
 Requests are keyed without them, so a recording replays whatever breakpoints or routing key
 the code adds later (the prompt-cache planner's fixes, applied at runtime, add exactly these),
@@ -20,9 +21,24 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["fields_in", "may_hold", "parse", "strip"]
+__all__ = ["FIELDS", "fields_in", "may_hold", "parse", "strip"]
 
 Step = str | None  # a member name, or every element of a list (``[*]``)
+
+#: Where each provider's requests carry cache controls.
+FIELDS: dict[str, tuple[str, ...]] = {
+    # Breakpoints and their lifetimes: top level (automatic caching), on a tool, a system
+    # block, a content block, or a block inside a tool_result.
+    "anthropic": ("cache_control", "tools[*].cache_control", "system[*].cache_control",
+                  "messages[*].content[*].cache_control",
+                  "messages[*].content[*].content[*].cache_control"),
+    # Routing, lifetime and breakpoints (chat parts, Responses input parts), and Anthropic's
+    # cache_control as OpenAI-compatible gateways (OpenRouter) take it.
+    "openai": ("prompt_cache_key", "prompt_cache_retention", "prompt_cache_options",
+               "cache_control", "messages[*].content[*].prompt_cache_breakpoint",
+               "messages[*].content[*].cache_control",
+               "input[*].content[*].prompt_cache_breakpoint"),
+}
 
 
 @functools.lru_cache(maxsize=64)

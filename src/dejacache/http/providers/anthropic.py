@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..._core.cache_fields import FIELDS
 from ._base import END, FINISHING, IN_PROGRESS, Provider
 
 __all__ = ["PROVIDER", "Anthropic"]
@@ -15,12 +16,8 @@ class Anthropic(Provider):
     priority = 10
     # metadata holds only user_id, an end-user tag that does not change the answer.
     volatile = frozenset({"metadata"})
-    # Breakpoints and their lifetimes: what is cached, never what the model reads. Top level
-    # (automatic caching), on a tool, a system block, a content block, or a block inside a
-    # tool_result.
-    cache_fields = ("cache_control", "tools[*].cache_control", "system[*].cache_control",
-                    "messages[*].content[*].cache_control",
-                    "messages[*].content[*].content[*].cache_control")
+    # What is cached, for how long and where: never what the model reads (keyed without).
+    cache_fields = FIELDS["anthropic"]
     # message id and tool_use.id (fed back as tool_result.tool_use_id).
     alias_keys = frozenset({"id"})
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from ..._core.cache_fields import FIELDS
 from ._base import END, FINISHING, IN_PROGRESS, Provider
 
 __all__ = ["PROVIDER", "OpenAI"]
@@ -37,12 +38,8 @@ class OpenAI(Provider):
     # Abuse-monitoring tags: they identify the end user, never change the answer, and differ
     # between test runs that are otherwise identical.
     volatile = frozenset({"user", "safety_identifier"})
-    # Prompt-cache routing, lifetime and breakpoints (chat parts, Responses input parts), and
-    # Anthropic's cache_control as OpenAI-compatible gateways (OpenRouter) take it.
-    cache_fields = ("prompt_cache_key", "prompt_cache_retention", "prompt_cache_options",
-                    "cache_control", "messages[*].content[*].prompt_cache_breakpoint",
-                    "messages[*].content[*].cache_control",
-                    "input[*].content[*].prompt_cache_breakpoint")
+    # What is cached, for how long and where: never what the model reads (keyed without).
+    cache_fields = FIELDS["openai"]
     # chat: tool_calls[].id (fed back as tool_call_id); responses: response id (fed back as
     # previous_response_id, and in the URL polling a background response: ``url_id``), output
     # item ids and call_id (fed back in function_call_output).
