@@ -164,9 +164,10 @@ class _Handler(LoopbackHandler):
 
     def _messages(self, body: dict[str, Any], n: int, now: float) -> None:
         usage = self.fake.anthropic_usage(body, now)
+        content, stop = self.fake.message_reply(body, n)
         msg = {"id": f"msg_{n:06d}", "type": "message", "role": "assistant",
-               "model": body.get("model"), "content": [{"type": "text", "text": f"reply {n}"}],
-               "stop_reason": "end_turn", "stop_sequence": None,
+               "model": body.get("model"), "content": content,
+               "stop_reason": stop, "stop_sequence": None,
                "usage": {**usage, "output_tokens": 5}}
         if not body.get("stream"):
             return self.send_json(200, msg)
@@ -177,14 +178,14 @@ class _Handler(LoopbackHandler):
 
 
 class CachingProvider(LoopbackProvider):
-    """See the module. ``replies``: an optional function ``(body, n) -> chat message`` for
-    chat completions (a scripted tool-calling agent), default a plain text reply."""
+    """See the module. ``replies``: an optional function ``(api, body, n)`` scripting the
+    answers (a tool-calling agent): for ``"chat"`` the assistant message, for ``"messages"``
+    (content blocks, stop reason); default a plain text reply."""
 
     handler = _Handler
 
     def __init__(self, clock: Callable[[], float] = time.monotonic,
-                 replies: Callable[[dict[str, Any], int], dict[str, Any]] | None = None
-                 ) -> None:
+                 replies: Callable[[str, dict[str, Any], int], Any] | None = None) -> None:
         super().__init__()
         self.clock = clock
         self._replies = replies
@@ -200,8 +201,16 @@ class CachingProvider(LoopbackProvider):
 
     def reply(self, body: dict[str, Any], n: int) -> dict[str, Any]:
         if self._replies is not None:
-            return {"message": self._replies(body, n), "finish": "stop"}
+            message = self._replies("chat", body, n)
+            return {"message": message,
+                    "finish": "tool_calls" if message.get("tool_calls") else "stop"}
         return {"message": {"role": "assistant", "content": f"reply {n}", "refusal": None}}
+
+    def message_reply(self, body: dict[str, Any], n: int) -> tuple[list[Any], str]:
+        if self._replies is not None:
+            content, stop = self._replies("messages", body, n)
+            return content, stop
+        return [{"type": "text", "text": f"reply {n}"}], "end_turn"
 
     # ------------------------------------------------------------ the cache
 

@@ -20,8 +20,8 @@ lists them; keys leave them out, so recordings still replay).
   Content given as a string cannot carry a marker without changing its JSON shape, so it
   gets none (the top-level marker needs no block).
 - **long lifetime** (planner only: it changes what a write costs): ``"ttl": "1h"`` on each
-  Anthropic marker, ``prompt_cache_retention="24h"`` on OpenAI models that keep entries in
-  memory by default.
+  Anthropic marker (the breakpoints above added first where there are none),
+  ``prompt_cache_retention="24h"`` on OpenAI models that keep entries in memory by default.
 
 Pure.
 """
@@ -161,12 +161,13 @@ def apply(body: Mapping[str, Any], edits: Sequence[Edit]) -> dict[str, Any]:
 
 def long_lived(api: str, body: Mapping[str, Any], rules: CacheRules) -> dict[str, Any] | None:
     """``body`` asking for the provider's longer cache lifetime (None: it cannot, or does
-    already): every Anthropic marker with ``"ttl": "1h"``; ``prompt_cache_retention="24h"``
-    on an OpenAI model that caches automatically."""
+    already): every Anthropic marker with ``"ttl": "1h"``, the breakpoints fix's added first
+    (a lifetime needs a marker to hang on); ``prompt_cache_retention="24h"`` on an OpenAI model
+    that caches automatically."""
     if rules.long_ttl is None:
         return None
     if rules.mode == BREAKPOINTS and api == "messages":
-        out = copy.deepcopy(dict(body))
+        out = apply(body, breakpoint_edits(api, body, rules))
         changed = False
         for _, mark in fields_in(out, FIELDS["anthropic"]):
             if type(mark) is dict and mark.get("ttl") != "1h":

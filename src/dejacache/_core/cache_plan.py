@@ -9,15 +9,18 @@ prompt tokens (turns answered locally, by dejacache's own store, left out, as
 ``prefix-report`` counts them), as the provider reported it (``recorded``) and as the model
 predicts it for the same requests (``predicted``: the calibration).
 
-Fixes are found from what the session shows (``prompt_cache.SessionState``: the breaks between
-consecutive turns, the hazards) and priced by sending the whole account again with the fix
-applied to every session it concerns (caches are shared between sessions, so a fix in one can
-change another's hits): ``saving`` is the predicted cost without the fix minus with it, in
-dollars at the model's input price (0 for a model without a price), and ``tokens`` the cached
-tokens it adds. Kinds: ``move`` and ``pool`` (``cache_transforms.py``: change what the model
-reads, priced only), ``breakpoints``, ``routing_key`` (``cache_fixes.py``: cache controls the
-runtime can apply) and ``long_ttl``. Only fixes that save something are kept; ``combined``
-prices the best of ``move``/``pool`` together with every other fix found.
+Fixes are found from what the sessions show (``prompt_cache.SessionState``: the breaks between
+consecutive turns) and priced by sending the whole account again with the fix applied to
+every session it concerns (caches are shared between sessions, so a fix in one can change
+another's hits). Fixes interact (moving a clock out of the first 256 tokens puts every
+conversation on one route, which a routing key then spreads), so they are chosen greedily:
+the one that saves most first, then each next one priced on top of those before it, until
+none saves more. ``saving`` is that step's predicted cost minus the next, in dollars at the
+model's input price (0 for a model without a price: then cached tokens decide), ``tokens``
+the cached tokens it adds, ``hit_rate`` the session's with it and the ones before. Kinds:
+``move`` and ``pool`` (``cache_transforms.py``: change what the model reads, priced only),
+``breakpoints``, ``routing_key`` (``cache_fixes.py``: cache controls the runtime can apply)
+and ``long_ttl``. ``combined``: every fix chosen, applied together.
 
 Pure: the caller loads the turns and passes the rates.
 """
@@ -76,6 +79,8 @@ class Fix:
     tokens: int  # cached tokens added
     hit_rate: float  # the session's predicted hit rate with the fix
     runtime: bool  # PrefixMonitor(apply=...) / AgentPool(apply=...) can apply it
+    # Not chosen (another saves as much or more): priced alone, instead of the others.
+    alternative: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -226,13 +231,14 @@ def _session_fix(prefixes: Prefixes, sessions: Mapping[str, Sequence[int]],
 
 
 _DESCRIBE = {
-    "breakpoints": "add cache breakpoints: the end of the system prompt and the conversation's "
-                   "end (Anthropic cache_control, top-level and on the last system block; "
-                   "OpenAI gpt-5.6+ prompt_cache_breakpoint on the instructions)",
+    "breakpoints": "add cache breakpoints at the end of the system prompt and at the "
+                   "conversation's end (Anthropic: cache_control on the last system block and "
+                   "top-level; OpenAI gpt-5.6+: prompt_cache_breakpoint on the instructions)",
     "routing_key": "set prompt_cache_key per session, so each conversation stays on the "
-                   "machine that holds its prefix",
-    "long_ttl": "ask for the long cache lifetime (Anthropic ttl 1h, OpenAI "
-                "prompt_cache_retention 24h): gaps between turns outlive the default",
+                   "machine that holds its prefix instead of spilling over to others",
+    "long_ttl": "ask for the long cache lifetime (Anthropic: ttl 1h on the breakpoints, added "
+                "where missing; OpenAI: prompt_cache_retention 24h): turns come more than the "
+                "default lifetime apart",
 }
 
 
@@ -241,35 +247,112 @@ def _describe_break(kind: str, b: PrefixBreak) -> str:
     if kind == "move":
         return (f"move the volatile span at `{b.path}` (offset {b.offset:,}, {span}) after the "
                 "cacheable prefix, e.g. into the latest user message")
-    return (f"pool the agent (AgentPool): it is rebuilt each message and its {b.segment} "
+    part = "tools" if b.segment == "tools" else "system prompt"
+    return (f"pool the agent (AgentPool): it is rebuilt each message and its {part} "
             f"changes at `{b.path}` ({span}); a pooled agent keeps the prompt it was built with")
 
 
-def _candidates(account: Account, prefixes: Prefixes, breaks: Sequence[PrefixBreak],
-                ) -> list[tuple[str, str, str, Prefixes]]:
-    """(kind, description, path, the account's prefixes with the fix) of each fix to price."""
-    sessions = _by_session(account, prefixes)
-    out: list[tuple[str, str, str, Prefixes]] = []
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Option:
+    kind: str
+    description: str
+    path: str = ""  # the span a move takes
+    alternative: bool = False
+
+
+def _options(breaks: Sequence[PrefixBreak]) -> list[_Option]:
+    """The fixes worth pricing: a move per place a break shows variable text, pooling where
+    the system prompt or tools change, and every cache-control fix."""
+    out: list[_Option] = []
     seen: set[tuple[str, str]] = set()
     for b in breaks:
         if b.reason not in ("system", "tools", "modified") or not b.path:
             continue
-        kinds = ("move", "pool") if b.reason in ("system", "tools") else ("move",)
-        for kind in kinds:
-            if (kind, b.path if kind == "move" else "") in seen:
-                continue
-            seen.add((kind, b.path if kind == "move" else ""))
-            path = b.path
-            change: Callable[[list[Prefix]], list[Prefix] | None] = (
-                (lambda ps, path=path: moved(ps, path)) if kind == "move" else pooled)
-            fixed = _session_fix(prefixes, sessions, change)
-            if fixed is not None:
-                out.append((kind, _describe_break(kind, b), b.path if kind == "move" else "",
-                            fixed))
+        for kind in ("move", "pool") if b.reason in ("system", "tools") else ("move",):
+            path = b.path if kind == "move" else ""
+            if (kind, path) not in seen:
+                seen.add((kind, path))
+                out.append(_Option(kind, _describe_break(kind, b), path))
+    out += [_Option(k, _DESCRIBE[k]) for k in _BODY_FIXES]
     return out
 
 
-# ---------------------------------------------------------------- the plan
+class _Pricer:
+    """Sends an account with a set of fixes applied (body fixes first, in a fixed order, then
+    pooling and moves) and remembers each result."""
+
+    def __init__(self, account: Account, rates: RatesFor,
+                 rules: Callable[[str, str], CacheRules]) -> None:
+        self.account, self.rates, self.rules = account, rates, rules
+        self.prefixes = _prefixes(account)
+        self._memo: dict[frozenset[_Option], dict[str, _Sums] | None] = {}
+
+    def sums(self, chosen: frozenset[_Option]) -> dict[str, _Sums] | None:
+        """Each session's sums with ``chosen`` applied (None: they change nothing)."""
+        if chosen not in self._memo:
+            fixed = self._fixed(chosen)
+            self._memo[chosen] = None if fixed is None else _send(
+                self.account, fixed, self.rates, self.rules)
+        return self._memo[chosen]
+
+    def _fixed(self, chosen: frozenset[_Option]) -> Prefixes | None:
+        kinds = {o.kind for o in chosen}
+        edits = [_body_fix(k, self.rules) for k in _BODY_FIXES if k in kinds]
+        fixed = self.prefixes
+        changed = False
+        if edits:
+            def edit(turn: Turn) -> Mapping[str, Any] | None:
+                body, any_change = turn.body, False
+                for e in edits:
+                    new = e(dataclasses.replace(turn, body=body))
+                    if new is not None:
+                        body, any_change = new, True
+                return body if any_change else None
+
+            fixed = _prefixes(self.account, edit)
+            changed = fixed != self.prefixes
+        sessions = _by_session(self.account, fixed)
+        for o in sorted(chosen, key=lambda o: (o.kind != "pool", o.path)):
+            if o.kind in ("pool", "move"):
+                change = pooled if o.kind == "pool" else (lambda ps, p=o.path: moved(ps, p))
+                new = _session_fix(fixed, sessions, change)
+                if new is not None:
+                    fixed, changed = new, True
+        return fixed if changed else None
+
+
+def _gain(before: Mapping[str, _Sums], after: Mapping[str, _Sums]) -> tuple[float, int]:
+    cost = sum(before[n].cost - s.cost for n, s in after.items() if n in before)
+    tokens = sum(s.cached - before[n].cached for n, s in after.items() if n in before)
+    return cost, tokens
+
+
+def _greedy(pricer: _Pricer, options: Sequence[_Option], base: dict[str, _Sums]
+            ) -> list[tuple[_Option, dict[str, _Sums], dict[str, _Sums]]]:
+    """Fixes in the order that saves most, each priced on top of those before it:
+    (fix, sums before it, sums with it)."""
+    chosen: frozenset[_Option] = frozenset()
+    current = base
+    out = []
+    left = list(options)
+    while left:
+        best: tuple[float, int, _Option, dict[str, _Sums]] | None = None
+        for o in left:
+            sums = pricer.sums(chosen | {o})
+            if sums is None:
+                continue
+            cost, tokens = _gain(current, sums)
+            if (cost > 1e-12 or (abs(cost) <= 1e-12 and tokens > 0)) and (
+                    best is None or (cost, tokens) > best[:2]):
+                best = (cost, tokens, o, sums)
+        if best is None:
+            break
+        _, _, o, sums = best
+        out.append((o, current, sums))
+        chosen |= {o}
+        current = sums
+        left.remove(o)
+    return out
 
 
 def _verdicts(account: Account, prefixes: Prefixes, rates: RatesFor
@@ -284,84 +367,43 @@ def _verdicts(account: Account, prefixes: Prefixes, rates: RatesFor
         _, found, hazards = state.turn(p, turn.usage, turn.at, rates, local=turn.local)
         breaks, seen = out.setdefault(turn.session, ([], []))
         breaks.extend(found)
-        seen.extend(h for h in hazards if (h.kind, h.path) not in {(x.kind, x.path)
-                                                                   for x in seen})
+        known = {(x.kind, x.path) for x in seen}
+        seen.extend(h for h in hazards if (h.kind, h.path) not in known)
     return out
 
 
 def _plan_account(account: Account, rates: RatesFor,
                   rules: Callable[[str, str], CacheRules]) -> list[SessionPlan]:
-    prefixes = _prefixes(account)
-    base = _send(account, prefixes, rates, rules)
-    verdicts = _verdicts(account, prefixes, rates)
-    every_break = [b for bs, _ in verdicts.values() for b in bs]
-    priced: list[tuple[str, str, str, dict[str, _Sums]]] = []
-    options: list[tuple[str, str, str, Prefixes]] = _candidates(account, prefixes, every_break)
-    for kind in _BODY_FIXES:
-        fixed = _prefixes(account, _body_fix(kind, rules))
-        if fixed != prefixes:
-            options.append((kind, _DESCRIBE[kind], "", fixed))
-    for kind, text, path, fixed in options:
-        priced.append((kind, text, path, _send(account, fixed, rates, rules)))
-    kept = _kept(base, priced)
-    combined = _combined(account, rates, rules, prefixes, kept, options)
+    pricer = _Pricer(account, rates, rules)
+    base = _send(account, pricer.prefixes, rates, rules)
+    verdicts = _verdicts(account, pricer.prefixes, rates)
+    options = _options([b for bs, _ in verdicts.values() for b in bs])
+    steps = _greedy(pricer, options, base)
+    final = steps[-1][2] if steps else base
+    taken = {o for o, _, _ in steps}
+    for o in options:  # what else would save on its own
+        alone = pricer.sums(frozenset({o})) if o not in taken else None
+        if alone is not None and _gain(base, alone)[0] > 1e-12:
+            steps.append((dataclasses.replace(o, alternative=True), base, alone))
     plans = []
     for name, s in base.items():
         breaks, hazards = verdicts.get(name, ([], []))
         fixes = []
-        for kind, text, path, sums in priced:
-            after = sums.get(name)
-            if after is None or (kind, path) not in kept:
+        for o, before, after in steps:
+            b, a = before.get(name), after.get(name)
+            if b is None or a is None:
                 continue
-            saving, tokens = s.cost - after.cost, after.cached - s.cached
+            saving, tokens = b.cost - a.cost, a.cached - b.cached
             if saving > 1e-12 or (saving >= -1e-12 and tokens > 0):
-                fixes.append(Fix(kind, text, path, saving, tokens,
-                                 after.cached / after.prompt if after.prompt else 0.0,
-                                 kind in RUNTIME_FIXES))
-        fixes.sort(key=lambda f: (-f.saving, -f.tokens, f.kind))
-        c = combined.get(name, s)
+                fixes.append(Fix(o.kind, o.description, o.path, saving, tokens,
+                                 a.cached / a.prompt if a.prompt else 0.0,
+                                 o.kind in RUNTIME_FIXES, o.alternative))
+        c = final.get(name, s)
         plans.append(SessionPlan(name, account.name, s.turns, s.prompt, s.rec_cached,
                                  s.rec_cost if s.rec_cached is not None else None, s.cached,
                                  s.cost, tuple(breaks), tuple(hazards), tuple(fixes),
                                  c.cached, c.cost))
     return plans
-
-
-def _kept(base: Mapping[str, _Sums], priced: Sequence[tuple[str, str, str, dict[str, _Sums]]]
-          ) -> set[tuple[str, str]]:
-    """The fixes that save money (or, without prices, add cached tokens) over the account."""
-    kept = set()
-    for kind, _, path, sums in priced:
-        saving = sum(base[n].cost - s.cost for n, s in sums.items() if n in base)
-        tokens = sum(s.cached - base[n].cached for n, s in sums.items() if n in base)
-        if saving > 1e-12 or (abs(saving) <= 1e-12 and tokens > 0):
-            kept.add((kind, path))
-    return kept
-
-
-def _combined(account: Account, rates: RatesFor, rules: Callable[[str, str], CacheRules],
-              prefixes: Prefixes, kept: set[tuple[str, str]],
-              options: Sequence[tuple[str, str, str, Prefixes]]) -> dict[str, _Sums]:
-    """Each session's sums with every kept fix applied together: the body fixes first, then
-    ``pool`` (which subsumes ``move``) or else every ``move``."""
-    kinds = {k for k, _ in kept}
-    edits = [_body_fix(k, rules) for k in _BODY_FIXES if k in kinds]
-
-    def edit(turn: Turn) -> Mapping[str, Any] | None:
-        body: Mapping[str, Any] = turn.body
-        for e in edits:
-            body = e(dataclasses.replace(turn, body=body)) or body
-        return body
-
-    fixed = _prefixes(account, edit) if edits else dict(prefixes)
-    sessions = _by_session(account, fixed)
-    if "pool" in kinds:
-        fixed = _session_fix(fixed, sessions, pooled) or fixed
-    else:
-        for kind, _, path, _ in options:
-            if kind == "move" and (kind, path) in kept:
-                fixed = _session_fix(fixed, sessions, lambda ps, p=path: moved(ps, p)) or fixed
-    return _send(account, fixed, rates, rules)
 
 
 def plan(accounts: Sequence[Account], rates: RatesFor,

@@ -18,7 +18,8 @@ def _rate(cached: float, prompt: float) -> str:
 def _fix_json(f: Fix) -> dict[str, Any]:
     return {"kind": f.kind, "description": f.description, "path": f.path,
             "saving": round(f.saving, 6), "tokens": f.tokens,
-            "hit_rate": round(f.hit_rate, 4), "runtime": f.runtime}
+            "hit_rate": round(f.hit_rate, 4), "runtime": f.runtime,
+            "alternative": f.alternative}
 
 
 def _session_json(s: SessionPlan) -> dict[str, Any]:
@@ -51,7 +52,8 @@ def _totals(plan: Plan) -> dict[str, Any]:
     by_kind: dict[str, float] = {}
     for s in plan.sessions:
         for f in s.fixes:
-            by_kind[f.kind] = by_kind.get(f.kind, 0.0) + f.saving
+            if not f.alternative:
+                by_kind[f.kind] = by_kind.get(f.kind, 0.0) + f.saving
     predicted = plan.total("predicted_cost")
     combined = plan.total("combined_cost")
     return {
@@ -97,7 +99,8 @@ def plan_lines(plan: Plan, head: str) -> list[str]:
                      f"{_calibration(s)}")
         for f in s.fixes:
             how = " [runtime: apply=]" if f.runtime else ""
-            lines.append(f"  fix {f.kind:<11} saves ${f.saving:.4f} (+{f.tokens:,} cached, "
+            head = "  instead   " if f.alternative else "  fix "
+            lines.append(f"{head}{f.kind:<11} saves ${f.saving:.4f} (+{f.tokens:,} cached, "
                          f"hit rate {f.hit_rate:.0%}){how}: {f.description}")
         if s.fixes:
             lines.append(f"  every fix  hit rate {_rate(s.combined_cached, s.prompt_tokens):>4} "
