@@ -38,7 +38,13 @@ from typing import Any
 
 import orjson
 
-from provider_support import LoopbackHandler, LoopbackProvider, anthropic_stream, chat_chunk
+from provider_support import (
+    LoopbackHandler,
+    LoopbackProvider,
+    QuietServer,
+    anthropic_stream,
+    chat_chunk,
+)
 
 __all__ = ["CachingProvider"]
 
@@ -183,6 +189,7 @@ class CachingProvider(LoopbackProvider):
     (content blocks, stop reason); default a plain text reply."""
 
     handler = _Handler
+    server_class = QuietServer  # agents that close their clients mid-keep-alive: expected
 
     def __init__(self, clock: Callable[[], float] = time.monotonic,
                  replies: Callable[[str, dict[str, Any], int], Any] | None = None) -> None:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 from ..keys import digest
 from .cache_rules import AUTOMATIC, BREAKPOINTS, CacheRules, rules_for
-from .prefix import Prefix, compare
+from .prefix import Prefix, shared
 
 __all__ = ["ProviderCache", "Sent", "Served"]
 
@@ -144,19 +144,21 @@ class ProviderCache:
         p, at = sent.prefix, sent.at
         if sent.tokens < rules.minimum:
             return Served(sent.tokens)
-        m.prompts = [e for e in m.prompts if _live(e.expires, at)]
         best, hit = 0, None
+        kept = []
         for e in m.prompts:
-            diff = compare(e.prefix, p)
-            common = e.prefix.size if diff is None else diff.common
+            if not _live(e.expires, at):
+                continue
+            common, extends = shared(e.prefix, p)
             tokens = min(round(common * e.scale), e.tokens) // rules.block * rules.block
             if tokens >= rules.minimum and tokens > best:
                 best, hit = tokens, e
+            if not extends:  # what this prompt extends is now held by it (as long)
+                kept.append(e)
         if hit is not None and rules.refresh_on_read:
             hit.expires = _until(at, hit.ttl)
         ttl = rules.long_ttl if p.long_lived and rules.long_ttl else rules.ttl
-        # What this prompt extends is now held by it (and lives as long).
-        m.prompts = [e for e in m.prompts if compare(e.prefix, p) is not None]
+        m.prompts = kept
         m.prompts.append(_Prompt(p, sent.tokens, scale, _until(at, ttl), ttl))
         del m.prompts[:-_MAX_PROMPTS]
         return Served(sent.tokens, best)

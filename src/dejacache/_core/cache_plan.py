@@ -20,7 +20,9 @@ model's input price (0 for a model without a price: then cached tokens decide), 
 the cached tokens it adds, ``hit_rate`` the session's with it and the ones before. Kinds:
 ``move`` and ``pool`` (``cache_transforms.py``: change what the model reads, priced only),
 ``breakpoints``, ``routing_key`` (``cache_fixes.py``: cache controls the runtime can apply)
-and ``long_ttl``. ``combined``: every fix chosen, applied together.
+and ``long_ttl``. ``combined``: every fix chosen, applied together. A fix not chosen that
+saves on its own (moving a span where pooling saves more) is listed after them as an
+``alternative``, priced alone.
 
 Pure: the caller loads the turns and passes the rates.
 """

@@ -73,6 +73,28 @@ def _set(data: Any, steps: Sequence[str | int], value: Any) -> Any:
     return out
 
 
+def _lead(a: str, b: str) -> int:
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:  # binary search on slices: C-speed on long prompts
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _tail(a: str, b: str, limit: int) -> int:
+    lo, hi = 0, min(len(a), len(b), limit)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[len(a) - mid:] == b[len(b) - mid:]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def spans(values: Sequence[str]) -> tuple[int, int]:
     """(common prefix length, common suffix length) of ``values``, not overlapping in the
     shortest."""
@@ -81,15 +103,10 @@ def spans(values: Sequence[str]) -> tuple[int, int]:
     first = values[0]
     lead = len(first)
     for v in values[1:]:
-        n = min(lead, len(v))
-        lead = next((i for i in range(n) if first[i] != v[i]), n)
-    shortest = min(len(v) for v in values)
-    tail = shortest - lead
+        lead = min(lead, _lead(first, v))
+    tail = min(len(v) for v in values) - lead
     for v in values[1:]:
-        n = 0
-        while n < tail and first[len(first) - 1 - n] == v[len(v) - 1 - n]:
-            n += 1
-        tail = n
+        tail = _tail(first, v, tail)
     return lead, tail
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "compare",
     "first_difference",
     "item",
+    "shared",
     "window",
 ]
 
@@ -416,12 +417,9 @@ def _segment_reason(segment: str) -> str:
                                                                                "modified")
 
 
-def compare(prev: Prefix, cur: Prefix) -> Difference | None:
-    """Where ``cur`` stops continuing ``prev``'s prefix, or None when it extends (or repeats)
-    it. A conversation growing by new messages at the end is not a difference."""
-    if prev.model != cur.model:
-        return Difference("model", "model", "model", 0, prev.model or "(none)",
-                          cur.model or "(none)", 0)
+def _parting(prev: Prefix, cur: Prefix) -> tuple[int, tuple[Item, ...], tuple[Item, ...]]:
+    """(index of the first item where the comparable items part, those of ``prev``, those of
+    ``cur``)."""
     pa, pc = prev.items, cur.items
     if cur.stateful or prev.stateful:
         # Server-side history: only what precedes the input is comparable.
@@ -437,6 +435,36 @@ def compare(prev: Prefix, cur: Prefix) -> Difference | None:
     else:
         while i < n and pa[i].digest == pc[i].digest:
             i += 1
+    return i, pa, pc
+
+
+def shared(prev: Prefix, cur: Prefix) -> tuple[int, bool]:
+    """(characters of prefix ``cur`` shares with ``prev``, whether ``cur`` extends or repeats
+    ``prev``): what :func:`compare` counts, without describing the difference (the provider
+    cache model asks this of every cached prompt)."""
+    if prev.model != cur.model:
+        return 0, False
+    i, pa, pc = _parting(prev, cur)
+    if i == len(pa):
+        return prev.size, True
+    common = sum(x.size for x in pa[:i])
+    if i == len(pc):
+        return common, False
+    old, new = pa[i], pc[i]
+    if old.segment != new.segment or (
+            old.segment in ("messages", "input") and not (old.system_like and new.system_like)
+            and any(x.digest == new.digest for x in pa[i + 1:] if x.segment == old.segment)):
+        return common, False
+    return common + _common_bytes(old.canonical, new.canonical), False
+
+
+def compare(prev: Prefix, cur: Prefix) -> Difference | None:
+    """Where ``cur`` stops continuing ``prev``'s prefix, or None when it extends (or repeats)
+    it. A conversation growing by new messages at the end is not a difference."""
+    if prev.model != cur.model:
+        return Difference("model", "model", "model", 0, prev.model or "(none)",
+                          cur.model or "(none)", 0)
+    i, pa, pc = _parting(prev, cur)
     if i == len(pa):
         return None
     common = sum(x.size for x in pa[:i])
