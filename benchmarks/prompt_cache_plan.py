@@ -89,8 +89,8 @@ def measure(w: Workload, tmp: pathlib.Path) -> list[str]:
 
     base_plan = traced(())
     base = _totals(base_plan)
-    rows = [f"| {w.name} | {base.turns} | {base.prompt:,} | "
-            f"{base.recorded_cached / base.prompt:.1%} | {base.predicted_cached / base.prompt:.1%} | "
+    rec, pred = base.recorded_cached / base.prompt, base.predicted_cached / base.prompt
+    rows = [f"| {w.name} | {base.turns} | {base.prompt:,} | {rec:.1%} | {pred:.1%} | "
             f"${base.recorded_cost:.4f} | ${base.predicted_cost:.4f} |"]
     fixes = []
     applied: tuple[str, ...] = ()

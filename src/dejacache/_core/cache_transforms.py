@@ -26,7 +26,9 @@ from .prefix import Item, Prefix, chained, item
 
 __all__ = ["head_length", "leaf_of", "moved", "pooled", "spans"]
 
-_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]|\[('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\]")
+# One step of a path as ``prefix.first_difference`` writes it: ``.name``, ``[3]``, ``['odd key']``.
+_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]"
+                   r"|\[('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\")\]")
 
 
 def leaf_of(prefix: Prefix, path: str) -> tuple[int, list[str | int]] | None:

@@ -10,36 +10,29 @@ change saves, and a gate that fails when a change to the prompts makes it worse.
 
 The pure parts live in ``dejacache._core``: ``cache_rules`` (the table), ``cache_model`` (a
 provider's cache simulated), ``cache_fixes`` and ``cache_transforms`` (the fixes),
-``cache_plan`` and ``cache_gate``.
+``cache_plan`` and ``cache_gate``. Names are loaded on first use: the pytest plugin imports
+this package for its options alone.
 """
 
 from __future__ import annotations
 
-import pathlib
-from collections.abc import Mapping
+from .._lazy import attach
 
-from .._core.cache_gate import Verdict, check
-from .._core.cache_plan import Fix, Plan, SessionPlan, plan
-from .._core.cache_rules import CacheRules, rules_for, set_cache_rules
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .._core.cache_gate import Verdict
+    from .._core.cache_plan import Fix, Plan, SessionPlan
+    from .._core.cache_rules import CacheRules, rules_for, set_cache_rules
+    from .recordings import check_recordings, plan_recordings
 
 __all__ = ["CacheRules", "Fix", "Plan", "SessionPlan", "Verdict", "check_recordings",
            "plan_recordings", "rules_for", "set_cache_rules"]
 
-
-def plan_recordings(target: str | pathlib.Path, *, per_cassette: bool = False,
-                    prices: Mapping[str, tuple[float, float]] | None = None) -> Plan:
-    """The plan of the recordings under ``target`` (``prices``: ``{model prefix: (input,
-    output)}`` per million tokens; default: the cassette price table)."""
-    from ..cassettes.prices import rates_from_table
-    from .load import accounts
-
-    return plan(accounts(target, per_cassette=per_cassette), rates_from_table(prices))
-
-
-def check_recordings(target: str | pathlib.Path, min_hit_rate: float, *,
-                     baseline: str | pathlib.Path | None = None, max_drop: float = 0.05,
-                     per_cassette: bool = False) -> list[Verdict]:
-    """The gate's verdict on each session under ``target`` (see ``_core/cache_gate.py``)."""
-    current = plan_recordings(target, per_cassette=per_cassette)
-    base = plan_recordings(baseline, per_cassette=per_cassette) if baseline else None
-    return check(current, min_hit_rate, base, max_drop)
+__getattr__, __dir__ = attach(__name__, {
+    "Verdict": ".._core.cache_gate",
+    "Fix": ".._core.cache_plan", "Plan": ".._core.cache_plan",
+    "SessionPlan": ".._core.cache_plan",
+    "CacheRules": ".._core.cache_rules", "rules_for": ".._core.cache_rules",
+    "set_cache_rules": ".._core.cache_rules",
+    "check_recordings": ".recordings", "plan_recordings": ".recordings",
+})

@@ -26,7 +26,7 @@ __all__ = ["add_prompt_cache"]
 
 
 def _plan(target: str, per_cassette: bool) -> Any:
-    from . import plan_recordings
+    from .recordings import plan_recordings
 
     return plan_recordings(target, per_cassette=per_cassette)
 
