@@ -124,7 +124,7 @@ RULES: dict[tuple[str, str], CacheRules] = {(r.provider, r.family): r for r in (
     _row(_GPT, "o3", read=0.25),
     _row(_GPT, "o4-mini", read=0.25),
     _row(_GPT, "gpt-5", read=0.1),
-    _row(_GPT, "gpt-5.5", read=0.1, ttl=86400.0),  # only "24h" retention from gpt-5.5
+    _row(_GPT, "gpt-5.5", read=0.1, ttl=86400.0, long_ttl=None),  # only "24h" from gpt-5.5
     _row(_GPT56, "gpt-5.6"),
     _row(_GPT56, "gpt-5.7"),
     _row(_GPT56, "gpt-6"),
