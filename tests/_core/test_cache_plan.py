@@ -78,8 +78,8 @@ def test_no_marker_finds_breakpoints_and_long_gaps_the_long_lifetime() -> None:
     assert any(h.kind == "no_cache_marker" for h in s.hazards)
     slow = [claude_turn(i + 1, marked=False, at=400.0 * i) for i in range(4)]
     s = one(plan([Account("a", tuple(slow))], rates))
-    assert kinds(s)[0] == ("long_ttl", False)
-    assert s.fixes[0].saving > next(f.saving for f in s.fixes if f.kind == "breakpoints")
+    # 400 s apart, 5-minute entries expire unread: markers alone would only add 1.25x writes.
+    assert kinds(s) == [("long_ttl", False)] and s.fixes[0].saving > 0
 
 
 def test_routing_keys_keep_conversations_on_their_machines() -> None:
