@@ -22,7 +22,8 @@ against what a provider reports:
   ``prompt_cache_breakpoint``), read at any message boundary, live 30 minutes (12 hours for a
   ``"12h"`` breakpoint), and writes are reported as ``cache_write_tokens``.
 
-Tokens are characters / 4 of the rendered text. ``clock``: seconds, read once per request
+Tokens are characters / 4 of the rendered text. ``requests`` holds each request body parsed,
+``raw`` as it arrived. ``clock``: seconds, read once per request
 (a benchmark passes its own to play hours of traffic in seconds). ``clear()`` forgets every
 cache (an expiry).
 """
@@ -104,10 +105,13 @@ class _Handler(LoopbackHandler):
     fake: CachingProvider
 
     def do_POST(self) -> None:
-        body = self.read_json()
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        body = orjson.loads(raw) if raw else {}
         fake = self.fake
         with fake._lock:
             fake.requests.append(body)
+            fake.raw.append(raw)
         path = self.path.split("?")[0]
         n = next(fake._n)
         now = fake.clock()
@@ -199,6 +203,7 @@ class CachingProvider(LoopbackProvider):
         self.cache: dict[str, tuple[float, float]] = {}  # key -> (expires, lifetime)
         self.routes: dict[str, collections.deque[float]] = {}
         self.requests: list[dict[str, Any]] = []
+        self.raw: list[bytes] = []  # the request bodies as they arrived
         self._n = itertools.count(1)
 
     def clear(self) -> None:
