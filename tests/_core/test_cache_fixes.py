@@ -141,5 +141,5 @@ def test_every_edit_is_a_cache_field() -> None:
                                                           GPT56)])):
         allowed = {tuple(s for s in steps) for steps in parse(FIELDS[provider])}
         for path, name, _ in edits:
-            shape = tuple(None if isinstance(s, int) else s for s in path) + (name,)
+            shape = (*(None if isinstance(s, int) else s for s in path), name)
             assert shape in allowed, (provider, path, name)

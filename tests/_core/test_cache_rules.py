@@ -83,7 +83,7 @@ def test_overrides_change_one_field_and_what_the_monitor_reads() -> None:
 
 
 def test_a_malformed_override_names_itself() -> None:
-    with pytest.raises(ValueError, match="claude-x.*provider:family"):
+    with pytest.raises(ValueError, match=r"claude-x.*provider:family"):
         set_cache_rules({"claude-x": {"minimum": 1}})
 
 

@@ -3,6 +3,7 @@ after the cacheable prefix, an agent pooled."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from hypothesis import given
@@ -55,7 +56,7 @@ def test_a_moved_clock_leaves_the_prefix_stable() -> None:
     assert compare(session[0], session[1]) is not None  # the clock breaks it
     fixed = moved(session, "messages[0].content[0].text")
     assert fixed is not None
-    for a, b in zip(fixed, fixed[1:], strict=False):
+    for a, b in itertools.pairwise(fixed):
         # Each turn shares all of the one before but the span moved after it.
         d = compare(a, b)
         assert d is not None and d.common == a.size - a.items[-1].size

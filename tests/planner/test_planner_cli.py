@@ -6,6 +6,7 @@ from __future__ import annotations
 import pathlib
 import shutil
 from collections.abc import Iterator
+
 import orjson
 import pytest
 
