@@ -47,7 +47,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(orjson.dumps(plan_json(plan), option=orjson.OPT_INDENT_2).decode())
         return 0
-    head = (f"prompt-cache plan of {args.target}: {len(plan.sessions)} sessions (cache rules "
+    n = len(plan.sessions)
+    head = (f"prompt-cache plan of {args.target}: {n} session{'s' * (n != 1)} (cache rules "
             f"read {READ_ON}, prices as of {PRICES_DATE})")
     for line in plan_lines(plan, head):
         print(line)

@@ -113,7 +113,8 @@ def plan_lines(plan: Plan, head: str) -> list[str]:
     rec, rec_cost = t["recorded_hit_rate"], t["recorded_cost"]
     recorded = "-" if rec is None else f"{rec:.0%}" + (
         "" if rec_cost is None else f" ${rec_cost:.4f}")
-    lines += ["", f"total: {t['sessions']} sessions, {t['prompt_tokens']:,} prompt tokens; "
+    n = t["sessions"]
+    lines += ["", f"total: {n} session{'s' * (n != 1)}, {t['prompt_tokens']:,} prompt tokens; "
               f"recorded {recorded}; predicted {t['predicted_hit_rate']:.0%} "
               f"${t['predicted_cost']:.4f}; every fix {t['combined_hit_rate']:.0%} "
               f"${t['combined_cost']:.4f} (saves ${t['saving']:.4f})"]
@@ -136,7 +137,7 @@ def verdict_lines(verdicts: Sequence[Verdict]) -> list[str]:
     bad = sum(not v.ok for v in verdicts)
     judged = sum(not v.skipped for v in verdicts)
     skipped = len(verdicts) - judged
-    lines.append(f"{bad} of {judged} sessions below the bar"
+    lines.append(f"{bad} of {judged} session{'s' * (judged != 1)} below the bar"
                  + (f" ({skipped} of one turn not judged)" if skipped else ""))
     return lines
 
