@@ -201,3 +201,32 @@ def test_strip_removes_each_declared_place(provider: Any, body: dict[str, Any],
     assert strip(bare, provider.cache_fields) is bare  # nothing to strip: the same object
     assert may_hold(orjson.dumps(body), provider.cache_fields)
     assert not may_hold(orjson.dumps(claude()), OPENAI.cache_fields)
+
+
+def test_a_gemini_cached_content_name_stays_keyed(tmp_path: pathlib.Path) -> None:
+    # ``cachedContent`` names content the model reads (a CachedContent's system instruction
+    # and contents): two caches asked the same question must not share an answer. A cache
+    # created inside the recording replays its recorded name, so the calls that use it hit.
+    genai = pytest.importorskip("google.genai")
+    from fake_gemini import FakeGemini
+    from google.genai import types
+
+    server = FakeGemini().start()
+    path = tmp_path / "g.json"
+
+    def ask(name: str) -> Any:
+        with genai.Client(api_key="gemini-test-key", http_options=types.HttpOptions(
+                base_url=server.url)) as client:
+            return client.models.generate_content(
+                model="gemini-2.5-flash", contents="Which rule?",
+                config=types.GenerateContentConfig(cached_content=name)).text
+
+    try:
+        with dejacache.cassette(path, mode="record"):
+            live = ask("cachedContents/rules-v1")
+    finally:
+        server.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert ask("cachedContents/rules-v1") == live
+        with pytest.raises(ReplayMiss):
+            ask("cachedContents/rules-v2")
