@@ -9,6 +9,11 @@ import shutil
 
 import pytest
 
+# Loaded here, before the inner sessions: modules first imported inside one are dropped when
+# it ends, and the SDKs took ~15 s to import again in every inner session on a busy machine.
+import runtime.cache_provider
+import runtime.prefix_agents  # noqa: F401
+
 AGENT = """
 import pytest
 from runtime.cache_provider import CachingProvider
