@@ -70,27 +70,55 @@ def may_hold(raw: bytes, paths: tuple[str, ...]) -> bool:
     return bool(paths) and any(n in raw for n in _needles(paths))
 
 
+_LEAF: dict[Any, Any] = {}  # a tree's mark for "this member goes"
+
+
+@functools.lru_cache(maxsize=64)
+def _tree(paths: tuple[str, ...]) -> dict[Any, Any]:
+    """``paths`` merged into one tree (member name or None for ``[*]`` -> subtree), walked
+    once per body."""
+    root: dict[Any, Any] = {}
+    for steps in parse(paths):
+        node = root
+        for step in steps[:-1]:
+            node = node.setdefault(step, {})
+        node[steps[-1]] = _LEAF
+    return root
+
+
 def strip(body: Any, paths: tuple[str, ...]) -> Any:
     """``body`` without the fields ``paths`` name: a copy of what changes, the same object
-    when nothing does (so ``strip(b, p) is b`` says "no cache field")."""
-    for steps in parse(paths):
-        body = _without(body, steps)
-    return body
+    when nothing does (so ``strip(b, p) is b`` says "no cache field"). One walk over the
+    places the paths can reach (a long conversation: ~0.2 ms)."""
+    return _without(body, _tree(paths))
 
 
-def _without(node: Any, steps: tuple[Step, ...]) -> Any:
-    step, rest = steps[0], steps[1:]
-    if step is None:
-        if type(node) is not list:
-            return node
-        new = [_without(x, rest) for x in node]
-        return node if all(a is b for a, b in zip(new, node, strict=True)) else new
-    if type(node) is not dict or step not in node:
-        return node
-    if not rest:
-        return {k: v for k, v in node.items() if k != step}
-    inner = _without(node[step], rest)
-    return node if inner is node[step] else {**node, step: inner}
+def _without(node: Any, tree: dict[Any, Any]) -> Any:
+    if type(node) is dict:
+        out: Any = None
+        for key, sub in tree.items():
+            if key is None or key not in node:
+                continue
+            if sub is _LEAF:
+                out = dict(node) if out is None else out
+                del out[key]
+                continue
+            value = node[key]
+            new = _without(value, sub)
+            if new is not value:
+                out = dict(node) if out is None else out
+                out[key] = new
+        return node if out is None else out
+    if type(node) is list and None in tree:
+        sub = tree[None]
+        copied: list[Any] | None = None
+        for i, x in enumerate(node):
+            new = _without(x, sub)
+            if new is not x:
+                copied = list(node) if copied is None else copied
+                copied[i] = new
+        return node if copied is None else copied
+    return node
 
 
 def fields_in(body: Any, paths: tuple[str, ...]) -> Iterable[tuple[str, Any]]:

@@ -88,7 +88,9 @@ def keyed(eff: Effective, name: str, args: tuple[Any, ...],
 def _key(eff: Effective, name: str, args: tuple[Any, ...], canonical: bytes,
          plain: dict[str, str], identity: list[str] | None) -> str:
     """The key of ``canonical``: over the form without the body's prompt-cache controls
-    when it holds some (canonicalised a second time, only then)."""
+    when it holds some. Canonicalised a second time, only then: a 279 KB Anthropic
+    conversation carrying markers keys in ~1.0 ms instead of ~0.4 (measured median); the
+    stored form keeps the markers, which the prompt-cache planner reads."""
     fields = args[5].cache_fields
     if may_hold(args[3], fields):
         bare = canonical_request(*args, headers=plain, identity=identity,
