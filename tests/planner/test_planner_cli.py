@@ -91,12 +91,15 @@ def test_check_fails_a_regression_naming_session_turn_and_span(
     (bad,) = [s for s in doc["sessions"] if not s["ok"]]
     assert bad["session"] == "anthropic.json#1" and bad["baseline_hit_rate"] == 0.7436
     assert "74% below the baseline's 74%" in bad["why"]
-    # A single cassette file, and a directory holding one LLM-less file, work too.
+    # One cassette file works too; a JSON file that is no cassette is named, not skipped.
     shutil.copy(rebuilt / "openai.json", tmp_path / "openai.json")
-    (tmp_path / "notes.json").write_bytes(b'{"not": "a cassette"}')
     status, out, err = cli(capsys, "prompt-cache", "check", str(tmp_path / "openai.json"),
                            "--min-hit-rate", "0.5")
     assert status == 0, err
+    (tmp_path / "notes.json").write_bytes(b'{"not": "a cassette"}')
+    status, out, err = cli(capsys, "prompt-cache", "check", str(tmp_path), "--min-hit-rate",
+                           "0.5")
+    assert status == 2 and "not a dejacache cassette" in err and "notes.json" in err
 
 
 def test_unreadable_input_is_status_2(capsys: pytest.CaptureFixture[str],

@@ -262,21 +262,27 @@ class _Option:
     alternative: bool = False
 
 
+_MAX_MOVES = 5  # places priced as a move: those whose breaks cost the most tokens
+
+
 def _options(breaks: Sequence[PrefixBreak]) -> list[_Option]:
-    """The fixes worth pricing: a move per place a break shows variable text, pooling where
-    the system prompt or tools change, and every cache-control fix."""
-    out: list[_Option] = []
-    seen: set[tuple[str, str]] = set()
+    """The fixes worth pricing: a move per place a break shows variable text (the costliest
+    few), pooling where the system prompt or tools change, and every cache-control fix."""
+    lost: dict[str, int] = {}
+    first: dict[str, PrefixBreak] = {}
+    pool: PrefixBreak | None = None
     for b in breaks:
         if b.reason not in ("system", "tools", "modified") or not b.path:
             continue
-        for kind in ("move", "pool") if b.reason in ("system", "tools") else ("move",):
-            path = b.path if kind == "move" else ""
-            if (kind, path) not in seen:
-                seen.add((kind, path))
-                out.append(_Option(kind, _describe_break(kind, b), path))
-    out += [_Option(k, _DESCRIBE[k]) for k in _BODY_FIXES]
-    return out
+        lost[b.path] = lost.get(b.path, 0) + b.tokens
+        first.setdefault(b.path, b)
+        if pool is None and b.reason in ("system", "tools"):
+            pool = b
+    places = sorted(lost, key=lambda path: -lost[path])[:_MAX_MOVES]
+    out = [_Option("move", _describe_break("move", first[p]), p) for p in places]
+    if pool is not None:
+        out.append(_Option("pool", _describe_break("pool", pool)))
+    return out + [_Option(k, _DESCRIBE[k]) for k in _BODY_FIXES]
 
 
 class _Pricer:
@@ -303,16 +309,19 @@ class _Pricer:
         fixed = self.prefixes
         changed = False
         if edits:
+            edited = [False]
+
             def edit(turn: Turn) -> Mapping[str, Any] | None:
                 body, any_change = turn.body, False
                 for e in edits:
                     new = e(dataclasses.replace(turn, body=body))
                     if new is not None:
                         body, any_change = new, True
+                edited[0] |= any_change
                 return body if any_change else None
 
             fixed = _prefixes(self.account, edit)
-            changed = fixed != self.prefixes
+            changed = edited[0]
         sessions = _by_session(self.account, fixed)
         for o in sorted(chosen, key=lambda o: (o.kind != "pool", o.path)):
             if o.kind in ("pool", "move"):
