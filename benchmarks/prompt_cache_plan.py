@@ -156,7 +156,7 @@ def _tool_agent(name: str, model: str, **kwargs: Any) -> Workload:
             s = dataclasses.replace(s, clock="built")
         if "long_ttl" in fixes:  # what the plan prices: the breakpoints fix's markers, 1 h
             s = dataclasses.replace(s, markers="top", hour=True)
-        apply = [f for f in fixes if f in ("breakpoints", "routing_key")]
+        apply = [f for f in fixes if f in ("breakpoints", "prompt_cache_key")]
         provider = CachingProvider(clock=clock, replies=replies).start()
         try:
             with dejacache.PrefixMonitor(clock=clock, trace=trace, apply=apply):
@@ -165,7 +165,7 @@ def _tool_agent(name: str, model: str, **kwargs: Any) -> Workload:
             provider.stop()
 
     return Workload(name, runner, frozenset({"move", "pool", "long_ttl", "breakpoints",
-                                             "routing_key"}))
+                                             "prompt_cache_key"}))
 
 
 def _small_agent(name: str, which: str) -> Workload:
@@ -177,7 +177,7 @@ def _small_agent(name: str, which: str) -> Workload:
 
     def runner(fixes: tuple[str, ...], trace: pathlib.Path) -> None:
         provider = CachingProvider().start()
-        apply = [f for f in fixes if f in ("breakpoints", "routing_key")]
+        apply = [f for f in fixes if f in ("breakpoints", "prompt_cache_key")]
         try:
             with dejacache.PrefixMonitor(trace=trace, apply=apply), \
                     dejacache.agent_session(session_id=name):
@@ -185,7 +185,7 @@ def _small_agent(name: str, which: str) -> Workload:
         finally:
             provider.stop()
 
-    return Workload(name, runner, frozenset({"pool", "breakpoints", "routing_key"}))
+    return Workload(name, runner, frozenset({"pool", "breakpoints", "prompt_cache_key"}))
 
 
 def sdk() -> None:

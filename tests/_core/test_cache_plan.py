@@ -100,7 +100,7 @@ def test_routing_keys_keep_conversations_on_their_machines() -> None:
             at += 2.0
     p = plan([Account("trace.jsonl", tuple(turns))], rates)
     fixes = {f.kind for s in p.sessions for f in s.fixes}
-    assert fixes == {"routing_key"}
+    assert fixes == {"prompt_cache_key"}
     assert p.total("combined_cost") < p.total("predicted_cost")
 
 

@@ -109,7 +109,7 @@ def test_the_pool_applies_per_lease_and_threads_carry_it(provider: CachingProvid
             self.model = model
 
     pool: dejacache.AgentPool[Agent] = dejacache.AgentPool(Agent, signature=("model",),
-                                                           apply=["routing_key"])
+                                                           apply=["prompt_cache_key"])
     sessions = []
     with client_for(provider, "openai") as client:
         for who in ("alice", "bob"):
@@ -131,9 +131,9 @@ def test_the_pool_applies_per_lease_and_threads_carry_it(provider: CachingProvid
 def test_no_routing_key_without_a_conversation_and_the_monitors_threads(
         provider: CachingProvider) -> None:
     with client_for(provider, "openai") as client:
-        with dejacache.PrefixMonitor(apply=["routing_key"]):
+        with dejacache.PrefixMonitor(apply=["prompt_cache_key"]):
             chat("gpt-4.1")(client)  # no session names the conversation: no key
-        with dejacache.PrefixMonitor(apply=["routing_key"]), \
+        with dejacache.PrefixMonitor(apply=["prompt_cache_key"]), \
                 dejacache.agent_session(session_id="chat-9"):
             t = threading.Thread(target=chat("gpt-4.1"), args=(client,))
             t.start()  # a monitor tells its threads the conversation's name

@@ -19,7 +19,7 @@ none saves more. ``saving`` is that step's predicted cost minus the next, in dol
 model's input price (0 for a model without a price: then cached tokens decide), ``tokens``
 the cached tokens it adds, ``hit_rate`` the session's with it and the ones before. Kinds:
 ``move`` and ``pool`` (``cache_transforms.py``: change what the model reads, priced only),
-``breakpoints``, ``routing_key`` (``cache_fixes.py``: cache controls the runtime can apply)
+``breakpoints``, ``prompt_cache_key`` (``cache_fixes.py``: cache controls the runtime can apply)
 and ``long_ttl``. ``combined``: every fix chosen, applied together. A fix not chosen that
 saves on its own (moving a span where pooling saves more) is listed after them as an
 ``alternative``, priced alone.
@@ -45,8 +45,8 @@ __all__ = ["RUNTIME_FIXES", "Account", "Fix", "Plan", "SessionPlan", "Turn", "pl
 
 RatesFor = Callable[[str, str], Rates | None]
 #: The fixes ``PrefixMonitor(apply=...)`` and ``AgentPool(apply=...)`` can apply.
-RUNTIME_FIXES = ("breakpoints", "routing_key")
-_BODY_FIXES = ("breakpoints", "routing_key", "long_ttl")
+RUNTIME_FIXES = ("breakpoints", "prompt_cache_key")
+_BODY_FIXES = ("breakpoints", "prompt_cache_key", "long_ttl")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -74,7 +74,7 @@ class Account:
 class Fix:
     """One change and what it saves over the sessions it concerns."""
 
-    kind: str  # move | pool | breakpoints | routing_key | long_ttl
+    kind: str  # move | pool | breakpoints | prompt_cache_key | long_ttl
     description: str  # names the path and span
     path: str
     saving: float  # dollars
@@ -201,7 +201,7 @@ def _body_fix(kind: str, rules: Callable[[str, str], CacheRules]
     def edit(turn: Turn) -> Mapping[str, Any] | None:
         provider = "anthropic" if turn.api == "messages" else "openai"
         r = rules(provider, str(turn.body.get("model") or ""))
-        if kind == "routing_key":
+        if kind == "prompt_cache_key":
             edits = cache_fixes.key_edits(turn.api, turn.body, turn.session)
         elif kind == "breakpoints":
             edits = cache_fixes.breakpoint_edits(turn.api, turn.body, r)
@@ -236,7 +236,7 @@ _DESCRIBE = {
     "breakpoints": "add cache breakpoints at the end of the system prompt and at the "
                    "conversation's end (Anthropic: cache_control on the last system block and "
                    "top-level; OpenAI gpt-5.6+: prompt_cache_breakpoint on the instructions)",
-    "routing_key": "set prompt_cache_key per session, so each conversation stays on the "
+    "prompt_cache_key": "set prompt_cache_key per session, so each conversation stays on the "
                    "machine that holds its prefix instead of spilling over to others",
     "long_ttl": "ask for the long cache lifetime (Anthropic: ttl 1h on the breakpoints, added "
                 "where missing; OpenAI: prompt_cache_retention 24h): turns come more than the "

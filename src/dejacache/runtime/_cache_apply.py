@@ -2,7 +2,7 @@
 ``AgentPool(apply=...)``, opt in.
 
 The fixes are the planner's own (``_core/cache_fixes.py``), so the runtime places exactly what
-the plan priced: ``"routing_key"`` (OpenAI: ``prompt_cache_key`` per conversation, a digest of
+the plan priced: ``"prompt_cache_key"`` (OpenAI: ``prompt_cache_key`` per conversation, a digest of
 its name) and ``"breakpoints"`` (Anthropic ``cache_control``, OpenAI gpt-5.6+
 ``prompt_cache_breakpoint``). Each is spliced into the body's bytes as the SDK wrote them
 (``_core/json_edit.py``): nothing else in the request changes, so what the model reads is
@@ -69,7 +69,7 @@ class CacheFixer:
         if api is None:
             return None
         edits = []
-        if "routing_key" in self.fixes:
+        if "prompt_cache_key" in self.fixes:
             name = conversation()
             if name:
                 edits += key_edits(api, data, name)

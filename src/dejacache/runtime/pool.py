@@ -184,7 +184,7 @@ class AgentPool(Generic[A]):
     and returning the signature's inputs; the names it reads count as inside). Other config
     names are passed to ``factory`` and set with ``setattr`` on a reused agent. ``apply``:
     the prompt-cache fixes applied to the requests made in a lease (``True`` for
-    ``"routing_key"`` and ``"breakpoints"``, or a list of them).
+    ``"prompt_cache_key"`` and ``"breakpoints"``, or a list of them).
     """
 
     def __init__(

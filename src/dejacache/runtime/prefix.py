@@ -99,7 +99,7 @@ class PrefixMonitor(Block["PrefixMonitor"]):
     cassette price table). ``clock``: seconds, for the cache lifetime (``ttl`` breaks).
     ``max_sessions`` / ``max_records``: bounds for a long-running gateway (oldest dropped).
     ``apply``: the prompt-cache fixes to apply to requests made inside it (``True`` for
-    ``"routing_key"`` and ``"breakpoints"``, or a list of them); ``trace``: a JSON-lines file
+    ``"prompt_cache_key"`` and ``"breakpoints"``, or a list of them); ``trace``: a JSON-lines file
     each request seen is appended to, for ``dejacache prompt-cache plan``.
     """
 
