@@ -251,6 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .cassettes.prefix_report import add_prefix_report
 
     add_prefix_report(sub)
+    from .planner.cli import add_prompt_cache
+
+    add_prompt_cache(sub)  # prompt-cache plan|check|rules
     from .report.cli import add_report
 
     add_report(sub)  # report FILE_OR_DIR [B] -o report.html

@@ -19,7 +19,9 @@
   ``--dejacache-strict`` (every cassette strict: calls must follow the recorded order;
   the marker's ``strict=True`` does it for one test), ``--dejacache-verify`` (``dejacache
   verify`` on the run's cassettes after it; every run records which cassettes and entries
-  it used in ``.dejacache/usage.json``, which is what tells orphans).
+  it used in ``.dejacache/usage.json``, which is what tells orphans),
+  ``--dejacache-min-hit-rate`` (the prompt-cache gate on the run's cassettes:
+  ``planner/pytest_gate.py``).
 * under ``CI`` the default mode is ``replay`` and cassette tests may reach loopback only.
 * a terminal summary of replayed/recorded/missed calls, unused entries and what replay saved.
 """
@@ -48,6 +50,7 @@ from .cassettes.vcr_view import VcrView
 from .config import MODES
 from .errors import ConfigurationError, ReplayMiss
 from .keys import env_volatile
+from .planner import pytest_gate
 
 __all__ = ["cassette_path"]
 
@@ -103,6 +106,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dejacache-report", metavar="DIR", default=None,
                     help="write an HTML report of each cassette test's run into DIR: every "
                          "call replayed, recorded or unused (dejacache.report)")
+    pytest_gate.add_options(group, parser)  # --dejacache-min-hit-rate ...
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -162,6 +166,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.stash[_TOLD] = discarded
     _block.DISCARDED.append(discarded)
+    pytest_gate.configure(config)  # the prompt-cache gate, when a bar is set
 
 
 def _check_environment() -> None:
