@@ -35,7 +35,7 @@ def test_requests_responses_and_play_counts(tmp_path: pathlib.Path) -> None:
             first = _ask(fake.openai_url, "one")
             _ask(fake.openai_url, "two", stream=True)
             assert len(view) == 2 and view.dirty and view.play_count == 0
-            assert not view.all_played and view.record_mode == "record"
+            assert not view.all_played and view.record_mode == "all"
     finally:
         fake.stop()
     with dejacache.cassette(p, mode="replay") as tape:
