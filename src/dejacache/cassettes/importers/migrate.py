@@ -32,6 +32,9 @@ __all__ = ["Migration", "Note", "migrate", "target_for"]
 
 # A recording's suffixes, longest first: the dejacache cassette drops them all.
 _SUFFIXES: Final = (".yaml.gz", ".yml.gz", ".json.gz", ".yaml", ".yml", ".json")
+# Why the vcrpy reader skips an interaction with no HTTP request: a file of them all is
+# another tool's (pydantic-ai's xAI gRPC cassettes also hold "interactions").
+_NOT_HTTP: Final = "the interaction has no request method and uri"
 _SKIP_DIRS: Final = frozenset({"__pycache__", "node_modules", ".git", ".venv", "venv",
                                ".tox", ".nox", ".dejacache", "site-packages"})
 
@@ -127,6 +130,12 @@ def migrate(root: str | os.PathLike[str], *, match: str = "vcr", force: bool = F
                                 overwrite=force, overwrite_hint="--force", match=match)
         except (CassetteError, ConfigurationError) as exc:
             result.failed.append((source, str(exc)))
+            continue
+        if not report.converted:
+            if all(s.reason == _NOT_HTTP for s in report.skipped):
+                continue  # "interactions" of another tool (a gRPC recorder's), not vcrpy's
+            result.failed.append((source, "no call could be converted: " + "; ".join(
+                sorted({s.reason for s in report.skipped}))))
             continue
         result.imported.append(report)
     result.notes = list(_notes(base))

@@ -81,7 +81,8 @@ def library() -> Lib:
 
 
 def _pairs(headers: Any, side: str) -> list[tuple[str, str]]:
-    """vcrpy headers (name -> list of values, or name -> value) as pairs."""
+    """vcrpy headers (name -> list of values, or name -> value) as pairs; a value kept as
+    bytes (vcrpy's urllib3 stub wrote botocore's that way) read as its text."""
     if headers is None:
         return []
     if not isinstance(headers, Mapping):
@@ -89,6 +90,11 @@ def _pairs(headers: Any, side: str) -> list[tuple[str, str]]:
     out = []
     for k, v in headers.items():
         for item in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(item, bytes):  # urllib3's stub (boto3, requests) kept raw values
+                try:
+                    item = item.decode()
+                except UnicodeDecodeError:
+                    item = item.decode("latin-1")  # HTTP/1.1's own header charset
             if not isinstance(k, str) or isinstance(item, bool) \
                     or not isinstance(item, (str, int, float)):
                 raise Unreadable(f"its {side} header {str(k)[:40]!r} is not text")
