@@ -98,8 +98,11 @@ class VcrRequest:
 
 def _response(value: Any) -> dict[str, Any]:
     """A stored HTTP answer in vcrpy's response shape."""
+    from ..codec import from_tree
     from ..http.exchange import body_bytes
 
+    if isinstance(value, dict) and isinstance(value.get("bytes"), dict):
+        value = dict(value, bytes=from_tree(value["bytes"]))  # a binary body, type-tagged
     if not isinstance(value, dict) or "status" not in value:
         return {"status": {"code": None, "message": ""}, "headers": {}, "body": {"string": b""},
                 "value": value}
