@@ -29,8 +29,10 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import inspect
+import json
 import os
 import pathlib
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -43,7 +45,6 @@ from .errors import ConfigurationError
 
 __all__ = [
     "HookSpecs",
-    "VcrPlugin",
     "addhooks",
     "addoption",
     "claimed",
@@ -129,7 +130,7 @@ def configure(config: pytest.Config) -> None:
     """Take pytest-recording's names, or note whose they are."""
     pm = config.pluginmanager
     owner = next((pm.get_name(p) or type(p).__name__ for p in pm.get_plugins()
-                  if hasattr(p, "vcr") and not isinstance(p, VcrPlugin)), None)
+                  if hasattr(p, "vcr") and p is not sys.modules[__name__]), None)
     config.stash[_FOREIGN] = owner
     if owner is not None:
         return
@@ -139,7 +140,7 @@ def configure(config: pytest.Config) -> None:
                  "allowed_hosts(hosts): hosts a vcr test may reach while the guard is on"):
         config.addinivalue_line("markers", line)
     if not pm.has_plugin("dejacache-vcr"):
-        pm.register(VcrPlugin(), "dejacache-vcr")
+        pm.register(sys.modules[__name__], "dejacache-vcr")
 
 
 def report_header(config: pytest.Config) -> str | None:
@@ -310,17 +311,19 @@ def _exporter(request: pytest.FixtureRequest, merged: dict[str, Any], path: path
 
 
 def _write(out: pathlib.Path, view: VcrView, serializer_name: str, hooked: _HookVcr) -> None:
-    """The cassette in vcrpy's layout, through the suite's serializer and persister when
-    vcrpy is there to build its requests, else as JSON."""
+    """The cassette in vcrpy's layout: through the suite's persister and serializer when
+    vcrpy is there to build its requests, else through its serializer (which vcrpy hands the
+    same ``interactions`` document), else as JSON."""
     doc = vcr_document(view)
     try:
         from vcr.persisters.filesystem import FilesystemPersister
         from vcr.request import Request
         from vcr.serializers import jsonserializer, yamlserializer
     except ImportError:
-        import orjson
-
-        out.write_bytes(orjson.dumps(doc))
+        serializer = hooked.serializers.get(serializer_name)
+        data: Any = serializer.serialize(doc) if serializer is not None else \
+            json.dumps(doc, default=_text)
+        out.write_bytes(data if isinstance(data, bytes) else str(data).encode())
         return
     builtin = {"yaml": yamlserializer, "json": jsonserializer}
     serializer = hooked.serializers.get(serializer_name) or builtin.get(serializer_name)
@@ -339,6 +342,12 @@ def _write(out: pathlib.Path, view: VcrView, serializer_name: str, hooked: _Hook
                             serializer=serializer)
 
 
+def _text(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    raise TypeError(type(value).__name__)
+
+
 def _names_vcr(request: pytest.FixtureRequest) -> bool:
     """Whether the test function itself asks for ``vcr`` (an unmarked test that does gets its
     dejacache cassette, as before the marker was honoured)."""
@@ -349,68 +358,69 @@ def _names_vcr(request: pytest.FixtureRequest) -> bool:
         return False
 
 
-class VcrPlugin:
-    """pytest-recording's fixtures (registered only when no other plugin has ``vcr``)."""
+# pytest-recording's fixtures: this module is registered as a plugin (only when no other
+# plugin has a ``vcr`` fixture), so they are module functions, as a conftest's are.
 
-    @pytest.fixture
-    def vcr_config(self) -> dict[str, Any]:
-        """Options for every vcr test's cassette (overridden in a conftest)."""
-        return {}
 
-    @pytest.fixture(scope="module")
-    def vcr_cassette_dir(self, request: pytest.FixtureRequest) -> str:
-        """``<test dir>/cassettes/<module>``, or ``<dejacache_cassette_dir>/<module>``."""
-        from .pytest_plugin import _cassette_dir
+@pytest.fixture
+def vcr_config() -> dict[str, Any]:
+    """Options for every vcr test's cassette (overridden in a conftest)."""
+    return {}
 
-        test_file = pathlib.Path(str(request.node.path))
-        return str(_cassette_dir(request.node, test_file) / test_file.stem)
+@pytest.fixture(scope="module")
+def vcr_cassette_dir(request: pytest.FixtureRequest) -> str:
+    """``<test dir>/cassettes/<module>``, or ``<dejacache_cassette_dir>/<module>``."""
+    from .pytest_plugin import _cassette_dir
 
-    @pytest.fixture
-    def default_cassette_name(self, request: pytest.FixtureRequest) -> str:
-        marker = request.node.get_closest_marker("default_cassette")
-        if marker is not None and marker.args:
-            return str(marker.args[0])
-        cls = request.cls
-        name = f"{cls.__name__}.{request.node.name}" if cls else request.node.name
-        for ch in _FORBIDDEN:
-            name = name.replace(ch, "-")
-        return name
+    test_file = pathlib.Path(str(request.node.path))
+    return str(_cassette_dir(request.node, test_file) / test_file.stem)
 
-    @pytest.fixture(scope="session")
-    def record_mode(self, request: pytest.FixtureRequest) -> str:
-        return str(request.config.getoption("record_mode", None) or "none")
+@pytest.fixture
+def default_cassette_name(request: pytest.FixtureRequest) -> str:
+    marker = request.node.get_closest_marker("default_cassette")
+    if marker is not None and marker.args:
+        return str(marker.args[0])
+    cls = request.cls
+    name = f"{cls.__name__}.{request.node.name}" if cls else request.node.name
+    for ch in _FORBIDDEN:
+        name = name.replace(ch, "-")
+    return name
 
-    @pytest.fixture(autouse=True)
-    def vcr(self, request: pytest.FixtureRequest) -> Iterator[VcrView | None]:
-        """The test's cassette with vcrpy's ``Cassette`` names; None for a test with neither
-        marker that does not name ``vcr`` itself."""
-        node = request.node
-        if node.get_closest_marker("dejacache") is not None or (
-                node.get_closest_marker("vcr") is None and _names_vcr(request)):
-            yield VcrView(request.getfixturevalue("dejacache_cassette"))
-            return
-        if node.get_closest_marker("vcr") is None:
-            yield None
-            return
-        from .pytest_plugin import open_cassette
+@pytest.fixture(scope="session")
+def record_mode(request: pytest.FixtureRequest) -> str:
+    return str(request.config.getoption("record_mode", None) or "none")
 
-        merged, markers = _merged(request)
-        path = _cassette_file(request, merged)
-        try:
-            opts = _options(request.config, merged, markers, path)
-        except ConfigurationError as exc:
-            pytest.fail(str(exc), pytrace=False)
-        node.stash[_PATH] = path
-        asked = merged.get("record_mode")
-        named = request.config.getoption("record_mode", None) or (
-            asked if isinstance(asked, str) and asked in VCR_MODES else None)
-        for tape in open_cassette(request, path, opts, shared=False):
-            yield VcrView(tape, record_mode=None if request.config.getoption(
-                "dejacache_mode") else named, export=_exporter(request, merged, path))
+@pytest.fixture(autouse=True)
+def vcr(request: pytest.FixtureRequest) -> Iterator[VcrView | None]:
+    """The test's cassette with vcrpy's ``Cassette`` names; None for a test with neither
+    marker that does not name ``vcr`` itself."""
+    node = request.node
+    if node.get_closest_marker("dejacache") is not None or (
+            node.get_closest_marker("vcr") is None and _names_vcr(request)):
+        yield VcrView(request.getfixturevalue("dejacache_cassette"))
+        return
+    if node.get_closest_marker("vcr") is None:
+        yield None
+        return
+    from .pytest_plugin import open_cassette
 
-    @pytest.fixture
-    def vcr_cassette(self, vcr: VcrView | None, request: pytest.FixtureRequest) -> VcrView:
-        """pytest-vcr's name for the test's cassette."""
-        if vcr is not None:
-            return vcr
-        return VcrView(request.getfixturevalue("dejacache_cassette"))
+    merged, markers = _merged(request)
+    path = _cassette_file(request, merged)
+    try:
+        opts = _options(request.config, merged, markers, path)
+    except ConfigurationError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    node.stash[_PATH] = path
+    asked = merged.get("record_mode")
+    named = request.config.getoption("record_mode", None) or (
+        asked if isinstance(asked, str) and asked in VCR_MODES else None)
+    for tape in open_cassette(request, path, opts, shared=False):
+        yield VcrView(tape, record_mode=None if request.config.getoption(
+            "dejacache_mode") else named, export=_exporter(request, merged, path))
+
+@pytest.fixture
+def vcr_cassette(vcr: VcrView | None, request: pytest.FixtureRequest) -> VcrView:
+    """pytest-vcr's name for the test's cassette."""
+    if vcr is not None:
+        return vcr
+    return VcrView(request.getfixturevalue("dejacache_cassette"))
