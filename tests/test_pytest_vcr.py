@@ -13,7 +13,6 @@ import pathlib
 
 import pytest
 
-from dejacache._pytest_vcr import vcr_mode
 from dejacache.cli import main
 
 pytest.importorskip("httpx")
@@ -200,6 +199,8 @@ def test_layout(vcr):
     ("new_episodes", True, "auto"), ("all", True, "record"), ("rewrite", True, "record"),
 ])
 def test_vcr_record_modes_map_onto_dejacaches(name: str, exists: bool, mode: str) -> None:
+    from dejacache._pytest_vcr import vcr_mode
+
     assert vcr_mode(name, exists) == mode
 
 
