@@ -26,7 +26,9 @@ pytest-recording is installed its fixture stays its own, and the report header s
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib
 import importlib.util
 import inspect
 import json
@@ -57,6 +59,9 @@ __all__ = [
 _RECORDING: Final = "recording"  # pytest-recording's plugin name (its pytest11 entry point)
 _FOREIGN = pytest.StashKey[str | None]()  # the plugin whose ``vcr`` fixture is in force
 _PATH = pytest.StashKey[pathlib.Path]()  # the cassette a @pytest.mark.vcr test opened
+Opener = Callable[..., Iterator[Any]]
+CassetteDir = Callable[[pytest.Item, pathlib.Path], pathlib.Path]
+_PLUGIN = pytest.StashKey[tuple[Opener, CassetteDir]]()
 # pytest-recording replaces these in a cassette name (they are not allowed in file names).
 _FORBIDDEN: Final = "<>?%*:|\"'/\\"
 _MAX_NAME: Final = 255
@@ -103,13 +108,11 @@ def addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) 
     if any(importlib.util.find_spec(module) is not None and not pluginmanager.is_blocked(name)
            for module, name in _ALSO_RECORD_MODE):
         return
-    try:
+    with contextlib.suppress(ValueError):  # another plugin has it: tests read it all the same
         parser.getgroup("dejacache").addoption(
             "--record-mode", choices=VCR_MODES, default=None, dest="record_mode",
             help="vcrpy's record mode for @pytest.mark.vcr tests (pytest-recording's "
                  "option: none = replay, once, new_episodes = auto, all / rewrite = record)")
-    except ValueError:  # another plugin has it already: the tests read it all the same
-        pass
 
 
 class HookSpecs:
@@ -126,8 +129,11 @@ def addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
         pluginmanager.add_hookspecs(HookSpecs)
 
 
-def configure(config: pytest.Config) -> None:
-    """Take pytest-recording's names, or note whose they are."""
+def configure(config: pytest.Config, opener: Opener, cassette_dir: CassetteDir) -> None:
+    """Take pytest-recording's names, or note whose they are. ``opener`` opens a test's
+    cassette block (the plugin's ``open_cassette``), ``cassette_dir`` says where a test
+    file's cassettes are: handed over, so this module does not import the plugin's."""
+    config.stash[_PLUGIN] = (opener, cassette_dir)
     pm = config.pluginmanager
     owner = next((pm.get_name(p) or type(p).__name__ for p in pm.get_plugins()
                   if hasattr(p, "vcr") and p is not sys.modules[__name__]), None)
@@ -295,7 +301,8 @@ def _exporter(request: pytest.FixtureRequest, merged: dict[str, Any], path: path
               ) -> Callable[[VcrView], pathlib.Path]:
     config = request.config
     serializer_name = str(merged.get("serializer", "yaml"))
-    base = request.getfixturevalue("tmp_path_factory").getbasetemp() / "dejacache-vcr"
+    factory: pytest.TempPathFactory = request.getfixturevalue("tmp_path_factory")
+    base = factory.getbasetemp() / "dejacache-vcr"
 
     def export(view: VcrView) -> pathlib.Path:
         out = base / path.parent.name / f"{path.stem}.{serializer_name}"
@@ -315,17 +322,17 @@ def _write(out: pathlib.Path, view: VcrView, serializer_name: str, hooked: _Hook
     vcrpy is there to build its requests, else through its serializer (which vcrpy hands the
     same ``interactions`` document), else as JSON."""
     doc = vcr_document(view)
-    try:
-        from vcr.persisters.filesystem import FilesystemPersister
-        from vcr.request import Request
-        from vcr.serializers import jsonserializer, yamlserializer
+    try:  # (imported by name: vcrpy ships no type information)
+        persisters: Any = importlib.import_module("vcr.persisters.filesystem")
+        requests_mod: Any = importlib.import_module("vcr.request")
+        serializers: Any = importlib.import_module("vcr.serializers")
     except ImportError:
         serializer = hooked.serializers.get(serializer_name)
         data: Any = serializer.serialize(doc) if serializer is not None else \
             json.dumps(doc, default=_text)
         out.write_bytes(data if isinstance(data, bytes) else str(data).encode())
         return
-    builtin = {"yaml": yamlserializer, "json": jsonserializer}
+    builtin = {"yaml": serializers.yamlserializer, "json": serializers.jsonserializer}
     serializer = hooked.serializers.get(serializer_name) or builtin.get(serializer_name)
     if serializer is None:
         raise ConfigurationError(f"vcr_config serializer {serializer_name!r} is not "
@@ -333,11 +340,11 @@ def _write(out: pathlib.Path, view: VcrView, serializer_name: str, hooked: _Hook
     requests, responses = [], []
     for it, (_, resp) in zip(doc["interactions"], view.data, strict=True):
         q = it["request"]
-        requests.append(Request(q["method"], q["uri"], q["body"],
+        requests.append(requests_mod.Request(q["method"], q["uri"], q["body"],
                                 {k: v[0] for k, v in q["headers"].items()}))
         responses.append({"status": resp["status"], "headers": resp["headers"],
                           "body": {"string": resp["body"]["string"]}})
-    persister = hooked.persister or FilesystemPersister
+    persister = hooked.persister or persisters.FilesystemPersister
     persister.save_cassette(out, {"requests": requests, "responses": responses},
                             serializer=serializer)
 
@@ -367,13 +374,14 @@ def vcr_config() -> dict[str, Any]:
     """Options for every vcr test's cassette (overridden in a conftest)."""
     return {}
 
+
 @pytest.fixture(scope="module")
 def vcr_cassette_dir(request: pytest.FixtureRequest) -> str:
     """``<test dir>/cassettes/<module>``, or ``<dejacache_cassette_dir>/<module>``."""
-    from .pytest_plugin import _cassette_dir
-
     test_file = pathlib.Path(str(request.node.path))
-    return str(_cassette_dir(request.node, test_file) / test_file.stem)
+    cassette_dir = request.config.stash[_PLUGIN][1]
+    return str(cassette_dir(request.node, test_file) / test_file.stem)
+
 
 @pytest.fixture
 def default_cassette_name(request: pytest.FixtureRequest) -> str:
@@ -386,9 +394,11 @@ def default_cassette_name(request: pytest.FixtureRequest) -> str:
         name = name.replace(ch, "-")
     return name
 
+
 @pytest.fixture(scope="session")
 def record_mode(request: pytest.FixtureRequest) -> str:
     return str(request.config.getoption("record_mode", None) or "none")
+
 
 @pytest.fixture(autouse=True)
 def vcr(request: pytest.FixtureRequest) -> Iterator[VcrView | None]:
@@ -402,8 +412,7 @@ def vcr(request: pytest.FixtureRequest) -> Iterator[VcrView | None]:
     if node.get_closest_marker("vcr") is None:
         yield None
         return
-    from .pytest_plugin import open_cassette
-
+    open_cassette = request.config.stash[_PLUGIN][0]
     merged, markers = _merged(request)
     path = _cassette_file(request, merged)
     try:
@@ -417,6 +426,7 @@ def vcr(request: pytest.FixtureRequest) -> Iterator[VcrView | None]:
     for tape in open_cassette(request, path, opts, shared=False):
         yield VcrView(tape, record_mode=None if request.config.getoption(
             "dejacache_mode") else named, export=_exporter(request, merged, path))
+
 
 @pytest.fixture
 def vcr_cassette(vcr: VcrView | None, request: pytest.FixtureRequest) -> VcrView:

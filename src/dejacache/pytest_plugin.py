@@ -135,7 +135,7 @@ def pytest_configure(config: pytest.Config) -> None:
     _check_environment()
     # pytest-recording's names, unless another plugin (pytest-recording, pytest-vcr) has
     # them: registered later, ours would replace its fixtures.
-    _pytest_vcr.configure(config)
+    _pytest_vcr.configure(config, open_cassette, cassette_dir)
     config.stash[_TAPES] = []
     config.stash[_REMOTE] = []
     table: dict[str, tuple[float, float]] = {}
@@ -347,15 +347,16 @@ def cassette_path(item: pytest.Item, explicit: str | os.PathLike[str] | None = N
     name = _UNSAFE.sub("_", ".".join(parts)).strip("._") or "test"
     if len(name) > _MAX_NAME:  # long parametrize ids: keep a readable head, hash the rest
         name = name[:80] + "-" + xxhash.xxh3_64_hexdigest(".".join(parts).encode())
-    return _cassette_dir(item, test_file) / test_file.stem / f"{name}.json"
+    return cassette_dir(item, test_file) / test_file.stem / f"{name}.json"
 
 
-def _cassette_dir(item: pytest.Item, test_file: pathlib.Path) -> pathlib.Path:
+def cassette_dir(item: pytest.Item, test_file: pathlib.Path) -> pathlib.Path:
     """``<test dir>/cassettes``, or the ``dejacache_cassette_dir`` ini key's directory."""
-    ini = item.config.getini("dejacache_cassette_dir")
+    ini = str(item.config.getini("dejacache_cassette_dir"))
     if not ini:
         return test_file.parent / "cassettes"
-    return (item.config.inipath.parent if item.config.inipath else item.config.rootpath) / ini
+    root = item.config.inipath.parent if item.config.inipath else item.config.rootpath
+    return root / ini
 
 
 def _rerecord_command(item: pytest.Item) -> str:

@@ -120,7 +120,7 @@ def test_record_mode_in_vcrpys_words_path_and_unknown_names(tmp_path: pathlib.Pa
         view = VcrView(tape)
         f(1)
         # a name the stand-in does not keep is an error that says so, never a silent None
-        with pytest.raises(AttributeError, match="has no 'cassette_library_dir'.*answers"):
+        with pytest.raises(AttributeError, match=r"has no 'cassette_library_dir'.*answers"):
             view.cassette_library_dir  # noqa: B018
         assert getattr(view, "match_on", "default") == "default"  # (getattr's default works)
         exported = pathlib.Path(view._path)

@@ -303,7 +303,7 @@ def test_a_client_made_tool_id_replays_on_a_later_run(tmp_path: Any) -> None:
                b'[{"candidates": [{"content": {"parts": [{"text": "done"}]}}]}]']
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        def do_POST(self) -> None:
             self.rfile.read(int(self.headers["content-length"]))
             body = answers[min(self.server.calls, 1)]  # type: ignore[attr-defined]
             self.server.calls += 1  # type: ignore[attr-defined]

@@ -171,7 +171,8 @@ _RULES: Final[tuple[tuple[re.Pattern[str], str, str], ...]] = tuple(
          "vcr.use_cassette(...) in code: a vcrpy block, not migrated",
          "with dejacache.cassette('path.json', match='vcr'): ..."),
     ))
-_STRICT_WARNINGS: Final = re.compile(r"""^\s*['"]?error['"]?\s*,?\s*$|filterwarnings\s*=\s*['"]?error""")
+_STRICT_WARNINGS: Final = re.compile(
+    r"""^\s*['"]?error['"]?\s*,?\s*$|filterwarnings\s*=\s*['"]?error""")
 
 
 def _notes(root: pathlib.Path) -> Iterator[Note]:
