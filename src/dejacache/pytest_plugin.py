@@ -10,12 +10,15 @@
   although the code under test caught a replay miss fails, unless it says
   ``expect_misses=True``. ``match="vcr"``: calls are matched on method + URL in recorded
   order, as vcrpy does (``cassettes/vcr_match.py``).
-* fixtures ``vcr`` and ``vcr_cassette`` (when no other plugin has them: pytest-recording and
-  pytest-vcr keep theirs): the test's cassette with vcrpy's ``Cassette`` names
-  (``play_count``, ``all_played``, ``requests``, ``responses``; ``cassettes/vcr_view.py``),
-  so tests that introspect their cassette move over unchanged.
+* pytest-recording's surface when no other plugin has a ``vcr`` fixture (``_pytest_vcr.py``):
+  ``@pytest.mark.vcr``, ``vcr_config``, ``vcr_cassette_dir``, ``--record-mode``, the
+  ``pytest_recording_configure`` hook, and the fixtures ``vcr`` / ``vcr_cassette``: the test's
+  cassette with vcrpy's ``Cassette`` names (``cassettes/vcr_view.py``), so a suite moved with
+  ``dejacache migrate`` runs without marker edits. pytest-recording and pytest-vcr, when
+  installed, keep theirs (the report header says so).
 * options (namespaced, so the plugin sits beside pytest-recording and others):
-  ``--dejacache-mode``, ``--dejacache-prune``, ``--dejacache-block-network``,
+  ``--dejacache-mode`` (ini ``dejacache_mode``; ``dejacache_cassette_dir`` moves the
+  cassettes), ``--dejacache-prune``, ``--dejacache-block-network``,
   ``--dejacache-strict`` (every cassette strict: calls must follow the recorded order;
   the marker's ``strict=True`` does it for one test), ``--dejacache-verify`` (``dejacache
   verify`` on the run's cassettes after it; every run records which cassettes and entries

@@ -46,6 +46,10 @@ VCR_MODES: Final = ("once", "new_episodes", "none", "all", "rewrite")
 _AS_VCR: Final = {"replay": "none", "auto": "new_episodes", "record": "all", "off": "all"}
 
 
+# The shapes a stored body that was not JSON takes (``http/bodies.py``).
+_NOT_JSON: Final = ({"text"}, {"form"}, {"multipart"}, {"xxh3_128", "size"})
+
+
 def vcr_mode_name(mode: str) -> str:
     """A dejacache mode as vcrpy's ``record_mode`` names it."""
     return _AS_VCR.get(mode, mode)
@@ -81,8 +85,9 @@ class VcrRequest:
         heads = req.get("headers")
         # Only what the key held as it is: credentials are never stored.
         self.headers: dict[str, str] = dict(heads) if isinstance(heads, dict) else {}
-        if isinstance(body, (dict, list)) and not ({"text", "form"} & set(body)) \
-                and not any(k.lower() == "content-type" for k in self.headers):
+        json_body = isinstance(body, list) or (
+            isinstance(body, dict) and set(body) not in _NOT_JSON)
+        if json_body and not any(k.lower() == "content-type" for k in self.headers):
             self.headers["content-type"] = "application/json"
 
     @property
