@@ -123,7 +123,8 @@ def _suite(pytester: pytest.Pytester) -> pathlib.Path:
 
 def _run(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
     return pytester.runpytest("-p", "no:xdist", "-p", "no:randomly", "-p", "no:cassetter",
-                              "-p", "no:asyncio", "-p", "no:recording", *args)
+                              "-p", "no:asyncio", "-p", "no:recording", "-p", "no:agentcassette",
+                              *args)
 
 
 def test_a_vcr_suite_moves_with_migrate_and_runs_without_edits(
