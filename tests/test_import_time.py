@@ -285,32 +285,103 @@ def test_the_first_block_intercepts_http(before: str, inside: str) -> None:
 # concurrent.futures and logging) and importlib.abc (~9 ms of importlib.resources, tempfile and
 # shutil). None of them runs before an async call or a stream, each of which loads them
 # itself. A cassette block takes its lock (tempfile) and cleans temp files (glob) when it
-# writes; difflib only compares trajectories. (``socket`` still loads: the connection guard
-# patches it as the block opens, simpler than catching its first import, and ~5 ms.)
+# writes; difflib only compares trajectories. Interception itself (the transports, the
+# providers, the socket guard: 30-90 ms) loads only once a module it patches is imported.
 FIRST_BLOCK = ("asyncio", "ssl", "concurrent.futures", "logging",
                "importlib.abc", "importlib.resources", "subprocess", "tempfile", "shutil",
-               "glob", "difflib", "pkgutil", "importlib.util")
+               "glob", "difflib", "pkgutil", "importlib.util", "socket")
 
 
 @pytest.mark.parametrize("block", [
     "dejacache.scope(store=dejacache.MemoryStore())",
     "dejacache.scope(store=dejacache.MemoryStore(), mode='replay')",
-    "dejacache.cassette(tmp + '/c.yaml')",
-    "dejacache.cassette(tmp + '/c.yaml', mode='replay')",
+    "dejacache.cassette(tmp + '/c.json')",
+    "dejacache.cassette(tmp + '/c.json', mode='replay')",
 ])
-def test_the_first_block_loads_interception_but_no_heavy_module(
-    block: str, tmp_path: pathlib.Path,
+@pytest.mark.parametrize("before", ["pass", "import socket"])
+def test_the_first_block_loads_interception_only_when_there_is_something_to_patch(
+    block: str, before: str, tmp_path: pathlib.Path,
 ) -> None:
     got = _run(f"""
 import json, sys
 import dejacache
+{before}
 tmp = {str(tmp_path)!r}
 with {block}:
-    inside = sorted(m for m in {FIRST_BLOCK!r} if m in sys.modules)
-    hooks = "dejacache.http.intercept" in sys.modules
-print(json.dumps([inside, hooks]))
+    inside = sorted(m for m in {FIRST_BLOCK!r} if m in sys.modules and m != "socket")
+    armed = "dejacache.http.intercept" in sys.modules
+print(json.dumps([inside, armed, "socket" in sys.modules]))
 """)
-    assert got == [[], True]
+    socket = before == "import socket"
+    assert got == [[], socket, socket]
+
+
+# ---------------------------------------------------------------- what each entry point loads
+
+# Each face's machinery, by the modules that make it up.
+_MACHINERY = {
+    "interception": ("dejacache.http.intercept", "dejacache.http.transport",
+                     "dejacache.http.providers", "dejacache.http.socketguard"),
+    "cassette blocks": ("dejacache.cassettes.block", "dejacache.cassettes.store"),
+    "saving": ("dejacache.cassettes.merge", "dejacache.cassettes.splice",
+               "dejacache.cassettes.lock"),
+    "partial replay": ("dejacache.cassettes.partial",),
+    "trajectories": ("dejacache.cassettes.trajectory",),
+    "the report": ("dejacache.report.model", "dejacache.report.html"),
+    "the runtime": ("dejacache.runtime",),
+    "the planner": ("dejacache.planner",),
+    "the CLI": ("dejacache.cli",),
+    "MCP recording": ("dejacache.mcp._proxy", "dejacache.mcp._wire"),
+    "the default store": ("dejacache.stores.sqlite",),
+}
+# Recorded in a process of its own: the entry point's process starts from a fresh interpreter.
+_RECORD = """
+@dejacache.cache
+def f(x):
+    return x
+with dejacache.cassette(TMP + "/c.json", mode="record"):
+    f(1)
+"""
+_F = "@dejacache.cache\ndef f(x):\n    return x\n"
+_ENTRY_POINTS = {
+    # entry point: (the code, the faces it loads; every other face must stay unloaded)
+    "@cache": (_F + "f(1)", {"the default store"}),
+    "a replay block": (_F + "with dejacache.cassette(TMP + '/c.json', mode='replay'):\n"
+                       "    f(1)", {"cassette blocks"}),
+    "a recording block": (_F + "with dejacache.cassette(TMP + '/n.json', mode='record'):\n"
+                          "    f(1)", {"cassette blocks", "saving"}),
+    "a block with an HTTP client": (
+        "import urllib3\nwith dejacache.cassette(TMP + '/c.json'):\n    pass",
+        {"cassette blocks", "interception"}),
+    "a partial block": (_F + "with dejacache.cassette(TMP + '/c.json', live=['tool']):\n"
+                        "    f(1)", {"cassette blocks", "partial replay"}),
+    "intercept()": ("import httpx\nwith dejacache.intercept():\n    pass", {"interception"}),
+    # MCP's recording loads with the first session a block sees (mcp imports httpx).
+    "a block with mcp imported": (
+        "import mcp.client.stdio\nwith dejacache.cassette(TMP + '/c.json'):\n    pass",
+        {"cassette blocks", "interception"}),
+    "a trajectory": ("dejacache.load_cassette(TMP + '/c.json')", {"trajectories"}),
+    "the report": ("import dejacache.report.model", {"the report"}),
+    "tool_cache": ("from dejacache import tool_cache", {"the runtime"}),
+}
+
+
+@pytest.mark.parametrize("entry", list(_ENTRY_POINTS))
+def test_each_entry_point_loads_only_its_own_machinery(
+    entry: str, tmp_path: pathlib.Path,
+) -> None:
+    code, faces = _ENTRY_POINTS[entry]
+    for lib in ("httpx", "urllib3", "mcp"):
+        if f"import {lib}" in code:
+            pytest.importorskip(lib)
+    head = f"import json, sys\nimport dejacache\nTMP = {str(tmp_path)!r}\n"
+    _run(head + _RECORD + "print(1)")
+    got = _run(head + code + f"""
+machinery = {_MACHINERY!r}
+print(json.dumps(sorted(face for face, mods in machinery.items()
+                        if any(m in sys.modules for m in mods))))
+""")
+    assert got == sorted(faces)
 
 
 _GUARDED = """

@@ -161,9 +161,10 @@ __getattr__, __dir__ = attach(
 
 def _switch_on_interception() -> None:
     # A test-facing block intercepts the SDKs' HTTP clients and the MCP transports from its
-    # first call, so the first block loads interception (each registers its own block hook on
-    # import). Wired here, at the top of the package, because ``scope`` sits below both.
-    from .http import intercept  # noqa: F401
+    # first call, so the first block loads what arms them (each registers its own block hook
+    # on import; HTTP's loads the transports only when a module they patch is imported).
+    # Wired here, at the top of the package, because ``scope`` sits below both.
+    from .http import _arming  # noqa: F401
     from .mcp import _patch  # noqa: F401  (MCP transports, the same way; imports no mcp)
 
 

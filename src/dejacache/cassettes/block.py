@@ -17,7 +17,7 @@ import pathlib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from .._core.volatile import BlockPaths
 from ..config import (
@@ -32,10 +32,12 @@ from ..config import (
 from ..keys import key_substitutions
 from ..scope import Block, enter, inherited, leave, settle
 from .ageing import resolve as resolve_ageing
-from .partial import Partial, check_partial, derived_path, parse_live
 from .redact import Redactor
 from .store import Cassette
 from .vcr_match import check_match, warn_stale
+
+if TYPE_CHECKING:
+    from .partial import LiveRule
 
 __all__ = ["INTERRUPTIONS", "cassette", "default_mode", "in_ci"]
 
@@ -141,10 +143,17 @@ class cassette(Block[Cassette]):
         self.match = check_match(match)
         self.max_age, self.on_expiry = max_age, on_expiry
         resolve_ageing(max_age, on_expiry)  # a malformed duration fails where it is written
-        self.live = parse_live(live)
         self.replay_until = replay_until
-        self.partial = bool(self.live) or replay_until is not None
-        self.live_path = derived_path(self.path, live_path) if self.partial else None
+        self.partial = live is not None or replay_until is not None
+        self.live: tuple[LiveRule, ...] = ()
+        self.live_path: pathlib.Path | None = None
+        if self.partial:
+            # Partial replay's machinery loads with the first block that asks for it.
+            from .partial import Partial, check_partial, derived_path, parse_live
+
+            self.live = parse_live(live)
+            self.partial = bool(self.live) or replay_until is not None
+            self.live_path = derived_path(self.path, live_path) if self.partial else None
         if self.partial:
             Partial(self.live, replay_until)  # checked here, made anew for each block entered
             check_partial(self.mode)
@@ -161,7 +170,11 @@ class cassette(Block[Cassette]):
             f"DEJACACHE_MODE=record <your command>  (or cassette({str(self.path)!r}, "
             "mode='record'))")
         max_age, on_expiry = resolve_ageing(self.max_age, self.on_expiry)
-        partial = Partial(self.live, self.replay_until) if self.partial else None
+        partial = None
+        if self.partial:
+            from .partial import Partial
+
+            partial = Partial(self.live, self.replay_until)
         return Cassette(self.path, mode="replay" if partial else mode, redactor=self.redactor,
                         rerecord_hint=hint, record_errors=self.record_errors,
                         shared=self.shared,

@@ -3,8 +3,8 @@
 Every entry stores ``follows``, the step its asyncio task or thread made before it
 (``_core/strict.py`` explains why per task). The task's place is kept in a context variable,
 which tasks started inside the block copy from their parent. Each call made in the block
-becomes a :class:`~.trajectory.Call` (``tape.calls``); one that leaves the recorded order
-becomes a :class:`~.trajectory.Divergence` (``tape.divergences``), raised as
+becomes a :class:`~.calls.Call` (``tape.calls``); one that leaves the recorded order
+becomes a :class:`~.calls.Divergence` (``tape.divergences``), raised as
 :class:`~dejacache.ReplayDivergence` when the cassette is ``strict``.
 
 :class:`RunOrder` feeds the pure :class:`~dejacache._core.strict.OrderBook` the run's events
@@ -26,9 +26,9 @@ from .._core import strict as order
 from .._core.diff import field_diff
 from ..errors import CassetteError, ReplayDivergence, ReplayMiss
 from . import format as fmt
+from .calls import Call, CallInfo, Divergence
 from .reader import Index
 from .tape import Entry, Tape, Unused
-from .trajectory import Call, CallInfo, Divergence
 
 __all__ = ["RunOrder"]
 

@@ -39,7 +39,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from ..errors import ConfigurationError
-from .trajectory import KINDS, step_kind
+from .kinds import KINDS, step_kind
 
 __all__ = ["LIVE_SUFFIX", "LiveRule", "Partial", "check_partial", "derived_path", "parse_live"]
 

@@ -32,8 +32,8 @@ from .reader import FileIndex
 from .tape import Entry
 
 if TYPE_CHECKING:
+    from .calls import Call
     from .order import RunOrder
-    from .trajectory import Call
 
 __all__ = ["Item", "added_values", "encode", "follows_of", "order_of", "splice"]
 

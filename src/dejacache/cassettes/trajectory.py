@@ -26,16 +26,16 @@ import collections
 import dataclasses
 import os
 import pathlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
 
 from .._core.diff import field_diff
 from ..errors import CassetteError
-from ..http.providers import all_providers
-from ..http.sse import event_data
 from . import format as fmt
+from .calls import Call, CallInfo, Divergence, args_of
+from .kinds import step_kind
 from .prices import PRICES_DATE, estimate_dollars
 
 __all__ = [
@@ -53,23 +53,7 @@ __all__ = [
     "usage_tokens",
 ]
 
-KINDS = ("model", "tool", "function", "http")
-_MODEL_KINDS = frozenset({"model", "llm", "chat", "completion"})
-# Calls named by a provider module are model calls; the generic fallback's
-# ("http.<host>") are not.
-_PROVIDERS = tuple(f"{p.name}." for p in all_providers() if p.name != "http")
 CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text and JSON
-
-
-def step_kind(raw: str, name: str) -> str:
-    """The kind shown for a stored ``kind`` field (``"http"``, ``"tool"``, ``"call"``...)."""
-    if raw == "http":
-        return "model" if name.startswith(_PROVIDERS) else "http"
-    if raw in _MODEL_KINDS:
-        return "model"
-    if raw == "tool" or (raw == "mcp" and name == "mcp.tools/call"):
-        return "tool"
-    return "function"
 
 
 def usage_tokens(usage: Any) -> tuple[int, int] | None:
@@ -96,111 +80,12 @@ def usage_tokens(usage: Any) -> tuple[int, int] | None:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class CallInfo:
-    """One call as a divergence report shows it: name, kind and (redacted) request."""
-
-    name: str
-    kind: str
-    key: str = ""
-    request: Any = None
-    recorded_step: int | None = None
-
-    def __str__(self) -> str:
-        where = f"step {self.recorded_step}: " if self.recorded_step is not None else ""
-        return f"{where}{self.kind} {self.name} {_brief(self.request)}"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Divergence:
-    """A place where a run left its recording (``tape.divergences``).
-
-    ``reason``: ``"order"`` (a recorded call made at another place in its task),
-    ``"changed"`` (no recording; the call expected here has the same name),
-    ``"extra"`` (no recording; not the call expected here), ``"exhausted"`` (past the end of
-    the task's recorded calls), ``"unmade"`` (a recorded call never made; at block exit).
-    ``step`` is the call's index in this run (None for ``"unmade"``), ``recorded_step`` the
-    recorded step it was compared with.
-    """
-
-    reason: str
-    step: int | None
-    recorded_step: int | None
-    expected: CallInfo | None
-    actual: CallInfo | None
-    diff: tuple[str, ...]
-    message: str
-
-    def __str__(self) -> str:
-        return self.message
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class ToolCall:
     """A tool call a model asked for in its response (``Step.tool_calls``)."""
 
     name: str
     arguments: Any
     id: str = ""
-
-
-class Call:
-    """One call made inside a cassette block (``tape.calls``), in the order made.
-
-    ``outcome``: ``"replayed"`` (answered from the recording), ``"recorded"`` (run live and
-    stored) or ``"missed"`` (replay found no recording). ``recorded_step``: the step of the
-    file that answered it. ``request`` is the call as the cassette holds it (redacted);
-    ``args`` is the part a test asserts on: a function's arguments, a model call's body.
-    Both are read from the file when first asked for.
-    """
-
-    __slots__ = ("_loader", "_request", "_src", "divergence", "index", "key", "kind", "name",
-                 "outcome", "raw_kind", "recorded_step")
-
-    def __init__(self, index: int, name: str, raw_kind: str, key: str, outcome: str,
-                 recorded_step: int | None, loader: Callable[[Call], Any] | None,
-                 request: Any = None, src: Any = None) -> None:
-        self.index = index
-        self.name = name
-        self.raw_kind = raw_kind
-        self.kind = step_kind(raw_kind, name)
-        self.key = key
-        self.outcome = outcome
-        self.recorded_step = recorded_step
-        self.divergence: str | None = None  # the reason, when this call diverged
-        self._request = request
-        self._loader = loader
-        self._src = src  # what the loader reads the request from (the tape's entry)
-
-    @property
-    def request(self) -> Any:
-        loader = self._loader
-        if loader is not None:
-            self._request = loader(self)
-            self._loader = self._src = None
-        return self._request
-
-    @property
-    def args(self) -> Any:
-        return _args_of(self.kind, self.request)
-
-    def __repr__(self) -> str:
-        return (f"Call(#{self.index} {self.kind} {self.name!r}, {self.outcome}"
-                + (f", step {self.recorded_step}" if self.recorded_step is not None else "")
-                + ")")
-
-
-def _args_of(kind: str, request: Any) -> Any:
-    if kind in ("model", "http") and isinstance(request, dict) and "body" in request:
-        return request["body"]
-    return request
-
-
-def _brief(value: Any, limit: int = 160) -> str:
-    try:
-        text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-    except TypeError:
-        text = repr(value)
-    return text if len(text) <= limit else text[: limit - 13] + "…" + text[-12:]
 
 
 # ---------------------------------------------------------------- the view
@@ -266,7 +151,7 @@ class Step:
     @property
     def args(self) -> Any:
         """A function's arguments, a model call's request body."""
-        return _args_of(self.kind, self.request)
+        return args_of(self.kind, self.request)
 
     @property
     def response(self) -> Any:
@@ -429,6 +314,14 @@ class CassetteView:
         return node
 
 
+def _event_data(text: str) -> Any:
+    # The SSE parser, loaded by the views that read streams: a cassette block only needs
+    # this module's call records.
+    from ..http.sse import event_data
+
+    return event_data(text)
+
+
 def _answer_part(resp: Any) -> Any:
     if not isinstance(resp, dict):
         return resp
@@ -445,7 +338,7 @@ def _stream_text_size(events: Any) -> int:
     total = 0
     for event in events if isinstance(events, list) else ():
         text = event[1] if isinstance(event, list) and len(event) == 2 else event
-        data = event_data(text) if isinstance(text, str) else None
+        data = _event_data(text) if isinstance(text, str) else None
         if isinstance(data, dict):
             total += _delta_size(data)
     return total
@@ -614,7 +507,7 @@ class _Normaliser:
         text = event[1] if isinstance(event, list) and len(event) == 2 else event
         if not isinstance(text, str):
             return text
-        data = event_data(text)
+        data = _event_data(text)
         if isinstance(data, dict):
             return {k: v for k, v in data.items() if k not in _VOLATILE_BODY}
         return data if data is not None else text.strip()

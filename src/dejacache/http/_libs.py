@@ -13,9 +13,10 @@ import sys
 import threading
 from typing import Any
 
+from ._watched import LIBRARIES
+
 __all__ = ["LIBRARIES", "Lib", "available", "imported", "lib_named", "lib_of", "register"]
 
-LIBRARIES = ("httpx2", "httpx")
 
 _LOCK = threading.Lock()
 _CACHE: dict[str, Lib] = {}

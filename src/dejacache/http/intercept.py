@@ -42,16 +42,16 @@ from types import ModuleType
 from typing import Any, ParamSpec, TypeVar
 
 from .._core.volatile import BlockPaths
-from .._importhook import spec_with_callback
 from ..config import volatile_items
 from ..errors import ConfigurationError
-from ..scope import BLOCK_HOOKS, Block
+from ..scope import Block
 from . import lm15 as _lm15
 from . import socketguard
 from . import via_aiohttp as _via_aiohttp
 from . import via_urllib3 as _via_urllib3
 from ._libs import LIBRARIES, Lib, available, imported, lib_of, register
 from ._patching import install, is_ours
+from ._watched import EXTRA_TRANSPORTS, on_load
 from .routing import INTERCEPT_OPTIONS, decide
 from .transport import Options, handing_on, handle_async, handle_sync
 
@@ -64,17 +64,6 @@ _LOCK = threading.RLock()
 _COUNT = 0
 # library name or extra transport spec -> [(class, attribute, original function)]
 _PATCHED: dict[str, list[tuple[type, str, Any]]] = {}
-# Network transports that SDKs ship outside httpx/httpx2 (aiohttp-backed: litellm's async
-# default, the SDKs' opt-in DefaultAioHttpClient). Each implements the public transport method
-# itself; patched when a block opens if its module is imported, else when it is imported.
-EXTRA_TRANSPORTS = (
-    "litellm.llms.custom_httpx.aiohttp_transport:LiteLLMAiohttpTransport",
-    "openai._vendor.httpx_aiohttp.transport:AiohttpTransport",
-    "anthropic._vendor.httpx_aiohttp.transport:AiohttpTransport",
-    # openai 2.x's DefaultAioHttpClient (openai[aiohttp]) uses the httpx-aiohttp package.
-    "httpx_aiohttp.transport:AiohttpTransport",
-    "httpx_aiohttp.httpx2.transport:AiohttpTransport",
-)
 
 
 # Modules with ``MODULES`` (the modules that define a stack's seam) and ``patch(module)``.
@@ -189,16 +178,13 @@ def patched_libraries() -> list[str]:
         return sorted(_PATCHED)
 
 
-def _on_block(delta: int) -> None:
-    # Called by scope.enter/leave for every test-facing block.
+def on_block(delta: int) -> None:
+    """One test-facing block opened (+1) or closed (-1), passed on by ``_arming`` once
+    interception is armed."""
     if delta > 0:
         acquire(imported())
     else:
         release()
-
-
-if _on_block not in BLOCK_HOOKS:
-    BLOCK_HOOKS.append(_on_block)
 
 
 def observe(delta: int) -> None:
@@ -211,8 +197,9 @@ def observe(delta: int) -> None:
         release(guard=False)
 
 
-def _loaded(module: ModuleType) -> None:
-    """Patch the library or transport module that was just loaded (if a block is open)."""
+def loaded(module: ModuleType) -> None:
+    """Patch the library or transport module that was just loaded (if a block holds
+    interception): called by ``_arming``'s import hook."""
     name = module.__name__
     with _LOCK:
         if _COUNT > 0:
@@ -222,27 +209,7 @@ def _loaded(module: ModuleType) -> None:
                 _patch_extras(name)
 
 
-# Every module the hook watches: the libraries and the modules of the extra transports.
-_WATCHED = (frozenset(LIBRARIES) | frozenset(s.partition(":")[0] for s in EXTRA_TRANSPORTS)
-            | frozenset(n for seam in _SEAMS for n in seam.MODULES))
-
-
-class _PatchOnImport:
-    """Closes the gap of an SDK imported inside a block: its httpx/httpx2 or aiohttp
-    transport (not imported when the block opened) is patched the moment it is loaded, so
-    that call cannot go live. Imports nothing itself, and steps aside whenever no block is
-    open. A plain class with ``find_spec`` is all ``sys.meta_path`` asks for (as in
-    ``_threads``): subclassing ``importlib.abc.MetaPathFinder`` cost the first block ~9 ms of
-    importlib.resources, tempfile and shutil."""
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname not in _WATCHED or not _COUNT or fullname in sys.modules:
-            return None
-        return spec_with_callback(self, fullname, path, target, _loaded)
-
-
-if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-    sys.meta_path.insert(0, _PatchOnImport())
+on_load(lambda: _COUNT > 0, loaded)  # patch a module imported while interception is held
 
 
 class intercept(Block["intercept"]):

@@ -35,13 +35,14 @@ from typing import Any
 from ..errors import DejacacheWarning, ReplayMiss
 from ._libs import Lib, available, imported
 from ._patching import install, is_ours
+from ._watched import SEAM_MODULES
 from .routing import decide
 from .transport import handing_on, handle_async, handle_sync
 
 __all__ = ["MODULES", "patch"]
 
 # The modules that define lm15's public transports: the lm15 package, and dspy's copy of it.
-MODULES = ("lm15.transports", "dspy._vendor.lm15.transports")
+MODULES = SEAM_MODULES["lm15"]
 # Class name -> whether its ``stream`` is async.
 _CLASSES = (("StdlibTransport", False), ("StdlibAsyncTransport", True))
 # Headers that describe the wire body, which lm15 has already decoded.

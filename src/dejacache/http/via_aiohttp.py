@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import DejacacheWarning, ReplayMiss
 from ._libs import Lib, available, imported
 from ._patching import install, is_ours
+from ._watched import SEAM_MODULES
 from .routing import decide
 from .transport import bypassing, handing_on, handle_async
 
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MODULES", "patch"]
 
-MODULES = ("aiohttp.client",)
+MODULES = SEAM_MODULES["via_aiohttp"]
 
 _EXT = "dejacache.aiohttp_response"
 # The body's framing on the wire: aiohttp has already decoded the body it hands on.

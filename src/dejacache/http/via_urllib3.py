@@ -49,12 +49,13 @@ from typing import Any
 from ..errors import DejacacheWarning
 from ._libs import Lib, available, imported
 from ._patching import install, is_ours
+from ._watched import SEAM_MODULES
 from .routing import decide
 from .transport import bypassing, handing_on, handle_sync
 
 __all__ = ["MODULES", "patch"]
 
-MODULES = ("urllib3.connectionpool",)
+MODULES = SEAM_MODULES["via_urllib3"]
 
 # The live urllib3 response travels back through handle_sync in the httpx response's
 # extensions (which it copies onto the answer it hands back).

@@ -1,0 +1,117 @@
+"""What a cassette block records of its own calls: each call made (``tape.calls``) and each
+place a run left its recording (``tape.divergences``).
+
+Apart from the views of whole cassettes (``trajectory.py``), which re-export these: a block
+needs only its call records, and the views cost a first block ~3 ms of imports.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from .kinds import step_kind
+
+__all__ = ["Call", "CallInfo", "Divergence", "args_of"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CallInfo:
+    """One call as a divergence report shows it: name, kind and (redacted) request."""
+
+    name: str
+    kind: str
+    key: str = ""
+    request: Any = None
+    recorded_step: int | None = None
+
+    def __str__(self) -> str:
+        where = f"step {self.recorded_step}: " if self.recorded_step is not None else ""
+        return f"{where}{self.kind} {self.name} {_brief(self.request)}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Divergence:
+    """A place where a run left its recording (``tape.divergences``).
+
+    ``reason``: ``"order"`` (a recorded call made at another place in its task),
+    ``"changed"`` (no recording; the call expected here has the same name),
+    ``"extra"`` (no recording; not the call expected here), ``"exhausted"`` (past the end of
+    the task's recorded calls), ``"unmade"`` (a recorded call never made; at block exit).
+    ``step`` is the call's index in this run (None for ``"unmade"``), ``recorded_step`` the
+    recorded step it was compared with.
+    """
+
+    reason: str
+    step: int | None
+    recorded_step: int | None
+    expected: CallInfo | None
+    actual: CallInfo | None
+    diff: tuple[str, ...]
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class Call:
+    """One call made inside a cassette block (``tape.calls``), in the order made.
+
+    ``outcome``: ``"replayed"`` (answered from the recording), ``"recorded"`` (run live and
+    stored) or ``"missed"`` (replay found no recording). ``recorded_step``: the step of the
+    file that answered it. ``request`` is the call as the cassette holds it (redacted);
+    ``args`` is the part a test asserts on: a function's arguments, a model call's body.
+    Both are read from the file when first asked for.
+    """
+
+    __slots__ = ("_loader", "_request", "_src", "divergence", "index", "key", "kind", "name",
+                 "outcome", "raw_kind", "recorded_step")
+
+    def __init__(self, index: int, name: str, raw_kind: str, key: str, outcome: str,
+                 recorded_step: int | None, loader: Callable[[Call], Any] | None,
+                 request: Any = None, src: Any = None) -> None:
+        self.index = index
+        self.name = name
+        self.raw_kind = raw_kind
+        self.kind = step_kind(raw_kind, name)
+        self.key = key
+        self.outcome = outcome
+        self.recorded_step = recorded_step
+        self.divergence: str | None = None  # the reason, when this call diverged
+        self._request = request
+        self._loader = loader
+        self._src = src  # what the loader reads the request from (the tape's entry)
+
+    @property
+    def request(self) -> Any:
+        loader = self._loader
+        if loader is not None:
+            self._request = loader(self)
+            self._loader = self._src = None
+        return self._request
+
+    @property
+    def args(self) -> Any:
+        return args_of(self.kind, self.request)
+
+    def __repr__(self) -> str:
+        return (f"Call(#{self.index} {self.kind} {self.name!r}, {self.outcome}"
+                + (f", step {self.recorded_step}" if self.recorded_step is not None else "")
+                + ")")
+
+
+def args_of(kind: str, request: Any) -> Any:
+    if kind in ("model", "http") and isinstance(request, dict) and "body" in request:
+        return request["body"]
+    return request
+
+
+def _brief(value: Any, limit: int = 160) -> str:
+    try:
+        text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 13] + "…" + text[-12:]
