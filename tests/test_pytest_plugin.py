@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pathlib
 import re
+from typing import Any
 
 import orjson
 import pytest
+
+from dejacache.cassettes import format as fmt
 
 AGENT = """
 import dejacache, pytest
@@ -97,6 +100,11 @@ def test_new(dejacache_cassette):
     assert not _cassette(pytester, "test_new").exists()
 
 
+def _document(path: pathlib.Path) -> dict[str, Any]:
+    """The cassette's entries, every segment (tests sharing a file append to it)."""
+    return fmt.load_document(path.read_bytes(), path)
+
+
 def test_marker_options_and_shared_cassette(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_agent=AGENT + """
 @pytest.mark.dejacache(cassette="shared/one.json", cache_key="suite-v1")
@@ -113,7 +121,7 @@ def test_forced_replay():
         llm("c")
 """)
     run(pytester).assert_outcomes(passed=3)
-    doc = orjson.loads((pytester.path / "shared" / "one.json").read_bytes())
+    doc = _document(pytester.path / "shared" / "one.json")
     assert [(e["request"]["prompt"], e["namespace"]) for e in doc["entries"]] == [
         ("a", "suite-v1"), ("b", "suite-v1")]
     res = run(pytester, "--dejacache-mode=replay")
@@ -322,7 +330,7 @@ def test_many(i):
     res = pytester.runpytest_subprocess("-n", "2", "-p", "no:hypothesispytest")
     res.assert_outcomes(passed=6)
     res.stdout.fnmatch_lines(["calls: 0 replayed, 6 recorded, 0 missed*"])
-    doc = orjson.loads((pytester.path / "cassettes" / "shared.json").read_bytes())
+    doc = _document(pytester.path / "cassettes" / "shared.json")
     assert sorted(e["request"]["prompt"] for e in doc["entries"]) == [
         f"question {i}" for i in range(6)]
     res = run(pytester, "--dejacache-mode=replay")
@@ -481,7 +489,7 @@ def test_many(i):
         res = pytester.runpytest_subprocess("-n", "2", "-p", "no:hypothesispytest",
                                             "--dejacache-mode=record")
         res.assert_outcomes(passed=6)
-    doc = orjson.loads((pytester.path / "cassettes" / "shared.json").read_bytes())
+    doc = _document(pytester.path / "cassettes" / "shared.json")
     assert sorted(e["request"]["prompt"] for e in doc["entries"]) == [
         f"question {i}" for i in range(6)]
     monkeypatch.setenv("CI", "true")

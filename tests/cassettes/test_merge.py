@@ -10,6 +10,7 @@ import orjson
 import pytest
 
 import dejacache
+from dejacache.cassettes import format as fmt
 from dejacache.cassettes.merge import merge
 
 
@@ -108,7 +109,7 @@ def answer(q: str) -> str:
 
 
 def content(path) -> list[tuple[str, Any]]:
-    doc = orjson.loads(path.read_bytes())
+    doc = fmt.load_document(path.read_bytes(), path)  # every segment (shared files append)
     return sorted((e["request"]["q"], e["response"]) for e in doc["entries"])
 
 

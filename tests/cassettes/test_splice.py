@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import dejacache
 from dejacache.cassettes import append as append_mod
 from dejacache.cassettes import format as fmt
+from dejacache.cassettes import splice as splice_mod
 from dejacache.cassettes import writer as writer_mod
 from dejacache.cassettes.reader import FileIndex
 from dejacache.errors import CassetteError
@@ -74,7 +75,7 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """How many entries were parsed from the file, encoded, and whole files parsed."""
     n = {"decoded": 0, "encoded": 0, "parsed": 0, "spliced": 0, "appended": 0}
     real_checked, real_bytes = FileIndex._checked, fmt.entry_bytes
-    real_load, real_splice = fmt.load_document, writer_mod.splice
+    real_load, real_splice = fmt.load_document, splice_mod.splice
     real_append = append_mod.append
 
     def append(*a: Any) -> Any:
@@ -101,7 +102,7 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     monkeypatch.setattr(FileIndex, "_checked", staticmethod(checked))
     monkeypatch.setattr(fmt, "entry_bytes", entry_bytes)
     monkeypatch.setattr(fmt, "load_document", load)
-    monkeypatch.setattr(writer_mod, "splice", splice)
+    monkeypatch.setattr(splice_mod, "splice", splice)
     monkeypatch.setattr(append_mod, "append", append)
     return n
 
@@ -189,8 +190,9 @@ def test_an_auto_miss_and_its_save_encode_only_the_new_entry(
         assert llm(conversation(10, 19))["content"] == want
 
 
-def test_another_writer_in_between_gets_the_whole_merge(
+def test_a_save_after_another_writers_append_appends_after_it(
         tmp_path: pathlib.Path, lazy: None, counts: dict[str, int]) -> None:
+    # Two workers sharing a cassette: the second save neither parses nor rewrites the file.
     p = tmp_path / "c.json"
     record(p)
     with dejacache.cassette(p, mode="auto", shared=True) as tape:
@@ -198,7 +200,45 @@ def test_another_writer_in_between_gets_the_whole_merge(
         llm([SYSTEM, {"role": "user", "content": "mine " * 80}])
         with dejacache.cassette(p, mode="auto", shared=True):  # saves first
             llm([SYSTEM, {"role": "user", "content": "theirs " * 80}])
+        parsed = counts["parsed"]
+    assert counts["appended"] == 2 and counts["parsed"] == parsed
+    doc = fmt.load_document(p.read_bytes(), p)
+    assert len(doc["entries"]) == 42
+    last = [s.request["messages"][-1]["content"].split()[0]
+            for s in dejacache.load_cassette(p).steps[-2:]]
+    assert last == ["theirs", "mine"]
+    with dejacache.cassette(p, mode="replay"):  # each answers its own request
+        assert llm([SYSTEM, {"role": "user", "content": "mine " * 80}])["content"].startswith(
+            "reply to mine")
+        assert llm([SYSTEM, {"role": "user", "content": "theirs " * 80}])[
+            "content"].startswith("reply to theirs")
+
+
+def test_the_same_call_recorded_by_another_writer_in_between_gets_the_whole_merge(
+        tmp_path: pathlib.Path, lazy: None, counts: dict[str, int]) -> None:
+    p = tmp_path / "c.json"
+    record(p)
+    same = [SYSTEM, {"role": "user", "content": "both " * 80}]
+    with dejacache.cassette(p, mode="auto", shared=True) as tape:
+        assert tape.exists
+        llm(same)
+        with dejacache.cassette(p, mode="auto", shared=True):
+            llm(same)
     assert counts["appended"] == 1  # the inner block only: the outer one merged
+    doc = fmt.load_document(p.read_bytes(), p)
+    assert len(doc["entries"]) == 41  # one recording of the call, as saved one after another
+
+
+def test_a_file_written_whole_in_between_gets_the_whole_merge(
+        tmp_path: pathlib.Path, lazy: None, counts: dict[str, int]) -> None:
+    p = tmp_path / "c.json"
+    record(p)
+    with dejacache.cassette(p, mode="auto", shared=True) as tape:
+        assert tape.exists
+        llm([SYSTEM, {"role": "user", "content": "mine " * 80}])
+        with dejacache.cassette(p, mode="record", shared=True):  # re-records, whole
+            llm([SYSTEM, {"role": "user", "content": "theirs " * 80}])
+    assert counts["appended"] == 0
     doc = fmt.load_document(p.read_bytes(), p)
     assert len(doc["entries"]) == 42
 
@@ -371,7 +411,8 @@ def test_a_new_entry_never_rests_on_a_damaged_shared_value(
 def test_a_file_rewritten_in_place_after_the_read_is_merged_not_spliced(
         tmp_path: pathlib.Path, lazy: None, counts: dict[str, int]) -> None:
     """Same inode, other bytes (an editor, a tool writing in place): the save sees the
-    change and merges with what is there, keeping the other writer's entry."""
+    change and keeps the other writer's entry (here the file gained one at its end, as an
+    append leaves it: the save appends after it)."""
     p, other = tmp_path / "c.json", tmp_path / "other.json"
     record(p)
     shutil.copy(p, other)
@@ -383,7 +424,7 @@ def test_a_file_rewritten_in_place_after_the_read_is_merged_not_spliced(
         llm([SYSTEM, {"role": "user", "content": "mine " * 80}])
     doc = fmt.load_document(p.read_bytes(), p)
     assert len(doc["entries"]) == 42
-    assert counts["appended"] == 1  # "theirs" only
+    assert counts["appended"] == 2  # "theirs", then "mine" after it
 
 
 @pytest.mark.parametrize("new", [["short"], ["x" * 300], ["x" * 300, "y" * 300, "z" * 300]])

@@ -26,7 +26,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -43,14 +43,16 @@ from ..stats import token_total
 from ..stores._base import BaseStore, Record, StoreStats
 from . import format as fmt
 from .ageing import Ageing, stamp_entry
+from .calls import Call, Divergence
 from .order import RunOrder
-from .partial import Partial, derived_path
 from .prices import estimate_dollars
 from .redact import Redactor
 from .tape import NONE_UNUSED, Entry, EntryInfo, Tape, Unused, View
-from .trajectory import Call, Divergence
 from .vcr_match import VcrMatch
 from .writer import Writer
+
+if TYPE_CHECKING:
+    from .partial import Partial
 
 __all__ = ["Cassette", "EntryInfo", "TapeCounters"]
 
@@ -125,7 +127,7 @@ class Cassette(BaseStore):
         self.partial = partial
         self._writer.expired = self.ageing.expired if self.ageing is not None else None
         self.live_tape = None if partial is None else Cassette(
-            live_path or derived_path(self.path, None), mode="record",
+            live_path or _derived_path(self.path), mode="record",
             redactor=self.redactor, rerecord_hint=rerecord_hint,
             record_errors=self.record_errors, derived=True)
 
@@ -407,14 +409,14 @@ class Cassette(BaseStore):
 
     @property
     def calls(self) -> list[Call]:
-        """The calls made in this block, in order (see :class:`~.trajectory.Call`)."""
+        """The calls made in this block, in order (see :class:`~.calls.Call`)."""
         with self._lock:
             return list(self._order.calls)
 
     @property
     def divergences(self) -> list[Divergence]:
         """Where this run left its recording, in the order found (see
-        :class:`~.trajectory.Divergence`); recorded calls never made are added at exit."""
+        :class:`~.calls.Divergence`); recorded calls never made are added at exit."""
         with self._lock:
             return self._order.settled()
 
@@ -551,3 +553,9 @@ def summarize(tapes: Iterable[Cassette]) -> TapeCounters:
         total.tokens_saved += c.tokens_saved
         total.dollars_saved += c.dollars_saved
     return total
+
+
+def _derived_path(path: pathlib.Path) -> pathlib.Path:
+    from .partial import derived_path  # loaded by a partial block already
+
+    return derived_path(path, None)

@@ -26,8 +26,9 @@ from typing import Any, TypeVar
 
 from ..errors import CassetteError
 from . import format as fmt
+from .calls import CallInfo
+from .kinds import step_kind
 from .reader import DocIndex, FileIndex, Index
-from .trajectory import CallInfo, step_kind
 
 __all__ = ["EntryInfo", "Tape", "Unused"]
 
@@ -119,6 +120,8 @@ class Tape:
         self.identity: tuple[int, ...] | None = None  # the file read (format.identity)
         self.ix: Index | None = None  # where the recorded entries are (None: no file)
         self.full: dict[str, Any] | None = None
+        #: the cross-reference of the file as read (None: not format 3/4, or damaged)
+        self.file_index: FileIndex | None = None
         self.old: list[Entry | None] = []  # by position in the file, made on first use
         self.made: list[Entry] = []  # the entries made so far
         self.queues: dict[str, collections.deque[Entry]] = {}
@@ -171,6 +174,7 @@ class Tape:
             ix = FileIndex.open(self.raw)
         except CassetteError:
             ix = None  # a damaged cross-reference: the full parse below names the damage
+        self.file_index = ix  # a shared cassette's saves append through it (writer.py)
         if ix is not None and (self.mode == "off" or len(self.raw) >= fmt.EAGER_CHECK_UNDER):
             # Larger files are checked entry by entry as they are read, and whole on the
             # first miss (see format.py); opening reads only the cross-reference.
@@ -522,7 +526,7 @@ class Tape:
         self.closed = unused
         if self.ix is not None:  # keeps the columns, not the file's bytes
             self.ix = self.ix.detached()
-        self.raw = self.full = None
+        self.raw = self.full = self.file_index = None
         self.old, self.made, self.queues, self.values = [], [], {}, {}
         self._at = {}
 
