@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from ..errors import CassetteError
 from . import format as fmt
+from .blobs import Folder, blob_of
 from .reader import DocIndex, FileIndex, Index
 from .trajectory import CallInfo, step_kind
 
@@ -136,6 +137,7 @@ class Tape:
         self._unused_at: tuple[tuple[int, int], Unused] | None = None
         self._again: tuple[FileIndex | None, fmt.Buffer | None, dict[str, Any]] | None = None
         self._identities: dict[tuple[str, str], frozenset[str]] | None = None
+        self.blobs = Folder.beside(path)  # where the payloads its entries refer to are kept
 
     # ---------------------------------------------------------------- reading the file
 
@@ -464,9 +466,15 @@ class Tape:
     # ---------------------------------------------------------------- values
 
     def resolve(self, h: str) -> Any:
-        """Shared value ``h`` (from the index, else from the whole parse)."""
+        """Shared value ``h`` (from the index, else from the whole parse), or the payload a
+        ``blob:<hash>`` reference names (read from the blobs folder, checked)."""
         v = self.values.get(h, _MISSING)
         if v is not _MISSING:
+            return v
+        blob = blob_of(h)
+        if blob is not None:
+            # kept with the values: a payload repeated (silence, a reused image) is read once
+            v = self.values[h] = self.blobs.text(blob)
             return v
         with self.lock:
             ix = self.ix
@@ -590,6 +598,10 @@ class Tape:
 
         def resolve(h: str) -> Any:
             if h not in values:
+                blob = blob_of(h)
+                if blob is not None:
+                    values[h] = self.blobs.text(blob)
+                    return values[h]
                 found, v = now.value(h)
                 if not found:
                     raise CassetteError(f"dangling value reference {fmt.REF}{h}")

@@ -36,6 +36,7 @@ from ..errors import CassetteError
 from ..http.providers import all_providers
 from ..http.sse import event_data
 from . import format as fmt
+from .blobs import BlobInfo, Folder, blobs_in, describe, hints_in
 from .prices import PRICES_DATE, estimate_dollars
 
 __all__ = [
@@ -63,7 +64,7 @@ CHARS_PER_TOKEN = 4  # the usual rule of thumb for English text and JSON
 
 def step_kind(raw: str, name: str) -> str:
     """The kind shown for a stored ``kind`` field (``"http"``, ``"tool"``, ``"call"``...)."""
-    if raw == "http":
+    if raw == "http" or raw == "ws":  # a WebSocket session's steps name their provider too
         return "model" if name.startswith(_PROVIDERS) else "http"
     if raw in _MODEL_KINDS:
         return "model"
@@ -308,6 +309,7 @@ class CassetteView:
         self._values: dict[str, Any] = doc.get("values", {})
         self._sizes: dict[str, int] = {}
         self._verified = verified
+        self._blobs: list[BlobInfo] | None = None
         self.format = doc.get("format")
         self.steps: tuple[Step, ...] = tuple(
             Step(self, i, e) for i, e in enumerate(doc["entries"]))
@@ -350,6 +352,25 @@ class CassetteView:
     @property
     def num_values(self) -> int:
         return len(self._values)
+
+    @property
+    def blobs(self) -> list[BlobInfo]:
+        """The payloads the file keeps in the ``blobs`` folder beside it, largest first:
+        hash, bytes, media type (sniffed, or what the entry says beside it) and the steps
+        that use each (a missing blob has size -1). Steps show them as ``@ref:blob:<hash>``."""
+        if self._blobs is None:
+            steps: dict[str, list[int]] = {}
+            hints: dict[str, str] = {}
+            for s in self.steps:
+                found: set[str] = set()
+                for part in (s._entry.get("request"), s._entry.get("response")):
+                    tree = self._expand(part)  # markers inside shared values too
+                    blobs_in(tree, found)
+                    hints_in(tree, hints)
+                for h in found:
+                    steps.setdefault(h, []).append(s.index)
+            self._blobs = describe(Folder.beside(self.path), steps, hints, steps)
+        return self._blobs
 
     @property
     def problem(self) -> str | None:
