@@ -251,8 +251,10 @@ class Step:
             self.tokens_exact = False
         if self.kind == "model":
             self.model = view._model(entry)
+        audio = {k: v for k, v in (self.usage or {}).items()
+                 if k in ("input_audio_tokens", "output_audio_tokens") and type(v) is int}
         self.cost = estimate_dollars(
-            {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens},
+            {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens, **audio},
             self.model) if self.model else 0.0
 
     @property

@@ -1,0 +1,562 @@
+"""The drivers of a WebSocket session: its calls made through the engine, and the messages
+its client is owed, handed out in order.
+
+:class:`AsyncSession` (and :class:`SyncSession`, its twin for threads) is the seam every
+client library's adapter calls, and the one a proxy's ``ws://`` route calls: ``open()`` the
+handshake, ``send()`` each message the client sends, ``receive()`` what the server says,
+``close()``. Inside a block:
+
+* **open** looks the handshake up. Replayed: its recorded answer (a refusal or a connection
+  failure are answers too, raised as they were) and the server's first messages. Otherwise
+  the live side is opened (``open_live``) and what it answers is recorded.
+* **send** stores the window the previous call left open, then looks the message up.
+  Replayed: its window's messages are queued for ``receive()``, at their recorded pace when
+  the block asks for it (``realtime``). Missed in ``replay`` mode: ``ReplayMiss``, naming
+  the nearest recorded message and the fields that differ. Otherwise the message goes live
+  and a new window records what the server sends until the client's next message (a session
+  replayed so far is first brought live: its handshake made and its earlier messages sent
+  again, whose answers are not passed on).
+* **close** stores the open window and closes the live side; a session still open when its
+  block exits has its window stored then (``scope.settle``).
+
+Each call is made in the task or thread that sends, as an HTTP request is: it is that
+caller's step in the cassette's order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+from .._core.flow import Flow, Store
+from .._engine import AsyncDriver, SyncDriver, store_value, try_encode
+from ..config import Effective
+from ..errors import ReplayMiss
+from ..http._blocks import PerBlock
+from ..http.transport import handing_on
+from ..scope import track, untrack
+from ..stores._base import Record
+from ._keys import Route, message_key, route
+from ._message import Answer, Closed, Handshake, Message, Refused
+from ._session import SessionState, answer_of, error_of, handshake_value, model_in_query
+
+__all__ = ["AsyncLive", "AsyncSession", "SyncLive", "SyncSession", "rebuilt_error"]
+
+KIND = "ws"
+_clock = time.perf_counter
+Item = Message | Closed
+
+
+class AsyncLive(Protocol):
+    """The live side of a session (an adapter opens it with its own library)."""
+
+    answer: Answer
+
+    async def send(self, m: Message) -> None: ...
+
+    async def recv(self) -> Item:
+        """The server's next message, or ``Closed`` once the connection has ended."""
+
+    async def close(self, code: int, reason: str) -> None: ...
+
+
+class SyncLive(Protocol):
+    answer: Answer
+
+    def send(self, m: Message) -> None: ...
+
+    def recv(self) -> Item: ...
+
+    def close(self, code: int, reason: str) -> None: ...
+
+
+# Failures to reach the server that a recording keeps as the handshake's answer (the
+# library's own exceptions otherwise go through unrecorded).
+_RECORDED = (OSError, TimeoutError)
+_ERRORS: dict[str, type[BaseException]] = {
+    c.__name__: c for c in (ConnectionRefusedError, ConnectionResetError, ConnectionAbortedError,
+                            ConnectionError, TimeoutError, OSError)}
+
+
+def rebuilt_error(err: dict[str, Any]) -> BaseException:
+    """The connection failure a recorded handshake answer stands for (same class for the
+    standard ones, ``OSError`` otherwise; its errno and message)."""
+    cls = _ERRORS.get(str(err.get("type", "")), OSError)
+    errno = err.get("errno")
+    message = str(err.get("message", ""))
+    if type(errno) is int and issubclass(cls, OSError):
+        return cls(errno, message)
+    return cls(message)
+
+
+class _Ordinals:
+    """Per block: how many sessions each handshake key has had (the ``n`` of their keys)."""
+
+    __slots__ = ("_lock", "_next")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next: dict[str, int] = {}
+
+    def take(self, key: str) -> int:
+        with self._lock:
+            n = self._next.get(key, 0)
+            self._next[key] = n + 1
+            return n
+
+    def seen(self, key: str, n: int) -> None:
+        with self._lock:
+            self._next[key] = max(self._next.get(key, 0), n + 1)
+
+
+_ORDINALS: PerBlock[_Ordinals] = PerBlock(_Ordinals)
+
+
+class _Keep:
+    """What a session's calls keep: everything in a cassette (a refusal, a failure), only
+    established sessions in a cache (the next connection may succeed)."""
+
+    __slots__ = ()
+    eff: Effective
+    name: str
+    kind: str
+
+    def record(self, s: Store) -> Record | None:
+        v = s.value
+        if not self.eff.features.sequenced and ("error" in v or v.get("status", 101) != 101):
+            return None
+        return try_encode(self.eff, self.name, self.kind, s.key, s.canonical, v, s.duration)
+
+
+class _AsyncCall(_Keep, AsyncDriver):
+    __slots__ = ("canonical", "flow_", "key")
+
+    def __init__(self, eff: Effective, name: str, key: str, canonical: bytes) -> None:
+        super().__init__(eff, name, KIND)
+        self.key, self.canonical = key, canonical
+        self.flow_: Flow = self.flow(key, canonical, flights=False)
+
+    async def later(self, value: dict[str, Any]) -> None:
+        await self.store(Store(self.key, self.canonical, value, _clock() - self.t0))
+
+
+class _SyncCall(_Keep, SyncDriver):
+    __slots__ = ("canonical", "flow_", "key")
+
+    def __init__(self, eff: Effective, name: str, key: str, canonical: bytes) -> None:
+        super().__init__(eff, name, KIND)
+        self.key, self.canonical = key, canonical
+        self.flow_ = self.flow(key, canonical, flights=False)
+
+    def later(self, value: dict[str, Any]) -> None:
+        self.store(Store(self.key, self.canonical, value, _clock() - self.t0))
+
+
+class _Base:
+    """What the async and sync sessions share: the route, the state, and the call whose
+    window is open (with the handshake's own answer, when it is that one)."""
+
+    def __init__(self, eff: Effective, hs: Handshake, *, realtime: bool,
+                 volatile: Sequence[Any]) -> None:
+        self.eff = eff
+        self.handshake = hs
+        self.route: Route = route(eff, hs, tuple(volatile))
+        r = self.route
+        self.state = SessionState(r.provider, r.name, realtime or eff.realtime,
+                                  model_in_query(r.query))
+        self.session_id = f"{r.keyed.key}#0"
+        self.open_call: tuple[Any, dict[str, Any] | None] | None = None
+        self.muted = False  # a late live start: what the server says to the resent history
+        self.finished = False
+        self.lock = threading.Lock()  # the state, between the caller and the live reader
+
+    @property
+    def name(self) -> str:
+        return self.route.name
+
+    def _ordinal(self, value: dict[str, Any] | None) -> int:
+        """The session's place among the block's sessions with its handshake (``value``:
+        the recorded handshake answer that holds it; None: a new session)."""
+        key = self.route.keyed.key
+        table = _ORDINALS.get(self.eff)
+        if value is not None:  # replayed: the recorded place
+            n = value.get("session", 0)
+            n = n if type(n) is int else 0
+            if table is not None:
+                table.seen(key, n)
+        else:
+            n = table.take(key) if table is not None else 0
+        self.session_id = f"{key}#{n}"
+        return n
+
+    def _replayed(self, value: dict[str, Any]) -> Answer:
+        err = value.get("error")
+        if isinstance(err, dict):
+            raise rebuilt_error(err)
+        answer = answer_of(value)
+        if answer.status == 101:
+            self._ordinal(value)
+            self._learn(self.state.play(value, _clock()))
+        return answer
+
+    def _learn(self, ids: list[str]) -> None:
+        if ids and self.route.aliases is not None:
+            self.route.aliases.learn(ids)
+
+    def _window_value(self) -> tuple[Any, dict[str, Any]] | None:
+        """The open call and the value to store for it (None: no window open)."""
+        with self.lock:
+            opened, self.open_call = self.open_call, None
+            w = self.state.take_window()
+        if opened is None:
+            return None
+        call, base = opened
+        value = dict(base or {})
+        if w is not None:
+            value.update(w.value(self.state.provider, self.state.model))
+        ids = value.get("ids")
+        if isinstance(ids, list):
+            self._learn(ids)
+        return call, value
+
+    def _heard(self, item: Item) -> None:
+        with self.lock:
+            if self.muted and not isinstance(item, Closed):
+                return
+            self.state.heard(item, _clock())
+
+    # The block exits with this session open (``scope.settle``): its window is stored now,
+    # from the exiting thread, as what the session had said by then.
+    def abandon(self, why: str) -> None:
+        found = self._window_value()
+        self.finished = True
+        if found is None:
+            return
+        call, value = found
+        rec = call.record(Store(call.key, call.canonical, value, _clock() - call.t0))
+        if rec is not None:
+            store_value(self.eff, call.key, rec, None)
+
+
+
+# ---------------------------------------------------------------- asyncio
+
+
+class AsyncSession(_Base):
+    """One session driven from an event loop (see the module docstring). ``open_live``:
+    how to open the live side (None: there is none, and a call that must go live fails)."""
+
+    def __init__(self, eff: Effective, hs: Handshake,
+                 open_live: Callable[[], Awaitable[AsyncLive]] | None, *,
+                 realtime: bool = False, volatile: Sequence[Any] = ()) -> None:
+        super().__init__(eff, hs, realtime=realtime, volatile=volatile)
+        self.open_live = open_live
+        self.live: AsyncLive | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._changed: asyncio.Event | None = None
+        self._send_lock: asyncio.Lock | None = None
+
+    def _events(self) -> tuple[asyncio.Event, asyncio.Lock]:
+        if self._changed is None or self._send_lock is None:
+            self._changed, self._send_lock = asyncio.Event(), asyncio.Lock()
+        return self._changed, self._send_lock
+
+    async def open(self) -> Answer:
+        """The handshake's answer (recorded or live); a connection failure is raised."""
+        self._events()
+        k = self.route.keyed
+        call = _AsyncCall(self.eff, self.name, k.key, k.canonical)
+        run, value = await call.advance(call.flow_)
+        if run is None:
+            answer = self._replayed(value)
+            self._wake()
+            return answer
+        try:
+            self.live = await self._open()
+        except Refused as refused:
+            await call.advance(call.flow_, call.ran(handshake_value(refused.answer, 0)))
+            return refused.answer
+        except _RECORDED as exc:
+            await call.advance(call.flow_, call.ran(error_of(exc)))
+            raise
+        n = self._ordinal(None)
+        await call.advance(call.flow_, call.ran(None, keep=False))
+        with self.lock:
+            self.open_call = (call, handshake_value(self.live.answer, n))
+            self.state.open_window(_clock())
+        track(self)
+        self._start_reader()
+        return self.live.answer
+
+    async def _open(self) -> AsyncLive:
+        if self.open_live is None:
+            raise ReplayMiss(f"{self.name}: this session has no live side to send "
+                             f"{self.handshake.url} to", name=self.name,
+                             source=self.eff.source)
+        with handing_on():  # the live connection is this call's wire, not another call
+            return await self.open_live()
+
+    async def send(self, m: Message) -> None:
+        """Answer one message the client sent (see the module docstring)."""
+        _, lock = self._events()
+        async with lock:
+            tree = self.state.sent(m)
+            await self._store_window()
+            mk = message_key(self.eff, self.route, self.session_id, m, tree)
+            call = _AsyncCall(self.eff, self.name, mk.key, mk.canonical)
+            run, value = await call.advance(call.flow_)
+            if run is None:
+                with self.lock:
+                    self._learn(self.state.play(value, _clock()))
+                self._wake()
+                return
+            await self._go_live()
+            assert self.live is not None
+            with self.lock:
+                self.open_call = (call, None)
+                self.state.open_window(_clock())
+            try:
+                await self.live.send(m)
+            finally:
+                self.muted = False
+                await call.advance(call.flow_, call.ran(None, keep=False))
+            track(self)
+
+    async def _store_window(self) -> None:
+        found = self._window_value()
+        if found is not None:
+            call, value = found
+            await call.later(value)
+
+    async def _go_live(self) -> None:
+        """Open the live side of a session replayed so far, and send it the client's
+        earlier messages (their answers are not passed on)."""
+        if self.live is not None:
+            return
+        self.live = await self._open()
+        self.muted = True
+        for earlier in self.state.history[:-1]:
+            await self.live.send(earlier)
+        self._start_reader()
+
+    def _start_reader(self) -> None:
+        if self._reader is None and self.live is not None:
+            self._reader = asyncio.get_running_loop().create_task(self._read_live())
+
+    async def _read_live(self) -> None:
+        live = self.live
+        assert live is not None
+        while True:
+            try:
+                item = await live.recv()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the library failed where it would have said closed
+                item = Closed(1006, "")
+            self._heard(item)
+            self._wake()
+            if isinstance(item, Closed):
+                return
+
+    def _wake(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+    async def receive(self) -> Item:
+        """The next message the client is owed (``Closed`` at the end), when it is due."""
+        changed, _ = self._events()
+        state = self.state
+        while True:
+            with self.lock:
+                head = state.pending[0] if state.pending else None
+            if head is not None:
+                due, item = head
+                wait = due - _clock() if due is not None else 0.0
+                if wait <= 0:
+                    with self.lock:
+                        state.pending.popleft()
+                    return item
+                await asyncio.sleep(wait)
+                continue
+            changed.clear()
+            await changed.wait()
+
+    def owed(self) -> Item | None:
+        """The next message, if it is due now (None: nothing yet)."""
+        with self.lock:
+            if not self.state.pending:
+                return None
+            due, item = self.state.pending[0]
+            if due is not None and due > _clock():
+                return None
+            self.state.pending.popleft()
+            return item
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        """The client closes: the open window is stored, the live side closed."""
+        _, lock = self._events()
+        async with lock:
+            await self._store_window()
+            self.finished = True
+            untrack(self)
+        with self.lock:
+            self.state.pending.clear()
+            self.state.ended = True
+        live, self.live = self.live, None
+        if live is not None:
+            with contextlib.suppress(Exception):
+                await live.close(code, reason)
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+
+
+# ---------------------------------------------------------------- threads
+
+
+class SyncSession(_Base):
+    """:class:`AsyncSession` for a client that blocks (a thread reads the live side)."""
+
+    def __init__(self, eff: Effective, hs: Handshake, open_live: Callable[[], SyncLive] | None,
+                 *, realtime: bool = False, volatile: Sequence[Any] = ()) -> None:
+        super().__init__(eff, hs, realtime=realtime, volatile=volatile)
+        self.open_live = open_live
+        self.live: SyncLive | None = None
+        self._reader: threading.Thread | None = None
+        self._changed = threading.Condition(self.lock)
+        self._send_lock = threading.RLock()
+
+    def open(self) -> Answer:
+        k = self.route.keyed
+        call = _SyncCall(self.eff, self.name, k.key, k.canonical)
+        run, value = call.advance(call.flow_)
+        if run is None:
+            answer = self._replayed(value)
+            self._wake()
+            return answer
+        try:
+            self.live = self._open()
+        except Refused as refused:
+            call.advance(call.flow_, call.ran(handshake_value(refused.answer, 0)))
+            return refused.answer
+        except _RECORDED as exc:
+            call.advance(call.flow_, call.ran(error_of(exc)))
+            raise
+        n = self._ordinal(None)
+        call.advance(call.flow_, call.ran(None, keep=False))
+        with self.lock:
+            self.open_call = (call, handshake_value(self.live.answer, n))
+            self.state.open_window(_clock())
+        track(self)
+        self._start_reader()
+        return self.live.answer
+
+    def _open(self) -> SyncLive:
+        if self.open_live is None:
+            raise ReplayMiss(f"{self.name}: this session has no live side to send "
+                             f"{self.handshake.url} to", name=self.name,
+                             source=self.eff.source)
+        with handing_on():
+            return self.open_live()
+
+    def send(self, m: Message) -> None:
+        with self._send_lock:
+            tree = self.state.sent(m)
+            self._store_window()
+            mk = message_key(self.eff, self.route, self.session_id, m, tree)
+            call = _SyncCall(self.eff, self.name, mk.key, mk.canonical)
+            run, value = call.advance(call.flow_)
+            if run is None:
+                with self.lock:
+                    self._learn(self.state.play(value, _clock()))
+                self._wake()
+                return
+            self._go_live()
+            assert self.live is not None
+            with self.lock:
+                self.open_call = (call, None)
+                self.state.open_window(_clock())
+            try:
+                self.live.send(m)
+            finally:
+                self.muted = False
+                call.advance(call.flow_, call.ran(None, keep=False))
+            track(self)
+
+    def _store_window(self) -> None:
+        found = self._window_value()
+        if found is not None:
+            call, value = found
+            call.later(value)
+
+    def _go_live(self) -> None:
+        if self.live is not None:
+            return
+        self.live = self._open()
+        self.muted = True
+        for earlier in self.state.history[:-1]:
+            self.live.send(earlier)
+        self._start_reader()
+
+    def _start_reader(self) -> None:
+        if self._reader is None and self.live is not None:
+            self._reader = threading.Thread(target=self._read_live, daemon=True,
+                                            name="dejacache-ws-live")
+            self._reader.start()
+
+    def _read_live(self) -> None:
+        live = self.live
+        assert live is not None
+        while True:
+            try:
+                item = live.recv()
+            except Exception:
+                item = Closed(1006, "")
+            self._heard(item)
+            self._wake()
+            if isinstance(item, Closed):
+                return
+
+    def _wake(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def receive(self, timeout: float | None = None) -> Item | None:
+        """The next message the client is owed, when due (None: ``timeout`` passed)."""
+        state = self.state
+        end = None if timeout is None else _clock() + timeout
+        with self._changed:
+            while True:
+                if state.pending:
+                    due, item = state.pending[0]
+                    wait = due - _clock() if due is not None else 0.0
+                    if wait <= 0:
+                        state.pending.popleft()
+                        return item
+                else:
+                    wait = None
+                left = None if end is None else end - _clock()
+                if left is not None and left <= 0:
+                    return None
+                if wait is None or (left is not None and left < wait):
+                    wait = left
+                self._changed.wait(wait)
+
+    def close(self, code: int = 1000, reason: str = "") -> None:
+        with self._send_lock:
+            self._store_window()
+            self.finished = True
+            untrack(self)
+        with self.lock:
+            self.state.pending.clear()
+            self.state.ended = True
+        live, self.live = self.live, None
+        if live is not None:
+            with contextlib.suppress(Exception):
+                live.close(code, reason)
