@@ -7,7 +7,8 @@ It speaks the server events the SDK parses (``session.created``/``updated``,
 ``rate_limits.updated``, ``error``) one event per write, with fresh random ids on every
 connection (so a re-recording changes every id, as the real API does). Audio answers are
 24 kHz PCM16 in 100 ms deltas; a function tool is called when the user asks about the
-weather, and its output is read back in the next answer.
+weather, and its output is read back in the next answer. The answers' audio is noise, fresh
+on every response (speech does not repeat chunk for chunk).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import secrets
 import urllib.parse
 from typing import Any
 
-from ws_support import LoopbackServer, pcm
+from ws_support import LoopbackServer
 
 RATE = 24000
 CHUNK = RATE * 2 // 10  # 100 ms of PCM16
@@ -153,7 +154,7 @@ class _Session:
         part = {"type": "output_audio", "transcript": ""}
         loc = {"response_id": rid, "item_id": item, "output_index": 0, "content_index": 0}
         await self.emit("response.content_part.added", part=part, **loc)
-        audio = pcm(seconds, RATE, seed=secrets.randbelow(8))
+        audio = secrets.token_bytes(int(seconds * RATE) * 2)  # speech does not repeat
         words = text.split()
         for i in range(0, len(audio), CHUNK):
             n = i // CHUNK

@@ -24,9 +24,12 @@ Handler = Callable[[Any], Awaitable[None]]
 class LoopbackServer:
     """``handler`` served on a free loopback port until :meth:`stop`."""
 
-    def __init__(self, handler: Handler, *, ssl_context: ssl.SSLContext | None = None) -> None:
+    def __init__(self, handler: Handler, *, ssl_context: ssl.SSLContext | None = None,
+                 process_request: Any = None, subprotocols: Any = None) -> None:
         self.handler = handler
         self.ssl_context = ssl_context
+        self.process_request = process_request
+        self.subprotocols = subprotocols
         self.port = 0
         self.connections = 0
         self.requests: list[dict[str, Any]] = []  # path and headers of each handshake
@@ -48,9 +51,12 @@ class LoopbackServer:
 
     def stop(self) -> None:
         loop, stop = self._loop, self._stop
-        if loop is not None and stop is not None:
+        if loop is not None and stop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(stop.set)
         self._thread.join(10)
+
+    def _select(self, conn: Any, offered: Any) -> Any:
+        return next((p for p in self.subprotocols or () if p in offered), None)
 
     def _run(self) -> None:
         asyncio.run(self._serve())
@@ -68,7 +74,8 @@ class LoopbackServer:
             await self.handler(ws)
 
         async with serve(handle, "127.0.0.1", 0, ssl=self.ssl_context, max_size=None,
-                         compression=None) as server:
+                         compression=None, process_request=self.process_request,
+                         select_subprotocol=self._select) as server:
             self.port = server.sockets[0].getsockname()[1]
             self._ready.set()
             await self._stop.wait()
@@ -121,3 +128,40 @@ def pcm(seconds: float, rate: int, seed: int = 0) -> bytes:
     n = int(seconds * rate)
     step = 2 * math.pi * (220 + 20 * seed) / rate
     return struct.pack(f"<{n}h", *(int(9000 * math.sin(i * step)) for i in range(n)))
+
+
+async def echo(ws: Any) -> None:
+    """The generic test protocol: ``hello`` first; each JSON message ``{"n": k}`` answered
+    with ``{"ack": k}`` (after ``{"wait": s}`` seconds when asked, then ``{"late": k}``);
+    ``{"close": code}`` closes with that code; ``{"drop": true}`` drops the connection; a
+    binary message comes back reversed; ``{"parts": [...]}`` comes back as one fragmented
+    message."""
+    import json
+
+    await ws.send(json.dumps({"hello": ws.request.path}))
+    async for raw in ws:
+        if isinstance(raw, bytes):
+            await ws.send(raw[::-1])
+            continue
+        msg = json.loads(raw)
+        if "close" in msg:
+            await ws.close(msg["close"], msg.get("reason", ""))
+            return
+        if msg.get("drop"):
+            ws.transport.abort()
+            return
+        if "parts" in msg:
+            await ws.send(iter(msg["parts"]))
+            continue
+        await ws.send(json.dumps({"ack": msg.get("n")}))
+        if msg.get("wait"):
+            await asyncio.sleep(msg["wait"])
+            await ws.send(json.dumps({"late": msg.get("n")}))
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -235,6 +235,8 @@ class Step:
         self.usage: dict[str, Any] | None = usage if isinstance(usage, dict) else None
         self.model = ""
         tokens = usage_tokens(self.usage)
+        if self.raw_kind == "ws" and tokens is None:
+            tokens = (0, 0)  # a session's message bills nothing apart: its answer's usage does
         if self.kind != "model":
             # No tokens unless it returned a provider's usage (a wrapped model call); exact
             # only then: with no usage, 0 is what the file cannot tell, not a count.

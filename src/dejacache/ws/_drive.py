@@ -170,7 +170,9 @@ class _Base:
                                   model_in_query(r.query))
         self.session_id = f"{r.keyed.key}#0"
         self.open_call: tuple[Any, dict[str, Any] | None] | None = None
-        self.muted = False  # a late live start: what the server says to the resent history
+        # A late live start: how many of the server's first messages answer the history
+        # sent again (as many as the recording had for it), not passed on.
+        self.muted = 0
         self.finished = False
         self.lock = threading.Lock()  # the state, between the caller and the live reader
 
@@ -226,6 +228,7 @@ class _Base:
     def _heard(self, item: Item) -> None:
         with self.lock:
             if self.muted and not isinstance(item, Closed):
+                self.muted -= 1
                 return
             self.state.heard(item, _clock())
 
@@ -322,7 +325,6 @@ class AsyncSession(_Base):
             try:
                 await self.live.send(m)
             finally:
-                self.muted = False
                 await call.advance(call.flow_, call.ran(None, keep=False))
             track(self)
 
@@ -334,11 +336,13 @@ class AsyncSession(_Base):
 
     async def _go_live(self) -> None:
         """Open the live side of a session replayed so far, and send it the client's
-        earlier messages (their answers are not passed on)."""
+        earlier messages (their answers, as many as the recording had, are not passed
+        on)."""
         if self.live is not None:
             return
         self.live = await self._open()
-        self.muted = True
+        with self.lock:
+            self.muted = self.state.replayed
         for earlier in self.state.history[:-1]:
             await self.live.send(earlier)
         self._start_reader()
@@ -485,7 +489,6 @@ class SyncSession(_Base):
             try:
                 self.live.send(m)
             finally:
-                self.muted = False
                 call.advance(call.flow_, call.ran(None, keep=False))
             track(self)
 
@@ -499,7 +502,8 @@ class SyncSession(_Base):
         if self.live is not None:
             return
         self.live = self._open()
-        self.muted = True
+        with self.lock:
+            self.muted = self.state.replayed
         for earlier in self.state.history[:-1]:
             self.live.send(earlier)
         self._start_reader()

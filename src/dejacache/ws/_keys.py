@@ -81,7 +81,10 @@ class MessageKey(NamedTuple):
 def message_key(eff: Effective, r: Route, session: str, m: Message, tree: Any) -> MessageKey:
     """The key of a client message ``m`` (``tree``: its JSON, parsed) in ``session``."""
     if tree is not None and r.aliases is not None and len(r.aliases):
-        tree = r.aliases.apply(tree)
+        # From the raw bytes first: a message naming none of the ids' heads (an audio
+        # chunk) is not walked (walking a 6 KB chunk's text for ids was ~60 µs).
+        raw = m.data.encode() if isinstance(m.data, str) else m.data
+        tree = r.aliases.apply_json(raw, tree)
     form = canonical_message(m, tree)
     data: dict[str, Any] = {"ws_session": session}
     if "json" in form:

@@ -128,7 +128,7 @@ class SessionState:
     """What one session owes its client (``pending``) and the window being recorded."""
 
     __slots__ = ("ended", "history", "model", "name", "pending", "provider", "realtime",
-                 "window")
+                 "replayed", "window")
 
     def __init__(self, provider: Provider, name: str, realtime: bool, model: str = "") -> None:
         self.provider = provider
@@ -140,6 +140,7 @@ class SessionState:
         self.window: Window | None = None
         self.history: list[Message] = []  # what the client sent, for a late live start
         self.ended = False  # the end of the session is queued: nothing more comes
+        self.replayed = 0  # server messages handed out from the recording so far
 
     # ------------------------------------------------------------ replay
 
@@ -148,6 +149,7 @@ class SessionState:
         for item in value.get("messages") or ():
             offset, m = item
             self._queue(now + float(offset) if self.realtime else None, message_of(m))
+            self.replayed += 1
         close = value.get("close")
         if isinstance(close, dict):
             at = float(close.get("at", 0.0))

@@ -37,6 +37,8 @@ _LINK = "_dejacache_ws_link"
 class _Live:
     def __init__(self, conn: Any) -> None:
         self.conn = conn
+        if getattr(conn, "pending_legacy_warning", False):
+            conn.pending_legacy_warning = False  # used directly, as legacy=True asks
         self.answer = Answer(101, list(conn.response.headers.raw_items()), conn.subprotocol)
 
     def send(self, m: Message) -> None:
