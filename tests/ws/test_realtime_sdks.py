@@ -151,3 +151,18 @@ def test_gemini_live_key_in_the_url_reaches_no_file(
     assert recorded["events"][0] == {"setupComplete": {}}
     assert "?key=" + GEMINI_KEY in fake.requests[0]["path"]
     _no_key(tmp_path, GEMINI_KEY)
+
+
+def test_a_re_recorded_session_keys_alike_though_every_id_changed(
+        tmp_path: pathlib.Path, realtime: FakeRealtime) -> None:
+    # The fake names items, responses and calls afresh on every connection, and the agent
+    # sends the call id back: aliased by position, the keys of two recordings agree.
+    first, second = tmp_path / "one.json", tmp_path / "two.json"
+    a = _run("openai", "record", str(first), realtime.base_url)
+    b = _run("openai", "record", str(second), realtime.base_url)
+    calls = [[e["call_id"] for e in run["events"]
+              if e["type"] == "response.function_call_arguments.done"] for run in (a, b)]
+    assert calls[0] != calls[1]
+    keys = [[e["key"] for e in orjson.loads(p.read_bytes())["entries"]]
+            for p in (first, second)]
+    assert keys[0] == keys[1]

@@ -64,6 +64,8 @@ class _Live:
         import aiohttp
 
         msg = await self.ws.receive()
+        while msg.type in (aiohttp.WSMsgType.PING, aiohttp.WSMsgType.PONG):
+            msg = await self.ws.receive()  # (autoping off) the connection's, not a message
         if msg.type is aiohttp.WSMsgType.TEXT:
             return Message(msg.data if type(msg.data) is str else bytes(msg.data).decode())
         if msg.type is aiohttp.WSMsgType.BINARY:
