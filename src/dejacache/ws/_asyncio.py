@@ -28,12 +28,11 @@ from ..http.transport import Options
 from ._drive import AsyncSession
 from ._message import Answer, Closed, Message, Refused
 from ._wire import Endpoint
+from .via_websockets import ARGS
 
 __all__ = ["answering", "awaited", "closed_of", "connect_in_block", "in_memory",
            "live_connection", "refused_of"]
 
-#: Where the patched ``connect.__init__`` keeps the arguments it was given.
-ARGS = "_dejacache_ws_args"
 _LINK = "_dejacache_ws_link"
 
 

@@ -377,6 +377,8 @@ class AsyncSession(_Base):
         while True:
             with self.lock:
                 head = state.pending[0] if state.pending else None
+                if head is None and state.ended:
+                    return Closed(1000, "")  # closed by the client: nothing more comes
             if head is not None:
                 due, item = head
                 wait = due - _clock() if due is not None else 0.0
@@ -410,6 +412,7 @@ class AsyncSession(_Base):
         with self.lock:
             self.state.pending.clear()
             self.state.ended = True
+        self._wake()
         live, self.live = self.live, None
         if live is not None:
             with contextlib.suppress(Exception):
@@ -543,6 +546,8 @@ class SyncSession(_Base):
                     if wait <= 0:
                         state.pending.popleft()
                         return item
+                elif state.ended:
+                    return Closed(1000, "")  # closed by the client: nothing more comes
                 else:
                     wait = None
                 left = None if end is None else end - _clock()
@@ -560,6 +565,7 @@ class SyncSession(_Base):
         with self.lock:
             self.state.pending.clear()
             self.state.ended = True
+        self._wake()
         live, self.live = self.live, None
         if live is not None:
             with contextlib.suppress(Exception):

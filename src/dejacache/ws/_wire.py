@@ -103,17 +103,12 @@ class Endpoint:
     def answer(self, answer: Answer) -> bytes:
         """The handshake response: the client's own accept key, the recorded subprotocol and
         headers; or the recorded refusal (the client raises it as it did live)."""
-        from websockets.datastructures import Headers
-
         if answer.status == 101:
             self.chosen = answer.subprotocol
             response = self.proto.accept(self.request)
             taken = {k.lower() for k in response.headers}
         else:
-            response = self.proto.reject(answer.status,
-                                         answer.body.decode("utf-8", errors="replace"))
-            response.headers = Headers()
-            response.body = answer.body
+            response = _refusal(answer)
             taken = set()
         for k, v in answer.headers:
             low = k.lower()
@@ -153,3 +148,18 @@ class Endpoint:
         if chunks and chunks[-1] == b"":
             self.eof = True
         return b"".join(chunks)
+
+
+def _refusal(answer: Answer) -> Any:
+    """The response refusing the handshake: the recorded status (one ``http.HTTPStatus``
+    does not name too), its body, and the recorded headers added by the caller."""
+    import http
+
+    from websockets.datastructures import Headers
+    from websockets.http11 import Response
+
+    try:
+        phrase = http.HTTPStatus(answer.status).phrase
+    except ValueError:
+        phrase = ""
+    return Response(answer.status, phrase, Headers(), answer.body)

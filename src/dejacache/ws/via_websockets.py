@@ -30,10 +30,11 @@ from typing import Any
 from ..http._patching import install, is_ours
 from ..http.routing import decide_host
 
-__all__ = ["MODULES", "patch"]
+__all__ = ["ARGS", "MODULES", "patch"]
 
 MODULES = ("websockets.asyncio.client", "websockets.sync.client", "websockets.legacy.client")
-ARGS = "_dejacache_ws_args"  # where the arguments a connect object was given are kept
+#: Where a patched ``__init__`` keeps the arguments its object was given.
+ARGS = "_dejacache_ws_args"
 
 
 def patch(module: Any) -> list[tuple[Any, str, Any]]:
