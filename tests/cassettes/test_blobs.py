@@ -231,7 +231,7 @@ def test_blobs_false_and_a_threshold(tmp_path: pathlib.Path) -> None:
 
 _B64 = st.binary(min_size=0, max_size=3000).map(lambda b: base64.b64encode(b).decode())
 _TREES = st.recursive(
-    st.one_of(st.text(max_size=40), _B64, st.integers(), st.none(),
+    st.one_of(st.text(max_size=40), _B64, st.integers(-(2**63), 2**63 - 1), st.none(),
               _B64.map(lambda s: "data:audio/wav;base64," + s)),
     lambda kids: st.one_of(st.lists(kids, max_size=4),
                            st.dictionaries(st.text(max_size=8), kids, max_size=4)),
