@@ -43,14 +43,16 @@ import xxhash
 from ..errors import CassetteError
 from . import format as fmt
 
-__all__ = ["FOLDER", "GRACE", "MARK", "MIN_PAYLOAD", "MIN_TEXT", "BlobInfo", "Checked", "Folder",
-           "Sink", "blob_of", "blobs_in", "check", "describe", "hints_in", "is_payload",
-           "kind_of", "refers", "sink_for", "unused", "used_by"]
+__all__ = ["BLOB", "FOLDER", "GRACE", "MARK", "MIN_PAYLOAD", "MIN_TEXT", "BlobInfo", "Checked",
+           "Folder", "Sink", "blob_of", "blobs_in", "check", "describe", "hints_in",
+           "is_payload", "is_text", "kind_of", "refers", "sink_for", "unused", "used_by"]
 
 #: The folder beside a cassette that holds its blobs.
 FOLDER: Final = "blobs"
 #: The reference an entry holds in place of a payload: ``MARK + hash``.
 MARK: Final = fmt.BLOB_REF
+#: What ``format.unpack`` hands a resolver for such a reference: ``BLOB + hash``.
+BLOB: Final = MARK[len(fmt.REF):]
 _MARK_BYTES: Final = MARK.encode()
 #: Base64 and ``data:`` URLs of at least this many characters are stored as blobs: 20 ms of
 #: 24 kHz PCM16 audio (what realtime clients commonly send per message) is 1,280.
@@ -171,6 +173,13 @@ class Folder:
                                 "re-record the cassette, or restore the file",
                                 path=self.cassette)
         return data
+
+    def resolve(self, ref: str) -> str:
+        """The payload a reference's target (``blob:<hash>``) names."""
+        h = blob_of(ref)
+        if h is None:
+            raise CassetteError(f"not a blob reference: {fmt.REF}{ref}", path=self.cassette)
+        return self.text(h)
 
     def text(self, h: str) -> str:
         """The string blob ``h`` stands for."""

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from ..errors import CassetteError
 from . import format as fmt
-from .blobs import Folder, blob_of
+from .blobs import BLOB, Folder
 from .reader import DocIndex, FileIndex, Index
 from .trajectory import CallInfo, step_kind
 
@@ -467,14 +467,12 @@ class Tape:
 
     def resolve(self, h: str) -> Any:
         """Shared value ``h`` (from the index, else from the whole parse), or the payload a
-        ``blob:<hash>`` reference names (read from the blobs folder, checked)."""
+        ``blob:<hash>`` reference names (``blobs.py``)."""
         v = self.values.get(h, _MISSING)
         if v is not _MISSING:
             return v
-        blob = blob_of(h)
-        if blob is not None:
-            # kept with the values: a payload repeated (silence, a reused image) is read once
-            v = self.values[h] = self.blobs.text(blob)
+        if h.startswith(BLOB):  # kept: a payload repeated (silence, an image) is read once
+            v = self.values[h] = self.blobs.resolve(h)
             return v
         with self.lock:
             ix = self.ix
@@ -597,11 +595,9 @@ class Tape:
             return None
 
         def resolve(h: str) -> Any:
+            if h not in values and h.startswith(BLOB):
+                values[h] = self.blobs.resolve(h)
             if h not in values:
-                blob = blob_of(h)
-                if blob is not None:
-                    values[h] = self.blobs.text(blob)
-                    return values[h]
                 found, v = now.value(h)
                 if not found:
                     raise CassetteError(f"dangling value reference {fmt.REF}{h}")

@@ -25,10 +25,10 @@ from typing import Any
 from ..config import Effective
 from ..errors import ReplayMiss
 from ..http.transport import Options
+from ._captured import ARGS
 from ._drive import AsyncSession
 from ._message import Answer, Closed, Message, Refused
 from ._wire import Endpoint
-from .via_websockets import ARGS
 
 __all__ = ["answering", "awaited", "closed_of", "connect_in_block", "in_memory",
            "live_connection", "refused_of"]

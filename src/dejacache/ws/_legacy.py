@@ -11,8 +11,8 @@ from typing import Any
 from ..config import Effective
 from ..http.transport import Options
 from ._asyncio import answering, awaited, closed_of, in_memory
+from ._captured import ARGS
 from ._message import Answer, Closed, Message, Refused
-from .via_websockets import ARGS
 
 __all__ = ["connect_in_block"]
 

@@ -29,12 +29,11 @@ from typing import Any
 
 from ..http._patching import install, is_ours
 from ..http.routing import decide_host
+from ._captured import ARGS
 
-__all__ = ["ARGS", "MODULES", "patch"]
+__all__ = ["MODULES", "patch"]
 
 MODULES = ("websockets.asyncio.client", "websockets.sync.client", "websockets.legacy.client")
-#: Where a patched ``__init__`` keeps the arguments its object was given.
-ARGS = "_dejacache_ws_args"
 
 
 def patch(module: Any) -> list[tuple[Any, str, Any]]:
