@@ -13,6 +13,8 @@ a 2-second spoken answer every 10 s. Then, with the fake stopped, in interleaved
 * ``replay, session``: the session driven through the seam adapters and proxies use
   (``dejacache.ws.AsyncSession``): the handshake, each client message looked up, every server
   message handed out;
+* ``replay, session, no blobs``: the same from a cassette recorded with ``blobs=False`` (the
+  audio inline), for what keeping payloads beside the file costs a replay;
 * ``replay, websockets``: the same messages through the real ``websockets`` client (the
   in-memory endpoint, its frames and the client's own parsing);
 * ``replay, openai SDK``: the app-visible replay, the SDK parsing every event into its models.
@@ -137,9 +139,10 @@ def _timed(fn: Callable[[], Any], evict: list[pathlib.Path] | None = None) -> fl
     return (time.perf_counter() - t0) * 1000
 
 
-def _in_cassette(path: pathlib.Path, fn: Callable[[], Awaitable[Any]]) -> Callable[[], Any]:
+def _in_cassette(path: pathlib.Path, fn: Callable[[], Awaitable[Any]],
+                 blobs: bool = True) -> Callable[[], Any]:
     def run() -> Any:
-        with dejacache.cassette(path, mode="replay"):
+        with dejacache.cassette(path, mode="replay", blobs=blobs):
             return asyncio.run(fn())
     return run
 
@@ -165,28 +168,35 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = pathlib.Path(tmp) / "voice.json"
+        inline = pathlib.Path(tmp) / "inline" / "voice.json"
         fake = FakeRealtime().start()
         try:
             with dejacache.cassette(path, mode="record"):
                 recorded = asyncio.run(voice_session(fake.base_url, args.seconds))
+            with dejacache.cassette(inline, mode="record", blobs=False):
+                asyncio.run(voice_session(fake.base_url, args.seconds))
         finally:
             fake.stop()
         doc = fmt.load_document(path.read_bytes(), path)
         folder = blobs.Folder.beside(path)
         used = [folder.path(h) for h in sorted(blobs.used_by(doc))]
         lines = sizes(path, used, recorded["audio_bytes"])
+        lines.append(f"the same session recorded with blobs=False: "
+                     f"{inline.stat().st_size:,} bytes in one file")
         turns = client_messages(args.seconds)
         url = fake.base_url
         rows: dict[str, Callable[[], Any]] = {
             "read blobs": lambda: read_blobs(used, False),
             "read + check": lambda: read_blobs(used, True),
             "replay, session": _in_cassette(path, lambda: replay_session(url, turns)),
+            "replay, session, no blobs": _in_cassette(
+                inline, lambda: replay_session(url, turns), blobs=False),
             "replay, websockets": _in_cassette(path, lambda: replay_websockets(url, turns)),
             "replay, openai SDK": _in_cassette(path, lambda: voice_session(url, args.seconds)),
         }
         for fn in rows.values():  # warm: imports, the page cache, the key file
             fn()
-        files = [*used, path]
+        files = [*used, path, inline]
         times: dict[tuple[str, str], list[float]] = {}
         for _ in range(args.rounds):
             for kind, evict in (("warm", None), ("cold", files)):
