@@ -21,6 +21,11 @@ handshake, ``send()`` each message the client sends, ``receive()`` what the serv
 
 Each call is made in the task or thread that sends, as an HTTP request is: it is that
 caller's step in the cassette's order.
+
+The rules are written once, as flows that yield effects (advance a call's engine flow,
+open the live side, send to it, store a window) and receive their answers, the way
+``_core/flow.py`` writes the call policy; :class:`AsyncSession` and :class:`SyncSession`
+only carry the effects out, awaiting or blocking.
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from .._core.flow import Flow, Store
 from .._engine import AsyncDriver, SyncDriver, store_value, try_encode
@@ -49,6 +54,7 @@ __all__ = ["AsyncLive", "AsyncSession", "SyncLive", "SyncSession", "rebuilt_erro
 KIND = "ws"
 _clock = time.perf_counter
 Item = Message | Closed
+T = TypeVar("T")
 
 
 class AsyncLive(Protocol):
@@ -156,9 +162,47 @@ class _SyncCall(_Keep, SyncDriver):
         self.store(Store(self.key, self.canonical, value, _clock() - self.t0))
 
 
-class _Base:
-    """What the async and sync sessions share: the route, the state, and the call whose
-    window is open (with the handshake's own answer, when it is that one)."""
+# The effects a session's flow yields; a driver carries each out and sends back its answer
+# (or throws its exception in), as the engine's drivers do for ``call_flow``.
+class _Advance(NamedTuple):
+    """Advance ``call``'s engine flow (with ``ran``, the answer to its Run): ``(run, value)``."""
+
+    call: Any
+    ran: Any = None
+
+
+class _Send(NamedTuple):
+    """Send ``message`` to the live side."""
+
+    message: Message
+
+
+class _Later(NamedTuple):
+    """Store ``value`` as the answer of ``call``, whose window just closed."""
+
+    call: Any
+    value: dict[str, Any]
+
+
+class _CloseLive(NamedTuple):
+    """Close the live side (its errors are not the caller's: the session is ending)."""
+
+    live: Any
+    code: int
+    reason: str
+
+
+_OPEN = "open live"  #: open the live side: the live connection
+_READER = "start reader"  #: start reading the live side
+
+
+class _Session:
+    """What the async and sync sessions share: the route, the state, the call whose window
+    is open, and the session's rules, written once as flows of effects
+    (:meth:`_open_flow`, :meth:`_send_flow`, :meth:`_close_flow`) that the two drivers carry
+    out (``AsyncSession._run``, ``SyncSession._run``)."""
+
+    Call: type = _SyncCall  # the engine driver of one call (``_AsyncCall`` for asyncio)
 
     def __init__(self, eff: Effective, hs: Handshake, *, realtime: bool,
                  volatile: Sequence[Any]) -> None:
@@ -169,6 +213,7 @@ class _Base:
         self.state = SessionState(r.provider, r.name, realtime or eff.realtime,
                                   model_in_query(r.query))
         self.session_id = f"{r.keyed.key}#0"
+        self.live: Any = None
         self.open_call: tuple[Any, dict[str, Any] | None] | None = None
         # A late live start: how many of the server's first messages answer the history
         # sent again (as many as the recording had for it), not passed on.
@@ -179,6 +224,86 @@ class _Base:
     @property
     def name(self) -> str:
         return self.route.name
+
+    # ------------------------------------------------------------ the flows
+
+    def _open_flow(self) -> Generator[Any, Any, Answer]:
+        """The handshake: recorded (its answer, and the server's first messages queued), or
+        made live (its answer kept when the client's first message closes its window)."""
+        k = self.route.keyed
+        call = self.Call(self.eff, self.name, k.key, k.canonical)
+        run, value = yield _Advance(call)
+        if run is None:
+            answer = self._replayed(value)
+            self._wake()
+            return answer
+        try:
+            self.live = yield _OPEN
+        except Refused as refused:  # a refusal is the recorded answer
+            yield _Advance(call, call.ran(handshake_value(refused.answer, 0)))
+            return refused.answer
+        except _RECORDED as exc:  # so is a connection failure, raised again on replay
+            yield _Advance(call, call.ran(error_of(exc)))
+            raise
+        n = self._ordinal(None)
+        yield _Advance(call, call.ran(None, keep=False))  # stored when its window closes
+        with self.lock:
+            self.open_call = (call, handshake_value(self.live.answer, n))
+            self.state.open_window(_clock())
+        track(self)
+        yield _READER
+        opened: Answer = self.live.answer
+        return opened
+
+    def _send_flow(self, m: Message) -> Generator[Any, Any, None]:
+        """One client message: the open window stored, then the message answered from the
+        recording or sent live (a session replayed so far is brought live first)."""
+        tree = self.state.sent(m)
+        found = self._window_value()
+        if found is not None:
+            yield _Later(*found)
+        mk = message_key(self.eff, self.route, self.session_id, m, tree)
+        call = self.Call(self.eff, self.name, mk.key, mk.canonical)
+        run, value = yield _Advance(call)
+        if run is None:
+            with self.lock:
+                self._learn(self.state.play(value, _clock()))
+            self._wake()
+            return
+        if self.live is None:
+            # Live from here: the handshake made and the earlier messages sent again; their
+            # answers (as many as the recording had) are not passed on.
+            self.live = yield _OPEN
+            with self.lock:
+                self.muted = self.state.replayed
+            for earlier in self.state.history[:-1]:
+                yield _Send(earlier)
+            yield _READER
+        with self.lock:
+            self.open_call = (call, None)
+            self.state.open_window(_clock())
+        try:
+            yield _Send(m)
+        finally:
+            yield _Advance(call, call.ran(None, keep=False))
+        track(self)
+
+    def _close_flow(self, code: int, reason: str) -> Generator[Any, Any, None]:
+        """The client closes: the open window stored, the live side closed."""
+        found = self._window_value()
+        if found is not None:
+            yield _Later(*found)
+        self.finished = True
+        untrack(self)
+        with self.lock:
+            self.state.pending.clear()
+            self.state.ended = True
+        self._wake()
+        live, self.live = self.live, None
+        if live is not None:
+            yield _CloseLive(live, code, reason)
+
+    # ------------------------------------------------------------ shared steps
 
     def _ordinal(self, value: dict[str, Any] | None) -> int:
         """The session's place among the block's sessions with its handshake (``value``:
@@ -232,6 +357,13 @@ class _Base:
                 return
             self.state.heard(item, _clock())
 
+    def _no_live(self) -> ReplayMiss:
+        return ReplayMiss(f"{self.name}: this session has no live side to send "
+                          f"{self.handshake.url} to", name=self.name, source=self.eff.source)
+
+    def _wake(self) -> None:
+        raise NotImplementedError
+
     # The block exits with this session open (``scope.settle``): its window is stored now,
     # from the exiting thread, as what the session had said by then.
     def abandon(self, why: str) -> None:
@@ -245,20 +377,20 @@ class _Base:
             store_value(self.eff, call.key, rec, None)
 
 
-
 # ---------------------------------------------------------------- asyncio
 
 
-class AsyncSession(_Base):
+class AsyncSession(_Session):
     """One session driven from an event loop (see the module docstring). ``open_live``:
     how to open the live side (None: there is none, and a call that must go live fails)."""
+
+    Call = _AsyncCall
 
     def __init__(self, eff: Effective, hs: Handshake,
                  open_live: Callable[[], Awaitable[AsyncLive]] | None, *,
                  realtime: bool = False, volatile: Sequence[Any] = ()) -> None:
         super().__init__(eff, hs, realtime=realtime, volatile=volatile)
         self.open_live = open_live
-        self.live: AsyncLive | None = None
         self._reader: asyncio.Task[None] | None = None
         self._changed: asyncio.Event | None = None
         self._send_lock: asyncio.Lock | None = None
@@ -271,85 +403,58 @@ class AsyncSession(_Base):
     async def open(self) -> Answer:
         """The handshake's answer (recorded or live); a connection failure is raised."""
         self._events()
-        k = self.route.keyed
-        call = _AsyncCall(self.eff, self.name, k.key, k.canonical)
-        run, value = await call.advance(call.flow_)
-        if run is None:
-            answer = self._replayed(value)
-            self._wake()
-            return answer
-        try:
-            self.live = await self._open()
-        except Refused as refused:
-            await call.advance(call.flow_, call.ran(handshake_value(refused.answer, 0)))
-            return refused.answer
-        except _RECORDED as exc:
-            await call.advance(call.flow_, call.ran(error_of(exc)))
-            raise
-        n = self._ordinal(None)
-        await call.advance(call.flow_, call.ran(None, keep=False))
-        with self.lock:
-            self.open_call = (call, handshake_value(self.live.answer, n))
-            self.state.open_window(_clock())
-        track(self)
-        self._start_reader()
-        return self.live.answer
-
-    async def _open(self) -> AsyncLive:
-        if self.open_live is None:
-            raise ReplayMiss(f"{self.name}: this session has no live side to send "
-                             f"{self.handshake.url} to", name=self.name,
-                             source=self.eff.source)
-        with handing_on():  # the live connection is this call's wire, not another call
-            return await self.open_live()
+        return await self._run(self._open_flow())
 
     async def send(self, m: Message) -> None:
         """Answer one message the client sent (see the module docstring)."""
         _, lock = self._events()
         async with lock:
-            tree = self.state.sent(m)
-            await self._store_window()
-            mk = message_key(self.eff, self.route, self.session_id, m, tree)
-            call = _AsyncCall(self.eff, self.name, mk.key, mk.canonical)
-            run, value = await call.advance(call.flow_)
-            if run is None:
-                with self.lock:
-                    self._learn(self.state.play(value, _clock()))
-                self._wake()
-                return
-            await self._go_live()
-            assert self.live is not None
-            with self.lock:
-                self.open_call = (call, None)
-                self.state.open_window(_clock())
+            await self._run(self._send_flow(m))
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        """The client closes: the open window is stored, the live side closed."""
+        _, lock = self._events()
+        async with lock:
+            await self._run(self._close_flow(code, reason))
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+
+    async def _run(self, flow: Generator[Any, Any, T]) -> T:
+        answer: Any = None
+        exc: Exception | None = None
+        while True:
             try:
-                await self.live.send(m)
-            finally:
-                await call.advance(call.flow_, call.ran(None, keep=False))
-            track(self)
+                effect = flow.send(answer) if exc is None else flow.throw(exc)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            answer, exc = None, None
+            try:
+                answer = await self._do(effect)
+            except Exception as e:
+                exc = e
 
-    async def _store_window(self) -> None:
-        found = self._window_value()
-        if found is not None:
-            call, value = found
-            await call.later(value)
-
-    async def _go_live(self) -> None:
-        """Open the live side of a session replayed so far, and send it the client's
-        earlier messages (their answers, as many as the recording had, are not passed
-        on)."""
-        if self.live is not None:
-            return
-        self.live = await self._open()
-        with self.lock:
-            self.muted = self.state.replayed
-        for earlier in self.state.history[:-1]:
-            await self.live.send(earlier)
-        self._start_reader()
-
-    def _start_reader(self) -> None:
-        if self._reader is None and self.live is not None:
+    async def _do(self, effect: Any) -> Any:
+        if isinstance(effect, _Advance):
+            return await effect.call.advance(effect.call.flow_, effect.ran)
+        if isinstance(effect, _Send):
+            return await self.live.send(effect.message)
+        if isinstance(effect, _Later):
+            return await effect.call.later(effect.value)
+        if isinstance(effect, _CloseLive):
+            with contextlib.suppress(Exception):
+                await effect.live.close(effect.code, effect.reason)
+            return None
+        if effect == _OPEN:
+            if self.open_live is None:
+                raise self._no_live()
+            with handing_on():  # the live connection is this call's wire, not another call
+                return await self.open_live()
+        if self._reader is None and self.live is not None:  # _READER
             self._reader = asyncio.get_running_loop().create_task(self._read_live())
+        return None
 
     async def _read_live(self) -> None:
         live = self.live
@@ -391,131 +496,69 @@ class AsyncSession(_Base):
             changed.clear()
             await changed.wait()
 
-    def owed(self) -> Item | None:
-        """The next message, if it is due now (None: nothing yet)."""
-        with self.lock:
-            if not self.state.pending:
-                return None
-            due, item = self.state.pending[0]
-            if due is not None and due > _clock():
-                return None
-            self.state.pending.popleft()
-            return item
-
-    async def close(self, code: int = 1000, reason: str = "") -> None:
-        """The client closes: the open window is stored, the live side closed."""
-        _, lock = self._events()
-        async with lock:
-            await self._store_window()
-            self.finished = True
-            untrack(self)
-        with self.lock:
-            self.state.pending.clear()
-            self.state.ended = True
-        self._wake()
-        live, self.live = self.live, None
-        if live is not None:
-            with contextlib.suppress(Exception):
-                await live.close(code, reason)
-        reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.cancel()
-            with contextlib.suppress(BaseException):
-                await reader
-
 
 # ---------------------------------------------------------------- threads
 
 
-class SyncSession(_Base):
+class SyncSession(_Session):
     """:class:`AsyncSession` for a client that blocks (a thread reads the live side)."""
+
+    Call = _SyncCall
 
     def __init__(self, eff: Effective, hs: Handshake, open_live: Callable[[], SyncLive] | None,
                  *, realtime: bool = False, volatile: Sequence[Any] = ()) -> None:
         super().__init__(eff, hs, realtime=realtime, volatile=volatile)
         self.open_live = open_live
-        self.live: SyncLive | None = None
         self._reader: threading.Thread | None = None
         self._changed = threading.Condition(self.lock)
         self._send_lock = threading.RLock()
 
     def open(self) -> Answer:
-        k = self.route.keyed
-        call = _SyncCall(self.eff, self.name, k.key, k.canonical)
-        run, value = call.advance(call.flow_)
-        if run is None:
-            answer = self._replayed(value)
-            self._wake()
-            return answer
-        try:
-            self.live = self._open()
-        except Refused as refused:
-            call.advance(call.flow_, call.ran(handshake_value(refused.answer, 0)))
-            return refused.answer
-        except _RECORDED as exc:
-            call.advance(call.flow_, call.ran(error_of(exc)))
-            raise
-        n = self._ordinal(None)
-        call.advance(call.flow_, call.ran(None, keep=False))
-        with self.lock:
-            self.open_call = (call, handshake_value(self.live.answer, n))
-            self.state.open_window(_clock())
-        track(self)
-        self._start_reader()
-        return self.live.answer
-
-    def _open(self) -> SyncLive:
-        if self.open_live is None:
-            raise ReplayMiss(f"{self.name}: this session has no live side to send "
-                             f"{self.handshake.url} to", name=self.name,
-                             source=self.eff.source)
-        with handing_on():
-            return self.open_live()
+        return self._run(self._open_flow())
 
     def send(self, m: Message) -> None:
         with self._send_lock:
-            tree = self.state.sent(m)
-            self._store_window()
-            mk = message_key(self.eff, self.route, self.session_id, m, tree)
-            call = _SyncCall(self.eff, self.name, mk.key, mk.canonical)
-            run, value = call.advance(call.flow_)
-            if run is None:
-                with self.lock:
-                    self._learn(self.state.play(value, _clock()))
-                self._wake()
-                return
-            self._go_live()
-            assert self.live is not None
-            with self.lock:
-                self.open_call = (call, None)
-                self.state.open_window(_clock())
+            self._run(self._send_flow(m))
+
+    def close(self, code: int = 1000, reason: str = "") -> None:
+        with self._send_lock:
+            self._run(self._close_flow(code, reason))
+
+    def _run(self, flow: Generator[Any, Any, T]) -> T:
+        answer: Any = None
+        exc: Exception | None = None
+        while True:
             try:
-                self.live.send(m)
-            finally:
-                call.advance(call.flow_, call.ran(None, keep=False))
-            track(self)
+                effect = flow.send(answer) if exc is None else flow.throw(exc)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            answer, exc = None, None
+            try:
+                answer = self._do(effect)
+            except Exception as e:
+                exc = e
 
-    def _store_window(self) -> None:
-        found = self._window_value()
-        if found is not None:
-            call, value = found
-            call.later(value)
-
-    def _go_live(self) -> None:
-        if self.live is not None:
-            return
-        self.live = self._open()
-        with self.lock:
-            self.muted = self.state.replayed
-        for earlier in self.state.history[:-1]:
-            self.live.send(earlier)
-        self._start_reader()
-
-    def _start_reader(self) -> None:
-        if self._reader is None and self.live is not None:
+    def _do(self, effect: Any) -> Any:
+        if isinstance(effect, _Advance):
+            return effect.call.advance(effect.call.flow_, effect.ran)
+        if isinstance(effect, _Send):
+            return self.live.send(effect.message)
+        if isinstance(effect, _Later):
+            return effect.call.later(effect.value)
+        if isinstance(effect, _CloseLive):
+            with contextlib.suppress(Exception):
+                effect.live.close(effect.code, effect.reason)
+            return None
+        if effect == _OPEN:
+            if self.open_live is None:
+                raise self._no_live()
+            with handing_on():
+                return self.open_live()
+        if self._reader is None and self.live is not None:  # _READER
             self._reader = threading.Thread(target=self._read_live, daemon=True,
                                             name="dejacache-ws-live")
             self._reader.start()
+        return None
 
     def _read_live(self) -> None:
         live = self.live
@@ -556,17 +599,3 @@ class SyncSession(_Base):
                 if wait is None or (left is not None and left < wait):
                     wait = left
                 self._changed.wait(wait)
-
-    def close(self, code: int = 1000, reason: str = "") -> None:
-        with self._send_lock:
-            self._store_window()
-            self.finished = True
-            untrack(self)
-        with self.lock:
-            self.state.pending.clear()
-            self.state.ended = True
-        self._wake()
-        live, self.live = self.live, None
-        if live is not None:
-            with contextlib.suppress(Exception):
-                live.close(code, reason)
