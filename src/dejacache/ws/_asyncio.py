@@ -28,9 +28,9 @@ from ..http.transport import Options
 from ._captured import ARGS
 from ._drive import AsyncSession
 from ._message import Answer, Closed, Message, Refused
-from ._wire import Endpoint
+from ._wire import Endpoint, client_protocol
 
-__all__ = ["answering", "awaited", "closed_of", "connect_in_block", "in_memory",
+__all__ = ["Live", "answering", "awaited", "closed_of", "connect_in_block", "in_memory",
            "live_connection", "refused_of"]
 
 _LINK = "_dejacache_ws_link"
@@ -54,12 +54,14 @@ def closed_of(exc: Any) -> Closed:
     return Closed(int(rcvd.code), str(rcvd.reason))
 
 
-class _Live:
-    """The live side: a real ``websockets`` connection."""
+class Live:
+    """The live side: a real ``websockets`` connection (asyncio or legacy; ``answer``: its
+    handshake's, read from the response headers it kept)."""
 
-    def __init__(self, conn: Any) -> None:
+    def __init__(self, conn: Any, answer: Answer | None = None) -> None:
         self.conn = conn
-        self.answer = Answer(101, list(conn.response.headers.raw_items()), conn.subprotocol)
+        self.answer = answer or Answer(101, list(conn.response.headers.raw_items()),
+                                       conn.subprotocol)
 
     async def send(self, m: Message) -> None:
         await self.conn.send(m.data)
@@ -81,7 +83,7 @@ def refused_of(exc: Any) -> Refused:
     return Refused(Answer(r.status_code, list(r.headers.raw_items()), None, bytes(r.body or b"")))
 
 
-async def live_connection(connect: Any, orig_await: Any) -> _Live:
+async def live_connection(connect: Any, orig_await: Any) -> Live:
     """A real connection made by the caller's own ``connect`` object (its headers, proxy,
     TLS and timeouts)."""
     from websockets.exceptions import InvalidStatus
@@ -90,7 +92,7 @@ async def live_connection(connect: Any, orig_await: Any) -> _Live:
         conn = await awaited(connect, orig_await)
     except InvalidStatus as exc:
         raise refused_of(exc) from exc
-    return _Live(conn)
+    return Live(conn)
 
 
 async def awaited(connect: Any, orig_await: Any) -> Any:
@@ -275,20 +277,12 @@ def answering(base: type) -> type:
 def _client(connect: Any) -> Any:
     """The client connection ``connect`` would make, not yet connected."""
     from websockets.asyncio.client import ClientConnection
-    from websockets.client import ClientProtocol
-    from websockets.extensions.permessage_deflate import enable_client_permessage_deflate
-    from websockets.uri import parse_uri
 
     _, kw = getattr(connect, ARGS)
-    extensions = kw.get("extensions")
-    if kw.get("compression", "deflate") == "deflate":
-        extensions = enable_client_permessage_deflate(extensions)
-    proto = {k: kw[k] for k in ("origin", "subprotocols", "max_size", "logger") if k in kw}
-    protocol = ClientProtocol(parse_uri(connect.uri), extensions=extensions, **proto)
     opts = {k: kw[k] for k in ("ping_interval", "ping_timeout", "close_timeout", "max_queue",
                                "write_limit") if k in kw}
     cls = answering(kw.get("create_connection") or ClientConnection)
-    return cls(protocol, **opts)
+    return cls(client_protocol(connect.uri, kw), **opts)
 
 
 async def connect_in_block(connect: Any, orig_await: Any, eff: Effective,

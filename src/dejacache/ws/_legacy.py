@@ -10,9 +10,9 @@ from typing import Any
 
 from ..config import Effective
 from ..http.transport import Options
-from ._asyncio import answering, awaited, closed_of, in_memory
+from ._asyncio import Live, answering, awaited, in_memory
 from ._captured import ARGS
-from ._message import Answer, Closed, Message, Refused
+from ._message import Answer, Refused
 
 __all__ = ["connect_in_block"]
 
@@ -22,27 +22,7 @@ _PROTOCOL_ARGS = ("logger", "origin", "extensions", "subprotocols", "extra_heade
                   "max_size", "max_queue", "read_limit", "write_limit")
 
 
-class _Live:
-    def __init__(self, proto: Any) -> None:
-        self.conn = proto
-        self.answer = Answer(101, list(proto.response_headers.raw_items()), proto.subprotocol)
-
-    async def send(self, m: Message) -> None:
-        await self.conn.send(m.data)
-
-    async def recv(self) -> Message | Closed:
-        from websockets.exceptions import ConnectionClosed
-
-        try:
-            return Message(await self.conn.recv())
-        except ConnectionClosed as exc:
-            return closed_of(exc)
-
-    async def close(self, code: int, reason: str) -> None:
-        await self.conn.close(code, reason)
-
-
-async def _live(connect: Any, orig_await: Any) -> _Live:
+async def _live(connect: Any, orig_await: Any) -> Live:
     from websockets.legacy.exceptions import InvalidStatusCode
 
     try:
@@ -50,7 +30,8 @@ async def _live(connect: Any, orig_await: Any) -> _Live:
     except InvalidStatusCode as exc:
         headers = list(exc.headers.raw_items())
         raise Refused(Answer(exc.status_code, headers)) from exc
-    return _Live(proto)
+    answer = Answer(101, list(proto.response_headers.raw_items()), proto.subprotocol)
+    return Live(proto, answer)
 
 
 def _protocol(uri: str, kw: dict[str, Any]) -> Any:

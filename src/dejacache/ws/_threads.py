@@ -27,7 +27,7 @@ from ..http.transport import Options
 from ._asyncio import closed_of, refused_of
 from ._drive import SyncSession
 from ._message import Answer, Closed, Message
-from ._wire import Endpoint
+from ._wire import Endpoint, client_protocol
 
 __all__ = ["connect_in_block", "live_by_function"]
 
@@ -190,20 +190,12 @@ def _answering(base: type) -> type:
 
 
 def _client(uri: str, kw: dict[str, Any], sock: socket.socket) -> Any:
-    from websockets.client import ClientProtocol
-    from websockets.extensions.permessage_deflate import enable_client_permessage_deflate
     from websockets.sync.client import ClientConnection
-    from websockets.uri import parse_uri
 
-    extensions = kw.get("extensions")
-    if kw.get("compression", "deflate") == "deflate":
-        extensions = enable_client_permessage_deflate(extensions)
-    proto = {k: kw[k] for k in ("origin", "subprotocols", "max_size", "logger") if k in kw}
-    protocol = ClientProtocol(parse_uri(uri), extensions=extensions, **proto)
     opts = {k: kw[k] for k in ("ping_interval", "ping_timeout", "close_timeout", "max_queue")
             if k in kw}
     cls = _answering(kw.get("create_connection") or ClientConnection)
-    conn = cls(sock, protocol, **opts)
+    conn = cls(sock, client_protocol(uri, kw), **opts)
     if kw.get("legacy"):
         conn.pending_legacy_warning = False
     return conn

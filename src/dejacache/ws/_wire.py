@@ -16,7 +16,7 @@ from typing import Any
 
 from ._message import ABNORMAL, UPGRADE_HEADERS, Answer, Closed, Handshake, Message
 
-__all__ = ["Endpoint"]
+__all__ = ["Endpoint", "client_protocol"]
 
 _FRAMING = frozenset({"content-length", "transfer-encoding", "date"})
 
@@ -163,3 +163,16 @@ def _refusal(answer: Answer) -> Any:
     except ValueError:
         phrase = ""
     return Response(answer.status, phrase, Headers(), answer.body)
+
+
+def client_protocol(uri: str, kw: dict[str, Any]) -> Any:
+    """The sans-I/O ``ClientProtocol`` a websockets ``connect(uri, **kw)`` would make."""
+    from websockets.client import ClientProtocol
+    from websockets.extensions.permessage_deflate import enable_client_permessage_deflate
+    from websockets.uri import parse_uri
+
+    extensions = kw.get("extensions")
+    if kw.get("compression", "deflate") == "deflate":
+        extensions = enable_client_permessage_deflate(extensions)
+    args = {k: kw[k] for k in ("origin", "subprotocols", "max_size", "logger") if k in kw}
+    return ClientProtocol(parse_uri(uri), extensions=extensions, **args)
