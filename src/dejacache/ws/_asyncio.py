@@ -214,7 +214,8 @@ class _Transport(asyncio.Transport):
     def close(self) -> None:
         if not self._closing:
             self._closing = True
-            self.link.loop.call_soon(self.link.lose, None)
+            if not self.link.loop.is_closed():  # (a connection collected after its loop)
+                self.link.loop.call_soon(self.link.lose, None)
 
     def abort(self) -> None:
         self.close()

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from ..config import Effective
@@ -32,7 +31,7 @@ from ..http.providers import Provider, detect
 from ..keys import canonical_json, digest
 from ._message import Handshake, Message, canonical_message
 
-__all__ = ["Route", "message_key", "route"]
+__all__ = ["MessageKey", "Route", "message_key", "route"]
 
 
 class Route:
@@ -99,7 +98,3 @@ def message_key(eff: Effective, r: Route, session: str, m: Message, tree: Any) -
                                volatile_patterns=patterns, function=p.name,
                                substitutions=eff.key_substitute)
     return MessageKey(digest(eff.namespace or "", r.name, canonical), canonical)
-
-
-def query_pairs(r: Route) -> Iterable[tuple[str, str]]:
-    return r.query

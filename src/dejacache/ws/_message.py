@@ -27,15 +27,14 @@ import orjson
 
 from ..errors import SerializationError
 
-__all__ = ["Answer", "Closed", "Handshake", "Message", "Refused", "canonical_message",
-           "message_of", "stored"]
+__all__ = ["ABNORMAL", "UPGRADE_HEADERS", "Answer", "Closed", "Handshake", "Message", "Refused",
+           "canonical_message", "json_of", "message_of", "stored"]
 
 #: Response headers that belong to one connection's upgrade: a replay's own handshake makes
 #: them anew (its accept key, no extension negotiated), so none is stored or handed back.
 UPGRADE_HEADERS = frozenset({"upgrade", "connection", "sec-websocket-accept",
                              "sec-websocket-protocol", "sec-websocket-extensions"})
-# Close codes the protocol reserves for "no close frame was received" and "abnormal".
-NO_STATUS = 1005
+#: The close code the protocol reserves for a connection that dropped without a close frame.
 ABNORMAL = 1006
 
 

@@ -29,7 +29,8 @@ from ..http.exchange import body_field, replay_headers, stored_headers
 from ..http.providers import Provider
 from ._message import UPGRADE_HEADERS, Answer, Closed, Message, json_of, message_of, stored
 
-__all__ = ["SessionState", "Window", "answer_of", "error_of", "handshake_value"]
+__all__ = ["SessionState", "Window", "add_meta", "answer_of", "error_of", "handshake_value",
+           "model_in_query"]
 
 Item = Message | Closed
 

@@ -22,7 +22,6 @@ imports nothing of ``websockets``: the work modules load it when a connection is
 from __future__ import annotations
 
 import functools
-import sys
 import urllib.parse
 from collections.abc import Callable, Generator
 from typing import Any
@@ -141,7 +140,3 @@ def _sync_connect(orig: Any) -> Any:
         return connect_in_block(uri, kwargs, live, *found)
 
     return connect
-
-
-def loaded() -> list[str]:
-    return [m for m in MODULES if m in sys.modules]
