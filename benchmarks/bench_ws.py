@@ -85,12 +85,12 @@ async def replay_session(url: str, turns: list[list[str]]) -> int:
     for msgs in turns:
         for m in msgs:
             await session.send(Message(m))
-        while True:
-            item = await session.receive()
-            assert not isinstance(item, Closed)
-            got += 1
-            if _done(item.data):
-                break
+        done = False
+        while not done:
+            for item in (await session.receive(), *session.due()):
+                assert not isinstance(item, Closed)
+                got += 1
+                done = done or _done(item.data)
     await session.close()
     return got
 

@@ -103,12 +103,12 @@ class _Reader:
         import aiohttp
 
         while True:
-            item = await self.session.receive()
-            if isinstance(item, Closed):
-                self.queue.put_nowait(item)
-                return
-            t = aiohttp.WSMsgType.BINARY if item.binary else aiohttp.WSMsgType.TEXT
-            self.queue.put_nowait(aiohttp.WSMessage(t, item.data, None))
+            for item in (await self.session.receive(), *self.session.due()):
+                if isinstance(item, Closed):
+                    self.queue.put_nowait(item)
+                    return
+                t = aiohttp.WSMsgType.BINARY if item.binary else aiohttp.WSMsgType.TEXT
+                self.queue.put_nowait(aiohttp.WSMessage(t, item.data, None))
 
     def feed_data(self, data: Any, size: int = 0) -> None:
         self.queue.put_nowait(data)

@@ -162,16 +162,22 @@ class _Link:
         session = self.session
         assert session is not None
         while not self.lost:
-            item = await session.receive()
+            items = [await session.receive(), *session.due()]
             await self.reading.wait()
             if self.lost or self.endpoint.proto.state is not State.OPEN:
                 return
-            if isinstance(item, Closed):
-                self.to_client(self.endpoint.close(item))
-                if self.endpoint.eof:
-                    self.end()
+            frames = []
+            for item in items:
+                if isinstance(item, Closed):
+                    frames.append(self.endpoint.close(item))
+                    break
+                frames.append(self.endpoint.message(item))
+            self.to_client(b"".join(frames))
+            if self.endpoint.eof:
+                self.end()
                 return
-            self.to_client(self.endpoint.message(item))
+            if isinstance(items[-1], Closed):
+                return
 
     async def settle(self) -> None:
         """Answer the whole messages the client has written (in the sender's task)."""
