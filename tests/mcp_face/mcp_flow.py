@@ -116,20 +116,21 @@ async def client_of(spec: dict[str, Any], kind: str) -> AsyncIterator[Any]:
 
 
 async def gathered(spec: dict[str, Any], path: str, mode: str, kind: str = "session",
-                   calls: list[tuple[str, dict[str, Any]]] = GATHERED) -> list[Any]:
+                   calls: list[tuple[str, dict[str, Any]]] = GATHERED,
+                   strict: bool = False) -> list[Any]:
     """``calls`` gathered over one session, without listing the tools first: each answer,
-    or its failure."""
-    with dejacache_cassette(path, mode):
+    or its failure (``strict``: under a strict cassette)."""
+    with dejacache_cassette(path, mode, strict=strict):
         async with client_of(spec, kind) as s:
             got = await asyncio.gather(*(s.call_tool(n, a) for n, a in calls),
                                        return_exceptions=True)
     return [failure(x) if isinstance(x, BaseException) else dumped(x) for x in got]
 
 
-def dejacache_cassette(path: str, mode: str) -> Any:
+def dejacache_cassette(path: str, mode: str, *, strict: bool = False) -> Any:
     import dejacache
 
-    return dejacache.cassette(path, mode=None if mode == "default" else mode)
+    return dejacache.cassette(path, mode=None if mode == "default" else mode, strict=strict)
 
 
 async def run(spec: dict[str, Any], path: str, mode: str) -> dict[str, Any]:

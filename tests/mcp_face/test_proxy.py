@@ -295,6 +295,40 @@ async def test_gathered_calls_replay_however_often_the_session_listed_the_tools(
     assert mcp_ledger.events() == seen
 
 
+@pytest.mark.parametrize("made", ["now", "before"])
+@pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
+async def test_a_strict_cassette_lets_the_sessions_own_requests_come_when_they_come(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger, transport: str, made: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A strict cassette holds each task to its recorded order, but the listings and pings a
+    session makes on its own come when the server's answers do: answered in reverse order
+    live, they must not read as calls out of order in replay. ``before``: recorded as earlier
+    versions did, with the listing in its task's chain of calls."""
+    from mcp_flow import GATHERED, gathered
+
+    from dejacache.mcp import _proxy
+
+    calls = list(reversed(GATHERED))  # c (1200 ms), b (600 ms), a (0 ms): answers in reverse
+    tape = str(tmp_path / "desk.json")
+    if made == "before":
+        monkeypatch.setattr(_proxy, "_UNORDERED", frozenset())
+    if transport == "stdio":
+        spec = stdio_spec(tmp_path, mcp_ledger)
+        recorded = await gathered(spec, tape, "record", calls=calls, strict=True)
+        shutil.rmtree(tmp_path / "server")
+    else:
+        server = HttpServer(mcp_ledger, "streamable-http").start()  # type: ignore[arg-type]
+        spec = {"transport": transport, "url": server.url}
+        try:
+            recorded = await gathered(spec, tape, "record", calls=calls, strict=True)
+        finally:
+            server.stop()
+    monkeypatch.undo()
+    for _ in range(3):
+        assert await gathered(spec, tape, "replay", calls=calls, strict=True) == recorded
+
+
 async def test_pings_replay_however_many_the_session_sends(
     tmp_path: pathlib.Path, mcp_ledger: Ledger,
 ) -> None:

@@ -214,6 +214,13 @@ def digest_of(data: bytes) -> str:
     return digest("", f"{KIND}.server", data)
 
 
+def unordered_names() -> frozenset[str]:
+    """The call names of the requests a session makes on its own (:func:`by_content`): a
+    cassette keeps them outside its recorded order, since when they come is the server's
+    timing (``Cassette.unordered``)."""
+    return frozenset(call_name(m) for m in _SESSION_MADE)
+
+
 def call_name(method: str) -> str:
     """The call's name in the cassette and the stats: ``mcp.tools/call``."""
     return f"{KIND}.{method}"
