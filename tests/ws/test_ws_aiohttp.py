@@ -82,6 +82,32 @@ def test_a_message_that_differs_raises_from_send(tmp_path: pathlib.Path,
     assert "body.n: 1 -> 2" in str(info.value)
 
 
+@pytest.mark.parametrize("autoping", [True, False])
+def test_server_pings_are_ponged_live_and_need_no_recording(
+        tmp_path: pathlib.Path, server: LoopbackServer, autoping: bool) -> None:
+    # The server waits for each ping's pong before it answers: live, the pong is sent (by
+    # aiohttp, or by the block when autoping is off); the app sees the same messages live
+    # and replayed, and no ping is in the file.
+    async def run() -> list[Any]:
+        async with aiohttp.ClientSession() as s, s.ws_connect(server.url,
+                                                              autoping=autoping) as ws:
+            out = [await ws.receive_json()]
+            for n in range(3):
+                await ws.send_json({"n": n, "ping": n != 1})
+                out.append(await ws.receive_json(timeout=10))
+            return out
+
+    path = tmp_path / "ping.json"
+    with dejacache.cassette(path, mode="record"):
+        recorded = asyncio.run(run())
+    assert recorded[1:] == [{"ack": 0}, {"ack": 1}, {"ack": 2}]
+    server.stop()
+    with dejacache.cassette(path, mode="replay") as tape:
+        assert asyncio.run(run()) == recorded
+    assert tape.counters.replayed == 4
+    assert b"are you there" not in path.read_bytes()
+
+
 def test_a_refusal_and_a_refused_connection_are_aiohttps_errors(
         tmp_path: pathlib.Path) -> None:
     from websockets.datastructures import Headers

@@ -135,7 +135,7 @@ async def echo(ws: Any) -> None:
     with ``{"ack": k}`` (after ``{"wait": s}`` seconds when asked, then ``{"late": k}``);
     ``{"close": code}`` closes with that code; ``{"drop": true}`` drops the connection; a
     binary message comes back reversed; ``{"parts": [...]}`` comes back as one fragmented
-    message."""
+    message; ``{"ping": true}`` is answered after a ping frame the client has ponged."""
     import json
 
     await ws.send(json.dumps({"hello": ws.request.path}))
@@ -153,6 +153,8 @@ async def echo(ws: Any) -> None:
         if "parts" in msg:
             await ws.send(iter(msg["parts"]))
             continue
+        if msg.get("ping"):
+            await (await ws.ping(b"are you there"))  # answered by the client's library
         await ws.send(json.dumps({"ack": msg.get("n")}))
         if msg.get("wait"):
             await asyncio.sleep(msg["wait"])

@@ -65,7 +65,11 @@ class _Live:
 
         msg = await self.ws.receive()
         while msg.type in (aiohttp.WSMsgType.PING, aiohttp.WSMsgType.PONG):
-            msg = await self.ws.receive()  # (autoping off) the connection's, not a message
+            # (autoping off) the connection's, not a message: a replay has none to give, so
+            # the app is not given them live either, and the server's ping is answered here
+            if msg.type is aiohttp.WSMsgType.PING:
+                await self.ws.pong(msg.data)
+            msg = await self.ws.receive()
         if msg.type is aiohttp.WSMsgType.TEXT:
             return Message(msg.data if type(msg.data) is str else bytes(msg.data).decode())
         if msg.type is aiohttp.WSMsgType.BINARY:
