@@ -31,6 +31,10 @@ _TOKEN_FIELDS = (
     "cache_read_input_tokens",
     "cache_creation_input_tokens",
 )
+# Parts of the counts above, kept with them (audio is priced apart from text) but never
+# added to a total.
+_PART_FIELDS = ("input_audio_tokens", "output_audio_tokens", "input_text_tokens",
+                "output_text_tokens", "cached_tokens")
 
 
 if TYPE_CHECKING:
@@ -180,7 +184,8 @@ def usage_of(value: Any) -> dict[str, int] | None:
     if not isinstance(usage, Mapping):
         dump = getattr(usage, "model_dump", None)
         usage = dump() if callable(dump) else getattr(usage, "__dict__", {})
-    out = {k: int(v) for k, v in usage.items() if k in _TOKEN_FIELDS and isinstance(v, int)}
+    out = {k: int(v) for k, v in usage.items()
+           if (k in _TOKEN_FIELDS or k in _PART_FIELDS) and isinstance(v, int)}
     return out or None
 
 

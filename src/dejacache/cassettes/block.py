@@ -32,6 +32,7 @@ from ..config import (
 from ..keys import key_substitutions
 from ..scope import Block, enter, inherited, leave, settle
 from .ageing import resolve as resolve_ageing
+from .blobs import sink_for
 from .redact import Redactor
 from .store import Cassette
 from .vcr_match import check_match, warn_stale
@@ -103,6 +104,9 @@ class cassette(Block[Cassette]):
     ``strict=True`` with ``live=`` checks the replayed calls' order, the live steps skipped.
     Live calls are written to ``live_path`` (default ``<name>.live.json``), never to
     ``path`` (``partial.py``).
+    ``blobs``: payloads (base64 of at least 1,024 characters, ``data:`` URLs, text of at
+    least 64 KiB) are stored once by hash in ``blobs/`` beside the file (``blobs.py``);
+    a number sets the threshold in characters, ``False`` keeps them in the file.
     """
 
     def __init__(
@@ -126,8 +130,11 @@ class cassette(Block[Cassette]):
         live: Iterable[str] | str | None = None,
         replay_until: int | None = None,
         live_path: str | os.PathLike[str] | None = None,
+        blobs: bool | int = True,
     ) -> None:
         self.path = pathlib.Path(path)
+        sink_for(blobs)  # a wrong value fails where it is written
+        self.blobs = blobs
         self.mode = resolve_mode(mode) if mode is not None else None
         self.redactor = Redactor.from_spec(redact, substitute)
         self.key_substitute = key_substitutions(substitute or {})
@@ -180,7 +187,7 @@ class cassette(Block[Cassette]):
                         shared=self.shared,
                         strict=self.strict or self.replay_until is not None,
                         match=self.match, max_age=max_age, on_expiry=on_expiry,
-                        partial=partial, live_path=self.live_path)
+                        partial=partial, live_path=self.live_path, blobs=self.blobs)
 
     def __enter__(self) -> Cassette:
         tape = self.open()

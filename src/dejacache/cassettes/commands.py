@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import subprocess
 import sys
 import time
@@ -114,6 +115,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     _warn_if_damaged("show", view)
     out.line(f"{args.file}: {view.num_steps} calls, {view.num_values} shared values", "bold")
     out.line(_totals(view))
+    _show_blobs(out, view)
     now, max_age = time.time(), _max_age()
     for s in view.steps:
         if args.name and args.name not in s.name:
@@ -134,6 +136,24 @@ def _cmd_show(args: argparse.Namespace) -> int:
             out.line("  response:", "green")
             out.json(stored.get("response") if stored is not None else s.response)
     return 0
+
+
+def _show_blobs(out: _Out, view: CassetteView, limit: int = 12) -> None:
+    """The payloads kept beside the file, by size and type (largest first)."""
+    found = view.blobs
+    if not found:
+        return
+    total = sum(b.size for b in found if b.size > 0)
+    kinds = collections.Counter(b.kind for b in found)
+    out.line(f"blobs: {len(found)} ({total:,} bytes in {view.path.parent}/blobs): "
+             + ", ".join(f"{n} x {k}" for k, n in kinds.most_common()))
+    for b in found[:limit]:
+        size = "MISSING" if b.size < 0 else f"{b.size:,} B"
+        used = ", ".join(f"#{i}" for i in b.steps[:6]) + (" ..." if len(b.steps) > 6 else "")
+        out.line(f"  {b.hash}  {size:>12}  {b.kind}  used by {used}",
+                 "red" if b.size < 0 else "")
+    if len(found) > limit:
+        out.line(f"  ... and {len(found) - limit} more")
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:

@@ -37,6 +37,12 @@ its list of message references in order. Responses are packed more lightly (only
 A user string that itself starts with ``@ref:`` is always moved to ``values`` so the marker is
 never ambiguous. A top-level item of ``values`` that is a string is literal.
 
+Payloads (base64 audio and images, ``data:`` URLs, very long text) are kept out of the file
+altogether, once per content in the ``blobs`` folder beside it (``blobs.py``): the entry holds
+``"@ref:blob:<xxh3-128>"``, a reference no value is stored under. A dejacache that predates
+blobs refuses such a file as a dangling reference rather than serve the marker; a file without
+them is what it always was.
+
 Integrity (format 2: a flipped byte in 22 of 120 damaged format-1 files was
 served as the recorded value). Every value is checked against its hash when it is read, and
 every entry carries ``checksum``: the hash of its own bytes as they sit in the file, without
@@ -87,6 +93,7 @@ __all__ = [
     "MIN_SHARED",
     "MIN_SHARED_RESPONSE",
     "READABLE",
+    "BLOB_REF",
     "REF",
     "Packer",
     "Part",
@@ -131,6 +138,9 @@ CHECKSUMS: Final = "xxh3-128 of each entry; after editing by hand run: dejacache
 EAGER_CHECK_UNDER: Final = 1 << 20
 REF: Final = "@ref:"
 REF_BYTES: Final = b"@ref:"  # "@" is rare in JSON: a fast search; a false hit is only slower
+#: A reference no value is stored under: a payload kept in the ``blobs`` folder beside the
+#: cassette (``blobs.py``). Never collected as a value reference (:func:`refs_in`).
+BLOB_REF: Final = REF + "blob:"
 MIN_SHARED: Final = 256
 # A reference line costs ~40 bytes indented; a chat message of ~100 bytes or more costs several
 # indented lines inline, and repeats in every later request of the run.
@@ -173,11 +183,14 @@ class Packer:
     """Moves large values of trees into a shared ``values`` mapping (content-addressed)."""
 
     def __init__(self, values: dict[str, Any], *, min_shared: int = 0,
-                 share_containers: bool = True) -> None:
+                 share_containers: bool = True, blobs: Any = None) -> None:
         self.values = values
         self.min_shared = min_shared or MIN_SHARED
         self.containers = share_containers
         self.min_dict = min(MIN_SHARED_DICT, self.min_shared)
+        # ``blobs``: a ``blobs.Sink`` taking the payloads out of the tree (None: none)
+        self.blobs = blobs
+        self.min_blob = blobs.min_payload + 2 if blobs is not None else 1 << 62
 
     def _share(self, node: Any) -> str:
         h = value_hash(node)
@@ -197,6 +210,10 @@ class Packer:
         t = type(node)
         if t is str:
             n = len(node) + 2
+            if n >= self.min_blob:
+                mark = self.blobs.take(node)
+                if mark is not None:  # sized as stored: a message around it stays inline
+                    return mark, len(mark) + 2, 0
             if n >= self.min_shared or node.startswith(REF):
                 return self._share(node), n, 1
             return node, n, 0
@@ -256,7 +273,7 @@ def refs_in(tree: Any, out: set[str]) -> None:
     """Collect the hashes referenced directly by ``tree``."""
     t = type(tree)
     if t is str:
-        if tree.startswith(REF):
+        if tree.startswith(REF) and not tree.startswith(BLOB_REF):
             out.add(tree[len(REF):])
     elif t is dict:
         for v in tree.values():
@@ -956,7 +973,9 @@ def rehash(data: Buffer, path: Any) -> tuple[bytes, list[str]]:
     def relink(tree: Any) -> Any:
         t = type(tree)
         if t is str:
-            return REF + rename(tree[len(REF):]) if tree.startswith(REF) else tree
+            if tree.startswith(REF) and not tree.startswith(BLOB_REF):
+                return REF + rename(tree[len(REF):])
+            return tree
         if t is dict:
             return {k: relink(v) for k, v in tree.items()}
         if t is list:

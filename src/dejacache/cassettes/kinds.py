@@ -27,7 +27,7 @@ def _provider_prefixes() -> tuple[str, ...]:
 
 def step_kind(raw: str, name: str) -> str:
     """The kind shown for a stored ``kind`` field (``"http"``, ``"tool"``, ``"call"``...)."""
-    if raw == "http":
+    if raw == "http" or raw == "ws":  # a WebSocket session's steps name their provider too
         return "model" if name.startswith(_provider_prefixes()) else "http"
     if raw in _MODEL_KINDS:
         return "model"

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .._core.prompt_cache import Rates
 
-__all__ = ["PRICES", "PRICES_DATE", "estimate_dollars", "input_price", "rates_from_table",
-           "set_prices"]
+__all__ = ["AUDIO_PRICES", "PRICES", "PRICES_DATE", "estimate_dollars", "input_price",
+           "rates_from_table", "set_prices"]
 
 PRICES_DATE = "2026-11-01"
 
@@ -72,6 +72,28 @@ PRICES: dict[str, tuple[float, float]] = {
     "amazon.nova-lite": (0.06, 0.24),
     "amazon.nova-pro": (0.80, 3.20),
     "amazon.nova-premier": (2.50, 12.50),
+    # Realtime and Live models, text tokens (their audio tokens: AUDIO_PRICES), from
+    # OpenAI's and Google AI Studio's price pages as they stood in late 2025, not re-read
+    # since: standard tier, uncached input.
+    "gpt-realtime-mini": (0.60, 2.40),
+    "gpt-realtime": (4.00, 16.00),
+    "gpt-4o-realtime": (5.00, 20.00),
+    "gpt-4o-mini-realtime": (0.60, 2.40),
+    "gemini-2.5-flash-native-audio": (0.50, 2.00),
+    "gemini-live-2.5-flash": (0.50, 2.00),
+    "gemini-2.0-flash-live": (0.35, 1.50),
+}
+#: Audio tokens of the realtime and live models, dollars per million (input, output): an
+#: audio token costs several times a text token, and their usage reports the two apart
+#: (``input_audio_tokens`` / ``output_audio_tokens``). Same sources and date as above.
+AUDIO_PRICES: dict[str, tuple[float, float]] = {
+    "gpt-realtime-mini": (10.00, 20.00),
+    "gpt-realtime": (32.00, 64.00),
+    "gpt-4o-realtime": (40.00, 80.00),
+    "gpt-4o-mini-realtime": (10.00, 20.00),
+    "gemini-2.5-flash-native-audio": (3.00, 12.00),
+    "gemini-live-2.5-flash": (3.00, 12.00),
+    "gemini-2.0-flash-live": (2.10, 8.50),
 }
 # Bedrock's cross-region inference profile ids put a geography before the model id.
 _GEOGRAPHIES = frozenset({"us", "eu", "apac", "global", "us-gov", "ca", "jp", "au"})
@@ -115,13 +137,25 @@ def _longest(model: str) -> str:
 
 
 def estimate_dollars(usage: Mapping[str, int], model: str) -> float:
+    """Dollars of ``usage`` at ``model``'s prices; audio tokens (``input_audio_tokens``,
+    ``output_audio_tokens``, parts of the input and output counts) at its audio prices."""
     price = _price(model) if model else None
     if price is None:
         return 0.0
     tin = usage.get("input_tokens", usage.get("prompt_tokens", 0)) + usage.get(
         "cache_read_input_tokens", 0) + usage.get("cache_creation_input_tokens", 0)
     tout = usage.get("output_tokens", usage.get("completion_tokens", 0))
-    return (tin * price[0] + tout * price[1]) / 1_000_000
+    ain, aout = usage.get("input_audio_tokens", 0), usage.get("output_audio_tokens", 0)
+    audio = _audio_price(model) if ain or aout else None
+    if audio is None:
+        return (tin * price[0] + tout * price[1]) / 1_000_000
+    return ((tin - ain) * price[0] + ain * audio[0] + (tout - aout) * price[1]
+            + aout * audio[1]) / 1_000_000
+
+
+def _audio_price(model: str) -> tuple[float, float] | None:
+    best = max((p for p in AUDIO_PRICES if model.startswith(p)), key=len, default="")
+    return AUDIO_PRICES[best] if best else None
 
 
 def input_price(model: str) -> float | None:

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator
 
 from .. import _formtext, _secrets
 from ..errors import CassetteError
+from . import blobs
 from .redact import PLACEHOLDER
 
 __all__ = ["Finding", "iter_files", "scan_text"]
@@ -134,12 +135,15 @@ def iter_files(paths: Iterable[str]) -> Iterator[pathlib.Path]:
             for root, dirs, files in os.walk(p):
                 dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
                 for f in sorted(files):
-                    yield pathlib.Path(root) / f
+                    if not _is_blob(root, f):  # read with the cassettes that use them
+                        yield pathlib.Path(root) / f
         else:
             yield p
 
 
 def scan_file(path: pathlib.Path) -> list[Finding]:
+    """The findings in ``path`` and, for a cassette, in the text blobs it uses (a tool's
+    long output is a blob; audio and images in base64 are not read)."""
     try:
         if path.stat().st_size > _MAX_BYTES:
             return []
@@ -148,4 +152,33 @@ def scan_file(path: pathlib.Path) -> list[Finding]:
         return []
     if b"\0" in data[:8192]:  # binary files cannot be cassettes
         return []
-    return list(scan_text(data.decode("utf-8", errors="replace"), str(path)))
+    found = list(scan_text(data.decode("utf-8", errors="replace"), str(path)))
+    if path.suffix == ".json" and blobs.refers(data):
+        found += _in_blobs(path, data)
+    return found
+
+
+def _in_blobs(path: pathlib.Path, data: bytes) -> list[Finding]:
+    from . import format as fmt
+
+    try:
+        used = blobs.used_by(fmt.load_document(data, path, verify=False))
+    except CassetteError:
+        return []
+    folder = blobs.Folder.beside(path)
+    found: list[Finding] = []
+    for h in sorted(used):
+        try:
+            text = folder.read(h)
+        except CassetteError:
+            continue  # verify's blobs check names it
+        if blobs.is_text(text):
+            where = f"{path} (blob {folder.path(h)})"
+            found += scan_text(text.decode("utf-8", errors="replace"), where)
+    return found
+
+
+def _is_blob(root: str, name: str) -> bool:
+    parent = pathlib.Path(root)
+    return (parent.parent.name == blobs.FOLDER and len(parent.name) == 2
+            and blobs.blob_of("blob:" + name) is not None)

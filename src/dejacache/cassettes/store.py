@@ -43,6 +43,7 @@ from ..stats import token_total
 from ..stores._base import BaseStore, Record, StoreStats
 from . import format as fmt
 from .ageing import Ageing, stamp_entry
+from .blobs import sink_for
 from .calls import Call, Divergence
 from .order import RunOrder
 from .prices import estimate_dollars
@@ -88,6 +89,7 @@ class Cassette(BaseStore):
         partial: Partial | None = None,
         live_path: pathlib.Path | None = None,
         derived: bool = False,
+        blobs: bool | int = True,
     ) -> None:
         self.path = pathlib.Path(path)
         self.url = str(path)
@@ -111,7 +113,8 @@ class Cassette(BaseStore):
                                derived=derived)
         self._tape.on_index = self._order.indexed
         self._here = self._order.step  # where the calling task is (bound once: the hit path)
-        self._writer = Writer(self._tape, self._order, mode=self.mode, shared=shared)
+        self._writer = Writer(self._tape, self._order, mode=self.mode, shared=shared,
+                              blobs=sink_for(blobs))
         #: method + URL matching, vcrpy's way (opt-in: ``vcr_match.py``)
         self.vcr = VcrMatch(self._tape, self.redact_tree, match)
         self._damage: CassetteError | None = None
@@ -129,7 +132,7 @@ class Cassette(BaseStore):
         self.live_tape = None if partial is None else Cassette(
             live_path or _derived_path(self.path), mode="record",
             redactor=self.redactor, rerecord_hint=rerecord_hint,
-            record_errors=self.record_errors, derived=True)
+            record_errors=self.record_errors, derived=True, blobs=blobs)
 
     # ---------------------------------------------------------------- loading
 

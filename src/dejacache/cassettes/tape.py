@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from ..errors import CassetteError
 from . import format as fmt
+from .blobs import BLOB, Folder
 from .calls import CallInfo
 from .kinds import step_kind
 from .reader import DocIndex, FileIndex, Index
@@ -138,6 +139,7 @@ class Tape:
         self._uses = 0  # entries marked used so far (what ``_unused_at`` was computed at)
         self._unused_at: tuple[tuple[int, int], Unused] | None = None
         self._again: tuple[FileIndex | None, fmt.Buffer | None, dict[str, Any]] | None = None
+        self.blobs = Folder.beside(path)  # where the payloads its entries refer to are kept
 
     # ---------------------------------------------------------------- reading the file
 
@@ -449,9 +451,13 @@ class Tape:
     # ---------------------------------------------------------------- values
 
     def resolve(self, h: str) -> Any:
-        """Shared value ``h`` (from the index, else from the whole parse)."""
+        """Shared value ``h`` (from the index, else from the whole parse), or the payload a
+        ``blob:<hash>`` reference names (``blobs.py``)."""
         v = self.values.get(h, _MISSING)
         if v is not _MISSING:
+            return v
+        if h.startswith(BLOB):  # kept: a payload repeated (silence, an image) is read once
+            v = self.values[h] = self.blobs.resolve(h)
             return v
         with self.lock:
             ix = self.ix
@@ -574,6 +580,8 @@ class Tape:
             return None
 
         def resolve(h: str) -> Any:
+            if h not in values and h.startswith(BLOB):
+                values[h] = self.blobs.resolve(h)
             if h not in values:
                 found, v = now.value(h)
                 if not found:

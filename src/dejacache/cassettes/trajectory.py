@@ -34,6 +34,7 @@ import orjson
 from .._core.diff import field_diff
 from ..errors import CassetteError
 from . import format as fmt
+from .blobs import BlobInfo, Folder, blobs_in, describe, hints_in
 from .calls import Call, CallInfo, Divergence, args_of
 from .kinds import step_kind
 from .prices import PRICES_DATE, estimate_dollars
@@ -119,6 +120,8 @@ class Step:
         self.usage: dict[str, Any] | None = usage if isinstance(usage, dict) else None
         self.model = ""
         tokens = usage_tokens(self.usage)
+        if self.raw_kind == "ws" and tokens is None:
+            tokens = (0, 0)  # a session's message bills nothing apart: its answer's usage does
         if self.kind != "model":
             # No tokens unless it returned a provider's usage (a wrapped model call); exact
             # only then: with no usage, 0 is what the file cannot tell, not a count.
@@ -135,8 +138,10 @@ class Step:
             self.tokens_exact = False
         if self.kind == "model":
             self.model = view._model(entry)
+        audio = {k: v for k, v in (self.usage or {}).items()
+                 if k in ("input_audio_tokens", "output_audio_tokens") and type(v) is int}
         self.cost = estimate_dollars(
-            {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens},
+            {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens, **audio},
             self.model) if self.model else 0.0
 
     @property
@@ -193,6 +198,7 @@ class CassetteView:
         self._values: dict[str, Any] = doc.get("values", {})
         self._sizes: dict[str, int] = {}
         self._verified = verified
+        self._blobs: list[BlobInfo] | None = None
         self.format = doc.get("format")
         self.steps: tuple[Step, ...] = tuple(
             Step(self, i, e) for i, e in enumerate(doc["entries"]))
@@ -235,6 +241,25 @@ class CassetteView:
     @property
     def num_values(self) -> int:
         return len(self._values)
+
+    @property
+    def blobs(self) -> list[BlobInfo]:
+        """The payloads the file keeps in the ``blobs`` folder beside it, largest first:
+        hash, bytes, media type (sniffed, or what the entry says beside it) and the steps
+        that use each (a missing blob has size -1). Steps show them as ``@ref:blob:<hash>``."""
+        if self._blobs is None:
+            steps: dict[str, list[int]] = {}
+            hints: dict[str, str] = {}
+            for s in self.steps:
+                found: set[str] = set()
+                for part in (s._entry.get("request"), s._entry.get("response")):
+                    tree = self._expand(part)  # markers inside shared values too
+                    blobs_in(tree, found)
+                    hints_in(tree, hints)
+                for h in found:
+                    steps.setdefault(h, []).append(s.index)
+            self._blobs = describe(Folder.beside(self.path), steps, hints, steps)
+        return self._blobs
 
     @property
     def problem(self) -> str | None:

@@ -11,7 +11,11 @@ Each cassette gets five checks (a row each: file, check, verdict, detail):
   value that fails its checksum). Never fixed automatically: accepting the bytes as they
   are could serve a flipped byte as a recorded answer. The detail says how to re-record,
   or accept an intended edit with ``dejacache rehash``.
-* ``secrets``: ``dejacache scan``'s findings.
+* ``blobs`` (files that keep payloads in the ``blobs`` folder beside them): every blob the
+  file uses is there and matches its hash (``fail`` names the missing and altered ones:
+  replay would refuse them). Then one row per folder: blobs no cassette beside it uses
+  (``warn``; ``--fix`` removes them, unless a cassette there cannot be read).
+* ``secrets``: ``dejacache scan``'s findings (text blobs the file uses included).
 * ``orphans``: entries no test used, or a whole file no test uses, judged by the usage
   record the pytest plugin writes at the end of each run (``usage.py`` says what it can
   tell: only a complete run judges); ``skip``, with the reason, where it cannot tell, and
@@ -41,12 +45,13 @@ from .._core.ageing import CLOCK_SKEW, expired, in_future, recorded_at
 from .._core.ageing import span as _span
 from .._core.durations import seconds
 from ..errors import CassetteError, ConfigurationError
+from . import blobs
 from . import format as fmt
 from .usage import OrphanVerdict, UsageRecord, beside
 
 __all__ = ["CHECKS", "Row", "cassette_files", "fix_report", "verify_file", "verify_files"]
 
-CHECKS: Final = ("format", "damaged", "secrets", "orphans", "expired")
+CHECKS: Final = ("format", "damaged", "blobs", "secrets", "orphans", "expired")
 OK, FAIL, WARN, SKIP, FIXED = "ok", "fail", "warn", "skip", "fixed"
 
 
@@ -89,8 +94,12 @@ def cassette_files(paths: Iterable[str]) -> Iterator[pathlib.Path]:
 def verify_files(files: Iterable[pathlib.Path], *, usage: UsageRecord | None,
                  max_age: float | None, now: float, fix: bool = False) -> list[Row]:
     rows: list[Row] = []
+    files = list(files)
     for f in files:
         rows += verify_file(f, usage=usage, max_age=max_age, now=now, fix=fix)
+    for folder in sorted({f.parent / blobs.FOLDER for f in files}):
+        if folder.is_dir():  # after the files: an orphan --fix removed may free blobs
+            rows.append(_unused_blobs(blobs.Folder(folder), now, fix))
     return rows
 
 
@@ -108,6 +117,8 @@ def verify_file(path: pathlib.Path, *, usage: UsageRecord | None, max_age: float
         add("damaged", FAIL, str(exc))
         return rows
     doc, todo = _structure(path, data, add)
+    if doc is not None and blobs.refers(data):
+        add(*_blobs(path, doc))
     add(*_secrets(path))
     if doc is None:
         for check in ("orphans", "expired"):
@@ -198,6 +209,45 @@ def _layout(doc: dict[str, Any], data: bytes) -> str:
         return ("not in the written layout (edited by hand?): replay parses it whole; "
                 "--fix rewrites it")
     return ""
+
+
+# ---------------------------------------------------------------- blobs
+
+
+def _blobs(path: pathlib.Path, doc: dict[str, Any]) -> tuple[str, str, str]:
+    got = blobs.check(blobs.Folder.beside(path), blobs.used_by(doc))
+    if not got.missing and not got.altered:
+        return "blobs", OK, (f"{got.count} blob{'s' * (got.count != 1)} "
+                             f"({got.size:,} bytes), hashes match")
+    said = [f"{len(hs)} {what}: {', '.join(hs[:3])}{' ...' if len(hs) > 3 else ''}"
+            for what, hs in (("missing", got.missing), ("altered", got.altered)) if hs]
+    return "blobs", FAIL, (f"{'; '.join(said)} (of {got.count} in {path.parent / blobs.FOLDER}"
+                           "): replay refuses them; re-record the cassette, or restore them")
+
+
+def _unused_blobs(folder: blobs.Folder, now: float, fix: bool) -> Row:
+    """One row for a blobs folder: what no cassette beside it uses (removed by ``fix``)."""
+    where = str(folder.root)
+    gone, why = blobs.unused(folder, now)
+    if why:
+        return Row(where, "blobs", SKIP, why)
+    if not gone:
+        return Row(where, "blobs", OK, "every blob is used by a cassette beside it")
+    size = sum(_size(folder.path(h)) for h in gone)
+    what = f"{len(gone)} unused blob{'s' * (len(gone) != 1)} ({size:,} bytes)"
+    if fix:
+        for h in gone:
+            folder.remove(h)
+        return Row(where, "blobs", FIXED, f"removed {what}")
+    return Row(where, "blobs", WARN, f"{what}: no cassette beside it uses them; --fix "
+               "removes them")
+
+
+def _size(p: pathlib.Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0
 
 
 # ---------------------------------------------------------------- secrets and orphans
@@ -372,7 +422,7 @@ def fix_report(rows: list[Row]) -> list[str]:
 
 
 def summary(rows: list[Row]) -> str:
-    files = len({r.path for r in rows})
+    files = len({r.path for r in rows if not r.path.endswith(blobs.FOLDER)})
     count = collections.Counter(r.verdict for r in rows)
     parts = [f"{count[v]} {v}" for v in (FAIL, WARN, FIXED, SKIP) if count[v]]
     skipped = collections.Counter(r.detail for r in rows if r.verdict == SKIP)

@@ -24,6 +24,7 @@ import orjson
 from .._core import strict as order
 from ..errors import CassetteError
 from . import format as fmt
+from .blobs import Sink
 from .order import RunOrder
 from .reader import FileIndex
 from .redact import Redactor
@@ -46,8 +47,12 @@ class Writer:
     mode the file's entries are replaced, not kept; ``shared``: other blocks keep their
     entries in the file. The cassette calls under its lock."""
 
-    def __init__(self, tape: Tape, run: RunOrder, *, mode: str, shared: bool = False) -> None:
+    def __init__(self, tape: Tape, run: RunOrder, *, mode: str, shared: bool = False,
+                 blobs: Sink | None = None) -> None:
         self.tape = tape
+        #: Payloads cut out of new entries, written beside the cassette before it (None:
+        #: every payload stays in the file).
+        self.blobs = blobs
         self.run = run
         self.path = tape.path
         self.mode = mode
@@ -69,10 +74,10 @@ class Writer:
         ``request`` (a JSON tree); returns the entry kept and the redacted request."""
         values = self.tape.values
         red_request = redactor.tree(request)
-        doc["request"] = fmt.Packer(values).pack_root(red_request)
+        doc["request"] = fmt.Packer(values, blobs=self.blobs).pack_root(red_request)
         if "response" in doc:
             light = fmt.Packer(values, min_shared=fmt.MIN_SHARED_RESPONSE,
-                               share_containers=False)
+                               share_containers=False, blobs=self.blobs)
             doc["response"] = light.pack_root(redactor.tree(doc["response"], response=True))
         if "error" in doc:
             doc["error"] = redactor.tree(doc["error"])
@@ -112,6 +117,11 @@ class Writer:
         whether bytes were written (not when the file already holds them)."""
         from . import segments  # a save only: not with the first block (import time)
 
+        if self.blobs is not None and self.blobs.pending:
+            # Blobs first, each durable: a crash then leaves a blob nothing refers to, never
+            # a cassette referring to a blob that is not there.
+            self.tape.blobs.store(self.blobs.pending)
+            self.blobs.pending = {}
         plan = self._splice_plan(prune)
         if plan is not None and (
                 (segments.is_append(*plan) and self._write_appended(*plan))

@@ -33,11 +33,14 @@ EXTRA_TRANSPORTS = (
     "httpx_aiohttp.httpx2.transport:AiohttpTransport",
 )
 # The modules that define each seam's stack (a seam restates its own request type as an
-# httpx request): lm15's transports, urllib3's pools (requests, botocore), aiohttp's session.
+# httpx request): lm15's transports, urllib3's pools (requests, botocore), aiohttp's session,
+# websockets' clients (``ws/``).
 SEAM_MODULES = {
     "lm15": ("lm15.transports", "dspy._vendor.lm15.transports"),
     "via_urllib3": ("urllib3.connectionpool",),
     "via_aiohttp": ("aiohttp.client",),
+    "via_websockets": ("websockets.asyncio.client", "websockets.sync.client",
+                       "websockets.legacy.client"),
 }
 WATCHED = frozenset(
     {*LIBRARIES, "socket"}

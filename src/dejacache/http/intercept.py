@@ -22,7 +22,8 @@ imports litellm inside the block, and litellm's aiohttp transport with it; that
 transport went unpatched, so async calls recorded nothing and replays went live), and
 lm15's transports, dspy's default engine (``lm15.py``), urllib3's connection pools, under
 ``requests`` and botocore (``via_urllib3.py``), and ``aiohttp.ClientSession``
-(``via_aiohttp.py``). Behind
+(``via_aiohttp.py``), with the WebSocket clients of ``websockets`` and aiohttp
+(``ws/via_websockets.py``, ``ws/via_aiohttp.py``). Behind
 them all, replay blocks refuse connections that escape interception anyway
 (``socketguard.py``). Blocks never import httpx themselves (that would cost @cache-only
 users 130 ms and break ``httpx2.alias_httpx()`` called later), and stay silent when there is
@@ -45,6 +46,7 @@ from .._core.volatile import BlockPaths
 from ..config import volatile_items
 from ..errors import ConfigurationError
 from ..scope import Block
+from ..ws import via_websockets as _via_websockets
 from . import lm15 as _lm15
 from . import socketguard
 from . import via_aiohttp as _via_aiohttp
@@ -67,7 +69,8 @@ _PATCHED: dict[str, list[tuple[type, str, Any]]] = {}
 
 
 # Modules with ``MODULES`` (the modules that define a stack's seam) and ``patch(module)``.
-_SEAMS = (_lm15, _via_urllib3, _via_aiohttp)
+# WebSocket clients too (``ws/``): their sessions are recorded on the same block.
+_SEAMS = (_lm15, _via_urllib3, _via_aiohttp, _via_websockets)
 
 
 def _wrap(

@@ -18,7 +18,7 @@ from ..scope import current
 from .observers import watching
 from .transport import Options, bypassing
 
-__all__ = ["INTERCEPT_OPTIONS", "decide", "env_ignored_hosts"]
+__all__ = ["INTERCEPT_OPTIONS", "decide", "decide_host", "env_ignored_hosts"]
 
 #: The options of the innermost open ``intercept()`` block here (None outside one).
 INTERCEPT_OPTIONS: contextvars.ContextVar[Options | None] = contextvars.ContextVar(
@@ -42,6 +42,11 @@ def env_ignored_hosts() -> frozenset[str]:
 def decide(request: Any) -> tuple[Effective, Options] | None:
     """The settings to intercept ``request`` (an httpx or httpx2 request) with, or None to
     let it through untouched."""
+    return decide_host(request.url.host)
+
+
+def decide_host(host: str) -> tuple[Effective, Options] | None:
+    """:func:`decide` for a connection to ``host`` (a WebSocket's, ``ws/``)."""
     if bypassing():
         return None
     opts = INTERCEPT_OPTIONS.get()
@@ -53,7 +58,6 @@ def decide(request: Any) -> tuple[Effective, Options] | None:
             # A PrefixMonitor is open here: observed on its way out, never cached ("off").
             eff = dataclasses.replace(eff, mode="off")
         opts = _DEFAULT
-    host = request.url.host
     if host in opts.ignore_hosts or host in env_ignored_hosts():
         return None
     return eff, opts

@@ -44,6 +44,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import DejacacheWarning, ReplayMiss
+from ..ws.via_aiohttp import patch_ws
 from ._libs import Lib, available, imported
 from ._patching import install, is_ours
 from ._watched import SEAM_MODULES
@@ -98,7 +99,8 @@ def patch(module: Any) -> list[tuple[type, str, Any]]:
     if is_ours(orig):
         return []
     assert isinstance(cls, type) and orig is not None
-    return [install(cls, "_request", orig, _request(orig))]
+    # Its WebSockets too (``ws/``): ``ws_connect``, which this module does not answer.
+    return [install(cls, "_request", orig, _request(orig)), *patch_ws(cls)]
 
 
 # Kept per function: a scope entered around every request patches aiohttp each time, and

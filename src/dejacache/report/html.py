@@ -233,6 +233,22 @@ def _prefix(run: Run) -> str:
     )
 
 
+def _blobs(run: Run) -> str:
+    """The payloads the recording keeps beside it, by size and type (none: no section)."""
+    found = getattr(run.view, "blobs", None) or []
+    if not found:
+        return ""
+    rows = "".join(
+        f"<tr><td><code>{_e(b.hash)}</code></td><td class=\"num\">"
+        f"{'missing' if b.size < 0 else _num(b.size)}</td><td>{_e(b.kind)}</td>"
+        f"<td>{_e(', '.join(f'#{i}' for i in b.steps))}</td></tr>" for b in found)
+    total = sum(b.size for b in found if b.size > 0)
+    return (f"<h3>Blobs</h3><p class=\"mut\">{len(found)} payloads kept once by hash in "
+            f"<code>blobs/</code> beside the cassette, {_num(total)} bytes</p><table><thead>"
+            "<tr><th>hash</th><th class=\"num\">bytes</th><th>type</th><th>steps</th></tr>"
+            f"</thead><tbody>{rows}</tbody></table>")
+
+
 def _run_section(run: Run, anchor: str) -> str:
     warn = (f"<p class=\"warn\">Replay would refuse this file: {_e(run.problem)}</p>"
             if run.problem else "")
@@ -243,7 +259,7 @@ def _run_section(run: Run, anchor: str) -> str:
         f"<section class=\"run\" id=\"{anchor}\"><h2>{_e(run.title)}</h2>"
         f"<p class=\"path\">{_e(run.path)}</p>{warn}{_totals(run)}"
         f"<h3>Timeline</h3>{_timeline(run)}"
-        f"<h3>Prompt-prefix reuse per turn</h3>{_prefix(run)}"
+        f"<h3>Prompt-prefix reuse per turn</h3>{_prefix(run)}{_blobs(run)}"
         f"<h3>Requests and responses</h3>{_bodies(run)}</section>"
     )
 

@@ -21,8 +21,8 @@ __all__ = ["END", "FINISHING", "IN_PROGRESS", "MODULES", "Provider", "all_provid
            "int_fields", "last_str"]
 
 #: The provider modules of this package.
-MODULES = ("anthropic", "bedrock", "cohere", "gemini", "generic", "groq", "mistral", "ollama",
-           "openai")
+MODULES = ("anthropic", "bedrock", "cohere", "gemini", "gemini_live", "generic", "groq",
+           "mistral", "ollama", "openai", "openai_realtime")
 
 
 def _load() -> tuple[Provider, ...]:

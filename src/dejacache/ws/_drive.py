@@ -1,0 +1,616 @@
+"""The drivers of a WebSocket session: its calls made through the engine, and the messages
+its client is owed, handed out in order.
+
+:class:`AsyncSession` (and :class:`SyncSession`, its twin for threads) is the seam every
+client library's adapter calls, and the one a proxy's ``ws://`` route calls: ``open()`` the
+handshake, ``send()`` each message the client sends, ``receive()`` what the server says,
+``close()``. Inside a block:
+
+* **open** looks the handshake up. Replayed: its recorded answer (a refusal or a connection
+  failure are answers too, raised as they were) and the server's first messages. Otherwise
+  the live side is opened (``open_live``) and what it answers is recorded.
+* **send** stores the window the previous call left open, then looks the message up.
+  Replayed: its window's messages are queued for ``receive()``, at their recorded pace when
+  the block asks for it (``realtime``). Missed in ``replay`` mode: ``ReplayMiss``, naming
+  the nearest recorded message and the fields that differ. Otherwise the message goes live
+  and a new window records what the server sends until the client's next message (a session
+  replayed so far is first brought live: its handshake made and its earlier messages sent
+  again, whose answers are not passed on).
+* **close** stores the open window and closes the live side; a session still open when its
+  block exits has its window stored then (``scope.settle``).
+
+Each call is made in the task or thread that sends, as an HTTP request is: it is that
+caller's step in the cassette's order.
+
+The rules are written once, as flows that yield effects (advance a call's engine flow,
+open the live side, send to it, store a window) and receive their answers, the way
+``_core/flow.py`` writes the call policy; :class:`AsyncSession` and :class:`SyncSession`
+only carry the effects out, awaiting or blocking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from typing import Any, NamedTuple, Protocol, TypeVar
+
+from .._core.flow import Flow, Store
+from .._engine import AsyncDriver, SyncDriver, store_value, try_encode
+from ..config import Effective
+from ..errors import ReplayMiss
+from ..http._blocks import PerBlock
+from ..http.transport import handing_on
+from ..scope import track, untrack
+from ..stores._base import Record
+from ._keys import Route, message_key, route
+from ._message import Answer, Closed, Handshake, Message, Refused
+from ._session import SessionState, answer_of, error_of, handshake_value, model_in_query
+
+__all__ = ["AsyncLive", "AsyncSession", "SyncLive", "SyncSession", "rebuilt_error"]
+
+KIND = "ws"
+_clock = time.perf_counter
+Item = Message | Closed
+T = TypeVar("T")
+
+
+class AsyncLive(Protocol):
+    """The live side of a session (an adapter opens it with its own library)."""
+
+    answer: Answer
+
+    async def send(self, m: Message) -> None: ...
+
+    async def recv(self) -> Item:
+        """The server's next message, or ``Closed`` once the connection has ended."""
+
+    async def close(self, code: int, reason: str) -> None: ...
+
+
+class SyncLive(Protocol):
+    answer: Answer
+
+    def send(self, m: Message) -> None: ...
+
+    def recv(self) -> Item: ...
+
+    def close(self, code: int, reason: str) -> None: ...
+
+
+# Failures to reach the server that a recording keeps as the handshake's answer (the
+# library's own exceptions otherwise go through unrecorded).
+_RECORDED = (OSError, TimeoutError)
+_ERRORS: dict[str, type[BaseException]] = {
+    c.__name__: c for c in (ConnectionRefusedError, ConnectionResetError, ConnectionAbortedError,
+                            ConnectionError, TimeoutError, OSError)}
+
+
+def rebuilt_error(err: dict[str, Any]) -> BaseException:
+    """The connection failure a recorded handshake answer stands for (same class for the
+    standard ones, ``OSError`` otherwise; its errno and message)."""
+    cls = _ERRORS.get(str(err.get("type", "")), OSError)
+    errno = err.get("errno")
+    message = str(err.get("message", ""))
+    if type(errno) is int and issubclass(cls, OSError):
+        return cls(errno, message)
+    return cls(message)
+
+
+class _Ordinals:
+    """Per block: how many sessions each handshake key has had (the ``n`` of their keys)."""
+
+    __slots__ = ("_lock", "_next")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next: dict[str, int] = {}
+
+    def take(self, key: str) -> int:
+        with self._lock:
+            n = self._next.get(key, 0)
+            self._next[key] = n + 1
+            return n
+
+    def seen(self, key: str, n: int) -> None:
+        with self._lock:
+            self._next[key] = max(self._next.get(key, 0), n + 1)
+
+
+_ORDINALS: PerBlock[_Ordinals] = PerBlock(_Ordinals)
+
+
+class _Keep:
+    """What a session's calls keep: everything in a cassette (a refusal, a failure), only
+    established sessions in a cache (the next connection may succeed)."""
+
+    __slots__ = ()
+    eff: Effective
+    name: str
+    kind: str
+
+    def record(self, s: Store) -> Record | None:
+        v = s.value
+        if not self.eff.features.sequenced and ("error" in v or v.get("status", 101) != 101):
+            return None
+        return try_encode(self.eff, self.name, self.kind, s.key, s.canonical, v, s.duration)
+
+
+class _AsyncCall(_Keep, AsyncDriver):
+    __slots__ = ("canonical", "flow_", "key")
+
+    def __init__(self, eff: Effective, name: str, key: str, canonical: bytes) -> None:
+        super().__init__(eff, name, KIND)
+        self.key, self.canonical = key, canonical
+        self.flow_: Flow = self.flow(key, canonical, flights=False)
+
+    async def later(self, value: dict[str, Any]) -> None:
+        await self.store(Store(self.key, self.canonical, value, _clock() - self.t0))
+
+
+class _SyncCall(_Keep, SyncDriver):
+    __slots__ = ("canonical", "flow_", "key")
+
+    def __init__(self, eff: Effective, name: str, key: str, canonical: bytes) -> None:
+        super().__init__(eff, name, KIND)
+        self.key, self.canonical = key, canonical
+        self.flow_ = self.flow(key, canonical, flights=False)
+
+    def later(self, value: dict[str, Any]) -> None:
+        self.store(Store(self.key, self.canonical, value, _clock() - self.t0))
+
+
+# The effects a session's flow yields; a driver carries each out and sends back its answer
+# (or throws its exception in), as the engine's drivers do for ``call_flow``.
+class _Advance(NamedTuple):
+    """Advance ``call``'s engine flow (with ``ran``, the answer to its Run): ``(run, value)``."""
+
+    call: Any
+    ran: Any = None
+
+
+class _Send(NamedTuple):
+    """Send ``message`` to the live side."""
+
+    message: Message
+
+
+class _Later(NamedTuple):
+    """Store ``value`` as the answer of ``call``, whose window just closed."""
+
+    call: Any
+    value: dict[str, Any]
+
+
+class _CloseLive(NamedTuple):
+    """Close the live side (its errors are not the caller's: the session is ending)."""
+
+    live: Any
+    code: int
+    reason: str
+
+
+_OPEN = "open live"  #: open the live side: the live connection
+_READER = "start reader"  #: start reading the live side
+
+
+class _Session:
+    """What the async and sync sessions share: the route, the state, the call whose window
+    is open, and the session's rules, written once as flows of effects
+    (:meth:`_open_flow`, :meth:`_send_flow`, :meth:`_close_flow`) that the two drivers carry
+    out (``AsyncSession._run``, ``SyncSession._run``)."""
+
+    Call: type = _SyncCall  # the engine driver of one call (``_AsyncCall`` for asyncio)
+
+    def __init__(self, eff: Effective, hs: Handshake, *, realtime: bool,
+                 volatile: Sequence[Any]) -> None:
+        self.eff = eff
+        self.handshake = hs
+        self.route: Route = route(eff, hs, tuple(volatile))
+        r = self.route
+        self.state = SessionState(r.provider, r.name, realtime or eff.realtime,
+                                  model_in_query(r.query))
+        self.session_id = f"{r.keyed.key}#0"
+        self.live: Any = None
+        self.open_call: tuple[Any, dict[str, Any] | None] | None = None
+        # A late live start: how many of the server's first messages answer the history
+        # sent again (as many as the recording had for it), not passed on.
+        self.muted = 0
+        self.finished = False
+        self.lock = threading.Lock()  # the state, between the caller and the live reader
+
+    @property
+    def name(self) -> str:
+        return self.route.name
+
+    # ------------------------------------------------------------ the flows
+
+    def _open_flow(self) -> Generator[Any, Any, Answer]:
+        """The handshake: recorded (its answer, and the server's first messages queued), or
+        made live (its answer kept when the client's first message closes its window)."""
+        k = self.route.keyed
+        call = self.Call(self.eff, self.name, k.key, k.canonical)
+        run, value = yield _Advance(call)
+        if run is None:
+            answer = self._replayed(value)
+            self._wake()
+            return answer
+        try:
+            self.live = yield _OPEN
+        except Refused as refused:  # a refusal is the recorded answer
+            yield _Advance(call, call.ran(handshake_value(refused.answer, 0)))
+            return refused.answer
+        except _RECORDED as exc:  # so is a connection failure, raised again on replay
+            yield _Advance(call, call.ran(error_of(exc)))
+            raise
+        n = self._ordinal(None)
+        yield _Advance(call, call.ran(None, keep=False))  # stored when its window closes
+        with self.lock:
+            self.open_call = (call, handshake_value(self.live.answer, n))
+            self.state.open_window(_clock())
+        track(self)
+        yield _READER
+        opened: Answer = self.live.answer
+        return opened
+
+    def _send_flow(self, m: Message) -> Generator[Any, Any, None]:
+        """One client message: the open window stored, then the message answered from the
+        recording or sent live (a session replayed so far is brought live first)."""
+        tree = self.state.sent(m)
+        found = self._window_value()
+        if found is not None:
+            yield _Later(*found)
+        mk = message_key(self.eff, self.route, self.session_id, m, tree)
+        call = self.Call(self.eff, self.name, mk.key, mk.canonical)
+        run, value = yield _Advance(call)
+        if run is None:
+            with self.lock:
+                self._learn(self.state.play(value, _clock()))
+            self._wake()
+            return
+        if self.live is None:
+            # Live from here: the handshake made and the earlier messages sent again; their
+            # answers (as many as the recording had) are not passed on.
+            self.live = yield _OPEN
+            with self.lock:
+                self.muted = self.state.replayed
+            for earlier in self.state.history[:-1]:
+                yield _Send(earlier)
+            yield _READER
+        with self.lock:
+            self.open_call = (call, None)
+            self.state.open_window(_clock())
+        try:
+            yield _Send(m)
+        finally:
+            yield _Advance(call, call.ran(None, keep=False))
+        track(self)
+
+    def _close_flow(self, code: int, reason: str) -> Generator[Any, Any, None]:
+        """The client closes: the open window stored, the live side closed."""
+        found = self._window_value()
+        if found is not None:
+            yield _Later(*found)
+        self.finished = True
+        untrack(self)
+        with self.lock:
+            self.state.pending.clear()
+            self.state.ended = True
+        self._wake()
+        live, self.live = self.live, None
+        if live is not None:
+            yield _CloseLive(live, code, reason)
+
+    # ------------------------------------------------------------ shared steps
+
+    def _ordinal(self, value: dict[str, Any] | None) -> int:
+        """The session's place among the block's sessions with its handshake (``value``:
+        the recorded handshake answer that holds it; None: a new session)."""
+        key = self.route.keyed.key
+        table = _ORDINALS.get(self.eff)
+        if value is not None:  # replayed: the recorded place
+            n = value.get("session", 0)
+            n = n if type(n) is int else 0
+            if table is not None:
+                table.seen(key, n)
+        else:
+            n = table.take(key) if table is not None else 0
+        self.session_id = f"{key}#{n}"
+        return n
+
+    def _replayed(self, value: dict[str, Any]) -> Answer:
+        err = value.get("error")
+        if isinstance(err, dict):
+            raise rebuilt_error(err)
+        answer = answer_of(value)
+        if answer.status == 101:
+            self._ordinal(value)
+            self._learn(self.state.play(value, _clock()))
+        return answer
+
+    def _learn(self, ids: list[str]) -> None:
+        if ids and self.route.aliases is not None:
+            self.route.aliases.learn(ids)
+
+    def _window_value(self) -> tuple[Any, dict[str, Any]] | None:
+        """The open call and the value to store for it (None: no window open)."""
+        with self.lock:
+            opened, self.open_call = self.open_call, None
+            w = self.state.take_window()
+        if opened is None:
+            return None
+        call, base = opened
+        value = dict(base or {})
+        if w is not None:
+            value.update(w.value(self.state.provider, self.state.model))
+        ids = value.get("ids")
+        if isinstance(ids, list):
+            self._learn(ids)
+        return call, value
+
+    def _heard(self, item: Item) -> None:
+        with self.lock:
+            if self.muted and not isinstance(item, Closed):
+                self.muted -= 1
+                return
+            self.state.heard(item, _clock())
+
+    def _no_live(self) -> ReplayMiss:
+        return ReplayMiss(f"{self.name}: this session has no live side to send "
+                          f"{self.handshake.url} to", name=self.name, source=self.eff.source)
+
+    def _wake(self) -> None:
+        raise NotImplementedError
+
+    # The block exits with this session open (``scope.settle``): its window is stored now,
+    # from the exiting thread, as what the session had said by then.
+    def abandon(self, why: str) -> None:
+        found = self._window_value()
+        self.finished = True
+        if found is None:
+            return
+        call, value = found
+        rec = call.record(Store(call.key, call.canonical, value, _clock() - call.t0))
+        if rec is not None:
+            store_value(self.eff, call.key, rec, None)
+
+
+# ---------------------------------------------------------------- asyncio
+
+
+class AsyncSession(_Session):
+    """One session driven from an event loop (see the module docstring). ``open_live``:
+    how to open the live side (None: there is none, and a call that must go live fails)."""
+
+    Call = _AsyncCall
+
+    def __init__(self, eff: Effective, hs: Handshake,
+                 open_live: Callable[[], Awaitable[AsyncLive]] | None, *,
+                 realtime: bool = False, volatile: Sequence[Any] = ()) -> None:
+        super().__init__(eff, hs, realtime=realtime, volatile=volatile)
+        self.open_live = open_live
+        self._reader: asyncio.Task[None] | None = None
+        self._changed: asyncio.Event | None = None
+        self._send_lock: asyncio.Lock | None = None
+
+    def _events(self) -> tuple[asyncio.Event, asyncio.Lock]:
+        if self._changed is None or self._send_lock is None:
+            self._changed, self._send_lock = asyncio.Event(), asyncio.Lock()
+        return self._changed, self._send_lock
+
+    async def open(self) -> Answer:
+        """The handshake's answer (recorded or live); a connection failure is raised."""
+        self._events()
+        return await self._run(self._open_flow())
+
+    async def send(self, m: Message) -> None:
+        """Answer one message the client sent (see the module docstring)."""
+        _, lock = self._events()
+        async with lock:
+            await self._run(self._send_flow(m))
+
+    async def close(self, code: int = 1000, reason: str = "") -> None:
+        """The client closes: the open window is stored, the live side closed."""
+        _, lock = self._events()
+        async with lock:
+            await self._run(self._close_flow(code, reason))
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
+
+    async def _run(self, flow: Generator[Any, Any, T]) -> T:
+        answer: Any = None
+        exc: Exception | None = None
+        while True:
+            try:
+                effect = flow.send(answer) if exc is None else flow.throw(exc)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            answer, exc = None, None
+            try:
+                answer = await self._do(effect)
+            except Exception as e:
+                exc = e
+
+    async def _do(self, effect: Any) -> Any:
+        if isinstance(effect, _Advance):
+            return await effect.call.advance(effect.call.flow_, effect.ran)
+        if isinstance(effect, _Send):
+            return await self.live.send(effect.message)
+        if isinstance(effect, _Later):
+            return await effect.call.later(effect.value)
+        if isinstance(effect, _CloseLive):
+            with contextlib.suppress(Exception):
+                await effect.live.close(effect.code, effect.reason)
+            return None
+        if effect == _OPEN:
+            if self.open_live is None:
+                raise self._no_live()
+            with handing_on():  # the live connection is this call's wire, not another call
+                return await self.open_live()
+        if self._reader is None and self.live is not None:  # _READER
+            self._reader = asyncio.get_running_loop().create_task(self._read_live())
+        return None
+
+    async def _read_live(self) -> None:
+        live = self.live
+        assert live is not None
+        while True:
+            try:
+                item = await live.recv()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # the library failed where it would have said closed
+                item = Closed(1006, "")
+            self._heard(item)
+            self._wake()
+            if isinstance(item, Closed):
+                return
+
+    def _wake(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+
+    def due(self) -> list[Item]:
+        """The messages owed and due now, without waiting (a feed hands them on at once:
+        one write of many frames, where one await per message cost more than the replay's
+        own work)."""
+        out: list[Item] = []
+        now = _clock()
+        with self.lock:
+            pending = self.state.pending
+            while pending and (pending[0][0] is None or pending[0][0] <= now):
+                item = pending.popleft()[1]
+                out.append(item)
+                if isinstance(item, Closed):
+                    break
+        return out
+
+    async def receive(self) -> Item:
+        """The next message the client is owed (``Closed`` at the end), when it is due."""
+        changed, _ = self._events()
+        state = self.state
+        while True:
+            with self.lock:
+                head = state.pending[0] if state.pending else None
+                if head is None and state.ended:
+                    return Closed(1000, "")  # closed by the client: nothing more comes
+            if head is not None:
+                due, item = head
+                wait = due - _clock() if due is not None else 0.0
+                if wait <= 0:
+                    with self.lock:
+                        state.pending.popleft()
+                    return item
+                await asyncio.sleep(wait)
+                continue
+            changed.clear()
+            await changed.wait()
+
+
+# ---------------------------------------------------------------- threads
+
+
+class SyncSession(_Session):
+    """:class:`AsyncSession` for a client that blocks (a thread reads the live side)."""
+
+    Call = _SyncCall
+
+    def __init__(self, eff: Effective, hs: Handshake, open_live: Callable[[], SyncLive] | None,
+                 *, realtime: bool = False, volatile: Sequence[Any] = ()) -> None:
+        super().__init__(eff, hs, realtime=realtime, volatile=volatile)
+        self.open_live = open_live
+        self._reader: threading.Thread | None = None
+        self._changed = threading.Condition(self.lock)
+        self._send_lock = threading.RLock()
+
+    def open(self) -> Answer:
+        return self._run(self._open_flow())
+
+    def send(self, m: Message) -> None:
+        with self._send_lock:
+            self._run(self._send_flow(m))
+
+    def close(self, code: int = 1000, reason: str = "") -> None:
+        with self._send_lock:
+            self._run(self._close_flow(code, reason))
+
+    def _run(self, flow: Generator[Any, Any, T]) -> T:
+        answer: Any = None
+        exc: Exception | None = None
+        while True:
+            try:
+                effect = flow.send(answer) if exc is None else flow.throw(exc)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            answer, exc = None, None
+            try:
+                answer = self._do(effect)
+            except Exception as e:
+                exc = e
+
+    def _do(self, effect: Any) -> Any:
+        if isinstance(effect, _Advance):
+            return effect.call.advance(effect.call.flow_, effect.ran)
+        if isinstance(effect, _Send):
+            return self.live.send(effect.message)
+        if isinstance(effect, _Later):
+            return effect.call.later(effect.value)
+        if isinstance(effect, _CloseLive):
+            with contextlib.suppress(Exception):
+                effect.live.close(effect.code, effect.reason)
+            return None
+        if effect == _OPEN:
+            if self.open_live is None:
+                raise self._no_live()
+            with handing_on():
+                return self.open_live()
+        if self._reader is None and self.live is not None:  # _READER
+            self._reader = threading.Thread(target=self._read_live, daemon=True,
+                                            name="dejacache-ws-live")
+            self._reader.start()
+        return None
+
+    def _read_live(self) -> None:
+        live = self.live
+        assert live is not None
+        while True:
+            try:
+                item = live.recv()
+            except Exception:
+                item = Closed(1006, "")
+            self._heard(item)
+            self._wake()
+            if isinstance(item, Closed):
+                return
+
+    def _wake(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
+
+    def receive(self, timeout: float | None = None) -> Item | None:
+        """The next message the client is owed, when due (None: ``timeout`` passed)."""
+        state = self.state
+        end = None if timeout is None else _clock() + timeout
+        with self._changed:
+            while True:
+                if state.pending:
+                    due, item = state.pending[0]
+                    wait = due - _clock() if due is not None else 0.0
+                    if wait <= 0:
+                        state.pending.popleft()
+                        return item
+                elif state.ended:
+                    return Closed(1000, "")  # closed by the client: nothing more comes
+                else:
+                    wait = None
+                left = None if end is None else end - _clock()
+                if left is not None and left <= 0:
+                    return None
+                if wait is None or (left is not None and left < wait):
+                    wait = left
+                self._changed.wait(wait)

@@ -1,0 +1,149 @@
+"""A WebSocket session as data: messages, the close, the handshake and its answer.
+
+Pure: no socket, no clock, no library. Every client library's frames become a
+:class:`Message` (text or binary), its end a :class:`Closed`; a recording stores each
+message in the form :func:`stored` gives (readable, and the exact text back):
+
+* ``{"json": tree}``: a JSON object or array (``"binary": true`` when it came in a binary
+  frame, as Gemini Live's answers do). It comes back as equal JSON written compactly, with
+  the keys in the file's sorted order, as a replayed HTTP JSON body does: the client's
+  parser reads the same event;
+* ``{"text": "..."}``: any other text, as it came;
+* ``{"bytes": "<base64>"}``: any other binary frame, as it came.
+
+Large strings inside (audio, images) are stored once by hash beside the cassette
+(``cassettes/blobs.py``), so a recording of a voice session stays small.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from ..errors import SerializationError
+
+__all__ = ["ABNORMAL", "UPGRADE_HEADERS", "Answer", "Closed", "Handshake", "Message", "Refused",
+           "canonical_message", "json_of", "message_of", "stored"]
+
+#: Response headers that belong to one connection's upgrade: a replay's own handshake makes
+#: them anew (its accept key, no extension negotiated), so none is stored or handed back.
+UPGRADE_HEADERS = frozenset({"upgrade", "connection", "sec-websocket-accept",
+                             "sec-websocket-protocol", "sec-websocket-extensions"})
+#: The close code the protocol reserves for a connection that dropped without a close frame.
+ABNORMAL = 1006
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Message:
+    """One whole message: ``data`` is ``str`` for a text frame, ``bytes`` for binary."""
+
+    data: str | bytes
+
+    @property
+    def binary(self) -> bool:
+        return type(self.data) is not str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Closed:
+    """The end of a session: the close frame's code and reason (1006: the connection
+    dropped without one)."""
+
+    code: int = 1000
+    reason: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Handshake:
+    """The opening request: the URL (``ws://`` or ``wss://``), every header as sent
+    (credentials included: keys take digests of them, files never hold them) and the
+    subprotocols offered."""
+
+    url: str
+    headers: Sequence[tuple[str, str]]
+    subprotocols: Sequence[str] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Answer:
+    """The server's answer to the handshake: 101 (switched, with the subprotocol chosen),
+    or a refusal (any other status, with its body)."""
+
+    status: int = 101
+    headers: Sequence[tuple[str, str]] = ()
+    subprotocol: str | None = None
+    body: bytes = b""
+
+
+class Refused(Exception):
+    """A live handshake answered with another status than 101 (kept as the answer)."""
+
+    def __init__(self, answer: Answer) -> None:
+        super().__init__(f"the server answered the WebSocket handshake with {answer.status}")
+        self.answer = answer
+
+
+def stored(m: Message) -> dict[str, Any]:
+    """``m`` as a recording keeps it (see the module docstring)."""
+    data = m.data
+    raw = data.encode() if type(data) is str else data
+    assert isinstance(raw, bytes)
+    if raw[:1] in (b"{", b"["):
+        try:
+            tree = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+        else:
+            return {"json": tree, "binary": True} if type(data) is not str else {"json": tree}
+    if type(data) is str:
+        return {"text": data}
+    return {"bytes": base64.b64encode(raw).decode()}
+
+
+def message_of(value: Mapping[str, Any]) -> Message:
+    """The message a recording's stored form stands for (text and bytes as they came,
+    JSON as equal JSON)."""
+    if "json" in value:
+        written = orjson.dumps(value["json"])
+        return Message(written if value.get("binary") else written.decode())
+    if "text" in value and type(value["text"]) is str:
+        return Message(value["text"])
+    raw = value.get("bytes")
+    if isinstance(raw, str):
+        try:
+            return Message(base64.b64decode(raw, validate=True))
+        except (binascii.Error, ValueError):
+            pass
+    raise SerializationError(f"not a recorded WebSocket message: {str(value)[:120]}")
+
+
+def canonical_message(m: Message, tree: Any = None) -> dict[str, Any]:
+    """``m`` as its key holds it: JSON as its parsed tree (``tree`` when already parsed,
+    e.g. with ids aliased), however it was spaced; text and bytes as they came."""
+    if tree is None:
+        tree = json_of(m)
+    if tree is not None:
+        out: dict[str, Any] = {"json": tree}
+        if m.binary:
+            out["binary"] = True
+        return out
+    data = m.data
+    if isinstance(data, str):
+        return {"text": data}
+    return {"bytes": base64.b64encode(data).decode()}
+
+
+def json_of(m: Message) -> Any:
+    """The JSON ``m`` carries (an object or array), else None."""
+    raw = m.data
+    if raw[:1] not in ("{", "[", b"{", b"["):
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None

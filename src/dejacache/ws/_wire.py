@@ -1,0 +1,178 @@
+"""The server end of an in-memory connection, speaking websockets' own sans-I/O protocol.
+
+A ``websockets`` client (asyncio, threads, or the legacy API) inside a block is connected to
+an :class:`Endpoint` instead of a server: the client's library writes its real handshake and
+frames, which ``websockets.server.ServerProtocol`` (public, sans-I/O) parses; the answer,
+messages and close the session owes it come back as the frames that server protocol writes.
+So the client's own code does everything it does live (its handshake checks, fragmented
+messages, pings and pongs, the closing handshake, its exceptions) while no socket reaches
+any server. The endpoint does no I/O: the adapters carry its bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ._message import ABNORMAL, UPGRADE_HEADERS, Answer, Closed, Handshake, Message
+
+__all__ = ["Endpoint", "client_protocol"]
+
+_FRAMING = frozenset({"content-length", "transfer-encoding", "date"})
+
+
+class Endpoint:
+    """One connection's server end. ``feed(data)`` takes the client's bytes and returns the
+    bytes the server answers at once (pongs, its reply to a close); whole client messages
+    wait in ``incoming`` for the session. ``eof`` is set once the server end has closed."""
+
+    def __init__(self, scheme: str) -> None:
+        from websockets.server import ServerProtocol
+
+        self.scheme = scheme
+        self.chosen: str | None = None  # the recorded subprotocol
+
+        def select(proto: Any, offered: Sequence[str]) -> str | None:
+            return self.chosen if self.chosen in offered else None
+
+        self.proto = ServerProtocol(select_subprotocol=select,  # type: ignore[arg-type]
+                                    max_size=None)
+        self.request: Any = None
+        self.incoming: list[Message] = []
+        self.client_closed: Closed | None = None
+        self.eof = False
+        self._parts: list[bytes] = []
+        self._text = False
+
+    # ------------------------------------------------------------ from the client
+
+    def feed(self, data: bytes) -> bytes:
+        self.proto.receive_data(data)
+        return self._events()
+
+    def feed_eof(self) -> bytes:
+        self.proto.receive_eof()
+        return self._events()
+
+    def _events(self) -> bytes:
+        from websockets.frames import Frame, Opcode
+        from websockets.http11 import Request
+
+        for ev in self.proto.events_received():
+            if isinstance(ev, Request):
+                self.request = ev
+                continue
+            if not isinstance(ev, Frame):
+                continue
+            op = ev.opcode
+            if op is Opcode.TEXT or op is Opcode.BINARY:
+                self._text = op is Opcode.TEXT
+                self._parts = [bytes(ev.data)]
+            elif op is Opcode.CONT:
+                self._parts.append(bytes(ev.data))
+            elif op is Opcode.CLOSE:
+                code = self.proto.close_rcvd.code if self.proto.close_rcvd else 1005
+                reason = self.proto.close_rcvd.reason if self.proto.close_rcvd else ""
+                self.client_closed = Closed(code, reason)
+                continue
+            else:
+                continue  # ping and pong: the protocol answers a ping itself
+            if ev.fin:
+                raw = b"".join(self._parts)
+                self._parts = []
+                self.incoming.append(Message(raw.decode() if self._text else raw))
+        return self._out()
+
+    def handshake(self) -> Handshake | None:
+        """The client's opening request, once it has come."""
+        req = self.request
+        if req is None:
+            return None
+        headers = list(req.headers.raw_items())
+        offered = [p.strip() for k, v in headers if k.lower() == "sec-websocket-protocol"
+                   for p in v.split(",") if p.strip()]
+        host = req.headers.get("Host", "localhost")
+        return Handshake(f"{self.scheme}://{host}{req.path}", headers, offered)
+
+    def take(self) -> list[Message]:
+        out, self.incoming = self.incoming, []
+        return out
+
+    # ------------------------------------------------------------ to the client
+
+    def answer(self, answer: Answer) -> bytes:
+        """The handshake response: the client's own accept key, the recorded subprotocol and
+        headers; or the recorded refusal (the client raises it as it did live)."""
+        if answer.status == 101:
+            self.chosen = answer.subprotocol
+            response = self.proto.accept(self.request)
+            taken = {k.lower() for k in response.headers}
+        else:
+            response = _refusal(answer)
+            taken = set()
+        for k, v in answer.headers:
+            low = k.lower()
+            if low not in taken and low not in UPGRADE_HEADERS and low not in _FRAMING:
+                response.headers[k] = v
+        if answer.status != 101:
+            response.headers["Content-Length"] = str(len(answer.body))
+        self.proto.send_response(response)
+        return self._out()
+
+    def message(self, m: Message) -> bytes:
+        data = m.data
+        if type(data) is str:
+            self.proto.send_text(data.encode())
+        else:
+            assert isinstance(data, bytes)
+            self.proto.send_binary(data)
+        return self._out()
+
+    def close(self, c: Closed) -> bytes:
+        """The server closes: its close frame, or nothing (the connection drops) for 1006."""
+        from websockets.protocol import State
+
+        if c.code == ABNORMAL:
+            self.eof = True
+            return b""
+        if self.proto.state is State.OPEN:
+            self.proto.send_close(c.code if c.code != 1005 else None, c.reason)
+        return self._out()
+
+    def fail(self, reason: str) -> bytes:
+        """End the connection with 1011 (a replay miss): the client's next call raises."""
+        return self.close(Closed(1011, reason[:120]))
+
+    def _out(self) -> bytes:
+        chunks = self.proto.data_to_send()
+        if chunks and chunks[-1] == b"":
+            self.eof = True
+        return b"".join(chunks)
+
+
+def _refusal(answer: Answer) -> Any:
+    """The response refusing the handshake: the recorded status (one ``http.HTTPStatus``
+    does not name too), its body, and the recorded headers added by the caller."""
+    import http
+
+    from websockets.datastructures import Headers
+    from websockets.http11 import Response
+
+    try:
+        phrase = http.HTTPStatus(answer.status).phrase
+    except ValueError:
+        phrase = ""
+    return Response(answer.status, phrase, Headers(), answer.body)
+
+
+def client_protocol(uri: str, kw: dict[str, Any]) -> Any:
+    """The sans-I/O ``ClientProtocol`` a websockets ``connect(uri, **kw)`` would make."""
+    from websockets.client import ClientProtocol
+    from websockets.extensions.permessage_deflate import enable_client_permessage_deflate
+    from websockets.uri import parse_uri
+
+    extensions = kw.get("extensions")
+    if kw.get("compression", "deflate") == "deflate":
+        extensions = enable_client_permessage_deflate(extensions)
+    args = {k: kw[k] for k in ("origin", "subprotocols", "max_size", "logger") if k in kw}
+    return ClientProtocol(parse_uri(uri), extensions=extensions, **args)

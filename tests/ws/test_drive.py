@@ -1,0 +1,130 @@
+"""The seam adapters and proxies drive (``dejacache.ws.AsyncSession`` / ``SyncSession``): a
+session opened, sent to and read from directly, its live side any client the caller has
+(here the ``websockets`` clients, to a loopback server)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from ws_support import LoopbackServer, echo
+
+import dejacache
+from dejacache.errors import ReplayMiss
+from dejacache.scope import current
+from dejacache.ws import Answer, AsyncSession, Closed, Handshake, Message, SyncSession
+
+
+@pytest.fixture
+def server() -> Iterator[LoopbackServer]:
+    s = LoopbackServer(echo).start()
+    yield s
+    s.stop()
+
+
+class _AsyncLive:
+    """A live side as a proxy would make it: a websockets connection upstream."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.answer = Answer(101, list(conn.response.headers.raw_items()), conn.subprotocol)
+
+    async def send(self, m: Message) -> None:
+        await self.conn.send(m.data)
+
+    async def recv(self) -> Message | Closed:
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            return Message(await self.conn.recv())
+        except ConnectionClosed as exc:
+            rcvd = exc.rcvd
+            return Closed(rcvd.code, rcvd.reason) if rcvd else Closed(1006)
+
+    async def close(self, code: int, reason: str) -> None:
+        await self.conn.close(code, reason)
+
+
+async def _proxied(url: str, live: bool) -> list[Any]:
+    async def open_live() -> _AsyncLive:
+        from websockets.asyncio.client import connect
+
+        return _AsyncLive(await connect(url))
+
+    hs = Handshake(url, [("Authorization", "Bearer sk-proxy-0123456789abcdefghijklmn")])
+    session = AsyncSession(current(), hs, open_live if live else None)
+    answer = await session.open()
+    got: list[Any] = [answer.status, await session.receive()]
+    for n in range(2):
+        await session.send(Message(json.dumps({"n": n})))
+        got.append(await session.receive())
+    await session.send(Message(json.dumps({"close": 1001, "reason": "later"})))
+    got.append(await session.receive())
+    await session.close()
+    return got
+
+
+def test_a_proxy_route_records_and_replays_through_the_seam(
+        tmp_path: pathlib.Path, server: LoopbackServer) -> None:
+    path = tmp_path / "proxy.json"
+    with dejacache.cassette(path, mode="record"):
+        recorded = asyncio.run(_proxied(server.url + "/p", live=True))
+    assert recorded[0] == 101 and recorded[-1] == Closed(1001, "later")
+    assert json.loads(recorded[2].data) == {"ack": 0}
+    server.stop()
+    with dejacache.cassette(path, mode="replay"):
+        replayed = asyncio.run(_proxied(server.url + "/p", live=False))
+    assert replayed[0] == 101 and replayed[-1] == recorded[-1]
+    assert [json.loads(x.data) for x in replayed[1:-1]] == [
+        json.loads(x.data) for x in recorded[1:-1]]
+
+
+def test_with_no_live_side_a_call_that_must_go_live_is_a_miss(tmp_path: pathlib.Path) -> None:
+    with dejacache.cassette(tmp_path / "none.json", mode="auto"), \
+            pytest.raises(ReplayMiss) as info:
+        asyncio.run(_proxied("ws://127.0.0.1:9/x", live=False))
+    assert "no live side" in str(info.value)
+
+
+def test_the_threads_twin(tmp_path: pathlib.Path, server: LoopbackServer) -> None:
+    from websockets.sync.client import connect
+
+    class Live:
+        def __init__(self) -> None:
+            self.conn = connect(server.url + "/t", legacy=True)
+            self.answer = Answer(101, [], None)
+
+        def send(self, m: Message) -> None:
+            self.conn.send(m.data)
+
+        def recv(self) -> Message | Closed:
+            from websockets.exceptions import ConnectionClosed
+
+            try:
+                return Message(self.conn.recv())
+            except ConnectionClosed:
+                return Closed(1000)
+
+        def close(self, code: int, reason: str) -> None:
+            self.conn.close(code, reason)
+
+    def run(live: bool) -> list[Any]:
+        s = SyncSession(current(), Handshake(server.url + "/t", []), Live if live else None)
+        s.open()
+        got = [s.receive(timeout=5)]
+        s.send(Message(json.dumps({"n": 4})))
+        got.append(s.receive(timeout=5))
+        assert s.receive(timeout=0.05) is None  # nothing more is owed
+        s.close()
+        return [json.loads(x.data) for x in got if isinstance(x, Message)]
+
+    path = tmp_path / "t.json"
+    with dejacache.cassette(path, mode="record"):
+        recorded = run(True)
+    server.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert run(False) == recorded == [{"hello": "/t"}, {"ack": 4}]

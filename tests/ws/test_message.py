@@ -1,0 +1,52 @@
+"""What a recording keeps of a message, and what a replay hands back (``ws/_message.py``)."""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dejacache.ws._message import Message, canonical_message, message_of, stored
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1)
+                     | st.text(max_size=20) | st.floats(allow_nan=False, allow_infinity=False),
+                     lambda kids: st.lists(kids, max_size=4)
+                     | st.dictionaries(st.text(max_size=8), kids, max_size=4), max_leaves=10)
+
+
+@given(st.text(max_size=200) | st.binary(max_size=200))
+def test_text_and_bytes_come_back_as_they_came(data: str | bytes) -> None:
+    m = Message(data)
+    kept = orjson.loads(orjson.dumps(stored(m)))  # through the file
+    back = message_of(kept)
+    if "json" in kept:
+        assert orjson.loads(back.data) == orjson.loads(data)
+        assert back.binary == m.binary
+    else:
+        assert back == m
+
+
+@given(st.dictionaries(st.text(max_size=8), _JSON, max_size=5) | st.lists(_JSON, max_size=5),
+       st.booleans(), st.booleans())
+def test_json_comes_back_as_equal_json_however_it_was_written(
+        tree: object, spaced: bool, binary: bool) -> None:
+    text = json.dumps(tree) if spaced else orjson.dumps(tree).decode()
+    m = Message(text.encode() if binary else text)
+    kept = orjson.loads(orjson.dumps(stored(m), option=orjson.OPT_SORT_KEYS))
+    back = message_of(kept)
+    assert back.binary == binary
+    assert orjson.loads(back.data) == orjson.loads(text)
+    # and it keys alike, spaced or not
+    assert canonical_message(m) == canonical_message(Message(orjson.dumps(tree).decode()
+                                                             if not binary
+                                                             else orjson.dumps(tree)))
+
+
+def test_the_stored_forms_read_well() -> None:
+    assert stored(Message('{"type": "x"}')) == {"json": {"type": "x"}}
+    assert stored(Message(b'{"a":1}')) == {"json": {"a": 1}, "binary": True}
+    assert stored(Message("plain")) == {"text": "plain"}
+    assert stored(Message(b"\x00\x01")) == {"bytes": "AAE="}
+    assert stored(Message('{"not json')) == {"text": '{"not json'}

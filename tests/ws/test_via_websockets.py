@@ -1,0 +1,365 @@
+"""The ``websockets`` clients (asyncio, threads, legacy) inside cassette blocks, against a
+real ``websockets`` server on loopback (``ws_support.echo``): recorded, then replayed with
+the server stopped; what the app received is what it receives again, and nothing connects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import time
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import connect as aconnect
+from websockets.exceptions import ConnectionClosed, ConnectionClosedError, InvalidStatus
+from websockets.sync.client import connect as sconnect  # bound before any block opens
+from ws_support import LoopbackServer, echo, free_port
+
+import dejacache
+from dejacache.errors import NetworkBlocked, ReplayMiss
+
+SECRET = "sk-test-wsSECRET0123456789abcdefghijkl"
+HEADERS = {"Authorization": f"Bearer {SECRET}"}
+
+
+@pytest.fixture
+def server() -> Iterator[LoopbackServer]:
+    s = LoopbackServer(echo).start()
+    yield s
+    s.stop()
+
+
+def _script() -> list[Any]:
+    return [{"n": 0}, b"\x00\x01\x02binary", {"parts": ["frag", "ment", "ed"]}, {"n": 1},
+            {"close": 4001, "reason": "bye now"}]
+
+
+async def _async_session(url: str, **kw: Any) -> list[Any]:
+    out: list[Any] = []
+    async with aconnect(url, additional_headers=HEADERS, **kw) as ws:
+        out.append(json.loads(await ws.recv()))
+        for m in _script():
+            await ws.send(m if isinstance(m, bytes) else json.dumps(m))
+            if "close" in str(m):
+                break
+            got = await ws.recv()
+            out.append(got if isinstance(got, bytes) else json.loads(got) if got[0] == "{"
+                       else got)
+        try:
+            await ws.recv()
+        except ConnectionClosed as exc:
+            assert exc.rcvd is not None
+            out.append([type(exc).__name__, exc.rcvd.code, exc.rcvd.reason])
+    return out
+
+
+def _sync_session(url: str) -> list[Any]:
+    out: list[Any] = []
+    with sconnect(url, additional_headers=HEADERS) as ws:
+        out.append(json.loads(ws.recv()))
+        for m in _script():
+            ws.send(m if isinstance(m, bytes) else json.dumps(m))
+            if "close" in str(m):
+                break
+            got = ws.recv()
+            out.append(got if isinstance(got, bytes) else json.loads(got) if got[0] == "{"
+                       else got)
+        try:
+            ws.recv()
+        except ConnectionClosed as exc:
+            assert exc.rcvd is not None
+            out.append([type(exc).__name__, exc.rcvd.code, exc.rcvd.reason])
+    return out
+
+
+def _no_secret(folder: pathlib.Path) -> None:
+    for f in folder.rglob("*"):
+        if f.is_file():
+            assert SECRET.encode() not in f.read_bytes(), f
+
+
+def test_asyncio_client_session_replays_with_the_server_gone(
+        tmp_path: pathlib.Path, server: LoopbackServer) -> None:
+    path = tmp_path / "a.json"
+    url = server.url + "/chat?room=1"
+    with dejacache.cassette(path, mode="record"):
+        recorded = asyncio.run(_async_session(url))
+    assert server.connections == 1
+    assert recorded[-1] == ["ConnectionClosedError", 4001, "bye now"]
+    assert recorded[2] == b"yranib\x02\x01\x00" and recorded[3] == "fragmented"
+    server.stop()
+    with dejacache.cassette(path, mode="replay") as tape:
+        assert asyncio.run(_async_session(url)) == recorded
+    assert tape.counters.replayed == 6 and tape.counters.recorded == 0  # with the handshake
+    _no_secret(tmp_path)
+
+
+def test_threads_client_bound_before_the_block_replays_too(
+        tmp_path: pathlib.Path, server: LoopbackServer) -> None:
+    path = tmp_path / "s.json"
+    with dejacache.cassette(path, mode="record"):
+        recorded = _sync_session(server.url + "/s")
+    server.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert _sync_session(server.url + "/s") == recorded
+    assert recorded[-1] == ["ConnectionClosedError", 4001, "bye now"]
+    _no_secret(tmp_path)
+
+
+def test_legacy_client_replays(tmp_path: pathlib.Path, server: LoopbackServer) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from websockets.legacy.client import connect as lconnect
+
+    async def run(url: str) -> list[Any]:
+        out = []
+        async with lconnect(url, extra_headers=HEADERS) as ws:
+            out.append(await ws.recv())
+            await ws.send(json.dumps({"n": 5}))
+            out.append(await ws.recv())
+        return out
+
+    path = tmp_path / "l.json"
+    with dejacache.cassette(path, mode="record"):
+        recorded = asyncio.run(run(server.url + "/legacy"))
+    server.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert [json.loads(x) for x in asyncio.run(run(server.url + "/legacy"))] == [
+            json.loads(x) for x in recorded]
+
+
+def test_a_message_that_differs_is_a_replay_miss_naming_the_field(
+        tmp_path: pathlib.Path, server: LoopbackServer) -> None:
+    path = tmp_path / "m.json"
+
+    async def run(n: int) -> Any:
+        async with aconnect(server.url, additional_headers=HEADERS) as ws:
+            await ws.recv()
+            await ws.send(json.dumps({"n": 0}))
+            await ws.recv()
+            try:
+                await ws.send(json.dumps({"n": n, "note": "x"}))
+            except ReplayMiss as miss:
+                with pytest.raises(ConnectionClosedError) as closed:
+                    await ws.recv()
+                return miss, closed.value
+            return json.loads(await ws.recv())
+
+    with dejacache.cassette(path, mode="record"):
+        assert asyncio.run(run(1)) == {"ack": 1}
+    with dejacache.cassette(path, mode="replay") as tape:
+        miss, closed = asyncio.run(run(7))
+    text = str(miss)
+    assert "no recording of ws.127.0.0.1" in text and "body.n: 1 -> 7" in text
+    assert closed.rcvd is not None and closed.rcvd.code == 1011
+    assert tape.misses and tape.misses[0].key == miss.key
+
+
+def test_refusals_and_failures_replay_as_raised(tmp_path: pathlib.Path) -> None:
+    from websockets.datastructures import Headers
+    from websockets.http11 import Response
+
+    def refuse(conn: Any, request: Any) -> Any:
+        return Response(401, "Unauthorized", Headers([("Content-Type", "text/plain"),
+                                                      ("Content-Length", "6")]), b"no key")
+
+    guarded = LoopbackServer(echo, process_request=refuse).start()
+    closed_port = free_port()
+
+    async def run(url: str) -> Any:
+        try:
+            async with aconnect(url, open_timeout=5):
+                return "open"
+        except InvalidStatus as exc:
+            return ["InvalidStatus", exc.response.status_code, bytes(exc.response.body)]
+        except OSError as exc:
+            return [type(exc).__name__, exc.errno]
+
+    path = tmp_path / "r.json"
+    urls = [guarded.url + "/x", f"ws://127.0.0.1:{closed_port}/y"]
+    with dejacache.cassette(path, mode="record"):
+        recorded = [asyncio.run(run(u)) for u in urls]
+    guarded.stop()
+    assert recorded[0] == ["InvalidStatus", 401, b"no key"]
+    assert recorded[1][0] == "ConnectionRefusedError"
+    with dejacache.cassette(path, mode="replay"):
+        assert [asyncio.run(run(u)) for u in urls] == recorded
+
+
+def test_realtime_replays_at_the_recorded_pace(tmp_path: pathlib.Path,
+                                               server: LoopbackServer) -> None:
+    async def run(url: str) -> float:
+        async with aconnect(url) as ws:
+            await ws.recv()
+            await ws.send(json.dumps({"n": 3, "wait": 0.8}))
+            assert json.loads(await ws.recv()) == {"ack": 3}
+            t0 = time.perf_counter()
+            assert json.loads(await ws.recv()) == {"late": 3}
+            return time.perf_counter() - t0
+
+    path = tmp_path / "p.json"
+    with dejacache.cassette(path, mode="record"):
+        asyncio.run(run(server.url))
+    server.stop()
+    # Bounds far apart (the recorded gap is 0.8 s): a loaded machine delays a replay by
+    # milliseconds of work, never by the gap.
+    with dejacache.cassette(path, mode="replay"):
+        assert asyncio.run(run(server.url)) < 0.6
+    with dejacache.cassette(path, mode="replay"), dejacache.intercept(realtime=True):
+        assert asyncio.run(run(server.url)) >= 0.7
+
+
+def test_server_pings_are_answered_live_and_need_no_recording(
+        tmp_path: pathlib.Path, server: LoopbackServer) -> None:
+    # A ping frame is the connection's, not the app's: the client's library pongs it live
+    # (the server waits for that pong before it answers) and the app never sees it, so the
+    # recording holds only the messages, and a replay, with no server, is the same.
+    async def run(url: str) -> list[Any]:
+        async with aconnect(url) as ws:
+            out = [json.loads(await ws.recv())]
+            for n in range(3):
+                await ws.send(json.dumps({"n": n, "ping": n != 1}))
+                out.append(json.loads(await ws.recv()))
+            return out
+
+    path = tmp_path / "ping.json"
+    with dejacache.cassette(path, mode="record"):
+        recorded = asyncio.run(run(server.url))
+    assert recorded[1:] == [{"ack": 0}, {"ack": 1}, {"ack": 2}]
+    server.stop()
+    with dejacache.cassette(path, mode="replay") as tape:
+        assert asyncio.run(run(server.url)) == recorded
+    assert tape.counters.replayed == 4
+    assert b"are you there" not in path.read_bytes()
+
+
+def test_a_dropped_connection_replays_as_1006(tmp_path: pathlib.Path,
+                                              server: LoopbackServer) -> None:
+    async def run(url: str) -> Any:
+        async with aconnect(url) as ws:
+            await ws.recv()
+            await ws.send(json.dumps({"drop": True}))
+            with pytest.raises(ConnectionClosedError) as info:
+                await ws.recv()
+            return info.value.rcvd, ws.close_code
+
+    path = tmp_path / "d.json"
+    with dejacache.cassette(path, mode="record"):
+        recorded = asyncio.run(run(server.url))
+    server.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert asyncio.run(run(server.url)) == recorded == (None, 1006)
+
+
+def test_another_key_in_ci_still_replays(tmp_path: pathlib.Path,
+                                         server: LoopbackServer) -> None:
+    async def run(url: str, token: str) -> Any:
+        async with aconnect(url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+            await ws.recv()
+            await ws.send(json.dumps({"n": 2}))
+            return json.loads(await ws.recv())
+
+    path = tmp_path / "k.json"
+    with dejacache.cassette(path, mode="record"):
+        asyncio.run(run(server.url + "/k?key=" + SECRET, SECRET))
+    server.stop()
+    other = "sk-test-ciKEY9999999999999999999999999999"
+    with dejacache.cassette(path, mode="replay"):
+        assert asyncio.run(run(server.url + "/k?key=" + other, other)) == {"ack": 2}
+    _no_secret(tmp_path)
+    assert b"authorization@ws.127.0.0.1#" in path.read_bytes()  # keyed as a digest
+
+
+def test_auto_mode_continues_a_session_live_after_a_miss(
+        tmp_path: pathlib.Path, server: LoopbackServer) -> None:
+    async def run(url: str, upto: int) -> list[Any]:
+        out = []
+        async with aconnect(url) as ws:
+            out.append(json.loads(await ws.recv()))
+            for n in range(upto):
+                await ws.send(json.dumps({"n": n}))
+                out.append(json.loads(await ws.recv()))
+        return out
+
+    path = tmp_path / "auto.json"
+    with dejacache.cassette(path, mode="record"):
+        asyncio.run(run(server.url, 2))
+    assert server.connections == 1
+    with dejacache.cassette(path, mode="auto") as tape:
+        got = asyncio.run(run(server.url, 3))
+    assert got[-1] == {"ack": 2} and server.connections == 2
+    assert tape.counters.replayed == 3 and tape.counters.recorded == 1
+    server.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert asyncio.run(run(server.url, 3)) == got
+
+
+def test_a_session_open_at_block_exit_keeps_what_it_heard(
+        tmp_path: pathlib.Path, server: LoopbackServer) -> None:
+    path = tmp_path / "open.json"
+
+    async def run(url: str, mode: str) -> Any:
+        with dejacache.cassette(path, mode=mode):
+            ws = await aconnect(url)
+            await ws.recv()
+            await ws.send(json.dumps({"n": 9}))
+            got = json.loads(await ws.recv())
+        await ws.close()  # after its block: what it had heard by then is in the file
+        return got
+
+    assert asyncio.run(run(server.url, "record")) == {"ack": 9}
+    server.stop()
+    assert asyncio.run(run(server.url, "replay")) == {"ack": 9}
+
+
+def test_two_concurrent_sessions_each_get_their_own(tmp_path: pathlib.Path) -> None:
+    import secrets
+
+    async def handler(ws: Any) -> None:
+        token = secrets.token_hex(4)  # differs per connection and per run
+        async for raw in ws:
+            await ws.send(json.dumps({"to": json.loads(raw)["who"], "token": token}))
+
+    srv = LoopbackServer(handler).start()
+
+    async def one(who: str) -> list[Any]:
+        async with aconnect(srv.url) as ws:
+            out = []
+            for _ in range(3):
+                await ws.send(json.dumps({"who": "same"}))  # identical in both sessions
+                out.append(json.loads(await ws.recv()))
+                await asyncio.sleep(0)
+            await ws.send(json.dumps({"who": who}))
+            out.append(json.loads(await ws.recv()))
+            return out
+
+    async def both() -> list[Any]:
+        return list(await asyncio.gather(one("alice"), one("bob")))
+
+    path = tmp_path / "pair.json"
+    with dejacache.cassette(path, mode="record"):
+        recorded = asyncio.run(both())
+    srv.stop()
+    assert recorded[0][0]["token"] != recorded[1][0]["token"]
+    with dejacache.cassette(path, mode="replay"):
+        assert asyncio.run(both()) == recorded
+
+
+def test_patched_only_while_a_block_is_open(tmp_path: pathlib.Path,
+                                           server: LoopbackServer) -> None:
+    from websockets.asyncio import client as module
+    from websockets.sync import client as sync_module
+
+    plain = module.connect.__dict__["__await__"]
+    with dejacache.cassette(tmp_path / "none.json", mode="replay"):
+        assert module.connect.__dict__["__await__"] is not plain
+        assert getattr(sync_module.reconnect.connect, "__dejacache_patch__", False)
+        with pytest.raises(ReplayMiss) as info:
+            asyncio.run(_async_session(server.url))
+        assert not isinstance(info.value, NetworkBlocked)  # answered from the cassette
+    assert module.connect.__dict__["__await__"] is plain
+    assert asyncio.run(_async_session(server.url))[0] == {"hello": "/"}

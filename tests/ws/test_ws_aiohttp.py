@@ -1,0 +1,147 @@
+"""aiohttp's ``ClientSession.ws_connect`` inside cassette blocks, against a real
+``websockets`` server on loopback: recorded, replayed with the server stopped, the same
+``WSMessage`` stream, close code and subprotocol; misses, refusals and failures in aiohttp's
+own shapes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+aiohttp = pytest.importorskip("aiohttp")
+
+from ws_support import LoopbackServer, echo, free_port  # noqa: E402
+
+import dejacache  # noqa: E402
+from dejacache.errors import ReplayMiss  # noqa: E402
+
+SECRET = "sk-test-aiohttpSECRET0123456789abcdefgh"
+
+
+@pytest.fixture
+def server() -> Iterator[LoopbackServer]:
+    s = LoopbackServer(echo, subprotocols=["chat"]).start()
+    yield s
+    s.stop()
+
+
+async def _session(url: str) -> list[Any]:
+    out: list[Any] = []
+    jar = aiohttp.CookieJar(unsafe=True)
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {SECRET}"},
+                                     cookie_jar=jar) as s:
+        jar.update_cookies({"sid": "cookie-value-xyz"})
+        async with s.ws_connect(url, protocols=["chat"], params={"v": "2"}) as ws:
+            assert isinstance(ws, aiohttp.ClientWebSocketResponse)
+            out.append([ws.protocol, await ws.receive_json()])
+            await ws.send_bytes(b"\x00abc")
+            out.append(await ws.receive_bytes())
+            await ws.send_json({"n": 1})
+            out.append(await ws.receive_json())
+            await ws.send_str(json.dumps({"parts": ["x", "y"]}))
+            out.append(await ws.receive_str())
+            await ws.send_json({"close": 4002, "reason": "done"})
+            msg = await ws.receive()
+            out.append([int(msg.type), msg.data, msg.extra, ws.closed, ws.close_code])
+    return out
+
+
+def test_a_session_replays_with_the_server_gone(tmp_path: pathlib.Path,
+                                                server: LoopbackServer) -> None:
+    path = tmp_path / "a.json"
+    with dejacache.cassette(path, mode="record"):
+        recorded = asyncio.run(_session(server.url + "/aio"))
+    assert recorded[0] == ["chat", {"hello": "/aio?v=2"}] and recorded[3] == "xy"
+    assert recorded[-1] == [int(aiohttp.WSMsgType.CLOSE), 4002, "done", True, 4002]
+    server.stop()
+    with dejacache.cassette(path, mode="replay") as tape:
+        assert asyncio.run(_session(server.url + "/aio")) == recorded
+    assert tape.counters.replayed == 5
+    data = b"".join(f.read_bytes() for f in tmp_path.rglob("*") if f.is_file())
+    assert SECRET.encode() not in data and b"cookie-value-xyz" not in data
+
+
+def test_a_message_that_differs_raises_from_send(tmp_path: pathlib.Path,
+                                                 server: LoopbackServer) -> None:
+    async def run(n: int) -> Any:
+        async with aiohttp.ClientSession() as s, s.ws_connect(server.url) as ws:
+            await ws.receive_json()
+            await ws.send_json({"n": n})
+            return await ws.receive_json()
+
+    path = tmp_path / "m.json"
+    with dejacache.cassette(path, mode="record"):
+        assert asyncio.run(run(1)) == {"ack": 1}
+    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss) as info:
+        asyncio.run(run(2))
+    assert "body.n: 1 -> 2" in str(info.value)
+
+
+@pytest.mark.parametrize("autoping", [True, False])
+def test_server_pings_are_ponged_live_and_need_no_recording(
+        tmp_path: pathlib.Path, server: LoopbackServer, autoping: bool) -> None:
+    # The server waits for each ping's pong before it answers: live, the pong is sent (by
+    # aiohttp, or by the block when autoping is off); the app sees the same messages live
+    # and replayed, and no ping is in the file.
+    async def run() -> list[Any]:
+        async with aiohttp.ClientSession() as s, s.ws_connect(server.url,
+                                                              autoping=autoping) as ws:
+            out = [await ws.receive_json()]
+            for n in range(3):
+                await ws.send_json({"n": n, "ping": n != 1})
+                out.append(await ws.receive_json(timeout=10))
+            return out
+
+    path = tmp_path / "ping.json"
+    with dejacache.cassette(path, mode="record"):
+        recorded = asyncio.run(run())
+    assert recorded[1:] == [{"ack": 0}, {"ack": 1}, {"ack": 2}]
+    server.stop()
+    with dejacache.cassette(path, mode="replay") as tape:
+        assert asyncio.run(run()) == recorded
+    assert tape.counters.replayed == 4
+    assert b"are you there" not in path.read_bytes()
+
+
+def test_a_refusal_and_a_refused_connection_are_aiohttps_errors(
+        tmp_path: pathlib.Path) -> None:
+    from websockets.datastructures import Headers
+    from websockets.http11 import Response
+
+    def refuse(conn: Any, request: Any) -> Any:
+        return Response(403, "Forbidden", Headers([("Content-Length", "0")]), b"")
+
+    guarded = LoopbackServer(echo, process_request=refuse).start()
+    urls = [guarded.url, f"ws://127.0.0.1:{free_port()}/"]
+
+    async def run(url: str) -> Any:
+        async with aiohttp.ClientSession() as s:
+            try:
+                await s.ws_connect(url)
+            except aiohttp.WSServerHandshakeError as exc:
+                return ["WSServerHandshakeError", exc.status]
+            except aiohttp.ClientOSError as exc:
+                return ["ClientOSError", exc.errno]
+        return "open"
+
+    path = tmp_path / "r.json"
+    with dejacache.cassette(path, mode="record"):
+        recorded = [asyncio.run(run(u)) for u in urls]
+    guarded.stop()
+    assert recorded[0] == ["WSServerHandshakeError", 403] and recorded[1][0] == "ClientOSError"
+    with dejacache.cassette(path, mode="replay"):
+        assert [asyncio.run(run(u)) for u in urls] == recorded
+
+
+def test_outside_a_block_ws_connect_is_untouched(server: LoopbackServer) -> None:
+    async def run() -> Any:
+        async with aiohttp.ClientSession() as s, s.ws_connect(server.url) as ws:
+            return await ws.receive_json()
+
+    assert asyncio.run(run()) == {"hello": "/"}
+    assert not getattr(aiohttp.ClientSession.ws_connect, "__dejacache_patch__", False)
