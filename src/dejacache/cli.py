@@ -257,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .cassettes.importers.cli import add_import
 
     add_import(sub)  # import FILE -o CASSETTE (vcrpy, agentcassette)
+    from .proxying.cli import add_proxy_commands
+
+    add_proxy_commands(sub)  # proxy, mcp-proxy (any language's agent, any MCP client)
     return parser
 
 

@@ -1,0 +1,291 @@
+"""The proxy's server: it listens on loopback, routes each request to a session and an
+upstream, and saves its cassettes when it stops.
+
+``http://HOST:PORT/<upstream>/<rest>`` goes to the default session (``--cassette``);
+``/_dejacache/s/<id>/<upstream>/<rest>`` (or the header ``x-dejacache-session: <id>``) to a
+session a test runner opened; ``/_dejacache...`` is the control endpoint (``_control.py``).
+Every connection is served by one task; a request runs in its session's context
+(``Session.run``).
+
+Stopping (SIGTERM, SIGINT, or the command it ran exiting) stops accepting, lets requests in
+flight finish for ``grace`` seconds, then closes the sessions: the default cassette is
+written (atomically, by the cassette's writer), sessions their runner never closed are not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import ipaddress
+import os
+import pathlib
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import __version__
+from ..cassettes.block import default_mode
+from ..errors import ConfigurationError
+from ..http._libs import Lib, lib_named
+from ..http.providers import all_providers
+from ._control import PREFIX, SESSION_PREFIX, control
+from ._forward import Forwarder, Out, error_bytes, json_bytes
+from ._http1 import MAX_HEAD, BadRequest, Request, read_request
+from ._sessions import Session, Sessions, SessionSpec
+from .upstreams import Upstream, split_target, unknown_upstream
+
+__all__ = ["ProxyConfig", "ProxyServer", "command_env", "is_loopback", "serve"]
+
+#: Environment variables a command run under the proxy gets, per upstream name: the SDKs
+#: that read them (openai and anthropic, in Python and TypeScript) then go through it.
+BASE_URL_ENV = {"openai": ("OPENAI_BASE_URL", "/v1"), "anthropic": ("ANTHROPIC_BASE_URL", "")}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    """What ``dejacache proxy`` runs with. ``spec``: the settings of the default session,
+    and the defaults of those opened by a test runner."""
+
+    spec: SessionSpec
+    upstreams: Mapping[str, Upstream]
+    cassette: pathlib.Path | None = None
+    cassette_dir: pathlib.Path = pathlib.Path(".")
+    host: str = "127.0.0.1"
+    port: int = 0
+    allow_remote: bool = False
+    max_body: int = 256 * 1024 * 1024
+    grace: float = 10.0
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _lib() -> Lib:
+    for name in ("httpx2", "httpx"):
+        lib = lib_named(name)
+        if lib is not None:
+            return lib
+    raise ConfigurationError("dejacache proxy needs httpx2 or httpx: "
+                             "pip install 'dejacache[proxy]'")
+
+
+class ProxyServer:
+    """One proxy (see the module docstring): ``await start()``, then ``await stop()``."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.forwarder = Forwarder(_lib())
+        self.sessions = Sessions(config.cassette_dir)
+        self.url = ""
+        self._server: asyncio.base_events.Server | None = None
+        self._busy: dict[asyncio.Task[Any], bool] = {}  # connection -> inside a request
+        self._stopping = False
+        self._generic = next(p for p in all_providers() if p.name == "http")
+
+    async def start(self) -> str:
+        """Listen; the base URL. A ``ConfigurationError`` says why it cannot."""
+        host = self.config.host
+        if not (is_loopback(host) or self.config.allow_remote):
+            raise ConfigurationError(
+                f"--host {host} is not a loopback address: the proxy answers with recorded "
+                "calls and forwards live ones with the caller's credentials, so it listens "
+                "on loopback only unless --allow-remote is given")
+        if self.config.cassette is not None:  # read first: a damaged file fails by name
+            self.sessions.open_default(dataclasses.replace(self.config.spec,
+                                                           cassette=self.config.cassette))
+        try:
+            self._server = await asyncio.start_server(self._connection, host,
+                                                      self.config.port, limit=MAX_HEAD)
+        except OSError as exc:
+            await self.sessions.close_all(grace=0.0, save=False)  # nothing ran
+            raise ConfigurationError(
+                f"cannot listen on {host}:{self.config.port}: "
+                f"{exc.strerror or exc}") from None
+        port = self._server.sockets[0].getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown}:{port}"
+        return self.url
+
+    async def stop(self) -> list[dict[str, Any]]:
+        """Stop serving and close the sessions; what each one did."""
+        self._stopping = True
+        if self._server is not None:
+            self._server.close()
+        for task, busy in list(self._busy.items()):
+            if not busy:
+                task.cancel()  # idle keep-alive connections: nothing to finish
+        pending = [t for t in self._busy if not t.done()]
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=self.config.grace)
+            for task in late:
+                task.cancel()
+        summaries = await self.sessions.close_all(grace=1.0)
+        await self.forwarder.aclose()
+        return summaries
+
+    def status(self) -> dict[str, Any]:
+        default = self.sessions.default
+        return {
+            "dejacache": __version__, "url": self.url,
+            "cassette": str(default.spec.cassette) if default is not None else None,
+            "mode": default.mode if default is not None else (
+                self.config.spec.mode or default_mode()),
+            "cassette_dir": str(self.config.cassette_dir.resolve()),
+            "upstreams": {n: u.url for n, u in sorted(self.config.upstreams.items())},
+            "sessions": [s.id for s in self.sessions.all() if s is not default],
+        }
+
+    # ---------------------------------------------------------------- connections
+
+    async def _connection(self, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._busy[task] = False
+        out = Out(writer)
+        try:
+            while not self._stopping:
+                try:
+                    req = await read_request(reader, self.config.max_body, out.write)
+                except BadRequest as exc:
+                    await out.write(self._refusal(exc.status, str(exc), close=True))
+                    break
+                if req is None:
+                    break
+                self._busy[task] = True
+                try:
+                    await self._dispatch(req, out)
+                finally:
+                    self._busy[task] = False
+                if not req.keep_alive:
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the client went away; a stream it left is abandoned, not stored
+        finally:
+            self._busy.pop(task, None)
+            writer.close()
+
+    def _refusal(self, status: int, message: str, *, close: bool = False) -> bytes:
+        extra = [("connection", "close")] if close else []
+        return json_bytes(status, {"error": {"message": f"dejacache proxy: {message}",
+                                             "type": "dejacache_bad_request"}}, extra)
+
+    async def _dispatch(self, req: Request, out: Out) -> None:
+        target = req.target
+        session: Session | None
+        if target.startswith(SESSION_PREFIX):
+            sid, _, rest = target[len(SESSION_PREFIX):].partition("/")
+            session = self.sessions.find(sid)
+            if session is None or session.closed:
+                await out.write(self._refusal(404, f"no open session {sid[:40]!r}"))
+                return
+            target = "/" + rest
+        elif target == PREFIX or target.startswith((PREFIX + "/", PREFIX + "?")):
+            status, data = await control(self, req.method, target.partition("?")[0],
+                                         req.body)
+            await out.write(json_bytes(status, data))
+            return
+        else:
+            sid = req.get("x-dejacache-session") or ""
+            session = self.sessions.find(sid) if sid else self.sessions.default
+            if session is None or session.closed:
+                why = (f"no open session {sid[:40]!r}" if sid else
+                       "no cassette for this request: start the proxy with --cassette, or "
+                       f"open a session (POST {PREFIX}/sessions) and send its requests to "
+                       "its url")
+                await out.write(self._refusal(404, why))
+                return
+        name, rest = split_target(target)
+        upstream = session.upstreams.get(name) or self.config.upstreams.get(name)
+        if upstream is None:
+            table = {**self.config.upstreams, **session.upstreams}
+            await out.write(error_bytes(self._generic, 404, "dejacache_unknown_upstream",
+                                        unknown_upstream(name, table)))
+            return
+        up = upstream
+        await session.run(lambda: self.forwarder.answer(session, up, req, rest, out))
+
+
+# ---------------------------------------------------------------- running it
+
+
+def command_env(url: str, upstreams: Mapping[str, Upstream]) -> dict[str, str]:
+    """What a command run under the proxy at ``url`` finds in its environment."""
+    env = {"DEJACACHE_PROXY": url}
+    for name, (var, suffix) in BASE_URL_ENV.items():
+        if name in upstreams:
+            env[var] = f"{url}/{name}{suffix}"
+    return env
+
+
+def _announce(url: str, ready_file: pathlib.Path | None) -> None:
+    print(url, flush=True)
+    if ready_file is not None:
+        tmp = ready_file.with_name(ready_file.name + f".{os.getpid()}.tmp")
+        tmp.write_text(url + "\n", encoding="utf-8")
+        os.replace(tmp, ready_file)  # whoever polls for it reads a whole line or nothing
+
+
+def _report(summaries: list[dict[str, Any]]) -> None:
+    for s in summaries:
+        saved = "written" if s["saved"] else "not written"
+        print(f"dejacache proxy: {s['cassette']} ({s['mode']}): {s['replayed']} replayed, "
+              f"{s['recorded']} recorded, {s['missed']} missed; {saved}", file=sys.stderr)
+        if s["error"]:
+            print(f"dejacache proxy: {s['error']}", file=sys.stderr)
+
+
+async def _run(config: ProxyConfig, ready_file: pathlib.Path | None,
+               command: Sequence[str]) -> int:
+    server = ProxyServer(config)
+    url = await server.start()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    status = 0
+    try:
+        _announce(url, ready_file)
+        if command:
+            status = await _supervise(command, {**os.environ,
+                                                **command_env(url, config.upstreams)}, stop)
+        else:
+            await stop.wait()
+    finally:
+        _report(await server.stop())
+        if ready_file is not None:
+            with contextlib.suppress(OSError):
+                ready_file.unlink()
+    return status
+
+
+async def _supervise(command: Sequence[str], env: dict[str, str], stop: asyncio.Event) -> int:
+    """Run ``command``; its exit status, or 0 when the proxy is told to stop first."""
+    try:
+        child = await asyncio.create_subprocess_exec(*command, env=env)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from None
+    waiting = asyncio.ensure_future(child.wait())
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not waiting.done():
+        child.terminate()
+        await waiting
+        return 0
+    return waiting.result()
+
+
+def serve(config: ProxyConfig, *, ready_file: pathlib.Path | None = None,
+          command: Sequence[str] = ()) -> int:
+    """Run a proxy until SIGTERM/SIGINT (exit status 0) or until ``command`` exits (its
+    status)."""
+    return asyncio.run(_run(config, ready_file, command))
