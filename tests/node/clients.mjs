@@ -15,6 +15,8 @@ export const OPENAI_KEY = "sk-node-openai-9f3c2b7e1d";
 export const ANTHROPIC_KEY = "sk-ant-node-4e8a1c6f2b";
 
 const [base, ...scenarios] = process.argv.slice(2);
+// Appended to every prompt: a test changes the requests with it, to make them miss.
+const more = process.env.PROMPT_SUFFIX ?? "";
 const openai = new OpenAI({ baseURL: `${base}/openai/v1`, apiKey: OPENAI_KEY, maxRetries: 0 });
 const anthropic = new Anthropic({
   baseURL: `${base}/anthropic`, apiKey: ANTHROPIC_KEY, maxRetries: 0,
@@ -32,13 +34,13 @@ const weather = {
 const run = {
   async "openai-chat"() {
     const r = await openai.chat.completions.create({
-      model: "gpt-test", messages: [{ role: "user", content: "Say hello" }],
+      model: "gpt-test", messages: [{ role: "user", content: "Say hello" + more }],
     });
     return { id: r.id, text: r.choices[0].message.content };
   },
   async "openai-stream"() {
     const stream = await openai.chat.completions.create({
-      model: "gpt-test", stream: true, messages: [{ role: "user", content: "Stream a hello" }],
+      model: "gpt-test", stream: true, messages: [{ role: "user", content: "Stream a hello" + more }],
     });
     const pieces = [];
     for await (const chunk of stream) pieces.push(chunk.choices[0]?.delta?.content ?? "");
@@ -46,7 +48,7 @@ const run = {
   },
   async "openai-tools"() {
     // Two turns: the tool call's id goes back in the second request (aliased by the cassette).
-    const messages = [{ role: "user", content: "Weather in Paris?" }];
+    const messages = [{ role: "user", content: "Weather in Paris?" + more }];
     const first = await openai.chat.completions.create({
       model: "gpt-test", messages, tools: [weather],
     });
@@ -59,9 +61,9 @@ const run = {
     return { call: call.id, text: second.choices[0].message.content };
   },
   async "openai-responses"() {
-    const r = await openai.responses.create({ model: "gpt-test", input: "One word" });
+    const r = await openai.responses.create({ model: "gpt-test", input: "One word" + more });
     const s = await openai.responses.create({
-      model: "gpt-test", input: "Stream one word", stream: true,
+      model: "gpt-test", input: "Stream one word" + more, stream: true,
     });
     const deltas = [];
     for await (const ev of s) if (ev.type === "response.output_text.delta") deltas.push(ev.delta);
@@ -69,14 +71,14 @@ const run = {
   },
   async "anthropic-messages"() {
     const m = await anthropic.messages.create({
-      model: "claude-test", max_tokens: 64, messages: [{ role: "user", content: "Hi Claude" }],
+      model: "claude-test", max_tokens: 64, messages: [{ role: "user", content: "Hi Claude" + more }],
     });
     return { id: m.id, text: m.content[0].text };
   },
   async "anthropic-stream"() {
     const stream = anthropic.messages.stream({
       model: "claude-test", max_tokens: 64,
-      messages: [{ role: "user", content: "Stream, Claude" }],
+      messages: [{ role: "user", content: "Stream, Claude" + more }],
     });
     const pieces = [];
     stream.on("text", (t) => pieces.push(t));
@@ -84,11 +86,11 @@ const run = {
     return { pieces, id: final.id };
   },
   async "ai-generate"() {
-    const r = await generateText({ model: vercel.chat("gpt-test"), prompt: "Generate a hello" });
+    const r = await generateText({ model: vercel.chat("gpt-test"), prompt: "Generate a hello" + more });
     return { text: r.text };
   },
   async "ai-stream"() {
-    const r = streamText({ model: vercel.chat("gpt-test"), prompt: "Stream a hello, AI SDK" });
+    const r = streamText({ model: vercel.chat("gpt-test"), prompt: "Stream a hello, AI SDK" + more });
     const pieces = [];
     for await (const t of r.textStream) pieces.push(t);
     return { pieces };
@@ -97,7 +99,7 @@ const run = {
     // 50 streams at once, each asking its own question: each must get its own answer.
     const one = async (i) => {
       const s = await openai.chat.completions.create({
-        model: "gpt-test", stream: true, messages: [{ role: "user", content: `Question ${i}` }],
+        model: "gpt-test", stream: true, messages: [{ role: "user", content: `Question ${i}${more}` }],
       });
       let text = "";
       for await (const c of s) text += c.choices[0]?.delta?.content ?? "";

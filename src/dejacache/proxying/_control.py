@@ -134,7 +134,7 @@ async def _route(server: ProxyServer, method: str, path: str, raw: bytes
         raise _Refused(404, f"no control endpoint {method} {path}; see GET {PREFIX}")
     data = _body(raw)
     if len(parts) == 1:
-        session = server.sessions.open(session_spec(server, data))
+        session = await server.sessions.open(session_spec(server, data))
         return 201, {"id": session.id, "url": f"{server.url}{SESSION_PREFIX}{session.id}",
                      "cassette": str(session.spec.cassette), "mode": session.mode}
     found = server.sessions.find(parts[1])

@@ -160,7 +160,7 @@ class Forwarder:
             kind = ("dejacache_replay_divergence" if isinstance(miss, ReplayDivergence)
                     else "dejacache_replay_miss")
             await out.write(error_bytes(self.provider_for(hreq, upstream), 404, kind,
-                                        str(miss)))
+                                        f"{type(miss).__name__}: {miss}"))
             return
         except Exception as exc:
             await out.write(self._failure(hreq, upstream, exc))

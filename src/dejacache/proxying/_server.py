@@ -99,7 +99,7 @@ class ProxyServer:
                 "calls and forwards live ones with the caller's credentials, so it listens "
                 "on loopback only unless --allow-remote is given")
         if self.config.cassette is not None:  # read first: a damaged file fails by name
-            self.sessions.open_default(dataclasses.replace(self.config.spec,
+            await self.sessions.open_default(dataclasses.replace(self.config.spec,
                                                            cassette=self.config.cassette))
         try:
             self._server = await asyncio.start_server(self._connection, host,

@@ -76,7 +76,7 @@ def cassette_under(root: pathlib.Path, name: str) -> pathlib.Path:
 
 
 class Session:
-    """One open cassette block (see the module docstring)."""
+    """One open cassette block (see the module docstring); :meth:`open` enters it."""
 
     def __init__(self, sid: str, spec: SessionSpec) -> None:
         self.id = sid
@@ -88,23 +88,31 @@ class Session:
             redact=list(spec.redact) or None, volatile=spec.volatile,
             rerecord_hint=spec.rerecord_hint)
         self.options = Options(realtime=spec.realtime)
-        ctx = contextvars.copy_context()
-        self.tape: Cassette = ctx.run(self.block.__enter__)
-        try:
-            self.tape.exists  # noqa: B018  (read now: a damaged file fails here, by name)
-            self.tape.stats()
-        except BaseException:
-            ctx.run(self.block.__exit__, RuntimeError, None, None)
-            raise
-        self.eff: Effective = ctx.run(current)
-        self._ctx = ctx
+        self._ctx = contextvars.copy_context()
         self._inflight = 0
         self._idle: asyncio.Event | None = None
         self.closed = False
 
+    async def open(self) -> Session:
+        """Enter the block and read its file, in a worker thread: a large cassette must not
+        hold up the other sessions' requests. A damaged file fails here, by name."""
+        self.tape: Cassette = await asyncio.to_thread(self._ctx.run, self._enter)
+        self.eff: Effective = self._ctx.run(current)
+        return self
+
+    def _enter(self) -> Cassette:
+        tape = self.block.__enter__()
+        try:
+            tape.stats()  # reads and indexes the file
+        except BaseException:
+            self.block.__exit__(RuntimeError, None, None)
+            raise
+        return tape
+
     @property
     def mode(self) -> str:
-        return self.tape.mode
+        tape = getattr(self, "tape", None)  # None while it opens
+        return tape.mode if tape is not None else (self.spec.mode or "opening")
 
     async def run(self, fn: Callable[[], Awaitable[T]]) -> T:
         """``fn()`` as a task in this session's context (see the module docstring)."""
@@ -133,8 +141,9 @@ class Session:
         self.closed = True
         before = _stamp(self.spec.cassette)
         error = None
-        try:
-            self._ctx.run(self.block.__exit__, None if ok else AssertionError, None, None)
+        try:  # the file is written in a worker thread, as it was read
+            await asyncio.to_thread(self._ctx.run, self.block.__exit__,
+                                    None if ok else AssertionError, None, None)
         except (AssertionError, DejacacheError) as exc:  # a strict contract broken, a save
             error = str(exc)
         tape = self.tape
@@ -169,15 +178,19 @@ class Sessions:
             if s.spec.cassette == path:
                 raise ConfigurationError(f"cassette {path} is already open in session {s.id}")
 
-    def open_default(self, spec: SessionSpec) -> Session:
-        self.default = Session("default", spec)
+    async def open_default(self, spec: SessionSpec) -> Session:
+        self.default = await Session("default", spec).open()
         return self.default
 
-    def open(self, spec: SessionSpec) -> Session:
+    async def open(self, spec: SessionSpec) -> Session:
         self._check_free(spec.cassette)
         session = Session(secrets.token_hex(8), spec)
-        self._by_id[session.id] = session
-        return session
+        self._by_id[session.id] = session  # taken while it opens: a second open waits no file
+        try:
+            return await session.open()
+        except BaseException:
+            del self._by_id[session.id]
+            raise
 
     def find(self, sid: str) -> Session | None:
         return self._by_id.get(sid)

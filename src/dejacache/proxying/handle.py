@@ -113,14 +113,16 @@ class ProxySession:
 class ProxyProcess:
     """A running ``dejacache proxy`` (see :func:`proxy`)."""
 
-    def __init__(self, argv: list[str], *, timeout: float) -> None:
+    def __init__(self, argv: list[str], *, timeout: float,
+                 env: Mapping[str, str] | None = None) -> None:
         self._dir = tempfile.TemporaryDirectory(prefix="dejacache-proxy-")
         ready = pathlib.Path(self._dir.name) / "ready"
         self._stderr = open(pathlib.Path(self._dir.name) / "stderr", "w+b")  # noqa: SIM115
         self.returncode: int | None = None
         self.proc = subprocess.Popen(
             [sys.executable, "-c", _ENTRY, "proxy", *argv, "--ready-file", str(ready)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr)
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
+            env=dict(env) if env is not None else None)
         try:
             self.url = self._wait(ready, timeout)
         except BaseException:
@@ -154,11 +156,15 @@ class ProxyProcess:
 
     def session(self, cassette: str | os.PathLike[str], *, mode: str | None = None,
                 strict: bool = False, live: Iterable[str] | None = None,
-                replay_until: int | None = None, upstreams: Mapping[str, str] | None = None,
+                replay_until: int | None = None, max_age: str | None = None,
+                on_expiry: str | None = None, upstreams: Mapping[str, str] | None = None,
                 rerecord: str | None = None) -> ProxySession:
-        """Open ``cassette`` (under the proxy's cassette directory) as a session."""
+        """Open ``cassette`` (under the proxy's cassette directory) as a session: the
+        arguments are ``dejacache.cassette``'s; ``upstreams`` routes this session's
+        requests; ``rerecord`` is the command a miss report says re-records it."""
         data: dict[str, Any] = {"cassette": os.fspath(cassette), "strict": strict}
         for key, value in (("mode", mode), ("replay_until", replay_until),
+                           ("max_age", max_age), ("on_expiry", on_expiry),
                            ("rerecord", rerecord)):
             if value is not None:
                 data[key] = value
@@ -206,12 +212,15 @@ def proxy(
     max_age: str | None = None,
     port: int = 0,
     timeout: float = 60.0,
+    env: Mapping[str, str] | None = None,
 ) -> ProxyProcess:
     """Start ``dejacache proxy`` (see the module docstring); use it as a context manager.
 
     ``cassette``: where requests to :attr:`ProxyProcess.url` are recorded and replayed
     (optional when only sessions are used); ``upstreams``: ``{"openai": URL}`` added over
-    the built-in ones; the other arguments are ``dejacache.cassette``'s."""
+    the built-in ones; ``env``: the proxy's whole environment (default: this process's;
+    where ``CI`` and ``DEJACACHE_MODE`` choose its default mode and AWS credentials are
+    found); the other arguments are ``dejacache.cassette``'s."""
     argv: list[str] = ["--port", str(port)]
     if cassette is not None:
         argv += ["--cassette", os.fspath(cassette)]
@@ -227,4 +236,4 @@ def proxy(
         argv += ["--live", ",".join(live)]
     for name, url in (upstreams or {}).items():
         argv += ["--upstream", f"{name}={url}"]
-    return ProxyProcess(argv, timeout=timeout)
+    return ProxyProcess(argv, timeout=timeout, env=env)
