@@ -106,9 +106,9 @@ class ProxyServer:
                                                       self.config.port, limit=MAX_HEAD)
         except OSError as exc:
             await self.sessions.close_all(grace=0.0, save=False)  # nothing ran
-            raise ConfigurationError(
-                f"cannot listen on {host}:{self.config.port}: "
-                f"{exc.strerror or exc}") from None
+            why = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise ConfigurationError(f"cannot listen on {host}:{self.config.port}: {why}"
+                                     ) from None
         port = self._server.sockets[0].getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{port}"

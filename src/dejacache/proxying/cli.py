@@ -80,14 +80,15 @@ def _add_proxy(sub: Any) -> None:
                    help="write the base URL here once listening (removed on exit)")
     p.add_argument("--realtime", action="store_true",
                    help="replay streams at their recorded pace")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD",
+    # (not "command": the dejacache parser keeps the subcommand's name there)
+    p.add_argument("run", nargs=argparse.REMAINDER, metavar="-- CMD",
                    help="run CMD under the proxy and exit with its status")
-    p.set_defaults(func=_cmd_proxy, passthrough="command")
+    p.set_defaults(func=_cmd_proxy, passthrough="run")
 
 
 def _command(args: argparse.Namespace, prog: str) -> list[str]:
     """The command after ``--`` (anything else left over is an unknown argument)."""
-    cmd = list(args.command)
+    cmd = list(args.run)
     if cmd[:1] == ["--"]:
         cmd = cmd[1:]
         if not cmd:
@@ -151,9 +152,9 @@ def _add_mcp_proxy(sub: Any) -> None:
     _add_cassette_options(p)
     p.add_argument("--upstream", metavar="URL", default=None,
                    help="a streamable-HTTP MCP server instead of a stdio CMD")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD",
+    p.add_argument("run", nargs=argparse.REMAINDER, metavar="-- CMD",
                    help="the stdio MCP server to start when a call must go live")
-    p.set_defaults(func=_cmd_mcp_proxy, passthrough="command")
+    p.set_defaults(func=_cmd_mcp_proxy, passthrough="run")
 
 
 def _cmd_mcp_proxy(args: argparse.Namespace) -> int:
