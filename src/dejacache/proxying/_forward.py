@@ -27,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from ..cassettes.placeholder_keys import carries_placeholder
 from ..errors import ConfigurationError, ReplayDivergence, ReplayMiss
 from ..http._libs import Lib
 from ..http.providers import Provider, all_providers, detect
@@ -123,6 +124,11 @@ class Forwarder:
         send = self.transport.handle_async_request
 
         async def send_signed(hreq: Any) -> Any:
+            if carries_placeholder(hreq):
+                raise ConfigurationError(
+                    "this call would go live with the placeholder API key the proxy gave its "
+                    "command for replaying (OPENAI_API_KEY / ANTHROPIC_API_KEY were unset): "
+                    "set the key and record again")
             scope = signed_scope(hreq.headers.multi_items())
             if scope is None:
                 return await send(hreq)

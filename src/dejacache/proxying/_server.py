@@ -27,6 +27,7 @@ from typing import Any
 
 from .. import __version__
 from ..cassettes.block import default_mode
+from ..cassettes.placeholder_keys import KEY_VARIABLES, PLACEHOLDER
 from ..errors import ConfigurationError
 from ..http._libs import Lib, lib_named
 from ..http.providers import all_providers
@@ -217,12 +218,17 @@ class ProxyServer:
 # ---------------------------------------------------------------- running it
 
 
-def command_env(url: str, upstreams: Mapping[str, Upstream]) -> dict[str, str]:
-    """What a command run under the proxy at ``url`` finds in its environment."""
+def command_env(url: str, upstreams: Mapping[str, Upstream], mode: str,
+                environ: Mapping[str, str]) -> dict[str, str]:
+    """What a command run under the proxy at ``url`` finds in its environment. Replaying,
+    an API key it lacks is the placeholder the pytest plugin supplies too (the SDKs refuse
+    to start without one); the proxy never sends it on."""
     env = {"DEJACACHE_PROXY": url}
     for name, (var, suffix) in BASE_URL_ENV.items():
         if name in upstreams:
             env[var] = f"{url}/{name}{suffix}"
+    if mode == "replay":
+        env.update({k: PLACEHOLDER for k in KEY_VARIABLES if not environ.get(k)})
     return env
 
 
@@ -255,8 +261,9 @@ async def _run(config: ProxyConfig, ready_file: pathlib.Path | None,
     try:
         _announce(url, ready_file)
         if command:
-            status = await _supervise(command, {**os.environ,
-                                                **command_env(url, config.upstreams)}, stop)
+            mode = config.spec.mode or default_mode()
+            env = command_env(url, config.upstreams, mode, os.environ)
+            status = await _supervise(command, {**os.environ, **env}, stop)
         else:
             await stop.wait()
     finally:

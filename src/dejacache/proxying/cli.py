@@ -80,6 +80,9 @@ def _add_proxy(sub: Any) -> None:
                    help="write the base URL here once listening (removed on exit)")
     p.add_argument("--realtime", action="store_true",
                    help="replay streams at their recorded pace")
+    p.add_argument("--node-helper", metavar="DIR", default=None,
+                   help="copy the helper for Node test runners (dejacache-proxy.mjs, a "
+                        "cassette per test; and its types) into DIR, and exit")
     # (not "command": the dejacache parser keeps the subcommand's name there)
     p.add_argument("run", nargs=argparse.REMAINDER, metavar="-- CMD",
                    help="run CMD under the proxy and exit with its status")
@@ -125,6 +128,8 @@ def _split(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
 
 
 def _cmd_proxy(args: argparse.Namespace) -> int:
+    if args.node_helper is not None:
+        return _copy_node_helper(pathlib.Path(args.node_helper))
     from ._config import config_from_args
     from ._server import serve
 
@@ -133,6 +138,16 @@ def _cmd_proxy(args: argparse.Namespace) -> int:
     config = config_from_args(args, _rerecord(cassette))
     ready = pathlib.Path(args.ready_file) if args.ready_file else None
     return serve(config, ready_file=ready, command=command)
+
+
+def _copy_node_helper(directory: pathlib.Path) -> int:
+    import shutil
+
+    if not directory.is_dir():
+        _fail("dejacache proxy", f"--node-helper {directory}: no such directory")
+    for source in sorted((pathlib.Path(__file__).parent / "node").glob("dejacache-proxy.*")):
+        print(shutil.copyfile(source, directory / source.name))
+    return 0
 
 
 def _fail(prog: str, message: str) -> NoReturn:
