@@ -177,6 +177,31 @@ def test_console_script_runs_demo_and_stats(tmp_path: pathlib.Path) -> None:
     assert json.loads(st.stdout)["entries"] == 10
 
 
+def test_python_m_dejacache_is_the_console_script(tmp_path: pathlib.Path) -> None:
+    exe = shutil.which("dejacache", path=str(pathlib.Path(sys.executable).parent))
+    assert exe is not None, "the dejacache console script is not installed in this venv"
+    env = {**os.environ, "DEJACACHE_DIR": str(tmp_path / "dc"), "DEJACACHE_DEMO_LATENCY": "0.01"}
+
+    def both(*args: str) -> list[subprocess.CompletedProcess[str]]:
+        return [subprocess.run([*cmd, *args], env=env, capture_output=True, text=True,
+                               timeout=60, cwd=tmp_path, check=False)
+                for cmd in ([exe], [sys.executable, "-m", "dejacache"])]
+
+    script, module = both("demo", "--plain")
+    assert module.returncode == 0, module.stderr
+    assert "same answers: yes" in module.stdout
+    script, module = both("stats", "--json")
+    assert module.returncode == script.returncode == 0, module.stderr
+    assert json.loads(module.stdout) == json.loads(script.stdout)
+    assert json.loads(module.stdout)["entries"] == 10  # the demo's, run through ``-m``
+    script, module = both("--version")
+    assert module.returncode == script.returncode == 0
+    assert module.stdout == script.stdout and module.stdout.strip()
+    script, module = both("nope")  # usage errors: status 2, the same program name
+    assert module.returncode == script.returncode == 2
+    assert "usage: dejacache" in module.stderr and module.stderr == script.stderr
+
+
 def test_store_error_is_one_line_not_a_traceback(
     tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -8,7 +8,7 @@ import functools
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -105,6 +105,191 @@ def test_methods_ignore_self(store: dejacache.MemoryStore) -> None:
     assert Svc("b").lookup(1) == "a1"  # documented: self is not part of the key
     assert Svc.build(3) == Svc.build(3) == 3
     assert calls == [("a", 1), ("cls", 3)]
+
+
+class _Assistant:
+    """Two instances with different models answer differently: the instance matters."""
+
+    LIVE: ClassVar[list[tuple[str, str]]] = []
+
+    def __init__(self, model: str, client: Any = None) -> None:
+        self.model = model
+        self.client = client  # (not data: never keyable)
+
+    def _answer(self, q: str) -> str:
+        self.LIVE.append((self.model, q))
+        return f"{self.model}: {q}"
+
+
+class _KeyedByMethod(_Assistant):
+    def __dejacache_key__(self) -> dict[str, str]:
+        return {"model": self.model}
+
+    @dejacache.cache
+    def ask(self, q: str) -> str:
+        return self._answer(q)
+
+
+class _KeyedByNames(_Assistant):
+    __dejacache_key__ = ("model",)
+
+    @dejacache.cache
+    def ask(self, q: str) -> str:
+        return self._answer(q)
+
+    @dejacache.cache
+    async def aask(self, q: str) -> str:
+        return self._answer(q)
+
+    @dejacache.cache
+    def stream(self, q: str) -> Iterator[str]:
+        yield self._answer(q)
+
+
+@pytest.mark.parametrize("cls", [_KeyedByMethod, _KeyedByNames])
+def test_a_class_that_says_how_to_key_it_brings_its_instance_into_the_key(
+    store: dejacache.MemoryStore, cls: type[_KeyedByMethod],
+) -> None:
+    # The instance's own data is the key's, not its identity: a new instance with the same
+    # model hits, one with another model runs, whatever the call's spelling.
+    _Assistant.LIVE.clear()
+    assert cls("gpt-4o").ask("hi") == "gpt-4o: hi"
+    assert cls("gpt-4o-mini").ask("hi") == "gpt-4o-mini: hi"
+    assert cls("gpt-4o", client=object()).ask(q="hi") == "gpt-4o: hi"
+    assert cls.ask(cls("gpt-4o-mini"), "hi") == "gpt-4o-mini: hi"
+    assert _Assistant.LIVE == [("gpt-4o", "hi"), ("gpt-4o-mini", "hi")]
+    assert cls.ask.explain(cls("o3"), "hi").arguments == {  # type: ignore[attr-defined]
+        "q": "hi", "self": {"model": "o3"}}
+
+
+async def test_every_wrapper_keys_the_instance_its_class_says(
+    store: dejacache.MemoryStore,
+) -> None:
+    _Assistant.LIVE.clear()
+    for model in ("a", "b", "a"):
+        assert await _KeyedByNames(model).aask("q") == f"{model}: q"
+        assert list(_KeyedByNames(model).stream("q")) == [f"{model}: q"]
+    assert _Assistant.LIVE == [("a", "q"), ("a", "q"), ("b", "q"), ("b", "q")]
+
+
+def test_key_self_keys_a_dataclass_or_model_instance_by_its_data(
+    store: dejacache.MemoryStore,
+) -> None:
+    import dataclasses
+
+    pydantic = pytest.importorskip("pydantic")
+    live: list[str] = []
+
+    @dataclasses.dataclass
+    class Agent:
+        model: str
+        temperature: float = 0.0
+
+        @dejacache.cache(key_self=True)
+        def ask(self, q: str) -> str:
+            live.append(f"{self.model}/{self.temperature}")
+            return self.model
+
+    class Settings(pydantic.BaseModel):  # type: ignore[misc,name-defined]
+        model: str
+
+        @dejacache.cache(key_self=True)
+        def ask(self, q: str) -> str:
+            live.append(self.model)
+            return self.model
+
+    for _ in range(2):
+        Agent("a").ask("q"), Agent("a", 0.5).ask("q"), Agent("b").ask("q")
+        Settings(model="a").ask("q"), Settings(model="b").ask("q")
+    assert live == ["a/0.0", "a/0.5", "b/0.0", "a", "b"]
+
+
+def test_key_self_on_an_instance_with_no_canonical_form_names_the_way_out(
+    store: dejacache.MemoryStore,
+) -> None:
+    class Plain:
+        @dejacache.cache(key_self=True)
+        def ask(self, q: str) -> str:
+            return q
+
+    with pytest.raises(dejacache.UnhashableArgument, match=(
+            r"argument 'self' of .*Plain\.ask has type .*Plain, which has no canonical form; "
+            r"give Plain a __dejacache_key__ .*key_self=False")) as info:
+        Plain().ask("q")
+    assert info.value.argument == "self"
+
+    class Typo:
+        __dejacache_key__ = ("modle",)
+
+        @dejacache.cache
+        def ask(self, q: str) -> str:
+            return q
+
+    with pytest.raises(dejacache.UnhashableArgument,
+                       match=r"no attribute 'modle', which Typo.__dejacache_key__ names"):
+        Typo().ask("q")
+
+
+def test_key_self_on_a_classmethod_keys_the_class_by_its_qualified_name(
+    store: dejacache.MemoryStore,
+) -> None:
+    live: list[str] = []
+
+    class Base:
+        @classmethod
+        @dejacache.cache(key_self=True)
+        def create(cls, q: str) -> str:
+            live.append(cls.__name__)
+            return cls.__name__
+
+    class Child(Base):
+        pass
+
+    assert [Base.create("q"), Child.create("q"), Child().create("q")] == [
+        "Base", "Child", "Child"]
+    assert live == ["Base", "Child"]
+    assert Base.create.explain(Child, "q").arguments["cls"].endswith(  # type: ignore[attr-defined]
+        "<locals>.Child")
+
+
+def test_key_self_false_leaves_the_instance_out_whatever_its_class_says(
+    store: dejacache.MemoryStore,
+) -> None:
+    class Shared(_Assistant):
+        __dejacache_key__ = ("model",)
+
+        @dejacache.cache(key_self=False)
+        def ask(self, q: str) -> str:
+            return self._answer(q)
+
+    _Assistant.LIVE.clear()
+    assert Shared("a").ask("q") == Shared("b").ask("q") == "a: q"
+    assert _Assistant.LIVE == [("a", "q")]
+
+
+def test_key_self_is_refused_where_it_cannot_mean_anything() -> None:
+    def plain(self: Any, q: str) -> str:  # not defined in a class: self is an argument
+        return q
+
+    with pytest.raises(dejacache.ConfigurationError, match=r"key_self=True on .*plain: it is "
+                                                           r"not a method"):
+        dejacache.cache(key_self=True)(plain)
+    with pytest.raises(dejacache.ConfigurationError, match="not a method"):
+        class S:
+            @staticmethod
+            @dejacache.cache(key_self=True)
+            def f(q: str) -> str:
+                return q
+    with pytest.raises(dejacache.ConfigurationError, match=r"contradicts ignore=\['self'\]"):
+        class Ignoring:
+            @dejacache.cache(key_self=True, ignore=["self"])
+            def f(self, q: str) -> str:
+                return q
+    with pytest.raises(dejacache.ConfigurationError, match="True, False or None, not 'yes'"):
+        class Y:
+            @dejacache.cache(key_self="yes")  # type: ignore[call-overload]
+            def f(self, q: str) -> str:
+                return q
 
 
 def test_partial_and_callable_objects(store: dejacache.MemoryStore) -> None:

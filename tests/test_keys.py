@@ -336,6 +336,95 @@ def test_dunder_hook_gives_a_type_its_canonical_form() -> None:
     assert _k(m=Money(5)) != _k(m=Money(6))
 
 
+def test_dunder_hook_may_name_attributes() -> None:
+    class Money:
+        __dejacache_key__ = ("cents", "currency")
+
+        def __init__(self, cents: int, currency: str = "EUR", note: str = "") -> None:
+            self.cents, self.currency, self.note = cents, currency, note
+
+    assert _k(m=Money(5, note="a")) == _k(m=Money(5, note="b")) == _k(
+        m={"cents": 5, "currency": "EUR"})
+    assert _k(m=Money(5)) != _k(m=Money(5, "USD"))
+
+    class One:
+        __dejacache_key__ = "cents"  # one name
+
+        def __init__(self, cents: int) -> None:
+            self.cents = cents
+
+    assert _k(m=One(5)) == _k(m={"cents": 5}) != _k(m=One(6))
+
+
+def test_a_dataclass_or_model_that_defines_the_hook_is_keyed_by_it() -> None:
+    # The class says how to key it: its fields do not (a client or a cache among them made
+    # it unkeyable, a timestamp made every call miss).
+    @dataclasses.dataclass
+    class Agent:
+        model: str
+        started: float
+
+        def __dejacache_key__(self) -> Any:
+            return {"model": self.model}
+
+    class Config(pydantic.BaseModel):
+        model: str
+        started: float
+        __dejacache_key__ = ("model",)
+
+    assert _k(a=Agent("m", 1.0)) == _k(a=Agent("m", 2.0)) == _k(a={"model": "m"})
+    assert _k(a=Config(model="m", started=1.0)) == _k(a=Config(model="m", started=2.0))
+
+
+# A method's receiver: out of the key unless its class says how to key it.
+
+
+class _Configured:
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+    def __dejacache_key__(self) -> Any:
+        return {"config": self.config}
+
+    def ask(self, q: Any) -> None: ...
+
+
+class _Unsaid:
+    def __init__(self, config: Any) -> None:
+        self.config = config
+
+    def ask(self, q: Any) -> None: ...
+
+
+_KEYED = KeyBuilder(_Configured.ask, "ask")
+_UNSAID = KeyBuilder(_Unsaid.ask, "ask")
+_SEED = keys.key_seed("ns", "ask")
+
+
+def _spellings(inst: Any, q: Any) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+    """The ways a method is called: bound (by position or keyword), through the class."""
+    return [((inst, q), {}), ((inst,), {"q": q}), ((), {"self": inst, "q": q})]
+
+
+@settings(_BASE, max_examples=150)
+@given(_values, _values, _values)
+def test_a_receiver_is_keyed_by_exactly_what_its_class_says(a: Any, b: Any, q: Any) -> None:
+    same = canonical_json({"c": a}) == canonical_json({"c": b})
+    for (args_a, kw_a), (args_b, kw_b) in zip(_spellings(_Configured(a), q),
+                                              _spellings(_Configured(b), q), strict=True):
+        assert (_KEYED.canonical(args_a, kw_a) == _KEYED.canonical(args_b, kw_b)) == same
+        # the decorator's fast key: the same rule (methods never take the shortcuts)
+        assert (_KEYED.bind_key(args_a, kw_a, _SEED)[1]
+                == _KEYED.bind_key(args_b, kw_b, _SEED)[1]) == same
+    for (args_a, kw_a), (args_b, kw_b) in zip(_spellings(_Unsaid(a), q),
+                                              _spellings(_Unsaid(b), q), strict=True):
+        assert _UNSAID.canonical(args_a, kw_a) == _UNSAID.canonical(args_b, kw_b)
+        assert _UNSAID.bind_key(args_a, kw_a, _SEED)[1] == _UNSAID.bind_key(args_b, kw_b,
+                                                                            _SEED)[1]
+    keys_a = {_KEYED.bind_key(args, kw, _SEED)[1] for args, kw in _spellings(_Configured(a), q)}
+    assert len(keys_a) == 1  # every spelling of one call, one key
+
+
 # ------------------------------------------------------------------------------ non-finite floats
 
 

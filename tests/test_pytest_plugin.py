@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import re
 
 import orjson
 import pytest
@@ -657,3 +658,203 @@ def test_plan():
     res = run(pytester, "--dejacache-verify")
     res.assert_outcomes(passed=1)
     assert res.ret == 0, res.stdout.str()
+
+
+# ---------------------------------------------------------------- Ctrl-C
+# A real pytest process recording 20 calls to a loopback server gets SIGINT from the server
+# when the 10th call arrives; that call is never answered (the server waits for the client to
+# hang up), so the signal lands while the test is blocked in the middle of its recording. No
+# sleep decides anything: the server's counter is the synchronisation.
+
+INTERRUPTED_SUITE = """
+import os, dejacache, httpx, pytest
+
+URL = os.environ["DEJACACHE_TEST_URL"]
+
+def record_twenty():
+    with httpx.Client() as client:
+        for i in range(20):
+            assert client.post(URL, json={"call": i}).json()["call"] == i
+
+def test_fixture(dejacache_cassette):
+    record_twenty()
+
+@pytest.mark.dejacache(record_on_error=True)
+def test_marker():
+    record_twenty()
+
+def test_block():
+    # record_on_error keeps a failing block's calls; an interrupted one is not a failure
+    with dejacache.cassette("cassettes/by_hand.json", record_on_error=True):
+        record_twenty()
+"""
+
+
+class _Interrupter:
+    """A loopback server that answers each POST with its body, and on the ``at``-th sends
+    SIGINT to ``pid`` and holds the call until the client hangs up."""
+
+    def __init__(self, at: int | None) -> None:
+        import http.server
+        import threading
+
+        self.at, self.count, self.pid = at, 0, 0
+        self.pid_known = threading.Event()
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                with outer.lock:
+                    outer.count += 1
+                    n = outer.count
+                if n == outer.at:
+                    import os
+                    import signal
+
+                    assert outer.pid_known.wait(60)
+                    os.kill(outer.pid, signal.SIGINT)
+                    self.connection.settimeout(60)  # a bound, not a synchronisation
+                    self.connection.recv(1)  # until the interrupted client hangs up
+                    self.close_connection = True
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/call"
+
+    def run(self, pytester: pytest.Pytester, *args: str) -> tuple[int, str]:
+        import subprocess
+        import sys
+
+        proc = pytester.popen([sys.executable, "-m", "pytest", *_QUIET, *args],
+                              stdin=subprocess.DEVNULL)
+        self.pid = proc.pid
+        self.pid_known.set()
+        out, err = proc.communicate(timeout=100)
+        return proc.returncode, out.decode() + err.decode()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _interrupted_run(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                     test: str, *args: str, at: int | None = 10) -> tuple[int, str, int]:
+    server = _Interrupter(at)
+    monkeypatch.setenv("DEJACACHE_TEST_URL", server.url)
+    try:
+        code, out = server.run(pytester, f"test_agent.py::{test}", *args)
+    finally:
+        server.stop()
+    return code, out, server.count
+
+
+@pytest.mark.parametrize(("test", "name"), [("test_fixture", "test_agent/test_fixture.json"),
+                                            ("test_marker", "test_agent/test_marker.json"),
+                                            ("test_block", "by_hand.json")])
+def test_ctrl_c_in_a_recording_test_writes_nothing_and_says_so(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, test: str, name: str,
+) -> None:
+    pytester.makepyfile(test_agent=INTERRUPTED_SUITE)
+    code, out, calls = _interrupted_run(pytester, monkeypatch, test)
+    assert (code, calls) == (pytest.ExitCode.INTERRUPTED, 10), out
+    assert "KeyboardInterrupt" in out
+    path = pytester.path / "cassettes" / name
+    assert not path.exists(), out
+    said = (r"\nrecording discarded \(KeyboardInterrupt\): 9 calls not written to "
+            rf"\S*cassettes/{name} \(test_agent.py::{test}\)\n")
+    assert re.search(said, out), out
+
+
+def test_ctrl_c_while_re_recording_leaves_the_cassette_as_it_was(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pytester.makepyfile(test_agent=INTERRUPTED_SUITE)
+    code, out, calls = _interrupted_run(pytester, monkeypatch, "test_fixture", at=None)
+    assert (code, calls) == (pytest.ExitCode.OK, 20), out
+    path = pytester.path / "cassettes" / "test_agent" / "test_fixture.json"
+    before = path.read_bytes()
+    assert len(orjson.loads(before)["entries"]) == 20
+    code, out, calls = _interrupted_run(pytester, monkeypatch, "test_fixture",
+                                        "--dejacache-mode=record")
+    assert (code, calls) == (pytest.ExitCode.INTERRUPTED, 10), out
+    assert path.read_bytes() == before
+    assert "recording discarded (KeyboardInterrupt): 9 calls not written" in out, out
+
+
+@pytest.mark.parametrize(("stop", "reason", "code"), [
+    ('pytest.exit("enough")', "SystemExit", pytest.ExitCode.INTERRUPTED),
+    ("raise SystemExit(3)", "SystemExit", pytest.ExitCode.TESTS_FAILED),
+])
+def test_a_test_stopped_mid_recording_writes_nothing_and_says_so(
+    pytester: pytest.Pytester, stop: str, reason: str, code: pytest.ExitCode,
+) -> None:
+    # pytest.exit() ends the session as Ctrl-C does (no call report, fixtures torn down at
+    # the session's end); SystemExit fails the test, and record_on_error does not keep an
+    # interrupted run.
+    pytester.makepyfile(test_agent=AGENT + f"""
+@pytest.mark.dejacache(record_on_error=True)
+def test_plan():
+    llm("one")
+    llm("two")
+    {stop}
+""")
+    res = run(pytester)
+    assert res.ret == code
+    assert not _cassette(pytester, "test_plan").exists()
+    res.stdout.fnmatch_lines([f"recording discarded ({reason}): 2 calls not written to "
+                              "*test_plan.json (test_agent.py::test_plan)"])
+
+
+def test_a_test_skipped_mid_recording_writes_nothing(pytester: pytest.Pytester) -> None:
+    # "written only when the test passes": a skipped test's calls are a prefix of a run.
+    pytester.makepyfile(test_agent=AGENT + """
+def test_plan(dejacache_cassette):
+    llm("one")
+    pytest.skip("the service is down")
+""")
+    res = run(pytester, "--dejacache-mode=record")
+    res.assert_outcomes(skipped=1)
+    assert not _cassette(pytester, "test_plan").exists()
+    assert "discarded" not in res.stdout.str()
+
+
+def test_a_test_that_handles_an_interruption_itself_is_not_named(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makepyfile(test_agent=AGENT + """
+def test_plan(tmp_path):
+    with pytest.raises(KeyboardInterrupt), dejacache.cassette(tmp_path / "c.json"):
+        llm("one")
+        raise KeyboardInterrupt
+    assert not (tmp_path / "c.json").exists()
+""")
+    res = run(pytester)
+    res.assert_outcomes(passed=1)
+    assert "discarded" not in res.stdout.str()
+
+
+def test_a_session_takes_its_discard_listener_away_when_it_ends(
+    pytester: pytest.Pytester,
+) -> None:
+    from dejacache.cassettes import block
+
+    before = list(block.DISCARDED)
+    pytester.makepyfile(test_agent=AGENT + """
+def test_plan(dejacache_cassette):
+    llm("one")
+""")
+    run(pytester).assert_outcomes(passed=1)
+    assert before == block.DISCARDED

@@ -65,13 +65,14 @@ def _is_stream(stored: Any) -> bool:
 class _Keys:
     """Per-function key builders, one per extra volatile set configured at run time."""
 
-    __slots__ = ("_builders", "fn", "ignore", "name", "volatile")
+    __slots__ = ("_builders", "fn", "ignore", "key_self", "name", "volatile")
 
     def __init__(self, fn: Callable[..., Any], name: str, ignore: Iterable[str],
-                 volatile: Iterable[str | re.Pattern[str]]) -> None:
+                 volatile: Iterable[str | re.Pattern[str]], key_self: bool | None) -> None:
         self.fn = fn
         self.name = name
         self.ignore = tuple(ignore)
+        self.key_self = key_self
         self.volatile = volatile_items(volatile)
         self._builders: dict[VolatileItems, KeyBuilder] = {}
         # A path written on the decorator that no call can reach is a mistake to report now,
@@ -86,7 +87,8 @@ class _Keys:
         b = self._builders.get(extra)
         if b is None:
             b = self._builders[extra] = KeyBuilder(
-                self.fn, self.name, ignore=self.ignore, volatile=self.volatile + extra
+                self.fn, self.name, ignore=self.ignore, volatile=self.volatile + extra,
+                key_self=self.key_self,
             )
         return b
 
@@ -479,9 +481,10 @@ def _wrap(
     ttl: float | None,
     kind: str,
     frozen: bool = False,
+    key_self: bool | None = None,
 ) -> Callable[..., Any]:
     call_name = name or _default_name(fn)
-    keys = _Keys(fn, call_name, ignore, volatile)
+    keys = _Keys(fn, call_name, ignore, volatile, key_self)
     probe = _probe(fn)
     if frozen and (inspect.isasyncgenfunction(probe) or inspect.isgeneratorfunction(probe)):
         raise ConfigurationError(
@@ -506,7 +509,7 @@ def _wrap(
     def explain_call(*args: Any, **kwargs: Any) -> KeyParts:
         eff = current()
         return explain(eff.namespace or "", call_name, args, kwargs, fn=fn, ignore=keys.ignore,
-                       volatile=keys.volatile + eff.volatile)
+                       volatile=keys.volatile + eff.volatile, key_self=keys.key_self)
 
     wrapper.cache_key = cache_key  # type: ignore[attr-defined]
     wrapper.explain = explain_call  # type: ignore[attr-defined]
@@ -541,6 +544,7 @@ def cache(
     ttl: Duration | None = None,
     kind: str = "call",
     frozen: bool = False,
+    key_self: bool | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -554,12 +558,20 @@ def cache(
     ttl: Duration | None = None,
     kind: str = "call",
     frozen: bool = False,
+    key_self: bool | None = None,
 ) -> Any:
     """Cache a function's results under the current mode, namespace and store.
 
     Works on sync and async functions, generators and async generators (items are replayed
-    in order; an abandoned generator stores nothing), methods (``self``/``cls`` are not part
-    of the key), ``functools.partial`` objects and callables. Exceptions are not cached.
+    in order; an abandoned generator stores nothing), methods, ``functools.partial`` objects
+    and callables. Exceptions are not cached.
+
+    A method's key holds its arguments, not the instance (or class) it is called on, unless
+    the instance's class defines ``__dejacache_key__`` (a method returning plain data, or a
+    tuple of attribute names): then the instance is keyed as that says. ``key_self=True``
+    keys any instance by its canonical form (``__dejacache_key__``, a dataclass's fields, a
+    pydantic model's data; ``UnhashableArgument`` when it has none) and a classmethod's class
+    by its qualified name; ``key_self=False`` never keys the instance.
 
     ``ignore`` names arguments left out of the key; ``volatile`` adds field names (anywhere in
     the arguments), paths from a parameter (``"messages[*].metadata"``) to drop, or compiled
@@ -581,6 +593,6 @@ def cache(
 
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
         return _wrap(f, name=name, ignore=ignore, volatile=volatile, ttl=secs, kind=kind,
-                     frozen=frozen)
+                     frozen=frozen, key_self=key_self)
 
     return deco(fn) if fn is not None else deco

@@ -71,7 +71,7 @@ class UnhashableArgument(DejacacheError, TypeError):
     """
 
     def __init__(self, argument: str, value_type: type, function: str = "", *,
-                 reason: str = "") -> None:
+                 reason: str = "", hint: str = "") -> None:
         self.argument = argument
         self.value_type = value_type
         self.function = function
@@ -80,7 +80,10 @@ class UnhashableArgument(DejacacheError, TypeError):
         where = f" of {function}" if function else ""
         shown = argument if len(argument) <= 120 else argument[:60] + "..." + argument[-40:]
         tname = f"{value_type.__module__}.{value_type.__qualname__}"
-        if reason:
+        if hint:  # the way out, when the usual one (plain data, ignore=) does not apply
+            message = (f"cannot build a cache key: argument {shown!r}{where} has type "
+                       f"{tname}, which has no canonical form; {hint}.")
+        elif reason:
             message = (f"cannot build a cache key: argument {shown!r}{where} {reason}. Pass "
                        "plain finite data, or add the argument to ignore=[...].")
         else:

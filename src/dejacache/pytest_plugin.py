@@ -1,7 +1,9 @@
 """pytest plugin (registered through the ``pytest11`` entry point).
 
 * fixture ``dejacache_cassette``: the test's calls go to ``<test dir>/cassettes/<module>/
-  <test name>.json``; written only when the test passes.
+  <test name>.json``; written only when the test passes. An interrupted test (Ctrl-C,
+  ``pytest.exit()``, ``SystemExit``) writes nothing, even with ``record_on_error=True``, and
+  the summary names the calls it discarded.
 * marker ``@pytest.mark.dejacache(cassette=..., mode=..., cache_key=..., redact=..., volatile=...,
   substitute=..., record_errors=..., record_on_error=..., prune=..., allow_hosts=...,
   expect_misses=..., match=...)``: same, without naming the fixture. A test that passes
@@ -41,7 +43,8 @@ import xxhash
 from . import _pytest_usage
 from ._core.durations import seconds
 from .cassettes import ageing, placeholder_keys
-from .cassettes.block import cassette, default_mode, in_ci
+from .cassettes import block as _block
+from .cassettes.block import INTERRUPTIONS, cassette, default_mode, in_ci
 from .cassettes.netguard import NetworkGuard
 from .cassettes.prices import PRICES, PRICES_DATE, set_prices
 from .cassettes.store import Cassette, TapeCounters, summarize
@@ -61,6 +64,10 @@ _ADOPTED = pytest.StashKey[list[tuple[Cassette, Callable[[bool], None]]]]()
 _PLACEHOLDERS = pytest.StashKey[list[str] | None]()
 _OUTER = pytest.StashKey[pytest.Item | None]()  # the test running when this one started
 _SAVED = pytest.StashKey[tuple[float | None, dict[str, tuple[float, float]] | None]]()
+_STOPPED = pytest.StashKey[type[BaseException]]()  # the session was interrupted by this
+_RAISED = pytest.StashKey[type[BaseException]]()  # what the test's call raised
+_DISCARDED = pytest.StashKey[list[tuple[pytest.Item, str]]]()  # recordings an interrupt cost
+_TOLD = pytest.StashKey[Callable[[Cassette, str], None]]()
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_NAME = 100
 
@@ -152,6 +159,15 @@ def pytest_configure(config: pytest.Config) -> None:
         except ConfigurationError as exc:
             raise pytest.UsageError(str(exc)) from exc
     _pytest_usage.configure(config, current_test)  # the record of which cassettes it used
+    config.stash[_DISCARDED] = []
+
+    def discarded(tape: Cassette, note: str) -> None:
+        item = current_test()
+        if item is not None and item.config is config:  # not an inner session's test
+            config.stash[_DISCARDED].append((item, note))
+
+    config.stash[_TOLD] = discarded
+    _block.DISCARDED.append(discarded)
 
 
 def _check_environment() -> None:
@@ -168,6 +184,9 @@ def _check_environment() -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     placeholder_keys.withdraw(config.stash.get(_PLACEHOLDERS, None))
+    told = config.stash.get(_TOLD, None)
+    if told is not None and told in _block.DISCARDED:
+        _block.DISCARDED.remove(told)
     saved_age, saved_prices = config.stash.get(_SAVED, (None, None))
     ageing.INI[0] = saved_age
     if saved_prices is not None:
@@ -232,7 +251,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None
         _CURRENT_ITEM = item.stash.get(_OUTER, None)
         adopted = item.stash.get(_ADOPTED, [])
         if adopted:
-            passed = not any(r.failed for r in item.stash.get(_REPORTS, {}).values())
+            passed = _ending(item) is None
             errors: list[BaseException] = []
             for _, finish in adopted:
                 try:
@@ -249,6 +268,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
                               ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     rep = yield
     item.stash.setdefault(_REPORTS, {})[rep.when] = rep
+    if call.excinfo is not None and rep.when == "call":
+        item.stash[_RAISED] = call.excinfo.type
     tape = item.stash.get(_TAPE, None)
     if rep.failed and tape is not None and tape.misses and call.excinfo is not None \
             and not _raised_directly(call.excinfo.value):
@@ -258,6 +279,34 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
                 and not _raised_directly(call.excinfo.value):
             _show_misses(rep, adopted)
     return rep
+
+
+def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+    # Ctrl-C or pytest.exit(): called before the session's fixtures are torn down (at
+    # session finish), where the test whose call was cut short has no call report at all.
+    item = current_test()
+    if item is not None:
+        stopped = excinfo.type  # (pytest's Exit is an Exception: stand for it as the exit)
+        item.config.stash[_STOPPED] = stopped if issubclass(stopped, INTERRUPTIONS) \
+            else SystemExit
+
+
+def _ending(item: pytest.Item) -> type[BaseException] | None:
+    """How the test's cassette blocks end: None when the test passed (they are written); an
+    interruption when the session was stopped (Ctrl-C, ``pytest.exit()``) or the test raised
+    one (nothing is written, and the summary says so); else ``AssertionError`` (failed,
+    skipped or not run: nothing is written unless ``record_on_error``)."""
+    stopped = item.config.stash.get(_STOPPED, None)
+    if stopped is not None:
+        return stopped
+    raised = item.stash.get(_RAISED, None)
+    if raised is not None and issubclass(raised, INTERRUPTIONS):
+        return raised
+    reports = item.stash.get(_REPORTS, {})
+    call = reports.get("call")
+    if call is None or not call.passed or any(r.failed for r in reports.values()):
+        return AssertionError
+    return None
 
 
 def _raised_directly(exc: BaseException) -> bool:
@@ -345,42 +394,40 @@ def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
     config.stash[_TAPES].append((item.nodeid, tape))
     item.stash[_TAPE] = tape
     guard: NetworkGuard | None = None
-    if tape.mode == "replay" and (in_ci() or config.getoption("dejacache_block_network")):
-        allow = [*config.getini("dejacache_allow_hosts"), *opts.get("allow_hosts", ())]
-        guard = NetworkGuard(
-            lambda where: (f"Test {item.nodeid} replays from cassette {path}; to record this "
-                           f"call run locally: {hint} (or allow the host with "
-                           "@pytest.mark.dejacache(allow_hosts=[...]))."),
-            allow=allow,
-        )
-        guard.__enter__()
-    try:
+    try:  # (from here: a Ctrl-C landing before the test runs still closes the block)
+        if tape.mode == "replay" and (in_ci() or config.getoption("dejacache_block_network")):
+            allow = [*config.getini("dejacache_allow_hosts"), *opts.get("allow_hosts", ())]
+            guard = NetworkGuard(
+                lambda where: (f"Test {item.nodeid} replays from cassette {path}; to record "
+                               f"this call run locally: {hint} (or allow the host with "
+                               "@pytest.mark.dejacache(allow_hosts=[...]))."),
+                allow=allow,
+            )
+            guard.__enter__()
         yield tape
     finally:
         if guard is not None:
             guard.__exit__(None, None, None)
-        reports = item.stash.get(_REPORTS, {})
-        failed = any(r.failed for r in reports.values())
-        if any(r.skipped for r in reports.values()):
-            block.prune = False  # it stopped before the calls it did not make: not unused
+        # A test that did not pass writes nothing (a skipped one neither prunes: it stopped
+        # before the calls it did not make, which are not unused).
+        ending = _ending(item)
         try:
-            if failed:
-                block.__exit__(AssertionError, None, None)  # the old cassette stays as it was
-            else:
-                block.__exit__(None, None, None)
+            block.__exit__(ending, None, None)  # (not None: the old cassette stays as it was)
         finally:
             placeholder_keys.withdraw(keys)
-        report_dir = config.getoption("dejacache_report")
-        if report_dir and path.exists():
-            _write_report(pathlib.Path(report_dir), item, path, tape)
-        if not failed and tape.misses and not opts.get("expect_misses", False):
-            # The code under test caught the miss (a broad ``except``, an SDK error handler,
-            # a framework's fallback) and the test passed on a path the recording never took.
-            pytest.fail(f"{len(tape.misses)} replay miss(es) in cassette {path} were caught "
-                        "by the code under test, so this test passed without its recording "
-                        "(a test that asserts misses says so with "
-                        "@pytest.mark.dejacache(expect_misses=True)):\n\n"
-                        + "\n\n".join(str(m) for m in tape.misses[:3]), pytrace=False)
+    if ending is not None and issubclass(ending, INTERRUPTIONS):
+        return  # the session is stopping: no report page, no verdict on a test cut short
+    report_dir = config.getoption("dejacache_report")
+    if report_dir and path.exists():
+        _write_report(pathlib.Path(report_dir), item, path, tape)
+    if ending is None and tape.misses and not opts.get("expect_misses", False):
+        # The code under test caught the miss (a broad ``except``, an SDK error handler,
+        # a framework's fallback) and the test passed on a path the recording never took.
+        pytest.fail(f"{len(tape.misses)} replay miss(es) in cassette {path} were caught "
+                    "by the code under test, so this test passed without its recording "
+                    "(a test that asserts misses says so with "
+                    "@pytest.mark.dejacache(expect_misses=True)):\n\n"
+                    + "\n\n".join(str(m) for m in tape.misses[:3]), pytrace=False)
 
 
 class _Vcr:
@@ -525,8 +572,20 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     _pytest_usage.summary(terminalreporter, config)
     tapes = config.stash.get(_TAPES, [])
     remote = config.stash.get(_REMOTE, [])
-    if not tapes and not remote:
+    # (a test that caught the interruption itself and passed lost nothing it meant to keep)
+    discarded = [f"{note} ({item.nodeid})" for item, note in config.stash.get(_DISCARDED, [])
+                 if _ending(item) is not None]
+    if not tapes and not remote and not discarded:
         return
+    terminalreporter.section("dejacache")
+    if tapes or remote:
+        _summary_counts(terminalreporter, tapes, remote)
+    for note in discarded:  # (a test cut short writes nothing: say what it recorded)
+        terminalreporter.write_line(note)
+
+
+def _summary_counts(tr: Any, tapes: list[tuple[str, Cassette]], remote: list[dict[str, Any]]
+                    ) -> None:
     c = _counts(tapes)
     total: TapeCounters = c["counters"]
     unused: list[Any] = list(c["unused"])
@@ -540,8 +599,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         total.dollars_saved += r["dollars_saved"]
         unused.extend(tuple(u) for u in r["unused"])
         pruned.extend(tuple(u) for u in r.get("pruned", ()))
-    tr = terminalreporter
-    tr.section("dejacache")
     tr.write_line(
         f"calls: {total.replayed} replayed, {total.recorded} recorded, {total.missed} missed "
         f"({len(tapes) or 'xdist'} cassette uses)"

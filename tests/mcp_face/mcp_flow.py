@@ -88,6 +88,51 @@ async def desk_session(spec: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Three read-only calls gathered, answered 0, 0.6 and 1.2 s late: live, the first answer's
+# validating tool listing is back before the others arrive, so the session lists once; in a
+# replay every answer is there at once, and each call lists for itself.
+GATHERED = [("echo", {"text": text, "delay_ms": ms}) for text, ms in
+            (("a", 0), ("b", 600), ("c", 1200))]
+
+
+@contextlib.asynccontextmanager
+async def client_of(spec: dict[str, Any], kind: str) -> AsyncIterator[Any]:
+    """A ``ClientSession`` after its handshake (``kind`` ``"session"``: the handshake-era
+    protocol), or an ``mcp.Client`` (``"client"``: 2026-07-28 where the server speaks it)."""
+    if kind == "session":
+        from mcp import ClientSession
+
+        async with transport(spec) as (read, write), ClientSession(
+                read, write, read_timeout_seconds=30) as s:
+            await s.initialize()
+            yield s
+        return
+    from mcp import Client, StdioServerParameters
+
+    server: Any = spec.get("url") or StdioServerParameters(
+        command=spec["command"], args=spec["args"], env=spec.get("env"))
+    async with Client(server, read_timeout_seconds=30) as c:
+        yield c
+
+
+async def gathered(spec: dict[str, Any], path: str, mode: str, kind: str = "session",
+                   calls: list[tuple[str, dict[str, Any]]] = GATHERED,
+                   strict: bool = False) -> list[Any]:
+    """``calls`` gathered over one session, without listing the tools first: each answer,
+    or its failure (``strict``: under a strict cassette)."""
+    with dejacache_cassette(path, mode, strict=strict):
+        async with client_of(spec, kind) as s:
+            got = await asyncio.gather(*(s.call_tool(n, a) for n, a in calls),
+                                       return_exceptions=True)
+    return [failure(x) if isinstance(x, BaseException) else dumped(x) for x in got]
+
+
+def dejacache_cassette(path: str, mode: str, *, strict: bool = False) -> Any:
+    import dejacache
+
+    return dejacache.cassette(path, mode=None if mode == "default" else mode, strict=strict)
+
+
 async def run(spec: dict[str, Any], path: str, mode: str) -> dict[str, Any]:
     import dejacache
 

@@ -8,6 +8,7 @@ fresh interpreter to replay.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import pathlib
@@ -16,6 +17,7 @@ import subprocess
 import sys
 from typing import Any
 
+import anyio
 import pytest
 
 pytest.importorskip("mcp.server.mcpserver", reason="the MCP tests need mcp 2")
@@ -254,3 +256,227 @@ async def test_a_session_that_raises_leaves_no_stream_open(
         assert await failing() != "nothing raised"
         gc.collect()
     assert not [w for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+# ---------------------------------------------------------------- concurrent calls
+
+
+def listings(tape: str) -> int:
+    entries = json.loads(pathlib.Path(tape).read_text())["entries"]
+    return [e["name"] for e in entries].count("mcp.tools/list")
+
+
+@pytest.mark.parametrize(("transport", "kind"), [
+    ("stdio", "session"), ("streamable-http", "session"), ("streamable-http", "client")])
+async def test_gathered_calls_replay_however_often_the_session_listed_the_tools(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger, transport: str, kind: str,
+) -> None:
+    from mcp_flow import gathered
+
+    tape = str(tmp_path / "desk.json")
+    if transport == "stdio":
+        spec = stdio_spec(tmp_path, mcp_ledger)
+        recorded = await gathered(spec, tape, "record", kind)
+        shutil.rmtree(tmp_path / "server")
+    else:
+        server = HttpServer(mcp_ledger, "streamable-http").start()  # type: ignore[arg-type]
+        spec = {"transport": transport, "url": server.url}
+        try:
+            recorded = await gathered(spec, tape, "record", kind)
+        finally:
+            server.stop()
+    assert [r["content"][0]["text"][:1] for r in recorded] == ["a", "b", "c"]
+    assert listings(tape) == 1  # the premise: live, the session listed once
+    seen = mcp_ledger.events()
+    # Replayed, every answer is there at once and each call lists the tools for itself:
+    # the listings past the one recorded are answered by content, never a miss.
+    for _ in range(5):
+        assert await gathered(spec, tape, "replay", kind) == recorded
+    assert mcp_ledger.events() == seen
+
+
+@pytest.mark.parametrize("made", ["now", "before"])
+@pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
+async def test_a_strict_cassette_lets_the_sessions_own_requests_come_when_they_come(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger, transport: str, made: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A strict cassette holds each task to its recorded order, but the listings and pings a
+    session makes on its own come when the server's answers do: answered in reverse order
+    live, they must not read as calls out of order in replay. ``before``: recorded as earlier
+    versions did, with the listing in its task's chain of calls."""
+    from mcp_flow import GATHERED, gathered
+
+    from dejacache.mcp import _proxy
+
+    calls = list(reversed(GATHERED))  # c (1200 ms), b (600 ms), a (0 ms): answers in reverse
+    tape = str(tmp_path / "desk.json")
+    if made == "before":
+        monkeypatch.setattr(_proxy, "_UNORDERED", frozenset())
+    if transport == "stdio":
+        spec = stdio_spec(tmp_path, mcp_ledger)
+        recorded = await gathered(spec, tape, "record", calls=calls, strict=True)
+        shutil.rmtree(tmp_path / "server")
+    else:
+        server = HttpServer(mcp_ledger, "streamable-http").start()  # type: ignore[arg-type]
+        spec = {"transport": transport, "url": server.url}
+        try:
+            recorded = await gathered(spec, tape, "record", calls=calls, strict=True)
+        finally:
+            server.stop()
+    monkeypatch.undo()
+    for _ in range(3):
+        assert await gathered(spec, tape, "replay", calls=calls, strict=True) == recorded
+
+
+async def test_pings_replay_however_many_the_session_sends(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger,
+) -> None:
+    from mcp_flow import client_of
+
+    spec = stdio_spec(tmp_path, mcp_ledger)
+    tape = str(tmp_path / "desk.json")
+
+    async def pinging(mode: str, pings: int) -> Any:
+        with dejacache.cassette(tape, mode=mode):
+            async with client_of(spec, "session") as s:
+                await asyncio.gather(*(s.send_ping() for _ in range(pings)))
+                return (await s.call_tool("get_weather", {"city": "Oslo"})).content[0].text
+
+    recorded = await pinging("record", 1)
+    shutil.rmtree(tmp_path / "server")
+    assert await pinging("replay", 3) == recorded  # a keep-alive's count is the clock's
+    assert await pinging("replay", 0) == recorded
+
+
+# ---------------------------------------------------------------- protocol 2026-07-28
+
+
+async def _listening(spec: dict[str, Any], tape: str, mode: str,
+                     calls: list[tuple[str, dict[str, Any]]], events: int = 0) -> Any:
+    """``calls`` made inside a ``subscriptions/listen`` stream of tool-list changes, over
+    an ``mcp.Client`` (2026-07-28): the honored filter, each call's text, and the first
+    ``events`` events of the stream."""
+    from mcp_flow import client_of
+
+    with dejacache.cassette(tape, mode=mode):
+        async with client_of(spec, "client") as c:
+            assert c.protocol_version == "2026-07-28"
+            async with c.listen(tools_list_changed=True) as sub:
+                texts = [(await c.call_tool(n, a)).content[0].text for n, a in calls]
+                got = []
+                with anyio.fail_after(20):
+                    for _ in range(events):
+                        got.append(type(await sub.__anext__()).__name__)
+                return {"honored": sub.honored.model_dump(), "texts": texts, "events": got}
+
+
+async def test_a_listen_stream_records_and_replays_its_acknowledgement(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger,
+) -> None:
+    spec = stdio_spec(tmp_path, mcp_ledger)
+    tape = str(tmp_path / "desk.json")
+    redeploy = ("redeploy", {"tool": "get_weather", "read_only": False})
+    recorded = await _listening(spec, tape, "record", [redeploy], events=1)
+    assert recorded["events"] == ["ToolsListChanged"]  # passed on live while recording
+    assert recorded["honored"]["tools_list_changed"] is True
+    shutil.rmtree(tmp_path / "server")
+    seen = mcp_ledger.events()
+    replayed = await _listening(spec, tape, "replay", [redeploy])
+    assert replayed == {**recorded, "events": []}  # events outside a request do not replay
+    assert mcp_ledger.events() == seen
+    names = [e["name"] for e in json.loads(pathlib.Path(tape).read_text())["entries"]]
+    assert names[:2] == ["mcp.server/discover", "mcp.subscriptions/listen"]
+
+
+async def test_a_server_started_late_is_sent_the_open_listen_streams(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger,
+) -> None:
+    spec = stdio_spec(tmp_path, mcp_ledger)
+    tape = str(tmp_path / "desk.json")
+    paris = ("get_weather", {"city": "Paris"})
+    recorded = await _listening(spec, tape, "record", [paris])
+    assert await _listening(spec, tape, "auto", [paris]) == recorded  # all hits:
+    assert mcp_ledger.starts() == 1  # nothing started
+    # The listen and Paris replay; Oslo misses and starts the server, which gets the
+    # handshake and the listen again, so the redeploy's change reaches the stream live.
+    out = await _listening(spec, tape, "auto", [
+        paris, ("get_weather", {"city": "Oslo"}),
+        ("redeploy", {"tool": "get_weather", "read_only": False})], events=1)
+    assert out["events"] == ["ToolsListChanged"] and mcp_ledger.starts() == 2
+    second = [r for r in mcp_ledger.events("request")
+              if r["pid"] == mcp_ledger.events("start")[1]["pid"]]
+    assert [r["method"] for r in second][:2] == ["server/discover", "subscriptions/listen"]
+
+
+async def test_a_late_2026_server_over_http_gets_the_discover_with_its_headers(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger,
+) -> None:
+    from mcp_flow import gathered
+
+    server = HttpServer(mcp_ledger, "streamable-http").start()  # type: ignore[arg-type]
+    try:
+        spec = {"transport": "streamable-http", "url": server.url}
+        tape = str(tmp_path / "desk.json")
+        oslo = [("get_weather", {"city": "Oslo"})]
+        await gathered(spec, tape, "record", "client", oslo)
+        out = await gathered(spec, tape, "auto", "client", [("get_weather", {"city": "Rome"})])
+    finally:
+        server.stop()
+    assert out[0]["content"][0]["text"].startswith("sunny in Rome")
+    # The discover sent again is the one the session sent: with its 2026-07-28 headers
+    # (without them the server refused it before reading it).
+    assert mcp_ledger.requests().count("server/discover") == 2
+
+
+async def test_a_store_that_answers_by_key_keeps_2026_answers_as_their_hints_allow(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger,
+) -> None:
+    from mcp.server.caching import CacheHint
+    from mcp_flow import client_of
+
+    async def twice(server: HttpServer) -> list[str]:
+        store = dejacache.MemoryStore()
+        spec = {"transport": "streamable-http", "url": server.url}
+        out = []
+        for _ in range(2):
+            with dejacache.scope(cache_key="desk", store=store, mode="auto"):
+                async with client_of(spec, "client") as c:
+                    await c.list_tools()
+                    out.append((await c.call_tool("echo", {"text": "x"})).content[0].text)
+        return out
+
+    plain = HttpServer(mcp_ledger, "streamable-http").start()  # type: ignore[arg-type]
+    try:
+        answers = await twice(plain)
+    finally:
+        plain.stop()
+    assert answers[0] == answers[1]  # a tool's answer has no hint: kept as any other
+    # The handshake and the listing said ttlMs 0, private: asked again, never kept.
+    assert [r for r in mcp_ledger.requests() if r != "tools/call echo"] == [
+        "server/discover", "tools/list", "server/discover", "tools/list"]
+
+    public = Ledger(tmp_path / "public.jsonl")
+    hints = {m: CacheHint(ttl_ms=600_000, scope="public")
+             for m in ("server/discover", "tools/list")}
+    hinted = HttpServer(public, "streamable-http", cache_hints=hints).start()
+    try:
+        await twice(hinted)
+    finally:
+        hinted.stop()
+    assert public.requests() == ["server/discover", "tools/list", "tools/call echo"]
+
+
+async def test_credentials_on_a_stdio_servers_command_line_are_not_recorded(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger,
+) -> None:
+    spec = stdio_spec(tmp_path, mcp_ledger)
+    tape = str(tmp_path / "desk.json")
+    secret = "plain-secret-value-3317"
+    with_key = {**spec, "args": [*spec["args"], "--api-key", secret, f"--token={secret}x"]}
+    recorded = await ask(with_key, tape, "record", "get_ticket", {"id": 1})
+    assert "result" in recorded and secret not in pathlib.Path(tape).read_text()
+    shutil.rmtree(tmp_path / "server")
+    # Another key on the command line names the same server: the recording replays.
+    other = {**spec, "args": [*spec["args"], "--api-key", "another", "--token=another"]}
+    assert await ask(other, tape, "replay", "get_ticket", {"id": 1}) == recorded

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import orjson
 import pytest
@@ -91,3 +92,85 @@ def test_messages_are_told_apart() -> None:
     assert _wire.classify({"method": "notifications/initialized"}) == "notification"
     assert _wire.classify({"id": 1, "result": {}}) == "response"
     assert _wire.classify({"id": 1, "error": {"code": 1, "message": "x"}}) == "error"
+
+
+# ---------------------------------------------------------------- credentials in identities
+
+
+def _mark(secret: str) -> str:
+    return f"<{secret[:2]}>"
+
+
+@pytest.mark.parametrize(("args", "expected"), [
+    (["--api-key", "abc123", "--port", "8"], ["--api-key", "<ab>", "--port", "8"]),
+    (["--token=abc123", "-v"], ["--token=<ab>", "-v"]),
+    (["GITHUB_TOKEN=abc123", "server"], ["GITHUB_TOKEN=<ab>", "server"]),
+    (["--password", "--verbose"], ["--password", "--verbose"]),  # a flag, not a value
+    (["--header", "Authorization: Bearer abcdefghijklmnop1234"],
+     ["--header", "Authorization: Bearer <ab>"]),
+    (["https://bob:pw@mcp.example.com/mcp?token=t0k&team=a"],
+     ["https://<bo>@mcp.example.com/mcp?token=<t0>&team=a"]),
+    (["--model", "gpt-5", "./desk.py"], ["--model", "gpt-5", "./desk.py"]),
+])
+def test_credentials_on_a_command_line_are_hidden(args: list[str], expected: list[str]) -> None:
+    assert _wire.hidden_args(args, _mark) == expected
+
+
+def test_a_recorded_stdio_identity_redacts_credentials_so_another_key_replays() -> None:
+    a = _wire.stdio_identity("npx", ["-y", "@x/server", "--api-key", "key-one"])
+    b = _wire.stdio_identity("npx", ["-y", "@x/server", "--api-key", "key-two"])
+    assert a == b and a["args"] == ["-y", "@x/server", "--api-key", _wire.REDACTED]
+
+
+# ---------------------------------------------------------------- answered by content
+
+
+@pytest.mark.parametrize(("method", "params", "expected"), [
+    ("tools/list", None, True),
+    ("tools/list", {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}, True),
+    ("tools/list", {"cursor": "page-2"}, False),  # a caller walking pages
+    ("ping", None, True),
+    ("tools/call", {"name": "t"}, False),
+    ("prompts/list", None, False),
+])
+def test_what_a_session_makes_on_its_own_is_answered_by_content(
+    method: str, params: dict[str, Any] | None, expected: bool,
+) -> None:
+    assert _wire.by_content(method, params) is expected
+
+
+# ---------------------------------------------------------------- subscriptions/listen
+
+
+def test_a_listen_acknowledgement_is_stored_without_its_request_id_and_replayed_with_the_new(
+) -> None:
+    sent = {"notifications": {"toolsListChanged": True},
+            "_meta": {"io.modelcontextprotocol/subscriptionId": "listen-4"}}
+    frame = {"method": _wire.ACKNOWLEDGED, "params": sent}
+    assert _wire.subscription_of(frame) == "listen-4"
+    assert _wire.subscription_of({"method": "x", "params": {}}) is None
+    stored = _wire.recorded_ack(sent)
+    assert stored == {"notifications": {"toolsListChanged": True}}
+    assert _wire.replayed_ack(stored, "listen-9") == {
+        "jsonrpc": "2.0", "method": _wire.ACKNOWLEDGED,
+        "params": {"notifications": {"toolsListChanged": True},
+                   "_meta": {"io.modelcontextprotocol/subscriptionId": "listen-9"}}}
+
+
+# ---------------------------------------------------------------- 2026-07-28 cache hints
+
+MODERN = {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}
+
+
+@pytest.mark.parametrize(("params", "result", "ttl"), [
+    (MODERN, {"tools": [], "ttlMs": 30_000, "cacheScope": "public"}, 30.0),
+    (MODERN, {"tools": [], "ttlMs": 0, "cacheScope": "public"}, 0.0),  # immediately stale
+    (MODERN, {"tools": [], "ttlMs": 30_000, "cacheScope": "private"}, 0.0),
+    (MODERN, {"tools": [], "ttlMs": 10**12, "cacheScope": "public"}, 86_400.0),  # the cap
+    (MODERN, {"content": []}, None),  # a tool's answer carries no hint
+    (None, {"tools": [], "ttlMs": 30_000, "cacheScope": "public"}, None),  # handshake era
+])
+def test_a_store_that_answers_by_key_keeps_an_answer_no_longer_than_its_hints(
+    params: dict[str, Any] | None, result: dict[str, Any], ttl: float | None,
+) -> None:
+    assert _wire.hinted_ttl(params, {"result": result}) == ttl

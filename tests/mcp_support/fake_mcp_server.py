@@ -2,11 +2,19 @@
 
 ``MCPServer`` (FastMCP's name since mcp 2) with what a recorder and a tool cache must get
 right: tools whose MCP annotations say what they do (``readOnlyHint`` for ``search_docs``,
-``get_ticket`` and ``get_weather``; ``destructiveHint`` for ``close_ticket``, whose change the
-read-only tools and the ticket resources then show; no annotations at all on ``add_note``), a
-tool error result (``close_ticket`` on a closed ticket answers ``isError``), a JSON-RPC error
-(``get_ticket`` of an unknown id), progress notifications (``search_docs``), resources (the
-static ``tickets://open`` and the template ``ticket://{id}``) and a prompt (``triage``).
+``get_ticket``, ``get_weather`` and ``echo``; ``destructiveHint`` for ``close_ticket``, whose
+change the read-only tools and the ticket resources then show; no annotations at all on
+``add_note``), a tool error result (``close_ticket`` on a closed ticket, ``add_note`` of an
+empty note: ``isError``), a JSON-RPC error (``get_ticket`` of an unknown id), progress
+notifications (``search_docs``), resources (the static ``tickets://open`` and the template
+``ticket://{id}``) and a prompt (``triage``).
+
+Two tools drive what a test needs of time and change: ``echo(text, delay_ms)`` answers after
+a delay, so calls gathered by a client come back in the order the test chooses, and
+``redeploy(tool, read_only)`` registers a tool again with other annotations and says the
+tool list changed (``notifications/tools/list_changed`` to the session that asked, on the
+handshake-era protocol; an event on ``subscriptions/listen`` streams on 2026-07-28), as a
+server redeployed under its clients does.
 
 Every answer carries the server's running call number and a fresh nonce, so an answer that
 came from the server is told apart from a replayed one by its text alone. ``get_weather(city)``
@@ -29,8 +37,10 @@ from __future__ import annotations
 import os
 import secrets
 import threading
+from collections.abc import Callable
 from typing import Any
 
+import anyio
 import orjson
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -147,17 +157,23 @@ DESTRUCTIVE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idemp
                               open_world_hint=False)
 
 
-def build(ledger: Ledger | None = None, desk: Desk | None = None) -> MCPServer:
-    """A fresh ticket-desk server; ``ledger`` records what reaches it."""
+def build(ledger: Ledger | None = None, desk: Desk | None = None,
+          cache_hints: dict[Any, Any] | None = None) -> MCPServer:
+    """A fresh ticket-desk server; ``ledger`` records what reaches it; ``cache_hints`` the
+    2026-07-28 ``ttlMs``/``cacheScope`` of its listings (``MCPServer``'s; default: none,
+    every answer immediately stale and private)."""
     desk = desk or Desk()
     app = MCPServer(SERVER_NAME, version="1.0", instructions="A ticket desk for tests.",
-                    log_level="WARNING", middleware=[_LedgerMiddleware(ledger)])
+                    log_level="WARNING", middleware=[_LedgerMiddleware(ledger)],
+                    cache_hints=cache_hints)
     _tools(app, desk)
     _resources_and_prompts(app, desk)
     return app
 
 
 def _tools(app: MCPServer, desk: Desk) -> None:
+    deployed: dict[str, Callable[..., Any]] = {}
+
     @app.tool(annotations=READ_ONLY)
     async def search_docs(query: str, ctx: Context) -> str:
         """Search the help-desk documentation."""
@@ -183,13 +199,34 @@ def _tools(app: MCPServer, desk: Desk) -> None:
     @app.tool()
     def add_note(id: int, text: str) -> str:
         """Add a note to a ticket (declares no annotations: a client cannot know it writes)."""
+        if not text.strip():
+            raise ToolError("a note needs some text")  # an isError result
         desk.ticket(id)["notes"].append(text)
         return f"noted on ticket {id} ({desk.stamp()})"
 
-    @app.tool(annotations=READ_ONLY)
     def get_weather(city: str) -> str:
         """Look up the current weather in a city."""
         return f"sunny in {city} ({desk.stamp()})"
+
+    app.add_tool(get_weather, annotations=READ_ONLY)
+    deployed["get_weather"] = get_weather
+
+    @app.tool(annotations=READ_ONLY)
+    async def echo(text: str, delay_ms: int = 0) -> str:
+        """Answer with the text, after ``delay_ms``."""
+        await anyio.sleep(delay_ms / 1000)
+        return f"{text} ({desk.stamp()})"
+
+    @app.tool(annotations=DESTRUCTIVE)
+    async def redeploy(tool: str, read_only: bool, ctx: Context) -> str:
+        """Register a tool again with other annotations, and say the tool list changed."""
+        app.remove_tool(tool)
+        app.add_tool(deployed[tool], name=tool,
+                     annotations=READ_ONLY if read_only else DESTRUCTIVE)
+        await ctx.notify_tools_changed()  # 2026-07-28: to subscriptions/listen streams
+        # The handshake-era notification, to the session that asked.
+        await ctx.request_context.session.send_tool_list_changed()
+        return f"redeployed {tool} ({desk.stamp()})"
 
 
 def _resources_and_prompts(app: MCPServer, desk: Desk) -> None:

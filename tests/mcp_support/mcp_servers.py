@@ -21,12 +21,13 @@ import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal
 
+import anyio
 from fake_mcp_server import LEDGER_ENV, Desk, Ledger, build
 from mcp import ClientSession, StdioServerParameters
 
 from provider_support import DropListener
 
-__all__ = ["SCRIPT", "HttpServer", "StdioServer", "session"]
+__all__ = ["SCRIPT", "HttpServer", "StdioServer", "arrived", "on_change", "session"]
 
 SCRIPT = pathlib.Path(__file__).with_name("fake_mcp_server.py")
 
@@ -64,9 +65,11 @@ class StdioServer:
 class HttpServer:
     """The server on a free loopback port, served by uvicorn in a thread."""
 
-    def __init__(self, ledger: Ledger, transport: Literal["streamable-http", "sse"]) -> None:
+    def __init__(self, ledger: Ledger, transport: Literal["streamable-http", "sse"],
+                 **options: Any) -> None:
         self.ledger = ledger
         self.transport = transport
+        self.options = options  # build()'s (cache_hints)
         self.desk = Desk()
         self._sock = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._sock.getsockname()[1]
@@ -80,7 +83,7 @@ class HttpServer:
     def start(self) -> HttpServer:
         import uvicorn
 
-        mcp_app = build(self.ledger, self.desk)
+        mcp_app = build(self.ledger, self.desk, **self.options)
         app = (mcp_app.streamable_http_app() if self.transport == "streamable-http"
                else mcp_app.sse_app())
         # The socket is bound and listening before the thread starts, so a client that
@@ -158,3 +161,22 @@ async def session(server: StdioServer | HttpServer, **kwargs: Any) -> AsyncItera
     kwargs.setdefault("read_timeout_seconds", READ_TIMEOUT)
     async with server.client() as (read, write), ClientSession(read, write, **kwargs) as s:
         yield s
+
+
+def on_change(changed: anyio.Event) -> Any:
+    """A session's message handler that sets ``changed`` when the tool list changes."""
+
+    async def handle(message: Any) -> None:
+        if getattr(message, "method", None) == "notifications/tools/list_changed":
+            changed.set()
+
+    return handle
+
+
+async def arrived(changed: anyio.Event) -> None:
+    """Wait for ``changed``.
+
+    Over streamable HTTP a server sends a notification on the session's own stream, in no order
+    with the answer of the call that caused it: a client hears of it when it arrives."""
+    with anyio.fail_after(READ_TIMEOUT):
+        await changed.wait()

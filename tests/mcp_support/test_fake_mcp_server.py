@@ -35,13 +35,15 @@ async def test_handshake_names_the_server_and_tools_carry_their_annotations(
     assert init.server_info.name == SERVER_NAME and init.instructions
     caps = init.capabilities
     assert caps.tools is not None and caps.resources is not None and caps.prompts is not None
-    assert set(tools) == {"search_docs", "get_ticket", "close_ticket", "add_note", "get_weather"}
-    for name in ("search_docs", "get_ticket", "get_weather"):
+    assert set(tools) == {"search_docs", "get_ticket", "close_ticket", "add_note", "get_weather",
+                          "echo", "redeploy"}
+    for name in ("search_docs", "get_ticket", "get_weather", "echo"):
         hints = tools[name].annotations
         assert hints is not None and hints.read_only_hint is True, name
-    closing = tools["close_ticket"].annotations
-    assert closing is not None and closing.destructive_hint is True
-    assert closing.read_only_hint is False
+    for name in ("close_ticket", "redeploy"):
+        closing = tools[name].annotations
+        assert closing is not None and closing.destructive_hint is True, name
+        assert closing.read_only_hint is False
     assert tools["add_note"].annotations is None
     schema = tools["get_ticket"].output_schema  # a structured result, validated by the client
     assert schema is not None and "status" in schema["properties"]
@@ -86,8 +88,10 @@ async def test_a_tool_error_result_and_a_json_rpc_error(
             await s.call_tool("get_ticket", {"id": 99})
         with pytest.raises(MCPError) as unreadable:
             await s.read_resource("ticket://99")
+        empty = await s.call_tool("add_note", {"id": 1, "text": " "})
         after = await s.call_tool("get_weather", {"city": "Oslo"})  # the session carries on
     assert refused.is_error and "ticket 3 is already closed" in _text(refused)
+    assert empty.is_error and "a note needs some text" in _text(empty)
     assert refused.structured_content is None
     assert missing.value.error.code == INVALID_PARAMS
     assert missing.value.error.message == "no ticket 99"
@@ -99,7 +103,35 @@ async def test_a_tool_error_result_and_a_json_rpc_error(
     # schema: a request no caller wrote, which a recording must hold too.
     assert mcp_server.ledger.requests()[2:] == [
         "tools/call close_ticket", "tools/call get_ticket", "resources/read ticket://99",
-        "tools/call get_weather", "tools/list"]
+        "tools/call add_note", "tools/call get_weather", "tools/list"]
+
+
+async def test_echo_answers_late_and_redeploy_changes_a_tools_annotations_and_says_so(
+    mcp_server: StdioServer | HttpServer,
+) -> None:
+    import time
+
+    seen: list[str] = []
+
+    async def on_message(message: Any) -> None:
+        seen.append(getattr(message, "method", type(message).__name__))
+
+    async with session(mcp_server, message_handler=on_message) as s:
+        await s.initialize()
+        t0 = time.perf_counter()
+        late = await s.call_tool("echo", {"text": "hi", "delay_ms": 300})
+        waited = time.perf_counter() - t0
+        before = {t.name: t.annotations for t in (await s.list_tools()).tools}
+        done = await s.call_tool("redeploy", {"tool": "get_weather", "read_only": False})
+        after = {t.name: t.annotations for t in (await s.list_tools()).tools}
+        weather = await s.call_tool("get_weather", {"city": "Oslo"})  # the same function
+    assert _text(late).startswith("hi (#") and waited >= 0.3
+    assert before["get_weather"] is not None and before["get_weather"].read_only_hint is True
+    assert not done.is_error and after["get_weather"] is not None
+    assert after["get_weather"].read_only_hint is False
+    assert after["get_weather"].destructive_hint is True
+    assert seen == ["notifications/tools/list_changed"]  # the session that asked is told
+    assert _text(weather).startswith("sunny in Oslo")
 
 
 async def test_resources_prompts_and_progress(mcp_server: StdioServer | HttpServer) -> None:

@@ -53,6 +53,47 @@ def test_caches_per_canonical_arguments() -> None:
     assert (st.hits, st.misses) == (2, 3)
 
 
+def test_a_tool_method_keys_its_instance_when_the_class_says_how() -> None:
+    # Two services over two databases: one answer each, not the first one's for both.
+    calls: list[tuple[str, str]] = []
+
+    class Carts:
+        __dejacache_key__ = ("db",)
+
+        def __init__(self, db: str) -> None:
+            self.db = db
+
+        @dejacache.tool_cache(resource="carts", scope="global")
+        def get_cart(self, user: str) -> str:
+            calls.append((self.db, user))
+            return f"{self.db}:{user}"
+
+    @dataclasses.dataclass
+    class Prices:
+        region: str
+
+        @dejacache.tool_cache(resource="prices", scope="global", key_self=True)
+        def price(self, sku: str) -> str:
+            calls.append((self.region, sku))
+            return f"{self.region}:{sku}"
+
+    @dataclasses.dataclass
+    class Shared:
+        region: str
+
+        @dejacache.tool_cache(resource="shared", scope="global")  # no hook: one answer
+        def price(self, sku: str) -> str:
+            calls.append((self.region, sku))
+            return f"{self.region}:{sku}"
+
+    for _ in range(2):
+        assert [Carts("eu").get_cart("ann"), Carts("us").get_cart("ann")] == [
+            "eu:ann", "us:ann"]
+        assert [Prices("eu").price("x"), Prices("us").price("x")] == ["eu:x", "us:x"]
+        assert [Shared("eu").price("x"), Shared("us").price("x")] == ["eu:x", "eu:x"]
+    assert calls == [("eu", "ann"), ("us", "ann"), ("eu", "x"), ("us", "x"), ("eu", "x")]
+
+
 def test_tracing_like_argument_names_are_part_of_the_key() -> None:
     """``request_id`` is volatile for LLM requests, but a tool's argument of that name is data."""
 

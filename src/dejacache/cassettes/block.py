@@ -2,13 +2,17 @@
 
 Works as a sync or async context manager and as a decorator (each decorated call replays
 the file from its start). The file is written when the block exits cleanly, and left
-byte-identical when the block raises, unless ``record_on_error=True``.
+byte-identical when the block raises, unless ``record_on_error=True``. An interrupted block
+(``KeyboardInterrupt``, ``SystemExit``) writes nothing whatever ``record_on_error`` says: what
+it recorded is a prefix of a run, which replays as a miss where the run was cut; the calls
+discarded are logged, and the pytest plugin names them in its summary (``DISCARDED``).
 """
 
 from __future__ import annotations
 
 import contextvars
 import dataclasses
+import logging
 import os
 import pathlib
 import re
@@ -34,7 +38,7 @@ from .redact import Redactor
 from .store import Cassette
 from .vcr_match import check_match, warn_stale
 
-__all__ = ["cassette", "default_mode", "in_ci"]
+__all__ = ["INTERRUPTIONS", "cassette", "default_mode", "in_ci"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -43,6 +47,16 @@ T = TypeVar("T")
 #: pytest plugin's record of which cassettes a run used (``usage.py``), including blocks a
 #: test opens by hand. Changed once per session, never per call.
 OPENED: list[Callable[[cassette, Cassette], None]] = []
+
+#: What stops a block without it having failed: the run was cut short, so the block writes
+#: nothing of it, even with ``record_on_error=True``.
+INTERRUPTIONS: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit)
+
+#: Told of each interrupted block that had recorded calls, with the tape and a sentence
+#: saying what was not written (the pytest plugin's summary). Changed once per session.
+DISCARDED: list[Callable[[Cassette, str], None]] = []
+
+log = logging.getLogger("dejacache.cassettes")
 
 
 def in_ci() -> bool:
@@ -197,11 +211,18 @@ class cassette(Block[Cassette]):
             self.defer_save(tape, exc_type is None)
             self._paths.exit()
             return
+        interrupted = exc_type is not None and issubclass(exc_type, INTERRUPTIONS)
         try:
-            if exc_type is None or self.record_on_error:
+            if exc_type is None or (self.record_on_error and not interrupted):
                 tape.save(prune=self.prune and exc_type is None)
         finally:
             tape.close()
+        if exc_type is not None and interrupted:
+            # (no warnings: under -W error one would replace the interruption, and the test
+            # session would report a failure instead of stopping)
+            self._paths.exit(quiet=True)
+            _discarded(tape, exc_type.__name__)
+            return
         # After the save: under -W error this warning is raised, and must not cost the file.
         self._paths.exit()
         if exc_type is None:  # (under -W error it must not replace the block's own error)
@@ -213,3 +234,15 @@ class cassette(Block[Cassette]):
             if unmade is not None:
                 raise unmade
 
+
+def _discarded(tape: Cassette, reason: str) -> None:
+    """Say what an interrupted block did not write (nothing when it had recorded nothing)."""
+    held = tape.live_tape if tape.live_tape is not None else tape  # a partial block's file
+    n = held.new_entries
+    if not n:
+        return
+    note = (f"recording discarded ({reason}): {n} call{'s' if n != 1 else ''} not written "
+            f"to {held.path}")
+    log.warning("dejacache: %s; an interrupted block writes nothing", note)
+    for told in DISCARDED:
+        told(held, note)

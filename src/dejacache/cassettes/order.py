@@ -74,6 +74,10 @@ class RunOrder:
         self._kinds: dict[str, str] | None = None  # recorded name -> its first step's kind
         self.live = live
         self._var = _LIVE_POSITION if derived else _POSITION
+        # Names of calls that come when their caller's timing has them (an MCP session's own
+        # listings and pings: ``unordered``), and whether the book's ``follows`` skip them.
+        self._outside: frozenset[str] = frozenset()
+        self._lifted = live is not None
 
     # ---------------------------------------------------------------- where the task is
 
@@ -109,7 +113,7 @@ class RunOrder:
         if self._complete:
             return
         tape = self.tape
-        if self.live is None:
+        if self.live is None and not self._outside:
             follows = tape.follows()
             if self._complete:
                 return  # reading the index just now completed the book (``indexed``)
@@ -123,12 +127,31 @@ class RunOrder:
             return  # reading the index just now completed the book (``indexed``)
         if got is not None:
             self.book.fill(*got)
-            if tape.ix is not None:
-                live = self.live
-                self.book.skip([live(n, k) for n, k in zip(got[0], tape.ix.kinds(),
-                                                           strict=False)])
-                tape.lifted = self.book.follows  # the tape prefers entries by this order too
+            self._skip(got[0])
         self._complete = True
+
+    def _skip(self, names: list[str]) -> None:
+        """Take the steps a partial block sends live, and the unordered ones, out of the
+        recorded order: a step that followed one follows the nearest before it that counts."""
+        tape, live, outside = self.tape, self.live, self._outside
+        if tape.ix is None or (live is None and not outside):
+            return
+        kinds = tape.ix.kinds() if live is not None else [""] * len(names)
+        self.book.skip([n in outside or (live is not None and live(n, k))
+                        for n, k in zip(names, kinds, strict=False)])
+        tape.lifted = self.book.follows  # the tape prefers entries by this order too
+        self._lifted = True
+
+    def unordered(self, names: frozenset[str]) -> None:
+        """Calls named so come when their caller's timing has them (an MCP session lists
+        the tools to check each result, and pings, as often as the server's answers make
+        it): outside the recorded order, like a partial block's live steps, so a strict
+        replay never reads them as out of order nor as unmade."""
+        if names <= self._outside:
+            return
+        self._outside |= names
+        if self._complete and self.tape.raw is not None and len(self.book):
+            self._skip(self.tape.names())
 
     def checking(self, replaying: bool) -> bool:
         """Whether this run is compared with a recording (there is one, and it is replayed)."""
@@ -160,13 +183,16 @@ class RunOrder:
         assert i is not None
         name = str(doc.get("name", ""))
         book = self.book
-        f = fmt.follows_of(doc) if self.live is None else book.follows[i]  # (lifted: skip)
+        f = book.follows[i] if self._lifted else fmt.follows_of(doc)  # (lifted: skip)
         book.learn(i, name, f)
         pos, last = self.position()
         call = Call(len(self.calls), name, str(doc.get("kind", "call")), e.key, "replayed",
                     i, self._loader, src=e)
         self.calls.append(call)
         self.observed[i] = last
+        if name in self._outside:  # when it comes: no verdict, and its task stays where it is
+            book.used[i] = True
+            return None
         if f is None or f == pos:  # in order (the hot path: no verdict object)
             book.used[i] = True
             self._var.set((self._serial, i, e))
@@ -195,6 +221,8 @@ class RunOrder:
         call = Call(len(self.calls), name, kind, key, "recorded", None, self._loader,
                     src=doc)
         self.calls.append(call)
+        if name in self._outside:
+            return  # the task's next call follows the call before this one
         step = pos
         if self.checking(replaying):
             verdict = self.book.new(name, pos)
@@ -210,7 +238,7 @@ class RunOrder:
                     None, None, request=miss.request)
         self.calls.append(call)
         pos, _ = self.position()
-        if not self.checking(replaying):
+        if miss.name in self._outside or not self.checking(replaying):
             return None
         verdict = self.book.new(miss.name, pos)
         self._set_position(verdict.position, None)
@@ -336,6 +364,8 @@ class RunOrder:
                    if c.recorded_step is not None}
         for call, pos, e in pending:
             assert e.index is not None
+            if self.book.follows[e.index] == pos:
+                continue  # in order once unordered steps were taken out (``unordered``)
             # the first step that followed ``pos`` and was still unused when this call was
             # made (the book's steps after ``pos``, not a walk over every recorded step)
             expected = next((i for i in self.book.following(pos)

@@ -223,6 +223,11 @@ class Cassette(BaseStore):
                       namespace=str(doc.get("namespace", "")), kind=kind,
                       duration=duration, usage=usage)
 
+    def unordered(self, names: frozenset[str]) -> None:
+        """Calls named so are outside the recorded order (``RunOrder.unordered``)."""
+        with self._lock:
+            self._order.unordered(names)
+
     def holds(self, key: str) -> bool:
         """Whether the file holds a recording of ``key``, used or not: whether an older
         spelling of a call's key is worth a lookup (HTTP keys before request headers

@@ -7,8 +7,15 @@ a *reader*: its results are cached per tool and canonical arguments, exactly as
 never kept). Every other tool is a *writer*: MCP's defaults are ``readOnlyHint: false`` and
 ``destructiveHint: true``, so a tool that declares nothing, or declares that it changes
 things, may have changed what the readers read; it invalidates them before and after it
-runs, as ``@invalidates`` does (O(1) generation counters). A tool without annotations is
-cached only when the caller names it in ``cacheable=``.
+runs, as ``@invalidates`` does (O(1) generation counters). A tool that declares no
+annotations is cached only when the caller names it in ``cacheable=``; naming one that
+declares it changes things is refused (``ConfigurationError``), and a tool the server does
+not list is never cached.
+
+Whose cache: the server's identity (``_identity.py``: the connection, plus the name and
+version from its handshake), never its name alone. What the annotations are: the server's
+current listing (``_listing.py``: listed again when the server says its tools changed, on
+reconnect, and when a 2026-07-28 listing's ``ttlMs`` runs out).
 
 What a writer invalidates: the server's cached results (one resource per server), or, with
 ``resources={"close_ticket": "tickets", "get_ticket": "tickets"}``, the named resource only,
@@ -17,35 +24,59 @@ every resource of the server, named or not: it may change what any of them reads
 
 The cached call is one module-level ``tool_cache`` reader per (server, resource and cache
 settings), shared by every session wrapped with them: an application that opens a session
-per request still shares one cache.
+per request still shares one cache, when its sessions name the same server.
 """
 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .._secrets import key_loaded, secret_key
 from ..config import Duration
 from ..errors import ConfigurationError
 from ..runtime.tools import invalidates, tool_cache
 from ..stores._base import Store
+from ._identity import Identity, handshake_of, identify
+from ._listing import Listing
 
 __all__ = ["CachedSession", "mcp_tool_cache", "tool_role"]
 
 _LOCK = threading.Lock()
 _CALLERS: dict[tuple[Any, ...], Any] = {}
+# The callers of servers known by no connection (a ClientSession given no server=): one
+# table per session, dropped with it. A process that opens a session per request would
+# otherwise keep every session's readers, and their results, for good.
+_OWNED: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Any]] = (
+    weakref.WeakKeyDictionary())
 
 
-def tool_role(annotations: Mapping[str, Any] | None, opted_in: bool) -> str:
+def _hint(annotations: Mapping[str, Any], wire: str, model: str) -> Any:
+    return annotations.get(wire, annotations.get(model))
+
+
+def tool_role(annotations: Mapping[str, Any] | None, opted_in: bool, *, tool: str = "",
+              listed: bool = True) -> str:
     """``"read"`` (cache it) or ``"write"`` (invalidate) for a tool's annotations, given as
-    the wire spells them (``readOnlyHint``) or as mcp's model fields (``read_only_hint``)."""
-    if opted_in:
-        return "read"
-    if not annotations:
+    the wire spells them (``readOnlyHint``) or as mcp's model fields (``read_only_hint``).
+    ``opted_in``: named in ``cacheable=``; ``listed``: False when the server does not list
+    the tool (its annotations are unknown: never cached)."""
+    if not listed:
         return "write"
-    hint = annotations.get("readOnlyHint", annotations.get("read_only_hint"))
-    return "read" if hint is True else "write"
+    hints = annotations or {}
+    read_only = _hint(hints, "readOnlyHint", "read_only_hint")
+    if opted_in:
+        destructive = _hint(hints, "destructiveHint", "destructive_hint")
+        if destructive is True or read_only is False:
+            said = "destructiveHint: true" if destructive is True else "readOnlyHint: false"
+            raise ConfigurationError(
+                f"mcp_tool_cache: cacheable= names the tool {tool!r}, but its server declares "
+                f"{said}: a tool that says it changes things is never cached. cacheable= is "
+                f"for tools that declare no annotations; remove {tool!r} from it")
+        return "read"
+    return "read" if read_only is True else "write"
 
 
 def _require_mcp() -> None:
@@ -60,25 +91,37 @@ async def _call(tool: str, arguments: Any, session: Any, options: dict[str, Any]
     return await session.call_tool(tool, arguments, **options)
 
 
-def _caller(role: str, resources: tuple[str, ...], server: str,
-            settings: tuple[Any, ...]) -> Any:
+def _table(server: Identity, own: dict[tuple[Any, ...], Any]) -> dict[tuple[Any, ...], Any]:
+    """Where the callers of ``server`` are kept (under ``_LOCK``); ``own``: the wrapper's
+    table, for an owner that cannot be referred to weakly."""
+    if server.owner is None:
+        return _CALLERS
+    try:
+        return _OWNED.setdefault(server.owner, {})
+    except TypeError:
+        return own
+
+
+def _caller(role: str, resources: tuple[str, ...], server: Identity,
+            settings: tuple[Any, ...], own: dict[tuple[Any, ...], Any]) -> Any:
     """The shared ``tool_cache`` reader of ``resources[0]``, or the ``invalidates`` writer
     of every resource in ``resources``."""
     scope, ttl, store, max_bytes, counter_max_age = settings
-    key = (role, server, resources, scope, ttl, id(store), max_bytes, counter_max_age)
+    key = (role, server.key, resources, scope, ttl, id(store), max_bytes, counter_max_age)
     with _LOCK:
-        fn = _CALLERS.get(key)
+        table = _table(server, own)
+        fn = table.get(key)
         if fn is None:
-            name = f"mcp:{server}"
             if role == "read":
                 fn = tool_cache(resource=resources[0], scope=scope, ttl=ttl, store=store,
-                                max_bytes=max_bytes, name=name, ignore=("session", "options"),
+                                max_bytes=max_bytes, name=server.key,
+                                ignore=("session", "options"),
                                 counter_max_age=counter_max_age)(_call)
             else:
                 fn = _call
                 for resource in resources:
-                    fn = invalidates(resource, store=store, name=name)(fn)
-            _CALLERS[key] = fn
+                    fn = invalidates(resource, store=store, name=server.key)(fn)
+            table[key] = fn
         return fn
 
 
@@ -86,68 +129,59 @@ class CachedSession:
     """An MCP ``ClientSession`` (or ``mcp.Client``) whose ``call_tool`` goes through the
     runtime cache; every other attribute is the session's own."""
 
-    def __init__(self, session: Any, *, server: str | None, cacheable: frozenset[str],
+    def __init__(self, session: Any, *, server: Any, cacheable: frozenset[str],
                  resources: Mapping[str, str], settings: tuple[Any, ...]) -> None:
         self.session = session
         self._server = server
         self._cacheable = cacheable
         self._resources = dict(resources)
         self._settings = settings
-        self._hints: dict[str, Any] | None = None
+        self._listing = Listing(session)
+        self._identity: tuple[Any, Identity] | None = None  # (handshake, identity)
+        self._own: dict[tuple[Any, ...], Any] = {}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.session, name)
 
+    def _identified(self) -> Identity:
+        handshake = handshake_of(self.session)
+        if self._identity is None or self._identity[0] is not handshake:
+            self._identity = handshake, identify(self.session, self._server)
+        return self._identity[1]
+
     def server_name(self) -> str:
-        """``server=``, else the name the server gave in the handshake."""
-        if self._server is not None:
-            return self._server
-        s = self.session
-        info = getattr(s, "server_info", None)  # ClientSession and mcp.Client (mcp 2)
-        for attr in ("initialize_result", "discover_result"):
-            result = getattr(s, attr, None)
-            info = info or getattr(result, "server_info", None) or getattr(
-                result, "serverInfo", None)
-        name = getattr(info, "name", None)
-        if not isinstance(name, str) or not name:
-            raise ConfigurationError(
-                "mcp_tool_cache cannot tell which server this session talks to (it has not "
-                "finished its handshake, or the server gave no name): pass server='...'")
-        self._server = name
-        return name
+        """The server as metrics show it: ``server=`` when it is a label, else the name the
+        server gave in its handshake (or its host, or its command)."""
+        return self._identified().name
 
     async def annotations(self, tool: str) -> Any:
-        """The tool's annotations as its server lists them (listed once; again for a tool
-        the listing did not have)."""
-        if self._hints is None or tool not in self._hints:
-            listed = await self.session.list_tools()
-            self._hints = {t.name: t.annotations for t in listed.tools}
-        hints = self._hints.get(tool)
-        if hints is None:
-            return None
-        return hints.model_dump(by_alias=True, exclude_none=True) if hasattr(
-            hints, "model_dump") else hints
+        """The tool's annotations as its server lists them now (None: it declares none, or
+        is not listed)."""
+        return (await self._listing.annotations(tool))[1]
 
     async def call_tool(self, name: str, arguments: dict[str, Any] | None = None,
                         **options: Any) -> Any:
-        hints = None if name in self._cacheable else await self.annotations(name)
-        role = tool_role(hints, name in self._cacheable)
-        server = self.server_name()
-        everything = f"mcp:{server}"
+        listed, hints = await self._listing.annotations(name)
+        role = tool_role(hints, name in self._cacheable, tool=name, listed=listed)
+        if not key_loaded():  # credentials in the identity are masked with the user's key
+            import anyio.to_thread
+
+            await anyio.to_thread.run_sync(secret_key)
+        server = self._identified()
         if name in self._resources:
             targets: tuple[str, ...] = (self._resources[name],)
         elif role == "read":
-            targets = (everything,)
+            targets = (server.key,)
         else:  # a write nobody placed may change what any of the server's tools reads
-            targets = tuple(sorted({everything, *self._resources.values()}))
-        fn = _caller(role, targets, server, self._settings)
+            targets = tuple(sorted({server.key, *self._resources.values()}))
+        fn = _caller(role, targets, server, self._settings, self._own)
         return await fn(name, arguments or {}, self.session, options)
 
 
 def mcp_tool_cache(
     session: Any,
     *,
-    server: str | None = None,
+    server: Any = None,
     cacheable: Iterable[str] = (),
     resources: Mapping[str, str] | None = None,
     scope: str = "tenant",
@@ -160,10 +194,12 @@ def mcp_tool_cache(
 
     ``readOnlyHint`` tools are cached per tool and arguments; every other tool invalidates
     the server's cached results (or its resource in ``resources``) before and after it
-    runs. ``cacheable`` names tools without annotations to cache anyway. ``server`` names
-    the server in keys and counters (default: the name from its handshake). ``scope``,
-    ``ttl``, ``store``, ``max_bytes`` and ``counter_max_age`` are ``tool_cache``'s: per
-    tenant by default, so calls run inside ``dejacache.agent_session(tenant=...)``.
+    runs. ``cacheable`` names tools without annotations to cache anyway. ``server`` is what
+    the session is connected to (a URL, ``StdioServerParameters`` or a label), so sessions
+    naming the same server share its cache; an ``mcp.Client`` knows it, a ``ClientSession``
+    without it has a cache of its own. ``scope``, ``ttl``, ``store``, ``max_bytes`` and
+    ``counter_max_age`` are ``tool_cache``'s: per tenant by default, so calls run inside
+    ``dejacache.agent_session(tenant=...)``.
     """
     _require_mcp()
     settings = (scope, ttl, store, max_bytes, counter_max_age)

@@ -17,6 +17,20 @@ raises it as ``MCPError``, as it did live), a tool's ``isError`` result, and the
 notifications that came before it, carrying the token of the request they now answer.
 Server-to-client requests (sampling, elicitation) and notifications outside a request are
 passed on live and not recorded: a replay cannot produce them.
+
+Three kinds of request are answered otherwise:
+
+* **Made by the client on its own** (``_wire.by_content``: the tool listing ``ClientSession``
+  makes to validate results, pings), whose count depends on timing: past the first, each
+  takes the next unused recording of its key if there is one, else the answer this session
+  already got for it. Identical ones wait for each other, so gathered calls over stdio or
+  streamable HTTP replay whether their recording listed the tools once or three times.
+* **A ``subscriptions/listen`` stream** (2026-07-28): what is recorded is its
+  acknowledgement, replayed as the stream's first frame; the events that follow are passed
+  on live and do not replay, like other notifications outside a request.
+* **An answer with 2026-07-28 cache hints** (``ttlMs``, ``cacheScope``) in a store that
+  answers by key (a cache, not a recording) is kept no longer than the server allows, and
+  a ``"private"`` one not at all (``_wire.hinted_ttl``).
 """
 
 from __future__ import annotations
@@ -30,7 +44,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from .._engine import call_async
+from .._engine import MISS, AsyncDriver, alookup, call_mode
 from ..config import Effective
 from ..errors import ReplayMiss
 from ..http.transport import handing_on
@@ -79,9 +93,12 @@ class _Lost(Exception):
 
 
 async def _engine_call(eff: Effective, name: str, key: str, canonical: bytes,
-                       fn: Callable[[], Any]) -> Any:
-    # The one place this module enters the engine: its signature may change.
-    return await call_async(eff, name, _wire.KIND, key, canonical, fn)
+                       fn: Callable[[AsyncDriver], Any]) -> Any:
+    """``call_async``, with its driver handed to ``fn``: a 2026-07-28 answer says how long
+    a store may keep it, known only once it came (``ttl`` is read when it is stored). The
+    one place this module enters the engine: its signature may change."""
+    d = AsyncDriver(eff, name, _wire.KIND)
+    return await d.call(d.flow(key, canonical), lambda: fn(d))
 
 
 def _handed_on(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -117,8 +134,8 @@ class _Codec:
         msg = getattr(item.message, "root", item.message)
         return msg.model_dump(by_alias=True, mode="json", exclude_none=True)  # type: ignore[no-any-return]
 
-    def make(self, data: dict[str, Any]) -> Any:
-        return self.session_message(self._parse(data))
+    def make(self, data: dict[str, Any], metadata: Any = None) -> Any:
+        return self.session_message(self._parse(data), metadata=metadata)
 
 
 class _Waiter:
@@ -143,6 +160,11 @@ class _Proxy:
         self.handshake: list[tuple[Any, dict[str, Any]]] = []
         self.waiting: dict[Any, _Waiter] = {}
         self.by_token: dict[Any, _Waiter] = {}
+        self.by_subscription: dict[Any, _Waiter] = {}  # listens waiting for their ack
+        # Listens answered from a recording, by request id: a server started later is sent
+        # them too (they are session state, like the handshake).
+        self.listens: dict[Any, Any] = {}
+        self.by_content = _ByContent()
         self.live_write: Any = None
         self.extra: tuple[Any, ...] = ()
         self._stop = anyio.Event()
@@ -155,7 +177,8 @@ class _Proxy:
 
     async def ensure_live(self, current: Any = None) -> None:
         """Start the real transport (once); a late start sends it the session's handshake
-        first, so the server is in the state the session believes it is in."""
+        first, and its open listens, so the server is in the state the session believes
+        it is in."""
         async with self._lock:
             if self.live_write is not None:
                 return
@@ -173,6 +196,9 @@ class _Proxy:
                     await self._exchange(item, data, resent=True)
                 else:
                     await self.live_write.send(item)  # type: ignore[attr-defined]
+            # Their acknowledgements reach the client, whose subscription keeps the first.
+            for item in list(self.listens.values()):
+                await self.live_write.send(item)  # type: ignore[attr-defined]
 
     async def _run_live(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
         # One task enters and leaves the transport: anyio's cancel scopes (its task group)
@@ -219,32 +245,50 @@ class _Proxy:
             w = self.by_token.get(_wire.progress_token({"_meta": data.get("params") or {}}))
             if w is not None:
                 w.notes.append(data)
+        elif kind == "notification" and data["method"] == _wire.ACKNOWLEDGED:
+            sub = _wire.subscription_of(data)
+            w = self.by_subscription.pop(sub, None)
+            if w is not None:  # the listen's answer: the client gets it as a replay gets it
+                self.waiting.pop(sub, None)  # the stream's end is passed on when it comes
+                w.value = {"acknowledged": data.get("params") or {}}
+                w.done.set()
+                return
         await self.to_client.send(item)
 
     async def _exchange(self, item: Any, data: dict[str, Any], resent: bool = False
                         ) -> dict[str, Any]:
-        """Send one request live and wait for its answer: ``{"result"|"error", ...}``."""
+        """Send one request live and wait for its answer: ``{"result"|"error", ...}``, or
+        ``{"acknowledged": ...}`` for a listen."""
         w = _Waiter()
         rid = data["id"]
         if resent:  # a handshake request sent again: its answer is the session's already
             self._resent += 1
             rid = f"dejacache-handshake-{self._resent}"
-            item = self.codec.make({**data, "id": rid})
+            # Its metadata too: the HTTP headers a 2026-07-28 request must carry.
+            item = self.codec.make({**data, "id": rid}, item.metadata)
         token = _wire.progress_token(data.get("params"))
         self.waiting[rid] = w
         if token is not None:
             self.by_token[token] = w
+        if data["method"] == _wire.LISTEN:
+            self.by_subscription[rid] = w
         try:
             await self.live_write.send(item)
             if not self._ended:  # else no answer can come: lost
                 await w.done.wait()
         finally:
             self.waiting.pop(rid, None)
+            self.by_subscription.pop(rid, None)
             if token is not None:
                 self.by_token.pop(token, None)
+        return self._answer_of(w, data)
+
+    def _answer_of(self, w: _Waiter, data: dict[str, Any]) -> dict[str, Any]:
         if w.value is None:
             raise _Lost(f"the MCP server {self.server} closed the connection before "
                         f"answering {data['method']}")
+        if "acknowledged" in w.value:
+            return {"acknowledged": _wire.recorded_ack(w.value["acknowledged"])}
         value: dict[str, Any] = ({"error": w.value["error"]} if "error" in w.value
                                  else {"result": w.value.get("result", {})})
         if w.notes:
@@ -267,6 +311,8 @@ class _Proxy:
         kind = _wire.classify(data)
         if kind in ("request", "notification") and data["method"] in _wire.HANDSHAKE:
             self.handshake.append((item, data))
+        elif kind == "notification" and data["method"] == "notifications/cancelled":
+            self.listens.pop((data.get("params") or {}).get("requestId"), None)
         # The live transport may make its HTTP requests in this task's context (mcp's
         # context streams): they are this call's wire, not calls to record again.
         with handing_on():
@@ -286,25 +332,9 @@ class _Proxy:
             except Exception as exc:
                 await self._reply(data["id"], _failed(exc))
             return
-        method = data["method"]
-        params = data.get("params")
-        key, canonical = _wire.canonical(
-            eff.namespace or "", self.server, method, params, eff.volatile,
-            eff.key_substitute)
-        sequenced = eff.features.sequenced
-        ran = False
-
-        async def live() -> dict[str, Any]:
-            nonlocal ran
-            ran = True
-            await self.ensure_live(item)
-            value = await self._exchange(item, data)
-            if "error" in value and not sequenced:
-                raise _Unstored(value)
-            return value
-
+        call = _Call(self, item, data, eff)
         try:
-            value = await _engine_call(eff, _wire.call_name(method), key, canonical, live)
+            value = await call.answer()
         except _Unstored as u:
             value = u.value
         except ReplayMiss as miss:
@@ -312,10 +342,15 @@ class _Proxy:
                                "data": {MISS_MARK: _keep_miss(miss)}}}
         except Exception as exc:  # the server could not be started, or went away
             value = _failed(exc)
-        if not ran:
+        if "acknowledged" in value:
+            if not call.ran:
+                self.listens[data["id"]] = item
+            await self._send(_wire.replayed_ack(value["acknowledged"], data["id"]))
+            return  # the stream stays open: its end is the live server's, or the session's
+        if not call.ran:
             for note in _wire.replayed_notifications(value.get("notifications"),
-                                                     _wire.progress_token(params)):
-                await self.to_client.send(self.codec.make(note))
+                                                     _wire.progress_token(data.get("params"))):
+                await self._send(note)
         await self._reply(data["id"], value)
 
     async def _reply(self, rid: Any, value: dict[str, Any]) -> None:
@@ -323,8 +358,90 @@ class _Proxy:
             msg = {"jsonrpc": "2.0", "id": rid, "error": value["error"]}
         else:
             msg = {"jsonrpc": "2.0", "id": rid, "result": value.get("result", {})}
+        await self._send(msg)
+
+    async def _send(self, msg: dict[str, Any]) -> None:
         with contextlib.suppress(anyio.ClosedResourceError, anyio.BrokenResourceError):
             await self.to_client.send(self.codec.make(msg))
+
+
+class _Call:
+    """One client request inside a block, answered through the engine: the recording (or
+    store) answers, or the live server does (``live``), and what a store may keep of it."""
+
+    __slots__ = ("canonical", "data", "eff", "item", "key", "name", "proxy", "ran")
+
+    def __init__(self, proxy: _Proxy, item: Any, data: dict[str, Any],
+                 eff: Effective) -> None:
+        self.proxy, self.item, self.data, self.eff = proxy, item, data, eff
+        self.name = _wire.call_name(data["method"])
+        self.key, self.canonical = _wire.canonical(
+            eff.namespace or "", proxy.server, data["method"], data.get("params"),
+            eff.volatile, eff.key_substitute)
+        self.ran = False
+
+    async def answer(self) -> dict[str, Any]:
+        eff = self.eff
+        unordered = getattr(eff.store, "unordered", None)
+        if unordered is not None:  # a cassette: the session's own requests come when they do
+            unordered(_UNORDERED)
+        # (a block that replays part of a run sends some calls live: ``cassettes/partial``)
+        mode = call_mode(eff, self.name, _wire.KIND) if eff.features.partial else eff.mode
+        if mode != "record" and _wire.by_content(self.data["method"], self.data.get("params")):
+            return await self.proxy.by_content.answer(eff, self.name, self.key, self.engine)
+        return await self.engine()
+
+    async def engine(self) -> dict[str, Any]:
+        value: dict[str, Any] = await _engine_call(self.eff, self.name, self.key,
+                                                   self.canonical, self.live)
+        return value
+
+    async def live(self, driver: AsyncDriver) -> dict[str, Any]:
+        self.ran = True
+        proxy = self.proxy
+        await proxy.ensure_live(self.item)
+        value = await proxy._exchange(self.item, self.data)
+        if self.eff.features.sequenced:  # a recording keeps everything
+            return value
+        if "error" in value:  # outside a cassette, an error is handed back, never kept
+            raise _Unstored(value)
+        ttl = _wire.hinted_ttl(self.data.get("params"), value)
+        if ttl == 0:
+            raise _Unstored(value)
+        driver.ttl = ttl  # None: no hint, kept as any answer
+        return value
+
+
+_UNORDERED = _wire.unordered_names()
+
+
+class _ByContent:
+    """The answers one session got for the requests it makes on its own (``by_content``):
+    past the first, each takes the next unused recording of its key, else the answer
+    already given; identical ones wait for each other, so two cannot race for one
+    recording."""
+
+    __slots__ = ("_answered", "_locks")
+
+    def __init__(self) -> None:
+        self._answered: dict[str, dict[str, Any]] = {}
+        self._locks: dict[str, anyio.Lock] = {}
+
+    async def answer(self, eff: Effective, name: str, key: str,
+                     engine: Callable[[], Any]) -> dict[str, Any]:
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = anyio.Lock()
+        async with lock:
+            given = self._answered.get(key)
+            if given is None:
+                value: dict[str, Any] = await engine()
+            else:
+                found = await alookup(eff, name, key)
+                value = given if found is MISS else found
+            if "result" in value:
+                self._answered[key] = value
+            return value
 
 
 def _failed(exc: Exception) -> dict[str, Any]:

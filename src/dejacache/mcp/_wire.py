@@ -5,7 +5,11 @@ never by the JSON-RPC id, the progress token, the trace context, or the client l
 version (each changes from run to run, or with an upgrade that changes no answer). What is
 stored is the answer as it came off the wire (``result`` or ``error``) and the progress
 notifications the server sent for it, their token blanked so a replay can put in the token
-of the request it answers.
+of the request it answers; for a ``subscriptions/listen`` stream, its acknowledgement.
+
+Also here: which requests are answered by content rather than by occurrence
+(:func:`by_content`), how long a store that answers by key may keep a 2026-07-28 answer
+(:func:`hinted_ttl`), and credentials hidden from a server's identity (:func:`hidden_args`).
 
 Nothing here imports ``mcp`` or does I/O: the proxy (``_proxy.py``) feeds it dicts.
 """
@@ -14,27 +18,39 @@ from __future__ import annotations
 
 import os
 import pathlib
-from collections.abc import Mapping, Sequence
-from typing import Any
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
 from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit
 
 from .._core import volatile as _vol
-from .._secrets import AUTH_QUERY, is_secret_name, name_forms
+from .._secrets import AUTH_QUERY, is_secret_name, mask_text, name_forms
 from ..keys import DEFAULT_VOLATILE, canonical_json, digest
 
 __all__ = [
+    "ACKNOWLEDGED",
     "HANDSHAKE",
     "KIND",
+    "LISTEN",
+    "REDACTED",
     "Request",
+    "by_content",
     "call_name",
     "canonical",
     "classify",
+    "digest_of",
+    "hidden_args",
+    "hidden_url",
+    "hinted_ttl",
     "http_identity",
     "progress_token",
+    "recorded_ack",
     "recorded_notifications",
     "recording",
+    "replayed_ack",
     "replayed_notifications",
     "stdio_identity",
+    "subscription_of",
 ]
 
 KIND = "mcp"
@@ -43,8 +59,29 @@ KIND = "mcp"
 # sent them again before the call that missed, so it is in the state the session believes.
 HANDSHAKE = frozenset({"initialize", "server/discover", "notifications/initialized"})
 
+# Requests the client makes on its own, as often as timing has it: ``ClientSession`` lists
+# the tools to validate the first result of a tool it has not seen listed (three gathered
+# calls list one to three times, as their answers and the first listing cross), and
+# keep-alive pings. Their count is not the program's, so they are answered by content.
+_SESSION_MADE = frozenset({"ping", "tools/list"})
+
+# 2026-07-28: a ``subscriptions/listen`` request's answer is a stream; its first frame, the
+# acknowledgement, carries the request's id under this ``_meta`` key, as every later frame.
+LISTEN: Final = "subscriptions/listen"
+ACKNOWLEDGED: Final = "notifications/subscriptions/acknowledged"
+_SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
+# Only a 2026-07-28 request carries its protocol version in ``_meta``; its answers' cache
+# hints count (the SDK's rule: a handshake-era peer's ``ttlMs`` is not a hint).
+_VERSION = "io.modelcontextprotocol/protocolVersion"
+# The SDK's cap on any cache entry (``mcp.client.caching.MAX_TTL_MS``): 24 hours.
+_MAX_TTL = 24 * 3600.0
+
 _CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
 _LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
+#: What a credential in a recorded server identity becomes (a recording replays under
+#: another token, as HTTP keys leave out ``Authorization``).
+REDACTED: Final = "<REDACTED>"
+_USERINFO = re.compile(r"(?<=://)([^/?#@\s]+)@")
 
 
 def recording(eff: Any) -> bool:
@@ -65,14 +102,54 @@ def _portable(arg: str, roots: Sequence[tuple[str, str]]) -> str:
     return arg
 
 
-def stdio_identity(command: str, args: Sequence[str], cwd: str | None = None) -> dict[str, Any]:
-    """A stdio server: the command's file name and its arguments. The environment is left
-    out (it carries the tokens), and so is where the interpreter or checkout lives."""
+def _redact(_: str) -> str:
+    return REDACTED
+
+
+def hidden_url(url: str, hide: Callable[[str], str]) -> str:
+    """``url`` (or any text holding URLs) with user and password, credential query values
+    and secret-shaped strings passed through ``hide``."""
+    url = mask_text(url, hide)  # first: a URL is matched up to a ``<``, as a mask has
+    if "@" in url:
+        url = _USERINFO.sub(lambda m: hide(m.group(1)) + "@", url)
+    return url
+
+
+def _secret_flag(arg: str) -> bool:
+    name = arg.lstrip("-")
+    return arg.startswith("-") and bool(name) and is_secret_name(name)
+
+
+def hidden_args(args: Sequence[str], hide: Callable[[str], str]) -> list[str]:
+    """A command line with its credentials passed through ``hide``: the value of
+    ``--token=V``, ``API_KEY=V`` or of the argument after ``--api-key``, and secret-shaped
+    strings or credentials in URLs anywhere."""
+    out: list[str] = []
+    after_flag = False
+    for arg in args:
+        if after_flag and not arg.startswith("-"):
+            out.append(hide(arg))
+            after_flag = False
+            continue
+        name, eq, value = arg.partition("=")
+        after_flag = not eq and _secret_flag(arg)
+        if eq and value and name.lstrip("-") and is_secret_name(name.lstrip("-")):
+            out.append(f"{name}={hide(value)}")
+        else:
+            out.append(hidden_url(arg, hide))
+    return out
+
+
+def stdio_identity(command: str, args: Sequence[str], cwd: str | None = None,
+                   hide: Callable[[str], str] = _redact) -> dict[str, Any]:
+    """A stdio server: the command's file name and its arguments, credentials passed through
+    ``hide`` (a recording's: :data:`REDACTED`). The environment is left out (it carries the
+    tokens), and so is where the interpreter or checkout lives."""
     roots = [(os.getcwd(), "."), (os.path.expanduser("~"), "~")]
     out: dict[str, Any] = {
         "transport": "stdio",
         "command": pathlib.PurePath(command).name or command,
-        "args": [_portable(str(a), roots) for a in args],
+        "args": hidden_args([_portable(str(a), roots) for a in args], hide),
     }
     if cwd is not None:
         out["cwd"] = _portable(os.fspath(cwd), roots)
@@ -123,6 +200,25 @@ def progress_token(params: Mapping[str, Any] | None) -> Any:
         if isinstance(token, (str, int)) and not isinstance(token, bool):
             return token
     return None
+
+
+def by_content(method: str, params: Mapping[str, Any] | None) -> bool:
+    """Whether a request is one the client makes on its own, as often as timing has it
+    (listing the tools to validate results, pings): answered by its content, never a miss
+    for being made more often than when it was recorded."""
+    return method in _SESSION_MADE and not (params or {}).get("cursor")
+
+
+def digest_of(data: bytes) -> str:
+    """A server identity's digest (32 hex characters), as a key is made."""
+    return digest("", f"{KIND}.server", data)
+
+
+def unordered_names() -> frozenset[str]:
+    """The call names of the requests a session makes on its own (:func:`by_content`): a
+    cassette keeps them outside its recorded order, since when they come is the server's
+    timing (``Cassette.unordered``)."""
+    return frozenset(call_name(m) for m in _SESSION_MADE)
 
 
 def call_name(method: str) -> str:
@@ -186,3 +282,53 @@ def replayed_notifications(stored: Any, token: Any) -> list[dict[str, Any]]:
     return [{"jsonrpc": "2.0", "method": n["method"],
              "params": {**n.get("params", {}), "progressToken": token}}
             for n in stored if isinstance(n, Mapping) and isinstance(n.get("method"), str)]
+
+
+# ---------------------------------------------------------------- subscriptions/listen
+
+
+def subscription_of(data: Mapping[str, Any]) -> Any:
+    """The ``subscriptions/listen`` request a server frame belongs to (its id), or None."""
+    meta = (data.get("params") or {}).get("_meta")
+    return meta.get(_SUBSCRIPTION_ID) if isinstance(meta, Mapping) else None
+
+
+def recorded_ack(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A listen's acknowledgement as stored: its params without the request's id."""
+    out = dict(params)
+    meta = out.get("_meta")
+    if isinstance(meta, Mapping):
+        meta = {k: v for k, v in meta.items() if k != _SUBSCRIPTION_ID}
+        if meta:
+            out["_meta"] = meta
+        else:
+            del out["_meta"]
+    return out
+
+
+def replayed_ack(stored: Mapping[str, Any], request_id: Any) -> dict[str, Any]:
+    """The stored acknowledgement as sent to the client: stamped with its request's id."""
+    meta = stored.get("_meta")
+    meta = {**(meta if isinstance(meta, Mapping) else {}), _SUBSCRIPTION_ID: request_id}
+    return {"jsonrpc": "2.0", "method": ACKNOWLEDGED, "params": {**stored, "_meta": meta}}
+
+
+# ---------------------------------------------------------------- 2026-07-28 cache hints
+
+
+def hinted_ttl(params: Mapping[str, Any] | None, value: Mapping[str, Any]) -> float | None:
+    """How long a store that answers by key (a cache, not a recording) may keep ``value``,
+    the answer to a request with ``params``: None when the answer carries no cache hint
+    (kept as any other), else the server's ``ttlMs`` in seconds, 0 for not at all. A
+    ``"private"`` answer is not kept either: a key holds no authorization context (HTTP
+    identities leave credentials out), so keeping it would share it across them."""
+    meta = (params or {}).get("_meta")
+    if not isinstance(meta, Mapping) or not meta.get(_VERSION):
+        return None
+    result = value.get("result")
+    if not isinstance(result, Mapping) or "ttlMs" not in result:
+        return None
+    ttl = result["ttlMs"]
+    if result.get("cacheScope") != "public" or not isinstance(ttl, int) or ttl <= 0:
+        return 0.0
+    return min(ttl / 1000, _MAX_TTL)

@@ -115,6 +115,7 @@ class ToolCache:
         name: str | None,
         ignore: Iterable[str],
         counter_max_age: config.Duration,
+        key_self: bool | None = None,
     ) -> None:
         if scope not in SCOPES:
             raise ConfigurationError(f"tool_cache scope must be one of {', '.join(SCOPES)}, "
@@ -135,7 +136,8 @@ class ToolCache:
         self._maxsize = maxsize
         # No default volatile fields: they are HTTP/LLM tracing names (``request_id``...), and
         # a tool argument of that name is data: dropping it would serve one answer to all.
-        self.keys = KeyBuilder(fn, self.key_name, ignore=ignore, use_default_volatile=False)
+        self.keys = KeyBuilder(fn, self.key_name, ignore=ignore, use_default_volatile=False,
+                               key_self=key_self)
         self.template = Template(fn, key, f"tool_cache({self.name})") if key else None
         self.res = encode_component(self.resource)
         self.res_tool = f"{self.res}/{encode_component(self.key_name)}"

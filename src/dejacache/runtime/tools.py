@@ -46,6 +46,7 @@ def tool_cache(
     name: str | None = None,
     ignore: Iterable[str] = (),
     counter_max_age: Duration = 0.0,
+    key_self: bool | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -63,6 +64,7 @@ def tool_cache(
     name: str | None = None,
     ignore: Iterable[str] = (),
     counter_max_age: Duration = 0.0,
+    key_self: bool | None = None,
 ) -> Any:
     """Cache a read tool's results per canonical arguments, tenant-isolated (sync or async).
 
@@ -77,7 +79,9 @@ def tool_cache(
     process keeps the generation counters too (SQLite, Redis, or the tier behind a
     ``TieredStore``); one that cannot is refused with ``ConfigurationError``.
     ``counter_max_age`` (a duration, default 0) lets such a tool reuse counters that long
-    instead of reading them on every call.
+    instead of reading them on every call. On a method, the instance is in the key as for
+    ``@cache`` (when its class defines ``__dejacache_key__``, or with ``key_self=True``;
+    ``key_self=False``: never).
 
     Not cached: exceptions, results marked ``is_error``/``isError``, results over
     ``max_bytes``. Identical concurrent misses run the tool once.
@@ -88,7 +92,7 @@ def tool_cache(
         function_only(f, "tool_cache")
         tc = ToolCache(f, resource=resource, scope=scope, ttl=ttl, maxsize=maxsize, key=key,
                        max_bytes=max_bytes, store=store, name=name, ignore=ignore,
-                       counter_max_age=counter_max_age)
+                       counter_max_age=counter_max_age, key_self=key_self)
         return wrap_cached(tc)
 
     return deco(fn) if fn is not None else deco

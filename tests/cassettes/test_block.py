@@ -1,0 +1,151 @@
+"""The cassette block's exit: what an interrupted block (Ctrl-C, ``SystemExit``) writes."""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+import re
+from collections.abc import Iterator
+
+import pytest
+
+import dejacache
+from dejacache.cassettes import block
+from dejacache.cassettes.store import Cassette
+
+LIVE: list[str] = []
+
+
+@dejacache.cache(name="tool", kind="tool")
+def tool(q: str) -> str:
+    LIVE.append(q)
+    return f"answer {q}"
+
+
+@dejacache.cache(name="llm", kind="llm")
+def llm(request: dict[str, str]) -> str:
+    LIVE.append(str(request))
+    return f"model says {request}"
+
+
+@pytest.fixture
+def told() -> Iterator[list[tuple[pathlib.Path, str]]]:
+    """What the block told ``block.DISCARDED`` (the pytest plugin's summary listens there)."""
+    seen: list[tuple[pathlib.Path, str]] = []
+
+    def listen(tape: Cassette, note: str) -> None:
+        seen.append((tape.path, note))
+
+    block.DISCARDED.append(listen)
+    try:
+        yield seen
+    finally:
+        block.DISCARDED.remove(listen)
+        LIVE.clear()
+
+
+@pytest.mark.parametrize("interruption", [KeyboardInterrupt, SystemExit])
+@pytest.mark.parametrize("mode", ["auto", "record"])
+def test_an_interrupted_block_writes_nothing_even_with_record_on_error(
+    tmp_path: pathlib.Path, told: list[tuple[pathlib.Path, str]],
+    caplog: pytest.LogCaptureFixture, interruption: type[BaseException], mode: str,
+) -> None:
+    # record_on_error keeps what a failing run did, to replay its failure. An interrupted
+    # run did not fail: it stopped, and its prefix replays as a miss where it was cut.
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path):
+        tool("kept")
+    before = path.read_bytes()
+    with pytest.raises(interruption), dejacache.cassette(path, mode, record_on_error=True):
+        tool("kept")
+        tool("one")
+        tool("two")
+        raise interruption()
+    assert path.read_bytes() == before
+    n = 3 if mode == "record" else 2  # (re-recording records every call)
+    note = f"recording discarded ({interruption.__name__}): {n} calls not written to {path}"
+    assert told == [(path, note)]
+    assert [r.getMessage() for r in caplog.records if r.name == "dejacache.cassettes"] == [
+        f"dejacache: {note}; an interrupted block writes nothing"]
+
+
+def test_an_interrupted_new_cassette_is_not_created(
+    tmp_path: pathlib.Path, told: list[tuple[pathlib.Path, str]],
+) -> None:
+    path = tmp_path / "new.json"
+    with pytest.raises(KeyboardInterrupt), dejacache.cassette(path, record_on_error=True):
+        tool("one")
+        raise KeyboardInterrupt
+    assert not path.exists()
+    assert told == [(path, f"recording discarded (KeyboardInterrupt): 1 call not written "
+                           f"to {path}")]
+
+
+def test_an_interrupted_block_that_recorded_nothing_says_nothing(
+    tmp_path: pathlib.Path, told: list[tuple[pathlib.Path, str]],
+) -> None:
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path):
+        tool("kept")
+    with pytest.raises(KeyboardInterrupt), dejacache.cassette(path):
+        tool("kept")  # replayed: nothing of the run is lost
+        raise KeyboardInterrupt
+    assert told == []
+
+
+def test_a_failing_block_still_writes_with_record_on_error(
+    tmp_path: pathlib.Path, told: list[tuple[pathlib.Path, str]],
+) -> None:
+    path = tmp_path / "c.json"
+    with pytest.raises(RuntimeError), dejacache.cassette(path, record_on_error=True):
+        tool("kept")
+        raise RuntimeError("the agent failed")
+    assert b'"kept"' in path.read_bytes()
+    assert told == []
+
+
+def test_an_interrupted_partial_block_writes_no_live_file(
+    tmp_path: pathlib.Path, told: list[tuple[pathlib.Path, str]],
+) -> None:
+    path = tmp_path / "agent.json"
+    with dejacache.cassette(path):
+        tool("search")
+    live_path = tmp_path / "agent.live.json"
+    with pytest.raises(KeyboardInterrupt), dejacache.cassette(path, live=["tool"]):
+        tool("search")  # goes live: recorded for the live file
+        raise KeyboardInterrupt
+    assert not live_path.exists()
+    assert told == [(live_path, f"recording discarded (KeyboardInterrupt): 1 call not "
+                                f"written to {live_path}")]
+
+
+def test_an_interrupted_block_raises_its_interruption_not_a_volatile_warning(
+    tmp_path: pathlib.Path, told: list[tuple[pathlib.Path, str]],
+) -> None:
+    # Under -W error (this suite's setting) the warning about a volatile path that never
+    # matched was raised from the exit in place of the KeyboardInterrupt: pytest then
+    # reported a failing test and carried on instead of stopping the session.
+    path = tmp_path / "c.json"
+    with pytest.raises(KeyboardInterrupt), dejacache.cassette(
+            path, volatile=["request.nonexistent_root.x"]):
+        llm({"q": "refund?"})
+        raise KeyboardInterrupt
+    assert not path.exists()
+    # (a block that completes still names the path)
+    with pytest.raises(dejacache.DejacacheWarning, match=re.escape("nonexistent_root")), \
+            dejacache.cassette(path, volatile=["request.nonexistent_root.x"]):
+        llm({"q": "refund?"})
+
+
+def test_an_interrupted_block_is_logged_for_scripts(
+    tmp_path: pathlib.Path, told: list[tuple[pathlib.Path, str]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Outside pytest nobody prints a summary: the warning goes to logging (shown on stderr
+    # by Python's last-resort handler when the application configured none).
+    path = tmp_path / "c.json"
+    with caplog.at_level(logging.WARNING, logger="dejacache.cassettes"), \
+            pytest.raises(KeyboardInterrupt), dejacache.cassette(path):
+        tool("one")
+        raise KeyboardInterrupt
+    assert any("not written to" in r.getMessage() for r in caplog.records)
