@@ -163,10 +163,24 @@ def _add_mcp_proxy(sub: Any) -> None:
         "connects to --upstream URL, a streamable-HTTP server) and forwards the session; "
         "replaying, it answers from the cassette without starting CMD.")
     _one_line_errors(p)
-    p.add_argument("--cassette", metavar="PATH", required=True, help="the cassette file")
+    p.add_argument("--cassette", metavar="PATH", default=None,
+                   help="the cassette file (record and replay)")
     _add_cassette_options(p)
     p.add_argument("--upstream", metavar="URL", default=None,
                    help="a streamable-HTTP MCP server instead of a stdio CMD")
+    runtime = p.add_argument_group(
+        "runtime cache (instead of --cassette)",
+        "mcp_tool_cache through the proxy: read-only tools cached by their annotations, "
+        "every other tool invalidating them; nothing recorded")
+    runtime.add_argument("--cache", action="store_true", help="cache instead of recording")
+    runtime.add_argument("--store", metavar="URL", default=None,
+                         help="the cache's store (default: the project's SQLite cache)")
+    runtime.add_argument("--ttl", metavar="DURATION", default="1h",
+                         help="how long a result is kept (default 1h)")
+    runtime.add_argument("--cacheable", metavar="TOOL", action="append", default=[],
+                         help="a tool without annotations to cache all the same")
+    runtime.add_argument("--tenant", default="default",
+                         help="whose cache (results are never shared between tenants)")
     p.add_argument("run", nargs=argparse.REMAINDER, metavar="-- CMD",
                    help="the stdio MCP server to start when a call must go live")
     p.set_defaults(func=_cmd_mcp_proxy, passthrough="run")
@@ -175,11 +189,13 @@ def _add_mcp_proxy(sub: Any) -> None:
 def _cmd_mcp_proxy(args: argparse.Namespace) -> int:
     from .mcp_stdio import run_mcp_proxy
 
-    command = _command(args, "dejacache mcp-proxy")
+    prog = "dejacache mcp-proxy"
+    command = _command(args, prog)
     if bool(command) == bool(args.upstream):
-        _fail("dejacache mcp-proxy", "give the server to record as -- CMD [ARGS...] or as "
-                                     "--upstream URL (one of them)")
-    return run_mcp_proxy(args, command, _rerecord(pathlib.Path(args.cassette)))
+        _fail(prog, "give the server as -- CMD [ARGS...] or as --upstream URL (one of them)")
+    if (args.cassette is None) == (not args.cache):
+        _fail(prog, "give --cassette PATH (record and replay) or --cache (the runtime cache)")
+    return run_mcp_proxy(args, command, _rerecord(pathlib.Path(args.cassette or ".")))
 
 
 def add_proxy_commands(sub: Any) -> None:
