@@ -17,7 +17,7 @@ if str(HTTP_TESTS) not in sys.path:
     sys.path.insert(0, str(HTTP_TESTS))
 
 from fake_provider import FakeProvider  # noqa: E402
-from proxy_support import proxy_env  # noqa: E402
+from proxy_support import PROXY_AWS_KEY, proxy_env  # noqa: E402
 
 import dejacache  # noqa: E402
 from dejacache.proxying.handle import ProxyProcess, ProxySession  # noqa: E402
@@ -39,7 +39,12 @@ def proxy_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 @pytest.fixture(scope="module")
 def proxy_process(proxy_dir: pathlib.Path) -> Iterator[ProxyProcess]:
     """A proxy for the module's tests; each opens a session of its own on it."""
-    with dejacache.proxy(cassette_dir=proxy_dir, env=proxy_env(proxy_dir)) as p:
+    # The proxy's own AWS credentials (it signs Bedrock requests again with them); no file
+    # of the developer's is read.
+    aws = {"AWS_ACCESS_KEY_ID": PROXY_AWS_KEY, "AWS_SECRET_ACCESS_KEY": "proxy-aws-secret-0001",
+           "AWS_CONFIG_FILE": str(proxy_dir / "no-aws-config"),
+           "AWS_SHARED_CREDENTIALS_FILE": str(proxy_dir / "no-aws-credentials")}
+    with dejacache.proxy(cassette_dir=proxy_dir, env=proxy_env(proxy_dir, **aws)) as p:
         yield p
 
 

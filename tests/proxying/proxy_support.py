@@ -17,6 +17,8 @@ NODE_DIR = pathlib.Path(__file__).resolve().parents[1] / "node"
 CLIENTS = NODE_DIR / "clients.mjs"
 # The keys tests/node/clients.mjs sends: no file may hold them.
 NODE_KEYS = ("sk-node-openai-9f3c2b7e1d", "sk-ant-node-4e8a1c6f2b")
+# The AWS access key of the module proxies (conftest's proxy_process): it signs again.
+PROXY_AWS_KEY = "AKIAPROXYDEJACACHE01"
 
 
 def proxy_env(directory: pathlib.Path, **extra: str) -> dict[str, str]:
@@ -24,7 +26,8 @@ def proxy_env(directory: pathlib.Path, **extra: str) -> dict[str, str]:
     its default mode, with the suite's masking key and a cache directory of its own."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("CI", "DEJACACHE_MODE", "DEJACACHE_MAX_AGE", "DEJACACHE_ON_EXPIRY",
-                        "DEJACACHE_VOLATILE")}
+                        "DEJACACHE_VOLATILE", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL",
+                        "OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
     env.update(DEJACACHE_SECRET_KEY="dejacache-test-suite",
                DEJACACHE_DIR=str(directory / ".dejacache"), **extra)
     return env

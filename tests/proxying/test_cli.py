@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import time
 
 import httpx2
@@ -83,15 +84,28 @@ def test_under_ci_it_replays(tmp_path: pathlib.Path, fake: FakeProvider) -> None
     assert proc.returncode == 0 and not cassette.exists()
 
 
-def test_it_runs_a_command_pointed_at_itself(tmp_path: pathlib.Path) -> None:
-    script = ("import os, sys; print(os.environ['OPENAI_BASE_URL'], "
-              "os.environ['ANTHROPIC_BASE_URL'], os.environ['DEJACACHE_PROXY']); sys.exit(3)")
-    out = subprocess.run(command("proxy", "--cassette", str(tmp_path / "c.json"), "--",
+def test_it_runs_a_command_pointed_at_itself(tmp_path: pathlib.Path,
+                                            fake: FakeProvider) -> None:
+    # The command's SDKs would have gone to OPENAI_BASE_URL: the proxy goes there instead.
+    script = textwrap.dedent("""
+        import os, sys, urllib.request
+        print(os.environ["OPENAI_BASE_URL"], os.environ["ANTHROPIC_BASE_URL"],
+              os.environ["DEJACACHE_PROXY"])
+        req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+                                     data=b'{"model": "m", "messages": []}',
+                                     headers={"content-type": "application/json"})
+        print(urllib.request.urlopen(req).status)
+        sys.exit(3)
+    """)
+    cassette = tmp_path / "c.json"
+    out = subprocess.run(command("proxy", "--cassette", str(cassette), "--",
                                  sys.executable, "-c", script),
-                         capture_output=True, text=True, timeout=60, env=proxy_env(tmp_path))
+                         capture_output=True, text=True, timeout=60,
+                         env=proxy_env(tmp_path, OPENAI_BASE_URL=fake.openai_url))
     assert out.returncode == 3, out.stderr
-    url, printed = out.stdout.splitlines()
+    url, printed, status = out.stdout.splitlines()
     assert printed.split() == [f"{url}/openai/v1", f"{url}/anthropic", url]
+    assert status == "200" and fake.count() == 1 and len(entries(cassette)) == 1
 
 
 def one_line(stderr: str) -> str:

@@ -206,6 +206,14 @@ def test_an_unknown_upstream_is_a_404_naming_the_known_ones(session_for: Open) -
         assert name in message
 
 
+def test_an_upstream_that_leads_back_is_refused(proxy_process: Any,
+                                                session_for: Open) -> None:
+    s = session_for("loop")
+    s.route("openai", proxy_process.url + "/openai")
+    out = post(s.base_url("openai") + "/v1/chat/completions", CHAT)
+    assert out.status_code == 508 and "points back at it" in out.text
+
+
 def test_the_session_header_routes_like_the_prefix(proxy_process: Any, session_for: Open,
                                                    fake: FakeProvider) -> None:
     s = session_for("header", fake)

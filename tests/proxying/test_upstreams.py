@@ -10,6 +10,7 @@ from dejacache.http.providers import all_providers
 from dejacache.proxying.upstreams import (
     Upstream,
     builtin_upstreams,
+    env_upstreams,
     parse_upstream,
     split_target,
     unknown_upstream,
@@ -64,6 +65,17 @@ def test_the_region_comes_from_the_signature_then_the_environment(
         bedrock.base(None)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-west-2")
     assert bedrock.base(None) == "https://bedrock-runtime.us-west-2.amazonaws.com"
+
+
+def test_the_sdks_base_url_variables_name_where_the_proxy_forwards() -> None:
+    env = {"OPENAI_BASE_URL": "https://gateway.example.com/openai/v1",
+           "ANTHROPIC_BASE_URL": "http://127.0.0.1:8080/"}
+    assert env_upstreams(env) == {
+        "openai": Upstream("openai", "https://gateway.example.com/openai"),
+        "anthropic": Upstream("anthropic", "http://127.0.0.1:8080")}
+    assert env_upstreams({}) == {}
+    with pytest.raises(ConfigurationError, match="OPENAI_BASE_URL"):
+        env_upstreams({"OPENAI_BASE_URL": "localhost:8080"})
 
 
 def test_an_unknown_name_is_answered_with_the_known_ones() -> None:

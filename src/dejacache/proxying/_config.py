@@ -5,6 +5,7 @@ where it is read (a malformed duration, ``live=`` item or upstream is a
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 
 from ..cassettes.ageing import resolve as resolve_ageing
@@ -12,7 +13,7 @@ from ..cassettes.partial import parse_live
 from ..errors import ConfigurationError
 from ._server import ProxyConfig
 from ._sessions import SessionSpec
-from .upstreams import upstream_table
+from .upstreams import builtin_upstreams, env_upstreams, upstream_table
 
 __all__ = ["config_from_args"]
 
@@ -42,5 +43,7 @@ def config_from_args(args: argparse.Namespace, rerecord: str) -> ProxyConfig:
         raise ConfigurationError(f"--port {args.port}: expected 0 (a free port) to 65535")
     return ProxyConfig(
         spec=spec_from_args(args, cassette or root / "default.json", rerecord),
-        upstreams=upstream_table(args.upstream), cassette=cassette, cassette_dir=root,
+        upstreams=upstream_table(args.upstream, {**builtin_upstreams(),
+                                                 **env_upstreams(os.environ)}),
+        cassette=cassette, cassette_dir=root,
         host=args.host, port=args.port, allow_remote=args.allow_remote)

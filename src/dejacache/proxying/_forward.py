@@ -38,7 +38,11 @@ from ._http1 import LAST_CHUNK, Request, chunk, head_bytes
 from ._sessions import Session
 from .upstreams import Upstream
 
-__all__ = ["Forwarder", "Out", "error_bytes", "json_bytes"]
+__all__ = ["FORWARDED", "Forwarder", "Out", "error_bytes", "json_bytes"]
+
+#: Set on every request the proxy sends on (after it is keyed): one that comes back to a
+#: proxy is a loop (an upstream URL pointing at the proxy itself), refused at once.
+FORWARDED = "x-dejacache-forwarded"
 
 # Belong to the client's connection to the proxy, not to the request it sends on.
 _HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te",
@@ -129,6 +133,7 @@ class Forwarder:
                     "this call would go live with the placeholder API key the proxy gave its "
                     "command for replaying (OPENAI_API_KEY / ANTHROPIC_API_KEY were unset): "
                     "set the key and record again")
+            hreq.headers[FORWARDED] = "1"
             scope = signed_scope(hreq.headers.multi_items())
             if scope is None:
                 return await send(hreq)

@@ -32,17 +32,12 @@ from ..errors import ConfigurationError
 from ..http._libs import Lib, lib_named
 from ..http.providers import all_providers
 from ._control import PREFIX, SESSION_PREFIX, control
-from ._forward import Forwarder, Out, error_bytes, json_bytes
+from ._forward import FORWARDED, Forwarder, Out, error_bytes, json_bytes
 from ._http1 import MAX_HEAD, BadRequest, Request, read_request
 from ._sessions import Session, Sessions, SessionSpec
-from .upstreams import Upstream, split_target, unknown_upstream
+from .upstreams import BASE_URL_ENV, Upstream, split_target, unknown_upstream
 
 __all__ = ["ProxyConfig", "ProxyServer", "command_env", "is_loopback", "serve"]
-
-#: Environment variables a command run under the proxy gets, per upstream name: the SDKs
-#: that read them (openai and anthropic, in Python and TypeScript) then go through it.
-BASE_URL_ENV = {"openai": ("OPENAI_BASE_URL", "/v1"), "anthropic": ("ANTHROPIC_BASE_URL", "")}
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ProxyConfig:
@@ -182,6 +177,10 @@ class ProxyServer:
     async def _dispatch(self, req: Request, out: Out) -> None:
         target = req.target
         session: Session | None
+        if req.get(FORWARDED) is not None:  # an upstream that leads back here
+            await out.write(self._refusal(508, "this request came from this proxy: an "
+                                               "upstream URL points back at it"))
+            return
         if target.startswith(SESSION_PREFIX):
             sid, _, rest = target[len(SESSION_PREFIX):].partition("/")
             session = self.sessions.find(sid)

@@ -63,9 +63,16 @@ def _call(url: str, data: Mapping[str, Any] | None = None, timeout: float = 60.0
             raise ConfigurationError(detail or f"{url}: HTTP {exc.code}") from None
 
 
-def _env(base: str, proxy_url: str) -> dict[str, str]:
-    return {"DEJACACHE_PROXY": proxy_url, "OPENAI_BASE_URL": f"{base}/openai/v1",
-            "ANTHROPIC_BASE_URL": f"{base}/anthropic"}
+def _env(base: str, proxy_url: str, mode: str) -> dict[str, str]:
+    """What points an agent's SDKs at ``base``; replaying, the API keys this process lacks
+    are placeholders (the SDKs refuse to start without one; a replay never sends them)."""
+    from ..cassettes.placeholder_keys import KEY_VARIABLES, PLACEHOLDER
+
+    env = {"DEJACACHE_PROXY": proxy_url, "OPENAI_BASE_URL": f"{base}/openai/v1",
+           "ANTHROPIC_BASE_URL": f"{base}/anthropic"}
+    if mode == "replay":
+        env.update({k: PLACEHOLDER for k in KEY_VARIABLES if not os.environ.get(k)})
+    return env
 
 
 class ProxySession:
@@ -87,7 +94,7 @@ class ProxySession:
     def env(self) -> dict[str, str]:
         """``OPENAI_BASE_URL``, ``ANTHROPIC_BASE_URL`` and ``DEJACACHE_PROXY`` for an agent
         run as a subprocess: the SDKs that read them go through this session."""
-        return _env(self.url, self.process.url)
+        return _env(self.url, self.process.url, self.mode)
 
     def route(self, upstream: str, url: str) -> None:
         """Send this session's ``upstream`` requests to ``url`` (a loopback fake, say)."""
@@ -125,6 +132,7 @@ class ProxyProcess:
             env=dict(env) if env is not None else None)
         try:
             self.url = self._wait(ready, timeout)
+            self.mode: str = _call(f"{self.url}/_dejacache")["mode"]
         except BaseException:
             self.close()
             raise
@@ -149,7 +157,7 @@ class ProxyProcess:
     @property
     def env(self) -> dict[str, str]:
         """The variables that point an agent's SDKs at the default cassette."""
-        return _env(self.url, self.url)
+        return _env(self.url, self.url, self.mode)
 
     def base_url(self, upstream: str) -> str:
         return f"{self.url}/{upstream}"

@@ -5,6 +5,11 @@ built-in upstream under its own name (``openai``, ``anthropic``, ``gemini``, ``b
 ``--upstream NAME=URL`` adds one or replaces a built-in one. An upstream URL may hold a path
 (``http://127.0.0.1:8080/v1``): the request's rest is appended to it. Bedrock's URL names the
 AWS region as ``{region}``, filled per request from the region the client signed for.
+
+Where an SDK base URL variable is set in the proxy's environment (``OPENAI_BASE_URL``,
+``ANTHROPIC_BASE_URL``: :data:`BASE_URL_ENV`), it replaces that provider's built-in URL: the
+proxy stands in front of wherever the environment sent the SDKs (a gateway, Azure, a local
+server), and a command it runs gets the same variables pointing at the proxy instead.
 """
 
 from __future__ import annotations
@@ -18,8 +23,12 @@ from collections.abc import Iterable, Mapping
 from ..errors import ConfigurationError
 from ..http.providers import all_providers
 
-__all__ = ["Upstream", "builtin_upstreams", "check_url", "parse_upstream", "split_target",
-           "unknown_upstream", "upstream_table"]
+__all__ = ["BASE_URL_ENV", "Upstream", "builtin_upstreams", "check_url", "env_upstreams",
+           "parse_upstream", "split_target", "unknown_upstream", "upstream_table"]
+
+#: Upstream name -> (the SDKs' base URL variable, what their base URL adds to the
+#: upstream's): ``OPENAI_BASE_URL`` is ``<upstream>/v1``.
+BASE_URL_ENV = {"openai": ("OPENAI_BASE_URL", "/v1"), "anthropic": ("ANTHROPIC_BASE_URL", "")}
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}\Z")
 
@@ -45,6 +54,18 @@ def builtin_upstreams() -> dict[str, Upstream]:
     """One upstream per provider module that names its API's URL."""
     return {p.name: Upstream(p.name, p.upstream) for p in all_providers()
             if p.upstream is not None}
+
+
+def env_upstreams(environ: Mapping[str, str]) -> dict[str, Upstream]:
+    """The upstreams the SDK base URL variables in ``environ`` name (see the module
+    docstring); a malformed one is a ``ConfigurationError`` naming the variable."""
+    out = {}
+    for name, (var, suffix) in BASE_URL_ENV.items():
+        value = environ.get(var, "").strip()
+        if value:
+            url = check_url(value, var)
+            out[name] = Upstream(name, url.removesuffix(suffix) if suffix else url)
+    return out
 
 
 def parse_upstream(spec: str, where: str = "--upstream") -> Upstream:
