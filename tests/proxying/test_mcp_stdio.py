@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 from typing import Any
@@ -25,6 +26,18 @@ from fake_mcp_server import LEDGER_ENV, Ledger  # noqa: E402
 
 SERVER = SUPPORT / "fake_mcp_server.py"
 ENTRY = "import sys; from dejacache.cli import main; sys.exit(main(sys.argv[1:]))"
+PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "other-languages.md"
+
+
+def documented(cassette: pathlib.Path) -> list[str]:
+    """The docs page's IDE configuration, as that client runs it: its command, the cassette
+    and server made this test's."""
+    block = re.findall(r"```json\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.S)[0]
+    server = json.loads(block)["mcpServers"]["tickets"]
+    assert server["command"] == "dejacache"
+    args = [str(cassette) if a == "cassettes/tickets.json" else a for a in server["args"]]
+    assert args[-2:] == ["python", "server.py"]
+    return [sys.executable, "-c", ENTRY, *args[:-2], sys.executable, str(SERVER)]
 
 
 def proxy_command(cassette: pathlib.Path, *options: str) -> list[str]:
@@ -59,7 +72,7 @@ def ledger(tmp_path: pathlib.Path) -> Ledger:
 def test_an_mcp_clients_stdio_server_records_then_replays_without_starting(
         tmp_path: pathlib.Path, ledger: Ledger) -> None:
     cassette = tmp_path / "desk.json"
-    command = proxy_command(cassette, "--", sys.executable, str(SERVER))
+    command = documented(cassette)
     recorded = client(command, tmp_path, ledger)
     assert "error" not in recorded, recorded
     assert recorded["unknown"] == "MCP error -32602: no ticket 99"

@@ -1,7 +1,8 @@
 """The README's "Agents in other languages" section, run as printed: its TypeScript test file
 in a vitest project (the real vitest and openai-node of tests/node), and its three commands.
 The first run records against the loopback provider; the ``CI`` run replays with the
-provider stopped and no connection reaching its port; the key is in no file."""
+provider stopped and no connection reaching its port; the key is in no file. The docs page
+holds the same recipe (pinned equal) and the ``node --test`` one, run here too."""
 
 from __future__ import annotations
 
@@ -11,13 +12,13 @@ import re
 import subprocess
 import sys
 
-import pytest
 from fake_provider import FakeProvider
 from proxy_support import NODE_DIR, files_text, need_node
 
 from provider_support import DropListener
 
 README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+PAGE = README.parent / "docs" / "other-languages.md"
 KEY = "sk-readme-vitest-5b1e9c"
 
 
@@ -35,6 +36,15 @@ def test_the_section_holds_a_test_file_and_three_commands() -> None:
     ts, commands = section()
     assert ts.startswith("// test/agent.test.ts\n")
     assert [c.split("#")[0].split()[-2:] for c in commands][1:] == [["vitest", "run"]] * 2
+    page = PAGE.read_text(encoding="utf-8")
+    assert f"```ts\n{ts}```" in page
+    assert "```sh\n" + "\n".join(commands) + "\n```" in page
+
+
+def node_test_recipe() -> str:
+    blocks = re.findall(r"```js\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.S)
+    assert len(blocks) == 1 and blocks[0].startswith("// agent.test.mjs (node --test)")
+    return blocks[0]
 
 
 def run(line: str, project: pathlib.Path, fake: FakeProvider) -> subprocess.CompletedProcess[str]:
@@ -97,47 +107,19 @@ def test_a_vitest_suite_records_once_and_replays_in_ci_with_no_connection(
         in out
 
 
-@pytest.mark.parametrize("runner", ["node:test"])
-def test_with_cassette_under_another_runner(runner: str, tmp_path: pathlib.Path,
-                                            fake: FakeProvider) -> None:
-    """The runner-agnostic form (``withCassette``) under node's own test runner."""
+def test_with_cassette_under_nodes_own_runner(tmp_path: pathlib.Path,
+                                             fake: FakeProvider) -> None:
+    """The runner-agnostic form (``withCassette``) under node's own test runner, as the
+    docs page prints it."""
     need_node()
     project = tmp_path / "agent"
     project.mkdir()
     (project / "node_modules").symlink_to(NODE_DIR / "node_modules")
     (project / "package.json").write_text('{"type": "module"}\n')
-    (project / "agent.test.mjs").write_text(NODE_TEST)
+    (project / "agent.test.mjs").write_text(node_test_recipe())
     assert run("dejacache proxy --node-helper .", project, fake).returncode == 0
     command = (f"OPENAI_API_KEY={KEY} dejacache proxy --cassette-dir cassettes -- "
                "node --test agent.test.mjs")
     out = run(command, project, fake)
     assert "# pass 2" in out.stdout and "# fail 1" in out.stdout, out.stdout + out.stderr
     assert sorted(p.name for p in (project / "cassettes").iterdir()) == ["passes.json"]
-
-
-NODE_TEST = """
-import { test } from "node:test";
-import assert from "node:assert/strict";
-import OpenAI from "openai";
-import { withCassette } from "./dejacache-proxy.mjs";
-
-const ask = async (tape, content) => {
-  const client = new OpenAI({ baseURL: tape.baseURL("openai") + "/v1" });
-  const messages = [{ role: "user", content }];
-  const r = await client.chat.completions.create({ model: "m", messages });
-  return r.choices[0].message.content;
-};
-
-test("passes", () => withCassette("passes", async (tape) => {
-  assert.match(await ask(tape, "hi"), /fake model/);
-}));
-
-test("fails", () => withCassette("fails", async (tape) => {
-  await ask(tape, "hi");
-  assert.equal(1, 2);
-}));
-
-test("tolerates a miss", () => withCassette("misses", async (tape) => {
-  await assert.rejects(ask(tape, "hi"), /ReplayMiss/);
-}, { mode: "replay", expectMisses: true }));
-"""
