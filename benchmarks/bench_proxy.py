@@ -157,8 +157,9 @@ def _stats(samples: list[list[float]]) -> dict[str, float]:
 
 
 def run(calls: int, rounds: int, warmup: int = 50) -> dict[str, Any]:
-    import dejacache
     from fake_provider import FakeProvider
+
+    import dejacache
 
     _node_ready()
     bodies = [json.dumps({"model": "gpt-4o-mini",
