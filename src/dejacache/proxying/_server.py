@@ -165,6 +165,10 @@ class ProxyServer:
                     break
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away; a stream it left is abandoned, not stored
+        except asyncio.CancelledError:
+            # ``stop`` ends idle keep-alive connections so: the task ends as if the client
+            # had closed (raised on, asyncio's server logs every one as an error).
+            pass
         finally:
             self._busy.pop(task, None)
             writer.close()
