@@ -1,5 +1,5 @@
 """Fixtures for ``dejacache proxy`` and ``mcp-proxy``: tests/http's loopback providers, one
-proxy process per module (each test opens its own session on it, as a test runner does), and
+proxy process per run (each test opens its own session on it, as a test runner does), and
 the real Node SDKs of tests/node (``make node-deps`` installs them; without node or them,
 the Node tests skip and say so).
 """
@@ -31,14 +31,15 @@ def fake() -> Iterator[FakeProvider]:
     server.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def proxy_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     return tmp_path_factory.mktemp("proxy")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def proxy_process(proxy_dir: pathlib.Path) -> Iterator[ProxyProcess]:
-    """A proxy for the module's tests; each opens a session of its own on it."""
+    """One proxy for the tests of a run (of an xdist worker); each opens a session of its
+    own on it, named after the test, as a test runner does."""
     # The proxy's own AWS credentials (it signs Bedrock requests again with them); no file
     # of the developer's is read.
     aws = {"AWS_ACCESS_KEY_ID": PROXY_AWS_KEY, "AWS_SECRET_ACCESS_KEY": "proxy-aws-secret-0001",

@@ -24,6 +24,8 @@ pytest.importorskip("mcp.server.mcpserver", reason="the MCP tests need mcp 2")
 
 from fake_mcp_server import LEDGER_ENV, Ledger  # noqa: E402
 
+from dejacache.cli import main  # noqa: E402
+
 SERVER = SUPPORT / "fake_mcp_server.py"
 ENTRY = "import sys; from dejacache.cli import main; sys.exit(main(sys.argv[1:]))"
 PAGE = pathlib.Path(__file__).resolve().parents[2] / "docs" / "other-languages.md"
@@ -117,14 +119,14 @@ def test_a_streamable_http_server_records_then_replays_with_it_stopped(
      "one of them"),
     (["--", "srv"], "give --cassette PATH (record and replay) or --cache"),
     (["--cassette", "c.json", "--cache", "--", "srv"], "give --cassette PATH"),
+    (["--cassette", "c.json", "--mode", "later", "--", "srv"], "invalid choice: 'later'"),
 ])
-def test_a_bad_command_line_is_one_line(tmp_path: pathlib.Path, args: list[str],
-                                        says: str) -> None:
-    out = subprocess.run([sys.executable, "-c", ENTRY, "mcp-proxy", *args], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=60, env=proxy_env(tmp_path),
-                         stdin=subprocess.DEVNULL)
-    lines = [line for line in out.stderr.splitlines() if line.strip()]
-    assert out.returncode == 2 and len(lines) == 1 and says in lines[0], out.stderr
+def test_a_bad_command_line_is_one_line(args: list[str], says: str,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:  # refused before anything starts
+        main(["mcp-proxy", *args])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exit_.value.code == 2 and len(lines) == 1 and says in lines[0], lines
 
 
 def test_a_server_that_cannot_start_is_one_line(tmp_path: pathlib.Path) -> None:
