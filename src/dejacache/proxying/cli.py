@@ -187,7 +187,7 @@ def _add_mcp_proxy(sub: Any) -> None:
 
 
 def _cmd_mcp_proxy(args: argparse.Namespace) -> int:
-    from .mcp_stdio import run_mcp_proxy
+    from ._mcp_link import require_mcp
 
     prog = "dejacache mcp-proxy"
     command = _command(args, prog)
@@ -195,7 +195,14 @@ def _cmd_mcp_proxy(args: argparse.Namespace) -> int:
         _fail(prog, "give the server as -- CMD [ARGS...] or as --upstream URL (one of them)")
     if (args.cassette is None) == (not args.cache):
         _fail(prog, "give --cassette PATH (record and replay) or --cache (the runtime cache)")
-    return run_mcp_proxy(args, command, _rerecord(pathlib.Path(args.cassette or ".")))
+    require_mcp()
+    if args.cache:
+        from .mcp_runtime import run_cached
+
+        return run_cached(args, command)
+    from .mcp_stdio import run_mcp_proxy
+
+    return run_mcp_proxy(args, command, _rerecord(pathlib.Path(args.cassette)))
 
 
 def add_proxy_commands(sub: Any) -> None:

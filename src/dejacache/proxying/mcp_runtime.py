@@ -28,9 +28,9 @@ import anyio
 
 from ..mcp._cache import mcp_tool_cache
 from ..runtime.session import agent_session
-from .mcp_stdio import is_request, server_of
+from ._mcp_link import is_request, server_of
 
-__all__ = ["serve_cached"]
+__all__ = ["run_cached", "serve_cached"]
 
 
 class _Link:
@@ -121,6 +121,11 @@ async def _cached_call(cached: Any, link: _Link, data: dict[str, Any], tenant: s
         reply = {"jsonrpc": "2.0", "id": data["id"],
                  "error": {"code": -32603, "message": f"dejacache: {exc}"}}
     await link.to_client.send(link.make(reply))
+
+
+def run_cached(args: argparse.Namespace, command: list[str]) -> int:
+    """``dejacache mcp-proxy --cache``: serve until the client disconnects."""
+    return asyncio.run(serve_cached(args, command))
 
 
 async def serve_cached(args: argparse.Namespace, command: list[str]) -> int:
