@@ -103,7 +103,9 @@ def test_it_runs_a_command_pointed_at_itself(tmp_path: pathlib.Path,
                          capture_output=True, text=True, timeout=60,
                          env=proxy_env(tmp_path, OPENAI_BASE_URL=fake.openai_url))
     assert out.returncode == 3, out.stderr
-    url, printed, status = out.stdout.splitlines()
+    printed, status = out.stdout.splitlines()  # the command's own output, nothing else
+    url = printed.split()[-1]
+    assert f"dejacache proxy: listening on {url}" in out.stderr
     assert printed.split() == [f"{url}/openai/v1", f"{url}/anthropic", url]
     assert status == "200" and fake.count() == 1 and len(entries(cassette)) == 1
 

@@ -235,8 +235,13 @@ def command_env(url: str, upstreams: Mapping[str, Upstream], mode: str,
     return env
 
 
-def _announce(url: str, ready_file: pathlib.Path | None) -> None:
-    print(url, flush=True)
+def _announce(url: str, ready_file: pathlib.Path | None, running: bool) -> None:
+    """The base URL on stdout, on a line of its own (on stderr when it runs a command:
+    stdout is then the command's, which may be a report a tool reads)."""
+    if running:
+        print(f"dejacache proxy: listening on {url}", file=sys.stderr, flush=True)
+    else:
+        print(url, flush=True)
     if ready_file is not None:
         tmp = ready_file.with_name(ready_file.name + f".{os.getpid()}.tmp")
         tmp.write_text(url + "\n", encoding="utf-8")
@@ -262,7 +267,7 @@ async def _run(config: ProxyConfig, ready_file: pathlib.Path | None,
         loop.add_signal_handler(sig, stop.set)
     status = 0
     try:
-        _announce(url, ready_file)
+        _announce(url, ready_file, bool(command))
         if command:
             mode = config.spec.mode or default_mode()
             env = command_env(url, config.upstreams, mode, os.environ)

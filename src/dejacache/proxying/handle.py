@@ -34,8 +34,6 @@ from ..errors import ConfigurationError
 
 __all__ = ["ProxyProcess", "ProxySession", "proxy"]
 
-_ENTRY = "import sys; from dejacache.cli import main; sys.exit(main(sys.argv[1:]))"
-
 
 @contextlib.contextmanager
 def _handed_on() -> Iterator[None]:
@@ -127,7 +125,7 @@ class ProxyProcess:
         self._stderr = open(pathlib.Path(self._dir.name) / "stderr", "w+b")  # noqa: SIM115
         self.returncode: int | None = None
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _ENTRY, "proxy", *argv, "--ready-file", str(ready)],
+            [sys.executable, "-m", "dejacache", "proxy", *argv, "--ready-file", str(ready)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
             env=dict(env) if env is not None else None)
         try:
