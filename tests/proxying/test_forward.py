@@ -74,6 +74,28 @@ def test_a_replayed_stream_comes_one_event_per_chunk(session_for: Open,
     assert r.close(ok=True)["replayed"] == 1
 
 
+def test_a_realtime_session_replays_at_the_recorded_pace(proxy_process: Any,
+                                                         session_for: Open,
+                                                         fake: FakeProvider) -> None:
+    s = session_for("pace", fake)
+    fake.script.append({"end_delay": 1.0})
+    post(s.base_url("openai") + "/v1/chat/completions", {**CHAT, "stream": True})
+    s.close(ok=True)
+
+    def replayed(realtime: bool) -> float:
+        opened = httpx2.post(f"{proxy_process.url}/_dejacache/sessions", timeout=30, json={
+            "cassette": str(s.cassette), "mode": "replay", "realtime": realtime}).json()
+        t0 = time.perf_counter()
+        post(f"{opened['url']}/openai/v1/chat/completions", {**CHAT, "stream": True})
+        took = time.perf_counter() - t0
+        httpx2.post(f"{proxy_process.url}/_dejacache/sessions/{opened['id']}/close",
+                    json={"ok": False}, timeout=30)
+        return took
+
+    paced, fast = replayed(True), replayed(False)
+    assert paced > 0.9 and fast < paced - 0.5  # the recorded 1 s pause, or none
+
+
 def test_errors_replay_in_the_order_recorded(session_for: Open, fake: FakeProvider) -> None:
     s = session_for("errors", fake)
     fake.script.extend([{"status": 500}, {"status": 429}])
