@@ -199,6 +199,34 @@ def test_an_expired_entry_is_recorded_again(session_for: Open, fake: FakeProvide
     assert new != old and fake.count() == 2 and summary["recorded"] == 1
 
 
+def _tools_turns(session: ProxySession) -> tuple[str, str]:
+    """Two turns of a tool call through the proxy: the call's id, and the final text."""
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}
+    messages: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
+    first = chat(session, messages=messages, tools=[weather])
+    call = first.choices[0].message.tool_calls[0]
+    messages += [first.choices[0].message.to_dict(),
+                 {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]
+    return call.id, chat(session, messages=messages, tools=[weather]).choices[0].message.content
+
+
+def test_a_turn_recorded_again_keeps_the_next_one_replaying(session_for: Open,
+                                                            fake: FakeProvider) -> None:
+    s = session_for("aliases", fake)
+    old_id, text = _tools_turns(s)
+    s.close(ok=True)
+    doc = fmt.load_document(s.cassette.read_bytes(), s.cassette)  # the first turn forgotten
+    s.cassette.write_bytes(fmt.render(doc["entries"][1:], doc["values"]))
+
+    again = session_for("aliases", fake)  # auto: the first turn goes live, with a new id
+    new_id, new_text = _tools_turns(again)
+    summary = again.close(ok=True)
+    # The second turn sends the new id back; keyed by its place, it still replays.
+    assert new_id != old_id and new_text == text
+    assert (summary["recorded"], summary["replayed"], fake.count()) == (1, 1, 3)
+
+
 def test_volatile_fields_do_not_change_the_key(session_for: Open, fake: FakeProvider) -> None:
     s = session_for("volatile", fake)
     got = chat(s, messages=[{"role": "user", "content": "x"}], user="run-1").id
