@@ -1,21 +1,21 @@
 """The proxy's HTTP/1.1: heads parsed, bodies framed, and every request two parsers could
-frame differently refused with its status (pure functions, and the reader over an
-in-memory stream)."""
+frame differently refused with its status (pure functions, and the parser fed bytes as a
+connection would: at once, or split anywhere)."""
 
 from __future__ import annotations
-
-import asyncio
 
 import pytest
 
 from dejacache.proxying._http1 import (
+    CONTINUE,
     MAX_HEAD,
     BadRequest,
+    Request,
+    RequestParser,
     chunk,
     framing,
     head_bytes,
     parse_head,
-    read_request,
 )
 
 
@@ -78,22 +78,25 @@ def test_keep_alive(version: str, connection: str | None, keep: bool) -> None:
     assert parse_head(head.encode()).keep_alive is keep
 
 
-def _read(raw: bytes, max_body: int = 1 << 20) -> tuple[object, list[bytes]]:
-    async def go() -> tuple[object, list[bytes]]:
-        reader = asyncio.StreamReader(limit=MAX_HEAD)
-        reader.feed_data(raw)
-        reader.feed_eof()
-        sent: list[bytes] = []
-
-        async def send(data: bytes) -> None:
-            sent.append(data)
-
-        try:
-            return await read_request(reader, max_body, send), sent
-        except BadRequest as exc:
-            return exc, sent
-
-    return asyncio.run(go())
+def _read(raw: bytes, max_body: int = 1 << 20,
+          step: int | None = None) -> tuple[object, list[bytes]]:
+    """The first request ``raw`` holds (fed whole, or ``step`` bytes at a time), the refusal
+    it gets, None for a connection closed between requests, or "incomplete" for one closed
+    inside a request; and the interim answers the parser asked for."""
+    parser = RequestParser(max_body)
+    sent: list[bytes] = []
+    got: list[Request] = []
+    try:
+        for at in range(0, max(len(raw), 1), step or max(len(raw), 1)):
+            got += parser.feed(raw[at:at + (step or len(raw))])
+            if parser.continue_wanted:
+                parser.continue_wanted = False
+                sent.append(CONTINUE)
+    except BadRequest as exc:
+        return exc, sent
+    if got:
+        return got[0], sent
+    return (None if parser.idle else "incomplete"), sent
 
 
 def test_bodies_are_read_by_length_or_by_chunks() -> None:
@@ -106,8 +109,11 @@ def test_bodies_are_read_by_length_or_by_chunks() -> None:
 
 
 def test_a_client_waiting_for_100_continue_gets_it() -> None:
-    req, sent = _read(b"PUT /a HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nok")
+    head = b"PUT /a HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"
+    req, sent = _read(head + b"ok", step=len(head))  # the body after the head, as it waits
     assert sent == [b"HTTP/1.1 100 Continue\r\n\r\n"] and getattr(req, "body", None) == b"ok"
+    _, sent = _read(head + b"ok")
+    assert sent == []  # the body came with the head: nothing to wait for
     _, sent = _read(b"GET /a HTTP/1.1\r\nExpect: 100-continue\r\n\r\n")
     assert sent == []  # no body to wait for
 
@@ -117,14 +123,38 @@ def test_a_close_between_requests_is_no_request() -> None:
     assert _read(b"\r\n")[0] is None
 
 
+@pytest.mark.parametrize("raw", [
+    b"POST / HTTP/1.1\r\nContent-Length: 100\r\n\r\nshort",
+    b"GET / HTTP/1.1\r\nHost: a",
+    b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nab",
+    b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nTrailer: x\r\n",
+])
+def test_a_close_inside_a_request_is_no_request(raw: bytes) -> None:
+    assert _read(raw)[0] == "incomplete"
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 7, 64])
+def test_requests_split_anywhere_parse_as_when_whole(step: int) -> None:
+    raw = (b"\r\nPOST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+           b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nTrailer: x\r\n\r\n"
+           b"PUT /b HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"
+           b"GET /c HTTP/1.1\r\n\r\n")
+    parser = RequestParser(1 << 20)
+    got: list[Request] = []
+    for at in range(0, len(raw), step):
+        got += parser.feed(raw[at:at + step])
+    assert [(r.method, r.target, r.body) for r in got] == [
+        ("POST", "/a", b"hello world"), ("PUT", "/b", b"abc"), ("GET", "/c", b"")]
+    assert parser.idle
+
+
 @pytest.mark.parametrize(("raw", "status"), [
-    (b"POST / HTTP/1.1\r\nContent-Length: 100\r\n\r\nshort", 400),
     (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
-    (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX", 400),
+    (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY", 400),
     (b"POST / HTTP/1.1\r\nContent-Length: 2048\r\n\r\n", 413),
     (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n" + b"x" * 2048, 413),
     (b"GET / HTTP/1.1\r\nX: " + b"a" * MAX_HEAD + b"\r\n\r\n", 431),
-    (b"GET / HTTP/1.1\r\nHost: a", 400),
+    (b"GET / HTTP/1.1\r\nX: " + b"a" * MAX_HEAD, 431),  # no end in sight
 ])
 def test_broken_and_oversized_requests_are_refused(raw: bytes, status: int) -> None:
     got, _ = _read(raw, max_body=1024)

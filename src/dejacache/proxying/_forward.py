@@ -59,23 +59,39 @@ _URLS_KEPT = 1024
 
 
 class Out:
-    """The client's side of the connection: writes with back-pressure, or a hard close."""
+    """The client's side of its connection: writes that wait while the client is slow to
+    read (back-pressure), fail once it is gone, or a hard close."""
 
-    __slots__ = ("writer",)
+    __slots__ = ("_drained", "transport")
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self._drained: asyncio.Future[None] | None = None  # set while writing is paused
 
     async def write(self, data: bytes) -> None:
-        self.writer.write(data)
-        await self.writer.drain()
+        if self.transport.is_closing():
+            raise ConnectionResetError("the client closed the connection")
+        self.transport.write(data)
+        if self._drained is not None:
+            await self._drained
+
+    def pause(self) -> None:
+        if self._drained is None:
+            self._drained = asyncio.get_running_loop().create_future()
+
+    def resume(self, lost: BaseException | None = None) -> None:
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            if lost is not None:
+                drained.set_exception(lost)
+            else:
+                drained.set_result(None)
 
     def abort(self) -> None:
         """End the connection without finishing the answer: the client sees a failure,
         never a truncated answer it could take for a whole one."""
-        transport = self.writer.transport
-        if not transport.is_closing():
-            transport.abort()
+        if not self.transport.is_closing():
+            self.transport.abort()
 
 
 def json_bytes(status: int, data: Any, headers: list[tuple[str, str]] | None = None) -> bytes:

@@ -1,10 +1,11 @@
-"""HTTP/1.1 as the proxy speaks it: a request read off an asyncio stream, an answer framed.
+"""HTTP/1.1 as the proxy speaks it: requests parsed from the bytes that arrive, answers
+framed.
 
-The proxy serves one client at a time per connection (keep-alive, no pipelining ahead of the
-answer), so the whole protocol is: read a head up to its blank line, read the body its
-framing announces (``Content-Length`` or ``chunked``), answer with ``Content-Length`` or, for
-a stream, one chunk per event. :func:`parse_head` and :func:`framing` are pure; only
-:func:`read_request` touches the stream.
+A connection's requests are answered one after the other (keep-alive; pipelined ones wait
+their turn), so the whole protocol is: a head up to its blank line, the body its framing
+announces (``Content-Length`` or ``chunked``), and an answer with ``Content-Length`` or, for
+a stream, one chunk per event. All of it is pure (:class:`RequestParser` takes bytes and
+gives back requests); the connection that feeds it is ``_server.py``'s.
 
 Refused with a status and no guessing: a head over :data:`MAX_HEAD` (431), a body over the
 server's limit (413), both ``Content-Length`` and ``Transfer-Encoding``, differing lengths or
@@ -15,14 +16,13 @@ knowledge or HTTP/0.9 (505).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import http
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 
-__all__ = ["LAST_CHUNK", "MAX_HEAD", "BadRequest", "Request", "chunk", "framing", "head_bytes",
-           "parse_head", "read_request"]
+__all__ = ["CONTINUE", "LAST_CHUNK", "MAX_HEAD", "BadRequest", "Request", "RequestParser",
+           "chunk", "framing", "head_bytes", "parse_head"]
 
 #: Request line and headers, at most (the stream reader's limit).
 MAX_HEAD = 64 * 1024
@@ -31,7 +31,8 @@ LAST_CHUNK = b"0\r\n\r\n"
 # RFC 9110 token characters: a header name or method made of anything else is refused.
 _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
 _VERSION = re.compile(rb"HTTP/1\.[01]\Z")
-_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+#: The interim answer a client that sent ``Expect: 100-continue`` waits for.
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 _REASONS = {s.value: s.phrase for s in http.HTTPStatus}
 
 
@@ -106,53 +107,107 @@ def framing(req: Request) -> tuple[str, int]:
     return "length", int(next(iter(values)))
 
 
-async def read_request(reader: asyncio.StreamReader, max_body: int,
-                       send: Callable[[bytes], Awaitable[None]]) -> Request | None:
-    """The next request on ``reader``, or None when the client closed between requests.
-    ``send`` writes the interim ``100 Continue`` a client waiting for one gets."""
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.IncompleteReadError as exc:
-        if not exc.partial.strip():
-            return None
-        raise BadRequest(400, "connection closed inside a request head") from None
-    except asyncio.LimitOverrunError:
-        raise BadRequest(431, f"request head over {MAX_HEAD} bytes") from None
-    req = parse_head(head[:-4].lstrip(b"\r\n"))  # RFC 9112: ignore blank lines before it
-    kind, length = framing(req)
-    if kind == "length" and length > max_body:
-        raise BadRequest(413, f"request body of {length} bytes is over {max_body}")
-    expects = (req.get("expect") or "").lower() == "100-continue"
-    if expects and (kind == "chunked" or length):
-        await send(_CONTINUE)
-    try:
-        req.body = (await _read_chunked(reader, max_body) if kind == "chunked"
-                    else await reader.readexactly(length) if length else b"")
-    except asyncio.IncompleteReadError:
-        raise BadRequest(400, "connection closed inside a request body") from None
-    return req
+class RequestParser:
+    """Bytes in, whole requests out: the proxy's connection feeds it what arrives and gets
+    back the requests completed so far (pure: no I/O). ``continue_wanted`` is set once per
+    request whose client waits for ``100 Continue`` before sending its body (the caller
+    writes :data:`CONTINUE` and clears it)."""
 
+    __slots__ = ("_body", "_buf", "_chunked", "_need", "_req", "_total", "continue_wanted",
+                 "max_body")
 
-async def _read_chunked(reader: asyncio.StreamReader, max_body: int) -> bytes:
-    parts: list[bytes] = []
-    total = 0
-    while True:
-        line = await reader.readuntil(b"\r\n")
-        size_text = line[:-2].split(b";", 1)[0].strip()
-        try:
-            size = int(size_text, 16)
-        except ValueError:
-            raise BadRequest(400, "malformed chunk size") from None
-        if size == 0:
-            while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers, dropped
-                pass
-            return b"".join(parts)
-        total += size
-        if total > max_body:
-            raise BadRequest(413, f"request body over {max_body} bytes")
-        parts.append(await reader.readexactly(size))
-        if await reader.readexactly(2) != b"\r\n":
-            raise BadRequest(400, "malformed chunk")
+    def __init__(self, max_body: int) -> None:
+        self.max_body = max_body
+        self._buf = b""
+        self._req: Request | None = None  # a head whose body is still coming
+        self._chunked = False
+        self._need = 0  # body bytes still to come (length framing)
+        self._body: list[bytes] = []
+        self._total = 0
+        self.continue_wanted = False
+
+    @property
+    def idle(self) -> bool:
+        """Nothing of a next request has arrived (a close now loses nothing)."""
+        return self._req is None and not self._buf.strip(b"\r\n")
+
+    def feed(self, data: bytes) -> list[Request]:
+        self._buf = self._buf + data if self._buf else data
+        out: list[Request] = []
+        while True:
+            if self._req is None and not self._head():
+                return out
+            done = self._chunks() if self._chunked else self._length()
+            if not done:
+                return out
+            assert self._req is not None
+            self._req.body = b"".join(self._body)
+            out.append(self._req)
+            self._req, self._body, self._total = None, [], 0
+
+    def _head(self) -> bool:
+        buf = self._buf.lstrip(b"\r\n")  # RFC 9112: blank lines before a request are ignored
+        end = buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(buf) > MAX_HEAD:
+                raise BadRequest(431, f"request head over {MAX_HEAD} bytes")
+            self._buf = buf
+            return False
+        if end > MAX_HEAD:
+            raise BadRequest(431, f"request head over {MAX_HEAD} bytes")
+        req = parse_head(buf[:end])
+        kind, length = framing(req)
+        if kind == "length" and length > self.max_body:
+            raise BadRequest(413, f"request body of {length} bytes is over {self.max_body}")
+        self._buf = buf[end + 4:]
+        self._req, self._chunked, self._need = req, kind == "chunked", length
+        expects = (req.get("expect") or "").lower() == "100-continue"
+        if expects and (self._chunked or length) and not self._buf:
+            self.continue_wanted = True
+        return True
+
+    def _length(self) -> bool:
+        if len(self._buf) < self._need:
+            return False
+        if self._need:
+            self._body.append(self._buf[:self._need])
+            self._buf = self._buf[self._need:]
+        return True
+
+    def _chunks(self) -> bool:
+        while True:
+            line_end = self._buf.find(b"\r\n")
+            if line_end < 0:
+                if len(self._buf) > MAX_HEAD:
+                    raise BadRequest(400, "malformed chunk size")
+                return False
+            size_text = self._buf[:line_end].split(b";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                raise BadRequest(400, "malformed chunk size") from None
+            if size == 0:
+                return self._trailers(line_end + 2)
+            if self._total + size > self.max_body:
+                raise BadRequest(413, f"request body over {self.max_body} bytes")
+            start = line_end + 2
+            if len(self._buf) < start + size + 2:
+                return False
+            if self._buf[start + size:start + size + 2] != b"\r\n":
+                raise BadRequest(400, "malformed chunk")
+            self._body.append(self._buf[start:start + size])
+            self._total += size
+            self._buf = self._buf[start + size + 2:]
+
+    def _trailers(self, start: int) -> bool:
+        end = self._buf.find(b"\r\n", start)
+        while end >= 0 and end != start:  # trailer fields, dropped
+            start = end + 2
+            end = self._buf.find(b"\r\n", start)
+        if end < 0:
+            return False
+        self._buf = self._buf[end + 2:]
+        return True
 
 
 def _latin1(text: str) -> bytes:

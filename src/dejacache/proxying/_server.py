@@ -4,8 +4,8 @@ upstream, and saves its cassettes when it stops.
 ``http://HOST:PORT/<upstream>/<rest>`` goes to the default session (``--cassette``);
 ``/_dejacache/s/<id>/<upstream>/<rest>`` (or the header ``x-dejacache-session: <id>``) to a
 session a test runner opened; ``/_dejacache...`` is the control endpoint (``_control.py``).
-Every connection is served by one task; a request runs in its session's context
-(``Session.run``).
+A connection (``_connection.py``) answers its requests one after the other, each in a task of
+its own started in its session's context (``Session.begin``).
 
 Stopping (SIGTERM, SIGINT, or the command it ran exiting) stops accepting, lets requests in
 flight finish for ``grace`` seconds, then closes the sessions: the default cassette is
@@ -31,9 +31,10 @@ from ..cassettes.placeholder_keys import KEY_VARIABLES, PLACEHOLDER
 from ..errors import ConfigurationError
 from ..http._libs import Lib, lib_named
 from ..http.providers import all_providers
+from ._connection import Connection
 from ._control import PREFIX, SESSION_PREFIX, control
 from ._forward import FORWARDED, Forwarder, Out, error_bytes, json_bytes
-from ._http1 import MAX_HEAD, BadRequest, Request, read_request
+from ._http1 import Request
 from ._sessions import Session, Sessions, SessionSpec
 from .upstreams import BASE_URL_ENV, Upstream, split_target, unknown_upstream
 
@@ -82,8 +83,8 @@ class ProxyServer:
         self.sessions = Sessions(config.cassette_dir)
         self.url = ""
         self._server: asyncio.base_events.Server | None = None
-        self._busy: dict[asyncio.Task[Any], bool] = {}  # connection -> inside a request
-        self._stopping = False
+        self._connections: set[Connection] = set()
+        self.stopping = False
         self._generic = next(p for p in all_providers() if p.name == "http")
 
     async def start(self) -> str:
@@ -97,9 +98,9 @@ class ProxyServer:
         if self.config.cassette is not None:  # read first: a damaged file fails by name
             await self.sessions.open_default(dataclasses.replace(self.config.spec,
                                                            cassette=self.config.cassette))
+        loop = asyncio.get_running_loop()
         try:
-            self._server = await asyncio.start_server(self._connection, host,
-                                                      self.config.port, limit=MAX_HEAD)
+            self._server = await loop.create_server(self._connection, host, self.config.port)
         except OSError as exc:
             await self.sessions.close_all(grace=0.0, save=False)  # nothing ran
             why = os.strerror(exc.errno) if exc.errno else str(exc)
@@ -112,17 +113,18 @@ class ProxyServer:
 
     async def stop(self) -> list[dict[str, Any]]:
         """Stop serving and close the sessions; what each one did."""
-        self._stopping = True
+        self.stopping = True
         if self._server is not None:
             self._server.close()
-        for task, busy in list(self._busy.items()):
-            if not busy:
-                task.cancel()  # idle keep-alive connections: nothing to finish
-        pending = [t for t in self._busy if not t.done()]
-        if pending:
-            _, late = await asyncio.wait(pending, timeout=self.config.grace)
+        for conn in list(self._connections):
+            conn.close_if_idle()  # idle keep-alive connections: nothing to finish
+        busy = [c.task for c in self._connections if c.task is not None]
+        if busy:
+            _, late = await asyncio.wait(busy, timeout=self.config.grace)
             for task in late:
                 task.cancel()
+        for conn in list(self._connections):
+            conn.transport.close()
         summaries = await self.sessions.close_all(grace=1.0)
         await self.forwarder.aclose()
         return summaries
@@ -139,83 +141,82 @@ class ProxyServer:
             "sessions": [s.id for s in self.sessions.all() if s is not default],
         }
 
-    # ---------------------------------------------------------------- connections
+    # ---------------------------------------------------------------- requests
 
-    async def _connection(self, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._busy[task] = False
-        out = Out(writer)
-        try:
-            while not self._stopping:
-                try:
-                    req = await read_request(reader, self.config.max_body, out.write)
-                except BadRequest as exc:
-                    await out.write(self._refusal(exc.status, str(exc), close=True))
-                    break
-                if req is None:
-                    break
-                self._busy[task] = True
-                try:
-                    await self._dispatch(req, out)
-                finally:
-                    self._busy[task] = False
-                if not req.keep_alive:
-                    break
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass  # the client went away; a stream it left is abandoned, not stored
-        except asyncio.CancelledError:
-            # ``stop`` ends idle keep-alive connections so: the task ends as if the client
-            # had closed (raised on, asyncio's server logs every one as an error).
-            pass
-        finally:
-            self._busy.pop(task, None)
-            writer.close()
+    def _connection(self) -> Connection:
+        return _Tracked(self, self.config.max_body)
 
-    def _refusal(self, status: int, message: str, *, close: bool = False) -> bytes:
+    def refusal(self, status: int, message: str, *, close: bool = False) -> bytes:
         extra = [("connection", "close")] if close else []
         return json_bytes(status, {"error": {"message": f"dejacache proxy: {message}",
                                              "type": "dejacache_bad_request"}}, extra)
 
-    async def _dispatch(self, req: Request, out: Out) -> None:
+    def answer(self, req: Request, out: Out) -> asyncio.Task[Any]:
+        """The task that answers ``req``: a request to a session runs in its context."""
+        loop = asyncio.get_running_loop()
+        routed = self._route(req)
+        if isinstance(routed, bytes):
+            return loop.create_task(out.write(routed))
+        if routed is None:
+            return loop.create_task(self._control(req, out))
+        session, upstream, rest = routed
+        ctx = session.begin()
+        task = loop.create_task(self.forwarder.answer(session, upstream, req, rest, out),
+                                context=ctx)
+        task.add_done_callback(lambda _: session.end(ctx))
+        return task
+
+    async def _control(self, req: Request, out: Out) -> None:
+        status, data = await control(self, req.method, req.target.partition("?")[0], req.body)
+        await out.write(json_bytes(status, data))
+
+    def _route(self, req: Request) -> tuple[Session, Upstream, str] | bytes | None:
+        """(session, upstream, rest of the path), an answer refusing the request, or None
+        for the control endpoint."""
         target = req.target
         session: Session | None
         if req.get(FORWARDED) is not None:  # an upstream that leads back here
-            await out.write(self._refusal(508, "this request came from this proxy: an "
-                                               "upstream URL points back at it"))
-            return
+            return self.refusal(508, "this request came from this proxy: an upstream URL "
+                                     "points back at it")
         if target.startswith(SESSION_PREFIX):
             sid, _, rest = target[len(SESSION_PREFIX):].partition("/")
             session = self.sessions.find(sid)
             if session is None or session.closed:
-                await out.write(self._refusal(404, f"no open session {sid[:40]!r}"))
-                return
+                return self.refusal(404, f"no open session {sid[:40]!r}")
             target = "/" + rest
         elif target == PREFIX or target.startswith((PREFIX + "/", PREFIX + "?")):
-            status, data = await control(self, req.method, target.partition("?")[0],
-                                         req.body)
-            await out.write(json_bytes(status, data))
-            return
+            return None
         else:
             sid = req.get("x-dejacache-session") or ""
             session = self.sessions.find(sid) if sid else self.sessions.default
             if session is None or session.closed:
-                why = (f"no open session {sid[:40]!r}" if sid else
-                       "no cassette for this request: start the proxy with --cassette, or "
-                       f"open a session (POST {PREFIX}/sessions) and send its requests to "
-                       "its url")
-                await out.write(self._refusal(404, why))
-                return
+                return self.refusal(404, (
+                    f"no open session {sid[:40]!r}" if sid else
+                    "no cassette for this request: start the proxy with --cassette, or open "
+                    f"a session (POST {PREFIX}/sessions) and send its requests to its url"))
         name, rest = split_target(target)
         upstream = session.upstreams.get(name) or self.config.upstreams.get(name)
         if upstream is None:
             table = {**self.config.upstreams, **session.upstreams}
-            await out.write(error_bytes(self._generic, 404, "dejacache_unknown_upstream",
-                                        unknown_upstream(name, table)))
-            return
-        up = upstream
-        await session.run(lambda: self.forwarder.answer(session, up, req, rest, out))
+            return error_bytes(self._generic, 404, "dejacache_unknown_upstream",
+                               unknown_upstream(name, table))
+        return session, upstream, rest
+
+
+class _Tracked(Connection):
+    """A connection the server keeps track of, for ``stop``."""
+
+    def __init__(self, server: ProxyServer, max_body: int) -> None:
+        super().__init__(server, max_body)
+        self.server = server
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self.server._connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.server._connections.discard(self)
 
 
 # ---------------------------------------------------------------- running it

@@ -114,18 +114,26 @@ class Session:
         tape = getattr(self, "tape", None)  # None while it opens
         return tape.mode if tape is not None else (self.spec.mode or "opening")
 
-    async def run(self, fn: Callable[[], Awaitable[T]]) -> T:
-        """``fn()`` as a task in this session's context (see the module docstring)."""
-        ctx = self._ctx.copy()
+    def begin(self) -> contextvars.Context:
+        """The context one request runs in (see the module docstring); :meth:`end` takes it
+        back when the request is done."""
         self._inflight += 1
+        return self._ctx.copy()
+
+    def end(self, ctx: contextvars.Context) -> None:
+        self._ctx = ctx
+        self._inflight -= 1
+        if self._inflight == 0 and self._idle is not None:
+            self._idle.set()
+
+    async def run(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """``fn()`` as a task in this session's context."""
+        ctx = self.begin()
         try:
             return await asyncio.get_running_loop().create_task(
                 fn(), context=ctx)  # type: ignore[arg-type]
         finally:
-            self._ctx = ctx
-            self._inflight -= 1
-            if self._inflight == 0 and self._idle is not None:
-                self._idle.set()
+            self.end(ctx)
 
     async def _settled(self, grace: float) -> None:
         """Wait up to ``grace`` seconds for the requests in flight."""
