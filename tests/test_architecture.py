@@ -1,6 +1,6 @@
 """The shape of the package, read from the source with ``ast`` (nothing is imported).
 
-Two rules:
+Three rules:
 
 * **No import cycle** between dejacache's modules. Every import counts wherever it stands,
   at the top of a module or inside a function: a function-level import only defers the load,
@@ -11,6 +11,11 @@ Two rules:
   private module, a public name), ``from .scope import _current`` is not, and neither is
   reading ``scope._current`` through an imported module. A name two modules share is part of
   the package's internal API and is named like it. Dunder names (``__version__``) are public.
+* **Sizes that fit in a head**: no function (method, closure, ``async def``) over
+  ``MAX_FUNCTION_LINES`` lines, no class over ``MAX_CLASS_LINES``, in any module, measured
+  from the ``def``/``class`` line to the last line of the body (``end_lineno - lineno + 1``;
+  decorators not counted). One over the limit is split along the seams its own comments
+  name; a hot path that must stay flat says why in a line and still fits.
 
 Packages: ``from pkg import name`` depends on the module that defines ``name``: the submodule
 when ``name`` is one, the module the package's ``__init__`` re-exports it from (followed
@@ -40,6 +45,13 @@ PENDING_EDGES: dict[tuple[str, str], str] = {}
 
 # Private names taken across modules while a fix is pending: (module, name) -> what clears it.
 PENDING_PRIVATE: dict[tuple[str, str], str] = {}
+
+MAX_FUNCTION_LINES = 120
+MAX_CLASS_LINES = 500
+# Functions and classes allowed over the limits, each with a one-line reason: (module,
+# qualified name as ``__qualname__`` spells it) -> why (none today; a stale entry fails its
+# own test).
+OVERSIZED: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)
@@ -232,6 +244,42 @@ class Graph:
         return None
 
 
+@dataclass(frozen=True)
+class Sized:
+    """One function or class and how many lines it spans."""
+
+    module: str
+    qualname: str
+    kind: str  # "function" or "class"
+    line: int
+    lines: int
+
+    @property
+    def limit(self) -> int:
+        return MAX_CLASS_LINES if self.kind == "class" else MAX_FUNCTION_LINES
+
+
+def _sized(module: Module) -> Iterator[Sized]:
+    """Every function and class of ``module``, nested ones included, by qualified name."""
+    def visit(node: ast.AST, prefix: str) -> Iterator[Sized]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                qualname = prefix + child.name
+                kind = "class" if isinstance(child, ast.ClassDef) else "function"
+                end = child.end_lineno or child.lineno
+                yield Sized(module.name, qualname, kind, child.lineno, end - child.lineno + 1)
+                yield from visit(child, qualname + ("." if kind == "class" else ".<locals>."))
+            else:
+                yield from visit(child, prefix)
+
+    yield from visit(module.tree, "")
+
+
+@functools.cache
+def _oversized() -> tuple[Sized, ...]:
+    return tuple(s for m in _graph().modules.values() for s in _sized(m) if s.lines > s.limit)
+
+
 @functools.cache
 def _graph() -> Graph:
     return Graph()
@@ -314,6 +362,12 @@ def test_no_private_name_imported_across_modules() -> None:
     assert not found, "\n".join(found)
 
 
+def test_no_function_or_class_over_the_size_limits() -> None:
+    found = [f"{s.module}:{s.line}: {s.kind} {s.qualname} is {s.lines} lines (limit "
+             f"{s.limit})" for s in _oversized() if (s.module, s.qualname) not in OVERSIZED]
+    assert not found, "\n".join(found)
+
+
 def test_pending_entries_are_still_needed() -> None:
     """An allowlist entry that no longer matches anything is removed with its fix."""
     graph = _graph()
@@ -321,6 +375,9 @@ def test_pending_entries_are_still_needed() -> None:
     assert [e for e in PENDING_EDGES if e not in edges] == []
     private = {(target, name) for _, target, name, _ in _private()}
     assert [p for p in PENDING_PRIVATE if p not in private] == []
+    oversized = {(s.module, s.qualname) for s in _oversized()}
+    assert [o for o in OVERSIZED if o not in oversized] == []
+    assert all(why.strip() and "\n" not in why for why in OVERSIZED.values())
 
 
 def test_the_checks_see_what_they_must() -> None:
@@ -343,3 +400,31 @@ def test_the_checks_see_what_they_must() -> None:
     ]
     assert _cycles({("a", "b"): [1], ("b", "c"): [2], ("c", "a"): [3], ("c", "d"): [4]}) == [
         ["a", "b", "c"]]
+
+
+def test_the_size_check_measures_what_it_must() -> None:
+    """Methods, closures, ``async def`` and nested classes are measured, from the ``def``
+    line (decorators not counted) to the body's last line, under their qualified names."""
+    body = "\n".join(f"        x = {i}" for i in range(MAX_FUNCTION_LINES - 1))
+    tree = ast.parse(
+        "import functools\n"
+        "class Outer:\n"
+        "    class Inner:\n"
+        "        pass\n"
+        "    @functools.cache\n"
+        "    def method(self):\n"
+        f"{body}\n"
+        "async def coro():\n"
+        "    def inner():\n"
+        "        return 1\n"
+        "    return inner\n")
+    module = Module("dejacache.a", pathlib.Path("a.py"), False, tree)
+    sizes = {s.qualname: (s.kind, s.line, s.lines) for s in _sized(module)}
+    assert sizes == {
+        "Outer": ("class", 2, 5 + MAX_FUNCTION_LINES - 1),
+        "Outer.Inner": ("class", 3, 2),
+        "Outer.method": ("function", 6, MAX_FUNCTION_LINES),  # at the limit: allowed
+        "coro": ("function", 6 + MAX_FUNCTION_LINES, 4),
+        "coro.<locals>.inner": ("function", 7 + MAX_FUNCTION_LINES, 2),
+    }
+    assert [s.lines > s.limit for s in _sized(module)] == [False] * 5

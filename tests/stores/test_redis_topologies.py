@@ -189,7 +189,7 @@ def test_reads_straight_to_a_node_follow_a_moved_slot(cstore: RedisStore) -> Non
     counters = RedisCounters(cstore)
     landed = counters.incr_many(["gen/c/t/R"])
     assert landed is not None
-    client = cstore._sync()
+    client = cstore._clients.sync()
     manager = client.nodes_manager
     vkey = cstore._e + "k}"
     ckey = cstore.key("g", "c", "gen/c/t/R")

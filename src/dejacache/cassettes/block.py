@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import logging
 import os
 import pathlib
 import re
@@ -55,8 +54,6 @@ INTERRUPTIONS: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit)
 #: Told of each interrupted block that had recorded calls, with the tape and a sentence
 #: saying what was not written (the pytest plugin's summary). Changed once per session.
 DISCARDED: list[Callable[[Cassette, str], None]] = []
-
-log = logging.getLogger("dejacache.cassettes")
 
 
 def in_ci() -> bool:
@@ -243,6 +240,9 @@ def _discarded(tape: Cassette, reason: str) -> None:
         return
     note = (f"recording discarded ({reason}): {n} call{'s' if n != 1 else ''} not written "
             f"to {held.path}")
-    log.warning("dejacache: %s; an interrupted block writes nothing", note)
+    import logging  # only when a block is cut short: the first block must not pay for it
+
+    logging.getLogger("dejacache.cassettes").warning(
+        "dejacache: %s; an interrupted block writes nothing", note)
     for told in DISCARDED:
         told(held, note)

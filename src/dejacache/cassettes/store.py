@@ -113,6 +113,7 @@ class Cassette(BaseStore):
         #: method + URL matching, vcrpy's way (opt-in: ``vcr_match.py``)
         self.vcr = VcrMatch(self._tape, self.redact_tree, match)
         self._damage: CassetteError | None = None
+        self._identities: dict[tuple[str, str], frozenset[str]] | None = None
         self._miss_divergence: dict[str, ReplayDivergence] = {}
         # Set when the block's save begins: a call completing later (a task or thread that
         # outlived the block) can no longer reach the file, and is named instead of kept.
@@ -240,12 +241,15 @@ class Cassette(BaseStore):
 
     def identities(self) -> dict[tuple[str, str], frozenset[str]]:
         """Who the file's HTTP calls were recorded from: (item, scope) -> identity digests
-        (``http/identities.py``). Empty when recording afresh."""
+        (``http/identities.py``), read once. Empty when recording afresh."""
         if self.mode == "record":
             return {}
         self._load()
         with self._lock:
-            return self._tape.identities()
+            if self._identities is None:
+                raw = self._tape.raw
+                self._identities = {} if raw is None else recorded_identities(raw)
+            return self._identities
 
     def mode_for(self, name: str, kind: str) -> str:
         """The mode of one call of a partial block (``partial.py``)."""
@@ -501,6 +505,20 @@ def _model_of(response: Any) -> str:
         if isinstance(body, dict) and isinstance(body.get("model"), str):
             return str(body["model"])
     return ""
+
+
+def recorded_identities(raw: fmt.Buffer) -> dict[tuple[str, str], frozenset[str]]:
+    """Every identity item a cassette's bytes hold (``NAME@SCOPE#DIGEST``), as (name, scope)
+    -> digests: one search of the file, entries and shared values alike. A string of a body
+    that happens to be spelled so only adds a value, which can make a mapping refuse (a
+    miss), never make one."""
+    from ..http.identities import ITEM  # HTTP's knowledge, for HTTP calls only
+
+    found: dict[tuple[str, str], set[str]] = {}
+    for m in ITEM.finditer(raw):
+        item = (m.group(1).decode(errors="replace"), m.group(2).decode(errors="replace"))
+        found.setdefault(item, set()).add(m.group(3).decode())
+    return {k: frozenset(v) for k, v in found.items()}
 
 
 def rebuild_exception(err: dict[str, Any]) -> BaseException:

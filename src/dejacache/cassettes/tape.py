@@ -135,7 +135,6 @@ class Tape:
         self._uses = 0  # entries marked used so far (what ``_unused_at`` was computed at)
         self._unused_at: tuple[tuple[int, int], Unused] | None = None
         self._again: tuple[FileIndex | None, fmt.Buffer | None, dict[str, Any]] | None = None
-        self._identities: dict[tuple[str, str], frozenset[str]] | None = None
 
     # ---------------------------------------------------------------- reading the file
 
@@ -273,24 +272,6 @@ class Tape:
         out of recorded order needs no names column (parsing it was ~1 ms of the 10k-entry
         cassette's open + late hit)."""
         return self._read(lambda ix: ix.follows()) if self._recorded() else []
-
-    def identities(self) -> dict[tuple[str, str], frozenset[str]]:
-        """Every identity item the recorded requests hold (``NAME@SCOPE#DIGEST``), as
-        (name, scope) -> digests: one search of the file's bytes, kept. An item is written
-        where its entry is, or in ``values`` when shared; the search reads both. A string of
-        a body that happens to be spelled so only adds a value, which can make a mapping
-        refuse (a miss), never make one."""
-        if self._identities is None:
-            from ..http.identities import ITEM  # HTTP's knowledge, for HTTP calls only
-
-            found: dict[tuple[str, str], set[str]] = {}
-            if self.load() and self.raw is not None:
-                for m in ITEM.finditer(self.raw):
-                    item = (m.group(1).decode(errors="replace"),
-                            m.group(2).decode(errors="replace"))
-                    found.setdefault(item, set()).add(m.group(3).decode())
-            self._identities = {k: frozenset(v) for k, v in found.items()}
-        return self._identities
 
     def positions(self, key: str) -> list[int]:
         if self.index() is None:

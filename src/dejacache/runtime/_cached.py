@@ -319,17 +319,25 @@ class ToolCache:
         return False
 
 
-def _shared_part(cell: list[Any], seen: _Seen | None, gens: Any, values: list[int]
-                 ) -> tuple[str, bool]:
-    """The key's version part for shared counters ``values``: the one remembered in
-    ``cell`` when they are the counters it was made from, else a new one, remembered;
-    and whether it was made now (an entry read with the counters is then not this
-    call's)."""
+def _fold_key(r: Route, seen: _Seen | None, head: str, fast: str) -> str | None:
+    """The entry to read in the counters' round trip (``Route.fold``): the one under the
+    key the counters made last time; None: read the counters alone."""
+    if seen is not None and seen[0] is r.gens and r.fold:
+        return r.store.entry_key(head + seen[3] + fast)  # type: ignore[no-any-return]
+    return None
+
+
+def _shared_part(cell: list[Any], seen: _Seen | None, gens: Any, values: list[int],
+                 raw: Any) -> tuple[str, Any]:
+    """The key's version part for shared counters ``values``, and the bytes ``raw`` read
+    with them when they are this call's entry (else ``NOT_READ``): the part remembered in
+    ``cell`` when the values are the counters it was made from, else a new one, remembered
+    (an entry read with the counters is then under another key)."""
     if seen is not None and seen[0] is gens and seen[2] == values and seen[1] == gens.epoch:
-        return seen[3], False
+        return seen[3], raw
     vpart = f"{gens.epoch}.{'.'.join(map(str, values))}/"
     cell[1] = (gens, gens.epoch, values, vpart)
-    return vpart, True
+    return vpart, NOT_READ
 
 
 def _read_failed(store: Any, exc: Exception) -> _Read:
@@ -345,8 +353,6 @@ def _put_failed(store: Any, exc: Exception) -> None:
 
 
 _loads = orjson.loads
-# ``hit`` raised: the general read reports it (and fails open).
-_GENERAL_ITEM = (None, 0.0, None, None, None)
 _settings = config.settings_object
 
 
@@ -391,10 +397,11 @@ async def _ageneral(tc: ToolCache, store: Store, prefix: str, key: str) -> _Read
     return got
 
 
-def _short(tc: ToolCache, store: Any, prefix: str, key: str) -> _Read:
-    """A read through the store's ``hit`` (``Route.short``)."""
+def _short(tc: ToolCache, store: Any, prefix: str, key: str, raw: Any = NOT_READ) -> _Read:
+    """A read through the store's ``hit`` (``Route.short``); of the bytes ``raw`` when they
+    were read already (``hit_of``: the counters' round trip brought them)."""
     try:
-        item = store.hit(key)
+        item = store.hit(key) if raw is NOT_READ else store.hit_of(key, raw)
     except Exception:  # the general read reports it (and fails open)
         return _general(tc, store, prefix, key, None)
     if item is None:
@@ -403,9 +410,12 @@ def _short(tc: ToolCache, store: Any, prefix: str, key: str) -> _Read:
     if body is not None:
         try:
             # Checked against the key by the store: one loads is the caller's own copy.
-            return _loads(body), _blob_size(body), body, None
+            value = _loads(body)
         except orjson.JSONDecodeError:
             pass  # decoded again below, which reports it
+        else:  # _blob_size written out: a call level is ~2% of an in-memory hit
+            return value, (body.obj.__len__()  # type: ignore[attr-defined]
+                           if type(body) is memoryview else len(body)), body, None
     # Tagged values and anything the store would not vouch for: the codec decides.
     return _general(tc, store, prefix, key, item[3])
 
@@ -460,10 +470,10 @@ def _finish(tc: ToolCache, sess: agent_session | None, adigest: str, value: Any,
 
 def _served(tc: ToolCache, sess: agent_session | None, adigest: str, got: _Read, tr: Trace
             ) -> Any:
-    """A hit found past the first lookup (or on the async path)."""
+    """A hit served: counted, then the loop guard's check of the result."""
     m.count_hit(sess.tenant if sess is not None else None, tc.resource, tc.name, got[1])
     tr.outcome = "hit"
-    return _finish(tc, sess, adigest, got[0], tr)
+    return guard_after(sess, tc.name, tc.resource, adigest, got[0], tr)
 
 
 def _bypassing(tc: ToolCache, sess: agent_session | None, tr: Trace, args: Args,
@@ -484,6 +494,16 @@ def _missing(tc: ToolCache, sess: agent_session | None, tr: Trace, args: Args,
     instead). Under a digest other than ``fast`` the entry is looked up again."""
     adigest = tr.digest = fast if full else tc.full_digest(args, kwargs)
     return adigest, guard_before(sess, tc.name, tc.resource, adigest, tr)
+
+
+def _guarded_hit(tc: ToolCache, sess: agent_session, adigest: str, got: _Read, tr: Trace
+                 ) -> Any:
+    """A hit under a loop guard: checked before it is served, like any call."""
+    tr.digest = adigest
+    nudge = guard_before(sess, tc.name, tc.resource, adigest, tr)
+    if nudge is not PROCEED:
+        return nudge
+    return _served(tc, sess, adigest, got, tr)
 
 
 def _again(tc: ToolCache, tenant: str | None, got: _Read, tr: Trace) -> _Led:
@@ -559,10 +579,36 @@ def _sync_miss(tc: ToolCache, sess: agent_session | None, tr: Trace, args: Args,
     return _landed(tc, sess, tr, adigest, prefix, key, flown, led)
 
 
+def _sync_counters(tc: ToolCache, r: Route, cell: list[Any], names: tuple[str, ...],
+                   head: str, fast: str) -> tuple[list[int], str, Any] | None:
+    """Shared counters read (and the entry with them where ``_fold_key`` says): (values,
+    version part, entry bytes or ``NOT_READ``); None when they cannot be read."""
+    seen = cell[1]
+    entry = _fold_key(r, seen, head, fast)
+    if entry is not None:
+        values, raw = r.gens.read_with(names, tc.counter_max_age, entry)
+    else:
+        values, raw = r.gens.read(names, tc.counter_max_age), NOT_READ
+    if values is None:
+        return None
+    vpart, raw = _shared_part(cell, seen, r.gens, values, raw)
+    return values, vpart, raw
+
+
+def _sync_bypassed(tc: ToolCache, sess: agent_session | None, tr: Trace, args: Args,
+                   kwargs: Kwargs) -> Any:
+    """The counters cannot be read: no entry can be proven fresh, skip the cache."""
+    adigest, nudge = _bypassing(tc, sess, tr, args, kwargs)
+    if nudge is not PROCEED:
+        return nudge
+    return _finish(tc, sess, adigest, tc.fn(*args, **kwargs), tr)
+
+
 def _sync_wrapper(tc: ToolCache) -> Callable[..., Any]:
-    """The sync driver. One function for the whole of a hit: every call level cost ~0.1 µs
-    of a ~7 µs hit, so what a hit does is written out here, in a closure over the tool's
-    state, and the rest (misses, bypasses, the loop guard) calls the steps above."""
+    """The sync driver. A hit through in-process counters is written out in one closure
+    over the tool's state: every call level cost ~0.1 µs of a ~7 µs hit. The rest (shared
+    counters, whose round trip dwarfs a call level; misses, bypasses, the loop guard)
+    calls the steps above, which the async driver shares."""
     fn = tc.fn
     name, resource = tc.name, tc.resource
     quick, seed = tc.keys.probe_key, tc.seed
@@ -596,13 +642,12 @@ def _sync_wrapper(tc: ToolCache) -> Callable[..., Any]:
                 tr = Trace("bypassed")
                 return fn(*args, **kwargs)  # the arguments do not bind: let the tool say why
             prefix, head, names, cell = where
-            r = tc._route
+            r = tc._route  # ``ToolCache.route`` inlined
             settings = _settings()
             if r.configured is not settings.store or r.codec is not settings.codec:
                 r = tc.route()
-            gens = r.gens
-            if r.local:
-                memo = cell[0]
+            if r.local:  # ``ToolCache.local_counters`` inlined for a remembered read
+                gens, memo = r.gens, cell[0]
                 if memo is not None and memo[0] is gens and memo[1] == gens.version:
                     values, vpart = memo[3], memo[2]
                 else:
@@ -615,67 +660,24 @@ def _sync_wrapper(tc: ToolCache) -> Callable[..., Any]:
                 fast, full = _first_key(tc, args, kwargs, found)
             raw: Any = NOT_READ
             if not r.local:
-                seen = cell[1]
-                if seen is not None and seen[0] is gens and r.fold:
-                    # The entry under the key the counters made last time, read with them
-                    # in one round trip; used only if they have not changed since.
-                    values, raw = gens.read_with(names, tc.counter_max_age,
-                                                 r.store.entry_key(head + seen[3] + fast))
-                else:
-                    values = gens.read(names, tc.counter_max_age)
-                if values is None:  # unknown: no entry can be proven fresh, skip the cache
+                counted = _sync_counters(tc, r, cell, names, head, fast)
+                if counted is None:
                     tr = Trace("miss")
-                    adigest, nudge = _bypassing(tc, sess, tr, args, kwargs)
-                    if nudge is not PROCEED:
-                        return nudge
-                    return _finish(tc, sess, adigest, fn(*args, **kwargs), tr)
-                vpart, remade = _shared_part(cell, seen, gens, values)
-                if remade:
-                    raw = NOT_READ  # read under other counters: not this call's entry
+                    return _sync_bypassed(tc, sess, tr, args, kwargs)
+                values, vpart, raw = counted
             key = head + vpart + fast
-            if r.short:
-                # _short inlined: a checked body, one loads.
-                try:
-                    item = (r.store.hit(key) if raw is NOT_READ
-                            else r.store.hit_of(key, raw))
-                except Exception:
-                    item = _GENERAL_ITEM
-                if item is None:
-                    value = PROCEED
-                else:
-                    body = item[0]
-                    if body is not None:
-                        try:
-                            value = _loads(body)  # checked by the store: a fresh copy
-                        except orjson.JSONDecodeError:
-                            body = None  # decoded again below, which reports it
-                        else:  # _blob_size inlined
-                            size = (body.obj.__len__()  # type: ignore[attr-defined]
-                                    if type(body) is memoryview else len(body))
-                    if body is None:  # tagged values, damage, a failing hit: the codec
-                        value, size, _b, _s = _general(tc, r.store, prefix, key, item[3])
-            else:
-                value, size, _b, _s = _general(tc, r.store, prefix, key, None)
-            if value is PROCEED:
+            got = (_short(tc, r.store, prefix, key, raw) if r.short
+                   else _general(tc, r.store, prefix, key, None))
+            if got[0] is PROCEED:
                 tr = Trace("miss")
                 return _sync_miss(tc, sess, tr, args, kwargs, _Lookup(
                     prefix, head, names, r, values, vpart, fast, full))
             adigest = fast  # a hit proves it is the full form's digest
-            if sess is None:
-                m.count_hit(None, resource, name, size)
-                return value
-            gs = sess.guard
-            if gs is None:
-                m.count_hit(sess.tenant, resource, name, size)
-                return value
+            if sess is None or sess.guard is None:
+                m.count_hit(sess.tenant if sess is not None else None, resource, name, got[1])
+                return got[0]
             tr = Trace("hit")
-            tr.digest = adigest
-            nudge = gs.before(name, resource, adigest, seen=tr.loops)
-            if nudge is not PROCEED:
-                tr.outcome = "nudged"
-                return nudge
-            m.count_hit(sess.tenant, resource, name, size)
-            return _finish(tc, sess, adigest, value, tr)
+            return _guarded_hit(tc, sess, adigest, got, tr)
         except AgentLoopDetected:
             outcome = "blocked"
             raise
@@ -698,6 +700,21 @@ def _sync_wrapper(tc: ToolCache) -> Callable[..., Any]:
 # The async driver: the same steps, awaited.
 
 
+async def _async_counters(tc: ToolCache, r: Route, cell: list[Any], names: tuple[str, ...],
+                          head: str, fast: str) -> tuple[list[int], str, Any] | None:
+    """:func:`_sync_counters`, awaited."""
+    seen = cell[1]
+    entry = _fold_key(r, seen, head, fast)
+    if entry is not None:
+        values, raw = await r.gens.aread_with(names, tc.counter_max_age, entry)
+    else:
+        values, raw = await r.gens.aread(names, tc.counter_max_age), NOT_READ
+    if values is None:
+        return None
+    vpart, raw = _shared_part(cell, seen, r.gens, values, raw)
+    return values, vpart, raw
+
+
 async def _async_call(tc: ToolCache, sess: agent_session | None, tr: Trace, args: Args,
                       kwargs: Kwargs) -> Any:
     fn = tc.fn
@@ -712,21 +729,13 @@ async def _async_call(tc: ToolCache, sess: agent_session | None, tr: Trace, args
     if r.local:
         values, vpart = tc.local_counters(r.gens, names, cell)
     else:
-        gens, seen = r.gens, cell[1]
-        if seen is not None and seen[0] is gens and r.fold:  # as the sync driver does
-            got_values, raw = await gens.aread_with(names, tc.counter_max_age,
-                                                    r.store.entry_key(head + seen[3] + fast))
-        else:
-            got_values = await gens.aread(names, tc.counter_max_age)
-        if got_values is None:
+        counted = await _async_counters(tc, r, cell, names, head, fast)
+        if counted is None:
             adigest, nudge = _bypassing(tc, sess, tr, args, kwargs)
             if nudge is not PROCEED:
                 return nudge
             return _finish(tc, sess, adigest, await fn(*args, **kwargs), tr)
-        values = got_values
-        vpart, remade = _shared_part(cell, seen, gens, values)
-        if remade:
-            raw = NOT_READ  # read under other counters: not this call's entry
+        values, vpart, raw = counted
     key = head + vpart + fast
     got = _from_bytes(tc, r, key, raw) if raw is not NOT_READ else None
     if got is None:
@@ -738,10 +747,7 @@ async def _async_call(tc: ToolCache, sess: agent_session | None, tr: Trace, args
                         got[1])
             tr.outcome = "hit"
             return got[0]
-        nudge = guard_before(sess, tc.name, tc.resource, adigest, tr)
-        if nudge is not PROCEED:
-            return nudge
-        return _served(tc, sess, adigest, got, tr)
+        return _guarded_hit(tc, sess, adigest, got, tr)
     return await _async_miss(tc, sess, tr, args, kwargs, _Lookup(
         prefix, head, names, r, values, vpart, fast, full))
 

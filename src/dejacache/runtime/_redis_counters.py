@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..stores._redis_codec import counter_values
 
 __all__ = ["RedisCounters", "redis_counters"]
 
@@ -51,17 +52,10 @@ def redis_counters(store: Any) -> RedisCounters | None:
     return None
 
 
-def _ints(values: Sequence[Any]) -> list[int] | None:
-    try:
-        return [int(v) if v is not None else 0 for v in values]
-    except (TypeError, ValueError):  # someone stored a non-number under a counter key
-        return None
-
-
 def _place(out: list[int], idx: Sequence[int], got: Any) -> bool:
     """Put one slot group's ``MGET`` reply into ``out`` at ``idx``; False when there is none
     (Redis unavailable) or it holds a non-number."""
-    vals = None if got is None else _ints(got)
+    vals = None if got is None else counter_values(got)
     if vals is None:
         return False
     for i, v in zip(idx, vals, strict=True):
@@ -74,7 +68,7 @@ def _split(got: Any) -> tuple[list[int], bytes | None] | None:
     if got is None:
         return None
     raw = got.pop()
-    vals = _ints(got)
+    vals = counter_values(got)
     return None if vals is None else (vals, raw)
 
 
@@ -181,7 +175,7 @@ class RedisCounters:
         the increments are not known to have reached a replica the master has."""
         if not reply:
             return None
-        values = _ints(reply[0])
+        values = counter_values(reply[0])
         if values is None or len(values) != n + 1:
             return None
         replicas = values.pop()
