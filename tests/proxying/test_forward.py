@@ -43,7 +43,8 @@ def chat(session: ProxySession, **kw: Any) -> Any:
 def test_a_live_stream_reaches_the_client_as_it_arrives(session_for: Open,
                                                         fake: FakeProvider) -> None:
     s = session_for("live", fake)
-    fake.script.append({"end_delay": 1.5})  # the last event comes 1.5 s after the others
+    pause = 2.0
+    fake.script.append({"end_delay": pause})  # the last event comes 2 s after the others
     t0 = time.perf_counter()
     first = None
     with httpx2.stream("POST", s.base_url("openai") + "/v1/chat/completions", timeout=30,
@@ -53,9 +54,10 @@ def test_a_live_stream_reaches_the_client_as_it_arrives(session_for: Open,
             first = first or time.perf_counter() - t0
             body += part
     total = time.perf_counter() - t0
-    # Held back until the end, the first event would come with the last (however slow the
-    # machine is, the gap between them is the provider's pause, 1.5 s).
-    assert first is not None and total - first > 1.0
+    # Held back until the end, the first event could not come before the provider's pause
+    # is over; passed on, it comes as soon as the proxy is scheduled (a loaded machine
+    # delays it, never by the whole pause).
+    assert first is not None and first < pause <= total
     assert s.close(ok=True)["recorded"] == 1
     assert body.endswith(b"data: [DONE]\n\n")
 
