@@ -53,12 +53,20 @@ class Request:
     version: str
     headers: list[tuple[str, str]]
     body: bytes = b""
+    # Lower-cased name -> value, repeats joined: every request is asked for several headers
+    # (framing, keep-alive, routing), so they are gathered once, on first use.
+    _by_name: dict[str, str] | None = None
 
     def get(self, name: str) -> str | None:
         """The value of header ``name`` (any case); repeats joined with ``", "``."""
-        want = name.lower()
-        found = [v for k, v in self.headers if k.lower() == want]
-        return ", ".join(found) if found else None
+        by_name = self._by_name
+        if by_name is None:
+            by_name = {}
+            for k, v in self.headers:
+                low = k.lower()
+                by_name[low] = f"{by_name[low]}, {v}" if low in by_name else v
+            self._by_name = by_name
+        return by_name.get(name.lower())
 
     @property
     def keep_alive(self) -> bool:
@@ -90,18 +98,18 @@ def parse_head(head: bytes) -> Request:
 
 def framing(req: Request) -> tuple[str, int]:
     """How the body is framed: ``("length", n)`` or ``("chunked", 0)``."""
-    te = [v for k, v in req.headers if k.lower() == "transfer-encoding"]
-    cl = [v for k, v in req.headers if k.lower() == "content-length"]
-    if te:
-        if cl:
+    te = req.get("transfer-encoding")
+    cl = req.get("content-length")
+    if te is not None:
+        if cl is not None:
             raise BadRequest(400, "both Content-Length and Transfer-Encoding")
-        codings = [c.strip().lower() for v in te for c in v.split(",") if c.strip()]
+        codings = [c.strip().lower() for c in te.split(",") if c.strip()]
         if codings != ["chunked"]:
             raise BadRequest(501, f"unsupported transfer coding {', '.join(codings)!r}")
         return "chunked", 0
-    values = {c.strip() for v in cl for c in v.split(",")}
-    if not values:
+    if cl is None:
         return "length", 0
+    values = {c.strip() for c in cl.split(",")}
     if len(values) != 1 or not next(iter(values)).isdigit():
         raise BadRequest(400, "malformed Content-Length")
     return "length", int(next(iter(values)))
