@@ -79,7 +79,8 @@ chromium:
 	  else echo "chromium not found and not root: browser tests will be skipped"; fi; }
 
 # tests/node: the real Node SDKs (openai, @anthropic-ai/sdk, ai + @ai-sdk/openai, the MCP
-# TypeScript SDK, vitest) that tests/proxying drives through dejacache proxy and mcp-proxy.
+# TypeScript SDK) and test runners (vitest, jest) that tests/proxying drives through dejacache
+# proxy and mcp-proxy.
 # npm ci from the lock file, only when the lock changed (its stamp is npm's own hidden lock
 # in node_modules): ~20 s from a warm npm cache, nothing on later runs. Without npm the tests
 # skip and say so.

@@ -2,7 +2,8 @@
 in a vitest project (the real vitest and openai-node of tests/node), and its three commands.
 The first run records against the loopback provider; the ``CI`` run replays with the
 provider stopped and no connection reaching its port; the key is in no file. The docs page
-holds the same recipe (pinned equal) and the ``node --test`` one, run here too."""
+holds the same recipe (pinned equal), the ``node --test`` one and jest's command, run here
+too."""
 
 from __future__ import annotations
 
@@ -118,3 +119,59 @@ def test_with_cassette_under_nodes_own_runner(tmp_path: pathlib.Path,
     out = run(command, project, fake)
     assert "# pass 2" in out.stdout and "# fail 1" in out.stdout, out.stdout + out.stderr
     assert sorted(p.name for p in (project / "cassettes").iterdir()) == ["passes.json"]
+
+
+JEST = ("dejacache proxy --cassette-dir cassettes -- node --experimental-vm-modules "
+        "node_modules/jest/bin/jest.js")
+JEST_TEST = """\
+import OpenAI from "openai";
+import { withCassette } from "./dejacache-proxy.mjs";
+
+const ask = async (tape, content) => {
+  const client = new OpenAI({ baseURL: tape.baseURL("openai") + "/v1" });
+  const messages = [{ role: "user", content }];
+  const r = await client.chat.completions.create({ model: "m", messages });
+  return r.choices[0].message.content;
+};
+
+test("passes", () => withCassette("passes", async (tape) => {
+  expect(await ask(tape, "hi")).toMatch(/./);
+}));
+
+test("fails", () => withCassette("fails", async (tape) => {
+  await ask(tape, "hi");
+  expect(1).toBe(2); // a failing test: its cassette is not written
+}));
+"""
+
+
+def test_with_cassette_under_jest(tmp_path: pathlib.Path, fake: FakeProvider) -> None:
+    """``withCassette`` under the real jest, with the command the docs page prints: recorded,
+    then replayed under ``CI`` with the provider stopped."""
+    need_node()
+    assert f"`{JEST}`" in PAGE.read_text(encoding="utf-8").replace("\n", " ")
+    project = tmp_path / "agent"
+    project.mkdir()
+    (project / "node_modules").symlink_to(NODE_DIR / "node_modules")
+    (project / "package.json").write_text('{"type": "module"}\n')
+    (project / "agent.test.mjs").write_text(JEST_TEST)
+    assert run("dejacache proxy --node-helper .", project, fake).returncode == 0
+    first = run(f"OPENAI_API_KEY={KEY} {JEST}", project, fake)
+    out = first.stdout + first.stderr
+    assert first.returncode != 0 and "1 failed, 1 passed" in out, out
+    assert sorted(p.name for p in (project / "cassettes").iterdir()) == ["passes.json"]
+    assert fake.count() == 2
+
+    (project / "agent.test.mjs").write_text(JEST_TEST.split('test("fails"')[0])
+    port = fake.port
+    fake.stop()
+    listener = DropListener(port)
+    try:
+        second = run(f"CI=1 {JEST}", project, fake)
+    finally:
+        listener.close()
+    out = second.stdout + second.stderr
+    assert second.returncode == 0 and "1 passed" in out, out
+    assert listener.count == 0
+    for path, text in files_text(project / "cassettes"):
+        assert KEY not in text, path
