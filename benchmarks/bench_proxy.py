@@ -86,18 +86,29 @@ async def _serve_floor(body: bytes) -> None:
 
 
 @contextmanager
-def _server(argv: list[str], cwd: pathlib.Path | None = None) -> Iterator[str]:
-    """A server process that prints its base URL first; stopped on exit."""
+def _server(argv: list[str], cwd: pathlib.Path | None = None) -> Iterator[tuple[str, int]]:
+    """A server process that prints its base URL first: (its URL, its pid); stopped on
+    exit."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=cwd)
     try:
         assert proc.stdout is not None
         url = proc.stdout.readline().strip()
         if not url.startswith("http"):
             raise RuntimeError(f"{argv[:3]} did not start")
-        yield url
+        yield url, proc.pid
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+def _cpu(pid: int) -> float:
+    """Seconds of CPU process ``pid`` has used (Linux's /proc; NaN elsewhere). A server's
+    CPU per call does not grow with the machine's load as its latency does."""
+    try:
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _node_ready() -> None:
@@ -145,7 +156,7 @@ def _json_of(response: dict[str, Any], values: dict[str, Any]) -> Any:
     return body
 
 
-def _stats(samples: list[list[float]]) -> dict[str, float]:
+def _stats(samples: list[list[float]], cpu_s: float, served: int) -> dict[str, float]:
     every = [x for run in samples for x in run]
     first = [x for run in samples for x in run[:100]]
     last = [x for run in samples for x in run[-100:]]
@@ -153,7 +164,8 @@ def _stats(samples: list[list[float]]) -> dict[str, float]:
     return {"median_us": round(statistics.median(every), 1),
             "p99_us": round(ordered[round(0.99 * (len(ordered) - 1))], 1),
             "first100_median_us": round(statistics.median(first), 1),
-            "last100_median_us": round(statistics.median(last), 1), "n": len(every)}
+            "last100_median_us": round(statistics.median(last), 1), "n": len(every),
+            "server_cpu_us": round(cpu_s / served * 1e6, 1)}
 
 
 def run(calls: int, rounds: int, warmup: int = 50) -> dict[str, Any]:
@@ -166,6 +178,7 @@ def run(calls: int, rounds: int, warmup: int = 50) -> dict[str, Any]:
                           "messages": [{"role": "user", "content": f"Question {i:04d}."}]})
               for i in range(warmup + calls)]
     samples: dict[str, list[list[float]]] = {}
+    cpu: dict[str, float] = {}  # each server's CPU seconds while the client ran
     with tempfile.TemporaryDirectory(prefix="dejacache-bench-proxy-") as d:
         tmp = pathlib.Path(d)
         env = {**os.environ, "DEJACACHE_SECRET_KEY": "dejacache-bench",
@@ -180,28 +193,37 @@ def run(calls: int, rounds: int, warmup: int = 50) -> dict[str, Any]:
                 (tmp / "fixtures.json").write_text(json.dumps(fixtures))
                 fake.stop()
                 with _server([sys.executable, __file__, "--floor", str(tmp / "body.json")]) \
-                        as floor_py, \
+                        as (floor_py, py_pid), \
                         _server(["node", str(NODE / "floor_server.mjs"),
-                                 str(tmp / "body.json")]) as floor_node, \
+                                 str(tmp / "body.json")]) as (floor_node, node_pid), \
                         _server(["node", str(NODE / "aimock_server.mjs"),
-                                 str(tmp / "fixtures.json")], cwd=NODE) as aimock:
+                                 str(tmp / "fixtures.json")], cwd=NODE) as (aimock, mock_pid):
+                    pids = {"floor (python)": py_pid, "floor (node)": node_pid,
+                            "dejacache": p.proc.pid, "aimock": mock_pid}
                     for _ in range(rounds):
                         s = p.session("bench.json", mode="replay",
                                       upstreams={"openai": "http://127.0.0.1:9"})
+                        before = {n: _cpu(pid) for n, pid in pids.items()}
                         got = _client({"floor (python)": floor_py + PATH,
                                        "floor (node)": floor_node + PATH,
                                        "dejacache": s.base_url("openai") + PATH,
                                        "aimock": aimock + PATH}, bodies, warmup, tmp)
+                        for n, pid in pids.items():
+                            cpu[n] = cpu.get(n, 0.0) + _cpu(pid) - before[n]
                         summary = s.close(ok=False)
                         assert summary["missed"] == 0, summary["misses"][:1]
                         for name, xs in got.items():
                             samples.setdefault(name, []).append(xs)
         finally:
             fake.stop()
-    targets = {name: _stats(runs) for name, runs in samples.items()}
-    d = targets["dejacache"]["median_us"]
-    ratios = {f"dejacache / {name}": round(d / t["median_us"], 2)
+    served = rounds * len(bodies)  # warm-up calls included: the CPU counts them too
+    targets = {name: _stats(runs, cpu[name], served) for name, runs in samples.items()}
+    d = targets["dejacache"]
+    ratios = {f"dejacache / {name}": round(d["median_us"] / t["median_us"], 2)
               for name, t in targets.items() if name != "dejacache"}
+    ratios.update({f"dejacache / {name}, server CPU": round(
+        d["server_cpu_us"] / t["server_cpu_us"], 2)
+        for name, t in targets.items() if name != "dejacache" and t["server_cpu_us"] > 0})
     return {"calls": calls, "rounds": rounds, "warmup": warmup, "targets": targets,
             "ratios": ratios, "versions": _versions()}
 

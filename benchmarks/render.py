@@ -358,16 +358,19 @@ def block_proxy(R: Results) -> str:
     rows = [[n, num(t[n]["median_us"]), num(t[n]["p99_us"]), num(t[n]["first100_median_us"]),
              num(t[n]["last100_median_us"]),
              times(t["dejacache"]["median_us"], t[n]["median_us"]) if n != "dejacache"
-             else "-"] for n in names if n in t]
+             else "-", num(t[n]["server_cpu_us"]) if "server_cpu_us" in t[n] else NA]
+            for n in names if n in t]
     return "\n".join([
         f"A chat completion replayed through `dejacache proxy` to a Node client (sequential "
         f"keep-alive `fetch`), µs per call, {d['calls']:,} different calls per round, "
         f"{d['rounds']} rounds, the targets interleaved in one client. Floors: a minimal "
         "server answering the same bytes from memory, in Python (asyncio) and in Node "
         "(`http`); aimock: one fixture per prompt. First and last 100: the medians of each "
-        "round's first and last 100 calls (flat when they agree).", "",
-        table(["served by", "median", "p99", "first 100", "last 100", "dejacache vs it"],
-              rows), "",
+        "round's first and last 100 calls (flat when they agree). Server CPU: the serving "
+        "process's CPU time per call while the client ran (unlike latency, it does not grow "
+        "with the machine's load).", "",
+        table(["served by", "median", "p99", "first 100", "last 100", "dejacache vs it",
+               "server CPU µs/call"], rows), "",
         f"Versions: {d.get('versions', '?')}. " + source(R, "proxy")])
 
 
