@@ -82,8 +82,8 @@ chromium:
 # TypeScript SDK) and test runners (vitest, jest) that tests/proxying drives through dejacache
 # proxy and mcp-proxy.
 # npm ci from the lock file, only when the lock changed (its stamp is npm's own hidden lock
-# in node_modules): ~20 s from a warm npm cache, nothing on later runs. Without npm the tests
-# skip and say so.
+# in node_modules): 424 packages, ~60 s from a warm npm cache on the shared 2-core machine at
+# load 11 (jest is half of them), nothing on later runs. Without npm the tests skip and say so.
 NODE_DEPS := tests/node/node_modules/.package-lock.json
 $(NODE_DEPS): tests/node/package-lock.json
 	@if command -v npm >/dev/null 2>&1; then \
