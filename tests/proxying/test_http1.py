@@ -86,14 +86,13 @@ def _read(raw: bytes, max_body: int = 1 << 20,
     parser = RequestParser(max_body)
     sent: list[bytes] = []
     got: list[Request] = []
-    try:
-        for at in range(0, max(len(raw), 1), step or max(len(raw), 1)):
-            got += parser.feed(raw[at:at + (step or len(raw))])
-            if parser.continue_wanted:
-                parser.continue_wanted = False
-                sent.append(CONTINUE)
-    except BadRequest as exc:
-        return exc, sent
+    for at in range(0, max(len(raw), 1), step or max(len(raw), 1)):
+        got += parser.feed(raw[at:at + (step or len(raw))])
+        if parser.continue_wanted:
+            parser.continue_wanted = False
+            sent.append(CONTINUE)
+    if parser.failed is not None:
+        return parser.failed, sent
     if got:
         return got[0], sent
     return (None if parser.idle else "incomplete"), sent
@@ -146,6 +145,15 @@ def test_requests_split_anywhere_parse_as_when_whole(step: int) -> None:
     assert [(r.method, r.target, r.body) for r in got] == [
         ("POST", "/a", b"hello world"), ("PUT", "/b", b"abc"), ("GET", "/c", b"")]
     assert parser.idle
+
+
+def test_the_requests_before_an_unreadable_one_are_kept() -> None:
+    parser = RequestParser(1 << 20)
+    got = parser.feed(b"GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\nBad Name: x\r\n\r\n"
+                      b"GET /c HTTP/1.1\r\n\r\n")
+    assert [r.target for r in got] == ["/a"]
+    assert parser.failed is not None and parser.failed.status == 400
+    assert parser.feed(b"GET /d HTTP/1.1\r\n\r\n") == []  # nothing after it is read
 
 
 @pytest.mark.parametrize(("raw", "status"), [

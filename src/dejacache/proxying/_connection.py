@@ -17,7 +17,7 @@ import traceback
 from typing import Any, Protocol
 
 from ._forward import Out
-from ._http1 import CONTINUE, BadRequest, Request, RequestParser
+from ._http1 import CONTINUE, Request, RequestParser
 
 __all__ = ["Connection", "Handler"]
 
@@ -50,13 +50,10 @@ class Connection(asyncio.Protocol):
         self.out = Out(transport)
 
     def data_received(self, data: bytes) -> None:
-        try:
-            self.queue.extend(self.parser.feed(data))
-        except BadRequest as exc:
-            self.queue.clear()
-            self.transport.write(self.handler.refusal(exc.status, str(exc), close=True))
-            self.transport.close()
-            return
+        self.queue.extend(self.parser.feed(data))
+        if self.parser.failed is not None and self._reading:
+            self._reading = False  # nothing after a request it cannot read is read
+            self.transport.pause_reading()
         if self.parser.continue_wanted:
             self.parser.continue_wanted = False
             self.transport.write(CONTINUE)
@@ -66,7 +63,14 @@ class Connection(asyncio.Protocol):
         self._next()
 
     def _next(self) -> None:
-        if self.task is not None or not self.queue or self.transport.is_closing():
+        if self.task is not None or self.transport.is_closing():
+            return
+        if not self.queue:
+            failed = self.parser.failed
+            if failed is not None:  # the requests before it answered: now the refusal
+                self.transport.write(self.handler.refusal(failed.status, str(failed),
+                                                          close=True))
+                self.transport.close()
             return
         if self.handler.stopping:
             self.transport.close()
@@ -89,7 +93,7 @@ class Connection(asyncio.Protocol):
         if not self.keep or (self.handler.stopping and not self.queue):
             self.transport.close()
             return
-        if not self._reading and len(self.queue) <= _QUEUED:
+        if not self._reading and len(self.queue) <= _QUEUED and self.parser.failed is None:
             self._reading = True
             self.transport.resume_reading()
         self._next()

@@ -119,10 +119,11 @@ class RequestParser:
     """Bytes in, whole requests out: the proxy's connection feeds it what arrives and gets
     back the requests completed so far (pure: no I/O). ``continue_wanted`` is set once per
     request whose client waits for ``100 Continue`` before sending its body (the caller
-    writes :data:`CONTINUE` and clears it)."""
+    writes :data:`CONTINUE` and clears it). A request it cannot read sets ``failed``: the
+    requests before it are still returned (and answered), nothing after it is read."""
 
     __slots__ = ("_body", "_buf", "_chunked", "_need", "_req", "_total", "continue_wanted",
-                 "max_body")
+                 "failed", "max_body")
 
     def __init__(self, max_body: int) -> None:
         self.max_body = max_body
@@ -133,6 +134,7 @@ class RequestParser:
         self._body: list[bytes] = []
         self._total = 0
         self.continue_wanted = False
+        self.failed: BadRequest | None = None
 
     @property
     def idle(self) -> bool:
@@ -140,14 +142,22 @@ class RequestParser:
         return self._req is None and not self._buf.strip(b"\r\n")
 
     def feed(self, data: bytes) -> list[Request]:
-        self._buf = self._buf + data if self._buf else data
         out: list[Request] = []
+        if self.failed is None:
+            self._buf = self._buf + data if self._buf else data
+            try:
+                self._parse(out)
+            except BadRequest as exc:
+                self.failed, self._buf, self._req = exc, b"", None
+        return out
+
+    def _parse(self, out: list[Request]) -> None:
         while True:
             if self._req is None and not self._head():
-                return out
+                return
             done = self._chunks() if self._chunked else self._length()
             if not done:
-                return out
+                return
             assert self._req is not None
             self._req.body = b"".join(self._body)
             out.append(self._req)
