@@ -95,7 +95,9 @@ def test_a_realtime_session_replays_at_the_recorded_pace(proxy_process: Any,
         return took
 
     paced, fast = replayed(True), replayed(False)
-    assert paced > 0.9 and fast < paced - 0.5  # the recorded 1 s pause, or none
+    # Paced, the replay waits out the recorded 1 s pause (a lower bound, whatever the load);
+    # not paced, it never waits that long (a loaded machine slows it, not by a second).
+    assert fast < 0.9 < paced
 
 
 def test_errors_replay_in_the_order_recorded(session_for: Open, fake: FakeProvider) -> None:
