@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 UV = $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 
 .PHONY: demo test test-legacy test-gen2 test-scenario test-hermes test-frameworks test-import lint typecheck bench \
-	redis-server uv clean chromium docs dist
+	redis-server uv clean chromium docs dist node-deps
 
 # The SDK generations and real clients cannot share one venv; each gets its own:
 # .venv          openai 3.x / anthropic 2.x on httpx2, the main suite
@@ -78,6 +78,20 @@ chromium:
 	      || echo "could not install chromium; browser tests will be skipped"; \
 	  else echo "chromium not found and not root: browser tests will be skipped"; fi; }
 
+# tests/node: the real Node SDKs (openai, @anthropic-ai/sdk, ai + @ai-sdk/openai, the MCP
+# TypeScript SDK) and test runners (vitest, jest) that tests/proxying drives through dejacache
+# proxy and mcp-proxy.
+# npm ci from the lock file, only when the lock changed (its stamp is npm's own hidden lock
+# in node_modules): 424 packages, ~60 s from a warm npm cache on the shared 2-core machine at
+# load 11 (jest is half of them), nothing on later runs. Without npm the tests skip and say so.
+NODE_DEPS := tests/node/node_modules/.package-lock.json
+$(NODE_DEPS): tests/node/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  cd tests/node && npm ci --prefer-offline --no-audit --no-fund --loglevel=error; \
+	else echo "npm not found: the Node SDK tests (tests/proxying) will be skipped"; fi
+
+node-deps: $(NODE_DEPS)
+
 # The documentation site (mkdocs-material, strict: a warning fails the build) into site/.
 docs: $(DOCS)/.installed
 	NO_MKDOCS_2_WARNING=1 $(DOCS)/bin/mkdocs build --strict
@@ -96,7 +110,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
-test: $(STAMP) redis-server chromium
+test: $(STAMP) redis-server chromium node-deps
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
 	$(MAKE) --no-print-directory docs
@@ -149,4 +163,5 @@ test-import: $(IMPORT)/.installed
 	$(IMPORT)/bin/python -m pytest tests/cassettes/importers -q
 
 clean:
-	rm -rf $(VENV) $(LEGACY) $(GEN2) $(SCENARIO) $(HERMES) $(FW3) $(FW2) $(IMPORT) $(BENCH) $(DOCS) .dejacache build dist site
+	rm -rf $(VENV) $(LEGACY) $(GEN2) $(SCENARIO) $(HERMES) $(FW3) $(FW2) $(IMPORT) $(BENCH) $(DOCS) .dejacache build dist site \
+	  tests/node/node_modules benchmarks/node/node_modules

@@ -349,6 +349,31 @@ def block_http(R: Results) -> str:
         source(R, "http")])
 
 
+def block_proxy(R: Results) -> str:
+    d = R.get("proxy")
+    if not d:
+        return source(R, "proxy")
+    t = d["targets"]
+    names = ["floor (python)", "floor (node)", "dejacache", "aimock"]
+    rows = [[n, num(t[n]["median_us"]), num(t[n]["p99_us"]), num(t[n]["first100_median_us"]),
+             num(t[n]["last100_median_us"]),
+             times(t["dejacache"]["median_us"], t[n]["median_us"]) if n != "dejacache"
+             else "-", num(t[n]["server_cpu_us"]) if "server_cpu_us" in t[n] else NA]
+            for n in names if n in t]
+    return "\n".join([
+        f"A chat completion replayed through `dejacache proxy` to a Node client (sequential "
+        f"keep-alive `fetch`), µs per call, {d['calls']:,} different calls per round, "
+        f"{d['rounds']} rounds, the targets interleaved in one client. Floors: a minimal "
+        "server answering the same bytes from memory, in Python (asyncio) and in Node "
+        "(`http`); aimock: one fixture per prompt. First and last 100: the medians of each "
+        "round's first and last 100 calls (flat when they agree). Server CPU: the serving "
+        "process's CPU time per call while the client ran (unlike latency, it does not grow "
+        "with the machine's load).", "",
+        table(["served by", "median", "p99", "first 100", "last 100", "dejacache vs it",
+               "server CPU µs/call"], rows), "",
+        f"Versions: {d.get('versions', '?')}. " + source(R, "proxy")])
+
+
 def block_redis(R: Results) -> str:
     r = R.get("redis")
     if not r or not r.get("sync"):
@@ -995,6 +1020,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "cassette-scale": block_cassette_scale,
     "flat": block_flat,
     "http": block_http,
+    "proxy": block_proxy,
     "peers-http": block_peers_http,
     "peers-http-summary": block_peers_http_summary,
     "redis": block_redis,

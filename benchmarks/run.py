@@ -34,6 +34,9 @@ import render  # noqa: E402
 from _timing import RESULTS, machine, versions, write_json  # noqa: E402
 
 SCRIPTS = ("core", "cassette", "http", "redis", "runtime", "flat")
+# dejacache proxy against a floor and aimock, from a Node client (needs node; installs
+# aimock with npm ci in benchmarks/node)
+SCRIPTS += ("proxy",)
 # dejacache vs cassetter vs vcrpy over httpx (~15 min in full: the peers' record and replay
 # rows are capped by time budgets, and say so)
 SCRIPTS += ("peers_http",)

@@ -64,6 +64,10 @@ def tokens(value: Any) -> int:
 
 
 class QuietServer(ThreadingHTTPServer):
+    # socketserver listens with a backlog of 5: fifty streams opened at once had some of
+    # their connections reset on loopback (ReadError), before any handler ran.
+    request_queue_size = 128
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         # Clients that time out or abandon a stream hang up mid-answer: expected there.
         return None

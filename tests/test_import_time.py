@@ -22,6 +22,7 @@ import dejacache
 # heavy standard-library modules that used to come with them.
 FACES = ("dejacache.http", "dejacache.runtime", "dejacache.cassettes", "dejacache.report",
          "dejacache.cli", "dejacache.pytest_plugin", "dejacache.integrations",
+         "dejacache.proxying",
          "dejacache.stores.sqlite", "dejacache.stores.redis", "dejacache.demo")
 HEAVY = ("asyncio", "sqlite3", "ssl", "socket", "subprocess", "logging", "concurrent.futures",
          "pickle", "zoneinfo", "secrets", "tempfile", "shutil", "httpx", "httpx2", "openai",
@@ -92,6 +93,17 @@ for _ in range(2):
 c = codec.JsonCodec()
 assert c.decode(c.encode({"a": [1, 2.5, None]}, key="k"), key="k") == {"a": [1, 2.5, None]}
 """, names=DEFERRED))
+    assert got == []
+
+
+def test_the_command_line_loads_the_proxy_only_to_run_it() -> None:
+    # Registering ``proxy`` and ``mcp-proxy`` is argparse; the server, asyncio and the HTTP
+    # stacks come with the command, not with every other one.
+    stmt = "from dejacache.cli import build_parser; build_parser()"
+    got = _run(_LOADED.format(stmt=stmt, names=(
+        "dejacache.proxying._server", "dejacache.proxying._forward",
+        "dejacache.proxying.mcp_stdio", "dejacache.proxying.handle", "httpx", "httpx2",
+        "mcp")))
     assert got == []
 
 

@@ -68,7 +68,10 @@ def test_the_wheel_ships_types_and_every_package(dist: pathlib.Path) -> None:
     wheel = next(dist.glob("*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
     for member in ("dejacache/py.typed", "dejacache/__init__.py", "dejacache/report/html.py",
-                   "dejacache/cassettes/placeholder_keys.py", "dejacache/pytest_plugin.py"):
+                   "dejacache/cassettes/placeholder_keys.py", "dejacache/pytest_plugin.py",
+                   # what ``dejacache proxy --node-helper DIR`` copies
+                   "dejacache/proxying/node/dejacache-proxy.mjs",
+                   "dejacache/proxying/node/dejacache-proxy.d.mts"):
         assert member in names, member
     meta = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     entry_points = zipfile.ZipFile(wheel).read(meta).decode()

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from .http.transport import async_http_client, http_client
     from .keys import KeyParts, call_key, explain
     from .mcp import mcp_tool_cache
+    from .proxying.handle import proxy
     from .runtime.guard import LoopGuard
     from .runtime.metrics import RuntimeStats, reset_runtime_stats, runtime_stats
     from .runtime.pool import AgentPool
@@ -108,6 +109,7 @@ __all__ = [
     "load_cassette",
     "mcp_tool_cache",
     "propagate",
+    "proxy",
     "reset_runtime_stats",
     "reset_stats",
     "runtime_stats",
@@ -140,6 +142,7 @@ _WHERE = {
     ".http.transport": ("async_http_client", "http_client"),
     ".keys": ("KeyParts", "call_key", "explain"),
     ".mcp": ("mcp_tool_cache",),
+    ".proxying.handle": ("proxy",),
     ".runtime.guard": ("LoopGuard",),
     ".runtime.metrics": ("RuntimeStats", "reset_runtime_stats", "runtime_stats"),
     ".runtime.pool": ("AgentPool",),

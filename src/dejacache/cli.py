@@ -261,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_import(sub)  # import FILE -o CASSETTE (vcrpy, agentcassette)
     add_migrate(sub)  # migrate [TESTS_DIR]: a vcrpy suite's cassettes, where the plugin looks
+    from .proxying.cli import add_proxy_commands
+
+    add_proxy_commands(sub)  # proxy, mcp-proxy (any language's agent, any MCP client)
     return parser
 
 

@@ -10,6 +10,10 @@
   although the code under test caught a replay miss fails, unless it says
   ``expect_misses=True``. ``match="vcr"``: calls are matched on method + URL in recorded
   order, as vcrpy does (``cassettes/vcr_match.py``).
+* fixture ``dejacache_proxy``: the same cassette, open on a ``dejacache proxy`` the session
+  runs, for a test that drives a non-Python agent as a subprocess: give it ``.env`` (or point
+  its SDK at ``.url``); the proxy's upstreams come from the ``dejacache_proxy_upstreams`` ini
+  option or ``.route(name, url)``.
 * pytest-recording's surface when no other plugin has a ``vcr`` fixture (``_pytest_vcr.py``):
   ``@pytest.mark.vcr``, ``vcr_config``, ``vcr_cassette_dir``, ``--record-mode``, the
   ``pytest_recording_configure`` hook, and the fixtures ``vcr`` / ``vcr_cassette``: the test's
@@ -123,6 +127,8 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     parser.addini("dejacache_max_age", default="",
                   help="cassette entries recorded longer ago replay with a warning, and fail "
                        "--dejacache-verify (e.g. 30d)")
+    parser.addini("dejacache_proxy_upstreams", type="linelist", default=[],
+                  help="upstreams of the dejacache_proxy fixture's proxy: NAME=URL lines")
     group.addoption("--dejacache-report", metavar="DIR", default=None,
                     help="write an HTML report of each cassette test's run into DIR: every "
                          "call replayed, recorded or unused (dejacache.report)")
@@ -480,9 +486,56 @@ def _write_report(directory: pathlib.Path, item: pytest.Item, path: pathlib.Path
 
 @pytest.fixture(autouse=True)
 def _dejacache_marker(request: pytest.FixtureRequest) -> None:
-    # Cheap for unmarked tests: one marker lookup.
-    if request.node.get_closest_marker("dejacache") is not None:
+    # Cheap for unmarked tests: one marker lookup. A test whose agent goes through the proxy
+    # has its cassette open there (two writers of one file would race).
+    if request.node.get_closest_marker("dejacache") is not None and \
+            "dejacache_proxy" not in request.fixturenames:
         request.getfixturevalue("dejacache_cassette")
+
+
+@pytest.fixture(scope="session")
+def dejacache_proxy_server(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """One ``dejacache proxy`` for the session (``dejacache.proxy()``), whose sessions the
+    ``dejacache_proxy`` fixture opens per test."""
+    from .proxying.handle import proxy
+
+    upstreams = {}
+    for line in request.config.getini("dejacache_proxy_upstreams"):
+        name, sep, url = line.partition("=")
+        if not sep:
+            raise pytest.UsageError(f"dejacache_proxy_upstreams: {line!r} is not NAME=URL")
+        upstreams[name.strip()] = url.strip()
+    with proxy(upstreams=upstreams, cassette_dir=request.config.rootpath) as p:
+        yield p
+
+
+@pytest.fixture
+def dejacache_proxy(request: pytest.FixtureRequest, dejacache_proxy_server: Any) -> Iterator[Any]:
+    """The test's cassette (as ``dejacache_cassette`` names it, with the marker's ``mode``,
+    ``strict``, ``live``, ``replay_until``, ``expect_misses``) open on the session's proxy;
+    written when the test passes. A passing test whose agent met a miss fails, as with
+    ``dejacache_cassette``."""
+    item = request.node
+    marker = item.get_closest_marker("dejacache")
+    opts: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
+    path = cassette_path(item, opts.get("cassette") or (marker.args[0] if marker is not None
+                                                        and marker.args else None))
+    config = request.config
+    live = opts.get("live", config.getoption("dejacache_live"))
+    session = dejacache_proxy_server.session(
+        path, mode=opts.get("mode") or config.getoption("dejacache_mode") or default_mode(),
+        strict=bool(opts.get("strict", False) or config.getoption("dejacache_strict")),
+        live=live.split(",") if isinstance(live, str) else live,
+        replay_until=opts.get("replay_until"), rerecord=_rerecord_command(item))
+    try:
+        yield session
+    finally:
+        failed = any(r.failed for r in item.stash.get(_REPORTS, {}).values())
+        summary = session.close(ok=not failed)
+    if not failed and summary["misses"] and not opts.get("expect_misses", False):
+        pytest.fail(f"{len(summary['misses'])} replay miss(es) in cassette {path} were met by "
+                    "the agent behind the proxy, and the test passed without its recording:"
+                    "\n\n" + "\n\n".join(summary["misses"][:3]), pytrace=False)
 
 
 # ---------------------------------------------------------------- summary

@@ -32,6 +32,10 @@ class Provider:
       with ``"stream": true``; Gemini and Bedrock say so in the path).
     - ``for_request``: the provider for one request; one whose answers do not name their
       model (Bedrock: the model is in the path) returns a copy that knows it for ``model``.
+    - ``upstream``: where the provider's API lives (``dejacache proxy``'s built-in upstream
+      of this name; ``{region}`` stands for the AWS region the request is signed for).
+    - ``error_answer``: an error in the provider's own shape, so its SDK raises its own API
+      error carrying the message (what ``dejacache proxy`` answers a replay miss with).
 
     A module may be matched wrongly (an unrelated service on the same path): that must only
     change names and usage, never which answer is served. So ``matches`` looks at the host,
@@ -44,6 +48,7 @@ class Provider:
     volatile: frozenset[str] = frozenset()
     cache_fields: tuple[str, ...] = ()
     alias_keys: frozenset[str] = frozenset({"id", "call_id"})
+    upstream: str | None = None
 
     def matches(self, host: str, path: str, headers: Mapping[str, str]) -> bool:
         raise NotImplementedError
@@ -98,6 +103,13 @@ class Provider:
     def event_for_ids(self, event: Any) -> Any:
         """The part of one stream event that holds its ids (the event itself by default)."""
         return event
+
+    def error_answer(self, status: int, kind: str, message: str
+                     ) -> tuple[dict[str, str], Any]:
+        """(headers, JSON body) of an error answer with HTTP ``status``; ``kind`` is a
+        machine-readable type (``dejacache_replay_miss``). The default is OpenAI's shape,
+        which most compatible servers and SDKs read."""
+        return {}, {"error": {"message": message, "type": kind, "param": None, "code": kind}}
 
 
 def _usage_block(obj: Any) -> dict[str, int] | None:

@@ -20,6 +20,7 @@ class Anthropic(Provider):
     cache_fields = FIELDS["anthropic"]
     # message id and tool_use.id (fed back as tool_result.tool_use_id).
     alias_keys = frozenset({"id"})
+    upstream = "https://api.anthropic.com"
 
     def matches(self, host: str, path: str, headers: Mapping[str, str]) -> bool:
         if host.endswith("anthropic.com"):
@@ -59,6 +60,11 @@ class Anthropic(Provider):
             elif ev.get("type") == "message_delta":
                 out.update(_ints(ev.get("usage")))
         return out or None
+
+
+    def error_answer(self, status: int, kind: str, message: str
+                     ) -> tuple[dict[str, str], Any]:
+        return {}, {"type": "error", "error": {"type": kind, "message": message}}
 
 
 def _ints(usage: Any) -> dict[str, int]:

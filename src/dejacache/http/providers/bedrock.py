@@ -50,6 +50,12 @@ _USAGE = {
     "cacheWriteInputTokens": "cache_creation_input_tokens",
 }
 
+# HTTP status -> the error code an AWS SDK reads from ``x-amzn-ErrorType``.
+_ERROR_TYPES = {400: "ValidationException", 403: "AccessDeniedException",
+                404: "ResourceNotFoundException", 429: "ThrottlingException",
+                500: "InternalServerException", 502: "ServiceUnavailableException",
+                503: "ServiceUnavailableException"}
+
 # Headers every botocore request carries (SigV4 and the SDK's retry bookkeeping).
 _AWS_HEADER_PREFIXES = ("x-amz-", "amz-sdk-")
 
@@ -111,6 +117,7 @@ class Bedrock(Provider):
     # Converse: toolUse.toolUseId (fed back as toolResult.toolUseId); InvokeModel with an
     # Anthropic body: the message id and tool_use.id (fed back as tool_result.tool_use_id).
     alias_keys = frozenset({"toolUseId", "id"})
+    upstream = "https://bedrock-runtime.{region}.amazonaws.com"
 
     def __init__(self, model_id: str | None = None) -> None:
         self.model_id = model_id
@@ -121,6 +128,11 @@ class Bedrock(Provider):
         # The real host is bedrock-runtime.<region>.amazonaws.com (or a VPC endpoint naming
         # it); behind endpoint_url (a proxy, a test server) botocore's own headers tell.
         return "bedrock" in host or _signed_by_aws(headers)
+
+    def error_answer(self, status: int, kind: str, message: str
+                     ) -> tuple[dict[str, str], Any]:
+        code = _ERROR_TYPES.get(status, "InternalServerException")
+        return {"x-amzn-errortype": code}, {"message": message}
 
     def for_request(self, host: str, path: str) -> Provider:
         parts = split_path(path)

@@ -29,6 +29,10 @@ _HOSTS = ("generativelanguage.googleapis.com", "aiplatform.googleapis.com")
 # escaped, so generated text that mentions finishReason cannot match.
 _FINISHED = re.compile(r'"finishReason"\s*:\s*"')
 _STREAMS = ("streamGenerateContent",)
+# HTTP status -> the canonical status name Google's errors carry beside the code.
+_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
+           404: "NOT_FOUND", 409: "ABORTED", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL",
+           502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
 
 
 def _snake(name: str) -> str:
@@ -41,6 +45,12 @@ class Gemini(Provider):
     # functionCall.id (google-genai copies it into the functionResponse it sends back) and
     # responseId.
     alias_keys = frozenset({"id", "responseId"})
+    upstream = "https://generativelanguage.googleapis.com"
+
+    def error_answer(self, status: int, kind: str, message: str
+                     ) -> tuple[dict[str, str], Any]:
+        return {}, {"error": {"code": status, "message": message,
+                              "status": _STATUS.get(status, "UNKNOWN")}}
 
     def matches(self, host: str, path: str, headers: Mapping[str, str]) -> bool:
         return host.endswith(_HOSTS) or _CALL.search(path) is not None

@@ -19,6 +19,7 @@ class Groq(OpenAI):
     volatile = frozenset({"user"})
     # The completion id and tool_calls[].id (fed back as tool_call_id); x_groq.id too.
     alias_keys = frozenset({"id"})
+    upstream = "https://api.groq.com"  # the SDK's paths start /openai/v1
 
     def matches(self, host: str, path: str, headers: Mapping[str, str]) -> bool:
         # "/openai/v1/..." alone is not Groq's (Azure OpenAI's v1 API uses it too): the host,

@@ -18,6 +18,7 @@ class Mistral(OpenAI):
     volatile = frozenset()
     # The completion id and tool_calls[].id (9 characters, fed back as tool_call_id).
     alias_keys = frozenset({"id"})
+    upstream = "https://api.mistral.ai"
 
     def matches(self, host: str, path: str, headers: Mapping[str, str]) -> bool:
         # Its paths are OpenAI's: at any other host (a proxy, a test server) only the
@@ -35,6 +36,11 @@ class Mistral(OpenAI):
 
     def model(self, body: Any, events: Iterable[Any]) -> str | None:
         return last_str("model", body, events)
+
+    def error_answer(self, status: int, kind: str, message: str
+                     ) -> tuple[dict[str, str], Any]:
+        return {}, {"object": "error", "message": message, "type": kind, "param": None,
+                    "code": None}
 
 
 PROVIDER = Mistral()

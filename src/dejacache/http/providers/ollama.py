@@ -31,6 +31,11 @@ class Ollama(Provider):
     name = "ollama"
     priority = 40
     alias_keys = frozenset()  # Ollama's answers have no ids
+    upstream = "http://127.0.0.1:11434"  # where a local Ollama listens
+
+    def error_answer(self, status: int, kind: str, message: str
+                     ) -> tuple[dict[str, str], Any]:
+        return {}, {"error": message}
 
     def matches(self, host: str, path: str, headers: Mapping[str, str]) -> bool:
         if _suffix(path) is None:

@@ -44,6 +44,7 @@ class OpenAI(Provider):
     # previous_response_id, and in the URL polling a background response: ``url_id``), output
     # item ids and call_id (fed back in function_call_output).
     alias_keys = frozenset({"id", "call_id"})
+    upstream = "https://api.openai.com"
 
     def url_id(self, path: str) -> str | None:
         m = _RESPONSE_URL.search(path)

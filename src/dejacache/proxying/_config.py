@@ -1,0 +1,49 @@
+"""``dejacache proxy``'s arguments as a :class:`~._server.ProxyConfig`, every value checked
+where it is read (a malformed duration, ``live=`` item or upstream is a
+``ConfigurationError`` naming it, before the proxy listens)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+
+from ..cassettes.ageing import resolve as resolve_ageing
+from ..cassettes.partial import parse_live
+from ..errors import ConfigurationError
+from ._server import ProxyConfig
+from ._sessions import SessionSpec
+from .upstreams import builtin_upstreams, env_upstreams, upstream_table
+
+__all__ = ["config_from_args"]
+
+
+def spec_from_args(args: argparse.Namespace, cassette: pathlib.Path, rerecord: str
+                   ) -> SessionSpec:
+    """The cassette settings the command line gives (``proxy`` and ``mcp-proxy`` alike)."""
+    live = tuple(i.strip() for i in args.live.split(",") if i.strip()) if args.live else ()
+    parse_live(live, "--live")
+    resolve_ageing(args.max_age, args.on_expiry)
+    if args.replay_until is not None and args.replay_until < 0:
+        raise ConfigurationError(f"--replay-until {args.replay_until}: expected a count >= 0")
+    return SessionSpec(cassette=cassette, mode=args.mode, strict=args.strict, live=live,
+                       replay_until=args.replay_until, max_age=args.max_age,
+                       on_expiry=args.on_expiry, redact=tuple(args.redact),
+                       volatile=tuple(args.volatile), rerecord_hint=rerecord,
+                       realtime=getattr(args, "realtime", False))
+
+
+def config_from_args(args: argparse.Namespace, rerecord: str) -> ProxyConfig:
+    cassette = pathlib.Path(args.cassette).absolute() if args.cassette else None
+    if args.cassette_dir:
+        root = pathlib.Path(args.cassette_dir).absolute()
+    else:
+        root = cassette.parent if cassette is not None else pathlib.Path.cwd()
+    if not 0 <= args.port <= 65535:
+        raise ConfigurationError(f"--port {args.port}: expected 0 (a free port) to 65535")
+    return ProxyConfig(
+        spec=spec_from_args(args, cassette or root / "default.json", rerecord),
+        upstreams=upstream_table(args.upstream, {**builtin_upstreams(),
+                                                 **env_upstreams(os.environ)}),
+        cassette=cassette, cassette_dir=root,
+        host=args.host, port=args.port, allow_remote=args.allow_remote)

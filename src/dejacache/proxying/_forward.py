@@ -1,0 +1,242 @@
+"""One request through the proxy: restated as an httpx request for its upstream, answered by
+the same exchange as every in-process transport (``http/transport.py``'s ``handle_async``),
+and written back to the client.
+
+Nothing here decides anything an in-process call would not: the key, volatility, secrets,
+id aliasing, streams, errors, strict order, partial replay and ageing are the exchange's
+and the session's cassette's. What is the proxy's own:
+
+- the request it restates drops what belongs to the connection to the proxy (hop-by-hop
+  headers, ``Host``, framing, the proxy's own ``x-dejacache-*`` headers); the rest is sent
+  on, and keyed, as the client sent it;
+- an AWS request is signed again with the proxy's credentials on its way out (``_aws.py``);
+- the answer goes back with ``Content-Length``, or, for a stream, one chunk per piece as
+  it arrives (live) or per recorded event (replay);
+- what the exchange raises becomes an answer in the upstream's own error shape
+  (``Provider.error_answer``): a replay miss (404, so no SDK retries it) whose message is
+  the miss report, an upstream that failed (502), a proxy that cannot send (502).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+
+from ..cassettes.placeholder_keys import carries_placeholder
+from ..errors import ConfigurationError, ReplayDivergence, ReplayMiss
+from ..http._libs import Lib
+from ..http.providers import Provider, all_providers, detect
+from ..http.sse import is_stream
+from ..http.transport import handle_async
+from ._aws import Resigner, signed_scope
+from ._http1 import LAST_CHUNK, Request, chunk, head_bytes
+from ._sessions import Session
+from .upstreams import Upstream
+
+__all__ = ["FORWARDED", "Forwarder", "Out", "error_bytes", "json_bytes"]
+
+#: Set on every request the proxy sends on (after it is keyed): one that comes back to a
+#: proxy is a loop (an upstream URL pointing at the proxy itself), refused at once.
+FORWARDED = "x-dejacache-forwarded"
+
+# Belong to the client's connection to the proxy, not to the request it sends on.
+_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te",
+                  "trailer", "transfer-encoding", "upgrade", "host", "content-length",
+                  "expect"})
+# Framing of the upstream's answer: the proxy frames what it sends itself.
+_HOP_ANSWER = frozenset({"connection", "keep-alive", "proxy-connection", "transfer-encoding",
+                         "content-length", "te", "trailer", "upgrade"})
+# A model may take minutes to answer, and a stream may pause that long between events.
+_TIMEOUTS = {"connect": 30.0, "read": 600.0, "write": 60.0, "pool": 60.0}
+# What a refusal tells a Stainless-generated SDK (openai, anthropic): do not retry.
+_NO_RETRY = [("x-should-retry", "false")]
+_URLS_KEPT = 1024
+
+
+class Out:
+    """The client's side of its connection: writes that wait while the client is slow to
+    read (back-pressure), fail once it is gone, or a hard close."""
+
+    __slots__ = ("_drained", "transport")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self._drained: asyncio.Future[None] | None = None  # set while writing is paused
+
+    async def write(self, data: bytes) -> None:
+        if self.transport.is_closing():
+            raise ConnectionResetError("the client closed the connection")
+        self.transport.write(data)
+        if self._drained is not None:
+            await self._drained
+
+    def pause(self) -> None:
+        if self._drained is None:
+            self._drained = asyncio.get_running_loop().create_future()
+
+    def resume(self, lost: BaseException | None = None) -> None:
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            if lost is not None:
+                drained.set_exception(lost)
+            else:
+                drained.set_result(None)
+
+    def abort(self) -> None:
+        """End the connection without finishing the answer: the client sees a failure,
+        never a truncated answer it could take for a whole one."""
+        if not self.transport.is_closing():
+            self.transport.abort()
+
+
+def json_bytes(status: int, data: Any, headers: list[tuple[str, str]] | None = None) -> bytes:
+    body = orjson.dumps(data)
+    return head_bytes(status, [("content-type", "application/json"),
+                               ("content-length", str(len(body))), *(headers or [])]) + body
+
+
+def error_bytes(provider: Provider, status: int, kind: str, message: str) -> bytes:
+    """An error answer in ``provider``'s own shape."""
+    extra, body = provider.error_answer(status, kind, message)
+    return json_bytes(status, body, [*_NO_RETRY, ("x-dejacache", kind), *extra.items()])
+
+
+class Forwarder:
+    """Sends requests on (one connection pool per proxy) and answers them."""
+
+    def __init__(self, lib: Lib) -> None:
+        self.lib = lib
+        self.transport = lib.module.AsyncHTTPTransport()
+        self.resigner = Resigner()
+        self._urls: dict[str, Any] = {}
+        self._named = {p.name: p for p in all_providers()}
+
+    async def aclose(self) -> None:
+        await self.transport.aclose()
+
+    def _url(self, text: str) -> Any:
+        # An SDK calls the same few endpoints: parsing each URL again was a fifth of a
+        # replayed call's time in the proxy.
+        url = self._urls.get(text)
+        if url is None:
+            if len(self._urls) >= _URLS_KEPT:
+                self._urls.clear()
+            url = self._urls[text] = self.lib.module.URL(text)
+        return url
+
+    def restate(self, req: Request, upstream: Upstream, rest: str) -> Any:
+        """The request to send ``upstream``, as the client would have sent it there."""
+        connection = {t.strip().lower() for t in (req.get("connection") or "").split(",")}
+        headers = [(k, v) for k, v in req.headers
+                   if (low := k.lower()) not in _HOP and low not in connection
+                   and not low.startswith("x-dejacache-")]
+        scope = signed_scope(headers)
+        url = self._url(upstream.base(scope[0] if scope else None) + rest)
+        return self.lib.module.Request(req.method, url, headers=headers, content=req.body,
+                                       extensions={"timeout": _TIMEOUTS})
+
+    def _sender(self) -> Callable[[Any], Awaitable[Any]]:
+        send = self.transport.handle_async_request
+
+        async def send_signed(hreq: Any) -> Any:
+            if carries_placeholder(hreq):
+                raise ConfigurationError(
+                    "this call would go live with the placeholder API key the proxy gave its "
+                    "command for replaying (OPENAI_API_KEY / ANTHROPIC_API_KEY were unset): "
+                    "set the key and record again")
+            hreq.headers[FORWARDED] = "1"
+            scope = signed_scope(hreq.headers.multi_items())
+            if scope is None:
+                return await send(hreq)
+            await asyncio.to_thread(self.resigner.credentials)  # may read files or the network
+            headers = self.resigner.sign(hreq.method, str(hreq.url), hreq.headers.multi_items(),
+                                         hreq.content, *scope)
+            return await send(self.lib.module.Request(hreq.method, hreq.url, headers=headers,
+                                                      content=hreq.content,
+                                                      extensions=hreq.extensions))
+
+        return send_signed
+
+    def provider_for(self, hreq: Any, upstream: Upstream) -> Provider:
+        """Whose error shape the client reads: the provider the request goes to, else the
+        one the upstream is named after."""
+        url = hreq.url
+        found = detect(url.host, url.path, hreq.headers)
+        if found.name == "http":
+            return self._named.get(upstream.name, found)
+        return found
+
+    async def answer(self, session: Session, upstream: Upstream, req: Request, rest: str,
+                     out: Out) -> None:
+        """Answer ``req`` (routed to ``upstream`` with path ``rest``) under ``session``."""
+        try:
+            hreq = self.restate(req, upstream, rest)
+        except ConfigurationError as exc:
+            await out.write(error_bytes(self._named.get(upstream.name, self._named["http"]),
+                                        502, "dejacache_proxy_error", str(exc)))
+            return
+        try:
+            resp = await handle_async(self.lib, session.eff, hreq, self._sender(),
+                                      session.options)
+        except ReplayMiss as miss:
+            kind = ("dejacache_replay_divergence" if isinstance(miss, ReplayDivergence)
+                    else "dejacache_replay_miss")
+            await out.write(error_bytes(self.provider_for(hreq, upstream), 404, kind,
+                                        f"{type(miss).__name__}: {miss}"))
+            return
+        except Exception as exc:
+            await out.write(self._failure(hreq, upstream, exc))
+            return
+        await self._relay(resp, out, req.method == "HEAD")
+
+    def _failure(self, hreq: Any, upstream: Upstream, exc: Exception) -> bytes:
+        provider = self.provider_for(hreq, upstream)
+        if self.lib.transport_error(exc) or isinstance(exc, ConfigurationError):
+            # The upstream could not be reached, or the proxy could not send to it (a live
+            # call's failure, or one a cassette recorded and replays).
+            return error_bytes(provider, 502, "dejacache_upstream_error",
+                               f"dejacache proxy: upstream {upstream.name} ({upstream.url}) "
+                               f"failed: {type(exc).__name__}: {exc}")
+        print(f"dejacache proxy: error answering {hreq.method} {hreq.url}:", file=sys.stderr)
+        traceback.print_exception(exc, file=sys.stderr)
+        return error_bytes(provider, 500, "dejacache_proxy_error",
+                           f"dejacache proxy failed: {type(exc).__name__}: {exc}")
+
+    async def _relay(self, resp: Any, out: Out, head_only: bool) -> None:
+        status = resp.status_code
+        headers = [(k, v) for k, v in resp.headers.multi_items()
+                   if k.lower() not in _HOP_ANSWER]
+        try:
+            if head_only or status in (204, 304) or status < 200:
+                await out.write(head_bytes(status, headers))
+                return
+            if resp.is_stream_consumed:  # a replayed whole body, decoded already
+                body = resp.content
+            elif is_stream(resp.headers.get("content-type")):
+                await self._stream(resp, status, headers, out)
+                return
+            else:
+                body = b"".join([part async for part in resp.aiter_raw()])
+            await out.write(head_bytes(status, [*headers, ("content-length", str(len(body)))])
+                            + body)
+        finally:
+            await resp.aclose()
+
+    async def _stream(self, resp: Any, status: int, headers: list[tuple[str, str]],
+                      out: Out) -> None:
+        await out.write(head_bytes(status, [*headers, ("transfer-encoding", "chunked")]))
+        try:
+            async for part in resp.aiter_raw():
+                if part:
+                    await out.write(chunk(part))
+        except Exception as exc:  # the upstream failed half-way: so does the answer
+            if not self.lib.transport_error(exc):
+                raise
+            out.abort()
+            return
+        await out.write(LAST_CHUNK)

@@ -1,0 +1,251 @@
+"""HTTP/1.1 as the proxy speaks it: requests parsed from the bytes that arrive, answers
+framed.
+
+A connection's requests are answered one after the other (keep-alive; pipelined ones wait
+their turn), so the whole protocol is: a head up to its blank line, the body its framing
+announces (``Content-Length`` or ``chunked``), and an answer with ``Content-Length`` or, for
+a stream, one chunk per event. All of it is pure (:class:`RequestParser` takes bytes and
+gives back requests); the connection that feeds it is ``_server.py``'s.
+
+Refused with a status and no guessing: a head over :data:`MAX_HEAD` (431), a body over the
+server's limit (413), both ``Content-Length`` and ``Transfer-Encoding``, differing lengths or
+a malformed line (400: a request two parsers could frame differently is how requests are
+smuggled past a proxy), a transfer coding other than ``chunked`` (501), HTTP/2 prior
+knowledge or HTTP/0.9 (505).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http
+import re
+from collections.abc import Iterable
+
+__all__ = ["CONTINUE", "LAST_CHUNK", "MAX_HEAD", "BadRequest", "Request", "RequestParser",
+           "chunk", "framing", "head_bytes", "parse_head"]
+
+#: Request line and headers, at most (the stream reader's limit).
+MAX_HEAD = 64 * 1024
+LAST_CHUNK = b"0\r\n\r\n"
+
+# RFC 9110 token characters: a header name or method made of anything else is refused.
+_TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+\Z")
+_VERSION = re.compile(rb"HTTP/1\.[01]\Z")
+#: The interim answer a client that sent ``Expect: 100-continue`` waits for.
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+_REASONS = {s.value: s.phrase for s in http.HTTPStatus}
+
+
+class BadRequest(Exception):
+    """A request the proxy cannot read; ``status`` is the answer that says so."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclasses.dataclass(slots=True)
+class Request:
+    """One request as it came: ``headers`` in order with their names as sent."""
+
+    method: str
+    target: str
+    version: str
+    headers: list[tuple[str, str]]
+    body: bytes = b""
+    # Lower-cased name -> value, repeats joined: every request is asked for several headers
+    # (framing, keep-alive, routing), so they are gathered once, on first use.
+    _by_name: dict[str, str] | None = None
+
+    def get(self, name: str) -> str | None:
+        """The value of header ``name`` (any case); repeats joined with ``", "``."""
+        by_name = self._by_name
+        if by_name is None:
+            by_name = {}
+            for k, v in self.headers:
+                low = k.lower()
+                by_name[low] = f"{by_name[low]}, {v}" if low in by_name else v
+            self._by_name = by_name
+        return by_name.get(name.lower())
+
+    @property
+    def keep_alive(self) -> bool:
+        tokens = {t.strip().lower() for t in (self.get("connection") or "").split(",")}
+        if self.version == "HTTP/1.0":
+            return "keep-alive" in tokens
+        return "close" not in tokens
+
+
+def parse_head(head: bytes) -> Request:
+    """The request line and headers of ``head`` (without its final blank line)."""
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or not _TOKEN.match(parts[0]) or not parts[1]:
+        if lines[0].startswith(b"PRI * HTTP/2"):
+            raise BadRequest(505, "HTTP/2 is not spoken here; use HTTP/1.1")
+        raise BadRequest(400, "malformed request line")
+    if not _VERSION.match(parts[2]):
+        raise BadRequest(505, f"unsupported protocol {parts[2][:20]!r}")
+    headers: list[tuple[str, str]] = []
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep or not _TOKEN.match(name):  # also refuses obsolete line folding
+            raise BadRequest(400, "malformed header line")
+        headers.append((name.decode("ascii"), value.strip(b" \t").decode("latin-1")))
+    return Request(parts[0].decode("ascii"), parts[1].decode("latin-1"),
+                   parts[2].decode("ascii"), headers)
+
+
+def framing(req: Request) -> tuple[str, int]:
+    """How the body is framed: ``("length", n)`` or ``("chunked", 0)``."""
+    te = req.get("transfer-encoding")
+    cl = req.get("content-length")
+    if te is not None:
+        if cl is not None:
+            raise BadRequest(400, "both Content-Length and Transfer-Encoding")
+        codings = [c.strip().lower() for c in te.split(",") if c.strip()]
+        if codings != ["chunked"]:
+            raise BadRequest(501, f"unsupported transfer coding {', '.join(codings)!r}")
+        return "chunked", 0
+    if cl is None:
+        return "length", 0
+    values = {c.strip() for c in cl.split(",")}
+    if len(values) != 1 or not next(iter(values)).isdigit():
+        raise BadRequest(400, "malformed Content-Length")
+    return "length", int(next(iter(values)))
+
+
+class RequestParser:
+    """Bytes in, whole requests out: the proxy's connection feeds it what arrives and gets
+    back the requests completed so far (pure: no I/O). ``continue_wanted`` is set once per
+    request whose client waits for ``100 Continue`` before sending its body (the caller
+    writes :data:`CONTINUE` and clears it). A request it cannot read sets ``failed``: the
+    requests before it are still returned (and answered), nothing after it is read."""
+
+    __slots__ = ("_body", "_buf", "_chunked", "_need", "_req", "_total", "continue_wanted",
+                 "failed", "max_body")
+
+    def __init__(self, max_body: int) -> None:
+        self.max_body = max_body
+        self._buf = b""
+        self._req: Request | None = None  # a head whose body is still coming
+        self._chunked = False
+        self._need = 0  # body bytes still to come (length framing)
+        self._body: list[bytes] = []
+        self._total = 0
+        self.continue_wanted = False
+        self.failed: BadRequest | None = None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing of a next request has arrived (a close now loses nothing)."""
+        return self._req is None and not self._buf.strip(b"\r\n")
+
+    def feed(self, data: bytes) -> list[Request]:
+        out: list[Request] = []
+        if self.failed is None:
+            self._buf = self._buf + data if self._buf else data
+            try:
+                self._parse(out)
+            except BadRequest as exc:
+                self.failed, self._buf, self._req = exc, b"", None
+        return out
+
+    def _parse(self, out: list[Request]) -> None:
+        while True:
+            if self._req is None and not self._head():
+                return
+            done = self._chunks() if self._chunked else self._length()
+            if not done:
+                return
+            assert self._req is not None
+            self._req.body = b"".join(self._body)
+            out.append(self._req)
+            self._req, self._body, self._total = None, [], 0
+
+    def _head(self) -> bool:
+        buf = self._buf.lstrip(b"\r\n")  # RFC 9112: blank lines before a request are ignored
+        end = buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(buf) > MAX_HEAD:
+                raise BadRequest(431, f"request head over {MAX_HEAD} bytes")
+            self._buf = buf
+            return False
+        if end > MAX_HEAD:
+            raise BadRequest(431, f"request head over {MAX_HEAD} bytes")
+        req = parse_head(buf[:end])
+        kind, length = framing(req)
+        if kind == "length" and length > self.max_body:
+            raise BadRequest(413, f"request body of {length} bytes is over {self.max_body}")
+        self._buf = buf[end + 4:]
+        self._req, self._chunked, self._need = req, kind == "chunked", length
+        expects = (req.get("expect") or "").lower() == "100-continue"
+        if expects and (self._chunked or length) and not self._buf:
+            self.continue_wanted = True
+        return True
+
+    def _length(self) -> bool:
+        if len(self._buf) < self._need:
+            return False
+        if self._need:
+            self._body.append(self._buf[:self._need])
+            self._buf = self._buf[self._need:]
+        return True
+
+    def _chunks(self) -> bool:
+        while True:
+            line_end = self._buf.find(b"\r\n")
+            if line_end < 0:
+                if len(self._buf) > MAX_HEAD:
+                    raise BadRequest(400, "malformed chunk size")
+                return False
+            size_text = self._buf[:line_end].split(b";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                raise BadRequest(400, "malformed chunk size") from None
+            if size == 0:
+                return self._trailers(line_end + 2)
+            if self._total + size > self.max_body:
+                raise BadRequest(413, f"request body over {self.max_body} bytes")
+            start = line_end + 2
+            if len(self._buf) < start + size + 2:
+                return False
+            if self._buf[start + size:start + size + 2] != b"\r\n":
+                raise BadRequest(400, "malformed chunk")
+            self._body.append(self._buf[start:start + size])
+            self._total += size
+            self._buf = self._buf[start + size + 2:]
+
+    def _trailers(self, start: int) -> bool:
+        end = self._buf.find(b"\r\n", start)
+        while end >= 0 and end != start:  # trailer fields, dropped
+            start = end + 2
+            end = self._buf.find(b"\r\n", start)
+        if end < 0:
+            return False
+        self._buf = self._buf[end + 2:]
+        return True
+
+
+def _latin1(text: str) -> bytes:
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:
+        return text.encode("utf-8")
+
+
+def head_bytes(status: int, headers: Iterable[tuple[str, str]]) -> bytes:
+    """A status line and headers; a header with CR or LF in it is dropped (a value read from
+    a hand-edited cassette must not split the answer)."""
+    out = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, "Unknown").encode())]
+    for name, value in headers:
+        if "\r" in name or "\n" in name or "\r" in value or "\n" in value:
+            continue
+        out.append(_latin1(name) + b": " + _latin1(value) + b"\r\n")
+    out.append(b"\r\n")
+    return b"".join(out)
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)

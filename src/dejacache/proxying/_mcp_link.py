@@ -1,0 +1,60 @@
+"""What both faces of ``dejacache mcp-proxy`` share: the real server's identity and
+transport, and what kind of message a client wrote."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from ..errors import ConfigurationError
+from ..scope import scope
+
+__all__ = ["is_request", "require_mcp", "server_of", "unrecorded"]
+
+
+def require_mcp() -> None:
+    try:
+        import mcp  # noqa: F401
+    except ImportError:
+        raise ConfigurationError("dejacache mcp-proxy needs the mcp package: "
+                                 "pip install 'dejacache[mcp]'") from None
+
+
+def server_of(command: list[str], url: str | None) -> tuple[dict[str, Any], Callable[[], Any]]:
+    """The server's identity (as the recorder keys it) and how to open its transport."""
+    from ..mcp import _wire
+
+    if url is not None:
+        from mcp.client.streamable_http import streamable_http_client
+
+        return (_wire.http_identity(url, "streamable-http"),
+                lambda: unrecorded(streamable_http_client(url)))
+    from mcp import StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    # The proxy's whole environment (the server's tokens live there), never in its identity.
+    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
+    return (_wire.stdio_identity(command[0], command[1:]),
+            lambda: unrecorded(stdio_client(params, errlog=sys.stderr)))
+
+
+@contextlib.asynccontextmanager
+async def unrecorded(transport: contextlib.AbstractAsyncContextManager[Any]
+                     ) -> AsyncIterator[Any]:
+    """The real transport, opened outside the cassette: while a block is open the ``mcp``
+    transports record (``mcp/_patch.py``), and this one is the wire the recorder forwards
+    to, not a session to record again."""
+    with scope(cache_key=None):
+        async with transport as streams:
+            yield streams
+
+
+def is_request(item: Any) -> tuple[bool, str]:
+    """(a request, its method) of one ``SessionMessage`` (mcp 2's types, or 1.x root
+    models)."""
+    msg = getattr(item.message, "root", item.message)
+    method = getattr(msg, "method", "")
+    return hasattr(msg, "id") and bool(method), method

@@ -1,0 +1,307 @@
+"""The proxy's server: it listens on loopback, routes each request to a session and an
+upstream, and saves its cassettes when it stops.
+
+``http://HOST:PORT/<upstream>/<rest>`` goes to the default session (``--cassette``);
+``/_dejacache/s/<id>/<upstream>/<rest>`` (or the header ``x-dejacache-session: <id>``) to a
+session a test runner opened; ``/_dejacache...`` is the control endpoint (``_control.py``).
+A connection (``_connection.py``) answers its requests one after the other, each in a task of
+its own started in its session's context (``Session.begin``).
+
+Stopping (SIGTERM, SIGINT, or the command it ran exiting) stops accepting, lets requests in
+flight finish for ``grace`` seconds, then closes the sessions: the default cassette is
+written (atomically, by the cassette's writer), sessions their runner never closed are not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import ipaddress
+import os
+import pathlib
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .. import __version__
+from ..cassettes.block import default_mode
+from ..cassettes.placeholder_keys import KEY_VARIABLES, PLACEHOLDER
+from ..errors import ConfigurationError
+from ..http._libs import Lib, lib_named
+from ..http.providers import all_providers
+from ._connection import Connection
+from ._control import PREFIX, SESSION_PREFIX, control
+from ._forward import FORWARDED, Forwarder, Out, error_bytes, json_bytes
+from ._http1 import Request
+from ._sessions import Session, Sessions, SessionSpec
+from .upstreams import BASE_URL_ENV, Upstream, split_target, unknown_upstream
+
+__all__ = ["ProxyConfig", "ProxyServer", "command_env", "is_loopback", "serve"]
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProxyConfig:
+    """What ``dejacache proxy`` runs with. ``spec``: the settings of the default session,
+    and the defaults of those opened by a test runner."""
+
+    spec: SessionSpec
+    upstreams: Mapping[str, Upstream]
+    cassette: pathlib.Path | None = None
+    cassette_dir: pathlib.Path = pathlib.Path(".")
+    host: str = "127.0.0.1"
+    port: int = 0
+    allow_remote: bool = False
+    max_body: int = 256 * 1024 * 1024
+    grace: float = 10.0
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _lib() -> Lib:
+    for name in ("httpx2", "httpx"):
+        lib = lib_named(name)
+        if lib is not None:
+            return lib
+    raise ConfigurationError("dejacache proxy needs httpx2 or httpx: "
+                             "pip install 'dejacache[proxy]'")
+
+
+class ProxyServer:
+    """One proxy (see the module docstring): ``await start()``, then ``await stop()``."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.forwarder = Forwarder(_lib())
+        self.sessions = Sessions(config.cassette_dir)
+        self.url = ""
+        self._server: asyncio.base_events.Server | None = None
+        self._connections: set[Connection] = set()
+        self.stopping = False
+        self._generic = next(p for p in all_providers() if p.name == "http")
+
+    async def start(self) -> str:
+        """Listen; the base URL. A ``ConfigurationError`` says why it cannot."""
+        host = self.config.host
+        if not (is_loopback(host) or self.config.allow_remote):
+            raise ConfigurationError(
+                f"--host {host} is not a loopback address: the proxy answers with recorded "
+                "calls and forwards live ones with the caller's credentials, so it listens "
+                "on loopback only unless --allow-remote is given")
+        if self.config.cassette is not None:  # read first: a damaged file fails by name
+            await self.sessions.open_default(dataclasses.replace(self.config.spec,
+                                                           cassette=self.config.cassette))
+        loop = asyncio.get_running_loop()
+        try:
+            self._server = await loop.create_server(self._connection, host, self.config.port)
+        except OSError as exc:
+            await self.sessions.close_all(grace=0.0, save=False)  # nothing ran
+            why = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise ConfigurationError(f"cannot listen on {host}:{self.config.port}: {why}"
+                                     ) from None
+        port = self._server.sockets[0].getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host
+        self.url = f"http://{shown}:{port}"
+        return self.url
+
+    async def stop(self) -> list[dict[str, Any]]:
+        """Stop serving and close the sessions; what each one did."""
+        self.stopping = True
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._connections):
+            conn.close_if_idle()  # idle keep-alive connections: nothing to finish
+        busy = [c.task for c in self._connections if c.task is not None]
+        if busy:
+            _, late = await asyncio.wait(busy, timeout=self.config.grace)
+            for task in late:
+                task.cancel()
+        for conn in list(self._connections):
+            conn.transport.close()
+        summaries = await self.sessions.close_all(grace=1.0)
+        await self.forwarder.aclose()
+        return summaries
+
+    def status(self) -> dict[str, Any]:
+        default = self.sessions.default
+        return {
+            "dejacache": __version__, "url": self.url,
+            "cassette": str(default.spec.cassette) if default is not None else None,
+            "mode": default.mode if default is not None else (
+                self.config.spec.mode or default_mode()),
+            "cassette_dir": str(self.config.cassette_dir.resolve()),
+            "upstreams": {n: u.url for n, u in sorted(self.config.upstreams.items())},
+            "sessions": [s.id for s in self.sessions.all() if s is not default],
+        }
+
+    # ---------------------------------------------------------------- requests
+
+    def _connection(self) -> Connection:
+        return _Tracked(self, self.config.max_body)
+
+    def refusal(self, status: int, message: str, *, close: bool = False) -> bytes:
+        extra = [("connection", "close")] if close else []
+        return json_bytes(status, {"error": {"message": f"dejacache proxy: {message}",
+                                             "type": "dejacache_bad_request"}}, extra)
+
+    def answer(self, req: Request, out: Out) -> asyncio.Task[Any]:
+        """The task that answers ``req``: a request to a session runs in its context."""
+        loop = asyncio.get_running_loop()
+        routed = self._route(req)
+        if isinstance(routed, bytes):
+            return loop.create_task(out.write(routed))
+        if routed is None:
+            return loop.create_task(self._control(req, out))
+        session, upstream, rest = routed
+        ctx = session.begin()
+        task = loop.create_task(self.forwarder.answer(session, upstream, req, rest, out),
+                                context=ctx)
+        task.add_done_callback(lambda _: session.end(ctx))
+        return task
+
+    async def _control(self, req: Request, out: Out) -> None:
+        status, data = await control(self, req.method, req.target.partition("?")[0], req.body)
+        await out.write(json_bytes(status, data))
+
+    def _route(self, req: Request) -> tuple[Session, Upstream, str] | bytes | None:
+        """(session, upstream, rest of the path), an answer refusing the request, or None
+        for the control endpoint."""
+        target = req.target
+        session: Session | None
+        if req.get(FORWARDED) is not None:  # an upstream that leads back here
+            return self.refusal(508, "this request came from this proxy: an upstream URL "
+                                     "points back at it")
+        if target.startswith(SESSION_PREFIX):
+            sid, _, rest = target[len(SESSION_PREFIX):].partition("/")
+            session = self.sessions.find(sid)
+            if session is None or session.closed:
+                return self.refusal(404, f"no open session {sid[:40]!r}")
+            target = "/" + rest
+        elif target == PREFIX or target.startswith((PREFIX + "/", PREFIX + "?")):
+            return None
+        else:
+            sid = req.get("x-dejacache-session") or ""
+            session = self.sessions.find(sid) if sid else self.sessions.default
+            if session is None or session.closed:
+                return self.refusal(404, (
+                    f"no open session {sid[:40]!r}" if sid else
+                    "no cassette for this request: start the proxy with --cassette, or open "
+                    f"a session (POST {PREFIX}/sessions) and send its requests to its url"))
+        name, rest = split_target(target)
+        upstream = session.upstreams.get(name) or self.config.upstreams.get(name)
+        if upstream is None:
+            table = {**self.config.upstreams, **session.upstreams}
+            return error_bytes(self._generic, 404, "dejacache_unknown_upstream",
+                               unknown_upstream(name, table))
+        return session, upstream, rest
+
+
+class _Tracked(Connection):
+    """A connection the server keeps track of, for ``stop``."""
+
+    def __init__(self, server: ProxyServer, max_body: int) -> None:
+        super().__init__(server, max_body)
+        self.server = server
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)
+        self.server._connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self.server._connections.discard(self)
+
+
+# ---------------------------------------------------------------- running it
+
+
+def command_env(url: str, upstreams: Mapping[str, Upstream], mode: str,
+                environ: Mapping[str, str]) -> dict[str, str]:
+    """What a command run under the proxy at ``url`` finds in its environment. Replaying,
+    an API key it lacks is the placeholder the pytest plugin supplies too (the SDKs refuse
+    to start without one); the proxy never sends it on."""
+    env = {"DEJACACHE_PROXY": url}
+    for name, (var, suffix) in BASE_URL_ENV.items():
+        if name in upstreams:
+            env[var] = f"{url}/{name}{suffix}"
+    if mode == "replay":
+        env.update({k: PLACEHOLDER for k in KEY_VARIABLES if not environ.get(k)})
+    return env
+
+
+def _announce(url: str, ready_file: pathlib.Path | None, running: bool) -> None:
+    """The base URL on stdout, on a line of its own (on stderr when it runs a command:
+    stdout is then the command's, which may be a report a tool reads)."""
+    if running:
+        print(f"dejacache proxy: listening on {url}", file=sys.stderr, flush=True)
+    else:
+        print(url, flush=True)
+    if ready_file is not None:
+        tmp = ready_file.with_name(ready_file.name + f".{os.getpid()}.tmp")
+        tmp.write_text(url + "\n", encoding="utf-8")
+        os.replace(tmp, ready_file)  # whoever polls for it reads a whole line or nothing
+
+
+def _report(summaries: list[dict[str, Any]]) -> None:
+    for s in summaries:
+        saved = "written" if s["saved"] else "not written"
+        print(f"dejacache proxy: {s['cassette']} ({s['mode']}): {s['replayed']} replayed, "
+              f"{s['recorded']} recorded, {s['missed']} missed; {saved}", file=sys.stderr)
+        if s["error"]:
+            print(f"dejacache proxy: {s['error']}", file=sys.stderr)
+
+
+async def _run(config: ProxyConfig, ready_file: pathlib.Path | None,
+               command: Sequence[str]) -> int:
+    server = ProxyServer(config)
+    url = await server.start()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    status = 0
+    try:
+        _announce(url, ready_file, bool(command))
+        if command:
+            mode = config.spec.mode or default_mode()
+            env = command_env(url, config.upstreams, mode, os.environ)
+            status = await _supervise(command, {**os.environ, **env}, stop)
+        else:
+            await stop.wait()
+    finally:
+        _report(await server.stop())
+        if ready_file is not None:
+            with contextlib.suppress(OSError):
+                ready_file.unlink()
+    return status
+
+
+async def _supervise(command: Sequence[str], env: dict[str, str], stop: asyncio.Event) -> int:
+    """Run ``command``; its exit status, or 0 when the proxy is told to stop first."""
+    try:
+        child = await asyncio.create_subprocess_exec(*command, env=env)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot run {command[0]!r}: {exc.strerror or exc}") from None
+    waiting = asyncio.ensure_future(child.wait())
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not waiting.done():
+        child.terminate()
+        await waiting
+        return 0
+    return waiting.result()
+
+
+def serve(config: ProxyConfig, *, ready_file: pathlib.Path | None = None,
+          command: Sequence[str] = ()) -> int:
+    """Run a proxy until SIGTERM/SIGINT (exit status 0) or until ``command`` exits (its
+    status)."""
+    return asyncio.run(_run(config, ready_file, command))

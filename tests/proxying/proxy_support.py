@@ -1,0 +1,71 @@
+"""What the proxy's tests share: the proxy's environment, the Node clients, a stopped
+provider that counts the connections still made to it, and cassette reading."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+
+NODE_DIR = pathlib.Path(__file__).resolve().parents[1] / "node"
+CLIENTS = NODE_DIR / "clients.mjs"
+# The keys tests/node/clients.mjs sends: no file may hold them.
+NODE_KEYS = ("sk-node-openai-9f3c2b7e1d", "sk-ant-node-4e8a1c6f2b")
+# The AWS access key of the module proxies (conftest's proxy_process): it signs again.
+PROXY_AWS_KEY = "AKIAPROXYDEJACACHE01"
+
+
+def proxy_env(directory: pathlib.Path, **extra: str) -> dict[str, str]:
+    """The environment a proxy subprocess runs with: this one's, without what would change
+    its default mode, with the suite's masking key and a cache directory of its own."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("CI", "DEJACACHE_MODE", "DEJACACHE_MAX_AGE", "DEJACACHE_ON_EXPIRY",
+                        "DEJACACHE_VOLATILE", "OPENAI_BASE_URL", "ANTHROPIC_BASE_URL",
+                        "OPENAI_API_KEY", "ANTHROPIC_API_KEY")}
+    env.update(DEJACACHE_SECRET_KEY="dejacache-test-suite",
+               DEJACACHE_DIR=str(directory / ".dejacache"), **extra)
+    return env
+
+
+def need_node() -> None:
+    """Skip, saying how to install them, without node or the SDKs of tests/node."""
+    if shutil.which("node") is None:
+        pytest.skip("node is not on PATH (the Node SDK tests need node >= 20)")
+    if not (NODE_DIR / "node_modules" / "openai").is_dir():
+        pytest.skip("the Node SDKs are not installed: make node-deps (npm ci in tests/node)")
+
+
+def run_node(script: pathlib.Path, *args: str, env: dict[str, str] | None = None,
+             timeout: float = 90.0) -> Any:
+    """Run a Node script; the JSON document it prints last."""
+    out = subprocess.run(["node", str(script), *args], capture_output=True, text=True,
+                         timeout=timeout, cwd=NODE_DIR, env=env)
+    assert out.returncode == 0, out.stderr
+    return orjson.loads(out.stdout.strip().splitlines()[-1])
+
+
+def clients(base: str, *scenarios: str, suffix: str = "") -> dict[str, Any]:
+    """tests/node/clients.mjs through ``base``: scenario -> what the SDK returned
+    (``suffix`` is appended to every prompt)."""
+    need_node()
+    env = {**os.environ, "PROMPT_SUFFIX": suffix}
+    result: dict[str, Any] = run_node(CLIENTS, base, *scenarios, env=env)
+    return result
+
+
+def files_text(directory: pathlib.Path) -> Iterator[tuple[pathlib.Path, str]]:
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            yield path, path.read_text(errors="replace")
+
+
+def entries(path: pathlib.Path) -> list[dict[str, Any]]:
+    doc = orjson.loads(path.read_bytes())
+    out: list[dict[str, Any]] = doc["entries"]
+    return out

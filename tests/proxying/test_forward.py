@@ -1,0 +1,294 @@
+"""One request through the proxy, as the exchange answers it in-process: streams passed on
+live and replayed event by event, errors recorded in order, misses and refusals in the
+upstream's own error shape, strict order, partial replay, ageing and volatility, all from
+the session's cassette (the real Python openai SDK and httpx2 against the loopback
+provider)."""
+
+from __future__ import annotations
+
+import pathlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx2
+import openai
+import orjson
+import pytest
+from fake_provider import FakeProvider
+from proxy_support import entries
+
+import dejacache
+from dejacache.cassettes import ageing
+from dejacache.cassettes import format as fmt
+from dejacache.cassettes.ageing import stamp
+from dejacache.proxying.handle import ProxySession
+
+Open = Callable[..., ProxySession]
+CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
+DAY = 86400.0
+
+
+def post(url: str, body: Any, **headers: str) -> httpx2.Response:
+    return httpx2.post(url, content=orjson.dumps(body), timeout=30,
+                       headers={"content-type": "application/json", **headers})
+
+
+def chat(session: ProxySession, **kw: Any) -> Any:
+    with openai.OpenAI(base_url=session.base_url("openai") + "/v1", api_key="sk-py-test",
+                       max_retries=0) as client:
+        return client.chat.completions.create(model="gpt-test", **kw)
+
+
+def test_a_live_stream_reaches_the_client_as_it_arrives(session_for: Open,
+                                                        fake: FakeProvider) -> None:
+    s = session_for("live", fake)
+    pause = 2.0
+    fake.script.append({"end_delay": pause})  # the last event comes 2 s after the others
+    t0 = time.perf_counter()
+    first = None
+    with httpx2.stream("POST", s.base_url("openai") + "/v1/chat/completions", timeout=30,
+                       json={**CHAT, "stream": True}) as r:
+        body = b""
+        for part in r.iter_raw():
+            first = first or time.perf_counter() - t0
+            body += part
+    total = time.perf_counter() - t0
+    # Held back until the end, the first event could not come before the provider's pause
+    # is over; passed on, it comes as soon as the proxy is scheduled (a loaded machine
+    # delays it, never by the whole pause).
+    assert first is not None and first < pause <= total
+    assert s.close(ok=True)["recorded"] == 1
+    assert body.endswith(b"data: [DONE]\n\n")
+
+
+def test_a_replayed_stream_comes_one_event_per_chunk(session_for: Open,
+                                                     fake: FakeProvider) -> None:
+    s = session_for("events", fake)
+    post(s.base_url("openai") + "/v1/chat/completions", {**CHAT, "stream": True})
+    s.close(ok=True)
+    events = entries(s.cassette)[0]["response"]["events"]
+    r = session_for("events", fake, mode="replay")
+    with httpx2.stream("POST", r.base_url("openai") + "/v1/chat/completions", timeout=30,
+                       json={**CHAT, "stream": True}) as resp:
+        parts = [p.decode() for p in resp.iter_raw()]
+    assert parts == [text for _, text in events]
+    assert r.close(ok=True)["replayed"] == 1
+
+
+def test_a_realtime_session_replays_at_the_recorded_pace(proxy_process: Any,
+                                                         session_for: Open,
+                                                         fake: FakeProvider) -> None:
+    s = session_for("pace", fake)
+    fake.script.append({"end_delay": 1.0})
+    post(s.base_url("openai") + "/v1/chat/completions", {**CHAT, "stream": True})
+    s.close(ok=True)
+
+    def replayed(realtime: bool) -> float:
+        opened = httpx2.post(f"{proxy_process.url}/_dejacache/sessions", timeout=30, json={
+            "cassette": str(s.cassette), "mode": "replay", "realtime": realtime}).json()
+        t0 = time.perf_counter()
+        post(f"{opened['url']}/openai/v1/chat/completions", {**CHAT, "stream": True})
+        took = time.perf_counter() - t0
+        httpx2.post(f"{proxy_process.url}/_dejacache/sessions/{opened['id']}/close",
+                    json={"ok": False}, timeout=30)
+        return took
+
+    paced, fast = replayed(True), replayed(False)
+    # Paced, the replay waits out the recorded 1 s pause (a lower bound, whatever the load);
+    # not paced, it never waits that long (a loaded machine slows it, not by a second).
+    assert fast < 0.9 < paced
+
+
+def test_errors_replay_in_the_order_recorded(session_for: Open, fake: FakeProvider) -> None:
+    s = session_for("errors", fake)
+    fake.script.extend([{"status": 500}, {"status": 429}])
+    live = [post(s.base_url("openai") + "/v1/chat/completions", CHAT) for _ in range(3)]
+    s.close(ok=True)
+    r = session_for("errors", fake, mode="replay")
+    seen = [post(r.base_url("openai") + "/v1/chat/completions", CHAT) for _ in range(3)]
+    assert [x.status_code for x in seen] == [x.status_code for x in live] == [500, 429, 200]
+    assert [x.json() for x in seen] == [x.json() for x in live]
+    assert fake.count() == 3
+
+
+def test_a_miss_is_a_404_in_each_providers_shape(session_for: Open,
+                                                 fake: FakeProvider) -> None:
+    r = session_for("misses", fake, mode="replay")
+    oa = post(r.base_url("openai") + "/v1/chat/completions", CHAT)
+    an = post(r.base_url("anthropic") + "/v1/messages",
+              {"model": "c", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]},
+              **{"anthropic-version": "2023-06-01"})
+    assert (oa.status_code, an.status_code) == (404, 404)
+    assert oa.headers["x-should-retry"] == "false"
+    err = oa.json()["error"]
+    assert err["type"] == "dejacache_replay_miss"
+    assert err["message"].startswith("ReplayMiss: dejacache replay miss: no recording of "
+                                     "openai.chat.completions")
+    body = an.json()
+    assert body["type"] == "error" and body["error"]["type"] == "dejacache_replay_miss"
+    assert "anthropic.messages" in body["error"]["message"]
+    assert fake.count() == 0
+
+
+def test_the_sdk_raises_its_api_error_with_the_field_that_differs(
+        session_for: Open, fake: FakeProvider) -> None:
+    s = session_for("sdk-miss", fake)
+    chat(s, messages=[{"role": "user", "content": "hello"}])
+    s.close(ok=True)
+    r = session_for("sdk-miss", fake, mode="replay", rerecord="pytest -k sdk --record")
+    with pytest.raises(openai.NotFoundError) as info:
+        chat(r, messages=[{"role": "user", "content": "hello!"}])
+    text = str(info.value)
+    assert "ReplayMiss" in text and "body.messages[0].content: 'hello' -> 'hello!'" in text
+    assert "to re-record: pytest -k sdk --record" in text
+
+
+def test_a_strict_session_answers_a_divergence(session_for: Open, fake: FakeProvider) -> None:
+    s = session_for("strict", fake)
+    for word in ("one", "two"):
+        chat(s, messages=[{"role": "user", "content": word}])
+    s.close(ok=True)
+    r = session_for("strict", fake, mode="replay", strict=True)
+    out = post(r.base_url("openai") + "/v1/chat/completions",
+               {**CHAT, "messages": [{"role": "user", "content": "two"}]})
+    assert out.status_code == 404
+    assert out.json()["error"]["type"] == "dejacache_replay_divergence"
+    summary = r.close(ok=True)
+    assert summary["divergences"] and summary["error"]  # "one" was never made
+
+
+def test_sequential_requests_form_one_chain_in_the_cassette(session_for: Open,
+                                                            fake: FakeProvider) -> None:
+    s = session_for("chain", fake)
+    for word in ("a", "b", "c"):
+        chat(s, messages=[{"role": "user", "content": word}])
+    s.close(ok=True)
+    assert [e["follows"] for e in entries(s.cassette)] == [-1, 0, 1]
+    r = session_for("chain", fake, mode="replay", strict=True)
+    for word in ("a", "b", "c"):
+        chat(r, messages=[{"role": "user", "content": word}])
+    summary = r.close(ok=True)
+    assert (summary["replayed"], summary["divergences"], summary["error"]) == (3, [], None)
+
+
+def test_replay_until_replays_the_first_calls_and_sends_the_rest(
+        session_for: Open, fake: FakeProvider) -> None:
+    s = session_for("until", fake)
+    first = [chat(s, messages=[{"role": "user", "content": w}]).id for w in ("a", "b")]
+    s.close(ok=True)
+    r = session_for("until", fake, replay_until=1)
+    again = [chat(r, messages=[{"role": "user", "content": w}]).id for w in ("a", "b")]
+    summary = r.close(ok=True)
+    assert again[0] == first[0] and again[1] != first[1]
+    assert fake.count() == 3
+    live = s.cassette.with_name(s.cassette.stem + ".live.json")
+    assert [e["request"]["body"]["messages"][0]["content"] for e in entries(live)] == ["b"]
+    assert summary["saved"] is False  # the cassette itself is never written by a partial run
+
+
+def test_an_expired_entry_is_recorded_again(session_for: Open, fake: FakeProvider,
+                                            tmp_path: pathlib.Path) -> None:
+    s = session_for("aged", fake)
+    old = chat(s, messages=[{"role": "user", "content": "news"}]).id
+    s.close(ok=True)
+    doc = fmt.load_document(s.cassette.read_bytes(), s.cassette)
+    for e in doc["entries"]:
+        e["recorded_at"] = stamp(ageing.clock() - 45 * DAY)
+    s.cassette.write_bytes(fmt.render(doc["entries"], doc["values"]))
+
+    r = session_for("aged", fake, mode="auto", on_expiry="rerecord", max_age="30d")
+    new = chat(r, messages=[{"role": "user", "content": "news"}]).id
+    summary = r.close(ok=True)
+    assert new != old and fake.count() == 2 and summary["recorded"] == 1
+
+
+def _tools_turns(session: ProxySession) -> tuple[str, str]:
+    """Two turns of a tool call through the proxy: the call's id, and the final text."""
+    weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+        "type": "object", "properties": {"city": {"type": "string"}}}}}
+    messages: list[Any] = [{"role": "user", "content": "Weather in Paris?"}]
+    first = chat(session, messages=messages, tools=[weather])
+    call = first.choices[0].message.tool_calls[0]
+    messages += [first.choices[0].message.to_dict(),
+                 {"role": "tool", "tool_call_id": call.id, "content": "sunny"}]
+    return call.id, chat(session, messages=messages, tools=[weather]).choices[0].message.content
+
+
+def test_a_turn_recorded_again_keeps_the_next_one_replaying(session_for: Open,
+                                                            fake: FakeProvider) -> None:
+    s = session_for("aliases", fake)
+    old_id, text = _tools_turns(s)
+    s.close(ok=True)
+    doc = fmt.load_document(s.cassette.read_bytes(), s.cassette)  # the first turn forgotten
+    s.cassette.write_bytes(fmt.render(doc["entries"][1:], doc["values"]))
+
+    again = session_for("aliases", fake)  # auto: the first turn goes live, with a new id
+    new_id, new_text = _tools_turns(again)
+    summary = again.close(ok=True)
+    # The second turn sends the new id back; keyed by its place, it still replays.
+    assert new_id != old_id and new_text == text
+    assert (summary["recorded"], summary["replayed"], fake.count()) == (1, 1, 3)
+
+
+def test_volatile_fields_do_not_change_the_key(session_for: Open, fake: FakeProvider) -> None:
+    s = session_for("volatile", fake)
+    got = chat(s, messages=[{"role": "user", "content": "x"}], user="run-1").id
+    s.close(ok=True)
+    r = session_for("volatile", fake, mode="replay")
+    assert chat(r, messages=[{"role": "user", "content": "x"}], user="run-2").id == got
+
+
+def test_the_upstream_down_is_a_502_in_its_shape(session_for: Open,
+                                                 fake: FakeProvider) -> None:
+    s = session_for("down", fake)
+    fake.stop()
+    oa = post(s.base_url("openai") + "/v1/chat/completions", CHAT)
+    assert oa.status_code == 502
+    assert oa.json()["error"]["type"] == "dejacache_upstream_error"
+    assert "upstream openai" in oa.json()["error"]["message"]
+    an = post(s.base_url("anthropic") + "/v1/messages", {"model": "c", "messages": []},
+              **{"anthropic-version": "2023-06-01"})
+    assert an.status_code == 502 and an.json()["type"] == "error"
+
+
+def test_an_unknown_upstream_is_a_404_naming_the_known_ones(session_for: Open) -> None:
+    r = session_for("unknown")
+    out = post(r.url + "/openia/v1/chat/completions", CHAT)
+    assert out.status_code == 404
+    message = out.json()["error"]["message"]
+    assert "no upstream named 'openia'" in message
+    for name in ("anthropic", "bedrock", "gemini", "openai"):
+        assert name in message
+
+
+def test_an_upstream_that_leads_back_is_refused(proxy_process: Any,
+                                                session_for: Open) -> None:
+    s = session_for("loop")
+    s.route("openai", proxy_process.url + "/openai")
+    out = post(s.base_url("openai") + "/v1/chat/completions", CHAT)
+    assert out.status_code == 508 and "points back at it" in out.text
+
+
+def test_the_session_header_routes_like_the_prefix(proxy_process: Any, session_for: Open,
+                                                   fake: FakeProvider) -> None:
+    s = session_for("header", fake)
+    out = post(proxy_process.url + "/openai/v1/chat/completions", CHAT,
+               **{"x-dejacache-session": s.id})
+    assert out.status_code == 200
+    summary = s.close(ok=True)
+    assert summary["recorded"] == 1
+    request = entries(s.cassette)[0]["request"]
+    assert "x-dejacache-session" not in request.get("headers", {})
+
+
+def test_a_python_recording_replays_through_the_proxy(session_for: Open, fake: FakeProvider,
+                                                      proxy_dir: pathlib.Path) -> None:
+    name = "from-python"
+    path = proxy_dir / "test_a_python_recording_replays_through_the_proxy" / f"{name}.json"
+    with openai.OpenAI(base_url=fake.openai_url, api_key="sk-py-test",
+                       max_retries=0) as client, dejacache.cassette(path, "record"):
+        got = client.chat.completions.create(**CHAT).choices[0].message.content
+    r = session_for(name, fake, mode="replay")
+    assert chat(r, messages=CHAT["messages"]).choices[0].message.content == got
+    assert fake.count() == 1

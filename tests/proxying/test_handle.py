@@ -1,0 +1,96 @@
+"""``dejacache.proxy()`` and the ``dejacache_proxy`` fixture: a Python suite that drives an
+agent as a subprocess records it through the proxy and replays it, a cassette per test,
+written only when the test passes."""
+
+from __future__ import annotations
+
+import pathlib
+import textwrap
+
+import httpx2
+import pytest
+from fake_provider import FakeProvider
+from proxy_support import entries, proxy_env
+
+import dejacache
+from dejacache.errors import ConfigurationError
+
+CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
+LOOP = "asyncio_default_fixture_loop_scope = function\n"
+
+
+def test_proxy_records_then_replays_its_cassette(tmp_path: pathlib.Path,
+                                                 fake: FakeProvider) -> None:
+    cassette = tmp_path / "agent.json"
+    env = proxy_env(tmp_path)
+    with dejacache.proxy(cassette, upstreams={"openai": fake.url}, env=env) as p:
+        assert p.env["OPENAI_BASE_URL"] == p.url + "/openai/v1"
+        live = httpx2.post(p.env["OPENAI_BASE_URL"] + "/chat/completions", json=CHAT,
+                           timeout=30).json()
+    assert len(entries(cassette)) == 1
+    with dejacache.proxy(cassette, mode="replay", upstreams={"openai": fake.url}, env=env) as p:
+        again = httpx2.post(p.base_url("openai") + "/v1/chat/completions", json=CHAT,
+                            timeout=30).json()
+    assert again == live and fake.count() == 1
+
+
+def test_a_proxy_that_cannot_start_says_why(tmp_path: pathlib.Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2")
+    with pytest.raises(ConfigurationError, match=r"did not start: .*bad\.json"):
+        dejacache.proxy(bad, env=proxy_env(tmp_path))
+
+
+AGENT = textwrap.dedent("""
+    import os, sys
+    import httpx2
+    r = httpx2.post(os.environ["OPENAI_BASE_URL"] + "/chat/completions", timeout=30,
+                    json={"model": "gpt-test", "messages": [{"role": "user",
+                                                             "content": sys.argv[1]}]})
+    r.raise_for_status()
+    print(r.json()["choices"][0]["message"]["content"])
+""")
+
+SUITE = textwrap.dedent("""
+    import os, subprocess, sys, pytest
+
+    def agent(proxy, question):
+        out = subprocess.run([sys.executable, "agent.py", question], capture_output=True,
+                             text=True, env={**os.environ, **proxy.env})
+        return out.returncode, out.stdout.strip()
+
+    def test_agent(dejacache_proxy):
+        status, text = agent(dejacache_proxy, "weather?")
+        assert status == 0 and text.startswith("Hello from the fake model")
+
+    def test_fails_after_the_call(dejacache_proxy):
+        agent(dejacache_proxy, "doomed")
+        assert False, "the test failed"
+
+    @pytest.mark.dejacache(mode="replay")
+    def test_agent_that_misses(dejacache_proxy):
+        status, _ = agent(dejacache_proxy, "never recorded")
+        assert status != 0  # the agent saw the miss, and the test tolerated it
+""")
+
+
+def test_the_fixture_gives_each_test_its_cassette_on_one_proxy(
+        pytester: pytest.Pytester, fake: FakeProvider) -> None:
+    pytester.makeini(f"[pytest]\n{LOOP}dejacache_proxy_upstreams =\n    openai={fake.url}\n")
+    pytester.makepyfile(agent=AGENT, test_suite=SUITE)
+    cassettes = pytester.path / "cassettes" / "test_suite"
+
+    first = pytester.runpytest("-p", "no:randomly")
+    # the miss fails the passing test at teardown (an error), as dejacache_cassette does
+    first.assert_outcomes(passed=2, failed=1, errors=1)
+    assert sorted(p.name for p in cassettes.iterdir()) == ["test_agent.json"]
+    first.stdout.fnmatch_lines(["*1 replay miss(es) in cassette*test_agent_that_misses.json*"
+                                "were met by the agent behind the proxy*"])
+    assert fake.count() == 2  # test_agent's call and the failing test's
+
+    fake.stop()
+    pytester.makeini(f"[pytest]\n{LOOP}dejacache_proxy_upstreams =\n"
+                     "    openai=http://127.0.0.1:9\n")
+    again = pytester.runpytest("-p", "no:randomly", "-k", "test_agent and not misses",
+                               "--dejacache-mode=replay")
+    again.assert_outcomes(passed=1, deselected=2)

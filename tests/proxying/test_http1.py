@@ -1,0 +1,176 @@
+"""The proxy's HTTP/1.1: heads parsed, bodies framed, and every request two parsers could
+frame differently refused with its status (pure functions, and the parser fed bytes as a
+connection would: at once, or split anywhere)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dejacache.proxying._http1 import (
+    CONTINUE,
+    MAX_HEAD,
+    BadRequest,
+    Request,
+    RequestParser,
+    chunk,
+    framing,
+    head_bytes,
+    parse_head,
+)
+
+
+def test_a_head_keeps_names_as_sent_and_reads_them_in_any_case() -> None:
+    req = parse_head(b"POST /openai/v1/chat?x=1 HTTP/1.1\r\nHost: a\r\nX-Thing:  v \r\n"
+                     b"x-thing: w")
+    assert (req.method, req.target, req.version) == ("POST", "/openai/v1/chat?x=1", "HTTP/1.1")
+    assert req.headers == [("Host", "a"), ("X-Thing", "v"), ("x-thing", "w")]
+    assert req.get("X-THING") == "v, w" and req.get("missing") is None
+
+
+@pytest.mark.parametrize(("head", "status"), [
+    (b"GET /", 400),
+    (b"GET / HTTP/1.1 extra", 400),
+    (b"G@T / HTTP/1.1", 400),
+    (b"GET / HTTP/2.0", 505),
+    (b"PRI * HTTP/2.0", 505),
+    (b"GET / HTTP/1.1\r\nno colon", 400),
+    (b"GET / HTTP/1.1\r\nBad Name: x", 400),
+    (b"GET / HTTP/1.1\r\nA: 1\r\n folded", 400),
+])
+def test_malformed_heads_are_refused_with_their_status(head: bytes, status: int) -> None:
+    with pytest.raises(BadRequest) as info:
+        parse_head(head)
+    assert info.value.status == status
+
+
+@pytest.mark.parametrize(("headers", "expected"), [
+    (b"", ("length", 0)),
+    (b"\r\nContent-Length: 12", ("length", 12)),
+    (b"\r\nContent-Length: 12\r\ncontent-length: 12", ("length", 12)),
+    (b"\r\nTransfer-Encoding: chunked", ("chunked", 0)),
+    (b"\r\nTransfer-Encoding: Chunked", ("chunked", 0)),
+])
+def test_framing(headers: bytes, expected: tuple[str, int]) -> None:
+    assert framing(parse_head(b"POST / HTTP/1.1" + headers)) == expected
+
+
+@pytest.mark.parametrize(("headers", "status"), [
+    (b"\r\nContent-Length: 1\r\nTransfer-Encoding: chunked", 400),  # smuggling's shape
+    (b"\r\nContent-Length: 1\r\nContent-Length: 2", 400),
+    (b"\r\nContent-Length: -1", 400),
+    (b"\r\nContent-Length: 1e3", 400),
+    (b"\r\nTransfer-Encoding: gzip, chunked", 501),
+    (b"\r\nTransfer-Encoding: chunked, identity", 501),
+])
+def test_ambiguous_framing_is_refused(headers: bytes, status: int) -> None:
+    with pytest.raises(BadRequest) as info:
+        framing(parse_head(b"POST / HTTP/1.1" + headers))
+    assert info.value.status == status
+
+
+@pytest.mark.parametrize(("version", "connection", "keep"), [
+    ("HTTP/1.1", None, True), ("HTTP/1.1", "close", False), ("HTTP/1.1", "Keep-Alive, Close",
+                                                              False),
+    ("HTTP/1.0", None, False), ("HTTP/1.0", "keep-alive", True),
+])
+def test_keep_alive(version: str, connection: str | None, keep: bool) -> None:
+    head = f"GET / {version}" + (f"\r\nConnection: {connection}" if connection else "")
+    assert parse_head(head.encode()).keep_alive is keep
+
+
+def _read(raw: bytes, max_body: int = 1 << 20,
+          step: int | None = None) -> tuple[object, list[bytes]]:
+    """The first request ``raw`` holds (fed whole, or ``step`` bytes at a time), the refusal
+    it gets, None for a connection closed between requests, or "incomplete" for one closed
+    inside a request; and the interim answers the parser asked for."""
+    parser = RequestParser(max_body)
+    sent: list[bytes] = []
+    got: list[Request] = []
+    for at in range(0, max(len(raw), 1), step or max(len(raw), 1)):
+        got += parser.feed(raw[at:at + (step or len(raw))])
+        if parser.continue_wanted:
+            parser.continue_wanted = False
+            sent.append(CONTINUE)
+    if parser.failed is not None:
+        return parser.failed, sent
+    if got:
+        return got[0], sent
+    return (None if parser.idle else "incomplete"), sent
+
+
+def test_bodies_are_read_by_length_or_by_chunks() -> None:
+    req, _ = _read(b"POST /a HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloNEXT")
+    assert getattr(req, "body", None) == b"hello"
+    raw = (b"POST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+           b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nTrailer: x\r\n\r\n")
+    req, _ = _read(raw)
+    assert getattr(req, "body", None) == b"hello world"
+
+
+def test_a_client_waiting_for_100_continue_gets_it() -> None:
+    head = b"PUT /a HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n"
+    req, sent = _read(head + b"ok", step=len(head))  # the body after the head, as it waits
+    assert sent == [b"HTTP/1.1 100 Continue\r\n\r\n"] and getattr(req, "body", None) == b"ok"
+    _, sent = _read(head + b"ok")
+    assert sent == []  # the body came with the head: nothing to wait for
+    _, sent = _read(b"GET /a HTTP/1.1\r\nExpect: 100-continue\r\n\r\n")
+    assert sent == []  # no body to wait for
+
+
+def test_a_close_between_requests_is_no_request() -> None:
+    assert _read(b"")[0] is None
+    assert _read(b"\r\n")[0] is None
+
+
+@pytest.mark.parametrize("raw", [
+    b"POST / HTTP/1.1\r\nContent-Length: 100\r\n\r\nshort",
+    b"GET / HTTP/1.1\r\nHost: a",
+    b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nab",
+    b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nTrailer: x\r\n",
+])
+def test_a_close_inside_a_request_is_no_request(raw: bytes) -> None:
+    assert _read(raw)[0] == "incomplete"
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 7, 64])
+def test_requests_split_anywhere_parse_as_when_whole(step: int) -> None:
+    raw = (b"\r\nPOST /a HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+           b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nTrailer: x\r\n\r\n"
+           b"PUT /b HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc"
+           b"GET /c HTTP/1.1\r\n\r\n")
+    parser = RequestParser(1 << 20)
+    got: list[Request] = []
+    for at in range(0, len(raw), step):
+        got += parser.feed(raw[at:at + step])
+    assert [(r.method, r.target, r.body) for r in got] == [
+        ("POST", "/a", b"hello world"), ("PUT", "/b", b"abc"), ("GET", "/c", b"")]
+    assert parser.idle
+
+
+def test_the_requests_before_an_unreadable_one_are_kept() -> None:
+    parser = RequestParser(1 << 20)
+    got = parser.feed(b"GET /a HTTP/1.1\r\n\r\nGET /b HTTP/1.1\r\nBad Name: x\r\n\r\n"
+                      b"GET /c HTTP/1.1\r\n\r\n")
+    assert [r.target for r in got] == ["/a"]
+    assert parser.failed is not None and parser.failed.status == 400
+    assert parser.feed(b"GET /d HTTP/1.1\r\n\r\n") == []  # nothing after it is read
+
+
+@pytest.mark.parametrize(("raw", "status"), [
+    (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
+    (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcXY", 400),
+    (b"POST / HTTP/1.1\r\nContent-Length: 2048\r\n\r\n", 413),
+    (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n" + b"x" * 2048, 413),
+    (b"GET / HTTP/1.1\r\nX: " + b"a" * MAX_HEAD + b"\r\n\r\n", 431),
+    (b"GET / HTTP/1.1\r\nX: " + b"a" * MAX_HEAD, 431),  # no end in sight
+])
+def test_broken_and_oversized_requests_are_refused(raw: bytes, status: int) -> None:
+    got, _ = _read(raw, max_body=1024)
+    assert isinstance(got, BadRequest) and got.status == status
+
+
+def test_answers_are_framed_and_never_split_by_a_header() -> None:
+    head = head_bytes(404, [("a", "1"), ("evil", "x\r\nset-cookie: y"), ("b", "é")])
+    assert head == b"HTTP/1.1 404 Not Found\r\na: 1\r\nb: \xe9\r\n\r\n"
+    assert head_bytes(299, [])[:21] == b"HTTP/1.1 299 Unknown\r"
+    assert chunk(b"data: x\n\n") == b"9\r\ndata: x\n\n\r\n"
