@@ -312,6 +312,6 @@ def test_global_volatile_paths_are_checked_when_the_process_exits(
     env = {**os.environ, "DEJACACHE_VOLATILE": spec, "DEJACACHE_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, timeout=60, check=True)
-    assert ("volatile path 'body.nonexistent_root.x' from configure(volatile=...) or "
-            "DEJACACHE_VOLATILE never matched" in out.stderr) is warned, out.stderr
+    assert ("volatile path 'body.nonexistent_root.x' from DEJACACHE_VOLATILE never matched"
+            in out.stderr) is warned, out.stderr
     assert "request.x" not in out.stderr  # never tried: no call had a ``request``

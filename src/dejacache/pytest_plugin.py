@@ -36,16 +36,15 @@ from typing import Any
 import pytest
 import xxhash
 
-from . import _pytest_usage
-from ._core.durations import seconds
-from .cassettes import ageing, placeholder_keys
+from . import _project, _pytest_usage
 from .cassettes import block as _block
+from .cassettes import placeholder_keys, scratch
 from .cassettes.block import INTERRUPTIONS, cassette, default_mode, in_ci
 from .cassettes.netguard import NetworkGuard
 from .cassettes.prices import PRICES, PRICES_DATE, set_prices
 from .cassettes.store import Cassette, TapeCounters, summarize
 from .cassettes.vcr_view import VcrView
-from .config import MODES
+from .config import MODES, settings_object
 from .errors import ConfigurationError, ReplayMiss
 from .keys import env_volatile
 
@@ -59,7 +58,8 @@ _SCENARIO = pytest.StashKey[bool]()
 _ADOPTED = pytest.StashKey[list[tuple[Cassette, Callable[[bool], None]]]]()
 _PLACEHOLDERS = pytest.StashKey[list[str] | None]()
 _OUTER = pytest.StashKey[pytest.Item | None]()  # the test running when this one started
-_SAVED = pytest.StashKey[tuple[float | None, dict[str, tuple[float, float]] | None]]()
+_SAVED = pytest.StashKey[tuple[_project.Project | None,
+                                dict[str, tuple[float, float]] | None]]()
 _STOPPED = pytest.StashKey[type[BaseException]]()  # the session was interrupted by this
 _RAISED = pytest.StashKey[type[BaseException]]()  # what the test's call raised
 _DISCARDED = pytest.StashKey[list[tuple[pytest.Item, str]]]()  # recordings an interrupt cost
@@ -84,10 +84,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dejacache-strict", action="store_true", default=False,
                     help="strict replay for every cassette: calls must follow the recorded "
                          "order (per asyncio task / thread); a divergence fails the test")
-    parser.addini("dejacache_prices", type="linelist", default=[],
-                  help="price overrides: 'model-prefix input_per_mtok output_per_mtok' lines")
-    parser.addini("dejacache_allow_hosts", type="linelist", default=[],
-                  help="hosts cassette tests may reach while the network guard is on")
+    # The project settings' pytest spellings, one ini key per row of the table (_project):
+    # each also read from [tool.dejacache] in pyproject.toml, below the ini key.
+    for key in _project.KEYS.values():
+        if key.ini is not None:
+            parser.addini(key.ini, type=key.ini_type,  # type: ignore[arg-type]
+                          default=[] if key.ini_type == "linelist" else "",
+                          help=f"{key.help} (also [tool.dejacache] {key.name})")
     group.addoption("--dejacache-scenario", action="store_true", default=False,
                     help="record and replay every langwatch-scenario run through a cassette "
                          "named after the scenario (dejacache.integrations.scenario)")
@@ -97,9 +100,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="after the run, verify the cassettes of the modules collected "
                          "(damage, secrets, entries no test used, expiry, format: "
                          "dejacache verify) and fail the session when one fails")
-    parser.addini("dejacache_max_age", default="",
-                  help="cassette entries recorded longer ago replay with a warning, and fail "
-                       "--dejacache-verify (e.g. 30d)")
     group.addoption("--dejacache-report", metavar="DIR", default=None,
                     help="write an HTML report of each cassette test's run into DIR: every "
                          "call replayed, recorded or unused (dejacache.report)")
@@ -124,14 +124,12 @@ def pytest_configure(config: pytest.Config) -> None:
             pm.register(plugin, f"dejacache-{name}")
     config.stash[_TAPES] = []
     config.stash[_REMOTE] = []
-    table: dict[str, tuple[float, float]] = {}
-    for line in config.getini("dejacache_prices"):
-        parts = line.replace("=", " ").replace(",", " ").split()
-        if len(parts) == 3:
-            table[parts[0]] = (float(parts[1]), float(parts[2]))
+    project = _session_project(config)
+    table: dict[str, tuple[float, float]] = project.get("prices") or {}
     # The process's settings this session changes, put back at unconfigure: a session run
     # in-process (pytester, pytest.main() again) must neither inherit nor take them away.
-    config.stash[_SAVED] = (ageing.INI[0], dict(PRICES) if table else None)
+    config.stash[_SAVED] = (_project.use(project), dict(PRICES) if table else None)
+    settings_object().invalidate()
     if table:
         set_prices(table)
     if config.getoption("dejacache_scenario") or config.getini("dejacache_scenario"):
@@ -146,12 +144,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # placeholder, which the guard in placeholder_keys keeps off the wire.
     if (config.getoption("dejacache_mode") or default_mode()) == "replay":
         config.stash[_PLACEHOLDERS] = placeholder_keys.supply()
-    ini_age = config.getini("dejacache_max_age")
-    if ini_age:
-        try:
-            ageing.INI[0] = seconds(ini_age, "dejacache_max_age")
-        except ConfigurationError as exc:
-            raise pytest.UsageError(str(exc)) from exc
+    if not hasattr(config, "workerinput"):  # the controller: the last run's notes go
+        from ._learn import notes
+        from ._paths import default_cache_dir
+
+        notes.clear(default_cache_dir())
     _pytest_usage.configure(config, current_test)  # the record of which cassettes it used
     config.stash[_DISCARDED] = []
 
@@ -162,6 +159,70 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.stash[_TOLD] = discarded
     _block.DISCARDED.append(discarded)
+
+
+def _session_project(config: pytest.Config) -> _project.Project:
+    """The project settings of this session: ``[tool.dejacache]`` of the pyproject.toml
+    pytest reads (``DEJACACHE_PROJECT`` names another), under the ini keys; a misspelt or
+    malformed key is a usage error (exit status 4) naming the closest known one."""
+    import os
+
+    inipath = config.inipath
+    if os.environ.get("DEJACACHE_PROJECT") is not None:
+        path = _project.find()
+    elif inipath is not None and inipath.name == "pyproject.toml":
+        path = inipath
+    else:
+        candidate = config.rootpath / "pyproject.toml"
+        path = candidate if candidate.is_file() else None
+    try:
+        _unknown_ini_keys(config)
+        project = _project.load(path)
+        where = f"ini {inipath.name}" if inipath is not None else "ini"
+        return project.overlaid(_project.ini_values(config.getini, where), where)
+    except ConfigurationError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _unknown_ini_keys(config: pytest.Config) -> None:
+    """A ``dejacache_*`` ini key no plugin registered is a typo, not a setting to skip."""
+    from ._suggest import did_you_mean
+
+    known = [k.ini for k in _project.KEYS.values() if k.ini]
+    for name in _ini_names(config.inipath):
+        if not name.startswith("dejacache_"):
+            continue
+        try:
+            config.getini(name)
+        except ValueError:
+            raise ConfigurationError(
+                f"{config.inipath}: unknown ini key {name!r}{did_you_mean(name, known)} (the "
+                f"dejacache keys: {', '.join(sorted(known))})") from None
+
+
+def _ini_names(path: pathlib.Path | None) -> list[str]:
+    """The keys of pytest's section of its ini file (pytest's own list of them is private;
+    ``config.inicfg`` is deprecated)."""
+    if path is None:
+        return []
+    if path.name == "pyproject.toml":
+        import tomllib
+
+        try:
+            doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # pytest read it: nothing to add to what it says
+            return []
+        table = doc.get("tool", {}).get("pytest", {})
+        return [*table.get("ini_options", {}), *(k for k in table if k != "ini_options")]
+    import configparser
+
+    cp = configparser.ConfigParser(interpolation=None)
+    try:
+        cp.read(path, encoding="utf-8")
+    except (OSError, ValueError, configparser.Error):
+        return []
+    return [k for sec in ("pytest", "tool:pytest") if cp.has_section(sec)
+            for k in cp.options(sec)]
 
 
 def _check_environment() -> None:
@@ -181,8 +242,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     told = config.stash.get(_TOLD, None)
     if told is not None and told in _block.DISCARDED:
         _block.DISCARDED.remove(told)
-    saved_age, saved_prices = config.stash.get(_SAVED, (None, None))
-    ageing.INI[0] = saved_age
+    saved_project, saved_prices = config.stash.get(_SAVED, (None, None))
+    if _SAVED in config.stash:
+        _project.use(saved_project)
+        settings_object().invalidate()
     if saved_prices is not None:
         set_prices(saved_prices, replace=True)
     _pytest_usage.unconfigure(config)
@@ -331,7 +394,21 @@ def cassette_path(item: pytest.Item, explicit: str | os.PathLike[str] | None = N
     name = _UNSAFE.sub("_", ".".join(parts)).strip("._") or "test"
     if len(name) > _MAX_NAME:  # long parametrize ids: keep a readable head, hash the rest
         name = name[:80] + "-" + xxhash.xxh3_64_hexdigest(".".join(parts).encode())
-    return test_file.parent / "cassettes" / test_file.stem / f"{name}.json"
+    return _cassette_dir(item, test_file) / test_file.stem / f"{name}.json"
+
+
+def _cassette_dir(item: pytest.Item, test_file: pathlib.Path) -> pathlib.Path:
+    """``<test dir>/cassettes``, or the project's ``cassette_dir`` (relative to the project
+    file; ini ``dejacache_cassette_dir`` or ``[tool.dejacache] cassette_dir``)."""
+    project = _project.current()
+    cdir: str | None = project.get("cassette_dir")
+    if not cdir:
+        return test_file.parent / "cassettes"
+    base: pathlib.Path = project.directory or item.config.rootpath
+    if item.config.inipath is not None and \
+            project.sources.get("cassette_dir", "").startswith("ini"):
+        base = item.config.inipath.parent  # an ini key is relative to its ini file
+    return base / cdir
 
 
 def _rerecord_command(item: pytest.Item) -> str:
@@ -350,8 +427,11 @@ def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
     explicit = opts.get("cassette")
     path = cassette_path(item, explicit)
     mode = opts.get("mode") or config.getoption("dejacache_mode") or default_mode()
+    if scratch.active():
+        mode = "record"  # `dejacache learn`: every call live, into its scratch directory
     hint = _rerecord_command(item)
-    live = opts.get("live", config.getoption("dejacache_live"))
+    live = opts.get("live", config.getoption("dejacache_live") or _project.current().get(
+        "live"))
     partial = bool(live) or opts.get("replay_until") is not None
     if partial and mode == "record":
         mode = None  # a partial block replays; --dejacache-mode=record is for the others
@@ -390,7 +470,8 @@ def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
     guard: NetworkGuard | None = None
     try:  # (from here: a Ctrl-C landing before the test runs still closes the block)
         if tape.mode == "replay" and (in_ci() or config.getoption("dejacache_block_network")):
-            allow = [*config.getini("dejacache_allow_hosts"), *opts.get("allow_hosts", ())]
+            allow = [*(_project.current().get("allow_hosts") or ()),
+                     *opts.get("allow_hosts", ())]
             guard = NetworkGuard(
                 lambda where: (f"Test {item.nodeid} replays from cassette {path}; to record "
                                f"this call run locally: {hint} (or allow the host with "
@@ -494,6 +575,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if workeroutput is not None and usage is not None:
         workeroutput["dejacache_usage"] = usage
     tapes = config.stash.get(_TAPES, [])
+    _note_suggestions(config, tapes)
     if workeroutput is not None and tapes:  # an xdist worker: hand the numbers over
         c = _counts(tapes)
         ctr: TapeCounters = c["counters"]
@@ -502,6 +584,22 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             "time_saved": ctr.time_saved, "tokens_saved": ctr.tokens_saved,
             "dollars_saved": ctr.dollars_saved, "unused": c["unused"], "pruned": c["pruned"],
         }
+
+
+def _suggested(tapes: list[tuple[str, Cassette]]) -> list[dict[str, Any]]:
+    return [{"rules": list(m.suggestion), "cassette": str(t.path), "name": m.name,
+             "key": m.key} for _, t in tapes for m in t.misses if m.suggestion]
+
+
+def _note_suggestions(config: pytest.Config, tapes: list[tuple[str, Cassette]]) -> None:
+    """The rules this run's misses suggested, for ``dejacache learn --from-miss``."""
+    found = _suggested(tapes)
+    if found:
+        from ._learn import notes
+        from ._paths import default_cache_dir
+
+        worker = getattr(config, "workerinput", {}).get("workerid")
+        notes.write(default_cache_dir(), found, worker)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -529,6 +627,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         _summary_counts(terminalreporter, tapes, remote)
     for note in discarded:  # (a test cut short writes nothing: say what it recorded)
         terminalreporter.write_line(note)
+    suggested = _suggested(tapes)
+    if suggested:
+        terminalreporter.write_line(
+            f"{len(suggested)} replay miss{'es' * (len(suggested) != 1)} differed from "
+            "the nearest recording only in volatile text (timestamps, ids, nonces...): "
+            "`dejacache learn --from-miss` adds the rules they print to pyproject.toml and "
+            "re-keys the cassettes")
 
 
 def _summary_counts(tr: Any, tapes: list[tuple[str, Cassette]], remote: list[dict[str, Any]]

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import ParamSpec, TypeVar
 
+from .. import _project
 from .._core.volatile import BlockPaths
 from ..config import (
     UNSET,
@@ -31,6 +32,7 @@ from ..config import (
 )
 from ..keys import key_substitutions
 from ..scope import Block, enter, inherited, leave, settle
+from . import scratch
 from .ageing import resolve as resolve_ageing
 from .partial import Partial, check_partial, derived_path, parse_live
 from .redact import Redactor
@@ -62,14 +64,18 @@ def in_ci() -> bool:
 
 
 def default_mode() -> str:
-    """``configure(mode=)`` > ``DEJACACHE_MODE`` > ``replay`` under ``CI`` > ``auto``."""
+    """``configure(mode=)`` > ``DEJACACHE_MODE`` > ``replay`` under ``CI`` > the project
+    file's ``mode`` > ``auto``."""
     configured = settings_object().mode
     if configured:
         return configured
     env = os.environ.get("DEJACACHE_MODE")
     if env:
         return resolve_mode(env, where="DEJACACHE_MODE")
-    return "replay" if in_ci() else "auto"
+    if in_ci():
+        return "replay"
+    project: str | None = _project.current().get("mode")
+    return project or "auto"
 
 
 class cassette(Block[Cassette]):
@@ -125,7 +131,7 @@ class cassette(Block[Cassette]):
         replay_until: int | None = None,
         live_path: str | os.PathLike[str] | None = None,
     ) -> None:
-        self.path = pathlib.Path(path)
+        self.path = scratch.redirect(pathlib.Path(path))  # (itself unless `dejacache learn`)
         self.mode = resolve_mode(mode) if mode is not None else None
         self.redactor = Redactor.from_spec(redact, substitute)
         self.key_substitute = key_substitutions(substitute or {})
@@ -156,18 +162,20 @@ class cassette(Block[Cassette]):
 
     def open(self) -> Cassette:
         """A fresh tape over the file (not yet active)."""
-        mode = self.mode or default_mode()
+        learning = scratch.active()  # `dejacache learn`: every call live, into scratch
+        mode = "record" if learning else self.mode or default_mode()
         hint = self.rerecord_hint or (
             f"DEJACACHE_MODE=record <your command>  (or cassette({str(self.path)!r}, "
             "mode='record'))")
         max_age, on_expiry = resolve_ageing(self.max_age, self.on_expiry)
-        partial = Partial(self.live, self.replay_until) if self.partial else None
+        partial = Partial(self.live, self.replay_until) if self.partial and not learning \
+            else None
         return Cassette(self.path, mode="replay" if partial else mode, redactor=self.redactor,
                         rerecord_hint=hint, record_errors=self.record_errors,
                         shared=self.shared,
                         strict=self.strict or self.replay_until is not None,
                         match=self.match, max_age=max_age, on_expiry=on_expiry,
-                        partial=partial, live_path=self.live_path)
+                        partial=partial, live_path=self.live_path if partial else None)
 
     def __enter__(self) -> Cassette:
         tape = self.open()
