@@ -131,7 +131,7 @@ def _insert_items(text: str, at: int, items: Sequence[str]) -> str:
         line_start = text.rfind("\n", 0, close) + 1
         mark = "" if comma else ","
         if line_start <= last:  # "]" shares a line with the last item
-            return text[:last] + mark + "\n" + lines + text[close:]
+            return text[:last] + mark + "\n" + lines + text[last:]
         return text[:last] + mark + text[last:line_start] + lines + text[line_start:]
     sep = "" if comma and text[last - 1] == "[" else ", " if not comma else " "
     added = ", ".join(toml_string(v) for v in items)

@@ -134,27 +134,27 @@ class _Chooser:
         return Rules([*self.base, *(r.text for r in self.chosen), *extra])
 
     def attempt(self, text: str, what: str, items: list[_Item],
-                explains: Callable[[Rules, _Item], bool]) -> list[_Item]:
-        """Keep ``text`` if it is sound; returns the items it explains ([] when refused)."""
+                explains: Callable[[Rules, _Item], bool], *, quiet: bool = False
+                ) -> list[_Item]:
+        """Keep ``text`` if it is sound; returns the items it explains ([] when refused;
+        ``quiet``: a finer rule will be tried next, so the refusal is not reported)."""
         if any(r.text == text for r in self.chosen):  # kept for other places already
             alone = Rules([text])
             return [it for it in items if explains(alone, it)]
+        why: str | None
         try:
             parse([text])
         except ConfigurationError as exc:
-            self.refused.append(Refused(what, f"the rule is refused: {exc}",
-                                        _evidence(items), text))
-            return []
-        alone = Rules([text])
-        done = [it for it in items if explains(alone, it)]
-        if not done:
-            self.refused.append(Refused(what, "the rule would not mask it (a credential, "
-                                        "or text a pattern cannot reach)", _evidence(items),
-                                        text))
-            return []
-        why = self.check(self.rules([text]))
+            why = f"the rule is refused: {exc}"
+        else:
+            alone = Rules([text])
+            done = [it for it in items if explains(alone, it)]
+            why = None if done else ("the rule would not mask it (a credential, or text a "
+                                     "pattern cannot reach)")
+            why = why or self.check(self.rules([text]))
         if why is not None:
-            self.refused.append(Refused(what, why, _evidence(items), text))
+            if not quiet:
+                self.refused.append(Refused(what, why, _evidence(items), text))
             return []
         self.chosen.append(Rule(text, what, _evidence(done)))
         return done
@@ -185,13 +185,23 @@ def _spans(ch: _Chooser) -> None:
             assert bare is not None
             done = ch.attempt(bare, shape.name, items, _span_explained)
             items = [it for it in items if it not in done]
-        groups: dict[tuple[str, str], list[_Item]] = collections.defaultdict(list)
+        # Coarse groups first (what comes just before: one rule for `"started_at": ` and
+        # `"finished_at": `), finer ones for what a coarse rule could not take.
+        coarse: dict[str, list[_Item]] = collections.defaultdict(list)
         for it in items:
             sp = it[2]
             assert sp is not None
-            groups[(sp.before[-1:], sp.after[:1])].append(it)
-        for group in groups.values():
-            _anchored_rule(ch, shape, group)
+            coarse[sp.before[-1:] or "|" + sp.after[:1]].append(it)
+        for group in coarse.values():
+            done = _anchored_rule(ch, shape, group, quiet=True)
+            fine: dict[tuple[str, str], list[_Item]] = collections.defaultdict(list)
+            for it in group:
+                if it not in done:
+                    sp = it[2]
+                    assert sp is not None
+                    fine[(sp.before, sp.after[:1])].append(it)
+            for rest in fine.values():
+                _anchored_rule(ch, shape, rest)
 
 
 def _texts(items: Iterable[_Item]) -> list[str]:
@@ -202,16 +212,21 @@ def _texts(items: Iterable[_Item]) -> list[str]:
     return out
 
 
-def _anchored_rule(ch: _Chooser, shape: Shape, group: list[_Item]) -> None:
+def _anchored_rule(ch: _Chooser, shape: Shape, group: list[_Item], *, quiet: bool = False
+                   ) -> list[_Item]:
     spans = [s for _, _, s in group if s is not None]
-    text = rule_for(shape, _texts(group), common_before(s.before for s in spans),
-                    common_after(s.after for s in spans))
+    before = common_before(s.before for s in spans)
+    if quiet and len(before) < 3:
+        return []  # a coarse rule stands on three characters at least, else finer ones
+    text = rule_for(shape, _texts(group), before, common_after(s.after for s in spans))
     if text is None:
-        ch.refused.append(Refused(shape.name, f"a {shape.name} with no literal text around "
-                                  "it that every occurrence shares, so no rule can tell it "
-                                  "from the same shape where it matters", _evidence(group)))
-        return
-    ch.attempt(text, shape.name, group, _span_explained)
+        if not quiet:
+            ch.refused.append(Refused(shape.name, f"a {shape.name} with no literal text "
+                                      "around it that every occurrence shares, so no rule "
+                                      "can tell it from the same shape where it matters",
+                                      _evidence(group)))
+        return []
+    return ch.attempt(text, shape.name, group, _span_explained, quiet=quiet)
 
 
 def _field_explained(rule: Rules, item: _Item) -> bool:
