@@ -11,10 +11,10 @@ import sys
 
 import orjson
 import pytest
-from learn_support import counts, entries, make_project, run
 
 from dejacache._learn.runs import parse_upstreams
 from dejacache.errors import ConfigurationError
+from learn_support import counts, entries, make_project, run
 
 pytestmark = pytest.mark.slow
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 from dejacache._learn.echo import Echoes
 
 
@@ -20,8 +22,10 @@ def test_a_quoted_answer_reads_as_the_other_runs_answer() -> None:
 
 def test_a_streamed_answer_is_read_as_its_text() -> None:
     def stream(words: list[str]) -> dict[str, object]:
-        return {"events": [[0.0, 'data: {"choices": [{"delta": {"content": "%s"}}]}\n\n' % w]
-                           for w in words]}
+        def event(w: str) -> str:
+            return "data: " + json.dumps({"choices": [{"delta": {"content": w}}]}) + "\n\n"
+
+        return {"events": [[0.0, event(w)] for w in words]}
 
     e = Echoes()
     e.learn(stream(["Hello ", "(1b5f08aa)"]), stream(["Hello ", "there ", "(9a8b7c6d)"]))

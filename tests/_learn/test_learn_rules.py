@@ -98,7 +98,8 @@ def test_credentials_and_ordinary_text_are_never_rules() -> None:
 
 def test_a_nonce_after_a_password_field_name_is_guarded() -> None:
     # A pattern never rewrites a credential, so a rule for it would mask nothing.
-    a, b = _http("key sk-proj-AAAAAAAAAAAAAAAAAAAAAAAA1"), _http("key sk-proj-BBBBBBBBBBBBBBBBBBBBBBBB2")
+    a = _http("key sk-proj-AAAAAAAAAAAAAAAAAAAAAAAA1")
+    b = _http("key sk-proj-BBBBBBBBBBBBBBBBBBBBBBBB2")
     p = propose([_obs(0, a, b)], _none)
     assert p.rules == []
 
