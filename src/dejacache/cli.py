@@ -253,9 +253,12 @@ def _cmd_config(args: argparse.Namespace) -> int:
         return 0
     print(f"project file: {project.path or 'none found (no pyproject.toml at the root)'}")
     for key, value, source in rows:
-        shown = value if not isinstance(value, (list, tuple)) else (
-            "\n    " + "\n    ".join(map(str, value)) if value else "[]")
-        print(f"{key} = {shown}   ({source})")
+        if isinstance(value, (list, tuple)):
+            print(f"{key}: ({source})" if value else f"{key}: [] ({source})")
+            for item in value:
+                print(f"    {item}")
+        else:
+            print(f"{key}: {value} ({source})")
     return 0
 
 

@@ -56,8 +56,9 @@ def _compare(dirs: Sequence[pathlib.Path], root: pathlib.Path, project: _project
 
 
 def _write(rules: Sequence[str], root: pathlib.Path, project: _project.Project,
-           scratch_root: pathlib.Path | None) -> list[str]:
-    """Add ``rules`` to the project file and key the project's cassettes under them."""
+           scratch_root: pathlib.Path | None, also: Sequence[pathlib.Path] = ()) -> list[str]:
+    """Add ``rules`` to the project file and key the project's cassettes (and ``also``)
+    under them."""
     from .._pyproject import add_items
     from ..cassettes.format import atomic_write
 
@@ -71,7 +72,9 @@ def _write(rules: Sequence[str], root: pathlib.Path, project: _project.Project,
                    "[tool.dejacache] volatile")
     else:
         out.append(f"{path} [tool.dejacache] volatile has every rule already")
-    done = rekey_files(_project_cassettes(root, project, scratch_root), Rules(rules))
+    files = _project_cassettes(root, project, scratch_root)
+    files += [p for p in also if p.exists() and p.resolve() not in {f.resolve() for f in files}]
+    done = rekey_files(files, Rules(rules))
     out += _rekeyed(done, root)
     import os
 
@@ -178,7 +181,7 @@ def _from_miss(args: argparse.Namespace, project: _project.Project) -> int:
         return 1
     for rule in kept:
         print(f"rule: {rule}")
-    print("\n".join(_write(kept, root, project, None)))
+    print("\n".join(_write(kept, root, project, None, cassettes)))
     print("run the tests again: the calls that missed now key as their recordings")
     return 0
 

@@ -185,23 +185,26 @@ def _spans(ch: _Chooser) -> None:
             assert bare is not None
             done = ch.attempt(bare, shape.name, items, _span_explained)
             items = [it for it in items if it not in done]
-        # Coarse groups first (what comes just before: one rule for `"started_at": ` and
-        # `"finished_at": `), finer ones for what a coarse rule could not take.
-        coarse: dict[str, list[_Item]] = collections.defaultdict(list)
+        _anchored_rules(ch, shape, items)
+
+
+def _anchored_rules(ch: _Chooser, shape: Shape, items: list[_Item]) -> None:
+    """Coarse groups first (by the character just before: one rule for `"started_at": ` and
+    `"finished_at": `), then finer ones for what a coarser rule could not take; only the
+    finest level's refusals are reported."""
+    for level, key in enumerate(_LEVELS):
+        if not items:
+            return
+        groups: dict[tuple[str, ...], list[_Item]] = collections.defaultdict(list)
         for it in items:
             sp = it[2]
             assert sp is not None
-            coarse[sp.before[-1:] or "|" + sp.after[:1]].append(it)
-        for group in coarse.values():
-            done = _anchored_rule(ch, shape, group, quiet=True)
-            fine: dict[tuple[str, str], list[_Item]] = collections.defaultdict(list)
-            for it in group:
-                if it not in done:
-                    sp = it[2]
-                    assert sp is not None
-                    fine[(sp.before, sp.after[:1])].append(it)
-            for rest in fine.values():
-                _anchored_rule(ch, shape, rest)
+            groups[key(sp)].append(it)
+        last = level == len(_LEVELS) - 1
+        done: list[_Item] = []
+        for group in groups.values():
+            done += _anchored_rule(ch, shape, group, quiet=not last, level=level)
+        items = [it for it in items if it not in done]
 
 
 def _texts(items: Iterable[_Item]) -> list[str]:
@@ -212,13 +215,23 @@ def _texts(items: Iterable[_Item]) -> list[str]:
     return out
 
 
-def _anchored_rule(ch: _Chooser, shape: Shape, group: list[_Item], *, quiet: bool = False
-                   ) -> list[_Item]:
+#: How spans of one shape are grouped into one rule, coarsest first: by the character
+#: before them, then with the one after, then by all the text before them.
+_LEVELS: tuple[Callable[[Span], tuple[str, ...]], ...] = (
+    lambda sp: (sp.before[-1:] or "|" + sp.after[:1],),
+    lambda sp: (sp.before[-1:], sp.after[:1]),
+    lambda sp: (sp.before, sp.after[:1]),
+)
+
+
+def _anchored_rule(ch: _Chooser, shape: Shape, group: list[_Item], *, quiet: bool = False,
+                   level: int = len(_LEVELS) - 1) -> list[_Item]:
     spans = [s for _, _, s in group if s is not None]
     before = common_before(s.before for s in spans)
-    if quiet and len(before) < 3:
-        return []  # a coarse rule stands on three characters at least, else finer ones
-    text = rule_for(shape, _texts(group), before, common_after(s.after for s in spans))
+    after = common_after(s.after for s in spans)
+    if level == 0 and len(before) + len(after) < 3:
+        return []  # the coarsest rule stands on three characters of context at least
+    text = rule_for(shape, _texts(group), before, after)
     if text is None:
         if not quiet:
             ch.refused.append(Refused(shape.name, f"a {shape.name} with no literal text "
