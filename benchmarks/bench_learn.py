@@ -42,9 +42,9 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "src"))
 
-import learn_support as ls  # noqa: E402
 from _timing import write_json  # noqa: E402
 
+import learn_support as ls  # noqa: E402
 from dejacache._learn.masking import Rules, canonical, masked  # noqa: E402
 from dejacache.cassettes.trajectory import load_cassette  # noqa: E402
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 from ._core import volatile as _vol
 from ._core.ageing import check_on_expiry
 from ._core.durations import seconds
-from ._core.modes import resolve_mode
+from ._core.modes import project_mode
 from ._suggest import did_you_mean
 from .errors import ConfigurationError
 
@@ -70,7 +70,7 @@ def _volatile(value: Any, where: str) -> tuple[str, ...]:
 def _mode(value: Any, where: str) -> str:
     if not isinstance(value, str):
         raise ConfigurationError(f"{where} must be a string, not {value!r}")
-    return resolve_mode(value, where=where)
+    return project_mode(value, where=where)
 
 
 def _text(value: Any, where: str) -> str:
@@ -141,7 +141,8 @@ KEYS: Final[dict[str, Key]] = {k.name: k for k in (
     Key("volatile", _volatile, "names, dotted paths and re:PATTERN items left out of every "
         "key (as DEJACACHE_VOLATILE takes them)", "DEJACACHE_VOLATILE", "dejacache_volatile",
         "linelist", "[]"),
-    Key("mode", _mode, "auto, replay, record or off", "DEJACACHE_MODE", "dejacache_mode",
+    Key("mode", _mode, "auto, replay, record or off (or vcrpy's none, once, new_episodes, "
+        "all)", "DEJACACHE_MODE", "dejacache_mode",
         default="auto (replay under CI)"),
     Key("cassette_dir", _text, "directory (relative to the project file) holding each test "
         "module's cassettes, <dir>/<module>/<test>.json", None, "dejacache_cassette_dir",

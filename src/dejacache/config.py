@@ -21,7 +21,7 @@ from typing import Any, Final
 from . import _project
 from ._core import volatile as _vol
 from ._core.durations import Duration, seconds
-from ._core.modes import MODES, resolve_mode
+from ._core.modes import MODES, as_mode, resolve_mode
 from ._core.volatile import parse as _parse_volatile
 from ._paths import default_cache_dir
 from .codec import Codec, JsonCodec
@@ -336,7 +336,7 @@ class _Settings:
             env_mode = os.environ.get("DEJACACHE_MODE")
             project = _project.current()
             mode = self.mode or (resolve_mode(env_mode, where="DEJACACHE_MODE") if env_mode
-                                 else project.get("mode") or "auto")
+                                 else as_mode(project.get("mode") or "auto"))
             store = self.store
             if store is None:
                 lazy = self.lazy_default_store()

@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import ParamSpec, TypeVar
 
 from .. import _project
+from .._core.modes import as_mode
 from .._core.volatile import BlockPaths
 from ..config import (
     UNSET,
@@ -63,9 +64,10 @@ def in_ci() -> bool:
     return bool(v) and v not in ("0", "false", "no")
 
 
-def default_mode() -> str:
-    """``configure(mode=)`` > ``DEJACACHE_MODE`` > ``replay`` under ``CI`` > the project
-    file's ``mode`` > ``auto``."""
+def default_mode(exists: bool = True) -> str:
+    """``configure(mode=)`` > ``DEJACACHE_MODE`` > ``replay`` under ``CI`` (the environment
+    too) > the project file's ``mode`` (the pytest ini key, then ``[tool.dejacache]``;
+    vcrpy's names too, ``exists`` deciding ``once``) > ``auto``."""
     configured = settings_object().mode
     if configured:
         return configured
@@ -75,7 +77,7 @@ def default_mode() -> str:
     if in_ci():
         return "replay"
     project: str | None = _project.current().get("mode")
-    return project or "auto"
+    return as_mode(project, exists) if project else "auto"
 
 
 class cassette(Block[Cassette]):
@@ -163,7 +165,7 @@ class cassette(Block[Cassette]):
     def open(self) -> Cassette:
         """A fresh tape over the file (not yet active)."""
         learning = scratch.active()  # `dejacache learn`: every call live, into scratch
-        mode = "record" if learning else self.mode or default_mode()
+        mode = "record" if learning else self.mode or default_mode(self.path.exists())
         hint = self.rerecord_hint or (
             f"DEJACACHE_MODE=record <your command>  (or cassette({str(self.path)!r}, "
             "mode='record'))")
