@@ -16,7 +16,7 @@ from dejacache._learn.runs import parse_upstreams
 from dejacache.errors import ConfigurationError
 from learn_support import counts, entries, make_project, run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 CLOCKED = """
 import datetime
