@@ -107,3 +107,27 @@ def test_describe_says_where_each_setting_comes_from(project_file: pathlib.Path,
     assert rows["volatile"] == ("re:x", "environment DEJACACHE_VOLATILE")
     assert rows["mode"][0] == "record" and "[tool.dejacache]" in rows["mode"][1]
     assert rows["on_expiry"] == ("warn", "default")
+
+
+@pytest.mark.parametrize(("written", "exists", "mode"), [
+    ("none", False, "replay"), ("once", True, "replay"), ("once", False, "record"),
+    ("new_episodes", True, "auto"), ("all", True, "record"), ("Replay", False, "replay")])
+def test_mode_takes_vcrpys_names_as_the_ini_key_does(
+        project_file: pathlib.Path, monkeypatch: pytest.MonkeyPatch, written: str,
+        exists: bool, mode: str) -> None:
+    from dejacache.cassettes.block import default_mode
+
+    monkeypatch.delenv("DEJACACHE_MODE", raising=False)
+    monkeypatch.delenv("CI", raising=False)
+    project_file.write_text(f"[tool.dejacache]\nmode = {written!r}\n")
+    assert default_mode(exists) == mode
+    monkeypatch.setenv("CI", "1")  # the environment is above the project file
+    assert default_mode(exists) == "replay"
+    monkeypatch.setenv("DEJACACHE_MODE", "off")
+    assert default_mode(exists) == "off"
+
+
+def test_a_mode_in_neither_vocabulary_lists_both(project_file: pathlib.Path) -> None:
+    project_file.write_text("[tool.dejacache]\nmode = 'twice'\n")
+    with pytest.raises(ConfigurationError, match=r"auto, replay, record, off .*vcrpy's once"):
+        _project.current()
