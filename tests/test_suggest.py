@@ -24,3 +24,8 @@ def test_nothing_close_names_nothing() -> None:
     assert closest("colour", KEYS) is None
     assert did_you_mean("colour", KEYS) == ""
     assert closest("x", []) is None
+
+
+def test_the_suggestion_may_say_what_the_name_is() -> None:
+    assert did_you_mean("volatil", ["volatile"], "the key") == "; did you mean the key 'volatile'?"
+    assert did_you_mean("xyz", ["volatile"], "the key") == ""

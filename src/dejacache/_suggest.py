@@ -35,7 +35,10 @@ def closest(name: str, choices: Iterable[str]) -> str | None:
     return parts[0] if len(parts) == 1 else None
 
 
-def did_you_mean(name: str, choices: Iterable[str]) -> str:
-    """``"; did you mean 'x'?"`` or ``""``, to end an error message with."""
+def did_you_mean(name: str, choices: Iterable[str], what: str = "") -> str:
+    """``"; did you mean 'x'?"`` (``what``: a word before the name, e.g. "the key"), or
+    ``""``, to end an error message with."""
     near = closest(name, choices)
-    return f"; did you mean {near!r}?" if near is not None else ""
+    if near is None:
+        return ""
+    return f"; did you mean {what + ' ' if what else ''}{near!r}?"
