@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("scenario")
 
-from learn_support import counts, entries, make_project, run  # noqa: E402
+from learn_support import counts, entries, make_project, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
