@@ -3,12 +3,14 @@ covers it, and the rules written for them (``_core/shapes.py``)."""
 
 from __future__ import annotations
 
+import base64
 import datetime
+import random
 import re
 import uuid
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dejacache._core import volatile as _vol
@@ -146,3 +148,25 @@ def test_literal_escapes_only_what_must_be() -> None:
     text = "request id: [x] (a.b) \n*"
     assert literal(text) == r"request id: \[x\] \(a\.b\) \n\*"
     assert re.fullmatch(literal(text), text)
+
+
+@settings(max_examples=400)
+@given(st.integers(min_value=0, max_value=2**64), st.integers(min_value=15, max_value=32))
+def test_any_two_url_safe_tokens_are_one_base64_nonce(seed: int, n: int) -> None:
+    # Two tokens as secrets.token_urlsafe makes them (uniform bytes: Hypothesis's own
+    # randoms shrink to runs of zero bytes, which no nonce is); one token in 60 of 24
+    # characters has no digit, and such a token used to be no shape, its rule lost.
+    r = random.Random(seed)
+    a, b = (base64.urlsafe_b64encode(r.randbytes(n)).rstrip(b"=").decode() for _ in "ab")
+    if a == b:
+        return
+    found = spans(f"Sign me in. csrf={a} now", f"Sign me in. csrf={b} now")
+    assert len(found) == 1 and found[0].shape is not None, (a, b)
+    assert found[0].shape.name == "base64 nonce"
+
+
+def test_a_long_mixed_case_token_without_digits_is_a_base64_nonce() -> None:
+    a, b = "csrf=qWeRtYuIoPaSdFgHjKlZxCvB done", "csrf=zXcVbNmAsDfGhJkLqWeRtYuI done"
+    (found,) = spans(a, b)
+    assert found.shape is not None and found.shape.name == "base64 nonce"
+    assert _names("see getUserNameById here", "see getOrderNameById here") == [None]

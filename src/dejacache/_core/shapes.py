@@ -66,9 +66,13 @@ SHAPES: Final[tuple[Shape, ...]] = (
     _shape("hex nonce", r"(?<![0-9A-Za-z])(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,}"
            r"(?![0-9A-Za-z])|(?<![0-9A-Za-z])(?=[0-9A-F]*\d)(?=[0-9A-F]*[A-F])[0-9A-F]{6,}"
            r"(?![0-9A-Za-z])"),
-    _shape("base64 nonce", r"(?<![A-Za-z0-9+/_-])(?=[A-Za-z0-9+/_-]*\d)"
-           r"(?=[A-Za-z0-9+/_-]*[A-Z])(?=[A-Za-z0-9+/_-]*[a-z])[A-Za-z0-9+/_-]{12,}={0,2}"
-           r"(?![A-Za-z0-9+/=_-])"),
+    # Digits and both cases; or, from 20 characters, both cases and two capitals: one
+    # random 24-character token in 60 has no digit, and a word or an identifier that long
+    # rarely takes two capitals inside it.
+    _shape("base64 nonce", r"(?<![A-Za-z0-9+/_-])(?:(?=[A-Za-z0-9+/_-]*\d)"
+           r"(?=[A-Za-z0-9+/_-]*[A-Z])(?=[A-Za-z0-9+/_-]*[a-z])[A-Za-z0-9+/_-]{12,}"
+           r"|(?=[A-Za-z0-9+/_-]*[A-Z][A-Za-z0-9+/_-]*[A-Z])(?=[A-Za-z0-9+/_-]*[a-z])"
+           r"[A-Za-z0-9+/_-]{20,})={0,2}(?![A-Za-z0-9+/=_-])"),
     _shape("random token", r"(?<![A-Za-z0-9_])(?=[A-Za-z0-9_]*\d)(?=[A-Za-z0-9_]*[A-Za-z])"
            r"[A-Za-z0-9_]{6,}(?![A-Za-z0-9_])"),
     _shape("number", r"(?<![\w.])\d+(?:\.\d+)?(?!\w|\.\d)"),
