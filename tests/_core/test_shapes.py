@@ -170,3 +170,35 @@ def test_a_long_mixed_case_token_without_digits_is_a_base64_nonce() -> None:
     (found,) = spans(a, b)
     assert found.shape is not None and found.shape.name == "base64 nonce"
     assert _names("see getUserNameById here", "see getOrderNameById here") == [None]
+
+
+@pytest.mark.parametrize(("a", "b"), [("[cf569e31] llm", "[09638711] llm"),
+                                      ("[09638711] llm", "[cf569e31] llm"),
+                                      ("csrf=q8Zk_yTfP0aLm3Xw2sVbN9cE ok",
+                                       "csrf=qwERtyUIopASdfGHjklZXcvB ok")])
+def test_a_nonce_that_came_out_all_digits_or_letters_is_still_the_nonce(a: str, b: str
+                                                                        ) -> None:
+    # One 8-digit span id in 40 is all digits: a "number" on one side, a hex nonce on the
+    # other, and the whole field used to be left without a rule.
+    (found,) = spans(a, b)
+    assert found.shape is not None and found.shape.name in ("hex nonce", "base64 nonce")
+    rule = rule_for(found.shape, [found.a_text, found.b_text], found.before, found.after)
+    assert rule is not None
+    pat = re.compile(rule[3:])
+    assert pat.sub("<v>", a) == pat.sub("<v>", b)
+
+
+@settings(max_examples=300)
+@given(st.integers(min_value=0, max_value=2**64))
+def test_any_two_span_ids_are_masked_by_one_rule(seed: int) -> None:
+    r = random.Random(seed)
+    x, y = (r.randbytes(4).hex() for _ in "ab")
+    a, b = f"Spans: 8\n\n[{x}] 2026 agent", f"Spans: 8\n\n[{y}] 2026 agent"
+    if x == y:
+        return
+    (found,) = spans(a, b)
+    assert found.shape is not None, (x, y)
+    rule = rule_for(found.shape, [found.a_text, found.b_text], found.before, found.after)
+    assert rule is not None, (x, y)
+    pat = re.compile(rule[3:])
+    assert pat.sub("<v>", a) == pat.sub("<v>", b)

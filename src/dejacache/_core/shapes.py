@@ -161,6 +161,31 @@ def _covering(shape: Shape, text: str, lo: int, hi: int) -> tuple[int, int] | No
     return None
 
 
+# A random nonce sometimes comes out without a letter (one 8-digit hex id in 40) or without
+# a digit: then only one side fits the nonce's shape. The other side still counts as that
+# nonce when it is a whole run of the nonce's alphabet at the same place and of the same
+# length (the rule written for nonces masks any run of the alphabet of that length).
+_ALPHABETS: Final = {"hex nonce": re.compile(r"[0-9a-f]+|[0-9A-F]+"),
+                     "base64 nonce": re.compile(r"[A-Za-z0-9+/_-]+={0,2}")}
+
+
+def _same_alphabet(shape: Shape, x: str, cx: tuple[int, int], x0: int, y: str, y0: int
+                   ) -> tuple[int, int] | None:
+    """The run of ``y`` standing where ``x``'s match ``cx`` of ``shape`` stands (the two
+    differ from ``x0`` and ``y0`` on, what comes before is the same), when it is ``shape``'s
+    alphabet throughout, of the same length, and a whole run."""
+    alphabet = _ALPHABETS[shape.name]
+    start = y0 - (x0 - cx[0])
+    end = start + cx[1] - cx[0]
+    if start < 0 or end > len(y) or y[start:y0] != x[cx[0]:x0] \
+            or not alphabet.fullmatch(y, start, end):
+        return None
+    if (start and alphabet.fullmatch(y, start - 1, start)) or \
+            (end < len(y) and alphabet.fullmatch(y, end, end + 1)):
+        return None  # part of a longer run: not the same token
+    return start, end
+
+
 def _widen(a: str, b: str, region: tuple[int, int, int, int]
            ) -> tuple[Shape | None, tuple[int, int], tuple[int, int]]:
     a0, a1, b0, b1 = region
@@ -170,6 +195,14 @@ def _widen(a: str, b: str, region: tuple[int, int, int, int]
             continue
         cb = _covering(shape, b, b0, b1)
         if cb is not None:
+            return shape, ca, cb
+    for name in _ALPHABETS:
+        shape = _BY_NAME[name]
+        ca = _covering(shape, a, a0, a1)
+        if ca is not None and (cb := _same_alphabet(shape, a, ca, a0, b, b0)) is not None:
+            return shape, ca, cb
+        cb = _covering(shape, b, b0, b1)
+        if cb is not None and (ca := _same_alphabet(shape, b, cb, b0, a, a0)) is not None:
             return shape, ca, cb
     return None, (a0, a1), (b0, b1)
 
