@@ -159,6 +159,14 @@ def test_a_broken_run_stops_learning(tmp_path: pathlib.Path) -> None:
     assert res.returncode == 4 and "nothing compared" in res.stderr
 
 
+def test_a_failing_test_is_named_as_learned_from_nothing(tmp_path: pathlib.Path) -> None:
+    proj = _small(tmp_path, CLOCKED + "\n\ndef test_broken():\n    assert False\n")
+    res = run(proj, "dejacache", "learn", "tests")
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("tests failed in run") == 2
+    assert "re:" in res.stdout  # the passing test's rule all the same
+
+
 def test_learn_help_lists_its_options() -> None:
     out = subprocess.run([sys.executable, "-m", "dejacache", "learn", "--help"],
                          capture_output=True, text=True, check=True).stdout

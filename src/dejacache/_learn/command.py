@@ -129,6 +129,9 @@ def _learn(args: argparse.Namespace, project: _project.Project) -> int:
                 print(f"dejacache learn: the test run ended with status {status}; nothing "
                       "compared", file=sys.stderr)
                 return status
+            if status:  # some tests failed: their cassettes are not written
+                print(f"dejacache learn: tests failed in run {i}; a failing test's calls are "
+                      "not recorded, so nothing is learned from them", file=sys.stderr)
             dirs.append(d)
         rec, files = _compare(dirs, root, project, scratch_root)
         proposal = propose(rec.observed, rec.check)
