@@ -511,6 +511,30 @@ def block_import(R: Results) -> str:
         source(R, "import")])
 
 
+def block_learn(R: Results) -> str:
+    r = _fn_result(R, "learn")
+    if not isinstance(r, dict) or not r.get("suites"):
+        return _missing(R, "learn")
+    rows = []
+    for s in r["suites"]:
+        spans = s["volatile_spans"]
+        calls = s["calls"]
+        rows.append([
+            s["suite"], calls,
+            f"{s['found']} of {spans} ({s['found'] / spans:.0%})" if spans else "-",
+            s["rules"], s["refused"], s["false_rules"],
+            f"{s['hits_before']} of {calls} ({s['hits_before'] / calls:.0%})",
+            f"{s['hits_after']} of {calls} ({s['hits_after'] / calls:.0%})"])
+    return "\n".join([
+        "`dejacache learn --write` on agent suites whose prompts carry clocks, ids, temp "
+        "paths, ports and nonces (`benchmarks/bench_learn.py`): volatile spans the learned "
+        "rules mask, rules written, candidates its check refused, false rules (calls "
+        "answered differently given one key, counted independently), and calls replayed from "
+        "the recording before and after, with fresh values:", "",
+        table(["suite", "calls", "volatile spans masked", "rules", "refused", "false rules",
+               "replayed before", "replayed after"], rows), "", source(R, "learn")])
+
+
 def _fmt_any(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:,.2f}" if abs(v) < 1000 else f"{v:,.0f}"
@@ -1028,6 +1052,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "sqlite-size": block_sqlite_size,
     "keys-growth": block_keys_growth,
     "import": block_import,
+    "learn": block_learn,
 }
 
 

@@ -51,12 +51,15 @@ FUNCTIONS: dict[str, tuple[str, str, dict[str, Any], dict[str, Any]]] = {
     "import": ("bench_import", "bench_import", {"rounds": 21}, {"rounds": 5, "quick": True}),
     "cassette_scale": ("cassette_scale", "bench_scale", {"repeats": 5},
                        {"sizes": [10, 100, 1_000], "repeats": 1}),
+    # two suites run twice live, then replayed (~5 min with the scenario venv)
+    "learn": ("bench_learn", "bench_learn", {}, {"quick": True}),
 }
 MARKDOWN = {"sqlite_size": ("SQLite store: size of a growing conversation, hits",
                             render.block_sqlite_size),
             "keys_growth": ("Keys for growing conversations", render.block_keys_growth),
             "import": ("Import time", render.block_import),
-            "cassette_scale": ("Cassettes at scale, fresh processes", render.block_cassette_scale)}
+            "cassette_scale": ("Cassettes at scale, fresh processes", render.block_cassette_scale),
+            "learn": ("dejacache learn", render.block_learn)}
 
 _CHILD = """
 import importlib, inspect, json, sys

@@ -312,6 +312,60 @@ def test_global_volatile_paths_are_checked_when_the_process_exits(
     env = {**os.environ, "DEJACACHE_VOLATILE": spec, "DEJACACHE_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, timeout=60, check=True)
-    assert ("volatile path 'body.nonexistent_root.x' from configure(volatile=...) or "
-            "DEJACACHE_VOLATILE never matched" in out.stderr) is warned, out.stderr
+    assert ("volatile path 'body.nonexistent_root.x' from DEJACACHE_VOLATILE never matched"
+            in out.stderr) is warned, out.stderr
     assert "request.x" not in out.stderr  # never tried: no call had a ``request``
+
+
+# ---------------------------------------------------------------- the project file
+
+
+@pytest.fixture
+def project_dir(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
+    """The current directory is a project of its own, outside this session's project."""
+    from dejacache import _project
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DEJACACHE_PROJECT", raising=False)
+    monkeypatch.setattr(_project, "_OVERRIDE", [None])
+    return tmp_path
+
+
+def test_configure_names_the_setting_a_misspelt_argument_meant() -> None:
+    with pytest.raises(ConfigurationError, match="no setting 'volatil'; did you mean "
+                                                 "'volatile'"):
+        dejacache.configure(volatil=["x"])  # type: ignore[call-arg]
+    with pytest.raises(ConfigurationError, match="'allow_hosts' is a project setting"):
+        dejacache.configure(allow_hosts=["x"])  # type: ignore[call-arg]
+
+
+def test_configure_refuses_a_misspelt_key_in_the_project_file(project_dir: pathlib.Path
+                                                              ) -> None:
+    (project_dir / "pyproject.toml").write_text("[tool.dejacache]\nmodes = 'replay'\n")
+    with pytest.raises(ConfigurationError, match="unknown key 'modes'; did you mean 'mode'"):
+        dejacache.configure(cache_key="ns")
+
+
+def test_project_volatile_and_mode_apply_below_the_environment_and_configure(
+        project_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (project_dir / "pyproject.toml").write_text(
+        "[tool.dejacache]\nvolatile = ['re:\\d{4}-\\d{2}-\\d{2}']\nmode = 'off'\n")
+    calls: list[str] = []
+
+    @dejacache.cache
+    def f(note: str) -> int:
+        calls.append(note)
+        return len(calls)
+
+    config.reset()
+    eff = config.get_settings()
+    assert (eff.volatile, eff.mode) == ((r"re:\d{4}-\d{2}-\d{2}",), "off")
+    monkeypatch.setenv("DEJACACHE_MODE", "auto")
+    config.reset()
+    dejacache.configure(store=dejacache.MemoryStore())
+    assert f("on 2026-01-01") == f("on 2030-12-31") == 1  # the project's pattern keys alike
+    monkeypatch.setenv("DEJACACHE_VOLATILE", "body.x")  # the environment replaces it
+    config.reset()
+    assert config.get_settings().volatile == ("body.x",)
+    dejacache.configure(volatile=["y"])  # and configure() replaces both
+    assert config.get_settings().volatile == ("y",)

@@ -866,3 +866,111 @@ def test_plan(dejacache_cassette):
 """)
     run(pytester).assert_outcomes(passed=1)
     assert before == block.DISCARDED
+
+
+# ---------------------------------------------------------------- the project file
+
+CLOCKED = AGENT + """
+import datetime
+
+@pytest.mark.dejacache
+def test_plan():
+    now = datetime.datetime.now().isoformat(timespec="microseconds")
+    assert llm(f"plan a trip, it is {now}")["text"].startswith("PLAN A TRIP")
+"""
+
+_TIMESTAMP = r"re:\d{4}-\d{2}-\d{2}T[\d:.]+"
+
+
+def test_volatile_rules_in_pyproject_make_a_fresh_clock_replay(pytester: pytest.Pytester
+                                                               ) -> None:
+    pytester.makepyfile(test_agent=CLOCKED)
+    run(pytester).assert_outcomes(passed=1)
+    run(pytester, "--dejacache-mode=replay").assert_outcomes(failed=1)  # the clock moved
+    pytester.makepyprojecttoml(f"[tool.dejacache]\nvolatile = ['{_TIMESTAMP}']\n")
+    run(pytester, "--dejacache-mode=record").assert_outcomes(passed=1)
+    res = run(pytester, "--dejacache-mode=replay")
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines(["calls: 1 replayed, 0 recorded, 0 missed*"])
+
+
+def test_the_ini_key_spells_the_same_rules(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=CLOCKED)
+    pytester.makeini(f"[pytest]\ndejacache_volatile =\n    {_TIMESTAMP}\n")
+    run(pytester).assert_outcomes(passed=1)
+    run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(("files", "message"), [
+    ({"pyproject.toml": "[tool.dejacache]\nvolatil = []\n"},
+     "unknown key 'volatil'; did you mean 'volatile'?"),
+    ({"pyproject.toml": "[tool.dejacache]\nmode = 'sometimes'\n"}, "mode 'sometimes'"),
+    ({"pytest.ini": "[pytest]\ndejacache_volatil = x\n"},
+     "unknown ini key 'dejacache_volatil'; did you mean 'dejacache_volatile'?"),
+    ({"pyproject.toml": "[tool.pytest.ini_options]\ndejacache_cassettes_dir = 'x'\n"},
+     "did you mean 'dejacache_cassette_dir'?"),
+])
+def test_a_misspelt_or_bad_setting_is_a_usage_error_naming_it(
+        pytester: pytest.Pytester, files: dict[str, str], message: str) -> None:
+    for name, text in files.items():
+        (pytester.path / name).write_text(text)
+    pytester.makepyfile(test_agent=AGENT + "\ndef test_x():\n    pass\n")
+    res = run(pytester)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in res.stderr.str()
+
+
+MODE_SEEN = AGENT + """
+@pytest.mark.dejacache@MARKER@
+def test_mode(dejacache_cassette):
+    print("MODE", dejacache_cassette.mode)
+"""
+
+
+@pytest.mark.parametrize(("env", "option", "marker", "expected"), [
+    (None, None, "", "replay"),  # the ini key, over [tool.dejacache]
+    ("auto", None, "", "auto"),  # the environment, over the project file
+    ("auto", "--dejacache-mode=off", "", "off"),  # the command line, over the environment
+    ("auto", "--dejacache-mode=off", "(mode='record')", "record"),  # the marker, over all
+])
+def test_one_precedence_from_the_marker_down_to_the_project_file(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, env: str | None,
+        option: str | None, marker: str, expected: str) -> None:
+    pytester.makepyprojecttoml("[tool.dejacache]\nmode = 'record'\n"
+                               "[tool.pytest.ini_options]\ndejacache_mode = 'replay'\n")
+    if env is not None:
+        monkeypatch.setenv("DEJACACHE_MODE", env)
+    pytester.makepyfile(test_agent=MODE_SEEN.replace("@MARKER@", marker))
+    res = run(pytester, "-s", *([option] if option else []))
+    res.stdout.fnmatch_lines([f"*MODE {expected}*"])
+
+
+def test_cassette_dir_and_prices_from_the_project_file(pytester: pytest.Pytester) -> None:
+    pytester.makepyprojecttoml("[tool.dejacache]\ncassette_dir = 'recordings'\n"
+                               "prices = {'gpt-4o' = [1000, 0]}\n")
+    pytester.makepyfile(test_agent=AGENT + """
+@pytest.mark.dejacache
+def test_plan():
+    llm("plan")
+""")
+    run(pytester).assert_outcomes(passed=1)
+    assert (pytester.path / "recordings" / "test_agent" / "test_plan.json").exists()
+    assert not (pytester.path / "cassettes").exists()
+    res = run(pytester, "--dejacache-mode=replay")
+    res.stdout.fnmatch_lines(["replay saved:*~$1.00*"])  # 1,000 tokens at $1,000 per million
+
+
+def test_a_miss_in_volatile_text_is_noted_for_learn_from_miss(pytester: pytest.Pytester,
+                                                              tmp_path: pathlib.Path) -> None:
+    pytester.makepyfile(test_agent=CLOCKED)
+    run(pytester).assert_outcomes(passed=1)
+    res = run(pytester, "--dejacache-mode=replay")
+    res.assert_outcomes(failed=1)
+    res.stdout.fnmatch_lines(["*would have made it a hit*",
+                              "1 replay miss differed from the nearest recording only in "
+                              "volatile text*dejacache learn --from-miss*"])
+    (note,) = (tmp_path / ".dejacache").glob("learn-misses*.json")
+    (entry,) = orjson.loads(note.read_bytes())
+    assert entry["name"] == "llm" and entry["rules"][0].startswith("re:")
+    run(pytester).assert_outcomes(passed=1)  # a session starts: the last run's notes go
+    assert not list((tmp_path / ".dejacache").glob("learn-misses*.json"))

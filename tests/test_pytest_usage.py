@@ -221,18 +221,18 @@ def test_a_session_in_process_leaves_the_next_nothing(pytester: pytest.Pytester,
 
 def test_a_session_in_process_hands_the_process_back(pytester: pytest.Pytester,
                                                      request: pytest.FixtureRequest) -> None:
-    from dejacache import _pytest_usage, pytest_plugin
-    from dejacache.cassettes import ageing, block, prices
+    from dejacache import _project, _pytest_usage, pytest_plugin
+    from dejacache.cassettes import block, prices
 
     me = pytest_plugin.current_test()
-    hooks, age, table = list(block.OPENED), ageing.INI[0], dict(prices.PRICES)
+    hooks, project, table = list(block.OPENED), _project.current(), dict(prices.PRICES)
     pytester.makeini("[pytest]\ndejacache_max_age = 30d\n"
                      "dejacache_prices =\n    gpt-test-only 1 2\n")
     pytester.makepyfile(test_agent=TWO_TESTS)
     run(pytester, "--dejacache-verify").assert_outcomes(passed=2)
     # This test is the one running again, with the settings this session had...
     assert me is request.node and pytest_plugin.current_test() is me
-    assert (block.OPENED, ageing.INI[0], prices.PRICES) == (hooks, age, table)
+    assert (block.OPENED, _project.current(), prices.PRICES) == (hooks, project, table)
     # ...and its record did not take in the inner session's cassettes.
     outer = request.config.stash[_pytest_usage._RECORDER]
     assert not [p for p in outer._groups if p.startswith(str(pytester.path))]

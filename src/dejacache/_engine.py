@@ -248,6 +248,7 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
         f"  call: {short(target, 400)}",
     ]
     diff: list[str] = []
+    cands: list[tuple[str, Any]] = []
     try:
         cands = [
             (k, orjson.loads(r.request))
@@ -289,6 +290,15 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
     if older:
         lines.append("  (the nearest call was recorded before request headers were part of "
                      "keys, so it is compared without them; re-recording keys them)")
+    rules = _suggestion(near, target, cands, older)
+    if rules:
+        lines.append(f"  every difference is volatile text; "
+                     f"{'this rule' if len(rules) == 1 else 'these rules'} would have made "
+                     "it a hit:")
+        lines.extend(f"      {r}" for r in rules)
+        from ._learn.suggest import HOW
+
+        lines.append(f"    {HOW}")
     hint = features.rerecord_hint or eff.rerecord_hint
     lines.append(
         f"  to re-record: {hint}" if hint else
@@ -296,11 +306,27 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
     )
     miss = ReplayMiss("\n".join(lines), name=name, key=key, source=eff.source, diff=diff)
     miss.request = target
+    miss.suggestion = tuple(rules or ())
     if features.notes_misses:  # a cassette keeps the report: SDKs and frameworks often wrap it
         # (a strict cassette answers with the divergence to raise instead: the first
         # out-of-order call is the one to report, not the miss it leads to)
         miss = cast(SequencedStore, eff.store).note_miss(miss) or miss
     return miss
+
+
+def _suggestion(near: tuple[str, Any, list[str]] | None, target: Any,
+                cands: list[tuple[str, Any]], older: bool) -> list[str] | None:
+    """The volatile rules that would have made the call hit its nearest recording (None:
+    some difference is not volatile text, or the rules would merge recordings)."""
+    if near is None or older or not near[2]:
+        return None
+    try:
+        from ._learn.suggest import for_miss
+
+        http = type(target) is dict and "method" in target
+        return for_miss(near[1], target, [c for _, c in cands], "http" if http else "call")
+    except Exception:  # explaining must never hide the miss itself
+        return None
 
 
 def _nearest(target: Any, cands: list[tuple[str, Any]]

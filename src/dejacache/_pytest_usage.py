@@ -219,10 +219,9 @@ def _verify(session: pytest.Session, record: dict[str, Any]) -> None:
     here = pathlib.Path.cwd()
     files = sorted(f.relative_to(here) if f.is_relative_to(here) else f  # shown shorter
                    for f in found | {f for f in named if f.is_file()})
-    max_age = session.config.getini("dejacache_max_age") or None
-    from ._core.durations import seconds
+    from . import _project
 
-    limit = seconds(max_age, "dejacache_max_age") if max_age else None
+    limit = _project.current().get("max_age")  # the ini key, else [tool.dejacache]
     rows = verify_files(files, usage=UsageRecord(record, pathlib.Path("usage.json")),
                         max_age=limit, now=time.time())
     session.config.stash[_ROWS] = rows

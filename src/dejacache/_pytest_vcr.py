@@ -20,7 +20,8 @@ fixture), the plugin takes their names:
 
 vcrpy's record modes map onto dejacache's (:func:`vcr_mode`); a mode set on the command line
 (``--dejacache-mode``, ``--record-mode``) or in ``DEJACACHE_MODE`` wins over the one in
-``vcr_config`` or the marker, which wins over the ``dejacache_mode`` ini key. When
+``vcr_config`` or the marker, which wins over the project file's (the ``dejacache_mode`` ini
+key, then ``[tool.dejacache] mode``). When
 pytest-recording is installed its fixture stays its own, and the report header says so once.
 """
 
@@ -40,9 +41,10 @@ from typing import Any, Final
 
 import pytest
 
+from ._core.modes import VCR_MODES, vcr_mode
 from .cassettes.block import default_mode
-from .cassettes.vcr_view import VCR_MODES, VcrView, vcr_document
-from .config import MODES, resolve_mode, settings_object
+from .cassettes.vcr_view import VcrView, vcr_document
+from .config import MODES, settings_object
 from .errors import ConfigurationError
 
 __all__ = [
@@ -65,22 +67,6 @@ _PLUGIN = pytest.StashKey[tuple[Opener, CassetteDir]]()
 # pytest-recording replaces these in a cassette name (they are not allowed in file names).
 _FORBIDDEN: Final = "<>?%*:|\"'/\\"
 _MAX_NAME: Final = 255
-
-
-def vcr_mode(name: str, exists: bool) -> str:
-    """vcrpy's record mode as a dejacache mode: ``none`` -> ``replay``, ``once`` ->
-    ``replay`` when the cassette exists, else ``record``, ``new_episodes`` -> ``auto``,
-    ``all`` (and pytest-recording's ``rewrite``) -> ``record``."""
-    if name == "none":
-        return "replay"
-    if name == "once":
-        return "replay" if exists else "record"
-    if name == "new_episodes":
-        return "auto"
-    if name in ("all", "rewrite"):
-        return "record"
-    raise ConfigurationError(f"record_mode must be one of {', '.join(VCR_MODES)} (or a "
-                             f"dejacache mode: {', '.join(MODES)}), not {name!r}")
 
 
 def _mode_named(name: str, exists: bool, where: str) -> str:
@@ -166,23 +152,11 @@ def claimed(item: pytest.Item) -> list[pathlib.Path]:
 
 def fallback_mode(config: pytest.Config, exists: bool) -> str:
     """The mode of a test that names none: ``--record-mode``, else ``configure()`` /
-    ``DEJACACHE_MODE``, else the ``dejacache_mode`` ini key, else ``replay`` under ``CI``,
-    else ``auto``."""
+    ``DEJACACHE_MODE``, else ``replay`` under ``CI``, else the project file's (the
+    ``dejacache_mode`` ini key, then ``[tool.dejacache] mode``; either vocabulary), else
+    ``auto``."""
     cli = _cli_record_mode(config, exists)
-    if cli is not None:
-        return cli
-    if settings_object().mode or os.environ.get("DEJACACHE_MODE"):
-        return default_mode()
-    ini = config.getini("dejacache_mode")
-    return _ini_mode(ini, exists) if ini else default_mode()
-
-
-def _ini_mode(ini: str, exists: bool) -> str:
-    try:
-        return _mode_named(resolve_mode(ini, where="dejacache_mode") if ini in MODES else ini,
-                           exists, "dejacache_mode")
-    except ConfigurationError as exc:
-        raise pytest.UsageError(str(exc)) from None
+    return cli if cli is not None else default_mode(exists)
 
 
 def _cli_record_mode(config: pytest.Config, exists: bool) -> str | None:

@@ -235,6 +235,40 @@ def _add_verify(sub: _Sub) -> None:
     p.set_defaults(func=_cmd_verify)
 
 
+# ---------------------------------------------------------------- config
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    from . import _project
+
+    project = _project.current()
+    rows = _project.describe(project)
+    if args.json:
+        import orjson
+
+        print(orjson.dumps({"file": str(project.path) if project.path else None,
+                            "settings": [{"key": k, "value": v, "source": src}
+                                         for k, v, src in rows]},
+                           option=orjson.OPT_INDENT_2).decode())
+        return 0
+    print(f"project file: {project.path or 'none found (no pyproject.toml at the root)'}")
+    for key, value, source in rows:
+        if isinstance(value, (list, tuple)):
+            print(f"{key}: ({source})" if value else f"{key}: [] ({source})")
+            for item in value:
+                print(f"    {item}")
+        else:
+            print(f"{key}: {value} ({source})")
+    return 0
+
+
+def _add_config(sub: _Sub) -> None:
+    p = sub.add_parser("config", help="the settings in force and where each comes from "
+                       "([tool.dejacache] in pyproject.toml, the environment, defaults)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_config)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -243,8 +277,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"dejacache {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_stats, _add_clear, _add_demo, _add_verify):
+    for add in (_add_stats, _add_clear, _add_demo, _add_verify, _add_config):
         add(sub)
+    from ._learn.command import add_learn, add_rekey
+
+    add_learn(sub)  # learn [--write] [--from-miss] [PYTEST ARGS]
+    add_rekey(sub)
     from .cassettes.commands import add_cassette_commands
 
     add_cassette_commands(sub)  # show, diff, scan, prune, rehash
@@ -299,6 +337,9 @@ def _reader_gone() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
     try:
+        from . import _project
+
+        _project.current()  # every command: a misspelt key in the project file is an error
         status = int(args.func(args))
         sys.stdout.flush()  # here, inside the try: a reader gone shows up now, not at exit
         return status

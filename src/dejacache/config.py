@@ -18,8 +18,10 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
+from . import _project
 from ._core import volatile as _vol
 from ._core.durations import Duration, seconds
+from ._core.modes import MODES, as_mode, resolve_mode
 from ._core.volatile import parse as _parse_volatile
 from ._paths import default_cache_dir
 from .codec import Codec, JsonCodec
@@ -52,6 +54,26 @@ __all__ = [
 VolatileItems = tuple[str | re.Pattern[str], ...]
 
 
+def global_volatile(project: _project.Project | None = None) -> VolatileItems:
+    """The volatile items every key leaves out when ``configure(volatile=)`` does not say:
+    ``DEJACACHE_VOLATILE`` when set, else the project file's ``volatile``."""
+    env = env_volatile()
+    if env:
+        return env
+    found: VolatileItems = (project or _project.current()).get("volatile") or ()
+    return found
+
+
+def global_volatile_source() -> str:
+    """Where :func:`global_volatile` takes its items from, for messages."""
+    s = _SETTINGS
+    if s.volatile is not None:
+        return "configure(volatile=...)"
+    if env_volatile():
+        return "DEJACACHE_VOLATILE"
+    return _project.current().sources.get("volatile", "[tool.dejacache] volatile")
+
+
 def volatile_items(items: Iterable[str | re.Pattern[str]]) -> VolatileItems:
     """``volatile=`` as given, checked now: a malformed path or pattern is an error where it
     is written, not a key that silently keeps the field."""
@@ -63,9 +85,6 @@ def volatile_items(items: Iterable[str | re.Pattern[str]]) -> VolatileItems:
     except ConfigurationError as exc:
         raise ConfigurationError(f"volatile=: {exc}") from None
     return out
-
-
-MODES: Final = ("auto", "replay", "record", "off")
 
 
 def ttl_seconds(value: Duration | None, what: str) -> float | None:
@@ -85,13 +104,6 @@ class Unset:
 
 
 UNSET: Final = Unset()
-
-
-def resolve_mode(mode: str, *, where: str = "mode") -> str:
-    m = mode.strip().lower()
-    if m not in MODES:
-        raise ConfigurationError(f"unknown {where} {mode!r}; expected one of {', '.join(MODES)}")
-    return m
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -322,13 +334,14 @@ class _Settings:
             else:
                 ns = self.cache_key
             env_mode = os.environ.get("DEJACACHE_MODE")
+            project = _project.current()
             mode = self.mode or (resolve_mode(env_mode, where="DEJACACHE_MODE") if env_mode
-                                 else "auto")
+                                 else as_mode(project.get("mode") or "auto"))
             store = self.store
             if store is None:
                 lazy = self.lazy_default_store()
                 store = lazy if lazy.opened is None else lazy.opened
-            volatile = self.volatile if self.volatile is not None else env_volatile()
+            volatile = self.volatile if self.volatile is not None else global_volatile(project)
             eff = Effective(
                 namespace=ns,
                 mode=mode,
@@ -370,6 +383,7 @@ def configure(
     codec_allow: Iterable[str] | Unset = UNSET,
     max_age: Duration | Unset | None = UNSET,
     on_expiry: str | Unset | None = UNSET,
+    **unknown: object,
 ) -> None:
     """Set process-wide defaults. Arguments left out keep their current value.
 
@@ -381,8 +395,13 @@ def configure(
     ``volatile=None`` goes back to it. ``max_age`` (a duration: ``"30d"``) is how old a
     cassette entry may be before replaying it warns, or with ``on_expiry="rerecord"`` runs
     the call live again in ``auto`` mode (``docs/living-with-recordings.md``); ``None`` goes
-    back to ``DEJACACHE_MAX_AGE`` / ``DEJACACHE_ON_EXPIRY``.
+    back to ``DEJACACHE_MAX_AGE`` / ``DEJACACHE_ON_EXPIRY``. Each setting left out here
+    falls back to the environment, then to the project file (``[tool.dejacache]`` in
+    pyproject.toml, checked now: docs/configuration.md).
     """
+    if unknown:
+        _refuse_unknown(unknown)
+    _project.current()  # a misspelt key in the project file fails here, where it is set up
     s = _SETTINGS
     with s.lock:
         if not isinstance(cache_key, Unset):
@@ -410,6 +429,21 @@ def configure(
         s.invalidate()
 
 
+def _refuse_unknown(unknown: dict[str, object]) -> None:
+    import inspect
+
+    from ._suggest import did_you_mean
+
+    known = [p for p in inspect.signature(configure).parameters if p != "unknown"]
+    name = next(iter(unknown))
+    hint = did_you_mean(name, known)
+    if not hint and name in _project.KEYS:
+        hint = (f"; {name!r} is a project setting: write it in pyproject.toml under "
+                "[tool.dejacache] (docs/configuration.md)")
+    raise ConfigurationError(f"configure() has no setting {name!r}{hint} (settings: "
+                             f"{', '.join(known)})")
+
+
 def reset() -> None:
     """Forget all configuration (tests). Closes nothing the user passed in."""
     global _SETTINGS
@@ -427,12 +461,12 @@ def settings_object() -> _Settings:
 
 @atexit.register
 def _report_global_paths() -> None:
-    """``configure``/``DEJACACHE_VOLATILE`` paths belong to no block: each is checked over
-    the whole process, when it ends."""
+    """Global paths (``configure``, ``DEJACACHE_VOLATILE``, the project file) belong to no
+    block: each is checked over the whole process, when it ends."""
     s = _SETTINGS
     try:
-        items = s.volatile if s.volatile is not None else env_volatile()
-    except ConfigurationError:  # a malformed variable already failed where it was read
+        items = s.volatile if s.volatile is not None else global_volatile()
+        where = global_volatile_source()
+    except ConfigurationError:  # a malformed setting already failed where it was read
         return
-    _vol.report(_vol.ROOT, _vol.declared_paths(items),
-                "configure(volatile=...) or DEJACACHE_VOLATILE")
+    _vol.report(_vol.ROOT, _vol.declared_paths(items), where)

@@ -203,6 +203,9 @@ class ReplayMiss(DejacacheError, AssertionError):
         self.diff = diff or []
         #: The call as the cassette would hold it (credentials masked), when known.
         self.request: Any = None
+        #: Volatile rules that would have made this call a hit (``re:`` patterns, paths),
+        #: when every difference from its nearest recording is volatile text.
+        self.suggestion: tuple[str, ...] = ()
         super().__init__(message)
 
 

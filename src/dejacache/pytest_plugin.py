@@ -45,15 +45,14 @@ from typing import Any
 import pytest
 import xxhash
 
-from . import _pytest_usage, _pytest_vcr
-from ._core.durations import seconds
-from .cassettes import ageing, placeholder_keys
+from . import _project, _pytest_usage, _pytest_vcr
 from .cassettes import block as _block
+from .cassettes import placeholder_keys, scratch
 from .cassettes.block import INTERRUPTIONS, cassette, default_mode, in_ci
 from .cassettes.netguard import NetworkGuard
 from .cassettes.prices import PRICES, PRICES_DATE, set_prices
 from .cassettes.store import Cassette, TapeCounters, summarize
-from .config import MODES
+from .config import MODES, settings_object
 from .errors import ConfigurationError, ReplayMiss
 from .keys import env_volatile
 from .planner import pytest_gate
@@ -68,7 +67,8 @@ _SCENARIO = pytest.StashKey[bool]()
 _ADOPTED = pytest.StashKey[list[tuple[Cassette, Callable[[bool], None]]]]()
 _PLACEHOLDERS = pytest.StashKey[list[str] | None]()
 _OUTER = pytest.StashKey[pytest.Item | None]()  # the test running when this one started
-_SAVED = pytest.StashKey[tuple[float | None, dict[str, tuple[float, float]] | None]]()
+_SAVED = pytest.StashKey[tuple[_project.Project | None,
+                                dict[str, tuple[float, float]] | None]]()
 _STOPPED = pytest.StashKey[type[BaseException]]()  # the session was interrupted by this
 _RAISED = pytest.StashKey[type[BaseException]]()  # what the test's call raised
 _DISCARDED = pytest.StashKey[list[tuple[pytest.Item, str]]]()  # recordings an interrupt cost
@@ -101,20 +101,14 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     group.addoption("--dejacache-strict", action="store_true", default=False,
                     help="strict replay for every cassette: calls must follow the recorded "
                          "order (per asyncio task / thread); a divergence fails the test")
-    # (settings a [tool.dejacache] table will hold: registered together, here)
-    parser.addini("dejacache_mode", default="",
-                  help="cassette mode when neither the test, the command line nor "
-                       "DEJACACHE_MODE says: auto, replay, record, off, or vcrpy's none, "
-                       "once, new_episodes, all")
-    parser.addini("dejacache_cassette_dir", default="",
-                  help="directory (relative to the ini file) holding each test module's "
-                       "cassettes, <dir>/<module>/<test>.json, instead of "
-                       "<test dir>/cassettes/<module>/")
+    # The project settings' pytest spellings, one ini key per row of the table (_project):
+    # each also read from [tool.dejacache] in pyproject.toml, below the ini key.
+    for key in _project.KEYS.values():
+        if key.ini is not None:
+            parser.addini(key.ini, type=key.ini_type,  # type: ignore[arg-type]
+                          default=[] if key.ini_type == "linelist" else "",
+                          help=f"{key.help} (also [tool.dejacache] {key.name})")
     _pytest_vcr.addoption(parser, pluginmanager)  # --record-mode, unless pytest-recording's
-    parser.addini("dejacache_prices", type="linelist", default=[],
-                  help="price overrides: 'model-prefix input_per_mtok output_per_mtok' lines")
-    parser.addini("dejacache_allow_hosts", type="linelist", default=[],
-                  help="hosts cassette tests may reach while the network guard is on")
     group.addoption("--dejacache-scenario", action="store_true", default=False,
                     help="record and replay every langwatch-scenario run through a cassette "
                          "named after the scenario (dejacache.integrations.scenario)")
@@ -124,9 +118,6 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
                     help="after the run, verify the cassettes of the modules collected "
                          "(damage, secrets, entries no test used, expiry, format: "
                          "dejacache verify) and fail the session when one fails")
-    parser.addini("dejacache_max_age", default="",
-                  help="cassette entries recorded longer ago replay with a warning, and fail "
-                       "--dejacache-verify (e.g. 30d)")
     parser.addini("dejacache_proxy_upstreams", type="linelist", default=[],
                   help="upstreams of the dejacache_proxy fixture's proxy: NAME=URL lines")
     group.addoption("--dejacache-report", metavar="DIR", default=None,
@@ -151,14 +142,12 @@ def pytest_configure(config: pytest.Config) -> None:
     _pytest_vcr.configure(config, open_cassette, cassette_dir)
     config.stash[_TAPES] = []
     config.stash[_REMOTE] = []
-    table: dict[str, tuple[float, float]] = {}
-    for line in config.getini("dejacache_prices"):
-        parts = line.replace("=", " ").replace(",", " ").split()
-        if len(parts) == 3:
-            table[parts[0]] = (float(parts[1]), float(parts[2]))
+    project = _session_project(config)
+    table: dict[str, tuple[float, float]] = project.get("prices") or {}
     # The process's settings this session changes, put back at unconfigure: a session run
     # in-process (pytester, pytest.main() again) must neither inherit nor take them away.
-    config.stash[_SAVED] = (ageing.INI[0], dict(PRICES) if table else None)
+    config.stash[_SAVED] = (_project.use(project), dict(PRICES) if table else None)
+    settings_object().invalidate()
     if table:
         set_prices(table)
     if config.getoption("dejacache_scenario") or config.getini("dejacache_scenario"):
@@ -174,12 +163,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if (config.getoption("dejacache_mode") or _pytest_vcr.fallback_mode(config, True)
             ) == "replay":
         config.stash[_PLACEHOLDERS] = placeholder_keys.supply()
-    ini_age = config.getini("dejacache_max_age")
-    if ini_age:
-        try:
-            ageing.INI[0] = seconds(ini_age, "dejacache_max_age")
-        except ConfigurationError as exc:
-            raise pytest.UsageError(str(exc)) from exc
+    if not hasattr(config, "workerinput"):  # the controller: the last run's notes go
+        from ._learn import notes
+        from ._paths import default_cache_dir
+
+        notes.clear(default_cache_dir())
     _pytest_usage.configure(config, current_test)  # the record of which cassettes it used
     config.stash[_DISCARDED] = []
 
@@ -191,6 +179,70 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_TOLD] = discarded
     _block.DISCARDED.append(discarded)
     pytest_gate.configure(config)  # the prompt-cache gate, when a bar is set
+
+
+def _session_project(config: pytest.Config) -> _project.Project:
+    """The project settings of this session: ``[tool.dejacache]`` of the pyproject.toml
+    pytest reads (``DEJACACHE_PROJECT`` names another), under the ini keys; a misspelt or
+    malformed key is a usage error (exit status 4) naming the closest known one."""
+    import os
+
+    inipath = config.inipath
+    if os.environ.get("DEJACACHE_PROJECT") is not None:
+        path = _project.find()
+    elif inipath is not None and inipath.name == "pyproject.toml":
+        path = inipath
+    else:
+        candidate = config.rootpath / "pyproject.toml"
+        path = candidate if candidate.is_file() else None
+    try:
+        _unknown_ini_keys(config)
+        project = _project.load(path)
+        where = f"ini {inipath.name}" if inipath is not None else "ini"
+        return project.overlaid(_project.ini_values(config.getini, where), where)
+    except ConfigurationError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _unknown_ini_keys(config: pytest.Config) -> None:
+    """A ``dejacache_*`` ini key no plugin registered is a typo, not a setting to skip."""
+    from ._suggest import did_you_mean
+
+    known = [k.ini for k in _project.KEYS.values() if k.ini]
+    for name in _ini_names(config.inipath):
+        if not name.startswith("dejacache_"):
+            continue
+        try:
+            config.getini(name)
+        except ValueError:
+            raise ConfigurationError(
+                f"{config.inipath}: unknown ini key {name!r}{did_you_mean(name, known)} (the "
+                f"dejacache keys: {', '.join(sorted(known))})") from None
+
+
+def _ini_names(path: pathlib.Path | None) -> list[str]:
+    """The keys of pytest's section of its ini file (pytest's own list of them is private;
+    ``config.inicfg`` is deprecated)."""
+    if path is None:
+        return []
+    if path.name == "pyproject.toml":
+        import tomllib
+
+        try:
+            doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # pytest read it: nothing to add to what it says
+            return []
+        table = doc.get("tool", {}).get("pytest", {})
+        return [*table.get("ini_options", {}), *(k for k in table if k != "ini_options")]
+    import configparser
+
+    cp = configparser.ConfigParser(interpolation=None)
+    try:
+        cp.read(path, encoding="utf-8")
+    except (OSError, ValueError, configparser.Error):
+        return []
+    return [k for sec in ("pytest", "tool:pytest") if cp.has_section(sec)
+            for k in cp.options(sec)]
 
 
 def _check_environment() -> None:
@@ -210,8 +262,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     told = config.stash.get(_TOLD, None)
     if told is not None and told in _block.DISCARDED:
         _block.DISCARDED.remove(told)
-    saved_age, saved_prices = config.stash.get(_SAVED, (None, None))
-    ageing.INI[0] = saved_age
+    saved_project, saved_prices = config.stash.get(_SAVED, (None, None))
+    if _SAVED in config.stash:
+        _project.use(saved_project)
+        settings_object().invalidate()
     if saved_prices is not None:
         set_prices(saved_prices, replace=True)
     _pytest_usage.unconfigure(config)
@@ -365,12 +419,17 @@ def cassette_path(item: pytest.Item, explicit: str | os.PathLike[str] | None = N
 
 
 def cassette_dir(item: pytest.Item, test_file: pathlib.Path) -> pathlib.Path:
-    """``<test dir>/cassettes``, or the ``dejacache_cassette_dir`` ini key's directory."""
-    ini = str(item.config.getini("dejacache_cassette_dir"))
-    if not ini:
+    """``<test dir>/cassettes``, or the project's ``cassette_dir`` (relative to the project
+    file; ini ``dejacache_cassette_dir`` or ``[tool.dejacache] cassette_dir``)."""
+    project = _project.current()
+    cdir: str | None = project.get("cassette_dir")
+    if not cdir:
         return test_file.parent / "cassettes"
-    root = item.config.inipath.parent if item.config.inipath else item.config.rootpath
-    return root / ini
+    base: pathlib.Path = project.directory or item.config.rootpath
+    if item.config.inipath is not None and \
+            project.sources.get("cassette_dir", "").startswith("ini"):
+        base = item.config.inipath.parent  # an ini key is relative to its ini file
+    return base / cdir
 
 
 def _rerecord_command(item: pytest.Item) -> str:
@@ -399,8 +458,11 @@ def open_cassette(request: pytest.FixtureRequest, path: pathlib.Path, opts: dict
     config = request.config
     mode = opts.get("mode") or config.getoption("dejacache_mode") or _pytest_vcr.fallback_mode(
         config, path.exists())
+    if scratch.active():
+        mode = "record"  # `dejacache learn`: every call live, into its scratch directory
     hint = _rerecord_command(item)
-    live = opts.get("live", config.getoption("dejacache_live"))
+    live = opts.get("live", config.getoption("dejacache_live") or _project.current().get(
+        "live"))
     partial = bool(live) or opts.get("replay_until") is not None
     if partial and mode == "record":
         mode = None  # a partial block replays; --dejacache-mode=record is for the others
@@ -439,7 +501,8 @@ def open_cassette(request: pytest.FixtureRequest, path: pathlib.Path, opts: dict
     guard: NetworkGuard | None = None
     try:  # (from here: a Ctrl-C landing before the test runs still closes the block)
         if tape.mode == "replay" and (in_ci() or config.getoption("dejacache_block_network")):
-            allow = [*config.getini("dejacache_allow_hosts"), *opts.get("allow_hosts", ())]
+            allow = [*(_project.current().get("allow_hosts") or ()),
+                     *opts.get("allow_hosts", ())]
             guard = NetworkGuard(
                 lambda where: (f"Test {item.nodeid} replays from cassette {path}; to record "
                                f"this call run locally: {hint} (or allow the host with "
@@ -572,6 +635,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if workeroutput is not None and usage is not None:
         workeroutput["dejacache_usage"] = usage
     tapes = config.stash.get(_TAPES, [])
+    _note_suggestions(config, tapes)
     if workeroutput is not None and tapes:  # an xdist worker: hand the numbers over
         c = _counts(tapes)
         ctr: TapeCounters = c["counters"]
@@ -580,6 +644,22 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             "time_saved": ctr.time_saved, "tokens_saved": ctr.tokens_saved,
             "dollars_saved": ctr.dollars_saved, "unused": c["unused"], "pruned": c["pruned"],
         }
+
+
+def _suggested(tapes: list[tuple[str, Cassette]]) -> list[dict[str, Any]]:
+    return [{"rules": list(m.suggestion), "cassette": str(t.path), "name": m.name,
+             "key": m.key} for _, t in tapes for m in t.misses if m.suggestion]
+
+
+def _note_suggestions(config: pytest.Config, tapes: list[tuple[str, Cassette]]) -> None:
+    """The rules this run's misses suggested, for ``dejacache learn --from-miss``."""
+    found = _suggested(tapes)
+    if found:
+        from ._learn import notes
+        from ._paths import default_cache_dir
+
+        worker = getattr(config, "workerinput", {}).get("workerid")
+        notes.write(default_cache_dir(), found, worker)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -607,6 +687,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         _summary_counts(terminalreporter, tapes, remote)
     for note in discarded:  # (a test cut short writes nothing: say what it recorded)
         terminalreporter.write_line(note)
+    suggested = _suggested(tapes)
+    if suggested:
+        terminalreporter.write_line(
+            f"{len(suggested)} replay miss{'es' * (len(suggested) != 1)} differed from "
+            "the nearest recording only in volatile text (timestamps, ids, nonces...): "
+            "`dejacache learn --from-miss` adds the rules they print to pyproject.toml and "
+            "re-keys the cassettes")
 
 
 def _summary_counts(tr: Any, tapes: list[tuple[str, Cassette]], remote: list[dict[str, Any]]

@@ -97,3 +97,23 @@ def test_a_volatile_path_that_never_matches_a_request_warns_naming_it(
     with dejacache.cassette(tmp_path / "c.json", "record",
                             volatile=["body.messages[0].content", "messages[1].role"]):
         judge(client, "12:04")
+
+
+def test_a_miss_in_volatile_text_prints_the_rule_that_makes_it_a_hit(
+    fake: FakeProvider, client: openai.OpenAI, tmp_path: pathlib.Path,
+) -> None:
+    path = tmp_path / "judge.json"
+    with dejacache.cassette(path, "record"):
+        live = judge(client, "2026-01-01T12:04:31.120Z")
+    with pytest.raises(dejacache.ReplayMiss) as info, dejacache.cassette(path, "replay"):
+        judge(client, "2026-01-01T12:05:02.877Z")
+    rules = list(info.value.suggestion)
+    assert rules and all(r in str(info.value) for r in rules)
+    from dejacache._learn.masking import Rules
+    from dejacache._learn.rekey import rekey_file
+
+    rekey_file(path, Rules(rules))
+    seen = fake.count()
+    with dejacache.cassette(path, "replay", volatile=rules):
+        assert judge(client, "2026-01-01T12:05:02.877Z") == live
+    assert fake.count() == seen

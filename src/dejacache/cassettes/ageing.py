@@ -26,6 +26,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Final
 
+from .. import _project
 from .._core.ageing import (
     CLOCK_SKEW,
     RERECORD,
@@ -43,11 +44,8 @@ from .._core.durations import seconds
 from ..config import settings_object
 from ..errors import DejacacheWarning
 
-__all__ = ["INI", "Ageing", "age_line", "made_with_text", "recorded_with", "resolve", "sending",
+__all__ = ["Ageing", "age_line", "made_with_text", "recorded_with", "resolve", "sending",
            "stamp_entry"]
-
-#: pytest's ini ``dejacache_max_age`` (set by the plugin): below ``configure`` and the env.
-INI: list[float | None] = [None]
 
 #: The clock entries are stamped and judged by (the test suite holds it still within a test:
 #: two saves of one run a second apart must give the same bytes).
@@ -72,7 +70,8 @@ _MODULE_OF: Final = {"google-genai": "google.genai"}
 def resolve(max_age: object, on_expiry: str | None) -> tuple[float | None, str]:
     """A block's ``max_age`` (seconds; None: entries never expire) and ``on_expiry``: its
     own arguments > ``configure()`` > ``DEJACACHE_MAX_AGE`` / ``DEJACACHE_ON_EXPIRY`` > the
-    ini's ``dejacache_max_age`` > none / ``"warn"``."""
+    project file (the pytest ini's ``dejacache_max_age``, then ``[tool.dejacache]``) > none /
+    ``"warn"``."""
     s = settings_object()
     age: float | None
     if max_age is not None:
@@ -82,7 +81,7 @@ def resolve(max_age: object, on_expiry: str | None) -> tuple[float | None, str]:
     elif env := os.environ.get("DEJACACHE_MAX_AGE", "").strip():
         age = seconds(env, "DEJACACHE_MAX_AGE")
     else:
-        age = INI[0]
+        age = _project.current().get("max_age")
     if on_expiry is not None:
         how = check_on_expiry(on_expiry)
     elif s.on_expiry is not None:
@@ -90,7 +89,7 @@ def resolve(max_age: object, on_expiry: str | None) -> tuple[float | None, str]:
     elif env := os.environ.get("DEJACACHE_ON_EXPIRY", "").strip():
         how = check_on_expiry(env, "DEJACACHE_ON_EXPIRY")
     else:
-        how = WARN
+        how = _project.current().get("on_expiry") or WARN
     return age, how
 
 

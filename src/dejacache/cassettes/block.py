@@ -19,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
+from .. import _project
+from .._core.modes import as_mode
 from .._core.volatile import BlockPaths
 from ..config import (
     UNSET,
@@ -31,6 +33,7 @@ from ..config import (
 )
 from ..keys import key_substitutions
 from ..scope import Block, enter, inherited, leave, settle
+from . import scratch
 from .ageing import resolve as resolve_ageing
 from .blobs import sink_for
 from .redact import Redactor
@@ -64,15 +67,20 @@ def in_ci() -> bool:
     return bool(v) and v not in ("0", "false", "no")
 
 
-def default_mode() -> str:
-    """``configure(mode=)`` > ``DEJACACHE_MODE`` > ``replay`` under ``CI`` > ``auto``."""
+def default_mode(exists: bool = True) -> str:
+    """``configure(mode=)`` > ``DEJACACHE_MODE`` > ``replay`` under ``CI`` (the environment
+    too) > the project file's ``mode`` (the pytest ini key, then ``[tool.dejacache]``;
+    vcrpy's names too, ``exists`` deciding ``once``) > ``auto``."""
     configured = settings_object().mode
     if configured:
         return configured
     env = os.environ.get("DEJACACHE_MODE")
     if env:
         return resolve_mode(env, where="DEJACACHE_MODE")
-    return "replay" if in_ci() else "auto"
+    if in_ci():
+        return "replay"
+    project: str | None = _project.current().get("mode")
+    return as_mode(project, exists) if project else "auto"
 
 
 class cassette(Block[Cassette]):
@@ -132,7 +140,7 @@ class cassette(Block[Cassette]):
         live_path: str | os.PathLike[str] | None = None,
         blobs: bool | int = True,
     ) -> None:
-        self.path = pathlib.Path(path)
+        self.path = scratch.redirect(pathlib.Path(path))  # (itself unless `dejacache learn`)
         sink_for(blobs)  # a wrong value fails where it is written
         self.blobs = blobs
         self.mode = resolve_mode(mode) if mode is not None else None
@@ -172,13 +180,14 @@ class cassette(Block[Cassette]):
 
     def open(self) -> Cassette:
         """A fresh tape over the file (not yet active)."""
-        mode = self.mode or default_mode()
+        learning = scratch.active()  # `dejacache learn`: every call live, into scratch
+        mode = "record" if learning else self.mode or default_mode(self.path.exists())
         hint = self.rerecord_hint or (
             f"DEJACACHE_MODE=record <your command>  (or cassette({str(self.path)!r}, "
             "mode='record'))")
         max_age, on_expiry = resolve_ageing(self.max_age, self.on_expiry)
         partial = None
-        if self.partial:
+        if self.partial and not learning:
             from .partial import Partial
 
             partial = Partial(self.live, self.replay_until)
@@ -187,7 +196,8 @@ class cassette(Block[Cassette]):
                         shared=self.shared,
                         strict=self.strict or self.replay_until is not None,
                         match=self.match, max_age=max_age, on_expiry=on_expiry,
-                        partial=partial, live_path=self.live_path, blobs=self.blobs)
+                        partial=partial, live_path=self.live_path if partial else None,
+                        blobs=self.blobs)
 
     def __enter__(self) -> Cassette:
         tape = self.open()

@@ -35,11 +35,10 @@ from typing import Any, Final
 
 import orjson
 
+from .._core.modes import VCR_MODES
+
 __all__ = ["VCR_MODES", "VcrRequest", "VcrView", "vcr_document", "vcr_mode_name"]
 
-#: vcrpy's record modes, as pytest-recording's ``--record-mode`` takes them (``rewrite``:
-#: pytest-recording's own, the cassette removed first).
-VCR_MODES: Final = ("once", "new_episodes", "none", "all", "rewrite")
 # A dejacache mode in vcrpy's words: ``replay`` plays and never records (``none``); ``auto``
 # plays what it has and records the rest (``new_episodes``); ``record`` and ``off`` send every
 # call to the network (``all``).

@@ -1,0 +1,57 @@
+"""The one vocabulary of modes, and the check every place that reads a mode uses.
+
+A project file may name a mode in vcrpy's words too (``dejacache_mode = none`` in a suite
+moved from pytest-recording): :func:`project_mode` checks either vocabulary and
+:func:`as_mode` turns it into dejacache's once the cassette's existence is known.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ..errors import ConfigurationError
+
+__all__ = ["MODES", "VCR_MODES", "as_mode", "project_mode", "resolve_mode", "vcr_mode"]
+
+MODES: Final = ("auto", "replay", "record", "off")
+#: vcrpy's record modes, as pytest-recording's ``--record-mode`` takes them (``rewrite``:
+#: pytest-recording's own, the cassette removed first).
+VCR_MODES: Final = ("once", "new_episodes", "none", "all", "rewrite")
+
+
+def resolve_mode(mode: str, *, where: str = "mode") -> str:
+    m = mode.strip().lower()
+    if m not in MODES:
+        raise ConfigurationError(f"unknown {where} {mode!r}; expected one of {', '.join(MODES)}")
+    return m
+
+
+def vcr_mode(name: str, exists: bool) -> str:
+    """vcrpy's record mode as a dejacache mode: ``none`` -> ``replay``, ``once`` ->
+    ``replay`` when the cassette exists, else ``record``, ``new_episodes`` -> ``auto``,
+    ``all`` (and pytest-recording's ``rewrite``) -> ``record``."""
+    if name == "none":
+        return "replay"
+    if name == "once":
+        return "replay" if exists else "record"
+    if name == "new_episodes":
+        return "auto"
+    if name in ("all", "rewrite"):
+        return "record"
+    raise ConfigurationError(f"record_mode must be one of {', '.join(VCR_MODES)} (or a "
+                             f"dejacache mode: {', '.join(MODES)}), not {name!r}")
+
+
+def project_mode(mode: str, *, where: str = "mode") -> str:
+    """A mode as a project file writes it: dejacache's or vcrpy's name, lower-cased."""
+    m = mode.strip().lower()
+    if m not in MODES and m not in VCR_MODES:
+        raise ConfigurationError(f"unknown {where} {mode!r}; expected one of "
+                                 f"{', '.join(MODES)} (or vcrpy's {', '.join(VCR_MODES)})")
+    return m
+
+
+def as_mode(mode: str, exists: bool = True) -> str:
+    """A checked :func:`project_mode` as dejacache's mode (``exists``: the cassette's file
+    is there, which decides vcrpy's ``once``)."""
+    return mode if mode in MODES else vcr_mode(mode, exists)

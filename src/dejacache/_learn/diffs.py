@@ -1,0 +1,143 @@
+"""Where two recorded requests of the same call differ: field by field, and inside strings
+span by span (pure functions over the stored JSON trees).
+
+A difference is one of
+
+* ``span``: inside a string, every differing place fits a volatile shape (``spans``);
+* ``field``: the whole value differs (a number, or a string that is one shape, or two
+  strings with nothing in common): a candidate for a path rule;
+* ``text``: a string differs in ordinary words (``Paris`` / ``Rome``): not volatile;
+* ``structure``: a key present on one side only, lists of different lengths: not volatile;
+* ``credential``: under a credential's name, a masked secret, or the caller's identity:
+  never masked by a rule, whatever it looks like.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any, Final
+
+from .._core.shapes import Shape, Span, shape_of, spans
+from .._core.volatile import Path
+from .._secrets import MASK_PREFIX, is_secret_name
+
+__all__ = ["Difference", "differences", "generalised", "path_text", "shape_of_value"]
+
+SPAN: Final = "span"
+FIELD: Final = "field"
+TEXT: Final = "text"
+STRUCTURE: Final = "structure"
+CREDENTIAL: Final = "credential"
+
+_REDACTED: Final = "<REDACTED>"
+# Top-level members of an HTTP request that say who asks, never what.
+_IDENTITY: Final = frozenset({"identity"})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Difference:
+    """One place two requests differ (``a``: the first run's value, ``b``: the other's)."""
+
+    kind: str
+    path: Path
+    a: Any
+    b: Any
+    spans: tuple[Span, ...] = ()
+    shape: Shape | None = None  #: a ``field``'s shape, when the whole value is one
+
+    @property
+    def where(self) -> str:
+        return path_text(self.path)
+
+
+def path_text(path: Path) -> str:
+    """``("body", "messages", 0, "content")`` -> ``body.messages[0].content``."""
+    out = ""
+    for step in path:
+        if isinstance(step, int):
+            out += f"[{step}]"
+        elif step is None:
+            out += "[*]"
+        else:
+            out += f".{step}" if out else str(step)
+    return out
+
+
+def generalised(path: Path) -> Path:
+    """List positions as ``[*]``: the same field in every message or item."""
+    return tuple(None if isinstance(s, int) else s for s in path)
+
+
+def _credential(path: Path, a: Any, b: Any) -> bool:
+    if path and path[0] in _IDENTITY:
+        return True
+    if any(isinstance(s, str) and is_secret_name(s) for s in path):
+        return True
+    return any(isinstance(v, str) and (MASK_PREFIX in v or _REDACTED in v) for v in (a, b))
+
+
+def shape_of_value(value: Any) -> str:
+    """A name for a whole differing non-string value (``epoch``, ``number``...)."""
+    if isinstance(value, bool) or value is None:
+        return "flag"
+    if isinstance(value, int) and 10 <= len(str(abs(value))) <= 19 and str(value)[0] == "1":
+        return "epoch"
+    if isinstance(value, float) and 1e9 <= value < 2e9:
+        return "epoch"
+    if isinstance(value, (int, float)):
+        return "number"
+    return "value"
+
+
+def _epoch(a: Any, b: Any) -> Shape | None:
+    """The epoch shape when two numbers both read as Unix times (s, ms, µs or ns)."""
+    if shape_of_value(a) == shape_of_value(b) == "epoch":
+        return shape_of("epoch")
+    return None
+
+
+def _string(path: Path, a: str, b: str) -> Difference:
+    found = spans(a, b)
+    whole = len(found) == 1 and found[0].a == (0, len(a)) and found[0].b == (0, len(b))
+    if whole:
+        return Difference(FIELD, path, a, b, tuple(found), found[0].shape)
+    if all(s.shape is not None for s in found):
+        return Difference(SPAN, path, a, b, tuple(found))
+    return Difference(TEXT, path, a, b, tuple(found))
+
+
+def _walk(a: Any, b: Any, path: Path) -> Iterator[Difference]:
+    if type(a) is dict and type(b) is dict:
+        for k in a.keys() | b.keys():
+            if k not in a or k not in b:
+                p = (*path, k)
+                yield Difference(CREDENTIAL if _credential(p, a.get(k), b.get(k))
+                                 else STRUCTURE, p, a.get(k), b.get(k))
+            elif a[k] != b[k]:
+                yield from _walk(a[k], b[k], (*path, k))
+        return
+    if type(a) is list and type(b) is list:
+        if len(a) != len(b):
+            yield Difference(STRUCTURE, path, len(a), len(b))
+            return
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            if x != y:
+                yield from _walk(x, y, (*path, i))
+        return
+    if a == b and type(a) is type(b):
+        return
+    if _credential(path, a, b):
+        yield Difference(CREDENTIAL, path, a, b)
+    elif type(a) is str and type(b) is str:
+        yield _string(path, a, b)
+    elif type(a) is not type(b) and not (isinstance(a, (int, float))
+                                         and isinstance(b, (int, float))):
+        yield Difference(STRUCTURE, path, a, b)
+    else:
+        yield Difference(FIELD, path, a, b, shape=_epoch(a, b))
+
+
+def differences(a: Any, b: Any) -> list[Difference]:
+    """Every place the request trees ``a`` and ``b`` differ, in a stable order."""
+    return sorted(_walk(a, b, ()), key=lambda d: path_text(d.path))

@@ -1,0 +1,144 @@
+"""What a run's requests quote of its own earlier answers: never volatile.
+
+Two live runs get different answers (the model's text, the ids it returns, a tool's
+result), and an agent sends them back in its next request. Those differences replay by
+themselves (a replay hands back the recorded answer, which the next request then quotes),
+so they must not become rules. :class:`Echoes` learns, call by call, which strings of the
+second run's answers stand where the first run's stood, and translates the second run's
+later requests into the first run's words before they are compared: what is left differs
+for another reason. Ids the recorder aliases (``<id:3>``) are equal already.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+from .._core.shapes import spans
+
+__all__ = ["Echoes"]
+
+# A string this short is a word, not something quoted: translating it would rewrite text
+# that merely happens to contain it.
+MIN_ECHO: Final = 6
+_EVENT_DATA: Final = "data:"
+
+
+def _event_json(text: str) -> Any:
+    """The JSON of one SSE event's ``data:`` lines (None: not JSON)."""
+    import orjson
+
+    lines = [ln[len(_EVENT_DATA):].lstrip() for ln in text.splitlines()
+             if ln.startswith(_EVENT_DATA)]
+    if not lines:
+        return None
+    try:
+        return orjson.loads("\n".join(lines))
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _stream(events: list[Any]) -> tuple[list[Any], str]:
+    """A recorded stream's events as JSON, and the text its deltas add up to."""
+    parsed: list[Any] = []
+    text: list[str] = []
+    for ev in events:
+        body = ev[1] if isinstance(ev, list) and len(ev) == 2 else ev
+        data = _event_json(body) if isinstance(body, str) else body
+        parsed.append(data)
+        _delta_text(data, text)
+    return parsed, "".join(text)
+
+
+_DELTA_KEYS: Final = frozenset({"content", "text", "delta", "arguments", "partial_json",
+                                "thinking", "refusal"})
+
+
+def _delta_text(node: Any, out: list[str]) -> None:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if isinstance(v, str) and k in _DELTA_KEYS:
+                out.append(v)
+            else:
+                _delta_text(v, out)
+    elif isinstance(node, list):
+        for v in node:
+            _delta_text(v, out)
+
+
+class Echoes:
+    """Strings of the second run's answers, mapped to the first run's."""
+
+    def __init__(self) -> None:
+        self._whole: dict[str, str] = {}
+        self._parts: dict[str, str] = {}
+        self._pattern: re.Pattern[str] | None = None
+        self.used = 0  #: strings translated so far
+
+    def learn(self, answer_a: Any, answer_b: Any) -> None:
+        """One call's answers, from the first and the second run."""
+        self._pair(answer_a, answer_b)
+
+    def _pair(self, a: Any, b: Any) -> None:
+        if type(a) is dict and type(b) is dict:
+            for k in a.keys() & b.keys():
+                if k == "events" and isinstance(a[k], list) and isinstance(b[k], list):
+                    (pa, ta), (pb, tb) = _stream(a[k]), _stream(b[k])
+                    self._strings(ta, tb)
+                    if len(pa) == len(pb):
+                        self._pair(pa, pb)
+                else:
+                    self._pair(a[k], b[k])
+        elif type(a) is list and type(b) is list:
+            for x, y in zip(a, b, strict=False):
+                self._pair(x, y)
+            if len(a) != len(b) and all(isinstance(v, str) for v in (*a, *b)):
+                self._strings(" ".join(a), " ".join(b))
+        elif type(a) is str and type(b) is str and a != b:
+            self._strings(a, b)
+
+    def _strings(self, a: str, b: str) -> None:
+        if a == b:
+            return
+        if len(b) >= 2:  # a whole answer quoted as a whole value (any length)
+            self._whole.setdefault(b, a)
+        if len(b) >= MIN_ECHO and a.strip() and b.strip():
+            self._add_part(b, a)
+        for s in spans(a, b):
+            if len(s.b_text) >= MIN_ECHO:
+                self._add_part(s.b_text, s.a_text)
+
+    def _add_part(self, b: str, a: str) -> None:
+        if b not in self._parts:
+            self._parts[b] = a
+            self._pattern = None
+
+    def translate(self, tree: Any) -> Any:
+        """``tree`` (a second-run request) with the answers it quotes in first-run words."""
+        if not self._whole and not self._parts:
+            return tree
+        return self._tr(tree)
+
+    def _tr(self, tree: Any) -> Any:
+        t = type(tree)
+        if t is str:
+            return self._text(tree)
+        if t is dict:
+            return {k: self._tr(v) for k, v in tree.items()}
+        if t is list:
+            return [self._tr(v) for v in tree]
+        return tree
+
+    def _text(self, s: str) -> str:
+        whole = self._whole.get(s)
+        if whole is not None:
+            self.used += 1
+            return whole
+        if not self._parts:
+            return s
+        if self._pattern is None:  # longest first: a whole message before a nonce in it
+            keys = sorted(self._parts, key=len, reverse=True)
+            self._pattern = re.compile("|".join(map(re.escape, keys)))
+        out, n = self._pattern.subn(lambda m: self._parts[m.group()], s)
+        self.used += n
+        return out

@@ -1,0 +1,308 @@
+"""The project configuration: ``[tool.dejacache]`` in ``pyproject.toml``, one table of keys.
+
+Every setting a project writes down once lives in :data:`KEYS`: its name in the table, how a
+value is checked, and the environment variable and pytest ini key that spell it too. The
+pytest plugin, the command line, ``configure()`` (through the global settings) and the proxy
+read it through :func:`current`; a face that needs one more setting adds a row here.
+
+Where a value comes from, highest first (docs/configuration.md):
+
+1. an **argument**: ``cassette(mode=...)``, ``scope(volatile=...)``;
+2. the test's **marker**: ``@pytest.mark.dejacache(mode=...)``;
+3. the **command line**: ``--dejacache-mode``, ``--dejacache-live``;
+4. ``configure(...)``;
+5. the **environment**: ``DEJACACHE_MODE``, ``DEJACACHE_VOLATILE``, ``DEJACACHE_MAX_AGE``...;
+6. the **project file**: a pytest ini key (``dejacache_mode``), then ``[tool.dejacache]``;
+7. the built-in default.
+
+A value replaces the ones below it (``DEJACACHE_VOLATILE`` replaces the project's list);
+the rules a block or a marker declares are added to the global ones.
+
+Every key is checked where it is read: an unknown key is an error naming the closest known
+one, and a malformed value names the key and the file. The file is found from the current
+directory upward (the project root: ``pyproject.toml``, ``.git`` or ``setup.cfg``), or
+named by ``DEJACACHE_PROJECT`` (empty: read none). It is read once per change of the file,
+and parsed only when it mentions dejacache at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from ._core import volatile as _vol
+from ._core.ageing import check_on_expiry
+from ._core.durations import seconds
+from ._core.modes import project_mode
+from ._suggest import did_you_mean
+from .errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import pathlib
+
+__all__ = ["KEYS", "TABLE", "Key", "Project", "check_table", "current", "describe", "find",
+           "ini_values", "load", "use"]
+
+#: The table's name, as written in pyproject.toml.
+TABLE: Final = "tool.dejacache"
+_ENV_FILE: Final = "DEJACACHE_PROJECT"
+
+
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)) \
+            or not all(isinstance(v, str) for v in value):
+        raise ConfigurationError(f"{where} must be a list of strings, not {value!r}")
+    return tuple(v.strip() for v in value if v.strip())
+
+
+def _volatile(value: Any, where: str) -> tuple[str, ...]:
+    items = _strings(value, where)
+    try:
+        _vol.parse(items)  # a malformed path or pattern is refused where it is written
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
+    return items
+
+
+def _mode(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigurationError(f"{where} must be a string, not {value!r}")
+    return project_mode(value, where=where)
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(f"{where} must be a non-empty string, not {value!r}")
+    return value.strip()
+
+
+def _duration(value: Any, where: str) -> float:
+    return seconds(value, where)
+
+
+def _on_expiry(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigurationError(f"{where} must be a string, not {value!r}")
+    return check_on_expiry(value, where)
+
+
+def _kinds(value: Any, where: str) -> tuple[str, ...]:
+    """``live``: a list, or one comma-separated string as ``--dejacache-live`` takes it."""
+    if isinstance(value, str):
+        value = [v for v in value.split(",") if v.strip()]
+    return _strings(value, where)
+
+
+def _prices(value: Any, where: str) -> dict[str, tuple[float, float]]:
+    """A table ``{model-prefix = [input, output]}`` (dollars per million tokens), or the ini
+    key's lines ``model-prefix input output``."""
+    rows: Iterable[tuple[Any, Any]]
+    if isinstance(value, Mapping):
+        rows = value.items()
+    elif isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        split = [v.replace("=", " ").replace(",", " ").split() for v in value if v.strip()]
+        bad = [" ".join(p) for p in split if len(p) != 3]
+        if bad:
+            raise ConfigurationError(f"{where}: write 'model-prefix input output' per line, "
+                                     f"not {bad[0]!r}")
+        rows = [(p[0], p[1:]) for p in split]
+    else:
+        raise ConfigurationError(f"{where} must be a table of model prefix -> [input, output] "
+                                 f"dollars per million tokens, not {value!r}")
+    out: dict[str, tuple[float, float]] = {}
+    for model, pair in rows:
+        try:
+            a, b = (float(x) for x in pair)
+        except (TypeError, ValueError):
+            raise ConfigurationError(f"{where}: {model!r} must be [input, output] dollars per "
+                                     f"million tokens, not {pair!r}") from None
+        out[str(model)] = (a, b)
+    return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Key:
+    """One setting: its name in ``[tool.dejacache]``, its check (value, where -> the value
+    as dejacache uses it), what it means, and its other spellings."""
+
+    name: str
+    check: Callable[[Any, str], Any]
+    help: str
+    env: str | None = None
+    ini: str | None = None  #: the pytest ini key
+    ini_type: str = "string"  #: how pytest reads the ini key: "string" or "linelist"
+    default: str = "none"  #: what applies when nothing sets it, as ``dejacache config`` says
+
+
+KEYS: Final[dict[str, Key]] = {k.name: k for k in (
+    Key("volatile", _volatile, "names, dotted paths and re:PATTERN items left out of every "
+        "key (as DEJACACHE_VOLATILE takes them)", "DEJACACHE_VOLATILE", "dejacache_volatile",
+        "linelist", "[]"),
+    Key("mode", _mode, "auto, replay, record or off (or vcrpy's none, once, new_episodes, "
+        "all)", "DEJACACHE_MODE", "dejacache_mode",
+        default="auto (replay under CI)"),
+    Key("cassette_dir", _text, "directory (relative to the project file) holding each test "
+        "module's cassettes, <dir>/<module>/<test>.json", None, "dejacache_cassette_dir",
+        default="<test dir>/cassettes"),
+    Key("max_age", _duration, "cassette entries older than this replay with a warning "
+        "(e.g. '30d')", "DEJACACHE_MAX_AGE", "dejacache_max_age", default="none (never)"),
+    Key("on_expiry", _on_expiry, "what an expired entry does: warn or rerecord",
+        "DEJACACHE_ON_EXPIRY", "dejacache_on_expiry", default="warn"),
+    Key("live", _kinds, "kinds or names of calls that go live while the rest replay "
+        "(as --dejacache-live)", None, "dejacache_live", "linelist", "none"),
+    Key("allow_hosts", _strings, "hosts cassette tests may reach while the network guard "
+        "is on", None, "dejacache_allow_hosts", "linelist", "[] (loopback only)"),
+    Key("prices", _prices, "price overrides: model prefix -> [input, output] dollars per "
+        "million tokens", None, "dejacache_prices", "linelist", "the built-in table"),
+)}
+
+
+def check_table(table: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The table's values as dejacache uses them; an unknown key or a malformed value is a
+    ``ConfigurationError`` naming it (and the closest known key)."""
+    out: dict[str, Any] = {}
+    for name, value in table.items():
+        key = KEYS.get(name)
+        if key is None:
+            raise ConfigurationError(
+                f"{where}: unknown key {name!r}{did_you_mean(name, KEYS)} (known keys: "
+                f"{', '.join(sorted(KEYS))})")
+        out[name] = key.check(value, f"{where} {name}")
+    return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Project:
+    """The project file's settings: ``path`` is the file read (None: there is none),
+    ``values`` the checked settings, ``sources`` where each came from."""
+
+    path: pathlib.Path | None = None
+    values: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def get(self, name: str) -> Any:
+        if name not in KEYS:  # a typo in dejacache itself, not a user's
+            raise KeyError(name)
+        return self.values.get(name)
+
+    @property
+    def directory(self) -> pathlib.Path | None:
+        return None if self.path is None else self.path.parent
+
+    def overlaid(self, values: Mapping[str, Any], source: str) -> Project:
+        """This project with ``values`` (checked) taking the place of its own."""
+        if not values:
+            return self
+        return Project(self.path, {**self.values, **values},
+                       {**self.sources, **dict.fromkeys(values, source)})
+
+
+def find(start: pathlib.Path | None = None) -> pathlib.Path | None:
+    """The project file: ``DEJACACHE_PROJECT`` (empty: none), else ``pyproject.toml`` at the
+    project root, when it exists."""
+    import pathlib
+
+    named = os.environ.get(_ENV_FILE)
+    if named is not None:
+        return pathlib.Path(named).expanduser() if named.strip() else None
+    from ._paths import project_root
+
+    path = project_root(start) / "pyproject.toml"
+    return path if path.is_file() else None
+
+
+def load(path: pathlib.Path | None) -> Project:
+    """The settings ``path`` holds under ``[tool.dejacache]`` (checked)."""
+    if path is None:
+        return Project()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read the project file {path}: {exc}") from None
+    if b"dejacache" not in data:  # most projects: no table, and no TOML parser loaded
+        return Project(path)
+    import tomllib
+
+    try:
+        doc = tomllib.loads(data.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigurationError(f"{path} is not valid TOML: {exc}") from None
+    table = doc.get("tool", {}).get("dejacache", {}) if isinstance(doc.get("tool"), dict) else {}
+    if not isinstance(table, dict):
+        raise ConfigurationError(f"{path}: [{TABLE}] must be a table, not {table!r}")
+    where = f"{path} [{TABLE}]"
+    values = check_table(table, where)
+    return Project(path, values, dict.fromkeys(values, where))
+
+
+def ini_values(read: Callable[[str], Any], where: str = "pytest ini") -> dict[str, Any]:
+    """The settings given as pytest ini keys (``read(ini_name)``: pytest's ``getini``),
+    checked; an empty key is not set."""
+    out: dict[str, Any] = {}
+    for key in KEYS.values():
+        if key.ini is None:
+            continue
+        raw = read(key.ini)
+        if raw in ("", [], None):
+            continue
+        out[key.name] = key.check(raw, f"{where} {key.ini}")
+    return out
+
+
+_LOCK = threading.Lock()
+_CACHED: list[tuple[tuple[str, int, int] | None, Project]] = []
+#: Set by the pytest plugin for its session: the project its rootdir names, with the ini keys.
+_OVERRIDE: list[Project | None] = [None]
+
+
+def current() -> Project:
+    """The project settings in force: the pytest session's, else the file :func:`find`
+    names (read again when it changes)."""
+    over = _OVERRIDE[0]
+    if over is not None:
+        return over
+    path = find()
+    stamp: tuple[str, int, int] | None = None
+    if path is not None:
+        try:
+            st = path.stat()
+        except OSError:
+            path = None
+        else:
+            stamp = (str(path), st.st_mtime_ns, st.st_size)
+    with _LOCK:
+        if _CACHED and _CACHED[0][0] == stamp:
+            return _CACHED[0][1]
+    project = load(path)
+    with _LOCK:
+        _CACHED[:] = [(stamp, project)]
+    return project
+
+
+def use(project: Project | None) -> Project | None:
+    """Make ``project`` the settings in force (None: the file again); returns the one it
+    replaced, for the caller to put back."""
+    old = _OVERRIDE[0]
+    _OVERRIDE[0] = project
+    return old
+
+
+def describe(project: Project) -> list[tuple[str, Any, str]]:
+    """Each key's value in force outside pytest and where it comes from (the environment,
+    the project file or the default), for ``dejacache config``."""
+    rows: list[tuple[str, Any, str]] = []
+    for key in KEYS.values():
+        raw = os.environ.get(key.env, "").strip() if key.env else ""
+        if raw:
+            rows.append((key.name, raw, f"environment {key.env}"))
+        elif key.name in project.values:
+            value = project.values[key.name]
+            if isinstance(value, dict):
+                value = [f"{k} {a} {b}" for k, (a, b) in value.items()]
+            rows.append((key.name, value, project.sources.get(key.name, "project file")))
+        else:
+            rows.append((key.name, key.default, "default"))
+    return rows

@@ -1,0 +1,50 @@
+"""Where two recordings of one call differ (``_learn/diffs.py``)."""
+
+from __future__ import annotations
+
+from dejacache._learn.diffs import (
+    CREDENTIAL,
+    FIELD,
+    SPAN,
+    STRUCTURE,
+    TEXT,
+    differences,
+    generalised,
+    path_text,
+)
+
+
+def _kinds(a: object, b: object) -> dict[str, str]:
+    return {d.where: d.kind for d in differences(a, b)}
+
+
+def test_each_kind_of_difference() -> None:
+    a = {"body": {"messages": [{"content": "at 2026-01-01T00:00:01Z about Paris"},
+                               {"content": "Tell me about Paris"}],
+                  "metadata": {"run": "3fa9c2d1e0b41234"}, "seed": 1, "tools": [1, 2],
+                  "api_key": "<secret:aa>", "only_a": 1},
+         "identity": ["auth@openai#1"]}
+    b = {"body": {"messages": [{"content": "at 2026-01-01T00:00:09Z about Paris"},
+                               {"content": "Tell me about Rome"}],
+                  "metadata": {"run": "77b0e1aa42c9ff00"}, "seed": 2, "tools": [1],
+                  "api_key": "<secret:bb>"},
+         "identity": ["auth@openai#2"]}
+    assert _kinds(a, b) == {
+        "body.messages[0].content": SPAN, "body.messages[1].content": TEXT,
+        "body.metadata.run": FIELD, "body.seed": FIELD, "body.tools": STRUCTURE,
+        "body.api_key": CREDENTIAL, "body.only_a": STRUCTURE, "identity[0]": CREDENTIAL}
+
+
+def test_a_whole_value_of_one_shape_is_a_field_with_that_shape() -> None:
+    (d,) = differences({"at": "2026-01-01T00:00:01"}, {"at": "2026-01-02T10:00:01"})
+    assert d.kind == FIELD and d.shape is not None and d.shape.name == "timestamp"
+    (e,) = differences({"ts": 1796185683.07}, {"ts": 1796185742.95})
+    assert e.kind == FIELD and e.shape is not None and e.shape.name == "epoch"
+    (n,) = differences({"n": 3}, {"n": 4})
+    assert n.kind == FIELD and n.shape is None
+
+
+def test_paths_are_written_as_rules_take_them() -> None:
+    p = ("body", "messages", 3, "content")
+    assert path_text(p) == "body.messages[3].content"
+    assert path_text(generalised(p)) == "body.messages[*].content"

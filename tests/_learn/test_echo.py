@@ -1,0 +1,44 @@
+"""What a run quotes of its own earlier answers is translated, never learned
+(``_learn/echo.py``)."""
+
+from __future__ import annotations
+
+import json
+
+from dejacache._learn.echo import Echoes
+
+
+def test_a_quoted_answer_reads_as_the_other_runs_answer() -> None:
+    e = Echoes()
+    e.learn({"json": {"choices": [{"message": {"content": "Hello, reply 1 (1b5f08aa)"}}]}},
+            {"json": {"choices": [{"message": {"content": "Hello, reply 1 (9a8b7c6d)"}}]}})
+    second = {"messages": [{"role": "assistant", "content": "Hello, reply 1 (9a8b7c6d)"},
+                           {"role": "user", "content": "you said 9a8b7c6d, why?"}]}
+    assert e.translate(second) == {
+        "messages": [{"role": "assistant", "content": "Hello, reply 1 (1b5f08aa)"},
+                     {"role": "user", "content": "you said 1b5f08aa, why?"}]}
+    assert e.used == 2
+
+
+def test_a_streamed_answer_is_read_as_its_text() -> None:
+    def stream(words: list[str]) -> dict[str, object]:
+        def event(w: str) -> str:
+            return "data: " + json.dumps({"choices": [{"delta": {"content": w}}]}) + "\n\n"
+
+        return {"events": [[0.0, event(w)] for w in words]}
+
+    e = Echoes()
+    e.learn(stream(["Hello ", "(1b5f08aa)"]), stream(["Hello ", "there ", "(9a8b7c6d)"]))
+    assert e.translate("Hello there (9a8b7c6d)") == "Hello (1b5f08aa)"
+
+
+def test_short_strings_are_not_translated_inside_text() -> None:
+    e = Echoes()
+    e.learn({"n": "ab1"}, {"n": "cd2"})
+    assert e.translate("cd2") == "ab1"  # quoted whole
+    assert e.translate("abcd2x") == "abcd2x"  # but never rewritten inside other text
+
+
+def test_nothing_learned_nothing_translated() -> None:
+    tree = {"a": ["b", 1]}
+    assert Echoes().translate(tree) is tree

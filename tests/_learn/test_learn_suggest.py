@@ -1,0 +1,85 @@
+"""A replay miss that differs from its nearest recording only in volatile text prints the
+rule that would have made it a hit (``_learn/suggest.py``, ``_engine.replay_miss``)."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any
+
+import pytest
+
+import dejacache
+from dejacache._learn.masking import Rules
+from dejacache._learn.rekey import rekey_file
+from dejacache._learn.suggest import for_miss
+
+
+def _req(content: str, **body: Any) -> dict[str, Any]:
+    return {"method": "POST", "path": "/v1/chat", "headers": {},
+            "body": {"messages": [{"content": content}], **body}}
+
+
+def test_volatile_only_differences_get_rules() -> None:
+    rec = _req("now 2026-01-01T00:00:01Z, nonce=3fa9c2d1e0b41234", ts=1796185683)
+    call = _req("now 2030-05-05T10:00:00Z, nonce=77b0e1aa42c9ff00", ts=1796185999)
+    rules = for_miss(rec, call, [rec])
+    assert rules is not None and "body.ts" in rules
+    assert any(r.startswith("re:(?<=nonce=)") for r in rules)
+
+
+@pytest.mark.parametrize("call", [
+    _req("now 2030-05-05T10:00:00Z, about Rome"),  # ordinary text changed too
+    _req("now 2026-01-01T00:00:01Z, about Paris", seed=2),  # a plain value appeared
+])
+def test_anything_else_that_differs_gets_no_rule(call: Any) -> None:
+    rec = _req("now 2026-01-01T00:00:01Z, about Paris")
+    assert for_miss(rec, call, [rec]) is None
+
+
+def test_a_plain_value_that_changed_is_never_suggested() -> None:
+    rec, call = _req("q", seed=1), _req("q", seed=2)
+    assert for_miss(rec, call, [rec]) is None
+
+
+def test_no_rule_that_would_give_two_recordings_one_key() -> None:
+    a = _req("order 6f1c2b9e-7a34-4d2e-9c1a-0b5e8f3d7a21")
+    b = _req("order 0d5e9a47-2c1b-4f8e-a6d3-91e7c2b4f580")
+    call = _req("order 11111111-1111-4111-8111-111111111111")
+    assert for_miss(a, call, [a, b]) is None
+    assert for_miss(a, call, [a]) is not None
+
+
+CALLS: list[str] = []
+
+
+@dejacache.cache(kind="tool")
+def lookup(query: str) -> str:
+    CALLS.append(query)
+    return f"answer {len(CALLS)}"
+
+
+def test_the_miss_says_which_rule_and_where_and_the_rule_makes_it_a_hit(
+        tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record"):
+        recorded = lookup("weather as of 2026-01-01T00:00:01.123456 in Paris")
+    with pytest.raises(dejacache.ReplayMiss) as info, dejacache.cassette(path, mode="replay"):
+        lookup("weather as of 2026-03-09T11:30:00.5 in Paris")
+    miss = info.value
+    (rule,) = miss.suggestion
+    assert rule.startswith("re:") and rule in str(miss)
+    assert "would have made it a hit" in str(miss)
+    assert "[tool.dejacache]" in str(miss) and "dejacache learn --from-miss" in str(miss)
+    rekey_file(path, Rules([rule]))
+    with dejacache.cassette(path, mode="replay", volatile=[rule]):
+        assert lookup("weather as of 2026-03-09T11:30:00.5 in Paris") == recorded
+
+
+def test_a_miss_in_ordinary_text_suggests_nothing(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record"):
+        lookup("weather in Paris")
+    with pytest.raises(dejacache.ReplayMiss) as info, dejacache.cassette(path, mode="replay"):
+        lookup("weather in Rome")
+    assert info.value.suggestion == ()
+    assert "would have made it a hit" not in str(info.value)

@@ -1,0 +1,133 @@
+"""The project configuration: ``[tool.dejacache]`` in pyproject.toml (``_project.py``)."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from dejacache import _project
+from dejacache.errors import ConfigurationError
+
+
+@pytest.fixture
+def project_file(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> pathlib.Path:
+    """A project in ``tmp_path`` as the current directory, outside any pytest session's."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DEJACACHE_PROJECT", raising=False)
+    monkeypatch.setattr(_project, "_OVERRIDE", [None])
+    path = tmp_path / "pyproject.toml"
+    path.write_text("[project]\nname = 'x'\n")
+    return path
+
+
+def test_every_key_is_read_and_checked(project_file: pathlib.Path) -> None:
+    project_file.write_text("""
+[tool.dejacache]
+volatile = ["re:\\\\d{4}", "body.metadata.run"]
+mode = "Replay"
+cassette_dir = "recordings"
+max_age = "30d"
+on_expiry = "rerecord"
+live = "model, tool:search"
+allow_hosts = ["api.internal"]
+prices = {"gpt-x" = [1, 2.5]}
+""")
+    p = _project.current()
+    assert p.path == project_file
+    assert p.values == {
+        "volatile": (r"re:\d{4}", "body.metadata.run"), "mode": "replay",
+        "cassette_dir": "recordings", "max_age": 30 * 86400.0, "on_expiry": "rerecord",
+        "live": ("model", "tool:search"), "allow_hosts": ("api.internal",),
+        "prices": {"gpt-x": (1.0, 2.5)}}
+    assert set(p.values) == set(_project.KEYS)  # the test covers every row of the table
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ("volatil = []", "unknown key 'volatil'; did you mean 'volatile'?"),
+    ("cassettes_dir = 'x'", "did you mean 'cassette_dir'?"),
+    ("mode = 'sometimes'", "unknown .* mode 'sometimes'"),
+    ("volatile = 're:x'", "volatile must be a list of strings"),
+    ("volatile = ['re:(a+)+$']", "exponential time"),
+    ("max_age = 'soon'", "max_age"),
+    ("prices = {'m' = [1]}", "prices: 'm' must be \\[input, output\\]"),
+])
+def test_an_unknown_key_or_a_bad_value_names_it(project_file: pathlib.Path, line: str,
+                                                 message: str) -> None:
+    project_file.write_text(f"[tool.dejacache]\n{line}\n")
+    with pytest.raises(ConfigurationError, match=message) as info:
+        _project.current()
+    assert str(project_file) in str(info.value)
+
+
+def test_no_table_no_parse_no_values(project_file: pathlib.Path) -> None:
+    assert _project.current().values == {}
+    project_file.unlink()
+    assert _project.current() == _project.Project()
+
+
+def test_the_file_is_read_again_when_it_changes(project_file: pathlib.Path) -> None:
+    project_file.write_text("[tool.dejacache]\nmode = 'record'\n")
+    assert _project.current().get("mode") == "record"
+    project_file.write_text("[tool.dejacache]\nmode = 'replay'  # changed\n")
+    assert _project.current().get("mode") == "replay"
+
+
+def test_dejacache_project_names_another_file_or_none(project_file: pathlib.Path,
+                                                      tmp_path: pathlib.Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    other = tmp_path / "elsewhere.toml"
+    other.write_text("[tool.dejacache]\nmode = 'off'\n")
+    project_file.write_text("[tool.dejacache]\nmode = 'record'\n")
+    monkeypatch.setenv("DEJACACHE_PROJECT", str(other))
+    assert _project.current().get("mode") == "off"
+    monkeypatch.setenv("DEJACACHE_PROJECT", "")
+    assert _project.current().path is None
+
+
+def test_ini_values_are_checked_and_laid_over_the_table(project_file: pathlib.Path) -> None:
+    project_file.write_text("[tool.dejacache]\nmode = 'record'\nmax_age = '1d'\n")
+    ini = {"dejacache_mode": "replay", "dejacache_volatile": ["body.a", "re:x"],
+           "dejacache_prices": ["gpt-y 3 4"]}
+    over = _project.ini_values(lambda name: ini.get(name, ""))
+    merged = _project.current().overlaid(over, "ini")
+    assert merged.values["mode"] == "replay" and merged.sources["mode"] == "ini"
+    assert merged.values["max_age"] == 86400.0
+    assert merged.values["volatile"] == ("body.a", "re:x")
+    assert merged.values["prices"] == {"gpt-y": (3.0, 4.0)}
+    with pytest.raises(ConfigurationError, match="dejacache_mode"):
+        _project.ini_values(lambda name: "never" if name == "dejacache_mode" else "")
+
+
+def test_describe_says_where_each_setting_comes_from(project_file: pathlib.Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    project_file.write_text("[tool.dejacache]\nmode = 'record'\nvolatile = ['a.b']\n")
+    monkeypatch.setenv("DEJACACHE_VOLATILE", "re:x")
+    rows = {k: (v, src) for k, v, src in _project.describe(_project.current())}
+    assert rows["volatile"] == ("re:x", "environment DEJACACHE_VOLATILE")
+    assert rows["mode"][0] == "record" and "[tool.dejacache]" in rows["mode"][1]
+    assert rows["on_expiry"] == ("warn", "default")
+
+
+@pytest.mark.parametrize(("written", "exists", "mode"), [
+    ("none", False, "replay"), ("once", True, "replay"), ("once", False, "record"),
+    ("new_episodes", True, "auto"), ("all", True, "record"), ("Replay", False, "replay")])
+def test_mode_takes_vcrpys_names_as_the_ini_key_does(
+        project_file: pathlib.Path, monkeypatch: pytest.MonkeyPatch, written: str,
+        exists: bool, mode: str) -> None:
+    from dejacache.cassettes.block import default_mode
+
+    monkeypatch.delenv("DEJACACHE_MODE", raising=False)
+    monkeypatch.delenv("CI", raising=False)
+    project_file.write_text(f"[tool.dejacache]\nmode = {written!r}\n")
+    assert default_mode(exists) == mode
+    monkeypatch.setenv("CI", "1")  # the environment is above the project file
+    assert default_mode(exists) == "replay"
+    monkeypatch.setenv("DEJACACHE_MODE", "off")
+    assert default_mode(exists) == "off"
+
+
+def test_a_mode_in_neither_vocabulary_lists_both(project_file: pathlib.Path) -> None:
+    project_file.write_text("[tool.dejacache]\nmode = 'twice'\n")
+    with pytest.raises(ConfigurationError, match=r"auto, replay, record, off .*vcrpy's once"):
+        _project.current()
