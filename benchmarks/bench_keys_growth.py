@@ -6,6 +6,11 @@ and right after it the floor, ``xxh3_128(orjson.dumps(request, OPT_SORT_KEYS))``
 request, so both see the same machine load. Messages are shaped like an agent's (user text,
 assistant tool calls with ``"content": null``, tool results, assistant replies).
 
+Two workloads (``WORKLOADS``): ``agent``, an agent's turns (user text of 10-30 words, tool
+calls, tool results of 1-3 rows, replies of 15-45 words from a 34-word travel vocabulary), and
+``filler``, plain chat of ~200-character messages in filler prose whose words include what a
+secret scan looks for (a URL, "token", "key", "sk-learn") but no secret.
+
 Rows: ``full`` is ``KeyBuilder.key`` (the key a miss stores under: bind, volatile walk,
 orjson, xxh3); ``miss`` is what ``@cache`` pays for the key on a miss (``probe_key`` then
 ``bind_key``, as the decorator calls them: on bytes never seen before the hit-path form is
@@ -62,10 +67,32 @@ def _message(rng: random.Random, i: int) -> dict[str, Any]:
     return {"role": "assistant", "content": _text(rng, rng.randint(15, 45))}
 
 
-def _conversation(seed: int, n: int) -> list[dict[str, Any]]:
+# The second workload: plain chat of ~200-character messages in filler prose whose words
+# include what a secret scan looks for (URLs, "token", "key", "sk-" words) but no secret.
+_FILLER = ("lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit",
+           "sed", "do", "eiusmod", "tempor", "token", "key", "session", "see",
+           "https://docs.example.com/guide?page=2", "sk-learn", "api", "bearer")
+
+
+def _filler(rng: random.Random, i: int) -> dict[str, Any]:
+    words: list[str] = []
+    while sum(len(w) + 1 for w in words) < 200:
+        words.append(rng.choice(_FILLER))
+    return {"role": "user" if i % 2 == 0 else "assistant", "content": " ".join(words)}
+
+
+WORKLOADS = {
+    # an agent's turns: user text, tool calls with "content": null, tool results, replies
+    "agent": _message,
+    "filler": _filler,
+}
+
+
+def _conversation(seed: int, n: int, workload: str = "agent") -> list[dict[str, Any]]:
     rng = random.Random(f"dejacache-bench-growth/{seed}")
+    make = WORKLOADS[workload]
     return [{"role": "system", "content": _text(rng, 40)},
-            *(_message(rng, i) for i in range(n - 1))]
+            *(make(rng, i) for i in range(n - 1))]
 
 
 def _request(messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -122,12 +149,19 @@ def _contender(path: str, kb: KeyBuilder, rep: int) -> Callable[[dict[str, Any]]
 
 
 def bench_keys_growth(sizes: tuple[int, ...] = (10, 100, 1000), conversations: int = 40,
-                      repeats: int = 3) -> list[dict[str, Any]]:
-    """One row per (N, path): N, our µs, floor µs, ratio (medians over all samples)."""
+                      repeats: int = 3, workloads: tuple[str, ...] = tuple(WORKLOADS),
+                      ) -> list[dict[str, Any]]:
+    """One row per (workload, N, path): our µs, floor µs, ratio (medians of all samples)."""
+    return [row for wl in workloads for row in _bench_workload(wl, sizes, conversations,
+                                                               repeats)]
+
+
+def _bench_workload(workload: str, sizes: tuple[int, ...], conversations: int,
+                    repeats: int) -> list[dict[str, Any]]:
     dejacache.configure(store=dejacache.MemoryStore())
     rows: list[dict[str, Any]] = []
     for n in sizes:
-        convs = [_conversation(seed, n + 2) for seed in range(conversations)]
+        convs = [_conversation(seed, n + 2, workload) for seed in range(conversations)]
         samples: dict[str, list[int]] = {p: [] for p in (*PATHS, "floor")}
         for rep in range(repeats):
             for path in PATHS:
@@ -157,14 +191,16 @@ def bench_keys_growth(sizes: tuple[int, ...] = (10, 100, 1000), conversations: i
         floor = statistics.median(samples["floor"]) / 1000
         for path in PATHS:
             ours = statistics.median(samples[path]) / 1000
-            rows.append({"N": n, "path": path, "ours_us": round(ours, 2),
+            rows.append({"workload": workload, "N": n, "path": path,
+                         "ours_us": round(ours, 2),
                          "floor_us": round(floor, 2), "ratio": round(ours / floor, 2)})
     dejacache.configure(store=None)
     return rows
 
 
 if __name__ == "__main__":
-    print("| N messages | key | ours (µs) | floor: orjson+xxh3 (µs) | ratio |")
-    print("|---|---|---|---|---|")
+    print("| workload | N messages | key | ours (µs) | floor: orjson+xxh3 (µs) | ratio |")
+    print("|---|---|---|---|---|---|")
     for r in bench_keys_growth():
-        print(f"| {r['N']} | {r['path']} | {r['ours_us']} | {r['floor_us']} | {r['ratio']}x |")
+        print(f"| {r['workload']} | {r['N']} | {r['path']} | {r['ours_us']} | {r['floor_us']} "
+              f"| {r['ratio']}x |")

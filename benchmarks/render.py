@@ -481,9 +481,10 @@ def block_keys_growth(R: Results) -> str:
     if not isinstance(r, list) or not r or not all(isinstance(x, dict) for x in r):
         return _missing(R, "keys_growth")
     if all({"N", "path", "ours_us", "floor_us"} <= set(x) for x in r):
-        rows = [[f"{x['N']:,}", x["path"], us(x["ours_us"]), us(x["floor_us"]),
-                 times(x["ours_us"], x["floor_us"])] for x in r]
-        cols = ["messages resent", "key", "dejacache", "floor: orjson + xxh3", "vs floor"]
+        rows = [[x.get("workload", "agent"), f"{x['N']:,}", x["path"], us(x["ours_us"]),
+                 us(x["floor_us"]), times(x["ours_us"], x["floor_us"])] for x in r]
+        cols = ["workload", "messages resent", "key", "dejacache", "floor: orjson + xxh3",
+                "vs floor"]
     else:  # an unknown shape: show it as it is rather than nothing
         cols = list(dict.fromkeys(k for row in r for k in row))
         rows = [[_fmt_any(row.get(c)) for c in cols] for row in r]
@@ -492,7 +493,10 @@ def block_keys_growth(R: Results) -> str:
         "turn keyed first, untimed, as an agent loop does), each sample followed by the floor "
         "on the same request; `full` is the key a miss stores under, `miss` what `@cache` pays "
         "for the key on a miss, `decorated miss` the whole `@cache` miss of a free function "
-        "in a `MemoryStore` (key, run, encode, the stored request scrubbed, store, count):",
+        "in a `MemoryStore` (key, run, encode, the stored request scrubbed, store, count). "
+        "Workloads: `agent` (an agent's turns: user text of 10-30 words, tool calls, tool "
+        "results, replies of 15-45 words) and `filler` (~200-character chat messages of "
+        "filler prose with a URL and the words a secret scan looks for, no secret):",
         "", table(cols, rows), "", source(R, "keys_growth")])
 
 
@@ -853,19 +857,23 @@ _GROWTH_GOALS = (
 
 
 def _growth_goal_rows(kg: Any) -> list[list[str]]:
-    """The key and the whole decorated miss at the largest N, against the plain orjson +
-    xxh3 of the request."""
+    """The key and the whole decorated miss at the largest N of each workload, against the
+    plain orjson + xxh3 of the request."""
     out: list[list[str]] = []
     ok = isinstance(kg, list) and all(isinstance(x, dict) for x in kg)
-    for path, job, goal, limit in _GROWTH_GOALS:
-        rows = [x for x in kg if x.get("path") == path] if ok else []
-        if not rows or not all({"N", "ours_us", "floor_us"} <= set(x) for x in rows):
-            out.append([job.format(n="1,000"), goal + " the orjson + xxh3 floor", NA, "-"])
-            continue
-        big = max(rows, key=lambda x: x["N"])
-        out.append(_ratio_row(job.format(n=f"{big['N']:,}"),
-                              goal + " the orjson + xxh3 floor", limit, big["ours_us"],
-                              big["floor_us"]))
+    workloads = list(dict.fromkeys(x.get("workload", "agent") for x in kg)) if ok else [""]
+    for wl in workloads or [""]:
+        for path, job, goal, limit in _GROWTH_GOALS:
+            rows = [x for x in kg if x.get("path") == path
+                    and x.get("workload", "agent") == wl] if ok else []
+            name = job.format(n="1,000") + (f" ({wl})" if wl else "")
+            if not rows or not all({"N", "ours_us", "floor_us"} <= set(x) for x in rows):
+                out.append([name, goal + " the orjson + xxh3 floor", NA, "-"])
+                continue
+            big = max(rows, key=lambda x: x["N"])
+            out.append(_ratio_row(job.format(n=f"{big['N']:,}") + f" ({wl})",
+                                  goal + " the orjson + xxh3 floor", limit, big["ours_us"],
+                                  big["floor_us"]))
     return out
 
 
@@ -880,6 +888,7 @@ def _growth_summary(kg: Any) -> tuple[str, str]:
     """The miss path's ratio to the floor at each N, and whether it does not grow with N."""
     if not isinstance(kg, list) or not kg or not all(isinstance(x, dict) for x in kg):
         return NA, "-"
+    kg = [x for x in kg if x.get("workload", "agent") == "agent"]
     rows = [x for x in kg if x.get("path") == "miss"] or [x for x in kg if "path" not in x]
     if not rows or not all({"N", "ours_us", "floor_us"} <= set(x) for x in rows):
         return "see the key-growth table", "-"
