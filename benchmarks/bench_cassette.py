@@ -127,12 +127,13 @@ import json, sys, time
 t = time.perf_counter()
 import dejacache, orjson
 dejacache.cassette  # loaded on first use: counted (and reported) as import time, not as the open
-imp = time.perf_counter() - t
-case = orjson.loads(open(sys.argv[2], "rb").read())
 
 @dejacache.cache(name="llm")
 def llm(request):
     raise RuntimeError("a replay went live")
+
+imp = time.perf_counter() - t
+case = orjson.loads(open(sys.argv[2], "rb").read())
 
 t0 = time.perf_counter()
 block = dejacache.cassette(sys.argv[1], mode="replay", cache_key="bench")
@@ -176,8 +177,11 @@ def bench_cold(n: int, tmp: pathlib.Path, repeats: int, peer: bool) -> dict[str,
             if rep >= 0:
                 runs[label].append(r)
     for label, rs in runs.items():
+        for r in rs:  # what a test pays: every import the block triggers counted
+            r["with_imports_ms"] = r["import_ms"] + r["total_ms"]
         out[label] = {f: statistics.median(r[f] for r in rs)
-                      for f in ("open_hit_ms", "close_ms", "total_ms", "import_ms")}
+                      for f in ("open_hit_ms", "close_ms", "total_ms", "import_ms",
+                                "with_imports_ms")}
         out[label]["max_total_ms"] = max(r["total_ms"] for r in rs)
     if peer and agentcassette is not None:
         ac_path = tmp / f"ac-agent-{n}.json"

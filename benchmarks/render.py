@@ -252,16 +252,19 @@ def block_cassette(R: Results) -> str:
     if cold:
         rows = [[f"{label} entry", ms(cold[label]["open_hit_ms"]), ms(cold[label]["close_ms"]),
                  ms(cold[label]["total_ms"]), ms(cold[label]["max_total_ms"]),
-                 ms(cold[label]["import_ms"])]
+                 ms(cold[label]["import_ms"]),
+                 ms(cold[label].get("with_imports_ms",
+                                    cold[label]["import_ms"] + cold[label]["total_ms"]))]
                 for label in ("first", "last", "random") if label in cold]
         out += [f"A fresh interpreter opens a {cold['entries']:,}-entry cassette (20 KB agent "
                 "steps) in a `with dejacache.cassette(...)` block, serves one recorded call and "
                 f"closes the block; medians of {cold['repeats']} process"
                 f"{'es' if cold['repeats'] != 1 else ''} each, the three "
                 "positions interleaved, file in the page cache. Imports (dejacache and its "
-                "cassette modules, bytecode cached) are timed apart:", "",
-                table(["served", "open + hit", "close", "total", "worst total", "imports"],
-                      rows), "",
+                "cassette modules, bytecode cached) are timed apart, and counted in the last "
+                "column, what a test pays:", "",
+                table(["served", "open + hit", "close", "total", "worst total", "imports",
+                       "with imports"], rows), "",
                 f"File: {cold['file_bytes'] / 1e6:.1f} MB, {cold['size_ratio']:.3f}x the naive "
                 f"JSON of the same calls ({cold['raw_bytes'] / 1e6:.1f} MB)."]
         ac = cold.get("agentcassette")
@@ -701,6 +704,11 @@ def _cassette_rows(R: Results) -> list[list[str]]:
         rows.append([job, "≤ 5 ms", f"{n}last {ms(cold['last']['open_hit_ms'])}, random "
                      f"{ms(cold['random']['open_hit_ms'])} (first "
                      f"{ms(cold['first']['open_hit_ms'])})", _met(late <= 5)])
+        paid = max(cold[k].get("with_imports_ms", cold[k]["import_ms"] + cold[k]["total_ms"])
+                   for k in ("last", "random"))
+        rows.append(["10k-entry cassette, fresh process: `import dejacache` + first block + "
+                     "late hit + close, every import counted", "≤ 10 ms", ms(paid),
+                     _met(paid <= 10)])
         close = max(cold[k]["close_ms"] for k in ("first", "last", "random"))
         rows.append(["closing a block over a 10k cassette that changed nothing", "≤ 5 ms",
                      f"{n}{ms(close)} (worst of the medians)", _met(close <= 5)])
