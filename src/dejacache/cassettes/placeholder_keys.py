@@ -84,7 +84,10 @@ def _wrap_async(real: Callable[..., Any]) -> Callable[..., Any]:
 def _targets() -> list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]]:
     out: list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]] = []
     for name in ("httpx", "httpx2"):
-        if importlib.util.find_spec(name) is None:
+        try:
+            if importlib.util.find_spec(name) is None:
+                continue
+        except ValueError:  # in sys.modules as None: made unimportable on purpose
             continue
         module = importlib.import_module(name)
         for cls_name, method, wrap in (("HTTPTransport", "handle_request", _wrap_sync),
