@@ -21,6 +21,7 @@ from typing import Any, Final
 from ._core import volatile as _vol
 from ._core.durations import Duration, seconds
 from ._core.volatile import parse as _parse_volatile
+from ._modes import MODES, resolve_mode
 from ._paths import default_cache_dir
 from .codec import Codec, JsonCodec
 from .errors import ConfigurationError
@@ -65,9 +66,6 @@ def volatile_items(items: Iterable[str | re.Pattern[str]]) -> VolatileItems:
     return out
 
 
-MODES: Final = ("auto", "replay", "record", "off")
-
-
 def ttl_seconds(value: Duration | None, what: str) -> float | None:
     """A ttl as the stores take it (seconds; None: no expiry), from any duration a user may
     write (``3600``, ``timedelta(hours=1)``, ``"1h"``), checked where it is given."""
@@ -85,13 +83,6 @@ class Unset:
 
 
 UNSET: Final = Unset()
-
-
-def resolve_mode(mode: str, *, where: str = "mode") -> str:
-    m = mode.strip().lower()
-    if m not in MODES:
-        raise ConfigurationError(f"unknown {where} {mode!r}; expected one of {', '.join(MODES)}")
-    return m
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import ParamSpec, TypeVar
 
 from .._core.volatile import BlockPaths
+from .._modes import in_ci
 from ..config import (
     UNSET,
     Duration,
@@ -31,34 +32,17 @@ from ..config import (
 )
 from ..keys import key_substitutions
 from ..scope import Block, enter, inherited, leave, settle
+from ._events import DISCARDED, INTERRUPTIONS, OPENED
 from .ageing import resolve as resolve_ageing
 from .partial import Partial, check_partial, derived_path, parse_live
 from .redact import Redactor
 from .store import Cassette
 from .vcr_match import check_match, warn_stale
 
-__all__ = ["INTERRUPTIONS", "cassette", "default_mode", "in_ci"]
+__all__ = ["DISCARDED", "INTERRUPTIONS", "OPENED", "cassette", "default_mode", "in_ci"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-#: Told of each block entered and the tape it opened (before the tape reads the file): the
-#: pytest plugin's record of which cassettes a run used (``usage.py``), including blocks a
-#: test opens by hand. Changed once per session, never per call.
-OPENED: list[Callable[[cassette, Cassette], None]] = []
-
-#: What stops a block without it having failed: the run was cut short, so the block writes
-#: nothing of it, even with ``record_on_error=True``.
-INTERRUPTIONS: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit)
-
-#: Told of each interrupted block that had recorded calls, with the tape and a sentence
-#: saying what was not written (the pytest plugin's summary). Changed once per session.
-DISCARDED: list[Callable[[Cassette, str], None]] = []
-
-
-def in_ci() -> bool:
-    v = os.environ.get("CI", "").strip().lower()
-    return bool(v) and v not in ("0", "false", "no")
 
 
 def default_mode() -> str:
@@ -153,6 +137,10 @@ class cassette(Block[Cassette]):
         # Set by integrations that write the file later (dejacache.integrations.scenario under
         # pytest): called with (tape, block_ok) on exit instead of saving and closing the tape.
         self.defer_save: Callable[[Cassette, bool], None] | None = None
+        # Told of the block's partial replay when it exits cleanly, instead of a warning
+        # naming its ``live=`` rules that matched no call (the pytest plugin gathers those of
+        # ``--dejacache-live``, which every test shares, into one note for the session).
+        self.on_live: Callable[[Partial], None] | None = None
 
     def open(self) -> Cassette:
         """A fresh tape over the file (not yet active)."""
@@ -226,10 +214,27 @@ class cassette(Block[Cassette]):
             warn_stale(tape)
             if tape.ageing is not None:
                 tape.ageing.warn()
+            if tape.partial is not None:
+                self._live_done(tape.partial)
         if tape.strict and exc_type is None:
             unmade = tape.unmade_error()  # recorded calls never made: the contract is broken
             if unmade is not None:
                 raise unmade
+
+
+    def _live_done(self, partial: Partial) -> None:
+        if self.on_live is not None:
+            self.on_live(partial)
+            return
+        unmatched = partial.unmatched()
+        if unmatched:
+            import warnings
+
+            from ..errors import DejacacheWarning
+            from .partial import unmatched_note
+
+            warnings.warn(unmatched_note(unmatched, partial.calls, f"in cassette {self.path}"),
+                          DejacacheWarning, stacklevel=3)
 
 
 def _discarded(tape: Cassette, reason: str) -> None:

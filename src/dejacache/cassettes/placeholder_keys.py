@@ -16,22 +16,23 @@ not httpx's (litellm's aiohttp) are not wrapped.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import NetworkBlocked
 
-__all__ = ["KEY_VARIABLES", "PLACEHOLDER", "carries_placeholder", "supply", "withdraw"]
+__all__ = ["EXPLAIN", "KEY_VARIABLES", "PLACEHOLDER", "carries_placeholder", "supply",
+           "withdraw"]
 
 # Not secret-shaped (no ``sk-`` prefix), so ``dejacache scan`` and redaction leave it alone
 # and nobody mistakes it for a leaked key.
 PLACEHOLDER = "dejacache-replay-placeholder-not-a-key"
 KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
+_LIBRARIES = ("httpx", "httpx2")
 _LOCK = threading.Lock()
 _USERS = 0
 # (class, method, what was there, our wrapper)
@@ -48,13 +49,25 @@ def carries_placeholder(request: Any) -> bool:
     return any(PLACEHOLDER in v for v in values)
 
 
+#: Asked (innermost last) what a refused request was part of: the pytest plugin names the
+#: test, and says whether it has a cassette and whether the call went live on purpose.
+#: Each takes the host and returns the advice to give, or None to leave it to the next.
+EXPLAIN: list[Callable[[str], str | None]] = []
+
+
 def _refuse(request: Any) -> None:
+    host = str(request.url.host)
+    advice = None
+    for explain in reversed(EXPLAIN):
+        advice = explain(host)
+        if advice:
+            break
     raise NetworkBlocked(
-        f"dejacache refused a live request to {request.url.host}: it carries the placeholder "
-        f"API key dejacache sets while tests replay ({' / '.join(KEY_VARIABLES)} were unset). "
-        "A call that misses the cassette needs a real key: set the variable and re-record "
-        "locally with --dejacache-mode=record.",
-        source=str(request.url.host),
+        f"dejacache refused a live request to {host}: it carries the placeholder API key "
+        f"dejacache sets while tests replay ({' / '.join(KEY_VARIABLES)} were unset). "
+        + (advice or "A call that misses the cassette needs a real key: set the variable and "
+           "re-record locally with --dejacache-mode=record."),
+        source=host,
     )
 
 
@@ -81,34 +94,51 @@ def _wrap_async(real: Callable[..., Any]) -> Callable[..., Any]:
     return handle_async_request
 
 
-def _targets() -> list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]]:
-    out: list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]] = []
-    for name in ("httpx", "httpx2"):
-        try:
-            if importlib.util.find_spec(name) is None:
-                continue
-        except ValueError:  # in sys.modules as None: made unimportable on purpose
-            continue
-        module = importlib.import_module(name)
-        for cls_name, method, wrap in (("HTTPTransport", "handle_request", _wrap_sync),
-                                       ("AsyncHTTPTransport", "handle_async_request",
-                                        _wrap_async)):
-            cls = getattr(module, cls_name, None)
-            if isinstance(cls, type) and method in cls.__dict__:
-                out.append((cls, method, wrap))
+_Target = tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]
+
+
+def _targets_in(module: Any) -> list[_Target]:
+    out: list[_Target] = []
+    for cls_name, method, wrap in (("HTTPTransport", "handle_request", _wrap_sync),
+                                   ("AsyncHTTPTransport", "handle_async_request", _wrap_async)):
+        cls = getattr(module, cls_name, None)
+        if isinstance(cls, type) and method in cls.__dict__:
+            out.append((cls, method, wrap))
     return out
+
+
+def _loaded(name: str) -> Any:
+    """The library ``name`` if this process has imported it (all of it), else None."""
+    mod = sys.modules.get(name)
+    if mod is None or getattr(getattr(mod, "__spec__", None), "_initializing", False):
+        return None
+    return mod
 
 
 def _install_guard() -> bool:
     """Wrap the transports, innermost: under dejacache's interception, so a replayed request
     (which carries the placeholder too) is answered before the check sees it. When
     interception is already on top, the guard cannot go under it: False, and no placeholder.
-    A guard left under an interception wrapper when withdrawn stays as a pass-through."""
-    targets = _targets()
+    A guard left under an interception wrapper when withdrawn stays as a pass-through.
+    A library not imported yet is wrapped when it is (``_GuardOnImport``): a replaying session
+    whose tests never use httpx or httpx2 does not pay for importing them (~0.1 s)."""
+    targets = [t for name in _LIBRARIES if (m := _loaded(name)) is not None
+               for t in _targets_in(m)]
     for cls, method, _ in targets:
         current = cls.__dict__[method]
         if getattr(current, "__dejacache_patch__", False):
             return False
+    _wrap_targets(targets)
+    if not any(isinstance(f, _GuardOnImport) for f in sys.meta_path):
+        # After dejacache's other import hooks (interception's, the thread carry): on a
+        # library loaded while a block is open, interception's wrapper goes on top of ours.
+        at = next((i for i, f in enumerate(sys.meta_path)
+                   if not type(f).__module__.startswith("dejacache.")), len(sys.meta_path))
+        sys.meta_path.insert(at, _GuardOnImport())
+    return True
+
+
+def _wrap_targets(targets: list[_Target]) -> None:
     for cls, method, wrap in targets:
         current = cls.__dict__[method]
         if getattr(current, _MARK, False) or getattr(current, "__dejacache_patch__", False):
@@ -116,10 +146,27 @@ def _install_guard() -> bool:
         wrapper = wrap(current)
         _SAVED.append((cls, method, current, wrapper))
         setattr(cls, method, wrapper)
-    return True
+
+
+class _GuardOnImport:
+    """Wraps httpx / httpx2 the moment they are imported while placeholders are out."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in _LIBRARIES or not _USERS or fullname in sys.modules:
+            return None
+        from .._importhook import spec_with_callback
+
+        return spec_with_callback(self, fullname, path, target, _on_import)
+
+
+def _on_import(module: Any) -> None:
+    with _LOCK:
+        if _USERS:
+            _wrap_targets(_targets_in(module))
 
 
 def _remove_guard() -> None:
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _GuardOnImport)]
     while _SAVED:
         cls, method, real, wrapper = _SAVED.pop()
         # Identity, not the mark: interception's wrapper copies our attributes
