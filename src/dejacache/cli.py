@@ -222,7 +222,9 @@ def _add_verify(sub: _Sub) -> None:
         "'cassettes' directory under the directories named; default: the current "
         "directory) and prints a table of file, check, verdict and detail. Orphans are "
         "judged by the usage record the pytest plugin writes at the end of a run.")
-    p.add_argument("paths", nargs="*", metavar="PATH")
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="cassettes, or directories searched for cassettes/ folders "
+                        "(default: .)")
     p.add_argument("--fix", action="store_true",
                    help="remove orphaned entries and files, rewrite older formats and hand "
                         "layouts with fresh checksums (damage is never accepted)")
@@ -233,6 +235,33 @@ def _add_verify(sub: _Sub) -> None:
                         "sets its own max_age")
     p.add_argument("-v", "--verbose", action="store_true", help="every row, not only problems")
     p.set_defaults(func=_cmd_verify)
+
+
+# One example per command, shown at the end of its --help.
+EXAMPLES: dict[str, str] = {
+    "stats": "dejacache stats --json",
+    "clear": "dejacache clear --cache-key my-suite-v2",
+    "demo": "dejacache demo",
+    "verify": "dejacache verify tests/            (in CI, after pytest)",
+    "show": "dejacache show tests/cassettes/test_agent/test_plan.json --name openai",
+    "diff": ("git show HEAD:tests/cassettes/test_agent/test_plan.json > /tmp/old.json\n"
+             "  dejacache diff /tmp/old.json tests/cassettes/test_agent/test_plan.json"),
+    "scan": "dejacache scan tests/cassettes     (or as a pre-commit hook)",
+    "prune": "dejacache prune -q tests/",
+    "rehash": "dejacache rehash tests/cassettes/test_agent/test_plan.json",
+    "prefix-report": "dejacache prefix-report tests/cassettes --top 5",
+    "report": ("dejacache report tests/cassettes -o report.html\n"
+               "  dejacache report old.json new.json -o drift.html"),
+    "import": "dejacache import tests/cassettes/test_plan.yaml -o tests/cassettes/plan.json",
+}
+
+
+def _with_examples(sub: Any) -> None:
+    for name, cmd in sub.choices.items():
+        example = EXAMPLES.get(name)
+        if example is not None:
+            cmd.epilog = f"example:\n  {example}"
+            cmd.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -257,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .cassettes.importers.cli import add_import
 
     add_import(sub)  # import FILE -o CASSETTE (vcrpy, agentcassette)
+    _with_examples(sub)
     return parser
 
 
