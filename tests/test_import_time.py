@@ -295,8 +295,8 @@ FIRST_BLOCK = ("asyncio", "ssl", "concurrent.futures", "logging",
 @pytest.mark.parametrize("block", [
     "dejacache.scope(store=dejacache.MemoryStore())",
     "dejacache.scope(store=dejacache.MemoryStore(), mode='replay')",
-    "dejacache.cassette(tmp + '/c.yaml')",
-    "dejacache.cassette(tmp + '/c.yaml', mode='replay')",
+    "dejacache.cassette(tmp + '/c.json')",
+    "dejacache.cassette(tmp + '/c.json', mode='replay')",
 ])
 def test_the_first_block_loads_interception_but_no_heavy_module(
     block: str, tmp_path: pathlib.Path,

@@ -30,6 +30,7 @@ from ..config import (
     settings_object,
     volatile_items,
 )
+from ..errors import ConfigurationError
 from ..keys import key_substitutions
 from ..scope import Block, enter, inherited, leave, settle
 from ._events import DISCARDED, INTERRUPTIONS, OPENED
@@ -110,6 +111,13 @@ class cassette(Block[Cassette]):
         live_path: str | os.PathLike[str] | None = None,
     ) -> None:
         self.path = pathlib.Path(path)
+        if self.path.suffix.lower() in (".yaml", ".yml"):
+            # (written as JSON under a .yaml name, it looked like a vcrpy file to every tool)
+            raise ConfigurationError(
+                f"cassette {self.path}: dejacache cassettes are JSON; name it "
+                f"{self.path.with_suffix('.json').name} (a vcrpy / pytest-recording YAML "
+                f"recording converts with: dejacache import {self.path} -o "
+                f"{self.path.with_suffix('.json')})")
         self.mode = resolve_mode(mode) if mode is not None else None
         self.redactor = Redactor.from_spec(redact, substitute)
         self.key_substitute = key_substitutions(substitute or {})

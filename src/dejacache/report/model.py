@@ -58,6 +58,12 @@ class Step:
     def label(self) -> str:
         return f"#{self.index} {self.name}"
 
+    @property
+    def counted(self) -> bool:
+        """Whether totals count its tokens (``trajectory.Step.counted``): a model call, or a
+        step whose tokens are a provider's usage."""
+        return self.kind == "model" or self.tokens_exact
+
 
 @dataclasses.dataclass(slots=True)
 class Missed:
@@ -82,11 +88,11 @@ class Run:
 
     @property
     def input_tokens(self) -> int:
-        return sum(s.input_tokens for s in self.steps)
+        return sum(s.input_tokens for s in self.steps if s.counted)
 
     @property
     def output_tokens(self) -> int:
-        return sum(s.output_tokens for s in self.steps)
+        return sum(s.output_tokens for s in self.steps if s.counted)
 
     @property
     def tokens(self) -> int:
