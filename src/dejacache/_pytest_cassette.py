@@ -210,7 +210,7 @@ def placeholder_advice(item: pytest.Item, host: str) -> str | None:
     """What the placeholder guard tells a test whose call it refused: whether the test has
     a cassette at all, and whether the call went live on purpose."""
     tape: Cassette | None = item.stash.get(state.TAPE, None)
-    keys = " / ".join(placeholder_keys.KEY_VARIABLES)
+    keys = placeholder_keys.held()
     if tape is None:
         from .scope import current
 

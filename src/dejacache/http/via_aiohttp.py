@@ -43,6 +43,7 @@ import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ..cassettes import placeholder_keys
 from ..errors import DejacacheWarning, ReplayMiss
 from ._libs import Lib, any_transport_error, restating
 from ._patching import install, is_ours
@@ -155,6 +156,7 @@ async def _middleware(session: Any, req: Any, handler: Callable[[Any], Awaitable
     eff, opts = decided
 
     async def send(r: Any) -> Any:
+        placeholder_keys.check(r)  # (what the httpx transports get: none sent live)
         try:
             live = await handler(req)
         except Exception as exc:

@@ -45,6 +45,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..cassettes import placeholder_keys
 from ..errors import DejacacheWarning
 from ._libs import Lib, any_transport_error, restating
 from ._patching import install, is_ours
@@ -416,6 +417,7 @@ def _urlopen(orig: Callable[..., Any]) -> Callable[..., Any]:
         module = sys.modules["urllib3"]
 
         def send(req: Any) -> Any:
+            placeholder_keys.check(req)  # (what the httpx transports get: none sent live)
             sent = {**kw, "preload_content": False, "decode_content": False,
                     "release_conn": False}
             try:
