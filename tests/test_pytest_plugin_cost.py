@@ -22,6 +22,9 @@ import pytest
 ALLOWED = {"dejacache", "dejacache._lazy", "dejacache._modes", "dejacache._pytest_state",
            "dejacache._pytest_usage", "dejacache.cassettes", "dejacache.cassettes._events",
            "dejacache.errors", "dejacache.pytest_plugin",
+           # pytest-recording's names and the prompt-cache gate's options (their machinery
+           # loads with a vcr test or a --dejacache-min-hit-rate bar)
+           "dejacache._pytest_vcr", "dejacache.planner", "dejacache.planner.pytest_gate",
            # under CI: the placeholder API keys (its guard waits for httpx to be imported)
            "dejacache.cassettes.placeholder_keys"}
 

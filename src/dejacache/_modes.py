@@ -9,9 +9,11 @@ from typing import Final
 
 from .errors import ConfigurationError
 
-__all__ = ["MODES", "in_ci", "resolve_mode"]
+__all__ = ["MODES", "VCR_MODES", "in_ci", "resolve_mode"]
 
 MODES: Final = ("auto", "replay", "record", "off")
+#: vcrpy's record modes (and pytest-recording's ``rewrite``), which the vcr surface maps.
+VCR_MODES: Final = ("once", "new_episodes", "none", "all", "rewrite")
 
 
 def resolve_mode(mode: str, *, where: str = "mode") -> str:

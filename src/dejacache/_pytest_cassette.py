@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from . import _pytest_state as state
+from . import _pytest_vcr
 from .cassettes import placeholder_keys
 from .cassettes._events import INTERRUPTIONS
-from .cassettes.block import cassette, default_mode, in_ci
+from .cassettes.block import cassette, in_ci
 from .cassettes.netguard import NetworkGuard
 from .cassettes.partial import Partial
 from .cassettes.prices import PRICES_DATE
@@ -26,14 +27,14 @@ __all__ = ["counts", "live_summary", "open_cassette", "placeholder_advice", "sho
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
-def open_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
-    """The body of the ``dejacache_cassette`` fixture (see ``pytest_plugin``)."""
+def open_cassette(request: pytest.FixtureRequest, path: pathlib.Path, opts: dict[str, Any],
+                  *, shared: bool) -> Iterator[Cassette]:
+    """The body of ``pytest_plugin.open_cassette`` (the ``dejacache_cassette`` fixture's, and
+    the ``vcr`` fixture's for ``@pytest.mark.vcr``); ``opts`` are the marker's options."""
     item = request.node
-    opts = state.marker_options(item)
     config = request.config
-    explicit = opts.get("cassette")
-    path = state.cassette_path(item, explicit)
-    mode = opts.get("mode") or config.getoption("dejacache_mode") or default_mode()
+    mode = opts.get("mode") or config.getoption("dejacache_mode") or _pytest_vcr.fallback_mode(
+        config, path.exists())
     hint = state.rerecord_command(item)
     from_option = "live" not in opts
     live = opts.get("live", config.getoption("dejacache_live"))
@@ -56,7 +57,7 @@ def open_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
         volatile=opts.get("volatile", ()),
         strict=bool(opts.get("strict", False) or config.getoption("dejacache_strict")),
         rerecord_hint=hint,
-        shared=explicit is not None,
+        shared=shared,
         match=opts.get("match", "request"),
         max_age=opts.get("max_age"),
         on_expiry=opts.get("on_expiry"),

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from .cassettes.store import Cassette
 
 __all__ = ["LIVE_SEEN", "MARKER_ARGS", "PLACEHOLDERS", "RAISED", "REPORTS", "STOPPED", "TAPE",
-           "TAPES", "cassette_path", "check_marker", "ending", "marker_options",
+           "TAPES", "cassette_dir", "cassette_path", "check_marker", "ending", "marker_options",
            "placeholders_out", "rerecord_command"]
 
 TAPE = pytest.StashKey["Cassette"]()
@@ -95,7 +95,8 @@ def ending(item: pytest.Item) -> type[BaseException] | None:
 
 def cassette_path(item: pytest.Item, explicit: str | os.PathLike[str] | None = None
                   ) -> pathlib.Path:
-    """Where a test's cassette lives: ``<test dir>/cassettes/<module>/<test name>.json``."""
+    """Where a test's cassette lives: ``<test dir>/cassettes/<module>/<test name>.json`` (the
+    ``dejacache_cassette_dir`` ini key moves ``<test dir>/cassettes``)."""
     test_file = pathlib.Path(str(item.path))
     if explicit is not None:
         p = pathlib.Path(explicit)
@@ -106,7 +107,16 @@ def cassette_path(item: pytest.Item, explicit: str | os.PathLike[str] | None = N
         import xxhash
 
         name = name[:80] + "-" + xxhash.xxh3_64_hexdigest(".".join(parts).encode())
-    return test_file.parent / "cassettes" / test_file.stem / f"{name}.json"
+    return cassette_dir(item, test_file) / test_file.stem / f"{name}.json"
+
+
+def cassette_dir(item: pytest.Item, test_file: pathlib.Path) -> pathlib.Path:
+    """``<test dir>/cassettes``, or the ``dejacache_cassette_dir`` ini key's directory."""
+    ini = str(item.config.getini("dejacache_cassette_dir"))
+    if not ini:
+        return test_file.parent / "cassettes"
+    root = item.config.inipath.parent if item.config.inipath else item.config.rootpath
+    return root / ini
 
 
 def rerecord_command(item: pytest.Item) -> str:

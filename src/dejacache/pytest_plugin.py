@@ -11,18 +11,22 @@
   ``expect_misses=True``. ``match="vcr"``: calls are matched on method + URL in recorded
   order, as vcrpy does (``cassettes/vcr_match.py``). An argument the marker does not take
   (``cassete=``, ``strcit=``) is a usage error naming the closest one.
-* fixtures ``vcr`` and ``vcr_cassette`` (when no other plugin has them: pytest-recording and
-  pytest-vcr keep theirs): the test's cassette with vcrpy's ``Cassette`` names
-  (``play_count``, ``all_played``, ``requests``, ``responses``; ``cassettes/vcr_view.py``),
-  so tests that introspect their cassette move over unchanged.
+* pytest-recording's surface when no other plugin has a ``vcr`` fixture (``_pytest_vcr.py``):
+  ``@pytest.mark.vcr``, ``vcr_config``, ``vcr_cassette_dir``, ``--record-mode``, the
+  ``pytest_recording_configure`` hook, and the fixtures ``vcr`` / ``vcr_cassette``: the test's
+  cassette with vcrpy's ``Cassette`` names (``cassettes/vcr_view.py``), so a suite moved with
+  ``dejacache migrate`` runs without marker edits. pytest-recording and pytest-vcr, when
+  installed, keep theirs (the report header says so).
 * options (namespaced, so the plugin sits beside pytest-recording and others):
-  ``--dejacache-mode``, ``--dejacache-prune``, ``--dejacache-block-network``,
+  ``--dejacache-mode`` (ini ``dejacache_mode``; ``dejacache_cassette_dir`` moves the
+  cassettes), ``--dejacache-prune``, ``--dejacache-block-network``,
   ``--dejacache-strict`` (every cassette strict: calls must follow the recorded order;
   the marker's ``strict=True`` does it for one test), ``--dejacache-verify`` (``dejacache
   verify`` on the run's cassettes after it; every run records which cassettes and entries
   it used in ``.dejacache/usage.json``, which is what tells orphans; a directory that cannot
   be written costs a line in the summary, never the run), ``--dejacache-live`` (a pattern no
-  call matched is named at the end of the session).
+  call matched is named at the end of the session), ``--dejacache-min-hit-rate`` (the
+  prompt-cache gate on the run's cassettes: ``planner/pytest_gate.py``).
 * under ``CI`` the default mode is ``replay`` and cassette tests may reach loopback only.
 * a test failing on a replay miss shows the miss first, without dejacache's frames
   (``_pytest_failure.py``).
@@ -44,8 +48,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import _pytest_usage
-from ._modes import MODES, in_ci
+from . import _pytest_usage, _pytest_vcr
+from ._modes import MODES
 from ._pytest_state import (
     LIVE_SEEN,
     MARKER_ARGS,
@@ -55,18 +59,20 @@ from ._pytest_state import (
     STOPPED,
     TAPE,
     TAPES,
+    cassette_dir,
     cassette_path,
     check_marker,
     ending,
+    marker_options,
     rerecord_command,
 )
 from .cassettes import _events
 from .cassettes._events import INTERRUPTIONS
 from .errors import ConfigurationError, ReplayMiss
+from .planner import pytest_gate
 
 if TYPE_CHECKING:
     from .cassettes.store import Cassette
-    from .cassettes.vcr_view import VcrView
 
 __all__ = ["cassette_path"]
 
@@ -78,7 +84,16 @@ _SAVED = pytest.StashKey[tuple[float | None, dict[str, tuple[float, float]] | No
 _DISCARDED = pytest.StashKey[list[tuple[pytest.Item, str]]]()  # recordings an interrupt cost
 _TOLD = pytest.StashKey[Callable[["Cassette", str], None]]()
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    _pytest_vcr.addhooks(pluginmanager)  # pytest_recording_configure, when no one declares it
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return _pytest_vcr.report_header(config)  # whose vcr fixture is in force, when not ours
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     group = parser.getgroup("dejacache", "dejacache record/replay")
     group.addoption("--dejacache-mode", choices=MODES, default=None,
                     help="cassette mode for this run (default: DEJACACHE_MODE, replay under CI, "
@@ -94,6 +109,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dejacache-strict", action="store_true", default=False,
                     help="strict replay for every cassette: calls must follow the recorded "
                          "order (per asyncio task / thread); a divergence fails the test")
+    # (settings a [tool.dejacache] table will hold: registered together, here)
+    parser.addini("dejacache_mode", default="",
+                  help="cassette mode when neither the test, the command line nor "
+                       "DEJACACHE_MODE says: auto, replay, record, off, or vcrpy's none, "
+                       "once, new_episodes, all")
+    parser.addini("dejacache_cassette_dir", default="",
+                  help="directory (relative to the ini file) holding each test module's "
+                       "cassettes, <dir>/<module>/<test>.json, instead of "
+                       "<test dir>/cassettes/<module>/")
+    _pytest_vcr.addoption(parser, pluginmanager)  # --record-mode, unless pytest-recording's
     parser.addini("dejacache_prices", type="linelist", default=[],
                   help="price overrides: 'model-prefix input_per_mtok output_per_mtok' lines")
     parser.addini("dejacache_allow_hosts", type="linelist", default=[],
@@ -113,6 +138,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dejacache-report", metavar="DIR", default=None,
                     help="write an HTML report of each cassette test's run into DIR: every "
                          "call replayed, recorded or unused (dejacache.report)")
+    pytest_gate.add_options(group, parser)  # --dejacache-min-hit-rate ...
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -120,12 +146,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", f"dejacache({args}): record and replay this test's calls from a cassette")
     _check_environment()
-    pm = config.pluginmanager
-    for name, plugin in (("vcr", _Vcr()), ("vcr_cassette", _VcrCassette())):
-        # Another plugin's fixture of that name (pytest-recording's, pytest-vcr's) stays
-        # theirs: registered later, ours would replace it.
-        if not any(hasattr(p, name) for p in pm.get_plugins()):
-            pm.register(plugin, f"dejacache-{name}")
+    # pytest-recording's names, unless another plugin (pytest-recording, pytest-vcr) has
+    # them: registered later, ours would replace its fixtures.
+    _pytest_vcr.configure(config, open_cassette, cassette_dir)
     config.stash[TAPES] = []
     config.stash[_REMOTE] = []
     _configure_settings(config)
@@ -139,7 +162,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_SCENARIO] = True
     # Replay needs no API key: SDK clients built at import time construct with a
     # placeholder, which the guard in placeholder_keys keeps off the wire.
-    if _session_mode(config) == "replay":
+    if (config.getoption("dejacache_mode") or _pytest_vcr.fallback_mode(config, True)
+            ) == "replay":
         from .cassettes import placeholder_keys
 
         config.stash[PLACEHOLDERS] = placeholder_keys.supply()
@@ -154,6 +178,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.stash[_TOLD] = discarded
     _events.DISCARDED.append(discarded)
+    pytest_gate.configure(config)  # the prompt-cache gate, when a bar is set
 
 
 def _configure_settings(config: pytest.Config) -> None:
@@ -181,24 +206,6 @@ def _configure_settings(config: pytest.Config) -> None:
             ageing.INI[0] = seconds(ini_age, "dejacache_max_age")
         except ConfigurationError as exc:
             raise pytest.UsageError(str(exc)) from exc
-
-
-def _session_mode(config: pytest.Config) -> str:
-    """The mode cassettes default to in this session (``cassettes.block.default_mode``),
-    found without importing the cassette machinery unless ``configure()`` may have set it."""
-    given = config.getoption("dejacache_mode")
-    if given:
-        return str(given)
-    if "dejacache.config" in sys.modules:  # configure(mode=...) may have been called
-        from .cassettes.block import default_mode
-
-        return default_mode()
-    from ._modes import resolve_mode
-
-    env = os.environ.get("DEJACACHE_MODE")
-    if env:
-        return resolve_mode(env, where="DEJACACHE_MODE")
-    return "replay" if in_ci() else "auto"
 
 
 def _check_environment() -> None:
@@ -371,32 +378,21 @@ def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> N
 @pytest.fixture
 def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
     """The test's cassette, active for the whole test (see the module docstring)."""
-    from ._pytest_cassette import open_cassette
-
-    yield from open_cassette(request)
-
-
-class _Vcr:
-    """pytest-recording's ``vcr`` fixture name, for a suite that moved over from it
-    (registered only when no other plugin has a ``vcr``)."""
-
-    @pytest.fixture
-    def vcr(self, dejacache_cassette: Cassette) -> VcrView:
-        """The test's cassette with vcrpy's ``Cassette`` attribute names."""
-        from .cassettes.vcr_view import VcrView
-
-        return VcrView(dejacache_cassette)
+    item = request.node
+    opts = marker_options(item)
+    explicit = opts.get("cassette")
+    yield from open_cassette(request, cassette_path(item, explicit), opts,
+                             shared=explicit is not None)
 
 
-class _VcrCassette:
-    """pytest-vcr's ``vcr_cassette`` fixture name (as :class:`_Vcr`)."""
+def open_cassette(request: pytest.FixtureRequest, path: pathlib.Path, opts: dict[str, Any],
+                  *, shared: bool) -> Iterator[Cassette]:
+    """The cassette block at ``path`` for the test, open while it runs (a fixture's body:
+    ``dejacache_cassette``'s, and the ``vcr`` fixture's for ``@pytest.mark.vcr``); ``opts``
+    are the marker's options. The machinery loads with the first test that opens one."""
+    from . import _pytest_cassette
 
-    @pytest.fixture
-    def vcr_cassette(self, dejacache_cassette: Cassette) -> VcrView:
-        """The test's cassette with vcrpy's ``Cassette`` attribute names."""
-        from .cassettes.vcr_view import VcrView
-
-        return VcrView(dejacache_cassette)
+    yield from _pytest_cassette.open_cassette(request, path, opts, shared=shared)
 
 
 @pytest.fixture(autouse=True)
@@ -413,7 +409,8 @@ def _claimed(item: pytest.Item) -> list[pathlib.Path]:
     """The cassettes a test may use: its own, and the one its marker names."""
     marker = item.get_closest_marker("dejacache")
     named = marker and (marker.kwargs.get("cassette") or (marker.args or [None])[0])
-    return [cassette_path(item), *([cassette_path(item, named)] if named else [])]
+    return [cassette_path(item), *([cassette_path(item, named)] if named else []),
+            *_pytest_vcr.claimed(item)]
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:

@@ -191,7 +191,8 @@ def test_show_of_a_file_that_is_not_a_cassette_does_not_suggest_rehash(tmp_path)
 
 
 @pytest.mark.parametrize("command", ["show", "diff", "scan", "verify", "rehash", "report",
-                                     "prefix-report", "import", "prune", "stats", "clear"])
+                                     "prefix-report", "import", "prune", "stats", "clear",
+                                     "migrate", "prompt-cache"])
 def test_every_command_shows_an_example_and_explains_its_positionals(tmp_path, command):
     done = _cli(command, "--help", cwd=tmp_path)
     assert done.returncode == 0, done.stderr

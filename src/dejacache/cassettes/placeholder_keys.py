@@ -73,7 +73,7 @@ EXPLAIN: list[Callable[[str], str | None]] = []
 def held() -> str:
     """The variables holding a placeholder now, as a message names them (all it may set
     when none does)."""
-    return " / ".join(sorted(_OUT)) or " / ".join(KEY_VARIABLES)
+    return " / ".join(n for n in KEY_VARIABLES if n in _OUT) or " / ".join(KEY_VARIABLES)
 
 
 def check(request: Any) -> None:
