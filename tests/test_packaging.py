@@ -113,8 +113,8 @@ def test_the_wheel_installs_with_no_extras(dist: pathlib.Path,
     assert "pip install 'dejacache[redis]'" in needs.stderr
 
 
-# A user's suite on the stacks that are not httpx, from `pip install dejacache requests boto3`
-# and nothing else: a loopback server while recording, none while CI replays.
+# A user's suite on the stacks that are not httpx, from `pip install dejacache requests boto3
+# aiohttp` and nothing else: a loopback server while recording, none while CI replays.
 _CONFTEST = """
 import http.server, json, os, threading
 import pytest
@@ -153,7 +153,8 @@ def server():
     srv.server_close()
 """
 _TESTS = """
-import boto3, requests, urllib3
+import asyncio
+import aiohttp, boto3, requests, urllib3
 
 def test_requests(dejacache_cassette, server):
     assert requests.get(server + "/weather?city=Lima", timeout=5).json()["path"].endswith("Lima")
@@ -166,12 +167,19 @@ def test_boto3(dejacache_cassette, server):
                      aws_access_key_id="AKIAEXAMPLE", aws_secret_access_key="example-secret")
     r = c.converse(modelId="m", messages=[{"role": "user", "content": [{"text": "hello"}]}])
     assert r["output"]["message"]["content"][0]["text"] == "hi"
+
+def test_aiohttp(dejacache_cassette, server):
+    async def fetch():
+        async with aiohttp.ClientSession() as session:
+            async with session.get(server + "/search?q=trains") as r:
+                return await r.json()
+    assert asyncio.run(fetch()) == {"path": "/search?q=trains"}
 """
 
 
-def test_requests_urllib3_and_boto3_record_and_replay_from_a_plain_install(
+def test_requests_urllib3_boto3_and_aiohttp_record_and_replay_from_a_plain_install(
         dist: pathlib.Path, tmp_path: pathlib.Path) -> None:
-    py = _fresh_venv(dist, tmp_path / "venv", "requests", "boto3", "pytest")
+    py = _fresh_venv(dist, tmp_path / "venv", "requests", "boto3", "aiohttp", "pytest")
     assert _run(py, "-c", "import importlib.util as u; print(u.find_spec('httpx'), "
                 "u.find_spec('httpx2'))").stdout.split() == ["None", "None"]
     suite = tmp_path / "suite"
@@ -185,10 +193,10 @@ def test_requests_urllib3_and_boto3_record_and_replay_from_a_plain_install(
     recorded = _run(py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", cwd=suite,
                     env=env, check=False)
     assert recorded.returncode == 0, recorded.stdout[-3000:]
-    assert "0 replayed, 3 recorded" in recorded.stdout
+    assert "0 replayed, 4 recorded" in recorded.stdout
     assert "DejacacheWarning" not in recorded.stdout
-    assert len(list((suite / "tests" / "cassettes").rglob("*.json"))) == 3
+    assert len(list((suite / "tests" / "cassettes").rglob("*.json"))) == 4
     replayed = _run(py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", cwd=suite,
                     env={**env, "CI": "true"}, check=False)
     assert replayed.returncode == 0, replayed.stdout[-3000:]
-    assert "3 replayed, 0 recorded, 0 missed" in replayed.stdout
+    assert "4 replayed, 0 recorded, 0 missed" in replayed.stdout
