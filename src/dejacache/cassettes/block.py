@@ -229,7 +229,6 @@ class cassette(Block[Cassette]):
             if unmade is not None:
                 raise unmade
 
-
     def _live_done(self, partial: Partial) -> None:
         if self.on_live is not None:
             self.on_live(partial)
