@@ -15,7 +15,8 @@ excluded): before, 100 lines in 8 hunks (32 lines changed) for a short prompt an
 (50 changed) for a long one, the request shown again in ``values`` under a new name; after,
 93 lines in 7 hunks (30 changed) for either, every hunk inside the changed entry or in the
 cross-reference. (The same re-record through the OpenAI SDK, by ``git diff``: 122 lines in
-9 hunks before, 110 in 8 after.)
+9 hunks before, 110 in 8 after.) The provider's ``Date`` header is pinned: a real one that
+changed between the two recordings is one more hunk (2 changed lines) in the entry.
 """
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ LONG = ("Please read my itinerary below and tell me which of the connections are
 
 
 class _Handler(LoopbackHandler):
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        # One date for every answer: a re-record that crossed a second would change the
+        # recorded Date header too (a real change of the answer, one more hunk of 2 changed
+        # lines), and the bound below would hold or not by the clock.
+        return "Wed, 02 Dec 2026 06:00:00 GMT"
+
     def do_POST(self) -> None:
         body = self.read_json()
         h = hashlib.sha1(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
