@@ -10,11 +10,11 @@ offsets of ``xref_at``. ``values`` does not change at all: a request body is nev
 whole and the conversation's last turn (the changed prompt) stays in its entry
 (``format.Packer``).
 
-Measured with this test's calls (a unified diff with git's 3 lines of context, headers
-excluded): before, 100 lines in 8 hunks (32 lines changed) for a short prompt and 123 lines
-(50 changed) for a long one, the request shown again in ``values`` under a new name; after,
-93 lines in 7 hunks (30 changed) for either, every hunk inside the changed entry or in the
-cross-reference. (The same re-record through the OpenAI SDK, by ``git diff``: 122 lines in
+Measured with this test's calls (a unified diff with git's 3 lines of context, the two
+header lines excluded): before, 98 lines in 8 hunks (32 lines changed) for a short prompt and
+114 lines (48 changed) for a long one, the request shown again in ``values`` under a new
+name; after, 91 lines in 7 hunks (30 changed) for either, every hunk inside the changed entry
+or in the cross-reference. (The same re-record through the OpenAI SDK, by ``git diff``: 122 lines in
 9 hunks before, 110 in 8 after.) The provider's ``Date`` header is pinned: a real one that
 changed between the two recordings is one more hunk (2 changed lines) in the entry.
 """
