@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -322,6 +323,17 @@ def test_counters_of_a_file_store_outlive_this_process_state(
     sq.close()
 
 
+@pytest.fixture
+def forget_cartz() -> Iterator[None]:
+    """This process's record of resources written forgets 'cartz' afterwards: the pytest
+    session running the test would name it in its own summary too."""
+    from dejacache.runtime import _layout
+
+    yield
+    _layout.WRITTEN.pop("cartz", None)
+
+
+@pytest.mark.usefixtures("forget_cartz")
 def test_an_invalidated_resource_no_tool_reads_is_named_when_the_session_ends() -> None:
     """``invalidates("cartz")`` invalidated nothing and the cart was served stale: the
     session names the typo and the resource it most likely meant."""
