@@ -16,16 +16,22 @@ from typing import Any
 import pytest
 
 
-def fake_provider_module() -> Any:
-    mod = sys.modules.get("fake_provider")
+def http_fake(name: str) -> Any:
+    """The module ``tests/http/<name>.py`` (``fake_provider``, ``fake_bedrock``,
+    ``fake_gemini``), loaded once under the name tests/http's conftest gives it."""
+    mod = sys.modules.get(name)
     if mod is None:
-        path = pathlib.Path(__file__).parent / "http" / "fake_provider.py"
-        spec = importlib.util.spec_from_file_location("fake_provider", path)
+        path = pathlib.Path(__file__).parent / "http" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(name, path)
         assert spec is not None and spec.loader is not None
         mod = importlib.util.module_from_spec(spec)
-        sys.modules["fake_provider"] = mod
+        sys.modules[name] = mod
         spec.loader.exec_module(mod)
     return mod
+
+
+def fake_provider_module() -> Any:
+    return http_fake("fake_provider")
 
 
 @pytest.fixture

@@ -5,7 +5,10 @@ tests/http/fake_provider.py: the SDKs find it through ``OPENAI_BASE_URL`` /
 ``ANTHROPIC_BASE_URL`` (and a dummy key), the way a reader's own environment would point
 them at the real API. A block that defines ``test_*`` functions is a pytest example: it runs
 in an inner pytest session twice, first recording (the local default) and then as CI does, with
-``CI=true`` and no API key, where every call must replay. A block that imports an optional
+``CI=true`` and no API key, where every call must replay. Amazon Bedrock and the Gemini API
+are loopback fakes too (tests/http/fake_bedrock.py, fake_gemini.py), found by boto3 through
+``AWS_ENDPOINT_URL_BEDROCK_RUNTIME`` and by google-genai through ``GOOGLE_GEMINI_BASE_URL``.
+A block that imports an optional
 package this venv does not have (langwatch-scenario, the agent frameworks) is skipped with the
 make target that runs that package's tests.
 """
@@ -15,13 +18,14 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import anthropic  # noqa: F401  (loaded before the inner sessions: they share the modules)
 import openai  # noqa: F401
 import pytest
 
-from loopback_provider import loopback
+from loopback_provider import http_fake, loopback
 
 __all__ = ["loopback"]
 
@@ -53,9 +57,29 @@ EXAMPLES = _examples()
 
 
 @pytest.fixture
-def reader_env(loopback: Any, tmp_path: pathlib.Path,
+def other_providers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    """Bedrock and the Gemini API on loopback, where boto3 and google-genai look."""
+    bedrock = http_fake("fake_bedrock").FakeBedrock().start()
+    gemini = http_fake("fake_gemini").FakeGemini().start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", bedrock.url)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIADOCSEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "docs-example-not-a-real-secret")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("GOOGLE_GEMINI_BASE_URL", gemini.url)
+    monkeypatch.setenv("GEMINI_API_KEY", "docs-example-not-a-real-key")
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    try:
+        yield [bedrock, gemini]
+    finally:
+        bedrock.stop()
+        gemini.stop()
+
+
+@pytest.fixture
+def reader_env(loopback: Any, other_providers: list[Any], tmp_path: pathlib.Path,
                monkeypatch: pytest.MonkeyPatch) -> Any:
     """A reader's shell, with the providers on loopback and a scratch project directory."""
+    loopback.others = other_providers
     monkeypatch.setenv("OPENAI_BASE_URL", loopback.openai_url)
     monkeypatch.setenv("ANTHROPIC_BASE_URL", loopback.url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-docs-example-not-a-real-key")
@@ -103,13 +127,14 @@ def _run_pytest_example(code: str, fake: Any, pytester: pytest.Pytester,
     first = pytester.runpytest(*_QUIET)   # on a developer's machine: records
     assert first.ret == 0, first.stdout.str()
     assert first.parseoutcomes().get("passed", 0) > 0
-    live = fake.count()
+    live = [p.count() for p in (fake, *fake.others)]
     monkeypatch.setenv("CI", "true")       # in CI: replays, and needs no key
-    monkeypatch.delenv("OPENAI_API_KEY")
-    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    for var in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "AWS_ACCESS_KEY_ID",
+                "AWS_SECRET_ACCESS_KEY", "GEMINI_API_KEY"):
+        monkeypatch.delenv(var)
     second = pytester.runpytest(*_QUIET)
     assert second.ret == 0, second.stdout.str()
-    assert fake.count() == live, "the CI run reached the provider"
+    assert [p.count() for p in (fake, *fake.others)] == live, "the CI run reached a provider"
     assert os.environ.get("CI") == "true"
 
 

@@ -974,3 +974,69 @@ def test_a_miss_in_volatile_text_is_noted_for_learn_from_miss(pytester: pytest.P
     assert entry["name"] == "llm" and entry["rules"][0].startswith("re:")
     run(pytester).assert_outcomes(passed=1)  # a session starts: the last run's notes go
     assert not list((tmp_path / ".dejacache").glob("learn-misses*.json"))
+
+
+# ---------------------------------------------------------------- typos
+
+
+@pytest.mark.parametrize(("marker", "meant"), [
+    ('cassete="cassettes/shared.json"', "cassette"),
+    ("strcit=True", "strict"),
+    ("replay_untill=1", "replay_until"),
+])
+def test_a_marker_argument_it_does_not_take_is_a_usage_error_naming_the_closest(
+        pytester: pytest.Pytester, marker: str, meant: str) -> None:
+    pytester.makepyfile(test_agent=AGENT + f"""
+def test_fine():
+    pass
+
+@pytest.mark.dejacache({marker})
+def test_typo():
+    llm("plan a trip")
+""")
+    res = run(pytester)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    name = marker.split("=")[0]
+    err = res.stderr.str()
+    assert (f"test_agent.py::test_typo: @pytest.mark.dejacache takes no argument {name!r}; "
+            f"did you mean {meant!r}?") in err, err
+    assert not (pytester.path / "cassettes").exists()  # nothing ran, nothing recorded
+
+
+def test_a_second_positional_marker_argument_is_a_usage_error(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=AGENT + """
+@pytest.mark.dejacache("a.json", "b.json")
+def test_two():
+    llm("x")
+""")
+    res = run(pytester)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert "takes one positional argument (the cassette), got 2" in res.stderr.str()
+
+
+def test_an_invalidated_resource_no_tool_reads_is_named_at_the_end_of_the_session(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_shop="""
+import dejacache
+
+CARTS = {1: []}
+
+@dejacache.tool_cache(resource="cart", key="cart:{user_id}", scope="global")
+def get_cart(user_id):
+    return list(CARTS[user_id])
+
+@dejacache.invalidates("cartz", key="cart:{user_id}", scope="global")
+def add_item(user_id, sku):
+    CARTS[user_id].append(sku)
+
+def test_stale():
+    dejacache.configure(store=dejacache.MemoryStore())
+    assert get_cart(1) == []
+    add_item(1, "book")
+    assert get_cart(1) == []  # served stale: the write invalidated nothing
+""")
+    res = run(pytester)
+    res.assert_outcomes(passed=1)
+    res.stdout.fnmatch_lines(["*add_item invalidates 'cartz' (did you mean the resource "
+                              "'cart'?). No @tool_cache in this process reads that resource*"])

@@ -276,3 +276,13 @@ def test_snapshot_classes_load_on_first_read_and_keep_their_module() -> None:
     assert {"CallStats", "Stats"} <= set(dir(stats_module))
     with pytest.raises(AttributeError, match="no_such_name"):
         stats_module.no_such_name  # noqa: B018
+
+
+def test_call_stats_reprs_round_the_seconds() -> None:
+    from dejacache.stats import CallStats, Stats
+
+    c = CallStats(hits=1, misses=1, stores=1, time_saved=0.014215138000508887)
+    assert repr(c) == ("CallStats(hits=1, misses=1, stores=1, errors=0, time_saved=0.0142, "
+                       "tokens_saved=0)")
+    assert c.time_saved == 0.014215138000508887  # the value itself is kept whole
+    assert "time_saved=0.0142," in repr(Stats(total=c, by_name={"f": c}))

@@ -282,6 +282,13 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
                 "keyed as digests): replay with the credentials the cassette was recorded "
                 "with, or leave a header that does not change the answer out with "
                 "volatile=['<header name>'] (README, Keys)")
+        elif not diff:
+            lines.append(
+                "  (none: the recorded request reads exactly as this call does, yet it was "
+                "recorded under another key: it was edited by hand after recording, and "
+                "dejacache rehash refreshes checksums, never keys (the entry still answers "
+                "the call it was recorded for), or it was recorded by another version of "
+                "dejacache. Re-record the call.)")
         elif all("<secret:" in d or "<REDACTED>" in d for d in diff):
             lines.append(
                 "  the calls differ only in credentials, which keys mask with a per-machine "

@@ -12,7 +12,12 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing; mypy rea
 if TYPE_CHECKING:
     import pathlib
 
-__all__ = ["default_cache_dir", "project_root"]
+__all__ = ["DIR_NAME", "default_cache_dir", "make_dir", "project_root"]
+
+#: The name of dejacache's own directory in a project (machine-local: a store, the usage
+#: record; never reviewed, never committed).
+DIR_NAME = ".dejacache"
+_IGNORE_ALL = "# made by dejacache: nothing in this directory belongs in version control\n*\n"
 
 
 def project_root(start: pathlib.Path | None = None) -> pathlib.Path:
@@ -33,4 +38,19 @@ def default_cache_dir() -> pathlib.Path | None:
     raw = os.environ.get("DEJACACHE_DIR")
     if raw is not None:
         return pathlib.Path(raw).expanduser() if raw.strip() else None
-    return project_root() / ".dejacache"
+    return project_root() / DIR_NAME
+
+
+def make_dir(d: pathlib.Path) -> None:
+    """Create ``d`` (and its parents). A ``.dejacache`` directory made here gets a
+    ``.gitignore`` ignoring everything in it, as pytest does for ``.pytest_cache``: the first
+    run must not leave a store and a usage record for ``git add -A`` to pick up."""
+    if d.is_dir():
+        return
+    d.mkdir(parents=True, exist_ok=True)
+    if d.name == DIR_NAME:
+        try:
+            with open(d / ".gitignore", "x", encoding="utf-8") as f:
+                f.write(_IGNORE_ALL)
+        except OSError:  # (there already, or not ours to write: nothing lost)
+            pass

@@ -33,18 +33,14 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from ._core import volatile as _vol
-from ._core.ageing import check_on_expiry
-from ._core.durations import seconds
-from ._core.modes import project_mode
-from ._suggest import did_you_mean
+from ._core.modes import as_mode, in_ci, project_mode, resolve_mode
 from .errors import ConfigurationError
 
 if TYPE_CHECKING:
     import pathlib
 
-__all__ = ["KEYS", "TABLE", "Key", "Project", "check_table", "current", "describe", "find",
-           "ini_values", "load", "use"]
+__all__ = ["KEYS", "TABLE", "Key", "Project", "check_table", "current", "default_mode",
+           "describe", "find", "ini_values", "load", "use"]
 
 #: The table's name, as written in pyproject.toml.
 TABLE: Final = "tool.dejacache"
@@ -58,7 +54,13 @@ def _strings(value: Any, where: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value if v.strip())
 
 
+# The checkers import what they check with: a pytest run reads this module whatever it
+# uses, and one without volatile rules or ageing never loads those (the plugin's cost).
+
+
 def _volatile(value: Any, where: str) -> tuple[str, ...]:
+    from ._core import volatile as _vol
+
     items = _strings(value, where)
     try:
         _vol.parse(items)  # a malformed path or pattern is refused where it is written
@@ -80,12 +82,16 @@ def _text(value: Any, where: str) -> str:
 
 
 def _duration(value: Any, where: str) -> float:
+    from ._core.durations import seconds
+
     return seconds(value, where)
 
 
 def _on_expiry(value: Any, where: str) -> str:
     if not isinstance(value, str):
         raise ConfigurationError(f"{where} must be a string, not {value!r}")
+    from ._core.ageing import check_on_expiry
+
     return check_on_expiry(value, where)
 
 
@@ -167,6 +173,8 @@ def check_table(table: Mapping[str, Any], where: str) -> dict[str, Any]:
     for name, value in table.items():
         key = KEYS.get(name)
         if key is None:
+            from ._suggest import did_you_mean
+
             raise ConfigurationError(
                 f"{where}: unknown key {name!r}{did_you_mean(name, KEYS)} (known keys: "
                 f"{', '.join(sorted(KEYS))})")
@@ -306,3 +314,25 @@ def describe(project: Project) -> list[tuple[str, Any, str]]:
         else:
             rows.append((key.name, key.default, "default"))
     return rows
+
+
+def default_mode(exists: bool = True) -> str:
+    """The mode of a block that names none: ``configure(mode=)`` > ``DEJACACHE_MODE`` >
+    ``replay`` under ``CI`` (the environment too) > the project file's ``mode`` (the pytest
+    ini key, then ``[tool.dejacache]``; vcrpy's names too, ``exists`` deciding ``once``) >
+    ``auto``. Here, beside the project file, so the pytest plugin reads it in every run
+    without loading the settings (``configure()`` cannot have been called before
+    ``dejacache.config`` was loaded)."""
+    import sys
+
+    config = sys.modules.get("dejacache.config")
+    configured = config.settings_object().mode if config is not None else None
+    if configured:
+        return str(configured)
+    env = os.environ.get("DEJACACHE_MODE")
+    if env:
+        return resolve_mode(env, where="DEJACACHE_MODE")
+    if in_ci():
+        return "replay"
+    project: str | None = current().get("mode")
+    return as_mode(project, exists) if project else "auto"

@@ -8,6 +8,11 @@ outcome. It writes the record to ``.dejacache/usage.json`` when it ends, carryin
 files earlier records saw opened, so ``dejacache verify`` can tell orphans later. With
 ``--dejacache-verify`` the session then verifies the cassettes of the modules it collected
 against that record, prints the table in its summary, and fails when a row fails.
+
+A run that opens no cassette imports none of this machinery (``cassettes/usage.py`` and the
+rest are loaded by the first block, or at the end for an xdist worker), and the record is
+best-effort: a directory that cannot be written (a read-only checkout replaying in CI) costs
+one line in the summary, never the run.
 """
 
 from __future__ import annotations
@@ -18,50 +23,71 @@ import pathlib
 import shlex
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from .cassettes import block
-from .cassettes.usage import (
-    DESELECTED,
-    FILE_NAME,
-    NOT_RUN,
-    PASSED,
-    UsageRecorder,
-    build,
-    read_previous,
-    write,
-)
+from .cassettes import _events
+
+if TYPE_CHECKING:
+    from .cassettes.usage import UsageRecorder
 
 __all__ = ["configure", "deselected", "finish", "outcome", "summary", "unconfigure",
-           "worker_part"]
+           "unwritten", "worker_part"]
 
-_RECORDER = pytest.StashKey[UsageRecorder]()
+_RECORDER = pytest.StashKey["_Session"]()
 _DESELECTED = pytest.StashKey[list[pytest.Item]]()
 _PARTS = pytest.StashKey[list[dict[str, Any]]]()
 _ROWS = pytest.StashKey[list[Any]]()
+_UNWRITTEN = pytest.StashKey[str]()
 _HOOK = pytest.StashKey[Any]()
 _WATCH = pytest.StashKey[Any]()
 
-# The recorders of the sessions configured and not yet unconfigured in this process,
-# innermost last. A session run in-process from inside a test (``pytester.runpytest``,
-# ``pytest.main()`` again in an IDE or notebook) owns every block opened until it ends: the
-# outer session's record must not take in its files, nor outlive it.
-_ACTIVE: list[UsageRecorder] = []
+class _Session:
+    """One session's part of the record: what it knows before a block opens (its roots,
+    why its collection is narrowed, collectors that failed or were skipped), and the
+    recorder, made by the first block (or at the end, when another part needs it)."""
+
+    def __init__(self, roots: list[str], narrowed: str) -> None:
+        self.roots = roots
+        self.narrowed = narrowed
+        self.collect_errors: set[str] = set()
+        self.collect_skipped: set[str] = set()
+        self._rec: UsageRecorder | None = None
+
+    @property
+    def started(self) -> bool:
+        return self._rec is not None
+
+    def recorder(self) -> UsageRecorder:
+        if self._rec is None:
+            from .cassettes.usage import UsageRecorder
+
+            self._rec = UsageRecorder(self.roots, narrowed=self.narrowed)
+        rec = self._rec
+        rec.doubts.collect_errors |= self.collect_errors
+        rec.doubts.collect_skipped |= self.collect_skipped
+        return rec
+
+
+# The sessions configured and not yet unconfigured in this process, innermost last. A session
+# run in-process from inside a test (``pytester.runpytest``, ``pytest.main()`` again in an
+# IDE or notebook) owns every block opened until it ends: the outer session's record must not
+# take in its files, nor outlive it.
+_ACTIVE: list[_Session] = []
 
 
 class _Collection:
     """Collectors that failed or were skipped: the tests in them were never seen."""
 
-    def __init__(self, rec: UsageRecorder) -> None:
-        self._rec = rec
+    def __init__(self, state: _Session) -> None:
+        self._state = state
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
-            self._rec.doubts.collect_errors.add(report.nodeid or "(the session)")
+            self._state.collect_errors.add(report.nodeid or "(the session)")
         elif report.skipped:
-            self._rec.doubts.collect_skipped.add(report.nodeid)
+            self._state.collect_skipped.add(report.nodeid)
 
 
 def narrowed(config: pytest.Config) -> str:
@@ -100,8 +126,7 @@ def _shown(path: pathlib.Path, here: pathlib.Path) -> str:
 
 
 def configure(config: pytest.Config, current_test: Callable[[], pytest.Item | None]) -> None:
-    rec = UsageRecorder([str(a).split("::")[0] for a in config.args],
-                        narrowed=narrowed(config))
+    rec = _Session([str(a).split("::")[0] for a in config.args], narrowed(config))
     config.stash[_RECORDER] = rec
     config.stash[_DESELECTED] = []
     config.stash[_PARTS] = []
@@ -109,31 +134,31 @@ def configure(config: pytest.Config, current_test: Callable[[], pytest.Item | No
     config.pluginmanager.register(watch, f"dejacache-usage-collection-{id(watch)}")
     config.stash[_WATCH] = watch
 
-    def opened(blk: block.cassette, tape: Any) -> None:
+    def opened(blk: Any, tape: Any) -> None:
         if not _ACTIVE or _ACTIVE[-1] is not rec:  # an inner session's block
             return
         item = current_test()
         # A block opened while an inner session collects runs in no test of its own.
         test = item.nodeid if item is not None and item.config is config else None
-        rec.opened(tape, test, prune=blk.prune)
+        rec.recorder().opened(tape, test, prune=blk.prune)
 
     config.stash[_HOOK] = opened
     _ACTIVE.append(rec)
-    block.OPENED.append(opened)
+    _events.OPENED.append(opened)
 
 
 def unconfigure(config: pytest.Config) -> None:
     """Drops what :func:`configure` put in this process's lists, and the session's recorder."""
     hook = config.stash.get(_HOOK, None)
-    if hook is not None and hook in block.OPENED:
-        block.OPENED.remove(hook)
+    if hook is not None and hook in _events.OPENED:
+        _events.OPENED.remove(hook)
     watch = config.stash.get(_WATCH, None)
     if watch is not None and config.pluginmanager.is_registered(watch):
         config.pluginmanager.unregister(watch)
     rec = config.stash.get(_RECORDER, None)
-    # By identity: UsageRecorder has no __eq__, and sessions may end out of order.
+    # By identity: sessions may end out of order.
     _ACTIVE[:] = [r for r in _ACTIVE if r is not rec]
-    for key in (_HOOK, _WATCH, _RECORDER, _DESELECTED, _PARTS, _ROWS):
+    for key in (_HOOK, _WATCH, _RECORDER, _DESELECTED, _PARTS, _ROWS, _UNWRITTEN):
         if key in config.stash:
             del config.stash[key]
 
@@ -154,6 +179,8 @@ def outcome(reports: dict[str, pytest.TestReport]) -> str:
         return "failed"
     if any(r.skipped for r in reports.values()):
         return "xfailed" if any(hasattr(r, "wasxfail") for r in reports.values()) else "skipped"
+    from .cassettes.usage import NOT_RUN, PASSED  # (at the end, once the record is due)
+
     call = reports.get("call")
     return PASSED if call is not None and call.passed else NOT_RUN
 
@@ -161,9 +188,12 @@ def outcome(reports: dict[str, pytest.TestReport]) -> str:
 def _part(session: pytest.Session, paths: Callable[[pytest.Item], list[pathlib.Path]],
           outcome_of: Callable[[pytest.Item], str]) -> dict[str, Any] | None:
     config = session.config
-    rec = config.stash.get(_RECORDER, None)
-    if rec is None:
+    state = config.stash.get(_RECORDER, None)
+    if state is None:
         return None
+    from .cassettes.usage import DESELECTED
+
+    rec = state.recorder()
     outcomes: dict[str, str] = {}
 
     def claim(item: pytest.Item, result: str) -> None:
@@ -188,23 +218,47 @@ def finish(session: pytest.Session, paths: Callable[[pytest.Item], list[pathlib.
     session that reports, the record written and ``--dejacache-verify`` carried out.
     ``paths(item)``: the cassettes a test may use; ``outcome_of(item)``: how it ended."""
     config = session.config
+    state = config.stash.get(_RECORDER, None)
+    worker = getattr(config, "workeroutput", None) is not None
+    others = config.stash.get(_PARTS, [])
+    verify = config.getoption("dejacache_verify")
+    if state is None or not (state.started or worker or verify
+                             or any(p["uses"] for p in others)):
+        return None  # a run without cassettes leaves the last record alone (and pays nothing)
     part = _part(session, paths, outcome_of)
     if part is None:
         return None
-    if getattr(config, "workeroutput", None) is not None:
+    if worker:
         return part
-    parts = [part, *config.stash.get(_PARTS, [])]
-    if not any(p["uses"] for p in parts) and not config.getoption("dejacache_verify"):
-        return None  # a run without cassettes leaves the last record alone
+    parts = [part, *others]
+    if not any(p["uses"] for p in parts) and not verify:
+        return None
     from ._paths import default_cache_dir
+    from .cassettes.usage import FILE_NAME, build, read_previous
 
     directory = default_cache_dir()
     record = build(parts, read_previous(directory / FILE_NAME) if directory else None)
     if directory is not None:
-        write(record, directory)
-    if config.getoption("dejacache_verify"):
+        _write(config, record, directory)
+    if verify:
         _verify(session, record)
     return None
+
+
+def _write(config: pytest.Config, record: dict[str, Any], directory: pathlib.Path) -> None:
+    """The record, if it can be written: replay needs no writable directory, so a checkout
+    that is read-only (CI) gets one line in the summary, not an error."""
+    from .cassettes.usage import FILE_NAME, write
+    from .errors import CassetteError
+
+    try:
+        write(record, directory)
+    except (CassetteError, OSError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        config.stash[_UNWRITTEN] = (
+            f"dejacache: the usage record {directory / FILE_NAME} was not written ({why}); "
+            "tests are not affected, but dejacache verify cannot tell orphaned entries from "
+            "this run. Set DEJACACHE_DIR to a writable directory to keep it.")
 
 
 def _verify(session: pytest.Session, record: dict[str, Any]) -> None:
@@ -227,6 +281,12 @@ def _verify(session: pytest.Session, record: dict[str, Any]) -> None:
     session.config.stash[_ROWS] = rows
     if any(r.verdict == FAIL for r in rows) and session.exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def unwritten(config: pytest.Config) -> str | None:
+    """Why the usage record could not be written this session (None: it was, or none was
+    due)."""
+    return config.stash.get(_UNWRITTEN, None)
 
 
 def summary(tr: Any, config: pytest.Config) -> None:

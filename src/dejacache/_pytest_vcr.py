@@ -37,15 +37,15 @@ import os
 import pathlib
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import pytest
 
-from ._core.modes import VCR_MODES, vcr_mode
-from .cassettes.block import default_mode
-from .cassettes.vcr_view import VcrView, vcr_document
-from .config import MODES, settings_object
+from ._core.modes import MODES, VCR_MODES, vcr_mode
 from .errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from .cassettes.vcr_view import VcrView
 
 __all__ = [
     "HookSpecs",
@@ -67,6 +67,23 @@ _PLUGIN = pytest.StashKey[tuple[Opener, CassetteDir]]()
 # pytest-recording replaces these in a cassette name (they are not allowed in file names).
 _FORBIDDEN: Final = "<>?%*:|\"'/\\"
 _MAX_NAME: Final = 255
+
+
+def _default_mode(exists: bool = True) -> str:
+    """``configure()``, ``DEJACACHE_MODE``, ``CI``, the project file (``_project``): read in
+    every run, so not through the cassette machinery (test_pytest_plugin_cost.py)."""
+    from ._project import default_mode
+
+    return default_mode(exists)
+
+
+def _mode_given() -> bool:
+    """Whether ``configure(mode=...)`` or ``DEJACACHE_MODE`` names the mode (``configure()``
+    only once ``dejacache.config`` is loaded: it cannot have been called before)."""
+    if os.environ.get("DEJACACHE_MODE"):
+        return True
+    config = sys.modules.get("dejacache.config")
+    return config is not None and bool(config.settings_object().mode)
 
 
 def _mode_named(name: str, exists: bool, where: str) -> str:
@@ -156,7 +173,7 @@ def fallback_mode(config: pytest.Config, exists: bool) -> str:
     ``dejacache_mode`` ini key, then ``[tool.dejacache] mode``; either vocabulary), else
     ``auto``."""
     cli = _cli_record_mode(config, exists)
-    return cli if cli is not None else default_mode(exists)
+    return cli if cli is not None else _default_mode(exists)
 
 
 def _cli_record_mode(config: pytest.Config, exists: bool) -> str | None:
@@ -175,8 +192,8 @@ def _test_mode(config: pytest.Config, asked: str | None, exists: bool) -> str:
     cli = config.getoption("dejacache_mode") or _cli_record_mode(config, exists)
     if cli:
         return str(cli)
-    if settings_object().mode or os.environ.get("DEJACACHE_MODE"):
-        return default_mode()
+    if _mode_given():
+        return _default_mode()
     if asked is not None:
         return _mode_named(asked, exists, "vcr record_mode")
     return fallback_mode(config, exists)
@@ -295,6 +312,8 @@ def _write(out: pathlib.Path, view: VcrView, serializer_name: str, hooked: _Hook
     """The cassette in vcrpy's layout: through the suite's persister and serializer when
     vcrpy is there to build its requests, else through its serializer (which vcrpy hands the
     same ``interactions`` document), else as JSON."""
+    from .cassettes.vcr_view import vcr_document
+
     doc = vcr_document(view)
     try:  # (imported by name: vcrpy ships no type information)
         persisters: Any = importlib.import_module("vcr.persisters.filesystem")
@@ -381,6 +400,8 @@ def vcr(request: pytest.FixtureRequest) -> Iterator[VcrView | None]:
     node = request.node
     if node.get_closest_marker("dejacache") is not None or (
             node.get_closest_marker("vcr") is None and _names_vcr(request)):
+        from .cassettes.vcr_view import VcrView
+
         yield VcrView(request.getfixturevalue("dejacache_cassette"))
         return
     if node.get_closest_marker("vcr") is None:
@@ -397,6 +418,8 @@ def vcr(request: pytest.FixtureRequest) -> Iterator[VcrView | None]:
     asked = merged.get("record_mode")
     named = request.config.getoption("record_mode", None) or (
         asked if isinstance(asked, str) and asked in VCR_MODES else None)
+    from .cassettes.vcr_view import VcrView
+
     for tape in open_cassette(request, path, opts, shared=False):
         yield VcrView(tape, record_mode=None if request.config.getoption(
             "dejacache_mode") else named, export=_exporter(request, merged, path))
@@ -407,4 +430,6 @@ def vcr_cassette(vcr: VcrView | None, request: pytest.FixtureRequest) -> VcrView
     """pytest-vcr's name for the test's cassette."""
     if vcr is not None:
         return vcr
+    from .cassettes.vcr_view import VcrView
+
     return VcrView(request.getfixturevalue("dejacache_cassette"))

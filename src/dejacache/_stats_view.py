@@ -29,6 +29,12 @@ class CallStats:
 
     add = add_slots
 
+    def __repr__(self) -> str:
+        # Seconds to 0.1 ms: the raw float (0.014215138000508887) is noise in a log line.
+        return (f"CallStats(hits={self.hits}, misses={self.misses}, stores={self.stores}, "
+                f"errors={self.errors}, time_saved={round(self.time_saved, 4)}, "
+                f"tokens_saved={self.tokens_saved})")
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Stats:

@@ -1,8 +1,10 @@
 """The closest valid name to a misspelt one, for errors that say "did you mean ...?".
 
 One helper for every place a user writes a name dejacache must know (settings keys,
-``configure()`` arguments, pytest ini keys, marker arguments): a misspelling is an error
-that names the closest valid name, never a setting silently ignored.
+``configure()`` arguments, pytest ini keys, marker arguments, ``live=`` patterns, invalidated
+resources): a misspelling is an error or a warning that names the closest valid name, never
+a setting silently ignored. Only loaded when a name did not match: ``difflib`` is not imported
+by anything on a hot path.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ def _norm(name: str) -> str:
 def closest(name: str, choices: Iterable[str]) -> str | None:
     """The choice ``name`` most likely meant (same spelling but for case, ``-``/``_`` or a
     few letters), or None when nothing is close."""
-    options = list(dict.fromkeys(choices))
+    options = [c for c in dict.fromkeys(choices) if c != name]
     wanted = _norm(name)
     for c in options:  # the same word in another case or with dashes
         if _norm(c) == wanted:

@@ -222,7 +222,9 @@ def _add_verify(sub: _Sub) -> None:
         "'cassettes' directory under the directories named; default: the current "
         "directory) and prints a table of file, check, verdict and detail. Orphans are "
         "judged by the usage record the pytest plugin writes at the end of a run.")
-    p.add_argument("paths", nargs="*", metavar="PATH")
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="cassettes, or directories searched for cassettes/ folders "
+                        "(default: .)")
     p.add_argument("--fix", action="store_true",
                    help="remove orphaned entries and files, rewrite older formats and hand "
                         "layouts with fresh checksums (damage is never accepted)")
@@ -269,6 +271,44 @@ def _add_config(sub: _Sub) -> None:
     p.set_defaults(func=_cmd_config)
 
 
+# One example per command, shown at the end of its --help.
+EXAMPLES: dict[str, str] = {
+    "stats": "dejacache stats --json",
+    "clear": "dejacache clear --cache-key my-suite-v2",
+    "demo": "dejacache demo",
+    "verify": "dejacache verify tests/            (in CI, after pytest)",
+    "show": "dejacache show tests/cassettes/test_agent/test_plan.json --name openai",
+    "diff": ("git show HEAD:tests/cassettes/test_agent/test_plan.json > /tmp/old.json\n"
+             "  dejacache diff /tmp/old.json tests/cassettes/test_agent/test_plan.json"),
+    "scan": "dejacache scan tests/cassettes     (or as a pre-commit hook)",
+    "prune": "dejacache prune -q tests/",
+    "rehash": "dejacache rehash tests/cassettes/test_agent/test_plan.json",
+    "prefix-report": "dejacache prefix-report tests/cassettes --top 5",
+    "report": ("dejacache report tests/cassettes -o report.html\n"
+               "  dejacache report old.json new.json -o drift.html"),
+    "import": "dejacache import tests/cassettes/test_plan.yaml -o tests/cassettes/plan.json",
+    "migrate": "dejacache migrate tests/       (then run pytest: no marker edits)",
+    "prompt-cache": ("dejacache prompt-cache plan tests/cassettes\n"
+                     "  dejacache prompt-cache check tests/cassettes --min-hit-rate 0.7"),
+    "config": "dejacache config --json",
+    "learn": ("dejacache learn tests/test_agent.py          (propose volatile rules)\n"
+              "  dejacache learn --write tests/               (and write them to pyproject.toml)"),
+    "rekey": "dejacache rekey tests/cassettes",
+    "proxy": ("dejacache proxy --cassette tests/cassettes/agent.json -- npx vitest run\n"
+              "  dejacache proxy --port 8089            (per-test cassettes via the helper)"),
+    "mcp-proxy": ("dejacache mcp-proxy --cassette mcp.json -- "
+                  "npx @modelcontextprotocol/server-everything"),
+}
+
+
+def _with_examples(sub: Any) -> None:
+    for name, cmd in sub.choices.items():
+        example = EXAMPLES.get(name)
+        if example is not None:
+            cmd.epilog = f"example:\n  {example}"
+            cmd.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -302,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .proxying.cli import add_proxy_commands
 
     add_proxy_commands(sub)  # proxy, mcp-proxy (any language's agent, any MCP client)
+    _with_examples(sub)
     return parser
 
 

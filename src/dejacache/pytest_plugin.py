@@ -9,7 +9,8 @@
   expect_misses=..., match=...)``: same, without naming the fixture. A test that passes
   although the code under test caught a replay miss fails, unless it says
   ``expect_misses=True``. ``match="vcr"``: calls are matched on method + URL in recorded
-  order, as vcrpy does (``cassettes/vcr_match.py``).
+  order, as vcrpy does (``cassettes/vcr_match.py``). An argument the marker does not take
+  (``cassete=``, ``strcit=``) is a usage error naming the closest one.
 * fixture ``dejacache_proxy``: the same cassette, open on a ``dejacache proxy`` the session
   runs, for a test that drives a non-Python agent as a subprocess: give it ``.env`` (or point
   its SDK at ``.url``); the proxy's upstreams come from the ``dejacache_proxy_upstreams`` ini
@@ -26,55 +27,67 @@
   ``--dejacache-strict`` (every cassette strict: calls must follow the recorded order;
   the marker's ``strict=True`` does it for one test), ``--dejacache-verify`` (``dejacache
   verify`` on the run's cassettes after it; every run records which cassettes and entries
-  it used in ``.dejacache/usage.json``, which is what tells orphans),
-  ``--dejacache-min-hit-rate`` (the prompt-cache gate on the run's cassettes:
-  ``planner/pytest_gate.py``).
+  it used in ``.dejacache/usage.json``, which is what tells orphans; a directory that cannot
+  be written costs a line in the summary, never the run), ``--dejacache-live`` (a pattern no
+  call matched is named at the end of the session), ``--dejacache-min-hit-rate`` (the
+  prompt-cache gate on the run's cassettes: ``planner/pytest_gate.py``).
 * under ``CI`` the default mode is ``replay`` and cassette tests may reach loopback only.
+* a test failing on a replay miss shows the miss first, without dejacache's frames
+  (``_pytest_failure.py``).
 * a terminal summary of replayed/recorded/missed calls, unused entries and what replay saved.
+
+This module is imported by every pytest run wherever dejacache is installed, so it imports
+nothing of dejacache's machinery itself: the cassette fixture's (``_pytest_cassette.py``),
+the usage record's and the failure report's modules load when a test first needs them, and
+a suite that uses no cassette pays for none of it (``benchmarks/bench_plugin.py``).
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
-import re
-import shlex
+import sys
 from collections.abc import Callable, Generator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-import xxhash
 
 from . import _project, _pytest_usage, _pytest_vcr
-from .cassettes import block as _block
-from .cassettes import placeholder_keys, scratch
-from .cassettes.block import INTERRUPTIONS, cassette, default_mode, in_ci
-from .cassettes.netguard import NetworkGuard
-from .cassettes.prices import PRICES, PRICES_DATE, set_prices
-from .cassettes.store import Cassette, TapeCounters, summarize
-from .config import MODES, settings_object
+from ._core.modes import MODES
+from ._pytest_state import (
+    LIVE_SEEN,
+    MARKER_ARGS,
+    PLACEHOLDERS,
+    RAISED,
+    REPORTS,
+    STOPPED,
+    TAPE,
+    TAPES,
+    cassette_dir,
+    cassette_path,
+    check_marker,
+    ending,
+    marker_options,
+    rerecord_command,
+)
+from .cassettes import _events
+from .cassettes._events import INTERRUPTIONS
 from .errors import ConfigurationError, ReplayMiss
-from .keys import env_volatile
 from .planner import pytest_gate
+
+if TYPE_CHECKING:
+    from .cassettes.store import Cassette
 
 __all__ = ["cassette_path"]
 
-_REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
-_TAPE = pytest.StashKey[Cassette]()
-_TAPES = pytest.StashKey[list[tuple[str, Cassette]]]()
 _REMOTE = pytest.StashKey[list[dict[str, Any]]]()
 _SCENARIO = pytest.StashKey[bool]()
-_ADOPTED = pytest.StashKey[list[tuple[Cassette, Callable[[bool], None]]]]()
-_PLACEHOLDERS = pytest.StashKey[list[str] | None]()
+_ADOPTED = pytest.StashKey[list[tuple["Cassette", Callable[[bool], None]]]]()
 _OUTER = pytest.StashKey[pytest.Item | None]()  # the test running when this one started
 _SAVED = pytest.StashKey[tuple[_project.Project | None,
                                 dict[str, tuple[float, float]] | None]]()
-_STOPPED = pytest.StashKey[type[BaseException]]()  # the session was interrupted by this
-_RAISED = pytest.StashKey[type[BaseException]]()  # what the test's call raised
 _DISCARDED = pytest.StashKey[list[tuple[pytest.Item, str]]]()  # recordings an interrupt cost
-_TOLD = pytest.StashKey[Callable[[Cassette, str], None]]()
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-_MAX_NAME = 100
+_TOLD = pytest.StashKey[Callable[["Cassette", str], None]]()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -108,6 +121,8 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
             parser.addini(key.ini, type=key.ini_type,  # type: ignore[arg-type]
                           default=[] if key.ini_type == "linelist" else "",
                           help=f"{key.help} (also [tool.dejacache] {key.name})")
+    parser.addini("dejacache_proxy_upstreams", type="linelist", default=[],
+                  help="upstreams of the dejacache_proxy fixture's proxy: NAME=URL lines")
     _pytest_vcr.addoption(parser, pluginmanager)  # --record-mode, unless pytest-recording's
     group.addoption("--dejacache-scenario", action="store_true", default=False,
                     help="record and replay every langwatch-scenario run through a cassette "
@@ -118,8 +133,6 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
                     help="after the run, verify the cassettes of the modules collected "
                          "(damage, secrets, entries no test used, expiry, format: "
                          "dejacache verify) and fail the session when one fails")
-    parser.addini("dejacache_proxy_upstreams", type="linelist", default=[],
-                  help="upstreams of the dejacache_proxy fixture's proxy: NAME=URL lines")
     group.addoption("--dejacache-report", metavar="DIR", default=None,
                     help="write an HTML report of each cassette test's run into DIR: every "
                          "call replayed, recorded or unused (dejacache.report)")
@@ -127,29 +140,16 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    args = ", ".join(f"{k}={v}" for k, v in MARKER_ARGS.items())
     config.addinivalue_line(
-        "markers",
-        "dejacache(cassette=None, mode=None, cache_key=None, redact=None, substitute=None, "
-        "record_errors=(), record_on_error=False, prune=False, allow_hosts=(), volatile=(), "
-        "expect_misses=False, strict=False, match='request', max_age=None, on_expiry=None, "
-        "live=None, replay_until=None, live_path=None): "
-        "record and "
-        "replay this test's calls from a cassette",
-    )
+        "markers", f"dejacache({args}): record and replay this test's calls from a cassette")
     _check_environment()
     # pytest-recording's names, unless another plugin (pytest-recording, pytest-vcr) has
     # them: registered later, ours would replace its fixtures.
     _pytest_vcr.configure(config, open_cassette, cassette_dir)
-    config.stash[_TAPES] = []
+    config.stash[TAPES] = []
     config.stash[_REMOTE] = []
-    project = _session_project(config)
-    table: dict[str, tuple[float, float]] = project.get("prices") or {}
-    # The process's settings this session changes, put back at unconfigure: a session run
-    # in-process (pytester, pytest.main() again) must neither inherit nor take them away.
-    config.stash[_SAVED] = (_project.use(project), dict(PRICES) if table else None)
-    settings_object().invalidate()
-    if table:
-        set_prices(table)
+    _configure_settings(config)
     if config.getoption("dejacache_scenario") or config.getini("dejacache_scenario"):
         try:
             from .integrations import scenario as scenario_integration
@@ -162,12 +162,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # placeholder, which the guard in placeholder_keys keeps off the wire.
     if (config.getoption("dejacache_mode") or _pytest_vcr.fallback_mode(config, True)
             ) == "replay":
-        config.stash[_PLACEHOLDERS] = placeholder_keys.supply()
-    if not hasattr(config, "workerinput"):  # the controller: the last run's notes go
-        from ._learn import notes
-        from ._paths import default_cache_dir
+        from .cassettes import placeholder_keys
 
-        notes.clear(default_cache_dir())
+        config.stash[PLACEHOLDERS] = placeholder_keys.supply()
+        placeholder_keys.EXPLAIN.append(_explain_refusal)
     _pytest_usage.configure(config, current_test)  # the record of which cassettes it used
     config.stash[_DISCARDED] = []
 
@@ -177,8 +175,38 @@ def pytest_configure(config: pytest.Config) -> None:
             config.stash[_DISCARDED].append((item, note))
 
     config.stash[_TOLD] = discarded
-    _block.DISCARDED.append(discarded)
+    _events.DISCARDED.append(discarded)
     pytest_gate.configure(config)  # the prompt-cache gate, when a bar is set
+
+
+def _configure_settings(config: pytest.Config) -> None:
+    """The project settings of the session (``[tool.dejacache]`` under the ini keys) and its
+    prices. The process's settings this session changes are put back at unconfigure: a
+    session run in-process (pytester, pytest.main() again) must neither inherit nor take
+    them away."""
+    project = _session_project(config)
+    table: dict[str, tuple[float, float]] = project.get("prices") or {}
+    saved_prices = None
+    if table:
+        from .cassettes.prices import PRICES, set_prices
+
+        saved_prices = dict(PRICES)
+        set_prices(table)
+    config.stash[_SAVED] = (_project.use(project), saved_prices)
+    _invalidate_settings()
+    if not hasattr(config, "workerinput"):  # the controller: the last run's notes go
+        from ._learn import notes
+        from ._paths import default_cache_dir
+
+        notes.clear(default_cache_dir())
+
+
+def _invalidate_settings() -> None:
+    # Settings built before the project changed read it again (none exist before
+    # dejacache.config is loaded: nothing to do, and nothing loaded for it).
+    config = sys.modules.get("dejacache.config")
+    if config is not None:
+        config.settings_object().invalidate()
 
 
 def _session_project(config: pytest.Config) -> _project.Project:
@@ -206,8 +234,6 @@ def _session_project(config: pytest.Config) -> _project.Project:
 
 def _unknown_ini_keys(config: pytest.Config) -> None:
     """A ``dejacache_*`` ini key no plugin registered is a typo, not a setting to skip."""
-    from ._suggest import did_you_mean
-
     known = [k.ini for k in _project.KEYS.values() if k.ini]
     for name in _ini_names(config.inipath):
         if not name.startswith("dejacache_"):
@@ -215,6 +241,8 @@ def _unknown_ini_keys(config: pytest.Config) -> None:
         try:
             config.getini(name)
         except ValueError:
+            from ._suggest import did_you_mean
+
             raise ConfigurationError(
                 f"{config.inipath}: unknown ini key {name!r}{did_you_mean(name, known)} (the "
                 f"dejacache keys: {', '.join(sorted(known))})") from None
@@ -249,7 +277,16 @@ def _check_environment() -> None:
     """Settings read from the environment, checked once at start-up: a bad value is a usage
     error (exit status 4), as a bad ``--dejacache-mode`` is, instead of an INTERNALERROR
     traceback (``DEJACACHE_MODE``) or the same error in every test (``DEJACACHE_VOLATILE``)."""
-    for var, check in (("DEJACACHE_MODE", default_mode), ("DEJACACHE_VOLATILE", env_volatile)):
+    checks: list[tuple[str, Callable[[], Any]]] = []
+    if os.environ.get("DEJACACHE_MODE"):
+        from .cassettes.block import default_mode
+
+        checks.append(("DEJACACHE_MODE", default_mode))
+    if os.environ.get("DEJACACHE_VOLATILE"):
+        from .keys import env_volatile
+
+        checks.append(("DEJACACHE_VOLATILE", env_volatile))
+    for var, check in checks:
         try:
             check()
         except ConfigurationError as exc:
@@ -258,16 +295,24 @@ def _check_environment() -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    placeholder_keys.withdraw(config.stash.get(_PLACEHOLDERS, None))
+    placeholders = config.stash.get(PLACEHOLDERS, None)
+    if PLACEHOLDERS in config.stash:
+        from .cassettes import placeholder_keys
+
+        placeholder_keys.withdraw(placeholders)
+        if _explain_refusal in placeholder_keys.EXPLAIN:
+            placeholder_keys.EXPLAIN.remove(_explain_refusal)
     told = config.stash.get(_TOLD, None)
-    if told is not None and told in _block.DISCARDED:
-        _block.DISCARDED.remove(told)
-    saved_project, saved_prices = config.stash.get(_SAVED, (None, None))
+    if told is not None and told in _events.DISCARDED:
+        _events.DISCARDED.remove(told)
     if _SAVED in config.stash:
+        saved_project, saved_prices = config.stash[_SAVED]
         _project.use(saved_project)
-        settings_object().invalidate()
-    if saved_prices is not None:
-        set_prices(saved_prices, replace=True)
+        _invalidate_settings()
+        if saved_prices is not None:
+            from .cassettes.prices import set_prices
+
+            set_prices(saved_prices, replace=True)
     _pytest_usage.unconfigure(config)
     if config.stash.get(_SCENARIO, False):
         from .integrations import scenario as scenario_integration
@@ -298,14 +343,33 @@ def integration_settings(item: pytest.Item) -> dict[str, Any]:
         "mode": (marker.kwargs.get("mode") if marker is not None else None)
         or config.getoption("dejacache_mode"),
         "prune": bool(config.getoption("dejacache_prune")),
-        "rerecord_hint": _rerecord_command(item),
+        "rerecord_hint": rerecord_command(item),
     }
 
 
 def adopt_tape(item: pytest.Item, tape: Cassette, finish: Callable[[bool], None]) -> None:
     """Count ``tape`` with the test's; ``finish(test_passed)`` runs at the test's teardown."""
-    item.config.stash[_TAPES].append((item.nodeid, tape))
+    item.config.stash[TAPES].append((item.nodeid, tape))
     item.stash.setdefault(_ADOPTED, []).append((tape, finish))
+
+
+def _explain_refusal(host: str) -> str | None:
+    item = current_test()
+    if item is None:
+        return None
+    from ._pytest_cassette import placeholder_advice
+
+    return placeholder_advice(item, host)
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    for item in items:  # a typo fails the run before any test records to the wrong place
+        for marker in item.iter_markers("dejacache"):
+            check_marker(item, marker)
+
+
+# ---------------------------------------------------------------- test lifecycle
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -328,7 +392,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None
         _CURRENT_ITEM = item.stash.get(_OUTER, None)
         adopted = item.stash.get(_ADOPTED, [])
         if adopted:
-            passed = _ending(item) is None
+            passed = ending(item) is None
             errors: list[BaseException] = []
             for _, finish in adopted:
                 try:
@@ -344,17 +408,25 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
                               ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     rep = yield
-    item.stash.setdefault(_REPORTS, {})[rep.when] = rep
+    item.stash.setdefault(REPORTS, {})[rep.when] = rep
     if call.excinfo is not None and rep.when == "call":
-        item.stash[_RAISED] = call.excinfo.type
-    tape = item.stash.get(_TAPE, None)
-    if rep.failed and tape is not None and tape.misses and call.excinfo is not None \
-            and not _raised_directly(call.excinfo.value):
-        _show_misses(rep, tape)
-    for adopted, _ in item.stash.get(_ADOPTED, []):  # integrations' tapes (scenario runs)
-        if rep.failed and adopted.misses and call.excinfo is not None \
-                and not _raised_directly(call.excinfo.value):
-            _show_misses(rep, adopted)
+        item.stash[RAISED] = call.excinfo.type
+    if not rep.failed or call.excinfo is None:
+        return rep
+    if isinstance(call.excinfo.value, ReplayMiss):
+        option = item.config.option
+        if not getattr(option, "fulltrace", False) and getattr(option, "tbstyle", "") != "native":
+            from ._pytest_failure import failure_repr
+
+            rep.longrepr = failure_repr(item, call.excinfo)  # type: ignore[assignment]
+        return rep
+    tapes = [t for t in (item.stash.get(TAPE, None),
+                         *(a for a, _ in item.stash.get(_ADOPTED, []))) if t is not None]
+    for tape in tapes:  # an SDK or a framework wrapped the miss: put it first
+        if tape.misses:
+            from ._pytest_cassette import show_misses
+
+            show_misses(rep, tape)
     return rep
 
 
@@ -364,86 +436,15 @@ def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> N
     item = current_test()
     if item is not None:
         stopped = excinfo.type  # (pytest's Exit is an Exception: stand for it as the exit)
-        item.config.stash[_STOPPED] = stopped if issubclass(stopped, INTERRUPTIONS) \
+        item.config.stash[STOPPED] = stopped if issubclass(stopped, INTERRUPTIONS) \
             else SystemExit
-
-
-def _ending(item: pytest.Item) -> type[BaseException] | None:
-    """How the test's cassette blocks end: None when the test passed (they are written); an
-    interruption when the session was stopped (Ctrl-C, ``pytest.exit()``) or the test raised
-    one (nothing is written, and the summary says so); else ``AssertionError`` (failed,
-    skipped or not run: nothing is written unless ``record_on_error``)."""
-    stopped = item.config.stash.get(_STOPPED, None)
-    if stopped is not None:
-        return stopped
-    raised = item.stash.get(_RAISED, None)
-    if raised is not None and issubclass(raised, INTERRUPTIONS):
-        return raised
-    reports = item.stash.get(_REPORTS, {})
-    call = reports.get("call")
-    if call is None or not call.passed or any(r.failed for r in reports.values()):
-        return AssertionError
-    return None
-
-
-def _raised_directly(exc: BaseException) -> bool:
-    """Whether pytest's own report already leads with the ReplayMiss."""
-    return isinstance(exc, ReplayMiss)
-
-
-def _show_misses(rep: pytest.TestReport, tape: Cassette) -> None:
-    # An SDK, litellm or scenario that wraps the miss leaves a one-line "Connection error"
-    # on top and the explanation thousands of lines up: put the explanation first.
-    head = [f"dejacache: this test failed after {len(tape.misses)} replay miss(es) in "
-            f"cassette {tape.path}; the failure below wraps it.", ""]
-    for miss in tape.misses[:5]:
-        head += [str(miss), ""]
-    if len(tape.misses) > 5:
-        head.append(f"... and {len(tape.misses) - 5} more misses")
-    rep.longrepr = "\n".join(head) + "\n---- the failure as raised ----\n" + str(rep.longrepr)
-
-
-def cassette_path(item: pytest.Item, explicit: str | os.PathLike[str] | None = None
-                  ) -> pathlib.Path:
-    """Where a test's cassette lives: ``<test dir>/cassettes/<module>/<test name>.json`` (the
-    ``dejacache_cassette_dir`` ini key moves ``<test dir>/cassettes``)."""
-    test_file = pathlib.Path(str(item.path))
-    if explicit is not None:
-        p = pathlib.Path(explicit)
-        return p if p.is_absolute() else test_file.parent / p
-    parts = item.nodeid.split("::")[1:]
-    name = _UNSAFE.sub("_", ".".join(parts)).strip("._") or "test"
-    if len(name) > _MAX_NAME:  # long parametrize ids: keep a readable head, hash the rest
-        name = name[:80] + "-" + xxhash.xxh3_64_hexdigest(".".join(parts).encode())
-    return cassette_dir(item, test_file) / test_file.stem / f"{name}.json"
-
-
-def cassette_dir(item: pytest.Item, test_file: pathlib.Path) -> pathlib.Path:
-    """``<test dir>/cassettes``, or the project's ``cassette_dir`` (relative to the project
-    file; ini ``dejacache_cassette_dir`` or ``[tool.dejacache] cassette_dir``)."""
-    project = _project.current()
-    cdir: str | None = project.get("cassette_dir")
-    if not cdir:
-        return test_file.parent / "cassettes"
-    base: pathlib.Path = project.directory or item.config.rootpath
-    if item.config.inipath is not None and \
-            project.sources.get("cassette_dir", "").startswith("ini"):
-        base = item.config.inipath.parent  # an ini key is relative to its ini file
-    return base / cdir
-
-
-def _rerecord_command(item: pytest.Item) -> str:
-    return f"pytest {shlex.quote(item.nodeid)} --dejacache-mode=record"
 
 
 @pytest.fixture
 def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
     """The test's cassette, active for the whole test (see the module docstring)."""
     item = request.node
-    marker = item.get_closest_marker("dejacache")
-    opts: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
-    if marker is not None and marker.args:
-        opts.setdefault("cassette", marker.args[0])
+    opts = marker_options(item)
     explicit = opts.get("cassette")
     yield from open_cassette(request, cassette_path(item, explicit), opts,
                              shared=explicit is not None)
@@ -453,98 +454,10 @@ def open_cassette(request: pytest.FixtureRequest, path: pathlib.Path, opts: dict
                   *, shared: bool) -> Iterator[Cassette]:
     """The cassette block at ``path`` for the test, open while it runs (a fixture's body:
     ``dejacache_cassette``'s, and the ``vcr`` fixture's for ``@pytest.mark.vcr``); ``opts``
-    are the marker's options."""
-    item = request.node
-    config = request.config
-    mode = opts.get("mode") or config.getoption("dejacache_mode") or _pytest_vcr.fallback_mode(
-        config, path.exists())
-    if scratch.active():
-        mode = "record"  # `dejacache learn`: every call live, into its scratch directory
-    hint = _rerecord_command(item)
-    live = opts.get("live", config.getoption("dejacache_live") or _project.current().get(
-        "live"))
-    partial = bool(live) or opts.get("replay_until") is not None
-    if partial and mode == "record":
-        mode = None  # a partial block replays; --dejacache-mode=record is for the others
-    # A test replaying in a session that does not (a marker's mode="replay"): its own
-    # placeholders, set before the block patches the transports so the guard sits under it.
-    # (Not for a partial replay: its live calls need the real credentials.)
-    keys = placeholder_keys.supply() if (
-        mode == "replay" and not partial and _PLACEHOLDERS not in config.stash) else None
-    block = cassette(
-        path,
-        mode,
-        redact=opts.get("redact"),
-        substitute=opts.get("substitute"),
-        record_on_error=bool(opts.get("record_on_error", False)),
-        record_errors=tuple(opts.get("record_errors", ())),
-        prune=bool(opts.get("prune", False) or config.getoption("dejacache_prune")),
-        volatile=opts.get("volatile", ()),
-        strict=bool(opts.get("strict", False) or config.getoption("dejacache_strict")),
-        rerecord_hint=hint,
-        shared=shared,
-        match=opts.get("match", "request"),
-        max_age=opts.get("max_age"),
-        on_expiry=opts.get("on_expiry"),
-        live=live,
-        replay_until=opts.get("replay_until"),
-        live_path=opts.get("live_path"),
-        **({"cache_key": opts["cache_key"]} if "cache_key" in opts else {}),
-    )
-    try:
-        tape = block.__enter__()
-    except BaseException:
-        placeholder_keys.withdraw(keys)
-        raise
-    config.stash[_TAPES].append((item.nodeid, tape))
-    item.stash[_TAPE] = tape
-    guard: NetworkGuard | None = None
-    try:  # (from here: a Ctrl-C landing before the test runs still closes the block)
-        if tape.mode == "replay" and (in_ci() or config.getoption("dejacache_block_network")):
-            allow = [*(_project.current().get("allow_hosts") or ()),
-                     *opts.get("allow_hosts", ())]
-            guard = NetworkGuard(
-                lambda where: (f"Test {item.nodeid} replays from cassette {path}; to record "
-                               f"this call run locally: {hint} (or allow the host with "
-                               "@pytest.mark.dejacache(allow_hosts=[...]))."),
-                allow=allow,
-            )
-            guard.__enter__()
-        yield tape
-    finally:
-        if guard is not None:
-            guard.__exit__(None, None, None)
-        # A test that did not pass writes nothing (a skipped one neither prunes: it stopped
-        # before the calls it did not make, which are not unused).
-        ending = _ending(item)
-        try:
-            block.__exit__(ending, None, None)  # (not None: the old cassette stays as it was)
-        finally:
-            placeholder_keys.withdraw(keys)
-    if ending is not None and issubclass(ending, INTERRUPTIONS):
-        return  # the session is stopping: no report page, no verdict on a test cut short
-    report_dir = config.getoption("dejacache_report")
-    if report_dir and path.exists():
-        _write_report(pathlib.Path(report_dir), item, path, tape)
-    if ending is None and tape.misses and not opts.get("expect_misses", False):
-        # The code under test caught the miss (a broad ``except``, an SDK error handler,
-        # a framework's fallback) and the test passed on a path the recording never took.
-        pytest.fail(f"{len(tape.misses)} replay miss(es) in cassette {path} were caught "
-                    "by the code under test, so this test passed without its recording "
-                    "(a test that asserts misses says so with "
-                    "@pytest.mark.dejacache(expect_misses=True)):\n\n"
-                    + "\n\n".join(str(m) for m in tape.misses[:3]), pytrace=False)
+    are the marker's options. The machinery loads with the first test that opens one."""
+    from . import _pytest_cassette
 
-
-def _write_report(directory: pathlib.Path, item: pytest.Item, path: pathlib.Path,
-                  tape: Cassette) -> None:
-    """``--dejacache-report DIR``: the test's run as a page (what it replayed, recorded and
-    left unused), named after the test."""
-    from .report import report
-
-    directory.mkdir(parents=True, exist_ok=True)
-    name = _UNSAFE.sub("_", item.nodeid).strip("._")[:150] or "test"
-    (directory / f"{name}.html").write_text(report(path, calls=tape.calls), encoding="utf-8")
+    yield from _pytest_cassette.open_cassette(request, path, opts, shared=shared)
 
 
 @pytest.fixture(autouse=True)
@@ -584,16 +497,18 @@ def dejacache_proxy(request: pytest.FixtureRequest, dejacache_proxy_server: Any)
     path = cassette_path(item, opts.get("cassette") or (marker.args[0] if marker is not None
                                                         and marker.args else None))
     config = request.config
-    live = opts.get("live", config.getoption("dejacache_live"))
+    live = opts.get("live", config.getoption("dejacache_live") or _project.current().get(
+        "live"))
     session = dejacache_proxy_server.session(
-        path, mode=opts.get("mode") or config.getoption("dejacache_mode") or default_mode(),
+        path, mode=opts.get("mode") or config.getoption("dejacache_mode")
+        or _project.default_mode(path.exists()),
         strict=bool(opts.get("strict", False) or config.getoption("dejacache_strict")),
         live=live.split(",") if isinstance(live, str) else live,
-        replay_until=opts.get("replay_until"), rerecord=_rerecord_command(item))
+        replay_until=opts.get("replay_until"), rerecord=rerecord_command(item))
     try:
         yield session
     finally:
-        failed = any(r.failed for r in item.stash.get(_REPORTS, {}).values())
+        failed = any(r.failed for r in item.stash.get(REPORTS, {}).values())
         summary = session.close(ok=not failed)
     if not failed and summary["misses"] and not opts.get("expect_misses", False):
         pytest.fail(f"{len(summary['misses'])} replay miss(es) in cassette {path} were met by "
@@ -601,17 +516,8 @@ def dejacache_proxy(request: pytest.FixtureRequest, dejacache_proxy_server: Any)
                     "\n\n" + "\n\n".join(summary["misses"][:3]), pytrace=False)
 
 
+
 # ---------------------------------------------------------------- summary
-
-
-def _counts(tapes: list[tuple[str, Cassette]]) -> dict[str, Any]:
-    total = summarize(t for _, t in tapes)
-    # A shared cassette holds other tests' entries: one test's unused ones are not unused
-    # (and --dejacache-prune leaves a shared file alone).
-    unused = [(nodeid, str(t.path), len(t.unused)) for nodeid, t in tapes
-              if not t.shared and not t.pruned]
-    return {"counters": total, "unused": [u for u in unused if u[2]],
-            "pruned": [(nodeid, str(t.path), t.pruned) for nodeid, t in tapes if t.pruned]}
 
 
 def _claimed(item: pytest.Item) -> list[pathlib.Path]:
@@ -631,19 +537,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     workeroutput = getattr(config, "workeroutput", None)
     # writes the usage record (and carries out --dejacache-verify)
     usage = _pytest_usage.finish(session, _claimed, lambda item: _pytest_usage.outcome(
-        item.stash.get(_REPORTS, {})))
+        item.stash.get(REPORTS, {})))
     if workeroutput is not None and usage is not None:
         workeroutput["dejacache_usage"] = usage
-    tapes = config.stash.get(_TAPES, [])
+    tapes = config.stash.get(TAPES, [])
     _note_suggestions(config, tapes)
     if workeroutput is not None and tapes:  # an xdist worker: hand the numbers over
-        c = _counts(tapes)
-        ctr: TapeCounters = c["counters"]
-        workeroutput["dejacache"] = {
-            "replayed": ctr.replayed, "recorded": ctr.recorded, "missed": ctr.missed,
-            "time_saved": ctr.time_saved, "tokens_saved": ctr.tokens_saved,
-            "dollars_saved": ctr.dollars_saved, "unused": c["unused"], "pruned": c["pruned"],
-        }
+        from ._pytest_cassette import worker_numbers
+
+        workeroutput["dejacache"] = worker_numbers(tapes)
 
 
 def _suggested(tapes: list[tuple[str, Cassette]]) -> list[dict[str, Any]]:
@@ -675,18 +577,24 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config
                             ) -> None:
     _pytest_usage.summary(terminalreporter, config)
-    tapes = config.stash.get(_TAPES, [])
+    tapes = config.stash.get(TAPES, [])
     remote = config.stash.get(_REMOTE, [])
     # (a test that caught the interruption itself and passed lost nothing it meant to keep)
     discarded = [f"{note} ({item.nodeid})" for item, note in config.stash.get(_DISCARDED, [])
-                 if _ending(item) is not None]
-    if not tapes and not remote and not discarded:
+                 if ending(item) is not None]
+    notes = [n for n in (_pytest_usage.unwritten(config), _live_note(config),
+                         _invalidation_note()) if n]
+    if not tapes and not remote and not discarded and not notes:
         return
     terminalreporter.section("dejacache")
     if tapes or remote:
-        _summary_counts(terminalreporter, tapes, remote)
+        from ._pytest_cassette import summary_counts
+
+        summary_counts(terminalreporter, tapes, remote, bool(config.getoption("dejacache_prune")))
     for note in discarded:  # (a test cut short writes nothing: say what it recorded)
         terminalreporter.write_line(note)
+    for note in notes:
+        terminalreporter.write_line(note, yellow=True)
     suggested = _suggested(tapes)
     if suggested:
         terminalreporter.write_line(
@@ -696,39 +604,20 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             "re-keys the cassettes")
 
 
-def _summary_counts(tr: Any, tapes: list[tuple[str, Cassette]], remote: list[dict[str, Any]]
-                    ) -> None:
-    c = _counts(tapes)
-    total: TapeCounters = c["counters"]
-    unused: list[Any] = list(c["unused"])
-    pruned: list[Any] = list(c["pruned"])
-    for r in remote:
-        total.replayed += r["replayed"]
-        total.recorded += r["recorded"]
-        total.missed += r["missed"]
-        total.time_saved += r["time_saved"]
-        total.tokens_saved += r["tokens_saved"]
-        total.dollars_saved += r["dollars_saved"]
-        unused.extend(tuple(u) for u in r["unused"])
-        pruned.extend(tuple(u) for u in r.get("pruned", ()))
-    tr.write_line(
-        f"calls: {total.replayed} replayed, {total.recorded} recorded, {total.missed} missed "
-        f"({len(tapes) or 'xdist'} cassette uses)"
-    )
-    tr.write_line(
-        f"replay saved: {total.time_saved:.1f} s of model time, {total.tokens_saved:,} tokens, "
-        f"~${total.dollars_saved:.2f} (prices as of {PRICES_DATE}; override with the "
-        "dejacache_prices ini option)"
-    )
-    if unused:
-        n = sum(u[2] for u in unused)
-        tr.write_line(f"unused entries: {n} in {len(unused)} cassettes "
-                      "(remove them with --dejacache-prune):")
-        for nodeid, path, k in unused[:10]:
-            tr.write_line(f"  {k:>4}  {path}  ({nodeid})")
-        if len(unused) > 10:
-            tr.write_line(f"  ... and {len(unused) - 10} more")
-    if pruned:  # --dejacache-prune (or the marker's prune=True) removed them: done
-        n = sum(u[2] for u in pruned)
-        tr.write_line(f"pruned: {n} unused entr{'ies' if n != 1 else 'y'} removed from "
-                      f"{len(pruned)} cassette{'s' * (len(pruned) != 1)}")
+def _live_note(config: pytest.Config) -> str | None:
+    seen = config.stash.get(LIVE_SEEN, [])
+    if not seen:
+        return None
+    from ._pytest_cassette import live_summary
+
+    return live_summary(seen)
+
+
+def _invalidation_note() -> str | None:
+    """``@invalidates`` resources that no ``@tool_cache`` of this process reads (only when
+    the runtime face was used at all)."""
+    layout = sys.modules.get("dejacache.runtime._layout")
+    if layout is None:
+        return None
+    note: str | None = layout.unmatched_invalidations()
+    return note

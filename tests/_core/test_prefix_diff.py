@@ -82,7 +82,8 @@ def test_clock_in_system_prompt_named_with_path_offset_and_window() -> None:
     b = anthropic(system=SYSTEM + "Current time: 12:05:02. Go.")
     d = diff(a, b)
     assert (d.reason, d.segment, d.path) == ("system", "system", "system[0].text")
-    assert d.offset == len(SYSTEM) + len("Current time: 12:0")
+    # where the clock starts (its hazard's offset), not the first digit that changed
+    assert d.offset == len(SYSTEM) + len("Current time: ")
     assert (d.before, d.after) == ("12:04:31", "12:05:02")
 
 
@@ -140,13 +141,13 @@ def test_first_difference_shapes() -> None:
 
 
 def test_window_widens_to_the_token_and_clips() -> None:
-    assert window("at 12:04:31.", "at 12:05:02.", 7) == ("12:04:31", "12:05:02")
-    assert window("id=ab12 end", "id=ab13 end", 6) == ("ab12", "ab13")
-    assert window("x", "xy", 1) == ("x", "xy")
+    assert window("at 12:04:31.", "at 12:05:02.", 7) == ("12:04:31", "12:05:02", 3)
+    assert window("id=ab12 end", "id=ab13 end", 6) == ("ab12", "ab13", 3)
+    assert window("x", "xy", 1) == ("x", "xy", 0)
     long_a, long_b = "a" * 200, "b" * 200
-    before, after = window(long_a, long_b, 0)
+    before, after, _ = window(long_a, long_b, 0)
     assert len(before) == 48 and before.endswith("…") and after.startswith("b")
-    assert window({"k": 1}, None, 0) == ('{"k":1}', "null")
+    assert window({"k": 1}, None, 0) == ('{"k":1}', "null", 0)
 
 
 text = st.text(st.characters(codec="utf-8"), max_size=40)

@@ -96,7 +96,7 @@ def test_break_tokens_and_cost_anthropic() -> None:
     assert rec.expected_cached == 0
     assert brk.tokens > 2_000
     assert brk.cost == pytest.approx(brk.tokens * 3.0 / 1e6 * (1.25 - 0.1))
-    assert "`system[0].text` at offset 8,404: `12:04:31` → `12:05:02`" in str(brk)
+    assert "`system[0].text` at offset 8,400: `12:04:31` → `12:05:02`" in str(brk)
 
 
 def test_one_hour_marker_prices_the_rewrite_at_2x() -> None:
@@ -244,3 +244,16 @@ def test_totals() -> None:
     assert r.hit_ratio == 0.0 and r.cost > 0
     assert "2 turns, 1 breaks" in str(r)
     assert SessionTotals("x").report().hit_ratio is None
+
+
+def test_a_timestamp_is_named_at_one_offset_as_hazard_and_as_break() -> None:
+    """The clock in the system prompt is found on the first turn and breaks the cache on the
+    second: both name the timestamp where it starts, not the hazard at its start and the
+    break at the first digit that changed."""
+    s = SessionState("s")
+    _, _, hazards = s.turn(claude("Current time: 2026-12-02T04:47:41Z. " + BIG), None, 0.0,
+                           rates)
+    _, (brk,), _ = s.turn(claude("Current time: 2026-12-02T04:48:02Z. " + BIG, turns=2), None,
+                          30.0, rates)
+    (h,) = [h for h in hazards if h.kind == "timestamp"]
+    assert (h.path, h.offset) == (brk.path, brk.offset) == ("system[0].text", 14)

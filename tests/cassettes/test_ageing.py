@@ -269,4 +269,4 @@ def test_show_says_a_date_is_in_the_future(recorded: pathlib.Path) -> None:
     entry = {"recorded_at": stamp(ageing.clock() + 400.5 * DAY)}
     line = ageing.age_line(entry, ageing.clock(), 30 * DAY)
     assert line.startswith("dated 400d in the future (")
-    assert line.endswith("), a wrong clock or a hand edit, treated as expired under max_age 30d")
+    assert line.endswith("), a wrong clock or a hand edit; treated as expired under max_age 30d")

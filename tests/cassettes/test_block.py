@@ -149,3 +149,14 @@ def test_an_interrupted_block_is_logged_for_scripts(
         tool("one")
         raise KeyboardInterrupt
     assert any("not written to" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("name", ["plan.yaml", "plan.YML"])
+def test_a_yaml_cassette_path_is_refused_naming_the_json_one(tmp_path: pathlib.Path,
+                                                             name: str) -> None:
+    """A .yaml path was written as JSON without a word: every tool then took it for vcrpy's."""
+    with pytest.raises(dejacache.ConfigurationError,
+                       match=r"dejacache cassettes are JSON; name it plan\.json .*dejacache "
+                             r"import"):
+        dejacache.cassette(tmp_path / name)
+    assert list(tmp_path.iterdir()) == []

@@ -83,10 +83,15 @@ def test_messages_are_stored_once_and_requests_list_references(tmp_path):
     record_steps(p, 4)
     doc = orjson.loads(p.read_bytes())
     msgs = doc["entries"][3]["request"]["body"]["messages"]
-    assert all(isinstance(m, str) and m.startswith(fmt.REF) for m in msgs)
-    # step 3 repeats the system prompt and earlier messages of step 2: same references
+    # every message a reference but the last, the new turn, which stays in its entry (a
+    # re-record that changes it changes that entry only: test_cassette_diff.py)
+    assert all(isinstance(m, str) and m.startswith(fmt.REF) for m in msgs[:-1])
+    assert isinstance(msgs[-1], dict) and msgs[-1]["role"]
+    # step 3 repeats the system prompt and earlier messages of step 2: same references, and
+    # step 2's last turn, shared now that it repeats
     prev = doc["entries"][2]["request"]["body"]["messages"]
-    assert msgs[: len(prev)] == prev
+    assert msgs[: len(prev) - 1] == prev[:-1]
+    assert fmt.unpack(msgs[len(prev) - 1], doc["values"].__getitem__) == prev[-1]
     system = doc["values"][msgs[0][len(fmt.REF):]]
     assert system["role"] == "system"
 

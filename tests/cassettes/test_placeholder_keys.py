@@ -44,7 +44,7 @@ def test_live_call_with_the_placeholder_is_refused():
         exc = exc.__cause__ or exc.__context__
     blocked = [e for e in chain if isinstance(e, NetworkBlocked)]
     assert blocked, chain
-    assert "placeholder API key" in str(blocked[0])
+    assert "placeholder credential" in str(blocked[0])
     assert "OPENAI_API_KEY" in str(blocked[0])
 """
 
@@ -109,14 +109,43 @@ def test_env():
 
 
 def test_supply_keeps_real_keys_and_withdraw_restores() -> None:
-    env = {"OPENAI_API_KEY": "sk-real"}
+    env = {"OPENAI_API_KEY": "sk-real", "GEMINI_API_KEY": "g-real", "AWS_PROFILE": "dev"}
+    before = dict(env)
     got = placeholder_keys.supply(env)
     try:
         assert got == ["ANTHROPIC_API_KEY"]
-        assert env == {"OPENAI_API_KEY": "sk-real", "ANTHROPIC_API_KEY": PLACEHOLDER}
+        assert env == {**before, "ANTHROPIC_API_KEY": PLACEHOLDER}
     finally:
         placeholder_keys.withdraw(got, env)
-    assert env == {"OPENAI_API_KEY": "sk-real"}
+    assert env == before
+
+
+def _no_aws_files(tmp_path: Any) -> dict[str, str]:
+    return {"AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+            "AWS_CONFIG_FILE": str(tmp_path / "none")}
+
+
+@pytest.mark.parametrize("given", [
+    {}, {"GOOGLE_API_KEY": "g-real"}, {"AWS_PROFILE": "dev"},
+    {"AWS_CONTAINER_CREDENTIALS_RELATIVE_URI": "/creds"}, {"credentials file": ""}])
+def test_gemini_and_aws_get_a_placeholder_only_when_nothing_else_gives_one(
+        given: dict[str, str], tmp_path: Any) -> None:
+    # boto3 with no credential anywhere asks the instance metadata service, a call no
+    # cassette holds; a profile, a file or container credentials must not be hidden.
+    env = {"OPENAI_API_KEY": "sk-real", "ANTHROPIC_API_KEY": "sk-ant-real",
+           **_no_aws_files(tmp_path), **given}
+    if "credentials file" in given:
+        del env["credentials file"]
+        (tmp_path / "creds").write_text("[default]\n")
+        env["AWS_SHARED_CREDENTIALS_FILE"] = str(tmp_path / "creds")
+    got = placeholder_keys.supply(env)
+    try:
+        want = [] if "GOOGLE_API_KEY" in given else ["GEMINI_API_KEY"]
+        if not given or "GOOGLE_API_KEY" in given:
+            want += ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
+        assert got == want
+    finally:
+        placeholder_keys.withdraw(got, env)
 
 
 def test_the_guard_is_gone_after_the_last_withdraw(loopback: Any) -> None:

@@ -51,8 +51,8 @@ def test_report_names_sessions_hit_ratio_and_top_breakers(
     # each conversation's clock, flagged on its first turn
     assert "1x timestamp     `system[0].text` at offset 7,755: `2026-05-01 12:04:31`" in out
     assert "1x timestamp     `messages[0].content[0].text` at offset 7,755" in out
-    assert "3x system        `system[0].text` at offset 7," in out
-    assert "e.g. `12:04:31` → `12:05:02`" in out
+    assert "3x system        `system[0].text` at offset 7,755" in out  # where the hazard is
+    assert "e.g. `2026-05-01 12:04:31` → `2026-05-01 12:05:02`" in out
 
 
 def test_report_json(recorded: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:

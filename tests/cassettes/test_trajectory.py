@@ -80,9 +80,12 @@ def test_steps_in_order_with_kinds_tokens_cost_and_redacted_requests(fake, tmp_p
     assert usage is not None and (view.steps[0].input_tokens, view.steps[0].output_tokens
                                   ) == usage_tokens(usage)
     assert view.total_tokens == view.total_input_tokens + view.total_output_tokens > 0
-    assert view.steps[1].total_tokens == 0
-    # a tool without usage: no count, and not claimed exact; the totals stay exact
-    assert not view.steps[1].tokens_exact and view.tokens_exact
+    # a tool without usage: what its result adds to the conversation, estimated and not
+    # counted in the totals (the next model call reads it as input); the totals stay exact
+    tool = view.steps[1]
+    assert (tool.input_tokens, tool.output_tokens) == (0, -(-len('"sunny in Paris"') // 4))
+    assert not tool.tokens_exact and not tool.counted and view.tokens_exact
+    assert view.total_tokens == sum(s.total_tokens for s in view.steps if s.kind == "model")
     assert view.cost == pytest.approx(2 * estimate_dollars(usage, "gpt-4o-mini"))
     assert view.duration == pytest.approx(sum(s.duration for s in view.steps))
     assert [s.follows for s in view.steps] == [-1, 0, 1, 2]
@@ -211,3 +214,18 @@ def test_a_damaged_file_is_refused_unless_asked_to_show_it(tmp_path) -> None:
         dejacache.load_cassette(p)
     view = dejacache.load_cassette(p, verify=False)
     assert view.steps[0].response == "rainy in Paris" and "checksum" in (view.problem or "")
+
+
+def test_a_tool_steps_tokens_estimate_its_result(tmp_path) -> None:
+    """A 432-character result was "0 estimated output tokens"."""
+    p = tmp_path / "t.json"
+
+    @dejacache.cache(name="tools.search", kind="tool")
+    def search(q: str) -> str:
+        return "r" * 432
+
+    with dejacache.cassette(p, mode="record"):
+        search("x")
+    step = dejacache.load_cassette(p).steps[0]
+    assert step.output_tokens == 109 and not step.tokens_exact  # (434 JSON characters) / 4
+    assert step.input_tokens == 0 and dejacache.load_cassette(p).total_tokens == 0

@@ -126,12 +126,21 @@ def test_intercept_without_any_http_library_is_a_clear_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(intercept_mod, "available", lambda: [])
-    with pytest.raises(dejacache.ConfigurationError, match="neither httpx nor httpx2"), \
+    monkeypatch.setattr(intercept_mod, "_installed", lambda *names: False)
+    with pytest.raises(dejacache.ConfigurationError, match="found no HTTP client"), \
             dejacache.intercept():
         pass
     assert intercept_mod.active() == 0
     with dejacache.scope(mode="auto"):  # plain blocks stay silent: they may not need HTTP
         pass
+
+
+def test_intercept_with_only_urllib3_or_aiohttp_is_no_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(intercept_mod, "available", lambda: [])
+    with dejacache.intercept():  # requests / aiohttp are intercepted without httpx
+        assert intercept_mod.active() >= 1
 
 
 def test_intercept_as_decorator(fake: FakeProvider) -> None:

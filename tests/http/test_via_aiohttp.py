@@ -18,7 +18,7 @@ import pytest
 aiohttp = pytest.importorskip("aiohttp")
 
 from aiohttp_cases import SECRETS  # noqa: E402
-from cases_support import case_env, record_then_replay_cases  # noqa: E402
+from cases_support import MODELS, case_env, record_then_replay_cases  # noqa: E402
 from fake_tool_api import ToolAPI  # noqa: E402
 from http_support import SeqStore  # noqa: E402
 
@@ -35,10 +35,13 @@ SAME = [
 ]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+# Every case runs twice: with requests restated in httpx2's model, and with httpx and httpx2
+# not importable (a plain ``pip install dejacache aiohttp``): dejacache's own model.
+@pytest.fixture(scope="module", params=MODELS)
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+         ) -> dict[str, Any]:
     cassette = tmp_path_factory.mktemp("aiohttp") / "cases.json"
-    return record_then_replay_cases("aiohttp_cases.py", cassette)
+    return record_then_replay_cases("aiohttp_cases.py", cassette, model=request.param)
 
 
 def test_a_replay_in_a_fresh_process_opens_no_connection(runs: dict[str, Any]) -> None:

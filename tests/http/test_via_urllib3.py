@@ -18,6 +18,7 @@ pytest.importorskip("requests")
 urllib3 = pytest.importorskip("urllib3")
 
 from cases_support import (  # noqa: E402
+    MODELS,
     case_env,
     free_port,
     record_then_replay_cases,
@@ -38,10 +39,13 @@ SAME = [
 ]
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+# Every case runs twice: with requests restated in httpx2's model, and with httpx and httpx2
+# not importable (a plain ``pip install dejacache requests``): dejacache's own model.
+@pytest.fixture(scope="module", params=MODELS)
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+         ) -> dict[str, Any]:
     cassette = tmp_path_factory.mktemp("urllib3") / "cases.json"
-    return record_then_replay_cases("urllib3_cases.py", cassette)
+    return record_then_replay_cases("urllib3_cases.py", cassette, model=request.param)
 
 
 def test_a_replay_in_a_fresh_process_opens_no_connection(runs: dict[str, Any]) -> None:
@@ -207,6 +211,17 @@ def test_a_recording_made_through_httpx_replays_through_requests() -> None:
         requests.get(url, timeout=5)
     assert isinstance(err.value.args[0], urllib3.exceptions.MaxRetryError)
     assert isinstance(err.value.args[0].reason, urllib3.exceptions.NewConnectionError)
+
+
+def test_a_recording_made_with_httpx2_imported_replays_where_it_is_not_installed(
+        tmp_path: pathlib.Path) -> None:
+    """A developer's machine has httpx2 (an SDK imported it), CI has only requests: the same
+    keys, so every case replays there, with no connection."""
+    runs = record_then_replay_cases("urllib3_cases.py", tmp_path / "cases.json",
+                                    model="httpx2", replay_model="plain")
+    assert runs["connections"] == [0, 0]
+    for case in SAME:
+        assert runs["replayed"][case] == runs["recorded"][case], case
 
 
 @pytest.fixture(scope="module")

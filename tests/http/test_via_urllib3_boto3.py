@@ -9,11 +9,9 @@ what is tested here: only that botocore's calls go through the shared exchange.
 
 from __future__ import annotations
 
-import os
 import pathlib
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -24,6 +22,7 @@ import pytest
 pytest.importorskip("boto3")
 
 from boto3_cases import CREDENTIALS
+from cases_support import MODELS, case_command, case_env
 from fake_bedrock import FakeBedrock
 
 from provider_support import DropListener
@@ -34,18 +33,19 @@ SIGNING = ("AWS4-HMAC-SHA256", "x-amz-date", "x-amz-security-token", "amz-sdk-in
            "amz-sdk-request", "x-amz-content-sha256", "authorization")
 
 
-def _run(*args: str) -> dict[str, Any]:
-    paths = [str(HERE), str(HERE.parent), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
-    proc = subprocess.run([sys.executable, str(HERE / "boto3_cases.py"), *args],
-                          capture_output=True, text=True, env=env, timeout=240)
+def _run(*args: str, model: str) -> dict[str, Any]:
+    proc = subprocess.run(case_command("boto3_cases.py", *args, model=model),
+                          capture_output=True, text=True, env=case_env(), timeout=240)
     assert proc.returncode == 0, proc.stderr[-4000:]
     out: dict[str, Any] = orjson.loads(proc.stdout)
     return out
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+# Twice: restated in httpx2's model, and with httpx and httpx2 not importable (a plain
+# ``pip install dejacache boto3``: dejacache's own model).
+@pytest.fixture(scope="module", params=MODELS)
+def runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+         ) -> Iterator[dict[str, Any]]:
     cassette = tmp_path_factory.mktemp("boto3") / "bedrock.json"
     bedrock = FakeBedrock(chunk_delay=0.001).start()
     bedrock.script.extend([{}, {}, {"status": 429}])
@@ -53,14 +53,14 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         s.bind(("127.0.0.1", 0))
         refused = f"http://127.0.0.1:{s.getsockname()[1]}"
     try:
-        recorded = _run("record", str(cassette), bedrock.url, refused)
+        recorded = _run("record", str(cassette), bedrock.url, refused, model=request.param)
         sent = list(bedrock.requests)
     finally:
         bedrock.stop()
     time.sleep(1.1)  # SigV4 dates have second resolution: the replay signs differently
     guard = DropListener(bedrock.port)
     try:
-        replayed = _run("replay", str(cassette), bedrock.url, refused)
+        replayed = _run("replay", str(cassette), bedrock.url, refused, model=request.param)
     finally:
         guard.close()
     yield {"recorded": recorded, "replayed": replayed, "sent": sent, "cassette": cassette,

@@ -82,7 +82,8 @@ def test_check_fails_a_regression_naming_session_turn_and_span(
     status, out, _ = cli(capsys, "prompt-cache", "check", str(rebuilt), "--min-hit-rate", "0.7")
     assert status == 1
     assert "FAIL  anthropic.json#1: predicted hit rate 0% is below the bar 70%" in out
-    assert "turn 2: system: `system[0].text` at offset 7,770: `12:04:31` → `12:05:02`" in out
+    assert ("turn 2: system: `system[0].text` at offset 7,755: `2026-05-01 12:04:31` → "
+            "`2026-05-01 12:05:02`") in out
     # Against the baseline: the OpenAI agent's 1-point drop is allowed, Anthropic's is not.
     status, out, _ = cli(capsys, "prompt-cache", "check", str(rebuilt), "--min-hit-rate", "0",
                          "--baseline", str(once), "--json")

@@ -69,8 +69,9 @@ def test_a_timestamp_added_to_the_system_prompt_fails_the_run(
     assert res.ret == pytest.ExitCode.TESTS_FAILED
     out = res.stdout.str()
     assert ("FAIL  test_travel_agent.json#1: predicted hit rate 0% is below the bar 70%\n"
-            "        turn 2: system: `system[0].text` at offset 7,770: `12:04:31` → "
-            "`12:05:02` (1,972 tokens) (and 2 more)\n1 of 2 sessions below the bar") in out
+            "        turn 2: system: `system[0].text` at offset 7,755: "
+            "`2026-05-01 12:04:31` → `2026-05-01 12:05:02` (1,972 tokens) (and 2 more)\n"
+            "1 of 2 sessions below the bar") in out
     # Against the baseline recordings alone (a bar of 0): still caught.
     res = run(pytester, "--dejacache-mode=replay", "--dejacache-min-hit-rate=0",
               "--dejacache-hit-rate-baseline=baseline")

@@ -95,7 +95,8 @@ def test_check_on_a_trace_names_the_conversation(tmp_path: pathlib.Path) -> None
     verdicts = check_recordings(path, 0.5)
     assert [(v.session, v.ok) for v in verdicts] == [("chat-00", False), ("chat-01", False)]
     assert verdicts[0].cause.startswith("turn 2: system: `messages[0].content[0].text` at "
-                                        "offset 32: `09:00:00` → `09:00:02`")
+                                        "offset 14: `2026-05-01 09:00:00` → "
+                                        "`2026-05-01 09:00:02`")
 
 
 def test_loading_cassettes_and_traces(tmp_path: pathlib.Path,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -320,3 +321,46 @@ def test_counters_of_a_file_store_outlive_this_process_state(
         assert get(1) == 1
     assert dejacache.runtime_stats().by_tool["get"].hits == 1  # and still cached
     sq.close()
+
+
+@pytest.fixture
+def forget_cartz() -> Iterator[None]:
+    """This process's record of resources written forgets 'cartz' afterwards: the pytest
+    session running the test would name it in its own summary too."""
+    from dejacache.runtime import _layout
+
+    yield
+    _layout.WRITTEN.pop("cartz", None)
+
+
+@pytest.mark.usefixtures("forget_cartz")
+def test_an_invalidated_resource_no_tool_reads_is_named_when_the_session_ends() -> None:
+    """``invalidates("cartz")`` invalidated nothing and the cart was served stale: the
+    session names the typo and the resource it most likely meant."""
+    carts: dict[int, list[str]] = {1: []}
+
+    @dejacache.tool_cache(resource="cart", key="cart:{user_id}")
+    def get_cart(user_id: int) -> list[str]:
+        return list(carts[user_id])
+
+    @dejacache.invalidates("cartz", key="cart:{user_id}")
+    def add_item(user_id: int, sku: str) -> str:
+        carts[user_id].append(sku)
+        return "ok"
+
+    dejacache.configure(store=dejacache.MemoryStore())
+    named = r"add_item invalidates 'cartz' \(did you mean the resource 'cart'\?\)"
+    with pytest.warns(dejacache.DejacacheWarning, match=named), \
+            dejacache.agent_session(tenant="t1"):
+        get_cart(1)
+        add_item(1, "book")
+        assert get_cart(1) == []  # stale: what the warning is about
+
+
+def test_a_process_that_only_writes_is_not_warned(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dejacache.runtime import _layout
+
+    monkeypatch.setattr(_layout, "READ", set())  # its readers live in another process
+    assert _layout.unread(["orders"]) == []
+    monkeypatch.setattr(_layout, "READ", {"cart"})
+    assert _layout.unread(["orders", "cart"]) == ["orders"]

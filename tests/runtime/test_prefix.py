@@ -45,7 +45,11 @@ def _memory_store(memory_store: dejacache.MemoryStore) -> None:
 
 
 def time_offset(system: str) -> int:
-    return system.index("12:04:31") + 4  # "12:04:31" vs "12:05:02" first differ here
+    # a break inside the clock is named where the clock starts, as its hazard is
+    return system.index("2026-05-01 12:04:31")
+
+
+CLOCKS = ("2026-05-01 12:04:31", "2026-05-01 12:05:02")
 
 
 # ---------------------------------------------------------------- Anthropic
@@ -63,7 +67,7 @@ def test_anthropic_rebuilt_prompt_breaks_every_turn_at_the_clock(
     first = breaks[0]
     assert (first.reason, first.segment, first.path) == ("system", "system", "system[0].text")
     assert first.offset == time_offset(build_system("12:04:31"))
-    assert (first.before, first.after) == ("12:04:31", "12:05:02")
+    assert (first.before, first.after) == CLOCKS
     assert "`system[0].text` at offset 7," in str(first)
     # The provider agrees: nothing read from its cache after turn 1, everything rewritten.
     turns = monitor.turns
@@ -122,7 +126,7 @@ def test_openai_rebuilt_prompt_keeps_only_the_part_before_the_clock(
     assert [(b.turn, b.reason, b.path) for b in breaks] == [
         (n, "system", "messages[0].content[0].text") for n in (2, 3, 4)]
     assert breaks[0].offset == time_offset(build_system("12:04:31"))
-    assert (breaks[0].before, breaks[0].after) == ("12:04:31", "12:05:02")
+    assert (breaks[0].before, breaks[0].after) == CLOCKS
     # OpenAI caches in 128-token steps up to the change: the instructions before the clock
     # stay cached, the monitor expects exactly that, and only the rest is lost.
     for t in monitor.turns[1:]:

@@ -1,5 +1,7 @@
 """The one vocabulary of modes, and the check every place that reads a mode uses.
 
+Imports nothing heavy: the pytest plugin reads it in every run, cassettes or not.
+
 A project file may name a mode in vcrpy's words too (``dejacache_mode = none`` in a suite
 moved from pytest-recording): :func:`project_mode` checks either vocabulary and
 :func:`as_mode` turns it into dejacache's once the cassette's existence is known.
@@ -7,11 +9,13 @@ moved from pytest-recording): :func:`project_mode` checks either vocabulary and
 
 from __future__ import annotations
 
+import os
 from typing import Final
 
 from ..errors import ConfigurationError
 
-__all__ = ["MODES", "VCR_MODES", "as_mode", "project_mode", "resolve_mode", "vcr_mode"]
+__all__ = ["MODES", "VCR_MODES", "as_mode", "in_ci", "project_mode", "resolve_mode",
+           "vcr_mode"]
 
 MODES: Final = ("auto", "replay", "record", "off")
 #: vcrpy's record modes, as pytest-recording's ``--record-mode`` takes them (``rewrite``:
@@ -24,6 +28,12 @@ def resolve_mode(mode: str, *, where: str = "mode") -> str:
     if m not in MODES:
         raise ConfigurationError(f"unknown {where} {mode!r}; expected one of {', '.join(MODES)}")
     return m
+
+
+def in_ci() -> bool:
+    """Whether ``CI`` is set to something other than ``0``/``false``/``no``."""
+    v = os.environ.get("CI", "").strip().lower()
+    return bool(v) and v not in ("0", "false", "no")
 
 
 def vcr_mode(name: str, exists: bool) -> str:

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..keys import canonical_json, digest
+from .spans import span_at
 
 __all__ = [
     "Difference",
@@ -377,11 +378,12 @@ def _show(value: Any) -> str:
         return _clip(repr(value))
 
 
-def window(a: Any, b: Any, offset: int) -> tuple[str, str]:
+def window(a: Any, b: Any, offset: int) -> tuple[str, str, int]:
     """Short texts of both sides around a difference: the differing run, widened to the
-    whole word, time or id it sits in (``12:04:31`` → ``12:05:02``, not ``4:31`` → ``5:02``)."""
+    whole word, time or id it sits in (``12:04:31`` → ``12:05:02``, not ``4:31`` → ``5:02``),
+    and where they start."""
     if not (isinstance(a, str) and isinstance(b, str)):
-        return _show(a), _show(b)
+        return _show(a), _show(b), offset
     tail = 0
     while (tail < len(a) - offset and tail < len(b) - offset
            and a[-1 - tail] == b[-1 - tail]):
@@ -397,7 +399,7 @@ def window(a: Any, b: Any, offset: int) -> tuple[str, str]:
     # A sentence's full stop is not part of the value.
     while left.endswith((".", ",", ":")) and right.endswith(left[-1]) and len(left) > 1:
         left, right = left[:-1], right[:-1]
-    return _clip(left) or "(nothing)", _clip(right) or "(nothing)"
+    return _clip(left) or "(nothing)", _clip(right) or "(nothing)", start
 
 
 def _common_bytes(a: bytes, b: bytes) -> int:
@@ -500,5 +502,13 @@ def compare(prev: Prefix, cur: Prefix) -> Difference | None:
     if found is None:  # equal data, different digest: cannot happen; keep a clear answer
         return Difference(reason, old.segment, old.path, 0, "", "", common)
     leaf, offset, a, b = found
-    before, after = window(a, b, offset)
+    before, after, start = window(a, b, offset)
+    span = span_at(a, offset) if isinstance(a, str) else None
+    if span is not None:
+        # A change inside a value that looks volatile (the minutes of a timestamp) is named
+        # as that value, where it starts: where the first turn's hazard named it.
+        if span[0] < start:
+            head = a[span[0]:start]
+            before, after = _clip(head + before), _clip(head + after)
+        offset = span[0]
     return Difference(reason, old.segment, old.path + leaf, offset, before, after, common)

@@ -247,19 +247,21 @@ def made_with_text(entry: dict[str, Any]) -> str:
 
 def age_line(entry: dict[str, Any], now: float, max_age: float | None = None) -> str:
     """When and with what an entry was recorded, for ``dejacache show`` and the report:
-    ``recorded 45d ago (2026-10-14T09:00:00Z) with openai 1.54.0, model gpt-4o-mini``, or
-    that its age is unknown (recorded before dejacache kept the time)."""
+    ``recorded 45d ago (2026-10-14T09:00:00Z) with openai 1.54.0, model gpt-4o-mini; older
+    than max_age 30d``, or that its age is unknown (recorded before dejacache kept the
+    time)."""
     born = recorded_at(entry)
+    note = ""  # what max_age makes of it: after the SDK and model, which it is not about
     if born is None:
         text = "age unknown (recorded before dejacache kept the time; never expires)"
     elif in_future(born, now):
         text = (f"dated {age_text(born, now)} in the future ({entry.get('recorded_at')}), a "
                 "wrong clock or a hand edit")
         if max_age is not None:
-            text += f", treated as expired under max_age {span(max_age)}"
+            note = f"; treated as expired under max_age {span(max_age)}"
     else:
         text = f"recorded {age_text(born, now)} ago ({entry.get('recorded_at')})"
         if max_age is not None and expired(born, max_age, now):
-            text += f", older than max_age {span(max_age)}"
+            note = f"; older than max_age {span(max_age)}"
     made = made_with_text(entry)
-    return f"{text} with {made}" if made else text
+    return (f"{text} with {made}" if made else text) + note

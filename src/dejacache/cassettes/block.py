@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
 from .. import _project
-from .._core.modes import as_mode
+from .._core.modes import in_ci
 from .._core.volatile import BlockPaths
 from ..config import (
     UNSET,
@@ -28,12 +28,13 @@ from ..config import (
     Effective,
     Unset,
     resolve_mode,
-    settings_object,
     volatile_items,
 )
+from ..errors import ConfigurationError
 from ..keys import key_substitutions
 from ..scope import Block, enter, inherited, leave, settle
 from . import scratch
+from ._events import DISCARDED, INTERRUPTIONS, OPENED
 from .ageing import resolve as resolve_ageing
 from .blobs import sink_for
 from .redact import Redactor
@@ -41,46 +42,17 @@ from .store import Cassette
 from .vcr_match import check_match, warn_stale
 
 if TYPE_CHECKING:
-    from .partial import LiveRule
+    from .partial import LiveRule, Partial
 
-__all__ = ["INTERRUPTIONS", "cassette", "default_mode", "in_ci"]
+__all__ = ["DISCARDED", "INTERRUPTIONS", "OPENED", "cassette", "default_mode", "in_ci"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: Told of each block entered and the tape it opened (before the tape reads the file): the
-#: pytest plugin's record of which cassettes a run used (``usage.py``), including blocks a
-#: test opens by hand. Changed once per session, never per call.
-OPENED: list[Callable[[cassette, Cassette], None]] = []
-
-#: What stops a block without it having failed: the run was cut short, so the block writes
-#: nothing of it, even with ``record_on_error=True``.
-INTERRUPTIONS: tuple[type[BaseException], ...] = (KeyboardInterrupt, SystemExit)
-
-#: Told of each interrupted block that had recorded calls, with the tape and a sentence
-#: saying what was not written (the pytest plugin's summary). Changed once per session.
-DISCARDED: list[Callable[[Cassette, str], None]] = []
-
-
-def in_ci() -> bool:
-    v = os.environ.get("CI", "").strip().lower()
-    return bool(v) and v not in ("0", "false", "no")
-
 
 def default_mode(exists: bool = True) -> str:
-    """``configure(mode=)`` > ``DEJACACHE_MODE`` > ``replay`` under ``CI`` (the environment
-    too) > the project file's ``mode`` (the pytest ini key, then ``[tool.dejacache]``;
-    vcrpy's names too, ``exists`` deciding ``once``) > ``auto``."""
-    configured = settings_object().mode
-    if configured:
-        return configured
-    env = os.environ.get("DEJACACHE_MODE")
-    if env:
-        return resolve_mode(env, where="DEJACACHE_MODE")
-    if in_ci():
-        return "replay"
-    project: str | None = _project.current().get("mode")
-    return as_mode(project, exists) if project else "auto"
+    """The mode of a block that names none (``_project.default_mode``)."""
+    return _project.default_mode(exists)
 
 
 class cassette(Block[Cassette]):
@@ -141,6 +113,13 @@ class cassette(Block[Cassette]):
         blobs: bool | int = True,
     ) -> None:
         self.path = scratch.redirect(pathlib.Path(path))  # (itself unless `dejacache learn`)
+        if self.path.suffix.lower() in (".yaml", ".yml"):
+            # (written as JSON under a .yaml name, it looked like a vcrpy file to every tool)
+            raise ConfigurationError(
+                f"cassette {self.path}: dejacache cassettes are JSON; name it "
+                f"{self.path.with_suffix('.json').name} (a vcrpy / pytest-recording YAML "
+                f"recording converts with: dejacache import {self.path} -o "
+                f"{self.path.with_suffix('.json')})")
         sink_for(blobs)  # a wrong value fails where it is written
         self.blobs = blobs
         self.mode = resolve_mode(mode) if mode is not None else None
@@ -177,6 +156,10 @@ class cassette(Block[Cassette]):
         # Set by integrations that write the file later (dejacache.integrations.scenario under
         # pytest): called with (tape, block_ok) on exit instead of saving and closing the tape.
         self.defer_save: Callable[[Cassette, bool], None] | None = None
+        # Told of the block's partial replay when it exits cleanly, instead of a warning
+        # naming its ``live=`` rules that matched no call (the pytest plugin gathers those of
+        # ``--dejacache-live``, which every test shares, into one note for the session).
+        self.on_live: Callable[[Partial], None] | None = None
 
     def open(self) -> Cassette:
         """A fresh tape over the file (not yet active)."""
@@ -256,10 +239,26 @@ class cassette(Block[Cassette]):
             warn_stale(tape)
             if tape.ageing is not None:
                 tape.ageing.warn()
+            if tape.partial is not None:
+                self._live_done(tape.partial)
         if tape.strict and exc_type is None:
             unmade = tape.unmade_error()  # recorded calls never made: the contract is broken
             if unmade is not None:
                 raise unmade
+
+    def _live_done(self, partial: Partial) -> None:
+        if self.on_live is not None:
+            self.on_live(partial)
+            return
+        unmatched = partial.unmatched()
+        if unmatched:
+            import warnings
+
+            from ..errors import DejacacheWarning
+            from .partial import unmatched_note
+
+            warnings.warn(unmatched_note(unmatched, partial.calls, f"in cassette {self.path}"),
+                          DejacacheWarning, stacklevel=3)
 
 
 def _discarded(tape: Cassette, reason: str) -> None:

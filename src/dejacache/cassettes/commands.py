@@ -255,6 +255,11 @@ def _cmd_rehash(args: argparse.Namespace) -> int:
             continue
         what = f"accepted edits to {', '.join(changed)}" if changed else "rewritten"
         print(f"{path}: {what} (format {fmt.FORMAT}, checksums updated)")
+        if changed:
+            print("  keys are kept: rehash only refreshes checksums. An entry whose request "
+                  "you edited still answers the call it was recorded for, not the edited "
+                  "one; to answer the edited call, re-record it "
+                  "(pytest <test> --dejacache-mode=record).")
     return status
 
 
@@ -266,13 +271,13 @@ def _add(sub: Any, name: str, help: str, **kw: Any) -> argparse.ArgumentParser:
 
 def add_cassette_commands(sub: Any) -> None:
     p = _add(sub, "show", "print a cassette with every shared value expanded")
-    p.add_argument("file")
+    p.add_argument("file", help="a cassette (tests/cassettes/<module>/<test>.json)")
     p.add_argument("--refs", action="store_true", help="show value references unexpanded")
     p.add_argument("--name", default="", help="only calls whose name contains this")
     p.set_defaults(func=_cmd_show)
     p = _add(sub, "diff", "drift between two cassettes: calls added/dropped/changed, tokens")
-    p.add_argument("a")
-    p.add_argument("b")
+    p.add_argument("a", help="the cassette before (e.g. a copy from git show HEAD:path)")
+    p.add_argument("b", help="the cassette after")
     p.add_argument("--limit", type=int, default=20, help="field changes shown per call")
     p.add_argument("--exit-code", action="store_true", help="exit 1 when they differ")
     p.add_argument("--keep-ids", action="store_true",
@@ -280,8 +285,10 @@ def add_cassette_commands(sub: Any) -> None:
                         "every call (ignored by default)")
     p.set_defaults(func=_cmd_diff)
     p = _add(sub, "scan", "exit 1 if files hold secret-shaped strings (pre-commit hook)")
-    p.add_argument("paths", nargs="+")
-    p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="files, or directories whose files are all scanned")
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="print the names of the files with findings only")
     p.set_defaults(func=_cmd_scan)
     p = _add(sub, "prune", "run pytest with --dejacache-prune: drop entries no test used",
              allow_abbrev=False)  # "--pl" is pytest's to read, not a short "--plain"
@@ -289,11 +296,12 @@ def add_cassette_commands(sub: Any) -> None:
                    help="passed on to pytest (options too: prune -q -k slow)")
     p.set_defaults(func=_cmd_prune, passthrough="pytest_args")
     p = sub.add_parser(
-        "rehash", help="accept hand edits to cassettes: recompute value hashes and checksums",
+        "rehash", help="accept hand edits to cassettes: recompute value hashes and checksums "
+        "(keys are kept)",
         description="Replay refuses a cassette whose bytes do not match their checksums. "
         "After editing one on purpose (a recorded answer, a merge of two branches), this "
         "rewrites it with fresh hashes and checksums; files written by an older dejacache "
         "are upgraded to the current format. Keys are kept: editing a request does not "
         "change which call the entry answers.")
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("files", nargs="+", metavar="FILE", help="the cassettes edited by hand")
     p.set_defaults(func=_cmd_rehash)

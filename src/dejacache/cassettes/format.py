@@ -180,10 +180,21 @@ def entry_checksum(entry: dict[str, Any]) -> str:
 
 
 class Packer:
-    """Moves large values of trees into a shared ``values`` mapping (content-addressed)."""
+    """Moves large values of trees into a shared ``values`` mapping (content-addressed).
+
+    What a re-record changes stays in its entry (a reviewer's git diff): a request's root and
+    the dicts right under it (an HTTP request's ``body``) are never shared whole, and with
+    ``own_last_turn`` neither is the last message of a conversation (a list of dicts with a
+    ``role``), the turn a changed prompt changes. Shared whole, either was renamed by any
+    change inside it and moved elsewhere in the sorted ``values``: a 3-call re-record with one
+    prompt changed was a 122-line diff in 9 hunks. The next request repeats that message,
+    not the last any more, and shares it then; unchanged values keep their names, so an
+    entry's diff is the lines its call changed (``test_cassette_diff.py`` pins the bound).
+    """
 
     def __init__(self, values: dict[str, Any], *, min_shared: int = 0,
-                 share_containers: bool = True, blobs: Any = None) -> None:
+                 share_containers: bool = True, blobs: Any = None,
+                 own_last_turn: bool = False) -> None:
         self.values = values
         self.min_shared = min_shared or MIN_SHARED
         self.containers = share_containers
@@ -191,6 +202,7 @@ class Packer:
         # ``blobs``: a ``blobs.Sink`` taking the payloads out of the tree (None: none)
         self.blobs = blobs
         self.min_blob = blobs.min_payload + 2 if blobs is not None else 1 << 62
+        self.own_last_turn = own_last_turn
 
     def _share(self, node: Any) -> str:
         h = value_hash(node)
@@ -199,14 +211,15 @@ class Packer:
 
     def pack(self, tree: Any) -> Any:
         """A copy of ``tree`` with large parts replaced by references (the root stays)."""
-        return self._walk(tree)[0]
+        return self._walk(tree, True)[0]
 
-    def _walk(self, node: Any) -> tuple[Any, int, int]:
+    def _walk(self, node: Any, share: bool) -> tuple[Any, int, int]:
         # -> (packed node, approximate JSON size of the *original* node, references inside the
         # packed node). Size is taken before packing, so a message is shared as a whole even
         # after its long content became a reference. A container holding many references
         # (a request body listing its messages) is structure that will not repeat: it stays
-        # inline so the file reads as a list of message references.
+        # inline so the file reads as a list of message references. ``share`` False: nothing
+        # under ``node`` is shared but a string that looks like a reference (never ambiguous).
         t = type(node)
         if t is str:
             n = len(node) + 2
@@ -214,41 +227,46 @@ class Packer:
                 mark = self.blobs.take(node)
                 if mark is not None:  # sized as stored: a message around it stays inline
                     return mark, len(mark) + 2, 0
-            if n >= self.min_shared or node.startswith(REF):
+            if (share and n >= self.min_shared) or node.startswith(REF):
                 return self._share(node), n, 1
             return node, n, 0
         if t is dict:
             out: dict[str, Any] = {}
             size, refs = 2, 0
             for k, v in node.items():
-                pv, sv, rv = self._walk(v)
+                pv, sv, rv = self._walk(v, share)
                 out[k] = pv
                 size += len(k) + 4 + sv
                 refs += rv
-            if self.containers and size >= self.min_dict and refs <= _MAX_REFS_SHARED:
+            if share and self.containers and size >= self.min_dict and refs <= _MAX_REFS_SHARED:
                 return self._share(out), size, 1
             return out, size, refs
         if t is list:
             items = []
             size, refs = 2, 0
             numbers = True
-            for v in node:
+            own = (self.own_last_turn and share and node and type(node[-1]) is dict
+                   and any(type(v) is dict and "role" in v for v in node))
+            last = len(node) - 1
+            for i, v in enumerate(node):
                 tv = type(v)
                 if tv is dict or tv is list or tv is str:
                     numbers = False
-                pv, sv, rv = self._walk(v)
+                pv, sv, rv = self._walk(v, share and not (own and i == last))
                 items.append(pv)
                 size += sv + 1
                 refs += rv
-            if numbers and self.containers and size >= self.min_shared:  # embeddings, ids
-                return self._share(items), size, 1
+            if share and numbers and self.containers and size >= self.min_shared:
+                return self._share(items), size, 1  # embeddings, ids
             return items, size, refs
         return node, 8, 0
 
     def pack_root(self, tree: Any) -> Any:
-        """Like :meth:`pack` but a large root dict keeps its own fields inline."""
+        """Like :meth:`pack` but the root keeps its own fields inline, and so does each dict
+        right under it (see the class docstring)."""
         if type(tree) is dict:
-            return {k: self.pack(v) for k, v in tree.items()}
+            return {k: ({f: self.pack(x) for f, x in v.items()} if type(v) is dict
+                        else self.pack(v)) for k, v in tree.items()}
         if type(tree) is list:
             return [self.pack(v) for v in tree]
         return self.pack(tree)
@@ -654,6 +672,12 @@ def _unless_conflict(data: Buffer, message: str, path: Any) -> str:
 
 
 def _bad_json(data: Buffer, exc: orjson.JSONDecodeError, path: Any) -> str:
+    if not bytes(data[:64]).lstrip().startswith(b"{") and conflict_line(data) is None:
+        # Not a cassette gone bad but another file (a test module, a YAML recording):
+        # rehash would not help.
+        return ("not a dejacache cassette: it is not JSON. A cassette is the .json file a "
+                "test records (tests/cassettes/<module>/<test>.json); vcrpy's YAML "
+                "recordings convert with dejacache import")
     where = f"line {exc.lineno} column {exc.colno}"
     # On the written layout every entry starts with the same line: count them to name one.
     n = bytes(data[: exc.pos]).count(_ENTRY_START)

@@ -41,16 +41,26 @@ from typing import Final
 from ..errors import ConfigurationError
 from .kinds import KINDS, step_kind
 
-__all__ = ["LIVE_SUFFIX", "LiveRule", "Partial", "check_partial", "derived_path", "parse_live"]
+__all__ = ["LIVE_SUFFIX", "LiveRule", "Partial", "check_partial", "derived_path", "parse_live",
+           "unmatched_note"]
 
 #: The derived cassette of a partial block, beside the original: ``<name>.live.json``.
 LIVE_SUFFIX: Final = ".live.json"
+# Calls a block remembers by name for the note on a rule that matched none (a few suffice).
+_KEEP_CALLS: Final = 50
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class LiveRule:
     kind: str | None  # None: any kind
     pattern: str | None  # None: any name
+
+    @property
+    def text(self) -> str:
+        """The rule as written (``"model"``, ``"tool:search_web"``, ``"search_web"``)."""
+        if self.kind is None:
+            return self.pattern or "*"
+        return self.kind if self.pattern is None else f"{self.kind}:{self.pattern}"
 
     def matches(self, name: str, kind: str) -> bool:
         if self.kind is not None and self.kind != kind:
@@ -117,6 +127,10 @@ class Partial:
         self.seen = 0  # calls made so far in the block
         self.live_calls = 0
         self._lock = threading.Lock()
+        #: rules that matched a call (or a recorded step), and the calls the block made as
+        #: (name, kind): a rule matching none of them is a typo to name (``unmatched``)
+        self.matched: set[LiveRule] = set()
+        self.calls: dict[tuple[str, str], None] = {}
 
     def mode_for(self, name: str, raw_kind: str) -> str:
         """``replay`` or ``record`` (live, and recorded into the derived cassette)."""
@@ -126,12 +140,23 @@ class Partial:
             live = (self.until is not None and n >= self.until) or self.goes_live(
                 name, raw_kind)
             self.live_calls += live
+            if len(self.calls) < _KEEP_CALLS:
+                self.calls[(name, step_kind(raw_kind, name))] = None
         return "record" if live else "replay"
 
     def goes_live(self, name: str, raw_kind: str) -> bool:
         """Whether the ``live=`` rules send calls like this live (recorded steps too)."""
         kind = step_kind(raw_kind, name)
-        return any(r.matches(name, kind) for r in self.rules)
+        hit = False
+        for r in self.rules:
+            if r.matches(name, kind):
+                self.matched.add(r)
+                hit = True
+        return hit
+
+    def unmatched(self) -> list[LiveRule]:
+        """The ``live=`` rules no call of the block matched."""
+        return [r for r in self.rules if r not in self.matched]
 
     def describe(self) -> str:
         parts = []
@@ -141,3 +166,27 @@ class Partial:
         if self.until is not None:
             parts.append(f"replay_until={self.until}")
         return " ".join(parts)
+
+
+def unmatched_note(rules: Iterable[LiveRule], calls: Iterable[tuple[str, str]],
+                   where: str) -> str:
+    """What a warning says of ``live=`` rules that matched no call ``where`` (a block, a
+    session): the rules, the closest kind or name each may have meant, and the calls made."""
+    from .._suggest import closest
+
+    made = list(calls)
+    names = {n for n, _ in made} | {n.rsplit(".", 1)[-1] for n, _ in made}
+    parts = []
+    for r in rules:
+        meant = None
+        if r.kind is None and r.pattern is not None:
+            kind = closest(r.pattern, KINDS)
+            meant = f"the kind {kind!r}" if kind else None
+            name = None if kind else closest(r.pattern, names)
+            meant = meant or (f"the call {name!r}" if name else None)
+        parts.append(repr(r.text) + (f" (did you mean {meant}?)" if meant else ""))
+    shown = ", ".join(f"{n} ({k})" for n, k in made[:6]) + (" ..." if len(made) > 6 else "")
+    return (f"dejacache: live= pattern{'s' if len(parts) != 1 else ''} "
+            f"{', '.join(parts)} matched no call {where}, so every call replayed"
+            + (f"; the calls made: {shown}" if made else "; no call was made")
+            + f". The kinds are {', '.join(KINDS)}; a name is a call's name or its last part.")

@@ -6,33 +6,49 @@ in CI" needed a fake key in every CI config. While tests replay, the pytest plug
 placeholder for each variable that is unset (:func:`supply`) and restores the environment
 afterwards.
 
+The same for ``GEMINI_API_KEY`` (``genai.Client()`` refuses to construct without it, or
+``GOOGLE_API_KEY``) and AWS's ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY``: boto3 signs
+even a request dejacache answers, and with no credential anywhere botocore asks the instance
+metadata service (169.254.169.254) for one, a call no cassette holds. AWS's are supplied only
+when nothing else would give boto3 a credential (no key, profile, credentials file, web
+identity or container credentials).
+
 A placeholder must never reach a provider: a live request carrying it would fail with a
 confusing 401 at best. :func:`supply` therefore also wraps the public ``HTTPTransport`` /
 ``AsyncHTTPTransport`` classes of httpx and httpx2 (what the SDKs send through, intercepted or
 not) with a check that refuses any request whose headers or URL carry the placeholder, with a
-:class:`~dejacache.errors.NetworkBlocked` that says which variable to set. Transports that are
-not httpx's (litellm's aiohttp) are not wrapped.
+:class:`~dejacache.errors.NetworkBlocked` that says which variable to set; urllib3 (boto3,
+requests) and aiohttp requests dejacache sends live are checked the same way
+(:func:`check`). Transports that are neither (litellm's own aiohttp) are not checked.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import NetworkBlocked
 
-__all__ = ["KEY_VARIABLES", "PLACEHOLDER", "carries_placeholder", "supply", "withdraw"]
+__all__ = ["EXPLAIN", "KEY_VARIABLES", "PLACEHOLDER", "carries_placeholder", "check", "held",
+           "supply", "withdraw"]
 
 # Not secret-shaped (no ``sk-`` prefix), so ``dejacache scan`` and redaction leave it alone
 # and nobody mistakes it for a leaked key.
 PLACEHOLDER = "dejacache-replay-placeholder-not-a-key"
-KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
+KEY_VARIABLES = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "AWS_ACCESS_KEY_ID",
+                 "AWS_SECRET_ACCESS_KEY")
+# What else gives a client its credential: a placeholder would hide it.
+_ALSO = {"GEMINI_API_KEY": ("GOOGLE_API_KEY",)}
+_AWS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+        "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI")
 
+_LIBRARIES = ("httpx", "httpx2")
 _LOCK = threading.Lock()
+_OUT: set[str] = set()  # the variables holding a placeholder now
 _USERS = 0
 # (class, method, what was there, our wrapper)
 _SAVED: list[tuple[type, str, Callable[..., Any], Callable[..., Any]]] = []
@@ -48,13 +64,38 @@ def carries_placeholder(request: Any) -> bool:
     return any(PLACEHOLDER in v for v in values)
 
 
+#: Asked (innermost last) what a refused request was part of: the pytest plugin names the
+#: test, and says whether it has a cassette and whether the call went live on purpose.
+#: Each takes the host and returns the advice to give, or None to leave it to the next.
+EXPLAIN: list[Callable[[str], str | None]] = []
+
+
+def held() -> str:
+    """The variables holding a placeholder now, as a message names them (all it may set
+    when none does)."""
+    return " / ".join(n for n in KEY_VARIABLES if n in _OUT) or " / ".join(KEY_VARIABLES)
+
+
+def check(request: Any) -> None:
+    """Refuse ``request`` (an httpx-shaped request about to go live) when it carries the
+    placeholder: the check the transports of httpx and httpx2 get, for the other stacks."""
+    if _USERS and carries_placeholder(request):
+        _refuse(request)
+
+
 def _refuse(request: Any) -> None:
+    host = str(request.url.host)
+    advice = None
+    for explain in reversed(EXPLAIN):
+        advice = explain(host)
+        if advice:
+            break
     raise NetworkBlocked(
-        f"dejacache refused a live request to {request.url.host}: it carries the placeholder "
-        f"API key dejacache sets while tests replay ({' / '.join(KEY_VARIABLES)} were unset). "
-        "A call that misses the cassette needs a real key: set the variable and re-record "
-        "locally with --dejacache-mode=record.",
-        source=str(request.url.host),
+        f"dejacache refused a live request to {host}: it carries the placeholder credential "
+        f"dejacache sets while tests replay ({held()} were unset). "
+        + (advice or "A call that misses the cassette needs a real key: set the variable and "
+           "re-record locally with --dejacache-mode=record."),
+        source=host,
     )
 
 
@@ -81,31 +122,51 @@ def _wrap_async(real: Callable[..., Any]) -> Callable[..., Any]:
     return handle_async_request
 
 
-def _targets() -> list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]]:
-    out: list[tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]] = []
-    for name in ("httpx", "httpx2"):
-        if importlib.util.find_spec(name) is None:
-            continue
-        module = importlib.import_module(name)
-        for cls_name, method, wrap in (("HTTPTransport", "handle_request", _wrap_sync),
-                                       ("AsyncHTTPTransport", "handle_async_request",
-                                        _wrap_async)):
-            cls = getattr(module, cls_name, None)
-            if isinstance(cls, type) and method in cls.__dict__:
-                out.append((cls, method, wrap))
+_Target = tuple[type, str, Callable[[Callable[..., Any]], Callable[..., Any]]]
+
+
+def _targets_in(module: Any) -> list[_Target]:
+    out: list[_Target] = []
+    for cls_name, method, wrap in (("HTTPTransport", "handle_request", _wrap_sync),
+                                   ("AsyncHTTPTransport", "handle_async_request", _wrap_async)):
+        cls = getattr(module, cls_name, None)
+        if isinstance(cls, type) and method in cls.__dict__:
+            out.append((cls, method, wrap))
     return out
+
+
+def _loaded(name: str) -> Any:
+    """The library ``name`` if this process has imported it (all of it), else None."""
+    mod = sys.modules.get(name)
+    if mod is None or getattr(getattr(mod, "__spec__", None), "_initializing", False):
+        return None
+    return mod
 
 
 def _install_guard() -> bool:
     """Wrap the transports, innermost: under dejacache's interception, so a replayed request
     (which carries the placeholder too) is answered before the check sees it. When
     interception is already on top, the guard cannot go under it: False, and no placeholder.
-    A guard left under an interception wrapper when withdrawn stays as a pass-through."""
-    targets = _targets()
+    A guard left under an interception wrapper when withdrawn stays as a pass-through.
+    A library not imported yet is wrapped when it is (``_GuardOnImport``): a replaying session
+    whose tests never use httpx or httpx2 does not pay for importing them (~0.1 s)."""
+    targets = [t for name in _LIBRARIES if (m := _loaded(name)) is not None
+               for t in _targets_in(m)]
     for cls, method, _ in targets:
         current = cls.__dict__[method]
         if getattr(current, "__dejacache_patch__", False):
             return False
+    _wrap_targets(targets)
+    if not any(isinstance(f, _GuardOnImport) for f in sys.meta_path):
+        # After dejacache's other import hooks (interception's, the thread carry): on a
+        # library loaded while a block is open, interception's wrapper goes on top of ours.
+        at = next((i for i, f in enumerate(sys.meta_path)
+                   if not type(f).__module__.startswith("dejacache.")), len(sys.meta_path))
+        sys.meta_path.insert(at, _GuardOnImport())
+    return True
+
+
+def _wrap_targets(targets: list[_Target]) -> None:
     for cls, method, wrap in targets:
         current = cls.__dict__[method]
         if getattr(current, _MARK, False) or getattr(current, "__dejacache_patch__", False):
@@ -113,10 +174,27 @@ def _install_guard() -> bool:
         wrapper = wrap(current)
         _SAVED.append((cls, method, current, wrapper))
         setattr(cls, method, wrapper)
-    return True
+
+
+class _GuardOnImport:
+    """Wraps httpx / httpx2 the moment they are imported while placeholders are out."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in _LIBRARIES or not _USERS or fullname in sys.modules:
+            return None
+        from .._importhook import spec_with_callback
+
+        return spec_with_callback(self, fullname, path, target, _on_import)
+
+
+def _on_import(module: Any) -> None:
+    with _LOCK:
+        if _USERS:
+            _wrap_targets(_targets_in(module))
 
 
 def _remove_guard() -> None:
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _GuardOnImport)]
     while _SAVED:
         cls, method, real, wrapper = _SAVED.pop()
         # Identity, not the mark: interception's wrapper copies our attributes
@@ -139,10 +217,35 @@ def supply(env: dict[str, str] | None = None,
         if _USERS == 0 and not _install_guard():
             return None
         _USERS += 1
-    set_here = [n for n in names if not target.get(n)]
+    set_here = _unset(target, names)
     for n in set_here:
         target[n] = PLACEHOLDER
+    if env is None:
+        _OUT.update(set_here)
     return set_here
+
+
+def _unset(target: Any, names: Iterable[str]) -> list[str]:
+    """The variables of ``names`` to hold a placeholder: unset, and nothing else gives the
+    client a credential (decided for all before any is set)."""
+    aws_given = any(target.get(n) for n in _AWS) or _aws_files(target)
+    out = []
+    for n in names:
+        if target.get(n) or any(target.get(a) for a in _ALSO.get(n, ())):
+            continue
+        if n.startswith("AWS_") and aws_given:
+            continue
+        out.append(n)
+    return out
+
+
+def _aws_files(target: Any) -> bool:
+    """Whether boto3 would find credentials in a file (~/.aws/credentials or config)."""
+    for var, default in (("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials"),
+                         ("AWS_CONFIG_FILE", "~/.aws/config")):
+        if os.path.exists(os.path.expanduser(target.get(var) or default)):
+            return True
+    return False
 
 
 def withdraw(set_here: Iterable[str] | None, env: dict[str, str] | None = None) -> None:
@@ -155,6 +258,8 @@ def withdraw(set_here: Iterable[str] | None, env: dict[str, str] | None = None) 
     for n in set_here:
         if target.get(n) == PLACEHOLDER:
             del target[n]
+        if env is None and os.environ.get(n) != PLACEHOLDER:
+            _OUT.discard(n)
     with _LOCK:
         _USERS = max(0, _USERS - 1)
         if _USERS == 0:

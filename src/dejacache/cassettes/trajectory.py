@@ -12,8 +12,10 @@ the HTML report) is built on these, so they agree on what a step, a token and a 
   endpoints, and ``"function"`` for every other ``@cache`` function (and MCP request).
 * **Tokens** come from the usage the provider reported (``tokens_exact``); a model step
   without usage (a stream that did not ask for it) is estimated at ~4 characters per token
-  of its request and of its answer's text. Tools and functions cost no tokens; their
-  ``tokens_exact`` is True only when they returned a provider's usage.
+  of its request and of its answer's text. A tool or function step without usage is
+  estimated at what its result adds to the conversation (``output_tokens``; a 432-character
+  result is ~108 tokens), which the totals leave to the model call that reads it
+  (``Step.counted``); one that returned a provider's usage counts that, exactly.
 * **Cost** uses the dated price table of :mod:`dejacache.cassettes.prices`.
 * Requests are the stored, redacted ones: the view never holds a secret the file does not.
   Requests and responses are expanded from the file's shared values when read (an agent's
@@ -122,11 +124,16 @@ class Step:
         tokens = usage_tokens(self.usage)
         if self.raw_kind == "ws" and tokens is None:
             tokens = (0, 0)  # a session's message bills nothing apart: its answer's usage does
-        if self.kind != "model":
-            # No tokens unless it returned a provider's usage (a wrapped model call); exact
-            # only then: with no usage, 0 is what the file cannot tell, not a count.
-            self.input_tokens, self.output_tokens = tokens or (0, 0)
-            self.tokens_exact = tokens is not None
+        if self.kind != "model" and tokens is not None:  # a wrapped model call's usage
+            self.input_tokens, self.output_tokens = tokens
+            self.tokens_exact = True
+        elif self.kind != "model":
+            # What its result adds to the conversation, estimated (~4 characters a token):
+            # the next model call reads it. Not counted in the totals (that call counts it
+            # as its input); its arguments were the model's output.
+            self.input_tokens = 0
+            self.output_tokens = -(-view._answer_size(entry.get("response")) // CHARS_PER_TOKEN)
+            self.tokens_exact = False
         elif tokens is not None:
             self.input_tokens, self.output_tokens = tokens
             self.tokens_exact = True
@@ -147,6 +154,13 @@ class Step:
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+    @property
+    def counted(self) -> bool:
+        """Whether the totals count this step's tokens: a model call, or a step that
+        returned a provider's usage (a tool's estimate is counted by the call that reads
+        its result)."""
+        return self.kind == "model" or self.usage is not None
 
     @property
     def request(self) -> Any:
@@ -210,11 +224,11 @@ class CassetteView:
 
     @property
     def total_input_tokens(self) -> int:
-        return sum(s.input_tokens for s in self.steps)
+        return sum(s.input_tokens for s in self.steps if s.counted)
 
     @property
     def total_output_tokens(self) -> int:
-        return sum(s.output_tokens for s in self.steps)
+        return sum(s.output_tokens for s in self.steps if s.counted)
 
     @property
     def total_tokens(self) -> int:

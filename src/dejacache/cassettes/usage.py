@@ -384,8 +384,11 @@ def read_previous(path: pathlib.Path) -> dict[str, Any] | None:
 
 
 def write(record: dict[str, Any], directory: pathlib.Path) -> pathlib.Path:
+    """Write the record into ``directory`` (raises ``OSError`` when it cannot)."""
+    from .._paths import make_dir
     from . import format as fmt
 
+    make_dir(directory)
     dest = directory / FILE_NAME
     fmt.atomic_write(dest, orjson.dumps(record, option=orjson.OPT_INDENT_2))
     return dest

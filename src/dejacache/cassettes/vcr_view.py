@@ -39,6 +39,9 @@ from .._core.modes import VCR_MODES
 
 __all__ = ["VCR_MODES", "VcrRequest", "VcrView", "vcr_document", "vcr_mode_name"]
 
+# vcrpy's record modes (VCR_MODES), as pytest-recording's ``--record-mode`` takes them
+# (``rewrite``: pytest-recording's own, the cassette removed first), live in ``_core.modes``: the
+# pytest plugin reads them in every run without loading this module.
 # A dejacache mode in vcrpy's words: ``replay`` plays and never records (``none``); ``auto``
 # plays what it has and records the rest (``new_episodes``); ``record`` and ``off`` send every
 # call to the network (``all``).

@@ -74,7 +74,8 @@ class Writer:
         ``request`` (a JSON tree); returns the entry kept and the redacted request."""
         values = self.tape.values
         red_request = redactor.tree(request)
-        doc["request"] = fmt.Packer(values, blobs=self.blobs).pack_root(red_request)
+        doc["request"] = fmt.Packer(values, blobs=self.blobs,
+                                    own_last_turn=True).pack_root(red_request)
         if "response" in doc:
             light = fmt.Packer(values, min_shared=fmt.MIN_SHARED_RESPONSE,
                                share_containers=False, blobs=self.blobs)
@@ -95,14 +96,12 @@ class Writer:
         return doc, red_request
 
     def _verbatim(self, key: str, occ: int, doc: dict[str, Any]) -> dict[str, Any]:
-        from .merge import VOLATILE_FIELDS, canon
-
         # Re-recording an unchanged call keeps the old entry, duration included: no git diff.
         tape = self.tape
         old = tape.positions(key)
         if occ < len(old):
             prev = tape.doc(tape.entry(old[occ], key, occ))
-            if canon(prev, ignore=VOLATILE_FIELDS) == canon(doc, ignore=VOLATILE_FIELDS):
+            if _same_recording(tape, prev, doc):
                 # ...unless it had expired: the live call just confirmed it, and its age
                 # restarts (else it would stay expired, and be re-recorded, for ever).
                 if self.expired is not None and self.expired(prev):
@@ -449,6 +448,22 @@ def _followed_in(now: list[dict[str, Any]], merged: Merged
 
 def _stamps(doc: dict[str, Any]) -> dict[str, Any]:
     return {f: doc[f] for f in ("recorded_at", "recorded_with") if f in doc}
+
+
+def _same_recording(tape: Tape, old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Whether two recordings of a call are the same, whatever was shared in each: an entry
+    packed by an earlier version (its request body shared whole) is the same recording as
+    its re-record packed now, and keeps its bytes."""
+    from .merge import VOLATILE_FIELDS, canon
+
+    if canon(old, ignore=VOLATILE_FIELDS) == canon(new, ignore=VOLATILE_FIELDS):
+        return True
+    try:
+        a, b = ({**d, **{f: tape.expand(d[f]) for f in ("request", "response") if f in d}}
+                for d in (old, new))
+    except CassetteError:  # a value it needs is damaged: not provably the same
+        return False
+    return canon(a, ignore=VOLATILE_FIELDS) == canon(b, ignore=VOLATILE_FIELDS)
 
 
 def _same_multiset(current: bytes, entries: list[dict[str, Any]], path: Any) -> bool:

@@ -2,7 +2,9 @@
 
 Both expose the same public surface (``Client``, ``HTTPTransport``, ``Response``,
 ``SyncByteStream``, the ``TransportError`` family), so every other module works against a
-:class:`Lib` and never imports either library at module import time.
+:class:`Lib` and never imports either library at module import time. A third, :func:`plain`
+(``_plain.py``), has the part of that surface the exchange reads: the transports that are not
+httpx (urllib3, aiohttp) use it when the process has imported neither library.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 
 from ._watched import LIBRARIES
 
-__all__ = ["LIBRARIES", "Lib", "available", "imported", "lib_named", "lib_of", "register"]
+__all__ = ["LIBRARIES", "Lib", "any_transport_error", "available", "imported", "lib_named",
+           "lib_of", "plain", "restating", "register"]
 
 
 _LOCK = threading.Lock()
@@ -75,6 +78,33 @@ def imported() -> list[Lib]:
             if lib is not None:
                 out.append(lib)
     return out
+
+
+def plain() -> Lib:
+    """dejacache's own request/response model (loaded on first use)."""
+    lib = _CACHE.get("plain")
+    if lib is None:
+        from . import _plain
+
+        lib = register("plain", _plain)
+    return lib
+
+
+def restating() -> Lib:
+    """The model a transport that is not httpx restates its requests in: a library the
+    process has imported (no import paid for it), else :func:`plain`. Keys are the same
+    either way (``_plain.py``)."""
+    libs = imported()
+    return libs[0] if libs else plain()
+
+
+def any_transport_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the transport error of a model in use here."""
+    libs = imported()
+    own = _CACHE.get("plain")
+    if own is not None:
+        libs.append(own)
+    return any(lib.transport_error(exc) for lib in libs)
 
 
 def available() -> list[Lib]:

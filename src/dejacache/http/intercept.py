@@ -27,8 +27,9 @@ lm15's transports, dspy's default engine (``lm15.py``), urllib3's connection poo
 them all, replay blocks refuse connections that escape interception anyway
 (``socketguard.py``). Blocks never import httpx themselves (that would cost @cache-only
 users 130 ms and break ``httpx2.alias_httpx()`` called later), and stay silent when there is
-nothing to patch. ``intercept()`` asks for interception explicitly: it imports whichever
-libraries are installed and raises ``ConfigurationError`` when neither is.
+nothing to patch. ``intercept()`` asks for interception explicitly: it imports whichever of
+httpx and httpx2 are installed and raises ``ConfigurationError`` when no client it intercepts
+(those two, urllib3, aiohttp) is.
 """
 
 from __future__ import annotations
@@ -215,6 +216,18 @@ def loaded(module: ModuleType) -> None:
 on_load(lambda: _COUNT > 0, loaded)  # patch a module imported while interception is held
 
 
+def _installed(*names: str) -> bool:
+    import importlib.util  # intercept() only
+
+    for name in names:
+        try:
+            if name in sys.modules or importlib.util.find_spec(name) is not None:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
 class intercept(Block["intercept"]):
     """Intercept httpx/httpx2 traffic for a block (context manager, async or not, or decorator).
 
@@ -233,11 +246,10 @@ class intercept(Block["intercept"]):
 
     def __enter__(self) -> intercept:
         libs = available()
-        if not libs:
+        if not libs and not _installed("urllib3", "aiohttp"):
             raise ConfigurationError(
-                "dejacache.intercept() found neither httpx nor httpx2 to intercept: "
-                "pip install 'dejacache[httpx2]' (or 'dejacache[httpx]')"
-            )
+                "dejacache.intercept() found no HTTP client to intercept (httpx, httpx2, "
+                "requests/urllib3, aiohttp): install the one your code calls")
         acquire(libs)
         self._tokens.append(INTERCEPT_OPTIONS.set(self.options))
         self._paths.enter()

@@ -117,12 +117,15 @@ def _check(attempt: Attempt) -> None:
     raise NetworkBlocked(
         f"dejacache refused a connection to {where} from {context}{source}: it did not go "
         f"through dejacache's HTTP interception, so it would have been a live call "
-        f"(code path: {path}). Send it through a client dejacache intercepts (httpx, httpx2, "
-        "the SDKs' and litellm's aiohttp transports, dspy's lm15), or let this host through "
-        "with "
+        f"(code path: {path}). Send it through a client dejacache intercepts ({_CLIENTS}), or "
+        "let this host through with "
         f"intercept(ignore_hosts=[{attempt.name!r}]) or DEJACACHE_IGNORE_HOSTS.",
         source=eff.source, host=where, code_path=path,
     )
+
+
+_CLIENTS = ("httpx, httpx2, requests, urllib3, boto3/botocore, aiohttp >= 3.12, the SDKs' and "
+            "litellm's aiohttp transports, dspy's lm15")
 
 
 def _warn_unrecorded(eff: Effective, attempt: Attempt, path: str) -> None:
@@ -133,9 +136,8 @@ def _warn_unrecorded(eff: Effective, attempt: Attempt, path: str) -> None:
         f"dejacache: an HTTP connection to {attempt.where}{source} ({eff.mode} mode) did not go "
         f"through dejacache's HTTP interception, so nothing is recorded for it and a replay "
         f"will refuse it (code path: {path}). Send it through a client dejacache intercepts "
-        "(httpx, httpx2, the SDKs' and litellm's aiohttp transports, dspy's lm15), or let "
-        f"this host through with intercept(ignore_hosts=[{attempt.name!r}]) or "
-        "DEJACACHE_IGNORE_HOSTS.",
+        f"({_CLIENTS}), or let this host through with "
+        f"intercept(ignore_hosts=[{attempt.name!r}]) or DEJACACHE_IGNORE_HOSTS.",
         DejacacheWarning, stacklevel=2,
     )
 

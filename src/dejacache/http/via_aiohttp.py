@@ -5,8 +5,8 @@ The work is done by a client middleware (aiohttp >= 3.12's public extension poin
 about to send it (cookies, auth and default headers applied), once per redirect hop, and
 aiohttp's own redirect, cookie-jar and ``raise_for_status`` handling runs around it as live.
 As for lm15 (``lm15.py``) and urllib3 (``via_urllib3.py``) the request is restated as an
-httpx/httpx2 request and answered by the same ``handle_async`` as every other transport, and
-the answer is handed back as aiohttp's own ``ClientResponse``:
+httpx-shaped request (``_libs.restating``) and answered by the same ``handle_async`` as every
+other transport, and the answer is handed back as aiohttp's own ``ClientResponse``:
 
 - built by aiohttp itself: ``ClientResponse.start()`` reads the status line, headers and body
   stream from the connection it is given, here a stand-in whose ``protocol.read()`` returns
@@ -29,8 +29,8 @@ Everything else is public: the middleware protocol, ``ClientRequest``'s ``method
 ``headers``/``body``/``connection_key``/``request_info``/``response_class``,
 ``ClientResponse.start()``, ``StreamReader`` and ``http.RawResponseMessage``.
 
-Needs httpx or httpx2. Without either a request goes through untouched, with a
-``DejacacheWarning``; a replay block then refuses its connection (``socketguard.py``).
+Needs nothing beyond aiohttp: the request is restated in httpx's or httpx2's model when the
+process has imported one, else in dejacache's own (``_plain.py``), keyed alike.
 """
 
 from __future__ import annotations
@@ -43,9 +43,10 @@ import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from ..cassettes import placeholder_keys
 from ..errors import DejacacheWarning, ReplayMiss
 from ..ws.via_aiohttp import patch_ws
-from ._libs import Lib, available, imported
+from ._libs import Lib, any_transport_error, restating
 from ._patching import install, is_ours
 from ._watched import SEAM_MODULES
 from .routing import decide
@@ -128,18 +129,6 @@ def _request(orig: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any
 # ---------------------------------------------------------------- the middleware
 
 
-def _lib() -> Lib | None:
-    libs = imported() or available()
-    if libs:
-        return libs[0]
-    warnings.warn(
-        "dejacache cannot intercept aiohttp without httpx or httpx2: this request goes live "
-        "and is not recorded. pip install 'dejacache[httpx2]'.",
-        DejacacheWarning, stacklevel=4,
-    )
-    return None
-
-
 async def _body(req: Any) -> bytes:
     body = req.body
     if not body:
@@ -152,16 +141,13 @@ async def _body(req: Any) -> bytes:
 async def _middleware(session: Any, req: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
     if bypassing():  # a request dejacache itself hands on (an SDK's httpx-over-aiohttp)
         return await handler(req)
-    lib = _lib()
-    if lib is None:
-        return await handler(req)
-
+    lib = restating()
     try:
         hreq = lib.module.Request(req.method, str(req.url),
                                   headers=list(req.headers.items()), content=await _body(req))
     except Exception as exc:  # a URL, header or body httpx refuses: not ours to answer
         warnings.warn(
-            f"dejacache could not restate {req.method} {req.url} as an httpx request ({exc}): "
+            f"dejacache could not restate {req.method} {req.url} as a request ({exc}): "
             "it goes through aiohttp untouched and is not recorded (a replay block refuses "
             "it).", DejacacheWarning, stacklevel=2,
         )
@@ -173,6 +159,7 @@ async def _middleware(session: Any, req: Any, handler: Callable[[Any], Awaitable
     eff, opts = decided
 
     async def send(r: Any) -> Any:
+        placeholder_keys.check(r)  # (what the httpx transports get: none sent live)
         try:
             live = await handler(req)
         except Exception as exc:
@@ -322,7 +309,7 @@ async def _chunks(hresp: Any) -> AsyncIterator[bytes]:
 
 
 def _is_lib_error(exc: BaseException) -> bool:
-    return any(lib.transport_error(exc) for lib in imported())
+    return any_transport_error(exc)
 
 
 class _Connection:

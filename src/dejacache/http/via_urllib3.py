@@ -7,7 +7,7 @@ AWS SDK call) all call it on a pool (``HTTPSConnectionPool`` inherits it). While
 open that method is wrapped (by ``intercept.py``, also when urllib3 is first imported inside
 the block), so one seam covers all three libraries.
 
-As for lm15 (``lm15.py``), the request is restated as an httpx/httpx2 request and answered by
+As for lm15 (``lm15.py``), the request is restated as an httpx-shaped request and answered by
 the same ``handle_sync`` as every other transport (keys, volatility, secrets, id aliasing,
 stream splitting, strict order and stats are shared), and the answer comes back as urllib3's
 own ``HTTPResponse``:
@@ -32,9 +32,8 @@ body (``read(decode_content=False)`` gives the decoded bytes, and ``Content-Enco
 cookies; a live one still gets them (its ``http.client`` response is handed on as the
 ``original_response`` that ``requests`` reads them from).
 
-Needs httpx or httpx2 (dejacache's HTTP machinery speaks them). Without either a call goes
-through untouched, with a ``DejacacheWarning``; a replay block then refuses its connection
-(``socketguard.py``).
+Needs nothing beyond urllib3: the request is restated in httpx's or httpx2's model when the
+process has imported one, else in dejacache's own (``_plain.py``), keyed alike.
 """
 
 from __future__ import annotations
@@ -46,8 +45,9 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..cassettes import placeholder_keys
 from ..errors import DejacacheWarning
-from ._libs import Lib, available, imported
+from ._libs import Lib, any_transport_error, restating
 from ._patching import install, is_ours
 from ._watched import SEAM_MODULES
 from .routing import decide
@@ -117,21 +117,9 @@ def patch(module: Any) -> list[tuple[type, str, Any]]:
 # ---------------------------------------------------------------- the request
 
 
-def _lib() -> Lib | None:
-    libs = imported() or available()
-    if libs:
-        return libs[0]
-    warnings.warn(
-        "dejacache cannot intercept urllib3 (requests, botocore) without httpx or httpx2: "
-        "this call goes live and is not recorded. pip install 'dejacache[httpx2]'.",
-        DejacacheWarning, stacklevel=4,
-    )
-    return None
-
-
 def _unstated(method: str, url: str, exc: BaseException) -> None:
     warnings.warn(
-        f"dejacache could not restate {method} {url} as an httpx request ({exc}): it goes "
+        f"dejacache could not restate {method} {url} as a request ({exc}): it goes "
         "through urllib3 untouched and is not recorded (a replay block refuses it).",
         DejacacheWarning, stacklevel=4,
     )
@@ -397,7 +385,7 @@ def _native_response(module: Any, hresp: Any, kw: dict[str, Any], method: str, u
 
 
 def _is_lib_error(exc: BaseException) -> bool:
-    return any(lib.transport_error(exc) for lib in imported())
+    return any_transport_error(exc)
 
 
 # ---------------------------------------------------------------- the wrapper
@@ -412,11 +400,7 @@ def _urlopen(orig: Callable[..., Any]) -> Callable[..., Any]:
             # A retry or redirect inside a call we hold, or urllib3's own HostChangedError.
             return orig(self, method, url, body, headers, retries, redirect,
                         assert_same_host, **kw)
-        lib = _lib()
-        if lib is None:  # not handed on: a replay block's backstop refuses it
-            return orig(self, method, url, body, headers, retries, redirect,
-                        assert_same_host, **kw)
-
+        lib = restating()
         data, to_send = _body(body, kw)
         try:
             hreq = lib.module.Request(method, _full_url(self, url),
@@ -434,6 +418,7 @@ def _urlopen(orig: Callable[..., Any]) -> Callable[..., Any]:
         module = sys.modules["urllib3"]
 
         def send(req: Any) -> Any:
+            placeholder_keys.check(req)  # (what the httpx transports get: none sent live)
             sent = {**kw, "preload_content": False, "decode_content": False,
                     "release_conn": False}
             try:

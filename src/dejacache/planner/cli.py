@@ -103,7 +103,8 @@ def add_prompt_cache(sub: Any) -> None:
     p: argparse.ArgumentParser = sub.add_parser(
         "prompt-cache", help="plan and gate the provider's prompt-cache hit rate from "
         "recordings (plan, check, rules)")
-    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION",
+                               help="what to do (each has its own --help)")
     for name, func, text in (
             ("plan", _cmd_plan, "hit rate and cost as recorded, predicted, and under each fix"),
             ("check", _cmd_check, "exit 1 when a session's predicted hit rate is too low")):

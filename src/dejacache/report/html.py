@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from .model import Drift, Run, Step
+from .model import Drift, Missed, Run, Step
 
 __all__ = ["render_drift", "render_runs"]
 
@@ -249,12 +249,28 @@ def _blobs(run: Run) -> str:
             f"</thead><tbody>{rows}</tbody></table>")
 
 
+def _missed(m: Missed) -> str:
+    """One miss, opened: the request made and how it differs from the nearest recording."""
+    if m.nearest is None:
+        near = "<p class=\"mut\">No call of this name is recorded in this file.</p>"
+    elif not m.diff:
+        near = (f"<p class=\"mut\">The nearest recording, {_e(m.nearest)}, reads the same: "
+                "they differ only in what keys hold and files do not (credentials, or a "
+                "request edited by hand).</p>")
+    else:
+        near = (f"<p>Differences from the nearest recording, {_e(m.nearest)} (recorded -> "
+                "now):</p><pre>" + _e("\n".join(m.diff[:30])) + "</pre>")
+    return (f"<details class=\"step miss\" open><summary><b>missed</b> <code>{_e(m.label)}"
+            f"</code></summary>{near}<h3>request</h3>{_pretty(m.request)}</details>")
+
+
 def _run_section(run: Run, anchor: str) -> str:
     warn = (f"<p class=\"warn\">Replay would refuse this file: {_e(run.problem)}</p>"
             if run.problem else "")
     if run.missed:
         warn += ("<p class=\"warn\">Replay found no recording for: "
-                 + "; ".join(f"<code>{_e(m)}</code>" for m in run.missed) + "</p>")
+                 + "; ".join(f"<code>{_e(m.label)}</code>" for m in run.missed) + "</p>"
+                 + "".join(_missed(m) for m in run.missed))
     return (
         f"<section class=\"run\" id=\"{anchor}\"><h2>{_e(run.title)}</h2>"
         f"<p class=\"path\">{_e(run.path)}</p>{warn}{_totals(run)}"

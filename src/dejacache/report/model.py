@@ -58,6 +58,23 @@ class Step:
     def label(self) -> str:
         return f"#{self.index} {self.name}"
 
+    @property
+    def counted(self) -> bool:
+        """Whether totals count its tokens (``trajectory.Step.counted``): a model call, or a
+        step whose tokens are a provider's usage."""
+        return self.kind == "model" or self.tokens_exact
+
+
+@dataclasses.dataclass(slots=True)
+class Missed:
+    """A call replay had no recording for: the request as it was made, and the recorded
+    call of the same name it differs least from (``None``: none of that name)."""
+
+    label: str
+    request: Any
+    nearest: str | None = None
+    diff: list[str] = dataclasses.field(default_factory=list)
+
 
 @dataclasses.dataclass(slots=True)
 class Run:
@@ -66,16 +83,16 @@ class Run:
     steps: list[Step]
     problem: str | None = None  # why replay would refuse the file (damaged, hand-edited)
     view: Any = None  # the trajectory view it was read from (CassetteView)
-    missed: list[str] = dataclasses.field(default_factory=list)  # calls replay had no answer to
+    missed: list[Missed] = dataclasses.field(default_factory=list)  # replay had no answer
     outcomes: bool = False  # states come from a run's calls, not only from the file
 
     @property
     def input_tokens(self) -> int:
-        return sum(s.input_tokens for s in self.steps)
+        return sum(s.input_tokens for s in self.steps if s.counted)
 
     @property
     def output_tokens(self) -> int:
-        return sum(s.output_tokens for s in self.steps)
+        return sum(s.output_tokens for s in self.steps if s.counted)
 
     @property
     def tokens(self) -> int:
@@ -145,7 +162,7 @@ def apply_calls(run: Run, calls: Iterable[Any]) -> None:
     recorded = []
     for call in calls:
         if call.outcome == "missed":
-            run.missed.append(f"#{call.index} {call.name} (key {call.key})")
+            run.missed.append(_missed(run, call))
         elif call.recorded_step is not None and 0 <= call.recorded_step < len(run.steps):
             run.steps[call.recorded_step].state = call.outcome
             claimed.add(call.recorded_step)
@@ -157,6 +174,24 @@ def apply_calls(run: Run, calls: Iterable[Any]) -> None:
                 step.state = "recorded"
                 claimed.add(step.index)
                 break
+
+
+def _missed(run: Run, call: Any) -> Missed:
+    """What a failed run's page shows of a miss: the request, and its differences from the
+    nearest recorded call of that name (as the ``ReplayMiss`` message gives them)."""
+    from .._core.diff import nearest
+
+    label = f"#{call.index} {call.name} (key {call.key})"
+    try:
+        request = call.request
+    except Exception:  # a request that cannot be read back: still named
+        request = None
+    same = [(str(s.index), s.request) for s in run.steps if s.name == call.name]
+    found = nearest(request, same) if request is not None and same else None
+    if found is None:
+        return Missed(label, request)
+    index, _, diff = found
+    return Missed(label, request, f"#{index}", diff)
 
 
 def load_run(path: str | pathlib.Path, *, title: str | None = None) -> Run:

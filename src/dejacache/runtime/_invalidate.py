@@ -16,7 +16,15 @@ from ..stores._base import Store
 from . import metrics as m
 from ._binding import Template
 from ._decorate import F, function_only, probe, tool_names
-from ._layout import GLOBAL, GLOBAL_READERS, READER_STORES, REG_LOCK, Gens, write_counters
+from ._layout import (
+    GLOBAL,
+    GLOBAL_READERS,
+    READER_STORES,
+    REG_LOCK,
+    WRITTEN,
+    Gens,
+    write_counters,
+)
 from ._tracing import (
     Args,
     Kwargs,
@@ -88,6 +96,10 @@ class Writer:
              ) -> tuple[list[str] | None, list[Gens]]:
         """(counter names, counter backends) to bump; None: the template does not bind."""
         levels = _levels(sess, self.resource, self.scope, self.name)
+        if self.resource not in WRITTEN:
+            WRITTEN.setdefault(self.resource, self.name)
+        if sess is not None:
+            sess.written.add(self.resource)
         entity: str | None = None
         if self.template is not None:
             entity = self.template.format(args, kwargs)

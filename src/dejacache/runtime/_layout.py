@@ -45,15 +45,54 @@ GLOBAL_READERS: set[str] = set()
 # Strong references: decorated tools (and so their stores) live as long as their module.
 READER_STORES: dict[str, dict[int, Any]] = {}
 REG_LOCK = threading.Lock()
+# Every resource a ``@tool_cache`` of this process reads, and each one an ``@invalidates``
+# wrote (-> the writer's name): a resource written and read by none is most likely a typo
+# (``invalidates("cartz")`` invalidates nothing, and the readers of "cart" serve stale data),
+# named at the end of the agent session and of the pytest session. Never cleared: a reader
+# declared once is a reader.
+READ: set[str] = set()
+WRITTEN: dict[str, str] = {}
 
 
 def register_reader(resource: str, scope: str, store: Any) -> None:
     """Note a ``@tool_cache`` reader of ``resource`` that writes must reach."""
     with REG_LOCK:
+        READ.add(resource)
         if scope == "global":
             GLOBAL_READERS.add(resource)
         if store is not None:
             READER_STORES.setdefault(resource, {})[id(store)] = store
+
+
+def unread(resources: Iterable[str]) -> list[str]:
+    """Of ``resources`` (written), those no reader in this process reads; none at all when
+    the process declares no reader (a process that only writes, for readers elsewhere)."""
+    return [] if not READ else sorted(r for r in set(resources) if r not in READ)
+
+
+def unread_note(resources: Iterable[str], where: str) -> str | None:
+    """The warning naming written resources that nothing reads (None: there are none)."""
+    missing = unread(resources)
+    if not missing:
+        return None
+    from .._suggest import closest
+
+    parts = []
+    for r in missing:
+        meant = closest(r, READ)
+        parts.append(f"{WRITTEN.get(r, '@invalidates')} invalidates {r!r}"
+                     + (f" (did you mean the resource {meant!r}?)" if meant else ""))
+    read = sorted(READ)
+    shown = ", ".join(read[:10]) + (f" and {len(read) - 10} more" if len(read) > 10 else "")
+    return (f"dejacache: {'; '.join(parts)}. No @tool_cache {where} reads "
+            f"{'that resource' if len(missing) == 1 else 'those resources'}, so the write "
+            f"invalidated nothing and the readers of what it changed may serve stale data "
+            f"(resources read: {shown}).")
+
+
+def unmatched_invalidations() -> str | None:
+    """The pytest plugin's end-of-session note (see :data:`WRITTEN`)."""
+    return unread_note(list(WRITTEN), "in this process")
 
 
 def reset_readers() -> None:

@@ -19,7 +19,7 @@ import uuid
 
 from .._core.scopes import global_prefix, session_prefix, tenant_prefix
 from .._slots import slot_setters
-from ..errors import ScopeError
+from ..errors import DejacacheWarning, ScopeError
 from ..scope import Block
 from .guard import GuardState, LoopGuard
 
@@ -85,7 +85,7 @@ class agent_session(Block["agent_session"]):  # lower case like ``scope``: used 
     """
 
     __slots__ = ("_counter", "_tokens", "calls", "guard", "loop_guard", "prefixes",
-                 "session_id", "tenant")
+                 "session_id", "tenant", "written")
 
     def __init__(
         self,
@@ -123,6 +123,9 @@ class agent_session(Block["agent_session"]):  # lower case like ``scope``: used 
         #: bounded; 0 keeps none). See :class:`ToolCallTrace`.
         self.calls: collections.deque[ToolCallTrace] = collections.deque(maxlen=max_calls)
         self._counter = itertools.count()
+        #: The resources ``@invalidates`` tools wrote in this session: one that no
+        #: ``@tool_cache`` reads is named in a warning when the session ends.
+        self.written: set[str] = set()
 
     @property
     def tracing(self) -> bool:
@@ -147,8 +150,23 @@ class agent_session(Block["agent_session"]):  # lower case like ``scope``: used 
             except ValueError:
                 continue
             del self._tokens[i]
+            self._check_writes(exc_info[0] is None)
             return
         SESSION.set(None)  # exited in a context that never entered (generator hand-over)
+        self._check_writes(exc_info[0] is None)
+
+    def _check_writes(self, clean: bool) -> None:
+        # (not when the block raised: under -W error the warning would replace its error)
+        if not self.written or self._tokens or not clean:
+            return
+        from ._layout import unread_note
+
+        note = unread_note(self.written, "in this process")
+        self.written = set()
+        if note is not None:
+            import warnings
+
+            warnings.warn(note, DejacacheWarning, stacklevel=3)
 
     def __repr__(self) -> str:
         return (f"agent_session(tenant={self.tenant!r}, session_id={self.session_id!r}, "

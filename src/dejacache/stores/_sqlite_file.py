@@ -23,6 +23,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from .._paths import make_dir
 from ..errors import DejacacheWarning, IncompatibleStore, StoreError
 from ._sqlite_schema import SCHEMA_VERSION, create_tables, layout_ok, read_version, upgrade
 
@@ -130,7 +131,7 @@ class SQLiteFile:
             create_tables(conn)
             return conn
         if self._uri is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_dir(self.path.parent)
             conn = sqlite3.connect(self.path, timeout=0, isolation_level=None,
                                    check_same_thread=False)
             # Remember which file this thread opened: if it turns out corrupt, only that

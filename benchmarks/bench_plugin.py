@@ -1,0 +1,126 @@
+"""What the pytest plugin costs a run: a one-test suite with the plugin and with
+``-p no:dejacache``, in fresh processes.
+
+Two suites: ``plain`` (one test, no cassette: what every project with dejacache installed
+pays, cassettes or not) and ``cassette`` (one test replaying one call from a cassette). Each
+sample is a whole ``python -m pytest`` process; the two variants alternate round by round so
+a busy machine slows both alike. ``wall`` is the process's wall time, ``cpu`` its user +
+system time (``os.wait4``: less sensitive than wall time to other work on a shared box).
+``--src DIR`` measures another copy of ``src/`` (the figures before a change:
+``git archive HEAD src | tar -x -C DIR``).
+
+    .venv/bin/python benchmarks/bench_plugin.py [--quick] [--src DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+SRC = HERE.parent / "src"
+
+_PLAIN = "def test_one():\n    assert 1 + 1 == 2\n"
+_CASSETTE = textwrap.dedent("""
+    import dejacache
+
+    @dejacache.cache
+    def add(a, b):
+        return a + b
+
+    def test_one(dejacache_cassette):
+        assert add(1, 2) == 3
+""")
+
+
+def _run(suite: pathlib.Path, src: pathlib.Path, *extra: str) -> tuple[float, float]:
+    """(wall ms, cpu ms) of one pytest process over ``suite``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYTEST"))}
+    env.update(PYTHONPATH=str(src), DEJACACHE_DIR=str(suite / ".dejacache"))
+    env.pop("CI", None)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+           *extra, str(suite)]
+    t = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=env, cwd=suite)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"pytest failed in {suite} ({' '.join(extra)})")
+    return wall * 1e3, (usage.ru_utime + usage.ru_stime) * 1e3
+
+
+def bench_plugin(rounds: int = 15, srcs: dict[str, pathlib.Path] | None = None
+                 ) -> dict[str, dict[str, float]]:
+    """Per ``srcs`` label (default: this checkout's ``src/``), medians (ms) per suite and
+    variant, and the plugin's cost: with minus without. Every sample of every label and
+    variant is interleaved round by round."""
+    srcs = srcs or {"this checkout": SRC}
+    runs = [("plain", "with", ()), ("plain", "without", ("-p", "no:dejacache")),
+            ("cassette", "with", ())]  # (without the plugin the cassette suite has no fixture)
+    with tempfile.TemporaryDirectory() as tmp:
+        suites = {}
+        for label in srcs:
+            for name, text in (("plain", _PLAIN), ("cassette", _CASSETTE)):
+                suite = pathlib.Path(tmp) / f"{len(suites)}-{name}"
+                suite.mkdir()
+                (suite / "test_one.py").write_text(text)
+                suites[label, name] = suite
+        for (label, _name), suite in suites.items():  # records the cassette; caches bytecode
+            _run(suite, srcs[label])
+        samples: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
+        order = [(label, name, v, extra) for label in srcs for name, v, extra in runs]
+        for r in range(rounds):
+            for label, name, v, extra in (order if r % 2 == 0 else list(reversed(order))):
+                got = _run(suites[label, name], srcs[label], *extra)
+                samples.setdefault((label, name, v), []).append(got)
+    out: dict[str, dict[str, float]] = {}
+    for label in srcs:
+        res: dict[str, float] = {"rounds": float(rounds)}
+        for (lab, name, v), got in samples.items():
+            if lab == label:
+                res[f"{name} {v} wall"] = statistics.median(w for w, _ in got)
+                res[f"{name} {v} cpu"] = statistics.median(c for _, c in got)
+        for name in ("plain", "cassette"):
+            res[f"{name} cost wall"] = res[f"{name} with wall"] - res["plain without wall"]
+            res[f"{name} cost cpu"] = res[f"{name} with cpu"] - res["plain without cpu"]
+        out[label] = res
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="5 rounds instead of 15")
+    ap.add_argument("--src", type=pathlib.Path, default=SRC, help="the src/ to measure")
+    ap.add_argument("--before", type=pathlib.Path, default=None,
+                    help="another src/ measured in the same rounds (the figures before)")
+    args = ap.parse_args(argv)
+    srcs = {"this checkout": args.src.resolve()}
+    if args.before is not None:
+        srcs = {"before": args.before.resolve(), "after": args.src.resolve()}
+    results = bench_plugin(5 if args.quick else 15, srcs)
+    rounds = int(next(iter(results.values()))["rounds"])
+    print(f"## The pytest plugin's cost (median of {rounds} processes each, interleaved)\n")
+    print("| src | suite | with the plugin: wall / cpu ms | plugin's cost: wall / cpu ms |")
+    print("|---|---|---|---|")
+    for label, res in results.items():
+        print(f"| {label} | one test, `-p no:dejacache` | {res['plain without wall']:.0f} / "
+              f"{res['plain without cpu']:.0f} | (the floor) |")
+        for name, text in (("plain", "one test, no cassette"),
+                           ("cassette", "one test replaying a cassette")):
+            print(f"| {label} | {text} | {res[f'{name} with wall']:.0f} / "
+                  f"{res[f'{name} with cpu']:.0f} | {res[f'{name} cost wall']:+.0f} / "
+                  f"{res[f'{name} cost cpu']:+.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
