@@ -52,8 +52,10 @@ def _suite(tmp_path: pathlib.Path) -> pathlib.Path:
 def _run(suite: pathlib.Path, *extra: str, ci: bool = False) -> tuple[set[str], float]:
     """(modules loaded, CPU seconds) of one pytest process over ``suite``."""
     out = suite / "modules.json"
+    # (bytecode written, as in a user's run: a PYTHONDONTWRITEBYTECODE of the shell would
+    # compile the plugin's modules in every run and charge that to the plugin)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "DEJACACHE"))
-           and k != "CI"}
+           and k not in ("CI", "PYTHONDONTWRITEBYTECODE")}
     env.update(MODULES_OUT=str(out), DEJACACHE_DIR=str(suite / ".dejacache"),
                **({"CI": "true"} if ci else {}))
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",

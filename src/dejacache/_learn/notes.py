@@ -12,8 +12,6 @@ import pathlib
 from collections.abc import Iterable
 from typing import Any, Final
 
-import orjson
-
 __all__ = ["FILE", "clear", "read", "write"]
 
 FILE: Final = "learn-misses"
@@ -38,6 +36,8 @@ def write(directory: pathlib.Path | None, notes: Iterable[dict[str, Any]],
     items = list(notes)
     if directory is None or not items:
         return None
+    import orjson  # (clear runs in every pytest session; orjson only here)
+
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / (f"{FILE}.{worker}.json" if worker else f"{FILE}.json")
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
@@ -47,6 +47,8 @@ def write(directory: pathlib.Path | None, notes: Iterable[dict[str, Any]],
 
 
 def read(directory: pathlib.Path | None) -> list[dict[str, Any]]:
+    import orjson
+
     out: list[dict[str, Any]] = []
     for p in _files(directory) if directory is not None else []:
         try:
