@@ -35,7 +35,7 @@ from typing import Any
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _timing import machine, versions  # noqa: E402
+from _timing import versions, write_json  # noqa: E402
 
 _WORDS = ("fare", "seat", "aisle", "window", "layover", "terminal", "gate", "baggage",
           "refund", "voucher", "hotel", "room", "checkin", "breakfast", "shuttle", "museum")
@@ -146,13 +146,14 @@ def bench(calls: int, procs: int, block: int, rounds: int) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", type=pathlib.Path, default=HERE / "results" / "shared_writers.json")
+    ap.add_argument("--json", type=pathlib.Path, default=None,
+                    help="where the results go (default: benchmarks/results/ for a full run)")
     a = ap.parse_args()
     calls, rounds = (300, 1) if a.quick else (1200, 3)
     res = bench(calls, 3, 10, rounds)
-    res.update(machine=machine(), versions=versions())
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps(res, indent=2) + "\n")
+    res.update(versions=versions("dejacache", "orjson", "xxhash"))
+    out = a.json or (None if a.quick else HERE / "results" / "shared_writers.json")
+    write_json(out, "shared_writers", res, quick=a.quick)
     for kind in ("alone", "writers"):
         r = res[kind]
         print(f"{kind:8} {r['wall_s']:.2f} s  save max {r['max_save_ms']:.1f} ms  first/last "

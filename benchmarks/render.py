@@ -542,6 +542,26 @@ def block_learn(R: Results) -> str:
                "replayed before", "replayed after"], rows), "", source(R, "learn")])
 
 
+def block_shared_writers(R: Results) -> str:
+    r = R.get("shared_writers")
+    if not r or "alone" not in r:
+        return source(R, "shared_writers")
+    rows = [[kind, f"{r[kind]['wall_s']:.2f} s", ms(r[kind]["first_tenth_save_ms"]),
+             ms(r[kind]["last_tenth_save_ms"]), ms(r[kind]["max_save_ms"]),
+             f"{r[kind]['file_bytes'] / 1e6:.2f} MB", r[kind]["wrong_or_lost"]]
+            for kind in ("alone", "writers")]
+    return "\n".join([
+        f"Many writers on one shared cassette (`benchmarks/bench_shared_writers.py`): one "
+        f"process records {r['calls']:,} calls in blocks of {r['block']} (`cassette(path, "
+        f"shared=True)`, mode `auto`: a suite's tests), against {r['procs']} processes at once "
+        f"recording {r['calls'] // r['procs']:,} each into one file; ~2 KB requests, medians "
+        f"of {r['rounds']} interleaved rounds. Writers / alone: "
+        f"**{r['ratio']:.2f}x** (goal ≤ 1.5x); a save's median in the first and the last tenth "
+        "of each process's saves shows whether it grows with the file:", "",
+        table(["contender", "wall", "save, first tenth", "save, last tenth", "slowest save",
+               "file", "calls lost or wrong"], rows), "", source(R, "shared_writers")])
+
+
 def _fmt_any(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:,.2f}" if abs(v) < 1000 else f"{v:,.0f}"
@@ -1070,6 +1090,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "keys-growth": block_keys_growth,
     "import": block_import,
     "learn": block_learn,
+    "shared-writers": block_shared_writers,
 }
 
 

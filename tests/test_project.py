@@ -131,3 +131,23 @@ def test_a_mode_in_neither_vocabulary_lists_both(project_file: pathlib.Path) -> 
     project_file.write_text("[tool.dejacache]\nmode = 'twice'\n")
     with pytest.raises(ConfigurationError, match=r"auto, replay, record, off .*vcrpy's once"):
         _project.current()
+
+
+@pytest.mark.parametrize("text", [
+    "[tool.dejacache]\nmode = 'replay'\n",
+    "[ tool . \"dejacache\" ]\nmode = 'replay'\n",
+    "[tool]\ndejacache = { mode = 'replay' }\n",
+    "tool.dejacache.mode = 'replay'\n",
+    "tool = { dejacache = { mode = 'replay' } }\n",
+])
+def test_every_spelling_of_the_table_is_read(project_file: pathlib.Path, text: str) -> None:
+    # (a file without one is not parsed at all: the name "dejacache" elsewhere is no table)
+    project_file.write_text(text + "\n[project]\nname = 'x'\n")
+    assert _project.load(project_file).get("mode") == "replay"
+
+
+def test_a_project_named_dejacache_without_the_table_is_not_parsed(
+        project_file: pathlib.Path) -> None:
+    project_file.write_text("[project]\nname = 'dejacache'\n[tool.ruff]\nline-length = 100\n"
+                            "[project.scripts]\ndejacache = 'dejacache.cli:main'\n = broken")
+    assert _project.load(project_file).get("mode") is None  # broken TOML, never read

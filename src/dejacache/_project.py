@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -222,6 +223,13 @@ def find(start: pathlib.Path | None = None) -> pathlib.Path | None:
     return path if path.is_file() else None
 
 
+# Every way TOML can open the table: [tool.dejacache] (spaces and quotes allowed around the
+# dot), dotted keys under [tool] or at the top (tool.dejacache.mode = ...), tool = {...}.
+_TABLE_SPELLINGS = re.compile(
+    rb"""tool["']?\s*\.\s*["']?dejacache|^\s*\[\s*["']?tool["']?\s*\]|^\s*["']?tool["']?\s*=""",
+    re.M)
+
+
 def load(path: pathlib.Path | None) -> Project:
     """The settings ``path`` holds under ``[tool.dejacache]`` (checked)."""
     if path is None:
@@ -230,7 +238,9 @@ def load(path: pathlib.Path | None) -> Project:
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigurationError(f"cannot read the project file {path}: {exc}") from None
-    if b"dejacache" not in data:  # most projects: no table, and no TOML parser loaded
+    if _TABLE_SPELLINGS.search(data) is None:
+        # Most projects: no table, and no TOML parser loaded (~2 ms). (Matching "dejacache"
+        # alone parsed every project named after, or depending on, dejacache.)
         return Project(path)
     import tomllib
 
