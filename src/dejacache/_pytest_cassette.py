@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
+from . import _project, _pytest_vcr
 from . import _pytest_state as state
-from . import _pytest_vcr
-from .cassettes import placeholder_keys
+from .cassettes import placeholder_keys, scratch
 from .cassettes._events import INTERRUPTIONS
 from .cassettes.block import cassette, in_ci
 from .cassettes.netguard import NetworkGuard
@@ -36,8 +36,11 @@ def open_cassette(request: pytest.FixtureRequest, path: pathlib.Path, opts: dict
     mode = opts.get("mode") or config.getoption("dejacache_mode") or _pytest_vcr.fallback_mode(
         config, path.exists())
     hint = state.rerecord_command(item)
+    if scratch.active():
+        mode = "record"  # `dejacache learn`: every call live, into its scratch directory
     from_option = "live" not in opts
-    live = opts.get("live", config.getoption("dejacache_live"))
+    live = opts.get("live", config.getoption("dejacache_live") or _project.current().get(
+        "live"))
     partial = bool(live) or opts.get("replay_until") is not None
     if partial and mode == "record":
         mode = None  # a partial block replays; --dejacache-mode=record is for the others
@@ -80,7 +83,8 @@ def open_cassette(request: pytest.FixtureRequest, path: pathlib.Path, opts: dict
     guard: NetworkGuard | None = None
     try:  # (from here: a Ctrl-C landing before the test runs still closes the block)
         if tape.mode == "replay" and (in_ci() or config.getoption("dejacache_block_network")):
-            allow = [*config.getini("dejacache_allow_hosts"), *opts.get("allow_hosts", ())]
+            allow = [*(_project.current().get("allow_hosts") or ()),
+                     *opts.get("allow_hosts", ())]
             guard = NetworkGuard(
                 lambda where: (f"Test {item.nodeid} replays from cassette {path}; to record "
                                f"this call run locally: {hint} (or allow the host with "

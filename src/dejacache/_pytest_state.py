@@ -111,12 +111,19 @@ def cassette_path(item: pytest.Item, explicit: str | os.PathLike[str] | None = N
 
 
 def cassette_dir(item: pytest.Item, test_file: pathlib.Path) -> pathlib.Path:
-    """``<test dir>/cassettes``, or the ``dejacache_cassette_dir`` ini key's directory."""
-    ini = str(item.config.getini("dejacache_cassette_dir"))
-    if not ini:
+    """``<test dir>/cassettes``, or the project's ``cassette_dir`` (relative to the project
+    file; ini ``dejacache_cassette_dir`` or ``[tool.dejacache] cassette_dir``)."""
+    from . import _project
+
+    project = _project.current()
+    cdir: str | None = project.get("cassette_dir")
+    if not cdir:
         return test_file.parent / "cassettes"
-    root = item.config.inipath.parent if item.config.inipath else item.config.rootpath
-    return root / ini
+    base: pathlib.Path = project.directory or item.config.rootpath
+    if item.config.inipath is not None and \
+            project.sources.get("cassette_dir", "").startswith("ini"):
+        base = item.config.inipath.parent  # an ini key is relative to its ini file
+    return base / cdir
 
 
 def rerecord_command(item: pytest.Item) -> str:

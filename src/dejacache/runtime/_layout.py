@@ -67,7 +67,10 @@ def register_reader(resource: str, scope: str, store: Any) -> None:
 def unread(resources: Iterable[str]) -> list[str]:
     """Of ``resources`` (written), those no reader in this process reads; none at all when
     the process declares no reader (a process that only writes, for readers elsewhere)."""
-    return [] if not READ else sorted(r for r in set(resources) if r not in READ)
+    # (``mcp:<server>#<id>``: the MCP cache's own per-server resource, which a writer
+    # invalidates whether or not a reader of that server is cached; no user typed it)
+    return [] if not READ else sorted(r for r in set(resources)
+                                      if r not in READ and not r.startswith("mcp:"))
 
 
 def unread_note(resources: Iterable[str], where: str) -> str | None:
