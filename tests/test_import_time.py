@@ -343,6 +343,9 @@ _MACHINERY = {
     "the runtime": ("dejacache.runtime",),
     "the planner": ("dejacache.planner",),
     "the CLI": ("dejacache.cli",),
+    "other commands": ("dejacache._learn.command", "dejacache.cassettes.commands",
+                       "dejacache.planner.cli", "dejacache.report.cli",
+                       "dejacache.cassettes.importers.cli", "dejacache.proxying.cli"),
     "MCP recording": ("dejacache.mcp._proxy", "dejacache.mcp._wire"),
     "the default store": ("dejacache.stores.sqlite",),
 }
@@ -375,6 +378,11 @@ _ENTRY_POINTS = {
     "a trajectory": ("dejacache.load_cassette(TMP + '/c.json')", {"trajectories"}),
     "the report": ("import dejacache.report.model", {"the report"}),
     "tool_cache": ("from dejacache import tool_cache", {"the runtime"}),
+    # one command's parser only (building them all imported 87 modules for `stats --help`)
+    "a CLI command": ("import contextlib, io\nfrom dejacache.cli import main\n"
+                      "with contextlib.redirect_stdout(io.StringIO()), "
+                      "contextlib.suppress(SystemExit):\n    main(['stats', '--help'])",
+                      {"the CLI"}),
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import DejacacheError
@@ -309,7 +309,37 @@ def _with_examples(sub: Any) -> None:
             cmd.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
-def build_parser() -> argparse.ArgumentParser:
+# Who registers which commands, in the order ``--help`` lists them: "module:function" (each
+# function takes the subparsers and adds its commands), or a function of this module. A run
+# of one command imports its registrar only: building every parser imported 87 modules
+# (the planner, the report, the importers, the proxy) to run ``dejacache stats``.
+_REGISTRARS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("stats",), "_add_stats"), (("clear",), "_add_clear"), (("demo",), "_add_demo"),
+    (("verify",), "_add_verify"), (("config",), "_add_config"),
+    (("learn",), "._learn.command:add_learn"), (("rekey",), "._learn.command:add_rekey"),
+    (("show", "diff", "scan", "prune", "rehash"), ".cassettes.commands:add_cassette_commands"),
+    (("prefix-report",), ".cassettes.prefix_report:add_prefix_report"),
+    (("prompt-cache",), ".planner.cli:add_prompt_cache"),
+    (("report",), ".report.cli:add_report"),
+    (("import",), ".cassettes.importers.cli:add_import"),
+    (("migrate",), ".cassettes.importers.cli:add_migrate"),
+    (("proxy", "mcp-proxy"), ".proxying.cli:add_proxy_commands"),
+)
+COMMANDS: tuple[str, ...] = tuple(c for names, _ in _REGISTRARS for c in names)
+
+
+def _registrar(where: str) -> Callable[[Any], None]:
+    module, sep, name = where.partition(":")
+    if not sep:
+        return globals()[where]  # type: ignore[no-any-return]
+    from importlib import import_module
+
+    return getattr(import_module(module, __package__), name)  # type: ignore[no-any-return]
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or (``command``: one of :data:`COMMANDS`) only that command's
+    parser: what running it needs."""
     from . import __version__
 
     parser = argparse.ArgumentParser(
@@ -317,40 +347,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"dejacache {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_stats, _add_clear, _add_demo, _add_verify, _add_config):
-        add(sub)
-    from ._learn.command import add_learn, add_rekey
-
-    add_learn(sub)  # learn [--write] [--from-miss] [PYTEST ARGS]
-    add_rekey(sub)
-    from .cassettes.commands import add_cassette_commands
-
-    add_cassette_commands(sub)  # show, diff, scan, prune, rehash
-    from .cassettes.prefix_report import add_prefix_report
-
-    add_prefix_report(sub)
-    from .planner.cli import add_prompt_cache
-
-    add_prompt_cache(sub)  # prompt-cache plan|check|rules
-    from .report.cli import add_report
-
-    add_report(sub)  # report FILE_OR_DIR [B] -o report.html
-    from .cassettes.importers.cli import add_import, add_migrate
-
-    add_import(sub)  # import FILE -o CASSETTE (vcrpy, agentcassette)
-    add_migrate(sub)  # migrate [TESTS_DIR]: a vcrpy suite's cassettes, where the plugin looks
-    from .proxying.cli import add_proxy_commands
-
-    add_proxy_commands(sub)  # proxy, mcp-proxy (any language's agent, any MCP client)
+    for names, where in _REGISTRARS:
+        if command is None or command in names:
+            _registrar(where)(sub)
     _with_examples(sub)
     return parser
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` runs, when it names a known one first (else None: the whole
+    parser says what is wrong, or prints the help)."""
+    first = next(iter(argv), None)
+    return first if first in COMMANDS else None
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line. A command that passes arguments on (``prune``: to pytest) names
     the attribute that takes them in ``passthrough``: argparse's ``REMAINDER`` misses
     options that come first (``prune -q``), so those arrive as unknown and join it."""
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command_of(argv))
     args, unknown = parser.parse_known_args(argv)
     dest = getattr(args, "passthrough", None)
     if unknown:
