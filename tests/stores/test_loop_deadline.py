@@ -12,8 +12,9 @@ import pytest
 from dejacache.stores._loop_deadline import MAX_LATE, within
 from support_redis import RedisServer
 
-redis = pytest.importorskip("redis")
-import redis.asyncio  # noqa: E402
+pytest.importorskip("redis")
+import redis
+import redis.asyncio
 
 pytestmark = pytest.mark.redis
 
