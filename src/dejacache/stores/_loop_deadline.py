@@ -4,83 +4,124 @@ A socket timeout on an event loop is a timer. When the loop is busy (a handler h
 60 ms, a saturated worker), the timer runs late, in the same loop iteration that has just
 read the reply which arrived while the loop was busy: the reply is there, the task waiting
 for it is queued to resume, and the timer cancels it first. Measured: 30 sessions on one
-loop held 30 ms every 200 ms, with Redis healthy, saw 81% of ``tool_cache`` calls bypass the
+loop held 60 ms every 200 ms, with Redis healthy, saw 95% of ``tool_cache`` calls bypass the
 cache (every such timeout opened the store's breaker for a second).
 
 :func:`within` bounds a call by the time Redis had to answer, not by how late the loop was
-to look: when the deadline comes it first lets the loop read its sockets once more (a late
-timer re-arms itself for the next iteration, which reads the sockets before running timers),
-and it cancels only one iteration later still, behind the resumption of a task whose reply
-came in time. A loop late at every iteration stops waiting ``MAX_LATE`` seconds after the
-deadline at most, so a silent server still costs a bounded delay.
+to look. One watch per event loop ticks every ``TICK`` seconds while calls are in flight;
+a tick that runs late found the loop busy, and gives that time back to every call in
+flight (the request may have waited as long to be sent, or its reply to be read). A call
+past its deadline is cancelled one iteration later, behind the resumption of a task whose
+reply the loop has just read, and only if the loop did not get busy in between. A loop late
+at every tick stops waiting ``MAX_LATE`` seconds after a call's deadline at most, so a
+silent server still costs a bounded delay. (A timer per call cost ~2 µs to arm and cancel,
+and more as cancelled timers piled up in the loop's heap; a watch costs a dict entry.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 import redis
 
-__all__ = ["MAX_LATE", "SLACK", "within"]
+__all__ = ["MAX_LATE", "SLACK", "TICK", "within"]
 
 T = TypeVar("T")
 
-#: A deadline timer that runs later than this found the loop busy: look at the sockets again
-#: before deciding (a loop running many tasks is a millisecond or so late on every timer).
+#: How often a loop's watch looks at its calls in flight (a timeout fires up to this late).
+TICK = 0.005
+#: A tick later than this found the loop busy (a loop running many tasks is a millisecond or
+#: so late on every timer).
 SLACK = 0.002
-#: A loop late at every iteration stops waiting this long after the deadline at the most.
+#: A loop late at every tick stops waiting this long after a call's deadline at the most.
 MAX_LATE = 1.0
 
 _running_loop = asyncio._get_running_loop  # the C getter, as the store's hit path uses it
 
 
-class _Due:
-    """The deadline of one call: a timer, re-armed while the loop runs late, then a cancel
-    of ``task`` queued behind whatever the last read of the sockets woke."""
+class _Call:
+    """One call in flight: its task, its deadline (moved by the loop's lateness), and
+    whether the watch cancelled it."""
 
-    __slots__ = ("cancelling", "fired", "handle", "last", "loop", "task", "when")
+    __slots__ = ("cancelling", "deadline", "expiring", "fired", "last", "task")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any],
-                 seconds: float) -> None:
-        self.loop = loop
+    def __init__(self, task: asyncio.Task[Any], deadline: float) -> None:
         self.task = task
-        self.fired = False
         self.cancelling = task.cancelling()
-        self.when = loop.time() + seconds
-        self.last = self.when + MAX_LATE
-        self.handle: asyncio.Handle = loop.call_at(self.when, self._due)
+        self.deadline = deadline
+        self.last = deadline + MAX_LATE
+        self.expiring = False
+        self.fired = False
 
-    def _late(self) -> bool:
-        """Whether the loop ran this step later than planned; if so the lateness is given
-        back to the budget: the loop was busy at least that long, so the request may have
-        waited as long to be sent, or its reply to be read. The re-armed timer also runs
-        after the next read of the sockets."""
-        now = self.loop.time()
-        late = now - self.when
-        if late > SLACK and now < self.last:
-            self.when = now + late
-            self.handle = self.loop.call_at(self.when, self._due)
-            return True
-        return False
 
-    def _due(self) -> None:
-        if self._late():
+class _Watch:
+    """The calls in flight on one event loop, looked at every ``TICK`` while there are.
+    (It holds its loop weakly: a loop's watch must not keep the loop alive.)"""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = weakref.ref(loop)
+        self.calls: dict[_Call, None] = {}
+        self.due = 0.0  # when the next tick is planned for; 0: none planned
+
+    def add(self, loop: asyncio.AbstractEventLoop, call: _Call) -> None:
+        self.calls[call] = None
+        if not self.due:
+            self.due = loop.time() + TICK
+            loop.call_at(self.due, self._tick)
+
+    def _tick(self) -> None:
+        loop = self._loop()
+        if loop is None:
             return
-        # On time: a reply read by this iteration has queued its task already; cancel
-        # behind it, so a task whose reply arrived in time completes first.
-        self.when = self.loop.time()
-        self.handle = self.loop.call_soon(self._expire)
+        now = loop.time()
+        late = now - self.due
+        if late > SLACK:
+            # Busy at least ``late``: the calls in flight get that time back.
+            for call in self.calls:
+                call.deadline = min(call.deadline + late, call.last)
+        for call in list(self.calls):
+            if now >= call.deadline and not call.expiring:
+                # This iteration has read the sockets: a reply that came in time has queued
+                # its task to resume; the cancel goes behind it.
+                call.expiring = True
+                loop.call_soon(self._expire, call, now)
+        if self.calls:
+            self.due = now + TICK
+            loop.call_at(self.due, self._tick)
+        else:
+            self.due = 0.0
 
-    def _expire(self) -> None:
-        if self._late():  # busy since the decision (later callbacks of its iteration)
+    def _expire(self, call: _Call, decided: float) -> None:
+        loop = self._loop()
+        if call not in self.calls or loop is None:
+            return  # it finished first
+        now = loop.time()
+        if now - decided > SLACK and now < call.last:
+            # Busy since the decision (later callbacks of its iteration): the sockets have
+            # not been read since. Credit that and let a later tick decide again.
+            call.deadline = min(now + (now - decided), call.last)
+            call.expiring = False
             return
-        self.fired = True
-        self.task.cancel()
+        call.fired = True
+        call.task.cancel()
 
-    def stop(self) -> None:
-        self.handle.cancel()
+
+_WATCHES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Watch] = (
+    weakref.WeakKeyDictionary())
+# The last loop's watch, checked first (a weak dictionary's get costs ~0.2 µs). A watch
+# holds its loop only weakly, so keeping the last one here keeps no loop alive.
+_LAST: list[Any] = [None]
+
+
+def _watch(loop: asyncio.AbstractEventLoop) -> _Watch:
+    watch = _WATCHES.get(loop)
+    if watch is None:
+        watch = _WATCHES[loop] = _Watch(loop)
+    _LAST[0] = watch
+    return watch
 
 
 async def within(aw: Awaitable[T], seconds: float) -> T:
@@ -90,23 +131,27 @@ async def within(aw: Awaitable[T], seconds: float) -> T:
     task = asyncio.current_task(loop)
     if loop is None or task is None:
         return await aw
-    due = _Due(loop, task, seconds)
+    watch = _LAST[0]
+    if watch is None or watch._loop() is not loop:
+        watch = _watch(loop)
+    call = _Call(task, loop.time() + seconds)
+    watch.add(loop, call)
     try:
         out = await aw
     except asyncio.CancelledError as exc:
-        due.stop()
+        del watch.calls[call]
         # Ours (and no one else's) to handle: the cancel the deadline asked for.
-        if due.fired and task.uncancel() <= due.cancelling:
+        if call.fired and task.uncancel() <= call.cancelling:
             raise redis.TimeoutError(
                 f"no answer within {seconds * 1000:.0f} ms (time the event loop was busy "
                 "not counted)") from exc
         raise
     except BaseException:
-        due.stop()
-        if due.fired:
+        del watch.calls[call]
+        if call.fired:
             task.uncancel()
         raise
-    due.stop()
-    if due.fired:  # finished although cancelled (an awaitable that swallowed it)
+    del watch.calls[call]
+    if call.fired:  # finished although cancelled (an awaitable that swallowed it)
         task.uncancel()
     return out
