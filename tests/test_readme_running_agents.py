@@ -27,7 +27,7 @@ def expected_output(code: str) -> list[str]:
         if after_print and line.startswith("# "):
             out.append(line[2:])
             continue
-        after_print = line.startswith("print(")
+        after_print = line.lstrip().startswith("print(")
     return out
 
 
@@ -60,5 +60,30 @@ def test_the_monitor_watching_the_sdk(loopback: Any, tmp_path: pathlib.Path,
     assert sorted(p.name for p in project.iterdir()) == ["pyproject.toml"]
 
 
+def test_the_planner_prices_each_fix_as_printed(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The fourth example: a monitor's trace planned; the page shows what it prints."""
+    monkeypatch.chdir(tmp_path)
+    code = blocks()[3]
+    exec(compile(code, "docs/agents.md block 3", "exec"), {})
+    printed = capsys.readouterr().out.splitlines()
+    assert expected_output(code) == printed
+    assert (tmp_path / "agent-trace.jsonl").read_bytes().count(b"\n") == 5  # head, 4 turns
+
+
+def test_the_fixes_applied_at_runtime(loopback: Any, tmp_path: pathlib.Path,
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fifth example: the request reaches the provider with a routing key."""
+    from dejacache._core.cache_fixes import routing_key
+
+    monkeypatch.setenv("OPENAI_BASE_URL", loopback.openai_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-docs-example-not-a-real-key")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(blocks()[4], "docs/agents.md block 4", "exec"), {})
+    (request,) = loopback.requests
+    assert request["body"]["prompt_cache_key"] == routing_key("telegram:42")
+
+
 def test_the_section_has_every_example() -> None:
-    assert len(blocks()) == 3
+    assert len(blocks()) == 5

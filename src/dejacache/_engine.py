@@ -17,7 +17,7 @@ from typing import Any, ClassVar, TypeVar, cast
 
 import orjson
 
-from ._core.diff import nearest, short
+from ._core.diff import distance, nearest, short
 from ._core.flow import (
     FOLLOWED,
     LEAD,
@@ -315,7 +315,8 @@ def _nearest(target: Any, cands: list[tuple[str, Any]]
     keyed = [type(c) is dict and "headers" in c for _, c in cands]
     near = nearest(target, [kc for kc, h in zip(cands, keyed, strict=True) if h])
     old = nearest(bare, [kc for kc, h in zip(cands, keyed, strict=True) if not h])
-    if old is None or (near is not None and len(near[2]) <= len(old[2])):
+    if old is None or (near is not None
+                       and distance(near[1], target) <= distance(old[1], bare)):
         return near, False
     return old, True
 

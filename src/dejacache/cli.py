@@ -251,12 +251,16 @@ def build_parser() -> argparse.ArgumentParser:
     from .cassettes.prefix_report import add_prefix_report
 
     add_prefix_report(sub)
+    from .planner.cli import add_prompt_cache
+
+    add_prompt_cache(sub)  # prompt-cache plan|check|rules
     from .report.cli import add_report
 
     add_report(sub)  # report FILE_OR_DIR [B] -o report.html
-    from .cassettes.importers.cli import add_import
+    from .cassettes.importers.cli import add_import, add_migrate
 
     add_import(sub)  # import FILE -o CASSETTE (vcrpy, agentcassette)
+    add_migrate(sub)  # migrate [TESTS_DIR]: a vcrpy suite's cassettes, where the plugin looks
     return parser
 
 

@@ -10,16 +10,21 @@
   although the code under test caught a replay miss fails, unless it says
   ``expect_misses=True``. ``match="vcr"``: calls are matched on method + URL in recorded
   order, as vcrpy does (``cassettes/vcr_match.py``).
-* fixtures ``vcr`` and ``vcr_cassette`` (when no other plugin has them: pytest-recording and
-  pytest-vcr keep theirs): the test's cassette with vcrpy's ``Cassette`` names
-  (``play_count``, ``all_played``, ``requests``, ``responses``; ``cassettes/vcr_view.py``),
-  so tests that introspect their cassette move over unchanged.
+* pytest-recording's surface when no other plugin has a ``vcr`` fixture (``_pytest_vcr.py``):
+  ``@pytest.mark.vcr``, ``vcr_config``, ``vcr_cassette_dir``, ``--record-mode``, the
+  ``pytest_recording_configure`` hook, and the fixtures ``vcr`` / ``vcr_cassette``: the test's
+  cassette with vcrpy's ``Cassette`` names (``cassettes/vcr_view.py``), so a suite moved with
+  ``dejacache migrate`` runs without marker edits. pytest-recording and pytest-vcr, when
+  installed, keep theirs (the report header says so).
 * options (namespaced, so the plugin sits beside pytest-recording and others):
-  ``--dejacache-mode``, ``--dejacache-prune``, ``--dejacache-block-network``,
+  ``--dejacache-mode`` (ini ``dejacache_mode``; ``dejacache_cassette_dir`` moves the
+  cassettes), ``--dejacache-prune``, ``--dejacache-block-network``,
   ``--dejacache-strict`` (every cassette strict: calls must follow the recorded order;
   the marker's ``strict=True`` does it for one test), ``--dejacache-verify`` (``dejacache
   verify`` on the run's cassettes after it; every run records which cassettes and entries
-  it used in ``.dejacache/usage.json``, which is what tells orphans).
+  it used in ``.dejacache/usage.json``, which is what tells orphans),
+  ``--dejacache-min-hit-rate`` (the prompt-cache gate on the run's cassettes:
+  ``planner/pytest_gate.py``).
 * under ``CI`` the default mode is ``replay`` and cassette tests may reach loopback only.
 * a terminal summary of replayed/recorded/missed calls, unused entries and what replay saved.
 """
@@ -36,7 +41,7 @@ from typing import Any
 import pytest
 import xxhash
 
-from . import _pytest_usage
+from . import _pytest_usage, _pytest_vcr
 from ._core.durations import seconds
 from .cassettes import ageing, placeholder_keys
 from .cassettes import block as _block
@@ -44,10 +49,10 @@ from .cassettes.block import INTERRUPTIONS, cassette, default_mode, in_ci
 from .cassettes.netguard import NetworkGuard
 from .cassettes.prices import PRICES, PRICES_DATE, set_prices
 from .cassettes.store import Cassette, TapeCounters, summarize
-from .cassettes.vcr_view import VcrView
 from .config import MODES
 from .errors import ConfigurationError, ReplayMiss
 from .keys import env_volatile
+from .planner import pytest_gate
 
 __all__ = ["cassette_path"]
 
@@ -68,7 +73,15 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_NAME = 100
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    _pytest_vcr.addhooks(pluginmanager)  # pytest_recording_configure, when no one declares it
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return _pytest_vcr.report_header(config)  # whose vcr fixture is in force, when not ours
+
+
+def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     group = parser.getgroup("dejacache", "dejacache record/replay")
     group.addoption("--dejacache-mode", choices=MODES, default=None,
                     help="cassette mode for this run (default: DEJACACHE_MODE, replay under CI, "
@@ -84,6 +97,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dejacache-strict", action="store_true", default=False,
                     help="strict replay for every cassette: calls must follow the recorded "
                          "order (per asyncio task / thread); a divergence fails the test")
+    # (settings a [tool.dejacache] table will hold: registered together, here)
+    parser.addini("dejacache_mode", default="",
+                  help="cassette mode when neither the test, the command line nor "
+                       "DEJACACHE_MODE says: auto, replay, record, off, or vcrpy's none, "
+                       "once, new_episodes, all")
+    parser.addini("dejacache_cassette_dir", default="",
+                  help="directory (relative to the ini file) holding each test module's "
+                       "cassettes, <dir>/<module>/<test>.json, instead of "
+                       "<test dir>/cassettes/<module>/")
+    _pytest_vcr.addoption(parser, pluginmanager)  # --record-mode, unless pytest-recording's
     parser.addini("dejacache_prices", type="linelist", default=[],
                   help="price overrides: 'model-prefix input_per_mtok output_per_mtok' lines")
     parser.addini("dejacache_allow_hosts", type="linelist", default=[],
@@ -103,6 +126,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--dejacache-report", metavar="DIR", default=None,
                     help="write an HTML report of each cassette test's run into DIR: every "
                          "call replayed, recorded or unused (dejacache.report)")
+    pytest_gate.add_options(group, parser)  # --dejacache-min-hit-rate ...
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -116,12 +140,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "replay this test's calls from a cassette",
     )
     _check_environment()
-    pm = config.pluginmanager
-    for name, plugin in (("vcr", _Vcr()), ("vcr_cassette", _VcrCassette())):
-        # Another plugin's fixture of that name (pytest-recording's, pytest-vcr's) stays
-        # theirs: registered later, ours would replace it.
-        if not any(hasattr(p, name) for p in pm.get_plugins()):
-            pm.register(plugin, f"dejacache-{name}")
+    # pytest-recording's names, unless another plugin (pytest-recording, pytest-vcr) has
+    # them: registered later, ours would replace its fixtures.
+    _pytest_vcr.configure(config, open_cassette, cassette_dir)
     config.stash[_TAPES] = []
     config.stash[_REMOTE] = []
     table: dict[str, tuple[float, float]] = {}
@@ -144,7 +165,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_SCENARIO] = True
     # Replay needs no API key: SDK clients built at import time construct with a
     # placeholder, which the guard in placeholder_keys keeps off the wire.
-    if (config.getoption("dejacache_mode") or default_mode()) == "replay":
+    if (config.getoption("dejacache_mode") or _pytest_vcr.fallback_mode(config, True)
+            ) == "replay":
         config.stash[_PLACEHOLDERS] = placeholder_keys.supply()
     ini_age = config.getini("dejacache_max_age")
     if ini_age:
@@ -162,6 +184,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.stash[_TOLD] = discarded
     _block.DISCARDED.append(discarded)
+    pytest_gate.configure(config)  # the prompt-cache gate, when a bar is set
 
 
 def _check_environment() -> None:
@@ -322,7 +345,8 @@ def _show_misses(rep: pytest.TestReport, tape: Cassette) -> None:
 
 def cassette_path(item: pytest.Item, explicit: str | os.PathLike[str] | None = None
                   ) -> pathlib.Path:
-    """Where a test's cassette lives: ``<test dir>/cassettes/<module>/<test name>.json``."""
+    """Where a test's cassette lives: ``<test dir>/cassettes/<module>/<test name>.json`` (the
+    ``dejacache_cassette_dir`` ini key moves ``<test dir>/cassettes``)."""
     test_file = pathlib.Path(str(item.path))
     if explicit is not None:
         p = pathlib.Path(explicit)
@@ -331,7 +355,16 @@ def cassette_path(item: pytest.Item, explicit: str | os.PathLike[str] | None = N
     name = _UNSAFE.sub("_", ".".join(parts)).strip("._") or "test"
     if len(name) > _MAX_NAME:  # long parametrize ids: keep a readable head, hash the rest
         name = name[:80] + "-" + xxhash.xxh3_64_hexdigest(".".join(parts).encode())
-    return test_file.parent / "cassettes" / test_file.stem / f"{name}.json"
+    return cassette_dir(item, test_file) / test_file.stem / f"{name}.json"
+
+
+def cassette_dir(item: pytest.Item, test_file: pathlib.Path) -> pathlib.Path:
+    """``<test dir>/cassettes``, or the ``dejacache_cassette_dir`` ini key's directory."""
+    ini = str(item.config.getini("dejacache_cassette_dir"))
+    if not ini:
+        return test_file.parent / "cassettes"
+    root = item.config.inipath.parent if item.config.inipath else item.config.rootpath
+    return root / ini
 
 
 def _rerecord_command(item: pytest.Item) -> str:
@@ -346,10 +379,20 @@ def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
     opts: dict[str, Any] = dict(marker.kwargs) if marker is not None else {}
     if marker is not None and marker.args:
         opts.setdefault("cassette", marker.args[0])
-    config = request.config
     explicit = opts.get("cassette")
-    path = cassette_path(item, explicit)
-    mode = opts.get("mode") or config.getoption("dejacache_mode") or default_mode()
+    yield from open_cassette(request, cassette_path(item, explicit), opts,
+                             shared=explicit is not None)
+
+
+def open_cassette(request: pytest.FixtureRequest, path: pathlib.Path, opts: dict[str, Any],
+                  *, shared: bool) -> Iterator[Cassette]:
+    """The cassette block at ``path`` for the test, open while it runs (a fixture's body:
+    ``dejacache_cassette``'s, and the ``vcr`` fixture's for ``@pytest.mark.vcr``); ``opts``
+    are the marker's options."""
+    item = request.node
+    config = request.config
+    mode = opts.get("mode") or config.getoption("dejacache_mode") or _pytest_vcr.fallback_mode(
+        config, path.exists())
     hint = _rerecord_command(item)
     live = opts.get("live", config.getoption("dejacache_live"))
     partial = bool(live) or opts.get("replay_until") is not None
@@ -371,7 +414,7 @@ def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
         volatile=opts.get("volatile", ()),
         strict=bool(opts.get("strict", False) or config.getoption("dejacache_strict")),
         rerecord_hint=hint,
-        shared=explicit is not None,
+        shared=shared,
         match=opts.get("match", "request"),
         max_age=opts.get("max_age"),
         on_expiry=opts.get("on_expiry"),
@@ -424,25 +467,6 @@ def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
                     + "\n\n".join(str(m) for m in tape.misses[:3]), pytrace=False)
 
 
-class _Vcr:
-    """pytest-recording's ``vcr`` fixture name, for a suite that moved over from it
-    (registered only when no other plugin has a ``vcr``)."""
-
-    @pytest.fixture
-    def vcr(self, dejacache_cassette: Cassette) -> VcrView:
-        """The test's cassette with vcrpy's ``Cassette`` attribute names."""
-        return VcrView(dejacache_cassette)
-
-
-class _VcrCassette:
-    """pytest-vcr's ``vcr_cassette`` fixture name (as :class:`_Vcr`)."""
-
-    @pytest.fixture
-    def vcr_cassette(self, dejacache_cassette: Cassette) -> VcrView:
-        """The test's cassette with vcrpy's ``Cassette`` attribute names."""
-        return VcrView(dejacache_cassette)
-
-
 def _write_report(directory: pathlib.Path, item: pytest.Item, path: pathlib.Path,
                   tape: Cassette) -> None:
     """``--dejacache-report DIR``: the test's run as a page (what it replayed, recorded and
@@ -478,7 +502,8 @@ def _claimed(item: pytest.Item) -> list[pathlib.Path]:
     """The cassettes a test may use: its own, and the one its marker names."""
     marker = item.get_closest_marker("dejacache")
     named = marker and (marker.kwargs.get("cassette") or (marker.args or [None])[0])
-    return [cassette_path(item), *([cassette_path(item, named)] if named else [])]
+    return [cassette_path(item), *([cassette_path(item, named)] if named else []),
+            *_pytest_vcr.claimed(item)]
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dejacache._core.diff import field_diff, nearest, short, string_window
+from dejacache._core.diff import distance, field_diff, nearest, short, string_window
 
 
 def test_field_diff_names_each_changed_leaf() -> None:
@@ -60,3 +60,30 @@ def test_string_window_handles_prefixes_and_short_strings() -> None:
     assert string_window("abc", "abd") == "'abc' -> 'abd'"
     text = string_window("a" * 200 + "END", "a" * 200)
     assert "offset 200" in text and "END" in text
+
+
+def test_nearest_breaks_a_tie_in_fields_by_the_smallest_diff() -> None:
+    # An agent's second turn, sent again with its two client-made ids changed: as many
+    # fields away from the first turn (two messages added) as from itself (two ids
+    # changed), but far fewer characters from itself. File order used to pick the first.
+    user = {"role": "user", "parts": [{"text": "Two names for a pet pelican"}]}
+    call = {"role": "model", "parts": [{"function_call": {
+        "name": "pelican_name_generator", "args": {}, "id": "call_" + "a" * 32}}]}
+    result = {"role": "user", "parts": [{"function_response": {
+        "name": "pelican_name_generator", "response": {"output": "Beaky"},
+        "id": "call_" + "a" * 32}}]}
+    turn1 = {"body": {"contents": [user]}}
+    turn2 = {"body": {"contents": [user, call, result]}}
+    now = {"body": {"contents": [user, {**call, "parts": [{"function_call": {
+        **call["parts"][0]["function_call"], "id": "call_" + "b" * 32}}]},
+        {**result, "parts": [{"function_response": {
+            **result["parts"][0]["function_response"], "id": "call_" + "b" * 32}}]}]}}
+    key, _, diff = nearest(now, [("turn1", turn1), ("turn2", turn2)]) or ("", None, [])
+    assert key == "turn2"
+    assert diff == [
+        "body.contents[1].parts[0].function_call.id: " + string_window(
+            "call_" + "a" * 32, "call_" + "b" * 32),
+        "body.contents[2].parts[0].function_response.id: " + string_window(
+            "call_" + "a" * 32, "call_" + "b" * 32)]
+    assert distance(turn2, now) < distance(turn1, now)
+    assert distance(turn1, now)[0] == distance(turn2, now)[0] == 2  # a tie in fields

@@ -35,7 +35,7 @@ def test_requests_responses_and_play_counts(tmp_path: pathlib.Path) -> None:
             first = _ask(fake.openai_url, "one")
             _ask(fake.openai_url, "two", stream=True)
             assert len(view) == 2 and view.dirty and view.play_count == 0
-            assert not view.all_played and view.record_mode == "record"
+            assert not view.all_played and view.record_mode == "all"
     finally:
         fake.stop()
     with dejacache.cassette(p, mode="replay") as tape:
@@ -102,3 +102,39 @@ def test_a_form_body_reads_as_the_form_sent(tmp_path: pathlib.Path) -> None:
     with dejacache.cassette(p, mode="replay") as tape:
         body = VcrView(tape).requests[0].body
     assert body == b"grant_type=client_credentials&client_secret=%3CREDACTED%3E&scope=a+b"
+
+
+def test_record_mode_in_vcrpys_words_path_and_unknown_names(tmp_path: pathlib.Path) -> None:
+    p = tmp_path / "t.json"
+    f = dejacache.cache(name="f")(lambda x: x + 1)
+    with dejacache.cassette(p, mode="record") as tape:
+        f(1)
+        assert VcrView(tape).record_mode == "all"
+    for mode, vcr_name in (("replay", "none"), ("auto", "new_episodes")):
+        with dejacache.cassette(p, mode=mode) as tape:
+            view = VcrView(tape)
+            assert view.record_mode == vcr_name
+            assert VcrView(tape, record_mode="once").record_mode == "once"
+            assert not view.allow_playback_repeats
+    with dejacache.cassette(p, mode="replay") as tape:
+        view = VcrView(tape)
+        f(1)
+        # a name the stand-in does not keep is an error that says so, never a silent None
+        with pytest.raises(AttributeError, match=r"has no 'cassette_library_dir'.*answers"):
+            view.cassette_library_dir  # noqa: B018
+        assert getattr(view, "match_on", "default") == "default"  # (getattr's default works)
+        exported = pathlib.Path(view._path)
+        assert exported.suffix == ".yaml" and exported.is_file()
+        doc = orjson.loads(exported.read_bytes())
+        assert doc["version"] == 1 and len(doc["interactions"]) == 1
+        assert doc["interactions"][0]["request"]["method"] == ""  # a function call
+
+
+def test_a_json_body_recorded_without_headers_says_it_is_json() -> None:
+    from dejacache.cassettes.vcr_view import VcrRequest
+
+    req = VcrRequest("openai.chat.completions", {"method": "post", "path": "/v1/x",
+                                                 "body": {"model": "m"}})
+    assert req.headers == {"content-type": "application/json"}
+    text = VcrRequest("http", {"method": "post", "path": "/x", "body": {"text": "hi"}})
+    assert text.headers == {} and text.body == b"hi"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+import uuid
 from typing import Any
 
 import openai
+import orjson
 import pytest
 from fake_provider import FakeProvider
 from hypothesis import given
@@ -266,3 +268,81 @@ def test_apply_json_finds_an_escaped_non_ascii_id() -> None:
     tree = {"tool_call_id": "éclair_0a1b2c3d"}
     assert t.apply_json(b'{"tool_call_id":"\\u00e9clair_0a1b2c3d"}', tree) == {
         "tool_call_id": "<id:1>"}
+
+
+def test_client_made_ids_are_learned_where_first_sent() -> None:
+    # llm-gemini names a function call Gemini returned without an id ``call_<uuid4 hex>``;
+    # pydantic-ai ``pyd_ai_<uuid4 hex>``; others a dashed UUID. None is in any response.
+    a, b = "call_" + uuid.uuid4().hex, f"pyd_ai_{uuid.uuid4().hex}"
+    dashed = str(uuid.uuid4())
+    body = {"contents": [{"parts": [{"function_call": {"name": "f", "id": a}},
+                                    {"function_call": {"name": "g", "id": b}}]},
+                         {"parts": [{"function_response": {"id": a, "text": f"{a} ran"}},
+                                    {"tool_call_id": dashed}]}],
+            "note": {"id": "not-a-uuid"}, "user_id": uuid.uuid4().hex}
+    raw = orjson.dumps(body)
+    t = AliasTable()
+    keyed = t.learn_sent(raw, orjson.loads(raw))
+    first, second = keyed["contents"]
+    assert first["parts"][0]["function_call"]["id"] == "<id:1>"
+    assert first["parts"][1]["function_call"]["id"] == "<id:2>"  # another id: another number
+    assert second["parts"][0]["function_response"] == {"id": "<id:1>", "text": "<id:1> ran"}
+    assert second["parts"][1]["tool_call_id"] == "<id:3>"
+    assert keyed["note"] == {"id": "not-a-uuid"}  # not UUID-shaped
+    assert keyed["user_id"] == body["user_id"]  # not an id field: data, keyed as it is
+    plain = orjson.dumps({"messages": [{"content": "hi"}]})
+    assert t.learn_sent(plain, orjson.loads(plain)) == {"messages": [{"content": "hi"}]}
+
+
+def test_a_client_made_tool_id_replays_on_a_later_run(tmp_path: Any) -> None:
+    """Each run makes a fresh ``call_<uuid4>`` id and sends it back: replay still hits."""
+    import http.server
+    import threading
+
+    answers = [b'[{"candidates": [{"content": {"parts": [{"functionCall": {"name": "f"}}]}}]}]',
+               b'[{"candidates": [{"content": {"parts": [{"text": "done"}]}}]}]']
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            body = answers[min(self.server.calls, 1)]  # type: ignore[attr-defined]
+            self.server.calls += 1  # type: ignore[attr-defined]
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.calls = 0  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = (f"http://127.0.0.1:{server.server_address[1]}/v1beta/models/gemini-x"
+           ":streamGenerateContent")
+
+    def agent() -> str:
+        with dejacache.http_client(library="httpx") as c:
+            user = {"role": "user", "parts": [{"text": "name a pelican"}]}
+            first = c.post(url, json={"contents": [user]}).json()
+            made = f"call_{uuid.uuid4().hex}"  # as llm-gemini names an id-less call
+            fc = {**first[0]["candidates"][0]["content"]["parts"][0]["functionCall"],
+                  "id": made}
+            second = c.post(url, json={"contents": [
+                user, {"role": "model", "parts": [{"function_call": fc}]},
+                {"role": "user", "parts": [{"function_response": {
+                    "name": "f", "id": made, "response": {"output": "Beaky"}}}]}]}).json()
+            return str(second[0]["candidates"][0]["content"]["parts"][0]["text"])
+
+    path = tmp_path / "tools.json"
+    try:
+        with dejacache.cassette(path, mode="record"):
+            assert agent() == "done"
+    finally:
+        server.shutdown()
+        server.server_close()
+    for _ in range(2):  # each run a new id; nothing listening
+        with dejacache.cassette(path, mode="replay") as tape:
+            assert agent() == "done"
+        assert tape.counters.replayed == 2 and not tape.misses

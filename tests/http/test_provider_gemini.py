@@ -227,3 +227,20 @@ def test_a_miss_report_names_no_key(gemini: FakeGemini, tmp_path: pathlib.Path) 
     assert "gemini.generate_content" in report and "'recorded' -> 'asked now'" in report
     assert KEY not in report and QUERY_KEY not in report
     assert_no_secrets(tmp_path, [KEY, QUERY_KEY])
+
+
+def test_a_json_array_stream_is_read_for_usage_and_model() -> None:
+    # ``:streamGenerateContent`` without ``?alt=sse`` (llm-gemini) answers with one JSON array
+    # of the chunks an SSE stream would send, usageMetadata complete on the last.
+    chunks = [
+        {"candidates": [{"content": {"parts": [{"text": "Pel"}]}}],
+         "usageMetadata": {"promptTokenCount": 9}, "modelVersion": "gemini-3.6-flash"},
+        {"candidates": [{"content": {"parts": [{"text": "ly"}]}, "finishReason": "STOP"}],
+         "usageMetadata": {"promptTokenCount": 9, "candidatesTokenCount": 2,
+                           "thoughtsTokenCount": 5, "totalTokenCount": 16},
+         "modelVersion": "gemini-3.6-flash"},
+    ]
+    assert PROVIDER.usage(chunks, []) == {"prompt_tokens": 9, "completion_tokens": 7,
+                                          "total_tokens": 16, "thoughts_tokens": 5}
+    assert PROVIDER.model(chunks, []) == "gemini-3.6-flash"
+    assert PROVIDER.usage([], []) is None and PROVIDER.model([], []) is None

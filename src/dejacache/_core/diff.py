@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["field_diff", "nearest", "short", "string_window"]
+import orjson
+
+__all__ = ["distance", "field_diff", "nearest", "short", "string_window"]
 
 # Either side of the first differing character: enough to read a timestamp or an id in
 # context without printing a 2,000-line prompt twice.
@@ -74,20 +76,68 @@ def string_window(old: str, new: str, width: int = _WINDOW) -> str:
             f"{cut(old)} -> {cut(new)}")
 
 
-def _distance(old: Any, new: Any) -> int:
-    return len(field_diff(old, new, limit=10_000))
+def distance(old: Any, new: Any) -> tuple[int, int]:
+    """How far apart two canonical requests are: the fields that differ, then how much of
+    them (the characters added, removed or rewritten). The second part breaks ties: an
+    agent's next turn adds whole messages (two fields: ``contents[1]``, ``contents[2]``),
+    as far in fields from the turn before it as the same turn with its two tool-call ids
+    changed, but hundreds of characters farther than those two ids."""
+    return _measure(old, new)
+
+
+def _weight(value: Any) -> int:
+    try:
+        return len(orjson.dumps(value))
+    except TypeError:
+        return len(repr(value))
+
+
+def _measure(old: Any, new: Any) -> tuple[int, int]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        fields = size = 0
+        for k in set(old) | set(new):
+            if k not in new or k not in old:
+                fields, size = fields + 1, size + _weight(old[k] if k in old else new[k])
+            else:
+                f, n = _measure(old[k], new[k])
+                fields, size = fields + f, size + n
+        return fields, size
+    if isinstance(old, list) and isinstance(new, list):
+        fields = size = 0
+        for i in range(max(len(old), len(new))):
+            if i >= len(old) or i >= len(new):
+                fields, size = fields + 1, size + _weight(old[i] if i < len(old) else new[i])
+            else:
+                f, n = _measure(old[i], new[i])
+                fields, size = fields + f, size + n
+        return fields, size
+    if isinstance(old, str) and isinstance(new, str):
+        if old == new:
+            return 0, 0
+        head = 0
+        while head < min(len(old), len(new)) and old[head] == new[head]:
+            head += 1
+        tail = 0
+        while (tail < min(len(old), len(new)) - head
+               and old[-1 - tail] == new[-1 - tail]):
+            tail += 1
+        return 1, len(old) + len(new) - 2 * (head + tail)
+    if old != new or type(old) is not type(new):
+        return 1, _weight(old) + _weight(new)
+    return 0, 0
 
 
 def nearest(
     target: Any, candidates: Iterable[tuple[str, Any]]
 ) -> tuple[str, Any, list[str]] | None:
-    """The candidate whose canonical request differs from ``target`` in the fewest fields."""
-    best: tuple[int, str, Any] | None = None
+    """The candidate whose canonical request differs from ``target`` in the fewest fields,
+    and of those, by the fewest characters (:func:`distance`); file order only among equals."""
+    best: tuple[tuple[int, int], str, Any] | None = None
     for key, cand in candidates:
-        d = _distance(cand, target)
+        d = distance(cand, target)
         if best is None or d < best[0]:
             best = (d, key, cand)
-            if d == 0:
+            if d == (0, 0):
                 break
     if best is None:
         return None

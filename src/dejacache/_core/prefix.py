@@ -10,9 +10,11 @@ same" in one comparison, which is both the prefix-cache question and a key of "e
 before this message": one mechanism serves both keys and the monitor.
 
 Normalisation, so that what is *not* a change to the provider is not reported as one: a
-``cache_control`` marker moved between blocks, and a string ``content`` versus the same text as
-one text block, render the same tokens (cc-viewer and similar tools compare raw JSON and report
-both as breaks).
+cache marker (Anthropic's ``cache_control``, OpenAI's ``prompt_cache_breakpoint``) moved between
+blocks, and a string ``content`` versus the same text as one text block, render the same tokens
+(cc-viewer and similar tools compare raw JSON and report both as breaks). Markers are kept as
+item flags (``breakpoint``, ``long``), with the request's routing key and lifetime: what the
+provider's cache model (``cache_model.py``) reads.
 
 Pure: no clock, no I/O. ``runtime/prefix.py`` drives it.
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..keys import canonical_json, digest
@@ -32,8 +34,11 @@ __all__ = [
     "Prefix",
     "api_of",
     "build_prefix",
+    "chained",
     "compare",
     "first_difference",
+    "item",
+    "shared",
     "window",
 ]
 
@@ -54,8 +59,10 @@ class Item:
     data: Any  # normalised JSON value
     canonical: bytes
     digest: str
-    breakpoint: bool = False  # carries a cache_control marker (a cache write point)
+    breakpoint: bool = False  # carries a cache marker (a cache write point)
     system_like: bool = False  # a leading system/developer message (OpenAI chat)
+    long: bool = False  # the marker asks for the long lifetime (Anthropic 1 h, OpenAI 12 h)
+    blocks: int = 1  # content blocks (what Anthropic's breakpoint lookback counts)
 
     @property
     def size(self) -> int:
@@ -76,10 +83,17 @@ class Prefix:
     # Responses with previous_response_id: the conversation lives on the server and the
     # input holds only new items, so it is not compared item by item.
     stateful: bool = False
+    route: str = ""  # OpenAI prompt_cache_key: part of what picks the machine
+    explicit: bool = False  # OpenAI prompt_cache_options mode "explicit": no implicit point
 
     @property
     def size(self) -> int:
         return sum(i.size for i in self.items)
+
+    @property
+    def long_lived(self) -> bool:
+        """The request asks for the provider's longer cache lifetime."""
+        return self.one_hour or self.retention == "24h" or any(i.long for i in self.items)
 
     def breakpoints(self) -> list[int]:
         """Character offsets where the provider writes a cache entry (end of marked items)."""
@@ -107,13 +121,23 @@ class Difference:
 # ---------------------------------------------------------------- normalisation
 
 
+# Cache markers a content block may carry, and the lifetime that makes each one long.
+_MARKERS = {"cache_control": "1h", "prompt_cache_breakpoint": "12h"}
+
+
 def _strip_marker(block: Any) -> tuple[Any, bool, bool]:
-    """A content block without ``cache_control``: (block, had a marker, marker asks for 1 h)."""
-    if type(block) is not dict or "cache_control" not in block:
+    """A content block without its cache markers (``cache_control``,
+    ``prompt_cache_breakpoint``): (block, had a marker, a marker asks for the long
+    lifetime)."""
+    if type(block) is not dict or not any(k in block for k in _MARKERS):
         return block, False, False
-    cc = block["cache_control"]
-    one_hour = isinstance(cc, dict) and cc.get("ttl") == "1h"
-    return {k: v for k, v in block.items() if k != "cache_control"}, cc is not None, one_hour
+    marked = long = False
+    for name, ttl in _MARKERS.items():
+        mark = block.get(name)
+        if mark is not None:
+            marked = True
+            long |= isinstance(mark, dict) and mark.get("ttl") == ttl
+    return {k: v for k, v in block.items() if k not in _MARKERS}, marked, long
 
 
 def _blocks(content: Any, text_type: str = "text") -> tuple[Any, bool, bool]:
@@ -147,25 +171,52 @@ class _Builder:
         self.one_hour = False
 
     def add(self, segment: str, path: str, data: Any, *, breakpoint: bool = False,
-            system_like: bool = False) -> None:
+            system_like: bool = False, long: bool = False) -> None:
         canon = _canon(data)
+        content = data.get("content") if type(data) is dict else None
+        blocks = len(content) if type(content) is list and content else 1
         self.items.append(Item(segment, path, data, canon, digest("prefix", segment, canon),
-                               breakpoint, system_like))
+                               breakpoint, system_like, long, blocks))
 
     def tools(self, tools: Any) -> None:
         for i, tool in enumerate(tools if isinstance(tools, list) else []):
             t, marked, hour = _strip_marker(tool)
             self.one_hour |= hour
-            self.add("tools", f"tools[{i}]", t, breakpoint=marked)
+            self.add("tools", f"tools[{i}]", t, breakpoint=marked, long=hour)
 
     def prefix(self, provider: str, api: str, model: Any, *, retention: str = "",
-               stateful: bool = False) -> Prefix:
-        chain, prev = [], ""
-        for item in self.items:
-            prev = digest("prefix", "chain", prev.encode() + item.digest.encode())
-            chain.append(prev)
-        return Prefix(provider, api, str(model or ""), tuple(self.items), tuple(chain),
-                      self.one_hour, retention, stateful)
+               stateful: bool = False, body: Mapping[str, Any] | None = None) -> Prefix:
+        return chained(provider, api, str(model or ""), self.items, one_hour=self.one_hour,
+                       retention=retention, stateful=stateful, **_routing(body))
+
+
+def _routing(body: Mapping[str, Any] | None) -> dict[str, Any]:
+    """OpenAI's routing key and breakpoint mode, from the request body."""
+    if body is None:
+        return {}
+    options = body.get("prompt_cache_options")
+    key = body.get("prompt_cache_key")
+    return {"route": key if isinstance(key, str) else "",
+            "explicit": isinstance(options, dict) and options.get("mode") == "explicit"}
+
+
+def chained(provider: str, api: str, model: str, items: Iterable[Item], **fields: Any
+            ) -> Prefix:
+    """A :class:`Prefix` of ``items``, its digest chain computed (``fields``: the other
+    members of :class:`Prefix`)."""
+    listed = tuple(items)
+    chain, prev = [], ""
+    for item in listed:
+        prev = digest("prefix", "chain", prev.encode() + item.digest.encode())
+        chain.append(prev)
+    return Prefix(provider, api, model, listed, tuple(chain), **fields)
+
+
+def item(segment: str, path: str, data: Any, **flags: Any) -> Item:
+    """One :class:`Item` of ``data`` (normalised JSON), digested as the builders digest."""
+    b = _Builder()
+    b.add(segment, path, data, **flags)
+    return b.items[0]
 
 
 def _anthropic(body: Mapping[str, Any]) -> Prefix:
@@ -177,20 +228,21 @@ def _anthropic(body: Mapping[str, Any]) -> Prefix:
     for i, block in enumerate(system if isinstance(system, list) else [system]):
         sb, m, h = _strip_marker(block)
         b.one_hour |= h
-        b.add("system", f"system[{i}]", sb, breakpoint=m)
+        b.add("system", f"system[{i}]", sb, breakpoint=m, long=h)
     for i, msg in enumerate(body.get("messages") or []):
         if type(msg) is not dict:
             b.add("messages", f"messages[{i}]", msg)
             continue
         content, m, h = _blocks(msg.get("content"))
         b.one_hour |= h
-        b.add("messages", f"messages[{i}]", {**msg, "content": content}, breakpoint=m)
+        b.add("messages", f"messages[{i}]", {**msg, "content": content}, breakpoint=m, long=h)
     top = body.get("cache_control")
     if isinstance(top, dict) and b.items:
         # Top-level cache_control: the API places the marker on the last cacheable block.
+        hour = top.get("ttl") == "1h"
         last = b.items[-1]
-        b.items[-1] = dataclasses.replace(last, breakpoint=True)
-        b.one_hour |= top.get("ttl") == "1h"
+        b.items[-1] = dataclasses.replace(last, breakpoint=True, long=last.long or hour)
+        b.one_hour |= hour
     return b.prefix("anthropic", "messages", body.get("model"))
 
 
@@ -205,12 +257,13 @@ def _chat(body: Mapping[str, Any]) -> Prefix:
             continue
         role = msg.get("role")
         leading = leading and role in ("system", "developer")
-        # OpenAI-compatible gateways (OpenRouter) pass Anthropic's cache_control in parts.
-        content, m, _ = _blocks(msg.get("content"))
+        # Explicit breakpoints (gpt-5.6+), or Anthropic's cache_control as OpenAI-compatible
+        # gateways (OpenRouter) pass it, in content parts.
+        content, m, h = _blocks(msg.get("content"))
         b.add("messages", f"messages[{i}]", {**msg, "content": content}, breakpoint=m,
-              system_like=leading)
+              system_like=leading, long=h)
     retention = str(body.get("prompt_cache_retention") or "")
-    return b.prefix("openai", "chat", body.get("model"), retention=retention)
+    return b.prefix("openai", "chat", body.get("model"), retention=retention, body=body)
 
 
 def _responses(body: Mapping[str, Any]) -> Prefix:
@@ -221,14 +274,15 @@ def _responses(body: Mapping[str, Any]) -> Prefix:
     inp = body.get("input")
     items = [{"role": "user", "content": inp}] if isinstance(inp, str) else inp
     for i, it in enumerate(items if isinstance(items, list) else []):
+        marked = long = False
         if type(it) is dict and "role" in it and it.get("type", "message") == "message":
             text_type = "output_text" if it.get("role") == "assistant" else "input_text"
-            content, _, _ = _blocks(it.get("content"), text_type)
+            content, marked, long = _blocks(it.get("content"), text_type)
             it = {**it, "type": "message", "content": content}
-        b.add("input", f"input[{i}]", it)
+        b.add("input", f"input[{i}]", it, breakpoint=marked, long=long)
     retention = str(body.get("prompt_cache_retention") or "")
     return b.prefix("openai", "responses", body.get("model"), retention=retention,
-                    stateful=bool(body.get("previous_response_id")))
+                    stateful=bool(body.get("previous_response_id")), body=body)
 
 
 _BUILDERS = {"messages": _anthropic, "chat": _chat, "responses": _responses}
@@ -363,12 +417,9 @@ def _segment_reason(segment: str) -> str:
                                                                                "modified")
 
 
-def compare(prev: Prefix, cur: Prefix) -> Difference | None:
-    """Where ``cur`` stops continuing ``prev``'s prefix, or None when it extends (or repeats)
-    it. A conversation growing by new messages at the end is not a difference."""
-    if prev.model != cur.model:
-        return Difference("model", "model", "model", 0, prev.model or "(none)",
-                          cur.model or "(none)", 0)
+def _parting(prev: Prefix, cur: Prefix) -> tuple[int, tuple[Item, ...], tuple[Item, ...]]:
+    """(index of the first item where the comparable items part, those of ``prev``, those of
+    ``cur``)."""
     pa, pc = prev.items, cur.items
     if cur.stateful or prev.stateful:
         # Server-side history: only what precedes the input is comparable.
@@ -384,6 +435,36 @@ def compare(prev: Prefix, cur: Prefix) -> Difference | None:
     else:
         while i < n and pa[i].digest == pc[i].digest:
             i += 1
+    return i, pa, pc
+
+
+def shared(prev: Prefix, cur: Prefix) -> tuple[int, bool]:
+    """(characters of prefix ``cur`` shares with ``prev``, whether ``cur`` extends or repeats
+    ``prev``): what :func:`compare` counts, without describing the difference (the provider
+    cache model asks this of every cached prompt)."""
+    if prev.model != cur.model:
+        return 0, False
+    i, pa, pc = _parting(prev, cur)
+    if i == len(pa):
+        return prev.size, True
+    common = sum(x.size for x in pa[:i])
+    if i == len(pc):
+        return common, False
+    old, new = pa[i], pc[i]
+    if old.segment != new.segment or (
+            old.segment in ("messages", "input") and not (old.system_like and new.system_like)
+            and any(x.digest == new.digest for x in pa[i + 1:] if x.segment == old.segment)):
+        return common, False
+    return common + _common_bytes(old.canonical, new.canonical), False
+
+
+def compare(prev: Prefix, cur: Prefix) -> Difference | None:
+    """Where ``cur`` stops continuing ``prev``'s prefix, or None when it extends (or repeats)
+    it. A conversation growing by new messages at the end is not a difference."""
+    if prev.model != cur.model:
+        return Difference("model", "model", "model", 0, prev.model or "(none)",
+                          cur.model or "(none)", 0)
+    i, pa, pc = _parting(prev, cur)
     if i == len(pa):
         return None
     common = sum(x.size for x in pa[:i])

@@ -1,15 +1,8 @@
 """What providers cache and what a broken prefix costs: minimums, lifetimes, usage, one turn's
 verdict. Pure: the caller passes the time and the prices.
 
-Provider rules used here (provider documentation, 2025-2026):
-
-- Anthropic caches only up to ``cache_control`` breakpoints, a prefix of at least 1,024 tokens
-  (2,048 on the Haiku 3 / 3.5 models, 4,096 on Opus 4.5 and Haiku 4.5); an entry lives 5 min
-  (refreshed on each read) or 1 h when the marker says ``"ttl": "1h"``. Writes cost 1.25x the
-  input price (2x for 1 h), reads 0.1x.
-- OpenAI caches automatically from 1,024 tokens, in 128-token increments; entries live 5-10
-  min of inactivity (we assume the short end, and only call a miss ``ttl`` when the reported
-  usage agrees), 24 h with ``prompt_cache_retention="24h"``. Cached input costs 0.1-0.5x.
+The provider rules (minimum cacheable prefix, block size, lifetimes, cache prices) are the rows
+of ``cache_rules.py``, with their sources; this module applies them to one conversation.
 """
 
 from __future__ import annotations
@@ -18,6 +11,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from .cache_rules import rules_for
 from .hazards import PrefixHazard, scan
 from .prefix import Difference, Prefix, compare
 
@@ -37,34 +31,18 @@ __all__ = [
 
 CHARS_PER_TOKEN = 4.0  # when the provider reports no usage; canonical JSON, so an estimate
 
-# Longest matching model-name prefix wins.
-_ANTHROPIC_MINIMUM = (
-    ("claude-opus-4-5", 4096),
-    ("claude-haiku-4-5", 4096),
-    ("claude-3-5-haiku", 2048),
-    ("claude-3-haiku", 2048),
-    ("claude", 1024),
-)
-OPENAI_MINIMUM = 1024
-OPENAI_BLOCK = 128
-
 
 def minimum_tokens(provider: str, model: str) -> int:
     """The smallest prefix the provider will cache for ``model``."""
-    if provider != "anthropic":
-        return OPENAI_MINIMUM
-    best, value = "", 1024
-    for prefix, tokens in _ANTHROPIC_MINIMUM:
-        if model.startswith(prefix) and len(prefix) > len(best):
-            best, value = prefix, tokens
-    return value
+    return rules_for(provider, model).minimum
 
 
 def lifetime(prefix: Prefix) -> float:
-    """Seconds a cache entry written for ``prefix`` survives without use."""
-    if prefix.provider == "anthropic":
-        return 3600.0 if prefix.one_hour else 300.0
-    return 86400.0 if prefix.retention == "24h" else 300.0
+    """Seconds a cache entry written for ``prefix`` survives without use: the longer
+    lifetime when the request asks for it (Anthropic ``"ttl": "1h"``, OpenAI
+    ``prompt_cache_retention="24h"`` or a ``"12h"`` breakpoint)."""
+    rules = rules_for(prefix.provider, prefix.model)
+    return rules.long_ttl if prefix.long_lived and rules.long_ttl else rules.ttl
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -73,10 +51,11 @@ class Usage:
 
     prompt: int  # every input token, cached or not (see ``whole``)
     cached: int | None  # read from the cache (None: the provider did not say)
-    written: int | None = None  # written to the cache (Anthropic)
+    written: int | None = None  # written to the cache (Anthropic; OpenAI from gpt-5.6)
     # ``prompt`` counts the whole prompt. Anthropic's ``input_tokens`` leaves out what was read
     # from or written to the cache, so without those counts it may be the uncached tail only.
     whole: bool = True
+    written_long: int = 0  # of ``written``, with the long lifetime (Anthropic's 1 h)
 
     @property
     def cache_used(self) -> bool:
@@ -94,20 +73,22 @@ def read_usage(usage: Any) -> Usage | None:
     (``prompt_tokens_details.cached_tokens``) or Responses (``input_tokens_details``)."""
     if not isinstance(usage, Mapping):
         return None
-    if "prompt_tokens" in usage:  # OpenAI chat
-        details = usage.get("prompt_tokens_details")
-        cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else None
-        return Usage(_int(usage["prompt_tokens"]) or 0, cached)
-    if "input_tokens_details" in usage:  # Responses
-        details = usage.get("input_tokens_details")
-        cached = _int(details.get("cached_tokens")) if isinstance(details, Mapping) else None
-        return Usage(_int(usage.get("input_tokens")) or 0, cached)
+    for total, field in (("prompt_tokens", "prompt_tokens_details"),  # OpenAI chat
+                         ("input_tokens", "input_tokens_details")):  # Responses
+        if field in usage or (total == "prompt_tokens" and total in usage):
+            details = usage.get(field)
+            if not isinstance(details, Mapping):
+                details = {}
+            return Usage(_int(usage.get(total)) or 0, _int(details.get("cached_tokens")),
+                         _int(details.get("cache_write_tokens")))
     if "input_tokens" in usage:  # Anthropic: input_tokens excludes cache reads and writes
         read = _int(usage.get("cache_read_input_tokens"))
         written = _int(usage.get("cache_creation_input_tokens"))
         base = _int(usage.get("input_tokens")) or 0
+        split = usage.get("cache_creation")
+        long = _int(split.get("ephemeral_1h_input_tokens")) if isinstance(split, Mapping) else 0
         return Usage(base + (read or 0) + (written or 0), read, written,
-                     whole=read is not None or written is not None)
+                     whole=read is not None or written is not None, written_long=long or 0)
     return None
 
 
@@ -118,6 +99,7 @@ class Rates:
     input: float
     read: float  # cached read, e.g. 0.1
     write: float  # cache write, e.g. 1.25 (Anthropic); 1.0 where writes are free (OpenAI)
+    write_long: float = 2.0  # a write with the long lifetime (Anthropic's 1 h: 2.0)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -288,7 +270,7 @@ class SessionState:
         r = rates(prev.provider, prev.model)
         cost = 0.0
         if r is not None:
-            write = (2.0 if prev.one_hour else r.write) if prev.provider == "anthropic" else 1.0
+            write = r.write_long if prev.long_lived else r.write
             cost = tokens * r.input / 1e6 * (write - r.read)
         return PrefixBreak(self.name, n, reason, segment, path, offset, before, after, tokens,
                            cost, local)
@@ -305,7 +287,8 @@ def _cacheable(p: Prefix) -> int:
 def _reuse(prev: Prefix, common: int, scale: float) -> int:
     """Tokens of ``prev``'s cache entries that a request sharing ``common`` characters with it
     can read."""
-    minimum = minimum_tokens(prev.provider, prev.model)
+    rules = rules_for(prev.provider, prev.model)
+    minimum = rules.minimum
     if prev.provider == "anthropic":
         best = 0
         for bp in prev.breakpoints():
@@ -313,7 +296,7 @@ def _reuse(prev: Prefix, common: int, scale: float) -> int:
                 best = bp
         return round(best * scale)
     tokens = round(min(common, prev.size) * scale)
-    return 0 if tokens < minimum else tokens // OPENAI_BLOCK * OPENAI_BLOCK
+    return 0 if tokens < minimum else tokens // rules.block * rules.block
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ import collections
 import pathlib
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -28,8 +28,8 @@ from .._core.prompt_cache import PrefixBreak, SessionReport, SessionState, Sessi
 from ..errors import CassetteError
 from ..http.sse import event_data
 
-__all__ = ["PROVIDER_OF_API", "SessionInference", "add_prefix_report", "analyse", "iter_cassettes",
-           "stored_usage"]
+__all__ = ["PROVIDER_OF_API", "Recorded", "SessionInference", "add_prefix_report", "analyse",
+           "iter_cassettes", "recorded_requests", "stored_usage"]
 
 #: The provider each request API belongs to (a turn is read only from its own provider).
 PROVIDER_OF_API = {"messages": "anthropic", "chat": "openai", "responses": "openai"}
@@ -105,38 +105,60 @@ class SessionInference:
         return name
 
 
+class Recorded(NamedTuple):
+    """One LLM request of a cassette, as the prompt-cache readers take it."""
+
+    session: str  # inferred (see the module)
+    api: str  # messages | chat | responses
+    body: dict[str, Any]  # the request body as stored (cache controls included)
+    prefix: Prefix
+    usage: Any  # the provider's usage object of the stored answer, if any
+    at: float | None  # when it was sent (recorded_at less the call's duration)
+
+
+def recorded_requests(path: pathlib.Path, per_cassette: bool = False) -> Iterator[Recorded]:
+    """The LLM requests of one cassette that the provider answered, in file order."""
+    from .._core.ageing import recorded_at
+    from .view import expanded_entries, load
+
+    tape = SessionInference(path.name, per_cassette)
+    for entry in expanded_entries(load(path)):
+        name = str(entry.get("name", ""))
+        req = entry.get("request")
+        body = req.get("body") if isinstance(req, dict) else None
+        if "error" in entry or not isinstance(body, dict):
+            continue
+        response = entry.get("response")
+        if isinstance(response, dict) and int(response.get("status", 200)) >= 400:
+            continue
+        provider = name.partition(".")[0]
+        api = api_of(provider, body, name)
+        if api is None or PROVIDER_OF_API[api] != provider:
+            continue
+        prefix = build_prefix(api, body)
+        at = recorded_at(entry)
+        duration = entry.get("duration")
+        if at is not None and isinstance(duration, (int, float)):
+            at -= float(duration)
+        yield Recorded(tape.session_for(name, prefix), api, body, prefix,
+                       stored_usage(response), at)
+
+
 def analyse(paths: list[pathlib.Path], per_cassette: bool = False
             ) -> tuple[dict[str, SessionReport], list[PrefixBreak]]:
     """Per-session reports and every break, over the given cassette files."""
     from .prices import rates_from_table
-    from .view import expanded_entries, load
 
     rates = rates_from_table()
     states: dict[str, SessionState] = {}
     totals: dict[str, SessionTotals] = {}
     breaks: list[PrefixBreak] = []
     for path in paths:
-        doc = load(path)
-        tape = SessionInference(path.name, per_cassette)
-        for entry in expanded_entries(doc):
-            name = str(entry.get("name", ""))
-            req = entry.get("request")
-            body = req.get("body") if isinstance(req, dict) else None
-            if "error" in entry or not isinstance(body, dict):
-                continue
-            response = entry.get("response")
-            if isinstance(response, dict) and int(response.get("status", 200)) >= 400:
-                continue
-            provider = name.partition(".")[0]
-            api = api_of(provider, body, name)
-            if api is None or PROVIDER_OF_API[api] != provider:
-                continue
-            prefix = build_prefix(api, body)
-            session = tape.session_for(name, prefix)
-            state = states.setdefault(session, SessionState(session))
-            record, found, hazards = state.turn(prefix, read_usage(stored_usage(response)), None,
-                                                rates)
-            totals.setdefault(session, SessionTotals(session)).add(record, found, hazards)
+        for rec in recorded_requests(path, per_cassette):
+            state = states.setdefault(rec.session, SessionState(rec.session))
+            record, found, hazards = state.turn(rec.prefix, read_usage(rec.usage), None, rates)
+            totals.setdefault(rec.session, SessionTotals(rec.session)).add(record, found,
+                                                                          hazards)
             breaks.extend(found)
     return {k: t.report() for k, t in totals.items()}, breaks
 

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .._core.prompt_cache import Rates
 
-__all__ = ["CACHE_MULTIPLIERS", "PRICES", "PRICES_DATE", "cache_multipliers", "estimate_dollars",
-           "input_price", "rates_from_table", "set_prices"]
+__all__ = ["PRICES", "PRICES_DATE", "estimate_dollars", "input_price", "rates_from_table",
+           "set_prices"]
 
 PRICES_DATE = "2026-11-01"
 
@@ -124,42 +124,19 @@ def estimate_dollars(usage: Mapping[str, int], model: str) -> float:
     return (tin * price[0] + tout * price[1]) / 1_000_000
 
 
-# Prompt-cache multipliers of the input price, by longest model-name prefix: (cached read,
-# cache write). Anthropic: reads 0.1x, 5-minute writes 1.25x (1-hour writes 2x, decided by the
-# caller from the request). OpenAI: writes are free, reads 0.5x (gpt-4o, o1), 0.25x (gpt-4.1,
-# o3, o4-mini), 0.1x (gpt-5). Used by the prompt-prefix monitor to price a broken prefix.
-CACHE_MULTIPLIERS: dict[str, tuple[float, float]] = {
-    "claude": (0.1, 1.25),
-    "gpt-4o": (0.5, 1.0),
-    "o1": (0.5, 1.0),
-    "gpt-4.1": (0.25, 1.0),
-    "o3": (0.25, 1.0),
-    "o4-mini": (0.25, 1.0),
-    "gpt-5": (0.1, 1.0),
-}
-_DEFAULT_CACHE = (0.5, 1.0)  # OpenAI's most conservative discount for an unknown model
-
-
 def input_price(model: str) -> float | None:
     """Dollars per million input tokens of ``model`` (None when the table does not know it)."""
     price = _price(model) if model else None
     return price[0] if price is not None else None
 
 
-def cache_multipliers(model: str) -> tuple[float, float]:
-    """(cached read, cache write) multipliers of ``model``'s input price."""
-    best = ""
-    for prefix in CACHE_MULTIPLIERS:
-        if model.startswith(prefix) and len(prefix) > len(best):
-            best = prefix
-    return CACHE_MULTIPLIERS[best] if best else _DEFAULT_CACHE
-
-
 def rates_from_table(table: Mapping[str, tuple[float, float]] | None = None,
                      ) -> Callable[[str, str], Rates | None]:
-    """``rates(provider, model)``: the input price and cache multipliers of ``model``, from
-    ``table`` (model prefix -> (input, output) dollars per million tokens; the longest prefix
-    wins) or, without one, from :data:`PRICES`. None for a model with no known price."""
+    """``rates(provider, model)``: the input price of ``model``, from ``table`` (model prefix
+    -> (input, output) dollars per million tokens; the longest prefix wins) or, without one,
+    from :data:`PRICES`, and its cache multipliers (``_core/cache_rules.py``). None for a
+    model with no known price."""
+    from .._core.cache_rules import rules_for
     from .._core.prompt_cache import Rates
 
     def rates(provider: str, model: str) -> Rates | None:
@@ -170,9 +147,7 @@ def rates_from_table(table: Mapping[str, tuple[float, float]] | None = None,
             price = float(table[best][0]) if best is not None else None
         if price is None:
             return None
-        read, write = cache_multipliers(model)
-        if provider == "anthropic":
-            read, write = 0.1, 1.25  # the same for every Claude model
-        return Rates(price, read, write)
+        r = rules_for(provider, model)
+        return Rates(price, r.read, r.write, r.write_long)
 
     return rates

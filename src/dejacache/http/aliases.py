@@ -13,6 +13,15 @@ or ``-``) and only when it is at least ``MIN_INLINE`` characters long, so a shor
 compiled pattern, not per id: a match of the ids' few distinct heads (``call_``, ``toolu``)
 extended over the id characters after it and looked up in the table.
 
+Some ids are made by the client, never by a model: llm-gemini names a function call Gemini
+returned without an id ``call_<uuid4 hex>``, and agent frameworks do the same, then send it in
+the next request. No response ever holds it, so it is learned where it first appears: a whole
+value of an id field (``id``, ``call_id``, ``tool_call_id``, ``tool_use_id``, ``toolUseId``)
+in a request body, shaped as a random UUID (version 4, dashed or hex, after an optional
+``word_`` prefix), gets the next position like a response id (:meth:`AliasTable.learn_sent`).
+Two different ids still get two different positions, so two calls that differ in one never
+share a key.
+
 Tables live per block (per active test-facing ``Effective``): a new block starts counting at 1,
 so a recording block and the replay block after it number ids the same way. Runtime caching
 outside blocks does not alias: a hit returns the stored ids, which then match the next turn as
@@ -24,7 +33,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ..config import Effective
@@ -79,6 +88,18 @@ class AliasTable:
                     continue
                 m[i] = f"<id:{len(m) + 1 - self._also}>"
                 self._inline(i)
+
+    def learn_sent(self, raw: bytes, data: Any) -> Any:
+        """``data`` (a request body parsed from ``raw``) with the client-made ids it holds
+        learned and replaced (see the module docstring); ``data`` itself when ``raw`` holds
+        nothing UUID-shaped, which one search of the bytes tells."""
+        if _UUID4_RAW.search(raw) is None:
+            return data
+        found = [v for v in _sent_ids(data) if v not in self._map]
+        if not found:
+            return data
+        self.learn(found)
+        return self.apply(data)
 
     def alias_as(self, other: str, known: str) -> None:
         """Key ``other`` as ``known`` is keyed: the same object, under the id another run
@@ -192,6 +213,29 @@ def _replace_in(obj: Any, m: dict[str, str], sub: Callable[[str], str]) -> None:
 
 
 _WORDLIKE = re.compile(r"[\w-]+")
+
+_UUID4 = (r"(?:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-4[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}"
+          r"|[0-9a-fA-F]{12}4[0-9a-fA-F]{3}[89abAB][0-9a-fA-F]{15})")
+_UUID4_RAW = re.compile(_UUID4.encode())
+# A client-made id: a random UUID, alone or after a word prefix (``call_``, ``pyd_ai_``).
+_SENT_ID = re.compile(r"(?:[A-Za-z][A-Za-z0-9]*(?:[_-][A-Za-z0-9]+)*[_-])?" + _UUID4)
+_SENT_KEYS = frozenset({"id", "call_id", "tool_call_id", "tool_use_id", "toolUseId"})
+
+
+def _sent_ids(obj: Any) -> Iterator[str]:
+    """Whole values of id fields shaped as client-made ids, in document order."""
+    t = type(obj)
+    if t is dict:
+        for k, v in obj.items():
+            if type(v) is str:
+                if k in _SENT_KEYS and _SENT_ID.fullmatch(v):
+                    yield v
+            elif type(v) is dict or type(v) is list:
+                yield from _sent_ids(v)
+    elif t is list:
+        for v in obj:
+            if type(v) is dict or type(v) is list:
+                yield from _sent_ids(v)
 
 
 def _inline_replacer(m: dict[str, str], words: bool, heads: tuple[str, ...], odd_starts: str,

@@ -64,7 +64,9 @@ def body_for_key(body: bytes, content_type: str, aliases: AliasTable | None, *,
         except orjson.JSONDecodeError:
             pass
         else:
-            return aliases.apply_json(body, data) if aliases is not None else data
+            if aliases is None:
+                return data
+            return aliases.learn_sent(body, aliases.apply_json(body, data))
     if not legacy:
         mime, params = _content_type(content_type)
         parsed: Any = None

@@ -32,6 +32,7 @@ from typing import Any
 import orjson
 
 from .._core import volatile as _vol
+from .._core.cache_fields import strip as strip_cache_fields
 from .._secrets import AUTH_QUERY, is_secret_name, is_secret_query, mask, name_forms
 from ..cassettes.redact import PLACEHOLDER, Redactor
 from ..errors import SerializationError
@@ -143,6 +144,7 @@ def canonical_request(
     headers: Mapping[str, str] | None = None,
     identity: list[str] | None = None,
     legacy: bool = False,
+    cache_fields: tuple[str, ...] = (),
 ) -> tuple[bytes, bool]:
     """Canonical JSON of a request (method, path, query without auth parameters, the request
     headers that change the answer, the caller's identity digest, body without volatile
@@ -152,13 +154,16 @@ def canonical_request(
     ``headers``: the keyed headers (``headers.classify``); ``identity``: the caller's
     identity items, sorted (``NAME@SCOPE#DIGEST``: ``identities.py``). ``legacy``: the form
     keys had before request headers counted (no ``headers`` member, form and multipart
-    bodies as text), which recordings made then are found by.
+    bodies as text), which recordings made then are found by. ``cache_fields``: prompt-cache
+    controls left out of the body (the form keys take: ``Provider.cache_fields``).
 
     The host is not part of it (the endpoint name carries the provider): a loopback test server
     gets a fresh port on every run, and the same call through a proxy should match.
     """
     data = _head(method, path, query, aliases, alias_path)
     b = _body_for_key(body, content_type, aliases, legacy=legacy)
+    if cache_fields:
+        b = strip_cache_fields(b, cache_fields)
     if b is not None:
         data["body"] = b
     if not legacy:

@@ -5,13 +5,19 @@ An observer watches a context: :func:`watch` shows it the exchanges of requests 
 context and in contexts that carry it (asyncio tasks, and the threads and executor tasks a
 ``PrefixMonitor`` carries it into), never those of unrelated threads, until :func:`unwatch`.
 ``handle_sync``/``handle_async`` are wrapped by :func:`watched_sync`/:func:`watched_async`;
-while nothing watches the caller's context that costs one context-variable read per request.
+while nothing watches the caller's context that costs two context-variable reads per request.
 Otherwise, once the answer is known (served from the store, replayed, or live, streamed or
 not), each observer is called once with an :class:`Exchange`: the request body as sent,
 whether the provider saw it, and the provider's usage object, as soon as its prompt-side
 counts are known (a stream's first usage-bearing event: some callers stop reading a stream
 early and never close it, as litellm does). Observers run in the thread that reads the answer; an
 observer that raises is reported as a warning, never to the caller.
+
+A rewriter (:func:`rewrite`) is the one kind of watcher that takes part: before the request is
+handled it may return new body bytes for it (the prompt-cache fixes of
+``runtime/_cache_apply.py`` add cache controls, splicing them into the bytes the SDK wrote),
+and the request is rebuilt with them (``Content-Length`` recomputed). A rewriter that raises
+is reported as a warning and the request goes as it was.
 """
 
 from __future__ import annotations
@@ -30,8 +36,8 @@ import orjson
 from .providers import detect
 from .sse import SSESplitter, event_data, is_sse
 
-__all__ = ["WATCHERS", "Exchange", "unwatch", "watch", "watched_async", "watched_sync",
-           "watching"]
+__all__ = ["REWRITERS", "WATCHERS", "Exchange", "Rewriter", "rewrite", "unrewrite", "unwatch",
+           "watch", "watched_async", "watched_sync", "watching"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -70,6 +76,57 @@ def unwatch(token: _Token, observer: Observer) -> None:
         if observer in left:
             left.remove(observer)
         WATCHERS.set(tuple(left))
+
+
+#: ``(provider, endpoint, body) -> new body | None``: see the module.
+Rewriter = Callable[[str, str, bytes], bytes | None]
+# The rewriters of requests made in this context (a tuple: replaced, never mutated).
+REWRITERS: contextvars.ContextVar[tuple[Rewriter, ...]] = contextvars.ContextVar(
+    "dejacache_rewriters", default=()
+)
+
+
+def rewrite(rewriter: Rewriter) -> contextvars.Token[tuple[Rewriter, ...]]:
+    """Let ``rewriter`` change the bodies of requests made in this context from now on."""
+    return REWRITERS.set((*REWRITERS.get(), rewriter))
+
+
+def unrewrite(token: contextvars.Token[tuple[Rewriter, ...]], rewriter: Rewriter) -> None:
+    """Undo the :func:`rewrite` that returned ``token``."""
+    try:
+        REWRITERS.reset(token)
+    except ValueError:  # undone from another context
+        left = list(REWRITERS.get())
+        if rewriter in left:
+            left.remove(rewriter)
+        REWRITERS.set(tuple(left))
+
+
+def _rewritten(lib: Any, request: Any, rewriters: tuple[Rewriter, ...]) -> Any:
+    """``request`` with the body its rewriters give (the same object when none changes it)."""
+    url = request.url
+    provider = detect(url.host, url.path, request.headers)
+    if provider.name == "http":
+        return request
+    try:
+        body = request.content
+    except lib.module.RequestNotRead:
+        return request  # a streamed upload is not an LLM request body
+    new = body
+    endpoint = provider.endpoint(url.host, url.path)
+    for rewriter in rewriters:
+        try:
+            new = rewriter(provider.name, endpoint, new) or new
+        except Exception as exc:  # a rewriter's bug must never fail the caller's request
+            from ..errors import DejacacheWarning
+
+            warnings.warn(f"dejacache: rewriter {rewriter!r} failed: {exc!r}", DejacacheWarning,
+                          stacklevel=2)
+    if new is body:
+        return request
+    headers = [(k, v) for k, v in request.headers.multi_items() if k.lower() != "content-length"]
+    return lib.module.Request(request.method, url, headers=headers, content=new,
+                              extensions=request.extensions)
 
 
 def watching() -> bool:
@@ -239,6 +296,9 @@ def watched_sync(handle: Handle) -> Handle:
 
     @functools.wraps(handle)
     def wrapper(lib: Any, eff: Any, request: Any, send: Any, opts: Any) -> Any:
+        rewriters = REWRITERS.get()
+        if rewriters:
+            request = _rewritten(lib, request, rewriters)
         if not WATCHERS.get():
             return handle(lib, eff, request, send, opts)
         context = contextvars.copy_context()
@@ -254,6 +314,9 @@ def watched_async(handle: AsyncHandle) -> AsyncHandle:
 
     @functools.wraps(handle)
     async def wrapper(lib: Any, eff: Any, request: Any, send: Any, opts: Any) -> Any:
+        rewriters = REWRITERS.get()
+        if rewriters:
+            request = _rewritten(lib, request, rewriters)
         if not WATCHERS.get():
             return await handle(lib, eff, request, send, opts)
         context = contextvars.copy_context()

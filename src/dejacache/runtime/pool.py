@@ -18,7 +18,8 @@ a cache lock held on the event loop (#52197). So here:
   another session's.
 - A lease runs inside ``agent_session(session_id=...)``, carried into executor tasks and the
   bare threads the agent starts (``_lease_threads``), so every request it makes is attributed
-  to its session.
+  to its session. ``apply=`` (opt in) rewrites those requests with the prompt-cache planner's
+  runtime fixes (``_cache_apply.py``: a ``prompt_cache_key`` per session, cache breakpoints).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from .._core.durations import Duration, seconds
 from ..errors import ConfigurationError, PoolError
 from ..keys import KeyBuilder
 from . import _lease_threads
+from ._cache_apply import CacheFixer, fixes_of
 from .session import agent_session
 
 __all__ = ["AgentPool", "PoolStats"]
@@ -180,7 +182,9 @@ class AgentPool(Generic[A]):
     ``factory(**config)`` builds an agent. ``signature`` is the config names whose values
     decide whether a session's agent can be reused (or a callable taking the config mapping
     and returning the signature's inputs; the names it reads count as inside). Other config
-    names are passed to ``factory`` and set with ``setattr`` on a reused agent.
+    names are passed to ``factory`` and set with ``setattr`` on a reused agent. ``apply``:
+    the prompt-cache fixes applied to the requests made in a lease (``True`` for
+    ``"prompt_cache_key"`` and ``"breakpoints"``, or a list of them).
     """
 
     def __init__(
@@ -193,6 +197,7 @@ class AgentPool(Generic[A]):
         on_evict: Callable[[A], Any] | None = None,
         concurrent: Literal["wait", "refuse"] = "wait",
         clock: Callable[[], float] = time.monotonic,
+        apply: bool | Iterable[str] | None = None,
     ) -> None:
         if not callable(factory):
             raise ConfigurationError(f"AgentPool factory must be callable, not "
@@ -248,6 +253,8 @@ class AgentPool(Generic[A]):
         self._evicted: collections.Counter[str] = collections.Counter()
         self._releaser: futures.ThreadPoolExecutor | None = None
         self._pending: set[futures.Future[None]] = set()
+        fixes = fixes_of(apply, "AgentPool")
+        self._fixer = CacheFixer(fixes) if fixes else None
 
     # ------------------------------------------------------------------ public API
 
@@ -665,14 +672,17 @@ class _Lease(Generic[A]):
         self._session = agent_session(session_id=_session_id(self._key))
         self._session.__enter__()
         held = _HELD.set((*_HELD.get(), self))
-        self._tokens = (_lease_threads.enter(), held)
+        fixer = self._pool._fixer
+        self._tokens = (_lease_threads.enter(), held, fixer.enter() if fixer else None)
 
     def _close(self) -> None:
         slot, self._slot = self._slot, None
         if self._tokens:
-            threads_token, held = self._tokens
+            threads_token, held, fixing = self._tokens
             self._tokens = ()
             _lease_threads.leave(threads_token)
+            if fixing is not None and self._pool._fixer is not None:
+                self._pool._fixer.leave(fixing)
             try:
                 _HELD.reset(held)
             except ValueError:

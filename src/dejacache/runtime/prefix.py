@@ -16,6 +16,11 @@ executor tasks started inside the monitor carry it (``_lease_threads``, ``_threa
 A conversation is the ``agent_session`` in effect where the request was made (an
 ``AgentPool`` lease enters one; a thread started inside it is told its name), else one per
 ``with monitor:`` block.
+
+Opt in, inside ``with monitor:``: ``apply=`` rewrites the requests with the prompt-cache
+planner's runtime fixes before they are sent (``_cache_apply.py``: cache controls only, spliced
+into the SDK's bytes), and ``trace=`` appends each request it sees to a JSON-lines file that
+``dejacache prompt-cache plan`` reads (``planner/load.py``).
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ from __future__ import annotations
 import collections
 import contextvars
 import itertools
+import os
+import pathlib
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -44,25 +51,13 @@ from ..cassettes.prices import rates_from_table
 from ..errors import ConfigurationError
 from ..scope import Block
 from . import _lease_threads
-from .session import current_session
+from ._cache_apply import CacheFixer, fixes_of
+from ._conversation import THREAD_SESSION, conversation
 
 __all__ = ["PrefixBreak", "PrefixHazard", "PrefixMonitor", "SessionReport", "TurnRecord"]
 
 _PROVIDERS = ("anthropic", "openai")
 _BLOCKS = itertools.count(1)
-# The conversation a thread started inside a monitor belongs to: the starter's session, by
-# name only (the thread does not inherit the session itself, nor its tenant).
-_THREAD_SESSION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "dejacache_monitor_session", default=None
-)
-
-
-def _session_here() -> str | None:
-    """The conversation a request made here belongs to (None: the monitor's block)."""
-    s = current_session()
-    if s is not None:
-        return s.session_id if s.tenant is None else f"{s.tenant}/{s.session_id}"
-    return _THREAD_SESSION.get()
 
 
 def _carried() -> list[tuple[contextvars.ContextVar[Any], Any]]:
@@ -70,7 +65,8 @@ def _carried() -> list[tuple[contextvars.ContextVar[Any], Any]]:
     from ..http import observers
 
     return [(observers.WATCHERS, observers.WATCHERS.get()),
-            (_THREAD_SESSION, _session_here())]
+            (observers.REWRITERS, observers.REWRITERS.get()),
+            (THREAD_SESSION, conversation())]
 
 
 def _body(body: Any) -> dict[str, Any]:
@@ -102,6 +98,9 @@ class PrefixMonitor(Block["PrefixMonitor"]):
     ``prices``: ``{model prefix: (input, output)}`` dollars per million tokens (default: the
     cassette price table). ``clock``: seconds, for the cache lifetime (``ttl`` breaks).
     ``max_sessions`` / ``max_records``: bounds for a long-running gateway (oldest dropped).
+    ``apply``: the prompt-cache fixes to apply to requests made inside it (``True`` for
+    ``"prompt_cache_key"`` and ``"breakpoints"``, or a list of them); ``trace``: a JSON-lines file
+    each request seen is appended to, for ``dejacache prompt-cache plan``.
     """
 
     def __init__(
@@ -111,7 +110,13 @@ class PrefixMonitor(Block["PrefixMonitor"]):
         clock: Callable[[], float] = time.monotonic,
         max_sessions: int = 10_000,
         max_records: int = 100_000,
+        apply: bool | Iterable[str] | None = None,
+        trace: str | os.PathLike[str] | None = None,
     ) -> None:
+        fixes = fixes_of(apply, "PrefixMonitor")
+        self._fixer = CacheFixer(fixes) if fixes else None
+        self._trace = pathlib.Path(trace) if trace is not None else None
+        self._trace_lock = threading.Lock()  # file writes never hold up the accounting
         self._rates = rates_from_table(prices)
         self._clock = clock
         self._lock = threading.Lock()
@@ -124,7 +129,8 @@ class PrefixMonitor(Block["PrefixMonitor"]):
         self._hazard_seen: set[tuple[str, str, str]] = set()
         self._depth = 0
         self._block = ""
-        self._tokens: list[tuple[Any, Any, Any]] = []  # per entry: observers, two tokens
+        # Per entry: the observers, and the tokens of the watch, the threads and the fixes.
+        self._tokens: list[tuple[Any, Any, Any, Any]] = []
 
     # ------------------------------------------------------------ results
 
@@ -173,13 +179,16 @@ class PrefixMonitor(Block["PrefixMonitor"]):
         api = api_of(provider, data, endpoint)
         if api is None:
             return []
-        return self._turn(api, data, session or _session_here() or self._block or "default",
-                          read_usage(_usage(usage)), False)
+        raw = _usage(usage)
+        return self._turn(api, data, session or conversation() or self._block or "default",
+                          read_usage(raw), False, (provider, endpoint, raw))
 
-    def _turn(self, api: str, data: dict[str, Any], session: str, usage: Any, local: bool
-              ) -> list[PrefixBreak]:
+    def _turn(self, api: str, data: dict[str, Any], session: str, usage: Any, local: bool,
+              seen: tuple[str, str, Any]) -> list[PrefixBreak]:
         prefix = build_prefix(api, data)  # hashing outside the lock
         now = self._clock()
+        if self._trace is not None:
+            self._write_trace(session, now, seen, data, local)
         with self._lock:
             state = self._states.get(session)
             if state is None:
@@ -213,8 +222,22 @@ class PrefixMonitor(Block["PrefixMonitor"]):
         api = api_of(ex.provider, data, ex.endpoint)
         if api is None:
             return
-        session = ex.context.run(_session_here) or self._block or "default"
-        self._turn(api, data, session, read_usage(ex.usage), ex.local)
+        session = ex.context.run(conversation) or self._block or "default"
+        self._turn(api, data, session, read_usage(ex.usage), ex.local,
+                   (ex.provider, ex.endpoint, ex.usage))
+
+    def _write_trace(self, session: str, now: float, seen: tuple[str, str, Any],
+                     data: dict[str, Any], local: bool) -> None:
+        from ..planner.load import TRACE_HEAD, trace_line
+
+        provider, endpoint, usage = seen
+        line = trace_line(session, now, provider, endpoint, data, usage, local)
+        path = self._trace
+        assert path is not None
+        with self._trace_lock:
+            new = not path.exists() or path.stat().st_size == 0
+            with path.open("ab") as f:  # one write per line: readers see whole lines
+                f.write((orjson.dumps(TRACE_HEAD) + b"\n" if new else b"") + line)
 
     # ------------------------------------------------------------ blocks
 
@@ -224,12 +247,13 @@ class PrefixMonitor(Block["PrefixMonitor"]):
 
         observe(1)
         watch = observers.watch(self._on_exchange)
+        fixing = self._fixer.enter() if self._fixer is not None else None
         threads = _lease_threads.enter(_carried)
         with self._lock:
             self._depth += 1
             if self._depth == 1:
                 self._block = f"block-{next(_BLOCKS)}"
-            self._tokens.append((observers.WATCHERS.get(), watch, threads))
+            self._tokens.append((observers.WATCHERS.get(), watch, threads, fixing))
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -244,11 +268,13 @@ class PrefixMonitor(Block["PrefixMonitor"]):
             i = len(tokens) - 1
             while i > 0 and tokens[i][0] is not here:
                 i -= 1
-            _, watch, threads = tokens.pop(i)
+            _, watch, threads, fixing = tokens.pop(i)
             self._depth -= 1
             if self._depth == 0:
                 self._block = ""
         _lease_threads.leave(threads)
+        if fixing is not None and self._fixer is not None:
+            self._fixer.leave(fixing)
         observers.unwatch(watch, self._on_exchange)
         observe(-1)
 

@@ -291,7 +291,7 @@ def test_replays(vcr):
     first = vcr.requests[0]
     assert (first.method, first.uri, first.url) == ("POST",) + ("/v1/chat/completions",) * 2
     assert b"\\\\u2014" in first.body or "\\u2014".encode() in first.body  # as recorded
-    assert first.headers == {{}}
+    assert first.headers == {{"content-type": "application/json"}}  # a JSON body, as sent
     assert [r["status"]["code"] for r in vcr.responses] == [200, 200]
     assert b"{first_id}" in vcr.responses[0]["body"]["string"]
 """

@@ -13,6 +13,9 @@ prompt to its own (frozen) system prompt on every request.
 - ``pooled``: an ``AgentPool`` whose signature holds the prompt's stable part; the agent built
   for the first message keeps its prompt, the clock and id included, for the whole session
   (as hermes freezes its own date line at build time).
+- ``moved``: a fresh agent per message as ``fresh``, but the per-message header (clock and
+  message id) goes at the start of the user message instead of the system prompt: the
+  prompt-cache planner's ``move`` fix, the agent seeing the same facts.
 
 Requests reach the caching loopback provider (``tests/runtime/cache_provider.py``), which
 reports ``prompt_tokens_details.cached_tokens``; a ``PrefixMonitor`` watches them. hermes must
@@ -36,7 +39,7 @@ __all__ = ["GATEWAYS", "HERMES_DATE", "MODEL", "RULES", "VOLATILE_SIGNATURE", "M
            "stable_signature"]
 
 MODEL = "gpt-4.1"  # priced in the cassette price table: $2/M input, cached 0.25x
-GATEWAYS = ("fresh", "volatile", "pooled")
+GATEWAYS = ("fresh", "volatile", "pooled", "moved")
 RULES = (
     "House rules for this chat: answer in the user's language; keep answers under five "
     "sentences unless asked for more; name the tool you used and why; never reveal internal "
@@ -141,28 +144,36 @@ def _turns(messages: list[Message]) -> Iterator[tuple[Message, str]]:
         yield m, ephemeral(m)
 
 
+def _header(m: Message) -> str:
+    return ephemeral(m)[:-len(RULES)]
+
+
 def run_gateway(gateway: str, provider: Any, messages: list[Message],
-                session: str = "telegram:42") -> Run:
+                session: str = "telegram:42", *, trace: Any = None) -> Run:
     """Run ``messages`` as one chat through ``gateway`` against ``provider`` (a
-    ``CachingProvider``, cleared first: each gateway starts cold)."""
+    ``CachingProvider``, cleared first: each gateway starts cold). ``trace``: a file the
+    monitor writes each request to (``PrefixMonitor(trace=...)``)."""
     if gateway not in GATEWAYS:
         raise ValueError(f"gateway must be one of {GATEWAYS}, not {gateway!r}")
     provider.clear()
     start = len(provider.requests)
     config = hermes_config(provider.url + "/v1")
     factory, built = _agents()
-    monitor = PrefixMonitor()
+    monitor = PrefixMonitor(trace=trace)
     history: list[Any] | None = None
     stats = None
-    if gateway == "fresh":
+    if gateway in ("fresh", "moved"):
         # No pool, no lease: hermes sends from a bare thread it starts, which the monitor
         # reaches on its own (it watches, never caches). The conversation is its block.
         with pinned_hermes_date(), monitor:
             for m, prompt in _turns(messages):
+                text = m.text
+                if gateway == "moved":
+                    prompt, text = RULES, _header(m) + m.text
                 agent = factory(**config, ephemeral_system_prompt=prompt)
                 try:
                     history = agent.run_conversation(
-                        m.text, conversation_history=history)["messages"]
+                        text, conversation_history=history)["messages"]
                 finally:
                     agent.release_clients()
         name = next(iter(monitor.report()), "")

@@ -145,6 +145,31 @@ def test_same_conversation_pooled_saves_what_rebuilding_loses(
     assert system_text(rebuilt.bodies[0]) == system_text(pooled.bodies[0])
 
 
+def test_the_plan_predicts_what_pooling_or_moving_the_header_saves(
+        provider: CachingProvider, tmp_path: Any) -> None:
+    """The prompt-cache planner on the rebuilt agent's trace: it finds the pool and the move
+    (the header into the user message), and the provider, once each is applied, reports the
+    saving the plan predicted (within 5%)."""
+    from dejacache.planner import plan_recordings
+
+    messages = conversation(TURNS)
+    plans = {}
+    for gateway in ("fresh", "pooled", "moved"):
+        path = tmp_path / f"{gateway}.jsonl"
+        run_gateway(gateway, provider, messages, trace=path)
+        plans[gateway] = plan_recordings(path)
+    (fresh,) = plans["fresh"].sessions
+    assert fresh.predicted_cached == fresh.recorded_cached == 0
+    fixes = {f.kind: f for f in fresh.fixes}
+    assert set(fixes) == {"pool", "move"} and fixes["move"].alternative
+    assert "ephemeral" not in fixes["pool"].description
+    for gateway, kind in (("pooled", "pool"), ("moved", "move")):
+        (after,) = plans[gateway].sessions
+        assert fresh.recorded_cost is not None and after.recorded_cost is not None
+        reported = fresh.recorded_cost - after.recorded_cost
+        assert abs(fixes[kind].saving - reported) <= 0.05 * reported, (kind, reported)
+
+
 def test_concurrent_chats_are_attributed_to_their_lease(provider: CachingProvider) -> None:
     """The gateway's shape: ``async with`` a lease, the sync turn in a worker thread, hermes'
     request from a thread of its own; two chats with different rules interleave under one

@@ -1,6 +1,7 @@
 """``dejacache import FILE -o CASSETTE``: another tool's recording as a dejacache cassette.
 
-Two sources: a vcrpy / pytest-recording cassette (YAML, or vcrpy's JSON serializer)
+Two sources: a vcrpy / pytest-recording cassette (YAML, or vcrpy's JSON serializer; gzipped
+or not; ``interactions``, or the ``requests`` / ``responses`` lists langchain_tests writes)
 of HTTP calls, and an agentcassette JSON recording of intercepted function calls. The format is
 read from the file's content, not its name.
 
@@ -27,7 +28,8 @@ from ..block import cassette
 from ..redact import Redactor
 from ..scan import scan_text
 from ..vcr_match import VCR, check_match
-from ._limits import check_expansion
+from ._bodies import Unreadable, decode, gzipped
+from ._limits import InflateBudget, OverBudget, check_expansion
 from .report import Converted, ImportReport, Skipped
 
 __all__ = ["Converted", "ImportReport", "Skipped", "detect_format", "import_file"]
@@ -40,7 +42,8 @@ def _is_dejacache(doc: Any) -> bool:
 
 def _parse(path: pathlib.Path, raw: bytes) -> tuple[str, Any]:
     """``(format, document)``: "vcr" or "agentcassette"; raises ``CassetteError`` otherwise,
-    and for a document past the bounds of ``_limits`` (YAML is measured as it loads)."""
+    and for a document past the bounds of ``_limits`` (YAML is measured as it loads). ``raw``
+    is the file's content as :func:`_read` gives it (a gzip file inflated)."""
     doc: Any = None
     try:
         doc = orjson.loads(raw)
@@ -57,12 +60,27 @@ def _parse(path: pathlib.Path, raw: bytes) -> tuple[str, Any]:
                             path=path)
     if isinstance(doc, dict) and isinstance(doc.get("interactions"), list):
         return "vcr", doc
+    if isinstance(doc, dict) and isinstance(doc.get("requests"), list) \
+            and isinstance(doc.get("responses"), list):
+        return "vcr", _paired(doc, path)
     if isinstance(doc, dict) and isinstance(doc.get("steps"), list):
         return "agentcassette", doc
     raise CassetteError(
         "unknown recording format: dejacache import reads vcrpy / pytest-recording cassettes "
-        "(YAML or JSON with 'interactions') and agentcassette recordings (JSON with 'steps')",
-        path=path)
+        "(YAML or JSON with 'interactions', or 'requests' and 'responses' lists; gzipped "
+        "or not) and agentcassette recordings (JSON with 'steps')", path=path)
+
+
+def _paired(doc: dict[str, Any], path: pathlib.Path) -> dict[str, Any]:
+    """vcrpy's in-memory layout, two lists side by side, as interactions. langchain_tests'
+    serializer (shared by the langchain partner packages) writes it so: the n-th request was
+    answered by the n-th response."""
+    requests, responses = doc["requests"], doc["responses"]
+    if len(requests) != len(responses):
+        raise CassetteError(f"not a readable cassette: {len(requests)} requests but "
+                            f"{len(responses)} responses", path=path)
+    return {"interactions": [{"request": q, "response": r}
+                             for q, r in zip(requests, responses, strict=True)]}
 
 
 def _json_children(value: Any) -> list[Any] | None:
@@ -97,11 +115,21 @@ def detect_format(path: str | os.PathLike[str]) -> str:
 
 
 def _read(p: pathlib.Path) -> bytes:
+    """The file's bytes; a gzip file (``.yaml.gz``, ``.json.gz``: suites that compress their
+    cassettes) inflated, within the budget a body of its size has (``_limits``)."""
     try:
-        return p.read_bytes()
+        raw = p.read_bytes()
     except OSError as exc:
         raise CassetteError(f"cannot read the recording to import: {exc.strerror}",
                             path=p) from None
+    if not gzipped(raw):
+        return raw
+    try:
+        return decode(raw, ["gzip"], InflateBudget(len(raw)))
+    except Unreadable as why:
+        raise CassetteError(f"not a readable gzip file: {why}", path=p) from None
+    except OverBudget as exc:
+        raise CassetteError(f"not a readable cassette: {exc}", path=p) from None
 
 
 FunctionSpec = Callable[..., Any] | str

@@ -18,6 +18,7 @@ so a compression bomb stops at the budget instead of at the end of memory.
 from __future__ import annotations
 
 import importlib
+import re
 import zlib
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -26,7 +27,8 @@ import orjson
 
 from ._limits import InflateBudget
 
-__all__ = ["Unreadable", "decode", "request_body", "response_body"]
+__all__ = ["Unreadable", "decode", "is_placeholder", "media_type", "request_body",
+           "response_body", "sniff", "gzipped"]
 
 _STEP = 1 << 20  # inflate a megabyte at a time: the budget is checked between steps
 _NO_BODY = object()
@@ -173,3 +175,71 @@ def _unbrotli(data: bytes, budget: InflateBudget) -> bytes:
     if not d.is_finished():
         raise Unreadable("its br body is cut short")
     return b"".join(out)
+
+
+# What a header value looks like when a suite's ``before_record_*`` hook blanked it:
+# langchain's partner packages write ``**REDACTED**`` for every header, Content-Type included.
+_MEDIA = re.compile(r"[A-Za-z0-9][\w!#$&^.+-]*/[\w!#$&^.+-]+")
+_CODING = frozenset({"gzip", "x-gzip", "deflate", "br", "identity", "zstd", "compress"})
+_GZIP = b"\x1f\x8b"
+
+
+def media_type(value: str) -> str:
+    """``value`` when it is a media type (``application/json; charset=utf-8``), else ``""``
+    (missing, or blanked: ``**REDACTED**``)."""
+    return value if _MEDIA.match(value.strip()) else ""
+
+
+def is_placeholder(coding: str) -> bool:
+    """A ``content-encoding`` value that names no coding (blanked by the suite)."""
+    return coding.strip().lower() not in _CODING
+
+
+def sniff(body: bytes) -> str:
+    """The content type ``body`` was sent with, read from the bytes, for an answer whose
+    Content-Type the recording blanked (``""``: none of these): an AWS eventstream (its
+    messages' lengths and checksums all hold), JSON (a JSON-array stream included), SSE,
+    newline-delimited JSON. Each test is exact for its format, so a guess never turns one
+    format into another."""
+    from ...errors import SerializationError
+    from ...http import eventstream
+
+    if not body:
+        return ""
+    if len(body) >= 16 and body[:1] == b"\x00":  # a prelude's total length: under 16 MiB
+        try:
+            if eventstream.decode_all(body):
+                return "application/vnd.amazon.eventstream"
+        except SerializationError:
+            pass
+    try:
+        orjson.loads(body)
+    except orjson.JSONDecodeError:
+        pass
+    else:
+        return "application/json"
+    try:
+        text = body.decode()
+    except UnicodeDecodeError:
+        return ""
+    if _SSE_FIELD.match(text) and "\n\n" in text.replace("\r\n", "\n"):
+        return "text/event-stream"
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if len(lines) > 1 and all(_is_json(ln) for ln in lines):
+        return "application/x-ndjson"
+    return ""
+
+
+_SSE_FIELD = re.compile(r"(?:data|event|id|retry)?:")
+
+
+def _is_json(line: str) -> bool:
+    try:
+        orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def gzipped(body: bytes) -> bool:
+    return body[:2] == _GZIP

@@ -10,7 +10,7 @@ from typing import Any
 from ...errors import ConfigurationError
 from ..vcr_match import MATCHES
 
-__all__ = ["add_import"]
+__all__ = ["add_import", "add_migrate"]
 
 
 def _functions(specs: list[str]) -> dict[str, str]:
@@ -77,3 +77,39 @@ def add_import(sub: Any) -> None:
     p.add_argument("--no-path-entry", dest="path_entry", action="store_false",
                    help="do not put the working directory on sys.path for --function and --module")
     p.set_defaults(func=_cmd_import)
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    import pathlib
+
+    from .migrate import migrate
+
+    root = args.tests_dir or ("tests" if pathlib.Path("tests").is_dir() else ".")
+    result = migrate(root, match=args.match, force=args.force)
+    for line in result.lines():
+        print(line)
+    if not result.imported and not result.existing and not result.failed:
+        print(f"dejacache migrate: no vcrpy cassette under {root}", file=sys.stderr)
+        return 1
+    return 1 if result.failed else 0
+
+
+def add_migrate(sub: Any) -> None:
+    p = sub.add_parser(
+        "migrate",
+        help="import every vcrpy / pytest-recording cassette of a suite where the pytest "
+        "plugin looks for it",
+        description="Imports each vcrpy / pytest-recording cassette under TESTS_DIR "
+        "(YAML or JSON, gzipped or not) to a dejacache cassette beside it, same name, "
+        ".json: the file the pytest plugin opens for the @pytest.mark.vcr test, so the "
+        "suite runs without pytest-recording and without marker edits. Then lists what the "
+        "suite's code does that a cassette cannot carry (a conftest hook, a custom "
+        "matcher), with the fix. Exit status 1 when a cassette could not be moved.")
+    p.add_argument("tests_dir", nargs="?", default=None, metavar="TESTS_DIR",
+                   help="the directory to search (default: ./tests, else .)")
+    p.add_argument("--match", choices=MATCHES, default="vcr",
+                   help="'vcr' (default): calls matched on method + URL in recorded order, "
+                   "as vcrpy's default match_on did; 'request': on the whole request")
+    p.add_argument("--force", action="store_true",
+                   help="replace dejacache cassettes that are already there")
+    p.set_defaults(func=_cmd_migrate)

@@ -35,7 +35,17 @@ from ...http.transport import Options, handle_sync
 from ...scope import current
 from ..redact import Redactor
 from ..store import Cassette
-from ._bodies import Unreadable, codings, decode, request_body, response_body
+from ._bodies import (
+    Unreadable,
+    codings,
+    decode,
+    gzipped,
+    is_placeholder,
+    media_type,
+    request_body,
+    response_body,
+    sniff,
+)
 from ._limits import InflateBudget, OverBudget
 from .report import Converted, ImportReport, Skipped
 
@@ -71,7 +81,8 @@ def library() -> Lib:
 
 
 def _pairs(headers: Any, side: str) -> list[tuple[str, str]]:
-    """vcrpy headers (name -> list of values, or name -> value) as pairs."""
+    """vcrpy headers (name -> list of values, or name -> value) as pairs; a value kept as
+    bytes (vcrpy's urllib3 stub wrote botocore's that way) read as its text."""
     if headers is None:
         return []
     if not isinstance(headers, Mapping):
@@ -79,6 +90,11 @@ def _pairs(headers: Any, side: str) -> list[tuple[str, str]]:
     out = []
     for k, v in headers.items():
         for item in (v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(item, bytes):  # urllib3's stub (boto3, requests) kept raw values
+                try:
+                    item = item.decode()
+                except UnicodeDecodeError:
+                    item = item.decode("latin-1")  # HTTP/1.1's own header charset
             if not isinstance(k, str) or isinstance(item, bool) \
                     or not isinstance(item, (str, int, float)):
                 raise Unreadable(f"its {side} header {str(k)[:40]!r} is not text")
@@ -118,16 +134,26 @@ def _target(it: Any) -> tuple[Mapping[str, Any], str, str, urllib.parse.SplitRes
 
 
 def _answer(resp: Any, budget: InflateBudget) -> tuple[int, list[tuple[str, str]], bytes]:
-    """The status, headers and body the client read."""
+    """The status, headers and body the client read. A Content-Type or Content-Encoding
+    that the suite blanked (``**REDACTED**``) is read from the bytes instead (``sniff``), so
+    the answer is stored as a fresh recording of it would be: JSON parsed, a stream as its
+    events, usage and model read."""
     if not isinstance(resp, Mapping):
         raise Unreadable("the interaction has no response")
     status = _status(resp)
     headers = _pairs(resp.get("headers"), "response")
-    ctype = next((v for k, v in headers if k.lower() == "content-type"), "")
+    given = next((v for k, v in headers if k.lower() == "content-type"), "")
+    ctype = media_type(given)
     body, as_sent = response_body(resp, ctype)
     if as_sent and body:
-        body = decode(body, codings(v for k, v in headers if k.lower() == "content-encoding"),
-                      budget)
+        named = [v for k, v in headers if k.lower() == "content-encoding"]
+        applied = codings(v for v in named if not is_placeholder(v))
+        if not applied and any(is_placeholder(v) for v in named) and gzipped(body):
+            applied = ["gzip"]  # blanked, but the bytes say gzip
+        body = decode(body, applied, budget)
+    if not ctype and (found := sniff(body)):
+        headers = [(k, v) for k, v in headers if k.lower() != "content-type"]
+        headers.append(("content-type", found))
     return status, headers, body
 
 
@@ -138,9 +164,10 @@ def _one(lib: Lib, i: int, it: Any, budget: InflateBudget) -> Exchange:
     headers = {k.lower(): v for k, v in req_headers}
     name = detect(host, url.path, headers).endpoint(host, url.path)
     try:
-        if headers.get("content-encoding"):
-            raise Unreadable(f"its request body is {headers['content-encoding']}-encoded")
-        content = request_body(req, headers.get("content-type", ""))
+        content = request_body(req, media_type(headers.get("content-type", "")))
+        coding = headers.get("content-encoding")
+        if coding and (not is_placeholder(coding) or gzipped(content)):
+            raise Unreadable(f"its request body is {coding}-encoded")
         status, resp_headers, body = _answer(it.get("response"), budget)
         try:
             request = lib.module.Request(method.upper(), uri, content=content,

@@ -19,6 +19,8 @@ class Provider:
     - ``matches``: does this request go to one of our endpoints?
     - ``endpoint``: the call name, e.g. ``"openai.chat.completions"`` (stats, misses, keys).
     - ``volatile``: request body fields that never change the answer (dropped from keys).
+    - ``cache_fields``: paths of the prompt-cache controls a body may carry (keyed without
+      them, stored with them: ``_core/cache_fields.py``).
     - ``alias_keys``: response fields holding ids the client may send back later; their values
       are aliased by position within a block so re-recording one turn does not break the next.
     - ``url_id``: the id a URL names whose answer is that object (polling a background job).
@@ -40,6 +42,7 @@ class Provider:
     name = "http"
     priority = 100  # lower is tried first; the generic fallback is last
     volatile: frozenset[str] = frozenset()
+    cache_fields: tuple[str, ...] = ()
     alias_keys: frozenset[str] = frozenset({"id", "call_id"})
 
     def matches(self, host: str, path: str, headers: Mapping[str, str]) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..._core.cache_fields import FIELDS
 from ._base import END, FINISHING, IN_PROGRESS, Provider
 
 __all__ = ["PROVIDER", "Anthropic"]
@@ -15,6 +16,8 @@ class Anthropic(Provider):
     priority = 10
     # metadata holds only user_id, an end-user tag that does not change the answer.
     volatile = frozenset({"metadata"})
+    # What is cached, for how long and where: never what the model reads (keyed without).
+    cache_fields = FIELDS["anthropic"]
     # message id and tool_use.id (fed back as tool_result.tool_use_id).
     alias_keys = frozenset({"id"})
 

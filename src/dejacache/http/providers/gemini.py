@@ -2,7 +2,8 @@
 models, as google-genai calls them.
 
 Calls are ``POST .../models/{model}:{method}``; a stream is ``:streamGenerateContent?alt=sse``
-(the request body has no ``stream`` field). Answers carry ``usageMetadata``, ``modelVersion``
+(the request body has no ``stream`` field), or, without ``alt=sse``, one JSON array of the same
+chunks. Answers carry ``usageMetadata``, ``modelVersion``
 and ``responseId``. The API key travels as the ``x-goog-api-key`` header (google-genai) or the
 ``?key=`` query parameter (REST examples): request headers are never stored or keyed, and
 ``key`` is an authenticating query parameter (``_secrets.AUTH_QUERY``), left out of keys and
@@ -63,7 +64,7 @@ class Gemini(Provider):
         # Streams repeat usageMetadata on every event, the prompt count first and the full
         # counts with the finish reason: the last one holds them all.
         meta: dict[str, int] = {}
-        for obj in (body, *events):
+        for obj in _chunks(body, events):
             if isinstance(obj, dict) and isinstance(obj.get("usageMetadata"), dict):
                 meta = int_fields(obj["usageMetadata"])
         if not meta:
@@ -82,7 +83,18 @@ class Gemini(Provider):
         return out
 
     def model(self, body: Any, events: Iterable[Any]) -> str | None:
+        if type(body) is list:  # a JSON-array stream: its chunks are the events
+            return last_str("modelVersion", None, _chunks(body, events))
         return last_str("modelVersion", body, events)
+
+
+def _chunks(body: Any, events: Iterable[Any]) -> list[Any]:
+    """The parts of an answer that may carry usage and model: the body, or the chunks of a
+    stream. ``:streamGenerateContent`` without ``?alt=sse`` answers with one JSON array of
+    the chunks an SSE stream would send as events (llm-gemini asks for it that way), so a
+    list body is read chunk by chunk."""
+    head = list(body) if type(body) is list else [body]
+    return [*head, *events]
 
 
 PROVIDER = Gemini()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+from ..._core.cache_fields import FIELDS
 from ._base import END, FINISHING, IN_PROGRESS, Provider
 
 __all__ = ["PROVIDER", "OpenAI"]
@@ -37,6 +38,8 @@ class OpenAI(Provider):
     # Abuse-monitoring tags: they identify the end user, never change the answer, and differ
     # between test runs that are otherwise identical.
     volatile = frozenset({"user", "safety_identifier"})
+    # What is cached, for how long and where: never what the model reads (keyed without).
+    cache_fields = FIELDS["openai"]
     # chat: tool_calls[].id (fed back as tool_call_id); responses: response id (fed back as
     # previous_response_id, and in the URL polling a background response: ``url_id``), output
     # item ids and call_id (fed back in function_call_output).
