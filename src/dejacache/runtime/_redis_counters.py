@@ -6,11 +6,19 @@ and one write's increments one atomic Lua script, on a Cluster as on one server.
 
 An increment counts as landed only when it is **durable as far as the topology allows**:
 the script also returns how many replicas the master has, and when it has any, the same
-connection sends ``WAIT 1 <ms>`` in the same round trip. An increment the master
+connection sends ``WAIT <replicas> <ms>`` in the same round trip. An increment the master
 acknowledged but no replica did (a master about to die takes it with it: measured, 3 of 3
 failovers lost one) is reported as not landed, so the caller keeps it queued and sends it
 again; increments are idempotent for invalidation (a counter only has to change), so
-sending one twice costs an extra miss, never a wrong answer.
+sending one twice costs an extra miss, never a wrong answer. ``WAIT`` asks for every replica
+the master has: a failover may promote any of them.
+
+An increment steps by a random amount (1 to ``2**20``), not by one: an increment the dying
+master applied but never replicated may have been read by a process that cached an entry
+under its value, and the increment sent again to the new master would then make the same
+value, reviving that entry (an entry lives in another slot, on a master that did not die).
+Two different histories now give the same value once in a million: the entry key also holds
+the epoch, and a counter seen going backwards moves its reader to a new one.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,13 +48,20 @@ def _moving() -> tuple[tuple[type[Exception], ...], tuple[type[Exception], ...]]
     redirected = (redis.exceptions.AskError, redis.exceptions.MovedError)
     return redirected, (*redirected, redis.exceptions.TryAgainError)
 
+#: An increment's step is drawn from 1..STEPS (a bigint counter takes 2**43 of them).
+STEPS = 1 << 20
+
 _INCR = """
 local out = {}
-for i, k in ipairs(KEYS) do out[i] = redis.call('INCR', k) end
+for i, k in ipairs(KEYS) do out[i] = redis.call('INCRBY', k, ARGV[1]) end
 local info = redis.call('INFO', 'replication')
 out[#KEYS + 1] = tonumber(string.match(info, 'connected_slaves:(%d+)')) or 0
 return out
 """
+
+
+def _step() -> int:
+    return secrets.randbelow(STEPS) + 1
 
 
 def counter_tag(name: str) -> str:
@@ -219,7 +235,7 @@ class RedisCounters:
         replicas = values.pop()
         waited = len(reply) > 1
         self.replicas = replicas
-        if replicas and not (waited and int(reply[1]) >= 1):
+        if replicas and not (waited and int(reply[1]) >= replicas):
             return None
         return values
 
@@ -255,9 +271,9 @@ class RedisCounters:
         pipe = node.pipeline(transaction=False)
         if asking:
             pipe.execute_command("ASKING")
-        pipe.eval(_INCR, len(keys), *keys)
+        pipe.eval(_INCR, len(keys), *keys, _step())
         if wait:
-            pipe.execute_command("WAIT", 1, self.wait_ms)
+            pipe.execute_command("WAIT", self.replicas, self.wait_ms)
         out = pipe.execute()
         return out[1:] if asking else out
 
@@ -342,11 +358,11 @@ class RedisCounters:
         async def op(client: Any) -> Any:
             if self.store.kind == "cluster":
                 # Documented gap: an async-only Cluster store's increments are not WAITed.
-                return [await client.eval(_INCR, len(keys), *keys), 1]
+                return [await client.eval(_INCR, len(keys), *keys, _step()), 1 << 30]
             pipe = client.pipeline(transaction=False)
-            pipe.eval(_INCR, len(keys), *keys)
+            pipe.eval(_INCR, len(keys), *keys, _step())
             if wait:
-                pipe.execute_command("WAIT", 1, self.wait_ms)
+                pipe.execute_command("WAIT", self.replicas, self.wait_ms)
             return await pipe.execute()
 
         return op

@@ -45,7 +45,7 @@ import asyncio
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
@@ -111,15 +111,19 @@ class LocalGenerations:
 FLUSH_INTERVAL = 0.1
 #: An outage longer than this is retried once a second (the window below stays <= 1 s).
 SLOW_AFTER = 30.0
-#: The bump after a write (``bump(land=True)``) is sent again, this often, until it lands
-#: or ``LAND_WITHIN`` seconds have passed, before the write returns: readers in processes
-#: that never failed cannot know of a queued increment, and would serve what the write
-#: replaced until it landed. Measured on a loaded 2-core machine (8 busy processes): one
-#: timeout on the writer's increment, while Redis answered everyone else, made 2 to 13 stale
-#: reads in 3 of 8 runs of two processes (the queue landed 0.1-0.2 s later); a second
-#: attempt lands it. An outage longer than this costs each write ``LAND_WITHIN`` once.
-LAND_WITHIN = 1.0
+#: The bump after a write (``bump(land=True)``) is sent again until it lands before the write
+#: returns (every ``LAND_RETRY`` s, every ``LAND_SLOW`` s after the first second), as long as
+#: this process's oldest queued increment is younger than ``LAND_WITHIN``: readers in other
+#: processes cannot know of a queued increment, and would serve what the write replaced until
+#: it landed. A bound of a second was not enough: a Cluster or Sentinel failover lasts longer
+#: (3-5 s with the tests' 1.5 s / 3 s timeouts, 15-30 s with Redis's defaults), writes
+#: returned with their increments queued, and only the reader's 1 s fence stood between them
+#: and the entries they replaced, which a loaded machine outran (21 stale reads of 3,174 calls,
+#: 7 of 3,617, at load 10 on 2 cores). Past ``LAND_WITHIN`` Redis is down rather than failing
+#: over: a write then returns after one attempt, its increment queued (see ``FENCE``).
+LAND_WITHIN = 30.0
 LAND_RETRY = 0.02
+LAND_SLOW = 0.1
 #: After its counters could not be read, a process keeps off the cache this long once it
 #: reads them again: the time another process that queued increments during the same outage
 #: needs to land them (one FLUSH_INTERVAL and one timeout after Redis answers it, which is
@@ -147,6 +151,7 @@ class SharedGenerations:
         self._seen: dict[str, int] = {}
         # Counters whose increment has not landed -> the sequence number it was queued at.
         self._pending: dict[str, int] = {}
+        self._queued_since = 0.0  # when the queue last went from empty to not (monotonic)
         self._seq = 0
         self._flusher: threading.Thread | None = None
         # Whether the counters' store takes ``probe=True`` (Redis): the background flush
@@ -225,6 +230,8 @@ class SharedGenerations:
         """Remember increments that did not land; a background thread retries them."""
         self._failed = True  # other processes may have queued theirs too: fence on recovery
         with self._lock:
+            if not self._pending:
+                self._queued_since = time.monotonic()
             for n in names:
                 self._seq += 1
                 self._pending[n] = self._seq
@@ -248,7 +255,18 @@ class SharedGenerations:
                     del self._pending[n]
                 self._seen[n] = max(int(v), self._seen.get(n, 0))
                 self._cache[n] = (int(v), now)
+            if not self._pending:
+                self._queued_since = 0.0
         return True
+
+    def _land_retries(self) -> Iterator[float]:
+        """The pauses between attempts to land a write's bump (see ``LAND_WITHIN``)."""
+        now = time.monotonic()
+        deadline = (self._queued_since or now) + self.land_within
+        slow = now + 1.0
+        while now < deadline:
+            yield LAND_RETRY if now < slow else LAND_SLOW
+            now = time.monotonic()
 
     # -- sync
 
@@ -334,14 +352,13 @@ class SharedGenerations:
 
     def bump(self, names: Sequence[str], *, land: bool = False) -> bool:
         """Increment ``names``; False when that has not landed (queued). ``land``: the
-        bump after a write, sent again until it lands or ``LAND_WITHIN`` passes."""
+        bump after a write, sent again until it lands (see ``LAND_WITHIN``)."""
         try:
             landed = self._incr(names)
             if landed or not land:
                 return landed
-            deadline = time.monotonic() + self.land_within
-            while time.monotonic() < deadline:
-                time.sleep(LAND_RETRY)
+            for pause in self._land_retries():
+                time.sleep(pause)
                 if self._flush(probe=True):
                     return True
             return False
@@ -392,9 +409,8 @@ class SharedGenerations:
         landed = await self._aincr(names)
         if landed or not land:
             return landed
-        deadline = time.monotonic() + self.land_within
-        while time.monotonic() < deadline:
-            await asyncio.sleep(LAND_RETRY)
+        for pause in self._land_retries():
+            await asyncio.sleep(pause)
             if await self._aflush(probe=True):
                 return True
         return False
