@@ -600,3 +600,30 @@ def test_counters_made_again_after_a_restart_do_not_revive_entries(
         assert get_cart(1) == 2
     reader_store.close()
     writer_store.close()
+
+
+async def test_more_calls_in_flight_than_connections_wait_for_one(
+        redis_server: RedisServer) -> None:
+    """A worker with more calls in flight than its client has connections (redis-py's
+    asyncio pool holds 100, and refused the 101st with ``MaxConnectionsError``, booked as
+    Redis failing: the breaker opened and the cache was off for a second) waits for a free
+    connection, within the call's deadline, as for Redis itself."""
+    import asyncio
+
+    store = RedisStore(redis_server.url, key_prefix="many")
+
+    @dejacache.tool_cache(resource="item", key="item:{i}", store=store, ttl=None)
+    async def get_item(i: int) -> int:
+        return i
+
+    async with dejacache.agent_session(tenant="acme"):
+        await asyncio.gather(*[get_item(i) for i in range(20)])  # cached
+        dejacache.reset_runtime_stats()
+        for _ in range(3):
+            assert await asyncio.gather(*[get_item(i % 20) for i in range(250)]) == [
+                i % 20 for i in range(250)]
+    t = dejacache.runtime_stats().total
+    print(f"\n750 calls, 250 at a time: {t.hits} hits, {t.bypassed} bypassed, "
+          f"breaker trips {store.breaker.trips}")
+    assert (t.bypassed, store.breaker.trips) == (0, 0)
+    await store.aclose()
