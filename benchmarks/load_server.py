@@ -231,17 +231,14 @@ def _rss_mib() -> float:
 
 
 def _connections() -> int:
-    """Connections the store's asyncio clients hold (open or idle), whatever the topology."""
+    """Connections the store's asyncio clients hold (open or idle): one server or Sentinel
+    (a Cluster client keeps its connections per node, not in a pool: counted as 0)."""
     total = 0
     for client in list(getattr(STORE._clients, "_aclients", {}).values()):
         pool = getattr(client, "connection_pool", None)
-        pools = [pool] if pool is not None else [
-            getattr(n.redis_connection, "connection_pool", None)
-            for n in getattr(getattr(client, "nodes_manager", None), "nodes_cache", {}).values()
-            if getattr(n, "redis_connection", None) is not None]
-        for p in filter(None, pools):
-            total += len(getattr(p, "_available_connections", ()))
-            total += len(getattr(p, "_in_use_connections", ()))
+        if pool is not None:
+            total += len(getattr(pool, "_available_connections", ()))
+            total += len(getattr(pool, "_in_use_connections", ()))
     return total
 
 
