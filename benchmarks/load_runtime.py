@@ -17,8 +17,9 @@ The same load runs once per ``--phases`` (default ``on,off``: with the cache, th
 ``DEJACACHE_RUNTIME_CACHE=off``), and one table compares them: turns, latency, how many tool
 calls reached their backend, hits, the hit rate, the calls that bypassed the cache (in total
 and in the worst second), stale and wrong reads, failed turns, breaker trips, and each
-worker's resident memory. ``--soak 1800`` runs one long phase with the cache and samples
-memory every 10 s (``--tracemalloc``: the fastest-growing allocation sites after warm-up).
+worker's resident memory. ``--soak 1800`` runs one long phase with the cache (``--phases
+off``: without it) and samples memory every 10 s (``--tracemalloc``: the fastest-growing
+allocation sites after warm-up).
 ``--check-landed`` also runs the tests of the work this harness's first run verified
 (concurrent MCP calls without a prior ``list_tools``; ``python -m dejacache``).
 
@@ -341,7 +342,7 @@ def run_phase(name: str, args: argparse.Namespace, redis: Redis, model_url: str,
     env = {"LOAD_REDIS_URL": redis.url, "LOAD_DB": str(root / "data.db"),
            "LOAD_MODEL_URL": model_url, "LOAD_STATS_DIR": str(folder),
            "LOAD_HOLD_MS": str(args.hold_ms),
-           "DEJACACHE_RUNTIME_CACHE": "off" if name == "off" else "on",
+           "DEJACACHE_RUNTIME_CACHE": "off" if name.endswith("off") else "on",
            "LOAD_TRACEMALLOC": "1" if args.tracemalloc else "0"}
     log = folder / "server.log"
     server = _uvicorn("load_server:app", port, env, 2, log)
@@ -440,12 +441,15 @@ def main() -> int:
     ap.add_argument("--hold-ms", type=float, default=0.0)
     ap.add_argument("--topology", choices=["server", "cluster"], default="server")
     ap.add_argument("--phases", default="on,off")
-    ap.add_argument("--soak", type=float, default=0.0, help="one phase this long, cache on")
+    ap.add_argument("--soak", type=float, default=0.0,
+                    help="one phase this long, cache on (--phases off: cache off)")
     ap.add_argument("--tracemalloc", action="store_true")
     ap.add_argument("--check-landed", action="store_true")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    phases = ["soak"] if args.soak else args.phases.split(",")
+    # A soak runs one phase: with the cache, or without it (``--phases off``).
+    phases = (["soak-off" if args.phases == "off" else "soak"] if args.soak
+              else args.phases.split(","))
     seconds = args.soak or args.seconds
     with tempfile.TemporaryDirectory(prefix="dejacache-load-") as d:
         root = pathlib.Path(d)
