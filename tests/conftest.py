@@ -106,7 +106,7 @@ def _isolated_dejacache(_no_blockbuster_left_behind: None, tmp_path: pathlib.Pat
     # where they run (tests of that rule set it themselves).
     for var in ("DEJACACHE_MODE", "DEJACACHE_CACHE_KEY", "DEJACACHE_VOLATILE", "CI",
                 "DEJACACHE_MAX_AGE", "DEJACACHE_ON_EXPIRY", "DEJACACHE_PROJECT",
-                "DEJACACHE_LEARN_DIR"):
+                "DEJACACHE_LEARN_DIR", "DEJACACHE_RUNTIME_CACHE"):
         monkeypatch.delenv(var, raising=False)
     config.reset()
     dejacache.reset_stats()  # the package re-exports stats() over the module name

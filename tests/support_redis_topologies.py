@@ -192,6 +192,15 @@ def _server_args(port: int, *extra: str) -> list[str]:
 # -- Redis Cluster
 
 
+@dataclasses.dataclass(frozen=True)
+class Migration:
+    """A slot moving from ``source`` to ``target`` (``ClusterTopology.begin_migration``)."""
+
+    slot: int
+    source: Node
+    target: Node
+
+
 @dataclasses.dataclass
 class ClusterTopology:
     """3 masters + 3 replicas. ``url`` / ``startup_nodes`` reach it; ``master_for(key)`` and
@@ -324,6 +333,76 @@ class ClusterTopology:
                     return False
             return True
         wait_until(ok, timeout, f"a replica to take over the shard of port {dead_port}")
+
+    # -- resharding
+
+    def node_id(self, port: int) -> str:
+        c = _client(port)
+        try:
+            return _s(c.execute_command("CLUSTER MYID"))
+        finally:
+            c.close()
+
+    def begin_migration(self, key: str) -> Migration:
+        """Mark the slot of ``key`` as moving from its master to another master
+        (``IMPORTING`` on the target, then ``MIGRATING`` on the source, as ``redis-cli
+        --cluster reshard`` does) and move no key yet."""
+        source = self.master_for(key)
+        target = self.node(next(p for p in self.masters() if p != source.port))
+        c = source.client()
+        try:
+            slot = int(c.execute_command("CLUSTER KEYSLOT", key))
+        finally:
+            c.close()
+        for node, state, other in ((target, "IMPORTING", source), (source, "MIGRATING", target)):
+            c = node.client()
+            try:
+                c.execute_command("CLUSTER SETSLOT", slot, state, self.node_id(other.port))
+            finally:
+                c.close()
+        return Migration(slot, source, target)
+
+    def move_keys(self, migration: Migration, keys: list[str]) -> None:
+        """``MIGRATE`` these keys of the moving slot from the source to the target."""
+        c = migration.source.client()
+        try:
+            c.execute_command("MIGRATE", "127.0.0.1", migration.target.port, "", 0, 5000,
+                              "KEYS", *keys)
+        finally:
+            c.close()
+
+    def finish_migration(self, migration: Migration) -> None:
+        """Move the slot's remaining keys, then give the slot to the target everywhere."""
+        c = migration.source.client()
+        try:
+            while keys := c.execute_command("CLUSTER GETKEYSINSLOT", migration.slot, 100):
+                self.move_keys(migration, [_s(k) for k in keys])
+        finally:
+            c.close()
+        target_id = self.node_id(migration.target.port)
+        for port in [migration.target.port, migration.source.port,
+                     *(p for p in self.masters() if p not in (migration.target.port,
+                                                              migration.source.port))]:
+            c = _client(port)
+            try:
+                c.execute_command("CLUSTER SETSLOT", migration.slot, "NODE", target_id)
+            finally:
+                c.close()
+
+        def agreed() -> bool:
+            return all(self.master_for_slot(migration.slot, n.port) == migration.target.port
+                       for n in self.live_nodes())
+        wait_until(agreed, 20, f"every node to give slot {migration.slot} to its new master")
+
+    def master_for_slot(self, slot: int, port: int) -> int:
+        """The master serving ``slot`` as the node on ``port`` sees it."""
+        c = _client(port)
+        try:
+            slots = c.execute_command("CLUSTER SLOTS")
+        finally:
+            c.close()
+        return next(int(master[1]) for start, end, master, *_ in slots
+                    if int(start) <= slot <= int(end))
 
     # -- faults
 

@@ -304,6 +304,10 @@ class _Settings:
         self.volatile: VolatileItems | None = None  # None: DEJACACHE_VOLATILE
         self.max_age: float | None = None  # None: DEJACACHE_MAX_AGE (cassettes/ageing.py)
         self.on_expiry: str | None = None  # None: DEJACACHE_ON_EXPIRY, else "warn"
+        self.runtime_cache: bool | None = None  # None: DEJACACHE_RUNTIME_CACHE, else on
+        #: The runtime cache's switch as the hot path reads it (one attribute; None: not
+        #: worked out since the last configure()).
+        self.runtime_on: bool | None = None
         self._default: _DefaultStore | None = None
         self._effective: Effective | None = None
 
@@ -357,7 +361,17 @@ class _Settings:
 
     def invalidate(self) -> None:
         self._effective = None
+        self.runtime_on = None
         GLOBAL[0] = None
+
+    def resolve_runtime(self) -> bool:
+        """Whether ``@tool_cache`` reads and stores entries: ``configure(runtime_cache=)``,
+        else ``DEJACACHE_RUNTIME_CACHE`` (read here, once per configuration), else on."""
+        on = self.runtime_cache
+        if on is None:
+            on = _env_switch("DEJACACHE_RUNTIME_CACHE")
+        self.runtime_on = on
+        return on
 
 
 # The global effective settings once computed (None: not yet, or changed since): one list
@@ -383,6 +397,7 @@ def configure(
     codec_allow: Iterable[str] | Unset = UNSET,
     max_age: Duration | Unset | None = UNSET,
     on_expiry: str | Unset | None = UNSET,
+    runtime_cache: bool | Unset | None = UNSET,
     **unknown: object,
 ) -> None:
     """Set process-wide defaults. Arguments left out keep their current value.
@@ -395,9 +410,12 @@ def configure(
     ``volatile=None`` goes back to it. ``max_age`` (a duration: ``"30d"``) is how old a
     cassette entry may be before replaying it warns, or with ``on_expiry="rerecord"`` runs
     the call live again in ``auto`` mode (``docs/living-with-recordings.md``); ``None`` goes
-    back to ``DEJACACHE_MAX_AGE`` / ``DEJACACHE_ON_EXPIRY``. Each setting left out here
-    falls back to the environment, then to the project file (``[tool.dejacache]`` in
-    pyproject.toml, checked now: docs/configuration.md).
+    back to ``DEJACACHE_MAX_AGE`` / ``DEJACACHE_ON_EXPIRY``. ``runtime_cache=False`` switches
+    the runtime face's tool cache off (every ``@tool_cache`` tool runs, counted as ``off``;
+    writes still invalidate, so switching it on again serves nothing older than them);
+    ``None`` goes back to ``DEJACACHE_RUNTIME_CACHE`` (``off``/``on``), else on. Each setting
+    left out here falls back to the environment, then to the project file
+    (``[tool.dejacache]`` in pyproject.toml, checked now: docs/configuration.md).
     """
     if unknown:
         _refuse_unknown(unknown)
@@ -426,6 +444,11 @@ def configure(
             from ._core.ageing import check_on_expiry
 
             s.on_expiry = check_on_expiry(on_expiry) if on_expiry is not None else None
+        if not isinstance(runtime_cache, Unset):
+            if runtime_cache is not None and not isinstance(runtime_cache, bool):
+                raise ConfigurationError(f"runtime_cache must be True, False or None, not "
+                                         f"{runtime_cache!r}")
+            s.runtime_cache = runtime_cache
         s.invalidate()
 
 
@@ -457,6 +480,35 @@ def reset() -> None:
 
 def settings_object() -> _Settings:
     return _SETTINGS
+
+
+_SWITCH = {"on": True, "1": True, "true": True, "yes": True, "": True,
+           "off": False, "0": False, "false": False, "no": False}
+
+
+def _env_switch(name: str) -> bool:
+    """An on/off environment variable (unset: on). A value it cannot read turns the switch
+    off, with a warning: a switch set by hand during an incident is set to turn it off, and
+    failing every call over a typo would be an outage of its own."""
+    value = os.environ.get(name, "").strip().lower()
+    found = _SWITCH.get(value)
+    if found is None:
+        import warnings
+
+        from .errors import DejacacheWarning
+
+        warnings.warn(f"dejacache: {name}={os.environ[name]!r} is not on or off; taken as "
+                      "off", DejacacheWarning, stacklevel=3)
+        return False
+    return found
+
+
+def runtime_cache_on() -> bool:
+    """Whether the runtime tool cache is switched on in this process (``configure``,
+    ``DEJACACHE_RUNTIME_CACHE``)."""
+    s = _SETTINGS
+    on = s.runtime_on
+    return s.resolve_runtime() if on is None else on
 
 
 @atexit.register

@@ -52,12 +52,14 @@ def _line(proc: subprocess.Popen[bytes], timeout: float) -> Any:
 
 
 def run_load(url: str, tmp: pathlib.Path, fault: Callable[[], None],
-             recovered: Callable[[], None]) -> tuple[list[dict[str, Any]], float]:
+             recovered: Callable[[], None], hold: float = 0.0
+             ) -> tuple[list[dict[str, Any]], float]:
     """Two workers under load; ``fault()`` at WARM s, ``recovered()`` waits until Redis
-    serves again, then AFTER s more load. (results, fault time)."""
+    serves again, then AFTER s more load. (results, fault time). ``hold``: async workers
+    whose event loop is held that long every 200 ms."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     procs = [subprocess.Popen([sys.executable, "-W", "error", str(WORKER), url,
-                               str(tmp / "data.db"), str(i), str(i + 1)],
+                               str(tmp / "data.db"), str(i), str(i + 1), str(hold)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, env=env)
              for i in range(2)]
@@ -107,8 +109,9 @@ def verdict(results: list[dict[str, Any]], t_fault: float, what: str) -> float:
     return rec
 
 
+@pytest.mark.parametrize("hold", [0.0, 0.06], ids=["sync", "async, loop held 60 ms"])
 def test_cluster_master_killed_under_load(redis_cluster: ClusterTopology,
-                                          tmp_path: pathlib.Path) -> None:
+                                          tmp_path: pathlib.Path, hold: float) -> None:
     killed: list[int] = []
 
     def fault() -> None:
@@ -116,7 +119,7 @@ def test_cluster_master_killed_under_load(redis_cluster: ClusterTopology,
         killed.append(redis_cluster.kill_master_for("{cart}").port)
 
     results, t_fault = run_load(redis_cluster.store_url, tmp_path, fault,
-                                lambda: redis_cluster.wait_failover(killed[0]))
+                                lambda: redis_cluster.wait_failover(killed[0]), hold)
     assert verdict(results, t_fault, "cluster failover") < 15
 
 

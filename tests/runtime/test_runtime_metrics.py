@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import dejacache
-from dejacache.runtime.metrics import PrometheusCollector
+from dejacache.runtime.metrics import PrometheusCollector, ToolStats
 
 
 def workload() -> None:
@@ -74,3 +74,37 @@ def test_prometheus_collector_without_the_extra(monkeypatch: pytest.MonkeyPatch)
         PrometheusCollector()
     # Importing dejacache never needed it.
     assert dejacache.runtime_stats() is not None
+
+
+def test_hit_rate_counts_every_call_that_reached_the_backend() -> None:
+    # 100 calls: 42 served from the cache, 36 misses, 22 that bypassed it (counters
+    # unreadable). The rate left the bypasses out: 42 / 78 = 0.54.
+    st = ToolStats(hits=42, misses=36, bypassed=22)
+    assert st.calls == 100 and st.hit_rate == 0.42
+    assert ToolStats(hits=3, coalesced=1, off=4).hit_rate == 0.5
+    assert ToolStats().hit_rate == 0.0
+
+
+def test_hit_rate_of_a_run_with_redis_down() -> None:
+    from dejacache.stores.redis import RedisStore
+    from support_redis import free_port
+
+    pytest.importorskip("redis")
+    served = []
+
+    @dejacache.tool_cache(resource="r", store=RedisStore(f"redis://127.0.0.1:{free_port()}"))
+    def read(i: int) -> int:
+        served.append(i)
+        return i
+
+    @dejacache.tool_cache(resource="m")
+    def cached(i: int) -> int:
+        return i
+
+    with dejacache.agent_session(tenant="a"):
+        for i in range(6):
+            read(i)  # nothing listens: every call bypasses the cache
+            cached(i % 2)  # 2 misses, 4 hits
+    st = dejacache.runtime_stats()
+    assert st.by_tool["read"].bypassed == 6 and st.by_tool["read"].hit_rate == 0.0
+    assert st.total.calls == 12 and st.total.hit_rate == 4 / 12

@@ -643,3 +643,101 @@ def test_a_bad_store_is_refused_as_configure_refuses_it(bad: Any) -> None:
     with pytest.raises(dejacache.ConfigurationError) as info:
         dejacache.tool_cache(store=bad)(lambda: 1)
     assert str(info.value) == str(expected.value)
+
+
+# The runtime cache's switch: the environment, configure(), per tool.
+
+
+def _cart_tools() -> tuple[Any, Any, dict[int, int]]:
+    db = {1: 0}
+
+    @dejacache.tool_cache(resource="cart", key="cart:{u}")
+    def get_cart(u: int) -> int:
+        return db[u]
+
+    @dejacache.invalidates("cart", key="cart:{u}")
+    def add(u: int) -> None:
+        db[u] += 1
+
+    return get_cart, add, db
+
+
+def _runs(fn: Any, n: int) -> int:
+    before = dejacache.runtime_stats().total
+    for _ in range(n):
+        fn(1)
+    after = dejacache.runtime_stats().total
+    return (after.misses + after.off + after.bypassed) - (
+        before.misses + before.off + before.bypassed)
+
+
+def test_configure_switches_the_runtime_cache_off_and_on() -> None:
+    get_cart, add, db = _cart_tools()
+    with dejacache.agent_session(tenant="acme"):
+        assert _runs(get_cart, 3) == 1 and dejacache.runtime_stats().enabled
+        dejacache.configure(runtime_cache=False)
+        assert _runs(get_cart, 3) == 3  # every call runs the tool
+        st = dejacache.runtime_stats()
+        assert not st.enabled and st.by_tool["get_cart"].off == 3
+        assert [c.outcome for c in current_session().calls][-1] == "off"
+        add(1)  # writes still invalidate while it is off
+        dejacache.configure(runtime_cache=None)  # back to the environment: on
+        assert get_cart(1) == db[1] == 1  # nothing older than the write is served
+        assert _runs(get_cart, 3) == 0 and dejacache.runtime_stats().enabled
+
+
+async def test_the_switch_holds_for_async_tools() -> None:
+    @dejacache.tool_cache(resource="n")
+    async def get(i: int) -> int:
+        return i
+
+    dejacache.configure(runtime_cache=False)
+    async with dejacache.agent_session(tenant="acme"):
+        for _ in range(3):
+            assert await get(1) == 1
+    st = dejacache.runtime_stats().by_tool["get"]
+    assert (st.off, st.hits, st.misses) == (3, 0, 0)
+
+
+@pytest.mark.parametrize(("value", "on"), [("off", False), ("0", False), ("false", False),
+                                           ("on", True), ("1", True), ("", True)])
+def test_the_environment_switches_it(monkeypatch: pytest.MonkeyPatch, value: str,
+                                     on: bool) -> None:
+    monkeypatch.setenv("DEJACACHE_RUNTIME_CACHE", value)
+    dejacache.configure()  # read again at the next configuration
+    get_cart, _, _ = _cart_tools()
+    with dejacache.agent_session(tenant="acme"):
+        assert _runs(get_cart, 3) == (1 if on else 3)
+    assert dejacache.runtime_stats().enabled is on
+    dejacache.configure(runtime_cache=True)  # configure() wins over the environment
+    assert dejacache.runtime_stats().enabled
+
+
+def test_an_unreadable_environment_value_switches_it_off_and_says_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEJACACHE_RUNTIME_CACHE", "disabled")
+    dejacache.configure()
+    with pytest.warns(dejacache.DejacacheWarning, match="DEJACACHE_RUNTIME_CACHE"):
+        assert not dejacache.runtime_stats().enabled
+
+
+def test_one_tool_switched_off() -> None:
+    @dejacache.tool_cache(resource="a", enabled=False)
+    def off(i: int) -> int:
+        return i
+
+    @dejacache.tool_cache(resource="b")
+    def on(i: int) -> int:
+        return i
+
+    with dejacache.agent_session(tenant="acme"):
+        assert _runs(off, 3) == 3 and _runs(on, 3) == 1
+        off.tool_cache.enabled = True  # type: ignore[attr-defined]
+        assert _runs(off, 3) == 1
+    st = dejacache.runtime_stats()
+    assert st.enabled and st.by_tool["off"].off == 3
+
+
+def test_runtime_cache_must_be_a_bool() -> None:
+    with pytest.raises(dejacache.ConfigurationError, match="runtime_cache"):
+        dejacache.configure(runtime_cache="off")  # type: ignore[arg-type]

@@ -89,3 +89,68 @@ async def test_every_async_failure_is_booked_in_one_place(
     await store.aclose()
     if client is not None:
         client.close()
+
+
+# A timeout or a lost connection is tried once more before it counts: Redis failing is a
+# second failure in a row, not one late reply (a saturated machine) or one pooled
+# connection the server had closed.
+
+
+class Flaky:
+    """An op for the seam that fails ``fails`` times with ``exc`` before it reads."""
+
+    def __init__(self, fails: int, exc: Exception) -> None:
+        self.fails, self.exc, self.calls = fails, exc, 0
+
+    def __call__(self, client: Any) -> Any:
+        self.calls += 1
+        if self.calls <= self.fails:
+            raise self.exc
+        return client.get("x")
+
+    async def aop(self, client: Any) -> Any:
+        self.calls += 1
+        if self.calls <= self.fails:
+            raise self.exc
+        return await client.get("x")
+
+
+DOUBTFUL = [redis.TimeoutError("Timeout reading from 127.0.0.1"),
+            redis.ConnectionError("Connection closed by server.")]
+
+
+@pytest.mark.parametrize("exc", DOUBTFUL, ids=["timeout", "closed"])
+def test_one_timeout_is_tried_again_and_does_not_count(redis_server: Any,
+                                                       exc: Exception) -> None:
+    store = RedisStore(redis_server.url)
+    seen = _booked(store)
+    op = Flaky(1, exc)
+    assert store.run(op, "down") is None  # the second attempt read (nothing there)
+    assert op.calls == 2 and seen == [] and store.breaker.healthy
+    op = Flaky(2, exc)
+    assert store.run(op, "down") == "down"  # twice in a row: Redis is failing
+    assert op.calls == 2 and [n for n, _ in seen] == [type(exc).__name__]
+    store.close()
+
+
+@pytest.mark.parametrize("exc", DOUBTFUL, ids=["timeout", "closed"])
+async def test_one_async_timeout_is_tried_again_and_does_not_count(redis_server: Any,
+                                                                   exc: Exception) -> None:
+    store = RedisStore(redis_server.url)
+    seen = _booked(store)
+    op = Flaky(1, exc)
+    assert await store.arun(op.aop, "down") is None
+    assert op.calls == 2 and seen == [] and store.breaker.healthy
+    op = Flaky(2, exc)
+    assert await store.arun(op.aop, "down") == "down"
+    assert op.calls == 2 and [n for n, _ in seen] == [type(exc).__name__]
+    await store.aclose()
+
+
+def test_a_refusal_counts_at_once() -> None:
+    store = RedisStore(_refused_url(), **_NEVER_OPEN)  # type: ignore[arg-type]
+    seen = _booked(store)
+    op = Flaky(0, redis.ConnectionError())
+    assert store.run(op, "down") == "down"
+    assert op.calls == 1 and [n for n, _ in seen] == ["ConnectionError"]
+    store.close()

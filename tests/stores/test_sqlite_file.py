@@ -111,3 +111,53 @@ def test_a_write_failure_warns_once_and_pauses_writes(tmp_path: pathlib.Path) ->
     with pytest.raises(StoreError, match="write failed"):
         f.write_failed(sqlite3.IntegrityError("constraint failed"), "k")
     f.close()
+
+
+def test_the_log_stays_bounded_under_readers_that_never_stop(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a reader always in the log, SQLite never restarts it from its start on its own:
+    it grew without bound (4 processes and the CLI: 405 MB in 30 s). Past ``WAL_LIMIT`` a
+    writer checkpoints it back to nothing."""
+    import multiprocessing
+    import time
+
+    from dejacache.stores import Record, SQLiteStore, _sqlite_file
+
+    monkeypatch.setattr(_sqlite_file, "WAL_LIMIT", 256 * 1024)
+    monkeypatch.setattr(_sqlite_file, "_WAL_CHECK_S", 0.02)
+    path = tmp_path / "c.db"
+    store = SQLiteStore(path)
+    for i in range(50):
+        store.put(f"k{i}", Record(value=b"x" * 4000, name="n"))
+    ctx = multiprocessing.get_context("spawn")
+    stop = ctx.Event()
+    readers = [ctx.Process(target=_read_forever, args=(str(path), stop)) for _ in range(3)]
+    for r in readers:
+        r.start()
+    wal = pathlib.Path(f"{path}-wal")
+    largest = 0
+    try:
+        time.sleep(1.0)  # the readers are reading
+        for i in range(3000):  # ~12 MB of log without the bound
+            store.put(f"k{i % 50}", Record(value=os.urandom(2000).hex().encode(), name="n"))
+            if i % 100 == 0:
+                largest = max(largest, wal.stat().st_size)
+    finally:
+        stop.set()
+        for r in readers:
+            r.join(10)
+    print(f"\nlargest log seen: {largest / 2**20:.1f} MB; cut back "
+          f"{store.stats().extra.get('wal_truncations')} times")
+    assert largest < 6 * 2**20
+    store.close()
+
+
+def _read_forever(path: str, stop: object) -> None:
+    """A process reading the store back to back until ``stop`` is set."""
+    from dejacache.stores import SQLiteStore
+
+    store = SQLiteStore(path)
+    while not stop.is_set():  # type: ignore[attr-defined]
+        for i in range(50):
+            store.get(f"k{i}")
+    store.close()

@@ -116,6 +116,7 @@ class ToolCache:
         ignore: Iterable[str],
         counter_max_age: config.Duration,
         key_self: bool | None = None,
+        enabled: bool = True,
     ) -> None:
         if scope not in SCOPES:
             raise ConfigurationError(f"tool_cache scope must be one of {', '.join(SCOPES)}, "
@@ -127,6 +128,9 @@ class ToolCache:
         if store is not None:
             generations_for(store)  # refuse at decoration a store no counter can keep fresh
         self.fn = fn
+        #: This tool's own switch (``tool_cache(enabled=...)``, or set here at run time):
+        #: off, the tool runs on every call, as with ``configure(runtime_cache=False)``.
+        self.enabled = bool(enabled)
         self.key_name, self.name = tool_names(fn, name)
         self.resource = resource or self.name
         self.scope = scope
@@ -184,6 +188,12 @@ class ToolCache:
             gens = generations_for(store)
             self._gens = (store, gens)
         return gens
+
+    def on(self) -> bool:
+        """Whether this call may use the cache: the tool's switch and the process's."""
+        s = config.settings_object()
+        on = s.runtime_on
+        return self.enabled and (s.resolve_runtime() if on is None else on)
 
     def route(self) -> Route:
         """The store, its counters and how hits may be read, for the current settings;
@@ -477,14 +487,15 @@ def _served(tc: ToolCache, sess: agent_session | None, adigest: str, got: _Read,
 
 
 def _bypassing(tc: ToolCache, sess: agent_session | None, tr: Trace, args: Args,
-               kwargs: Kwargs) -> tuple[str, Any]:
-    """The counters cannot be read: the tool runs, neither reading nor writing entries.
-    (argument digest, PROCEED or the loop guard's answer instead)."""
+               kwargs: Kwargs, why: int = m.BYPASSED) -> tuple[str, Any]:
+    """The counters cannot be read (``why``: ``BYPASSED``), or the cache is switched off
+    (``OFF``): the tool runs, neither reading nor writing entries. (argument digest,
+    PROCEED or the loop guard's answer instead)."""
     adigest = tr.digest = tc.full_digest(args, kwargs)
     nudge = guard_before(sess, tc.name, tc.resource, adigest, tr)
     if nudge is PROCEED:
-        m.count(sess.tenant if sess is not None else None, tc.resource, tc.name, m.BYPASSED)
-        tr.outcome = "bypassed"
+        m.count(sess.tenant if sess is not None else None, tc.resource, tc.name, why)
+        tr.outcome = "bypassed" if why == m.BYPASSED else "off"
     return adigest, nudge
 
 
@@ -596,9 +607,10 @@ def _sync_counters(tc: ToolCache, r: Route, cell: list[Any], names: tuple[str, .
 
 
 def _sync_bypassed(tc: ToolCache, sess: agent_session | None, tr: Trace, args: Args,
-                   kwargs: Kwargs) -> Any:
-    """The counters cannot be read: no entry can be proven fresh, skip the cache."""
-    adigest, nudge = _bypassing(tc, sess, tr, args, kwargs)
+                   kwargs: Kwargs, why: int = m.BYPASSED) -> Any:
+    """The counters cannot be read (no entry can be proven fresh), or the cache is switched
+    off: skip the cache."""
+    adigest, nudge = _bypassing(tc, sess, tr, args, kwargs, why)
     if nudge is not PROCEED:
         return nudge
     return _finish(tc, sess, adigest, tc.fn(*args, **kwargs), tr)
@@ -644,6 +656,12 @@ def _sync_wrapper(tc: ToolCache) -> Callable[..., Any]:
             prefix, head, names, cell = where
             r = tc._route  # ``ToolCache.route`` inlined
             settings = _settings()
+            on = settings.runtime_on  # ``ToolCache.on`` inlined
+            if on is None:
+                on = settings.resolve_runtime()
+            if not (on and tc.enabled):
+                tr = Trace("miss")  # the cache is switched off
+                return _sync_bypassed(tc, sess, tr, args, kwargs, m.OFF)
             if r.configured is not settings.store or r.codec is not settings.codec:
                 r = tc.route()
             if r.local:  # ``ToolCache.local_counters`` inlined for a remembered read
@@ -723,6 +741,10 @@ async def _async_call(tc: ToolCache, sess: agent_session | None, tr: Trace, args
         tr.outcome = "bypassed"
         return await fn(*args, **kwargs)
     prefix, head, names, cell = where
+    if not tc.on():
+        adigest, nudge = _bypassing(tc, sess, tr, args, kwargs, m.OFF)
+        return nudge if nudge is not PROCEED else _finish(tc, sess, adigest,
+                                                          await fn(*args, **kwargs), tr)
     r = tc.route()
     fast, full = _first_key(tc, args, kwargs)
     raw: Any = NOT_READ

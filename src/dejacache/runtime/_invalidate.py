@@ -165,8 +165,8 @@ def invalidates(
                 try:
                     result = await f(*args, **kwargs)
                 finally:
-                    for g in targets:
-                        await g.abump(names)
+                    for g in targets:  # landed before the write returns (LAND_WITHIN)
+                        await g.abump(names, land=True)
                     w.count(sess)
                 return w.after(sess, adigest, result, tr)
 
@@ -190,8 +190,8 @@ def invalidates(
                 try:
                     result = f(*args, **kwargs)
                 finally:
-                    for g in targets:
-                        g.bump(names)
+                    for g in targets:  # landed before the write returns (LAND_WITHIN)
+                        g.bump(names, land=True)
                     w.count(sess)
                 return w.after(sess, adigest, result, tr)
 

@@ -36,10 +36,10 @@ FIELDS = (
     "loops",           # loop-guard detections
     "bytes_stored",    # encoded bytes written to the store
     "bytes_served",    # encoded bytes served from the store
+    "off",             # the cache switched off (runtime_cache=False, enabled=False): the tool
 )
-HITS, MISSES, COALESCED, INVALIDATIONS, STALE, NOT_CACHED, BYPASSED, LOOPS, BSTORED, BSERVED = (
-    range(len(FIELDS))
-)
+(HITS, MISSES, COALESCED, INVALIDATIONS, STALE, NOT_CACHED, BYPASSED, LOOPS, BSTORED, BSERVED,
+ OFF) = range(len(FIELDS))
 
 _LOCK = threading.Lock()
 _COUNTS: dict[tuple[str, str, str], list[int]] = {}
@@ -80,10 +80,20 @@ class ToolStats:
     loops: int = 0
     bytes_stored: int = 0
     bytes_served: int = 0
+    off: int = 0
+
+    @property
+    def calls(self) -> int:
+        """Every call of a cached tool: served from the cache (``hits``, ``coalesced``) or
+        by the tool (``misses``, ``bypassed``, ``off``)."""
+        return self.hits + self.coalesced + self.misses + self.bypassed + self.off
 
     @property
     def hit_rate(self) -> float:
-        n = self.hits + self.misses + self.coalesced
+        """The share of :attr:`calls` that did not reach the tool's backend. A call that
+        bypassed the cache (its freshness could not be proven) or ran with the cache
+        switched off reached it, as a miss did."""
+        n = self.calls
         return (self.hits + self.coalesced) / n if n else 0.0
 
 
@@ -94,11 +104,14 @@ def _sum(rows: list[list[int]]) -> ToolStats:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RuntimeStats:
-    """A snapshot: totals, per tool name and per resource."""
+    """A snapshot: totals, per tool name and per resource. ``enabled``: whether the runtime
+    cache is switched on in this process (``configure(runtime_cache=...)``,
+    ``DEJACACHE_RUNTIME_CACHE``); a tool switched off alone counts its calls as ``off``."""
 
     total: ToolStats
     by_tool: Mapping[str, ToolStats]
     by_resource: Mapping[str, ToolStats]
+    enabled: bool = True
 
 
 def _snapshot() -> dict[tuple[str, str, str], list[int]]:
@@ -118,10 +131,13 @@ def runtime_stats(tenant: str | None = None) -> RuntimeStats:
     for (_, resource, tool), v in rows:
         tools.setdefault(tool, []).append(v)
         resources.setdefault(resource, []).append(v)
+    from ..config import runtime_cache_on
+
     return RuntimeStats(
         total=_sum([v for _, v in rows]),
         by_tool={k: _sum(v) for k, v in sorted(tools.items())},
         by_resource={k: _sum(v) for k, v in sorted(resources.items())},
+        enabled=runtime_cache_on(),
     )
 
 

@@ -31,7 +31,8 @@ class ToolCallTrace:
     """One tool call of a session (``agent_session(...).calls``).
 
     ``outcome``: ``hit`` / ``miss`` / ``coalesced`` (served by an identical call in flight) /
-    ``bypassed`` (the cache could not prove freshness and ran the tool) for ``@tool_cache``;
+    ``bypassed`` (the cache could not prove freshness and ran the tool) / ``off`` (the cache
+    is switched off: ``configure(runtime_cache=False)``) for ``@tool_cache``;
     ``invalidation`` for ``@invalidates``; ``traced`` for ``@tool``; ``nudged`` (the loop
     guard answered instead of the tool), ``blocked`` (it raised) and ``error`` (the tool
     raised) for any of them. ``loop``: the pattern the loop guard found at this call

@@ -47,6 +47,7 @@ def tool_cache(
     ignore: Iterable[str] = (),
     counter_max_age: Duration = 0.0,
     key_self: bool | None = None,
+    enabled: bool = True,
 ) -> Callable[[F], F]: ...
 
 
@@ -65,6 +66,7 @@ def tool_cache(
     ignore: Iterable[str] = (),
     counter_max_age: Duration = 0.0,
     key_self: bool | None = None,
+    enabled: bool = True,
 ) -> Any:
     """Cache a read tool's results per canonical arguments, tenant-isolated (sync or async).
 
@@ -81,7 +83,10 @@ def tool_cache(
     ``counter_max_age`` (a duration, default 0) lets such a tool reuse counters that long
     instead of reading them on every call. On a method, the instance is in the key as for
     ``@cache`` (when its class defines ``__dejacache_key__``, or with ``key_self=True``;
-    ``key_self=False``: never).
+    ``key_self=False``: never). ``enabled=False`` switches this tool's cache off (it runs on
+    every call, counted as ``off``; ``fn.tool_cache.enabled`` switches it at run time), as
+    ``configure(runtime_cache=False)`` or ``DEJACACHE_RUNTIME_CACHE=off`` do for every tool;
+    its writers keep invalidating.
 
     Not cached: exceptions, results marked ``is_error``/``isError``, results over
     ``max_bytes``. Identical concurrent misses run the tool once.
@@ -92,7 +97,7 @@ def tool_cache(
         function_only(f, "tool_cache")
         tc = ToolCache(f, resource=resource, scope=scope, ttl=ttl, maxsize=maxsize, key=key,
                        max_bytes=max_bytes, store=store, name=name, ignore=ignore,
-                       counter_max_age=counter_max_age, key_self=key_self)
+                       counter_max_age=counter_max_age, key_self=key_self, enabled=enabled)
         return wrap_cached(tc)
 
     return deco(fn) if fn is not None else deco

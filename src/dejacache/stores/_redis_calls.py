@@ -37,10 +37,11 @@ import redis
 
 from ..errors import StoreUnavailable
 from ._breaker import CircuitBreaker, Decision
+from ._loop_deadline import within
 from ._redis_clients import RedisClients
 from ._redis_topology import topology_advice
 
-__all__ = ["FAILURES", "RedisCalls"]
+__all__ = ["FAILURES", "RedisCalls", "doubtful"]
 
 log = logging.getLogger("dejacache.redis")
 
@@ -143,37 +144,63 @@ class RedisCalls:
     # ---------------------------------------------------------------- drivers
 
     def do(self, op: Callable[[Any], Any], default: Any, on_reply: Any = _AS_DEFAULT, *,
-           probe: bool = False) -> Any:
+           probe: bool = False, since: float | None = None) -> Any:
         """``op(client)`` with the sync client behind the breaker: ``default`` when it is
         skipped or fails, ``on_reply`` (``default`` unless given) on an error reply.
-        ``probe=True`` goes ahead while the breaker is open, as its recovery probe."""
-        if not probe and not self.may_call():
+        ``probe=True`` goes ahead while the breaker is open, as its recovery probe.
+        ``since``: a first attempt that started then failed in a way worth confirming
+        (:func:`doubtful`) in a fast path of the store's; this is the confirmation."""
+        if since is None and not probe and not self.may_call():
             return default
-        t0 = time.perf_counter()
-        try:
-            out = op(self.clients.sync())
-        except FAILURES as exc:
-            if self.replied(exc, t0) and on_reply is not _AS_DEFAULT:
-                return on_reply
-            return default
-        self.ok()
-        return out
+        t0 = time.perf_counter() if since is None else since
+        confirm = since is None
+        while True:
+            try:
+                out = op(self.clients.sync())
+            except FAILURES as exc:
+                if confirm and doubtful(exc):
+                    confirm = False
+                    continue
+                if self.replied(exc, t0) and on_reply is not _AS_DEFAULT:
+                    return on_reply
+                return default
+            self.ok()
+            return out
 
     async def ado(self, op: Callable[[Any], Any], default: Any,
-                  on_reply: Any = _AS_DEFAULT) -> Any:
+                  on_reply: Any = _AS_DEFAULT, *, probe: bool = False,
+                  since: float | None = None) -> Any:
         """Async twin of :meth:`do`; ``op`` works with either client (it is the same
         redis-py call; only the async one returns an awaitable)."""
         client = self.clients.for_loop()
         if client is None:  # only a sync client: run it off the event loop
-            return await asyncio.to_thread(self.do, op, default, on_reply)
-        if not self.may_call():
+            return await asyncio.to_thread(self.do, op, default, on_reply, probe=probe,
+                                           since=since)
+        if since is None and not probe and not self.may_call():
             return default
-        t0 = time.perf_counter()
-        try:
-            out = await op(client)
-        except FAILURES as exc:
-            if self.replied(exc, t0) and on_reply is not _AS_DEFAULT:
-                return on_reply
-            return default
-        self.ok()
-        return out
+        t0 = time.perf_counter() if since is None else since
+        confirm = since is None
+        while True:
+            deadline = self.clients.deadline
+            try:
+                out = await (op(client) if deadline is None else within(op(client), deadline))
+            except FAILURES as exc:
+                if confirm and doubtful(exc):
+                    confirm = False
+                    continue
+                if self.replied(exc, t0) and on_reply is not _AS_DEFAULT:
+                    return on_reply
+                return default
+            self.ok()
+            return out
+
+
+def doubtful(exc: BaseException) -> bool:
+    """Whether a failed call is tried once more before it counts as Redis failing: a
+    timeout or a lost connection says little on its own (a reply that came late on a
+    saturated machine, a pooled connection the server had closed), while the same failure
+    twice in a row is evidence. Refusals, error replies and topology errors are answers."""
+    return (isinstance(exc, (redis.TimeoutError, TimeoutError))
+            or (isinstance(exc, (redis.ConnectionError, OSError))
+                and not isinstance(exc, ConnectionRefusedError)
+                and "refused" not in str(exc).lower()))

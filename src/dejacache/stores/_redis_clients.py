@@ -33,6 +33,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ..errors import ConfigurationError
+from ._loop_deadline import MAX_LATE
 from ._redis_topology import Kind, Topology, client_topology, cluster_name, url_topology
 
 __all__ = ["RedisClients", "split_own_options"]
@@ -60,6 +61,13 @@ def _no_driver_info() -> dict[str, Any]:
     return {"lib_name": None, "lib_version": None}
 
 
+def _migrating(exc: BaseException) -> bool:
+    """A reply of a node whose slot is migrating: ``ASK`` (the keys moved) or ``TRYAGAIN``
+    (some moved), not ``MOVED`` (the whole slot did: the cluster client's table is old)."""
+    return (isinstance(exc, (redis.exceptions.AskError, redis.exceptions.TryAgainError))
+            and not isinstance(exc, redis.exceptions.MovedError))
+
+
 def _sentinels_of(client: Any) -> list[Any]:
     """The Sentinel clients behind a ``master_for`` client built here."""
     manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
@@ -83,6 +91,10 @@ class RedisClients:
         self._lock = threading.Lock()
         self._reroute = False  # direct(): the last direct read failed, go through the client
         self._checked_plain = False  # primaries(): a plain client's server is not a cluster
+        #: The time an async call through a client built here may take, enforced by the
+        #: store (``_loop_deadline.within``: the event loop's own lateness is not counted);
+        #: None for an injected client, whose timeouts are its owner's.
+        self.deadline: float | None = None
         self.kind: Kind = self._adopt(client_or_url)
         #: Whether sync calls can be made at all (a store given only an asyncio client
         #: cannot): fixed at construction, ``close`` keeps it.
@@ -115,8 +127,10 @@ class RedisClients:
             self.client = client_or_url
         return kind
 
-    def _options(self, retry: Any) -> dict[str, Any]:
-        kw = {"socket_timeout": self.timeout, "socket_connect_timeout": self.connect_timeout,
+    def _options(self, retry: Any, *, backstop: float | None = None) -> dict[str, Any]:
+        timeout, connect = ((self.timeout, self.connect_timeout) if backstop is None
+                            else (backstop, backstop))
+        kw = {"socket_timeout": timeout, "socket_connect_timeout": connect,
               "retry": retry, "health_check_interval": 0, **_no_driver_info()}
         if self.kind == "server":
             # The cluster client refuses it and Sentinel's warns it is deprecated; the retry
@@ -152,18 +166,26 @@ class RedisClients:
         loop = asyncio.get_running_loop()
         client = self._aclients.get(loop)
         if client is None:
-            client = self.topology.amake(self._options(AsyncRetry(NoBackoff(), 0)))
+            # redis-py's own timeouts on an event loop are timers that a busy loop runs
+            # late, after the reply has arrived: they are only a backstop here, and the
+            # store times each call itself (``deadline``).
+            self.deadline = max(self.timeout, self.connect_timeout)
+            client = self.topology.amake(self._options(
+                AsyncRetry(NoBackoff(), 0), backstop=self.deadline + 2 * MAX_LATE))
             self._aclients[loop] = client
         return client
 
     # ---------------------------------------------------------------- routing
 
-    def direct(self, client: Any, key: str, op: Callable[[Any], Any]) -> Any:
+    def direct(self, client: Any, key: str, op: Callable[[Any], Any],
+               moving: Callable[[Any], Any] | None = None) -> Any:
         """``op(client)`` for a read of keys in ``key``'s slot; on a Cluster, ``op`` on the
         plain client of the node serving that slot (the cluster client's routing of each
         command cost ~26 µs of a ~77 µs GET: a tool_cache hit reads twice). A redirection
         or error reply goes to the cluster client, which follows it and re-reads the
-        layout; after a failure the next read does too."""
+        layout; after a failure the next read does too. ``moving(node)``: what to do
+        instead when the slot is migrating (``ASK``, or ``TRYAGAIN`` for keys split
+        between the two nodes, which the cluster client would retry for ~0.4 s)."""
         if self.kind != "cluster" or self._reroute:
             out = op(client)
             self._reroute = False
@@ -174,11 +196,34 @@ class RedisClients:
             return op(client)
         try:
             return op(node)
-        except redis.ResponseError:  # MOVED, ASK, CLUSTERDOWN, WRONGTYPE...: no wait lost
+        except redis.ResponseError as exc:  # MOVED, CLUSTERDOWN, WRONGTYPE...: no wait lost
+            if moving is not None and _migrating(exc):
+                return moving(node)
             return op(client)
         except BaseException:
             self._reroute = True
             raise
+
+    @staticmethod
+    def owner(client: Any, key: str) -> Any:
+        """The plain client of the node serving ``key``'s slot, by the cluster client's
+        table (a cluster client)."""
+        return client.get_redis_connection(client.get_node_from_key(key))
+
+    @staticmethod
+    def redirected(client: Any, exc: BaseException) -> tuple[Any, bool] | None:
+        """Where a cluster node's redirection sends a command again (a cluster client):
+        (the plain client of that node, whether ``ASKING`` must come first); None for any
+        other error. ``MOVED`` re-reads the cluster's table first."""
+        if isinstance(exc, redis.exceptions.MovedError):  # (a subclass of AskError)
+            client.nodes_manager.initialize()
+            asking = False
+        elif isinstance(exc, redis.exceptions.AskError):
+            asking = True
+        else:
+            return None
+        node = client.get_node(host=exc.host, port=exc.port)
+        return None if node is None else (client.get_redis_connection(node), asking)
 
     def mget(self, client: Any, keys: list[Any]) -> Any:
         # A cluster's MGET must stay in one slot: mget_nonatomic groups the keys by slot and

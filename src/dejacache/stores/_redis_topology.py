@@ -70,7 +70,7 @@ def url_topology(url: str) -> Topology:
                 "redis+sentinel://host:port,host:port/service_name")
         return Topology("server", redact(url),
                         lambda kw: redis.Redis.from_url(url, **kw),
-                        lambda kw: redis.asyncio.Redis.from_url(url, **kw))
+                        lambda kw: _waiting_client(url, kw))
     if scheme in _CLUSTER_SCHEMES:
         return _cluster_url(parts)
     if scheme in _SENTINEL_SCHEMES:
@@ -113,6 +113,19 @@ def _host_port(text: str, parts: urllib.parse.SplitResult) -> tuple[str, int]:
     except ValueError:
         raise ConfigurationError(
             f"{redact(parts.geturl())}: bad port {port!r} for host {host!r}") from None
+
+
+#: Connections an asyncio client holds at most (redis-py's default). A call beyond them
+#: waits for one to come free, within its deadline: redis-py's asyncio pool refused it with
+#: ``MaxConnectionsError``, a ``ConnectionError`` booked as Redis failing (250 calls in
+#: flight on one loop, Redis healthy: every call bypassed the cache, three breaker trips).
+ASYNC_CONNECTIONS = 100
+
+
+def _waiting_client(url: str, kw: dict[str, Any]) -> Any:
+    pool = redis.asyncio.BlockingConnectionPool.from_url(
+        url, max_connections=ASYNC_CONNECTIONS, timeout=None, **kw)
+    return redis.asyncio.Redis.from_pool(pool)
 
 
 def _cluster_url(parts: urllib.parse.SplitResult) -> Topology:
@@ -158,7 +171,9 @@ def _sentinel_url(parts: urllib.parse.SplitResult) -> Topology:
 
     def amake(kw: dict[str, Any]) -> Any:
         sentinel = redis.asyncio.sentinel.Sentinel(hosts, sentinel_kwargs=_plain(kw))  # type: ignore[no-untyped-call]
-        return sentinel.master_for(service, db=db, **creds, **kw)
+        # Sentinel's pool has no waiting twin: no cap, as the cluster client's (a refusal
+        # past 100 connections would be booked as Redis failing; see ASYNC_CONNECTIONS).
+        return sentinel.master_for(service, db=db, **creds, **kw, max_connections=1 << 31)
 
     return Topology("sentinel", name, make, amake)
 

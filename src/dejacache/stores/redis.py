@@ -68,7 +68,8 @@ from .._core.durations import Duration, seconds
 from ..errors import ConfigurationError
 from ._base import NOT_SHARED, BaseStore, Hit, Record, StoreStats
 from ._breaker import CircuitBreaker
-from ._redis_calls import FAILURES, RedisCalls
+from ._loop_deadline import within
+from ._redis_calls import FAILURES, RedisCalls, doubtful
 from ._redis_clients import RedisClients, split_own_options
 from ._redis_codec import (
     KnownHits,
@@ -218,18 +219,28 @@ class RedisStore(BaseStore):
             try:
                 return op(client)
             except FAILURES as exc:
+                if doubtful(exc):  # tried again before it counts
+                    return self._calls.do(op, default, since=t0)
                 self._calls.replied(exc, t0)
                 return default
         return self._calls.do(op, default, probe=probe)
 
-    def direct(self, client: Any, key: str, op: Callable[[Any], Any]) -> Any:
+    def direct(self, client: Any, key: str, op: Callable[[Any], Any],
+               moving: Callable[[Any], Any] | None = None) -> Any:
         """``op(client)`` for a read of keys in ``key``'s slot, on a Cluster straight to
-        the node serving it (``RedisClients.direct``)."""
-        return self._direct(client, key, op)
+        the node serving it; ``moving(node)`` instead while that slot is migrating
+        (``RedisClients.direct``)."""
+        return self._direct(client, key, op, moving)
 
-    async def arun(self, op: Callable[[Any], Any], default: Any = None) -> Any:
+    def redirected(self, client: Any, exc: BaseException) -> tuple[Any, bool] | None:
+        """On a Cluster, where a node's ``ASK``/``MOVED`` sends a command again: (that
+        node's client, whether ``ASKING`` must precede it); None for any other error."""
+        return self._clients.redirected(client, exc)
+
+    async def arun(self, op: Callable[[Any], Any], default: Any = None, *,
+                   probe: bool = False) -> Any:
         """Async twin of :meth:`run`: ``op(client)`` returns an awaitable."""
-        return await self._calls.ado(op, default)
+        return await self._calls.ado(op, default, probe=probe)
 
     # ---------------------------------------------------------------- reads
 
@@ -246,10 +257,14 @@ class RedisStore(BaseStore):
                 return (client.get(vkey) if self.kind != "cluster"
                         else self._direct(client, vkey, lambda c: c.get(vkey)))
             except FAILURES as exc:
-                if self._calls.replied(exc, t0):
-                    self._discard(key)
-                return None
-        raw = self._calls.do(lambda c: c.get(vkey), None, _BAD)
+                if not doubtful(exc):
+                    if self._calls.replied(exc, t0):
+                        self._discard(key)
+                    return None
+                since: float | None = t0  # tried again below before it counts
+        else:
+            since = None
+        raw = self._calls.do(lambda c: c.get(vkey), None, _BAD, since=since)
         if raw is _BAD:
             self._discard(key)
             return None
@@ -269,12 +284,17 @@ class RedisStore(BaseStore):
         client = self._clients.for_loop()
         if client is not None and self.breaker.healthy:  # the hit path, as in get()
             t0 = time.perf_counter()
+            deadline = self._clients.deadline
             try:
-                raw = await client.get(vkey)
+                raw = await (client.get(vkey) if deadline is None
+                             else within(client.get(vkey), deadline))
             except FAILURES as exc:
-                if self._calls.replied(exc, t0):
-                    await self._adiscard(key)
-                return None
+                if not doubtful(exc):
+                    if self._calls.replied(exc, t0):
+                        await self._adiscard(key)
+                    return None
+                # tried again before it counts
+                raw = await self._calls.ado(lambda c: c.get(vkey), None, _BAD, since=t0)
         else:
             raw = await self._calls.ado(lambda c: c.get(vkey), None, _BAD)
         if raw is None:

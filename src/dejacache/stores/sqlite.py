@@ -535,7 +535,8 @@ class SQLiteStore(BaseStore):
         return StoreStats(backend=self.url, entries=n, bytes=size,
                           extra={"file_bytes": file_bytes, "writable": self._db.can_write(),
                                  "blobs": n_blobs, "blob_bytes": blob_bytes,
-                                 "schema_version": SCHEMA_VERSION})
+                                 "schema_version": SCHEMA_VERSION,
+                                 "wal_truncations": self._db.wal_truncations})
 
     def close(self) -> None:
         self._db.close()
