@@ -14,7 +14,7 @@ import pytest
 
 import dejacache
 from dejacache._core.scopes import tenant_prefix
-from dejacache.runtime import generations
+from dejacache.runtime import _redis_counters, generations
 from dejacache.runtime._redis_counters import RedisCounters
 from dejacache.runtime.generations import SharedGenerations
 from dejacache.runtime.tools import _counter_names_w
@@ -225,12 +225,14 @@ def test_an_increment_no_replica_acknowledged_is_sent_again(
 
 
 def test_a_process_that_never_saw_the_outage_is_stale_for_at_most_a_flush_interval(
-        redis_server: RedisServer) -> None:
+        redis_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
     """The window the design leaves: a process that made no call during an outage cannot
     know that another queued increments in it, and reads the old counters until that
     one's background flush (the breaker's recovery probe) lands them: within about one
     FLUSH_INTERVAL of Redis answering again, whatever the breaker's cooldown."""
     cooldown = 5.0  # far longer than the window: the flush does not wait for it
+    # Steps of one (they are random in use): the counters then say how many increments landed
+    monkeypatch.setattr(_redis_counters, "_step", lambda: 1)
     writer = RedisStore(redis_server.url, key_prefix="tc", cooldown=cooldown)
     gens = SharedGenerations(writer)
     names = _counter_names_w([tenant_prefix("acme")], "cart", "cart:1")
