@@ -40,7 +40,11 @@ def spec_with_callback(me: object, fullname: str, path: Any, target: Any,
                        then: Callable[[ModuleType], None]) -> Any:
     """The spec the finders after ``me`` give for ``fullname``, its loader wrapped so that
     ``then`` runs after the module is executed; None when nobody finds it."""
-    for finder in sys.meta_path:
+    # Only the finders after ``me``: two such finders (interception's, the placeholder keys'
+    # guard) asking every other one asked each other without end (RecursionError).
+    finders = list(sys.meta_path)
+    after = finders[finders.index(me) + 1:] if me in finders else finders
+    for finder in after:
         find = getattr(finder, "find_spec", None)
         if finder is me or find is None:
             continue
