@@ -250,8 +250,18 @@ class Writer:
     def _flatten_locked(self, ix: FileIndex, items: list[Item], follows: list[int | None],
                         baseline: tuple[int, ...]) -> bool:
         """Write the file ``ix`` indexes (as other writers left it, ``baseline``) again as one
-        segment with this block's entries, from byte ranges of it (``splice.py``): what an
-        append past ``MAX_SEGMENTS`` does, without parsing the file. Under the file lock."""
+        segment with this block's entries, from byte ranges of it: what an append past
+        ``MAX_SEGMENTS`` does, without parsing the file. Under the file lock."""
+        if not self._splice_locked(ix, items, follows, baseline):
+            return False
+        self.baseline = None  # the tape reads the file as it was; a second save merges
+        return True
+
+    def _splice_locked(self, ix: FileIndex, items: list[Item], follows: list[int | None],
+                       baseline: tuple[int, ...] | None) -> bool:
+        """Write the file ``ix`` indexes again as one segment from byte ranges of it
+        (``splice.py``), if it is still the file ``baseline`` names; whether it was written
+        (False: the whole save runs instead). Under the file lock."""
         from .splice import splice
 
         try:
@@ -260,7 +270,7 @@ class Writer:
             return False
         try:
             if fmt.identity(self.path, fd) != baseline:
-                return False
+                return False  # another writer, or an edit: merge with what is there
             try:
                 parts = splice(*_one_segment(ix, items, follows, self.tape.values))
             except CassetteError:
@@ -268,7 +278,6 @@ class Writer:
             fmt.atomic_write_parts(self.path, parts, fd)
         finally:
             os.close(fd)
-        self.baseline = None  # the tape reads the file as it was; a second save merges
         return True
 
     def _recorded_by_others(self, now: FileIndex, n: int) -> bool:
@@ -288,25 +297,12 @@ class Writer:
         """Write the spliced file if nobody changed the file since it was read (under the
         lock); whether it was written (False: the whole save runs instead)."""
         from .lock import cassette_lock
-        from .splice import splice
 
         with cassette_lock(self.path):
             fmt.remove_stale_temps(self.path)
             fmt.recover_locked(self.path)  # (then the file is not the one read)
-            try:
-                fd = os.open(self.path, os.O_RDONLY)
-            except FileNotFoundError:
+            if not self._splice_locked(ix, items, follows, self.baseline):
                 return False
-            try:
-                if fmt.identity(self.path, fd) != self.baseline:
-                    return False  # another writer, or an edit: merge with what is there
-                try:
-                    parts = splice(*_one_segment(ix, items, follows, self.tape.values))
-                except CassetteError:
-                    return False  # the whole save parses the file and names the damage
-                fmt.atomic_write_parts(self.path, parts, fd)
-            finally:
-                os.close(fd)
             self.baseline = fmt.identity(self.path)  # a second save merges with this one
         return True
 
