@@ -51,12 +51,12 @@ TABLE = [
     ("auto", False, "re-recorded", "s b xo"),  # the re-recorded answer, not both
     ("auto", False, "deleted", "x s b"),
     ("auto", True, "unchanged", "x s b"),
-    ("auto", True, "added", "x s b z"),
-    ("auto", True, "re-recorded", "s b xo"),
+    ("auto", True, "added", "x s z b"),  # a shared file keeps its order: new calls last
+    ("auto", True, "re-recorded", "xo s b"),
     ("auto", True, "deleted", "x s b"),
     ("replay", True, "unchanged", "x s"),
     ("replay", True, "added", "x s z"),
-    ("replay", True, "re-recorded", "s xo"),
+    ("replay", True, "re-recorded", "xo s"),
     ("replay", True, "deleted", "x s"),
 ]
 
@@ -88,8 +88,22 @@ def test_a_file_created_since_the_block_read_none() -> None:
 
 def test_identical_entries_are_counted_not_collapsed() -> None:
     # another writer added a second, identical X; this run recorded the same Z it did
-    out = merge([X, Z], new={id(Z)}, read=[X], now=[X, dict(X), dict(Z)], mode="auto",
+    for shared, expected in ((True, "x x z"), (False, "x z x")):
+        out = merge([X, Z], new={id(Z)}, read=[X], now=[X, dict(X), dict(Z)], mode="auto",
+                    shared=shared)
+        assert written(out.entries) == expected
+
+
+def test_a_shared_file_keeps_its_order_so_the_next_writer_can_append() -> None:
+    # Another writer appended Z after the entries this block read; this block's whole save
+    # keeps them where they are and puts its own new call after them, as its append would.
+    out = merge([X, B, S], new={id(B)}, read=[X, S], now=[dict(X), dict(S), Z], mode="auto",
                 shared=True)
+    assert written(out.entries) == "x s z b"
+    # A call this block made twice with the same answer is two entries, even where the
+    # file holds one of them.
+    x2 = dict(X)
+    out = merge([x2, X], new={id(x2)}, read=[X], now=[dict(X), Z], mode="auto", shared=True)
     assert written(out.entries) == "x z x"
 
 

@@ -16,6 +16,8 @@ mode                   the block's change
 ``auto`` / ``replay``  new calls are added where the run made them; entries the block
                        pruned go; entries another writer added stay, and those it removed
                        (re-recorded) stay removed
+``auto`` / ``replay``,  the same, but the file keeps its order: the block's new calls go
+shared                 after every entry there (the place an append puts them)
 =====================  ================================================================
 
 A shared file is never pruned by one block (``Cassette.save``): it cannot tell which of the
@@ -84,6 +86,8 @@ def merge(mine: list[Doc], *, new: Collection[int], read: list[Doc], now: list[D
         return _rerecorded(now or [], mine)
     if now is None:
         return Merged(list(mine), {})
+    if shared:
+        return _appended(mine, new, read, now)
     return _added(mine, new, read, now)
 
 
@@ -143,4 +147,42 @@ def _added(mine: list[Doc], new: Collection[int], read: list[Doc], now: list[Doc
         q = spare.get(content[id(d)])
         if q:
             stand_ins[id(q.popleft())] = d
+    return Merged(out, stand_ins)
+
+
+def _appended(mine: list[Doc], new: Collection[int], read: list[Doc], now: list[Doc]) -> Merged:
+    """:func:`_added` for a shared file: the file as it is now, in its order (each entry
+    that is the block's too written as the block's), less the recorded entries the block
+    dropped; then the block's new calls that are not there yet, in the run's order.
+
+    The order is what appending the new calls would have written, so the next writer
+    still finds the entries it read at the start of the file and appends after them. When
+    a whole save put its own calls first instead, every other writer's next save had to
+    be whole too, and so on: 3 writers x 400 calls in blocks of 10 into one file wrote it
+    whole at 9 of 90 saves in a quick run, each up to 290 ms and growing with the file."""
+    content = {id(d): _content(d) for d in (*mine, *now)}
+    pool: dict[bytes, collections.deque[Doc]] = collections.defaultdict(collections.deque)
+    # Recorded entries stand in first: a new call equal to one of them is a second one.
+    for d in sorted(mine, key=lambda d: id(d) in new):
+        pool[content[id(d)]].append(d)
+    dropped = (collections.Counter(_content(d) for d in read)
+               - collections.Counter(content[id(d)] for d in mine))
+    out: list[Doc] = []
+    stand_ins: dict[int, Doc] = {}
+    placed: set[int] = set()
+    for d in now:
+        c = content[id(d)]
+        q = pool.get(c)
+        if q:
+            m = q.popleft()
+            out.append(m)
+            placed.add(id(m))
+            stand_ins[id(d)] = m
+        elif dropped[c] > 0:
+            dropped[c] -= 1  # re-recorded by this block: the old answer goes
+        else:
+            out.append(d)  # another writer's
+    # The block's calls not in the file now: its new ones go last; the recorded ones
+    # another writer removed (re-recorded) stay removed.
+    out += [d for d in mine if id(d) in new and id(d) not in placed]
     return Merged(out, stand_ins)
