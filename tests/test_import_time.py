@@ -314,6 +314,8 @@ FIRST_BLOCK = ("asyncio", "ssl", "concurrent.futures", "logging",
 def test_the_first_block_loads_interception_only_when_there_is_something_to_patch(
     block: str, before: str, tmp_path: pathlib.Path,
 ) -> None:
+    # ``socket`` alone (every pytest process has it) sets a tripwire: interception loads at
+    # the first connection or lookup made inside a block, not when the block opens.
     got = _run(f"""
 import json, sys
 import dejacache
@@ -322,10 +324,40 @@ tmp = {str(tmp_path)!r}
 with {block}:
     inside = sorted(m for m in {FIRST_BLOCK!r} if m in sys.modules and m != "socket")
     armed = "dejacache.http.intercept" in sys.modules
-print(json.dumps([inside, armed, "socket" in sys.modules]))
+    if "socket" in sys.modules:
+        sys.modules["socket"].getaddrinfo("127.0.0.1", 9)
+    tripped = "dejacache.http.intercept" in sys.modules
+print(json.dumps([inside, armed, tripped, "socket" in sys.modules]))
 """)
     socket = before == "import socket"
-    assert got == [[], socket, socket]
+    assert got == [[], False, socket, socket]
+
+
+@pytest.mark.parametrize("mode", ["replay", "auto"])
+def test_the_first_connection_of_a_block_meets_the_backstop(
+    mode: str, tmp_path: pathlib.Path,
+) -> None:
+    # Only ``socket`` is loaded when the block opens, so interception is not loaded then; the
+    # first connection (an HTTP request to loopback that went round interception) loads it
+    # and is judged like any other: refused in replay, let through with a warning else.
+    got = _run(f"""
+import http.client, json, socket, warnings
+import dejacache
+srv = socket.socket()
+srv.bind(("127.0.0.1", 0))
+srv.listen()
+port = srv.getsockname()[1]
+with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    with dejacache.cassette({str(tmp_path / "c.json")!r}, mode={mode!r}):
+        try:
+            http.client.HTTPConnection("127.0.0.1", port, timeout=5).connect()
+            got = "connected"
+        except dejacache.NetworkBlocked:
+            got = "blocked"
+print(json.dumps([got, any("did not go through" in str(w.message) for w in seen)]))
+""")
+    assert got == (["blocked", False] if mode == "replay" else ["connected", True])
 
 
 # ---------------------------------------------------------------- what each entry point loads

@@ -27,7 +27,7 @@ from typing import Any
 
 from ..errors import NetworkBlocked
 
-__all__ = ["Attempt", "NetworkGuard", "add_check", "allowed_hosts", "code_path",
+__all__ = ["Attempt", "NetworkGuard", "add_check", "allowed_hosts", "code_path", "run_checks",
            "is_loopback", "remove_check"]
 
 _LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost",
@@ -86,14 +86,16 @@ def _attempt(kind: str, host: Any, port: Any) -> Attempt:
     return Attempt(kind, h, port, _NAMES.get(h, h))
 
 
-def _run(attempt: Attempt) -> None:
+def run_checks(attempt: Attempt) -> None:
+    """Show ``attempt`` to every check in force (one armed while it was being made)."""
     for check in list(_CHECKS):
         check(attempt)
 
 
+
 def _refuse_or_pass(sock: socket.socket, address: Any) -> None:
     try:
-        _run(_attempt("connect", address[0], address[1]))
+        run_checks(_attempt("connect", address[0], address[1]))
     except NetworkBlocked:
         # The socket can never be used now, and callers close theirs on OSError only
         # (socket.create_connection): closed here, it is not left to the garbage collector.
@@ -135,7 +137,7 @@ def _install() -> None:
 
     def getaddrinfo(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
         if _CHECKS:
-            _run(_attempt("resolve", host, port))
+            run_checks(_attempt("resolve", host, port))
         infos = real_getaddrinfo(host, port, *args, **kwargs)
         _remember(host, infos)
         return infos

@@ -8,8 +8,12 @@ HTTP client. So a block only counts itself here; the machinery is loaded and arm
 module it patches is in the process: when the block opens if one is already imported, else
 the moment one is imported while a block is open (``_watched``'s import hook), before the
 importing code can make a call. The watched modules are the HTTP libraries, the transports
-and seams ``intercept.py`` patches, and ``socket`` (no connection can be made without it, so
-the replay backstop is armed no later than the first connection could be).
+and seams ``intercept.py`` patches, and ``socket``. ``socket`` alone (every pytest process
+has it: its plugins import asyncio) does not load the machinery: a tripwire on the socket
+layer (``cassettes/netguard.py``) loads and arms it at the first connection or lookup made
+while a block is open, and the replay backstop then judges that one too. A suite of
+``@cache`` tests that opens no connection so never loads the HTTP machinery (~15 ms of a
+one-test run with a cassette).
 
 Imports nothing beyond what ``import dejacache`` already has.
 """
@@ -19,15 +23,21 @@ from __future__ import annotations
 import sys
 import threading
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 from ..scope import BLOCK_HOOKS
 from ._watched import WATCHED, on_load
+
+if TYPE_CHECKING:
+    from ..cassettes.netguard import Attempt
 
 __all__ = ["on_block"]
 
 _LOCK = threading.RLock()
 _OPEN = 0  # test-facing blocks open now
 _ARMED = False  # whether intercept.py holds one acquisition per open block
+_WIRED = False  # whether the tripwire is set
+_LIBRARIES = WATCHED - {"socket"}
 
 
 def _loaded_here(name: str) -> bool:
@@ -49,6 +59,7 @@ def _arm() -> None:
     global _ARMED
     machinery = _machinery()
     with _LOCK:
+        _tripwire(False)
         if not _ARMED and _OPEN > 0:
             for _ in range(_OPEN):
                 machinery.on_block(+1)
@@ -65,15 +76,51 @@ def on_block(delta: int) -> None:
             if _OPEN == 0:
                 _ARMED = False
             return
-        wanted = delta > 0 and any(_loaded_here(name) for name in WATCHED)
+        if _OPEN == 0:
+            _tripwire(False)
+        wanted = delta > 0 and any(_loaded_here(name) for name in _LIBRARIES)
+        if delta > 0 and not wanted and _loaded_here("socket"):
+            _tripwire(True)
     if wanted:
         _arm()
 
 
+def _tripwire(on: bool) -> None:
+    """Set (``on``) or lift the tripwire. Under our lock."""
+    global _WIRED
+    if on == _WIRED:
+        return
+    from ..cassettes import netguard  # the socket layer is in the process already
+
+    if on:
+        netguard.add_check(_tripped, first=True)
+    else:
+        netguard.remove_check(_tripped)
+    _WIRED = on
+
+
+def _tripped(attempt: Attempt) -> None:
+    """A connection or lookup while a block is open and only ``socket`` was loaded: arm,
+    then show this attempt to the checks armed now (the replay backstop among them)."""
+    from ..cassettes import netguard
+
+    with _LOCK:
+        _tripwire(False)
+        wanted = _OPEN > 0 and not _ARMED
+    if wanted:
+        _arm()
+        netguard.run_checks(attempt)
+
+
 def _loaded(module: ModuleType) -> None:
-    """A watched module finished loading: arm for the open blocks, then let interception
-    patch it (it does so only while it holds an acquisition)."""
-    if _OPEN > 0 and not _ARMED:
+    """A watched module finished loading: arm for the open blocks (``socket``: set the
+    tripwire), then let interception patch it (it does so only while it holds an
+    acquisition)."""
+    if module.__name__ == "socket":
+        with _LOCK:
+            if _OPEN > 0 and not _ARMED:
+                _tripwire(True)
+    elif _OPEN > 0 and not _ARMED:
         _arm()
     if _ARMED:
         _machinery().loaded(module)
