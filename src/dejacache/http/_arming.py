@@ -59,11 +59,11 @@ def _arm() -> None:
     global _ARMED
     machinery = _machinery()
     with _LOCK:
-        _tripwire(False)
         if not _ARMED and _OPEN > 0:
             for _ in range(_OPEN):
                 machinery.on_block(+1)
             _ARMED = True
+        _tripwire(False)  # only now: the guard armed above watches every connection
 
 
 def on_block(delta: int) -> None:
@@ -105,9 +105,10 @@ def _tripped(attempt: Attempt) -> None:
     from ..cassettes import netguard
 
     with _LOCK:
-        _tripwire(False)
-        wanted = _OPEN > 0 and not _ARMED
+        wanted = _OPEN > 0
     if wanted:
+        # The tripwire stays set until the guard is armed: a connection another thread
+        # makes meanwhile trips it too, and waits here for the import.
         _arm()
         netguard.run_checks(attempt)
 
