@@ -17,8 +17,10 @@ way (input side: uncached, cached reads and cache writes at the model's rates).
 - ``sdk`` (``.venv``): a long, multi-turn, tool-using agent (``tests/runtime/tool_agent.py``)
   serving 12 conversations at once on gpt-4.1 with the clock at the top of its system prompt;
   6 on claude-sonnet-4-6 with no cache marker and 400 s between messages; 12 on gpt-5.6 with
-  its instructions as content parts; and the small SDK agents of ``agent_pool_prefix.py``
-  (``tests/runtime/prefix_agents.py``) rebuilding their system prompt every turn.
+  its instructions as content parts; 6 on claude-sonnet-4-6 with its breakpoints where they
+  buy nothing (one on a system block after the clock, one on each question); and the small
+  SDK agents of ``agent_pool_prefix.py`` (``tests/runtime/prefix_agents.py``) rebuilding their
+  system prompt every turn.
 - ``hermes`` (``.venv-hermes``): hermes-agent's ``AIAgent`` built fresh for every message of
   one chat, its ephemeral prompt starting with the time and the message id
   (``tests/integrations/hermes/prefix_gateway.py``).
@@ -49,6 +51,9 @@ class Workload:
     name: str
     run: Runner
     applies: frozenset[str]  # the fix kinds this workload can apply
+    # Runtime fixes also measured alone (the plan may choose them after a code change, but
+    # they are what apply= does without one): predicted by pricing the recording with them.
+    alone: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass
@@ -81,8 +86,11 @@ def _fixes(plan: Any) -> list[tuple[str, bool, float]]:
 def measure(w: Workload, tmp: pathlib.Path) -> list[str]:
     from dejacache.planner import plan_recordings
 
+    def trace(fixes: tuple[str, ...]) -> pathlib.Path:
+        return tmp / f"{w.name}-{'-'.join(fixes) or 'as-is'}.jsonl".replace(" ", "_")
+
     def traced(fixes: tuple[str, ...]) -> Any:
-        path = tmp / f"{w.name}-{'-'.join(fixes) or 'as-is'}.jsonl".replace(" ", "_")
+        path = trace(fixes)
         path.unlink(missing_ok=True)
         w.run(fixes, path)
         return plan_recordings(path)
@@ -110,7 +118,23 @@ def measure(w: Workload, tmp: pathlib.Path) -> list[str]:
                      f"{after.recorded_cached / after.prompt:.1%} |")
         if not alternative:
             applied, before = run, after
+    for kind in w.alone:
+        fixes.append(_alone(w, kind, base, trace(()), traced))
     return [*rows, "\x00", *fixes]
+
+
+def _alone(w: Workload, kind: str, base: Totals, as_is: pathlib.Path,
+           traced: Callable[[tuple[str, ...]], Any]) -> str:
+    from dejacache._core.cache_plan import price
+    from dejacache.cassettes.prices import rates_from_table
+    from dejacache.planner.load import accounts
+
+    predicted = base.predicted_cost - price(accounts(as_is), (kind,), rates_from_table())
+    after = _totals(traced((kind,)))
+    reported = base.recorded_cost - after.recorded_cost
+    error = f"{(predicted - reported) / reported:+.1%}" if reported else "-"
+    return (f"| {w.name} | {kind} (alone) | ${predicted:.4f} | ${reported:.4f} | {error} | "
+            f"{after.recorded_cached / after.prompt:.1%} |")
 
 
 CALIBRATION = ("| workload | turns | prompt tokens | hit rate, reported | hit rate, predicted | "
@@ -139,7 +163,8 @@ def report(workloads: list[Workload]) -> None:
 # ---------------------------------------------------------------- the SDK workloads
 
 
-def _tool_agent(name: str, model: str, **kwargs: Any) -> Workload:
+def _tool_agent(name: str, model: str, alone: tuple[str, ...] = (),
+                skip: frozenset[str] = frozenset(), **kwargs: Any) -> Workload:
     import dejacache
     from runtime.cache_provider import CachingProvider
     from runtime.tool_agent import Shape, SimClock, replies, run_anthropic, run_openai
@@ -165,7 +190,7 @@ def _tool_agent(name: str, model: str, **kwargs: Any) -> Workload:
             provider.stop()
 
     return Workload(name, runner, frozenset({"move", "pool", "long_ttl", "breakpoints",
-                                             "prompt_cache_key"}))
+                                             "prompt_cache_key"}) - skip, alone)
 
 
 def _small_agent(name: str, which: str) -> Workload:
@@ -201,6 +226,11 @@ def sdk() -> None:
                     gap=400.0),
         _tool_agent("tool agent, gpt-5.6, 12 chats, instructions as parts", "gpt-5.6",
                     shape=Shape(clock="user", parts=True), sessions=12, turns=6),
+        _tool_agent("tool agent, claude-sonnet-4-6, 6 chats, breakpoints badly placed",
+                    "claude-sonnet-4-6", shape=Shape(clock="system", markers="bad"),
+                    sessions=6, turns=6, alone=("breakpoints",),
+                    # The plan's 1 h markers are the moved ones, which the agent never places.
+                    skip=frozenset({"long_ttl"})),
         _small_agent("SDK agent, gpt-4.1, prompt rebuilt each turn", "openai"),
         _small_agent("SDK agent, claude-sonnet-4-6, prompt rebuilt each turn", "anthropic"),
     ])

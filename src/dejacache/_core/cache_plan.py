@@ -19,7 +19,8 @@ none saves more. ``saving`` is that step's predicted cost minus the next, in dol
 model's input price (0 for a model without a price: then cached tokens decide), ``tokens``
 the cached tokens it adds, ``hit_rate`` the session's with it and the ones before. Kinds:
 ``move`` and ``pool`` (``cache_transforms.py``: change what the model reads, priced only),
-``breakpoints``, ``prompt_cache_key`` (``cache_fixes.py``: cache controls the runtime can apply)
+``breakpoints`` (added, or moved from where they buy nothing: the description names each move's
+path, from and to), ``prompt_cache_key`` (``cache_fixes.py``: cache controls the runtime can apply)
 and ``long_ttl``. ``combined``: every fix chosen, applied together. A fix not chosen that
 saves on its own (moving a span where pooling saves more) is listed after them as an
 ``alternative``, priced alone.
@@ -34,14 +35,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import cache_fixes
+from .cache_breakpoints import place, show
 from .cache_model import ProviderCache, Sent, Served
 from .cache_rules import CacheRules, rules_for
 from .cache_transforms import moved, pooled
 from .hazards import PrefixHazard
+from .json_edit import DELETE
 from .prefix import Prefix, build_prefix
 from .prompt_cache import CHARS_PER_TOKEN, PrefixBreak, Rates, SessionState, Usage
 
-__all__ = ["RUNTIME_FIXES", "Account", "Fix", "Plan", "SessionPlan", "Turn", "plan"]
+__all__ = ["RUNTIME_FIXES", "Account", "Fix", "Plan", "SessionPlan", "Turn", "plan", "price"]
 
 RatesFor = Callable[[str, str], Rates | None]
 #: The fixes ``PrefixMonitor(apply=...)`` and ``AgentPool(apply=...)`` can apply.
@@ -196,11 +199,15 @@ def _prefixes(account: Account, edit: Callable[[Turn], Mapping[str, Any] | None]
 # ---------------------------------------------------------------- fixes
 
 
+def _rules_of(turn: Turn, rules: Callable[[str, str], CacheRules]) -> CacheRules:
+    provider = "anthropic" if turn.api == "messages" else "openai"
+    return rules(provider, str(turn.body.get("model") or ""))
+
+
 def _body_fix(kind: str, rules: Callable[[str, str], CacheRules]
               ) -> Callable[[Turn], Mapping[str, Any] | None]:
     def edit(turn: Turn) -> Mapping[str, Any] | None:
-        provider = "anthropic" if turn.api == "messages" else "openai"
-        r = rules(provider, str(turn.body.get("model") or ""))
+        r = _rules_of(turn, rules)
         if kind == "prompt_cache_key":
             edits = cache_fixes.key_edits(turn.api, turn.body, turn.session)
         elif kind == "breakpoints":
@@ -252,6 +259,29 @@ def _describe_break(kind: str, b: PrefixBreak) -> str:
     part = "tools" if b.segment == "tools" else "system prompt"
     return (f"pool the agent (AgentPool): it is rebuilt each message and its {part} "
             f"changes at `{b.path}` ({span}); a pooled agent keeps the prompt it was built with")
+
+
+def _moved_breakpoints(account: Account, rules: Callable[[str, str], CacheRules]
+                       ) -> dict[str, tuple[str, str]]:
+    """Per session whose requests carry badly placed breakpoints: (the first one's path, a
+    description of the moves and of what is added), from its first such request."""
+    out: dict[str, tuple[str, str]] = {}
+    for turn in account.turns:
+        if turn.session in out or turn.local:
+            continue
+        placed = place(turn.api, turn.body, _rules_of(turn, rules))
+        if not placed.moves:
+            continue
+        moves = "; ".join(
+            f"`{m.source}` ({m.why}) to `{m.target}`" if m.target else
+            f"`{m.source}` ({m.why}): drop it" for m in placed.moves)
+        targets = {m.target for m in placed.moves}
+        added = [show(p) for p, _, v in placed.edits if v is not DELETE
+                 and show(p) not in targets]
+        more = f"; and add one at {', '.join(f'`{a}`' for a in added)}" if added else ""
+        out[turn.session] = (placed.moves[0].source,
+                             f"move the cache breakpoints: {moves}{more}")
+    return out
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -397,6 +427,7 @@ def _plan_account(account: Account, rates: RatesFor,
         if alone is not None and _gain(base, alone)[0] > 1e-12:
             steps.append((dataclasses.replace(o, alternative=True), base, alone))
     plans = []
+    moved = _moved_breakpoints(account, rules)
     for name, s in base.items():
         breaks, hazards = verdicts.get(name, ([], []))
         fixes = []
@@ -405,6 +436,8 @@ def _plan_account(account: Account, rates: RatesFor,
             if b is None or a is None:
                 continue
             saving, tokens = b.cost - a.cost, a.cached - b.cached
+            if o.kind == "breakpoints" and name in moved:
+                o = dataclasses.replace(o, path=moved[name][0], description=moved[name][1])
             if saving > 1e-12 or (saving >= -1e-12 and tokens > 0):
                 fixes.append(Fix(o.kind, o.description, o.path, saving, tokens,
                                  a.cached / a.prompt if a.prompt else 0.0,
@@ -415,6 +448,19 @@ def _plan_account(account: Account, rates: RatesFor,
                                  s.cost, tuple(breaks), tuple(hazards), tuple(fixes),
                                  c.cached, c.cost))
     return plans
+
+
+def price(accounts: Sequence[Account], kinds: Sequence[str], rates: RatesFor,
+          rules: Callable[[str, str], CacheRules] = rules_for) -> float:
+    """The predicted cost of ``accounts`` with the fixes ``kinds`` (no ``move``: it needs a
+    span) applied together: what a fix saves alone, where the plan chose it after others."""
+    chosen = frozenset(_Option(k, "") for k in kinds)
+    total = 0.0
+    for account in accounts:
+        pricer = _Pricer(account, rates, rules)
+        sums = pricer.sums(chosen) or _send(account, pricer.prefixes, rates, rules)
+        total += sum(s.cost for s in sums.values())
+    return total
 
 
 def plan(accounts: Sequence[Account], rates: RatesFor,
