@@ -22,6 +22,14 @@ against what a provider reports:
   ``prompt_cache_breakpoint``), read at any message boundary, live 30 minutes (12 hours for a
   ``"12h"`` breakpoint), and writes are reported as ``cache_write_tokens``.
 
+- Gemini (``/{version}/models/{model}:generateContent``, what google-genai calls): implicit
+  caching, renders the system instruction, the tools, then the contents; a request reads the
+  longest prefix (to the character) it shares with a live earlier prompt of the same model
+  when that is at least the model's minimum (4,096 tokens for the Pro models, 1,024 for the
+  others), each read renewing it; prompts live 5 minutes. Usage as Gemini reports it:
+  ``promptTokenCount`` counts every prompt token, ``cachedContentTokenCount`` (and
+  ``cacheTokensDetails``) the cached ones, left out when none were (proto3 JSON drops zeros).
+
 Tokens are characters / 4 of the rendered text. ``requests`` holds each request body parsed,
 ``raw`` as it arrived. ``clock``: seconds, read once per request
 (a benchmark passes its own to play hours of traffic in seconds). ``clear()`` forgets every
@@ -33,6 +41,7 @@ from __future__ import annotations
 import collections
 import hashlib
 import itertools
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -57,11 +66,25 @@ ROUTE_RPM = 15  # requests a minute one route serves
 ANTHROPIC_TTL, ANTHROPIC_LONG = 300.0, 3600.0
 OPENAI_TTL, OPENAI_LONG = 300.0, 86400.0
 GPT56_TTL, GPT56_LONG = 1800.0, 43200.0
+GEMINI_TTL, GEMINI_PRO_MIN = 300.0, 4096
 _MARKS = ("cache_control", "prompt_cache_breakpoint")
+_GEMINI = re.compile(r"/v1[a-z0-9]*/models/([^/:]+):generateContent")
 
 
 def _h(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _common(a: str, b: str) -> int:
+    """Characters ``a`` and ``b`` share at their start (halving on slices: C speed)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _tokens(text: str) -> int:
@@ -129,6 +152,9 @@ class _Handler(LoopbackHandler):
             return self._chat(body, n, usage)
         if path == "/v1/responses":
             return self._responses(body, n, now)
+        gemini = _GEMINI.fullmatch(path)
+        if gemini is not None:
+            return self._gemini(gemini.group(1), body, n, now)
         self.send_json(404, {"error": {"message": f"no route {path}"}})
 
     def _responses(self, body: dict[str, Any], n: int, now: float) -> None:
@@ -153,6 +179,24 @@ class _Handler(LoopbackHandler):
                       "input_tokens_details": details,
                       "output_tokens_details": {"reasoning_tokens": 0}},
         })
+
+    def _gemini(self, model: str, body: dict[str, Any], n: int, now: float) -> None:
+        text = "".join(_render(v) for v in (
+            [body["systemInstruction"]] if body.get("systemInstruction") else []) + [
+            *(body.get("tools") or []), *(body.get("contents") or [])])
+        total = _tokens(text)
+        cached = self.fake.gemini_cached(model, text, now)
+        usage: dict[str, Any] = {"promptTokenCount": total, "candidatesTokenCount": 5,
+                                 "totalTokenCount": total + 5,
+                                 "promptTokensDetails": [{"modality": "TEXT",
+                                                          "tokenCount": total}]}
+        if cached:
+            usage["cachedContentTokenCount"] = cached
+            usage["cacheTokensDetails"] = [{"modality": "TEXT", "tokenCount": cached}]
+        self.send_json(200, {
+            "candidates": [{"content": {"parts": [{"text": f"reply {n}"}], "role": "model"},
+                            "finishReason": "STOP", "index": 0}],
+            "usageMetadata": usage, "modelVersion": model, "responseId": f"resp-{n:06d}"})
 
     def _chat(self, body: dict[str, Any], n: int, usage: dict[str, Any]) -> None:
         model = body.get("model")
@@ -202,6 +246,7 @@ class CachingProvider(LoopbackProvider):
         self._replies = replies
         self.cache: dict[str, tuple[float, float]] = {}  # key -> (expires, lifetime)
         self.routes: dict[str, collections.deque[float]] = {}
+        self.gemini: dict[str, list[list[Any]]] = {}  # model -> [prompt text, expires]
         self.requests: list[dict[str, Any]] = []
         self.raw: list[bytes] = []  # the request bodies as they arrived
         self._n = itertools.count(1)
@@ -210,6 +255,7 @@ class CachingProvider(LoopbackProvider):
         with self._lock:
             self.cache.clear()
             self.routes.clear()
+            self.gemini.clear()
 
     def reply(self, body: dict[str, Any], n: int) -> dict[str, Any]:
         if self._replies is not None:
@@ -288,6 +334,25 @@ class CachingProvider(LoopbackProvider):
                 "cache_creation_input_tokens": written,
                 "cache_creation": {"ephemeral_5m_input_tokens": written - long,
                                    "ephemeral_1h_input_tokens": long}}
+
+    def gemini_cached(self, model: str, text: str, now: float) -> int:
+        """Implicit caching: tokens of the longest live prefix ``text`` shares with an earlier
+        prompt of ``model`` (see the module); ``text`` kept for the next requests."""
+        minimum = GEMINI_PRO_MIN if "-pro" in model else MIN_TOKENS
+        with self._lock:
+            prompts = self.gemini.setdefault(model, [])
+            live = [p for p in prompts if now <= p[1]]
+            best, hit = 0, None
+            for p in live:
+                common = _common(p[0], text)
+                if _tokens(text[:common]) >= minimum and common > best:
+                    best, hit = common, p
+            if hit is not None:
+                hit[1] = now + GEMINI_TTL
+            live = [p for p in live if not text.startswith(p[0])]
+            live.append([text, now + GEMINI_TTL])
+            self.gemini[model] = live
+        return _tokens(text[:best]) if best else 0
 
     def _machine(self, body: dict[str, Any], text: str, now: float) -> str:
         route = _h(f"{body.get('model')}\0{text[:ROUTE_CHARS]}\0"

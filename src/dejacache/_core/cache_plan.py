@@ -19,9 +19,11 @@ none saves more. ``saving`` is that step's predicted cost minus the next, in dol
 model's input price (0 for a model without a price: then cached tokens decide), ``tokens``
 the cached tokens it adds, ``hit_rate`` the session's with it and the ones before. Kinds:
 ``move`` and ``pool`` (``cache_transforms.py``: change what the model reads, priced only),
-``breakpoints`` (added, or moved from where they buy nothing: the description names each move's
-path, from and to), ``prompt_cache_key`` (``cache_fixes.py``: cache controls the runtime can apply)
-and ``long_ttl``. ``combined``: every fix chosen, applied together. A fix not chosen that
+``cached_content`` (Gemini: an explicit cache for what every turn repeats,
+``cache_explicit.py``; priced with its storage, planner only), ``breakpoints`` (added, or
+moved from where they buy nothing: the description names each move, from and to),
+``prompt_cache_key`` (``cache_fixes.py``: cache controls the runtime can apply) and
+``long_ttl``. ``combined``: every fix chosen, applied together. A fix not chosen that
 saves on its own (moving a span where pooling saves more) is listed after them as an
 ``alternative``, priced alone.
 
@@ -36,6 +38,7 @@ from typing import Any
 
 from . import cache_fixes
 from .cache_breakpoints import place, show
+from .cache_explicit import describe, lifetime, pinned
 from .cache_model import ProviderCache, Sent, Served
 from .cache_rules import CacheRules, rules_for
 from .cache_transforms import moved, pooled
@@ -77,7 +80,7 @@ class Account:
 class Fix:
     """One change and what it saves over the sessions it concerns."""
 
-    kind: str  # move | pool | breakpoints | prompt_cache_key | long_ttl
+    kind: str  # move | pool | breakpoints | prompt_cache_key | long_ttl | cached_content
     description: str  # names the path and span
     path: str
     saving: float  # dollars
@@ -160,6 +163,10 @@ def _recorded(usage: Usage | None, tokens: int) -> Served | None:
 Prefixes = dict[int, Prefix]  # turn index in the account -> the prefix sent
 
 
+def _times(account: Account, session: str) -> list[float | None]:
+    return [t.at for t in account.turns if t.session == session and not t.local]
+
+
 def _send(account: Account, prefixes: Prefixes, rates: RatesFor,
           rules: Callable[[str, str], CacheRules]) -> dict[str, _Sums]:
     """Each session's sums with ``prefixes`` sent in the account's order."""
@@ -173,6 +180,10 @@ def _send(account: Account, prefixes: Prefixes, rates: RatesFor,
         served = cache.send(Sent(p, tokens, turn.at))
         r = rates(p.provider, p.model)
         s = out.setdefault(turn.session, _Sums())
+        if served.stored and r is not None:  # an explicit cache, kept for the conversation
+            row = rules(p.provider, p.model)
+            hours = lifetime(_times(account, turn.session), row) / 3600
+            s.cost += served.stored / 1e6 * row.storage * hours
         s.turns += 1
         s.prompt += tokens
         s.cached += served.read
@@ -199,9 +210,11 @@ def _prefixes(account: Account, edit: Callable[[Turn], Mapping[str, Any] | None]
 # ---------------------------------------------------------------- fixes
 
 
+_PROVIDER = {"messages": "anthropic", "gemini": "gemini"}
+
+
 def _rules_of(turn: Turn, rules: Callable[[str, str], CacheRules]) -> CacheRules:
-    provider = "anthropic" if turn.api == "messages" else "openai"
-    return rules(provider, str(turn.body.get("model") or ""))
+    return rules(_PROVIDER.get(turn.api, "openai"), str(turn.body.get("model") or ""))
 
 
 def _body_fix(kind: str, rules: Callable[[str, str], CacheRules]
@@ -315,6 +328,13 @@ def _options(breaks: Sequence[PrefixBreak]) -> list[_Option]:
     return out + [_Option(k, _DESCRIBE[k]) for k in _BODY_FIXES]
 
 
+def _explicit_options(account: Account) -> list[_Option]:
+    if any(t.api == "gemini" for t in account.turns):
+        return [_Option("cached_content", "create a Gemini CachedContent with what every turn "
+                                          "repeats, for the conversation's length")]
+    return []
+
+
 class _Pricer:
     """Sends an account with a set of fixes applied (body fixes first, in a fixed order, then
     pooling and moves) and remembers each result."""
@@ -359,6 +379,10 @@ class _Pricer:
                 new = _session_fix(fixed, sessions, change)
                 if new is not None:
                     fixed, changed = new, True
+        if "cached_content" in kinds:  # last: it holds what the other fixes left repeated
+            new = _session_fix(fixed, sessions, pinned)
+            if new is not None:
+                fixed, changed = new, True
         return fixed if changed else None
 
 
@@ -418,7 +442,8 @@ def _plan_account(account: Account, rates: RatesFor,
     pricer = _Pricer(account, rates, rules)
     base = _send(account, pricer.prefixes, rates, rules)
     verdicts = _verdicts(account, pricer.prefixes, rates)
-    options = _options([b for bs, _ in verdicts.values() for b in bs])
+    options = _options([b for bs, _ in verdicts.values() for b in bs]) + _explicit_options(
+        account)
     steps = _greedy(pricer, options, base)
     final = steps[-1][2] if steps else base
     taken = {o for o, _, _ in steps}
@@ -438,6 +463,8 @@ def _plan_account(account: Account, rates: RatesFor,
             saving, tokens = b.cost - a.cost, a.cached - b.cached
             if o.kind == "breakpoints" and name in moved:
                 o = dataclasses.replace(o, path=moved[name][0], description=moved[name][1])
+            if o.kind == "cached_content":
+                o = _explicit_option(account, pricer.prefixes, name, o, rules)
             if saving > 1e-12 or (saving >= -1e-12 and tokens > 0):
                 fixes.append(Fix(o.kind, o.description, o.path, saving, tokens,
                                  a.cached / a.prompt if a.prompt else 0.0,
@@ -461,6 +488,21 @@ def price(accounts: Sequence[Account], kinds: Sequence[str], rates: RatesFor,
         sums = pricer.sums(chosen) or _send(account, pricer.prefixes, rates, rules)
         total += sum(s.cost for s in sums.values())
     return total
+
+
+def _explicit_option(account: Account, prefixes: Prefixes, session: str, o: _Option,
+                     rules: Callable[[str, str], CacheRules]) -> _Option:
+    """``o`` described for ``session``: what its cache holds, for how long."""
+    turns = [n for n, t in enumerate(account.turns)
+             if t.session == session and not t.local and n in prefixes]
+    if len(turns) < 2:
+        return o
+    first = account.turns[turns[0]]
+    row = _rules_of(first, rules)
+    ps = [prefixes[n] for n in turns]
+    tokens = _tokens(ps[0], first.usage)
+    return dataclasses.replace(o, path=ps[0].items[0].path, description=describe(
+        ps, tokens, lifetime(_times(account, session), row), row))
 
 
 def plan(accounts: Sequence[Account], rates: RatesFor,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import collections
 import pathlib
+import re
 import sys
 from collections.abc import Iterator
 from typing import Any, NamedTuple
@@ -32,7 +33,10 @@ __all__ = ["PROVIDER_OF_API", "Recorded", "SessionInference", "add_prefix_report
            "iter_cassettes", "recorded_requests", "stored_usage"]
 
 #: The provider each request API belongs to (a turn is read only from its own provider).
-PROVIDER_OF_API = {"messages": "anthropic", "chat": "openai", "responses": "openai"}
+PROVIDER_OF_API = {"messages": "anthropic", "chat": "openai", "responses": "openai",
+                   "gemini": "gemini"}
+# ".../models/gemini-2.5-flash:generateContent": Gemini names the model in the URL.
+_GEMINI_MODEL = re.compile(r"/models/([^/:]+):")
 
 
 def iter_cassettes(target: str | pathlib.Path) -> Iterator[pathlib.Path]:
@@ -50,6 +54,8 @@ def stored_usage(response: Any) -> Any:
     body = response.get("json")
     if isinstance(body, dict) and isinstance(body.get("usage"), dict):
         return body["usage"]
+    if isinstance(body, dict) and isinstance(body.get("usageMetadata"), dict):
+        return body["usageMetadata"]  # Gemini
     merged: dict[str, Any] = {}
     for ev in response.get("events") or []:
         data = event_data(ev[1]) if isinstance(ev, list) and len(ev) == 2 else None
@@ -60,6 +66,8 @@ def stored_usage(response: Any) -> Any:
             found = data["message"].get("usage")
         elif isinstance(data.get("response"), dict):
             found = data["response"].get("usage")
+        if isinstance(data.get("usageMetadata"), dict):  # Gemini: the last event's is whole
+            found = data["usageMetadata"]
         if isinstance(found, dict):
             merged.update({k: v for k, v in found.items() if v is not None})
     return merged or None
@@ -135,6 +143,9 @@ def recorded_requests(path: pathlib.Path, per_cassette: bool = False) -> Iterato
         api = api_of(provider, body, name)
         if api is None or PROVIDER_OF_API[api] != provider:
             continue
+        if api == "gemini" and "model" not in body:
+            found = _GEMINI_MODEL.search(str(req.get("path", "")) if req else "")
+            body = {**body, "model": found.group(1) if found else ""}
         prefix = build_prefix(api, body)
         at = recorded_at(entry)
         duration = entry.get("duration")
