@@ -18,7 +18,9 @@ way (input side: uncached, cached reads and cache writes at the model's rates).
   serving 12 conversations at once on gpt-4.1 with the clock at the top of its system prompt;
   6 on claude-sonnet-4-6 with no cache marker and 400 s between messages; 12 on gpt-5.6 with
   its instructions as content parts; 6 on claude-sonnet-4-6 with its breakpoints where they
-  buy nothing (one on a system block after the clock, one on each question); and the small
+  buy nothing (one on a system block after the clock, one on each question); google-genai
+  chats on gemini-2.5-flash (implicit caching; the explicit ``CachedContent`` fix is priced,
+  not applied: the loopback has no explicit caches), seconds and minutes apart; and the small
   SDK agents of ``agent_pool_prefix.py`` (``tests/runtime/prefix_agents.py``) rebuilding their
   system prompt every turn.
 - ``hermes`` (``.venv-hermes``): hermes-agent's ``AIAgent`` built fresh for every message of
@@ -54,6 +56,7 @@ class Workload:
     # Runtime fixes also measured alone (the plan may choose them after a code change, but
     # they are what apply= does without one): predicted by pricing the recording with them.
     alone: tuple[str, ...] = ()
+    suffix: str = ".jsonl"  # what ``run`` writes: a monitor's trace, or a cassette (".json")
 
 
 @dataclasses.dataclass
@@ -87,7 +90,8 @@ def measure(w: Workload, tmp: pathlib.Path) -> list[str]:
     from dejacache.planner import plan_recordings
 
     def trace(fixes: tuple[str, ...]) -> pathlib.Path:
-        return tmp / f"{w.name}-{'-'.join(fixes) or 'as-is'}.jsonl".replace(" ", "_")
+        name = f"{w.name}-{'-'.join(fixes) or 'as-is'}{w.suffix}"
+        return tmp / name.replace(" ", "_").replace("/", "_")
 
     def traced(fixes: tuple[str, ...]) -> Any:
         path = trace(fixes)
@@ -213,6 +217,17 @@ def _small_agent(name: str, which: str) -> Workload:
     return Workload(name, runner, frozenset({"pool", "breakpoints", "prompt_cache_key"}))
 
 
+def _gemini(name: str, **kwargs: Any) -> Workload:
+    """google-genai conversations, recorded into a cassette (the monitor reads Anthropic and
+    OpenAI requests); no fix is applied: the loopback has no explicit caches."""
+    from runtime.gemini_chat import record
+
+    def runner(fixes: tuple[str, ...], path: pathlib.Path) -> None:
+        record(path, **kwargs)
+
+    return Workload(name, runner, frozenset(), suffix=".json")
+
+
 def sdk() -> None:
     import dejacache
     from runtime.tool_agent import Shape
@@ -231,6 +246,9 @@ def sdk() -> None:
                     sessions=6, turns=6, alone=("breakpoints",),
                     # The plan's 1 h markers are the moved ones, which the agent never places.
                     skip=frozenset({"long_ttl"})),
+        _gemini("google-genai chat, gemini-2.5-flash, 3 chats, 2 s apart", chats=3, turns=6),
+        _gemini("google-genai chat, gemini-2.5-flash, 2 chats, 7 min apart", chats=2, turns=6,
+                step=420.0),
         _small_agent("SDK agent, gpt-4.1, prompt rebuilt each turn", "openai"),
         _small_agent("SDK agent, claude-sonnet-4-6, prompt rebuilt each turn", "anthropic"),
     ])

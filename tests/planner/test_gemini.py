@@ -7,19 +7,15 @@ from __future__ import annotations
 
 import pathlib
 import re
-from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 genai = pytest.importorskip("google.genai")
 
-from google.genai import types  # noqa: E402
-
 import dejacache  # noqa: E402
 from dejacache.planner import check_recordings, plan_recordings  # noqa: E402
-from runtime.cache_provider import CachingProvider  # noqa: E402
-from runtime.tool_agent import RULES, SimClock  # noqa: E402
+from runtime.gemini_chat import record  # noqa: E402
+from runtime.tool_agent import RULES  # noqa: E402
 
 # google-genai subclasses aiohttp's ClientSession for its async client, which aiohttp warns
 # about; -W error would turn that into a failure.
@@ -32,39 +28,9 @@ def _observe_only() -> None:
     dejacache.configure(mode="off")  # every request reaches the provider
 
 
-def record(path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, *, chats: int = 3,
-           turns: int = 4, gap: float = 0.0, step: float = 2.0,
-           model: str = "gemini-2.5-flash",
-           system: Callable[[SimClock], str] = lambda clock: RULES) -> None:
-    """``chats`` conversations of ``turns`` messages, interleaved, ``step`` seconds apart and
-    ``gap`` more between rounds, recorded into a cassette stamped on the simulated clock."""
-    from dejacache.cassettes import ageing
-
-    clock = SimClock()
-    monkeypatch.setattr(ageing, "clock", clock.wall)
-    provider = CachingProvider(clock=clock).start()
-    histories: dict[str, list[Any]] = {f"chat-{i}": [] for i in range(chats)}
-    try:
-        with dejacache.cassette(path, mode="record"), genai.Client(
-                api_key="gemini-test", http_options=types.HttpOptions(
-                    base_url=provider.url)) as client:
-            for turn in range(turns):
-                for name, history in histories.items():
-                    history.append(types.Content(role="user", parts=[
-                        types.Part(text=f"[{name}] Paris to Lyon, trip {turn + 1}?")]))
-                    reply = client.models.generate_content(
-                        model=model, contents=history,
-                        config=types.GenerateContentConfig(system_instruction=system(clock)))
-                    history.append(reply.candidates[0].content)
-                    clock.now += step
-                clock.now += gap
-    finally:
-        provider.stop()
-
-
 def test_implicit_caching_predicted_against_cached_content_token_count(
-        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    record(tmp_path / "gemini.json", monkeypatch)
+        tmp_path: pathlib.Path) -> None:
+    record(tmp_path / "gemini.json")
     plan = plan_recordings(tmp_path / "gemini.json")
     assert [s.session for s in plan.sessions] == ["gemini.json#1", "gemini.json#2",
                                                   "gemini.json#3"]
@@ -78,9 +44,9 @@ def test_implicit_caching_predicted_against_cached_content_token_count(
 
 
 def test_an_explicit_cache_where_turns_outlive_implicit_caching(
-        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: pathlib.Path) -> None:
     # Seven minutes between messages: the implicit cache has let the prefix go every time.
-    record(tmp_path / "gemini.json", monkeypatch, chats=2, step=420.0)
+    record(tmp_path / "gemini.json", chats=2, step=420.0)
     plan = plan_recordings(tmp_path / "gemini.json")
     assert len(plan.sessions) == 2
     assert plan.total("recorded_cached") == plan.total("predicted_cached") == 0
@@ -101,17 +67,18 @@ def test_an_explicit_cache_where_turns_outlive_implicit_caching(
         expected = fix.tokens * 0.9 * 0.30 / 1e6 - held * 2820 / 3600 / 1e6
         assert fix.saving == pytest.approx(expected, rel=0.05)
     # At the Pro model's storage price and minimum, a short conversation does not pay.
-    record(tmp_path / "pro.json", monkeypatch, chats=2, step=420.0, turns=2,
+    record(tmp_path / "pro.json", chats=2, step=420.0, turns=2,
            model="gemini-2.5-pro", system=lambda clock: RULES * 3)
     pro = plan_recordings(tmp_path / "pro.json")
-    assert len(pro.sessions) == 2 and all(f.kind != "cached_content" for s in pro.sessions for f in s.fixes)
+    assert len(pro.sessions) == 2
+    assert all(f.kind != "cached_content" for s in pro.sessions for f in s.fixes)
 
 
 def test_the_gate_names_the_turn_and_span_on_gemini(
-        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    record(tmp_path / "base" / "gemini.json", monkeypatch, chats=1)
+        tmp_path: pathlib.Path) -> None:
+    record(tmp_path / "base" / "gemini.json", chats=1)
     # The seeded regression: the time at the top of the system instruction.
-    record(tmp_path / "head" / "gemini.json", monkeypatch, chats=1,
+    record(tmp_path / "head" / "gemini.json", chats=1,
            system=lambda clock: f"Current time: {clock.stamp()}\n{RULES}")
     assert check_recordings(tmp_path / "base", 0.5)[0].ok
     (verdict,) = check_recordings(tmp_path / "head", 0.5, baseline=tmp_path / "base")
