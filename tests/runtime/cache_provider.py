@@ -7,7 +7,8 @@ against what a provider reports:
 - Anthropic (``/v1/messages``): renders tools, system blocks, then messages; caches only at
   ``cache_control`` breakpoints (a top-level one marks the last block), prefixes of 1,024
   tokens or more; a breakpoint reads the longest cached prefix ending at a block boundary at
-  most 20 content blocks before it. Entries live 5 minutes, or an hour when the marker says
+  most 20 content blocks before it; a request with more than 4 markers is refused (400, as
+  Anthropic answers it). Entries live 5 minutes, or an hour when the marker says
   ``"ttl": "1h"``, each read renewing them. Usage: ``input_tokens`` (uncached),
   ``cache_read_input_tokens``, ``cache_creation_input_tokens`` and its split by lifetime
   (``cache_creation``). Streams too (usage in ``message_start``).
@@ -61,6 +62,7 @@ __all__ = ["CachingProvider"]
 MIN_TOKENS = 1024
 BLOCK = 128
 LOOKBACK = 20  # content blocks an Anthropic breakpoint looks back
+MAX_MARKS = 4  # cache_control markers a Messages request may carry
 ROUTE_CHARS = 256 * 4  # the routed head: 256 tokens
 ROUTE_RPM = 15  # requests a minute one route serves
 ANTHROPIC_TTL, ANTHROPIC_LONG = 300.0, 3600.0
@@ -113,6 +115,15 @@ def _mark(value: Any) -> Any:
     if isinstance(value, list):
         return next((m for m in map(_mark, value) if m is not None), None)
     return None
+
+
+def _count_marks(value: Any) -> int:
+    if isinstance(value, dict):
+        return int(value.get("cache_control") is not None) + sum(
+            _count_marks(v) for k, v in value.items() if k != "cache_control")
+    if isinstance(value, list):
+        return sum(_count_marks(v) for v in value)
+    return 0
 
 
 def _render(value: Any) -> str:
@@ -217,6 +228,12 @@ class _Handler(LoopbackHandler):
                        "data: [DONE]\n\n"])
 
     def _messages(self, body: dict[str, Any], n: int, now: float) -> None:
+        marks = _count_marks(body)
+        if marks > MAX_MARKS:  # what Anthropic answers: the request is refused
+            return self.send_json(400, {"type": "error", "error": {
+                "type": "invalid_request_error",
+                "message": f"A maximum of {MAX_MARKS} blocks with cache_control may be "
+                           f"provided. Found {marks}."}})
         usage = self.fake.anthropic_usage(body, now)
         content, stop = self.fake.message_reply(body, n)
         msg = {"id": f"msg_{n:06d}", "type": "message", "role": "assistant",

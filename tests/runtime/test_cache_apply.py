@@ -225,3 +225,22 @@ def test_apply_names_what_it_accepts() -> None:
     with pytest.raises(ConfigurationError, match="AgentPool: apply="):
         dejacache.AgentPool(dict, apply="everything")
     assert dejacache.PrefixMonitor(apply=False)._fixer is None
+
+
+def test_markers_past_the_limit_are_dropped_so_the_request_is_accepted(
+        provider: CachingProvider) -> None:
+    # Five markers: Anthropic refuses the request; the fix drops the earliest one.
+    def five(client: anthropic.Anthropic) -> Any:
+        return client.messages.create(model="claude-sonnet-4-6", max_tokens=8, messages=[
+            {"role": "user" if i % 2 == 0 else "assistant",
+             "content": [{"type": "text", "text": f"m{i}", "cache_control": EPH}]}
+            for i in range(5)])
+
+    with client_for(provider, "anthropic") as client:
+        with pytest.raises(anthropic.BadRequestError, match="A maximum of 4 blocks"):
+            five(client)
+        with dejacache.PrefixMonitor(apply=["breakpoints"]):
+            five(client)
+    sent = orjson.loads(provider.raw[-1])
+    assert [("cache_control" in m["content"][0]) for m in sent["messages"]] == [
+        False, True, True, True, True]
