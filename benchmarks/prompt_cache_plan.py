@@ -57,6 +57,9 @@ class Workload:
     # they are what apply= does without one): predicted by pricing the recording with them.
     alone: tuple[str, ...] = ()
     suffix: str = ".jsonl"  # what ``run`` writes: a monitor's trace, or a cassette (".json")
+    # What the provider bills beyond the requests' usage (an explicit cache's creation and
+    # storage), from what ``run`` wrote.
+    billed: Callable[[pathlib.Path], float] | None = None
 
 
 @dataclasses.dataclass
@@ -99,6 +102,11 @@ def measure(w: Workload, tmp: pathlib.Path) -> list[str]:
         w.run(fixes, path)
         return plan_recordings(path)
 
+    def totals(fixes: tuple[str, ...]) -> Totals:
+        out = _totals(traced(fixes))
+        out.recorded_cost += w.billed(trace(fixes)) if w.billed else 0.0
+        return out
+
     base_plan = traced(())
     base = _totals(base_plan)
     rec, pred = base.recorded_cached / base.prompt, base.predicted_cached / base.prompt
@@ -113,7 +121,7 @@ def measure(w: Workload, tmp: pathlib.Path) -> list[str]:
             fixes.append(f"| {w.name} | {label} | ${predicted:.4f} | (not applied here) | | |")
             continue
         run = (kind,) if alternative else (*applied, kind)
-        after = _totals(traced(run))
+        after = totals(run)
         ref = base if alternative else before
         reported = ref.recorded_cost - after.recorded_cost
         error = f"{(predicted - reported) / reported:+.1%}" if reported else "-"
@@ -219,13 +227,15 @@ def _small_agent(name: str, which: str) -> Workload:
 
 def _gemini(name: str, **kwargs: Any) -> Workload:
     """google-genai conversations, recorded into a cassette (the monitor reads Anthropic and
-    OpenAI requests); no fix is applied: the loopback has no explicit caches."""
-    from runtime.gemini_chat import record
+    OpenAI requests); ``cached_content`` applied as a user would (a cache created per
+    conversation, named by its requests)."""
+    from runtime.gemini_chat import cache_bill, record
 
     def runner(fixes: tuple[str, ...], path: pathlib.Path) -> None:
-        record(path, **kwargs)
+        record(path, explicit="cached_content" in fixes, **kwargs)
 
-    return Workload(name, runner, frozenset(), suffix=".json")
+    return Workload(name, runner, frozenset({"cached_content"}), suffix=".json",
+                    billed=cache_bill)
 
 
 def sdk() -> None:

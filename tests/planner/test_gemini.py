@@ -14,7 +14,7 @@ genai = pytest.importorskip("google.genai")
 
 import dejacache  # noqa: E402
 from dejacache.planner import check_recordings, plan_recordings  # noqa: E402
-from runtime.gemini_chat import record  # noqa: E402
+from runtime.gemini_chat import cache_bill, record  # noqa: E402
 from runtime.tool_agent import RULES  # noqa: E402
 
 # google-genai subclasses aiohttp's ClientSession for its async client, which aiohttp warns
@@ -50,27 +50,38 @@ def test_an_explicit_cache_where_turns_outlive_implicit_caching(
     plan = plan_recordings(tmp_path / "gemini.json")
     assert len(plan.sessions) == 2
     assert plan.total("recorded_cached") == plan.total("predicted_cached") == 0
-    for s in plan.sessions:
-        (fix,) = [f for f in s.fixes if f.kind == "cached_content"]
+    fixes = [f for s in plan.sessions for f in s.fixes if f.kind == "cached_content"]
+    assert len(fixes) == 2
+    for fix in fixes:
         assert fix.saving > 0 and not fix.runtime and fix.path == "systemInstruction"
         assert fix.description.startswith(
-            "create a Gemini CachedContent with what every turn repeats (`systemInstruction` "
-            "to `contents[0]`, about ")
-        # Kept from the first turn to the last (3 x 840 s apart) and 5 minutes more.
-        assert "ttl of 2,820 s" in fix.description and "storage $1 per million" in \
+            "create a Gemini CachedContent with what every turn repeats (`systemInstruction`, "
+            "about ")
+        # One cache for both conversations (one system instruction), kept from the first
+        # request to the last (2,940 s later) and 5 minutes more.
+        assert "ttl of 3,240 s" in fix.description and "storage $1 per million" in \
             fix.description
-        # The saving: the turns after the first read it at a tenth of the input price
-        # ($0.30 per million), less its storage for 2,820 s at $1 per million an hour.
-        found = re.search(r"about ([\d,]+) tokens", fix.description)
-        assert found is not None
-        held = int(found.group(1).replace(",", ""))
-        expected = fix.tokens * 0.9 * 0.30 / 1e6 - held * 2820 / 3600 / 1e6
-        assert fix.saving == pytest.approx(expected, rel=0.05)
-    # At the Pro model's storage price and minimum, a short conversation does not pay.
-    record(tmp_path / "pro.json", chats=2, step=420.0, turns=2,
+    # The saving: every request but the first reads it at a tenth of the input price ($0.30
+    # per million), less its storage for 3,240 s at $1 per million an hour.
+    found = re.search(r"about ([\d,]+) tokens", fixes[0].description)
+    assert found is not None
+    held = int(found.group(1).replace(",", ""))
+    expected = sum(f.tokens for f in fixes) * 0.9 * 0.30 / 1e6 - held * 3240 / 3600 / 1e6
+    predicted = sum(f.saving for f in fixes)
+    assert predicted == pytest.approx(expected, rel=0.05)
+    # Applied as a user would (google-genai's caches.create, then cached_content= on each
+    # request): the provider's usage, the cache's creation and its storage, within 5%.
+    record(tmp_path / "applied.json", chats=2, step=420.0, explicit=True)
+    after = plan_recordings(tmp_path / "applied.json")
+    assert after.total("recorded_cached") > 0.9 * after.total("prompt_tokens") * 0.7
+    reported = plan.total("recorded_cost") - after.total("recorded_cost") - cache_bill(
+        tmp_path / "applied.json")
+    assert abs(predicted - reported) <= 0.05 * reported, (predicted, reported)
+    # At the Pro model's storage price, a cache kept 35 minutes for two messages does not pay.
+    record(tmp_path / "pro.json", chats=1, step=1800.0, turns=2,
            model="gemini-2.5-pro", system=lambda clock: RULES * 3)
     pro = plan_recordings(tmp_path / "pro.json")
-    assert len(pro.sessions) == 2
+    assert len(pro.sessions) == 1
     assert all(f.kind != "cached_content" for s in pro.sessions for f in s.fixes)
 
 

@@ -30,6 +30,10 @@ against what a provider reports:
   others), each read renewing it; prompts live 5 minutes. Usage as Gemini reports it:
   ``promptTokenCount`` counts every prompt token, ``cachedContentTokenCount`` (and
   ``cacheTokensDetails``) the cached ones, left out when none were (proto3 JSON drops zeros).
+  Explicit caches: ``POST /{version}/cachedContents`` creates one (system instruction, tools,
+  contents, ``ttl``; answered with its name, times and ``usageMetadata.totalTokenCount``); a
+  request naming it in ``cachedContent`` reads all of it while it lives (reported in
+  ``cachedContentTokenCount``, and in ``promptTokenCount`` with the request's own tokens).
 
 Tokens are characters / 4 of the rendered text. ``requests`` holds each request body parsed,
 ``raw`` as it arrived. ``clock``: seconds, read once per request
@@ -40,6 +44,7 @@ cache (an expiry).
 from __future__ import annotations
 
 import collections
+import datetime
 import hashlib
 import itertools
 import re
@@ -71,6 +76,7 @@ GPT56_TTL, GPT56_LONG = 1800.0, 43200.0
 GEMINI_TTL, GEMINI_PRO_MIN = 300.0, 4096
 _MARKS = ("cache_control", "prompt_cache_breakpoint")
 _GEMINI = re.compile(r"/v1[a-z0-9]*/models/([^/:]+):generateContent")
+_GEMINI_CACHES = re.compile(r"/v1[a-z0-9]*/cachedContents")
 
 
 def _h(text: str) -> str:
@@ -115,6 +121,14 @@ def _mark(value: Any) -> Any:
     if isinstance(value, list):
         return next((m for m in map(_mark, value) if m is not None), None)
     return None
+
+
+def _gemini_text(body: dict[str, Any]) -> str:
+    """A Gemini request (or cache) rendered: system instruction, tools, contents."""
+    system = body.get("systemInstruction")
+    return "".join(_render(v) for v in [*([system] if system else []),
+                                        *(body.get("tools") or []),
+                                        *(body.get("contents") or [])])
 
 
 def _count_marks(value: Any) -> int:
@@ -166,6 +180,8 @@ class _Handler(LoopbackHandler):
         gemini = _GEMINI.fullmatch(path)
         if gemini is not None:
             return self._gemini(gemini.group(1), body, n, now)
+        if _GEMINI_CACHES.fullmatch(path):
+            return self.send_json(200, self.fake.create_cache(body, n, now))
         self.send_json(404, {"error": {"message": f"no route {path}"}})
 
     def _responses(self, body: dict[str, Any], n: int, now: float) -> None:
@@ -192,11 +208,14 @@ class _Handler(LoopbackHandler):
         })
 
     def _gemini(self, model: str, body: dict[str, Any], n: int, now: float) -> None:
-        text = "".join(_render(v) for v in (
-            [body["systemInstruction"]] if body.get("systemInstruction") else []) + [
-            *(body.get("tools") or []), *(body.get("contents") or [])])
+        text = _gemini_text(body)
+        held = self.fake.explicit(body.get("cachedContent"), now)
+        if held is not None:  # an explicit cache: its text first, read in full
+            text = held + text
+            cached = _tokens(held)
+        else:
+            cached = self.fake.gemini_cached(model, text, now)
         total = _tokens(text)
-        cached = self.fake.gemini_cached(model, text, now)
         usage: dict[str, Any] = {"promptTokenCount": total, "candidatesTokenCount": 5,
                                  "totalTokenCount": total + 5,
                                  "promptTokensDetails": [{"modality": "TEXT",
@@ -264,6 +283,7 @@ class CachingProvider(LoopbackProvider):
         self.cache: dict[str, tuple[float, float]] = {}  # key -> (expires, lifetime)
         self.routes: dict[str, collections.deque[float]] = {}
         self.gemini: dict[str, list[list[Any]]] = {}  # model -> [prompt text, expires]
+        self.caches: dict[str, tuple[str, float]] = {}  # explicit: name -> (text, expires)
         self.requests: list[dict[str, Any]] = []
         self.raw: list[bytes] = []  # the request bodies as they arrived
         self._n = itertools.count(1)
@@ -273,6 +293,7 @@ class CachingProvider(LoopbackProvider):
             self.cache.clear()
             self.routes.clear()
             self.gemini.clear()
+            self.caches.clear()
 
     def reply(self, body: dict[str, Any], n: int) -> dict[str, Any]:
         if self._replies is not None:
@@ -351,6 +372,28 @@ class CachingProvider(LoopbackProvider):
                 "cache_creation_input_tokens": written,
                 "cache_creation": {"ephemeral_5m_input_tokens": written - long,
                                    "ephemeral_1h_input_tokens": long}}
+
+    def create_cache(self, body: dict[str, Any], n: int, now: float) -> dict[str, Any]:
+        """``POST cachedContents``: the cache created, answered as Gemini answers it."""
+        name = f"cachedContents/cache-{n:06d}"
+        text = _gemini_text(body)
+        ttl = float(str(body.get("ttl") or "3600s").rstrip("s"))
+        with self._lock:
+            self.caches[name] = (text, now + ttl)
+
+        def stamp(t: float) -> str:
+            return datetime.datetime.fromtimestamp(1_798_000_000 + t, datetime.UTC).strftime(
+                "%Y-%m-%dT%H:%M:%S.000000Z")
+
+        return {"name": name, "model": body.get("model"), "createTime": stamp(now),
+                "updateTime": stamp(now), "expireTime": stamp(now + ttl),
+                "usageMetadata": {"totalTokenCount": _tokens(text)}}
+
+    def explicit(self, name: Any, now: float) -> str | None:
+        """The text a live explicit cache ``name`` holds (None: no such cache)."""
+        with self._lock:
+            found = self.caches.get(name) if isinstance(name, str) else None
+        return found[0] if found is not None and now <= found[1] else None
 
     def gemini_cached(self, model: str, text: str, now: float) -> int:
         """Implicit caching: tokens of the longest live prefix ``text`` shares with an earlier

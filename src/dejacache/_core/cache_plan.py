@@ -38,7 +38,7 @@ from typing import Any
 
 from . import cache_fixes
 from .cache_breakpoints import place, show
-from .cache_explicit import describe, lifetime, pinned
+from .cache_explicit import describe, held, lifetime, pinned
 from .cache_model import ProviderCache, Sent, Served
 from .cache_rules import CacheRules, rules_for
 from .cache_transforms import moved, pooled
@@ -163,15 +163,13 @@ def _recorded(usage: Usage | None, tokens: int) -> Served | None:
 Prefixes = dict[int, Prefix]  # turn index in the account -> the prefix sent
 
 
-def _times(account: Account, session: str) -> list[float | None]:
-    return [t.at for t in account.turns if t.session == session and not t.local]
-
-
 def _send(account: Account, prefixes: Prefixes, rates: RatesFor,
           rules: Callable[[str, str], CacheRules]) -> dict[str, _Sums]:
     """Each session's sums with ``prefixes`` sent in the account's order."""
     cache = ProviderCache(rules)
     out: dict[str, _Sums] = {}
+    # explicit cache -> (tokens, its rules, (when, by which session) each use)
+    stored: dict[str, tuple[int, CacheRules, list[tuple[float | None, str]]]] = {}
     for n, turn in enumerate(account.turns):
         p = prefixes.get(n)
         if p is None or turn.local:
@@ -180,10 +178,12 @@ def _send(account: Account, prefixes: Prefixes, rates: RatesFor,
         served = cache.send(Sent(p, tokens, turn.at))
         r = rates(p.provider, p.model)
         s = out.setdefault(turn.session, _Sums())
-        if served.stored and r is not None:  # an explicit cache, kept for the conversation
-            row = rules(p.provider, p.model)
-            hours = lifetime(_times(account, turn.session), row) / 3600
-            s.cost += served.stored / 1e6 * row.storage * hours
+        if p.pinned:  # an explicit cache: stored from its creation to its last use
+            key = p.chain[p.pinned - 1]
+            if served.stored and r is not None:
+                stored[key] = (served.stored, rules(p.provider, p.model), [])
+            if key in stored:
+                stored[key][2].append((turn.at, turn.session))
         s.turns += 1
         s.prompt += tokens
         s.cached += served.read
@@ -192,6 +192,10 @@ def _send(account: Account, prefixes: Prefixes, rates: RatesFor,
         if rec is not None:
             s.rec_cached = (s.rec_cached or 0) + rec.read
             s.rec_cost += _cost(r, rec)
+    for tokens, row, uses in stored.values():  # shared by its uses, as each one reads it
+        bill = tokens / 1e6 * row.storage * lifetime([at for at, _ in uses], row) / 3600
+        for _, session in uses:
+            out[session].cost += bill / len(uses)
     return out
 
 
@@ -500,9 +504,14 @@ def _explicit_option(account: Account, prefixes: Prefixes, session: str, o: _Opt
     first = account.turns[turns[0]]
     row = _rules_of(first, rules)
     ps = [prefixes[n] for n in turns]
-    tokens = _tokens(ps[0], first.usage)
+    k = held(ps)
+    if k < 1:
+        return o
+    key = ps[0].chain[k - 1]
+    times = [account.turns[n].at for n, p in prefixes.items()  # every conversation using it
+             if len(p.chain) > k and p.chain[k - 1] == key and not account.turns[n].local]
     return dataclasses.replace(o, path=ps[0].items[0].path, description=describe(
-        ps, tokens, lifetime(_times(account, session), row), row))
+        ps, _tokens(ps[0], first.usage), lifetime(times, row), row))
 
 
 def plan(accounts: Sequence[Account], rates: RatesFor,
