@@ -335,7 +335,7 @@ def _options(breaks: Sequence[PrefixBreak]) -> list[_Option]:
 def _explicit_options(account: Account) -> list[_Option]:
     if any(t.api == "gemini" for t in account.turns):
         return [_Option("cached_content", "create a Gemini CachedContent with what every turn "
-                                          "repeats, for the conversation's length")]
+                                          "repeats, shared by the conversations repeating it")]
     return []
 
 
