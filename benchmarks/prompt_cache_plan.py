@@ -226,9 +226,9 @@ def _small_agent(name: str, which: str) -> Workload:
 
 
 def _gemini(name: str, **kwargs: Any) -> Workload:
-    """google-genai conversations, recorded into a cassette (the monitor reads Anthropic and
-    OpenAI requests); ``cached_content`` applied as a user would (a cache created per
-    conversation, named by its requests)."""
+    """google-genai conversations, recorded into a cassette (a fix applied as a user would:
+    no ``apply=``); ``cached_content``: one cache created for every conversation, named by
+    each request."""
     from runtime.gemini_chat import cache_bill, record
 
     def runner(fixes: tuple[str, ...], path: pathlib.Path) -> None:

@@ -98,3 +98,25 @@ def test_the_gate_names_the_turn_and_span_on_gemini(
     assert verdict.cause.startswith(
         "turn 2: system: `systemInstruction.parts[0].text` at offset 14: "
         "`2026-05-01 09:00:00` → `2026-05-01 09:00:02`")
+
+
+def test_the_monitor_reads_gemini_requests_and_its_trace_is_planned(
+        tmp_path: pathlib.Path) -> None:
+    from runtime.tool_agent import SimClock
+
+    clock = SimClock()
+    trace = tmp_path / "gemini.jsonl"
+    with dejacache.PrefixMonitor(trace=trace, clock=clock) as monitor:
+        record(tmp_path / "gemini.json", chats=2, turns=3, clock=clock)
+    reports = monitor.report()
+    assert sorted(reports) == ["chat-0", "chat-1"]
+    # The monitor's expectation, per conversation, against the provider's count (chat-1's
+    # first turn also reads the system instruction chat-0 left: the plan, which replays the
+    # whole account, counts that).
+    first = reports["chat-0"]
+    assert first.reported_cached and first.reported_cached > 0
+    assert abs(first.expected_cached - first.reported_cached) <= 0.05 * first.reported_cached
+    plan = plan_recordings(trace)  # the model read from the URL, as in a cassette
+    assert [(s.session, s.turns) for s in plan.sessions] == [("chat-0", 3), ("chat-1", 3)]
+    assert plan.total("predicted_cached") == pytest.approx(plan.total("recorded_cached"),
+                                                           rel=0.05)

@@ -26,17 +26,18 @@ __all__ = ["cache_bill", "record"]
 def record(path: pathlib.Path, *, chats: int = 3, turns: int = 4, gap: float = 0.0,
            step: float = 2.0, model: str = "gemini-2.5-flash",
            system: Callable[[SimClock], str] = lambda clock: RULES,
-           explicit: bool = False) -> None:
+           explicit: bool = False, clock: SimClock | None = None) -> None:
     """``chats`` conversations of ``turns`` messages, interleaved, ``step`` seconds apart and
     ``gap`` more between rounds, recorded into the cassette ``path``. ``explicit``: the
     planner's ``cached_content`` fix, as a user applies it: one ``CachedContent`` with what
     every turn of every conversation repeats (the system instruction: a first message is all
     a first turn sends), created before the first request and kept until the last one and 5
-    minutes more, named by each request in place of the system instruction."""
-    ttl = (turns - 1) * (chats * step + gap) + (chats - 1) * step + 300.0
+    minutes more, named by each request in place of the system instruction. Each request runs
+    in ``agent_session(session_id=<its conversation>)``; ``clock``: one a monitor reads too."""
     from dejacache.cassettes import ageing
 
-    clock = SimClock()
+    ttl = (turns - 1) * (chats * step + gap) + (chats - 1) * step + 300.0
+    clock = clock or SimClock()
     stamp, ageing.clock = ageing.clock, clock.wall  # entries stamped on the simulated clock
     provider = CachingProvider(clock=clock).start()
     histories: dict[str, list[Any]] = {f"chat-{i}": [] for i in range(chats)}
@@ -55,8 +56,9 @@ def record(path: pathlib.Path, *, chats: int = 3, turns: int = 4, gap: float = 0
                                 system_instruction=system(clock), ttl=f"{ttl:.0f}s")).name or ""
                     config = types.GenerateContentConfig(cached_content=cache) if explicit \
                         else types.GenerateContentConfig(system_instruction=system(clock))
-                    reply = client.models.generate_content(
-                        model=model, contents=history, config=config)
+                    with dejacache.agent_session(session_id=name):
+                        reply = client.models.generate_content(
+                            model=model, contents=history, config=config)
                     history.append(reply.candidates[0].content)  # type: ignore[index]
                     clock.now += step
                 clock.now += gap

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import collections
 import pathlib
-import re
 import sys
 from collections.abc import Iterator
 from typing import Any, NamedTuple
@@ -27,6 +26,7 @@ import orjson
 from .._core.prefix import Prefix, api_of, build_prefix
 from .._core.prompt_cache import PrefixBreak, SessionReport, SessionState, SessionTotals, read_usage
 from ..errors import CassetteError
+from ..http.providers.gemini import model_of
 from ..http.sse import event_data
 
 __all__ = ["PROVIDER_OF_API", "Recorded", "SessionInference", "add_prefix_report", "analyse",
@@ -35,8 +35,6 @@ __all__ = ["PROVIDER_OF_API", "Recorded", "SessionInference", "add_prefix_report
 #: The provider each request API belongs to (a turn is read only from its own provider).
 PROVIDER_OF_API = {"messages": "anthropic", "chat": "openai", "responses": "openai",
                    "gemini": "gemini"}
-# ".../models/gemini-2.5-flash:generateContent": Gemini names the model in the URL.
-_GEMINI_MODEL = re.compile(r"/models/([^/:]+):")
 
 
 def iter_cassettes(target: str | pathlib.Path) -> Iterator[pathlib.Path]:
@@ -143,9 +141,8 @@ def recorded_requests(path: pathlib.Path, per_cassette: bool = False) -> Iterato
         api = api_of(provider, body, name)
         if api is None or PROVIDER_OF_API[api] != provider:
             continue
-        if api == "gemini" and "model" not in body:
-            found = _GEMINI_MODEL.search(str(req.get("path", "")) if req else "")
-            body = {**body, "model": found.group(1) if found else ""}
+        if api == "gemini" and "model" not in body:  # Gemini names it in the URL
+            body = {**body, "model": model_of(str(req.get("path", "")) if req else "")}
         prefix = build_prefix(api, body)
         at = recorded_at(entry)
         duration = entry.get("duration")
