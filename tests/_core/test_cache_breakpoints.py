@@ -32,9 +32,16 @@ def test_a_marker_after_the_clock_moves_before_it() -> None:
     fixed = apply(body, placed.edits)
     assert "cache_control" not in fixed["system"][1] and fixed["system"][0]["cache_control"]
     assert place("messages", fixed, CLAUDE).edits == ()  # placed: nothing more to do
-    # A date changes once a day: an entry after it is read all day, so it stays.
-    dated = {**body, "system": [text("rules"), text("Today is 2026-05-01", True)]}
-    assert place("messages", dated, CLAUDE).moves == ()
+    # A date changes once a day: an entry after it is read all day, so it stays; and text
+    # that only looks like a clock or an id (office hours, a commit, a step) is stable.
+    for stable in ("Today is 2026-05-01", "Open 9:00-17:30", "Built from 3f9c2d1a7b6e5f40aa",
+                   "Do step 3 first"):
+        kept = {**body, "system": [text("rules"), text(stable, True)]}
+        assert place("messages", kept, CLAUDE).moves == (), stable
+    # A clock with seconds moves it, as a timestamp, a uuid or a request id do.
+    for clock in ("Now 12:04:31", "req_7Hq2kLm9ZZ", "1798000000"):
+        moved = {**body, "system": [text("rules"), text(clock, True)]}
+        assert [m.target for m in place("messages", moved, CLAUDE).moves] == ["system[0]"]
 
 
 def test_markers_past_the_limit_and_the_lookback() -> None:

@@ -8,8 +8,11 @@ Planned places, within the provider's limit of breakpoints per request:
 
 - **the end of what every request shares**: the last tool or system block (Anthropic), the last
   part of the leading system/developer messages (OpenAI from gpt-5.6), *before the first one
-  holding a volatile-looking value* (a clock, an id: ``spans.find``; a date, which changes
-  once a day, is kept in): an entry ending after the clock is never read again.
+  holding a value that changes with every request* (``spans.find``: a timestamp, a clock with
+  seconds, a uuid, an epoch, a message or request id): an entry ending after it is never
+  read again. The runtime moves markers on this alone, with no earlier request to compare,
+  so only values that are practically never stable count: a date (once a day), a bare
+  ``9:00`` (office hours), a long hex string (a commit) or ``step 3`` stay in.
 - **the conversation's end** (Anthropic): top-level ``cache_control`` (the API marks the last
   block), unless the last block already carries one. OpenAI's implicit breakpoint is there
   already.
@@ -69,11 +72,15 @@ def show(path: Path) -> str:
     return out or "top level"
 
 
+_PER_REQUEST = frozenset({"timestamp", "uuid", "epoch", "id"})
+
+
 def _volatile(value: Any, tool: bool) -> str | None:
-    """The first volatile-looking value in ``value``'s text (a tool's descriptions only),
-    dates left out."""
+    """The first value in ``value``'s text (a tool's descriptions only) that changes with
+    every request (see the module)."""
     if isinstance(value, str):
-        return next((found for kind, _, found in find(value) if kind != "date"), None)
+        return next((found for kind, _, found in find(value) if kind in _PER_REQUEST or (
+            kind == "time" and found.count(":") == 2)), None)
     if isinstance(value, dict):
         for k, v in value.items():
             if tool and isinstance(v, str) and k != "description":
