@@ -77,3 +77,22 @@ def test_openai_explicit_breakpoint_after_the_clock() -> None:
         (("messages", 0, "content", 0), "prompt_cache_breakpoint", {"mode": "explicit"}))
     assert placed.moves[0].target == "messages[0].content[0]"
     assert show(()) == "top level" and show(("tools", 2)) == "tools[2]"
+
+
+def test_a_moved_marker_keeps_its_lifetime() -> None:
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    body = {"model": "claude-sonnet-4-6",
+            "system": [text("rules"), {"type": "text", "text": "Now 12:04:31",
+                                       "cache_control": hour}],
+            "messages": [{"role": "user", "content": [text("hi")]}]}
+    placed = place("messages", body, CLAUDE)
+    assert [(p, v) for p, _, v in placed.edits if v is not DELETE] == [
+        ((), hour), (("system", 0), hour)]
+    twelve = {"mode": "explicit", "ttl": "12h"}
+    chat = {"model": "gpt-5.6", "messages": [
+        {"role": "system", "content": [
+            text("rules"), {"type": "text", "text": "Now 12:04:31",
+                            "prompt_cache_breakpoint": twelve}]},
+        {"role": "user", "content": "hi"}]}
+    assert place("chat", chat, GPT56).edits[1] == (
+        ("messages", 0, "content", 0), "prompt_cache_breakpoint", twelve)

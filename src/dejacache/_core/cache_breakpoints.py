@@ -96,6 +96,13 @@ def _volatile(value: Any, tool: bool) -> str | None:
     return None
 
 
+def _at(body: Any, path: Path, name: str) -> Any:
+    """The member ``name`` of the object at ``path`` (None: none)."""
+    for step in path:
+        body = body[step]
+    return body.get(name)
+
+
 def _marked(block: Any, name: str) -> bool:
     return type(block) is dict and block.get(name) is not None
 
@@ -131,10 +138,13 @@ def place(api: str, body: Mapping[str, Any], rules: CacheRules) -> Placement:
 # ---------------------------------------------------------------- Anthropic
 
 
-def _anthropic_marks(body: Mapping[str, Any]) -> tuple[list[tuple[Path, int, bool]], int]:
+_Mark = tuple[Path, int, bool, Any]
+
+
+def _anthropic_marks(body: Mapping[str, Any]) -> tuple[list[_Mark], int]:
     """Every ``cache_control`` (path of the object carrying it, content blocks up to the end of
-    its item, on a shared block), and the request's blocks in all."""
-    out: list[tuple[Path, int, bool]] = []
+    its item, on a shared block, its value), and the request's blocks in all."""
+    out: list[_Mark] = []
     n = 0
     for field in ("tools", "system"):
         seq = body.get(field)
@@ -142,7 +152,7 @@ def _anthropic_marks(body: Mapping[str, Any]) -> tuple[list[tuple[Path, int, boo
             for i, b in enumerate(seq):
                 n += 1
                 if _marked(b, "cache_control"):
-                    out.append(((field, i), n, True))
+                    out.append(((field, i), n, True, b["cache_control"]))
         elif seq:
             n += 1
     for i, msg in enumerate(body.get("messages") or []):
@@ -151,13 +161,14 @@ def _anthropic_marks(body: Mapping[str, Any]) -> tuple[list[tuple[Path, int, boo
         n += max(1, len(blocks))
         for j, block in enumerate(blocks):
             if _marked(block, "cache_control"):
-                out.append((("messages", i, "content", j), n, False))
+                out.append((("messages", i, "content", j), n, False, block["cache_control"]))
             inner = block.get("content") if type(block) is dict else None
             for k, b in enumerate(inner if type(inner) is list else []):
                 if _marked(b, "cache_control"):
-                    out.append((("messages", i, "content", j, "content", k), n, False))
+                    out.append((("messages", i, "content", j, "content", k), n, False,
+                                b["cache_control"]))
     if _marked(body, "cache_control"):
-        out.append(((), n, False))
+        out.append(((), n, False, body["cache_control"]))
     return out, n
 
 
@@ -183,20 +194,19 @@ def _anthropic(body: Mapping[str, Any], rules: CacheRules) -> Placement:
     stable = shared.end(cut)
     after = {p for p, _, _ in shared.blocks[cut:] if p is not None}
     gone: list[tuple[Path, str]] = [
-        (p, f"after the volatile `{clock}`") for p, _, head in marks if head and p in after]
+        (p, f"after the volatile `{clock}`") for p, _, head, _ in marks if head and p in after]
     kept = [m for m in marks if m[0] not in after]
     over = len(kept) - rules.max_breakpoints
     if over > 0:
-        gone += [(p, f"beyond the limit of {rules.max_breakpoints}: ignored")
-                 for p, _, _ in kept[:over]]
+        gone += [(m[0], f"beyond the limit of {rules.max_breakpoints}") for m in kept[:over]]
         kept = kept[over:]
     last = messages[-1]
     content = last.get("content") if type(last) is dict else None
     tail = ("messages", len(messages) - 1, "content", len(content) - 1) \
         if type(content) is list and content else None
-    at_end = any(p in ((), tail) for p, _, _ in kept)
+    at_end = any(m[0] in ((), tail) for m in kept)
     adds: list[Path] = [] if at_end else [()]
-    if stable is not None and stable not in {p for p, _, _ in kept}:
+    if stable is not None and stable not in {m[0] for m in kept}:
         adds.append(stable)
     if not at_end and len(kept) >= rules.max_breakpoints and rules.lookback is not None \
             and total - kept[-1][1] > rules.lookback:
@@ -206,8 +216,11 @@ def _anthropic(body: Mapping[str, Any], rules: CacheRules) -> Placement:
                                    f"end, past the {rules.lookback}-block lookback"))
             kept.remove(early)
     adds = adds[:max(0, rules.max_breakpoints - len(kept))]
+    # A moved marker keeps what it asked for (a 1 h lifetime): the first one taken off.
+    taken = {p for p, _ in gone}
+    mark = next((m[3] for m in marks if m[0] in taken and isinstance(m[3], dict)), EPHEMERAL)
     edits: list[Edit] = [(p, "cache_control", DELETE) for p, _ in gone]
-    edits += [(p, "cache_control", dict(EPHEMERAL)) for p in adds]
+    edits += [(p, "cache_control", dict(mark)) for p in adds]
     return Placement(tuple(edits), _moves(gone, adds, stable))
 
 
@@ -255,12 +268,15 @@ def _openai(api: str, body: Mapping[str, Any], limit: int) -> Placement:
     kept = [p for p in marks if p not in after]
     room = limit - (0 if explicit_mode else 1)
     if len(kept) > room:
-        gone += [(p, f"beyond the limit of {room} explicit breakpoints: ignored")
+        gone += [(p, f"beyond the limit of {room} explicit breakpoints")
                  for p in kept[:len(kept) - room]]
         kept = kept[len(kept) - room:]
     adds = [stable] if stable is not None and stable not in kept and len(kept) < room else []
+    # A moved marker keeps what it asked for (a 12 h lifetime): the first one taken off.
+    mark = next((v for v in (_at(body, p, name) for p, _ in gone) if isinstance(v, dict)),
+                _EXPLICIT)
     edits: list[Edit] = [(p, name, DELETE) for p, _ in gone]
-    edits += [(p, name, dict(_EXPLICIT)) for p in adds]
+    edits += [(p, name, dict(mark)) for p in adds]
     moves = tuple(Move(show(p), show(adds[0]) if adds and why.startswith("after") else "", why)
                   for p, why in gone)
     return Placement(tuple(edits), moves)
