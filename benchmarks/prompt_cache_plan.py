@@ -17,8 +17,12 @@ way (input side: uncached, cached reads and cache writes at the model's rates).
 - ``sdk`` (``.venv``): a long, multi-turn, tool-using agent (``tests/runtime/tool_agent.py``)
   serving 12 conversations at once on gpt-4.1 with the clock at the top of its system prompt;
   6 on claude-sonnet-4-6 with no cache marker and 400 s between messages; 12 on gpt-5.6 with
-  its instructions as content parts; and the small SDK agents of ``agent_pool_prefix.py``
-  (``tests/runtime/prefix_agents.py``) rebuilding their system prompt every turn.
+  its instructions as content parts; 6 on claude-sonnet-4-6 with its breakpoints where they
+  buy nothing (one on a system block after the clock, one on each question); google-genai
+  chats on gemini-2.5-flash (implicit caching; the explicit ``CachedContent`` fix is priced,
+  not applied: the loopback has no explicit caches), seconds and minutes apart; and the small
+  SDK agents of ``agent_pool_prefix.py`` (``tests/runtime/prefix_agents.py``) rebuilding their
+  system prompt every turn.
 - ``hermes`` (``.venv-hermes``): hermes-agent's ``AIAgent`` built fresh for every message of
   one chat, its ephemeral prompt starting with the time and the message id
   (``tests/integrations/hermes/prefix_gateway.py``).
@@ -49,6 +53,13 @@ class Workload:
     name: str
     run: Runner
     applies: frozenset[str]  # the fix kinds this workload can apply
+    # Runtime fixes also measured alone (the plan may choose them after a code change, but
+    # they are what apply= does without one): predicted by pricing the recording with them.
+    alone: tuple[str, ...] = ()
+    suffix: str = ".jsonl"  # what ``run`` writes: a monitor's trace, or a cassette (".json")
+    # What the provider bills beyond the requests' usage (an explicit cache's creation and
+    # storage), from what ``run`` wrote.
+    billed: Callable[[pathlib.Path], float] | None = None
 
 
 @dataclasses.dataclass
@@ -81,11 +92,20 @@ def _fixes(plan: Any) -> list[tuple[str, bool, float]]:
 def measure(w: Workload, tmp: pathlib.Path) -> list[str]:
     from dejacache.planner import plan_recordings
 
+    def trace(fixes: tuple[str, ...]) -> pathlib.Path:
+        name = f"{w.name}-{'-'.join(fixes) or 'as-is'}{w.suffix}"
+        return tmp / name.replace(" ", "_").replace("/", "_")
+
     def traced(fixes: tuple[str, ...]) -> Any:
-        path = tmp / f"{w.name}-{'-'.join(fixes) or 'as-is'}.jsonl".replace(" ", "_")
+        path = trace(fixes)
         path.unlink(missing_ok=True)
         w.run(fixes, path)
         return plan_recordings(path)
+
+    def totals(fixes: tuple[str, ...]) -> Totals:
+        out = _totals(traced(fixes))
+        out.recorded_cost += w.billed(trace(fixes)) if w.billed else 0.0
+        return out
 
     base_plan = traced(())
     base = _totals(base_plan)
@@ -101,7 +121,7 @@ def measure(w: Workload, tmp: pathlib.Path) -> list[str]:
             fixes.append(f"| {w.name} | {label} | ${predicted:.4f} | (not applied here) | | |")
             continue
         run = (kind,) if alternative else (*applied, kind)
-        after = _totals(traced(run))
+        after = totals(run)
         ref = base if alternative else before
         reported = ref.recorded_cost - after.recorded_cost
         error = f"{(predicted - reported) / reported:+.1%}" if reported else "-"
@@ -110,7 +130,23 @@ def measure(w: Workload, tmp: pathlib.Path) -> list[str]:
                      f"{after.recorded_cached / after.prompt:.1%} |")
         if not alternative:
             applied, before = run, after
+    for kind in w.alone:
+        fixes.append(_alone(w, kind, base, trace(()), traced))
     return [*rows, "\x00", *fixes]
+
+
+def _alone(w: Workload, kind: str, base: Totals, as_is: pathlib.Path,
+           traced: Callable[[tuple[str, ...]], Any]) -> str:
+    from dejacache._core.cache_plan import price
+    from dejacache.cassettes.prices import rates_from_table
+    from dejacache.planner.load import accounts
+
+    predicted = base.predicted_cost - price(accounts(as_is), (kind,), rates_from_table())
+    after = _totals(traced((kind,)))
+    reported = base.recorded_cost - after.recorded_cost
+    error = f"{(predicted - reported) / reported:+.1%}" if reported else "-"
+    return (f"| {w.name} | {kind} (alone) | ${predicted:.4f} | ${reported:.4f} | {error} | "
+            f"{after.recorded_cached / after.prompt:.1%} |")
 
 
 CALIBRATION = ("| workload | turns | prompt tokens | hit rate, reported | hit rate, predicted | "
@@ -139,7 +175,8 @@ def report(workloads: list[Workload]) -> None:
 # ---------------------------------------------------------------- the SDK workloads
 
 
-def _tool_agent(name: str, model: str, **kwargs: Any) -> Workload:
+def _tool_agent(name: str, model: str, alone: tuple[str, ...] = (),
+                skip: frozenset[str] = frozenset(), **kwargs: Any) -> Workload:
     import dejacache
     from runtime.cache_provider import CachingProvider
     from runtime.tool_agent import Shape, SimClock, replies, run_anthropic, run_openai
@@ -165,7 +202,7 @@ def _tool_agent(name: str, model: str, **kwargs: Any) -> Workload:
             provider.stop()
 
     return Workload(name, runner, frozenset({"move", "pool", "long_ttl", "breakpoints",
-                                             "prompt_cache_key"}))
+                                             "prompt_cache_key"}) - skip, alone)
 
 
 def _small_agent(name: str, which: str) -> Workload:
@@ -188,6 +225,19 @@ def _small_agent(name: str, which: str) -> Workload:
     return Workload(name, runner, frozenset({"pool", "breakpoints", "prompt_cache_key"}))
 
 
+def _gemini(name: str, **kwargs: Any) -> Workload:
+    """google-genai conversations, recorded into a cassette (a fix applied as a user would:
+    no ``apply=``); ``cached_content``: one cache created for every conversation, named by
+    each request."""
+    from runtime.gemini_chat import cache_bill, record
+
+    def runner(fixes: tuple[str, ...], path: pathlib.Path) -> None:
+        record(path, explicit="cached_content" in fixes, **kwargs)
+
+    return Workload(name, runner, frozenset({"cached_content"}), suffix=".json",
+                    billed=cache_bill)
+
+
 def sdk() -> None:
     import dejacache
     from runtime.tool_agent import Shape
@@ -201,6 +251,14 @@ def sdk() -> None:
                     gap=400.0),
         _tool_agent("tool agent, gpt-5.6, 12 chats, instructions as parts", "gpt-5.6",
                     shape=Shape(clock="user", parts=True), sessions=12, turns=6),
+        _tool_agent("tool agent, claude-sonnet-4-6, 6 chats, breakpoints badly placed",
+                    "claude-sonnet-4-6", shape=Shape(clock="system", markers="bad"),
+                    sessions=6, turns=6, alone=("breakpoints",),
+                    # The plan's 1 h markers are the moved ones, which the agent never places.
+                    skip=frozenset({"long_ttl"})),
+        _gemini("google-genai chat, gemini-2.5-flash, 3 chats, 2 s apart", chats=3, turns=6),
+        _gemini("google-genai chat, gemini-2.5-flash, 2 chats, 7 min apart", chats=2, turns=6,
+                step=420.0),
         _small_agent("SDK agent, gpt-4.1, prompt rebuilt each turn", "openai"),
         _small_agent("SDK agent, claude-sonnet-4-6, prompt rebuilt each turn", "anthropic"),
     ])

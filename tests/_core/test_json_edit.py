@@ -79,3 +79,31 @@ def test_inserting_equals_setting_the_member_on_the_parsed_value(
     expected = json.loads(raw)
     _set(expected, path, "\x00added", {"k": [1]})
     assert json.loads(out) == expected
+
+
+@given(doc=st.dictionaries(st.text(max_size=5), _JSON, min_size=1, max_size=4),
+       pick=st.integers(0, 50), member=st.integers(0, 5),
+       indent=st.sampled_from([None, 2]), ascii_only=st.booleans())
+def test_deleting_equals_removing_the_member_from_the_parsed_value(
+        doc: dict[str, Any], pick: int, member: int, indent: int | None,
+        ascii_only: bool) -> None:
+    from dejacache._core.json_edit import DELETE
+
+    raw = json.dumps(doc, indent=indent, ensure_ascii=ascii_only).encode()
+    paths = [p for p in _objects(doc) if _get(doc, p)]
+    path = paths[pick % len(paths)]
+    names = list(_get(doc, path))
+    name = names[member % len(names)]
+    out = insert(raw, [(path, name, DELETE), (path, "\x00added", 1)])
+    expected = json.loads(raw)
+    del _get(expected, path)[name]
+    _set(expected, path, "\x00added", 1)
+    assert json.loads(out) == expected
+    # Nothing but the member and one comma went: the rest of the text is in order.
+    assert len(insert(raw, [(path, name, DELETE)])) < len(raw)
+
+
+def _get(value: Any, path: Path) -> Any:
+    for step in path:
+        value = value[step]
+    return value

@@ -121,6 +121,8 @@ def test_rules_lists_the_table_with_sources(capsys: pytest.CaptureFixture[str]) 
     assert status == 0
     assert "read 2026-12-02" in out
     assert "claude-opus-4-5" in out and "platform.claude.com" in out
+    # An explicit Gemini cache's storage, per million tokens per hour.
+    assert "gemini-2.5-pro" in out and "storage $4.5/M/h" in out
     status, out, _ = cli(capsys, "prompt-cache", "rules", "--json")
     doc = orjson.loads(out)
     assert {r["provider"] for r in doc["rules"]} == {"anthropic", "openai", "gemini"}

@@ -125,3 +125,29 @@ def test_loading_cassettes_and_traces(tmp_path: pathlib.Path,
          "usage": None, "local": True}) + b"\n\n" + orjson.dumps({"body": 3}) + b"\n")
     ((turn,),) = [a.turns for a in accounts(trace)]
     assert (turn.session, turn.at, turn.local, turn.api) == ("a", 1.5, True, "chat")
+
+
+def test_badly_placed_breakpoints_are_moved_and_save_what_the_plan_said(
+        tmp_path: pathlib.Path) -> None:
+    # The marker on a system block after the clock, and one on each question: nothing cached.
+    size = {"sessions": 4, "turns": 3}
+    bad = Shape(clock="system", markers="bad")
+    before = traced(tmp_path / "before.jsonl", "claude-sonnet-4-6", bad, **size)
+    assert before.total("recorded_cached") == before.total("predicted_cached") == 0
+    (fix,) = [f for f in before.sessions[0].fixes if f.kind == "breakpoints"]
+    assert fix.path == "system[1]" and fix.runtime
+    assert fix.description.startswith(
+        "move the cache breakpoints: `system[1]` (after the volatile `2026-05-01 09:00:00`) "
+        "to `system[0]`")
+    # Applied at runtime: the provider's saving is the one priced on the recording.
+    from dejacache._core.cache_plan import price
+    from dejacache.cassettes.prices import rates_from_table
+
+    predicted = before.total("predicted_cost") - price(
+        accounts(tmp_path / "before.jsonl"), ("breakpoints",), rates_from_table())
+    after = traced(tmp_path / "after.jsonl", "claude-sonnet-4-6", bad, ["breakpoints"], **size)
+    reported = before.total("recorded_cost") - after.total("recorded_cost")
+    assert reported > 0 and close(predicted, reported), (predicted, reported)
+    # And the model, given the moved breakpoints, predicts what the provider reported.
+    assert close(after.total("predicted_cached"), after.total("recorded_cached"))
+    assert after.total("recorded_cached") / after.total("prompt_tokens") > 0.5

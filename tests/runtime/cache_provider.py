@@ -7,7 +7,8 @@ against what a provider reports:
 - Anthropic (``/v1/messages``): renders tools, system blocks, then messages; caches only at
   ``cache_control`` breakpoints (a top-level one marks the last block), prefixes of 1,024
   tokens or more; a breakpoint reads the longest cached prefix ending at a block boundary at
-  most 20 content blocks before it. Entries live 5 minutes, or an hour when the marker says
+  most 20 content blocks before it; a request with more than 4 markers is refused (400, as
+  Anthropic answers it). Entries live 5 minutes, or an hour when the marker says
   ``"ttl": "1h"``, each read renewing them. Usage: ``input_tokens`` (uncached),
   ``cache_read_input_tokens``, ``cache_creation_input_tokens`` and its split by lifetime
   (``cache_creation``). Streams too (usage in ``message_start``).
@@ -22,6 +23,18 @@ against what a provider reports:
   ``prompt_cache_breakpoint``), read at any message boundary, live 30 minutes (12 hours for a
   ``"12h"`` breakpoint), and writes are reported as ``cache_write_tokens``.
 
+- Gemini (``/{version}/models/{model}:generateContent``, what google-genai calls): implicit
+  caching, renders the system instruction, the tools, then the contents; a request reads the
+  longest prefix (to the character) it shares with a live earlier prompt of the same model
+  when that is at least the model's minimum (4,096 tokens for the Pro models, 1,024 for the
+  others), each read renewing it; prompts live 5 minutes. Usage as Gemini reports it:
+  ``promptTokenCount`` counts every prompt token, ``cachedContentTokenCount`` (and
+  ``cacheTokensDetails``) the cached ones, left out when none were (proto3 JSON drops zeros).
+  Explicit caches: ``POST /{version}/cachedContents`` creates one (system instruction, tools,
+  contents, ``ttl``; answered with its name, times and ``usageMetadata.totalTokenCount``); a
+  request naming it in ``cachedContent`` reads all of it while it lives (reported in
+  ``cachedContentTokenCount``, and in ``promptTokenCount`` with the request's own tokens).
+
 Tokens are characters / 4 of the rendered text. ``requests`` holds each request body parsed,
 ``raw`` as it arrived. ``clock``: seconds, read once per request
 (a benchmark passes its own to play hours of traffic in seconds). ``clear()`` forgets every
@@ -31,8 +44,10 @@ cache (an expiry).
 from __future__ import annotations
 
 import collections
+import datetime
 import hashlib
 import itertools
+import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -52,16 +67,32 @@ __all__ = ["CachingProvider"]
 MIN_TOKENS = 1024
 BLOCK = 128
 LOOKBACK = 20  # content blocks an Anthropic breakpoint looks back
+MAX_MARKS = 4  # cache_control markers a Messages request may carry
 ROUTE_CHARS = 256 * 4  # the routed head: 256 tokens
 ROUTE_RPM = 15  # requests a minute one route serves
 ANTHROPIC_TTL, ANTHROPIC_LONG = 300.0, 3600.0
 OPENAI_TTL, OPENAI_LONG = 300.0, 86400.0
 GPT56_TTL, GPT56_LONG = 1800.0, 43200.0
+GEMINI_TTL, GEMINI_PRO_MIN = 300.0, 4096
 _MARKS = ("cache_control", "prompt_cache_breakpoint")
+_GEMINI = re.compile(r"/v1[a-z0-9]*/models/([^/:]+):generateContent")
+_GEMINI_CACHES = re.compile(r"/v1[a-z0-9]*/cachedContents")
 
 
 def _h(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _common(a: str, b: str) -> int:
+    """Characters ``a`` and ``b`` share at their start (halving on slices: C speed)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _tokens(text: str) -> int:
@@ -90,6 +121,23 @@ def _mark(value: Any) -> Any:
     if isinstance(value, list):
         return next((m for m in map(_mark, value) if m is not None), None)
     return None
+
+
+def _gemini_text(body: dict[str, Any]) -> str:
+    """A Gemini request (or cache) rendered: system instruction, tools, contents."""
+    system = body.get("systemInstruction")
+    return "".join(_render(v) for v in [*([system] if system else []),
+                                        *(body.get("tools") or []),
+                                        *(body.get("contents") or [])])
+
+
+def _count_marks(value: Any) -> int:
+    if isinstance(value, dict):
+        return int(value.get("cache_control") is not None) + sum(
+            _count_marks(v) for k, v in value.items() if k != "cache_control")
+    if isinstance(value, list):
+        return sum(_count_marks(v) for v in value)
+    return 0
 
 
 def _render(value: Any) -> str:
@@ -129,6 +177,11 @@ class _Handler(LoopbackHandler):
             return self._chat(body, n, usage)
         if path == "/v1/responses":
             return self._responses(body, n, now)
+        gemini = _GEMINI.fullmatch(path)
+        if gemini is not None:
+            return self._gemini(gemini.group(1), body, n, now)
+        if _GEMINI_CACHES.fullmatch(path):
+            return self.send_json(200, self.fake.create_cache(body, n, now))
         self.send_json(404, {"error": {"message": f"no route {path}"}})
 
     def _responses(self, body: dict[str, Any], n: int, now: float) -> None:
@@ -154,6 +207,27 @@ class _Handler(LoopbackHandler):
                       "output_tokens_details": {"reasoning_tokens": 0}},
         })
 
+    def _gemini(self, model: str, body: dict[str, Any], n: int, now: float) -> None:
+        text = _gemini_text(body)
+        held = self.fake.explicit(body.get("cachedContent"), now)
+        if held is not None:  # an explicit cache: its text first, read in full
+            text = held + text
+            cached = _tokens(held)
+        else:
+            cached = self.fake.gemini_cached(model, text, now)
+        total = _tokens(text)
+        usage: dict[str, Any] = {"promptTokenCount": total, "candidatesTokenCount": 5,
+                                 "totalTokenCount": total + 5,
+                                 "promptTokensDetails": [{"modality": "TEXT",
+                                                          "tokenCount": total}]}
+        if cached:
+            usage["cachedContentTokenCount"] = cached
+            usage["cacheTokensDetails"] = [{"modality": "TEXT", "tokenCount": cached}]
+        self.send_json(200, {
+            "candidates": [{"content": {"parts": [{"text": f"reply {n}"}], "role": "model"},
+                            "finishReason": "STOP", "index": 0}],
+            "usageMetadata": usage, "modelVersion": model, "responseId": f"resp-{n:06d}"})
+
     def _chat(self, body: dict[str, Any], n: int, usage: dict[str, Any]) -> None:
         model = body.get("model")
         reply = self.fake.reply(body, n)
@@ -173,6 +247,12 @@ class _Handler(LoopbackHandler):
                        "data: [DONE]\n\n"])
 
     def _messages(self, body: dict[str, Any], n: int, now: float) -> None:
+        marks = _count_marks(body)
+        if marks > MAX_MARKS:  # what Anthropic answers: the request is refused
+            return self.send_json(400, {"type": "error", "error": {
+                "type": "invalid_request_error",
+                "message": f"A maximum of {MAX_MARKS} blocks with cache_control may be "
+                           f"provided. Found {marks}."}})
         usage = self.fake.anthropic_usage(body, now)
         content, stop = self.fake.message_reply(body, n)
         msg = {"id": f"msg_{n:06d}", "type": "message", "role": "assistant",
@@ -202,6 +282,8 @@ class CachingProvider(LoopbackProvider):
         self._replies = replies
         self.cache: dict[str, tuple[float, float]] = {}  # key -> (expires, lifetime)
         self.routes: dict[str, collections.deque[float]] = {}
+        self.gemini: dict[str, list[list[Any]]] = {}  # model -> [prompt text, expires]
+        self.caches: dict[str, tuple[str, float]] = {}  # explicit: name -> (text, expires)
         self.requests: list[dict[str, Any]] = []
         self.raw: list[bytes] = []  # the request bodies as they arrived
         self._n = itertools.count(1)
@@ -210,6 +292,8 @@ class CachingProvider(LoopbackProvider):
         with self._lock:
             self.cache.clear()
             self.routes.clear()
+            self.gemini.clear()
+            self.caches.clear()
 
     def reply(self, body: dict[str, Any], n: int) -> dict[str, Any]:
         if self._replies is not None:
@@ -288,6 +372,47 @@ class CachingProvider(LoopbackProvider):
                 "cache_creation_input_tokens": written,
                 "cache_creation": {"ephemeral_5m_input_tokens": written - long,
                                    "ephemeral_1h_input_tokens": long}}
+
+    def create_cache(self, body: dict[str, Any], n: int, now: float) -> dict[str, Any]:
+        """``POST cachedContents``: the cache created, answered as Gemini answers it."""
+        name = f"cachedContents/cache-{n:06d}"
+        text = _gemini_text(body)
+        ttl = float(str(body.get("ttl") or "3600s").rstrip("s"))
+        with self._lock:
+            self.caches[name] = (text, now + ttl)
+
+        def stamp(t: float) -> str:
+            return datetime.datetime.fromtimestamp(1_798_000_000 + t, datetime.UTC).strftime(
+                "%Y-%m-%dT%H:%M:%S.000000Z")
+
+        return {"name": name, "model": body.get("model"), "createTime": stamp(now),
+                "updateTime": stamp(now), "expireTime": stamp(now + ttl),
+                "usageMetadata": {"totalTokenCount": _tokens(text)}}
+
+    def explicit(self, name: Any, now: float) -> str | None:
+        """The text a live explicit cache ``name`` holds (None: no such cache)."""
+        with self._lock:
+            found = self.caches.get(name) if isinstance(name, str) else None
+        return found[0] if found is not None and now <= found[1] else None
+
+    def gemini_cached(self, model: str, text: str, now: float) -> int:
+        """Implicit caching: tokens of the longest live prefix ``text`` shares with an earlier
+        prompt of ``model`` (see the module); ``text`` kept for the next requests."""
+        minimum = GEMINI_PRO_MIN if "-pro" in model else MIN_TOKENS
+        with self._lock:
+            prompts = self.gemini.setdefault(model, [])
+            live = [p for p in prompts if now <= p[1]]
+            best, hit = 0, None
+            for p in live:
+                common = _common(p[0], text)
+                if _tokens(text[:common]) >= minimum and common > best:
+                    best, hit = common, p
+            if hit is not None:
+                hit[1] = now + GEMINI_TTL
+            live = [p for p in live if not text.startswith(p[0])]
+            live.append([text, now + GEMINI_TTL])
+            self.gemini[model] = live
+        return _tokens(text[:best]) if best else 0
 
     def _machine(self, body: dict[str, Any], text: str, now: float) -> str:
         route = _h(f"{body.get('model')}\0{text[:ROUTE_CHARS]}\0"

@@ -60,8 +60,34 @@ def responses(client: openai.OpenAI) -> Any:
         {"role": "user", "content": "Paris to Lyon tomorrow?"}])
 
 
+CLOCK = "Current time: 2026-05-01 09:00:00"
+EPH = {"type": "ephemeral"}
+
+
+def claude_misplaced(client: anthropic.Anthropic) -> Any:
+    # A marker after the clock (its entry is never read again) and one on an old question.
+    return client.messages.create(
+        model="claude-sonnet-4-6", max_tokens=32,
+        system=[{"type": "text", "text": RULES},
+                {"type": "text", "text": CLOCK, "cache_control": EPH}],
+        messages=[{"role": "user", "content": [{"type": "text", "text": "Paris to Lyon?",
+                                                "cache_control": EPH}]},
+                  {"role": "assistant", "content": "Which day?"},
+                  {"role": "user", "content": "Tomorrow."}])
+
+
+def chat_misplaced(client: openai.OpenAI) -> Any:
+    return client.chat.completions.create(model="gpt-5.6", messages=[
+        {"role": "system", "content": [
+            {"type": "text", "text": RULES},
+            {"type": "text", "text": CLOCK, "prompt_cache_breakpoint": {"mode": "explicit"}}]},
+        {"role": "user", "content": "Paris to Lyon tomorrow?"}])
+
+
 CASES = {
     "anthropic": ("anthropic", "messages", claude),
+    "anthropic-moved": ("anthropic", "messages", claude_misplaced),
+    "openai-chat-gpt-5.6-moved": ("openai", "chat", chat_misplaced),
     "openai-chat-gpt-4.1": ("openai", "chat", chat("gpt-4.1")),
     "openai-chat-gpt-5.6": ("openai", "chat", chat("gpt-5.6")),
     "openai-responses-gpt-5.6": ("openai", "responses", responses),
@@ -69,7 +95,7 @@ CASES = {
 
 
 def client_for(provider: CachingProvider, name: str) -> Any:
-    if name == "anthropic":
+    if name.startswith("anthropic"):
         return anthropic.Anthropic(base_url=provider.url, api_key="sk-ant-test", max_retries=0,
                                    http_client=dejacache.http_client())
     return openai.OpenAI(base_url=provider.url + "/v1", api_key="sk-test", max_retries=0,
@@ -101,6 +127,14 @@ def test_only_cache_fields_are_added_every_other_byte_as_sent(
     assert strip(orjson.loads(applied), fields) == strip(orjson.loads(plain), fields)
     if name == "openai":
         assert orjson.loads(applied)["prompt_cache_key"] == routing_key("chat-7")
+    if case.endswith("-moved"):  # taken off the block after the clock, put on the one before
+        before, after = (orjson.loads(b)[("system" if name == "anthropic" else "messages")]
+                         for b in (plain, applied))
+        blocks = (before, after) if name == "anthropic" else (
+            before[0]["content"], after[0]["content"])
+        mark = "cache_control" if name == "anthropic" else "prompt_cache_breakpoint"
+        assert [mark in b for b in blocks[0]] == [False, True]
+        assert [mark in b for b in blocks[1]] == [True, False]
 
 
 def test_the_pool_applies_per_lease_and_threads_carry_it(provider: CachingProvider) -> None:
@@ -191,3 +225,22 @@ def test_apply_names_what_it_accepts() -> None:
     with pytest.raises(ConfigurationError, match="AgentPool: apply="):
         dejacache.AgentPool(dict, apply="everything")
     assert dejacache.PrefixMonitor(apply=False)._fixer is None
+
+
+def test_markers_past_the_limit_are_dropped_so_the_request_is_accepted(
+        provider: CachingProvider) -> None:
+    # Five markers: Anthropic refuses the request; the fix drops the earliest one.
+    def five(client: anthropic.Anthropic) -> Any:
+        return client.messages.create(model="claude-sonnet-4-6", max_tokens=8, messages=[
+            {"role": "user" if i % 2 == 0 else "assistant",
+             "content": [{"type": "text", "text": f"m{i}", "cache_control": EPH}]}
+            for i in range(5)])
+
+    with client_for(provider, "anthropic") as client:
+        with pytest.raises(anthropic.BadRequestError, match="A maximum of 4 blocks"):
+            five(client)
+        with dejacache.PrefixMonitor(apply=["breakpoints"]):
+            five(client)
+    sent = orjson.loads(provider.raw[-1])
+    assert [("cache_control" in m["content"][0]) for m in sent["messages"]] == [
+        False, True, True, True, True]

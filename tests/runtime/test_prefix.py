@@ -261,7 +261,7 @@ def test_observe_reads_sdk_usage_objects_and_rejects_unknown_providers(
     assert first.reported_cached == 0 and second.reported_cached is not None
     assert abs(second.expected_cached - second.reported_cached) <= 2
     with pytest.raises(ConfigurationError, match="provider must be one of"):
-        monitor.observe(body, provider="gemini")
+        monitor.observe(body, provider="bedrock")
     with pytest.raises(ConfigurationError, match="JSON object"):
         monitor.observe(b"[1, 2]", provider="openai")
 

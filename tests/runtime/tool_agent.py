@@ -14,8 +14,10 @@ cassette are the conversations.
   rebuilt every request: the usual mistake), ``"built"`` (the same line, written once when the
   conversation's agent is built: a pooled agent) or ``"user"`` (in the user message: the fix);
 - ``parts``: OpenAI system content as text parts (a breakpoint can only sit on a part);
-- ``markers``: Anthropic ``cache_control``: ``"top"`` (top-level, automatic caching) or
-  ``"all"`` (the system block too); ``hour``: with the 1 h lifetime.
+- ``markers``: Anthropic ``cache_control``: ``"top"`` (top-level, automatic caching),
+  ``"all"`` (the system block too) or ``"bad"`` (placed where they buy nothing: the clock in a
+  second system block that carries the marker, and one on each turn's question, so the tool
+  call's follow-up has none at its end); ``hour``: with the 1 h lifetime.
 """
 
 from __future__ import annotations
@@ -150,14 +152,23 @@ def _anthropic_turn(client: anthropic.Anthropic, model: str, chat: _Chat,
     tools = [{"name": t["name"], "description": t["description"],
               "input_schema": t["parameters"]} for t in TOOLS]
     mark: dict[str, Any] = {"type": "ephemeral", **({"ttl": "1h"} if shape.hour else {})}
+    asked = len(history) - 1
     for _ in range(2):
         text = _system(clock, shape, chat.built)
         kwargs: dict[str, Any] = dict(model=model, max_tokens=256, tools=tools,
                                       messages=history, system=text)
-        if shape.markers:
+        if shape.markers in ("top", "all"):
             kwargs["cache_control"] = mark
         if shape.markers == "all":
             kwargs["system"] = [{"type": "text", "text": text, "cache_control": mark}]
+        if shape.markers == "bad":
+            line, _, rules = text.rpartition("\n")  # the clock moved out: one block, marked
+            kwargs["system"] = [*([{"type": "text", "text": rules}] if line else []),
+                                {"type": "text", "text": line or rules, "cache_control": mark}]
+            messages = list(history)
+            messages[asked] = {"role": "user", "content": [
+                {"type": "text", "text": history[asked]["content"], "cache_control": mark}]}
+            kwargs["messages"] = messages
         reply = client.messages.create(**kwargs)
         clock.now += step
         blocks = [b.model_dump(exclude_none=True) for b in reply.content]

@@ -11,14 +11,14 @@ lists them; keys leave them out, so recordings still replay).
   turns of one conversation reach the machine that holds its prefix instead of spilling over
   to others when many conversations share the first ~256 tokens. A key the request already
   has is kept.
-- **breakpoints**: Anthropic caches only at ``cache_control`` markers: one on the last system
-  block (the end of what every conversation shares; a tool when there is no system list) and
-  top-level automatic caching (the API marks the last block, and moves it forward as the
-  conversation grows), within the four a request may carry, the request's own kept. OpenAI
-  from gpt-5.6: an explicit ``prompt_cache_breakpoint`` on the last part of the leading
-  system/developer message, so the instructions stay cached when what follows changes.
-  Content given as a string cannot carry a marker without changing its JSON shape, so it
-  gets none (the top-level marker needs no block).
+- **breakpoints** (``cache_breakpoints.py``): Anthropic caches only at ``cache_control``
+  markers: one at the end of what every conversation shares (the last system block or tool
+  before any volatile-looking value) and top-level automatic caching (the API marks the last
+  block, and moves it forward as the conversation grows), within the four a request may
+  carry. OpenAI from gpt-5.6: an explicit ``prompt_cache_breakpoint`` on the last part of the
+  leading system/developer messages before any volatile value. The request's own markers
+  are kept unless they buy nothing (after a volatile value, beyond the limit, or too far
+  from the conversation's end for the lookback): those are moved (an edit removes them).
 - **long lifetime** (planner only: it changes what a write costs): ``"ttl": "1h"`` on each
   Anthropic marker (the breakpoints above added first where there are none),
   ``prompt_cache_retention="24h"`` on OpenAI models that keep entries in memory by default.
@@ -33,16 +33,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..keys import digest
+from .cache_breakpoints import EPHEMERAL, place
 from .cache_fields import FIELDS, fields_in
-from .cache_rules import AUTOMATIC, BREAKPOINTS, IMPLICIT, CacheRules
-from .json_edit import Path
+from .cache_rules import AUTOMATIC, BREAKPOINTS, CacheRules
+from .json_edit import DELETE, Path
 
 __all__ = ["EPHEMERAL", "Edit", "apply", "breakpoint_edits", "key_edits", "long_lived",
            "routing_key"]
 
-Edit = tuple[Path, str, Any]  # add member ``name: value`` to the object at ``path``
-EPHEMERAL: dict[str, Any] = {"type": "ephemeral"}
-_EXPLICIT: dict[str, Any] = {"mode": "explicit"}
+# Add member ``name: value`` to the object at ``path`` (remove it: ``value`` is DELETE).
+Edit = tuple[Path, str, Any]
 
 
 def routing_key(session: str) -> str:
@@ -59,87 +59,9 @@ def key_edits(api: str, body: Mapping[str, Any], session: str) -> list[Edit]:
 
 
 def breakpoint_edits(api: str, body: Mapping[str, Any], rules: CacheRules) -> list[Edit]:
-    """The markers to add where the provider caches only at markers (see the module)."""
-    if rules.mode == BREAKPOINTS and api == "messages":
-        return _anthropic(body, rules.max_breakpoints)
-    if rules.mode == IMPLICIT and api in ("chat", "responses"):
-        return _openai(api, body, rules.max_breakpoints)
-    return []
-
-
-def _marked(block: Any, name: str = "cache_control") -> bool:
-    return type(block) is dict and block.get(name) is not None
-
-
-def _anthropic_markers(body: Mapping[str, Any]) -> int:
-    n = int(_marked(body))
-    for field in ("tools", "system"):
-        seq = body.get(field)
-        n += sum(_marked(b) for b in seq) if type(seq) is list else 0
-    for msg in body.get("messages") or []:
-        content = msg.get("content") if type(msg) is dict else None
-        for block in content if type(content) is list else []:
-            n += _marked(block)
-            inner = block.get("content") if type(block) is dict else None
-            n += sum(_marked(b) for b in inner) if type(inner) is list else 0
-    return n
-
-
-def _anthropic(body: Mapping[str, Any], limit: int) -> list[Edit]:
-    budget = limit - _anthropic_markers(body)
-    messages = body.get("messages")
-    if budget <= 0 or type(messages) is not list or not messages:
-        return []
-    out: list[Edit] = []
-    last = messages[-1]
-    content = last.get("content") if type(last) is dict else None
-    tail_marked = type(content) is list and bool(content) and _marked(content[-1])
-    if not _marked(body) and not tail_marked:
-        out.append(((), "cache_control", dict(EPHEMERAL)))  # the conversation's end
-    stable = _stable_end(body)
-    if stable is not None and len(out) < budget:
-        out.append((stable, "cache_control", dict(EPHEMERAL)))
-    return out[:budget]
-
-
-def _stable_end(body: Mapping[str, Any]) -> Path | None:
-    """The last system block, else the last tool, when it is a block without a marker."""
-    for field in ("system", "tools"):
-        seq = body.get(field)
-        if type(seq) is list and seq:
-            return (field, len(seq) - 1) if type(seq[-1]) is dict and not _marked(seq[-1]) \
-                else None
-        if seq:  # a string system prompt: the tools before it are not its end
-            return None
-    return None
-
-
-def _openai(api: str, body: Mapping[str, Any], limit: int) -> list[Edit]:
-    field = "messages" if api == "chat" else "input"
-    items = body.get(field)
-    if type(items) is not list:
-        return []
-    options = body.get("prompt_cache_options")
-    explicit_mode = type(options) is dict and options.get("mode") == "explicit"
-    marks = 0
-    lead = None
-    leading = True
-    for i, it in enumerate(items):
-        content = it.get("content") if type(it) is dict else None
-        parts = content if type(content) is list else []
-        marks += sum(_marked(p, "prompt_cache_breakpoint") for p in parts)
-        leading = leading and type(it) is dict and it.get("role") in ("system", "developer")
-        if leading:
-            lead = i
-    budget = limit - marks - (0 if explicit_mode else 1)
-    if lead is None or budget <= 0:
-        return []
-    parts = items[lead].get("content")
-    if type(parts) is not list or not parts or type(parts[-1]) is not dict or _marked(
-            parts[-1], "prompt_cache_breakpoint"):
-        return []
-    return [((field, lead, "content", len(parts) - 1), "prompt_cache_breakpoint",
-             dict(_EXPLICIT))]
+    """The markers to add, and those to move, where the provider caches at markers
+    (``cache_breakpoints.py``); a removal's value is :data:`json_edit.DELETE`."""
+    return list(place(api, body, rules).edits)
 
 
 def apply(body: Mapping[str, Any], edits: Sequence[Edit]) -> dict[str, Any]:
@@ -155,7 +77,10 @@ def apply(body: Mapping[str, Any], edits: Sequence[Edit]) -> dict[str, Any]:
                 node = None
                 break
         if type(node) is dict:
-            node[name] = copy.deepcopy(value)
+            if value is DELETE:
+                node.pop(name, None)
+            else:
+                node[name] = copy.deepcopy(value)
     return out
 
 

@@ -14,6 +14,11 @@ tokens read from the cache and written to it (:class:`Served`), by the rows of
   breakpoints have no lookback; an automatic cache shares the longest common prefix.
 - **lifetimes**: ``ttl`` without use (``long_ttl`` when the marker or the request asks for
   it), renewed by a read when ``refresh_on_read``.
+- **explicit caches** (Gemini's ``CachedContent``, priced by the planner): a prefix whose
+  first ``pinned`` items are held in one is read from it, every time but the first, which
+  creates it (a write at the input price); what follows is not cached. It lives as long as
+  the planner asked (the conversation), so nothing expires here; its storage is the
+  planner's to price (``Served.stored``).
 - **routing**: where ``route_tokens`` is set (OpenAI), a request goes to the machine of a hash
   of its first ``route_tokens`` tokens and its ``prompt_cache_key``; each route serves
   ``route_rpm`` requests a minute, the next ones spill to more machines, each with its own
@@ -61,6 +66,7 @@ class Served:
     read: int = 0
     written: int = 0
     written_long: int = 0
+    stored: int = 0  # tokens this request put in an explicit cache (storage billed per hour)
 
     @property
     def uncached(self) -> int:
@@ -85,11 +91,12 @@ class _Prompt:
 
 
 class _Machine:
-    __slots__ = ("points", "prompts")
+    __slots__ = ("pinned", "points", "prompts")
 
     def __init__(self) -> None:
         self.points: dict[str, _Entry] = {}  # chain digest at a boundary -> entry
         self.prompts: list[_Prompt] = []  # automatic caching: whole prompts
+        self.pinned: set[str] = set()  # explicit caches: chain digest of what each holds
 
 
 def _live(expires: float | None, at: float | None) -> bool:
@@ -115,6 +122,8 @@ class ProviderCache:
             return Served(max(sent.tokens, 0))
         scale = sent.tokens / p.size if p.size else 0.0
         machine = self._machine(rules, sent)
+        if p.pinned:
+            return _pinned(rules, machine, sent, scale)
         if rules.mode == AUTOMATIC:
             return self._automatic(rules, machine, sent, scale)
         return self._at_points(rules, machine, sent, scale)
@@ -214,6 +223,18 @@ class ProviderCache:
                 entry.expires = _until(at, entry.ttl)
             return entry.tokens
         return 0
+
+
+def _pinned(rules: CacheRules, m: _Machine, sent: Sent, scale: float) -> Served:
+    p = sent.prefix
+    tokens = round(sum(i.size for i in p.items[:p.pinned]) * scale)
+    if tokens < rules.minimum:  # too small to create
+        return Served(sent.tokens)
+    key = p.chain[p.pinned - 1]
+    if key in m.pinned:
+        return Served(sent.tokens, tokens)
+    m.pinned.add(key)
+    return Served(sent.tokens, 0, tokens, stored=tokens)
 
 
 def _points(rules: CacheRules, p: Prefix) -> list[tuple[int, bool]]:

@@ -19,8 +19,11 @@ none saves more. ``saving`` is that step's predicted cost minus the next, in dol
 model's input price (0 for a model without a price: then cached tokens decide), ``tokens``
 the cached tokens it adds, ``hit_rate`` the session's with it and the ones before. Kinds:
 ``move`` and ``pool`` (``cache_transforms.py``: change what the model reads, priced only),
-``breakpoints``, ``prompt_cache_key`` (``cache_fixes.py``: cache controls the runtime can apply)
-and ``long_ttl``. ``combined``: every fix chosen, applied together. A fix not chosen that
+``cached_content`` (Gemini: an explicit cache for what every turn repeats,
+``cache_explicit.py``; priced with its storage, planner only), ``breakpoints`` (added, or
+moved from where they buy nothing: the description names each move, from and to),
+``prompt_cache_key`` (``cache_fixes.py``: cache controls the runtime can apply) and
+``long_ttl``. ``combined``: every fix chosen, applied together. A fix not chosen that
 saves on its own (moving a span where pooling saves more) is listed after them as an
 ``alternative``, priced alone.
 
@@ -34,14 +37,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import cache_fixes
+from .cache_breakpoints import place, show
+from .cache_explicit import describe, held, lifetime, pinned
 from .cache_model import ProviderCache, Sent, Served
 from .cache_rules import CacheRules, rules_for
 from .cache_transforms import moved, pooled
 from .hazards import PrefixHazard
+from .json_edit import DELETE
 from .prefix import Prefix, build_prefix
 from .prompt_cache import CHARS_PER_TOKEN, PrefixBreak, Rates, SessionState, Usage
 
-__all__ = ["RUNTIME_FIXES", "Account", "Fix", "Plan", "SessionPlan", "Turn", "plan"]
+__all__ = ["RUNTIME_FIXES", "Account", "Fix", "Plan", "SessionPlan", "Turn", "plan", "price"]
 
 RatesFor = Callable[[str, str], Rates | None]
 #: The fixes ``PrefixMonitor(apply=...)`` and ``AgentPool(apply=...)`` can apply.
@@ -74,7 +80,7 @@ class Account:
 class Fix:
     """One change and what it saves over the sessions it concerns."""
 
-    kind: str  # move | pool | breakpoints | prompt_cache_key | long_ttl
+    kind: str  # move | pool | breakpoints | prompt_cache_key | long_ttl | cached_content
     description: str  # names the path and span
     path: str
     saving: float  # dollars
@@ -162,6 +168,8 @@ def _send(account: Account, prefixes: Prefixes, rates: RatesFor,
     """Each session's sums with ``prefixes`` sent in the account's order."""
     cache = ProviderCache(rules)
     out: dict[str, _Sums] = {}
+    # explicit cache -> (tokens, its rules, (when, by which session) each use)
+    stored: dict[str, tuple[int, CacheRules, list[tuple[float | None, str]]]] = {}
     for n, turn in enumerate(account.turns):
         p = prefixes.get(n)
         if p is None or turn.local:
@@ -170,6 +178,12 @@ def _send(account: Account, prefixes: Prefixes, rates: RatesFor,
         served = cache.send(Sent(p, tokens, turn.at))
         r = rates(p.provider, p.model)
         s = out.setdefault(turn.session, _Sums())
+        if p.pinned:  # an explicit cache: stored from its creation to its last use
+            key = p.chain[p.pinned - 1]
+            if served.stored and r is not None:
+                stored[key] = (served.stored, rules(p.provider, p.model), [])
+            if key in stored:
+                stored[key][2].append((turn.at, turn.session))
         s.turns += 1
         s.prompt += tokens
         s.cached += served.read
@@ -178,6 +192,10 @@ def _send(account: Account, prefixes: Prefixes, rates: RatesFor,
         if rec is not None:
             s.rec_cached = (s.rec_cached or 0) + rec.read
             s.rec_cost += _cost(r, rec)
+    for tokens, row, uses in stored.values():  # shared by its uses, as each one reads it
+        bill = tokens / 1e6 * row.storage * lifetime([at for at, _ in uses], row) / 3600
+        for _, session in uses:
+            out[session].cost += bill / len(uses)
     return out
 
 
@@ -196,11 +214,17 @@ def _prefixes(account: Account, edit: Callable[[Turn], Mapping[str, Any] | None]
 # ---------------------------------------------------------------- fixes
 
 
+_PROVIDER = {"messages": "anthropic", "gemini": "gemini"}
+
+
+def _rules_of(turn: Turn, rules: Callable[[str, str], CacheRules]) -> CacheRules:
+    return rules(_PROVIDER.get(turn.api, "openai"), str(turn.body.get("model") or ""))
+
+
 def _body_fix(kind: str, rules: Callable[[str, str], CacheRules]
               ) -> Callable[[Turn], Mapping[str, Any] | None]:
     def edit(turn: Turn) -> Mapping[str, Any] | None:
-        provider = "anthropic" if turn.api == "messages" else "openai"
-        r = rules(provider, str(turn.body.get("model") or ""))
+        r = _rules_of(turn, rules)
         if kind == "prompt_cache_key":
             edits = cache_fixes.key_edits(turn.api, turn.body, turn.session)
         elif kind == "breakpoints":
@@ -254,6 +278,29 @@ def _describe_break(kind: str, b: PrefixBreak) -> str:
             f"changes at `{b.path}` ({span}); a pooled agent keeps the prompt it was built with")
 
 
+def _moved_breakpoints(account: Account, rules: Callable[[str, str], CacheRules]
+                       ) -> dict[str, tuple[str, str]]:
+    """Per session whose requests carry badly placed breakpoints: (the first one's path, a
+    description of the moves and of what is added), from its first such request."""
+    out: dict[str, tuple[str, str]] = {}
+    for turn in account.turns:
+        if turn.session in out or turn.local:
+            continue
+        placed = place(turn.api, turn.body, _rules_of(turn, rules))
+        if not placed.moves:
+            continue
+        moves = "; ".join(
+            f"`{m.source}` ({m.why}) to `{m.target}`" if m.target else
+            f"`{m.source}` ({m.why}): drop it" for m in placed.moves)
+        targets = {m.target for m in placed.moves}
+        added = [show(p) for p, _, v in placed.edits if v is not DELETE
+                 and show(p) not in targets]
+        more = f"; and add one at {', '.join(f'`{a}`' for a in added)}" if added else ""
+        out[turn.session] = (placed.moves[0].source,
+                             f"move the cache breakpoints: {moves}{more}")
+    return out
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Option:
     kind: str
@@ -283,6 +330,13 @@ def _options(breaks: Sequence[PrefixBreak]) -> list[_Option]:
     if pool is not None:
         out.append(_Option("pool", _describe_break("pool", pool)))
     return out + [_Option(k, _DESCRIBE[k]) for k in _BODY_FIXES]
+
+
+def _explicit_options(account: Account) -> list[_Option]:
+    if any(t.api == "gemini" for t in account.turns):
+        return [_Option("cached_content", "create a Gemini CachedContent with what every turn "
+                                          "repeats, shared by the conversations repeating it")]
+    return []
 
 
 class _Pricer:
@@ -329,6 +383,10 @@ class _Pricer:
                 new = _session_fix(fixed, sessions, change)
                 if new is not None:
                     fixed, changed = new, True
+        if "cached_content" in kinds:  # last: it holds what the other fixes left repeated
+            new = _session_fix(fixed, sessions, pinned)
+            if new is not None:
+                fixed, changed = new, True
         return fixed if changed else None
 
 
@@ -388,7 +446,8 @@ def _plan_account(account: Account, rates: RatesFor,
     pricer = _Pricer(account, rates, rules)
     base = _send(account, pricer.prefixes, rates, rules)
     verdicts = _verdicts(account, pricer.prefixes, rates)
-    options = _options([b for bs, _ in verdicts.values() for b in bs])
+    options = _options([b for bs, _ in verdicts.values() for b in bs]) + _explicit_options(
+        account)
     steps = _greedy(pricer, options, base)
     final = steps[-1][2] if steps else base
     taken = {o for o, _, _ in steps}
@@ -397,6 +456,7 @@ def _plan_account(account: Account, rates: RatesFor,
         if alone is not None and _gain(base, alone)[0] > 1e-12:
             steps.append((dataclasses.replace(o, alternative=True), base, alone))
     plans = []
+    moved = _moved_breakpoints(account, rules)
     for name, s in base.items():
         breaks, hazards = verdicts.get(name, ([], []))
         fixes = []
@@ -405,6 +465,10 @@ def _plan_account(account: Account, rates: RatesFor,
             if b is None or a is None:
                 continue
             saving, tokens = b.cost - a.cost, a.cached - b.cached
+            if o.kind == "breakpoints" and name in moved:
+                o = dataclasses.replace(o, path=moved[name][0], description=moved[name][1])
+            if o.kind == "cached_content":
+                o = _explicit_option(account, pricer.prefixes, name, o, rules)
             if saving > 1e-12 or (saving >= -1e-12 and tokens > 0):
                 fixes.append(Fix(o.kind, o.description, o.path, saving, tokens,
                                  a.cached / a.prompt if a.prompt else 0.0,
@@ -415,6 +479,39 @@ def _plan_account(account: Account, rates: RatesFor,
                                  s.cost, tuple(breaks), tuple(hazards), tuple(fixes),
                                  c.cached, c.cost))
     return plans
+
+
+def price(accounts: Sequence[Account], kinds: Sequence[str], rates: RatesFor,
+          rules: Callable[[str, str], CacheRules] = rules_for) -> float:
+    """The predicted cost of ``accounts`` with the fixes ``kinds`` (no ``move``: it needs a
+    span) applied together: what a fix saves alone, where the plan chose it after others."""
+    chosen = frozenset(_Option(k, "") for k in kinds)
+    total = 0.0
+    for account in accounts:
+        pricer = _Pricer(account, rates, rules)
+        sums = pricer.sums(chosen) or _send(account, pricer.prefixes, rates, rules)
+        total += sum(s.cost for s in sums.values())
+    return total
+
+
+def _explicit_option(account: Account, prefixes: Prefixes, session: str, o: _Option,
+                     rules: Callable[[str, str], CacheRules]) -> _Option:
+    """``o`` described for ``session``: what its cache holds, for how long."""
+    turns = [n for n, t in enumerate(account.turns)
+             if t.session == session and not t.local and n in prefixes]
+    if len(turns) < 2:
+        return o
+    first = account.turns[turns[0]]
+    row = _rules_of(first, rules)
+    ps = [prefixes[n] for n in turns]
+    k = held(ps)
+    if k < 1:
+        return o
+    key = ps[0].chain[k - 1]
+    times = [account.turns[n].at for n, p in prefixes.items()  # every conversation using it
+             if len(p.chain) > k and p.chain[k - 1] == key and not account.turns[n].local]
+    return dataclasses.replace(o, path=ps[0].items[0].path, description=describe(
+        ps, _tokens(ps[0], first.usage), lifetime(times, row), row))
 
 
 def plan(accounts: Sequence[Account], rates: RatesFor,

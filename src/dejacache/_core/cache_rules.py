@@ -41,8 +41,12 @@ Sources, read on 2026-12-02 (the documentation changes: override with
   overview): implicit caching on by default, reads 90% off, writes at the input price, no
   storage charge; explicit ``CachedContent`` with a TTL (default 1 h) and a per-hour storage
   price. *Contradicted*: the English page lists minimums of 1,024 (2.5 Flash) and 4,096
-  (2.5 Pro), a newer translation 2,048 for both; we keep the English page. The storage price
-  was not on the pages read: 0 here, set it with :func:`set_cache_rules`.
+  (2.5 Pro), a newer translation 2,048 for both; we keep the English page. Storage of an
+  explicit cache, per million tokens per hour, from the price list
+  (https://ai.google.dev/gemini-api/docs/pricing, as third-party pages quote it: not read
+  directly): $1.00 for the Flash models, $4.50 for the Pro ones. Implicit caching keeps a
+  prefix for an unstated few minutes: we take 5. The order in which Gemini renders the
+  system instruction, tools and contents is not documented: we take that order.
 
 Pure: data and lookups, no I/O.
 """
@@ -102,7 +106,8 @@ _GPT = CacheRules("openai", "", 1024, block=128, mode=AUTOMATIC, max_breakpoints
 _GPT56 = dataclasses.replace(_GPT, block=1, mode=IMPLICIT, max_breakpoints=4, ttl=1800.0,
                              long_ttl=43200.0, read=0.1, write=1.25, write_long=1.25)
 _GEMINI = CacheRules("gemini", "", 1024, mode=AUTOMATIC, max_breakpoints=0, ttl=300.0,
-                     long_ttl=3600.0, read=0.1, write=1.0, write_long=1.0, source=_GEMINI_DOC)
+                     long_ttl=3600.0, read=0.1, write=1.0, write_long=1.0, storage=1.0,
+                     source=_GEMINI_DOC)
 
 
 def _row(base: CacheRules, family: str, **changes: Any) -> CacheRules:
@@ -130,8 +135,8 @@ RULES: dict[tuple[str, str], CacheRules] = {(r.provider, r.family): r for r in (
     _row(_GPT56, "gpt-6"),
     _GEMINI,
     _row(_GEMINI, "gemini-2.5-flash", minimum=1024),
-    _row(_GEMINI, "gemini-2.5-pro", minimum=4096),
-    _row(_GEMINI, "gemini-3-pro", minimum=4096),
+    _row(_GEMINI, "gemini-2.5-pro", minimum=4096, storage=4.5),
+    _row(_GEMINI, "gemini-3-pro", minimum=4096, storage=4.5),
     _row(_GEMINI, "gemini-3-flash", minimum=1024),
 )}
 _BUILT_IN = dict(RULES)

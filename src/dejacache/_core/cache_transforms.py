@@ -172,4 +172,4 @@ def _remade(old: Item, data: Any) -> Item:
 def _rechained(p: Prefix, items: Sequence[Item]) -> Prefix:
     return chained(p.provider, p.api, p.model, items, one_hour=p.one_hour,
                    retention=p.retention, stateful=p.stateful, route=p.route,
-                   explicit=p.explicit)
+                   explicit=p.explicit, pinned=p.pinned)

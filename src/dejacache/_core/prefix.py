@@ -2,7 +2,8 @@
 consecutive requests of a conversation first part ways.
 
 Providers cache the *rendered* prompt, in a fixed order (Anthropic: tools → system → messages;
-OpenAI chat: tools → messages; Responses: tools → instructions → input), so a request is cut
+OpenAI chat: tools → messages; Responses: tools → instructions → input; Gemini, whose order is
+not documented: system instruction → tools → contents), so a request is cut
 into items in that order (one tool, one system block, one message), each normalised to what
 the provider renders and digested with the same canonical JSON and digest as call keys. The
 running digest of items ``0..i`` (``Prefix.chain``) answers "is the first i items' prefix the
@@ -48,6 +49,7 @@ ORDER: dict[str, tuple[str, ...]] = {
     "messages": ("tools", "system", "messages"),
     "chat": ("tools", "messages"),
     "responses": ("tools", "instructions", "input"),
+    "gemini": ("system", "tools", "messages"),
 }
 
 
@@ -74,8 +76,8 @@ class Item:
 class Prefix:
     """A request's cacheable prefix, in provider order."""
 
-    provider: str  # "anthropic" | "openai"
-    api: str  # "messages" | "chat" | "responses"
+    provider: str  # "anthropic" | "openai" | "gemini"
+    api: str  # "messages" | "chat" | "responses" | "gemini" (generateContent)
     model: str
     items: tuple[Item, ...]
     chain: tuple[str, ...]  # chain[i]: digest of items[0..i]
@@ -86,6 +88,9 @@ class Prefix:
     stateful: bool = False
     route: str = ""  # OpenAI prompt_cache_key: part of what picks the machine
     explicit: bool = False  # OpenAI prompt_cache_options mode "explicit": no implicit point
+    # Leading items held in an explicit cache the request names (Gemini's CachedContent): the
+    # planner's fix, priced; 0 for a request as sent.
+    pinned: int = 0
 
     @property
     def size(self) -> int:
@@ -286,19 +291,36 @@ def _responses(body: Mapping[str, Any]) -> Prefix:
                     stateful=bool(body.get("previous_response_id")), body=body)
 
 
-_BUILDERS = {"messages": _anthropic, "chat": _chat, "responses": _responses}
+def _gemini(body: Mapping[str, Any]) -> Prefix:
+    """``generateContent``: the model is in the URL (a loader puts it in ``model``)."""
+    b = _Builder()
+    system = body.get("systemInstruction") or body.get("system_instruction")
+    if isinstance(system, str):
+        system = {"parts": [{"text": system}]}
+    if isinstance(system, dict):  # a role on the instruction is not read
+        b.add("system", "systemInstruction", {"parts": system.get("parts")})
+    b.tools(body.get("tools"))
+    for i, content in enumerate(body.get("contents") or []):
+        b.add("messages", f"contents[{i}]", content)
+    return b.prefix("gemini", "gemini", body.get("model"))
+
+
+_BUILDERS = {"messages": _anthropic, "chat": _chat, "responses": _responses, "gemini": _gemini}
 
 
 def api_of(provider: str, body: Mapping[str, Any], endpoint: str = "") -> str | None:
-    """Which request shape ``body`` is: ``messages``, ``chat``, ``responses``; None if none."""
+    """Which request shape ``body`` is: ``messages``, ``chat``, ``responses``, ``gemini``;
+    None if none."""
     if endpoint:
         for suffix, api in ((".messages", "messages"), (".chat.completions", "chat"),
-                            (".responses", "responses")):
+                            (".responses", "responses"), ("gemini.generate_content", "gemini")):
             if endpoint.endswith(suffix):
                 return api
         return None
     if provider == "anthropic":
         return "messages"
+    if provider == "gemini":
+        return "gemini" if "contents" in body else None
     if "messages" in body:
         return "chat"
     if "input" in body or "instructions" in body:

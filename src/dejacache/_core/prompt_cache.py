@@ -70,9 +70,15 @@ def _int(v: Any) -> int | None:
 
 def read_usage(usage: Any) -> Usage | None:
     """Anthropic (``cache_read_input_tokens``...), OpenAI chat
-    (``prompt_tokens_details.cached_tokens``) or Responses (``input_tokens_details``)."""
+    (``prompt_tokens_details.cached_tokens``), Responses (``input_tokens_details``) or Gemini
+    (``usageMetadata``)."""
     if not isinstance(usage, Mapping):
         return None
+    if "promptTokenCount" in usage:
+        # Gemini: the prompt count includes the cached tokens; proto3 JSON leaves out a zero,
+        # so no cachedContentTokenCount is Gemini saying none were cached.
+        return Usage(_int(usage.get("promptTokenCount")) or 0,
+                     _int(usage.get("cachedContentTokenCount")) or 0)
     for total, field in (("prompt_tokens", "prompt_tokens_details"),  # OpenAI chat
                          ("input_tokens", "input_tokens_details")):  # Responses
         if field in usage or (total == "prompt_tokens" and total in usage):

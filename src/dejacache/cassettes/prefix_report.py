@@ -26,13 +26,15 @@ import orjson
 from .._core.prefix import Prefix, api_of, build_prefix
 from .._core.prompt_cache import PrefixBreak, SessionReport, SessionState, SessionTotals, read_usage
 from ..errors import CassetteError
+from ..http.providers.gemini import model_of
 from ..http.sse import event_data
 
 __all__ = ["PROVIDER_OF_API", "Recorded", "SessionInference", "add_prefix_report", "analyse",
            "iter_cassettes", "recorded_requests", "stored_usage"]
 
 #: The provider each request API belongs to (a turn is read only from its own provider).
-PROVIDER_OF_API = {"messages": "anthropic", "chat": "openai", "responses": "openai"}
+PROVIDER_OF_API = {"messages": "anthropic", "chat": "openai", "responses": "openai",
+                   "gemini": "gemini"}
 
 
 def iter_cassettes(target: str | pathlib.Path) -> Iterator[pathlib.Path]:
@@ -50,6 +52,8 @@ def stored_usage(response: Any) -> Any:
     body = response.get("json")
     if isinstance(body, dict) and isinstance(body.get("usage"), dict):
         return body["usage"]
+    if isinstance(body, dict) and isinstance(body.get("usageMetadata"), dict):
+        return body["usageMetadata"]  # Gemini
     merged: dict[str, Any] = {}
     for ev in response.get("events") or []:
         data = event_data(ev[1]) if isinstance(ev, list) and len(ev) == 2 else None
@@ -60,6 +64,8 @@ def stored_usage(response: Any) -> Any:
             found = data["message"].get("usage")
         elif isinstance(data.get("response"), dict):
             found = data["response"].get("usage")
+        if isinstance(data.get("usageMetadata"), dict):  # Gemini: the last event's is whole
+            found = data["usageMetadata"]
         if isinstance(found, dict):
             merged.update({k: v for k, v in found.items() if v is not None})
     return merged or None
@@ -135,6 +141,8 @@ def recorded_requests(path: pathlib.Path, per_cassette: bool = False) -> Iterato
         api = api_of(provider, body, name)
         if api is None or PROVIDER_OF_API[api] != provider:
             continue
+        if api == "gemini" and "model" not in body:  # Gemini names it in the URL
+            body = {**body, "model": model_of(str(req.get("path", "")) if req else "")}
         prefix = build_prefix(api, body)
         at = recorded_at(entry)
         duration = entry.get("duration")

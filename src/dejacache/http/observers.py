@@ -51,6 +51,7 @@ class Exchange:
     # Answered from dejacache's own store (replay, cache hit, or an identical call in flight):
     # the provider never saw this request, and ``usage`` is the stored answer's.
     local: bool = False
+    path: str = ""  # the URL path (Gemini names the model there, not in the body)
 
 
 Observer = Callable[[Exchange], None]
@@ -156,10 +157,12 @@ def _usage_of(data: Any, into: dict[str, Any]) -> bool:
         found = data["message"].get("usage")  # Anthropic: input counts arrive first
     elif isinstance(data.get("response"), dict):
         found = data["response"].get("usage")  # Responses stream: response.completed
+    elif found is None:
+        found = data.get("usageMetadata")  # Gemini: in every stream event, whole in the last
     if not isinstance(found, dict):
         return False
     into.update({k: v for k, v in found.items() if v is not None})
-    return any(k in found for k in ("prompt_tokens", "input_tokens"))
+    return any(k in found for k in ("prompt_tokens", "input_tokens", "promptTokenCount"))
 
 
 class _Watch:
@@ -258,7 +261,7 @@ def _begin(lib: Any, request: Any, response: Any, context: contextvars.Context,
         body = b""
     headers = response.headers
     base = Exchange(provider.name, provider.endpoint(url.host, url.path), body,
-                    response.status_code, None, context, local)
+                    response.status_code, None, context, local, url.path)
     watch = _Watch(base, headers.get("content-type", ""), headers.get("content-encoding", ""))
     try:
         content = response.content  # an answer built from the store is already in memory

@@ -88,7 +88,8 @@ def _cmd_rules(args: argparse.Namespace) -> int:
         ttl = f"{r.ttl:,.0f} s" + (f" / {r.long_ttl:,.0f} s" if r.long_ttl else "")
         print(f"  {r.provider:<9} {r.family or '(default)':<18} min {r.minimum:>5,} "
               f"{r.mode:<11} block {r.block:>3}  ttl {ttl:<20} read {r.read:g}x "
-              f"write {r.write:g}x/{r.write_long:g}x  {r.source}")
+              f"write {r.write:g}x/{r.write_long:g}x"
+              + (f" storage ${r.storage:g}/M/h" if r.storage else "") + f"  {r.source}")
     return 0
 
 

@@ -56,7 +56,7 @@ from ._conversation import THREAD_SESSION, conversation
 
 __all__ = ["PrefixBreak", "PrefixHazard", "PrefixMonitor", "SessionReport", "TurnRecord"]
 
-_PROVIDERS = ("anthropic", "openai")
+_PROVIDERS = ("anthropic", "openai", "gemini")
 _BLOCKS = itertools.count(1)
 
 
@@ -171,7 +171,8 @@ class PrefixMonitor(Block["PrefixMonitor"]):
         endpoint: str = "",
     ) -> list[PrefixBreak]:
         """Account one request (its body, and the provider's ``usage`` if known); returns the
-        breaks it caused. ``provider`` is ``"anthropic"`` or ``"openai"``."""
+        breaks it caused. ``provider`` is ``"anthropic"``, ``"openai"`` or ``"gemini"`` (a
+        Gemini body names its ``model``: the API takes it from the URL)."""
         if provider not in _PROVIDERS:
             raise ConfigurationError(f"PrefixMonitor.observe: provider must be one of "
                                      f"{_PROVIDERS}, not {provider!r}")
@@ -222,6 +223,10 @@ class PrefixMonitor(Block["PrefixMonitor"]):
         api = api_of(ex.provider, data, ex.endpoint)
         if api is None:
             return
+        if api == "gemini" and "model" not in data:  # Gemini names it in the URL
+            from ..http.providers.gemini import model_of
+
+            data["model"] = model_of(ex.path)
         session = ex.context.run(conversation) or self._block or "default"
         self._turn(api, data, session, read_usage(ex.usage), ex.local,
                    (ex.provider, ex.endpoint, ex.usage))

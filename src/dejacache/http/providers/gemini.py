@@ -18,7 +18,7 @@ from typing import Any
 
 from ._base import FINISHING, IN_PROGRESS, Provider, int_fields, last_str
 
-__all__ = ["PROVIDER", "Gemini"]
+__all__ = ["PROVIDER", "Gemini", "model_of"]
 
 # ".../models/gemini-2.5-flash:generateContent": the model, then the method after a colon.
 # The colon-method form is Google's (AIP-136 custom methods); other APIs rarely use it.
@@ -105,6 +105,13 @@ def _chunks(body: Any, events: Iterable[Any]) -> list[Any]:
     list body is read chunk by chunk."""
     head = list(body) if type(body) is list else [body]
     return [*head, *events]
+
+
+def model_of(path: str) -> str:
+    """The model a call's URL path names (``.../models/gemini-2.5-flash:generateContent``:
+    Gemini request bodies carry none); "" when it names none."""
+    m = _CALL.search(path)
+    return m.group(1) if m is not None else ""
 
 
 PROVIDER = Gemini()
