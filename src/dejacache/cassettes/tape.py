@@ -35,6 +35,12 @@ __all__ = ["EntryInfo", "Tape", "Unused"]
 
 _T = TypeVar("_T")
 
+# Request shapes of the recordings read, by seal (the cross-references' checksums: equal
+# seals name the same recording): a proxy opening the same cassette for each test reads them
+# once. A few bytes per recording; cleared when full.
+_SHAPES: dict[bytes, frozenset[frozenset[str] | None]] = {}
+_SHAPES_KEPT = 256
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class EntryInfo:
@@ -283,6 +289,24 @@ class Tape:
         if self.index() is None:
             return []
         return self._read(lambda ix: ix.positions(key))
+
+    def request_shapes(self) -> frozenset[frozenset[str] | None]:
+        """The distinct member-name sets of the recorded requests (``Index.request_members``;
+        None among them: a request that could not be read so), read once per recording:
+        blocks that open the same file again share them (by the file's seal)."""
+        ix = self.index()
+        if ix is None:
+            return frozenset()
+        seal = ix.seal if isinstance(ix, FileIndex) else b""
+        shapes = _SHAPES.get(seal) if seal else None
+        if shapes is None:
+            shapes = self._read(
+                lambda ix: frozenset(ix.request_members(i, k) for i, k in enumerate(ix.keys())))
+            if seal:
+                if len(_SHAPES) >= _SHAPES_KEPT:
+                    _SHAPES.clear()
+                _SHAPES[seal] = shapes
+        return shapes
 
     # ---------------------------------------------------------------- entries
 
