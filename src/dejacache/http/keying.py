@@ -18,6 +18,7 @@ prompt-cache controls keyed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
@@ -137,6 +138,7 @@ def _mapped(eff: Effective, name: str, ident: Identity, args: tuple[Any, ...],
     return canonical, _key(eff, name, args, canonical, plain, spelled)
 
 
+@functools.lru_cache(maxsize=64)  # a file's shapes are one object: asked once per call
 def _pre_header(shapes: frozenset[frozenset[str] | None] | None) -> bool:
     """Whether a file whose recorded requests have these member-name sets may hold a call
     keyed before request headers counted: an HTTP request (``method`` and ``path``)

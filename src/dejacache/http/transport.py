@@ -180,7 +180,8 @@ def _prepare(lib: Lib, eff: Effective, request: Any, body: bytes, opts: Options)
     name = provider.endpoint(host, path)
     aliases = table_for(eff)
     extra = (*eff.volatile, *opts.volatile) if opts.volatile else eff.volatile
-    args = (request.method, path, url.params.multi_items(), body,
+    # (no query, no parse: ``params`` parses the query anew on every call)
+    args = (request.method, path, url.params.multi_items() if url.query else [], body,
             headers.get("content-type", ""), provider, aliases, extra, eff.key_substitute)
     k = keyed(eff, name, args, items if opts.headers else None)
     calling(k.key, eff.namespace or "", name, k.canonical)  # for cassettes' match="vcr"
