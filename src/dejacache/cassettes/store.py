@@ -48,7 +48,7 @@ from .calls import Call, Divergence
 from .order import RunOrder
 from .prices import estimate_dollars
 from .redact import Redactor
-from .tape import NONE_UNUSED, Entry, EntryInfo, Tape, Unused, View
+from .tape import NONE_UNUSED, Entry, EntryInfo, Tape, Unused, View, request_shapes
 from .vcr_match import VcrMatch
 from .writer import Writer
 
@@ -252,7 +252,7 @@ class Cassette(BaseStore):
             return bool(self._tape.positions(key))
 
     def request_shapes(self) -> frozenset[frozenset[str] | None] | None:
-        """The member-name sets of the file's recorded requests (``Tape.request_shapes``):
+        """The member-name sets of the file's recorded requests (``tape.request_shapes``):
         which forms of keys it can hold, decided once for the block instead of per call.
         None while the block has asked fewer than ``_ASKS_BEFORE_SHAPES`` times (a test
         that replays a few calls of a large file never reads every entry); empty when
@@ -266,7 +266,7 @@ class Cassette(BaseStore):
                 return None
             self._load()
             with self._lock:
-                shapes = self._shapes = self._tape.request_shapes()
+                shapes = self._shapes = request_shapes(self._tape)
         return shapes
 
     def identities(self) -> dict[tuple[str, str], frozenset[str]]:
