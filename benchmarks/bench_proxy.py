@@ -3,9 +3,11 @@
 One Node client (``benchmarks/node/client.mjs``: sequential keep-alive ``fetch``, one call
 timed at a time) sends the same 1,000 chat-completion requests, each a different prompt, to:
 
-- **floor (python)**: a minimal asyncio server answering the bytes of a recorded answer from
-  memory, the language the proxy is written in;
-- **floor (node)**: the same in Node's ``http`` (the fastest loopback answer at hand);
+- **floor (python)**: a minimal asyncio server answering from memory the bytes the proxy
+  answers the first call with (status line, headers and body, captured from the proxy), the
+  language the proxy is written in;
+- **floor (node)**: the same status, headers and body from Node's ``http`` (the fastest
+  loopback answer at hand; Node adds its own ``Connection``/``Keep-Alive`` headers);
 - **dejacache**: ``dejacache proxy`` replaying a cassette of those 1,000 calls, recorded
   through it by the same client against the loopback provider of tests/http;
 - **aimock** (``@copilotkit/aimock``, its users' setup): one fixture per prompt, matched on
@@ -74,9 +76,8 @@ class _Floor(asyncio.Protocol):
             self.transport.write(self.answer)
 
 
-async def _serve_floor(body: bytes) -> None:
-    _Floor.answer = (b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                     b"content-length: %d\r\n\r\n" % len(body)) + body
+async def _serve_floor(answer: bytes) -> None:
+    _Floor.answer = answer
     server = await asyncio.get_running_loop().create_server(_Floor, "127.0.0.1", 0)
     print(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", flush=True)
     await asyncio.Event().wait()
@@ -135,18 +136,37 @@ def _client(targets: dict[str, str], bodies: list[str], warmup: int, tmp: pathli
 # ---------------------------------------------------------------- the run
 
 
-def _record(p: Any, url: str, bodies: list[str], tmp: pathlib.Path) -> tuple[bytes, list[str]]:
-    """The cassette of every call, recorded through the proxy; the first answer's bytes and
-    each answer's text."""
+def _record(p: Any, url: str, bodies: list[str], tmp: pathlib.Path) -> list[str]:
+    """The cassette of every call, recorded through the proxy; each answer's text."""
     s = p.session("bench.json", mode="record", upstreams={"openai": url})
     _client({"record": s.base_url("openai") + PATH}, bodies, 0, tmp, batch=len(bodies))
     summary = s.close(ok=True)
     assert summary["recorded"] == len(bodies), summary
-    entries = json.loads(s.cassette.read_text())["entries"]
-    values = json.loads(s.cassette.read_text()).get("values", {})
-    answers = [_json_of(e["response"], values) for e in entries]
-    first = json.dumps(answers[0], separators=(",", ":")).encode()
-    return first, [a["choices"][0]["message"]["content"] for a in answers]
+    doc = json.loads(s.cassette.read_text())
+    answers = [_json_of(e["response"], doc.get("values", {})) for e in doc["entries"]]
+    return [a["choices"][0]["message"]["content"] for a in answers]
+
+
+def _wire_answer(url: str, body: str) -> bytes:
+    """The bytes ``url`` answers ``body`` with (a POST on a connection of its own): what the
+    floors send for every call, so they answer what the proxy answers, byte for byte."""
+    import socket
+    import urllib.parse
+
+    u = urllib.parse.urlsplit(url)
+    data = body.encode()
+    with socket.create_connection((u.hostname, u.port), timeout=30) as sock:
+        sock.sendall(b"POST %s HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json\r\n"
+                     b"authorization: Bearer sk-bench\r\ncontent-length: %d\r\n"
+                     b"connection: close\r\n\r\n%s" % (
+                         u.path.encode(), u.netloc.encode(), len(data), data))
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    answer = b"".join(chunks)
+    if not answer.startswith(b"HTTP/1.1 200 "):
+        raise RuntimeError(f"the proxy did not replay the first call: {answer[:300]!r}")
+    return answer
 
 
 def _json_of(response: dict[str, Any], values: dict[str, Any]) -> Any:
@@ -187,15 +207,19 @@ def run(calls: int, rounds: int, warmup: int = 50) -> dict[str, Any]:
         fake = FakeProvider().start()
         try:
             with dejacache.proxy(cassette_dir=tmp, env=env) as p:
-                body, texts = _record(p, fake.url, bodies, tmp)
-                (tmp / "body.json").write_bytes(body)
+                texts = _record(p, fake.url, bodies, tmp)
+                s = p.session("bench.json", mode="replay",
+                              upstreams={"openai": "http://127.0.0.1:9"})
+                (tmp / "answer.http").write_bytes(_wire_answer(s.base_url("openai") + PATH,
+                                                               bodies[0]))
+                s.close(ok=False)
                 fixtures = [[f"Question {i:04d}.", t] for i, t in enumerate(texts)]
                 (tmp / "fixtures.json").write_text(json.dumps(fixtures))
                 fake.stop()
-                with _server([sys.executable, __file__, "--floor", str(tmp / "body.json")]) \
+                with _server([sys.executable, __file__, "--floor", str(tmp / "answer.http")]) \
                         as (floor_py, py_pid), \
                         _server(["node", str(NODE / "floor_server.mjs"),
-                                 str(tmp / "body.json")]) as (floor_node, node_pid), \
+                                 str(tmp / "answer.http")]) as (floor_node, node_pid), \
                         _server(["node", str(NODE / "aimock_server.mjs"),
                                  str(tmp / "fixtures.json")], cwd=NODE) as (aimock, mock_pid):
                     pids = {"floor (python)": py_pid, "floor (node)": node_pid,

@@ -363,17 +363,22 @@ def block_proxy(R: Results) -> str:
              times(t["dejacache"]["median_us"], t[n]["median_us"]) if n != "dejacache"
              else "-", num(t[n]["server_cpu_us"]) if "server_cpu_us" in t[n] else NA]
             for n in names if n in t]
+    cpu = [f"{n}: {times(t['dejacache']['server_cpu_us'], t[n]['server_cpu_us'])}"
+           for n in names if n in t and n != "dejacache" and t[n].get("server_cpu_us")
+           and "server_cpu_us" in t["dejacache"]]
     return "\n".join([
         f"A chat completion replayed through `dejacache proxy` to a Node client (sequential "
         f"keep-alive `fetch`), µs per call, {d['calls']:,} different calls per round, "
         f"{d['rounds']} rounds, the targets interleaved in one client. Floors: a minimal "
-        "server answering the same bytes from memory, in Python (asyncio) and in Node "
-        "(`http`); aimock: one fixture per prompt. First and last 100: the medians of each "
-        "round's first and last 100 calls (flat when they agree). Server CPU: the serving "
-        "process's CPU time per call while the client ran (unlike latency, it does not grow "
-        "with the machine's load).", "",
+        "server answering from memory the bytes the proxy answers the first call with "
+        "(status line, headers, body), in Python (asyncio) and in Node (`http`); aimock: one "
+        "fixture per prompt. First and last 100: the medians of each round's first and last "
+        "100 calls (flat when they agree). Server CPU: the serving process's CPU time per "
+        "call while the client ran (unlike latency, it does not grow with the machine's "
+        "load).", "",
         table(["served by", "median", "p99", "first 100", "last 100", "dejacache vs it",
                "server CPU µs/call"], rows), "",
+        *([f"Server CPU per call, dejacache vs {'; vs '.join(cpu)}.", ""] if cpu else []),
         f"Versions: {d.get('versions', '?')}. " + source(R, "proxy")])
 
 

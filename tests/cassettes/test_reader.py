@@ -94,3 +94,51 @@ def test_the_kept_copies_are_bounded(monkeypatch: pytest.MonkeyPatch,
         write(p, [f"{n}-{i:030x}" for i in range(60)])
         assert FileIndex.open(p.read_bytes()) is not None
     assert 0 < sum(len(v) for v in reader._KEPT.values()) <= 10_000
+
+
+REQUESTS: list[object] = [
+    {"i": 0}, {"method": "GET", "path": "/a"},
+    {"method": "POST", "path": "/b", "headers": {"accept": "x"}, "body": {"q": [1, {"k": 2}]}},
+    {"method": "POST", "path": "/b", "headers": {"accept": "x"}, "body": {"q": [1, {"k": 2}]}},
+    {}, None, {'we"ird': 1, "method": "GET"}, {"body": "x" * 300, "path": "/c"},
+]
+
+
+def test_request_members_are_read_from_the_bytes_as_a_parse_reads_them(
+        tmp_path: pathlib.Path) -> None:
+    """Which forms of keys a file holds is read from its requests' member names, from the
+    entries' bytes: the same names a parse gives, however the request was written (shared
+    by reference, empty, none, a name with an escape)."""
+    path = tmp_path / "c.json"
+    tape = Cassette(path, mode="record")
+    for i, request in enumerate(REQUESTS):
+        tape.put(f"k{i}", Record(value=CODEC.encode({"n": i}, key=f"k{i}"), name="http.x",
+                                 kind="http", request=orjson.dumps(request), duration=0.0))
+    tape.save()
+    ix = FileIndex.open(fmt.read_file(path))
+    assert ix is not None
+    parsed = [reader.Index.request_members(ix, i, k) for i, k in enumerate(ix.keys())]
+    assert [ix.request_members(i, k) for i, k in enumerate(ix.keys())] == parsed
+    assert parsed == [frozenset(r) if isinstance(r, dict) else frozenset() for r in REQUESTS]
+
+
+def test_a_recordings_request_shapes_are_read_once_for_every_block(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dejacache.cassettes import store, tape
+
+    path = tmp_path / "c.json"
+    write(path, [f"k{i}" for i in range(30)], pad=40_000)  # over 1 MB: the byte index
+    monkeypatch.setattr(store, "_ASKS_BEFORE_SHAPES", 2)
+    monkeypatch.setattr(tape, "_SHAPES", {})
+    first = Cassette(path, mode="replay")
+    assert [first.request_shapes() for _ in range(2)] == [None, None]  # a few calls: unread
+    assert first.request_shapes() == frozenset({frozenset({"i"})})
+    assert isinstance(first._tape.ix, FileIndex)
+    reads: list[int] = []
+    members = FileIndex.request_members
+    monkeypatch.setattr(FileIndex, "request_members",
+                        lambda self, i, k: reads.append(i) or members(self, i, k))
+    again = Cassette(path, mode="replay")
+    assert [again.request_shapes() for _ in range(3)][-1] == frozenset({frozenset({"i"})})
+    assert reads == []  # the same recording: its shapes were kept
+    assert Cassette(path, mode="record").request_shapes() == frozenset()

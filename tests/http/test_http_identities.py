@@ -25,7 +25,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dejacache
+from dejacache.cassettes import store as cassette_store
 from dejacache.errors import ReplayMiss
+from dejacache.http import keying
 from dejacache.http.headers import classify
 from dejacache.http.identities import IdentityTable, items_of, spell
 
@@ -236,8 +238,11 @@ def test_a_cookie_brought_from_outside_is_who_asks(tool: ToolAPI,
 
 # ------------------------------------------------------------------ recordings made before
 
+@pytest.mark.parametrize("asks", [None, 0], ids=["forms-per-call", "forms-read-at-once"])
 def test_a_cassette_recorded_before_headers_were_keyed_still_replays(
-        tmp_path: pathlib.Path) -> None:
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, asks: int | None) -> None:
+    if asks is not None:  # the file's request forms read before its first call
+        monkeypatch.setattr(cassette_store, "_ASKS_BEFORE_SHAPES", asks)
     path = tmp_path / "old.json"
     shutil.copy(FIXTURE, path)
     entries = orjson.loads(path.read_bytes())["entries"]
@@ -265,6 +270,32 @@ def test_a_cassette_recorded_before_headers_were_keyed_still_replays(
     assert chat.id and text and msg.content
     assert len(recorded) == 7
     assert FIXTURE.read_bytes() == path.read_bytes() or True  # replay never writes
+
+
+def test_a_cassette_recorded_since_is_keyed_once_per_call(
+        tool: ToolAPI, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The older forms of a call's key are looked up only in files that hold such forms: a
+    file recorded since has none, and is known to have none once its requests' forms are
+    read (after the block's first calls, once)."""
+    path = tmp_path / "c.json"
+    calls = 40
+    with dejacache.cassette(path, mode="record"):
+        live = [requests.get(tool.url + "/weather", params={"city": f"c{i}"}, timeout=10,
+                             headers={"X-Api-Key": "k"}).json() for i in range(calls)]
+    tool.stop()
+    counted: list[int] = []
+    legacy = keying.legacy_request
+
+    def counting(*args: Any, **kw: Any) -> bytes:
+        counted.append(1)
+        return legacy(*args, **kw)
+
+    monkeypatch.setattr(keying, "legacy_request", counting)
+    with dejacache.cassette(path, mode="replay"):
+        again = [requests.get(tool.url + "/weather", params={"city": f"c{i}"}, timeout=10,
+                              headers={"X-Api-Key": "k"}).json() for i in range(calls)]
+    assert again == live
+    assert len(counted) <= 16 < calls  # the block's first calls (_ASKS_BEFORE_SHAPES)
 
 
 # ------------------------------------------------------------------ the pure parts

@@ -419,3 +419,54 @@ def test_a_mock_transport_answer_records_and_replays(lib: Any, gzipped: bool) ->
     with dejacache.scope(mode="replay", store=store):
         assert (run(), asyncio.run(arun())) == (live, alive)
     assert live == alive == (200, orjson.loads(answer)) and len(calls) == 2
+
+
+# ------------------------------------------------------------------ a driver that writes bytes
+
+
+@pytest.mark.parametrize("lib", [httpx, httpx2], ids=["httpx", "httpx2"])
+def test_a_replayed_whole_answer_comes_as_data_to_a_driver_that_asks(
+        fake: FakeProvider, lib: Any, tmp_path: pathlib.Path) -> None:
+    """``Options(replayed=True)`` (the proxy's): the status, headers and body a response
+    would carry, without building one; streams, and answers an observer watches, stay
+    responses."""
+    from dejacache.http import observers
+    from dejacache.http._libs import lib_of
+    from dejacache.http.transport import Options, Replayed, handle_async
+    from dejacache.scope import current
+
+    path = tmp_path / "c.json"
+    url = fake.openai_url + "/chat/completions"
+    with dejacache.cassette(path, mode="record"), \
+            lib.Client(transport=Transport(lib.HTTPTransport())) as c:
+        live = c.post(url, json=BODY)
+        c.post(url, json={**BODY, "stream": True}).read()
+    fake.stop()
+    handler = lib.AsyncHTTPTransport()
+
+    async def replay(opts: Options, body: Any) -> Any:
+        return await handle_async(lib_of(handler), current(), lib.Request(
+            "POST", url, json=body), handler.handle_async_request, opts)
+
+    def run(opts: Options) -> tuple[Any, Any]:
+        async def both() -> tuple[Any, Any]:
+            return await replay(opts, BODY), await replay(opts, {**BODY, "stream": True})
+        with dejacache.cassette(path, mode="replay"):
+            return asyncio.run(both())
+
+    whole, stream = run(Options(replayed=True))
+    plain, _ = run(Options())
+    assert isinstance(whole, Replayed) and not isinstance(stream, Replayed)
+    assert whole.status == plain.status_code == live.status_code
+    assert whole.body == plain.content and orjson.loads(whole.body) == live.json()
+    assert [(k, v) for k, v in whole.headers] == [
+        (k, v) for k, v in plain.headers.multi_items() if k != "content-length"]
+
+    seen: list[observers.Exchange] = []
+    token = observers.watch(seen.append)
+    try:
+        watched, _ = run(Options(replayed=True))
+    finally:
+        observers.unwatch(token, seen.append)
+    assert not isinstance(watched, Replayed) and watched.status_code == 200
+    assert seen and all(ex.local for ex in seen)

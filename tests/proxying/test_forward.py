@@ -292,3 +292,31 @@ def test_a_python_recording_replays_through_the_proxy(session_for: Open, fake: F
     r = session_for(name, fake, mode="replay")
     assert chat(r, messages=CHAT["messages"]).choices[0].message.content == got
     assert fake.count() == 1
+
+
+@pytest.mark.parametrize("lib_name", ["httpx", "httpx2"])
+@pytest.mark.parametrize("method", ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "QUERY",
+                                    "OPTIONS"])
+@pytest.mark.parametrize("body", [b"", b'{"q": 1}'])
+def test_a_restated_request_is_the_one_an_httpx_client_sends(lib_name: str, method: str,
+                                                             body: bytes) -> None:
+    """The proxy frames the request it sends on itself (``Host`` and the length, as
+    ``Request(content=...)`` adds them): the same headers, in the same order, and content."""
+    from dejacache.http._libs import lib_named
+    from dejacache.proxying._forward import Forwarder
+    from dejacache.proxying._http1 import RequestParser
+    from dejacache.proxying.upstreams import Upstream
+
+    lib = lib_named(lib_name)
+    assert lib is not None
+    head = (f"{method} /openai/v1/x?a=1 HTTP/1.1\r\nHost: 127.0.0.1:1\r\n"
+            "Connection: keep-alive, x-hop\r\nX-Hop: 1\r\nContent-Type: application/json\r\n"
+            "Authorization: Bearer sk-t\r\nx-dejacache-session: s\r\nAccept: */*\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode()
+    [req] = RequestParser(1 << 20).feed(head + body)
+    got = Forwarder(lib).restate(req, Upstream("openai", "http://127.0.0.1:9"), "/v1/x?a=1")
+    want = lib.module.Request(method, "http://127.0.0.1:9/v1/x?a=1", content=body, headers=[
+        ("Content-Type", "application/json"), ("Authorization", "Bearer sk-t"),
+        ("Accept", "*/*")])
+    assert (got.method, got.url, got.headers.raw, got.content) == (
+        want.method, want.url, want.headers.raw, want.content)

@@ -48,7 +48,7 @@ from .calls import Call, Divergence
 from .order import RunOrder
 from .prices import estimate_dollars
 from .redact import Redactor
-from .tape import NONE_UNUSED, Entry, EntryInfo, Tape, Unused, View
+from .tape import NONE_UNUSED, Entry, EntryInfo, Tape, Unused, View, request_shapes
 from .vcr_match import VcrMatch
 from .writer import Writer
 
@@ -56,6 +56,11 @@ if TYPE_CHECKING:
     from .partial import Partial
 
 __all__ = ["Cassette", "EntryInfo", "TapeCounters"]
+
+# Calls a block makes before it reads which request forms its file holds (once): reading
+# them touches every entry (~1 ms at 1k entries), each call that asks before costs the older
+# forms' keys (~40 us).
+_ASKS_BEFORE_SHAPES = 16
 
 
 @dataclasses.dataclass(slots=True)
@@ -119,6 +124,8 @@ class Cassette(BaseStore):
         self.vcr = VcrMatch(self._tape, self.redact_tree, match)
         self._damage: CassetteError | None = None
         self._identities: dict[tuple[str, str], frozenset[str]] | None = None
+        self._shapes: frozenset[frozenset[str] | None] | None = None
+        self._asks = 0
         self._miss_divergence: dict[str, ReplayDivergence] = {}
         # Set when the block's save begins: a call completing later (a task or thread that
         # outlived the block) can no longer reach the file, and is named instead of kept.
@@ -243,6 +250,24 @@ class Cassette(BaseStore):
         self._load()
         with self._lock:
             return bool(self._tape.positions(key))
+
+    def request_shapes(self) -> frozenset[frozenset[str] | None] | None:
+        """The member-name sets of the file's recorded requests (``tape.request_shapes``):
+        which forms of keys it can hold, decided once for the block instead of per call.
+        None while the block has asked fewer than ``_ASKS_BEFORE_SHAPES`` times (a test
+        that replays a few calls of a large file never reads every entry); empty when
+        recording afresh."""
+        if self.mode == "record":
+            return frozenset()
+        shapes = self._shapes
+        if shapes is None:
+            self._asks += 1
+            if self._asks <= _ASKS_BEFORE_SHAPES:
+                return None
+            self._load()
+            with self._lock:
+                shapes = self._shapes = request_shapes(self._tape)
+        return shapes
 
     def identities(self) -> dict[tuple[str, str], frozenset[str]]:
         """Who the file's HTTP calls were recorded from: (item, scope) -> identity digests

@@ -31,9 +31,15 @@ from .calls import CallInfo
 from .kinds import step_kind
 from .reader import DocIndex, FileIndex, Index
 
-__all__ = ["EntryInfo", "Tape", "Unused"]
+__all__ = ["EntryInfo", "Tape", "Unused", "request_shapes"]
 
 _T = TypeVar("_T")
+
+# Request shapes of the recordings read, by seal (the cross-references' checksums: equal
+# seals name the same recording): a proxy opening the same cassette for each test reads them
+# once. A few bytes per recording; cleared when full.
+_SHAPES: dict[bytes, frozenset[frozenset[str] | None]] = {}
+_SHAPES_KEPT = 256
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -600,3 +606,23 @@ class Tape:
         again, self._again = self._again, None
         if again is not None and isinstance(again[1], mmap.mmap):
             again[1].close()
+
+
+def request_shapes(tape: Tape) -> frozenset[frozenset[str] | None]:
+    """The distinct member-name sets of ``tape``'s recorded requests
+    (``Index.request_members``; None among them: a request that could not be read so), read
+    once per recording: blocks that open the same file again share them (by the file's
+    seal). Called under the cassette's lock."""
+    ix = tape.index()
+    if ix is None:
+        return frozenset()
+    seal = ix.seal if isinstance(ix, FileIndex) else b""
+    shapes = _SHAPES.get(seal) if seal else None
+    if shapes is None:
+        shapes = tape._read(
+            lambda ix: frozenset(ix.request_members(i, k) for i, k in enumerate(ix.keys())))
+        if seal:
+            if len(_SHAPES) >= _SHAPES_KEPT:
+                _SHAPES.clear()
+            _SHAPES[seal] = shapes
+    return shapes

@@ -87,7 +87,8 @@ class Session:
             replay_until=spec.replay_until, max_age=spec.max_age, on_expiry=spec.on_expiry,
             redact=list(spec.redact) or None, volatile=spec.volatile,
             rerecord_hint=spec.rerecord_hint)
-        self.options = Options(realtime=spec.realtime)
+        # Replayed whole answers come back as data: the proxy writes their bytes (``_forward``)
+        self.options = Options(realtime=spec.realtime, replayed=True)
         self._ctx = contextvars.copy_context()
         self._inflight = 0
         self._idle: asyncio.Event | None = None
