@@ -19,7 +19,11 @@ a 2-second spoken answer every 10 s. Then, with the fake stopped, in interleaved
   audio inline), for what keeping payloads beside the file costs a replay;
 * ``replay, websockets``: the same messages through the real ``websockets`` client (the
   in-memory endpoint, its frames and the client's own parsing);
-* ``replay, openai SDK``: the app-visible replay, the SDK parsing every event into its models.
+* ``replay, openai SDK``: the app-visible replay, the SDK parsing every event into its models;
+* ``SDK parses the events``: the SDK's own work alone, the floor of the row above: every
+  server event of the session, held in memory as the text the socket delivers, parsed by
+  the SDK's ``parse_event`` (JSON into its pydantic models), and every client event built
+  and written as the SDK writes it, with no socket and no replay.
 
 Each row is timed warm (the files in the page cache, as a rerun finds them) and cold (the
 blob files and the cassette evicted from the page cache first, ``posix_fadvise``
@@ -116,6 +120,32 @@ async def replay_websockets(url: str, turns: list[list[str]]) -> int:
     return got
 
 
+def server_events(doc: dict[str, Any], folder: blobs.Folder) -> list[str]:
+    """Every server message the session recorded, as the text its socket delivered."""
+    from dejacache.ws._message import message_of
+
+    out = []
+    for e in doc["entries"]:
+        for _, m in fmt.unpack(e["response"], folder.resolve).get("messages") or ():
+            data = message_of(m).data
+            out.append(data if isinstance(data, str) else data.decode())
+    return out
+
+
+def sdk_parses(events: list[str], turns: list[list[str]]) -> int:
+    """The openai SDK's work in the session without a socket: each client event built and
+    written as ``conn.input_audio_buffer.append(...)`` does, each server event parsed."""
+    from openai._utils import maybe_transform
+    from openai.resources.realtime import realtime as rt
+
+    sent = rt.RealtimeClientEventParam | rt.ResponseCreateEventWithReferencesParam
+    for msgs in turns:
+        for m in msgs:
+            json.dumps(maybe_transform(json.loads(m), sent))
+    parse = rt.AsyncRealtimeConnection.parse_event
+    return sum(1 for e in events if parse(None, e) is not None)  # type: ignore[arg-type]
+
+
 def read_blobs(paths: list[pathlib.Path], check: bool) -> int:
     n = 0
     for p in paths:
@@ -192,6 +222,7 @@ def main() -> None:
         lines.append(f"blobs a replay reads (the server's messages): {len(answers):,} files, "
                      f"{sum(p.stat().st_size for p in answers):,} bytes")
         turns = client_messages(args.seconds)
+        events = server_events(doc, folder)
         url = fake.base_url
         rows: dict[str, Callable[[], Any]] = {
             "read blobs": lambda: read_blobs(used, False),
@@ -202,6 +233,7 @@ def main() -> None:
                 inline, lambda: replay_session(url, turns), blobs=False),
             "replay, websockets": _in_cassette(path, lambda: replay_websockets(url, turns)),
             "replay, openai SDK": _in_cassette(path, lambda: voice_session(url, args.seconds)),
+            "SDK parses the events": lambda: sdk_parses(events, turns),
         }
         for fn in rows.values():  # warm: imports, the page cache, the key file
             fn()
@@ -225,6 +257,11 @@ def main() -> None:
         tight = statistics.median(times[(kind, "read answer blobs")])
         print(f"| {name}, {kind} | {med:.1f} | {max(ts):.1f} | {med / floor:.2f}x "
               f"| {med / tight:.2f}x |")
+    for kind in ("warm", "cold"):
+        sdk = statistics.median(times[(kind, "replay, openai SDK")])
+        own = statistics.median(times[(kind, "SDK parses the events")])
+        print(f"\nreplay through the openai SDK, {kind}: {sdk / own:.2f}x the SDK's own "
+              f"work on the same events from memory")
 
 
 if __name__ == "__main__":
