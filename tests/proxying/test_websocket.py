@@ -293,3 +293,22 @@ def test_a_session_open_when_the_proxy_stops_is_closed_1001_and_kept(
     assert heard[0] == "input_audio_buffer.committed"
     assert created["type"] == "session.created"
     assert KEY not in cassette.read_text()
+
+
+def test_the_openai_sdks_realtime_client_replays_through_the_proxy(
+        proxy_process: ProxyProcess, realtime: FakeRealtime) -> None:
+    pytest.importorskip("openai")
+    from audio_session import voice_session
+
+    s = _open(proxy_process, "ws-sdk/voice.json", realtime, mode="record")
+    recorded = asyncio.run(voice_session(s.base_url("openai") + "/v1", 2.0))
+    assert s.close(ok=True)["recorded"] == 1 + 20 + 2
+    stopped = _stopped(realtime)
+    try:
+        s = _open(proxy_process, "ws-sdk/voice.json", realtime, mode="replay")
+        replayed = asyncio.run(voice_session(s.base_url("openai") + "/v1", 2.0))
+        summary = s.close(ok=True)
+    finally:
+        stopped.close()
+    assert replayed == recorded and recorded["deltas"]
+    assert stopped.count == 0 and summary["missed"] == 0
