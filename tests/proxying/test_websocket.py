@@ -312,3 +312,30 @@ def test_the_openai_sdks_realtime_client_replays_through_the_proxy(
         stopped.close()
     assert replayed == recorded and recorded["deltas"]
     assert stopped.count == 0 and summary["missed"] == 0
+
+
+def test_a_refused_handshake_passes_through_and_replays(proxy_process: ProxyProcess,
+                                                        fake: Any) -> None:
+    """An upstream that refuses the upgrade (an HTTP server: 404): the client gets its
+    answer, status and body, recording and replaying (with the upstream stopped)."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    async def refused(url: str) -> Any:
+        with pytest.raises(InvalidStatus) as info:
+            await connect(url, additional_headers={"Authorization": f"Bearer {KEY}"})
+        r = info.value.response
+        return r.status_code, json.loads(r.body)
+
+    got = []
+    for mode in ("record", "replay"):
+        s = proxy_process.session("ws-refused/r.json", upstreams={"openai": fake.url},
+                                  mode=mode)
+        try:
+            got.append(asyncio.run(refused(_ws(s))))
+        finally:
+            summary = s.close(ok=True)
+        if mode == "record":
+            fake.stop()
+    assert got[0] == got[1] and got[0][0] == 404, got
+    assert summary["replayed"] == 1 and summary["missed"] == 0

@@ -180,7 +180,7 @@ async def relay(session: Session, upstream: Upstream, req: Request, rest: str,
                 else "dejacache_replay_miss")
         await out.write(error_bytes(provider, 404, kind, f"{type(miss).__name__}: {miss}"))
         return
-    except (OSError, ConfigurationError) as exc:  # recorded or live: the upstream failed
+    except Exception as exc:  # recorded or live: the upstream failed, or is no WebSocket
         await out.write(error_bytes(provider, 502, "dejacache_upstream_error",
                                     f"dejacache proxy: upstream {upstream.name} ({url}) "
                                     f"failed: {type(exc).__name__}: {exc}"))
@@ -221,12 +221,14 @@ async def _from_client(ws: Any, endpoint: Any, out: Upgraded) -> Closed:
         for m in endpoint.take():
             try:
                 await ws.send(m)
-            except ReplayMiss as miss:
+            except Exception as exc:  # a replay miss, or the live leg failed
                 # Nothing more comes for it: the client's next call raises (1011).
                 with ws.lock:
                     ws.state.pending.clear()
-                await out.write(endpoint.fail(f"dejacache replay miss: {miss.name}"))
-                return Closed(1011, "dejacache replay miss")
+                why = (f"dejacache replay miss: {exc.name}" if isinstance(exc, ReplayMiss)
+                       else f"dejacache proxy: upstream failed: {type(exc).__name__}")
+                await out.write(endpoint.fail(why))
+                return Closed(1011, why[:120])
         if endpoint.client_closed is not None:
             return endpoint.client_closed  # type: ignore[no-any-return]
         if not data:
