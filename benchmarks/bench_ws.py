@@ -19,12 +19,17 @@ a 2-second spoken answer every 10 s. Then, with the fake stopped, in interleaved
   audio inline), for what keeping payloads beside the file costs a replay;
 * ``replay, websockets``: the same messages through the real ``websockets`` client (the
   in-memory endpoint, its frames and the client's own parsing);
-* ``replay, openai SDK``: the app-visible replay, the SDK parsing every event into its models.
+* ``replay, openai SDK``: the app-visible replay, the SDK parsing every event into its models;
+* ``SDK parses the events``: the SDK's own work alone, the floor of the row above: every
+  server event of the session, held in memory as the text the socket delivers, parsed by
+  the SDK's ``parse_event`` (JSON into its pydantic models), and every client event built
+  and written as the SDK writes it, with no socket and no replay.
 
 Each row is timed warm (the files in the page cache, as a rerun finds them) and cold (the
 blob files and the cassette evicted from the page cache first, ``posix_fadvise``
 ``DONTNEED``: read from the disk, as "reading the blobs from disk" says). Medians and the
-slowest round in milliseconds, each replay divided by the ``read blobs`` of its kind.
+slowest round in milliseconds, each replay divided by the ``read blobs`` of its kind
+(``--cpu``: the warm rows in CPU time, for a loaded machine).
 """
 
 from __future__ import annotations
@@ -116,6 +121,32 @@ async def replay_websockets(url: str, turns: list[list[str]]) -> int:
     return got
 
 
+def server_events(doc: dict[str, Any], folder: blobs.Folder) -> list[str]:
+    """Every server message the session recorded, as the text its socket delivered."""
+    from dejacache.ws._message import message_of
+
+    out = []
+    for e in doc["entries"]:
+        for _, m in fmt.unpack(e["response"], folder.resolve).get("messages") or ():
+            data = message_of(m).data
+            out.append(data if isinstance(data, str) else data.decode())
+    return out
+
+
+def sdk_parses(events: list[str], turns: list[list[str]]) -> int:
+    """The openai SDK's work in the session without a socket: each client event built and
+    written as ``conn.input_audio_buffer.append(...)`` does, each server event parsed."""
+    from openai._utils import maybe_transform
+    from openai.resources.realtime import realtime as rt
+
+    sent = rt.RealtimeClientEventParam | rt.ResponseCreateEventWithReferencesParam
+    for msgs in turns:
+        for m in msgs:
+            json.dumps(maybe_transform(json.loads(m), sent))
+    parse = rt.AsyncRealtimeConnection.parse_event
+    return sum(1 for e in events if parse(None, e) is not None)  # type: ignore[arg-type]
+
+
 def read_blobs(paths: list[pathlib.Path], check: bool) -> int:
     n = 0
     for p in paths:
@@ -127,7 +158,8 @@ def read_blobs(paths: list[pathlib.Path], check: bool) -> int:
     return n
 
 
-def _timed(fn: Callable[[], Any], evict: list[pathlib.Path] | None = None) -> float:
+def _timed(fn: Callable[[], Any], evict: list[pathlib.Path] | None = None,
+           clock: Callable[[], float] = time.perf_counter) -> float:
     if evict:
         for p in evict:  # out of the page cache: the next read goes to the disk
             fd = os.open(p, os.O_RDONLY)
@@ -136,9 +168,9 @@ def _timed(fn: Callable[[], Any], evict: list[pathlib.Path] | None = None) -> fl
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             finally:
                 os.close(fd)
-    t0 = time.perf_counter()
+    t0 = clock()
     fn()
-    return (time.perf_counter() - t0) * 1000
+    return (clock() - t0) * 1000
 
 
 def _in_cassette(path: pathlib.Path, fn: Callable[[], Coroutine[Any, Any, Any]],
@@ -167,6 +199,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--cpu", action="store_true",
+                    help="time the warm rows in this process's CPU time (steadier than the "
+                         "wall clock on a loaded machine; the cold rows wait for the disk, "
+                         "so they stay on the wall clock)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         path = pathlib.Path(tmp) / "voice.json"
@@ -192,6 +228,7 @@ def main() -> None:
         lines.append(f"blobs a replay reads (the server's messages): {len(answers):,} files, "
                      f"{sum(p.stat().st_size for p in answers):,} bytes")
         turns = client_messages(args.seconds)
+        events = server_events(doc, folder)
         url = fake.base_url
         rows: dict[str, Callable[[], Any]] = {
             "read blobs": lambda: read_blobs(used, False),
@@ -202,6 +239,7 @@ def main() -> None:
                 inline, lambda: replay_session(url, turns), blobs=False),
             "replay, websockets": _in_cassette(path, lambda: replay_websockets(url, turns)),
             "replay, openai SDK": _in_cassette(path, lambda: voice_session(url, args.seconds)),
+            "SDK parses the events": lambda: sdk_parses(events, turns),
         }
         for fn in rows.values():  # warm: imports, the page cache, the key file
             fn()
@@ -212,7 +250,9 @@ def main() -> None:
                 if evict is None:
                     read_blobs(files, False)  # back in the page cache after a cold round
                 for name, fn in rows.items():
-                    times.setdefault((kind, name), []).append(_timed(fn, evict))
+                    clock = time.process_time if args.cpu and kind == "warm" else (
+                        time.perf_counter)
+                    times.setdefault((kind, name), []).append(_timed(fn, evict, clock))
     print(f"# WebSocket voice session, {args.seconds:.0f} s "
           f"({sum(len(t) for t in turns):,} client messages, {len(used):,} blobs)\n")
     for ln in lines:
@@ -225,6 +265,11 @@ def main() -> None:
         tight = statistics.median(times[(kind, "read answer blobs")])
         print(f"| {name}, {kind} | {med:.1f} | {max(ts):.1f} | {med / floor:.2f}x "
               f"| {med / tight:.2f}x |")
+    for kind in ("warm", "cold"):
+        sdk = statistics.median(times[(kind, "replay, openai SDK")])
+        own = statistics.median(times[(kind, "SDK parses the events")])
+        print(f"\nreplay through the openai SDK, {kind}: {sdk / own:.2f}x the SDK's own "
+              f"work on the same events from memory")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from ._forward import Out
 from ._http1 import CONTINUE, Request, RequestParser
+from ._websocket import Upgraded, wants_websocket
 
 __all__ = ["Connection", "Handler"]
 
@@ -43,6 +44,7 @@ class Connection(asyncio.Protocol):
         self.task: asyncio.Task[Any] | None = None  # the request being answered
         self.keep = True  # the request being answered leaves the connection open
         self.out: Out | None = None
+        self.upgraded: Upgraded | None = None  # a WebSocket now: its bytes are not HTTP
         self._reading = True
 
     def connection_made(self, transport: Any) -> None:
@@ -50,6 +52,9 @@ class Connection(asyncio.Protocol):
         self.out = Out(transport)
 
     def data_received(self, data: bytes) -> None:
+        if self.upgraded is not None:
+            self.upgraded.feed(data)
+            return
         self.queue.extend(self.parser.feed(data))
         if self.parser.failed is not None and self._reading:
             self._reading = False  # nothing after a request it cannot read is read
@@ -77,6 +82,9 @@ class Connection(asyncio.Protocol):
             return
         req = self.queue.popleft()
         self.keep = req.keep_alive
+        if wants_websocket(req):  # the connection is the WebSocket's from here on
+            self.keep = False
+            self.out = self.upgraded = Upgraded(self.transport)
         assert self.out is not None
         self.task = self.handler.answer(req, self.out)
         self.task.add_done_callback(self._done)
@@ -99,7 +107,11 @@ class Connection(asyncio.Protocol):
         self._next()
 
     def close_if_idle(self) -> None:
-        """Close now when no request is being answered or has begun to arrive."""
+        """Close now when no request is being answered or has begun to arrive (a WebSocket
+        is told the proxy is going away)."""
+        if self.upgraded is not None:
+            self.upgraded.going_away()
+            return
         if self.task is None and not self.queue and self.parser.idle:
             self.transport.close()
 
@@ -112,6 +124,8 @@ class Connection(asyncio.Protocol):
         self.out.resume()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.upgraded is not None:
+            self.upgraded.lost()
         self.queue.clear()
         if self.out is not None:  # a write waiting for the client to read fails now
             self.out.resume(ConnectionResetError("the client closed the connection"))

@@ -36,6 +36,7 @@ from ._control import PREFIX, SESSION_PREFIX, control
 from ._forward import FORWARDED, Forwarder, Out, error_bytes, json_bytes
 from ._http1 import Request
 from ._sessions import Session, Sessions, SessionSpec
+from ._websocket import Upgraded, relay
 from .upstreams import BASE_URL_ENV, Upstream, split_target, unknown_upstream
 
 __all__ = ["ProxyConfig", "ProxyServer", "command_env", "is_loopback", "serve"]
@@ -161,8 +162,9 @@ class ProxyServer:
             return loop.create_task(self._control(req, out))
         session, upstream, rest = routed
         ctx = session.begin()
-        task = loop.create_task(self.forwarder.answer(session, upstream, req, rest, out),
-                                context=ctx)
+        answering = (relay(session, upstream, req, rest, out) if isinstance(out, Upgraded)
+                     else self.forwarder.answer(session, upstream, req, rest, out))
+        task = loop.create_task(answering, context=ctx)
         task.add_done_callback(lambda _: session.end(ctx))
         return task
 

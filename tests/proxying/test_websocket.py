@@ -1,0 +1,341 @@
+"""WebSocket routes through ``dejacache proxy`` (``proxying/_websocket.py``): a realtime voice
+turn on the OpenAI Realtime protocol (tests/ws's loopback fake) through the proxy, by the
+Python ``websockets`` client and by Node's ``ws`` (what openai-node's Realtime client runs
+on): recorded, then replayed with the fake stopped (no connection reaches its port), every
+event the same, no file holding the key; a session recorded through the proxy replays
+in-process and one recorded in-process replays through the proxy; a handshake or a message
+the recording lacks is said in the client's terms."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import pathlib
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from proxy_support import NODE_DIR, files_text, need_node, run_node
+
+WS_TESTS = pathlib.Path(__file__).resolve().parents[1] / "ws"
+if str(WS_TESTS) not in sys.path:
+    sys.path.insert(0, str(WS_TESTS))
+
+from fake_realtime import FakeRealtime  # noqa: E402
+from ws_support import LoopbackServer, echo  # noqa: E402
+
+import dejacache  # noqa: E402
+from dejacache.proxying.handle import ProxyProcess, ProxySession  # noqa: E402
+from provider_support import DropListener  # noqa: E402
+
+KEY = "sk-proxy-realtime-7c1e0b9a44d2f8"
+NODE_KEY = "sk-node-realtime-3b5d7f9a1c"
+PATH = "/v1/realtime?model=gpt-realtime"
+
+
+@pytest.fixture
+def realtime() -> Iterator[FakeRealtime]:
+    fake = FakeRealtime().start()
+    yield fake
+    fake.stop()
+
+
+def _open(proxy: ProxyProcess, name: str, fake: FakeRealtime, **kw: Any) -> ProxySession:
+    return proxy.session(name, upstreams={"openai": f"http://127.0.0.1:{fake.port}"}, **kw)
+
+
+def _ws(session: ProxySession) -> str:
+    return session.url.replace("http", "ws", 1) + "/openai" + PATH
+
+
+def _audio(n: int) -> str:
+    return base64.b64encode(bytes((i * 31 + n * 7) & 0xFF for i in range(4800))).decode()
+
+
+async def _turn(url: str, *, chunks: int = 3, key: str = KEY) -> dict[str, Any]:
+    """One voice turn by the Python ``websockets`` client: what it received."""
+    from websockets.asyncio.client import connect
+
+    out: dict[str, Any] = {"types": [], "deltas": [], "transcript": None}
+    async with connect(url, additional_headers={"Authorization": f"Bearer {key}"}) as ws:
+        out["types"].append(json.loads(await ws.recv())["type"])
+        for n in range(chunks):
+            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": _audio(n)}))
+        await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+        await ws.send(json.dumps({"type": "response.create"}))
+        async for raw in ws:
+            event = json.loads(raw)
+            out["types"].append(event["type"])
+            if event["type"] == "response.output_audio.delta":
+                out["deltas"].append(event["delta"])
+            elif event["type"] == "response.output_audio_transcript.done":
+                out["transcript"] = event["transcript"]
+            elif event["type"] == "response.done":
+                break
+    return out
+
+
+def _stopped(fake: FakeRealtime) -> DropListener:
+    """The fake stopped, its port held by a listener that counts connections."""
+    fake.stop()
+    return DropListener(fake.port)
+
+
+def _no_key(folder: pathlib.Path, *keys: str) -> None:
+    for path, text in files_text(folder):
+        for key in keys:
+            assert key not in text, f"{key} in {path}"
+
+
+def test_python_client_records_then_replays_through_the_proxy_with_no_connection(
+        proxy_process: ProxyProcess, proxy_dir: pathlib.Path, realtime: FakeRealtime) -> None:
+    name = "ws-python/voice.json"
+    s = _open(proxy_process, name, realtime, mode="record")
+    recorded = asyncio.run(_turn(_ws(s)))
+    summary = s.close(ok=True)
+    assert summary["saved"] and summary["recorded"] == 6 and summary["missed"] == 0, summary
+    assert recorded["types"][0] == "session.created" and recorded["deltas"]
+    assert realtime.connections == 1
+    assert realtime.requests[0]["path"] == PATH  # the upstream was asked what the client asked
+    stopped = _stopped(realtime)
+    try:
+        s = _open(proxy_process, name, realtime, mode="replay")
+        replayed = asyncio.run(_turn(_ws(s)))
+        summary = s.close(ok=True)
+    finally:
+        stopped.close()
+    assert replayed == recorded
+    assert stopped.count == 0
+    assert (summary["replayed"], summary["recorded"], summary["missed"]) == (6, 0, 0)
+    doc = json.loads((proxy_dir / name).read_text())
+    assert {e["name"] for e in doc["entries"]} == {"openai.realtime"}
+    assert (proxy_dir / "ws-python" / "blobs").is_dir()  # the audio, once, beside it
+    _no_key(proxy_dir, KEY)
+
+
+def test_a_session_recorded_through_the_proxy_replays_in_process_and_back(
+        proxy_process: ProxyProcess, proxy_dir: pathlib.Path, realtime: FakeRealtime,
+        tmp_path: pathlib.Path) -> None:
+    direct = f"ws://127.0.0.1:{realtime.port}{PATH}"
+    s = _open(proxy_process, "ws-interchange/proxied.json", realtime, mode="record")
+    through_proxy = asyncio.run(_turn(_ws(s)))
+    assert s.close(ok=True)["saved"]
+    in_process = tmp_path / "in_process.json"
+    with dejacache.cassette(in_process, mode="record"):
+        recorded_here = asyncio.run(_turn(direct, chunks=2))
+    stopped = _stopped(realtime)
+    try:
+        with dejacache.cassette(proxy_dir / "ws-interchange" / "proxied.json", mode="replay"):
+            assert asyncio.run(_turn(direct)) == through_proxy
+        target = proxy_dir / "ws-interchange" / "in_process.json"
+        target.write_bytes(in_process.read_bytes())
+        for blob in (tmp_path / "blobs").rglob("*"):
+            if blob.is_file():
+                dest = target.parent / "blobs" / blob.relative_to(tmp_path / "blobs")
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_bytes(blob.read_bytes())
+        s = _open(proxy_process, "ws-interchange/in_process.json", realtime, mode="replay")
+        assert asyncio.run(_turn(_ws(s), chunks=2)) == recorded_here
+        assert s.close(ok=True)["missed"] == 0
+    finally:
+        stopped.close()
+    assert stopped.count == 0
+
+
+def test_node_ws_client_records_then_replays_through_the_proxy(
+        proxy_process: ProxyProcess, proxy_dir: pathlib.Path, realtime: FakeRealtime) -> None:
+    need_node()
+    if not (NODE_DIR / "node_modules" / "ws").is_dir():
+        pytest.skip("the ws package is not installed: make node-deps (npm ci in tests/node)")
+    script = NODE_DIR / "ws_realtime.mjs"
+    name = "ws-node/voice.json"
+    s = _open(proxy_process, name, realtime, mode="record")
+    recorded = run_node(script, _ws(s), NODE_KEY)
+    assert s.close(ok=True)["recorded"] == 6
+    assert recorded["error"] is None and recorded["close"] == [1000, "done"], recorded
+    assert recorded["types"][0] == "session.created" and recorded["types"][-1] == "response.done"
+    stopped = _stopped(realtime)
+    try:
+        s = _open(proxy_process, name, realtime, mode="replay")
+        replayed = run_node(script, _ws(s), NODE_KEY)
+        summary = s.close(ok=True)
+        # Another chunk of audio: the recording has no such message.
+        s = _open(proxy_process, name, realtime, mode="replay")
+        missed = run_node(script, _ws(s), NODE_KEY, "2")
+        miss_summary = s.close(ok=False)
+    finally:
+        stopped.close()
+    assert replayed == recorded
+    assert stopped.count == 0
+    assert (summary["replayed"], summary["recorded"], summary["missed"]) == (6, 0, 0)
+    assert missed["close"][0] == 1011 and "replay miss" in missed["close"][1]
+    assert miss_summary["missed"] == 1
+    assert "body.audio" in miss_summary["misses"][0]
+    _no_key(proxy_dir, NODE_KEY)
+
+
+def test_a_handshake_the_recording_lacks_is_a_404_in_the_providers_shape(
+        proxy_process: ProxyProcess, realtime: FakeRealtime) -> None:
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    s = _open(proxy_process, "ws-miss/none.json", realtime, mode="replay")
+
+    async def run() -> Any:
+        with pytest.raises(InvalidStatus) as info:
+            await connect(_ws(s), additional_headers={"Authorization": f"Bearer {KEY}"})
+        return info.value.response
+
+    try:
+        response = asyncio.run(run())
+    finally:
+        summary = s.close(ok=False)
+    assert response.status_code == 404
+    body = json.loads(response.body)
+    assert "no recording of openai.realtime" in body["error"]["message"]
+    assert summary["missed"] == 1 and realtime.connections == 0
+
+
+async def _echo_session(url: str) -> list[Any]:
+    """tests/ws's echo protocol: a subprotocol, text, binary, a fragmented message, a ping
+    the client's library answers, the server's close; then a connection the server drops."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    out: list[Any] = []
+    headers = {"Authorization": f"Bearer {KEY}"}
+    async with connect(url, additional_headers=headers, subprotocols=["chat.v2"]) as ws:
+        out += [ws.subprotocol, json.loads(await ws.recv())]
+        for m in ({"n": 0}, b"\x00\x01binary", {"parts": ["frag", "ment"]},
+                  {"ping": True, "n": 1}, {"close": 4001, "reason": "bye now"}):
+            await ws.send(m if isinstance(m, bytes) else json.dumps(m))
+            if "close" in str(m):
+                break
+            got = await ws.recv()  # JSON comes back equal, written compactly
+            out.append(json.loads(got) if isinstance(got, str) and got[:1] == "{" else got)
+        try:
+            await ws.recv()
+        except ConnectionClosed as exc:
+            out.append([exc.rcvd.code, exc.rcvd.reason] if exc.rcvd else None)
+    async with connect(url + "/again", additional_headers=headers) as ws:
+        out.append(json.loads(await ws.recv()))
+        await ws.send(json.dumps({"drop": True}))
+        try:
+            await ws.recv()
+        except ConnectionClosed as exc:
+            out.append(["dropped", exc.rcvd])
+    return out
+
+
+def test_closes_drops_pings_and_subprotocols_replay_through_the_proxy(
+        proxy_process: ProxyProcess, proxy_dir: pathlib.Path) -> None:
+    server = LoopbackServer(echo, subprotocols=["chat.v2"]).start()
+    ups = {"chat": f"http://127.0.0.1:{server.port}"}
+    try:
+        s = proxy_process.session("ws-echo/echo.json", upstreams=ups, mode="record")
+        recorded = asyncio.run(_echo_session(s.url.replace("http", "ws", 1) + "/chat/room"))
+        assert s.close(ok=True)["saved"]
+    finally:
+        server.stop()
+    assert recorded[:2] == ["chat.v2", {"hello": "/room"}]
+    assert recorded[-3] == [4001, "bye now"] and recorded[-1] == ["dropped", None]
+    assert server.connections == 2
+    stopped = DropListener(server.port)
+    try:
+        s = proxy_process.session("ws-echo/echo.json", upstreams=ups, mode="replay")
+        replayed = asyncio.run(_echo_session(s.url.replace("http", "ws", 1) + "/chat/room"))
+        summary = s.close(ok=True)
+    finally:
+        stopped.close()
+    assert replayed == recorded
+    assert stopped.count == 0 and summary["missed"] == 0
+    assert {e["name"] for e in json.loads((proxy_dir / "ws-echo/echo.json").read_text())[
+        "entries"]} == {"ws.127.0.0.1"}
+    _no_key(proxy_dir, KEY)
+
+
+def test_a_session_open_when_the_proxy_stops_is_closed_1001_and_kept(
+        tmp_path: pathlib.Path, realtime: FakeRealtime) -> None:
+    """The proxy's default cassette (``--cassette``), a WebSocket still open when the proxy
+    stops: the client is told it is going away at once (not after the grace period), and
+    the cassette keeps what the session had heard."""
+    from proxy_support import proxy_env
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    cassette = tmp_path / "open.json"
+    p = dejacache.proxy(cassette, mode="record", env=proxy_env(tmp_path),
+                        upstreams={"openai": f"http://127.0.0.1:{realtime.port}"})
+
+    async def run() -> Any:
+        url = p.url.replace("http", "ws", 1) + "/openai" + PATH
+        async with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+            created = json.loads(await ws.recv())
+            await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": _audio(0)}))
+            await ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+            await ws.recv()  # committed: the window is open
+            await asyncio.to_thread(p.close)  # SIGTERM: the proxy stops
+            try:
+                while True:
+                    await ws.recv()  # what the session had heard, then the close
+            except ConnectionClosed as exc:
+                return created, exc.rcvd
+
+    with p:
+        created, closed = asyncio.run(run())
+    assert closed is not None and closed.code == 1001
+    doc = json.loads(cassette.read_text())
+    assert [e["request"].get("body", {}).get("type") for e in doc["entries"]] == [
+        None, "input_audio_buffer.append", "input_audio_buffer.commit"]
+    heard = [m[1]["json"]["type"] for m in doc["entries"][-1]["response"]["messages"]]
+    assert heard[0] == "input_audio_buffer.committed"
+    assert created["type"] == "session.created"
+    assert KEY not in cassette.read_text()
+
+
+def test_the_openai_sdks_realtime_client_replays_through_the_proxy(
+        proxy_process: ProxyProcess, realtime: FakeRealtime) -> None:
+    pytest.importorskip("openai")
+    from audio_session import voice_session
+
+    s = _open(proxy_process, "ws-sdk/voice.json", realtime, mode="record")
+    recorded = asyncio.run(voice_session(s.base_url("openai") + "/v1", 2.0))
+    assert s.close(ok=True)["recorded"] == 1 + 20 + 2
+    stopped = _stopped(realtime)
+    try:
+        s = _open(proxy_process, "ws-sdk/voice.json", realtime, mode="replay")
+        replayed = asyncio.run(voice_session(s.base_url("openai") + "/v1", 2.0))
+        summary = s.close(ok=True)
+    finally:
+        stopped.close()
+    assert replayed == recorded and recorded["deltas"]
+    assert stopped.count == 0 and summary["missed"] == 0
+
+
+def test_a_refused_handshake_passes_through_and_replays(proxy_process: ProxyProcess,
+                                                        fake: Any) -> None:
+    """An upstream that refuses the upgrade (an HTTP server: 404): the client gets its
+    answer, status and body, recording and replaying (with the upstream stopped)."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    async def refused(url: str) -> Any:
+        with pytest.raises(InvalidStatus) as info:
+            await connect(url, additional_headers={"Authorization": f"Bearer {KEY}"})
+        r = info.value.response
+        return r.status_code, json.loads(r.body)
+
+    got = []
+    for mode in ("record", "replay"):
+        s = proxy_process.session("ws-refused/r.json", upstreams={"openai": fake.url},
+                                  mode=mode)
+        try:
+            got.append(asyncio.run(refused(_ws(s))))
+        finally:
+            summary = s.close(ok=True)
+        if mode == "record":
+            fake.stop()
+    assert got[0] == got[1] and got[0][0] == 404, got
+    assert summary["replayed"] == 1 and summary["missed"] == 0
