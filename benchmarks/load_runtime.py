@@ -223,7 +223,10 @@ class Load:
             await asyncio.sleep(rnd.uniform(self.think / 3, self.think * 5 / 3))  # reads, types
 
     async def run(self, seconds: float) -> None:
-        limits = httpx.Limits(max_connections=self.sessions + 10)
+        # Idle connections are dropped before uvicorn's 5 s keep-alive closes them: with
+        # ~5 s between a session's turns, a turn sent on a connection the server was closing
+        # failed with ReadError (6 of 7,095 turns).
+        limits = httpx.Limits(max_connections=self.sessions + 10, keepalive_expiry=2.0)
         async with httpx.AsyncClient(base_url=self.url, timeout=60, limits=limits) as client:
             tasks = [asyncio.ensure_future(self.session(client, n))
                      for n in range(self.sessions)]

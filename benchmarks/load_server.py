@@ -298,7 +298,10 @@ async def _hold(stop: asyncio.Event) -> None:
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
     if TRACE:
         tracemalloc.start(3)
-    SHARED_HTTP[0] = httpx.AsyncClient(limits=httpx.Limits(max_connections=200))
+    # Idle connections dropped before the model's uvicorn closes them (its keep-alive is
+    # 5 s, httpx's too): a request sent on one it was closing failed the turn.
+    SHARED_HTTP[0] = httpx.AsyncClient(limits=httpx.Limits(max_connections=200,
+                                                            keepalive_expiry=2.0))
     stop = asyncio.Event()
     tasks = [asyncio.ensure_future(_report(stop))]
     if HOLD:
