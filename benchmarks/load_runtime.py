@@ -19,7 +19,10 @@ calls reached their backend, hits, the hit rate, the calls that bypassed the cac
 and in the worst second), stale and wrong reads, failed turns, breaker trips, and each
 worker's resident memory. ``--soak 1800`` runs one long phase with the cache (``--phases
 off``: without it) and samples memory every 10 s (``--tracemalloc``: the fastest-growing
-allocation sites after warm-up).
+allocation sites after warm-up; ``--diag``: where the memory sits, ``load_memory.py``;
+``--malloc-trim``: the allocator's free memory handed back after each sample). ``--think``
+sets each session's mean pause between turns (default 0.15 s): 100 sessions on 2 cores need
+about 5 s to offer the ~20 turns a second such a machine serves.
 ``--check-landed`` also runs the tests of the work this harness's first run verified
 (concurrent MCP calls without a prior ``list_tools``; ``python -m dejacache``).
 
@@ -187,8 +190,9 @@ def plan_of(rnd: random.Random) -> list[Any]:
 class Load:
     """``sessions`` concurrent sessions sending turns to the server until ``stop``."""
 
-    def __init__(self, url: str, sessions: int, tenants: int) -> None:
+    def __init__(self, url: str, sessions: int, tenants: int, think: float = 0.15) -> None:
         self.url, self.sessions, self.tenants = url, sessions, tenants
+        self.think = think
         self.latencies: list[float] = []
         self.failed = 0
         self.errors: list[str] = []
@@ -216,10 +220,13 @@ class Load:
             turns += 1
             if turns % 8 == 0:  # a conversation ends; a new one starts in its place
                 body["session"] = f"s{n}-{rnd.randrange(10**6)}"
-            await asyncio.sleep(rnd.uniform(0.05, 0.25))  # the user reads and types
+            await asyncio.sleep(rnd.uniform(self.think / 3, self.think * 5 / 3))  # reads, types
 
     async def run(self, seconds: float) -> None:
-        limits = httpx.Limits(max_connections=self.sessions + 10)
+        # Idle connections are dropped before uvicorn's 5 s keep-alive closes them: with
+        # ~5 s between a session's turns, a turn sent on a connection the server was closing
+        # failed with ReadError (6 of 7,095 turns).
+        limits = httpx.Limits(max_connections=self.sessions + 10, keepalive_expiry=2.0)
         async with httpx.AsyncClient(base_url=self.url, timeout=60, limits=limits) as client:
             tasks = [asyncio.ensure_future(self.session(client, n))
                      for n in range(self.sessions)]
@@ -245,6 +252,7 @@ class Sampler:
         self.series: list[tuple[float, dict[str, int]]] = []
         self.rss: dict[int, list[tuple[float, float]]] = {}
         self.conns: dict[int, list[tuple[float, int]]] = {}
+        self.memory: dict[int, list[tuple[float, dict[str, Any]]]] = {}
 
     def sample(self, t: float) -> None:
         stats = read_stats(self.folder)
@@ -255,6 +263,8 @@ class Sampler:
                     total[k] = total.get(k, 0) + v
             self.rss.setdefault(pid, []).append((t, s["rss_mib"]))
             self.conns.setdefault(pid, []).append((t, s.get("redis_connections", 0)))
+            if "memory" in s:
+                self.memory.setdefault(pid, []).append((t, s["memory"]))
         self.series.append((t, total))
 
     async def run(self, stop: asyncio.Event, every: float = 1.0) -> None:
@@ -281,7 +291,8 @@ class Sampler:
 
 
 def _summary(name: str, load: Load, sampler: Sampler, final: dict[int, dict[str, Any]],
-             seconds: float, faults: list[str]) -> dict[str, Any]:
+             seconds: float, faults: list[str], warm_s: float | None = None
+             ) -> dict[str, Any]:
     def total(key: str, within: str | None = None) -> int:
         return sum(int((s[within] if within else s).get(key, 0)) for s in final.values())
 
@@ -289,7 +300,8 @@ def _summary(name: str, load: Load, sampler: Sampler, final: dict[int, dict[str,
     worst, bad = sampler.worst_second()
     calls = total("calls", "runtime")
     served = total("hits", "runtime") + total("coalesced", "runtime")
-    warm = {pid: next((r for t, r in rows if t >= min(30.0, seconds / 3)), rows[-1][1])
+    warm_at = min(30.0, seconds / 3) if warm_s is None else warm_s
+    warm = {pid: next((r for t, r in rows if t >= warm_at), rows[-1][1])
             for pid, rows in sampler.rss.items() if rows}
     return {
         "phase": name, "seconds": seconds, "faults": faults,
@@ -311,6 +323,8 @@ def _summary(name: str, load: Load, sampler: Sampler, final: dict[int, dict[str,
         "redis_connections": {str(pid): max((c for _, c in rows), default=0)
                               for pid, rows in sampler.conns.items()},
         "rss_series": {str(pid): rows for pid, rows in sampler.rss.items()},
+        "warm_s": warm_at,
+        "memory_series": {str(pid): rows for pid, rows in sampler.memory.items()},
         "errors": load.errors + [e for s in final.values() for e in s.get("errors", [])][:10],
         "growth": [g for s in final.values() for g in s.get("growth", [])][:20],
     }
@@ -318,7 +332,7 @@ def _summary(name: str, load: Load, sampler: Sampler, final: dict[int, dict[str,
 
 async def _drive(name: str, args: argparse.Namespace, redis: Redis, url: str,
                  folder: pathlib.Path, seconds: float) -> dict[str, Any]:
-    load = Load(url, args.sessions, args.tenants)
+    load = Load(url, args.sessions, args.tenants, args.think)
     sampler = Sampler(folder)
     done = asyncio.Event()
     sampling = asyncio.ensure_future(sampler.run(done, 10.0 if args.soak else 1.0))
@@ -343,7 +357,9 @@ def run_phase(name: str, args: argparse.Namespace, redis: Redis, model_url: str,
            "LOAD_MODEL_URL": model_url, "LOAD_STATS_DIR": str(folder),
            "LOAD_HOLD_MS": str(args.hold_ms),
            "DEJACACHE_RUNTIME_CACHE": "off" if name.endswith("off") else "on",
-           "LOAD_TRACEMALLOC": "1" if args.tracemalloc else "0"}
+           "LOAD_TRACEMALLOC": "1" if args.tracemalloc else "0",
+           "LOAD_DIAG": "1" if args.diag else "0",
+           "LOAD_MALLOC_TRIM": "1" if args.malloc_trim else "0"}
     log = folder / "server.log"
     server = _uvicorn("load_server:app", port, env, 2, log)
     try:
@@ -353,7 +369,8 @@ def run_phase(name: str, args: argparse.Namespace, redis: Redis, model_url: str,
     finally:
         _stop(server)
         redis.restore()
-    out = _summary(name, got["load"], got["sampler"], read_stats(folder), seconds, got["log"])
+    out = _summary(name, got["load"], got["sampler"], read_stats(folder), seconds, got["log"],
+                   args.warm)
     out["server_log"] = log.read_text(errors="replace").splitlines()[-20:]
     return out
 
@@ -398,7 +415,40 @@ def report(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
         if r["growth"]:
             lines.append(f"Fastest-growing allocations ({r['phase']}):\n  " +
                          "\n  ".join(r["growth"]))
+        for pid, rows in r.get("memory_series", {}).items():
+            lines.append(f"Memory ({r['phase']}, worker {pid}): " + memory_line(rows, r["warm_s"]))
     return "\n".join(lines)
+
+
+def memory_line(rows: list[Any], warm_s: float) -> str:
+    """Where one worker's memory sat after warm-up -> at the end, and the library's tables
+    that grew in that time."""
+    first = next((m for t, m in rows if t >= warm_s), rows[-1][1])
+    last = rows[-1][1]
+
+    def pair(get: Any) -> str:
+        a, b = get(first), get(last)
+        return f"{a} -> {b}"
+
+    def arenas(m: dict[str, Any]) -> str:
+        return f"{len(m['malloc'].get('arenas', []))}"
+
+    parts = [f"RSS {pair(lambda m: m['rss_mib'])} MiB"]
+    if "rss_after_trim_mib" in last:
+        parts.append(f"after malloc_trim {pair(lambda m: m['rss_after_trim_mib'])}")
+    parts += [f"threads {pair(lambda m: m['threads'])}",
+              f"fds {pair(lambda m: m['fds'])} (sockets {pair(lambda m: m['sockets'])})",
+              f"malloc in use {pair(lambda m: m['malloc'].get('in_use_mib'))} MiB, "
+              f"free but kept {pair(lambda m: m['malloc'].get('free_kept_mib'))} MiB, "
+              f"mmapped {pair(lambda m: m['malloc'].get('mmapped_mib'))} MiB, "
+              f"arenas {pair(arenas)}",
+              f"pymalloc arenas {pair(lambda m: m['pymalloc'].get('arenas'))}"]
+    grew = sorted(((last["tables"][k] - first["tables"].get(k, 0), k)
+                   for k in last["tables"]), reverse=True)
+    grown = [f"{k} {first['tables'].get(k, 0)} -> {last['tables'][k]}"
+             for d, k in grew[:6] if d > 0]
+    parts.append("tables grown: " + ("; ".join(grown) if grown else "none"))
+    return "; ".join(parts)
 
 
 # -- the work already landed, verified in the same run
@@ -444,6 +494,13 @@ def main() -> int:
     ap.add_argument("--soak", type=float, default=0.0,
                     help="one phase this long, cache on (--phases off: cache off)")
     ap.add_argument("--tracemalloc", action="store_true")
+    ap.add_argument("--diag", action="store_true", help="where the workers' memory sits")
+    ap.add_argument("--malloc-trim", action="store_true",
+                    help="malloc_trim(0) in the workers after each sample")
+    ap.add_argument("--think", type=float, default=0.15,
+                    help="mean seconds a session waits between turns")
+    ap.add_argument("--warm", type=float, default=None,
+                    help="seconds of warm-up before the RSS figure (default min(30, run/3))")
     ap.add_argument("--check-landed", action="store_true")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()

@@ -18,6 +18,10 @@ writes its counts, ``runtime_stats()``, the pool's stats and its resident memory
 Environment: ``LOAD_REDIS_URL``, ``LOAD_DB``, ``LOAD_MODEL_URL``, ``LOAD_STATS_DIR``;
 ``LOAD_HOLD_MS`` holds the event loop that long every 200 ms (a saturated worker);
 ``LOAD_TRACEMALLOC=1`` adds the 10 fastest-growing allocation sites to the stats;
+``LOAD_DIAG=1`` adds where memory sits (``load_memory.py``: threads, descriptors, the C
+allocator's arenas, the sizes of the library's own tables); ``LOAD_MALLOC_TRIM=1`` also
+hands the allocator's free memory back (``malloc_trim(0)``) after each report and reports the
+resident memory after it;
 ``DEJACACHE_RUNTIME_CACHE=off`` runs it without the cache.
 """
 
@@ -28,6 +32,7 @@ import contextlib
 import os
 import pathlib
 import sqlite3
+import sys
 import time
 import tracemalloc
 from collections.abc import AsyncIterator
@@ -36,6 +41,7 @@ from typing import Any
 import httpx
 import openai
 import orjson
+from load_memory import memory_report
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -49,6 +55,8 @@ ENV = os.environ
 STATS_DIR = pathlib.Path(ENV.get("LOAD_STATS_DIR", "."))
 HOLD = float(ENV.get("LOAD_HOLD_MS", "0")) / 1000
 TRACE = ENV.get("LOAD_TRACEMALLOC") == "1"
+DIAG = ENV.get("LOAD_DIAG") == "1"
+TRIM = ENV.get("LOAD_MALLOC_TRIM") == "1"
 PAGE = os.sysconf("SC_PAGE_SIZE")
 CARTS = 20
 
@@ -262,6 +270,8 @@ def snapshot(baseline: Any = None) -> dict[str, Any]:
     if baseline is not None:
         top = tracemalloc.take_snapshot().compare_to(baseline, "lineno")[:10]
         out["growth"] = [str(s) for s in top]
+    if DIAG or TRIM:
+        out["memory"] = memory_report([sys.modules[__name__]], trim=TRIM)
     return out
 
 
@@ -288,7 +298,10 @@ async def _hold(stop: asyncio.Event) -> None:
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
     if TRACE:
         tracemalloc.start(3)
-    SHARED_HTTP[0] = httpx.AsyncClient(limits=httpx.Limits(max_connections=200))
+    # Idle connections dropped before the model's uvicorn closes them (its keep-alive is
+    # 5 s, httpx's too): a request sent on one it was closing failed the turn.
+    SHARED_HTTP[0] = httpx.AsyncClient(limits=httpx.Limits(max_connections=200,
+                                                            keepalive_expiry=2.0))
     stop = asyncio.Event()
     tasks = [asyncio.ensure_future(_report(stop))]
     if HOLD:

@@ -53,3 +53,12 @@ def test_keys_are_grouped_per_tag_in_call_order() -> None:
     groups = c._groups(["gen/a/x/R", "gen/b/x/R", "gen/a/y/W"])
     assert groups == [([0, 2], ["p:g:{a}", "p:g:{a}"]), ([1], ["p:g:{b}"])]
     assert c._groups(["gen/a/x/R", "gen/b/x/R", "gen/a/y/W"]) is groups  # remembered
+
+
+def test_the_memo_of_groups_stays_small_over_many_entities() -> None:
+    c = _counters()
+    most = 0
+    for i in range(3000):
+        c._groups([f"gen/cart/u{i}/R", "gen/cart/R"])
+        most = max(most, len(c._memo))
+    assert most <= 1024

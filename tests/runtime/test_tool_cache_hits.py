@@ -284,3 +284,15 @@ def test_entities_remembered_by_value_keep_equal_but_different_values_apart() ->
         assert len(calls) == n + 1
     with pytest.raises(dejacache.ScopeError):
         get(1)  # the remembered entity never stands in for a missing session
+
+
+def test_remembered_key_heads_stay_small_over_many_entities() -> None:
+    tc_fn = dejacache.tool_cache(resource="cart", key="cart:{user_id}", store=MemoryStore())(
+        _counted([]))
+    tc = tc_fn.tool_cache
+    most = 0
+    with dejacache.agent_session(tenant="acme"):
+        for i in range(3000):
+            tc_fn(i)
+            most = max(most, len(tc._heads), len(tc._by_value))
+    assert most <= 1024

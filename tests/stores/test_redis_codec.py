@@ -118,3 +118,17 @@ def test_known_hits_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(rc, "_KNOWN_BYTES", 1)
     known.decode("k4", _plain("k4", 4))
     assert list(known.entries) == ["k4"] and known.size == len(_plain("k4", 4))
+
+
+def test_hit_memos_stay_small_while_writes_mint_new_keys(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every write makes the keys it invalidates unreachable, so a server under writes reads
+    an endless run of new keys: what the memos hold at their bound is kept for good."""
+    monkeypatch.setattr(rc, "_METAS", {})
+    known = KnownHits()
+    most = most_metas = 0
+    for i in range(5000):
+        key = f"t1/cart/g0.{i}.0/digest"
+        assert known.decode(key, _plain(key, {"cart": 3, "v": i})) is not None
+        most, most_metas = max(most, len(known.entries)), max(most_metas, len(rc._METAS))
+    assert most <= 1024 and most_metas <= 1024
