@@ -1,9 +1,12 @@
 """What the pytest plugin costs a suite that uses no cassette: every project with dejacache
 installed runs it. A one-test suite runs in a subprocess with the plugin and with
 ``-p no:dejacache``; the plugin may load only its own small modules (no cassette machinery,
-no HTTP library, no third-party module) and add little CPU time.
+no HTTP library, no third-party module).
 
-``benchmarks/bench_plugin.py`` has the timings, before and after, with and without a cassette.
+What that costs in time is measured by ``benchmarks/bench_plugin.py`` (interleaved rounds,
+before and after, with and without a cassette), not here: a test that bounded the CPU time
+of whole pytest processes failed under the suite's own second xdist worker, its five
+with-minus-without differences spread from -0.13 to +0.18 s around a real cost of ~0.01 s.
 """
 
 from __future__ import annotations
@@ -11,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import statistics
 import subprocess
 import sys
 
@@ -82,21 +84,3 @@ def test_a_suite_without_cassettes_loads_only_the_plugins_own_small_modules(
     # (the plugin's own lines need glob and shlex at most: both tiny)
     assert set(others) <= {"glob", "shlex", "fnmatch"}, others
 
-
-def test_the_plugin_adds_little_cpu_time_to_a_suite_without_cassettes(
-        tmp_path: pathlib.Path) -> None:
-    """Median CPU time over interleaved runs, with minus without the plugin. Before the
-    plugin deferred its imports: +176 ms on this project's busy 2-core box (94 modules
-    added, 228 under CI); after: -6 ms, within noise of zero (12 modules, 13 under CI;
-    bench_plugin.py, 15 rounds). The bound leaves room for a busy machine, and for this
-    test's own runs compiling the plugin's modules when bytecode is not written."""
-    suite = _suite(tmp_path)
-    _run(suite)  # bytecode cached
-    pairs = []
-    for i in range(5):
-        runs = [("with", ()), ("without", ("-p", "no:dejacache"))]
-        got = {}
-        for name, extra in (runs if i % 2 == 0 else runs[::-1]):
-            got[name] = _run(suite, *extra)[1]
-        pairs.append(got["with"] - got["without"])
-    assert statistics.median(pairs) < 0.08, pairs
