@@ -1,8 +1,13 @@
 """What the pytest plugin costs a run: a one-test suite with the plugin and with
 ``-p no:dejacache``, in fresh processes.
 
-Two suites: ``plain`` (one test, no cassette: what every project with dejacache installed
-pays, cassettes or not) and ``cassette`` (one test replaying one call from a cassette). Each
+Three suites: ``plain`` (one test, no cassette: what every project with dejacache installed
+pays, cassettes or not), ``cassette`` (one test replaying one call from a cassette through
+the plugin's fixture) and ``block`` (the same test opening the same cassette itself with
+``with dejacache.cassette(...)``, run with ``-p no:dejacache``: the library's own cost, which
+a suite using dejacache without the plugin pays too). The plugin's cost with a cassette is
+``cassette`` minus ``block``; ``block`` minus ``plain`` without the plugin is what importing
+dejacache and opening, replaying and closing one cassette costs a pytest process. Each
 sample is a whole ``python -m pytest`` process; the two variants alternate round by round so
 a busy machine slows both alike. ``wall`` is the process's wall time, ``cpu`` its user +
 system time (``os.wait4``: less sensitive than wall time to other work on a shared box).
@@ -38,6 +43,20 @@ _CASSETTE = textwrap.dedent("""
     def test_one(dejacache_cassette):
         assert add(1, 2) == 3
 """)
+_BLOCK = textwrap.dedent("""
+    import pathlib
+
+    import dejacache
+
+    @dejacache.cache
+    def add(a, b):
+        return a + b
+
+    def test_one():
+        path = pathlib.Path(__file__).parent / "cassettes" / "test_one" / "test_one.json"
+        with dejacache.cassette(path):
+            assert add(1, 2) == 3
+""")
 
 
 def _run(suite: pathlib.Path, src: pathlib.Path, *extra: str) -> tuple[float, float]:
@@ -65,17 +84,18 @@ def bench_plugin(rounds: int = 15, srcs: dict[str, pathlib.Path] | None = None
     variant is interleaved round by round."""
     srcs = srcs or {"this checkout": SRC}
     runs = [("plain", "with", ()), ("plain", "without", ("-p", "no:dejacache")),
-            ("cassette", "with", ())]  # (without the plugin the cassette suite has no fixture)
+            ("cassette", "with", ()),  # (without the plugin the cassette suite has no fixture)
+            ("block", "without", ("-p", "no:dejacache"))]
     with tempfile.TemporaryDirectory() as tmp:
         suites = {}
         for label in srcs:
-            for name, text in (("plain", _PLAIN), ("cassette", _CASSETTE)):
+            for name, text in (("plain", _PLAIN), ("cassette", _CASSETTE), ("block", _BLOCK)):
                 suite = pathlib.Path(tmp) / f"{len(suites)}-{name}"
                 suite.mkdir()
                 (suite / "test_one.py").write_text(text)
                 suites[label, name] = suite
-        for (label, _name), suite in suites.items():  # records the cassette; caches bytecode
-            _run(suite, srcs[label])
+        for (label, name), suite in suites.items():  # records the cassette; caches bytecode
+            _run(suite, srcs[label], *(("-p", "no:dejacache") if name == "block" else ()))
         samples: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
         order = [(label, name, v, extra) for label in srcs for name, v, extra in runs]
         for r in range(rounds):
@@ -92,6 +112,9 @@ def bench_plugin(rounds: int = 15, srcs: dict[str, pathlib.Path] | None = None
         for name in ("plain", "cassette"):
             res[f"{name} cost wall"] = res[f"{name} with wall"] - res["plain without wall"]
             res[f"{name} cost cpu"] = res[f"{name} with cpu"] - res["plain without cpu"]
+        for t in ("wall", "cpu"):  # the fixture against the same block opened by the test
+            res[f"over block {t}"] = res[f"cassette with {t}"] - res[f"block without {t}"]
+            res[f"block cost {t}"] = res[f"block without {t}"] - res[f"plain without {t}"]
         out[label] = res
     return out
 
@@ -119,6 +142,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {label} | {text} | {res[f'{name} with wall']:.0f} / "
                   f"{res[f'{name} with cpu']:.0f} | {res[f'{name} cost wall']:+.0f} / "
                   f"{res[f'{name} cost cpu']:+.0f} |")
+        print(f"| {label} | the same test, its own `dejacache.cassette` block, "
+              f"`-p no:dejacache` | {res['block without wall']:.0f} / "
+              f"{res['block without cpu']:.0f} | (the library's: {res['block cost wall']:+.0f} / "
+              f"{res['block cost cpu']:+.0f}) |")
+        print(f"| {label} | the fixture against that block | | {res['over block wall']:+.0f} / "
+              f"{res['over block cpu']:+.0f} |")
     return 0
 
 

@@ -24,6 +24,8 @@ import pytest
 ALLOWED = {"dejacache", "dejacache._lazy", "dejacache._core", "dejacache._core.modes",
            "dejacache._pytest_state", "dejacache._pytest_usage", "dejacache.cassettes",
            "dejacache.cassettes._events", "dejacache.errors", "dejacache.pytest_plugin",
+           # the finder that keeps pytest's assertion rewriting off dejacache's own modules
+           "dejacache._pytest_imports",
            # the project file ([tool.dejacache] and the ini keys, checked at start-up) and
            # the notes `dejacache learn --from-miss` reads, cleared as a session starts
            "dejacache._project", "dejacache._paths", "dejacache._learn",

@@ -52,7 +52,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import _project, _pytest_usage, _pytest_vcr
+# (_pytest_imports first of dejacache's: it keeps pytest's assertion rewriting off the rest)
+from . import _project, _pytest_imports, _pytest_usage, _pytest_vcr  # noqa: F401
 from ._core.modes import MODES
 from ._pytest_state import (
     LIVE_SEEN,
