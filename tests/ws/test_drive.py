@@ -128,3 +128,66 @@ def test_the_threads_twin(tmp_path: pathlib.Path, server: LoopbackServer) -> Non
     server.stop()
     with dejacache.cassette(path, mode="replay"):
         assert run(False) == recorded == [{"hello": "/t"}, {"ack": 4}]
+
+
+def test_what_the_server_says_while_the_next_message_is_keyed_is_recorded(
+        tmp_path: pathlib.Path, server: LoopbackServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that sends twice without reading (the sync Realtime client's commit, then
+    response.create): the answer to the first can arrive while the second is being keyed,
+    between one window and the next. It is kept, and replays where it came."""
+    import time
+
+    from websockets.sync.client import connect
+
+    from dejacache.ws import _drive
+
+    class Live:
+        def __init__(self) -> None:
+            self.conn = connect(server.url + "/k", legacy=True)
+            self.answer = Answer(101, [], None)
+
+        def send(self, m: Message) -> None:
+            self.conn.send(m.data)
+
+        def recv(self) -> Message | Closed:
+            from websockets.exceptions import ConnectionClosed
+
+            try:
+                return Message(self.conn.recv())
+            except ConnectionClosed:
+                return Closed(1000)
+
+        def close(self, code: int, reason: str) -> None:
+            self.conn.close(code, reason)
+
+    sessions: list[SyncSession] = []
+    keyed = _drive.message_key
+
+    def slow_key(eff: Any, route: Any, sid: str, m: Message, tree: Any) -> Any:
+        if tree == {"n": 2} and sessions and sessions[0].live is not None:
+            # the second message is keyed only once the first one's answer was heard
+            deadline = time.monotonic() + 5
+            while len(sessions[0].state.pending) < 2 and time.monotonic() < deadline:
+                time.sleep(0.005)
+        return keyed(eff, route, sid, m, tree)
+
+    monkeypatch.setattr(_drive, "message_key", slow_key)
+
+    def run(live: bool) -> list[Any]:
+        s = SyncSession(current(), Handshake(server.url + "/k", []), Live if live else None)
+        sessions[:] = [s]
+        s.open()
+        s.send(Message(json.dumps({"n": 1})))
+        s.send(Message(json.dumps({"n": 2})))
+        got = [s.receive(timeout=5) for _ in range(3)]
+        s.close()
+        return [json.loads(x.data) for x in got if isinstance(x, Message)]
+
+    path = tmp_path / "k.json"
+    with dejacache.cassette(path, mode="record"):
+        recorded = run(True)
+    assert recorded == [{"hello": "/k"}, {"ack": 1}, {"ack": 2}]
+    server.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert run(False) == recorded
