@@ -44,35 +44,34 @@ class Handler(Protocol):
     def refusal(self, status: int, message: str, *, close: bool = False) -> bytes: ...
 
 
-class _Rest:
-    """The rest of a coroutine :func:`start` began: awaited by the task that continues it,
-    it hands the task what the coroutine waits on (``first`` first), and the coroutine what
-    the task sends or throws back."""
+class _Rest(Coroutine[Any, Any, Any]):
+    """The rest of a coroutine :func:`start` began, as the coroutine of the task that goes
+    on with it: the task's first step gets what the coroutine waits on, every later one is
+    the coroutine's own. A cancel that comes before that first step reaches the coroutine
+    where it waits, as it would have in a task of its own."""
 
     __slots__ = ("coro", "first")
 
     def __init__(self, coro: Coroutine[Any, Any, Any], first: Any) -> None:
-        self.coro, self.first = coro, first
+        self.coro, self.first = coro, [first]
+
+    def send(self, value: Any) -> Any:
+        if self.first:
+            return self.first.pop()
+        return self.coro.send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None, /) -> Any:
+        self.first.clear()
+        if val is None and tb is None:
+            return self.coro.throw(typ)
+        return self.coro.throw(typ, val, tb)  # pragma: no cover (asyncio throws one value)
+
+    def close(self) -> None:
+        self.first.clear()
+        self.coro.close()
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        coro, waited = self.coro, self.first
-        while True:
-            try:
-                sent = yield waited
-            except BaseException as exc:  # a cancel, or what the awaited future failed with
-                try:
-                    waited = coro.throw(exc)
-                except StopIteration as stop:
-                    return stop.value
-            else:
-                try:
-                    waited = coro.send(sent)
-                except StopIteration as stop:
-                    return stop.value
-
-
-async def _resume(coro: Coroutine[Any, Any, Any], first: Any) -> Any:
-    return await _Rest(coro, first)
+        raise TypeError("run by its task, never awaited")
 
 
 def start(coro: Coroutine[Any, Any, Any], ctx: contextvars.Context | None = None
@@ -95,7 +94,7 @@ def start(coro: Coroutine[Any, Any, Any], ctx: contextvars.Context | None = None
         else:
             failed.set_exception(exc)
         return failed
-    return loop.create_task(_resume(coro, first), context=ctx)
+    return loop.create_task(_Rest(coro, first), context=ctx)
 
 
 class Connection(asyncio.Protocol):
