@@ -79,14 +79,17 @@ def start(coro: Coroutine[Any, Any, Any], ctx: contextvars.Context | None = None
     """Run ``coro`` in ``ctx`` now, up to where it first waits: None when it finished
     without waiting, else the task that goes on with it (a future already failed when it
     raised). The same steps a task would run, in the same context; what differs is only
-    ``asyncio.current_task()``, None until it first waits: what needs a task (the HTTP
-    library sending a live request: sniffio asks) waits once first (``_forward``)."""
+    ``asyncio.current_task()``, the caller's until it first waits (None in a protocol's
+    callback): what needs its own task (the HTTP library sending a live request: its locks
+    and sniffio ask) waits once first (``_forward``)."""
     ctx = ctx if ctx is not None else contextvars.copy_context()
     loop = asyncio.get_running_loop()
     try:
         first = ctx.run(coro.send, None)
     except StopIteration:
         return None
+    except (KeyboardInterrupt, SystemExit):  # as a task's step lets them through
+        raise
     except BaseException as exc:
         failed: asyncio.Future[Any] = loop.create_future()
         if isinstance(exc, asyncio.CancelledError):
