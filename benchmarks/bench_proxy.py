@@ -18,14 +18,18 @@ replay session each round: a cassette answers each recorded call once), so each 
 moments of a busy machine. Flatness: the median of each target's first 100 timed calls
 against its last 100. ``--json PATH`` writes the results (``benchmarks/results/proxy.json``
 in a full run); the Node side is installed with ``npm ci`` in benchmarks/node when missing.
+``--baseline SRC`` adds **dejacache (baseline)**: a second proxy running the ``src/`` of
+another checkout (``git archive main src | tar -x -C /tmp/base``), replaying the same cassette
+in the same interleaved run, for a before/after comparison on a busy machine.
 
-    .venv/bin/python benchmarks/bench_proxy.py [--quick] [--json PATH]
+    .venv/bin/python benchmarks/bench_proxy.py [--quick] [--json PATH] [--baseline SRC]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import pathlib
@@ -47,6 +51,7 @@ sys.path.insert(0, str(HERE.parent / "tests" / "http"))
 from _timing import write_json  # noqa: E402
 
 PATH = "/v1/chat/completions"
+BASELINE = "dejacache (baseline)"
 
 
 # ---------------------------------------------------------------- the Python floor
@@ -188,7 +193,8 @@ def _stats(samples: list[list[float]], cpu_s: float, served: int) -> dict[str, f
             "server_cpu_us": round(cpu_s / served * 1e6, 1)}
 
 
-def run(calls: int, rounds: int, warmup: int = 50) -> dict[str, Any]:
+def run(calls: int, rounds: int, warmup: int = 50, baseline: str | None = None
+        ) -> dict[str, Any]:
     from fake_provider import FakeProvider
 
     import dejacache
@@ -221,21 +227,29 @@ def run(calls: int, rounds: int, warmup: int = 50) -> dict[str, Any]:
                         _server(["node", str(NODE / "floor_server.mjs"),
                                  str(tmp / "answer.http")]) as (floor_node, node_pid), \
                         _server(["node", str(NODE / "aimock_server.mjs"),
-                                 str(tmp / "fixtures.json")], cwd=NODE) as (aimock, mock_pid):
+                                 str(tmp / "fixtures.json")], cwd=NODE) as (aimock, mock_pid), \
+                        contextlib.ExitStack() as stack:
+                    proxies = {"dejacache": p}
+                    if baseline is not None:
+                        proxies[BASELINE] = stack.enter_context(dejacache.proxy(
+                            cassette_dir=tmp, env={**env, "PYTHONPATH": baseline}))
                     pids = {"floor (python)": py_pid, "floor (node)": node_pid,
-                            "dejacache": p.proc.pid, "aimock": mock_pid}
+                            "aimock": mock_pid, **{n: q.proc.pid for n, q in proxies.items()}}
                     for _ in range(rounds):
-                        s = p.session("bench.json", mode="replay",
-                                      upstreams={"openai": "http://127.0.0.1:9"})
+                        sessions = {n: q.session("bench.json", mode="replay",
+                                                 upstreams={"openai": "http://127.0.0.1:9"})
+                                    for n, q in proxies.items()}
                         before = {n: _cpu(pid) for n, pid in pids.items()}
                         got = _client({"floor (python)": floor_py + PATH,
                                        "floor (node)": floor_node + PATH,
-                                       "dejacache": s.base_url("openai") + PATH,
+                                       **{n: s.base_url("openai") + PATH
+                                          for n, s in sessions.items()},
                                        "aimock": aimock + PATH}, bodies, warmup, tmp)
                         for n, pid in pids.items():
                             cpu[n] = cpu.get(n, 0.0) + _cpu(pid) - before[n]
-                        summary = s.close(ok=False)
-                        assert summary["missed"] == 0, summary["misses"][:1]
+                        for s in sessions.values():
+                            summary = s.close(ok=False)
+                            assert summary["missed"] == 0, summary["misses"][:1]
                         for name, xs in got.items():
                             samples.setdefault(name, []).append(xs)
         finally:
@@ -265,12 +279,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="200 calls, one round (smoke run)")
     ap.add_argument("--json", default=None, help="write the results here")
+    ap.add_argument("--baseline", default=None, metavar="SRC",
+                    help="also measure a proxy running this src/ directory (before/after)")
     ap.add_argument("--floor", default=None, help=argparse.SUPPRESS)  # the floor's process
     a = ap.parse_args(argv)
     if a.floor:
         asyncio.run(_serve_floor(pathlib.Path(a.floor).read_bytes()))
         return 0
-    result = run(calls=200 if a.quick else 1000, rounds=1 if a.quick else 5)
+    result = run(calls=200 if a.quick else 1000, rounds=1 if a.quick else 5,
+                 baseline=str(pathlib.Path(a.baseline).resolve()) if a.baseline else None)
     doc = write_json(a.json, "proxy", result, quick=a.quick)
     import render
 

@@ -357,7 +357,7 @@ def block_proxy(R: Results) -> str:
     if not d:
         return source(R, "proxy")
     t = d["targets"]
-    names = ["floor (python)", "floor (node)", "dejacache", "aimock"]
+    names = ["floor (python)", "floor (node)", "dejacache", "dejacache (baseline)", "aimock"]
     rows = [[n, num(t[n]["median_us"]), num(t[n]["p99_us"]), num(t[n]["first100_median_us"]),
              num(t[n]["last100_median_us"]),
              times(t["dejacache"]["median_us"], t[n]["median_us"]) if n != "dejacache"

@@ -591,3 +591,13 @@ def test_the_full_key_a_miss_stores_under_is_the_general_paths_key(
     with contextlib.suppress(TypeError, orjson.JSONEncodeError):
         assert kb.full_key(bound, seed, (), out)[0] == expected
     assert kb.full_key(bound, seed)[0] == expected
+
+
+@_SETTINGS
+@given(st.lists(_elements, min_size=0, max_size=12), _values)
+def test_written_whole_the_form_is_the_one_by_parts(history: list[Any], other: Any) -> None:
+    """``canonical_json(by_parts=False)`` (small HTTP bodies: ``exchange._PARTS_FROM``)
+    writes the bytes the parts and the general path write."""
+    data = {"messages": list(history), "other": other}
+    whole = keys._canonical(data, _FILTER, "f", (), by_parts=False)
+    assert whole == _reference(data) == _quick(data)

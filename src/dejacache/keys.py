@@ -628,10 +628,10 @@ def _finish(out: bytes, subs: tuple[tuple[bytes, bytes], ...]) -> bytes:
 
 
 def _canonical(data: Mapping[str, Any], names: _Names, function: str,
-               subs: tuple[tuple[bytes, bytes], ...]) -> bytes:
+               subs: tuple[tuple[bytes, bytes], ...], by_parts: bool = True) -> bytes:
     """The full canonical form: one ``orjson.dumps`` (or one per part of a long list) when
     nothing needs a rewrite, the general canonicaliser otherwise (same bytes either way)."""
-    return _finish(_full(data, names, function, subs, False)[0], subs)
+    return _finish(_full(data, names, function, subs, False, by_parts=by_parts)[0], subs)
 
 
 def canonical_json(
@@ -643,16 +643,20 @@ def canonical_json(
     function: str = "",
     substitutions: tuple[tuple[bytes, bytes], ...] = (),
     fixed: Mapping[str, Any] | None = None,
+    by_parts: bool = True,
 ) -> bytes:
     """Canonical JSON bytes of an argument mapping: sorted, compact, volatile fields, paths
     and pattern matches removed (see ``_core/volatile.py``), credentials and secret-shaped
     strings masked, ``substitutions`` applied (see :func:`key_substitutions`). ``fixed``:
     members added after the volatile paths and patterns ran, which they never rewrite (an
-    HTTP request's identity digest: a pattern matching hex must not make two callers one)."""
+    HTTP request's identity digest: a pattern matching hex must not make two callers one).
+    ``by_parts`` False writes lists of messages whole (the same bytes), for data too small
+    for the parts' memos to pay."""
     data: Any = _vol.apply(arguments, volatile_paths, volatile_patterns)
     if fixed:
         data = {**data, **fixed}
-    return _canonical(data, _names_for(volatile or frozenset()), function, substitutions)
+    return _canonical(data, _names_for(volatile or frozenset()), function, substitutions,
+                      by_parts)
 
 
 _hex = xxhash.xxh3_128_hexdigest

@@ -1,17 +1,32 @@
 """A client connection to the proxy, over a raw socket: requests pipelined in one write are
 answered in order, a client waiting for ``100 Continue`` gets it before sending its body, a
 request the proxy cannot read ends the connection with its status, and a client that goes
-away leaves the proxy serving others."""
+away leaves the proxy serving others. In-process: a replay hit is answered before the bytes
+that asked for it return to the event loop, with the bytes a task would have answered,
+however the requests arrive."""
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import itertools
 import json
+import pathlib
 import socket
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx2
+import pytest
+from fake_provider import FakeProvider
 
+from dejacache.proxying import _server
+from dejacache.proxying._connection import start
+from dejacache.proxying._server import ProxyConfig, ProxyServer
+from dejacache.proxying._sessions import SessionSpec
 from dejacache.proxying.handle import ProxyProcess
+from dejacache.proxying.upstreams import parse_upstream
 
 
 def connect(process: ProxyProcess) -> socket.socket:
@@ -84,3 +99,239 @@ def test_a_client_that_leaves_mid_request_leaves_the_proxy_serving(
         sock.sendall(b"POST /_dejacache/sessions HTTP/1.1\r\nHost: x\r\n"
                      b"Content-Length: 100\r\n\r\n{\"cass")
     assert httpx2.get(f"{proxy_process.url}/_dejacache", timeout=30).status_code == 200
+
+
+# ---------------------------------------------------------------- in-process: the fast path
+# A replay hit is answered inside ``data_received`` (``_connection.start``): these drive a
+# connection of an in-process proxy through a fake transport, so "answered before the loop
+# ran again" and "bytes split anywhere" are exact.
+
+
+class Wire:
+    """The proxy's side of a client connection: what it wrote, and whether it closed."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+    abort = close
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def split_answers(data: bytes) -> list[bytes]:
+    """Whole answers framed by Content-Length, each with its head."""
+    out = []
+    while data:
+        end = data.index(b"\r\n\r\n")
+        length = next(int(line.split(b":", 1)[1]) for line in data[:end].split(b"\r\n")[1:]
+                      if line.lower().startswith(b"content-length:"))
+        out.append(data[:end + 4 + length])
+        data = data[end + 4 + length:]
+    return out
+
+
+def post(path: str, question: str, *, close: bool = False) -> bytes:
+    body = json.dumps({"model": "gpt-4o-mini",
+                       "messages": [{"role": "user", "content": question}]}).encode()
+    return (b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Authorization: Bearer sk-test\r\n%sContent-Length: %d\r\n\r\n%s" % (
+                path.encode(), b"Connection: close\r\n" if close else b"", len(body), body))
+
+
+QUESTIONS = [f"Question {i}." for i in range(4)]
+
+
+def body_json(answer: bytes) -> Any:
+    return json.loads(answer.split(b"\r\n\r\n", 1)[1])
+
+
+async def settle(conn: Any) -> None:
+    """Until the request being answered in a task (a live one) is done."""
+    for _ in range(2000):
+        if conn.task is None:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("the answer never came")
+
+
+@pytest.fixture
+async def recorded(tmp_path: pathlib.Path
+                   ) -> AsyncIterator[tuple[Any, list[Any], pathlib.Path]]:
+    """An in-process proxy, what the provider answered each of QUESTIONS (the JSON, in
+    order), and the cassette recorded through the proxy."""
+    fake = FakeProvider().start()
+    up = parse_upstream(f"openai={fake.url}", "test")
+    server = ProxyServer(ProxyConfig(spec=SessionSpec(cassette=tmp_path / "default.json"),
+                                     upstreams={"openai": up}, cassette_dir=tmp_path))
+    await server.start()
+    try:
+        cassette = tmp_path / "fast.json"
+        s = await server.sessions.open(SessionSpec(cassette=cassette, mode="record"))
+        conn, wire = server._connection(), Wire()
+        conn.connection_made(wire)
+        for q in QUESTIONS:
+            conn.data_received(post(f"/_dejacache/s/{s.id}/openai/v1/chat/completions", q))
+            await settle(conn)
+        assert (await server.sessions.close(s.id, ok=True))["recorded"] == len(QUESTIONS)
+        yield server, [body_json(a) for a in split_answers(bytes(wire.data))], cassette
+    finally:
+        await server.stop()
+        fake.stop()
+
+
+async def replay(server: Any, cassette: pathlib.Path, pieces: Callable[[str], list[bytes]]
+                 ) -> tuple[bytes, dict[str, Any], list[int]]:
+    """What a replay session of ``cassette`` answers the bytes ``pieces(path)`` arrive as,
+    one ``data_received`` each; what it did; after which piece each answer was written."""
+    s = await server.sessions.open(SessionSpec(cassette=cassette, mode="replay"))
+    conn, wire = server._connection(), Wire()
+    conn.connection_made(wire)
+    written = []
+    for i, piece in enumerate(pieces(f"/_dejacache/s/{s.id}/openai/v1/chat/completions")):
+        before = len(split_answers(bytes(wire.data)))
+        conn.data_received(piece)
+        written += [i] * (len(split_answers(bytes(wire.data))) - before)
+        await settle(conn)
+    summary = await server.sessions.close(s.id, ok=False)
+    return bytes(wire.data), summary, written
+
+
+def one_by_one(path: str) -> list[bytes]:
+    return [post(path, q) for q in QUESTIONS]
+
+
+async def test_a_replay_hit_is_answered_before_data_received_returns(recorded: Any) -> None:
+    server, live, cassette = recorded
+    data, summary, written = await replay(server, cassette, one_by_one)
+    assert summary["replayed"] == len(QUESTIONS) and summary["missed"] == 0
+    assert written == [0, 1, 2, 3]  # each answer written in the call that brought its request
+    answers = split_answers(data)
+    assert [a.split(b"\r\n", 1)[0] for a in answers] == [b"HTTP/1.1 200 OK"] * len(QUESTIONS)
+    assert [body_json(a) for a in answers] == live  # each question's own answer
+
+
+async def test_the_fast_path_answers_the_bytes_a_task_answers(
+        recorded: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    server, _, cassette = recorded
+    fast, _, _ = await replay(server, cassette, one_by_one)
+
+    def in_a_task(coro: Any, ctx: contextvars.Context | None = None) -> asyncio.Future[Any]:
+        return asyncio.get_running_loop().create_task(
+            coro, context=ctx if ctx is not None else contextvars.copy_context())
+
+    monkeypatch.setattr(_server, "start", in_a_task)
+    slow, summary, written = await replay(server, cassette, one_by_one)
+    assert summary["replayed"] == len(QUESTIONS)
+    assert written == []  # each answered after data_received returned: by its task
+    assert slow == fast
+
+
+async def test_pipelined_split_and_piecemeal_requests_are_answered_alike(recorded: Any) -> None:
+    server, _, cassette = recorded
+    whole, _, _ = await replay(server, cassette, one_by_one)
+
+    def pipelined(path: str) -> list[bytes]:  # all four in one read
+        return [b"".join(one_by_one(path))]
+
+    def byte_by_byte(path: str) -> list[bytes]:  # heads and bodies split at every byte
+        data = b"".join(one_by_one(path))
+        return [data[i:i + 1] for i in range(len(data))]
+
+    def uneven(path: str) -> list[bytes]:  # reads that end mid-head, mid-body, across two
+        data = b"".join(one_by_one(path))
+        cuts = [0, 7, 90, 91, len(data) // 2, len(data) - 3, len(data)]
+        return [data[a:b] for a, b in itertools.pairwise(cuts)]
+
+    for pieces in (pipelined, byte_by_byte, uneven):
+        data, summary, written = await replay(server, cassette, pieces)
+        assert summary["replayed"] == len(QUESTIONS), pieces.__name__
+        assert data == whole, pieces.__name__
+        if pieces is pipelined:
+            assert written == [0, 0, 0, 0]
+
+
+async def test_keep_alive_until_a_request_asks_to_close(recorded: Any) -> None:
+    server, _, cassette = recorded
+    s = await server.sessions.open(SessionSpec(cassette=cassette, mode="replay"))
+    path = f"/_dejacache/s/{s.id}/openai/v1/chat/completions"
+    conn, wire = server._connection(), Wire()
+    conn.connection_made(wire)
+    conn.data_received(post(path, QUESTIONS[0]))
+    conn.data_received(post(path, QUESTIONS[1]))
+    assert len(split_answers(bytes(wire.data))) == 2 and not wire.closed
+    # A request asking to close, pipelined with one after it: answered, then closed, and
+    # the one after it is not answered.
+    conn.data_received(post(path, QUESTIONS[2], close=True) + post(path, QUESTIONS[3]))
+    assert len(split_answers(bytes(wire.data))) == 3 and wire.closed
+    assert (await server.sessions.close(s.id, ok=False))["replayed"] == 3
+
+
+async def test_a_miss_is_answered_on_the_fast_path_too(recorded: Any) -> None:
+    server, _, cassette = recorded
+
+    def unknown(path: str) -> list[bytes]:
+        return [post(path, "Never recorded."), *one_by_one(path)[:1]]
+
+    data, summary, written = await replay(server, cassette, unknown)
+    assert summary["missed"] == 1 and summary["replayed"] == 1
+    assert written == [0, 1]
+    miss, hit = split_answers(data)
+    assert miss.startswith(b"HTTP/1.1 404 ") and b"dejacache_replay_miss" in miss
+    assert hit.startswith(b"HTTP/1.1 200 ")
+
+
+async def test_start_runs_a_coroutine_in_its_context_and_hands_a_wait_to_a_task() -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="outside")
+    ctx = contextvars.copy_context()
+    ctx.run(var.set, "inside")
+
+    async def at_once() -> None:
+        assert var.get() == "inside"
+
+    assert start(at_once(), ctx) is None
+    gate: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    async def waits() -> tuple[str, str, bool]:
+        got = await gate
+        return got, var.get(), asyncio.current_task() is not None
+
+    task = start(waits(), ctx)
+    assert task is not None and not task.done()
+    gate.set_result("opened")
+    assert await task == ("opened", "inside", True)
+
+    async def fails() -> None:
+        raise ValueError("at once")
+
+    failed = start(fails())
+    assert failed is not None and isinstance(failed.exception(), ValueError)
+
+    cancelled: list[bool] = []
+
+    async def cancelled_while_waiting() -> None:
+        try:
+            await asyncio.get_running_loop().create_future()
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+
+    task = start(cancelled_while_waiting())
+    assert task is not None
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cancelled == [True]  # the cancel reached the coroutine where it waited

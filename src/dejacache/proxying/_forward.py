@@ -165,6 +165,10 @@ class Forwarder:
         send = self.transport.handle_async_request
 
         async def send_signed(hreq: Any) -> Any:
+            # Going live: in the request's own task from here on. It began outside one
+            # (``_connection.start``), and the HTTP library's locks and sniffio ask
+            # ``current_task()``: one pass of the loop, then the task is the current one.
+            await asyncio.sleep(0)
             if carries_placeholder(hreq):
                 raise ConfigurationError(
                     "this call would go live with the placeholder API key the proxy gave its "

@@ -4,8 +4,8 @@ upstream, and saves its cassettes when it stops.
 ``http://HOST:PORT/<upstream>/<rest>`` goes to the default session (``--cassette``);
 ``/_dejacache/s/<id>/<upstream>/<rest>`` (or the header ``x-dejacache-session: <id>``) to a
 session a test runner opened; ``/_dejacache...`` is the control endpoint (``_control.py``).
-A connection (``_connection.py``) answers its requests one after the other, each in a task of
-its own started in its session's context (``Session.begin``).
+A connection (``_connection.py``) answers its requests one after the other, each started
+at once in its session's context (``Session.begin``), in a task from where it first waits.
 
 Stopping (SIGTERM, SIGINT, or the command it ran exiting) stops accepting, lets requests in
 flight finish for ``grace`` seconds, then closes the sessions: the default cassette is
@@ -31,7 +31,7 @@ from ..cassettes.placeholder_keys import KEY_VARIABLES, PLACEHOLDER
 from ..errors import ConfigurationError
 from ..http._libs import Lib, lib_named
 from ..http.providers import all_providers
-from ._connection import Connection
+from ._connection import Connection, start
 from ._control import PREFIX, SESSION_PREFIX, control
 from ._forward import FORWARDED, Forwarder, Out, error_bytes, json_bytes
 from ._http1 import Request
@@ -152,19 +152,26 @@ class ProxyServer:
         return json_bytes(status, {"error": {"message": f"dejacache proxy: {message}",
                                              "type": "dejacache_bad_request"}}, extra)
 
-    def answer(self, req: Request, out: Out) -> asyncio.Task[Any]:
-        """The task that answers ``req``: a request to a session runs in its context."""
+    def answer(self, req: Request, out: Out) -> asyncio.Future[Any] | None:
+        """Answer ``req``: None when it was answered at once, else the task finishing it
+        (``_connection.start``). A request to a session runs in its context."""
         loop = asyncio.get_running_loop()
         routed = self._route(req)
         if isinstance(routed, bytes):
-            return loop.create_task(out.write(routed))
+            return start(out.write(routed))
         if routed is None:
             return loop.create_task(self._control(req, out))
         session, upstream, rest = routed
         ctx = session.begin()
-        answering = (relay(session, upstream, req, rest, out) if isinstance(out, Upgraded)
-                     else self.forwarder.answer(session, upstream, req, rest, out))
-        task = loop.create_task(answering, context=ctx)
+        task: asyncio.Future[Any]
+        if isinstance(out, Upgraded):
+            task = loop.create_task(relay(session, upstream, req, rest, out), context=ctx)
+        else:
+            started = start(self.forwarder.answer(session, upstream, req, rest, out), ctx)
+            if started is None or started.done():
+                session.end(ctx)
+                return started
+            task = started
         task.add_done_callback(lambda _: session.end(ctx))
         return task
 
