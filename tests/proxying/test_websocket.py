@@ -176,6 +176,52 @@ def test_node_ws_client_records_then_replays_through_the_proxy(
     _no_key(proxy_dir, NODE_KEY)
 
 
+async def _miss_then_more(url: str, extra: int) -> list[Any]:
+    """A message the recording lacks, then ``extra`` more sent before reading anything:
+    the close the client reads, with what it read before it."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    got: list[Any] = []
+    async with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"},
+                       close_timeout=10) as ws:
+        got.append(json.loads(await ws.recv())["type"])
+        await ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": _audio(9)}))
+        for n in range(extra):
+            await ws.send(json.dumps({"type": "input_audio_buffer.append",
+                                      "audio": _audio(10 + n)}))
+        await asyncio.sleep(0.3)  # the proxy has met the miss and closed by now
+        try:
+            while True:
+                await ws.recv()
+        except ConnectionClosed as exc:
+            got.append([exc.rcvd.code, exc.rcvd.reason] if exc.rcvd else None)
+    return got
+
+
+def test_a_miss_closes_1011_even_with_the_clients_later_messages_unread(
+        proxy_process: ProxyProcess, realtime: FakeRealtime) -> None:
+    """The proxy reads what the client sent after the message that missed until the client
+    answers its close: a socket closed with bytes unread is reset, and a reset can cost the
+    client the close frame (1006 instead of 1011)."""
+    name = "ws-miss-more/voice.json"
+    s = _open(proxy_process, name, realtime, mode="record")
+    asyncio.run(_turn(_ws(s)))
+    assert s.close(ok=True)["saved"]
+    stopped = _stopped(realtime)
+    try:
+        for _ in range(3):
+            s = _open(proxy_process, name, realtime, mode="replay")
+            got = asyncio.run(_miss_then_more(_ws(s), extra=40))
+            s.close(ok=False)
+            assert got[0] == "session.created"
+            assert got[-1] is not None and got[-1][0] == 1011, got
+            assert "replay miss" in got[-1][1]
+    finally:
+        stopped.close()
+    assert stopped.count == 0
+
+
 def test_a_handshake_the_recording_lacks_is_a_404_in_the_providers_shape(
         proxy_process: ProxyProcess, realtime: FakeRealtime) -> None:
     from websockets.asyncio.client import connect
