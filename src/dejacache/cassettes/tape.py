@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from ..errors import CassetteError
 from . import format as fmt
-from .blobs import BLOB, Folder
+from .blobs import BLOB, Folder, weight
 from .calls import CallInfo
 from .kinds import step_kind
 from .reader import DocIndex, FileIndex, Index
@@ -183,9 +183,10 @@ class Tape:
         except CassetteError:
             ix = None  # a damaged cross-reference: the full parse below names the damage
         self.file_index = ix  # a shared cassette's saves append through it (writer.py)
-        if ix is not None and (self.mode == "off" or len(self.raw) >= fmt.EAGER_CHECK_UNDER):
-            # Larger files are checked entry by entry as they are read, and whole on the
-            # first miss (see format.py); opening reads only the cross-reference.
+        if ix is not None and (self.mode == "off" or weight(self.raw) >= fmt.EAGER_CHECK_UNDER):
+            # Larger files (blob references counted as payloads) are checked entry by entry
+            # as they are read, and whole on the first miss (see format.py); opening reads
+            # only the cross-reference.
             self.use(ix)
         elif self.mode != "off":
             # Checked whole now, so a damaged file is refused when the block opens, before
