@@ -281,3 +281,33 @@ def test_blob_references_weigh_as_their_payloads_when_a_file_opens(
     monkeypatch.setattr(fmt, "EAGER_CHECK_UNDER", 1 << 20)
     with pytest.raises(CassetteError), dejacache.cassette(path, mode="replay"):
         render_audio(1)  # (parsed whole on open, as before: refused at once)
+
+
+@dejacache.cache(kind="tool")
+def mirror(payload: str) -> str:
+    return payload[::-1]
+
+
+def test_the_blobs_a_replay_reads_are_asked_of_the_disk_when_it_opens(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The answer's payload is read by a replay: the kernel is asked for it on open. The
+    # request's is only keyed, never read: not asked for.
+    path = tmp_path / "c.json"
+    sent = base64.b64encode(bytes(range(256)) * 6).decode()
+    with dejacache.cassette(path, mode="record"):
+        assert mirror(sent) == sent[::-1]
+    data = path.read_bytes()
+    asked, answered = blobs.blob_hash(sent.encode()), blobs.blob_hash(sent[::-1].encode())
+    assert asked.encode() in data and answered.encode() in data
+    assert blobs.answers_in(data) == [answered]
+    advised: list[int] = []
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, *a: advised.append(os.fstat(fd).st_ino),
+                        raising=False)
+    monkeypatch.setattr(os, "POSIX_FADV_WILLNEED", 3, raising=False)
+    with dejacache.cassette(path, mode="replay"):
+        assert advised == [blobs.Folder.beside(path).path(answered).stat().st_ino]
+        assert mirror(sent) == sent[::-1]
+    advised.clear()
+    with dejacache.cassette(path, mode="record"):  # nothing is read back
+        assert mirror(sent) == sent[::-1]
+    assert advised == []

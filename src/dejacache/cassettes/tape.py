@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from ..errors import CassetteError
 from . import format as fmt
-from .blobs import BLOB, Folder, weight
+from .blobs import BLOB, Folder, answers_in, weight
 from .calls import CallInfo
 from .kinds import step_kind
 from .reader import DocIndex, FileIndex, Index
@@ -192,6 +192,8 @@ class Tape:
             # Checked whole now, so a damaged file is refused when the block opens, before
             # the test has used any of it.
             self.parse_all()
+        if self.mode != "off":  # the payloads its answers will read, asked of the disk now
+            self.blobs.prefetch(answers_in(self.raw))
 
     def use(self, ix: Index) -> None:
         """Start answering from ``ix`` (the first index of the file, or a parse of it)."""
