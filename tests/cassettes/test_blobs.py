@@ -252,3 +252,62 @@ def test_packing_with_blobs_round_trips(tree: Any) -> None:
     assert fmt.unpack(packed, resolve) == tree
     assert all(not (type(s) is str and len(s) >= 64 and blobs.is_payload(s, 64, 200))
                for s in fmt.iter_strings(orjson.loads(orjson.dumps(packed))))
+
+
+def test_blob_references_weigh_as_their_payloads_when_a_file_opens(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A small file of references stands for its payloads: past the threshold by them, it
+    # opens through its cross-reference (each entry checked as it is read), and a damaged
+    # entry is still refused when it is read, never replayed.
+    from dejacache.scope import current
+
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record"):
+        audio = [render_audio(s) for s in (1, 2, 3)]
+    data = path.read_bytes()
+    assert blobs.weight(data) == len(data) + 3 * blobs.MIN_PAYLOAD
+    monkeypatch.setattr(fmt, "EAGER_CHECK_UNDER", len(data) + 1)
+    with dejacache.cassette(path, mode="replay"):
+        assert [render_audio(s) for s in (1, 2, 3)] == audio
+        tape = current().store._tape  # type: ignore[attr-defined]
+        assert tape.full is None and tape.ix is not None and tape.ix.lazy
+    at = data.rindex(fmt.BLOB_REF.encode()) + len(fmt.BLOB_REF) + 3
+    flipped = b"0" if data[at:at + 1] != b"0" else b"1"
+    path.write_bytes(data[:at] + flipped + data[at + 1:])  # the last entry's reference
+    with dejacache.cassette(path, mode="replay"):
+        assert render_audio(1) == audio[0]
+        with pytest.raises(CassetteError):
+            render_audio(3)
+    monkeypatch.setattr(fmt, "EAGER_CHECK_UNDER", 1 << 20)
+    with pytest.raises(CassetteError), dejacache.cassette(path, mode="replay"):
+        render_audio(1)  # (parsed whole on open, as before: refused at once)
+
+
+@dejacache.cache(kind="tool")
+def mirror(payload: str) -> str:
+    return payload[::-1]
+
+
+def test_the_blobs_a_replay_reads_are_asked_of_the_disk_when_it_opens(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The answer's payload is read by a replay: the kernel is asked for it on open. The
+    # request's is only keyed, never read: not asked for.
+    path = tmp_path / "c.json"
+    sent = base64.b64encode(bytes(range(256)) * 6).decode()
+    with dejacache.cassette(path, mode="record"):
+        assert mirror(sent) == sent[::-1]
+    data = path.read_bytes()
+    asked, answered = blobs.blob_hash(sent.encode()), blobs.blob_hash(sent[::-1].encode())
+    assert asked.encode() in data and answered.encode() in data
+    assert blobs.answers_in(data) == [answered]
+    advised: list[int] = []
+    monkeypatch.setattr(os, "posix_fadvise", lambda fd, *a: advised.append(os.fstat(fd).st_ino),
+                        raising=False)
+    monkeypatch.setattr(os, "POSIX_FADV_WILLNEED", 3, raising=False)
+    with dejacache.cassette(path, mode="replay"):
+        assert advised == [blobs.Folder.beside(path).path(answered).stat().st_ino]
+        assert mirror(sent) == sent[::-1]
+    advised.clear()
+    with dejacache.cassette(path, mode="record"):  # nothing is read back
+        assert mirror(sent) == sent[::-1]
+    assert advised == []

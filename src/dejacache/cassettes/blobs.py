@@ -44,8 +44,9 @@ from ..errors import CassetteError
 from . import format as fmt
 
 __all__ = ["BLOB", "FOLDER", "GRACE", "MARK", "MIN_PAYLOAD", "MIN_TEXT", "BlobInfo", "Checked",
-           "Folder", "Sink", "blob_of", "blobs_in", "check", "describe", "hints_in",
-           "is_payload", "is_text", "kind_of", "refers", "sink_for", "unused", "used_by"]
+           "Folder", "Sink", "answers_in", "blob_of", "blobs_in", "check", "describe", "hints_in",
+           "is_payload", "is_text", "kind_of", "refers", "sink_for", "unused", "used_by",
+           "weight"]
 
 #: The folder beside a cassette that holds its blobs.
 FOLDER: Final = "blobs"
@@ -188,6 +189,30 @@ class Folder:
         except UnicodeDecodeError:  # hashed as written, yet not what a writer writes
             raise CassetteError(f"blob {h} is not UTF-8 text", path=self.cassette) from None
 
+    def prefetch(self, hashes: Iterable[str]) -> None:
+        """Have the kernel start reading these blobs into the page cache (``posix_fadvise``
+        ``WILLNEED``), so a replay that reads them one by one later finds them there. A
+        voice session's 120 answer blobs, out of the page cache, took 19-26 ms read one
+        after another; asked for at once on open, 2-5 ms, and then 2-7 ms to read (the disk
+        serves them together while the replay works). Warm, 0.5-0.9 ms for the 120. Does
+        nothing where the call does not exist (macOS, Windows) or a blob is missing (the
+        read names it)."""
+        advise = getattr(os, "posix_fadvise", None)
+        if advise is None:
+            return
+        root = os.fspath(self.root)
+        for h in hashes:
+            try:
+                fd = os.open(os.path.join(root, h[:2], h), os.O_RDONLY)
+            except OSError:
+                continue
+            try:
+                advise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
     def store(self, pending: dict[str, bytes]) -> None:
         """Write the ``pending`` blobs the folder lacks, each durable before this returns
         (the cassette referring to them is written after). A file already there is kept
@@ -284,6 +309,55 @@ def used_by(doc: dict[str, Any]) -> set[str]:
 def refers(data: fmt.Buffer) -> bool:
     """Whether a cassette's bytes refer to any blob (one search of the bytes)."""
     return data.find(_MARK_BYTES) >= 0
+
+
+# Where a written file's entries open their request or their answer (sorted keys, at the
+# entries' indent): what tells the blobs a replay reads from those it only keys.
+_ENTRY_KEY: Final = b'\n      "re'
+_ANSWER_KEY: Final = b'sponse": '
+
+
+def answers_in(data: fmt.Buffer) -> list[str]:
+    """The blobs the entries' answers refer to, in file order (what a replay reads; the
+    requests' payloads are keyed, never read). Found by the layout the writer gives every
+    entry: a hint for :meth:`Folder.prefetch`, never a check (a file laid out otherwise
+    yields fewer, or other, hashes; each blob is still checked when it is read). Each
+    stretch between two references is searched once, backwards (~1.4 ms for a voice
+    session's 556 KB file and its 732 references). A memory-mapped file (``format``: 1 MB
+    and more) is not searched: that would read every page a replay may never touch."""
+    out: list[str] = []
+    if type(data) is not bytes:
+        return out
+    seen: set[str] = set()
+    find, rfind = data.find, data.rfind
+    size, key = len(_MARK_BYTES), len(_ENTRY_KEY)
+    answer, last = False, 0
+    at = find(_MARK_BYTES)
+    while at >= 0:
+        k = rfind(_ENTRY_KEY, last, at)
+        if k >= 0:  # an entry's request or answer opened since the last reference
+            answer = data.startswith(_ANSWER_KEY, k + key)
+        if answer:
+            h = data[at + size:at + size + 32].decode("ascii", "replace")
+            if h not in seen and _HEX.fullmatch(h):
+                seen.add(h)
+                out.append(h)
+        last = at
+        at = find(_MARK_BYTES, at + size)
+    return out
+
+
+def weight(data: fmt.Buffer) -> int:
+    """What a cassette's bytes stand for: their length and, for each blob reference,
+    :data:`MIN_PAYLOAD` (the least a default blob holds), so a file of references weighs
+    like the payloads it replays. A voice session's 556 KB file refers to 4.6 MB of audio:
+    parsed and checked whole on open it took ~15 ms, and every hit then walked its parsed
+    entry instead of slicing its bytes (``format.EAGER_CHECK_UNDER``); opened through its
+    cross-reference, its replay took 7-9% less CPU (interleaved in one process)."""
+    n = len(data)
+    if type(data) is bytes:  # (a memory-mapped file is past any threshold already)
+        n += data.count(_MARK_BYTES) * MIN_PAYLOAD
+    return n
 
 
 # ---------------------------------------------------------------- what a blob is

@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 from ..errors import CassetteError
 from . import format as fmt
-from .blobs import BLOB, Folder
+from .blobs import BLOB, Folder, answers_in, weight
 from .calls import CallInfo
 from .kinds import step_kind
 from .reader import DocIndex, FileIndex, Index
@@ -183,14 +183,14 @@ class Tape:
         except CassetteError:
             ix = None  # a damaged cross-reference: the full parse below names the damage
         self.file_index = ix  # a shared cassette's saves append through it (writer.py)
-        if ix is not None and (self.mode == "off" or len(self.raw) >= fmt.EAGER_CHECK_UNDER):
-            # Larger files are checked entry by entry as they are read, and whole on the
-            # first miss (see format.py); opening reads only the cross-reference.
+        if ix is not None and (self.mode == "off" or weight(self.raw) >= fmt.EAGER_CHECK_UNDER):
+            # Larger files (blob references weigh as payloads) are checked entry by entry as
+            # they are read, whole on the first miss (format.py); opening reads the xref.
             self.use(ix)
         elif self.mode != "off":
-            # Checked whole now, so a damaged file is refused when the block opens, before
-            # the test has used any of it.
+            # Checked whole now: a damaged file is refused before the test uses any of it.
             self.parse_all()
+        self.blobs.prefetch(answers_in(self.raw) if self.mode != "off" else ())  # answers' blobs
 
     def use(self, ix: Index) -> None:
         """Start answering from ``ix`` (the first index of the file, or a parse of it)."""

@@ -1,0 +1,105 @@
+"""``bench_ws.py``'s replays of two source trees, interleaved: for comparing a change with
+main on a loaded machine, where two runs one after the other differ by more than the change.
+
+    python benchmarks/ab_ws.py BEFORE_ROOT AFTER_ROOT [--rounds 7]
+
+Each tree runs in its own worker process (its ``src`` on ``PYTHONPATH``, its own recording
+of the 60-second voice session); every row is timed in the two workers one after the other,
+the one going first alternating by round, warm and cold as ``bench_ws.py`` times them.
+Prints medians, each divided by the same side's ``read blobs``, and after / before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+WORKER = r"""
+import asyncio, json, pathlib, sys, tempfile
+root = pathlib.Path(sys.argv[1])
+sys.path.insert(0, str(root / "benchmarks"))
+import bench_ws as b
+import dejacache
+from dejacache.cassettes import blobs, format as fmt
+from audio_session import voice_session
+from fake_realtime import FakeRealtime
+
+path = pathlib.Path(tempfile.mkdtemp()) / "voice.json"
+fake = FakeRealtime().start()
+try:
+    with dejacache.cassette(path, mode="record"):
+        asyncio.run(voice_session(fake.base_url, 60.0))
+finally:
+    fake.stop()
+doc = fmt.load_document(path.read_bytes(), path)
+folder = blobs.Folder.beside(path)
+used = [folder.path(h) for h in sorted(blobs.used_by(doc))]
+turns, url = b.client_messages(60.0), fake.base_url
+rows = {
+    "read blobs": lambda: b.read_blobs(used, False),
+    "replay, session": b._in_cassette(path, lambda: b.replay_session(url, turns)),
+    "replay, websockets": b._in_cassette(path, lambda: b.replay_websockets(url, turns)),
+    "replay, openai SDK": b._in_cassette(path, lambda: voice_session(url, 60.0)),
+}
+for fn in rows.values():
+    fn()
+files = [*used, path]
+print("ready", flush=True)
+for line in sys.stdin:
+    kind, name = json.loads(line)
+    if kind == "warm":
+        b.read_blobs(files, False)  # back in the page cache after a cold round
+    print(json.dumps(b._timed(rows[name], files if kind == "cold" else None)), flush=True)
+"""
+ROWS = ("read blobs", "replay, session", "replay, websockets", "replay, openai SDK")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("before")
+    ap.add_argument("after")
+    ap.add_argument("--rounds", type=int, default=7)
+    args = ap.parse_args()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    workers = {}
+    for side, root in (("before", args.before), ("after", args.after)):
+        workers[side] = subprocess.Popen(
+            [sys.executable, "-c", WORKER, root], cwd=root, text=True,
+            env={**env, "PYTHONPATH": os.path.join(root, "src")},
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    for w in workers.values():
+        assert w.stdout is not None and w.stdout.readline().strip() == "ready"
+    times: dict[tuple[str, str, str], list[float]] = {}
+    for r in range(args.rounds):
+        order = ("before", "after") if r % 2 == 0 else ("after", "before")
+        for kind in ("warm", "cold"):
+            for name in ROWS:
+                for side in order:
+                    w = workers[side]
+                    assert w.stdin is not None and w.stdout is not None
+                    w.stdin.write(json.dumps([kind, name]) + "\n")
+                    w.stdin.flush()
+                    times.setdefault((side, kind, name), []).append(
+                        json.loads(w.stdout.readline()))
+    for w in workers.values():
+        assert w.stdin is not None
+        w.stdin.close()
+        w.wait()
+    print(f"{args.rounds} rounds, interleaved: median ms (/ read blobs of the same side)\n")
+    print("| row | before | after | after / before |\n|---|---|---|---|")
+    for kind in ("warm", "cold"):
+        floor = {s: statistics.median(times[(s, kind, "read blobs")])
+                 for s in ("before", "after")}
+        for name in ROWS:
+            med = {s: statistics.median(times[(s, kind, name)]) for s in ("before", "after")}
+            print(f"| {name}, {kind} | {med['before']:.1f} ({med['before'] / floor['before']:.2f}x)"
+                  f" | {med['after']:.1f} ({med['after'] / floor['after']:.2f}x)"
+                  f" | {med['after'] / med['before']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
