@@ -96,6 +96,11 @@ class Cassette(BaseStore):
     """A sequenced store over one cassette file (see the module docstring)."""
 
     sequenced = True
+    #: A hit's blob is made in this process (``_record``) from entry bytes checked as they
+    #: were read (the entry's own checksum and key: reader.py, tape.py) and decoded moments
+    #: later: the engine skips checking the blob's checksum again (``decode_checked``), 1.4
+    #: of the 8.7 us decoding a 1.4 KB answer took (more for larger answers: it is a hash).
+    checked_on_put = True
 
     def __init__(
         self,
