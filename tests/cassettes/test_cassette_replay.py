@@ -372,3 +372,32 @@ def test_a_cached_generator_left_open_at_cassette_exit_is_named_then(tmp_path):
         assert next(it) == "one"
     assert list(it) == ["two"]  # read on after the block: nothing more is said or written
     assert not path.exists()
+
+
+def test_dollars_saved_priced_at_reading_are_the_per_hit_sum() -> None:
+    """Hits are priced when the total is read, not as they replay: the same float as
+    pricing each hit in turn, and adding to the total (a worker's share) keeps both."""
+    from dejacache.cassettes.prices import estimate_dollars
+    from dejacache.cassettes.store import TapeCounters, summarize
+
+    hits = [({"prompt_tokens": 10 + i, "completion_tokens": 3 * i}, model)
+            for i, model in enumerate(["gpt-4o-mini", "gpt-4o", "claude-3-5-sonnet", "",
+                                       "unknown-model", "gpt-4o-mini"] * 5)]
+    c = TapeCounters()
+    expected = 0.0
+    for usage, model in hits[:10]:
+        c.unpriced.append((usage, model))
+        expected += estimate_dollars(usage, model)
+    assert c.dollars_saved == expected > 0
+    for usage, model in hits[10:]:
+        c.unpriced.append((usage, model))
+        expected += estimate_dollars(usage, model)
+    assert c.dollars_saved == expected and not c.unpriced
+    c.unpriced.append(hits[0])
+    c.dollars_saved += 1.5
+    assert c.dollars_saved == expected + estimate_dollars(*hits[0]) + 1.5
+
+    class _Tape:
+        counters = c
+
+    assert summarize([_Tape(), _Tape()]).dollars_saved == 2 * c.dollars_saved  # type: ignore[list-item]

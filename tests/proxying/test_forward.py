@@ -314,9 +314,67 @@ def test_a_restated_request_is_the_one_an_httpx_client_sends(lib_name: str, meth
             "Authorization: Bearer sk-t\r\nx-dejacache-session: s\r\nAccept: */*\r\n"
             f"Content-Length: {len(body)}\r\n\r\n").encode()
     [req] = RequestParser(1 << 20).feed(head + body)
-    got = Forwarder(lib).restate(req, Upstream("openai", "http://127.0.0.1:9"), "/v1/x?a=1")
+    got, items = Forwarder(lib).restate(req, Upstream("openai", "http://127.0.0.1:9"),
+                                        "/v1/x?a=1")
     want = lib.module.Request(method, "http://127.0.0.1:9/v1/x?a=1", content=body, headers=[
         ("Content-Type", "application/json"), ("Authorization", "Bearer sk-t"),
         ("Accept", "*/*")])
     assert (got.method, got.url, got.headers.raw, got.content) == (
         want.method, want.url, want.headers.raw, want.content)
+    assert items == got.headers.multi_items()  # what the proxy keys the request by
+
+
+_KEYED_HEADS = [
+    "Content-Type: application/json\r\nAuthorization: Bearer sk-t\r\n",
+    # repeats, mixed case, names an identity or the answer depends on, spaces inside values
+    ("content-type: application/json; charset=utf-8\r\nX-API-Key: sk-ant-x\r\n"
+     "Anthropic-Version: 2023-06-01\r\nanthropic-beta: a, b\r\nANTHROPIC-BETA: c\r\n"
+     "OpenAI-Organization: org-1\r\nCookie: a=1; b=2\r\nAccept:  */*  \r\n"
+     "User-Agent: OpenAI/Python 1.0\r\nX-Stainless-Retry-Count: 0\r\n"
+     "traceparent: 00-abc-def-01\r\nOpenAI-Beta: assistants=v2\r\n"),
+    "Accept-Encoding: gzip\r\n",  # no content type
+]
+
+
+@pytest.mark.parametrize("lib_name", ["httpx", "httpx2"])
+@pytest.mark.parametrize("head", _KEYED_HEADS)
+@pytest.mark.parametrize("target", ["/openai/v1/chat/completions",
+                                    "/anthropic/v1/messages?beta=true", "/openai/v1/models"])
+def test_the_proxy_keys_a_request_as_an_in_process_transport_does(
+        tmp_path: pathlib.Path, lib_name: str, head: str, target: str) -> None:
+    """The proxy hands the engine the headers it restated the request from instead of
+    having them decoded again: the same key bytes, older key forms and identity as the
+    request's own ``headers.multi_items()`` give, whatever the options."""
+    from dejacache.http._libs import lib_named
+    from dejacache.http.transport import Options, _prepare
+    from dejacache.proxying._forward import Forwarder
+    from dejacache.proxying._http1 import RequestParser
+    from dejacache.proxying.upstreams import Upstream
+    from dejacache.scope import current
+
+    lib = lib_named(lib_name)
+    assert lib is not None
+    body = orjson.dumps({"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}],
+                         "max_tokens": 5})
+    name, _, rest = target[1:].partition("/")
+    head_bytes = (f"POST {target} HTTP/1.1\r\nHost: 127.0.0.1:1\r\n{head}"
+                  f"Content-Length: {len(body)}\r\n\r\n").encode()
+    [req] = RequestParser(1 << 20).feed(head_bytes + body)
+    hreq, items = Forwarder(lib).restate(req, Upstream(name, "http://127.0.0.1:9"), "/" + rest)
+    def calls(given: list[tuple[str, str]] | None, path: pathlib.Path) -> list[Any]:
+        # a block each: a block's identity table learns from the calls keyed in it
+        with dejacache.cassette(path, "record"):
+            eff = current()
+            return [_prepare(lib, eff, hreq, hreq.content, opts, given) for opts in (
+                Options(), Options(headers=False), Options(replayed=True),
+                Options(volatile=("max_tokens",)))]
+
+    for own, given in zip(calls(None, tmp_path / "a.json"), calls(items, tmp_path / "b.json"),
+                          strict=True):
+        assert (given.key, given.canonical, given.raw, given.name, given.provider,
+                given.stream) == (own.key, own.canonical, own.raw, own.name, own.provider,
+                                  own.stream)
+        assert (given.identity is None) == (own.identity is None)
+        if own.identity is not None and given.identity is not None:
+            assert (given.identity.items, given.identity.keyed, given.identity.pending) == (
+                own.identity.items, own.identity.keyed, own.identity.pending)

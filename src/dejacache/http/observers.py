@@ -29,7 +29,7 @@ import functools
 import warnings
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
@@ -276,7 +276,15 @@ def _begin(lib: Any, request: Any, response: Any, context: contextvars.Context,
 
 
 Handle = Callable[[Any, Any, Any, Any, Any], Any]
-AsyncHandle = Callable[[Any, Any, Any, Any, Any], Awaitable[Any]]
+
+
+class AsyncHandle(Protocol):
+    """``handle_async``: ``items``, when given, are the request's headers as
+    ``request.headers.multi_items()`` lists them (a driver that built the request from
+    headers it parsed already: the proxy)."""
+
+    def __call__(self, lib: Any, eff: Any, request: Any, send: Any, opts: Any,
+                 items: list[tuple[str, str]] | None = None) -> Awaitable[Any]: ...
 
 
 class _Sending:
@@ -316,15 +324,18 @@ def watched_async(handle: AsyncHandle) -> AsyncHandle:
     """Wrap the async request handler so observers see its exchanges."""
 
     @functools.wraps(handle)
-    async def wrapper(lib: Any, eff: Any, request: Any, send: Any, opts: Any) -> Any:
+    async def wrapper(lib: Any, eff: Any, request: Any, send: Any, opts: Any,
+                      items: list[tuple[str, str]] | None = None) -> Any:
         rewriters = REWRITERS.get()
         if rewriters:
-            request = _rewritten(lib, request, rewriters)
+            new = _rewritten(lib, request, rewriters)
+            if new is not request:  # a new body and length: its headers are its own
+                request, items = new, None
         if not WATCHERS.get():
-            return await handle(lib, eff, request, send, opts)
+            return await handle(lib, eff, request, send, opts, items)
         context = contextvars.copy_context()
         sending = _Sending(send)
-        response = await handle(lib, eff, request, sending, opts)
+        response = await handle(lib, eff, request, sending, opts, items)
         return _begin(lib, request, response, context, True, not sending.sent)
 
     return wrapper

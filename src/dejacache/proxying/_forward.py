@@ -136,10 +136,13 @@ class Forwarder:
             url = self._urls[text] = self.lib.module.URL(text)
         return url
 
-    def restate(self, req: Request, upstream: Upstream, rest: str) -> Any:
+    def restate(self, req: Request, upstream: Upstream, rest: str
+                ) -> tuple[Any, list[tuple[str, str]]]:
         """The request to send ``upstream``, as the client would have sent it there: the
         headers an httpx client sends for ``content=req.body`` (``Host`` first, the length
-        last), made here, since the client's own framing headers are the proxy's."""
+        last), made here, since the client's own framing headers are the proxy's. With it,
+        its headers as its ``headers.multi_items()`` lists them (lower-cased names; a
+        header the library could not encode has failed the request already), for keying."""
         connection = {t.strip().lower() for t in (req.get("connection") or "").split(",")}
         headers = [(k, v) for k, v in req.headers
                    if (low := k.lower()) not in _HOP and low not in connection
@@ -156,10 +159,11 @@ class Forwarder:
             headers.append(("Content-Length", str(len(body))))
         elif method in self._empty_length:
             framing.append(("Content-Length", "0"))
-        hreq = m.Request(method, url, headers=framing + headers, stream=m.ByteStream(body),
+        headers = framing + headers
+        hreq = m.Request(method, url, headers=headers, stream=m.ByteStream(body),
                          extensions={"timeout": _TIMEOUTS})
         hreq.read()  # its content, as a request made with ``content=`` has it
-        return hreq
+        return hreq, [(k.lower(), v) for k, v in headers]
 
     def _sender(self) -> Callable[[Any], Awaitable[Any]]:
         send = self.transport.handle_async_request
@@ -200,14 +204,14 @@ class Forwarder:
                      out: Out) -> None:
         """Answer ``req`` (routed to ``upstream`` with path ``rest``) under ``session``."""
         try:
-            hreq = self.restate(req, upstream, rest)
+            hreq, items = self.restate(req, upstream, rest)
         except ConfigurationError as exc:
             await out.write(error_bytes(self._named.get(upstream.name, self._named["http"]),
                                         502, "dejacache_proxy_error", str(exc)))
             return
         try:
             resp = await handle_async(self.lib, session.eff, hreq, self._sender(),
-                                      session.options)
+                                      session.options, items)
         except ReplayMiss as miss:
             kind = ("dejacache_replay_divergence" if isinstance(miss, ReplayDivergence)
                     else "dejacache_replay_miss")
