@@ -90,27 +90,33 @@ def test_with_no_live_side_a_call_that_must_go_live_is_a_miss(tmp_path: pathlib.
     assert "no live side" in str(info.value)
 
 
+class _SyncLive:
+    """A threads-side live leg: a ``websockets`` threads connection to ``url``."""
+
+    def __init__(self, url: str) -> None:
+        from websockets.sync.client import connect
+
+        self.conn = connect(url, legacy=True)
+        self.answer = Answer(101, [], None)
+
+    def send(self, m: Message) -> None:
+        self.conn.send(m.data)
+
+    def recv(self) -> Message | Closed:
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            return Message(self.conn.recv())
+        except ConnectionClosed:
+            return Closed(1000)
+
+    def close(self, code: int, reason: str) -> None:
+        self.conn.close(code, reason)
+
+
 def test_the_threads_twin(tmp_path: pathlib.Path, server: LoopbackServer) -> None:
-    from websockets.sync.client import connect
-
-    class Live:
-        def __init__(self) -> None:
-            self.conn = connect(server.url + "/t", legacy=True)
-            self.answer = Answer(101, [], None)
-
-        def send(self, m: Message) -> None:
-            self.conn.send(m.data)
-
-        def recv(self) -> Message | Closed:
-            from websockets.exceptions import ConnectionClosed
-
-            try:
-                return Message(self.conn.recv())
-            except ConnectionClosed:
-                return Closed(1000)
-
-        def close(self, code: int, reason: str) -> None:
-            self.conn.close(code, reason)
+    def Live() -> _SyncLive:
+        return _SyncLive(server.url + "/t")
 
     def run(live: bool) -> list[Any]:
         s = SyncSession(current(), Handshake(server.url + "/t", []), Live if live else None)
@@ -138,28 +144,10 @@ def test_what_the_server_says_while_the_next_message_is_keyed_is_recorded(
     between one window and the next. It is kept, and replays where it came."""
     import time
 
-    from websockets.sync.client import connect
-
     from dejacache.ws import _drive
 
-    class Live:
-        def __init__(self) -> None:
-            self.conn = connect(server.url + "/k", legacy=True)
-            self.answer = Answer(101, [], None)
-
-        def send(self, m: Message) -> None:
-            self.conn.send(m.data)
-
-        def recv(self) -> Message | Closed:
-            from websockets.exceptions import ConnectionClosed
-
-            try:
-                return Message(self.conn.recv())
-            except ConnectionClosed:
-                return Closed(1000)
-
-        def close(self, code: int, reason: str) -> None:
-            self.conn.close(code, reason)
+    def Live() -> _SyncLive:
+        return _SyncLive(server.url + "/k")
 
     sessions: list[SyncSession] = []
     keyed = _drive.message_key
