@@ -401,3 +401,15 @@ def test_dollars_saved_priced_at_reading_are_the_per_hit_sum() -> None:
         counters = c
 
     assert summarize([_Tape(), _Tape()]).dollars_saved == 2 * c.dollars_saved  # type: ignore[list-item]
+
+
+def test_a_cassettes_stats_show_the_dollars_saved_and_no_internals(tmp_path) -> None:
+    from dejacache.cassettes.store import Cassette
+
+    tape = Cassette(tmp_path / "s.json", mode="auto")
+    tape.counters.unpriced.append(({"prompt_tokens": 100, "completion_tokens": 10},
+                                   "gpt-4o-mini"))
+    extra = tape.stats().extra
+    assert list(extra) == ["replayed", "recorded", "missed", "time_saved", "tokens_saved",
+                           "dollars_saved"]
+    assert extra["dollars_saved"] > 0 and not tape.counters.unpriced

@@ -78,18 +78,30 @@ class TapeCounters:
 
     @property
     def dollars_saved(self) -> float:
-        if self.unpriced:
-            pending, self.unpriced = self.unpriced, []  # a hit in another thread goes on
+        pending = self.unpriced
+        if pending:
+            # The first n priced, then dropped in place: a hit another thread appends
+            # meanwhile stays for the next read (swapping the list lost it to a thread that
+            # had fetched the old one).
+            n = len(pending)
             total = self._dollars
-            for usage, model in pending:
+            for usage, model in pending[:n]:
                 total += estimate_dollars(usage, model)
             self._dollars = total
+            del pending[:n]
         return self._dollars
 
     @dollars_saved.setter
     def dollars_saved(self, value: float) -> None:  # ``+=`` has priced the pending hits
-        self.unpriced = []
+        del self.unpriced[:]
         self._dollars = value
+
+    def public(self) -> dict[str, Any]:
+        """The counters as ``stats().extra`` shows them (the total priced, no internals)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name not in ("_dollars", "unpriced")}
+        out["dollars_saved"] = self.dollars_saved
+        return out
 
 
 class Cassette(BaseStore):
@@ -455,7 +467,7 @@ class Cassette(BaseStore):
         return StoreStats(backend=f"cassette:{self.path}",
                           entries=len(tape.old) + len(self._writer.new),
                           bytes=len(tape.raw or b""),
-                          extra=dataclasses.asdict(self.counters))
+                          extra=self.counters.public())
 
     # ---------------------------------------------------------------- the recorded order
 
