@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 UV = $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 
-.PHONY: demo test test-other-venvs test-legacy test-gen2 test-scenario test-hermes test-frameworks test-import lint typecheck bench \
+.PHONY: demo test checks test-other-venvs test-legacy test-gen2 test-scenario test-hermes test-frameworks test-import lint typecheck bench \
 	redis-server uv clean chromium docs dist node-deps
 
 # The SDK generations and real clients cannot share one venv; each gets its own:
@@ -29,6 +29,12 @@ FW2 := .venv-fw2
 IMPORT := .venv-import
 BENCH := .venv-bench
 comma := ,
+
+# Python may write bytecode under every target here, whatever the caller's environment says:
+# with PYTHONDONTWRITEBYTECODE set, each of the suites' hundreds of subprocesses compiled
+# everything it imported from source again (`import scenario` 32 s against 20 s from its
+# .pyc files; compile() was 18 of a scenario project's 47 s pytest run).
+unexport PYTHONDONTWRITEBYTECODE
 
 uv:
 	@command -v uv >/dev/null 2>&1 || $(PYTHON) -m uv --version >/dev/null 2>&1 \
@@ -111,15 +117,21 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: $(STAMP) redis-server chromium node-deps
+	$(MAKE) --no-print-directory -j2 --output-sync=target checks test-scenario $(OTHER_VENVS)
+	$(PY) -m pytest -n 2 --dist loadfile -q
+
+# The checks and the other venvs' suites two at a time, as the main suite runs two workers,
+# each suite taken up as soon as a slot is free: the longest first (the scenario suite's
+# learn run starts pytest and langwatch-scenario in subprocesses five times). One lane of
+# checks then the scenario suite beside one lane of the rest left a core idle for ~90 s
+# while mypy ran alone and again at the end.
+OTHER_VENVS := test-legacy test-gen2 test-hermes test-frameworks test-import
+
+checks: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
 	$(MAKE) --no-print-directory docs
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-scenario test-other-venvs
-	$(PY) -m pytest -n 2 --dist loadfile -q
 
-# The other venvs' suites one after another, beside the scenario suite (whose learn run
-# alone takes ~110 s, mostly starting pytest and litellm in subprocesses): two suites at a
-# time, as the main suite runs two workers, took the whole run from ~15 to ~13 minutes.
 test-other-venvs:
 	$(MAKE) --no-print-directory test-legacy
 	$(MAKE) --no-print-directory test-gen2

@@ -16,7 +16,7 @@ import pytest
 
 import dejacache
 from dejacache._core.scopes import tenant_prefix
-from dejacache.runtime.generations import SharedGenerations
+from dejacache.runtime.generations import SharedGenerations, generations_for
 from dejacache.runtime.tools import _counter_names_w
 from support_redis import RedisServer
 
@@ -140,6 +140,9 @@ def test_write_while_redis_is_down_is_replayed_before_serving(redis_server: Redi
     # short timeouts: the paused Redis must time the bumps out
     store = tiered(redis_server.url, cooldown=0.05, timeout=0.05, connect_timeout=0.05)
     backend: RedisStore = store.back  # type: ignore[assignment]
+    # Redis down rather than failing over: the write returns after half a second, queued
+    # (LAND_WITHIN's 30 s is what test_a_write_returns_once_its_invalidation_landed covers)
+    generations_for(store).land_within = 0.5  # type: ignore[union-attr]
     seen: list[str] = []
     value = {"v": "v0"}
 

@@ -160,7 +160,10 @@ class SharedGenerations:
         #: Whether :meth:`read_with` reads an entry in the counters' round trip.
         self.folds = getattr(self._ops, "folds", False) is True
         self.fence = FENCE
-        self.land_within = LAND_WITHIN
+        # A read-only file never takes the increment: waiting LAND_WITHIN for it would
+        # stall the first write 30 s for nothing (it is queued, and readers fenced, alike).
+        self.land_within = 0.0 if getattr(backend, "readonly", False) is True \
+            else LAND_WITHIN
         self._failed = False  # counters unreadable since the last successful read
         self._fenced_until = 0.0
 
