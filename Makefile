@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 UV = $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 
-.PHONY: demo test checks test-other-venvs test-legacy test-gen2 test-scenario test-hermes test-frameworks test-import lint typecheck bench \
+.PHONY: demo test test-main checks test-other-venvs test-legacy test-gen2 test-scenario test-hermes test-frameworks test-import lint typecheck bench \
 	redis-server uv clean chromium docs dist node-deps
 
 # The SDK generations and real clients cannot share one venv; each gets its own:
@@ -117,15 +117,18 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: $(STAMP) redis-server chromium node-deps
-	$(MAKE) --no-print-directory -j2 --output-sync=target checks test-scenario $(OTHER_VENVS)
-	$(PY) -m pytest -n 2 --dist loadfile -q
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-main test-scenario checks \
+	  $(OTHER_VENVS)
 
-# The checks and the other venvs' suites two at a time, as the main suite runs two workers,
-# each suite taken up as soon as a slot is free: the longest first (the scenario suite's
-# learn run starts pytest and langwatch-scenario in subprocesses five times). One lane of
-# checks then the scenario suite beside one lane of the rest left a core idle for ~90 s
-# while mypy ran alone and again at the end.
+# The main suite (two workers) beside one queue of the checks and the other venvs' suites,
+# each taken up as soon as a slot is free, the longest first: the scenario suite, whose learn
+# run starts pytest and langwatch-scenario in subprocesses (~20 s of CPU each). One after
+# the other, the suites left the cores idle ~10% of the time (waiting on servers, sockets
+# and subprocesses) and the whole run took ~1,000 s.
 OTHER_VENVS := test-legacy test-gen2 test-hermes test-frameworks test-import
+
+test-main: $(STAMP)
+	$(PY) -m pytest -n 2 --dist loadfile -q
 
 checks: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
