@@ -117,15 +117,16 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 test: $(STAMP) redis-server chromium node-deps
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-main test-scenario checks \
-	  $(OTHER_VENVS)
+	$(MAKE) --no-print-directory -j2 --keep-going --output-sync=target test-main \
+	  $(OTHER_SUITES)
 
 # The main suite (two workers) beside one queue of the checks and the other venvs' suites,
-# each taken up as soon as a slot is free, the longest first: the scenario suite, whose learn
-# run starts pytest and langwatch-scenario in subprocesses (~20 s of CPU each). One after
-# the other, the suites left the cores idle ~10% of the time (waiting on servers, sockets
-# and subprocesses) and the whole run took ~1,000 s.
-OTHER_VENVS := test-legacy test-gen2 test-hermes test-frameworks test-import
+# each taken up as soon as a slot is free, the longest first (the scenario suite, whose
+# learn run starts pytest and langwatch-scenario in subprocesses, ~20 s of CPU each) and
+# the shortest last, so that no long suite runs alone at the end. One after the other, the
+# suites left the cores idle ~10% of the time (waiting on servers, sockets and subprocesses)
+# and the whole run took ~1,000 s; side by side the cores stay busy.
+OTHER_SUITES := test-scenario test-frameworks checks test-hermes test-gen2 test-legacy test-import
 
 test-main: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile -q

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import string
 import uuid
 from typing import Any
 
@@ -352,7 +353,10 @@ _SEPARATED_IDS = st.lists(st.one_of(
     st.from_regex(r"(item|resp|sess|event|call)_[A-Za-z0-9]{4,16}", fullmatch=True),
     st.from_regex(r"(chatcmpl|msg)-[A-Za-z0-9_]{4,12}", fullmatch=True),
 ), min_size=2, max_size=8, unique=True)
-_BASE64 = st.from_regex(r"[A-Za-z0-9+/]{40,200}={0,2}", fullmatch=True)
+# (text over the alphabet, not from_regex: the same strings, generated in a third of the time)
+_BASE64 = st.builds(lambda body, pad: body + "=" * pad,
+                    st.text(string.ascii_letters + string.digits + "+/", min_size=40,
+                            max_size=200), st.integers(0, 2))
 
 
 @given(ids=_SEPARATED_IDS, known=st.integers(1, 8), data=st.data())
@@ -375,9 +379,12 @@ def test_the_separator_test_of_the_bytes_is_exact(ids: list[str], known: int,
     assert t.apply_json(raw, json.loads(raw)) == t.apply(json.loads(raw))
 
 
-def _cpu(fn: Any, n: int = 400, rounds: int = 7) -> float:
-    """The least CPU time of ``rounds`` runs of ``n`` calls (CPU time: a loaded machine
-    slows the wall clock, not this)."""
+def _cpu_ratio(fn: Any, floor: Any, n: int = 400, rounds: int = 9) -> float:
+    """The least ratio of ``fn``'s CPU time to ``floor``'s over ``rounds`` rounds of ``n``
+    calls each, the two measured in turn within a round: CPU time, which a loaded machine
+    slows less than the wall clock, and side by side, so that a burst of load on the other
+    core inflates both sides of one ratio (measured apart, one side's seven rounds could
+    all fall in a busy stretch: 2.75x once with the suite beside three other processes)."""
     import time
 
     best = float("inf")
@@ -385,7 +392,11 @@ def _cpu(fn: Any, n: int = 400, rounds: int = 7) -> float:
         t0 = time.process_time()
         for _ in range(n):
             fn()
-        best = min(best, time.process_time() - t0)
+        t1 = time.process_time()
+        for _ in range(n):
+            floor()
+        t2 = time.process_time()
+        best = min(best, (t1 - t0) / max(t2 - t1, 1e-9))
     return best
 
 
@@ -403,6 +414,5 @@ def test_an_audio_payload_is_passed_over_at_the_speed_of_parsing_it() -> None:
     t.learn(["sess_30129d8a5ba0e7a5", "item_75a8d8b5ab7c97a8", "resp_a86a9698caf3c03e",
              "event_468157cd469a2b11"])
     assert t.apply_json(raw, tree) is tree  # nothing to replace, nothing walked
-    scan = _cpu(lambda: t.apply_json(raw, tree))
-    parse = _cpu(lambda: orjson.loads(raw))
-    assert scan < 2.5 * parse, (scan, parse)
+    ratio = _cpu_ratio(lambda: t.apply_json(raw, tree), lambda: orjson.loads(raw))
+    assert ratio < 2.5, ratio
