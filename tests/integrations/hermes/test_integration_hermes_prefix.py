@@ -163,7 +163,13 @@ def test_the_plan_predicts_what_pooling_or_moving_the_header_saves(
     (fresh,) = plans["fresh"].sessions
     assert fresh.predicted_cached == fresh.recorded_cached == 0
     fixes = {f.kind: f for f in fresh.fixes}
-    assert set(fixes) == {"pool", "move"} and fixes["move"].alternative
+    # One is chosen and the other listed as its alternative. Which: the one that saves more,
+    # and they come within one 128-token block of each other (pool 9,984 tokens, move 9,856
+    # or, in one run in CI, 9,984 too: a tie, which goes to the first listed, move).
+    assert set(fixes) == {"pool", "move"}
+    assert fixes["move"].alternative != fixes["pool"].alternative
+    chosen, other = sorted(fixes.values(), key=lambda f: f.alternative)
+    assert chosen.saving >= other.saving
     assert "ephemeral" not in fixes["pool"].description
     for gateway, kind in (("pooled", "pool"), ("moved", "move")):
         (after,) = plans[gateway].sessions
