@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 UV = $(shell command -v uv 2>/dev/null || echo "$(PYTHON) -m uv")
 
-.PHONY: demo test test-main checks test-other-venvs test-legacy test-gen2 test-scenario test-hermes test-frameworks test-import lint typecheck bench \
+.PHONY: demo test test-main checks test-legacy test-gen2 test-scenario test-hermes test-frameworks test-import lint typecheck bench \
 	redis-server uv clean chromium docs dist node-deps
 
 # The SDK generations and real clients cannot share one venv; each gets its own:
@@ -135,14 +135,6 @@ checks: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy
 	$(MAKE) --no-print-directory docs
-
-# The other venvs' suites one after another (by hand; `make test` queues them itself).
-test-other-venvs:
-	$(MAKE) --no-print-directory test-legacy
-	$(MAKE) --no-print-directory test-gen2
-	$(MAKE) --no-print-directory test-hermes
-	$(MAKE) --no-print-directory test-frameworks
-	$(MAKE) --no-print-directory test-import
 
 # httpx-era SDKs (openai 1.x, anthropic 0.x, litellm) cannot share a venv with the current
 # ones. (The litellm tests close the clients litellm caches: left to interpreter teardown,
