@@ -393,10 +393,19 @@ def record_mode(request: pytest.FixtureRequest) -> str:
     return str(request.config.getoption("record_mode", None) or "none")
 
 
-@pytest.fixture(autouse=True)
+def wanted(request: pytest.FixtureRequest) -> bool:
+    """Whether the test is marked ``vcr`` and the ``vcr`` fixture is this module's: the
+    plugin's one autouse fixture then sets it up (pytest-recording's is autouse itself; ours
+    is not, as each autouse fixture costs every test of a suite, marked or not)."""
+    return request.node.get_closest_marker("vcr") is not None \
+        and request.config.pluginmanager.has_plugin("dejacache-vcr")
+
+
+@pytest.fixture
 def vcr(request: pytest.FixtureRequest) -> Iterator[VcrView | None]:
     """The test's cassette with vcrpy's ``Cassette`` names; None for a test with neither
-    marker that does not name ``vcr`` itself."""
+    marker that does not name ``vcr`` itself. Set up for every ``vcr`` test, named or not
+    (the plugin's ``_dejacache_marker`` asks for it)."""
     node = request.node
     if node.get_closest_marker("dejacache") is not None or (
             node.get_closest_marker("vcr") is None and _names_vcr(request)):
