@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import dataclasses
 import itertools
 from collections.abc import Callable
+from typing import NamedTuple
 
 __all__ = ["ROOT", "OrderBook", "Verdict"]
 
@@ -41,8 +41,9 @@ EXTRA = "extra"  # no recording; a call the recording does not have at this plac
 EXHAUSTED = "exhausted"  # no recording; the task's recorded calls are all used up
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Verdict:
+# A named tuple, not a frozen dataclass: ~0.15 against ~1 ms to define on the 2-core box, in
+# a module every first cassette block loads; one is built per strict call, in half the time.
+class Verdict(NamedTuple):
     """How one call compares with the recording.
 
     ``expected``: the recorded step the call should have been (None when there is none);

@@ -34,11 +34,10 @@ from __future__ import annotations
 
 import bisect
 import contextvars
-import dataclasses
 import re
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from .. import _secrets
 from ..errors import ConfigurationError, DejacacheWarning
@@ -76,8 +75,9 @@ _INDEX = re.compile(r"\[(\*|\d+)\]")
 _LITERAL = re.compile(r"<volatile(\\*)>")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Volatility:
+# A named tuple, not a frozen dataclass: ~0.15 against ~1 ms to define on the 2-core box, in
+# a module every first cassette block loads.
+class Volatility(NamedTuple):
     names: frozenset[str] = frozenset()
     paths: tuple[Path, ...] = ()
     patterns: tuple[re.Pattern[str], ...] = ()
