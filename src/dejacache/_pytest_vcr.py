@@ -8,8 +8,9 @@ fixture), the plugin takes their names:
   cassette name>.json`` (``cassette_library_dir`` in ``vcr_config`` wins, as in vcrpy), the
   name pytest-recording gives (``TestClass.test_name[param-id]``), so ``dejacache migrate``
   writes each imported cassette beside its source under the same name.
-* the fixtures ``vcr`` (autouse: the test's :class:`~.cassettes.vcr_view.VcrView`, None for a
-  test without the marker, as pytest-recording's), ``vcr_cassette`` (pytest-vcr's name),
+* the fixtures ``vcr`` (set up for every ``vcr`` test, as pytest-recording's autouse one is:
+  the test's :class:`~.cassettes.vcr_view.VcrView`, None for a test without the marker that
+  names it), ``vcr_cassette`` (pytest-vcr's name),
   ``vcr_config``, ``vcr_cassette_dir``, ``default_cassette_name`` and ``record_mode``, which a
   conftest overrides as before;
 * the markers ``vcr``, ``default_cassette``, ``block_network`` and ``allowed_hosts``
