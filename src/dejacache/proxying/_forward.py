@@ -30,6 +30,7 @@ import orjson
 from ..cassettes.placeholder_keys import carries_placeholder
 from ..errors import ConfigurationError, ReplayDivergence, ReplayMiss
 from ..http._libs import Lib
+from ..http._pending import Pending, built
 from ..http.providers import Provider, all_providers, detect
 from ..http.sse import is_stream
 from ..http.transport import Replayed, handle_async
@@ -137,12 +138,13 @@ class Forwarder:
         return url
 
     def restate(self, req: Request, upstream: Upstream, rest: str
-                ) -> tuple[Any, list[tuple[str, str]]]:
+                ) -> tuple[Pending, list[tuple[str, str]]]:
         """The request to send ``upstream``, as the client would have sent it there: the
         headers an httpx client sends for ``content=req.body`` (``Host`` first, the length
         last), made here, since the client's own framing headers are the proxy's. With it,
-        its headers as its ``headers.multi_items()`` lists them (lower-cased names; a
-        header the library could not encode has failed the request already), for keying."""
+        its headers as its ``headers.multi_items()`` lists them (lower-cased names), for
+        keying. Pending: the library's request is built only when one is needed (a hit
+        answered from a cassette never needs it)."""
         connection = {t.strip().lower() for t in (req.get("connection") or "").split(",")}
         headers: list[tuple[str, str]] = []
         items: list[tuple[str, str]] = []  # the same, names lower-cased: each lowered once
@@ -166,10 +168,14 @@ class Forwarder:
             front.append(("Content-Length", "0"))
         headers = front + headers + back
         items = [(k.lower(), v) for k, v in front] + items + [(k.lower(), v) for k, v in back]
-        hreq = m.Request(method, url, headers=headers, stream=m.ByteStream(body),
-                         extensions={"timeout": _TIMEOUTS})
-        hreq.read()  # its content, as a request made with ``content=`` has it
-        return hreq, items
+
+        def build() -> Any:
+            hreq = m.Request(method, url, headers=headers, stream=m.ByteStream(body),
+                             extensions={"timeout": _TIMEOUTS})
+            hreq.read()  # its content, as a request made with ``content=`` has it
+            return hreq
+
+        return Pending(method, url, body, build), items
 
     def _sender(self) -> Callable[[Any], Awaitable[Any]]:
         send = self.transport.handle_async_request
@@ -200,6 +206,7 @@ class Forwarder:
     def provider_for(self, hreq: Any, upstream: Upstream) -> Provider:
         """Whose error shape the client reads: the provider the request goes to, else the
         one the upstream is named after."""
+        hreq = built(hreq)
         url = hreq.url
         found = detect(url.host, url.path, hreq.headers)
         if found.name == "http":
