@@ -1,6 +1,6 @@
-"""One request through the proxy: restated as an httpx request for its upstream, answered by
-the same exchange as every in-process transport (``http/transport.py``'s ``handle_async``),
-and written back to the client.
+"""One request through the proxy: restated as an httpx request for its upstream (built only
+when it is sent: ``http/_pending.py``), answered by the same exchange as every in-process
+transport (``http/transport.py``'s ``handle_async``), and written back to the client.
 
 Nothing here decides anything an in-process call would not: the key, volatility, secrets,
 id aliasing, streams, errors, strict order, partial replay and ageing are the exchange's
