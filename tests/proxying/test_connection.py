@@ -224,6 +224,21 @@ async def test_a_replay_hit_is_answered_before_data_received_returns(recorded: A
     assert [body_json(a) for a in answers] == live  # each question's own answer
 
 
+async def test_a_replay_hit_builds_no_library_request(
+        recorded: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The request is keyed as the proxy restated it; the library's is built only to be
+    sent (or carried by a stream or a recorded error): a tenth of a hit's work."""
+    from dejacache.http._pending import Pending
+
+    server, live, cassette = recorded
+    builds = []
+    request = Pending.request
+    monkeypatch.setattr(Pending, "request", lambda self: builds.append(1) or request(self))
+    data, summary, _ = await replay(server, cassette, one_by_one)
+    assert summary["replayed"] == len(QUESTIONS) and builds == []
+    assert [body_json(a) for a in split_answers(data)] == live
+
+
 async def test_the_fast_path_answers_the_bytes_a_task_answers(
         recorded: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     server, _, cassette = recorded

@@ -34,6 +34,7 @@ def test_a_head_keeps_names_as_sent_and_reads_them_in_any_case() -> None:
     (b"GET / HTTP/2.0", 505),
     (b"PRI * HTTP/2.0", 505),
     (b"GET / HTTP/1.1\r\nno colon", 400),
+    (b"GET / HTTP/1.1\r\nHost", 400),  # a name read before, without its colon
     (b"GET / HTTP/1.1\r\nBad Name: x", 400),
     (b"GET / HTTP/1.1\r\nA: 1\r\n folded", 400),
 ])
@@ -172,5 +173,11 @@ def test_broken_and_oversized_requests_are_refused(raw: bytes, status: int) -> N
 def test_answers_are_framed_and_never_split_by_a_header() -> None:
     head = head_bytes(404, [("a", "1"), ("evil", "x\r\nset-cookie: y"), ("b", "é")])
     assert head == b"HTTP/1.1 404 Not Found\r\na: 1\r\nb: \xe9\r\n\r\n"
-    assert head_bytes(299, [])[:21] == b"HTTP/1.1 299 Unknown\r"
+    assert head_bytes(299, []) == b"HTTP/1.1 299 Unknown\r\n\r\n"
+    # one encode when every header is plain latin-1; header by header otherwise
+    assert head_bytes(200, [("a", "1"), ("b", "é")]) == (
+        b"HTTP/1.1 200 OK\r\na: 1\r\nb: \xe9\r\n\r\n")
+    assert head_bytes(200, [("a", "é"), ("b", "€")]) == (
+        b"HTTP/1.1 200 OK\r\na: \xe9\r\nb: " + "€".encode() + b"\r\n\r\n")
+    assert head_bytes(200, [("a", "x\ry"), ("b", "z\n")]) == b"HTTP/1.1 200 OK\r\n\r\n"
     assert chunk(b"data: x\n\n") == b"9\r\ndata: x\n\n\r\n"

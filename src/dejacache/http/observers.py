@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from ._pending import built
 from .providers import detect
 from .sse import SSESplitter, event_data, is_sse
 
@@ -327,11 +328,14 @@ def watched_async(handle: AsyncHandle) -> AsyncHandle:
     async def wrapper(lib: Any, eff: Any, request: Any, send: Any, opts: Any,
                       items: list[tuple[str, str]] | None = None) -> Any:
         rewriters = REWRITERS.get()
+        watched = WATCHERS.get()
+        if rewriters or watched:  # they read the library's request
+            request = built(request)
         if rewriters:
             new = _rewritten(lib, request, rewriters)
             if new is not request:  # a new body and length: its headers are its own
                 request, items = new, None
-        if not WATCHERS.get():
+        if not watched:
             return await handle(lib, eff, request, send, opts, items)
         context = contextvars.copy_context()
         sending = _Sending(send)

@@ -34,6 +34,7 @@ from ..stats import record_miss
 from ..stores._base import Record, off_loop
 from . import observers
 from ._libs import Lib, lib_named, lib_of
+from ._pending import built
 from .aliases import AliasTable, table_for
 from .exchange import (
     body_bytes,
@@ -263,7 +264,8 @@ def _raise_recorded(lib: Lib, err: dict[str, Any], request: Any) -> None:
 
 
 def _respond(call: _Call, request: Any, value: dict[str, Any], *, is_async: bool) -> Any:
-    """The answer for the caller: the live one when this call went live, else ``value``."""
+    """The answer for the caller: the live one when this call went live, else ``value``.
+    ``request`` may be ``_pending.Pending``: a :class:`Replayed` answer never builds it."""
     if call.aliases is not None:
         if call.live is None:
             _same_object(call, request.url.path, value)
@@ -277,11 +279,12 @@ def _respond(call: _Call, request: Any, value: dict[str, Any], *, is_async: bool
         return live
     err = value.get("error")
     if err is not None:
-        _raise_recorded(call.lib, err, request)
+        _raise_recorded(call.lib, err, built(request))
     events = value.get("events")
     if events is None and call.replayed and not observers.WATCHERS.get():
         # Observers are handed library responses: only unobserved answers skip them.
         return Replayed(value["status"], replay_headers(value["headers"]), body_bytes(value))
+    request = built(request)
     m = call.lib.module
     headers = replay_headers(value["headers"])
     if events is not None:
@@ -563,9 +566,12 @@ async def handle_async(
     lib: Lib, eff: Effective, request: Any, send: Callable[[Any], Awaitable[Any]], opts: Options,
     items: list[tuple[str, str]] | None = None,
 ) -> Any:
+    """Answer one request under ``eff`` (:func:`handle_sync`'s twin). ``request`` may be a
+    ``_pending.Pending`` (with its headers as ``items``): it is built only when it is sent,
+    or carried by what the caller gets (a stream, a recorded transport error)."""
     if _skip(eff, request, opts):
         with _bypass():
-            return await send(request)
+            return await send(built(request))
     if not key_loaded():
         # Keys and stored requests mask credentials with a key whose first use reads (or
         # creates) a file: loaded in a worker thread, never on the event loop.
@@ -573,10 +579,10 @@ async def handle_async(
     call = _prepare(lib, eff, request, await request.aread(), opts, items)
     try:
         if call.stream:
-            return await _stream_async(call, request, send)
+            return await _stream_async(call, built(request), send)
         try:
             value = await call_async(eff, call.name, KIND, *call.first,
-                                     lambda: _live_async(call, request, send),
+                                     lambda: _live_async(call, built(request), send),
                                      rekey=call.rekey)
         except _Unstored as u:
             value = u.value

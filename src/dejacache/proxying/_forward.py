@@ -1,6 +1,6 @@
-"""One request through the proxy: restated as an httpx request for its upstream, answered by
-the same exchange as every in-process transport (``http/transport.py``'s ``handle_async``),
-and written back to the client.
+"""One request through the proxy: restated as an httpx request for its upstream (built only
+when it is sent: ``http/_pending.py``), answered by the same exchange as every in-process
+transport (``http/transport.py``'s ``handle_async``), and written back to the client.
 
 Nothing here decides anything an in-process call would not: the key, volatility, secrets,
 id aliasing, streams, errors, strict order, partial replay and ageing are the exchange's
@@ -30,6 +30,7 @@ import orjson
 from ..cassettes.placeholder_keys import carries_placeholder
 from ..errors import ConfigurationError, ReplayDivergence, ReplayMiss
 from ..http._libs import Lib
+from ..http._pending import Pending, built
 from ..http.providers import Provider, all_providers, detect
 from ..http.sse import is_stream
 from ..http.transport import Replayed, handle_async
@@ -137,33 +138,44 @@ class Forwarder:
         return url
 
     def restate(self, req: Request, upstream: Upstream, rest: str
-                ) -> tuple[Any, list[tuple[str, str]]]:
+                ) -> tuple[Pending, list[tuple[str, str]]]:
         """The request to send ``upstream``, as the client would have sent it there: the
         headers an httpx client sends for ``content=req.body`` (``Host`` first, the length
         last), made here, since the client's own framing headers are the proxy's. With it,
-        its headers as its ``headers.multi_items()`` lists them (lower-cased names; a
-        header the library could not encode has failed the request already), for keying."""
+        its headers as its ``headers.multi_items()`` lists them (lower-cased names), for
+        keying. Pending: the library's request is built only when one is needed (a hit
+        answered from a cassette never needs it)."""
         connection = {t.strip().lower() for t in (req.get("connection") or "").split(",")}
-        headers = [(k, v) for k, v in req.headers
-                   if (low := k.lower()) not in _HOP and low not in connection
-                   and not low.startswith("x-dejacache-")]
-        scope = signed_scope(headers)
+        headers: list[tuple[str, str]] = []
+        items: list[tuple[str, str]] = []  # the same, names lower-cased: each lowered once
+        for k, v in req.headers:
+            low = k.lower()
+            if low not in _HOP and low not in connection and not low.startswith("x-dejacache-"):
+                headers.append((k, v))
+                items.append((low, v))
+        scope = signed_scope(items)
         url = self._url(upstream.base(scope[0] if scope else None) + rest)
         m = self.lib.module
         body = req.body
         method = req.method.upper()
         # ``Request(content=...)`` adds the same headers, but scans and rebuilds the header
         # list five times to do it: 17 us of the 20 a restated request cost (measured).
-        framing = [("Host", url.netloc.decode("ascii"))] if url.host else []
+        front = [("Host", url.netloc.decode("ascii"))] if url.host else []
+        back = []
         if body:
-            headers.append(("Content-Length", str(len(body))))
+            back.append(("Content-Length", str(len(body))))
         elif method in self._empty_length:
-            framing.append(("Content-Length", "0"))
-        headers = framing + headers
-        hreq = m.Request(method, url, headers=headers, stream=m.ByteStream(body),
-                         extensions={"timeout": _TIMEOUTS})
-        hreq.read()  # its content, as a request made with ``content=`` has it
-        return hreq, [(k.lower(), v) for k, v in headers]
+            front.append(("Content-Length", "0"))
+        headers = front + headers + back
+        items = [(k.lower(), v) for k, v in front] + items + [(k.lower(), v) for k, v in back]
+
+        def build() -> Any:
+            hreq = m.Request(method, url, headers=headers, stream=m.ByteStream(body),
+                             extensions={"timeout": _TIMEOUTS})
+            hreq.read()  # its content, as a request made with ``content=`` has it
+            return hreq
+
+        return Pending(method, url, body, build), items
 
     def _sender(self) -> Callable[[Any], Awaitable[Any]]:
         send = self.transport.handle_async_request
@@ -194,6 +206,7 @@ class Forwarder:
     def provider_for(self, hreq: Any, upstream: Upstream) -> Provider:
         """Whose error shape the client reads: the provider the request goes to, else the
         one the upstream is named after."""
+        hreq = built(hreq)
         url = hreq.url
         found = detect(url.host, url.path, hreq.headers)
         if found.name == "http":
@@ -222,8 +235,8 @@ class Forwarder:
             await out.write(self._failure(hreq, upstream, exc))
             return
         if isinstance(resp, Replayed):
-            await out.write(_whole(resp.status, [(k.lower(), v) for k, v in resp.headers],
-                                   resp.body, req.method == "HEAD"))
+            await out.write(_whole(resp.status, resp.headers, resp.body,
+                                   req.method == "HEAD"))
             return
         await self._relay(resp, out, req.method == "HEAD")
 
@@ -275,10 +288,10 @@ class Forwarder:
 
 
 def _whole(status: int, headers: list[tuple[str, str]], body: bytes, head_only: bool) -> bytes:
-    """A whole answer, framed by the proxy: one write. ``headers`` lower-cased; the
+    """A whole answer, framed by the proxy: one write, header names lower-cased; the
     upstream's framing among them is dropped. A ``HEAD`` answer, a 1xx, 204 or 304 has no
     body."""
-    kept = [(k, v) for k, v in headers if k not in _HOP_ANSWER]
+    kept = [(low, v) for k, v in headers if (low := k.lower()) not in _HOP_ANSWER]
     if head_only or status in (204, 304) or status < 200:
         return head_bytes(status, kept)
     kept.append(("content-length", str(len(body))))
