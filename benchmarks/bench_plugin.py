@@ -14,6 +14,15 @@ system time (``os.wait4``: less sensitive than wall time to other work on a shar
 ``--src DIR`` measures another copy of ``src/`` (the figures before a change:
 ``git archive HEAD src | tar -x -C DIR``).
 
+A fourth suite, ``phased``, is ``plain`` with a conftest that leaves K objects in reference
+cycles for the collector to free (K drawn per round from 0..70,000, the same K for the run
+with and without the plugin). Why: a one-test pytest run ends close to a point where CPython
+decides on a full collection (~25 ms of a ~900 ms run here), so a few thousand allocations
+more or less (a plugin's, a conftest's, another hash seed) add or save one whole collection;
+one fixed suite then reports either 0 or ~25 ms of collector for whatever it measures. Ten
+gen-1 collections of 700 allocations each (70,000) are one full period of that decision: over
+K the plugin's cost is what a suite pays on average, wherever its own allocations put it.
+
     .venv/bin/python benchmarks/bench_plugin.py [--quick] [--src DIR]
 """
 
@@ -22,6 +31,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import random
 import statistics
 import subprocess
 import sys
@@ -59,10 +69,29 @@ _BLOCK = textwrap.dedent("""
 """)
 
 
-def _run(suite: pathlib.Path, src: pathlib.Path, *extra: str) -> tuple[float, float]:
+# Cyclic garbage: K allocations that move the collector's counters on, freed by its young
+# collections, so the heap a full collection walks does not grow with K.
+_PHASED_CONFTEST = textwrap.dedent("""
+    import os
+
+
+    def _garbage(n):
+        for _ in range(n):
+            cycle = []
+            cycle.append(cycle)
+
+
+    _garbage(int(os.environ.get("BENCH_GC_SHIFT", "0")))
+""")
+GC_PERIOD = 70_000  # allocations between two decisions on a full collection (700 x 10)
+
+
+def _run(suite: pathlib.Path, src: pathlib.Path, *extra: str, shift: int = 0
+         ) -> tuple[float, float]:
     """(wall ms, cpu ms) of one pytest process over ``suite``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYTEST"))}
-    env.update(PYTHONPATH=str(src), DEJACACHE_DIR=str(suite / ".dejacache"))
+    env.update(PYTHONPATH=str(src), DEJACACHE_DIR=str(suite / ".dejacache"),
+               BENCH_GC_SHIFT=str(shift))
     env.pop("CI", None)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
            *extra, str(suite)]
@@ -85,22 +114,28 @@ def bench_plugin(rounds: int = 15, srcs: dict[str, pathlib.Path] | None = None
     srcs = srcs or {"this checkout": SRC}
     runs = [("plain", "with", ()), ("plain", "without", ("-p", "no:dejacache")),
             ("cassette", "with", ()),  # (without the plugin the cassette suite has no fixture)
-            ("block", "without", ("-p", "no:dejacache"))]
+            ("block", "without", ("-p", "no:dejacache")),
+            ("phased", "with", ()), ("phased", "without", ("-p", "no:dejacache"))]
+    shifts = random.Random(35)
     with tempfile.TemporaryDirectory() as tmp:
         suites = {}
         for label in srcs:
-            for name, text in (("plain", _PLAIN), ("cassette", _CASSETTE), ("block", _BLOCK)):
+            for name, text in (("plain", _PLAIN), ("cassette", _CASSETTE), ("block", _BLOCK),
+                               ("phased", _PLAIN)):
                 suite = pathlib.Path(tmp) / f"{len(suites)}-{name}"
                 suite.mkdir()
                 (suite / "test_one.py").write_text(text)
+                if name == "phased":
+                    (suite / "conftest.py").write_text(_PHASED_CONFTEST)
                 suites[label, name] = suite
         for (label, name), suite in suites.items():  # records the cassette; caches bytecode
             _run(suite, srcs[label], *(("-p", "no:dejacache") if name == "block" else ()))
         samples: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
         order = [(label, name, v, extra) for label in srcs for name, v, extra in runs]
         for r in range(rounds):
+            shift = shifts.randrange(GC_PERIOD)  # one phase per round, for every variant
             for label, name, v, extra in (order if r % 2 == 0 else list(reversed(order))):
-                got = _run(suites[label, name], srcs[label], *extra)
+                got = _run(suites[label, name], srcs[label], *extra, shift=shift)
                 samples.setdefault((label, name, v), []).append(got)
     out: dict[str, dict[str, float]] = {}
     for label in srcs:
@@ -112,6 +147,12 @@ def bench_plugin(rounds: int = 15, srcs: dict[str, pathlib.Path] | None = None
         for name in ("plain", "cassette"):
             res[f"{name} cost wall"] = res[f"{name} with wall"] - res["plain without wall"]
             res[f"{name} cost cpu"] = res[f"{name} with cpu"] - res["plain without cpu"]
+        for i, t in enumerate(("wall", "cpu")):  # paired: the two runs of one round share K
+            diffs = [w[i] - wo[i] for w, wo in zip(samples[label, "phased", "with"],
+                                                   samples[label, "phased", "without"],
+                                                   strict=True)]
+            res[f"phased cost {t}"] = statistics.median(diffs)
+            res[f"phased mean cost {t}"] = statistics.fmean(diffs)
         for t in ("wall", "cpu"):  # the fixture against the same block opened by the test
             res[f"over block {t}"] = res[f"cassette with {t}"] - res[f"block without {t}"]
             res[f"block cost {t}"] = res[f"block without {t}"] - res[f"plain without {t}"]
@@ -148,6 +189,11 @@ def main(argv: list[str] | None = None) -> int:
               f"{res['block cost cpu']:+.0f}) |")
         print(f"| {label} | the fixture against that block | | {res['over block wall']:+.0f} / "
               f"{res['over block cpu']:+.0f} |")
+        print(f"| {label} | one test, no cassette, the collector's phase varied (median / mean "
+              f"of the paired rounds) | {res['phased with wall']:.0f} / "
+              f"{res['phased with cpu']:.0f} | {res['phased cost wall']:+.0f} / "
+              f"{res['phased cost cpu']:+.0f} (mean {res['phased mean cost wall']:+.0f} / "
+              f"{res['phased mean cost cpu']:+.0f}) |")
     return 0
 
 
