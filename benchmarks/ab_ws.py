@@ -7,6 +7,14 @@ Each tree runs in its own worker process (its ``src`` on ``PYTHONPATH``, its own
 of the 60-second voice session); every row is timed in the two workers one after the other,
 the one going first alternating by round, warm and cold as ``bench_ws.py`` times them.
 Prints medians, each divided by the same side's ``read blobs``, and after / before.
+
+    python benchmarks/ab_ws.py BEFORE_ROOT AFTER_ROOT --instructions
+
+counts instead the instructions one session replay (``replay, session``) executes in each
+tree, under valgrind's callgrind (a process replaying it three times, less one replaying it
+once, halved), from one recording both trees replay: a figure the machine's load does not
+move, where two interleaved timings on a 2-core box at load 3 differed by more than a
+tenth between runs.
 """
 
 from __future__ import annotations
@@ -14,9 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
+import tempfile
 
 WORKER = r"""
 import asyncio, json, pathlib, sys, tempfile
@@ -57,14 +67,71 @@ for line in sys.stdin:
 """
 ROWS = ("read blobs", "replay, session", "replay, websockets", "replay, openai SDK")
 
+RECORD = r"""
+import asyncio, pathlib, sys
+sys.path.insert(0, str(pathlib.Path(sys.argv[1]) / "benchmarks"))
+import bench_ws  # puts the tests' fakes on the path
+import dejacache
+from audio_session import voice_session
+from fake_realtime import FakeRealtime
+folder = pathlib.Path(sys.argv[2])
+fake = FakeRealtime().start()
+try:
+    with dejacache.cassette(folder / "voice.json", mode="record"):
+        asyncio.run(voice_session(fake.base_url, 60.0))
+finally:
+    fake.stop()
+(folder / "url").write_text(fake.base_url)
+"""
+REPLAY = r"""
+import pathlib, sys
+sys.path.insert(0, str(pathlib.Path(sys.argv[1]) / "benchmarks"))
+import bench_ws as b
+folder = pathlib.Path(sys.argv[2])
+url, turns = (folder / "url").read_text(), b.client_messages(60.0)
+run = b._in_cassette(folder / "voice.json", lambda: b.replay_session(url, turns))
+for _ in range(int(sys.argv[3])):
+    run()
+"""
+
+
+def _instructions(root: str, folder: str, times: int, env: dict[str, str]) -> int:
+    out = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+         "-c", REPLAY, root, folder, str(times)], cwd=root, capture_output=True, text=True,
+        env={**env, "PYTHONPATH": os.path.join(root, "src")}, check=True)
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    assert found is not None, out.stderr[-2000:]
+    return int(found.group(1))
+
+
+def count(before: str, after: str, env: dict[str, str]) -> None:
+    """Instructions per session replay in each tree (see the module docstring)."""
+    with tempfile.TemporaryDirectory() as folder:
+        subprocess.run([sys.executable, "-c", RECORD, before, folder], cwd=before, check=True,
+                       env={**env, "PYTHONPATH": os.path.join(before, "src")})
+        per = {}
+        for side, root in (("before", before), ("after", after)):
+            once, thrice = (_instructions(root, folder, n, env) for n in (1, 3))
+            per[side] = (thrice - once) / 2
+    print("instructions per session replay (callgrind), one recording replayed by both\n")
+    print("| before | after | after / before |\n|---|---|---|")
+    print(f"| {per['before'] / 1e6:.1f}M | {per['after'] / 1e6:.1f}M "
+          f"| {per['after'] / per['before']:.3f} |")
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("before")
     ap.add_argument("after")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--instructions", action="store_true",
+                    help="count instructions under callgrind instead of timing")
     args = ap.parse_args()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    if args.instructions:
+        count(args.before, args.after, env)
+        return
     workers = {}
     for side, root in (("before", args.before), ("after", args.after)):
         workers[side] = subprocess.Popen(

@@ -311,3 +311,45 @@ def test_the_blobs_a_replay_reads_are_asked_of_the_disk_when_it_opens(
     with dejacache.cassette(path, mode="record"):  # nothing is read back
         assert mirror(sent) == sent[::-1]
     assert advised == []
+
+
+_TEXTS = {"a" * 32: "audio \"quoted\" \\ back\nslash é", "b" * 32: "QUJD" * 400}
+
+
+def _splice(body: bytes) -> Any:
+    out = blobs.spliced(body, _TEXTS.__getitem__)
+    return None if out is None else orjson.loads(out)
+
+
+@pytest.mark.parametrize(("body", "expanded"), [
+    # whole string values, in lists and members, pretty or compact: expanded
+    (b'{"a": ["@ref:blob:' + b"a" * 32 + b'", 1], "b": "@ref:blob:' + b"b" * 32 + b'"}',
+     {"a": [_TEXTS["a" * 32], 1], "b": _TEXTS["b" * 32]}),
+    (b'{\n  "x": "@ref:blob:' + b"a" * 32 + b'"\n}', {"x": _TEXTS["a" * 32]}),
+    (b'{"none": 1}', {"none": 1}),
+    # anything else is left to the parse and unpack: never guessed at
+    (b'{"@ref:blob:' + b"a" * 32 + b'": 1}', None),  # a member name
+    (b'{"@ref:blob:' + b"a" * 32 + b'"  :  1}', None),
+    (b'{"t": "say \\"@ref:blob:' + b"a" * 32 + b'\\""}', None),  # inside a string
+    (b'{"t": "@ref:blob:' + b"a" * 32 + b'x"}', None),  # a longer string
+    (b'{"t": "@ref:blob:' + b"A" * 32 + b'"}', None),  # not a hash
+    (b'{"t": "@ref:blob:' + b"a" * 32 + b'", "v": "@ref:' + b"c" * 24 + b'"}', None),
+    (b'{"t": "see @ref:blob:' + b"a" * 32 + b'"}', None),  # text that names one
+])
+def test_an_answer_s_blobs_are_spliced_into_its_bytes_or_left_to_the_parse(
+        body: bytes, expanded: Any) -> None:
+    assert _splice(body) == expanded
+
+
+@given(_TREES)
+def test_spliced_bytes_hold_what_unpack_gives(tree: Any) -> None:
+    sink = blobs.Sink(min_payload=64, min_text=200)
+    values: dict[str, Any] = {}
+    packed = fmt.Packer(values, blobs=sink).pack_root(tree)
+    store = {h: d.decode() for h, d in sink.pending.items()}
+    for opts in (0, orjson.OPT_INDENT_2):
+        out = blobs.spliced(orjson.dumps(packed, option=opts), store.__getitem__)
+        if out is not None:
+            assert orjson.loads(out) == tree
+        elif not values:  # only text that names a reference is left to the parse
+            assert any(type(s) is str and fmt.REF in s for s in fmt.iter_strings(tree))

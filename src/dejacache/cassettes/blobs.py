@@ -38,6 +38,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
+import orjson
 import xxhash
 
 from ..errors import CassetteError
@@ -45,7 +46,7 @@ from . import format as fmt
 
 __all__ = ["BLOB", "FOLDER", "GRACE", "MARK", "MIN_PAYLOAD", "MIN_TEXT", "BlobInfo", "Checked",
            "Folder", "Sink", "answers_in", "blob_of", "blobs_in", "check", "describe", "hints_in",
-           "is_payload", "is_text", "kind_of", "refers", "sink_for", "unused", "used_by",
+           "is_payload", "is_text", "kind_of", "refers", "sink_for", "spliced", "unused", "used_by",
            "weight"]
 
 #: The folder beside a cassette that holds its blobs.
@@ -143,11 +144,12 @@ def sink_for(blobs: bool | int) -> Sink | None:
 class Folder:
     """A ``blobs`` folder (``root``); ``cassette``: the file whose reads errors name."""
 
-    __slots__ = ("cassette", "root")
+    __slots__ = ("_dir", "cassette", "root")
 
     def __init__(self, root: pathlib.Path, cassette: pathlib.Path | None = None) -> None:
         self.root = root
         self.cassette = cassette if cassette is not None else root
+        self._dir = os.fspath(root)  # read() joins strings: see there
 
     @classmethod
     def beside(cls, cassette: pathlib.Path) -> Folder:
@@ -158,8 +160,10 @@ class Folder:
         return self.root / h[:2] / h
 
     def read(self, h: str) -> bytes:
-        """Blob ``h``'s bytes, checked against its name."""
-        p = self.path(h)
+        """Blob ``h``'s bytes, checked against its name. The path is joined as a string: two
+        ``pathlib`` joins and the conversion back were ~7 µs a blob, 40% of reading a voice
+        session's 120 answer blobs warm (2.7 -> 1.7 ms)."""
+        p = os.path.join(self._dir, h[:2], h)
         try:
             with open(p, "rb") as fh:
                 data = fh.read()
@@ -309,6 +313,50 @@ def used_by(doc: dict[str, Any]) -> set[str]:
 def refers(data: fmt.Buffer) -> bool:
     """Whether a cassette's bytes refer to any blob (one search of the bytes)."""
     return data.find(_MARK_BYTES) >= 0
+
+
+_QUOTED_MARK: Final = b'"' + _MARK_BYTES
+_HEX_BYTES = re.compile(rb"[0-9a-f]{32}")
+_BLANK: Final = b" \t\r\n"
+
+
+def spliced(body: bytes, text: Callable[[str], Any]) -> bytes | None:
+    """``body``, the JSON bytes of an answer, with each blob reference written as the JSON
+    string of its payload (``text(hash)``), unparsed; None when it may hold any other
+    reference, or a reference anywhere but as a whole string value (not a member name),
+    which only parsing and :func:`format.unpack` expand exactly.
+
+    A voice session's answer of 20 audio chunks (22 KB with references, 138 KB expanded)
+    was parsed, walked and written again at ~0.5 ms beside 0.37 ms of reading its blobs;
+    here it is searched and joined. A reference's opening quote is one no backslash
+    escapes (an even run before it): a quote closing a string is never followed by ``@``
+    in JSON."""
+    parts: list[bytes] = []
+    n, done, at = 0, 0, body.find(_QUOTED_MARK)
+    size, end = len(_QUOTED_MARK), len(body)
+    while at >= 0:
+        h_at = at + size
+        close = h_at + 32
+        k = at
+        while k and body[k - 1] == 0x5C:  # backslash
+            k -= 1
+        if (at - k) % 2 or body[close:close + 1] != b'"' or not _HEX_BYTES.fullmatch(
+                body, h_at, close):
+            return None  # inside a string, or a longer string: not one whole reference
+        j = close + 1
+        while j < end and body[j] in _BLANK:
+            j += 1
+        if body[j:j + 1] == b":":
+            return None  # a member name: kept as written
+        parts.append(body[done:at])
+        parts.append(orjson.dumps(text(body[h_at:close].decode("ascii"))))
+        done = close + 1
+        n += 1
+        at = body.find(_QUOTED_MARK, done)
+    if body.count(fmt.REF_BYTES) != n:
+        return None  # a shared value's reference (or text that looks like one)
+    parts.append(body[done:])
+    return b"".join(parts)
 
 
 # Where a written file's entries open their request or their answer (sorted keys, at the

