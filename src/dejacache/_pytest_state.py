@@ -21,13 +21,15 @@ __all__ = ["LIVE_SEEN", "MARKER_ARGS", "PLACEHOLDERS", "RAISED", "REPORTS", "STO
            "TAPES", "cassette_dir", "cassette_path", "check_marker", "ending", "marker_options",
            "placeholders_out", "rerecord_command"]
 
-TAPE = pytest.StashKey["Cassette"]()
-TAPES = pytest.StashKey[list[tuple[str, "Cassette"]]]()
-LIVE_SEEN = pytest.StashKey[list["Partial"]]()  # the partial replays --dejacache-live made
-REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
-PLACEHOLDERS = pytest.StashKey[list[str] | None]()
-STOPPED = pytest.StashKey[type[BaseException]]()  # the session was interrupted by this
-RAISED = pytest.StashKey[type[BaseException]]()  # what the test's call raised
+TAPE: pytest.StashKey[Cassette] = pytest.StashKey()
+TAPES: pytest.StashKey[list[tuple[str, Cassette]]] = pytest.StashKey()
+# the partial replays --dejacache-live made
+LIVE_SEEN: pytest.StashKey[list[Partial]] = pytest.StashKey()
+REPORTS: pytest.StashKey[dict[str, pytest.TestReport]] = pytest.StashKey()
+PLACEHOLDERS: pytest.StashKey[list[str] | None] = pytest.StashKey()
+# the session was interrupted by this
+STOPPED: pytest.StashKey[type[BaseException]] = pytest.StashKey()
+RAISED: pytest.StashKey[type[BaseException]] = pytest.StashKey()  # what the test's call raised
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_NAME = 100
 

@@ -35,13 +35,13 @@ if TYPE_CHECKING:
 __all__ = ["configure", "deselected", "finish", "outcome", "summary", "unconfigure",
            "unwritten", "worker_part"]
 
-_RECORDER = pytest.StashKey["_Session"]()
-_DESELECTED = pytest.StashKey[list[pytest.Item]]()
-_PARTS = pytest.StashKey[list[dict[str, Any]]]()
-_ROWS = pytest.StashKey[list[Any]]()
-_UNWRITTEN = pytest.StashKey[str]()
-_HOOK = pytest.StashKey[Any]()
-_WATCH = pytest.StashKey[Any]()
+_RECORDER: pytest.StashKey[_Session] = pytest.StashKey()
+_DESELECTED: pytest.StashKey[list[pytest.Item]] = pytest.StashKey()
+_PARTS: pytest.StashKey[list[dict[str, Any]]] = pytest.StashKey()
+_ROWS: pytest.StashKey[list[Any]] = pytest.StashKey()
+_UNWRITTEN: pytest.StashKey[str] = pytest.StashKey()
+_HOOK: pytest.StashKey[Any] = pytest.StashKey()
+_WATCH: pytest.StashKey[Any] = pytest.StashKey()
 
 class _Session:
     """One session's part of the record: what it knows before a block opens (its roots,

@@ -37,16 +37,23 @@ import json
 import os
 import pathlib
 import sys
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING
 
 import pytest
 
 from ._core.modes import MODES, VCR_MODES, vcr_mode
 from .errors import ConfigurationError
 
+# Annotation-only names out of the module (as in pytest_plugin: pytest looks every name of a
+# plugin module over, and typing objects cost it most).
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from typing import Any, Final
+
     from .cassettes.vcr_view import VcrView
+
+    Opener = Callable[..., Iterator[Any]]
+    CassetteDir = Callable[[pytest.Item, pathlib.Path], pathlib.Path]
 
 __all__ = [
     "HookSpecs",
@@ -60,11 +67,11 @@ __all__ = [
 ]
 
 _RECORDING: Final = "recording"  # pytest-recording's plugin name (its pytest11 entry point)
-_FOREIGN = pytest.StashKey[str | None]()  # the plugin whose ``vcr`` fixture is in force
-_PATH = pytest.StashKey[pathlib.Path]()  # the cassette a @pytest.mark.vcr test opened
-Opener = Callable[..., Iterator[Any]]
-CassetteDir = Callable[[pytest.Item, pathlib.Path], pathlib.Path]
-_PLUGIN = pytest.StashKey[tuple[Opener, CassetteDir]]()
+# the plugin whose ``vcr`` fixture is in force
+_FOREIGN: pytest.StashKey[str | None] = pytest.StashKey()
+# the cassette a @pytest.mark.vcr test opened
+_PATH: pytest.StashKey[pathlib.Path] = pytest.StashKey()
+_PLUGIN: pytest.StashKey[tuple[Opener, CassetteDir]] = pytest.StashKey()
 # pytest-recording replaces these in a cassette name (they are not allowed in file names).
 _FORBIDDEN: Final = "<>?%*:|\"'/\\"
 _MAX_NAME: Final = 255

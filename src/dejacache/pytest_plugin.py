@@ -47,8 +47,7 @@ from __future__ import annotations
 import os
 import pathlib
 import sys
-from collections.abc import Callable, Generator, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -76,19 +75,26 @@ from .cassettes._events import INTERRUPTIONS
 from .errors import ConfigurationError, ReplayMiss
 from .planner import pytest_gate
 
+# Names used only in annotations stay out of the module: pytest looks every name of a
+# plugin module over for fixtures and hooks, and a typing object costs it most to look at.
 if TYPE_CHECKING:
+    from collections.abc import Callable, Generator, Iterator
+    from typing import Any
+
     from .cassettes.store import Cassette
 
 __all__ = ["cassette_path"]
 
-_REMOTE = pytest.StashKey[list[dict[str, Any]]]()
-_SCENARIO = pytest.StashKey[bool]()
-_ADOPTED = pytest.StashKey[list[tuple["Cassette", Callable[[bool], None]]]]()
-_OUTER = pytest.StashKey[pytest.Item | None]()  # the test running when this one started
-_SAVED = pytest.StashKey[tuple[_project.Project | None,
-                                dict[str, tuple[float, float]] | None]]()
-_DISCARDED = pytest.StashKey[list[tuple[pytest.Item, str]]]()  # recordings an interrupt cost
-_TOLD = pytest.StashKey[Callable[["Cassette", str], None]]()
+_REMOTE: pytest.StashKey[list[dict[str, Any]]] = pytest.StashKey()
+_SCENARIO: pytest.StashKey[bool] = pytest.StashKey()
+_ADOPTED: pytest.StashKey[list[tuple[Cassette, Callable[[bool], None]]]] = pytest.StashKey()
+# the test running when this one started
+_OUTER: pytest.StashKey[pytest.Item | None] = pytest.StashKey()
+_SAVED: pytest.StashKey[tuple[_project.Project | None,
+                              dict[str, tuple[float, float]] | None]] = pytest.StashKey()
+# recordings an interrupt cost
+_DISCARDED: pytest.StashKey[list[tuple[pytest.Item, str]]] = pytest.StashKey()
+_TOLD: pytest.StashKey[Callable[[Cassette, str], None]] = pytest.StashKey()
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:

@@ -21,7 +21,7 @@ import pytest
 
 __all__ = ["add_options", "configure"]
 
-_GATE = pytest.StashKey["_Gate"]()
+_GATE: pytest.StashKey[_Gate] = pytest.StashKey()
 
 
 def add_options(group: Any, parser: pytest.Parser) -> None:
