@@ -83,7 +83,6 @@ def start(coro: Coroutine[Any, Any, Any], ctx: contextvars.Context | None = None
     callback): what needs its own task (the HTTP library sending a live request: its locks
     and sniffio ask) waits once first (``_forward``)."""
     ctx = ctx if ctx is not None else contextvars.copy_context()
-    loop = asyncio.get_running_loop()
     try:
         first = ctx.run(coro.send, None)
     except StopIteration:
@@ -91,13 +90,16 @@ def start(coro: Coroutine[Any, Any, Any], ctx: contextvars.Context | None = None
     except (KeyboardInterrupt, SystemExit):  # as a task's step lets them through
         raise
     except BaseException as exc:
-        failed: asyncio.Future[Any] = loop.create_future()
+        # The loop is asked for only here and below: on Python 3.11 each
+        # ``get_running_loop()`` is a ``getpid`` system call (its fork check), and a replayed
+        # answer, finished above, made two of its four system calls that way (strace -c).
+        failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if isinstance(exc, asyncio.CancelledError):
             failed.cancel()
         else:
             failed.set_exception(exc)
         return failed
-    return loop.create_task(_Rest(coro, first), context=ctx)
+    return asyncio.get_running_loop().create_task(_Rest(coro, first), context=ctx)
 
 
 class Connection(asyncio.Protocol):

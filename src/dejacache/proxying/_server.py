@@ -154,18 +154,19 @@ class ProxyServer:
 
     def answer(self, req: Request, out: Out) -> asyncio.Future[Any] | None:
         """Answer ``req``: None when it was answered at once, else the task finishing it
-        (``_connection.start``). A request to a session runs in its context."""
-        loop = asyncio.get_running_loop()
+        (``_connection.start``). A request to a session runs in its context. The loop is
+        asked for only where a task is made (``start`` says why)."""
         routed = self._route(req)
         if isinstance(routed, bytes):
             return start(out.write(routed))
         if routed is None:
-            return loop.create_task(self._control(req, out))
+            return asyncio.get_running_loop().create_task(self._control(req, out))
         session, upstream, rest = routed
         ctx = session.begin()
         task: asyncio.Future[Any]
         if isinstance(out, Upgraded):
-            task = loop.create_task(relay(session, upstream, req, rest, out), context=ctx)
+            task = asyncio.get_running_loop().create_task(
+                relay(session, upstream, req, rest, out), context=ctx)
         else:
             started = start(self.forwarder.answer(session, upstream, req, rest, out), ctx)
             if started is None or started.done():
