@@ -416,3 +416,24 @@ def test_an_audio_payload_is_passed_over_at_the_speed_of_parsing_it() -> None:
     assert t.apply_json(raw, tree) is tree  # nothing to replace, nothing walked
     ratio = _cpu_ratio(lambda: t.apply_json(raw, tree), lambda: orjson.loads(raw))
     assert ratio < 2.5, ratio
+
+
+_HEXISH = st.text("0123456789abcdefABCDEF-_ x\"{}:", max_size=120)
+
+
+@given(before=_HEXISH, after=_HEXISH, form=st.sampled_from(["dashed", "hex", "none"]),
+       upper=st.booleans())
+def test_the_hex_run_prefilter_never_hides_a_uuid(before: str, after: str, form: str,
+                                                   upper: bool) -> None:
+    """``learn_sent`` searches for a UUID only in bytes with 12 hex digits in a row: every
+    body the pattern finds one in has such a run, whatever surrounds it."""
+    from dejacache.http.aliases import _UUID4_RAW, _hex_run
+
+    u = uuid.uuid4()
+    middle = {"dashed": str(u), "hex": u.hex, "none": ""}[form]
+    raw = (before + (middle.upper() if upper else middle) + after).encode()
+    if _UUID4_RAW.search(raw) is not None:
+        assert _hex_run(raw)
+    if form != "none":
+        assert _hex_run(raw)
+    assert not _hex_run(b"0123456789a-0123456789a" + b"x" * 40)

@@ -103,7 +103,7 @@ class AliasTable:
         """``data`` (a request body parsed from ``raw``) with the client-made ids it holds
         learned and replaced (see the module docstring); ``data`` itself when ``raw`` holds
         nothing UUID-shaped, which one search of the bytes tells."""
-        if _UUID4_RAW.search(raw) is None:
+        if not _hex_run(raw) or _UUID4_RAW.search(raw) is None:
             return data
         found = [v for v in _sent_ids(data) if v not in self._map]
         if not found:
@@ -273,6 +273,19 @@ _WORDLIKE = re.compile(r"[\w-]+")
 _UUID4 = (r"(?:[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-4[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}"
           r"|[0-9a-fA-F]{12}4[0-9a-fA-F]{3}[89abAB][0-9a-fA-F]{15})")
 _UUID4_RAW = re.compile(_UUID4.encode())
+# Either form holds 12 hex digits in a row (the dashed form's last group). Finding such a run
+# in the bytes mapped to two classes is exact as a prefilter and ~1 ns a byte, where the
+# pattern tried at every offset costs ~100: 1,036 against 19 us for a 10 KB JSON body, and
+# 5 against 0.8 for a one-line one (measured; most request bodies hold no UUID at all).
+_HEX_CLASS = bytes(0x78 if chr(c) in "0123456789abcdefABCDEF" else 0x2E for c in range(256))
+_HEX_RUN = b"x" * 12
+
+
+def _hex_run(raw: bytes) -> bool:
+    """Whether ``raw`` has 12 hex digits in a row: without them it holds no UUID."""
+    return raw.translate(_HEX_CLASS).find(_HEX_RUN) >= 0
+
+
 # A client-made id: a random UUID, alone or after a word prefix (``call_``, ``pyd_ai_``).
 _SENT_ID = re.compile(r"(?:[A-Za-z][A-Za-z0-9]*(?:[_-][A-Za-z0-9]+)*[_-])?" + _UUID4)
 _SENT_KEYS = frozenset({"id", "call_id", "tool_call_id", "tool_use_id", "toolUseId"})
