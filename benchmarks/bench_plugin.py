@@ -144,18 +144,24 @@ def bench_plugin(rounds: int = 15, srcs: dict[str, pathlib.Path] | None = None
             if lab == label:
                 res[f"{name} {v} wall"] = statistics.median(w for w, _ in got)
                 res[f"{name} {v} cpu"] = statistics.median(c for _, c in got)
-        for name in ("plain", "cassette"):
-            res[f"{name} cost wall"] = res[f"{name} with wall"] - res["plain without wall"]
-            res[f"{name} cost cpu"] = res[f"{name} with cpu"] - res["plain without cpu"]
-        for i, t in enumerate(("wall", "cpu")):  # paired: the two runs of one round share K
-            diffs = [w[i] - wo[i] for w, wo in zip(samples[label, "phased", "with"],
-                                                   samples[label, "phased", "without"],
-                                                   strict=True)]
-            res[f"phased cost {t}"] = statistics.median(diffs)
-            res[f"phased mean cost {t}"] = statistics.fmean(diffs)
-        for t in ("wall", "cpu"):  # the fixture against the same block opened by the test
-            res[f"over block {t}"] = res[f"cassette with {t}"] - res[f"block without {t}"]
-            res[f"block cost {t}"] = res[f"block without {t}"] - res[f"plain without {t}"]
+        # Each cost is the median of the differences within a round (the two processes run
+        # side by side), not the difference of two medians: on a loaded box two medians of
+        # the same suite differed by ~100 ms, far more than the plugin costs.
+        def paired(a: tuple[str, str], b: tuple[str, str], i: int,
+                   label: str = label) -> list[float]:
+            return [x[i] - y[i] for x, y in zip(samples[(label, *a)], samples[(label, *b)],
+                                                strict=True)]
+
+        for i, t in enumerate(("wall", "cpu")):
+            for name, (a, b) in {
+                    "plain cost": (("plain", "with"), ("plain", "without")),
+                    "cassette cost": (("cassette", "with"), ("plain", "without")),
+                    "over block": (("cassette", "with"), ("block", "without")),
+                    "block cost": (("block", "without"), ("plain", "without")),
+                    "phased cost": (("phased", "with"), ("phased", "without"))}.items():
+                res[f"{name} {t}"] = statistics.median(paired(a, b, i))
+            res[f"phased mean cost {t}"] = statistics.fmean(
+                paired(("phased", "with"), ("phased", "without"), i))
         out[label] = res
     return out
 
