@@ -414,8 +414,8 @@ class AsyncSession(_Session):
 
     async def send(self, m: Message) -> None:
         """Answer one message the client sent (see the module docstring)."""
-        # The lock's own acquire and release, not ``async with``: its two extra coroutine
-        # calls were ~0.4 of the lock's ~1.1 µs a message.
+        # The lock's own acquire and release, not ``async with``: an uncontended turn took
+        # ~0.2 µs against ~0.6 through ``__aenter__`` and ``__aexit__``.
         lock = self._send_lock
         await lock.acquire()
         try:
