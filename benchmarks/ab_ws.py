@@ -116,7 +116,7 @@ def count(before: str, after: str, env: dict[str, str]) -> None:
         for side, root in (("before", before), ("after", after)):
             # One replay outside valgrind first, to write the tree's bytecode: else the
             # process replaying once compiles what was edited and the difference halves
-            # that (an edited tree came out 28M instructions a replay lighter than it was).
+            # that (an edited tree came out ~24M instructions a replay lighter than it was).
             subprocess.run([sys.executable, "-c", REPLAY, root, folder, "1"], cwd=root,
                            env={**env, "PYTHONPATH": os.path.join(root, "src")}, check=True)
             once, thrice = (_instructions(root, folder, n, env) for n in (1, 3))
