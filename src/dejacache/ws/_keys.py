@@ -37,13 +37,16 @@ __all__ = ["MessageKey", "Route", "message_key", "route"]
 class Route:
     """Where a handshake goes and how it is keyed."""
 
-    __slots__ = ("aliases", "extra", "host", "keyed", "name", "path", "provider", "query")
+    __slots__ = ("aliases", "extra", "host", "keyed", "name", "path", "provider", "query",
+                 "volatile")
 
     def __init__(self, provider: Provider, name: str, host: str, path: str,
                  query: list[tuple[str, str]], keyed: Keyed, aliases: AliasTable | None,
                  extra: tuple[str | re.Pattern[str], ...]) -> None:
         self.provider, self.name, self.host, self.path = provider, name, host, path
         self.query, self.keyed, self.aliases, self.extra = query, keyed, aliases, extra
+        # What a message's key leaves out, read once a session, not once a message.
+        self.volatile = volatile_for(provider.name, extra, provider.volatile)
 
 
 def _headers(hs: Handshake) -> list[tuple[str, str]]:
@@ -92,9 +95,8 @@ def message_key(eff: Effective, r: Route, session: str, m: Message, tree: Any) -
             data["binary"] = True
     else:
         data.update(form)
-    p = r.provider
-    vol, paths, patterns, _ = volatile_for(p.name, r.extra, p.volatile)
+    vol, paths, patterns, _ = r.volatile
     canonical = canonical_json(data, volatile=vol, volatile_paths=paths,
-                               volatile_patterns=patterns, function=p.name,
+                               volatile_patterns=patterns, function=r.provider.name,
                                substitutions=eff.key_substitute)
     return MessageKey(digest(eff.namespace or "", r.name, canonical), canonical)

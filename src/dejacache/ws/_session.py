@@ -147,10 +147,15 @@ class SessionState:
 
     def play(self, value: Mapping[str, Any], now: float) -> list[str]:
         """Queue a recorded window's messages (and close); returns the ids it names."""
-        for item in value.get("messages") or ():
-            offset, m = item
-            self._queue(now + float(offset) if self.realtime else None, message_of(m))
-            self.replayed += 1
+        items = value.get("messages") or ()
+        queued: list[tuple[float | None, Item]]
+        if self.realtime:
+            queued = [(now + float(offset), message_of(m)) for offset, m in items]
+        else:  # due at once: no offsets read
+            queued = [(None, message_of(m)) for _, m in items]
+        self.replayed += len(queued)
+        if not self.ended:  # (a message is never the end: none of them sets it)
+            self.pending.extend(queued)
         close = value.get("close")
         if isinstance(close, dict):
             at = float(close.get("at", 0.0))
