@@ -461,6 +461,21 @@ class Driver:
 
     # -- shared between the sync and async drivers
 
+    def _step(self, flow: Flow, answer: Any, exc: Exception | None) -> tuple[bool, Any]:
+        """``(True, step)`` when the flow returned (``(None, value)``) or asks for a run
+        (``(run, None)``, its clock started), else ``(False, effect)`` for the driver; the
+        flights landed so far are noted before each lookup."""
+        try:
+            effect = flow.send(answer) if exc is None else flow.throw(exc)
+        except StopIteration as stop:
+            return True, (None, stop.value)
+        if isinstance(effect, Lookup):
+            self.landed = _FLIGHTS.landed
+        elif isinstance(effect, Run):
+            self.t0 = time.perf_counter()
+            return True, (effect, None)
+        return False, effect
+
     def _found(self, value: Any) -> Any:
         accept = self.accept
         return value if accept is None or value is MISS or accept(value) else MISS
@@ -501,7 +516,7 @@ class SyncDriver(Driver):
     def advance(self, flow: Flow, answer: Any = None, exc: Exception | None = None) -> Step:
         """Carry out effects until the flow asks for a :class:`Run` or returns.
 
-        Each effect handled in the loop: this runs for every call off the short path (an HTTP
+        ``_step`` written out: this loop runs for every call off the short path (an HTTP
         replay, a generator's hit), where each Python call costs ~60 ns."""
         while True:
             try:
@@ -618,12 +633,10 @@ class AsyncDriver(Driver):
         loop, not through ``do``: a WebSocket replay makes one per client message, and the
         calls and type tests around it were ~2 µs of each."""
         while True:
-            try:
-                effect = flow.send(answer) if exc is None else flow.throw(exc)
-            except StopIteration as stop:
-                return None, stop.value
+            done, effect = self._step(flow, answer, exc)
+            if done:
+                return effect  # type: ignore[no-any-return]
             if type(effect) is Lookup:
-                self.landed = _FLIGHTS.landed
                 try:
                     answer, exc = await alookup(self.eff, self.name, effect.key), None
                     if self.accept is not None:
@@ -631,9 +644,6 @@ class AsyncDriver(Driver):
                 except Exception as e:
                     answer, exc = None, e
                 continue
-            if type(effect) is Run:
-                self.t0 = time.perf_counter()
-                return effect, None
             try:
                 answer, exc = await self.do(effect), None
             except Exception as e:

@@ -238,12 +238,18 @@ _TREES = st.recursive(
     max_leaves=12)
 
 
-@given(_TREES)
-def test_packing_with_blobs_round_trips(tree: Any) -> None:
+def _packed(tree: Any) -> tuple[Any, dict[str, Any], dict[str, str]]:
+    """``tree`` packed with payloads of 64 bytes (text: 200) sunk as blobs: the packed tree,
+    its shared values and the blobs' texts by hash."""
     sink = blobs.Sink(min_payload=64, min_text=200)
     values: dict[str, Any] = {}
     packed = fmt.Packer(values, blobs=sink).pack_root(tree)
-    store = {h: d.decode() for h, d in sink.pending.items()}
+    return packed, values, {h: d.decode() for h, d in sink.pending.items()}
+
+
+@given(_TREES)
+def test_packing_with_blobs_round_trips(tree: Any) -> None:
+    packed, values, store = _packed(tree)
 
     def resolve(ref: str) -> Any:
         h = blobs.blob_of(ref)
@@ -343,10 +349,7 @@ def test_an_answer_s_blobs_are_spliced_into_its_bytes_or_left_to_the_parse(
 
 @given(_TREES)
 def test_spliced_bytes_hold_what_unpack_gives(tree: Any) -> None:
-    sink = blobs.Sink(min_payload=64, min_text=200)
-    values: dict[str, Any] = {}
-    packed = fmt.Packer(values, blobs=sink).pack_root(tree)
-    store = {h: d.decode() for h, d in sink.pending.items()}
+    packed, values, store = _packed(tree)
     for opts in (0, orjson.OPT_INDENT_2):
         out = blobs.spliced(orjson.dumps(packed, option=opts), store.__getitem__)
         if out is not None:
