@@ -51,8 +51,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-# (_pytest_imports first of dejacache's: it keeps pytest's assertion rewriting off the rest)
-from . import _project, _pytest_imports, _pytest_usage, _pytest_vcr  # noqa: F401
+# _pytest_imports first of dejacache's: it keeps pytest's assertion rewriting off the rest
+# (sorted in among them, it came after _project, and five modules were rewritten).
+from . import _pytest_imports  # noqa: F401
+
+# isort: split
+from . import _project, _pytest_usage, _pytest_vcr
 from ._core.modes import MODES
 from ._pytest_state import (
     LIVE_SEEN,
