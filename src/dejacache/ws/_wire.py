@@ -68,7 +68,7 @@ class Endpoint:
 
     def feed(self, data: bytes) -> bytes:
         # A voice session's 6.4 KB audio messages read here, not through the protocol's
-        # parser: ~550 -> ~170 Python opcodes each.
+        # parser: ~550 -> ~150 Python opcodes each.
         if self._framed:
             msgs, whole = _read(data, self._unmask)
             if msgs is not None and not self._parts:  # (no fragmented message under way)
@@ -212,35 +212,37 @@ def _read(data: bytes, unmask: Callable[[bytes, bytes], bytes]
     None; and whether it ends where a frame ends."""
     msgs: list[Message] | None = []
     pos, end = 0, len(data)
-    while pos < end:
-        if end - pos < 2:
-            return None, False
-        first, n = data[pos], data[pos + 1]
-        if n < 0x80:  # not masked: the protocol fails the connection
-            return None, False
-        n -= 0x80
-        at = pos + 2
-        if n >= 126:
-            if n == 126:
-                n, at = int.from_bytes(data[at:at + 2], "big"), at + 2
+    try:
+        while pos < end:
+            first, n = data[pos], data[pos + 1] - 0x80
+            if n < 0:  # not masked: the protocol fails the connection
+                return None, False
+            if n < 126:
+                at = pos + 6
+            elif n == 126:
+                n, at = data[pos + 2] << 8 | data[pos + 3], pos + 8
             else:
-                n, at = int.from_bytes(data[at:at + 8], "big"), at + 8
-        pos = at + 4 + n  # past the end when the length itself is cut
-        if pos > end:
-            return None, False
-        if msgs is None:
-            continue
-        if first != 0x81 and first != 0x82:  # FIN, no RSV bit, text or binary
-            msgs = None
-            continue
-        payload: str | bytes = unmask(data[at + 4:pos], data[at:at + 4])
-        if first == 0x81:
-            try:
-                payload = payload.decode()  # type: ignore[union-attr]
-            except UnicodeDecodeError:  # the protocol's path raises it, as it always did
+                n, at = int.from_bytes(data[pos + 2:pos + 10], "big"), pos + 14
+            pos = at + n  # past the end when the header itself is cut
+            if pos > end:
+                return None, False
+            if msgs is None:
+                continue
+            payload: str | bytes
+            if first == 0x81:  # FIN, no RSV bit, text
+                try:
+                    payload = unmask(data[at:pos], data[at - 4:at]).decode()
+                except UnicodeDecodeError:  # the protocol's path raises it, as it did
+                    msgs = None
+                    continue
+            elif first == 0x82:  # ... binary
+                payload = unmask(data[at:pos], data[at - 4:at])
+            else:
                 msgs = None
                 continue
-        msgs.append(Message(payload))
+            msgs.append(Message(payload))
+    except IndexError:  # the header is cut
+        return None, False
     return msgs, True
 
 
