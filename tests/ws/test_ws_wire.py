@@ -11,6 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from websockets.client import ClientProtocol
 from websockets.exceptions import InvalidState
+from websockets.extensions.permessage_deflate import (
+    ClientPerMessageDeflateFactory,
+    ServerPerMessageDeflateFactory,
+)
 from websockets.frames import Frame, Opcode
 from websockets.uri import parse_uri
 
@@ -233,6 +237,26 @@ def test_with_its_debug_log_on_the_protocol_takes_every_frame() -> None:
     _fed(client, end)
     assert end.take() == [Message("a")] and len(seen) == 1
     assert end.message(Message("b")) == Frame(Opcode.TEXT, b"b").serialize(mask=False)
+
+
+def test_with_an_extension_negotiated_the_protocol_takes_every_frame() -> None:
+    client = ClientProtocol(parse_uri("ws://127.0.0.1:8765/chat"),
+                            extensions=[ClientPerMessageDeflateFactory()])
+    client.send_request(client.connect())
+    end = Endpoint("ws")
+    end.proto.available_extensions = [ServerPerMessageDeflateFactory()]  # (never ours)
+    end.feed(b"".join(client.data_to_send()))
+    client.receive_data(end.answer(Answer(101)))
+    assert client.extensions and end.proto.extensions
+    seen = _spied(end)
+    client.send_text(b"squeezed " * 40)
+    _fed(client, end)
+    assert end.take() == [Message("squeezed " * 40)] and len(seen) == 1
+    out = end.message(Message("back " * 40))
+    assert out[0] == 0xC1  # FIN, RSV1: compressed by the protocol
+    client.receive_data(out)
+    assert [ev.data for ev in client.events_received() if isinstance(ev, Frame)] == [
+        b"back " * 40]
 
 
 @pytest.mark.parametrize("size", [0, 125, 126, 65535, 65536])
