@@ -237,6 +237,32 @@ def test_server_pings_are_answered_live_and_need_no_recording(
     assert b"are you there" not in path.read_bytes()
 
 
+def test_client_pings_and_fragments_between_whole_messages_replay(
+        tmp_path: pathlib.Path, server: LoopbackServer) -> None:
+    # The in-memory end reads whole messages itself and hands pings and fragments to the
+    # server protocol; a replay answers each as the recording did, the ping ponged.
+    async def run(url: str) -> list[Any]:
+        async with aconnect(url) as ws:
+            out = [json.loads(await ws.recv())]
+            await ws.send(json.dumps({"n": 0}))
+            out.append(json.loads(await ws.recv()))
+            await asyncio.wait_for(await ws.ping(b"still there?"), 5)
+            await ws.send(iter(['{"n": ', '1}']))  # one message in two frames
+            out.append(json.loads(await ws.recv()))
+            await ws.send(json.dumps({"n": 2}))
+            out.append(json.loads(await ws.recv()))
+            return out
+
+    path = tmp_path / "mixed.json"
+    with dejacache.cassette(path, mode="record"):
+        recorded = asyncio.run(run(server.url))
+    assert recorded[1:] == [{"ack": 0}, {"ack": 1}, {"ack": 2}]
+    server.stop()
+    with dejacache.cassette(path, mode="replay") as tape:
+        assert asyncio.run(run(server.url)) == recorded
+    assert tape.counters.replayed == 4
+
+
 def test_a_dropped_connection_replays_as_1006(tmp_path: pathlib.Path,
                                               server: LoopbackServer) -> None:
     async def run(url: str) -> Any:

@@ -7,12 +7,20 @@ messages and close the session owes it come back as the frames that server proto
 So the client's own code does everything it does live (its handshake checks, fragmented
 messages, pings and pongs, the closing handshake, its exceptions) while no socket reaches
 any server. The endpoint does no I/O: the adapters carry its bytes.
+
+Once the connection is open, a write made only of whole, unfragmented, masked text or binary
+frames (RSV bits clear, text valid UTF-8) is read here without the protocol, and each
+message the server sends is framed here (FIN, opcode, length, no mask): exactly what
+``ServerProtocol`` does with them, since it negotiates no extension, has no size limit and
+keeps nothing but the frame boundary between such frames. Anything else (pings, closes,
+fragments, a frame split across writes, its debug log on) goes through the protocol.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import struct
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._message import ABNORMAL, UPGRADE_HEADERS, Answer, Closed, Handshake, Message
@@ -28,8 +36,11 @@ class Endpoint:
     wait in ``incoming`` for the session. ``eof`` is set once the server end has closed."""
 
     def __init__(self, scheme: str) -> None:
+        from websockets.protocol import State
         from websockets.server import ServerProtocol
 
+        self._open = State.OPEN
+        self._unmask = _unmask()
         self.scheme = scheme
         self.chosen: str | None = None  # the recorded subprotocol
 
@@ -44,14 +55,37 @@ class Endpoint:
         self.eof = False
         self._parts: list[bytes] = []
         self._text = False
+        # What the client wrote before the answer: its request alone, or the protocol's
+        # parser may not sit at a frame boundary once open (None once answered).
+        self._head: bytearray | None = bytearray()
+        # The protocol may be skipped: it is open, with no extension and no debug log
+        # (``_quiet``), and nothing of its is waiting to be sent (``_plain``, kept by
+        # ``_out``); for the client's frames, its parser also sits between two frames
+        # (``_framed``, which implies ``_plain``).
+        self._quiet = self._plain = self._framed = False
 
     # ------------------------------------------------------------ from the client
 
     def feed(self, data: bytes) -> bytes:
+        # A voice session's 6.4 KB audio messages read here, not through the protocol's
+        # parser: ~550 -> ~150 Python opcodes each.
+        if self._framed:
+            msgs, whole = _read(data, self._unmask)
+            if msgs is not None and not self._parts:  # (no fragmented message under way)
+                self.incoming += msgs
+                return b""
+        else:
+            whole = False
+            if self._head is not None:
+                self._head += data
+        self._framed = self._plain = False  # until the protocol has taken it (it may raise)
         self.proto.receive_data(data)
-        return self._events()
+        out = self._events()
+        self._framed = whole and self._plain
+        return out
 
     def feed_eof(self) -> bytes:
+        self._framed = self._plain = False
         self.proto.receive_eof()
         return self._events()
 
@@ -122,10 +156,23 @@ class Endpoint:
         if answer.status != 101:
             response.headers["Content-Length"] = str(len(answer.body))
         self.proto.send_response(response)
-        return self._out()
+        head, self._head = self._head, None
+        proto = self.proto
+        # max_size=None above: no size limit to enforce.
+        self._quiet = not proto.extensions and not proto.debug
+        out = self._out()
+        # The request ends at its first blank line, where the parser stops reading it.
+        self._framed = (self._plain and head is not None
+                        and head.find(b"\r\n\r\n") + 4 == len(head))
+        return out
 
     def message(self, m: Message) -> bytes:
         data = m.data
+        if self._plain:  # the frame the protocol would write: ~235 -> ~50 opcodes
+            if type(data) is str:
+                return _frame(0x81, data.encode())
+            if type(data) is bytes:
+                return _frame(0x82, data)
         if type(data) is str:
             self.proto.send_text(data.encode())
         else:
@@ -140,6 +187,7 @@ class Endpoint:
         if c.code == ABNORMAL:
             self.eof = True
             return b""
+        self._framed = self._plain = False
         if self.proto.state is State.OPEN:
             self.proto.send_close(c.code if c.code != 1005 else None, c.reason)
         return self._out()
@@ -149,10 +197,68 @@ class Endpoint:
         return self.close(Closed(1011, reason[:120]))
 
     def _out(self) -> bytes:
-        chunks = self.proto.data_to_send()
+        proto = self.proto
+        chunks = proto.data_to_send()
         if chunks and chunks[-1] == b"":
             self.eof = True
+        self._plain = self._quiet and proto.state is self._open
         return b"".join(chunks)
+
+
+def _read(data: bytes, unmask: Callable[[bytes, bytes], bytes]
+          ) -> tuple[list[Message] | None, bool]:
+    """A client's write read as frames (RFC 6455 5.2): the messages it holds when it is only
+    whole, unfragmented, masked text or binary frames (RSV bits clear, text in UTF-8), else
+    None; and whether it ends where a frame ends."""
+    msgs: list[Message] | None = []
+    pos, end = 0, len(data)
+    try:
+        while pos < end:
+            first, n = data[pos], data[pos + 1] - 0x80
+            if n < 0:  # not masked: the protocol fails the connection
+                return None, False
+            if n < 126:
+                at = pos + 6
+            elif n == 126:
+                n, at = data[pos + 2] << 8 | data[pos + 3], pos + 8
+            else:
+                n, at = int.from_bytes(data[pos + 2:pos + 10], "big"), pos + 14
+            pos = at + n  # past the end when the header itself is cut
+            if pos > end:
+                return None, False
+            if msgs is None:
+                continue
+            payload: str | bytes
+            if first == 0x81:  # FIN, no RSV bit, text
+                try:
+                    payload = unmask(data[at:pos], data[at - 4:at]).decode()
+                except UnicodeDecodeError:  # the protocol's path raises it, as it did
+                    msgs = None
+                    continue
+            elif first == 0x82:  # ... binary
+                payload = unmask(data[at:pos], data[at - 4:at])
+            else:
+                msgs = None
+                continue
+            msgs.append(Message(payload))
+    except IndexError:  # the header is cut
+        return None, False
+    return msgs, True
+
+
+_LENGTH16 = struct.Struct("!BBH").pack
+_LENGTH64 = struct.Struct("!BBQ").pack
+
+
+def _frame(first: int, payload: bytes) -> bytes:
+    """A server's unmasked frame (RFC 6455 5.2): the shortest length that holds it, as
+    ``websockets.frames.Frame.serialize`` writes it."""
+    n = len(payload)
+    if n < 126:
+        return bytes((first, n)) + payload
+    if n < 65536:
+        return _LENGTH16(first, 126, n) + payload
+    return _LENGTH64(first, 127, n) + payload
 
 
 @functools.cache
@@ -164,6 +270,16 @@ def _kinds() -> tuple[Any, ...]:
     from websockets.http11 import Request
 
     return Frame, Request, Opcode.TEXT, Opcode.BINARY, Opcode.CONT, Opcode.CLOSE
+
+
+@functools.cache
+def _unmask() -> Callable[[bytes, bytes], bytes]:
+    """websockets' own mask function, its C one when built."""
+    try:
+        from websockets.speedups import apply_mask
+    except ImportError:  # pragma: no cover - websockets built without its C extension
+        from websockets.utils import apply_mask
+    return apply_mask
 
 
 def _refusal(answer: Answer) -> Any:
