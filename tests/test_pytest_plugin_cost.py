@@ -30,9 +30,9 @@ ALLOWED = {"dejacache", "dejacache._lazy", "dejacache._core", "dejacache._core.m
            # the notes `dejacache learn --from-miss` reads, cleared as a session starts
            "dejacache._project", "dejacache._paths", "dejacache._learn",
            "dejacache._learn.notes",
-           # pytest-recording's names and the prompt-cache gate's options (their machinery
-           # loads with a vcr test or a --dejacache-min-hit-rate bar)
-           "dejacache._pytest_vcr", "dejacache.planner", "dejacache.planner.pytest_gate",
+           # pytest-recording's names (their machinery loads with a vcr test; the
+           # prompt-cache gate's with a --dejacache-min-hit-rate bar)
+           "dejacache._pytest_vcr",
            # under CI: the placeholder API keys (its guard waits for httpx to be imported)
            "dejacache.cassettes.placeholder_keys"}
 

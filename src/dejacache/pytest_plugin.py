@@ -77,7 +77,6 @@ from ._pytest_state import (
 from .cassettes import _events
 from .cassettes._events import INTERRUPTIONS
 from .errors import ConfigurationError, ReplayMiss
-from .planner import pytest_gate
 
 # Names used only in annotations stay out of the module: pytest looks every name of a
 # plugin module over for fixtures and hooks, and a typing object costs it most to look at.
@@ -147,7 +146,17 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     group.addoption("--dejacache-report", metavar="DIR", default=None,
                     help="write an HTML report of each cassette test's run into DIR: every "
                          "call replayed, recorded or unused (dejacache.report)")
-    pytest_gate.add_options(group, parser)  # --dejacache-min-hit-rate ...
+    # The prompt-cache gate's (planner/pytest_gate.py, loaded only when a bar is set).
+    group.addoption("--dejacache-min-hit-rate", type=float, default=None, metavar="RATE",
+                    help="fail the run when a recorded conversation's predicted prompt-cache "
+                         "hit rate is below RATE (e.g. 0.7; dejacache prompt-cache check)")
+    group.addoption("--dejacache-hit-rate-baseline", default=None, metavar="PATH",
+                    help="recordings to compare the predicted hit rates with (conversations "
+                         "matched by name)")
+    group.addoption("--dejacache-hit-rate-drop", type=float, default=0.05, metavar="RATE",
+                    help="how far below the baseline's a conversation may fall (0.05)")
+    parser.addini("dejacache_min_hit_rate", default="",
+                  help="same as --dejacache-min-hit-rate")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -187,7 +196,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
     config.stash[_TOLD] = discarded
     _events.DISCARDED.append(discarded)
-    pytest_gate.configure(config)  # the prompt-cache gate, when a bar is set
+    if (config.getoption("dejacache_min_hit_rate") is not None
+            or config.getini("dejacache_min_hit_rate")):  # the prompt-cache gate: a bar is set
+        from .planner import pytest_gate
+
+        pytest_gate.configure(config)
 
 
 def _configure_settings(config: pytest.Config) -> None:

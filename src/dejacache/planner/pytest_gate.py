@@ -1,4 +1,5 @@
-"""The prompt-cache gate in pytest (the plugin calls in: ``add_options``, ``configure``).
+"""The prompt-cache gate in pytest (the plugin declares its options and calls ``configure``
+when a bar is set: a run without one does not load this module).
 
 ``--dejacache-min-hit-rate RATE`` (or the ini ``dejacache_min_hit_rate``): after the run, the
 cassettes the session's tests opened are planned, and a conversation whose predicted hit rate
@@ -19,22 +20,9 @@ from typing import Any
 
 import pytest
 
-__all__ = ["add_options", "configure"]
+__all__ = ["configure"]
 
 _GATE: pytest.StashKey[_Gate] = pytest.StashKey()
-
-
-def add_options(group: Any, parser: pytest.Parser) -> None:
-    group.addoption("--dejacache-min-hit-rate", type=float, default=None, metavar="RATE",
-                    help="fail the run when a recorded conversation's predicted prompt-cache "
-                         "hit rate is below RATE (e.g. 0.7; dejacache prompt-cache check)")
-    group.addoption("--dejacache-hit-rate-baseline", default=None, metavar="PATH",
-                    help="recordings to compare the predicted hit rates with (conversations "
-                         "matched by name)")
-    group.addoption("--dejacache-hit-rate-drop", type=float, default=0.05, metavar="RATE",
-                    help="how far below the baseline's a conversation may fall (0.05)")
-    parser.addini("dejacache_min_hit_rate", default="",
-                  help="same as --dejacache-min-hit-rate")
 
 
 def configure(config: pytest.Config) -> None:
