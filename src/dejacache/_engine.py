@@ -34,9 +34,11 @@ from ._core.flow import (
     Run,
     Store,
     call_flow,
+    looks_up,
 )
 from ._flights import ABANDONED, ERROR, OK, Flight, SingleFlight
 from ._secrets import scrub_request
+from ._slots import Sentinel
 from .config import Effective
 from .errors import (
     CassetteError,
@@ -52,6 +54,8 @@ from .stores._base import Record, SequencedStore, off_loop
 __all__ = [
     "DejacacheWarning",
     "MISS",
+    "NOT_LOOKED",
+    "CallSite",
     "call_async",
     "call_sync",
     "lookup",
@@ -436,6 +440,13 @@ class Driver:
         facts = Facts(mode, f.sequenced, self.rekey_fn is not None, flights, keep_errors)
         return call_flow(facts, key, canonical)
 
+    def looked(self, flow: Flow) -> Flow:
+        """``flow`` past its first effect, the lookup :meth:`CallSite.first` (or ``afirst``)
+        made for it: the driver's next ``advance`` answers that lookup."""
+        effect = next(flow)
+        assert type(effect) is Lookup, effect
+        return flow
+
     def ran(self, value: Any, *, keep: bool = True) -> Ran:
         """The answer to the :class:`Run` just handed out."""
         return Ran(value, time.perf_counter() - self.t0, keep)
@@ -508,6 +519,40 @@ class Driver:
             if isinstance(exc, Exception):
                 flight.state, flight.value = ERROR, exc
             land(self.fkey, flight)
+
+
+#: what :meth:`CallSite.first` answers when the call's flow does not begin with a lookup
+NOT_LOOKED: Any = Sentinel("NOT_LOOKED")
+
+
+class CallSite:
+    """What every call of one name and kind that shares no runs shares (a WebSocket
+    session's client messages): the facts of their flows, found once. :meth:`first` takes a
+    call's first step, the flow's lookup, with no driver or flow built: a hit's value is the
+    call's value (:func:`call_flow` returns it as found); on anything else the caller builds
+    the call's driver, takes its flow past that lookup (:meth:`Driver.looked`) and advances
+    it with the answer (``MISS``: the flow decides what a miss does). A replayed session
+    message built a driver, its facts and a flow, then stepped through them: ~40% of the
+    engine's and the session's opcodes a message."""
+
+    __slots__ = ("eff", "looks", "name")
+
+    def __init__(self, eff: Effective, name: str) -> None:
+        self.eff, self.name = eff, name
+        f = eff._features or eff.features
+        # Calls whose facts are not all the same: a partial replay chooses each call's mode
+        # as it comes, and a call from a thread with no scope is refused by its driver.
+        # Without flights, a lookup's moment is nothing the flow reads later.
+        same = not f.partial and not eff.ambiguous
+        self.looks = same and looks_up(Facts(eff.mode, f.sequenced, False, False, True))
+
+    def first(self, key: str) -> Any:
+        """The value of a hit, ``MISS``, or ``NOT_LOOKED`` (the flow starts otherwise)."""
+        return lookup(self.eff, self.name, key) if self.looks else NOT_LOOKED
+
+    async def afirst(self, key: str) -> Any:
+        """:meth:`first` for an async caller."""
+        return await alookup(self.eff, self.name, key) if self.looks else NOT_LOOKED
 
 
 class SyncDriver(Driver):
