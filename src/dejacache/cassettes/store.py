@@ -271,9 +271,9 @@ class Cassette(BaseStore):
         if exc is not None:  # strict, and out of the recorded order
             self.misses.append(exc)  # shown first if an SDK wraps it (pytest plugin)
             raise exc
-        return Record(value=value, name=str(doc.get("name", "")),
-                      namespace=str(doc.get("namespace", "")), kind=kind,
-                      duration=duration, usage=usage)
+        # (positional: no keywords to match)
+        return Record(value, str(doc.get("name", "")), str(doc.get("namespace", "")), kind,
+                      b"", duration, usage)
 
     def _blob(self, h: str) -> Any:
         return self._tape.resolve(BLOB + h)

@@ -315,8 +315,11 @@ class Tape:
         """The recorded entries of ``key`` this run has not used yet, in file order."""
         q = self.queues.get(key)
         if q is None:
-            q = collections.deque(self.entry(i, key, occ)
-                                  for occ, i in enumerate(self.positions(key)))
+            at = self.positions(key)
+            if len(at) == 1:  # (one recording, most keys': no generator)
+                q = collections.deque((self.entry(at[0], key, 0),))
+            else:
+                q = collections.deque(self.entry(i, key, occ) for occ, i in enumerate(at))
             self.queues[key] = q
         return q
 
