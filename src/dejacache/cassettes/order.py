@@ -25,7 +25,6 @@ from typing import Any
 from .._core import strict as order
 from .._core.diff import field_diff
 from ..errors import CassetteError, ReplayDivergence, ReplayMiss
-from . import format as fmt
 from .calls import Call, CallInfo, Divergence
 from .reader import Index
 from .tape import Entry, Tape, Unused
