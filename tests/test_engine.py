@@ -365,3 +365,32 @@ def test_the_engine_and_the_tool_cache_share_one_single_flight() -> None:
 
     assert SingleFlight is _flights.SingleFlight
     assert isinstance(_engine._FLIGHTS, SingleFlight)
+
+
+# ------------------------------------------------------------------------------ call sites
+
+
+def test_a_call_site_serves_a_hit_without_a_driver_and_hands_a_miss_to_the_flow(
+        store: dejacache.MemoryStore) -> None:
+    eff = dejacache.scope(cache_key="site").effective()
+    assert _engine.call_sync(eff, "site.fn", "call", "k1", b"{}", lambda: 7) == 7
+    site = _engine.CallSite(eff, "site.fn")
+    assert site.first("k1") == 7
+    assert asyncio.run(site.afirst("k1")) == 7
+    # A miss: the call's flow carries on from that lookup's answer (it runs and stores,
+    # with no second lookup).
+    assert site.first("k2") is _engine.MISS
+    d = _engine.SyncDriver(eff, "site.fn", "call")
+    flow = d.looked(d.flow("k2", b"{}"))
+    run, value = d.advance(flow, _engine.MISS)
+    assert run is not None and value is None
+    assert d.advance(flow, d.ran(8))[1] == 8
+    assert site.first("k2") == 8
+
+
+def test_a_call_site_does_not_look_up_when_the_flow_would_not(
+        store: dejacache.MemoryStore) -> None:
+    eff = dejacache.scope(cache_key="site", mode="record").effective()
+    site = _engine.CallSite(eff, "site.fn")
+    assert site.first("k1") is _engine.NOT_LOOKED
+    assert asyncio.run(site.afirst("k1")) is _engine.NOT_LOOKED
