@@ -39,6 +39,7 @@ from ._core.flow import (
 from ._flights import ABANDONED, ERROR, OK, Flight, SingleFlight
 from ._secrets import scrub_request
 from ._slots import Sentinel
+from .codec import blob_from_tree
 from .config import Effective
 from .errors import (
     CassetteError,
@@ -49,7 +50,7 @@ from .errors import (
 )
 from .scope import check_ambiguous
 from .stats import live_call, record_hit, record_miss, usage_of
-from .stores._base import Record, SequencedStore, off_loop
+from .stores._base import Hit, Record, SequencedStore, off_loop
 
 __all__ = [
     "DejacacheWarning",
@@ -535,7 +536,7 @@ class CallSite:
     message built a driver, its facts and a flow, then stepped through them: ~40% of the
     engine's and the session's opcodes a message."""
 
-    __slots__ = ("eff", "looks", "name")
+    __slots__ = ("eff", "looks", "name", "plain")
 
     def __init__(self, eff: Effective, name: str) -> None:
         self.eff, self.name = eff, name
@@ -545,14 +546,59 @@ class CallSite:
         # Without flights, a lookup's moment is nothing the flow reads later.
         same = not f.partial and not eff.ambiguous
         self.looks = same and looks_up(Facts(eff.mode, f.sequenced, False, False, True))
+        # A store that hands out a plain answer's JSON unbuilt (a cassette's ``plain_hit``),
+        # when its one decode would be ``orjson.loads`` of it (see :func:`_decoder`).
+        store = eff.store
+        plain = (getattr(type(store), "plain_hits", False) is True and f.checked_on_put
+                 and not f.blocking and getattr(eff.codec, "plain_payloads", False) is True)
+        self.plain: Callable[[str], Hit | None] | None = (
+            cast(Any, store).plain_hit if plain else None)
 
     def first(self, key: str) -> Any:
         """The value of a hit, ``MISS``, or ``NOT_LOOKED`` (the flow starts otherwise)."""
-        return lookup(self.eff, self.name, key) if self.looks else NOT_LOOKED
+        if not self.looks:
+            return NOT_LOOKED
+        if self.plain is None:
+            return lookup(self.eff, self.name, key)
+        value, damaged = self._plain(key)
+        if damaged:
+            with contextlib.suppress(Exception):
+                self.eff.store.delete(key)
+        return value
 
     async def afirst(self, key: str) -> Any:
         """:meth:`first` for an async caller."""
-        return await alookup(self.eff, self.name, key) if self.looks else NOT_LOOKED
+        if not self.looks:
+            return NOT_LOOKED
+        if self.plain is None:
+            return await alookup(self.eff, self.name, key)
+        value, damaged = self._plain(key)
+        if damaged:
+            with contextlib.suppress(Exception):
+                await self.eff.store.adelete(key)
+        return value
+
+    def _plain(self, key: str) -> tuple[Any, bool]:
+        """:func:`lookup` through the store's ``plain_hit``: ``(value or MISS, damaged)``."""
+        eff, name = self.eff, self.name
+        try:
+            item = self.plain(key)  # type: ignore[misc]
+        except (CassetteError, ReplayMiss):
+            raise
+        except Exception as exc:
+            return _read_failed(eff, exc), False
+        if item is None:
+            return MISS, False
+        body = item.body
+        if body is None:
+            return _read(eff, name, key, item.record)
+        try:
+            value = orjson.loads(body)
+        except orjson.JSONDecodeError:  # the codec reads the blob get would have given, and
+            blob = blob_from_tree(orjson.Fragment(body), True, key=key)  # names the damage
+            return _read(eff, name, key, Record(blob, duration=item.duration, usage=item.usage))
+        record_hit(name, item.duration, item.usage)
+        return value, False
 
 
 class SyncDriver(Driver):
