@@ -451,7 +451,8 @@ class FileIndex(Index):
     def _slice(self, i: int) -> bytes:
         if not 0 <= i < self.n:
             raise CassetteError("entry is not in the cross-reference")
-        start = self._start(i)
+        starts = self._starts  # (with the table, _start's one read written out)
+        start = starts[i] if starts is not None else self._start(i)
         raw = self._data[start : start + self._sizes[i]]
         # The checksum line comes first (sorted keys): hash the slice around it ('    {\n',
         # then what follows the line), no parsing. Joined and hashed in one call: the
