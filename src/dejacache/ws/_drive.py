@@ -163,9 +163,12 @@ class _SyncCall(_Keep, SyncDriver):
 
 
 # The effects a session's flow yields; a driver carries each out and sends back its answer
-# (or throws its exception in), as the engine's drivers do for ``call_flow``.
+# (or throws its exception in), as the engine's drivers do for ``call_flow``. A client
+# message's ``MessageKey`` (``_keys.py``) is one too: look the message up, through the
+# session's ``CallSite`` (a replayed message's only effect).
 class _Advance(NamedTuple):
-    """Advance ``call``'s engine flow (with ``ran``, the answer to its Run): ``(run, value)``."""
+    """Advance ``call``'s engine flow (with ``ran``, the answer to its last effect: a Run's,
+    or the lookup ``CallSite`` made): ``(run, value)``."""
 
     call: Any
     ran: Any = None
