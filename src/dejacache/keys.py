@@ -678,7 +678,9 @@ def canonical_json(
     HTTP request's identity digest: a pattern matching hex must not make two callers one).
     ``by_parts`` False writes lists of messages whole (the same bytes), for data too small
     for the parts' memos to pay."""
-    data: Any = _vol.apply(arguments, volatile_paths, volatile_patterns)
+    # (no paths or patterns: apply hands the data back, without its call)
+    data: Any = (_vol.apply(arguments, volatile_paths, volatile_patterns)
+                 if volatile_paths or volatile_patterns else arguments)
     if fixed:
         data = {**data, **fixed}
     return _canonical(data, _names_for(volatile or frozenset()), function, substitutions,
