@@ -214,7 +214,8 @@ class Cassette(BaseStore):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         cls.plain_hits = all(getattr(cls, n) is getattr(Cassette, n)
-                             for n in ("get", "_get", "_record", "_replayed", "plain_hit"))
+                             for n in ("get", "aget", "_get", "_record", "_replayed",
+                                       "plain_hit"))
 
     def get(self, key: str) -> Record | None:
         try:
