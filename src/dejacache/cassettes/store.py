@@ -237,7 +237,8 @@ class Cassette(BaseStore):
             raise
 
     def _get(self, key: str, lazy: bool = False) -> Record | Hit | None:
-        self._load()
+        if not self._loaded:  # (loaded: no call)
+            self._load()
         with self._lock:
             if self._sealed:
                 return None  # too late for this block: see note_miss and _append

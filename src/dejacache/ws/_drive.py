@@ -279,7 +279,9 @@ class _Session:
             run = None
         if run is None:
             with self.lock:
-                self._learn(self.state.play(value, _clock()))
+                ids = self.state.play(value, _clock())
+                if ids:  # (most windows name none: no call)
+                    self._learn(ids)
             self._wake()
             return
         if self.live is None:
