@@ -1561,3 +1561,35 @@ def test_volatile_dates_and_passwords_through_the_decorator(
     assert login("a", "pw-2024-01-01", "2024-05-06") == "session-ok"
     assert login("a", "pw-1999-12-31", "2024-05-06") == "denied"
     assert login("a", "pw-2024-01-01", "2030-01-01") == "session-ok"  # a hit: day is volatile
+
+
+# ------------------------------------------------------------------------------ flat dicts
+
+_FLAT_TEXT = st.text(max_size=12)
+_FLAT_NAMES = st.sampled_from(["type", "audio", "event_id", "api_key", "\x00t", "ws_session"])
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(_FLAT_NAMES, st.one_of(
+    _FLAT_TEXT, st.dictionaries(_FLAT_NAMES, st.one_of(_FLAT_TEXT, st.none(), st.integers()),
+                                max_size=3)), max_size=3))
+def test_a_flat_dict_keys_as_the_general_path_does(data: dict[str, Any]) -> None:
+    # A dict of strings and dicts of strings is written at once once its names are known
+    # plain; volatile or credential names, None and numbers take the walk (same bytes).
+    names = keys._names_for(frozenset({"event_id"}))
+    for _ in range(2):  # the second time, its plain names are known
+        out = keys._canonical(data, names, "f", ())
+        general = keys._secrets.mask_url_queries(keys._general(data, names, "f"))
+        assert out == general
+
+
+def test_only_strings_and_dicts_of_strings_under_plain_names_are_flat() -> None:
+    plain = {"type", "audio", "body"}
+    assert keys._flat({"type": "a", "body": {"audio": "x"}}, plain)
+    assert keys._flat({}, plain)
+    assert not keys._flat({"type": "a", "other": "b"}, plain)  # a name not seen yet
+    assert not keys._flat({"type": None}, plain)
+    assert not keys._flat({"body": {"audio": 1}}, plain)
+    assert not keys._flat({"body": {"audio": ["x"]}}, plain)
+    assert not keys._flat({"body": {"other": "x"}}, plain)
+    assert not keys._flat({"body": {"type": {"audio": "x"}}}, plain)  # two levels deep

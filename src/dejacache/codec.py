@@ -419,13 +419,14 @@ def plain_body(data: bytes) -> memoryview | None:
     """The JSON body of a plain (``J``, no type tags) :class:`JsonCodec` blob of this codec
     version, for which ``orjson.loads`` is the whole decode; None for any other bytes. The
     checksum is not looked at: callers check it once (:func:`blob_ok`) and keep the bytes."""
-    if data[:2] != _MAGIC or len(data) < _HEAD + 8 or data[2] != CODEC_VERSION \
-            or data[3:4] != b"J":
+    # The head's magic, version and kind compared at once (~40 -> ~20 opcodes a hit).
+    if data[:4] != _PLAIN_HEAD or len(data) < _HEAD + 8:
         return None
     return memoryview(data)[_HEAD + 8 :]
 
 
 _PLAIN_HEAD = _MAGIC + bytes((CODEC_VERSION,)) + b"J"
+_TAGGED_HEAD = _MAGIC + bytes((CODEC_VERSION,)) + b"T"
 
 
 def checked_plain_body(data: bytes, key: str) -> memoryview | None:
@@ -453,8 +454,9 @@ def blob_payload(data: bytes) -> tuple[Any, bool]:
 def blob_from_tree(tree: Any, plain: bool, *, key: str) -> bytes:
     """Inverse of :func:`blob_payload`."""
     payload = orjson.dumps(tree)
-    kind = b"J" if plain else b"T"
-    return _MAGIC + bytes((CODEC_VERSION,)) + kind + _check(key, kind, payload) + payload
+    if plain:
+        return _PLAIN_HEAD + _check(key, b"J", payload) + payload
+    return _TAGGED_HEAD + _check(key, b"T", payload) + payload
 
 
 class PickleCodec:

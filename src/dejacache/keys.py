@@ -36,7 +36,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 import orjson
@@ -574,6 +574,26 @@ _NULLS: dict[str, tuple[_seg.NoneCheck | None, str | None]] = {}
 _Spans = tuple[list[tuple[int, "_seg.Run"]], bool, bool]
 
 
+_STR_ONLY: Final = frozenset({str})
+
+
+def _flat(d: dict[str, Any], plain: set[str]) -> bool:
+    """Whether ``d`` holds only strings and dicts of strings, under names already found
+    plain: then it has nothing to write by parts and :func:`_clean` finds it ``_PLAIN``,
+    told here in a few C loops (a WebSocket audio chunk's key, ``{"ws_session", "body":
+    {"type", "audio"}}``, spent ~190 opcodes in ``has_lists`` and ``_clean``)."""
+    if not plain.issuperset(d):
+        return False
+    for v in d.values():
+        tv = type(v)
+        if tv is dict:
+            if not plain.issuperset(v) or not _STR_ONLY.issuperset(map(type, v.values())):
+                return False
+        elif tv is not str:
+            return False
+    return True
+
+
 def _full(data: Mapping[str, Any], names: _Names, function: str,
           subs: tuple[tuple[bytes, bytes], ...], collect: bool,
           whole: bytes | None = None, by_parts: bool = True
@@ -583,6 +603,12 @@ def _full(data: Mapping[str, Any], names: _Names, function: str,
     other data can write the same bytes). ``whole`` is ``_dump(data)`` when the caller has
     it; ``by_parts`` False walks the whole at once. Third: where the lists written by
     parts out of ``whole`` start in the form, with their runs (None otherwise)."""
+    if type(data) is dict and _flat(data, names.plain):
+        try:
+            out = whole if whole is not None else _dump(data)
+        except orjson.JSONEncodeError:  # invalid text: the general path names it
+            return _general(data, names, function, subs), None, None
+        return out, _seg.NoneCheck(()) if collect else None, None
     if by_parts and type(data) is dict and _seg.has_lists(data):
         # Lists of messages or schemas: by parts, walking only what was not seen before.
         parts, check, spans = _by_parts(data, names, collect, whole)
@@ -652,7 +678,9 @@ def canonical_json(
     HTTP request's identity digest: a pattern matching hex must not make two callers one).
     ``by_parts`` False writes lists of messages whole (the same bytes), for data too small
     for the parts' memos to pay."""
-    data: Any = _vol.apply(arguments, volatile_paths, volatile_patterns)
+    # (no paths or patterns: apply hands the data back, without its call)
+    data: Any = (_vol.apply(arguments, volatile_paths, volatile_patterns)
+                 if volatile_paths or volatile_patterns else arguments)
     if fixed:
         data = {**data, **fixed}
     return _canonical(data, _names_for(volatile or frozenset()), function, substitutions,

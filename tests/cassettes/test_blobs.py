@@ -356,3 +356,15 @@ def test_spliced_bytes_hold_what_unpack_gives(tree: Any) -> None:
             assert orjson.loads(out) == tree
         elif not values:  # only text that names a reference is left to the parse
             assert any(type(s) is str and fmt.REF in s for s in fmt.iter_strings(tree))
+
+
+def test_the_answers_blobs_are_those_between_a_response_line_and_the_next_re_member() -> None:
+    # An answer runs to the next member named ``re...`` (the next entry's ``recorded_at``):
+    # a reference after it is a request's, not read by a replay.
+    ref = blobs._MARK_BYTES.decode()
+    a, b, c = "a" * 32, "b" * 32, "c" * 32
+    data = (f'\n      "request": "{ref}{a}"\n      "response": ["{ref}{b}", "{ref}{b}"]'
+            f'\n      "recorded_at": "{ref}{c}"\n      "response": "{ref}{c}" "{ref}zz"'
+            ).encode()
+    assert blobs.answers_in(data) == [b, c]
+    assert blobs.answers_in(b"no references") == []

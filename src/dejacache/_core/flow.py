@@ -35,6 +35,7 @@ __all__ = [
     "Run",
     "Store",
     "call_flow",
+    "looks_up",
 ]
 
 #: the answer to a :class:`Lookup` that found nothing usable
@@ -122,9 +123,15 @@ _new = tuple.__new__
 _REKEY: Final = Rekey()
 
 
+def looks_up(facts: Facts) -> bool:
+    """Whether the flow's first effect is a :class:`Lookup` of its key, whose value, found,
+    is the call's value (every mode but ``record``; with ``rekey`` too, of the fast key)."""
+    return facts.mode != "record"
+
+
 def call_flow(facts: Facts, key: str, canonical: bytes) -> Flow:
     """The effects of one call and, returned, its value."""
-    look = facts.mode != "record"
+    look = looks_up(facts)
     skip = False  # the key about to be looked up has just missed
     if facts.rekey:
         if look:

@@ -67,7 +67,7 @@ class Call:
     Both are read from the file when first asked for.
     """
 
-    __slots__ = ("_loader", "_request", "_src", "divergence", "index", "key", "kind", "name",
+    __slots__ = ("_kind", "_loader", "_request", "_src", "divergence", "index", "key", "name",
                  "outcome", "raw_kind", "recorded_step")
 
     def __init__(self, index: int, name: str, raw_kind: str, key: str, outcome: str,
@@ -76,7 +76,7 @@ class Call:
         self.index = index
         self.name = name
         self.raw_kind = raw_kind
-        self.kind = step_kind(raw_kind, name)
+        self._kind: str | None = None  # ``kind``, found when first read (a hit rarely is)
         self.key = key
         self.outcome = outcome
         self.recorded_step = recorded_step
@@ -84,6 +84,14 @@ class Call:
         self._request = request
         self._loader = loader
         self._src = src  # what the loader reads the request from (the tape's entry)
+
+    @property
+    def kind(self) -> str:
+        """The kind shown: ``model``, ``tool``, ``function`` or ``http`` (``step_kind``)."""
+        kind = self._kind
+        if kind is None:
+            kind = self._kind = step_kind(self.raw_kind, self.name)
+        return kind
 
     @property
     def request(self) -> Any:

@@ -36,6 +36,8 @@ __all__ = ["DocIndex", "FileIndex", "Index"]
 _HASH_LEN: Final = fmt.HASH_LEN
 _CHECK_LINE = b'    {\n      "checksum": "'
 _CHECK_END = len(_CHECK_LINE) + _HASH_LEN + 3  # the hash, then '",\n'
+_CHECK_AT = len(_CHECK_LINE)  # where the hash starts
+_hex128 = xxhash.xxh3_128_hexdigest
 _XREF_CHECK = b'{\n    "checksum": "'
 _TAIL = b"\n}\n"
 _TAIL_READ: Final = fmt.FROZEN_TAIL  # the "xref_at" member (format.py)
@@ -449,15 +451,15 @@ class FileIndex(Index):
     def _slice(self, i: int) -> bytes:
         if not 0 <= i < self.n:
             raise CassetteError("entry is not in the cross-reference")
-        start = self._start(i)
+        starts = self._starts  # (with the table, _start's one read written out)
+        start = starts[i] if starts is not None else self._start(i)
         raw = self._data[start : start + self._sizes[i]]
-        # The checksum line comes first (sorted keys): hash the slice around it, no parsing.
-        if raw[: len(_CHECK_LINE)] == _CHECK_LINE and raw[_CHECK_END - 3 : _CHECK_END] == b'",\n':
-            h = xxhash.xxh3_128()
-            view = memoryview(raw)
-            h.update(view[:6])  # '    {\n'
-            h.update(view[_CHECK_END:])
-            if h.hexdigest()[:_HASH_LEN].encode() == raw[len(_CHECK_LINE) : _CHECK_END - 3]:
+        # The checksum line comes first (sorted keys): hash the slice around it ('    {\n',
+        # then what follows the line), no parsing. Joined and hashed in one call: the
+        # streaming hasher's four calls were ~40 of a hit's opcodes, the copy is a memcpy.
+        if raw.startswith(_CHECK_LINE) and raw.startswith(b'",\n', _CHECK_END - 3):
+            got = _hex128(raw[:6] + raw[_CHECK_END:])
+            if got[:_HASH_LEN].encode() == raw[_CHECK_AT : _CHECK_END - 3]:
                 return raw
         # The caller falls back to parsing the whole file, which names what is wrong.
         raise CassetteError("entry does not match its checksum")

@@ -26,7 +26,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
@@ -40,7 +40,7 @@ from ..errors import (
     SerializationError,
 )
 from ..stats import token_total
-from ..stores._base import BaseStore, Record, StoreStats
+from ..stores._base import NOT_SHARED, BaseStore, Hit, Record, StoreStats
 from . import format as fmt
 from .ageing import Ageing, stamp_entry
 from .blobs import BLOB, sink_for, spliced
@@ -207,32 +207,61 @@ class Cassette(BaseStore):
 
     # ---------------------------------------------------------------- Store protocol
 
+    #: :meth:`plain_hit` answers as :meth:`get` does (False in a subclass that changes how
+    #: a hit is read: the engine then calls its ``get``)
+    plain_hits: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.plain_hits = all(getattr(cls, n) is getattr(Cassette, n)
+                             for n in ("get", "aget", "_get", "_record", "_replayed",
+                                       "plain_hit"))
+
     def get(self, key: str) -> Record | None:
         try:
-            return self._get(key)
+            return self._get(key)  # type: ignore[return-value]  # (a Record: not lazy)
         except CassetteError as exc:
             self._damage = exc  # reported to the caller: closing the block need not repeat it
             raise
 
-    def _get(self, key: str) -> Record | None:
-        self._load()
+    def plain_hit(self, key: str) -> Hit | None:
+        """:meth:`get` for a caller that loads a plain answer's JSON itself (the engine's
+        ``CallSite``): a ``Hit`` whose ``body`` is the answer's JSON bytes, checked with
+        their entry, when the entry was found by its key and holds a plain answer (no blob
+        is built, to be taken apart again: ~100 opcodes and a copy and a hash of the
+        answer a hit); else one whose ``record`` is what ``get`` answers."""
+        try:
+            return self._get(key, True)  # type: ignore[return-value]
+        except CassetteError as exc:
+            self._damage = exc
+            raise
+
+    def _get(self, key: str, lazy: bool = False) -> Record | Hit | None:
+        if not self._loaded:  # (loaded: no call)
+            self._load()
         with self._lock:
             if self._sealed:
                 return None  # too late for this block: see note_miss and _append
             if self.vcr.wide and (got := self.vcr.first(key, self._record)) is not None:
-                return got
+                return _hit_of(got) if lazy else got
             # A miss checks the whole file first: a damaged key must be reported as damage.
             found = self._tape.take(key, self._here)
             if found is None:
-                return self.vcr.after_miss(key, self._here, self._record)
+                got = self.vcr.after_miss(key, self._here, self._record)
+                return _hit_of(got) if lazy and got is not None else got
             if self.ageing is not None:
                 e, view = found[0], found[1] or self._tape.hit_view(found[0])
                 if self.ageing.renew(key, e.index, view[0]):
                     return None  # expired: run live, and the new recording replaces it
-                return self._record(e, view)
-            return self._record(*found)
+                return self._replayed(e, view, lazy)
+            return self._replayed(found[0], found[1], lazy)
 
     def _record(self, e: Entry, view: View | None = None) -> Record:
+        return self._replayed(e, view, False)  # type: ignore[return-value]  # (not lazy)
+
+    def _replayed(self, e: Entry, view: View | None, lazy: bool) -> Record | Hit:
+        """The record of hit ``e`` (``view``: what was read of it); ``lazy``: a ``Hit``
+        instead (see :meth:`plain_hit`)."""
         doc, body = view if view is not None else self._tape.hit_view(e)
         if self.ageing is not None:
             self.ageing.check(doc, e.index)
@@ -240,18 +269,19 @@ class Cassette(BaseStore):
         duration = float(doc.get("duration", 0.0))
         plain = not doc.get("tagged", False)
         model = ""
+        payload: bytes | None = None
         if "error" in doc:
             value = orjson.dumps(doc["error"])
             kind = "error"
         else:
             kind = str(doc.get("kind", "call"))
-            payload = None
             if body is not None and not self.redactor.restore_map:
                 payload = body if body.find(fmt.REF_BYTES) < 0 else spliced(body, self._blob)
             if payload is not None:
                 # the file's bytes (with their blobs' payloads) are the payload: parsed
                 # once, by the codec (Fragment makes orjson emit them verbatim)
-                value = blob_from_tree(orjson.Fragment(payload), plain, key=e.key)
+                value = (payload if lazy and plain
+                         else blob_from_tree(orjson.Fragment(payload), plain, key=e.key))
                 if usage:
                     model = fmt.model_in(payload)
             else:
@@ -271,9 +301,12 @@ class Cassette(BaseStore):
         if exc is not None:  # strict, and out of the recorded order
             self.misses.append(exc)  # shown first if an SDK wraps it (pytest plugin)
             raise exc
-        return Record(value=value, name=str(doc.get("name", "")),
-                      namespace=str(doc.get("namespace", "")), kind=kind,
-                      duration=duration, usage=usage)
+        if lazy and value is payload:  # a plain answer's JSON: the caller loads it
+            return tuple.__new__(Hit, (payload, duration, usage, None, NOT_SHARED))
+        # (positional: no keywords to match)
+        rec = Record(value, str(doc.get("name", "")), str(doc.get("namespace", "")), kind,
+                     b"", duration, usage)
+        return _hit_of(rec) if lazy else rec
 
     def _blob(self, h: str) -> Any:
         return self._tape.resolve(BLOB + h)
@@ -623,6 +656,12 @@ def summarize(tapes: Iterable[Cassette]) -> TapeCounters:
         total.tokens_saved += c.tokens_saved
         total.dollars_saved += c.dollars_saved
     return total
+
+
+def _hit_of(rec: Record) -> Hit:
+    """What :meth:`Cassette.plain_hit` answers for a hit that is not a plain answer's JSON
+    read from the file: the record ``get`` answers."""
+    return Hit(None, rec.duration, rec.usage, rec, NOT_SHARED)
 
 
 def _derived_path(path: pathlib.Path) -> pathlib.Path:

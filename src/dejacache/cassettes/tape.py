@@ -19,6 +19,7 @@ import collections
 import dataclasses
 import itertools
 import mmap
+import operator
 import pathlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -286,9 +287,10 @@ class Tape:
         return self._read(lambda ix: ix.follows()) if self._recorded() else []
 
     def positions(self, key: str) -> list[int]:
-        if self.index() is None:
+        if (self.ix is None or not self.loaded) and self.index() is None:
             return []
-        return self._read(lambda ix: ix.positions(key))
+        # (an index read: index() has nothing to do; methodcaller: no Python frame)
+        return self._read(operator.methodcaller("positions", key))
 
     # ---------------------------------------------------------------- entries
 
@@ -315,8 +317,11 @@ class Tape:
         """The recorded entries of ``key`` this run has not used yet, in file order."""
         q = self.queues.get(key)
         if q is None:
-            q = collections.deque(self.entry(i, key, occ)
-                                  for occ, i in enumerate(self.positions(key)))
+            at = self.positions(key)
+            if len(at) == 1:  # (one recording, most keys': no generator)
+                q = collections.deque((self.entry(at[0], key, 0),))
+            else:
+                q = collections.deque(self.entry(i, key, occ) for occ, i in enumerate(at))
             self.queues[key] = q
         return q
 
@@ -400,7 +405,8 @@ class Tape:
         recorded. Returns the entry and what was read of it."""
         if self.mode == "record":
             return e, None
-        view = self._fields(e)
+        # _fields, written out (a call of every hit)
+        view = (e.doc, None) if e.doc is not None else self.hit_view(e)
         if not q:
             # No other recording of this call is waiting, so none can be the task's own:
             # the recorded order is not needed (reading it was ~0.8 ms of a late hit in a

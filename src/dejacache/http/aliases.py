@@ -230,7 +230,7 @@ class AliasTable:
         if probed is not None:
             tests = tuple((c.encode(), _probe_pattern(c, ps, True).search)
                           for c, ps in probed.items())
-            return lambda raw: _probes_match(raw, tests)
+            return functools.partial(_probes_match, tests=tests)  # (no Python frame)
         heads = tuple(sorted(h.encode() for h in self._heads))
         return lambda raw: any(h in raw for h in heads)
 

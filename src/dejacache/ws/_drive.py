@@ -37,15 +37,15 @@ import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any, NamedTuple, Protocol, TypeVar
 
-from .._core.flow import Flow, Store
-from .._engine import AsyncDriver, SyncDriver, store_value, try_encode
+from .._core.flow import MISS, Flow, Store
+from .._engine import NOT_LOOKED, AsyncDriver, CallSite, SyncDriver, store_value, try_encode
 from ..config import Effective
 from ..errors import ReplayMiss
 from ..http._blocks import PerBlock
 from ..http.transport import handing_on
 from ..scope import track, untrack
 from ..stores._base import Record
-from ._keys import Route, message_key, route
+from ._keys import MessageKey, Route, message_key, route
 from ._message import Answer, Closed, Handshake, Message, Refused
 from ._session import SessionState, answer_of, error_of, handshake_value, model_in_query
 
@@ -163,9 +163,12 @@ class _SyncCall(_Keep, SyncDriver):
 
 
 # The effects a session's flow yields; a driver carries each out and sends back its answer
-# (or throws its exception in), as the engine's drivers do for ``call_flow``.
+# (or throws its exception in), as the engine's drivers do for ``call_flow``. A client
+# message's ``MessageKey`` (``_keys.py``) is one too: look the message up, through the
+# session's ``CallSite`` (a replayed message's only effect).
 class _Advance(NamedTuple):
-    """Advance ``call``'s engine flow (with ``ran``, the answer to its Run): ``(run, value)``."""
+    """Advance ``call``'s engine flow (with ``ran``, the answer to its last effect: a Run's,
+    or the lookup ``CallSite`` made): ``(run, value)``."""
 
     call: Any
     ran: Any = None
@@ -213,6 +216,9 @@ class _Session:
         self.state = SessionState(r.provider, r.name, realtime or eff.realtime,
                                   model_in_query(r.query))
         self.session_id = f"{r.keyed.key}#0"
+        # Every client message's call has the same name and facts: its lookup is made
+        # through this, and only a message that does not hit builds its call.
+        self.site = CallSite(eff, r.name)
         self.live: Any = None
         self.open_call: tuple[Any, dict[str, Any] | None] | None = None
         # A late live start: how many of the server's first messages answer the history
@@ -263,11 +269,19 @@ class _Session:
         if found is not None:
             yield _Later(*found)
         mk = message_key(self.eff, self.route, self.session_id, m, tree)
-        call = self.Call(self.eff, self.name, mk.key, mk.canonical)
-        run, value = yield _Advance(call)
+        value = yield mk  # its lookup (``CallSite.first``): a hit is the call's value
+        if value is MISS or value is NOT_LOOKED:
+            call = self.Call(self.eff, self.name, mk.key, mk.canonical)
+            if value is MISS:  # the flow carries on from that lookup's answer
+                call.looked(call.flow_)
+            run, value = yield _Advance(call, None if value is NOT_LOOKED else value)
+        else:
+            run = None
         if run is None:
             with self.lock:
-                self._learn(self.state.play(value, _clock()))
+                ids = self.state.play(value, _clock())
+                if ids:  # (most windows name none: no call)
+                    self._learn(ids)
             self._wake()
             return
         if self.live is None:
@@ -443,7 +457,9 @@ class AsyncSession(_Session):
                 return stop.value  # type: ignore[no-any-return]
             answer, exc = None, None
             try:
-                if type(effect) is _Advance:  # a replayed message's only effect: no ``_do``
+                if type(effect) is MessageKey:  # a replayed message's only effect: no ``_do``
+                    answer = await self.site.afirst(effect.key)
+                elif type(effect) is _Advance:
                     call = effect.call
                     answer = await call.advance(call.flow_, effect.ran)
                 else:
@@ -566,6 +582,8 @@ class SyncSession(_Session):
                 exc = e
 
     def _do(self, effect: Any) -> Any:
+        if type(effect) is MessageKey:
+            return self.site.first(effect.key)
         if isinstance(effect, _Advance):
             return effect.call.advance(effect.call.flow_, effect.ran)
         if isinstance(effect, _Send):

@@ -147,15 +147,18 @@ class SessionState:
 
     def play(self, value: Mapping[str, Any], now: float) -> list[str]:
         """Queue a recorded window's messages (and close); returns the ids it names."""
-        items = value.get("messages") or ()
-        queued: list[tuple[float | None, Item]]
-        if self.realtime:
-            queued = [(now + float(offset), message_of(m)) for offset, m in items]
-        else:  # due at once: no offsets read
-            queued = [(None, message_of(m)) for _, m in items]
-        self.replayed += len(queued)
-        if not self.ended:  # (a message is never the end: none of them sets it)
-            self.pending.extend(queued)
+        items = value.get("messages")
+        if items:  # (most windows of a voice session are empty: an audio chunk's)
+            queued: list[tuple[float | None, Item]]
+            if self.realtime:
+                queued = [(now + float(offset), message_of(m)) for offset, m in items]
+            else:  # due at once: no offsets read
+                queued = [(None, message_of(m)) for _, m in items]
+            self.replayed += len(queued)
+            if not self.ended:  # (a message is never the end: none of them sets it)
+                self.pending.extend(queued)
+        if len(value) == 1 and items is not None:
+            return []  # the messages alone: no close, model or ids to read
         close = value.get("close")
         if isinstance(close, dict):
             at = float(close.get("at", 0.0))
