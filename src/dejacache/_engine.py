@@ -59,6 +59,7 @@ __all__ = [
     "CallSite",
     "call_async",
     "call_sync",
+    "looks_first",
     "lookup",
     "replay_miss",
     "store_value",
@@ -522,6 +523,17 @@ class Driver:
             land(self.fkey, flight)
 
 
+def looks_first(eff: Effective) -> bool:
+    """Whether a call under ``eff`` may take its flow's first step, the lookup of its key, in
+    front of its driver (a hit is the call's value; anything else goes to the driver). Not
+    when the facts differ call by call: a partial replay chooses each call's mode as it
+    comes, and a call from a thread with no scope is refused by its driver. Without
+    flights, a lookup's moment is nothing the flow reads later."""
+    f = eff._features or eff.features
+    return (not f.partial and not eff.ambiguous
+            and looks_up(Facts(eff.mode, f.sequenced, False, False, True)))
+
+
 #: what :meth:`CallSite.first` answers when the call's flow does not begin with a lookup
 NOT_LOOKED: Any = Sentinel("NOT_LOOKED")
 
@@ -543,11 +555,7 @@ class CallSite:
     def __init__(self, eff: Effective, name: str) -> None:
         self.eff, self.name = eff, name
         f = eff._features or eff.features
-        # Calls whose facts are not all the same: a partial replay chooses each call's mode
-        # as it comes, and a call from a thread with no scope is refused by its driver.
-        # Without flights, a lookup's moment is nothing the flow reads later.
-        same = not f.partial and not eff.ambiguous
-        self.looks = same and looks_up(Facts(eff.mode, f.sequenced, False, False, True))
+        self.looks = looks_first(eff)
         # A store that hands out a plain answer's JSON unbuilt (a cassette's ``plain_hit``),
         # when its one decode would be ``orjson.loads`` of it (see :func:`_decoder`).
         store = eff.store

@@ -262,7 +262,7 @@ def _stream_hit(prep: Prep, call_name: str) -> Any:
     effect, taken in front of it: a hit then builds no driver and no flow (a memory hit
     10.5 -> 6 µs)."""
     eff = prep[0]
-    if eff.mode == "record" or eff.ambiguous or eff.features.partial:  # the driver decides
+    if not _engine.looks_first(eff):  # the driver decides
         return None
     stored = _engine.lookup(eff, call_name, prep[1])
     return stored if stored is _engine.MISS or _is_stream(stored) else _engine.MISS
@@ -271,7 +271,7 @@ def _stream_hit(prep: Prep, call_name: str) -> Any:
 async def _astream_hit(prep: Prep, call_name: str) -> Any:
     """:func:`_stream_hit` for an async generator."""
     eff = prep[0]
-    if eff.mode == "record" or eff.ambiguous or eff.features.partial:
+    if not _engine.looks_first(eff):
         return None
     stored = await _engine.alookup(eff, call_name, prep[1])
     return stored if stored is _engine.MISS or _is_stream(stored) else _engine.MISS
