@@ -287,10 +287,9 @@ class Tape:
         return self._read(lambda ix: ix.follows()) if self._recorded() else []
 
     def positions(self, key: str) -> list[int]:
-        if (self.ix is None or not self.loaded) and self.index() is None:
+        if (self.ix is None or not self.loaded) and self.index() is None:  # (read: no call)
             return []
-        # (an index read: index() has nothing to do; methodcaller: no Python frame)
-        return self._read(operator.methodcaller("positions", key))
+        return self._read(operator.methodcaller("positions", key))  # (no Python frame)
 
     # ---------------------------------------------------------------- entries
 
@@ -317,11 +316,8 @@ class Tape:
         """The recorded entries of ``key`` this run has not used yet, in file order."""
         q = self.queues.get(key)
         if q is None:
-            at = self.positions(key)
-            if len(at) == 1:  # (one recording, most keys': no generator)
-                q = collections.deque((self.entry(at[0], key, 0),))
-            else:
-                q = collections.deque(self.entry(i, key, occ) for occ, i in enumerate(at))
+            q = collections.deque(self.entry(i, key, occ)
+                                  for occ, i in enumerate(self.positions(key)))
             self.queues[key] = q
         return q
 
@@ -405,8 +401,7 @@ class Tape:
         recorded. Returns the entry and what was read of it."""
         if self.mode == "record":
             return e, None
-        # _fields, written out (a call of every hit)
-        view = (e.doc, None) if e.doc is not None else self.hit_view(e)
+        view = (e.doc, None) if e.doc is not None else self.hit_view(e)  # (_fields inline)
         if not q:
             # No other recording of this call is waiting, so none can be the task's own:
             # the recorded order is not needed (reading it was ~0.8 ms of a late hit in a
