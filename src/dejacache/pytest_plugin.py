@@ -52,7 +52,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 # _pytest_imports first of dejacache's: it keeps pytest's assertion rewriting off the rest
-# (sorted in among them, it came after _project, and five modules were rewritten).
+# (sorted in among them, it came after _project, and five modules were rewritten). The
+# package installs it already when imported under pytest; this covers a package imported
+# before pytest was.
 from . import _pytest_imports  # noqa: F401
 
 # isort: split
