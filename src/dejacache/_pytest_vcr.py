@@ -29,6 +29,7 @@ pytest-recording is installed its fixture stays its own, and the report header s
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -110,8 +111,16 @@ def _mode_named(name: str, exists: bool, where: str) -> str:
         raise ConfigurationError(f"{where}: {exc}") from None
 
 
+@functools.cache
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported. Once per process: the answer for a module that is
+    not there is a search of every ``sys.path`` entry (~0.7M instructions), and a run asks
+    for pytest-recording twice (its hook, its option)."""
+    return importlib.util.find_spec(module) is not None
+
+
 def _pytest_recording_active(pluginmanager: pytest.PytestPluginManager) -> bool:
-    return importlib.util.find_spec("pytest_recording") is not None \
+    return _installed("pytest_recording") \
         and not pluginmanager.is_blocked(_RECORDING)
 
 
@@ -122,7 +131,7 @@ _ALSO_RECORD_MODE: Final = (("pytest_recording", _RECORDING), ("agentcassette", 
 
 def addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     """``--record-mode``, unless a plugin that has it (pytest-recording) will be loaded."""
-    if any(importlib.util.find_spec(module) is not None and not pluginmanager.is_blocked(name)
+    if any(_installed(module) and not pluginmanager.is_blocked(name)
            for module, name in _ALSO_RECORD_MODE):
         return
     with contextlib.suppress(ValueError):  # another plugin has it: tests read it all the same
