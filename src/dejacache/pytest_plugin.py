@@ -213,10 +213,14 @@ def _configure_settings(config: pytest.Config) -> None:
     config.stash[_SAVED] = (_project.use(project), saved_prices)
     _invalidate_settings()
     if not hasattr(config, "workerinput"):  # the controller: the last run's notes go
-        from ._learn import notes
         from ._paths import default_cache_dir
 
-        notes.clear(default_cache_dir())
+        directory = default_cache_dir()
+        # No directory, no notes: their module stays unloaded (~0.6M instructions a run).
+        if directory is not None and directory.is_dir():
+            from ._learn import notes
+
+            notes.clear(directory)
 
 
 def _invalidate_settings() -> None:
