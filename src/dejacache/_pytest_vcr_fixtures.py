@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from . import _pytest_vcr
+from . import _pytest_state, _pytest_vcr
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -56,3 +56,7 @@ def vcr(request: pytest.FixtureRequest) -> Iterator[VcrView | None]:
 def vcr_cassette(vcr: VcrView | None, request: pytest.FixtureRequest) -> VcrView:
     """pytest-vcr's name for the test's cassette."""
     return vcr if vcr is not None else _pytest_vcr.dejacache_view(request)
+
+
+# What pytest and pluggy look over (as in pytest_plugin): the six fixtures of 18 names.
+__dir__ = _pytest_state.plugin_dir(globals(), type(vcr))

@@ -648,3 +648,7 @@ def _invalidation_note() -> str | None:
         return None
     note: str | None = layout.unmatched_invalidations()
     return note
+
+
+# What pytest and pluggy look over for hooks and fixtures (18 of the module's 70 names).
+__dir__ = _pytest_state.plugin_dir(globals(), type(dejacache_cassette))
