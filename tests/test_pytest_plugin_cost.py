@@ -32,7 +32,7 @@ ALLOWED = {"dejacache", "dejacache._lazy", "dejacache._core", "dejacache._core.m
            "dejacache._learn.notes",
            # pytest-recording's names (their machinery loads with a vcr test; the
            # prompt-cache gate's with a --dejacache-min-hit-rate bar)
-           "dejacache._pytest_vcr", "dejacache._pytest_vcr_fixtures",
+           "dejacache._pytest_vcr",
            # under CI: the placeholder API keys (its guard waits for httpx to be imported)
            "dejacache.cassettes.placeholder_keys"}
 

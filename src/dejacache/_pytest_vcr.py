@@ -8,11 +8,11 @@ fixture), the plugin takes their names:
   cassette name>.json`` (``cassette_library_dir`` in ``vcr_config`` wins, as in vcrpy), the
   name pytest-recording gives (``TestClass.test_name[param-id]``), so ``dejacache migrate``
   writes each imported cassette beside its source under the same name.
-* the fixtures (declared in ``_pytest_vcr_fixtures.py``, the module registered as a plugin)
-  ``vcr`` (set up for every ``vcr`` test, as pytest-recording's autouse one is: the test's
-  :class:`~.cassettes.vcr_view.VcrView`, None for a test without the marker that names it),
-  ``vcr_cassette`` (pytest-vcr's name), ``vcr_config``, ``vcr_cassette_dir``,
-  ``default_cassette_name`` and ``record_mode``, which a conftest overrides as before;
+* the fixtures ``vcr`` (set up for every ``vcr`` test, as pytest-recording's autouse one is:
+  the test's :class:`~.cassettes.vcr_view.VcrView`, None for a test without the marker that
+  names it), ``vcr_cassette`` (pytest-vcr's name),
+  ``vcr_config``, ``vcr_cassette_dir``, ``default_cassette_name`` and ``record_mode``, which a
+  conftest overrides as before;
 * the markers ``vcr``, ``default_cassette``, ``block_network`` and ``allowed_hosts``
   (registered, so ``--strict-markers`` suites collect), the option ``--record-mode`` and the
   hook ``pytest_recording_configure(config, vcr)`` (declared, so a conftest that implements it
@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from . import _pytest_state
 from ._core.modes import MODES, VCR_MODES, vcr_mode
 from .errors import ConfigurationError
 
@@ -62,18 +63,13 @@ __all__ = [
     "addoption",
     "claimed",
     "configure",
-    "default_cassette_name",
-    "dejacache_view",
     "fallback_mode",
-    "module_cassette_dir",
     "report_header",
     "vcr_mode",
-    "vcr_views",
-    "wanted",
 ]
 
 _RECORDING: Final = "recording"  # pytest-recording's plugin name (its pytest11 entry point)
-_FIXTURES: Final = "dejacache-vcr"  # the plugin name of our fixtures (_pytest_vcr_fixtures)
+_FIXTURES: Final = "dejacache-vcr"  # this module's plugin name
 # the plugin whose ``vcr`` fixture is in force
 _FOREIGN: pytest.StashKey[str | None] = pytest.StashKey()
 # the cassette a @pytest.mark.vcr test opened
@@ -163,8 +159,8 @@ def configure(config: pytest.Config, opener: Opener, cassette_dir: CassetteDir) 
     file's cassettes are: handed over, so this module does not import the plugin's."""
     config.stash[_PLUGIN] = (opener, cassette_dir)
     pm = config.pluginmanager
-    owner = next((name for p in pm.get_plugins() if hasattr(p, "vcr")
-                  and (name := pm.get_name(p) or type(p).__name__) != _FIXTURES), None)
+    owner = next((pm.get_name(p) or type(p).__name__ for p in pm.get_plugins()
+                  if hasattr(p, "vcr") and p is not sys.modules[__name__]), None)
     config.stash[_FOREIGN] = owner
     if owner is not None:
         return
@@ -174,9 +170,7 @@ def configure(config: pytest.Config, opener: Opener, cassette_dir: CassetteDir) 
                  "allowed_hosts(hosts): hosts a vcr test may reach while the guard is on"):
         config.addinivalue_line("markers", line)
     if not pm.has_plugin(_FIXTURES):
-        from . import _pytest_vcr_fixtures
-
-        pm.register(_pytest_vcr_fixtures, _FIXTURES)
+        pm.register(sys.modules[__name__], _FIXTURES)
 
 
 def report_header(config: pytest.Config) -> str | None:
@@ -385,16 +379,26 @@ def _names_vcr(request: pytest.FixtureRequest) -> bool:
         return False
 
 
-# The bodies of pytest-recording's fixtures (_pytest_vcr_fixtures.py declares them).
+# pytest-recording's fixtures: this module is registered as a plugin (only when no other
+# plugin has a ``vcr`` fixture), so they are module functions, as a conftest's are, and
+# pytest is shown them only (__dir__, at the end: 6 of the module's names).
 
 
-def module_cassette_dir(request: pytest.FixtureRequest) -> str:
+@pytest.fixture
+def vcr_config() -> dict[str, Any]:
+    """Options for every vcr test's cassette (overridden in a conftest)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def vcr_cassette_dir(request: pytest.FixtureRequest) -> str:
     """``<test dir>/cassettes/<module>``, or ``<dejacache_cassette_dir>/<module>``."""
     test_file = pathlib.Path(str(request.node.path))
     cassette_dir = request.config.stash[_PLUGIN][1]
     return str(cassette_dir(request.node, test_file) / test_file.stem)
 
 
+@pytest.fixture
 def default_cassette_name(request: pytest.FixtureRequest) -> str:
     marker = request.node.get_closest_marker("default_cassette")
     if marker is not None and marker.args:
@@ -406,13 +410,30 @@ def default_cassette_name(request: pytest.FixtureRequest) -> str:
     return name
 
 
-def vcr_views(request: pytest.FixtureRequest) -> Iterator[VcrView | None]:
-    """The ``vcr`` fixture's body: the test's cassette with vcrpy's ``Cassette`` names; None
-    for a test with neither marker that does not name ``vcr`` itself."""
+@pytest.fixture(scope="session")
+def record_mode(request: pytest.FixtureRequest) -> str:
+    return str(request.config.getoption("record_mode", None) or "none")
+
+
+def wanted(request: pytest.FixtureRequest) -> bool:
+    """Whether the test is marked ``vcr`` and the ``vcr`` fixture is this module's: the
+    plugin's one autouse fixture then sets it up (pytest-recording's is autouse itself; ours
+    is not, as each autouse fixture costs every test of a suite, marked or not)."""
+    return request.node.get_closest_marker("vcr") is not None \
+        and request.config.pluginmanager.has_plugin(_FIXTURES)
+
+
+@pytest.fixture
+def vcr(request: pytest.FixtureRequest) -> Iterator[VcrView | None]:
+    """The test's cassette with vcrpy's ``Cassette`` names; None for a test with neither
+    marker that does not name ``vcr`` itself. Set up for every ``vcr`` test, named or not
+    (the plugin's ``_dejacache_marker`` asks for it)."""
     node = request.node
     if node.get_closest_marker("dejacache") is not None or (
             node.get_closest_marker("vcr") is None and _names_vcr(request)):
-        yield dejacache_view(request)
+        from .cassettes.vcr_view import VcrView
+
+        yield VcrView(request.getfixturevalue("dejacache_cassette"))
         return
     if node.get_closest_marker("vcr") is None:
         yield None
@@ -435,16 +456,14 @@ def vcr_views(request: pytest.FixtureRequest) -> Iterator[VcrView | None]:
             "dejacache_mode") else named, export=_exporter(request, merged, path))
 
 
-def dejacache_view(request: pytest.FixtureRequest) -> VcrView:
-    """The test's ``dejacache_cassette`` with vcrpy's ``Cassette`` names."""
+@pytest.fixture
+def vcr_cassette(vcr: VcrView | None, request: pytest.FixtureRequest) -> VcrView:
+    """pytest-vcr's name for the test's cassette."""
+    if vcr is not None:
+        return vcr
     from .cassettes.vcr_view import VcrView
 
     return VcrView(request.getfixturevalue("dejacache_cassette"))
 
 
-def wanted(request: pytest.FixtureRequest) -> bool:
-    """Whether the test is marked ``vcr`` and the ``vcr`` fixture is ours: the plugin's one
-    autouse fixture then sets it up (pytest-recording's is autouse itself; ours is not, as
-    each autouse fixture costs every test of a suite, marked or not)."""
-    return request.node.get_closest_marker("vcr") is not None \
-        and request.config.pluginmanager.has_plugin(_FIXTURES)
+__dir__ = _pytest_state.plugin_dir(globals(), type(vcr))
