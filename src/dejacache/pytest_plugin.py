@@ -99,25 +99,25 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     group = parser.getgroup("dejacache", "dejacache record/replay")
 
-    def option(name: str, **attrs: Any) -> None:
+    def addoption(name: str, **attrs: Any) -> None:
         # dest given, as pytest derives it: without one, pytest checks it against every option
         # of every plugin (~300), which cost a run ~0.8M instructions for these 11.
         group.addoption(name, dest=name.removeprefix("--").replace("-", "_"), **attrs)
 
-    option("--dejacache-mode", choices=MODES, default=None,
-           help="cassette mode for this run (default: DEJACACHE_MODE, replay under CI, "
-                "else auto)")
-    option("--dejacache-prune", action="store_true", default=False,
-           help="remove cassette entries that passing tests did not use")
-    option("--dejacache-block-network", action="store_true", default=False,
-           help="allow only loopback connections in cassette tests (on under CI)")
-    option("--dejacache-live", metavar="KINDS", default=None,
-           help="comma-separated kinds or names of calls that go live while every "
-                "other call replays, e.g. 'model' or 'tool:search_web'; recorded "
-                "into <cassette>.live.json, never the cassette (partial replay)")
-    option("--dejacache-strict", action="store_true", default=False,
-           help="strict replay for every cassette: calls must follow the recorded "
-                "order (per asyncio task / thread); a divergence fails the test")
+    addoption("--dejacache-mode", choices=MODES, default=None,
+              help="cassette mode for this run (default: DEJACACHE_MODE, replay under CI, "
+                   "else auto)")
+    addoption("--dejacache-prune", action="store_true", default=False,
+              help="remove cassette entries that passing tests did not use")
+    addoption("--dejacache-block-network", action="store_true", default=False,
+              help="allow only loopback connections in cassette tests (on under CI)")
+    addoption("--dejacache-live", metavar="KINDS", default=None,
+              help="comma-separated kinds or names of calls that go live while every "
+                   "other call replays, e.g. 'model' or 'tool:search_web'; recorded "
+                   "into <cassette>.live.json, never the cassette (partial replay)")
+    addoption("--dejacache-strict", action="store_true", default=False,
+              help="strict replay for every cassette: calls must follow the recorded "
+                   "order (per asyncio task / thread); a divergence fails the test")
     # The project settings' pytest spellings, one ini key per row of the table (_project):
     # each also read from [tool.dejacache] in pyproject.toml, below the ini key.
     for key in _project.KEYS.values():
@@ -128,27 +128,27 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     parser.addini("dejacache_proxy_upstreams", type="linelist", default=[],
                   help="upstreams of the dejacache_proxy fixture's proxy: NAME=URL lines")
     _pytest_vcr.addoption(parser, pluginmanager)  # --record-mode, unless pytest-recording's
-    option("--dejacache-scenario", action="store_true", default=False,
-           help="record and replay every langwatch-scenario run through a cassette "
-                "named after the scenario (dejacache.integrations.scenario)")
+    addoption("--dejacache-scenario", action="store_true", default=False,
+              help="record and replay every langwatch-scenario run through a cassette "
+                   "named after the scenario (dejacache.integrations.scenario)")
     parser.addini("dejacache_scenario", type="bool", default=False,
                   help="same as --dejacache-scenario")
-    option("--dejacache-verify", action="store_true", default=False,
-           help="after the run, verify the cassettes of the modules collected "
-                "(damage, secrets, entries no test used, expiry, format: "
-                "dejacache verify) and fail the session when one fails")
-    option("--dejacache-report", metavar="DIR", default=None,
-           help="write an HTML report of each cassette test's run into DIR: every "
-                "call replayed, recorded or unused (dejacache.report)")
+    addoption("--dejacache-verify", action="store_true", default=False,
+              help="after the run, verify the cassettes of the modules collected "
+                   "(damage, secrets, entries no test used, expiry, format: "
+                   "dejacache verify) and fail the session when one fails")
+    addoption("--dejacache-report", metavar="DIR", default=None,
+              help="write an HTML report of each cassette test's run into DIR: every "
+                   "call replayed, recorded or unused (dejacache.report)")
     # The prompt-cache gate's (planner/pytest_gate.py, loaded only when a bar is set).
-    option("--dejacache-min-hit-rate", type=float, default=None, metavar="RATE",
-           help="fail the run when a recorded conversation's predicted prompt-cache "
-                "hit rate is below RATE (e.g. 0.7; dejacache prompt-cache check)")
-    option("--dejacache-hit-rate-baseline", default=None, metavar="PATH",
-           help="recordings to compare the predicted hit rates with (conversations "
-                "matched by name)")
-    option("--dejacache-hit-rate-drop", type=float, default=0.05, metavar="RATE",
-           help="how far below the baseline's a conversation may fall (0.05)")
+    addoption("--dejacache-min-hit-rate", type=float, default=None, metavar="RATE",
+              help="fail the run when a recorded conversation's predicted prompt-cache "
+                   "hit rate is below RATE (e.g. 0.7; dejacache prompt-cache check)")
+    addoption("--dejacache-hit-rate-baseline", default=None, metavar="PATH",
+              help="recordings to compare the predicted hit rates with (conversations "
+                   "matched by name)")
+    addoption("--dejacache-hit-rate-drop", type=float, default=0.05, metavar="RATE",
+              help="how far below the baseline's a conversation may fall (0.05)")
     parser.addini("dejacache_min_hit_rate", default="",
                   help="same as --dejacache-min-hit-rate")
 
@@ -553,6 +553,10 @@ def _claimed(item: pytest.Item) -> list[pathlib.Path]:
     named = marker and (marker.kwargs.get("cassette") or (marker.args or [None])[0])
     return [cassette_path(item), *([cassette_path(item, named)] if named else []),
             *_pytest_vcr.claimed(item)]
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    _pytest_usage.collected(report)  # a collector that failed or was skipped: doubts orphans
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:
