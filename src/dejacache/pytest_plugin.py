@@ -57,8 +57,6 @@ import pytest
 from . import _pytest_imports  # noqa: F401
 
 # isort: split
-# The shared state (_pytest_state) is read by its module's name, not imported name by name:
-# pytest looks every name of a plugin module over for fixtures and hooks.
 from . import _project, _pytest_state, _pytest_usage, _pytest_vcr
 from ._core.modes import MODES
 from ._pytest_state import cassette_path
@@ -654,5 +652,5 @@ def _invalidation_note() -> str | None:
     return note
 
 
-# What pytest and pluggy look over for hooks and fixtures (18 of the module's 70 names).
+# What pytest and pluggy look over for hooks and fixtures (19 of the module's 69 names).
 __dir__ = _pytest_state.plugin_dir(globals(), type(dejacache_cassette))
