@@ -28,10 +28,9 @@ def test_loaders(dejacache_cassette):
     assert "dejacache.cassettes.block" in ours
     rewritten = sorted(n for n, m in ours.items()
                        if isinstance(getattr(m.__spec__, "loader", None), AssertionRewritingHook))
-    # (only the entry point, what the package imports first and the finder itself load
-    # through the hook: the plugin imports the finder before its other modules)
-    assert rewritten == ["dejacache._lazy", "dejacache._pytest_imports",
-                         "dejacache.pytest_plugin"], rewritten
+    # (only the finder itself loads through the hook: the package, imported under pytest,
+    # installs it before its first import, so the entry point too is loaded plainly)
+    assert rewritten == ["dejacache._pytest_imports"], rewritten
 
 def test_the_suite_keeps_rewritten_asserts():
     left, right = [1, 2], [1, 3]
@@ -70,3 +69,14 @@ def test_the_finder_is_installed_once(monkeypatch: pytest.MonkeyPatch) -> None:
     mine = next(i for i, f in enumerate(sys.meta_path) if isinstance(f, PlainImports))
     hooks = [i for i, f in enumerate(sys.meta_path) if type(f).__name__ == "AssertionRewritingHook"]
     assert all(mine < i for i in hooks)
+
+
+def test_import_dejacache_outside_pytest_installs_no_finder() -> None:
+    import subprocess
+
+    code = ("import sys, dejacache; "
+            "print(any(type(f).__name__ == 'PlainImports' for f in sys.meta_path), "
+            "'dejacache._pytest_imports' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split() == ["False", "False"]

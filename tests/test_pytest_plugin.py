@@ -1040,3 +1040,14 @@ def test_stale():
     res.assert_outcomes(passed=1)
     res.stdout.fnmatch_lines(["*add_item invalidates 'cartz' (did you mean the resource "
                               "'cart'?). No @tool_cache in this process reads that resource*"])
+
+
+def test_each_option_keeps_the_dest_pytest_would_derive(pytester: pytest.Pytester) -> None:
+    # (the plugin names each dest itself, which spares pytest's check against every option)
+    config = pytester.parseconfig("--dejacache-hit-rate-drop=0.1", "--dejacache-strict")
+    assert config.getoption("dejacache_hit_rate_drop") == 0.1
+    assert config.getoption("dejacache_strict") is True
+    for dest in ("dejacache_mode", "dejacache_prune", "dejacache_block_network",
+                 "dejacache_live", "dejacache_scenario", "dejacache_verify", "dejacache_report",
+                 "dejacache_min_hit_rate", "dejacache_hit_rate_baseline"):
+        config.getoption(dest)  # (an unknown dest raises ValueError)

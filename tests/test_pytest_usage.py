@@ -242,6 +242,21 @@ def test_a_session_in_process_hands_the_process_back(pytester: pytest.Pytester,
     assert not [u for u in uses if u.where.startswith(str(pytester.path))]
 
 
+def test_an_inner_session_keeps_its_collection_doubts_to_itself(
+        pytester: pytest.Pytester, request: pytest.FixtureRequest) -> None:
+    # (the plugin's pytest_collectreport charges the innermost session configured)
+    from dejacache import _pytest_usage
+
+    outer = request.config.stash[_pytest_usage._RECORDER]
+    before = (set(outer.collect_errors), set(outer.collect_skipped))
+    pytester.makepyfile(test_broken="import not_a_module_anywhere\n",
+                        test_skipped='import pytest\npytest.importorskip("not_a_module_x")\n')
+    res = pytester.runpytest_inprocess(*_QUIET, "--continue-on-collection-errors")
+    res.assert_outcomes(errors=1, skipped=1)
+    assert (outer.collect_errors, outer.collect_skipped) == before
+    assert not _pytest_usage._ACTIVE or _pytest_usage._ACTIVE[-1] is outer
+
+
 def test_dejacache_verify_reads_the_max_age_ini(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_agent=TWO_TESTS)
     pytester.makeini("[pytest]\ndejacache_max_age = 30d\n")

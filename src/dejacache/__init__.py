@@ -6,6 +6,16 @@ tests, and tool-result caching for running agents.
 
 from __future__ import annotations
 
+import sys as _sys
+
+# Under pytest (its assertion rewriting is loaded before any plugin), the finder that keeps
+# the rewriting hook off dejacache's own modules goes in before the package's first import:
+# then ``_lazy`` and the plugin's entry point are loaded plainly too (~2M instructions each
+# through the hook). Outside pytest this is one dict lookup.
+if "_pytest.assertion.rewrite" in _sys.modules:
+    from . import _pytest_imports  # noqa: F401
+
+# isort: split
 from ._lazy import ON_FIRST_BLOCK as _ON_FIRST_BLOCK
 from ._lazy import attach
 

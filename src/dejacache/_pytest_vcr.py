@@ -29,6 +29,7 @@ pytest-recording is installed its fixture stays its own, and the report header s
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -37,10 +38,12 @@ import json
 import os
 import pathlib
 import sys
+import types
 from typing import TYPE_CHECKING
 
 import pytest
 
+from . import _pytest_state
 from ._core.modes import MODES, VCR_MODES, vcr_mode
 from .errors import ConfigurationError
 
@@ -56,7 +59,6 @@ if TYPE_CHECKING:
     CassetteDir = Callable[[pytest.Item, pathlib.Path], pathlib.Path]
 
 __all__ = [
-    "HookSpecs",
     "addhooks",
     "addoption",
     "claimed",
@@ -67,6 +69,7 @@ __all__ = [
 ]
 
 _RECORDING: Final = "recording"  # pytest-recording's plugin name (its pytest11 entry point)
+_FIXTURES: Final = "dejacache-vcr"  # this module's plugin name
 # the plugin whose ``vcr`` fixture is in force
 _FOREIGN: pytest.StashKey[str | None] = pytest.StashKey()
 # the cassette a @pytest.mark.vcr test opened
@@ -104,8 +107,16 @@ def _mode_named(name: str, exists: bool, where: str) -> str:
         raise ConfigurationError(f"{where}: {exc}") from None
 
 
+@functools.cache
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported. Once per process: the answer for a module that is
+    not there is a search of every ``sys.path`` entry (~0.7M instructions), and a run asks
+    for pytest-recording twice (its hook, its option)."""
+    return importlib.util.find_spec(module) is not None
+
+
 def _pytest_recording_active(pluginmanager: pytest.PytestPluginManager) -> bool:
-    return importlib.util.find_spec("pytest_recording") is not None \
+    return _installed("pytest_recording") \
         and not pluginmanager.is_blocked(_RECORDING)
 
 
@@ -116,7 +127,7 @@ _ALSO_RECORD_MODE: Final = (("pytest_recording", _RECORDING), ("agentcassette", 
 
 def addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     """``--record-mode``, unless a plugin that has it (pytest-recording) will be loaded."""
-    if any(importlib.util.find_spec(module) is not None and not pluginmanager.is_blocked(name)
+    if any(_installed(module) and not pluginmanager.is_blocked(name)
            for module, name in _ALSO_RECORD_MODE):
         return
     with contextlib.suppress(ValueError):  # another plugin has it: tests read it all the same
@@ -126,18 +137,20 @@ def addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) 
                  "option: none = replay, once, new_episodes = auto, all / rewrite = record)")
 
 
-class HookSpecs:
-    """The hook pytest-recording declares, declared here when it is not installed."""
-
-    @pytest.hookspec
-    def pytest_recording_configure(self, config: pytest.Config, vcr: Any) -> None:
-        """A conftest's chance to register serializers, matchers and persisters."""
+def _recording_configure(config: pytest.Config, vcr: Any) -> None:
+    """A conftest's chance to register serializers, matchers and persisters."""
 
 
 def addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    """Declares the hook pytest-recording declares, when it is not installed."""
     if not _pytest_recording_active(pluginmanager) \
             and not hasattr(pluginmanager.hook, "pytest_recording_configure"):
-        pluginmanager.add_hookspecs(HookSpecs)
+        # On a module object of its own: pluggy looks over every name of what it is given,
+        # and the 28 of a class (object's among them) cost a run ~1M instructions.
+        specs = types.ModuleType(f"{__name__}.hookspecs")
+        specs.pytest_recording_configure = pytest.hookspec(  # type: ignore[attr-defined]
+            _recording_configure)
+        pluginmanager.add_hookspecs(specs)
 
 
 def configure(config: pytest.Config, opener: Opener, cassette_dir: CassetteDir) -> None:
@@ -156,8 +169,8 @@ def configure(config: pytest.Config, opener: Opener, cassette_dir: CassetteDir) 
                  "block_network: block network access (accepted for pytest-recording suites)",
                  "allowed_hosts(hosts): hosts a vcr test may reach while the guard is on"):
         config.addinivalue_line("markers", line)
-    if not pm.has_plugin("dejacache-vcr"):
-        pm.register(sys.modules[__name__], "dejacache-vcr")
+    if not pm.has_plugin(_FIXTURES):
+        pm.register(sys.modules[__name__], _FIXTURES)
 
 
 def report_header(config: pytest.Config) -> str | None:
@@ -367,7 +380,8 @@ def _names_vcr(request: pytest.FixtureRequest) -> bool:
 
 
 # pytest-recording's fixtures: this module is registered as a plugin (only when no other
-# plugin has a ``vcr`` fixture), so they are module functions, as a conftest's are.
+# plugin has a ``vcr`` fixture), so they are module functions, as a conftest's are, and
+# pytest is shown them only (__dir__, at the end: 6 of the module's 67 names).
 
 
 @pytest.fixture
@@ -406,7 +420,7 @@ def wanted(request: pytest.FixtureRequest) -> bool:
     plugin's one autouse fixture then sets it up (pytest-recording's is autouse itself; ours
     is not, as each autouse fixture costs every test of a suite, marked or not)."""
     return request.node.get_closest_marker("vcr") is not None \
-        and request.config.pluginmanager.has_plugin("dejacache-vcr")
+        and request.config.pluginmanager.has_plugin(_FIXTURES)
 
 
 @pytest.fixture
@@ -450,3 +464,6 @@ def vcr_cassette(vcr: VcrView | None, request: pytest.FixtureRequest) -> VcrView
     from .cassettes.vcr_view import VcrView
 
     return VcrView(request.getfixturevalue("dejacache_cassette"))
+
+
+__dir__ = _pytest_state.plugin_dir(globals(), type(vcr))

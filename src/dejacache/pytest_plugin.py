@@ -45,42 +45,28 @@ a suite that uses no cassette pays for none of it (``benchmarks/bench_plugin.py`
 from __future__ import annotations
 
 import os
-import pathlib
 import sys
 from typing import TYPE_CHECKING
 
 import pytest
 
 # _pytest_imports first of dejacache's: it keeps pytest's assertion rewriting off the rest
-# (sorted in among them, it came after _project, and five modules were rewritten).
+# (sorted in among them, it came after _project, and five modules were rewritten). The
+# package installs it already when imported under pytest; this covers a package imported
+# before pytest was.
 from . import _pytest_imports  # noqa: F401
 
 # isort: split
-from . import _project, _pytest_usage, _pytest_vcr
+from . import _project, _pytest_state, _pytest_usage, _pytest_vcr
 from ._core.modes import MODES
-from ._pytest_state import (
-    LIVE_SEEN,
-    MARKER_ARGS,
-    PLACEHOLDERS,
-    RAISED,
-    REPORTS,
-    STOPPED,
-    TAPE,
-    TAPES,
-    cassette_dir,
-    cassette_path,
-    check_marker,
-    ending,
-    marker_options,
-    rerecord_command,
-)
+from ._pytest_state import cassette_path
 from .cassettes import _events
-from .cassettes._events import INTERRUPTIONS
 from .errors import ConfigurationError, ReplayMiss
 
 # Names used only in annotations stay out of the module: pytest looks every name of a
 # plugin module over for fixtures and hooks, and a typing object costs it most to look at.
 if TYPE_CHECKING:
+    import pathlib
     from collections.abc import Callable, Generator, Iterator
     from typing import Any
 
@@ -110,20 +96,26 @@ def pytest_report_header(config: pytest.Config) -> str | None:
 
 def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
     group = parser.getgroup("dejacache", "dejacache record/replay")
-    group.addoption("--dejacache-mode", choices=MODES, default=None,
-                    help="cassette mode for this run (default: DEJACACHE_MODE, replay under CI, "
-                         "else auto)")
-    group.addoption("--dejacache-prune", action="store_true", default=False,
-                    help="remove cassette entries that passing tests did not use")
-    group.addoption("--dejacache-block-network", action="store_true", default=False,
-                    help="allow only loopback connections in cassette tests (on under CI)")
-    group.addoption("--dejacache-live", metavar="KINDS", default=None,
-                    help="comma-separated kinds or names of calls that go live while every "
-                         "other call replays, e.g. 'model' or 'tool:search_web'; recorded "
-                         "into <cassette>.live.json, never the cassette (partial replay)")
-    group.addoption("--dejacache-strict", action="store_true", default=False,
-                    help="strict replay for every cassette: calls must follow the recorded "
-                         "order (per asyncio task / thread); a divergence fails the test")
+
+    def addoption(name: str, **attrs: Any) -> None:
+        # dest given, as pytest derives it: without one, pytest checks it against every option
+        # of every plugin (~300), which cost a run ~0.8M instructions for these 11.
+        group.addoption(name, dest=name.removeprefix("--").replace("-", "_"), **attrs)
+
+    addoption("--dejacache-mode", choices=MODES, default=None,
+              help="cassette mode for this run (default: DEJACACHE_MODE, replay under CI, "
+                   "else auto)")
+    addoption("--dejacache-prune", action="store_true", default=False,
+              help="remove cassette entries that passing tests did not use")
+    addoption("--dejacache-block-network", action="store_true", default=False,
+              help="allow only loopback connections in cassette tests (on under CI)")
+    addoption("--dejacache-live", metavar="KINDS", default=None,
+              help="comma-separated kinds or names of calls that go live while every "
+                   "other call replays, e.g. 'model' or 'tool:search_web'; recorded "
+                   "into <cassette>.live.json, never the cassette (partial replay)")
+    addoption("--dejacache-strict", action="store_true", default=False,
+              help="strict replay for every cassette: calls must follow the recorded "
+                   "order (per asyncio task / thread); a divergence fails the test")
     # The project settings' pytest spellings, one ini key per row of the table (_project):
     # each also read from [tool.dejacache] in pyproject.toml, below the ini key.
     for key in _project.KEYS.values():
@@ -134,40 +126,40 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
     parser.addini("dejacache_proxy_upstreams", type="linelist", default=[],
                   help="upstreams of the dejacache_proxy fixture's proxy: NAME=URL lines")
     _pytest_vcr.addoption(parser, pluginmanager)  # --record-mode, unless pytest-recording's
-    group.addoption("--dejacache-scenario", action="store_true", default=False,
-                    help="record and replay every langwatch-scenario run through a cassette "
-                         "named after the scenario (dejacache.integrations.scenario)")
+    addoption("--dejacache-scenario", action="store_true", default=False,
+              help="record and replay every langwatch-scenario run through a cassette "
+                   "named after the scenario (dejacache.integrations.scenario)")
     parser.addini("dejacache_scenario", type="bool", default=False,
                   help="same as --dejacache-scenario")
-    group.addoption("--dejacache-verify", action="store_true", default=False,
-                    help="after the run, verify the cassettes of the modules collected "
-                         "(damage, secrets, entries no test used, expiry, format: "
-                         "dejacache verify) and fail the session when one fails")
-    group.addoption("--dejacache-report", metavar="DIR", default=None,
-                    help="write an HTML report of each cassette test's run into DIR: every "
-                         "call replayed, recorded or unused (dejacache.report)")
+    addoption("--dejacache-verify", action="store_true", default=False,
+              help="after the run, verify the cassettes of the modules collected "
+                   "(damage, secrets, entries no test used, expiry, format: "
+                   "dejacache verify) and fail the session when one fails")
+    addoption("--dejacache-report", metavar="DIR", default=None,
+              help="write an HTML report of each cassette test's run into DIR: every "
+                   "call replayed, recorded or unused (dejacache.report)")
     # The prompt-cache gate's (planner/pytest_gate.py, loaded only when a bar is set).
-    group.addoption("--dejacache-min-hit-rate", type=float, default=None, metavar="RATE",
-                    help="fail the run when a recorded conversation's predicted prompt-cache "
-                         "hit rate is below RATE (e.g. 0.7; dejacache prompt-cache check)")
-    group.addoption("--dejacache-hit-rate-baseline", default=None, metavar="PATH",
-                    help="recordings to compare the predicted hit rates with (conversations "
-                         "matched by name)")
-    group.addoption("--dejacache-hit-rate-drop", type=float, default=0.05, metavar="RATE",
-                    help="how far below the baseline's a conversation may fall (0.05)")
+    addoption("--dejacache-min-hit-rate", type=float, default=None, metavar="RATE",
+              help="fail the run when a recorded conversation's predicted prompt-cache "
+                   "hit rate is below RATE (e.g. 0.7; dejacache prompt-cache check)")
+    addoption("--dejacache-hit-rate-baseline", default=None, metavar="PATH",
+              help="recordings to compare the predicted hit rates with (conversations "
+                   "matched by name)")
+    addoption("--dejacache-hit-rate-drop", type=float, default=0.05, metavar="RATE",
+              help="how far below the baseline's a conversation may fall (0.05)")
     parser.addini("dejacache_min_hit_rate", default="",
                   help="same as --dejacache-min-hit-rate")
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    args = ", ".join(f"{k}={v}" for k, v in MARKER_ARGS.items())
+    args = ", ".join(f"{k}={v}" for k, v in _pytest_state.MARKER_ARGS.items())
     config.addinivalue_line(
         "markers", f"dejacache({args}): record and replay this test's calls from a cassette")
     _check_environment()
     # pytest-recording's names, unless another plugin (pytest-recording, pytest-vcr) has
     # them: registered later, ours would replace its fixtures.
-    _pytest_vcr.configure(config, open_cassette, cassette_dir)
-    config.stash[TAPES] = []
+    _pytest_vcr.configure(config, open_cassette, _pytest_state.cassette_dir)
+    config.stash[_pytest_state.TAPES] = []
     config.stash[_REMOTE] = []
     _configure_settings(config)
     if config.getoption("dejacache_scenario") or config.getini("dejacache_scenario"):
@@ -184,7 +176,7 @@ def pytest_configure(config: pytest.Config) -> None:
             ) == "replay":
         from .cassettes import placeholder_keys
 
-        config.stash[PLACEHOLDERS] = placeholder_keys.supply()
+        config.stash[_pytest_state.PLACEHOLDERS] = placeholder_keys.supply()
         placeholder_keys.EXPLAIN.append(_explain_refusal)
     _pytest_usage.configure(config, current_test)  # the record of which cassettes it used
     config.stash[_DISCARDED] = []
@@ -219,10 +211,14 @@ def _configure_settings(config: pytest.Config) -> None:
     config.stash[_SAVED] = (_project.use(project), saved_prices)
     _invalidate_settings()
     if not hasattr(config, "workerinput"):  # the controller: the last run's notes go
-        from ._learn import notes
         from ._paths import default_cache_dir
 
-        notes.clear(default_cache_dir())
+        directory = default_cache_dir()
+        # No directory, no notes: their module stays unloaded (~0.6M instructions a run).
+        if directory is not None and directory.is_dir():
+            from ._learn import notes
+
+            notes.clear(directory)
 
 
 def _invalidate_settings() -> None:
@@ -319,8 +315,8 @@ def _check_environment() -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    placeholders = config.stash.get(PLACEHOLDERS, None)
-    if PLACEHOLDERS in config.stash:
+    placeholders = config.stash.get(_pytest_state.PLACEHOLDERS, None)
+    if _pytest_state.PLACEHOLDERS in config.stash:
         from .cassettes import placeholder_keys
 
         placeholder_keys.withdraw(placeholders)
@@ -367,13 +363,13 @@ def integration_settings(item: pytest.Item) -> dict[str, Any]:
         "mode": (marker.kwargs.get("mode") if marker is not None else None)
         or config.getoption("dejacache_mode"),
         "prune": bool(config.getoption("dejacache_prune")),
-        "rerecord_hint": rerecord_command(item),
+        "rerecord_hint": _pytest_state.rerecord_command(item),
     }
 
 
 def adopt_tape(item: pytest.Item, tape: Cassette, finish: Callable[[bool], None]) -> None:
     """Count ``tape`` with the test's; ``finish(test_passed)`` runs at the test's teardown."""
-    item.config.stash[TAPES].append((item.nodeid, tape))
+    item.config.stash[_pytest_state.TAPES].append((item.nodeid, tape))
     item.stash.setdefault(_ADOPTED, []).append((tape, finish))
 
 
@@ -390,7 +386,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
                                   items: list[pytest.Item]) -> None:
     for item in items:  # a typo fails the run before any test records to the wrong place
         for marker in item.iter_markers("dejacache"):
-            check_marker(item, marker)
+            _pytest_state.check_marker(item, marker)
 
 
 # ---------------------------------------------------------------- test lifecycle
@@ -416,7 +412,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None
         _CURRENT_ITEM = item.stash.get(_OUTER, None)
         adopted = item.stash.get(_ADOPTED, [])
         if adopted:
-            passed = ending(item) is None
+            passed = _pytest_state.ending(item) is None
             errors: list[BaseException] = []
             for _, finish in adopted:
                 try:
@@ -432,9 +428,9 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
                               ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     rep = yield
-    item.stash.setdefault(REPORTS, {})[rep.when] = rep
+    item.stash.setdefault(_pytest_state.REPORTS, {})[rep.when] = rep
     if call.excinfo is not None and rep.when == "call":
-        item.stash[RAISED] = call.excinfo.type
+        item.stash[_pytest_state.RAISED] = call.excinfo.type
     if not rep.failed or call.excinfo is None:
         return rep
     if isinstance(call.excinfo.value, ReplayMiss):
@@ -444,7 +440,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
 
             rep.longrepr = failure_repr(item, call.excinfo)  # type: ignore[assignment]
         return rep
-    tapes = [t for t in (item.stash.get(TAPE, None),
+    tapes = [t for t in (item.stash.get(_pytest_state.TAPE, None),
                          *(a for a, _ in item.stash.get(_ADOPTED, []))) if t is not None]
     for tape in tapes:  # an SDK or a framework wrapped the miss: put it first
         if tape.misses:
@@ -460,15 +456,15 @@ def pytest_keyboard_interrupt(excinfo: pytest.ExceptionInfo[BaseException]) -> N
     item = current_test()
     if item is not None:
         stopped = excinfo.type  # (pytest's Exit is an Exception: stand for it as the exit)
-        item.config.stash[STOPPED] = stopped if issubclass(stopped, INTERRUPTIONS) \
-            else SystemExit
+        item.config.stash[_pytest_state.STOPPED] = stopped \
+            if issubclass(stopped, _events.INTERRUPTIONS) else SystemExit
 
 
 @pytest.fixture
 def dejacache_cassette(request: pytest.FixtureRequest) -> Iterator[Cassette]:
     """The test's cassette, active for the whole test (see the module docstring)."""
     item = request.node
-    opts = marker_options(item)
+    opts = _pytest_state.marker_options(item)
     explicit = opts.get("cassette")
     yield from open_cassette(request, cassette_path(item, explicit), opts,
                              shared=explicit is not None)
@@ -533,11 +529,11 @@ def dejacache_proxy(request: pytest.FixtureRequest, dejacache_proxy_server: Any)
         or _project.default_mode(path.exists()),
         strict=bool(opts.get("strict", False) or config.getoption("dejacache_strict")),
         live=live.split(",") if isinstance(live, str) else live,
-        replay_until=opts.get("replay_until"), rerecord=rerecord_command(item))
+        replay_until=opts.get("replay_until"), rerecord=_pytest_state.rerecord_command(item))
     try:
         yield session
     finally:
-        failed = any(r.failed for r in item.stash.get(REPORTS, {}).values())
+        failed = any(r.failed for r in item.stash.get(_pytest_state.REPORTS, {}).values())
         summary = session.close(ok=not failed)
     if not failed and summary["misses"] and not opts.get("expect_misses", False):
         pytest.fail(f"{len(summary['misses'])} replay miss(es) in cassette {path} were met by "
@@ -557,6 +553,10 @@ def _claimed(item: pytest.Item) -> list[pathlib.Path]:
             *_pytest_vcr.claimed(item)]
 
 
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    _pytest_usage.collected(report)  # a collector that failed or was skipped: doubts orphans
+
+
 def pytest_deselected(items: list[pytest.Item]) -> None:
     _pytest_usage.deselected(items)  # deselected tests still claim their cassettes
 
@@ -566,10 +566,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     workeroutput = getattr(config, "workeroutput", None)
     # writes the usage record (and carries out --dejacache-verify)
     usage = _pytest_usage.finish(session, _claimed, lambda item: _pytest_usage.outcome(
-        item.stash.get(REPORTS, {})))
+        item.stash.get(_pytest_state.REPORTS, {})))
     if workeroutput is not None and usage is not None:
         workeroutput["dejacache_usage"] = usage
-    tapes = config.stash.get(TAPES, [])
+    tapes = config.stash.get(_pytest_state.TAPES, [])
     _note_suggestions(config, tapes)
     if workeroutput is not None and tapes:  # an xdist worker: hand the numbers over
         from ._pytest_cassette import worker_numbers
@@ -606,11 +606,11 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config
                             ) -> None:
     _pytest_usage.summary(terminalreporter, config)
-    tapes = config.stash.get(TAPES, [])
+    tapes = config.stash.get(_pytest_state.TAPES, [])
     remote = config.stash.get(_REMOTE, [])
     # (a test that caught the interruption itself and passed lost nothing it meant to keep)
     discarded = [f"{note} ({item.nodeid})" for item, note in config.stash.get(_DISCARDED, [])
-                 if ending(item) is not None]
+                 if _pytest_state.ending(item) is not None]
     notes = [n for n in (_pytest_usage.unwritten(config), _live_note(config),
                          _invalidation_note()) if n]
     if not tapes and not remote and not discarded and not notes:
@@ -634,7 +634,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 
 def _live_note(config: pytest.Config) -> str | None:
-    seen = config.stash.get(LIVE_SEEN, [])
+    seen = config.stash.get(_pytest_state.LIVE_SEEN, [])
     if not seen:
         return None
     from ._pytest_cassette import live_summary
@@ -650,3 +650,7 @@ def _invalidation_note() -> str | None:
         return None
     note: str | None = layout.unmatched_invalidations()
     return note
+
+
+# What pytest and pluggy look over for hooks and fixtures (19 of the module's 69 names).
+__dir__ = _pytest_state.plugin_dir(globals(), type(dejacache_cassette))
