@@ -8,11 +8,12 @@ of the 60-second voice session); every row is timed in the two workers one after
 the one going first alternating by round, warm and cold as ``bench_ws.py`` times them.
 Prints medians, each divided by the same side's ``read blobs``, and after / before.
 
-    python benchmarks/ab_ws.py BEFORE_ROOT AFTER_ROOT --instructions
+    python benchmarks/ab_ws.py BEFORE_ROOT AFTER_ROOT --instructions [--row websockets]
 
-counts instead the instructions one session replay (``replay, session``) executes in each
-tree, under valgrind's callgrind (a process replaying it three times, less one replaying it
-once, halved), from one recording both trees replay: a figure the machine's load does not
+counts instead the instructions one session replay (``replay, session``; or, with ``--row
+websockets``, one replay through the real ``websockets`` client) executes in each tree,
+under valgrind's callgrind (a process replaying it three times, less one replaying it once,
+halved), from one recording both trees replay: a figure the machine's load does not
 move, where two interleaved timings on a 2-core box at load 3 differed by more than a
 tenth between runs. The hash seed is fixed (0): with a random one, one tree's count moved
 by ~0.4% between runs (195.6 to 196.3M).
@@ -90,16 +91,17 @@ sys.path.insert(0, str(pathlib.Path(sys.argv[1]) / "benchmarks"))
 import bench_ws as b
 folder = pathlib.Path(sys.argv[2])
 url, turns = (folder / "url").read_text(), b.client_messages(60.0)
-run = b._in_cassette(folder / "voice.json", lambda: b.replay_session(url, turns))
+replay = b.replay_websockets if sys.argv[4] == "websockets" else b.replay_session
+run = b._in_cassette(folder / "voice.json", lambda: replay(url, turns))
 for _ in range(int(sys.argv[3])):
     run()
 """
 
 
-def _instructions(root: str, folder: str, times: int, env: dict[str, str]) -> int:
+def _instructions(root: str, folder: str, times: int, env: dict[str, str], row: str) -> int:
     out = subprocess.run(
         ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
-         "-c", REPLAY, root, folder, str(times)], cwd=root, capture_output=True, text=True,
+         "-c", REPLAY, root, folder, str(times), row], cwd=root, capture_output=True, text=True,
         env={**env, "PYTHONPATH": os.path.join(root, "src"), "PYTHONHASHSEED": "0"},
         check=True)
     found = re.search(r"Collected : (\d+)", out.stderr)
@@ -107,8 +109,9 @@ def _instructions(root: str, folder: str, times: int, env: dict[str, str]) -> in
     return int(found.group(1))
 
 
-def count(before: str, after: str, env: dict[str, str]) -> None:
-    """Instructions per session replay in each tree (see the module docstring)."""
+def count(before: str, after: str, env: dict[str, str], row: str = "session") -> None:
+    """Instructions per replay of ``row`` (``session``: through ``AsyncSession``;
+    ``websockets``: through the real client) in each tree (see the module docstring)."""
     with tempfile.TemporaryDirectory() as folder:
         subprocess.run([sys.executable, "-c", RECORD, before, folder], cwd=before, check=True,
                        env={**env, "PYTHONPATH": os.path.join(before, "src")})
@@ -117,11 +120,11 @@ def count(before: str, after: str, env: dict[str, str]) -> None:
             # One replay outside valgrind first, to write the tree's bytecode: else the
             # process replaying once compiles what was edited and the difference halves
             # that (an edited tree came out ~24M instructions a replay lighter than it was).
-            subprocess.run([sys.executable, "-c", REPLAY, root, folder, "1"], cwd=root,
+            subprocess.run([sys.executable, "-c", REPLAY, root, folder, "1", row], cwd=root,
                            env={**env, "PYTHONPATH": os.path.join(root, "src")}, check=True)
-            once, thrice = (_instructions(root, folder, n, env) for n in (1, 3))
+            once, thrice = (_instructions(root, folder, n, env, row) for n in (1, 3))
             per[side] = (thrice - once) / 2
-    print("instructions per session replay (callgrind), one recording replayed by both\n")
+    print(f"instructions per replay, {row} (callgrind), one recording replayed by both\n")
     print("| before | after | after / before |\n|---|---|---|")
     print(f"| {per['before'] / 1e6:.1f}M | {per['after'] / 1e6:.1f}M "
           f"| {per['after'] / per['before']:.3f} |")
@@ -134,10 +137,12 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--instructions", action="store_true",
                     help="count instructions under callgrind instead of timing")
+    ap.add_argument("--row", choices=("session", "websockets"), default="session",
+                    help="with --instructions: the replay counted")
     args = ap.parse_args()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     if args.instructions:
-        count(args.before, args.after, env)
+        count(args.before, args.after, env, args.row)
         return
     workers = {}
     for side, root in (("before", args.before), ("after", args.after)):
