@@ -10,7 +10,7 @@ import json
 import pathlib
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -213,6 +213,19 @@ def test_realtime_replays_at_the_recorded_pace(tmp_path: pathlib.Path,
         assert asyncio.run(run(server.url)) >= 0.7
 
 
+def _three_acks_replay(path: pathlib.Path, server: LoopbackServer,
+                       run: Callable[[str], Awaitable[list[Any]]]) -> None:
+    """``run`` (a greeting, then three acknowledged messages) recorded, then replayed with
+    the server stopped: the same four messages, each replayed."""
+    with dejacache.cassette(path, mode="record"):
+        recorded = asyncio.run(run(server.url))
+    assert recorded[1:] == [{"ack": 0}, {"ack": 1}, {"ack": 2}]
+    server.stop()
+    with dejacache.cassette(path, mode="replay") as tape:
+        assert asyncio.run(run(server.url)) == recorded
+    assert tape.counters.replayed == 4
+
+
 def test_server_pings_are_answered_live_and_need_no_recording(
         tmp_path: pathlib.Path, server: LoopbackServer) -> None:
     # A ping frame is the connection's, not the app's: the client's library pongs it live
@@ -227,13 +240,7 @@ def test_server_pings_are_answered_live_and_need_no_recording(
             return out
 
     path = tmp_path / "ping.json"
-    with dejacache.cassette(path, mode="record"):
-        recorded = asyncio.run(run(server.url))
-    assert recorded[1:] == [{"ack": 0}, {"ack": 1}, {"ack": 2}]
-    server.stop()
-    with dejacache.cassette(path, mode="replay") as tape:
-        assert asyncio.run(run(server.url)) == recorded
-    assert tape.counters.replayed == 4
+    _three_acks_replay(path, server, run)
     assert b"are you there" not in path.read_bytes()
 
 
@@ -253,14 +260,7 @@ def test_client_pings_and_fragments_between_whole_messages_replay(
             out.append(json.loads(await ws.recv()))
             return out
 
-    path = tmp_path / "mixed.json"
-    with dejacache.cassette(path, mode="record"):
-        recorded = asyncio.run(run(server.url))
-    assert recorded[1:] == [{"ack": 0}, {"ack": 1}, {"ack": 2}]
-    server.stop()
-    with dejacache.cassette(path, mode="replay") as tape:
-        assert asyncio.run(run(server.url)) == recorded
-    assert tape.counters.replayed == 4
+    _three_acks_replay(tmp_path / "mixed.json", server, run)
 
 
 def test_a_dropped_connection_replays_as_1006(tmp_path: pathlib.Path,

@@ -25,6 +25,7 @@ from typing import Any
 from .._core import strict as order
 from .._core.diff import field_diff
 from ..errors import CassetteError, ReplayDivergence, ReplayMiss
+from . import format as fmt
 from .calls import Call, CallInfo, Divergence
 from .reader import Index
 from .tape import Entry, Tape, Unused
@@ -182,12 +183,7 @@ class RunOrder:
         assert i is not None
         name = str(doc.get("name", ""))
         book = self.book
-        if self._lifted:  # (lifted: skip)
-            f = book.follows[i]
-        else:  # fmt.follows_of, written out: a call was ~10% of a hit's order keeping
-            f = doc.get("follows")
-            if type(f) is not int:
-                f = None
+        f = book.follows[i] if self._lifted else fmt.follows_of(doc)  # (lifted: skip)
         book.learn(i, name, f)
         pos, last = self.position()
         call = Call(len(self.calls), name, str(doc.get("kind", "call")), e.key, "replayed",

@@ -287,7 +287,7 @@ class Tape:
         return self._read(lambda ix: ix.follows()) if self._recorded() else []
 
     def positions(self, key: str) -> list[int]:
-        if (self.ix is None or not self.loaded) and self.index() is None:  # (read: no call)
+        if self.index() is None:
             return []
         return self._read(operator.methodcaller("positions", key))  # (no Python frame)
 
@@ -401,7 +401,7 @@ class Tape:
         recorded. Returns the entry and what was read of it."""
         if self.mode == "record":
             return e, None
-        view = (e.doc, None) if e.doc is not None else self.hit_view(e)  # (_fields inline)
+        view = self._fields(e)
         if not q:
             # No other recording of this call is waiting, so none can be the task's own:
             # the recorded order is not needed (reading it was ~0.8 ms of a late hit in a
