@@ -7,7 +7,9 @@
    a random order from one block; mean, p99 and worst call.
 3. Cold: a fresh interpreter opens a 10k-entry cassette of the 20 KB agent run in a
    ``with dejacache.cassette(...)`` block, serves the first, the last or a random entry and
-   closes the block (file in the page cache); medians over several processes.
+   closes the block (file in the page cache); medians over several processes. The same in
+   processes that loaded pytest first (what a test process pays), and the floor: a fresh
+   interpreter importing orjson and xxhash.
 4. Size of that file vs the naive JSON of the same calls (request + response per call).
 
     .venv/bin/python benchmarks/bench_cassette.py [--quick] [--json PATH]
@@ -122,8 +124,12 @@ def record_calls(path: pathlib.Path, steps: list[tuple[Any, Any]]) -> None:
 
 # A fresh interpreter opens the cassette in a ``with dejacache.cassette(...)`` block, serves one
 # recorded call and closes the block: what one test pays. Import time is reported apart.
+# ``pytest`` as the third argument loads pytest first, untimed: what a test process has loaded
+# before its first block (typing, dataclasses, inspect, pathlib, re and pytest itself).
 _COLD_CHILD = """
 import json, sys, time
+if sys.argv[3] == "pytest":
+    import pytest
 t = time.perf_counter()
 import dejacache, orjson
 dejacache.cassette  # loaded on first use: counted (and reported) as import time, not as the open
@@ -147,12 +153,43 @@ print(json.dumps({"import_ms": imp * 1e3, "open_hit_ms": (t1 - t0) * 1e3,
                   "ok": got == case["response"]}))
 """
 
+# The floor of the fresh-process row: the two C libraries every import of dejacache loads.
+# orjson imports dataclasses, inspect, uuid and datetime when it loads (~20 ms of the ~23 ms of
+# ``import orjson`` in a fresh interpreter on the 2-core box).
+_FLOOR_CHILD = """
+import json, sys, time
+t = time.perf_counter()
+import orjson, xxhash
+print(json.dumps({"import_ms": (time.perf_counter() - t) * 1e3}))
+"""
+_PRELOADS = {"fresh": "none", "in_pytest": "pytest"}
+
+
+def _child(code: str, *args: str) -> dict[str, Any]:
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"cold child failed: {proc.stderr[-2000:]}")
+    return orjson.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _cold_medians(rs: list[dict[str, Any]]) -> dict[str, Any]:
+    for r in rs:  # what a test pays: every import the block triggers counted
+        r["with_imports_ms"] = r["import_ms"] + r["total_ms"]
+    out = {f: statistics.median(r[f] for r in rs)
+           for f in ("open_hit_ms", "close_ms", "total_ms", "import_ms", "with_imports_ms")}
+    out["max_total_ms"] = max(r["total_ms"] for r in rs)
+    return out
+
 
 def bench_cold(n: int, tmp: pathlib.Path, repeats: int, peer: bool) -> dict[str, Any]:
     """Fresh-process open + one hit + close of an ``n``-entry cassette, for the first entry,
-    the last one and random ones (medians over ``repeats`` processes each), and its size."""
+    the last one and random ones (medians over ``repeats`` processes each), and its size; the
+    same in processes that loaded pytest first (``in_pytest``), and the orjson + xxhash floor
+    (``floor_ms``), all interleaved round by round."""
     import random
-    import subprocess
 
     path = tmp / f"agent-{n}.json"
     raw, steps = record_agent_cassette(n, path)
@@ -161,28 +198,27 @@ def bench_cold(n: int, tmp: pathlib.Path, repeats: int, peer: bool) -> dict[str,
     out: dict[str, Any] = {"entries": n, "repeats": repeats, "file_bytes": path.stat().st_size,
                            "raw_bytes": raw}
     out["size_ratio"] = out["file_bytes"] / raw
-    runs: dict[str, list[dict[str, Any]]] = {k: [] for k in where}
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        pre: {k: [] for k in where} for pre in _PRELOADS}
+    floor: list[float] = []
     case_file = tmp / "case.json"
     for rep in range(-1, repeats):  # round -1 compiles and caches bytecode; not measured
-        for label, pick in where.items():  # interleaved: the three positions share the noise
+        for label, pick in where.items():  # interleaved: the positions share the noise
             req, resp = steps[pick()]
             case_file.write_bytes(orjson.dumps({"request": req, "response": resp}))
-            proc = subprocess.run([sys.executable, "-c", _COLD_CHILD, str(path), str(case_file)],
-                                  capture_output=True, text=True, check=False)
-            if proc.returncode != 0:
-                raise RuntimeError(f"cold child failed: {proc.stderr[-2000:]}")
-            r = orjson.loads(proc.stdout.strip().splitlines()[-1])
-            if not r["ok"]:
-                raise AssertionError(f"cold replay of the {label} entry returned a wrong value")
+            for pre, arg in _PRELOADS.items():
+                r = _child(_COLD_CHILD, str(path), str(case_file), arg)
+                if not r["ok"]:
+                    raise AssertionError(f"cold replay of the {label} entry returned a wrong "
+                                         "value")
+                if rep >= 0:
+                    runs[pre][label].append(r)
             if rep >= 0:
-                runs[label].append(r)
-    for label, rs in runs.items():
-        for r in rs:  # what a test pays: every import the block triggers counted
-            r["with_imports_ms"] = r["import_ms"] + r["total_ms"]
-        out[label] = {f: statistics.median(r[f] for r in rs)
-                      for f in ("open_hit_ms", "close_ms", "total_ms", "import_ms",
-                                "with_imports_ms")}
-        out[label]["max_total_ms"] = max(r["total_ms"] for r in rs)
+                floor.append(_child(_FLOOR_CHILD)["import_ms"])
+    for label, rs in runs["fresh"].items():
+        out[label] = _cold_medians(rs)
+    out["in_pytest"] = {label: _cold_medians(rs) for label, rs in runs["in_pytest"].items()}
+    out["floor_ms"] = statistics.median(floor)
     if peer and agentcassette is not None:
         ac_path = tmp / f"ac-agent-{n}.json"
         answers = iter([s[1] for s in steps])
