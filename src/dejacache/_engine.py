@@ -11,13 +11,11 @@ import contextlib
 import itertools
 import threading
 import time
-import warnings
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, TypeVar, cast
 
 import orjson
 
-from ._core.diff import distance, nearest, short
 from ._core.flow import (
     FOLLOWED,
     LEAD,
@@ -37,7 +35,6 @@ from ._core.flow import (
     looks_up,
 )
 from ._flights import ABANDONED, ERROR, OK, Flight, SingleFlight
-from ._secrets import scrub_request
 from ._slots import Sentinel
 from .codec import blob_from_tree
 from .config import Effective
@@ -77,6 +74,8 @@ def warn_once(tag: str, message: str) -> None:
         if tag in _WARNED:
             return
         _WARNED.add(tag)
+    import warnings  # (not loaded at interpreter start; a call that warns is rare)
+
     warnings.warn(message, DejacacheWarning, stacklevel=3)
 
 
@@ -188,6 +187,10 @@ def encode_record(
     The request is kept with secret-shaped strings masked (``_secrets.scrub_request``): the
     key has credential names masked already, but an API key pasted into a prompt has not.
     """
+    # Imported by what stores a value: a replay hit never does (``_secrets`` loads its
+    # credential patterns).
+    from ._secrets import scrub_request
+
     blob = eff.codec.encode(value, key=key, namespace=eff.namespace or "")
     return Record(
         value=blob,
@@ -240,6 +243,10 @@ async def astore_value(eff: Effective, key: str, record: Record, ttl: float | No
 
 def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> ReplayMiss:
     """A ``ReplayMiss`` explaining the call and its nearest recorded sibling."""
+    # Imported by the miss report only: a hit never needs them.
+    from ._core.diff import short
+    from ._secrets import scrub_request
+
     try:
         target = orjson.loads(scrub_request(canonical))
     except orjson.JSONDecodeError:
@@ -354,6 +361,8 @@ def _nearest(target: Any, cands: list[tuple[str, Any]]
     """The nearest recorded call, and whether it was recorded before HTTP keys held request
     headers (it has no ``headers`` member): then the call is compared without its
     ``headers`` and ``identity``, or every such recording would differ in both."""
+    from ._core.diff import distance, nearest  # (the miss report's, as in replay_miss)
+
     http = type(target) is dict and "method" in target and "headers" in target
     if not http or all(type(c) is dict and "headers" in c for _, c in cands):
         return nearest(target, cands), False

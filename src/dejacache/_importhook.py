@@ -13,7 +13,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
+
+TYPE_CHECKING = False  # typing is not loaded at interpreter start; mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["AfterLoader", "spec_with_callback"]
 

@@ -18,12 +18,14 @@ no task escapes the carry.
 from __future__ import annotations
 
 import contextvars
-import importlib
 import sys
 import threading
-from typing import Any
 
 from ._importhook import spec_with_callback
+
+TYPE_CHECKING = False  # typing is not loaded at interpreter start; mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["on_block", "patched"]
 
@@ -63,7 +65,9 @@ def on_block(delta: int) -> None:
     if delta > 0 and _MODULE in sys.modules:
         # Another thread may still be importing it: wait until it is whole (outside _LOCK,
         # which that import's hook takes when it finishes).
-        importlib.import_module(_MODULE)
+        from importlib import import_module
+
+        import_module(_MODULE)
     with _LOCK:
         _DEPTH = max(0, _DEPTH + delta)
         cls = _executor_class()

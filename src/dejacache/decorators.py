@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import functools
 import inspect
-import re
-import warnings
 import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Iterable
-from typing import Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import orjson
 
@@ -21,6 +19,9 @@ from .keys import KeyBuilder, KeyParts, explain, key_seed
 from .scope import CURRENT, OPEN_BLOCKS, current, track, untrack
 from .stats import record_hit, record_miss
 from .stores._base import NOT_SHARED
+
+if TYPE_CHECKING:
+    import re
 
 __all__ = ["cache"]
 
@@ -51,6 +52,8 @@ class _LiveGenerator:
 
     def abandon(self, why: str) -> None:
         if untrack(self):
+            import warnings  # (not loaded at interpreter start; rarely needed here)
+
             warnings.warn(f"dejacache: the {self.name} generator {why}; it was not recorded "
                           f"in {self.eff.source}. Read a generator to its end inside its "
                           "block to record it.", DejacacheWarning, stacklevel=4)

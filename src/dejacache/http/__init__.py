@@ -9,10 +9,9 @@ for one) imports this package first, and the transports cost ~30 ms of imports.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from .._lazy import attach
 
+TYPE_CHECKING = False  # typing is not loaded at interpreter start; mypy reads this as True
 if TYPE_CHECKING:
     from .intercept import intercept
     from .transport import AsyncTransport, Transport, async_http_client, http_client

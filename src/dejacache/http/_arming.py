@@ -23,11 +23,11 @@ from __future__ import annotations
 import sys
 import threading
 from types import ModuleType
-from typing import TYPE_CHECKING
 
 from ..scope import BLOCK_HOOKS
 from ._watched import WATCHED, on_load
 
+TYPE_CHECKING = False  # typing is not loaded at interpreter start; mypy reads this as True
 if TYPE_CHECKING:
     from ..cassettes.netguard import Attempt
 

@@ -14,9 +14,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any
 
 from .._importhook import spec_with_callback
+
+TYPE_CHECKING = False  # typing is not loaded at interpreter start; mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["EXTRA_TRANSPORTS", "LIBRARIES", "SEAM_MODULES", "WATCHED", "on_load"]
 

@@ -28,14 +28,16 @@ import contextlib
 import functools
 import sys
 import threading
-import warnings
 from collections.abc import AsyncIterator, Callable
 from types import ModuleType
-from typing import Any
 
 from .._importhook import spec_with_callback
 from ..errors import DejacacheWarning, ReplayMiss
 from ..scope import BLOCK_HOOKS, current
+
+TYPE_CHECKING = False  # typing is not loaded at interpreter start; mypy reads this as True
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["active", "patched"]
 
@@ -132,6 +134,8 @@ def _patch_transport(mod: ModuleType, name: str, transport: str) -> Callable[[],
         return None  # an alias of a function already done
     new = _replacement(orig, transport, name)
     if not _swap_cell(fn, new, orig):
+        import warnings  # (not loaded at interpreter start; only this rare case warns)
+
         warnings.warn(f"dejacache: {mod.__name__}.{name} is not the asynccontextmanager it "
                       "was; MCP sessions over it are not recorded or replayed",
                       DejacacheWarning, stacklevel=2)
