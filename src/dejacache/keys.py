@@ -45,6 +45,7 @@ import xxhash
 from . import _keys_segments as _seg
 from . import _secrets
 from ._core import volatile as _vol
+from ._lazy import pattern
 from .errors import ConfigurationError, UnhashableArgument
 
 __all__ = [
@@ -902,7 +903,7 @@ _FAST_KINDS = (_PK, inspect.Parameter.KEYWORD_ONLY, _VAR_KW)
 # The key of a call the signature refuses holds its positional arguments under this key: not
 # a str, so no binding (whose names all are) nor keyword can ever write it.
 _REFUSED: Any = None
-_ARG_N = re.compile(r"arg[0-9]+")
+_ARG_N = pattern(r"arg[0-9]+")  # compiled when first used
 
 
 def _receiver(target: Any, sig: inspect.Signature) -> str | None:

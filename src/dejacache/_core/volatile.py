@@ -40,6 +40,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from .. import _secrets
+from .._lazy import pattern
 from ..errors import ConfigurationError, DejacacheWarning
 from .redos import exponential
 
@@ -68,11 +69,13 @@ PLACEHOLDER = "<volatile>"
 Step = str | int | None
 Path = tuple[Step, ...]
 
-_SEGMENT = re.compile(r"([^.\[\]]+)?((?:\[(?:\*|\d+)\])*)")
-_INDEX = re.compile(r"\[(\*|\d+)\]")
+# Compiled when first used (~1 ms of this module's import for the three): only declared
+# paths and patterns read them, and most blocks declare neither.
+_SEGMENT = pattern(r"([^.\[\]]+)?((?:\[(?:\*|\d+)\])*)")
+_INDEX = pattern(r"\[(\*|\d+)\]")
 # A literal placeholder in the text, and the escaped ones (``<volatile\\>``...): one more
 # backslash each, so text never keys like a match that was replaced.
-_LITERAL = re.compile(r"<volatile(\\*)>")
+_LITERAL = pattern(r"<volatile(\\*)>")
 
 
 # A named tuple, not a frozen dataclass: ~0.15 against ~1 ms to define on the 2-core box, in
