@@ -776,6 +776,10 @@ def test_explain_parts() -> None:
         fn=f, ignore=["client"],
     )
     assert isinstance(parts, dejacache.KeyParts)
+    assert dejacache.KeyParts is dejacache.keys.KeyParts  # defined on first use, one class
+    assert dataclasses.is_dataclass(parts) and not hasattr(parts, "__dict__")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        parts.key = ""  # type: ignore[misc]
     assert parts.version == KEY_SCHEMA_VERSION
     assert parts.namespace == "suite-v1"
     assert parts.name == "mod.f"

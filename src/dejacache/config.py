@@ -16,7 +16,7 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from . import _project
 from ._core import volatile as _vol
@@ -32,10 +32,12 @@ from .stores._base import (
     Features,
     Record,
     Store,
-    StoreStats,
     features_of,
     off_loop,
 )
+
+if TYPE_CHECKING:
+    from .stores._store_stats import StoreStats
 
 __all__ = [
     "MODES",

@@ -36,7 +36,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from uuid import UUID
 
 import orjson
@@ -45,7 +45,11 @@ import xxhash
 from . import _keys_segments as _seg
 from . import _secrets
 from ._core import volatile as _vol
+from ._lazy import pattern
 from .errors import ConfigurationError, UnhashableArgument
+
+if TYPE_CHECKING:
+    from ._key_parts import KeyParts
 
 __all__ = [
     "DEFAULT_SECRETS",
@@ -53,11 +57,21 @@ __all__ = [
     "KEY_SCHEMA_VERSION",
     "MAX_DEPTH",
     "KeyBuilder",
-    "KeyParts",
+    "KeyParts",  # defined in _key_parts, served by __getattr__
     "call_key",
     "canonical_json",
     "explain",
 ]
+
+def __getattr__(name: str) -> Any:
+    # ``KeyParts`` is imported on first use: only ``explain`` makes one (see _key_parts).
+    if name == "KeyParts":
+        from ._key_parts import KeyParts
+
+        globals()[name] = KeyParts
+        return KeyParts
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 #: Bumped whenever the canonical form changes, so old entries miss instead of colliding.
 #: 2: NaN/inf inside containers no longer spelled ``null`` (an old ``[null]`` entry may hold
@@ -881,18 +895,6 @@ def digest(namespace: str, name: str, canonical: bytes) -> str:
     return xxhash.xxh3_128_hexdigest(canonical, seed=_seed(namespace, name))
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class KeyParts:
-    """What went into a key, for debugging misses (``dejacache.explain``)."""
-
-    key: str
-    version: int
-    namespace: str
-    name: str
-    arguments: dict[str, Any]
-    canonical: str
-
-
 _EMPTY = inspect.Parameter.empty
 _PK = inspect.Parameter.POSITIONAL_OR_KEYWORD
 _PO = inspect.Parameter.POSITIONAL_ONLY
@@ -902,7 +904,7 @@ _FAST_KINDS = (_PK, inspect.Parameter.KEYWORD_ONLY, _VAR_KW)
 # The key of a call the signature refuses holds its positional arguments under this key: not
 # a str, so no binding (whose names all are) nor keyword can ever write it.
 _REFUSED: Any = None
-_ARG_N = re.compile(r"arg[0-9]+")
+_ARG_N = pattern(r"arg[0-9]+")  # compiled when first used
 
 
 def _receiver(target: Any, sig: inspect.Signature) -> str | None:
@@ -1357,6 +1359,8 @@ def explain(
     key_self: bool | None = None,
 ) -> KeyParts:
     """The parts that make a key, for debugging: version, namespace, name, canonical args."""
+    from ._key_parts import KeyParts
+
     kb = KeyBuilder(fn, name, ignore=ignore, volatile=volatile, key_self=key_self)
     canon = kb.canonical(args, kwargs or {})
     return KeyParts(

@@ -69,3 +69,14 @@ def test_text_adds_its_parts_in_order(parts: dict[str, int], spaced: bool) -> No
         if len(order) > 1:  # the same parts out of order are refused, never summed
             with pytest.raises(ConfigurationError):
                 seconds("".join(f"{parts[u]}{u}" for u in reversed(order)), "ttl")
+
+
+def test_other_real_numbers_are_seconds_and_decimals_are_not() -> None:
+    """Ints and floats take the short branch; any other ``numbers.Real`` (imported only
+    then) is still seconds, and a ``Decimal`` (not registered as Real) is still refused."""
+    import decimal
+    import fractions
+
+    assert seconds(fractions.Fraction(3, 2), "ttl") == 1.5
+    with pytest.raises(ConfigurationError, match="ttl must be a duration"):
+        seconds(decimal.Decimal("1.5"), "ttl")

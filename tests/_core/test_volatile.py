@@ -32,6 +32,14 @@ def test_parse_splits_names_paths_and_patterns() -> None:
     assert spec.patterns[0] is pat and spec.patterns[1].pattern == "id-[0-9a-f]+"
 
 
+def test_a_parse_compares_by_its_fields_and_is_false_when_empty() -> None:
+    assert parse(["a", "!b", "c.d"]) == parse(["c.d", "!b", "a"])
+    assert hash(parse(["a"])) == hash(parse(["a"])) and parse(["a"]) != parse(["b"])
+    assert not parse([]) and not parse(None) and parse(["!b"])
+    assert repr(parse(["a"])) == (
+        "Volatility(names=frozenset({'a'}), paths=(), patterns=(), keep=frozenset())")
+
+
 @pytest.mark.parametrize("bad", ["a..b", "a[", "a[x]", ".a", "a.", "re:(", 3, ""])
 def test_malformed_items_are_errors_naming_the_item(bad: Any) -> None:
     with pytest.raises(ConfigurationError):

@@ -1,4 +1,5 @@
-"""``Record``: the hand-written constructor keeps the dataclass's API and its immutability."""
+"""``Record``: the hand-written constructor keeps the dataclass's API and its immutability.
+``Features`` (a plain class) and ``StoreStats`` (defined on first use) keep theirs."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import pickle
 
 import pytest
 
-from dejacache.stores import Record
+from dejacache.stores import Record, StoreStats, _base
+from dejacache.stores._base import Features
 
 
 def test_constructor_takes_positional_keyword_and_default_arguments() -> None:
@@ -38,3 +40,31 @@ def test_record_stays_a_frozen_slotted_dataclass() -> None:
                                                          usage={"prompt_tokens": 1})
     assert pickle.loads(pickle.dumps(r)) == r
     assert "name='fn'" in repr(r)
+
+
+def test_features_keep_the_frozen_dataclass_api() -> None:
+    f = Features(sequenced=True, rerecord_hint="rerun")
+    assert f == Features(True, False, False, False, False, False, False, False, False, "rerun")
+    assert f != Features() and hash(f) == hash(Features(sequenced=True, rerecord_hint="rerun"))
+    assert (f.sequenced, f.blocking, f.partial, f.rerecord_hint) == (True, False, False, "rerun")
+    assert repr(Features(partial=True)) == (
+        "Features(sequenced=False, blocking=False, short_hits=False, checked_on_put=False, "
+        "shares=False, keeps_errors=False, notes_misses=False, redacts=False, partial=True, "
+        "rerecord_hint=None)")
+    with pytest.raises(AttributeError):
+        f.sequenced = False  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        f.other = 1  # type: ignore[attr-defined]
+    assert pickle.loads(pickle.dumps(f)) == f
+    with pytest.raises(TypeError):
+        Features(bogus=True)  # type: ignore[call-arg]
+
+
+def test_store_stats_is_served_by_base_and_the_package() -> None:
+    assert _base.StoreStats is StoreStats
+    s = StoreStats("memory://", 1, 2)
+    assert dataclasses.is_dataclass(s) and s.extra == {}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.entries = 3  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        _base.NoSuchName  # type: ignore[attr-defined]  # noqa: B018

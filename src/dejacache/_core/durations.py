@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import datetime
 import math
-import numbers
-import re
 from typing import Final
 
+from .._lazy import pattern
 from ..errors import ConfigurationError
 
 __all__ = ["MAX_SECONDS", "Duration", "seconds"]
@@ -30,7 +29,8 @@ MAX_SECONDS: Final = 100 * 365.25 * 86400.0
 # Largest first; "ms" before "m" so that "250ms" is not read as 250 minutes and an "s".
 _UNITS: Final = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 _ORDER: Final = tuple(_UNITS)
-_PART: Final = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*(ms|d|h|m|s)")
+# Compiled when first used (~0.1 ms): only a duration written as text reads it.
+_PART: Final = pattern(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*(ms|d|h|m|s)")
 _FORMS: Final = ("seconds (a number), a datetime.timedelta, or text such as '90s', '5m', "
                  "'1h30m', '2d', '250ms'")
 
@@ -51,6 +51,15 @@ def _from_text(text: str) -> float | None:
     return total if last >= 0 else None
 
 
+def _other_real(value: object) -> float | None:
+    """Seconds from any other real number (a ``Fraction``, a numpy float), else None."""
+    # Imported here: ~0.5 ms of a fresh process's first block, and ints and floats do
+    # not need it.
+    import numbers
+
+    return float(value) if isinstance(value, numbers.Real) else None
+
+
 def seconds(value: object, what: str, *, zero: bool = False, hint: str = "") -> float:
     """``value`` as seconds, or ``ConfigurationError`` naming ``what`` and the value.
 
@@ -59,14 +68,14 @@ def seconds(value: object, what: str, *, zero: bool = False, hint: str = "") -> 
     out: float | None
     if isinstance(value, bool):  # True is an int, and never a duration
         out = None
-    elif isinstance(value, numbers.Real):
+    elif isinstance(value, (int, float)):
         out = float(value)
     elif isinstance(value, datetime.timedelta):
         out = value.total_seconds()
     elif isinstance(value, str):
         out = _from_text(value)
     else:
-        out = None
+        out = _other_real(value)
     if out is None:
         raise ConfigurationError(f"{what} must be a duration: {_FORMS}; got {value!r}")
     if math.isnan(out) or out < 0 or (out == 0 and not zero) or out > MAX_SECONDS:

@@ -37,11 +37,11 @@ import contextvars
 import re
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from .. import _secrets
+from .._lazy import pattern
 from ..errors import ConfigurationError, DejacacheWarning
-from .redos import exponential
 
 __all__ = [
     "BlockPaths",
@@ -68,24 +68,48 @@ PLACEHOLDER = "<volatile>"
 Step = str | int | None
 Path = tuple[Step, ...]
 
-_SEGMENT = re.compile(r"([^.\[\]]+)?((?:\[(?:\*|\d+)\])*)")
-_INDEX = re.compile(r"\[(\*|\d+)\]")
+# Compiled when first used (~1 ms of this module's import for the three): only declared
+# paths and patterns read them, and most blocks declare neither.
+_SEGMENT = pattern(r"([^.\[\]]+)?((?:\[(?:\*|\d+)\])*)")
+_INDEX = pattern(r"\[(\*|\d+)\]")
 # A literal placeholder in the text, and the escaped ones (``<volatile\\>``...): one more
 # backslash each, so text never keys like a match that was replaced.
-_LITERAL = re.compile(r"<volatile(\\*)>")
+_LITERAL = pattern(r"<volatile(\\*)>")
 
 
-# A named tuple, not a frozen dataclass: ~0.15 against ~1 ms to define on the 2-core box, in
-# a module every first cassette block loads.
-class Volatility(NamedTuple):
-    names: frozenset[str] = frozenset()
-    paths: tuple[Path, ...] = ()
-    patterns: tuple[re.Pattern[str], ...] = ()
-    #: names written ``!name``: keyed although dejacache leaves them out by default
-    keep: frozenset[str] = frozenset()
+class Volatility:
+    """What :func:`parse` made of ``volatile=`` items. A plain slotted class, neither a frozen
+    dataclass (~1 ms to define) nor a named tuple (~0.2 ms), in a module every first cassette
+    block loads: its fields are only read by name, and it compares by them."""
+
+    __slots__ = ("keep", "names", "paths", "patterns")
+
+    def __init__(self, names: frozenset[str] = frozenset(), paths: tuple[Path, ...] = (),
+                 patterns: tuple[re.Pattern[str], ...] = (),
+                 keep: frozenset[str] = frozenset()) -> None:
+        self.names = names
+        self.paths = paths
+        self.patterns = patterns
+        #: names written ``!name``: keyed although dejacache leaves them out by default
+        self.keep = keep
+
+    def _fields(self) -> tuple[Any, ...]:
+        return self.names, self.paths, self.patterns, self.keep
 
     def __bool__(self) -> bool:
         return bool(self.names or self.paths or self.patterns or self.keep)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Volatility):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return "Volatility(names={!r}, paths={!r}, patterns={!r}, keep={!r})".format(
+            *self._fields())
 
 
 def _is_path(item: str) -> bool:
@@ -152,6 +176,10 @@ def _checked(pat: re.Pattern[str]) -> re.Pattern[str]:
         raise ConfigurationError(
             f"volatile pattern {pat.pattern!r} matches the empty string, so it would insert "
             "placeholders everywhere")
+    # Imported here: only a declared pattern is checked, and the checker's module (~0.35 ms
+    # to import) is then off the path of every block that declares none.
+    from .redos import exponential
+
     why = exponential(pat)
     if why is not None:
         # Measured: ``(a+)+$`` took 7 s on a 25-character argument, doubling per character.

@@ -6,9 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 from .._lazy import attach
 from ..errors import ConfigurationError
-from ._base import BaseStore, Record, Store, StoreStats
+from ._base import BaseStore, Record, Store
 
 if TYPE_CHECKING:
+    from ._store_stats import StoreStats
     from .memory import MemoryStore
     from .redis import RedisStore
     from .sqlite import SQLiteStore
@@ -18,9 +19,10 @@ __all__ = ["BaseStore", "MemoryStore", "Record", "RedisStore", "SQLiteStore", "S
            "StoreStats", "TieredStore", "store_from_url"]
 
 # Each tier is imported on first use: ``config`` needs only the protocol, and sqlite3 alone
-# cost ~3 ms of ``import dejacache``.
+# cost ~3 ms of ``import dejacache``. So is ``StoreStats``, which only ``stats()`` makes.
 _getattr, __dir__ = attach(__name__, {
-    "MemoryStore": ".memory", "SQLiteStore": ".sqlite", "TieredStore": ".tiered",
+    "MemoryStore": ".memory", "SQLiteStore": ".sqlite", "StoreStats": "._store_stats",
+    "TieredStore": ".tiered",
 })
 
 
