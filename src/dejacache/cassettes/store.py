@@ -44,18 +44,18 @@ from ..stores._base import NOT_SHARED, BaseStore, Hit, Record, StoreStats
 from . import format as fmt
 from .ageing import Ageing, stamp_entry
 from .blobs import BLOB, sink_for, spliced
-from .calls import Call, Divergence
 from .order import RunOrder
-from .prices import estimate_dollars
 from .redact import Redactor
-from .tape import NONE_UNUSED, Entry, EntryInfo, Tape, Unused, View, request_shapes
+from .tape import NONE_UNUSED, Entry, Tape, Unused, View, request_shapes
 from .vcr_match import VcrMatch
 from .writer import Writer
 
 if TYPE_CHECKING:
+    from .calls import Call
+    from .findings import Divergence, EntryInfo
     from .partial import Partial
 
-__all__ = ["Cassette", "EntryInfo", "TapeCounters"]
+__all__ = ["Cassette", "TapeCounters"]
 
 # Calls a block makes before it reads which request forms its file holds (once): reading
 # them touches every entry (~1 ms at 1k entries), each call that asks before costs the older
@@ -83,6 +83,8 @@ class TapeCounters:
             # The first n priced, then dropped in place: a hit another thread appends
             # meanwhile stays for the next read (swapping the list lost it to a thread that
             # had fetched the old one).
+            from .prices import estimate_dollars  # (a price table: read when a total is)
+
             n = len(pending)
             total = self._dollars
             for usage, model in pending[:n]:
@@ -519,7 +521,7 @@ class Cassette(BaseStore):
     @property
     def divergences(self) -> list[Divergence]:
         """Where this run left its recording, in the order found (see
-        :class:`~.calls.Divergence`); recorded calls never made are added at exit."""
+        :class:`~.findings.Divergence`); recorded calls never made are added at exit."""
         with self._lock:
             return self._order.settled()
 

@@ -16,23 +16,24 @@ takes it for callers outside).
 from __future__ import annotations
 
 import collections
-import dataclasses
 import itertools
 import mmap
 import operator
 import pathlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import CassetteError
 from . import format as fmt
 from .blobs import BLOB, Folder, answers_in, weight
-from .calls import CallInfo
 from .kinds import step_kind
 from .reader import DocIndex, FileIndex, Index
 
-__all__ = ["EntryInfo", "Tape", "Unused", "request_shapes"]
+if TYPE_CHECKING:
+    from .findings import CallInfo, EntryInfo
+
+__all__ = ["Tape", "Unused", "request_shapes"]
 
 _T = TypeVar("_T")
 
@@ -41,16 +42,6 @@ _T = TypeVar("_T")
 # once. A few bytes per recording; cleared when full.
 _SHAPES: dict[bytes, frozenset[frozenset[str] | None]] = {}
 _SHAPES_KEPT = 256
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class EntryInfo:
-    """One recorded call, as listed by ``tape.unused``."""
-
-    name: str
-    key: str
-    occurrence: int
-    kind: str
 
 
 class Entry:
@@ -513,6 +504,7 @@ class Tape:
 
     def entry_infos(self, steps: Iterable[int]) -> list[EntryInfo]:
         """``steps`` as ``EntryInfo`` (name, key, occurrence, kind), from the index alone."""
+        from .findings import entry_infos  # (reports only: see findings.py)
         ix = self.ix
         assert ix is not None
         try:
@@ -523,15 +515,7 @@ class Tape:
             self.fall_back()
             assert self.ix is not None
             keys, names, kinds = self.ix.keys(), self.ix.names(), self.ix.kinds()
-        want = set(steps)
-        out = []
-        occ: collections.Counter[str] = collections.Counter()
-        for i, k in enumerate(keys):
-            n = occ[k]
-            occ[k] += 1
-            if i in want:
-                out.append(EntryInfo(names[i], k, n, kinds[i]))
-        return out
+        return entry_infos(keys, names, kinds, steps)
 
     def close(self, unused: Unused | None) -> None:
         """Drop the file's bytes (a memory map holds a descriptor), keeping the index's
@@ -554,6 +538,7 @@ class Tape:
 
     def info(self, step: int) -> CallInfo:
         """Recorded step ``step`` as reports show it."""
+        from .findings import CallInfo  # (reports only: see findings.py)
         if self.raw is None:  # closed: names from the index, the request from the file
             ix = self.ix
             assert ix is not None
