@@ -51,9 +51,8 @@ __all__ = ["BASE64", "BLOB", "FOLDER", "GRACE", "HEX", "MARK", "MIN_PAYLOAD", "M
 FOLDER: Final = "blobs"
 #: The reference an entry holds in place of a payload: ``MARK + hash``.
 MARK: Final = fmt.BLOB_REF
-#: What ``format.unpack`` hands a resolver for such a reference: ``BLOB + hash``.
-BLOB: Final = MARK[len(fmt.REF):]
-_MARK_BYTES: Final = MARK.encode()
+BLOB: Final = fmt.BLOB
+_MARK_BYTES: Final = fmt.BLOB_REF_BYTES
 #: Base64 and ``data:`` URLs of at least this many characters are stored as blobs: 20 ms of
 #: 24 kHz PCM16 audio (what realtime clients commonly send per message) is 1,280.
 MIN_PAYLOAD: Final = 1024

@@ -36,7 +36,6 @@ from ..scope import Block, enter, inherited, leave, settle
 from . import scratch
 from ._events import DISCARDED, INTERRUPTIONS, OPENED
 from .ageing import resolve as resolve_ageing
-from .blobs import sink_for
 from .redact import Redactor
 from .store import Cassette
 from .vcr_match import check_match, warn_stale
@@ -120,7 +119,10 @@ class cassette(Block[Cassette]):
                 f"{self.path.with_suffix('.json').name} (a vcrpy / pytest-recording YAML "
                 f"recording converts with: dejacache import {self.path} -o "
                 f"{self.path.with_suffix('.json')})")
-        sink_for(blobs)  # a wrong value fails where it is written
+        if blobs is not True:  # (the default needs no check, nor blobs.py)
+            from .blobs import sink_for
+
+            sink_for(blobs)  # a wrong value fails where it is written
         self.blobs = blobs
         self.mode = resolve_mode(mode) if mode is not None else None
         self.redactor = Redactor.from_spec(redact, substitute)

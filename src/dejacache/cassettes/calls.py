@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .kinds import step_kind
-
 __all__ = ["Call", "args_of"]
 
 
@@ -48,6 +46,8 @@ class Call:
         """The kind shown: ``model``, ``tool``, ``function`` or ``http`` (``step_kind``)."""
         kind = self._kind
         if kind is None:
+            from .kinds import step_kind  # (a replay never asks: kinds.py loads when one does)
+
             kind = self._kind = step_kind(self.raw_kind, self.name)
         return kind
 

@@ -25,7 +25,7 @@ import pathlib
 import sys
 import threading
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
@@ -43,7 +43,6 @@ from ..stats import token_total
 from ..stores._base import NOT_SHARED, BaseStore, Hit, Record, StoreStats
 from . import format as fmt
 from .ageing import Ageing, stamp_entry
-from .blobs import BLOB, sink_for, spliced
 from .order import RunOrder
 from .redact import Redactor
 from .tape import NONE_UNUSED, Entry, Tape, Unused, View, request_shapes
@@ -157,7 +156,7 @@ class Cassette(BaseStore):
         self._tape.on_index = self._order.indexed
         self._here = self._order.step  # where the calling task is (bound once: the hit path)
         self._writer = Writer(self._tape, self._order, mode=self.mode, shared=shared,
-                              blobs=sink_for(blobs))
+                              blobs=blobs)
         #: method + URL matching, vcrpy's way (opt-in: ``vcr_match.py``)
         self.vcr = VcrMatch(self._tape, self.redact_tree, match)
         self._damage: CassetteError | None = None
@@ -278,7 +277,7 @@ class Cassette(BaseStore):
         else:
             kind = str(doc.get("kind", "call"))
             if body is not None and not self.redactor.restore_map:
-                payload = body if body.find(fmt.REF_BYTES) < 0 else spliced(body, self._blob)
+                payload = body if body.find(fmt.REF_BYTES) < 0 else _spliced(body, self._blob)
             if payload is not None:
                 # the file's bytes (with their blobs' payloads) are the payload: parsed
                 # once, by the codec (Fragment makes orjson emit them verbatim)
@@ -311,7 +310,7 @@ class Cassette(BaseStore):
         return _hit_of(rec) if lazy else rec
 
     def _blob(self, h: str) -> Any:
-        return self._tape.resolve(BLOB + h)
+        return self._tape.resolve(fmt.BLOB + h)
 
     def unordered(self, names: frozenset[str]) -> None:
         """Calls named so are outside the recorded order (``RunOrder.unordered``)."""
@@ -670,3 +669,10 @@ def _derived_path(path: pathlib.Path) -> pathlib.Path:
     from .partial import derived_path  # loaded by a partial block already
 
     return derived_path(path, None)
+
+
+def _spliced(body: bytes, text: Callable[[str], Any]) -> bytes | None:
+    """``blobs.spliced``: loaded by the first answer that holds a reference."""
+    from .blobs import spliced
+
+    return spliced(body, text)
