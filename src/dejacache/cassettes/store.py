@@ -21,6 +21,7 @@ this run use nothing of the file and drops what it recorded; there are no TTLs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 import sys
 import threading
@@ -47,12 +48,12 @@ from .order import RunOrder
 from .redact import Redactor
 from .tape import NONE_UNUSED, Entry, Tape, Unused, View, request_shapes
 from .vcr_match import VcrMatch
-from .writer import Writer
 
 if TYPE_CHECKING:
     from .calls import Call
     from .findings import Divergence, EntryInfo
     from .partial import Partial
+    from .writer import Writer
 
 __all__ = ["Cassette", "TapeCounters"]
 
@@ -155,8 +156,8 @@ class Cassette(BaseStore):
                                derived=derived)
         self._tape.on_index = self._order.indexed
         self._here = self._order.step  # where the calling task is (bound once: the hit path)
-        self._writer = Writer(self._tape, self._order, mode=self.mode, shared=shared,
-                              blobs=blobs)
+        self._blobs = blobs
+        self._new: list[dict[str, Any]] = []  # the recordings this run added (``_writer``'s)
         #: method + URL matching, vcrpy's way (opt-in: ``vcr_match.py``)
         self.vcr = VcrMatch(self._tape, self.redact_tree, match)
         self._damage: CassetteError | None = None
@@ -172,7 +173,6 @@ class Cassette(BaseStore):
                        if max_age is not None else None)
         #: which calls go live (``partial.py``); their recordings go to ``live_tape``
         self.partial = partial
-        self._writer.expired = self.ageing.expired if self.ageing is not None else None
         self.live_tape = None if partial is None else Cassette(
             live_path or _derived_path(self.path), mode="record",
             redactor=self.redactor, rerecord_hint=rerecord_hint,
@@ -192,9 +192,6 @@ class Cassette(BaseStore):
             if self._loaded:
                 return
             exists = self._tape.load()
-            # The file as it was read: a save that finds it still so knows it holds what was
-            # read, and splices instead of rendering it again.
-            self._writer.baseline = self._tape.identity
             if exists and self.strict and self.mode == "auto":
                 # A strict recording is a contract: a call it does not have is a
                 # divergence, raised before anything is sent (nothing is paid for).
@@ -202,6 +199,10 @@ class Cassette(BaseStore):
                 if self.ageing is not None:
                     self.ageing.mode = "replay"
             self._loaded = True  # not when the check raised: the next call reads the file again
+
+    @functools.cached_property
+    def _writer(self) -> Writer:  # with the first recording or save (_new_writer)
+        return _new_writer(self)
 
     def expand(self, tree: Any) -> Any:
         return self._tape.expand(tree)
@@ -432,7 +433,7 @@ class Cassette(BaseStore):
                 ) -> Iterator[tuple[str, Record]]:
         tape = self._tape
         with self._lock:
-            items: list[Entry | dict[str, Any]] = [*tape.all_entries(), *self._writer.new]
+            items: list[Entry | dict[str, Any]] = [*tape.all_entries(), *self._new]
         for item in items:  # parsed one by one: a miss report looks at the first 1000 only
             if isinstance(item, Entry):
                 with self._lock:
@@ -497,15 +498,15 @@ class Cassette(BaseStore):
 
     def clear(self, namespace: str | None = None) -> int:
         with self._lock:
-            n = self._tape.use_all() + len(self._writer.new)
-            self._writer.new.clear()
+            n = self._tape.use_all() + len(self._new)
+            self._new.clear()
             return n
 
     def stats(self) -> StoreStats:
         tape = self._tape
         tape.index()
         return StoreStats(backend=f"cassette:{self.path}",
-                          entries=len(tape.old) + len(self._writer.new),
+                          entries=len(tape.old) + len(self._new),
                           bytes=len(tape.raw or b""),
                           extra=self.counters.public())
 
@@ -574,7 +575,7 @@ class Cassette(BaseStore):
 
     @property
     def new_entries(self) -> int:
-        return len(self._writer.new)
+        return len(self._new)
 
     def save(self, *, prune: bool = False) -> bool:
         """Write the file if this run changed it; returns whether bytes were written (an
@@ -591,7 +592,7 @@ class Cassette(BaseStore):
             self._sealed = True
             if self.mode in ("off",):
                 return False
-            new = bool(self._writer.new)
+            new = bool(self._new)
             changed = new or (prune and bool(self.unused)) or (
                 self.mode == "record" and (self._tape.raw is not None or new))
             if not changed:
@@ -676,3 +677,17 @@ def _spliced(body: bytes, text: Callable[[str], Any]) -> bytes | None:
     from .blobs import spliced
 
     return spliced(body, text)
+
+
+def _new_writer(c: Cassette) -> Writer:
+    """The writer of ``c``'s new recordings and save, made with the first of them: a replay
+    that records nothing never loads ``writer.py`` (0.25-0.35 ms of a first block)."""
+    from .writer import Writer
+
+    w = Writer(c._tape, c._order, mode=c.mode, shared=c.shared, blobs=c._blobs)
+    w.new = c._new
+    # The file as it was read (the tape reads it once): a save that finds it still so knows
+    # it holds what was read, and splices instead of rendering it again.
+    w.baseline = c._tape.identity
+    w.expired = c.ageing.expired if c.ageing is not None else None
+    return w
