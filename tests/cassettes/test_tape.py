@@ -10,8 +10,9 @@ import pytest
 
 from dejacache._core.strict import ROOT
 from dejacache.cassettes import format as fmt
+from dejacache.cassettes.findings import EntryInfo
 from dejacache.cassettes.reader import Index
-from dejacache.cassettes.tape import EntryInfo, Tape, Unused
+from dejacache.cassettes.tape import Tape, Unused
 from dejacache.errors import CassetteError
 
 PATH = pathlib.Path("in-memory.json")  # named in errors; never opened by these tests

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextvars
 import os
-import re
 import sys
 import time
 import warnings
@@ -41,6 +40,7 @@ from .._core.ageing import (
     stamp,
 )
 from .._core.durations import seconds
+from .._lazy import pattern
 from ..config import settings_object
 from ..errors import DejacacheWarning
 
@@ -57,7 +57,8 @@ _AGENT: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
     "dejacache_user_agent", default=None)
 
 # "OpenAI/Python 1.54.0", "Anthropic/Python 0.40.0", "python-httpx/0.28.1", "groq/0.9"
-_PRODUCT: Final = re.compile(r"^\s*([A-Za-z][\w.-]*)/(?:Python|JS)?\s*([0-9][\w.+-]*)")
+# (compiled when a call is first recorded: a replay never reads it)
+_PRODUCT: Final = pattern(r"^\s*([A-Za-z][\w.-]*)/(?:Python|JS)?\s*([0-9][\w.+-]*)")
 
 # A provider's name (``Provider.name``) and the package that is its SDK, for calls whose
 # User-Agent is not known (transports other than httpx).

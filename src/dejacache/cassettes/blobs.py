@@ -31,39 +31,39 @@ text of a text blob; ``dejacache scan`` reads the text blobs a cassette uses wit
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import pathlib
-import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Final
 
 import orjson
 import xxhash
 
+from .._lazy import pattern
 from ..errors import CassetteError
 from . import format as fmt
 
-__all__ = ["BLOB", "FOLDER", "GRACE", "MARK", "MIN_PAYLOAD", "MIN_TEXT", "BlobInfo", "Checked",
-           "Folder", "Sink", "answers_in", "blob_of", "blobs_in", "check", "describe", "hints_in",
-           "is_payload", "is_text", "kind_of", "refers", "sink_for", "spliced", "unused", "used_by",
-           "weight"]
+__all__ = ["BASE64", "BLOB", "FOLDER", "GRACE", "HEX", "MARK", "MIN_PAYLOAD", "MIN_TEXT",
+           "Folder", "Sink", "answers_in", "blob_of", "blobs_in", "is_payload", "refers",
+           "sink_for", "spliced", "used_by", "weight"]
 
 #: The folder beside a cassette that holds its blobs.
 FOLDER: Final = "blobs"
 #: The reference an entry holds in place of a payload: ``MARK + hash``.
 MARK: Final = fmt.BLOB_REF
-#: What ``format.unpack`` hands a resolver for such a reference: ``BLOB + hash``.
-BLOB: Final = MARK[len(fmt.REF):]
-_MARK_BYTES: Final = MARK.encode()
+BLOB: Final = fmt.BLOB
+_MARK_BYTES: Final = fmt.BLOB_REF_BYTES
 #: Base64 and ``data:`` URLs of at least this many characters are stored as blobs: 20 ms of
 #: 24 kHz PCM16 audio (what realtime clients commonly send per message) is 1,280.
 MIN_PAYLOAD: Final = 1024
 #: Any other text of at least this many characters (a tool's output, a document) too.
 MIN_TEXT: Final = 64 * 1024
-_HEX = re.compile(r"[0-9a-f]{32}")
-_BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}|[A-Za-z0-9_-]+={0,2}")
-_DATA_URL = re.compile(r"data:[\w.+-]+/[\w.+-]+(?:;[\w.+-]+=[\w.+-]+)*;base64,")
+# Compiled when first used: a replay over a file without blobs never reads them.
+#: A blob's name (its hash)
+HEX = pattern(r"[0-9a-f]{32}")
+#: Base64 text, in either alphabet
+BASE64 = pattern(r"[A-Za-z0-9+/]+={0,2}|[A-Za-z0-9_-]+={0,2}")
+_DATA_URL = pattern(r"data:[\w.+-]+/[\w.+-]+(?:;[\w.+-]+=[\w.+-]+)*;base64,")
 # Seconds a blob nothing refers to is kept by ``--fix``: a save under way writes its blobs
 # before its cassette, and for that moment they look unreferenced.
 GRACE: Final = 300.0
@@ -71,7 +71,7 @@ GRACE: Final = 300.0
 
 def blob_of(ref: str) -> str | None:
     """The hash of a reference's target (the text after ``@ref:``) when it names a blob."""
-    if ref.startswith("blob:") and _HEX.fullmatch(ref, 5):
+    if ref.startswith("blob:") and HEX.fullmatch(ref, 5):
         return ref[5:]
     return None
 
@@ -86,19 +86,12 @@ def is_payload(s: str, min_payload: int = MIN_PAYLOAD, min_text: int = MIN_TEXT)
         return True
     if s.startswith("data:"):
         m = _DATA_URL.match(s)
-        return m is not None and _BASE64.fullmatch(s, m.end()) is not None
-    return n % 4 == 0 and _BASE64.fullmatch(s) is not None
+        return m is not None and BASE64.fullmatch(s, m.end()) is not None
+    return n % 4 == 0 and BASE64.fullmatch(s) is not None
 
 
 def blob_hash(data: bytes) -> str:
     return xxhash.xxh3_128_hexdigest(data)
-
-
-def is_text(data: bytes) -> bool:
-    """Whether a blob is text (a tool's output) rather than an encoded payload: what
-    ``scan`` reads."""
-    head = data[:96].decode("ascii", errors="replace")
-    return not head.startswith("data:") and _b64_head(head) is None
 
 
 class Sink:
@@ -246,7 +239,7 @@ class Folder:
         for shard in sorted(self.root.iterdir()):
             if shard.is_dir() and len(shard.name) == 2:
                 for f in sorted(shard.iterdir()):
-                    if _HEX.fullmatch(f.name) and f.name[:2] == shard.name:
+                    if HEX.fullmatch(f.name) and f.name[:2] == shard.name:
                         yield f.name
 
     def remove(self, h: str) -> None:
@@ -318,7 +311,7 @@ def refers(data: fmt.Buffer) -> bool:
 
 
 _QUOTED_MARK: Final = b'"' + _MARK_BYTES
-_HEX_BYTES = re.compile(rb"[0-9a-f]{32}")
+_HEX_BYTES = pattern(rb"[0-9a-f]{32}")
 _BLANK: Final = b" \t\r\n"
 
 
@@ -389,7 +382,7 @@ def answers_in(data: fmt.Buffer) -> list[str]:
             answer = data.startswith(_ANSWER_KEY, k + key)
         if answer:
             h = data[at + size:at + size + 32].decode("ascii", "replace")
-            if h not in seen and _HEX.fullmatch(h):
+            if h not in seen and HEX.fullmatch(h):
                 seen.add(h)
                 out.append(h)
         last = at
@@ -410,155 +403,5 @@ def weight(data: fmt.Buffer) -> int:
     return n
 
 
-# ---------------------------------------------------------------- what a blob is
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class BlobInfo:
-    """One blob a cassette uses, as ``show`` and the report list them."""
-
-    hash: str
-    size: int  # bytes on disk (-1: missing)
-    kind: str  # a media type, sniffed from the content
-    steps: tuple[int, ...] = ()  # the entries that use it
-
-
-_MAGIC: Final = (
-    (b"RIFF", 8, b"WAVE", "audio/wav"), (b"RIFF", 8, b"WEBP", "image/webp"),
-    (b"\x89PNG", 0, b"", "image/png"), (b"\xff\xd8\xff", 0, b"", "image/jpeg"),
-    (b"GIF8", 0, b"", "image/gif"), (b"OggS", 0, b"", "audio/ogg"),
-    (b"fLaC", 0, b"", "audio/flac"), (b"ID3", 0, b"", "audio/mpeg"),
-    (b"%PDF", 0, b"", "application/pdf"), (b"PK\x03\x04", 0, b"", "application/zip"),
-)
-
-
-def kind_of(head: bytes, hint: str = "") -> str:
-    """The media type of a blob from its first bytes: what a ``data:`` URL declares, else
-    the type the decoded content's magic number names, else ``hint`` for base64 without
-    one (the ``mimeType`` beside it, or ``audio`` from the field it sat in), else
-    ``text/plain`` or ``application/octet-stream``."""
-    text = head.decode("ascii", errors="replace")
-    if text.startswith("data:"):
-        return text[5:].partition(";")[0].partition(",")[0] or "application/octet-stream"
-    raw = _b64_head(text)
-    if raw is not None:
-        for magic, at, more, kind in _MAGIC:
-            if raw.startswith(magic) and raw[at : at + len(more)] == more:
-                return kind + " (base64)"
-        return (hint or "application/octet-stream") + " (base64)"
-    return hint or "text/plain"
-
-
-def _b64_head(text: str) -> bytes | None:
-    import base64
-    import binascii
-
-    cut = text[: len(text) - len(text) % 4][:64]
-    if len(cut) < 8 or _BASE64.fullmatch(cut) is None:
-        return None
-    try:
-        return base64.b64decode(cut.replace("-", "+").replace("_", "/"))
-    except (binascii.Error, ValueError):
-        return None
-
-
-def describe(folder: Folder, hashes: Iterable[str], hints: dict[str, str],
-             steps: dict[str, list[int]]) -> list[BlobInfo]:
-    """``hashes`` as ``BlobInfo``, largest first (a missing blob: size -1)."""
-    out = []
-    for h in hashes:
-        p = folder.path(h)
-        try:
-            with open(p, "rb") as fh:
-                head = fh.read(96)
-            size = p.stat().st_size
-            kind = kind_of(head, hints.get(h, ""))
-        except OSError:
-            size, kind = -1, "missing"
-        out.append(BlobInfo(h, size, kind, tuple(steps.get(h, ()))))
-    return sorted(out, key=lambda b: (-b.size, b.hash))
-
-
-def hints_in(tree: Any, out: dict[str, str], context: str = "") -> None:
-    """For each blob ``tree`` refers to, what its surroundings say it is: a ``mimeType`` /
-    ``mime_type`` / ``content_type`` beside it, or ``audio`` when its field or event is
-    about audio."""
-    t = type(tree)
-    if t is dict:
-        declared = next((tree[k] for k in ("mimeType", "mime_type", "content_type")
-                         if type(tree.get(k)) is str), None)
-        kind = tree.get("type")
-        here = declared or (context if type(kind) is not str or "audio" not in kind
-                            else "audio")
-        for k, v in tree.items():
-            sub = here or ("audio" if "audio" in k else "")
-            if type(v) is str and v.startswith(MARK):
-                h = v[len(MARK):]
-                if _HEX.fullmatch(h) and sub:
-                    out.setdefault(h, sub.partition(";")[0])
-            else:
-                hints_in(v, out, sub)
-    elif t is list:
-        for v in tree:
-            hints_in(v, out, context)
-
-
 #: ``resolve(ref)`` for ``format.unpack``: the text after ``@ref:`` -> the value.
 Resolver = Callable[[str], Any]
-
-
-# ---------------------------------------------------------------- verify
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Checked:
-    """The blobs one cassette uses, checked: how many, their bytes, and the bad ones."""
-
-    count: int
-    size: int
-    missing: tuple[str, ...]
-    altered: tuple[str, ...]
-
-
-def check(folder: Folder, hashes: Iterable[str]) -> Checked:
-    """Every blob of ``hashes`` read and checked against its name."""
-    size, missing, altered = 0, [], []
-    hs = sorted(hashes)
-    for h in hs:
-        p = folder.path(h)
-        try:
-            with open(p, "rb") as fh:
-                data = fh.read()
-        except OSError:
-            missing.append(h)
-            continue
-        size += len(data)
-        if blob_hash(data) != h:
-            altered.append(h)
-    return Checked(len(hs), size, tuple(missing), tuple(altered))
-
-
-def unused(folder: Folder, now: float) -> tuple[list[str], str]:
-    """The blobs of ``folder`` no cassette beside it refers to, older than ``GRACE``; or
-    ``([], why)`` when that cannot be told (a cassette there does not parse: never removed
-    in doubt)."""
-    used: set[str] = set()
-    for f in sorted(folder.root.parent.glob("*.json")):
-        data = fmt.read_file(f)
-        if data is None or not refers(data):
-            continue
-        try:
-            used |= used_by(fmt.load_document(fmt.whole(data), f, verify=False))
-        except CassetteError:
-            return [], f"not judged: {f.name} cannot be read"
-    out = []
-    for h in folder.hashes():
-        if h in used:
-            continue
-        try:
-            if now - folder.path(h).stat().st_mtime < GRACE:
-                continue  # a save under way writes its blobs before its cassette
-        except OSError:
-            continue
-        out.append(h)
-    return out, ""

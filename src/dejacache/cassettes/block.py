@@ -17,7 +17,7 @@ import pathlib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, ParamSpec, TypeVar
+from typing import TYPE_CHECKING
 
 from .. import _project
 from .._core.modes import in_ci
@@ -36,18 +36,13 @@ from ..scope import Block, enter, inherited, leave, settle
 from . import scratch
 from ._events import DISCARDED, INTERRUPTIONS, OPENED
 from .ageing import resolve as resolve_ageing
-from .blobs import sink_for
 from .redact import Redactor
 from .store import Cassette
-from .vcr_match import check_match, warn_stale
 
 if TYPE_CHECKING:
     from .partial import LiveRule, Partial
 
 __all__ = ["DISCARDED", "INTERRUPTIONS", "OPENED", "cassette", "default_mode", "in_ci"]
-
-P = ParamSpec("P")
-T = TypeVar("T")
 
 
 def default_mode(exists: bool = True) -> str:
@@ -120,7 +115,10 @@ class cassette(Block[Cassette]):
                 f"{self.path.with_suffix('.json').name} (a vcrpy / pytest-recording YAML "
                 f"recording converts with: dejacache import {self.path} -o "
                 f"{self.path.with_suffix('.json')})")
-        sink_for(blobs)  # a wrong value fails where it is written
+        if blobs is not True:  # (the default needs no check, nor blobs.py)
+            from .blobs import sink_for
+
+            sink_for(blobs)  # a wrong value fails where it is written
         self.blobs = blobs
         self.mode = resolve_mode(mode) if mode is not None else None
         self.redactor = Redactor.from_spec(redact, substitute)
@@ -134,7 +132,11 @@ class cassette(Block[Cassette]):
         self.rerecord_hint = rerecord_hint
         self.shared = shared
         self.strict = strict
-        self.match = check_match(match)
+        if match != "request":  # (the default needs no check, nor vcr_match.py)
+            from .vcr_match import check_match
+
+            check_match(match)
+        self.match = match
         self.max_age, self.on_expiry = max_age, on_expiry
         resolve_ageing(max_age, on_expiry)  # a malformed duration fails where it is written
         self.replay_until = replay_until
@@ -236,7 +238,10 @@ class cassette(Block[Cassette]):
         # After the save: under -W error this warning is raised, and must not cost the file.
         self._paths.exit()
         if exc_type is None:  # (under -W error it must not replace the block's own error)
-            warn_stale(tape)
+            if "vcr" in vars(tape):  # (made by a miss or match="vcr": else it served none)
+                from .vcr_match import warn_stale
+
+                warn_stale(tape)
             if tape.ageing is not None:
                 tape.ageing.warn()
             if tape.partial is not None:

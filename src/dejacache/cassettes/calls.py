@@ -1,60 +1,16 @@
-"""What a cassette block records of its own calls: each call made (``tape.calls``) and each
-place a run left its recording (``tape.divergences``).
+"""What a cassette block records of its own calls: each call made (``tape.calls``).
 
-Apart from the views of whole cassettes (``trajectory.py``), which re-export these: a block
-needs only its call records, and the views cost a first block ~3 ms of imports.
+Apart from the views of whole cassettes (``trajectory.py``), which re-export it: a block
+needs only its call records, and the views cost a first block ~3 ms of imports. The places
+a run left its recording are ``findings.py``'s: a replay that follows it never builds one.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-import orjson
-
-from .kinds import step_kind
-
-__all__ = ["Call", "CallInfo", "Divergence", "args_of"]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CallInfo:
-    """One call as a divergence report shows it: name, kind and (redacted) request."""
-
-    name: str
-    kind: str
-    key: str = ""
-    request: Any = None
-    recorded_step: int | None = None
-
-    def __str__(self) -> str:
-        where = f"step {self.recorded_step}: " if self.recorded_step is not None else ""
-        return f"{where}{self.kind} {self.name} {_brief(self.request)}"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Divergence:
-    """A place where a run left its recording (``tape.divergences``).
-
-    ``reason``: ``"order"`` (a recorded call made at another place in its task),
-    ``"changed"`` (no recording; the call expected here has the same name),
-    ``"extra"`` (no recording; not the call expected here), ``"exhausted"`` (past the end of
-    the task's recorded calls), ``"unmade"`` (a recorded call never made; at block exit).
-    ``step`` is the call's index in this run (None for ``"unmade"``), ``recorded_step`` the
-    recorded step it was compared with.
-    """
-
-    reason: str
-    step: int | None
-    recorded_step: int | None
-    expected: CallInfo | None
-    actual: CallInfo | None
-    diff: tuple[str, ...]
-    message: str
-
-    def __str__(self) -> str:
-        return self.message
+__all__ = ["Call", "args_of"]
 
 
 class Call:
@@ -90,6 +46,8 @@ class Call:
         """The kind shown: ``model``, ``tool``, ``function`` or ``http`` (``step_kind``)."""
         kind = self._kind
         if kind is None:
+            from .kinds import step_kind  # (a replay never asks: kinds.py loads when one does)
+
             kind = self._kind = step_kind(self.raw_kind, self.name)
         return kind
 
@@ -115,11 +73,3 @@ def args_of(kind: str, request: Any) -> Any:
     if kind in ("model", "http") and isinstance(request, dict) and "body" in request:
         return request["body"]
     return request
-
-
-def _brief(value: Any, limit: int = 160) -> str:
-    try:
-        text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-    except TypeError:
-        text = repr(value)
-    return text if len(text) <= limit else text[: limit - 13] + "…" + text[-12:]

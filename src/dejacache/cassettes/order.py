@@ -4,7 +4,7 @@ Every entry stores ``follows``, the step its asyncio task or thread made before 
 (``_core/strict.py`` explains why per task). The task's place is kept in a context variable,
 which tasks started inside the block copy from their parent. Each call made in the block
 becomes a :class:`~.calls.Call` (``tape.calls``); one that leaves the recorded order
-becomes a :class:`~.calls.Divergence` (``tape.divergences``), raised as
+becomes a :class:`~.findings.Divergence` (``tape.divergences``), raised as
 :class:`~dejacache.ReplayDivergence` when the cassette is ``strict``.
 
 :class:`RunOrder` feeds the pure :class:`~dejacache._core.strict.OrderBook` the run's events
@@ -20,15 +20,20 @@ import contextvars
 import itertools
 import pathlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._core import strict as order
-from .._core.diff import field_diff
 from ..errors import CassetteError, ReplayDivergence, ReplayMiss
 from . import format as fmt
-from .calls import Call, CallInfo, Divergence
+from .calls import Call
 from .reader import Index
 from .tape import Entry, Tape, Unused
+
+if TYPE_CHECKING:
+    from .findings import CallInfo, Divergence
+
+# A divergence's records (findings.py) and its field diff (_core/diff.py) are imported where
+# one is found: a replay that follows its recording never does, and they cost ~2 ms to load.
 
 __all__ = ["RunOrder"]
 
@@ -209,6 +214,8 @@ class RunOrder:
         self._set_position(verdict.position, e)
         if verdict.ok:
             return None
+        from .findings import CallInfo
+
         tape = self.tape
         return self.diverge(verdict, call, pos, CallInfo(
             name, call.kind, e.key, tape.expand(tape.doc(e).get("request")), e.index))
@@ -228,6 +235,8 @@ class RunOrder:
             verdict = self.book.new(name, pos)
             step = verdict.position
             if not verdict.ok:
+                from .findings import CallInfo
+
                 self.diverge(verdict, call, pos, CallInfo(name, call.kind, key, request))
         self._set_position(step, doc)
 
@@ -244,6 +253,8 @@ class RunOrder:
         self._set_position(verdict.position, None)
         if verdict.ok:
             return None
+        from .findings import CallInfo
+
         return self.diverge(verdict, call, pos, CallInfo(
             miss.name, call.kind, miss.key, miss.request))
 
@@ -252,6 +263,9 @@ class RunOrder:
     def diverge(self, verdict: order.Verdict, call: Call, pos: int,
                 actual: CallInfo) -> ReplayDivergence:
         """Record a divergence (``tape.divergences``) and build the error strict mode raises."""
+        from .._core.diff import field_diff
+        from .findings import Divergence
+
         exp = self.tape.info(verdict.expected) if verdict.expected is not None else None
         diff: list[str] = []
         if exp is not None:
@@ -339,6 +353,8 @@ class RunOrder:
         steps, self._unmade = self._unmade, None
         if not steps:
             return
+        from .findings import Divergence
+
         for i in steps:
             exp = self.tape.info(i)
             self.divergences.append(Divergence(
@@ -359,6 +375,8 @@ class RunOrder:
         if not self._pending:
             return
         pending, self._pending = self._pending, []
+        from .findings import CallInfo
+
         self.complete_book()
         used_by = {c.recorded_step: c.index for c in self.calls
                    if c.recorded_step is not None}

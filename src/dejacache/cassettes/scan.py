@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 
 from .. import _formtext, _secrets
 from ..errors import CassetteError
-from . import blobs
+from . import blob_audit, blobs
 from .redact import PLACEHOLDER
 
 __all__ = ["Finding", "iter_files", "scan_text"]
@@ -172,7 +172,7 @@ def _in_blobs(path: pathlib.Path, data: bytes) -> list[Finding]:
             text = folder.read(h)
         except CassetteError:
             continue  # verify's blobs check names it
-        if blobs.is_text(text):
+        if blob_audit.is_text(text):
             where = f"{path} (blob {folder.path(h)})"
             found += scan_text(text.decode("utf-8", errors="replace"), where)
     return found

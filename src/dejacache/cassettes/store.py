@@ -21,11 +21,12 @@ this run use nothing of the file and drops what it recorded; there are no TTLs.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import pathlib
 import sys
 import threading
 import warnings
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
@@ -43,19 +44,18 @@ from ..stats import token_total
 from ..stores._base import NOT_SHARED, BaseStore, Hit, Record, StoreStats
 from . import format as fmt
 from .ageing import Ageing, stamp_entry
-from .blobs import BLOB, sink_for, spliced
-from .calls import Call, Divergence
 from .order import RunOrder
-from .prices import estimate_dollars
 from .redact import Redactor
-from .tape import NONE_UNUSED, Entry, EntryInfo, Tape, Unused, View, request_shapes
-from .vcr_match import VcrMatch
-from .writer import Writer
+from .tape import NONE_UNUSED, Entry, Tape, Unused, View, request_shapes
 
 if TYPE_CHECKING:
+    from .calls import Call
+    from .findings import Divergence, EntryInfo
     from .partial import Partial
+    from .vcr_match import VcrMatch
+    from .writer import Writer
 
-__all__ = ["Cassette", "EntryInfo", "TapeCounters"]
+__all__ = ["Cassette", "TapeCounters"]
 
 # Calls a block makes before it reads which request forms its file holds (once): reading
 # them touches every entry (~1 ms at 1k entries), each call that asks before costs the older
@@ -83,6 +83,8 @@ class TapeCounters:
             # The first n priced, then dropped in place: a hit another thread appends
             # meanwhile stays for the next read (swapping the list lost it to a thread that
             # had fetched the old one).
+            from .prices import estimate_dollars  # (a price table: read when a total is)
+
             n = len(pending)
             total = self._dollars
             for usage, model in pending[:n]:
@@ -154,10 +156,10 @@ class Cassette(BaseStore):
                                derived=derived)
         self._tape.on_index = self._order.indexed
         self._here = self._order.step  # where the calling task is (bound once: the hit path)
-        self._writer = Writer(self._tape, self._order, mode=self.mode, shared=shared,
-                              blobs=sink_for(blobs))
-        #: method + URL matching, vcrpy's way (opt-in: ``vcr_match.py``)
-        self.vcr = VcrMatch(self._tape, self.redact_tree, match)
+        self._blobs = blobs
+        self._new: list[dict[str, Any]] = []  # the recordings this run added (``_writer``'s)
+        self._match = match  # method + URL matching, vcrpy's way: ``vcr`` (opt-in)
+        self._wide = match != "request" and self.vcr.wide  # (any other value checked now)
         self._damage: CassetteError | None = None
         self._identities: dict[tuple[str, str], frozenset[str]] | None = None
         self._shapes: frozenset[frozenset[str] | None] | None = None
@@ -171,7 +173,6 @@ class Cassette(BaseStore):
                        if max_age is not None else None)
         #: which calls go live (``partial.py``); their recordings go to ``live_tape``
         self.partial = partial
-        self._writer.expired = self.ageing.expired if self.ageing is not None else None
         self.live_tape = None if partial is None else Cassette(
             live_path or _derived_path(self.path), mode="record",
             redactor=self.redactor, rerecord_hint=rerecord_hint,
@@ -191,9 +192,6 @@ class Cassette(BaseStore):
             if self._loaded:
                 return
             exists = self._tape.load()
-            # The file as it was read: a save that finds it still so knows it holds what was
-            # read, and splices instead of rendering it again.
-            self._writer.baseline = self._tape.identity
             if exists and self.strict and self.mode == "auto":
                 # A strict recording is a contract: a call it does not have is a
                 # divergence, raised before anything is sent (nothing is paid for).
@@ -201,6 +199,14 @@ class Cassette(BaseStore):
                 if self.ageing is not None:
                     self.ageing.mode = "replay"
             self._loaded = True  # not when the check raised: the next call reads the file again
+
+    @functools.cached_property
+    def _writer(self) -> Writer:  # with the first recording or save (_new_writer)
+        return _new_writer(self)
+
+    @functools.cached_property
+    def vcr(self) -> VcrMatch:  # with the first miss, or match="vcr" (_new_vcr)
+        return _new_vcr(self)
 
     def expand(self, tree: Any) -> Any:
         return self._tape.expand(tree)
@@ -242,7 +248,7 @@ class Cassette(BaseStore):
         with self._lock:
             if self._sealed:
                 return None  # too late for this block: see note_miss and _append
-            if self.vcr.wide and (got := self.vcr.first(key, self._record)) is not None:
+            if self._wide and (got := self.vcr.first(key, self._record)) is not None:
                 return _hit_of(got) if lazy else got
             # A miss checks the whole file first: a damaged key must be reported as damage.
             found = self._tape.take(key, self._here)
@@ -276,7 +282,7 @@ class Cassette(BaseStore):
         else:
             kind = str(doc.get("kind", "call"))
             if body is not None and not self.redactor.restore_map:
-                payload = body if body.find(fmt.REF_BYTES) < 0 else spliced(body, self._blob)
+                payload = body if body.find(fmt.REF_BYTES) < 0 else _spliced(body, self._blob)
             if payload is not None:
                 # the file's bytes (with their blobs' payloads) are the payload: parsed
                 # once, by the codec (Fragment makes orjson emit them verbatim)
@@ -309,7 +315,7 @@ class Cassette(BaseStore):
         return _hit_of(rec) if lazy else rec
 
     def _blob(self, h: str) -> Any:
-        return self._tape.resolve(BLOB + h)
+        return self._tape.resolve(fmt.BLOB + h)
 
     def unordered(self, names: frozenset[str]) -> None:
         """Calls named so are outside the recorded order (``RunOrder.unordered``)."""
@@ -431,7 +437,7 @@ class Cassette(BaseStore):
                 ) -> Iterator[tuple[str, Record]]:
         tape = self._tape
         with self._lock:
-            items: list[Entry | dict[str, Any]] = [*tape.all_entries(), *self._writer.new]
+            items: list[Entry | dict[str, Any]] = [*tape.all_entries(), *self._new]
         for item in items:  # parsed one by one: a miss report looks at the first 1000 only
             if isinstance(item, Entry):
                 with self._lock:
@@ -496,15 +502,15 @@ class Cassette(BaseStore):
 
     def clear(self, namespace: str | None = None) -> int:
         with self._lock:
-            n = self._tape.use_all() + len(self._writer.new)
-            self._writer.new.clear()
+            n = self._tape.use_all() + len(self._new)
+            self._new.clear()
             return n
 
     def stats(self) -> StoreStats:
         tape = self._tape
         tape.index()
         return StoreStats(backend=f"cassette:{self.path}",
-                          entries=len(tape.old) + len(self._writer.new),
+                          entries=len(tape.old) + len(self._new),
                           bytes=len(tape.raw or b""),
                           extra=self.counters.public())
 
@@ -519,7 +525,7 @@ class Cassette(BaseStore):
     @property
     def divergences(self) -> list[Divergence]:
         """Where this run left its recording, in the order found (see
-        :class:`~.calls.Divergence`); recorded calls never made are added at exit."""
+        :class:`~.findings.Divergence`); recorded calls never made are added at exit."""
         with self._lock:
             return self._order.settled()
 
@@ -573,7 +579,7 @@ class Cassette(BaseStore):
 
     @property
     def new_entries(self) -> int:
-        return len(self._writer.new)
+        return len(self._new)
 
     def save(self, *, prune: bool = False) -> bool:
         """Write the file if this run changed it; returns whether bytes were written (an
@@ -590,7 +596,7 @@ class Cassette(BaseStore):
             self._sealed = True
             if self.mode in ("off",):
                 return False
-            new = bool(self._writer.new)
+            new = bool(self._new)
             changed = new or (prune and bool(self.unused)) or (
                 self.mode == "record" and (self._tape.raw is not None or new))
             if not changed:
@@ -668,3 +674,32 @@ def _derived_path(path: pathlib.Path) -> pathlib.Path:
     from .partial import derived_path  # loaded by a partial block already
 
     return derived_path(path, None)
+
+
+def _spliced(body: bytes, text: Callable[[str], Any]) -> bytes | None:
+    """``blobs.spliced``: loaded by the first answer that holds a reference."""
+    from .blobs import spliced
+
+    return spliced(body, text)
+
+
+def _new_writer(c: Cassette) -> Writer:
+    """The writer of ``c``'s new recordings and save, made with the first of them: a replay
+    that records nothing never loads ``writer.py`` (0.25-0.35 ms of a first block)."""
+    from .writer import Writer
+
+    w = Writer(c._tape, c._order, mode=c.mode, shared=c.shared, blobs=c._blobs)
+    w.new = c._new
+    # The file as it was read (the tape reads it once): a save that finds it still so knows
+    # it holds what was read, and splices instead of rendering it again.
+    w.baseline = c._tape.identity
+    w.expired = c.ageing.expired if c.ageing is not None else None
+    return w
+
+
+def _new_vcr(c: Cassette) -> VcrMatch:
+    """``c``'s method + URL matching (``vcr_match.py``), made when first needed: a replay
+    that misses no call of a ``match="request"`` block never loads it (~0.3 ms)."""
+    from .vcr_match import VcrMatch
+
+    return VcrMatch(c._tape, c.redact_tree, c._match)

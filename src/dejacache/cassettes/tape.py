@@ -16,23 +16,23 @@ takes it for callers outside).
 from __future__ import annotations
 
 import collections
-import dataclasses
 import itertools
 import mmap
 import operator
 import pathlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import CassetteError
 from . import format as fmt
-from .blobs import BLOB, Folder, answers_in, weight
-from .calls import CallInfo
-from .kinds import step_kind
 from .reader import DocIndex, FileIndex, Index
 
-__all__ = ["EntryInfo", "Tape", "Unused", "request_shapes"]
+if TYPE_CHECKING:
+    from .blobs import Folder
+    from .findings import CallInfo, EntryInfo
+
+__all__ = ["Tape", "Unused", "folder", "request_shapes"]
 
 _T = TypeVar("_T")
 
@@ -41,16 +41,6 @@ _T = TypeVar("_T")
 # once. A few bytes per recording; cleared when full.
 _SHAPES: dict[bytes, frozenset[frozenset[str] | None]] = {}
 _SHAPES_KEPT = 256
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class EntryInfo:
-    """One recorded call, as listed by ``tape.unused``."""
-
-    name: str
-    key: str
-    occurrence: int
-    kind: str
 
 
 class Entry:
@@ -146,7 +136,7 @@ class Tape:
         self._uses = 0  # entries marked used so far (what ``_unused_at`` was computed at)
         self._unused_at: tuple[tuple[int, int], Unused] | None = None
         self._again: tuple[FileIndex | None, fmt.Buffer | None, dict[str, Any]] | None = None
-        self.blobs = Folder.beside(path)  # where the payloads its entries refer to are kept
+        self.blobs: Folder | None = None  # where its entries' payloads are kept: folder()
 
     # ---------------------------------------------------------------- reading the file
 
@@ -184,14 +174,14 @@ class Tape:
         except CassetteError:
             ix = None  # a damaged cross-reference: the full parse below names the damage
         self.file_index = ix  # a shared cassette's saves append through it (writer.py)
-        if ix is not None and (self.mode == "off" or weight(self.raw) >= fmt.EAGER_CHECK_UNDER):
+        if ix is not None and (self.mode == "off" or _weight(self.raw) >= fmt.EAGER_CHECK_UNDER):
             # Larger files (blob references weigh as payloads) are checked entry by entry as
             # they are read, whole on the first miss (format.py); opening reads the xref.
             self.use(ix)
         elif self.mode != "off":
             # Checked whole now: a damaged file is refused before the test uses any of it.
             self.parse_all()
-        self.blobs.prefetch(answers_in(self.raw) if self.mode != "off" else ())  # answers' blobs
+        _prefetch(self)  # the blobs of its answers
 
     def use(self, ix: Index) -> None:
         """Start answering from ``ix`` (the first index of the file, or a parse of it)."""
@@ -463,8 +453,8 @@ class Tape:
         v = self.values.get(h, _MISSING)
         if v is not _MISSING:
             return v
-        if h.startswith(BLOB):  # kept: a payload repeated (silence, an image) is read once
-            v = self.values[h] = self.blobs.resolve(h)
+        if h.startswith(fmt.BLOB):  # kept: a payload repeated (silence, an image) is read once
+            v = self.values[h] = folder(self).resolve(h)
             return v
         with self.lock:
             ix = self.ix
@@ -513,6 +503,7 @@ class Tape:
 
     def entry_infos(self, steps: Iterable[int]) -> list[EntryInfo]:
         """``steps`` as ``EntryInfo`` (name, key, occurrence, kind), from the index alone."""
+        from .findings import entry_infos  # (reports only: see findings.py)
         ix = self.ix
         assert ix is not None
         try:
@@ -523,15 +514,7 @@ class Tape:
             self.fall_back()
             assert self.ix is not None
             keys, names, kinds = self.ix.keys(), self.ix.names(), self.ix.kinds()
-        want = set(steps)
-        out = []
-        occ: collections.Counter[str] = collections.Counter()
-        for i, k in enumerate(keys):
-            n = occ[k]
-            occ[k] += 1
-            if i in want:
-                out.append(EntryInfo(names[i], k, n, kinds[i]))
-        return out
+        return entry_infos(keys, names, kinds, steps)
 
     def close(self, unused: Unused | None) -> None:
         """Drop the file's bytes (a memory map holds a descriptor), keeping the index's
@@ -554,6 +537,8 @@ class Tape:
 
     def info(self, step: int) -> CallInfo:
         """Recorded step ``step`` as reports show it."""
+        from .findings import CallInfo  # (reports only: see findings.py)
+        from .kinds import step_kind
         if self.raw is None:  # closed: names from the index, the request from the file
             ix = self.ix
             assert ix is not None
@@ -587,8 +572,8 @@ class Tape:
             return None
 
         def resolve(h: str) -> Any:
-            if h not in values and h.startswith(BLOB):
-                values[h] = self.blobs.resolve(h)
+            if h not in values and h.startswith(fmt.BLOB):
+                values[h] = folder(self).resolve(h)
             if h not in values:
                 found, v = now.value(h)
                 if not found:
@@ -627,3 +612,41 @@ def request_shapes(tape: Tape) -> frozenset[frozenset[str] | None]:
                 _SHAPES.clear()
             _SHAPES[seal] = shapes
     return shapes
+
+
+# ---------------------------------------------------------------- blobs
+
+
+def folder(tape: Tape) -> Folder:
+    """``tape``'s blobs folder (``blobs.py``), made when first needed: a replay of a file that
+    refers to no blob never loads that module (0.25-0.3 ms of a first block's imports)."""
+    if tape.blobs is None:
+        from .blobs import Folder
+
+        tape.blobs = Folder.beside(tape.path)
+    return tape.blobs
+
+
+def _marked(raw: fmt.Buffer) -> bool:
+    """Whether ``raw`` may refer to a blob: one search of the bytes; a memory-mapped file is
+    never searched (``blobs.weight`` and ``answers_in`` do not read it either)."""
+    return type(raw) is bytes and raw.find(fmt.BLOB_REF_BYTES) >= 0
+
+
+def _weight(raw: fmt.Buffer) -> int:
+    """``blobs.weight(raw)``: a file without blob references weighs its length."""
+    if not _marked(raw):
+        return len(raw)
+    from .blobs import weight
+
+    return weight(raw)
+
+
+def _prefetch(tape: Tape) -> None:
+    """Have the kernel read ahead the blobs the file's answers refer to (``Folder.prefetch``),
+    unless the tape only indexes the file (``off``)."""
+    raw = tape.raw
+    if tape.mode != "off" and raw is not None and _marked(raw):
+        from .blobs import answers_in
+
+        folder(tape).prefetch(answers_in(raw))

@@ -36,8 +36,10 @@ import orjson
 from .._core.diff import field_diff
 from ..errors import CassetteError
 from . import format as fmt
-from .blobs import BlobInfo, Folder, blobs_in, describe, hints_in
-from .calls import Call, CallInfo, Divergence, args_of
+from .blob_audit import BlobInfo, describe, hints_in
+from .blobs import Folder, blobs_in
+from .calls import Call, args_of
+from .findings import CallInfo, Divergence
 from .kinds import step_kind
 from .prices import PRICES_DATE, estimate_dollars
 

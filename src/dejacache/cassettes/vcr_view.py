@@ -146,7 +146,7 @@ class VcrView:
         t = tape._tape  # the cassette's own parts: the view reads, never changes them
         with tape._lock:
             old = [] if tape.mode == "record" else [t.doc(e) for e in t.all_entries()]
-            new = list(tape._writer.new)
+            new = list(tape._new)
             return [dict(d, request=t.expand(d.get("request")),
                          response=t.expand(d.get("response"))) for d in [*old, *new]]
 

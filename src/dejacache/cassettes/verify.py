@@ -45,7 +45,7 @@ from .._core.ageing import CLOCK_SKEW, expired, in_future, recorded_at
 from .._core.ageing import span as _span
 from .._core.durations import seconds
 from ..errors import CassetteError, ConfigurationError
-from . import blobs
+from . import blob_audit, blobs
 from . import format as fmt
 from .usage import OrphanVerdict, UsageRecord, beside
 
@@ -215,7 +215,7 @@ def _layout(doc: dict[str, Any], data: bytes) -> str:
 
 
 def _blobs(path: pathlib.Path, doc: dict[str, Any]) -> tuple[str, str, str]:
-    got = blobs.check(blobs.Folder.beside(path), blobs.used_by(doc))
+    got = blob_audit.check(blobs.Folder.beside(path), blobs.used_by(doc))
     if not got.missing and not got.altered:
         return "blobs", OK, (f"{got.count} blob{'s' * (got.count != 1)} "
                              f"({got.size:,} bytes), hashes match")
@@ -228,7 +228,7 @@ def _blobs(path: pathlib.Path, doc: dict[str, Any]) -> tuple[str, str, str]:
 def _unused_blobs(folder: blobs.Folder, now: float, fix: bool) -> Row:
     """One row for a blobs folder: what no cassette beside it uses (removed by ``fix``)."""
     where = str(folder.root)
-    gone, why = blobs.unused(folder, now)
+    gone, why = blob_audit.unused(folder, now)
     if why:
         return Row(where, "blobs", SKIP, why)
     if not gone:

@@ -24,13 +24,13 @@ import orjson
 from .._core import strict as order
 from ..errors import CassetteError
 from . import format as fmt
-from .blobs import Sink
 from .order import RunOrder
 from .reader import FileIndex
 from .redact import Redactor
-from .tape import Entry, Tape
+from .tape import Entry, Tape, folder
 
 if TYPE_CHECKING:
+    from .blobs import Sink
     from .merge import Merged
     from .splice import Item
 
@@ -48,11 +48,14 @@ class Writer:
     entries in the file. The cassette calls under its lock."""
 
     def __init__(self, tape: Tape, run: RunOrder, *, mode: str, shared: bool = False,
-                 blobs: Sink | None = None) -> None:
+                 blobs: bool | int = False) -> None:
         self.tape = tape
+        #: ``cassette(blobs=)``: the sink it asks for is made with the first recording (a
+        #: replay never loads ``blobs.py``).
+        self.blobs_wanted = blobs
         #: Payloads cut out of new entries, written beside the cassette before it (None:
-        #: every payload stays in the file).
-        self.blobs = blobs
+        #: every payload stays in the file, or nothing was recorded yet).
+        self.blobs: Sink | None = None
         self.run = run
         self.path = tape.path
         self.mode = mode
@@ -73,6 +76,10 @@ class Writer:
         """Keep the recording ``doc`` (its ``response`` or ``error``) of a call made with
         ``request`` (a JSON tree); returns the entry kept and the redacted request."""
         values = self.tape.values
+        if self.blobs is None and self.blobs_wanted:
+            from .blobs import sink_for
+
+            self.blobs = sink_for(self.blobs_wanted)
         red_request = redactor.tree(request)
         doc["request"] = fmt.Packer(values, blobs=self.blobs,
                                     own_last_turn=True).pack_root(red_request)
@@ -119,7 +126,7 @@ class Writer:
         if self.blobs is not None and self.blobs.pending:
             # Blobs first, each durable: a crash then leaves a blob nothing refers to, never
             # a cassette referring to a blob that is not there.
-            self.tape.blobs.store(self.blobs.pending)
+            folder(self.tape).store(self.blobs.pending)
             self.blobs.pending = {}
         plan = self._splice_plan(prune)
         if plan is not None and (
