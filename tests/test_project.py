@@ -66,21 +66,6 @@ def test_no_table_no_parse_no_values(project_file: pathlib.Path) -> None:
     assert _project.current() == _project.Project()
 
 
-def test_a_project_compares_by_its_fields_and_overlays_values() -> None:
-    path = pathlib.Path("pyproject.toml")
-    base = _project.Project(path, {"mode": "replay"}, {"mode": "file"})
-    assert base == _project.Project(path, {"mode": "replay"}, {"mode": "file"})
-    assert base != _project.Project(path) and base.directory == pathlib.Path(".")
-    over = base.overlaid({"max_age": 60.0}, "ini")
-    assert (over.path, over.values, over.sources) == (
-        path, {"mode": "replay", "max_age": 60.0}, {"mode": "file", "max_age": "ini"})
-    assert base.overlaid({}, "ini") is base and base.get("mode") == "replay"
-    assert repr(_project.Project()) == "Project(None, {}, {})"
-    key = _project.KEYS["mode"]
-    assert (key.name, key.env, key.ini, key.ini_type) == (
-        "mode", "DEJACACHE_MODE", "dejacache_mode", "string")
-
-
 def test_the_file_is_read_again_when_it_changes(project_file: pathlib.Path) -> None:
     project_file.write_text("[tool.dejacache]\nmode = 'record'\n")
     assert _project.current().get("mode") == "record"

@@ -15,13 +15,15 @@ from ._core.flow import Flow, Lookup
 from ._frozen import freeze, shared_node, view_of
 from .config import GLOBAL, Duration, Effective, VolatileItems, ttl_seconds, volatile_items
 from .errors import ConfigurationError, DejacacheWarning
-from .keys import KeyBuilder, KeyParts, explain, key_seed
+from .keys import KeyBuilder, explain, key_seed
 from .scope import CURRENT, OPEN_BLOCKS, current, track, untrack
 from .stats import record_hit, record_miss
 from .stores._base import NOT_SHARED
 
 if TYPE_CHECKING:
     import re
+
+    from .keys import KeyParts
 
 __all__ = ["cache"]
 

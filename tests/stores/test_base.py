@@ -1,5 +1,5 @@
 """``Record``: the hand-written constructor keeps the dataclass's API and its immutability.
-``Features`` (a plain class) and ``StoreStats`` (defined on first use) keep theirs."""
+``Features`` (a named tuple) and ``StoreStats`` (defined on first use) keep theirs."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_record_stays_a_frozen_slotted_dataclass() -> None:
     assert "name='fn'" in repr(r)
 
 
-def test_features_keep_the_frozen_dataclass_api() -> None:
+def test_features_keep_what_the_frozen_dataclass_offered() -> None:
     f = Features(sequenced=True, rerecord_hint="rerun")
     assert f == Features(True, False, False, False, False, False, False, False, False, "rerun")
     assert f != Features() and hash(f) == hash(Features(sequenced=True, rerecord_hint="rerun"))

@@ -22,7 +22,7 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import NetworkBlocked
 
@@ -56,25 +56,17 @@ def is_loopback(host: Any) -> bool:
         return False
 
 
-class Attempt:
+class Attempt(NamedTuple):
     """One connection (``kind="connect"``, ``host`` an address) or lookup (``"resolve"``).
 
-    A plain class, not a frozen dataclass: that took ~0.6 ms to define, in a module the first
-    cassette block of a test process loads (the tripwire, ``http/_arming.py``); the checks
-    only read its fields."""
+    A named tuple, not a frozen dataclass: ~0.15 against ~0.6 ms to define, in a module the
+    first cassette block of a test process loads (the tripwire, ``http/_arming.py``)."""
 
-    __slots__ = ("host", "kind", "name", "port")
-
-    def __init__(self, kind: str, host: str, port: Any, name: str) -> None:
-        self.kind = kind
-        self.host = host
-        self.port = port
-        #: The name ``host`` was looked up under, when this process looked it up; else ``host``.
-        self.name = name
-
-    def __repr__(self) -> str:
-        return (f"Attempt(kind={self.kind!r}, host={self.host!r}, port={self.port!r}, "
-                f"name={self.name!r})")
+    kind: str
+    host: str
+    port: Any
+    #: The name ``host`` was looked up under, when this process looked it up; else ``host``.
+    name: str
 
     @property
     def loopback(self) -> bool:

@@ -41,7 +41,7 @@ from ..errors import (
     SerializationError,
 )
 from ..stats import token_total
-from ..stores._base import NOT_SHARED, BaseStore, Hit, Record, StoreStats
+from ..stores._base import NOT_SHARED, BaseStore, Hit, Record
 from . import format as fmt
 from .ageing import Ageing, stamp_entry
 from .order import RunOrder
@@ -49,6 +49,7 @@ from .redact import Redactor
 from .tape import NONE_UNUSED, Entry, Tape, Unused, View, request_shapes
 
 if TYPE_CHECKING:
+    from ..stores._store_stats import StoreStats
     from .calls import Call
     from .findings import Divergence, EntryInfo
     from .partial import Partial
@@ -507,6 +508,7 @@ class Cassette(BaseStore):
             return n
 
     def stats(self) -> StoreStats:
+        from ..stores._store_stats import StoreStats  # (only stats() makes one)
         tape = self._tape
         tape.index()
         return StoreStats(backend=f"cassette:{self.path}",
