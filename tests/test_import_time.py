@@ -436,6 +436,30 @@ print(json.dumps(sorted(face for face, mods in machinery.items()
     assert got == sorted(faces)
 
 
+# What a replay hit never needs (a cassette without blobs, no miss, nothing recorded): the
+# recording side (writer, blob folders), the miss and audit reports (findings, diffs, blob
+# audit, prices), VCR-style matching, the ReDoS checker of declared patterns, form-body
+# masking, and the two public records made only by stats() and explain().
+_NOT_ON_A_REPLAY_HIT = (
+    "dejacache.cassettes.writer", "dejacache.cassettes.blobs", "dejacache.cassettes.blob_audit",
+    "dejacache.cassettes.findings", "dejacache.cassettes.kinds", "dejacache.cassettes.prices",
+    "dejacache.cassettes.vcr_match", "dejacache._core.diff", "dejacache._core.redos",
+    "dejacache._formtext", "dejacache.stores._store_stats", "dejacache._key_parts")
+
+
+def test_a_replay_hit_loads_none_of_the_recording_or_reporting_modules(
+    tmp_path: pathlib.Path,
+) -> None:
+    head = f"import json, sys\nimport dejacache\nTMP = {str(tmp_path)!r}\n"
+    _run(head + _RECORD + "print(1)")
+    got = _run(head + _F + f"""
+with dejacache.cassette(TMP + '/c.json', mode='replay'):
+    assert f(1) == 1
+print(json.dumps(sorted(m for m in {_NOT_ON_A_REPLAY_HIT!r} if m in sys.modules)))
+""")
+    assert got == []
+
+
 _GUARDED = """
 import json, sys
 import dejacache
