@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
+import itertools
 import os
 import pathlib
 import shutil
@@ -169,14 +170,43 @@ class Node:
         return _client(self.port, timeout)
 
 
-def _replica_online(master_port: int) -> bool:
+def _replica_online(master_port: int, slots: list[tuple[int, int]] | None = None) -> bool:
     """The server on ``master_port`` is a master with exactly one replica, and that replica
-    has finished its sync (``connected_slaves`` also counts one still loading the master's
-    data, which cannot acknowledge a ``WAIT`` yet)."""
+    acknowledges a write (``slots``: the ranges a Cluster master serves, where the write
+    must go).
+
+    ``state=online`` is not enough: after a diskless full sync (the default) Redis 7.0 marks
+    the replica online but holds the command stream back until the replica's next
+    ``REPLCONF ACK``. The ACK the replica sends as soon as it has loaded the data reaches the
+    master before the master has reaped the RDB child (its cron, 10 times a second), and is
+    ignored; the next comes with the replica's once-a-second cron. Until then the replica
+    receives nothing and a ``WAIT`` times out (seen: one run in three of a test whose first
+    increment waits 400 ms for the replica, loaded machine or not)."""
     repl = _info(master_port, "replication")
     replica = repl.get("slave0")
-    return (repl.get("role") == "master" and int(repl.get("connected_slaves", 0)) == 1
-            and isinstance(replica, dict) and replica.get("state") == "online")
+    if not (repl.get("role") == "master" and int(repl.get("connected_slaves", 0)) == 1
+            and isinstance(replica, dict) and replica.get("state") == "online"):
+        return False
+    key = _ready_key(slots)
+    c = _client(master_port)
+    try:
+        # WAIT counts replicas that acknowledged this connection's last propagated write:
+        # a key set and deleted again leaves nothing behind for the tests.
+        pipe = c.pipeline(transaction=False)
+        pipe.set(key, 1).delete(key).execute_command("WAIT", 1, 100)
+        return int(pipe.execute()[-1]) == 1
+    finally:
+        c.close()
+
+
+def _ready_key(slots: list[tuple[int, int]] | None) -> str:
+    """A key of the readiness write: in one of ``slots`` when given (a Cluster node answers
+    ``MOVED`` for another slot, and WAIT after it would count nothing)."""
+    from redis.crc import key_slot
+
+    keys = (f"dejacache-test:ready:{i}" for i in itertools.count())
+    return next(k for k in keys
+                if slots is None or any(a <= key_slot(k.encode()) <= b for a, b in slots))
 
 
 def _server_args(port: int, *extra: str) -> list[str]:
@@ -309,7 +339,7 @@ class ClusterTopology:
         masters = self.masters()
         if len(masters) != 3:
             return False
-        return all(_replica_online(port) for port in masters)
+        return all(_replica_online(port, slots) for port, slots in masters.items())
 
     def wait_healthy(self, timeout: float = 30) -> None:
         """Until every node is up, agrees the cluster is ok with all slots served, and each

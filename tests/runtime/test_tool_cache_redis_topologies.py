@@ -132,7 +132,7 @@ def test_a_write_through_another_store_object_is_seen(store: RedisStore, url: st
             assert c.get_cart(1) == "a0" and c.get_cart(1) == "a0"
             c.db[1] = "a1"  # another replica's write: its own store object and counters
             names = _counter_names_w([tenant_prefix("acme")], "cart", "cart:1")
-            assert SharedGenerations(other).bump(names)
+            assert SharedGenerations(other).bump(names, land=True)  # as a write does
             assert c.get_cart(1) == "a1"
         assert c.runs == 2
     finally:
@@ -203,8 +203,11 @@ def test_an_increment_no_replica_acknowledged_is_sent_again(
     store = RedisStore(redis_sentinel.url, key_prefix="tc", timeout=1.0)
     gens = SharedGenerations(store)
     names = _counter_names_w([tenant_prefix("acme")], "cart", "cart:1")
-    assert gens.bump(names)  # learns the master has a replica (and sends them again)
-    before = gens.read(names)
+    # Learns the master has a replica and sends them again, waiting for it; land=True (as
+    # a write does) sends them until it confirms: its ack within WAIT's 400 ms is no promise
+    # on a loaded machine. A retry fences gens's own reads for a second: read them directly.
+    assert gens.bump(names, land=True)
+    before = RedisCounters(store).get_counters(names)
     assert before is not None and min(before) >= 1
     replica = redis_sentinel.replica()
     replica.pause()
