@@ -728,11 +728,29 @@ def _scale_rows(result: list[dict[str, Any]]) -> list[list[str]]:
     ]
 
 
+def _with_imports_row(cold: dict[str, Any]) -> list[str]:
+    """The start-up target: a fresh process's import + first block + late hit + close
+    (``bench_cassette.bench_cold``), with its floor and the same in a test process."""
+    paid = max(cold[k].get("with_imports_ms", cold[k]["import_ms"] + cold[k]["total_ms"])
+               for k in ("last", "random"))
+    got = ms(paid)
+    if "floor_ms" in cold:
+        got += f" (floor `import orjson, xxhash`: {ms(cold['floor_ms'])})"
+    if "in_pytest" in cold:
+        in_test = max(cold["in_pytest"][k]["with_imports_ms"] for k in ("last", "random"))
+        got += f"; with pytest loaded first: {ms(in_test)}"
+    return ["10k-entry cassette, fresh process: `import dejacache` + first block + late hit + "
+            "close, every import counted", "≤ 10 ms", got, _met(paid <= 10)]
+
+
 def _cassette_rows(R: Results) -> list[list[str]]:
     sc = _fn_result(R, "cassette_scale")
-    if isinstance(sc, list) and sc and isinstance(sc[0], dict) and "mean_us" in sc[0]:
-        return _scale_rows(sc)
     cas = R.get("cassette") or {}
+    if isinstance(sc, list) and sc and isinstance(sc[0], dict) and "mean_us" in sc[0]:
+        rows = _scale_rows(sc)
+        if cas.get("cold"):  # the start-up goal is bench_cassette's (imports counted)
+            rows.insert(1, _with_imports_row(cas["cold"]))
+        return rows
     cold, scale = cas.get("cold"), cas.get("scale")
     rows = []
     job = "10k-entry cassette, fresh process: open + hit on a late or random entry"
@@ -742,17 +760,7 @@ def _cassette_rows(R: Results) -> list[list[str]]:
         rows.append([job, "≤ 5 ms", f"{n}last {ms(cold['last']['open_hit_ms'])}, random "
                      f"{ms(cold['random']['open_hit_ms'])} (first "
                      f"{ms(cold['first']['open_hit_ms'])})", _met(late <= 5)])
-        paid = max(cold[k].get("with_imports_ms", cold[k]["import_ms"] + cold[k]["total_ms"])
-                   for k in ("last", "random"))
-        got = ms(paid)
-        if "floor_ms" in cold:
-            got += f" (floor `import orjson, xxhash`: {ms(cold['floor_ms'])})"
-        if "in_pytest" in cold:
-            in_test = max(cold["in_pytest"][k]["with_imports_ms"] for k in ("last", "random"))
-            got += f"; with pytest loaded first: {ms(in_test)}"
-        rows.append(["10k-entry cassette, fresh process: `import dejacache` + first block + "
-                     "late hit + close, every import counted", "≤ 10 ms", got,
-                     _met(paid <= 10)])
+        rows.append(_with_imports_row(cold))
         close = max(cold[k]["close_ms"] for k in ("first", "last", "random"))
         rows.append(["closing a block over a 10k cassette that changed nothing", "≤ 5 ms",
                      f"{n}{ms(close)} (worst of the medians)", _met(close <= 5)])
