@@ -31,3 +31,15 @@ def test_nothing_is_compiled_until_first_use() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.split()
     assert out == ["False", "True", "True"]
+
+
+def test_served_names_load_on_first_read_and_stay() -> None:
+    code = ("import sys\nimport dejacache.keys as keys\n"
+            "print('dejacache._key_parts' in sys.modules)\n"
+            "kp = keys.KeyParts\n"
+            "print(kp is sys.modules['dejacache._key_parts'].KeyParts, 'KeyParts' in vars(keys))\n"
+            "try:\n    keys.NoSuchName\n"
+            "except AttributeError as e:\n    print('NoSuchName' in str(e))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["False", "True", "True", "True"]

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from typing import Any, AnyStr
 
-__all__ = ["ON_FIRST_BLOCK", "attach", "pattern"]
+__all__ = ["ON_FIRST_BLOCK", "attach", "pattern", "served"]
 
 #: Run once, in order, before the first test-facing block opens (``scope.enter``): what such a
 #: block switches on, registered by the package (``dejacache/__init__.py``) because those
@@ -81,6 +81,25 @@ def attach(
         return sorted({*namespace, *exports, *namespace.get("__all__", ())})
 
     return __getattr__, __dir__
+
+
+def served(module: str, exports: Mapping[str, str]) -> Callable[[str], Any]:
+    """A module ``__getattr__`` for names ``module`` keeps in other modules (``exports``: name
+    -> absolute module name): imported when first read, then kept in ``module``'s namespace.
+    For public records only a rare call builds, whose definition would cost every importer
+    (a frozen slotted dataclass: ~0.5-0.8 ms)."""
+    namespace = sys.modules[module].__dict__
+
+    def __getattr__(name: str) -> Any:
+        where = exports.get(name)
+        if where is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        from importlib import import_module
+
+        value = namespace[name] = getattr(import_module(where), name)
+        return value
+
+    return __getattr__
 
 
 class _Pattern:

@@ -45,7 +45,7 @@ import xxhash
 from . import _keys_segments as _seg
 from . import _secrets
 from ._core import volatile as _vol
-from ._lazy import pattern
+from ._lazy import pattern, served
 from .errors import ConfigurationError, UnhashableArgument
 
 if TYPE_CHECKING:
@@ -63,14 +63,8 @@ __all__ = [
     "explain",
 ]
 
-def __getattr__(name: str) -> Any:
-    # ``KeyParts`` is imported on first use: only ``explain`` makes one (see _key_parts).
-    if name == "KeyParts":
-        from ._key_parts import KeyParts
-
-        globals()[name] = KeyParts
-        return KeyParts
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# ``KeyParts`` is imported on first use: only ``explain`` makes one (see _key_parts).
+__getattr__ = served(__name__, {"KeyParts": "dejacache._key_parts"})
 
 
 #: Bumped whenever the canonical form changes, so old entries miss instead of colliding.

@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
+from .._lazy import served
 from .._slots import Sentinel, slot_setters
 
 if TYPE_CHECKING:
@@ -29,14 +30,8 @@ __all__ = [
 T = TypeVar("T")
 
 
-def __getattr__(name: str) -> Any:
-    # ``StoreStats`` is imported on first use: only ``stats()`` makes one (see _store_stats).
-    if name == "StoreStats":
-        from ._store_stats import StoreStats
-
-        globals()[name] = StoreStats
-        return StoreStats
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# ``StoreStats`` is imported on first use: only ``stats()`` makes one (see _store_stats).
+__getattr__ = served(__name__, {"StoreStats": "dejacache.stores._store_stats"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True, init=False)
