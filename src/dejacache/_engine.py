@@ -35,6 +35,7 @@ from ._core.flow import (
     looks_up,
 )
 from ._flights import ABANDONED, ERROR, OK, Flight, SingleFlight
+from ._secrets import scrub_request  # (keys loads it too: on every path already)
 from ._slots import Sentinel
 from .codec import blob_from_tree
 from .config import Effective
@@ -187,10 +188,6 @@ def encode_record(
     The request is kept with secret-shaped strings masked (``_secrets.scrub_request``): the
     key has credential names masked already, but an API key pasted into a prompt has not.
     """
-    # Imported by what stores a value: a replay hit never does (``_secrets`` loads its
-    # credential patterns).
-    from ._secrets import scrub_request
-
     blob = eff.codec.encode(value, key=key, namespace=eff.namespace or "")
     return Record(
         value=blob,
@@ -243,9 +240,7 @@ async def astore_value(eff: Effective, key: str, record: Record, ttl: float | No
 
 def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> ReplayMiss:
     """A ``ReplayMiss`` explaining the call and its nearest recorded sibling."""
-    # Imported by the miss report only: a hit never needs them.
-    from ._core.diff import short
-    from ._secrets import scrub_request
+    from ._core.diff import short  # (the miss report's only: a hit never needs it)
 
     try:
         target = orjson.loads(scrub_request(canonical))

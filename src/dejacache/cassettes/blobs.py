@@ -305,9 +305,7 @@ def used_by(doc: dict[str, Any]) -> set[str]:
     return out
 
 
-def refers(data: fmt.Buffer) -> bool:
-    """Whether a cassette's bytes refer to any blob (one search of the bytes)."""
-    return data.find(_MARK_BYTES) >= 0
+refers = fmt.refers_blobs  #: whether a cassette's bytes refer to any blob
 
 
 _QUOTED_MARK: Final = b'"' + _MARK_BYTES

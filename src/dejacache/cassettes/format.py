@@ -111,6 +111,7 @@ __all__ = [
     "identity",
     "load_document",
     "read_file",
+    "refers_blobs",
     "refs_in",
     "rehash",
     "remove_stale_temps",
@@ -349,6 +350,11 @@ _MMAP_FROM = 1 << 20
 #: The bytes of a mapped file copied when it is read: more than the ``xref_at`` member of
 #: a file of ``MAX_SEGMENTS`` segments (four offsets of up to 15 digits each).
 FROZEN_TAIL: Final = 8192
+
+
+def refers_blobs(data: Buffer) -> bool:
+    """Whether a cassette's bytes refer to any blob (one search of the bytes)."""
+    return data.find(BLOB_REF_BYTES) >= 0
 
 
 def whole(data: Buffer | None) -> bytes:

@@ -628,9 +628,9 @@ def folder(tape: Tape) -> Folder:
 
 
 def _marked(raw: fmt.Buffer) -> bool:
-    """Whether ``raw`` may refer to a blob: one search of the bytes; a memory-mapped file is
-    never searched (``blobs.weight`` and ``answers_in`` do not read it either)."""
-    return type(raw) is bytes and raw.find(fmt.BLOB_REF_BYTES) >= 0
+    """Whether ``raw`` may refer to a blob; a memory-mapped file is never searched
+    (``blobs.weight`` and ``answers_in`` do not read it either)."""
+    return type(raw) is bytes and fmt.refers_blobs(raw)
 
 
 def _weight(raw: fmt.Buffer) -> int:
