@@ -5,26 +5,28 @@ by the first test that uses a cassette, so a run that uses none never imports it
 from __future__ import annotations
 
 import pathlib
-import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from . import _project, _pytest_vcr
 from . import _pytest_state as state
+from ._lazy import pattern
 from .cassettes import placeholder_keys, scratch
 from .cassettes._events import INTERRUPTIONS
 from .cassettes.block import cassette, in_ci
 from .cassettes.netguard import NetworkGuard
-from .cassettes.partial import Partial
 from .cassettes.prices import PRICES_DATE
 from .cassettes.store import Cassette, TapeCounters, summarize
+
+if TYPE_CHECKING:  # a partial replay's record loads with the first partial block
+    from .cassettes.partial import Partial
 
 __all__ = ["counts", "live_summary", "open_cassette", "placeholder_advice", "show_misses",
            "summary_counts", "worker_numbers"]
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_UNSAFE = pattern(r"[^A-Za-z0-9._-]+")  # --dejacache-report pages only
 
 
 def open_cassette(request: pytest.FixtureRequest, path: pathlib.Path, opts: dict[str, Any],
