@@ -60,7 +60,8 @@ if TYPE_CHECKING:
     from .runtime.tools import invalidates, tool, tool_cache
     from .scope import propagate, scope, wrap_executor
     from .stats import Stats, reset_stats, stats
-    from .stores._base import Record, Store, StoreStats
+    from .stores._base import Record, StoreStats
+    from .stores._protocols import Store
     from .stores.memory import MemoryStore
     from .stores.redis import RedisStore
     from .stores.sqlite import SQLiteStore
@@ -162,7 +163,8 @@ _WHERE = {
     ".scope": ("propagate", "scope", "wrap_executor"),
     ".stats": ("Stats", "reset_stats", "stats"),
     ".stores": ("RedisStore",),  # raises ImportError with the install line without redis
-    ".stores._base": ("Record", "Store", "StoreStats"),
+    ".stores._base": ("Record", "StoreStats"),
+    ".stores._protocols": ("Store",),
     ".stores.memory": ("MemoryStore",),
     ".stores.sqlite": ("SQLiteStore",),
     ".stores.tiered": ("TieredStore",),
