@@ -180,7 +180,7 @@ def _switch_on_interception() -> None:
     # on import; HTTP's loads the transports only when a module they patch is imported).
     # Wired here, at the top of the package, because ``scope`` sits below both.
     from .http import _arming  # noqa: F401
-    from .mcp import _patch  # noqa: F401  (MCP transports, the same way; imports no mcp)
+    from .mcp import _arming as _mcp_arming  # noqa: F401  (MCP transports, the same way)
 
 
 _ON_FIRST_BLOCK.append(_switch_on_interception)
