@@ -21,12 +21,12 @@ from ._lazy import attach
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is not loaded at interpreter start
 if TYPE_CHECKING:
+    from ._configure import configure
     from ._frozen import thaw
     from .cassettes.block import cassette
     from .cassettes.store import Cassette
     from .cassettes.trajectory import diff_cassettes, load_cassette
     from .codec import Codec, JsonCodec, PickleCodec
-    from .config import configure
     from .decorators import cache
     from .errors import (
         AgentLoopDetected,
@@ -143,7 +143,7 @@ _WHERE = {
     ".cassettes.store": ("Cassette",),
     ".cassettes.trajectory": ("diff_cassettes", "load_cassette"),
     ".codec": ("Codec", "JsonCodec", "PickleCodec"),
-    ".config": ("configure",),
+    "._configure": ("configure",),
     ".decorators": ("cache",),
     ".errors": ("AgentLoopDetected", "CassetteError", "ConfigurationError", "DejacacheError",
                 "DejacacheWarning", "IncompatibleStore", "IntegrityError", "NetworkBlocked",
