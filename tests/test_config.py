@@ -9,7 +9,8 @@ import pytest
 
 import dejacache
 from dejacache import config
-from dejacache.config import MODES, configure, default_cache_dir, get_settings, resolve_mode
+from dejacache._configure import configure
+from dejacache.config import MODES, default_cache_dir, get_settings, resolve_mode
 from dejacache.errors import ConfigurationError
 from dejacache.scope import current
 

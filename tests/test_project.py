@@ -139,6 +139,9 @@ def test_a_mode_in_neither_vocabulary_lists_both(project_file: pathlib.Path) -> 
     "[tool]\ndejacache = { mode = 'replay' }\n",
     "tool.dejacache.mode = 'replay'\n",
     "tool = { dejacache = { mode = 'replay' } }\n",
+    "[\t'tool'\t]\ndejacache = { mode = 'replay' }\n",
+    "  'tool' = { dejacache = { mode = 'replay' } }\n",
+    "tool . dejacache . mode = 'replay'\n",
 ])
 def test_every_spelling_of_the_table_is_read(project_file: pathlib.Path, text: str) -> None:
     # (a file without one is not parsed at all: the name "dejacache" elsewhere is no table)

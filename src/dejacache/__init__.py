@@ -21,12 +21,12 @@ from ._lazy import attach
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is not loaded at interpreter start
 if TYPE_CHECKING:
+    from ._configure import configure
     from ._frozen import thaw
     from .cassettes.block import cassette
     from .cassettes.store import Cassette
     from .cassettes.trajectory import diff_cassettes, load_cassette
     from .codec import Codec, JsonCodec, PickleCodec
-    from .config import configure
     from .decorators import cache
     from .errors import (
         AgentLoopDetected,
@@ -60,7 +60,8 @@ if TYPE_CHECKING:
     from .runtime.tools import invalidates, tool, tool_cache
     from .scope import propagate, scope, wrap_executor
     from .stats import Stats, reset_stats, stats
-    from .stores._base import Record, Store, StoreStats
+    from .stores._base import Record, StoreStats
+    from .stores._protocols import Store
     from .stores.memory import MemoryStore
     from .stores.redis import RedisStore
     from .stores.sqlite import SQLiteStore
@@ -142,7 +143,7 @@ _WHERE = {
     ".cassettes.store": ("Cassette",),
     ".cassettes.trajectory": ("diff_cassettes", "load_cassette"),
     ".codec": ("Codec", "JsonCodec", "PickleCodec"),
-    ".config": ("configure",),
+    "._configure": ("configure",),
     ".decorators": ("cache",),
     ".errors": ("AgentLoopDetected", "CassetteError", "ConfigurationError", "DejacacheError",
                 "DejacacheWarning", "IncompatibleStore", "IntegrityError", "NetworkBlocked",
@@ -162,7 +163,8 @@ _WHERE = {
     ".scope": ("propagate", "scope", "wrap_executor"),
     ".stats": ("Stats", "reset_stats", "stats"),
     ".stores": ("RedisStore",),  # raises ImportError with the install line without redis
-    ".stores._base": ("Record", "Store", "StoreStats"),
+    ".stores._base": ("Record", "StoreStats"),
+    ".stores._protocols": ("Store",),
     ".stores.memory": ("MemoryStore",),
     ".stores.sqlite": ("SQLiteStore",),
     ".stores.tiered": ("TieredStore",),
@@ -178,7 +180,7 @@ def _switch_on_interception() -> None:
     # on import; HTTP's loads the transports only when a module they patch is imported).
     # Wired here, at the top of the package, because ``scope`` sits below both.
     from .http import _arming  # noqa: F401
-    from .mcp import _patch  # noqa: F401  (MCP transports, the same way; imports no mcp)
+    from .mcp import _arming as _mcp_arming  # noqa: F401  (MCP transports, the same way)
 
 
 _ON_FIRST_BLOCK.append(_switch_on_interception)

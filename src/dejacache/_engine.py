@@ -12,7 +12,7 @@ import itertools
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, ClassVar, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 import orjson
 
@@ -48,7 +48,10 @@ from .errors import (
 )
 from .scope import check_ambiguous
 from .stats import live_call, record_hit, record_miss, usage_of
-from .stores._base import Hit, Record, SequencedStore, off_loop
+from .stores._base import Hit, Record, off_loop
+
+if TYPE_CHECKING:
+    from .stores._protocols import SequencedStore
 
 __all__ = [
     "DejacacheWarning",
@@ -126,7 +129,7 @@ def _read(eff: Effective, name: str, key: str, rec: Record | None) -> tuple[Any,
     store = eff.store
     if rec.kind == "error":  # a cassette entry recording an exception: replay it as raised
         record_hit(name, rec.duration, rec.usage)
-        raise cast(SequencedStore, store).recorded_error(rec)
+        raise cast("SequencedStore", store).recorded_error(rec)
     try:
         value = _decoder(eff)(rec.value, key=key, namespace=eff.namespace or "")
     except SerializationError as exc:
@@ -152,7 +155,7 @@ def lookup(eff: Effective, name: str, key: str) -> Any:
         return MISS
     if rec.kind == "error":  # a cassette entry recording an exception: replay it as raised
         record_hit(name, rec.duration, rec.usage)
-        raise cast(SequencedStore, store).recorded_error(rec)
+        raise cast("SequencedStore", store).recorded_error(rec)
     try:
         value = _decoder(eff)(rec.value, key=key, namespace=eff.namespace or "")
     except SerializationError as exc:
@@ -248,7 +251,7 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
         target = canonical.decode(errors="replace")
     features = eff.features
     if features.redacts:  # a cassette: the report must not show what the file may not hold
-        target = cast(SequencedStore, eff.store).redact_tree(target)
+        target = cast("SequencedStore", eff.store).redact_tree(target)
     lines = [
         f"dejacache replay miss: no recording of {name} matches this call "
         f"(mode 'replay', source {eff.source}).",
@@ -325,7 +328,7 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
     if features.notes_misses:  # a cassette keeps the report: SDKs and frameworks often wrap it
         # (a strict cassette answers with the divergence to raise instead: the first
         # out-of-order call is the one to report, not the miss it leads to)
-        miss = cast(SequencedStore, eff.store).note_miss(miss) or miss
+        miss = cast("SequencedStore", eff.store).note_miss(miss) or miss
     return miss
 
 
@@ -397,7 +400,7 @@ def _record_error(eff: Effective, name: str, kind: str, key: str, canonical: byt
     # Cassettes may keep exceptions the user opted in to (record_errors=...), to replay them.
     if eff.features.keeps_errors:
         with contextlib.suppress(Exception):
-            cast(SequencedStore, eff.store).record_error(key, name, eff.namespace or "", kind,
+            cast("SequencedStore", eff.store).record_error(key, name, eff.namespace or "", kind,
                                                          canonical, exc, duration)
 
 

@@ -28,7 +28,6 @@ and parsed only when it mentions dejacache at all.
 from __future__ import annotations
 
 import os
-import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
@@ -229,10 +228,24 @@ def find(start: pathlib.Path | None = None) -> pathlib.Path | None:
     return path if path.is_file() else None
 
 
-# Every way TOML can open the table: [tool.dejacache] (spaces and quotes allowed around the
-# dot), dotted keys under [tool] or at the top (tool.dejacache.mode = ...), tool = {...}.
-_TABLE_SPELLINGS: Final = (
-    rb"""tool["']?\s*\.\s*["']?dejacache|^\s*\[\s*["']?tool["']?\s*\]|^\s*["']?tool["']?\s*=""")
+_SQUEEZED: Final = b" \t\f\v\"'"
+
+
+def _may_hold_table(data: bytes) -> bool:
+    """Whether a project file may hold ``[tool.dejacache]``, spelt any way TOML can: the
+    header or dotted keys (``tool.dejacache.mode = ...``; spaces and quotes around the dot),
+    a ``[tool]`` header, ``tool = {...}``. Each line is read with spaces and quotes squeezed
+    out, which can only find more (a file parsed for nothing), never miss one. A line scan,
+    not a regular expression: compiling and running one on this repository's 7 KB
+    pyproject.toml took ~0.4 ms of every process's first block."""
+    if b"dejacache" not in data:  # every spelling names it
+        return False
+    for line in data.splitlines():
+        if b"tool" in line:
+            s = line.translate(None, _SQUEEZED)
+            if b"tool.dejacache" in s or s.startswith((b"[tool]", b"tool=")):
+                return True
+    return False
 
 
 def load(path: pathlib.Path | None) -> Project:
@@ -243,7 +256,7 @@ def load(path: pathlib.Path | None) -> Project:
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigurationError(f"cannot read the project file {path}: {exc}") from None
-    if re.search(_TABLE_SPELLINGS, data, re.M) is None:  # (compiled on first use: re caches it)
+    if not _may_hold_table(data):
         # Most projects: no table, and no TOML parser loaded (~2 ms). (Matching "dejacache"
         # alone parsed every project named after, or depending on, dejacache.)
         return Project(path)

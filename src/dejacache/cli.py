@@ -13,7 +13,7 @@ from .errors import DejacacheError
 if TYPE_CHECKING:
     import pathlib
 
-    from .stores._base import Store
+    from .stores._protocols import Store
 
 __all__ = ["build_parser", "main"]
 

@@ -1,4 +1,5 @@
-"""Global settings: ``configure()``, environment variables, the default store.
+"""Global settings as every call reads them: what ``configure()`` set (``_configure.py``),
+environment variables, the default store.
 
 Precedence for each setting, highest first: the innermost ``scope(...)`` block, then
 ``configure(...)``, then environment variables (``DEJACACHE_MODE``, ``DEJACACHE_CACHE_KEY``,
@@ -24,19 +25,14 @@ from ._core.durations import Duration, seconds
 from ._core.modes import MODES, as_mode, resolve_mode
 from ._core.volatile import parse as _parse_volatile
 from ._paths import default_cache_dir
+from ._slots import slot_setters
 from .codec import Codec, JsonCodec
 from .errors import ConfigurationError
 from .keys import env_volatile
-from .stores._base import (
-    BaseStore,
-    Features,
-    Record,
-    Store,
-    features_of,
-    off_loop,
-)
+from .stores._base import BaseStore, Features, Record, features_of, off_loop
 
 if TYPE_CHECKING:
+    from .stores._protocols import Store
     from .stores._store_stats import StoreStats
 
 __all__ = [
@@ -44,7 +40,6 @@ __all__ = [
     "UNSET",
     "Duration",
     "Effective",
-    "configure",
     "default_cache_dir",
     "get_settings",
     "resolve_mode",
@@ -108,7 +103,7 @@ class Unset:
 UNSET: Final = Unset()
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True, init=False)
 class Effective:
     """The settings in force for one call (global settings overlaid by scopes).
 
@@ -138,6 +133,29 @@ class Effective:
     _features: Features | None = dataclasses.field(default=None, init=False, repr=False,
                                                    compare=False)
 
+    def __init__(self, namespace: str | None, mode: str, store: Store, codec: Codec,
+                 volatile: VolatileItems = (), source: str = "", tenant: str | None = None,
+                 session: str | None = None, test_facing: bool = False, ambiguous: int = 0,
+                 key_substitute: tuple[tuple[bytes, bytes], ...] = (), realtime: bool = False,
+                 rerecord_hint: str | None = None) -> None:
+        # Written out, as ``Record``'s is: the generated one is compiled when the class is
+        # built (~0.45 ms of the first block's import, pytest loaded) and sets each field
+        # through ``object.__setattr__``. The slots' own setters leave it exactly as frozen.
+        _SET_NAMESPACE(self, namespace)
+        _SET_MODE(self, mode)
+        _SET_STORE(self, store)
+        _SET_CODEC(self, codec)
+        _SET_VOLATILE(self, volatile)
+        _SET_SOURCE(self, source)
+        _SET_TENANT(self, tenant)
+        _SET_SESSION(self, session)
+        _SET_TEST_FACING(self, test_facing)
+        _SET_AMBIGUOUS(self, ambiguous)
+        _SET_KEY_SUBSTITUTE(self, key_substitute)
+        _SET_REALTIME(self, realtime)
+        _SET_RERECORD_HINT(self, rerecord_hint)
+        _SET_FEATURES(self, None)
+
     @property
     def features(self) -> Features:
         f = self._features
@@ -165,6 +183,9 @@ class Effective:
 
 
 _INIT_FIELDS: Final = tuple(f.name for f in dataclasses.fields(Effective) if f.init)
+(_SET_NAMESPACE, _SET_MODE, _SET_STORE, _SET_CODEC, _SET_VOLATILE, _SET_SOURCE, _SET_TENANT,
+ _SET_SESSION, _SET_TEST_FACING, _SET_AMBIGUOUS, _SET_KEY_SUBSTITUTE, _SET_REALTIME,
+ _SET_RERECORD_HINT, _SET_FEATURES) = slot_setters(Effective, *_INIT_FIELDS, "_features")
 _init_values: Final = operator.attrgetter(*_INIT_FIELDS)
 
 
@@ -181,7 +202,13 @@ def resolve_store(store: Store | str | None) -> Store | None:
     ``invalidates``): a ``Store``, a URL for :func:`store_from_url`, or None."""
     if isinstance(store, str):
         store = store_from_url(store)
-    if store is not None and not isinstance(store, Store):
+    if store is None:
+        return None
+    # Imported here: the protocols cost ~0.4 ms to define, and a block that names no store
+    # (a cassette's, a plain scope's) never checks one.
+    from .stores._protocols import Store
+
+    if not isinstance(store, Store):
         raise ConfigurationError(
             f"store must be a Store instance or URL, not {type(store).__name__}")
     return store
@@ -387,86 +414,6 @@ _SETTINGS = _Settings()
 def get_settings() -> Effective:
     """The global effective settings (no scope applied)."""
     return _SETTINGS.effective()
-
-
-def configure(
-    *,
-    cache_key: str | Unset | None = UNSET,
-    mode: str | Unset | None = UNSET,
-    store: Store | str | Unset | None = UNSET,
-    codec: Codec | Unset = UNSET,
-    volatile: Iterable[str | re.Pattern[str]] | Unset | None = UNSET,
-    codec_allow: Iterable[str] | Unset = UNSET,
-    max_age: Duration | Unset | None = UNSET,
-    on_expiry: str | Unset | None = UNSET,
-    runtime_cache: bool | Unset | None = UNSET,
-    **unknown: object,
-) -> None:
-    """Set process-wide defaults. Arguments left out keep their current value.
-
-    ``cache_key`` is the global namespace (``None`` disables caching); ``store`` takes a
-    ``Store`` or a URL; ``store=None`` goes back to the default store; ``mode=None`` goes back to
-    ``DEJACACHE_MODE``/``auto``. ``volatile`` names extra fields, dotted paths
-    (``body.messages[*].content``) or compiled patterns (every match inside any string is
-    replaced by a placeholder) left out of every key, replacing ``DEJACACHE_VOLATILE``;
-    ``volatile=None`` goes back to it. ``max_age`` (a duration: ``"30d"``) is how old a
-    cassette entry may be before replaying it warns, or with ``on_expiry="rerecord"`` runs
-    the call live again in ``auto`` mode (``docs/living-with-recordings.md``); ``None`` goes
-    back to ``DEJACACHE_MAX_AGE`` / ``DEJACACHE_ON_EXPIRY``. ``runtime_cache=False`` switches
-    the runtime face's tool cache off (every ``@tool_cache`` tool runs, counted as ``off``;
-    writes still invalidate, so switching it on again serves nothing older than them);
-    ``None`` goes back to ``DEJACACHE_RUNTIME_CACHE`` (``off``/``on``), else on. Each setting
-    left out here falls back to the environment, then to the project file
-    (``[tool.dejacache]`` in pyproject.toml, checked now: docs/configuration.md).
-    """
-    if unknown:
-        _refuse_unknown(unknown)
-    _project.current()  # a misspelt key in the project file fails here, where it is set up
-    s = _SETTINGS
-    with s.lock:
-        if not isinstance(cache_key, Unset):
-            s.cache_key = cache_key
-        if not isinstance(mode, Unset):
-            s.mode = resolve_mode(mode) if mode is not None else None
-        if not isinstance(store, Unset):
-            s.store = resolve_store(store)
-        if not isinstance(codec_allow, Unset):
-            if not isinstance(codec, Unset):
-                raise ConfigurationError("pass codec_allow or codec, not both")
-            s.codec = JsonCodec(allow=codec_allow)
-        if not isinstance(codec, Unset):
-            if not isinstance(codec, Codec):
-                raise ConfigurationError(f"codec must implement Codec, not {type(codec).__name__}")
-            s.codec = codec
-        if not isinstance(volatile, Unset):
-            s.volatile = volatile_items(volatile) if volatile is not None else None
-        if not isinstance(max_age, Unset):
-            s.max_age = seconds(max_age, "max_age") if max_age is not None else None
-        if not isinstance(on_expiry, Unset):
-            from ._core.ageing import check_on_expiry
-
-            s.on_expiry = check_on_expiry(on_expiry) if on_expiry is not None else None
-        if not isinstance(runtime_cache, Unset):
-            if runtime_cache is not None and not isinstance(runtime_cache, bool):
-                raise ConfigurationError(f"runtime_cache must be True, False or None, not "
-                                         f"{runtime_cache!r}")
-            s.runtime_cache = runtime_cache
-        s.invalidate()
-
-
-def _refuse_unknown(unknown: dict[str, object]) -> None:
-    import inspect
-
-    from ._suggest import did_you_mean
-
-    known = [p for p in inspect.signature(configure).parameters if p != "unknown"]
-    name = next(iter(unknown))
-    hint = did_you_mean(name, known)
-    if not hint and name in _project.KEYS:
-        hint = (f"; {name!r} is a project setting: write it in pyproject.toml under "
-                "[tool.dejacache] (docs/configuration.md)")
-    raise ConfigurationError(f"configure() has no setting {name!r}{hint} (settings: "
-                             f"{', '.join(known)})")
 
 
 def reset() -> None:

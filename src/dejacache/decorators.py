@@ -5,19 +5,18 @@ from __future__ import annotations
 import functools
 import inspect
 import weakref
-from collections.abc import AsyncIterator, Callable, Generator, Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import orjson
 
 from . import _engine
-from ._core.flow import Flow, Lookup
 from ._frozen import freeze, shared_node, view_of
 from .config import GLOBAL, Duration, Effective, VolatileItems, ttl_seconds, volatile_items
-from .errors import ConfigurationError, DejacacheWarning
+from .errors import ConfigurationError
 from .keys import KeyBuilder, explain, key_seed
-from .scope import CURRENT, OPEN_BLOCKS, current, track, untrack
-from .stats import record_hit, record_miss
+from .scope import CURRENT, OPEN_BLOCKS, current
+from .stats import record_hit
 from .stores._base import NOT_SHARED
 
 if TYPE_CHECKING:
@@ -28,7 +27,6 @@ if TYPE_CHECKING:
 __all__ = ["cache"]
 
 F = TypeVar("F", bound=Callable[..., Any])
-D = TypeVar("D", bound="_engine.Driver")
 _loads = orjson.loads
 _scoped = CURRENT.get
 
@@ -40,31 +38,6 @@ def _default_name(fn: Callable[..., Any]) -> str:
     if not hasattr(target, "__qualname__"):
         target = type(target)
     return f"{target.__module__}.{target.__qualname__}"
-
-
-class _LiveGenerator:
-    """A generator run live, stored when its caller has read it to the end: unless the
-    block it was made in exits first, which names it then (``scope.settle``)."""
-
-    __slots__ = ("__weakref__", "eff", "name")
-
-    def __init__(self, eff: Effective, name: str) -> None:
-        self.eff = eff
-        self.name = name
-
-    def abandon(self, why: str) -> None:
-        if untrack(self):
-            import warnings  # (not loaded at interpreter start; rarely needed here)
-
-            warnings.warn(f"dejacache: the {self.name} generator {why}; it was not recorded "
-                          f"in {self.eff.source}. Read a generator to its end inside its "
-                          "block to record it.", DejacacheWarning, stacklevel=4)
-
-
-def _is_stream(stored: Any) -> bool:
-    # Anything else under a generator's key (it used to be a plain function of the same name,
-    # say) is a miss, not a crash.
-    return type(stored) is dict and type(stored.get("items")) is list
 
 
 class _Keys:
@@ -153,10 +126,11 @@ class _Plan:
 Prep = tuple[Any, str, bytes, "_engine.RekeyFn | None"]  # (eff, key, canonical, rekey)
 
 
-class _Face:
+class Face:
     """What the wrapper of one decorated function works with: its key builders, the plan
     for the last ``Effective`` seen, and the steps its sync, async and generator wrappers
-    share (the wrappers themselves are built by ``_sync_wrapper`` and its siblings)."""
+    share (the wrappers themselves are built by ``_sync_wrapper`` and, for coroutine and
+    generator functions, by ``_async_and_generators``)."""
 
     __slots__ = ("call_name", "fn", "frozen", "keys", "kind", "slot", "ttl")
 
@@ -246,163 +220,7 @@ class _Face:
         item = p.store.hit(key)
         return (_engine.MISS if item is None else self.short_hit(p, eff, key, item)), parts
 
-    def stream_flow(self, prep: Prep, driver: type[D], looked: bool) -> tuple[D, Flow]:
-        """The driver and flow of a generator call; ``looked``: its first lookup has been
-        made (``stream_hit``) and missed, so the flow starts past it."""
-        eff, key, canonical, rekey = prep
-        d = driver(eff, self.call_name, self.kind, ttl=self.ttl, rekey=rekey,
-                   accept=_is_stream)
-        # Generators run unshared (each caller reads its own items) and their failures are
-        # not kept.
-        flow = d.flow(key, canonical, flights=False, keep_errors=False)
-        if looked:
-            first = next(flow)
-            assert type(first) is Lookup and first.key == key
-        return d, flow
-
-
-def _stream_hit(prep: Prep, call_name: str) -> Any:
-    """The stored stream of a generator call, ``MISS``, or None when the call must go the
-    driver's way from the start (recording, or refused as ambiguous). The flow's first
-    effect, taken in front of it: a hit then builds no driver and no flow (a memory hit
-    10.5 -> 6 µs)."""
-    eff = prep[0]
-    if not _engine.looks_first(eff):  # the driver decides
-        return None
-    stored = _engine.lookup(eff, call_name, prep[1])
-    return stored if stored is _engine.MISS or _is_stream(stored) else _engine.MISS
-
-
-async def _astream_hit(prep: Prep, call_name: str) -> Any:
-    """:func:`_stream_hit` for an async generator."""
-    eff = prep[0]
-    if not _engine.looks_first(eff):
-        return None
-    stored = await _engine.alookup(eff, call_name, prep[1])
-    return stored if stored is _engine.MISS or _is_stream(stored) else _engine.MISS
-
-
-def _agen_wrapper(face: _Face) -> Callable[..., Any]:
-    fn, call_name = face.fn, face.call_name
-
-    @functools.wraps(fn)
-    async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        prep = face.prepare(args, kwargs)
-        if prep is None:
-            async for item in fn(*args, **kwargs):
-                yield item
-            return
-        stored = await _astream_hit(prep, call_name)
-        if stored is not None and stored is not _engine.MISS:
-            for item in stored["items"]:
-                yield item
-            return
-        d, flow = face.stream_flow(prep, _engine.AsyncDriver, stored is not None)
-        run, stored = await d.advance(flow, None if stored is None else _engine.MISS)
-        if run is None:
-            for item in stored["items"]:
-                yield item
-            return
-        items: list[Any] = []
-        live = track(_LiveGenerator(d.eff, call_name))
-        agen = fn(*args, **kwargs)
-        try:
-            async for item in agen:
-                items.append(item)
-                yield item
-        except Exception as exc:
-            await d.advance(flow, exc=exc)  # counted; the flow raises it again
-            raise  # pragma: no cover
-        finally:
-            await agen.aclose()  # abandoned half-way: let the generator clean up
-            ours = untrack(live)
-        # Only a generator that ran to the end is stored; an abandoned one never gets here,
-        # and one whose block exited first was named then.
-        if not ours:
-            record_miss(call_name, stored=False)
-        await d.advance(flow, d.ran({"items": items, "return": None}, keep=ours))
-
-    return agen_wrapper
-
-
-def _gen_wrapper(face: _Face) -> Callable[..., Any]:
-    fn, call_name = face.fn, face.call_name
-
-    @functools.wraps(fn)
-    def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
-        prep = face.prepare(args, kwargs)
-        if prep is None:
-            return (yield from fn(*args, **kwargs))
-        stored = _stream_hit(prep, call_name)
-        if stored is not None and stored is not _engine.MISS:
-            yield from stored["items"]
-            return stored["return"]
-        d, flow = face.stream_flow(prep, _engine.SyncDriver, stored is not None)
-        run, stored = d.advance(flow, None if stored is None else _engine.MISS)
-        if run is None:
-            yield from stored["items"]
-            return stored["return"]
-        items: list[Any] = []
-        live = track(_LiveGenerator(d.eff, call_name))
-        gen = fn(*args, **kwargs)
-        try:
-            while True:
-                try:
-                    item = next(gen)
-                except StopIteration as stop:
-                    result = stop.value
-                    break
-                items.append(item)
-                yield item
-        except Exception as exc:
-            d.advance(flow, exc=exc)  # counted; the flow raises it again
-            raise  # pragma: no cover
-        finally:
-            gen.close()  # abandoned half-way: run the generator's own cleanup now
-            ours = untrack(live)
-        if not ours:  # its block exited before it was read to the end, and said so
-            record_miss(call_name, stored=False)
-        d.advance(flow, d.ran({"items": items, "return": result}, keep=ours))
-        return result
-
-    return gen_wrapper
-
-
-def _async_wrapper(face: _Face) -> Callable[..., Any]:
-    fn, call_name, kind, ttl, frozen = face.fn, face.call_name, face.kind, face.ttl, face.frozen
-    slot, keys, try_short, general = face.slot, face.keys, face.try_short, face.general
-
-    @functools.wraps(fn)
-    async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-        eff = _scoped()
-        if eff is None:
-            eff = GLOBAL[0]
-            if eff is None or OPEN_BLOCKS:  # as in sync_wrapper
-                eff = current()
-        p = slot[0]
-        if p.eff is not eff:
-            p = slot[0] = _Plan(eff, keys)
-        kb = p.kb
-        if kb is None:
-            return await fn(*args, **kwargs)
-        parts = None
-        if p.short:
-            value, parts = try_short(p, eff, kb, args, kwargs)
-            if value is not _engine.MISS:
-                return value
-        if parts is None:
-            parts = kb.bind_key(args, kwargs, p.seed, p.subs)
-        eff, key, canonical, rekey = general(p, *parts)
-        value = await _engine.call_async(
-            eff, call_name, kind, key, canonical, lambda: fn(*args, **kwargs), ttl=ttl,
-            rekey=rekey,
-        )
-        return freeze(value) if frozen else value
-
-    return async_wrapper
-
-
-def _sync_wrapper(face: _Face) -> Callable[..., Any]:
+def _sync_wrapper(face: Face) -> Callable[..., Any]:
     # The face's parts as closure cells: this is the hot path of a hit.
     fn, call_name, kind, ttl, frozen = face.fn, face.call_name, face.kind, face.ttl, face.frozen
     slot, keys, short_hit, general = face.slot, face.keys, face.short_hit, face.general
@@ -496,13 +314,13 @@ def _wrap(
         raise ConfigurationError(
             f"frozen=True on {call_name}: a generator's items are replayed one by one, not "
             "shared as one value; drop frozen=True")
-    face = _Face(fn, call_name, keys, ttl, kind, frozen)
-    if inspect.isasyncgenfunction(probe):
-        wrapper = _agen_wrapper(face)
-    elif inspect.isgeneratorfunction(probe):
-        wrapper = _gen_wrapper(face)
-    elif inspect.iscoroutinefunction(probe):
-        wrapper = _async_wrapper(face)
+    face = Face(fn, call_name, keys, ttl, kind, frozen)
+    if (inspect.isasyncgenfunction(probe) or inspect.isgeneratorfunction(probe)
+            or inspect.iscoroutinefunction(probe)):
+        # Imported here: a process decorating plain functions only never loads them.
+        from ._async_and_generators import wrapper as other_wrapper
+
+        wrapper = other_wrapper(face, probe)
     else:
         wrapper = _sync_wrapper(face)
 

@@ -22,7 +22,7 @@ from .errors import ReplayMiss, StoreError
 from .scope import scope
 from .stats import stats as stats_snapshot
 from .stats import token_total
-from .stores._base import Store
+from .stores._protocols import Store
 
 __all__ = ["DEMO_NAMESPACE", "AgentFactory", "DemoResult", "cached_agent", "play", "run_demo"]
 

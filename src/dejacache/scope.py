@@ -39,10 +39,11 @@ from .config import (
     volatile_items,
 )
 from .errors import ReplayMiss
-from .stores._base import Store
 
 if TYPE_CHECKING:
     import concurrent.futures  # at run time in _executor: it loads logging, ~7 ms
+
+    from .stores._protocols import Store
 
 __all__ = ["current", "inherited", "propagate", "scope", "settle", "track", "untrack",
            "wrap_executor"]

@@ -27,7 +27,7 @@ from mcp_flow import ask, desk_session, run
 from mcp_servers import SCRIPT, HttpServer
 
 import dejacache
-from dejacache.mcp import _patch
+from dejacache.mcp import _arming, _patch
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -157,7 +157,7 @@ async def test_outside_a_block_the_transports_are_untouched(
 ) -> None:
     from mcp.client.stdio import stdio_client
 
-    assert _patch.active() == 0 and _patch.patched() == []
+    assert _arming.active() == 0 and _patch.patched() == []
     plain = stdio_client.__wrapped__  # type: ignore[attr-defined]
     with dejacache.scope(cache_key="t", store=dejacache.MemoryStore()):
         assert "mcp.client.stdio" in _patch.patched()

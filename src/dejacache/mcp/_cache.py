@@ -38,7 +38,7 @@ from .._secrets import key_loaded, secret_key
 from ..config import Duration
 from ..errors import ConfigurationError
 from ..runtime.tools import invalidates, tool_cache
-from ..stores._base import Store
+from ..stores._protocols import Store
 from ._identity import Identity, handshake_of, identify
 from ._listing import Listing
 

@@ -1,12 +1,16 @@
 """MCP transports recorded and replayed inside blocks: switched on while a block is open.
 
+Loaded by ``_arming`` (which counts the blocks) once ``mcp`` is in the process: a block in a
+process that never imported ``mcp`` loads none of this.
+
 While a test-facing block (``scope()``, ``cassette()``) is open, the ``mcp`` package's public
 transport functions (``stdio_client``, ``streamable_http_client`` and mcp 1.x's
 ``streamablehttp_client``, ``sse_client``) yield the recording pair of ``_proxy.py`` to
 sessions opened in a block, and their own pair elsewhere. Like HTTP interception
 (``http/intercept.py``), the change is made when a block opens and undone when the last one
-closes, for modules already imported and, through an import hook, for one imported inside
-the block (a framework that imports ``mcp`` lazily).
+closes, for modules already imported and, through ``_arming``'s import hook, for one imported
+inside the block (a framework that imports ``mcp`` lazily). ``_arming`` holds its lock around
+every call here.
 
 How: each function is an ``asynccontextmanager`` whose one closure cell holds the generator
 function it runs. The cell's contents are swapped, not the module attribute: ``mcp/__init__``,
@@ -27,19 +31,17 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
-import threading
 from collections.abc import AsyncIterator, Callable
 from types import ModuleType
 
-from .._importhook import spec_with_callback
 from ..errors import DejacacheWarning, ReplayMiss
-from ..scope import BLOCK_HOOKS, current
+from ..scope import current
 
 TYPE_CHECKING = False  # typing is not loaded at interpreter start; mypy reads this as True
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["active", "patched"]
+__all__ = ["loaded", "patch_imported", "patched", "unpatch_all"]
 
 # (module, function, transport, what the function yields after (read, write) when unstarted)
 _TRANSPORTS: tuple[tuple[str, str, str], ...] = (
@@ -51,8 +53,6 @@ _TRANSPORTS: tuple[tuple[str, str, str], ...] = (
 _DISPATCHER = ("mcp.shared.jsonrpc_dispatcher", "JSONRPCDispatcher")
 _WATCHED = frozenset({m for m, _, _ in _TRANSPORTS} | {_DISPATCHER[0]})
 
-_LOCK = threading.RLock()
-_COUNT = 0
 # module name -> [(undo)]
 _UNDO: dict[str, list[Callable[[], None]]] = {}
 
@@ -224,56 +224,28 @@ def _patch_module(mod: ModuleType) -> None:
     _UNDO[name] = undo
 
 
-def _patch_imported() -> None:
+def patch_imported() -> None:
+    """Patch the watched modules imported so far (a block opens)."""
     for name in sorted(_WATCHED):
         mod = sys.modules.get(name)
         if mod is not None and not getattr(mod.__spec__, "_initializing", False):
             _patch_module(mod)
 
 
-def _unpatch_all() -> None:
+def unpatch_all() -> None:
+    """Undo every patch (the last block closed)."""
     for undo in _UNDO.values():
         for u in reversed(undo):
             u()
     _UNDO.clear()
 
 
-def _on_block(delta: int) -> None:
-    global _COUNT
-    with _LOCK:
-        _COUNT = max(0, _COUNT + delta)
-        if delta > 0:
-            _patch_imported()
-        elif _COUNT == 0:
-            _unpatch_all()
-
-
-def active() -> int:
-    """How many blocks hold the MCP patches (0: nothing is patched)."""
-    return _COUNT
+def loaded(module: ModuleType) -> None:
+    """``module`` was imported while a block is open: patch it if it is watched."""
+    if module.__name__ in _WATCHED:
+        _patch_module(module)
 
 
 def patched() -> list[str]:
-    with _LOCK:
-        return sorted(n for n, u in _UNDO.items() if u)
-
-
-def _loaded(module: ModuleType) -> None:
-    with _LOCK:
-        if _COUNT > 0:
-            _patch_module(module)
-
-
-class _PatchOnImport:
-    """An ``mcp`` transport module imported while a block is open is patched when loaded."""
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname not in _WATCHED or not _COUNT or fullname in sys.modules:
-            return None
-        return spec_with_callback(self, fullname, path, target, _loaded)
-
-
-if _on_block not in BLOCK_HOOKS:
-    BLOCK_HOOKS.append(_on_block)
-if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-    sys.meta_path.insert(0, _PatchOnImport())
+    # A copy taken in one step: the lock that guards the patches is ``_arming``'s.
+    return sorted(n for n, u in list(_UNDO.items()) if u)

@@ -29,7 +29,8 @@ from ..errors import (
     SerializationError,
 )
 from ..keys import KeyBuilder, digest, key_seed
-from ..stores._base import BaseStore, Record, Store
+from ..stores._base import BaseStore, Record
+from ..stores._protocols import Store
 from ..stores.memory import MemoryStore
 from . import metrics as m
 from ._binding import Template, is_error_result

@@ -12,7 +12,7 @@ from .. import config
 from .._core.scopes import encode_component
 from ..errors import ConfigurationError, ScopeError
 from ..keys import KeyBuilder
-from ..stores._base import Store
+from ..stores._protocols import Store
 from . import metrics as m
 from ._binding import Template
 from ._decorate import F, function_only, probe, tool_names

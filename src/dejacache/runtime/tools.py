@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, overload
 
 from ..config import Duration
-from ..stores._base import Store
+from ..stores._protocols import Store
 from ._cached import ToolCache, wrap_cached
 from ._decorate import F, function_only
 from ._invalidate import invalidates

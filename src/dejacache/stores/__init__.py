@@ -6,9 +6,10 @@ from typing import TYPE_CHECKING, Any
 
 from .._lazy import attach
 from ..errors import ConfigurationError
-from ._base import BaseStore, Record, Store
+from ._base import BaseStore, Record
 
 if TYPE_CHECKING:
+    from ._protocols import Store
     from ._store_stats import StoreStats
     from .memory import MemoryStore
     from .redis import RedisStore
@@ -18,11 +19,12 @@ if TYPE_CHECKING:
 __all__ = ["BaseStore", "MemoryStore", "Record", "RedisStore", "SQLiteStore", "Store",
            "StoreStats", "TieredStore", "store_from_url"]
 
-# Each tier is imported on first use: ``config`` needs only the protocol, and sqlite3 alone
-# cost ~3 ms of ``import dejacache``. So is ``StoreStats``, which only ``stats()`` makes.
+# Each tier is imported on first use: a replay needs only ``Record``, and sqlite3 alone
+# cost ~3 ms of ``import dejacache``. So are ``StoreStats``, which only ``stats()`` makes,
+# and the ``Store`` protocol, which no hit checks a store against.
 _getattr, __dir__ = attach(__name__, {
-    "MemoryStore": ".memory", "SQLiteStore": ".sqlite", "StoreStats": "._store_stats",
-    "TieredStore": ".tiered",
+    "MemoryStore": ".memory", "SQLiteStore": ".sqlite", "Store": "._protocols",
+    "StoreStats": "._store_stats", "TieredStore": ".tiered",
 })
 
 

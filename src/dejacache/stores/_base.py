@@ -1,16 +1,19 @@
-"""The ``Store`` protocol every tier implements, and the ``Record`` it holds."""
+"""The ``Record`` every store holds, what a hit reads of it (``Hit``, ``Features``), and
+``BaseStore``, the async twins every tier shares. The ``Store`` protocols live in
+``_protocols``: a replay hit never checks a store against them."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, runtime_checkable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from .._lazy import served
 from .._slots import Sentinel, slot_setters
 
 if TYPE_CHECKING:
+    from ._protocols import Store
     from ._store_stats import StoreStats
 
 __all__ = [
@@ -19,9 +22,6 @@ __all__ = [
     "Features",
     "Hit",
     "Record",
-    "SequencedStore",
-    "ShortHitStore",
-    "Store",
     "StoreStats",  # defined in _store_stats, served by __getattr__
     "features_of",
     "off_loop",
@@ -99,79 +99,6 @@ class Hit(NamedTuple):
     #: the immutable value (``_frozen.node_of``) every ``@cache(frozen=True)`` hit hands out
     #: a view of, kept by the store's ``share(key, hit, value)``, or ``NOT_SHARED``
     shared: Any
-
-
-@runtime_checkable
-class Store(Protocol):
-    """Key → Record storage. ``ttl`` is a duration in seconds; each store applies it with
-    its own clock (monotonic in memory, server time in Redis, wall time in SQLite files).
-
-    Optional, for the runtime tool cache: a store whose entries outlive the process or are
-    shared offers generation counters next to them (``incr(name) -> int | None``,
-    ``get_counters(names) -> list[int] | None``, optionally ``incr_many``, and ``a``-prefixed
-    async twins; None means unavailable, never zero), as ``RedisStore`` and ``SQLiteStore``
-    do; a store whose entries live only in this process's memory may say
-    ``process_local = True``. ``tool_cache`` refuses any other store (runtime/generations.py).
-    """
-
-    url: str
-
-    def get(self, key: str) -> Record | None: ...
-
-    def put(self, key: str, record: Record, *, ttl: float | None = None) -> bool | None:
-        """Store ``record``; ``False`` when the store knowingly kept nothing (read-only,
-        unreachable, expired on arrival), so the caller's stats do not count it as stored.
-        ``None`` (what a store that cannot tell returns) counts as stored."""
-
-    def delete(self, key: str) -> bool: ...
-
-    def iterate(self, name: str | None = None, namespace: str | None = None) -> Iterator[
-        tuple[str, Record]
-    ]: ...
-
-    def clear(self, namespace: str | None = None) -> int: ...
-
-    def stats(self) -> StoreStats: ...
-
-    def close(self) -> None: ...
-
-    async def aget(self, key: str) -> Record | None: ...
-
-    async def aput(self, key: str, record: Record, *, ttl: float | None = None
-                   ) -> bool | None: ...
-
-    async def adelete(self, key: str) -> bool: ...
-
-
-class ShortHitStore(Store, Protocol):
-    """A store whose hits the decorator may read on its short path (``MemoryStore``,
-    ``SQLiteStore``): ``hit`` next to ``get``, ``short_hits = True``, and optionally
-    ``share`` to keep the immutable value frozen hits hand out views of. A store that
-    checked the bytes on ``put`` and keeps them in this process says ``checked_on_put``."""
-
-    short_hits: bool
-
-    def hit(self, key: str) -> Hit | None: ...
-
-    def share(self, key: str, item: Hit, value: Any) -> None: ...
-
-
-class SequencedStore(Store, Protocol):
-    """A store that answers the n-th identical call with the n-th recording (a cassette):
-    it may keep failures, explains and redacts replay misses, and says how to re-record."""
-
-    sequenced: bool
-    rerecord_hint: str | None
-
-    def record_error(self, key: str, name: str, namespace: str, kind: str, canonical: bytes,
-                     exc: BaseException, duration: float) -> None: ...
-
-    def recorded_error(self, record: Record) -> BaseException:
-        """The exception a record of ``kind == "error"`` stands for, to raise."""
-
-    def note_miss(self, miss: Any) -> Any: ...
-
-    def redact_tree(self, tree: Any) -> Any: ...
 
 
 # A named tuple, not a frozen dataclass: ~0.2 against ~1 ms to define on the 2-core box, in

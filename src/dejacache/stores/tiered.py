@@ -23,7 +23,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from .._core.durations import Duration, seconds
-from ._base import BaseStore, Record, Store, StoreStats
+from ._base import BaseStore, Record, StoreStats
+from ._protocols import Store
 
 __all__ = ["TieredStore"]
 
