@@ -13,7 +13,6 @@ from dejacache import ConfigurationError
 from dejacache._core import volatile
 from dejacache._core.volatile import (
     PLACEHOLDER,
-    apply,
     declared_paths,
     never_matched,
     parse,
@@ -22,6 +21,7 @@ from dejacache._core.volatile import (
     unwatch,
     watch,
 )
+from dejacache._core.volatile_apply import apply
 
 
 def test_parse_splits_names_paths_and_patterns() -> None:

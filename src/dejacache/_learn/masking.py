@@ -19,6 +19,7 @@ from typing import Any, Final
 import orjson
 
 from .._core import volatile as _vol
+from .._core.volatile_apply import apply
 
 __all__ = ["Rules", "canonical", "masked"]
 
@@ -95,7 +96,7 @@ def masked(request: Any, kind: str, rules: Rules) -> Any:
     owner = object()
     _vol.watch(owner)  # learning is no call of the process: its paths are noted apart
     try:
-        out = _vol.apply(tree, rules.http_paths if http else rules.paths, rules.patterns)
+        out = apply(tree, rules.http_paths if http else rules.paths, rules.patterns)
     finally:
         _vol.unwatch(owner)
     out = _back(out) if rules.patterns else out
