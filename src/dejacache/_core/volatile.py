@@ -21,45 +21,35 @@ exponential time are refused when parsed (see ``redos``).
 Pure functions: parsed once per key builder, applied per call (by ``volatile_apply``, loaded
 only where something is declared), never mutating the input.
 
-A path that never matches is reported, not silently kept: while a block that declares paths
-is open, a :class:`PathWatch` notes which paths the calls keyed inside it *tried* (the path's
-first name is one of the call's top-level names: a function's parameter, a request part) and
-which removed something. At exit the block warns about its own paths that were tried and
-never matched (:func:`never_matched`); a path never tried (no call had its first name, no
-call at all) says nothing. Whether ``body.metadata.run`` is a typo or a field these requests
-just lack cannot be told before a request is seen, and any first name is a valid start (a
-parameter of some function, or a body field), so nothing is refused when a path is declared.
+A path that never matches is reported, not silently kept: a block that declares paths
+watches which of them the calls keyed inside it tried and matched (``volatile_watch``) and
+warns at exit about its own paths tried and never matched; a path never tried (no call had
+its first name, no call at all) says nothing. Whether ``body.metadata.run`` is a typo or a
+field these requests just lack cannot be told before a request is seen, and any first name
+is a valid start (a parameter of some function, or a body field), so nothing is refused when
+a path is declared.
 """
 
 from __future__ import annotations
 
-import contextvars
 import re
-import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 from .._lazy import pattern, served
-from ..errors import ConfigurationError, DejacacheWarning
+from ..errors import ConfigurationError
 
 __all__ = [
     "BlockPaths",
     "PLACEHOLDER",
     "Path",
-    "PathWatch",
     "REQUEST_ROOTS",
-    "ROOT",
-    "WATCH",
     "Volatility",
     "apply",  # defined in volatile_apply, served by __getattr__
     "declared_paths",
-    "never_matched",
     "parse",
     "parse_path",
-    "report",
     "under",
-    "unwatch",
-    "watch",
 ]
 
 if TYPE_CHECKING:
@@ -75,8 +65,8 @@ PLACEHOLDER = "<volatile>"
 Step = str | int | None
 Path = tuple[Step, ...]
 
-# Compiled when first used (~1 ms of this module's import for the three): only declared
-# paths and patterns read them, and most blocks declare neither.
+# Compiled when first used (~1 ms of this module's import for these and volatile_apply's
+# ``_LITERAL``): only declared paths and patterns read them, and most blocks declare neither.
 _SEGMENT = pattern(r"([^.\[\]]+)?((?:\[(?:\*|\d+)\])*)")
 _INDEX = pattern(r"\[(\*|\d+)\]")
 
@@ -184,51 +174,6 @@ def under(paths: tuple[Path, ...], roots: frozenset[str], default: str) -> tuple
     return tuple(p if p[0] in roots else (default, *p) for p in paths)
 
 
-# ------------------------------------------------------------------ paths that never match
-
-
-#: Distinct paths one watch keeps. Calls add none of their own (only declared paths are
-#: noted), but a program declaring new paths without end would grow the process watch; past
-#: this a watch reports nothing rather than guess.
-MAX_NOTED = 4096
-
-
-class PathWatch:
-    """The paths the calls keyed under it tried and never matched (``tried``) or matched.
-
-    A note goes to the enclosing watches too, so a block's path that matched inside a nested
-    block counts; a watch already holding a note stops there (its enclosing ones hold it)."""
-
-    __slots__ = ("full", "matched", "owner", "parent", "token", "tried")
-
-    def __init__(self, parent: PathWatch | None, owner: object = None) -> None:
-        self.parent = parent
-        self.owner = owner
-        self.token: contextvars.Token[PathWatch] | None = None
-        self.tried: set[Path] = set()
-        self.matched: set[Path] = set()
-        self.full = False
-
-    def note(self, path: Path, hit: bool) -> None:
-        w: PathWatch | None = self
-        while w is not None:
-            seen = w.matched if hit else w.tried
-            if path in seen:
-                return
-            if len(seen) < MAX_NOTED:
-                seen.add(path)
-            else:
-                w.full = True
-            w = w.parent
-
-
-#: The whole process: reports ``configure``/``DEJACACHE_VOLATILE`` paths at exit.
-ROOT = PathWatch(None)
-#: The innermost watch of this context, which ``volatile_apply.strip_paths`` notes paths on.
-WATCH: contextvars.ContextVar[PathWatch] = contextvars.ContextVar(
-    "dejacache_volatile_watch", default=ROOT)
-
-
 def declared_paths(items: Iterable[str | re.Pattern[str]]) -> dict[str, tuple[Path, ...]]:
     """The paths among ``volatile=`` items, by their text, each with the forms calls apply it
     in: as written (rooted at a function's parameters) and as read for an HTTP request."""
@@ -238,50 +183,6 @@ def declared_paths(items: Iterable[str | re.Pattern[str]]) -> dict[str, tuple[Pa
             p = parse_path(item)
             out[item] = tuple(dict.fromkeys((p, *under((p,), REQUEST_ROOTS, "body"))))
     return out
-
-
-def watch(owner: object) -> None:
-    """Watch the paths of calls keyed from here on in this context, for ``owner`` (a block)."""
-    w = PathWatch(WATCH.get(), owner)
-    w.token = WATCH.set(w)
-
-
-def unwatch(owner: object) -> PathWatch | None:
-    """End the watch ``owner`` started in this context (None: not found here, as when a
-    block is left from another context; then nothing is reported)."""
-    w = WATCH.get()
-    if w.owner is not owner or owner is None:
-        return None
-    assert w.token is not None
-    try:
-        WATCH.reset(w.token)
-    except ValueError:  # the token belongs to another context (generator hand-over)
-        WATCH.set(w.parent or ROOT)
-    return w
-
-
-def never_matched(w: PathWatch | None, declared: Mapping[str, tuple[Path, ...]]
-                  ) -> list[tuple[str, str]]:
-    """``(text, first name)`` of each declared path that calls under ``w`` tried and none
-    matched."""
-    if w is None or w.full:
-        return []
-    out = []
-    for text, forms in declared.items():
-        tried = [f for f in forms if f in w.tried]
-        if tried and not any(f in w.matched for f in forms):
-            out.append((text, str(tried[0][0])))
-    return out
-
-
-def report(w: PathWatch | None, declared: Mapping[str, tuple[Path, ...]], where: str) -> None:
-    """Warn, once per path, about each declared path calls under ``w`` tried and never
-    matched."""
-    for text, root in never_matched(w, declared):
-        warnings.warn(
-            f"volatile path {text!r} from {where} never matched: calls keyed under it had "
-            f"{root!r} but none had the rest of the path, so what it names still counts in "
-            "their keys (check its spelling and nesting)", DejacacheWarning, stacklevel=4)
 
 
 class BlockPaths:
@@ -296,12 +197,17 @@ class BlockPaths:
 
     def enter(self) -> None:
         if self.paths:
+            # Imported by blocks that declare paths only: most declare none.
+            from .volatile_watch import watch
+
             watch(self)
 
     def exit(self, *, quiet: bool = False) -> None:
         """``quiet``: stop watching without reporting (a block cut short proves nothing
         about the paths its calls never reached)."""
         if self.paths:
+            from .volatile_watch import report, unwatch
+
             seen = unwatch(self)
             if not quiet:
                 report(seen, self.paths, self.where)

@@ -17,7 +17,8 @@ from typing import Any
 
 from .. import _secrets
 from .._lazy import pattern
-from .volatile import PLACEHOLDER, WATCH, Path
+from .volatile import PLACEHOLDER, Path
+from .volatile_watch import WATCH
 
 __all__ = ["apply", "strip_paths"]
 
