@@ -470,4 +470,8 @@ def _report_global_paths() -> None:
         where = global_volatile_source()
     except ConfigurationError:  # a malformed setting already failed where it was read
         return
-    _vol.report(_vol.ROOT, _vol.declared_paths(items), where)
+    paths = _vol.declared_paths(items)
+    if paths:  # the watch's module is loaded where paths are declared only
+        from ._core.volatile_watch import ROOT, report
+
+        report(ROOT, paths, where)

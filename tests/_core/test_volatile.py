@@ -10,18 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dejacache import ConfigurationError
-from dejacache._core import volatile
+from dejacache._core import volatile_watch
 from dejacache._core.volatile import (
     PLACEHOLDER,
-    apply,
     declared_paths,
-    never_matched,
     parse,
     parse_path,
     under,
-    unwatch,
-    watch,
 )
+from dejacache._core.volatile_apply import apply
+from dejacache._core.volatile_watch import never_matched, unwatch, watch
 
 
 def test_parse_splits_names_paths_and_patterns() -> None:
@@ -179,7 +177,7 @@ def test_unwatch_from_another_context_reports_nothing() -> None:
 def test_a_watch_past_its_bound_reports_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     """Paths declared without end (new ones per block) cannot grow a watch without bound; a
     watch that had to stop noting says nothing rather than guess."""
-    monkeypatch.setattr(volatile, "MAX_NOTED", 3)
+    monkeypatch.setattr(volatile_watch, "MAX_NOTED", 3)
     owner = object()
     watch(owner)
     many = [("body", f"field{i}") for i in range(10)]

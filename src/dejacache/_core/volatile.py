@@ -18,49 +18,46 @@ no pattern can make two credentials key alike. A literal :data:`PLACEHOLDER` in 
 escaped (``<volatile\\>``), so it never keys like a replaced match. Patterns that can take
 exponential time are refused when parsed (see ``redos``).
 
-Pure functions: parsed once per key builder, applied per call, never mutating the input.
+Pure functions: parsed once per key builder, applied per call (by ``volatile_apply``, loaded
+only where something is declared), never mutating the input.
 
-A path that never matches is reported, not silently kept: while a block that declares paths
-is open, a :class:`PathWatch` notes which paths the calls keyed inside it *tried* (the path's
-first name is one of the call's top-level names: a function's parameter, a request part) and
-which removed something. At exit the block warns about its own paths that were tried and
-never matched (:func:`never_matched`); a path never tried (no call had its first name, no
-call at all) says nothing. Whether ``body.metadata.run`` is a typo or a field these requests
-just lack cannot be told before a request is seen, and any first name is a valid start (a
-parameter of some function, or a body field), so nothing is refused when a path is declared.
+A path that never matches is reported, not silently kept: a block that declares paths
+watches which of them the calls keyed inside it tried and matched (``volatile_watch``) and
+warns at exit about its own paths tried and never matched; a path never tried (no call had
+its first name, no call at all) says nothing. Whether ``body.metadata.run`` is a typo or a
+field these requests just lack cannot be told before a request is seen, and any first name
+is a valid start (a parameter of some function, or a body field), so nothing is refused when
+a path is declared.
 """
 
 from __future__ import annotations
 
-import bisect
-import contextvars
 import re
-import warnings
-from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, NamedTuple
 
-from .. import _secrets
-from .._lazy import pattern
-from ..errors import ConfigurationError, DejacacheWarning
+from .._lazy import pattern, served
+from ..errors import ConfigurationError
 
 __all__ = [
     "BlockPaths",
     "PLACEHOLDER",
     "Path",
-    "PathWatch",
     "REQUEST_ROOTS",
-    "ROOT",
     "Volatility",
-    "apply",
+    "apply",  # defined in volatile_apply, served by __getattr__
     "declared_paths",
-    "never_matched",
     "parse",
     "parse_path",
-    "report",
     "under",
-    "unwatch",
-    "watch",
 ]
+
+if TYPE_CHECKING:
+    from .volatile_apply import apply
+
+# ``apply`` is read (``_vol.apply``) only by calls that declare a path or pattern: its module
+# is imported then, and the name kept here, so each later call reads a plain attribute.
+__getattr__ = served(__name__, {"apply": "dejacache._core.volatile_apply"})
 
 PLACEHOLDER = "<volatile>"
 
@@ -68,13 +65,10 @@ PLACEHOLDER = "<volatile>"
 Step = str | int | None
 Path = tuple[Step, ...]
 
-# Compiled when first used (~1 ms of this module's import for the three): only declared
-# paths and patterns read them, and most blocks declare neither.
+# Compiled when first used (~1 ms of this module's import for these and volatile_apply's
+# ``_LITERAL``): only declared paths and patterns read them, and most blocks declare neither.
 _SEGMENT = pattern(r"([^.\[\]]+)?((?:\[(?:\*|\d+)\])*)")
 _INDEX = pattern(r"\[(\*|\d+)\]")
-# A literal placeholder in the text, and the escaped ones (``<volatile\\>``...): one more
-# backslash each, so text never keys like a match that was replaced.
-_LITERAL = pattern(r"<volatile(\\*)>")
 
 
 # A named tuple, not a frozen dataclass: ~0.15 against ~1 ms to define on the 2-core box, in
@@ -168,154 +162,6 @@ def _checked(pat: re.Pattern[str]) -> re.Pattern[str]:
     return pat
 
 
-def _strip(obj: Any, path: Path) -> Any:
-    head, rest = path[0], path[1:]
-    if isinstance(obj, Mapping):
-        if not isinstance(head, str) or head not in obj:
-            return obj
-        if not rest:
-            return {k: v for k, v in obj.items() if k != head}
-        inner = obj[head]
-        new = _strip(inner, rest)
-        if new is inner:
-            return obj
-        return {k: (new if k == head else v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        if isinstance(head, str):  # a key under a list: every element has it
-            out = [_strip(v, path) for v in obj]
-        elif head is None:
-            out = [PLACEHOLDER for _ in obj] if not rest else [_strip(v, rest) for v in obj]
-        else:
-            if head >= len(obj):
-                return obj
-            out = list(obj)
-            out[head] = PLACEHOLDER if not rest else _strip(obj[head], rest)
-        if all(a is b for a, b in zip(out, obj, strict=True)):
-            return obj
-        return out
-    return obj
-
-
-def strip_paths(obj: Any, paths: Iterable[Path]) -> Any:
-    w = _WATCH.get()
-    for p in paths:
-        new = _strip(obj, p)
-        # Noted once per watch: after that a path costs two set lookups (two paths on a chat
-        # request: apply 3.55 -> 3.66 µs CPU; calling note() every time made it 4.0).
-        if new is not obj:
-            if p not in w.matched:
-                w.note(p, True)
-        elif p not in w.tried and isinstance(obj, Mapping) and p[0] in obj:
-            w.note(p, False)
-        obj = new
-    return obj
-
-
-def _text(s: str, patterns: tuple[re.Pattern[str], ...]) -> str:
-    """``s`` with matches replaced, except where they would touch a credential.
-
-    Text no pattern matches comes back as it is (no credential is looked for: the common
-    case costs what it did); otherwise the parts ``_secrets.guarded`` names are kept, a match
-    that overlaps one is left alone, and credential values inside URLs are put back masked.
-    Patterns see the whole string, so anchors and lookarounds mean what they say."""
-    if "<" in s and "<volatile" in s:
-        s = _LITERAL.sub(r"<volatile\1\\>", s)
-    out = s
-    regions: list[list[Any]] | None = None
-    for pat in patterns:
-        if pat.search(out) is None:
-            continue
-        if regions is None:
-            regions = [[a, b, kept] for a, b, kept in _secrets.guarded(out)]
-        out = _outside(pat, out, regions) if regions else pat.sub(PLACEHOLDER, out)
-    if regions:
-        for a, b, kept in reversed(regions):
-            out = out[:a] + kept + out[b:]
-    return out
-
-
-def _outside(pat: re.Pattern[str], text: str, regions: list[list[Any]]) -> str:
-    """``pat``'s matches in ``text`` replaced unless they overlap one of ``regions`` (sorted,
-    disjoint ``[start, end, kept]``), whose offsets are moved to the new text."""
-    starts = [r[0] for r in regions]
-    parts: list[str] = []
-    moves: list[tuple[int, int]] = []  # (end of a replaced match, growth) in text order
-    pos = 0
-    for m in pat.finditer(text):
-        a, b = m.span()
-        i = bisect.bisect_left(starts, b) - 1
-        if i >= 0 and regions[i][1] > a and regions[i][0] < b:
-            continue  # it would rewrite part of a credential
-        parts += [text[pos:a], PLACEHOLDER]
-        moves.append((b, len(PLACEHOLDER) - (b - a)))
-        pos = b
-    parts.append(text[pos:])
-    j = shift = 0
-    for r in regions:
-        while j < len(moves) and moves[j][0] <= r[0]:
-            shift += moves[j][1]
-            j += 1
-        r[0] += shift
-        r[1] += shift
-    return "".join(parts)
-
-
-_PLAIN: set[Any] = set()  # names seen not to be credentials (one set lookup per dict key)
-
-
-def _secret(name: Any) -> bool:
-    if isinstance(name, str) and _secrets.is_secret_name(name):
-        return True
-    if len(_PLAIN) < 50_000:
-        _PLAIN.add(name)
-    return False
-
-
-def _masked(obj: Any, patterns: tuple[re.Pattern[str], ...]) -> Any:
-    """A value under a credential name: what the key masks whole is left alone (the same
-    cases as ``keys._Canon.mask``: scalars, and lists and tuples of them); anything else,
-    a JSON schema's ``password`` property say, is walked."""
-    t = type(obj)
-    if t is list or t is tuple:
-        items = [_masked(v, patterns) for v in obj]
-        return obj if all(a is b for a, b in zip(items, obj, strict=True)) else items
-    if isinstance(obj, (Mapping, list, tuple)):
-        return _scrub(obj, patterns)
-    return obj
-
-
-def _scrub(obj: Any, patterns: tuple[re.Pattern[str], ...]) -> Any:
-    t = type(obj)
-    if t is str:
-        return _text(obj, patterns)
-    if isinstance(obj, Mapping):
-        changed = False
-        new: dict[Any, Any] = {}
-        for k, v in obj.items():
-            secret = k not in _PLAIN and _secret(k)
-            nv = _masked(v, patterns) if secret else _scrub(v, patterns)
-            changed = changed or nv is not v
-            new[k] = nv
-        return new if changed else obj
-    if t is list or t is tuple:
-        items = [_scrub(v, patterns) for v in obj]
-        if all(a is b for a, b in zip(items, obj, strict=True)):
-            return obj
-        return items
-    return obj
-
-
-def apply(obj: Any, paths: tuple[Path, ...], patterns: tuple[re.Pattern[str], ...]) -> Any:
-    """``obj`` with pattern matches replaced and volatile paths removed (a copy where
-    changed). Patterns first, so the placeholders paths put in list positions are not
-    escaped as literal text."""
-    if patterns:
-        obj = _scrub(obj, patterns)
-    if paths:
-        obj = strip_paths(obj, paths)
-    return obj
-
-
 #: The top level of an HTTP request's canonical form: a path that starts elsewhere is read
 #: under ``body`` (:func:`under`).
 REQUEST_ROOTS = frozenset({"method", "path", "query", "body", "headers"})
@@ -328,50 +174,6 @@ def under(paths: tuple[Path, ...], roots: frozenset[str], default: str) -> tuple
     return tuple(p if p[0] in roots else (default, *p) for p in paths)
 
 
-# ------------------------------------------------------------------ paths that never match
-
-
-#: Distinct paths one watch keeps. Calls add none of their own (only declared paths are
-#: noted), but a program declaring new paths without end would grow the process watch; past
-#: this a watch reports nothing rather than guess.
-MAX_NOTED = 4096
-
-
-class PathWatch:
-    """The paths the calls keyed under it tried and never matched (``tried``) or matched.
-
-    A note goes to the enclosing watches too, so a block's path that matched inside a nested
-    block counts; a watch already holding a note stops there (its enclosing ones hold it)."""
-
-    __slots__ = ("full", "matched", "owner", "parent", "token", "tried")
-
-    def __init__(self, parent: PathWatch | None, owner: object = None) -> None:
-        self.parent = parent
-        self.owner = owner
-        self.token: contextvars.Token[PathWatch] | None = None
-        self.tried: set[Path] = set()
-        self.matched: set[Path] = set()
-        self.full = False
-
-    def note(self, path: Path, hit: bool) -> None:
-        w: PathWatch | None = self
-        while w is not None:
-            seen = w.matched if hit else w.tried
-            if path in seen:
-                return
-            if len(seen) < MAX_NOTED:
-                seen.add(path)
-            else:
-                w.full = True
-            w = w.parent
-
-
-#: The whole process: reports ``configure``/``DEJACACHE_VOLATILE`` paths at exit.
-ROOT = PathWatch(None)
-_WATCH: contextvars.ContextVar[PathWatch] = contextvars.ContextVar(
-    "dejacache_volatile_watch", default=ROOT)
-
-
 def declared_paths(items: Iterable[str | re.Pattern[str]]) -> dict[str, tuple[Path, ...]]:
     """The paths among ``volatile=`` items, by their text, each with the forms calls apply it
     in: as written (rooted at a function's parameters) and as read for an HTTP request."""
@@ -381,50 +183,6 @@ def declared_paths(items: Iterable[str | re.Pattern[str]]) -> dict[str, tuple[Pa
             p = parse_path(item)
             out[item] = tuple(dict.fromkeys((p, *under((p,), REQUEST_ROOTS, "body"))))
     return out
-
-
-def watch(owner: object) -> None:
-    """Watch the paths of calls keyed from here on in this context, for ``owner`` (a block)."""
-    w = PathWatch(_WATCH.get(), owner)
-    w.token = _WATCH.set(w)
-
-
-def unwatch(owner: object) -> PathWatch | None:
-    """End the watch ``owner`` started in this context (None: not found here, as when a
-    block is left from another context; then nothing is reported)."""
-    w = _WATCH.get()
-    if w.owner is not owner or owner is None:
-        return None
-    assert w.token is not None
-    try:
-        _WATCH.reset(w.token)
-    except ValueError:  # the token belongs to another context (generator hand-over)
-        _WATCH.set(w.parent or ROOT)
-    return w
-
-
-def never_matched(w: PathWatch | None, declared: Mapping[str, tuple[Path, ...]]
-                  ) -> list[tuple[str, str]]:
-    """``(text, first name)`` of each declared path that calls under ``w`` tried and none
-    matched."""
-    if w is None or w.full:
-        return []
-    out = []
-    for text, forms in declared.items():
-        tried = [f for f in forms if f in w.tried]
-        if tried and not any(f in w.matched for f in forms):
-            out.append((text, str(tried[0][0])))
-    return out
-
-
-def report(w: PathWatch | None, declared: Mapping[str, tuple[Path, ...]], where: str) -> None:
-    """Warn, once per path, about each declared path calls under ``w`` tried and never
-    matched."""
-    for text, root in never_matched(w, declared):
-        warnings.warn(
-            f"volatile path {text!r} from {where} never matched: calls keyed under it had "
-            f"{root!r} but none had the rest of the path, so what it names still counts in "
-            "their keys (check its spelling and nesting)", DejacacheWarning, stacklevel=4)
 
 
 class BlockPaths:
@@ -439,12 +197,17 @@ class BlockPaths:
 
     def enter(self) -> None:
         if self.paths:
+            # Imported by blocks that declare paths only: most declare none.
+            from .volatile_watch import watch
+
             watch(self)
 
     def exit(self, *, quiet: bool = False) -> None:
         """``quiet``: stop watching without reporting (a block cut short proves nothing
         about the paths its calls never reached)."""
         if self.paths:
+            from .volatile_watch import report, unwatch
+
             seen = unwatch(self)
             if not quiet:
                 report(seen, self.paths, self.where)

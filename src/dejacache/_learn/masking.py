@@ -19,6 +19,8 @@ from typing import Any, Final
 import orjson
 
 from .._core import volatile as _vol
+from .._core.volatile_apply import apply
+from .._core.volatile_watch import unwatch, watch
 
 __all__ = ["Rules", "canonical", "masked"]
 
@@ -93,11 +95,11 @@ def masked(request: Any, kind: str, rules: Rules) -> Any:
     tree = {k: v for k, v in request.items() if k != _IDENTITY} if http else request
     tree = _held(tree) if rules.patterns else tree
     owner = object()
-    _vol.watch(owner)  # learning is no call of the process: its paths are noted apart
+    watch(owner)  # learning is no call of the process: its paths are noted apart
     try:
-        out = _vol.apply(tree, rules.http_paths if http else rules.paths, rules.patterns)
+        out = apply(tree, rules.http_paths if http else rules.paths, rules.patterns)
     finally:
-        _vol.unwatch(owner)
+        unwatch(owner)
     out = _back(out) if rules.patterns else out
     if identity is not None:
         out = {**out, _IDENTITY: identity}
