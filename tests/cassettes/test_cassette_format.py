@@ -71,7 +71,7 @@ def test_an_entry_checksum_is_the_hash_of_its_bytes_in_the_file(tmp_path):
     assert lazy is not None and lazy.n == 3
     for i, e in enumerate(doc["entries"]):
         assert doc["xref"]["sizes"][i] == len(fmt.entry_bytes(e))
-        raw = lazy._slice(i)  # checked against its checksum on the way
+        raw = lazy.checked_slice(i)  # checked against its checksum on the way
         line = f'      "checksum": "{e["checksum"]}",\n'.encode()
         assert raw.replace(line, b"") == b"    " + orjson.dumps(
             {k: v for k, v in e.items() if k != "checksum"},

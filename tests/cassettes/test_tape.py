@@ -12,6 +12,7 @@ from dejacache._core.strict import ROOT
 from dejacache.cassettes import format as fmt
 from dejacache.cassettes.findings import EntryInfo
 from dejacache.cassettes.reader import Index
+from dejacache.cassettes.recall import step_info
 from dejacache.cassettes.tape import Tape, Unused
 from dejacache.errors import CassetteError
 
@@ -185,7 +186,7 @@ def test_the_order_book_is_told_of_each_index() -> None:
 def test_info_names_a_recorded_step_for_reports() -> None:
     tape = tape_over(document(entry("a", name="openai.chat", kind="http",
                                     request={"body": {"q": 1}})))
-    info = tape.info(0)
+    info = step_info(tape, 0)
     assert (info.name, info.key, info.request, info.recorded_step) == (
         "openai.chat", "a", {"body": {"q": 1}}, 0)
 
