@@ -161,7 +161,9 @@ class Tape:
             try:
                 self.parse_all()
             except CassetteError:
-                full = fmt.empty_document()
+                from .render import empty_document  # (recording: a save loads it anyway)
+
+                full = empty_document()
                 self.use(DocIndex(full))
                 self.full = full
             return
@@ -205,7 +207,9 @@ class Tape:
         entry). From then on entries come from it, not from the byte index."""
         if self.full is None:
             assert self.raw is not None
-            full = fmt.load_document(self.raw, self.path)
+            from .document import load_document  # (a small file, a miss, a damaged index)
+
+            full = load_document(self.raw, self.path)
             keys = [e["key"] for e in full["entries"]]
             for e in self.old:
                 if e is not None and (e.index is None or e.index >= len(keys)
@@ -332,7 +336,9 @@ class Tape:
             if doc is None:
                 entries = self.parse_all()["entries"]
                 if e.index >= len(entries) or entries[e.index]["key"] != e.key:
-                    raise CassetteError(f"{fmt.describe(e.index)} is not where the index "
+                    from .document import describe  # (loaded by parse_all above)
+
+                    raise CassetteError(f"{describe(e.index)} is not where the index "
                                         f"put it; rewrite the file with dejacache rehash "
                                         f"{self.path}", path=self.path)
                 doc = entries[e.index]
