@@ -30,7 +30,6 @@ from .format import (
     value_hash,
     whole,
 )
-from .pack import refs_in
 from .render import build_xref, entry_checksum, xref_checksum
 
 __all__ = ["conflict_line", "describe", "load_document", "verify_document"]
@@ -152,6 +151,8 @@ def _verify_xrefs(doc: dict[str, Any], path: Any) -> None:
 def _users(doc: dict[str, Any], h: str) -> list[str]:
     """The entries that use value ``h``, directly or through other values (one pass over
     the references, then a walk up from ``h``)."""
+    from .pack import refs_in  # (an error report: opening a small file never packs)
+
     up: dict[str, set[str]] = collections.defaultdict(set)  # value -> values using it
     direct: dict[str, list[int]] = collections.defaultdict(list)  # value -> entries
     for name, v in doc["values"].items():

@@ -24,7 +24,6 @@ from .format import (
     segment_head,
     segment_names,
 )
-from .pack import reachable
 
 __all__ = ["build_xref", "dumps", "empty_document", "entry_bytes", "entry_checksum", "render",
            "segment_bytes", "tail_bytes", "value_item", "with_xref_at", "xref_checksum",
@@ -86,6 +85,8 @@ def render(entries: list[dict[str, Any]], values: dict[str, Any]) -> bytes:
     """The bytes of a document holding ``entries`` (in this order) and the part of ``values``
     they use. Occurrences are renumbered in file order per key, so FIFO replay and the field
     agree; checksums are computed last, over the final entry."""
+    from .pack import reachable  # (a whole save: checking a small file on open never packs)
+
     seen: collections.Counter[str] = collections.Counter()
     out = []
     for doc in entries:
