@@ -74,7 +74,7 @@ rolling back an append a writer left half done). A replay hit of a large file lo
 else of the format; the rest lives where it is used: packing values (``pack.py``), the bytes a
 save writes (``render.py``), replacing a file (``atomic.py``), a whole parse and its checks
 (``document.py``) and ``dejacache rehash`` (``rehash.py``). Together they were 45 KB of this
-module's 69 KB of bytecode, loaded by every first block (~0.1-0.2 ms of its imports).
+module's 69 KB of bytecode, loaded by every first block (~0.25 ms of its imports).
 """
 
 from __future__ import annotations
