@@ -401,6 +401,7 @@ def test_a_call_site_reads_a_cassettes_plain_answers_as_get_would(
     import datetime
 
     from dejacache.cassettes import format as fmt
+    from dejacache.cassettes.document import load_document
     from dejacache.scope import current
     from dejacache.stores._base import NOT_SHARED, Hit
 
@@ -413,7 +414,7 @@ def test_a_call_site_reads_a_cassettes_plain_answers_as_get_would(
     with dejacache.cassette(path, mode="record"):
         f(1)
         f(0)
-    doc = fmt.load_document(path.read_bytes(), path)
+    doc = load_document(path.read_bytes(), path)
     keys = [e["key"] for e in doc["entries"]]
     with dejacache.cassette(path, mode="replay"):
         site = _engine.CallSite(current(), "site.plain")

@@ -9,7 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from dejacache.cassettes import format as fmt
+from dejacache.cassettes.document import load_document
+from dejacache.cassettes.render import render
 
 AGENT = """
 import dejacache, pytest
@@ -102,7 +103,7 @@ def test_new(dejacache_cassette):
 
 def _document(path: pathlib.Path) -> dict[str, Any]:
     """The cassette's entries, every segment (tests sharing a file append to it)."""
-    return fmt.load_document(path.read_bytes(), path)
+    return load_document(path.read_bytes(), path)
 
 
 def test_marker_options_and_shared_cassette(pytester: pytest.Pytester) -> None:
@@ -501,14 +502,14 @@ def test_many(i):
 def _age_cassette(path: pathlib.Path, days: float) -> None:
     from dejacache._core.ageing import stamp
     from dejacache.cassettes import ageing
-    from dejacache.cassettes import format as fmt
+    from dejacache.cassettes.document import load_document
 
     # The clock the library judges ages by (held still within a test): days from time.time()
     # could come out a second short of them, and "45d" read as 44d.
-    doc = fmt.load_document(path.read_bytes(), path)
+    doc = load_document(path.read_bytes(), path)
     for e in doc["entries"]:
         e["recorded_at"] = stamp(ageing.clock() - days * 86400)
-    path.write_bytes(fmt.render(doc["entries"], doc["values"]))
+    path.write_bytes(render(doc["entries"], doc["values"]))
 
 
 def test_marker_max_age_warns_of_expired_entries(pytester: pytest.Pytester) -> None:

@@ -13,7 +13,8 @@ import sys
 import orjson
 import pytest
 
-from dejacache.cassettes import format as fmt
+from dejacache.cassettes.document import load_document
+from dejacache.cassettes.render import render
 from dejacache.cli import main
 
 AGENT = """
@@ -107,7 +108,7 @@ def test_a_call_no_longer_made_is_an_orphan_and_fix_prunes_it(
     status, out = verify(capsys, pytester, "--fix")
     assert status == 0 and " fixed " in orphan_row(out, "test_plan")
     path = cassette(pytester, "test_plan")
-    assert len(fmt.load_document(path.read_bytes(), path)["entries"]) == 1
+    assert len(load_document(path.read_bytes(), path)["entries"]) == 1
     run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=2)  # still replays
 
 
@@ -262,10 +263,10 @@ def test_dejacache_verify_reads_the_max_age_ini(pytester: pytest.Pytester) -> No
     pytester.makeini("[pytest]\ndejacache_max_age = 30d\n")
     run(pytester).assert_outcomes(passed=2)
     path = cassette(pytester, "test_other")
-    doc = fmt.load_document(path.read_bytes(), path)
+    doc = load_document(path.read_bytes(), path)
     for e in doc["entries"]:
         e["recorded_at"] = "2020-01-01T00:00:00Z"
-    path.write_bytes(fmt.render(doc["entries"], doc["values"]))
+    path.write_bytes(render(doc["entries"], doc["values"]))
     res = run(pytester, "--dejacache-mode=replay", "--dejacache-verify")
     assert res.ret == 1
     res.stdout.fnmatch_lines(["*test_other.json*expired*fail*1 of 1 entries recorded more "

@@ -15,7 +15,8 @@ import dejacache
 from dejacache import ConfigurationError, DejacacheWarning
 from dejacache._core.ageing import recorded_at, stamp
 from dejacache.cassettes import ageing
-from dejacache.cassettes import format as fmt
+from dejacache.cassettes.document import load_document
+from dejacache.cassettes.render import render
 from loopback_provider import fake_provider_module
 
 DAY = 86400.0
@@ -34,18 +35,18 @@ def _fresh() -> None:
 
 
 def entries(path: pathlib.Path) -> list[dict[str, Any]]:
-    return list(fmt.load_document(path.read_bytes(), path)["entries"])
+    return list(load_document(path.read_bytes(), path)["entries"])
 
 
 def age(path: pathlib.Path, days: float | None) -> None:
     """Make every entry of ``path`` ``days`` old (None: as recorded before dejacache kept
     the time)."""
-    doc = fmt.load_document(path.read_bytes(), path)
+    doc = load_document(path.read_bytes(), path)
     for e in doc["entries"]:
         e.pop("recorded_at", None)
         if days is not None:
             e["recorded_at"] = stamp(ageing.clock() - days * DAY)
-    path.write_bytes(fmt.render(doc["entries"], doc["values"]))
+    path.write_bytes(render(doc["entries"], doc["values"]))
 
 
 @pytest.fixture
@@ -114,9 +115,9 @@ def test_rerecord_in_auto_mode_replaces_the_expired_entry(recorded: pathlib.Path
 
 def test_rerecord_keeps_fresh_entries_and_replaces_only_the_expired(
         recorded: pathlib.Path) -> None:
-    doc = fmt.load_document(recorded.read_bytes(), recorded)
+    doc = load_document(recorded.read_bytes(), recorded)
     doc["entries"][0]["recorded_at"] = stamp(ageing.clock() - 45 * DAY)
-    recorded.write_bytes(fmt.render(doc["entries"], doc["values"]))
+    recorded.write_bytes(render(doc["entries"], doc["values"]))
     with dejacache.cassette(recorded, max_age="30d", on_expiry="rerecord"):
         ask("hello")
         ask("bye")
@@ -254,10 +255,10 @@ def test_rerecord_replaces_an_entry_dated_in_the_future(recorded: pathlib.Path) 
 
 
 def test_a_clock_a_minute_ahead_is_skew_not_the_future(recorded: pathlib.Path) -> None:
-    doc = fmt.load_document(recorded.read_bytes(), recorded)
+    doc = load_document(recorded.read_bytes(), recorded)
     for e in doc["entries"]:
         e["recorded_at"] = stamp(ageing.clock() + 60)
-    recorded.write_bytes(fmt.render(doc["entries"], doc["values"]))
+    recorded.write_bytes(render(doc["entries"], doc["values"]))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with dejacache.cassette(recorded, mode="replay", max_age="30d"):

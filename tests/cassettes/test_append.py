@@ -13,12 +13,14 @@ import pytest
 
 from dejacache.cassettes import append
 from dejacache.cassettes import format as fmt
+from dejacache.cassettes.document import load_document
 from dejacache.cassettes.reader import FileIndex
 from dejacache.cli import main
 
 CHILD = textwrap.dedent("""
     import sys, dejacache
     from dejacache.cassettes import format as fmt
+    from dejacache.cassettes.document import load_document
     fmt.EAGER_CHECK_UNDER = 0
 
     @dejacache.cache(name="llm")
@@ -45,7 +47,7 @@ def save(path: pathlib.Path, first: int, count: int = 3, blocks: int = 1,
 
 def keys(path: pathlib.Path) -> list[str]:
     """The file's keys, read as every reader reads it (rolling back a killed append)."""
-    doc = fmt.load_document(fmt.read_file(path) or b"", path)
+    doc = load_document(fmt.read_file(path) or b"", path)
     return [e["key"] for e in doc["entries"]]
 
 
@@ -113,7 +115,7 @@ def test_a_reader_that_mapped_the_file_keeps_reading_it(
     ix = FileIndex.open(raw)
     assert ix is not None
     assert save(cassette, 2, count=2, blocks=3).returncode == 0  # three appends
-    doc = fmt.load_document(raw, cassette)
+    doc = load_document(raw, cassette)
     assert [e["key"] for e in doc["entries"]] == before
     assert [ix.entry(i, k)["key"] for i, k in enumerate(ix.keys())] == before
     assert FileIndex.open(raw).n == len(before)  # type: ignore[union-attr]
@@ -140,7 +142,7 @@ def test_a_read_that_overlaps_an_append_is_read_again_under_the_lock(
         return data
 
     monkeypatch.setattr(fmt, "_read_open", read_open)
-    doc = fmt.load_document(fmt.read_file(cassette) or b"", cassette)
+    doc = load_document(fmt.read_file(cassette) or b"", cassette)
     assert len(calls) == 2  # read again
     got = [e["key"] for e in doc["entries"]]
     assert got == (before if when == "killed during" else keys(cassette))
@@ -151,6 +153,7 @@ def test_a_read_that_overlaps_an_append_is_read_again_under_the_lock(
 READER = textwrap.dedent("""
     import sys, time, dejacache
     from dejacache.cassettes import format as fmt
+    from dejacache.cassettes.document import load_document
     fmt.EAGER_CHECK_UNDER = 0
     path, stop = sys.argv[1], sys.argv[2]
     if sys.argv[3] == "mapped":
@@ -163,7 +166,7 @@ READER = textwrap.dedent("""
     seen, rounds = 0, 0
     import os
     while not os.path.exists(stop) or rounds < 3:
-        doc = fmt.load_document(fmt.read_file(__import__("pathlib").Path(path)), path)
+        doc = load_document(fmt.read_file(__import__("pathlib").Path(path)), path)
         n = len(doc["entries"])
         assert n >= seen, (n, seen)
         seen = n

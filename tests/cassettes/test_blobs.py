@@ -21,8 +21,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import dejacache
-from dejacache.cassettes import blobs
+from dejacache.cassettes import atomic, blobs
 from dejacache.cassettes import format as fmt
+from dejacache.cassettes.pack import Packer, iter_strings
 from dejacache.cli import main
 from dejacache.errors import CassetteError
 from loopback_provider import fake_provider_module
@@ -211,7 +212,7 @@ def test_a_crash_before_the_cassette_leaves_only_unused_blobs(
     def killed(*a: Any, **k: Any) -> None:
         raise OSError("killed")
 
-    monkeypatch.setattr(fmt, "_atomic_write", killed)
+    monkeypatch.setattr(atomic, "_atomic_write", killed)
     with pytest.raises(CassetteError), dejacache.cassette(path, mode="record"):
         render_audio(2)
     assert not path.exists() and len(_blob_files(tmp_path / "blobs")) == 1
@@ -243,7 +244,7 @@ def _packed(tree: Any) -> tuple[Any, dict[str, Any], dict[str, str]]:
     its shared values and the blobs' texts by hash."""
     sink = blobs.Sink(min_payload=64, min_text=200)
     values: dict[str, Any] = {}
-    packed = fmt.Packer(values, blobs=sink).pack_root(tree)
+    packed = Packer(values, blobs=sink).pack_root(tree)
     return packed, values, {h: d.decode() for h, d in sink.pending.items()}
 
 
@@ -257,7 +258,7 @@ def test_packing_with_blobs_round_trips(tree: Any) -> None:
 
     assert fmt.unpack(packed, resolve) == tree
     assert all(not (type(s) is str and len(s) >= 64 and blobs.is_payload(s, 64, 200))
-               for s in fmt.iter_strings(orjson.loads(orjson.dumps(packed))))
+               for s in iter_strings(orjson.loads(orjson.dumps(packed))))
 
 
 def test_blob_references_weigh_as_their_payloads_when_a_file_opens(
@@ -355,7 +356,7 @@ def test_spliced_bytes_hold_what_unpack_gives(tree: Any) -> None:
         if out is not None:
             assert orjson.loads(out) == tree
         elif not values:  # only text that names a reference is left to the parse
-            assert any(type(s) is str and fmt.REF in s for s in fmt.iter_strings(tree))
+            assert any(type(s) is str and fmt.REF in s for s in iter_strings(tree))
 
 
 def test_the_answers_blobs_are_those_between_a_response_line_and_the_next_re_member() -> None:

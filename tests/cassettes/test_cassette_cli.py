@@ -68,15 +68,16 @@ def test_show_gives_each_entrys_age_sdk_and_model(tmp_path, capsys, monkeypatch)
 
     from dejacache._core.ageing import stamp
     from dejacache.cassettes import ageing
-    from dejacache.cassettes import format as fmt
+    from dejacache.cassettes.document import load_document
+    from dejacache.cassettes.render import render
 
     path = tmp_path / "c.json"
     _record(path, {"a": "ok", "b": "fine"})
-    doc = fmt.load_document(path.read_bytes(), path)
+    doc = load_document(path.read_bytes(), path)
     doc["entries"][0]["recorded_at"] = stamp(ageing.clock() - 45 * 86400)
     doc["entries"][0]["recorded_with"] = {"sdk": "openai 1.54.0", "model": "gpt-4o-mini"}
     del doc["entries"][1]["recorded_at"]  # recorded before dejacache kept the time
-    path.write_bytes(fmt.render(doc["entries"], doc["values"]))
+    path.write_bytes(render(doc["entries"], doc["values"]))
     monkeypatch.setenv("DEJACACHE_MAX_AGE", "30d")
     assert main(["show", str(path), "--plain"]) == 0
     out = capsys.readouterr().out

@@ -8,7 +8,7 @@ prompt, the answer and its volatile headers); nothing else changes but the cross
 bookkeeping at the end of the file: its checksum, that call's key and size, and the byte
 offsets of ``xref_at``. ``values`` does not change at all: a request body is never shared
 whole and the conversation's last turn (the changed prompt) stays in its entry
-(``format.Packer``).
+(``pack.Packer``).
 
 Measured with this test's calls (a unified diff with git's 3 lines of context, the two
 header lines excluded): before, 98 lines in 8 hunks (32 lines changed) for a short prompt and

@@ -12,11 +12,11 @@ import time
 import orjson
 
 import dejacache
-from dejacache.cassettes.format import load_document
+from dejacache.cassettes.document import load_document
 
 WRITER = textwrap.dedent("""
     import sys, pathlib
-    from dejacache.cassettes.format import atomic_write
+    from dejacache.cassettes.atomic import atomic_write
     path = pathlib.Path(sys.argv[1])
     a, b = pathlib.Path(sys.argv[2]).read_bytes(), pathlib.Path(sys.argv[3]).read_bytes()
     print("ready", flush=True)

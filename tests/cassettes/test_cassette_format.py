@@ -10,7 +10,17 @@ import pytest
 from dejacache.cassettes import Cassette, reader
 from dejacache.cassettes import format as fmt
 from dejacache.cassettes._workload import agent_steps
+from dejacache.cassettes.document import load_document
+from dejacache.cassettes.pack import Packer
 from dejacache.cassettes.reader import FileIndex
+from dejacache.cassettes.render import (
+    build_xref,
+    dumps,
+    entry_bytes,
+    entry_checksum,
+    with_xref_at,
+    xref_checksum,
+)
 from dejacache.codec import JsonCodec
 from dejacache.errors import CassetteError
 from dejacache.keys import digest
@@ -47,9 +57,9 @@ def test_bytes_are_deterministic_sorted_indented_with_final_newline(tmp_path):
     doc = orjson.loads(data)
     assert list(doc) == ["checksums", "entries", "format", "values", "xref", "xref_at"]
     assert doc["format"] == fmt.FORMAT == 4
-    assert fmt.dumps(doc) == data
-    assert all(e["checksum"] == fmt.entry_checksum(e) for e in doc["entries"])
-    assert doc["xref"] == fmt.build_xref(doc["entries"])
+    assert dumps(doc) == data
+    assert all(e["checksum"] == entry_checksum(e) for e in doc["entries"])
+    assert doc["xref"] == build_xref(doc["entries"])
     xref = data.rindex(b'\n  "xref": {\n    "checksum": "' + doc["xref"]["checksum"].encode()
                        + b'",\n    "follows": [\n      -1,\n')
     tail = b'\n  "xref_at": [\n    %d,\n    %d,\n    %d,\n    %d\n  ]\n}\n' % tuple(doc["xref_at"])
@@ -70,8 +80,8 @@ def test_an_entry_checksum_is_the_hash_of_its_bytes_in_the_file(tmp_path):
     lazy = FileIndex.open(data)
     assert lazy is not None and lazy.n == 3
     for i, e in enumerate(doc["entries"]):
-        assert doc["xref"]["sizes"][i] == len(fmt.entry_bytes(e))
-        raw = lazy._slice(i)  # checked against its checksum on the way
+        assert doc["xref"]["sizes"][i] == len(entry_bytes(e))
+        raw = lazy.checked_slice(i)  # checked against its checksum on the way
         line = f'      "checksum": "{e["checksum"]}",\n'.encode()
         assert raw.replace(line, b"") == b"    " + orjson.dumps(
             {k: v for k, v in e.items() if k != "checksum"},
@@ -103,7 +113,7 @@ def test_size_is_linear_and_under_a_third_of_naive_json(tmp_path):
 
 
 def test_user_strings_that_look_like_references_round_trip(tmp_path):
-    packer = fmt.Packer({})
+    packer = Packer({})
     tree = {"a": fmt.REF + "deadbeef", "b": ["x" * 300, 1], "c": [1.5] * 200}
     packed = packer.pack_root(tree)
     assert packed["a"] != tree["a"] and packed["a"].startswith(fmt.REF)
@@ -116,7 +126,7 @@ def test_cross_reference_matches_a_full_parse(tmp_path, monkeypatch):
     p = tmp_path / "c.json"
     record_steps(p, 30)
     data = p.read_bytes()
-    doc = fmt.load_document(data, p)
+    doc = load_document(data, p)
     keys = [e["key"] for e in doc["entries"]]
     lazy = FileIndex.open(data)
     assert lazy is not None and lazy.n == 30
@@ -247,7 +257,7 @@ def test_a_block_that_records_a_call_leaves_the_unmade_report_for_later(tmp_path
     tape.save()
     tape.close()
     assert expanded == []  # nothing expanded at exit
-    assert len(fmt.load_document(p.read_bytes(), p)["entries"]) == 41
+    assert len(load_document(p.read_bytes(), p)["entries"]) == 41
     unmade = [d for d in tape.divergences if d.reason == "unmade"]
     # (step 1 is the one the new call replaced: reported as changed, not unmade)
     assert [d.recorded_step for d in unmade] == list(range(2, 40))
@@ -269,8 +279,8 @@ def test_a_damaged_cross_reference_is_refused_never_served(tmp_path, lazy):
     # re-checksummed by hand, the stale cross-reference is still refused by the full parse
     doc = orjson.loads(data)
     doc["xref"]["keys"][2], doc["xref"]["keys"][3] = doc["xref"]["keys"][3], doc["xref"]["keys"][2]
-    doc["xref"]["checksum"] = fmt.xref_checksum(doc["xref"])
-    p.write_bytes(fmt.dumps(doc))
+    doc["xref"]["checksum"] = xref_checksum(doc["xref"])
+    p.write_bytes(dumps(doc))
     with pytest.raises(CassetteError, match="does not describe the entries"):
         Cassette(p, mode="replay").get(key)
 
@@ -281,20 +291,20 @@ def test_xref_at_is_a_checked_hint_and_a_wrong_one_means_a_full_parse(tmp_path, 
     data = p.read_bytes()
     doc = orjson.loads(data)
     entries = doc["entries"]
-    assert fmt.with_xref_at(fmt.dumps({k: v for k, v in doc.items() if k != "xref_at"})) == data
+    assert with_xref_at(dumps({k: v for k, v in doc.items() if k != "xref_at"})) == data
     a, at, keys, end = doc["xref_at"]
     moved = [
-        fmt.dumps(dict(doc, xref_at=[a, at + 1, keys, end])),  # not the cross-reference
-        fmt.dumps(dict(doc, xref_at=[a, at, keys - 1, end])),  # not its keys
-        fmt.dumps(dict(doc, xref_at=[a, at, keys, end + 8])),  # past their end
-        fmt.dumps(dict(doc, xref_at=[a, "x", keys, end])),
-        fmt.dumps(dict(doc, xref_at=[a + 1, at, keys, end])),  # not the entries
-        fmt.dumps(dict(doc, xref_at=[a, at, keys, end, 1])),
+        dumps(dict(doc, xref_at=[a, at + 1, keys, end])),  # not the cross-reference
+        dumps(dict(doc, xref_at=[a, at, keys - 1, end])),  # not its keys
+        dumps(dict(doc, xref_at=[a, at, keys, end + 8])),  # past their end
+        dumps(dict(doc, xref_at=[a, "x", keys, end])),
+        dumps(dict(doc, xref_at=[a + 1, at, keys, end])),  # not the entries
+        dumps(dict(doc, xref_at=[a, at, keys, end, 1])),
     ]
     for bad in moved:
         with pytest.raises(CassetteError, match="xref_at"):
             FileIndex.open(bad)
-    without = fmt.dumps({k: v for k, v in doc.items() if k != "xref_at"})  # unreleased files
+    without = dumps({k: v for k, v in doc.items() if k != "xref_at"})  # unreleased files
     assert FileIndex.open(without) is None
 
     def replay() -> tuple[list[object], bool]:
@@ -323,7 +333,7 @@ def test_format_2_files_replay_and_their_next_write_upgrades_them(tmp_path):
     doc = orjson.loads(p.read_bytes())
     del doc["xref"]
     doc["format"] = 2
-    old = fmt.dumps(doc)
+    old = dumps(doc)
     p.write_bytes(old)
     tape = Cassette(p, mode="replay")
     rec = tape.get(doc["entries"][2]["key"])

@@ -16,6 +16,7 @@ import pytest
 import dejacache
 from dejacache.cassettes import format as fmt
 from dejacache.cassettes.reader import FileIndex
+from dejacache.cassettes.render import dumps
 from dejacache.cli import main
 from dejacache.errors import CassetteError, ReplayMiss
 
@@ -277,7 +278,7 @@ def test_rehash_refuses_what_it_cannot_repair(
 def _as_format_1(doc: dict[str, Any]) -> bytes:
     """The bytes dejacache 0.1 wrote for the same calls (no checksums)."""
     entries = [{k: v for k, v in e.items() if k != "checksum"} for e in doc["entries"]]
-    return fmt.dumps({"entries": entries, "format": 1, "values": doc["values"]})
+    return dumps({"entries": entries, "format": 1, "values": doc["values"]})
 
 
 @pytest.mark.parametrize("check", ["on open", "lazily"])

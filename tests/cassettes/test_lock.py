@@ -181,11 +181,12 @@ def _save_interrupted_at(tape: Cassette, at: int) -> tuple[list[str], bool]:
 
 def _entries(path: pathlib.Path) -> list[tuple[str, int]] | None:
     from dejacache.cassettes import format as fmt
+    from dejacache.cassettes.document import load_document
 
     data = fmt.read_file(path)  # (rolls back an append that was cut short)
     if data is None:
         return None
-    return sorted((e["key"], e["occurrence"]) for e in fmt.load_document(data, path)["entries"])
+    return sorted((e["key"], e["occurrence"]) for e in load_document(data, path)["entries"])
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open descriptors")

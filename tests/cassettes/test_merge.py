@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 import dejacache
-from dejacache.cassettes import format as fmt
+from dejacache.cassettes.document import load_document
 from dejacache.cassettes.merge import merge
 
 
@@ -123,7 +123,7 @@ def answer(q: str) -> str:
 
 
 def content(path) -> list[tuple[str, Any]]:
-    doc = fmt.load_document(path.read_bytes(), path)  # every segment (shared files append)
+    doc = load_document(path.read_bytes(), path)  # every segment (shared files append)
     return sorted((e["request"]["q"], e["response"]) for e in doc["entries"])
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from dejacache._core.strict import ROOT
-from dejacache.cassettes import format as fmt
 from dejacache.cassettes.order import RunOrder
+from dejacache.cassettes.render import render
 from dejacache.cassettes.tape import Tape
 from dejacache.errors import ReplayDivergence, ReplayMiss
 
@@ -29,7 +29,7 @@ def run_over(*entries: dict[str, Any], strict: bool = False) -> RunOrder:
     tape = Tape(PATH, "auto")
     run = RunOrder(tape, strict=strict, rerecord_hint="re-record me")
     tape.on_index = run.indexed
-    tape.read(fmt.render(list(entries), {}) if entries else None)
+    tape.read(render(list(entries), {}) if entries else None)
     return run
 
 

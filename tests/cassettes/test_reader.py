@@ -8,7 +8,7 @@ import pathlib
 import orjson
 import pytest
 
-from dejacache.cassettes import Cassette, reader
+from dejacache.cassettes import Cassette, reader, shapes
 from dejacache.cassettes import format as fmt
 from dejacache.cassettes.reader import FileIndex
 from dejacache.codec import JsonCodec
@@ -117,27 +117,27 @@ def test_request_members_are_read_from_the_bytes_as_a_parse_reads_them(
     tape.save()
     ix = FileIndex.open(fmt.read_file(path))
     assert ix is not None
-    parsed = [reader.Index.request_members(ix, i, k) for i, k in enumerate(ix.keys())]
-    assert [ix.request_members(i, k) for i, k in enumerate(ix.keys())] == parsed
+    parsed = [shapes.parsed_members(ix, i, k) for i, k in enumerate(ix.keys())]
+    assert [shapes.request_members(ix, i, k) for i, k in enumerate(ix.keys())] == parsed
     assert parsed == [frozenset(r) if isinstance(r, dict) else frozenset() for r in REQUESTS]
 
 
 def test_a_recordings_request_shapes_are_read_once_for_every_block(
         tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dejacache.cassettes import store, tape
+    from dejacache.cassettes import store
 
     path = tmp_path / "c.json"
     write(path, [f"k{i}" for i in range(30)], pad=40_000)  # over 1 MB: the byte index
     monkeypatch.setattr(store, "_ASKS_BEFORE_SHAPES", 2)
-    monkeypatch.setattr(tape, "_SHAPES", {})
+    monkeypatch.setattr(shapes, "_SHAPES", {})
     first = Cassette(path, mode="replay")
     assert [first.request_shapes() for _ in range(2)] == [None, None]  # a few calls: unread
     assert first.request_shapes() == frozenset({frozenset({"i"})})
     assert isinstance(first._tape.ix, FileIndex)
     reads: list[int] = []
-    members = FileIndex.request_members
-    monkeypatch.setattr(FileIndex, "request_members",
-                        lambda self, i, k: reads.append(i) or members(self, i, k))
+    members = shapes.request_members
+    monkeypatch.setattr(shapes, "request_members",
+                        lambda ix, i, k: reads.append(i) or members(ix, i, k))
     again = Cassette(path, mode="replay")
     assert [again.request_shapes() for _ in range(3)][-1] == frozenset({frozenset({"i"})})
     assert reads == []  # the same recording: its shapes were kept

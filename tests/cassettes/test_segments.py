@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 import dejacache
 from dejacache.cassettes import format as fmt
 from dejacache.cassettes import writer as writer_mod
+from dejacache.cassettes.document import load_document
 from dejacache.cassettes.reader import FileIndex
+from dejacache.cassettes.render import render
 
 WORDS = ["alpha", "beta", "gamma", "delta", "eps"]
 
@@ -74,9 +76,9 @@ def test_appends_read_as_the_whole_save_and_compact_to_its_bytes(
         with monkeypatch.context() as m:
             whole_save(m)
             run(b, calls)
-        da, db = fmt.load_document(a.read_bytes(), a), fmt.load_document(b.read_bytes(), b)
+        da, db = load_document(a.read_bytes(), a), load_document(b.read_bytes(), b)
         assert da["entries"] == db["entries"] and da["values"] == db["values"]
-        assert fmt.render(da["entries"], da["values"]) == b.read_bytes()
+        assert render(da["entries"], da["values"]) == b.read_bytes()
         n = segments(a)
         assert n <= 4
         if n == 1:  # written whole, or compacted: the very bytes of the whole save
@@ -113,8 +115,8 @@ def test_a_save_that_is_not_an_append_writes_one_segment(
     assert segments(p) == 2
     run(p, [("beta", 3), ("alpha", 90), ("delta", 3)])  # replayed out of order: renumbered
     assert segments(p) == 1
-    doc = fmt.load_document(p.read_bytes(), p)
-    assert fmt.render(doc["entries"], doc["values"]) == p.read_bytes()
+    doc = load_document(p.read_bytes(), p)
+    assert render(doc["entries"], doc["values"]) == p.read_bytes()
 
 
 def test_a_format_3_file_is_written_whole_in_format_4_by_its_next_save(
@@ -131,5 +133,5 @@ def test_a_format_3_file_is_written_whole_in_format_4_by_its_next_save(
     assert ix is not None and ix.version == 3
     run(p, [("alpha", 90), ("gamma", 90)])
     assert orjson.loads(p.read_bytes())["format"] == 4 and segments(p) == 1
-    doc = fmt.load_document(p.read_bytes(), p)
+    doc = load_document(p.read_bytes(), p)
     assert [e["name"] for e in doc["entries"]] == ["llm"] * 3

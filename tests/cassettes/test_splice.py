@@ -21,10 +21,14 @@ from hypothesis import strategies as st
 
 import dejacache
 from dejacache.cassettes import append as append_mod
+from dejacache.cassettes import document as document_mod
 from dejacache.cassettes import format as fmt
+from dejacache.cassettes import render as render_mod
 from dejacache.cassettes import splice as splice_mod
 from dejacache.cassettes import writer as writer_mod
+from dejacache.cassettes.document import load_document
 from dejacache.cassettes.reader import FileIndex
+from dejacache.cassettes.render import dumps, render
 from dejacache.errors import CassetteError
 
 SYSTEM = {"role": "system", "content": "you plan trips; answer briefly " * 12}
@@ -74,8 +78,8 @@ def lazy(monkeypatch: pytest.MonkeyPatch) -> None:
 def counts(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     """How many entries were parsed from the file, encoded, and whole files parsed."""
     n = {"decoded": 0, "encoded": 0, "parsed": 0, "spliced": 0, "appended": 0}
-    real_checked, real_bytes = FileIndex._checked, fmt.entry_bytes
-    real_load, real_splice = fmt.load_document, splice_mod.splice
+    real_checked, real_bytes = FileIndex._checked, render_mod.entry_bytes
+    real_load, real_splice = load_document, splice_mod.splice
     real_append = append_mod.append
 
     def append(*a: Any) -> Any:
@@ -100,8 +104,10 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         return real_splice(*a)
 
     monkeypatch.setattr(FileIndex, "_checked", staticmethod(checked))
-    monkeypatch.setattr(fmt, "entry_bytes", entry_bytes)
-    monkeypatch.setattr(fmt, "load_document", load)
+    monkeypatch.setattr(render_mod, "entry_bytes", entry_bytes)
+    monkeypatch.setattr(splice_mod, "entry_bytes", entry_bytes)
+    monkeypatch.setattr(document_mod, "load_document", load)
+    monkeypatch.setattr(writer_mod, "load_document", load)
     monkeypatch.setattr(splice_mod, "splice", splice)
     monkeypatch.setattr(append_mod, "append", append)
     return n
@@ -110,9 +116,9 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
 def same_as_whole(a: pathlib.Path, b: pathlib.Path) -> None:
     """``a`` (saved by splicing or appending) reads the entries, values and order of ``b``
     (saved whole), and written whole again it is ``b``'s bytes."""
-    da, db = fmt.load_document(a.read_bytes(), a), fmt.load_document(b.read_bytes(), b)
+    da, db = load_document(a.read_bytes(), a), load_document(b.read_bytes(), b)
     assert da["entries"] == db["entries"] and da["values"] == db["values"]
-    assert fmt.render(da["entries"], da["values"]) == b.read_bytes()
+    assert render(da["entries"], da["values"]) == b.read_bytes()
 
 
 def whole_save(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -182,7 +188,7 @@ def test_an_auto_miss_and_its_save_encode_only_the_new_entry(
     assert counts["decoded"] <= 1
     assert counts == {"decoded": counts["decoded"], "encoded": 2, "parsed": 0, "spliced": 0,
                       "appended": 1}
-    after = fmt.load_document(p.read_bytes(), p)
+    after = load_document(p.read_bytes(), p)
     assert len(after["entries"]) == 201
     assert p.read_bytes().startswith(before[: before.index(fmt.ENTRIES_END)])
     with dejacache.cassette(p, mode="replay"):
@@ -202,7 +208,7 @@ def test_a_save_after_another_writers_append_appends_after_it(
             llm([SYSTEM, {"role": "user", "content": "theirs " * 80}])
         parsed = counts["parsed"]
     assert counts["appended"] == 2 and counts["parsed"] == parsed
-    doc = fmt.load_document(p.read_bytes(), p)
+    doc = load_document(p.read_bytes(), p)
     assert len(doc["entries"]) == 42
     last = [s.request["messages"][-1]["content"].split()[0]
             for s in dejacache.load_cassette(p).steps[-2:]]
@@ -225,7 +231,7 @@ def test_the_same_call_recorded_by_another_writer_in_between_gets_the_whole_merg
         with dejacache.cassette(p, mode="auto", shared=True):
             llm(same)
     assert counts["appended"] == 1  # the inner block only: the outer one merged
-    doc = fmt.load_document(p.read_bytes(), p)
+    doc = load_document(p.read_bytes(), p)
     assert len(doc["entries"]) == 41  # one recording of the call, as saved one after another
 
 
@@ -241,7 +247,7 @@ def test_a_file_written_whole_in_between_that_kept_the_entries_read_is_appended_
         with dejacache.cassette(p, mode="record", shared=True):  # re-records, whole
             llm([SYSTEM, {"role": "user", "content": "theirs " * 80}])
     assert counts["appended"] == 1  # the outer block's, after the inner one's whole write
-    doc = fmt.load_document(p.read_bytes(), p)
+    doc = load_document(p.read_bytes(), p)
     assert len(doc["entries"]) == 42
 
 
@@ -303,18 +309,20 @@ def test_an_old_format_file_still_opens_and_is_upgraded_by_a_save(
     for e in doc["entries"]:  # as dejacache 0.1 wrote it: format 1, no checksums, no xref
         e.pop("checksum")
         e.pop("follows", None)
-    old = fmt.dumps({"entries": doc["entries"], "format": 1, "values": doc["values"]})
+    old = dumps({"entries": doc["entries"], "format": 1, "values": doc["values"]})
     p.write_bytes(old)
     with dejacache.cassette(p, mode="replay"):
         llm(conversation(2, 1))
     run(p, ["new a"])
-    new = fmt.load_document(p.read_bytes(), p)
+    new = load_document(p.read_bytes(), p)
     assert new["format"] == fmt.FORMAT and len(new["entries"]) == 7
 
 
 SAVER = textwrap.dedent("""
     import sys, dejacache
     from dejacache.cassettes import format as fmt
+    from dejacache.cassettes.document import load_document
+    from dejacache.cassettes.render import dumps, entry_bytes, render
     fmt.EAGER_CHECK_UNDER = 0
 
     @dejacache.cache(name="llm")
@@ -346,7 +354,7 @@ def test_kill_9_mid_save_loses_no_saved_recording(tmp_path: pathlib.Path) -> Non
         proc.stdout.close()
         # whole and checked, never torn (read as every reader does: an append killed
         # before it was durable is rolled back first)
-        doc = fmt.load_document(fmt.read_file(p) or b"", p)
+        doc = load_document(fmt.read_file(p) or b"", p)
         saved += len(done)
         assert len(doc["entries"]) in (saved, saved + 1)  # + the save killed after rename
         saved = len(doc["entries"])
@@ -424,7 +432,7 @@ def test_a_file_rewritten_in_place_after_the_read_is_merged_not_spliced(
         with open(p, "r+b") as fh:  # then rewritten where it is
             fh.write(other.read_bytes())
         llm([SYSTEM, {"role": "user", "content": "mine " * 80}])
-    doc = fmt.load_document(p.read_bytes(), p)
+    doc = load_document(p.read_bytes(), p)
     assert len(doc["entries"]) == 42
     assert counts["appended"] == 2  # "theirs", then "mine" after it
 

@@ -11,6 +11,7 @@ import pytest
 
 import dejacache
 from dejacache.cassettes import format as fmt
+from dejacache.cassettes.document import load_document
 from dejacache.cassettes.store import Cassette
 from dejacache.scope import current
 from dejacache.stores._base import Record
@@ -27,7 +28,7 @@ def tagged(x: int) -> datetime.date:
 
 
 def _keys(path: pathlib.Path) -> dict[str, str]:
-    doc = fmt.load_document(path.read_bytes(), path)
+    doc = load_document(path.read_bytes(), path)
     return {e["name"]: e["key"] for e in doc["entries"]}
 
 

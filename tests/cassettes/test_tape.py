@@ -11,7 +11,10 @@ import pytest
 from dejacache._core.strict import ROOT
 from dejacache.cassettes import format as fmt
 from dejacache.cassettes.findings import EntryInfo
+from dejacache.cassettes.pack import Packer
 from dejacache.cassettes.reader import Index
+from dejacache.cassettes.recall import step_info
+from dejacache.cassettes.render import render
 from dejacache.cassettes.tape import Tape, Unused
 from dejacache.errors import CassetteError
 
@@ -29,7 +32,7 @@ def entry(key: str, *, name: str = "fn", follows: int | None = None, response: A
 
 
 def document(*entries: dict[str, Any], values: dict[str, Any] | None = None) -> bytes:
-    return fmt.render(list(entries), values or {})
+    return render(list(entries), values or {})
 
 
 def big(*entries: dict[str, Any], values: dict[str, Any] | None = None) -> bytes:
@@ -134,7 +137,7 @@ def test_re_recording_needs_none_of_a_damaged_file() -> None:
 def test_shared_values_are_resolved_on_the_way_out() -> None:
     values: dict[str, Any] = {}
     long_text = "a long system prompt " * 40
-    packed = fmt.Packer(values).pack_root({"messages": [long_text]})
+    packed = Packer(values).pack_root({"messages": [long_text]})
     assert packed != {"messages": [long_text]}  # the text went to ``values``
     for data in (document(entry("k", request=packed), values=values),
                  big(entry("k", request=packed), values=values)):
@@ -185,7 +188,7 @@ def test_the_order_book_is_told_of_each_index() -> None:
 def test_info_names_a_recorded_step_for_reports() -> None:
     tape = tape_over(document(entry("a", name="openai.chat", kind="http",
                                     request={"body": {"q": 1}})))
-    info = tape.info(0)
+    info = step_info(tape, 0)
     assert (info.name, info.key, info.request, info.recorded_step) == (
         "openai.chat", "a", {"body": {"q": 1}}, 0)
 

@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 
 import dejacache
 from dejacache.cassettes import format as fmt
+from dejacache.cassettes.document import load_document, verify_document
+from dejacache.cassettes.render import render
 from dejacache.cassettes.vcr_match import check_match, rekey_entries, stale_fields, target_key
 from loopback_provider import fake_provider_module
 
@@ -160,12 +162,12 @@ def test_an_imported_entry_keeps_its_request_and_a_checksummed_file(
             _ask(fake.openai_url, ["one"])
     finally:
         fake.stop()
-    doc = fmt.load_document(p.read_bytes(), p)
+    doc = load_document(p.read_bytes(), p)
     values = doc["values"]
     entries = rekey_entries(doc["entries"], lambda t: fmt.unpack(t, values.__getitem__))
-    p.write_bytes(fmt.render(entries, values))
+    p.write_bytes(render(entries, values))
     again = orjson.loads(p.read_bytes())
-    fmt.verify_document(again, p)
+    verify_document(again, p)
     (e,) = again["entries"]
     assert e["match"] == "vcr" and e["request"]
     with warnings.catch_warnings(record=True) as record:

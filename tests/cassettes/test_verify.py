@@ -17,6 +17,8 @@ import pytest
 import dejacache
 from dejacache.cassettes import block
 from dejacache.cassettes import format as fmt
+from dejacache.cassettes.document import load_document
+from dejacache.cassettes.render import build_xref, dumps, entry_checksum, render
 from dejacache.cassettes.usage import UsageRecorder, build, write
 from dejacache.cassettes.verify import recorded_at
 from dejacache.cli import main
@@ -34,10 +36,10 @@ def _record(path: pathlib.Path, answers: dict[str, str]) -> None:
 
 def _edit(path: pathlib.Path, change: Any) -> None:
     """Change the parsed entries and write the file as dejacache would (fresh checksums)."""
-    doc = fmt.load_document(path.read_bytes(), path)
+    doc = load_document(path.read_bytes(), path)
     for e in doc["entries"]:
         change(e)
-    path.write_bytes(fmt.render(doc["entries"], doc["values"]))
+    path.write_bytes(render(doc["entries"], doc["values"]))
 
 
 @pytest.fixture
@@ -171,20 +173,20 @@ def test_expired_entries_fail_by_recorded_at(tree: pathlib.Path,
 def test_the_cassettes_own_max_age_wins_and_unknown_age_is_said(
         tree: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tree / "tests" / "cassettes" / "test_agent" / "test_one.json"
-    doc = fmt.load_document(path.read_bytes(), path)
+    doc = load_document(path.read_bytes(), path)
     doc["entries"][0]["recorded_at"] = time.time() - 3 * 86400  # Unix seconds
-    doc["entries"][0]["checksum"] = fmt.entry_checksum(doc["entries"][0])
-    doc["xref"] = fmt.build_xref(doc["entries"])
+    doc["entries"][0]["checksum"] = entry_checksum(doc["entries"][0])
+    doc["xref"] = build_xref(doc["entries"])
     doc["max_age"] = "1d"
-    path.write_bytes(fmt.dumps(doc))
+    path.write_bytes(dumps(doc))
     status, out = verify(capsys, str(path), "--max-age", "30d")
     assert status == 1
     assert "1 of 2 entries recorded more than 1d ago" in rows(out, "test_one.json")["expired"][1]
     other = tree / "tests" / "cassettes" / "test_agent" / "test_two.json"
-    doc = fmt.load_document(other.read_bytes(), other)
+    doc = load_document(other.read_bytes(), other)
     for e in doc["entries"]:  # as recorded before dejacache kept the time
         e.pop("recorded_at")
-    other.write_bytes(fmt.render(doc["entries"], doc["values"]))
+    other.write_bytes(render(doc["entries"], doc["values"]))
     status, out = verify(capsys, str(other), "--max-age", "30d")
     assert status == 0
     verdict, detail = rows(out, "test_two.json")["expired"]
@@ -290,7 +292,7 @@ def test_orphans_by_a_usage_record_and_fix_prunes_them(
     usage = _run_record(tree, [(one, ["q2"])], [], [module])
     status, out = verify(capsys, str(tree), "--usage", str(usage))
     assert status == 1
-    key = fmt.load_document(one.read_bytes(), one)["entries"][0]["key"]
+    key = load_document(one.read_bytes(), one)["entries"][0]["key"]
     assert rows(out, "test_one.json")["orphans"] == (
         "fail", f"1 entry no test used: agent.step (key {key[:12]})")
     assert rows(out, "test_two.json")["orphans"][0] == "fail"
@@ -299,7 +301,7 @@ def test_orphans_by_a_usage_record_and_fix_prunes_them(
     assert status == 0
     assert rows(out, "test_one.json")["orphans"][0] == "fixed"
     assert not (d / "test_two.json").exists()
-    doc = fmt.load_document(one.read_bytes(), one)  # checksums recomputed
+    doc = load_document(one.read_bytes(), one)  # checksums recomputed
     assert [e["occurrence"] for e in doc["entries"]] == [0]
     assert "b" in one.read_text() and '"a"' not in one.read_text()
     # The record described the file before the fix: it no longer judges it.

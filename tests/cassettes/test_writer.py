@@ -9,8 +9,10 @@ import orjson
 
 from dejacache._core.strict import ROOT
 from dejacache.cassettes import format as fmt
+from dejacache.cassettes.document import load_document
 from dejacache.cassettes.order import RunOrder
 from dejacache.cassettes.redact import PLACEHOLDER, Redactor
+from dejacache.cassettes.render import render
 from dejacache.cassettes.tape import Tape
 from dejacache.cassettes.writer import Writer
 
@@ -57,7 +59,7 @@ def keys(entries: list[dict[str, Any]]) -> list[str]:
 
 
 def test_a_recording_is_redacted_packed_and_numbered() -> None:
-    w = writer_over(fmt.render([entry("k"), entry("k")], {}))
+    w = writer_over(render([entry("k"), entry("k")], {}))
     doc = add(w, "k", {"headers": {"Authorization": "Bearer sk-secret"}, "system": LONG})
     assert doc["request"]["headers"]["Authorization"] == PLACEHOLDER
     assert doc["request"]["system"].startswith(fmt.REF)  # stored once, in ``values``
@@ -69,7 +71,7 @@ def test_a_recording_is_redacted_packed_and_numbered() -> None:
 
 def test_re_recording_an_unchanged_call_keeps_its_entry() -> None:
     """No git diff for a call that answered the same: its old duration stays too."""
-    old = fmt.render([entry("k", response="new k")], {})
+    old = render([entry("k", response="new k")], {})
     w = writer_over(old, mode="record")
     doc = add(w, "k", duration=9.0)
     assert doc["duration"] == 0.25 and doc["occurrence"] == 0
@@ -78,7 +80,7 @@ def test_re_recording_an_unchanged_call_keeps_its_entry() -> None:
 
 
 def test_new_calls_go_where_the_run_made_them() -> None:
-    w = writer_over(fmt.render([entry("a", ROOT), entry("b", 0), entry("c", 1)], {}))
+    w = writer_over(render([entry("a", ROOT), entry("b", 0), entry("c", 1)], {}))
     replay(w, "a")
     add(w, "x")
     replay(w, "b")
@@ -87,14 +89,14 @@ def test_new_calls_go_where_the_run_made_them() -> None:
 
 
 def test_pruning_alone_keeps_the_files_order() -> None:
-    w = writer_over(fmt.render([entry("a"), entry("b"), entry("c")], {}))
+    w = writer_over(render([entry("a"), entry("b"), entry("c")], {}))
     replay(w, "c")
     replay(w, "a")
     assert keys(w.final_entries(prune=True)) == ["a", "c"]
 
 
 def test_follows_are_linked_as_this_run_made_the_calls() -> None:
-    w = writer_over(fmt.render([entry("a", ROOT), entry("b", 0), entry("c", 1)], {}))
+    w = writer_over(render([entry("a", ROOT), entry("b", 0), entry("c", 1)], {}))
     replay(w, "a")
     add(w, "x")  # made between "a" and "b" this time
     replay(w, "b")
@@ -106,7 +108,7 @@ def test_follows_are_linked_as_this_run_made_the_calls() -> None:
 
 
 def test_a_step_never_made_keeps_its_unknown_order() -> None:
-    w = writer_over(fmt.render([entry("a"), entry("b")], {}))
+    w = writer_over(render([entry("a"), entry("b")], {}))
     replay(w, "a")
     linked = w.link(w.final_entries(prune=False))
     assert linked[0]["follows"] == ROOT  # made in this run: its order is known
@@ -118,7 +120,7 @@ def test_write_saves_a_new_file_and_only_a_change(tmp_path: pathlib.Path) -> Non
     w = writer_over(None, path=path)
     add(w, "a")
     assert w.write(prune=False) is True
-    doc = fmt.load_document(path.read_bytes(), path)
+    doc = load_document(path.read_bytes(), path)
     assert keys(doc["entries"]) == ["a"] and doc["entries"][0]["follows"] == ROOT
     again = writer_over(path.read_bytes(), path=path)
     assert again.write(prune=False) is False  # the file already holds these bytes
@@ -127,11 +129,11 @@ def test_write_saves_a_new_file_and_only_a_change(tmp_path: pathlib.Path) -> Non
 def test_write_keeps_what_another_writer_added(tmp_path: pathlib.Path) -> None:
     """An xdist worker saved the shared file after this block read it: both keep theirs."""
     path = tmp_path / "c.json"
-    path.write_bytes(fmt.render([entry("a", ROOT)], {}))
+    path.write_bytes(render([entry("a", ROOT)], {}))
     w = writer_over(path.read_bytes(), path=path, shared=True)
     replay(w, "a")
     add(w, "mine")
-    path.write_bytes(fmt.render([entry("a", ROOT), entry("theirs", 0)], {}))
+    path.write_bytes(render([entry("a", ROOT), entry("theirs", 0)], {}))
     assert w.write(prune=False) is True
     written = orjson.loads(path.read_bytes())["entries"]
     assert sorted(keys(written)) == ["a", "mine", "theirs"]

@@ -16,7 +16,8 @@ import pytest
 from fake_provider import FakeProvider
 
 import dejacache
-from dejacache.cassettes import format as fmt
+from dejacache.cassettes.document import load_document
+from dejacache.cassettes.render import render
 
 TOOLS: list[Any] = [{
     "type": "function", "name": "get_weather", "description": "weather for a city",
@@ -55,8 +56,8 @@ def background(client: openai.OpenAI) -> list[Any]:
 
 def drop_first_entry(path: pathlib.Path) -> None:
     """The cassette without its first recorded call: the next run makes that one live."""
-    doc = fmt.load_document(path.read_bytes(), path)
-    path.write_bytes(fmt.render(doc["entries"][1:], doc["values"]))
+    doc = load_document(path.read_bytes(), path)
+    path.write_bytes(render(doc["entries"][1:], doc["values"]))
 
 
 def test_a_chain_replays_with_the_server_gone(fake: FakeProvider, client: openai.OpenAI,

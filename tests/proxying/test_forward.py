@@ -20,8 +20,9 @@ from proxy_support import entries
 
 import dejacache
 from dejacache.cassettes import ageing
-from dejacache.cassettes import format as fmt
 from dejacache.cassettes.ageing import stamp
+from dejacache.cassettes.document import load_document
+from dejacache.cassettes.render import render
 from dejacache.proxying.handle import ProxySession
 
 Open = Callable[..., ProxySession]
@@ -192,10 +193,10 @@ def test_an_expired_entry_is_recorded_again(session_for: Open, fake: FakeProvide
     s = session_for("aged", fake)
     old = chat(s, messages=[{"role": "user", "content": "news"}]).id
     s.close(ok=True)
-    doc = fmt.load_document(s.cassette.read_bytes(), s.cassette)
+    doc = load_document(s.cassette.read_bytes(), s.cassette)
     for e in doc["entries"]:
         e["recorded_at"] = stamp(ageing.clock() - 45 * DAY)
-    s.cassette.write_bytes(fmt.render(doc["entries"], doc["values"]))
+    s.cassette.write_bytes(render(doc["entries"], doc["values"]))
 
     r = session_for("aged", fake, mode="auto", on_expiry="rerecord", max_age="30d")
     new = chat(r, messages=[{"role": "user", "content": "news"}]).id
@@ -220,8 +221,8 @@ def test_a_turn_recorded_again_keeps_the_next_one_replaying(session_for: Open,
     s = session_for("aliases", fake)
     old_id, text = _tools_turns(s)
     s.close(ok=True)
-    doc = fmt.load_document(s.cassette.read_bytes(), s.cassette)  # the first turn forgotten
-    s.cassette.write_bytes(fmt.render(doc["entries"][1:], doc["values"]))
+    doc = load_document(s.cassette.read_bytes(), s.cassette)  # the first turn forgotten
+    s.cassette.write_bytes(render(doc["entries"][1:], doc["values"]))
 
     again = session_for("aliases", fake)  # auto: the first turn goes live, with a new id
     new_id, new_text = _tools_turns(again)

@@ -105,7 +105,7 @@ def test_drift_names_added_dropped_and_changed_calls(run_a: pathlib.Path,
 
 
 def test_provider_regenerated_ids_are_not_drift(run_a: pathlib.Path) -> None:
-    from dejacache.cassettes import format as fmt
+    from dejacache.cassettes.rehash import rehash
 
     text = run_a.read_text()
     ids = sorted(set(re.findall(r'"((?:chatcmpl|msg)_?-?[0-9a-f]{12})"', text)))
@@ -113,7 +113,7 @@ def test_provider_regenerated_ids_are_not_drift(run_a: pathlib.Path) -> None:
     for i, old in enumerate(ids):  # a re-recording: same answers under fresh provider ids
         text = text.replace(old, old[:-12] + f"{i:012x}")
     fresh = run_a.with_name("again.json")
-    fresh.write_bytes(fmt.rehash(text.encode(), fresh)[0])
+    fresh.write_bytes(rehash(text.encode(), fresh)[0])
     d = diff_runs(load_run(run_a), load_run(fresh))
     assert d.identical, d.changed
     assert "No drift" in render_drift(d)

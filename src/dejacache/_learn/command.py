@@ -60,7 +60,7 @@ def _write(rules: Sequence[str], root: pathlib.Path, project: _project.Project,
     """Add ``rules`` to the project file and key the project's cassettes (and ``also``)
     under them."""
     from .._pyproject import add_items
-    from ..cassettes.format import atomic_write
+    from ..cassettes.atomic import atomic_write
 
     path = project.path or root / "pyproject.toml"
     text = path.read_text(encoding="utf-8") if path.exists() else ""

@@ -22,7 +22,11 @@ from typing import Any
 import orjson
 
 from ..cassettes import format as fmt
+from ..cassettes.atomic import atomic_write
+from ..cassettes.document import load_document
 from ..cassettes.lock import cassette_lock
+from ..cassettes.pack import Packer
+from ..cassettes.render import render
 from ..errors import CassetteError
 from ..keys import canonical_json, digest, volatile_spellings
 from .masking import Rules, masked
@@ -82,7 +86,7 @@ def _entry(e: dict[str, Any], values: dict[str, Any], rules: Rules) -> dict[str,
         return e
     out = dict(e)
     out["key"] = key
-    out["request"] = fmt.Packer(values).pack_root(orjson.loads(canonical))
+    out["request"] = Packer(values).pack_root(orjson.loads(canonical))
     return out
 
 
@@ -94,7 +98,7 @@ def rekey_file(path: pathlib.Path, rules: Rules) -> Rekeyed:
             data = fmt.read_file(path)
             if data is None:
                 raise CassetteError("no such file", path=path)
-            doc = fmt.load_document(fmt.whole(data), path)
+            doc = load_document(fmt.whole(data), path)
             values: dict[str, Any] = doc["values"]
             entries = []
             for e in doc["entries"]:
@@ -106,7 +110,7 @@ def rekey_file(path: pathlib.Path, rules: Rules) -> Rekeyed:
                     result.changed += 1
                 entries.append(new)
             if result.changed:
-                fmt.atomic_write(path, fmt.render(entries, values))
+                atomic_write(path, render(entries, values))
     except CassetteError as exc:
         result.problem = str(exc)
     return result

@@ -20,7 +20,7 @@ last member, ``xref_at``; every byte before it stays. What makes that safe:
   the file had before the append, which no reader kept a mapping beyond: the one window is
   a reader of the half-written file, which finds the undo record and reads again.
 * Where ``os.pwrite`` does not exist (Windows) nothing is appended in place: every save
-  writes a new file and renames it (``format.atomic_write``).
+  writes a new file and renames it (``atomic.atomic_write``).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from typing import Any, Final
 from ..errors import CassetteError
 from . import format as fmt
 from .blobs import BASE64, GRACE, HEX, MARK, Folder, blob_hash, refers, used_by
+from .document import load_document
 
 __all__ = ["BlobInfo", "Checked", "check", "describe", "hints_in", "is_text", "kind_of",
            "unused"]
@@ -162,7 +163,7 @@ def unused(folder: Folder, now: float) -> tuple[list[str], str]:
         if data is None or not refers(data):
             continue
         try:
-            used |= used_by(fmt.load_document(fmt.whole(data), f, verify=False))
+            used |= used_by(load_document(fmt.whole(data), f, verify=False))
         except CassetteError:
             return [], f"not judged: {f.name} cannot be read"
     out = []

@@ -95,7 +95,7 @@ def blob_hash(data: bytes) -> str:
 
 
 class Sink:
-    """Collects the payloads of the entries a writer packs (``format.Packer``), until the
+    """Collects the payloads of the entries a writer packs (``pack.Packer``), until the
     writer stores them (:meth:`Folder.store`) before it writes the cassette."""
 
     __slots__ = ("min_payload", "min_text", "pending")

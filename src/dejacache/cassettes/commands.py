@@ -233,7 +233,9 @@ def _cmd_rehash(args: argparse.Namespace) -> int:
     import pathlib
 
     from . import format as fmt
+    from .atomic import atomic_write, remove_stale_temps
     from .lock import cassette_lock
+    from .rehash import rehash
 
     status = 0
     for name in args.files:
@@ -243,12 +245,12 @@ def _cmd_rehash(args: argparse.Namespace) -> int:
                 data = fmt.read_file(path)
                 if data is None:
                     raise CassetteError("no such file", path=path)
-                new, changed = fmt.rehash(data, path)
+                new, changed = rehash(data, path)
                 if new == data[:]:
                     print(f"{path}: checksums match, nothing to do")
                     continue
-                fmt.remove_stale_temps(path)
-                fmt.atomic_write(path, new)
+                remove_stale_temps(path)
+                atomic_write(path, new)
         except CassetteError as exc:
             print(f"dejacache rehash: {exc}", file=sys.stderr)
             status = 1

@@ -265,8 +265,9 @@ class RunOrder:
         """Record a divergence (``tape.divergences``) and build the error strict mode raises."""
         from .._core.diff import field_diff
         from .findings import Divergence
+        from .recall import step_info
 
-        exp = self.tape.info(verdict.expected) if verdict.expected is not None else None
+        exp = step_info(self.tape, verdict.expected) if verdict.expected is not None else None
         diff: list[str] = []
         if exp is not None:
             if exp.name != actual.name:
@@ -354,9 +355,10 @@ class RunOrder:
         if not steps:
             return
         from .findings import Divergence
+        from .recall import step_info
 
         for i in steps:
-            exp = self.tape.info(i)
+            exp = step_info(self.tape, i)
             self.divergences.append(Divergence(
                 "unmade", None, i, exp, None, (),
                 f"recorded step {i} ({exp.kind} {exp.name}) was never made"))
@@ -376,6 +378,7 @@ class RunOrder:
             return
         pending, self._pending = self._pending, []
         from .findings import CallInfo
+        from .recall import request_of
 
         self.complete_book()
         used_by = {c.recorded_step: c.index for c in self.calls
@@ -392,7 +395,7 @@ class RunOrder:
                              and i not in self.book.skipped), None)
             verdict = order.Verdict(order.ORDER, expected, e.index)
             self.diverge(verdict, call, pos, CallInfo(
-                call.name, call.kind, e.key, self.tape.request_of(e.index), e.index))
+                call.name, call.kind, e.key, request_of(self.tape, e.index), e.index))
         self.divergences.sort(key=lambda d: (d.step is None, d.step or 0))
 
     def unmade_error(self) -> ReplayDivergence | None:

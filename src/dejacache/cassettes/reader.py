@@ -41,12 +41,10 @@ _hex128 = xxhash.xxh3_128_hexdigest
 _XREF_CHECK = b'{\n    "checksum": "'
 _TAIL = b"\n}\n"
 _TAIL_READ: Final = fmt.FROZEN_TAIL  # the "xref_at" member (format.py)
-_REQUEST_LINE = b'\n      "request": '
+REQUEST_LINE: Final = b'\n      "request": '  # an entry's request (6 spaces deep)
 _RESPONSE_LINE = b'\n      "response": '
 _TAGGED_LINE = b'\n      "tagged": '
 _USAGE_LINE = b'\n      "usage": '
-_MEMBER = b'\n        "'  # a member of an entry's request (8 spaces deep)
-_REQUEST_END = b"\n      }"  # where an entry's request object ends
 _VALUE_LINE = b'\n    "'
 _ITEM = b"\n      "  # a column element: 6 spaces deep
 # Distinct keys looked up by searching the column's bytes (~50 us each at 10k entries) before
@@ -97,17 +95,6 @@ class Index:
 
     def value(self, h: str) -> tuple[bool, Any]:
         raise NotImplementedError
-
-    def request_members(self, i: int, key: str) -> frozenset[str] | None:
-        """The names of entry ``i``'s request's members (empty: no request, or not an
-        object; None: an object the index cannot read so). Which forms of keys a file
-        holds is read from them (``Cassette.request_shapes``)."""
-        request = self.entry(i, key).get("request")
-        if type(request) is str and request.startswith(fmt.REF):
-            found, request = self.value(request[len(fmt.REF):])
-            if not found:
-                return None
-        return frozenset(request) if type(request) is dict else frozenset()
 
     def detached(self) -> Index:
         """This index without the file's bytes or entries (keys, names and kinds stay
@@ -448,7 +435,8 @@ class FileIndex(Index):
         at, end = len(_CHECK_LINE), _CHECK_END - 3
         return [bytes(data[starts[i] + at : starts[i] + end]) for i in range(min(n, self.n))]
 
-    def _slice(self, i: int) -> bytes:
+    def checked_slice(self, i: int) -> bytes:
+        """Entry ``i``'s bytes, checked against its checksum (not parsed)."""
         if not 0 <= i < self.n:
             raise CassetteError("entry is not in the cross-reference")
         starts = self._starts  # (with the table, _start's one read written out)
@@ -475,37 +463,12 @@ class FileIndex(Index):
         return doc
 
     def entry(self, i: int, key: str) -> dict[str, Any]:
-        return self._checked(self._slice(i), key)
-
-    def request_members(self, i: int, key: str) -> frozenset[str] | None:
-        """From the entry's bytes, unparsed: the request's members are the lines 8 spaces
-        deep between its ``{`` and its ``}`` 6 deep (a 1k-entry file in ~1 ms; parsing
-        each entry was several times that). Anything else is parsed."""
-        raw = self._slice(i)
-        at = raw.find(_REQUEST_LINE)
-        if at < 0:
-            return frozenset()
-        at += len(_REQUEST_LINE)
-        if raw[at : at + 2] != b"{\n":  # not laid out as written: parsed
-            return super().request_members(i, key)
-        end = raw.find(_REQUEST_END, at)
-        if end < 0:
-            return super().request_members(i, key)
-        names = []
-        at = raw.find(_MEMBER, at, end)
-        while at >= 0:
-            start = at + len(_MEMBER)
-            stop = raw.find(b'"', start, end)
-            if stop < 0 or raw.find(b"\\", start, stop) >= 0:  # an escape: parse it
-                return super().request_members(i, key)
-            names.append(raw[start:stop].decode("utf-8", "replace"))
-            at = raw.find(_MEMBER, stop, end)
-        return frozenset(names)
+        return self._checked(self.checked_slice(i), key)
 
     def replay_view(self, i: int, key: str) -> tuple[dict[str, Any], bytes | None]:
         """The request is not parsed at all and the response is not parsed here: the codec
         parses it once when the engine decodes it (at 20 KB this halved the replay cost)."""
-        raw = self._slice(i)
+        raw = self.checked_slice(i)
         # after "response" only "tagged" and "usage" can follow (sorted keys): find them from
         # the end first, so the backward search for "response" starts right after its body
         tail = raw.rfind(_USAGE_LINE)
@@ -517,7 +480,7 @@ class FileIndex(Index):
         resp = raw.rfind(_RESPONSE_LINE, 0, tail if tail >= 0 else len(raw))
         if resp < 0:  # an error entry: small, parse it whole
             return self._checked(raw, key), None
-        req = raw.find(_REQUEST_LINE, 0, resp)
+        req = raw.find(REQUEST_LINE, 0, resp)
         head = raw[:req] if req >= 0 else raw[:resp]
         if tail < 0:
             body = raw[resp + len(_RESPONSE_LINE) : raw.rfind(b"\n    }")]

@@ -159,10 +159,10 @@ def scan_file(path: pathlib.Path) -> list[Finding]:
 
 
 def _in_blobs(path: pathlib.Path, data: bytes) -> list[Finding]:
-    from . import format as fmt
+    from .document import load_document
 
     try:
-        used = blobs.used_by(fmt.load_document(data, path, verify=False))
+        used = blobs.used_by(load_document(data, path, verify=False))
     except CassetteError:
         return []
     folder = blobs.Folder.beside(path)

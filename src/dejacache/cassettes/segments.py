@@ -20,6 +20,7 @@ from typing import Any
 
 from . import format as fmt
 from .reader import FileIndex
+from .render import segment_bytes, tail_bytes, xref_checksum
 from .splice import Item, added_values, encode
 
 __all__ = ["appended", "flattened", "is_append"]
@@ -55,10 +56,10 @@ def appended(ix: FileIndex, items: Sequence[Item], follows: Sequence[int | None]
         xref["kinds"].append(str(d.get("kind", "call")))
         xref["names"].append(str(d.get("name", "")))
         xref["sizes"].append(len(data[-1]))
-    xref["checksum"] = fmt.xref_checksum(xref)  # type: ignore[assignment]
+    xref["checksum"] = xref_checksum(xref)  # type: ignore[assignment]
     added = added_values(ix, fresh, values)
-    seg, places = fmt.segment_bytes(ix.segments, data, added, xref, ix.end)
-    return ix.end, seg + fmt.tail_bytes([*ix.places, *places])
+    seg, places = segment_bytes(ix.segments, data, added, xref, ix.end)
+    return ix.end, seg + tail_bytes([*ix.places, *places])
 
 
 def flattened(ix: FileIndex, items: Sequence[Item], values: Mapping[str, Any]

@@ -6,7 +6,7 @@ for a 10k-entry, 40 MB cassette of growing conversations). :func:`splice` instea
 the parts of the new file: ranges of the old file for every entry whose bytes stay the same
 (its ``follows`` and ``occurrence`` unchanged) and for the runs of shared values between
 the new ones, and new bytes only for new or renumbered entries, the new values and the
-cross-reference. The result is byte for byte what :func:`format.render` gives for the same
+cross-reference. The result is byte for byte what :func:`render.render` gives for the same
 entries (the tests compare the two), so a file saved either way reads the same and diffs
 the same.
 
@@ -28,7 +28,10 @@ from typing import TYPE_CHECKING, Any
 from .._core.strict import ROOT
 from ..errors import CassetteError
 from . import format as fmt
+from .atomic import Part
+from .pack import refs_in
 from .reader import FileIndex
+from .render import entry_bytes, entry_checksum, value_item, xref_checksum, xref_tail
 from .tape import Entry
 
 if TYPE_CHECKING:
@@ -44,7 +47,7 @@ _SEP = b",\n"  # between two entries of the written layout
 
 
 def splice(ix: FileIndex, items: Sequence[Item], follows: Sequence[int | None],
-           values: Mapping[str, Any]) -> list[fmt.Part]:
+           values: Mapping[str, Any]) -> list[Part]:
     """The parts of the one-segment document holding ``items`` in this order, entry ``j`` following
     ``follows[j]`` (None: order unknown), over the file ``ix`` indexes; ``values`` holds at
     least every shared value the new entries use that the file lacks. Every entry of the
@@ -67,10 +70,10 @@ def splice(ix: FileIndex, items: Sequence[Item], follows: Sequence[int | None],
     parts = [fmt.ENTRIES_HEAD, *_joined(pieces, _SEP), mid]
     parts += _values(ix, added_values(ix, fresh, values))
     xref: dict[str, Any] = {"follows": list(follows), **col}
-    xref["checksum"] = fmt.xref_checksum(xref)
+    xref["checksum"] = xref_checksum(xref)
     at = sum(len(p) if isinstance(p, bytes) else p[1] - p[0] for p in parts)
     at += len(fmt.XREF_HEAD) + 1  # "," then the member's head
-    parts.append(b"," + fmt.XREF_HEAD + fmt.xref_tail(xref, at))
+    parts.append(b"," + fmt.XREF_HEAD + xref_tail(xref, at))
     return parts
 
 
@@ -82,7 +85,7 @@ def _fresh(items: Sequence[Item], fresh_at: list[int]) -> list[dict[str, Any]]:
 
 
 def _in_file_order(ix: FileIndex, items: Sequence[Item], follows: Sequence[int | None],
-                   fresh_at: list[int]) -> tuple[list[fmt.Part], Columns]:
+                   fresh_at: list[int]) -> tuple[list[Part], Columns]:
     """The file's entries in their order with new ones between them: runs of untouched
     entries are single ranges, found without a step per entry in Python (an append to a
     10k-entry file encodes one entry and touches ten thousand only in C loops). An entry
@@ -99,7 +102,7 @@ def _in_file_order(ix: FileIndex, items: Sequence[Item], follows: Sequence[int |
     dirty.update(moved)
     starts, sizes = ix.starts(), list(ix.sizes)
     events = sorted([*((b, 0, t) for t, b in enumerate(bounds)), *((i, 1, i) for i in dirty)])
-    pieces: list[fmt.Part] = []
+    pieces: list[Part] = []
     fresh_sizes = []
     cur = 0
     for at, kind, t in events:
@@ -152,12 +155,12 @@ def _occurrence_shifts(ix: FileIndex, fresh: list[dict[str, Any]], bounds: list[
 
 
 def _item_by_item(ix: FileIndex, items: Sequence[Item], follows: Sequence[int | None]
-                  ) -> tuple[list[fmt.Part], Columns]:
+                  ) -> tuple[list[Part], Columns]:
     keys, names, kinds = ix.keys(), ix.names(), ix.kinds()
     was_follows = ix.follows()
     was_occ = _occurrences(keys)
     seen: dict[str, int] = {}
-    pieces: list[fmt.Part] = []
+    pieces: list[Part] = []
     col: Columns = {"keys": [], "kinds": [], "names": [], "sizes": []}
     for item, f in zip(items, follows, strict=True):
         if isinstance(item, int):
@@ -203,18 +206,18 @@ def _occurrences(keys: list[str]) -> list[int]:
 
 
 def encode(doc: dict[str, Any], follows: int | None, occurrence: int) -> bytes:
-    """``doc``'s bytes as :func:`format.render` writes them at this place."""
+    """``doc``'s bytes as :func:`render.render` writes them at this place."""
     d = {f: v for f, v in doc.items() if f != "checksum"}
     if follows is None:
         d.pop("follows", None)
     else:
         d["follows"] = follows
     d["occurrence"] = occurrence
-    d["checksum"] = fmt.entry_checksum(d)
-    return fmt.entry_bytes(d)
+    d["checksum"] = entry_checksum(d)
+    return entry_bytes(d)
 
 
-def _add_range(pieces: list[fmt.Part], lo: int, hi: int) -> None:
+def _add_range(pieces: list[Part], lo: int, hi: int) -> None:
     """Add an old entry; one range for a run of entries adjacent in the old file (the
     separator between them included)."""
     last = pieces[-1] if pieces else None
@@ -224,8 +227,8 @@ def _add_range(pieces: list[fmt.Part], lo: int, hi: int) -> None:
         pieces.append((lo, hi))
 
 
-def _joined(pieces: list[fmt.Part], sep: bytes) -> list[fmt.Part]:
-    out: list[fmt.Part] = []
+def _joined(pieces: list[Part], sep: bytes) -> list[Part]:
+    out: list[Part] = []
     for i, p in enumerate(pieces):
         if i:
             out.append(sep)
@@ -240,8 +243,8 @@ def added_values(ix: FileIndex, fresh: list[dict[str, Any]], values: Mapping[str
     was damaged raises, and the whole save names it."""
     todo: set[str] = set()
     for d in fresh:
-        fmt.refs_in(d.get("request"), todo)
-        fmt.refs_in(d.get("response"), todo)
+        refs_in(d.get("request"), todo)
+        refs_in(d.get("response"), todo)
     added: dict[str, Any] = {}
     done: set[str] = set()
     while todo:
@@ -255,22 +258,22 @@ def added_values(ix: FileIndex, fresh: list[dict[str, Any]], values: Mapping[str
                 raise CassetteError(f"dangling value reference {fmt.REF}{h}")
             v = added[h] = values[h]
         if type(v) is not str:
-            fmt.refs_in(v, todo)
+            refs_in(v, todo)
     return added
 
 
-def _values(ix: FileIndex, added: dict[str, Any]) -> list[fmt.Part]:
+def _values(ix: FileIndex, added: dict[str, Any]) -> list[Part]:
     """The ``values`` member from its ``{`` on: the file's items in runs, the added ones
     in their sorted places."""
     lo, hi = ix.values_bounds
-    pieces: list[fmt.Part] = []
+    pieces: list[Part] = []
     cur = lo
     for h in sorted(added):
         at = ix.value_slot(h)[1]
         if at > cur:
             pieces.append((cur, at - 1 if at < hi else at))  # (not the comma before it)
             cur = at
-        pieces.append(fmt.value_item(h, added[h]))
+        pieces.append(value_item(h, added[h]))
     if cur < hi:
         pieces.append((cur, hi))
     if not pieces:

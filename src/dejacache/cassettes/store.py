@@ -46,7 +46,7 @@ from . import format as fmt
 from .ageing import Ageing, stamp_entry
 from .order import RunOrder
 from .redact import Redactor
-from .tape import NONE_UNUSED, Entry, Tape, Unused, View, request_shapes
+from .tape import NONE_UNUSED, Entry, Tape, Unused, View
 
 if TYPE_CHECKING:
     from ..stores._store_stats import StoreStats
@@ -334,7 +334,7 @@ class Cassette(BaseStore):
             return bool(self._tape.positions(key))
 
     def request_shapes(self) -> frozenset[frozenset[str] | None] | None:
-        """The member-name sets of the file's recorded requests (``tape.request_shapes``):
+        """The member-name sets of the file's recorded requests (``shapes.request_shapes``):
         which forms of keys it can hold, decided once for the block instead of per call.
         None while the block has asked fewer than ``_ASKS_BEFORE_SHAPES`` times (a test
         that replays a few calls of a large file never reads every entry); empty when
@@ -348,7 +348,7 @@ class Cassette(BaseStore):
                 return None
             self._load()
             with self._lock:
-                shapes = self._shapes = request_shapes(self._tape)
+                shapes = self._shapes = _request_shapes(self._tape)
         return shapes
 
     def identities(self) -> dict[tuple[str, str], frozenset[str]]:
@@ -676,6 +676,13 @@ def _derived_path(path: pathlib.Path) -> pathlib.Path:
     from .partial import derived_path  # loaded by a partial block already
 
     return derived_path(path, None)
+
+
+def _request_shapes(tape: Tape) -> frozenset[frozenset[str] | None]:
+    """``shapes.request_shapes``: loaded by a block's first ask past a few, not by a hit."""
+    from .shapes import request_shapes
+
+    return request_shapes(tape)
 
 
 def _spliced(body: bytes, text: Callable[[str], Any]) -> bytes | None:

@@ -30,17 +30,11 @@ from .reader import DocIndex, FileIndex, Index
 
 if TYPE_CHECKING:
     from .blobs import Folder
-    from .findings import CallInfo, EntryInfo
+    from .findings import EntryInfo
 
-__all__ = ["Tape", "Unused", "folder", "request_shapes"]
+__all__ = ["Tape", "Unused", "folder"]
 
 _T = TypeVar("_T")
-
-# Request shapes of the recordings read, by seal (the cross-references' checksums: equal
-# seals name the same recording): a proxy opening the same cassette for each test reads them
-# once. A few bytes per recording; cleared when full.
-_SHAPES: dict[bytes, frozenset[frozenset[str] | None]] = {}
-_SHAPES_KEPT = 256
 
 
 class Entry:
@@ -135,7 +129,9 @@ class Tape:
         self._closed_info: list[EntryInfo] | None = None
         self._uses = 0  # entries marked used so far (what ``_unused_at`` was computed at)
         self._unused_at: tuple[tuple[int, int], Unused] | None = None
-        self._again: tuple[FileIndex | None, fmt.Buffer | None, dict[str, Any]] | None = None
+        # the file read again for a report after close (``recall.request_of``): its index,
+        # bytes and the values read from it
+        self.again: tuple[FileIndex | None, fmt.Buffer | None, dict[str, Any]] | None = None
         self.blobs: Folder | None = None  # where its entries' payloads are kept: folder()
 
     # ---------------------------------------------------------------- reading the file
@@ -165,7 +161,9 @@ class Tape:
             try:
                 self.parse_all()
             except CassetteError:
-                full = fmt.empty_document()
+                from .render import empty_document  # (recording: a save loads it anyway)
+
+                full = empty_document()
                 self.use(DocIndex(full))
                 self.full = full
             return
@@ -209,7 +207,9 @@ class Tape:
         entry). From then on entries come from it, not from the byte index."""
         if self.full is None:
             assert self.raw is not None
-            full = fmt.load_document(self.raw, self.path)
+            from .document import load_document  # (a small file, a miss, a damaged index)
+
+            full = load_document(self.raw, self.path)
             keys = [e["key"] for e in full["entries"]]
             for e in self.old:
                 if e is not None and (e.index is None or e.index >= len(keys)
@@ -227,7 +227,7 @@ class Tape:
         which names the damage (or accepts a layout the index does not know)."""
         self.parse_all()
 
-    def _read(self, read: Callable[[Index], _T]) -> _T:
+    def from_index(self, read: Callable[[Index], _T]) -> _T:
         """``read(index)``: from the byte index, or, when it meets bytes it cannot vouch
         for, from the whole parse (which vouches for them, or names the damage)."""
         assert self.ix is not None
@@ -244,16 +244,16 @@ class Tape:
         return ix is not None and ix.n > 0
 
     def keys(self) -> list[str]:
-        return self._read(lambda ix: ix.keys())
+        return self.from_index(lambda ix: ix.keys())
 
     def key_at(self, i: int) -> str:
         """The key of recorded step ``i`` (one element of the index, not its whole column:
         parsing every key was ~1.2 ms of an auto-mode miss in a 10k-entry file)."""
-        return self._read(lambda ix: ix.key_at(i))
+        return self.from_index(lambda ix: ix.key_at(i))
 
     def names(self) -> list[str]:
         """Every recorded step's name (empty: no file, or no entries)."""
-        return self._read(lambda ix: ix.names()) if self._recorded() else []
+        return self.from_index(lambda ix: ix.names()) if self._recorded() else []
 
     def name_at(self, i: int) -> str:
         """Recorded step ``i``'s name: from its entry while the names column is unread
@@ -268,18 +268,18 @@ class Tape:
         """Every recorded step's name and ``follows`` (None: no file, or no entries)."""
         if not self._recorded():
             return None
-        return self._read(lambda ix: (ix.names(), ix.follows()))
+        return self.from_index(lambda ix: (ix.names(), ix.follows()))
 
     def follows(self) -> list[int | None]:
         """Every recorded step's ``follows`` alone (empty: no file, or no entries): a call
         out of recorded order needs no names column (parsing it was ~1 ms of the 10k-entry
         cassette's open + late hit)."""
-        return self._read(lambda ix: ix.follows()) if self._recorded() else []
+        return self.from_index(lambda ix: ix.follows()) if self._recorded() else []
 
     def positions(self, key: str) -> list[int]:
         if self.index() is None:
             return []
-        return self._read(operator.methodcaller("positions", key))  # (no Python frame)
+        return self.from_index(operator.methodcaller("positions", key))  # (no Python frame)
 
     # ---------------------------------------------------------------- entries
 
@@ -336,7 +336,9 @@ class Tape:
             if doc is None:
                 entries = self.parse_all()["entries"]
                 if e.index >= len(entries) or entries[e.index]["key"] != e.key:
-                    raise CassetteError(f"{fmt.describe(e.index)} is not where the index "
+                    from .document import describe  # (loaded by parse_all above)
+
+                    raise CassetteError(f"{describe(e.index)} is not where the index "
                                         f"put it; rewrite the file with dejacache rehash "
                                         f"{self.path}", path=self.path)
                 doc = entries[e.index]
@@ -535,83 +537,12 @@ class Tape:
             self.seal = self.ix.seal
         return bool(self.seal)
 
-    def info(self, step: int) -> CallInfo:
-        """Recorded step ``step`` as reports show it."""
-        from .findings import CallInfo  # (reports only: see findings.py)
-        from .kinds import step_kind
-        if self.raw is None:  # closed: names from the index, the request from the file
-            ix = self.ix
-            assert ix is not None
-            name, kind = ix.names()[step], ix.kinds()[step]
-            return CallInfo(name, step_kind(kind, name), ix.key_at(step),
-                            self.request_of(step), step)
-        doc = self.doc(self.entry(step))
-        name = str(doc.get("name", ""))
-        return CallInfo(name, step_kind(str(doc.get("kind", "call")), name),
-                        str(doc.get("key", "")), self.expand(doc.get("request")), step)
-
-    def request_of(self, step: int) -> Any:
-        """Recorded step ``step``'s request as the file holds it (redacted), expanded: read
-        through the open tape, or after close from the file, if it is still the recording
-        the tape read (same cross-reference checksum); otherwise None (a report shows no
-        request rather than another recording's)."""
-        if self.raw is not None:
-            return self.expand(self.doc(self.entry(step)).get("request"))
-        if self._again is None:
-            raw = fmt.read_file(self.path) if self.seal else None
-            try:
-                now = FileIndex.open(raw) if raw is not None else None
-            except CassetteError:
-                now = None
-            if now is None or now.seal != self.seal:
-                now = None
-            self._again = (now, raw, {})
-        now, _, values = self._again
-        ix = self.ix
-        if now is None or ix is None:
-            return None
-
-        def resolve(h: str) -> Any:
-            if h not in values and h.startswith(fmt.BLOB):
-                values[h] = folder(self).resolve(h)
-            if h not in values:
-                found, v = now.value(h)
-                if not found:
-                    raise CassetteError(f"dangling value reference {fmt.REF}{h}")
-                values[h] = v
-            return values[h]
-
-        try:
-            return fmt.unpack(now.entry(step, ix.key_at(step)).get("request"), resolve)
-        except CassetteError:
-            return None
-
     def forget_file(self) -> None:
         """Drop the file read again for a report after close (a memory map holds a
         descriptor)."""
-        again, self._again = self._again, None
+        again, self.again = self.again, None
         if again is not None and isinstance(again[1], mmap.mmap):
             again[1].close()
-
-
-def request_shapes(tape: Tape) -> frozenset[frozenset[str] | None]:
-    """The distinct member-name sets of ``tape``'s recorded requests
-    (``Index.request_members``; None among them: a request that could not be read so), read
-    once per recording: blocks that open the same file again share them (by the file's
-    seal). Called under the cassette's lock."""
-    ix = tape.index()
-    if ix is None:
-        return frozenset()
-    seal = ix.seal if isinstance(ix, FileIndex) else b""
-    shapes = _SHAPES.get(seal) if seal else None
-    if shapes is None:
-        shapes = tape._read(
-            lambda ix: frozenset(ix.request_members(i, k) for i, k in enumerate(ix.keys())))
-        if seal:
-            if len(_SHAPES) >= _SHAPES_KEPT:
-                _SHAPES.clear()
-            _SHAPES[seal] = shapes
-    return shapes
 
 
 # ---------------------------------------------------------------- blobs

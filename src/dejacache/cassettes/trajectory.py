@@ -39,6 +39,7 @@ from . import format as fmt
 from .blob_audit import BlobInfo, describe, hints_in
 from .blobs import Folder, blobs_in
 from .calls import Call, args_of
+from .document import load_document, verify_document
 from .findings import CallInfo, Divergence
 from .kinds import step_kind
 from .prices import PRICES_DATE, estimate_dollars
@@ -283,7 +284,7 @@ class CassetteView:
         if self._verified:
             return None
         try:
-            fmt.verify_document(self._doc, self.path)
+            verify_document(self._doc, self.path)
         except CassetteError as exc:
             return str(exc)
         return None
@@ -418,7 +419,7 @@ def load_cassette(path: str | os.PathLike[str], *, verify: bool = True) -> Casse
     data = fmt.read_file(p)
     if data is None:
         raise CassetteError("no such file", path=p)
-    doc = fmt.load_document(data, p, verify=verify)
+    doc = load_document(data, p, verify=verify)
     return CassetteView(p, doc, verified=verify)
 
 

@@ -116,14 +116,14 @@ def beside(path: pathlib.Path) -> str:
     """What ``path`` is when dejacache writes it beside a cassette rather than as one (empty:
     it is not such a file). These are never orphans: no test names them, and the
     cassette they belong to decides their fate."""
-    from . import format as fmt
+    from .atomic import side_file
     from .partial import LIVE_SUFFIX
 
     name = path.name
     if name.endswith(LIVE_SUFFIX):
         return (f"the live calls of a partial replay of "
                 f"{name.removesuffix(LIVE_SUFFIX)}.json: never an orphan")
-    side = fmt.side_file(name)
+    side = side_file(name)
     if side == "undo":
         return "an append's undo record: never an orphan"
     if side == "temp":
@@ -386,11 +386,11 @@ def read_previous(path: pathlib.Path) -> dict[str, Any] | None:
 def write(record: dict[str, Any], directory: pathlib.Path) -> pathlib.Path:
     """Write the record into ``directory`` (raises ``OSError`` when it cannot)."""
     from .._paths import make_dir
-    from . import format as fmt
+    from .atomic import atomic_write
 
     make_dir(directory)
     dest = directory / FILE_NAME
-    fmt.atomic_write(dest, orjson.dumps(record, option=orjson.OPT_INDENT_2))
+    atomic_write(dest, orjson.dumps(record, option=orjson.OPT_INDENT_2))
     return dest
 
 

@@ -47,6 +47,10 @@ from .._core.durations import seconds
 from ..errors import CassetteError, ConfigurationError
 from . import blob_audit, blobs
 from . import format as fmt
+from .atomic import atomic_write, remove_stale_temps
+from .document import load_document, verify_document
+from .rehash import rehash
+from .render import render
 from .usage import OrphanVerdict, UsageRecord, beside
 
 __all__ = ["CHECKS", "Row", "cassette_files", "fix_report", "verify_file", "verify_files"]
@@ -154,7 +158,7 @@ def _structure(path: pathlib.Path, data: bytes, add: Any
     """The ``format`` and ``damaged`` rows; the verified document (None: not readable)."""
     todo = _Fix()
     try:
-        doc = fmt.load_document(data, path, verify=False)
+        doc = load_document(data, path, verify=False)
     except CassetteError as exc:
         newer = _newer_format(data)
         if newer is not None:
@@ -169,7 +173,7 @@ def _structure(path: pathlib.Path, data: bytes, add: Any
             add("damaged", FAIL, str(exc))
         return None, todo
     try:
-        fmt.verify_document(doc, path)
+        verify_document(doc, path)
     except CassetteError as exc:
         add("format", OK if doc["format"] == fmt.FORMAT else WARN, f"format {doc['format']}")
         add("damaged", FAIL, str(exc))
@@ -333,11 +337,11 @@ def _apply(path: pathlib.Path, todo: _Fix) -> tuple[str, bool]:
         if todo.remove:
             path.unlink()
             return f"removed the file: {todo.why}", True
-        fmt.remove_stale_temps(path)
-        new, _ = fmt.rehash(data, path)  # verified above: this only rewrites the layout
-        doc = fmt.load_document(new, path)
+        remove_stale_temps(path)
+        new, _ = rehash(data, path)  # verified above: this only rewrites the layout
+        doc = load_document(new, path)
         entries = _without(doc["entries"], {(k, o) for k, o, _ in todo.drop})
-        fmt.atomic_write(path, fmt.render(entries, doc["values"]))
+        atomic_write(path, render(entries, doc["values"]))
     if todo.drop:
         n = len(todo.drop)
         return f"removed {n} unused entr{'ies' if n != 1 else 'y'}, checksums recomputed", True

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import CassetteError
 from . import format as fmt
+from .document import load_document, verify_document
 
 __all__ = ["expanded_entries", "load", "problem"]
 
@@ -22,13 +23,13 @@ def load(path: str | pathlib.Path) -> dict[str, Any]:
     data = fmt.read_file(p)
     if data is None:
         raise CassetteError("no such file", path=p)
-    return fmt.load_document(data, p, verify=False)
+    return load_document(data, p, verify=False)
 
 
 def problem(doc: dict[str, Any], path: str | pathlib.Path) -> str | None:
     """Why ``doc`` would be refused on replay (a checksum or hash mismatch), or None."""
     try:
-        fmt.verify_document(doc, path)
+        verify_document(doc, path)
     except CassetteError as exc:
         return str(exc)
     return None

@@ -24,9 +24,13 @@ import orjson
 from .._core import strict as order
 from ..errors import CassetteError
 from . import format as fmt
+from .atomic import atomic_write, atomic_write_parts, remove_stale_temps
+from .document import load_document
 from .order import RunOrder
+from .pack import MIN_SHARED_RESPONSE, Packer
 from .reader import FileIndex
 from .redact import Redactor
+from .render import render
 from .tape import Entry, Tape, folder
 
 if TYPE_CHECKING:
@@ -81,10 +85,10 @@ class Writer:
 
             self.blobs = sink_for(self.blobs_wanted)
         red_request = redactor.tree(request)
-        doc["request"] = fmt.Packer(values, blobs=self.blobs,
+        doc["request"] = Packer(values, blobs=self.blobs,
                                     own_last_turn=True).pack_root(red_request)
         if "response" in doc:
-            light = fmt.Packer(values, min_shared=fmt.MIN_SHARED_RESPONSE,
+            light = Packer(values, min_shared=MIN_SHARED_RESPONSE,
                                share_containers=False, blobs=self.blobs)
             doc["response"] = light.pack_root(redactor.tree(doc["response"], response=True))
         if "error" in doc:
@@ -147,10 +151,10 @@ class Writer:
             # Under the lock no other writer is between creating and renaming its temp
             # file: any left over is from one killed mid-write (and an undo record from
             # one killed mid-append, rolled back before the file is read).
-            fmt.remove_stale_temps(self.path)
+            remove_stale_temps(self.path)
             fmt.recover_locked(self.path)
             entries = self.link(*self._merge_with_disk(entries))
-            data = fmt.render(entries, tape.values)
+            data = render(entries, tape.values)
             try:
                 current = self.path.read_bytes()
             except FileNotFoundError:
@@ -160,7 +164,7 @@ class Writer:
                 and _same_multiset(current, entries, self.path)
             ):
                 return False
-            fmt.atomic_write(self.path, data)
+            atomic_write(self.path, data)
         if tape.raw is not None:
             tape.raw = data
         # else: a brand-new file. The tape read no recording, so none of what it just
@@ -201,7 +205,7 @@ class Writer:
         from .lock import cassette_lock
 
         with cassette_lock(self.path):
-            fmt.remove_stale_temps(self.path)
+            remove_stale_temps(self.path)
             fmt.recover_locked(self.path)  # (an append killed mid-way is not a change)
             baseline = self.baseline
             if fmt.identity(self.path) != baseline:
@@ -282,7 +286,7 @@ class Writer:
                 parts = splice(*_one_segment(ix, items, follows, self.tape.values))
             except CassetteError:
                 return False  # the whole save parses the file and names the damage
-            fmt.atomic_write_parts(self.path, parts, fd)
+            atomic_write_parts(self.path, parts, fd)
         finally:
             os.close(fd)
         return True
@@ -306,7 +310,7 @@ class Writer:
         from .lock import cassette_lock
 
         with cassette_lock(self.path):
-            fmt.remove_stale_temps(self.path)
+            remove_stale_temps(self.path)
             fmt.recover_locked(self.path)  # (then the file is not the one read)
             if not self._splice_locked(ix, items, follows, self.baseline):
                 return False
@@ -435,7 +439,7 @@ class Writer:
         now: list[dict[str, Any]] | None = read if unchanged else None
         if disk is not None and not unchanged:
             try:
-                other = fmt.load_document(disk, self.path)
+                other = load_document(disk, self.path)
             except CassetteError:
                 if not self.recording:
                     raise
@@ -497,7 +501,7 @@ def _same_recording(tape: Tape, old: dict[str, Any], new: dict[str, Any]) -> boo
 def _same_multiset(current: bytes, entries: list[dict[str, Any]], path: Any) -> bool:
     """Re-recording that only reordered concurrent calls (``asyncio.gather``) is no change."""
     try:
-        doc = fmt.load_document(current, path)
+        doc = load_document(current, path)
     except CassetteError:
         return False
     if doc["format"] != fmt.FORMAT:

@@ -97,13 +97,16 @@ def _match_vcr(dst: pathlib.Path, data: bytes) -> bytes:
     """The cassette just written, its HTTP entries keyed by method + URL (``--match vcr``);
     its new bytes."""
     from .. import format as fmt
+    from ..atomic import atomic_write
+    from ..document import load_document
+    from ..render import render
     from ..vcr_match import rekey_entries
 
-    doc = fmt.load_document(data, dst)
+    doc = load_document(data, dst)
     values = doc["values"]
     entries = rekey_entries(doc["entries"], lambda t: fmt.unpack(t, values.__getitem__))
-    out = fmt.render(entries, values)
-    fmt.atomic_write(dst, out)
+    out = render(entries, values)
+    atomic_write(dst, out)
     return out
 
 
