@@ -11,7 +11,11 @@ generator wrappers and HTTP stream paths built on them) carry each effect out, a
 failed effect's exception back in where the policy has something to do about it.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here, unlike every other module: with it each
+# field's annotation reaches ``typing.NamedTuple`` as text, which it compiles into a
+# ``ForwardRef`` (22 fields, 22 ``compile`` calls: ~0.2 ms, plus ~1.2 ms for the first
+# ``compile`` of a process, which this module made on a cassette block's path). Evaluated,
+# they are plain classes: importing it alone went from ~2.3 to ~0.9 ms (fresh processes).
 
 from collections.abc import Generator
 from typing import Any, Final, NamedTuple
