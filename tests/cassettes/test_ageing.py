@@ -14,7 +14,7 @@ import pytest
 import dejacache
 from dejacache import ConfigurationError, DejacacheWarning
 from dejacache._core.ageing import recorded_at, stamp
-from dejacache.cassettes import ageing
+from dejacache.cassettes import ageing, expiry
 from dejacache.cassettes.document import load_document
 from dejacache.cassettes.render import render
 from loopback_provider import fake_provider_module
@@ -268,6 +268,6 @@ def test_a_clock_a_minute_ahead_is_skew_not_the_future(recorded: pathlib.Path) -
 
 def test_show_says_a_date_is_in_the_future(recorded: pathlib.Path) -> None:
     entry = {"recorded_at": stamp(ageing.clock() + 400.5 * DAY)}
-    line = ageing.age_line(entry, ageing.clock(), 30 * DAY)
+    line = expiry.age_line(entry, ageing.clock(), 30 * DAY)
     assert line.startswith("dated 400d in the future (")
     assert line.endswith("), a wrong clock or a hand edit; treated as expired under max_age 30d")

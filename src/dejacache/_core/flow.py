@@ -11,7 +11,12 @@ generator wrappers and HTTP stream paths built on them) carry each effect out, a
 failed effect's exception back in where the policy has something to do about it.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here, unlike every other module: with it each
+# field's annotation reaches ``typing.NamedTuple`` as text, which it compiles into a
+# ``ForwardRef`` (22 fields, 22 ``compile`` calls). Evaluated, they are plain classes: the
+# module's import on a cassette block's path went from ~1.6 to ~1.2 ms (median of 25 processes
+# with pytest and the modules before it loaded; alone, ~2.3 to ~0.9 ms, as it no longer pays
+# for the process's first ``compile``, ~1.2 ms).
 
 from collections.abc import Generator
 from typing import Any, Final, NamedTuple

@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 import orjson
 
 from ..errors import CassetteError, ConfigurationError
-from .ageing import age_line
 from .ageing import resolve as resolve_ageing
+from .expiry import age_line
 from .trajectory import CassetteView, Step, diff_cassettes, load_cassette
 
 __all__ = ["add_cassette_commands"]

@@ -8,7 +8,8 @@ becomes a :class:`~.findings.Divergence` (``tape.divergences``), raised as
 :class:`~dejacache.ReplayDivergence` when the cassette is ``strict``.
 
 :class:`RunOrder` feeds the pure :class:`~dejacache._core.strict.OrderBook` the run's events
-(a replayed step, a new recording, a miss) and turns its verdicts into those records. It
+(a replayed step, a new recording, a miss) and turns its verdicts into those records
+(written by ``divergence.py``, which explains each). It
 reads the recording through the :class:`~.tape.Tape`, and remembers, for the writer, the call
 each new entry's task made before it (``pred``) and the call made before each replayed step
 (``observed``).
@@ -30,10 +31,11 @@ from .reader import Index
 from .tape import Entry, Tape, Unused
 
 if TYPE_CHECKING:
-    from .findings import CallInfo, Divergence
+    from .findings import Divergence
 
-# A divergence's records (findings.py) and its field diff (_core/diff.py) are imported where
-# one is found: a replay that follows its recording never does, and they cost ~2 ms to load.
+# A divergence's explanation (divergence.py: its message, records and field diff) is imported
+# where one is found: a replay that follows its recording never does, and it costs ~2 ms to
+# load.
 
 __all__ = ["RunOrder"]
 
@@ -214,10 +216,11 @@ class RunOrder:
         self._set_position(verdict.position, e)
         if verdict.ok:
             return None
+        from .divergence import diverge
         from .findings import CallInfo
 
         tape = self.tape
-        return self.diverge(verdict, call, pos, CallInfo(
+        return diverge(self, verdict, call, pos, CallInfo(
             name, call.kind, e.key, tape.expand(tape.doc(e).get("request")), e.index))
 
     def note_new(self, doc: dict[str, Any], name: str, kind: str, key: str, request: Any,
@@ -235,9 +238,10 @@ class RunOrder:
             verdict = self.book.new(name, pos)
             step = verdict.position
             if not verdict.ok:
+                from .divergence import diverge
                 from .findings import CallInfo
 
-                self.diverge(verdict, call, pos, CallInfo(name, call.kind, key, request))
+                diverge(self, verdict, call, pos, CallInfo(name, call.kind, key, request))
         self._set_position(step, doc)
 
     def note_miss(self, miss: ReplayMiss, replaying: bool) -> ReplayDivergence | None:
@@ -253,73 +257,13 @@ class RunOrder:
         self._set_position(verdict.position, None)
         if verdict.ok:
             return None
+        from .divergence import diverge
         from .findings import CallInfo
 
-        return self.diverge(verdict, call, pos, CallInfo(
+        return diverge(self, verdict, call, pos, CallInfo(
             miss.name, call.kind, miss.key, miss.request))
 
     # ---------------------------------------------------------------- divergences
-
-    def diverge(self, verdict: order.Verdict, call: Call, pos: int,
-                actual: CallInfo) -> ReplayDivergence:
-        """Record a divergence (``tape.divergences``) and build the error strict mode raises."""
-        from .._core.diff import field_diff
-        from .findings import Divergence
-        from .recall import step_info
-
-        exp = step_info(self.tape, verdict.expected) if verdict.expected is not None else None
-        diff: list[str] = []
-        if exp is not None:
-            if exp.name != actual.name:
-                diff.append(f"name: {exp.name!r} -> {actual.name!r}")
-            if verdict.reason != order.ORDER:
-                diff += field_diff(exp.request, actual.request)
-        head = self._headline(verdict, call, pos, actual, exp)
-        lines = [f"dejacache {'strict ' if self.strict else ''}replay divergence in cassette "
-                 f"{self.path}: {head}."]
-        if exp is not None:
-            lines.append(f"  expected: {exp}")
-        lines.append(f"  actual:   {actual}")
-        if diff:
-            lines.append("  differences (recorded -> now):")
-            lines += [f"    {d}" for d in diff[:30]]
-            if len(diff) > 30:
-                lines.append(f"    ... and {len(diff) - 30} more")
-        lines.append("  (the order is compared per asyncio task / thread: concurrent tasks may "
-                     "interleave freely)")
-        lines.append(f"  to re-record: {self.rerecord_hint or 'DEJACACHE_MODE=record'}")
-        message = "\n".join(lines)
-        reason = verdict.reason
-        call.divergence = reason
-        self.divergences.append(Divergence(reason, call.index, verdict.expected, exp, actual,
-                                           tuple(diff), message))
-        return ReplayDivergence(message, name=actual.name, key=actual.key,
-                                source=str(self.path), diff=diff, step=call.index,
-                                recorded_step=verdict.expected, expected=exp, actual=actual,
-                                reason=reason)
-
-    def _headline(self, verdict: order.Verdict, call: Call, pos: int, actual: CallInfo,
-                  exp: CallInfo | None) -> str:
-        what = f"call #{call.index} ({actual.kind} {actual.name})"
-        at = ("none (it is the first call of its task)" if pos == order.ROOT
-              else f"step {pos}")
-        total = len(self.book)
-        reason = verdict.reason
-        prev = "call" if self.live is None else "replayed call"  # live steps are skipped
-        if reason == order.ORDER:
-            f = self.book.follows[actual.recorded_step or 0]
-            return (f"{what} is out of order: it was recorded as step "
-                    f"{actual.recorded_step}, after step {f}, but its task's previous "
-                    f"{prev} in this run is {at}")
-        if reason == order.CHANGED:
-            return f"{what} differs from the recorded call at step {verdict.expected}"
-        if reason == order.EXHAUSTED:
-            return (f"{what} goes past the end of the recording, which is exhausted: the "
-                    f"cassette holds {total} calls and none follows its task's previous "
-                    f"call, {at}")
-        if exp is None:
-            return f"{what} is not in the recording ({total} calls)"
-        return f"{what} is not the call recorded after {at}"
 
     def finish(self, *, replayed: bool, shared: bool, rest_live: bool = False) -> None:
         """Recorded calls never made become ``"unmade"`` divergences (once, at close).
@@ -354,14 +298,9 @@ class RunOrder:
         steps, self._unmade = self._unmade, None
         if not steps:
             return
-        from .findings import Divergence
-        from .recall import step_info
+        from .divergence import unmade
 
-        for i in steps:
-            exp = step_info(self.tape, i)
-            self.divergences.append(Divergence(
-                "unmade", None, i, exp, None, (),
-                f"recorded step {i} ({exp.kind} {exp.name}) was never made"))
+        self.divergences += unmade(self.tape, steps)
 
     def settled(self) -> list[Divergence]:
         """Every divergence found so far, the pending ones named."""
@@ -377,43 +316,18 @@ class RunOrder:
         if not self._pending:
             return
         pending, self._pending = self._pending, []
-        from .findings import CallInfo
-        from .recall import request_of
+        from .divergence import name_pending
 
-        self.complete_book()
-        used_by = {c.recorded_step: c.index for c in self.calls
-                   if c.recorded_step is not None}
-        for call, pos, e in pending:
-            assert e.index is not None
-            if self.book.follows[e.index] == pos:
-                continue  # in order once unordered steps were taken out (``unordered``)
-            # the first step that followed ``pos`` and was still unused when this call was
-            # made (the book's steps after ``pos``, not a walk over every recorded step)
-            expected = next((i for i in self.book.following(pos)
-                             if used_by.get(i, call.index + 1) > call.index
-                             and i not in self.book.replaced
-                             and i not in self.book.skipped), None)
-            verdict = order.Verdict(order.ORDER, expected, e.index)
-            self.diverge(verdict, call, pos, CallInfo(
-                call.name, call.kind, e.key, request_of(self.tape, e.index), e.index))
-        self.divergences.sort(key=lambda d: (d.step is None, d.step or 0))
+        name_pending(self, pending)
 
     def unmade_error(self) -> ReplayDivergence | None:
         """The error a strict block raises at exit for recorded calls never made."""
         unmade = [d for d in self.settled() if d.reason == "unmade"]
         if not unmade:
             return None
-        lines = [f"dejacache strict replay: {len(unmade)} of the {len(self.book)} recorded "
-                 f"calls in cassette {self.path} were never made:"]
-        lines += [f"  {d.expected}" for d in unmade[:20]]
-        if len(unmade) > 20:
-            lines.append(f"  ... and {len(unmade) - 20} more")
-        lines.append(f"  to re-record: {self.rerecord_hint or 'DEJACACHE_MODE=record'}")
-        first = unmade[0]
-        return ReplayDivergence("\n".join(lines), name=first.expected.name if first.expected
-                                else "", source=str(self.path), step=None,
-                                recorded_step=first.recorded_step, expected=first.expected,
-                                reason="unmade")
+        from .divergence import unmade_error
+
+        return unmade_error(self, unmade)
 
     # ---------------------------------------------------------------- requests of calls
 

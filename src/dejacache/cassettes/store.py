@@ -43,7 +43,7 @@ from ..errors import (
 from ..stats import token_total
 from ..stores._base import NOT_SHARED, BaseStore, Hit, Record
 from . import format as fmt
-from .ageing import Ageing, stamp_entry
+from .ageing import block_ageing, stamp_entry
 from .order import RunOrder
 from .redact import Redactor
 from .tape import NONE_UNUSED, Entry, Tape, Unused, View
@@ -170,8 +170,7 @@ class Cassette(BaseStore):
         # outlived the block) can no longer reach the file, and is named instead of kept.
         self._sealed = False
         #: ``max_age`` applied to entries as they replay (None: they never expire)
-        self.ageing = (Ageing(self.path, max_age, on_expiry, self.mode)
-                       if max_age is not None else None)
+        self.ageing = block_ageing(self.path, max_age, on_expiry, self.mode)
         #: which calls go live (``partial.py``); their recordings go to ``live_tape``
         self.partial = partial
         self.live_tape = None if partial is None else Cassette(

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from .._core.ageing import age_text, recorded_at
-from ..cassettes.ageing import age_line
+from ..cassettes.expiry import age_line
 
 __all__ = ["Drift", "PrefixTurn", "Run", "Step", "apply_calls", "diff_runs", "load_run"]
 
