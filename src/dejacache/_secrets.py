@@ -37,6 +37,7 @@ __all__ = [
     "AUTH_QUERY",
     "MASK_PREFIX",
     "NAME_HINTS",
+    "PLACEHOLDER",
     "SECRET_NAMES",
     "SECRET_PATTERNS",
     "SENSITIVE_HEADERS",
@@ -161,6 +162,8 @@ def is_secret_query(name: str) -> bool:
 
 # ---------------------------------------------------------------------- secret shapes
 
+#: What a file shows in place of a secret (cassettes, miss reports, CLI output).
+PLACEHOLDER: Final = "<REDACTED>"
 #: Prefix of a key mask; a whole mask is ``<secret:`` + 128 hex digits + ``>``.
 MASK_PREFIX: Final = "<secret:"
 _MASK: Final = r"<secret:[0-9a-f]{128}>"
@@ -347,7 +350,7 @@ def _swap(m: re.Match[str], replace: Callable[[str], str]) -> str:
 
 def _param(p: re.Match[str], replace: Callable[[str], str], query: Callable[[str], bool]) -> str:
     name, value = p.group(1), p.group(2)
-    if not value or not query(name) or value.startswith(("<REDACTED>", MASK_PREFIX)):
+    if not value or not query(name) or value.startswith((PLACEHOLDER, MASK_PREFIX)):
         return p.group(0)
     return f"{name}={replace(value)}"
 
