@@ -22,10 +22,11 @@ from ._lazy import attach
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is not loaded at interpreter start
 if TYPE_CHECKING:
     from ._frozen import thaw
+    from ._pickle_codec import PickleCodec
     from .cassettes.block import cassette
     from .cassettes.store import Cassette
     from .cassettes.trajectory import diff_cassettes, load_cassette
-    from .codec import Codec, JsonCodec, PickleCodec
+    from .codec import Codec, JsonCodec
     from .config import configure
     from .decorators import cache
     from .errors import (
@@ -138,10 +139,11 @@ __all__ = [
 # HTTP interception still switches on with the first block: see _switch_on_interception.
 _WHERE = {
     "._frozen": ("thaw",),
+    "._pickle_codec": ("PickleCodec",),
     ".cassettes.block": ("cassette",),
     ".cassettes.store": ("Cassette",),
     ".cassettes.trajectory": ("diff_cassettes", "load_cassette"),
-    ".codec": ("Codec", "JsonCodec", "PickleCodec"),
+    ".codec": ("Codec", "JsonCodec"),
     ".config": ("configure",),
     ".decorators": ("cache",),
     ".errors": ("AgentLoopDetected", "CassetteError", "ConfigurationError", "DejacacheError",

@@ -19,7 +19,6 @@ pydantic-style models: a tag can never name an arbitrary callable.
 
 from __future__ import annotations
 
-import os
 from _operator import _compare_digest as compare_digest  # hmac's, without OpenSSL (below)
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -28,13 +27,13 @@ import orjson
 import xxhash
 
 from ._lazy import served
-from .errors import ConfigurationError, IntegrityError, SerializationError
+from .errors import IntegrityError, SerializationError
 
 if TYPE_CHECKING:
+    from ._pickle_codec import PickleCodec
     from ._tags import Resolver, from_tree, to_tree
 
-# Import time: hashlib/hmac (OpenSSL's _hashlib) serve only PickleCodec, so they are imported
-# where it signs. The type tags (``_tags.py``, with its own lazy base64, decimal and pathlib)
+# Import time: the type tags (``_tags.py``, with its own lazy base64, decimal and pathlib)
 # are imported by the first value encoded or tagged value decoded: a hit on plain JSON needs
 # neither. ``compare_digest`` is the constant-time comparison hmac itself uses when it is
 # built without OpenSSL; hits call it.
@@ -53,11 +52,14 @@ __all__ = [
 ]
 
 CODEC_VERSION = 1
-_MAGIC = b"DJ"
-_HEAD = 4  # magic + version + kind
+#: The head of every blob (module docstring): its magic, then version and kind bytes.
+MAGIC = b"DJ"
+HEAD = 4  # magic + version + kind
 
-# The type tags' public functions, kept in ``_tags.py`` (see the note above).
-__getattr__ = served(__name__, {"from_tree": "dejacache._tags", "to_tree": "dejacache._tags"})
+# The type tags' public functions, kept in ``_tags.py`` (see the note above), and the opt-in
+# PickleCodec, in ``_pickle_codec.py`` (only a process that configures it loads it).
+__getattr__ = served(__name__, {"from_tree": "dejacache._tags", "to_tree": "dejacache._tags",
+                                 "PickleCodec": "dejacache._pickle_codec"})
 
 
 @runtime_checkable
@@ -115,7 +117,7 @@ class JsonCodec:
                                          key=key) from None
             raise SerializationError(f"cannot encode value: {exc}", key=key) from None
         kind = b"J" if plain else b"T"
-        return _MAGIC + bytes((CODEC_VERSION,)) + kind + _check(key, kind, payload) + payload
+        return MAGIC + bytes((CODEC_VERSION,)) + kind + _check(key, kind, payload) + payload
 
     def decode_checked(self, data: bytes, *, key: str = "", namespace: str = "") -> Any:
         """:meth:`decode` of bytes whose checksum was already verified (:func:`blob_ok`) and
@@ -131,7 +133,7 @@ class JsonCodec:
         return self.decode(data, key=key, namespace=namespace)
 
     def decode(self, data: bytes, *, key: str = "", namespace: str = "") -> Any:
-        if data[:2] != _MAGIC or len(data) < _HEAD + 8:
+        if data[:2] != MAGIC or len(data) < HEAD + 8:
             raise IntegrityError("stored bytes are not a dejacache value", key=key)
         kind = data[3:4]
         if kind == b"P":
@@ -142,8 +144,8 @@ class JsonCodec:
             raise IntegrityError(f"unsupported codec version {data[2]}", key=key)
         if kind != b"J" and kind != b"T":
             raise IntegrityError(f"unknown value kind {kind!r}", key=key)
-        payload = memoryview(data)[_HEAD + 8 :]
-        if not compare_digest(_check(key, kind, payload), data[_HEAD : _HEAD + 8]):
+        payload = memoryview(data)[HEAD + 8 :]
+        if not compare_digest(_check(key, kind, payload), data[HEAD : HEAD + 8]):
             raise IntegrityError("checksum mismatch: stored bytes are damaged", key=key)
         try:
             tree = orjson.loads(payload)
@@ -178,13 +180,13 @@ def _resolver(allow: tuple[str, ...]) -> Resolver:
 def blob_ok(data: bytes, key: str) -> bool | None:
     """Whether a :class:`JsonCodec` blob's checksum matches ``key``; None for bytes in any
     other format (a pickle, another codec's), which only their codec can judge."""
-    if data[:2] != _MAGIC or len(data) < _HEAD + 8:
+    if data[:2] != MAGIC or len(data) < HEAD + 8:
         return None
     kind = data[3:4]
     if kind != b"J" and kind != b"T":
         return None
-    return compare_digest(_check(key, kind, memoryview(data)[_HEAD + 8 :]),
-                               data[_HEAD : _HEAD + 8])
+    return compare_digest(_check(key, kind, memoryview(data)[HEAD + 8 :]),
+                               data[HEAD : HEAD + 8])
 
 
 def plain_body(data: bytes) -> memoryview | None:
@@ -192,13 +194,13 @@ def plain_body(data: bytes) -> memoryview | None:
     version, for which ``orjson.loads`` is the whole decode; None for any other bytes. The
     checksum is not looked at: callers check it once (:func:`blob_ok`) and keep the bytes."""
     # The head's magic, version and kind compared at once (~40 -> ~20 opcodes a hit).
-    if data[:4] != _PLAIN_HEAD or len(data) < _HEAD + 8:
+    if data[:4] != _PLAIN_HEAD or len(data) < HEAD + 8:
         return None
-    return memoryview(data)[_HEAD + 8 :]
+    return memoryview(data)[HEAD + 8 :]
 
 
-_PLAIN_HEAD = _MAGIC + bytes((CODEC_VERSION,)) + b"J"
-_TAGGED_HEAD = _MAGIC + bytes((CODEC_VERSION,)) + b"T"
+_PLAIN_HEAD = MAGIC + bytes((CODEC_VERSION,)) + b"J"
+_TAGGED_HEAD = MAGIC + bytes((CODEC_VERSION,)) + b"T"
 
 
 def checked_plain_body(data: bytes, key: str) -> memoryview | None:
@@ -208,8 +210,8 @@ def checked_plain_body(data: bytes, key: str) -> memoryview | None:
     header's branches: 0.6 of the 1 µs it spent around ``orjson.loads``."""
     if data[:4] != _PLAIN_HEAD:
         return None
-    body = memoryview(data)[_HEAD + 8 :]
-    return body if _check(key, b"J", body) == data[_HEAD : _HEAD + 8] else None
+    body = memoryview(data)[HEAD + 8 :]
+    return body if _check(key, b"J", body) == data[HEAD : HEAD + 8] else None
 
 
 def blob_payload(data: bytes) -> tuple[Any, bool]:
@@ -218,9 +220,9 @@ def blob_payload(data: bytes) -> tuple[Any, bool]:
     Cassettes store this tree inline so files stay human-readable; :func:`blob_from_tree`
     rebuilds the exact blob (checksum bound to the key) on load.
     """
-    if data[:2] != _MAGIC or data[3:4] not in (b"J", b"T"):
+    if data[:2] != MAGIC or data[3:4] not in (b"J", b"T"):
         raise IntegrityError("not a JSON codec blob (pickled values cannot go in a cassette)")
-    return orjson.loads(memoryview(data)[_HEAD + 8 :]), data[3:4] == b"J"
+    return orjson.loads(memoryview(data)[HEAD + 8 :]), data[3:4] == b"J"
 
 
 def blob_from_tree(tree: Any, plain: bool, *, key: str) -> bytes:
@@ -229,53 +231,3 @@ def blob_from_tree(tree: Any, plain: bool, *, key: str) -> bytes:
     if plain:
         return _PLAIN_HEAD + _check(key, b"J", payload) + payload
     return _TAGGED_HEAD + _check(key, b"T", payload) + payload
-
-
-class PickleCodec:
-    """Opt-in pickle for values JSON cannot hold, HMAC-SHA256-signed over key, namespace
-    and schema version; unsigned or mis-signed blobs are refused before unpickling.
-
-    ``secret`` (bytes or str) may also come from ``DEJACACHE_PICKLE_SECRET``.
-    """
-
-    name = "pickle"
-
-    def __init__(self, secret: bytes | str | None = None) -> None:
-        secret = secret if secret is not None else os.environ.get("DEJACACHE_PICKLE_SECRET")
-        if not secret:
-            raise ConfigurationError(
-                "PickleCodec needs a secret (argument or DEJACACHE_PICKLE_SECRET): unsigned "
-                "pickle in a shared cache is remote code execution"
-            )
-        self._secret = secret.encode() if isinstance(secret, str) else bytes(secret)
-
-    def _sign(self, key: str, namespace: str, payload: bytes | memoryview) -> bytes:
-        import hashlib
-        import hmac
-
-        mac = hmac.new(self._secret, digestmod=hashlib.sha256)
-        mac.update(f"dejacache-pickle/{CODEC_VERSION}\x00{namespace}\x00{key}\x00".encode())
-        mac.update(payload)
-        return mac.digest()
-
-    def encode(self, value: Any, *, key: str = "", namespace: str = "") -> bytes:
-        try:
-            import pickle  # opt-in only: not paid by ``import dejacache``
-
-            payload = pickle.dumps(value, protocol=5)
-        except Exception as exc:
-            raise SerializationError(f"cannot pickle value: {exc}", key=key) from None
-        head = _MAGIC + bytes((CODEC_VERSION,)) + b"P"
-        return head + self._sign(key, namespace, payload) + payload
-
-    def decode(self, data: bytes, *, key: str = "", namespace: str = "") -> Any:
-        if data[:2] != _MAGIC or data[3:4] != b"P" or len(data) < _HEAD + 32:
-            raise IntegrityError("stored value is not a signed pickle; refused", key=key)
-        if data[2] != CODEC_VERSION:
-            raise IntegrityError(f"unsupported codec version {data[2]}", key=key)
-        payload = memoryview(data)[_HEAD + 32 :]
-        if not compare_digest(self._sign(key, namespace, payload), data[_HEAD : _HEAD + 32]):
-            raise IntegrityError("pickle signature mismatch; refused", key=key)
-        import pickle
-
-        return pickle.loads(payload)
