@@ -22,14 +22,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dejacache
+from dejacache._tags import from_tree, to_tree
 from dejacache.codec import (
     CODEC_VERSION,
     JsonCodec,
     PickleCodec,
     blob_from_tree,
     blob_payload,
-    from_tree,
-    to_tree,
 )
 from dejacache.errors import (
     ConfigurationError,
@@ -187,6 +186,13 @@ def test_dict_subclasses_come_back_as_dicts() -> None:
     back = roundtrip(collections.OrderedDict([("b", 1), ("a", 2)]))
     assert type(back) is dict and back == {"b": 1, "a": 2}
     assert list(back) == ["b", "a"]  # insertion order kept
+
+
+def test_codec_serves_the_tag_functions_from_their_module() -> None:
+    # ``to_tree``/``from_tree`` are public in ``codec``; a plain-JSON hit never loads them.
+    from dejacache import codec
+
+    assert codec.to_tree is to_tree and codec.from_tree is from_tree
 
 
 def test_from_tree_inverts_to_tree() -> None:

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 import dejacache
-from dejacache import _secrets
+from dejacache import _secret_shapes, _secrets
 from dejacache.cassettes.redact import PLACEHOLDER, Redactor
 from dejacache.cassettes.scan import scan_text
 
@@ -269,7 +269,7 @@ def test_every_secret_pattern_passes_the_static_exponential_check() -> None:
     from dejacache import _formtext
     from dejacache._core.redos import exponential
 
-    patterns = [*_secrets._SHAPES.values(), _formtext._NOT_FORM, _formtext._MP_NAME,
+    patterns = [*_secret_shapes.SHAPES.values(), _formtext._NOT_FORM, _formtext._MP_NAME,
                 _formtext._NAME_REVERSED, _formtext._PAIR_VALUE, _formtext._VALUE,
                 _formtext._BLANK_ANY]
     assert [p for p in patterns if exponential(re.compile(p)) is not None] == []
@@ -277,7 +277,7 @@ def test_every_secret_pattern_passes_the_static_exponential_check() -> None:
 
 def test_every_secret_shape_is_timed() -> None:
     """A shape added without hostile stems would skip the 1 MB check above."""
-    assert set(_secrets._SHAPES) <= set(_STEMS)
+    assert set(_secret_shapes.SHAPES) <= set(_STEMS)
 
 
 def test_a_long_run_of_jwt_starts_records_in_linear_time() -> None:
@@ -462,11 +462,11 @@ def test_shapes_checked_after_their_prefix_match_as_if_checked_before() -> None:
               "\\n", "\\u0041", "\n", '"', "A1b2C3d4" * 3, "ABCDEFGHIJKLMNOP", _HEX]
     boundary = re.compile(r"\(\?:\(\?<!\[A-Za-z0-9_(?:\\-)?\](\.+)\).*?\.\)\)")
     pairs = []
-    for kind, pattern in _secrets._SHAPES.items():
+    for kind, pattern in _secret_shapes.SHAPES.items():
         m = boundary.search(pattern)
         if m is None:
             continue
-        left = _secrets._LB64 if "\\-]" in m.group(0) else _secrets._L
+        left = _secret_shapes._LB64 if "\\-]" in m.group(0) else _secret_shapes._L
         first = left.format(w="") + pattern[:m.start()] + pattern[m.end():]
         pairs.append((kind, re.compile(pattern), re.compile(first)))
     assert len(pairs) >= 25

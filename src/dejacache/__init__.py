@@ -23,10 +23,11 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is not loaded at inter
 if TYPE_CHECKING:
     from ._configure import configure
     from ._frozen import thaw
+    from ._pickle_codec import PickleCodec
     from .cassettes.block import cassette
     from .cassettes.store import Cassette
     from .cassettes.trajectory import diff_cassettes, load_cassette
-    from .codec import Codec, JsonCodec, PickleCodec
+    from .codec import Codec, JsonCodec
     from .decorators import cache
     from .errors import (
         AgentLoopDetected,
@@ -139,10 +140,11 @@ __all__ = [
 # HTTP interception still switches on with the first block: see _switch_on_interception.
 _WHERE = {
     "._frozen": ("thaw",),
+    "._pickle_codec": ("PickleCodec",),
     ".cassettes.block": ("cassette",),
     ".cassettes.store": ("Cassette",),
     ".cassettes.trajectory": ("diff_cassettes", "load_cassette"),
-    ".codec": ("Codec", "JsonCodec", "PickleCodec"),
+    ".codec": ("Codec", "JsonCodec"),
     "._configure": ("configure",),
     ".decorators": ("cache",),
     ".errors": ("AgentLoopDetected", "CassetteError", "ConfigurationError", "DejacacheError",

@@ -3,8 +3,8 @@
 One patch layer over the public ``socket.socket.connect``/``connect_ex`` and
 ``socket.getaddrinfo``, installed while at least one check is registered (and put back when
 the last one goes). Every connection or lookup on an AF_INET/AF_INET6 socket is shown to the
-registered checks as an :class:`Attempt`; a check refuses it by raising ``NetworkBlocked``.
-Two checks use it:
+registered checks as an :class:`~.attempts.Attempt` (``attempts.py``, loaded with the
+first one); a check refuses it by raising ``NetworkBlocked``. Two checks use it:
 
 - :class:`NetworkGuard`, the CI guard of the pytest plugin: for one replaying test, only
   loopback (and hosts allowed by name) is reachable.
@@ -17,20 +17,18 @@ address names the host the caller asked for.
 
 from __future__ import annotations
 
-import ipaddress
 import socket
-import sys
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from ..errors import NetworkBlocked
 
-__all__ = ["Attempt", "NetworkGuard", "add_check", "allowed_hosts", "code_path", "run_checks",
-           "is_loopback", "remove_check"]
+if TYPE_CHECKING:
+    from .attempts import Attempt
 
-_LOCAL_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost",
-                          "ip6-loopback", ""})
+__all__ = ["NetworkGuard", "add_check", "allowed_hosts", "remove_check", "run_checks"]
+
 _INET = (socket.AF_INET, socket.AF_INET6)
 _STATE = threading.RLock()
 _CHECKS: list[Callable[[Attempt], None]] = []
@@ -42,47 +40,9 @@ _NAMES: dict[str, str] = {}
 _NAMES_MAX = 512
 
 
-def is_loopback(host: Any) -> bool:
-    if isinstance(host, bytes):
-        host = host.decode(errors="replace")
-    if host is None:
-        return True
-    h = str(host).strip("[]").lower()
-    if h in _LOCAL_NAMES or h.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(h.split("%")[0]).is_loopback
-    except ValueError:
-        return False
-
-
-class Attempt(NamedTuple):
-    """One connection (``kind="connect"``, ``host`` an address) or lookup (``"resolve"``).
-
-    A named tuple, not a frozen dataclass: ~0.15 against ~0.6 ms to define, in a module the
-    first cassette block of a test process loads (the tripwire, ``http/_arming.py``)."""
-
-    kind: str
-    host: str
-    port: Any
-    #: The name ``host`` was looked up under, when this process looked it up; else ``host``.
-    name: str
-
-    @property
-    def loopback(self) -> bool:
-        return is_loopback(self.host)
-
-    @property
-    def names(self) -> frozenset[str]:
-        return frozenset({self.host.lower(), self.name.lower()})
-
-    @property
-    def where(self) -> str:
-        shown = self.name if self.name == self.host else f"{self.name} ({self.host})"
-        return f"{shown}:{self.port}" if self.port not in (None, "") else shown
-
-
 def _attempt(kind: str, host: Any, port: Any) -> Attempt:
+    from .attempts import Attempt  # (with the first connection or lookup a check is shown)
+
     h = host.decode(errors="replace") if isinstance(host, bytes) else str(host)
     return Attempt(kind, h, port, _NAMES.get(h, h))
 
@@ -195,42 +155,6 @@ def allowed_hosts() -> frozenset[str]:
         return frozenset(h for g in _GUARDS for h in g.allow)
 
 
-# Frames that only carry a connection along; the code path starts where they end.
-_PLUMBING = ("socket", "ssl", "selectors", "asyncio", "concurrent", "threading", "contextvars",
-             "functools", "dejacache.cassettes.netguard", "dejacache.http.socketguard")
-
-
-def _plumbing(mod: str) -> bool:
-    return any(mod == p or mod.startswith(p + ".") for p in _PLUMBING)
-
-
-def stack_modules(depth: int = 2) -> list[tuple[str, str, int]]:
-    """(module, function, line) of the calling frames, innermost first, plumbing left out."""
-    out = []
-    f: Any = sys._getframe(depth)
-    while f is not None:
-        mod = f.f_globals.get("__name__", "?")
-        if not _plumbing(mod):
-            out.append((mod, f.f_code.co_name, f.f_lineno))
-        f = f.f_back
-    return out
-
-
-def code_path(frames: list[tuple[str, str, int]], limit: int = 6) -> str:
-    """``http.client.connect:1 <- urllib.request.do_open:2 <- ...``: one entry per module."""
-    parts: list[str] = []
-    last = None
-    for mod, fn, line in frames:
-        if mod == last:
-            continue
-        last = mod
-        if len(parts) == limit:
-            parts.append("...")
-            break
-        parts.append(f"{mod}.{fn}:{line}")
-    return " <- ".join(parts) or "?"
-
-
 class NetworkGuard:
     """Context manager; ``explain`` returns the message tail (cassette, how to re-record)."""
 
@@ -244,6 +168,8 @@ class NetworkGuard:
             return
         where = f"{attempt.name}:{attempt.port}" if attempt.port not in (None, "") \
             else attempt.name
+        from .attempts import code_path, stack_modules  # (a refusal's message only)
+
         path = code_path(stack_modules(3))
         raise NetworkBlocked(
             f"dejacache blocked a connection to {where}: only loopback is reachable while "

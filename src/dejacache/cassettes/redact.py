@@ -13,17 +13,20 @@ and restored on replay, so replayed data equals live data.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from .. import _secrets
-from .._secrets import is_secret_name, is_secret_query
+from .._secrets import PLACEHOLDER, is_secret_name, is_secret_query
 
-# SECRET_PATTERNS is read through __getattr__ (compiled on first use).
+if TYPE_CHECKING:
+    from .redacting import Writing
+
+# SECRET_PATTERNS is read through __getattr__ (compiled on first use); PLACEHOLDER is
+# defined with the other rules of what a file may show, in ``_secrets``.
 __all__ = ["DEFAULT_FIELDS", "DEFAULT_HEADERS", "DEFAULT_QUERY", "PLACEHOLDER", "Redactor"]
-
-PLACEHOLDER: Final = "<REDACTED>"
 
 #: Kept for reference and compatibility; matching uses ``_secrets`` (spelling-insensitive).
 DEFAULT_HEADERS: Final = frozenset({
@@ -32,16 +35,10 @@ DEFAULT_HEADERS: Final = frozenset({
 })
 DEFAULT_QUERY: Final = _secrets.AUTH_QUERY
 DEFAULT_FIELDS: Final = _secrets.SECRET_NAMES
-_QUERY_HOLDERS = frozenset({"params", "query", "query_params", "querystring"})
-_MEMO_MAX = 8192
 
 
 def _norm(name: str) -> str:
     return _secrets.normalize(name)
-
-
-def _placeholder_text(_: str) -> str:
-    return PLACEHOLDER
 
 
 class Redactor:
@@ -63,7 +60,6 @@ class Redactor:
         self.extra = {_norm(n) for n in names}
         self.paths = [tuple(p.split(".")) for p in paths]
         self.patterns = [re.compile(p) if isinstance(p, str) else p for p in patterns]
-        self._memo: dict[str, str] = {}
         # Longest live value first, so a value containing another is replaced whole.
         subs = {k: v for k, v in (substitute or {}).items() if v}
         self.substitute = sorted(subs.items(), key=lambda kv: -len(kv[1]))
@@ -106,51 +102,19 @@ class Redactor:
     def tree(self, tree: Any, *, response: bool = False) -> Any:
         """A redacted copy of ``tree`` (the input is never modified). ``response``: names that
         are credentials only in requests (a logprobs ``token``) are left as data."""
-        for path in self.paths:
-            tree = _drop_path(tree, path)
-        return self._walk(tree, False, response)
+        return self._writing.tree(tree, response)
 
     def text(self, s: str) -> str:
-        # Agents resend the same messages every step: each distinct string is scanned once.
-        done = self._memo.get(s)
-        if done is not None:
-            return done
-        orig = s
-        for placeholder, live in self.substitute:
-            if live in s:
-                s = s.replace(live, placeholder)
-        for pat in self.patterns:
-            s = pat.sub(PLACEHOLDER, s)
-        if _secrets.MASK_PREFIX in s:  # canonical requests carry keyed masks: machine-specific
-            s = _secrets.MASK_RE.sub(PLACEHOLDER, s)
-        s = _secrets.mask_text(s, _placeholder_text, self.secret_query)
-        if len(self._memo) >= _MEMO_MAX:
-            self._memo.clear()
-        self._memo[orig] = s
-        return s
+        """``s`` as the file holds it."""
+        return self._writing.text(s)
 
-    def _walk(self, node: Any, in_query: bool, response: bool) -> Any:
-        t = type(node)
-        if t is str:
-            return self.text(node)
-        if t is dict:
-            out = {}
-            for k, v in node.items():
-                if v is not None and (self.secret(k, response=response)
-                                      or (in_query and self.secret_query(k))):
-                    out[k] = _placeholder(v)
-                else:
-                    out[k] = self._walk(v, _norm(k) in _QUERY_HOLDERS, response)
-            return out
-        if t is list:
-            # [name, value] pairs: how HTTP headers and query params are often listed.
-            if len(node) == 2 and type(node[0]) is str and (
-                self.secret(node[0], response=response)
-                or (in_query and self.secret_query(node[0]))
-            ):
-                return [node[0], _placeholder(node[1])]
-            return [self._walk(v, in_query, response) for v in node]
-        return node
+    @functools.cached_property
+    def _writing(self) -> Writing:
+        # The write path (``redacting.py``), made with the first tree written: a replay hit
+        # only restores ``substitute`` values, and never loads it (7 KB of bytecode).
+        from .redacting import Writing
+
+        return Writing(self)
 
     # ---------------------------------------------------------------- replay path
 
@@ -159,29 +123,6 @@ class Redactor:
         if not self.restore_map:
             return tree
         return _restore(tree, self.restore_map)
-
-
-def _placeholder(v: Any) -> Any:
-    t = type(v)
-    if t is dict:  # every leaf under a credential name; the shape stays, for diffs
-        return {k: _placeholder(x) for k, x in v.items()}
-    if t is list:
-        return [_placeholder(x) for x in v]
-    return PLACEHOLDER if v is not None and t is not bool else v
-
-
-def _drop_path(node: Any, path: tuple[str, ...]) -> Any:
-    if not path:
-        return PLACEHOLDER
-    head, rest = path[0], path[1:]
-    if isinstance(node, dict):
-        return {k: (_drop_path(v, rest) if head in ("*", k) else v) for k, v in node.items()}
-    if isinstance(node, list):
-        return [
-            _drop_path(v, rest) if head == "*" or head == str(i) else v
-            for i, v in enumerate(node)
-        ]
-    return node
 
 
 def _restore(node: Any, subs: Mapping[str, str]) -> Any:

@@ -20,9 +20,9 @@ import re
 from collections.abc import Iterable, Iterator
 
 from .. import _formtext, _secrets
+from .._secrets import PLACEHOLDER
 from ..errors import CassetteError
 from . import blob_audit, blobs
-from .redact import PLACEHOLDER
 
 __all__ = ["Finding", "iter_files", "scan_text"]
 

@@ -20,30 +20,21 @@ this run use nothing of the file and drops what it recorded; there are no TTLs.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import pathlib
-import sys
 import threading
-import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 
-from ..codec import blob_from_tree, blob_payload
+from ..codec import blob_from_tree
 from ..config import resolve_mode
-from ..errors import (
-    CassetteError,
-    DejacacheWarning,
-    ReplayDivergence,
-    ReplayMiss,
-    SerializationError,
-)
+from ..errors import CassetteError, ReplayDivergence, ReplayMiss
 from ..stats import token_total
 from ..stores._base import NOT_SHARED, BaseStore, Hit, Record
 from . import format as fmt
-from .ageing import block_ageing, stamp_entry
+from .ageing import block_ageing
 from .order import RunOrder
 from .redact import Redactor
 from .tape import NONE_UNUSED, Entry, Tape, Unused, View
@@ -64,18 +55,29 @@ __all__ = ["Cassette", "TapeCounters"]
 _ASKS_BEFORE_SHAPES = 16
 
 
-@dataclasses.dataclass(slots=True)
 class TapeCounters:
-    replayed: int = 0
-    recorded: int = 0
-    missed: int = 0
-    time_saved: float = 0.0
-    tokens_saved: int = 0
-    _dollars: float = 0.0
-    #: (usage, model) of the hits not priced yet: pricing each hit as it replayed was ~7 us
-    #: of a proxy's ~330 us replayed call; the total is read once or twice per block. Priced
-    #: in hit order, so the sum is the same float as when added up hit by hit.
-    unpriced: list[tuple[Mapping[str, int], str]] = dataclasses.field(default_factory=list)
+    """What one cassette's calls did (replayed, recorded, missed) and what its hits saved.
+
+    A plain slotted class, not a dataclass: defining the slotted dataclass (its class is
+    built twice) was ~0.7 ms of a test process's first block, for an ``__init__`` of zeros."""
+
+    __slots__ = ("_dollars", "missed", "recorded", "replayed", "time_saved", "tokens_saved",
+                 "unpriced")
+    #: the counters :meth:`public` shows, in order (``dollars_saved`` after them)
+    _SHOWN = ("replayed", "recorded", "missed", "time_saved", "tokens_saved")
+
+    def __init__(self) -> None:
+        self.replayed = 0
+        self.recorded = 0
+        self.missed = 0
+        self.time_saved = 0.0
+        self.tokens_saved = 0
+        self._dollars = 0.0
+        #: (usage, model) of the hits not priced yet: pricing each hit as it replayed was
+        #: ~7 us of a proxy's ~330 us replayed call; the total is read once or twice per
+        #: block. Priced in hit order, so the sum is the same float as when added up hit by
+        #: hit.
+        self.unpriced: list[tuple[Mapping[str, int], str]] = []
 
     @property
     def dollars_saved(self) -> float:
@@ -101,10 +103,13 @@ class TapeCounters:
 
     def public(self) -> dict[str, Any]:
         """The counters as ``stats().extra`` shows them (the total priced, no internals)."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in ("_dollars", "unpriced")}
+        out: dict[str, Any] = {name: getattr(self, name) for name in self._SHOWN}
         out["dollars_saved"] = self.dollars_saved
         return out
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._SHOWN)
+        return f"TapeCounters({shown})"
 
 
 class Cassette(BaseStore):
@@ -247,7 +252,7 @@ class Cassette(BaseStore):
             self._load()
         with self._lock:
             if self._sealed:
-                return None  # too late for this block: see note_miss and _append
+                return None  # too late for this block: see recording.py
             if self._wide and (got := self.vcr.first(key, self._record)) is not None:
                 return _hit_of(got) if lazy else got
             # A miss checks the whole file first: a damaged key must be reported as damage.
@@ -367,66 +372,26 @@ class Cassette(BaseStore):
         assert self.partial is not None
         return self.partial.mode_for(name, kind)
 
+    # Recording, misses and listing (``recording.py``): imported in the methods, since a
+    # replay hit never records, misses or lists (10 KB of bytecode a replay block skips).
+
     def put(self, key: str, record: Record, *, ttl: float | None = None) -> bool:
-        if self.live_tape is not None:  # a live call of a partial block: never the original
-            kept = self.live_tape.put(key, record, ttl=ttl)
-            self.counters.recorded += kept
-            return kept
-        try:
-            tree, plain = blob_payload(record.value)
-        except SerializationError as exc:
-            raise CassetteError(f"cannot store {record.name}: {exc}", path=self.path) from None
-        doc: dict[str, Any] = {"response": tree}
-        if not plain:
-            doc["tagged"] = True
-        if record.usage:
-            doc["usage"] = dict(record.usage)
-        return self._append(key, record.name, record.namespace, record.kind, record.request,
-                            record.duration, doc)
+        from .recording import put
+
+        return put(self, key, record)
 
     def record_error(self, key: str, name: str, namespace: str, kind: str, canonical: bytes,
                      exc: BaseException, duration: float) -> bool:
         """Keep an exception raised by the live call, if the block opted in to its type."""
-        if self.live_tape is not None:
-            return self.live_tape.record_error(key, name, namespace, kind, canonical, exc,
-                                               duration)
-        if not self.record_errors or not isinstance(exc, self.record_errors):
-            return False
-        t = type(exc)
-        args = list(exc.args)
-        try:
-            orjson.dumps(args)
-        except TypeError:
-            args = [str(exc)]
-        err = {"type": f"{t.__module__}:{t.__qualname__}", "message": str(exc), "args": args}
-        return self._append(key, name, namespace, kind, canonical, duration, {"error": err})
+        from .recording import record_error
+
+        return record_error(self, key, name, namespace, kind, canonical, exc, duration)
 
     def recorded_error(self, record: Record) -> BaseException:
         """The exception an error entry stands for (same type and message)."""
-        err = orjson.loads(record.value)
-        return rebuild_exception(err)
+        from .recording import rebuild_exception
 
-    def _append(self, key: str, name: str, namespace: str, kind: str, request: bytes,
-                duration: float, doc: dict[str, Any]) -> bool:
-        """Add a recording; False when the tape was already saved (the call is named)."""
-        self._load()
-        try:
-            req_tree = orjson.loads(request) if request else None
-        except orjson.JSONDecodeError:
-            req_tree = request.decode(errors="replace")
-        with self._lock:
-            if self._sealed:
-                self._warn_late(name, req_tree)
-                return False
-            stamp_entry(doc, key, name, kind, req_tree)
-            if self.ageing is not None and (old := self.ageing.replaced(key)) is not None:
-                self._writer.replaced.add(old)
-            doc, red_request = self._writer.add(
-                doc, key=key, name=name, namespace=namespace, kind=kind, request=req_tree,
-                duration=duration, redactor=self.redactor)
-            self.counters.recorded += 1
-            self._order.note_new(doc, name, kind, key, red_request, self.mode != "record")
-            return True
+        return rebuild_exception(orjson.loads(record.value))
 
     def delete(self, key: str) -> bool:
         # Only reached for an entry whose bytes failed their checksum. A cassette forgets
@@ -435,66 +400,18 @@ class Cassette(BaseStore):
 
     def iterate(self, name: str | None = None, namespace: str | None = None
                 ) -> Iterator[tuple[str, Record]]:
-        tape = self._tape
-        with self._lock:
-            items: list[Entry | dict[str, Any]] = [*tape.all_entries(), *self._new]
-        for item in items:  # parsed one by one: a miss report looks at the first 1000 only
-            if isinstance(item, Entry):
-                with self._lock:
-                    doc = tape.doc(item)
-            else:
-                doc = item
-            if name is not None and doc.get("name") != name:
-                continue
-            if namespace is not None and doc.get("namespace", "") != namespace:
-                continue
-            req = tape.expand(doc.get("request"))
-            yield str(doc.get("key", "")), Record(
-                value=b"", name=str(doc.get("name", "")), namespace=str(doc.get("namespace", "")),
-                kind=str(doc.get("kind", "call")), request=orjson.dumps(req),
-                duration=float(doc.get("duration", 0.0)), usage=doc.get("usage") or None,
-            )
+        from .recording import iterate
+
+        return iterate(self, name, namespace)
 
     def note_miss(self, miss: ReplayMiss) -> ReplayMiss | None:
         """Kept by the engine when replay raises (a get() that misses may still be followed
         by a hit on the call's full key). An SDK retrying the same call is one miss, and the
         report outlives wrappers (litellm, scenario) that reduce it to a one-line message.
         Returns the error to raise instead (a strict cassette's divergence), or None."""
-        with self._lock:
-            if self._sealed:
-                return self._late_miss(miss)
-            again = self._miss_divergence.get(miss.key)
-            if again is not None:
-                return again
-            if any(m.key == miss.key for m in self.misses):
-                return None
-            self.misses.append(miss)
-            self.counters.missed += 1
-            exc = self._order.note_miss(miss, self.mode != "record")
-            if exc is None or not self.strict:
-                return None
-            self._miss_divergence[miss.key] = exc
-            self.misses[-1] = exc  # what a failing test's report leads with (pytest plugin)
-            return exc
+        from .recording import note_miss
 
-    def _late_call(self, name: str, request: Any) -> str:
-        shown = orjson.dumps(self.redactor.tree(request)).decode(errors="replace")
-        shown = shown if len(shown) <= 200 else shown[:200] + "..."
-        return (f"dejacache: {name} was called after its cassette block exited "
-                f"(a task or thread that outlived the block), with {shown}")
-
-    def _warn_late(self, name: str, request: Any) -> None:
-        warnings.warn(f"{self._late_call(name, request)}; the caller got the live answer, "
-                      f"but it was not recorded in {self.path}. Wait for the task inside "
-                      "the block to record it.", DejacacheWarning, stacklevel=4)
-
-    def _late_miss(self, miss: ReplayMiss) -> ReplayMiss:
-        late = ReplayMiss(f"{self._late_call(miss.name, miss.request)}; the block replays "
-                          f"{self.path}, so the call is refused rather than run live. Wait for "
-                          "the task inside the block.", name=miss.name, key=miss.key,
-                          source=str(self.path))
-        late.request = miss.request
-        return late
+        return note_miss(self, miss)
 
     def redact_tree(self, tree: Any) -> Any:
         """What the file would hold for ``tree`` (used to keep secrets out of miss reports)."""
@@ -631,25 +548,6 @@ def recorded_identities(raw: fmt.Buffer) -> dict[tuple[str, str], frozenset[str]
         item = (m.group(1).decode(errors="replace"), m.group(2).decode(errors="replace"))
         found.setdefault(item, set()).add(m.group(3).decode())
     return {k: frozenset(v) for k, v in found.items()}
-
-
-def rebuild_exception(err: dict[str, Any]) -> BaseException:
-    """Same type (when its module is imported) and message as the recorded exception."""
-    type_name = str(err.get("type", ""))
-    message = str(err.get("message", ""))
-    args = err.get("args") or [message]
-    module, _, qual = type_name.partition(":")
-    cls: Any = sys.modules.get(module)
-    for part in qual.split("."):
-        cls = getattr(cls, part, None) if cls is not None else None
-    if not (isinstance(cls, type) and issubclass(cls, Exception)):
-        return CassetteError(f"recorded exception {type_name}: {message}")
-    try:
-        exc = cls(*args)
-    except Exception:
-        exc = cls.__new__(cls)
-        exc.args = (message,)
-    return exc
 
 
 def summarize(tapes: Iterable[Cassette]) -> TapeCounters:

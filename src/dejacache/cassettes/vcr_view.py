@@ -105,7 +105,7 @@ class VcrRequest:
 
 def _response(value: Any) -> dict[str, Any]:
     """A stored HTTP answer in vcrpy's response shape."""
-    from ..codec import from_tree
+    from .._tags import from_tree
     from ..http.exchange import body_bytes
 
     if isinstance(value, dict) and isinstance(value.get("bytes"), dict):

@@ -29,7 +29,7 @@ from ._watched import WATCHED, on_load
 
 TYPE_CHECKING = False  # typing is not loaded at interpreter start; mypy reads this as True
 if TYPE_CHECKING:
-    from ..cassettes.netguard import Attempt
+    from ..cassettes.attempts import Attempt
 
 __all__ = ["on_block"]
 

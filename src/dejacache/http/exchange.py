@@ -33,8 +33,15 @@ import orjson
 
 from .._core import volatile as _vol
 from .._core.cache_fields import strip as strip_cache_fields
-from .._secrets import AUTH_QUERY, is_secret_name, is_secret_query, mask, name_forms
-from ..cassettes.redact import PLACEHOLDER, Redactor
+from .._secrets import (
+    AUTH_QUERY,
+    PLACEHOLDER,
+    is_secret_name,
+    is_secret_query,
+    mask,
+    name_forms,
+)
+from ..cassettes.redact import Redactor
 from ..errors import SerializationError
 from ..keys import DEFAULT_VOLATILE, canonical_json, digest, volatile_spellings
 from . import eventstream

@@ -37,14 +37,8 @@ from __future__ import annotations
 import threading
 import warnings
 
-from ..cassettes.netguard import (
-    Attempt,
-    add_check,
-    allowed_hosts,
-    code_path,
-    remove_check,
-    stack_modules,
-)
+from ..cassettes.attempts import Attempt, code_path, stack_modules
+from ..cassettes.netguard import add_check, allowed_hosts, remove_check
 from ..config import Effective
 from ..errors import DejacacheWarning, NetworkBlocked
 from ..scope import current

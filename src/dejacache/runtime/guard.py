@@ -16,7 +16,7 @@ import orjson
 import xxhash
 
 from .._core.loops import Loop, LoopDetector
-from ..codec import to_tree
+from .._tags import to_tree
 from ..errors import AgentLoopDetected, ConfigurationError
 from . import metrics
 
