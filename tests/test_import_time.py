@@ -439,12 +439,24 @@ print(json.dumps(sorted(face for face, mods in machinery.items()
 # What a replay hit never needs (a cassette without blobs, no miss, nothing recorded): the
 # recording side (writer, blob folders), the miss and audit reports (findings, diffs, blob
 # audit, prices), VCR-style matching, the ReDoS checker of declared patterns, form-body
-# masking, and the two public records made only by stats() and explain().
+# masking, and the two public records made only by stats() and explain(). Then what only a
+# miss, a recording or a tool needs of the modules a hit does load: packing and atomic writes,
+# rehash, step and shape lookups, the miss and divergence explanations, expiry, declared
+# volatile paths, type tags, pickling, text-secret shapes, the redactor's write side, the
+# tripwire's records, configure(), store protocols, async wrappers and MCP patching.
 _NOT_ON_A_REPLAY_HIT = (
     "dejacache.cassettes.writer", "dejacache.cassettes.blobs", "dejacache.cassettes.blob_audit",
     "dejacache.cassettes.findings", "dejacache.cassettes.kinds", "dejacache.cassettes.prices",
     "dejacache.cassettes.vcr_match", "dejacache._core.diff", "dejacache._core.redos",
-    "dejacache._formtext", "dejacache.stores._store_stats", "dejacache._key_parts")
+    "dejacache._formtext", "dejacache.stores._store_stats", "dejacache._key_parts",
+    "dejacache.cassettes.pack", "dejacache.cassettes.atomic", "dejacache.cassettes.rehash",
+    "dejacache.cassettes.recall", "dejacache.cassettes.shapes", "dejacache._replay_miss",
+    "dejacache.cassettes.divergence", "dejacache.cassettes.expiry",
+    "dejacache._core.volatile_apply", "dejacache._core.volatile_watch",
+    "dejacache.cassettes.recording", "dejacache._tags", "dejacache._pickle_codec",
+    "dejacache._secret_shapes", "dejacache.cassettes.redacting", "dejacache.cassettes.attempts",
+    "dejacache._configure", "dejacache.stores._protocols", "dejacache._async_and_generators",
+    "dejacache.mcp._patch")
 
 
 def test_a_replay_hit_loads_none_of_the_recording_or_reporting_modules(
