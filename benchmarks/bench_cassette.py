@@ -296,7 +296,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", default=None, help="write machine-readable results here")
     a = ap.parse_args(argv)
     n_calls, rounds = (100, 2) if a.quick else (400, 5)
-    n_cold, repeats = (1_000, 1) if a.quick else (10_000, 3)
+    # 9 processes per figure: with 3, one slow start on this shared 2-core box moved a median
+    # by ~10 ms of a ~50 ms cold start
+    n_cold, repeats = (1_000, 1) if a.quick else (10_000, 9)
     scale = (10, 100, 1_000) if a.quick else (10, 1_000, 10_000)
     dejacache.configure(store="memory://")
     doc: dict[str, Any] = {"versions": versions("dejacache", "orjson", "agentcassette")}

@@ -49,7 +49,8 @@ FUNCTIONS: dict[str, tuple[str, str, dict[str, Any], dict[str, Any]]] = {
     "keys_growth": ("bench_keys_growth", "bench_keys_growth", {},
                     {"conversations": 10, "repeats": 1}),
     "import": ("bench_import", "bench_import", {"rounds": 21}, {"rounds": 5, "quick": True}),
-    "cassette_scale": ("cassette_scale", "bench_scale", {"repeats": 5},
+    # 9 processes per median: with 5, one slow start moved the growing row's ~5 ms by ~2 ms
+    "cassette_scale": ("cassette_scale", "bench_scale", {"repeats": 9},
                        {"sizes": [10, 100, 1_000], "repeats": 1}),
     # two suites run twice live, then replayed (~5 min with the scenario venv)
     "learn": ("bench_learn", "bench_learn", {}, {"quick": True}),
