@@ -279,18 +279,11 @@ def _write(p: pathlib.Path, data: bytes) -> None:
 
 def blobs_in(tree: Any, out: set[str]) -> None:
     """Collect the blob hashes ``tree`` refers to directly."""
-    t = type(tree)
-    if t is str:
-        if tree.startswith(MARK):
-            h = blob_of(tree[len(fmt.REF):])
-            if h is not None:
-                out.add(h)
-    elif t is dict:
-        for v in tree.values():
-            blobs_in(v, out)
-    elif t is list:
-        for v in tree:
-            blobs_in(v, out)
+    fmt.strings_in(tree, _blob_ref, out)
+
+
+def _blob_ref(s: str) -> str | None:
+    return blob_of(s[len(fmt.REF):]) if s.startswith(MARK) else None
 
 
 def used_by(doc: dict[str, Any]) -> set[str]:

@@ -119,6 +119,7 @@ __all__ = [
     "render",  # defined in render.py, served by __getattr__
     "segment_head",
     "segment_names",
+    "strings_in",
     "sync_dir",
     "undo_path",
     "unpack",
@@ -160,6 +161,22 @@ _CANON = orjson.OPT_SORT_KEYS
 def value_hash(node: Any) -> str:
     """The name a shared value is stored under: a hash of its canonical JSON."""
     return xxhash.xxh3_128_hexdigest(orjson.dumps(node, option=_CANON))[:HASH_LEN]
+
+
+def strings_in(tree: Any, pick: Callable[[str], str | None], out: set[str]) -> None:
+    """Add to ``out`` what ``pick`` makes of each string in ``tree`` (None: nothing): the
+    value hashes an entry refers to (``pack.refs_in``), the blobs (``blobs.blobs_in``)."""
+    t = type(tree)
+    if t is str:
+        found = pick(tree)
+        if found is not None:
+            out.add(found)
+    elif t is dict:
+        for v in tree.values():
+            strings_in(v, pick, out)
+    elif t is list:
+        for v in tree:
+            strings_in(v, pick, out)
 
 
 def unpack(tree: Any, resolve: Callable[[str], Any]) -> Any:

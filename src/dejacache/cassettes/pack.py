@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any, Final
 
 from ..errors import CassetteError
-from .format import BLOB_REF, REF, value_hash
+from .format import BLOB_REF, REF, strings_in, value_hash
 
 __all__ = ["MIN_SHARED", "MIN_SHARED_RESPONSE", "Packer", "iter_strings", "reachable",
            "refs_in"]
@@ -121,16 +121,11 @@ class Packer:
 
 def refs_in(tree: Any, out: set[str]) -> None:
     """Collect the hashes referenced directly by ``tree``."""
-    t = type(tree)
-    if t is str:
-        if tree.startswith(REF) and not tree.startswith(BLOB_REF):
-            out.add(tree[len(REF):])
-    elif t is dict:
-        for v in tree.values():
-            refs_in(v, out)
-    elif t is list:
-        for v in tree:
-            refs_in(v, out)
+    strings_in(tree, _value_ref, out)
+
+
+def _value_ref(s: str) -> str | None:
+    return s[len(REF):] if s.startswith(REF) and not s.startswith(BLOB_REF) else None
 
 
 def reachable(entries: list[dict[str, Any]], values: dict[str, Any], *,
