@@ -12,13 +12,16 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing; mypy rea
 if TYPE_CHECKING:
     import pathlib
 
-__all__ = ["DIR_NAME", "default_cache_dir", "make_dir", "project_root"]
+__all__ = ["DIR_NAME", "NOTES", "default_cache_dir", "make_dir", "note_files", "project_root"]
 
 #: The name of dejacache's own directory in a project (machine-local: a store, the usage
 #: record; never reviewed, never committed).
 DIR_NAME = ".dejacache"
 # What marks a project's root directory, nearest first.
 _ROOT_MARKERS = ("pyproject.toml", ".git", "setup.cfg")
+#: The last test run's notes in that directory (``_learn/notes.py``): ``learn-misses.json``,
+#: ``learn-misses.<xdist worker>.json``.
+NOTES = "learn-misses"
 _IGNORE_ALL = "# made by dejacache: nothing in this directory belongs in version control\n*\n"
 
 
@@ -64,3 +67,15 @@ def make_dir(d: pathlib.Path) -> None:
                 f.write(_IGNORE_ALL)
         except OSError:  # (there already, or not ours to write: nothing lost)
             pass
+
+
+def note_files(directory: pathlib.Path) -> list[pathlib.Path]:
+    """The notes files in ``directory`` (none when it is not a directory). Here, not in
+    ``_learn/notes.py``, so that a pytest session can tell it has none to clear without
+    loading that package (~1.1M instructions of every run in a project with a
+    ``.dejacache`` directory)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    return [directory / n for n in sorted(names) if n.startswith(NOTES) and n.endswith(".json")]

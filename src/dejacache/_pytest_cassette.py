@@ -13,11 +13,10 @@ import pytest
 from . import _project, _pytest_vcr
 from . import _pytest_state as state
 from ._lazy import pattern
-from .cassettes import placeholder_keys, scratch
+from .cassettes import scratch
 from .cassettes._events import INTERRUPTIONS
 from .cassettes.block import cassette, in_ci
 from .cassettes.netguard import NetworkGuard
-from .cassettes.prices import PRICES_DATE
 from .cassettes.store import Cassette, TapeCounters, summarize
 
 if TYPE_CHECKING:  # a partial replay's record loads with the first partial block
@@ -27,6 +26,28 @@ __all__ = ["counts", "live_summary", "open_cassette", "placeholder_advice", "sho
            "summary_counts", "worker_numbers"]
 
 _UNSAFE = pattern(r"[^A-Za-z0-9._-]+")  # --dejacache-report pages only
+
+
+# The placeholder keys and the price table's date load only where a test needs them: a block
+# that does not replay in a session that does (a test process's usual case) supplies none,
+# and a run whose hits cost nothing names no prices (two modules, 28 KB of bytecode).
+def _supply() -> list[str] | None:
+    from .cassettes import placeholder_keys
+
+    return placeholder_keys.supply()
+
+
+def _withdraw(keys: list[str] | None) -> None:
+    if keys is not None:
+        from .cassettes import placeholder_keys
+
+        placeholder_keys.withdraw(keys)
+
+
+def _prices_date() -> str:
+    from .cassettes.prices import PRICES_DATE
+
+    return PRICES_DATE
 
 
 def open_cassette(request: pytest.FixtureRequest, path: pathlib.Path, opts: dict[str, Any],
@@ -49,7 +70,7 @@ def open_cassette(request: pytest.FixtureRequest, path: pathlib.Path, opts: dict
     # A test replaying in a session that does not (a marker's mode="replay"): its own
     # placeholders, set before the block patches the transports so the guard sits under it.
     # (Not for a partial replay: its live calls need the real credentials.)
-    keys = placeholder_keys.supply() if (
+    keys = _supply() if (
         mode == "replay" and not partial and not state.placeholders_out(config)) else None
     block = cassette(
         path,
@@ -78,7 +99,7 @@ def open_cassette(request: pytest.FixtureRequest, path: pathlib.Path, opts: dict
     try:
         tape = block.__enter__()
     except BaseException:
-        placeholder_keys.withdraw(keys)
+        _withdraw(keys)
         raise
     config.stash[state.TAPES].append((item.nodeid, tape))
     item.stash[state.TAPE] = tape
@@ -104,7 +125,7 @@ def open_cassette(request: pytest.FixtureRequest, path: pathlib.Path, opts: dict
         try:
             block.__exit__(ending, None, None)  # (not None: the old cassette stays as it was)
         finally:
-            placeholder_keys.withdraw(keys)
+            _withdraw(keys)
     if ending is not None and issubclass(ending, INTERRUPTIONS):
         return  # the session is stopping: no report page, no verdict on a test cut short
     report_dir = config.getoption("dejacache_report")
@@ -173,8 +194,8 @@ def summary_counts(tr: Any, tapes: list[tuple[str, Cassette]], remote: list[dict
         f"({len(tapes) or 'xdist'} cassette uses)"
     )
     if total.replayed:  # (a run that only recorded saved nothing: no line, no price note)
-        priced = (f", ~${total.dollars_saved:.2f} (prices as of {PRICES_DATE}; override with "
-                  "the dejacache_prices ini option)") if total.dollars_saved else ""
+        priced = (f", ~${total.dollars_saved:.2f} (prices as of {_prices_date()}; override "
+                  "with the dejacache_prices ini option)") if total.dollars_saved else ""
         tr.write_line(f"replay saved: {total.time_saved:.1f} s of model time, "
                       f"{total.tokens_saved:,} tokens{priced}")
     if unused:
@@ -217,6 +238,8 @@ def placeholder_advice(item: pytest.Item, host: str) -> str | None:
     """What the placeholder guard tells a test whose call it refused: whether the test has
     a cassette at all, and whether the call went live on purpose."""
     tape: Cassette | None = item.stash.get(state.TAPE, None)
+    from .cassettes import placeholder_keys
+
     keys = placeholder_keys.held()
     if tape is None:
         from .scope import current

@@ -12,20 +12,15 @@ import pathlib
 from collections.abc import Iterable
 from typing import Any, Final
 
+from .._paths import NOTES, note_files
+
 __all__ = ["FILE", "clear", "read", "write"]
 
-FILE: Final = "learn-misses"
-
-
-def _files(directory: pathlib.Path) -> list[pathlib.Path]:
-    if not directory.is_dir():
-        return []
-    return sorted(p for p in directory.iterdir()
-                  if p.name.startswith(FILE) and p.suffix == ".json")
+FILE: Final = NOTES
 
 
 def clear(directory: pathlib.Path | None) -> None:
-    for p in _files(directory) if directory is not None else []:
+    for p in note_files(directory) if directory is not None else []:
         p.unlink(missing_ok=True)
 
 
@@ -50,7 +45,7 @@ def read(directory: pathlib.Path | None) -> list[dict[str, Any]]:
     import orjson
 
     out: list[dict[str, Any]] = []
-    for p in _files(directory) if directory is not None else []:
+    for p in note_files(directory) if directory is not None else []:
         try:
             data = orjson.loads(p.read_bytes())
         except (OSError, orjson.JSONDecodeError):
