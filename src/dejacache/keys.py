@@ -851,7 +851,8 @@ def fast_json(
     kept apart by the mark full forms with a ``null`` carry (``_NONE_MARK``): the fast form
     gets it only when every ``null`` is seen to be a ``None`` (:class:`_seg.NoneCheck`).
     """
-    data: Any = _vol.apply(arguments, volatile_paths, volatile_patterns)
+    data: Any = (_vol.apply(arguments, volatile_paths, volatile_patterns)
+                 if volatile_paths or volatile_patterns else arguments)
     return _fast(data, names, function, substitutions)
 
 
@@ -1208,7 +1209,8 @@ class KeyBuilder:
                         substitutions: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:
         """The canonical form of already-bound arguments: volatile fields stripped,
         credentials masked."""
-        data: Any = _vol.apply(bound, self.paths, self.patterns)
+        data: Any = _vol.apply(bound, self.paths, self.patterns) if (
+            self.paths or self.patterns) else bound
         return _canonical(data, self._filter, self.name, substitutions)
 
     def fast_form(self, bound: Mapping[str, Any],
