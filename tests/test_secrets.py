@@ -10,8 +10,10 @@ import stat
 import time
 from collections.abc import Callable
 
+import hypothesis
 import orjson
 import pytest
+from hypothesis import strategies as st
 
 import dejacache
 from dejacache import _secret_shapes, _secrets
@@ -526,3 +528,9 @@ def test_form_and_multipart_text_is_masked_where_stores_and_cassettes_keep_it() 
     assert "CANARY" not in written
     assert "client_secret=<REDACTED>&x=1" in written and "scope=repo" in written
     assert list(scan_text(written)) == []
+
+
+@hypothesis.given(st.text(alphabet=st.sampled_from("aZbY_-1 éÉ"), max_size=12))
+def test_a_name_without_capitals_skips_the_hump_split_and_gets_the_same_forms(name: str) -> None:
+    split = re.sub(_secrets._HUMP, "_", name.strip())
+    assert _secrets.name_forms(name) == {_secrets.normalize(name), _secrets.normalize(split)}
