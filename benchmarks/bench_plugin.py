@@ -167,7 +167,7 @@ def _count(suite: pathlib.Path, src: pathlib.Path, extra: tuple[str, ...],
 
 
 def _instructions(suites: dict[str, pathlib.Path], src: pathlib.Path, site: pathlib.Path,
-                  floor_cpu: list[float]) -> dict[str, Any]:
+                  floor_cpu: list[float], gc: bool) -> dict[str, Any]:
     """The counted suites' instructions, the costs in M instructions and in ms at the rate of
     this box: the floor's instructions over the median CPU time of ``floor_cpu`` (native runs
     of the same process, interleaved with the others)."""
@@ -175,15 +175,30 @@ def _instructions(suites: dict[str, pathlib.Path], src: pathlib.Path, site: path
            for name, v, extra in COUNTED}
     cpu = statistics.median(floor_cpu)
     rate = got["plain without"] / cpu  # instructions per ms
-    collector = "off" if (site / "sitecustomize.py").read_text() == _NO_GC else "on"
-    out: dict[str, Any] = {"available": True, "collector": collector,
+    out: dict[str, Any] = {"available": True, "collector": "on" if gc else "off",
                            "rate per ms": rate, "rate runs": len(floor_cpu),
-                           "floor cpu ms": cpu, **got}
+                           "floor cpu ms": cpu, "floor cpu min ms": min(floor_cpu), **got}
     for cost, (a, b) in COSTS.items():
         if a[0] != "phased":
             diff = got[" ".join(a)] - got[" ".join(b)]
             out[f"{cost} M"], out[f"{cost} ms"] = diff / 1e6, diff / rate
     return out
+
+
+def _suites(tmp: pathlib.Path, srcs: dict[str, pathlib.Path]
+            ) -> dict[tuple[str, str], pathlib.Path]:
+    """One directory per ``srcs`` label and suite, holding its test file (and conftest)."""
+    suites: dict[tuple[str, str], pathlib.Path] = {}
+    for label in srcs:
+        for name, text in (("plain", _PLAIN), ("cassette", _CASSETTE), ("block", _BLOCK),
+                           ("phased", _PLAIN)):
+            suite = tmp / f"{len(suites)}-{name}"
+            suite.mkdir()
+            (suite / "test_one.py").write_text(text)
+            if name == "phased":
+                (suite / "conftest.py").write_text(_PHASED_CONFTEST)
+            suites[label, name] = suite
+    return suites
 
 
 def bench_plugin(rounds: int = 15, srcs: dict[str, pathlib.Path] | None = None,
@@ -206,16 +221,7 @@ def bench_plugin(rounds: int = 15, srcs: dict[str, pathlib.Path] | None = None,
         site = pathlib.Path(tmp) / "site"
         site.mkdir()
         (site / "sitecustomize.py").write_text("" if gc else _NO_GC)
-        suites: dict[tuple[str, str], pathlib.Path] = {}
-        for label in srcs:
-            for name, text in (("plain", _PLAIN), ("cassette", _CASSETTE), ("block", _BLOCK),
-                               ("phased", _PLAIN)):
-                suite = pathlib.Path(tmp) / f"{len(suites)}-{name}"
-                suite.mkdir()
-                (suite / "test_one.py").write_text(text)
-                if name == "phased":
-                    (suite / "conftest.py").write_text(_PHASED_CONFTEST)
-                suites[label, name] = suite
+        suites = _suites(pathlib.Path(tmp), srcs)
         for (label, name), suite in suites.items():  # records the cassette; caches bytecode
             _run(suite, srcs[label], *(("-p", "no:dejacache") if name == "block" else ()))
         if counting:  # caches the sitecustomize's bytecode
@@ -237,7 +243,7 @@ def bench_plugin(rounds: int = 15, srcs: dict[str, pathlib.Path] | None = None,
             mine = {name: suites[label, name] for name in ("plain", "cassette", "block")}
             cpu = [c for _, c in samples[label, "plain", "as counted"]]
             try:
-                out[label]["instructions"] = _instructions(mine, srcs[label], site, cpu)
+                out[label]["instructions"] = _instructions(mine, srcs[label], site, cpu, gc)
             except RuntimeError as exc:
                 out[label]["instructions"] = {"available": False, "why": str(exc)}
     return out

@@ -597,7 +597,15 @@ def _plugin_instructions(ins: dict[str, Any]) -> str:
             f"`PYTHONHASHSEED=0`, {gc}. Rate: the floor's {ins['plain without'] / 1e6:,.1f}M "
             f"instructions over its median native CPU time, {ins['floor cpu ms']:.0f} ms, in "
             f"{ins['rate runs']} runs of the same process interleaved with the others: "
-            f"**{ins['rate per ms'] / 1e6:.2f}M instructions per ms**.")
+            f"**{ins['rate per ms'] / 1e6:.2f}M instructions per ms**{_fastest(ins)}.")
+
+
+def _fastest(ins: dict[str, Any]) -> str:
+    """The rate of the floor's fastest run: how far a busy box moved the median's."""
+    low = ins.get("floor cpu min ms")
+    if not low:
+        return ""
+    return f" (its fastest run, {low:.0f} ms: {ins['plain without'] / low / 1e6:.2f}M per ms)"
 
 
 def _instr(ins: dict[str, Any], cost: str) -> str:
