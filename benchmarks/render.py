@@ -580,6 +580,117 @@ def block_shared_writers(R: Results) -> str:
                "file", "calls lost or wrong"], rows), "", source(R, "shared_writers")])
 
 
+# ============================================================================ pytest plugin
+# (cost key, what the table calls the suite), in the order bench_plugin's table shows them
+_PLUGIN_SUITES = (("plain", "one test, no cassette"), ("cassette", "one test replaying a cassette"))
+
+
+def _plugin_instructions(ins: dict[str, Any]) -> str:
+    """How the instructions were counted and the rate that turns them into ms."""
+    if not ins.get("available"):
+        return f"Instructions not counted: {ins.get('why', NA)}."
+    gc = ("the automatic collector off (a sitecustomize calls `gc.disable()`: with it on, "
+          "one fixed suite's count moves by a whole full collection with a few thousand "
+          "allocations more or less; the collector's average share is the phased row's mean)"
+          if ins["collector"] == "off" else "the automatic collector on (the control)")
+    return (f"Instructions: one `valgrind --tool=callgrind` process per suite, "
+            f"`PYTHONHASHSEED=0`, {gc}. Rate: the floor's {ins['plain without'] / 1e6:,.1f}M "
+            f"instructions over its median native CPU time, {ins['floor cpu ms']:.0f} ms, in "
+            f"{ins['rate runs']} runs of the same process interleaved with the others: "
+            f"**{ins['rate per ms'] / 1e6:.2f}M instructions per ms**{_fastest(ins)}.")
+
+
+def _fastest(ins: dict[str, Any]) -> str:
+    """The rate of the floor's fastest run: how far a busy box moved the median's."""
+    low = ins.get("floor cpu min ms")
+    if not low:
+        return ""
+    return f" (its fastest run, {low:.0f} ms: {ins['plain without'] / low / 1e6:.2f}M per ms)"
+
+
+def _instr(ins: dict[str, Any], cost: str) -> str:
+    if not ins.get("available"):
+        return "-"
+    return f"{ins[f'{cost} M']:+.1f}M ({ins[f'{cost} ms']:+.1f} ms)"
+
+
+def plugin_markdown(results: dict[str, dict[str, Any]]) -> str:
+    """The table ``bench_plugin`` prints, one set of rows per measured ``src/``."""
+    rows = []
+    for label, r in results.items():
+        ins = r.get("instructions", {})
+
+        def count(key: str, ins: dict[str, Any] = ins) -> str:
+            return f"{ins[key] / 1e6:,.1f}M" if ins.get("available") else "-"
+
+        def pair(key: str, r: dict[str, Any] = r) -> str:
+            return f"{r[f'{key} wall']:+.0f} / {r[f'{key} cpu']:+.0f}"
+
+        def both(key: str, r: dict[str, Any] = r) -> str:
+            return f"{r[f'{key} wall']:.0f} / {r[f'{key} cpu']:.0f}"
+
+        rows.append([label, "one test, `-p no:dejacache`", both("plain without"), "(the floor)",
+                     count("plain without"), "(the floor)"])
+        rows += [[label, text, both(f"{name} with"), pair(f"{name} cost"),
+                  count(f"{name} with"), _instr(ins, f"{name} cost")]
+                 for name, text in _PLUGIN_SUITES]
+        rows.append([label, "the same test, its own `dejacache.cassette` block, "
+                     "`-p no:dejacache`", both("block without"),
+                     f"(the library's: {pair('block cost')})", count("block without"),
+                     f"(the library's: {_instr(ins, 'block cost')})"])
+        rows.append([label, "the fixture against that block", "", pair("over block"), "",
+                     _instr(ins, "over block")])
+        rows.append([label, "one test, no cassette, the collector's phase varied (median / "
+                     "mean of the paired rounds)", both("phased with"),
+                     f"{pair('phased cost')} (mean {pair('phased mean cost')})", "-", "-"])
+    first = next(iter(results.values()))
+    notes = [f"{label}: {_plugin_instructions(r.get('instructions', {}))}" if len(results) > 1
+             else _plugin_instructions(r.get("instructions", {}))
+             for label, r in results.items()]
+    return "\n".join([
+        f"Whole `python -m pytest` processes, median of {int(first['rounds'])} each, the "
+        "variants interleaved round by round; costs are medians of the paired differences "
+        "within a round (`benchmarks/bench_plugin.py`):", "",
+        table(["src", "suite", "wall / cpu ms", "cost: wall / cpu ms", "instructions",
+               "cost: instructions (ms at the rate)"], rows), "", *notes])
+
+
+def block_plugin(R: Results) -> str:
+    r = _fn_result(R, "plugin")
+    if not isinstance(r, dict) or not r:
+        return _missing(R, "plugin")
+    return "\n".join([plugin_markdown(r), "", source(R, "plugin")])
+
+
+# the targets: (cost key, job, goal in ms)
+_PLUGIN_GOALS = (("plain cost", "pytest plugin, one-test suite, no cassette", 20.0),
+                 ("cassette cost", "pytest plugin, one-test suite replaying one cassette "
+                  "through the fixture", 40.0))
+
+
+def _plugin_target_rows(R: Results) -> list[list[str]]:
+    """Met only when the instruction count, at the rate bench_plugin states, is within the
+    goal: whole-process wall and CPU time on this shared box vary more than the goals."""
+    r = _fn_result(R, "plugin")
+    res = next(iter(r.values()), None) if isinstance(r, dict) else None
+    rows = []
+    for cost, job, goal in _PLUGIN_GOALS:
+        if not res:
+            rows.append([job, f"≤ {goal:.0f} ms", NA, "-"])
+            continue
+        ins = res.get("instructions", {})
+        timed = (f"wall / cpu paired medians {res[f'{cost} wall']:+.0f} / "
+                 f"{res[f'{cost} cpu']:+.0f} ms")
+        if not ins.get("available"):
+            rows.append([job, f"≤ {goal:.0f} ms", f"instructions {NA}; {timed}", "-"])
+            continue
+        rows.append([job, f"≤ {goal:.0f} ms",
+                     f"{ins[f'{cost} M']:+.1f}M instructions = {ins[f'{cost} ms']:.1f} ms at "
+                     f"{ins['rate per ms'] / 1e6:.2f}M per ms (the floor's rate); {timed}",
+                     _met(ins[f"{cost} ms"] <= goal)])
+    return rows
+
+
 def _fmt_any(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:,.2f}" if abs(v) < 1000 else f"{v:,.0f}"
@@ -848,6 +959,7 @@ def block_targets(R: Results) -> str:
         rows.append([job, "≤ 50 ms", f"{ms(t)}{extra}", _met(t <= 50)])
     else:
         rows.append([job, "≤ 50 ms", NA, "-"])
+    rows += _plugin_target_rows(R)
     if core and core.get("concurrency"):
         r2 = _conc_ratio(core, "2p")
         ops = core["concurrency"]["dejacache"]["2p"]["ops_per_s"]
@@ -862,8 +974,8 @@ def block_targets(R: Results) -> str:
                      "MockTransport", "-", f"{min(rs):.2f}-{max(rs):.2f}x", "-"])
     return "\n".join([table(["job", "goal", "measured", "met"], rows), "",
                       source(R, "cassette_scale", "core", "cassette", "redis", "http",
-                             "sqlite_size", "keys_growth", "runtime", "import", "flat",
-                             "shared_writers")])
+                             "sqlite_size", "keys_growth", "runtime", "import", "plugin",
+                             "flat", "shared_writers")])
 
 
 # The two ways a hit can hand out its result, each a row of the targets table: the default
@@ -1130,6 +1242,7 @@ BLOCKS: dict[str, Callable[[Results], str]] = {
     "sqlite-size": block_sqlite_size,
     "keys-growth": block_keys_growth,
     "import": block_import,
+    "plugin": block_plugin,
     "learn": block_learn,
     "shared-writers": block_shared_writers,
 }

@@ -54,13 +54,16 @@ FUNCTIONS: dict[str, tuple[str, str, dict[str, Any], dict[str, Any]]] = {
                        {"sizes": [10, 100, 1_000], "repeats": 1}),
     # two suites run twice live, then replayed (~5 min with the scenario venv)
     "learn": ("bench_learn", "bench_learn", {}, {"quick": True}),
+    # pytest processes timed natively, then counted under callgrind (~4 min in full)
+    "plugin": ("bench_plugin", "bench_plugin", {"rounds": 15}, {"rounds": 5}),
 }
 MARKDOWN = {"sqlite_size": ("SQLite store: size of a growing conversation, hits",
                             render.block_sqlite_size),
             "keys_growth": ("Keys for growing conversations", render.block_keys_growth),
             "import": ("Import time", render.block_import),
             "cassette_scale": ("Cassettes at scale, fresh processes", render.block_cassette_scale),
-            "learn": ("dejacache learn", render.block_learn)}
+            "learn": ("dejacache learn", render.block_learn),
+            "plugin": ("The pytest plugin's cost", render.block_plugin)}
 
 _CHILD = """
 import importlib, inspect, json, sys
