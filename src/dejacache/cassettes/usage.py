@@ -109,7 +109,9 @@ class Names:
         if resolved is None:
             if len(self._dirs) >= _MAX_DIRS:
                 self._dirs.clear()
-            resolved = self._dirs[d] = str(pathlib.Path(d).resolve())
+            # realpath, not Path.resolve: the same answer without a Path made and a stat
+            # per directory (~0.2M instructions of a one-test session's three).
+            resolved = self._dirs[d] = os.path.realpath(d)
         return os.path.join(resolved, p.name)
 
 
