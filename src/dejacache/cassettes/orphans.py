@@ -49,7 +49,6 @@ def beside(path: pathlib.Path) -> str:
     return ""
 
 
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class OrphanVerdict:
     """``verdict``: ``ok``, ``fail`` (orphans) or ``skip`` (the record cannot tell)."""
