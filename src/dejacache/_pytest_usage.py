@@ -255,7 +255,7 @@ def _write(config: pytest.Config, record: dict[str, Any], directory: pathlib.Pat
 
 
 def _verify(session: pytest.Session, record: dict[str, Any]) -> None:
-    from .cassettes.usage import UsageRecord
+    from .cassettes.orphans import UsageRecord
     from .cassettes.verify import FAIL, cassette_files, verify_files
 
     # The cassettes beside the modules collected (those of deleted tests too), and every

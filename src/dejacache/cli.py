@@ -180,11 +180,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     import time
 
     from ._core.durations import seconds
-    from .cassettes import usage, verify
+    from .cassettes import orphans, verify
 
     max_age = seconds(args.max_age, "--max-age") if args.max_age is not None else None
     record_path = pathlib.Path(args.usage) if args.usage else _usage_path()
-    record = usage.UsageRecord.read(record_path) if record_path is not None else None
+    record = orphans.UsageRecord.read(record_path) if record_path is not None else None
     if args.usage and record is None:
         print(f"dejacache verify: no usage record at {args.usage}", file=sys.stderr)
         return 2

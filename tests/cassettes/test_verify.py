@@ -407,7 +407,7 @@ def test_a_record_from_before_it_knew_a_complete_run_judges_nothing(
 
 def test_what_dejacache_writes_beside_a_cassette_is_never_an_orphan(
         tree: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from dejacache.cassettes.usage import beside
+    from dejacache.cassettes.orphans import beside
 
     d = tree / "tests" / "cassettes" / "test_agent"
     live = d / "test_one.live.json"

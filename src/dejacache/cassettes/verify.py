@@ -49,9 +49,9 @@ from . import blob_audit, blobs
 from . import format as fmt
 from .atomic import atomic_write, remove_stale_temps
 from .document import load_document, verify_document
+from .orphans import OrphanVerdict, UsageRecord, beside
 from .rehash import rehash
 from .render import render
-from .usage import OrphanVerdict, UsageRecord, beside
 
 __all__ = ["CHECKS", "Row", "cassette_files", "fix_report", "verify_file", "verify_files"]
 
