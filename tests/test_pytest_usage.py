@@ -502,3 +502,18 @@ def test_a_read_only_checkout_replays_and_only_notes_the_unwritten_record(
                               "written (*); tests are not affected*Set DEJACACHE_DIR to a "
                               "writable directory to keep it."])
     assert "the calls recorded in this block are not saved" not in out
+
+
+def test_the_roots_are_the_invocations_paths_though_a_test_changes_directory_first(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=AGENT + """
+@pytest.fixture
+def moved(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # before the block: the recorder is made by the first block
+
+def test_plan(moved, dejacache_cassette):
+    assert llm("plan")["text"] == "PLAN"
+""")
+    run(pytester, "test_agent.py").assert_outcomes(passed=1)
+    doc = orjson.loads(record().read_bytes())
+    assert doc["roots"] == [str((pytester.path / "test_agent.py").resolve())]

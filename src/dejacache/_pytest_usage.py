@@ -125,7 +125,11 @@ def _shown(path: pathlib.Path, here: pathlib.Path) -> str:
 
 
 def configure(config: pytest.Config, current_test: Callable[[], pytest.Item | None]) -> None:
-    rec = _Session([str(a).split("::")[0] for a in config.args], narrowed(config))
+    # Against the invocation directory now: the recorder is made by the first block, and a
+    # test may have changed directory by then.
+    here = str(config.invocation_params.dir)
+    rec = _Session([os.path.join(here, str(a).split("::")[0]) for a in config.args],
+                   narrowed(config))
     config.stash[_RECORDER] = rec
     config.stash[_DESELECTED] = []
     config.stash[_PARTS] = []
