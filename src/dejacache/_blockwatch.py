@@ -6,10 +6,10 @@ Three parties act on those modules while a block is open: HTTP interception
 (``mcp/_arming.py``: the ``mcp`` package) and the executor's context carry (``_threads.py``:
 ``concurrent.futures.thread``). None has work to do until a module it patches is in the
 process, and a suite of ``@cache`` tests imports none, yet loading their counters and hooks
-with the first block cost it 7 modules (~3M instructions, ~1.5 ms of a one-test cassette run).
-So a block only counts itself here; a party is loaded and handed the open blocks when a block
-opens with one of its modules loaded, or the moment one is imported while a block is open
-(the hook below), before the importing code can make a call.
+with the first block cost it 7 modules (~2.5M instructions, ~1 ms of a one-test cassette
+run). So a block only counts itself here; a party is loaded and handed the open blocks when a
+block opens with one of its modules loaded, or the moment one is imported while a block is
+open (the hook below), before the importing code can make a call.
 
 ``socket`` (every pytest process has it: its plugins import asyncio) does not load HTTP
 interception: a tripwire on the socket layer (``cassettes/netguard.py``) loads and arms it at

@@ -7,13 +7,14 @@ open the scope falls back to routing it there; with several (two ``scenario.run`
 the context the task was submitted from, as ``asyncio.to_thread`` does, attributes every task
 exactly. The patch is on the public ``submit`` method, installed only while at least one
 test-facing block or lease is open (a counter fed by ``_blockwatch`` and
-``runtime/_lease_threads.py``), and each task carries the
-context of its own submitter, so a shared executor never mixes two blocks' calls.
+``runtime/_lease_threads.py``), and each task carries the context of its own submitter, so a
+shared executor never mixes two blocks' calls.
 
-A block does not import ``concurrent.futures.thread`` itself, nor this module: when nobody
-has, ``_blockwatch``'s import hook loads this module and patches the class the moment it is
-loaded inside a block or a lease (importing it and ``queue`` was 1-2 ms of a cold cassette
-open). An executor cannot exist before its module is loaded, so no task escapes the carry.
+A block imports neither ``concurrent.futures.thread`` nor this module: when the executor's
+module is loaded inside a block or a lease, ``_blockwatch``'s import hook patches the class
+the moment it is defined, loading this module first for a block (importing it and ``queue``
+was 1-2 ms of a cold cassette open). An executor cannot exist before its module is loaded,
+so no task escapes the carry.
 """
 
 from __future__ import annotations
