@@ -177,12 +177,12 @@ __getattr__, __dir__ = attach(
 
 
 def _switch_on_interception() -> None:
-    # A test-facing block intercepts the SDKs' HTTP clients and the MCP transports from its
-    # first call, so the first block loads what arms them (each registers its own block hook
-    # on import; HTTP's loads the transports only when a module they patch is imported).
-    # Wired here, at the top of the package, because ``scope`` sits below both.
-    from .http import _arming  # noqa: F401
-    from .mcp import _arming as _mcp_arming  # noqa: F401  (MCP transports, the same way)
+    # A test-facing block intercepts the SDKs' HTTP clients and the MCP transports and carries
+    # its context into executor tasks from its first call, so the first block loads what
+    # counts the blocks and watches for the modules they patch (it registers its own block
+    # hook and import hook on import, and loads each machinery only once it has work).
+    # Wired here, at the top of the package, because ``scope`` sits below it.
+    from . import _blockwatch  # noqa: F401
 
 
 _ON_FIRST_BLOCK.append(_switch_on_interception)

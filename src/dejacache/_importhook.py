@@ -1,12 +1,12 @@
 """Run a callback right after a module is loaded, found through the other finders.
 
-Two patches must not miss a module imported while a block is open: the thread carry
-(``_threads``: ``concurrent.futures.thread``) and HTTP interception (``http.intercept``: the
-SDKs' HTTP stacks and transports). Each installs a meta-path finder that finds nothing itself:
-it asks the finders after it for the spec and wraps the spec's loader so that the callback
-runs once the module's code has executed. Importing nothing here keeps ``import dejacache``
-cheap.
-"""
+Two guards must not miss a module imported while a block is open: ``_blockwatch`` (the
+SDKs' HTTP stacks, ``mcp``, the thread pool executor: each party is loaded and armed as one
+arrives) and the placeholder keys' guard (``cassettes/placeholder_keys.py``). Each installs a
+meta-path finder that finds nothing itself: it asks the finders after it for the spec and
+wraps the spec's loader so that the callback runs once the module's code has executed. Both
+import this module only when such a module is imported, so a block that sees none never
+loads it."""
 
 from __future__ import annotations
 

@@ -6,13 +6,15 @@ open the scope falls back to routing it there; with several (two ``scenario.run`
 ``asyncio.gather``, each in its own cassette and its own executor) it must refuse. Carrying
 the context the task was submitted from, as ``asyncio.to_thread`` does, attributes every task
 exactly. The patch is on the public ``submit`` method, installed only while at least one
-test-facing block is open (a counter fed by ``scope.BLOCK_HOOKS``), and each task carries the
-context of its own submitter, so a shared executor never mixes two blocks' calls.
+test-facing block or lease is open (a counter fed by ``_blockwatch`` and
+``runtime/_lease_threads.py``), and each task carries the context of its own submitter, so a
+shared executor never mixes two blocks' calls.
 
-A block does not import ``concurrent.futures.thread`` itself: when nobody has, an import hook
-patches the class the moment it is loaded inside a block (importing it and ``queue`` was 1-2 ms
-of a cold cassette open). An executor cannot exist before its module is loaded, so
-no task escapes the carry.
+A block imports neither ``concurrent.futures.thread`` nor this module: when the executor's
+module is loaded inside a block or a lease, ``_blockwatch``'s import hook patches the class
+the moment it is defined, loading this module first for a block (importing it and ``queue``
+was 1-2 ms of a cold cassette open). An executor cannot exist before its module is loaded,
+so no task escapes the carry.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import contextvars
 import sys
 import threading
 
-from ._importhook import spec_with_callback
+from ._blockwatch import EXECUTOR_MODULE, blocks_open, on_load
 
 TYPE_CHECKING = False  # typing is not loaded at interpreter start; mypy reads this as True
 if TYPE_CHECKING:
@@ -29,7 +31,6 @@ if TYPE_CHECKING:
 
 __all__ = ["on_block", "patched"]
 
-_MODULE = "concurrent.futures.thread"  # where ThreadPoolExecutor is defined
 _LOCK = threading.Lock()
 _DEPTH = 0
 _ORIGINAL: Any = None  # ThreadPoolExecutor.submit before the patch (set when first seen)
@@ -41,7 +42,7 @@ def _submit(self: Any, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
 
 def _executor_class() -> type | None:
     """``ThreadPoolExecutor`` if its module is loaded (never loads it)."""
-    mod = sys.modules.get(_MODULE)
+    mod = sys.modules.get(EXECUTOR_MODULE)
     cls = getattr(mod, "ThreadPoolExecutor", None) if mod is not None else None
     return cls if isinstance(cls, type) else None
 
@@ -62,19 +63,17 @@ def _sync(cls: type) -> None:
 def on_block(delta: int) -> None:
     """Install the carrying ``submit`` with the first open block, remove it with the last."""
     global _DEPTH
-    if delta > 0 and _MODULE in sys.modules:
+    if delta > 0 and EXECUTOR_MODULE in sys.modules:
         # Another thread may still be importing it: wait until it is whole (outside _LOCK,
         # which that import's hook takes when it finishes).
         from importlib import import_module
 
-        import_module(_MODULE)
+        import_module(EXECUTOR_MODULE)
     with _LOCK:
         _DEPTH = max(0, _DEPTH + delta)
         cls = _executor_class()
         if cls is not None:
             _sync(cls)
-        elif _DEPTH > 0 and not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-            sys.meta_path.insert(0, _PatchOnImport())
 
 
 def patched() -> bool:
@@ -83,7 +82,7 @@ def patched() -> bool:
     cls = _executor_class()
     if cls is not None:
         return getattr(cls, "submit", None) is _submit
-    return _DEPTH > 0 and any(isinstance(f, _PatchOnImport) for f in sys.meta_path)
+    return _DEPTH > 0 or blocks_open() > 0
 
 
 def _loaded(module: Any) -> None:
@@ -94,11 +93,4 @@ def _loaded(module: Any) -> None:
             _sync(cls)
 
 
-class _PatchOnImport:
-    """Finds nothing itself: wraps the loader of the executor's module when it is imported
-    inside a block, and steps aside otherwise."""
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != _MODULE or not _DEPTH:
-            return None
-        return spec_with_callback(self, fullname, path, target, _loaded)
+on_load("threads", lambda: _DEPTH > 0, _loaded)  # the executor imported in a block or a lease

@@ -122,18 +122,14 @@ def active_blocks() -> list[Effective]:
 
 
 def _load_block_hooks() -> None:
-    # What test-facing blocks switch on: executor tasks carrying their submitter's context
-    # (_threads) and what the package registered in ON_FIRST_BLOCK (HTTP interception, which
-    # puts its hook in BLOCK_HOOKS and its import hook in sys.meta_path when imported).
-    # ``import dejacache`` imports neither (HTTP interception, cassettes and the runtime
-    # loaded eagerly made it 61-65 ms), so the first test-facing block does, before running
-    # the hooks: an SDK call or executor task in the very first block is covered.
+    # What test-facing blocks switch on is what the package registered in ON_FIRST_BLOCK
+    # (``_blockwatch``: HTTP interception, MCP recording, executor tasks carrying their
+    # submitter's context; it puts its hook in BLOCK_HOOKS and its import hook in
+    # sys.meta_path when imported). ``import dejacache`` imports none of them (HTTP
+    # interception, cassettes and the runtime loaded eagerly made it 61-65 ms), so the first
+    # test-facing block does, before running the hooks: an SDK call or executor task in the
+    # very first block is covered.
     global _HOOKS_LOADED
-    from . import _threads
-
-    with _ACTIVE_LOCK:
-        if _threads.on_block not in BLOCK_HOOKS:
-            BLOCK_HOOKS.append(_threads.on_block)
     for load in ON_FIRST_BLOCK:
         load()
     _HOOKS_LOADED = True

@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import Any
 
-from ._watched import LIBRARIES
+from .._blockwatch import LIBRARIES
 
 __all__ = ["LIBRARIES", "Lib", "any_transport_error", "available", "imported", "lib_named",
            "lib_of", "plain", "restating", "register"]

@@ -43,6 +43,7 @@ from collections.abc import Iterable
 from types import ModuleType
 from typing import Any, ParamSpec, TypeVar
 
+from .._blockwatch import EXTRA_TRANSPORTS, on_load
 from .._core.volatile import BlockPaths
 from ..config import volatile_items
 from ..errors import ConfigurationError
@@ -54,7 +55,6 @@ from . import via_aiohttp as _via_aiohttp
 from . import via_urllib3 as _via_urllib3
 from ._libs import LIBRARIES, Lib, available, imported, lib_of, register
 from ._patching import install, is_ours
-from ._watched import EXTRA_TRANSPORTS, on_load
 from .routing import INTERCEPT_OPTIONS, decide
 from .transport import Options, handing_on, handle_async, handle_sync
 
@@ -213,7 +213,7 @@ def loaded(module: ModuleType) -> None:
                 _patch_extras(name)
 
 
-on_load(lambda: _COUNT > 0, loaded)  # patch a module imported while interception is held
+on_load("http", lambda: _COUNT > 0, loaded)  # patch a module imported while interception is held
 
 
 def _installed(*names: str) -> bool:

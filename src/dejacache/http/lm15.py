@@ -32,10 +32,10 @@ import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from typing import Any
 
+from .._blockwatch import SEAM_MODULES
 from ..errors import DejacacheWarning, ReplayMiss
 from ._libs import Lib, available, imported
 from ._patching import install, is_ours
-from ._watched import SEAM_MODULES
 from .routing import decide
 from .transport import handing_on, handle_async, handle_sync
 

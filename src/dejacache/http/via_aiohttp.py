@@ -43,12 +43,12 @@ import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from .._blockwatch import SEAM_MODULES
 from ..cassettes import placeholder_keys
 from ..errors import DejacacheWarning, ReplayMiss
 from ..ws.via_aiohttp import patch_ws
 from ._libs import Lib, any_transport_error, restating
 from ._patching import install, is_ours
-from ._watched import SEAM_MODULES
 from .routing import decide
 from .transport import bypassing, handing_on, handle_async
 

@@ -45,11 +45,11 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from .._blockwatch import SEAM_MODULES
 from ..cassettes import placeholder_keys
 from ..errors import DejacacheWarning
 from ._libs import Lib, any_transport_error, restating
 from ._patching import install, is_ours
-from ._watched import SEAM_MODULES
 from .routing import decide
 from .transport import bypassing, handing_on, handle_sync
 

@@ -26,8 +26,8 @@ import urllib.parse
 from collections.abc import Callable, Generator
 from typing import Any
 
+from .._blockwatch import SEAM_MODULES
 from ..http._patching import install, is_ours
-from ..http._watched import SEAM_MODULES
 from ..http.routing import decide_host
 from ._captured import ARGS
 
