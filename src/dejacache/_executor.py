@@ -1,8 +1,8 @@
 """``wrap_executor``'s proxy: every task runs in its submitter's context.
 
-Its own module so that opening a block, which loads ``_threads``, does not load
-``concurrent.futures`` (the proxy subclasses its ``Executor``; whoever wraps an executor has
-loaded it already).
+Its own module so that ``_threads`` (loaded by a block or a lease once the executor's module
+is) does not load ``concurrent.futures`` (the proxy subclasses its ``Executor``; whoever wraps
+an executor has loaded it already).
 """
 
 from __future__ import annotations

@@ -183,8 +183,8 @@ def patched_libraries() -> list[str]:
 
 
 def on_block(delta: int) -> None:
-    """One test-facing block opened (+1) or closed (-1), passed on by ``_arming`` once
-    interception is armed."""
+    """One test-facing block opened (+1) or closed (-1), passed on by ``_blockwatch``
+    once interception is armed."""
     if delta > 0:
         acquire(imported())
     else:
@@ -203,7 +203,7 @@ def observe(delta: int) -> None:
 
 def loaded(module: ModuleType) -> None:
     """Patch the library or transport module that was just loaded (if a block holds
-    interception): called by ``_arming``'s import hook."""
+    interception): called by ``_blockwatch``'s import hook."""
     name = module.__name__
     with _LOCK:
         if _COUNT > 0:

@@ -1,14 +1,14 @@
 """MCP transports recorded and replayed inside blocks: switched on while a block is open.
 
-Loaded by ``_arming`` (which counts the blocks) once ``mcp`` is in the process: a block in a
-process that never imported ``mcp`` loads none of this.
+Loaded by ``_arming`` (which counts the blocks) when ``dejacache._blockwatch`` finds ``mcp`` in
+the process: a block in a process that never imported ``mcp`` loads none of this.
 
 While a test-facing block (``scope()``, ``cassette()``) is open, the ``mcp`` package's public
 transport functions (``stdio_client``, ``streamable_http_client`` and mcp 1.x's
 ``streamablehttp_client``, ``sse_client``) yield the recording pair of ``_proxy.py`` to
 sessions opened in a block, and their own pair elsewhere. Like HTTP interception
 (``http/intercept.py``), the change is made when a block opens and undone when the last one
-closes, for modules already imported and, through ``_arming``'s import hook, for one imported
+closes, for modules already imported and, through ``_blockwatch``'s import hook, for one imported
 inside the block (a framework that imports ``mcp`` lazily). ``_arming`` holds its lock around
 every call here.
 
