@@ -443,7 +443,10 @@ print(json.dumps(sorted(face for face, mods in machinery.items()
 # miss, a recording or a tool needs of the modules a hit does load: packing and atomic writes,
 # rehash, step and shape lookups, the miss and divergence explanations, expiry, declared
 # volatile paths, type tags, pickling, text-secret shapes, the redactor's write side, the
-# tripwire's records, configure(), store protocols, async wrappers and MCP patching.
+# tripwire's records, configure(), store protocols, async wrappers and MCP patching; and what
+# a block arms only once a module it patches is imported (HTTP interception, MCP recording,
+# the executor's context carry, the import hook's loader wrapping), and verify's reading of
+# the usage record.
 _NOT_ON_A_REPLAY_HIT = (
     "dejacache.cassettes.writer", "dejacache.cassettes.blobs", "dejacache.cassettes.blob_audit",
     "dejacache.cassettes.findings", "dejacache.cassettes.kinds", "dejacache.cassettes.prices",
@@ -456,7 +459,8 @@ _NOT_ON_A_REPLAY_HIT = (
     "dejacache.cassettes.recording", "dejacache._tags", "dejacache._pickle_codec",
     "dejacache._secret_shapes", "dejacache.cassettes.redacting", "dejacache.cassettes.attempts",
     "dejacache._configure", "dejacache.stores._protocols", "dejacache._async_and_generators",
-    "dejacache.mcp._patch")
+    "dejacache.mcp._patch", "dejacache.http", "dejacache.mcp", "dejacache._threads",
+    "dejacache._importhook", "dejacache.cassettes.orphans")
 
 
 def test_a_replay_hit_loads_none_of_the_recording_or_reporting_modules(
