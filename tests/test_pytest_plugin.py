@@ -910,6 +910,10 @@ def test_the_ini_key_spells_the_same_rules(pytester: pytest.Pytester) -> None:
      "unknown ini key 'dejacache_volatil'; did you mean 'dejacache_volatile'?"),
     ({"pyproject.toml": "[tool.pytest.ini_options]\ndejacache_cassettes_dir = 'x'\n"},
      "did you mean 'dejacache_cassette_dir'?"),
+    # spellings a look for the bytes "dejacache_" alone would miss (configparser lowers keys)
+    ({"pytest.ini": "[pytest]\nDEJACACHE_VOLATIL = x\n"}, "unknown ini key 'dejacache_volatil'"),
+    ({"pyproject.toml": '[tool.pytest.ini_options]\n"dejacache\\u005fvolatil" = "x"\n'},
+     "unknown ini key 'dejacache_volatil'"),
 ])
 def test_a_misspelt_or_bad_setting_is_a_usage_error_naming_it(
         pytester: pytest.Pytester, files: dict[str, str], message: str) -> None:

@@ -271,7 +271,7 @@ def _unknown_ini_keys(config: pytest.Config) -> None:
 def _ini_names(path: pathlib.Path | None) -> list[str]:
     """The keys of pytest's section of its ini file (pytest's own list of them is private;
     ``config.inicfg`` is deprecated)."""
-    if path is None:
+    if path is None or not _may_name_ours(path):
         return []
     if path.name == "pyproject.toml":
         import tomllib
@@ -291,6 +291,18 @@ def _ini_names(path: pathlib.Path | None) -> list[str]:
         return []
     return [k for sec in ("pytest", "tool:pytest") if cp.has_section(sec)
             for k in cp.options(sec)]
+
+
+def _may_name_ours(path: pathlib.Path) -> bool:
+    """Whether the ini file may spell a ``dejacache_`` key: most name none, and are then
+    neither parsed again nor is configparser loaded (a one-test run: ~8.8M instructions
+    for a pytest.ini, ~8M for an 8 KB pyproject.toml). Case folded (configparser lowers
+    its keys); a ``\\u`` escape in a TOML key could spell one too, so such a file is read."""
+    try:
+        data = path.read_bytes().lower()
+    except OSError:
+        return False  # (as an unreadable file names no key below)
+    return b"dejacache_" in data or b"\\u" in data
 
 
 def _check_environment() -> None:
