@@ -25,7 +25,10 @@ named by ``DEJACACHE_PROJECT`` (empty: read none). It is read once per change of
 and parsed only when it mentions dejacache at all.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` (as in ``_core/flow.py``): with it each field of
+# the two named tuples reaches ``typing.NamedTuple`` as text, compiled into a ``ForwardRef``;
+# evaluated, only the quoted ``pathlib`` ones are (every pytest session loads this module:
+# 3.02M -> 2.64M instructions to import it).
 
 import os
 import threading
@@ -193,7 +196,7 @@ class Project(NamedTuple):
     """The project file's settings: ``path`` is the file read (None: there is none),
     ``values`` the checked settings, ``sources`` where each came from."""
 
-    path: pathlib.Path | None = None
+    path: "pathlib.Path | None" = None
     values: Mapping[str, Any] = _NOTHING
     sources: Mapping[str, str] = _NOTHING
 
@@ -203,10 +206,10 @@ class Project(NamedTuple):
         return self.values.get(name)
 
     @property
-    def directory(self) -> pathlib.Path | None:
+    def directory(self) -> "pathlib.Path | None":
         return None if self.path is None else self.path.parent
 
-    def overlaid(self, values: Mapping[str, Any], source: str) -> Project:
+    def overlaid(self, values: Mapping[str, Any], source: str) -> "Project":
         """This project with ``values`` (checked) taking the place of its own."""
         if not values:
             return self
@@ -214,7 +217,7 @@ class Project(NamedTuple):
                        {**self.sources, **dict.fromkeys(values, source)})
 
 
-def find(start: pathlib.Path | None = None) -> pathlib.Path | None:
+def find(start: "pathlib.Path | None" = None) -> "pathlib.Path | None":
     """The project file: ``DEJACACHE_PROJECT`` (empty: none), else ``pyproject.toml`` at the
     project root, when it exists."""
     import pathlib
@@ -248,7 +251,7 @@ def _may_hold_table(data: bytes) -> bool:
     return False
 
 
-def load(path: pathlib.Path | None) -> Project:
+def load(path: "pathlib.Path | None") -> Project:
     """The settings ``path`` holds under ``[tool.dejacache]`` (checked)."""
     if path is None:
         return Project()
