@@ -669,8 +669,10 @@ _PLUGIN_GOALS = (("plain cost", "pytest plugin, one-test suite, no cassette", 20
 
 
 def _plugin_target_rows(R: Results) -> list[list[str]]:
-    """Met only when the instruction count, at the rate bench_plugin states, is within the
-    goal: whole-process wall and CPU time on this shared box vary more than the goals."""
+    """Met only when the instruction count at the rate bench_plugin states and the paired
+    CPU time both are within the goal. The count is exact but the rate is the floor's, an
+    average over pytest's own start-up; the timing is direct but on this shared box varies
+    more than the goals. When they disagree the goal is unsettled: not claimed."""
     r = _fn_result(R, "plugin")
     res = next(iter(r.values()), None) if isinstance(r, dict) else None
     rows = []
@@ -687,8 +689,12 @@ def _plugin_target_rows(R: Results) -> list[list[str]]:
         rows.append([job, f"≤ {goal:.0f} ms",
                      f"{ins[f'{cost} M']:+.1f}M instructions = {ins[f'{cost} ms']:.1f} ms at "
                      f"{ins['rate per ms'] / 1e6:.2f}M per ms (the floor's rate); {timed}",
-                     _met(ins[f"{cost} ms"] <= goal)])
+                     _plugin_met(ins[f"{cost} ms"] <= goal, res[f"{cost} cpu"] <= goal)])
     return rows
+
+
+def _plugin_met(counted: bool, timed: bool) -> str:
+    return _met(counted) if counted == timed else "**unsettled** (not claimed)"
 
 
 def _fmt_any(v: Any) -> str:

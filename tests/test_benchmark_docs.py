@@ -149,12 +149,12 @@ def test_the_flat_block_judges_the_largest_block(render: ModuleType) -> None:
     assert "50.0 → 50.0" in render.block_flat(R)  # dejacache's own cost, first → last
 
 
-def _plugin(available: bool, cassette_ms: float) -> dict[str, Any]:
+def _plugin(available: bool, cassette_ms: float, cpu: float = 90.0) -> dict[str, Any]:
     res: dict[str, Any] = {"rounds": 15.0}
     for key in ("plain without", "plain with", "cassette with", "block without",
                 "phased with", "plain cost", "cassette cost", "over block", "block cost",
                 "phased cost", "phased mean cost"):
-        res[f"{key} wall"], res[f"{key} cpu"] = 600.0, 90.0  # the noisy timings say "no"
+        res[f"{key} wall"], res[f"{key} cpu"] = 600.0, cpu
     ins: dict[str, Any] = {"available": False, "why": "valgrind not found"}
     if available:
         rate = 3e6  # instructions per ms
@@ -169,16 +169,20 @@ def _plugin(available: bool, cassette_ms: float) -> dict[str, Any]:
                        "result": {"this checkout": res}}}
 
 
-def test_the_plugin_goals_are_judged_by_the_instruction_count(render: ModuleType) -> None:
-    """Whole-process time on this shared box varies more than the goals: met follows the
-    instructions at the stated rate, and the timings stand beside them."""
+def test_the_plugin_goals_are_met_when_the_count_and_the_timing_agree(render: ModuleType
+                                                                        ) -> None:
+    """The count is exact, its rate an average; the timing is direct and noisy: a goal is met
+    when both are within it, missed when both are over, and unsettled (not claimed) else."""
     def rows(R: dict[str, Any]) -> list[str]:
         return [ln for ln in render.block_targets(R).splitlines() if "pytest plugin" in ln]
 
-    plain, cassette = rows(_plugin(True, 36.0))
+    plain, cassette = rows(_plugin(True, 36.0, cpu=15.0))
     assert "10.0 ms at 3.00M per ms" in plain and "| yes |" in plain
-    assert "+600 / +90 ms" in plain
+    assert "+600 / +15 ms" in plain
     assert "36.0 ms" in cassette and "| yes |" in cassette
+    plain, cassette = rows(_plugin(True, 36.0, cpu=90.0))
+    assert "| **unsettled** (not claimed) |" in plain
+    assert "| **unsettled** (not claimed) |" in cassette
     assert "| **no** |" in rows(_plugin(True, 41.0))[1]
     plain, cassette = rows(_plugin(False, 0.0))
     assert "instructions not available" in cassette and cassette.endswith("| - |")
