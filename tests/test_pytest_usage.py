@@ -517,3 +517,20 @@ def test_plan(moved, dejacache_cassette):
     run(pytester, "test_agent.py").assert_outcomes(passed=1)
     doc = orjson.loads(record().read_bytes())
     assert doc["roots"] == [str((pytester.path / "test_agent.py").resolve())]
+
+
+def test_a_run_that_changes_nothing_leaves_the_record_as_it_is(pytester: pytest.Pytester
+                                                              ) -> None:
+    pytester.makepyfile(test_agent=TWO_TESTS)
+    run(pytester).assert_outcomes(passed=2)
+    run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=2)
+    before = record().stat()
+    data = record().read_bytes()
+    run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=2)
+    after = record().stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert record().read_bytes() == data
+    # What the run saw changed (one test left out): the record is written anew.
+    run(pytester, "--dejacache-mode=replay", "-k", "plan").assert_outcomes(passed=1)
+    doc = orjson.loads(record().read_bytes())
+    assert record().stat().st_ino != before.st_ino and doc["cannot_judge"]

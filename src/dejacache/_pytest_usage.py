@@ -234,22 +234,24 @@ def finish(session: pytest.Session, paths: Callable[[pytest.Item], list[pathlib.
     from .cassettes.usage import FILE_NAME, build, read_previous
 
     directory = default_cache_dir()
-    record = build(parts, read_previous(directory / FILE_NAME) if directory else None)
+    previous = read_previous(directory / FILE_NAME) if directory else None
+    record = build(parts, previous)
     if directory is not None:
-        _write(config, record, directory)
+        _write(config, record, directory, previous)
     if verify:
         _verify(session, record)
     return None
 
 
-def _write(config: pytest.Config, record: dict[str, Any], directory: pathlib.Path) -> None:
+def _write(config: pytest.Config, record: dict[str, Any], directory: pathlib.Path,
+           previous: dict[str, Any] | None) -> None:
     """The record, if it can be written: replay needs no writable directory, so a checkout
     that is read-only (CI) gets one line in the summary, not an error."""
     from .cassettes.usage import FILE_NAME, write
     from .errors import CassetteError
 
     try:
-        write(record, directory)
+        write(record, directory, previous=previous)
     except (CassetteError, OSError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         config.stash[_UNWRITTEN] = (
