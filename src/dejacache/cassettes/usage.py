@@ -25,7 +25,8 @@ merges the workers' parts under xdist). The record says, for the run:
   condition) stays claimed while that test exists;
 * ``modules``: the test modules collected, with the hash of each (a module edited since
   the run makes the whole record silent about orphans: its tests may now use what the run
-  did not); ``roots``, the paths the run collected from.
+  did not); ``roots``, the paths the run collected from; ``written``, when the record's
+  content last changed (a run that saw the same leaves the file as it is).
 
 Entries are named by ``(key, occurrence)``: the n-th entry of a key in file order, which is
 what the writer numbers ``occurrence`` by, so the pair names one entry of an unchanged file.
