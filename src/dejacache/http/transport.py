@@ -33,7 +33,7 @@ from ..scope import current
 from ..stats import record_miss
 from ..stores._base import Record, off_loop
 from . import observers
-from ._libs import Lib, lib_named, lib_of
+from ._libs import LIBRARIES, Lib, lib_named, lib_of
 from ._pending import built
 from .aliases import AliasTable, table_for
 from .exchange import (
@@ -597,7 +597,7 @@ async def handle_async(
 def _pick_lib(library: str | None, next_transport: Any) -> Lib:
     if next_transport is not None:
         return lib_of(next_transport)
-    names = (library,) if library else ("httpx2", "httpx")
+    names = (library,) if library else LIBRARIES
     for name in names:
         lib = lib_named(name)
         if lib is not None:

@@ -29,7 +29,7 @@ from .. import __version__
 from ..cassettes.block import default_mode
 from ..cassettes.placeholder_keys import KEY_VARIABLES, PLACEHOLDER
 from ..errors import ConfigurationError
-from ..http._libs import Lib, lib_named
+from ..http._libs import LIBRARIES, Lib, lib_named
 from ..http.providers import all_providers
 from ._connection import Connection, start
 from ._control import PREFIX, SESSION_PREFIX, control
@@ -67,7 +67,7 @@ def is_loopback(host: str) -> bool:
 
 
 def _lib() -> Lib:
-    for name in ("httpx2", "httpx"):
+    for name in LIBRARIES:
         lib = lib_named(name)
         if lib is not None:
             return lib
