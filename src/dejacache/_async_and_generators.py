@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import _engine
 from ._core.flow import Flow, Lookup
-from ._frozen import freeze
 from .config import GLOBAL, Effective
 from .errors import DejacacheWarning
 from .scope import CURRENT, OPEN_BLOCKS, current, track, untrack
@@ -179,8 +178,9 @@ def _gen_wrapper(face: Face) -> Callable[..., Any]:
 
 
 def _async_wrapper(face: Face) -> Callable[..., Any]:
-    fn, call_name, kind, ttl, frozen = face.fn, face.call_name, face.kind, face.ttl, face.frozen
+    fn, call_name, kind, ttl = face.fn, face.call_name, face.kind, face.ttl
     slot, plan_for, try_short, general = face.slot, face.plan_for, face.try_short, face.general
+    freeze = face.views.freeze if face.views is not None else None
 
     @functools.wraps(fn)
     async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -207,7 +207,7 @@ def _async_wrapper(face: Face) -> Callable[..., Any]:
             eff, call_name, kind, key, canonical, lambda: fn(*args, **kwargs), ttl=ttl,
             rekey=rekey,
         )
-        return freeze(value) if frozen else value
+        return freeze(value) if freeze is not None else value
 
     return async_wrapper
 
