@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 import orjson
 
 from ._core.diff import distance, nearest, short
-from ._secrets import scrub_request
+from ._secrets import PLACEHOLDER, scrub_request
 from .config import Effective
 from .errors import ReplayMiss
 from .stores._base import off_loop
@@ -82,7 +82,7 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
                 "dejacache rehash refreshes checksums, never keys (the entry still answers "
                 "the call it was recorded for), or it was recorded by another version of "
                 "dejacache. Re-record the call.)")
-        elif all("<secret:" in d or "<REDACTED>" in d for d in diff):
+        elif all("<secret:" in d or PLACEHOLDER in d for d in diff):
             lines.append(
                 "  the calls differ only in credentials, which keys mask with a per-machine "
                 "key: declare them with substitute={'<NAME>': live_value}, ignore them, or "
@@ -118,7 +118,7 @@ def _masked(request: Any) -> bool:
     """Whether the stored form of a request holds a masked credential (one that keys by a
     per-machine digest, so two calls that read alike may key apart)."""
     text = repr(request)
-    return "<REDACTED>" in text or "<secret:" in text
+    return PLACEHOLDER in text or "<secret:" in text
 
 
 def _suggestion(near: tuple[str, Any, list[str]] | None, target: Any,

@@ -1,5 +1,5 @@
 """A replay miss that differs from its nearest recording only in volatile text prints the
-rule that would have made it a hit (``_learn/suggest.py``, ``_engine.replay_miss``)."""
+rule that would have made it a hit (``_learn/suggest.py``, ``_replay_miss.replay_miss``)."""
 
 from __future__ import annotations
 

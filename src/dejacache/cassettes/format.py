@@ -149,7 +149,7 @@ EAGER_CHECK_UNDER: Final = 1 << 20
 REF: Final = "@ref:"
 REF_BYTES: Final = b"@ref:"  # "@" is rare in JSON: a fast search; a false hit is only slower
 #: A reference no value is stored under: a payload kept in the ``blobs`` folder beside the
-#: cassette (``blobs.py``). Never collected as a value reference (:func:`refs_in`).
+#: cassette (``blobs.py``). Never collected as a value reference (``pack.refs_in``).
 BLOB_REF: Final = REF + "blob:"
 BLOB_REF_BYTES: Final = BLOB_REF.encode()
 #: What :func:`unpack` hands a resolver for such a reference: ``BLOB + hash``.

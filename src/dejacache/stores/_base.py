@@ -105,7 +105,7 @@ class Hit(NamedTuple):
 # a module every first cassette block loads.
 class Features(NamedTuple):
     """What the engine uses of one store beyond :class:`Store`, read once rather than probed
-    on every call: flags of :class:`ShortHitStore` and :class:`SequencedStore` (a store that
+    on every call: flags of ``_protocols.ShortHitStore`` and ``SequencedStore`` (a store that
     says ``keeps_errors`` is called as a ``SequencedStore``, and so on). Flags and text
     only, never the store's own methods, so a store can keep its features without holding
     itself in a cycle."""

@@ -3,8 +3,8 @@ store through when its :class:`~dejacache.stores._base.Features` say so.
 
 Apart from ``_base`` because a replay hit never checks a store against them: only
 ``configure(store=)``, ``scope(store=)``, the runtime's ``store=`` and type checkers do.
-Three ``runtime_checkable`` protocols cost ~0.4 ms to define, in a process whose first
-cassette block needs none of them.
+The three protocols (``Store`` checkable at run time) cost ~0.4 ms to define, in a process
+whose first cassette block needs none of them.
 """
 
 from __future__ import annotations
