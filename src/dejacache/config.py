@@ -25,7 +25,7 @@ from ._core.durations import Duration, seconds
 from ._core.modes import MODES, as_mode, resolve_mode
 from ._core.volatile import parse as _parse_volatile
 from ._paths import default_cache_dir
-from ._slots import slot_setters
+from ._slots import slot_setters, value_methods
 from .codec import Codec, JsonCodec
 from .errors import ConfigurationError
 from .keys import env_volatile
@@ -103,7 +103,7 @@ class Unset:
 UNSET: Final = Unset()
 
 
-@dataclasses.dataclass(frozen=True, slots=True, init=False)
+@dataclasses.dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class Effective:
     """The settings in force for one call (global settings overlaid by scopes).
 
@@ -180,6 +180,11 @@ class Effective:
         args = dict(zip(_INIT_FIELDS, _init_values(self), strict=True))
         args.update(changes)
         return Effective(**args)
+
+    # Written once in _slots rather than generated: see value_methods.
+    __repr__, __eq__, __hash__ = value_methods(
+        "namespace", "mode", "store", "codec", "volatile", "source", "tenant", "session",
+        "test_facing", "ambiguous", "key_substitute", "realtime", "rerecord_hint")
 
 
 _INIT_FIELDS: Final = tuple(f.name for f in dataclasses.fields(Effective) if f.init)

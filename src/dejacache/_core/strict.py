@@ -15,7 +15,8 @@ turns its :class:`Verdict` into ``tape.divergences`` entries or, when strict,
 :class:`~dejacache.ReplayDivergence`. No files, no clocks, no context variables here.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` (as in ``flow.py``): with it ``Verdict``'s fields
+# reach ``typing.NamedTuple`` as text, each compiled into a ``ForwardRef`` when the module loads.
 
 import bisect
 import contextlib

@@ -30,7 +30,8 @@ is a valid start (a parameter of some function, or a body field), so nothing is 
 a path is declared.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` (as in ``flow.py``): with it ``Volatility``'s fields
+# reach ``typing.NamedTuple`` as text, each compiled into a ``ForwardRef`` when the module loads.
 
 import re
 from collections.abc import Iterable

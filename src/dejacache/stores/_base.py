@@ -2,7 +2,9 @@
 ``BaseStore``, the async twins every tier shares. The ``Store`` protocols live in
 ``_protocols``: a replay hit never checks a store against them."""
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` (as in ``_core/flow.py``): with it the fields of
+# ``Hit`` and ``Features`` reach ``typing.NamedTuple`` as text, each compiled into a
+# ``ForwardRef`` when the module loads; evaluated, only the quoted ``Store`` is text.
 
 import contextlib
 import dataclasses
@@ -10,7 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from .._lazy import served
-from .._slots import Sentinel, slot_setters
+from .._slots import Sentinel, slot_setters, value_methods
 
 if TYPE_CHECKING:
     from ._protocols import Store
@@ -34,7 +36,7 @@ T = TypeVar("T")
 __getattr__ = served(__name__, {"StoreStats": "dejacache.stores._store_stats"})
 
 
-@dataclasses.dataclass(frozen=True, slots=True, init=False)
+@dataclasses.dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
 class Record:
     """One stored call.
 
@@ -71,6 +73,10 @@ class Record:
     @property
     def size(self) -> int:
         return len(self.value) + len(self.request)
+
+    # Written once in _slots rather than generated: see value_methods.
+    __repr__, __eq__, __hash__ = value_methods("value", "name", "namespace", "kind", "request",
+                                               "duration", "usage", "created")
 
 
 (_SET_VALUE, _SET_NAME, _SET_NAMESPACE, _SET_KIND, _SET_REQUEST, _SET_DURATION, _SET_USAGE,
@@ -123,7 +129,7 @@ class Features(NamedTuple):
     rerecord_hint: str | None = None
 
 
-def features_of(store: Store) -> Features:
+def features_of(store: "Store") -> Features:
     """The :class:`Features` of ``store``. A store that must not be touched to answer (the
     default store before it is opened) offers ``features()`` itself."""
     own = getattr(type(store), "features", None)
