@@ -36,7 +36,8 @@ instructions become ms at this box's rate for this kind of process: the floor's 
 the median CPU time of the same process (seed 0, collector off) run natively in every round.
 Without valgrind the instruction mode says so and is skipped.
 
-    .venv/bin/python benchmarks/bench_plugin.py [--quick] [--src DIR] [--before DIR] [--gc]
+    .venv/bin/python benchmarks/bench_plugin.py [--rounds N | --quick] [--src DIR] [--before DIR]
+        [--gc]
 """
 
 from __future__ import annotations
@@ -201,7 +202,7 @@ def _suites(tmp: pathlib.Path, srcs: dict[str, pathlib.Path]
     return suites
 
 
-def bench_plugin(rounds: int = 15, srcs: dict[str, pathlib.Path] | None = None,
+def bench_plugin(rounds: int = 45, srcs: dict[str, pathlib.Path] | None = None,
                  gc: bool = False) -> dict[str, dict[str, Any]]:
     """Per ``srcs`` label (default: this checkout's ``src/``), medians (ms) per suite and
     variant, the plugin's cost (with minus without) and ``instructions`` (callgrind; the
@@ -274,7 +275,9 @@ def _medians(samples: dict[tuple[str, str, str], list[tuple[float, float]]], lab
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="5 rounds instead of 15")
+    ap.add_argument("--rounds", type=int, default=45,
+                    help="interleaved rounds (45; the docs' run.py uses as many)")
+    ap.add_argument("--quick", action="store_true", help="5 rounds")
     ap.add_argument("--src", type=pathlib.Path, default=SRC, help="the src/ to measure")
     ap.add_argument("--before", type=pathlib.Path, default=None,
                     help="another src/ measured in the same rounds (the figures before)")
@@ -285,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     srcs = {mine: args.src.resolve()}
     if args.before is not None:
         srcs = {"before": args.before.resolve(), "after": args.src.resolve()}
-    results = bench_plugin(5 if args.quick else 15, srcs, gc=args.gc)
+    results = bench_plugin(5 if args.quick else args.rounds, srcs, gc=args.gc)
     import render  # the table the docs block shows, from the same results
 
     print("## The pytest plugin's cost\n")

@@ -54,8 +54,10 @@ FUNCTIONS: dict[str, tuple[str, str, dict[str, Any], dict[str, Any]]] = {
                        {"sizes": [10, 100, 1_000], "repeats": 1}),
     # two suites run twice live, then replayed (~5 min with the scenario venv)
     "learn": ("bench_learn", "bench_learn", {}, {"quick": True}),
-    # pytest processes timed natively, then counted under callgrind (~4 min in full)
-    "plugin": ("bench_plugin", "bench_plugin", {"rounds": 15}, {"rounds": 5}),
+    # pytest processes timed natively, then counted under callgrind (~6 min in full). 45
+    # rounds: the paired medians of 15 moved by ~40 ms between runs of one tree on the 2-core
+    # box, more than the goals they are held to
+    "plugin": ("bench_plugin", "bench_plugin", {"rounds": 45}, {"rounds": 5}),
 }
 MARKDOWN = {"sqlite_size": ("SQLite store: size of a growing conversation, hits",
                             render.block_sqlite_size),
