@@ -14,38 +14,41 @@ system time (``os.wait4``: less sensitive than wall time to other work on a shar
 ``--src DIR`` measures another copy of ``src/`` (the figures before a change:
 ``git archive HEAD src | tar -x -C DIR``).
 
-A fourth suite, ``phased``, is ``plain`` with a conftest that leaves K objects in reference
-cycles for the collector to free (K drawn per round from 0..70,000, the same K for the run
-with and without the plugin). Why: a one-test pytest run ends close to a point where CPython
-decides on a full collection (~25 ms of a ~900 ms run here), so a few thousand allocations
-more or less (a plugin's, a conftest's, another hash seed) add or save one whole collection;
-one fixed suite then reports either 0 or ~25 ms of collector for whatever it measures. Ten
-gen-1 collections of 700 allocations each (70,000) are one full period of that decision: over
-K the plugin's cost is what a suite pays on average, wherever its own allocations put it.
+Timed with the automatic collector off. A one-test pytest run ends close to a point where
+CPython decides on a full collection (~25-60 ms of a ~600 ms run here): the floor ran 120
+young, 10 middle and 2 full collections, the plugin's run (one more young one: ~700
+allocations) 3 full ones. So with the collector on, one fixed suite reports either 0 or a
+whole full collection for whatever it measures, and which of the two depends on the suite
+around the plugin, not on the plugin (any plugin's few hundred allocations tip it). The timed
+processes therefore run with a sitecustomize that calls ``gc.disable()`` and hash seed 0,
+exactly as they are counted below; what the collector costs on average is counted apart.
 
 Instructions. Wall and CPU time are what a user feels on a quiet machine, but on this 2-core
-shared box the CPU time of one and the same run varied 466-687 ms, and two trees with the same
-no-cassette path measured +3 and +38 ms: too coarse for goals of 20 and 40 ms. So the four
-suites (``plain`` without and with the plugin, ``cassette``, ``block``) are also run once each
-under ``valgrind --tool=callgrind`` (its "Collected : N"), after the timed rounds, with hash
-seed 0 and a sitecustomize that disables the automatic collector: with it on, a fixed suite's
-count moves by a whole full collection with the allocations around it (see ``phased``), so the
-count would say more about the collector's phase than about the plugin; ``--gc`` counts with
-it on (the control). Two counts of the same tree agree within ~1M instructions (~0.3 ms). The
-instructions become ms at this box's rate for this kind of process: the floor's count over
-the median CPU time of the same process (seed 0, collector off) run natively in every round.
-Without valgrind the instruction mode says so and is skipped.
+shared box the CPU time of one and the same run varied 466-708 ms, and paired differences of
+one round moved by ±100 ms: too coarse alone for goals of 20 and 40 ms. So the four suites
+(``plain`` without and with the plugin, ``cassette``, ``block``) are also run once each under
+``valgrind --tool=callgrind`` (its "Collected : N"), after the timed rounds, in the timed
+processes' environment. Two counts of one tree agree within ~1M instructions (~0.3 ms). The
+instructions become ms at this box's rate for this kind of process: the floor's count over the
+median CPU time of the same process timed in the rounds.
+
+The collector's average share. ``phased`` suites (``plain`` and ``cassette`` with a conftest
+that first leaves K objects in reference cycles for young collections to free) are counted
+with the collector on at five K spread over 0..70,000 (ten middle collections of 700
+allocations each: one full period of the decision on a full collection). Over K, the plugin's
+cost is what a suite pays on average wherever its own allocations put it; that average less
+the collector-off cost is the collector's share, added to the counted and to the timed cost
+when they are held to the goals. Without valgrind the instruction mode says so and is skipped.
 
     .venv/bin/python benchmarks/bench_plugin.py [--rounds N | --quick] [--src DIR] [--before DIR]
-        [--gc]
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import os
 import pathlib
-import random
 import re
 import shutil
 import statistics
@@ -103,31 +106,32 @@ _PHASED_CONFTEST = textwrap.dedent("""
 GC_PERIOD = 70_000  # allocations between two decisions on a full collection (700 x 10)
 
 
-# Counted processes run with the automatic collector off: a one-test run ends near the point
-# where CPython decides on a full collection (see ``phased`` above), so with it on one fixed
-# suite's count moves by a whole collection with a few thousand allocations more or less.
 _NO_GC = "import gc\n\ngc.disable()\n"
 _COLLECTED = re.compile(rb"Collected : (\d+)")
-# (name, variant, extra arguments): the four suites the instruction mode counts
+# (name, variant, extra arguments): the four suites timed, and counted, with the collector off
 COUNTED = (("plain", "without", ("-p", "no:dejacache")), ("plain", "with", ()),
            ("cassette", "with", ()), ("block", "without", ("-p", "no:dejacache")))
+# the same with the collector on, counted at each of PHASES (the phased suites)
+PHASED = (("phased", "without", ("-p", "no:dejacache")), ("phased", "with", ()),
+          ("phased cassette", "with", ()))
+PHASES = tuple(GC_PERIOD * i // 5 for i in range(5))
 # cost name -> (suite, variant) minus (suite, variant); for wall, cpu and instructions alike
 COSTS = {"plain cost": (("plain", "with"), ("plain", "without")),
          "cassette cost": (("cassette", "with"), ("plain", "without")),
          "over block": (("cassette", "with"), ("block", "without")),
-         "block cost": (("block", "without"), ("plain", "without")),
-         "phased cost": (("phased", "with"), ("phased", "without"))}
+         "block cost": (("block", "without"), ("plain", "without"))}
+# a goal's cost -> its phased twin (the collector on, averaged over PHASES)
+AVERAGED = {"plain cost": (("phased", "with"), ("phased", "without")),
+            "cassette cost": (("phased cassette", "with"), ("phased", "without"))}
 
 
-def _env(suite: pathlib.Path, src: pathlib.Path, shift: int = 0,
-         site: pathlib.Path | None = None) -> dict[str, str]:
-    """The child's environment; with ``site`` (a directory holding a sitecustomize), the
-    counted processes': hash seed 0 and ``site`` first on the path."""
+def _env(suite: pathlib.Path, src: pathlib.Path, site: pathlib.Path, shift: int = 0
+         ) -> dict[str, str]:
+    """The child's environment: hash seed 0, ``site`` (a directory holding a sitecustomize)
+    first on the path, ``shift`` objects of cyclic garbage for a phased suite's conftest."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "PYTEST"))}
-    env.update(PYTHONPATH=str(src), DEJACACHE_DIR=str(suite / ".dejacache"),
-               BENCH_GC_SHIFT=str(shift))
-    if site is not None:
-        env.update(PYTHONPATH=f"{site}{os.pathsep}{src}", PYTHONHASHSEED="0")
+    env.update(PYTHONPATH=f"{site}{os.pathsep}{src}", PYTHONHASHSEED="0",
+               DEJACACHE_DIR=str(suite / ".dejacache"), BENCH_GC_SHIFT=str(shift))
     env.pop("CI", None)
     return env
 
@@ -137,13 +141,12 @@ def _pytest(suite: pathlib.Path, extra: tuple[str, ...]) -> list[str]:
             *extra, str(suite)]
 
 
-def _run(suite: pathlib.Path, src: pathlib.Path, *extra: str, shift: int = 0,
-         site: pathlib.Path | None = None) -> tuple[float, float]:
+def _run(suite: pathlib.Path, src: pathlib.Path, site: pathlib.Path, *extra: str
+         ) -> tuple[float, float]:
     """(wall ms, cpu ms) of one pytest process over ``suite``."""
     t = time.perf_counter()
     proc = subprocess.Popen(_pytest(suite, extra), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=_env(suite, src, shift, site),
-                            cwd=suite)
+                            stderr=subprocess.DEVNULL, env=_env(suite, src, site), cwd=suite)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -153,13 +156,13 @@ def _run(suite: pathlib.Path, src: pathlib.Path, *extra: str, shift: int = 0,
 
 
 def _count(suite: pathlib.Path, src: pathlib.Path, extra: tuple[str, ...],
-           site: pathlib.Path) -> int:
+           site: pathlib.Path, shift: int = 0) -> int:
     """Instructions of one pytest process over ``suite`` under callgrind (its stderr's
     "Collected : N")."""
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
            *_pytest(suite, extra)]
     proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          env=_env(suite, src, site=site), cwd=suite, check=False)
+                          env=_env(suite, src, site, shift), cwd=suite, check=False)
     found = _COLLECTED.search(proc.stderr)
     if proc.returncode != 0 or found is None:
         raise RuntimeError(f"callgrind failed in {suite} ({' '.join(extra)}): exit "
@@ -167,22 +170,35 @@ def _count(suite: pathlib.Path, src: pathlib.Path, extra: tuple[str, ...],
     return int(found.group(1))
 
 
-def _instructions(suites: dict[str, pathlib.Path], src: pathlib.Path, site: pathlib.Path,
-                  floor_cpu: list[float], gc: bool) -> dict[str, Any]:
+def _instructions(suites: dict[str, pathlib.Path], src: pathlib.Path,
+                  sites: dict[str, pathlib.Path], floor_cpu: list[float]) -> dict[str, Any]:
     """The counted suites' instructions, the costs in M instructions and in ms at the rate of
-    this box: the floor's instructions over the median CPU time of ``floor_cpu`` (native runs
-    of the same process, interleaved with the others)."""
-    got = {f"{name} {v}": float(_count(suites[name], src, extra, site))
-           for name, v, extra in COUNTED}
+    this box (the floor's instructions over the median CPU time of ``floor_cpu``, its timed
+    runs), and each goal's cost with the collector on averaged over ``PHASES``. Two counts
+    run at a time: callgrind counts the same whatever else the box runs."""
+    jobs = {f"{name} {v}": (suites[name], extra, sites["off"], 0)
+            for name, v, extra in COUNTED}
+    jobs |= {f"{name} {v} @{k}": (suites[name], extra, sites["on"], k)
+             for name, v, extra in PHASED for k in PHASES}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        futures = {key: pool.submit(_count, suite, src, extra, site, k)
+                   for key, (suite, extra, site, k) in jobs.items()}
+        got = {key: float(f.result()) for key, f in futures.items()}
     cpu = statistics.median(floor_cpu)
     rate = got["plain without"] / cpu  # instructions per ms
-    out: dict[str, Any] = {"available": True, "collector": "on" if gc else "off",
-                           "rate per ms": rate, "rate runs": len(floor_cpu),
-                           "floor cpu ms": cpu, "floor cpu min ms": min(floor_cpu), **got}
+    out: dict[str, Any] = {"available": True, "rate per ms": rate, "rate runs": len(floor_cpu),
+                           "floor cpu ms": cpu, "floor cpu min ms": min(floor_cpu),
+                           "phases": len(PHASES), **got}
     for cost, (a, b) in COSTS.items():
-        if a[0] != "phased":
-            diff = got[" ".join(a)] - got[" ".join(b)]
-            out[f"{cost} M"], out[f"{cost} ms"] = diff / 1e6, diff / rate
+        diff = got[" ".join(a)] - got[" ".join(b)]
+        out[f"{cost} M"], out[f"{cost} ms"] = diff / 1e6, diff / rate
+    for cost, (a, b) in AVERAGED.items():  # the collector on, over its phases
+        avg = statistics.fmean(got[f"{' '.join(a)} @{k}"] - got[f"{' '.join(b)} @{k}"]
+                               for k in PHASES)
+        out[f"{cost} averaged M"] = avg / 1e6
+        out[f"{cost} collector M"] = (avg - out[f"{cost} M"] * 1e6) / 1e6
+        out[f"{cost} collector ms"] = out[f"{cost} collector M"] * 1e6 / rate
+        out[f"{cost} averaged ms"] = avg / rate
     return out
 
 
@@ -192,59 +208,56 @@ def _suites(tmp: pathlib.Path, srcs: dict[str, pathlib.Path]
     suites: dict[tuple[str, str], pathlib.Path] = {}
     for label in srcs:
         for name, text in (("plain", _PLAIN), ("cassette", _CASSETTE), ("block", _BLOCK),
-                           ("phased", _PLAIN)):
-            suite = tmp / f"{len(suites)}-{name}"
+                           ("phased", _PLAIN), ("phased cassette", _CASSETTE)):
+            suite = tmp / f"{len(suites)}-{name.replace(' ', '-')}"
             suite.mkdir()
             (suite / "test_one.py").write_text(text)
-            if name == "phased":
+            if name.startswith("phased"):
                 (suite / "conftest.py").write_text(_PHASED_CONFTEST)
             suites[label, name] = suite
     return suites
 
 
-def bench_plugin(rounds: int = 45, srcs: dict[str, pathlib.Path] | None = None,
-                 gc: bool = False) -> dict[str, dict[str, Any]]:
+def _sites(tmp: pathlib.Path) -> dict[str, pathlib.Path]:
+    """A sitecustomize directory per collector setting: ``off`` (``gc.disable()``), ``on``."""
+    sites = {}
+    for name, text in (("off", _NO_GC), ("on", "")):
+        site = sites[name] = tmp / f"site-{name}"
+        site.mkdir()
+        (site / "sitecustomize.py").write_text(text)
+    return sites
+
+
+def bench_plugin(rounds: int = 45, srcs: dict[str, pathlib.Path] | None = None
+                 ) -> dict[str, dict[str, Any]]:
     """Per ``srcs`` label (default: this checkout's ``src/``), medians (ms) per suite and
-    variant, the plugin's cost (with minus without) and ``instructions`` (callgrind; the
-    collector off unless ``gc``; ``available`` false with ``why`` when valgrind is missing).
+    variant with the collector off, the plugin's cost (with minus without) and
+    ``instructions`` (callgrind; ``available`` false with ``why`` when valgrind is missing).
     Every sample of every label and variant is interleaved round by round."""
     srcs = srcs or {"this checkout": SRC}
-    runs: list[tuple[str, str, tuple[str, ...], bool]] = [
-        ("plain", "with", (), False), ("plain", "without", ("-p", "no:dejacache"), False),
-        ("cassette", "with", (), False),  # (without the plugin the cassette suite has no fixture)
-        ("block", "without", ("-p", "no:dejacache"), False),
-        ("phased", "with", (), False), ("phased", "without", ("-p", "no:dejacache"), False)]
     counting = shutil.which("valgrind") is not None
-    if counting:  # the floor as counted, run natively: the rate's CPU time
-        runs.append(("plain", "as counted", ("-p", "no:dejacache"), True))
-    shifts = random.Random(35)
     with tempfile.TemporaryDirectory() as tmp:
-        site = pathlib.Path(tmp) / "site"
-        site.mkdir()
-        (site / "sitecustomize.py").write_text("" if gc else _NO_GC)
+        sites = _sites(pathlib.Path(tmp))
         suites = _suites(pathlib.Path(tmp), srcs)
         for (label, name), suite in suites.items():  # records the cassette; caches bytecode
-            _run(suite, srcs[label], *(("-p", "no:dejacache") if name == "block" else ()))
-        if counting:  # caches the sitecustomize's bytecode
-            for label in srcs:
-                _run(suites[label, "plain"], srcs[label], "-p", "no:dejacache", site=site)
+            for site in sites.values():
+                _run(suite, srcs[label], site,
+                     *(("-p", "no:dejacache") if name == "block" else ()))
         samples: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
-        order = [(label, *run) for label in srcs for run in runs]
+        order = [(label, *run) for label in srcs for run in COUNTED]
         for r in range(rounds):
-            shift = shifts.randrange(GC_PERIOD)  # one phase per round, for every variant
-            for label, name, v, extra, counted in (order if r % 2 == 0 else order[::-1]):
-                got = _run(suites[label, name], srcs[label], *extra, shift=shift,
-                           site=site if counted else None)
+            for label, name, v, extra in (order if r % 2 == 0 else order[::-1]):
+                got = _run(suites[label, name], srcs[label], sites["off"], *extra)
                 samples.setdefault((label, name, v), []).append(got)
         out = {label: _medians(samples, label, rounds) for label in srcs}
         for label in srcs:
             if not counting:
                 out[label]["instructions"] = {"available": False, "why": "valgrind not found"}
                 continue
-            mine = {name: suites[label, name] for name in ("plain", "cassette", "block")}
-            cpu = [c for _, c in samples[label, "plain", "as counted"]]
+            mine = {name: suites[label, name] for name, _, _ in (*COUNTED, *PHASED)}
+            cpu = [c for _, c in samples[label, "plain", "without"]]
             try:
-                out[label]["instructions"] = _instructions(mine, srcs[label], site, cpu, gc)
+                out[label]["instructions"] = _instructions(mine, srcs[label], sites, cpu)
             except RuntimeError as exc:
                 out[label]["instructions"] = {"available": False, "why": str(exc)}
     return out
@@ -268,8 +281,6 @@ def _medians(samples: dict[tuple[str, str, str], list[tuple[float, float]]], lab
     for i, t in enumerate(("wall", "cpu")):
         for name, (a, b) in COSTS.items():
             res[f"{name} {t}"] = statistics.median(paired(a, b, i))
-        res[f"phased mean cost {t}"] = statistics.fmean(
-            paired(("phased", "with"), ("phased", "without"), i))
     return res
 
 
@@ -281,14 +292,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--src", type=pathlib.Path, default=SRC, help="the src/ to measure")
     ap.add_argument("--before", type=pathlib.Path, default=None,
                     help="another src/ measured in the same rounds (the figures before)")
-    ap.add_argument("--gc", action="store_true",
-                    help="count instructions with the automatic collector on (the control)")
     args = ap.parse_args(argv)
     mine = "this checkout" if args.src == SRC else str(args.src)
     srcs = {mine: args.src.resolve()}
     if args.before is not None:
         srcs = {"before": args.before.resolve(), "after": args.src.resolve()}
-    results = bench_plugin(5 if args.quick else args.rounds, srcs, gc=args.gc)
+    results = bench_plugin(5 if args.quick else args.rounds, srcs)
     import render  # the table the docs block shows, from the same results
 
     print("## The pytest plugin's cost\n")
