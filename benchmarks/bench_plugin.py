@@ -189,16 +189,13 @@ def _instructions(suites: dict[str, pathlib.Path], src: pathlib.Path,
     out: dict[str, Any] = {"available": True, "rate per ms": rate, "rate runs": len(floor_cpu),
                            "floor cpu ms": cpu, "floor cpu min ms": min(floor_cpu),
                            "phases": len(PHASES), **got}
-    for cost, (a, b) in COSTS.items():
-        diff = got[" ".join(a)] - got[" ".join(b)]
-        out[f"{cost} M"], out[f"{cost} ms"] = diff / 1e6, diff / rate
+    diffs = {cost: got[" ".join(a)] - got[" ".join(b)] for cost, (a, b) in COSTS.items()}
     for cost, (a, b) in AVERAGED.items():  # the collector on, over its phases
         avg = statistics.fmean(got[f"{' '.join(a)} @{k}"] - got[f"{' '.join(b)} @{k}"]
                                for k in PHASES)
-        out[f"{cost} averaged M"] = avg / 1e6
-        out[f"{cost} collector M"] = (avg - out[f"{cost} M"] * 1e6) / 1e6
-        out[f"{cost} collector ms"] = out[f"{cost} collector M"] * 1e6 / rate
-        out[f"{cost} averaged ms"] = avg / rate
+        diffs[f"{cost} averaged"], diffs[f"{cost} collector"] = avg, avg - diffs[cost]
+    for name, diff in diffs.items():
+        out[f"{name} M"], out[f"{name} ms"] = diff / 1e6, diff / rate
     return out
 
 
@@ -240,9 +237,8 @@ def bench_plugin(rounds: int = 45, srcs: dict[str, pathlib.Path] | None = None
         sites = _sites(pathlib.Path(tmp))
         suites = _suites(pathlib.Path(tmp), srcs)
         for (label, name), suite in suites.items():  # records the cassette; caches bytecode
-            for site in sites.values():
-                _run(suite, srcs[label], site,
-                     *(("-p", "no:dejacache") if name == "block" else ()))
+            _run(suite, srcs[label], sites["on" if name.startswith("phased") else "off"],
+                 *(("-p", "no:dejacache") if name == "block" else ()))
         samples: dict[tuple[str, str, str], list[tuple[float, float]]] = {}
         order = [(label, *run) for label in srcs for run in COUNTED]
         for r in range(rounds):
