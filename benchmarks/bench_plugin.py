@@ -11,6 +11,8 @@ dejacache and opening, replaying and closing one cassette costs a pytest process
 sample is a whole ``python -m pytest`` process; the two variants alternate round by round so
 a busy machine slows both alike. ``wall`` is the process's wall time, ``cpu`` its user +
 system time (``os.wait4``: less sensitive than wall time to other work on a shared box).
+Each cost also keeps its median's 95% interval (the sign test's order statistics), so a
+figure that one run puts under a goal and the next over it shows its spread.
 ``--src DIR`` measures another copy of ``src/`` (the figures before a change:
 ``git archive HEAD src | tar -x -C DIR``).
 
@@ -47,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import math
 import os
 import pathlib
 import re
@@ -277,7 +280,24 @@ def _medians(samples: dict[tuple[str, str, str], list[tuple[float, float]]], lab
     for i, t in enumerate(("wall", "cpu")):
         for name, (a, b) in COSTS.items():
             res[f"{name} {t}"] = statistics.median(paired(a, b, i))
+            res[f"{name} {t} interval"] = median_interval(paired(a, b, i))
     return res
+
+
+def median_interval(xs: list[float], level: float = 0.95) -> list[float]:
+    """The sign test's interval for the median of ``xs``: the order statistics ``j`` and
+    ``n + 1 - j`` (1-based) for the largest ``j`` whose binomial coverage is at least
+    ``level``; it assumes nothing about how the paired differences are spread (this box's
+    are skewed by bursts of other work). Below 6 samples no ``j`` reaches 95%: then the
+    smallest and largest. 45 rounds give the 16th and 30th."""
+    x = sorted(xs)
+    n = len(x)
+    tail, j = 0.0, 0  # tail: P(Binomial(n, 1/2) <= j - 1)
+    while j < n // 2 and 2 * (tail + math.comb(n, j) / 2**n) <= 1 - level:
+        tail += math.comb(n, j) / 2**n
+        j += 1
+    j = max(j, 1)
+    return [x[j - 1], x[n - j]]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -684,7 +684,8 @@ def _plugin_target_rows(R: Results) -> list[list[str]]:
     rate bench_plugin states and the paired CPU time (the collector off) plus the collector's
     counted share both are within the goal. The count is exact but the rate is the floor's,
     an average over pytest's own start-up; the timing is direct but on this shared box varies
-    more than the goals. When they disagree the goal is unsettled: not claimed."""
+    more than the goals (the row gives its median's interval, which shows by how much). When
+    they disagree the goal is unsettled: not claimed."""
     r = _fn_result(R, "plugin")
     res = next(iter(r.values()), None) if isinstance(r, dict) else None
     rows = []
@@ -695,6 +696,9 @@ def _plugin_target_rows(R: Results) -> list[list[str]]:
         ins = res.get("instructions", {})
         timed = (f"timed with the collector off, wall / cpu paired medians "
                  f"{res[f'{cost} wall']:+.0f} / {res[f'{cost} cpu']:+.0f} ms")
+        if f"{cost} cpu interval" in res:  # (results before it was kept have none)
+            lo, hi = res[f"{cost} cpu interval"]
+            timed += f" (the cpu median's 95% interval {lo:+.0f} to {hi:+.0f} ms)"
         if not ins.get("available"):
             rows.append([job, f"≤ {goal:.0f} ms", f"instructions {NA}; {timed}", "-"])
             continue

@@ -190,8 +190,26 @@ def test_the_plugin_goals_are_met_when_the_count_and_the_timing_agree(render: Mo
     assert "| **unsettled** (not claimed) |" in cassette
     assert "| **unsettled** (not claimed) |" in rows(_plugin(True, 36.0, cpu=39.5))[1]
     assert "| **no** |" in rows(_plugin(True, 39.5))[1]  # 40.5 counted, 91 timed
+    assert "interval" not in cassette  # results from before the interval was kept
+    R = _plugin(True, 36.0, cpu=39.5)
+    R["plugin"]["result"]["this checkout"]["cassette cost cpu interval"] = [12.0, 71.0]
+    assert "/ +40 ms (the cpu median's 95% interval +12 to +71 ms)" in rows(R)[1]
     plain, cassette = rows(_plugin(False, 0.0))
     assert "instructions not available" in cassette and cassette.endswith("| - |")
     block = render.block_plugin(_plugin(False, 0.0))
     assert "Instructions not counted: valgrind not found." in block
     assert "3.00M instructions per ms" in render.block_plugin(_plugin(True, 36.0))
+
+
+def test_the_plugin_timing_interval_is_the_sign_tests() -> None:
+    """The interval the plugin rows print for a median: order statistics whose binomial
+    coverage is at least 95% (the 16th and 30th of 45, the 40th and 61st of 100), and the
+    extremes when too few samples reach it."""
+    spec = importlib.util.spec_from_file_location("bench_plugin_mod",
+                                                  ROOT / "benchmarks" / "bench_plugin.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.median_interval([float(i) for i in range(45, 0, -1)]) == [16.0, 30.0]
+    assert mod.median_interval([float(i) for i in range(1, 101)]) == [40.0, 61.0]
+    assert mod.median_interval([3.0, 1.0, 2.0]) == [1.0, 3.0]
