@@ -1134,3 +1134,27 @@ def test_frozen_is_checked_and_refused_on_generators() -> None:
         @dejacache.cache(frozen=True)
         def gen() -> Iterator[int]:
             yield 1
+
+
+def test_ignore_names_a_parameter_or_is_refused() -> None:
+    """A misspelt ``ignore=`` name kept the argument in the key without a word."""
+    with pytest.raises(dejacache.ConfigurationError,
+                       match=r"ignore= on .*f names 'verbos', which is not one of its "
+                             r"parameters \(x, verbose\); did you mean 'verbose'\?"):
+        @dejacache.cache(ignore=["verbos"])
+        def f(x: int, verbose: bool = False) -> int:
+            return x
+
+    @dejacache.cache(ignore=["anything"])  # (**kwargs may carry any name)
+    def g(x: int, **kw: Any) -> int:
+        return x
+
+
+def test_ignore_takes_one_name_as_a_string() -> None:
+    """``ignore="verbose"`` is that one name (as ``volatile=`` takes one), not its letters."""
+    @dejacache.cache(ignore="verbose")  # type: ignore[call-overload]
+    def f(x: int, verbose: bool = False) -> int:
+        return x
+
+    assert f.cache_key(1, verbose=True) == f.cache_key(1, verbose=False)  # type: ignore[attr-defined]
+    assert f.cache_key(1) != f.cache_key(2)  # type: ignore[attr-defined]

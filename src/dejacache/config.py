@@ -41,6 +41,7 @@ __all__ = [
     "Duration",
     "Effective",
     "default_cache_dir",
+    "flag",
     "get_settings",
     "resolve_mode",
     "resolve_store",
@@ -82,6 +83,14 @@ def volatile_items(items: Iterable[str | re.Pattern[str]]) -> VolatileItems:
     except ConfigurationError as exc:
         raise ConfigurationError(f"volatile=: {exc}") from None
     return out
+
+
+def flag(value: object, what: str) -> bool:
+    """A True/False argument, checked where it is given: ``"no"`` or ``"false"`` would be
+    true (a ``prune="no"`` block deleted the entries it did not use)."""
+    if type(value) is not bool:
+        raise ConfigurationError(f"{what} must be True or False, not {value!r}")
+    return value
 
 
 def ttl_seconds(value: Duration | None, what: str) -> float | None:

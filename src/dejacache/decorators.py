@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import orjson
 
 from . import _engine
-from .config import GLOBAL, Duration, Effective, VolatileItems, ttl_seconds, volatile_items
+from .config import GLOBAL, Duration, Effective, VolatileItems, flag, ttl_seconds, volatile_items
 from .errors import ConfigurationError
 from .keys import KeyBuilder, explain, key_seed
 from .scope import CURRENT, OPEN_BLOCKS, current
@@ -49,17 +49,26 @@ class _Keys:
                  volatile: Iterable[str | re.Pattern[str]], key_self: bool | None) -> None:
         self.fn = fn
         self.name = name
-        self.ignore = tuple(ignore)
+        self.ignore = (ignore,) if isinstance(ignore, str) else tuple(ignore)  # as volatile=
         self.key_self = key_self
         self.volatile = volatile_items(volatile)
         self._builders: dict[VolatileItems, KeyBuilder] = {}
-        # A path written on the decorator that no call can reach is a mistake to report now,
-        # not a key that silently keeps the field.
-        lost = self.builder(()).unreachable_paths()
+        # A path or a name written on the decorator that no call can reach is a mistake to
+        # report now, not a key that silently keeps the field.
+        first = self.builder(())
+        lost = first.unreachable_paths()
         if lost:
             raise ConfigurationError(
                 f"volatile path(s) {', '.join(lost)} on {name} can never match: the first name "
                 "of a path is one of the function's parameters")
+        unknown, params = first.unknown_ignored()
+        if unknown:
+            from ._suggest import did_you_mean
+
+            raise ConfigurationError(
+                f"ignore= on {name} names {', '.join(map(repr, unknown))}, which is not one "
+                f"of its parameters ({', '.join(params)})"
+                f"{did_you_mean(unknown[0], params)}")
 
     def builder(self, extra: VolatileItems) -> KeyBuilder:
         b = self._builders.get(extra)
@@ -429,10 +438,9 @@ def cache(
     changing one raises ``ReadOnlyResult``. Misses return a read-only copy too, so code sees
     the same either way.
     """
-    ignore = tuple(ignore)
+    ignore = (ignore,) if isinstance(ignore, str) else tuple(ignore)  # one name, as volatile=
     volatile = volatile_items(volatile)
-    if type(frozen) is not bool:
-        raise ConfigurationError(f"frozen must be True or False, not {frozen!r}")
+    flag(frozen, "frozen")
     secs = ttl_seconds(ttl, "@cache ttl")
 
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:

@@ -1079,6 +1079,15 @@ class KeyBuilder:
         return [".".join(str(s) for s in p) for p in self.paths
                 if isinstance(p[0], str) and p[0] not in sig.parameters]
 
+    def unknown_ignored(self) -> tuple[list[str], list[str]]:
+        """``ignore=`` names no call of the function can carry (a misspelling would keep the
+        argument in the key without a word), and the parameters there are."""
+        sig = self._sig
+        if sig is None or any(p.kind is inspect.Parameter.VAR_KEYWORD
+                              for p in sig.parameters.values()):
+            return [], []
+        return sorted(n for n in self._ignore if n not in sig.parameters), list(sig.parameters)
+
     def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Arguments by parameter name; ignored ones, a method's receiver and arguments
         equal to their default dropped.

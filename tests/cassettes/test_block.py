@@ -160,3 +160,26 @@ def test_a_yaml_cassette_path_is_refused_naming_the_json_one(tmp_path: pathlib.P
                              r"import"):
         dejacache.cassette(tmp_path / name)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["prune", "strict", "shared", "record_on_error"])
+@pytest.mark.parametrize("value", ["no", "false", 0, 1, None])
+def test_a_true_or_false_argument_takes_only_a_bool(tmp_path: pathlib.Path, name: str,
+                                                    value: object) -> None:
+    """``prune="no"`` was true: a replay block deleted the entries it did not use, and
+    ``strict="false"`` turned strict order on. Each flag is checked where it is written."""
+    path = tmp_path / "c.json"
+    with pytest.raises(dejacache.ConfigurationError,
+                       match=rf"cassette .*c\.json: {name} must be True or False"):
+        dejacache.cassette(path, **{name: value})  # type: ignore[arg-type]
+
+
+def test_a_replay_block_with_a_refused_prune_keeps_every_entry(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record"):
+        tool("a")
+        tool("b")
+    before = path.read_bytes()
+    with pytest.raises(dejacache.ConfigurationError):
+        dejacache.cassette(path, mode="replay", prune="no")  # type: ignore[arg-type]
+    assert path.read_bytes() == before

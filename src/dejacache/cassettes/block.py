@@ -27,6 +27,7 @@ from ..config import (
     Duration,
     Effective,
     Unset,
+    flag,
     resolve_mode,
     volatile_items,
 )
@@ -123,15 +124,15 @@ class cassette(Block[Cassette]):
         self.mode = resolve_mode(mode) if mode is not None else None
         self.redactor = Redactor.from_spec(redact, substitute)
         self.key_substitute = key_substitutions(substitute or {})
-        self.prune = prune
-        self.record_on_error = record_on_error
+        self.prune = flag(prune, f"cassette {self.path}: prune")
+        self.record_on_error = flag(record_on_error, f"cassette {self.path}: record_on_error")
         self.record_errors = tuple(record_errors)
         self.cache_key = cache_key
         self.volatile = volatile_items(volatile)
         self._paths = BlockPaths(self.volatile, f"cassette {self.path}")
         self.rerecord_hint = rerecord_hint
-        self.shared = shared
-        self.strict = strict
+        self.shared = flag(shared, f"cassette {self.path}: shared")
+        self.strict = flag(strict, f"cassette {self.path}: strict")
         if match != "request":  # (the default needs no check, nor vcr_match.py)
             from .vcr_match import check_match
 
