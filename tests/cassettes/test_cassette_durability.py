@@ -95,3 +95,25 @@ def test_concurrent_writers_merge_under_the_lock(tmp_path):
     entries = load_document(path.read_bytes(), path)["entries"]
     got = sorted(e["response"] for e in entries)
     assert got == sorted(f"w{n}-{i}" for n in range(4) for i in range(5))
+
+
+def test_a_save_through_a_symlink_writes_the_file_it_names(tmp_path):
+    """A cassette reached by a link (a shared recordings folder) is saved into its target:
+    renamed over, the link had become a private copy and the target never got the calls."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "cas").mkdir()
+
+    @dejacache.cache(name="double")
+    def double(x):
+        return x * 2
+
+    target = tmp_path / "real" / "r.json"
+    with dejacache.cassette(target, mode="record"):
+        [double(i) for i in range(3)]
+    link = tmp_path / "cas" / "link.json"
+    link.symlink_to(os.path.join("..", "real", "r.json"))
+    with dejacache.cassette(link):
+        [double(i) for i in range(5)]
+    assert link.is_symlink()
+    assert len(dejacache.load_cassette(target)) == 5
+    assert not [p for p in tmp_path.rglob("*.tmp")]

@@ -79,6 +79,8 @@ def _write_all(fd: int, data: bytes) -> int:
 
 
 def _atomic_write(path: pathlib.Path, parts: list[Part], source: int) -> None:
+    if path.is_symlink():  # the file it names is replaced: renamed over, the link became a copy
+        path = pathlib.Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
         tmp = path.parent / f".{path.name}.{os.urandom(8).hex()}.tmp"
