@@ -78,6 +78,10 @@ SECRET_NAMES: Final = frozenset({
     "aws_access_key_id", "aws_secret_access_key", "aws_session_token",
     "openai_api_key", "anthropic_api_key", "github_token", "gh_token", "hf_token",
     "slack_token", "npm_token", "credentials", "credential",
+    # GitLab's ``private_token``, Azure's ``subscription_key``, an S3-style ``access_key``,
+    # Vault's ``client_token`` and a JWT login's ``jwt``; OpenStack Keystone answers with its
+    # token in ``X-Subject-Token``.
+    "private_token", "subscription_key", "access_key", "client_token", "jwt", "x_subject_token",
 })
 # ``foo_api_key``, ``db_password``, ``stripe_secret_key``... A bare ``*_token`` is not here:
 # ``eos_token``/``next_page_token`` are data, and masking a response's page token breaks replay.
@@ -101,10 +105,12 @@ AUTH_QUERY: Final = frozenset({"key", "api_key", "apikey", "access_token", "toke
                                "x_amz_security_token", "x_goog_signature", "x_goog_credential"})
 # Secret only as a URL query parameter or a form field (``?code=`` is an OAuth code; a JSON
 # body's ``code`` is code): OAuth's proofs of possession (PKCE's verifier, a device code, a
-# SAML or JWT assertion, RFC 8693's exchanged tokens) travel there.
+# SAML or JWT assertion, RFC 8693's exchanged tokens) travel there, and so does Firebase's
+# ``?auth=`` (masked, not dropped like ``AUTH_QUERY``: ``?auth=false`` elsewhere asks
+# something, and a JSON body's ``auth`` is often an object of settings).
 _QUERY_ONLY: Final = AUTH_QUERY | {"code", "client_secret", "password", "code_verifier",
                                    "device_code", "assertion", "client_assertion",
-                                   "subject_token", "actor_token"}
+                                   "subject_token", "actor_token", "auth"}
 
 _HUMP = r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"
 
@@ -141,7 +147,7 @@ def is_secret_name(name: str, *, response: bool = False) -> bool:
 #: Substrings (lower case) of every name :func:`is_secret_pair` accepts: text holding none of
 #: them holds no credential ``name=value`` (``dejacache scan`` skips its lines).
 NAME_HINTS: Final = ("key", "token", "secret", "pass", "pwd", "pswd", "auth", "cookie",
-                     "bearer", "cred", "sig", "code", "assertion")
+                     "bearer", "cred", "sig", "code", "assertion", "jwt")
 
 
 @functools.lru_cache(maxsize=4096)
