@@ -609,3 +609,38 @@ def test_service_credentials_never_reach_a_cassette(tmp_path: pathlib.Path) -> N
     text = cassette.read_text()
     assert re.findall(r"CANARY-\w+", text) == []
     assert '"s-1"' in text  # a session id in an answer stays data
+
+
+# --------------------------------------------------------------------- [name, value] pairs
+
+
+def test_scrub_request_masks_credential_pairs_as_cassettes_redact_them() -> None:
+    form = {"headers": [["X-Api-Key", "CANARY-P1"], ["Accept", "text/csv"]],
+            "params": [["api_key", "CANARY-P2"]], "opts": [["password", {"n": 7, "on": True}]],
+            "tokens": ["token", "hello"]}
+    canonical = orjson.dumps(form, option=orjson.OPT_SORT_KEYS)
+    stored = orjson.loads(_secrets.scrub_request(canonical))
+    assert stored["headers"] == [["X-Api-Key", _secrets.mask("CANARY-P1")],
+                                 ["Accept", "text/csv"]]
+    assert stored["params"] == [["api_key", _secrets.mask("CANARY-P2")]]
+    assert stored["opts"] == [["password", {"n": _secrets.mask(7), "on": True}]]
+    assert stored["tokens"] == ["token", _secrets.mask("hello")]  # a pair by its shape
+    assert _secrets.scrub_request(orjson.dumps(stored, option=orjson.OPT_SORT_KEYS)) == (
+        orjson.dumps(stored, option=orjson.OPT_SORT_KEYS))  # a mask is not masked again
+    written = Redactor().tree(form)
+    assert written["headers"] == [["X-Api-Key", PLACEHOLDER], ["Accept", "text/csv"]]
+
+
+def test_credential_pairs_never_reach_the_sqlite_store(tmp_path: pathlib.Path) -> None:
+    @dejacache.cache(name="call_api")
+    def call_api(url: str, headers: list[list[str]]) -> dict[str, int]:
+        return {"status": 200}
+
+    store_path = tmp_path / "cache.db"
+    store = dejacache.SQLiteStore(store_path)
+    with dejacache.scope(store=store, mode="auto", cache_key="t"):
+        call_api("https://api.example/v1", [["X-Api-Key", "CANARY-S1"]])
+    store.close()
+    db = b"".join(pathlib.Path(str(store_path) + s).read_bytes()
+                  for s in ("", "-wal") if pathlib.Path(str(store_path) + s).exists())
+    assert b"call_api" in db and b"CANARY-S1" not in db

@@ -44,6 +44,7 @@ __all__ = [
     "Shape",
     "find_secrets",
     "guarded",
+    "is_named_pair",
     "is_secret_name",
     "is_secret_pair",
     "is_secret_query",
@@ -418,8 +419,30 @@ class Scrubber:
         if t is dict:
             return {self.text(k): self.tree(v) for k, v in node.items()}
         if t is list:
+            if is_named_pair(node, is_secret_name):
+                return [self.text(node[0]), _masked_leaves(node[1], self.replace)]
             return [self.tree(v) for v in node]
         return node
+
+
+def is_named_pair(node: list[Any], secret: Callable[[str], bool]) -> bool:
+    """Whether ``node`` is a ``[name, value]`` pair (how HTTP headers and query parameters are
+    often listed: ``[["X-Api-Key", "..."]]``) whose name ``secret`` calls a credential. The one
+    rule of cassettes (``cassettes/redacting.py``) and stores (:func:`scrub_request`)."""
+    return len(node) == 2 and type(node[0]) is str and secret(node[0])
+
+
+def _masked_leaves(v: Any, replace: Callable[[str], str]) -> Any:
+    """``v`` under a credential name, every leaf through ``replace`` (strings) or :func:`mask`
+    (numbers); the shape, None and booleans stay, and so does a keyed mask already there."""
+    t = type(v)
+    if t is dict:
+        return {k: _masked_leaves(x, replace) for k, x in v.items()}
+    if t is list:
+        return [_masked_leaves(x, replace) for x in v]
+    if t is str:
+        return v if _re().mask.fullmatch(v) else replace(v)
+    return v if v is None or t is bool else mask(v)
 
 
 def _keyed(secret: str) -> str:
