@@ -534,3 +534,113 @@ def test_form_and_multipart_text_is_masked_where_stores_and_cassettes_keep_it() 
 def test_a_name_without_capitals_skips_the_hump_split_and_gets_the_same_forms(name: str) -> None:
     split = re.sub(_secrets._HUMP, "_", name.strip())
     assert _secrets.name_forms(name) == {_secrets.normalize(name), _secrets.normalize(split)}
+
+
+# --------------------------------------------------------------------- names added
+
+
+@pytest.mark.parametrize("name", [
+    "private_token", "privateToken", "subscription_key", "subscriptionKey", "access_key",
+    "accessKey", "client_token", "clientToken", "jwt", "JWT", "X-Subject-Token",
+    "x-subject-token",
+])
+def test_service_credential_names_are_credentials_both_ways(name: str) -> None:
+    """GitLab, Azure, S3-style, Vault, JWT logins and OpenStack Keystone name their
+    credentials so; answers carry them too (a Vault login's ``auth.client_token``)."""
+    assert _secrets.is_secret_name(name)
+    assert _secrets.is_secret_name(name, response=True)
+
+
+def test_auth_is_secret_as_a_query_or_form_field_only() -> None:
+    # Firebase's ``?auth=``; a JSON ``auth`` is often an object of settings, kept as data.
+    assert _secrets.is_secret_query("auth") and _secrets.is_secret_pair("auth")
+    assert not _secrets.is_secret_name("auth")
+    settings = {"auth": {"type": "oauth2", "enabled": True}}
+    assert Redactor().tree(settings) == settings
+    assert Redactor().text("https://x.firebaseio.com/a.json?auth=fb-CANARY-1&print=pretty") == (
+        "https://x.firebaseio.com/a.json?auth=<REDACTED>&print=pretty")
+
+
+def test_service_credentials_never_reach_a_cassette(tmp_path: pathlib.Path) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    import httpx
+
+    answer = orjson.dumps({"auth": {"client_token": "CANARY-R1"}, "access_key": "CANARY-R2",
+                           "jwt": "CANARY-R3", "session_id": "s-1"})
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("X-Subject-Token", "CANARY-R4")
+            self.send_header("content-length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        do_POST = do_GET
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+
+    @dejacache.cache(name="connect")
+    def connect(host: str, access_key: str, subscription_key: str) -> str:
+        return host
+
+    cassette = tmp_path / "c.json"
+    try:
+        with dejacache.cassette(cassette, mode="record"):
+            httpx.get(base + "/data.json?auth=CANARY-Q1")
+            httpx.get(base + "/api/v4/projects?private_token=CANARY-Q2")
+            httpx.post(base + "/j", json={"access_key": "CANARY-J1",
+                                          "subscription_key": "CANARY-J2",
+                                          "private_token": "CANARY-J3"})
+            httpx.post(base + "/f", data={"auth": "CANARY-F1"})
+            connect("h", "CANARY-A1", "CANARY-A2")
+    finally:
+        server.shutdown()
+        server.server_close()
+    text = cassette.read_text()
+    assert re.findall(r"CANARY-\w+", text) == []
+    assert '"s-1"' in text  # a session id in an answer stays data
+
+
+# --------------------------------------------------------------------- [name, value] pairs
+
+
+def test_scrub_request_masks_credential_pairs_as_cassettes_redact_them() -> None:
+    form = {"headers": [["X-Api-Key", "CANARY-P1"], ["Accept", "text/csv"]],
+            "params": [["api_key", "CANARY-P2"]], "opts": [["password", {"n": 7, "on": True}]],
+            "tokens": ["token", "hello"]}
+    canonical = orjson.dumps(form, option=orjson.OPT_SORT_KEYS)
+    stored = orjson.loads(_secrets.scrub_request(canonical))
+    assert stored["headers"] == [["X-Api-Key", _secrets.mask("CANARY-P1")],
+                                 ["Accept", "text/csv"]]
+    assert stored["params"] == [["api_key", _secrets.mask("CANARY-P2")]]
+    assert stored["opts"] == [["password", {"n": _secrets.mask(7), "on": True}]]
+    assert stored["tokens"] == ["token", _secrets.mask("hello")]  # a pair by its shape
+    assert _secrets.scrub_request(orjson.dumps(stored, option=orjson.OPT_SORT_KEYS)) == (
+        orjson.dumps(stored, option=orjson.OPT_SORT_KEYS))  # a mask is not masked again
+    written = Redactor().tree(form)
+    assert written["headers"] == [["X-Api-Key", PLACEHOLDER], ["Accept", "text/csv"]]
+
+
+def test_credential_pairs_never_reach_the_sqlite_store(tmp_path: pathlib.Path) -> None:
+    @dejacache.cache(name="call_api")
+    def call_api(url: str, headers: list[list[str]]) -> dict[str, int]:
+        return {"status": 200}
+
+    store_path = tmp_path / "cache.db"
+    store = dejacache.SQLiteStore(store_path)
+    with dejacache.scope(store=store, mode="auto", cache_key="t"):
+        call_api("https://api.example/v1", [["X-Api-Key", "CANARY-S1"]])
+    store.close()
+    db = b"".join(pathlib.Path(str(store_path) + s).read_bytes()
+                  for s in ("", "-wal") if pathlib.Path(str(store_path) + s).exists())
+    assert b"call_api" in db and b"CANARY-S1" not in db

@@ -44,6 +44,7 @@ __all__ = [
     "Shape",
     "find_secrets",
     "guarded",
+    "is_named_pair",
     "is_secret_name",
     "is_secret_pair",
     "is_secret_query",
@@ -78,6 +79,10 @@ SECRET_NAMES: Final = frozenset({
     "aws_access_key_id", "aws_secret_access_key", "aws_session_token",
     "openai_api_key", "anthropic_api_key", "github_token", "gh_token", "hf_token",
     "slack_token", "npm_token", "credentials", "credential",
+    # GitLab's ``private_token``, Azure's ``subscription_key``, an S3-style ``access_key``,
+    # Vault's ``client_token`` and a JWT login's ``jwt``; OpenStack Keystone answers with its
+    # token in ``X-Subject-Token``.
+    "private_token", "subscription_key", "access_key", "client_token", "jwt", "x_subject_token",
 })
 # ``foo_api_key``, ``db_password``, ``stripe_secret_key``... A bare ``*_token`` is not here:
 # ``eos_token``/``next_page_token`` are data, and masking a response's page token breaks replay.
@@ -101,10 +106,12 @@ AUTH_QUERY: Final = frozenset({"key", "api_key", "apikey", "access_token", "toke
                                "x_amz_security_token", "x_goog_signature", "x_goog_credential"})
 # Secret only as a URL query parameter or a form field (``?code=`` is an OAuth code; a JSON
 # body's ``code`` is code): OAuth's proofs of possession (PKCE's verifier, a device code, a
-# SAML or JWT assertion, RFC 8693's exchanged tokens) travel there.
+# SAML or JWT assertion, RFC 8693's exchanged tokens) travel there, and so does Firebase's
+# ``?auth=`` (masked, not dropped like ``AUTH_QUERY``: ``?auth=false`` elsewhere asks
+# something, and a JSON body's ``auth`` is often an object of settings).
 _QUERY_ONLY: Final = AUTH_QUERY | {"code", "client_secret", "password", "code_verifier",
                                    "device_code", "assertion", "client_assertion",
-                                   "subject_token", "actor_token"}
+                                   "subject_token", "actor_token", "auth"}
 
 _HUMP = r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])"
 
@@ -141,7 +148,7 @@ def is_secret_name(name: str, *, response: bool = False) -> bool:
 #: Substrings (lower case) of every name :func:`is_secret_pair` accepts: text holding none of
 #: them holds no credential ``name=value`` (``dejacache scan`` skips its lines).
 NAME_HINTS: Final = ("key", "token", "secret", "pass", "pwd", "pswd", "auth", "cookie",
-                     "bearer", "cred", "sig", "code", "assertion")
+                     "bearer", "cred", "sig", "code", "assertion", "jwt")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -412,8 +419,30 @@ class Scrubber:
         if t is dict:
             return {self.text(k): self.tree(v) for k, v in node.items()}
         if t is list:
+            if is_named_pair(node, is_secret_name):
+                return [self.text(node[0]), _masked_leaves(node[1], self.replace)]
             return [self.tree(v) for v in node]
         return node
+
+
+def is_named_pair(node: list[Any], secret: Callable[[str], bool]) -> bool:
+    """Whether ``node`` is a ``[name, value]`` pair (how HTTP headers and query parameters are
+    often listed: ``[["X-Api-Key", "..."]]``) whose name ``secret`` calls a credential. The one
+    rule of cassettes (``cassettes/redacting.py``) and stores (:func:`scrub_request`)."""
+    return len(node) == 2 and type(node[0]) is str and secret(node[0])
+
+
+def _masked_leaves(v: Any, replace: Callable[[str], str]) -> Any:
+    """``v`` under a credential name, every leaf through ``replace`` (strings) or :func:`mask`
+    (numbers); the shape, None and booleans stay, and so does a keyed mask already there."""
+    t = type(v)
+    if t is dict:
+        return {k: _masked_leaves(x, replace) for k, x in v.items()}
+    if t is list:
+        return [_masked_leaves(x, replace) for x in v]
+    if t is str:
+        return v if _re().mask.fullmatch(v) else replace(v)
+    return v if v is None or t is bool else mask(v)
 
 
 def _keyed(secret: str) -> str:

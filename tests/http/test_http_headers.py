@@ -49,6 +49,13 @@ def tool() -> Iterator[ToolAPI]:
     ("PRIVATE-TOKEN", "glpat-x", "identity"),
     ("Ocp-Apim-Subscription-Key", "k", "identity"),
     ("X-Custom", "sk-proj-" + "a" * 40, "identity"),  # a secret-shaped value
+    # credential words told apart only by their capitals, and Authentication
+    ("X-AuthToken", "t", "identity"),
+    ("X-AccessKey", "k", "identity"),
+    ("X-ClientSecret", "s", "identity"),
+    ("X-SessionId", "s", "identity"),
+    ("Authentication", "Basic dTpw", "identity"),
+    ("X-Authentication", "t", "identity"),
     # transport and telemetry: left out
     ("User-Agent", "OpenAI/Python 2.1", "out"),
     ("X-Stainless-Retry-Count", "1", "out"),
@@ -92,6 +99,22 @@ def test_the_user_moves_a_header_either_way() -> None:
 def test_repeated_headers_are_joined_in_order_and_names_are_case_blind() -> None:
     got = classify([("Accept", "text/csv"), ("ACCEPT", "application/json")], provider=False)
     assert got.plain == {"accept": "text/csv, application/json"}
+
+
+def test_credential_words_are_read_from_the_clients_spelling() -> None:
+    # Lower-cased, ``x-authtoken`` is one unknown word; the key still names it in lower case,
+    # and one spelling that says "credential" makes the joined header identity.
+    got = classify([("x-authtoken", "a"), ("X-AuthToken", "b")], provider=False)
+    assert got == ({}, (("x-authtoken", "a, b"),))
+    assert classify([("X-Keyword", "k")], provider=False).plain == {"x-keyword": "k"}
+
+
+def test_a_camel_case_credential_header_never_reaches_the_cassette(
+        tool: ToolAPI, tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record"):
+        _me(tool.url, **{"X-AuthToken": "camel-secret-1234", "Authentication": "camel-secret-5678"})
+    assert b"camel-secret" not in path.read_bytes()
 
 
 def test_the_documented_transport_list_is_the_one_applied() -> None:

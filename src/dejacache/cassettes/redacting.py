@@ -79,11 +79,8 @@ class Writing:
                     out[k] = self._walk(v, _secrets.normalize(k) in _QUERY_HOLDERS, response)
             return out
         if t is list:
-            # [name, value] pairs: how HTTP headers and query params are often listed.
-            if len(node) == 2 and type(node[0]) is str and (
-                r.secret(node[0], response=response)
-                or (in_query and r.secret_query(node[0]))
-            ):
+            if _secrets.is_named_pair(node, lambda name: r.secret(name, response=response)
+                                      or (in_query and r.secret_query(name))):
                 return [node[0], _placeholder(node[1])]
             return [self._walk(v, in_query, response) for v in node]
         return node

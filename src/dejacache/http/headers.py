@@ -23,7 +23,9 @@ A request header is, in this order:
    for what the header's absence asks for (``Accept: */*``) is left out, so the same call
    keys alike from clients that send it and clients that do not.
 
-Names are compared lower-cased; repeated headers are joined with ``", "`` in order.
+Names are compared lower-cased, except that credential words are read from the client's own
+spelling too (``X-AuthToken`` is ``auth`` + ``token``, ``x-authtoken`` one unknown word);
+repeated headers are joined with ``", "`` in order.
 """
 
 from __future__ import annotations
@@ -60,11 +62,12 @@ TRANSPORT: Final = frozenset({
 TRANSPORT_PREFIXES: Final = ("x-stainless-", "x-fern-", "x-b3-", "x-datadog-", "x-forwarded-",
                              "sec-fetch-", "sec-ch-", "x-amz-sdk-", "x-ms-client-")
 
-# Words that make a header name a credential (``x-rapidapi-key``, ``private-token``): header
-# names describe their value, so a name made of these words carries who is asking.
+# Words that make a header name a credential (``x-rapidapi-key``, ``private-token``,
+# ``X-AuthToken``): header names describe their value, so a name made of these words carries
+# who is asking.
 _CREDENTIAL_WORDS: Final = frozenset({
-    "auth", "authorization", "token", "key", "apikey", "secret", "password", "passwd",
-    "credential", "credentials", "cookie", "session", "signature", "sig", "bearer",
+    "auth", "authorization", "authentication", "token", "key", "apikey", "secret", "password",
+    "passwd", "credential", "credentials", "cookie", "session", "signature", "sig", "bearer",
 })
 
 
@@ -83,17 +86,27 @@ class KeyedHeaders(NamedTuple):
 
 
 @functools.lru_cache(maxsize=1024)
-def _kind(name: str) -> str:
-    """``"transport"``, ``"identity"`` or ``"plain"`` for a lower-cased header name, before
-    the user's rules and the value's shape are looked at."""
+def _kind(raw: str) -> str:
+    """``"transport"``, ``"identity"`` or ``"plain"`` for a header name as the client spelled
+    it, before the user's rules and the value's shape are looked at. The spelling matters:
+    ``X-AuthToken`` says ``auth`` and ``token`` in its capitals, which ``x-authtoken`` no
+    longer does."""
+    name = raw.lower()
     if name in TRANSPORT or name.startswith(TRANSPORT_PREFIXES):
         return "transport"
-    if is_secret_name(name) or not name_forms(name).isdisjoint(SENSITIVE_HEADERS):
+    forms = name_forms(raw)
+    if is_secret_name(raw) or not forms.isdisjoint(SENSITIVE_HEADERS):
         return "identity"
-    words = set(name.replace("_", "-").split("-"))
-    if not words.isdisjoint(_CREDENTIAL_WORDS):
+    if any(not _CREDENTIAL_WORDS.isdisjoint(f.split("_")) for f in forms):
         return "identity"
     return "plain"
+
+
+def _joined_kind(spellings: set[str]) -> str:
+    """The kind of one lower-cased name sent under several spellings: identity if any spelling
+    says so (a name is transport or not by its lower case alone, so that never differs)."""
+    kinds = {_kind(raw) for raw in spellings}
+    return "identity" if "identity" in kinds else kinds.pop()
 
 
 @functools.lru_cache(maxsize=64)
@@ -122,9 +135,11 @@ def classify(
 def _classify(headers: tuple[tuple[str, str], ...], provider: bool, volatile: frozenset[str],
               keep: frozenset[str]) -> KeyedHeaders:
     joined: dict[str, list[str]] = {}
+    spellings: dict[str, set[str]] = {}
     for raw, value in headers:
         name = raw.lower()
         joined.setdefault(name, []).append(value)
+        spellings.setdefault(name, set()).add(raw)
     plain: dict[str, str] = {}
     identity: list[tuple[str, str]] = []
     for name in sorted(joined):
@@ -133,7 +148,7 @@ def _classify(headers: tuple[tuple[str, str], ...], provider: bool, volatile: fr
             value = value.partition(";")[0].strip().lower()
         if name in volatile or _AS_ABSENT.get(name) == value:
             continue
-        kind = _kind(name)
+        kind = _joined_kind(spellings[name])
         if kind == "transport" and name not in keep:
             continue
         if kind == "plain" and may_be_secret(value) and next(find_secrets(value), None):

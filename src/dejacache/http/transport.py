@@ -160,6 +160,22 @@ class _Call:
         return self.key, self.canonical
 
 
+def _spelled(raw: list[tuple[bytes, bytes]], items: list[tuple[str, str]]
+             ) -> list[tuple[str, str]]:
+    """``items`` (``multi_items()``: lower-cased names) with each name as the client wrote it
+    (``headers.raw``, same order): ``X-AuthToken`` is a credential by its capitals, which
+    ``x-authtoken`` has lost. Keys lower-case names again, so only that decision changes; a
+    name that does not lower-case to its item (not ASCII) stays as ``multi_items`` gave it.
+    ~1 us for an SDK's 17 headers."""
+    if len(raw) != len(items):
+        return items
+    out = []
+    for (name, _), (low, value) in zip(raw, items, strict=True):
+        spelled = name.decode("latin-1")
+        out.append((spelled if spelled.lower() == low else low, value))
+    return out
+
+
 def _folded(items: list[tuple[str, str]]) -> dict[str, str]:
     """A request's headers by lower-cased name, repeats joined with ``", "`` (as the
     libraries' ``Headers.get`` joins them): asked several times per request, where each of
@@ -181,6 +197,9 @@ def _prepare(lib: Lib, eff: Effective, request: Any, body: bytes, opts: Options,
     path = url.path
     if items is None:
         items = request.headers.multi_items()
+        spelled = _spelled(request.headers.raw, items)
+    else:
+        spelled = items
     headers = _folded(items)
     provider = detect(host, path, headers)
     name = provider.endpoint(host, path)
@@ -189,7 +208,7 @@ def _prepare(lib: Lib, eff: Effective, request: Any, body: bytes, opts: Options,
     # (no query, no parse: ``params`` parses the query anew on every call)
     args = (request.method, path, url.params.multi_items() if url.query else [], body,
             headers.get("content-type", ""), provider, aliases, extra, eff.key_substitute)
-    k = keyed(eff, name, args, items if opts.headers else None)
+    k = keyed(eff, name, args, spelled if opts.headers else None)
     calling(k.key, eff.namespace or "", name, k.canonical)  # for cassettes' match="vcr"
     sending(k.key, headers.get("user-agent", ""))  # the SDK a new recording names
     realtime = opts.realtime or eff.realtime
