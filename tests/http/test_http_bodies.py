@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from dejacache.http.exchange import canonical_request
 from dejacache.http.providers import detect
+from dejacache.keys import canonical_json
 from provider_support import DropListener
 
 HTTP = detect("api.example.com", "/token", {})
@@ -40,6 +41,36 @@ def _multipart(boundary: str, *parts: tuple[str, bytes]) -> tuple[bytes, str]:
     body = b"".join(b"--" + boundary.encode() + b"\r\n" + head.encode() + b"\r\n\r\n" + content
                     + b"\r\n" for head, content in parts) + b"--" + boundary.encode() + b"--\r\n"
     return body, f"multipart/form-data; boundary={boundary}"
+
+
+# ---------------------------------------------------------------- JSON
+
+
+@pytest.mark.parametrize("a, b", [
+    (10**20, 10**20 + 1),
+    (2**64, 2**64 + 1),
+    (-(2**63) - 1, -(2**63) - 2),
+], ids=["1e20", "2**64", "-2**63-1"])
+def test_integers_beyond_64_bits_keep_their_exact_value(a: int, b: int) -> None:
+    JSON = "application/json"
+    ka = canon(orjson.dumps({"amount_wei": 0}).replace(b"0", str(a).encode()), JSON)
+    kb = canon(orjson.dumps({"amount_wei": 0}).replace(b"0", str(b).encode()), JSON)
+    assert ka != kb
+    # tagged as ``@cache`` keys a big integer argument
+    assert orjson.dumps(ka["body"]) == canonical_json({"amount_wei": a})
+
+
+def test_integers_past_a_double_are_keyed_apart_as_text() -> None:
+    # orjson refuses them: the body is keyed as its text, exact all the same
+    a, b = b'{"n": 1' + b"0" * 400 + b"}", b'{"n": 1' + b"0" * 399 + b"1}"
+    assert canon(a, "application/json") != canon(b, "application/json")
+
+
+def test_integers_within_64_bits_and_long_digit_strings_key_as_before() -> None:
+    JSON = "application/json"
+    for body in (b'{"n": 18446744073709551615, "m": -9223372036854775808}',
+                 b'{"id": "12345678901234567890123", "x": 1.5}'):
+        assert canon(body, JSON)["body"] == orjson.loads(body)
 
 
 # ---------------------------------------------------------------- forms

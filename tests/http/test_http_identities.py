@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 import dejacache
 from dejacache.cassettes import store as cassette_store
 from dejacache.errors import ReplayMiss
-from dejacache.http import keying
+from dejacache.http import Transport, keying
 from dejacache.http.headers import classify
 from dejacache.http.identities import IdentityTable, items_of, spell
 
@@ -367,3 +367,48 @@ def test_a_miss_in_who_asks_says_so(tool: ToolAPI, tmp_path: pathlib.Path) -> No
     with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss) as miss:
         _me(tool.url, "mallory")
     assert "differ only in who is asking" in str(miss.value)
+
+
+# ------------------------------------------------------------------ credentials in the query
+
+def _query_me(path: pathlib.Path, mode: str, name: str, whos: list[str],
+              seen: list[str]) -> list[Any]:
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.params.get(name, ""))
+        who = request.url.params.get(name, "").partition("-")[0]
+        return httpx.Response(200, json={"user": who, "n": len(seen)})
+
+    with dejacache.cassette(path, mode=mode), \
+            httpx.Client(transport=Transport(httpx.MockTransport(handler))) as c:
+        return [c.get("http://127.0.0.1:9/me", params={name: f"{who}-secret-0123"}).json()
+                for who in whos]
+
+
+@pytest.mark.parametrize("name", ["access_token", "key", "api_key", "token", "sig"])
+def test_a_query_credential_keeps_callers_apart(tmp_path: pathlib.Path, name: str) -> None:
+    path, seen = tmp_path / "c.json", []
+    alice, bob = _query_me(path, "record", name, ["alice", "bob"], seen)
+    assert alice["user"] == "alice" and bob["user"] == "bob"
+    text = path.read_text()
+    assert "alice-secret" not in text and "bob-secret" not in text
+    items = {i for e in orjson.loads(text)["entries"] for i in e["request"]["identity"]}
+    assert len(items) == 2 and all(i.startswith(f"query:{name}@http.127.0.0.1#") for i in items)
+    assert _query_me(path, "replay", name, ["bob", "alice"], []) == [bob, alice]
+    assert len(seen) == 2  # replays never went live
+
+
+def test_a_query_credential_from_another_machine_still_hits_one_to_one(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "c.json"
+    live = _query_me(path, "record", "access_token", ["alice"], [])
+    _other_machine(monkeypatch)
+    assert _query_me(path, "replay", "access_token", ["ci"], []) == live
+
+
+def test_query_credentials_are_identity_items_by_name() -> None:
+    from dejacache.http.exchange import query_identity
+
+    assert query_identity([("q", "x"), ("Token", "a"), ("apiKey", "b"), ("Token", "c,d")]) == (
+        ("query:Token", "a,c\\,d"), ("query:apiKey", "b"))
+    assert query_identity([("token", "a,b")]) != query_identity([("token", "a"), ("token", "b")])
+    assert query_identity([("q", "x"), ("code", "c0de")]) == ()  # ``code``: masked, keyed

@@ -470,3 +470,26 @@ def test_a_replayed_whole_answer_comes_as_data_to_a_driver_that_asks(
         observers.unwatch(token, seen.append)
     assert not isinstance(watched, Replayed) and watched.status_code == 200
     assert seen and all(ex.local for ex in seen)
+
+
+@pytest.mark.parametrize("lib", [httpx, httpx2], ids=["httpx", "httpx2"])
+def test_an_escaped_slash_in_the_path_is_another_resource(lib: Any) -> None:
+    # GitLab names a project ``group%2Frepo``: one segment, not the path ``group/repo``
+    seen: list[str] = []
+
+    def handler(request: Any) -> Any:
+        seen.append(request.url.raw_path.decode())
+        return lib.Response(200, json={"path": request.url.raw_path.decode()})
+
+    def get(path: str) -> Any:
+        with lib.Client(transport=Transport(lib.MockTransport(handler))) as c:
+            return c.get("http://127.0.0.1:9" + path).json()
+
+    store = dejacache.MemoryStore()
+    with dejacache.scope(mode="record", store=store):
+        get("/api/v4/projects/group%2Frepo")
+    with dejacache.scope(mode="replay", store=store):
+        assert get("/api/v4/projects/group%2Frepo") == {"path": "/api/v4/projects/group%2Frepo"}
+        with pytest.raises(dejacache.ReplayMiss):
+            get("/api/v4/projects/group/repo")
+    assert seen == ["/api/v4/projects/group%2Frepo"]

@@ -18,8 +18,10 @@ from hypothesis import strategies as st
 
 from dejacache.http import _plain
 from dejacache.http._libs import plain, restating
+from dejacache.http.transport import _keyed_path
 
 LIBS = [pytest.importorskip(name) for name in ("httpx", "httpx2")]
+_DELIMITER_ESCAPES = (b"%2F", b"%3F", b"%23", b"%25")
 
 _SEGMENT = st.text(alphabet="abcXYZ019-._~%2F41 +é/", max_size=8).map(
     lambda s: s.replace("%", "%2" if s.endswith("%") else "%"))
@@ -57,6 +59,37 @@ def test_a_request_reads_as_httpx_and_httpx2_read_it(scheme: str, host: str, por
         except Exception:  # a URL that library refuses: nothing to compare
             continue
         assert ours == theirs, lib.__name__
+
+
+@given(path=_PATH, query=_QUERY)
+def test_the_keyed_path_reads_alike_in_every_model(path: str, query: str) -> None:
+    url = "http://h" + path + (f"?{query}" if query else "")
+    ours = _plain.URL(url)
+    keyed = _keyed_path(ours, ours.path)
+    if not any(e in ours.raw_path.split(b"?")[0].upper() for e in _DELIMITER_ESCAPES):
+        assert keyed == ours.path  # a path without an escaped delimiter keys as ever
+    for lib in LIBS:
+        try:
+            theirs = lib.URL(url)
+        except Exception:  # a URL that library refuses: nothing to compare
+            continue
+        assert _keyed_path(theirs, theirs.path) == keyed, lib.__name__
+
+
+@pytest.mark.parametrize("a, b", [
+    ("/api/v4/projects/group%2Frepo", "/api/v4/projects/group/repo"),
+    ("/files/a%3Fb", "/files/a?b"),
+    ("/files/a%23b", "/files/a#b"),
+    ("/files/100%25zz", "/files/100%zz"),
+    ("/files/a%252F", "/files/a%2F"),
+])
+def test_an_escaped_delimiter_keys_apart_from_what_it_decodes_to(a: str, b: str) -> None:
+    for model in (_plain, *LIBS):
+        ua, ub = model.URL("http://h" + a), model.URL("http://h" + b)
+        assert _keyed_path(ua, ua.path) != _keyed_path(ub, ub.path), model.__name__
+    lower = _plain.URL("http://h" + a.replace("%2F", "%2f"))
+    assert _keyed_path(lower, lower.path) == _keyed_path(_plain.URL("http://h" + a),
+                                                         _plain.URL("http://h" + a).path)
 
 
 def test_headers_httpx_adds_are_added_alike() -> None:

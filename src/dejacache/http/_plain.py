@@ -26,7 +26,7 @@ import importlib
 import zlib
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 __all__ = [
     "AsyncByteStream", "ByteStream", "CloseError", "ConnectError", "ConnectTimeout",
@@ -193,7 +193,7 @@ class URL:
         raw = _remove_dot_segments(parts.path) if (self.scheme or parts.netloc) else parts.path
         self.path = unquote(raw or "/")
         self.query = parts.query.encode("ascii", "backslashreplace")
-        self.raw_path = (raw or "/").encode("ascii", "backslashreplace") + (
+        self.raw_path = _escaped(raw or "/") + (
             b"?" + self.query if parts.query else b"")
         self.params = _Params(parts.query)
         self._text = text
@@ -208,6 +208,15 @@ class URL:
 
     def __repr__(self) -> str:
         return f"URL({self._text!r})"
+
+
+def _escaped(path: str) -> bytes:
+    """``path`` as httpx's ``raw_path`` has it: non-ASCII percent-encoded as UTF-8 (the key
+    decodes the raw path around escaped delimiters, and must read what httpx reads)."""
+    if path.isascii():
+        return path.encode("ascii")
+    return "".join(c if c.isascii() else quote(c, errors="surrogatepass")
+                   for c in path).encode("ascii")
 
 
 def _text(value: str | bytes) -> str:

@@ -50,6 +50,14 @@ _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 # One ``; name=value`` parameter of a header (a quoted value may hold ``;`` and ``\"``).
 _PARAM = re.compile(r'\s*;\s*([^\s=;"]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;"]*))\s*')
 _UNESCAPE = re.compile(r"\\(.)")
+# orjson parses an integer outside [-2**63, 2**64) into a float, so 10**20 and 10**20 + 1
+# would share a key; the shortest such integer (-9223372036854775809) has 19 digits. A body
+# with a run that long is parsed again by the stdlib, which keeps every integer exact (and
+# ``keys`` tags it as ``@cache`` does); a long digit run inside a string only costs that parse.
+# The run is found by mapping every digit to ``0`` and searching: ~0.3 us for a 135-byte chat
+# request, ~10 us for 5 KB (half an orjson.loads), where ``re`` ``[0-9]{19}`` took 10-20x that.
+_DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
+_LONG_RUN = b"0" * 19
 
 
 def body_for_key(body: bytes, content_type: str, aliases: AliasTable | None, *,
@@ -64,6 +72,8 @@ def body_for_key(body: bytes, content_type: str, aliases: AliasTable | None, *,
         except orjson.JSONDecodeError:
             pass
         else:
+            if _LONG_RUN in body.translate(_DIGITS_AS_ZERO):
+                data = _exact_json(body)
             if aliases is None:
                 return data
             return aliases.learn_sent(body, aliases.apply_json(body, data))
@@ -77,6 +87,13 @@ def body_for_key(body: bytes, content_type: str, aliases: AliasTable | None, *,
         if parsed is not None:
             return parsed
     return _text(body, content_type)
+
+
+def _exact_json(body: bytes) -> Any:
+    """``body`` (JSON that orjson accepted, so the stdlib does too) with big integers exact."""
+    import json  # only for bodies with long digit runs
+
+    return json.loads(body)
 
 
 def parsed_since_legacy(content_type: str) -> bool:

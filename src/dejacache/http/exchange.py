@@ -57,6 +57,7 @@ __all__ = [
     "canonical_request",
     "comparable",
     "error_value",
+    "query_identity",
     "replay_headers",
     "response_value",
     "storable",
@@ -89,9 +90,12 @@ _PARTS_FROM = 16 * 1024
 # header hidden in a file is hidden in every store too.
 _HIDE = Redactor()
 
-# Query parameters that authenticate (Azure/Gemini keys, signed URLs): not part of the key,
-# like the Authorization header, so a recording replays under another API key. Other
-# credential parameters (``?code=``, ``?password=``) change the answer: they are masked.
+# Query parameters that authenticate (Azure/Gemini keys, signed URLs): never in the key as
+# they are. Like the Authorization header, they are who is asking: on a provider's endpoint
+# a role (left out, so a recording replays under another API key), elsewhere an identity
+# (``query_identity``: one digest per value, so alice's ``?access_token=`` and bob's key
+# apart). Other credential parameters (``?code=``, ``?password=``) change the answer: they
+# are masked.
 SECRET_QUERY = AUTH_QUERY
 
 
@@ -119,13 +123,33 @@ def _body_for_key(body: bytes, content_type: str, aliases: AliasTable | None, *,
     return body_for_key(body, content_type, aliases, legacy=legacy)
 
 
+def _auth_query(name: str) -> bool:
+    return not AUTH_QUERY.isdisjoint(name_forms(name))
+
+
+def query_identity(query: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """The authenticating parameters of a query as identity pairs (``query:NAME``, name
+    percent-encoded so an item's spelling stays one token), a repeated name's values joined
+    in order with ``,`` (escaped in the values, so two spellings never join alike)."""
+    found: dict[str, list[str]] = {}
+    for k, v in query:
+        if _auth_query(k):
+            found.setdefault(k, []).append(v.replace("\\", "\\\\").replace(",", "\\,"))
+    if not found:
+        return ()
+    from urllib.parse import quote  # only for a query that carries a credential
+
+    return tuple(sorted((f"query:{quote(k, safe='')}", ",".join(vs))
+                        for k, vs in found.items()))
+
+
 def _head(method: str, path: str, query: Iterable[tuple[str, str]],
           aliases: AliasTable | None, alias_path: bool) -> dict[str, Any]:
     """The method, path and query of a canonical request."""
     q: dict[str, Any] = {}
     for k, v in query:
-        if not AUTH_QUERY.isdisjoint(name_forms(k)):
-            continue
+        if _auth_query(k):
+            continue  # who is asking: in the identity (``query_identity``), or a role
         if is_secret_query(k) and not is_secret_name(k):  # ``?code=``: secret only here
             v = mask(v)
         if k in q:

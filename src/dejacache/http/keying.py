@@ -24,7 +24,13 @@ from typing import Any, NamedTuple
 
 from .._core.cache_fields import may_hold
 from ..config import Effective
-from .exchange import canonical_request, legacy_request, request_key, volatile_for
+from .exchange import (
+    canonical_request,
+    legacy_request,
+    query_identity,
+    request_key,
+    volatile_for,
+)
 from .headers import classify
 from .identities import IdentityTable, Item, identities_for, items_of, scope_of, spell
 
@@ -73,7 +79,7 @@ def keyed(eff: Effective, name: str, args: tuple[Any, ...],
     provider, aliases, extra = args[5], args[6], args[7]
     names, _, _, keep = volatile_for(provider.name, extra, provider.volatile)
     kh = classify(headers, provider=provider.name != "http", volatile=names, keep=keep)
-    ident = _identity(eff, provider.name, name, kh.identity)
+    ident = _identity(eff, provider.name, name, _who(provider.name, kh.identity, args[2]))
     canonical, stream = canonical_request(*args, headers=kh.plain, identity=ident.keyed)
     key = _key(eff, name, args, canonical, kh.plain, ident.keyed)
     if ident.pending:
@@ -98,6 +104,16 @@ def _key(eff: Effective, name: str, args: tuple[Any, ...], canonical: bytes,
                                  cache_fields=fields)[0]
         return request_key(eff.namespace or "", name, bare)
     return request_key(eff.namespace or "", name, canonical)
+
+
+def _who(provider: str, headers: tuple[tuple[str, str], ...],
+         query: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+    """The identity pairs of a request: its identity headers, and its query's credentials
+    unless it goes to a provider's endpoint (where the API key is a role, as in a header)."""
+    if provider != "http":
+        return headers
+    found = query_identity(query)
+    return (*headers, *found) if found else headers
 
 
 def _identity(eff: Effective, provider: str, name: str,

@@ -187,6 +187,29 @@ def _folded(items: list[tuple[str, str]]) -> dict[str, str]:
     return out
 
 
+# Escapes of a path's delimiters (``/``, ``?``, ``#``) and of ``%`` itself. ``url.path``
+# decodes them as httpx does, so ``/projects/group%2Frepo`` (one segment: GitLab's project
+# id) and ``/projects/group/repo`` (two resources apart) would share a key, as would ``%25zz``
+# and ``%zz``. The keyed path keeps them escaped; a path without one is keyed as ever.
+_DELIMITER_ESCAPE = re.compile(r"(%(?:2[Ff]|3[Ff]|23|25))")
+
+
+def _keyed_path(url: Any, path: str) -> str:
+    """The path as the key holds it: ``path`` (``url.path``, decoded) unless the raw path
+    escapes a delimiter, then decoded around those escapes, each kept upper-cased."""
+    from urllib.parse import unquote
+
+    raw = url.raw_path
+    if b"%" not in raw:
+        return path
+    text = raw.split(b"?", 1)[0].decode("latin-1")
+    pieces = _DELIMITER_ESCAPE.split(text)
+    if len(pieces) == 1:
+        return path
+    # split() with a group alternates text and escape: even indexes are text
+    return "".join(p.upper() if i % 2 else unquote(p) for i, p in enumerate(pieces))
+
+
 def _prepare(lib: Lib, eff: Effective, request: Any, body: bytes, opts: Options,
              items: list[tuple[str, str]] | None = None) -> _Call:
     """The call ``request`` makes. ``items``: its headers as ``multi_items()`` gives them,
@@ -206,7 +229,8 @@ def _prepare(lib: Lib, eff: Effective, request: Any, body: bytes, opts: Options,
     aliases = table_for(eff)
     extra = (*eff.volatile, *opts.volatile) if opts.volatile else eff.volatile
     # (no query, no parse: ``params`` parses the query anew on every call)
-    args = (request.method, path, url.params.multi_items() if url.query else [], body,
+    args = (request.method, _keyed_path(url, path),
+            url.params.multi_items() if url.query else [], body,
             headers.get("content-type", ""), provider, aliases, extra, eff.key_substitute)
     k = keyed(eff, name, args, spelled if opts.headers else None)
     calling(k.key, eff.namespace or "", name, k.canonical)  # for cassettes' match="vcr"
