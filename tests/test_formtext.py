@@ -35,16 +35,38 @@ def test_whole_form_strings_have_their_credential_values_masked(text: str, want:
 
 
 @pytest.mark.parametrize("text", [
-    "set password=hunter2 in the config",  # prose: not a form (a space)
+    "set password=hunter2 in the config",  # prose: a pair after a space starts no form
     "aGVsbG8gd29ybGQ=",  # base64 padding
-    "a=1&&password=x",  # an empty part
     "a=1&password",  # a part without a value
-    "=x&password=y",  # a part without a name
     '{"password":"x"}',
-    "x" * 300 + "=1&password=p",  # a first "name" this long is data (a data URL), not a form
+    "f(x, password=pw())",  # code: not a pair
+    "the password is secret & so = is the key",
+    "a=1&name=ann&scope=read write",  # an irregular form holding no credential
 ])
-def test_text_that_is_not_a_whole_form_is_left_as_it_is(text: str) -> None:
+def test_text_without_a_credential_pair_is_left_as_it_is(text: str) -> None:
     assert _formtext.mask_form(text, _star, _secret) == text
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("grant_type=password&username=ann&password=pw-1&scope=read write",  # a raw space
+     "grant_type=password&username=ann&password=*&scope=read write"),
+    ("a=1&&password=x", "a=1&&password=*"),  # an empty part
+    ("a&client_secret=x", "a&client_secret=*"),  # a part without ``=``
+    ("=x&password=y", "=x&password=*"),  # a part without a name
+    ('state="s"&code=c0de', 'state="s"&code=*'),  # a quote
+    ("a=1\npassword=pw-1\nb=2", "a=1\npassword=*\nb=2"),  # a line each (an .env file)
+    ("user=ann&password=p@ss!w0rd&scope=a b", "user=ann&password=*&scope=a b"),
+    ("see https://x/cb?x=1&code=c0de and more", "see https://x/cb?x=1&code=* and more"),
+    ("body: client_secret=cs-1&grant_type=x y", "body: client_secret=*&grant_type=x y"),
+    ("x" * 300 + "=1&password=p", "x" * 300 + "=1&password=*"),  # data, but a pair after it
+    ("a=1&password=<REDACTED>&b=c d", "a=1&password=<REDACTED>&b=c d"),  # masked already
+])
+def test_irregular_forms_have_the_pairs_scan_finds_masked(text: str, want: str) -> None:
+    """Text that is not a whole form still has each credential pair that ``scan`` reports
+    masked, its value only, in place."""
+    assert _formtext.mask_form(text, _star, _secret) == want
+    masked = _formtext.mask_form(text, lambda v: _secrets.PLACEHOLDER, _secret)
+    assert list(_formtext.pair_fields(masked, _secrets.is_secret_pair)) == []
 
 
 def test_multipart_text_has_credential_parts_masked_whole() -> None:

@@ -73,11 +73,15 @@ def form_spans(s: str) -> list[tuple[int, int, int]] | None:
 
 
 def mask_form(s: str, replace: Callable[[str], str], secret: Callable[[str], bool]) -> str:
-    """``s`` with each credential value of a whole form-encoded string passed through
-    ``replace`` (``secret`` is asked about each raw name)."""
+    """``s`` with each credential value passed through ``replace`` (``secret`` is asked about
+    each raw name): every pair of a whole form-encoded string, else each pair that ``scan``
+    would report (a form with a space, an empty part or a quote in it, a line of text)."""
     spans = form_spans(s)
     if spans is None:
-        return s
+        # Not a whole form, but a client may still have sent it as one (``scope=read write``
+        # unencoded): the scanner's pair rule finds what it would flag, so a file that
+        # ``scan`` passes is one masking wrote.
+        spans = list(_pair_spans(s, secret))
     out: list[str] = []
     pos = 0
     for start, eq, end in spans:
@@ -160,7 +164,7 @@ def _delimiter(s: str, at: int) -> str | None:
 # 3.5x the whole scan of a 1.8 MB cassette of URLs): the name backwards, over a reversed
 # window, the value forwards.
 _NAME_REVERSED = r"[A-Za-z0-9_.\-%\[\]]{1,64}"
-_PAIR_VALUE = r"[A-Za-z0-9_\-.~%+/=]+"
+_PAIR_VALUE = r"[A-Za-z0-9_\-.~%+/=!*@$,:]+"
 _NAME_MAX = 64
 _BEFORE = frozenset("?&\"'") | frozenset(" \t\r\n\x0b\x0c")  # where a name may start
 _AFTER = frozenset("&\"'#\\") | frozenset(" \t\r\n\x0b\x0c")  # where a value may end
@@ -176,13 +180,8 @@ def pair_fields(line: str, secret: Callable[[str], bool],
     (most ``=`` in a cassette are in URLs and text: reading each cost 3x the whole scan)."""
     if hints and not hinted(line, hints):
         return
-    name_rx, value_rx = _rx(_NAME_REVERSED), _rx(_PAIR_VALUE)
-    eq = line.find("=")
-    while eq >= 0:
-        name, value, end = _pair_at(line, eq, name_rx, value_rx)
-        if name and secret(name):
-            yield name, value
-        eq = line.find("=", end)
+    for start, eq, end in _pair_spans(line, secret):
+        yield line[start:eq], line[eq + 1:end]
 
 
 def hinted(text: str, hints: tuple[str, ...]) -> bool:
@@ -191,15 +190,28 @@ def hinted(text: str, hints: tuple[str, ...]) -> bool:
     return any(h in low for h in hints)
 
 
+def _pair_spans(text: str, secret: Callable[[str], bool]) -> Iterator[tuple[int, int, int]]:
+    """``(start, eq, end)`` of each credential ``name=value`` in ``text`` (see ``_pair_at``):
+    the one rule both ``scan`` and masking read pairs by."""
+    name_rx, value_rx = _rx(_NAME_REVERSED), _rx(_PAIR_VALUE)
+    eq = text.find("=")
+    while eq >= 0:
+        start, end = _pair_at(text, eq, name_rx, value_rx)
+        if start >= 0 and secret(text[start:eq]):
+            yield start, eq, end
+        eq = text.find("=", end)
+
+
 def _pair_at(line: str, eq: int, name_rx: re.Pattern[str], value_rx: re.Pattern[str]
-             ) -> tuple[str, str, int]:
-    """The pair whose ``=`` is at ``eq`` (an empty name when the text there is not one: see
-    ``_BEFORE``, ``_AFTER``) and where to look for the next ``=``: past the value, whose own
-    ``=`` would end it at the same place (each character is read a bounded number of times)."""
+             ) -> tuple[int, int]:
+    """Where the pair whose ``=`` is at ``eq`` starts (-1 when the text there is not one: see
+    ``_BEFORE``, ``_AFTER``) and where its value ends, which is where to look for the next
+    ``=``: a ``=`` inside the value would end it at the same place (each character is read a
+    bounded number of times)."""
     window = line[max(0, eq - _NAME_MAX - 1):eq][::-1]
     n = name_rx.match(window)
     if n is None:
-        return "", "", eq + 1
+        return -1, eq + 1
     start = eq - n.end()
     if start and line[start - 1] == "\\" and line[start] in "nrt":
         start += 1  # ``\npassword=`` in a JSON file: the name starts after the escape
@@ -207,17 +219,18 @@ def _pair_at(line: str, eq: int, name_rx: re.Pattern[str], value_rx: re.Pattern[
     if not ("a" <= line[start].lower() <= "z") or (
             start and before not in _BEFORE and not (
                 before in "nrt" and line[start - 2:start - 1] == "\\")):
-        return "", "", eq + 1
+        return -1, eq + 1
     v = value_rx.match(line, eq + 1)
     if v is None:
-        return "", "", eq + 1
+        return -1, eq + 1
     if v.end() < len(line) and line[v.end()] not in _AFTER:
-        return "", "", v.end()
+        return -1, v.end()
     # After a space, only a form's first pair (``body: client_secret=...&...`` in YAML):
-    # ``f(x, api_key=key)`` and ``key=key`` on a line of code are not forms.
-    if before.isspace() and not line.startswith("&", v.end()):
-        return "", "", v.end()
-    return line[start:eq], v.group(0), v.end()
+    # ``f(x, api_key=key)`` and ``key=key`` on a line of code are not forms. A line break
+    # starts a line, as the start of the text does (``scan`` reads line by line).
+    if before.isspace() and before not in "\r\n" and not line.startswith("&", v.end()):
+        return -1, v.end()
+    return start, v.end()
 
 
 def multipart_fields(text: str, secret: Callable[[str], bool]
