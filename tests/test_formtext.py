@@ -128,3 +128,21 @@ def test_name_hints_cover_every_name_a_pair_is_a_credential_under() -> None:
                          "".join(w.title() for w in name.split("_"))):
             if _secrets.is_secret_pair(spelling):
                 assert _formtext.hinted(spelling, _secrets.NAME_HINTS), spelling
+
+
+@pytest.mark.parametrize("disposition", [
+    'form-data; name="password"', 'Form-Data; name="password"', 'FORM-DATA; NAME="password"',
+    "form-data; name=password", 'form-data; filename="a.txt"; Name=password',
+])
+def test_multipart_parts_are_read_in_any_case_and_with_an_unquoted_name(
+        disposition: str) -> None:
+    text = f"--B\r\nContent-Disposition: {disposition}\r\n\r\nhunter2\r\n--B\r\n"
+    assert _formtext.may_hold_multipart(text)
+    assert _formtext.mask_multipart(text, _star, _secret) == text.replace("hunter2", "*")
+    assert [(n, v) for _, n, v in _formtext.multipart_fields(text, _secrets.is_secret_pair)
+            ] == [("password", "hunter2")]
+
+
+def test_may_hold_multipart_is_false_for_text_without_form_data() -> None:
+    for text in ("", "form-dat", "x-data; name=password", "a-d-D-" * 10, "informed-data"):
+        assert not _formtext.may_hold_multipart(text), text
