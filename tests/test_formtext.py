@@ -29,6 +29,7 @@ def _secret(name: str) -> bool:
      "access_token=*&scope=repo%2Cgist&token_type=bearer\n"),
     ("client_secret=<REDACTED>&x=1", "client_secret=<REDACTED>&x=1"),  # masked already
     ("password=", "password="),
+    ("password=it's&x=1", "password=*&x=1"),  # a whole form's value, not the pair's "it"
 ])
 def test_whole_form_strings_have_their_credential_values_masked(text: str, want: str) -> None:
     assert _formtext.mask_form(text, _star, _secret) == want

@@ -74,19 +74,19 @@ def form_spans(s: str) -> list[tuple[int, int, int]] | None:
 
 def mask_form(s: str, replace: Callable[[str], str], secret: Callable[[str], bool]) -> str:
     """``s`` with each credential value passed through ``replace`` (``secret`` is asked about
-    each raw name): every pair of a whole form-encoded string, else each pair that ``scan``
-    would report (a form with a space, an empty part or a quote in it, a line of text)."""
-    spans = form_spans(s)
-    if spans is None:
-        # Not a whole form, but a client may still have sent it as one (``scope=read write``
-        # unencoded): the scanner's pair rule finds what it would flag, so a file that
-        # ``scan`` passes is one masking wrote.
-        spans = list(_pair_spans(s, secret))
+    each raw name): every pair of a whole form-encoded string, and each pair that ``scan``
+    would report (in a form with a space, an empty part or a quote in it, in a line of text,
+    in a URL whose path a whole-form reading takes for the first name: ``/cb?code=...``)."""
+    # The scanner's pair rule finds what ``scan`` would flag, so a file that ``scan`` passes
+    # is one masking wrote. Where both readings find a value, the one starting first wins,
+    # and of two at one name the longer (a whole form's value may hold a ``'``).
+    spans = sorted([*(form_spans(s) or ()), *_pair_spans(s, secret)],
+                   key=lambda span: (span[0], -span[2]))
     out: list[str] = []
     pos = 0
     for start, eq, end in spans:
         value = s[eq + 1:end]
-        if value and not value.startswith(SKIP_VALUES) and secret(s[start:eq]):
+        if start >= pos and value and not value.startswith(SKIP_VALUES) and secret(s[start:eq]):
             out += (s[pos:eq + 1], replace(value))
             pos = end
     if not out:
@@ -188,7 +188,8 @@ def _delimiter(s: str, at: int) -> str | None:
 _NAME_REVERSED = r"[A-Za-z0-9_.\-%\[\]]{1,64}"
 _PAIR_VALUE = r"[A-Za-z0-9_\-.~%+/=!*@$,:]+"
 _NAME_MAX = 64
-_BEFORE = frozenset("?&\"'") | frozenset(" \t\r\n\x0b\x0c")  # where a name may start
+_BEFORE = frozenset("?&#\"'") | frozenset(" \t\r\n\x0b\x0c")  # where a name may start
+# (``#``: a URL fragment's parameters, ``#access_token=...`` in OAuth's implicit flow)
 _AFTER = frozenset("&\"'#\\") | frozenset(" \t\r\n\x0b\x0c")  # where a value may end
 _VALUE = r"[ \t]*((?:[^\r\n\"\\]|\\(?![rn]))*)"
 _BLANK_ANY = r"(?:\r?\n|\\r\\n|\\n)[ \t]*(?:\r?\n|\\r\\n|\\n)"
