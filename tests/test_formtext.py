@@ -29,22 +29,45 @@ def _secret(name: str) -> bool:
      "access_token=*&scope=repo%2Cgist&token_type=bearer\n"),
     ("client_secret=<REDACTED>&x=1", "client_secret=<REDACTED>&x=1"),  # masked already
     ("password=", "password="),
+    ("password=it's&x=1", "password=*&x=1"),  # a whole form's value, not the pair's "it"
 ])
 def test_whole_form_strings_have_their_credential_values_masked(text: str, want: str) -> None:
     assert _formtext.mask_form(text, _star, _secret) == want
 
 
 @pytest.mark.parametrize("text", [
-    "set password=hunter2 in the config",  # prose: not a form (a space)
+    "set password=hunter2 in the config",  # prose: a pair after a space starts no form
     "aGVsbG8gd29ybGQ=",  # base64 padding
-    "a=1&&password=x",  # an empty part
     "a=1&password",  # a part without a value
-    "=x&password=y",  # a part without a name
     '{"password":"x"}',
-    "x" * 300 + "=1&password=p",  # a first "name" this long is data (a data URL), not a form
+    "f(x, password=pw())",  # code: not a pair
+    "the password is secret & so = is the key",
+    "a=1&name=ann&scope=read write",  # an irregular form holding no credential
 ])
-def test_text_that_is_not_a_whole_form_is_left_as_it_is(text: str) -> None:
+def test_text_without_a_credential_pair_is_left_as_it_is(text: str) -> None:
     assert _formtext.mask_form(text, _star, _secret) == text
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("grant_type=password&username=ann&password=pw-1&scope=read write",  # a raw space
+     "grant_type=password&username=ann&password=*&scope=read write"),
+    ("a=1&&password=x", "a=1&&password=*"),  # an empty part
+    ("a&client_secret=x", "a&client_secret=*"),  # a part without ``=``
+    ("=x&password=y", "=x&password=*"),  # a part without a name
+    ('state="s"&code=c0de', 'state="s"&code=*'),  # a quote
+    ("a=1\npassword=pw-1\nb=2", "a=1\npassword=*\nb=2"),  # a line each (an .env file)
+    ("user=ann&password=p@ss!w0rd&scope=a b", "user=ann&password=*&scope=a b"),
+    ("see https://x/cb?x=1&code=c0de and more", "see https://x/cb?x=1&code=* and more"),
+    ("body: client_secret=cs-1&grant_type=x y", "body: client_secret=*&grant_type=x y"),
+    ("x" * 300 + "=1&password=p", "x" * 300 + "=1&password=*"),  # data, but a pair after it
+    ("a=1&password=<REDACTED>&b=c d", "a=1&password=<REDACTED>&b=c d"),  # masked already
+])
+def test_irregular_forms_have_the_pairs_scan_finds_masked(text: str, want: str) -> None:
+    """Text that is not a whole form still has each credential pair that ``scan`` reports
+    masked, its value only, in place."""
+    assert _formtext.mask_form(text, _star, _secret) == want
+    masked = _formtext.mask_form(text, lambda v: _secrets.PLACEHOLDER, _secret)
+    assert list(_formtext.pair_fields(masked, _secrets.is_secret_pair)) == []
 
 
 def test_multipart_text_has_credential_parts_masked_whole() -> None:
@@ -106,3 +129,21 @@ def test_name_hints_cover_every_name_a_pair_is_a_credential_under() -> None:
                          "".join(w.title() for w in name.split("_"))):
             if _secrets.is_secret_pair(spelling):
                 assert _formtext.hinted(spelling, _secrets.NAME_HINTS), spelling
+
+
+@pytest.mark.parametrize("disposition", [
+    'form-data; name="password"', 'Form-Data; name="password"', 'FORM-DATA; NAME="password"',
+    "form-data; name=password", 'form-data; filename="a.txt"; Name=password',
+])
+def test_multipart_parts_are_read_in_any_case_and_with_an_unquoted_name(
+        disposition: str) -> None:
+    text = f"--B\r\nContent-Disposition: {disposition}\r\n\r\nhunter2\r\n--B\r\n"
+    assert _formtext.may_hold_multipart(text)
+    assert _formtext.mask_multipart(text, _star, _secret) == text.replace("hunter2", "*")
+    assert [(n, v) for _, n, v in _formtext.multipart_fields(text, _secrets.is_secret_pair)
+            ] == [("password", "hunter2")]
+
+
+def test_may_hold_multipart_is_false_for_text_without_form_data() -> None:
+    for text in ("", "form-dat", "x-data; name=password", "a-d-D-" * 10, "informed-data"):
+        assert not _formtext.may_hold_multipart(text), text

@@ -205,7 +205,9 @@ _STEMS = {
     "tavily key": ["tvly-", "tvly-dev-"], "npm token": ["npm_"], "pypi token": ["pypi-AgE"],
     "sendgrid key": ["SG.", "SG." + "a" * 16 + "."], "twilio key": ["SK"],
     "digitalocean token": ["dop_v1_"], "databricks token": ["dapi", "dapi" + "a" * 32 + "-"],
-    "url": ["http://x", "https://x?a=", "http://a<secret:"], "param": ["?", "&a", "?a=b;"],
+    "url password": ["://", "://a:", "://a:b", "://:@"],
+    "url": ["http://x", "https://x?a=", "http://a<secret:", "/", "/a?"],
+    "param": ["?", "&a", "?a=b;", "#", "#a"],
     "mask": ["<secret:", "<secret:0"], "trigger": ["sk", "://"], "hump": ["aB", "ABc"],
     "form text": ["a=b&", "password=", "?", "a=&password=x"],
     "multipart text": ['form-data; name="password"\r\n\r\n', "--b\r\n",
@@ -644,3 +646,33 @@ def test_credential_pairs_never_reach_the_sqlite_store(tmp_path: pathlib.Path) -
     db = b"".join(pathlib.Path(str(store_path) + s).read_bytes()
                   for s in ("", "-wal") if pathlib.Path(str(store_path) + s).exists())
     assert b"call_api" in db and b"CANARY-S1" not in db
+
+
+# --------------------------------------------------------------------- URLs of any kind
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("postgresql://app:pw-1@db/x", "postgresql://app:*@db/x"),  # userinfo, any scheme
+    ("https://user:p@ss@api.example/x", "https://user:*@api.example/x"),
+    ("redis://:pw-1@cache:6379/0", "redis://:*@cache:6379/0"),
+    ("wss://rt.example/s?token=t0k", "wss://rt.example/s?token=*"),  # another scheme
+    ("/v1/items?api_key=k3y", "/v1/items?api_key=*"),  # a relative URL
+    ("Location: /callback?code=c0de&state=1", "Location: /callback?code=*&state=1"),
+    ("https://app.example/cb#access_token=t0k&token_type=bearer",  # a fragment
+     "https://app.example/cb#access_token=*&token_type=bearer"),
+])
+def test_credentials_in_urls_of_any_kind_are_masked(text: str, want: str) -> None:
+    assert _secrets.mask_text(text, lambda v: "*") == want
+
+
+@pytest.mark.parametrize("text", [
+    "https://example.com:443/path?q=1", "ssh://git@github.com/x.git", "see /docs#section",
+    "mailto:ann@example.com", "a/b and c=d", "postgresql://app@db/x",
+])
+def test_urls_without_credentials_are_left_as_they_are(text: str) -> None:
+    assert _secrets.mask_text(text, lambda v: "*") == text
+
+
+def test_url_passwords_are_guarded_from_volatile_patterns() -> None:
+    assert [t for _, _, t in _secrets.guarded("postgresql://app:pw-2024-01-01@db/x")] == [
+        "://app:pw-2024-01-01@"]

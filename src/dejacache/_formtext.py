@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Iterator
 
 __all__ = ["SKIP_VALUES", "form_spans", "hinted", "mask_form", "mask_multipart",
-           "multipart_fields", "pair_fields"]
+           "may_hold_multipart", "multipart_fields", "pair_fields"]
 
 
 @functools.cache
@@ -73,16 +73,20 @@ def form_spans(s: str) -> list[tuple[int, int, int]] | None:
 
 
 def mask_form(s: str, replace: Callable[[str], str], secret: Callable[[str], bool]) -> str:
-    """``s`` with each credential value of a whole form-encoded string passed through
-    ``replace`` (``secret`` is asked about each raw name)."""
-    spans = form_spans(s)
-    if spans is None:
-        return s
+    """``s`` with each credential value passed through ``replace`` (``secret`` is asked about
+    each raw name): every pair of a whole form-encoded string, and each pair that ``scan``
+    would report (in a form with a space, an empty part or a quote in it, in a line of text,
+    in a URL whose path a whole-form reading takes for the first name: ``/cb?code=...``)."""
+    # The scanner's pair rule finds what ``scan`` would flag, so a file that ``scan`` passes
+    # is one masking wrote. Where both readings find a value, the one starting first wins,
+    # and of two at one name the longer (a whole form's value may hold a ``'``).
+    spans = sorted([*(form_spans(s) or ()), *_pair_spans(s, secret)],
+                   key=lambda span: (span[0], -span[2]))
     out: list[str] = []
     pos = 0
     for start, eq, end in spans:
         value = s[eq + 1:end]
-        if value and not value.startswith(SKIP_VALUES) and secret(s[start:eq]):
+        if start >= pos and value and not value.startswith(SKIP_VALUES) and secret(s[start:eq]):
             out += (s[pos:eq + 1], replace(value))
             pos = end
     if not out:
@@ -91,8 +95,30 @@ def mask_form(s: str, replace: Callable[[str], str], secret: Callable[[str], boo
     return "".join(out)
 
 
-# ``name="..."`` in a part's Content-Disposition header (raw text, or as a JSON file writes it).
-_MP_NAME = r'form-data;[^\r\n]{0,200}?\bname=\\?"([^"\\\r\n]{1,64})\\?"'
+# ``name="..."`` in a part's Content-Disposition header (raw text, or as a JSON file writes it),
+# or ``name=...`` unquoted; in any case, as servers read it (RFC 6266: the type and parameter
+# names are case-insensitive). Group 1 or 2 is the name: see ``_field_name``.
+_MP_NAME = (r'(?i)form-data;[^\r\n]{0,200}?\bname='
+            r'(?:\\?"([^"\\\r\n]{1,64})\\?"|([^\s"\\;]{1,64}))')
+
+
+def may_hold_multipart(s: str) -> bool:
+    """Whether ``s`` holds ``form-data`` in any case: the check before ``mask_multipart``."""
+    if "form-data" in s:
+        return True
+    # Other spellings (``Form-Data``) looked at only where ``-d`` or ``-D`` is: a lower-case
+    # copy of the whole text cost 5x the plain ``in`` above on 20 KB of prose.
+    for probe in ("-d", "-D"):
+        i = s.find(probe, 4)
+        while i >= 0:
+            if s[i - 4:i + 5].lower() == "form-data":
+                return True
+            i = s.find(probe, i + 2)
+    return False
+
+
+def _field_name(m: re.Match[str]) -> str:
+    return m.group(1) or m.group(2)
 _BLANK = r"\r?\n\r?\n"
 _DELIM = r"\r?\n--"
 # How far a part's header block may reach: real ones are a few hundred bytes.
@@ -108,7 +134,7 @@ def mask_multipart(s: str, replace: Callable[[str], str],
     pos = 0  # where the text not yet copied to ``out`` starts
     done = 0  # the end of the last part looked at: a match before it is inside that part
     for m in _rx(_MP_NAME).finditer(s):
-        if m.start() < done or not secret(m.group(1)):
+        if m.start() < done or not secret(_field_name(m)):
             continue
         blank = _rx(_BLANK).search(s, m.end(), m.end() + _HEAD_MAX)
         if blank is None:
@@ -160,9 +186,10 @@ def _delimiter(s: str, at: int) -> str | None:
 # 3.5x the whole scan of a 1.8 MB cassette of URLs): the name backwards, over a reversed
 # window, the value forwards.
 _NAME_REVERSED = r"[A-Za-z0-9_.\-%\[\]]{1,64}"
-_PAIR_VALUE = r"[A-Za-z0-9_\-.~%+/=]+"
+_PAIR_VALUE = r"[A-Za-z0-9_\-.~%+/=!*@$,:]+"
 _NAME_MAX = 64
-_BEFORE = frozenset("?&\"'") | frozenset(" \t\r\n\x0b\x0c")  # where a name may start
+_BEFORE = frozenset("?&#\"'") | frozenset(" \t\r\n\x0b\x0c")  # where a name may start
+# (``#``: a URL fragment's parameters, ``#access_token=...`` in OAuth's implicit flow)
 _AFTER = frozenset("&\"'#\\") | frozenset(" \t\r\n\x0b\x0c")  # where a value may end
 _VALUE = r"[ \t]*((?:[^\r\n\"\\]|\\(?![rn]))*)"
 _BLANK_ANY = r"(?:\r?\n|\\r\\n|\\n)[ \t]*(?:\r?\n|\\r\\n|\\n)"
@@ -176,13 +203,8 @@ def pair_fields(line: str, secret: Callable[[str], bool],
     (most ``=`` in a cassette are in URLs and text: reading each cost 3x the whole scan)."""
     if hints and not hinted(line, hints):
         return
-    name_rx, value_rx = _rx(_NAME_REVERSED), _rx(_PAIR_VALUE)
-    eq = line.find("=")
-    while eq >= 0:
-        name, value, end = _pair_at(line, eq, name_rx, value_rx)
-        if name and secret(name):
-            yield name, value
-        eq = line.find("=", end)
+    for start, eq, end in _pair_spans(line, secret):
+        yield line[start:eq], line[eq + 1:end]
 
 
 def hinted(text: str, hints: tuple[str, ...]) -> bool:
@@ -191,15 +213,28 @@ def hinted(text: str, hints: tuple[str, ...]) -> bool:
     return any(h in low for h in hints)
 
 
+def _pair_spans(text: str, secret: Callable[[str], bool]) -> Iterator[tuple[int, int, int]]:
+    """``(start, eq, end)`` of each credential ``name=value`` in ``text`` (see ``_pair_at``):
+    the one rule both ``scan`` and masking read pairs by."""
+    name_rx, value_rx = _rx(_NAME_REVERSED), _rx(_PAIR_VALUE)
+    eq = text.find("=")
+    while eq >= 0:
+        start, end = _pair_at(text, eq, name_rx, value_rx)
+        if start >= 0 and secret(text[start:eq]):
+            yield start, eq, end
+        eq = text.find("=", end)
+
+
 def _pair_at(line: str, eq: int, name_rx: re.Pattern[str], value_rx: re.Pattern[str]
-             ) -> tuple[str, str, int]:
-    """The pair whose ``=`` is at ``eq`` (an empty name when the text there is not one: see
-    ``_BEFORE``, ``_AFTER``) and where to look for the next ``=``: past the value, whose own
-    ``=`` would end it at the same place (each character is read a bounded number of times)."""
+             ) -> tuple[int, int]:
+    """Where the pair whose ``=`` is at ``eq`` starts (-1 when the text there is not one: see
+    ``_BEFORE``, ``_AFTER``) and where its value ends, which is where to look for the next
+    ``=``: a ``=`` inside the value would end it at the same place (each character is read a
+    bounded number of times)."""
     window = line[max(0, eq - _NAME_MAX - 1):eq][::-1]
     n = name_rx.match(window)
     if n is None:
-        return "", "", eq + 1
+        return -1, eq + 1
     start = eq - n.end()
     if start and line[start - 1] == "\\" and line[start] in "nrt":
         start += 1  # ``\npassword=`` in a JSON file: the name starts after the escape
@@ -207,17 +242,18 @@ def _pair_at(line: str, eq: int, name_rx: re.Pattern[str], value_rx: re.Pattern[
     if not ("a" <= line[start].lower() <= "z") or (
             start and before not in _BEFORE and not (
                 before in "nrt" and line[start - 2:start - 1] == "\\")):
-        return "", "", eq + 1
+        return -1, eq + 1
     v = value_rx.match(line, eq + 1)
     if v is None:
-        return "", "", eq + 1
+        return -1, eq + 1
     if v.end() < len(line) and line[v.end()] not in _AFTER:
-        return "", "", v.end()
+        return -1, v.end()
     # After a space, only a form's first pair (``body: client_secret=...&...`` in YAML):
-    # ``f(x, api_key=key)`` and ``key=key`` on a line of code are not forms.
-    if before.isspace() and not line.startswith("&", v.end()):
-        return "", "", v.end()
-    return line[start:eq], v.group(0), v.end()
+    # ``f(x, api_key=key)`` and ``key=key`` on a line of code are not forms. A line break
+    # starts a line, as the start of the text does (``scan`` reads line by line).
+    if before.isspace() and before not in "\r\n" and not line.startswith("&", v.end()):
+        return -1, v.end()
+    return start, v.end()
 
 
 def multipart_fields(text: str, secret: Callable[[str], bool]
@@ -225,7 +261,7 @@ def multipart_fields(text: str, secret: Callable[[str], bool]
     """``(offset, name, value)`` of each credential multipart field in a file's text, raw or
     inside a JSON string (``\\r\\n`` written as escapes); the value is its first line."""
     for m in _rx(_MP_NAME).finditer(text):
-        if not secret(m.group(1)):
+        if not secret(_field_name(m)):
             continue
         blank = _rx(_BLANK_ANY).search(text, m.end(), m.end() + _HEAD_MAX)
         if blank is None:
@@ -233,4 +269,4 @@ def multipart_fields(text: str, secret: Callable[[str], bool]
         v = _rx(_VALUE).match(text, blank.end(), blank.end() + _VALUE_MAX)
         value = v.group(1).strip() if v is not None else ""
         if value:
-            yield m.start(), m.group(1), value
+            yield m.start(), _field_name(m), value

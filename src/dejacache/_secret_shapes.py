@@ -1,5 +1,6 @@
-"""The text of the secret-shaped patterns: 30 kinds of API keys and tokens, the substrings
-each match contains, and the URL and query-parameter patterns keys mask credentials in.
+"""The text of the secret-shaped patterns: 31 kinds of API keys, tokens and URL passwords, the
+substrings each match contains, and the URL and query-parameter patterns keys mask credentials
+in.
 
 Read once, where ``_secrets`` compiles its patterns (``_secrets._re``: the first string
 scanned for a credential) or first asks for the needles (``may_be_secret``). Apart from
@@ -83,6 +84,11 @@ SHAPES: Final[dict[str, str]] = {
     "twilio key": _at("SK", 2, r"[0-9a-fA-F]{32}") + r"(?![0-9A-Za-z])",
     "digitalocean token": _at("do[opr]_v1_", 7, r"[0-9a-f]{64}"),
     "databricks token": _at("dapi", 4, r"[0-9a-f]{32}(?:-[0-9])?") + r"(?![0-9A-Za-z])",
+    # The password of a URL's userinfo, any scheme (``postgresql://app:pw@db``,
+    # ``https://user:pw@host``): up to the last ``@`` before the host's end, since a raw
+    # password may hold one. Both runs are bounded, so each ``://`` is read a bounded length.
+    "url password": (r"://[^\s\"'<>\\/?#@:]{0,128}:"
+                     r"(?P<s>[^\s\"'<>\\/?#]{1,256})@"),
 }
 # Substrings every match contains: one C-speed ``in`` per needle skips the regexes for the
 # common string (measured: the regexes were 80% of recording time on a 20 KB request).
@@ -117,15 +123,20 @@ NEEDLES: Final[dict[str, tuple[str, ...]]] = {
     "twilio key": ("SK",),
     "digitalocean token": ("_v1_",),
     "databricks token": ("dapi",),
+    "url password": ("://",),
 }
-# Whole URLs, whose query parameters ``PARAM`` then reads. A keyed mask is part of a URL
-# (``?password=<secret:…>``): a password that literally is another one's mask is masked
-# again, never keyed as that other password. Every pattern here is linear in its input
-# (tested at 1 MB): a URL is matched whole and its ``?`` checked after, since
-# ``https?://[^?]+\?`` rescanned the rest of the run from every ``http`` in it; a parameter
-# name stops at ``?``, since ``[^=&;#]+=`` rescanned from every ``?`` of ``????...``.
-URL: Final = r"https?://[^\s\"'<>\\]+(?:<secret:[0-9a-f]{128}>[^\s\"'<>\\]*)*"
+# URLs, whose query and fragment parameters ``PARAM`` then reads: from a URL's first ``/`` on,
+# so any scheme (``wss://``, ``postgresql://``) and a relative URL (``/cb?code=...``, a
+# ``Location`` header) alike. A keyed mask is part of a URL (``?password=<secret:…>``): a
+# password that literally is another one's mask is masked again, never keyed as that other
+# password. Every pattern here is linear in its input (tested at 1 MB): a URL is matched whole
+# and its ``?`` checked after, since ``https?://[^?]+\?`` rescanned the rest of the run from
+# every ``http`` in it (and a scheme read before ``://`` would rescan a run of letters from
+# each one); a parameter name stops at ``?``, since ``[^=&;#]+=`` rescanned from every ``?``
+# of ``????...``.
+URL: Final = r"/[^\s\"'<>\\]+(?:<secret:[0-9a-f]{128}>[^\s\"'<>\\]*)*"
 
-# One ``name=value`` of a raw query string; values are replaced in place, never re-encoded, so
-# two different URLs can never come out the same.
-PARAM: Final = r"(?<=[?&;])([^=&;#?]+)=([^&;#]*)"
+# One ``name=value`` of a raw query string or fragment (OAuth's implicit flow answers
+# ``#access_token=...``); values are replaced in place, never re-encoded, so two different URLs
+# can never come out the same.
+PARAM: Final = r"(?<=[?&;#])([^=&;#?]+)=([^&;#]*)"

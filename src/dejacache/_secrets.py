@@ -257,14 +257,13 @@ def mask_text(s: str, replace: Callable[[str], str],
         if pat is not ran and has[gate] and needle in s:
             ran = pat
             s = pat.sub(lambda m: _swap(m, replace), s)
-    if "=" in s or "form-data" in s:
+    if "=" in s:  # (every multipart part header names its field with ``name=`` too)
         # Imported here: a key checks names and URL queries, not form text, so a replay
         # hit leaves _formtext unloaded (~0.15 ms).
         from . import _formtext
 
-        if "=" in s:  # a whole form-encoded string (a body keyed as text, a form answer)
-            s = _formtext.mask_form(s, replace, query)
-        if "form-data" in s:  # multipart text: the parts named like credentials
+        s = _formtext.mask_form(s, replace, query)  # form text, and pairs in other text
+        if _formtext.may_hold_multipart(s):  # multipart text: parts named like credentials
             s = _formtext.mask_multipart(s, replace, query)
     if "://" in s and "=" in s:
         param = c.param
