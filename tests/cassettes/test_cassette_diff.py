@@ -137,7 +137,8 @@ def test_rerecording_one_of_three_calls_changes_only_its_entry_and_the_bookkeepi
     tail_changed = sum(1 for x in difflib.ndiff(tail_old, tail_new) if x[:1] in "+-")
     # the checksum, the call's key and size, three offsets of xref_at: removed and added
     assert tail_changed <= 12, tail_changed
-    assert len(lines) <= 95 and n_changed <= 30, (len(lines), n_changed)
+    # (the answer's alias tag names the call's key, so it changes with it: one more hunk)
+    assert len(lines) <= 102 and n_changed <= 32, (len(lines), n_changed)
 
 
 def test_a_changed_tool_result_in_a_growing_conversation_changes_only_its_turn(

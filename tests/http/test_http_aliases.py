@@ -1,12 +1,17 @@
-"""Provider ids aliased by position: whole values and inside text."""
+"""Provider ids aliased by the call that got them (or by position): whole values and inside
+text."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import string
+import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import openai
 import orjson
 import pytest
@@ -437,3 +442,135 @@ def test_the_hex_run_prefilter_never_hides_a_uuid(before: str, after: str, form:
     if form != "none":
         assert _hex_run(raw)
     assert not _hex_run(b"0123456789a-0123456789a" + b"x" * 40)
+
+
+class _Conversations:
+    """A Responses-style server on loopback: each answer's id names the conversation it
+    continues (``previous_response_id``), and ``cats`` answers late."""
+
+    def __init__(self) -> None:
+        import http.server
+        import socketserver
+        import threading
+
+        topics: dict[str, str] = {}
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                body = orjson.loads(self.rfile.read(int(self.headers["content-length"])))
+                prev = body.get("previous_response_id")
+                if body["input"] == "cats":
+                    time.sleep(0.3)  # live, the other call answers first
+                topic = topics[prev] if prev else body["input"]
+                text = f"follow-up about {topic}" if prev else f"answer about {topic}"
+                rid = "resp_" + uuid.uuid4().hex
+                topics[rid] = topic
+                out = orjson.dumps({"id": rid, "object": "response", "output_text": text})
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1/responses"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def conversations() -> Iterator[_Conversations]:
+    server = _Conversations()
+    yield server
+    server.stop()
+
+
+def _ask(client: httpx.Client, url: str, text: str, prev: str | None = None) -> Any:
+    body = {"model": "m", "input": text} | ({"previous_response_id": prev} if prev else {})
+    return client.post(url, json=body).json()
+
+
+async def _aask(client: httpx.AsyncClient, url: str, text: str, prev: str | None = None) -> Any:
+    body = {"model": "m", "input": text} | ({"previous_response_id": prev} if prev else {})
+    return (await client.post(url, json=body)).json()
+
+
+def test_follow_ups_to_gathered_calls_replay_their_own_answers(
+        conversations: _Conversations, tmp_path: Any) -> None:
+    """Live, ``dogs`` answers first; on replay ``cats`` does: each follow-up still gets the
+    answer recorded for its own conversation."""
+    url = conversations.url
+
+    async def agent() -> tuple[str, str]:
+        async with httpx.AsyncClient(timeout=10) as client:
+            a, b = await asyncio.gather(_aask(client, url, "cats"), _aask(client, url, "dogs"))
+            fa = await _aask(client, url, "more", a["id"])
+            fb = await _aask(client, url, "more", b["id"])
+        return fa["output_text"], fb["output_text"]
+
+    tape = tmp_path / "tape.json"
+    expected = ("follow-up about cats", "follow-up about dogs")
+    with dejacache.cassette(tape, mode="record"):
+        assert asyncio.run(agent()) == expected
+    with dejacache.cassette(tape, mode="replay"):
+        assert asyncio.run(agent()) == expected
+
+
+def test_follow_ups_to_calls_made_in_another_order_replay_their_own_answers(
+        conversations: _Conversations, tmp_path: Any) -> None:
+    url = conversations.url
+    tape = tmp_path / "tape.json"
+    with httpx.Client(timeout=10) as client:
+        with dejacache.cassette(tape, mode="record"):
+            a, b = _ask(client, url, "cats"), _ask(client, url, "dogs")
+            _ask(client, url, "more", a["id"])
+            _ask(client, url, "more", b["id"])
+        with dejacache.cassette(tape, mode="replay"):
+            b = _ask(client, url, "dogs")
+            a = _ask(client, url, "cats")  # the same two calls, the other way round
+            assert _ask(client, url, "more", a["id"])["output_text"] == "follow-up about cats"
+            assert _ask(client, url, "more", b["id"])["output_text"] == "follow-up about dogs"
+
+
+def test_an_answer_keeps_the_tag_of_the_call_it_answers() -> None:
+    t = AliasTable()
+    first = t.keep("k1" * 10, {"ids": ["resp_aaaaaaaa", "msg_aaaaaaaa"]})
+    again = t.keep("k1" * 10, {"ids": ["resp_bbbbbbbb"]})  # the same call made again
+    other = t.keep("k2" * 10, {"ids": ["resp_cccccccc"]})
+    assert (first["alias"], again["alias"], other["alias"]) == (
+        "k1k1k1k1k1k1.1", "k1k1k1k1k1k1.2", "k2k2k2k2k2k2.1")
+    # Replayed in any order, a recording's ids take the aliases they were recorded with.
+    r = AliasTable()
+    for v in (other, again, first):
+        r.replayed(v)
+    assert r.apply(["resp_aaaaaaaa", "msg_aaaaaaaa", "resp_bbbbbbbb", "resp_cccccccc"]) == [
+        "<id:k1k1k1k1k1k1.1.1>", "<id:k1k1k1k1k1k1.1.2>", "<id:k1k1k1k1k1k1.2.1>",
+        "<id:k2k2k2k2k2k2.1.1>"]
+    # A live answer after them takes a tag no replayed answer holds.
+    assert r.keep("k1" * 10, {"ids": ["resp_dddddddd"]})["alias"] == "k1k1k1k1k1k1.3"
+
+
+def test_ids_without_a_tag_or_with_a_taken_one_are_left_as_they_are() -> None:
+    t = AliasTable()
+    t.replayed({"ids": ["resp_old00001"]})  # recorded before tags: its position is unknown
+    t.replayed({"ids": ["resp_first001"], "alias": "abc.1"})
+    t.replayed({"ids": ["resp_second01"], "alias": "abc.1"})  # another answer, the same tag
+    assert t.apply(["resp_old00001", "resp_first001", "resp_second01"]) == [
+        "resp_old00001", "<id:abc.1.1>", "resp_second01"]
+
+
+def test_positions_do_not_count_tagged_ids() -> None:
+    # A client-made id's number would otherwise depend on how many answers came before it.
+    t = AliasTable()
+    t.keep("k" * 20, {"ids": ["resp_aaaaaaaa", "msg_aaaaaaaa"]})
+    t.learn(["call_0a1b2c3d"])
+    assert t.apply(["call_0a1b2c3d", "resp_aaaaaaaa"]) == ["<id:1>", "<id:kkkkkkkkkkkk.1.1>"]

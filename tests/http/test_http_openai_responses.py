@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import pathlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -121,8 +122,11 @@ def test_the_cassette_keys_poll_urls_by_alias(fake: FakeProvider, client: openai
     with dejacache.cassette(path, mode="record"):
         live = background(client)
     entries = orjson.loads(path.read_bytes())["entries"]
-    assert [e["request"]["path"] for e in entries] == [
-        "/v1/responses", "/v1/responses/<id:1>", "/v1/responses/<id:1>"]
+    first, *polls = [e["request"]["path"] for e in entries]
+    # The id is keyed by the call that created it: its tag is stored with that answer.
+    tag = entries[0]["response"]["alias"]
+    assert (first, polls) == ("/v1/responses", [f"/v1/responses/<id:{tag}.1>"] * 2)
+    assert re.fullmatch(r"[0-9a-f]{12}\.1", tag)
     assert [e["name"] for e in entries] == ["openai.responses"] * 3
     assert live[0]["id"] in entries[1]["response"]["json"]["id"]  # the answer keeps it
 

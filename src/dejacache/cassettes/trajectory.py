@@ -532,7 +532,7 @@ class _Normaliser:
     def response(self, step: Step) -> Any:
         resp = step.response
         if isinstance(resp, dict) and ("status" in resp or "ids" in resp):  # an HTTP answer
-            resp = {k: v for k, v in resp.items() if k not in ("headers", "ids")}
+            resp = {k: v for k, v in resp.items() if k not in ("headers", "ids", "alias")}
             for field in ("json", "body"):
                 body = resp.get(field)
                 if isinstance(body, dict):

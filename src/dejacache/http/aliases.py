@@ -1,11 +1,11 @@
-"""Position-based aliases for provider ids the client feeds back (tool-call ids, response ids).
+"""Aliases for provider ids the client feeds back (tool-call ids, response ids).
 
 A live model returns fresh ids on every run (``call_x1`` today, ``call_q7`` after a re-record),
 and the agent sends them back in the next request. Keyed raw, re-recording one turn would make
-every later turn miss. So within one block, the n-th id seen in a response becomes ``<id:n>``,
-and requests are keyed with known ids replaced by their placeholders: as whole values
-(``"tool_call_id": "call_x1"``) and inside text, where agents write them into messages
-(smolagents: ``"Calling tools: [{'id': 'call_x1', ..."``).
+every later turn miss. So within one block, the ids of a response become placeholders named by
+the call that got them (``<id:T.n>``, below), and requests are keyed with known ids replaced
+by their placeholders: as whole values (``"tool_call_id": "call_x1"``) and inside text, where
+agents write them into messages (smolagents: ``"Calling tools: [{'id': 'call_x1', ..."``).
 
 Inside text an id is replaced only where it stands alone (not touching a letter, digit, ``_``
 or ``-``) and only when it is at least ``MIN_INLINE`` characters long, so a short id such as
@@ -18,9 +18,21 @@ returned without an id ``call_<uuid4 hex>``, and agent frameworks do the same, t
 the next request. No response ever holds it, so it is learned where it first appears: a whole
 value of an id field (``id``, ``call_id``, ``tool_call_id``, ``tool_use_id``, ``toolUseId``)
 in a request body, shaped as a random UUID (version 4, dashed or hex, after an optional
-``word_`` prefix), gets the next position like a response id (:meth:`AliasTable.learn_sent`).
+``word_`` prefix), gets the next position, ``<id:n>`` (:meth:`AliasTable.learn_sent`).
 Two different ids still get two different positions, so two calls that differ in one never
 share a key.
+
+A response's ids are numbered by the call that got them, not by when they arrived: the answer
+to call ``K`` (its key) holding ids ``a, b`` keys them ``<id:T.1>``, ``<id:T.2>``, where the tag
+``T`` is ``K``'s first characters and which answer to ``K`` in the block this is
+(``3f9c0a7d21be.1``; ``.2`` when the same call is made again). The tag is stored with the
+answer (``"alias"``) and read back from the recording a replay serves. Numbering by arrival
+gave the first answer to come ``<id:1>``: two calls answering in the other order on replay
+(``asyncio.gather``, or two independent calls made the other way round) swapped their ids,
+and a follow-up quoting one matched the recording made for the other. A re-recorded call gets
+the tag its recording had (the same key, the same turn), so later turns still hit. A
+recording without a tag (made before tags) has its ids left as they are: a call quoting them
+misses, where guessing their old positions could answer it with another's recording.
 
 Tables live per block (per active test-facing ``Effective``): a new block starts counting at 1,
 so a recording block and the replay block after it number ids the same way. Runtime caching
@@ -39,7 +51,7 @@ from typing import Any
 from ..config import Effective
 from ._blocks import PerBlock
 
-__all__ = ["MIN_INLINE", "AliasTable", "table_for"]
+__all__ = ["MIN_INLINE", "TAG", "AliasTable", "table_for"]
 
 # Shorter ids are aliased as whole values only: inside text they would match too much.
 MIN_INLINE = 8
@@ -53,6 +65,11 @@ _MAX_HEADS = 8
 # this few (see :meth:`AliasTable.apply_json`).
 _MAX_PROBE = 24
 _MAX_PROBES = 8
+# The stored answer's field naming the tag its ids are keyed by (see the module docstring).
+TAG = "alias"
+# How many characters of the call's key a tag keeps: enough that two calls of one block share
+# them by chance about never (a shared one still never shares an alias: see _tagged).
+_TAG_KEY = 12
 
 
 class AliasTable:
@@ -63,12 +80,17 @@ class AliasTable:
     grew with its length: replay 431 -> 1,377 µs from the first to the last tenth of 1,000
     calls."""
 
-    __slots__ = ("_also", "_heads", "_lock", "_longest", "_map", "_odd_lengths", "_odd_starts",
-                 "_probeless", "_probes", "_raw", "_raw_stale", "_sub", "_whole_only", "_words")
+    __slots__ = ("_heads", "_held", "_lock", "_longest", "_map", "_odd_lengths", "_odd_starts",
+                 "_placed", "_probeless", "_probes", "_raw", "_raw_stale", "_sub", "_tags",
+                 "_whole_only", "_words")
 
     def __init__(self) -> None:
         self._map: dict[str, str] = {}
-        self._also = 0  # entries of _map that name an id already numbered (alias_as)
+        self._tags: set[str] = set()  # the tags of the block's answers (claimed or replayed)
+        self._held: set[str] = set()  # the aliases tagged ids were given
+        # Ids numbered by position (learned without a tag): counted apart from tagged ones,
+        # whose number depends on when answers arrive.
+        self._placed = 0
         self._lock = threading.Lock()
         self._heads: set[str] = set()  # the first _HEAD characters of word-like inline ids
         self._words = 0  # how many word-like inline ids
@@ -90,14 +112,63 @@ class AliasTable:
         self._raw: Callable[[bytes], bool] | None = None
         self._raw_stale = True
 
-    def learn(self, ids: Iterable[str]) -> None:
+    def learn(self, ids: Iterable[str], tag: str | None = None) -> None:
+        """Number ``ids``: by position in the block, or with ``tag`` as the answer holding
+        them (see the module docstring)."""
         with self._lock:
             m = self._map
-            for i in ids:
+            if tag is not None:
+                self._tags.add(tag)
+            for n, i in enumerate(ids, 1):
                 if i in m:
                     continue
-                m[i] = f"<id:{len(m) + 1 - self._also}>"
+                if tag is None:
+                    self._placed += 1
+                    m[i] = f"<id:{self._placed}>"
+                elif not self._tagged(i, f"<id:{tag}.{n}>"):
+                    continue
                 self._inline(i)
+
+    def _tagged(self, i: str, alias: str) -> bool:
+        """Give ``i`` the tagged ``alias`` unless another id holds it (under the lock): two
+        answers under one tag (a recording whose tags were made in another order than this
+        block's) leave the second one's ids as they are, so a call quoting them misses
+        rather than matching the recording made for the first."""
+        if alias in self._held:
+            return False
+        self._held.add(alias)
+        self._map[i] = alias
+        return True
+
+    def keep(self, key: str, value: dict[str, Any]) -> dict[str, Any]:
+        """``value``, a live answer to the call keyed ``key``, with the tag its ids are keyed
+        by stored in it, and those ids learned; ``value`` as it is when it holds none."""
+        ids = value.get("ids")
+        if not ids:
+            return value
+        tag = value.get(TAG)
+        if type(tag) is not str:
+            tag = value[TAG] = self._claim(key[:_TAG_KEY])
+        self.learn(ids, tag)
+        return value
+
+    def _claim(self, base: str) -> str:
+        """The next tag of the answers to one call (``base``) this block has not used."""
+        with self._lock:
+            n = 1
+            while f"{base}.{n}" in self._tags:
+                n += 1
+            tag = f"{base}.{n}"
+            self._tags.add(tag)
+            return tag
+
+    def replayed(self, value: dict[str, Any]) -> None:
+        """Learn the ids of a stored answer under the tag stored with them; an answer
+        recorded without one leaves its ids as they are (see the module docstring)."""
+        ids = value.get("ids")
+        tag = value.get(TAG)
+        if ids and type(tag) is str:
+            self.learn(ids, tag)
 
     def learn_sent(self, raw: bytes, data: Any) -> Any:
         """``data`` (a request body parsed from ``raw``) with the client-made ids it holds
@@ -119,7 +190,6 @@ class AliasTable:
             if alias is None or other in self._map:
                 return
             self._map[other] = alias
-            self._also += 1
             self._inline(other)
 
     def _inline(self, i: str) -> None:

@@ -75,6 +75,8 @@ class CallInfo(Protocol):
     def canonical(self) -> bytes: ...
     @property
     def aliases(self) -> AliasTable | None: ...
+    @property
+    def key(self) -> str: ...
 
 
 StoreSync = Callable[[dict[str, Any], float], None]
@@ -136,8 +138,8 @@ class Recorder:
             live.status_code, live.headers.multi_items(), live.headers.get("content-type", ""),
             self.call.provider, events=self.events if whole is None else None, body=whole,
         )
-        if self.call.aliases is not None and value.get("ids"):
-            self.call.aliases.learn(value["ids"])
+        if self.call.aliases is not None:
+            self.call.aliases.keep(self.call.key, value)
         return value
 
     def complete(self, store: StoreSync) -> None:

@@ -312,9 +312,7 @@ def _respond(call: _Call, request: Any, value: dict[str, Any], *, is_async: bool
     if call.aliases is not None:
         if call.live is None:
             _same_object(call, request.url.path, value)
-        ids = value.get("ids")
-        if ids:
-            call.aliases.learn(ids)
+        call.aliases.replayed(value)  # (a live answer's ids were learned as it was read)
     live = call.live
     if isinstance(live, BaseException):
         raise live
@@ -386,8 +384,9 @@ def _read_whole(call: _Call, resp: Any, raw: bytes | None) -> dict[str, Any]:
         body = resp.content
         call.live = m.Response(resp.status_code, headers=_clean_headers(resp.headers),
                                stream=m.ByteStream(body), extensions=_extensions(resp))
-        return response_value(resp.status_code, resp.headers.multi_items(),
-                              resp.headers.get("content-type", ""), call.provider, body=body)
+        return _kept(call, response_value(resp.status_code, resp.headers.multi_items(),
+                                          resp.headers.get("content-type", ""), call.provider,
+                                          body=body))
     call.live = m.Response(resp.status_code, headers=resp.headers, stream=m.ByteStream(raw),
                            extensions=_extensions(resp))
     body = raw
@@ -395,8 +394,14 @@ def _read_whole(call: _Call, resp: Any, raw: bytes | None) -> dict[str, Any]:
         # The library's own decoders, on a copy: stored bodies are kept decoded.
         body = m.Response(200, headers=[("content-encoding", resp.headers["content-encoding"])],
                           stream=m.ByteStream(raw)).read()
-    return response_value(resp.status_code, resp.headers.multi_items(),
-                          resp.headers.get("content-type", ""), call.provider, body=body)
+    return _kept(call, response_value(resp.status_code, resp.headers.multi_items(),
+                                      resp.headers.get("content-type", ""), call.provider,
+                                      body=body))
+
+
+def _kept(call: _Call, value: dict[str, Any]) -> dict[str, Any]:
+    """A live answer as stored: tagged with the call it answers, before the store keeps it."""
+    return value if call.aliases is None else call.aliases.keep(call.key, value)
 
 
 def _read_events(call: _Call, resp: Any, rec: Recorder, chunks: list[bytes]) -> dict[str, Any]:

@@ -22,7 +22,8 @@ class Provider:
     - ``cache_fields``: paths of the prompt-cache controls a body may carry (keyed without
       them, stored with them: ``_core/cache_fields.py``).
     - ``alias_keys``: response fields holding ids the client may send back later; their values
-      are aliased by position within a block so re-recording one turn does not break the next.
+      are aliased by the call that got them within a block (``http/aliases.py``), so
+      re-recording one turn does not break the next.
     - ``url_id``: the id a URL names whose answer is that object (polling a background job).
     - ``usage``: token counts from a JSON body or from the parsed events of a stream (SSE, or
       NDJSON lines), under the names ``stats`` and the price table read (``prompt_tokens`` /
