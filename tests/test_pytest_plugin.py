@@ -837,7 +837,23 @@ def test_plan(dejacache_cassette):
     res = run(pytester, "--dejacache-mode=record")
     res.assert_outcomes(skipped=1)
     assert not _cassette(pytester, "test_plan").exists()
-    assert "discarded" not in res.stdout.str()
+    res.stdout.fnmatch_lines(["recording discarded (the test was skipped): 1 call not written "
+                              "to *test_plan.json (test_agent.py::test_plan)"])
+
+
+def test_a_failed_test_names_the_recording_it_did_not_write(pytester: pytest.Pytester) -> None:
+    # The summary counted its calls as recorded while no file was written.
+    pytester.makepyfile(test_agent=AGENT + """
+def test_plan(dejacache_cassette):
+    llm("one")
+    llm("two")
+    assert False
+""")
+    res = run(pytester, "--dejacache-mode=record")
+    res.assert_outcomes(failed=1)
+    assert not _cassette(pytester, "test_plan").exists()
+    res.stdout.fnmatch_lines(["recording discarded (the test failed): 2 calls not written "
+                              "to *test_plan.json (test_agent.py::test_plan)"])
 
 
 def test_a_test_that_handles_an_interruption_itself_is_not_named(

@@ -122,6 +122,7 @@ def open_cassette(request: pytest.FixtureRequest, path: pathlib.Path, opts: dict
         # A test that did not pass writes nothing (a skipped one neither prunes: it stopped
         # before the calls it did not make, which are not unused).
         ending = state.ending(item)
+        block.discard_reason = state.outcome(item)
         try:
             block.__exit__(ending, None, None)  # (not None: the old cassette stays as it was)
         finally:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LIVE_SEEN", "MARKER_ARGS", "PLACEHOLDERS", "RAISED", "REPORTS", "STOPPED", "TAPE",
            "TAPES", "cassette_dir", "cassette_path", "check_marker", "ending", "marker_options",
-           "placeholders_out", "plugin_dir", "rerecord_command"]
+           "outcome", "placeholders_out", "plugin_dir", "rerecord_command"]
 
 TAPE: pytest.StashKey[Cassette] = pytest.StashKey()
 TAPES: pytest.StashKey[list[tuple[str, Cassette]]] = pytest.StashKey()
@@ -95,6 +95,16 @@ def ending(item: pytest.Item) -> type[BaseException] | None:
     if call is None or not call.passed or any(r.failed for r in reports.values()):
         return AssertionError
     return None
+
+
+def outcome(item: pytest.Item) -> str:
+    """What became of a test that did not pass, for the note naming what it did not write."""
+    reports = item.stash.get(REPORTS, {})
+    if any(r.failed for r in reports.values()):
+        return "the test failed"
+    if any(r.skipped for r in reports.values()):
+        return "the test was skipped"
+    return "the test did not run to its end"
 
 
 def cassette_path(item: pytest.Item, explicit: str | os.PathLike[str] | None = None

@@ -81,6 +81,20 @@ def test_an_interrupted_new_cassette_is_not_created(
                            f"to {path}")]
 
 
+def test_a_block_ended_by_an_error_names_what_it_did_not_write(
+    tmp_path: pathlib.Path, told: list[tuple[pathlib.Path, str]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Told to the summary, not logged: the error itself is the caller's news."""
+    path = tmp_path / "c.json"
+    with pytest.raises(ValueError), dejacache.cassette(path):
+        tool("one")
+        raise ValueError
+    assert not path.exists()
+    assert told == [(path, f"recording discarded (ValueError): 1 call not written to {path}")]
+    assert not [r for r in caplog.records if r.name == "dejacache.cassettes"]
+
+
 def test_an_interrupted_block_that_recorded_nothing_says_nothing(
     tmp_path: pathlib.Path, told: list[tuple[pathlib.Path, str]],
 ) -> None:

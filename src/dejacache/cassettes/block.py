@@ -163,6 +163,9 @@ class cassette(Block[Cassette]):
         # naming its ``live=`` rules that matched no call (the pytest plugin gathers those of
         # ``--dejacache-live``, which every test shares, into one note for the session).
         self.on_live: Callable[[Partial], None] | None = None
+        # Why an error ending writes nothing, in the note that says so (the pytest plugin
+        # ends a test's block with AssertionError whether the test failed or was skipped).
+        self.discard_reason: str | None = None
 
     def open(self) -> Cassette:
         """A fresh tape over the file (not yet active)."""
@@ -225,8 +228,9 @@ class cassette(Block[Cassette]):
             self._paths.exit()
             return
         interrupted = exc_type is not None and issubclass(exc_type, INTERRUPTIONS)
+        saved = exc_type is None or (self.record_on_error and not interrupted)
         try:
-            if exc_type is None or (self.record_on_error and not interrupted):
+            if saved:
                 tape.save(prune=self.prune and exc_type is None)
         finally:
             tape.close()
@@ -236,6 +240,8 @@ class cassette(Block[Cassette]):
             self._paths.exit(quiet=True)
             _discarded(tape, exc_type.__name__)
             return
+        if exc_type is not None and not saved:  # (the error itself is the caller's news)
+            _discarded(tape, self.discard_reason or exc_type.__name__, log=False)
         # After the save: under -W error this warning is raised, and must not cost the file.
         self._paths.exit()
         if exc_type is None:  # (under -W error it must not replace the block's own error)
@@ -267,17 +273,19 @@ class cassette(Block[Cassette]):
                           DejacacheWarning, stacklevel=3)
 
 
-def _discarded(tape: Cassette, reason: str) -> None:
-    """Say what an interrupted block did not write (nothing when it had recorded nothing)."""
+def _discarded(tape: Cassette, reason: str, *, log: bool = True) -> None:
+    """Say what a block that ended in an error did not write (nothing when it had recorded
+    nothing): logged for an interruption, and told to ``DISCARDED`` (the pytest summary)."""
     held = tape.live_tape if tape.live_tape is not None else tape  # a partial block's file
     n = held.new_entries
     if not n:
         return
     note = (f"recording discarded ({reason}): {n} call{'s' if n != 1 else ''} not written "
             f"to {held.path}")
-    import logging  # only when a block is cut short: the first block must not pay for it
+    if log:
+        import logging  # only when a block is cut short: the first block must not pay for it
 
-    logging.getLogger("dejacache.cassettes").warning(
-        "dejacache: %s; an interrupted block writes nothing", note)
+        logging.getLogger("dejacache.cassettes").warning(
+            "dejacache: %s; an interrupted block writes nothing", note)
     for told in DISCARDED:
         told(held, note)
