@@ -148,6 +148,18 @@ def test_every_response_header_is_stored_with_credentials_masked() -> None:
         "x-ratelimit-remaining-tokens"]
 
 
+def test_a_response_header_is_a_credential_by_the_spelling_it_came_in() -> None:
+    """``X-AccessToken`` is ``access`` + ``token`` in its capitals only; it is stored
+    lower-cased like every name, and a bare ``Token`` header is a credential too (a body's
+    ``token`` is a word: that exemption is not the headers')."""
+    got = stored_headers([("X-AccessToken", "SECRETMARK123"), ("X-Session-Token", "s"),
+                          ("Token", "t"), ("X-Shown", "Kept-As-Is"), ("X-Accesstoken", "x")])
+    assert got == [["x-accesstoken", "<REDACTED>"], ["x-session-token", "<REDACTED>"],
+                   ["token", "<REDACTED>"], ["x-shown", "Kept-As-Is"],
+                   ["x-accesstoken", "x"]]
+    assert replay_headers(got) == [("x-shown", "Kept-As-Is"), ("x-accesstoken", "x")]
+
+
 def test_volatile_headers_are_kept_but_not_compared() -> None:
     def answer(date: str, rid: str, etag: str) -> dict[str, object]:
         return response_value(200, [("date", date), ("x-request-id", rid), ("etag", etag),

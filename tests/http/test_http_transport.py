@@ -493,3 +493,30 @@ def test_an_escaped_slash_in_the_path_is_another_resource(lib: Any) -> None:
         with pytest.raises(dejacache.ReplayMiss):
             get("/api/v4/projects/group/repo")
     assert seen == ["/api/v4/projects/group%2Frepo"]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "transport.py and recording.py hand response_value headers.multi_items(), whose names "
+    "are lower-cased already: they must pass the server's spelling (headers.raw)"))
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("lib", [httpx, httpx2], ids=["httpx", "httpx2"])
+def test_a_response_header_is_a_credential_by_its_own_spelling(
+    fake: FakeProvider, tmp_path: Any, lib: Any, is_async: bool, stream: bool,
+) -> None:
+    """``X-AccessToken`` says ``access`` and ``token`` only in its capitals: masked in the
+    cassette, and not handed back by a replay; the caller of the live call still gets it, and
+    the headers next to it come back as they were."""
+    fake.script.append({"headers": {"X-AccessToken": "SECRETMARK123", "X-Shown": "Kept-As-Is"}})
+    path = tmp_path / "c.json"
+    url = fake.openai_url + "/chat/completions"
+    with dejacache.cassette(path, mode="record"):
+        _, live, lines = _send(lib, url, stream, is_async)
+    assert live["x-accesstoken"] == "SECRETMARK123"
+    assert "SECRETMARK123" not in path.read_text()
+    fake.stop()
+    with dejacache.cassette(path, mode="replay"):
+        _, again, replayed = _send(lib, url, stream, is_async)
+    assert replayed == lines
+    assert "x-accesstoken" not in again
+    assert again["x-shown"] == "Kept-As-Is"

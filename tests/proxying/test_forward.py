@@ -324,7 +324,8 @@ def test_a_restated_request_is_the_one_an_httpx_client_sends(lib_name: str, meth
         ("Accept", "*/*")])
     assert (got.method, got.url, got.headers.raw, got.content) == (
         want.method, want.url, want.headers.raw, want.content)
-    assert items == got.headers.multi_items()  # what the proxy keys the request by
+    # what the proxy keys the request by: names as the client spelled them
+    assert items == [(k.decode(), v.decode()) for k, v in got.headers.raw]
 
 
 _KEYED_HEADS = [
@@ -336,7 +337,21 @@ _KEYED_HEADS = [
      "User-Agent: OpenAI/Python 1.0\r\nX-Stainless-Retry-Count: 0\r\n"
      "traceparent: 00-abc-def-01\r\nOpenAI-Beta: assistants=v2\r\n"),
     "Accept-Encoding: gzip\r\n",  # no content type
+    # credential words only in the capitals
+    "Content-Type: application/json\r\nX-AuthToken: SECRETMARK123\r\n",
 ]
+
+
+def test_a_request_header_is_a_credential_by_the_spelling_it_reached_the_proxy_in(
+        session_for: Open, fake: FakeProvider) -> None:
+    """``X-AccessToken`` says ``access`` and ``token`` only in its capitals: the proxy keys
+    it as the client spelled it, so it never reaches the cassette as it is."""
+    s = session_for("spelled", fake)
+    r = post(s.base_url("openai") + "/v1/chat/completions", CHAT,
+             **{"X-AccessToken": "SECRETMARK123"})
+    assert r.status_code == 200
+    assert s.close(ok=True)["recorded"] == 1
+    assert "SECRETMARK123" not in s.cassette.read_text()
 
 
 @pytest.mark.parametrize("lib_name", ["httpx", "httpx2"])

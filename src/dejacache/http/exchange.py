@@ -265,9 +265,14 @@ def request_key(namespace: str, name: str, canonical: bytes) -> str:
 
 
 def stored_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:
-    """Every response header as ``[name, value]``, lower-cased, credentials masked."""
-    kept = [[k.lower(), v] for k, v in headers]
-    return _HIDE.tree([h for h in kept if h[0] not in _WIRE_HEADERS])  # type: ignore[no-any-return]
+    """Every response header as ``[name, value]``, lower-cased, credentials masked.
+
+    Masked by the name as the server spelled it, lower-cased only after: ``X-AccessToken``
+    says ``access`` and ``token`` in its capitals, which ``x-accesstoken`` no longer does.
+    Judged as request headers are (not ``response=True``, which spares a body's ``token``
+    words): a header named ``Token`` carries one."""
+    kept = [[k, v] for k, v in headers if k.lower() not in _WIRE_HEADERS]
+    return [[k.lower(), v] for k, v in _HIDE.tree(kept)]
 
 
 def replay_headers(stored: Iterable[list[str]]) -> list[tuple[str, str]]:

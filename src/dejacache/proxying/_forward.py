@@ -142,18 +142,17 @@ class Forwarder:
         """The request to send ``upstream``, as the client would have sent it there: the
         headers an httpx client sends for ``content=req.body`` (``Host`` first, the length
         last), made here, since the client's own framing headers are the proxy's. With it,
-        its headers as its ``headers.multi_items()`` lists them (lower-cased names), for
-        keying. Pending: the library's request is built only when one is needed (a hit
+        its headers for keying, names as the client spelled them: ``X-AuthToken`` is a
+        credential by its capitals, which ``x-authtoken`` has lost (keys lower-case names
+        themselves). Pending: the library's request is built only when one is needed (a hit
         answered from a cassette never needs it)."""
         connection = {t.strip().lower() for t in (req.get("connection") or "").split(",")}
         headers: list[tuple[str, str]] = []
-        items: list[tuple[str, str]] = []  # the same, names lower-cased: each lowered once
         for k, v in req.headers:
             low = k.lower()
             if low not in _HOP and low not in connection and not low.startswith("x-dejacache-"):
                 headers.append((k, v))
-                items.append((low, v))
-        scope = signed_scope(items)
+        scope = signed_scope(headers)
         url = self._url(upstream.base(scope[0] if scope else None) + rest)
         m = self.lib.module
         body = req.body
@@ -167,7 +166,6 @@ class Forwarder:
         elif method in self._empty_length:
             front.append(("Content-Length", "0"))
         headers = front + headers + back
-        items = [(k.lower(), v) for k, v in front] + items + [(k.lower(), v) for k, v in back]
 
         def build() -> Any:
             hreq = m.Request(method, url, headers=headers, stream=m.ByteStream(body),
@@ -175,7 +173,7 @@ class Forwarder:
             hreq.read()  # its content, as a request made with ``content=`` has it
             return hreq
 
-        return Pending(method, url, body, build), items
+        return Pending(method, url, body, build), headers
 
     def _sender(self) -> Callable[[Any], Awaitable[Any]]:
         send = self.transport.handle_async_request
