@@ -495,9 +495,6 @@ def test_an_escaped_slash_in_the_path_is_another_resource(lib: Any) -> None:
     assert seen == ["/api/v4/projects/group%2Frepo"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "transport.py and recording.py hand response_value headers.multi_items(), whose names "
-    "are lower-cased already: they must pass the server's spelling (headers.raw)"))
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("lib", [httpx, httpx2], ids=["httpx", "httpx2"])

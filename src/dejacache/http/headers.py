@@ -36,7 +36,8 @@ from typing import Final, NamedTuple
 
 from .._secrets import SENSITIVE_HEADERS, find_secrets, is_secret_name, may_be_secret, name_forms
 
-__all__ = ["TRANSPORT", "TRANSPORT_PREFIXES", "KeyedHeaders", "classify", "cookie_pairs"]
+__all__ = ["TRANSPORT", "TRANSPORT_PREFIXES", "KeyedHeaders", "classify", "cookie_pairs",
+           "spelled_names"]
 
 #: Request headers that describe the connection, the client or the trace, never the question.
 TRANSPORT: Final = frozenset({
@@ -168,4 +169,21 @@ def cookie_pairs(value: str) -> list[tuple[str, str]]:
         name, _, val = part.strip().partition("=")
         if name:
             out.append((name.strip(), val.strip()))
+    return out
+
+
+def spelled_names(raw: list[tuple[bytes, bytes]], items: list[tuple[str, str]]
+             ) -> list[tuple[str, str]]:
+    """``items`` (httpx's ``multi_items()``: lower-cased names) with each name as its sender
+    wrote it (``headers.raw``, same order): ``X-AuthToken`` is a credential by its capitals,
+    which ``x-authtoken`` has lost (a request's or a response's). Keys and stored headers
+    lower-case names again, so only that decision changes; a name that does not lower-case
+    to its item (not ASCII) stays as ``multi_items`` gave it. ~1 us for an SDK's 17
+    headers."""
+    if len(raw) != len(items):
+        return items
+    out = []
+    for (name, _), (low, value) in zip(raw, items, strict=True):
+        spelled = name.decode("latin-1")
+        out.append((spelled if spelled.lower() == low else low, value))
     return out

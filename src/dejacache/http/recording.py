@@ -46,6 +46,7 @@ from ..stats import record_miss
 from ._libs import Lib
 from .aliases import AliasTable
 from .exchange import response_value
+from .headers import spelled_names
 from .providers import Provider
 from .providers._base import END, FINISHING
 from .sse import splitter_for
@@ -135,7 +136,8 @@ class Recorder:
         live = self.live
         whole = self.splitter.body()  # events that did not decode are kept as the bytes
         value = response_value(
-            live.status_code, live.headers.multi_items(), live.headers.get("content-type", ""),
+            live.status_code, spelled_names(live.headers.raw, live.headers.multi_items()),
+            live.headers.get("content-type", ""),
             self.call.provider, events=self.events if whole is None else None, body=whole,
         )
         if self.call.aliases is not None:

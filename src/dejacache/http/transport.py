@@ -43,6 +43,7 @@ from .exchange import (
     response_value,
     storable,
 )
+from .headers import spelled_names
 from .identities import identities_for, scope_of
 from .keying import Identity, keyed
 from .providers import Provider, detect
@@ -160,20 +161,9 @@ class _Call:
         return self.key, self.canonical
 
 
-def _spelled(raw: list[tuple[bytes, bytes]], items: list[tuple[str, str]]
-             ) -> list[tuple[str, str]]:
-    """``items`` (``multi_items()``: lower-cased names) with each name as the client wrote it
-    (``headers.raw``, same order): ``X-AuthToken`` is a credential by its capitals, which
-    ``x-authtoken`` has lost. Keys lower-case names again, so only that decision changes; a
-    name that does not lower-case to its item (not ASCII) stays as ``multi_items`` gave it.
-    ~1 us for an SDK's 17 headers."""
-    if len(raw) != len(items):
-        return items
-    out = []
-    for (name, _), (low, value) in zip(raw, items, strict=True):
-        spelled = name.decode("latin-1")
-        out.append((spelled if spelled.lower() == low else low, value))
-    return out
+def _as_sent(headers: Any) -> list[tuple[str, str]]:
+    """A response's headers with each name as the server spelled it (``spelled_names``)."""
+    return spelled_names(headers.raw, headers.multi_items())
 
 
 def _folded(items: list[tuple[str, str]]) -> dict[str, str]:
@@ -220,7 +210,7 @@ def _prepare(lib: Lib, eff: Effective, request: Any, body: bytes, opts: Options,
     path = url.path
     if items is None:
         items = request.headers.multi_items()
-        spelled = _spelled(request.headers.raw, items)
+        spelled = spelled_names(request.headers.raw, items)
     else:
         spelled = items
     headers = _folded(items)
@@ -384,7 +374,7 @@ def _read_whole(call: _Call, resp: Any, raw: bytes | None) -> dict[str, Any]:
         body = resp.content
         call.live = m.Response(resp.status_code, headers=_clean_headers(resp.headers),
                                stream=m.ByteStream(body), extensions=_extensions(resp))
-        return _kept(call, response_value(resp.status_code, resp.headers.multi_items(),
+        return _kept(call, response_value(resp.status_code, _as_sent(resp.headers),
                                           resp.headers.get("content-type", ""), call.provider,
                                           body=body))
     call.live = m.Response(resp.status_code, headers=resp.headers, stream=m.ByteStream(raw),
@@ -394,7 +384,7 @@ def _read_whole(call: _Call, resp: Any, raw: bytes | None) -> dict[str, Any]:
         # The library's own decoders, on a copy: stored bodies are kept decoded.
         body = m.Response(200, headers=[("content-encoding", resp.headers["content-encoding"])],
                           stream=m.ByteStream(raw)).read()
-    return _kept(call, response_value(resp.status_code, resp.headers.multi_items(),
+    return _kept(call, response_value(resp.status_code, _as_sent(resp.headers),
                                       resp.headers.get("content-type", ""), call.provider,
                                       body=body))
 
