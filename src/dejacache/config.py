@@ -220,12 +220,9 @@ def resolve_store(store: Store | str | None) -> Store | None:
         return None
     # Imported here: the protocols cost ~0.4 ms to define, and a block that names no store
     # (a cassette's, a plain scope's) never checks one.
-    from .stores._protocols import Store
+    from .stores._protocols import checked_store
 
-    if not isinstance(store, Store):
-        raise ConfigurationError(
-            f"store must be a Store instance or URL, not {type(store).__name__}")
-    return store
+    return checked_store(store, "store", url_ok=True)
 
 
 class _DefaultStore(BaseStore):
