@@ -395,8 +395,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
     try:
         from . import _project
+        from ._env import warn_unknown
 
         _project.current()  # every command: a misspelt key in the project file is an error
+        warn_unknown()  # and a misspelt DEJACACHE_* variable is named
         status = int(args.func(args))
         sys.stdout.flush()  # here, inside the try: a reader gone shows up now, not at exit
         return status
