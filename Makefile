@@ -103,12 +103,12 @@ docs: $(DOCS)/.installed
 	NO_MKDOCS_2_WARNING=1 $(DOCS)/bin/mkdocs build --strict
 
 # Packaging check: wheel + sdist, twine check, and the wheel in a fresh venv with no extras
-# (tests/test_packaging.py does the same when DEJACACHE_PACKAGING=1).
+# (tests/test_packaging.py does the same when DEJACACHE_TEST_PACKAGING=1).
 dist: $(STAMP)
 	rm -rf dist
 	$(PY) -m build -q -o dist . >/dev/null
 	$(PY) -m twine check --strict dist/*
-	DEJACACHE_PACKAGING=1 $(PY) -m pytest tests/test_packaging.py -q -p no:randomly
+	DEJACACHE_TEST_PACKAGING=1 $(PY) -m pytest tests/test_packaging.py -q -p no:randomly
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks

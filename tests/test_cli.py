@@ -302,3 +302,16 @@ def test_import_names_the_flag_not_the_python_argument(tmp_path: pathlib.Path) -
     assert res.returncode == 1
     assert "pass --force to replace it" in res.stderr and "overwrite" not in res.stderr
     assert out.read_text() == "keep me"
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["diff", "a.json", "b.json", "--limit", "-1"],
+     "argument --limit: must be a whole number >= 0, not '-1'"),
+    (["verify", "--max-age", "abc", "a.json"], "argument --max-age: --max-age must be a duration"),
+])
+def test_a_malformed_option_value_is_a_usage_error(argv: list[str], said: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert said in capsys.readouterr().err

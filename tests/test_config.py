@@ -89,6 +89,16 @@ def test_resolve_mode() -> None:
         resolve_mode("fast")
 
 
+@pytest.mark.parametrize("make", [
+    lambda: dejacache.cassette("a.json", mode=3),  # type: ignore[arg-type]
+    lambda: dejacache.scope(mode=3),  # type: ignore[arg-type]
+])
+def test_a_mode_that_is_not_text_is_refused_naming_it(make: Any) -> None:
+    with pytest.raises(ConfigurationError, match="mode must be a string, one of auto, "
+                                                 "replay, record, off, not 3"):
+        make()
+
+
 def test_mode_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     assert current().mode == "auto"
     monkeypatch.setenv("DEJACACHE_MODE", "record")

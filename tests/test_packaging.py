@@ -4,7 +4,7 @@ Builds both with ``python -m build``, runs ``twine check --strict``, and install
 into a fresh venv with no extras: ``import dejacache`` works, the version is the one in
 ``__init__.py`` (the only place it is written), ``py.typed`` ships, the console script runs,
 and a command that needs an extra names it. Slow (a build and a venv) and it needs the package
-index for the build backend, so it runs under ``make dist`` (DEJACACHE_PACKAGING=1).
+index for the build backend, so it runs under ``make dist`` (DEJACACHE_TEST_PACKAGING=1).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.skipif(
-    not os.environ.get("DEJACACHE_PACKAGING"),
-    reason="builds a wheel and a venv: run with make dist (DEJACACHE_PACKAGING=1)")
+    not os.environ.get("DEJACACHE_TEST_PACKAGING"),
+    reason="builds a wheel and a venv: run with make dist (DEJACACHE_TEST_PACKAGING=1)")
 
 
 def _run(*cmd: str | pathlib.Path, cwd: pathlib.Path = ROOT, check: bool = True,

@@ -6,6 +6,7 @@ import pathlib
 
 import pytest
 
+import dejacache
 from dejacache._paths import project_root
 
 
@@ -33,3 +34,11 @@ def test_without_a_marker_the_root_is_the_start_resolved(tmp_path: pathlib.Path,
     monkeypatch.chdir(tmp_path)
     assert project_root() == real
     assert project_root(pathlib.Path(".")) == real  # a relative start, as Path.resolve() took it
+
+
+@pytest.mark.parametrize("path", [123, None, b"a.json"])
+def test_a_cassette_path_that_is_not_a_path_is_refused_naming_it(path: object) -> None:
+    with pytest.raises(dejacache.ConfigurationError,
+                       match=f"cassette path must be a str or os.PathLike, not "
+                             f"{type(path).__name__}"):
+        dejacache.cassette(path)  # type: ignore[arg-type]

@@ -1036,6 +1036,36 @@ def test_two():
     assert "takes one positional argument (the cassette), got 2" in res.stderr.str()
 
 
+def test_a_marker_cassette_that_is_not_a_path_is_a_usage_error(
+        pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_agent=AGENT + """
+@pytest.mark.dejacache(cassette=5)
+def test_five():
+    llm("x")
+""")
+    res = run(pytester)
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    assert ("test_agent.py::test_five: @pytest.mark.dejacache cassette must be a str or "
+            "os.PathLike, not int 5") in res.stderr.str()
+
+
+@pytest.mark.parametrize(("marker", "said"), [
+    ("mode=5", "mode must be a string, one of auto, replay, record, off, not 5"),
+    ("redact=5", "redact= takes names, dotted paths and compiled regexes (or a Redactor), "
+                 "not 5"),
+])
+def test_a_marker_argument_of_the_wrong_type_fails_the_test_naming_it(
+        pytester: pytest.Pytester, marker: str, said: str) -> None:
+    pytester.makepyfile(test_agent=AGENT + f"""
+@pytest.mark.dejacache({marker})
+def test_bad():
+    llm("x")
+""")
+    res = run(pytester)
+    res.assert_outcomes(errors=1)
+    res.stdout.fnmatch_lines([f"*ConfigurationError: {said}*"])
+
+
 def test_an_invalidated_resource_no_tool_reads_is_named_at_the_end_of_the_session(
         pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_shop="""

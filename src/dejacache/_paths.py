@@ -12,7 +12,8 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing; mypy rea
 if TYPE_CHECKING:
     import pathlib
 
-__all__ = ["DIR_NAME", "NOTES", "default_cache_dir", "make_dir", "note_files", "project_root"]
+__all__ = ["DIR_NAME", "NOTES", "default_cache_dir", "make_dir", "note_files", "path_arg",
+           "project_root"]
 
 #: The name of dejacache's own directory in a project (machine-local: a store, the usage
 #: record; never reviewed, never committed).
@@ -23,6 +24,18 @@ _ROOT_MARKERS = ("pyproject.toml", ".git", "setup.cfg")
 #: ``learn-misses.<xdist worker>.json``.
 NOTES = "learn-misses"
 _IGNORE_ALL = "# made by dejacache: nothing in this directory belongs in version control\n*\n"
+
+
+def path_arg(value: object, what: str) -> str | os.PathLike[str]:
+    """``value`` where a file path is given (``what``: the argument, e.g. ``"cassette path"``),
+    or a ConfigurationError naming it and the value: pathlib's own TypeError named neither."""
+    if isinstance(value, str) or (isinstance(value, os.PathLike)
+                                  and isinstance(os.fspath(value), str)):
+        return value
+    from .errors import ConfigurationError
+
+    raise ConfigurationError(f"{what} must be a str or os.PathLike, not "
+                             f"{type(value).__name__} {value!r}")
 
 
 def project_root(start: pathlib.Path | None = None) -> pathlib.Path:

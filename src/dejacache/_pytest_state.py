@@ -72,6 +72,15 @@ def check_marker(item: pytest.Item, marker: pytest.Mark) -> None:
         raise pytest.UsageError(
             f"{item.nodeid}: @pytest.mark.dejacache takes one positional argument (the "
             f"cassette), got {len(marker.args)}: {marker.args!r}")
+    named = marker.kwargs.get("cassette", marker.args[0] if marker.args else None)
+    if named is not None:
+        from ._paths import path_arg
+        from .errors import ConfigurationError
+
+        try:
+            path_arg(named, "@pytest.mark.dejacache cassette")
+        except ConfigurationError as e:
+            raise pytest.UsageError(f"{item.nodeid}: {e}") from None
 
 
 def placeholders_out(config: pytest.Config) -> bool:

@@ -175,14 +175,23 @@ def _add_demo(sub: _Sub) -> None:
 # ---------------------------------------------------------------- verify
 
 
+def _duration(text: str) -> float:
+    # Parsed by argparse so a malformed one is a usage error (exit 2), as the docs promise.
+    from ._core.durations import seconds
+
+    try:
+        return seconds(text, "--max-age")
+    except DejacacheError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     import pathlib
     import time
 
-    from ._core.durations import seconds
     from .cassettes import orphans, verify
 
-    max_age = seconds(args.max_age, "--max-age") if args.max_age is not None else None
+    max_age = args.max_age
     record_path = pathlib.Path(args.usage) if args.usage else _usage_path()
     record = orphans.UsageRecord.read(record_path) if record_path is not None else None
     if args.usage and record is None:
@@ -230,7 +239,7 @@ def _add_verify(sub: _Sub) -> None:
                         "layouts with fresh checksums (damage is never accepted)")
     p.add_argument("--usage", metavar="FILE", default=None,
                    help="the usage record (default: .dejacache/usage.json, or in DEJACACHE_DIR)")
-    p.add_argument("--max-age", metavar="DURATION", default=None,
+    p.add_argument("--max-age", metavar="DURATION", default=None, type=_duration,
                    help="entries recorded longer ago fail (e.g. 30d), unless the cassette "
                         "sets its own max_age")
     p.add_argument("-v", "--verbose", action="store_true", help="every row, not only problems")
@@ -395,8 +404,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(argv)
     try:
         from . import _project
+        from ._env import warn_unknown
 
         _project.current()  # every command: a misspelt key in the project file is an error
+        warn_unknown()  # and a misspelt DEJACACHE_* variable is named
         status = int(args.func(args))
         sys.stdout.flush()  # here, inside the try: a reader gone shows up now, not at exit
         return status

@@ -24,6 +24,7 @@ from ._core import volatile as _vol
 from ._core.durations import Duration, seconds
 from ._core.modes import MODES, as_mode, resolve_mode
 from ._core.volatile import parse as _parse_volatile
+from ._env import warn_unknown
 from ._paths import default_cache_dir
 from ._slots import slot_setters, value_methods
 from .codec import Codec, JsonCodec
@@ -220,12 +221,9 @@ def resolve_store(store: Store | str | None) -> Store | None:
         return None
     # Imported here: the protocols cost ~0.4 ms to define, and a block that names no store
     # (a cassette's, a plain scope's) never checks one.
-    from .stores._protocols import Store
+    from .stores._protocols import checked_store
 
-    if not isinstance(store, Store):
-        raise ConfigurationError(
-            f"store must be a Store instance or URL, not {type(store).__name__}")
-    return store
+    return checked_store(store, "store", url_ok=True)
 
 
 class _DefaultStore(BaseStore):
@@ -375,6 +373,7 @@ class _Settings:
         eff = self._effective
         if eff is not None:
             return eff
+        warn_unknown()  # (once per process: a misspelt DEJACACHE_* variable)
         with self.lock:
             if isinstance(self.cache_key, Unset):
                 ns: str | None = os.environ.get("DEJACACHE_CACHE_KEY") or "default"

@@ -108,3 +108,10 @@ def test_substitute_keys_live_values_as_placeholders(tmp_path):
     assert "111111" not in path.read_text()
     with dejacache.cassette(path, mode="replay", substitute={"<ACCOUNT>": "222222"}):
         assert whoami("222222") == {"owner": "account 222222"}
+
+
+@pytest.mark.parametrize(("spec", "bad"), [(5, "5"), (["authorization", 7], "7")])
+def test_a_redact_spec_of_the_wrong_type_is_refused_naming_the_value(spec: object,
+                                                                     bad: str) -> None:
+    with pytest.raises(dejacache.ConfigurationError, match=f"redact= takes .*, not {bad}$"):
+        dejacache.cassette("a.json", redact=spec)  # type: ignore[arg-type]

@@ -242,7 +242,9 @@ def test_a_missing_path_is_an_error_not_clean(tmp_path: pathlib.Path,
 
 def test_a_bad_max_age_is_a_usage_error(tree: pathlib.Path,
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["verify", str(tree), "--max-age", "soon"]) == 1
+    with pytest.raises(SystemExit) as exited:  # exit 2, as docs/cli.md says of usage errors
+        main(["verify", str(tree), "--max-age", "soon"])
+    assert exited.value.code == 2
     assert "--max-age must be a duration" in capsys.readouterr().err
 
 

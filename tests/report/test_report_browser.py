@@ -61,7 +61,7 @@ def test_chromium_renders_the_run(run_a: pathlib.Path, tmp_path: pathlib.Path) -
     _chromium(page, tmp_path / "profile", "--window-size=1280,1600", f"--screenshot={shot}")
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
-    keep = os.environ.get("DEJACACHE_REPORT_SCREENSHOTS")
+    keep = os.environ.get("DEJACACHE_TEST_SCREENSHOTS")
     if keep:  # e.g. a CI artifact directory
         pathlib.Path(keep).mkdir(parents=True, exist_ok=True)
         shutil.copy(shot, pathlib.Path(keep) / "report.png")

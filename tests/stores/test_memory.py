@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
+from typing import Any
 
 import pytest
 
-from dejacache.errors import DejacacheWarning
+from dejacache.errors import ConfigurationError, DejacacheWarning
 from dejacache.stores import MemoryStore, Record
 
 
@@ -230,3 +232,18 @@ def test_reads_without_the_lock_stay_consistent_under_concurrent_writes() -> Non
     threads[0].join()
     assert not errors
     assert len(s) <= 50
+
+
+@pytest.mark.parametrize(("kw", "bad"), [
+    ({"maxsize": "5"}, "maxsize must be an int >= 1, not '5'"),
+    ({"maxsize": 0}, "maxsize must be an int >= 1, not 0"),
+    ({"maxsize": -5}, "maxsize must be an int >= 1, not -5"),
+    ({"maxsize": True}, "maxsize must be an int >= 1, not True"),
+    ({"maxsize": None}, "maxsize must be an int >= 1, not None"),
+    ({"max_bytes": -1}, "max_bytes must be an int >= 1, not -1"),
+    ({"max_bytes": 1.5}, "max_bytes must be an int >= 1, not 1.5"),
+])
+def test_a_bound_that_is_not_a_positive_int_is_refused_naming_it(kw: dict[str, Any],
+                                                                 bad: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"^MemoryStore {re.escape(bad)}$"):
+        MemoryStore(**kw)

@@ -90,6 +90,17 @@ class TestTieredInProcessContract(StoreContract):
 # ---------------------------------------------------------------- in-process tiers only
 
 
+@pytest.mark.parametrize(("front", "back", "named"), [
+    (5, MemoryStore(), "TieredStore front must be a Store instance .*, not int 5"),
+    (MemoryStore(), "memory://", "TieredStore back must be a Store instance .*, not str "
+                                 "'memory://'"),
+])
+def test_a_tier_that_is_not_a_store_is_refused_naming_it(front: object, back: object,
+                                                         named: str) -> None:
+    with pytest.raises(dejacache.ConfigurationError, match=named):
+        TieredStore(front, back)  # type: ignore[arg-type]
+
+
 def test_front_hit_does_not_touch_the_back() -> None:
     back = CountingMemory()
     t = TieredStore(MemoryStore(), back)

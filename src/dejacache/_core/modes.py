@@ -23,8 +23,15 @@ MODES: Final = ("auto", "replay", "record", "off")
 VCR_MODES: Final = ("once", "new_episodes", "none", "all", "rewrite")
 
 
+def _text(mode: object, where: str, expected: str) -> str:
+    # An int or None here was a raw AttributeError from ``.strip()`` deep in the library.
+    if not isinstance(mode, str):
+        raise ConfigurationError(f"{where} must be a string, one of {expected}, not {mode!r}")
+    return mode.strip().lower()
+
+
 def resolve_mode(mode: str, *, where: str = "mode") -> str:
-    m = mode.strip().lower()
+    m = _text(mode, where, ", ".join(MODES))
     if m not in MODES:
         raise ConfigurationError(f"unknown {where} {mode!r}; expected one of {', '.join(MODES)}")
     return m
@@ -54,7 +61,7 @@ def vcr_mode(name: str, exists: bool) -> str:
 
 def project_mode(mode: str, *, where: str = "mode") -> str:
     """A mode as a project file writes it: dejacache's or vcrpy's name, lower-cased."""
-    m = mode.strip().lower()
+    m = _text(mode, where, ", ".join(MODES + VCR_MODES))
     if m not in MODES and m not in VCR_MODES:
         raise ConfigurationError(f"unknown {where} {mode!r}; expected one of "
                                  f"{', '.join(MODES)} (or vcrpy's {', '.join(VCR_MODES)})")

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from .. import _project
 from .._core.modes import in_ci
 from .._core.volatile import BlockPaths
+from .._paths import path_arg
 from ..config import (
     UNSET,
     Duration,
@@ -108,7 +109,8 @@ class cassette(Block[Cassette]):
         live_path: str | os.PathLike[str] | None = None,
         blobs: bool | int = True,
     ) -> None:
-        self.path = scratch.redirect(pathlib.Path(path))  # (itself unless `dejacache learn`)
+        # (itself unless `dejacache learn`)
+        self.path = scratch.redirect(pathlib.Path(path_arg(path, "cassette path")))
         if self.path.suffix.lower() in (".yaml", ".yml"):
             # (written as JSON under a .yaml name, it looked like a vcrpy file to every tool)
             raise ConfigurationError(

@@ -271,6 +271,17 @@ def _add(sub: Any, name: str, help: str, **kw: Any) -> argparse.ArgumentParser:
     return p
 
 
+def _count(text: str) -> int:
+    # A usage error (exit 2): --limit -1 sliced the changes and hid the one that differed.
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, not {text!r}")
+    return n
+
+
 def add_cassette_commands(sub: Any) -> None:
     p = _add(sub, "show", "print a cassette with every shared value expanded")
     p.add_argument("file", help="a cassette (tests/cassettes/<module>/<test>.json)")
@@ -280,7 +291,7 @@ def add_cassette_commands(sub: Any) -> None:
     p = _add(sub, "diff", "drift between two cassettes: calls added/dropped/changed, tokens")
     p.add_argument("a", help="the cassette before (e.g. a copy from git show HEAD:path)")
     p.add_argument("b", help="the cassette after")
-    p.add_argument("--limit", type=int, default=20, help="field changes shown per call")
+    p.add_argument("--limit", type=_count, default=20, help="field changes shown per call")
     p.add_argument("--exit-code", action="store_true", help="exit 1 when they differ")
     p.add_argument("--keep-ids", action="store_true",
                    help="compare the ids, headers and timestamps providers regenerate on "

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .. import _secrets
 from .._secrets import PLACEHOLDER, is_secret_name, is_secret_query
+from ..errors import ConfigurationError
 
 if TYPE_CHECKING:
     from .redacting import Writing
@@ -39,6 +40,21 @@ DEFAULT_FIELDS: Final = _secrets.SECRET_NAMES
 
 def _norm(name: str) -> str:
     return _secrets.normalize(name)
+
+
+def _spec_items(spec: Any) -> list[str | re.Pattern[str]]:
+    # A number or a dict of non-strings failed as "not iterable" or "argument of type 'int'
+    # is not iterable" from the loop below, naming neither redact= nor the value.
+    try:
+        items = list(spec)
+    except TypeError:
+        items = [spec]
+    for item in items:
+        if not isinstance(item, (str, re.Pattern)):
+            raise ConfigurationError(
+                f"redact= takes names, dotted paths and compiled regexes (or a Redactor), "
+                f"not {item!r}")
+    return items
 
 
 class Redactor:
@@ -76,7 +92,7 @@ class Redactor:
         if isinstance(spec, (str, re.Pattern)):
             spec = (spec,)
         names, paths, patterns = [], [], []
-        for item in spec:
+        for item in _spec_items(spec):
             if isinstance(item, re.Pattern):
                 patterns.append(item)
             elif "." in item:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ._base import Hit, Record
     from ._store_stats import StoreStats
 
-__all__ = ["SequencedStore", "ShortHitStore", "Store"]
+__all__ = ["SequencedStore", "ShortHitStore", "Store", "checked_store"]
 
 
 @runtime_checkable
@@ -90,3 +90,17 @@ class SequencedStore(Store, Protocol):
     def note_miss(self, miss: Any) -> Any: ...
 
     def redact_tree(self, tree: Any) -> Any: ...
+
+
+def checked_store(value: object, what: str, *, url_ok: bool = False) -> Store:
+    """``value`` where a store is given (``what``: the argument, e.g. ``"store"``; ``url_ok``:
+    a URL was also accepted there), or a ConfigurationError naming it: a wrong value
+    otherwise failed later as an attribute missing deep inside a call."""
+    if not isinstance(value, Store):
+        from ..errors import ConfigurationError
+
+        raise ConfigurationError(
+            f"{what} must be a Store instance (MemoryStore(), SQLiteStore(...), "
+            f"RedisStore(...)){' or a URL' if url_ok else ''}, not "
+            f"{type(value).__name__} {value!r}")
+    return value

@@ -11,7 +11,7 @@ from typing import Any
 
 from .._frozen import shared_size
 from ..codec import blob_ok, plain_body
-from ..errors import DejacacheWarning
+from ..errors import ConfigurationError, DejacacheWarning
 from ._base import NOT_SHARED, BaseStore, Hit, Record, StoreStats
 from ._short import keeps_short_path
 
@@ -21,6 +21,14 @@ from ._short import keeps_short_path
 _Entry = tuple[Hit, float | None, int]
 
 __all__ = ["MemoryStore"]
+
+
+def _bound(value: object, what: str) -> int:
+    # Checked here: a str bound made every put warn a TypeError and never evicted (unbounded
+    # growth), and 0 or less stored nothing, each write failing with an internal KeyError.
+    if type(value) is not int or value < 1:
+        raise ConfigurationError(f"MemoryStore {what} must be an int >= 1, not {value!r}")
+    return value
 
 
 class MemoryStore(BaseStore):
@@ -50,8 +58,8 @@ class MemoryStore(BaseStore):
 
     def __init__(self, maxsize: int = 10_000, max_bytes: int = 256 * 1024 * 1024) -> None:
         self.url = "memory://"
-        self.maxsize = maxsize
-        self.max_bytes = max_bytes
+        self.maxsize = _bound(maxsize, "maxsize")
+        self.max_bytes = _bound(max_bytes, "max_bytes")
         self._data: OrderedDict[str, _Entry] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()

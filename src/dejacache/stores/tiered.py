@@ -24,7 +24,7 @@ from typing import Any
 
 from .._core.durations import Duration, seconds
 from ._base import BaseStore, Record, StoreStats
-from ._protocols import Store
+from ._protocols import Store, checked_store
 
 __all__ = ["TieredStore"]
 
@@ -45,8 +45,8 @@ class TieredStore(BaseStore):
 
     def __init__(self, front: Store, back: Store, *,
                  front_ttl: Duration | None = 60.0) -> None:
-        self.front = front
-        self.back = back
+        self.front = checked_store(front, "TieredStore front")
+        self.back = checked_store(back, "TieredStore back")
         self.front_ttl = (None if front_ttl is None
                           else seconds(front_ttl, "TieredStore front_ttl", zero=True))
         self.url = back.url  # the shared tier is the source of truth named in messages
