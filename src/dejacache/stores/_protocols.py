@@ -95,12 +95,15 @@ class SequencedStore(Store, Protocol):
 def checked_store(value: object, what: str, *, url_ok: bool = False) -> Store:
     """``value`` where a store is given (``what``: the argument, e.g. ``"store"``; ``url_ok``:
     a URL was also accepted there), or a ConfigurationError naming it: a wrong value
-    otherwise failed later as an attribute missing deep inside a call."""
-    if not isinstance(value, Store):
+    otherwise failed later as an attribute missing deep inside a call. A store of the user's
+    own (a ``BaseStore`` subclass, or any object with ``get`` and ``put``) is taken as it is:
+    the protocol's optional members are looked up where they are used."""
+    if not (isinstance(value, Store)
+            or (callable(getattr(value, "get", None)) and callable(getattr(value, "put", None)))):
         from ..errors import ConfigurationError
 
         raise ConfigurationError(
             f"{what} must be a Store instance (MemoryStore(), SQLiteStore(...), "
             f"RedisStore(...)){' or a URL' if url_ok else ''}, not "
             f"{type(value).__name__} {value!r}")
-    return value
+    return value  # type: ignore[return-value]  # (a duck-typed store of the user's own)
