@@ -1597,3 +1597,46 @@ def test_only_strings_and_dicts_of_strings_under_plain_names_are_flat() -> None:
     assert not keys._flat({"body": {"audio": ["x"]}}, plain)
     assert not keys._flat({"body": {"other": "x"}}, plain)
     assert not keys._flat({"body": {"type": {"audio": "x"}}}, plain)  # two levels deep
+
+
+@pytest.mark.parametrize("url", [
+    "/v1/items?api_key={}&page=2",  # relative: no "://" anywhere in the request
+    "see https://app.example/cb#access_token={}&token_type=bearer",  # a fragment
+    "postgresql://app:{}@db.internal:5432/x",  # a userinfo password
+    "postgresql://app:{}@db.internal/x?sslmode=require&password={}",
+], ids=["relative", "fragment", "userinfo", "userinfo and query"])
+@pytest.mark.parametrize("where", ["argument", "long conversation"])
+def test_url_credentials_enter_keys_only_as_keyed_digests(url: str, where: str) -> None:
+    """The bytes a key is hashed from hold a URL's credential only as its keyed mask: a key
+    is an unkeyed xxh3, so a plain weak password in them could be guessed offline."""
+
+    def connect(*args: Any, **kwargs: Any) -> None: ...
+
+    def call(secret: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        text = url.format(secret, secret)
+        if where == "argument":
+            return (text,), {}
+        # Long enough to be written by parts, the URL in the newest message only.
+        history = [{"role": "user", "content": f"message {i} " + "x" * 100} for i in range(100)]
+        return (), {"messages": [*history, {"role": "user", "content": text}]}
+
+    kb = KeyBuilder(connect, "connect")
+    seed = keys.key_seed("ns", "connect")
+    alice, bob = call("alice-Pw-1"), call("bob-Pw-2")
+    for _ in range(2):  # a first sight, then the remembered fast form
+        assert kb.key("ns", *alice) != kb.key("ns", *bob)
+        _, key, body, tail, _ = kb.bind_key(*alice, seed)
+        assert key == keys._hex(body + tail, seed=seed)  # what the key is hashed from
+        assert b"alice-Pw-1" not in body + tail and b"<secret:" in body
+    assert b"alice-Pw-1" not in kb.canonical(*alice)
+
+
+def test_keys_of_requests_without_url_credentials_are_unchanged() -> None:
+    """Existing cassettes keep matching: URL masking leaves a request holding no URL
+    credential as it is, whatever else it holds."""
+    chat = {"model": "gpt-4o-mini", "temperature": 0.2, "messages": [
+        {"role": "user", "content": "What is 2/3 = ? and #5 @ home, see https://x.example/a"},
+        {"role": "user", "content": "/v1/items?page=2#top and ssh://git@github.com/x.git"}]}
+    data = orjson.dumps(chat, option=orjson.OPT_SORT_KEYS)
+    assert keys._secrets.mask_url_queries(data) == data
+    assert canonical_json(chat) == data

@@ -676,3 +676,29 @@ def test_urls_without_credentials_are_left_as_they_are(text: str) -> None:
 def test_url_passwords_are_guarded_from_volatile_patterns() -> None:
     assert [t for _, _, t in _secrets.guarded("postgresql://app:pw-2024-01-01@db/x")] == [
         "://app:pw-2024-01-01@"]
+
+
+@pytest.mark.parametrize("text", [
+    "/v1/items?api_key={}&page=2", "/cb#access_token={}&token_type=bearer",
+    "https://app.example/cb#access_token={}", "postgresql://app:{}@db/x",
+    "postgresql://app:{}@db/x?sslmode=require",
+])
+def test_keys_mask_url_credentials_as_masks_do(text: str) -> None:
+    """Keys (canonical JSON bytes) find the URL credentials ``mask_text`` finds, with no
+    ``://`` needed elsewhere, and mask each by its keyed digest: two credentials, two forms."""
+    alice, bob = (orjson.dumps([text.format(pw)]) for pw in ("alice-pw", "bob-pw"))
+    a, b = _secrets.mask_url_queries(alice), _secrets.mask_url_queries(bob)
+    assert b"alice-pw" not in a and b"bob-pw" not in b and a != b
+    assert a == orjson.dumps([_secrets.mask_text(text.format("alice-pw"), _secrets.mask)])
+
+
+def test_a_url_password_that_is_another_ones_mask_keys_apart() -> None:
+    mask = _secrets.mask("hunter2")
+    plain = _secrets.mask_url_queries(b'["postgresql://app:hunter2@db/x"]')
+    forged = _secrets.mask_url_queries(f'["postgresql://app:{mask}@db/x"]'.encode())
+    assert mask.encode() in plain and plain != forged
+
+
+def test_relative_url_credentials_are_guarded_from_volatile_patterns() -> None:
+    [(_, _, kept)] = _secrets.guarded("/v1/items?api_key=pw-2024-01-01&page=2")
+    assert kept == _secrets.mask("pw-2024-01-01")

@@ -31,6 +31,8 @@ from typing import Any
 import orjson
 import xxhash
 
+from ._secrets import url_may_hold_secret
+
 __all__ = ["Ctx", "ListMemo", "NoneCheck", "has_lists", "none_paths", "segmented"]
 
 Step = str | int
@@ -103,9 +105,9 @@ class Run:
     ``messages[i].key`` (the common case) or ``(index, paths)``. ``length``: the bytes of
     those ``n`` elements with the opening ``[`` (the list's bytes without ``]``). ``clean``:
     whether the store's secret scrubbing leaves those bytes as they are (None: not asked
-    yet; see :func:`scrub_free`). ``url``: whether those bytes hold ``://`` (the keys'
-    URL masking has nothing to do in a form without one); ``url_clean``: whether that
-    masking leaves them as they are (None: not asked yet)."""
+    yet; see :func:`scrub_free`). ``url``: whether those bytes may hold a URL credential
+    (``_secrets.url_may_hold_secret``: the keys' URL masking has nothing to do otherwise);
+    ``url_clean``: whether that masking leaves them as they are (None: not asked yet)."""
 
     __slots__ = ("any_null", "clean", "length", "n", "nulls", "parent", "url", "url_clean")
 
@@ -286,8 +288,8 @@ class Ctx:
         # its path); and, once written out of a whole, where each starts in it, with its run.
         self.pending: list[tuple[dict[str, Any], str, list[Any], Path]] = []
         self.spans: list[tuple[int, Run]] | None = None
-        # Whether the written form may hold ``://``: known False only when it was cut out
-        # of a whole whose skeleton and every list's run hold none.
+        # Whether the written form may hold a URL credential: known False only when it was
+        # cut out of a whole whose skeleton and every list's run may hold none.
         self.url = False
 
     def check(self) -> NoneCheck:
@@ -400,10 +402,10 @@ def _list(ctx: Ctx, v: list[Any], prefix: Path, data: bytes | memoryview) -> Run
                 return None
             if val is not True:
                 nulls.append((i, val))
-        # ``://`` in the new elements only (a search of 200 KB for it costs 180 µs): it
-        # cannot straddle the comma before them.
+        # The new elements only (a search of 200 KB for ``://`` costs 180 µs): a URL lies
+        # in one string, so it cannot straddle the comma before them.
         new = bytes(data[run.length + 1 if run is not None else 1:len(data) - 1])
-        url = (run is not None and run.url) or b"://" in new
+        url = (run is not None and run.url) or url_may_hold_secret(new)
         run = Run(n, run, tuple(nulls), len(data) - 1, url)
         ctx.memo.put(data, len(data) - 1, run)
     assert run is not None
@@ -512,7 +514,7 @@ def _cut(ctx: Ctx, parts: dict[str, Any], whole: bytes
         pos, spos = end + size, mark + 1
     if len(whole) - pos != len(skel) - spos or not whole.startswith(skel[spos:], pos):
         return None
-    ctx.url = ctx.url or b"://" in skel
+    ctx.url = ctx.url or url_may_hold_secret(skel)
     mv = memoryview(whole)
     return [mv[off:off + size] for off, size in spans], [off for off, _ in spans]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["NEEDLES", "PARAM", "SHAPES", "URL"]
+__all__ = ["NEEDLES", "PARAM", "SHAPES", "URL", "USERINFO"]
 
 # A left boundary that also holds inside JSON text: ``\nsk-...`` is written ``\\nsk-...`` in a
 # file, where a plain ``\b`` would see the letter ``n`` and miss the key (keys and ``scan`` read
@@ -36,6 +36,10 @@ def _at(prefix: str, width: int, rest: str, left: str = _L) -> str:
     skip = "." * width
     return f"(?P<s>{prefix}{left.format(w=skip)}{rest})"
 
+
+# A URL's userinfo up to its password, and one character of a password (see "url password").
+_USER = r"://[^\s\"'<>\\/?#@:]{0,128}:"
+_PASSWORD = r"[^\s\"'<>\\/?#]"
 
 # Secret-shaped strings by kind (compiled: ``_secrets.SECRET_PATTERNS``). Group ``s`` is the
 # secret itself, so a mask keeps the rest (``Bearer <...>``) and never eats a JSON quote.
@@ -87,8 +91,7 @@ SHAPES: Final[dict[str, str]] = {
     # The password of a URL's userinfo, any scheme (``postgresql://app:pw@db``,
     # ``https://user:pw@host``): up to the last ``@`` before the host's end, since a raw
     # password may hold one. Both runs are bounded, so each ``://`` is read a bounded length.
-    "url password": (r"://[^\s\"'<>\\/?#@:]{0,128}:"
-                     r"(?P<s>[^\s\"'<>\\/?#]{1,256})@"),
+    "url password": _USER + rf"(?P<s>{_PASSWORD}{{1,256}})@",
 }
 # Substrings every match contains: one C-speed ``in`` per needle skips the regexes for the
 # common string (measured: the regexes were 80% of recording time on a 20 KB request).
@@ -140,3 +143,8 @@ URL: Final = r"/[^\s\"'<>\\]+(?:<secret:[0-9a-f]{128}>[^\s\"'<>\\]*)*"
 # ``#access_token=...``); values are replaced in place, never re-encoded, so two different URLs
 # can never come out the same.
 PARAM: Final = r"(?<=[?&;#])([^=&;#?]+)=([^&;#]*)"
+
+# A userinfo password as keys mask it, in canonical JSON: a ``url password`` whose password may
+# also be a keyed mask, which keys mask again (as they do a query value), so a password that
+# literally is another one's mask never keys as that other password.
+USERINFO: Final = _USER + rf"(?P<s>(?:{_PASSWORD}|<secret:[0-9a-f]{{128}}>){{1,256}})@"

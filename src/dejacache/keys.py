@@ -576,9 +576,9 @@ _NONE_MARK = b" "
 _NULLS: dict[str, tuple[_seg.NoneCheck | None, str | None]] = {}
 
 
-# Where the lists a form was cut into start, with their runs, whether the form may hold
-# ``://`` (see ``_seg.Ctx``), and whether it needs the None mark (not appended to a form cut
-# out of a whole: ``_first_sight`` decides).
+# Where the lists a form was cut into start, with their runs, whether the form may hold a
+# URL credential (see ``_seg.Ctx``), and whether it needs the None mark (not appended to a
+# form cut out of a whole: ``_first_sight`` decides).
 _Spans = tuple[list[tuple[int, "_seg.Run"]], bool, bool]
 
 
@@ -767,7 +767,7 @@ def _first_sight(data: Any, names: _Names, function: str,
     the next call with these bytes takes them as they are."""
     full, check, cut = _full(data, names, function, subs, True, out,
                              len(out) > _BY_PARTS_MIN)
-    # Cut out of ``out`` (``full`` is ``out``) with no ``://`` in it, or none that URL
+    # Cut out of ``out`` (``full`` is ``out``) with no URL credential in it, or none that URL
     # masking rewrites (asked of each run once: ``_seg.scrub_free``): it has nothing to do.
     unmasked = cut is not None and not subs and (
         not cut[1] or _seg.scrub_free(out, cut[0], _urls_unmasked, "url_clean"))
