@@ -125,12 +125,26 @@ def test_secrets_never_reach_the_store_and_headers_are_not_keyed(fake: FakeProvi
 
 
 def test_volatile_body_fields_do_not_change_the_key(fake: FakeProvider) -> None:
-    with dejacache.scope(mode="auto", store=dejacache.MemoryStore()), httpx2.Client() as c:
+    # (an SDK's own header: at a host that is not OpenAI's, a path alone does not vouch)
+    sdk = {"x-stainless-lang": "python"}
+    with dejacache.scope(mode="auto", store=dejacache.MemoryStore()), \
+            httpx2.Client(headers=sdk) as c:
         url = fake.openai_url + "/chat/completions"
         a = c.post(url, json={**BODY, "user": "alice"}).json()
         b = c.post(url, json={**BODY, "user": "bob"}).json()
         d = c.post(url, json={**BODY, "temperature": 0.5}).json()
     assert a == b != d
+    assert fake.count() == 2
+
+
+def test_a_path_alone_does_not_make_a_providers_fields_volatile(fake: FakeProvider) -> None:
+    """``POST /forms/7/responses {"user": ...}`` to some service matched OpenAI's path, and
+    bob was served alice's recording: without OpenAI's host or its SDK's headers, ``user``
+    is keyed like any field."""
+    with dejacache.scope(mode="auto", store=dejacache.MemoryStore()), httpx2.Client() as c:
+        url = fake.openai_url + "/chat/completions"
+        c.post(url, json={**BODY, "user": "alice"})
+        c.post(url, json={**BODY, "user": "bob"})
     assert fake.count() == 2
 
 

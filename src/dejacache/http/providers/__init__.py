@@ -46,5 +46,8 @@ def all_providers() -> tuple[Provider, ...]:
 def detect(host: str, path: str, headers: Mapping[str, str]) -> Provider:
     for prov in _PROVIDERS:
         if prov.matches(host, path, headers):
-            return prov.for_request(host, path)
+            found = prov.for_request(host, path)
+            if found.volatile and not found.vouched(host, headers):
+                return found.unvouched()
+            return found
     raise AssertionError("the generic provider matches everything")  # pragma: no cover

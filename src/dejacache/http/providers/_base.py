@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
@@ -59,6 +60,21 @@ class Provider:
 
     def for_request(self, host: str, path: str) -> Provider:
         return self
+
+    def vouched(self, host: str, headers: Mapping[str, str]) -> bool:
+        """Whether the request is surely this provider's (its host, or its SDK's own
+        headers), so ``volatile`` may be dropped from its key. A module matched by a path
+        alone may have matched another service, where those fields are data."""
+        return True
+
+    def unvouched(self) -> Provider:
+        """This provider keying every field (``volatile`` empty): one copy, made once."""
+        plain: Provider | None = self.__dict__.get("_unvouched")
+        if plain is None:
+            plain = copy.copy(self)
+            plain.volatile = frozenset()
+            self._unvouched = plain
+        return plain
 
     def stage(self, event: str) -> int:
         """Where this SSE event leaves the answer: ``IN_PROGRESS``, ``FINISHING`` or ``END``.

@@ -27,6 +27,9 @@ class Groq(OpenAI):
         return host.endswith("groq.com") or headers.get("user-agent", "").startswith(
             ("Groq/", "AsyncGroq/"))
 
+    def vouched(self, host: str, headers: Mapping[str, str]) -> bool:
+        return True  # (matched by its host or its SDK's user agent only)
+
     def endpoint(self, host: str, path: str) -> str:
         if path.startswith("/openai/"):
             path = path[len("/openai"):]

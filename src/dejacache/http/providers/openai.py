@@ -56,6 +56,13 @@ class OpenAI(Provider):
         return any(path.endswith(s) for s, _ in _ENDPOINTS) or (
             "/responses/" in path and _RESPONSE_URL.search(path) is not None)
 
+    def vouched(self, host: str, headers: Mapping[str, str]) -> bool:
+        # The host, or what only OpenAI's SDKs (and their Stainless-made kin) send: a form
+        # posted to ``/forms/7/responses`` has neither, and its ``user`` field is data.
+        if host.endswith(("openai.com", "openai.azure.com")):
+            return True
+        return any(k.lower().startswith(("x-stainless-", "openai-")) for k in headers)
+
     def stage(self, event: str) -> int:
         # chat/completions: the chunk with finish_reason completes the answer (a usage chunk
         # may follow), "data: [DONE]" ends it; the responses API ends with one of
