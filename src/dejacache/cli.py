@@ -193,6 +193,10 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
     max_age = args.max_age
     record_path = pathlib.Path(args.usage) if args.usage else _usage_path()
+    if args.usage and record_path is not None and record_path.is_dir():  # (a usage error)
+        print(f"dejacache verify: --usage {args.usage} is a directory, not a usage record "
+              "(.dejacache/usage.json)", file=sys.stderr)
+        return 2
     record = orphans.UsageRecord.read(record_path) if record_path is not None else None
     if args.usage and record is None:
         print(f"dejacache verify: no usage record at {args.usage}", file=sys.stderr)

@@ -111,6 +111,10 @@ def test_rekey_applies_rules_written_by_hand(tmp_path: pathlib.Path) -> None:
     assert run(proj, "pytest", "--dejacache-mode=replay").returncode == 0
     assert "re-keyed 0 entries" in run(proj, "dejacache", "rekey", "tests").stdout
     assert run(proj, "dejacache", "rekey", "nowhere").returncode == 2
+    damaged = proj / "tests" / "cassettes" / "damaged.json"
+    damaged.write_text('{"checksums": "xxh3-128", "entries": [')
+    res = run(proj, "dejacache", "rekey", "tests")
+    assert res.returncode == 1 and "not re-keyed" in res.stdout  # (it was 0: "nothing wrong")
 
 
 def test_every_command_refuses_a_misspelt_project_key(tmp_path: pathlib.Path) -> None:

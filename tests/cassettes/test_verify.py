@@ -330,6 +330,14 @@ def test_a_damaged_usage_record_is_an_error(tree: pathlib.Path,
     assert main(["verify", str(tree), "--usage", str(tree / "none.json")]) == 2
 
 
+def test_a_directory_given_as_the_usage_record_is_a_usage_error(
+        tree: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tree / "adir").mkdir()
+    assert main(["verify", str(tree), "--usage", str(tree / "adir")]) == 2
+    err = capsys.readouterr().err
+    assert "is a directory, not a usage record" in err and "(cassette" not in err
+
+
 def test_a_deleted_test_modules_cassettes_are_orphans(
         tree: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     usage = _run_record(tree, [], [], [])

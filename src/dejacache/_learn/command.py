@@ -102,9 +102,14 @@ def _rekeyed(done: list[Rekeyed], root: pathlib.Path) -> list[str]:
         out.append(f"  {kept} entries keep their key: their stored request does not give it "
                    "back (masked credentials, substitute= placeholders); re-record those")
     for r in done:
-        if r.problem and "not a dejacache cassette" not in r.problem:
+        if _unkeyed(r):
             out.append(f"  not re-keyed: {r.problem}")
     return out
+
+
+def _unkeyed(r: Rekeyed) -> bool:
+    """A cassette that could not be re-keyed (other JSON files are not cassettes)."""
+    return r.problem is not None and "not a dejacache cassette" not in r.problem
 
 
 def _learn(args: argparse.Namespace, project: _project.Project) -> int:
@@ -242,8 +247,10 @@ def _cmd_rekey(args: argparse.Namespace) -> int:
     files = (list(cassette_files(pathlib.Path(p) for p in args.paths)) if args.paths
              else _project_cassettes(root, project))
     print(f"rules ({global_volatile_source()}): {len(items)}")
-    print("\n".join(_rekeyed(rekey_files(files, rules), root)))
-    return 0
+    done = rekey_files(files, rules)
+    print("\n".join(_rekeyed(done, root)))
+    # A damaged cassette left as it was is a failure to say in the status, as verify does.
+    return 1 if any(_unkeyed(r) for r in done) else 0
 
 
 def add_rekey(sub: Any) -> None:

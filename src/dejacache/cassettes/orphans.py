@@ -87,7 +87,9 @@ class UsageRecord:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise CassetteError(f"cannot read the usage record: {exc}", path=path) from None
+            # (no path=: the error would call the record "cassette ...")
+            raise CassetteError(f"cannot read the usage record {path}: "
+                                f"{exc.strerror or type(exc).__name__}") from None
         try:
             doc = orjson.loads(raw)
         except orjson.JSONDecodeError:
