@@ -147,3 +147,11 @@ def test_multipart_parts_are_read_in_any_case_and_with_an_unquoted_name(
 def test_may_hold_multipart_is_false_for_text_without_form_data() -> None:
     for text in ("", "form-dat", "x-data; name=password", "a-d-D-" * 10, "informed-data"):
         assert not _formtext.may_hold_multipart(text), text
+
+
+def test_a_form_whose_first_name_is_long_is_still_a_form() -> None:
+    # Names up to 256 characters start a form (a longer run is base64); a second constant of
+    # the same name once cut that to 64, the pair scan's bound.
+    text = "f" * 100 + "=1&password=hunter2"
+    assert _formtext.form_spans(text) == [(0, 100, 102), (103, 111, 119)]
+    assert _formtext.form_spans("f" * 300 + "=1") is None

@@ -187,7 +187,7 @@ def _delimiter(s: str, at: int) -> str | None:
 # window, the value forwards.
 _NAME_REVERSED = r"[A-Za-z0-9_.\-%\[\]]{1,64}"
 _PAIR_VALUE = r"[A-Za-z0-9_\-.~%+/=!*@$,:]+"
-_NAME_MAX = 64
+_PAIR_NAME_MAX = 64  # _NAME_REVERSED's bound
 _BEFORE = frozenset("?&#\"'") | frozenset(" \t\r\n\x0b\x0c")  # where a name may start
 # (``#``: a URL fragment's parameters, ``#access_token=...`` in OAuth's implicit flow)
 _AFTER = frozenset("&\"'#\\") | frozenset(" \t\r\n\x0b\x0c")  # where a value may end
@@ -231,7 +231,7 @@ def _pair_at(line: str, eq: int, name_rx: re.Pattern[str], value_rx: re.Pattern[
     ``_BEFORE``, ``_AFTER``) and where its value ends, which is where to look for the next
     ``=``: a ``=`` inside the value would end it at the same place (each character is read a
     bounded number of times)."""
-    window = line[max(0, eq - _NAME_MAX - 1):eq][::-1]
+    window = line[max(0, eq - _PAIR_NAME_MAX - 1):eq][::-1]
     n = name_rx.match(window)
     if n is None:
         return -1, eq + 1

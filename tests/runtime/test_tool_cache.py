@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import dataclasses
+import re
 import threading
 import unicodedata
 from typing import Any
@@ -741,3 +742,14 @@ def test_one_tool_switched_off() -> None:
 def test_runtime_cache_must_be_a_bool() -> None:
     with pytest.raises(dejacache.ConfigurationError, match="runtime_cache"):
         dejacache.configure(runtime_cache="off")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"maxsize": "5"}, "tool_cache maxsize must be an int >= 1, not '5'"),
+    ({"maxsize": 0}, "tool_cache maxsize must be an int >= 1, not 0"),
+    ({"max_bytes": "1mb"}, "tool_cache max_bytes must be an int >= 1, not '1mb'"),
+])
+def test_bad_bounds_are_refused_at_decoration(kwargs: dict[str, object], message: str) -> None:
+    # A str maxsize used to pass the decorator and fail at the tool's first call.
+    with pytest.raises(dejacache.ConfigurationError, match=re.escape(message)):
+        dejacache.tool_cache(**kwargs)(lambda x: x)  # type: ignore[arg-type]

@@ -870,3 +870,10 @@ def test_a_kept_frozen_value_never_outlives_its_row(tmp_path: pathlib.Path, drop
     latest = store.hit("k")
     assert latest is not None and latest[4] is NOT_SHARED
     store.close()
+
+
+def test_an_unknown_pragma_is_refused_with_the_closest_name(tmp_path: pathlib.Path) -> None:
+    # SQLite ignores a pragma it does not know: the store would run on its defaults unsaid.
+    with pytest.raises(StoreError, match=r"unknown pragma 'jornal_mode'.*'journal_mode'"):
+        SQLiteStore(tmp_path / "c.db", pragmas={"jornal_mode": "wal"})
+    SQLiteStore(tmp_path / "c.db", pragmas={"journal_mode": "wal", "cache_size": -2000})

@@ -31,7 +31,7 @@ from ..errors import (
 from ..keys import KeyBuilder, digest, key_seed
 from ..stores._base import BaseStore, Record
 from ..stores._protocols import Store
-from ..stores.memory import MemoryStore
+from ..stores.memory import MemoryStore, bound
 from . import metrics as m
 from ._binding import Template, is_error_result
 from ._decorate import probe, tool_names
@@ -138,10 +138,12 @@ class ToolCache:
         self.key_name, self.name = tool_names(fn, name)
         self.resource = resource or self.name
         self.scope = scope
-        self.max_bytes = max_bytes
+        self.max_bytes = bound(max_bytes, "tool_cache max_bytes")
         self.explicit_store = store
         self._own: MemoryStore | None = None
-        self._maxsize = maxsize
+        # Checked here: its own store is made at the first call, which is where a bad bound
+        # used to fail, far from the decorator that was given it.
+        self._maxsize = bound(maxsize, "tool_cache maxsize")
         # No default volatile fields: they are HTTP/LLM tracing names (``request_id``...), and
         # a tool argument of that name is data: dropping it would serve one answer to all.
         self.keys = KeyBuilder(fn, self.key_name, ignore=ignore, use_default_volatile=False,

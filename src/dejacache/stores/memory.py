@@ -20,14 +20,15 @@ from ._short import keeps_short_path
 # ``Hit`` itself (a ``Hit`` built per hit cost 0.14-0.26 µs of a 3.6 µs frozen 2 KB hit).
 _Entry = tuple[Hit, float | None, int]
 
-__all__ = ["MemoryStore"]
+__all__ = ["MemoryStore", "bound"]
 
 
-def _bound(value: object, what: str) -> int:
+def bound(value: object, what: str) -> int:
+    """A size bound (entries, bytes): an int >= 1, checked where it is given."""
     # Checked here: a str bound made every put warn a TypeError and never evicted (unbounded
     # growth), and 0 or less stored nothing, each write failing with an internal KeyError.
     if type(value) is not int or value < 1:
-        raise ConfigurationError(f"MemoryStore {what} must be an int >= 1, not {value!r}")
+        raise ConfigurationError(f"{what} must be an int >= 1, not {value!r}")
     return value
 
 
@@ -58,8 +59,8 @@ class MemoryStore(BaseStore):
 
     def __init__(self, maxsize: int = 10_000, max_bytes: int = 256 * 1024 * 1024) -> None:
         self.url = "memory://"
-        self.maxsize = _bound(maxsize, "maxsize")
-        self.max_bytes = _bound(max_bytes, "max_bytes")
+        self.maxsize = bound(maxsize, "MemoryStore maxsize")
+        self.max_bytes = bound(max_bytes, "MemoryStore max_bytes")
         self._data: OrderedDict[str, _Entry] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
