@@ -496,7 +496,7 @@ def test_a_record_of_the_version_before_counts_as_one_run(
     assert (d / "test_two.json").exists() and len(load_document(
         one.read_bytes(), one)["entries"]) == 2
     assert "dejacache verify --fix: removed no orphans" in out
-    assert (f"dejacache verify --fix: left 2 files alone, their orphans judged by too few runs "
+    assert (f"dejacache verify --fix: kept the orphans of 2 files judged by too few runs "
             f"(never removed on the word of fewer than {RUNS} complete runs in a row, nor "
             "without a usage history):") in out
     # The next runs carry it on as the first of them.
@@ -527,3 +527,33 @@ def test_a_file_no_recorded_run_opened_is_only_reported(
         "warn", "no test in test_agent.py is named for it (renamed or deleted test); "
         "kept: no usage history (no recorded run opened it)")
     assert "     1  kept: no usage history (no recorded run opened it)" in out
+
+
+def test_fix_removes_the_entries_judged_often_enough_and_keeps_the_rest(
+        tree: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = tree / "tests" / "cassettes" / "test_agent"
+    module = tree / "tests" / "test_agent.py"
+    module.write_text("")
+    one = d / "test_one.json"
+    history = None
+    for asked in (["q2"], ["q2"], []):  # q1 unused in 3 complete runs, q2 in the last one
+        history = build([_part(tree, [(one, asked), (d / "test_two.json", ["q3"])], [],
+                               [module], "t")], history)
+    assert history is not None
+    usage = write(history, tree / ".dejacache")
+    status, out = verify(capsys, str(tree), "--usage", str(usage))
+    assert status == 1
+    verdict, detail = rows(out, "test_one.json")["orphans"]
+    assert verdict == "fail" and detail.startswith(
+        "1 entry no test used in the last 3 complete runs: agent.step")
+    assert detail.endswith("; kept: 1 more entry unused in fewer than the 3 complete runs in "
+                           "a row needed")
+    status, out = verify(capsys, str(tree), "--usage", str(usage), "--fix")
+    assert status == 0
+    assert [e["occurrence"] for e in load_document(one.read_bytes(), one)["entries"]] == [0]
+    assert '"b"' in one.read_text() and '"a"' not in one.read_text()  # q2's answer kept
+    assert rows(out, "test_one.json")["orphans"] == (
+        "fixed", "removed 1 unused entry, checksums recomputed; kept: 1 more entry unused in "
+        "fewer than the 3 complete runs in a row needed")
+    assert "dejacache verify --fix: removed 1 unused entry from 1 file" in out
+    assert ("dejacache verify --fix: kept the orphans of 1 file judged by too few runs" in out)

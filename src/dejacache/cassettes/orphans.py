@@ -63,7 +63,7 @@ class OrphanVerdict:
     detail: str
     entries: tuple[tuple[str, int, str], ...] = ()  # orphaned entries: (key, occurrence, name)
     whole_file: bool = False  # no test uses the file at all
-    kept: str = ""  # ``warn``: why ``--fix`` leaves them
+    kept: str = ""  # why ``--fix`` leaves them (all of a ``warn``, some of a ``fail``)
 
 
 class UsageRecord:
@@ -167,10 +167,11 @@ class UsageRecord:
             return OrphanVerdict("warn", f"{_entries(unused, least)}; {_kept(least)}",
                                  kept=_kept(least))
         rest = len(unused) - len(sure)
-        later = (f"; {rest} more kept: unused in fewer than the {RUNS} complete runs in a row "
-                 "needed") if rest else ""
-        return OrphanVerdict("fail", _entries(sure, RUNS) + later,
-                             entries=tuple((str(k), int(o), str(n)) for k, o, n in sure))
+        kept = (f"kept: {rest} more entr{'ies' if rest != 1 else 'y'} unused in fewer than the "
+                f"{RUNS} complete runs in a row needed") if rest else ""
+        return OrphanVerdict("fail", "; ".join(filter(None, [_entries(sure, RUNS), kept])),
+                             entries=tuple((str(k), int(o), str(n)) for k, o, n in sure),
+                             kept=kept)
 
     def _judge_unclaimed(self, path: pathlib.Path) -> OrphanVerdict:
         module = owner_module(pathlib.Path(self._name(path)))

@@ -142,7 +142,8 @@ def verify_file(path: pathlib.Path, *, usage: UsageRecord | None, max_age: float
 
         todo.digest = digest(data)  # what was verified: a later edit is never rewritten
         done, ok = _apply(path, todo)
-        rows = [(Row(r.path, r.check, FIXED, done, removed=len(todo.drop), gone=todo.remove)
+        rows = [(Row(r.path, r.check, FIXED, "; ".join(filter(None, [done, r.kept])),
+                     removed=len(todo.drop), gone=todo.remove, kept=r.kept)
                  if ok else dataclasses.replace(r, detail=f"{r.detail}; {done}"))
                 if _fixed(r, todo) else r for r in rows]
     return rows
@@ -419,19 +420,21 @@ def fix_report(rows: list[Row]) -> list[str]:
     lines = [f"dejacache verify --fix: removed {' and '.join(done) or 'no orphans'}"]
     orphans = [r for r in rows if r.check == "orphans"]
     lines += _left(collections.Counter(r.detail for r in orphans if r.verdict == SKIP),
-                   "their orphans not judged (never removed in doubt)")
-    lines += _left(collections.Counter(r.kept for r in orphans if r.verdict == WARN and r.kept),
-                   f"their orphans judged by too few runs (never removed on the word of fewer "
-                   f"than {RUNS} complete runs in a row, nor without a usage history)")
+                   "left {} alone, their orphans not judged (never removed in doubt)")
+    lines += _left(collections.Counter(r.kept for r in orphans
+                                       if r.verdict in (WARN, FIXED) and r.kept),
+                   "kept the orphans of {} judged by too few runs (never removed on the word "
+                   f"of fewer than {RUNS} complete runs in a row, nor without a usage history)")
     return lines
 
 
 def _left(reasons: collections.Counter[str], what: str) -> list[str]:
-    """The lines of files ``--fix`` left alone, counted by reason."""
+    """The lines of files ``--fix`` left (some of) alone, counted by reason; ``what`` names
+    them where it says ``{}``."""
     if not reasons:
         return []
     n = sum(reasons.values())
-    lines = [f"dejacache verify --fix: left {n} file{'s' * (n != 1)} alone, {what}:"]
+    lines = [f"dejacache verify --fix: {what.format(f'{n} file' + 's' * (n != 1))}:"]
     lines += [f"  {k:>4}  {why}" for why, k in reasons.most_common(5)]
     if len(reasons) > 5:
         lines.append(f"        ... and {len(reasons) - 5} more reasons (-v lists every file)")
