@@ -13,6 +13,7 @@ import sys
 import orjson
 import pytest
 
+from dejacache.cassettes.claimed import RUNS
 from dejacache.cassettes.document import load_document
 from dejacache.cassettes.render import render
 from dejacache.cli import main
@@ -102,9 +103,17 @@ def test_a_call_no_longer_made_is_an_orphan_and_fix_prunes_it(
     pytester.makepyfile(test_agent=TWO_TESTS.replace(
         '    assert llm("book")["text"] == "BOOK"\n', ""))
     run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=2)
+    # One run's word is a warning (the call may be made on a condition the run lacked)...
+    status, out = verify(capsys, pytester)
+    assert status == 0
+    assert "1 entry no test used in the last 1 complete run: llm" in orphan_row(out, "test_plan")
+    # ...RUNS complete runs in a row make it an orphan.
+    for _ in range(RUNS - 1):
+        run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=2)
     status, out = verify(capsys, pytester)
     assert status == 1
-    assert "1 entry no test used: llm" in orphan_row(out, "test_plan")
+    assert f"1 entry no test used in the last {RUNS} complete runs: llm" in orphan_row(
+        out, "test_plan")
     status, out = verify(capsys, pytester, "--fix")
     assert status == 0 and " fixed " in orphan_row(out, "test_plan")
     path = cassette(pytester, "test_plan")
@@ -123,6 +132,12 @@ def test_a_renamed_tests_cassette_is_an_orphan(pytester: pytest.Pytester,
     assert "test module test_agent.py changed since the last run" in orphan_row(
         out, "test_other")
     run(pytester).assert_outcomes(passed=2)
+    status, out = verify(capsys, pytester)
+    assert status == 0
+    assert ("no test in test_agent.py is named for it (renamed or deleted test); kept: unused "
+            f"in 1 of the {RUNS} complete runs in a row needed") in orphan_row(out, "test_other")
+    for _ in range(RUNS - 1):
+        run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=2)
     status, out = verify(capsys, pytester)
     assert status == 1
     assert "no test in test_agent.py is named for it" in orphan_row(out, "test_other")
@@ -154,7 +169,8 @@ def test_kept(dejacache_cassette):
 """)
     run(pytester).assert_outcomes(passed=3)
     (pytester.path / "test_agent.py").unlink()
-    run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=1)
+    for _ in range(RUNS):
+        run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=1)
     status, out = verify(capsys, pytester)
     assert status == 1
     assert "test_agent.py no longer exists" in orphan_row(out, "test_plan")
@@ -190,7 +206,8 @@ def _verify_fails_on_an_orphan(pytester: pytest.Pytester, here: pathlib.Path) ->
     assert res.ret == 0
     res.stdout.fnmatch_lines(["*dejacache verify*", "dejacache verify: passed: 2 cassettes*"])
     (here / "test_agent.py").write_text(TWO_TESTS.replace("def test_other", "def test_renamed"))
-    run(pytester).assert_outcomes(passed=2)
+    for _ in range(RUNS - 1):  # the last of RUNS complete runs verifies
+        run(pytester).assert_outcomes(passed=2)
     res = run(pytester, "--dejacache-mode=replay", "--dejacache-verify")
     res.assert_outcomes(passed=2)
     assert res.ret == 1
@@ -281,6 +298,8 @@ def test_xdist_workers_parts_make_one_record(pytester: pytest.Pytester) -> None:
         '    assert llm("book")["text"] == "BOOK"\n', "").replace(
         "def test_other", "def test_renamed"))
     run(pytester).assert_outcomes(passed=2)  # records test_renamed
+    for _ in range(RUNS - 2):
+        run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=2)
     others = [a for a in _QUIET if a not in ("-p", "no:xdist")]
     res = pytester.runpytest_subprocess(*(x for o in others for x in ("-p", o)), "-n", "2",
                                         "--dejacache-mode=replay", "--dejacache-verify")
@@ -288,7 +307,7 @@ def test_xdist_workers_parts_make_one_record(pytester: pytest.Pytester) -> None:
     assert res.ret == 1
     res.stdout.fnmatch_lines([
         "*test_other.json*orphans*fail*no test in test_agent.py is named for it*",
-        "*test_plan.json*orphans*fail*1 entry no test used: llm*",
+        "*test_plan.json*orphans*fail*1 entry no test used in the last 3 complete runs: llm*",
     ], consecutive=False)
     doc = orjson.loads(record().read_bytes())
     assert sorted(t for c in doc["claims"].values() for t in c) == [
@@ -454,7 +473,8 @@ def test_a_file_opened_in_an_earlier_run_stays_claimed_while_its_test_exists(
         res.stdout, "handmade")
     # test_b deleted: no test that opened it is left, and a complete run says so.
     pytester.makepyfile(test_agent=HAND[:HAND.index("@pytest.mark.slow")])
-    run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=1)
+    for _ in range(RUNS):
+        run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=1)
     res = verify_cli(pytester, "--fix")
     assert res.returncode == 0, res.stdout + res.stderr
     assert not hand.exists() and cassette(pytester, "test_a").exists()
@@ -534,3 +554,104 @@ def test_a_run_that_changes_nothing_leaves_the_record_as_it_is(pytester: pytest.
     run(pytester, "--dejacache-mode=replay", "-k", "plan").assert_outcomes(passed=1)
     doc = orjson.loads(record().read_bytes())
     assert record().stat().st_ino != before.st_ino and doc["cannot_judge"]
+
+
+# ---------------------------------------------------------------- no removal on one run's word
+# A test may open a file, or take a branch, only on a condition (an environment variable, a
+# platform): one complete run with the condition false did not see what it uses then.
+
+NIGHTLY = AGENT + """
+import os, pathlib
+
+HERE = pathlib.Path(__file__).parent
+
+def test_b(dejacache_cassette):
+    assert llm("a")["text"] == "A"
+    if os.environ.get("BRANCH"):
+        assert llm("branch")["text"] == "BRANCH"
+
+def test_nightly():
+    if os.environ.get("NIGHTLY"):
+        with dejacache.cassette(HERE / os.environ["WHERE"]):
+            assert llm("night")["text"] == "NIGHT"
+"""
+
+
+@pytest.mark.parametrize("where", [
+    "cassettes/test_agent/nightly.json",  # in the layout, named for no test
+    "elsewhere/cassettes/nightly/run.json",  # outside it (no module nightly.py)
+    "cassettes/test_agent/test_nightly.json",  # the test's own file, opened by hand
+])
+def test_a_file_opened_on_a_condition_survives_a_fresh_checkout(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, where: str) -> None:
+    monkeypatch.setenv("WHERE", where)
+    monkeypatch.setenv("NIGHTLY", "1")
+    pytester.makepyfile(test_agent=NIGHTLY)
+    run(pytester).assert_outcomes(passed=2)
+    path = pytester.path / where
+    assert path.exists()
+    record().unlink()  # a fresh checkout: no usage record, no history
+    monkeypatch.delenv("NIGHTLY")
+    for _ in range(4):  # complete runs, none of them nightly
+        run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=2)
+    res = verify_cli(pytester, "--fix", "-v", ".")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert path.exists(), res.stdout
+    assert "kept: no usage history (no recorded run opened it)" in res.stdout
+    assert "dejacache verify --fix: removed no orphans" in res.stdout
+    monkeypatch.setenv("NIGHTLY", "1")
+    run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=2)  # still replays
+
+
+def test_an_entry_used_in_earlier_runs_survives_runs_that_skip_its_branch(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+
+    monkeypatch.setenv("BRANCH", "1")
+    pytester.makepyfile(test_agent=NIGHTLY)
+    run(pytester).assert_outcomes(passed=2)
+    run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=2)
+    monkeypatch.delenv("BRANCH")
+    path = cassette(pytester, "test_b")
+    for n in range(1, RUNS):  # fewer complete runs than judge: reported, never removed
+        run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=2)
+        res = verify_cli(pytester, "--fix", "-v")
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert len(load_document(path.read_bytes(), path)["entries"]) == 2, res.stdout
+        assert (f" warn     1 entry no test used in the last {n} complete "
+                f"run{'s' * (n != 1)}: llm") in orphan_row(res.stdout, "test_b")
+        assert (f"kept: unused in {n} of the {RUNS} complete runs in a row needed"
+                in res.stdout)
+    # The branch taken again: the count starts over.
+    monkeypatch.setenv("BRANCH", "1")
+    run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=2)
+    monkeypatch.delenv("BRANCH")
+    for _ in range(RUNS - 1):
+        run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=2)
+    res = verify_cli(pytester, "--fix")
+    assert len(load_document(path.read_bytes(), path)["entries"]) == 2, res.stdout
+    # RUNS complete runs in a row without it: a call no longer made, removed.
+    run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=2)
+    res = verify_cli(pytester, "--fix")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "removed 1 unused entry from 1 file" in res.stdout
+    assert len(load_document(path.read_bytes(), path)["entries"]) == 1
+    run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=2)  # still replays
+
+
+def test_the_history_stops_growing_once_it_judges(pytester: pytest.Pytester,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BRANCH", "1")
+    pytester.makepyfile(test_agent=NIGHTLY)
+    run(pytester).assert_outcomes(passed=2)
+    monkeypatch.delenv("BRANCH")
+    for _ in range(RUNS):
+        run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=2)
+    doc = orjson.loads(record().read_bytes())
+    o = doc["opened"][str(cassette(pytester, "test_b").resolve())]
+    assert [row[2] for row in o["entries"]] == [RUNS]  # the branch's entry, counted to RUNS
+    before, data = record().stat(), record().read_bytes()
+    for _ in range(2):  # counts stop at RUNS: later runs that see the same write nothing
+        run(pytester, "--dejacache-mode=replay").assert_outcomes(passed=2)
+    after = record().stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert record().read_bytes() == data

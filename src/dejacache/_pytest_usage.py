@@ -5,7 +5,8 @@ Every session records which cassettes its tests claim and which blocks opened th
 (``::`` ids, ``--lf``, ``--sw``, ``--ignore``, paths short of the suite), deselected tests,
 collection errors and modules skipped at collection, an interruption, and each test's
 outcome. It writes the record to ``.dejacache/usage.json`` when it ends, carrying over the
-files earlier records saw opened, so ``dejacache verify`` can tell orphans later. With
+files earlier records saw opened and how many complete runs left them or their entries
+unused (``cassettes/claimed.py``), so ``dejacache verify`` can tell orphans later. With
 ``--dejacache-verify`` the session then verifies the cassettes of the modules it collected
 against that record, prints the table in its summary, and fails when a row fails.
 

@@ -17,6 +17,7 @@ import pytest
 import dejacache
 from dejacache.cassettes import block
 from dejacache.cassettes import format as fmt
+from dejacache.cassettes.claimed import RUNS
 from dejacache.cassettes.document import load_document
 from dejacache.cassettes.render import build_xref, dumps, entry_checksum, render
 from dejacache.cassettes.usage import UsageRecorder, build, write
@@ -252,10 +253,23 @@ def test_a_bad_max_age_is_a_usage_error(tree: pathlib.Path,
 
 
 def _run_record(tmp_path: pathlib.Path, uses: list[tuple[pathlib.Path, list[str]]],
-                claims: list[tuple[pathlib.Path, str]], modules: list[pathlib.Path]
-                ) -> pathlib.Path:
-    """A usage record of a run whose passing tests replayed ``uses`` (file, the questions
-    asked), as the plugin writes it."""
+                claims: list[tuple[pathlib.Path, str]], modules: list[pathlib.Path], *,
+                earlier: tuple[pathlib.Path, ...] = (), runs: int = RUNS) -> pathlib.Path:
+    """A usage record of ``runs`` complete runs whose passing tests replayed ``uses`` (file,
+    the questions asked), as the plugin writes it; before them, one whose tests (since
+    gone) opened the files ``earlier``."""
+    history = build([_part(tmp_path, [(p, []) for p in earlier], [], [], "gone")]
+                    ) if earlier else None
+    part = _part(tmp_path, uses, claims, modules, "t")
+    for _ in range(runs):
+        history = build([part], history)
+    assert history is not None
+    return write(history, tmp_path / ".dejacache")
+
+
+def _part(tmp_path: pathlib.Path, uses: list[tuple[pathlib.Path, list[str]]],
+          claims: list[tuple[pathlib.Path, str]], modules: list[pathlib.Path], name: str
+          ) -> dict[str, Any]:
     rec = UsageRecorder([str(tmp_path)])
     outcomes = {}
 
@@ -264,7 +278,7 @@ def _run_record(tmp_path: pathlib.Path, uses: list[tuple[pathlib.Path, list[str]
         raise AssertionError("replay only")
 
     for i, (path, asked) in enumerate(uses):
-        test = f"tests/test_agent.py::t{i}"
+        test = f"tests/test_agent.py::{name}{i}"
         outcomes[test] = "passed"
         rec.claim(path, test, "passed")
 
@@ -282,7 +296,7 @@ def _run_record(tmp_path: pathlib.Path, uses: list[tuple[pathlib.Path, list[str]
         rec.claim(path, test, "passed")
     for m in modules:
         rec.module(m)
-    return write(build([rec.part(outcomes)]), tmp_path / ".dejacache")
+    return rec.part(outcomes)
 
 
 def test_orphans_by_a_usage_record_and_fix_prunes_them(
@@ -291,12 +305,12 @@ def test_orphans_by_a_usage_record_and_fix_prunes_them(
     module = tree / "tests" / "test_agent.py"
     module.write_text("")
     one = d / "test_one.json"
-    usage = _run_record(tree, [(one, ["q2"])], [], [module])
+    usage = _run_record(tree, [(one, ["q2"])], [], [module], earlier=(d / "test_two.json",))
     status, out = verify(capsys, str(tree), "--usage", str(usage))
     assert status == 1
     key = load_document(one.read_bytes(), one)["entries"][0]["key"]
     assert rows(out, "test_one.json")["orphans"] == (
-        "fail", f"1 entry no test used: agent.step (key {key[:12]})")
+        "fail", f"1 entry no test used in the last 3 complete runs: agent.step (key {key[:12]})")
     assert rows(out, "test_two.json")["orphans"][0] == "fail"
     assert "no test in test_agent.py is named for it" in rows(out, "test_two.json")["orphans"][1]
     status, out = verify(capsys, str(tree), "--usage", str(usage), "--fix")
@@ -340,7 +354,8 @@ def test_a_directory_given_as_the_usage_record_is_a_usage_error(
 
 def test_a_deleted_test_modules_cassettes_are_orphans(
         tree: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
-    usage = _run_record(tree, [], [], [])
+    d = tree / "tests" / "cassettes" / "test_agent"
+    usage = _run_record(tree, [], [], [], earlier=(d / "test_one.json", d / "test_two.json"))
     status, out = verify(capsys, str(tree), "--usage", str(usage))
     assert status == 1
     assert "test_agent.py no longer exists" in rows(out, "test_one.json")["orphans"][1]
@@ -422,7 +437,8 @@ def test_what_dejacache_writes_beside_a_cassette_is_never_an_orphan(
     d = tree / "tests" / "cassettes" / "test_agent"
     live = d / "test_one.live.json"
     _record(live, {"q9": "z"})
-    usage = _run_record(tree, [], [], [])  # a complete run that opened nothing
+    # complete runs that opened nothing, after one that opened these
+    usage = _run_record(tree, [], [], [], earlier=(d / "test_one.json", d / "test_two.json"))
     status, out = verify(capsys, str(tree), "--usage", str(usage), "--fix", "-v")
     assert status == 0
     assert live.exists() and not (d / "test_one.json").exists()
@@ -453,3 +469,91 @@ def test_why_a_run_cannot_judge(doubts: dict[str, Any], claims: dict[str, dict[s
     from dejacache.cassettes.usage import Doubts, cannot_judge
 
     assert cannot_judge(Doubts(**doubts), claims) == why
+
+
+def test_a_record_of_the_version_before_counts_as_one_run(
+        tree: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from dejacache.cassettes.usage import read_previous
+
+    d = tree / "tests" / "cassettes" / "test_agent"
+    module = tree / "tests" / "test_agent.py"
+    module.write_text("")
+    one = d / "test_one.json"
+    usage = _run_record(tree, [(one, ["q2"])], [], [module], earlier=(d / "test_two.json",),
+                        runs=1)
+    doc = orjson.loads(usage.read_bytes())
+    doc["version"] = 2  # as version 2 wrote it: no counts
+    doc["opened"] = {p: {"tests": o["tests"]} for p, o in doc["opened"].items()}
+    usage.write_bytes(orjson.dumps(doc))
+    status, out = verify(capsys, str(tree), "--usage", str(usage), "--fix", "-v")
+    assert status == 0
+    assert rows(out, "test_one.json")["orphans"][0] == "warn"
+    assert "1 entry no test used in the last 1 complete run" in rows(
+        out, "test_one.json")["orphans"][1]
+    assert rows(out, "test_two.json")["orphans"] == (
+        "warn", "no test in test_agent.py is named for it (renamed or deleted test); kept: "
+        f"unused in 1 of the {RUNS} complete runs in a row needed")
+    assert (d / "test_two.json").exists() and len(load_document(
+        one.read_bytes(), one)["entries"]) == 2
+    assert "dejacache verify --fix: removed no orphans" in out
+    assert (f"dejacache verify --fix: kept the orphans of 2 files judged by too few runs "
+            f"(never removed on the word of fewer than {RUNS} complete runs in a row, nor "
+            "without a usage history):") in out
+    # The next runs carry it on as the first of them.
+    history = read_previous(usage)
+    part = _part(tree, [(one, ["q2"])], [], [module], "t")
+    for _ in range(RUNS - 1):
+        history = build([part], history)
+    assert history is not None
+    write(history, usage.parent)
+    status, out = verify(capsys, str(tree), "--usage", str(usage), "--fix")
+    assert status == 0
+    assert not (d / "test_two.json").exists()
+    assert len(load_document(one.read_bytes(), one)["entries"]) == 1
+    assert "removed 1 file and 1 unused entry from 1 file" in out
+
+
+def test_a_file_no_recorded_run_opened_is_only_reported(
+        tree: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A fresh checkout: no run of this record ever opened test_two.json, which a test may
+    # open on a condition no run here had. However many runs judged it, it stays.
+    d = tree / "tests" / "cassettes" / "test_agent"
+    module = tree / "tests" / "test_agent.py"
+    module.write_text("")
+    usage = _run_record(tree, [(d / "test_one.json", ["q1", "q2"])], [], [module], runs=5)
+    status, out = verify(capsys, str(tree), "--usage", str(usage), "--fix", "-v")
+    assert status == 0 and (d / "test_two.json").exists()
+    assert rows(out, "test_two.json")["orphans"] == (
+        "warn", "no test in test_agent.py is named for it (renamed or deleted test); "
+        "kept: no usage history (no recorded run opened it)")
+    assert "     1  kept: no usage history (no recorded run opened it)" in out
+
+
+def test_fix_removes_the_entries_judged_often_enough_and_keeps_the_rest(
+        tree: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = tree / "tests" / "cassettes" / "test_agent"
+    module = tree / "tests" / "test_agent.py"
+    module.write_text("")
+    one = d / "test_one.json"
+    history = None
+    for asked in (["q2"], ["q2"], []):  # q1 unused in 3 complete runs, q2 in the last one
+        history = build([_part(tree, [(one, asked), (d / "test_two.json", ["q3"])], [],
+                               [module], "t")], history)
+    assert history is not None
+    usage = write(history, tree / ".dejacache")
+    status, out = verify(capsys, str(tree), "--usage", str(usage))
+    assert status == 1
+    verdict, detail = rows(out, "test_one.json")["orphans"]
+    assert verdict == "fail" and detail.startswith(
+        "1 entry no test used in the last 3 complete runs: agent.step")
+    assert detail.endswith("; kept: 1 more entry unused in fewer than the 3 complete runs in "
+                           "a row needed")
+    status, out = verify(capsys, str(tree), "--usage", str(usage), "--fix")
+    assert status == 0
+    assert [e["occurrence"] for e in load_document(one.read_bytes(), one)["entries"]] == [0]
+    assert '"b"' in one.read_text() and '"a"' not in one.read_text()  # q2's answer kept
+    assert rows(out, "test_one.json")["orphans"] == (
+        "fixed", "removed 1 unused entry, checksums recomputed; kept: 1 more entry unused in "
+        "fewer than the 3 complete runs in a row needed")
+    assert "dejacache verify --fix: removed 1 unused entry from 1 file" in out
+    assert ("dejacache verify --fix: kept the orphans of 1 file judged by too few runs" in out)

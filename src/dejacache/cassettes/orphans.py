@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from ..errors import CassetteError
-from .claimed import holder
-from .usage import VERSION, Names, digest, file_digest
+from .claimed import RUNS, holder, idle_entries, idle_runs, suite_of
+from .usage import VERSION, Names, carried, digest, file_digest
 
 __all__ = ["OrphanVerdict", "UsageRecord", "beside", "owner_module"]
 
@@ -49,14 +49,21 @@ def beside(path: pathlib.Path) -> str:
     return ""
 
 
+#: Why ``--fix`` leaves alone a file no recorded run opened (its rule: ``claimed.py``).
+NO_HISTORY: Final = "kept: no usage history (no recorded run opened it)"
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class OrphanVerdict:
-    """``verdict``: ``ok``, ``fail`` (orphans) or ``skip`` (the record cannot tell)."""
+    """``verdict``: ``ok``, ``fail`` (orphans ``--fix`` removes), ``warn`` (orphans by the
+    last run, judged by fewer complete runs than ``--fix`` needs: ``kept`` says why) or
+    ``skip`` (the record cannot tell)."""
 
     verdict: str
     detail: str
     entries: tuple[tuple[str, int, str], ...] = ()  # orphaned entries: (key, occurrence, name)
     whole_file: bool = False  # no test uses the file at all
+    kept: str = ""  # why ``--fix`` leaves them (all of a ``warn``, some of a ``fail``)
 
 
 class UsageRecord:
@@ -67,15 +74,15 @@ class UsageRecord:
         self.source = source
         self._name = Names()
         self.written = str(doc.get("written", "?"))
-        self.cannot_judge = str(doc.get("cannot_judge", "")) if doc.get(
-            "version") == VERSION else ("the usage record was written by an older dejacache: "
-                                        "run the tests again")
+        history = carried(doc)  # (None: version 1, which cannot judge)
+        self.cannot_judge = str(doc.get("cannot_judge", "")) if history is not None else (
+            "the usage record was written by an older dejacache: run the tests again")
         self.roots = [pathlib.Path(r) for r in doc.get("roots", ())]
         self.modules: dict[str, str | None] = dict(doc.get("modules", {}))
         self._stale: str | bool | None = False  # False: not looked at yet
         self.claims: dict[str, dict[str, str]] = doc.get("claims", {})
         self.files: dict[str, dict[str, Any]] = doc.get("files", {})
-        self.opened: dict[str, dict[str, Any]] = doc.get("opened", {})
+        self.opened: dict[str, dict[str, Any]] = (history or {}).get("opened") or {}
         self._suite: set[str] | None = None
 
     @classmethod
@@ -95,8 +102,9 @@ class UsageRecord:
         except orjson.JSONDecodeError:
             doc = None
         # Version 1 (no word on whether its run was complete) reads as a record that cannot
-        # judge: an upgrade must not turn its verdicts into deletions.
-        if not isinstance(doc, dict) or doc.get("version") not in (1, VERSION):
+        # judge: an upgrade must not turn its verdicts into deletions. Version 2 (no counts
+        # of runs) reads as a history of one run.
+        if not isinstance(doc, dict) or doc.get("version") not in (1, 2, VERSION):
             raise CassetteError("not a usage record this dejacache reads; delete it and run "
                                 "the tests again", path=path)
         return cls(doc, path)
@@ -113,23 +121,23 @@ class UsageRecord:
                                  "run the tests again")
         key = self._name(path)
         f = self.files.get(key)
-        if f is not None:
-            return self._judge_used(f, digest(data))
         o = self.opened.get(key)
+        if f is not None:
+            return self._judge_used(f, digest(data), o)
         held = holder(o, self.suite()) if o is not None else ""
         if held:
             return OrphanVerdict("skip", f"usage unknown: not opened in the last run, but {held} "
                                  "(kept while that test exists)")
         claims = self.claims.get(key, {})
         if claims:
-            return OrphanVerdict("fail", f"its test {min(claims)} passed without opening it",
-                                 whole_file=True)
-        return self._judge_unclaimed(path)
+            return _confirmed(OrphanVerdict(
+                "fail", f"its test {min(claims)} passed without opening it", whole_file=True), o)
+        return _confirmed(self._judge_unclaimed(path), o)
 
     def suite(self) -> set[str]:
         """The tests the run collected (each claims its own cassette)."""
         if self._suite is None:
-            self._suite = {t for tests in self.claims.values() for t in tests}
+            self._suite = suite_of(self.claims)
         return self._suite
 
     def stale(self) -> str | None:
@@ -140,7 +148,8 @@ class UsageRecord:
                                 if file_digest(m) != d), None)
         return self._stale if isinstance(self._stale, str) else None
 
-    def _judge_used(self, f: dict[str, Any], now: str) -> OrphanVerdict:
+    def _judge_used(self, f: dict[str, Any], now: str, o: dict[str, Any] | None
+                    ) -> OrphanVerdict:
         if f.get("digest") != now:
             return OrphanVerdict("skip", "changed since the last run")
         unused = f.get("unused")
@@ -150,12 +159,19 @@ class UsageRecord:
         if not unused:
             return OrphanVerdict("ok", f"every entry used ({len(tests)} test"
                                  f"{'s' * (len(tests) != 1)})")
-        shown = ", ".join(f"{n} (key {k[:12]}" + (f", occurrence {o})" if o else ")")
-                          for k, o, n in unused[:3])
-        more = f" and {len(unused) - 3} more" if len(unused) > 3 else ""
-        return OrphanVerdict("fail", f"{len(unused)} entr{'ies' if len(unused) != 1 else 'y'} "
-                             f"no test used: {shown}{more}",
-                             entries=tuple((str(k), int(o), str(n)) for k, o, n in unused))
+        counts = idle_entries(o, now)
+        runs = {(k, occ): counts.get((k, occ), (0, ""))[0] for k, occ, _ in unused}
+        sure = [e for e in unused if runs[(e[0], e[1])] >= RUNS]
+        if not sure:
+            least = max(1, min(runs.values()))  # (the last run, complete, judged them)
+            return OrphanVerdict("warn", f"{_entries(unused, least)}; {_kept(least)}",
+                                 kept=_kept(least))
+        rest = len(unused) - len(sure)
+        kept = (f"kept: {rest} more entr{'ies' if rest != 1 else 'y'} unused in fewer than the "
+                f"{RUNS} complete runs in a row needed") if rest else ""
+        return OrphanVerdict("fail", "; ".join(filter(None, [_entries(sure, RUNS), kept])),
+                             entries=tuple((str(k), int(o), str(n)) for k, o, n in sure),
+                             kept=kept)
 
     def _judge_unclaimed(self, path: pathlib.Path) -> OrphanVerdict:
         module = owner_module(pathlib.Path(self._name(path)))
@@ -168,3 +184,31 @@ class UsageRecord:
             return OrphanVerdict("fail", f"its test module {module.name} no longer exists",
                                  whole_file=True)
         return OrphanVerdict("skip", "its test module was not collected in the last run")
+
+
+def _entries(unused: list[Any], runs: int) -> str:
+    """``unused`` (key, occurrence, name rows), unused in the last ``runs`` complete runs."""
+    shown = ", ".join(f"{n} (key {k[:12]}" + (f", occurrence {o})" if o else ")")
+                      for k, o, n in unused[:3])
+    more = f" and {len(unused) - 3} more" if len(unused) > 3 else ""
+    return (f"{len(unused)} entr{'ies' if len(unused) != 1 else 'y'} no test used in the last "
+            f"{runs} complete run{'s' * (runs != 1)}: {shown}{more}")
+
+
+def _kept(runs: int) -> str:
+    return f"kept: unused in {runs} of the {RUNS} complete runs in a row needed"
+
+
+def _confirmed(v: OrphanVerdict, o: dict[str, Any] | None) -> OrphanVerdict:
+    """A whole-file verdict ``v`` as ``--fix`` may act on it: ``fail`` only for a file some
+    recorded run opened (``o``) that :data:`RUNS` complete runs in a row left unopened, with
+    no test that opened it in the suite; else ``warn``, saying why it is kept."""
+    if v.verdict != "fail":
+        return v
+    runs, since = idle_runs(o)
+    if o is None:
+        return OrphanVerdict("warn", f"{v.detail}; {NO_HISTORY}", kept=NO_HISTORY)
+    if runs < RUNS:
+        return OrphanVerdict("warn", f"{v.detail}; {_kept(runs)}", kept=_kept(runs))
+    return dataclasses.replace(v, detail=f"{v.detail}; not opened in the last {runs} complete "
+                               f"runs (since {since[:10]})")

@@ -22,7 +22,9 @@ merges the workers' parts under xdist). The record says, for the run:
   changed since then is not judged by this record;
 * ``opened``: every file a block opened in any recorded run, with the tests that opened it
   (``claimed.py``): kept across runs, so a file a test opens only sometimes (by hand, on a
-  condition) stays claimed while that test exists;
+  condition) stays claimed while that test exists; and for each, in how many complete runs
+  in a row it went unopened, and its entries unused (``verify --fix`` removes nothing fewer
+  than ``claimed.RUNS`` such runs judged unused);
 * ``modules``: the test modules collected, with the hash of each (a module edited since
   the run makes the whole record silent about orphans: its tests may now use what the run
   did not); ``roots``, the paths the run collected from; ``written``, when the record's
@@ -47,12 +49,14 @@ import orjson
 import xxhash
 
 from ..errors import CassetteError
-from .claimed import remember
+from .claimed import remember, suite_of
 
-__all__ = ["FILE_NAME", "Names", "UsageRecorder", "digest", "file_digest"]
+__all__ = ["FILE_NAME", "Names", "UsageRecorder", "carried", "digest", "file_digest"]
 
 FILE_NAME: Final = "usage.json"
-VERSION: Final = 2
+# 3: ``opened`` counts the complete runs that judged a file or entry unused. A version 2
+# record is read as a history of one run (:func:`carried`).
+VERSION: Final = 3
 PASSED: Final = "passed"
 NOT_RUN: Final = "not run"
 DESELECTED: Final = "deselected"
@@ -346,22 +350,41 @@ def build(parts: Iterable[dict[str, Any]], previous: dict[str, Any] | None = Non
         f["digest"] = file_digest(path)
         unused = f["unused"]
         f["unused"] = None if unused is None else [[k, o, n] for (k, o), n in unused.items()]
-    kept = previous if previous is not None and previous.get("version") == VERSION else None
-    opened, overflow = remember(kept, files)
+    written = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     why = cannot_judge(m["doubts"], m["claims"])
+    opened, overflow = remember(carried(previous), files, suite=suite_of(m["claims"]),
+                                judged=not why, now=written)
     if overflow:
         why = "; ".join(filter(None, [why, "the record of files opened across runs is full: "
                                       "delete it and run the tests again"]))
-    return {"version": VERSION,
-            "written": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-            "cannot_judge": why, "roots": sorted(m["roots"]),
+    return {"version": VERSION, "written": written, "cannot_judge": why,
+            "roots": sorted(m["roots"]),
             "modules": dict(sorted(m["modules"].items())), "claims": m["claims"],
             "files": files, "opened": opened, "overflow": overflow}
 
 
+def carried(doc: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``doc`` (a record read back) as this version carries its ``opened`` on, or None (none
+    it can: the next record starts anew). A version 2 record, which kept no counts, is read
+    as a history of one run: its own run is counted as the first."""
+    if doc is None or doc.get("version") == VERSION:
+        return doc
+    if doc.get("version") != 2:
+        return None
+    files, claims = doc.get("files"), doc.get("claims")
+    files = {p: f for p, f in files.items() if isinstance(f, dict)} if isinstance(
+        files, dict) else {}
+    claims = {p: c for p, c in claims.items() if isinstance(c, dict)} if isinstance(
+        claims, dict) else {}
+    opened, overflow = remember(doc, files, suite=suite_of(claims),
+                                judged=not doc.get("cannot_judge"),
+                                now=str(doc.get("written", "")))
+    return {"opened": opened, "overflow": overflow}
+
+
 def read_previous(path: pathlib.Path) -> dict[str, Any] | None:
     """The record at ``path`` as JSON, to carry its ``opened`` files into the next (None:
-    none, or one this dejacache cannot read: the next record starts anew)."""
+    none, or not JSON: the next record starts anew; :func:`carried` reads the version)."""
     try:
         doc = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError):

@@ -19,8 +19,10 @@ Each cassette gets five checks (a row each: file, check, verdict, detail):
 * ``orphans``: entries no test used, or a whole file no test uses, judged by the usage
   record the pytest plugin writes at the end of each run (``usage.py`` says what it can
   tell: only a complete run judges); ``skip``, with the reason, where it cannot tell, and
-  ``ok`` for the files dejacache writes beside a cassette (``<name>.live.json``...).
-  ``--fix`` removes them, and says what it left alone in doubt (:func:`fix_report`).
+  ``ok`` for the files dejacache writes beside a cassette (``<name>.live.json``...). An
+  orphan fails only once ``claimed.RUNS`` complete runs in a row judged it unused (a whole
+  file: one some recorded run opened); before that it is a warning (``claimed.py`` says
+  why). ``--fix`` removes the failing ones, and says what it left alone (:func:`fix_report`).
 * ``expired``: entries older than ``max_age`` (the cassette's own top-level ``max_age``
   member where present, else ``--max-age``), by each entry's ``recorded_at`` (ISO 8601 or
   Unix seconds) where present, and entries dated in the future (beyond the clock skew
@@ -48,6 +50,7 @@ from ..errors import CassetteError, ConfigurationError
 from . import blob_audit, blobs
 from . import format as fmt
 from .atomic import atomic_write, remove_stale_temps
+from .claimed import RUNS
 from .document import load_document, verify_document
 from .orphans import OrphanVerdict, UsageRecord, beside
 from .rehash import rehash
@@ -67,6 +70,7 @@ class Row:
     detail: str
     removed: int = 0  # --fix: the orphaned entries it removed from the file
     gone: bool = False  # --fix: it removed the whole file
+    kept: str = ""  # an orphans warning: why --fix leaves them (too few runs judged them)
 
 
 @dataclasses.dataclass(slots=True)
@@ -129,7 +133,7 @@ def verify_file(path: pathlib.Path, *, usage: UsageRecord | None, max_age: float
             add(check, SKIP, "the file cannot be read")
         return rows
     orphan = _orphans(path, data, usage)
-    add("orphans", orphan.verdict, orphan.detail)
+    rows.append(Row(str(path), "orphans", orphan.verdict, orphan.detail, kept=orphan.kept))
     if orphan.verdict == FAIL:
         todo.drop, todo.remove, todo.why = orphan.entries, orphan.whole_file, orphan.detail
     add("expired", *_expiry(doc, max_age, now))
@@ -138,7 +142,8 @@ def verify_file(path: pathlib.Path, *, usage: UsageRecord | None, max_age: float
 
         todo.digest = digest(data)  # what was verified: a later edit is never rewritten
         done, ok = _apply(path, todo)
-        rows = [(Row(r.path, r.check, FIXED, done, removed=len(todo.drop), gone=todo.remove)
+        rows = [(Row(r.path, r.check, FIXED, "; ".join(filter(None, [done, r.kept])),
+                     removed=len(todo.drop), gone=todo.remove, kept=r.kept)
                  if ok else dataclasses.replace(r, detail=f"{r.detail}; {done}"))
                 if _fixed(r, todo) else r for r in rows]
     return rows
@@ -413,15 +418,26 @@ def fix_report(rows: list[Row]) -> list[str]:
         done.append(f"{entries} unused entr{'ies' if entries != 1 else 'y'} from "
                     f"{len(pruned)} file{'s' * (len(pruned) != 1)}")
     lines = [f"dejacache verify --fix: removed {' and '.join(done) or 'no orphans'}"]
-    left = collections.Counter(r.detail for r in rows
-                               if r.check == "orphans" and r.verdict == SKIP)
-    if left:
-        n = sum(left.values())
-        lines.append(f"dejacache verify --fix: left {n} file{'s' * (n != 1)} alone, their "
-                     "orphans not judged (never removed in doubt):")
-        lines += [f"  {k:>4}  {why}" for why, k in left.most_common(5)]
-        if len(left) > 5:
-            lines.append(f"        ... and {len(left) - 5} more reasons (-v lists every file)")
+    orphans = [r for r in rows if r.check == "orphans"]
+    lines += _left(collections.Counter(r.detail for r in orphans if r.verdict == SKIP),
+                   "left {} alone, their orphans not judged (never removed in doubt)")
+    lines += _left(collections.Counter(r.kept for r in orphans
+                                       if r.verdict in (WARN, FIXED) and r.kept),
+                   "kept the orphans of {} judged by too few runs (never removed on the word "
+                   f"of fewer than {RUNS} complete runs in a row, nor without a usage history)")
+    return lines
+
+
+def _left(reasons: collections.Counter[str], what: str) -> list[str]:
+    """The lines of files ``--fix`` left (some of) alone, counted by reason; ``what`` names
+    them where it says ``{}``."""
+    if not reasons:
+        return []
+    n = sum(reasons.values())
+    lines = [f"dejacache verify --fix: {what.format(f'{n} file' + 's' * (n != 1))}:"]
+    lines += [f"  {k:>4}  {why}" for why, k in reasons.most_common(5)]
+    if len(reasons) > 5:
+        lines.append(f"        ... and {len(reasons) - 5} more reasons (-v lists every file)")
     return lines
 
 
