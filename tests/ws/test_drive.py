@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import pathlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -15,6 +15,7 @@ from ws_support import LoopbackServer, echo
 
 import dejacache
 from dejacache.errors import ReplayMiss
+from dejacache.http.aliases import AliasTable
 from dejacache.scope import current
 from dejacache.ws import Answer, AsyncSession, Closed, Handshake, Message, SyncSession
 
@@ -179,3 +180,118 @@ def test_what_the_server_says_while_the_next_message_is_keyed_is_recorded(
     server.stop()
     with dejacache.cassette(path, mode="replay"):
         assert run(False) == recorded
+
+
+class _Turns:
+    """Which session takes the next step: live, cats answered late, so dogs' steps all came
+    first; on replay nothing is late and the two sessions take turns."""
+
+    def __init__(self, order: list[str]) -> None:
+        self.order = order
+        self.changed = asyncio.Condition()
+
+    async def take(self, who: str) -> None:
+        async with self.changed:
+            await self.changed.wait_for(lambda: not self.order or self.order[0] == who)
+            if not self.order:
+                raise RuntimeError("the other session failed")
+
+    async def done(self, failed: bool = False) -> None:
+        async with self.changed:
+            del self.order[:len(self.order) if failed else 1]
+            self.changed.notify_all()
+
+
+async def _until(ws: Any, kind: str) -> dict[str, Any]:
+    while True:
+        event: dict[str, Any] = json.loads(await ws.recv())
+        if event["type"] == kind:
+            return event
+
+
+async def _items(ws: Any, topic: str, turns: _Turns, said: list[str]) -> None:
+    """Two conversation items created, then read back by the ids the server gave them
+    (what each read gets goes in ``said``)."""
+    try:
+        ids = []
+        for text in (topic, topic + " again"):
+            await turns.take(topic)
+            await ws.send(json.dumps({"type": "conversation.item.create", "item": {
+                "type": "message", "role": "user",
+                "content": [{"type": "input_text", "text": text}]}}))
+            ids.append((await _until(ws, "conversation.item.done"))["item"]["id"])
+            await turns.done()
+        for item in reversed(ids):
+            await turns.take(topic)
+            await ws.send(json.dumps({"type": "conversation.item.retrieve", "item_id": item}))
+            got = await _until(ws, "conversation.item.retrieved")
+            said.append(got["item"]["content"][0]["text"])
+            await turns.done()
+    except BaseException:
+        await turns.done(failed=True)
+        raise
+
+
+_ITEMS = {"cats": ["cats again", "cats"], "dogs": ["dogs again", "dogs"]}
+
+
+def _gathered_items(path: pathlib.Path, keep: Callable[..., Any] | None = None
+                    ) -> tuple[dict[str, list[str]], list[Any]]:
+    """Two Realtime sessions (the real ``websockets`` client, the loopback fake) recorded
+    with dogs' steps first, then replayed taking turns: what each read back, and what
+    failed (``keep``: how the recording stores a window's ids, when not as it does now)."""
+    from fake_realtime import FakeRealtime
+    from websockets.asyncio.client import connect
+
+    fake = FakeRealtime().start()
+    url = fake.base_url.replace("http", "ws") + "/realtime?model=gpt-realtime"
+    auth = {"Authorization": "Bearer sk-proj-wsalias0123456789abcdefghijkl"}
+
+    async def agent(order: list[str]) -> tuple[dict[str, list[str]], list[Any]]:
+        turns = _Turns(order)
+        said: dict[str, list[str]] = {"cats": [], "dogs": []}
+        async with connect(url, additional_headers=auth) as cats, \
+                connect(url, additional_headers=auth) as dogs:
+            for ws, topic in ((cats, "cats"), (dogs, "dogs")):
+                await _until(ws, "session.created")
+                await ws.send(json.dumps({"type": "session.update", "session": {
+                    "type": "realtime", "instructions": f"talk about {topic}"}}))
+                await _until(ws, "session.updated")
+            failed = await asyncio.gather(_items(cats, "cats", turns, said["cats"]),
+                                          _items(dogs, "dogs", turns, said["dogs"]),
+                                          return_exceptions=True)
+        return said, [e for e in failed if e is not None]
+
+    try:
+        with pytest.MonkeyPatch.context() as mp, dejacache.cassette(path, mode="record"):
+            if keep is not None:
+                mp.setattr(AliasTable, "keep", keep)
+            assert asyncio.run(agent(["dogs"] * 4 + ["cats"] * 4)) == (_ITEMS, [])
+    finally:
+        fake.stop()
+    with dejacache.cassette(path, mode="replay"):
+        return asyncio.run(agent(["cats", "dogs"] * 4))
+
+
+def test_items_read_back_by_id_in_gathered_sessions_replay_their_own(
+        tmp_path: pathlib.Path) -> None:
+    """Ids the server named were numbered in the order the block learned them, across
+    sessions: replayed in another interleaving, the id of ``cats again`` took the number the
+    id of ``cats`` had live, and reading it back was served the ``cats`` item."""
+    said, failed = _gathered_items(tmp_path / "items.json")
+    assert said == _ITEMS and not failed, failed
+
+
+def test_a_recording_without_tags_misses_where_its_ids_are_quoted(
+        tmp_path: pathlib.Path) -> None:
+    """Recorded before ids were tagged (numbered by position): the messages that quote no
+    id replay, each read by id misses, and none is answered with another item."""
+    def untagged(self: AliasTable, key: str, value: dict[str, Any]) -> dict[str, Any]:
+        self.learn(value.get("ids") or ())  # as recordings were made before tags
+        return value
+
+    said, failed = _gathered_items(tmp_path / "old.json", untagged)
+    assert said == {"cats": [], "dogs": []}
+    assert failed and all(isinstance(e, (ReplayMiss, RuntimeError)) for e in failed)
+    assert any(isinstance(e, ReplayMiss) and "conversation.item.retrieve" in str(e)
+               for e in failed)
