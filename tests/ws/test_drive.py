@@ -5,6 +5,7 @@ session opened, sent to and read from directly, its live side any client the cal
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import pathlib
 from collections.abc import Callable, Iterator
@@ -202,29 +203,55 @@ class _Turns:
             self.changed.notify_all()
 
 
-async def _until(ws: Any, kind: str) -> dict[str, Any]:
+class _Raw:
+    """A Realtime session on the ``websockets`` client: events as dicts."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+
+    async def send(self, event: dict[str, Any]) -> None:
+        await self.ws.send(json.dumps(event))
+
+    async def recv(self) -> dict[str, Any]:
+        event: dict[str, Any] = json.loads(await self.ws.recv())
+        return event
+
+
+class _Sdk(_Raw):
+    """The same on the openai SDK's ``AsyncRealtimeConnection`` (events parsed and sent by
+    its models)."""
+
+    async def send(self, event: dict[str, Any]) -> None:
+        await self.ws.send(event)
+
+    async def recv(self) -> dict[str, Any]:
+        event: dict[str, Any] = (await self.ws.recv()).model_dump()
+        return event
+
+
+async def _until(conn: _Raw, kind: str) -> dict[str, Any]:
     while True:
-        event: dict[str, Any] = json.loads(await ws.recv())
+        event = await conn.recv()
         if event["type"] == kind:
             return event
 
 
-async def _items(ws: Any, topic: str, turns: _Turns, said: list[str]) -> None:
+async def _items(conn: _Raw, topic: str, turns: _Turns, said: list[str]) -> None:
     """Two conversation items created, then read back by the ids the server gave them
     (what each read gets goes in ``said``)."""
     try:
         ids = []
         for text in (topic, topic + " again"):
             await turns.take(topic)
-            await ws.send(json.dumps({"type": "conversation.item.create", "item": {
+            await conn.send({"type": "conversation.item.create", "item": {
                 "type": "message", "role": "user",
-                "content": [{"type": "input_text", "text": text}]}}))
-            ids.append((await _until(ws, "conversation.item.done"))["item"]["id"])
+                "content": [{"type": "input_text", "text": text}]}})
+            ids.append((await _until(conn, "conversation.item.done"))["item"]["id"])
             await turns.done()
         for item in reversed(ids):
             await turns.take(topic)
-            await ws.send(json.dumps({"type": "conversation.item.retrieve", "item_id": item}))
-            got = await _until(ws, "conversation.item.retrieved")
+            await conn.send({"type": "conversation.item.retrieve", "item_id": item})
+            got = await _until(conn, "conversation.item.retrieved")
             said.append(got["item"]["content"][0]["text"])
             await turns.done()
     except BaseException:
@@ -233,33 +260,49 @@ async def _items(ws: Any, topic: str, turns: _Turns, said: list[str]) -> None:
 
 
 _ITEMS = {"cats": ["cats again", "cats"], "dogs": ["dogs again", "dogs"]}
+_KEY = "sk-proj-wsalias0123456789abcdefghijkl"
 
 
-def _gathered_items(path: pathlib.Path, keep: Callable[..., Any] | None = None
-                    ) -> tuple[dict[str, list[str]], list[Any]]:
-    """Two Realtime sessions (the real ``websockets`` client, the loopback fake) recorded
-    with dogs' steps first, then replayed taking turns: what each read back, and what
-    failed (``keep``: how the recording stores a window's ids, when not as it does now)."""
-    from fake_realtime import FakeRealtime
+async def _connect(stack: contextlib.AsyncExitStack, base_url: str, sdk: bool) -> _Raw:
+    if sdk:
+        import openai
+
+        client = openai.AsyncOpenAI(base_url=base_url, api_key=_KEY, max_retries=0)
+        stack.push_async_callback(client.close)
+        return _Sdk(await stack.enter_async_context(
+            client.realtime.connect(model="gpt-realtime")))
     from websockets.asyncio.client import connect
 
+    url = base_url.replace("http", "ws") + "/realtime?model=gpt-realtime"
+    return _Raw(await stack.enter_async_context(
+        connect(url, additional_headers={"Authorization": f"Bearer {_KEY}"})))
+
+
+def _gathered_items(path: pathlib.Path, *, sdk: bool = False,
+                    keep: Callable[..., Any] | None = None
+                    ) -> tuple[dict[str, list[str]], list[Any]]:
+    """Two Realtime sessions (the real ``websockets`` client or the openai SDK on it, to the
+    loopback fake) recorded with dogs' steps first, then replayed taking turns: what each
+    read back, and what failed (``keep``: how the recording stores a window's ids, when not
+    as it does now)."""
+    from fake_realtime import FakeRealtime
+
     fake = FakeRealtime().start()
-    url = fake.base_url.replace("http", "ws") + "/realtime?model=gpt-realtime"
-    auth = {"Authorization": "Bearer sk-proj-wsalias0123456789abcdefghijkl"}
 
     async def agent(order: list[str]) -> tuple[dict[str, list[str]], list[Any]]:
         turns = _Turns(order)
         said: dict[str, list[str]] = {"cats": [], "dogs": []}
-        async with connect(url, additional_headers=auth) as cats, \
-                connect(url, additional_headers=auth) as dogs:
-            for ws, topic in ((cats, "cats"), (dogs, "dogs")):
-                await _until(ws, "session.created")
-                await ws.send(json.dumps({"type": "session.update", "session": {
-                    "type": "realtime", "instructions": f"talk about {topic}"}}))
-                await _until(ws, "session.updated")
-            failed = await asyncio.gather(_items(cats, "cats", turns, said["cats"]),
-                                          _items(dogs, "dogs", turns, said["dogs"]),
-                                          return_exceptions=True)
+        async with contextlib.AsyncExitStack() as stack:
+            conns = {}
+            for topic in ("cats", "dogs"):
+                conn = conns[topic] = await _connect(stack, fake.base_url, sdk)
+                await _until(conn, "session.created")
+                await conn.send({"type": "session.update", "session": {
+                    "type": "realtime", "instructions": f"talk about {topic}"}})
+                await _until(conn, "session.updated")
+            failed = await asyncio.gather(
+                *(_items(conns[t], t, turns, said[t]) for t in ("cats", "dogs")),
+                return_exceptions=True)
         return said, [e for e in failed if e is not None]
 
     try:
@@ -273,12 +316,13 @@ def _gathered_items(path: pathlib.Path, keep: Callable[..., Any] | None = None
         return asyncio.run(agent(["cats", "dogs"] * 4))
 
 
+@pytest.mark.parametrize("sdk", [False, True], ids=["websockets", "openai"])
 def test_items_read_back_by_id_in_gathered_sessions_replay_their_own(
-        tmp_path: pathlib.Path) -> None:
+        tmp_path: pathlib.Path, sdk: bool) -> None:
     """Ids the server named were numbered in the order the block learned them, across
     sessions: replayed in another interleaving, the id of ``cats again`` took the number the
     id of ``cats`` had live, and reading it back was served the ``cats`` item."""
-    said, failed = _gathered_items(tmp_path / "items.json")
+    said, failed = _gathered_items(tmp_path / "items.json", sdk=sdk)
     assert said == _ITEMS and not failed, failed
 
 
@@ -290,7 +334,7 @@ def test_a_recording_without_tags_misses_where_its_ids_are_quoted(
         self.learn(value.get("ids") or ())  # as recordings were made before tags
         return value
 
-    said, failed = _gathered_items(tmp_path / "old.json", untagged)
+    said, failed = _gathered_items(tmp_path / "old.json", keep=untagged)
     assert said == {"cats": [], "dogs": []}
     assert failed and all(isinstance(e, (ReplayMiss, RuntimeError)) for e in failed)
     assert any(isinstance(e, ReplayMiss) and "conversation.item.retrieve" in str(e)
