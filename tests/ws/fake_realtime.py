@@ -3,12 +3,12 @@ protocol for the openai SDK's ``client.realtime.connect()`` and a voice agent on
 
 It speaks the server events the SDK parses (``session.created``/``updated``,
 ``input_audio_buffer.speech_started``/``committed``, ``conversation.item.added``/``done``,
-``response.created`` ... ``response.output_audio.delta`` ... ``response.done`` with usage,
-``rate_limits.updated``, ``error``) one event per write, with fresh random ids on every
-connection (so a re-recording changes every id, as the real API does). Audio answers are
-24 kHz PCM16 in 100 ms deltas; a function tool is called when the user asks about the
-weather, and its output is read back in the next answer. The answers' audio is noise, fresh
-on every response (speech does not repeat chunk for chunk).
+``conversation.item.retrieved``, ``response.created`` ... ``response.output_audio.delta``
+... ``response.done`` with usage, ``rate_limits.updated``, ``error``) one event per write,
+with fresh random ids on every connection (so a re-recording changes every id, as the real
+API does). Audio answers are 24 kHz PCM16 in 100 ms deltas; a function tool is called when
+the user asks about the weather, and its output is read back in the next answer. The
+answers' audio is noise, fresh on every response (speech does not repeat chunk for chunk).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ class _Session:
         self.last_item: str | None = None
         self.pending_input: list[str] = []  # what the next response answers
         self.tool_output: str | None = None
+        self.items: dict[str, dict[str, Any]] = {}  # by id, for conversation.item.retrieve
 
     async def emit(self, kind: str, **fields: Any) -> None:
         await self.ws.send(json.dumps({"type": kind, "event_id": _id("event_"), **fields}))
@@ -108,6 +109,15 @@ class _Session:
             self.pending_input.append(" ".join(texts))
         await self._added(item)
 
+    async def on_conversation_item_retrieve(self, event: dict[str, Any]) -> None:
+        item = self.items.get(event.get("item_id", ""))
+        if item is None:
+            await self.emit("error", error={
+                "type": "invalid_request_error", "code": "item_not_found",
+                "message": f"no item {event.get('item_id')}", "event_id": None})
+            return
+        await self.emit("conversation.item.retrieved", item=item)
+
     async def on_conversation_item_truncate(self, event: dict[str, Any]) -> None:
         await self.emit("conversation.item.truncated", item_id=event["item_id"],
                         content_index=event.get("content_index", 0),
@@ -135,6 +145,7 @@ class _Session:
         await self.emit("conversation.item.added", previous_item_id=self.last_item, item=item)
         await self.emit("conversation.item.done", previous_item_id=self.last_item, item=item)
         self.last_item = item["id"]
+        self.items[item["id"]] = item
 
     def _response(self, rid: str, status: str, output: list[Any]) -> dict[str, Any]:
         return {"id": rid, "object": "realtime.response", "status": status,

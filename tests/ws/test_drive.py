@@ -5,9 +5,10 @@ session opened, sent to and read from directly, its live side any client the cal
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import pathlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from ws_support import LoopbackServer, echo
 
 import dejacache
 from dejacache.errors import ReplayMiss
+from dejacache.http.aliases import AliasTable
 from dejacache.scope import current
 from dejacache.ws import Answer, AsyncSession, Closed, Handshake, Message, SyncSession
 
@@ -179,3 +181,161 @@ def test_what_the_server_says_while_the_next_message_is_keyed_is_recorded(
     server.stop()
     with dejacache.cassette(path, mode="replay"):
         assert run(False) == recorded
+
+
+class _Turns:
+    """Which session takes the next step: live, cats answered late, so dogs' steps all came
+    first; on replay nothing is late and the two sessions take turns."""
+
+    def __init__(self, order: list[str]) -> None:
+        self.order = order
+        self.changed = asyncio.Condition()
+
+    async def take(self, who: str) -> None:
+        async with self.changed:
+            await self.changed.wait_for(lambda: not self.order or self.order[0] == who)
+            if not self.order:
+                raise RuntimeError("the other session failed")
+
+    async def done(self, failed: bool = False) -> None:
+        async with self.changed:
+            del self.order[:len(self.order) if failed else 1]
+            self.changed.notify_all()
+
+
+class _Raw:
+    """A Realtime session on the ``websockets`` client: events as dicts."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+
+    async def send(self, event: dict[str, Any]) -> None:
+        await self.ws.send(json.dumps(event))
+
+    async def recv(self) -> dict[str, Any]:
+        event: dict[str, Any] = json.loads(await self.ws.recv())
+        return event
+
+
+class _Sdk(_Raw):
+    """The same on the openai SDK's ``AsyncRealtimeConnection`` (events parsed and sent by
+    its models)."""
+
+    async def send(self, event: dict[str, Any]) -> None:
+        await self.ws.send(event)
+
+    async def recv(self) -> dict[str, Any]:
+        event: dict[str, Any] = (await self.ws.recv()).model_dump()
+        return event
+
+
+async def _until(conn: _Raw, kind: str) -> dict[str, Any]:
+    while True:
+        event = await conn.recv()
+        if event["type"] == kind:
+            return event
+
+
+async def _items(conn: _Raw, topic: str, turns: _Turns, said: list[str]) -> None:
+    """Two conversation items created, then read back by the ids the server gave them
+    (what each read gets goes in ``said``)."""
+    try:
+        ids = []
+        for text in (topic, topic + " again"):
+            await turns.take(topic)
+            await conn.send({"type": "conversation.item.create", "item": {
+                "type": "message", "role": "user",
+                "content": [{"type": "input_text", "text": text}]}})
+            ids.append((await _until(conn, "conversation.item.done"))["item"]["id"])
+            await turns.done()
+        for item in reversed(ids):
+            await turns.take(topic)
+            await conn.send({"type": "conversation.item.retrieve", "item_id": item})
+            got = await _until(conn, "conversation.item.retrieved")
+            said.append(got["item"]["content"][0]["text"])
+            await turns.done()
+    except BaseException:
+        await turns.done(failed=True)
+        raise
+
+
+_ITEMS = {"cats": ["cats again", "cats"], "dogs": ["dogs again", "dogs"]}
+_KEY = "sk-proj-wsalias0123456789abcdefghijkl"
+
+
+async def _connect(stack: contextlib.AsyncExitStack, base_url: str, sdk: bool) -> _Raw:
+    if sdk:
+        import openai
+
+        client = openai.AsyncOpenAI(base_url=base_url, api_key=_KEY, max_retries=0)
+        stack.push_async_callback(client.close)
+        return _Sdk(await stack.enter_async_context(
+            client.realtime.connect(model="gpt-realtime")))
+    from websockets.asyncio.client import connect
+
+    url = base_url.replace("http", "ws") + "/realtime?model=gpt-realtime"
+    return _Raw(await stack.enter_async_context(
+        connect(url, additional_headers={"Authorization": f"Bearer {_KEY}"})))
+
+
+def _gathered_items(path: pathlib.Path, *, sdk: bool = False,
+                    keep: Callable[..., Any] | None = None
+                    ) -> tuple[dict[str, list[str]], list[Any]]:
+    """Two Realtime sessions (the real ``websockets`` client or the openai SDK on it, to the
+    loopback fake) recorded with dogs' steps first, then replayed taking turns: what each
+    read back, and what failed (``keep``: how the recording stores a window's ids, when not
+    as it does now)."""
+    from fake_realtime import FakeRealtime
+
+    fake = FakeRealtime().start()
+
+    async def agent(order: list[str]) -> tuple[dict[str, list[str]], list[Any]]:
+        turns = _Turns(order)
+        said: dict[str, list[str]] = {"cats": [], "dogs": []}
+        async with contextlib.AsyncExitStack() as stack:
+            conns = {}
+            for topic in ("cats", "dogs"):
+                conn = conns[topic] = await _connect(stack, fake.base_url, sdk)
+                await _until(conn, "session.created")
+                await conn.send({"type": "session.update", "session": {
+                    "type": "realtime", "instructions": f"talk about {topic}"}})
+                await _until(conn, "session.updated")
+            failed = await asyncio.gather(
+                *(_items(conns[t], t, turns, said[t]) for t in ("cats", "dogs")),
+                return_exceptions=True)
+        return said, [e for e in failed if e is not None]
+
+    try:
+        with pytest.MonkeyPatch.context() as mp, dejacache.cassette(path, mode="record"):
+            if keep is not None:
+                mp.setattr(AliasTable, "keep", keep)
+            assert asyncio.run(agent(["dogs"] * 4 + ["cats"] * 4)) == (_ITEMS, [])
+    finally:
+        fake.stop()
+    with dejacache.cassette(path, mode="replay"):
+        return asyncio.run(agent(["cats", "dogs"] * 4))
+
+
+@pytest.mark.parametrize("sdk", [False, True], ids=["websockets", "openai"])
+def test_items_read_back_by_id_in_gathered_sessions_replay_their_own(
+        tmp_path: pathlib.Path, sdk: bool) -> None:
+    """Ids the server named were numbered in the order the block learned them, across
+    sessions: replayed in another interleaving, the id of ``cats again`` took the number the
+    id of ``cats`` had live, and reading it back was served the ``cats`` item."""
+    said, failed = _gathered_items(tmp_path / "items.json", sdk=sdk)
+    assert said == _ITEMS and not failed, failed
+
+
+def test_a_recording_without_tags_misses_where_its_ids_are_quoted(
+        tmp_path: pathlib.Path) -> None:
+    """Recorded before ids were tagged (numbered by position): the messages that quote no
+    id replay, each read by id misses, and none is answered with another item."""
+    def untagged(self: AliasTable, key: str, value: dict[str, Any]) -> dict[str, Any]:
+        self.learn(value.get("ids") or ())  # as recordings were made before tags
+        return value
+
+    said, failed = _gathered_items(tmp_path / "old.json", keep=untagged)
+    assert said == {"cats": [], "dogs": []}
+    assert failed and all(isinstance(e, (ReplayMiss, RuntimeError)) for e in failed)
+    assert any(isinstance(e, ReplayMiss) and "conversation.item.retrieve" in str(e)
+               for e in failed)

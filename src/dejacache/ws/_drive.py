@@ -279,9 +279,8 @@ class _Session:
             run = None
         if run is None:
             with self.lock:
-                ids = self.state.play(value, _clock())
-                if ids:  # (most windows name none: no call)
-                    self._learn(ids)
+                if self.state.play(value, _clock()):  # (most windows name no ids: no call)
+                    self._replayed_ids(value)
             self._wake()
             return
         if self.live is None:
@@ -342,12 +341,18 @@ class _Session:
         answer = answer_of(value)
         if answer.status == 101:
             self._ordinal(value)
-            self._learn(self.state.play(value, _clock()))
+            if self.state.play(value, _clock()):
+                self._replayed_ids(value)
         return answer
 
-    def _learn(self, ids: list[str]) -> None:
-        if ids and self.route.aliases is not None:
-            self.route.aliases.learn(ids)
+    # The ids of a window are aliased by the call that got them (``http/aliases.py``): a
+    # live window's are tagged with its call's key as it is stored, a replayed one's take the
+    # tag stored with them. Numbered by the order the block learned them, two sessions
+    # replayed in another interleaving than recorded swapped numbers, and a session reading
+    # back its second item by id was served the recording made for its first.
+    def _replayed_ids(self, value: dict[str, Any]) -> None:
+        if self.route.aliases is not None:
+            self.route.aliases.replayed(value)
 
     def _window_value(self, reopen: bool = False) -> tuple[Any, dict[str, Any]] | None:
         """The open call and the value to store for it (None: no window open). ``reopen``
@@ -370,9 +375,8 @@ class _Session:
         value = dict(base or {})
         if w is not None:
             value.update(w.value(self.state.provider, self.state.model))
-        ids = value.get("ids")
-        if isinstance(ids, list):
-            self._learn(ids)
+        if self.route.aliases is not None:
+            self.route.aliases.keep(call.key, value)
         return call, value
 
     def _heard(self, item: Item) -> None:

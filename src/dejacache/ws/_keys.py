@@ -13,8 +13,8 @@ A client message is keyed as ``{"ws_session": "<handshake key>#<n>", "body": <it
 (or ``"text"`` / ``"bytes"`` for other messages), ``n`` the session's place among the
 block's sessions with that handshake, so two concurrent sessions each find their own. The
 body loses the provider's volatile fields (``event_id``) and the block's, and ids the server
-named earlier in the block are aliased by position, as in HTTP bodies. JSON keys alike
-however it is spaced.
+named earlier in the block are aliased by the call whose answer held them, as in HTTP bodies
+(``http/aliases.py``; ``_drive.py`` tags each window). JSON keys alike however it is spaced.
 """
 
 from __future__ import annotations

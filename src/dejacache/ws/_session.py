@@ -11,7 +11,10 @@ client's next one (a *window*), each with its offset in seconds from the window'
                {"status": 401, "headers": [...], "json" | "text" | "bytes": ...}
                {"error": {"type": "ConnectionRefusedError", "message": "...", "errno": 111}}
     message:   {"messages": [[0.4, {...}], ...], "close"?: {"code", "reason", "at"},
-                "usage"?, "model"?, "ids"?}
+                "usage"?, "model"?, "ids"?, "alias"?}
+
+(``alias``: the tag the window's ids are keyed by, ``http/aliases.py``; a handshake with ids
+carries one too.)
 
 Replaying a window queues its messages for the client (due at their offsets when the block
 replays at the recorded pace, at once otherwise); recording one collects what the live

@@ -6,7 +6,7 @@ The handshake is keyed like any request to ``/v1/realtime`` (``ws/``); each even
 sends is keyed within its session, without ``event_id`` (a client may give any, and the
 server echoes its own on every event). Item, response and call ids the server names are fed
 back (``conversation.item.truncate``, ``function_call_output``, ``response.cancel``): they
-are aliased by position within the block.
+are aliased by the call whose answer held them (``<id:T.n>``), as HTTP ids are.
 """
 
 from __future__ import annotations
