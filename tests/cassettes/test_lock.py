@@ -128,6 +128,21 @@ def test_a_process_that_keeps_saving_does_not_starve_a_waiter(tmp_path: pathlib.
     assert during <= 1
 
 
+def test_with_no_thread_to_wait_in_the_wait_polls(tmp_path: pathlib.Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # An interpreter that is exiting starts no thread: a save there still waits its turn.
+    def no_thread(turn: Any) -> None:
+        raise RuntimeError("can't create new thread at interpreter shutdown")
+
+    monkeypatch.setattr(lock, "_Waiter", no_thread)
+    p = tmp_path / "c.json"
+    with _held_by_another_process(p), pytest.raises(CassetteError, match=r"waited 0\.2 s"), \
+            cassette_lock(p, timeout=0.2):
+        pass
+    with cassette_lock(p, timeout=5):  # released: taken
+        pass
+
+
 _WRITER = textwrap.dedent("""
     import sys, dejacache
     path, me = sys.argv[1], sys.argv[2]

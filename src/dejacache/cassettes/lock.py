@@ -178,9 +178,14 @@ class _Turn:
             if _QUEUE:
                 self.ticket = self._enqueue(deadline, held)
             if not self._try():
-                waiter = self.waiter = _Waiter(self)
-                if not waiter.wait(deadline, held):
-                    raise _TimedOut(self._who())
+                try:
+                    self.waiter = _Waiter(self)
+                except RuntimeError:  # no new thread (the interpreter is exiting): poll
+                    if not self._poll(deadline, held):
+                        raise _TimedOut(self._who()) from None
+                else:
+                    if not self.waiter.wait(deadline, held):
+                        raise _TimedOut(self._who())
         except BaseException:
             self._give_up()
             raise
@@ -193,11 +198,7 @@ class _Turn:
             while not _ofd(fcntl, fd, -1):  # (held for three calls by another ticket taker)
                 if time.monotonic() >= deadline:
                     raise _TimedOut("another process kept the lock's queue busy")
-                held.deliver()
-                try:
-                    time.sleep(0.0005)
-                finally:
-                    held.hold()
+                _nap(held, 0.0005)
         except OSError:  # EINVAL: no open file description locks (Linux before 3.15)
             return None
         try:
@@ -219,6 +220,16 @@ class _Turn:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return False
+        return True
+
+    def _poll(self, deadline: float, held: _Interrupts) -> bool:
+        """Wait without a thread: in turn still, but each try up to 50 ms late."""
+        pause = 0.001
+        while not self._try():
+            if time.monotonic() >= deadline:
+                return False
+            _nap(held, pause)
+            pause = min(pause * 2, 0.05)
         return True
 
     def _give_up(self) -> None:
@@ -263,6 +274,14 @@ class _Turn:
         ahead, behind = _waiting(self.fcntl, self.fd, self.ticket)
         return (f"{who}; {max(0, ahead - queued)} more waiting ahead of this one, "
                 f"{behind} behind it")
+
+
+def _nap(held: _Interrupts, seconds: float) -> None:
+    held.deliver()  # nothing is held while waiting: a Ctrl-C meanwhile stops it here
+    try:
+        time.sleep(seconds)
+    finally:
+        held.hold()
 
 
 def _alive(pid: int) -> bool:
