@@ -32,7 +32,7 @@ from ..config import (
     resolve_mode,
     volatile_items,
 )
-from ..errors import ConfigurationError
+from ..errors import CassetteError, ConfigurationError
 from ..keys import key_substitutions
 from ..scope import Block, enter, inherited, leave, settle
 from . import scratch
@@ -234,6 +234,10 @@ class cassette(Block[Cassette]):
         try:
             if saved:
                 tape.save(prune=self.prune and exc_type is None)
+        except CassetteError:  # (the lock's queue timed out, the file is damaged...)
+            # The error says why; the summary also names the recording it cost.
+            _discarded(tape, "the save failed", log=False)
+            raise
         finally:
             tape.close()
         if exc_type is not None and interrupted:

@@ -241,7 +241,8 @@ def _cmd_rehash(args: argparse.Namespace) -> int:
     for name in args.files:
         path = pathlib.Path(name)
         try:
-            with cassette_lock(path):  # a write like any other: no test may save meanwhile
+            # a write like any other: no test may save meanwhile
+            with cassette_lock(path, unsaved="the file was not rehashed"):
                 data = fmt.read_file(path)
                 if data is None:
                     raise CassetteError("no such file", path=path)

@@ -351,7 +351,9 @@ def read_file(path: pathlib.Path,
 def _read_locked(path: pathlib.Path, seen: list[tuple[int, ...]] | None) -> Buffer:
     from .lock import cassette_lock
 
-    with cassette_lock(path):
+    # (a reader takes the lock only when an append overlapped its read: nothing is lost)
+    with cassette_lock(path, unsaved="the cassette was not read: an append overlapped the "
+                       "read, and it is read again only under the lock"):
         recover_locked(path)
         with open(path, "rb") as fh:
             st = os.fstat(fh.fileno())

@@ -335,7 +335,7 @@ def _apply(path: pathlib.Path, todo: _Fix) -> tuple[str, bool]:
     from .lock import cassette_lock
     from .usage import digest
 
-    with cassette_lock(path):
+    with cassette_lock(path, unsaved="the file was not fixed"):
         data = fmt.whole(fmt.read_file(path))
         if digest(data) != todo.digest:
             return "not fixed: the file changed while it was checked", False

@@ -122,6 +122,14 @@ class Writer:
 
     # ---------------------------------------------------------------- the saved file
 
+    def unsaved(self) -> str:
+        """What a save that could not take the lock leaves unsaved, for its error."""
+        n = len(self.new)
+        if not n:
+            return "this block's changes to the file (pruning) are not saved"
+        return (f"the {n} call{'s' if n != 1 else ''} this block recorded "
+                f"{'are' if n != 1 else 'is'} not saved")
+
     def write(self, prune: bool) -> bool:
         """Write the file (``prune``: without the recorded entries this run never used);
         whether bytes were written (not when the file already holds them)."""
@@ -147,7 +155,7 @@ class Writer:
         if tape.raw is not None:
             tape.parse_all()
         entries = self.final_entries(prune)
-        with cassette_lock(self.path):
+        with cassette_lock(self.path, unsaved=self.unsaved()):
             # Under the lock no other writer is between creating and renaming its temp
             # file: any left over is from one killed mid-write (and an undo record from
             # one killed mid-append, rolled back before the file is read).
@@ -204,7 +212,7 @@ class Writer:
         from . import append, segments
         from .lock import cassette_lock
 
-        with cassette_lock(self.path):
+        with cassette_lock(self.path, unsaved=self.unsaved()):
             remove_stale_temps(self.path)
             fmt.recover_locked(self.path)  # (an append killed mid-way is not a change)
             baseline = self.baseline
@@ -309,7 +317,7 @@ class Writer:
         lock); whether it was written (False: the whole save runs instead)."""
         from .lock import cassette_lock
 
-        with cassette_lock(self.path):
+        with cassette_lock(self.path, unsaved=self.unsaved()):
             remove_stale_temps(self.path)
             fmt.recover_locked(self.path)  # (then the file is not the one read)
             if not self._splice_locked(ix, items, follows, self.baseline):
