@@ -480,3 +480,63 @@ async def test_credentials_on_a_stdio_servers_command_line_are_not_recorded(
     # Another key on the command line names the same server: the recording replays.
     other = {**spec, "args": [*spec["args"], "--api-key", "another", "--token=another"]}
     assert await ask(other, tape, "replay", "get_ticket", {"id": 1}) == recorded
+
+
+# ---------------------------------------------------------------- who is asking
+
+
+ALICE, BOB = "tok-alice-5531", "tok-bob-7702"
+
+
+async def _echoes(url: str, tokens: list[str], tape: str, mode: str) -> list[Any]:
+    """One session per token to the server at ``url``, one after another in one block: each
+    one's echo of ``hi`` (its text), or its failure."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp_flow import failure
+
+    out: list[Any] = []
+    with dejacache.cassette(tape, mode=mode):
+        for token in tokens:
+            async with streamable_http_client(f"{url}?token={token}&team=a") as (read, write), \
+                    ClientSession(read, write, read_timeout_seconds=30) as s:
+                try:
+                    await s.initialize()
+                    out.append((await s.call_tool("echo", {"text": "hi"})).content[0].text)
+                except Exception as exc:
+                    out.append(failure(exc))
+    return out
+
+
+async def test_two_callers_of_one_url_each_replay_their_own_answers(
+    tmp_path: pathlib.Path, mcp_http: HttpServer,
+) -> None:
+    # A per-user server (a hosted gateway scoping tools and data by ``?token=``): alice's
+    # and bob's sessions differ only by their token, and are recorded apart.
+    tape = str(tmp_path / "gateway.json")
+    recorded = await _echoes(mcp_http.url, [ALICE, BOB], tape, "record")
+    assert recorded[0] != recorded[1]  # each answer carries the server's call number
+    text = pathlib.Path(tape).read_text()
+    assert ALICE not in text and BOB not in text and "team=a" in text
+    mcp_http.stop()
+    assert await _echoes(mcp_http.url, [BOB, ALICE], tape, "replay") == recorded[::-1]
+
+
+async def test_other_credentials_at_replay_stand_for_the_recorded_ones_one_to_one(
+    tmp_path: pathlib.Path, mcp_http: HttpServer,
+) -> None:
+    alone, both = str(tmp_path / "alice.json"), str(tmp_path / "both.json")
+    [alice] = await _echoes(mcp_http.url, [ALICE], alone, "record")
+    recorded = await _echoes(mcp_http.url, [ALICE, BOB], both, "record")
+    mcp_http.stop()
+    # CI's token is not the developer's: the one recorded caller is the one replaying...
+    assert await _echoes(mcp_http.url, ["tok-ci-0001"], alone, "replay") == [alice]
+    # ...but a second one is not: a recorded value never stands for two.
+    first, second = await _echoes(mcp_http.url, ["tok-ci-0001", "tok-ci-0002"], alone,
+                                  "replay")
+    assert first == alice and second["replay_miss"] is True
+    # Two recorded callers and a token that is neither: which one it stands for is not
+    # known, so it misses, and says why, never served alice's or bob's answer.
+    [carol] = await _echoes(mcp_http.url, ["tok-carol-3310"], both, "replay")
+    assert carol["replay_miss"] is True and "one to one" in carol["text"]
+    assert await _echoes(mcp_http.url, [ALICE, BOB], both, "replay") == recorded

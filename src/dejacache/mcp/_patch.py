@@ -57,15 +57,19 @@ _WATCHED = frozenset({m for m, _, _ in _TRANSPORTS} | {_DISPATCHER[0]})
 _UNDO: dict[str, list[Callable[[], None]]] = {}
 
 
-def _server(transport: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+def _server(transport: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+            ) -> tuple[dict[str, Any], list[Any]]:
+    """The server's identity, and who its URL says is asking (``_callers``)."""
     from . import _wire
 
     if transport == "stdio":
         params = args[0] if args else kwargs["server"]
         return _wire.stdio_identity(params.command, list(params.args or ()),
-                                    None if params.cwd is None else str(params.cwd))
-    url = args[0] if args else kwargs["url"]
-    return _wire.http_identity(str(url), transport)
+                                    None if params.cwd is None else str(params.cwd)), []
+    url = str(args[0] if args else kwargs["url"])
+    from ._callers import callers_of
+
+    return _wire.http_identity(url, transport), callers_of(url)
 
 
 # One replacement per original, kept: a scope entered around every request patches and
@@ -86,9 +90,9 @@ def _replacement(orig: Callable[..., Any], transport: str, name: str) -> Callabl
             return
         from ._proxy import session_streams
 
-        server = _server(transport, args, kwargs)
+        server, callers = _server(transport, args, kwargs)
         async with session_streams(eff, server, lambda: opened(*args, **kwargs),
-                                   extra) as streams:
+                                   extra, callers) as streams:
             yield streams
 
     # Its name, docstring and (through ``__wrapped__``) signature stay the transport's own.

@@ -1,0 +1,79 @@
+"""Who is asking an MCP server over HTTP: the credentials of its URL as identity items, keyed
+and mapped onto a recording's as HTTP keys map them.
+
+One URL may be several servers: a gateway that scopes tools and data by ``?token=`` answers
+alice's session with alice's tickets and bob's with bob's. A server's identity
+(``_wire.http_identity``) leaves the credentials out, so each call's key also holds
+``"identity": ["query:token@mcp.HOST/PATH#DIGEST", ...]``: HTTP's identity items
+(``http/identities.py``), a keyed digest per credential value, never the value. alice's and
+bob's calls key apart, and each replays its own recording.
+
+A digest made on another machine (CI's token, a rotated one) is another digest: within a
+block, HTTP's :class:`~dejacache.http.identities.IdentityTable` stands this run's value for
+the recording's only where that cannot be wrong (the recording holds one value of that item
+and this run sent no other), else the call misses and the miss says why. One rule for both:
+an MCP call is asked about its identity as an HTTP request is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..config import Effective
+from ..errors import ReplayMiss
+from ..http.identities import Item, identities_for, items_of, spell
+from ..http.keying import Identity
+from . import _wire
+
+__all__ = ["Identity", "callers_of", "explained", "keyed"]
+
+
+def callers_of(url: str) -> list[tuple[Item, str]]:
+    """The identity items of a server's URL, each with its keyed digest (none: a URL with
+    no credential). Made once per session."""
+    pairs = _wire.http_credentials(url)
+    return items_of(_wire.http_scope(url), pairs) if pairs else []
+
+
+def keyed(eff: Effective, server: Mapping[str, Any], items: list[tuple[Item, str]],
+          method: str, params: Mapping[str, Any] | None) -> tuple[str, bytes, Identity | None]:
+    """``(key, canonical, identity)`` of one request to ``server`` made with ``items``: each
+    item keyed as this run sent it when the recording holds the call so, else as the
+    recording's one value of that item where that mapping is sure."""
+
+    def key_of(spelled: list[str] | None) -> tuple[str, bytes]:
+        whom = server if spelled is None else {**server, "identity": spelled}
+        return _wire.canonical(eff.namespace or "", whom, method, params, eff.volatile,
+                               eff.key_substitute)
+
+    if not items:
+        return (*key_of(None), None)
+    table = identities_for(eff)
+    if table is None:  # outside test-facing blocks: each value as itself
+        spelled = sorted(spell(i, d) for i, d in items)
+        return (*key_of(spelled), Identity(items, spelled))
+    uses = [table.decided(i, d) for i, d in items]
+    spelled = sorted(spell(i, u or d) for (i, d), u in zip(items, uses, strict=True))
+    key, canonical = key_of(spelled)
+    if None in uses:
+        holds = getattr(eff.store, "holds", None)
+        if holds is None or holds(key):
+            for item, digest in items:
+                table.exact(item, digest)
+        else:
+            recorded = getattr(eff.store, "identities", dict)
+            mapped = sorted(spell(i, table.resolve(i, d, recorded)) for i, d in items)
+            if mapped != spelled:
+                spelled = mapped
+                key, canonical = key_of(spelled)
+    return key, canonical, Identity(items, spelled, False, table)
+
+
+def explained(identity: Identity | None, miss: ReplayMiss) -> ReplayMiss:
+    """The miss, saying so when the caller's credentials could not be matched to the
+    recording's."""
+    for note in identity.notes() if identity is not None else ():
+        if note not in str(miss):
+            miss.args = (f"{miss.args[0]}\n  {note}", *miss.args[1:])
+    return miss
