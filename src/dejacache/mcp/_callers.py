@@ -36,26 +36,28 @@ def callers_of(url: str) -> list[tuple[Item, str]]:
     return items_of(_wire.http_scope(url), pairs) if pairs else []
 
 
+def _key(eff: Effective, server: Mapping[str, Any], spelled: list[str] | None, method: str,
+         params: Mapping[str, Any] | None) -> tuple[str, bytes]:
+    whom = server if spelled is None else {**server, "identity": spelled}
+    return _wire.canonical(eff.namespace or "", whom, method, params, eff.volatile,
+                           eff.key_substitute)
+
+
 def keyed(eff: Effective, server: Mapping[str, Any], items: list[tuple[Item, str]],
           method: str, params: Mapping[str, Any] | None) -> tuple[str, bytes, Identity | None]:
     """``(key, canonical, identity)`` of one request to ``server`` made with ``items``: each
     item keyed as this run sent it when the recording holds the call so, else as the
     recording's one value of that item where that mapping is sure."""
-
-    def key_of(spelled: list[str] | None) -> tuple[str, bytes]:
-        whom = server if spelled is None else {**server, "identity": spelled}
-        return _wire.canonical(eff.namespace or "", whom, method, params, eff.volatile,
-                               eff.key_substitute)
-
     if not items:
-        return (*key_of(None), None)
+        key, canonical = _key(eff, server, None, method, params)
+        return key, canonical, None
     table = identities_for(eff)
     if table is None:  # outside test-facing blocks: each value as itself
         spelled = sorted(spell(i, d) for i, d in items)
-        return (*key_of(spelled), Identity(items, spelled))
+        return (*_key(eff, server, spelled, method, params), Identity(items, spelled))
     uses = [table.decided(i, d) for i, d in items]
     spelled = sorted(spell(i, u or d) for (i, d), u in zip(items, uses, strict=True))
-    key, canonical = key_of(spelled)
+    key, canonical = _key(eff, server, spelled, method, params)
     if None in uses:
         holds = getattr(eff.store, "holds", None)
         if holds is None or holds(key):
@@ -66,7 +68,7 @@ def keyed(eff: Effective, server: Mapping[str, Any], items: list[tuple[Item, str
             mapped = sorted(spell(i, table.resolve(i, d, recorded)) for i, d in items)
             if mapped != spelled:
                 spelled = mapped
-                key, canonical = key_of(spelled)
+                key, canonical = _key(eff, server, spelled, method, params)
     return key, canonical, Identity(items, spelled, False, table)
 
 
