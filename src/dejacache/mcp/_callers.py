@@ -1,10 +1,10 @@
-"""Who is asking an MCP server over HTTP: the credentials of its URL as identity items, keyed
-and mapped onto a recording's as HTTP keys map them.
+"""Who is asking an MCP server over HTTP: the credentials of its URL and the headers its
+transport sends as identity items, keyed and mapped onto a recording's as HTTP keys map them.
 
-One URL may be several servers: a gateway that scopes tools and data by ``?token=`` answers
+One URL may be several servers: a gateway that scopes tools and data by its token answers
 alice's session with alice's tickets and bob's with bob's. A server's identity
 (``_wire.http_identity``) leaves the credentials out, so each call's key also holds
-``"identity": ["query:token@mcp.HOST/PATH#DIGEST", ...]``: HTTP's identity items
+``"identity": ["query:token@mcp.HOST/PATH#DIGEST", "authorization@...", ...]``: HTTP's items
 (``http/identities.py``), a keyed digest per credential value, never the value. alice's and
 bob's calls key apart, and each replays its own recording.
 
@@ -17,11 +17,12 @@ an MCP call is asked about its identity as an HTTP request is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..config import Effective
 from ..errors import ReplayMiss
+from ..http.headers import classify
 from ..http.identities import Item, identities_for, items_of, spell
 from ..http.keying import Identity
 from . import _wire
@@ -29,10 +30,13 @@ from . import _wire
 __all__ = ["Identity", "callers_of", "explained", "keyed"]
 
 
-def callers_of(url: str) -> list[tuple[Item, str]]:
-    """The identity items of a server's URL, each with its keyed digest (none: a URL with
-    no credential). Made once per session."""
-    pairs = _wire.http_credentials(url)
+def callers_of(url: str, headers: Iterable[tuple[str, str]] = ()) -> list[tuple[Item, str]]:
+    """The identity items of a session to the server at ``url``, sending ``headers`` with
+    every request, each with its keyed digest (none: no credential). Made once per
+    session. Who is asking is what HTTP keys so: the URL's credentials, and the headers
+    ``http.headers.classify`` says name the caller (``Authorization``, ``X-Api-Key``, a
+    cookie, a secret-shaped value...)."""
+    pairs = (*_wire.http_credentials(url), *classify(headers, provider=False).identity)
     return items_of(_wire.http_scope(url), pairs) if pairs else []
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from types import ModuleType
 
 from ..errors import DejacacheWarning, ReplayMiss
@@ -69,7 +69,20 @@ def _server(transport: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     url = str(args[0] if args else kwargs["url"])
     from ._callers import callers_of
 
-    return _wire.http_identity(url, transport), callers_of(url)
+    return _wire.http_identity(url, transport), callers_of(url, _headers(args, kwargs))
+
+
+def _headers(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, str]]:
+    """The headers an HTTP transport sends with every request: ``headers=`` (``sse_client``,
+    mcp 1.x's ``streamablehttp_client``), or its ``http_client``'s own (mcp 2)."""
+    out: list[tuple[str, str]] = []
+    client = kwargs.get("http_client")
+    if client is not None:
+        out += [(str(k), str(v)) for k, v in client.headers.multi_items()]
+    given = kwargs.get("headers", args[1] if len(args) > 1 else None)
+    if isinstance(given, Mapping):
+        out += [(str(k), str(v)) for k, v in given.items()]
+    return out
 
 
 # One replacement per original, kept: a scope entered around every request patches and

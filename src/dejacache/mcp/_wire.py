@@ -360,8 +360,9 @@ def hinted_ttl(params: Mapping[str, Any] | None, value: Mapping[str, Any]) -> fl
     """How long a store that answers by key (a cache, not a recording) may keep ``value``,
     the answer to a request with ``params``: None when the answer carries no cache hint
     (kept as any other), else the server's ``ttlMs`` in seconds, 0 for not at all. A
-    ``"private"`` answer is not kept either: a key holds no authorization context (HTTP
-    identities leave credentials out), so keeping it would share it across them."""
+    ``"private"`` answer is not kept either: a key holds only the credentials the session
+    was opened with (``_callers``), not a token an auth flow fetches later, so keeping it
+    could share it across callers."""
     meta = (params or {}).get("_meta")
     if not isinstance(meta, Mapping) or not meta.get(_VERSION):
         return None
