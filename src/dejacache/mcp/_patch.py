@@ -59,7 +59,8 @@ _UNDO: dict[str, list[Callable[[], None]]] = {}
 
 def _server(transport: str, args: tuple[Any, ...], kwargs: dict[str, Any]
             ) -> tuple[dict[str, Any], list[Any]]:
-    """The server's identity, and who its URL says is asking (``_callers``)."""
+    """The server's identity, and who the session says is asking: its URL's credentials
+    and its identity headers (``_callers``)."""
     from . import _wire
 
     if transport == "stdio":

@@ -154,7 +154,7 @@ class _Proxy:
     def __init__(self, server: dict[str, Any], open_live: OpenTransport, to_client: Any,
                  tg: anyio.abc.TaskGroup, callers: list[Any]) -> None:
         self.server = server
-        self.callers = callers  # who the server's URL says is asking (``_callers``)
+        self.callers = callers  # who the session says is asking (``_callers``)
         self.open_live = open_live
         self.to_client = to_client
         self.tg = tg
@@ -483,7 +483,7 @@ async def session_streams(eff: Effective, server: dict[str, Any], open_live: Ope
                           ) -> AsyncIterator[tuple[Any, ...]]:
     """The (read, write) pair a transport yields inside a block (plus ``extra``, what the
     transport yields after the pair when it is not started: mcp 1.x's session-id getter).
-    ``callers``: who the server's URL says is asking (``_callers.callers_of``).
+    ``callers``: who the session says is asking (``_callers.callers_of``).
     ``eff``: the block the transport was opened in (``record`` starts the server now)."""
     to_client, client_reads = anyio.create_memory_object_stream[Any](0)
     failed: BaseException | None = None
