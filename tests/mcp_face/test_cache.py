@@ -260,6 +260,15 @@ async def test_two_stdio_servers_with_one_name_never_share_a_cache(
     assert ledger.starts() == 2
 
 
+async def test_two_callers_of_one_url_never_share_a_cache(mcp_http: HttpServer) -> None:
+    # A gateway scoping tools and data by ``?token=``: one URL, a server per token.
+    alice, bob = (f"{mcp_http.url}?token=tok-{who}&team=a" for who in ("alice", "bob"))
+    with dejacache.agent_session(tenant="acme"):
+        answers = [await _search(url) for url in (alice, bob, alice, bob)]
+    assert answers[0] != answers[1] and answers[2:] == answers[:2]
+    assert calls(mcp_http.ledger, "search_docs") == 2
+
+
 async def test_credentials_in_a_url_or_command_line_never_reach_a_key_or_a_store(
     mcp_http: HttpServer, tmp_path: pathlib.Path,
 ) -> None:

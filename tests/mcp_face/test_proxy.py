@@ -9,6 +9,7 @@ fresh interpreter to replay.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import pathlib
@@ -480,3 +481,107 @@ async def test_credentials_on_a_stdio_servers_command_line_are_not_recorded(
     # Another key on the command line names the same server: the recording replays.
     other = {**spec, "args": [*spec["args"], "--api-key", "another", "--token=another"]}
     assert await ask(other, tape, "replay", "get_ticket", {"id": 1}) == recorded
+
+
+# ---------------------------------------------------------------- who is asking
+
+
+ALICE, BOB = "tok-alice-5531", "tok-bob-7702"
+
+
+def _by_query(url: str, token: str) -> Any:
+    from mcp.client.streamable_http import streamable_http_client
+
+    return streamable_http_client(f"{url}?token={token}&team=a")
+
+
+async def _echoes(url: str, tokens: list[str], tape: str, mode: str,
+                  connect: Any = _by_query) -> list[Any]:
+    """One session per token to the server at ``url`` (opened by ``connect(url, token)``),
+    one after another in one block: each one's echo of ``hi`` (its text), or its failure."""
+    from mcp import ClientSession
+    from mcp_flow import failure
+
+    out: list[Any] = []
+    with dejacache.cassette(tape, mode=mode):
+        for token in tokens:
+            async with connect(url, token) as (read, write, *_), \
+                    ClientSession(read, write, read_timeout_seconds=30) as s:
+                try:
+                    await s.initialize()
+                    out.append((await s.call_tool("echo", {"text": "hi"})).content[0].text)
+                except Exception as exc:
+                    out.append(failure(exc))
+    return out
+
+
+async def test_two_callers_of_one_url_each_replay_their_own_answers(
+    tmp_path: pathlib.Path, mcp_http: HttpServer,
+) -> None:
+    # A per-user server (a hosted gateway scoping tools and data by ``?token=``): alice's
+    # and bob's sessions differ only by their token, and are recorded apart.
+    tape = str(tmp_path / "gateway.json")
+    recorded = await _echoes(mcp_http.url, [ALICE, BOB], tape, "record")
+    assert recorded[0] != recorded[1]  # each answer carries the server's call number
+    text = pathlib.Path(tape).read_text()
+    assert ALICE not in text and BOB not in text and "team=a" in text
+    mcp_http.stop()
+    assert await _echoes(mcp_http.url, [BOB, ALICE], tape, "replay") == recorded[::-1]
+
+
+async def test_other_credentials_at_replay_stand_for_the_recorded_ones_one_to_one(
+    tmp_path: pathlib.Path, mcp_http: HttpServer,
+) -> None:
+    alone, both = str(tmp_path / "alice.json"), str(tmp_path / "both.json")
+    [alice] = await _echoes(mcp_http.url, [ALICE], alone, "record")
+    recorded = await _echoes(mcp_http.url, [ALICE, BOB], both, "record")
+    mcp_http.stop()
+    # CI's token is not the developer's: the one recorded caller is the one replaying...
+    assert await _echoes(mcp_http.url, ["tok-ci-0001"], alone, "replay") == [alice]
+    # ...but a second one is not: a recorded value never stands for two.
+    first, second = await _echoes(mcp_http.url, ["tok-ci-0001", "tok-ci-0002"], alone,
+                                  "replay")
+    assert first == alice and second["replay_miss"] is True
+    # Two recorded callers and a token that is neither: which one it stands for is not
+    # known, so it misses, and says why, never served alice's or bob's answer.
+    [carol] = await _echoes(mcp_http.url, ["tok-carol-3310"], both, "replay")
+    assert carol["replay_miss"] is True and "one to one" in carol["text"]
+    assert await _echoes(mcp_http.url, [ALICE, BOB], both, "replay") == recorded
+
+
+@contextlib.asynccontextmanager
+async def _by_client_header(url: str, token: str) -> Any:
+    """mcp 2's streamable HTTP over a client of the caller's own, carrying its token."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(headers=headers) as client, \
+            streamable_http_client(url, http_client=client) as streams:
+        yield streams
+
+
+def _by_sse_header(url: str, token: str) -> Any:
+    from mcp.client.sse import sse_client
+
+    return sse_client(url, headers={"X-Api-Key": token})
+
+
+@pytest.mark.parametrize(("transport", "connect"), [
+    ("streamable-http", _by_client_header), ("sse", _by_sse_header)])
+async def test_callers_told_apart_by_a_header_each_replay_their_own_answers(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger, transport: Any, connect: Any,
+) -> None:
+    server = HttpServer(mcp_ledger, transport).start()
+    tape = str(tmp_path / "gateway.json")
+    try:
+        recorded = await _echoes(server.url, [ALICE, BOB], tape, "record", connect)
+    finally:
+        server.stop()
+    assert recorded[0] != recorded[1]
+    text = pathlib.Path(tape).read_text()
+    assert ALICE not in text and BOB not in text
+    assert await _echoes(server.url, [BOB, ALICE], tape, "replay", connect) == recorded[::-1]
+    # Two recorded callers and a token that is neither: a miss, as for HTTP.
+    [carol] = await _echoes(server.url, ["tok-carol-3310"], tape, "replay", connect)
+    assert carol["replay_miss"] is True

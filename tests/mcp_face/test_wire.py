@@ -24,14 +24,38 @@ def test_a_stdio_server_is_its_command_name_and_arguments_with_portable_paths() 
     ("http://127.0.0.1:51234/mcp", "http://127.0.0.1/mcp"),
     ("http://localhost:8000/mcp?x=1", "http://localhost/mcp?x=1"),
     ("https://user:pw@mcp.example.com:8443/mcp?api_key=s3cret&team=a",
-     "https://mcp.example.com:8443/mcp?team=a"),
+     "https://user@mcp.example.com:8443/mcp?team=a"),
     ("https://mcp.example.com/sse?token=abc", "https://mcp.example.com/sse"),
+    ("https://alice@mcp.example.com/mcp", "https://alice@mcp.example.com/mcp"),
+    ("http://[::1]:9000/mcp?client_secret=x&q=1", "http://[::1]/mcp?q=1"),
 ])
 def test_an_http_server_is_its_url_without_credentials_or_a_loopback_port(
     url: str, expected: str,
 ) -> None:
     assert _wire.http_identity(url, "streamable-http") == {"transport": "streamable-http",
                                                            "url": expected}
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("https://mcp.example.com/mcp?team=a", ()),
+    ("https://alice@mcp.example.com/mcp", ()),  # a user name alone is who, not a secret
+    ("https://mcp.example.com/mcp?token=alice&team=a", (("query:token", "alice"),)),
+    ("https://h/mcp?access_token=a&api-key=b&clientSecret=c",
+     (("query:access_token", "a"), ("query:api-key", "b"), ("query:clientSecret", "c"))),
+    ("https://h/mcp?key=a&key=b,c", (("query:key", "a,b\\,c"),)),
+    ("https://al%40ce:pw@h/mcp", (("password:al%2540ce", "pw"),)),
+])
+def test_an_http_servers_credentials_are_who_is_asking(
+    url: str, expected: tuple[tuple[str, str], ...],
+) -> None:
+    # Everything the identity leaves out of the URL, and nothing else.
+    assert _wire.http_credentials(url) == expected
+
+
+def test_credentials_apply_to_the_servers_host_and_path() -> None:
+    assert _wire.http_scope("http://127.0.0.1:5123/mcp?token=a") == "mcp.127.0.0.1/mcp"
+    assert _wire.http_scope("https://u:p@gw.example.com:8443/a b") == (
+        "mcp.gw.example.com:8443/a%20b")
 
 
 SERVER = {"transport": "stdio", "command": "python", "args": ["desk.py"]}

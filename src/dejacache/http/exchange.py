@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -127,13 +127,15 @@ def _auth_query(name: str) -> bool:
     return not AUTH_QUERY.isdisjoint(name_forms(name))
 
 
-def query_identity(query: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
-    """The authenticating parameters of a query as identity pairs (``query:NAME``, name
-    percent-encoded so an item's spelling stays one token), a repeated name's values joined
-    in order with ``,`` (escaped in the values, so two spellings never join alike)."""
+def query_identity(query: Iterable[tuple[str, str]],
+                   secret: Callable[[str], bool] = _auth_query) -> tuple[tuple[str, str], ...]:
+    """The authenticating parameters of a query (those ``secret`` names) as identity pairs
+    (``query:NAME``, name percent-encoded so an item's spelling stays one token), a repeated
+    name's values joined in order with ``,`` (escaped in the values, so two spellings never
+    join alike). An MCP server's URL is named by the same pairs (``mcp._wire``)."""
     found: dict[str, list[str]] = {}
     for k, v in query:
-        if _auth_query(k):
+        if secret(k):
             found.setdefault(k, []).append(v.replace("\\", "\\\\").replace(",", "\\,"))
     if not found:
         return ()

@@ -31,7 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from types import ModuleType
 
 from ..errors import DejacacheWarning, ReplayMiss
@@ -57,15 +57,33 @@ _WATCHED = frozenset({m for m, _, _ in _TRANSPORTS} | {_DISPATCHER[0]})
 _UNDO: dict[str, list[Callable[[], None]]] = {}
 
 
-def _server(transport: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+def _server(transport: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+            ) -> tuple[dict[str, Any], list[Any]]:
+    """The server's identity, and who the session says is asking: its URL's credentials
+    and its identity headers (``_callers``)."""
     from . import _wire
 
     if transport == "stdio":
         params = args[0] if args else kwargs["server"]
         return _wire.stdio_identity(params.command, list(params.args or ()),
-                                    None if params.cwd is None else str(params.cwd))
-    url = args[0] if args else kwargs["url"]
-    return _wire.http_identity(str(url), transport)
+                                    None if params.cwd is None else str(params.cwd)), []
+    url = str(args[0] if args else kwargs["url"])
+    from ._callers import callers_of
+
+    return _wire.http_identity(url, transport), callers_of(url, _headers(args, kwargs))
+
+
+def _headers(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, str]]:
+    """The headers an HTTP transport sends with every request: ``headers=`` (``sse_client``,
+    mcp 1.x's ``streamablehttp_client``), or its ``http_client``'s own (mcp 2)."""
+    out: list[tuple[str, str]] = []
+    client = kwargs.get("http_client")
+    if client is not None:
+        out += [(str(k), str(v)) for k, v in client.headers.multi_items()]
+    given = kwargs.get("headers", args[1] if len(args) > 1 else None)
+    if isinstance(given, Mapping):
+        out += [(str(k), str(v)) for k, v in given.items()]
+    return out
 
 
 # One replacement per original, kept: a scope entered around every request patches and
@@ -86,9 +104,9 @@ def _replacement(orig: Callable[..., Any], transport: str, name: str) -> Callabl
             return
         from ._proxy import session_streams
 
-        server = _server(transport, args, kwargs)
+        server, callers = _server(transport, args, kwargs)
         async with session_streams(eff, server, lambda: opened(*args, **kwargs),
-                                   extra) as streams:
+                                   extra, callers) as streams:
             yield streams
 
     # Its name, docstring and (through ``__wrapped__``) signature stay the transport's own.

@@ -50,6 +50,7 @@ from ..errors import ReplayMiss
 from ..http.transport import handing_on
 from ..scope import current
 from . import _wire
+from ._callers import explained, keyed
 
 __all__ = ["MISS_MARK", "session_streams", "take_miss"]
 
@@ -151,8 +152,9 @@ class _Proxy:
     """One session's traffic: the client's side, the live side (when started), the engine."""
 
     def __init__(self, server: dict[str, Any], open_live: OpenTransport, to_client: Any,
-                 tg: anyio.abc.TaskGroup) -> None:
+                 tg: anyio.abc.TaskGroup, callers: list[Any]) -> None:
         self.server = server
+        self.callers = callers  # who the session says is asking (``_callers``)
         self.open_live = open_live
         self.to_client = to_client
         self.tg = tg
@@ -338,6 +340,7 @@ class _Proxy:
         except _Unstored as u:
             value = u.value
         except ReplayMiss as miss:
+            miss = explained(call.identity, miss)
             value = {"error": {"code": -32603, "message": str(miss),
                                "data": {MISS_MARK: _keep_miss(miss)}}}
         except Exception as exc:  # the server could not be started, or went away
@@ -369,15 +372,15 @@ class _Call:
     """One client request inside a block, answered through the engine: the recording (or
     store) answers, or the live server does (``live``), and what a store may keep of it."""
 
-    __slots__ = ("canonical", "data", "eff", "item", "key", "name", "proxy", "ran")
+    __slots__ = ("canonical", "data", "eff", "identity", "item", "key", "name", "proxy",
+                 "ran")
 
     def __init__(self, proxy: _Proxy, item: Any, data: dict[str, Any],
                  eff: Effective) -> None:
         self.proxy, self.item, self.data, self.eff = proxy, item, data, eff
         self.name = _wire.call_name(data["method"])
-        self.key, self.canonical = _wire.canonical(
-            eff.namespace or "", proxy.server, data["method"], data.get("params"),
-            eff.volatile, eff.key_substitute)
+        self.key, self.canonical, self.identity = keyed(
+            eff, proxy.server, proxy.callers, data["method"], data.get("params"))
         self.ran = False
 
     async def answer(self) -> dict[str, Any]:
@@ -476,15 +479,17 @@ class _ClientWrites:
 
 @contextlib.asynccontextmanager
 async def session_streams(eff: Effective, server: dict[str, Any], open_live: OpenTransport,
-                          extra: tuple[Any, ...] = ()) -> AsyncIterator[tuple[Any, ...]]:
+                          extra: tuple[Any, ...] = (), callers: list[Any] | None = None,
+                          ) -> AsyncIterator[tuple[Any, ...]]:
     """The (read, write) pair a transport yields inside a block (plus ``extra``, what the
     transport yields after the pair when it is not started: mcp 1.x's session-id getter).
+    ``callers``: who the session says is asking (``_callers.callers_of``).
     ``eff``: the block the transport was opened in (``record`` starts the server now)."""
     to_client, client_reads = anyio.create_memory_object_stream[Any](0)
     failed: BaseException | None = None
     try:
         async with anyio.create_task_group() as tg:
-            proxy = _Proxy(server, open_live, to_client, tg)
+            proxy = _Proxy(server, open_live, to_client, tg, callers or [])
             if eff.mode == "record":  # everything goes live: start now, as the transport would
                 try:
                     with handing_on():

@@ -21,7 +21,7 @@ import pathlib
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
-from urllib.parse import SplitResult, parse_qsl, urlencode, urlsplit
+from urllib.parse import SplitResult, parse_qsl, quote, urlencode, urlsplit
 
 from .._core import volatile as _vol
 from .._secrets import AUTH_QUERY, is_secret_name, mask_text, name_forms
@@ -42,7 +42,9 @@ __all__ = [
     "hidden_args",
     "hidden_url",
     "hinted_ttl",
+    "http_credentials",
     "http_identity",
+    "http_scope",
     "progress_token",
     "recorded_ack",
     "recorded_notifications",
@@ -156,20 +158,58 @@ def stdio_identity(command: str, args: Sequence[str], cwd: str | None = None,
     return out
 
 
-def http_identity(url: str, transport: str) -> dict[str, Any]:
-    """An HTTP server: its URL without user, password or credential-named query parameters.
-    A loopback server's port is left out, as HTTP keys leave out the host: a test server
-    gets a fresh port on every run."""
-    parts = urlsplit(url)
+def _secret_query(name: str) -> bool:
+    return not AUTH_QUERY.isdisjoint(name_forms(name)) or is_secret_name(name)
+
+
+def _host(parts: SplitResult) -> str:
+    """Host and port as an identity names them: a loopback server's port left out."""
     host = parts.hostname or ""
     port = parts.port
     netloc = f"[{host}]" if ":" in host else host
     if port is not None and host not in _LOOPBACK:
         netloc += f":{port}"
+    return netloc
+
+
+def http_identity(url: str, transport: str) -> dict[str, Any]:
+    """An HTTP server: its URL without its credentials (:func:`http_credentials`: a
+    userinfo password, credential-named query parameters). A user name is kept: it is
+    who the URL names, not a secret. A loopback server's port is left out, as HTTP keys
+    leave out the host: a test server gets a fresh port on every run."""
+    parts = urlsplit(url)
+    user = parts.username
+    netloc = _host(parts)
+    if user:
+        netloc = f"{user}@{netloc}"
     query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
-             if AUTH_QUERY.isdisjoint(name_forms(k)) and not is_secret_name(k)]
+             if not _secret_query(k)]
     clean = SplitResult(parts.scheme, netloc, parts.path, urlencode(query), "")
     return {"transport": transport, "url": clean.geturl()}
+
+
+def http_credentials(url: str) -> tuple[tuple[str, str], ...]:
+    """Who a server's URL says is asking: its credential query values and userinfo
+    password as identity pairs (``query:NAME``, ``password:USER``), as HTTP keys them
+    (``http.exchange.query_identity``); a server whose answers depend on its caller (a
+    gateway scoping tools and data by ``?token=``) is another server for each caller."""
+    parts = urlsplit(url)
+    found: list[tuple[str, str]] = []
+    if parts.query:
+        from ..http.exchange import query_identity  # only for a URL with a query
+
+        found += query_identity(parse_qsl(parts.query, keep_blank_values=True),
+                                _secret_query)
+    if parts.password:
+        found.append((f"password:{quote(parts.username or '', safe='')}", parts.password))
+    return tuple(found)
+
+
+def http_scope(url: str) -> str:
+    """Where a server's credentials apply, as identity items name it: ``mcp.`` and its
+    host and path (``mcp.127.0.0.1/mcp``); one spelling token, as an item needs."""
+    parts = urlsplit(url)
+    return f"{KIND}.{_host(parts)}{quote(parts.path)}"
 
 
 # ---------------------------------------------------------------- messages
@@ -320,8 +360,9 @@ def hinted_ttl(params: Mapping[str, Any] | None, value: Mapping[str, Any]) -> fl
     """How long a store that answers by key (a cache, not a recording) may keep ``value``,
     the answer to a request with ``params``: None when the answer carries no cache hint
     (kept as any other), else the server's ``ttlMs`` in seconds, 0 for not at all. A
-    ``"private"`` answer is not kept either: a key holds no authorization context (HTTP
-    identities leave credentials out), so keeping it would share it across them."""
+    ``"private"`` answer is not kept either: a key holds only the credentials the session
+    was opened with (``_callers``), not a token an auth flow fetches later, so keeping it
+    could share it across callers."""
     meta = (params or {}).get("_meta")
     if not isinstance(meta, Mapping) or not meta.get(_VERSION):
         return None

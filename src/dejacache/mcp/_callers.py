@@ -1,0 +1,85 @@
+"""Who is asking an MCP server over HTTP: the credentials of its URL and the headers its
+transport sends as identity items, keyed and mapped onto a recording's as HTTP keys map them.
+
+One URL may be several servers: a gateway that scopes tools and data by its token answers
+alice's session with alice's tickets and bob's with bob's. A server's identity
+(``_wire.http_identity``) leaves the credentials out, so each call's key also holds
+``"identity": ["query:token@mcp.HOST/PATH#DIGEST", "authorization@...", ...]``: HTTP's items
+(``http/identities.py``), a keyed digest per credential value, never the value. alice's and
+bob's calls key apart, and each replays its own recording.
+
+A digest made on another machine (CI's token, a rotated one) is another digest: within a
+block, HTTP's :class:`~dejacache.http.identities.IdentityTable` stands this run's value for
+the recording's only where that cannot be wrong (the recording holds one value of that item
+and this run sent no other), else the call misses and the miss says why. One rule for both:
+an MCP call is asked about its identity as an HTTP request is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..config import Effective
+from ..errors import ReplayMiss
+from ..http.headers import classify
+from ..http.identities import Item, identities_for, items_of, spell
+from ..http.keying import Identity
+from . import _wire
+
+__all__ = ["Identity", "callers_of", "explained", "keyed"]
+
+
+def callers_of(url: str, headers: Iterable[tuple[str, str]] = ()) -> list[tuple[Item, str]]:
+    """The identity items of a session to the server at ``url``, sending ``headers`` with
+    every request, each with its keyed digest (none: no credential). Made once per
+    session. Who is asking is what HTTP keys so: the URL's credentials, and the headers
+    ``http.headers.classify`` says name the caller (``Authorization``, ``X-Api-Key``, a
+    cookie, a secret-shaped value...)."""
+    pairs = (*_wire.http_credentials(url), *classify(headers, provider=False).identity)
+    return items_of(_wire.http_scope(url), pairs) if pairs else []
+
+
+def _key(eff: Effective, server: Mapping[str, Any], spelled: list[str] | None, method: str,
+         params: Mapping[str, Any] | None) -> tuple[str, bytes]:
+    whom = server if spelled is None else {**server, "identity": spelled}
+    return _wire.canonical(eff.namespace or "", whom, method, params, eff.volatile,
+                           eff.key_substitute)
+
+
+def keyed(eff: Effective, server: Mapping[str, Any], items: list[tuple[Item, str]],
+          method: str, params: Mapping[str, Any] | None) -> tuple[str, bytes, Identity | None]:
+    """``(key, canonical, identity)`` of one request to ``server`` made with ``items``: each
+    item keyed as this run sent it when the recording holds the call so, else as the
+    recording's one value of that item where that mapping is sure."""
+    if not items:
+        key, canonical = _key(eff, server, None, method, params)
+        return key, canonical, None
+    table = identities_for(eff)
+    if table is None:  # outside test-facing blocks: each value as itself
+        spelled = sorted(spell(i, d) for i, d in items)
+        return (*_key(eff, server, spelled, method, params), Identity(items, spelled))
+    uses = [table.decided(i, d) for i, d in items]
+    spelled = sorted(spell(i, u or d) for (i, d), u in zip(items, uses, strict=True))
+    key, canonical = _key(eff, server, spelled, method, params)
+    if None in uses:
+        holds = getattr(eff.store, "holds", None)
+        if holds is None or holds(key):
+            for item, digest in items:
+                table.exact(item, digest)
+        else:
+            recorded = getattr(eff.store, "identities", dict)
+            mapped = sorted(spell(i, table.resolve(i, d, recorded)) for i, d in items)
+            if mapped != spelled:
+                spelled = mapped
+                key, canonical = _key(eff, server, spelled, method, params)
+    return key, canonical, Identity(items, spelled, False, table)
+
+
+def explained(identity: Identity | None, miss: ReplayMiss) -> ReplayMiss:
+    """The miss, saying so when the caller's credentials could not be matched to the
+    recording's."""
+    for note in identity.notes() if identity is not None else ():
+        if note not in str(miss):
+            miss.args = (f"{miss.args[0]}\n  {note}", *miss.args[1:])
+    return miss
