@@ -7,7 +7,9 @@ signature (positional and keyword spellings agree), ignored and volatile fields 
 credentials masked (see ``_secrets``).
 
 Equal means equal as data: tuples and lists agree, as do sets and frozensets, dict subclasses
-and dicts, an Enum member and its value. Different data never shares a key: NaN, the two
+and dicts. What Python tells apart by type is keyed under its class (dataclasses, models,
+named tuples; Enum members, except inside plain dicts and lists: see ``_Canon``), a Decimal
+as written, a closure with its captured values. Different data never shares a key: NaN, the two
 infinities and ``None`` differ everywhere, as do ``-0.0`` and ``0.0`` (the codec round-trips
 both, and ``copysign``/``atan2`` tell them apart), ``1``, ``1.0`` and ``True``. No two calls
 share a spelling: type tags are dict keys starting with NUL, so a caller's key starting with
@@ -322,6 +324,8 @@ def _model_data(obj: Any) -> Any:
     try:
         return obj.model_dump(mode="json")
     except TypeError:  # model_dump() without a mode parameter (pydantic v1 shims, SDK objects)
+        return obj.model_dump()
+    except ValueError:  # a field JSON cannot hold (bytes that are not UTF-8): its own data
         return obj.model_dump()
 
 
@@ -793,6 +797,18 @@ _hex = xxhash.xxh3_128_hexdigest
 _PLAIN_ENTRY: tuple[_seg.NoneCheck | None, str | None] = (None, None)  # nothing to probe
 
 
+# Types orjson writes as themselves, none of them an Enum: one set lookup clears the
+# commonest arguments (an isinstance each cost ~4% of a small hit on the 2-core VM).
+_NOT_MEMBERS: Final = frozenset({dict, list, str, int, float, bool, type(None), tuple, bytes})
+
+
+def _has_member(values: Iterable[Any]) -> bool:
+    """Whether an argument is an Enum member, which orjson writes as its bare value: keyed
+    under its class (``_Canon._enum_form``), its raw bytes are not its lookup form. Asked
+    once ``_NOT_MEMBERS`` has not cleared them all."""
+    return any(isinstance(v, enum.Enum) for v in values)
+
+
 def _fast_key(data: Any, names: _Names, function: str,
               subs: tuple[tuple[bytes, bytes], ...], seed: int,
               checked: bool = False, out: bytes | None = None
@@ -800,7 +816,7 @@ def _fast_key(data: Any, names: _Names, function: str,
     """``(key, body, tail, full)``: the key (seeded digest) of the fast lookup form
     ``body + tail``, kept in two parts so a hit never copies the bytes to append the mark;
     ``full`` as in :func:`fast_json`. ``checked``: the caller knows ``data``'s own keys
-    are plain names.
+    are plain names and no value of it is an Enum member.
 
     One one-shot digest of ``body`` is both the ``_NULLS`` lookup and, when the bytes hold
     no ``None``, the key; the key with the mark was computed once, when the bytes were first
@@ -818,11 +834,10 @@ def _fast_key(data: Any, names: _Names, function: str,
     ``null`` costs the walk it used to skip (measured: 3.5 -> 7 µs at 2 KB, 105 -> 122 µs a
     turn of a growing 200 KB conversation; bytes with a ``null`` were walked already).
     """
-    if not checked and not names.plain.issuperset(data) and not names.clean(data):
-        return _full_key(data, names, function, subs, seed)  # a credential argument
-    for v in data.values():  # orjson writes an argument that is an Enum member as its value
-        if isinstance(v, enum.Enum):
-            return _full_key(data, names, function, subs, seed)
+    if not checked and ((not names.plain.issuperset(data) and not names.clean(data))
+                        or (not _NOT_MEMBERS.issuperset(map(type, data.values()))
+                            and _has_member(data.values()))):
+        return _full_key(data, names, function, subs, seed)  # a credential, an Enum member
     if out is None:
         try:
             out = orjson.dumps(data, default=_tagged, option=_OPTS)
@@ -1460,7 +1475,8 @@ class KeyBuilder:
         check of its one plain parameter (~3% of a 2 KB hit). ``out``: the bytes
         :meth:`probe_key` returned for these very arguments, not written again."""
         one = self._one_plain
-        if one is not None and len(args) == 1 and not kwargs:
+        if one is not None and len(args) == 1 and not kwargs and (
+                type(args[0]) in _NOT_MEMBERS or not isinstance(args[0], enum.Enum)):
             bound = {one: args[0]}
             key, body, tail, full = _fast_key(bound, self._filter, self.name, substitutions,
                                               seed, True, out)
@@ -1484,15 +1500,17 @@ class KeyBuilder:
         (0.3 of a 2 KB hit's 6 µs).
         A miss then binds again through :meth:`bind_key`, which gives the same key."""
         one = self._one_plain
+        # (an Enum member: keyed under its class, which orjson does not write)
         if one is not None and len(args) == 1 and not kwargs:
+            if type(args[0]) not in _NOT_MEMBERS and isinstance(args[0], enum.Enum):
+                return None
             data = {one: args[0]}
         elif self._all_plain and not kwargs and len(args) <= len(self._names):
+            if not _NOT_MEMBERS.issuperset(map(type, args)) and _has_member(args):
+                return None
             data = dict(zip(self._names, args, strict=False))  # as ``bind`` does
         else:
             return None
-        for a in args:  # an Enum member: keyed under its class, which orjson does not write
-            if isinstance(a, enum.Enum):
-                return None
         try:
             out = orjson.dumps(data, default=_tagged, option=_OPTS)
         except (TypeError, orjson.JSONEncodeError):
