@@ -574,7 +574,23 @@ def test_a_closure_is_not_keyed_by_what_it_assigns_itself() -> None:
     before = call_key("ns", "f", (5,), fn=g)
     g(5)
     assert call_key("ns", "f", (5,), fn=g) == before
-    assert explain("ns", "f", (5,), fn=g).arguments["\x00dict"][1] == [["<captured>"], {"n": 1}]
+    assert explain("ns", "f", (5,), fn=g).arguments == {"x": 5, "<captured>": {"n": 1}}
+
+
+def test_no_call_of_a_closure_spells_its_captured_values() -> None:
+    def make(n: int) -> Any:
+        def f(**kw: Any) -> Any:
+            return (n, kw)
+
+        return f
+
+    g = make(1)
+    assert call_key("ns", "f", (), {"<captured>": {"n": 1}}, fn=g) != call_key(
+        "ns", "f", (), {}, fn=g)
+    assert call_key("ns", "f", (), {"<captured>": {"n": 2}}, fn=g) != call_key(
+        "ns", "f", (), {}, fn=make(2))
+    assert explain("ns", "f", (), {"<x": 1}, fn=g).arguments == {
+        "<<x": 1, "<captured>": {"n": 1}}
 
 
 def test_dunder_hook_gives_a_type_its_canonical_form() -> None:

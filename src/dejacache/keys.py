@@ -592,8 +592,7 @@ class _Canon:
         if not pairs:
             return out
         # Non-string keys: sorted [key, value] pairs under a tag. Held (``_held``): orjson
-        # refuses such a dict, so its bytes are never a lookup form (a closure's captured
-        # values are one: ``KeyBuilder._captured``).
+        # refuses such a dict, so its bytes are never a lookup form.
         rows = self._held(self._rows, pairs, path, depth)
         rows += [[k, v] for k, v in out.items()]
         rows.sort(key=lambda p: orjson.dumps(p[0], option=orjson.OPT_SORT_KEYS))
@@ -1012,9 +1011,9 @@ _FAST_KINDS = (_PK, inspect.Parameter.KEYWORD_ONLY, _VAR_KW)
 # a str, so no binding (whose names all are) nor keyword can ever write it.
 _REFUSED: Any = None
 _ARG_N = pattern(r"arg[0-9]+")  # compiled when first used
-# The key of a closure's captured values (``KeyBuilder._captured``): not a str nor None, so
-# no binding, keyword or refused call writes it.
-_CAPTURED: Any = ("<captured>",)
+# The member holding a closure's captured values (``_Captures.bind``): not an identifier,
+# and the one ``**kwargs`` key that could spell it is escaped.
+_CAPTURED = "<captured>"
 
 
 @functools.lru_cache(maxsize=256)
@@ -1034,7 +1033,7 @@ def _assigned_free(code: Any) -> frozenset[str]:
 
 
 def _captured_cells(target: Any, ignore: frozenset[str]) -> tuple[tuple[str, Any], ...]:
-    """The cells of a closure whose values its key holds (``KeyBuilder._captured``): what
+    """The cells of a closure whose values its key holds (``_Captures.bind``): what
     ``make(1)`` and ``make(2)`` were made with. Not ``__class__`` (``super()``'s), nor
     variables it assigns itself, nor those ``ignore=`` names."""
     closure = getattr(target, "__closure__", None)
@@ -1058,7 +1057,7 @@ _IMMUTABLE: frozenset[type] = frozenset({type(None), bool, int, float, str, byte
 def _immutable(v: Any, depth: int = 0) -> bool:
     t = type(v)
     if t in _IMMUTABLE or isinstance(v, enum.Enum):
-        return True
+        return t is not _dt.time or v.tzinfo is None or v.utcoffset() is not None
     if depth > 8:
         return False
     if t.__module__ in _LATE:  # Decimal, PurePath and its kinds
@@ -1192,7 +1191,7 @@ class KeyBuilder:
         self._escape_kw = False
         self._fast = False
         self._plan = False
-        # A closure's captured values are part of its calls (``_captured``).
+        # A closure's captured values are part of its calls (``_Captures``).
         self._cells = _captured_cells(target, self._ignore)
         self._free: tuple[str, ...] = getattr(getattr(target, "__code__", None),
                                               "co_freevars", ())
@@ -1226,9 +1225,10 @@ class KeyBuilder:
             self._escape_kw = bool(self._posonly) or any(p.kind is _VAR_POS for p in params)
             # The zip fast path also covers keyword-only parameters and **kwargs (chat(**req)
             # is the common LLM wrapper shape): Signature.bind costs ~2 µs a call.
-            # (a closure binds through ``Signature.bind``, where its captured values go in)
-            self._fast = not self._cells and all(p.kind in _FAST_KINDS for p in params)
+            self._fast = all(p.kind in _FAST_KINDS for p in params)
         _check_key_self(key_self, receiver, self._ignore, name)
+        if self._cells:
+            self.__class__ = _Captures
         # Positional-only calls of such a function bind with one zip and drop nothing.
         self._plan = (self._fast and not self._defaults and not self._pre_args
                       and not self._pre_kwargs and self._drop.isdisjoint(self._names))
@@ -1238,11 +1238,12 @@ class KeyBuilder:
         self._one: str | None = self._names[0] if self._plan and self._names else None
         # ... and when that name is neither volatile nor a credential and no volatile path
         # or pattern applies, its one-key dict needs no names check either (``bind_key``).
+        # (not a closure's: its captured values go in after binding, ``_Captures``)
         self._one_plain: str | None = self._one if (
-            self._one is not None and not self.paths and not self.patterns
+            self._one is not None and not self._cells and not self.paths and not self.patterns
             and self._filter.clean({self._one: None})) else None
         # ... and the same for all the parameters, bound by position (``hit_key``).
-        self._all_plain = bool(self._plan and self._names and not self.paths
+        self._all_plain = bool(self._plan and not self._cells and self._names and not self.paths
                                and not self.patterns
                                and self._filter.clean(dict.fromkeys(self._names)))
 
@@ -1283,7 +1284,7 @@ class KeyBuilder:
             kwargs = {**self._pre_kwargs, **kwargs}
         sig = self._sig
         if sig is None:
-            return self._captured(self._dropped(_unsigned(args, kwargs), False))
+            return self._dropped(_unsigned(args, kwargs), False)
         if self._fast and len(args) <= len(self._names) and (
             not args or not kwargs or kwargs.keys().isdisjoint(self._names[: len(args)])
         ):
@@ -1302,28 +1303,8 @@ class KeyBuilder:
         try:
             b = sig.bind(*args, **kwargs)
         except TypeError:  # the function raises its own error (unless a wrapper lied)
-            return self._captured(self._dropped({_REFUSED: list(args), **kwargs}, False))
-        return self._captured(self._dropped(self._flat(sig, b.arguments), True))
-
-    def _captured(self, bound: dict[str, Any]) -> dict[str, Any]:
-        """``bound`` with the immutable values a closure captured (read at each call: the
-        enclosing function may rebind them), under a key no binding writes. Two closures of
-        one factory, ``make(1)`` and ``make(2)``, have one name and one signature: without
-        these they shared every entry."""
-        cells = self._cells
-        if not cells:
-            return bound
-        values = {}
-        for name, cell in cells:
-            try:
-                v = cell.cell_contents
-            except ValueError:  # not assigned yet
-                continue
-            if _immutable(v):
-                values[name] = v
-        if values:
-            bound = {**bound, _CAPTURED: values}
-        return bound
+            return self._dropped({_REFUSED: list(args), **kwargs}, False)
+        return self._dropped(self._flat(sig, b.arguments), True)
 
     def _flat(self, sig: inspect.Signature, arguments: Mapping[str, Any]) -> dict[str, Any]:
         bound: dict[str, Any] = {}
@@ -1532,6 +1513,50 @@ class KeyBuilder:
 
     def key(self, namespace: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> str:
         return digest(namespace, self.name, self.canonical(args, kwargs))
+
+
+class _Captures(KeyBuilder):
+    """The key builder of a closure: binds as any, then adds what it captured. A class of
+    its own (``KeyBuilder.__init__`` makes a closure's builder one), so other functions'
+    binds pay nothing for it."""
+
+    __slots__ = ()
+
+    def bind(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """:meth:`KeyBuilder.bind`, with the immutable values the closure captured (read at
+        each call: the enclosing function may rebind them) under ``"<captured>"``. Two
+        closures of one factory, ``make(1)`` and ``make(2)``, have one name and one
+        signature: without these they shared every entry. A str member, so a hit takes the
+        fast path (under a non-str key, which only the general path writes, a 2 KB hit took
+        20 µs, not 1.4); a ``**kwargs`` key starting with ``<`` gets one more, so no call
+        can write it."""
+        bound = KeyBuilder.bind(self, args, kwargs)
+        if any(type(k) is str and k[:1] == "<" for k in bound):
+            bound = {"<" + k if type(k) is str and k[:1] == "<" else k: v
+                     for k, v in bound.items()}
+        values = {}
+        for name, cell in self._cells:
+            try:
+                v = cell.cell_contents
+            except ValueError:  # not assigned yet
+                continue
+            if _immutable(v):
+                values[name] = _captured_form(v)
+        if values:
+            bound = {**bound, _CAPTURED: values}
+        return bound
+
+
+def _captured_form(v: Any) -> Any:
+    """A captured value as the key holds it: an Enum member (bare, or in a plain tuple)
+    under its class, since inside plain data it would be its value (``_Canon.loose``). The
+    tag is escaped like a caller's NUL key in the full form, which these members always take
+    (no dict is captured as data, so nothing else writes it)."""
+    if isinstance(v, enum.Enum):
+        return {_TAG + "enum": [_class_name(type(v)), _captured_form(v.value)]}
+    if type(v) is tuple:
+        return [_captured_form(x) for x in v]
+    return v
 
 
 def call_key(
