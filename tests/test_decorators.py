@@ -83,6 +83,61 @@ def test_ignore_argument(store: dejacache.MemoryStore) -> None:
     assert calls == ["q"]
 
 
+def test_closures_of_one_factory_answer_for_themselves(store: dejacache.MemoryStore) -> None:
+    # make(1) and make(2) have one name and one signature: make(2)'s call was served
+    # make(1)'s answer. What a closure was made with is part of its calls.
+    def make(n: int) -> Any:
+        @dejacache.cache
+        def f(x: int) -> tuple[int, int]:
+            return (n, x)
+
+        return f
+
+    one, two = make(1), make(2)
+    assert (one(5), two(5), one(5), make(2)(5)) == ((1, 5), (2, 5), (1, 5), (2, 5))
+    assert one.cache_key(5) != two.cache_key(5)  # type: ignore[attr-defined]
+    assert one.explain(5).arguments == {"x": 5, "<captured>": {"n": 1}}  # type: ignore[attr-defined]
+
+
+def test_a_closure_still_hits_whatever_state_it_keeps(store: dejacache.MemoryStore) -> None:
+    # A list it appends to, a counter it assigns (nonlocal) and a client are its state,
+    # not what it was made with: keyed, every call would have missed.
+    calls: list[int] = []
+    count = 0
+    client = object()
+    model = "m1"
+
+    @dejacache.cache
+    def f(x: int) -> str:
+        nonlocal count
+        count += 1
+        calls.append(x)
+        return f"{model}:{x}:{client is not None}"
+
+    assert f(1) == f(1) == "m1:1:True"
+    assert (calls, count) == ([1], 1)
+    model = "m2"  # the enclosing function rebinds what f reads: a new call
+    assert f(1) == "m2:1:True"
+    assert calls == [1, 1]
+
+
+def test_ignore_may_name_a_captured_variable(store: dejacache.MemoryStore) -> None:
+    calls: list[str] = []
+
+    def make(run_dir: str) -> Any:
+        @dejacache.cache(ignore=["run_dir"])
+        def f(q: str) -> str:
+            calls.append(f"{run_dir}/{q}")
+            return q.upper()
+
+        return f
+
+    assert make("/tmp/a")("q") == make("/tmp/b")("q") == "Q"
+    assert calls == ["/tmp/a/q"]
+    with pytest.raises(dejacache.ConfigurationError, match="run_dirr"):
+        dejacache.cache(ignore=["run_dirr"])(make("/tmp/c").__wrapped__)
+
+
 def test_methods_ignore_self(store: dejacache.MemoryStore) -> None:
     calls: list[Any] = []
 

@@ -15,7 +15,8 @@ import pathlib
 import subprocess
 import sys
 import uuid
-from typing import Any
+import zoneinfo
+from typing import Any, NamedTuple
 
 import orjson
 import pydantic
@@ -33,6 +34,22 @@ from dejacache.keys import KEY_SCHEMA_VERSION, KeyBuilder, call_key, canonical_j
 class Color(enum.Enum):
     RED = "red"
     BLUE = "blue"
+
+
+class Size(enum.Enum):
+    SMALL = 1
+
+
+class Shade(enum.Enum):
+    DARK = 1
+
+
+class Level(enum.IntEnum):
+    ONE = 1
+
+
+class Tone(enum.StrEnum):
+    RED = "red"
 
 
 @dataclasses.dataclass
@@ -107,12 +124,14 @@ GOLDEN_CASES: dict[str, tuple[tuple[Any, ...], dict[str, Any]]] = {
 }
 
 # Schema 2 changed only the seed for these cases, and "scalars" (it holds a None)
-# gained the None mark: otherwise their canonical bytes are those of schema 1.
+# gained the None mark: otherwise their canonical bytes are those of schema 1. "types"
+# changed within schema 2: a dataclass, an Enum member and a Decimal are keyed under their
+# class (and a Decimal as written) by tags no earlier key held, so no old entry can answer.
 GOLDEN = {
     "empty": "5e826d7465a320e3506cd14f679dfd2b",
     "scalars": "522f05436d78dc6027bb1936ff05d663",
     "nested": "b9b839fe83ae99c0e43f0f82e3586706",
-    "types": "fd2c9348bbc402e163b6afb1e78bf052",
+    "types": "0fb70c0dc677ccb0a903a482cedbad24",
     "big": "b54b2e85a4ade57e820994b02b05cf36",
     "chat": "b4e2025dbf2670f682ed14b5be8b8280",
 }
@@ -138,7 +157,9 @@ def test_keys_are_stable_across_processes() -> None:
         capture_output=True,
         text=True,
         timeout=60,
-        env={"PYTHONHASHSEED": "12345", "PATH": "/usr/bin:/bin"},
+        # (the dejacache this test imported, not whichever one is installed)
+        env={"PYTHONHASHSEED": "12345", "PATH": "/usr/bin:/bin",
+             "PYTHONPATH": str(pathlib.Path(dejacache.__file__).parents[1])},
     )
     assert json.loads(out.stdout) == golden_keys() == GOLDEN
 
@@ -242,6 +263,81 @@ def test_slow_path_writes_what_the_fast_path_writes(value: Any) -> None:
     assert fast + (keys._NONE_MARK if _holds_none(value) else b"") == slow
 
 
+@dataclasses.dataclass
+class _BoxA:
+    v: Any
+
+
+@dataclasses.dataclass
+class _BoxB:
+    v: Any
+
+
+class _PairA(NamedTuple):
+    v: Any
+
+
+class _PairB(NamedTuple):
+    v: Any
+
+
+class _ModelA(pydantic.BaseModel):
+    v: Any
+
+
+class _ModelB(pydantic.BaseModel):
+    v: Any
+
+
+@settings(_BASE, max_examples=150)
+@given(_values, st.sampled_from([(_BoxA, _BoxB), (_PairA, _PairB), (_ModelA, _ModelB),
+                                 (_BoxA, _PairA), (_BoxA, _ModelA)]))
+def test_objects_of_different_classes_with_equal_fields_never_share_a_key(
+        value: Any, classes: tuple[Any, Any]) -> None:
+    a, b = (c(v=value) if issubclass(c, pydantic.BaseModel) else c(value) for c in classes)
+    assert len({_k(x=a), _k(x=b), _k(x=value), _k(x={"v": value})}) == 4
+    assert _k(x=[a]) != _k(x=[b])
+
+
+_MEMBERS = st.sampled_from([Size.SMALL, Shade.DARK, Level.ONE, Tone.RED, Color.RED])
+_with_members = st.recursive(
+    _scalars | _MEMBERS,
+    lambda inner: (st.lists(inner, max_size=3) | st.dictionaries(_names, inner, max_size=3)
+                   | st.builds(_BoxA, inner)),
+    max_leaves=10,
+)
+
+
+def _values_of(value: Any) -> Any:
+    """``value`` with every Enum member replaced by its value (objects kept)."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {k: _values_of(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_values_of(v) for v in value]
+    return value
+
+
+@settings(_BASE, max_examples=150)
+@given(_with_members, st.booleans())
+def test_enum_members_key_alike_on_every_path_in_any_order(value: Any, plain_first: bool) -> None:
+    # The hit path looks up raw bytes remembered from earlier calls, where orjson wrote a
+    # member as its value: whatever came first, a call's key is its full form's.
+    def f(x: Any) -> None: ...
+
+    kb = KeyBuilder(f, "f")
+    seed = keys.key_seed("ns", "f")
+    calls = [_values_of(value), value] if plain_first else [value, _values_of(value)]
+    for _ in range(3):
+        for v in calls:
+            full = keys.digest("ns", "f", kb.canonical_bound({"x": v}))
+            assert kb.fast_key({"x": v}, seed)[0] == full
+            assert kb.bind_key((v,), {}, seed)[1] == full
+            found = kb.probe_key((v,), {}, seed)
+            assert not isinstance(found, str) or found == full
+
+
 def _holds_none(value: Any) -> bool:
     if value is None:
         return True
@@ -261,18 +357,35 @@ def _holds_none(value: Any) -> bool:
         ([1, 2], (1, 2)),
         ({1, 2, 3}, frozenset({3, 2, 1})),
         ({"b": 1, "a": 2}, collections.OrderedDict([("a", 2), ("b", 1)])),
-        (Color.RED, "red"),
-        (Point(1, 2.0), {"x": 1, "y": 2.0}),
-        (Message(role="user", content="hi"), {"role": "user", "content": "hi"}),
-        (Dumpable(a=1, b=[2]), {"b": [2], "a": 1}),
-        (decimal.Decimal("1.50"), decimal.Decimal("1.5")),
+        (Point(1, 2.0), Point(1, 2.0)),
+        (Message(role="user", content="hi"), Message(content="hi", role="user")),
+        (Dumpable(a=1, b=[2]), Dumpable(b=[2], a=1)),
+        (decimal.Decimal("1.50"), decimal.Decimal("150E-2")),
         (pathlib.Path("/a/b"), pathlib.PurePosixPath("/a/b")),
         (bytearray(b"xy"), b"xy"),
-        (collections.namedtuple("P", "a b")(1, 2), [1, 2]),
+        ({"c": Color.RED}, {"c": "red"}),  # inside plain data: see the next test
     ],
 )
 def test_equal_as_data_means_equal_key(a: Any, b: Any) -> None:
     assert _k(v=a) == _k(v=b)
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (Color.RED, "red"),
+        (Point(1, 2.0), {"x": 1, "y": 2.0}),
+        (Message(role="user", content="hi"), {"role": "user", "content": "hi"}),
+        (Dumpable(a=1, b=[2]), {"b": [2], "a": 1}),
+        (collections.namedtuple("P", "a b")(1, 2), [1, 2]),
+        (decimal.Decimal("1.50"), decimal.Decimal("1.5")),
+        (decimal.Decimal("100"), decimal.Decimal("1E+2")),
+    ],
+)
+def test_values_python_tells_apart_by_type_or_spelling_key_apart(a: Any, b: Any) -> None:
+    # Python's == says Point(1, 2.0) != {"x": 1, "y": 2.0}, and Decimal("2.50") prints (and
+    # multiplies) unlike Decimal("2.5") although they are ==.
+    assert _k(v=a) != _k(v=b)
 
 
 @pytest.mark.parametrize(
@@ -322,6 +435,162 @@ def test_time_zone_aware_datetimes_keep_their_offset() -> None:
     assert utc == plus1
     # Same instant, different spelling: a different request to most APIs, so a different key.
     assert _k(v=utc) != _k(v=plus1)
+
+
+@dataclasses.dataclass
+class Read:
+    path: str
+
+
+@dataclasses.dataclass
+class Delete:
+    path: str
+
+
+class ReadModel(pydantic.BaseModel):
+    path: str
+
+
+class DeleteModel(pydantic.BaseModel):
+    path: str
+
+
+class ReadTuple(NamedTuple):
+    path: str
+
+
+class DeleteTuple(NamedTuple):
+    path: str
+
+
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [
+        (Read("/srv/db"), Delete("/srv/db")),
+        (ReadModel(path="/srv/db"), DeleteModel(path="/srv/db")),
+        (ReadTuple("/srv/db"), DeleteTuple("/srv/db")),
+        (ReadTuple("/srv/db"), ("/srv/db",)),
+        (Size.SMALL, Shade.DARK),
+        (Size.SMALL, 1),
+        (Level.ONE, 1),
+        (Tone.RED, "red"),
+        (Tone.RED, Color.RED),
+        ([Read("/a")], [Delete("/a")]),
+        (Read(Size.SMALL), Read(Shade.DARK)),  # type: ignore[arg-type]
+        ({Size.SMALL}, {Shade.DARK}),
+    ],
+)
+def test_objects_python_tells_apart_never_share_a_key(a: Any, b: Any) -> None:
+    # Delete("/srv/db") was served Read("/srv/db")'s answer: same fields, other class.
+    # (Named tuples, an IntEnum and a StrEnum are == to their data: their type still
+    # changes what the function does with them, as it does for Read and Delete.)
+    assert _k(a) != _k(b)
+    assert _k(v=a) != _k(v=b)
+    assert canonical_json({"v": a}) != canonical_json({"v": b})
+
+
+def test_an_enum_argument_is_keyed_by_its_class_on_every_path() -> None:
+    # The hit path writes arguments with one orjson.dumps, which writes a member as its
+    # value: once the bytes of f(1) were remembered, f(Size.SMALL) was looked up as f(1).
+    def f(x: Any) -> None: ...
+
+    kb = KeyBuilder(f, "f")
+    seed = keys.key_seed("ns", "f")
+    for first, second in ((1, Size.SMALL), (Shade.DARK, Size.SMALL), (Level.ONE, 1)):
+        for _ in range(3):  # first sight, then remembered bytes, then the compiled probe
+            k1 = kb.fast_key({"x": first}, seed)[0]
+            k2 = kb.fast_key({"x": second}, seed)[0]
+            assert k1 != k2
+            assert kb.probe_key((second,), {}, seed) in (None, k2) or isinstance(
+                kb.probe_key((second,), {}, seed), bytes)
+            assert k2 == keys.digest("ns", "f", kb.canonical_bound({"x": second}))
+
+
+def test_an_enum_inside_plain_data_keys_as_its_value_whichever_call_came_first() -> None:
+    # Inside plain dicts and lists a member is its value (the hit path cannot tell without a
+    # walk of every request): the same key on every path and in either order.
+    def f(x: Any) -> None: ...
+
+    seed = keys.key_seed("ns", "f")
+    for order in (({"c": [1]}, {"c": [Size.SMALL]}), ({"c": [Size.SMALL]}, {"c": [1]})):
+        kb = KeyBuilder(f, f"f{id(order)}")
+        got = {kb.fast_key({"x": v}, seed)[0] for _ in range(3) for v in order}
+        assert got == {keys.digest("ns", "f", kb.canonical_bound({"x": order[0]}))}
+
+
+def test_decimals_key_as_written() -> None:
+    # Decimal("2.50") == Decimal("2.5"), but f"{d}" puts "2.50" into a prompt and 2.50 * 2 is
+    # 5.00: a different request. Schema 2 wrote them normalised under another tag.
+    d = decimal.Decimal
+    assert _k(d("2.50")) != _k(d("2.5"))
+    assert _k(d("2.50")) == _k(d("2.50"))
+    assert canonical_json({"v": d("2.50")}) == b'{"v":{"\\u0000dec":"2.50"}}'
+    assert len({_k(v) for v in (d("NaN"), d("-0"), d("0"), d("Infinity"))}) == 4
+
+
+def test_an_aware_time_is_keyed_or_refused_by_name() -> None:
+    utc = datetime.time(1, 2, tzinfo=datetime.UTC)
+    plus1 = datetime.time(1, 2, tzinfo=datetime.timezone(datetime.timedelta(hours=1)))
+    naive = datetime.time(1, 2)
+    assert len({_k(v=utc), _k(v=plus1), _k(v=naive)}) == 3
+    assert _k(v=[utc]) == _k(v=(utc,)) != _k(v=[plus1])
+    assert _k(v={utc}) != _k(v={plus1})
+    zoned = datetime.time(1, 2, tzinfo=zoneinfo.ZoneInfo("Europe/Paris"))
+    with pytest.raises(dejacache.UnhashableArgument, match="Europe/Paris") as info:
+        call_key("ns", "mod.fn", (), {"when": {"at": [zoned]}})
+    assert info.value.argument == "when.at[0]"
+
+
+def test_closures_of_one_factory_key_apart() -> None:
+    def make(n: Any) -> Any:
+        def f(x: int) -> Any:
+            return (n, x)
+
+        return f
+
+    def key(fn: Any, *args: Any) -> str:
+        return call_key("ns", "f", args, fn=fn)
+
+    assert key(make(1), 5) != key(make(2), 5)
+    assert key(make(1), 5) == key(make(1), 5)
+    assert key(make("a"), 5) != key(make(("a",)), 5)
+    assert key(make(Size.SMALL), 5) != key(make(Shade.DARK), 5)
+    # A mutable or opaque capture (a client, a helper, a list appended to) is not keyed.
+    assert key(make([1]), 5) == key(make([2]), 5) == key(make(object()), 5)
+
+
+def test_a_closure_is_not_keyed_by_what_it_assigns_itself() -> None:
+    def make(n: int) -> Any:
+        count = 0
+
+        def f(x: int) -> Any:
+            nonlocal count
+            count += 1
+            return (n, x, count)
+
+        return f
+
+    g = make(1)
+    before = call_key("ns", "f", (5,), fn=g)
+    g(5)
+    assert call_key("ns", "f", (5,), fn=g) == before
+    assert explain("ns", "f", (5,), fn=g).arguments == {"x": 5, "<captured>": {"n": 1}}
+
+
+def test_no_call_of_a_closure_spells_its_captured_values() -> None:
+    def make(n: int) -> Any:
+        def f(**kw: Any) -> Any:
+            return (n, kw)
+
+        return f
+
+    g = make(1)
+    assert call_key("ns", "f", (), {"<captured>": {"n": 1}}, fn=g) != call_key(
+        "ns", "f", (), {}, fn=g)
+    assert call_key("ns", "f", (), {"<captured>": {"n": 2}}, fn=g) != call_key(
+        "ns", "f", (), {}, fn=make(2))
+    assert explain("ns", "f", (), {"<x": 1}, fn=g).arguments == {
+        "<<x": 1, "<captured>": {"n": 1}}
 
 
 def test_dunder_hook_gives_a_type_its_canonical_form() -> None:
@@ -805,7 +1074,12 @@ def test_decorated_function_explain_and_cache_key() -> None:
 
 
 if __name__ == "__main__":  # used by test_keys_are_stable_across_processes
-    print(json.dumps(golden_keys()))
+    # Imported by name: a dataclass or Enum is keyed under its class, test_keys.Point, and
+    # run as a script this file's classes are __main__'s.
+    sys.path.insert(0, str(pathlib.Path(__file__).parent))
+    import test_keys
+
+    print(json.dumps(test_keys.golden_keys()))
 
 
 def test_credentials_are_masked_not_dropped() -> None:
