@@ -564,3 +564,33 @@ def test_a_response_header_is_a_credential_by_the_request_headers_rule(
         _, again, _ = _send(lib, url, False, False)
     assert not {k.lower() for k in _RESPONSE_CREDENTIALS} & set(again)
     assert again["x-shown"] == "Kept-As-Is"
+
+
+def test_a_credential_pair_in_a_body_is_keyed_by_its_mask(
+    fake: FakeProvider, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A JSON body's ``[["api_key", "..."]]`` was keyed as it was: the cassette's ``key`` was
+    an unkeyed digest of text holding the credential (guessable offline when weak). Keyed by
+    its mask now, as a named field is: alice and bob replay their own answers, the key
+    changes with the masking key, and ``substitute=`` replays it on another machine."""
+    url = fake.openai_url + "/chat/completions"
+
+    def ask(who: str) -> str:
+        body = {**BODY, "params": [["api_key", who], ["q", "x"]]}
+        with httpx.Client() as c:
+            return str(c.post(url, json=body).json()["choices"][0]["message"]["content"])
+
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record", substitute={"<KEY>": "k1-local"}):
+        live = {who: ask(who) for who in ("alice-pw", "bob-pw", "k1-local")}
+    text = path.read_text()
+    assert not [v for v in live if v in text]
+    fake.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert {who: ask(who) for who in ("bob-pw", "alice-pw")} == {
+            "bob-pw": live["bob-pw"], "alice-pw": live["alice-pw"]}
+    monkeypatch.setenv("DEJACACHE_SECRET_KEY", "the CI machine")
+    with dejacache.cassette(path, mode="replay", substitute={"<KEY>": "k2-ci"}):
+        assert ask("k2-ci") == live["k1-local"]
+    with pytest.raises(dejacache.ReplayMiss), dejacache.cassette(path, mode="replay"):
+        ask("alice-pw")  # keyed by the mask: another masking key, another key
