@@ -1914,3 +1914,64 @@ def test_keys_of_requests_without_url_credentials_are_unchanged() -> None:
     data = orjson.dumps(chat, option=orjson.OPT_SORT_KEYS)
     assert keys._secrets.mask_url_queries(data) == data
     assert canonical_json(chat) == data
+
+
+# ------------------------------------------------------------------ credential pairs
+
+
+def _mask_of(name: str, value: Any) -> Any:
+    return orjson.loads(canonical_json({name: value}))[name]
+
+
+@pytest.mark.parametrize("holder", [
+    lambda p: {"params": [p, ["q", "x"]]},  # a JSON body's list of pairs
+    lambda p: {"headers": [tuple(p)]},  # an argument's tuples
+    lambda p: {"messages": [{"role": "user", "headers": [p]}] * 3},  # written by parts
+    lambda p: {"pairs": [p] + [["q", str(i)] for i in range(12)]},  # a long list, by parts
+])
+def test_a_credential_pair_is_masked_as_a_field_of_its_name_is(holder: Any) -> None:
+    """``["api_key", "hunter2"]`` reached the key's bytes as it was (a fast unkeyed digest of
+    text holding a weak password can be guessed offline); its value now becomes the keyed
+    mask the field ``{"api_key": ...}`` gets, so alice and bob still key apart."""
+    alice = canonical_json(holder(["api_key", "hunter2"]))
+    bob = canonical_json(holder(["api_key", "hunter3"]))
+    assert b"hunter2" not in alice and alice != bob
+    assert _mask_of("api_key", "hunter2").encode() in alice
+    assert canonical_json(holder(["X-Api-Key", 1234])) != canonical_json(
+        holder(["X-Api-Key", "1234"]))
+
+
+def test_the_keys_of_a_credential_pair_argument_are_its_full_form() -> None:
+    """The lookup form is a call's raw bytes only once a walk found them to be its full
+    form: a pair's never are, so a hit and a miss key it alike, masked."""
+    def search(params: Any) -> None: ...
+
+    kb = KeyBuilder(search, "search")
+    seed = keys.key_seed("ns", "search")
+    call = ([["password", "hunter2"], ["q", "x"]],)
+    want = keys.digest("ns", "search", kb.canonical(call, {}))
+    for _ in range(2):
+        _, key, body, tail, _ = kb.bind_key(call, {}, seed)
+        assert key == want and b"hunter2" not in body + tail
+        assert kb.hit_key(call, {}, seed) in (None, want)
+
+
+@pytest.mark.parametrize("plain", [["q", "x"], ["api_key"], ["api_key", "a", "b"], [1, "x"],
+                                   ["x", "password"], [["q", ["api_key"]]],
+                                   ["a long text, not a name: " * 11 + "password", "v"]])
+def test_lists_that_are_not_credential_pairs_key_as_they_are(plain: Any) -> None:
+    assert canonical_json({"v": plain}) == orjson.dumps({"v": plain}, option=orjson.OPT_SORT_KEYS)
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "required": ["api_key", "q"]},
+    {"properties": {"verdict": {"enum": ["pass", "fail"]}}},
+    {"properties": {"token": {"type": ["token", "null"], "examples": ["password", "x"]}}},
+])
+def test_a_json_schema_list_is_not_a_credential_pair(schema: Any) -> None:
+    """A tool schema's ``required``/``enum`` list naming a credential field is names, not a
+    pair: read as one, every request carrying the tool keyed per machine (a CI miss)."""
+    request = {"tools": [{"function": {"name": "login", "parameters": schema}}]}
+    assert canonical_json(request) == orjson.dumps(request, option=orjson.OPT_SORT_KEYS)
+    # (the same list under any other name is a pair still)
+    assert b"fail" not in canonical_json({"params": ["pass", "fail"]})

@@ -169,6 +169,33 @@ def test_substitute_keys_a_credential_argument_portably(tmp_path: pathlib.Path,
         ask("q", api_key="k1-local")
 
 
+def test_a_credential_pair_is_keyed_portably_as_a_named_field_is(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``[["api_key", ...]]`` keys with its value masked (it was keyed as it was): alice and
+    bob key apart, and a replay on another machine works as it does for a named field, with
+    ``substitute=`` (without it, a miss)."""
+
+    @dejacache.cache(name="ask")
+    def ask(params: list[list[str]]) -> str:
+        return f"answer {params[0][1][:5]}"
+
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, substitute={"<API_KEY>": "k1-local"}):
+        assert ask([["api_key", "k1-local"], ["q", "x"]]) == "answer k1-lo"
+        assert ask([["api_key", "alice-pw"], ["q", "x"]]) == "answer alice"
+        assert ask([["api_key", "bob-pw"], ["q", "x"]]) == "answer bob-p"
+    text = path.read_text()
+    assert not [v for v in ("k1-local", "alice-pw", "bob-pw") if v in text]
+    with dejacache.cassette(path, mode="replay"):
+        assert ask([["api_key", "bob-pw"], ["q", "x"]]) == "answer bob-p"
+        assert ask([["api_key", "alice-pw"], ["q", "x"]]) == "answer alice"
+    monkeypatch.setenv("DEJACACHE_SECRET_KEY", "the CI machine")
+    with dejacache.cassette(path, mode="replay", substitute={"<API_KEY>": "k2-ci"}):
+        assert ask([["api_key", "k2-ci"], ["q", "x"]]) == "answer k1-lo"
+    with pytest.raises(dejacache.ReplayMiss), dejacache.cassette(path, mode="replay"):
+        ask([["api_key", "alice-pw"], ["q", "x"]])
+
+
 # --------------------------------------------------------------------- linear patterns
 
 _KB = 1024

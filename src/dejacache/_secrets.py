@@ -22,7 +22,7 @@ import os
 import re
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, AnyStr, Final
 
 import orjson
@@ -37,6 +37,7 @@ __all__ = [
     "AUTH_QUERY",
     "MASK_PREFIX",
     "NAME_HINTS",
+    "PAIR_NAME_MAX",
     "PLACEHOLDER",
     "SECRET_NAMES",
     "SECRET_PATTERNS",
@@ -504,11 +505,26 @@ class Scrubber:
         return node
 
 
-def is_named_pair(node: list[Any], secret: Callable[[str], bool]) -> bool:
+#: The longest first item of a list of two that :func:`is_named_pair` reads as a name: longer
+#: is text (few-shot ``[question, answer]`` pairs), never asked, so the name caches (lru,
+#: 8,192 entries each) never keep copies of long texts keys meet in every call's arguments.
+PAIR_NAME_MAX: Final = 256
+
+
+# JSON Schema keywords whose value lists names or values, never a ``[name, value]`` pair: a
+# tool's ``"required": ["api_key", "q"]`` or ``"enum": ["pass", "fail"]`` read as a pair made
+# every request carrying that tool key per machine (a committed cassette missed in CI).
+_SCHEMA_LISTS = frozenset({"enum", "required", "examples", "type"})
+
+
+def is_named_pair(node: Sequence[Any], secret: Callable[[str], bool],
+                  parent: str | None = None) -> bool:
     """Whether ``node`` is a ``[name, value]`` pair (how HTTP headers and query parameters are
     often listed: ``[["X-Api-Key", "..."]]``) whose name ``secret`` calls a credential. The one
-    rule of cassettes (``cassettes/redacting.py``) and stores (:func:`scrub_request`)."""
-    return len(node) == 2 and type(node[0]) is str and secret(node[0])
+    rule of keys (``keys.py``: the value masked as a field of that name is), cassettes
+    (``cassettes/redacting.py``) and stores (:func:`scrub_request`)."""
+    return (len(node) == 2 and type(node[0]) is str and len(node[0]) <= PAIR_NAME_MAX
+            and parent not in _SCHEMA_LISTS and secret(node[0]))
 
 
 def _masked_leaves(v: Any, replace: Callable[[str], str]) -> Any:

@@ -66,3 +66,19 @@ def test_form_and_multipart_credentials_are_findings_in_json_and_yaml() -> None:
             "    k-live-5\n    --b--\n")
     assert [(f.line, f.kind) for f in scan_text(yaml)] == [
         (2, "credential field 'client_secret'"), (5, "credential field 'api_key'")]
+
+
+def test_credential_response_headers_are_findings_on_one_line_or_many() -> None:
+    """A cassette keeps a response's headers as ``[name, value]`` pairs, each on lines of its
+    own: one named by the request headers' rule with a value is a finding (a file written
+    while ``X-Hub-Signature`` and ``X-Auth`` were kept plain was called clean), on the line
+    naming it; masked values and other headers are not."""
+    cassette = (
+        '{"response": {"headers": [\n'
+        '  [\n    "x-hub-signature",\n    "sha256=c0ffee1234"\n  ],\n'
+        '  ["x-auth", "plainmark-1"], ["mcp-session-id", "sess-42"], ["etag", "v1"],\n'
+        '  ["x-api-key", "<REDACTED>"], ["set-cookie", "<REDACTED>"]\n'
+        '], "json": {"token": "Hello"}}}\n')
+    found = [(f.line, f.kind) for f in scan_text(cassette)]
+    assert found == [(3, "credential header 'x-hub-signature'"),
+                     (6, "credential header 'x-auth'")]

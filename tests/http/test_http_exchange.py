@@ -119,6 +119,20 @@ def test_body_credentials_are_masked_whatever_else_the_body_holds() -> None:
         assert got != other  # a different credential is a different request
 
 
+def test_credential_pairs_in_a_body_are_masked_as_fields_are() -> None:
+    """``[["Authorization", "..."]]`` in a JSON body was keyed as it was; its value is masked
+    now, like a ``password`` field's: two credentials are still two requests."""
+    def body(secret: str) -> bytes:
+        return orjson.dumps({"model": "m", "headers": [["Authorization", secret],
+                                                       ["accept", "text/csv"]]})
+
+    got, other = canon(body("hunter2")), canon(body("hunter3"))
+    assert "hunter2" not in orjson.dumps(got).decode() and got != other
+    (name, mask), plain = got["body"]["headers"]  # type: ignore[index]
+    assert name == "Authorization" and mask.startswith("<secret:")
+    assert plain == ["accept", "text/csv"]
+
+
 def test_credential_query_parameters_that_change_the_answer_are_masked() -> None:
     a = canon(b"", query=[("code", "oauth-1"), ("page", "2")])
     b = canon(b"", query=[("code", "oauth-2"), ("page", "2")])

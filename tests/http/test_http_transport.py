@@ -531,3 +531,66 @@ def test_a_response_header_is_a_credential_by_its_own_spelling(
     assert replayed == lines
     assert "x-accesstoken" not in again
     assert again["x-shown"] == "Kept-As-Is"
+
+
+# Named as request headers that carry who is asking are (credential words, ``Set-Cookie``),
+# with values that look like nothing secret: only their names say what they are.
+_RESPONSE_CREDENTIALS = {"X-Hub-Signature": "sha256=c0ffee1234", "X-Auth": "RESPAUTHMARK-7",
+                         "X-RapidAPI-Key": "rapidmark-8", "X-Session-Token": "tokmark-9"}
+
+
+@pytest.mark.parametrize("lib", [httpx, httpx2], ids=["httpx", "httpx2"])
+def test_a_response_header_is_a_credential_by_the_request_headers_rule(
+    fake: FakeProvider, tmp_path: Any, lib: Any,
+) -> None:
+    """A response's ``X-Hub-Signature`` and ``X-Auth`` reached the cassette in plain text:
+    response header names were judged by the credential-name list alone, request header
+    names also by their words. One rule now: masked in the file, not handed back by a
+    replay, and ``dejacache scan`` calls the recording clean (and a file that holds them
+    plain is not)."""
+    from dejacache.cassettes.scan import scan_file
+
+    fake.script.append({"headers": {**_RESPONSE_CREDENTIALS, "X-Shown": "Kept-As-Is"}})
+    path = tmp_path / "c.json"
+    url = fake.openai_url + "/chat/completions"
+    with dejacache.cassette(path, mode="record"):
+        _, live, _ = _send(lib, url, False, False)
+    assert {k: live[k] for k in _RESPONSE_CREDENTIALS} == _RESPONSE_CREDENTIALS
+    text = path.read_text()
+    assert not [v for v in _RESPONSE_CREDENTIALS.values() if v in text]
+    assert scan_file(path) == []
+    fake.stop()
+    with dejacache.cassette(path, mode="replay"):
+        _, again, _ = _send(lib, url, False, False)
+    assert not {k.lower() for k in _RESPONSE_CREDENTIALS} & set(again)
+    assert again["x-shown"] == "Kept-As-Is"
+
+
+def test_a_credential_pair_in_a_body_is_keyed_by_its_mask(
+    fake: FakeProvider, tmp_path: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A JSON body's ``[["api_key", "..."]]`` was keyed as it was: the cassette's ``key`` was
+    an unkeyed digest of text holding the credential (guessable offline when weak). Keyed by
+    its mask now, as a named field is: alice and bob replay their own answers, the key
+    changes with the masking key, and ``substitute=`` replays it on another machine."""
+    url = fake.openai_url + "/chat/completions"
+
+    def ask(who: str) -> str:
+        body = {**BODY, "params": [["api_key", who], ["q", "x"]]}
+        with httpx.Client() as c:
+            return str(c.post(url, json=body).json()["choices"][0]["message"]["content"])
+
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record", substitute={"<KEY>": "k1-local"}):
+        live = {who: ask(who) for who in ("alice-pw", "bob-pw", "k1-local")}
+    text = path.read_text()
+    assert not [v for v in live if v in text]
+    fake.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert {who: ask(who) for who in ("bob-pw", "alice-pw")} == {
+            "bob-pw": live["bob-pw"], "alice-pw": live["alice-pw"]}
+    monkeypatch.setenv("DEJACACHE_SECRET_KEY", "the CI machine")
+    with dejacache.cassette(path, mode="replay", substitute={"<KEY>": "k2-ci"}):
+        assert ask("k2-ci") == live["k1-local"]
+    with pytest.raises(dejacache.ReplayMiss), dejacache.cassette(path, mode="replay"):
+        ask("alice-pw")  # keyed by the mask: another masking key, another key

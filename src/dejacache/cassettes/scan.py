@@ -70,7 +70,7 @@ def scan_text(text: str, path: str = "") -> Iterator[Finding]:
     pairs = "=" in text and _formtext.hinted(text, _secrets.NAME_HINTS)
     if not shapes and not fields and not pairs:
         return
-    parts = _multipart_fields(text)
+    parts = sorted(_multipart_fields(text) + _header_pairs(text), reverse=True)
     # With multipart fields, lines are read with their breaks, to know where each ends: a
     # field is reported on the line that names it.
     keep = bool(parts)
@@ -93,19 +93,47 @@ def scan_text(text: str, path: str = "") -> Iterator[Finding]:
                 if value not in _NOT_A_VALUE:
                     yield Finding(path, lineno, f"credential field {name!r}", _mask(value))
         while parts and parts[-1][0] < end:
-            _, name, value = parts.pop()
-            yield Finding(path, lineno, f"credential field {name!r}", _mask(value))
+            _, kind, value = parts.pop()
+            yield Finding(path, lineno, kind, _mask(value))
 
 
 def _multipart_fields(text: str) -> list[tuple[int, str, str]]:
     """Credential fields of multipart text (raw, or a JSON string's escapes) as (offset,
-    name, value), last first: a part's value is on a later line than its name in a raw
-    file, so the whole text is read once, and each field is reported on the line naming it."""
+    kind, value): a part's value is on a later line than its name in a raw file, so the
+    whole text is read once, and each field is reported on the line naming it."""
     if "form-data" not in text:
         return []
-    found = [f for f in _formtext.multipart_fields(text, _secrets.is_secret_pair)
-             if f[2] not in _NOT_A_VALUE and not f[2].startswith(_formtext.SKIP_VALUES)]
-    return found[::-1]
+    return [(at, f"credential field {name!r}", value)
+            for at, name, value in _formtext.multipart_fields(text, _secrets.is_secret_pair)
+            if value not in _NOT_A_VALUE and not value.startswith(_formtext.SKIP_VALUES)]
+
+
+# A ``"headers"`` list of ``[name, value]`` pairs, on one line or many (how a cassette keeps
+# a response's headers): a pair is a finding by the request headers' rule, the one stored
+# response headers are masked by, so a file written before a response's ``X-Hub-Signature``
+# or ``X-Auth`` was masked is not called clean. Each alternative is linear, like the fields'.
+_HEADERS_AT = re.compile(r'"headers"[ \t]*:[ \t]*\[')
+_HEADER_PAIR = re.compile(
+    r'\s*\[\s*"((?:[^"\\\n]|\\.){1,128})"\s*,\s*"((?:[^"\\\n]|\\.)*)"\s*\]\s*,?')
+
+
+def _header_pairs(text: str) -> list[tuple[int, str, str]]:
+    """Credential headers with a value in ``"headers"`` lists of pairs, as (offset of the
+    name, kind, value)."""
+    if '"headers"' not in text:
+        return []
+    from ..http.headers import is_credential  # (the one rule; loaded for such files only)
+
+    found = []
+    for m in _HEADERS_AT.finditer(text):
+        pos = m.end()
+        while (p := _HEADER_PAIR.match(text, pos)) is not None:
+            name, value = p.group(1), p.group(2)
+            if (value not in _NOT_A_VALUE and PLACEHOLDER not in value
+                    and _secrets.MASK_PREFIX not in value and is_credential(name)):
+                found.append((p.start(1), f"credential header {name!r}", value))
+            pos = p.end()
+    return found
 
 
 def _credential_fields(line: str) -> Iterator[tuple[str, str]]:

@@ -15,11 +15,12 @@ An NDJSON body (Ollama's streams) is kept as one event per line, so it replays l
 
 Every response header is kept (protocols read them: an MCP session id, pagination ``Link``,
 ``ETag``, ``Location``, rate limits), except the three that describe the wire body rather than
-the decoded body we keep. Credentials and cookies among them (the names ``_secrets`` lists, and
-secret-shaped values) are masked before anything is stored, and a replay never hands a masked
-one back. Volatile ones (``VOLATILE_HEADERS``: dates, request ids, rate-limit counters) are kept
-but never compared (:func:`comparable`). Request headers that change the answer are keyed
-(``headers.py``); who is asking is keyed as one digest (``identities.py``).
+the decoded body we keep. Credentials and cookies among them (named as a request's identity
+headers are, ``headers.is_credential``, and secret-shaped values) are masked before anything is
+stored, and a replay never hands a masked one back. Volatile ones (``VOLATILE_HEADERS``:
+dates, request ids, rate-limit counters) are kept but never compared (:func:`comparable`).
+Request headers that change the answer are keyed (``headers.py``); who is asking is keyed as
+one digest (``identities.py``).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from ..keys import DEFAULT_VOLATILE, canonical_json, digest, volatile_spellings
 from . import eventstream
 from .aliases import AliasTable
 from .bodies import body_for_key, parsed_since_legacy
+from .headers import is_credential
 from .providers import Provider
 from .sse import event_bytes, event_data, is_ndjson, ndjson_events
 
@@ -86,8 +88,8 @@ _VOLATILE_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-", "ratelimit-")
 # ~25 us less.
 _PARTS_FROM = 16 * 1024
 
-# Credential names, SENSITIVE_HEADERS and secret-shaped values: the cassettes' own rule, so a
-# header hidden in a file is hidden in every store too.
+# Secret-shaped values: the cassettes' own rule, so a header hidden in a file is hidden in
+# every store too (credential names: the request headers' rule, ``headers.is_credential``).
 _HIDE = Redactor()
 
 # Query parameters that authenticate (Azure/Gemini keys, signed URLs): never in the key as
@@ -271,10 +273,12 @@ def stored_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:
 
     Masked by the name as the server spelled it, lower-cased only after: ``X-AccessToken``
     says ``access`` and ``token`` in its capitals, which ``x-accesstoken`` no longer does.
-    Judged as request headers are (not ``response=True``, which spares a body's ``token``
-    words): a header named ``Token`` carries one."""
-    kept = [[k, v] for k, v in headers if k.lower() not in _WIRE_HEADERS]
-    return [[k.lower(), v] for k, v in _HIDE.tree(kept)]
+    Judged by the request headers' rule (``headers.is_credential``: ``Token``,
+    ``X-Hub-Signature``, ``X-Auth``; not a body's, which spares ``token`` words); any other
+    value has its secret-shaped parts masked."""
+    text = _HIDE.text
+    return [[text(k).lower(), PLACEHOLDER if is_credential(k) else text(v)]
+            for k, v in headers if k.lower() not in _WIRE_HEADERS]
 
 
 def replay_headers(stored: Iterable[list[str]]) -> list[tuple[str, str]]:

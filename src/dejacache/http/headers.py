@@ -37,7 +37,7 @@ from typing import Final, NamedTuple
 from .._secrets import SENSITIVE_HEADERS, find_secrets, is_secret_name, may_be_secret, name_forms
 
 __all__ = ["TRANSPORT", "TRANSPORT_PREFIXES", "KeyedHeaders", "classify", "cookie_pairs",
-           "spelled_names"]
+           "is_credential", "spelled_names"]
 
 #: Request headers that describe the connection, the client or the trace, never the question.
 TRANSPORT: Final = frozenset({
@@ -101,6 +101,14 @@ def _kind(raw: str) -> str:
     if any(not _CREDENTIAL_WORDS.isdisjoint(f.split("_")) for f in forms):
         return "identity"
     return "plain"
+
+
+def is_credential(raw: str) -> bool:
+    """Whether a header named ``raw`` (as its sender spelled it) carries who is asking, by
+    its name alone: the one rule of a request's identity and of the response headers a
+    store or cassette masks (a response's ``X-Hub-Signature`` or ``X-Auth`` was kept in plain
+    text, judged by the credential-name list without the words a request's was read by)."""
+    return _kind(raw) == "identity"
 
 
 def _joined_kind(spellings: set[str]) -> str:
