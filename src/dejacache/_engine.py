@@ -20,6 +20,7 @@ from ._core.flow import (
     LEAD,
     MISS,
     RECHECK,
+    REKEY,
     RETRY,
     Facts,
     Fail,
@@ -27,7 +28,6 @@ from ._core.flow import (
     Join,
     Lookup,
     Ran,
-    Rekey,
     Run,
     Store,
     call_flow,
@@ -544,7 +544,7 @@ class SyncDriver(Driver):
         if isinstance(effect, Fail):
             s = self.fail(effect)
             return None if s is None else self.store(s)
-        if isinstance(effect, Rekey):
+        if effect is REKEY:
             assert self.rekey_fn is not None
             return self.rekey_fn()
         from ._replay_miss import replay_miss  # (a miss's report: a hit never loads it)
@@ -631,7 +631,7 @@ class AsyncDriver(Driver):
         if isinstance(effect, Fail):
             s = self.fail(effect)
             return None if s is None else await self.store(s)
-        if isinstance(effect, Rekey):
+        if effect is REKEY:
             assert self.rekey_fn is not None
             return self.rekey_fn()
         from ._replay_miss import areplay_miss  # (as in SyncDriver.do)

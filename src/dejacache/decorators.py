@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 import orjson
 
 from . import _engine
-from .config import GLOBAL, Duration, Effective, VolatileItems, flag, ttl_seconds, volatile_items
+from .config import GLOBAL, Effective, VolatileItems, flag, ttl_seconds, volatile_items
 from .errors import ConfigurationError
 from .keys import KeyBuilder, explain, key_seed
 from .scope import CURRENT, OPEN_BLOCKS, current
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import re
     from types import ModuleType
 
+    from ._core.durations import Duration
     from .keys import KeyParts
 
 __all__ = ["cache"]

@@ -3,7 +3,7 @@
 Every face (``@cache`` functions and generators, the HTTP transports, the tool cache's
 engine calls) follows one rule: look up unless recording; serve a hit; in replay a miss is
 refused; otherwise run, store what came back, and count. :func:`call_flow` writes that rule
-once, as a generator that *yields effects* (:class:`Lookup`, :class:`Rekey`,
+once, as a generator that *yields effects* (:class:`Lookup`, :data:`REKEY`,
 :class:`Refuse`, :class:`Join`, :class:`Run`, :class:`Store`, :class:`Fail`) and receives
 their answers, the way httpx's ``auth_flow`` yields requests. It touches no store, codec,
 clock, thread or event loop: the drivers (``_engine.SyncDriver``/``AsyncDriver``, and the
@@ -28,6 +28,7 @@ __all__ = [
     "LEAD",
     "MISS",
     "RECHECK",
+    "REKEY",
     "RETRY",
     "Facts",
     "Fail",
@@ -36,7 +37,6 @@ __all__ = [
     "Lookup",
     "Ran",
     "Refuse",
-    "Rekey",
     "Run",
     "Store",
     "call_flow",
@@ -58,7 +58,7 @@ class Facts(NamedTuple):
 
     mode: str  #: "auto", "replay" or "record" ("off" never reaches the flow)
     sequenced: bool  #: the store answers the n-th identical call with the n-th recording
-    rekey: bool  #: the key is a fast form; a :class:`Rekey` gives the full one on a miss
+    rekey: bool  #: the key is a fast form; a :data:`REKEY` gives the full one on a miss
     flights: bool  #: identical concurrent misses may share one run (not for streams)
     keep_errors: bool  #: a failed run is offered to the store (cassettes may record it)
 
@@ -69,8 +69,10 @@ class Lookup(NamedTuple):
     key: str
 
 
-class Rekey(NamedTuple):
-    """Answer ``(full key, full canonical request)`` for a call looked up by its fast key."""
+#: Answer ``(full key, full canonical request)`` for a call looked up by its fast key. It
+#: carries nothing, so it is a marker like :data:`MISS`: a named tuple with no fields cost
+#: ~0.5M instructions to define, in a module every ``@cache`` import loads.
+REKEY: Any = Sentinel("REKEY")
 
 
 class Refuse(NamedTuple):
@@ -118,14 +120,13 @@ class Fail(NamedTuple):
     keep: bool
 
 
-Effect = Lookup | Rekey | Refuse | Join | Run | Store | Fail
+Effect = Lookup | Refuse | Join | Run | Store | Fail | Sentinel  # (REKEY)
 Flow = Generator[Effect, Any, Any]
 
 # The effects of every call are made as their NamedTuple constructors make them, by
 # tuple.__new__, without the constructor's own Python call: five of them were ~2% of a
 # memory miss (the same values: ``_new(Lookup, (key,)) == Lookup(key)``).
 _new = tuple.__new__
-_REKEY: Final = Rekey()
 
 
 def looks_up(facts: Facts) -> bool:
@@ -143,7 +144,7 @@ def call_flow(facts: Facts, key: str, canonical: bytes) -> Flow:
             value = yield _new(Lookup, (key,))
             if value is not MISS:
                 return value
-        full_key, canonical = yield _REKEY
+        full_key, canonical = yield REKEY
         skip = full_key == key
         key = full_key
     flights = facts.flights and not facts.sequenced  # cassettes: the n-th call, n-th answer

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 from .. import _project
 from .._core.ageing import WARN, check_on_expiry, stamp
-from .._core.durations import seconds
 from .._lazy import pattern
 from ..config import settings_object
 
@@ -64,11 +63,17 @@ def resolve(max_age: object, on_expiry: str | None) -> tuple[float | None, str]:
     ``"warn"``."""
     s = settings_object()
     age: float | None
+    # The durations module is imported where a duration is given to read: most blocks give
+    # none (see config.ttl_seconds).
     if max_age is not None:
+        from .._core.durations import seconds
+
         age = seconds(max_age, "max_age")
     elif s.max_age is not None:
         age = s.max_age
     elif env := os.environ.get("DEJACACHE_MAX_AGE", "").strip():
+        from .._core.durations import seconds
+
         age = seconds(env, "DEJACACHE_MAX_AGE")
     else:
         age = _project.current().get("max_age")

@@ -25,7 +25,6 @@ from .._core.volatile import BlockPaths
 from .._paths import path_arg
 from ..config import (
     UNSET,
-    Duration,
     Effective,
     Unset,
     flag,
@@ -42,6 +41,7 @@ from .redact import Redactor
 from .store import Cassette
 
 if TYPE_CHECKING:
+    from .._core.durations import Duration
     from .partial import LiveRule, Partial
 
 __all__ = ["DISCARDED", "INTERRUPTIONS", "OPENED", "cassette", "default_mode", "in_ci"]
