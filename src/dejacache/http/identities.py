@@ -148,6 +148,20 @@ class IdentityTable:
         """Why this value of ``item`` could not be keyed as the recording's, if so."""
         return self._notes.get((item, digest))
 
+    def settle(self, store: object, key: str, items: list[tuple[Item, str]]
+               ) -> list[str] | None:
+        """A call keyed ``key`` with values new to the block: None when ``store`` holds it
+        so (each value then keys as itself), else its items spelled with the recording's
+        one value of each where that mapping is sure (``resolve``). The one step of HTTP
+        requests and MCP calls alike."""
+        holds = getattr(store, "holds", None)
+        if holds is None or holds(key):
+            for item, digest in items:
+                self.exact(item, digest)
+            return None
+        recorded = getattr(store, "identities", dict)
+        return sorted(spell(i, self.resolve(i, d, recorded)) for i, d in items)
+
 
 def _ambiguous(item: Item, held: int, sent: int) -> str:
     name, scope = item

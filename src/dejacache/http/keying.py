@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 from .._core.cache_fields import may_hold
 from ..config import Effective
+from ..errors import ReplayMiss
 from .exchange import (
     canonical_request,
     legacy_request,
@@ -54,6 +55,15 @@ class Identity:
         if t is None:
             return []
         return [n for n in (t.note(i, d) for i, d in self.items) if n]
+
+    def explain(self, miss: ReplayMiss) -> ReplayMiss:
+        """``miss``, saying why values of this call could not be keyed as the recording's
+        caller's, when so."""
+        text = str(miss)
+        for note in self.notes():
+            if note not in text:
+                miss.args = (f"{miss.args[0]}\n  {note}", *miss.args[1:])
+        return miss
 
 
 _NOBODY = Identity()
@@ -139,15 +149,8 @@ def _mapped(eff: Effective, name: str, ident: Identity, args: tuple[Any, ...],
     is sure (``IdentityTable.resolve``)."""
     table = ident.table
     assert table is not None
-    store: Any = eff.store
-    holds = getattr(store, "holds", None)
-    if holds is None or holds(key):
-        for item, digest in ident.items:
-            table.exact(item, digest)
-        return canonical, key
-    recorded = getattr(store, "identities", dict)
-    spelled = sorted(spell(i, table.resolve(i, d, recorded)) for i, d in ident.items)
-    if spelled == ident.keyed:
+    spelled = table.settle(eff.store, key, ident.items)
+    if spelled is None or spelled == ident.keyed:
         return canonical, key
     ident.keyed = spelled
     canonical = canonical_request(*args, headers=plain, identity=spelled)[0]

@@ -244,14 +244,7 @@ def _received(call: _Call, resp: Any) -> Any:
 
 
 def _explained(call: _Call, miss: ReplayMiss) -> ReplayMiss:
-    """The miss, saying so when this call's credentials could not be matched to the
-    recording's caller."""
-    notes = call.identity.notes() if call.identity is not None else []
-    text = str(miss)
-    for note in notes:
-        if note not in text:
-            miss.args = (f"{miss.args[0]}\n  {note}", *miss.args[1:])
-    return miss
+    return call.identity.explain(miss) if call.identity is not None else miss
 
 
 def _skip(eff: Effective, request: Any, opts: Options) -> bool:

@@ -21,13 +21,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..config import Effective
-from ..errors import ReplayMiss
 from ..http.headers import classify
 from ..http.identities import Item, identities_for, items_of, spell
 from ..http.keying import Identity
 from . import _wire
 
-__all__ = ["Identity", "callers_of", "explained", "keyed"]
+__all__ = ["Identity", "callers_of", "keyed"]
 
 
 def callers_of(url: str, headers: Iterable[tuple[str, str]] = ()) -> list[tuple[Item, str]]:
@@ -63,23 +62,8 @@ def keyed(eff: Effective, server: Mapping[str, Any], items: list[tuple[Item, str
     spelled = sorted(spell(i, u or d) for (i, d), u in zip(items, uses, strict=True))
     key, canonical = _key(eff, server, spelled, method, params)
     if None in uses:
-        holds = getattr(eff.store, "holds", None)
-        if holds is None or holds(key):
-            for item, digest in items:
-                table.exact(item, digest)
-        else:
-            recorded = getattr(eff.store, "identities", dict)
-            mapped = sorted(spell(i, table.resolve(i, d, recorded)) for i, d in items)
-            if mapped != spelled:
-                spelled = mapped
-                key, canonical = _key(eff, server, spelled, method, params)
+        mapped = table.settle(eff.store, key, items)
+        if mapped is not None and mapped != spelled:
+            spelled = mapped
+            key, canonical = _key(eff, server, spelled, method, params)
     return key, canonical, Identity(items, spelled, False, table)
-
-
-def explained(identity: Identity | None, miss: ReplayMiss) -> ReplayMiss:
-    """The miss, saying so when the caller's credentials could not be matched to the
-    recording's."""
-    for note in identity.notes() if identity is not None else ():
-        if note not in str(miss):
-            miss.args = (f"{miss.args[0]}\n  {note}", *miss.args[1:])
-    return miss

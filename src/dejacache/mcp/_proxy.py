@@ -50,7 +50,7 @@ from ..errors import ReplayMiss
 from ..http.transport import handing_on
 from ..scope import current
 from . import _wire
-from ._callers import explained, keyed
+from ._callers import keyed
 
 __all__ = ["MISS_MARK", "session_streams", "take_miss"]
 
@@ -340,7 +340,8 @@ class _Proxy:
         except _Unstored as u:
             value = u.value
         except ReplayMiss as miss:
-            miss = explained(call.identity, miss)
+            if call.identity is not None:
+                miss = call.identity.explain(miss)
             value = {"error": {"code": -32603, "message": str(miss),
                                "data": {MISS_MARK: _keep_miss(miss)}}}
         except Exception as exc:  # the server could not be started, or went away
