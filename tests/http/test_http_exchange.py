@@ -119,6 +119,20 @@ def test_body_credentials_are_masked_whatever_else_the_body_holds() -> None:
         assert got != other  # a different credential is a different request
 
 
+def test_trace_ids_are_keyed_in_the_query_and_the_bodys_own_fields_only() -> None:
+    def trace(tid: str, meta: str, query: str) -> dict[str, object]:
+        body = {"model": "m", "trace_id": tid, "metadata": {"trace_id": meta},
+                "messages": [{"role": "user", "content": "c", "span_id": meta}]}
+        return canon(orjson.dumps(body), query=[("trace_id", query)])
+
+    assert trace("a", "m1", "q") != trace("b", "m1", "q")
+    assert trace("a", "m1", "q") != trace("a", "m1", "r")
+    assert trace("a", "m1", "q") == trace("a", "m2", "q") == {
+        "method": "POST", "path": "/v1/chat/completions", "headers": {},
+        "query": {"trace_id": "q"}, "body": {"model": "m", "trace_id": "a", "metadata": {},
+                                             "messages": [{"role": "user", "content": "c"}]}}
+
+
 def test_credential_query_parameters_that_change_the_answer_are_masked() -> None:
     a = canon(b"", query=[("code", "oauth-1"), ("page", "2")])
     b = canon(b"", query=[("code", "oauth-2"), ("page", "2")])
