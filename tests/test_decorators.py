@@ -862,6 +862,26 @@ def test_hit_path_skips_volatile_walk_but_stays_sound(
     assert len(calls) == 2
 
 
+def test_a_function_of_a_trace_id_answers_each_trace_its_own(
+    memory_store: dejacache.MemoryStore,
+) -> None:
+    """``trace_id`` was volatile wherever it appeared: ``fetch_trace("def")`` was served
+    the answer of ``fetch_trace("abc")``."""
+    calls = []
+
+    @dejacache.cache
+    def fetch_trace(trace_id: str, metadata: dict[str, str] | None = None) -> str:
+        calls.append(trace_id)
+        return f"spans of {trace_id}"
+
+    assert fetch_trace("abc") == "spans of abc"
+    assert fetch_trace("def") == "spans of def"
+    assert fetch_trace("abc", {"trace_id": "run-2"}) == "spans of abc"  # telemetry: a hit
+    assert calls == ["abc", "def", "abc"]
+    assert fetch_trace("abc", {"trace_id": "run-3"}) == "spans of abc"
+    assert calls == ["abc", "def", "abc"]
+
+
 def test_inputs_mutated_by_the_call_do_not_change_its_key(
     memory_store: dejacache.MemoryStore,
 ) -> None:

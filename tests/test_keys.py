@@ -948,6 +948,65 @@ def test_default_volatile_fields_removed_anywhere() -> None:
     assert _k(**noisy2) == k
 
 
+def test_a_trace_id_that_is_the_calls_own_argument_or_field_is_keyed() -> None:
+    """``trace_id`` was dropped wherever it appeared: ``fetch_trace(trace_id)`` served the
+    first trace's answer for every trace, and a request's own ``trace_id`` field too."""
+
+    def fetch_trace(trace_id: str) -> None: ...
+
+    assert call_key("ns", "f", ("abc",), fn=fetch_trace) != \
+        call_key("ns", "f", ("def",), fn=fetch_trace)
+    for tid in ("trace_id", "span_id", "parent_span_id", "correlation_id", "otel_trace_id",
+                "otel_span_id", "traceId", "spanId"):
+        assert _k(**{tid: "a"}) != _k(**{tid: "b"}), tid  # a parameter
+        assert _k({tid: "a", "q": 1}) != _k({tid: "b", "q": 1}), tid  # an argument's field
+    # an object's own field, and a list of them: records, not messages
+    assert _k([{"trace_id": "a"}]) != _k([{"trace_id": "b"}])
+
+
+def test_trace_ids_where_telemetry_lives_still_leave_the_key() -> None:
+    """Where telemetry lives a fresh id per run still hits: ``metadata``/``_meta``/
+    ``headers`` at any depth, and a message (a dict with a ``role``) in a list, as
+    langwatch-scenario sends every message of every run (``AgentInput.messages``)."""
+
+    def run(tid: str) -> dict[str, Any]:
+        msg = {"role": "user", "content": "hi", "trace_id": tid}
+        return {"messages": [msg, {**msg, "role": "assistant"}], "new_messages": [msg],
+                "metadata": {"trace_id": tid, "langwatch": {"spanId": tid, "run": 1}},
+                "params": {"_meta": {"otel_span_id": tid}},
+                "headers": {"Trace-Id": tid}, "history": [msg], "thread": [[msg]]}
+
+    assert _k(input=run("a")) == _k(input=run("b"))
+    assert _k(run("a")) == _k(run("b"))
+    assert _k(metadata={"trace_id": "a"}) == _k(metadata={"trace_id": "b"})
+    other = run("a")
+    other["metadata"]["langwatch"]["run"] = 2
+    assert _k(input=run("a")) != _k(input=other)  # the rest of the metadata still counts
+
+    def chat(messages: list[dict[str, str]]) -> None: ...
+
+    def without_role(tid: str) -> str:  # a path ran first: still a message of ``messages``
+        msgs = [{"role": "user", "content": "x", "trace_id": tid}]
+        return call_key("ns", "f", (msgs,), fn=chat, volatile=["messages[0].role"])
+
+    assert without_role("a") == without_role("b")
+
+
+def test_a_declared_or_kept_trace_id_is_dropped_or_keyed_everywhere() -> None:
+    def f(trace_id: str, req: Any) -> None: ...
+
+    def key(volatile: list[str], tid: str) -> str:
+        req = {"metadata": {"trace_id": tid}}
+        return call_key("ns", "f", (tid, req), fn=f, volatile=volatile)
+
+    assert key(["trace_id"], "a") == key(["trace_id"], "b")  # volatile=: dropped everywhere
+    assert key([], "a") != key([], "b")
+    kept = call_key("ns", "f", ("t", {"metadata": {"trace_id": "a"}}), fn=f,
+                    volatile=["!trace_id"])
+    assert kept != call_key("ns", "f", ("t", {"metadata": {"trace_id": "b"}}), fn=f,
+                            volatile=["!trace_id"])
+
+
 @pytest.mark.parametrize(
     "header",
     ["traceparent", "Traceparent", "TRACEPARENT", "X-Request-ID", "X-Request-Id", "x-request-id",
@@ -963,8 +1022,10 @@ def test_volatile_removal_inside_models_and_dataclasses() -> None:
         user: str
         trace_id: str
 
-    assert _k(m=Meta("u", "t1")) == _k(m=Meta("u", "t2"))
-    assert _k(m=Meta("u", "t1")) != _k(m=Meta("v", "t1"))
+    # An object's own trace_id is what it asks about; under ``metadata`` it is telemetry.
+    assert _k(m=Meta("u", "t1")) != _k(m=Meta("u", "t2"))
+    assert _k(d={"metadata": Meta("u", "t1")}) == _k(d={"metadata": Meta("u", "t2")})
+    assert _k(d={"metadata": Meta("u", "t1")}) != _k(d={"metadata": Meta("v", "t1")})
     assert _k(m=Dumpable(q=1, traceparent="a")) == _k(m=Dumpable(q=1, traceparent="b"))
 
 
@@ -1132,7 +1193,8 @@ _CRED_NAMES = st.sampled_from([
     "auth_token", "secret", "passwd", "bearer", "aws_secret_access_key", "openai_api_key",
     "aws_access_key_id", "db_password", "cookie",
 ])
-_VOLATILE_NAMES = st.sampled_from(["traceparent", "trace_id", "X-Request-ID"])
+_VOLATILE_NAMES = st.sampled_from(["traceparent", "trace_id", "X-Request-ID", "metadata",
+                                   "role"])
 _json_scalars = (
     st.none()
     | st.booleans()
@@ -1149,7 +1211,7 @@ _rich = st.recursive(
     | st.dictionaries(st.integers(-3, 3), inner, max_size=3),
     max_leaves=20,
 )
-_FILTER = keys._names_for(KeyBuilder(None, "f").volatile)
+_FILTER = KeyBuilder(None, "f")._filter
 
 
 def _both_paths(data: dict[str, Any]) -> tuple[bytes, bytes]:

@@ -63,6 +63,7 @@ __all__ = [
     "call_key",
     "canonical_json",
     "explain",
+    "telemetry_names",
 ]
 
 # ``KeyParts`` is imported on first use: only ``explain`` makes one (see _key_parts).
@@ -79,15 +80,14 @@ KEY_SCHEMA_VERSION = 2
 MAX_DEPTH = 254
 
 # Fields that differ on every run and would make every key unique (one peer puts a fresh
-# OpenTelemetry trace id into each key, so nothing ever hits across runs).
+# OpenTelemetry trace id into each key, so nothing ever hits across runs). Trace and span ids
+# by name (``trace_id``) are not here: they are volatile only where telemetry lives
+# (``_vol.TELEMETRY``, :func:`telemetry_names`), since ``fetch_trace(trace_id)`` asks about one.
 DEFAULT_VOLATILE: frozenset[str] = frozenset(
     {
         "traceparent",
         "tracestate",
         "baggage",
-        "trace_id",
-        "span_id",
-        "parent_span_id",
         # Request ids as headers only: a bare ``request_id`` argument is often real data (a
         # support request, an order), and stripping it would serve one answer to all of them.
         "x-request-id",
@@ -99,9 +99,6 @@ DEFAULT_VOLATILE: frozenset[str] = frozenset(
         "x-stainless-retry-count",
         "x-stainless-timeout",
         "idempotency-key",
-        "otel_trace_id",
-        "otel_span_id",
-        "correlation_id",
     }
 )
 
@@ -197,24 +194,37 @@ def volatile_spellings(names: frozenset[str]) -> frozenset[str]:
     return frozenset(out)
 
 
+@functools.lru_cache(maxsize=64)
+def telemetry_names(everywhere: frozenset[str], keep: frozenset[str] = frozenset()
+                    ) -> frozenset[str]:
+    """The telemetry ids (``_vol.TELEMETRY``) in every spelling that a key drops only where
+    telemetry lives: less those ``everywhere`` (the volatile names in their spellings) drops
+    wherever they are, and those ``keep`` (lower-cased ``!name`` items) keys after all."""
+    ids = frozenset(n for n in _vol.TELEMETRY if n not in everywhere and n not in keep)
+    return volatile_spellings(ids) - everywhere - keep
+
+
 # ------------------------------------------------------------------------------ names
 
-_KEEP, _DROP, _MASK = 0, 1, 2
+# _SCOPED: a telemetry id, dropped only where the mapping holding it is telemetry.
+_KEEP, _DROP, _MASK, _SCOPED = 0, 1, 2, 3
 _PLAIN_MAX = 50_000  # names remembered as ordinary; beyond this they are classified each time
 
 
 class _Names:
-    """Which dict keys a rewrite acts on: volatile names (dropped) and credential names
+    """Which dict keys a rewrite acts on: volatile names (dropped), telemetry ids
+    (``scoped``: dropped where telemetry lives, ``_Canon`` tells) and credential names
     (masked; a credential that is also volatile is still masked, never dropped).
 
     Ordinary names are remembered, so the walk costs one C-level ``issuperset`` per dict once
     a request's vocabulary has been seen, whatever suffix rules ``_secrets`` applies.
     """
 
-    __slots__ = ("firsts", "lists", "plain", "vol")
+    __slots__ = ("firsts", "lists", "plain", "scoped", "vol")
 
-    def __init__(self, vol: frozenset[str]) -> None:
-        self.vol = vol
+    def __init__(self, vol: frozenset[str], scoped: frozenset[str] = frozenset()) -> None:
+        self.vol = vol | scoped  # never plain: a walk decides where they go
+        self.scoped = scoped
         self.plain: set[str] = set()
         # First strings of lists of two found not to name a credential (``stop: ["\n",
         # "User:"]``): asked once, as names are (asked each time, the walk of a 2.6 KB chat
@@ -252,12 +262,14 @@ class _Names:
             return _KEEP
         if _secrets.is_secret_name(k):
             return _MASK
-        return _DROP if k in self.vol else _KEEP
+        if k in self.vol:
+            return _SCOPED if k in self.scoped else _DROP
+        return _KEEP
 
 
 @functools.lru_cache(maxsize=256)
-def _names_for(vol: frozenset[str]) -> _Names:
-    return _Names(vol)
+def _names_for(vol: frozenset[str], scoped: frozenset[str] = frozenset()) -> _Names:
+    return _Names(vol, scoped)
 
 
 _PLAIN, _WITH_NONE, _TAGGED = 1, 3, 5  # _clean's verdict bits (0: needs a rewrite)
@@ -495,7 +507,8 @@ class _Canon:
         if _LATE_PENDING:  # norm and mask look leaves up in _LEAF without asking
             _refresh_late()
 
-    def norm(self, obj: Any, path: str, depth: int) -> Any:
+    def norm(self, obj: Any, path: str, depth: int, place: int = 0) -> Any:
+        """``place``: where ``obj`` sits, for telemetry ids (``_vol.telemetry_at``)."""
         t = type(obj)
         if obj is None:
             self.none = True
@@ -519,36 +532,38 @@ class _Canon:
             raise _Unhashable(t, path, "contains itself (a cycle)")
         self.active.add(oid)
         try:
-            out = self._container(obj, t, path, depth)
+            out = self._container(obj, t, path, depth, place)
         finally:
             self.active.discard(oid)
         if depth % _CHUNK == 0 and isinstance(out, (dict, list)):
             return orjson.Fragment(orjson.dumps(out, option=orjson.OPT_SORT_KEYS))
         return out
 
-    def _container(self, obj: Any, t: type, path: str, depth: int) -> Any:
+    def _container(self, obj: Any, t: type, path: str, depth: int, place: int) -> Any:
         # Plain containers: one more ``loose`` level inside, unless it is the arguments
         # mapping itself (depth 0). Inlined: a frame more per level ran the interpreter's
         # stack out before MAX_DEPTH.
         if isinstance(obj, Mapping):
             if depth == 0:
-                return self._mapping(obj, path, depth)
+                return self._mapping(obj, path, depth, place)
             self.loose += 1
             try:
-                return self._mapping(obj, path, depth)
+                return self._mapping(obj, path, depth, place)
             finally:
                 self.loose -= 1
         if t is list or t is tuple or (isinstance(obj, (list, tuple)) and not (
                 hasattr(t, "_fields") or hasattr(t, "__dejacache_key__"))):
+            item = _vol.telemetry_item(place)
             if self.names is not None and _secrets.is_named_pair(
                     obj, _secrets.is_secret_name, parent=_parent(path)):
                 # A credential's ``[name, value]`` pair: masked as a field of that name is
                 # (the key held a plain xxh3 of the value, guessable offline if weak).
-                return [self.norm(obj[0], f"{path}[0]", depth + 1),
+                return [self.norm(obj[0], f"{path}[0]", depth + 1, item),
                         self.mask(obj[1], f"{path}[1]", depth + 1)]
             self.loose += 1
             try:
-                return [self.norm(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(obj)]
+                return [self.norm(v, f"{path}[{i}]", depth + 1, item)
+                        for i, v in enumerate(obj)]
             finally:
                 self.loose -= 1
         if isinstance(obj, (set, frozenset)):
@@ -566,22 +581,22 @@ class _Canon:
             data = _object_data(obj, t)
             if data is not None:
                 return {_TAG + "obj": [_class_name(t), self._held(self.norm, data, path,
-                                                                   depth)]}
+                                                                   depth, place)]}
         try:
             data = _tagged(obj)
         except _Unhashable as exc:
             raise _Unhashable(t, path, exc.reason) from None
         if data is obj:
             raise _Unhashable(t, path)
-        return self.norm(data, path, depth)
+        return self.norm(data, path, depth, place)
 
-    def _held(self, write: Callable[[Any, str, int], Any], obj: Any, path: str,
-              depth: int) -> Any:
+    def _held(self, write: Callable[..., Any], obj: Any, path: str, depth: int,
+              *rest: int) -> Any:
         """``write(obj, ...)`` for what an object or a set holds, at any depth: never looked
         up by raw bytes (their tag is in them), so Enum members key under their class."""
         self.held += 1
         try:
-            return write(obj, path, depth)
+            return write(obj, path, depth, *rest)
         finally:
             self.held -= 1
 
@@ -601,8 +616,9 @@ class _Canon:
             return value
         return {_TAG + "enum": [_class_name(type(member)), value]}
 
-    def _mapping(self, obj: Mapping[Any, Any], path: str, depth: int) -> Any:
+    def _mapping(self, obj: Mapping[Any, Any], path: str, depth: int, place: int) -> Any:
         names = self.names
+        below, other = _vol.telemetry_below(place)
         out: dict[str, Any] = {}
         pairs: list[tuple[Any, Any]] = []
         for k, v in obj.items():
@@ -610,13 +626,15 @@ class _Canon:
                 k = _valid_text(str.__str__(k), path)
                 sub = f"{path}.{k}" if path else k
                 act = names.action(k) if names is not None else _KEEP
+                if act == _SCOPED:
+                    act = _DROP if _vol.telemetry_at(place, obj) else _KEEP
                 if act == _DROP:
                     continue
                 # A key starting with NUL would spell a type tag: one more NUL, so
                 # ``{"\x00set": [1, 2]}`` never keys like ``{1, 2}``.
                 out[_TAG + k if k[:1] == _TAG else k] = (
                     self.mask(v, sub, depth + 1) if act == _MASK
-                    else self.norm(v, sub, depth + 1))
+                    else self.norm(v, sub, depth + 1, below.get(k, other)))
             else:
                 pairs.append((k, v))
         if not pairs:
@@ -805,6 +823,7 @@ def canonical_json(
     substitutions: tuple[tuple[bytes, bytes], ...] = (),
     fixed: Mapping[str, Any] | None = None,
     by_parts: bool = True,
+    telemetry: frozenset[str] = frozenset(),
 ) -> bytes:
     """Canonical JSON bytes of an argument mapping: sorted, compact, volatile fields, paths
     and pattern matches removed (see ``_core/volatile.py``), credentials and secret-shaped
@@ -812,14 +831,15 @@ def canonical_json(
     members added after the volatile paths and patterns ran, which they never rewrite (an
     HTTP request's identity digest: a pattern matching hex must not make two callers one).
     ``by_parts`` False writes lists of messages whole (the same bytes), for data too small
-    for the parts' memos to pay."""
+    for the parts' memos to pay. ``telemetry``: names dropped only where telemetry lives
+    (:func:`telemetry_names`)."""
     # (no paths or patterns: apply hands the data back, without its call)
     data: Any = (_vol.apply(arguments, volatile_paths, volatile_patterns)
                  if volatile_paths or volatile_patterns else arguments)
     if fixed:
         data = {**data, **fixed}
-    return _canonical(data, _names_for(volatile or frozenset()), function, substitutions,
-                      by_parts)
+    return _canonical(data, _names_for(volatile or frozenset(), telemetry), function,
+                      substitutions, by_parts)
 
 
 _hex = xxhash.xxh3_128_hexdigest
@@ -1208,7 +1228,8 @@ class KeyBuilder:
         self.volatile = volatile_spellings(frozenset(base | spec.names)) | (
             _HEADER_ONLY if use_default_volatile else frozenset()
         )
-        self._filter = _names_for(self.volatile)
+        self._filter = _names_for(self.volatile, telemetry_names(self.volatile, spec.keep)
+                                  if use_default_volatile else frozenset())
         self.paths = spec.paths
         self.patterns = spec.patterns
         self._ignore = frozenset(ignore)

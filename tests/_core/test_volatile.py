@@ -264,3 +264,30 @@ def test_possessive_and_atomic_rewrites_are_accepted_and_fast() -> None:
     start = time.perf_counter()
     apply({"s": "a" * 25 + "!"}, (), spec.patterns)
     assert time.perf_counter() - start < 1.0  # microseconds; the refused form took 7 s
+
+
+# ------------------------------------------------------------------ where telemetry lives
+
+
+def test_telemetry_ids_are_telemetry_under_a_holder_or_in_a_message_in_a_list() -> None:
+    from dejacache._core.volatile import telemetry_at, telemetry_below, telemetry_item
+
+    def below(place: int, key: str) -> int:
+        by_key, other = telemetry_below(place)
+        return by_key.get(key, other)
+
+    top = 0
+    assert not telemetry_at(top, {"trace_id": "t"})  # a parameter, a body's own field
+    assert not telemetry_at(below(top, "query"), {"trace_id": "t"})
+    assert not telemetry_at(below(top, "arguments"), {"trace_id": "t"})
+    for holder in ("metadata", "_meta", "headers"):
+        held = below(top, holder)
+        assert telemetry_at(held, {"trace_id": "t"})
+        assert telemetry_at(below(held, "langwatch"), {})  # any depth below
+        assert telemetry_at(telemetry_item(held), {})  # lists under a holder too
+    for name in ("messages", "new_messages"):  # a message, with its role or without
+        assert telemetry_at(telemetry_item(below(top, name)), {"trace_id": "t"})
+    item = telemetry_item(below(top, "history"))
+    assert telemetry_at(item, {"role": "user", "trace_id": "t"})
+    assert not telemetry_at(item, {"id": 1, "trace_id": "t"})  # a record, not a message
+    assert not telemetry_at(below(item, "content"), {"role": "x"})  # not below it

@@ -3,6 +3,7 @@
 Every answer carries a fresh nonce, so a replay that returns what was recorded is told apart
 from a new live call; the server counts the connections it accepted and the requests it read.
 
+- ``GET /traces?trace_id=...``: the trace asked for, as JSON.
 - ``GET /weather?city=...&key=...``: JSON, with a ``Set-Cookie`` session and an
   ``x-request-id``; the ``key`` query parameter is an API key (never to be stored).
 - ``GET /redirect?city=...``: a 302 to ``/weather`` (the same query).
@@ -63,6 +64,8 @@ class _Handler(LoopbackHandler):
                                    "x-request-id": "req-" + nonce})
         if url.path == "/me":
             return self._me(nonce)
+        if url.path == "/traces":
+            return self.send_json(200, {"trace_id": query.get("trace_id"), "nonce": nonce})
         if url.path == "/redirect":
             self.send_response(302)
             self.send_header("location", "/weather?" + url.query)

@@ -131,6 +131,18 @@ def test_credential_pairs_in_a_body_are_masked_as_fields_are() -> None:
     (name, mask), plain = got["body"]["headers"]  # type: ignore[index]
     assert name == "Authorization" and mask.startswith("<secret:")
     assert plain == ["accept", "text/csv"]
+def test_trace_ids_are_keyed_in_the_query_and_the_bodys_own_fields_only() -> None:
+    def trace(tid: str, meta: str, query: str) -> dict[str, object]:
+        body = {"model": "m", "trace_id": tid, "metadata": {"trace_id": meta},
+                "messages": [{"role": "user", "content": "c", "span_id": meta}]}
+        return canon(orjson.dumps(body), query=[("trace_id", query)])
+
+    assert trace("a", "m1", "q") != trace("b", "m1", "q")
+    assert trace("a", "m1", "q") != trace("a", "m1", "r")
+    assert trace("a", "m1", "q") == trace("a", "m2", "q") == {
+        "method": "POST", "path": "/v1/chat/completions", "headers": {},
+        "query": {"trace_id": "q"}, "body": {"model": "m", "trace_id": "a", "metadata": {},
+                                             "messages": [{"role": "user", "content": "c"}]}}
 
 
 def test_credential_query_parameters_that_change_the_answer_are_masked() -> None:

@@ -204,6 +204,41 @@ def test_ci_replays_a_real_keys_recording_with_the_placeholder_key(
         assert run(placeholder, placeholder) == live
 
 
+def test_a_providers_account_headers_are_who_asks_mapped_one_to_one(
+        fake: FakeProvider, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``OpenAI-Organization``/``-Project`` are an identity on the provider's own endpoints
+    too (the docs said they "still count", as if another value missed): CI's other org
+    replays a recording made under one, two orgs in one recording keep apart, and a replay
+    that sends none where the recording has one misses saying why, unless they are left out
+    with ``volatile=`` where the recording is made and where it replays."""
+
+    def ask(org: str | None, q: str = "Hi") -> Any:
+        with openai.OpenAI(base_url=fake.openai_url, api_key="dejacache-placeholder",
+                           organization=org, project=org and "proj_1",
+                           max_retries=0) as c:
+            return c.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": q}]).model_dump()
+
+    one, two, out = tmp_path / "one.json", tmp_path / "two.json", tmp_path / "out.json"
+    leave_out = ["openai-organization", "openai-project"]
+    with dejacache.cassette(one, mode="record"):
+        live = ask("org-A")
+    with dejacache.cassette(two, mode="record"):
+        a, b = ask("org-A", "files?"), ask("org-B", "files?")
+    with dejacache.cassette(out, mode="record", volatile=leave_out):
+        left = ask("org-A")
+    fake.stop()
+    with dejacache.cassette(two, mode="replay"):
+        assert ask("org-B", "files?") == b and ask("org-A", "files?") == a  # any order
+    _other_machine(monkeypatch)
+    with dejacache.cassette(one, mode="replay"):
+        assert ask("org-B") == live  # the one recorded org stands for CI's
+    with dejacache.cassette(one, mode="replay"), pytest.raises(ReplayMiss, match="who is asking"):
+        ask(None)
+    with dejacache.cassette(out, mode="replay", volatile=leave_out):
+        assert ask(None) == left
+
+
 def test_cookies_the_server_set_are_echoes_not_identities(
         tool: ToolAPI, tmp_path: pathlib.Path) -> None:
     path = tmp_path / "c.json"

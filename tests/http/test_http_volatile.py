@@ -5,11 +5,14 @@ from __future__ import annotations
 import pathlib
 import re
 from collections.abc import Iterator
+from typing import Any
 
+import httpx
 import openai
 import orjson
 import pytest
 from fake_provider import FakeProvider
+from fake_tool_api import ToolAPI
 
 import dejacache
 
@@ -117,3 +120,55 @@ def test_a_miss_in_volatile_text_prints_the_rule_that_makes_it_a_hit(
     with dejacache.cassette(path, "replay", volatile=rules):
         assert judge(client, "2026-01-01T12:05:02.877Z") == live
     assert fake.count() == seen
+
+
+# ------------------------------------------------------------------ trace ids: data or telemetry
+
+
+@pytest.fixture
+def tool() -> Iterator[ToolAPI]:
+    server = ToolAPI().start()
+    yield server
+    server.stop()
+
+
+def test_a_trace_id_asked_for_in_the_query_or_the_body_keys_apart(
+    tool: ToolAPI, tmp_path: pathlib.Path,
+) -> None:
+    """``trace_id`` was dropped wherever it appeared: ``GET /traces?trace_id=def`` replayed
+    abc's answer, and so did a JSON body whose own field it was."""
+    path = tmp_path / "traces.json"
+
+    def calls(c: httpx.Client, order: tuple[str, ...]) -> dict[str, object]:
+        return {t: (c.get("/traces", params={"trace_id": t}).json(),
+                    c.post("/echo", json={"trace_id": t, "q": 1}).json()) for t in order}
+
+    with httpx.Client(base_url=tool.url) as c:
+        with dejacache.cassette(path, "record"):
+            live = calls(c, ("abc", "def"))
+        with dejacache.cassette(path, "replay"):
+            assert calls(c, ("def", "abc")) == live  # each its own answer, in any order
+            with pytest.raises(dejacache.ReplayMiss):
+                c.get("/traces", params={"trace_id": "ghi"})
+
+
+def test_trace_ids_in_metadata_messages_and_headers_still_replay(
+    tool: ToolAPI, fake: FakeProvider, client: openai.OpenAI, tmp_path: pathlib.Path,
+) -> None:
+    """Telemetry a run makes afresh: a ``metadata`` object's, a ``Trace-Id`` header, and
+    the ``trace_id`` langwatch-scenario puts on every message, which an agent hands to the
+    SDK as they are."""
+    path = tmp_path / "telemetry.json"
+
+    def run(tid: str) -> list[object]:
+        with httpx.Client(base_url=tool.url) as c:
+            echoed = c.post("/echo", headers={"Trace-Id": tid}, json={
+                "q": 1, "metadata": {"trace_id": tid, "run": {"span_id": tid}}}).json()
+        msgs: Any = [{"role": "user", "content": "hi", "trace_id": tid}]
+        r = client.chat.completions.create(model="m", messages=msgs)
+        return [echoed["nonce"], r.choices[0].message.content]
+
+    with dejacache.cassette(path, "record"):
+        live = run("trace-1")
+    with dejacache.cassette(path, "replay"):
+        assert run("trace-2") == live

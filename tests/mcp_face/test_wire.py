@@ -198,3 +198,15 @@ def test_a_store_that_answers_by_key_keeps_an_answer_no_longer_than_its_hints(
     params: dict[str, Any] | None, result: dict[str, Any], ttl: float | None,
 ) -> None:
     assert _wire.hinted_ttl(params, {"result": result}) == ttl
+
+
+def test_a_tools_own_trace_id_is_keyed_and_meta_telemetry_is_not() -> None:
+    """``get_trace(trace_id=...)`` served the first trace's answer to every trace: the name
+    was dropped wherever it appeared. Under ``_meta`` it is still telemetry."""
+    def key(arg: str, meta: str) -> str:
+        params = {"name": "get_trace", "arguments": {"trace_id": arg},
+                  "_meta": {"trace_id": meta, "otel_span_id": meta}}
+        return _wire.canonical("ns", SERVER, "tools/call", params)[0]
+
+    assert key("abc", "m1") != key("def", "m1")
+    assert key("abc", "m1") == key("abc", "m2")

@@ -12,6 +12,15 @@ A volatile item is one of
   (a judge prompt's ``<opentelemetry_traces>`` digest, a timestamp inside a system prompt).
   In ``DEJACACHE_VOLATILE`` a pattern is written ``re:PATTERN``.
 
+Telemetry ids (:data:`TELEMETRY`: ``trace_id``, ``span_id``...) are volatile by default only
+where telemetry lives (:func:`telemetry_at`): in a ``metadata`` (or ``_meta``, ``headers``)
+object at any depth, and in a message (an item of a ``messages`` list, or a dict with a
+``role`` in any list), where langwatch-scenario puts a fresh ``trace_id`` on every message
+of every run. A function's own parameter, a URL query parameter or a request body's own field
+of that name is what the call asks about (``fetch_trace(trace_id)``, ``GET
+/traces?trace_id=...``) and is keyed; written in ``volatile=`` the name is dropped wherever
+it appears, like any other.
+
 Credentials come first: a pattern never sees a value under a credential name, a secret-shaped
 string, a keyed mask, or a credential inside a URL query (masked before the pattern runs), so
 no pattern can make two credentials key alike. A literal :data:`PLACEHOLDER` in the text is
@@ -34,13 +43,14 @@ a path is declared.
 # reach ``typing.NamedTuple`` as text, each compiled into a ``ForwardRef`` when the module loads.
 
 import re
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .._lazy import pattern, served
 from ..errors import ConfigurationError
 
 __all__ = [
+    "TELEMETRY",
     "BlockPaths",
     "PLACEHOLDER",
     "Path",
@@ -50,6 +60,9 @@ __all__ = [
     "declared_paths",
     "parse",
     "parse_path",
+    "telemetry_at",
+    "telemetry_below",
+    "telemetry_item",
     "under",
 ]
 
@@ -61,6 +74,43 @@ if TYPE_CHECKING:
 __getattr__ = served(__name__, {"apply": "dejacache._core.volatile_apply"})
 
 PLACEHOLDER = "<volatile>"
+
+#: Ids a tracer gives every run: volatile by default where telemetry lives, and only there.
+TELEMETRY = frozenset({"trace_id", "span_id", "parent_span_id", "correlation_id",
+                       "otel_trace_id", "otel_span_id"})
+# Keys whose value is telemetry throughout: the SDKs' and tracers' ``metadata``, MCP's
+# ``_meta``, a request's ``headers`` (trace ids as headers: ``Trace-Id``).
+_HOLDERS = frozenset({"metadata", "_meta", "headers"})
+# Keys whose list holds messages (scenario's ``AgentInput.new_messages``): each is one,
+# whether or not it still has its ``role`` once volatile paths ran (``messages[0].role``).
+_MESSAGE_LISTS = frozenset({"messages", "new_messages"})
+
+# Where a value sits, as a walk passes it down from the top (0: anywhere else): an item of a
+# list, a list of messages, an item of one, or anywhere under a holder.
+_ITEM, _MESSAGES, _MESSAGE, _HELD = 1, 2, 3, 4
+_BELOW_KEY = {**dict.fromkeys(_HOLDERS, _HELD), **dict.fromkeys(_MESSAGE_LISTS, _MESSAGES)}
+_BELOW_HELD: dict[str, int] = {}
+
+
+def telemetry_below(place: int) -> tuple[dict[str, int], int]:
+    """The places of the values of a mapping at ``place``: ``(by key, otherwise)``, read
+    per key with one ``dict.get`` (a call per key cost the general canonicaliser ~8%)."""
+    return (_BELOW_HELD, _HELD) if place == _HELD else (_BELOW_KEY, 0)
+
+
+def telemetry_item(place: int) -> int:
+    """The place of an item of a list at ``place``."""
+    if place == _HELD:
+        return _HELD
+    return _MESSAGE if place == _MESSAGES else _ITEM
+
+
+def telemetry_at(place: int, mapping: Mapping[Any, Any]) -> bool:
+    """Whether :data:`TELEMETRY` ids in ``mapping``, at ``place``, are telemetry: under a
+    holder, or ``mapping`` is a message: an item of a list of ``messages``, or of any list
+    when it has a ``role``."""
+    return place >= _MESSAGE or (place == _ITEM and "role" in mapping)
+
 
 # A step is a key (str), an index (int) or every element (None).
 Step = str | int | None

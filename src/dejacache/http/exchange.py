@@ -44,7 +44,13 @@ from .._secrets import (
 )
 from ..cassettes.redact import Redactor
 from ..errors import SerializationError
-from ..keys import DEFAULT_VOLATILE, canonical_json, digest, volatile_spellings
+from ..keys import (
+    DEFAULT_VOLATILE,
+    canonical_json,
+    digest,
+    telemetry_names,
+    volatile_spellings,
+)
 from . import eventstream
 from .aliases import AliasTable
 from .bodies import body_for_key, parsed_since_legacy
@@ -104,8 +110,10 @@ SECRET_QUERY = AUTH_QUERY
 @functools.lru_cache(maxsize=256)
 def volatile_for(provider: str, extra: tuple[str | re.Pattern[str], ...], base: frozenset[str]
                  ) -> tuple[frozenset[str], tuple[_vol.Path, ...], tuple[re.Pattern[str], ...],
-                            frozenset[str]]:
-    """Names, paths, patterns and kept names (``!NAME``) for a request: paths are rooted at
+                            frozenset[str], frozenset[str]]:
+    """Names, paths, patterns, kept names (``!NAME``) and telemetry ids for a request (the
+    names hold the ids too, which a header is by name; the body drops them only where
+    telemetry lives: ``keys.telemetry_names``): paths are rooted at
     the canonical request (``body.messages[*].content``, ``headers.x-nonce``), and one that
     does not start at ``method``, ``path``, ``query``, ``headers`` or ``body`` is read under
     ``body``, so ``messages[*].content`` works too. A kept name is keyed although dejacache
@@ -114,7 +122,9 @@ def volatile_for(provider: str, extra: tuple[str | re.Pattern[str], ...], base: 
     keep = frozenset(k.lower() for k in spec.keep)
     every = {n for n in DEFAULT_VOLATILE | base | spec.names if n.lower() not in keep}
     names = volatile_spellings(frozenset(every)) - keep
-    return names, _vol.under(spec.paths, _vol.REQUEST_ROOTS, "body"), spec.patterns, keep
+    tele = telemetry_names(names, keep)
+    return (names | tele, _vol.under(spec.paths, _vol.REQUEST_ROOTS, "body"), spec.patterns,
+            keep, tele)
 
 
 def _body_for_key(body: bytes, content_type: str, aliases: AliasTable | None, *,
@@ -211,13 +221,14 @@ def canonical_request(
     if not legacy:
         data["headers"] = dict(headers or {})
     stream = provider.asks_stream(path, b)
-    vol, paths, patterns, _ = volatile_for(provider.name, extra_volatile, provider.volatile)
+    vol, paths, patterns, _, tele = volatile_for(provider.name, extra_volatile,
+                                                 provider.volatile)
     # Credential-named body fields (``password``, ``client_secret``) are masked whatever else
     # the body holds (they once were only when a volatile field such as ``user`` was there).
     return canonical_json(data, volatile=vol, volatile_paths=paths, volatile_patterns=patterns,
                           function=provider.name, substitutions=substitutions,
                           fixed={"identity": identity} if identity else None,
-                          by_parts=len(body) >= _PARTS_FROM), stream
+                          by_parts=len(body) >= _PARTS_FROM, telemetry=tele), stream
 
 
 def legacy_request(
@@ -247,10 +258,11 @@ def legacy_request(
     if parsed_since_legacy(content_type):  # the body itself was keyed another way then
         return canonical_request(method, path, query, body, content_type, provider, aliases,
                                  extra_volatile, substitutions, legacy=True)[0]
-    vol, paths, patterns, _ = volatile_for(provider.name, extra_volatile, provider.volatile)
+    vol, paths, patterns, _, tele = volatile_for(provider.name, extra_volatile,
+                                                 provider.volatile)
     kw: dict[str, Any] = {"volatile": vol, "volatile_paths": paths,
                           "volatile_patterns": patterns, "function": provider.name,
-                          "substitutions": substitutions}
+                          "substitutions": substitutions, "telemetry": tele}
     tail = canonical_json(_head(method, path, query, aliases, True), **kw)
     mid = canonical_json({"headers": dict(headers)},
                          fixed={"identity": identity} if identity else None, **kw)

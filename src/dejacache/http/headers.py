@@ -14,7 +14,9 @@ A request header is, in this order:
    secret-shaped. Identity never enters a key as it is: the request carries one keyed digest
    of all of it (``identities.py``), which a file cannot be turned back into. On a
    provider's own endpoints the API key is a *role*, not an identity (a recording made with a
-   real key replays under CI's placeholder), and is left out; the account headers still count;
+   real key replays under CI's placeholder), and is left out; the account headers stay an
+   identity, mapped one to one like any (``identities.py``: another org in CI replays a
+   recording made under one; none where the recording has one misses);
 3. **keyed as it is** otherwise: what the body is (``Content-Type``'s media type, without
    its parameters), content negotiation (``Accept``, ``Accept-Language``,
    ``Range``, ``If-None-Match``...), API versions and betas (``anthropic-version``,

@@ -87,7 +87,7 @@ def keyed(eff: Effective, name: str, args: tuple[Any, ...],
         return Keyed(request_key(eff.namespace or "", name, canonical), canonical, stream,
                      _NOBODY, None)
     provider, aliases, extra = args[5], args[6], args[7]
-    names, _, _, keep = volatile_for(provider.name, extra, provider.volatile)
+    names, _, _, keep, _ = volatile_for(provider.name, extra, provider.volatile)
     kh = classify(headers, provider=provider.name != "http", volatile=names, keep=keep)
     ident = _identity(eff, provider.name, name, _who(provider.name, kh.identity, args[2]))
     canonical, stream = canonical_request(*args, headers=kh.plain, identity=ident.keyed)

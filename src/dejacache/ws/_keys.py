@@ -95,10 +95,10 @@ def message_key(eff: Effective, r: Route, session: str, m: Message, tree: Any) -
             data["binary"] = True
     else:
         data.update(form)
-    vol, paths, patterns, _ = r.volatile
+    vol, paths, patterns, _, tele = r.volatile
     canonical = canonical_json(data, volatile=vol, volatile_paths=paths,
                                volatile_patterns=patterns, function=r.provider.name,
-                               substitutions=eff.key_substitute)
+                               substitutions=eff.key_substitute, telemetry=tele)
     # (tuple.__new__: the NamedTuple's own __new__ is a Python call)
     return _new(MessageKey, (digest(eff.namespace or "", r.name, canonical), canonical))
 
