@@ -40,9 +40,11 @@ def _busy(client: redis.asyncio.Redis, seconds: float) -> object:
 async def test_a_reply_that_came_while_the_loop_was_busy_is_no_timeout(
         redis_server: RedisServer) -> None:
     client = await _client(redis_server)
-    call = asyncio.ensure_future(within(_busy(client, 0.02), 0.05))
+    # Deadlines leave Redis room to be scheduled: on the 2-core box under a load of ~19 a
+    # 20 ms script once answered past a 50 ms deadline, which is a timeout and no bug.
+    call = asyncio.ensure_future(within(_busy(client, 0.02), 0.3))
     await asyncio.sleep(0.005)  # the request is out; Redis answers 20 ms later
-    time.sleep(0.1)  # and the loop is busy well past the 50 ms deadline
+    time.sleep(0.6)  # and the loop is busy well past the 300 ms deadline
     assert await call == b"done"
     await client.aclose()
 
@@ -51,9 +53,9 @@ async def test_a_request_the_busy_loop_had_not_sent_yet_gets_its_time(
         redis_server: RedisServer) -> None:
     client = await _client(redis_server)
     # The loop is held before the call's first step, then Redis takes 30 ms: the call was
-    # waiting on the loop for 60 ms, on Redis for 30.
-    call = asyncio.ensure_future(within(_busy(client, 0.03), 0.05))
-    time.sleep(0.06)
+    # waiting on the loop for 600 ms, on Redis for 30 (deadline 300 ms).
+    call = asyncio.ensure_future(within(_busy(client, 0.03), 0.3))
+    time.sleep(0.6)
     assert await call == b"done"
     await client.aclose()
 
@@ -62,8 +64,8 @@ async def test_a_silent_server_still_times_out_on_time(redis_server: RedisServer
     client = await _client(redis_server)
     t0 = time.perf_counter()
     with pytest.raises(redis.TimeoutError, match="within 50 ms"):
-        await within(_busy(client, 0.5), 0.05)
-    assert time.perf_counter() - t0 < 0.3
+        await within(_busy(client, 3.0), 0.05)
+    assert time.perf_counter() - t0 < 1.0  # not the 3 s the server takes
     await client.aclose()
 
 
@@ -103,7 +105,7 @@ async def test_the_deadline_leaves_nothing_behind(redis_server: RedisServer) -> 
     task = asyncio.current_task()
     assert task is not None
     for _ in range(3):
-        assert await within(client.ping(), 0.05)
+        assert await within(client.ping(), 1.0)
     with pytest.raises(redis.TimeoutError):
         await within(_busy(client, 0.2), 0.05)
     assert task.cancelling() == 0  # its own cancel was taken back
