@@ -83,3 +83,13 @@ def test_a_miss_in_ordinary_text_suggests_nothing(tmp_path: pathlib.Path) -> Non
         lookup("weather in Rome")
     assert info.value.suggestion == ()
     assert "would have made it a hit" not in str(info.value)
+
+
+def test_a_websocket_session_number_is_never_suggested() -> None:
+    """Two sessions with one handshake are ``<key>#0`` and ``<key>#1``: a rule masking the
+    number would let concurrent sessions answer each other's messages."""
+    def msg(n: int) -> dict[str, Any]:
+        return {"ws_session": f"3f0c9a7d2b1e4f60a1b2c3d4e5f60718#{n}",
+                "body": {"type": "conversation.item.create", "text": "cats"}}
+
+    assert for_miss(msg(0), msg(1), [msg(0)], kind="call") is None

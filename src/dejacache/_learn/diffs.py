@@ -31,8 +31,10 @@ STRUCTURE: Final = "structure"
 CREDENTIAL: Final = "credential"
 
 _REDACTED: Final = "<REDACTED>"
-# Top-level members of an HTTP request that say who asks, never what.
-_IDENTITY: Final = frozenset({"identity"})
+# Top-level members that say who asks, never what: an HTTP request's credentials, and which
+# WebSocket session a message is in (``<handshake key>#<n>``: a rule masking the number let
+# two sessions with one handshake answer each other's messages).
+_IDENTITY: Final = frozenset({"identity", "ws_session"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -24,7 +24,7 @@ def _places(where: list[Evidence], indent: str) -> list[str]:
 
 def _other(d: Difference) -> str:
     if d.kind == CREDENTIAL:
-        return "a credential's place: never masked"
+        return "a credential's or a caller's place (who asks): never masked"
     if d.kind == STRUCTURE:
         return f"the calls differ in structure ({short(d.a, 40)} -> {short(d.b, 40)})"
     return f"ordinary text, not volatile: {short(d.a, 50)} -> {short(d.b, 50)}"
