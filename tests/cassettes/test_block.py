@@ -10,8 +10,6 @@ from collections.abc import Iterator
 import pytest
 
 import dejacache
-from dejacache.cassettes import block
-from dejacache.cassettes.store import Cassette
 
 LIVE: list[str] = []
 
@@ -28,20 +26,10 @@ def llm(request: dict[str, str]) -> str:
     return f"model says {request}"
 
 
-@pytest.fixture
-def told() -> Iterator[list[tuple[pathlib.Path, str]]]:
-    """What the block told ``block.DISCARDED`` (the pytest plugin's summary listens there)."""
-    seen: list[tuple[pathlib.Path, str]] = []
-
-    def listen(tape: Cassette, note: str) -> None:
-        seen.append((tape.path, note))
-
-    block.DISCARDED.append(listen)
-    try:
-        yield seen
-    finally:
-        block.DISCARDED.remove(listen)
-        LIVE.clear()
+@pytest.fixture(autouse=True)
+def _fresh_live() -> Iterator[None]:
+    yield
+    LIVE.clear()
 
 
 @pytest.mark.parametrize("interruption", [KeyboardInterrupt, SystemExit])

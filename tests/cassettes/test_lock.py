@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 import dejacache
-from dejacache.cassettes import block, lock
 from dejacache.cassettes import format as fmt
+from dejacache.cassettes import lock
 from dejacache.cassettes.lock import _lock_path, cassette_lock
 from dejacache.cassettes.store import Cassette
 from dejacache.errors import CassetteError
@@ -199,21 +199,6 @@ def test_a_timeout_says_how_long_it_waited_who_holds_the_lock_and_who_waits(
 def _wait_out(p: pathlib.Path, timeout: float) -> None:
     with contextlib.suppress(CassetteError), cassette_lock(p, timeout=timeout):
         pass
-
-
-@pytest.fixture
-def told() -> Any:
-    """What blocks told ``DISCARDED`` (the pytest plugin's summary listens there)."""
-    seen: list[tuple[pathlib.Path, str]] = []
-
-    def listen(tape: Cassette, note: str) -> None:
-        seen.append((tape.path, note))
-
-    block.DISCARDED.append(listen)
-    try:
-        yield seen
-    finally:
-        block.DISCARDED.remove(listen)
 
 
 def test_a_save_that_times_out_says_which_calls_are_lost_and_the_summary_names_them(
