@@ -39,6 +39,10 @@ __all__ = ["Kind", "Topology", "client_topology", "cluster_name", "redact", "top
 #: cluster client; ``sentinel``: the master a set of Sentinels names, followed on failover.
 Kind = Literal["server", "cluster", "sentinel"]
 
+# redis-py 8.2's Sentinel classes are annotated and earlier releases' were not: called through
+# Any, the code type-checks against either (an ignore comment is an error on one of them).
+_SENTINEL: Any = redis.sentinel.Sentinel
+_ASYNC_SENTINEL: Any = redis.asyncio.sentinel.Sentinel
 _CLUSTER_SCHEMES = ("redis+cluster",)
 _SENTINEL_SCHEMES = ("redis+sentinel",)
 _SERVER_SCHEMES = ("redis", "rediss", "unix")
@@ -166,11 +170,11 @@ def _sentinel_url(parts: urllib.parse.SplitResult) -> Topology:
     def make(kw: dict[str, Any]) -> Any:
         # The Sentinels get the same short timeouts as the master; the URL's credentials
         # are the master's (Sentinels with their own password: pass a client you built).
-        sentinel = redis.sentinel.Sentinel(hosts, sentinel_kwargs=_plain(kw))  # type: ignore[no-untyped-call]
-        return sentinel.master_for(service, db=db, **creds, **kw)  # type: ignore[no-untyped-call]
+        sentinel = _SENTINEL(hosts, sentinel_kwargs=_plain(kw))
+        return sentinel.master_for(service, db=db, **creds, **kw)
 
     def amake(kw: dict[str, Any]) -> Any:
-        sentinel = redis.asyncio.sentinel.Sentinel(hosts, sentinel_kwargs=_plain(kw))  # type: ignore[no-untyped-call]
+        sentinel = _ASYNC_SENTINEL(hosts, sentinel_kwargs=_plain(kw))
         # Sentinel's pool has no waiting twin: no cap, as the cluster client's (a refusal
         # past 100 connections would be booked as Redis failing; see ASYNC_CONNECTIONS).
         return sentinel.master_for(service, db=db, **creds, **kw, max_connections=1 << 31)
