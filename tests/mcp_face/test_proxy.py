@@ -622,4 +622,5 @@ async def test_two_stdio_launches_with_other_credentials_each_replay_their_own_a
     # Two recorded launches and a token that is neither: a miss, never alice's answer.
     [carol] = await _echoes("", ["tok-carol-3310"], tape, "replay", connect)
     assert carol["replay_miss"] is True and "one to one" in carol["text"]
+    assert "tok-carol-3310" not in carol["text"]  # the miss names the digest, never the value
     assert mcp_ledger.starts() == starts  # a replay starts no process
