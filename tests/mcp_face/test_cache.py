@@ -414,3 +414,60 @@ async def test_a_session_known_by_no_connection_takes_its_cache_with_it(
     gone = await one_session()
     gc.collect()
     assert gone() is None and len(_cache._OWNED) == before  # a session per request leaks none
+
+
+@pytest.mark.parametrize("how", ["arg", "arg=", "env", "env-shaped"])
+async def test_two_stdio_launches_with_other_credentials_never_share_a_cache(
+    tmp_path: pathlib.Path, how: str,
+) -> None:
+    from mcp import StdioServerParameters
+
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    store = dejacache.MemoryStore()
+    tokens = ["tok-alice-5531", "tok-bob-7702"]
+    if how == "env-shaped":  # a name that says nothing, a value shaped like a key
+        tokens = ["sk-" + "a1" * 12, "sk-" + "b2" * 12]
+
+    def launch(token: str) -> Any:
+        args, env = [str(SCRIPT)], {LEDGER_ENV: ledger.path}
+        if how == "arg":
+            args += ["--token", token]
+        elif how == "arg=":
+            args += [f"--api-key={token}"]
+        else:
+            env["API_KEY" if how == "env" else "UPSTREAM"] = token
+        return StdioServerParameters(command=sys.executable, args=args, env=env)
+
+    names = []
+    with dejacache.agent_session(tenant="acme"):
+        answers = []
+        for token in (*tokens, *tokens):
+            from mcp import Client
+
+            async with Client(launch(token), read_timeout_seconds=READ_TIMEOUT) as client:
+                cached = mcp_tool_cache(client, store=store)
+                answers.append(text(await cached.call_tool("search_docs",
+                                                           {"query": "timeout"})))
+                names.append(cached.server_name())
+    assert answers[0] != answers[1] and answers[2:] == answers[:2]  # each its own, then hits
+    assert calls(ledger, "search_docs") == 2
+    kept = repr([(k, r.name, r.request, r.value) for k, r in store.iterate()])
+    kept += repr(names) + repr(dejacache.stats())
+    for token in tokens:
+        assert token not in kept
+
+
+async def test_a_stdio_launchs_other_settings_in_its_environment_are_another_server(
+    tmp_path: pathlib.Path,
+) -> None:
+    # REGION=eu and REGION=us answer differently: the environment a launch names is keyed.
+    from mcp import StdioServerParameters
+
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    params = [StdioServerParameters(command=sys.executable, args=[str(SCRIPT)],
+                                    env={LEDGER_ENV: ledger.path, "REGION": region})
+              for region in ("eu", "us", "eu")]
+    with dejacache.agent_session(tenant="acme"):
+        answers = [await _search(p) for p in params]
+    assert answers[0] != answers[1] and answers[2] == answers[0]
+    assert calls(ledger, "search_docs") == 2

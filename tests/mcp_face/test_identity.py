@@ -60,6 +60,27 @@ def test_a_command_line_is_its_command_and_arguments_without_environment(session
     assert "t-5512" not in repr(conn) and "k-7713" not in repr(conn)
 
 
+def test_a_launchs_credentials_and_env_are_who_is_asking_as_digests(
+    sessions: Any, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def conn(args: list[str], env: dict[str, str] | None) -> Any:
+        params = StdioServerParameters(command="npx", args=["-y", "@x/server", *args], env=env)
+        return connection_of(sessions(), params)[0]
+
+    alice = conn(["--token", "t-alice-1"], {"API_KEY": "k-alice-2", "REGION": "eu"})
+    assert alice["args"][-1] == "<REDACTED>" and len(alice["identity"]) == 3
+    assert "t-alice-1" not in repr(alice) and "k-alice-2" not in repr(alice)
+    assert "REGION" not in repr(alice)  # keyed by digest: a name may hide a secret
+    others = [conn(["--token", "t-bob-1"], {"API_KEY": "k-alice-2", "REGION": "eu"}),
+              conn(["--token", "t-alice-1"], {"API_KEY": "k-bob-2", "REGION": "eu"}),
+              conn(["--token", "t-alice-1"], {"API_KEY": "k-alice-2", "REGION": "us"}),
+              conn(["--token", "t-alice-1"], None)]
+    assert all(o != alice for o in others) and len({repr(o) for o in others}) == 4
+    monkeypatch.setenv("API_KEY", "k-inherited-3")  # never read
+    assert conn(["--token", "t-alice-1"], {"API_KEY": "k-alice-2", "REGION": "eu"}) == alice
+    assert conn([], None) == conn([], None) and "identity" not in conn([], None)
+
+
 def test_a_session_that_cannot_say_what_it_is_connected_to_is_its_own_server(
     sessions: Any,
 ) -> None:

@@ -585,3 +585,42 @@ async def test_callers_told_apart_by_a_header_each_replay_their_own_answers(
     # Two recorded callers and a token that is neither: a miss, as for HTTP.
     [carol] = await _echoes(server.url, ["tok-carol-3310"], tape, "replay", connect)
     assert carol["replay_miss"] is True
+
+
+# ---------------------------------------------------------------- who launched a stdio server
+
+
+def _stdio_by(how: str, ledger: Ledger) -> Any:
+    """``connect(_, token)`` for ``_echoes``: the ticket desk launched with ``token`` on its
+    command line (``--token T``) or in its environment (``API_KEY=T``)."""
+    from mcp import StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    def connect(_: str, token: str) -> Any:
+        args, env = [str(SCRIPT)], {LEDGER_ENV: ledger.path}
+        if how == "arg":
+            args += ["--token", token]
+        else:
+            env["API_KEY"] = token
+        return stdio_client(StdioServerParameters(command=sys.executable, args=args, env=env))
+
+    return connect
+
+
+@pytest.mark.parametrize("how", ["arg", "env"])
+async def test_two_stdio_launches_with_other_credentials_each_replay_their_own_answers(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger, how: str,
+) -> None:
+    connect = _stdio_by(how, mcp_ledger)
+    tape = str(tmp_path / "launches.json")
+    recorded = await _echoes("", [ALICE, BOB], tape, "record", connect)
+    assert recorded[0] != recorded[1]  # each process answers with a nonce of its own
+    text = pathlib.Path(tape).read_text()
+    assert ALICE not in text and BOB not in text
+    starts = mcp_ledger.starts()
+    assert await _echoes("", [BOB, ALICE], tape, "replay", connect) == recorded[::-1]
+    # Two recorded launches and a token that is neither: a miss, never alice's answer.
+    [carol] = await _echoes("", ["tok-carol-3310"], tape, "replay", connect)
+    assert carol["replay_miss"] is True and "one to one" in carol["text"]
+    assert "tok-carol-3310" not in carol["text"]  # the miss names the digest, never the value
+    assert mcp_ledger.starts() == starts  # a replay starts no process

@@ -146,6 +146,32 @@ def test_a_recorded_stdio_identity_redacts_credentials_so_another_key_replays() 
     assert a == b and a["args"] == ["-y", "@x/server", "--api-key", _wire.REDACTED]
 
 
+@pytest.mark.parametrize(("args", "env", "expected"), [
+    (["desk.py", "--port", "8"], None, ()),  # nobody in particular
+    (["--api-key", "k1", "--token=t2", "x", "sk-" + "a1" * 12], None,
+     (("arg:1", "k1"), ("arg:2", "t2"), ("arg:3", "sk-" + "a1" * 12))),
+    (["desk.py"], {"API_KEY": "k1", "UPSTREAM": "sk-" + "b2" * 12,
+                   "DB": "postgres://app:pw@db/x", "REGION": "eu", "DEBUG": "1"},
+     (("env:API_KEY", "k1"), ("env:DB", "postgres://app:pw@db/x"),
+      ("env:UPSTREAM", "sk-" + "b2" * 12), ("env", '{"DEBUG":"1","REGION":"eu"}'))),
+    (["desk.py"], {}, ()),
+])
+def test_who_launched_a_stdio_server_is_its_credentials_and_the_env_it_was_given(
+    args: list[str], env: dict[str, str] | None, expected: tuple[tuple[str, str], ...],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("API_KEY", "inherited-k9")  # the inherited environment is never read
+    assert _wire.stdio_credentials(args, env) == expected
+
+
+def test_a_stdio_launchs_credentials_apply_to_its_command_line() -> None:
+    a = _wire.stdio_identity("/usr/bin/python3", ["a.py", "--token", "t1"])
+    b = _wire.stdio_identity("/usr/bin/python3", ["b.py", "--token", "t1"])
+    scope = _wire.stdio_scope(a)
+    assert scope.startswith("mcp.stdio.python3.") and scope != _wire.stdio_scope(b)
+    assert scope == _wire.stdio_scope(_wire.stdio_identity("python3", ["a.py", "--token", "t2"]))
+
+
 # ---------------------------------------------------------------- answered by content
 
 

@@ -72,3 +72,32 @@ def test_read_only_tools_are_cached_and_writers_invalidate_them(tmp_path: pathli
     again = anyio.run(session)  # another client, the same store: Paris is still cached
     assert again[0] == got[3]
     assert ledger.starts() == 2
+
+
+def test_launches_with_other_credentials_never_share_the_store(tmp_path: pathlib.Path) -> None:
+    # Two IDE configurations, one per account: the server's token goes in as --env, and
+    # each account's results stay its own though both proxies share one store.
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    store = tmp_path / "cache.db"
+    alice, bob = "tok-alice-5531", "tok-bob-7702"
+    log = tmp_path / "stderr.log"
+
+    async def weather(token: str) -> str:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-c", ENTRY, "mcp-proxy", "--cache", "--store", f"sqlite:///{store}",
+                  "--env", f"API_KEY={token}", "--env", "REGION", "--",
+                  sys.executable, os.fspath(SUPPORT / "fake_mcp_server.py")],
+            env={**proxy_env(tmp_path), LEDGER_ENV: ledger.path, "REGION": "eu"})
+        with log.open("a") as errlog:
+            async with stdio_client(params, errlog=errlog) as (r, w), \
+                    ClientSession(r, w) as s:
+                await s.initialize()
+                return await call(s, "get_weather", {"city": "Paris"})
+
+    got = [anyio.run(weather, token) for token in (alice, bob, alice)]
+    assert got[0] != got[1] and got[2] == got[0]  # bob's is his own; alice's is a hit
+    assert ledger.requests().count("tools/call get_weather") == 2
+    kept = b"".join(p.read_bytes() for p in tmp_path.glob("cache.db*")) + log.read_bytes()
+    assert b"sunny in Paris" in kept
+    assert alice.encode() not in kept and bob.encode() not in kept

@@ -137,3 +137,69 @@ def test_a_server_that_cannot_start_is_one_line(tmp_path: pathlib.Path) -> None:
     assert out.returncode == 1 and "Traceback" not in out.stderr
     assert "dejacache mcp-proxy: error:" in out.stderr and "no-such-server" in out.stderr
     assert not (tmp_path / "c.json").exists()
+
+
+# ---------------------------------------------------------------- who launched the server
+
+
+def echo(cassette: pathlib.Path, tmp_path: pathlib.Path, ledger: Ledger, mode: str,
+         options: list[str], said: str = "hi") -> Any:
+    """One client session through the proxy (``options``: what follows ``--cassette FILE
+    --mode MODE``) asking ``echo``: its text, or the error it got."""
+    import anyio
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    async def one() -> Any:
+        params = StdioServerParameters(
+            command=sys.executable, args=proxy_command(cassette, "--mode", mode, *options)[1:],
+            env={**proxy_env(tmp_path), LEDGER_ENV: ledger.path})
+        with (tmp_path / "stderr.log").open("a") as errlog:
+            async with stdio_client(params, errlog=errlog) as (r, w), \
+                    ClientSession(r, w) as s:
+                await s.initialize()
+                try:
+                    return (await s.call_tool("echo", {"text": said})).content[0].text
+                except Exception as exc:
+                    return {"error": str(getattr(exc, "message", None) or exc)}
+
+    return anyio.run(one)
+
+
+@pytest.mark.parametrize("transport", ["stdio", "streamable-http"])
+def test_who_launched_or_reached_the_server_is_keyed_and_never_written(
+        tmp_path: pathlib.Path, ledger: Ledger, transport: str) -> None:
+    from mcp_servers import HttpServer
+
+    token = "tok-alice-5531"
+    server = HttpServer(ledger, "streamable-http").start() if transport != "stdio" else None
+    options = (["--env", f"API_KEY={token}", "--", sys.executable, str(SERVER)]
+               if server is None else ["--upstream", f"{server.url}?token={token}&team=a"])
+    cassette = tmp_path / "desk.json"
+    try:
+        recorded = echo(cassette, tmp_path, ledger, "record", options)
+    finally:
+        if server is not None:
+            server.stop()
+    assert echo(cassette, tmp_path, ledger, "replay", options) == recorded
+    item = "env:API_KEY@mcp.stdio." if server is None else "query:token@mcp.127.0.0.1/mcp#"
+    assert item in cassette.read_text()  # another token is another caller
+    miss = echo(cassette, tmp_path, ledger, "replay", options, said="bye")["error"]
+    assert "dejacache replay miss" in miss and "--mode record" in miss
+    kept = cassette.read_text() + (tmp_path / "stderr.log").read_text() + miss
+    assert token not in kept
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--cassette", "c.json", "--env", "=x", "--", "srv"], "--env '': give NAME=VALUE"),
+    (["--cassette", "c.json", "--env", "DEJACACHE_NO_SUCH_VAR", "--", "srv"],
+     "DEJACACHE_NO_SUCH_VAR is not set"),
+    (["--cache", "--env", "A=1", "--upstream", "http://127.0.0.1:9/mcp"],
+     "--env is for a stdio server"),
+])
+def test_a_bad_env_is_one_line(args: list[str], says: str,
+                               capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["mcp-proxy", *args])
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exit_.value.code == 2 and len(lines) == 1 and says in lines[0], lines

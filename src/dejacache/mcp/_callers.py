@@ -1,12 +1,15 @@
-"""Who is asking an MCP server over HTTP: the credentials of its URL and the headers its
-transport sends as identity items, keyed and mapped onto a recording's as HTTP keys map them.
+"""Who is asking an MCP server: the credentials of its URL and the headers its transport
+sends (HTTP), or those its launch names (stdio), as identity items, keyed and mapped onto a
+recording's as HTTP keys map them.
 
 One URL may be several servers: a gateway that scopes tools and data by its token answers
 alice's session with alice's tickets and bob's with bob's. A server's identity
 (``_wire.http_identity``) leaves the credentials out, so each call's key also holds
 ``"identity": ["query:token@mcp.HOST/PATH#DIGEST", "authorization@...", ...]``: HTTP's items
 (``http/identities.py``), a keyed digest per credential value, never the value. alice's and
-bob's calls key apart, and each replays its own recording.
+bob's calls key apart, and each replays its own recording. A stdio server is launched by
+whoever holds the credentials on its command line and in its ``env=`` (``stdio_launch``):
+the same items, scoped to the launch.
 
 A digest made on another machine (CI's token, a rotated one) is another digest: within a
 block, HTTP's :class:`~dejacache.http.identities.IdentityTable` stands this run's value for
@@ -17,7 +20,7 @@ an MCP call is asked about its identity as an HTTP request is.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..config import Effective
@@ -26,7 +29,7 @@ from ..http.identities import Item, identities_for, items_of, spell
 from ..http.keying import Identity
 from . import _wire
 
-__all__ = ["Identity", "callers_of", "keyed"]
+__all__ = ["Identity", "as_sent", "callers_of", "keyed", "stdio_launch"]
 
 
 def callers_of(url: str, headers: Iterable[tuple[str, str]] = ()) -> list[tuple[Item, str]]:
@@ -37,6 +40,22 @@ def callers_of(url: str, headers: Iterable[tuple[str, str]] = ()) -> list[tuple[
     cookie, a secret-shaped value...)."""
     pairs = (*_wire.http_credentials(url), *classify(headers, provider=False).identity)
     return items_of(_wire.http_scope(url), pairs) if pairs else []
+
+
+def stdio_launch(command: str, args: Sequence[str], env: Mapping[str, str] | None = None,
+                 cwd: str | None = None) -> tuple[dict[str, Any], list[tuple[Item, str]]]:
+    """A stdio server as every face names it: its plain identity (``_wire.stdio_identity``)
+    and who launched it (``_wire.stdio_credentials``: the command line's credentials and the
+    ``env=`` given, never the inherited environment), each value a keyed digest. Made once
+    per session."""
+    server = _wire.stdio_identity(command, args, cwd)
+    pairs = _wire.stdio_credentials(args, env)
+    return server, items_of(_wire.stdio_scope(server), pairs) if pairs else []
+
+
+def as_sent(items: Iterable[tuple[Item, str]]) -> list[str]:
+    """The items as a key outside a block holds them, each value as itself."""
+    return sorted(spell(i, d) for i, d in items)
 
 
 def _key(eff: Effective, server: Mapping[str, Any], spelled: list[str] | None, method: str,
@@ -56,8 +75,8 @@ def keyed(eff: Effective, server: Mapping[str, Any], items: list[tuple[Item, str
         return key, canonical, None
     table = identities_for(eff)
     if table is None:  # outside test-facing blocks: each value as itself
-        spelled = sorted(spell(i, d) for i, d in items)
-        return (*_key(eff, server, spelled, method, params), Identity(items, spelled))
+        own = as_sent(items)
+        return (*_key(eff, server, own, method, params), Identity(items, own))
     uses = [table.decided(i, d) for i, d in items]
     spelled = sorted(spell(i, u or d) for (i, d), u in zip(items, uses, strict=True))
     key, canonical = _key(eff, server, spelled, method, params)

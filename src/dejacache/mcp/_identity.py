@@ -13,11 +13,13 @@ know what it was opened over (its transport yields only a pair of streams), so w
 server's, and goes with it (:attr:`Identity.owner`). The same holds for an in-process server
 or a ``Transport`` object.
 
-Credentials never reach a key, a store or a log as they are: user and password, credential
-query values and credential arguments (``--token V``, ``API_KEY=V``, secret-shaped strings)
-are replaced by their keyed masks (``_secrets.mask``: different credentials, different
-identities), the environment is left out, and what keys and counters carry is a digest; the
-name shown in metrics is the server's name or a label, a host, a command's file name.
+Credentials never reach a key, a store or a log as they are: a URL's user and password and
+credential query values are replaced by their keyed masks (``_secrets.mask``: different
+credentials, different identities); a stdio launch's credential arguments (``--token V``,
+``API_KEY=V``, secret-shaped strings) and its ``env=`` are who is asking, keyed digests as a
+recording keys them (``_callers.stdio_launch``; the inherited environment is never read).
+What keys and counters carry is a digest of all that; the name shown in metrics is the
+server's name or a label, a host, a command's file name.
 """
 
 from __future__ import annotations
@@ -92,11 +94,20 @@ def connection_of(session: Any, server: Any) -> tuple[dict[str, Any], Any]:
             return {"url": _wire.hidden_url(server, mask)}, None
         return {"label": server}, None
     command = getattr(server, "command", None)
-    if isinstance(command, str):  # StdioServerParameters: the environment is left out
-        cwd = getattr(server, "cwd", None)
-        return _wire.stdio_identity(command, [str(a) for a in getattr(server, "args", ())],
-                                    None if cwd is None else str(cwd), hide=mask), None
+    if isinstance(command, str):  # StdioServerParameters
+        return _stdio(server, command), None
     return {"object": _token(server)}, server  # an in-process server, a Transport object
+
+
+def _stdio(params: Any, command: str) -> dict[str, Any]:
+    """A stdio launch as recordings name it (``_callers.stdio_launch``), its credentials
+    and ``env=`` as the digests a key outside a block holds."""
+    from ._callers import as_sent, stdio_launch
+
+    cwd = getattr(params, "cwd", None)
+    server, items = stdio_launch(command, [str(a) for a in getattr(params, "args", ())],
+                                 getattr(params, "env", None), None if cwd is None else str(cwd))
+    return {**server, "identity": as_sent(items)} if items else server
 
 
 class Identity:

@@ -60,15 +60,15 @@ _UNDO: dict[str, list[Callable[[], None]]] = {}
 def _server(transport: str, args: tuple[Any, ...], kwargs: dict[str, Any]
             ) -> tuple[dict[str, Any], list[Any]]:
     """The server's identity, and who the session says is asking: its URL's credentials
-    and its identity headers (``_callers``)."""
+    and its identity headers, or its launch's credentials and ``env=`` (``_callers``)."""
     from . import _wire
+    from ._callers import callers_of, stdio_launch
 
     if transport == "stdio":
         params = args[0] if args else kwargs["server"]
-        return _wire.stdio_identity(params.command, list(params.args or ()),
-                                    None if params.cwd is None else str(params.cwd)), []
+        return stdio_launch(params.command, [str(a) for a in params.args or ()], params.env,
+                            None if params.cwd is None else str(params.cwd))
     url = str(args[0] if args else kwargs["url"])
-    from ._callers import callers_of
 
     return _wire.http_identity(url, transport), callers_of(url, _headers(args, kwargs))
 

@@ -9,7 +9,8 @@ of the request it answers; for a ``subscriptions/listen`` stream, its acknowledg
 
 Also here: which requests are answered by content rather than by occurrence
 (:func:`by_content`), how long a store that answers by key may keep a 2026-07-28 answer
-(:func:`hinted_ttl`), and credentials hidden from a server's identity (:func:`hidden_args`).
+(:func:`hinted_ttl`), and credentials hidden from a server's identity (:func:`hidden_args`)
+and named as who is asking (:func:`http_credentials`, :func:`stdio_credentials`).
 
 Nothing here imports ``mcp`` or does I/O: the proxy (``_proxy.py``) feeds it dicts.
 """
@@ -22,6 +23,8 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import SplitResult, parse_qsl, quote, urlencode, urlsplit
+
+import orjson
 
 from .._core import volatile as _vol
 from .._secrets import AUTH_QUERY, is_secret_name, mask_text, name_forms
@@ -51,7 +54,9 @@ __all__ = [
     "recording",
     "replayed_ack",
     "replayed_notifications",
+    "stdio_credentials",
     "stdio_identity",
+    "stdio_scope",
     "subscription_of",
 ]
 
@@ -80,8 +85,8 @@ _MAX_TTL = 24 * 3600.0
 
 _CLIENT_INFO = "io.modelcontextprotocol/clientInfo"
 _LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
-#: What a credential in a recorded server identity becomes (a recording replays under
-#: another token, as HTTP keys leave out ``Authorization``).
+#: What a credential in a server's plain identity becomes: its value is who is asking, a
+#: keyed digest beside it (:func:`stdio_credentials`), as HTTP keys ``Authorization``.
 REDACTED: Final = "<REDACTED>"
 _USERINFO = re.compile(r"(?<=://)([^/?#@\s]+)@")
 
@@ -142,20 +147,60 @@ def hidden_args(args: Sequence[str], hide: Callable[[str], str]) -> list[str]:
     return out
 
 
-def stdio_identity(command: str, args: Sequence[str], cwd: str | None = None,
-                   hide: Callable[[str], str] = _redact) -> dict[str, Any]:
-    """A stdio server: the command's file name and its arguments, credentials passed through
-    ``hide`` (a recording's: :data:`REDACTED`). The environment is left out (it carries the
-    tokens), and so is where the interpreter or checkout lives."""
+def stdio_identity(command: str, args: Sequence[str], cwd: str | None = None
+                   ) -> dict[str, Any]:
+    """A stdio server as keys name it in plain: the command's file name and its arguments,
+    credentials :data:`REDACTED` (they are who is asking: :func:`stdio_credentials`). The
+    environment is left out of it, and so is where the interpreter or checkout lives."""
     roots = [(os.getcwd(), "."), (os.path.expanduser("~"), "~")]
     out: dict[str, Any] = {
         "transport": "stdio",
         "command": pathlib.PurePath(command).name or command,
-        "args": hidden_args([_portable(str(a), roots) for a in args], hide),
+        "args": hidden_args([_portable(str(a), roots) for a in args], _redact),
     }
     if cwd is not None:
         out["cwd"] = _portable(os.fspath(cwd), roots)
     return out
+
+
+def _holds_secret(value: str) -> bool:
+    """Whether ``value`` is, or holds, a credential by its shape (a key, a token, a URL's
+    password or credential query value): what :func:`hidden_url` hides."""
+    return hidden_url(value, _redact) != value
+
+
+def stdio_credentials(args: Sequence[str], env: Mapping[str, str] | None
+                      ) -> tuple[tuple[str, str], ...]:
+    """Who a stdio launch says is asking, as identity pairs: the n-th credential of its
+    command line (``arg:N``, what :func:`hidden_args` hides), each ``env=`` entry named like
+    a credential or holding one (``env:NAME``), and the launch's other ``env=`` entries
+    together (``env``: ``REGION=eu`` and ``REGION=us`` may answer differently). Only the
+    ``env=`` given: the inherited environment is never read."""
+    found: list[str] = []
+
+    def note(value: str) -> str:
+        found.append(value)
+        return REDACTED
+
+    hidden_args([str(a) for a in args], note)
+    pairs = [(f"arg:{n}", value) for n, value in enumerate(found, 1)]
+    rest: dict[str, str] = {}
+    for name, value in sorted((env or {}).items()):
+        if is_secret_name(name) or _holds_secret(value):
+            pairs.append((f"env:{quote(name, safe='')}", value))
+        else:
+            rest[name] = value
+    if rest:
+        pairs.append(("env", orjson.dumps(rest).decode()))
+    return tuple(pairs)
+
+
+def stdio_scope(server: Mapping[str, Any]) -> str:
+    """Where a stdio launch's credentials apply, as identity items name it: ``mcp.stdio.``,
+    the command's name and a digest of its plain identity (``stdio_identity``), so two
+    servers run by one interpreter map a replay's credentials each on its own."""
+    whole = orjson.dumps(dict(server), option=orjson.OPT_SORT_KEYS)
+    return f"{KIND}.stdio.{quote(str(server['command']), safe='')}.{digest_of(whole)[:8]}"
 
 
 def _secret_query(name: str) -> bool:

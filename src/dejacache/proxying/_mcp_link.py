@@ -6,13 +6,13 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, NamedTuple
 
 from ..errors import ConfigurationError
 from ..scope import scope
 
-__all__ = ["is_request", "require_mcp", "server_of", "unrecorded"]
+__all__ = ["Upstream", "is_request", "require_mcp", "server_of", "unrecorded"]
 
 
 def require_mcp() -> None:
@@ -23,22 +23,37 @@ def require_mcp() -> None:
                                  "pip install 'dejacache[mcp]'") from None
 
 
-def server_of(command: list[str], url: str | None) -> tuple[dict[str, Any], Callable[[], Any]]:
-    """The server's identity (as the recorder keys it) and how to open its transport."""
-    from ..mcp import _wire
+class Upstream(NamedTuple):
+    """The real server: its identity and who is asking as the recorder keys them, the
+    server as ``mcp_tool_cache``'s ``server=`` names it, and how to open its transport."""
+
+    identity: dict[str, Any]
+    callers: list[Any]
+    named: Any
+    open: Callable[[], Any]
+
+
+def server_of(command: list[str], url: str | None,
+              env: Mapping[str, str] | None = None) -> Upstream:
+    """The server at ``url``, or the stdio server ``command`` launched with ``env`` (the
+    ``--env`` entries: who launches it, part of its identity) over the proxy's own
+    environment (passed on, never read into the identity)."""
+    from ..mcp import _callers, _wire
 
     if url is not None:
         from mcp.client.streamable_http import streamable_http_client
 
-        return (_wire.http_identity(url, "streamable-http"),
-                lambda: unrecorded(streamable_http_client(url)))
+        return Upstream(_wire.http_identity(url, "streamable-http"), _callers.callers_of(url),
+                        url, lambda: unrecorded(streamable_http_client(url)))
     from mcp import StdioServerParameters
     from mcp.client.stdio import stdio_client
 
-    # The proxy's whole environment (the server's tokens live there), never in its identity.
-    params = StdioServerParameters(command=command[0], args=command[1:], env=dict(os.environ))
-    return (_wire.stdio_identity(command[0], command[1:]),
-            lambda: unrecorded(stdio_client(params, errlog=sys.stderr)))
+    named = StdioServerParameters(command=command[0], args=command[1:], env=dict(env or {}))
+    params = StdioServerParameters(command=command[0], args=command[1:],
+                                   env={**os.environ, **(env or {})})
+    identity, callers = _callers.stdio_launch(command[0], command[1:], env)
+    return Upstream(identity, callers, named,
+                    lambda: unrecorded(stdio_client(params, errlog=sys.stderr)))
 
 
 @contextlib.asynccontextmanager

@@ -10,6 +10,7 @@ traceback.
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import shlex
 import sys
@@ -106,6 +107,8 @@ def _rerecord(cassette: pathlib.Path | None) -> str:
     """The command that re-records: the one this proxy was started with, in record mode."""
     argv = sys.argv[1:]
     if argv[:1] in (["proxy"], ["mcp-proxy"]):
+        from ..mcp import _wire
+
         head, sep, tail = _split(argv)
         kept: list[str] = []
         skip = False
@@ -114,9 +117,15 @@ def _rerecord(cassette: pathlib.Path | None) -> str:
                 skip = False
             elif a in _NOT_AGAIN:
                 skip = True
+            elif a.startswith("--env="):  # one spelling, whose value hidden_args reads
+                kept += ["--env", a[len("--env="):]]
             elif a.partition("=")[0] not in _NOT_AGAIN:
                 kept.append(a)
-        return shlex.join(["dejacache", *kept, "--mode", "record", *sep, *tail])
+        # Shown in miss messages: credentials on the command line (a server's --token, an
+        # --env API_KEY=...) are left for the user to fill in.
+        line = _wire.hidden_args([*kept, "--mode", "record", *sep, *tail],
+                                 lambda _: _wire.REDACTED)
+        return shlex.join(["dejacache", *line])
     return f"dejacache proxy --cassette {shlex.quote(str(cassette))} --mode record"
 
 
@@ -168,6 +177,11 @@ def _add_mcp_proxy(sub: Any) -> None:
     _add_cassette_options(p)
     p.add_argument("--upstream", metavar="URL", default=None,
                    help="a streamable-HTTP MCP server instead of a stdio CMD")
+    p.add_argument("--env", metavar="NAME[=VALUE]", action="append", default=[],
+                   help="an environment variable CMD is launched with, part of its identity "
+                   "(credentials as keyed digests): two launches with other values never "
+                   "share answers. NAME alone takes the value this proxy was started with; "
+                   "the rest of the proxy's environment is passed on, never keyed")
     runtime = p.add_argument_group(
         "runtime cache (instead of --cassette)",
         "mcp_tool_cache through the proxy: read-only tools cached by their annotations, "
@@ -195,6 +209,7 @@ def _cmd_mcp_proxy(args: argparse.Namespace) -> int:
         _fail(prog, "give the server as -- CMD [ARGS...] or as --upstream URL (one of them)")
     if (args.cassette is None) == (not args.cache):
         _fail(prog, "give --cassette PATH (record and replay) or --cache (the runtime cache)")
+    args.env = _launch_env(prog, args.env, bool(args.upstream))
     require_mcp()
     if args.cache:
         from .mcp_runtime import run_cached
@@ -203,6 +218,24 @@ def _cmd_mcp_proxy(args: argparse.Namespace) -> int:
     from .mcp_stdio import run_mcp_proxy
 
     return run_mcp_proxy(args, command, _rerecord(pathlib.Path(args.cassette)))
+
+
+def _launch_env(prog: str, given: list[str], upstream: bool) -> dict[str, str]:
+    """``--env NAME=VALUE`` / ``--env NAME`` (the proxy's own value) as a mapping."""
+    if given and upstream:
+        _fail(prog, "--env is for a stdio server launched as -- CMD, not for --upstream URL")
+    out: dict[str, str] = {}
+    for item in given:
+        name, eq, value = item.partition("=")
+        if not name or "\x00" in item:
+            _fail(prog, f"--env {item.partition('=')[0]!r}: give NAME=VALUE or NAME")
+        if not eq:
+            found = os.environ.get(name)
+            if found is None:
+                _fail(prog, f"--env {name}: {name} is not set in this proxy's environment")
+            value = found
+        out[name] = value
+    return out
 
 
 def add_proxy_commands(sub: Any) -> None:

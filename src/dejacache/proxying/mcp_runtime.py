@@ -136,12 +136,12 @@ async def serve_cached(args: argparse.Namespace, command: list[str]) -> int:
     def make(data: dict[str, Any]) -> Any:
         return SessionMessage(jsonrpc_message_adapter.validate_python(data))
 
-    _, open_live = server_of(command, args.upstream)
-    server = args.upstream or _stdio_params(command)
-    async with stdio_server() as (reads, to_client), open_live() as (from_server, to_server, *_):
+    upstream = server_of(command, args.upstream, args.env)
+    async with stdio_server() as (reads, to_client), \
+            upstream.open() as (from_server, to_server, *_):
         link = _Link(make, to_server, to_client)
-        cached = mcp_tool_cache(link, server=server, cacheable=args.cacheable, ttl=args.ttl,
-                                store=args.store)
+        cached = mcp_tool_cache(link, server=upstream.named, cacheable=args.cacheable,
+                                ttl=args.ttl, store=args.store)
         async with anyio.create_task_group() as tg:
 
             async def back() -> None:
@@ -164,8 +164,3 @@ async def serve_cached(args: argparse.Namespace, command: list[str]) -> int:
         await to_client.aclose()
     return 0
 
-
-def _stdio_params(command: list[str]) -> Any:
-    from mcp import StdioServerParameters
-
-    return StdioServerParameters(command=command[0], args=command[1:])

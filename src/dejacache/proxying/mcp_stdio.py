@@ -74,7 +74,7 @@ async def _record_replay(args: argparse.Namespace, command: list[str], rerecord:
 
     cassette = pathlib.Path(args.cassette).absolute()
     session = await Session("mcp", spec_from_args(args, cassette, rerecord)).open()
-    identity, open_live = server_of(command, args.upstream)
+    upstream = server_of(command, args.upstream, args.env)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -82,7 +82,8 @@ async def _record_replay(args: argparse.Namespace, command: list[str], rerecord:
     status = 0
     try:
         async with stdio_server() as (reads, to_client), \
-                session_streams(session.eff, identity, open_live) as (answers, writes, *_):
+                session_streams(session.eff, upstream.identity, upstream.open,
+                                callers=upstream.callers) as (answers, writes, *_):
             serving = asyncio.ensure_future(_pump(session, reads, writes, answers, to_client))
             stopping = asyncio.ensure_future(stop.wait())
             await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
