@@ -249,9 +249,11 @@ class _Names:
         return True
 
     def pair(self, seq: list[Any] | tuple[Any, ...]) -> bool:
-        """Whether ``seq``, two items the first a str, is a credential's ``[name, value]``
-        pair (``_secrets.is_named_pair``: its value is masked as a field of that name is)."""
-        if _secrets.is_named_pair(seq, _secrets.is_secret_name):
+        """Whether ``seq``, two items the first a str, may be a credential's ``[name, value]``
+        pair (``_secrets.is_named_pair``: its value is masked as a field of that name is).
+        Asked without the field holding it: a True sends the call to ``_Canon``, which
+        knows the field and decides."""
+        if _secrets.is_named_pair(seq, _secrets.is_secret_name, None):
             return True
         if len(self.firsts) < _PLAIN_MAX and len(seq[0]) <= _secrets.PAIR_NAME_MAX:
             self.firsts.add(seq[0])  # (a long text is not kept: asking it again is one len)
