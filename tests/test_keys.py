@@ -1007,6 +1007,70 @@ def test_a_declared_or_kept_trace_id_is_dropped_or_keyed_everywhere() -> None:
                             volatile=["!trace_id"])
 
 
+_KEEPABLE = sorted(keys.DEFAULT_VOLATILE | {"trace_id", "span_id", "request-id", "run_id"})
+
+
+@given(name=st.sampled_from(_KEEPABLE), other=st.sampled_from(_KEEPABLE), data=st.data())
+def test_kept_out_keeps_a_name_in_any_spelling_and_only_it(name: str, other: str,
+                                                           data: st.DataObject) -> None:
+    """``!name``'s one rule: any spelling of a name keeps it (``!traceId``, ``!Trace-Id``
+    keep ``trace_id``), and nothing else."""
+    spelled = data.draw(st.sampled_from(sorted(keys._spellings(name))))
+    names = frozenset({name, other})
+    left = keys.kept_out(names, frozenset({spelled}))
+    assert name not in left
+    assert (other in left) == (keys._secrets.name_forms(other).isdisjoint(
+        keys._secrets.name_forms(name)))
+    assert keys.kept_out(names, frozenset()) == names
+
+
+@pytest.mark.parametrize("kept", ["!x-request-id", "!X-Request-Id", "!request-id",
+                                  "!traceparent", "!idempotency_key"])
+def test_a_kept_default_name_is_keyed_by_cache_as_by_http(kept: str) -> None:
+    """``@cache`` read ``!name`` only for telemetry ids: ``volatile=["!x-request-id"]`` was
+    a silent no-op there while HTTP keys honoured it."""
+    def f(req: Any) -> None: ...
+
+    name = kept[1:].lower().replace("_", "-")
+    a = call_key("ns", "f", ({name: "a", "q": 1},), fn=f, volatile=[kept])
+    b = call_key("ns", "f", ({name: "b", "q": 1},), fn=f, volatile=[kept])
+    assert a != b
+    assert call_key("ns", "f", ({name: "a", "q": 1},), fn=f) == call_key(
+        "ns", "f", ({name: "b", "q": 1},), fn=f)
+
+
+def test_an_inner_keep_keys_what_an_outer_list_drops() -> None:
+    calls: list[Any] = []
+
+    @dejacache.cache(volatile=["!sku"])
+    def price(req: dict[str, int]) -> int:
+        calls.append(req)
+        return len(calls)
+
+    with dejacache.scope(store=dejacache.MemoryStore(), mode="auto", cache_key="t",
+                         volatile=["sku"]):
+        assert (price({"sku": 1}), price({"sku": 2}), price({"sku": 1})) == (1, 2, 1)
+
+
+@pytest.mark.parametrize("entry", [
+    lambda v: dejacache.cache(volatile=v), lambda v: dejacache.scope(volatile=v),
+    lambda v: dejacache.cassette("unused.json", volatile=v),
+])
+@pytest.mark.parametrize(("items", "named"), [(["!password"], "'!password'"),
+                                              (["nonce", "!Nonce"], "'nonce'")])
+def test_bad_keep_items_are_refused_where_they_are_written(entry: Any, items: list[str],
+                                                           named: str) -> None:
+    with pytest.raises(dejacache.ConfigurationError, match=named):
+        entry(items)
+
+
+def test_bad_keep_items_in_the_environment_are_refused(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    monkeypatch.setenv("DEJACACHE_VOLATILE", "run_id, !run_id")
+    with pytest.raises(dejacache.ConfigurationError, match="DEJACACHE_VOLATILE"):
+        keys.env_volatile()
+
+
 @pytest.mark.parametrize(
     "header",
     ["traceparent", "Traceparent", "TRACEPARENT", "X-Request-ID", "X-Request-Id", "x-request-id",

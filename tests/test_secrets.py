@@ -16,7 +16,7 @@ import pytest
 from hypothesis import strategies as st
 
 import dejacache
-from dejacache import _secret_shapes, _secrets
+from dejacache import _secret_shapes, _secrets, keys
 from dejacache.cassettes.redact import PLACEHOLDER, Redactor
 from dejacache.cassettes.scan import scan_text
 
@@ -673,6 +673,67 @@ def test_credential_pairs_never_reach_the_sqlite_store(tmp_path: pathlib.Path) -
     db = b"".join(pathlib.Path(str(store_path) + s).read_bytes()
                   for s in ("", "-wal") if pathlib.Path(str(store_path) + s).exists())
     assert b"call_api" in db and b"CANARY-S1" not in db
+
+
+# A tool definition as an LLM request carries it: schema lists naming credential fields, and
+# credential-named properties whose values are schemas.
+_TOOL = {"tools": [{"type": "function", "function": {"name": "search", "parameters": {
+    "type": "object", "required": ["api_key", "query"],
+    "properties": {"api_key": {"type": "string", "description": "the caller's key"},
+                   "mode": {"enum": ["token", "password"]},
+                   "password": {"type": ["string", "null"], "examples": ["x", "y"]},
+                   "query": {"type": "string"}}}}}]}
+
+
+def test_schema_lists_and_schemas_are_stored_as_they_were_sent() -> None:
+    """A JSON Schema's ``required``/``enum`` list of two naming a credential is names, not
+    a ``[name, value]`` pair; stored as one, a miss report showed ``<REDACTED>`` where the
+    schema said ``query``."""
+    canonical = orjson.dumps(_TOOL, option=orjson.OPT_SORT_KEYS)
+    assert _secrets.scrub_request(canonical) == canonical
+    written = Redactor().tree(_TOOL)
+    params = written["tools"][0]["function"]["parameters"]
+    assert params["required"] == ["api_key", "query"]
+    assert params["properties"]["mode"] == {"enum": ["token", "password"]}
+    # A schema under a credential's name describes it: written as it is...
+    assert params["properties"]["api_key"] == {"type": "string",
+                                               "description": "the caller's key"}
+    # ...but for the values it gives the credential, which may be the credential itself.
+    assert params["properties"]["password"] == {"type": ["string", "null"],
+                                                "examples": [PLACEHOLDER, PLACEHOLDER]}
+
+
+@pytest.mark.parametrize("value", [
+    "hunter2", 1234, ["hunter2"], {"value": "hunter2"}, {"type": "service_account", "key": "k"},
+    {"type": "string", "value": "hunter2"}, {"description": "hunter2"}, {"type": "hunter2"},
+])
+def test_a_credential_that_is_not_a_schema_is_still_hidden(value: object) -> None:
+    written = orjson.dumps(Redactor().tree({"api_key": value, "password": value}))
+    assert b"hunter2" not in written and b"1234" not in written
+    assert b'"key":"k"' not in written
+
+
+@pytest.mark.parametrize("parent", ["headers", "params", "opts", None])
+def test_real_pairs_are_masked_under_any_other_field(parent: str | None) -> None:
+    pair = ["Authorization", "Bearer CANARY-H"]
+    form: object = [pair] if parent is None else {parent: pair}
+    stored = _secrets.scrub_request(orjson.dumps(form, option=orjson.OPT_SORT_KEYS))
+    assert b"CANARY-H" not in stored
+    assert b"CANARY-H" not in orjson.dumps(Redactor().tree(form))
+
+
+_NAMES = st.sampled_from(["api_key", "token", "password", "Authorization", "x-api-key",
+                          "secret", "query", "q"])
+
+
+@hypothesis.given(keyword=st.sampled_from(["enum", "required", "examples", "type"]),
+                  first=_NAMES, second=_NAMES)
+def test_schema_keyword_lists_are_never_pairs(keyword: str, first: str, second: str) -> None:
+    request = {"tools": [{"parameters": {"properties": {"f": {keyword: [first, second]}}}}]}
+    canonical = keys.canonical_json(request)
+    assert canonical == orjson.dumps(request, option=orjson.OPT_SORT_KEYS)  # keyed as sent
+    assert _secrets.scrub_request(canonical) == canonical  # stored as keyed
+    assert Redactor().tree(request) == request  # written as sent
 
 
 # --------------------------------------------------------------------- URLs of any kind

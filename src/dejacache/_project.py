@@ -66,7 +66,7 @@ def _volatile(value: Any, where: str) -> tuple[str, ...]:
 
     items = _strings(value, where)
     try:
-        _vol.parse(items)  # a malformed path or pattern is refused where it is written
+        _vol.check(items)  # a malformed or contradictory item is refused where it is written
     except ConfigurationError as exc:
         raise ConfigurationError(f"{where}: {exc}") from None
     return items

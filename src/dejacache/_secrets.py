@@ -40,12 +40,14 @@ __all__ = [
     "PAIR_NAME_MAX",
     "PLACEHOLDER",
     "SECRET_NAMES",
+    "SCHEMA_VALUES",
     "SECRET_PATTERNS",
     "SENSITIVE_HEADERS",
     "Shape",
     "find_secrets",
     "guarded",
     "is_named_pair",
+    "is_schema",
     "is_secret_name",
     "is_secret_pair",
     "is_secret_query",
@@ -492,14 +494,16 @@ class Scrubber:
             self._memo[s] = done
         return done
 
-    def tree(self, node: Any) -> Any:
+    def tree(self, node: Any, parent: str | None = None) -> Any:
+        """``node`` with its secrets masked; ``parent``: the field it is held under (None for
+        a list item or the whole tree), which says whether a list of two is a pair."""
         t = type(node)
         if t is str:
             return self.text(node)
         if t is dict:
-            return {self.text(k): self.tree(v) for k, v in node.items()}
+            return {self.text(k): self.tree(v, k) for k, v in node.items()}
         if t is list:
-            if is_named_pair(node, is_secret_name):
+            if is_named_pair(node, is_secret_name, parent):
                 return [self.text(node[0]), _masked_leaves(node[1], self.replace)]
             return [self.tree(v) for v in node]
         return node
@@ -518,13 +522,49 @@ _SCHEMA_LISTS = frozenset({"enum", "required", "examples", "type"})
 
 
 def is_named_pair(node: Sequence[Any], secret: Callable[[str], bool],
-                  parent: str | None = None) -> bool:
-    """Whether ``node`` is a ``[name, value]`` pair (how HTTP headers and query parameters are
-    often listed: ``[["X-Api-Key", "..."]]``) whose name ``secret`` calls a credential. The one
+                  parent: str | None) -> bool:
+    """Whether ``node``, held under the field ``parent`` (None: a list item or a whole
+    value), is a ``[name, value]`` pair (how HTTP headers and query parameters are often
+    listed: ``[["X-Api-Key", "..."]]``) whose name ``secret`` calls a credential. The one
     rule of keys (``keys.py``: the value masked as a field of that name is), cassettes
-    (``cassettes/redacting.py``) and stores (:func:`scrub_request`)."""
+    (``cassettes/redacting.py``) and stores (:func:`scrub_request`): each passes the parent,
+    so a schema's ``"enum": ["token", "password"]`` is stored as it was sent."""
     return (len(node) == 2 and type(node[0]) is str and len(node[0]) <= PAIR_NAME_MAX
             and parent not in _SCHEMA_LISTS and secret(node[0]))
+
+
+# JSON Schema's keywords (2020-12, with OpenAPI's ``nullable``/``example``) and its type names.
+_SCHEMA_WORDS: Final = frozenset({
+    "$schema", "$id", "$ref", "$defs", "$comment", "$anchor", "definitions", "title",
+    "description", "type", "format", "pattern", "enum", "const", "default", "examples",
+    "example", "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum",
+    "exclusiveMaximum", "multipleOf", "items", "prefixItems", "additionalItems", "minItems",
+    "maxItems", "uniqueItems", "contains", "properties", "patternProperties",
+    "additionalProperties", "unevaluatedProperties", "unevaluatedItems", "required",
+    "minProperties", "maxProperties", "propertyNames", "dependentRequired",
+    "dependentSchemas", "anyOf", "oneOf", "allOf", "not", "if", "then", "else", "nullable",
+    "deprecated", "readOnly", "writeOnly", "contentEncoding", "contentMediaType"})
+_SCHEMA_TYPES: Final = frozenset({"string", "number", "integer", "boolean", "object", "array",
+                                  "null"})
+#: Schema keywords that give values of what the schema describes: under a credential's name
+#: they are values of the credential (a ``default`` or ``const`` may be the password itself).
+SCHEMA_VALUES: Final = frozenset({"enum", "const", "default", "examples", "example"})
+
+
+def is_schema(v: Any) -> bool:
+    """Whether ``v``, met under a credential's name, is a JSON Schema describing the
+    credential (a tool's ``"properties": {"api_key": {"type": "string"}}``), not its value:
+    a dict of schema keywords only, with a JSON type or a subschema keyword. Written with
+    every leaf hidden, a tool definition was stored as ``{"type": "<REDACTED>"}``, a request
+    other than the one sent. A service account's ``{"type": "service_account", ...}`` is not
+    one (no such JSON type, and keys no schema has)."""
+    if type(v) is not dict or not v or not _SCHEMA_WORDS.issuperset(v):
+        return False
+    kind = v.get("type")
+    if kind is None:
+        return any(w in v for w in ("$ref", "anyOf", "oneOf", "allOf"))
+    kinds = kind if type(kind) is list else [kind]
+    return all(type(k) is str and k in _SCHEMA_TYPES for k in kinds) and bool(kinds)
 
 
 def _masked_leaves(v: Any, replace: Callable[[str], str]) -> Any:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 from . import _project
 from ._core import volatile as _vol
 from ._core.modes import MODES, as_mode, resolve_mode
-from ._core.volatile import parse as _parse_volatile
+from ._core.volatile import check as _check_volatile
 from ._env import warn_unknown
 from ._lazy import served
 from ._paths import default_cache_dir
@@ -85,7 +85,7 @@ def volatile_items(items: Iterable[str | re.Pattern[str]]) -> VolatileItems:
         items = (items,)
     out = tuple(items)
     try:
-        _parse_volatile(out)
+        _check_volatile(out)
     except ConfigurationError as exc:
         raise ConfigurationError(f"volatile=: {exc}") from None
     return out

@@ -63,6 +63,7 @@ __all__ = [
     "call_key",
     "canonical_json",
     "explain",
+    "kept_out",
     "telemetry_names",
 ]
 
@@ -195,13 +196,30 @@ def volatile_spellings(names: frozenset[str]) -> frozenset[str]:
 
 
 @functools.lru_cache(maxsize=64)
+def kept_out(names: frozenset[str], keep: frozenset[str]) -> frozenset[str]:
+    """``names`` (volatile: left out of keys) less those ``keep`` (the names of ``!name``
+    items) keys after all, matched in any spelling (``!traceId`` keeps ``trace_id``,
+    ``!User-Agent`` keeps ``user-agent``). The one meaning of ``!name``, for every face
+    (``@cache``, HTTP and WebSocket requests, MCP): it used to be read three ways, so
+    ``!request_id``-style items were honoured by HTTP keys and ignored by ``@cache``."""
+    if not keep:
+        return names
+    # Either test alone misses some: ``XB3Parentspanid`` is a spelling a key drops for
+    # ``x-b3-parentspanid`` but splits into other words; ``user-AGENT`` is no such spelling.
+    kept = frozenset().union(*map(_secrets.name_forms, keep))
+    return frozenset(n for n in names if keep.isdisjoint(_spellings(n))
+                     and kept.isdisjoint(_secrets.name_forms(n)))
+
+
+@functools.lru_cache(maxsize=64)
 def telemetry_names(everywhere: frozenset[str], keep: frozenset[str] = frozenset()
                     ) -> frozenset[str]:
     """The telemetry ids (``_vol.TELEMETRY``) in every spelling that a key drops only where
     telemetry lives: less those ``everywhere`` (the volatile names in their spellings) drops
-    wherever they are, and those ``keep`` (lower-cased ``!name`` items) keys after all."""
-    ids = frozenset(n for n in _vol.TELEMETRY if n not in everywhere and n not in keep)
-    return volatile_spellings(ids) - everywhere - keep
+    wherever they are, and those ``keep`` (``!name`` items, :func:`kept_out`) keys after
+    all."""
+    ids = frozenset(n for n in kept_out(_vol.TELEMETRY, keep) if n not in everywhere)
+    return volatile_spellings(ids) - everywhere
 
 
 # ------------------------------------------------------------------------------ names
@@ -249,9 +267,11 @@ class _Names:
         return True
 
     def pair(self, seq: list[Any] | tuple[Any, ...]) -> bool:
-        """Whether ``seq``, two items the first a str, is a credential's ``[name, value]``
-        pair (``_secrets.is_named_pair``: its value is masked as a field of that name is)."""
-        if _secrets.is_named_pair(seq, _secrets.is_secret_name):
+        """Whether ``seq``, two items the first a str, may be a credential's ``[name, value]``
+        pair (``_secrets.is_named_pair``: its value is masked as a field of that name is).
+        Asked without the field holding it: a True sends the call to ``_Canon``, which
+        knows the field and decides."""
+        if _secrets.is_named_pair(seq, _secrets.is_secret_name, None):
             return True
         if len(self.firsts) < _PLAIN_MAX and len(seq[0]) <= _secrets.PAIR_NAME_MAX:
             self.firsts.add(seq[0])  # (a long text is not kept: asking it again is one len)
@@ -1225,8 +1245,8 @@ class KeyBuilder:
         spec = _vol.parse(volatile)
         base = DEFAULT_VOLATILE if use_default_volatile else frozenset()
         # Credentials are not listed here: every canonical form masks them (``_Names``).
-        self.volatile = volatile_spellings(frozenset(base | spec.names)) | (
-            _HEADER_ONLY if use_default_volatile else frozenset()
+        self.volatile = volatile_spellings(kept_out(base | spec.names, spec.keep)) | (
+            kept_out(_HEADER_ONLY, spec.keep) if use_default_volatile else frozenset()
         )
         self._filter = _names_for(self.volatile, telemetry_names(self.volatile, spec.keep)
                                   if use_default_volatile else frozenset())
@@ -1663,7 +1683,7 @@ def env_volatile() -> tuple[str, ...]:
     raw = os.environ.get("DEJACACHE_VOLATILE", "")
     items = tuple(p.strip() for p in raw.split("\n" if "\n" in raw else ",") if p.strip())
     try:
-        _vol.parse(items)  # a malformed item is an error here, never silently ignored
+        _vol.check(items)  # a malformed item is an error here, never silently ignored
     except ConfigurationError as exc:
         raise ConfigurationError(f"DEJACACHE_VOLATILE: {exc}") from None
     return items

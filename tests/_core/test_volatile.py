@@ -13,6 +13,7 @@ from dejacache import ConfigurationError
 from dejacache._core import volatile_watch
 from dejacache._core.volatile import (
     PLACEHOLDER,
+    check,
     declared_paths,
     parse,
     parse_path,
@@ -28,6 +29,28 @@ def test_parse_splits_names_paths_and_patterns() -> None:
     assert spec.names == {"trace_id"}
     assert spec.paths == (("body", "messages", None, "content"),)
     assert spec.patterns[0] is pat and spec.patterns[1].pattern == "id-[0-9a-f]+"
+
+
+@pytest.mark.parametrize("item", ["!api_key", "!Authorization", "!x-api-key", "!apiKey",
+                                  "!cookie", "!OpenAI-Organization", "!db_password"])
+def test_keeping_a_credential_is_refused_naming_the_item(item: str) -> None:
+    """A credential keys only as a keyed mask or an identity digest: ``!name`` cannot key it
+    as it is, and was a silent no-op."""
+    with pytest.raises(ConfigurationError, match=re.escape(repr(item))):
+        parse([item])
+
+
+@pytest.mark.parametrize(("name", "kept"), [("x", "!x"), ("trace_id", "!traceId"),
+                                            ("user-agent", "!User_Agent"), ("RunId", "!run_id")])
+def test_one_list_that_drops_and_keeps_a_name_is_refused(name: str, kept: str) -> None:
+    for items in ([name, kept], [kept, "other", name]):
+        with pytest.raises(ConfigurationError, match=re.escape(repr(name))) as err:
+            check(items)
+        assert repr(kept) in str(err.value)
+    # Lists joined outer to inner (configure's, a scope's, a block's) are read by parse:
+    # an inner ``!x`` keeps what an outer ``x`` dropped.
+    assert parse([name, kept]).keep == {kept[1:]}
+    assert check([name]) == parse([name]) and check([kept, "y"]) == parse([kept, "y"])
 
 
 def test_a_parse_compares_by_its_fields_and_is_false_when_empty() -> None:

@@ -34,6 +34,19 @@ def test_key_order_and_volatile_fields_do_not_matter() -> None:
                       "body": {"messages": [], "model": "m"}}
 
 
+@pytest.mark.parametrize("kept", ["!user", "!User", "!safetyIdentifier", "!traceparent"])
+def test_a_kept_default_body_field_is_keyed_in_any_spelling(kept: str) -> None:
+    name = {"!User": "user", "!safetyIdentifier": "safety_identifier"}.get(kept, kept[1:])
+
+    def body(v: str) -> dict[str, object]:
+        raw, _ = canonical_request("POST", "/v1/chat/completions", [],
+                                   orjson.dumps({"model": "m", name: v}), "application/json",
+                                   OPENAI, None, (kept,))
+        return orjson.loads(raw)["body"]  # type: ignore[no-any-return]
+
+    assert body("a") == {"model": "m", name: "a"} and body("a") != body("b")
+
+
 def test_secret_query_parameters_are_dropped() -> None:
     got = canon(b"", query=[("api-version", "1"), ("api_key", "s"), ("KEY", "s"),
                             ("sig", "s"), ("x", "1"), ("x", "2")])

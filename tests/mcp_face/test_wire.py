@@ -236,3 +236,14 @@ def test_a_tools_own_trace_id_is_keyed_and_meta_telemetry_is_not() -> None:
 
     assert key("abc", "m1") != key("def", "m1")
     assert key("abc", "m1") == key("abc", "m2")
+
+
+def test_a_kept_default_name_is_keyed() -> None:
+    """MCP read ``!name`` only for telemetry ids: ``!idempotency-key`` was a silent no-op."""
+    def key(value: str, volatile: tuple[str, ...] = ()) -> str:
+        params = {"name": "pay", "arguments": {"idempotency-key": value, "amount": 1}}
+        return _wire.canonical("ns", SERVER, "tools/call", params, volatile)[0]
+
+    assert key("a") == key("b")
+    assert key("a", ("!idempotency-key",)) != key("b", ("!idempotency-key",))
+    assert key("a", ("!Idempotency_Key",)) != key("b", ("!Idempotency_Key",))

@@ -5,8 +5,11 @@ A volatile item is one of
 * a path (``"messages[*].content"``, ``"body.metadata.run"``, ``"items[0]"``): the value at
   that place is dropped (a key) or replaced by :data:`PLACEHOLDER` (a list position, so later
   positions keep their meaning); lists met on the way are walked, ``[*]`` says so explicitly;
-* ``"!name"``: the opposite of a name: a field or request header dejacache leaves out of keys
-  by default (``"!user-agent"``, ``"!traceparent"``) is keyed after all;
+* ``"!name"``: the opposite of a name: a field or request header left out of keys by default
+  (``"!user-agent"``, ``"!traceparent"``) or by an outer list (``configure``'s, a scope's) is
+  keyed after all, in every spelling (``keys.kept_out``: the one rule of every face). A
+  credential cannot be kept (it keys only as a keyed mask or an identity digest), and one
+  list that says both ``"x"`` and ``"!x"`` contradicts itself (:func:`check`);
 * a compiled regular expression: every match inside any string is replaced by
   :data:`PLACEHOLDER` before keying, so the stored request shows where volatile text was
   (a judge prompt's ``<opentelemetry_traces>`` digest, a timestamp inside a system prompt).
@@ -46,6 +49,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from .. import _secrets
 from .._lazy import pattern, served
 from ..errors import ConfigurationError
 
@@ -57,6 +61,7 @@ __all__ = [
     "REQUEST_ROOTS",
     "Volatility",
     "apply",  # defined in volatile_apply, served by __getattr__
+    "check",
     "declared_paths",
     "parse",
     "parse_path",
@@ -180,7 +185,7 @@ def parse(items: Iterable[str | re.Pattern[str]] | None) -> Volatility:
                 raise ConfigurationError(
                     f"volatile item {item!r}: '!' keys one field or header by name "
                     "(e.g. '!user-agent'), not a path or nothing")
-            keep.add(item[1:])
+            keep.add(_keepable(item))
         elif isinstance(item, str) and item:
             if _is_path(item):
                 paths.append(parse_path(item))
@@ -192,6 +197,35 @@ def parse(items: Iterable[str | re.Pattern[str]] | None) -> Volatility:
                 f"not {item!r}")
     return Volatility(frozenset(names), tuple(dict.fromkeys(paths)),
                       tuple(dict.fromkeys(patterns)), frozenset(keep))
+
+
+def _keepable(item: str) -> str:
+    """The name of a ``!name`` item, refused when it is a credential: a credential keys only
+    as a keyed mask (a header: an identity digest), never as it is, so keeping it would be
+    a silent no-op at best."""
+    name = item[1:]
+    if _secrets.is_secret_name(name) or not _secrets.name_forms(name).isdisjoint(
+            _secrets.SENSITIVE_HEADERS):
+        raise ConfigurationError(
+            f"volatile item {item!r}: {name!r} names a credential or an account, which a key "
+            "holds only as a keyed mask (a header: as a digest of who is asking), never as "
+            f"it is; remove {item!r}")
+    return name
+
+
+def check(items: Iterable[str | re.Pattern[str]] | None) -> Volatility:
+    """:func:`parse` of one list as a user wrote it (``volatile=``, ``DEJACACHE_VOLATILE``,
+    the project file), refusing a name it both drops and keeps (``"x"`` with ``"!x"``, in
+    any spelling). Lists are joined outer to inner before keys read them, so an inner
+    ``"!x"`` keeps what an outer ``"x"`` dropped; only one list saying both is refused."""
+    spec = parse(items)
+    for name in sorted(spec.names):  # (lists are short: a few names each)
+        for kept in sorted(spec.keep):
+            if not _secrets.name_forms(name).isdisjoint(_secrets.name_forms(kept)):
+                raise ConfigurationError(
+                    f"volatile items {name!r} and {'!' + kept!r} contradict each other: the "
+                    "first leaves the name out of keys, the second keys it; keep one")
+    return spec
 
 
 def _checked(pat: re.Pattern[str]) -> re.Pattern[str]:

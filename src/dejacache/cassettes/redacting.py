@@ -43,7 +43,7 @@ class Writing:
     def tree(self, tree: Any, response: bool) -> Any:
         for path in self.redactor.paths:
             tree = _drop_path(tree, path)
-        return self._walk(tree, False, response)
+        return self._walk(tree, False, response, None)
 
     def text(self, s: str) -> str:
         done = self._memo.get(s)
@@ -64,7 +64,9 @@ class Writing:
         self._memo[orig] = s
         return s
 
-    def _walk(self, node: Any, in_query: bool, response: bool) -> Any:
+    def _walk(self, node: Any, in_query: bool, response: bool, parent: str | None) -> Any:
+        """``parent``: the field ``node`` is held under (None: a list item or the whole tree),
+        which says whether a list of two is a ``[name, value]`` pair."""
         t = type(node)
         if t is str:
             return self.text(node)
@@ -74,16 +76,23 @@ class Writing:
             for k, v in node.items():
                 if v is not None and (r.secret(k, response=response)
                                       or (in_query and r.secret_query(k))):
-                    out[k] = _placeholder(v)
+                    out[k] = (self._schema(v, response) if _secrets.is_schema(v)
+                              else _placeholder(v))
                 else:
-                    out[k] = self._walk(v, _secrets.normalize(k) in _QUERY_HOLDERS, response)
+                    out[k] = self._walk(v, _secrets.normalize(k) in _QUERY_HOLDERS, response, k)
             return out
         if t is list:
             if _secrets.is_named_pair(node, lambda name: r.secret(name, response=response)
-                                      or (in_query and r.secret_query(name))):
+                                      or (in_query and r.secret_query(name)), parent):
                 return [node[0], _placeholder(node[1])]
-            return [self._walk(v, in_query, response) for v in node]
+            return [self._walk(v, in_query, response, None) for v in node]
         return node
+
+    def _schema(self, schema: dict[str, Any], response: bool) -> dict[str, Any]:
+        """A JSON Schema under a credential's name (``_secrets.is_schema``): written as it
+        is, but for the values it gives the credential (``default``, ``enum``...)."""
+        return {k: _placeholder(v) if k in _secrets.SCHEMA_VALUES
+                else self._walk(v, False, response, k) for k, v in schema.items()}
 
 
 def _placeholder(v: Any) -> Any:

@@ -48,6 +48,7 @@ from ..keys import (
     DEFAULT_VOLATILE,
     canonical_json,
     digest,
+    kept_out,
     telemetry_names,
     volatile_spellings,
 )
@@ -119,10 +120,10 @@ def volatile_for(provider: str, extra: tuple[str | re.Pattern[str], ...], base: 
     ``body``, so ``messages[*].content`` works too. A kept name is keyed although dejacache
     leaves it out by default (a transport header, a default volatile name)."""
     spec = _vol.parse(extra)
+    names = volatile_spellings(kept_out(DEFAULT_VOLATILE | base | spec.names, spec.keep))
+    tele = telemetry_names(names, spec.keep)
+    # Header names are compared lower-cased (``headers.classify``).
     keep = frozenset(k.lower() for k in spec.keep)
-    every = {n for n in DEFAULT_VOLATILE | base | spec.names if n.lower() not in keep}
-    names = volatile_spellings(frozenset(every)) - keep
-    tele = telemetry_names(names, keep)
     return (names | tele, _vol.under(spec.paths, _vol.REQUEST_ROOTS, "body"), spec.patterns,
             keep, tele)
 

@@ -28,7 +28,7 @@ import orjson
 
 from .._core import volatile as _vol
 from .._secrets import AUTH_QUERY, is_secret_name, mask_text, name_forms
-from ..keys import DEFAULT_VOLATILE, canonical_json, digest, telemetry_names
+from ..keys import DEFAULT_VOLATILE, canonical_json, digest, kept_out, telemetry_names
 
 __all__ = [
     "ACKNOWLEDGED",
@@ -343,7 +343,7 @@ def canonical(
     volatile names, paths (rooted at ``params``: ``params.arguments.when``) and patterns."""
     spec = _vol.parse(volatile)
     data = {"server": dict(server), "method": method, "params": _keyed_params(params)}
-    names = DEFAULT_VOLATILE | spec.names
+    names = kept_out(DEFAULT_VOLATILE | spec.names, spec.keep)
     # A tool's own ``trace_id`` argument is keyed; ``params._meta``'s is telemetry.
     canon = canonical_json(data, volatile=names, volatile_paths=spec.paths,
                            volatile_patterns=spec.patterns, function=KIND,
