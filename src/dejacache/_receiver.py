@@ -9,8 +9,8 @@ argument of its type is; a classmethod's class by its qualified name (``keys``).
 
 The form is a plain two-item list, not a tagged object, so the hit path writes it with the
 rest of the arguments in one ``orjson.dumps`` and remembers it as plain data (a tagged
-object is walked in Python on every hit: ~0.15 µs a container). Nothing else is keyed in
-the receiver's place, so no argument can spell it.
+object is walked in Python on every hit: ~0.15 µs a container). Only a receiver is keyed
+in the receiver's place (its parameter), so no other argument can spell it.
 
 An attribute the key cannot hold (a client, a lock, a socket, a callable, anything the
 canonicaliser refuses) is left out and named (``KeyParts.left_out``), never an error, unless
