@@ -12,9 +12,11 @@ from typing import Any, ClassVar
 
 import pydantic
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import dejacache
-from dejacache.keys import KeyBuilder, explain
+from dejacache.keys import KeyBuilder, canonical_json, explain
 
 
 @pytest.fixture
@@ -165,6 +167,10 @@ def test_key_self_false_keeps_the_old_key(store: dejacache.MemoryStore, clients:
         clients("a"), "q").arguments
     with pytest.raises(dejacache.ConfigurationError, match="True, False or None, not 1"):
         dejacache.cache(key_self=1)(Client._answer)  # type: ignore[call-overload]
+    with pytest.raises(dejacache.ConfigurationError, match=(
+            r"volatile path\(s\) self\.started_at on .*_answer can never match: "
+            "key_self=False leaves the instance out")):
+        dejacache.cache(key_self=False, volatile=["self.started_at"])(Client._answer)
 
 
 def test_credentials_on_the_instance_are_masked_in_the_key(
@@ -322,3 +328,58 @@ def test_key_builder_binds_the_receiver_in_every_spelling() -> None:
     finally:
         c.close()
     assert len(forms) == 1
+
+
+# Attribute values: data, and things that are not (alone or inside data).
+_LOCK = threading.Lock()
+_data = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+    | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.text(alphabet="abc", min_size=1, max_size=3), inner, max_size=3),
+    max_leaves=8)
+_not_data = st.sampled_from([_LOCK, len, object(), [_LOCK], {"f": print}, Client])
+_attrs = st.dictionaries(st.sampled_from(["a", "b", "c", "d"]), _data | _not_data,
+                         max_size=4)
+
+
+class _Bag:
+    def __init__(self, attrs: dict[str, Any]) -> None:
+        self.__dict__.update(attrs)
+
+    def ask(self, q: str) -> None: ...
+
+
+_BAG = KeyBuilder(_Bag.ask, "ask")
+_STRICT = KeyBuilder(_Bag.ask, "ask", key_self=True)
+
+
+def _kept(attrs: dict[str, Any]) -> dict[str, Any]:
+    out = {}
+    for k, v in attrs.items():
+        try:
+            canonical_json({"v": v})
+        except TypeError:
+            continue
+        out[k] = v
+    return out
+
+
+@settings(deadline=None, derandomize=True, max_examples=200,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(_attrs, _attrs)
+def test_an_instance_is_keyed_by_exactly_the_attributes_that_are_data(
+    a: dict[str, Any], b: dict[str, Any],
+) -> None:
+    # Never refused; equal keys exactly when the data attributes are equal; what is left
+    # out is what the canonicaliser refuses, and key_self=True refuses exactly then.
+    ka, kb = _BAG.key("", (_Bag(a), "q"), {}), _BAG.key("", (_Bag(b), "q"), {})
+    same = canonical_json({"v": _kept(a)}) == canonical_json({"v": _kept(b)})
+    assert (ka == kb) == same
+    left = _BAG.left_out((_Bag(a), "q"), {})
+    assert left == tuple(sorted(f"self.{k}" for k in a.keys() - _kept(a).keys()))
+    if left:
+        with pytest.raises(dejacache.ConfigurationError, match=left[0].removeprefix("self.")):
+            _STRICT.key("", (_Bag(a), "q"), {})
+    else:
+        assert _STRICT.key("", (_Bag(a), "q"), {}) == ka

@@ -62,6 +62,11 @@ class _Keys:
             raise ConfigurationError(
                 f"volatile path(s) {', '.join(lost)} on {name} can never match: the first name "
                 "of a path is one of the function's parameters")
+        unkeyed = first.unkeyed_receiver_paths()
+        if unkeyed:
+            raise ConfigurationError(
+                f"volatile path(s) {', '.join(unkeyed)} on {name} can never match: "
+                "key_self=False leaves the instance out of the key")
         unknown, params = first.unknown_ignored()
         if unknown:
             from ._suggest import did_you_mean

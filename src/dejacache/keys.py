@@ -1328,6 +1328,11 @@ class KeyBuilder:
         return [".".join(str(s) for s in p) for p in self.paths
                 if isinstance(p[0], str) and p[0] not in sig.parameters]
 
+    def unkeyed_receiver_paths(self) -> list[str]:
+        """Volatile paths under a method's receiver that ``key_self=False`` leaves out."""
+        gone = self._drop - self._ignore - {self._recv}
+        return [".".join(str(s) for s in p) for p in self.paths if p[0] in gone]
+
     def unknown_ignored(self) -> tuple[list[str], list[str]]:
         """``ignore=`` names no call of the function can carry (a misspelling would keep the
         argument in the key without a word), and the parameters there are."""
