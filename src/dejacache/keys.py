@@ -48,7 +48,7 @@ from . import _keys_segments as _seg
 from . import _secrets
 from ._core import volatile as _vol
 from ._lazy import pattern, served
-from ._receiver import Receiver, class_tag, model_data, receiver_form, rule_for
+from ._receiver import Receiver, class_tag, model_data, receiver_form, recheck, rule_for
 from .errors import ConfigurationError, UnhashableArgument
 
 if TYPE_CHECKING:
@@ -440,9 +440,9 @@ def _hooked(value: Any, hook: Any) -> Any:
 
 
 def _keyable(value: Any) -> bool:
-    """Whether the canonicaliser can key ``value`` (a receiver's attribute): one unsorted
-    ``orjson.dumps`` (13 µs for a 200-message history, where the key's sorted write is 24),
-    or, for what only the general path writes (big integers, non-str keys), its walk."""
+    """Whether the canonicaliser can key ``value`` (a receiver's attribute; asked when the
+    key could not be written, and by ``explain``): one unsorted ``orjson.dumps``, or, for
+    what only the general path writes (big integers, non-str keys), its walk."""
     try:
         orjson.dumps(value, default=_tagged, option=orjson.OPT_PASSTHROUGH_DATACLASS)
         return True
@@ -1419,11 +1419,13 @@ class KeyBuilder:
         recv = self._recv
         if recv is None or recv not in bound:
             return out
-        out[recv] = self._receiver_form(bound[recv])[0]
+        out[recv] = self._receiver_form(bound[recv], None)[0]
         return out
 
-    def _receiver_form(self, value: Any) -> tuple[Any, tuple[str, ...]]:
-        """``(form, attributes left out)`` of the receiver ``value``."""
+    def _receiver_form(self, value: Any, keyable: Callable[[Any], bool] | None
+                       ) -> tuple[Any, tuple[str, ...]]:
+        """``(form, attributes left out)`` of the receiver ``value`` (``keyable``: see
+        ``_receiver.receiver_form``)."""
         if self._recv == "cls":
             cls = value if isinstance(value, type) else type(value)
             return f"{cls.__module__}.{cls.__qualname__}", ()
@@ -1436,7 +1438,18 @@ class KeyBuilder:
             rule = rule_for(t)
             self._seen = (t, rule)
         return receiver_form(value, rule, self._recv or "self", self._recv_paths,
-                             self.patterns, self._key_self is True, self.name, _keyable)
+                             self.patterns, self._key_self is True, self.name, keyable)
+
+    def _rechecked(self, bound: dict[str, Any], exc: Exception) -> dict[str, Any]:
+        """``bound`` whose key could not be written (``exc``), with the receiver's
+        attributes the canonicaliser refuses left out; ``exc`` again when that is not why."""
+        recv = self._recv
+        form = bound.get(recv) if recv is not None else None
+        fixed = None if recv is None else recheck(form, recv, self._key_self is True,
+                                                   self.name, _keyable)
+        if fixed is None or recv is None:
+            raise exc
+        return {**bound, recv: fixed}
 
     def left_out(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str, ...]:
         """The receiver's attributes the key of this call leaves out (``recv.name``), as
@@ -1452,7 +1465,7 @@ class KeyBuilder:
             value = kwargs[recv]
         else:
             return ()
-        return tuple(f"{recv}.{n}" for n in self._receiver_form(value)[1])
+        return tuple(f"{recv}.{n}" for n in self._receiver_form(value, _keyable)[1])
 
     def _is_default(self, name: str, value: Any) -> bool:
         """Whether ``value`` is the default of parameter ``name``: the same canonical form,
@@ -1474,7 +1487,11 @@ class KeyBuilder:
 
     def canonical(self, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                   substitutions: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:
-        return self.canonical_bound(self.bind(args, kwargs), substitutions)
+        bound = self.bind(args, kwargs)
+        try:
+            return self.canonical_bound(bound, substitutions)
+        except Exception as exc:  # a receiver's attribute the key cannot hold: left out
+            return self.canonical_bound(self._rechecked(bound, exc), substitutions)
 
     def canonical_bound(self, bound: Mapping[str, Any],
                         substitutions: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:
@@ -1547,7 +1564,11 @@ class KeyBuilder:
                                               seed, True, out)
             return bound, key, body, tail, full
         bound = self.bind(args, kwargs)
-        key, body, tail, full = self.fast_key(bound, seed, substitutions, out)
+        try:
+            key, body, tail, full = self.fast_key(bound, seed, substitutions, out)
+        except Exception as exc:  # a receiver's attribute the key cannot hold: left out
+            bound = self._rechecked(bound, exc)
+            key, body, tail, full = self.fast_key(bound, seed, substitutions)
         return bound, key, body, tail, full
 
     def hit_key(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], seed: int) -> str | None:
