@@ -115,6 +115,10 @@ def test_attributes_that_are_not_data_are_left_out_and_said(
     # the same through keys.explain, and nothing left out of a plain function's key
     assert explain("", "ask", (c, "hi"), fn=Client.ask).left_out == parts.left_out
     assert explain("", "f", ("hi",)).left_out == ()
+    c.name = "bad \ud800 text"  # not valid Unicode: not data either
+    assert Client.ask.explain(c, "hi").left_out == ("self.http", "self.lock", "self.log",  # type: ignore[attr-defined]
+                                                    "self.name", "self.on_reply", "self.tools")
+    assert c.ask("hi") == "a/0.0: hi"  # keyed without it, never refused
 
 
 def test_the_instance_is_keyed_as_it_is_at_each_call(

@@ -134,10 +134,10 @@ def receiver_form(value: Any, rule: Receiver, recv: str, paths: tuple[_vol.Path,
                   keyable: Callable[[Any], bool] | None) -> tuple[Any, tuple[str, ...]]:
     """``(form, names left out)``: the receiver as the key holds it, ``value`` itself
     (``AS_IS``) or ``[tag, data]``, and the attributes its data leaves out. ``paths``: the
-    volatile paths under the receiver (``recv.name...``). An attribute whose type the key
-    never holds is left out here; one whose content decides (a container, a dataclass) is
-    asked ``keyable`` (whether the canonicaliser can key it), or with ``keyable`` None kept
-    for the key to try (:func:`recheck` when it fails)."""
+    volatile paths under the receiver (``recv.name...``). ``keyable`` (whether the
+    canonicaliser can key a value) is asked of every attribute; None (the hit path): an
+    attribute whose type the key never holds is left out, any other kept for the key to try
+    (:func:`recheck` when it fails)."""
     if rule.kind == AS_IS:
         return value, ()
     data = _data(value, rule)
@@ -145,15 +145,18 @@ def receiver_form(value: Any, rule: Receiver, recv: str, paths: tuple[_vol.Path,
         data = _vol.apply({recv: data}, paths, patterns)[recv]
     out: list[Any] = []
     for k, v in data.items():
+        if keyable is not None:
+            if not keyable(v):
+                out.append(k)
+            continue
         tv = type(v)
         if tv in _SCALARS:
             continue
         verdict = _VERDICT.get(tv)
         if verdict is None:
             verdict = _verdict(tv)
-        if verdict == ALWAYS or (verdict == ASK and (keyable is None or keyable(v))):
-            continue
-        out.append(k)
+        if verdict == NEVER:
+            out.append(k)
     if out:
         data = _without(data, out, rule.tag, recv, strict, where)
     return [rule.tag, data], tuple(sorted(out, key=str))
@@ -168,7 +171,7 @@ def recheck(form: Any, recv: str, strict: bool, where: str,
     if type(form) is not list or len(form) != 2 or type(form[1]) is not dict:
         return None
     tag, data = form
-    out = [k for k, v in data.items() if type(v) not in _SCALARS and not keyable(v)]
+    out = [k for k, v in data.items() if not keyable(v)]
     return [tag, _without(data, out, tag, recv, strict, where)] if out else None
 
 
@@ -191,8 +194,9 @@ def _type_name(v: Any) -> str:
 
 def _verdict(t: type) -> int:
     """Whether values of type ``t`` are keyed: ``ALWAYS`` (fixed spellings), ``ASK`` (their
-    content decides: containers, dataclasses, models, a class's hook) or ``NEVER`` (a
-    client, a lock, a function, a class: what the canonicaliser refuses whatever it holds)."""
+    content decides: containers, dataclasses, models, a class's hook; the key tries them) or
+    ``NEVER`` (a client, a lock, a function, a class: what the canonicaliser refuses
+    whatever it holds)."""
     if (getattr(t, "__dejacache_key__", None) is not None or dataclasses.is_dataclass(t)
             or hasattr(t, "model_dump") or issubclass(t, _CONTAINERS)):
         found = ASK
