@@ -138,7 +138,7 @@ def test_ignore_may_name_a_captured_variable(store: dejacache.MemoryStore) -> No
         dejacache.cache(ignore=["run_dirr"])(make("/tmp/c").__wrapped__)
 
 
-def test_methods_ignore_self(store: dejacache.MemoryStore) -> None:
+def test_methods_key_their_instance(store: dejacache.MemoryStore) -> None:
     calls: list[Any] = []
 
     class Svc:
@@ -157,9 +157,10 @@ def test_methods_ignore_self(store: dejacache.MemoryStore) -> None:
             return x
 
     assert Svc("a").lookup(1) == "a1"
-    assert Svc("b").lookup(1) == "a1"  # documented: self is not part of the key
-    assert Svc.build(3) == Svc.build(3) == 3
-    assert calls == [("a", 1), ("cls", 3)]
+    assert Svc("b").lookup(1) == "b1"  # another instance's data: another question
+    assert Svc("a").lookup(1) == "a1"  # the same data: a hit
+    assert Svc.build(3) == Svc.build(3) == 3  # the class, by its qualified name
+    assert calls == [("a", 1), ("b", 1), ("cls", 3)]
 
 
 class _Assistant:
@@ -259,19 +260,27 @@ def test_key_self_keys_a_dataclass_or_model_instance_by_its_data(
     assert live == ["a/0.0", "a/0.5", "b/0.0", "a", "b"]
 
 
-def test_key_self_on_an_instance_with_no_canonical_form_names_the_way_out(
+def test_key_self_true_refuses_an_attribute_it_cannot_key_and_names_it(
     store: dejacache.MemoryStore,
 ) -> None:
     class Plain:
+        def __init__(self) -> None:
+            self.model = "m"
+            self.lock = threading.Lock()
+
         @dejacache.cache(key_self=True)
         def ask(self, q: str) -> str:
             return q
 
-    with pytest.raises(dejacache.UnhashableArgument, match=(
-            r"argument 'self' of .*Plain\.ask has type .*Plain, which has no canonical form; "
-            r"give Plain a __dejacache_key__ .*key_self=False")) as info:
+        @dejacache.cache(key_self=True, volatile=["self.lock"])
+        def masked(self, q: str) -> str:
+            return q
+
+    with pytest.raises(dejacache.ConfigurationError, match=(
+            r"key_self=True on .*Plain\.ask: attribute 'lock' of .*Plain \(_thread\.lock\) "
+            r"cannot be keyed; .*__dejacache_key__, mask it \(volatile=\['self\.lock'\]\)")):
         Plain().ask("q")
-    assert info.value.argument == "self"
+    assert Plain().masked("q") == "q"  # a masked attribute is not asked about
 
     class Typo:
         __dejacache_key__ = ("modle",)

@@ -645,7 +645,7 @@ def test_a_dataclass_or_model_that_defines_the_hook_is_keyed_by_it() -> None:
     assert _k(a=Config(model="m", started=1.0)) == _k(a=Config(model="m", started=2.0))
 
 
-# A method's receiver: out of the key unless its class says how to key it.
+# A method's receiver: keyed as its class says, else by its data (``_receiver``).
 
 
 class _Configured:
@@ -667,6 +667,7 @@ class _Unsaid:
 
 _KEYED = KeyBuilder(_Configured.ask, "ask")
 _UNSAID = KeyBuilder(_Unsaid.ask, "ask")
+_LEFT = KeyBuilder(_Unsaid.ask, "ask", key_self=False)
 _SEED = keys.key_seed("ns", "ask")
 
 
@@ -677,21 +678,22 @@ def _spellings(inst: Any, q: Any) -> list[tuple[tuple[Any, ...], dict[str, Any]]
 
 @settings(_BASE, max_examples=150)
 @given(_values, _values, _values)
-def test_a_receiver_is_keyed_by_exactly_what_its_class_says(a: Any, b: Any, q: Any) -> None:
+def test_a_receiver_is_keyed_by_exactly_its_data(a: Any, b: Any, q: Any) -> None:
+    # What its class says (``__dejacache_key__``), or its attributes: equal keys exactly
+    # when the data's canonical forms are equal, in every spelling of the call.
     same = canonical_json({"c": a}) == canonical_json({"c": b})
-    for (args_a, kw_a), (args_b, kw_b) in zip(_spellings(_Configured(a), q),
-                                              _spellings(_Configured(b), q), strict=True):
-        assert (_KEYED.canonical(args_a, kw_a) == _KEYED.canonical(args_b, kw_b)) == same
-        # the decorator's fast key: the same rule (methods never take the shortcuts)
-        assert (_KEYED.bind_key(args_a, kw_a, _SEED)[1]
-                == _KEYED.bind_key(args_b, kw_b, _SEED)[1]) == same
+    for kb, cls in ((_KEYED, _Configured), (_UNSAID, _Unsaid)):
+        for (args_a, kw_a), (args_b, kw_b) in zip(_spellings(cls(a), q), _spellings(cls(b), q),
+                                                  strict=True):
+            assert (kb.canonical(args_a, kw_a) == kb.canonical(args_b, kw_b)) == same
+            # the decorator's fast key: the same rule (methods never take the shortcuts)
+            assert (kb.bind_key(args_a, kw_a, _SEED)[1]
+                    == kb.bind_key(args_b, kw_b, _SEED)[1]) == same
+        keys_a = {kb.bind_key(args, kw, _SEED)[1] for args, kw in _spellings(cls(a), q)}
+        assert len(keys_a) == 1  # every spelling of one call, one key
     for (args_a, kw_a), (args_b, kw_b) in zip(_spellings(_Unsaid(a), q),
                                               _spellings(_Unsaid(b), q), strict=True):
-        assert _UNSAID.canonical(args_a, kw_a) == _UNSAID.canonical(args_b, kw_b)
-        assert _UNSAID.bind_key(args_a, kw_a, _SEED)[1] == _UNSAID.bind_key(args_b, kw_b,
-                                                                            _SEED)[1]
-    keys_a = {_KEYED.bind_key(args, kw, _SEED)[1] for args, kw in _spellings(_Configured(a), q)}
-    assert len(keys_a) == 1  # every spelling of one call, one key
+        assert _LEFT.canonical(args_a, kw_a) == _LEFT.canonical(args_b, kw_b)  # key_self=False
 
 
 # ------------------------------------------------------------------------------ non-finite floats
@@ -862,8 +864,9 @@ def test_ignore_drops_the_named_arguments() -> None:
 
 
 def test_self_and_cls_are_arguments_outside_a_method() -> None:
-    """Only the instance or class a method is called on is left out of the key: a plain
-    function's ``self`` or ``cls`` parameter, or a ``self=`` keyword, is an argument."""
+    """Only the instance or class a method is called on is keyed as a receiver (by its
+    data): a plain function's ``self`` or ``cls`` parameter, or a ``self=`` keyword, is an
+    argument."""
 
     def plain(self: Any, cls: Any, a: int) -> None: ...
 
@@ -882,13 +885,16 @@ def test_self_and_cls_are_arguments_outside_a_method() -> None:
         def fetch(self, /, **kw: Any) -> None: ...
 
     kb = KeyBuilder(Svc.get, "g")
-    assert kb.bind((Svc(), 1), {}) == {"x": 1}
+    assert kb.bind((Svc(), 1), {}) == {"x": 1, "self": [f"{__name__}:{Svc.__qualname__}", {}]}
     kb = KeyBuilder(Svc.fetch, "g")  # a keyword named like the receiver stays
     assert kb.key("ns", (Svc(),), {"self": 1}) != kb.key("ns", (Svc(),), {"self": 2})
 
 
-def test_methods_key_on_arguments_not_instance() -> None:
+def test_methods_key_their_instance_by_its_data() -> None:
     class Svc:
+        def __init__(self, region: str) -> None:
+            self.region = region
+
         def get(self, x: int) -> int:
             return x
 
@@ -896,9 +902,13 @@ def test_methods_key_on_arguments_not_instance() -> None:
         def make(cls, x: int) -> int:
             return x
 
-    a, b = Svc(), Svc()
-    assert call_key("ns", "g", (a, 1), fn=Svc.get) == call_key("ns", "g", (b, 1), fn=Svc.get)
+    a, b = Svc("eu"), Svc("us")
+    assert call_key("ns", "g", (a, 1), fn=Svc.get) == call_key("ns", "g", (Svc("eu"), 1),
+                                                               fn=Svc.get)
+    assert call_key("ns", "g", (a, 1), fn=Svc.get) != call_key("ns", "g", (b, 1), fn=Svc.get)
+    # a bound method keys the instance it is bound to, as the call through the class does
     assert call_key("ns", "g", (1,), fn=a.get) == call_key("ns", "g", (a, 1), fn=Svc.get)
+    assert call_key("ns", "g", (1,), fn=a.get) != call_key("ns", "g", (1,), fn=b.get)
     assert call_key("ns", "m", (1,), fn=Svc.make) == call_key("ns", "m", (), {"x": 1}, fn=Svc.make)
 
 

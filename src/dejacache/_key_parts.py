@@ -20,3 +20,6 @@ class KeyParts:
     name: str
     arguments: dict[str, Any]
     canonical: str
+    #: Attributes of the method's instance the key leaves out (``"self.client"``): not data
+    #: (a client, a lock, a callable), so instances differing only there share answers.
+    left_out: tuple[str, ...] = ()

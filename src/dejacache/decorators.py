@@ -62,6 +62,11 @@ class _Keys:
             raise ConfigurationError(
                 f"volatile path(s) {', '.join(lost)} on {name} can never match: the first name "
                 "of a path is one of the function's parameters")
+        unkeyed = first.unkeyed_receiver_paths()
+        if unkeyed:
+            raise ConfigurationError(
+                f"volatile path(s) {', '.join(unkeyed)} on {name} can never match: "
+                "key_self=False leaves the instance out of the key")
         unknown, params = first.unknown_ignored()
         if unknown:
             from ._suggest import did_you_mean
@@ -420,12 +425,12 @@ def cache(
     in order; an abandoned generator stores nothing), methods, ``functools.partial`` objects
     and callables. Exceptions are not cached.
 
-    A method's key holds its arguments, not the instance (or class) it is called on, unless
-    the instance's class defines ``__dejacache_key__`` (a method returning plain data, or a
-    tuple of attribute names): then the instance is keyed as that says. ``key_self=True``
-    keys any instance by its canonical form (``__dejacache_key__``, a dataclass's fields, a
-    pydantic model's data; ``UnhashableArgument`` when it has none) and a classmethod's class
-    by its qualified name; ``key_self=False`` never keys the instance.
+    A method's key holds its arguments and the instance it is called on: its class and data
+    (attributes, or a dataclass's or model's fields), or what its class's
+    ``__dejacache_key__`` says; a classmethod's class by its qualified name. Attributes the
+    key cannot hold (clients, locks, callables) are left out (``fn.explain(...).left_out``);
+    ``volatile=["self.name"]`` masks one. ``key_self=True`` refuses an attribute it cannot
+    key (``ConfigurationError``); ``key_self=False`` never keys the instance.
 
     ``ignore`` names arguments left out of the key; ``volatile`` adds field names (anywhere in
     the arguments), paths from a parameter (``"messages[*].metadata"``) to drop, or compiled

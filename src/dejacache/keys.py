@@ -48,6 +48,7 @@ from . import _keys_segments as _seg
 from . import _secrets
 from ._core import volatile as _vol
 from ._lazy import pattern, served
+from ._receiver import Receiver, class_tag, model_data, receiver_form, recheck, rule_for
 from .errors import ConfigurationError, UnhashableArgument
 
 if TYPE_CHECKING:
@@ -368,13 +369,7 @@ class _Unhashable(Exception):
         self.reason = reason
 
 
-def _model_data(obj: Any) -> Any:
-    try:
-        return obj.model_dump(mode="json")
-    except TypeError:  # model_dump() without a mode parameter (pydantic v1 shims, SDK objects)
-        return obj.model_dump()
-    except ValueError:  # a field JSON cannot hold (bytes that are not UTF-8): its own data
-        return obj.model_dump()
+_model_data = model_data
 
 
 def _tagged(value: Any) -> Any:
@@ -425,8 +420,7 @@ def _tagged(value: Any) -> Any:
 _dump = functools.partial(orjson.dumps, default=_tagged, option=_OPTS)
 
 
-def _class_name(t: type) -> str:
-    return f"{t.__module__}:{t.__qualname__}"
+_class_name = class_tag
 
 
 def _object_data(value: Any, t: type) -> Any:
@@ -463,6 +457,22 @@ def _hooked(value: Any, hook: Any) -> Any:
             raise _Unhashable(t, "", f"has no attribute {n!r}, which "
                                      f"{t.__name__}.__dejacache_key__ names") from None
     return data
+
+
+def _keyable(value: Any) -> bool:
+    """Whether the canonicaliser can key ``value`` (a receiver's attribute; asked when the
+    key could not be written, and by ``explain``): one unsorted ``orjson.dumps``, or, for
+    what only the general path writes (big integers, non-str keys), its walk."""
+    try:
+        orjson.dumps(value, default=_tagged, option=orjson.OPT_PASSTHROUGH_DATACLASS)
+        return True
+    except (TypeError, orjson.JSONEncodeError):
+        pass
+    try:
+        _Canon(None).norm(value, "", 1)
+    except Exception:  # _Unhashable, or a model_dump or a hook that raised: not data
+        return False
+    return True
 
 
 def _item(value: Any) -> bytes:
@@ -1143,9 +1153,8 @@ def _immutable(v: Any, depth: int = 0) -> bool:
 def _receiver(target: Any, sig: inspect.Signature) -> str | None:
     """``self`` or ``cls`` when it is the first parameter of a function defined in a class
     body (``__qualname__`` ``Class.method``): the instance or class a method is called on,
-    which the key leaves out unless the instance's class says how to key it (or
-    ``key_self=True``: ``KeyBuilder._put_receiver``). Anywhere else it is an argument
-    like any."""
+    keyed by ``KeyBuilder._put_receiver`` (unless ``key_self=False``). Anywhere else it is
+    an argument like any."""
     parts = str(getattr(target, "__qualname__", "")).split(".")
     if len(parts) < 2 or parts[-2] == "<locals>":
         return None
@@ -1169,11 +1178,15 @@ def _check_key_self(key_self: bool | None, receiver: str | None, ignore: frozens
         raise ConfigurationError(f"key_self=True on {name} contradicts ignore=[{receiver!r}]")
 
 
-def _has_canonical_form(t: type) -> bool:
-    """Whether instances of ``t`` reduce to data without a ``repr`` (``_tagged``)."""
-    return (getattr(t, "__dejacache_key__", None) is not None or dataclasses.is_dataclass(t)
-            or hasattr(t, "model_dump") or issubclass(t, (Mapping, list, tuple, str, int,
-                                                          float, enum.Enum)))
+def _bound_receiver(target: Any) -> bool:
+    """Whether ``target`` is a method bound to an instance (or a class) it is a method of."""
+    if not inspect.ismethod(target):
+        return False
+    try:
+        sig = inspect.signature(target.__func__)
+    except (TypeError, ValueError):
+        return False
+    return _receiver(target.__func__, sig) is not None
 
 
 def _unsigned(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -1213,6 +1226,7 @@ class KeyBuilder:
         "_pre_args",
         "_pre_kwargs",
         "_recv",
+        "_recv_paths",
         "_seen",
         "_sig",
         "name",
@@ -1233,8 +1247,9 @@ class KeyBuilder:
     ) -> None:
         self.name = name
         self._key_self = key_self
-        self._recv: str | None = None  # the receiver the key may hold (``_put_receiver``)
-        self._seen: tuple[type | None, bool] = (None, False)
+        self._recv: str | None = None  # the receiver the key holds (``_put_receiver``)
+        self._recv_paths: tuple[_vol.Path, ...] = ()  # volatile paths under it
+        self._seen: tuple[type | None, Receiver | None] = (None, None)
         self._pre_args: tuple[Any, ...] = ()
         self._pre_kwargs: dict[str, Any] = {}
         target = fn
@@ -1242,6 +1257,12 @@ class KeyBuilder:
             # A partial's frozen arguments are part of the call: key on them too.
             self._pre_args, self._pre_kwargs = fn.args, dict(fn.keywords)
             target = fn.func
+        if _bound_receiver(target):
+            # ``cache(obj.method)``: the instance it is bound to is its receiver, keyed as a
+            # method's is (its signature alone has no ``self`` to bind it to).
+            method: Any = target
+            self._pre_args = (method.__self__, *self._pre_args)
+            target = method.__func__
         spec = _vol.parse(volatile)
         base = DEFAULT_VOLATILE if use_default_volatile else frozenset()
         # Credentials are not listed here: every canonical form masks them (``_Names``).
@@ -1279,13 +1300,13 @@ class KeyBuilder:
             self._defaults = {p.name: p.default for p in params if p.default is not _EMPTY}
             receiver = _receiver(target, self._sig)
             if receiver is not None:
-                # Dropped by the binding, then put back by ``_put_receiver`` when its rule says
-                # so: a method never takes the fast paths (``_plan`` below), so none of them
-                # can key a call without asking.
+                # Dropped by the binding, then put back in its keyed form by
+                # ``_put_receiver``: a method never takes the fast paths (``_plan`` below), so
+                # none of them can key a call without it.
                 self._drop = self._ignore | {receiver}
-                if (key_self is True or (key_self is None and receiver == "self")) \
-                        and receiver not in self._ignore:
+                if key_self is not False and receiver not in self._ignore:
                     self._recv = receiver
+                    self._recv_paths = tuple(p for p in spec.paths if p[0] == receiver)
             # Required parameters the key leaves out: a call without one is refused, never
             # keyed like the calls that pass it.
             self._must = frozenset(p.name for p in params if p.default is _EMPTY
@@ -1326,6 +1347,11 @@ class KeyBuilder:
             return []
         return [".".join(str(s) for s in p) for p in self.paths
                 if isinstance(p[0], str) and p[0] not in sig.parameters]
+
+    def unkeyed_receiver_paths(self) -> list[str]:
+        """Volatile paths under a method's receiver that ``key_self=False`` leaves out."""
+        gone = self._drop - self._ignore - {self._recv}
+        return [".".join(str(s) for s in p) for p in self.paths if p[0] in gone]
 
     def unknown_ignored(self) -> tuple[list[str], list[str]]:
         """``ignore=`` names no call of the function can carry (a misspelling would keep the
@@ -1407,39 +1433,59 @@ class KeyBuilder:
         return out if not binds or self._recv is None else self._put_receiver(out, bound)
 
     def _put_receiver(self, out: dict[str, Any], bound: Mapping[str, Any]) -> dict[str, Any]:
-        """``out`` with the receiver ``bound`` holds, if the key holds it: by default an
-        instance whose class defines ``__dejacache_key__`` (keyed as that says), nothing of
-        any other; with ``key_self=True`` any instance (by its canonical form), and a class
-        by its qualified name."""
+        """``out`` with the receiver ``bound`` holds, as the key holds it: a class by its
+        qualified name, an instance as ``_receiver.receiver_form`` says (``key_self=False``
+        or an ``ignore``d receiver never gets here)."""
         recv = self._recv
         if recv is None or recv not in bound:
             return out
-        value = bound[recv]
-        if recv == "cls":  # (key_self=True)
+        out[recv] = self._receiver_form(bound[recv], None)[0]
+        return out
+
+    def _receiver_form(self, value: Any, keyable: Callable[[Any], bool] | None
+                       ) -> tuple[Any, tuple[str, ...]]:
+        """``(form, attributes left out)`` of the receiver ``value`` (``keyable``: see
+        ``_receiver.receiver_form``)."""
+        if self._recv == "cls":
             cls = value if isinstance(value, type) else type(value)
-            out[recv] = f"{cls.__module__}.{cls.__qualname__}"
-            return out
+            return f"{cls.__module__}.{cls.__qualname__}", ()
         t = type(value)
         # The rule for the last class seen, in one tuple a thread replaces whole: a method's
         # calls are on one class, and asking the class each call cost 0.35 µs of a 3.3 µs hit.
         seen = self._seen
-        if seen[0] is not t:
-            seen = self._seen = (t, self._keeps(t))
-        if seen[1]:
-            out[recv] = value
-        return out
+        rule = seen[1]
+        if seen[0] is not t or rule is None:
+            rule = rule_for(t)
+            self._seen = (t, rule)
+        return receiver_form(value, rule, self._recv or "self", self._recv_paths,
+                             self.patterns, self._key_self is True, self.name, keyable)
 
-    def _keeps(self, t: type) -> bool:
-        """Whether the key holds an instance of ``t`` (:meth:`_put_receiver`)."""
-        if self._key_self is None:
-            return getattr(t, "__dejacache_key__", None) is not None
-        if not _has_canonical_form(t):
-            raise UnhashableArgument(
-                self._recv or "self", t, self.name,
-                hint=f"give {t.__name__} a __dejacache_key__ (a method returning plain "
-                     "data, or a tuple of the attribute names that make its answers differ), "
-                     "or leave the instance out of the key (key_self=False)")
-        return True
+    def _rechecked(self, bound: dict[str, Any], exc: Exception) -> dict[str, Any]:
+        """``bound`` whose key could not be written (``exc``), with the receiver's
+        attributes the canonicaliser refuses left out; ``exc`` again when that is not why."""
+        recv = self._recv
+        form = bound.get(recv) if recv is not None else None
+        fixed = None if recv is None else recheck(form, recv, self._key_self is True,
+                                                   self.name, _keyable)
+        if fixed is None or recv is None:
+            raise exc
+        return {**bound, recv: fixed}
+
+    def left_out(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str, ...]:
+        """The receiver's attributes the key of this call leaves out (``recv.name``), as
+        ``explain`` reports them."""
+        recv = self._recv
+        if recv is None:
+            return ()
+        args = self._pre_args + tuple(args)
+        kwargs = {**self._pre_kwargs, **kwargs}
+        if args:  # the first parameter
+            value = args[0]
+        elif recv in kwargs:
+            value = kwargs[recv]
+        else:
+            return ()
+        return tuple(f"{recv}.{n}" for n in self._receiver_form(value, _keyable)[1])
 
     def _is_default(self, name: str, value: Any) -> bool:
         """Whether ``value`` is the default of parameter ``name``: the same canonical form,
@@ -1461,7 +1507,11 @@ class KeyBuilder:
 
     def canonical(self, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                   substitutions: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:
-        return self.canonical_bound(self.bind(args, kwargs), substitutions)
+        bound = self.bind(args, kwargs)
+        try:
+            return self.canonical_bound(bound, substitutions)
+        except Exception as exc:  # a receiver's attribute the key cannot hold: left out
+            return self.canonical_bound(self._rechecked(bound, exc), substitutions)
 
     def canonical_bound(self, bound: Mapping[str, Any],
                         substitutions: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:
@@ -1534,7 +1584,11 @@ class KeyBuilder:
                                               seed, True, out)
             return bound, key, body, tail, full
         bound = self.bind(args, kwargs)
-        key, body, tail, full = self.fast_key(bound, seed, substitutions, out)
+        try:
+            key, body, tail, full = self.fast_key(bound, seed, substitutions, out)
+        except Exception as exc:  # a receiver's attribute the key cannot hold: left out
+            bound = self._rechecked(bound, exc)
+            key, body, tail, full = self.fast_key(bound, seed, substitutions)
         return bound, key, body, tail, full
 
     def hit_key(self, args: tuple[Any, ...], kwargs: Mapping[str, Any], seed: int) -> str | None:
@@ -1668,6 +1722,7 @@ def explain(
     kb = KeyBuilder(fn, name, ignore=ignore, volatile=volatile, key_self=key_self)
     canon = kb.canonical(args, kwargs or {})
     return KeyParts(
+        left_out=kb.left_out(args, kwargs or {}),
         key=digest(namespace, name, canon),
         version=KEY_SCHEMA_VERSION,
         namespace=namespace,

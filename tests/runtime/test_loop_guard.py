@@ -213,3 +213,23 @@ def test_nudge_never_returns_none_even_without_a_previous_result() -> None:
 def test_bad_guard_settings(kw: dict[str, Any]) -> None:
     with pytest.raises(dejacache.ConfigurationError):
         dejacache.LoopGuard(**kw)
+
+
+def test_a_tool_method_repeats_only_on_the_same_instance_data() -> None:
+    # The argument digest holds the instance as a cache key does: the same search on two
+    # indexes is two calls, not a loop; on one index, a repeat (its lock is not data).
+    import threading
+
+    class Index:
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self.lock = threading.Lock()
+
+        @dejacache.tool
+        def search(self, q: str) -> str:
+            return f"{self.name}:{q}"
+
+    guard = dejacache.LoopGuard(max_repeats=1, on_loop="nudge", escalate=None)
+    with dejacache.agent_session(tenant="a", loop_guard=guard):
+        assert [Index("docs").search("x"), Index("code").search("x")] == ["docs:x", "code:x"]
+        assert Index("docs").search("x")["loop_detected"] == "repeat"

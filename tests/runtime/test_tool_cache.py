@@ -54,7 +54,7 @@ def test_caches_per_canonical_arguments() -> None:
     assert (st.hits, st.misses) == (2, 3)
 
 
-def test_a_tool_method_keys_its_instance_when_the_class_says_how() -> None:
+def test_a_tool_method_keys_its_instance() -> None:
     # Two services over two databases: one answer each, not the first one's for both.
     calls: list[tuple[str, str]] = []
 
@@ -79,10 +79,19 @@ def test_a_tool_method_keys_its_instance_when_the_class_says_how() -> None:
             return f"{self.region}:{sku}"
 
     @dataclasses.dataclass
+    class Fields:
+        region: str
+
+        @dejacache.tool_cache(resource="fields", scope="global")  # no hook: its fields
+        def price(self, sku: str) -> str:
+            calls.append((self.region, sku))
+            return f"{self.region}:{sku}"
+
+    @dataclasses.dataclass
     class Shared:
         region: str
 
-        @dejacache.tool_cache(resource="shared", scope="global")  # no hook: one answer
+        @dejacache.tool_cache(resource="shared", scope="global", key_self=False)  # one answer
         def price(self, sku: str) -> str:
             calls.append((self.region, sku))
             return f"{self.region}:{sku}"
@@ -91,8 +100,10 @@ def test_a_tool_method_keys_its_instance_when_the_class_says_how() -> None:
         assert [Carts("eu").get_cart("ann"), Carts("us").get_cart("ann")] == [
             "eu:ann", "us:ann"]
         assert [Prices("eu").price("x"), Prices("us").price("x")] == ["eu:x", "us:x"]
+        assert [Fields("eu").price("x"), Fields("us").price("x")] == ["eu:x", "us:x"]
         assert [Shared("eu").price("x"), Shared("us").price("x")] == ["eu:x", "eu:x"]
-    assert calls == [("eu", "ann"), ("us", "ann"), ("eu", "x"), ("us", "x"), ("eu", "x")]
+    assert calls == [("eu", "ann"), ("us", "ann"), ("eu", "x"), ("us", "x"), ("eu", "x"),
+                     ("us", "x"), ("eu", "x")]
 
 
 def test_tracing_like_argument_names_are_part_of_the_key() -> None:

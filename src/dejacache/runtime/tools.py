@@ -82,8 +82,8 @@ def tool_cache(
     ``TieredStore``); one that cannot is refused with ``ConfigurationError``.
     ``counter_max_age`` (a duration, default 0) lets such a tool reuse counters that long
     instead of reading them on every call. On a method, the instance is in the key as for
-    ``@cache`` (when its class defines ``__dejacache_key__``, or with ``key_self=True``;
-    ``key_self=False``: never). ``enabled=False`` switches this tool's cache off (it runs on
+    ``@cache`` (its data, what its class's ``__dejacache_key__`` says, or with
+    ``key_self=False`` nothing). ``enabled=False`` switches this tool's cache off (it runs on
     every call, counted as ``off``; ``fn.tool_cache.enabled`` switches it at run time), as
     ``configure(runtime_cache=False)`` or ``DEJACACHE_RUNTIME_CACHE=off`` do for every tool;
     its writers keep invalidating.
