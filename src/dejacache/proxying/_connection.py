@@ -103,9 +103,18 @@ def start(coro: Coroutine[Any, Any, Any], ctx: contextvars.Context | None = None
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, handler: Handler, max_body: int) -> None:
+    """``read_timeout``: how long a request that has begun to arrive may take to arrive, in
+    seconds: its head in full, and each pause in its body. A client that sends part of a
+    request and waits (a truncated body, a head without its blank line, one byte a minute)
+    would otherwise hold its connection and buffer for ever; it gets a 408 and a close."""
+
+    def __init__(self, handler: Handler, max_body: int, read_timeout: float = 30.0) -> None:
         self.handler = handler
         self.parser = RequestParser(max_body)
+        self.read_timeout = read_timeout
+        self._timer: asyncio.TimerHandle | None = None  # armed while a request is arriving
+        self._head_since = 0.0  # when the head now arriving began (loop time; 0: none)
+        self._last = 0.0  # when bytes of the request now arriving last came
         self.queue: collections.deque[Request] = collections.deque()
         self.task: asyncio.Future[Any] | None = None  # the request being answered
         self.keep = True  # the request being answered leaves the connection open
@@ -121,7 +130,10 @@ class Connection(asyncio.Protocol):
         if self.upgraded is not None:
             self.upgraded.feed(data)
             return
-        self.queue.extend(self.parser.feed(data))
+        done = self.parser.feed(data)
+        self.queue.extend(done)
+        if self._timer is not None or not self.parser.idle:  # a request is arriving
+            self._watch(restart=bool(done))
         if self.parser.failed is not None and self._reading:
             self._reading = False  # nothing after a request it cannot read is read
             self.transport.pause_reading()
@@ -131,6 +143,49 @@ class Connection(asyncio.Protocol):
         if len(self.queue) > _QUEUED and self._reading:
             self._reading = False
             self.transport.pause_reading()
+        self._next()
+
+    def _watch(self, restart: bool = False) -> None:
+        """Note that bytes of a request arrived; arm the timer that refuses it when it stops
+        arriving (``restart``: a new head may have begun with them)."""
+        parser = self.parser
+        if parser.idle or parser.failed is not None:
+            self._head_since = 0.0
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            return
+        now = self._last = asyncio.get_running_loop().time()  # (only for a partial request)
+        if not parser.in_head:
+            self._head_since = 0.0
+        elif restart or not self._head_since:
+            self._head_since = now
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_at(self._deadline(), self._expire)
+
+    def _deadline(self) -> float:
+        if self._head_since:  # a head: whole within the timeout, however it trickles in
+            return self._head_since + self.read_timeout
+        return self._last + self.read_timeout  # a body: no pause as long as the timeout
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self.parser.idle or self.parser.failed is not None:
+            return
+        loop = asyncio.get_running_loop()
+        if not self._reading:  # the proxy stopped reading, not the client: time restarts
+            self._head_since = self._head_since and loop.time()
+            self._last = loop.time()
+            self._timer = loop.call_at(self._deadline(), self._expire)
+            return
+        if loop.time() < self._deadline():
+            self._timer = loop.call_at(self._deadline(), self._expire)
+            return
+        what = "head" if self._head_since else "body"
+        self.parser.fail(408, f"the request's {what} did not arrive within "
+                              f"{self.read_timeout:g} s")
+        self._reading = False
+        self.transport.pause_reading()
         self._next()
 
     def _next(self) -> None:
@@ -202,6 +257,9 @@ class Connection(asyncio.Protocol):
         self.out.resume()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.upgraded is not None:
             self.upgraded.lost()
         self.queue.clear()

@@ -54,6 +54,7 @@ class ProxyConfig:
     port: int = 0
     allow_remote: bool = False
     max_body: int = 256 * 1024 * 1024
+    read_timeout: float = 30.0
     grace: float = 10.0
 
 
@@ -145,7 +146,7 @@ class ProxyServer:
     # ---------------------------------------------------------------- requests
 
     def _connection(self) -> Connection:
-        return _Tracked(self, self.config.max_body)
+        return _Tracked(self, self.config.max_body, self.config.read_timeout)
 
     def refusal(self, status: int, message: str, *, close: bool = False) -> bytes:
         extra = [("connection", "close")] if close else []
@@ -216,8 +217,8 @@ class ProxyServer:
 class _Tracked(Connection):
     """A connection the server keeps track of, for ``stop``."""
 
-    def __init__(self, server: ProxyServer, max_body: int) -> None:
-        super().__init__(server, max_body)
+    def __init__(self, server: ProxyServer, max_body: int, read_timeout: float) -> None:
+        super().__init__(server, max_body, read_timeout)
         self.server = server
 
     def connection_made(self, transport: Any) -> None:
