@@ -113,6 +113,29 @@ def test_errors_replay_in_the_order_recorded(session_for: Open, fake: FakeProvid
     assert fake.count() == 3
 
 
+def test_header_values_beyond_ascii_pass_through_as_the_bytes_sent(
+        session_for: Open, fake: FakeProvider) -> None:
+    # The proxy read them as latin-1 text, which the HTTP library refused to send: the client
+    # got a closed connection. Now each way the bytes are the ones sent.
+    s = session_for("non-ascii", fake)
+    fake.script.append({"headers": {"x-answer": "caf\u00e9"}})  # sent as latin-1: b"caf\xe9"
+    sent = {"x-name": "caf\u00e9 \u20ac".encode(), "x-raw": b"\xe9t\xe9"}  # UTF-8, latin-1
+    live = httpx2.post(s.base_url("openai") + "/v1/chat/completions",
+                       content=orjson.dumps(CHAT), timeout=30,
+                       headers={"content-type": "application/json", **sent})
+    assert live.status_code == 200
+    got = fake.requests[-1]["headers"]  # read by the fake as latin-1
+    assert {k: got[k].encode("latin-1") for k in sent} == sent
+    assert (b"x-answer", b"caf\xe9") in live.headers.raw
+    s.close(ok=True)
+    r = session_for("non-ascii", fake, mode="replay")
+    again = httpx2.post(r.base_url("openai") + "/v1/chat/completions",
+                        content=orjson.dumps(CHAT), timeout=30,
+                        headers={"content-type": "application/json", **sent})
+    assert again.status_code == 200 and again.json() == live.json()
+    assert fake.count() == 1
+
+
 def test_a_miss_is_a_404_in_each_providers_shape(session_for: Open,
                                                  fake: FakeProvider) -> None:
     r = session_for("misses", fake, mode="replay")

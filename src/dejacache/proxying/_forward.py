@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import orjson
@@ -148,10 +148,12 @@ class Forwarder:
         answered from a cassette never needs it)."""
         connection = {t.strip().lower() for t in (req.get("connection") or "").split(",")}
         headers: list[tuple[str, str]] = []
+        ascii_only = True
         for k, v in req.headers:
             low = k.lower()
             if low not in _HOP and low not in connection and not low.startswith("x-dejacache-"):
                 headers.append((k, v))
+                ascii_only = ascii_only and v.isascii()
         scope = signed_scope(headers)
         url = self._url(upstream.base(scope[0] if scope else None) + rest)
         m = self.lib.module
@@ -166,9 +168,12 @@ class Forwarder:
         elif method in self._empty_length:
             front.append(("Content-Length", "0"))
         headers = front + headers + back
+        sent: Sequence[tuple[str, Any]] = headers
+        if not ascii_only:
+            sent, headers = _non_ascii(headers)
 
         def build() -> Any:
-            hreq = m.Request(method, url, headers=headers, stream=m.ByteStream(body),
+            hreq = m.Request(method, url, headers=sent, stream=m.ByteStream(body),
                              extensions={"timeout": _TIMEOUTS})
             hreq.read()  # its content, as a request made with ``content=`` has it
             return hreq
@@ -253,7 +258,9 @@ class Forwarder:
 
     async def _relay(self, resp: Any, out: Out, head_only: bool) -> None:
         status = resp.status_code
-        headers = resp.headers.multi_items()
+        # The bytes the upstream sent: read as latin-1, they are written back as they came
+        # (``multi_items`` reads UTF-8 first, which ``head_bytes`` would write as latin-1).
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in resp.headers.raw]
         try:
             if head_only or status in (204, 304) or status < 200:
                 await out.write(_whole(status, headers, b"", True))
@@ -283,6 +290,28 @@ class Forwarder:
             out.abort()
             return
         await out.write(LAST_CHUNK)
+
+
+def _non_ascii(headers: list[tuple[str, str]]
+               ) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
+    """Headers with a value beyond ASCII: what is sent (each value the bytes the client sent,
+    which the HTTP library would refuse to encode as text) and what is keyed (the value as
+    the HTTP library reads received bytes: UTF-8 when they are, else latin-1, so a header
+    keys alike from the proxy and from an in-process client)."""
+    sent: list[tuple[str, Any]] = []
+    keyed = []
+    for k, v in headers:
+        if v.isascii():
+            sent.append((k, v))
+            keyed.append((k, v))
+            continue
+        raw = v.encode("latin-1")  # the parser read each byte as one character
+        sent.append((k, raw))
+        try:
+            keyed.append((k, raw.decode("utf-8")))
+        except UnicodeDecodeError:
+            keyed.append((k, v))
+    return sent, keyed
 
 
 def _whole(status: int, headers: list[tuple[str, str]], body: bytes, head_only: bool) -> bytes:
