@@ -23,6 +23,7 @@ from dejacache.cassettes import ageing
 from dejacache.cassettes.ageing import stamp
 from dejacache.cassettes.document import load_document
 from dejacache.cassettes.render import render
+from dejacache.errors import CassetteError
 from dejacache.proxying.handle import ProxySession
 
 Open = Callable[..., ProxySession]
@@ -178,8 +179,9 @@ def test_a_strict_session_answers_a_divergence(session_for: Open, fake: FakeProv
                {**CHAT, "messages": [{"role": "user", "content": "two"}]})
     assert out.status_code == 404
     assert out.json()["error"]["type"] == "dejacache_replay_divergence"
-    summary = r.close(ok=True)
-    assert summary["divergences"] and summary["error"]  # "one" was never made
+    with pytest.raises(CassetteError, match="never made"):  # "one": the test must not pass
+        r.close(ok=True)
+    assert r.summary is not None and r.summary["divergences"] and r.summary["error"]
 
 
 def test_sequential_requests_form_one_chain_in_the_cassette(session_for: Open,

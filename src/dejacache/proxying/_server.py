@@ -287,11 +287,14 @@ async def _run(config: ProxyConfig, ready_file: pathlib.Path | None,
         else:
             await stop.wait()
     finally:
-        _report(await server.stop())
+        summaries = await server.stop()
+        _report(summaries)
         if ready_file is not None:
             with contextlib.suppress(OSError):
                 ready_file.unlink()
-    return status
+    # A cassette that did not hold (its save failed, a strict one's calls were not all
+    # made) fails the run the command passed: CI must not go green without its recording.
+    return status or (1 if any(s["error"] for s in summaries) else 0)
 
 
 async def _supervise(command: Sequence[str], env: dict[str, str], stop: asyncio.Event) -> int:
