@@ -126,6 +126,12 @@ class Wire:
 
     abort = close
 
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.closed = True
+
     def pause_reading(self) -> None:
         pass
 
@@ -362,10 +368,11 @@ READ_TIMEOUT = 0.5
 
 @pytest.fixture
 async def strict_reader(tmp_path: pathlib.Path) -> AsyncIterator[tuple[str, int]]:
-    """An in-process proxy whose requests must arrive within READ_TIMEOUT; its address."""
+    """An in-process proxy whose requests must arrive within READ_TIMEOUT (and whose bodies
+    are 1 MiB at most); its address."""
     server = ProxyServer(ProxyConfig(spec=SessionSpec(cassette=tmp_path / "default.json"),
                                      upstreams={}, cassette_dir=tmp_path,
-                                     read_timeout=READ_TIMEOUT))
+                                     read_timeout=READ_TIMEOUT, max_body=1 << 20))
     url = urlsplit(await server.start())
     try:
         yield str(url.hostname), int(url.port or 0)
@@ -426,3 +433,12 @@ async def test_a_body_that_keeps_coming_is_read_however_long_it_takes(
     data, _ = await answer_to(strict_reader, pieces, pause=READ_TIMEOUT / 4)
     assert data.startswith(b"HTTP/1.1 400 ")  # read whole: the field's type is refused
     assert b"field 'strict' has the wrong type" in data
+
+
+async def test_a_client_still_sending_reads_its_refusal(strict_reader: tuple[str, int]) -> None:
+    # The 413 comes while the upload goes on: closed with those bytes unread, the socket
+    # sent a reset, which could reach the client before the 413 did.
+    head = b"POST /_dejacache/sessions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+    pieces = [head % (64 << 20)] + [b"x" * (256 << 10)] * 16
+    data, _ = await answer_to(strict_reader, pieces)
+    assert data.startswith(b"HTTP/1.1 413 ") and b"over 1048576" in data

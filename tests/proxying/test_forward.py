@@ -24,7 +24,10 @@ from dejacache.cassettes.ageing import stamp
 from dejacache.cassettes.document import load_document
 from dejacache.cassettes.render import render
 from dejacache.errors import CassetteError
+from dejacache.proxying._server import ProxyConfig, ProxyServer
+from dejacache.proxying._sessions import SessionSpec
 from dejacache.proxying.handle import ProxySession
+from dejacache.proxying.upstreams import parse_upstream
 
 Open = Callable[..., ProxySession]
 CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
@@ -426,3 +429,31 @@ def test_the_proxy_keys_a_request_as_an_in_process_transport_does(
         if own.identity is not None and given.identity is not None:
             assert (given.identity.items, given.identity.keyed, given.identity.pending) == (
                 own.identity.items, own.identity.keyed, own.identity.pending)
+
+
+async def test_the_proxys_log_and_errors_hold_no_credential_of_the_request(
+        tmp_path: pathlib.Path, fake: FakeProvider, capsys: pytest.CaptureFixture[str]) -> None:
+    # An answer the exchange cannot read (a body that is not the gzip it says it is) is the
+    # proxy's own failure: logged with the URL it went to (its ?key= included) and the
+    # traceback, answered with the exception's message. A transport error's message, too.
+    fake.script.append({"headers": {"content-encoding": "gzip"}})
+    ups = {n: parse_upstream(f"{n}={u}", "test") for n, u in
+           (("openai", fake.url), ("down", "http://127.0.0.1:9"))}
+    server = ProxyServer(ProxyConfig(spec=SessionSpec(cassette=tmp_path / "d.json"),
+                                     cassette=tmp_path / "d.json", upstreams=ups,
+                                     cassette_dir=tmp_path))
+    url = await server.start()
+    secrets = ("QUERY-SECRET-4f1e", "plain-api-key-8c2d", "bearer-secret-6b7a")
+    try:
+        async with httpx2.AsyncClient(timeout=30) as client:
+            answers = [await client.post(
+                f"{url}/{name}/v1/chat/completions?key={secrets[0]}", json=CHAT,
+                headers={"x-api-key": secrets[1], "authorization": f"Bearer {secrets[2]}"})
+                for name in ("openai", "down")]
+    finally:
+        await server.stop()
+    assert [a.status_code for a in answers] == [500, 502]
+    log = capsys.readouterr().err
+    assert "error answering POST" in log and "DecodingError" in log
+    for text in (log, *(a.text for a in answers)):
+        assert not [s for s in secrets if s in text], text

@@ -24,6 +24,7 @@ import traceback
 from collections.abc import Coroutine, Generator
 from typing import Any, Protocol
 
+from .._secrets import PLACEHOLDER, mask_text
 from ._forward import Out
 from ._http1 import CONTINUE, Request, RequestParser
 from ._websocket import Upgraded, wants_websocket
@@ -32,6 +33,11 @@ __all__ = ["Connection", "Handler", "start"]
 
 # Requests a client may pipeline before the proxy stops reading from it.
 _QUEUED = 16
+# After a refusal, what the client still sends is read and dropped for up to this long, then
+# the connection closes: a socket closed with bytes unread sends a reset, which can reach the
+# client before the refusal does (a 413 for an upload still being sent was seen as
+# "connection reset by peer").
+_LINGER = 2.0
 
 
 class Handler(Protocol):
@@ -115,6 +121,7 @@ class Connection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None  # armed while a request is arriving
         self._head_since = 0.0  # when the head now arriving began (loop time; 0: none)
         self._last = 0.0  # when bytes of the request now arriving last came
+        self._lingering = False  # refused: what arrives is dropped until the close
         self.queue: collections.deque[Request] = collections.deque()
         self.task: asyncio.Future[Any] | None = None  # the request being answered
         self.keep = True  # the request being answered leaves the connection open
@@ -127,6 +134,8 @@ class Connection(asyncio.Protocol):
         self.out = Out(transport)
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return
         if self.upgraded is not None:
             self.upgraded.feed(data)
             return
@@ -191,13 +200,13 @@ class Connection(asyncio.Protocol):
     def _next(self) -> None:
         # A loop, not a recursion: requests answered at once (see the module docstring)
         # follow one another here, pipelined ones included.
-        while self.task is None and not self.transport.is_closing():
+        while self.task is None and not self._lingering and not self.transport.is_closing():
             if not self.queue:
                 failed = self.parser.failed
                 if failed is not None:  # the requests before it answered: now the refusal
                     self.transport.write(self.handler.refusal(failed.status, str(failed),
                                                               close=True))
-                    self.transport.close()
+                    self._linger()
                 return
             if self.handler.stopping:
                 self.transport.close()
@@ -216,6 +225,18 @@ class Connection(asyncio.Protocol):
             if not self._answered(task):
                 return
 
+    def _linger(self) -> None:
+        """End the connection after a refusal: the refusal and the end of what the proxy
+        sends first, then what the client still sends is dropped until it closes, or for
+        :data:`_LINGER` seconds (see there)."""
+        self._lingering = True
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        if not self._reading:
+            self._reading = True
+            self.transport.resume_reading()
+        asyncio.get_running_loop().call_later(_LINGER, self.transport.close)
+
     def _done(self, task: asyncio.Future[Any]) -> None:
         self.task = None
         if self._answered(task):
@@ -227,8 +248,10 @@ class Connection(asyncio.Protocol):
         if task is not None and not task.cancelled():
             exc = task.exception()
             if exc is not None and not isinstance(exc, ConnectionError):
-                print("dejacache proxy: error answering a request:", file=sys.stderr)
-                traceback.print_exception(exc, file=sys.stderr)
+                trace = "".join(traceback.format_exception(exc))
+                # (no request at hand: its secret-shaped strings and URL keys, at least)
+                print(mask_text(f"dejacache proxy: error answering a request:\n{trace}",
+                                lambda _: PLACEHOLDER), file=sys.stderr, end="")
                 self.transport.close()
                 return False
         if not self.keep or (self.handler.stopping and not self.queue):

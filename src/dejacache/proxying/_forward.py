@@ -27,10 +27,12 @@ from typing import Any
 
 import orjson
 
+from .._secrets import PLACEHOLDER, mask_text
 from ..cassettes.placeholder_keys import carries_placeholder
 from ..errors import ConfigurationError, ReplayDivergence, ReplayMiss
 from ..http._libs import Lib
 from ..http._pending import Pending, built
+from ..http.headers import is_credential
 from ..http.providers import Provider, all_providers, detect
 from ..http.sse import is_stream
 from ..http.transport import Replayed, handle_async
@@ -58,6 +60,9 @@ _TIMEOUTS = {"connect": 30.0, "read": 600.0, "write": 60.0, "pool": 60.0}
 _NO_RETRY = [("x-should-retry", "false")]
 _URLS_KEPT = 1024
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "QUERY")
+# A credential's word shorter than this ("Bearer", "Basic") is a scheme, not a secret, and
+# replacing it would hide ordinary words of a message.
+_SHORTEST_SECRET = 8
 
 
 class Out:
@@ -232,10 +237,10 @@ class Forwarder:
             kind = ("dejacache_replay_divergence" if isinstance(miss, ReplayDivergence)
                     else "dejacache_replay_miss")
             await out.write(error_bytes(self.provider_for(hreq, upstream), 404, kind,
-                                        f"{type(miss).__name__}: {miss}"))
+                                        hidden(f"{type(miss).__name__}: {miss}", items)))
             return
         except Exception as exc:
-            await out.write(self._failure(hreq, upstream, exc))
+            await out.write(self._failure(hreq, upstream, exc, items))
             return
         if isinstance(resp, Replayed):
             await out.write(_whole(resp.status, resp.headers, resp.body,
@@ -243,18 +248,22 @@ class Forwarder:
             return
         await self._relay(resp, out, req.method == "HEAD")
 
-    def _failure(self, hreq: Any, upstream: Upstream, exc: Exception) -> bytes:
+    def _failure(self, hreq: Any, upstream: Upstream, exc: Exception,
+                 items: list[tuple[str, str]]) -> bytes:
+        """The answer to a request the exchange failed; logged when it is the proxy's own
+        failure. Neither holds the request's credentials (:func:`hidden`)."""
         provider = self.provider_for(hreq, upstream)
         if self.lib.transport_error(exc) or isinstance(exc, ConfigurationError):
             # The upstream could not be reached, or the proxy could not send to it (a live
             # call's failure, or one a cassette recorded and replays).
-            return error_bytes(provider, 502, "dejacache_upstream_error",
-                               f"dejacache proxy: upstream {upstream.name} ({upstream.url}) "
-                               f"failed: {type(exc).__name__}: {exc}")
-        print(f"dejacache proxy: error answering {hreq.method} {hreq.url}:", file=sys.stderr)
-        traceback.print_exception(exc, file=sys.stderr)
-        return error_bytes(provider, 500, "dejacache_proxy_error",
-                           f"dejacache proxy failed: {type(exc).__name__}: {exc}")
+            return error_bytes(provider, 502, "dejacache_upstream_error", hidden(
+                f"dejacache proxy: upstream {upstream.name} ({upstream.url}) failed: "
+                f"{type(exc).__name__}: {exc}", items))
+        trace = "".join(traceback.format_exception(exc))
+        print(hidden(f"dejacache proxy: error answering {hreq.method} {hreq.url}:\n{trace}",
+                     items), file=sys.stderr, end="")
+        return error_bytes(provider, 500, "dejacache_proxy_error", hidden(
+            f"dejacache proxy failed: {type(exc).__name__}: {exc}", items))
 
     async def _relay(self, resp: Any, out: Out, head_only: bool) -> None:
         status = resp.status_code
@@ -290,6 +299,25 @@ class Forwarder:
             out.abort()
             return
         await out.write(LAST_CHUNK)
+
+
+def hidden(text: str, headers: Sequence[tuple[str, str]]) -> str:
+    """``text`` (a log line, an error message) without the credentials of the request whose
+    ``headers`` it is about: the values of its credential headers (``Authorization``,
+    ``x-api-key``, ``api-key``... by ``is_credential``, the one rule keys and cassettes use)
+    wherever they appear, then every secret-shaped string and credential URL parameter
+    (``?key=...``: ``mask_text``). An exception's message may quote a header or the URL it
+    was sent to, and the proxy's log and answers are read by people who hold no key."""
+    for name, value in headers:
+        if is_credential(name):
+            for part in sorted({value, *value.split()}, key=len, reverse=True):
+                if len(part) >= _SHORTEST_SECRET and part in text:
+                    text = text.replace(part, PLACEHOLDER)
+    return mask_text(text, _placeholder)
+
+
+def _placeholder(_: str) -> str:
+    return PLACEHOLDER
 
 
 def _non_ascii(headers: list[tuple[str, str]]
