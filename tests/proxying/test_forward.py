@@ -457,3 +457,23 @@ async def test_the_proxys_log_and_errors_hold_no_credential_of_the_request(
     assert "error answering POST" in log and "DecodingError" in log
     for text in (log, *(a.text for a in answers)):
         assert not [s for s in secrets if s in text], text
+
+
+def test_upstreams_of_the_users_asked_the_same_answer_each_their_own(
+        session_for: Open, fake: FakeProvider) -> None:
+    # Keys leave the host out: "a" and "b" asked the same thing keyed alike, and replayed in
+    # the other order "b" was answered "a"'s recording.
+    other = FakeProvider().start()
+    try:
+        routes = {"a": fake.url, "b": other.url}
+        s = session_for("two-upstreams", upstreams=routes)  # (no fake: these routes only)
+        live = {n: post(f"{s.url}/{n}/v1/chat/completions", CHAT).json() for n in "ab"}
+        s.close(ok=True)
+        r = session_for("two-upstreams", upstreams=routes, mode="replay")
+        again = {n: post(f"{r.url}/{n}/v1/chat/completions", CHAT).json() for n in "ba"}
+        assert again == live and fake.count() == other.count() == 1
+        recorded = [e["request"]["headers"].get("x-dejacache-upstream")
+                    for e in entries(s.cassette)]
+        assert recorded == ["a", "b"]
+    finally:
+        other.stop()
