@@ -32,7 +32,7 @@ from ..cassettes.placeholder_keys import carries_placeholder
 from ..errors import ConfigurationError, ReplayDivergence, ReplayMiss
 from ..http._libs import Lib
 from ..http._pending import Pending, built
-from ..http.headers import is_credential
+from ..http.headers import credential_values
 from ..http.providers import Provider, all_providers, detect
 from ..http.sse import is_stream
 from ..http.transport import Replayed, handle_async
@@ -66,9 +66,6 @@ _TIMEOUTS = {"connect": 30.0, "read": 600.0, "write": 60.0, "pool": 60.0}
 _NO_RETRY = [("x-should-retry", "false")]
 _URLS_KEPT = 1024
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "QUERY")
-# A credential's word shorter than this ("Bearer", "Basic") is a scheme, not a secret, and
-# replacing it would hide ordinary words of a message.
-_SHORTEST_SECRET = 8
 
 
 class Out:
@@ -313,15 +310,13 @@ class Forwarder:
 def hidden(text: str, headers: Sequence[tuple[str, str]]) -> str:
     """``text`` (a log line, an error message) without the credentials of the request whose
     ``headers`` it is about: the values of its credential headers (``Authorization``,
-    ``x-api-key``, ``api-key``... by ``is_credential``, the one rule keys and cassettes use)
-    wherever they appear, then every secret-shaped string and credential URL parameter
+    ``x-api-key``, ``api-key``...: ``credential_values``, by the rule keys and cassettes
+    use) wherever they appear, then every secret-shaped string and credential URL parameter
     (``?key=...``: ``mask_text``). An exception's message may quote a header or the URL it
     was sent to, and the proxy's log and answers are read by people who hold no key."""
-    for name, value in headers:
-        if is_credential(name):
-            for part in sorted({value, *value.split()}, key=len, reverse=True):
-                if len(part) >= _SHORTEST_SECRET and part in text:
-                    text = text.replace(part, PLACEHOLDER)
+    for secret in credential_values(headers):
+        if secret in text:
+            text = text.replace(secret, PLACEHOLDER)
     return mask_text(text, _placeholder)
 
 
