@@ -61,7 +61,7 @@ from . import _project, _pytest_state, _pytest_usage, _pytest_vcr
 from ._core.modes import MODES
 from ._pytest_state import cassette_path
 from .cassettes import _events
-from .errors import ConfigurationError, ReplayMiss
+from .errors import CassetteError, ConfigurationError, ReplayMiss
 
 # Names used only in annotations stay out of the module: pytest looks every name of a
 # plugin module over for fixtures and hooks, and a typing object costs it most to look at.
@@ -546,11 +546,10 @@ def dejacache_proxy(request: pytest.FixtureRequest, dejacache_proxy_server: Any)
         yield session
     finally:
         failed = any(r.failed for r in item.stash.get(_pytest_state.REPORTS, {}).values())
-        summary = session.close(ok=not failed)
-    if not failed and summary["misses"] and not opts.get("expect_misses", False):
-        pytest.fail(f"{len(summary['misses'])} replay miss(es) in cassette {path} were met by "
-                    "the agent behind the proxy, and the test passed without its recording:"
-                    "\n\n" + "\n\n".join(summary["misses"][:3]), pytrace=False)
+        try:
+            session.close(ok=not failed, expect_misses=opts.get("expect_misses", False))
+        except CassetteError as exc:  # a miss met, a save failed, a strict contract broken
+            pytest.fail(str(exc), pytrace=False)
 
 
 

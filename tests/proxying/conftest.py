@@ -58,6 +58,7 @@ def session_for(proxy_process: ProxyProcess, request: pytest.FixtureRequest
 
     def open_one(name: str, fake: FakeProvider | None = None, **kw: object) -> ProxySession:
         ups = {"openai": fake.url, "anthropic": fake.url} if fake is not None else None
+        ups = kw.pop("upstreams", ups)  # type: ignore[assignment]
         s = proxy_process.session(f"{request.node.name}/{name}", upstreams=ups, **kw)  # type: ignore[arg-type]
         opened.append(s)
         return s

@@ -13,6 +13,7 @@ import itertools
 import json
 import pathlib
 import socket
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 from urllib.parse import urlsplit
@@ -124,6 +125,12 @@ class Wire:
         self.closed = True
 
     abort = close
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.closed = True
 
     def pause_reading(self) -> None:
         pass
@@ -350,3 +357,88 @@ async def test_start_runs_a_coroutine_in_its_context_and_hands_a_wait_to_a_task(
     with pytest.raises(asyncio.CancelledError):
         await task
     assert cancelled == [True]  # the cancel reached the coroutine where it waited
+
+
+# ---------------------------------------------------------------- clients that stop sending
+# A request begun and never finished (a truncated body, a head without its blank line, one
+# byte now and then) is refused with a 408 once it stops arriving, and its connection closed.
+
+READ_TIMEOUT = 0.5
+
+
+@pytest.fixture
+async def strict_reader(tmp_path: pathlib.Path) -> AsyncIterator[tuple[str, int]]:
+    """An in-process proxy whose requests must arrive within READ_TIMEOUT (and whose bodies
+    are 1 MiB at most); its address."""
+    server = ProxyServer(ProxyConfig(spec=SessionSpec(cassette=tmp_path / "default.json"),
+                                     upstreams={}, cassette_dir=tmp_path,
+                                     read_timeout=READ_TIMEOUT, max_body=1 << 20))
+    url = urlsplit(await server.start())
+    try:
+        yield str(url.hostname), int(url.port or 0)
+    finally:
+        await server.stop()
+
+
+async def answer_to(address: tuple[str, int], pieces: list[bytes], pause: float = 0.0
+                    ) -> tuple[bytes, float]:
+    """What the proxy answers ``pieces`` sent ``pause`` seconds apart (up to its close), and
+    how long after the last piece it closed."""
+    reader, writer = await asyncio.open_connection(*address)
+    answer = asyncio.ensure_future(reader.read())  # read as it comes: a close ends sending
+    try:
+        for piece in pieces:
+            if answer.done():
+                break
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(pause)
+        sent = time.monotonic()
+        data = await asyncio.wait_for(answer, 10 * READ_TIMEOUT + 5)
+        return data, time.monotonic() - sent
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize("raw", [
+    b"POST /_dejacache/sessions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"cass",
+    b"POST /_dejacache/sessions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    b"3\r\nabc\r\n",
+    b"GET /_dejacache HTTP/1.1\r\nHost: x\r\n",
+    b"GET /_dejacache HTTP/1.1\r\n\r\nGET /_dejacache HTT",  # the second one stops
+])
+async def test_a_request_that_stops_arriving_is_refused_in_time(
+        strict_reader: tuple[str, int], raw: bytes) -> None:
+    data, took = await answer_to(strict_reader, [raw])
+    assert data.count(b"HTTP/1.1 ") == raw.count(b"\r\n\r\nGET") + 1
+    assert data.split(b"HTTP/1.1 ")[-1].startswith(b"408 Request Timeout")
+    assert b"did not arrive within 0.5 s" in data
+    assert took < READ_TIMEOUT + 2.0
+
+
+async def test_a_head_that_trickles_in_is_refused_in_time(strict_reader: tuple[str, int]
+                                                          ) -> None:
+    # Slowloris: a byte now and then, each well within the timeout, the head never ending.
+    pieces = [b"GET /_dejacache HTTP/1.1\r\n"] + [b"X-%d: 1\r\n" % i for i in range(40)]
+    data, _ = await answer_to(strict_reader, pieces, pause=READ_TIMEOUT / 5)
+    assert data.startswith(b"HTTP/1.1 408 ") and b"head did not arrive" in data
+
+
+async def test_a_body_that_keeps_coming_is_read_however_long_it_takes(
+        strict_reader: tuple[str, int]) -> None:
+    body = b'{"cassette": "' + b"a" * 16 + b'", "strict": "no"}'
+    pieces = [b"POST /_dejacache/sessions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body)]
+    pieces += [body[at:at + 4] for at in range(0, len(body), 4)]
+    data, _ = await answer_to(strict_reader, pieces, pause=READ_TIMEOUT / 4)
+    assert data.startswith(b"HTTP/1.1 400 ")  # read whole: the field's type is refused
+    assert b"field 'strict' has the wrong type" in data
+
+
+async def test_a_client_still_sending_reads_its_refusal(strict_reader: tuple[str, int]) -> None:
+    # The 413 comes while the upload goes on: closed with those bytes unread, the socket
+    # sent a reset, which could reach the client before the 413 did.
+    head = b"POST /_dejacache/sessions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+    pieces = [head % (64 << 20)] + [b"x" * (256 << 10)] * 16
+    data, _ = await answer_to(strict_reader, pieces)
+    assert data.startswith(b"HTTP/1.1 413 ") and b"over 1048576" in data

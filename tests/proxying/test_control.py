@@ -12,6 +12,7 @@ import httpx2
 import pytest
 from fake_provider import FakeProvider
 
+from dejacache.errors import CassetteError
 from dejacache.proxying.handle import ProxyProcess, ProxySession
 
 Open = Callable[..., ProxySession]
@@ -114,3 +115,48 @@ def test_unknown_control_paths_point_at_the_status(proxy_process: ProxyProcess) 
     out = control(proxy_process, "/sessions/x/y/z", {})
     assert out.status_code == 404 and "see GET /_dejacache" in out.text
     assert httpx2.delete(f"{proxy_process.url}/_dejacache", timeout=30).status_code == 405
+
+
+def test_a_passing_close_fails_when_a_request_missed(session_for: Open,
+                                                     fake: FakeProvider) -> None:
+    # The agent may swallow the 404 it was answered: the close must not.
+    s = session_for("missed", fake, mode="replay")
+    assert httpx2.post(s.base_url("openai") + "/v1/chat/completions", json=CHAT,
+                       timeout=30).status_code == 404
+    with pytest.raises(CassetteError, match=r"1 replay miss\(es\) in cassette .*missed\.json"
+                                            r"(.|\n)*no recording of openai\.chat\.completions"):
+        s.close(ok=True)
+    assert s.summary is not None and s.summary["missed"] == 1  # closed: a second close is a no-op
+    assert s.close(ok=True) is s.summary
+    r = session_for("missed-expected", fake, mode="replay")
+    httpx2.post(r.base_url("openai") + "/v1/chat/completions", json=CHAT, timeout=30)
+    assert r.close(ok=True, expect_misses=True)["missed"] == 1
+
+
+def test_a_passing_close_fails_when_a_strict_session_left_calls_unmade(
+        session_for: Open, fake: FakeProvider) -> None:
+    s = session_for("unmade", fake)
+    for question in ("one", "two"):
+        httpx2.post(s.base_url("openai") + "/v1/chat/completions", timeout=30,
+                    json={**CHAT, "messages": [{"role": "user", "content": question}]})
+    s.close(ok=True)
+    r = session_for("unmade", fake, mode="replay", strict=True)
+    httpx2.post(r.base_url("openai") + "/v1/chat/completions", timeout=30,
+                json={**CHAT, "messages": [{"role": "user", "content": "one"}]})
+    with pytest.raises(CassetteError, match=r"cassette .*unmade\.json did not hold: "
+                                            r"(.|\n)*1 of the 2 recorded calls .* never made"):
+        r.close(ok=True)
+    assert r.summary is not None and r.summary["replayed"] == 1
+
+
+def test_a_passing_close_fails_when_the_save_failed(session_for: Open, fake: FakeProvider,
+                                                    proxy_dir: pathlib.Path,
+                                                    request: pytest.FixtureRequest) -> None:
+    s = session_for("unsaved", fake)
+    httpx2.post(s.base_url("openai") + "/v1/chat/completions", json=CHAT, timeout=30)
+    # Where the file goes is now a directory holding a file: no save can replace it.
+    s.cassette.mkdir(parents=True)
+    (s.cassette / "in-the-way").write_text("x")
+    with pytest.raises(CassetteError, match=r"cassette .*unsaved\.json did not hold: "):
+        s.close(ok=True)
+    assert s.summary is not None and not s.summary["saved"]

@@ -23,7 +23,11 @@ from dejacache.cassettes import ageing
 from dejacache.cassettes.ageing import stamp
 from dejacache.cassettes.document import load_document
 from dejacache.cassettes.render import render
+from dejacache.errors import CassetteError
+from dejacache.proxying._server import ProxyConfig, ProxyServer
+from dejacache.proxying._sessions import SessionSpec
 from dejacache.proxying.handle import ProxySession
+from dejacache.proxying.upstreams import parse_upstream
 
 Open = Callable[..., ProxySession]
 CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
@@ -113,6 +117,29 @@ def test_errors_replay_in_the_order_recorded(session_for: Open, fake: FakeProvid
     assert fake.count() == 3
 
 
+def test_header_values_beyond_ascii_pass_through_as_the_bytes_sent(
+        session_for: Open, fake: FakeProvider) -> None:
+    # The proxy read them as latin-1 text, which the HTTP library refused to send: the client
+    # got a closed connection. Now each way the bytes are the ones sent.
+    s = session_for("non-ascii", fake)
+    fake.script.append({"headers": {"x-answer": "caf\u00e9"}})  # sent as latin-1: b"caf\xe9"
+    sent = {"x-name": "caf\u00e9 \u20ac".encode(), "x-raw": b"\xe9t\xe9"}  # UTF-8, latin-1
+    live = httpx2.post(s.base_url("openai") + "/v1/chat/completions",
+                       content=orjson.dumps(CHAT), timeout=30,
+                       headers={"content-type": "application/json", **sent})
+    assert live.status_code == 200
+    got = fake.requests[-1]["headers"]  # read by the fake as latin-1
+    assert {k: got[k].encode("latin-1") for k in sent} == sent
+    assert (b"x-answer", b"caf\xe9") in live.headers.raw
+    s.close(ok=True)
+    r = session_for("non-ascii", fake, mode="replay")
+    again = httpx2.post(r.base_url("openai") + "/v1/chat/completions",
+                        content=orjson.dumps(CHAT), timeout=30,
+                        headers={"content-type": "application/json", **sent})
+    assert again.status_code == 200 and again.json() == live.json()
+    assert fake.count() == 1
+
+
 def test_a_miss_is_a_404_in_each_providers_shape(session_for: Open,
                                                  fake: FakeProvider) -> None:
     r = session_for("misses", fake, mode="replay")
@@ -155,8 +182,9 @@ def test_a_strict_session_answers_a_divergence(session_for: Open, fake: FakeProv
                {**CHAT, "messages": [{"role": "user", "content": "two"}]})
     assert out.status_code == 404
     assert out.json()["error"]["type"] == "dejacache_replay_divergence"
-    summary = r.close(ok=True)
-    assert summary["divergences"] and summary["error"]  # "one" was never made
+    with pytest.raises(CassetteError, match="never made"):  # "one": the test must not pass
+        r.close(ok=True)
+    assert r.summary is not None and r.summary["divergences"] and r.summary["error"]
 
 
 def test_sequential_requests_form_one_chain_in_the_cassette(session_for: Open,
@@ -401,3 +429,51 @@ def test_the_proxy_keys_a_request_as_an_in_process_transport_does(
         if own.identity is not None and given.identity is not None:
             assert (given.identity.items, given.identity.keyed, given.identity.pending) == (
                 own.identity.items, own.identity.keyed, own.identity.pending)
+
+
+async def test_the_proxys_log_and_errors_hold_no_credential_of_the_request(
+        tmp_path: pathlib.Path, fake: FakeProvider, capsys: pytest.CaptureFixture[str]) -> None:
+    # An answer the exchange cannot read (a body that is not the gzip it says it is) is the
+    # proxy's own failure: logged with the URL it went to (its ?key= included) and the
+    # traceback, answered with the exception's message. A transport error's message, too.
+    fake.script.append({"headers": {"content-encoding": "gzip"}})
+    ups = {n: parse_upstream(f"{n}={u}", "test") for n, u in
+           (("openai", fake.url), ("down", "http://127.0.0.1:9"))}
+    server = ProxyServer(ProxyConfig(spec=SessionSpec(cassette=tmp_path / "d.json"),
+                                     cassette=tmp_path / "d.json", upstreams=ups,
+                                     cassette_dir=tmp_path))
+    url = await server.start()
+    secrets = ("QUERY-SECRET-4f1e", "plain-api-key-8c2d", "bearer-secret-6b7a")
+    try:
+        async with httpx2.AsyncClient(timeout=30) as client:
+            answers = [await client.post(
+                f"{url}/{name}/v1/chat/completions?key={secrets[0]}", json=CHAT,
+                headers={"x-api-key": secrets[1], "authorization": f"Bearer {secrets[2]}"})
+                for name in ("openai", "down")]
+    finally:
+        await server.stop()
+    assert [a.status_code for a in answers] == [500, 502]
+    log = capsys.readouterr().err
+    assert "error answering POST" in log and "DecodingError" in log
+    for text in (log, *(a.text for a in answers)):
+        assert not [s for s in secrets if s in text], text
+
+
+def test_upstreams_of_the_users_asked_the_same_answer_each_their_own(
+        session_for: Open, fake: FakeProvider) -> None:
+    # Keys leave the host out: "a" and "b" asked the same thing keyed alike, and replayed in
+    # the other order "b" was answered "a"'s recording.
+    other = FakeProvider().start()
+    try:
+        routes = {"a": fake.url, "b": other.url}
+        s = session_for("two-upstreams", upstreams=routes)  # (no fake: these routes only)
+        live = {n: post(f"{s.url}/{n}/v1/chat/completions", CHAT).json() for n in "ab"}
+        s.close(ok=True)
+        r = session_for("two-upstreams", upstreams=routes, mode="replay")
+        again = {n: post(f"{r.url}/{n}/v1/chat/completions", CHAT).json() for n in "ba"}
+        assert again == live and fake.count() == other.count() == 1
+        recorded = [e["request"]["headers"].get("x-dejacache-upstream")
+                    for e in entries(s.cassette)]
+        assert recorded == ["a", "b"]
+    finally:
+        other.stop()

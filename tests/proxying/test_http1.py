@@ -4,6 +4,8 @@ connection would: at once, or split anywhere)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from dejacache.proxying._http1 import (
@@ -60,6 +62,7 @@ def test_framing(headers: bytes, expected: tuple[str, int]) -> None:
     (b"\r\nContent-Length: 1\r\nContent-Length: 2", 400),
     (b"\r\nContent-Length: -1", 400),
     (b"\r\nContent-Length: 1e3", 400),
+    (b"\r\nContent-Length: \xb2", 400),  # a digit to ``str.isdigit``, not to ``int``
     (b"\r\nTransfer-Encoding: gzip, chunked", 501),
     (b"\r\nTransfer-Encoding: chunked, identity", 501),
 ])
@@ -164,10 +167,61 @@ def test_the_requests_before_an_unreadable_one_are_kept() -> None:
     (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n" + b"x" * 2048, 413),
     (b"GET / HTTP/1.1\r\nX: " + b"a" * MAX_HEAD + b"\r\n\r\n", 431),
     (b"GET / HTTP/1.1\r\nX: " + b"a" * MAX_HEAD, 431),  # no end in sight
+    (b"POST / HTTP/1.1\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n", 413),
+    (b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + b"f" * 5000 + b"\r\n", 413),
+    (b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 400),  # TLS: refused at its first byte
+    (b"\x00\x00", 400),
 ])
 def test_broken_and_oversized_requests_are_refused(raw: bytes, status: int) -> None:
     got, _ = _read(raw, max_body=1024)
     assert isinstance(got, BadRequest) and got.status == status
+
+
+@pytest.mark.parametrize("size", [b"0x3", b"-3", b"+3", b"1_0", b"3 3", b""])
+def test_a_chunk_size_other_parsers_could_read_otherwise_is_refused(size: bytes) -> None:
+    # ``int(_, 16)`` reads the first four; a proxy in front may read them as garbage.
+    raw = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n%s\r\nabc\r\n0\r\n\r\n" % size
+    got, _ = _read(raw)
+    assert isinstance(got, BadRequest) and got.status == 400
+    assert str(got) == "malformed chunk size"
+
+
+def test_leading_zeros_are_a_length_however_many() -> None:
+    req, _ = _read(b"POST / HTTP/1.1\r\nContent-Length: " + b"0" * 5000 + b"5\r\n\r\nhello")
+    assert getattr(req, "body", None) == b"hello"
+    req, _ = _read(b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+                   + b"0" * 40 + b"5\r\nhello\r\n0\r\n\r\n")
+    assert getattr(req, "body", None) == b"hello"
+
+
+@pytest.mark.parametrize("framed", ["length", "chunked"])
+def test_a_large_body_is_read_in_time_linear_in_its_size(framed: str) -> None:
+    # Each read of 64 KiB was added to one buffer: a 64 MiB body took 30 s (0.1-0.2 s now).
+    size = 64 << 20
+    body = b"x" * size
+    if framed == "length":
+        head, raw = b"Content-Length: %d" % size, body
+    else:
+        head, raw = b"Transfer-Encoding: chunked", b"%x\r\n%s\r\n0\r\n\r\n" % (size, body)
+    pieces = [raw[at:at + 65536] for at in range(0, len(raw), 65536)]
+    parser = RequestParser(256 << 20)
+    started = time.perf_counter()
+    got = parser.feed(b"POST / HTTP/1.1\r\n%s\r\n\r\n" % head)
+    for piece in pieces:
+        got += parser.feed(piece)
+    took = time.perf_counter() - started
+    assert len(got) == 1 and got[0].body == body and parser.idle
+    assert took < 3.0, f"{took:.2f} s for a 64 MiB body"
+
+
+def test_a_request_refused_while_arriving_ends_the_parse() -> None:
+    parser = RequestParser(1 << 20)
+    parser.fail(408, "too slow")
+    assert parser.failed is None  # nothing was arriving: nothing to refuse
+    assert parser.feed(b"POST / HTTP/1.1\r\nContent-Length: 9\r\n\r\nabc") == []
+    parser.fail(408, "too slow")
+    assert parser.failed is not None and parser.failed.status == 408
+    assert parser.feed(b"defghi") == []
 
 
 def test_answers_are_framed_and_never_split_by_a_header() -> None:

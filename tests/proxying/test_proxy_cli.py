@@ -164,3 +164,22 @@ def test_a_damaged_cassette_is_one_line_naming_it(tmp_path: pathlib.Path,
     status, err = fails(capsys, "--cassette", str(bad))
     assert status == 1 and str(bad) in one_line(err)
     assert bad.read_text() == "{ not json"
+
+
+def test_a_command_that_passed_fails_when_its_cassette_did_not_hold(
+        tmp_path: pathlib.Path, fake: FakeProvider) -> None:
+    # Strict, the recorded call was never made: the command passing must not make CI green.
+    cassette = tmp_path / "c.json"
+    ask = ("import os, urllib.request; urllib.request.urlopen(urllib.request.Request("
+           "os.environ['OPENAI_BASE_URL'] + '/chat/completions', data=b'{\"model\": \"m\"}',"
+           " headers={'content-type': 'application/json'}))")
+    env = proxy_env(tmp_path, OPENAI_BASE_URL=fake.openai_url)
+    first = subprocess.run(command("proxy", "--cassette", str(cassette), "--",
+                                   sys.executable, "-c", ask),
+                           capture_output=True, text=True, timeout=60, env=env)
+    assert first.returncode == 0 and len(entries(cassette)) == 1, first.stderr
+    out = subprocess.run(command("proxy", "--cassette", str(cassette), "--mode", "replay",
+                                 "--strict", "--", sys.executable, "-c", "pass"),
+                         capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 1, out.stderr
+    assert "1 of the 1 recorded calls" in out.stderr

@@ -36,10 +36,17 @@ import functools
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
-from .._secrets import SENSITIVE_HEADERS, find_secrets, is_secret_name, may_be_secret, name_forms
+from .._secrets import (
+    SENSITIVE_HEADERS,
+    find_secrets,
+    is_secret_name,
+    is_secret_query,
+    may_be_secret,
+    name_forms,
+)
 
 __all__ = ["TRANSPORT", "TRANSPORT_PREFIXES", "KeyedHeaders", "classify", "cookie_pairs",
-           "is_credential", "spelled_names"]
+           "credential_values", "is_credential", "spelled_names"]
 
 #: Request headers that describe the connection, the client or the trace, never the question.
 TRANSPORT: Final = frozenset({
@@ -111,6 +118,28 @@ def is_credential(raw: str) -> bool:
     store or cassette masks (a response's ``X-Hub-Signature`` or ``X-Auth`` was kept in plain
     text, judged by the credential-name list without the words a request's was read by)."""
     return _kind(raw) == "identity"
+
+
+#: A credential's part shorter than this (``Bearer``, ``Basic``) is a scheme, not a secret:
+#: hidden wherever it appears, it would hide ordinary words.
+_SHORTEST_SECRET: Final = 8
+
+
+def credential_values(headers: Iterable[tuple[str, str]],
+                      query: Iterable[tuple[str, str]] = ()) -> list[str]:
+    """The credentials a request carries, as text that may be found quoted elsewhere (an
+    upstream's error answer echoing the key, an exception's message): its credential
+    headers' values (:func:`is_credential`) and each of their words (``Bearer KEY``: the
+    key), and its credential query parameters' values; longest first, so a value holding
+    another is replaced whole."""
+    found: set[str] = set()
+    for name, value in headers:
+        if is_credential(name):
+            found.update((value, *value.split()))
+    for name, value in query:
+        if is_secret_query(name):
+            found.add(value)
+    return sorted((v for v in found if len(v) >= _SHORTEST_SECRET), key=len, reverse=True)
 
 
 def _joined_kind(spellings: set[str]) -> str:

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 from .._core.flow import Fail, Store
 from .._engine import AsyncDriver, SyncDriver, call_async, call_sync, encode_record
-from .._secrets import key_loaded, secret_key
+from .._secrets import PLACEHOLDER, key_loaded, secret_key
 from ..cassettes.ageing import sending
 from ..cassettes.vcr_match import calling
 from ..config import Effective
@@ -43,7 +43,7 @@ from .exchange import (
     response_value,
     storable,
 )
-from .headers import spelled_names
+from .headers import credential_values, spelled_names
 from .identities import identities_for, scope_of
 from .keying import Identity, keyed
 from .providers import Provider, detect
@@ -357,11 +357,41 @@ async def _awire(resp: Any) -> bytes | None:
     return None if resp.is_stream_consumed else b"".join([c async for c in resp.aiter_raw()])
 
 
-def _read_whole(call: _Call, resp: Any, raw: bytes | None) -> dict[str, Any]:
+def _read_whole(call: _Call, resp: Any, raw: bytes | None, request: Any) -> dict[str, Any]:
     """The stored value of a whole (non-stream) answer read as ``raw`` wire bytes; the caller
     gets those bytes and every header as they came (its client decodes them as it would).
     ``raw`` None (see :func:`_wire`): the caller gets the decoded content, without the
-    headers of the wire encoding."""
+    headers of the wire encoding. An error answer is stored without ``request``'s own
+    credentials (:func:`_unechoed`)."""
+    value = _whole_value(call, resp, raw)
+    return _unechoed(value, request) if resp.status_code >= 400 else value
+
+
+def _unechoed(value: dict[str, Any], request: Any) -> dict[str, Any]:
+    """An error answer without the credentials of the request it answers, which a provider
+    may quote ("Incorrect API key provided: KEY"): a key of no known shape, under no
+    credential name, was stored and written to cassettes as it was. The caller still gets
+    the answer as it came."""
+    url = request.url
+    found = credential_values(request.headers.multi_items(),
+                              url.params.multi_items() if url.query else ())
+    return _without(value, found) if found else value
+
+
+def _without(node: Any, found: list[str]) -> Any:
+    if type(node) is str:
+        for secret in found:
+            if secret in node:
+                node = node.replace(secret, PLACEHOLDER)
+        return node
+    if type(node) is dict:
+        return {k: _without(v, found) for k, v in node.items()}
+    if type(node) is list:
+        return [_without(v, found) for v in node]
+    return node
+
+
+def _whole_value(call: _Call, resp: Any, raw: bytes | None) -> dict[str, Any]:
     m = call.lib.module
     if raw is None:
         body = resp.content
@@ -464,7 +494,7 @@ def _live_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> dict[st
                     rec.feed(chunk)
                 value = _read_events(call, resp, rec, chunks)
             else:
-                value = _read_whole(call, resp, _wire(resp))
+                value = _read_whole(call, resp, _wire(resp), request)
         finally:
             resp.close()
     except Exception as exc:
@@ -491,7 +521,7 @@ def _stream_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> Any:
         raise  # pragma: no cover
     if not _is_stream_answer(resp):
         try:
-            value = _read_whole(call, resp, _wire(resp))
+            value = _read_whole(call, resp, _wire(resp), request)
         finally:
             resp.close()
         d.advance(flow, d.ran(value))
@@ -548,7 +578,7 @@ async def _live_async(
                     rec.feed(chunk)
                 value = _read_events(call, resp, rec, chunks)
             else:
-                value = _read_whole(call, resp, await _awire(resp))
+                value = _read_whole(call, resp, await _awire(resp), request)
         finally:
             await resp.aclose()
     except Exception as exc:
@@ -579,7 +609,7 @@ async def _stream_async(
         _BYPASS.reset(token)
     if not _is_stream_answer(resp):
         try:
-            value = _read_whole(call, resp, await _awire(resp))
+            value = _read_whole(call, resp, await _awire(resp), request)
         finally:
             await resp.aclose()
         await d.advance(flow, d.ran(value))

@@ -24,6 +24,7 @@ import traceback
 from collections.abc import Coroutine, Generator
 from typing import Any, Protocol
 
+from .._secrets import PLACEHOLDER, mask_text
 from ._forward import Out
 from ._http1 import CONTINUE, Request, RequestParser
 from ._websocket import Upgraded, wants_websocket
@@ -32,6 +33,11 @@ __all__ = ["Connection", "Handler", "start"]
 
 # Requests a client may pipeline before the proxy stops reading from it.
 _QUEUED = 16
+# After a refusal, what the client still sends is read and dropped for up to this long, then
+# the connection closes: a socket closed with bytes unread sends a reset, which can reach the
+# client before the refusal does (a 413 for an upload still being sent was seen as
+# "connection reset by peer").
+_LINGER = 2.0
 
 
 class Handler(Protocol):
@@ -103,9 +109,19 @@ def start(coro: Coroutine[Any, Any, Any], ctx: contextvars.Context | None = None
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, handler: Handler, max_body: int) -> None:
+    """``read_timeout``: how long a request that has begun to arrive may take to arrive, in
+    seconds: its head in full, and each pause in its body. A client that sends part of a
+    request and waits (a truncated body, a head without its blank line, one byte a minute)
+    would otherwise hold its connection and buffer for ever; it gets a 408 and a close."""
+
+    def __init__(self, handler: Handler, max_body: int, read_timeout: float = 30.0) -> None:
         self.handler = handler
         self.parser = RequestParser(max_body)
+        self.read_timeout = read_timeout
+        self._timer: asyncio.TimerHandle | None = None  # armed while a request is arriving
+        self._head_since = 0.0  # when the head now arriving began (loop time; 0: none)
+        self._last = 0.0  # when bytes of the request now arriving last came
+        self._lingering = False  # refused: what arrives is dropped until the close
         self.queue: collections.deque[Request] = collections.deque()
         self.task: asyncio.Future[Any] | None = None  # the request being answered
         self.keep = True  # the request being answered leaves the connection open
@@ -118,10 +134,15 @@ class Connection(asyncio.Protocol):
         self.out = Out(transport)
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return
         if self.upgraded is not None:
             self.upgraded.feed(data)
             return
-        self.queue.extend(self.parser.feed(data))
+        done = self.parser.feed(data)
+        self.queue.extend(done)
+        if self._timer is not None or not self.parser.idle:  # a request is arriving
+            self._watch(restart=bool(done))
         if self.parser.failed is not None and self._reading:
             self._reading = False  # nothing after a request it cannot read is read
             self.transport.pause_reading()
@@ -133,16 +154,59 @@ class Connection(asyncio.Protocol):
             self.transport.pause_reading()
         self._next()
 
+    def _watch(self, restart: bool = False) -> None:
+        """Note that bytes of a request arrived; arm the timer that refuses it when it stops
+        arriving (``restart``: a new head may have begun with them)."""
+        parser = self.parser
+        if parser.idle or parser.failed is not None:
+            self._head_since = 0.0
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            return
+        now = self._last = asyncio.get_running_loop().time()  # (only for a partial request)
+        if not parser.in_head:
+            self._head_since = 0.0
+        elif restart or not self._head_since:
+            self._head_since = now
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_at(self._deadline(), self._expire)
+
+    def _deadline(self) -> float:
+        if self._head_since:  # a head: whole within the timeout, however it trickles in
+            return self._head_since + self.read_timeout
+        return self._last + self.read_timeout  # a body: no pause as long as the timeout
+
+    def _expire(self) -> None:
+        self._timer = None
+        if self.parser.idle or self.parser.failed is not None:
+            return
+        loop = asyncio.get_running_loop()
+        if not self._reading:  # the proxy stopped reading, not the client: time restarts
+            self._head_since = self._head_since and loop.time()
+            self._last = loop.time()
+            self._timer = loop.call_at(self._deadline(), self._expire)
+            return
+        if loop.time() < self._deadline():
+            self._timer = loop.call_at(self._deadline(), self._expire)
+            return
+        what = "head" if self._head_since else "body"
+        self.parser.fail(408, f"the request's {what} did not arrive within "
+                              f"{self.read_timeout:g} s")
+        self._reading = False
+        self.transport.pause_reading()
+        self._next()
+
     def _next(self) -> None:
         # A loop, not a recursion: requests answered at once (see the module docstring)
         # follow one another here, pipelined ones included.
-        while self.task is None and not self.transport.is_closing():
+        while self.task is None and not self._lingering and not self.transport.is_closing():
             if not self.queue:
                 failed = self.parser.failed
                 if failed is not None:  # the requests before it answered: now the refusal
                     self.transport.write(self.handler.refusal(failed.status, str(failed),
                                                               close=True))
-                    self.transport.close()
+                    self._linger()
                 return
             if self.handler.stopping:
                 self.transport.close()
@@ -161,6 +225,18 @@ class Connection(asyncio.Protocol):
             if not self._answered(task):
                 return
 
+    def _linger(self) -> None:
+        """End the connection after a refusal: the refusal and the end of what the proxy
+        sends first, then what the client still sends is dropped until it closes, or for
+        :data:`_LINGER` seconds (see there)."""
+        self._lingering = True
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        if not self._reading:
+            self._reading = True
+            self.transport.resume_reading()
+        asyncio.get_running_loop().call_later(_LINGER, self.transport.close)
+
     def _done(self, task: asyncio.Future[Any]) -> None:
         self.task = None
         if self._answered(task):
@@ -172,8 +248,10 @@ class Connection(asyncio.Protocol):
         if task is not None and not task.cancelled():
             exc = task.exception()
             if exc is not None and not isinstance(exc, ConnectionError):
-                print("dejacache proxy: error answering a request:", file=sys.stderr)
-                traceback.print_exception(exc, file=sys.stderr)
+                trace = "".join(traceback.format_exception(exc))
+                # (no request at hand: its secret-shaped strings and URL keys, at least)
+                print(mask_text(f"dejacache proxy: error answering a request:\n{trace}",
+                                lambda _: PLACEHOLDER), file=sys.stderr, end="")
                 self.transport.close()
                 return False
         if not self.keep or (self.handler.stopping and not self.queue):
@@ -202,6 +280,9 @@ class Connection(asyncio.Protocol):
         self.out.resume()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.upgraded is not None:
             self.upgraded.lost()
         self.queue.clear()

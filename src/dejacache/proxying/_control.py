@@ -8,8 +8,10 @@
                                               "strict", "live", "replay_until", "max_age",
                                               "on_expiry", "rerecord", "upstreams", "realtime"}
                                               -> 201 {"id", "url", "cassette", "mode"}
-    POST /_dejacache/sessions/ID/close        {"ok": true|false} -> what the session did
-                                              (saved, replayed, recorded, missed, misses...)
+    POST /_dejacache/sessions/ID/close        {"ok": true|false, "expect_misses": false} ->
+                                              what the session did (saved, replayed,
+                                              recorded, missed, misses..., and "failure":
+                                              why a passing test fails after all, or null)
     POST /_dejacache/sessions/ID/upstreams    {"NAME": "URL"}: routes for this session only
 
 A session's requests go to ``/_dejacache/s/ID/<upstream>/<rest>`` (its ``url``), or carry
@@ -142,10 +144,12 @@ async def _route(server: ProxyServer, method: str, path: str, raw: bytes
         raise _Refused(404, f"no open session {parts[1]!r}")
     session = found
     if parts[2] == "close":
-        ok = data.get("ok", False)
-        if not isinstance(ok, bool) or set(data) - {"ok"}:
-            raise _Refused(400, "close takes {\"ok\": true|false}: whether the test passed")
-        return 200, await server.sessions.close(session.id, ok)
+        ok, expected = data.get("ok", False), data.get("expect_misses", False)
+        if not isinstance(ok, bool) or not isinstance(expected, bool) \
+                or set(data) - {"ok", "expect_misses"}:
+            raise _Refused(400, "close takes {\"ok\": true|false}: whether the test passed "
+                                "(and \"expect_misses\": true|false)")
+        return 200, await server.sessions.close(session.id, ok, expect_misses=expected)
     if parts[2] == "upstreams":
         session.upstreams.update(_routes(data, "upstreams"))
         return 200, {"id": session.id, "upstreams": {k: v.url for k, v in

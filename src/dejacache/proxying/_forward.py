@@ -22,28 +22,36 @@ from __future__ import annotations
 import asyncio
 import sys
 import traceback
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import orjson
 
+from .._secrets import PLACEHOLDER, mask_text
 from ..cassettes.placeholder_keys import carries_placeholder
 from ..errors import ConfigurationError, ReplayDivergence, ReplayMiss
 from ..http._libs import Lib
 from ..http._pending import Pending, built
+from ..http.headers import credential_values
 from ..http.providers import Provider, all_providers, detect
 from ..http.sse import is_stream
 from ..http.transport import Replayed, handle_async
 from ._aws import Resigner, signed_scope
 from ._http1 import LAST_CHUNK, Request, chunk, head_bytes
 from ._sessions import Session
-from .upstreams import Upstream
+from .upstreams import Upstream, builtin_upstreams
 
 __all__ = ["FORWARDED", "Forwarder", "Out", "error_bytes", "json_bytes"]
 
 #: Set on every request the proxy sends on (after it is keyed): one that comes back to a
 #: proxy is a loop (an upstream URL pointing at the proxy itself), refused at once.
 FORWARDED = "x-dejacache-forwarded"
+#: Keyed (never sent) with a request to an upstream the user named (``--upstream
+#: local=URL``): keys leave the host out, so two such upstreams asked the same thing would
+#: replay each other's answers (``a``'s recording served to ``b`` once the calls came in
+#: another order). A built-in name (``openai``, even pointed elsewhere) is the provider the
+#: request's path names already, and keys as an in-process call to it does.
+UPSTREAM = "x-dejacache-upstream"
 
 # Belong to the client's connection to the proxy, not to the request it sends on.
 _HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te",
@@ -117,6 +125,7 @@ class Forwarder:
         self.resigner = Resigner()
         self._urls: dict[str, Any] = {}
         self._named = {p.name: p for p in all_providers()}
+        self._builtin = frozenset(builtin_upstreams())
         # The methods the library sends ``Content-Length: 0`` for when the body is empty
         # (httpx2 adds QUERY to httpx's POST, PUT and PATCH): asked once, of the library.
         self._empty_length = frozenset(
@@ -148,10 +157,12 @@ class Forwarder:
         answered from a cassette never needs it)."""
         connection = {t.strip().lower() for t in (req.get("connection") or "").split(",")}
         headers: list[tuple[str, str]] = []
+        ascii_only = True
         for k, v in req.headers:
             low = k.lower()
             if low not in _HOP and low not in connection and not low.startswith("x-dejacache-"):
                 headers.append((k, v))
+                ascii_only = ascii_only and v.isascii()
         scope = signed_scope(headers)
         url = self._url(upstream.base(scope[0] if scope else None) + rest)
         m = self.lib.module
@@ -166,9 +177,14 @@ class Forwarder:
         elif method in self._empty_length:
             front.append(("Content-Length", "0"))
         headers = front + headers + back
+        sent: Sequence[tuple[str, Any]] = headers
+        if not ascii_only:
+            sent, headers = _non_ascii(headers)
+        if upstream.name not in self._builtin:
+            headers = [*headers, (UPSTREAM, upstream.name)]  # keyed, never sent
 
         def build() -> Any:
-            hreq = m.Request(method, url, headers=headers, stream=m.ByteStream(body),
+            hreq = m.Request(method, url, headers=sent, stream=m.ByteStream(body),
                              extensions={"timeout": _TIMEOUTS})
             hreq.read()  # its content, as a request made with ``content=`` has it
             return hreq
@@ -227,10 +243,10 @@ class Forwarder:
             kind = ("dejacache_replay_divergence" if isinstance(miss, ReplayDivergence)
                     else "dejacache_replay_miss")
             await out.write(error_bytes(self.provider_for(hreq, upstream), 404, kind,
-                                        f"{type(miss).__name__}: {miss}"))
+                                        hidden(f"{type(miss).__name__}: {miss}", items)))
             return
         except Exception as exc:
-            await out.write(self._failure(hreq, upstream, exc))
+            await out.write(self._failure(hreq, upstream, exc, items))
             return
         if isinstance(resp, Replayed):
             await out.write(_whole(resp.status, resp.headers, resp.body,
@@ -238,22 +254,28 @@ class Forwarder:
             return
         await self._relay(resp, out, req.method == "HEAD")
 
-    def _failure(self, hreq: Any, upstream: Upstream, exc: Exception) -> bytes:
+    def _failure(self, hreq: Any, upstream: Upstream, exc: Exception,
+                 items: list[tuple[str, str]]) -> bytes:
+        """The answer to a request the exchange failed; logged when it is the proxy's own
+        failure. Neither holds the request's credentials (:func:`hidden`)."""
         provider = self.provider_for(hreq, upstream)
         if self.lib.transport_error(exc) or isinstance(exc, ConfigurationError):
             # The upstream could not be reached, or the proxy could not send to it (a live
             # call's failure, or one a cassette recorded and replays).
-            return error_bytes(provider, 502, "dejacache_upstream_error",
-                               f"dejacache proxy: upstream {upstream.name} ({upstream.url}) "
-                               f"failed: {type(exc).__name__}: {exc}")
-        print(f"dejacache proxy: error answering {hreq.method} {hreq.url}:", file=sys.stderr)
-        traceback.print_exception(exc, file=sys.stderr)
-        return error_bytes(provider, 500, "dejacache_proxy_error",
-                           f"dejacache proxy failed: {type(exc).__name__}: {exc}")
+            return error_bytes(provider, 502, "dejacache_upstream_error", hidden(
+                f"dejacache proxy: upstream {upstream.name} ({upstream.url}) failed: "
+                f"{type(exc).__name__}: {exc}", items))
+        trace = "".join(traceback.format_exception(exc))
+        print(hidden(f"dejacache proxy: error answering {hreq.method} {hreq.url}:\n{trace}",
+                     items), file=sys.stderr, end="")
+        return error_bytes(provider, 500, "dejacache_proxy_error", hidden(
+            f"dejacache proxy failed: {type(exc).__name__}: {exc}", items))
 
     async def _relay(self, resp: Any, out: Out, head_only: bool) -> None:
         status = resp.status_code
-        headers = resp.headers.multi_items()
+        # The bytes the upstream sent: read as latin-1, they are written back as they came
+        # (``multi_items`` reads UTF-8 first, which ``head_bytes`` would write as latin-1).
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in resp.headers.raw]
         try:
             if head_only or status in (204, 304) or status < 200:
                 await out.write(_whole(status, headers, b"", True))
@@ -283,6 +305,45 @@ class Forwarder:
             out.abort()
             return
         await out.write(LAST_CHUNK)
+
+
+def hidden(text: str, headers: Sequence[tuple[str, str]]) -> str:
+    """``text`` (a log line, an error message) without the credentials of the request whose
+    ``headers`` it is about: the values of its credential headers (``Authorization``,
+    ``x-api-key``, ``api-key``...: ``credential_values``, by the rule keys and cassettes
+    use) wherever they appear, then every secret-shaped string and credential URL parameter
+    (``?key=...``: ``mask_text``). An exception's message may quote a header or the URL it
+    was sent to, and the proxy's log and answers are read by people who hold no key."""
+    for secret in credential_values(headers):
+        if secret in text:
+            text = text.replace(secret, PLACEHOLDER)
+    return mask_text(text, _placeholder)
+
+
+def _placeholder(_: str) -> str:
+    return PLACEHOLDER
+
+
+def _non_ascii(headers: list[tuple[str, str]]
+               ) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
+    """Headers with a value beyond ASCII: what is sent (each value the bytes the client sent,
+    which the HTTP library would refuse to encode as text) and what is keyed (the value as
+    the HTTP library reads received bytes: UTF-8 when they are, else latin-1, so a header
+    keys alike from the proxy and from an in-process client)."""
+    sent: list[tuple[str, Any]] = []
+    keyed = []
+    for k, v in headers:
+        if v.isascii():
+            sent.append((k, v))
+            keyed.append((k, v))
+            continue
+        raw = v.encode("latin-1")  # the parser read each byte as one character
+        sent.append((k, raw))
+        try:
+            keyed.append((k, raw.decode("utf-8")))
+        except UnicodeDecodeError:
+            keyed.append((k, v))
+    return sent, keyed
 
 
 def _whole(status: int, headers: list[tuple[str, str]], body: bytes, head_only: bool) -> bytes:

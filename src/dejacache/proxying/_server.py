@@ -54,6 +54,7 @@ class ProxyConfig:
     port: int = 0
     allow_remote: bool = False
     max_body: int = 256 * 1024 * 1024
+    read_timeout: float = 30.0
     grace: float = 10.0
 
 
@@ -145,7 +146,7 @@ class ProxyServer:
     # ---------------------------------------------------------------- requests
 
     def _connection(self) -> Connection:
-        return _Tracked(self, self.config.max_body)
+        return _Tracked(self, self.config.max_body, self.config.read_timeout)
 
     def refusal(self, status: int, message: str, *, close: bool = False) -> bytes:
         extra = [("connection", "close")] if close else []
@@ -216,8 +217,8 @@ class ProxyServer:
 class _Tracked(Connection):
     """A connection the server keeps track of, for ``stop``."""
 
-    def __init__(self, server: ProxyServer, max_body: int) -> None:
-        super().__init__(server, max_body)
+    def __init__(self, server: ProxyServer, max_body: int, read_timeout: float) -> None:
+        super().__init__(server, max_body, read_timeout)
         self.server = server
 
     def connection_made(self, transport: Any) -> None:
@@ -286,11 +287,14 @@ async def _run(config: ProxyConfig, ready_file: pathlib.Path | None,
         else:
             await stop.wait()
     finally:
-        _report(await server.stop())
+        summaries = await server.stop()
+        _report(summaries)
         if ready_file is not None:
             with contextlib.suppress(OSError):
                 ready_file.unlink()
-    return status
+    # A cassette that did not hold (its save failed, a strict one's calls were not all
+    # made) fails the run the command passed: CI must not go green without its recording.
+    return status or (1 if any(s["error"] for s in summaries) else 0)
 
 
 async def _supervise(command: Sequence[str], env: dict[str, str], stop: asyncio.Event) -> int:

@@ -35,7 +35,7 @@ from ..http.transport import Options
 from ..scope import current
 from .upstreams import Upstream
 
-__all__ = ["Session", "SessionSpec", "Sessions", "cassette_under"]
+__all__ = ["Session", "SessionSpec", "Sessions", "cassette_under", "failure"]
 
 T = TypeVar("T")
 
@@ -143,9 +143,11 @@ class Session:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), grace)
 
-    async def close(self, ok: bool, grace: float = 10.0) -> dict[str, Any]:
+    async def close(self, ok: bool, grace: float = 10.0, *, expect_misses: bool = False
+                    ) -> dict[str, Any]:
         """Exit the block (the file is written when ``ok``, as a passing test's is) and
-        report what the session did."""
+        report what the session did; ``failure`` says why a passing test must fail after
+        all (:func:`failure`)."""
         await self._settled(grace)
         self.closed = True
         before = _stamp(self.spec.cassette)
@@ -155,15 +157,35 @@ class Session:
                                     None if ok else AssertionError, None, None)
         except (AssertionError, DejacacheError) as exc:  # a strict contract broken, a save
             error = str(exc)
+        except Exception as exc:  # a save the file system refused: answered, never lost
+            error = f"the save failed: {type(exc).__name__}: {exc}"
         tape = self.tape
         c = tape.counters
+        misses = [str(m) for m in tape.misses]
         return {
             "id": self.id, "cassette": str(self.spec.cassette), "mode": tape.mode,
             "saved": _stamp(self.spec.cassette) != before,
             "replayed": c.replayed, "recorded": c.recorded, "missed": c.missed,
-            "misses": [str(m) for m in tape.misses],
-            "divergences": [str(d) for d in tape.divergences], "error": error,
+            "misses": misses, "divergences": [str(d) for d in tape.divergences],
+            "error": error,
+            "failure": failure(str(self.spec.cassette), error,
+                               [] if expect_misses else misses) if ok else None,
         }
+
+
+def failure(cassette: str, error: str | None, misses: list[str]) -> str | None:
+    """Why a session closed by a passing test did not hold, or None: the one rule every
+    test runner's close follows (``ProxySession.close``, the ``dejacache_proxy`` fixture,
+    the Node helper). Its save failed or a strict session's recorded calls were not all
+    made (``error``), or a request missed: the agent behind the proxy may have swallowed
+    the error it was answered, and the test passed without its recording."""
+    if error:
+        return f"cassette {cassette} did not hold: {error}"
+    if misses:
+        return (f"{len(misses)} replay miss(es) in cassette {cassette} were met by the agent "
+                "behind the proxy, and the test passed without its recording:\n\n"
+                + "\n\n".join(misses[:3]))
+    return None
 
 
 def _stamp(path: pathlib.Path) -> tuple[int, int] | None:
@@ -207,9 +229,10 @@ class Sessions:
     def all(self) -> list[Session]:
         return [*([self.default] if self.default is not None else []), *self._by_id.values()]
 
-    async def close(self, sid: str, ok: bool) -> dict[str, Any]:
+    async def close(self, sid: str, ok: bool, *, expect_misses: bool = False
+                    ) -> dict[str, Any]:
         session = self._by_id.pop(sid)
-        return await session.close(ok)
+        return await session.close(ok, expect_misses=expect_misses)
 
     async def close_all(self, grace: float, *, save: bool = True) -> list[dict[str, Any]]:
         """At shutdown: the default cassette is saved (unless ``save`` is False: the proxy

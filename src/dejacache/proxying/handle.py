@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from ..errors import ConfigurationError
+from ..errors import CassetteError, ConfigurationError
 
 __all__ = ["ProxyProcess", "ProxySession", "proxy"]
 
@@ -98,13 +98,20 @@ class ProxySession:
         """Send this session's ``upstream`` requests to ``url`` (a loopback fake, say)."""
         _call(f"{self.process.url}/_dejacache/sessions/{self.id}/upstreams", {upstream: url})
 
-    def close(self, ok: bool = True) -> dict[str, Any]:
+    def close(self, ok: bool = True, *, expect_misses: bool = False) -> dict[str, Any]:
         """End the session; the cassette is written only when ``ok``. What it did: counts,
         ``misses`` and ``divergences`` (their reports), ``saved``. Closing twice is a
-        no-op."""
+        no-op.
+
+        With ``ok`` (the test passed), a ``CassetteError`` naming the cassette when the
+        session did not hold: its save failed, a strict session's recorded calls were not
+        all made, or a request missed (unless ``expect_misses``; the agent behind the proxy
+        may have swallowed the error it was answered)."""
         if self.summary is None:
             self.summary = _call(f"{self.process.url}/_dejacache/sessions/{self.id}/close",
-                                 {"ok": ok})
+                                 {"ok": ok, "expect_misses": expect_misses})
+            if self.summary.get("failure"):
+                raise CassetteError(self.summary["failure"])
         return self.summary
 
     def __enter__(self) -> ProxySession:

@@ -100,6 +100,9 @@ async def _record_replay(args: argparse.Namespace, command: list[str], rerecord:
         print(f"dejacache mcp-proxy: {summary['cassette']} ({summary['mode']}): "
               f"{summary['replayed']} replayed, {summary['recorded']} recorded, "
               f"{summary['missed']} missed; {saved}", file=sys.stderr)
+        if summary["error"]:  # a save that failed, a strict contract broken: not a pass
+            print(f"dejacache mcp-proxy: {summary['error']}", file=sys.stderr)
+            status = status or 1
     return status
 
 

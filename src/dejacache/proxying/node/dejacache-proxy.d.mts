@@ -30,6 +30,9 @@ export interface Summary {
   misses: string[];
   divergences: string[];
   error: string | null;
+  /** Why a passing test fails after all (a miss met, the save failed, a strict cassette's
+   * calls not all made), or null. */
+  failure: string | null;
 }
 
 export declare class Cassette {
@@ -42,7 +45,7 @@ export declare class Cassette {
   baseURL(upstream: string): string;
   get env(): Record<string, string>;
   route(upstream: string, url: string): Promise<void>;
-  close(options?: { ok?: boolean }): Promise<Summary>;
+  close(options?: { ok?: boolean; expectMisses?: boolean }): Promise<Summary>;
 }
 
 export declare function proxyUrl(url?: string): string;
@@ -54,6 +57,8 @@ export declare function cassetteName(file: string, test: string): string;
 type Hook = (fn: (ctx: any) => unknown) => unknown;
 
 export interface RunningCassette {
+  /** The cassette of the test whose context vitest passed (tests running at once). */
+  for(ctx: any): Cassette;
   readonly cassette: Cassette;
   readonly url: string;
   readonly env: Record<string, string>;

@@ -4,10 +4,12 @@
 //
 // The proxy's URL comes from DEJACACHE_PROXY, which `dejacache proxy ... -- <test command>`
 // sets. A test's cassette is written when the test passes and left as it was when it fails;
-// a test that passes although its agent met a replay miss fails with the miss report.
+// a test that passes although its agent met a replay miss, or whose cassette did not hold (its
+// save failed, a strict cassette's calls were not all made), fails saying so.
 //
 //   vitest:   const tape = cassettes({ beforeEach, afterEach });
 //             test("...", async () => { new OpenAI({ baseURL: tape.baseURL("openai") + "/v1" }) })
+//             test.concurrent("...", async (ctx) => { ... tape.for(ctx).baseURL("openai") ... })
 //   any runner (jest, node:test, vitest):
 //             test("...", () => withCassette("weather", async (tape) => { ... tape.url ... }))
 
@@ -60,9 +62,11 @@ export class Cassette {
     await call(`${this.proxy}/_dejacache/sessions/${this.id}/upstreams`, { [upstream]: url });
   }
 
-  /** Close it; the file is written only when `ok`. Returns what it did (counts, misses). */
-  async close({ ok = true } = {}) {
-    this.summary ??= await call(`${this.proxy}/_dejacache/sessions/${this.id}/close`, { ok });
+  /** Close it; the file is written only when `ok`. Returns what it did (counts, misses, and
+   * `failure`: why a passing test fails after all, or null; `expectMisses` leaves misses out). */
+  async close({ ok = true, expectMisses = false } = {}) {
+    this.summary ??= await call(`${this.proxy}/_dejacache/sessions/${this.id}/close`,
+                                { ok, expect_misses: expectMisses });
     return this.summary;
   }
 }
@@ -84,10 +88,12 @@ export async function openCassette(name, options = {}) {
   return new Cassette(proxy, await call(`${proxy}/_dejacache/sessions`, body));
 }
 
-function missed(summary) {
-  const shown = summary.misses.slice(0, 3).join("\n\n");
-  return new Error(`${summary.misses.length} replay miss(es) in cassette ${summary.cassette} ` +
-    `were met, and the test passed without its recording:\n\n${shown}`);
+// A passing test's cassette that did not hold (the proxy's summary says why: a miss met, its
+// save failed, a strict cassette's calls not all made): the test fails after all.
+async function closePassed(cassette, ok, expectMisses) {
+  const summary = await cassette.close({ ok, expectMisses: Boolean(expectMisses) });
+  if (ok && summary.failure) throw new Error(`dejacache: ${summary.failure}`);
+  return summary;
 }
 
 /** `fn(cassette)` with the cassette `name` open; it is written when `fn` succeeds. */
@@ -99,8 +105,7 @@ export async function withCassette(name, fn, options = {}) {
     ok = true;
     return out;
   } finally {
-    const summary = await cassette.close({ ok });
-    if (ok && summary.misses.length && !options.expectMisses) throw missed(summary);
+    await closePassed(cassette, ok, options.expectMisses);
   }
 }
 
@@ -112,9 +117,13 @@ export function cassetteName(file, test) {
 }
 
 /** vitest: a cassette per test, named after its file and its name (`cassetteName`). The
- * object returned gives the running test's cassette: `url`, `baseURL(upstream)`, `env`. */
+ * object returned gives the running test's cassette: `url`, `baseURL(upstream)`, `env`; with
+ * tests running at once (`test.concurrent`), each takes its own: `tape.for(ctx)`. */
 export function cassettes({ beforeEach, afterEach }, options = {}) {
-  let current = null;
+  // Test (its context's task) -> its cassette; null while it opens. One shared "current"
+  // cassette handed concurrent tests each other's: their calls went to one file.
+  const open = new Map();
+  const testOf = (ctx) => ctx?.task ?? ctx;
   beforeEach(async (ctx) => {
     const task = ctx?.task ?? {};
     const file = task.file?.name ?? "tests";
@@ -122,21 +131,36 @@ export function cassettes({ beforeEach, afterEach }, options = {}) {
     const name = options.name ? options.name(task) : cassetteName(file, test);
     const rerecord = options.rerecord ??
       `DEJACACHE_MODE=record npx vitest run ${file} -t ${JSON.stringify(task.name ?? test)}`;
-    current = await openCassette(name, { ...options, rerecord });
+    open.set(testOf(ctx), null);
+    try {
+      open.set(testOf(ctx), await openCassette(name, { ...options, rerecord }));
+    } catch (err) {
+      open.delete(testOf(ctx));
+      throw err;
+    }
   });
   afterEach(async (ctx) => {
-    const cassette = current;
-    current = null;
-    if (cassette === null) return;
-    const ok = ctx?.task?.result?.state !== "fail";
-    const summary = await cassette.close({ ok });
-    if (ok && summary.misses.length && !options.expectMisses) throw missed(summary);
+    const cassette = open.get(testOf(ctx));
+    open.delete(testOf(ctx));
+    if (!cassette) return;
+    await closePassed(cassette, ctx?.task?.result?.state !== "fail", options.expectMisses);
   });
   const running = () => {
-    if (current === null) throw new Error("dejacache: no test is running (use it inside a test)");
-    return current;
+    if (open.size > 1) {
+      throw new Error(`dejacache: ${open.size} tests are running at once: take the test's own ` +
+        "cassette with tape.for(ctx), ctx being the context vitest passes the test");
+    }
+    const [only] = open.values();
+    if (!only) throw new Error("dejacache: no test is running (use it inside a test)");
+    return only;
   };
   return {
+    for(ctx) {
+      const own = open.get(testOf(ctx));
+      if (!own) throw new Error("dejacache: no cassette is open for this test (pass the " +
+        "context vitest gives the test: test(\"...\", async (ctx) => tape.for(ctx)...))");
+      return own;
+    },
     get cassette() { return running(); },
     get url() { return running().url; },
     get env() { return running().env; },
