@@ -2102,7 +2102,7 @@ def test_lists_that_are_not_credential_pairs_key_as_they_are(plain: Any) -> None
 @pytest.mark.parametrize("schema", [
     {"type": "object", "required": ["api_key", "q"]},
     {"properties": {"verdict": {"enum": ["pass", "fail"]}}},
-    {"properties": {"token": {"type": ["token", "null"], "examples": ["password", "x"]}}},
+    {"properties": {"mode": {"type": ["token", "null"], "examples": ["password", "x"]}}},
 ])
 def test_a_json_schema_list_is_not_a_credential_pair(schema: Any) -> None:
     """A tool schema's ``required``/``enum`` list naming a credential field is names, not a
@@ -2111,3 +2111,55 @@ def test_a_json_schema_list_is_not_a_credential_pair(schema: Any) -> None:
     assert canonical_json(request) == orjson.dumps(request, option=orjson.OPT_SORT_KEYS)
     # (the same list under any other name is a pair still)
     assert b"fail" not in canonical_json({"params": ["pass", "fail"]})
+
+
+# ------------------------------------------------------------- containers under credential names
+
+
+@pytest.mark.parametrize("value", [
+    {"key": "hunter2"}, ["hunter2"], ("alice", "hunter2"), {"a": {"b": [{"c": "hunter2"}]}},
+    {"hunter2"}, collections.OrderedDict(key="hunter2"), Point(x=7, y=0.5),
+    {1: "hunter2"}, [Color.RED, "hunter2"],
+])
+def test_every_leaf_under_a_credential_name_is_keyed_as_a_mask(value: Any) -> None:
+    """A dict, list, tuple, set or object held under a credential's name is the credential
+    at every depth: each leaf keyed as a mask, so the key bytes never hold it, a different
+    credential is a different key, and the same one the same key."""
+    canon = canonical_json({"credentials": value, "q": "hi"})
+    assert b"hunter2" not in canon and b"<secret:" in canon
+    assert canon == canonical_json({"credentials": copy.deepcopy(value), "q": "hi"})
+    other = canonical_json({"credentials": json.loads(
+        json.dumps(value, default=repr).replace("hunter2", "hunter3")), "q": "hi"})
+    assert other != canon
+
+
+def test_a_dict_under_a_credential_name_keys_as_its_leaves_masked() -> None:
+    from dejacache import _secrets
+
+    form = orjson.loads(canonical_json({"credentials": {"user": "alice", "pin": 1234,
+                                                        "on": True, "none": None}}))
+    assert form == {"credentials": {"user": _secrets.mask("alice"), "pin": _secrets.mask(1234),
+                                    "on": True, "none": None}}
+
+
+def test_credential_containers_nest_to_the_depth_limit_and_refuse_cycles() -> None:
+    deep: Any = "hunter2"
+    for _ in range(keys.MAX_DEPTH - 2):
+        deep = [deep]
+    assert b"hunter2" not in canonical_json({"password": deep})  # orjson's limit: fragments
+    loop: dict[str, Any] = {}
+    loop["self"] = loop
+    with pytest.raises(dejacache.UnhashableArgument, match="contains itself"):
+        call_key("ns", "f", kwargs={"credentials": loop})
+
+
+def test_a_schema_under_a_credential_name_keys_as_sent_but_for_its_values() -> None:
+    from dejacache import _secrets
+
+    plain = {"type": "string", "description": "the key", "minLength": 8}
+    assert orjson.loads(canonical_json({"api_key": plain})) == {"api_key": plain}
+    given = orjson.loads(canonical_json({"api_key": {**plain, "default": "hunter2"}}))
+    assert given == {"api_key": {**plain, "default": _secrets.mask("hunter2")}}
+    # a schema keyword declared volatile is left out there too
+    left = canonical_json({"api_key": plain}, volatile=frozenset({"description"}))
+    assert orjson.loads(left) == {"api_key": {"type": "string", "minLength": 8}}

@@ -688,9 +688,19 @@ _TOOL = {"tools": [{"type": "function", "function": {"name": "search", "paramete
 def test_schema_lists_and_schemas_are_stored_as_they_were_sent() -> None:
     """A JSON Schema's ``required``/``enum`` list of two naming a credential is names, not
     a ``[name, value]`` pair; stored as one, a miss report showed ``<REDACTED>`` where the
-    schema said ``query``."""
-    canonical = orjson.dumps(_TOOL, option=orjson.OPT_SORT_KEYS)
-    assert _secrets.scrub_request(canonical) == canonical
+    schema said ``query``. The values a credential's schema gives are hidden in the key,
+    the store and the cassette alike: one may be the credential itself."""
+    canonical = keys.canonical_json(_TOOL)
+    assert _secrets.scrub_request(canonical) == canonical  # stored as keyed
+    keyed = orjson.loads(canonical)["tools"][0]["function"]["parameters"]
+    assert keyed["required"] == ["api_key", "query"]
+    assert keyed["properties"]["mode"] == {"enum": ["token", "password"]}
+    assert keyed["properties"]["api_key"] == {"type": "string",
+                                              "description": "the caller's key"}
+    assert keyed["properties"]["password"] == {
+        "type": ["string", "null"], "examples": [_secrets.mask("x"), _secrets.mask("y")]}
+    raw = orjson.dumps(_TOOL, option=orjson.OPT_SORT_KEYS)
+    assert _secrets.scrub_request(raw) == canonical  # the store's own walk: the same rule
     written = Redactor().tree(_TOOL)
     params = written["tools"][0]["function"]["parameters"]
     assert params["required"] == ["api_key", "query"]
@@ -790,3 +800,138 @@ def test_a_url_password_that_is_another_ones_mask_keys_apart() -> None:
 def test_relative_url_credentials_are_guarded_from_volatile_patterns() -> None:
     [(_, _, kept)] = _secrets.guarded("/v1/items?api_key=pw-2024-01-01&page=2")
     assert kept == _secrets.mask("pw-2024-01-01")
+
+
+# --------------------------------------------------------------------- containers under names
+
+# Values a credential's name may hold that are not one string: every leaf is the credential.
+_CONTAINERS = [{"key": "hunter2"}, ["hunter2"], ("alice", "hunter2"),
+               {"nested": {"x": ["hunter2", 4242]}}, [{"user": "alice", "pw": "hunter2"}],
+               {"type": "service_account", "private": "hunter2"}]
+
+
+def _sqlite_bytes(path: pathlib.Path) -> bytes:
+    return b"".join(pathlib.Path(str(path) + s).read_bytes()
+                    for s in ("", "-wal") if pathlib.Path(str(path) + s).exists())
+
+
+@pytest.mark.parametrize("value", _CONTAINERS)
+def test_a_container_under_a_credential_name_never_reaches_key_store_cassette_or_miss(
+    tmp_path: pathlib.Path, value: object,
+) -> None:
+    """Every leaf of a dict, list or tuple held under a credential's name is the
+    credential: the key holds it masked, and so do the SQLite request column, the cassette
+    and the text of a miss (only secret-SHAPED strings were masked there)."""
+
+    @dejacache.cache(name="connect")
+    def connect(host: str, credentials: object) -> str:
+        return host
+
+    canonical = keys.KeyBuilder(connect.__wrapped__, "connect").canonical(("h", value), {})
+    assert b"hunter2" not in canonical and b"4242" not in canonical
+    cassette = tmp_path / "c.json"
+    with dejacache.cassette(cassette, mode="record"):
+        connect("h", value)
+    with pytest.raises(dejacache.ReplayMiss) as miss, dejacache.cassette(cassette, mode="replay"):
+        connect("other", value)
+    store_path = tmp_path / "cache.db"
+    store = dejacache.SQLiteStore(store_path)
+    with dejacache.scope(store=store, mode="auto", cache_key="t"):
+        connect("h", value)
+    store.close()
+    with dejacache.scope(store=dejacache.SQLiteStore(store_path), mode="replay",
+                         cache_key="t"), pytest.raises(dejacache.ReplayMiss) as store_miss:
+        connect("other", value)
+    db = _sqlite_bytes(store_path)
+    assert b"connect" in db
+    for where, text in {"cassette": cassette.read_bytes(), "sqlite": db,
+                        "miss": str(miss.value).encode(),
+                        "store miss": str(store_miss.value).encode()}.items():
+        assert b"hunter2" not in text and b"4242" not in text, where
+
+
+def test_scrub_request_hides_every_leaf_under_a_credential_name() -> None:
+    form = {"credentials": {"key": "hunter2", "n": 4242, "on": True, "none": None},
+            "api_key": ["hunter2"], "q": "hello"}
+    stored = orjson.loads(_secrets.scrub_request(orjson.dumps(form)))
+    assert stored == {"credentials": {"key": _secrets.mask("hunter2"), "n": _secrets.mask(4242),
+                                      "on": True, "none": None},
+                      "api_key": [_secrets.mask("hunter2")], "q": "hello"}
+    again = orjson.dumps(stored, option=orjson.OPT_SORT_KEYS)
+    assert _secrets.scrub_request(again) == again  # a mask is not masked again
+
+
+def test_a_schema_under_a_credential_name_is_stored_as_sent_but_for_its_values() -> None:
+    schema = {"type": "string", "description": "the key", "default": "hunter2"}
+    stored = orjson.loads(_secrets.scrub_request(orjson.dumps({"api_key": schema})))
+    assert stored == {"api_key": {"type": "string", "description": "the key",
+                                  "default": _secrets.mask("hunter2")}}
+    assert Redactor().tree({"api_key": schema}) == {"api_key": {
+        "type": "string", "description": "the key", "default": PLACEHOLDER}}
+
+
+@pytest.mark.parametrize("field", ["stop", "stop_sequences"])
+def test_stop_lists_are_never_credential_pairs(field: str) -> None:
+    """``"stop": ["password", "x"]`` is two stop sequences, not a password ``x``: keyed,
+    stored and written as sent (it used to key per machine, so a committed cassette missed)."""
+    request = {"model": "m", field: ["password", "x"]}
+    canonical = keys.canonical_json(request)
+    assert canonical == orjson.dumps(request, option=orjson.OPT_SORT_KEYS)
+    assert _secrets.scrub_request(canonical) == canonical
+    assert Redactor().tree(request) == request
+
+
+# Random JSON under a random credential name, with one secret somewhere among its leaves.
+_SECRET_LEAF = st.from_regex(r"\Azq[a-z]{6,12}\Z")
+_NAME = st.sampled_from(["password", "api_key", "credentials", "Authorization", "token",
+                         "db_password", "clientSecret", "x-api-key"])
+_PLAIN_LEAF = st.one_of(st.none(), st.booleans(), st.integers(-5, 5),
+                        st.sampled_from(["a", "b", "type", "string"]))
+
+
+def _holding(secret: str) -> st.SearchStrategy[object]:
+    def wrap(inner: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+        return st.one_of(
+            st.tuples(inner, st.lists(_PLAIN_LEAF, max_size=3)).map(lambda p: [*p[1], p[0]]),
+            st.tuples(inner, st.sampled_from(["key", "user", "v", "type", "default"]),
+                      st.dictionaries(st.sampled_from(["a", "b", "c"]), _PLAIN_LEAF,
+                                      max_size=2))
+            .map(lambda p: {**p[2], p[1]: p[0]}))
+    return st.recursive(st.just(secret), wrap, max_leaves=6)
+
+
+@hypothesis.settings(max_examples=60, deadline=None,
+                     suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
+@hypothesis.given(data=st.data(), name=_NAME)
+def test_a_secret_under_a_credential_name_never_shows_at_any_depth(
+    tmp_path: pathlib.Path, data: st.DataObject, name: str,
+) -> None:
+    secret = data.draw(_SECRET_LEAF)
+    other = secret + "x"
+    value = data.draw(_holding(secret))
+    request = {"q": "hi", name: value}
+    canonical = keys.canonical_json(request)
+    twin = keys.canonical_json({"q": "hi", name: orjson.loads(
+        orjson.dumps(value).replace(secret.encode(), other.encode()))})
+    assert canonical != twin  # a different secret: a different key
+    assert canonical == keys.canonical_json(request)  # the same secret: the same key
+    stored = _secrets.scrub_request(canonical)
+    written = orjson.dumps(Redactor().tree(request))
+    parts = keys.explain("ns", "f", kwargs=request)
+    shown = (canonical + stored + written + parts.canonical.encode()
+             + orjson.dumps(parts.arguments))
+    assert secret.encode() not in shown
+
+
+@hypothesis.settings(max_examples=60, deadline=None)
+@hypothesis.given(name=_NAME, kind=st.sampled_from(["string", "integer", "object"]),
+                  words=st.dictionaries(st.sampled_from(["description", "title", "format"]),
+                                        st.text(max_size=8), max_size=2))
+def test_a_schema_under_a_credential_name_round_trips_unchanged(
+    name: str, kind: str, words: dict[str, str],
+) -> None:
+    tool = {"parameters": {"type": "object", "properties": {name: {"type": kind, **words}}}}
+    canonical = keys.canonical_json({"tools": [tool]})
+    assert orjson.loads(canonical) == {"tools": [tool]}
+    assert _secrets.scrub_request(canonical) == canonical
+    assert Redactor().tree({"tools": [tool]}) == {"tools": [tool]}

@@ -44,8 +44,10 @@ __all__ = [
     "SECRET_PATTERNS",
     "SENSITIVE_HEADERS",
     "Shape",
+    "credential",
     "find_secrets",
     "guarded",
+    "hidden",
     "is_named_pair",
     "is_schema",
     "is_secret_name",
@@ -479,11 +481,14 @@ class Scrubber:
     """Masks secret-shaped strings in JSON trees, one distinct string at a time (agents resend
     the same messages every step, so each string is scanned once)."""
 
-    __slots__ = ("_memo", "replace")
+    __slots__ = ("_memo", "_names", "replace")
 
     def __init__(self, replace: Callable[[str], str]) -> None:
         self.replace = replace
         self._memo: dict[str, str] = {}
+        # A dict key -> (its text masked, whether it names a credential): one lookup a key
+        # where asking both cost two calls (a 40-message request: ~80 keys a scrub).
+        self._names: dict[str, tuple[str, bool]] = {}
 
     def text(self, s: str) -> str:
         done = self._memo.get(s)
@@ -501,12 +506,31 @@ class Scrubber:
         if t is str:
             return self.text(node)
         if t is dict:
-            return {self.text(k): self.tree(v, k) for k, v in node.items()}
+            out = {}
+            for k, v in node.items():
+                name = self._names.get(k) or self._name(k)
+                out[name[0]] = (credential(v, self._leaf, self.tree) if name[1]
+                                else self.tree(v, k))
+            return out
         if t is list:
             if is_named_pair(node, is_secret_name, parent):
-                return [self.text(node[0]), _masked_leaves(node[1], self.replace)]
+                return [self.text(node[0]), credential(node[1], self._leaf, self.tree)]
             return [self.tree(v) for v in node]
         return node
+
+    def _name(self, k: str) -> tuple[str, bool]:
+        name = (self.text(k), is_secret_name(k))
+        if len(self._names) >= _MEMO_MAX:
+            self._names.clear()
+        self._names[k] = name
+        return name
+
+    def _leaf(self, v: Any) -> str:
+        """A credential's leaf: strings through ``replace`` (a keyed mask already there
+        stays: the canonical form stores scrub holds the key's masks), numbers masked."""
+        if type(v) is str:
+            return v if _re().mask.fullmatch(v) else self.replace(v)
+        return mask(v)
 
 
 #: The longest first item of a list of two that :func:`is_named_pair` reads as a name: longer
@@ -515,10 +539,12 @@ class Scrubber:
 PAIR_NAME_MAX: Final = 256
 
 
-# JSON Schema keywords whose value lists names or values, never a ``[name, value]`` pair: a
-# tool's ``"required": ["api_key", "q"]`` or ``"enum": ["pass", "fail"]`` read as a pair made
-# every request carrying that tool key per machine (a committed cassette missed in CI).
-_SCHEMA_LISTS = frozenset({"enum", "required", "examples", "type"})
+# Fields whose value lists names or values, never a ``[name, value]`` pair: JSON Schema's
+# keywords (a tool's ``"required": ["api_key", "q"]`` or ``"enum": ["pass", "fail"]`` read as
+# a pair made every request carrying that tool key per machine: a committed cassette missed
+# in CI) and the stop sequences of OpenAI's ``stop`` and Anthropic's ``stop_sequences``
+# (``"stop": ["password", "x"]`` is two strings the model stops at).
+_SCHEMA_LISTS = frozenset({"enum", "required", "examples", "type", "stop", "stop_sequences"})
 
 
 def is_named_pair(node: Sequence[Any], secret: Callable[[str], bool],
@@ -567,17 +593,28 @@ def is_schema(v: Any) -> bool:
     return all(type(k) is str and k in _SCHEMA_TYPES for k in kinds) and bool(kinds)
 
 
-def _masked_leaves(v: Any, replace: Callable[[str], str]) -> Any:
-    """``v`` under a credential name, every leaf through ``replace`` (strings) or :func:`mask`
-    (numbers); the shape, None and booleans stay, and so does a keyed mask already there."""
+def credential(v: Any, hide: Callable[[Any], Any], walk: Callable[[Any, str], Any]) -> Any:
+    """``v``, held under a credential's name (a field or a ``[name, value]`` pair), as keys,
+    stores and cassettes hold it: the one rule of all three. A JSON Schema describing the
+    credential (:func:`is_schema`) keeps its structure, ``walk(value, field)`` writing it as
+    ordinary data, but for the values it gives (:data:`SCHEMA_VALUES`); anything else is the
+    credential at every depth, whatever its shape (``{"key": ...}``, ``["user", "pw"]``):
+    each string and number leaf becomes ``hide(leaf)``, the shape stays (for diffs), and so
+    do None and booleans (two values: hiding them hides nothing)."""
+    if is_schema(v):
+        return {k: hidden(x, hide) if k in SCHEMA_VALUES else walk(x, k) for k, x in v.items()}
+    return hidden(v, hide)
+
+
+def hidden(v: Any, hide: Callable[[Any], Any]) -> Any:
+    """``v`` with every leaf but None and booleans through ``hide`` (see :func:`credential`);
+    tuples become lists, as JSON writes them."""
     t = type(v)
     if t is dict:
-        return {k: _masked_leaves(x, replace) for k, x in v.items()}
-    if t is list:
-        return [_masked_leaves(x, replace) for x in v]
-    if t is str:
-        return v if _re().mask.fullmatch(v) else replace(v)
-    return v if v is None or t is bool else mask(v)
+        return {k: hidden(x, hide) for k, x in v.items()}
+    if t is list or t is tuple:
+        return [hidden(x, hide) for x in v]
+    return v if v is None or t is bool else hide(v)
 
 
 def _keyed(secret: str) -> str:

@@ -621,7 +621,7 @@ class _Canon:
         return self.norm(data, path, depth, place)
 
     def _held(self, write: Callable[..., Any], obj: Any, path: str, depth: int,
-              *rest: int) -> Any:
+              *rest: Any) -> Any:
         """``write(obj, ...)`` for what an object or a set holds, at any depth: never looked
         up by raw bytes (their tag is in them), so Enum members key under their class."""
         self.held += 1
@@ -630,12 +630,25 @@ class _Canon:
         finally:
             self.held -= 1
 
-    def _rows(self, pairs: list[tuple[Any, Any]], path: str, depth: int) -> list[Any]:
+    def _rows(self, pairs: list[tuple[Any, Any]], path: str, depth: int,
+              value: Callable[[Any, str, int], Any]) -> list[Any]:
         return [[self.norm(k, f"{path}[key]", depth + 1),
-                 self.norm(v, f"{path}[{k!r}]", depth + 1)] for k, v in pairs]
+                 value(v, f"{path}[{k!r}]", depth + 1)] for k, v in pairs]
 
-    def _set(self, obj: Any, path: str, depth: int) -> Any:
-        items = [orjson.dumps(self.norm(v, f"{path}{{}}", depth + 1),
+    def _tag_rows(self, out: dict[str, Any], pairs: list[tuple[Any, Any]], path: str,
+                  depth: int, value: Callable[[Any, str, int], Any]) -> Any:
+        """A mapping with non-string keys: sorted [key, value] pairs under a tag (``value``
+        writes each value). Held (``_held``): orjson refuses such a dict, so its bytes are
+        never a lookup form."""
+        rows = self._held(self._rows, pairs, path, depth, value)
+        rows += [[k, v] for k, v in out.items()]
+        rows.sort(key=lambda p: orjson.dumps(p[0], option=orjson.OPT_SORT_KEYS))
+        return {_TAG + "dict": rows}
+
+    def _set(self, obj: Any, path: str, depth: int,
+             item: Callable[[Any, str, int], Any] | None = None) -> Any:
+        item = item or self.norm
+        items = [orjson.dumps(item(v, f"{path}{{}}", depth + 1),
                               option=orjson.OPT_SORT_KEYS) for v in obj]
         return {_TAG + "set": [orjson.Fragment(i) for i in sorted(items)]}
 
@@ -667,18 +680,32 @@ class _Canon:
                     else self.norm(v, sub, depth + 1, below.get(k, other)))
             else:
                 pairs.append((k, v))
-        if not pairs:
-            return out
-        # Non-string keys: sorted [key, value] pairs under a tag. Held (``_held``): orjson
-        # refuses such a dict, so its bytes are never a lookup form.
-        rows = self._held(self._rows, pairs, path, depth)
-        rows += [[k, v] for k, v in out.items()]
-        rows.sort(key=lambda p: orjson.dumps(p[0], option=orjson.OPT_SORT_KEYS))
-        return {_TAG + "dict": rows}
+        return self._tag_rows(out, pairs, path, depth, self.norm) if pairs else out
 
     def mask(self, v: Any, path: str, depth: int) -> Any:
-        """A credential's stand-in: scalars become keyed digests; containers are walked (a
-        JSON schema property named ``password`` is a dict, not a secret)."""
+        """A credential's stand-in, by ``_secrets.credential``'s rule (the one of stores and
+        cassettes): a JSON Schema describing the credential (a tool's ``password``
+        property) is keyed as data but for the values it gives; anything else is the
+        credential at every depth, each leaf a keyed digest (:meth:`_hidden`)."""
+        if type(v) is dict and _secrets.is_schema(v):
+            return self._schema(v, path, depth)
+        return self._hidden(v, path, depth)
+
+    def _schema(self, v: dict[str, Any], path: str, depth: int) -> Any:
+        """A schema under a credential's name: its keywords are plain names (no tag, no
+        credential), left out only when declared volatile; ``default``, ``enum``... hidden."""
+        oid = self._enter(v, dict, path, depth)
+        names = self.names
+        try:
+            return {k: (self._hidden(x, f"{path}.{k}", depth + 1) if k in _secrets.SCHEMA_VALUES
+                        else self.norm(x, f"{path}.{k}", depth + 1))
+                    for k, x in v.items() if names is None or names.action(k) != _DROP}
+        finally:
+            self.active.discard(oid)
+
+    def _hidden(self, v: Any, path: str, depth: int) -> Any:
+        """``v``, all of it a credential: scalars become keyed digests at any depth (a dict,
+        list, tuple, set or object keeps its shape); None and booleans stay."""
         t = type(v)
         if v is None:
             self.none = True
@@ -692,16 +719,71 @@ class _Canon:
                 return orjson.loads(subbed)
         if t is str or t is int or t is float or t in _LEAF:
             return _secrets.mask(v)
-        if t is list or t is tuple:
-            if depth > MAX_DEPTH:
-                raise _Unhashable(t, path, f"is nested more than {MAX_DEPTH} levels deep")
-            return [self.mask(x, f"{path}[{i}]", depth + 1) for i, x in enumerate(v)]
         if isinstance(v, enum.Enum):  # its value masked, under its class as anywhere else
-            return self._enum_form(v, self.mask(v.value, path, depth))
+            return self._enum_form(v, self._hidden(v.value, path, depth))
         if isinstance(v, (str, int, float)):  # a str subclass is a password all the same
-            return self.mask(str.__str__(v) if isinstance(v, str)
-                             else float(v) if isinstance(v, float) else int(v), path, depth)
-        return self.norm(v, path, depth)
+            return self._hidden(str.__str__(v) if isinstance(v, str)
+                                else float(v) if isinstance(v, float) else int(v), path, depth)
+        return self._hidden_container(v, t, path, depth)
+
+    def _hidden_container(self, v: Any, t: type, path: str, depth: int) -> Any:
+        """:meth:`_hidden` of a container, with :meth:`norm`'s guards: depth, cycles, and
+        orjson's nesting limit (a fragment every ``_CHUNK`` levels). One frame between
+        levels of a list, as in :meth:`norm`: a frame more ran the interpreter's stack out
+        before ``MAX_DEPTH``."""
+        oid = self._enter(v, t, path, depth)
+        try:
+            if t is list or t is tuple or (isinstance(v, (list, tuple)) and not (
+                    hasattr(t, "_fields") or hasattr(t, "__dejacache_key__"))):
+                out = [self._hidden(x, f"{path}[{i}]", depth + 1) for i, x in enumerate(v)]
+            elif isinstance(v, Mapping):
+                out = self._hidden_mapping(v, path, depth)
+            elif isinstance(v, (set, frozenset)):
+                out = self._held(self._set, v, path, depth, self._hidden)
+            else:
+                out = self._hidden_object(v, t, path, depth)
+        finally:
+            self.active.discard(oid)
+        if depth % _CHUNK == 0 and isinstance(out, (dict, list)):
+            return orjson.Fragment(orjson.dumps(out, option=orjson.OPT_SORT_KEYS))
+        return out
+
+    def _enter(self, v: Any, t: type, path: str, depth: int) -> int:
+        """``v``'s id, now on the current path (the caller discards it from ``active``):
+        refused when nested too deep or already on the path (a cycle)."""
+        if depth > MAX_DEPTH:
+            raise _Unhashable(t, path, f"is nested more than {MAX_DEPTH} levels deep")
+        oid = id(v)
+        if oid in self.active:
+            raise _Unhashable(t, path, "contains itself (a cycle)")
+        self.active.add(oid)
+        return oid
+
+    def _hidden_mapping(self, v: Mapping[Any, Any], path: str, depth: int) -> Any:
+        out: dict[str, Any] = {}
+        pairs: list[tuple[Any, Any]] = []
+        for k, x in v.items():
+            if isinstance(k, str):
+                k = _valid_text(str.__str__(k), path)
+                out[_TAG + k if k[:1] == _TAG else k] = self._hidden(x, f"{path}.{k}", depth + 1)
+            else:
+                pairs.append((k, x))
+        return self._tag_rows(out, pairs, path, depth, self._hidden) if pairs else out
+
+    def _hidden_object(self, v: Any, t: type, path: str, depth: int) -> Any:
+        """An object under a credential's name: its data hidden, under its class."""
+        if getattr(t, "__dejacache_key__", None) is None:
+            data = _object_data(v, t)
+            if data is not None:
+                return {_TAG + "obj": [_class_name(t), self._held(self._hidden, data, path,
+                                                                   depth)]}
+        try:
+            data = _tagged(v)
+        except _Unhashable as exc:
+            raise _Unhashable(t, path, exc.reason) from None
+        if data is v:
+            raise _Unhashable(t, path)
+        return self._hidden(data, path, depth)
 
 
 def _aware_time(v: _dt.time, path: str) -> str:

@@ -226,14 +226,36 @@ _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 def test_patterns_never_rewrite_a_credential() -> None:
     data = {"password": "pw-2024-01-01", "auth": {"db_pwd": ["x-2024-01-01", 7]},
-            "schema": {"password": {"description": "since 2024-01-01"}},
+            "schema": {"password": {"type": "string", "description": "since 2024-01-01",
+                                    "default": "pw-2024-01-01"}},
+            "creds": {"password": {"description": "pw-2024-01-01"}},
             "note": "seen 2024-01-01"}
     out = apply(data, (), (_DATE,))
     assert out["password"] == "pw-2024-01-01"
     assert out["auth"] == {"db_pwd": ["x-2024-01-01", 7]}
-    # a JSON schema's ``password`` property is a dict the key walks, not a credential
+    # a JSON schema's ``password`` property is a dict the key walks, not a credential; the
+    # values it gives are the credential's, and a dict that is no schema is the credential
     assert out["schema"]["password"]["description"] == f"since {PLACEHOLDER}"
+    assert out["schema"]["password"]["default"] == "pw-2024-01-01"
+    assert out["creds"] == data["creds"]
     assert out["note"] == f"seen {PLACEHOLDER}"
+
+
+def test_patterns_never_rewrite_a_credential_pair() -> None:
+    """A ``[name, value]`` pair is keyed as a field of that name is: two passwords that
+    differ only in a date are two keys (one key served one login's session to the other)."""
+    from dejacache import keys
+
+    def key(data: object) -> bytes:
+        return keys.canonical_json({"v": data}, volatile_patterns=(_DATE,))
+
+    assert key([["Authorization", "pw-2024-01-01"], ["Accept", "x"]]) != key(
+        [["Authorization", "pw-1999-12-31"], ["Accept", "x"]])
+    # a schema's ``enum`` list of two is no pair: the pattern still applies there
+    assert key({"enum": ["token", "2024-01-01"]}) == key({"enum": ["token", "1999-12-31"]})
+    out = apply({"h": [["password", "pw-2024-01-01"]], "l": ["x", "at 2024-01-01"]}, (),
+                (_DATE,))
+    assert out == {"h": [["password", "pw-2024-01-01"]], "l": ["x", f"at {PLACEHOLDER}"]}
 
 
 def test_secret_shapes_and_masks_in_text_are_kept_whole() -> None:

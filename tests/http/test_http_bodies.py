@@ -23,6 +23,7 @@ from fake_oauth import OAuthAPI
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dejacache import _secrets
 from dejacache.http.exchange import canonical_request
 from dejacache.http.providers import detect
 from dejacache.keys import canonical_json
@@ -198,7 +199,8 @@ def test_a_credential_file_part_is_masked_whole() -> None:
     text = orjson.dumps(got).decode()
     assert "PEMCANARY" not in text and "oauth-code" not in text and "xxh3" not in text
     assert got[0]["private_key"]["content"].startswith("<secret:")
-    assert got[0]["private_key"]["filename"] == "id_rsa"
+    # the whole part is under the credential's name: its file name is masked too
+    assert got[0]["private_key"]["filename"] == _secrets.mask("id_rsa")
     assert got[1]["api_key"].startswith("<secret:") and got[2]["code"].startswith("<secret:")
 
 

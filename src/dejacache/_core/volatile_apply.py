@@ -131,19 +131,23 @@ def _secret(name: Any) -> bool:
 
 
 def _masked(obj: Any, patterns: tuple[re.Pattern[str], ...]) -> Any:
-    """A value under a credential name: what the key masks whole is left alone (the same
-    cases as ``keys._Canon.mask``: scalars, and lists and tuples of them); anything else,
-    a JSON schema's ``password`` property say, is walked."""
-    t = type(obj)
-    if t is list or t is tuple:
-        items = [_masked(v, patterns) for v in obj]
-        return obj if all(a is b for a, b in zip(items, obj, strict=True)) else items
-    if isinstance(obj, (Mapping, list, tuple)):
-        return _scrub(obj, patterns)
-    return obj
+    """A value under a credential name: what the key masks is left alone (``keys._Canon.mask``,
+    ``_secrets.credential``'s rule: every leaf of anything but a JSON Schema describing the
+    credential); a schema is walked, but for the values it gives."""
+    if not _secrets.is_schema(obj):
+        return obj
+    changed = False
+    new: dict[str, Any] = {}
+    for k, v in obj.items():
+        nv = v if k in _secrets.SCHEMA_VALUES else _scrub(v, patterns)
+        changed = changed or nv is not v
+        new[k] = nv
+    return new if changed else obj
 
 
-def _scrub(obj: Any, patterns: tuple[re.Pattern[str], ...]) -> Any:
+def _scrub(obj: Any, patterns: tuple[re.Pattern[str], ...], parent: Any = None) -> Any:
+    """``parent``: the field ``obj`` is held under (None: a list item or the whole), which
+    says whether a list of two is a credential's ``[name, value]`` pair."""
     t = type(obj)
     if t is str:
         return _text(obj, patterns)
@@ -152,11 +156,16 @@ def _scrub(obj: Any, patterns: tuple[re.Pattern[str], ...]) -> Any:
         new: dict[Any, Any] = {}
         for k, v in obj.items():
             secret = k not in _PLAIN and _secret(k)
-            nv = _masked(v, patterns) if secret else _scrub(v, patterns)
+            nv = _masked(v, patterns) if secret else _scrub(v, patterns, k)
             changed = changed or nv is not v
             new[k] = nv
         return new if changed else obj
     if t is list or t is tuple:
+        if _secrets.is_named_pair(obj, _secret, parent if type(parent) is str else None):
+            # Keyed as a field of that name is: a date pattern turned passwords
+            # ``pw-2024-01-01`` and ``pw-1999-12-31`` in a header pair into one key.
+            value = _masked(obj[1], patterns)
+            return obj if value is obj[1] else [obj[0], value]
         items = [_scrub(v, patterns) for v in obj]
         if all(a is b for a, b in zip(items, obj, strict=True)):
             return obj

@@ -25,10 +25,6 @@ _QUERY_HOLDERS = frozenset({"params", "query", "query_params", "querystring"})
 _MEMO_MAX = 8192
 
 
-def _placeholder_text(_: str) -> str:
-    return PLACEHOLDER
-
-
 class Writing:
     """What :meth:`Redactor.tree` and :meth:`Redactor.text` do, for one redactor (which
     decides the names); each distinct string is scanned once (agents resend the same
@@ -58,7 +54,7 @@ class Writing:
             s = pat.sub(PLACEHOLDER, s)
         if _secrets.MASK_PREFIX in s:  # canonical requests carry keyed masks: machine-specific
             s = _secrets.MASK_RE.sub(PLACEHOLDER, s)
-        s = _secrets.mask_text(s, _placeholder_text, r.secret_query)
+        s = _secrets.mask_text(s, _placeholder, r.secret_query)
         if len(self._memo) >= _MEMO_MAX:
             self._memo.clear()
         self._memo[orig] = s
@@ -76,32 +72,27 @@ class Writing:
             for k, v in node.items():
                 if v is not None and (r.secret(k, response=response)
                                       or (in_query and r.secret_query(k))):
-                    out[k] = (self._schema(v, response) if _secrets.is_schema(v)
-                              else _placeholder(v))
+                    out[k] = self._credential(v, response)
                 else:
                     out[k] = self._walk(v, _secrets.normalize(k) in _QUERY_HOLDERS, response, k)
             return out
         if t is list:
             if _secrets.is_named_pair(node, lambda name: r.secret(name, response=response)
                                       or (in_query and r.secret_query(name)), parent):
-                return [node[0], _placeholder(node[1])]
+                return [node[0], self._credential(node[1], response)]
             return [self._walk(v, in_query, response, None) for v in node]
         return node
 
-    def _schema(self, schema: dict[str, Any], response: bool) -> dict[str, Any]:
-        """A JSON Schema under a credential's name (``_secrets.is_schema``): written as it
-        is, but for the values it gives the credential (``default``, ``enum``...)."""
-        return {k: _placeholder(v) if k in _secrets.SCHEMA_VALUES
-                else self._walk(v, False, response, k) for k, v in schema.items()}
+    def _credential(self, value: Any, response: bool) -> Any:
+        """A value under a credential's name: ``_secrets.credential``'s rule (a JSON Schema
+        describing it is written as it is but for the values it gives, anything else with
+        every leaf a placeholder)."""
+        return _secrets.credential(value, _placeholder,
+                                   lambda v, field: self._walk(v, False, response, field))
 
 
-def _placeholder(v: Any) -> Any:
-    t = type(v)
-    if t is dict:  # every leaf under a credential name; the shape stays, for diffs
-        return {k: _placeholder(x) for k, x in v.items()}
-    if t is list:
-        return [_placeholder(x) for x in v]
-    return PLACEHOLDER if v is not None and t is not bool else v
+def _placeholder(_: Any) -> str:
+    return PLACEHOLDER
 
 
 def _drop_path(node: Any, path: tuple[str, ...]) -> Any:
