@@ -11,6 +11,7 @@ from dejacache.proxying.upstreams import (
     Upstream,
     builtin_upstreams,
     env_upstreams,
+    keyed_headers,
     parse_upstream,
     split_target,
     unknown_upstream,
@@ -32,6 +33,18 @@ def test_an_upstream_adds_one_or_replaces_a_built_in_one() -> None:
     assert table["openai"] == Upstream("openai", "http://127.0.0.1:9/v1")
     assert table["mine"].url == "https://llm.internal:8443"
     assert table["anthropic"] == builtin_upstreams()["anthropic"]
+
+
+@pytest.mark.parametrize(("spec", "added"), [
+    ("mine=http://127.0.0.1:9", [("x-dejacache-upstream", "mine")]),
+    ("OpenAI=http://127.0.0.1:9/v1", []),  # a built-in name, pointed elsewhere
+    ("bedrock=http://127.0.0.1:9", []),
+])
+def test_an_upstream_the_user_named_is_keyed_by_its_name_a_built_in_one_is_not(
+        spec: str, added: list[tuple[str, str]]) -> None:
+    # Keys leave the host out: two user-named upstreams would share keys without the name.
+    headers = [("authorization", "Bearer k")]
+    assert keyed_headers(parse_upstream(spec), headers) == [*headers, *added]
 
 
 @pytest.mark.parametrize("spec", [

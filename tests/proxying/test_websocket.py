@@ -385,3 +385,62 @@ def test_a_refused_handshake_passes_through_and_replays(proxy_process: ProxyProc
             fake.stop()
     assert got[0] == got[1] and got[0][0] == 404, got
     assert summary["replayed"] == 1 and summary["missed"] == 0
+
+
+def _answering_as(tag: str) -> Any:
+    """A server that says who it is in every message (``hello``, then each message's
+    echo), so a session replayed from the other server's recording shows."""
+
+    async def serve(ws: Any) -> None:
+        await ws.send(json.dumps({"hello": tag}))
+        async for raw in ws:
+            await ws.send(json.dumps({"from": tag, "got": json.loads(raw)}))
+
+    return serve
+
+
+async def _ask(url: str) -> list[Any]:
+    from websockets.asyncio.client import connect
+
+    async with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+        out = [json.loads(await ws.recv())]
+        await ws.send(json.dumps({"n": 1}))
+        out.append(json.loads(await ws.recv()))
+    return out
+
+
+def test_upstreams_of_the_users_opened_alike_replay_each_their_own_session(
+        proxy_process: ProxyProcess, proxy_dir: pathlib.Path) -> None:
+    # Keys leave the host out: sessions to "a" and "b" with the same handshake and
+    # messages keyed alike, and replayed in the other order "b" was answered "a"'s.
+    servers = {n: LoopbackServer(_answering_as(n)).start() for n in "ab"}
+    ups = {n: f"http://127.0.0.1:{srv.port}" for n, srv in servers.items()}
+    name = "ws-two-upstreams/two.json"
+    try:
+        s = proxy_process.session(name, upstreams=ups, mode="record")
+        ws_url = s.url.replace("http", "ws", 1)
+        live = {n: asyncio.run(_ask(f"{ws_url}/{n}/room")) for n in "ab"}
+        assert s.close(ok=True)["saved"]
+    finally:
+        for srv in servers.values():
+            srv.stop()
+    assert live["a"][0] == {"hello": "a"} and live["b"][0] == {"hello": "b"}
+    stopped = [DropListener(srv.port) for srv in servers.values()]
+    try:
+        r = proxy_process.session(name, upstreams=ups, mode="replay")
+        ws_url = r.url.replace("http", "ws", 1)
+        again = {n: asyncio.run(_ask(f"{ws_url}/{n}/room")) for n in "ba"}
+        summary = r.close(ok=True)
+    finally:
+        for listener in stopped:
+            listener.close()
+    assert again == live and summary["missed"] == 0
+    assert [listener.count for listener in stopped] == [0, 0]
+    recorded = [e["request"]["headers"].get("x-dejacache-upstream")
+                for e in json.loads((proxy_dir / name).read_text())["entries"]
+                if "headers" in e["request"]]  # the handshakes (messages key by theirs)
+    assert recorded == ["a", "b"]
+    sent = [k.lower() for srv in servers.values() for r in srv.requests
+            for k, _ in r["headers"]]
+    assert "authorization" in sent and "x-dejacache-upstream" not in sent  # keyed, not sent
+    _no_key(proxy_dir, KEY)

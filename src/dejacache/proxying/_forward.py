@@ -39,19 +39,13 @@ from ..http.transport import Replayed, handle_async
 from ._aws import Resigner, signed_scope
 from ._http1 import LAST_CHUNK, Request, chunk, head_bytes
 from ._sessions import Session
-from .upstreams import Upstream, builtin_upstreams
+from .upstreams import Upstream, keyed_headers
 
 __all__ = ["FORWARDED", "Forwarder", "Out", "error_bytes", "json_bytes"]
 
 #: Set on every request the proxy sends on (after it is keyed): one that comes back to a
 #: proxy is a loop (an upstream URL pointing at the proxy itself), refused at once.
 FORWARDED = "x-dejacache-forwarded"
-#: Keyed (never sent) with a request to an upstream the user named (``--upstream
-#: local=URL``): keys leave the host out, so two such upstreams asked the same thing would
-#: replay each other's answers (``a``'s recording served to ``b`` once the calls came in
-#: another order). A built-in name (``openai``, even pointed elsewhere) is the provider the
-#: request's path names already, and keys as an in-process call to it does.
-UPSTREAM = "x-dejacache-upstream"
 
 # Belong to the client's connection to the proxy, not to the request it sends on.
 _HOP = frozenset({"connection", "keep-alive", "proxy-connection", "proxy-authorization", "te",
@@ -125,7 +119,6 @@ class Forwarder:
         self.resigner = Resigner()
         self._urls: dict[str, Any] = {}
         self._named = {p.name: p for p in all_providers()}
-        self._builtin = frozenset(builtin_upstreams())
         # The methods the library sends ``Content-Length: 0`` for when the body is empty
         # (httpx2 adds QUERY to httpx's POST, PUT and PATCH): asked once, of the library.
         self._empty_length = frozenset(
@@ -180,8 +173,7 @@ class Forwarder:
         sent: Sequence[tuple[str, Any]] = headers
         if not ascii_only:
             sent, headers = _non_ascii(headers)
-        if upstream.name not in self._builtin:
-            headers = [*headers, (UPSTREAM, upstream.name)]  # keyed, never sent
+        headers = keyed_headers(upstream, headers)  # (``sent`` holds no name of ours)
 
         def build() -> Any:
             hreq = m.Request(method, url, headers=sent, stream=m.ByteStream(body),

@@ -5,7 +5,9 @@ replayed by the seam the in-process clients drive (``dejacache.ws.AsyncSession``
 The session is the one an in-process client would make: its handshake is the URL the
 upstream would have been asked for (``wss://api.openai.com/v1/realtime?model=...``) with
 the headers the client sent, so it is keyed, named (``openai.realtime``), redacted and
-aliased alike, and a session recorded through the proxy replays in Python and back.
+aliased alike, and a session recorded through the proxy replays in Python and back. To an
+upstream the user named, it is keyed with that name too, by the rule HTTP requests through
+the proxy follow (``upstreams.keyed_headers``).
 
 The proxy's side of the connection speaks the protocol with ``websockets``' own sans-I/O
 server (``ws._wire.Endpoint``, the one the in-process clients are answered by): it reads the
@@ -34,7 +36,7 @@ from ..ws._message import Answer, Closed, Handshake, Message
 from ._forward import FORWARDED, Out, error_bytes
 from ._http1 import Request
 from ._sessions import Session
-from .upstreams import Upstream
+from .upstreams import Upstream, keyed_headers
 
 __all__ = ["Upgraded", "relay", "wants_websocket"]
 
@@ -107,15 +109,18 @@ def _ws_url(http_url: str) -> str:
     return ("wss" if scheme == "https" else "ws") + sep + rest
 
 
-def _handshake(req: Request, url: str) -> Handshake:
-    """The handshake an in-process client would have made to ``url``: the client's headers
-    (its ``Host`` the upstream's; the proxy's own ``x-dejacache-*`` dropped)."""
+def _handshake(req: Request, url: str, upstream: Upstream) -> tuple[Handshake, Handshake]:
+    """The handshake an in-process client would have made to ``url``, as sent on (the
+    client's headers, its ``Host`` the upstream's; the proxy's own ``x-dejacache-*``
+    dropped) and as keyed and recorded (``keyed_headers``: with the name of an upstream the
+    user named, never sent)."""
     host = url.partition("://")[2].partition("/")[0].partition("?")[0]
     headers = [(k, host if k.lower() == "host" else v) for k, v in req.headers
                if not k.lower().startswith("x-dejacache-")]
     offered = [p.strip() for k, v in req.headers if k.lower() == "sec-websocket-protocol"
                for p in v.split(",") if p.strip()]
-    return Handshake(url, headers, offered)
+    return (Handshake(url, headers, offered),
+            Handshake(url, keyed_headers(upstream, headers), offered))
 
 
 @functools.cache
@@ -171,10 +176,10 @@ async def relay(session: Session, upstream: Upstream, req: Request, rest: str,
         await out.write(error_bytes(_provider(_providers()["http"], upstream), 502,
                                     "dejacache_proxy_error", str(exc)))
         return
-    hs = _handshake(req, url)
+    sent, keyed = _handshake(req, url, upstream)
     endpoint = Endpoint("wss" if url.startswith("wss:") else "ws")
     endpoint.feed(_request_bytes(req))
-    ws = AsyncSession(session.eff, hs, _open_live(hs), realtime=session.options.realtime)
+    ws = AsyncSession(session.eff, keyed, _open_live(sent), realtime=session.options.realtime)
     provider = _provider(ws.route.provider, upstream)
     try:
         answer = await ws.open()

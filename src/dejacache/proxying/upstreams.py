@@ -10,11 +10,16 @@ Where an SDK base URL variable is set in the proxy's environment (``OPENAI_BASE_
 ``ANTHROPIC_BASE_URL``: :data:`BASE_URL_ENV`), it replaces that provider's built-in URL: the
 proxy stands in front of wherever the environment sent the SDKs (a gateway, Azure, a local
 server), and a command it runs gets the same variables pointing at the proxy instead.
+
+Keys leave the host out (a loopback server's port changes every run), so a request or a
+WebSocket session to an upstream the user named is keyed with that name too
+(:func:`keyed_headers`); one to a built-in name is the provider the request names already.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import urllib.parse
@@ -23,12 +28,17 @@ from collections.abc import Iterable, Mapping
 from ..errors import ConfigurationError
 from ..http.providers import all_providers
 
-__all__ = ["BASE_URL_ENV", "Upstream", "builtin_upstreams", "check_url", "env_upstreams",
-           "parse_upstream", "split_target", "unknown_upstream", "upstream_table"]
+__all__ = ["BASE_URL_ENV", "UPSTREAM", "Upstream", "builtin_upstreams", "check_url",
+           "env_upstreams", "keyed_headers", "parse_upstream", "split_target",
+           "unknown_upstream", "upstream_table"]
 
 #: Upstream name -> (the SDKs' base URL variable, what their base URL adds to the
 #: upstream's): ``OPENAI_BASE_URL`` is ``<upstream>/v1``.
 BASE_URL_ENV = {"openai": ("OPENAI_BASE_URL", "/v1"), "anthropic": ("ANTHROPIC_BASE_URL", "")}
+
+#: Keyed (never sent) with a request or WebSocket handshake to an upstream the user named
+#: (``--upstream local=URL``): see :func:`keyed_headers`.
+UPSTREAM = "x-dejacache-upstream"
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}\Z")
 
@@ -54,6 +64,25 @@ def builtin_upstreams() -> dict[str, Upstream]:
     """One upstream per provider module that names its API's URL."""
     return {p.name: Upstream(p.name, p.upstream) for p in all_providers()
             if p.upstream is not None}
+
+
+@functools.cache
+def _builtin_names() -> frozenset[str]:
+    return frozenset(builtin_upstreams())
+
+
+def keyed_headers(upstream: Upstream, headers: list[tuple[str, str]]
+                  ) -> list[tuple[str, str]]:
+    """``headers`` as a request to ``upstream`` is keyed (and recorded): with
+    :data:`UPSTREAM` naming it when the user named it. Keys leave the host out, so two such
+    upstreams asked the same thing would share a key, and replayed in another order each
+    would be answered the other's recording. A built-in name (``openai``, even pointed
+    elsewhere) is the provider the request's path names already, and keys as an in-process
+    call to it does. The proxy drops any ``x-dejacache-*`` header a client sends, so a client
+    cannot name another upstream's recordings."""
+    if upstream.name in _builtin_names():
+        return headers
+    return [*headers, (UPSTREAM, upstream.name)]
 
 
 def env_upstreams(environ: Mapping[str, str]) -> dict[str, Upstream]:
