@@ -95,3 +95,24 @@ def test_without_credentials_the_error_says_where_they_are_looked_for(
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     with pytest.raises(ConfigurationError, match="found no AWS credentials"):
         Resigner().credentials()
+
+
+def test_two_upstreams_of_the_users_signed_alike_replay_each_their_own(
+        session_for: Open, bedrock: FakeBedrock) -> None:
+    # Signed again and streamed as AWS eventstream, keyed by the rule every request through
+    # the proxy follows: with the name of an upstream the user named (keys leave the host
+    # out, so "east" and "west" asked the same thing would replay each other's answers).
+    other = FakeBedrock().start()
+    try:
+        for _ in range(5):  # its answers numbered on from 6: not "east"'s first ones
+            other.next_n()
+        routes = {"east": bedrock.url, "west": other.url}
+        s = session_for("two-bedrocks", upstreams=routes)
+        live = {n: answers(s.base_url(n)) for n in routes}
+        assert s.close(ok=True)["recorded"] == 4 and live["east"] != live["west"]
+        r = session_for("two-bedrocks", upstreams=routes, mode="replay")
+        again = {n: answers(r.base_url(n)) for n in reversed(routes)}
+        assert again == live and r.close(ok=True)["replayed"] == 4
+        assert len(bedrock.requests) == len(other.requests) == 2
+    finally:
+        other.stop()
