@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import http.server
 import pathlib
-import threading
 from typing import Any
 
 import anthropic
 import openai
-import orjson
 import pytest
 from fake_provider import FakeProvider
-from http_support import SeqStore
+from http_support import KeyRefuser, SeqStore, leaked
 
 import dejacache
 
@@ -131,44 +128,16 @@ def test_anthropic_overloaded_then_ok(fake: FakeProvider, seq_store: SeqStore) -
     assert err.value.status_code == 529
 
 
-class _Echo(http.server.BaseHTTPRequestHandler):
-    """Refuses every key, quoting it, as providers do ("Incorrect API key provided: KEY")."""
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("content-length") or 0))
-        quoted = f"{self.headers.get('x-api-key')} {self.headers.get('authorization')} {self.path}"
-        body = orjson.dumps({"error": {"message": f"Incorrect API key provided: {quoted}"}})
-        self.send_response(401)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 def test_an_error_answer_quoting_the_requests_key_is_stored_without_it(
         tmp_path: pathlib.Path) -> None:
-    # Keys of no known shape, under no credential name in the answer: only the request
-    # knows them. The caller still gets the answer as it came.
-    secrets = ("plain-api-key-41c9e2", "bearer-token-7d0a3f", "query-key-93b1c7")
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_port}/v1/things?key={secrets[2]}"
+    # The caller still gets the answer as it came; a replay quotes the placeholder.
     cassette = tmp_path / "echo.json"
-    try:
-        with dejacache.cassette(cassette, "record"), dejacache.http_client() as client:
-            live = client.post(url, json={"q": 1}, headers={
-                "x-api-key": secrets[0], "authorization": f"Bearer {secrets[1]}"})
-    finally:
-        server.shutdown()
-        server.server_close()
-    assert live.status_code == 401 and all(s in live.text for s in secrets)
-    text = cassette.read_text()
-    assert "Incorrect API key provided" in text and not [s for s in secrets if s in text]
+    with KeyRefuser() as server, dejacache.cassette(cassette, "record"), \
+            dejacache.http_client() as client:
+        live = client.post(server.url, json={"q": 1}, headers=KeyRefuser.HEADERS)
+    assert live.status_code == 401 and all(k in live.text for k in KeyRefuser.KEYS)
+    assert leaked(tmp_path) == []
     with dejacache.cassette(cassette, "replay"), dejacache.http_client() as client:
-        again = client.post(url, json={"q": 1}, headers={
-            "x-api-key": secrets[0], "authorization": f"Bearer {secrets[1]}"})
+        again = client.post(server.url, json={"q": 1}, headers=KeyRefuser.HEADERS)
     assert again.status_code == 401
     assert again.json()["error"]["message"].count("<REDACTED>") == 3

@@ -14,6 +14,7 @@ from dejacache.http.exchange import (
     response_value,
     storable,
     stored_headers,
+    unechoed,
 )
 from dejacache.http.providers import detect
 from dejacache.http.providers.anthropic import PROVIDER as ANTHROPIC
@@ -262,3 +263,38 @@ def test_the_legacy_form_cut_from_the_new_is_the_legacy_form(body: bytes,
     assert legacy_request(new, *args, headers={"accept": "text/csv"},
                           identity=["a@b#" + "0" * 32]) == old
     assert b'"headers"' not in old and b'"identity"' not in old
+
+
+_KEY = "odd-key-9f2c"
+_CREDS = [f"Bearer {_KEY}", _KEY]
+
+
+@pytest.mark.parametrize(("value", "stored"), [
+    ({"json": {"error": {"message": f"Incorrect API key provided: {_KEY}"}}},
+     {"json": {"error": {"message": "Incorrect API key provided: <REDACTED>"}}}),
+    ({"headers": [["x-why", f"Bearer {_KEY} refused"]], "text": f"?key={_KEY}&x=1"},
+     {"headers": [["x-why", "<REDACTED> refused"]], "text": "?key=<REDACTED>&x=1"}),
+    ({"messages": [[0.1, {"json": {"type": "error", "n": [1, _KEY]}}]],
+      "close": {"code": 4001, "reason": _KEY}},
+     {"messages": [[0.1, {"json": {"type": "error", "n": [1, "<REDACTED>"]}}]],
+      "close": {"code": 4001, "reason": "<REDACTED>"}}),
+    # bytes (a body that was not text) cannot be written as JSON: looked through node by node
+    ({"bytes": b"\x00", "status": 401, "text": _KEY}, {"bytes": b"\x00", "status": 401,
+                                                      "text": "<REDACTED>"}),
+])
+def test_an_answer_is_stored_without_the_credentials_it_quotes(
+        value: dict[str, object], stored: dict[str, object]) -> None:
+    assert unechoed(value, _CREDS) == stored
+    assert _KEY in str(value)  # the caller's answer is not touched
+
+
+def test_an_answer_quoting_no_credential_is_kept_as_it_is() -> None:
+    value = {"json": {"error": {"message": "Incorrect API key provided: sk-...4f"}}}
+    assert unechoed(value, _CREDS) is value
+    assert unechoed(value, []) is value
+
+
+def test_a_credential_json_escapes_is_found_as_it_was_written() -> None:
+    odd = 'quote"and\\slash/key'
+    value = {"json": {"message": f"bad key {odd}"}}
+    assert unechoed(value, [odd]) == {"json": {"message": "bad key <REDACTED>"}}

@@ -20,7 +20,7 @@ aiohttp = pytest.importorskip("aiohttp")
 from aiohttp_cases import SECRETS  # noqa: E402
 from cases_support import MODELS, case_env, record_then_replay_cases  # noqa: E402
 from fake_tool_api import ToolAPI  # noqa: E402
-from http_support import SeqStore  # noqa: E402
+from http_support import KeyRefuser, SeqStore, leaked  # noqa: E402
 
 import dejacache  # noqa: E402
 from dejacache.http.intercept import patched_libraries  # noqa: E402
@@ -177,3 +177,25 @@ def test_another_machine_with_rotated_credentials_replays_every_case(
     assert rotated_runs["connections"] == [0, 0]
     for case in SAME:
         assert rotated_runs["replayed"][case] == rotated_runs["recorded"][case], case
+
+
+# ---------------------------------------------------------------- echoed credentials
+
+
+async def _refused(url: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as s, \
+            s.post(url, json={"q": 1}, headers=KeyRefuser.HEADERS) as r:
+        return r.status, await r.text()
+
+
+def test_an_error_answer_quoting_the_requests_key_is_stored_without_it(
+        tmp_path: pathlib.Path) -> None:
+    # The caller still gets the answer as it came; a replay quotes the placeholder.
+    cassette = tmp_path / "refused.json"
+    with KeyRefuser() as server, dejacache.cassette(cassette, "record"):
+        status, live = asyncio.run(_refused(server.url))
+    assert status == 401 and all(k in live for k in KeyRefuser.KEYS)
+    assert leaked(tmp_path) == []
+    with dejacache.cassette(cassette, "replay"):
+        status, again = asyncio.run(_refused(server.url))
+    assert status == 401 and again.count("<REDACTED>") == 3

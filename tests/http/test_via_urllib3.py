@@ -24,6 +24,7 @@ from cases_support import (  # noqa: E402
     record_then_replay_cases,
 )
 from fake_tool_api import ToolAPI  # noqa: E402
+from http_support import KeyRefuser, leaked  # noqa: E402
 from urllib3_cases import SECRETS  # noqa: E402
 
 import dejacache  # noqa: E402
@@ -237,3 +238,37 @@ def test_another_machine_with_rotated_credentials_replays_every_case(
     assert rotated_runs["connections"] == [0, 0]
     for case in SAME:
         assert rotated_runs["replayed"][case] == rotated_runs["recorded"][case], case
+
+
+# ---------------------------------------------------------------- echoed credentials
+
+
+def _refused(client: str, url: str) -> tuple[int, str]:
+    if client == "requests":
+        import requests
+
+        r = requests.post(url, json={"q": 1}, headers=KeyRefuser.HEADERS, timeout=10)
+        return r.status_code, r.text
+    resp = urllib3.PoolManager().request(
+        "POST", url, body=b'{"q": 1}',
+        headers={**KeyRefuser.HEADERS, "content-type": "application/json"})
+    return resp.status, resp.data.decode()
+
+
+@pytest.mark.parametrize(("client", "kept_in"), [("requests", "cassette"),
+                                                 ("urllib3", "sqlite")])
+def test_an_error_answer_quoting_the_requests_key_is_stored_without_it(
+        tmp_path: pathlib.Path, client: str, kept_in: str) -> None:
+    # The caller still gets the answer as it came; a replay quotes the placeholder.
+    def block(mode: str) -> Any:
+        if kept_in == "cassette":
+            return dejacache.cassette(tmp_path / "refused.json", mode)
+        return dejacache.scope(mode=mode, store=dejacache.SQLiteStore(tmp_path / "c.db"))
+
+    with KeyRefuser() as server, block("record"):
+        status, live = _refused(client, server.url)
+    assert status == 401 and all(k in live for k in KeyRefuser.KEYS)
+    assert leaked(tmp_path) == []
+    with block("replay"):
+        status, again = _refused(client, server.url)
+    assert status == 401 and again.count("<REDACTED>") == 3

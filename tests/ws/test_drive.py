@@ -339,3 +339,76 @@ def test_a_recording_without_tags_misses_where_its_ids_are_quoted(
     assert failed and all(isinstance(e, (ReplayMiss, RuntimeError)) for e in failed)
     assert any(isinstance(e, ReplayMiss) and "conversation.item.retrieve" in str(e)
                for e in failed)
+
+
+# ---------------------------------------------------------------- echoed credentials
+
+_KEYS = ("plain-ws-key-5e81a0", "bearer-ws-token-c27f94", "query-ws-key-0b6d3e")
+
+
+def _quoted(request: Any) -> str:
+    """What a server refusing the handshake's key quotes of it: both headers and the URL."""
+    h = request.headers
+    return f"{h.get('x-api-key')} {h.get('authorization')} {request.path}"
+
+
+async def _refuses_in_a_frame(ws: Any) -> None:
+    """Takes the connection, then refuses the key in an error event and in the close."""
+    await ws.recv()
+    await ws.send(json.dumps({"type": "error", "error": {
+        "message": f"Incorrect API key provided: {_quoted(ws.request)}"}}))
+    await ws.close(4001, f"bad key {ws.request.headers.get('x-api-key')}")
+
+
+def _refused_at_the_handshake(conn: Any, request: Any) -> Any:
+    from websockets.datastructures import Headers
+    from websockets.http11 import Response
+
+    body = json.dumps({"error": f"Incorrect API key provided: {_quoted(request)}"}).encode()
+    return Response(401, "Unauthorized", Headers([
+        ("Content-Type", "application/json"), ("Content-Length", str(len(body))),
+        ("X-Error-Detail", f"no such key {request.headers.get('x-api-key')}")]), body)
+
+
+async def _refused_session(url: str) -> list[Any]:
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+    headers = {"x-api-key": _KEYS[0], "Authorization": f"Bearer {_KEYS[1]}"}
+    try:
+        async with connect(f"{url}/v1/live?key={_KEYS[2]}", additional_headers=headers,
+                           open_timeout=5) as ws:
+            await ws.send(json.dumps({"n": 0}))
+            got: list[Any] = [json.loads(await ws.recv())]
+            try:
+                await ws.recv()
+            except ConnectionClosed as exc:
+                assert exc.rcvd is not None
+                got.append([exc.rcvd.code, exc.rcvd.reason])
+            return got
+    except InvalidStatus as exc:
+        resp = exc.response
+        return [resp.status_code, resp.headers.get("x-error-detail"), json.loads(resp.body)]
+
+
+@pytest.mark.parametrize("refuse", ["frame", "handshake"])
+def test_a_refusal_quoting_the_handshakes_key_is_stored_without_it(
+        tmp_path: pathlib.Path, refuse: str) -> None:
+    # Keys of no known shape, quoted in an error event, a close reason, a refused
+    # handshake's body and header: only the handshake knows them. The client still gets
+    # what the server said; a replay quotes the placeholder.
+    server = (LoopbackServer(_refuses_in_a_frame) if refuse == "frame" else
+              LoopbackServer(echo, process_request=_refused_at_the_handshake)).start()
+    cassette = tmp_path / "refused.json"
+    try:
+        with dejacache.cassette(cassette, mode="record"):
+            live = asyncio.run(_refused_session(server.url))
+    finally:
+        server.stop()
+    assert all(k in json.dumps(live) for k in _KEYS[:2 if refuse == "frame" else 3])
+    stored = b"".join(f.read_bytes() for f in tmp_path.rglob("*") if f.is_file())
+    assert b"Incorrect API key provided" in stored
+    assert [k for k in _KEYS if k.encode() in stored] == []
+    with dejacache.cassette(cassette, mode="replay"):
+        again = asyncio.run(_refused_session(server.url))
+    assert "<REDACTED>" in json.dumps(again) and not [k for k in _KEYS if k in json.dumps(again)]

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 
 from .._core.flow import Fail, Store
 from .._engine import AsyncDriver, SyncDriver, call_async, call_sync, encode_record
-from .._secrets import PLACEHOLDER, key_loaded, secret_key
+from .._secrets import key_loaded, secret_key
 from ..cassettes.ageing import sending
 from ..cassettes.vcr_match import calling
 from ..config import Effective
@@ -42,6 +42,7 @@ from .exchange import (
     replay_headers,
     response_value,
     storable,
+    unechoed,
 )
 from .headers import credential_values, spelled_names
 from .identities import identities_for, scope_of
@@ -368,27 +369,11 @@ def _read_whole(call: _Call, resp: Any, raw: bytes | None, request: Any) -> dict
 
 
 def _unechoed(value: dict[str, Any], request: Any) -> dict[str, Any]:
-    """An error answer without the credentials of the request it answers, which a provider
-    may quote ("Incorrect API key provided: KEY"): a key of no known shape, under no
-    credential name, was stored and written to cassettes as it was. The caller still gets
-    the answer as it came."""
+    """An error answer as stored: without the credentials of the request it answers
+    (``exchange.unechoed``, the rule every recording driver stores through)."""
     url = request.url
-    found = credential_values(request.headers.multi_items(),
-                              url.params.multi_items() if url.query else ())
-    return _without(value, found) if found else value
-
-
-def _without(node: Any, found: list[str]) -> Any:
-    if type(node) is str:
-        for secret in found:
-            if secret in node:
-                node = node.replace(secret, PLACEHOLDER)
-        return node
-    if type(node) is dict:
-        return {k: _without(v, found) for k, v in node.items()}
-    if type(node) is list:
-        return [_without(v, found) for v in node]
-    return node
+    return unechoed(value, credential_values(request.headers.multi_items(),
+                                             url.params.multi_items() if url.query else ()))
 
 
 def _whole_value(call: _Call, resp: Any, raw: bytes | None) -> dict[str, Any]:

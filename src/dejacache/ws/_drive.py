@@ -42,6 +42,8 @@ from .._engine import NOT_LOOKED, AsyncDriver, CallSite, SyncDriver, store_value
 from ..config import Effective
 from ..errors import ReplayMiss
 from ..http._blocks import PerBlock
+from ..http.exchange import unechoed
+from ..http.headers import credential_values
 from ..http.transport import handing_on
 from ..scope import track, untrack
 from ..stores._base import Record
@@ -225,6 +227,7 @@ class _Session:
         # sent again (as many as the recording had for it), not passed on.
         self.muted = 0
         self.finished = False
+        self.credentials: list[str] | None = None  # (``_unechoed``: found once, when live)
         self.lock = threading.Lock()  # the state, between the caller and the live reader
 
     @property
@@ -246,10 +249,10 @@ class _Session:
         try:
             self.live = yield _OPEN
         except Refused as refused:  # a refusal is the recorded answer
-            yield _Advance(call, call.ran(handshake_value(refused.answer, 0)))
+            yield _Advance(call, call.ran(self._unechoed(handshake_value(refused.answer, 0))))
             return refused.answer
         except _RECORDED as exc:  # so is a connection failure, raised again on replay
-            yield _Advance(call, call.ran(error_of(exc)))
+            yield _Advance(call, call.ran(self._unechoed(error_of(exc))))
             raise
         n = self._ordinal(None)
         yield _Advance(call, call.ran(None, keep=False))  # stored when its window closes
@@ -375,9 +378,21 @@ class _Session:
         value = dict(base or {})
         if w is not None:
             value.update(w.value(self.state.provider, self.state.model))
+        value = self._unechoed(value)
         if self.route.aliases is not None:
             self.route.aliases.keep(call.key, value)
         return call, value
+
+    def _unechoed(self, value: dict[str, Any]) -> dict[str, Any]:
+        """A live answer as stored: without the handshake's credentials, which a server
+        refusing them may quote (an error event, a close reason, a refused handshake's body:
+        ``exchange.unechoed``). A frame has no status saying it is an error, so every live
+        window of a session that sent credentials is looked through; replayed windows never
+        are."""
+        if self.credentials is None:
+            hs = self.handshake
+            self.credentials = credential_values(hs.headers, self.route.query)
+        return unechoed(value, self.credentials)
 
     def _heard(self, item: Item) -> None:
         with self.lock:
