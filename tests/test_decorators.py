@@ -294,28 +294,6 @@ def test_key_self_true_refuses_an_attribute_it_cannot_key_and_names_it(
         Typo().ask("q")
 
 
-def test_key_self_on_a_classmethod_keys_the_class_by_its_qualified_name(
-    store: dejacache.MemoryStore,
-) -> None:
-    live: list[str] = []
-
-    class Base:
-        @classmethod
-        @dejacache.cache(key_self=True)
-        def create(cls, q: str) -> str:
-            live.append(cls.__name__)
-            return cls.__name__
-
-    class Child(Base):
-        pass
-
-    assert [Base.create("q"), Child.create("q"), Child().create("q")] == [
-        "Base", "Child", "Child"]
-    assert live == ["Base", "Child"]
-    assert Base.create.explain(Child, "q").arguments["cls"].endswith(  # type: ignore[attr-defined]
-        "<locals>.Child")
-
-
 def test_key_self_false_leaves_the_instance_out_whatever_its_class_says(
     store: dejacache.MemoryStore,
 ) -> None:

@@ -204,12 +204,14 @@ def test_a_bound_method_keys_the_instance_it_is_bound_to(
         "", "x", (a, "q"), fn=Client._answer).left_out != ()
 
 
-def test_a_classmethod_keys_its_class_by_qualified_name(store: dejacache.MemoryStore) -> None:
+@pytest.mark.parametrize("key_self", [None, True])
+def test_a_classmethod_keys_its_class_by_qualified_name(store: dejacache.MemoryStore,
+                                                        key_self: bool | None) -> None:
     live: list[str] = []
 
     class Base:
         @classmethod
-        @dejacache.cache
+        @dejacache.cache(key_self=key_self)
         def create(cls, q: str) -> str:
             live.append(cls.__name__)
             return cls.__name__
@@ -220,6 +222,8 @@ def test_a_classmethod_keys_its_class_by_qualified_name(store: dejacache.MemoryS
     assert [Base.create("q"), Child.create("q"), Child().create("q")] == [
         "Base", "Child", "Child"]
     assert live == ["Base", "Child"]
+    assert Base.create.explain(Child, "q").arguments["cls"].endswith(  # type: ignore[attr-defined]
+        "<locals>.Child")
 
 
 def test_dataclass_and_model_receivers_are_keyed_by_their_fields(

@@ -555,12 +555,7 @@ class _Canon:
             if t is _dt.time and obj.tzinfo is not None:
                 return _aware_time(obj, path)
             return orjson.loads(orjson.dumps(obj, default=_tagged))
-        if depth > MAX_DEPTH:
-            raise _Unhashable(t, path, f"is nested more than {MAX_DEPTH} levels deep")
-        oid = id(obj)
-        if oid in self.active:
-            raise _Unhashable(t, path, "contains itself (a cycle)")
-        self.active.add(oid)
+        oid = self._enter(obj, t, path, depth)
         try:
             out = self._container(obj, t, path, depth, place)
         finally:
@@ -607,18 +602,24 @@ class _Canon:
             return _aware_time(obj, path)
         if isinstance(obj, (_dt.date, _dt.time, UUID)):  # subclasses: orjson's spelling
             return orjson.loads(orjson.dumps(obj))
+        return self._object(obj, t, path, depth, self.norm, place)
+
+    def _object(self, obj: Any, t: type, path: str, depth: int, write: Callable[..., Any],
+                *rest: Any) -> Any:
+        """An object as ``write`` (:meth:`norm`, or :meth:`_hidden` under a credential's
+        name) keys its data: under its class, or as its ``__dejacache_key__`` says."""
         if getattr(t, "__dejacache_key__", None) is None:
             data = _object_data(obj, t)
             if data is not None:
-                return {_TAG + "obj": [_class_name(t), self._held(self.norm, data, path,
-                                                                   depth, place)]}
+                return {_TAG + "obj": [_class_name(t), self._held(write, data, path, depth,
+                                                                   *rest)]}
         try:
             data = _tagged(obj)
         except _Unhashable as exc:
             raise _Unhashable(t, path, exc.reason) from None
         if data is obj:
             raise _Unhashable(t, path)
-        return self.norm(data, path, depth, place)
+        return write(data, path, depth, *rest)
 
     def _held(self, write: Callable[..., Any], obj: Any, path: str, depth: int,
               *rest: Any) -> Any:
@@ -772,18 +773,7 @@ class _Canon:
 
     def _hidden_object(self, v: Any, t: type, path: str, depth: int) -> Any:
         """An object under a credential's name: its data hidden, under its class."""
-        if getattr(t, "__dejacache_key__", None) is None:
-            data = _object_data(v, t)
-            if data is not None:
-                return {_TAG + "obj": [_class_name(t), self._held(self._hidden, data, path,
-                                                                   depth)]}
-        try:
-            data = _tagged(v)
-        except _Unhashable as exc:
-            raise _Unhashable(t, path, exc.reason) from None
-        if data is v:
-            raise _Unhashable(t, path)
-        return self._hidden(data, path, depth)
+        return self._object(v, t, path, depth, self._hidden)
 
 
 def _aware_time(v: _dt.time, path: str) -> str:

@@ -62,16 +62,21 @@ def record_then_replay(fake: FakeProvider, run: Callable[[], Any]) -> tuple[Any,
     return live, again
 
 
+def send_json(handler: http.server.BaseHTTPRequestHandler, status: int, body: bytes) -> None:
+    """A loopback handler's whole JSON answer: status, the two headers, the body."""
+    handler.send_response(status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 class _Refuse(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length") or 0))
         quoted = f"{self.headers.get('x-api-key')} {self.headers.get('authorization')} {self.path}"
-        body = orjson.dumps({"error": {"message": f"Incorrect API key provided: {quoted}"}})
-        self.send_response(401)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, 401, orjson.dumps(
+            {"error": {"message": f"Incorrect API key provided: {quoted}"}}))
 
     def log_message(self, *args: Any) -> None:
         pass

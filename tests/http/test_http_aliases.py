@@ -16,6 +16,7 @@ import openai
 import orjson
 import pytest
 from fake_provider import FakeProvider
+from http_support import send_json
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -313,11 +314,7 @@ def test_a_client_made_tool_id_replays_on_a_later_run(tmp_path: Any) -> None:
             self.rfile.read(int(self.headers["content-length"]))
             body = answers[min(self.server.calls, 1)]  # type: ignore[attr-defined]
             self.server.calls += 1  # type: ignore[attr-defined]
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            send_json(self, 200, body)
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -467,12 +464,8 @@ class _Conversations:
                 text = f"follow-up about {topic}" if prev else f"answer about {topic}"
                 rid = "resp_" + uuid.uuid4().hex
                 topics[rid] = topic
-                out = orjson.dumps({"id": rid, "object": "response", "output_text": text})
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(out)))
-                self.end_headers()
-                self.wfile.write(out)
+                send_json(self, 200, orjson.dumps(
+                    {"id": rid, "object": "response", "output_text": text}))
 
             def log_message(self, *args: Any) -> None:
                 pass
