@@ -233,3 +233,47 @@ def test_a_tool_method_repeats_only_on_the_same_instance_data() -> None:
     with dejacache.agent_session(tenant="a", loop_guard=guard):
         assert [Index("docs").search("x"), Index("code").search("x")] == ["docs:x", "code:x"]
         assert Index("docs").search("x")["loop_detected"] == "repeat"
+
+
+def test_key_self_false_compares_a_tool_methods_arguments_alone() -> None:
+    # An instance that counts its own calls is new data at every call: by default no call
+    # repeats; key_self=False (as on @cache) compares the arguments alone.
+    class Searcher:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        @dejacache.tool
+        def counted(self, q: str) -> str:
+            self.calls += 1
+            return q
+
+        @dejacache.tool(key_self=False)
+        def search(self, q: str) -> str:
+            self.calls += 1
+            return q
+
+        @dejacache.invalidates("docs", key_self=False)
+        def save(self, q: str) -> str:
+            self.calls += 1
+            return q
+
+    guard = dejacache.LoopGuard(max_repeats=1, on_loop="nudge", escalate=None)
+    s = Searcher()
+    with dejacache.agent_session(tenant="a", loop_guard=guard):
+        assert [s.counted("x"), s.counted("x")] == ["x", "x"]
+        assert s.search("x") == "x"
+        assert s.search("x")["loop_detected"] == "repeat"
+    @dejacache.tool_cache(resource="docs")
+    def read_docs(q: str) -> str:  # what save invalidates (else a warning says nothing is)
+        return q
+
+    with dejacache.agent_session(tenant="b", loop_guard=guard):
+        assert s.save("x") == "x"
+        assert s.save("x")["loop_detected"] == "repeat"
+
+
+@pytest.mark.parametrize("deco", [lambda: dejacache.tool(key_self="yes"),  # type: ignore[call-overload]
+                                  lambda: dejacache.invalidates("r", key_self="yes")])  # type: ignore[arg-type]
+def test_key_self_on_tool_and_invalidates_is_checked(deco: Any) -> None:
+    with pytest.raises(dejacache.ConfigurationError, match="key_self"):
+        deco()(lambda x: x)

@@ -76,7 +76,8 @@ class Writer:
     """Everything one ``@invalidates`` tool needs; the drivers are thin closures around it."""
 
     def __init__(self, fn: Callable[..., Any], resource: str, key: str | None,
-                 scope: str | None, store: Store | str | None, name: str | None) -> None:
+                 scope: str | None, store: Store | str | None, name: str | None,
+                 key_self: bool | None = None) -> None:
         if scope not in (None, "tenant", "global"):
             raise ConfigurationError(f"invalidates scope must be 'tenant', 'global' or None, "
                                      f"not {scope!r}")
@@ -90,7 +91,8 @@ class Writer:
         self.scope = scope
         self.store = store
         self.template = Template(fn, key, f"invalidates({self.name})") if key else None
-        self.keys = KeyBuilder(fn, self.key_name, use_default_volatile=False)
+        self.keys = KeyBuilder(fn, self.key_name, use_default_volatile=False,
+                               key_self=key_self)
 
     def plan(self, sess: agent_session | None, args: Args, kwargs: Kwargs
              ) -> tuple[list[str] | None, list[Gens]]:
@@ -130,6 +132,7 @@ def invalidates(
     scope: str | None = None,
     store: Store | str | None = None,
     name: str | None = None,
+    key_self: bool | None = None,
 ) -> Callable[[F], F]:
     """Mark a write tool: entries of ``resource`` are invalidated before and after it runs.
 
@@ -138,12 +141,13 @@ def invalidates(
     invalidates the current session's tenant (or everyone's global entries outside a
     tenant session), ``"global"`` every tenant. O(1): generation counters, never a scan.
     The second invalidation runs even when the write raises (it may have half-happened).
-    ``store`` as ``tool_cache(store=...)`` takes it: a ``Store`` or a URL.
+    ``store`` as ``tool_cache(store=...)`` takes it: a ``Store`` or a URL. ``key_self``: as
+    ``@tool``'s, for the loop guard's digest of a method's call.
     """
 
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
         function_only(f, "invalidates")
-        w = Writer(f, resource, key, scope, store, name)
+        w = Writer(f, resource, key, scope, store, name, key_self)
 
         # The two drivers differ only by their awaits: the decisions are Writer's.
         if inspect.iscoroutinefunction(probe(f)):

@@ -119,21 +119,25 @@ def tool(fn: F, /) -> F: ...
 
 
 @overload
-def tool(*, name: str | None = None, write: bool = False) -> Callable[[F], F]: ...
+def tool(*, name: str | None = None, write: bool = False,
+         key_self: bool | None = None) -> Callable[[F], F]: ...
 
 
 def tool(fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
-         write: bool = False) -> Any:
+         write: bool = False, key_self: bool | None = None) -> Any:
     """Trace an uncached tool for the session's loop guard (no caching at all).
 
     ``write=True`` marks a tool that changes state, which resets the repeat counts of reads.
-    Outside a session with a loop guard it costs one context-variable read.
+    ``key_self`` as ``@cache`` takes it: a method's repeat is the same call on the same
+    instance data; ``key_self=False`` compares the arguments alone (an instance that counts
+    its own calls would make every call look new). Outside a session with a loop guard it
+    costs one context-variable read.
     """
 
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
         function_only(f, "tool")
         key_name, display = tool_names(f, name)
-        kb = KeyBuilder(f, key_name, use_default_volatile=False)
+        kb = KeyBuilder(f, key_name, use_default_volatile=False, key_self=key_self)
 
         def _checks(sess: agent_session | None, tr: Trace, args: Args, kwargs: Kwargs
                     ) -> tuple[str, Any]:
