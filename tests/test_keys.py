@@ -2163,3 +2163,60 @@ def test_a_schema_under_a_credential_name_keys_as_sent_but_for_its_values() -> N
     # a schema keyword declared volatile is left out there too
     left = canonical_json({"api_key": plain}, volatile=frozenset({"description"}))
     assert orjson.loads(left) == {"api_key": {"type": "string", "minLength": 8}}
+
+
+def test_pydantic_secrets_key_by_their_value_never_plain() -> None:
+    # A SecretStr dumps as "**********" whatever it holds: two accounts' keys keyed alike,
+    # so one account was served the other's answers.
+    class Cfg(pydantic.BaseModel):
+        model: str
+        api_key: pydantic.SecretStr
+
+    class Account(pydantic.BaseModel):
+        owner: pydantic.SecretStr
+        configs: list[Cfg] = []
+
+    class Client:
+        def __init__(self, key: str) -> None:
+            self.key = pydantic.SecretStr(key)
+
+        @dejacache.cache
+        def ask(self, q: str) -> str:
+            return q
+
+    @dejacache.cache
+    def ask(x: Any) -> int:
+        return 1
+
+    def apart(a: Any, b: Any) -> bool:
+        return bool(ask.cache_key(a) != ask.cache_key(b))  # type: ignore[attr-defined]
+
+    assert apart(Cfg(model="m", api_key="alice-key"), Cfg(model="m", api_key="bob-key"))
+    assert not apart(Cfg(model="m", api_key="alice-key"), Cfg(model="m", api_key="alice-key"))
+    assert apart(Account(owner="alice"), Account(owner="bob"))
+    assert apart(Account(owner="a", configs=[Cfg(model="m", api_key="alice-key")]),
+                 Account(owner="a", configs=[Cfg(model="m", api_key="bob-key")]))
+    assert apart(pydantic.SecretStr("alice-key"), pydantic.SecretStr("bob-key"))
+    assert apart(pydantic.SecretBytes(b"alice-key"), pydantic.SecretBytes(b"bob-key"))
+    key = Client.ask.cache_key  # type: ignore[attr-defined]
+    assert key(Client("alice-key"), "q") != key(Client("bob-key"), "q")
+    assert Client.ask.explain(Client("alice-key"), "q").left_out == ()  # type: ignore[attr-defined]
+    shown = repr(ask.explain(Account(owner="alice-key", configs=[  # type: ignore[attr-defined]
+        Cfg(model="m", api_key="bob-key")])).arguments)
+    assert "alice-key" not in shown and "bob-key" not in shown and "<secret:" in shown
+
+
+def test_a_stored_model_holds_its_secret_masked(tmp_path: Any) -> None:
+    class Cfg(pydantic.BaseModel):
+        api_key: pydantic.SecretStr
+
+    path = tmp_path / "c.db"
+    with dejacache.scope(store=dejacache.SQLiteStore(path)):
+
+        @dejacache.cache
+        def ask(cfg: Cfg) -> str:
+            return "answer"
+
+        assert ask(Cfg(api_key="alice-key")) == "answer"
+    for f in tmp_path.iterdir():  # the file and its journal
+        assert b"alice-key" not in f.read_bytes(), f

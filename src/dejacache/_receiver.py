@@ -30,6 +30,7 @@ from typing import Any
 from uuid import UUID
 
 from ._core import volatile as _vol
+from ._secrets import with_secrets, wraps_secret
 from .errors import ConfigurationError
 
 __all__ = ["Receiver", "class_tag", "model_data", "receiver_form", "recheck", "rule_for"]
@@ -52,12 +53,14 @@ def class_tag(t: type) -> str:
 
 
 def model_data(obj: Any) -> Any:
+    """A model's data as keys hold it: its JSON dump, its secrets keyed by their values."""
     try:
-        return obj.model_dump(mode="json")
+        data = obj.model_dump(mode="json")
     except TypeError:  # model_dump() without a mode parameter (pydantic v1 shims, SDK objects)
-        return obj.model_dump()
+        data = obj.model_dump()
     except ValueError:  # a field JSON cannot hold (bytes that are not UTF-8): its own data
-        return obj.model_dump()
+        data = obj.model_dump()
+    return with_secrets(obj, data)
 
 
 class Receiver:
@@ -200,7 +203,7 @@ def _verdict(t: type) -> int:
     if (getattr(t, "__dejacache_key__", None) is not None or dataclasses.is_dataclass(t)
             or hasattr(t, "model_dump") or issubclass(t, _CONTAINERS)):
         found = ASK
-    elif issubclass(t, _LEAVES) or _late_leaf(t):
+    elif issubclass(t, _LEAVES) or _late_leaf(t) or wraps_secret(t):
         found = ALWAYS
     else:
         found = NEVER

@@ -140,6 +140,43 @@ def name_forms(name: str) -> frozenset[str]:
     return frozenset({normalize(name), normalize(split)})
 
 
+def wraps_secret(t: type) -> bool:
+    """pydantic's ``SecretStr``/``SecretBytes``/``Secret[T]``: a credential in a wrapper
+    whose every dump is ``"**********"``, whatever it holds (two accounts' keys dumped
+    alike, so calls made with them keyed alike)."""
+    return t.__module__.startswith("pydantic") and callable(
+        getattr(t, "get_secret_value", None))
+
+
+_HIDDEN_DUMP: Final = b'"**********"'
+
+
+def with_secrets(model: Any, data: Any) -> Any:
+    """``data`` (``model``'s JSON dump) with each secret it dumped as ``"**********"``
+    keyed by its value (:func:`mask`). Walks the model only when the dump shows one: one
+    C-speed scan of the dump otherwise (~0.3 µs a message model)."""
+    try:
+        if _HIDDEN_DUMP not in orjson.dumps(data):
+            return data
+    except TypeError:  # a python-mode dump (the JSON one failed): walk it
+        pass
+    return _revealed(model, data)
+
+
+def _revealed(value: Any, dumped: Any) -> Any:
+    t = type(value)
+    if wraps_secret(t):
+        return mask(value.get_secret_value())
+    if type(dumped) is dict:
+        own = value if isinstance(value, dict) else getattr(value, "__dict__", None)
+        if isinstance(own, dict):
+            return {k: _revealed(own[k], d) if k in own else d for k, d in dumped.items()}
+    elif type(dumped) is list and isinstance(value, (list, tuple)) and len(value) == len(
+            dumped):
+        return [_revealed(v, d) for v, d in zip(value, dumped, strict=True)]
+    return dumped
+
+
 @functools.lru_cache(maxsize=8192)
 def is_secret_name(name: str, *, response: bool = False) -> bool:
     """Whether a value under ``name`` is a credential (``response``: in a response body)."""

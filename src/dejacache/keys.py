@@ -392,6 +392,8 @@ def _tagged(value: Any) -> Any:
     data = _object_data(value, t)
     if data is not None:
         return {_TAG + "obj": [_class_name(t), data]}
+    if _secrets.wraps_secret(t):  # who is asking: keyed by its value, never written plain
+        return _secrets.mask(value.get_secret_value())
     if _LATE_PENDING:
         _refresh_late()
     dec = sys.modules.get("decimal")  # loaded (by _refresh_late) if a Decimal can exist
