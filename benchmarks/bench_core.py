@@ -162,7 +162,9 @@ class _Dejacache(_Memo):
     def setup(self, tmp: pathlib.Path) -> None:
         self.st = self.make_store(tmp)
         self.activate()
-        self.fn = dejacache.cache(name="bench.llm", frozen=self.frozen)(self.llm)
+        # The instance holds the answer a miss returns, not the question: not keyed.
+        self.fn = dejacache.cache(name="bench.llm", frozen=self.frozen,
+                                  key_self=False)(self.llm)
 
     def verify(self, request: Any, got: Any) -> None:
         """The promise each row is timed under: a default hit hands every caller its own
@@ -460,7 +462,7 @@ class _ConcClient:
         if kind == "dejacache":
             dejacache.configure(cache_key="bench",
                                 store=dejacache.SQLiteStore(tmp / "dejacache.db"))
-            self.fn = dejacache.cache(name="bench.llm")(self._llm)
+            self.fn = dejacache.cache(name="bench.llm", key_self=False)(self._llm)
         elif kind == "floor":
             self.floor = FloorSQLite()
             self.floor.setup(tmp)
