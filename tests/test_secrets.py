@@ -805,13 +805,19 @@ def test_relative_url_credentials_are_guarded_from_volatile_patterns() -> None:
 # --------------------------------------------------------------------- containers under names
 
 # Values a credential's name may hold that are not one string: every leaf is the credential.
-_CONTAINERS = [{"key": "hunter2"}, pytest.param(["hunter2"], marks=pytest.mark.xfail(
-    strict=False, reason="open leak: once in 5 clean-clone CI runs (xdist worker gw1, after "
-    "other files) the cassette held 'hunter2' for this case; not reproduced alone or with "
-    "12 hash seeds; suspected process-wide key state (the plain-names or list memos) "
-    "reached under a credential's name")), ("alice", "hunter2"),
+_CONTAINERS = [{"key": "hunter2"}, ["hunter2"], ("alice", "hunter2"),
                {"nested": {"x": ["hunter2", 4242]}}, [{"user": "alice", "pw": "hunter2"}],
                {"type": "service_account", "private": "hunter2"}]
+
+
+def _leaks(text: bytes) -> bool:
+    """Whether ``text`` holds a leaf of :data:`_CONTAINERS` in plain. The number counts only
+    as a token of its own: keys, checksums and masks are hex digests, and they hold ``4242``
+    in ~1 cassette in 1,500 (2 of 3,000 recordings; a CI run failed on a checksum)."""
+    return b"hunter2" in text or _NUMBER.search(text) is not None
+
+
+_NUMBER = re.compile(rb"(?<![0-9A-Za-z])4242(?![0-9A-Za-z])")
 
 
 def _sqlite_bytes(path: pathlib.Path) -> bytes:
@@ -832,7 +838,7 @@ def test_a_container_under_a_credential_name_never_reaches_key_store_cassette_or
         return host
 
     canonical = keys.KeyBuilder(connect.__wrapped__, "connect").canonical(("h", value), {})
-    assert b"hunter2" not in canonical and b"4242" not in canonical
+    assert not _leaks(canonical)
     cassette = tmp_path / "c.json"
     with dejacache.cassette(cassette, mode="record"):
         connect("h", value)
@@ -851,7 +857,7 @@ def test_a_container_under_a_credential_name_never_reaches_key_store_cassette_or
     for where, text in {"cassette": cassette.read_bytes(), "sqlite": db,
                         "miss": str(miss.value).encode(),
                         "store miss": str(store_miss.value).encode()}.items():
-        assert b"hunter2" not in text and b"4242" not in text, where
+        assert not _leaks(text), where
 
 
 def test_scrub_request_hides_every_leaf_under_a_credential_name() -> None:
