@@ -3,7 +3,8 @@ answered in order, a client waiting for ``100 Continue`` gets it before sending 
 request the proxy cannot read ends the connection with its status, and a client that goes
 away leaves the proxy serving others. In-process: a replay hit is answered before the bytes
 that asked for it return to the event loop, with the bytes a task would have answered,
-however the requests arrive."""
+however the requests arrive; a request that stops arriving is refused (408), and a
+connection with nothing asked is closed quietly, never a WebSocket or an answer still coming."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import itertools
 import json
 import pathlib
 import socket
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -442,3 +444,141 @@ async def test_a_client_still_sending_reads_its_refusal(strict_reader: tuple[str
     pieces = [head % (64 << 20)] + [b"x" * (256 << 10)] * 16
     data, _ = await answer_to(strict_reader, pieces)
     assert data.startswith(b"HTTP/1.1 413 ") and b"over 1048576" in data
+
+
+# ---------------------------------------------------------------- clients that send nothing
+# A connection with nothing asked and nothing being answered is closed after the idle
+# timeout, quietly (nothing was asked): from its opening, or from its last answer. Answers
+# that take long and WebSockets are never cut by it; a request arriving has the read timeout.
+
+IDLE = 0.4
+SLACK = 2.0  # a loaded machine's lateness, still well short of "never"
+
+
+@pytest.fixture
+async def idler(tmp_path: pathlib.Path) -> AsyncIterator[tuple[tuple[str, int], str, Any]]:
+    """An in-process proxy whose connections may idle for IDLE seconds (its requests may
+    take 2 s to arrive), routing ``openai`` to a FakeProvider and ``chat`` to tests/ws's echo
+    server: its address, the path prefix of a recording session on it, the FakeProvider."""
+    ws_tests = str(pathlib.Path(__file__).resolve().parents[1] / "ws")
+    if ws_tests not in sys.path:
+        sys.path.insert(0, ws_tests)
+    from ws_support import LoopbackServer, echo
+
+    fake = FakeProvider().start()
+    ws_server = LoopbackServer(echo).start()
+    ups = {name: parse_upstream(f"{name}={url}", "test") for name, url in (
+        ("openai", fake.url), ("chat", f"http://127.0.0.1:{ws_server.port}"))}
+    server = ProxyServer(ProxyConfig(spec=SessionSpec(cassette=tmp_path / "default.json"),
+                                     upstreams=ups, cassette_dir=tmp_path,
+                                     idle_timeout=IDLE, read_timeout=2.0))
+    url = urlsplit(await server.start())
+    try:
+        s = await server.sessions.open(SessionSpec(cassette=tmp_path / "idle.json",
+                                                   mode="record"))
+        yield (str(url.hostname), int(url.port or 0)), f"/_dejacache/s/{s.id}", fake
+    finally:
+        await server.stop()
+        ws_server.stop()
+        fake.stop()
+
+
+STATUS = b"GET /_dejacache HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+async def answer(reader: asyncio.StreamReader) -> bytes:
+    """One answer framed by Content-Length, its head included."""
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    return head + await reader.readexactly(length)
+
+
+async def closed_after(reader: asyncio.StreamReader) -> tuple[bytes, float]:
+    """What else the proxy sends until it closes, and how long it took to."""
+    began = time.monotonic()
+    rest = await asyncio.wait_for(reader.read(), IDLE + SLACK)
+    return rest, time.monotonic() - began
+
+
+async def test_a_connection_that_never_asks_is_closed_quietly(idler: Any) -> None:
+    reader, writer = await asyncio.open_connection(*idler[0])
+    try:
+        rest, took = await closed_after(reader)
+    finally:
+        writer.close()
+    assert rest == b""  # no 408: nothing was asked
+    assert IDLE * 0.9 <= took < IDLE + SLACK
+
+
+async def test_a_kept_alive_connection_is_closed_quietly_once_idle(idler: Any) -> None:
+    reader, writer = await asyncio.open_connection(*idler[0])
+    try:
+        writer.write(STATUS)
+        assert (await answer(reader)).startswith(b"HTTP/1.1 200 ")
+        rest, took = await closed_after(reader)
+    finally:
+        writer.close()
+    assert rest == b"" and IDLE * 0.9 <= took < IDLE + SLACK
+
+
+async def test_a_client_reusing_its_connection_within_the_timeout_is_served(
+        idler: Any) -> None:
+    # Four calls spaced at 0.6 of the timeout: 1.0 s on one connection, each gap allowed.
+    reader, writer = await asyncio.open_connection(*idler[0])
+    try:
+        for _ in range(4):
+            await asyncio.sleep(IDLE * 0.6)
+            writer.write(STATUS)
+            assert (await answer(reader)).startswith(b"HTTP/1.1 200 ")
+    finally:
+        writer.close()
+
+
+async def test_a_request_arriving_slowly_has_the_read_timeout_not_the_idle_one(
+        idler: Any) -> None:
+    reader, writer = await asyncio.open_connection(*idler[0])
+    try:
+        for piece in (STATUS[:10], STATUS[10:20], STATUS[20:]):
+            writer.write(piece)
+            await asyncio.sleep(IDLE * 0.8)  # 1.0 s in all: over the idle timeout
+        assert (await answer(reader)).startswith(b"HTTP/1.1 200 ")
+    finally:
+        writer.close()
+
+
+@pytest.mark.parametrize(("script", "stream"), [
+    ({"end_delay": 2.5 * IDLE}, True),  # events, then a pause before the last
+    ({"sleep": 2.5 * IDLE}, False),  # nothing at all until the answer
+])
+async def test_an_answer_slower_than_the_idle_timeout_is_not_cut(
+        idler: Any, script: dict[str, float], stream: bool) -> None:
+    address, prefix, fake = idler
+    fake.script.append(script)
+    body = json.dumps({"model": "gpt-4o-mini", "stream": stream,
+                       "messages": [{"role": "user", "content": "Take your time."}]}).encode()
+    reader, writer = await asyncio.open_connection(*address)
+    try:
+        writer.write(b"POST %s/openai/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\nAuthorization: Bearer sk-test\r\n"
+                     b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (
+                         prefix.encode(), len(body), body))
+        began = time.monotonic()
+        data = await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+    assert time.monotonic() - began >= 2.5 * IDLE * 0.9
+    assert data.startswith(b"HTTP/1.1 200 ")
+    assert (b"data: [DONE]" in data) if stream else data.rstrip().endswith(b"}")
+
+
+async def test_a_websocket_quiet_for_longer_than_the_idle_timeout_stays_open(
+        idler: Any) -> None:
+    from websockets.asyncio.client import connect
+
+    (host, port), prefix, _ = idler
+    async with connect(f"ws://{host}:{port}{prefix}/chat/room") as ws:
+        assert json.loads(await ws.recv()) == {"hello": "/room"}
+        await asyncio.sleep(2.5 * IDLE)
+        await ws.send(json.dumps({"n": 1}))
+        assert json.loads(await asyncio.wait_for(ws.recv(), 10)) == {"ack": 1}

@@ -125,6 +125,10 @@ def one_line(stderr: str) -> str:
     (["--replay-until", "-1"], "expected a count"),
     (["--port", "70000"], "expected 0 (a free port) to 65535"),
     (["--port", "eighty"], "invalid int value"),
+    (["--idle-timeout", "0"], "--idle-timeout 0: expected a number of seconds > 0"),
+    (["--read-timeout", "-1"], "--read-timeout -1: expected a number of seconds > 0"),
+    (["--idle-timeout", "nan"], "--idle-timeout nan: expected"),
+    (["--idle-timeout", "soon"], "invalid float value"),
     (["--cassette", "c.json", "--bogus"], "unrecognized arguments: --bogus"),
     (["--cassette", "c.json", "--"], "-- must be followed by a command"),
 ])

@@ -5,12 +5,14 @@ where it is read (a malformed duration, ``live=`` item or upstream is a
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import pathlib
 
 from ..cassettes.ageing import resolve as resolve_ageing
 from ..cassettes.partial import parse_live
 from ..errors import ConfigurationError
+from ._connection import IDLE_TIMEOUT, READ_TIMEOUT
 from ._server import ProxyConfig
 from ._sessions import SessionSpec
 from .upstreams import builtin_upstreams, env_upstreams, upstream_table
@@ -46,4 +48,14 @@ def config_from_args(args: argparse.Namespace, rerecord: str) -> ProxyConfig:
         upstreams=upstream_table(args.upstream, {**builtin_upstreams(),
                                                  **env_upstreams(os.environ)}),
         cassette=cassette, cassette_dir=root,
-        host=args.host, port=args.port, allow_remote=args.allow_remote)
+        host=args.host, port=args.port, allow_remote=args.allow_remote,
+        read_timeout=_seconds("--read-timeout", args.read_timeout, READ_TIMEOUT),
+        idle_timeout=_seconds("--idle-timeout", args.idle_timeout, IDLE_TIMEOUT))
+
+
+def _seconds(flag: str, value: float | None, default: float) -> float:
+    if value is None:
+        return default
+    if not 0 < value < math.inf:  # (nan fails too)
+        raise ConfigurationError(f"{flag} {value:g}: expected a number of seconds > 0")
+    return value

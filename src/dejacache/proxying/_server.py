@@ -31,7 +31,7 @@ from ..cassettes.placeholder_keys import KEY_VARIABLES, PLACEHOLDER
 from ..errors import ConfigurationError
 from ..http._libs import LIBRARIES, Lib, lib_named
 from ..http.providers import all_providers
-from ._connection import Connection, start
+from ._connection import IDLE_TIMEOUT, READ_TIMEOUT, Connection, start
 from ._control import PREFIX, SESSION_PREFIX, control
 from ._forward import FORWARDED, Forwarder, Out, error_bytes, json_bytes
 from ._http1 import Request
@@ -54,7 +54,8 @@ class ProxyConfig:
     port: int = 0
     allow_remote: bool = False
     max_body: int = 256 * 1024 * 1024
-    read_timeout: float = 30.0
+    read_timeout: float = READ_TIMEOUT
+    idle_timeout: float = IDLE_TIMEOUT
     grace: float = 10.0
 
 
@@ -146,7 +147,8 @@ class ProxyServer:
     # ---------------------------------------------------------------- requests
 
     def _connection(self) -> Connection:
-        return _Tracked(self, self.config.max_body, self.config.read_timeout)
+        config = self.config
+        return _Tracked(self, config.max_body, config.read_timeout, config.idle_timeout)
 
     def refusal(self, status: int, message: str, *, close: bool = False) -> bytes:
         extra = [("connection", "close")] if close else []
@@ -217,8 +219,9 @@ class ProxyServer:
 class _Tracked(Connection):
     """A connection the server keeps track of, for ``stop``."""
 
-    def __init__(self, server: ProxyServer, max_body: int, read_timeout: float) -> None:
-        super().__init__(server, max_body, read_timeout)
+    def __init__(self, server: ProxyServer, max_body: int, read_timeout: float,
+                 idle_timeout: float) -> None:
+        super().__init__(server, max_body, read_timeout, idle_timeout)
         self.server = server
 
     def connection_made(self, transport: Any) -> None:

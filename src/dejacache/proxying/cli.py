@@ -81,6 +81,12 @@ def _add_proxy(sub: Any) -> None:
                    help="write the base URL here once listening (removed on exit)")
     p.add_argument("--realtime", action="store_true",
                    help="replay streams at their recorded pace")
+    p.add_argument("--read-timeout", metavar="SECONDS", type=float, default=None,
+                   help="a request must arrive within this (its head whole, no pause in "
+                        "its body as long), else 408 and a close (default: 30)")
+    p.add_argument("--idle-timeout", metavar="SECONDS", type=float, default=None,
+                   help="a connection with nothing asked or being answered for this long "
+                        "is closed (default: 75; WebSockets excepted)")
     p.add_argument("--node-helper", metavar="DIR", default=None,
                    help="copy the helper for Node test runners (dejacache-proxy.mjs, a "
                         "cassette per test; and its types) into DIR, and exit")
