@@ -435,6 +435,33 @@ def test_a_mock_transport_answer_records_and_replays(lib: Any, gzipped: bool) ->
     assert live == alive == (200, orjson.loads(answer)) and len(calls) == 2
 
 
+@pytest.mark.parametrize("lib", [httpx, httpx2], ids=["httpx", "httpx2"])
+@pytest.mark.parametrize("encoding", ["gzip", "br"])
+def test_a_body_that_is_not_what_its_encoding_says_replays_as_it_came(
+        fake: FakeProvider, lib: Any, encoding: str) -> None:
+    # A plain JSON body said to be gzip: decoding the stored copy failed, so recording it
+    # did. Said to be br: without brotli the library passes it through, and the copy was
+    # stored as if decoded, its header dropped. Either way it is now kept as it came, with
+    # its header, and the replay answers as the live call did.
+    def ask() -> Any:
+        with lib.Client(transport=Transport(lib.HTTPTransport())) as c:
+            try:
+                r = c.post(fake.url + "/v1/chat/completions", json=BODY)
+            except lib.DecodingError as exc:
+                return type(exc).__name__
+            return r.status_code, r.headers.get("content-encoding"), r.content
+
+    fake.script.append({"headers": {"content-encoding": encoding}})
+    store = dejacache.MemoryStore()
+    with dejacache.scope(mode="record", store=store):
+        live = ask()
+    with dejacache.scope(mode="replay", store=store):
+        assert ask() == live
+    assert fake.count() == 1
+    if isinstance(live, tuple):  # the library could not decode it: what the server sent
+        assert live[:2] == (200, encoding) and orjson.loads(live[2])["object"]
+
+
 # ------------------------------------------------------------------ a driver that writes bytes
 
 

@@ -28,6 +28,7 @@ from dejacache.proxying._server import ProxyConfig, ProxyServer
 from dejacache.proxying._sessions import SessionSpec
 from dejacache.proxying.handle import ProxySession
 from dejacache.proxying.upstreams import parse_upstream
+from provider_support import LoopbackHandler, LoopbackProvider
 
 Open = Callable[..., ProxySession]
 CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
@@ -138,6 +139,44 @@ def test_header_values_beyond_ascii_pass_through_as_the_bytes_sent(
                         headers={"content-type": "application/json", **sent})
     assert again.status_code == 200 and again.json() == live.json()
     assert fake.count() == 1
+
+
+def raw_answer(url: str) -> tuple[int, str | None, str | None, bytes]:
+    """Status, ``content-encoding``, ``x-request-id`` and the body's bytes as they came."""
+    with httpx2.stream("POST", url, content=orjson.dumps(CHAT), timeout=30,
+                       headers={"content-type": "application/json"}) as r:
+        return (r.status_code, r.headers.get("content-encoding"), r.headers.get("x-request-id"),
+                b"".join(r.iter_raw()))
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "br"])
+def test_a_body_that_is_not_what_its_encoding_says_passes_through_and_replays(
+        session_for: Open, fake: FakeProvider, encoding: str) -> None:
+    # A plain JSON body said to be gzip was answered 500 (the recorder failed to decode
+    # it); said to be br, it replayed without its header. The client decides what to make
+    # of it, live and replayed alike.
+    s = session_for("encoding", fake)
+    fake.script.append({"headers": {"content-encoding": encoding}})
+    live = raw_answer(s.base_url("openai") + "/v1/chat/completions")
+    assert live[:2] == (200, encoding)
+    assert orjson.loads(live[3])["object"] == "chat.completion"  # the bytes sent
+    s.close(ok=True)
+    stored = entries(s.cassette)[0]["response"]
+    assert ["content-encoding", encoding] in stored["headers"] and "json" not in stored
+    r = session_for("encoding", fake, mode="replay")
+    assert raw_answer(r.base_url("openai") + "/v1/chat/completions") == live
+    assert fake.count() == 1
+
+
+def test_an_identity_encoded_answer_is_stored_as_any_other(session_for: Open,
+                                                          fake: FakeProvider) -> None:
+    s = session_for("identity", fake)
+    fake.script.append({"headers": {"content-encoding": "identity"}})
+    assert raw_answer(s.base_url("openai") + "/v1/chat/completions")[:2] == (200, "identity")
+    s.close(ok=True)
+    stored = entries(s.cassette)[0]["response"]
+    assert stored["json"]["object"] == "chat.completion"
+    assert "content-encoding" not in [k for k, _ in stored["headers"]]
 
 
 def test_a_miss_is_a_404_in_each_providers_shape(session_for: Open,
@@ -431,14 +470,29 @@ def test_the_proxy_keys_a_request_as_an_in_process_transport_does(
                 own.identity.items, own.identity.keyed, own.identity.pending)
 
 
+class _MislabelledStreamHandler(LoopbackHandler):
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.start_stream("text/event-stream", {"content-encoding": "gzip"})
+        self.write_event('data: {"id": "x"}\n\n')
+        self.end_stream()
+
+
+class MislabelledStream(LoopbackProvider):
+    """Answers every POST with an event stream said to be gzip that is not: an answer the
+    exchange cannot read (it reads a stream through the library's decoder as it comes)."""
+
+    handler = _MislabelledStreamHandler
+
+
 async def test_the_proxys_log_and_errors_hold_no_credential_of_the_request(
-        tmp_path: pathlib.Path, fake: FakeProvider, capsys: pytest.CaptureFixture[str]) -> None:
-    # An answer the exchange cannot read (a body that is not the gzip it says it is) is the
-    # proxy's own failure: logged with the URL it went to (its ?key= included) and the
-    # traceback, answered with the exception's message. A transport error's message, too.
-    fake.script.append({"headers": {"content-encoding": "gzip"}})
+        tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # An answer the exchange cannot read is the proxy's own failure: logged with the URL it
+    # went to (its ?key= included) and the traceback, answered with the exception's message.
+    # A transport error's message, too.
+    upstream = MislabelledStream().start()
     ups = {n: parse_upstream(f"{n}={u}", "test") for n, u in
-           (("openai", fake.url), ("down", "http://127.0.0.1:9"))}
+           (("openai", upstream.url), ("down", "http://127.0.0.1:9"))}
     server = ProxyServer(ProxyConfig(spec=SessionSpec(cassette=tmp_path / "d.json"),
                                      cassette=tmp_path / "d.json", upstreams=ups,
                                      cassette_dir=tmp_path))
@@ -452,6 +506,7 @@ async def test_the_proxys_log_and_errors_hold_no_credential_of_the_request(
                 for name in ("openai", "down")]
     finally:
         await server.stop()
+        upstream.stop()
     assert [a.status_code for a in answers] == [500, 502]
     log = capsys.readouterr().err
     assert "error answering POST" in log and "DecodingError" in log

@@ -387,14 +387,34 @@ def _whole_value(call: _Call, resp: Any, raw: bytes | None) -> dict[str, Any]:
                                           body=body))
     call.live = m.Response(resp.status_code, headers=resp.headers, stream=m.ByteStream(raw),
                            extensions=_extensions(resp))
-    body = raw
-    if resp.headers.get("content-encoding"):
-        # The library's own decoders, on a copy: stored bodies are kept decoded.
-        body = m.Response(200, headers=[("content-encoding", resp.headers["content-encoding"])],
-                          stream=m.ByteStream(raw)).read()
-    return _kept(call, response_value(resp.status_code, _as_sent(resp.headers),
-                                      resp.headers.get("content-type", ""), call.provider,
-                                      body=body))
+    encoding = resp.headers.get("content-encoding", "")
+    encoded = any(c.strip() not in ("", "identity") for c in encoding.lower().split(","))
+    body = _decoded(m, encoding, raw) if encoded else raw
+    if body is not raw or not encoded:
+        return _kept(call, response_value(resp.status_code, _as_sent(resp.headers),
+                                          resp.headers.get("content-type", ""), call.provider,
+                                          body=body))
+    # Still encoded: opaque (not read as the JSON or stream its type says), kept byte for
+    # byte, and the replay says it is encoded, as the live answer did.
+    value = response_value(resp.status_code, _as_sent(resp.headers), "", call.provider,
+                           body=raw)
+    value["headers"].append(["content-encoding", encoding])
+    return _kept(call, value)
+
+
+def _decoded(m: Any, encoding: str, raw: bytes) -> bytes:
+    """``raw`` with its ``Content-Encoding`` undone by the library's own decoders (stored
+    bodies are kept decoded), or ``raw`` itself when nothing was undone: a coding the
+    library cannot decode (``br`` without brotli installed) it passes through, and a body
+    that is not what its header says (``gzip`` that is not) it refuses. Kept as it came,
+    with its header, it replays as the live answer was: recording it failed the call (the
+    proxy answered 500), or stored the still-encoded bytes as if they were plain."""
+    try:
+        body: bytes = m.Response(200, headers=[("content-encoding", encoding)],
+                                 stream=m.ByteStream(raw)).read()
+    except m.DecodingError:
+        return raw
+    return raw if body == raw else body
 
 
 def _kept(call: _Call, value: dict[str, Any]) -> dict[str, Any]:
