@@ -2220,3 +2220,70 @@ def test_a_stored_model_holds_its_secret_masked(tmp_path: Any) -> None:
         assert ask(Cfg(api_key="alice-key")) == "answer"
     for f in tmp_path.iterdir():  # the file and its journal
         assert b"alice-key" not in f.read_bytes(), f
+
+
+# --------------------------------------------------- basic credentials under ``auth``-like names
+
+
+def _basic_auth(login: str, password: str) -> Any:
+    """aiohttp's ``BasicAuth`` (a named tuple), without aiohttp 3.14's deprecation warning."""
+    import warnings
+
+    import aiohttp
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return aiohttp.BasicAuth(login, password)
+
+
+@pytest.mark.parametrize("holder", [
+    lambda pw: {"auth": ("alice", pw)},  # requests/httpx
+    lambda pw: {"basic_auth": ["alice", pw]},  # elasticsearch
+    lambda pw: {"body": {"httpAuth": ["alice", pw, "utf-8"]}},  # nested, with an encoding
+    lambda pw: {"proxy_auth": "alice:" + pw},  # "user:password"
+    lambda pw: {"auth": _basic_auth("alice", pw)},  # aiohttp, a named tuple
+    lambda pw: {"messages": [{"role": "user", "auth": ["alice", pw]}] * 3},  # by parts
+])
+def test_basic_credentials_key_their_password_as_a_mask(holder: Any) -> None:
+    """A password under ``auth=`` reached the key's bytes as it was: it is now the keyed
+    mask a ``password`` field gets, so alice's two passwords still key apart; the user
+    name stays as data."""
+    alice = canonical_json(holder("hunter2"))
+    assert b"hunter2" not in alice and b"alice" in alice
+    assert keys._secrets.mask("hunter2").encode() in alice
+    assert alice != canonical_json(holder("hunter3"))
+
+
+def test_the_key_of_a_basic_credentials_argument_is_its_full_form() -> None:
+    """``tool(auth)`` by position of its one parameter skips the names check on a hit:
+    never for an ``auth``-like one, whose value decides."""
+    def fetch(auth: Any) -> None: ...
+
+    kb = KeyBuilder(fetch, "fetch")
+    seed = keys.key_seed("ns", "fetch")
+    for call in [(("alice", "hunter2"),), ("alice:hunter2",), (_basic_auth("alice", "hunter2"),)]:
+        want = keys.digest("ns", "fetch", kb.canonical(call, {}))
+        for _ in range(2):
+            _, key, body, tail, _ = kb.bind_key(call, {}, seed)
+            assert key == want and b"hunter2" not in body + tail
+            assert kb.probe_key(call, {}, seed) in (None, want)
+
+
+@pytest.mark.parametrize("value", [
+    "bearer", {"type": "oauth2", "flows": {"clientCredentials": {}}}, True, False,
+    ["a", "b", "c", "d"], ["alice"], [1, "x"], "https://auth.example/token", "see docs: x",
+    "alice:", ":x", {"auth": "basic"},
+])
+def test_other_values_under_auth_names_key_byte_for_byte_as_before(value: Any) -> None:
+    """Settings under ``auth`` (a tool definition's, an MCP config's) are no credential:
+    their keys are today's, on every machine."""
+    for request in ({"auth": value}, {"tools": [{"name": "t", "auth": value}]},
+                    {"proxy_auth": value, "q": "x"}):
+        assert canonical_json(request) == orjson.dumps(request, option=orjson.OPT_SORT_KEYS)
+
+    def tool(auth: Any) -> None: ...
+
+    kb = KeyBuilder(tool, "tool")
+    seed = keys.key_seed("ns", "tool")
+    want = keys.digest("ns", "tool", orjson.dumps({"auth": value}, option=orjson.OPT_SORT_KEYS))
+    assert kb.bind_key((value,), {}, seed)[1] == want

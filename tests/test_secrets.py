@@ -945,3 +945,80 @@ def test_a_schema_under_a_credential_name_round_trips_unchanged(
     assert orjson.loads(canonical) == {"tools": [tool]}
     assert _secrets.scrub_request(canonical) == canonical
     assert Redactor().tree({"tools": [tool]}) == {"tools": [tool]}
+
+
+# ------------------------------------------------- basic credentials under ``auth``-like names
+
+# Values an HTTP client takes as basic credentials under an ``auth``-like name, each with the
+# password ``hunter2``: requests/httpx tuples, a JSON body's list, aiohttp's ``BasicAuth``
+# shape (user, password, encoding) and elasticsearch's ``"user:password"``.
+BASIC = [("alice", "hunter2"), ["alice", "hunter2"], ["alice", "hunter2", "latin1"],
+         "alice:hunter2"]
+# Values under those names that are settings, not credentials: kept byte for byte.
+NOT_BASIC = ["bearer", {"type": "oauth2", "flows": {}}, True, None, ["a", "b", "c", "d"],
+             ["alice"], [1, "hunter2"], "https://auth.example/token", "see docs: hunter2",
+             "alice:", ":hunter2"]
+
+
+@pytest.mark.parametrize("name", ["auth", "Auth", "basic_auth", "basicAuth", "http-auth",
+                                  "HTTP_AUTH", "proxy_auth", "proxyAuth", "proxy_basic_auth"])
+def test_auth_like_names_are_not_credential_names(name: str) -> None:
+    """``"auth": "bearer"`` in a tool definition is a setting: only basic credentials
+    under these names hold a credential (keyed per machine, so no broader)."""
+    assert _secrets.is_auth_name(name) and not _secrets.is_secret_name(name)
+
+
+def test_creds_is_a_credential_name() -> None:
+    assert _secrets.is_secret_name("creds") and _secrets.is_secret_name("Creds")
+
+
+@pytest.mark.parametrize("value", BASIC)
+@pytest.mark.parametrize("name", ["auth", "basic_auth", "httpAuth", "proxy_auth"])
+def test_basic_credentials_are_stored_and_written_without_the_password(
+        name: str, value: object) -> None:
+    form = {"url": "u", "opts": {name: value}}
+    raw = orjson.dumps(form, option=orjson.OPT_SORT_KEYS)
+    stored = _secrets.scrub_request(raw)
+    written = orjson.dumps(Redactor().tree(form))
+    for out in (stored, written):
+        assert b"hunter2" not in out and b"alice" in out
+    assert _secrets.mask("hunter2").encode() in stored
+    assert _secrets.scrub_request(stored) == stored  # a mask is not masked again
+    assert PLACEHOLDER.encode() in written
+
+
+@pytest.mark.parametrize("value", NOT_BASIC)
+def test_other_values_under_auth_names_are_stored_and_written_as_sent(value: object) -> None:
+    form = {"auth": value, "tools": [{"name": "t", "auth": value}]}
+    raw = orjson.dumps(form, option=orjson.OPT_SORT_KEYS)
+    assert _secrets.scrub_request(raw) == raw
+    assert Redactor().tree(form) == form
+
+
+def aiohttp_basic_auth(login: str, password: str) -> object:
+    """aiohttp's ``BasicAuth`` (a named tuple: login, password, encoding), made without
+    the deprecation warning aiohttp 3.14 gives."""
+    import warnings
+
+    import aiohttp
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return aiohttp.BasicAuth(login, password)
+
+
+def test_basic_credentials_never_reach_the_sqlite_store(tmp_path: pathlib.Path) -> None:
+    @dejacache.cache(name="fetch")
+    def fetch(url: str, auth: object) -> str:
+        return url
+
+    store_path = tmp_path / "cache.db"
+    store = dejacache.SQLiteStore(store_path)
+    with dejacache.scope(store=store, mode="auto", cache_key="t"):
+        for value in [*BASIC, {"auth": ["alice", "hunter2"]},
+                      aiohttp_basic_auth("alice", "hunter2")]:
+            fetch("https://api.example/v1", value)
+    store.close()
+    db = b"".join(pathlib.Path(str(store_path) + s).read_bytes()
+                  for s in ("", "-wal") if pathlib.Path(str(store_path) + s).exists())
+    assert b"fetch" in db and b"alice" in db and b"hunter2" not in db

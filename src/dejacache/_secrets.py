@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     import pathlib
 
 __all__ = [
+    "AUTH_PAIR_NAMES",
     "AUTH_QUERY",
     "MASK_PREFIX",
     "NAME_HINTS",
@@ -44,10 +45,13 @@ __all__ = [
     "SECRET_PATTERNS",
     "SENSITIVE_HEADERS",
     "Shape",
+    "basic_auth",
     "credential",
     "find_secrets",
     "guarded",
     "hidden",
+    "is_auth_name",
+    "is_basic_auth",
     "is_named_pair",
     "is_schema",
     "is_secret_name",
@@ -84,7 +88,7 @@ SECRET_NAMES: Final = frozenset({
     "set_cookie",
     "aws_access_key_id", "aws_secret_access_key", "aws_session_token",
     "openai_api_key", "anthropic_api_key", "github_token", "gh_token", "hf_token",
-    "slack_token", "npm_token", "credentials", "credential",
+    "slack_token", "npm_token", "credentials", "credential", "creds",
     # GitLab's ``private_token``, Azure's ``subscription_key``, an S3-style ``access_key``,
     # Vault's ``client_token`` and a JWT login's ``jwt``; OpenStack Keystone answers with its
     # token in ``X-Subject-Token``.
@@ -186,6 +190,47 @@ def is_secret_name(name: str, *, response: bool = False) -> bool:
         if n.endswith(_SUFFIXES):
             return True
     return False
+
+
+#: Names under which HTTP clients take basic credentials as a ``(user, password)`` pair
+#: (requests/httpx ``auth``, httpx ``proxy_auth``, elasticsearch ``basic_auth``/``http_auth``,
+#: urllib3 ``proxy_basic_auth``; aiohttp's ``BasicAuth`` adds an encoding). Not credential
+#: names: an ``"auth": "bearer"`` or ``"auth": {"type": "oauth2"}`` in a tool definition or an
+#: MCP config is a setting, and a credential keys as a per-machine mask, so masking every
+#: value here would make committed cassettes miss on other machines. Only the password of a
+#: value shaped as basic credentials (:func:`is_basic_auth`) is one.
+AUTH_PAIR_NAMES: Final = frozenset({"auth", "basic_auth", "http_auth", "proxy_auth",
+                                    "proxy_basic_auth"})
+
+
+@functools.lru_cache(maxsize=8192)
+def is_auth_name(name: str) -> bool:
+    """Whether ``name`` is one of :data:`AUTH_PAIR_NAMES`, in any spelling."""
+    return not AUTH_PAIR_NAMES.isdisjoint(name_forms(name))
+
+
+def is_basic_auth(v: Any) -> bool:
+    """Whether ``v``, held under an :func:`is_auth_name` name, is basic credentials: a list
+    or tuple (a named tuple too) of 2 or 3 items whose first two are strings (user,
+    password[, encoding]), or a ``"user:password"`` string (neither part empty, no
+    whitespace in the user, not a URL's ``scheme://``). Anything else under those names
+    (a dict of settings, a flag, a word) is data and keys as it did."""
+    if isinstance(v, str):
+        user, colon, pw = v.partition(":")
+        return bool(colon and user and pw) and not pw.startswith("//") and not any(
+            c.isspace() for c in user)
+    return (isinstance(v, (list, tuple)) and 2 <= len(v) <= 3 and isinstance(v[0], str)
+            and isinstance(v[1], str))
+
+
+def basic_auth(v: Any, hide: Callable[[Any], Any], keep: Callable[[Any], Any]) -> Any:
+    """``v`` (:func:`is_basic_auth`) as keys, stores and cassettes hold it: the one rule of
+    all three. The password becomes ``hide(password)``; the user (and an encoding) stay,
+    through ``keep``: a list (tuples as JSON writes them), or ``"user:" + hide(password)``."""
+    if isinstance(v, str):
+        user, _, pw = v.partition(":")
+        return f"{keep(user)}:{hide(pw)}"
+    return [keep(v[0]), hide(v[1]), *[keep(x) for x in v[2:]]]
 
 
 #: Substrings (lower case) of every name :func:`is_secret_pair` accepts: text holding none of
@@ -514,6 +559,9 @@ def _param_b(p: re.Match[bytes]) -> bytes:
     return name + b"=" + mask(value.decode("utf-8", "replace")).encode()
 
 
+_DATA, _CREDENTIAL, _AUTH = 0, 1, 2  # what a dict key names (``Scrubber``)
+
+
 class Scrubber:
     """Masks secret-shaped strings in JSON trees, one distinct string at a time (agents resend
     the same messages every step, so each string is scanned once)."""
@@ -523,9 +571,10 @@ class Scrubber:
     def __init__(self, replace: Callable[[str], str]) -> None:
         self.replace = replace
         self._memo: dict[str, str] = {}
-        # A dict key -> (its text masked, whether it names a credential): one lookup a key
-        # where asking both cost two calls (a 40-message request: ~80 keys a scrub).
-        self._names: dict[str, tuple[str, bool]] = {}
+        # A dict key -> (its text masked, what it names: ``_DATA``, ``_CREDENTIAL`` or
+        # ``_AUTH``): one lookup a key where asking each cost a call (a 40-message request:
+        # ~80 keys a scrub).
+        self._names: dict[str, tuple[str, int]] = {}
 
     def text(self, s: str) -> str:
         done = self._memo.get(s)
@@ -546,8 +595,10 @@ class Scrubber:
             out = {}
             for k, v in node.items():
                 name = self._names.get(k) or self._name(k)
-                out[name[0]] = (credential(v, self._leaf, self.tree) if name[1]
-                                else self.tree(v, k))
+                kind = name[1]
+                out[name[0]] = (credential(v, self._leaf, self.tree) if kind == _CREDENTIAL
+                                else basic_auth(v, self._leaf, self.tree)
+                                if kind == _AUTH and is_basic_auth(v) else self.tree(v, k))
             return out
         if t is list:
             if is_named_pair(node, is_secret_name, parent):
@@ -555,8 +606,9 @@ class Scrubber:
             return [self.tree(v) for v in node]
         return node
 
-    def _name(self, k: str) -> tuple[str, bool]:
-        name = (self.text(k), is_secret_name(k))
+    def _name(self, k: str) -> tuple[str, int]:
+        name = (self.text(k), _CREDENTIAL if is_secret_name(k)
+                else _AUTH if is_auth_name(k) else _DATA)
         if len(self._names) >= _MEMO_MAX:
             self._names.clear()
         self._names[k] = name

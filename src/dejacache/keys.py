@@ -225,8 +225,9 @@ def telemetry_names(everywhere: frozenset[str], keep: frozenset[str] = frozenset
 
 # ------------------------------------------------------------------------------ names
 
-# _SCOPED: a telemetry id, dropped only where the mapping holding it is telemetry.
-_KEEP, _DROP, _MASK, _SCOPED = 0, 1, 2, 3
+# _SCOPED: a telemetry id, dropped only where the mapping holding it is telemetry. _AUTH: an
+# ``auth``-like name, whose value's password is masked when it is basic credentials.
+_KEEP, _DROP, _MASK, _SCOPED, _AUTH = 0, 1, 2, 3, 4
 _PLAIN_MAX = 50_000  # names remembered as ordinary; beyond this they are classified each time
 
 
@@ -253,7 +254,8 @@ class _Names:
 
     def clean(self, d: Mapping[Any, Any]) -> bool:
         """True when no key of ``d`` is volatile, a credential or escaped (a NUL first: the
-        full form escapes it, see ``_TAG``), and all are exact str."""
+        full form escapes it, see ``_TAG``), none holds basic credentials
+        (``_secrets.is_basic_auth`` under an ``auth``-like name), and all are exact str."""
         plain = self.plain
         if plain.issuperset(d):
             return True
@@ -263,9 +265,21 @@ class _Names:
             if (type(k) is not str or k in self.vol or _secrets.is_secret_name(k)
                     or k[:1] == _TAG):
                 return False
+            if _secrets.is_auth_name(k):
+                # Never remembered as plain: only its value says. ``"auth": "bearer"`` stays
+                # on the fast path (a tool definition's setting keys as it did).
+                if _secrets.is_basic_auth(d[k]):
+                    return False
+                continue
             if len(plain) < _PLAIN_MAX:
                 plain.add(k)
         return True
+
+    def always_plain(self, keys: Iterable[str]) -> bool:
+        """Whether each of ``keys`` (a signature's parameters) is plain whatever it holds:
+        :meth:`clean` of them but none ``auth``-like (its value decides, per call)."""
+        ks = list(keys)
+        return self.clean(dict.fromkeys(ks)) and not any(map(_secrets.is_auth_name, ks))
 
     def pair(self, seq: list[Any] | tuple[Any, ...]) -> bool:
         """Whether ``seq``, two items the first a str, may be a credential's ``[name, value]``
@@ -285,6 +299,8 @@ class _Names:
             return _MASK
         if k in self.vol:
             return _SCOPED if k in self.scoped else _DROP
+        if _secrets.is_auth_name(k):
+            return _AUTH
         return _KEEP
 
 
@@ -680,10 +696,45 @@ class _Canon:
                 # ``{"\x00set": [1, 2]}`` never keys like ``{1, 2}``.
                 out[_TAG + k if k[:1] == _TAG else k] = (
                     self.mask(v, sub, depth + 1) if act == _MASK
+                    else self._auth(v, sub, depth + 1) if act == _AUTH
+                    and _secrets.is_basic_auth(v)
                     else self.norm(v, sub, depth + 1, below.get(k, other)))
             else:
                 pairs.append((k, v))
         return self._tag_rows(out, pairs, path, depth, self.norm) if pairs else out
+
+    def _auth(self, v: Any, path: str, depth: int) -> Any:
+        """Basic credentials (``_secrets.is_basic_auth``) by ``_secrets.basic_auth``'s rule
+        (the one of stores and cassettes): the password a keyed digest, the rest as data. A
+        named tuple (aiohttp's ``BasicAuth``) keys under its class, as anywhere else."""
+        t = type(v)
+        if isinstance(v, str):
+            return _secrets.basic_auth(_valid_text(str.__str__(v), path),
+                                       self._password(path, depth), self._kept(path, depth))
+        if getattr(t, "__dejacache_key__", None) is not None:
+            return self.norm(v, path, depth)
+        if isinstance(v, tuple) and hasattr(t, "_fields"):
+            return self._object(v, t, path, depth, self._auth_items)
+        return self._auth_items(v, path, depth)
+
+    def _auth_items(self, v: Any, path: str, depth: int) -> Any:
+        """A list or tuple of basic credentials, with :meth:`norm`'s guards."""
+        oid = self._enter(v, type(v), path, depth)
+        self.loose += 1  # (as a plain list's items, in norm)
+        try:
+            out = _secrets.basic_auth(v, self._password(path, depth), self._kept(path, depth))
+        finally:
+            self.loose -= 1
+            self.active.discard(oid)
+        if depth % _CHUNK == 0:
+            return orjson.Fragment(orjson.dumps(out, option=orjson.OPT_SORT_KEYS))
+        return out
+
+    def _password(self, path: str, depth: int) -> Callable[[Any], Any]:
+        return lambda x: self._hidden(x, path, depth + 1)
+
+    def _kept(self, path: str, depth: int) -> Callable[[Any], Any]:
+        return lambda x: self.norm(x, path + "[]", depth + 1)
 
     def mask(self, v: Any, path: str, depth: int) -> Any:
         """A credential's stand-in, by ``_secrets.credential``'s rule (the one of stores and
@@ -1408,11 +1459,11 @@ class KeyBuilder:
         # (not a closure's: its captured values go in after binding, ``_Captures``)
         self._one_plain: str | None = self._one if (
             self._one is not None and not self._cells and not self.paths and not self.patterns
-            and self._filter.clean({self._one: None})) else None
+            and self._filter.always_plain((self._one,))) else None
         # ... and the same for all the parameters, bound by position (``hit_key``).
         self._all_plain = bool(self._plan and not self._cells and self._names and not self.paths
                                and not self.patterns
-                               and self._filter.clean(dict.fromkeys(self._names)))
+                               and self._filter.always_plain(self._names))
 
     def unreachable_paths(self) -> list[str]:
         """Volatile paths whose first name no call of the function can carry."""

@@ -115,3 +115,45 @@ def test_a_redact_spec_of_the_wrong_type_is_refused_naming_the_value(spec: objec
                                                                      bad: str) -> None:
     with pytest.raises(dejacache.ConfigurationError, match=f"redact= takes .*, not {bad}$"):
         dejacache.cassette("a.json", redact=spec)  # type: ignore[arg-type]
+
+
+def _basic_auth(login: str, password: str) -> object:
+    """aiohttp's ``BasicAuth`` (a named tuple), without aiohttp 3.14's deprecation warning."""
+    import warnings
+
+    import aiohttp
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return aiohttp.BasicAuth(login, password)
+
+
+@pytest.mark.parametrize("auth", [
+    lambda pw: ("alice", pw), lambda pw: {"auth": ["alice", pw]}, lambda pw: "alice:" + pw,
+    lambda pw: _basic_auth("alice", pw),
+])
+def test_basic_credentials_never_reach_a_cassette_or_a_miss_report(tmp_path, auth):
+    """``fetch(url, auth=("alice", "hunter2"))``: the password is written as the
+    placeholder, the user as it is; the same password replays, another one misses
+    without either being printed."""
+    @dejacache.cache(name="fetch")
+    def fetch(url: str, auth: object) -> str:
+        return url
+
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record"):
+        fetch("u", auth("hunter2"))
+    text = path.read_text()
+    assert "hunter2" not in text and "alice" in text and PLACEHOLDER in text
+    with dejacache.cassette(path, mode="replay"):
+        assert fetch("u", auth("hunter2")) == "u"
+    with pytest.raises(dejacache.ReplayMiss) as err, dejacache.cassette(path, mode="replay"):
+        fetch("u", auth("hunter3"))
+    assert "hunter2" not in str(err.value) and "hunter3" not in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["bearer", {"type": "oauth2"}, True, ["a", "b", "c", "d"],
+                                   "https://auth.example/token"])
+def test_settings_under_auth_names_are_written_as_they_are(value):
+    tree = {"auth": value, "tools": [{"name": "t", "basic_auth": value}]}
+    assert Redactor().tree(tree) == tree

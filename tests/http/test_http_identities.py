@@ -7,6 +7,7 @@ were keyed still replay."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
 import pathlib
 import shutil
@@ -113,6 +114,26 @@ def test_requests_keeps_callers_apart_too(tool: ToolAPI, tmp_path: pathlib.Path)
     tool.stop()
     with dejacache.cassette(path, mode="replay"):
         assert me("bob") == live["bob"] and me("alice") == live["alice"]
+
+
+def test_requests_basic_auth_reaches_the_cassette_as_a_digest(
+        tool: ToolAPI, tmp_path: pathlib.Path) -> None:
+    """``requests.get(url, auth=("alice", "hunter2"))``: requests sends it as an
+    ``Authorization: Basic`` header, which the file holds only as a keyed digest."""
+    path = tmp_path / "c.json"
+
+    def weather(pw: str) -> Any:
+        return requests.get(tool.url + "/weather?city=Oslo", timeout=10,
+                            auth=("alice", pw)).json()
+
+    with dejacache.cassette(path, mode="record"):
+        live = weather("hunter2")
+    tool.stop()
+    text = path.read_text()
+    basic = base64.b64encode(b"alice:hunter2").decode()
+    assert "hunter2" not in text and basic not in text and basic[:12] not in text
+    with dejacache.cassette(path, mode="replay"):
+        assert weather("hunter2") == live
 
 
 def test_a_credential_is_keyed_as_a_digest_the_file_cannot_give_back(

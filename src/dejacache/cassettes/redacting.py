@@ -1,7 +1,8 @@
 """The write path of a :class:`~.redact.Redactor`: a tree rewritten so that no listed secret
 reaches a cassette file.
 
-Credential names anywhere (dict keys, ``[name, value]`` pairs), query parameters inside
+Credential names anywhere (dict keys, ``[name, value]`` pairs), the password of basic
+credentials under an ``auth``-like name (``_secrets.basic_auth``), query parameters inside
 ``params``/``query`` dicts, dotted paths, the user's regexes, ``substitute`` values and every
 secret-shaped string or keyed mask (``_secrets.mask_text``). Apart from ``redact.py``: a
 replay hit only restores ``substitute`` values, so this is loaded with the first tree a block
@@ -73,6 +74,9 @@ class Writing:
                 if v is not None and (r.secret(k, response=response)
                                       or (in_query and r.secret_query(k))):
                     out[k] = self._credential(v, response)
+                elif _secrets.is_auth_name(k) and _secrets.is_basic_auth(v):
+                    out[k] = _secrets.basic_auth(
+                        v, _placeholder, lambda x: self._walk(x, False, response, None))
                 else:
                     out[k] = self._walk(v, _secrets.normalize(k) in _QUERY_HOLDERS, response, k)
             return out
