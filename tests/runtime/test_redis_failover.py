@@ -58,6 +58,8 @@ def run_load(url: str, tmp: pathlib.Path, fault: Callable[[], None],
     serves again, then AFTER s more load. (results, fault time). ``hold``: async workers
     whose event loop is held that long every 200 ms."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    subprocess.run([sys.executable, "-W", "error", str(WORKER), "--init", str(tmp / "data.db")],
+                   env=env, check=True, timeout=60)
     procs = [subprocess.Popen([sys.executable, "-W", "error", str(WORKER), url,
                                str(tmp / "data.db"), str(i), str(i + 1), str(hold)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
