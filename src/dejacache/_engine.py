@@ -210,18 +210,28 @@ def try_encode(
     try:
         return encode_record(eff, name, kind, key, canonical, value, duration)
     except SerializationError as exc:
+        _unstored(eff, name, str(exc))  # (first: under -W error the warning raises)
         warn_once(f"encode:{name}", f"dejacache: a result of {name} was returned but not "
                   f"stored: {exc}")
         return None
 
 
-def _put_failed(eff: Effective, exc: Exception) -> bool:
+def _put_failed(eff: Effective, name: str, exc: Exception) -> bool:
     if isinstance(exc, Warning):  # the store's own warning, raised under -W error: not a
         raise exc  # failed write
     # Fail open: the caller still gets its result.
+    _unstored(eff, name, repr(exc))
     warn_once(f"put:{type(eff.store).__name__}", f"dejacache: write to {eff.source} failed "
               f"({exc!r}); results are not being stored")
     return False
+
+
+def _unstored(eff: Effective, name: str, reason: str) -> None:
+    """Tell a store that keeps what its block ran (a cassette) of a call it could not keep:
+    the block then fails when it ends. A warning alone let a recording run pass without the
+    call, through the proxy with nothing shown at all (the warning went to its log)."""
+    if eff.features.notes_unstored:
+        eff.store.note_unstored(name, reason)  # type: ignore[attr-defined]
 
 
 def store_value(eff: Effective, key: str, record: Record, ttl: float | None) -> bool:
@@ -229,14 +239,14 @@ def store_value(eff: Effective, key: str, record: Record, ttl: float | None) -> 
         # False: the store knowingly kept nothing (read-only, unreachable) and has said so.
         return eff.store.put(key, record, ttl=ttl) is not False
     except Exception as exc:
-        return _put_failed(eff, exc)
+        return _put_failed(eff, record.name, exc)
 
 
 async def astore_value(eff: Effective, key: str, record: Record, ttl: float | None) -> bool:
     try:
         return await eff.store.aput(key, record, ttl=ttl) is not False
     except Exception as exc:
-        return _put_failed(eff, exc)
+        return _put_failed(eff, record.name, exc)
 
 
 # ---------------------------------------------------------------- the drivers

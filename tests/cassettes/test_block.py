@@ -185,3 +185,85 @@ def test_a_replay_block_with_a_refused_prune_keeps_every_entry(tmp_path: pathlib
     with pytest.raises(dejacache.ConfigurationError):
         dejacache.cassette(path, mode="replay", prune="no")  # type: ignore[arg-type]
     assert path.read_bytes() == before
+
+
+# ---------------------------------------------------------------- calls that could not be recorded
+
+
+class _Opaque:
+    """A result no codec but pickle can hold."""
+
+
+_KEY = "sk-proj-" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8s9T0uvwx"
+
+
+def test_a_call_that_could_not_be_recorded_fails_the_block_after_saving_the_rest(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A warning alone let a recording run pass without the call (its replay then missed,
+    or in auto mode it went live every run); through the proxy nothing was shown at all."""
+
+    @dejacache.cache(name="block-opaque-result")
+    def opaque() -> _Opaque:
+        return _Opaque()
+
+    path = tmp_path / "c.json"
+    got = []
+    lost = (r"1 call this block ran could not be recorded \(the caller got its result; "
+            r".*block-opaque-result: .*_Opaque")
+    with pytest.warns(dejacache.DejacacheWarning, match="not stored"), \
+            pytest.raises(dejacache.CassetteError, match=lost), \
+            dejacache.cassette(path, mode="record"):
+        assert tool("saved") == "answer saved"
+        got.append(opaque())
+    assert isinstance(got[0], _Opaque)  # the result the caller paid for reached it
+    LIVE.clear()
+    with dejacache.cassette(path, mode="replay"):  # the rest was saved
+        assert tool("saved") == "answer saved"
+    assert LIVE == []
+
+
+def test_a_write_that_failed_fails_the_block_naming_the_call_and_the_count(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dejacache.cassettes import store as cassette_store
+
+    put = cassette_store.Cassette.put
+
+    def failing(self: cassette_store.Cassette, key: str, record: object, **kw: object) -> object:
+        if getattr(record, "name", "") == "llm":
+            raise OSError(f"disk full, sent with {_KEY}")
+        return put(self, key, record, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cassette_store.Cassette, "put", failing)
+    path = tmp_path / "c.json"
+    with pytest.warns(dejacache.DejacacheWarning, match="results are not being stored"), \
+            pytest.raises(dejacache.CassetteError) as lost, \
+            dejacache.cassette(path, mode="auto"):
+        for n in range(5):
+            assert llm({"q": str(n)}) == f"model says {{'q': '{n}'}}"
+        assert tool("kept") == "answer kept"
+    text = str(lost.value)
+    assert text.startswith("5 calls this block ran could not be recorded (the caller got "
+                           "their results; the file holds the rest): llm: OSError(")
+    assert text.count("llm: OSError") == 3 and "; and 2 more" in text and str(path) in text
+    assert _KEY not in text  # (a secret-shaped string in the reason is masked)
+    monkeypatch.setattr(cassette_store.Cassette, "put", put)
+    LIVE.clear()
+    with dejacache.cassette(path, mode="replay"):
+        assert tool("kept") == "answer kept"
+    assert LIVE == []
+
+
+def test_the_blocks_own_error_is_not_replaced_by_the_calls_it_could_not_record(
+    tmp_path: pathlib.Path,
+) -> None:
+    @dejacache.cache(name="block-opaque-then-error")
+    def opaque() -> _Opaque:
+        return _Opaque()
+
+    with pytest.warns(dejacache.DejacacheWarning, match="not stored"), \
+            pytest.raises(ValueError, match="the test's own"), \
+            dejacache.cassette(tmp_path / "c.json", mode="record"):
+        opaque()
+        raise ValueError("the test's own")

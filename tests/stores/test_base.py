@@ -50,7 +50,7 @@ def test_features_keep_what_the_frozen_dataclass_offered() -> None:
     assert repr(Features(partial=True)) == (
         "Features(sequenced=False, blocking=False, short_hits=False, checked_on_put=False, "
         "shares=False, keeps_errors=False, notes_misses=False, redacts=False, partial=True, "
-        "rerecord_hint=None)")
+        "rerecord_hint=None, notes_unstored=False)")
     with pytest.raises(AttributeError):
         f.sequenced = False  # type: ignore[misc]
     with pytest.raises(AttributeError):

@@ -259,6 +259,9 @@ class cassette(Block[Cassette]):
                 tape.ageing.warn()
             if tape.partial is not None:
                 self._live_done(tape.partial)
+        lost = tape.unstored_error() if exc_type is None else None
+        if lost is not None:  # (after the save: the file holds every call it could)
+            raise lost
         if tape.strict and exc_type is None:
             unmade = tape.unmade_error()  # recorded calls never made: the contract is broken
             if unmade is not None:

@@ -39,6 +39,8 @@ from .order import RunOrder
 from .redact import Redactor
 from .tape import NONE_UNUSED, Entry, Tape, Unused, View
 
+_UNSTORED_SHOWN = 3  # calls an unstored error names (their count is given in full)
+
 if TYPE_CHECKING:
     from ..stores._store_stats import StoreStats
     from .calls import Call
@@ -153,6 +155,10 @@ class Cassette(BaseStore):
         self.strict = strict
         self.counters = TapeCounters()
         self.misses: list[ReplayMiss] = []
+        #: calls this block ran but could not record (``note_unstored``): how many, and the
+        #: first few, named with why
+        self.unstored = 0
+        self._unstored: list[str] = []
         self._lock = threading.RLock()
         self._loaded = False
         self._tape = Tape(self.path, self.mode, self._lock)
@@ -412,6 +418,31 @@ class Cassette(BaseStore):
         from .recording import note_miss
 
         return note_miss(self, miss)
+
+    def note_unstored(self, name: str, reason: str) -> None:
+        """Told by the engine of a call this block ran whose result reached its caller but
+        not the file: it could not be encoded, or writing it failed. The block fails when
+        it ends (:meth:`unstored_error`), after saving the rest: a recording run that lost
+        a call must not pass (its replay would miss, or go live every run in auto mode)."""
+        with self._lock:
+            self.unstored += 1
+            if len(self._unstored) < _UNSTORED_SHOWN:
+                from .._secrets import PLACEHOLDER, mask_text
+
+                self._unstored.append(f"{name}: {mask_text(reason, lambda _: PLACEHOLDER)}")
+
+    def unstored_error(self) -> CassetteError | None:
+        """The error a block raises at exit when calls it ran were not recorded, or None."""
+        with self._lock:
+            n, shown = self.unstored, list(self._unstored)
+        if not n:
+            return None
+        more = f"; and {n - len(shown)} more" if n > len(shown) else ""
+        return CassetteError(
+            f"{n} call{'s' if n != 1 else ''} this block ran could not be recorded (the "
+            f"caller got {'their results' if n != 1 else 'its result'}; the file holds the "
+            f"rest): {'; '.join(shown)}{more}. Fix the cause and record again.",
+            path=self.path)
 
     def redact_tree(self, tree: Any) -> Any:
         """What the file would hold for ``tree`` (used to keep secrets out of miss reports)."""

@@ -330,6 +330,9 @@ async def _through(block: cassette, item: Any, original: Callable[..., Any],
             try:
                 if passed and outcome and outcome[0]:
                     tape.save(prune=prune)
+                    lost = tape.unstored_error()  # (as a block's exit raises it)
+                    if lost is not None:
+                        raise lost
             finally:
                 tape.close()
 

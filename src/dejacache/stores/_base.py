@@ -127,6 +127,9 @@ class Features(NamedTuple):
     #: ``mode_for(name, kind)``: the mode of each call (a cassette replaying part of a run)
     partial: bool = False
     rerecord_hint: str | None = None
+    #: ``note_unstored(name, reason)``: told of each call it ran but could not keep (last:
+    #: the fields before it keep their places)
+    notes_unstored: bool = False
 
 
 def features_of(store: "Store") -> Features:
@@ -151,6 +154,7 @@ def features_of(store: "Store") -> Features:
         shares=short and callable(get(store, "share", None)),
         keeps_errors=callable(get(store, "record_error", None)),
         notes_misses=callable(get(store, "note_miss", None)),
+        notes_unstored=callable(get(store, "note_unstored", None)),
         redacts=callable(get(store, "redact_tree", None)),
         partial=bool(get(store, "partial", None)),
         rerecord_hint=get(store, "rerecord_hint", None),
