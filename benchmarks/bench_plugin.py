@@ -139,9 +139,14 @@ def _env(suite: pathlib.Path, src: pathlib.Path, site: pathlib.Path, shift: int 
     return env
 
 
+# The peers' plugins, off in every variant (the floor too): cassetter's and agentcassette's
+# both add --record-mode, so in the bench venv, which has both, pytest refused to start.
+_PEERS = ("-p", "no:cassetter", "-p", "no:agentcassette")
+
+
 def _pytest(suite: pathlib.Path, extra: tuple[str, ...]) -> list[str]:
     return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-            *extra, str(suite)]
+            *_PEERS, *extra, str(suite)]
 
 
 def _run(suite: pathlib.Path, src: pathlib.Path, site: pathlib.Path, *extra: str
