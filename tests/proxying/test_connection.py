@@ -3,8 +3,9 @@ answered in order, a client waiting for ``100 Continue`` gets it before sending 
 request the proxy cannot read ends the connection with its status, and a client that goes
 away leaves the proxy serving others. In-process: a replay hit is answered before the bytes
 that asked for it return to the event loop, with the bytes a task would have answered,
-however the requests arrive; a request that stops arriving is refused (408), and a
-connection with nothing asked is closed quietly, never a WebSocket or an answer still coming."""
+however the requests arrive; a request that stops arriving is refused (408), a connection
+with nothing asked is closed quietly, never a WebSocket or an answer still coming, and a
+client that stops reading its answer is cut off, never one that reads slowly."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import httpx2
 import pytest
 from fake_provider import FakeProvider
 
+from dejacache import DejacacheWarning
 from dejacache.proxying import _server
 from dejacache.proxying._connection import start
 from dejacache.proxying._server import ProxyConfig, ProxyServer
@@ -582,3 +584,189 @@ async def test_a_websocket_quiet_for_longer_than_the_idle_timeout_stays_open(
         await asyncio.sleep(2.5 * IDLE)
         await ws.send(json.dumps({"n": 1}))
         assert json.loads(await asyncio.wait_for(ws.recv(), 10)) == {"ack": 1}
+
+
+# ---------------------------------------------------------------- clients that stop reading
+# A client that takes nothing of its answer for the write timeout (its socket buffer full)
+# is cut off: its connection aborted, the upstream stream feeding it closed, the cut stream
+# not recorded. One that reads slowly, but reads, gets all of it.
+
+WRITE_TIMEOUT = 0.5
+EVENT = 1024  # bytes of text per streamed event
+
+
+class Streamer:
+    """A loopback upstream speaking OpenAI's chat stream over HTTP/1.1: ``max_tokens`` events
+    of EVENT bytes each, one chunk apiece, as fast as its client takes them, then the one
+    that finishes the answer and ``[DONE]``. ``sent``: the events written so far (its socket
+    buffer is small: they are about those the proxy took); ``released`` is set once a
+    connection of its ends before its answer did."""
+
+    def __init__(self) -> None:
+        self.released = asyncio.Event()
+        self.server: asyncio.Server | None = None
+        self._serving: set[asyncio.Task[Any]] = set()
+        self.sent = 0
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for task in self._serving:
+            task.cancel()
+        await asyncio.gather(*self._serving, return_exceptions=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._serving.add(task)
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:"))
+                body = json.loads(await reader.readexactly(length))
+                await self._answer(writer, int(body["max_tokens"]))
+        except (ConnectionError, asyncio.IncompleteReadError):
+            self.released.set()
+        except asyncio.CancelledError:
+            pass  # stopped (a pooled connection of the proxy's, left open)
+        finally:
+            writer.close()
+            self._serving.discard(task)
+
+    async def _answer(self, writer: asyncio.StreamWriter, count: int) -> None:
+        def chunk(data: dict[str, Any] | str) -> bytes:
+            text = data if isinstance(data, str) else json.dumps(data)
+            event = b"data: %s\n\n" % text.encode()
+            return b"%x\r\n%s\r\n" % (len(event), event)
+
+        def delta(content: str, finish: str | None = None) -> dict[str, Any]:
+            return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+                    "model": "gpt-test", "choices": [{"index": 0, "delta": {"content": content},
+                                                      "finish_reason": finish}]}
+
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                     b"transfer-encoding: chunked\r\n\r\n")
+        for _ in range(count):
+            writer.write(chunk(delta("x" * EVENT)))
+            await writer.drain()
+            self.sent += 1
+        writer.write(chunk(delta("", "stop")) + chunk("[DONE]") + b"0\r\n\r\n")
+        await writer.drain()
+
+
+@pytest.fixture
+async def cutter(tmp_path: pathlib.Path) -> AsyncIterator[tuple[ProxyServer, Streamer, str]]:
+    """An in-process proxy whose clients may stall for WRITE_TIMEOUT seconds, routing
+    ``openai`` to a Streamer; the session path prefix of a recording session on it."""
+    streamer = Streamer()
+    ups = {"openai": parse_upstream(f"openai={await streamer.start()}", "test")}
+    server = ProxyServer(ProxyConfig(spec=SessionSpec(cassette=tmp_path / "default.json"),
+                                     upstreams=ups, cassette_dir=tmp_path,
+                                     write_timeout=WRITE_TIMEOUT))
+    await server.start()
+    try:
+        s = await server.sessions.open(SessionSpec(cassette=tmp_path / "cut.json",
+                                                   mode="record"))
+        yield server, streamer, s.id
+    finally:
+        await server.stop()
+        await streamer.stop()
+
+
+def stream_request(prefix: str, events: int, what: str) -> bytes:
+    body = json.dumps({"model": "gpt-test", "stream": True, "max_tokens": events,
+                       "messages": [{"role": "user", "content": what}]}).encode()
+    return (b"POST %s/openai/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Type: application/json\r\nAuthorization: Bearer sk-test\r\n"
+            b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (
+                prefix.encode(), len(body), body))
+
+
+async def small_window_client(server: ProxyServer, request: bytes) -> socket.socket:
+    """A client socket with a small receive buffer (4 KiB: the proxy's writes back up at
+    once), ``request`` sent on it."""
+    port = urlsplit(server.url).port
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, ("127.0.0.1", port))
+    await loop.sock_sendall(sock, request)
+    return sock
+
+
+async def read_to_end(sock: socket.socket) -> bytes:
+    """What arrives until the proxy ends the connection (a reset ends it too)."""
+    loop = asyncio.get_running_loop()
+    data = bytearray()
+    try:
+        while part := await asyncio.wait_for(loop.sock_recv(sock, 1 << 20), 10):
+            data += part
+    except ConnectionResetError:
+        pass
+    return bytes(data)
+
+
+def dechunked(data: bytes) -> bytes:
+    """The body of an answer framed in chunks, its head left out."""
+    rest = data[data.index(b"\r\n\r\n") + 4:]
+    body = bytearray()
+    while (size := int(rest[:rest.index(b"\r\n")], 16)):
+        start = rest.index(b"\r\n") + 2
+        body += rest[start:start + size]
+        rest = rest[start + size + 2:]
+    return bytes(body)
+
+
+async def test_a_client_that_stops_reading_is_cut_off_and_its_stream_not_recorded(
+        cutter: tuple[ProxyServer, Streamer, str], tmp_path: pathlib.Path) -> None:
+    server, streamer, sid = cutter
+    prefix = f"/_dejacache/s/{sid}"
+    with pytest.warns(DejacacheWarning, match="closed before the end of the answer"):
+        stuck = await small_window_client(server, stream_request(prefix, 1 << 16, "stuck"))
+        began = time.monotonic()
+        # Never read: over 64 MiB to come, far more than the sockets between hold.
+        await asyncio.wait_for(streamer.released.wait(), WRITE_TIMEOUT + 5)
+        took = time.monotonic() - began
+        with stuck:
+            cut = await read_to_end(stuck)
+    assert WRITE_TIMEOUT * 0.9 <= took < 2 * WRITE_TIMEOUT + 3
+    assert not cut.endswith(b"0\r\n\r\n")  # (what it held before the reset, if any)
+    # The proxy serves on, and the session closes at once: nothing of it is in flight.
+    with await small_window_client(server, stream_request(prefix, 8, "served")) as served:
+        whole = await read_to_end(served)
+    assert whole.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+    closed = await asyncio.wait_for(server.sessions.close(sid, ok=True), 5)
+    assert closed["recorded"] == 1 and closed["error"] is None
+    # Replayed, the stream that was cut misses; a truncated answer is never served.
+    s = await server.sessions.open(SessionSpec(cassette=tmp_path / "cut.json", mode="replay"))
+    for what, events, status in (("served", 8, b"200"), ("stuck", 1 << 16, b"404")):
+        request = stream_request(f"/_dejacache/s/{s.id}", events, what)
+        with await small_window_client(server, request) as again:
+            assert (await read_to_end(again)).startswith(b"HTTP/1.1 %s " % status), what
+
+
+async def test_a_slow_reader_is_served_in_full(cutter: tuple[ProxyServer, Streamer, str]
+                                               ) -> None:
+    server, streamer, sid = cutter
+    # More than the sockets between hold (the proxy's send buffer grows to ~3 MiB on
+    # loopback), so the proxy's writes wait on the client; it reads a few KiB every 0.2 s
+    # for 2 s, four write timeouts, then the rest at once.
+    events = 5 << 10
+    request = stream_request(f"/_dejacache/s/{sid}", events, "slowly")
+    loop = asyncio.get_running_loop()
+    with await small_window_client(server, request) as sock:
+        head = b""
+        for _ in range(10):
+            await asyncio.sleep(0.2)
+            head += await asyncio.wait_for(loop.sock_recv(sock, 4096), 10)
+        assert streamer.sent < events  # more to come: the proxy's writes were waiting
+        data = head + await read_to_end(sock)
+    assert data.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
+    assert dechunked(data).count(b"x" * EVENT) == events
+    assert not streamer.released.is_set()

@@ -128,6 +128,8 @@ def one_line(stderr: str) -> str:
     (["--idle-timeout", "0"], "--idle-timeout 0: expected a number of seconds > 0"),
     (["--read-timeout", "-1"], "--read-timeout -1: expected a number of seconds > 0"),
     (["--idle-timeout", "nan"], "--idle-timeout nan: expected"),
+    (["--write-timeout", "0"], "--write-timeout 0: expected a number of seconds > 0"),
+    (["--write-timeout", "inf"], "--write-timeout inf: expected a number of seconds > 0"),
     (["--idle-timeout", "soon"], "invalid float value"),
     (["--cassette", "c.json", "--bogus"], "unrecognized arguments: --bogus"),
     (["--cassette", "c.json", "--"], "-- must be followed by a command"),

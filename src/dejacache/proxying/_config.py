@@ -12,7 +12,7 @@ import pathlib
 from ..cassettes.ageing import resolve as resolve_ageing
 from ..cassettes.partial import parse_live
 from ..errors import ConfigurationError
-from ._connection import IDLE_TIMEOUT, READ_TIMEOUT
+from ._connection import IDLE_TIMEOUT, READ_TIMEOUT, WRITE_TIMEOUT
 from ._server import ProxyConfig
 from ._sessions import SessionSpec
 from .upstreams import builtin_upstreams, env_upstreams, upstream_table
@@ -50,7 +50,8 @@ def config_from_args(args: argparse.Namespace, rerecord: str) -> ProxyConfig:
         cassette=cassette, cassette_dir=root,
         host=args.host, port=args.port, allow_remote=args.allow_remote,
         read_timeout=_seconds("--read-timeout", args.read_timeout, READ_TIMEOUT),
-        idle_timeout=_seconds("--idle-timeout", args.idle_timeout, IDLE_TIMEOUT))
+        idle_timeout=_seconds("--idle-timeout", args.idle_timeout, IDLE_TIMEOUT),
+        write_timeout=_seconds("--write-timeout", args.write_timeout, WRITE_TIMEOUT))
 
 
 def _seconds(flag: str, value: float | None, default: float) -> float:

@@ -31,7 +31,7 @@ from ..cassettes.placeholder_keys import KEY_VARIABLES, PLACEHOLDER
 from ..errors import ConfigurationError
 from ..http._libs import LIBRARIES, Lib, lib_named
 from ..http.providers import all_providers
-from ._connection import IDLE_TIMEOUT, READ_TIMEOUT, Connection, start
+from ._connection import IDLE_TIMEOUT, READ_TIMEOUT, WRITE_TIMEOUT, Connection, start
 from ._control import PREFIX, SESSION_PREFIX, control
 from ._forward import FORWARDED, Forwarder, Out, error_bytes, json_bytes
 from ._http1 import Request
@@ -56,6 +56,7 @@ class ProxyConfig:
     max_body: int = 256 * 1024 * 1024
     read_timeout: float = READ_TIMEOUT
     idle_timeout: float = IDLE_TIMEOUT
+    write_timeout: float = WRITE_TIMEOUT
     grace: float = 10.0
 
 
@@ -148,7 +149,8 @@ class ProxyServer:
 
     def _connection(self) -> Connection:
         config = self.config
-        return _Tracked(self, config.max_body, config.read_timeout, config.idle_timeout)
+        return _Tracked(self, config.max_body, config.read_timeout, config.idle_timeout,
+                        config.write_timeout)
 
     def refusal(self, status: int, message: str, *, close: bool = False) -> bytes:
         extra = [("connection", "close")] if close else []
@@ -220,8 +222,8 @@ class _Tracked(Connection):
     """A connection the server keeps track of, for ``stop``."""
 
     def __init__(self, server: ProxyServer, max_body: int, read_timeout: float,
-                 idle_timeout: float) -> None:
-        super().__init__(server, max_body, read_timeout, idle_timeout)
+                 idle_timeout: float, write_timeout: float) -> None:
+        super().__init__(server, max_body, read_timeout, idle_timeout, write_timeout)
         self.server = server
 
     def connection_made(self, transport: Any) -> None:

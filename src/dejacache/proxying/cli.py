@@ -87,6 +87,9 @@ def _add_proxy(sub: Any) -> None:
     p.add_argument("--idle-timeout", metavar="SECONDS", type=float, default=None,
                    help="a connection with nothing asked or being answered for this long "
                         "is closed (default: 75; WebSockets excepted)")
+    p.add_argument("--write-timeout", metavar="SECONDS", type=float, default=None,
+                   help="a client that takes nothing of what it is sent for this long is "
+                        "cut off, its answer unfinished and not recorded (default: 60)")
     p.add_argument("--node-helper", metavar="DIR", default=None,
                    help="copy the helper for Node test runners (dejacache-proxy.mjs, a "
                         "cassette per test; and its types) into DIR, and exit")
