@@ -18,7 +18,8 @@ import pytest
 from fake_provider import FakeProvider
 from proxy_support import entries, proxy_env
 
-from dejacache.cli import main
+from dejacache.cli import build_parser, main
+from dejacache.proxying._config import config_from_args
 
 ENTRY = "import sys; from dejacache.cli import main; sys.exit(main(sys.argv[1:]))"
 CHAT = {"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}
@@ -138,6 +139,16 @@ def test_a_bad_argument_is_one_line(capsys: pytest.CaptureFixture[str], args: li
                                     says: str) -> None:
     status, err = fails(capsys, *args)
     assert status != 0 and says in one_line(err)
+
+
+def test_the_timeouts_reach_the_proxy_as_given_else_their_defaults() -> None:
+    parse = build_parser().parse_args
+    given = config_from_args(parse(["proxy", "--read-timeout", "1.5", "--idle-timeout", "2",
+                                    "--write-timeout", "0.25"]), "")
+    assert (given.read_timeout, given.idle_timeout, given.write_timeout) == (1.5, 2.0, 0.25)
+    default = config_from_args(parse(["proxy"]), "")
+    assert (default.read_timeout, default.idle_timeout, default.write_timeout) == (
+        30.0, 75.0, 60.0)
 
 
 def test_a_non_loopback_address_needs_allow_remote(capsys: pytest.CaptureFixture[str]
