@@ -134,3 +134,41 @@ def test_recorded_events_are_readable_text(fake: FakeProvider) -> None:
     assert value["events"][0][1].startswith("event: message_start")
     assert value["usage"] == {"input_tokens": 12, "output_tokens": 6}
     assert rec.name == "anthropic.messages"
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_a_stream_closed_early_releases_its_connection_when_warnings_are_errors(
+        fake: FakeProvider, is_async: bool) -> None:
+    """Closing a stream before its end warns that it was not recorded; under -W error (this
+    suite's setting, an in-process proxy under pytest) the warning raised before the live
+    answer was closed, and its connection was never given back: with a pool of one, the
+    next call waited for it until the pool timed out."""
+    limits = httpx2.Limits(max_connections=1)
+    timeout = httpx2.Timeout(10, pool=2)
+    store = dejacache.MemoryStore()
+
+    def run() -> list[Any]:
+        with httpx2.Client(limits=limits, timeout=timeout) as http:
+            client = openai.OpenAI(base_url=fake.openai_url, api_key="k", max_retries=0,
+                                   http_client=http)
+            stream = client.chat.completions.create(model="m", messages=USER, stream=True)  # type: ignore[arg-type]
+            next(iter(stream))
+            with pytest.raises(dejacache.DejacacheWarning, match="stream was closed"):
+                stream.close()
+            return [c.model_dump() for c in client.chat.completions.create(
+                model="m", messages=USER, stream=True)]  # type: ignore[arg-type]
+
+    async def arun() -> list[Any]:
+        async with httpx2.AsyncClient(limits=limits, timeout=timeout) as http:
+            client = openai.AsyncOpenAI(base_url=fake.openai_url, api_key="k", max_retries=0,
+                                        http_client=http)
+            stream = await client.chat.completions.create(model="m", messages=USER, stream=True)  # type: ignore[arg-type]
+            await stream.__anext__()
+            with pytest.raises(dejacache.DejacacheWarning, match="stream was closed"):
+                await stream.close()
+            return [c.model_dump() async for c in await client.chat.completions.create(
+                model="m", messages=USER, stream=True)]  # type: ignore[arg-type]
+
+    with dejacache.scope(mode="auto", store=store):
+        chunks = asyncio.run(arun()) if is_async else run()
+    assert chunks and len(store) == 1  # the second call was served live, read whole, kept

@@ -323,8 +323,10 @@ class _SyncRecording:
         ahead = self._ahead
         if ahead is not None and ahead.defer_close():
             return  # the reader settles the recording, then closes the response
-        self._rec.abandon("was closed before the end of the answer")
-        self._rec.live.close()
+        try:  # (under -W error the warning raises: the connection is released all the same)
+            self._rec.abandon("was closed before the end of the answer")
+        finally:
+            self._rec.live.close()
 
     def __del__(self) -> None:
         ahead = self._ahead
@@ -392,8 +394,10 @@ class _AsyncRecording:
         ahead = self._ahead
         if ahead is not None and ahead.defer_close():
             return  # the reader settles the recording, then closes the response
-        self._rec.abandon("was closed before the end of the answer")
-        await self._rec.live.aclose()
+        try:  # (as in close)
+            self._rec.abandon("was closed before the end of the answer")
+        finally:
+            await self._rec.live.aclose()
 
     def __del__(self) -> None:
         ahead = self._ahead
