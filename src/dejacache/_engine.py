@@ -266,9 +266,11 @@ def _record_error(eff: Effective, name: str, kind: str, key: str, canonical: byt
                   exc: Exception, duration: float) -> None:
     # Cassettes may keep exceptions the user opted in to (record_errors=...), to replay them.
     if eff.features.keeps_errors:
-        with contextlib.suppress(Exception):
+        try:
             cast("SequencedStore", eff.store).record_error(key, name, eff.namespace or "", kind,
                                                          canonical, exc, duration)
+        except Exception as failed:  # (the call's own error is on its way to the caller)
+            _unstored(eff, name, repr(failed))
 
 
 RekeyFn = Callable[[], tuple[str, bytes]]

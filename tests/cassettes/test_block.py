@@ -267,3 +267,28 @@ def test_the_blocks_own_error_is_not_replaced_by_the_calls_it_could_not_record(
             dejacache.cassette(tmp_path / "c.json", mode="record"):
         opaque()
         raise ValueError("the test's own")
+
+
+def test_an_error_the_block_opted_to_record_but_could_not_fails_the_block(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``record_errors=``: the call's own error reaches the caller; a failure to keep it was
+    swallowed, and the test that expected the error passed without its recording."""
+    from dejacache.cassettes import store as cassette_store
+
+    def failing(*args: object, **kwargs: object) -> bool:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(cassette_store.Cassette, "record_error", failing)
+
+    @dejacache.cache(name="block-refused")
+    def refused(q: str) -> str:
+        raise ValueError(f"no {q}")
+
+    def expected_error() -> None:  # (the test expects it: it catches it)
+        with pytest.raises(ValueError, match="no q"):
+            refused("q")
+
+    with pytest.raises(dejacache.CassetteError, match=r"1 call .* block-refused: OSError"), \
+            dejacache.cassette(tmp_path / "c.json", mode="record", record_errors=[ValueError]):
+        expected_error()
