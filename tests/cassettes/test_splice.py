@@ -79,8 +79,10 @@ PARSED_FROM: list[str] = []  # the stack of each whole parse the counts saw
 
 
 @pytest.fixture
-def counts(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """How many entries were parsed from the file, encoded, and whole files parsed."""
+def counts(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> dict[str, int]:
+    """How many entries were parsed from the file, encoded, and whole files of this test
+    parsed (a parse of another file, by whatever else this process runs meanwhile, is not
+    this test's)."""
     n = {"decoded": 0, "encoded": 0, "parsed": 0, "spliced": 0, "appended": 0}
     PARSED_FROM.clear()
     real_checked, real_bytes = FileIndex._checked, render_mod.entry_bytes
@@ -100,12 +102,13 @@ def counts(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         n["encoded"] += 1
         return real_bytes(entry)
 
-    def load(*a: Any, **kw: Any) -> dict[str, Any]:
-        n["parsed"] += 1
-        # Where from, for the assertion's message: one CI run (of many) parsed once in
-        # "a repeated call", and no local run of that test alone or of its directory did.
-        PARSED_FROM.append("".join(traceback.format_stack(limit=14)[:-1]))
-        return real_load(*a, **kw)
+    def load(data: bytes, path: Any = None, *a: Any, **kw: Any) -> dict[str, Any]:
+        if path is not None and tmp_path in pathlib.Path(path).parents:
+            n["parsed"] += 1
+            # Where from, for the assertion's message: one CI run (of many) counted a parse
+            # in "a repeated call" that no local run of it, alone or with its directory, did.
+            PARSED_FROM.append("".join(traceback.format_stack(limit=14)[:-1]))
+        return real_load(data, path, *a, **kw)
 
     def splice(*a: Any) -> Any:
         n["spliced"] += 1
