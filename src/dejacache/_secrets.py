@@ -66,6 +66,7 @@ __all__ = [
     "may_be_secret",
     "name_forms",
     "normalize",
+    "placeholder",
     "scrub_request",
     "secret_key",
     "scrub_invariant",
@@ -264,6 +265,12 @@ def is_secret_query(name: str) -> bool:
 
 #: What a file shows in place of a secret (cassettes, miss reports, CLI output).
 PLACEHOLDER: Final = "<REDACTED>"
+
+
+def placeholder(_: Any) -> str:
+    """:data:`PLACEHOLDER`, whatever it stands for: the ``replace`` files, logs and error
+    messages give :func:`mask_text` and :func:`credential`."""
+    return PLACEHOLDER
 #: Prefix of a key mask; a whole mask is ``<secret:`` + 128 hex digits + ``>``.
 MASK_PREFIX: Final = "<secret:"
 _MASK: Final = r"<secret:[0-9a-f]{128}>"

@@ -853,7 +853,7 @@ def _general(data: Mapping[str, Any], names: _Names | None, function: str,
     try:
         tree = canon.norm(data, "", 0)
     except _Unhashable as exc:
-        raise UnhashableArgument(_secrets.mask_text(exc.path, lambda _: "<REDACTED>"),
+        raise UnhashableArgument(_secrets.mask_text(exc.path, _secrets.placeholder),
                                  exc.value_type, function, reason=exc.reason) from None
     except RecursionError:  # the interpreter's stack ran out before MAX_DEPTH did
         raise UnhashableArgument("?", type(data), function,

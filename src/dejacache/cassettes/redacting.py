@@ -55,7 +55,7 @@ class Writing:
             s = pat.sub(PLACEHOLDER, s)
         if _secrets.MASK_PREFIX in s:  # canonical requests carry keyed masks: machine-specific
             s = _secrets.MASK_RE.sub(PLACEHOLDER, s)
-        s = _secrets.mask_text(s, _placeholder, r.secret_query)
+        s = _secrets.mask_text(s, _secrets.placeholder, r.secret_query)
         if len(self._memo) >= _MEMO_MAX:
             self._memo.clear()
         self._memo[orig] = s
@@ -76,7 +76,7 @@ class Writing:
                     out[k] = self._credential(v, response)
                 elif _secrets.is_auth_name(k) and _secrets.is_basic_auth(v):
                     out[k] = _secrets.basic_auth(
-                        v, _placeholder, lambda x: self._walk(x, False, response, None))
+                        v, _secrets.placeholder, lambda x: self._walk(x, False, response, None))
                 else:
                     out[k] = self._walk(v, _secrets.normalize(k) in _QUERY_HOLDERS, response, k)
             return out
@@ -91,12 +91,8 @@ class Writing:
         """A value under a credential's name: ``_secrets.credential``'s rule (a JSON Schema
         describing it is written as it is but for the values it gives, anything else with
         every leaf a placeholder)."""
-        return _secrets.credential(value, _placeholder,
+        return _secrets.credential(value, _secrets.placeholder,
                                    lambda v, field: self._walk(v, False, response, field))
-
-
-def _placeholder(_: Any) -> str:
-    return PLACEHOLDER
 
 
 def _drop_path(node: Any, path: tuple[str, ...]) -> Any:

@@ -427,9 +427,9 @@ class Cassette(BaseStore):
         with self._lock:
             self.unstored += 1
             if len(self._unstored) < _UNSTORED_SHOWN:
-                from .._secrets import PLACEHOLDER, mask_text
+                from .._secrets import mask_text, placeholder
 
-                self._unstored.append(f"{name}: {mask_text(reason, lambda _: PLACEHOLDER)}")
+                self._unstored.append(f"{name}: {mask_text(reason, placeholder)}")
 
     def unstored_error(self) -> CassetteError | None:
         """The error a block raises at exit when calls it ran were not recorded, or None."""

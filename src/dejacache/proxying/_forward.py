@@ -27,7 +27,7 @@ from typing import Any
 
 import orjson
 
-from .._secrets import PLACEHOLDER, mask_text
+from .._secrets import PLACEHOLDER, mask_text, placeholder
 from ..cassettes.placeholder_keys import carries_placeholder
 from ..errors import ConfigurationError, ReplayDivergence, ReplayMiss
 from ..http._libs import Lib
@@ -309,11 +309,7 @@ def hidden(text: str, headers: Sequence[tuple[str, str]]) -> str:
     for secret in credential_values(headers):
         if secret in text:
             text = text.replace(secret, PLACEHOLDER)
-    return mask_text(text, _placeholder)
-
-
-def _placeholder(_: str) -> str:
-    return PLACEHOLDER
+    return mask_text(text, placeholder)
 
 
 def _non_ascii(headers: list[tuple[str, str]]
