@@ -79,3 +79,70 @@ def test_the_written_value_methods_agree_with_the_generated_ones(cls: type) -> N
             assert (x != y) == (tx != ty)
         assert x.__eq__(tx) is NotImplemented  # another class is never equal
         assert x != object()
+
+
+# ``_slots.Row`` against ``typing.NamedTuple``: the rows the engine defines are declared
+# NamedTuples to the type checker, so they must behave as one wherever the code uses them.
+from typing import NamedTuple  # noqa: E402
+
+from dejacache._slots import Row  # noqa: E402
+
+
+class _Named(NamedTuple):
+    key: str
+    size: int = 0
+    note: str | None = None
+
+
+class _Row(Row):
+    key: str
+    size: int = 0
+    note: str | None = None
+
+
+@pytest.mark.parametrize(("args", "kwargs"), [
+    (("k",), {}), (("k", 2), {}), (("k", 2, "n"), {}), ((), {"key": "k"}),
+    (("k",), {"note": "n"}), ((), {"note": "n", "key": "k", "size": 3}),
+])
+def test_a_row_is_built_as_a_named_tuple_is(args: tuple[object, ...],
+                                            kwargs: dict[str, object]) -> None:
+    row, named = _Row(*args, **kwargs), _Named(*args, **kwargs)  # type: ignore[arg-type]
+    assert row == named and tuple(row) == tuple(named) and hash(row) == hash(named)
+    assert (row.key, row.size, row.note) == (named.key, named.size, named.note)
+    assert row._asdict() == named._asdict()
+    assert row._replace(size=9) == named._replace(size=9)
+    assert type(row._replace(size=9)) is _Row
+    assert repr(row) == repr(named).replace("_Named", "_Row")
+
+
+@pytest.mark.parametrize(("args", "kwargs"), [
+    ((), {}), (("k", 1, "n", "extra"), {}), (("k",), {"key": "again"}),
+    (("k",), {"unknown": 1}),
+])
+def test_a_row_refuses_what_a_named_tuple_refuses(args: tuple[object, ...],
+                                                  kwargs: dict[str, object]) -> None:
+    with pytest.raises(TypeError):
+        _Named(*args, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="_Row"):
+        _Row(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_row_is_a_slotted_tuple_that_pickles_copies_and_matches() -> None:
+    import copy
+    import pickle
+
+    row = _Row("k", 2)
+    assert _Row._fields == ("key", "size", "note") == _Row.__match_args__
+    assert not hasattr(row, "__dict__")
+    with pytest.raises(AttributeError):
+        row.key = "other"  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(row)) == row
+    assert type(copy.copy(row)) is _Row and copy.deepcopy(row) == row
+    match row:
+        case _Row(key, size):
+            assert (key, size) == ("k", 2)
+
+
+def test_a_field_without_a_default_after_one_with_a_default_is_refused() -> None:
+    with pytest.raises(TypeError, match="Bad"):
+        type("Bad", (Row,), {"__annotations__": {"a": int, "b": int}, "a": 1})

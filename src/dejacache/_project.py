@@ -25,22 +25,22 @@ named by ``DEJACACHE_PROJECT`` (empty: read none). It is read once per change of
 and parsed only when it mentions dejacache at all.
 """
 
-# No ``from __future__ import annotations`` (as in ``_core/flow.py``): with it each field of
-# the two named tuples reaches ``typing.NamedTuple`` as text, compiled into a ``ForwardRef``;
-# evaluated, only the quoted ``pathlib`` ones are (every pytest session loads this module:
-# 3.02M -> 2.64M instructions to import it).
+from __future__ import annotations
 
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final
 
 from ._core.modes import as_mode, in_ci, project_mode, resolve_mode
 from .errors import ConfigurationError
 
 if TYPE_CHECKING:
     import pathlib
+    from typing import NamedTuple as Row  # checked as one: see _slots.Row
+else:
+    from ._slots import Row
 
 __all__ = ["KEYS", "TABLE", "Key", "Project", "check_table", "current", "default_mode",
            "describe", "find", "ini_values", "load", "use"]
@@ -137,7 +137,7 @@ def _prices(value: Any, where: str) -> dict[str, tuple[float, float]]:
 # define on the 2-core box against ~0.15 ms for a named tuple (both never change once built).
 
 
-class Key(NamedTuple):
+class Key(Row):
     """One setting: its name in ``[tool.dejacache]``, its check (value, where -> the value
     as dejacache uses it), what it means, and its other spellings."""
 
@@ -192,11 +192,11 @@ def check_table(table: Mapping[str, Any], where: str) -> dict[str, Any]:
 _NOTHING: Final[Mapping[str, Any]] = MappingProxyType({})
 
 
-class Project(NamedTuple):
+class Project(Row):
     """The project file's settings: ``path`` is the file read (None: there is none),
     ``values`` the checked settings, ``sources`` where each came from."""
 
-    path: "pathlib.Path | None" = None
+    path: pathlib.Path | None = None
     values: Mapping[str, Any] = _NOTHING
     sources: Mapping[str, str] = _NOTHING
 
@@ -206,10 +206,10 @@ class Project(NamedTuple):
         return self.values.get(name)
 
     @property
-    def directory(self) -> "pathlib.Path | None":
+    def directory(self) -> pathlib.Path | None:
         return None if self.path is None else self.path.parent
 
-    def overlaid(self, values: Mapping[str, Any], source: str) -> "Project":
+    def overlaid(self, values: Mapping[str, Any], source: str) -> Project:
         """This project with ``values`` (checked) taking the place of its own."""
         if not values:
             return self
@@ -217,7 +217,7 @@ class Project(NamedTuple):
                        {**self.sources, **dict.fromkeys(values, source)})
 
 
-def find(start: "pathlib.Path | None" = None) -> "pathlib.Path | None":
+def find(start: pathlib.Path | None = None) -> pathlib.Path | None:
     """The project file: ``DEJACACHE_PROJECT`` (empty: none), else ``pyproject.toml`` at the
     project root, when it exists."""
     import pathlib
@@ -251,7 +251,7 @@ def _may_hold_table(data: bytes) -> bool:
     return False
 
 
-def load(path: "pathlib.Path | None") -> Project:
+def load(path: pathlib.Path | None) -> Project:
     """The settings ``path`` holds under ``[tool.dejacache]`` (checked)."""
     if path is None:
         return Project()

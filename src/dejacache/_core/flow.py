@@ -11,17 +11,17 @@ generator wrappers and HTTP stream paths built on them) carry each effect out, a
 failed effect's exception back in where the policy has something to do about it.
 """
 
-# No ``from __future__ import annotations`` here, unlike every other module: with it each
-# field's annotation reaches ``typing.NamedTuple`` as text, which it compiles into a
-# ``ForwardRef`` (22 fields, 22 ``compile`` calls). Evaluated, they are plain classes: the
-# module's import on a cassette block's path went from ~1.6 to ~1.2 ms (median of 25 processes
-# with pytest and the modules before it loaded; alone, ~2.3 to ~0.9 ms, as it no longer pays
-# for the process's first ``compile``, ~1.2 ms).
+from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final
 
 from .._slots import Sentinel
+
+if TYPE_CHECKING:
+    from typing import NamedTuple as Row  # checked as one: see _slots.Row
+else:
+    from .._slots import Row
 
 __all__ = [
     "FOLLOWED",
@@ -53,7 +53,7 @@ RETRY: Final = "retry"  #: the leader gave up (interrupted, or kept nothing): st
 FOLLOWED: Final = "followed"  #: the leader's stored answer, decoded for this caller
 
 
-class Facts(NamedTuple):
+class Facts(Row):
     """What the policy needs to know about one call."""
 
     mode: str  #: "auto", "replay" or "record" ("off" never reaches the flow)
@@ -63,7 +63,7 @@ class Facts(NamedTuple):
     keep_errors: bool  #: a failed run is offered to the store (cassettes may record it)
 
 
-class Lookup(NamedTuple):
+class Lookup(Row):
     """Read ``key``: answer the decoded value or :data:`MISS`."""
 
     key: str
@@ -75,34 +75,34 @@ class Lookup(NamedTuple):
 REKEY: Any = Sentinel("REKEY")
 
 
-class Refuse(NamedTuple):
+class Refuse(Row):
     """Replay found no recording: the driver raises the miss, explained from these facts."""
 
     key: str
     canonical: bytes
 
 
-class Join(NamedTuple):
+class Join(Row):
     """Join the flight of identical calls under ``key``: answer ``(LEAD | RECHECK | RETRY,
     None)`` or ``(FOLLOWED, value)``. The driver lands a flight it leads when the call ends."""
 
     key: str
 
 
-class Run(NamedTuple):
+class Run(Row):
     """Run the call: answer a :class:`Ran`, or throw its exception back in."""
 
     key: str
     canonical: bytes
 
 
-class Ran(NamedTuple):
+class Ran(Row):
     value: Any
     duration: float  #: seconds the run took
     keep: bool = True  #: False: hand the value back unstored (the driver counted it)
 
 
-class Store(NamedTuple):
+class Store(Row):
     """Encode and store what the run gave, and count the miss."""
 
     key: str
@@ -111,7 +111,7 @@ class Store(NamedTuple):
     duration: float
 
 
-class Fail(NamedTuple):
+class Fail(Row):
     """The run raised ``error``: count it, and when ``keep``, offer it to the store."""
 
     key: str

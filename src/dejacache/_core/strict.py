@@ -15,14 +15,18 @@ turns its :class:`Verdict` into ``tape.divergences`` entries or, when strict,
 :class:`~dejacache.ReplayDivergence`. No files, no clocks, no context variables here.
 """
 
-# No ``from __future__ import annotations`` (as in ``flow.py``): with it ``Verdict``'s fields
-# reach ``typing.NamedTuple`` as text, each compiled into a ``ForwardRef`` when the module loads.
+from __future__ import annotations
 
 import bisect
 import contextlib
 import itertools
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import NamedTuple as Row  # checked as one: see _slots.Row
+else:
+    from .._slots import Row
 
 __all__ = ["ROOT", "OrderBook", "Verdict"]
 
@@ -44,7 +48,7 @@ EXHAUSTED = "exhausted"  # no recording; the task's recorded calls are all used 
 
 # A named tuple, not a frozen dataclass: ~0.15 against ~1 ms to define on the 2-core box, in
 # a module every first cassette block loads; one is built per strict call, in half the time.
-class Verdict(NamedTuple):
+class Verdict(Row):
     """How one call compares with the recording.
 
     ``expected``: the recorded step the call should have been (None when there is none);

@@ -42,16 +42,20 @@ is a valid start (a parameter of some function, or a body field), so nothing is 
 a path is declared.
 """
 
-# No ``from __future__ import annotations`` (as in ``flow.py``): with it ``Volatility``'s fields
-# reach ``typing.NamedTuple`` as text, each compiled into a ``ForwardRef`` when the module loads.
+from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from .. import _secrets
 from .._lazy import pattern, served
 from ..errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from typing import NamedTuple as Row  # checked as one: see _slots.Row
+else:
+    from .._slots import Row
 
 __all__ = [
     "TELEMETRY",
@@ -129,7 +133,7 @@ _INDEX = pattern(r"\[(\*|\d+)\]")
 
 # A named tuple, not a frozen dataclass: ~0.15 against ~1 ms to define on the 2-core box, in
 # a module every first cassette block loads.
-class Volatility(NamedTuple):
+class Volatility(Row):
     names: frozenset[str] = frozenset()
     paths: tuple[Path, ...] = ()
     patterns: tuple[re.Pattern[str], ...] = ()

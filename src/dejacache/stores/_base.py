@@ -2,21 +2,23 @@
 ``BaseStore``, the async twins every tier shares. The ``Store`` protocols live in
 ``_protocols``: a replay hit never checks a store against them."""
 
-# No ``from __future__ import annotations`` (as in ``_core/flow.py``): with it the fields of
-# ``Hit`` and ``Features`` reach ``typing.NamedTuple`` as text, each compiled into a
-# ``ForwardRef`` when the module loads; evaluated, only the quoted ``Store`` is text.
+from __future__ import annotations
 
 import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._lazy import served
 from .._slots import Sentinel, slot_setters, value_methods
 
 if TYPE_CHECKING:
+    from typing import NamedTuple as Row  # checked as one: see _slots.Row
+
     from ._protocols import Store
     from ._store_stats import StoreStats
+else:
+    from .._slots import Row
 
 __all__ = [
     "NOT_SHARED",
@@ -87,7 +89,7 @@ class Record:
 NOT_SHARED: Any = Sentinel("NOT_SHARED")
 
 
-class Hit(NamedTuple):
+class Hit(Row):
     """A stored entry as the decorator's short path reads it: a store may offer ``hit(key)``
     next to ``get`` (None on a miss, else a ``Hit``) and then sets ``short_hits = True``
     (back to False in subclasses that override ``get``/``put``/``hit``, whose own behaviour
@@ -109,7 +111,7 @@ class Hit(NamedTuple):
 
 # A named tuple, not a frozen dataclass: ~0.2 against ~1 ms to define on the 2-core box, in
 # a module every first cassette block loads.
-class Features(NamedTuple):
+class Features(Row):
     """What the engine uses of one store beyond :class:`Store`, read once rather than probed
     on every call: flags of ``_protocols.ShortHitStore`` and ``SequencedStore`` (a store that
     says ``keeps_errors`` is called as a ``SequencedStore``, and so on). Flags and text
@@ -132,7 +134,7 @@ class Features(NamedTuple):
     notes_unstored: bool = False
 
 
-def features_of(store: "Store") -> Features:
+def features_of(store: Store) -> Features:
     """The :class:`Features` of ``store``. A store that must not be touched to answer (the
     default store before it is opened) offers ``features()`` itself."""
     own = getattr(type(store), "features", None)
