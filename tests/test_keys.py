@@ -2287,3 +2287,54 @@ def test_other_values_under_auth_names_key_byte_for_byte_as_before(value: Any) -
     seed = keys.key_seed("ns", "tool")
     want = keys.digest("ns", "tool", orjson.dumps({"auth": value}, option=orjson.OPT_SORT_KEYS))
     assert kb.bind_key((value,), {}, seed)[1] == want
+
+
+@pytest.mark.parametrize("holder", [
+    lambda pw: {"auth": (b"alice", pw.encode())},  # requests takes bytes
+    lambda pw: {"auth": ("alice", pw.encode())},  # mixed
+    lambda pw: {"proxy_auth": [bytearray(b"alice"), pw.encode(), "latin1"]},
+    lambda pw: {"headers": [["auth", ("alice", pw)]]},  # a pair
+    lambda pw: {"headers": [("Proxy-Auth", "alice:" + pw)]},
+    lambda pw: {"q": [["basic_auth", [b"alice", pw.encode()]]]},
+    lambda pw: {"messages": [{"role": "user", "headers": [["auth", ["alice", pw]]]}] * 3},
+])
+def test_bytes_and_paired_basic_credentials_key_their_password_as_a_mask(holder: Any) -> None:
+    """``auth=(b"alice", b"hunter2")`` reached the key as base64 of the password; a pair
+    named ``auth`` as the password itself. Both key the mask now, the user as data."""
+    alice = canonical_json(holder("hunter2"))
+    assert b"hunter2" not in alice and b"aHVudGVyMg" not in alice
+    assert b"alice" in alice or b"YWxpY2U=" in alice
+    assert alice != canonical_json(holder("hunter3"))
+
+    def fetch(**kw: Any) -> None: ...
+
+    kb = KeyBuilder(fetch, "fetch")
+    seed = keys.key_seed("ns", "fetch")
+    want = keys.digest("ns", "fetch", kb.canonical((), holder("hunter2")))
+    for _ in range(2):  # the first sight of the bytes, then a hit
+        _, key, body, tail, _ = kb.bind_key((), holder("hunter2"), seed)
+        assert key == want and b"hunter2" not in body + tail
+
+
+def test_a_pair_named_auth_is_read_by_its_value_each_time() -> None:
+    """``["auth", "bearer"]`` is data; a later ``["auth", ["alice", pw]]`` is still read as
+    basic credentials (first strings found plain are remembered; ``auth``-like ones never)."""
+    def fetch(headers: Any) -> None: ...
+
+    kb = KeyBuilder(fetch, "fetch")
+    seed = keys.key_seed("ns", "fetch")
+    setting = [["auth", "bearer"]]
+    assert kb.canonical((setting,), {}) == orjson.dumps({"headers": setting})
+    kb.bind_key((setting,), {}, seed)
+    _, key, body, tail, _ = kb.bind_key(([["auth", ["alice", "hunter2"]]],), {}, seed)
+    assert b"hunter2" not in body + tail
+    assert key != kb.bind_key(([["auth", ["alice", "hunter3"]]],), {}, seed)[1]
+
+
+@pytest.mark.parametrize("value", [[["auth", "bearer"]], [["auth", {"type": "oauth2"}]],
+                                   [["auth", True]], [["auth", ["a", "b", "c", "d"]]],
+                                   [["auth", b"x"]], [["proxy_auth", "alice"]]])
+def test_other_pairs_under_auth_names_key_byte_for_byte_as_before(value: Any) -> None:
+    request = {"headers": value, "q": "x"}
+    want = orjson.dumps(request, option=orjson.OPT_SORT_KEYS, default=keys._tagged)
+    assert canonical_json(request) == want

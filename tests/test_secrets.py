@@ -1022,3 +1022,118 @@ def test_basic_credentials_never_reach_the_sqlite_store(tmp_path: pathlib.Path) 
     db = b"".join(pathlib.Path(str(store_path) + s).read_bytes()
                   for s in ("", "-wal") if pathlib.Path(str(store_path) + s).exists())
     assert b"fetch" in db and b"alice" in db and b"hunter2" not in db
+
+
+# Bytes as requests takes them (``auth=(b"alice", b"hunter2")``), mixed pairs too: how the
+# stored and written forms spell the password, plain (``hunter2`` as keys' base64 of bytes).
+BASIC_BYTES = [(b"alice", b"hunter2"), ("alice", b"hunter2"), (b"alice", "hunter2"),
+               [bytearray(b"alice"), b"hunter2", "utf-8"]]
+_PLAIN_PASSWORD = (b"hunter2", b"aHVudGVyMg")  # (base64 of b"hunter2", as keys spell bytes)
+
+
+@pytest.mark.parametrize("value", BASIC_BYTES)
+def test_bytes_basic_credentials_are_keyed_stored_and_written_without_the_password(
+        value: object) -> None:
+    """The key's form holds the password's mask (its type in it: ``b"hunter2"`` and
+    ``"hunter2"`` are two credentials); stores and cassettes keep that form, the user
+    name as the key spells it."""
+    canonical = keys.canonical_json({"url": "u", "auth": value})
+    stored = _secrets.scrub_request(canonical)
+    written = orjson.dumps(Redactor().tree(orjson.loads(canonical)))
+    for out in (canonical, stored, written):
+        assert not any(p in out for p in _PLAIN_PASSWORD), out
+    assert _secrets.mask(value[1]).encode() in canonical
+    assert stored == canonical and PLACEHOLDER.encode() in written
+    assert orjson.loads(written)["auth"][0] == orjson.loads(canonical)["auth"][0]  # the user
+
+
+@pytest.mark.parametrize("value", [
+    [{"\x00bytes": "YWxpY2U="}, {"\x00bytes": "aHVudGVyMg=="}],  # both bytes
+    ["alice", {"\x00bytes": "aHVudGVyMg=="}],  # mixed
+])
+def test_bytes_in_keys_spelling_are_stored_and_written_without_the_password(
+        value: object) -> None:
+    """A canonical form that reaches a store or a cassette with the bytes plain (a form
+    written before: stores and cassettes read the key's spelling of bytes)."""
+    for form in ({"auth": value}, {"headers": [["proxy-auth", value]]}):
+        raw = orjson.dumps(form, option=orjson.OPT_SORT_KEYS)
+        stored = _secrets.scrub_request(raw)
+        written = orjson.dumps(Redactor().tree(form))
+        for out in (stored, written):
+            assert not any(p in out for p in _PLAIN_PASSWORD), out
+            assert b"YWxpY2U=" in out or b"alice" in out  # the user, as it is
+        assert _secrets.scrub_request(stored) == stored
+
+
+# ``[name, value]`` pairs (headers, query parameters listed as pairs) of basic credentials,
+# each with the password ``pw``.
+PAIRS = [lambda pw: [["auth", ("alice", pw)]], lambda pw: [["auth", "alice:" + pw]],
+         lambda pw: [("basic_auth", ["alice", pw])],
+         lambda pw: [["Accept", "v"], ["httpAuth", ["alice", pw, "latin1"]]],
+         lambda pw: [["auth", (b"alice", pw.encode())]]]
+# Pairs under those names that hold settings: kept byte for byte.
+NOT_PAIRS = [[["auth", "bearer"]], [["auth", {"type": "oauth2"}]], [["auth", True]],
+             [["auth", ["a", "b", "c", "d"]]], [["auth", "alice"]], ["auth", "bearer", "x"],
+             [["auth", "https://auth.example/token"]]]
+
+
+@pytest.mark.parametrize("pairs", PAIRS)
+def test_basic_credentials_in_pairs_are_keyed_stored_and_written_without_the_password(
+        pairs: Callable[[str], list[object]]) -> None:
+    """The pairs rule and the fields' rule are one (``_secrets.pair_kind``): a pair named
+    ``auth`` hides its password as an ``auth`` field does, in the key, the store and the
+    cassette; another password keys apart."""
+    canonical = keys.canonical_json({"url": "u", "headers": pairs("hunter2")})
+    stored = _secrets.scrub_request(canonical)
+    written = orjson.dumps(Redactor().tree(orjson.loads(canonical)))
+    for out in (canonical, stored, written):
+        assert not any(p in out for p in _PLAIN_PASSWORD), out
+    assert b"alice" in written or b"YWxpY2U=" in written
+    assert stored == canonical and PLACEHOLDER.encode() in written
+    assert canonical != keys.canonical_json({"url": "u", "headers": pairs("hunter3")})
+
+
+@pytest.mark.parametrize("pairs", PAIRS[:4])
+def test_basic_credentials_in_pairs_as_sent_are_stored_and_written_without_the_password(
+        pairs: Callable[[str], list[object]]) -> None:
+    form = {"headers": orjson.loads(orjson.dumps(pairs("hunter2")))}
+    raw = orjson.dumps(form, option=orjson.OPT_SORT_KEYS)
+    for out in (_secrets.scrub_request(raw), orjson.dumps(Redactor().tree(form))):
+        assert b"hunter2" not in out and b"alice" in out
+
+
+@pytest.mark.parametrize("pairs", NOT_PAIRS)
+def test_other_pairs_under_auth_names_are_keyed_stored_and_written_as_sent(
+        pairs: list[object]) -> None:
+    for form in ({"opts": pairs}, {"headers": pairs, "q": "x"}):  # (params: ?auth= is one)
+        raw = orjson.dumps(form, option=orjson.OPT_SORT_KEYS)
+        assert keys.canonical_json(form) == raw
+        assert _secrets.scrub_request(raw) == raw
+        assert Redactor().tree(form) == form
+
+
+@pytest.mark.parametrize("field", ["required", "enum", "stop"])
+def test_a_list_of_two_under_a_schema_list_is_no_pair(field: str) -> None:
+    """``"required": ["auth", "proxy:port"]`` lists two names, as a credential's name does."""
+    form = {"schema": {field: ["auth", "proxy:port"]}}
+    raw = orjson.dumps(form, option=orjson.OPT_SORT_KEYS)
+    assert keys.canonical_json(form) == raw and _secrets.scrub_request(raw) == raw
+    assert Redactor().tree(form) == form
+
+
+def test_bytes_and_paired_basic_credentials_never_reach_the_sqlite_store(
+        tmp_path: pathlib.Path) -> None:
+    @dejacache.cache(name="fetch")
+    def fetch(url: str, auth: object) -> str:
+        return url
+
+    store_path = tmp_path / "cache.db"
+    store = dejacache.SQLiteStore(store_path)
+    with dejacache.scope(store=store, mode="auto", cache_key="t"):
+        for value in [*BASIC_BYTES, *[pairs("hunter2") for pairs in PAIRS]]:
+            fetch("https://api.example/v1", value)
+    store.close()
+    db = b"".join(pathlib.Path(str(store_path) + s).read_bytes()
+                  for s in ("", "-wal") if pathlib.Path(str(store_path) + s).exists())
+    assert b"fetch" in db and b"alice" in db
+    assert not any(p in db for p in _PLAIN_PASSWORD)

@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 __all__ = [
     "AUTH_PAIR_NAMES",
     "AUTH_QUERY",
+    "BASIC",
+    "BYTES_TAG",
+    "CREDENTIAL",
+    "DATA",
     "MASK_PREFIX",
     "NAME_HINTS",
     "PAIR_NAME_MAX",
@@ -49,10 +53,11 @@ __all__ = [
     "credential",
     "find_secrets",
     "guarded",
+    "held",
+    "held_kind",
     "hidden",
     "is_auth_name",
     "is_basic_auth",
-    "is_named_pair",
     "is_schema",
     "is_secret_name",
     "is_secret_pair",
@@ -65,13 +70,16 @@ __all__ = [
     "mask_url_queries",
     "may_be_secret",
     "name_forms",
+    "name_kind",
     "normalize",
+    "pair_kind",
     "placeholder",
     "scrub_request",
     "secret_key",
     "scrub_invariant",
     "shapes_in",
     "url_may_hold_secret",
+    "value_kind",
     "vouch",
 ]
 
@@ -210,28 +218,75 @@ def is_auth_name(name: str) -> bool:
     return not AUTH_PAIR_NAMES.isdisjoint(name_forms(name))
 
 
+#: How keys spell bytes (``keys._tagged``: base64 under this one key), and so how stores and
+#: cassettes, which hold the canonical form, see a ``bytes`` argument.
+BYTES_TAG: Final = "\x00bytes"
+
+
+def _is_text(x: Any) -> bool:
+    """A user name or password as clients take them: str or bytes (requests encodes either;
+    mixed pairs too), or bytes in keys' spelling (:data:`BYTES_TAG`), as stores and
+    cassettes hold them."""
+    return isinstance(x, (str, bytes, bytearray, memoryview)) or (
+        type(x) is dict and len(x) == 1 and type(x.get(BYTES_TAG)) is str)
+
+
 def is_basic_auth(v: Any) -> bool:
     """Whether ``v``, held under an :func:`is_auth_name` name, is basic credentials: a list
-    or tuple (a named tuple too) of 2 or 3 items whose first two are strings (user,
-    password[, encoding]), or a ``"user:password"`` string (neither part empty, no
+    or tuple (a named tuple too) of 2 or 3 items whose first two are text, str or bytes
+    (user, password[, encoding]), or a ``"user:password"`` string (neither part empty, no
     whitespace in the user, not a URL's ``scheme://``). Anything else under those names
     (a dict of settings, a flag, a word) is data and keys as it did."""
     if isinstance(v, str):
         user, colon, pw = v.partition(":")
         return bool(colon and user and pw) and not pw.startswith("//") and not any(
             c.isspace() for c in user)
-    return (isinstance(v, (list, tuple)) and 2 <= len(v) <= 3 and isinstance(v[0], str)
-            and isinstance(v[1], str))
+    return (isinstance(v, (list, tuple)) and 2 <= len(v) <= 3 and _is_text(v[0])
+            and _is_text(v[1]))
 
 
 def basic_auth(v: Any, hide: Callable[[Any], Any], keep: Callable[[Any], Any]) -> Any:
     """``v`` (:func:`is_basic_auth`) as keys, stores and cassettes hold it: the one rule of
-    all three. The password becomes ``hide(password)``; the user (and an encoding) stay,
+    all three. The password is hidden as a credential's value is (:func:`hidden`: bytes
+    in keys' spelling keep their tag, its text hidden); the user (and an encoding) stay,
     through ``keep``: a list (tuples as JSON writes them), or ``"user:" + hide(password)``."""
     if isinstance(v, str):
         user, _, pw = v.partition(":")
         return f"{keep(user)}:{hide(pw)}"
-    return [keep(v[0]), hide(v[1]), *[keep(x) for x in v[2:]]]
+    return [keep(v[0]), hidden(v[1], hide), *[keep(x) for x in v[2:]]]
+
+
+#: What a value held under a name is (:func:`held_kind`): data, a credential (hidden whole,
+#: :func:`credential`) or basic credentials (the password hidden, :func:`basic_auth`).
+DATA, CREDENTIAL, BASIC = 0, 1, 2
+
+
+def name_kind(name: str, secret: Callable[[str], bool]) -> int:
+    """What ``name`` may hold: ``CREDENTIAL`` when ``secret`` (the walker's list) calls it
+    one, ``BASIC`` for an :func:`is_auth_name` (its value decides, :func:`value_kind`),
+    else ``DATA``. Walkers may remember the answer by name; never :func:`value_kind`'s."""
+    return CREDENTIAL if secret(name) else BASIC if is_auth_name(name) else DATA
+
+
+def value_kind(kind: int, value: Any) -> int:
+    """What ``value`` under a name of :func:`name_kind` ``kind`` is: ``BASIC`` only for
+    basic credentials (:func:`is_basic_auth`), ``"auth": "bearer"`` is ``DATA``."""
+    return DATA if kind == BASIC and not is_basic_auth(value) else kind
+
+
+def held_kind(name: str, value: Any, secret: Callable[[str], bool]) -> int:
+    """What ``value``, held under ``name`` (a field, or the name of a ``[name, value]`` pair),
+    is: the one rule of keys, stores, cassettes and ``dejacache scan``."""
+    return value_kind(name_kind(name, secret), value)
+
+
+def held(kind: int, v: Any, hide: Callable[[Any], Any], walk: Callable[[Any, str | None], Any]
+         ) -> Any:
+    """``v``, held under a name of :func:`held_kind` ``kind`` (not ``DATA``), as stores and
+    cassettes hold it: ``hide`` each credential leaf, ``walk(value, field)`` the rest."""
+    if kind == CREDENTIAL:
+        return credential(v, hide, walk)
+    return basic_auth(v, hide, lambda x: walk(x, None))
 
 
 #: Substrings (lower case) of every name :func:`is_secret_pair` accepts: text holding none of
@@ -566,9 +621,6 @@ def _param_b(p: re.Match[bytes]) -> bytes:
     return name + b"=" + mask(value.decode("utf-8", "replace")).encode()
 
 
-_DATA, _CREDENTIAL, _AUTH = 0, 1, 2  # what a dict key names (``Scrubber``)
-
-
 class Scrubber:
     """Masks secret-shaped strings in JSON trees, one distinct string at a time (agents resend
     the same messages every step, so each string is scanned once)."""
@@ -578,9 +630,8 @@ class Scrubber:
     def __init__(self, replace: Callable[[str], str]) -> None:
         self.replace = replace
         self._memo: dict[str, str] = {}
-        # A dict key -> (its text masked, what it names: ``_DATA``, ``_CREDENTIAL`` or
-        # ``_AUTH``): one lookup a key where asking each cost a call (a 40-message request:
-        # ~80 keys a scrub).
+        # A dict key -> (its text masked, its :func:`name_kind`): one lookup a key where
+        # asking each cost a call (a 40-message request: ~80 keys a scrub).
         self._names: dict[str, tuple[str, int]] = {}
 
     def text(self, s: str) -> str:
@@ -602,20 +653,18 @@ class Scrubber:
             out = {}
             for k, v in node.items():
                 name = self._names.get(k) or self._name(k)
-                kind = name[1]
-                out[name[0]] = (credential(v, self._leaf, self.tree) if kind == _CREDENTIAL
-                                else basic_auth(v, self._leaf, self.tree)
-                                if kind == _AUTH and is_basic_auth(v) else self.tree(v, k))
+                kind = value_kind(name[1], v) if name[1] else DATA
+                out[name[0]] = held(kind, v, self._leaf, self.tree) if kind else self.tree(v, k)
             return out
         if t is list:
-            if is_named_pair(node, is_secret_name, parent):
-                return [self.text(node[0]), credential(node[1], self._leaf, self.tree)]
+            kind = pair_kind(node, is_secret_name, parent)
+            if kind:
+                return [self.text(node[0]), held(kind, node[1], self._leaf, self.tree)]
             return [self.tree(v) for v in node]
         return node
 
     def _name(self, k: str) -> tuple[str, int]:
-        name = (self.text(k), _CREDENTIAL if is_secret_name(k)
-                else _AUTH if is_auth_name(k) else _DATA)
+        name = (self.text(k), name_kind(k, is_secret_name))
         if len(self._names) >= _MEMO_MAX:
             self._names.clear()
         self._names[k] = name
@@ -629,7 +678,7 @@ class Scrubber:
         return mask(v)
 
 
-#: The longest first item of a list of two that :func:`is_named_pair` reads as a name: longer
+#: The longest first item of a list of two that :func:`pair_kind` reads as a name: longer
 #: is text (few-shot ``[question, answer]`` pairs), never asked, so the name caches (lru,
 #: 8,192 entries each) never keep copies of long texts keys meet in every call's arguments.
 PAIR_NAME_MAX: Final = 256
@@ -643,16 +692,18 @@ PAIR_NAME_MAX: Final = 256
 _SCHEMA_LISTS = frozenset({"enum", "required", "examples", "type", "stop", "stop_sequences"})
 
 
-def is_named_pair(node: Sequence[Any], secret: Callable[[str], bool],
-                  parent: str | None) -> bool:
-    """Whether ``node``, held under the field ``parent`` (None: a list item or a whole
-    value), is a ``[name, value]`` pair (how HTTP headers and query parameters are often
-    listed: ``[["X-Api-Key", "..."]]``) whose name ``secret`` calls a credential. The one
-    rule of keys (``keys.py``: the value masked as a field of that name is), cassettes
+def pair_kind(node: Sequence[Any], secret: Callable[[str], bool], parent: str | None) -> int:
+    """What ``node``, held under the field ``parent`` (None: a list item or a whole value),
+    holds as a ``[name, value]`` pair (how HTTP headers and query parameters are often
+    listed: ``[["X-Api-Key", "..."]]``, ``[["auth", ["alice", "..."]]]``): its value's
+    :func:`held_kind` under its name, ``DATA`` when it is no pair. The one rule of keys
+    (``keys.py``: the value masked as a field of that name is), cassettes
     (``cassettes/redacting.py``) and stores (:func:`scrub_request`): each passes the parent,
     so a schema's ``"enum": ["token", "password"]`` is stored as it was sent."""
-    return (len(node) == 2 and type(node[0]) is str and len(node[0]) <= PAIR_NAME_MAX
-            and parent not in _SCHEMA_LISTS and secret(node[0]))
+    if (len(node) == 2 and type(node[0]) is str and len(node[0]) <= PAIR_NAME_MAX
+            and parent not in _SCHEMA_LISTS):
+        return held_kind(node[0], node[1], secret)
+    return DATA
 
 
 # JSON Schema's keywords (2020-12, with OpenAPI's ``nullable``/``example``) and its type names.

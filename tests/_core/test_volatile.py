@@ -258,6 +258,22 @@ def test_patterns_never_rewrite_a_credential_pair() -> None:
     assert out == {"h": [["password", "pw-2024-01-01"]], "l": ["x", f"at {PLACEHOLDER}"]}
 
 
+def test_patterns_never_rewrite_a_basic_auth_password() -> None:
+    """Basic credentials under an ``auth``-like name, as a field or a pair, are left to the
+    key's mask: passwords differing only in a date are two keys. Other values under those
+    names are data the patterns apply to."""
+    from dejacache import keys
+
+    def key(data: object) -> bytes:
+        return keys.canonical_json({"v": data}, volatile_patterns=(_DATE,))
+
+    for holder in (lambda pw: {"auth": ["alice", pw]}, lambda pw: {"proxy_auth": "alice:" + pw},
+                   lambda pw: [["auth", ("alice", pw)]], lambda pw: [["httpAuth", "alice:" + pw]]):
+        assert key(holder("pw-2024-01-01")) != key(holder("pw-1999-12-31"))
+    out = apply({"auth": "since 2024-01-01", "h": [["auth", "at 2024-01-01"]]}, (), (_DATE,))
+    assert out == {"auth": f"since {PLACEHOLDER}", "h": [["auth", f"at {PLACEHOLDER}"]]}
+
+
 def test_secret_shapes_and_masks_in_text_are_kept_whole() -> None:
     from dejacache import _secrets
 

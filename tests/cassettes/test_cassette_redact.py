@@ -157,3 +157,30 @@ def test_basic_credentials_never_reach_a_cassette_or_a_miss_report(tmp_path, aut
 def test_settings_under_auth_names_are_written_as_they_are(value):
     tree = {"auth": value, "tools": [{"name": "t", "basic_auth": value}]}
     assert Redactor().tree(tree) == tree
+
+
+@pytest.mark.parametrize("auth", [
+    lambda pw: (b"alice", pw.encode()), lambda pw: ("alice", pw.encode()),
+    lambda pw: [["auth", ("alice", pw)]], lambda pw: [["auth", "alice:" + pw]],
+    lambda pw: [("basic_auth", [b"alice", pw.encode()])],
+])
+def test_bytes_and_paired_basic_credentials_never_reach_a_cassette(tmp_path, auth):
+    """``auth=(b"alice", b"hunter2")`` (requests takes bytes) was written as base64 of the
+    password, a ``["auth", ...]`` pair as the password: both are the placeholder now, the
+    user kept; the same password replays, another misses without either being printed."""
+    @dejacache.cache(name="fetch")
+    def fetch(url: str, auth: object) -> str:
+        return url
+
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record"):
+        fetch("u", auth("hunter2"))
+    text = path.read_text()
+    assert "hunter2" not in text and "aHVudGVyMg" not in text and PLACEHOLDER in text
+    assert "alice" in text or "YWxpY2U=" in text
+    with dejacache.cassette(path, mode="replay"):
+        assert fetch("u", auth("hunter2")) == "u"
+    with pytest.raises(dejacache.ReplayMiss) as err, dejacache.cassette(path, mode="replay"):
+        fetch("u", auth("hunter3"))
+    assert "hunter2" not in str(err.value) and "hunter3" not in str(err.value)
+    assert "aHVudGVyMg" not in str(err.value) and "aHVudGVyMw" not in str(err.value)

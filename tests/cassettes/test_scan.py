@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -82,3 +83,64 @@ def test_credential_response_headers_are_findings_on_one_line_or_many() -> None:
     found = [(f.line, f.kind) for f in scan_text(cassette)]
     assert found == [(3, "credential header 'x-hub-signature'"),
                      (6, "credential header 'x-auth'")]
+
+
+def _old_cassette(request: object) -> str:
+    """A cassette entry as a dejacache before basic credentials were masked wrote it."""
+    import json
+
+    return json.dumps({"entries": [{"kind": "call", "name": "fetch", "request": request,
+                                    "response": "ok"}]}, indent=2) + "\n"
+
+
+@pytest.mark.parametrize(("request_", "name"), [
+    ({"url": "u", "auth": ["alice", "hunter2"]}, "auth"),
+    ({"url": "u", "auth": "alice:hunter2"}, "auth"),
+    ({"opts": {"proxyBasicAuth": ["alice", "hunter2", "latin1"]}}, "proxyBasicAuth"),
+    ({"opts": [["auth", ["alice", "hunter2"]]]}, "auth"),
+    ({"opts": [["basic_auth", "alice:hunter2"]]}, "basic_auth"),
+    ({"auth": [{"\x00bytes": "YWxpY2U="}, {"\x00bytes": "aHVudGVyMg=="}]}, "auth"),  # bytes
+])
+def test_a_plain_basic_auth_password_in_an_older_cassette_is_a_finding(request_, name) -> None:
+    """A file recorded before the password of basic credentials was masked: a finding on
+    the line naming the field, telling to re-record; the password is not printed."""
+    text = _old_cassette(request_)
+    line = next(n for n, t in enumerate(text.splitlines(), 1) if f'"{name}"' in t)
+    found = list(scan_text(text, "old.json"))
+    assert [(f.line, f.kind.split(" (")[0]) for f in found] == [
+        (line, f"credential field {name!r}")]
+    assert str(found[0]).startswith(f"old.json:{line}: ") and "re-record" in str(found[0])
+    assert "hunter2" not in str(found[0])
+    assert [f.line for f in scan_text(text.replace("\n", " "))] == [1]  # on one line
+    headers = _old_cassette({"headers": [["proxy-auth", "alice:hunter2"]]})
+    assert len(list(scan_text(headers))) == 1  # a credential header: found once
+
+
+@pytest.mark.parametrize("request_", [
+    {"auth": "bearer"}, {"auth": {"type": "oauth2"}}, {"auth": True}, {"auth": ["alice"]},
+    {"auth": "alice"}, {"auth": ["alice", PLACEHOLDER]}, {"auth": "alice:" + PLACEHOLDER},
+    {"auth": ["a", "b", "c", "d"]}, {"opts": [["auth", "bearer"]]},
+    {"auth": [{"\x00bytes": "YWxpY2U="}, {"\x00bytes": PLACEHOLDER}]},
+    {"schema": {"required": ["auth", "host:port"]}}, {"auth": "https://auth.example/t"},
+    {"opts": [["auth", ["alice", "hunter2"], "x"]]},  # no pair: three items
+])
+def test_settings_user_names_and_masked_passwords_under_auth_names_are_clean(request_) -> None:
+    assert list(scan_text(_old_cassette(request_))) == []
+
+
+def test_a_cassette_recorded_with_basic_credentials_now_scans_clean(tmp_path) -> None:
+    import dejacache
+    from dejacache.cassettes.scan import scan_file
+
+    @dejacache.cache(name="fetch")
+    def fetch(url: str, auth: object, headers: object = ()) -> str:
+        return url
+
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record"):
+        fetch("u", ("alice", "hunter2"))
+        fetch("u", (b"alice", b"hunter2"))
+        fetch("u", "alice:hunter2", [["auth", ["alice", "hunter2"]]])
+    assert scan_file(path) == []
+    path.write_text(path.read_text().replace(PLACEHOLDER, "hunter2"))  # as written before
+    assert len(scan_file(path)) == 4

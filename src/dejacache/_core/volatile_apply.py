@@ -119,12 +119,17 @@ def _outside(pat: re.Pattern[str], text: str, regions: list[list[Any]]) -> str:
     return "".join(parts)
 
 
-_PLAIN: set[Any] = set()  # names seen not to be credentials (one set lookup per dict key)
+# Names seen not to be credentials (one set lookup per dict key); never an ``auth``-like
+# name, whose value decides (``_secrets.held_kind``).
+_PLAIN: set[Any] = set()
 
 
 def _secret(name: Any) -> bool:
-    if isinstance(name, str) and _secrets.is_secret_name(name):
-        return True
+    if isinstance(name, str):
+        if _secrets.is_secret_name(name):
+            return True
+        if _secrets.is_auth_name(name):
+            return False
     if len(_PLAIN) < 50_000:
         _PLAIN.add(name)
     return False
@@ -155,13 +160,15 @@ def _scrub(obj: Any, patterns: tuple[re.Pattern[str], ...], parent: Any = None) 
         changed = False
         new: dict[Any, Any] = {}
         for k, v in obj.items():
-            secret = k not in _PLAIN and _secret(k)
+            secret = k not in _PLAIN and (
+                _secrets.held_kind(k, v, _secret) != _secrets.DATA if type(k) is str
+                else _secret(k))
             nv = _masked(v, patterns) if secret else _scrub(v, patterns, k)
             changed = changed or nv is not v
             new[k] = nv
         return new if changed else obj
     if t is list or t is tuple:
-        if _secrets.is_named_pair(obj, _secret, parent if type(parent) is str else None):
+        if _secrets.pair_kind(obj, _secret, parent if type(parent) is str else None):
             # Keyed as a field of that name is: a date pattern turned passwords
             # ``pw-2024-01-01`` and ``pw-1999-12-31`` in a header pair into one key.
             value = _masked(obj[1], patterns)

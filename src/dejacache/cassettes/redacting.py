@@ -67,32 +67,27 @@ class Writing:
         t = type(node)
         if t is str:
             return self.text(node)
+        if t is not dict and t is not list:
+            return node
         r = self.redactor
+
+        def secret(name: str) -> bool:
+            return r.secret(name, response=response) or (in_query and r.secret_query(name))
+
+        def walk(v: Any, field: str | None) -> Any:
+            return self._walk(v, False, response, field)
+
         if t is dict:
             out = {}
             for k, v in node.items():
-                if v is not None and (r.secret(k, response=response)
-                                      or (in_query and r.secret_query(k))):
-                    out[k] = self._credential(v, response)
-                elif _secrets.is_auth_name(k) and _secrets.is_basic_auth(v):
-                    out[k] = _secrets.basic_auth(
-                        v, _secrets.placeholder, lambda x: self._walk(x, False, response, None))
-                else:
-                    out[k] = self._walk(v, _secrets.normalize(k) in _QUERY_HOLDERS, response, k)
+                kind = _secrets.DATA if v is None else _secrets.held_kind(k, v, secret)
+                out[k] = (_secrets.held(kind, v, _secrets.placeholder, walk) if kind
+                          else self._walk(v, _secrets.normalize(k) in _QUERY_HOLDERS, response, k))
             return out
-        if t is list:
-            if _secrets.is_named_pair(node, lambda name: r.secret(name, response=response)
-                                      or (in_query and r.secret_query(name)), parent):
-                return [node[0], self._credential(node[1], response)]
-            return [self._walk(v, in_query, response, None) for v in node]
-        return node
-
-    def _credential(self, value: Any, response: bool) -> Any:
-        """A value under a credential's name: ``_secrets.credential``'s rule (a JSON Schema
-        describing it is written as it is but for the values it gives, anything else with
-        every leaf a placeholder)."""
-        return _secrets.credential(value, _secrets.placeholder,
-                                   lambda v, field: self._walk(v, False, response, field))
+        kind = _secrets.pair_kind(node, secret, parent)
+        if kind:
+            return [node[0], _secrets.held(kind, node[1], _secrets.placeholder, walk)]
+        return [self._walk(v, in_query, response, None) for v in node]
 
 
 def _drop_path(node: Any, path: tuple[str, ...]) -> Any:
