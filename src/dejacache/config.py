@@ -124,7 +124,13 @@ class Unset:
 UNSET: Final = Unset()
 
 
-@dataclasses.dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
+# Effective's fields in the order its ``__init__`` takes them (its slots: these and
+# ``_features``).
+_INIT_FIELDS: Final = ("namespace", "mode", "store", "codec", "volatile", "source", "tenant",
+                       "session", "test_facing", "ambiguous", "key_substitute", "realtime",
+                       "rerecord_hint")
+
+
 class Effective:
     """The settings in force for one call (global settings overlaid by scopes).
 
@@ -136,32 +142,36 @@ class Effective:
     calls are refused. ``key_substitute`` holds a cassette's ``(live, placeholder)`` pairs,
     keyed as the placeholders. ``features`` is what the engine uses of ``store`` beyond the
     ``Store`` protocol, read once.
+
+    Frozen as a ``dataclass(frozen=True, slots=True)`` is, and written as a plain slotted
+    class: defining it as one compiled its ``__setattr__``/``__delattr__`` and built the
+    class twice (for its slots), ~2M instructions of a first cassette block.
     """
+
+    __slots__ = (*_INIT_FIELDS, "_features")
 
     namespace: str | None
     mode: str
     store: Store
     codec: Codec
-    volatile: VolatileItems = ()
-    source: str = ""
-    tenant: str | None = None
-    session: str | None = None
-    test_facing: bool = False
-    ambiguous: int = 0
-    key_substitute: tuple[tuple[bytes, bytes], ...] = ()
-    realtime: bool = False  #: replay streams at their recorded pace
-    rerecord_hint: str | None = None  #: how to re-record, for replay-miss messages
-    _features: Features | None = dataclasses.field(default=None, init=False, repr=False,
-                                                   compare=False)
+    volatile: VolatileItems
+    source: str
+    tenant: str | None
+    session: str | None
+    test_facing: bool
+    ambiguous: int
+    key_substitute: tuple[tuple[bytes, bytes], ...]
+    realtime: bool  #: replay streams at their recorded pace
+    rerecord_hint: str | None  #: how to re-record, for replay-miss messages
+    _features: Features | None  #: read on first use (:attr:`features`)
 
     def __init__(self, namespace: str | None, mode: str, store: Store, codec: Codec,
                  volatile: VolatileItems = (), source: str = "", tenant: str | None = None,
                  session: str | None = None, test_facing: bool = False, ambiguous: int = 0,
                  key_substitute: tuple[tuple[bytes, bytes], ...] = (), realtime: bool = False,
                  rerecord_hint: str | None = None) -> None:
-        # Written out, as ``Record``'s is: the generated one is compiled when the class is
-        # built (~0.45 ms of the first block's import, pytest loaded) and sets each field
-        # through ``object.__setattr__``. The slots' own setters leave it exactly as frozen.
+        # The slots' own setters: ``object.__setattr__`` per field, as a frozen dataclass's
+        # ``__init__`` sets them, is slower, and ``__setattr__`` below refuses.
         _SET_NAMESPACE(self, namespace)
         _SET_MODE(self, mode)
         _SET_STORE(self, store)
@@ -176,6 +186,12 @@ class Effective:
         _SET_REALTIME(self, realtime)
         _SET_RERECORD_HINT(self, rerecord_hint)
         _SET_FEATURES(self, None)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
 
     @property
     def features(self) -> Features:
@@ -195,9 +211,9 @@ class Effective:
         return bool(self.ambiguous or self.key_substitute)
 
     def derive(self, changes: dict[str, Any]) -> Effective:
-        """``dataclasses.replace(self, **changes)`` without its walk over the fields in
-        Python: a scope entered around every call derives one per call (4.1 -> 5.1 µs with
-        replace once the fields grew by four)."""
+        """A copy with ``changes`` (field name -> value), as ``dataclasses.replace`` makes
+        one, without its walk over the fields in Python: a scope entered around every call
+        derives one per call (4.1 -> 5.1 µs with replace once the fields grew by four)."""
         args = dict(zip(_INIT_FIELDS, _init_values(self), strict=True))
         args.update(changes)
         return Effective(**args)
@@ -208,7 +224,6 @@ class Effective:
         "test_facing", "ambiguous", "key_substitute", "realtime", "rerecord_hint")
 
 
-_INIT_FIELDS: Final = tuple(f.name for f in dataclasses.fields(Effective) if f.init)
 (_SET_NAMESPACE, _SET_MODE, _SET_STORE, _SET_CODEC, _SET_VOLATILE, _SET_SOURCE, _SET_TENANT,
  _SET_SESSION, _SET_TEST_FACING, _SET_AMBIGUOUS, _SET_KEY_SUBSTITUTE, _SET_REALTIME,
  _SET_RERECORD_HINT, _SET_FEATURES) = slot_setters(Effective, *_INIT_FIELDS, "_features")

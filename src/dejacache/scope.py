@@ -16,7 +16,6 @@ calls only: a block opened in such a thread starts from the thread's own setting
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import functools
 import inspect
 import re
@@ -76,11 +75,11 @@ def _ambiguous(n: int) -> Effective:
     from .stores.memory import MemoryStore
 
     base = get_settings()
-    return dataclasses.replace(
-        base, mode="replay", store=MemoryStore(maxsize=1), test_facing=True,
-        source=f"<{n} dejacache blocks active in other threads; this thread carries none>",
-        ambiguous=n,
-    )
+    return base.derive({
+        "mode": "replay", "store": MemoryStore(maxsize=1), "test_facing": True,
+        "source": f"<{n} dejacache blocks active in other threads; this thread carries none>",
+        "ambiguous": n,
+    })
 
 
 def current() -> Effective:

@@ -11,7 +11,6 @@ discarded are logged, and the pytest plugin names them in its summary (``DISCARD
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import os
 import pathlib
 import re
@@ -206,9 +205,9 @@ class cassette(Block[Cassette]):
             f"{self.path} (file does not exist)")
         # Live values are keyed as their placeholders, as they are written to the file.
         subs = self.key_substitute or base.key_substitute
-        eff = dataclasses.replace(base, store=tape, mode=tape.mode, source=source,
-                                  namespace=ns, test_facing=True, key_substitute=subs,
-                                  volatile=(*base.volatile, *self.volatile))
+        eff = base.derive({"store": tape, "mode": tape.mode, "source": source,
+                           "namespace": ns, "test_facing": True, "key_substitute": subs,
+                           "volatile": (*base.volatile, *self.volatile)})
         token = enter(eff)
         self._stack.append((tape, eff, token))
         self.last = tape

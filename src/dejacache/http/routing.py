@@ -9,7 +9,6 @@ which imports the other two to patch them, so neither has to import it back.
 from __future__ import annotations
 
 import contextvars
-import dataclasses
 import os
 from typing import Any
 
@@ -56,7 +55,7 @@ def decide_host(host: str) -> tuple[Effective, Options] | None:
             if not watching():
                 return None
             # A PrefixMonitor is open here: observed on its way out, never cached ("off").
-            eff = dataclasses.replace(eff, mode="off")
+            eff = eff.derive({"mode": "off"})
         opts = _DEFAULT
     if host in opts.ignore_hosts or host in env_ignored_hosts():
         return None
