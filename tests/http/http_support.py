@@ -1,5 +1,5 @@
 """Helpers shared by the HTTP tests: a sequenced store, the record-stop-replay routine and a
-server refusing every key by quoting it."""
+server quoting every key it is sent (in a refusal, a 200, a 200 stream's error event)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import collections
 import http.server
 import pathlib
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -71,31 +72,55 @@ def send_json(handler: http.server.BaseHTTPRequestHandler, status: int, body: by
     handler.wfile.write(body)
 
 
-class _Refuse(http.server.BaseHTTPRequestHandler):
+class _Quote(http.server.BaseHTTPRequestHandler):
+    """``/v1/things``: 401, quoting the keys; ``/v1/echo``: 200 with an ``error`` field
+    quoting them; ``/v1/stream``: a 200 event stream whose second event is an error quoting
+    them, each key cut in two across writes (a mid-stream error, as providers send one)."""
+
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length") or 0))
         quoted = f"{self.headers.get('x-api-key')} {self.headers.get('authorization')} {self.path}"
-        send_json(self, 401, orjson.dumps(
-            {"error": {"message": f"Incorrect API key provided: {quoted}"}}))
+        error = {"error": {"message": f"Incorrect API key provided: {quoted}"}}
+        if self.path.startswith("/v1/stream"):
+            self._stream(error)
+        else:
+            send_json(self, 200 if self.path.startswith("/v1/echo") else 401,
+                      orjson.dumps(error))
+
+    def _stream(self, error: dict[str, Any]) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.end_headers()  # (HTTP/1.0: the body ends when the connection closes)
+        self.wfile.write(b'data: {"delta": "hi"}\n\n')
+        wire = b"event: error\ndata: " + orjson.dumps(error) + b"\n\n"
+        cuts = sorted(wire.index(k.encode()) + len(k) // 2 for k in KeyRefuser.KEYS)
+        for a, b in zip([0, *cuts], [*cuts, len(wire)], strict=True):
+            self.wfile.write(wire[a:b])
+            self.wfile.flush()
+            time.sleep(0.005)  # one read each: the key reaches the client in two chunks
 
     def log_message(self, *args: Any) -> None:
         pass
 
 
 class KeyRefuser:
-    """A loopback server refusing every key, quoting it, as providers do ("Incorrect API key
+    """A loopback server quoting every key it is sent, as providers do ("Incorrect API key
     provided: KEY"): keys of no known shape, under no credential name in the answer, so only
-    the request knows them. ``url`` carries ``KEYS[2]`` as ``?key=``; send ``HEADERS``."""
+    the request knows them. ``url`` refuses them (401) and carries ``KEYS[2]`` as ``?key=``;
+    ``at("echo")`` and ``at("stream")`` quote them in a 200 (``_Quote``); send ``HEADERS``."""
 
     KEYS = ("plain-api-key-41c9e2", "bearer-token-7d0a3f", "query-key-93b1c7")
     HEADERS: ClassVar[dict[str, str]] = {"x-api-key": KEYS[0], "authorization": f"Bearer {KEYS[1]}"}
 
     def __enter__(self) -> KeyRefuser:
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Refuse)
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Quote)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        port = self.server.server_port
-        self.url = f"http://127.0.0.1:{port}/v1/things?key={self.KEYS[2]}"
+        self.base = f"http://127.0.0.1:{self.server.server_port}"
+        self.url = self.at("things")
         return self
+
+    def at(self, path: str) -> str:
+        return f"{self.base}/v1/{path}?key={self.KEYS[2]}"
 
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()

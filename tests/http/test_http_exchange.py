@@ -281,6 +281,7 @@ _CREDS = [f"Bearer {_KEY}", _KEY]
     # bytes (a body that was not text) cannot be written as JSON: looked through node by node
     ({"bytes": b"\x00", "status": 401, "text": _KEY}, {"bytes": b"\x00", "status": 401,
                                                       "text": "<REDACTED>"}),
+    ({"bytes": b"\xff" + _KEY.encode()}, {"bytes": b"\xff<REDACTED>"}),
 ])
 def test_an_answer_is_stored_without_the_credentials_it_quotes(
         value: dict[str, object], stored: dict[str, object]) -> None:
@@ -298,3 +299,42 @@ def test_a_credential_json_escapes_is_found_as_it_was_written() -> None:
     odd = 'quote"and\\slash/key'
     value = {"json": {"message": f"bad key {odd}"}}
     assert unechoed(value, [odd]) == {"json": {"message": "bad key <REDACTED>"}}
+
+
+_LONG_KEY = "sk-test-echo-7f3a9c-no-known-shape"
+_OK_HEADERS = [("content-type", "application/json")]
+
+
+@pytest.mark.parametrize("status", [200, 401])
+@pytest.mark.parametrize("spelled", [
+    _LONG_KEY,
+    _LONG_KEY.replace("-", "\\u002d"),  # a writer escaping characters it need not
+    "sk\\/test-echo-7f3a9c-no-known-shape",  # (a key with a slash, PHP-style)
+])
+def test_a_live_answer_of_any_status_is_stored_without_the_credentials(
+        status: int, spelled: str) -> None:
+    key = orjson.loads(f'"{spelled}"'.encode())
+    body = f'{{"id": "x", "error": {{"message": "bad key {spelled}"}}}}'.encode()
+    value = response_value(status, _OK_HEADERS, "application/json", OPENAI, body=body,
+                           credentials=[key])
+    assert value["json"]["error"]["message"] == "bad key <REDACTED>"
+    assert key not in str(value)
+
+
+def test_a_body_not_spelling_a_credential_leaves_only_the_headers_to_look_at() -> None:
+    body = orjson.dumps({"text": "nothing to hide " * 100})
+    kept = response_value(200, _OK_HEADERS, "application/json", OPENAI, body=body,
+                          credentials=[_LONG_KEY])
+    assert kept == response_value(200, _OK_HEADERS, "application/json", OPENAI, body=body)
+    echoed = response_value(200, [*_OK_HEADERS, ("x-debug", f"saw {_LONG_KEY}")],
+                            "application/json", OPENAI, body=body, credentials=[_LONG_KEY])
+    assert ["x-debug", "saw <REDACTED>"] in echoed["headers"]
+
+
+def test_stream_events_are_stored_without_the_credentials() -> None:
+    events = [[0.0, 'data: {"delta": "hi"}\n\n'],
+              [0.1, f'event: error\ndata: {{"message": "bad key {_LONG_KEY}"}}\n\n']]
+    value = response_value(200, [("content-type", "text/event-stream")], "text/event-stream",
+                           OPENAI, events=events, credentials=[_LONG_KEY])
+    assert value["events"][1][1] == 'event: error\ndata: {"message": "bad key <REDACTED>"}\n\n'
+    assert _LONG_KEY in events[1][1]  # the events as read are not touched

@@ -14,8 +14,10 @@ import gc
 import importlib
 import threading
 import time
+from types import SimpleNamespace
 from typing import Any
 
+import orjson
 import pytest
 from fake_provider import FakeProvider
 
@@ -411,3 +413,27 @@ def test_async_stalled_end_marker_is_recorded_after_the_caller_stops(
         again = _read(True, "httpx", _request(fake, "anthropic"), False)
     assert again[:len(live)] == live
 
+
+
+# ---------------------------------------------------------------- echoed credentials
+
+
+def test_a_key_cut_across_two_reads_is_stored_without_it() -> None:
+    # An event stream answered 200 whose error event quotes the request's key, the key cut
+    # in two by the socket: the event is whole when stored, so the key is found in it.
+    import httpx2
+
+    key = "sk-test-echo-7f3a9c-cut-in-two"
+    call = SimpleNamespace(provider=OPENAI, name="openai.chat", canonical=b"{}", aliases=None,
+                           key="k", credentials=[key])
+    live = httpx2.Response(200, headers={"content-type": "text/event-stream"})
+    rec = recording.Recorder(call, live, time.perf_counter())  # type: ignore[arg-type]
+    wire = (b'data: {"delta": "hi"}\n\nevent: error\ndata: {"error": {"message": '
+            b'"Incorrect API key provided: ' + key.encode() + b'"}}\n\n')
+    cut = wire.index(key.encode()) + len(key) // 2
+    rec.feed(wire[:cut])
+    rec.feed(wire[cut:])
+    stored = orjson.dumps(rec.value())
+    assert b"Incorrect API key provided: <REDACTED>" in stored
+    assert key[: len(key) // 2].encode() not in stored
+    assert key[len(key) // 2:].encode() not in stored

@@ -18,6 +18,7 @@ import openai
 import orjson
 import pytest
 from fake_provider import FakeProvider
+from http_support import KeyRefuser, leaked
 
 import dejacache
 from dejacache.http import AsyncTransport, Transport
@@ -621,3 +622,49 @@ def test_a_credential_pair_in_a_body_is_keyed_by_its_mask(
         assert ask("k2-ci") == live["k1-local"]
     with pytest.raises(dejacache.ReplayMiss), dejacache.cassette(path, mode="replay"):
         ask("alice-pw")  # keyed by the mask: another masking key, another key
+
+
+# ---------------------------------------------------------------- echoed credentials
+
+
+def _quoting(url: str, body: dict[str, Any], is_async: bool) -> str:
+    """What the caller reads of the answer, its body streamed as it comes."""
+    if is_async:
+        async def read() -> str:
+            async with dejacache.async_http_client() as c, \
+                    c.stream("POST", url, json=body, headers=KeyRefuser.HEADERS) as r:
+                return (await r.aread()).decode()
+
+        return asyncio.run(read())
+    with dejacache.http_client() as c, \
+            c.stream("POST", url, json=body, headers=KeyRefuser.HEADERS) as r:
+        return r.read().decode()
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("echo", {"q": 1}),  # a whole JSON 200 with an ``error`` field
+    ("stream", {"stream": True}),  # handed on as it comes, stored at its end
+    ("stream", {"q": 1}),  # a stream the request did not ask for: read whole
+], ids=["json", "stream", "stream-read-whole"])
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_a_200_answer_quoting_the_requests_key_is_stored_without_it(
+        tmp_path: pathlib.Path, path: str, body: dict[str, Any], is_async: bool) -> None:
+    # The caller still gets the answer as it came; a replay quotes the placeholder. In the
+    # stream each key came cut in two across socket reads.
+    cassette = tmp_path / "echo.json"
+    with KeyRefuser() as server:
+        with dejacache.cassette(cassette, "record"):
+            live = _quoting(server.at(path), body, is_async)
+        assert all(k in live for k in KeyRefuser.KEYS)
+        assert leaked(tmp_path) == []
+        with dejacache.cassette(cassette, "replay"):
+            again = _quoting(server.at(path), body, is_async)
+    assert again.count("<REDACTED>") == 3
+    assert again == _placeholders(live)
+
+
+def _placeholders(text: str) -> str:
+    """``text`` as stored: each credential the request sent replaced whole."""
+    for sent in (KeyRefuser.HEADERS["authorization"], *KeyRefuser.KEYS):
+        text = text.replace(sent, "<REDACTED>")
+    return text

@@ -188,14 +188,17 @@ async def _refused(url: str) -> tuple[int, str]:
         return r.status, await r.text()
 
 
-def test_an_error_answer_quoting_the_requests_key_is_stored_without_it(
-        tmp_path: pathlib.Path) -> None:
-    # The caller still gets the answer as it came; a replay quotes the placeholder.
+@pytest.mark.parametrize(("path", "status"), [("things", 401), ("echo", 200), ("stream", 200)])
+def test_an_answer_quoting_the_requests_key_is_stored_without_it(
+        tmp_path: pathlib.Path, path: str, status: int) -> None:
+    # An error answer, a 200 quoting the key, a 200 stream whose later event does; the
+    # caller still gets the answer as it came; a replay quotes the placeholder.
     cassette = tmp_path / "refused.json"
-    with KeyRefuser() as server, dejacache.cassette(cassette, "record"):
-        status, live = asyncio.run(_refused(server.url))
-    assert status == 401 and all(k in live for k in KeyRefuser.KEYS)
-    assert leaked(tmp_path) == []
-    with dejacache.cassette(cassette, "replay"):
-        status, again = asyncio.run(_refused(server.url))
-    assert status == 401 and again.count("<REDACTED>") == 3
+    with KeyRefuser() as server:
+        with dejacache.cassette(cassette, "record"):
+            got, live = asyncio.run(_refused(server.at(path)))
+        assert got == status and all(k in live for k in KeyRefuser.KEYS)
+        assert leaked(tmp_path) == []
+        with dejacache.cassette(cassette, "replay"):
+            got, again = asyncio.run(_refused(server.at(path)))
+    assert got == status and again.count("<REDACTED>") == 3

@@ -255,20 +255,23 @@ def _refused(client: str, url: str) -> tuple[int, str]:
     return resp.status, resp.data.decode()
 
 
+@pytest.mark.parametrize(("path", "status"), [("things", 401), ("echo", 200), ("stream", 200)])
 @pytest.mark.parametrize(("client", "kept_in"), [("requests", "cassette"),
                                                  ("urllib3", "sqlite")])
-def test_an_error_answer_quoting_the_requests_key_is_stored_without_it(
-        tmp_path: pathlib.Path, client: str, kept_in: str) -> None:
-    # The caller still gets the answer as it came; a replay quotes the placeholder.
+def test_an_answer_quoting_the_requests_key_is_stored_without_it(
+        tmp_path: pathlib.Path, client: str, kept_in: str, path: str, status: int) -> None:
+    # An error answer, a 200 quoting the key, a 200 stream whose later event does; the
+    # caller still gets the answer as it came; a replay quotes the placeholder.
     def block(mode: str) -> Any:
         if kept_in == "cassette":
             return dejacache.cassette(tmp_path / "refused.json", mode)
         return dejacache.scope(mode=mode, store=dejacache.SQLiteStore(tmp_path / "c.db"))
 
-    with KeyRefuser() as server, block("record"):
-        status, live = _refused(client, server.url)
-    assert status == 401 and all(k in live for k in KeyRefuser.KEYS)
-    assert leaked(tmp_path) == []
-    with block("replay"):
-        status, again = _refused(client, server.url)
-    assert status == 401 and again.count("<REDACTED>") == 3
+    with KeyRefuser() as server:
+        with block("record"):
+            got, live = _refused(client, server.at(path))
+        assert got == status and all(k in live for k in KeyRefuser.KEYS)
+        assert leaked(tmp_path) == []
+        with block("replay"):
+            got, again = _refused(client, server.at(path))
+    assert got == status and again.count("<REDACTED>") == 3

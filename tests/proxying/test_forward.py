@@ -16,6 +16,7 @@ import openai
 import orjson
 import pytest
 from fake_provider import FakeProvider
+from http_support import KeyRefuser
 from proxy_support import entries
 
 import dejacache
@@ -532,3 +533,27 @@ def test_upstreams_of_the_users_asked_the_same_answer_each_their_own(
         assert recorded == ["a", "b"]
     finally:
         other.stop()
+
+
+@pytest.mark.parametrize(("path", "status", "body"), [
+    ("things", 401, {"q": 1}), ("echo", 200, {"q": 1}), ("stream", 200, {"stream": True}),
+])
+def test_an_answer_quoting_the_requests_key_is_stored_without_it(
+        session_for: Open, path: str, status: int, body: dict[str, Any]) -> None:
+    # An error answer, a 200 quoting the key, a 200 stream whose later event does (passed
+    # on as it comes): the client gets each as it came; the cassette, and so a replay, the
+    # placeholder.
+    with KeyRefuser() as server:
+        def ask(session: ProxySession) -> httpx2.Response:
+            return post(f"{session.url}/echo/v1/{path}?key={KeyRefuser.KEYS[2]}", body,
+                        **KeyRefuser.HEADERS)
+
+        s = session_for("quoting", upstreams={"echo": server.base})
+        live = ask(s)
+        assert live.status_code == status and all(k in live.text for k in KeyRefuser.KEYS)
+        s.close(ok=True)
+        data = s.cassette.read_bytes()
+        assert b"Incorrect API key provided" in data
+        assert [k for k in KeyRefuser.KEYS if k.encode() in data] == []
+        again = ask(session_for("quoting", upstreams={"echo": server.base}, mode="replay"))
+    assert again.status_code == status and again.text.count("<REDACTED>") == 3

@@ -17,7 +17,9 @@ A stream the caller closes or drops before that point, or that is still unfinish
 block (a cassette or a scope) exits, is not stored and says so with a ``DejacacheWarning``
 naming the call (endpoint and model) and where it would have gone (``scope.settle``). A
 stream that fails (the server hangs up) is not stored either; the caller gets the failure
-itself.
+itself. What is stored holds none of the request's credentials, wherever an event quotes one
+(a mid-stream error event quoting the key: ``exchange.unechoed``); the caller's chunks are
+not touched. Events are looked at whole, so a key cut across two socket reads is found.
 
 Cost per event: one cheap string check (``Provider.stage``). Per stream that stops at the
 finishing event with the end marker still on the wire: one short-lived reader thread (sync)
@@ -78,6 +80,8 @@ class CallInfo(Protocol):
     def aliases(self) -> AliasTable | None: ...
     @property
     def key(self) -> str: ...
+    @property
+    def credentials(self) -> list[str]: ...
 
 
 StoreSync = Callable[[dict[str, Any], float], None]
@@ -139,6 +143,7 @@ class Recorder:
             live.status_code, spelled_names(live.headers.raw, live.headers.multi_items()),
             live.headers.get("content-type", ""),
             self.call.provider, events=self.events if whole is None else None, body=whole,
+            credentials=self.call.credentials,
         )
         if self.call.aliases is not None:
             self.call.aliases.keep(self.call.key, value)

@@ -42,7 +42,6 @@ from .exchange import (
     replay_headers,
     response_value,
     storable,
-    unechoed,
 )
 from .headers import credential_values, spelled_names
 from .identities import identities_for, scope_of
@@ -144,6 +143,9 @@ class _Call:
     # still replay (an exact match: never a wrong answer); new ones are kept under ``key``.
     raw: tuple[str, bytes] | None = None
     identity: Identity | None = None
+    # The request's credentials (``headers.credential_values``), found once its answer
+    # comes: what the stored answer must not quote (``exchange.unechoed``).
+    credentials: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def sequenced(self) -> bool:
@@ -234,8 +236,12 @@ def _prepare(lib: Lib, eff: Effective, request: Any, body: bytes, opts: Options,
     return call
 
 
-def _received(call: _Call, resp: Any) -> Any:
-    """A live answer came: the cookies it sets are echoes from now on (``identities.py``)."""
+def _received(call: _Call, resp: Any, request: Any) -> Any:
+    """A live answer came to ``request``: the cookies it sets are echoes from now on
+    (``identities.py``), and what it may quote of the request's credentials is found."""
+    url = request.url
+    call.credentials = credential_values(request.headers.multi_items(),
+                                         url.params.multi_items() if url.query else ())
     if "set-cookie" in resp.headers:
         table = identities_for(call.eff)
         if table is not None:
@@ -358,25 +364,11 @@ async def _awire(resp: Any) -> bytes | None:
     return None if resp.is_stream_consumed else b"".join([c async for c in resp.aiter_raw()])
 
 
-def _read_whole(call: _Call, resp: Any, raw: bytes | None, request: Any) -> dict[str, Any]:
+def _read_whole(call: _Call, resp: Any, raw: bytes | None) -> dict[str, Any]:
     """The stored value of a whole (non-stream) answer read as ``raw`` wire bytes; the caller
     gets those bytes and every header as they came (its client decodes them as it would).
     ``raw`` None (see :func:`_wire`): the caller gets the decoded content, without the
-    headers of the wire encoding. An error answer is stored without ``request``'s own
-    credentials (:func:`_unechoed`)."""
-    value = _whole_value(call, resp, raw)
-    return _unechoed(value, request) if resp.status_code >= 400 else value
-
-
-def _unechoed(value: dict[str, Any], request: Any) -> dict[str, Any]:
-    """An error answer as stored: without the credentials of the request it answers
-    (``exchange.unechoed``, the rule every recording driver stores through)."""
-    url = request.url
-    return unechoed(value, credential_values(request.headers.multi_items(),
-                                             url.params.multi_items() if url.query else ()))
-
-
-def _whole_value(call: _Call, resp: Any, raw: bytes | None) -> dict[str, Any]:
+    headers of the wire encoding."""
     m = call.lib.module
     if raw is None:
         body = resp.content
@@ -384,7 +376,7 @@ def _whole_value(call: _Call, resp: Any, raw: bytes | None) -> dict[str, Any]:
                                stream=m.ByteStream(body), extensions=_extensions(resp))
         return _kept(call, response_value(resp.status_code, _as_sent(resp.headers),
                                           resp.headers.get("content-type", ""), call.provider,
-                                          body=body))
+                                          body=body, credentials=call.credentials))
     call.live = m.Response(resp.status_code, headers=resp.headers, stream=m.ByteStream(raw),
                            extensions=_extensions(resp))
     encoding = resp.headers.get("content-encoding", "")
@@ -393,11 +385,11 @@ def _whole_value(call: _Call, resp: Any, raw: bytes | None) -> dict[str, Any]:
     if body is not raw or not encoded:
         return _kept(call, response_value(resp.status_code, _as_sent(resp.headers),
                                           resp.headers.get("content-type", ""), call.provider,
-                                          body=body))
+                                          body=body, credentials=call.credentials))
     # Still encoded: opaque (not read as the JSON or stream its type says), kept byte for
     # byte, and the replay says it is encoded, as the live answer did.
     value = response_value(resp.status_code, _as_sent(resp.headers), "", call.provider,
-                           body=raw)
+                           body=raw, credentials=call.credentials)
     value["headers"].append(["content-encoding", encoding])
     return _kept(call, value)
 
@@ -489,7 +481,7 @@ def _live_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> dict[st
     t0 = time.perf_counter()
     try:
         with _bypass():
-            resp = _received(call, send(request))
+            resp = _received(call, send(request), request)
         try:
             if _is_stream_answer(resp):
                 rec = Recorder(call, resp, t0)
@@ -499,7 +491,7 @@ def _live_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> dict[st
                     rec.feed(chunk)
                 value = _read_events(call, resp, rec, chunks)
             else:
-                value = _read_whole(call, resp, _wire(resp), request)
+                value = _read_whole(call, resp, _wire(resp))
         finally:
             resp.close()
     except Exception as exc:
@@ -520,13 +512,13 @@ def _stream_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> Any:
         return _respond(call, request, value, is_async=False)
     try:
         with _bypass():
-            resp = _received(call, send(request))
+            resp = _received(call, send(request), request)
     except Exception as exc:
         d.advance(flow, exc=exc)  # a transport error is kept; the flow raises it again
         raise  # pragma: no cover
     if not _is_stream_answer(resp):
         try:
-            value = _read_whole(call, resp, _wire(resp), request)
+            value = _read_whole(call, resp, _wire(resp))
         finally:
             resp.close()
         d.advance(flow, d.ran(value))
@@ -571,7 +563,7 @@ async def _live_async(
     try:
         token = _BYPASS.set(True)
         try:
-            resp = _received(call, await send(request))
+            resp = _received(call, await send(request), request)
         finally:
             _BYPASS.reset(token)
         try:
@@ -583,7 +575,7 @@ async def _live_async(
                     rec.feed(chunk)
                 value = _read_events(call, resp, rec, chunks)
             else:
-                value = _read_whole(call, resp, await _awire(resp), request)
+                value = _read_whole(call, resp, await _awire(resp))
         finally:
             await resp.aclose()
     except Exception as exc:
@@ -606,7 +598,7 @@ async def _stream_async(
         return _respond(call, request, value, is_async=True)
     token = _BYPASS.set(True)
     try:
-        resp = _received(call, await send(request))
+        resp = _received(call, await send(request), request)
     except Exception as exc:
         await d.advance(flow, exc=exc)
         raise  # pragma: no cover
@@ -614,7 +606,7 @@ async def _stream_async(
         _BYPASS.reset(token)
     if not _is_stream_answer(resp):
         try:
-            value = _read_whole(call, resp, await _awire(resp), request)
+            value = _read_whole(call, resp, await _awire(resp))
         finally:
             await resp.aclose()
         await d.advance(flow, d.ran(value))

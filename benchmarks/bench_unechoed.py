@@ -1,0 +1,150 @@
+"""What storing a live answer without the request's credentials costs on the record path.
+
+    .venv/bin/python benchmarks/bench_unechoed.py [--budget 1.0]
+
+Every live answer, whatever its status, is looked through for the credentials of the request
+it answers (``exchange.unechoed``) before it is stored. Cells: the look alone on the stored
+value, given the body it was read from (as the drivers do) and written whole (as before the
+body was searched); with ``--record`` instead, one recorded call through ``Transport`` over
+an ``httpx2.MockTransport`` into a ``MemoryStore`` (the whole record path: key, read,
+store), with and without credentials in the request (run it against two checkouts, by
+``PYTHONPATH``, to compare before and after). Answers: a 2 KB chat completion, a 1 MB one
+(one long string), a 1 MB embeddings answer (floats), a 200-event stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx2
+import orjson
+from _timing import md_table
+
+import dejacache
+from dejacache.http import Transport
+from dejacache.http.exchange import response_value
+from dejacache.http.headers import credential_values
+from dejacache.http.providers.openai import PROVIDER
+
+KEY = "sk-bench-echo-7f3a9c2d1e0b4a5f6e7d8c9b0a1f2e3d"
+CREDENTIALED = {"authorization": f"Bearer {KEY}", "x-api-key": KEY}
+# The other headers an SDK sends with each call.
+SDK_HEADERS = [("accept", "application/json"), ("content-type", "application/json"),
+               ("user-agent", "OpenAI/Python 1.99.0"), ("x-stainless-lang", "python"),
+               ("x-stainless-package-version", "1.99.0"), ("x-stainless-os", "Linux"),
+               ("x-stainless-arch", "x64"), ("x-stainless-runtime", "CPython"),
+               ("x-stainless-runtime-version", "3.11.7"), ("x-stainless-retry-count", "0"),
+               ("x-stainless-read-timeout", "600"), ("accept-encoding", "gzip, deflate"),
+               ("connection", "keep-alive"), ("host", "api.openai.com"),
+               ("content-length", "120")]
+
+
+def completion(size: int) -> bytes:
+    filler = ("lorem ipsum dolor sit amet " * (size // 27 + 1))[: max(size - 420, 10)]
+    return orjson.dumps({
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": "m",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": filler}}],
+        "usage": {"prompt_tokens": 20, "completion_tokens": 400, "total_tokens": 420},
+    })
+
+
+def embeddings(size: int) -> bytes:
+    n = size // 20
+    return orjson.dumps({"object": "list", "model": "e", "data": [
+        {"object": "embedding", "index": 0,
+         "embedding": [0.0123456789 * (i % 97) - 0.5 for i in range(n)]}]})
+
+
+def stream(events: int) -> bytes:
+    out = []
+    for k in range(events):
+        chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+                 "model": "m", "choices": [{"index": 0, "delta": {"content": f"tok{k} "},
+                                            "finish_reason": None}]}
+        out.append(b"data: " + orjson.dumps(chunk) + b"\n\n")
+    return b"".join(out) + b"data: [DONE]\n\n"
+
+
+ANSWERS: dict[str, tuple[str, bytes]] = {
+    "json 2 KB": ("application/json", completion(2048)),
+    "json 1 MB": ("application/json", completion(1 << 20)),
+    "embeddings 1 MB": ("application/json", embeddings(1 << 20)),
+    "sse 200 events": ("text/event-stream", stream(200)),
+}
+
+
+def median_us(op: Callable[[], Any], budget: float) -> float:
+    for _ in range(3):
+        op()
+    samples = []
+    end = time.perf_counter() + budget
+    while time.perf_counter() < end or len(samples) < 7:
+        t = time.perf_counter_ns()
+        op()
+        samples.append(time.perf_counter_ns() - t)
+    return statistics.median(samples) / 1000
+
+
+def recorded_call(ctype: str, body: bytes, headers: dict[str, str]) -> Callable[[], Any]:
+    def handler(request: httpx2.Request) -> httpx2.Response:
+        return httpx2.Response(200, headers={"content-type": ctype}, content=body)
+
+    client = httpx2.Client(transport=Transport(httpx2.MockTransport(handler)))
+    asks = {"model": "m", "stream": ctype == "text/event-stream"}
+
+    def op() -> Any:
+        with dejacache.scope(mode="record", store=dejacache.MemoryStore()):
+            return client.post("http://127.0.0.1:9/v1/chat/completions", json=asks,
+                               headers=headers).read()
+
+    return op
+
+
+def look_alone(ctype: str, body: bytes, wire: bool) -> Callable[[], Any]:
+    """The look alone, on the value stored (``wire``: given the body it was read from, as
+    the drivers give it; else the value written whole)."""
+    from dejacache.http.exchange import unechoed
+    from dejacache.http.sse import SSESplitter
+
+    value = response_value(200, [("content-type", ctype)], ctype, PROVIDER, body=body)
+    given: bytes | None = body if wire else None
+    if ctype == "text/event-stream":  # a stream's events are looked at as they were cut
+        value = response_value(200, [("content-type", ctype)], ctype, PROVIDER,
+                               events=[[0.0, e] for e in SSESplitter().feed(body)])
+        given = None
+    creds = credential_values(CREDENTIALED.items())
+    return lambda: unechoed(value, creds, given)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--budget", type=float, default=1.0)
+    ap.add_argument("--quick", action="store_true", help="a short budget (make bench-quick)")
+    ap.add_argument("--record", action="store_true",
+                    help="the whole record path instead (runs on any checkout)")
+    args = ap.parse_args()
+    budget = 0.1 if args.quick else args.budget
+    heads = ("record, key", "record, none") if args.record else ("look, wire", "look, whole")
+    rows = []
+    for name, (ctype, body) in ANSWERS.items():
+        if args.record:
+            ops = [recorded_call(ctype, body, CREDENTIALED), recorded_call(ctype, body, {})]
+        else:
+            ops = [look_alone(ctype, body, True), look_alone(ctype, body, False)]
+        rows.append([name, *(f"{median_us(op, budget):.1f}" for op in ops)])
+    print("## bench_unechoed.py: a live answer stored without the request's credentials\n")
+    print(md_table(["answer", f"{heads[0]} (us)", f"{heads[1]} (us)"], rows))
+    if not args.record:
+        found = median_us(lambda: credential_values([*SDK_HEADERS, *CREDENTIALED.items()]),
+                          budget)
+        none = median_us(lambda: credential_values(SDK_HEADERS), budget)
+        print(f"\nFinding the request's credentials: {found:.1f} us ({none:.1f} us with none).")
+
+
+if __name__ == "__main__":
+    main()
