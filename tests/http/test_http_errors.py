@@ -141,3 +141,29 @@ def test_an_error_answer_quoting_the_requests_key_is_stored_without_it(
         again = client.post(server.url, json={"q": 1}, headers=KeyRefuser.HEADERS)
     assert again.status_code == 401
     assert again.json()["error"]["message"].count("<REDACTED>") == 3
+
+
+@pytest.mark.parametrize("lib", ["httpx", "httpx2"])
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_a_transport_error_quoting_the_requests_key_is_stored_without_it(
+        tmp_path: pathlib.Path, lib: str, stream: bool) -> None:
+    # A key read from a file with its newline: h11 refuses it, quoting it ("Illegal header
+    # value b'KEY\n'"), and the error a cassette keeps to replay held the key.
+    cassette = tmp_path / "refused.json"
+    key = KeyRefuser.KEYS[0]
+
+    def send(server: KeyRefuser) -> None:
+        with dejacache.http_client(library=lib) as client:
+            client.post(server.url, json={"q": 1, "stream": stream},
+                        headers={"x-api-key": key + "\n"})
+
+    module = pytest.importorskip(lib)
+    with KeyRefuser() as server:
+        with dejacache.cassette(cassette, "record"), \
+                pytest.raises(module.LocalProtocolError, match=key):
+            send(server)
+        assert "Illegal header value" in cassette.read_text()
+        assert key not in cassette.read_text()
+        with dejacache.cassette(cassette, "replay"), \
+                pytest.raises(module.LocalProtocolError, match="<REDACTED>"):
+            send(server)

@@ -303,9 +303,10 @@ def unechoed(value: dict[str, Any], credentials: Sequence[str],
     stream answered 200 may end in an error event that does, a debug endpoint echoes it; a
     key of no known shape under no credential name reached cassettes and stores as it was.
     Every recording driver stores every live answer through this, whatever its status (HTTP:
-    :func:`response_value`; WebSocket: a refused handshake, and the windows of a session
-    whose handshake carried credentials); replays never come here. ``wire``: the body bytes
-    the answer was read from, looked at instead of the answer's own body (:func:`_quotes`).
+    :func:`response_value`, and :func:`error_value` for a transport failure; WebSocket: a
+    refused handshake, and the windows of a session whose handshake carried credentials);
+    replays never come here. ``wire``: the body bytes the answer was read from, looked at
+    instead of the answer's own body (:func:`_quotes`).
     The caller still gets the answer as it came; a replay quotes the placeholder."""
     if not credentials or not _quotes(value, credentials, wire):
         return value
@@ -449,8 +450,10 @@ def _eventstream_events(body: bytes) -> list[list[Any]] | None:
     return [[0.0, eventstream.to_stored(m)] for m in messages]
 
 
-def error_value(exc: BaseException) -> dict[str, Any]:
-    return {"error": {"type": type(exc).__name__, "message": str(exc)}}
+def error_value(exc: BaseException, credentials: Sequence[str] = ()) -> dict[str, Any]:
+    """A transport failure as stored, without the ``credentials`` of the request it failed
+    (:func:`unechoed`): h11 refusing a key read from a file with its newline quotes it."""
+    return unechoed({"error": {"type": type(exc).__name__, "message": str(exc)}}, credentials)
 
 
 def body_bytes(value: Mapping[str, Any]) -> bytes:

@@ -143,8 +143,8 @@ class _Call:
     # still replay (an exact match: never a wrong answer); new ones are kept under ``key``.
     raw: tuple[str, bytes] | None = None
     identity: Identity | None = None
-    # The request's credentials (``headers.credential_values``), found once its answer
-    # comes: what the stored answer must not quote (``exchange.unechoed``).
+    # The request's credentials (``headers.credential_values``), found when it goes live:
+    # what the stored answer, or error, must not quote (``exchange.unechoed``).
     credentials: list[str] = dataclasses.field(default_factory=list)
 
     @property
@@ -236,12 +236,17 @@ def _prepare(lib: Lib, eff: Effective, request: Any, body: bytes, opts: Options,
     return call
 
 
-def _received(call: _Call, resp: Any, request: Any) -> Any:
-    """A live answer came to ``request``: the cookies it sets are echoes from now on
-    (``identities.py``), and what it may quote of the request's credentials is found."""
+def _sending(call: _Call, request: Any) -> Any:
+    """``request`` goes live: the credentials its answer, or the error sending it raises
+    (h11's "Illegal header value b'KEY\\n'"), may quote are found (``exchange.unechoed``)."""
     url = request.url
     call.credentials = credential_values(request.headers.multi_items(),
                                          url.params.multi_items() if url.query else ())
+    return request
+
+
+def _received(call: _Call, resp: Any) -> Any:
+    """A live answer came: the cookies it sets are echoes from now on (``identities.py``)."""
     if "set-cookie" in resp.headers:
         table = identities_for(call.eff)
         if table is not None:
@@ -443,7 +448,8 @@ class _Keeping:
 
     def fail(self, f: Fail) -> Store | None:
         if self.exchange.lib.transport_error(f.error):
-            return Store(f.key, f.canonical, error_value(f.error), time.perf_counter() - self.t0)
+            return Store(f.key, f.canonical, error_value(f.error, self.exchange.credentials),
+                         time.perf_counter() - self.t0)
         return None
 
 
@@ -481,7 +487,7 @@ def _live_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> dict[st
     t0 = time.perf_counter()
     try:
         with _bypass():
-            resp = _received(call, send(request), request)
+            resp = _received(call, send(_sending(call, request)))
         try:
             if _is_stream_answer(resp):
                 rec = Recorder(call, resp, t0)
@@ -498,7 +504,8 @@ def _live_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> dict[st
         if not (call.sequenced and call.lib.transport_error(exc)):
             raise
         call.live = exc
-        value = error_value(exc)  # a cassette keeps failures in order, to replay them
+        # a cassette keeps failures in order, to replay them
+        value = error_value(exc, call.credentials)
     if not storable(value, call.sequenced):
         raise _Unstored(value)
     return value
@@ -512,7 +519,7 @@ def _stream_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> Any:
         return _respond(call, request, value, is_async=False)
     try:
         with _bypass():
-            resp = _received(call, send(request), request)
+            resp = _received(call, send(_sending(call, request)))
     except Exception as exc:
         d.advance(flow, exc=exc)  # a transport error is kept; the flow raises it again
         raise  # pragma: no cover
@@ -563,7 +570,7 @@ async def _live_async(
     try:
         token = _BYPASS.set(True)
         try:
-            resp = _received(call, await send(request), request)
+            resp = _received(call, await send(_sending(call, request)))
         finally:
             _BYPASS.reset(token)
         try:
@@ -582,7 +589,7 @@ async def _live_async(
         if not (call.sequenced and call.lib.transport_error(exc)):
             raise
         call.live = exc
-        value = error_value(exc)
+        value = error_value(exc, call.credentials)
     if not storable(value, call.sequenced):
         raise _Unstored(value)
     return value
@@ -598,7 +605,7 @@ async def _stream_async(
         return _respond(call, request, value, is_async=True)
     token = _BYPASS.set(True)
     try:
-        resp = _received(call, await send(request), request)
+        resp = _received(call, await send(_sending(call, request)))
     except Exception as exc:
         await d.advance(flow, exc=exc)
         raise  # pragma: no cover
