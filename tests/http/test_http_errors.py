@@ -144,18 +144,20 @@ def test_an_error_answer_quoting_the_requests_key_is_stored_without_it(
 
 
 @pytest.mark.parametrize("lib", ["httpx", "httpx2"])
-@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+@pytest.mark.parametrize(("stream", "tail"), [(False, "\n"), (True, "\n"), (False, "\x00")],
+                         ids=["whole", "stream", "nul"])
 def test_a_transport_error_quoting_the_requests_key_is_stored_without_it(
-        tmp_path: pathlib.Path, lib: str, stream: bool) -> None:
+        tmp_path: pathlib.Path, lib: str, stream: bool, tail: str) -> None:
     # A key read from a file with its newline: h11 refuses it, quoting it ("Illegal header
-    # value b'KEY\n'"), and the error a cassette keeps to replay held the key.
+    # value b'KEY\n'"), and the error a cassette keeps to replay held the key. With a NUL
+    # the message writes it escaped (``\x00``): the key alone is looked for too.
     cassette = tmp_path / "refused.json"
     key = KeyRefuser.KEYS[0]
 
     def send(server: KeyRefuser) -> None:
         with dejacache.http_client(library=lib) as client:
             client.post(server.url, json={"q": 1, "stream": stream},
-                        headers={"x-api-key": key + "\n"})
+                        headers={"x-api-key": key + tail})
 
     module = pytest.importorskip(lib)
     with KeyRefuser() as server:

@@ -33,6 +33,7 @@ repeated headers are joined with ``", "`` in order.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable
 from typing import Final, NamedTuple
 
@@ -123,6 +124,9 @@ def is_credential(raw: str) -> bool:
 #: A credential's part shorter than this (``Bearer``, ``Basic``) is a scheme, not a secret:
 #: hidden wherever it appears, it would hide ordinary words.
 _SHORTEST_SECRET: Final = 8
+# What parts a credential's value: spaces (``Bearer KEY``), and the control characters an
+# HTTP library refuses it for, quoting it escaped (h11: "Illegal header value b'KEY\x00'").
+_PARTS: Final = re.compile(r"[\s\x00-\x1f\x7f]+")
 
 
 def credential_values(headers: Iterable[tuple[str, str]],
@@ -130,12 +134,13 @@ def credential_values(headers: Iterable[tuple[str, str]],
     """The credentials a request carries, as text that may be found quoted elsewhere (an
     upstream's error answer echoing the key, an exception's message): its credential
     headers' values (:func:`is_credential`) and each of their words (``Bearer KEY``: the
-    key), and its credential query parameters' values; longest first, so a value holding
-    another is replaced whole."""
+    key; a key read with a NUL, which an HTTP library refuses quoting it escaped), and its
+    credential query parameters' values; longest first, so a value holding another is
+    replaced whole."""
     found: set[str] = set()
     for name, value in headers:
         if is_credential(name):
-            found.update((value, *value.split()))
+            found.update((value, *_PARTS.split(value)))
     for name, value in query:
         if is_secret_query(name):
             found.add(value)
