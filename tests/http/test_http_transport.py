@@ -22,6 +22,7 @@ from http_support import KeyRefuser, leaked
 
 import dejacache
 from dejacache.http import AsyncTransport, Transport
+from encoded_upstream import PLAIN, EncodedUpstream, deflated, gzipped, pieces
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -461,6 +462,112 @@ def test_a_body_that_is_not_what_its_encoding_says_replays_as_it_came(
     assert fake.count() == 1
     if isinstance(live, tuple):  # the library could not decode it: what the server sent
         assert live[:2] == (200, encoding) and orjson.loads(live[2])["object"]
+
+
+# A body as the upstream sends it: (content-encoding, chunks, streamed, kept decoded). Kept
+# decoded: the store holds the plain text (events, JSON); else the bytes as they came, with
+# their header.
+ANSWER = b'{"id":"chatcmpl-enc","object":"chat.completion","choices":[]}'
+ENCODED = {
+    "sse gzip": ("gzip", pieces(gzipped(PLAIN)), True, True),
+    "sse plain said gzip": ("gzip", pieces(PLAIN), True, False),
+    "sse gzip cut short": ("gzip", pieces(gzipped(PLAIN)[:-40]), True, False),
+    "sse gzip, gzip": ("gzip, gzip", pieces(gzipped(gzipped(PLAIN))), True, True),
+    "sse deflate, gzip": ("deflate, gzip", pieces(gzipped(deflated(PLAIN))), True, True),
+    "sse br, gzip": ("br, gzip", pieces(gzipped(b"data: not br\n\n")), True, False),
+    "json gzip, gzip": ("gzip, gzip", [gzipped(gzipped(ANSWER))], False, True),
+    "json deflate, gzip": ("deflate, gzip", [gzipped(deflated(ANSWER))], False, True),
+    "json br, gzip": ("br, gzip", [gzipped(b"not br")], False, False),
+    "json gzip cut short": ("gzip", [gzipped(ANSWER)[:-12]], False, False),
+}
+
+
+@pytest.fixture
+def encoded() -> Iterator[EncodedUpstream]:
+    server = EncodedUpstream().start()
+    yield server
+    server.stop()
+
+
+def _outcome(lib: Any, url: str, asks_stream: bool, is_async: bool) -> tuple[Any, ...]:
+    """What a client makes of the answer: status, content-encoding and the body as its own
+    decoder gives it, or the name of the error that decoder raised."""
+    body = {**BODY, "stream": asks_stream}
+
+    def sync() -> tuple[Any, ...]:
+        with lib.Client(transport=Transport(lib.HTTPTransport())) as c, \
+                c.stream("POST", url, json=body) as r:
+            try:
+                return r.status_code, r.headers.get("content-encoding"), r.read()
+            except lib.DecodingError as exc:
+                return r.status_code, r.headers.get("content-encoding"), type(exc).__name__
+
+    async def run() -> tuple[Any, ...]:
+        async with lib.AsyncClient(transport=AsyncTransport(lib.AsyncHTTPTransport())) as c, \
+                c.stream("POST", url, json=body) as r:
+            try:
+                return r.status_code, r.headers.get("content-encoding"), await r.aread()
+            except lib.DecodingError as exc:
+                return r.status_code, r.headers.get("content-encoding"), type(exc).__name__
+
+    return asyncio.run(run()) if is_async else sync()
+
+
+@pytest.mark.parametrize("asks_stream", [True, False], ids=["stream", "whole"])
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("lib", [httpx, httpx2], ids=["httpx", "httpx2"])
+@pytest.mark.parametrize("case", list(ENCODED))
+def test_an_encoded_answer_reaches_the_caller_as_sent_and_replays_alike(
+        encoded: EncodedUpstream, tmp_path: pathlib.Path, lib: Any, is_async: bool,
+        asks_stream: bool, case: str) -> None:
+    # The caller's own decoder reads what the upstream sent, live and replayed alike. Every
+    # layer of a stacked coding is undone for the stored copy (RFC 9110 8.4: in reverse
+    # order); a body some layer of which cannot be undone (br without brotli, data that is
+    # not what its header says, a gzip stream cut short) is kept as it came, with its header.
+    encoding, chunks, streamed, plain = ENCODED[case]
+    encoded.serve(encoding, chunks, streamed=streamed,
+                  content_type="text/event-stream" if streamed else "application/json")
+    url = encoded.url + "/v1/chat/completions"
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record"):
+        live = _outcome(lib, url, asks_stream, is_async)
+    assert live[:2] == (200, encoding)
+    ((entry),) = orjson.loads(path.read_bytes())["entries"]
+    stored = entry["response"]
+    if plain:
+        assert ("events" in stored if streamed else "json" in stored), stored
+        assert "content-encoding" not in dict(stored["headers"])
+    else:
+        assert dict(stored["headers"])["content-encoding"] == encoding
+        assert "events" not in stored and "json" not in stored
+    encoded.stop()
+    with dejacache.cassette(path, mode="replay"):
+        again = _outcome(lib, url, asks_stream, is_async)
+    if plain and streamed:  # replayed decoded, without the header of a coding it no longer has
+        assert again == (200, None, live[2])
+    elif plain:  # (a cassette writes JSON its own way)
+        assert again[:2] == (200, None) and orjson.loads(again[2]) == orjson.loads(live[2])
+    else:
+        assert again == live
+
+
+SHAPED_KEY = "sk-proj-" + "Ab3dE6gH9jK2mN5pQ8sT1vW4yZ7bC0eF3hJ6kM9n"
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["sse", "json"])
+def test_a_secret_in_a_decoded_body_is_masked_in_the_stored_form(
+        encoded: EncodedUpstream, tmp_path: pathlib.Path, streamed: bool) -> None:
+    # The stored copy is the decoded text, so the secret-shaped value gzip hid is masked.
+    text = {"id": "chatcmpl-k", "object": "chat.completion", "note": f"key {SHAPED_KEY}"}
+    body = (b"data: " + orjson.dumps(text) + b"\n\ndata: [DONE]\n\n") if streamed \
+        else orjson.dumps(text)
+    encoded.serve("gzip, gzip", pieces(gzipped(gzipped(body))), streamed=streamed,
+                  content_type="text/event-stream" if streamed else "application/json")
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record"):
+        _outcome(httpx2, encoded.url + "/v1/chat/completions", streamed, False)
+    written = path.read_text()
+    assert SHAPED_KEY not in written and "<REDACTED>" in written
 
 
 # ------------------------------------------------------------------ a driver that writes bytes

@@ -24,6 +24,7 @@ from http_support import KeyRefuser, SeqStore, leaked  # noqa: E402
 
 import dejacache  # noqa: E402
 from dejacache.http.intercept import patched_libraries  # noqa: E402
+from encoded_upstream import PLAIN, EncodedUpstream, deflated, gzipped, pieces  # noqa: E402
 
 HERE = pathlib.Path(__file__).parent
 
@@ -111,6 +112,36 @@ def test_record_and_replay_in_process_on_the_event_loop() -> None:
     with dejacache.scope(mode="replay", store=store):
         again = asyncio.run(_weather(api.url))
     assert again == live and len(api.requests) == 1
+
+
+async def _chat(url: str) -> tuple[int, str | None, bytes]:
+    async with aiohttp.ClientSession() as s, s.post(
+            url + "/v1/chat/completions", json={"model": "m", "stream": True}) as r:
+        return r.status, r.headers.get("content-encoding"), await r.read()
+
+
+@pytest.mark.parametrize(("encoding", "raw", "plain"), [
+    ("gzip, gzip", gzipped(gzipped(PLAIN)), True),
+    ("deflate, gzip", gzipped(deflated(PLAIN)), True),
+    ("br, gzip", gzipped(b"data: not br\n\n"), False),
+], ids=["gzip-gzip", "deflate-gzip", "br-gzip"])
+def test_a_coding_aiohttp_hands_on_as_it_came_is_kept_by_the_one_rule(
+        tmp_path: pathlib.Path, encoding: str, raw: bytes, plain: bool) -> None:
+    # aiohttp undoes one coding alone; stacked ones reach the caller as they came. Their
+    # bytes were stored as plain text (the header dropped as if aiohttp had undone it) and
+    # replayed mangled. Now every layer is undone for the stored copy, or the body is kept
+    # as it came, with its header (http/codings.py).
+    upstream = EncodedUpstream().serve(encoding, pieces(raw)).start()
+    path = tmp_path / "c.json"
+    try:
+        with dejacache.cassette(path, mode="record"):
+            live = asyncio.run(_chat(upstream.url))
+    finally:
+        upstream.stop()
+    assert live == (200, encoding, raw)
+    with dejacache.cassette(path, mode="replay"):
+        again = asyncio.run(_chat(upstream.url))
+    assert again == ((200, None, PLAIN) if plain else live)
 
 
 def test_a_replay_miss_is_raised_not_sent() -> None:

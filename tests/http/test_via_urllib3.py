@@ -29,6 +29,7 @@ from urllib3_cases import SECRETS  # noqa: E402
 
 import dejacache  # noqa: E402
 from dejacache.http.intercept import patched_libraries  # noqa: E402
+from encoded_upstream import PLAIN, EncodedUpstream, gzipped, pieces  # noqa: E402
 
 HERE = pathlib.Path(__file__).parent
 
@@ -180,6 +181,40 @@ print("patched after", hasattr(urllib3.HTTPConnectionPool.urlopen, "__dejacache_
     assert lines["record"] == lines["replay"]
     assert lines["patched after"] == "False"
     assert len(api.requests) == 1  # the replay did not reach the server
+
+
+def _chat(url: str) -> Any:
+    import requests
+
+    try:
+        with requests.post(url + "/v1/chat/completions", json={"model": "m", "stream": True},
+                           stream=True, timeout=10) as r:
+            return r.status_code, r.headers.get("content-encoding"), r.content
+    except requests.RequestException as exc:
+        return type(exc).__name__
+
+
+@pytest.mark.parametrize(("encoding", "raw"), [
+    ("gzip", PLAIN),  # not what its header says
+    ("gzip", gzipped(PLAIN)[:-40]),  # cut short
+    ("br, gzip", gzipped(b"data: not br\n\n")),  # br without brotli, or br that is not
+], ids=["plain-said-gzip", "gzip-cut-short", "br-gzip"])
+def test_a_stream_whose_coding_cannot_be_undone_replays_as_it_came(
+        tmp_path: pathlib.Path, encoding: str, raw: bytes) -> None:
+    # It was not recorded (the recorder's decoding failed), recorded cut short as if whole,
+    # or, for br under gzip, recorded half decoded as plain text: a replay answered what the
+    # server never sent. Now requests reads the bytes as they came, live and replayed.
+    upstream = EncodedUpstream().serve(encoding, pieces(raw)).start()
+    path = tmp_path / "c.json"
+    try:
+        bare = _chat(upstream.url)
+        with dejacache.cassette(path, mode="record"):
+            live = _chat(upstream.url)
+    finally:
+        upstream.stop()
+    with dejacache.cassette(path, mode="replay"):
+        again = _chat(upstream.url)
+    assert bare == live == again
 
 
 def test_a_replay_miss_is_raised_not_sent(tmp_path: pathlib.Path) -> None:

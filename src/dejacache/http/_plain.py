@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import http
-import importlib
 import zlib
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
+
+from .codings import codings, decompressor
 
 __all__ = [
     "AsyncByteStream", "ByteStream", "CloseError", "ConnectError", "ConnectTimeout",
@@ -350,8 +351,8 @@ class _Decoder:
 
     def __init__(self, encodings: str) -> None:
         self._steps: list[Any] = []
-        for name in reversed([e.strip().lower() for e in encodings.split(",") if e.strip()]):
-            step = _decompressor(name)
+        for name in reversed(codings(encodings)):
+            step = decompressor(name)
             if step is not None:
                 self._steps.append(step)
 
@@ -368,61 +369,8 @@ class _Decoder:
         for step in self._steps:  # what one step still holds goes through the next ones
             if data:
                 data = step.decompress(data)
-            flush = getattr(step, "flush", None)
-            if flush is not None:
-                data += flush()
+            data += step.flush()
         return data
-
-
-class _Deflate:
-    """deflate as sent in the wild: zlib-wrapped, or raw (as httpx accepts both)."""
-
-    def __init__(self) -> None:
-        self._obj: Any = zlib.decompressobj()
-        self._first = True
-
-    def decompress(self, data: bytes) -> bytes:
-        if self._first:
-            self._first = False
-            try:
-                return bytes(self._obj.decompress(data))
-            except zlib.error:
-                self._obj = zlib.decompressobj(-zlib.MAX_WBITS)
-        return bytes(self._obj.decompress(data))
-
-    def flush(self) -> bytes:
-        return bytes(self._obj.flush())
-
-
-class _Brotli:
-    def __init__(self, obj: Any) -> None:
-        self._obj = obj
-
-    def decompress(self, data: bytes) -> bytes:
-        step = getattr(self._obj, "process", None) or self._obj.decompress
-        return bytes(step(data))
-
-
-def _decompressor(name: str) -> Any:
-    if name in ("gzip", "x-gzip"):
-        return zlib.decompressobj(zlib.MAX_WBITS | 16)
-    if name == "deflate":
-        return _Deflate()
-    if name == "br":
-        for module in ("brotli", "brotlicffi"):
-            try:
-                lib = importlib.import_module(module)
-            except ImportError:
-                continue
-            return _Brotli(lib.Decompressor())
-        return None
-    if name == "zstd":
-        try:
-            zstandard = importlib.import_module("zstandard")
-        except ImportError:
-            return None
-        return zstandard.ZstdDecompressor().decompressobj()
-    return None
 
 
 # ---------------------------------------------------------------- request and response

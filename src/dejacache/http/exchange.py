@@ -15,12 +15,13 @@ An NDJSON body (Ollama's streams) is kept as one event per line, so it replays l
 
 Every response header is kept (protocols read them: an MCP session id, pagination ``Link``,
 ``ETag``, ``Location``, rate limits), except the three that describe the wire body rather than
-the decoded body we keep. Credentials and cookies among them (named as a request's identity
-headers are, ``headers.is_credential``, and secret-shaped values) are masked before anything is
-stored, and a replay never hands a masked one back. Volatile ones (``VOLATILE_HEADERS``:
-dates, request ids, rate-limit counters) are kept but never compared (:func:`comparable`).
-Request headers that change the answer are keyed (``headers.py``); who is asking is keyed as
-one digest (``identities.py``).
+the decoded body we keep (a body that could not be decoded is kept as it came, with its
+``Content-Encoding``: :func:`opaque_value`). Credentials and cookies among them (named as a
+request's identity headers are, ``headers.is_credential``, and secret-shaped values) are
+masked before anything is stored, and a replay never hands a masked one back. Volatile ones
+(``VOLATILE_HEADERS``: dates, request ids, rate-limit counters) are kept but never compared
+(:func:`comparable`). Request headers that change the answer are keyed (``headers.py``); who
+is asking is keyed as one digest (``identities.py``).
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ __all__ = [
     "canonical_request",
     "comparable",
     "error_value",
+    "opaque_value",
     "query_identity",
     "replay_headers",
     "response_value",
@@ -433,6 +435,18 @@ def response_value(
         if model:
             value["model"] = model
     return unechoed(value, credentials, body) if credentials else value
+
+
+def opaque_value(status: int, headers: Iterable[tuple[str, str]], provider: Provider,
+                 raw: bytes, encoding: str, *, credentials: Sequence[str] = ()
+                 ) -> dict[str, Any]:
+    """An answer whose body could not be decoded (``codings.py``), as stored: its bytes as
+    they came, not read as the JSON or stream its type says, and its ``Content-Encoding``,
+    so a replay hands the client what the live call did. ``credentials``: as
+    :func:`response_value` (found only where the bytes are not still compressed)."""
+    value = response_value(status, headers, "", provider, body=raw, credentials=credentials)
+    value["headers"].append(["content-encoding", encoding])
+    return value
 
 
 def _event_json(event: Any) -> Any:

@@ -27,13 +27,13 @@ import contextvars
 import dataclasses
 import functools
 import warnings
-import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Protocol
 
 import orjson
 
 from ._pending import built
+from .codings import Decoding, is_encoded
 from .providers import detect
 from .sse import SSESplitter, event_data, is_sse
 
@@ -169,7 +169,7 @@ def _usage_of(data: Any, into: dict[str, Any]) -> bool:
 class _Watch:
     """One exchange in flight: parses the answer as it passes and notifies once."""
 
-    __slots__ = ("base", "buffer", "decoder", "done", "splitter", "usage")
+    __slots__ = ("base", "buffer", "decoding", "done", "splitter", "usage")
 
     def __init__(self, base: Exchange, content_type: str, encoding: str) -> None:
         self.base = base
@@ -177,21 +177,16 @@ class _Watch:
         self.done = False
         self.splitter = SSESplitter() if is_sse(content_type) else None
         self.buffer: list[bytes] | None = None if self.splitter else []
-        enc = encoding.strip().lower()
-        # Pass-through answers arrive still compressed; gzip/deflate are cheap to follow.
-        # Anything else (br, zstd) is not parsed: the exchange is reported without usage.
-        self.decoder: Any = (None if enc in ("", "identity")
-                             else zlib.decompressobj(47) if enc in ("gzip", "deflate")
-                             else False)
+        # Live answers arrive as they came: read through the recordings' own decoding
+        # (``codings.py``). One it cannot undo is not parsed: reported without usage.
+        self.decoding = Decoding(encoding) if is_encoded(encoding) else None
 
     def feed(self, chunk: bytes) -> None:
-        if self.done or self.decoder is False:
+        if self.done:
             return
-        if self.decoder is not None:
-            try:
-                chunk = self.decoder.decompress(chunk)
-            except zlib.error:
-                self.decoder = False
+        if self.decoding is not None:
+            chunk = self.decoding.feed(chunk)
+            if self.decoding.opaque:
                 return
         if self.splitter is not None:
             for ev in self.splitter.feed(chunk):
@@ -205,7 +200,7 @@ class _Watch:
         if self.done:
             return
         self.done = True
-        if self.buffer and self.decoder is not False:
+        if self.buffer and not (self.decoding is not None and self.decoding.opaque):
             with contextlib.suppress(orjson.JSONDecodeError):
                 _usage_of(orjson.loads(b"".join(self.buffer)), self.usage)
         _notify(dataclasses.replace(self.base, usage=self.usage or None))
@@ -270,7 +265,7 @@ def _begin(lib: Any, request: Any, response: Any, context: contextvars.Context,
         tee = _tee_classes(lib.module)[1 if is_async else 0]
         response.stream = tee(response.stream, watch)
         return response
-    watch.decoder = None  # .content is decoded already
+    watch.decoding = None  # .content is decoded already
     watch.feed(content)
     watch.finish()
     return response

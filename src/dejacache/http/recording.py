@@ -1,8 +1,9 @@
 """Live server-sent event streams, recorded while the caller reads them.
 
-The caller gets every chunk as it arrives; the recorder cuts the same bytes into events and
-asks the provider (``Provider.stage``) where each one leaves the answer. A stream is stored
-once, when the answer is complete:
+The caller gets every chunk as it arrives, its bytes as they came (its own decoder undoes
+their ``Content-Encoding``); the recorder decodes a copy (``codings.py``), cuts it into events
+and asks the provider (``Provider.stage``) where each one leaves the answer. A stream is
+stored once, when the answer is complete:
 
 - at the provider's end marker (``message_stop``, ``data: [DONE]``, ``response.completed``)
   or at the end of the body;
@@ -13,6 +14,12 @@ once, when the answer is complete:
   read than the finishing event, as it is whenever the server writes one event at a time, its
   streams were never stored. Events before that point are never held back.
 
+A stream whose coding cannot be undone is stored whole, as it came, with its header, never
+as the events it decoded to: one that cannot be as it arrives (data that is not what its
+coding says, ``br`` without brotli installed) is read to its end before the chunk that
+failed is handed on (the caller's own decoder may fail on it too, and stop reading); one cut
+short (a coding that never reached its end) is found so at its end.
+
 A stream the caller closes or drops before that point, or that is still unfinished when its
 block (a cassette or a scope) exits, is not stored and says so with a ``DejacacheWarning``
 naming the call (endpoint and model) and where it would have gone (``scope.settle``). A
@@ -21,7 +28,9 @@ itself. What is stored holds none of the request's credentials, wherever an even
 (a mid-stream error event quoting the key: ``exchange.unechoed``); the caller's chunks are
 not touched. Events are looked at whole, so a key cut across two socket reads is found.
 
-Cost per event: one cheap string check (``Provider.stage``). Per stream that stops at the
+Cost per event: one cheap string check (``Provider.stage``); for an encoded stream, decoding
+the recorder's copy too (~0.7 us an OpenAI chunk of ~200 bytes under gzip: the caller's
+decoder undoes it again, which dejacache did for it before). Per stream that stops at the
 finishing event with the end marker still on the wire: one short-lived reader thread (sync)
 or task (async; under trio the read-ahead runs inline, bounded only by the client's timeout).
 
@@ -47,7 +56,8 @@ from ..scope import track, untrack
 from ..stats import record_miss
 from ._libs import Lib
 from .aliases import AliasTable
-from .exchange import response_value
+from .codings import Decoding, is_encoded
+from .exchange import opaque_value, response_value
 from .headers import spelled_names
 from .providers import Provider
 from .providers._base import END, FINISHING
@@ -56,7 +66,7 @@ from .sse import splitter_for
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = ["READ_AHEAD_TIMEOUT", "Recorder", "recording_classes"]
+__all__ = ["READ_AHEAD_TIMEOUT", "Recorder", "recording_classes", "wire_chunks"]
 
 # How long the event that finishes an answer may wait for the end marker behind it. Real
 # providers send both within milliseconds; a server that stalls in between costs the caller
@@ -88,11 +98,28 @@ StoreSync = Callable[[dict[str, Any], float], None]
 StoreAsync = Callable[[dict[str, Any], float], Awaitable[None]]
 
 
-class Recorder:
-    """One live stream being recorded: its events so far, and whether it is still open."""
+def wire_chunks(live: Any) -> Iterator[bytes]:
+    """A live answer's bytes as they came (the caller's own decoder reads them), or its
+    decoded content when the transport handed it over read already (a ``MockTransport``
+    handler's ``Response(content=...)``: ``iter_raw`` raises ``StreamConsumed`` on it)."""
+    return iter(live.iter_bytes() if live.is_stream_consumed else live.iter_raw())
 
-    __slots__ = ("__weakref__", "_lock", "call", "events", "live", "open", "splitter", "stage",
-                 "t0")
+
+def awire_chunks(live: Any) -> AsyncIterator[bytes]:
+    chunks: AsyncIterator[bytes] = (live.aiter_bytes() if live.is_stream_consumed
+                                    else live.aiter_raw()).__aiter__()
+    return chunks
+
+
+class Recorder:
+    """One live stream being recorded: its events so far, and whether it is still open.
+
+    It is fed the bytes as they came and keeps its own decoded copy (``codings.py``): a body
+    whose coding cannot be undone (data that is not what ``Content-Encoding`` says, a
+    coding cut short) is kept as it came, whole, with its header."""
+
+    __slots__ = ("__weakref__", "_ended", "_lock", "as_sent", "call", "decoding", "events",
+                 "live", "open", "splitter", "stage", "t0", "wire")
 
     def __init__(self, call: CallInfo, live: Any, t0: float) -> None:
         self.call = call
@@ -103,6 +130,18 @@ class Recorder:
         self.stage = 0
         self.open = True  # False once stored, abandoned or failed: exactly one of those
         self._lock = threading.Lock()
+        # Fed the bytes as they came (``wire_chunks``), not the decoded content.
+        self.as_sent = not live.is_stream_consumed
+        encoding = live.headers.get("content-encoding", "")
+        self.decoding = Decoding(encoding) if self.as_sent and is_encoded(encoding) else None
+        # The wire bytes, while they may have to be kept as they came.
+        self.wire: list[bytes] | None = None if self.decoding is None else []
+        self._ended = False
+
+    @property
+    def opaque(self) -> bool:
+        """Its coding could not be undone: it is kept as it came, once read to its end."""
+        return self.decoding is not None and self.decoding.opaque
 
     @property
     def eff(self) -> Effective:
@@ -113,7 +152,26 @@ class Recorder:
         return track(self)
 
     def feed(self, chunk: bytes) -> int:
-        """Take in one chunk; return the furthest stage any event so far has reached."""
+        """Take in one chunk as it came; return the furthest stage any event so far has
+        reached."""
+        if self.decoding is not None:
+            self.wire.append(chunk)  # type: ignore[union-attr]
+            chunk = self.decoding.feed(chunk)
+            if not chunk:
+                return self.stage
+        return self._take(chunk)
+
+    def end(self) -> None:
+        """The body has ended: the decoder's last bytes are read (and it is told whether
+        every coding was whole)."""
+        if self.open and not self._ended:
+            self._ended = True
+            if self.decoding is not None:
+                tail = self.decoding.finish()
+                if tail:
+                    self._take(tail)
+
+    def _take(self, chunk: bytes) -> int:
         evs = self.splitter.feed(chunk)
         if evs:
             offset = round(time.perf_counter() - self.t0, 4)
@@ -135,9 +193,17 @@ class Recorder:
         return True
 
     def value(self) -> dict[str, Any]:
+        live = self.live
+        if self.opaque and self._ended:
+            value = opaque_value(live.status_code,
+                                 spelled_names(live.headers.raw, live.headers.multi_items()),
+                                 self.call.provider, b"".join(self.wire or ()),
+                                 live.headers.get("content-encoding", ""),
+                                 credentials=self.call.credentials)
+            return value if self.call.aliases is None else self.call.aliases.keep(
+                self.call.key, value)
         for e in self.splitter.flush():
             self.events.append([round(time.perf_counter() - self.t0, 4), e])
-        live = self.live
         whole = self.splitter.body()  # events that did not decode are kept as the bytes
         value = response_value(
             live.status_code, spelled_names(live.headers.raw, live.headers.multi_items()),
@@ -237,6 +303,8 @@ def _read_ahead(rec: Recorder, source: Iterator[bytes], ahead: _Ahead,
             ahead.chunks.append(more)
             if rec.feed(more) >= END:
                 break
+        else:
+            rec.end()
     except Exception as exc:
         ahead.error = exc
     settle_here, close_here = ahead.finish()
@@ -256,6 +324,8 @@ async def _aread_ahead(rec: Recorder, source: AsyncIterator[bytes], ahead: _Ahea
             ahead.chunks.append(more)
             if rec.feed(more) >= END:
                 break
+        else:
+            rec.end()
     except BaseException as exc:  # CancelledError too: the loop is shutting down
         ahead.error = exc
     settle_here, close_here = ahead.finish()
@@ -273,6 +343,17 @@ async def _aread_ahead(rec: Recorder, source: AsyncIterator[bytes], ahead: _Ahea
         raise ahead.error
 
 
+def _opaque(rec: Recorder, rest: list[bytes]) -> None:
+    """A stream whose coding cannot be undone as it arrives: a caller's own decoder fails
+    on the same chunk (the data is not what its coding says; requests also fails on ``br``
+    without brotli) and stops reading, so the rest (``rest``, read before that chunk is
+    handed on) is taken in first and the answer is kept whole, as it came. Its pacing is
+    lost; a ``br`` or ``zstd`` stream keeps it where brotli or zstandard is installed."""
+    for more in rest:
+        rec.feed(more)
+    rec.end()
+
+
 # Read-ahead tasks whose caller has stopped waiting: the event loop only keeps weak references.
 _TASKS: set[asyncio.Task[None]] = set()
 
@@ -288,7 +369,7 @@ class _SyncRecording:
 
     def __iter__(self) -> Iterator[bytes]:
         rec = self._rec
-        source = iter(rec.live.iter_bytes())
+        source = wire_chunks(rec.live)
         try:
             for chunk in source:
                 if rec.open and rec.feed(chunk):
@@ -297,10 +378,18 @@ class _SyncRecording:
                     elif rec.stage == FINISHING:
                         yield from self._read_on(chunk, source)
                         continue
+                if rec.open and rec.opaque:
+                    rest = list(source)  # (see _opaque)
+                    _opaque(rec, rest)
+                    rec.complete(self._store)
+                    yield chunk
+                    yield from rest
+                    return
                 yield chunk
         except Exception:
             rec.failed()
             raise
+        rec.end()
         rec.complete(self._store)  # the end of the body: the answer is all there
 
     def _read_on(self, chunk: bytes, source: Iterator[bytes]) -> Iterator[bytes]:
@@ -349,7 +438,7 @@ class _AsyncRecording:
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         rec = self._rec
-        source = rec.live.aiter_bytes().__aiter__()
+        source = awire_chunks(rec.live)
         try:
             async for chunk in source:
                 if rec.open and rec.feed(chunk):
@@ -359,10 +448,19 @@ class _AsyncRecording:
                         async for c in self._read_on(chunk, source):
                             yield c
                         continue
+                if rec.open and rec.opaque:
+                    rest = [c async for c in source]  # (see _opaque)
+                    _opaque(rec, rest)
+                    await rec.acomplete(self._store)
+                    yield chunk
+                    for c in rest:
+                        yield c
+                    return
                 yield chunk
         except Exception:
             rec.failed()
             raise
+        rec.end()
         await rec.acomplete(self._store)
 
     async def _read_on(self, chunk: bytes,

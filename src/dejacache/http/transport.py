@@ -36,9 +36,11 @@ from . import observers
 from ._libs import LIBRARIES, Lib, lib_named, lib_of
 from ._pending import built
 from .aliases import AliasTable, table_for
+from .codings import decoded
 from .exchange import (
     body_bytes,
     error_value,
+    opaque_value,
     replay_headers,
     response_value,
     storable,
@@ -47,7 +49,7 @@ from .headers import credential_values, spelled_names
 from .identities import identities_for, scope_of
 from .keying import Identity, keyed
 from .providers import Provider, detect
-from .recording import Recorder, recording_classes
+from .recording import Recorder, awire_chunks, recording_classes, wire_chunks
 from .sdk_errors import native_miss
 from .sse import is_stream, replay_async, replay_sync
 
@@ -329,8 +331,12 @@ def _respond(call: _Call, request: Any, value: dict[str, Any], *, is_async: bool
             value["status"], headers=headers, stream=cls(events, call.realtime),
             request=request,
         )
-    return m.Response(value["status"], headers=headers, content=body_bytes(value),
-                      request=request)
+    body = body_bytes(value)
+    if any(k == "content-encoding" for k, _ in headers):
+        # Kept as it came (``codings.py``): decoded by the caller as it reads it, as live.
+        return m.Response(value["status"], headers=[*headers, ("content-length", str(len(body)))],
+                          stream=m.ByteStream(body), request=request)
+    return m.Response(value["status"], headers=headers, content=body, request=request)
 
 
 def _same_object(call: _Call, path: str, value: dict[str, Any]) -> None:
@@ -351,6 +357,13 @@ def _clean_headers(headers: Any) -> list[tuple[str, str]]:
         (k, v) for k, v in headers.multi_items()
         if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")
     ]
+
+
+def _handed_headers(resp: Any, as_sent: bool) -> Any:
+    """The headers a stream is handed on with: as they came, with its bytes as they came
+    (``recording.wire_chunks``), so the caller decodes it as it would have; without the
+    wire's when those bytes are the decoded content."""
+    return resp.headers if as_sent else _clean_headers(resp.headers)
 
 
 def _extensions(resp: Any) -> dict[str, Any]:
@@ -384,34 +397,15 @@ def _read_whole(call: _Call, resp: Any, raw: bytes | None) -> dict[str, Any]:
                                           body=body, credentials=call.credentials))
     call.live = m.Response(resp.status_code, headers=resp.headers, stream=m.ByteStream(raw),
                            extensions=_extensions(resp))
+    # Stored decoded when every coding is undone; else as it came (``codings.py``).
     encoding = resp.headers.get("content-encoding", "")
-    encoded = any(c.strip() not in ("", "identity") for c in encoding.lower().split(","))
-    body = _decoded(m, encoding, raw) if encoded else raw
-    if body is not raw or not encoded:
-        return _kept(call, response_value(resp.status_code, _as_sent(resp.headers),
-                                          resp.headers.get("content-type", ""), call.provider,
-                                          body=body, credentials=call.credentials))
-    # Still encoded: opaque (not read as the JSON or stream its type says), kept byte for
-    # byte, and the replay says it is encoded, as the live answer did.
-    value = response_value(resp.status_code, _as_sent(resp.headers), "", call.provider,
-                           body=raw, credentials=call.credentials)
-    value["headers"].append(["content-encoding", encoding])
-    return _kept(call, value)
-
-
-def _decoded(m: Any, encoding: str, raw: bytes) -> bytes:
-    """``raw`` with its ``Content-Encoding`` undone by the library's own decoders (stored
-    bodies are kept decoded), or ``raw`` itself when nothing was undone: a coding the
-    library cannot decode (``br`` without brotli installed) it passes through, and a body
-    that is not what its header says (``gzip`` that is not) it refuses. Kept as it came,
-    with its header, it replays as the live answer was: recording it failed the call (the
-    proxy answered 500), or stored the still-encoded bytes as if they were plain."""
-    try:
-        body: bytes = m.Response(200, headers=[("content-encoding", encoding)],
-                                 stream=m.ByteStream(raw)).read()
-    except m.DecodingError:
-        return raw
-    return raw if body == raw else body
+    body = decoded(encoding, raw)
+    if body is None:
+        return _kept(call, opaque_value(resp.status_code, _as_sent(resp.headers), call.provider,
+                                        raw, encoding, credentials=call.credentials))
+    return _kept(call, response_value(resp.status_code, _as_sent(resp.headers),
+                                      resp.headers.get("content-type", ""), call.provider,
+                                      body=body, credentials=call.credentials))
 
 
 def _kept(call: _Call, value: dict[str, Any]) -> dict[str, Any]:
@@ -421,9 +415,10 @@ def _kept(call: _Call, value: dict[str, Any]) -> dict[str, Any]:
 
 def _read_events(call: _Call, resp: Any, rec: Recorder, chunks: list[bytes]) -> dict[str, Any]:
     """The stored value of a stream read whole (an SSE answer to a call that did not ask for
-    a stream); the caller gets the decoded bytes with the live headers."""
+    a stream); the caller gets its bytes as they came (``recording.wire_chunks``)."""
     m = call.lib.module
-    call.live = m.Response(resp.status_code, headers=_clean_headers(resp.headers),
+    rec.end()
+    call.live = m.Response(resp.status_code, headers=_handed_headers(resp, rec.as_sent),
                            stream=m.ByteStream(b"".join(chunks)), extensions=_extensions(resp))
     return rec.value()
 
@@ -492,7 +487,7 @@ def _live_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> dict[st
             if _is_stream_answer(resp):
                 rec = Recorder(call, resp, t0)
                 chunks = []
-                for chunk in resp.iter_bytes():
+                for chunk in wire_chunks(resp):
                     chunks.append(chunk)
                     rec.feed(chunk)
                 value = _read_events(call, resp, rec, chunks)
@@ -533,7 +528,8 @@ def _stream_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> Any:
     stream = recording_classes(call.lib)[0](Recorder(call, resp, d.t0).track(), d.later)
     d.advance(flow, d.ran(None, keep=False))  # stored once read to its end
     return call.lib.module.Response(
-        resp.status_code, headers=_clean_headers(resp.headers), stream=stream,
+        resp.status_code, headers=_handed_headers(resp, not resp.is_stream_consumed),
+        stream=stream,
         request=request, extensions=resp.extensions,
     )
 
@@ -577,7 +573,7 @@ async def _live_async(
             if _is_stream_answer(resp):
                 rec = Recorder(call, resp, t0)
                 chunks = []
-                async for chunk in resp.aiter_bytes():
+                async for chunk in awire_chunks(resp):
                     chunks.append(chunk)
                     rec.feed(chunk)
                 value = _read_events(call, resp, rec, chunks)
@@ -621,7 +617,8 @@ async def _stream_async(
     stream = recording_classes(call.lib)[1](Recorder(call, resp, d.t0).track(), d.later)
     await d.advance(flow, d.ran(None, keep=False))
     return call.lib.module.Response(
-        resp.status_code, headers=_clean_headers(resp.headers), stream=stream,
+        resp.status_code, headers=_handed_headers(resp, not resp.is_stream_consumed),
+        stream=stream,
         request=request, extensions=resp.extensions,
     )
 

@@ -60,8 +60,12 @@ __all__ = ["MODULES", "patch"]
 MODULES = SEAM_MODULES["via_aiohttp"]
 
 _EXT = "dejacache.aiohttp_response"
-# The body's framing on the wire: aiohttp has already decoded the body it hands on.
-_WIRE = frozenset({"content-encoding", "content-length", "transfer-encoding"})
+# The body's framing on the wire, and its coding when aiohttp has undone it (``_undone``).
+_FRAMING = frozenset({"content-length", "transfer-encoding"})
+_WIRE = _FRAMING | {"content-encoding"}
+# The codings aiohttp undoes: a Content-Encoding naming exactly one of them (its parser's
+# rule, aiohttp 3.9 to 3.14). Any other (``gzip, gzip``, ``br, gzip``) it hands on as it came.
+_AIOHTTP_UNDOES = frozenset({"gzip", "deflate", "br", "zstd"})
 _TAG = re.compile(r"\[aiohttp (\w+)(?: (-?\d+))?\] (.*)\Z", re.DOTALL)
 # aiohttp failure -> the httpx/httpx2 class it is recorded as (first match wins).
 _TO_LIB = (
@@ -166,7 +170,8 @@ async def _middleware(session: Any, req: Any, handler: Callable[[Any], Awaitable
             if not _is_recorded(exc):
                 raise
             raise _lib_error(lib, exc, r) from exc
-        headers = [(k, v) for k, v in live.headers.items() if k.lower() not in _WIRE]
+        dropped = _WIRE if _undone(session, live) else _FRAMING
+        headers = [(k, v) for k, v in live.headers.items() if k.lower() not in dropped]
         return lib.module.Response(live.status, headers=headers,
                                    stream=_live_class(lib)(live, r), request=r,
                                    extensions={_EXT: live})
@@ -180,6 +185,17 @@ async def _middleware(session: Any, req: Any, handler: Callable[[Any], Awaitable
     else:
         return await _native_response(session, req, hresp, lib)
     raise err
+
+
+def _undone(session: Any, live: Any) -> bool:
+    """Whether aiohttp undid the live answer's coding: then its bytes are plain, and the
+    header is dropped; else it is kept, and the exchange decodes its own copy of the bytes
+    by the rule every transport's answers are kept by (``codings.py``): stacked codings
+    undone, or the body kept as it came. Without it, ``gzip, gzip`` bytes were stored as
+    plain text and replayed mangled."""
+    enc = live.headers.get("content-encoding", "")
+    return (bool(enc) and enc.isascii() and enc.lower() in _AIOHTTP_UNDOES
+            and bool(getattr(session, "auto_decompress", True)))
 
 
 # ---------------------------------------------------------------- failures
