@@ -521,9 +521,8 @@ def test_the_proxy_keys_a_request_as_an_in_process_transport_does(
                 own.identity.items, own.identity.keyed, own.identity.pending)
 
 
-def _unreadable(call: Any, resp: Any, raw: Any, request: Any) -> Any:
-    raise ValueError(f"cannot read the answer to {request.url} for "
-                     f"{request.headers['authorization']}")
+def _unreadable(call: Any, resp: Any, raw: Any) -> Any:
+    raise ValueError(f"cannot read the answer for {' and '.join(call.credentials)}")
 
 
 async def test_the_proxys_log_and_errors_hold_no_credential_of_the_request(

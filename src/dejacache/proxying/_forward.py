@@ -235,7 +235,7 @@ class Forwarder:
             kind = ("dejacache_replay_divergence" if isinstance(miss, ReplayDivergence)
                     else "dejacache_replay_miss")
             await out.write(error_bytes(self.provider_for(hreq, upstream), 404, kind,
-                                        hidden(f"{type(miss).__name__}: {miss}", items)))
+                                        hidden(f"{type(miss).__name__}: {miss}", items, hreq.url)))
             return
         except Exception as exc:
             await out.write(self._failure(hreq, upstream, exc, items))
@@ -256,12 +256,12 @@ class Forwarder:
             # call's failure, or one a cassette recorded and replays).
             return error_bytes(provider, 502, "dejacache_upstream_error", hidden(
                 f"dejacache proxy: upstream {upstream.name} ({upstream.url}) failed: "
-                f"{type(exc).__name__}: {exc}", items))
+                f"{type(exc).__name__}: {exc}", items, hreq.url))
         trace = "".join(traceback.format_exception(exc))
         print(hidden(f"dejacache proxy: error answering {hreq.method} {hreq.url}:\n{trace}",
-                     items), file=sys.stderr, end="")
+                     items, hreq.url), file=sys.stderr, end="")
         return error_bytes(provider, 500, "dejacache_proxy_error", hidden(
-            f"dejacache proxy failed: {type(exc).__name__}: {exc}", items))
+            f"dejacache proxy failed: {type(exc).__name__}: {exc}", items, hreq.url))
 
     async def _relay(self, resp: Any, out: Out, head_only: bool) -> None:
         status = resp.status_code
@@ -299,14 +299,17 @@ class Forwarder:
         await out.write(LAST_CHUNK)
 
 
-def hidden(text: str, headers: Sequence[tuple[str, str]]) -> str:
+def hidden(text: str, headers: Sequence[tuple[str, str]], url: Any = None) -> str:
     """``text`` (a log line, an error message) without the credentials of the request whose
-    ``headers`` it is about: the values of its credential headers (``Authorization``,
-    ``x-api-key``, ``api-key``...: ``credential_values``, by the rule keys and cassettes
-    use) wherever they appear, then every secret-shaped string and credential URL parameter
-    (``?key=...``: ``mask_text``). An exception's message may quote a header or the URL it
-    was sent to, and the proxy's log and answers are read by people who hold no key."""
-    for secret in credential_values(headers):
+    ``headers`` (and httpx ``url``) it is about: the values of its credential headers
+    (``Authorization``, ``x-api-key``, ``api-key``...) and credential query parameters
+    (``?key=``), by the rule keys and cassettes use (``credential_values``), wherever they
+    appear, then every secret-shaped string and credential URL parameter (``mask_text``).
+    An exception's message may quote a header, the URL it was sent to or the key alone
+    (an upstream refusing it), and the proxy's log and answers are read by people who hold
+    no key."""
+    query = url.params.multi_items() if url is not None and url.query else ()
+    for secret in credential_values(headers, query):
         if secret in text:
             text = text.replace(secret, PLACEHOLDER)
     return mask_text(text, placeholder)
