@@ -539,6 +539,32 @@ def test_plan(moved, dejacache_cassette):
     assert doc["roots"] == [str((pytester.path / "test_agent.py").resolve())]
 
 
+def test_a_sessions_first_block_opened_on_an_event_loop_does_no_blocking_io(
+        pytester: pytest.Pytester) -> None:
+    # The first block makes the session's recorder; it used to resolve the roots there, and
+    # realpath stats: under blockbuster that block failed, but only as a session's first
+    # (a one-test run), never after another test's block had made the recorder.
+    pytester.makepyfile(test_agent="""
+import asyncio, dejacache
+from blockbuster import BlockBuster
+
+def test_async_block(tmp_path):
+    async def block():
+        with dejacache.cassette(tmp_path / "a.json", mode="record"):
+            pass
+
+    watch = BlockBuster(scanned_modules=["dejacache"])
+    watch.activate()
+    try:
+        asyncio.run(block())
+    finally:
+        watch.deactivate()
+""")
+    run(pytester, "test_agent.py").assert_outcomes(passed=1)
+    doc = orjson.loads(record().read_bytes())
+    assert doc["roots"] == [str((pytester.path / "test_agent.py").resolve())]
+
+
 def test_a_run_that_changes_nothing_leaves_the_record_as_it_is(pytester: pytest.Pytester
                                                               ) -> None:
     pytester.makepyfile(test_agent=TWO_TESTS)

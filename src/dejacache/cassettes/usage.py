@@ -194,7 +194,10 @@ class UsageRecorder:
 
     def __init__(self, roots: Iterable[str], *, narrowed: str = "") -> None:
         self._name = Names()
-        self.roots = sorted({self._name(r) for r in roots})
+        # Resolved in part(), not here: the plugin makes its recorder in the first block,
+        # which may open on a running event loop, where realpath's stat and readlink block
+        # (blockbuster failed that block, and only when it was the session's first).
+        self._roots = [_absolute(r) for r in roots]
         self.doubts = Doubts(narrowed=narrowed)
         self.modules: set[str] = set()
         self.claims: dict[str, dict[str, str]] = {}
@@ -249,7 +252,8 @@ class UsageRecorder:
                 [k, o, n] for (k, o), n in g.unused.items()]
             uses.append({"path": self._name(path), "tests": ran, "outside": None in g.tests,
                          "why": why, "unused": unused})
-        return {"doubts": self.doubts.as_json(), "roots": self.roots,
+        return {"doubts": self.doubts.as_json(),
+                "roots": sorted({self._name(r) for r in self._roots}),
                 "modules": {m: file_digest(m) for m in sorted(self.modules)},
                 "claims": self.claims, "uses": uses}
 
