@@ -471,3 +471,33 @@ async def test_a_stdio_launchs_other_settings_in_its_environment_are_another_ser
         answers = [await _search(p) for p in params]
     assert answers[0] != answers[1] and answers[2] == answers[0]
     assert calls(ledger, "search_docs") == 2
+
+
+# ---------------------------------------------------------------- credentials a server quotes
+
+KEY = "plain-echoed-credential-7d41c0ffee93b2"  # no known shape: found as the session's own
+
+
+@pytest.mark.parametrize("how", ["stdio-env", "url"])
+async def test_a_credential_a_cached_result_quotes_is_stored_redacted(
+    tmp_path: pathlib.Path, mcp_http: HttpServer, how: str,
+) -> None:
+    # A GitHub server started with GITHUB_TOKEN answering "Bad credentials: KEY"; a server
+    # echoing its URL's ?api_key=. The caller who ran the tool gets it as it came.
+    from mcp import Client, StdioServerParameters
+
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    server: Any = f"{mcp_http.url}?api_key={KEY}"
+    if how == "stdio-env":
+        server = StdioServerParameters(command=sys.executable, args=[str(SCRIPT)],
+                                       env={LEDGER_ENV: ledger.path, "GITHUB_TOKEN": KEY})
+    store = dejacache.SQLiteStore(tmp_path / "tools.db")
+    answers = []
+    with dejacache.agent_session(tenant="acme"):
+        for _ in range(2):
+            async with Client(server, read_timeout_seconds=READ_TIMEOUT) as client:
+                cached = mcp_tool_cache(client, store=store)
+                answers.append(text(await cached.call_tool("whoami", {})))
+    live, hit = answers
+    assert live.startswith(f"Bad credentials: {KEY} (") and hit == live.replace(KEY, "<REDACTED>")
+    assert KEY.encode() not in b"".join(p.read_bytes() for p in tmp_path.glob("tools.db*"))

@@ -624,3 +624,97 @@ async def test_two_stdio_launches_with_other_credentials_each_replay_their_own_a
     assert carol["replay_miss"] is True and "one to one" in carol["text"]
     assert "tok-carol-3310" not in carol["text"]  # the miss names the digest, never the value
     assert mcp_ledger.starts() == starts  # a replay starts no process
+
+
+# ---------------------------------------------------------------- credentials a server quotes
+
+# No known shape, under whatever name the session gives it: found only as the session's own.
+KEY = "plain-echoed-credential-7d41c0ffee93b2"
+SAID = f"Bad credentials: {KEY}"
+
+
+def _stdio_with_token(ledger: Ledger) -> Any:
+    """``connect(_, token)`` for ``_whoami``: the desk started with ``GITHUB_TOKEN=token``."""
+    from mcp import StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    def connect(_: str, token: str) -> Any:
+        env = {LEDGER_ENV: ledger.path, "GITHUB_TOKEN": token}
+        return stdio_client(StdioServerParameters(command=sys.executable, args=[str(SCRIPT)],
+                                                  env=env))
+
+    return connect
+
+
+def _by_api_key(url: str, token: str) -> Any:
+    from mcp.client.streamable_http import streamable_http_client
+
+    return streamable_http_client(f"{url}?api_key={token}")
+
+
+async def _whoami(url: str, connect: Any, block: Any) -> list[Any]:
+    """In ``block``, one session to ``url`` (``connect(url, KEY)``): ``whoami`` answered as a
+    result, an ``isError`` result and a JSON-RPC error, each as the caller got it."""
+    from mcp import ClientSession
+    from mcp_flow import failure
+
+    out: list[Any] = []
+    with block:
+        async with connect(url, KEY) as (read, write, *_), \
+                ClientSession(read, write, read_timeout_seconds=30) as s:
+            await s.initialize()
+            for fail in ("", "tool"):
+                result = await s.call_tool("whoami", {"fail": fail})
+                out.append((result.is_error, result.content[0].text))
+            try:
+                await s.call_tool("whoami", {"fail": "rpc"})
+            except Exception as exc:
+                out.append(failure(exc))
+    return out
+
+
+def _said(answers: list[Any], said: str) -> None:
+    """``answers`` (``_whoami``'s) each quote ``said``."""
+    (ok, text), (bad, error), rpc = answers
+    assert not ok and text.startswith(said) and bad and said in error
+    assert rpc["message"] == said and rpc["data"] == {"said": said}
+
+
+@pytest.mark.parametrize("how", ["stdio-env", "bearer", "api_key"])
+async def test_a_credential_the_server_quotes_is_never_recorded_and_replays_redacted(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger, how: str,
+) -> None:
+    # A GitHub server started with the token answering "Bad credentials: KEY"; a gateway
+    # echoing the Authorization header or the URL's ?api_key=. Its caller gets the answer
+    # as it came; the cassette, and so the replay, the placeholder.
+    server = None
+    if how == "stdio-env":
+        url, connect = "", _stdio_with_token(mcp_ledger)
+    else:
+        server = HttpServer(mcp_ledger, "streamable-http").start()
+        url, connect = server.url, _by_client_header if how == "bearer" else _by_api_key
+    tape = tmp_path / "whoami.json"
+    try:
+        live = await _whoami(url, connect, dejacache.cassette(str(tape), mode="record"))
+    finally:
+        if server is not None:
+            server.stop()
+    _said(live, f"Bad credentials: {'Bearer ' if how == 'bearer' else ''}{KEY}")
+    assert KEY not in tape.read_text() and "<REDACTED>" in tape.read_text()
+    starts = mcp_ledger.starts()
+    replayed = await _whoami(url, connect, dejacache.cassette(str(tape), mode="replay"))
+    _said(replayed, "Bad credentials: <REDACTED>")  # ``Bearer KEY`` whole
+    assert mcp_ledger.starts() == starts
+
+
+async def test_a_store_that_answers_by_key_keeps_no_credential_the_server_quotes(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger,
+) -> None:
+    connect = _stdio_with_token(mcp_ledger)
+    db = tmp_path / "mcp.db"
+    block = dejacache.scope(cache_key="desk", store=dejacache.SQLiteStore(db), mode="auto")
+    _said(await _whoami("", connect, block), SAID)
+    again = await _whoami("", connect, block)
+    assert again[0] == (False, again[0][1]) and "<REDACTED>" in again[0][1]  # a hit
+    assert mcp_ledger.starts() == 2  # the errors are never kept: asked again, live
+    assert KEY.encode() not in b"".join(p.read_bytes() for p in tmp_path.glob("mcp.db*"))

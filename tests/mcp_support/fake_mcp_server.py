@@ -16,6 +16,10 @@ tool list changed (``notifications/tools/list_changed`` to the session that aske
 handshake-era protocol; an event on ``subscriptions/listen`` streams on 2026-07-28), as a
 server redeployed under its clients does.
 
+``whoami(fail)`` quotes the credential the server was given (its ``GITHUB_TOKEN``, the
+request's ``Authorization`` or ``?api_key=``) as a server refusing one does ("Bad credentials:
+KEY"): in its result, in an error result (``fail="tool"``) or a JSON-RPC error (``"rpc"``).
+
 Every answer carries the server's running call number and a fresh nonce, so an answer that
 came from the server is told apart from a replayed one by its text alone. ``get_weather(city)``
 is the tool the loopback model provider calls (it always asks for ``{"city": "Paris"}``).
@@ -217,6 +221,16 @@ def _tools(app: MCPServer, desk: Desk) -> None:
         await anyio.sleep(delay_ms / 1000)
         return f"{text} ({desk.stamp()})"
 
+    @app.tool(annotations=READ_ONLY)
+    def whoami(ctx: Context, fail: str = "") -> str:
+        """Say which credential the server was given, quoting it."""
+        said = f"Bad credentials: {_credential(ctx)}"
+        if fail == "tool":
+            raise ToolError(said)  # an isError result
+        if fail == "rpc":
+            raise MCPError(code=INVALID_PARAMS, message=said, data={"said": said})
+        return f"{said} ({desk.stamp()})"
+
     @app.tool(annotations=DESTRUCTIVE)
     async def redeploy(tool: str, read_only: bool, ctx: Context) -> str:
         """Register a tool again with other annotations, and say the tool list changed."""
@@ -227,6 +241,15 @@ def _tools(app: MCPServer, desk: Desk) -> None:
         # The handshake-era notification, to the session that asked.
         await ctx.request_context.session.send_tool_list_changed()
         return f"redeployed {tool} ({desk.stamp()})"
+
+
+def _credential(ctx: Context) -> str:
+    """The credential this server was started with, or this request carries."""
+    request: Any = ctx.request_context.request
+    if request is None:  # stdio: what the process was started with
+        return os.environ.get("GITHUB_TOKEN", "")
+    auth = request.headers.get("authorization")
+    return str(auth) if auth else str(request.query_params.get("api_key", ""))
 
 
 def _resources_and_prompts(app: MCPServer, desk: Desk) -> None:

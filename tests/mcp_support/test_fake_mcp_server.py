@@ -36,8 +36,8 @@ async def test_handshake_names_the_server_and_tools_carry_their_annotations(
     caps = init.capabilities
     assert caps.tools is not None and caps.resources is not None and caps.prompts is not None
     assert set(tools) == {"search_docs", "get_ticket", "close_ticket", "add_note", "get_weather",
-                          "echo", "redeploy"}
-    for name in ("search_docs", "get_ticket", "get_weather", "echo"):
+                          "echo", "redeploy", "whoami"}
+    for name in ("search_docs", "get_ticket", "get_weather", "echo", "whoami"):
         hints = tools[name].annotations
         assert hints is not None and hints.read_only_hint is True, name
     for name in ("close_ticket", "redeploy"):

@@ -306,8 +306,9 @@ def unechoed(value: dict[str, Any], credentials: Sequence[str],
     key of no known shape under no credential name reached cassettes and stores as it was.
     Every recording driver stores every live answer through this, whatever its status (HTTP:
     :func:`response_value`, and :func:`error_value` for a transport failure; WebSocket: a
-    refused handshake, and the windows of a session whose handshake carried credentials);
-    replays never come here. ``wire``: the body bytes the answer was read from, looked at
+    refused handshake, and the windows of a session whose handshake carried credentials; MCP:
+    every answer a session's live call stores, ``mcp._callers.Callers.unechoed``); replays
+    never come here. ``wire``: the body bytes the answer was read from, looked at
     instead of the answer's own body (:func:`_quotes`).
     The caller still gets the answer as it came; a replay quotes the placeholder."""
     if not credentials or not _quotes(value, credentials, wire):

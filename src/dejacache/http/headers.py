@@ -47,7 +47,7 @@ from .._secrets import (
 )
 
 __all__ = ["TRANSPORT", "TRANSPORT_PREFIXES", "KeyedHeaders", "classify", "cookie_pairs",
-           "credential_values", "is_credential", "spelled_names"]
+           "credential_values", "is_credential", "quotable", "spelled_names"]
 
 #: Request headers that describe the connection, the client or the trace, never the question.
 TRANSPORT: Final = frozenset({
@@ -133,17 +133,20 @@ def credential_values(headers: Iterable[tuple[str, str]],
                       query: Iterable[tuple[str, str]] = ()) -> list[str]:
     """The credentials a request carries, as text that may be found quoted elsewhere (an
     upstream's error answer echoing the key, an exception's message): its credential
-    headers' values (:func:`is_credential`) and each of their words (``Bearer KEY``: the
-    key; a key read with a NUL, which an HTTP library refuses quoting it escaped), and its
-    credential query parameters' values; longest first, so a value holding another is
-    replaced whole."""
-    found: set[str] = set()
-    for name, value in headers:
-        if is_credential(name):
-            found.update((value, *_PARTS.split(value)))
-    for name, value in query:
-        if is_secret_query(name):
-            found.add(value)
+    headers' values (:func:`is_credential`) parted as :func:`quotable` parts them, and its
+    credential query parameters' values whole."""
+    return quotable([v for n, v in headers if is_credential(n)],
+                    [v for n, v in query if is_secret_query(n)])
+
+
+def quotable(values: Iterable[str], whole: Iterable[str] = ()) -> list[str]:
+    """Credentials as an answer or a message may quote them: each of ``values`` and each of
+    its words (``Bearer KEY``: the key; a key read with a NUL, which an HTTP library refuses
+    quoting it escaped), each of ``whole`` as it is; none shorter than a secret can be;
+    longest first, so a value holding another is replaced whole."""
+    found: set[str] = set(whole)
+    for value in values:
+        found.update((value, *_PARTS.split(value)))
     return sorted((v for v in found if len(v) >= _SHORTEST_SECRET), key=len, reverse=True)
 
 

@@ -25,6 +25,11 @@ every resource of the server, named or not: it may change what any of them reads
 The cached call is one module-level ``tool_cache`` reader per (server, resource and cache
 settings), shared by every session wrapped with them: an application that opens a session
 per request still shares one cache, when its sessions name the same server.
+
+What is stored of a result is stored without the credentials the session's connection names
+(``_identity``: a URL's, a stdio launch's ``env=`` and command line) wherever it quotes them,
+by the rule every recorded answer follows (``_callers.Callers.unechoed``); the caller who ran
+the tool gets its result as it came, a hit the placeholder.
 """
 
 from __future__ import annotations
@@ -91,6 +96,39 @@ async def _call(tool: str, arguments: Any, session: Any, options: dict[str, Any]
     return await session.call_tool(tool, arguments, **options)
 
 
+async def _read(tool: str, arguments: Any, session: Any, options: dict[str, Any],
+                given: _Given) -> Any:
+    """A reader's run: the result as the cache keeps it (:meth:`_Given.stored`)."""
+    return given.stored(await session.call_tool(tool, arguments, **options))
+
+
+class _Given:
+    """One reader call: who its session says is asking, and the result as it came when what
+    is stored of it differs (it quoted one of their credentials)."""
+
+    __slots__ = ("callers", "result")
+
+    def __init__(self, callers: Any) -> None:
+        self.callers = callers
+        self.result: Any = None
+
+    def stored(self, result: Any) -> Any:
+        """``result`` without the session's credentials wherever it quotes them, looked for
+        in its wire form (a ``CallToolResult``: text, structured content, error text), and
+        rebuilt as its own type when one is found. Only when the tool ran (a hit never):
+        8.8 us for a ``get_ticket`` result beside a stdio call's milliseconds, most of it
+        pydantic's dump; nothing for a session whose connection names no credential."""
+        dump = getattr(result, "model_dump", None)
+        if not self.callers.secrets or dump is None:
+            return result
+        wire = dump(mode="json", by_alias=True, exclude_none=True)
+        kept = self.callers.unechoed(wire)
+        if kept is wire:
+            return result
+        self.result = result
+        return type(result).model_validate(kept)
+
+
 def _table(server: Identity, own: dict[tuple[Any, ...], Any]) -> dict[tuple[Any, ...], Any]:
     """Where the callers of ``server`` are kept (under ``_LOCK``); ``own``: the wrapper's
     table, for an owner that cannot be referred to weakly."""
@@ -115,8 +153,8 @@ def _caller(role: str, resources: tuple[str, ...], server: Identity,
             if role == "read":
                 fn = tool_cache(resource=resources[0], scope=scope, ttl=ttl, store=store,
                                 max_bytes=max_bytes, name=server.key,
-                                ignore=("session", "options"),
-                                counter_max_age=counter_max_age)(_call)
+                                ignore=("session", "options", "given"),
+                                counter_max_age=counter_max_age)(_read)
             else:
                 fn = _call
                 for resource in resources:
@@ -175,7 +213,11 @@ class CachedSession:
         else:  # a write nobody placed may change what any of the server's tools reads
             targets = tuple(sorted({server.key, *self._resources.values()}))
         fn = _caller(role, targets, server, self._settings, self._own)
-        return await fn(name, arguments or {}, self.session, options)
+        if role != "read":
+            return await fn(name, arguments or {}, self.session, options)
+        given = _Given(server.callers)
+        result = await fn(name, arguments or {}, self.session, options, given)
+        return result if given.result is None else given.result  # as it came, when it ran
 
 
 def mcp_tool_cache(

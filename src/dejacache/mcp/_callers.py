@@ -16,6 +16,12 @@ block, HTTP's :class:`~dejacache.http.identities.IdentityTable` stands this run'
 the recording's only where that cannot be wrong (the recording holds one value of that item
 and this run sent no other), else the call misses and the miss says why. One rule for both:
 an MCP call is asked about its identity as an HTTP request is.
+
+The values themselves are kept too, in memory only, for the session's life
+(:attr:`Callers.secrets`): a server may quote the credential it was given (a GitHub server
+started with ``GITHUB_TOKEN`` answering "Bad credentials: KEY", a gateway echoing its
+``Authorization``), and what is stored of a live answer is stored without them, by HTTP's
+one rule (``http.exchange.unechoed``).
 """
 
 from __future__ import annotations
@@ -24,33 +30,60 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..config import Effective
-from ..http.headers import classify
+from ..http.headers import classify, quotable
 from ..http.identities import Item, identities_for, items_of, spell
 from ..http.keying import Identity
 from . import _wire
 
-__all__ = ["Identity", "as_sent", "callers_of", "keyed", "stdio_launch"]
+__all__ = ["NOBODY", "Callers", "Identity", "as_sent", "callers_of", "keyed", "stdio_launch"]
+
+# ``_wire.stdio_credentials``' pair of a launch's other ``env=`` entries (``REGION=eu``):
+# keyed, but no credential an answer could leak.
+_NOT_SECRET = "env"
 
 
-def callers_of(url: str, headers: Iterable[tuple[str, str]] = ()) -> list[tuple[Item, str]]:
-    """The identity items of a session to the server at ``url``, sending ``headers`` with
-    every request, each with its keyed digest (none: no credential). Made once per
-    session. Who is asking is what HTTP keys so: the URL's credentials, and the headers
-    ``http.headers.classify`` says name the caller (``Authorization``, ``X-Api-Key``, a
-    cookie, a secret-shaped value...)."""
+class Callers:
+    """Who a session says is asking, from its ``(name, value)`` identity pairs: the items
+    its calls are keyed with (:attr:`items`, each value a keyed digest) and the values as
+    an answer may quote them (:attr:`secrets`, ``http.headers.quotable``)."""
+
+    __slots__ = ("items", "secrets")
+
+    def __init__(self, scope: str, pairs: Sequence[tuple[str, str]]) -> None:
+        self.items: list[tuple[Item, str]] = items_of(scope, pairs) if pairs else []
+        self.secrets = quotable(v for n, v in pairs if n != _NOT_SECRET)
+
+    def unechoed(self, value: dict[str, Any]) -> dict[str, Any]:
+        """``value`` (a live answer, as it will be stored) without the session's own
+        credentials wherever it quotes them: ``value`` itself when it quotes none."""
+        if not self.secrets:
+            return value
+        # Imported here: a session with no credentials, and every replay, never load the
+        # HTTP exchange's machinery for it.
+        from ..http.exchange import unechoed
+
+        return unechoed(value, self.secrets)
+
+
+NOBODY = Callers("", ())  # a session that names no credential
+
+
+def callers_of(url: str, headers: Iterable[tuple[str, str]] = ()) -> Callers:
+    """Who a session to the server at ``url`` is, sending ``headers`` with every request.
+    Made once per session. Who is asking is what HTTP keys so: the URL's credentials, and
+    the headers ``http.headers.classify`` says name the caller (``Authorization``,
+    ``X-Api-Key``, a cookie, a secret-shaped value...)."""
     pairs = (*_wire.http_credentials(url), *classify(headers, provider=False).identity)
-    return items_of(_wire.http_scope(url), pairs) if pairs else []
+    return Callers(_wire.http_scope(url), pairs)
 
 
 def stdio_launch(command: str, args: Sequence[str], env: Mapping[str, str] | None = None,
-                 cwd: str | None = None) -> tuple[dict[str, Any], list[tuple[Item, str]]]:
+                 cwd: str | None = None) -> tuple[dict[str, Any], Callers]:
     """A stdio server as every face names it: its plain identity (``_wire.stdio_identity``)
     and who launched it (``_wire.stdio_credentials``: the command line's credentials and the
-    ``env=`` given, never the inherited environment), each value a keyed digest. Made once
-    per session."""
+    ``env=`` given, never the inherited environment). Made once per session."""
     server = _wire.stdio_identity(command, args, cwd)
-    pairs = _wire.stdio_credentials(args, env)
-    return server, items_of(_wire.stdio_scope(server), pairs) if pairs else []
+    return server, Callers(_wire.stdio_scope(server), _wire.stdio_credentials(args, env))
 
 
 def as_sent(items: Iterable[tuple[Item, str]]) -> list[str]:

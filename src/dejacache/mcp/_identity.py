@@ -19,7 +19,8 @@ credentials, different identities); a stdio launch's credential arguments (``--t
 ``API_KEY=V``, secret-shaped strings) and its ``env=`` are who is asking, keyed digests as a
 recording keys them (``_callers.stdio_launch``; the inherited environment is never read).
 What keys and counters carry is a digest of all that; the name shown in metrics is the
-server's name or a label, a host, a command's file name.
+server's name or a label, a host, a command's file name. The live values are kept beside it,
+in memory (:attr:`Identity.callers`), so a result that quotes one is stored without it.
 """
 
 from __future__ import annotations
@@ -85,40 +86,56 @@ def handshake_of(session: Any) -> Any:
 def connection_of(session: Any, server: Any) -> tuple[dict[str, Any], Any]:
     """The connection ``session`` talks over (``server``: the caller's ``server=``), and
     the object it is named after when it can only be named after one (else None)."""
+    connection, owner, _ = _connection(session, server)
+    return connection, owner
+
+
+def _connection(session: Any, server: Any) -> tuple[dict[str, Any], Any, Any]:
+    """:func:`connection_of`, and who it says is asking (``_callers.Callers``)."""
+    from ._callers import NOBODY, callers_of
+
     if server is None and _is_client(session):
         server = session.server
     if server is None:
-        return {"session": _token(session)}, session
+        return {"session": _token(session)}, session, NOBODY
     if isinstance(server, str):
         if "://" in server:
-            return {"url": _wire.hidden_url(server, mask)}, None
-        return {"label": server}, None
+            return {"url": _wire.hidden_url(server, mask)}, None, callers_of(server)
+        return {"label": server}, None, NOBODY
     command = getattr(server, "command", None)
     if isinstance(command, str):  # StdioServerParameters
-        return _stdio(server, command), None
-    return {"object": _token(server)}, server  # an in-process server, a Transport object
+        connection, callers = _stdio(server, command)
+        return connection, None, callers
+    return {"object": _token(server)}, server, NOBODY  # in-process, a Transport object
 
 
-def _stdio(params: Any, command: str) -> dict[str, Any]:
+def _stdio(params: Any, command: str) -> tuple[dict[str, Any], Any]:
     """A stdio launch as recordings name it (``_callers.stdio_launch``), its credentials
-    and ``env=`` as the digests a key outside a block holds."""
+    and ``env=`` as the digests a key outside a block holds; and who launched it."""
     from ._callers import as_sent, stdio_launch
 
     cwd = getattr(params, "cwd", None)
-    server, items = stdio_launch(command, [str(a) for a in getattr(params, "args", ())],
-                                 getattr(params, "env", None), None if cwd is None else str(cwd))
-    return {**server, "identity": as_sent(items)} if items else server
+    server, callers = stdio_launch(command, [str(a) for a in getattr(params, "args", ())],
+                                   getattr(params, "env", None),
+                                   None if cwd is None else str(cwd))
+    if callers.items:
+        server = {**server, "identity": as_sent(callers.items)}
+    return server, callers
 
 
 class Identity:
     """A server as keys name it (:attr:`key`, a digest) and as people read it (:attr:`name`);
     :attr:`owner`: the object a server known by no connection is named after, whose cache
-    must go when it goes (None: a server any session may name)."""
+    must go when it goes (None: a server any session may name); :attr:`callers`: who its
+    connection says is asking (``_callers.Callers``: the live credentials, never stored)."""
 
-    __slots__ = ("key", "name", "owner")
+    __slots__ = ("callers", "key", "name", "owner")
 
-    def __init__(self, key: str, name: str, owner: Any = None) -> None:
+    def __init__(self, key: str, name: str, owner: Any = None, callers: Any = None) -> None:
+        from ._callers import NOBODY
+
         self.key, self.name, self.owner = key, name, owner
+        self.callers = NOBODY if callers is None else callers
 
 
 def _server_info(session: Any) -> Any:
@@ -149,10 +166,10 @@ def identify(session: Any, server: Any) -> Identity:
     name = getattr(info, "name", None)
     name = name if isinstance(name, str) else ""
     version = getattr(info, "version", None)
-    connection, owner = connection_of(session, server)
+    connection, owner, callers = _connection(session, server)
     whole = {"connection": connection, "name": name,
              "version": version if isinstance(version, str) else ""}
     # Masked credentials only, and then hashed: 16 bytes name the server in keys.
     key = _wire.digest_of(orjson.dumps(whole, option=orjson.OPT_SORT_KEYS))
     shown = _shown(connection, name)
-    return Identity(f"mcp:{shown}#{key[:16]}", shown, owner)
+    return Identity(f"mcp:{shown}#{key[:16]}", shown, owner, callers)

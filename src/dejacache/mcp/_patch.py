@@ -58,7 +58,7 @@ _UNDO: dict[str, list[Callable[[], None]]] = {}
 
 
 def _server(transport: str, args: tuple[Any, ...], kwargs: dict[str, Any]
-            ) -> tuple[dict[str, Any], list[Any]]:
+            ) -> tuple[dict[str, Any], Any]:
     """The server's identity, and who the session says is asking: its URL's credentials
     and its identity headers, or its launch's credentials and ``env=`` (``_callers``)."""
     from . import _wire

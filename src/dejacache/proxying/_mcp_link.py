@@ -28,7 +28,7 @@ class Upstream(NamedTuple):
     server as ``mcp_tool_cache``'s ``server=`` names it, and how to open its transport."""
 
     identity: dict[str, Any]
-    callers: list[Any]
+    callers: Any  # mcp._callers.Callers
     named: Any
     open: Callable[[], Any]
 
