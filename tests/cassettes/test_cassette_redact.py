@@ -131,43 +131,16 @@ def _basic_auth(login: str, password: str) -> object:
 @pytest.mark.parametrize("auth", [
     lambda pw: ("alice", pw), lambda pw: {"auth": ["alice", pw]}, lambda pw: "alice:" + pw,
     lambda pw: _basic_auth("alice", pw),
-])
-def test_basic_credentials_never_reach_a_cassette_or_a_miss_report(tmp_path, auth):
-    """``fetch(url, auth=("alice", "hunter2"))``: the password is written as the
-    placeholder, the user as it is; the same password replays, another one misses
-    without either being printed."""
-    @dejacache.cache(name="fetch")
-    def fetch(url: str, auth: object) -> str:
-        return url
-
-    path = tmp_path / "c.json"
-    with dejacache.cassette(path, mode="record"):
-        fetch("u", auth("hunter2"))
-    text = path.read_text()
-    assert "hunter2" not in text and "alice" in text and PLACEHOLDER in text
-    with dejacache.cassette(path, mode="replay"):
-        assert fetch("u", auth("hunter2")) == "u"
-    with pytest.raises(dejacache.ReplayMiss) as err, dejacache.cassette(path, mode="replay"):
-        fetch("u", auth("hunter3"))
-    assert "hunter2" not in str(err.value) and "hunter3" not in str(err.value)
-
-
-@pytest.mark.parametrize("value", ["bearer", {"type": "oauth2"}, True, ["a", "b", "c", "d"],
-                                   "https://auth.example/token"])
-def test_settings_under_auth_names_are_written_as_they_are(value):
-    tree = {"auth": value, "tools": [{"name": "t", "basic_auth": value}]}
-    assert Redactor().tree(tree) == tree
-
-
-@pytest.mark.parametrize("auth", [
+    # bytes as requests takes them (written as base64 of the password before), mixed pairs,
+    # and ``["auth", ...]`` pairs (written as the password before)
     lambda pw: (b"alice", pw.encode()), lambda pw: ("alice", pw.encode()),
     lambda pw: [["auth", ("alice", pw)]], lambda pw: [["auth", "alice:" + pw]],
     lambda pw: [("basic_auth", [b"alice", pw.encode()])],
 ])
-def test_bytes_and_paired_basic_credentials_never_reach_a_cassette(tmp_path, auth):
-    """``auth=(b"alice", b"hunter2")`` (requests takes bytes) was written as base64 of the
-    password, a ``["auth", ...]`` pair as the password: both are the placeholder now, the
-    user kept; the same password replays, another misses without either being printed."""
+def test_basic_credentials_never_reach_a_cassette_or_a_miss_report(tmp_path, auth):
+    """``fetch(url, auth=("alice", "hunter2"))``: the password is written as the
+    placeholder, the user as it is (bytes: as keys spell them); the same password replays,
+    another one misses without either being printed."""
     @dejacache.cache(name="fetch")
     def fetch(url: str, auth: object) -> str:
         return url
@@ -184,3 +157,10 @@ def test_bytes_and_paired_basic_credentials_never_reach_a_cassette(tmp_path, aut
         fetch("u", auth("hunter3"))
     assert "hunter2" not in str(err.value) and "hunter3" not in str(err.value)
     assert "aHVudGVyMg" not in str(err.value) and "aHVudGVyMw" not in str(err.value)
+
+
+@pytest.mark.parametrize("value", ["bearer", {"type": "oauth2"}, True, ["a", "b", "c", "d"],
+                                   "https://auth.example/token"])
+def test_settings_under_auth_names_are_written_as_they_are(value):
+    tree = {"auth": value, "tools": [{"name": "t", "basic_auth": value}]}
+    assert Redactor().tree(tree) == tree
