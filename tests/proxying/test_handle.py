@@ -5,7 +5,10 @@ written only when the test passes."""
 from __future__ import annotations
 
 import pathlib
+import re
+import socket
 import textwrap
+import time
 
 import httpx2
 import pytest
@@ -39,6 +42,33 @@ def test_a_proxy_that_cannot_start_says_why(tmp_path: pathlib.Path) -> None:
     bad.write_text("[1, 2")
     with pytest.raises(ConfigurationError, match=r"did not start: .*bad\.json"):
         dejacache.proxy(bad, env=proxy_env(tmp_path))
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    ({"read_timeout": 0}, "read_timeout=0: expected a number of seconds > 0"),
+    ({"idle_timeout": float("nan")}, "idle_timeout=nan: expected"),
+    ({"write_timeout": "soon"}, "write_timeout='soon': expected"),
+    ({"idle_timeout": True}, "idle_timeout=True: expected"),
+])
+def test_a_bad_timeout_is_refused_naming_it_before_a_proxy_starts(
+        tmp_path: pathlib.Path, given: dict[str, object], said: str) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(said)):
+        dejacache.proxy(tmp_path / "c.json", env=proxy_env(tmp_path), **given)  # type: ignore[arg-type]
+
+
+def test_the_connection_timeouts_are_the_proxys_own(tmp_path: pathlib.Path) -> None:
+    # An idle connection is closed after idle_timeout (75 s by default), a request that
+    # stops arriving answered 408 after read_timeout (30 s by default).
+    with dejacache.proxy(tmp_path / "c.json", env=proxy_env(tmp_path), idle_timeout=0.3,
+                         read_timeout=0.3) as p:
+        host, port = p.url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as idle:
+            t0 = time.monotonic()
+            assert idle.recv(100) == b""
+            assert time.monotonic() - t0 < 5
+        with socket.create_connection((host, int(port)), timeout=10) as slow:
+            slow.sendall(b"POST /openai/v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+            assert slow.recv(100).startswith(b"HTTP/1.1 408")
 
 
 AGENT = textwrap.dedent("""

@@ -17,7 +17,7 @@ from ._server import ProxyConfig
 from ._sessions import SessionSpec
 from .upstreams import builtin_upstreams, env_upstreams, upstream_table
 
-__all__ = ["config_from_args"]
+__all__ = ["config_from_args", "timeout_seconds"]
 
 
 def spec_from_args(args: argparse.Namespace, cassette: pathlib.Path, rerecord: str
@@ -49,14 +49,20 @@ def config_from_args(args: argparse.Namespace, rerecord: str) -> ProxyConfig:
                                                  **env_upstreams(os.environ)}),
         cassette=cassette, cassette_dir=root,
         host=args.host, port=args.port, allow_remote=args.allow_remote,
-        read_timeout=_seconds("--read-timeout", args.read_timeout, READ_TIMEOUT),
-        idle_timeout=_seconds("--idle-timeout", args.idle_timeout, IDLE_TIMEOUT),
-        write_timeout=_seconds("--write-timeout", args.write_timeout, WRITE_TIMEOUT))
+        read_timeout=timeout_seconds("--read-timeout", args.read_timeout, READ_TIMEOUT),
+        idle_timeout=timeout_seconds("--idle-timeout", args.idle_timeout, IDLE_TIMEOUT),
+        write_timeout=timeout_seconds("--write-timeout", args.write_timeout, WRITE_TIMEOUT))
 
 
-def _seconds(flag: str, value: float | None, default: float) -> float:
+def timeout_seconds(what: str, value: object, default: float) -> float:
+    """One of the proxy's timeouts, ``default`` when not given; ``what`` names it in the
+    error: the flag (``--read-timeout 0: ...``) or ``dejacache.proxy()``'s argument
+    (``read_timeout=0: ...``), which checks it before starting the process."""
     if value is None:
         return default
+    named = what if what.endswith("=") else what + " "
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"{named}{value!r}: expected a number of seconds > 0")
     if not 0 < value < math.inf:  # (nan fails too)
-        raise ConfigurationError(f"{flag} {value:g}: expected a number of seconds > 0")
-    return value
+        raise ConfigurationError(f"{named}{value:g}: expected a number of seconds > 0")
+    return float(value)

@@ -226,6 +226,9 @@ def proxy(
     port: int = 0,
     timeout: float = 60.0,
     env: Mapping[str, str] | None = None,
+    read_timeout: float | None = None,
+    idle_timeout: float | None = None,
+    write_timeout: float | None = None,
 ) -> ProxyProcess:
     """Start ``dejacache proxy`` (see the module docstring); use it as a context manager.
 
@@ -233,8 +236,17 @@ def proxy(
     (optional when only sessions are used); ``upstreams``: ``{"openai": URL}`` added over
     the built-in ones; ``env``: the proxy's whole environment (default: this process's;
     where ``CI`` and ``DEJACACHE_MODE`` choose its default mode and AWS credentials are
-    found); the other arguments are ``dejacache.cassette``'s."""
+    found); ``timeout``: seconds to wait for it to start; ``read_timeout``,
+    ``idle_timeout``, ``write_timeout``: the connection timeouts of its ``--read-timeout``,
+    ``--idle-timeout`` and ``--write-timeout`` (seconds; default 30, 75 and 60); the other
+    arguments are ``dejacache.cassette``'s."""
+    from ._config import timeout_seconds  # (checked here: a bad value never starts one)
+
     argv: list[str] = ["--port", str(port)]
+    for name, given in (("read_timeout", read_timeout), ("idle_timeout", idle_timeout),
+                        ("write_timeout", write_timeout)):
+        if given is not None:
+            argv += ["--" + name.replace("_", "-"), repr(timeout_seconds(name + "=", given, 0))]
     if cassette is not None:
         argv += ["--cassette", os.fspath(cassette)]
     if cassette_dir is not None:
