@@ -42,3 +42,32 @@ def test_a_cassette_path_that_is_not_a_path_is_refused_naming_it(path: object) -
                        match=f"cassette path must be a str or os.PathLike, not "
                              f"{type(path).__name__}"):
         dejacache.cassette(path)  # type: ignore[arg-type]
+
+
+def test_on_an_event_loop_the_working_directory_follows_every_chdir(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # On a loop the directory found off it is used (os.getcwd is a blocking call there),
+    # never once the process has moved: os.chdir and os.fchdir are both seen.
+    import asyncio
+    import os
+
+    from dejacache._paths import cwd
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+
+    async def here() -> str:
+        return cwd()
+
+    monkeypatch.chdir(a)
+    assert cwd() == str(a.resolve())
+    assert asyncio.run(here()) == str(a.resolve())
+    monkeypatch.chdir(b)
+    assert asyncio.run(here()) == str(b.resolve())
+    fd = os.open(a, os.O_RDONLY)
+    try:
+        os.fchdir(fd)
+    finally:
+        os.close(fd)
+    assert asyncio.run(here()) == str(a.resolve())

@@ -154,3 +154,25 @@ def test_a_project_named_dejacache_without_the_table_is_not_parsed(
     project_file.write_text("[project]\nname = 'dejacache'\n[tool.ruff]\nline-length = 100\n"
                             "[project.scripts]\ndejacache = 'dejacache.cli:main'\n = broken")
     assert _project.load(project_file).get("mode") is None  # broken TOML, never read
+
+
+def test_on_an_event_loop_the_project_is_the_working_directorys(
+        project_file: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # On a loop the file is not looked for (a stat per directory): the one read off the loop
+    # serves while the process stays in its directory, and a chdir finds another's anew.
+    import asyncio
+
+    project_file.write_text("[tool.dejacache]\nmax_age = '1d'\n")
+    other = project_file.parent / "other"
+    other.mkdir()
+    (other / "pyproject.toml").write_text("[tool.dejacache]\nmax_age = '2d'\n")
+
+    async def max_age() -> object:
+        return _project.current().get("max_age")
+
+    assert _project.current().get("max_age") == 86400  # read off the loop
+    assert asyncio.run(max_age()) == 86400
+    monkeypatch.chdir(other)
+    assert asyncio.run(max_age()) == 2 * 86400
+    monkeypatch.setenv("DEJACACHE_PROJECT", str(project_file))
+    assert asyncio.run(max_age()) == 86400

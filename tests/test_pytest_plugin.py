@@ -1102,3 +1102,37 @@ def test_each_option_keeps_the_dest_pytest_would_derive(pytester: pytest.Pyteste
                  "dejacache_live", "dejacache_scenario", "dejacache_verify", "dejacache_report",
                  "dejacache_min_hit_rate", "dejacache_hit_rate_baseline"):
         config.getoption(dest)  # (an unknown dest raises ValueError)
+
+
+def test_a_block_opened_on_an_event_loop_finds_the_default_store_without_blocking(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without DEJACACHE_DIR the settings a block derives from name the default store's
+    # directory under the project root: a stat per directory, looked for on the loop when
+    # the session's first block opened there (blockbuster failed it). The plugin finds the
+    # root after each test's fixtures, off the loop (monkeypatch.chdir included).
+    monkeypatch.delenv("DEJACACHE_DIR")
+    pytester.makepyprojecttoml("")
+    pytester.mkdir("sub")
+    pytester.makepyfile(test_agent="""
+import asyncio, dejacache, os, pytest
+from blockbuster import BlockBuster
+
+@pytest.fixture
+def in_sub(monkeypatch):
+    monkeypatch.chdir("sub")
+
+def test_async_block(in_sub):
+    async def block():
+        with dejacache.cassette("a.json", mode="record"):
+            return dejacache.config.get_settings().store.url
+
+    watch = BlockBuster(scanned_modules=["dejacache"])
+    watch.activate()
+    try:
+        url = asyncio.run(block())
+    finally:
+        watch.deactivate()
+    assert url == "sqlite:///" + os.path.join(os.path.dirname(os.getcwd()), ".dejacache",
+                                              "cache.db")
+""")
+    run(pytester, "test_agent.py").assert_outcomes(passed=1)

@@ -565,6 +565,33 @@ def test_async_block(tmp_path):
     assert doc["roots"] == [str((pytester.path / "test_agent.py").resolve())]
 
 
+def test_a_relative_cassette_path_opened_on_an_event_loop_does_no_blocking_io(
+        pytester: pytest.Pytester) -> None:
+    # The record names a relative path against the working directory the block opened in:
+    # asking the system for it (os.getcwd) on the loop failed every such block under
+    # blockbuster, the session's first or not.
+    pytester.makepyfile(test_agent="""
+import asyncio, dejacache
+from blockbuster import BlockBuster
+
+def test_async_blocks():
+    async def block():
+        for _ in range(2):
+            with dejacache.cassette("a.json", mode="record"):
+                pass
+
+    watch = BlockBuster(scanned_modules=["dejacache"])
+    watch.activate()
+    try:
+        asyncio.run(block())
+    finally:
+        watch.deactivate()
+""")
+    run(pytester, "test_agent.py").assert_outcomes(passed=1)
+    doc = orjson.loads(record().read_bytes())
+    assert list(doc["files"]) == [str(pytester.path.resolve() / "a.json")]
+
+
 def test_a_run_that_changes_nothing_leaves_the_record_as_it_is(pytester: pytest.Pytester
                                                               ) -> None:
     pytester.makepyfile(test_agent=TWO_TESTS)

@@ -34,6 +34,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
 from ._core.modes import as_mode, in_ci, project_mode, resolve_mode
+from ._paths import chdirs, on_a_loop, project_root
 from .errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -225,8 +226,6 @@ def find(start: pathlib.Path | None = None) -> pathlib.Path | None:
     named = os.environ.get(_ENV_FILE)
     if named is not None:
         return pathlib.Path(named).expanduser() if named.strip() else None
-    from ._paths import project_root
-
     path = project_root(start) / "pyproject.toml"
     return path if path.is_file() else None
 
@@ -292,17 +291,27 @@ def ini_values(read: Callable[[str], Any], where: str = "pytest ini") -> dict[st
 
 
 _LOCK = threading.Lock()
-_CACHED: list[tuple[tuple[str, int, int] | None, Project]] = []
+# (DEJACACHE_PROJECT, the chdir count when read), the file's stamp, its settings
+_CACHED: list[tuple[tuple[str | None, int], tuple[str, int, int] | None, Project]] = []
 #: Set by the pytest plugin for its session: the project its rootdir names, with the ini keys.
 _OVERRIDE: list[Project | None] = [None]
 
 
 def current() -> Project:
     """The project settings in force: the pytest session's, else the file :func:`find`
-    names (read again when it changes)."""
+    names (read again when it changes).
+
+    On a running event loop, the file as last read off the loop in the same working
+    directory (and ``DEJACACHE_PROJECT``): finding it and seeing whether it changed are a
+    stat per directory, blocking calls there; the next call off the loop reads it again
+    if it changed (the plugin keeps one reading for its whole session)."""
     over = _OVERRIDE[0]
     if over is not None:
         return over
+    where = (os.environ.get(_ENV_FILE), chdirs())
+    cached = _CACHED[:1]
+    if cached and cached[0][0] == where and on_a_loop():
+        return cached[0][2]
     path = find()
     stamp: tuple[str, int, int] | None = None
     if path is not None:
@@ -313,11 +322,12 @@ def current() -> Project:
         else:
             stamp = (str(path), st.st_mtime_ns, st.st_size)
     with _LOCK:
-        if _CACHED and _CACHED[0][0] == stamp:
-            return _CACHED[0][1]
+        if _CACHED and _CACHED[0][1] == stamp:
+            _CACHED[:] = [(where, stamp, _CACHED[0][2])]
+            return _CACHED[0][2]
     project = load(path)
     with _LOCK:
-        _CACHED[:] = [(stamp, project)]
+        _CACHED[:] = [(where, stamp, project)]
     return project
 
 

@@ -411,7 +411,15 @@ def pytest_runtest_setup(item: pytest.Item) -> Generator[None, None, None]:
     # its own, and the outer test is the one running again when it ends.
     item.stash[_OUTER] = _CURRENT_ITEM
     _CURRENT_ITEM = item
-    return (yield)
+    done = yield
+    # The working directory and project root as the fixtures left them (monkeypatch.chdir),
+    # found here, off any event loop: a block the test opens on a loop (a relative path,
+    # the default store's directory) then asks nothing there, where a loop checker fails
+    # the call (_paths.cwd).
+    from ._paths import asked_here
+
+    asked_here()
+    return done
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import pathlib
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -292,3 +296,51 @@ def test_an_error_the_block_opted_to_record_but_could_not_fails_the_block(
     with pytest.raises(dejacache.CassetteError, match=r"1 call .* block-refused: OSError"), \
             dejacache.cassette(tmp_path / "c.json", mode="record", record_errors=[ValueError]):
         expected_error()
+
+
+_ON_A_LOOP = """
+import asyncio, json
+from blockbuster import BlockBuster
+import dejacache
+
+@dejacache.cache(name="ask")
+async def ask(q):
+    return q.upper()
+
+async def main():
+    got = []
+    async with dejacache.cassette("c.json") as tape:  # a fresh process's first block
+        got.append(await ask("a"))
+    got.append(tape.ageing.max_age)  # the project file, read off the loop
+    async with dejacache.cassette("c.json", mode="replay") as tape:
+        got.append(await ask("a"))
+    got.append(tape.counters.replayed)
+    # A sync block on the loop is the caller's choice: one that reads or writes no file
+    # (none there yet, nothing recorded) blocks nothing either.
+    with dejacache.cassette("new.json", mode="record"):
+        pass
+    return got
+
+watch = BlockBuster(scanned_modules=["dejacache"])
+for name in ("threading.Lock.acquire", "threading.Lock.acquire_lock"):  # see tests/http
+    del watch.functions[name]
+watch.activate()
+try:
+    print(json.dumps(asyncio.run(main())))
+finally:
+    watch.deactivate()
+"""
+
+
+def test_blocks_opened_on_an_event_loop_without_the_plugin_do_no_blocking_io(
+        tmp_path: pathlib.Path) -> None:
+    # No pytest plugin fixing the project for a session: each block looked for the project
+    # file (os.getcwd, a stat per directory) on the loop, and ``async with`` read and wrote
+    # the cassette there too; blockbuster failed every one.
+    (tmp_path / "pyproject.toml").write_text('[tool.dejacache]\nmax_age = "30d"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEJACACHE_")}
+    out = subprocess.run([sys.executable, "-c", _ON_A_LOOP], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == ["A", 30 * 86400, "A", 1]
+    assert (tmp_path / "c.json").is_file()

@@ -33,7 +33,7 @@ from ..config import settings_object
 if TYPE_CHECKING:
     from .expiry import Ageing
 
-__all__ = ["block_ageing", "clock", "recorded_with", "resolve", "sending", "stamp_entry"]
+__all__ = ["block_ageing", "clock", "given", "recorded_with", "resolve", "sending", "stamp_entry"]
 
 #: The clock entries are stamped and judged by (the test suite holds it still within a test:
 #: two saves of one run a second apart must give the same bytes).
@@ -56,13 +56,13 @@ _SDK_PACKAGE: Final = {"anthropic": "anthropic", "cohere": "cohere", "gemini": "
 _MODULE_OF: Final = {"google-genai": "google.genai"}
 
 
-def resolve(max_age: object, on_expiry: str | None) -> tuple[float | None, str]:
-    """A block's ``max_age`` (seconds; None: entries never expire) and ``on_expiry``: its
-    own arguments > ``configure()`` > ``DEJACACHE_MAX_AGE`` / ``DEJACACHE_ON_EXPIRY`` > the
-    project file (the pytest ini's ``dejacache_max_age``, then ``[tool.dejacache]``) > none /
-    ``"warn"``."""
+def given(max_age: object, on_expiry: str | None) -> tuple[float | None, str | None]:
+    """A block's ``max_age`` (seconds) and ``on_expiry`` as far as its own arguments,
+    ``configure()`` and the environment give them, checked (None: the project file decides).
+    A block checks these where it is made, which may be on an event loop: the project file
+    is read when it opens (:func:`resolve`; off the loop under ``async with``)."""
     s = settings_object()
-    age: float | None
+    age: float | None = None
     # The durations module is imported where a duration is given to read: most blocks give
     # none (see config.ttl_seconds).
     if max_age is not None:
@@ -75,15 +75,25 @@ def resolve(max_age: object, on_expiry: str | None) -> tuple[float | None, str]:
         from .._core.durations import seconds
 
         age = seconds(env, "DEJACACHE_MAX_AGE")
-    else:
-        age = _project.current().get("max_age")
+    how: str | None = None
     if on_expiry is not None:
         how = check_on_expiry(on_expiry)
     elif s.on_expiry is not None:
         how = s.on_expiry
     elif env := os.environ.get("DEJACACHE_ON_EXPIRY", "").strip():
         how = check_on_expiry(env, "DEJACACHE_ON_EXPIRY")
-    else:
+    return age, how
+
+
+def resolve(max_age: object, on_expiry: str | None) -> tuple[float | None, str]:
+    """A block's ``max_age`` (seconds; None: entries never expire) and ``on_expiry``: its
+    own arguments > ``configure()`` > ``DEJACACHE_MAX_AGE`` / ``DEJACACHE_ON_EXPIRY`` > the
+    project file (the pytest ini's ``dejacache_max_age``, then ``[tool.dejacache]``) > none /
+    ``"warn"``."""
+    age, how = given(max_age, on_expiry)
+    if age is None:
+        age = _project.current().get("max_age")
+    if how is None:
         how = _project.current().get("on_expiry") or WARN
     return age, how
 

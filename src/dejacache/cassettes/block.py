@@ -33,8 +33,10 @@ from ..config import (
 from ..errors import CassetteError, ConfigurationError
 from ..keys import key_substitutions
 from ..scope import Block, enter, inherited, leave, settle
+from ..stores._base import off_loop
 from . import scratch
 from ._events import DISCARDED, INTERRUPTIONS, OPENED
+from .ageing import given as given_ageing
 from .ageing import resolve as resolve_ageing
 from .redact import Redactor
 from .store import Cassette
@@ -140,7 +142,8 @@ class cassette(Block[Cassette]):
             check_match(match)
         self.match = match
         self.max_age, self.on_expiry = max_age, on_expiry
-        resolve_ageing(max_age, on_expiry)  # a malformed duration fails where it is written
+        # A malformed duration fails where it is written (the project file's, at the open).
+        given_ageing(max_age, on_expiry)
         self.replay_until = replay_until
         self.partial = live is not None or replay_until is not None
         self.live: tuple[LiveRule, ...] = ()
@@ -190,12 +193,27 @@ class cassette(Block[Cassette]):
                         blobs=self.blobs)
 
     def __enter__(self) -> Cassette:
+        return self._entered(*self._ready())
+
+    async def __aenter__(self) -> Cassette:
+        # Made ready in a worker thread: what it reads (the project file for its settings,
+        # the cassette, the default store's directory) is a blocking call on an event loop,
+        # which a loop checker such as blockbuster fails the block for.
+        return self._entered(*await off_loop(self._ready))
+
+    def _ready(self) -> tuple[Cassette, Effective]:
+        """A fresh tape, told to ``OPENED`` and its file read; the settings the block
+        derives its own from."""
         tape = self.open()
         for seen in OPENED:
             seen(self, tape)
             if tape.live_tape is not None:  # a partial block's derived file is the test's too
                 seen(self, tape.live_tape)
-        base = inherited()
+        tape._load()
+        return tape, inherited()
+
+    def _entered(self, tape: Cassette, base: Effective) -> Cassette:
+        """Make ``tape`` (its file read) the store of the calls in the caller's context."""
         ns: str | None
         if not isinstance(self.cache_key, Unset):
             ns = self.cache_key
@@ -220,6 +238,25 @@ class cassette(Block[Cassette]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        tape = self._left(exc_type)
+        if tape is not None:
+            self._save(tape, exc_type)
+            self._closed(tape, exc_type)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        tape = self._left(exc_type)
+        if tape is not None:  # the file is written in a worker thread (see __aenter__)
+            await off_loop(self._save, tape, exc_type)
+            self._closed(tape, exc_type)
+
+    def _left(self, exc_type: type[BaseException] | None) -> Cassette | None:
+        """Leave the block in the caller's context; the tape whose file is this block's to
+        save (None: ``defer_save`` has it)."""
         tape, eff, token = self._stack.pop()
         leave(eff, token)
         # A stream still being read cannot reach the file any more: say so, by name.
@@ -227,7 +264,10 @@ class cassette(Block[Cassette]):
         if self.defer_save is not None:  # the caller decides later (pytest: the test outcome)
             self.defer_save(tape, exc_type is None)
             self._paths.exit()
-            return
+            return None
+        return tape
+
+    def _save(self, tape: Cassette, exc_type: type[BaseException] | None) -> None:
         interrupted = exc_type is not None and issubclass(exc_type, INTERRUPTIONS)
         saved = exc_type is None or (self.record_on_error and not interrupted)
         try:
@@ -239,6 +279,12 @@ class cassette(Block[Cassette]):
             raise
         finally:
             tape.close()
+
+    def _closed(self, tape: Cassette, exc_type: type[BaseException] | None) -> None:
+        """What the block says once its file is written: discarded recordings, warnings, and
+        the errors its calls left."""
+        interrupted = exc_type is not None and issubclass(exc_type, INTERRUPTIONS)
+        saved = exc_type is None or (self.record_on_error and not interrupted)
         if exc_type is not None and interrupted:
             # (no warnings: under -W error one would replace the interruption, and the test
             # session would report a failure instead of stopping)

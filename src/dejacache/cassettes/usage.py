@@ -48,6 +48,7 @@ from typing import Any, Final
 import orjson
 import xxhash
 
+from .._paths import cwd
 from ..errors import CassetteError
 from .claimed import remember, suite_of
 
@@ -89,7 +90,8 @@ def _absolute(path: str | os.PathLike[str]) -> str:
     """``path`` against the working directory of the moment; joined, not normalised:
     ``link/..`` resolves through the link later, as it opens."""
     s = os.fspath(path)
-    return s if os.path.isabs(s) else os.path.join(os.getcwd(), s)
+    # (cwd(): asked on an event loop, it makes no blocking call)
+    return s if os.path.isabs(s) else os.path.join(cwd(), s)
 
 
 class Names:
