@@ -71,3 +71,20 @@ def test_on_an_event_loop_the_working_directory_follows_every_chdir(
     finally:
         os.close(fd)
     assert asyncio.run(here()) == str(a.resolve())
+
+
+def test_only_the_pytest_plugin_counts_directory_changes(tmp_path: pathlib.Path) -> None:
+    # Counting them is an audit hook, which every audited event of the process then pays
+    # for (``id()``, ``open``, ``sys._getframe``...): a process that caches calls and opens
+    # blocks outside pytest never adds it.
+    import subprocess
+    import sys
+
+    script = ("import dejacache\nfrom dejacache._paths import chdirs\n"
+              "@dejacache.cache\ndef add(a, b):\n    return a + b\n"
+              "with dejacache.cassette('c.json'):\n    add(1, 2)\n"
+              "with dejacache.scope(store='memory://'):\n    add(2, 3)\n"
+              "print(chdirs())\n")
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "None"

@@ -31,8 +31,8 @@ _IGNORE_ALL = "# made by dejacache: nothing in this directory belongs in version
 # "os.chdir" audit event, before the change) since the hook below was added, and the working
 # directory last asked for with that count.
 _CHDIRS = [0]
-_CWD: list[tuple[int, str]] = []
-_ROOT: list[tuple[int, pathlib.Path]] = []  # the same for project_root()
+_CWD: list[tuple[int | None, str]] = []
+_ROOT: list[tuple[int | None, pathlib.Path]] = []  # the same for project_root()
 _WATCHING = [False]
 
 
@@ -41,20 +41,25 @@ def _audited(event: str, args: tuple[object, ...]) -> None:
         _CHDIRS[0] += 1
 
 
-def chdirs() -> int:
-    """How many times the process has changed directory since dejacache started counting:
-    an answer that depends on the working directory and was found with the same count is
-    still the answer. (The event comes before the change: a lookup in another thread at
-    that instant can pair the old directory with the new count, as a thread opening a
-    relative path then gets either directory.)"""
+def chdirs() -> int | None:
+    """How many times the process has changed directory since the pytest plugin started
+    counting (:func:`asked_here`), or None when nothing counts: an answer that depends on
+    the working directory and was found with the same count is still the answer. (The
+    event comes before the change: a lookup in another thread at that instant can pair the
+    old directory with the new count, as a thread opening a relative path then gets either
+    directory.)"""
+    return _CHDIRS[0] if _WATCHING[0] else None
+
+
+def _count_chdirs() -> None:
+    # An audit hook, not a wrapped os.chdir: it sees every caller (pytest's monkeypatch
+    # included) without patching the standard library. Added by the pytest plugin only, in
+    # the test processes where a loop checker (blockbuster) runs: it costs every audited
+    # event in the process ~0.12 us (``id()`` 0.05 -> 0.17 us, sys._getframe 0.02 -> 0.15
+    # us; an open is ~9 us), which no process that merely uses dejacache should pay.
     if not _WATCHING[0]:
         _WATCHING[0] = True
-        # An audit hook, not a wrapped os.chdir: it sees every caller (pytest's monkeypatch
-        # included) without patching the standard library. It costs each audited event in
-        # the process ~0.12 us (sys._getframe 0.02 -> 0.15 us; an open is ~9 us): a
-        # replayed call raises none, a cassette block six (~0.7 us of its ~100).
         sys.addaudithook(_audited)
-    return _CHDIRS[0]
 
 
 def on_a_loop() -> bool:
@@ -65,12 +70,13 @@ def on_a_loop() -> bool:
 
 
 def cwd() -> str:
-    """``os.getcwd()``. On a running event loop, the answer the last call off the loop got,
-    unless the process has changed directory since (:func:`chdirs`): the same directory,
+    """``os.getcwd()``. On a running event loop where directory changes are counted (under
+    the pytest plugin), the answer the last call off the loop got, unless the process has
+    changed directory since (:func:`chdirs`): the same directory,
     without the call a loop checker counts as blocking. Off the loop it is always asked
     (a chdir made outside ``os.chdir``, by C code, is then seen at the next call)."""
     count = chdirs()
-    if _CWD and _CWD[0][0] == count and on_a_loop():
+    if count is not None and _CWD and _CWD[0][0] == count and on_a_loop():
         return _CWD[0][1]
     here = os.getcwd()
     _CWD[:] = [(count, here)]
@@ -98,7 +104,7 @@ def project_root(start: pathlib.Path | None = None) -> pathlib.Path:
     if start is not None:
         return _root_of(os.path.realpath(start))
     count = chdirs()
-    if _ROOT and _ROOT[0][0] == count and on_a_loop():
+    if count is not None and _ROOT and _ROOT[0][0] == count and on_a_loop():
         return _ROOT[0][1]  # (as cwd(): the walk stats a file per directory)
     root = _root_of(cwd())
     _ROOT[:] = [(count, root)]
@@ -122,6 +128,7 @@ def asked_here() -> None:
     """Find the working directory and the project root now, off any event loop, unless
     they were found since the process last changed directory: a block opened on a loop
     then finds both without asking there (:func:`cwd`). ~0.3 us when nothing moved."""
+    _count_chdirs()
     count = chdirs()
     if not (_CWD and _CWD[0][0] == count):
         cwd()

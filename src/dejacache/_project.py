@@ -292,7 +292,7 @@ def ini_values(read: Callable[[str], Any], where: str = "pytest ini") -> dict[st
 
 _LOCK = threading.Lock()
 # (DEJACACHE_PROJECT, the chdir count when read), the file's stamp, its settings
-_CACHED: list[tuple[tuple[str | None, int], tuple[str, int, int] | None, Project]] = []
+_CACHED: list[tuple[tuple[str | None, int | None], tuple[str, int, int] | None, Project]] = []
 #: Set by the pytest plugin for its session: the project its rootdir names, with the ini keys.
 _OVERRIDE: list[Project | None] = [None]
 
@@ -301,8 +301,9 @@ def current() -> Project:
     """The project settings in force: the pytest session's, else the file :func:`find`
     names (read again when it changes).
 
-    On a running event loop, the file as last read off the loop in the same working
-    directory (and ``DEJACACHE_PROJECT``): finding it and seeing whether it changed are a
+    On a running event loop under the pytest plugin (which counts directory changes:
+    ``_paths.chdirs``), the file as last read off the loop in the same working directory
+    (and ``DEJACACHE_PROJECT``): finding it and seeing whether it changed are a
     stat per directory, blocking calls there; the next call off the loop reads it again
     if it changed (the plugin keeps one reading for its whole session)."""
     over = _OVERRIDE[0]
@@ -310,7 +311,7 @@ def current() -> Project:
         return over
     where = (os.environ.get(_ENV_FILE), chdirs())
     cached = _CACHED[:1]
-    if cached and cached[0][0] == where and on_a_loop():
+    if where[1] is not None and cached and cached[0][0] == where and on_a_loop():
         return cached[0][2]
     path = find()
     stamp: tuple[str, int, int] | None = None
