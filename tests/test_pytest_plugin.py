@@ -1136,3 +1136,16 @@ def test_async_block(in_sub):
                                               "cache.db")
 """)
     run(pytester, "test_agent.py").assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize("checker", [False, True], ids=["no loop checker", "blockbuster"])
+def test_directory_changes_are_counted_only_where_a_loop_checker_is_loaded(
+        pytester: pytest.Pytester, checker: bool) -> None:
+    # Counting them is an audit hook every audited event of the process then pays for
+    # (``id()``, ``open``...); it serves only a block on an event loop that a loop checker
+    # would fail for asking the OS where it is.
+    pytester.makeconftest("import blockbuster\n" if checker else "")
+    pytester.makepyfile(test_one=(
+        "from dejacache._paths import chdirs\n\n"
+        f"def test_one():\n    assert (chdirs() is not None) is {checker}\n"))
+    pytester.runpytest_subprocess("-p", "no:randomly").assert_outcomes(passed=1)
