@@ -539,19 +539,14 @@ def test_plan(moved, dejacache_cassette):
     assert doc["roots"] == [str((pytester.path / "test_agent.py").resolve())]
 
 
-def test_a_sessions_first_block_opened_on_an_event_loop_does_no_blocking_io(
-        pytester: pytest.Pytester) -> None:
-    # The first block makes the session's recorder; it used to resolve the roots there, and
-    # realpath stats: under blockbuster that block failed, but only as a session's first
-    # (a one-test run), never after another test's block had made the recorder.
-    pytester.makepyfile(test_agent="""
+# A test module whose test runs ``body`` (lines of an ``async def``) on an event loop under
+# blockbuster, which fails any blocking call dejacache makes there.
+_ON_A_LOOP = """
 import asyncio, dejacache
 from blockbuster import BlockBuster
 
-def test_async_block(tmp_path):
-    async def block():
-        with dejacache.cassette(tmp_path / "a.json", mode="record"):
-            pass
+def test_on_a_loop(tmp_path):
+    async def block():{body}
 
     watch = BlockBuster(scanned_modules=["dejacache"])
     watch.activate()
@@ -559,7 +554,17 @@ def test_async_block(tmp_path):
         asyncio.run(block())
     finally:
         watch.deactivate()
-""")
+"""
+
+
+def test_a_sessions_first_block_opened_on_an_event_loop_does_no_blocking_io(
+        pytester: pytest.Pytester) -> None:
+    # The first block makes the session's recorder; it used to resolve the roots there, and
+    # realpath stats: under blockbuster that block failed, but only as a session's first
+    # (a one-test run), never after another test's block had made the recorder.
+    pytester.makepyfile(test_agent=_ON_A_LOOP.format(body="""
+        with dejacache.cassette(tmp_path / "a.json", mode="record"):
+            pass"""))
     run(pytester, "test_agent.py").assert_outcomes(passed=1)
     doc = orjson.loads(record().read_bytes())
     assert doc["roots"] == [str((pytester.path / "test_agent.py").resolve())]
@@ -570,23 +575,10 @@ def test_a_relative_cassette_path_opened_on_an_event_loop_does_no_blocking_io(
     # The record names a relative path against the working directory the block opened in:
     # asking the system for it (os.getcwd) on the loop failed every such block under
     # blockbuster, the session's first or not.
-    pytester.makepyfile(test_agent="""
-import asyncio, dejacache
-from blockbuster import BlockBuster
-
-def test_async_blocks():
-    async def block():
+    pytester.makepyfile(test_agent=_ON_A_LOOP.format(body="""
         for _ in range(2):
             with dejacache.cassette("a.json", mode="record"):
-                pass
-
-    watch = BlockBuster(scanned_modules=["dejacache"])
-    watch.activate()
-    try:
-        asyncio.run(block())
-    finally:
-        watch.deactivate()
-""")
+                pass"""))
     run(pytester, "test_agent.py").assert_outcomes(passed=1)
     doc = orjson.loads(record().read_bytes())
     assert list(doc["files"]) == [str(pytester.path.resolve() / "a.json")]
