@@ -267,9 +267,14 @@ class cassette(Block[Cassette]):
             return None
         return tape
 
-    def _save(self, tape: Cassette, exc_type: type[BaseException] | None) -> None:
+    def _fate(self, exc_type: type[BaseException] | None) -> tuple[bool, bool]:
+        """``(interrupted, saved)`` of a block left with ``exc_type``: the save and what
+        the block says after it (:meth:`_closed`) judge it alike."""
         interrupted = exc_type is not None and issubclass(exc_type, INTERRUPTIONS)
-        saved = exc_type is None or (self.record_on_error and not interrupted)
+        return interrupted, exc_type is None or (self.record_on_error and not interrupted)
+
+    def _save(self, tape: Cassette, exc_type: type[BaseException] | None) -> None:
+        saved = self._fate(exc_type)[1]
         try:
             if saved:
                 tape.save(prune=self.prune and exc_type is None)
@@ -283,8 +288,7 @@ class cassette(Block[Cassette]):
     def _closed(self, tape: Cassette, exc_type: type[BaseException] | None) -> None:
         """What the block says once its file is written: discarded recordings, warnings, and
         the errors its calls left."""
-        interrupted = exc_type is not None and issubclass(exc_type, INTERRUPTIONS)
-        saved = exc_type is None or (self.record_on_error and not interrupted)
+        interrupted, saved = self._fate(exc_type)
         if exc_type is not None and interrupted:
             # (no warnings: under -W error one would replace the interruption, and the test
             # session would report a failure instead of stopping)
