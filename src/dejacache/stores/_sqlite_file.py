@@ -37,14 +37,20 @@ _WRITE_RETRY_S = 60.0  # after a full disk / read-only failure, try writing agai
 # finds every frame copied back and no reader still using one: with a few processes reading
 # all the time that moment never comes, and the log grew without bound (4 processes plus
 # ``dejacache stats``/``clear``: 405 MB in 30 s over a 10 MB database, freed only when every
-# process exited). So each writing process looks at the log's size at most every
-# ``_WAL_CHECK_S`` seconds and, past ``WAL_LIMIT`` bytes, checkpoints it with ``TRUNCATE``
-# (which waits up to ``_WAL_WAIT_MS`` for the readers of the moment to move on, holding
-# off new writers meanwhile); ``journal_size_limit`` cuts a log restarted the ordinary way
-# back to ``_WAL_KEEP`` bytes.
+# process exited). So every ``_WAL_EVERY`` writes a writing process looks at the log's size
+# (a ``stat``: ~3 us beside a ~45 us put, so not at every write, which cost 10%) and, past
+# ``WAL_LIMIT`` bytes, checkpoints it with ``TRUNCATE`` (which waits up to ``_WAL_WAIT_MS``
+# for the readers of the moment to move on, holding off new writers meanwhile); when they do
+# not, it tries again ``_WAL_RETRY_S`` later, not at every write (each try may hold this
+# writer for ``_WAL_WAIT_MS``). A put writes a few pages of log (~24 KB for a 4 KB value),
+# so a writer takes the log at most a few hundred KB past the limit. Looking every half
+# second instead let it grow by whatever was written in that time: ~4 MB past a 256 KiB
+# limit with a put every 0.3 ms.
+# ``journal_size_limit`` cuts a log restarted the ordinary way back to ``_WAL_KEEP`` bytes.
 WAL_LIMIT = 16 * 2**20
 _WAL_KEEP = 4 * 2**20
-_WAL_CHECK_S = 0.5
+_WAL_RETRY_S = 0.5
+_WAL_EVERY = 16
 _WAL_WAIT_MS = 200
 
 _BUSY_CODES = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
@@ -135,7 +141,8 @@ class SQLiteFile:
         self._empty = False  # nothing to read and nothing can be created: an empty store
         self._recovering = threading.Lock()
         self._wal = pathlib.Path(f"{path}-wal")
-        self._wal_checked = 0.0  # when this process last looked at the log's size
+        self._wal_writes = 0  # writes since this process last looked at the log's size
+        self._wal_retry_at = 0.0  # readers held the last cut off: not tried before this
         #: Checkpoints that cut the log back (``stats`` shows them).
         self.wal_truncations = 0
         _FILES.add(self)
@@ -327,15 +334,18 @@ class SQLiteFile:
             return result
 
         result = self.retry(once)
-        if time.monotonic() - self._wal_checked >= _WAL_CHECK_S:
+        self._wal_writes += 1  # (threads racing here lose a count, never a look for long)
+        if self._wal_writes >= _WAL_EVERY:
             self.bound_wal(conn)
         return result
 
     def bound_wal(self, conn: sqlite3.Connection) -> bool:
         """Checkpoint the log back to nothing when it has grown past ``WAL_LIMIT`` (see
         there); True when it was cut. Readers of the moment get ``_WAL_WAIT_MS`` to move
-        on; when they do not, the next look tries again."""
-        self._wal_checked = time.monotonic()
+        on; when they do not, this process tries again ``_WAL_RETRY_S`` later."""
+        if self._wal_retry_at and time.monotonic() < self._wal_retry_at:
+            return False
+        self._wal_writes = 0
         try:
             if self._wal.stat().st_size <= WAL_LIMIT:
                 return False
@@ -348,10 +358,13 @@ class SQLiteFile:
             finally:
                 conn.execute("PRAGMA busy_timeout=0")
         except sqlite3.Error:
+            busy = 1
+        if busy:
+            self._wal_retry_at = time.monotonic() + _WAL_RETRY_S
             return False
-        if not busy:
-            self.wal_truncations += 1
-        return not busy
+        self._wal_retry_at = 0.0
+        self.wal_truncations += 1
+        return True
 
     def write(self, body: Callable[[sqlite3.Connection], int], key: str = "") -> int:
         """Run a write transaction; a failure that must not reach the caller returns 0."""
