@@ -4,6 +4,7 @@ what an ``async with`` block cancelled while its file opens or saves leaves behi
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import logging
@@ -527,6 +528,42 @@ def test_a_block_cancelled_while_its_file_is_written_finishes_the_save(
     with dejacache.cassette(path, mode="replay"):
         assert tool("paid for") == "answer paid for"
     assert LIVE == []
+
+
+def test_a_block_cancelled_before_a_worker_took_its_save_still_saves(
+        tmp_path: pathlib.Path) -> None:
+    """With every worker busy the save waited in the executor's queue, and the cancellation
+    took it out of the queue: the file was never written, and nothing said so."""
+    path = tmp_path / "c.json"
+    busy = _Gate()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=1))
+        leaving = asyncio.Event()
+
+        async def run() -> None:
+            async with dejacache.cassette(path):
+                tool("paid for")
+                occupied.append(loop.run_in_executor(None, busy.hold))  # the one worker
+                leaving.set()
+
+        occupied: list[asyncio.Future[None]] = []
+        task = asyncio.ensure_future(run())
+        await leaving.wait()  # (the task ran on to its save, queued behind the worker)
+        task.cancel()
+        for _ in range(20):  # the loop's turns a cancellation takes to reach the queue
+            await asyncio.sleep(0)
+        busy.go.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await occupied[0]
+
+    try:
+        _run_threads_joined(main)
+    finally:
+        busy.go.set()
+    assert b"answer paid for" in path.read_bytes()
 
 
 def test_a_save_that_fails_after_its_block_was_cancelled_raises_its_error(
