@@ -1,7 +1,11 @@
-"""The cassette block's exit: what an interrupted block (Ctrl-C, ``SystemExit``) writes."""
+"""The cassette block's exit: what an interrupted block (Ctrl-C, ``SystemExit``) writes, and
+what an ``async with`` block cancelled while its file opens or saves leaves behind."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import json
 import logging
 import os
@@ -9,11 +13,15 @@ import pathlib
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 import pytest
 
 import dejacache
+from dejacache.cassettes import block
+from dejacache.cassettes.writer import Writer
 
 LIVE: list[str] = []
 
@@ -342,3 +350,248 @@ def test_blocks_opened_on_an_event_loop_without_the_plugin_do_no_blocking_io(
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == ["A", 30 * 86400, "A", 1]
     assert (tmp_path / "c.json").is_file()
+
+
+# ---------------------------------------------------------------- cancelled while in a worker
+
+
+class _Gate:
+    """Holds a block's worker thread at one point until the test lets it go, so the
+    cancellation lands while the file is being opened or written, every run."""
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+        self.go = threading.Event()
+        self.left = threading.Event()  # the worker went on
+
+    def hold(self) -> None:
+        self.reached.set()
+        self.go.wait(30)
+        self.left.set()
+
+
+def _held(path: pathlib.Path) -> int:
+    """This process's descriptors open on ``path`` (a memory-mapped cassette holds one)."""
+    n = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # (the listing's own descriptor is gone)
+            n += os.readlink(f"/proc/self/fd/{fd}") == str(path)
+    return n
+
+
+def _wrapped(blk: dejacache.cassette, form: str, body: Callable[[], object]
+             ) -> Callable[[], Awaitable[None]]:
+    """``body`` in ``blk`` entered by ``async with``, or by decorating a coroutine function."""
+    if form == "with":
+        async def run() -> None:
+            async with blk:
+                body()
+
+        return run
+
+    @blk
+    async def decorated() -> None:
+        body()
+
+    return decorated
+
+
+def _run_threads_joined(main: Callable[[], Awaitable[Any]]) -> Any:
+    """``asyncio.run(main())``, checking it left no thread behind (it joins its workers)."""
+    before = set(threading.enumerate())
+    out = asyncio.run(main())  # type: ignore[arg-type]
+    assert set(threading.enumerate()) <= before
+    return out
+
+
+_PROC = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="reads /proc/self/fd")
+
+
+def _large(tmp_path: pathlib.Path) -> pathlib.Path:
+    path = tmp_path / "large.json"
+    with dejacache.cassette(path, blobs=False):
+        tool("x" * (1 << 20))  # a file of over 1 MiB is read through a memory map
+    return path
+
+
+@_PROC
+@pytest.mark.parametrize("form", ["with", "decorator"])
+@pytest.mark.parametrize("how", ["cancel", "wait_for"])
+def test_a_block_cancelled_while_its_file_opens_leaves_it_closed(
+        tmp_path: pathlib.Path, form: str, how: str) -> None:
+    """The tape opened by the worker thread was left to the garbage collector (held by the
+    pytest plugin's record of blocks until the next test): a large file's memory map kept
+    its descriptor open."""
+    path = _large(tmp_path)
+    gate = _Gate()
+    entered: list[bool] = []
+    run = _wrapped(dejacache.cassette(path, mode="replay"), form, lambda: entered.append(True))
+
+    async def main() -> bool:
+        if how == "wait_for":  # (the worker is held: the timeout always comes first)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(run(), timeout=0.01)
+        else:
+            task = asyncio.ensure_future(run())
+            await asyncio.to_thread(gate.reached.wait, 30)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        prompt = not gate.left.is_set()  # the caller did not wait for the open
+        gate.go.set()
+        return prompt
+
+    def opened(blk: dejacache.cassette, tape: object) -> None:  # in the worker, before the read
+        gate.hold()
+
+    block.OPENED.append(opened)
+    try:
+        assert _run_threads_joined(main)
+    finally:
+        gate.go.set()
+        block.OPENED.remove(opened)
+    assert gate.left.is_set() and entered == []
+    assert _held(path) == 0
+
+
+@_PROC
+@pytest.mark.parametrize("form", ["sync", "with"])
+def test_a_block_whose_file_fails_its_check_on_open_leaves_it_closed(
+        tmp_path: pathlib.Path, form: str) -> None:
+    path = _large(tmp_path)
+    raw = path.read_bytes()
+    at = raw.index(b"x" * 64)
+    raw = raw[:at] + b"y" + raw[at + 1:]  # an answer damaged,
+    raw = raw.replace(b'"xref_at": [\n    ', b'"xref_at": [\n    9', 1)  # and the index
+    path.write_bytes(raw)
+    damaged = "does not match its hash"
+    if form == "sync":
+        with pytest.raises(dejacache.CassetteError, match=damaged), \
+                dejacache.cassette(path, mode="replay"):
+            pass
+    else:
+        async def main() -> None:
+            with pytest.raises(dejacache.CassetteError, match=damaged):
+                async with dejacache.cassette(path, mode="replay"):
+                    pass
+
+        _run_threads_joined(main)
+    # (the error's frames hold the bytes they read while it lives: here, no longer)
+    assert _held(path) == 0
+
+
+@pytest.mark.parametrize("form", ["with", "decorator"])
+def test_a_block_cancelled_while_its_file_is_written_finishes_the_save(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, form: str) -> None:
+    """The caller was told of the cancellation while the worker was still writing: a test
+    reading the file then found the recording it had paid for missing."""
+    path = tmp_path / "c.json"
+    gate = _Gate()
+    write = Writer.write
+
+    def held(self: Writer, prune: bool) -> bool:
+        gate.hold()
+        return write(self, prune)
+
+    monkeypatch.setattr(Writer, "write", held)
+    run = _wrapped(dejacache.cassette(path), form, lambda: tool("paid for"))
+    written: list[bool] = []
+
+    async def caller() -> None:
+        try:
+            await run()
+        except asyncio.CancelledError:  # what the file holds when the caller hears of it
+            written.append(b"answer paid for" in path.read_bytes())
+            raise
+
+    async def main() -> bool:
+        task = asyncio.ensure_future(caller())
+        await asyncio.to_thread(gate.reached.wait, 30)
+        waited = True
+        for _ in range(2):  # (asyncio.run's teardown cancels again: waited out too)
+            task.cancel()
+            for _ in range(20):  # the loop's turns a cancellation takes to reach the caller
+                await asyncio.sleep(0)
+            waited = waited and not task.done()
+        gate.go.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return waited
+
+    try:
+        assert _run_threads_joined(main)
+    finally:
+        gate.go.set()
+    assert written == [True]
+    monkeypatch.undo()
+    LIVE.clear()
+    with dejacache.cassette(path, mode="replay"):
+        assert tool("paid for") == "answer paid for"
+    assert LIVE == []
+
+
+def test_a_block_cancelled_before_a_worker_took_its_save_still_saves(
+        tmp_path: pathlib.Path) -> None:
+    """With every worker busy the save waited in the executor's queue, and the cancellation
+    took it out of the queue: the file was never written, and nothing said so."""
+    path = tmp_path / "c.json"
+    busy = _Gate()
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=1))
+        leaving = asyncio.Event()
+
+        async def run() -> None:
+            async with dejacache.cassette(path):
+                tool("paid for")
+                occupied.append(loop.run_in_executor(None, busy.hold))  # the one worker
+                leaving.set()
+
+        occupied: list[asyncio.Future[None]] = []
+        task = asyncio.ensure_future(run())
+        await leaving.wait()  # (the task ran on to its save, queued behind the worker)
+        task.cancel()
+        for _ in range(20):  # the loop's turns a cancellation takes to reach the queue
+            await asyncio.sleep(0)
+        busy.go.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await occupied[0]
+
+    try:
+        _run_threads_joined(main)
+    finally:
+        busy.go.set()
+    assert b"answer paid for" in path.read_bytes()
+
+
+def test_a_save_that_fails_after_its_block_was_cancelled_raises_its_error(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+        told: list[tuple[pathlib.Path, str]]) -> None:
+    """A cancellation does not hide a recording lost: the save's own error is raised."""
+    path = tmp_path / "c.json"
+    gate = _Gate()
+
+    def failing(self: Writer, prune: bool) -> bool:
+        gate.hold()
+        raise dejacache.CassetteError("the disk is full", path=path)
+
+    monkeypatch.setattr(Writer, "write", failing)
+    run = _wrapped(dejacache.cassette(path), "with", lambda: tool("paid for"))
+
+    async def main() -> None:
+        task = asyncio.ensure_future(run())
+        await asyncio.to_thread(gate.reached.wait, 30)
+        task.cancel()
+        gate.go.set()
+        with pytest.raises(dejacache.CassetteError, match="the disk is full"):
+            await task
+
+    try:
+        _run_threads_joined(main)
+    finally:
+        gate.go.set()
+    assert told == [(path, f"recording discarded (the save failed): 1 call not written to "
+                           f"{path}")]
+    assert not path.exists()

@@ -1,10 +1,14 @@
 """``Record``: the hand-written constructor keeps the dataclass's API and its immutability.
-``Features`` (a named tuple) and ``StoreStats`` (defined on first use) keep theirs."""
+``Features`` (a named tuple) and ``StoreStats`` (defined on first use) keep theirs. Work
+handed to a worker thread by a caller that may be cancelled: released, or finished."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import pickle
+import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -68,3 +72,81 @@ def test_store_stats_is_served_by_base_and_the_package() -> None:
         s.entries = 3  # type: ignore[misc]
     with pytest.raises(AttributeError):
         _base.NoSuchName  # type: ignore[attr-defined]  # noqa: B018
+
+
+# ---------------------------------------------------------------- work in a worker thread
+
+
+def test_a_result_given_after_its_caller_left_is_released_by_the_worker() -> None:
+    released: list[object] = []
+    late = _base._Handoff(released.append)
+    late.leave()
+    assert late.run(lambda: "tape") == "tape" and released == ["tape"]
+    early = _base._Handoff(released.append)
+    early.run(lambda: "kept")
+    assert released == ["tape"]  # the caller takes it
+    early.leave()  # (the caller cancelled after the worker gave it, before it arrived)
+    early.leave()
+    assert released == ["tape", "kept"]
+
+
+@pytest.mark.parametrize("worker_first", [False, True])
+def test_a_cancelled_caller_of_owned_work_leaves_at_once_and_the_result_is_released(
+        monkeypatch: pytest.MonkeyPatch, worker_first: bool) -> None:
+    """Either side may be second: the worker still opening when the caller is cancelled, or
+    done, its result on its way to a caller cancelled before it arrived."""
+    go, given = threading.Event(), threading.Event()
+    released: list[tuple[object, bool]] = []
+    run = _base._Handoff.run
+
+    def handed(self: _base._Handoff[object], fn: Callable[[], object]) -> object:
+        out = run(self, fn)
+        given.set()
+        return out
+
+    monkeypatch.setattr(_base._Handoff, "run", handed)
+
+    def release(result: object) -> None:
+        released.append((result, threading.current_thread() is threading.main_thread()))
+
+    def opening() -> object:
+        if not worker_first:
+            go.wait(30)
+        return "tape"
+
+    async def main() -> None:
+        task = asyncio.ensure_future(_base.off_loop_owned(opening, release))
+        await asyncio.sleep(0)  # (the task starts the worker)
+        if worker_first:
+            given.wait(30)  # the loop is held: the result cannot reach the task yet
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        go.set()
+
+    asyncio.run(main())  # (joins the worker)
+    assert released == [("tape", worker_first)]  # on the loop when the worker was first
+
+
+def test_whole_work_finishes_before_its_cancelled_caller_hears_of_it() -> None:
+    go, started = threading.Event(), threading.Event()
+    done: list[str] = []
+
+    def save(what: str) -> None:
+        started.set()
+        go.wait(30)
+        done.append(what)
+
+    async def main() -> None:
+        task = asyncio.ensure_future(_base.off_loop_whole(save, "file"))
+        await asyncio.to_thread(started.wait, 30)
+        task.cancel()
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not task.done()
+        go.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert done == ["file"]
+
+    asyncio.run(main())

@@ -10,6 +10,7 @@ discarded are logged, and the pytest plugin names them in its summary (``DISCARD
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import os
 import pathlib
@@ -33,7 +34,7 @@ from ..config import (
 from ..errors import CassetteError, ConfigurationError
 from ..keys import key_substitutions
 from ..scope import Block, enter, inherited, leave, settle
-from ..stores._base import off_loop
+from ..stores._base import off_loop_owned, off_loop_whole
 from . import scratch
 from ._events import DISCARDED, INTERRUPTIONS, OPENED
 from .ageing import given as given_ageing
@@ -198,18 +199,23 @@ class cassette(Block[Cassette]):
     async def __aenter__(self) -> Cassette:
         # Made ready in a worker thread: what it reads (the project file for its settings,
         # the cassette, the default store's directory) is a blocking call on an event loop,
-        # which a loop checker such as blockbuster fails the block for.
-        return self._entered(*await off_loop(self._ready))
+        # which a loop checker such as blockbuster fails the block for. A caller cancelled
+        # meanwhile leaves at once, and the tape is closed when the worker has opened it.
+        return self._entered(*await off_loop_owned(self._ready, _unentered))
 
     def _ready(self) -> tuple[Cassette, Effective]:
         """A fresh tape, told to ``OPENED`` and its file read; the settings the block
         derives its own from."""
         tape = self.open()
-        for seen in OPENED:
-            seen(self, tape)
-            if tape.live_tape is not None:  # a partial block's derived file is the test's too
-                seen(self, tape.live_tape)
-        tape._load()
+        try:
+            for seen in OPENED:
+                seen(self, tape)
+                if tape.live_tape is not None:  # a partial block's file is the test's too
+                    seen(self, tape.live_tape)
+            tape._load()
+        except BaseException:  # (a damaged file: its memory map is not kept)
+            _abandon(tape)
+            raise
         return tape, inherited()
 
     def _entered(self, tape: Cassette, base: Effective) -> Cassette:
@@ -250,9 +256,16 @@ class cassette(Block[Cassette]):
         tb: TracebackType | None,
     ) -> None:
         tape = self._left(exc_type)
-        if tape is not None:  # the file is written in a worker thread (see __aenter__)
-            await off_loop(self._save, tape, exc_type)
-            self._closed(tape, exc_type)
+        if tape is None:
+            return
+        import asyncio  # (a coroutine runs: loaded already, unless under trio)
+
+        try:  # the file is written in a worker thread (see __aenter__), to the end
+            await off_loop_whole(self._save, tape, exc_type)
+        except asyncio.CancelledError:  # (raised once the save is done)
+            self._closed(tape, exc_type, cut=True)
+            raise
+        self._closed(tape, exc_type)
 
     def _left(self, exc_type: type[BaseException] | None) -> Cassette | None:
         """Leave the block in the caller's context; the tape whose file is this block's to
@@ -285,18 +298,22 @@ class cassette(Block[Cassette]):
         finally:
             tape.close()
 
-    def _closed(self, tape: Cassette, exc_type: type[BaseException] | None) -> None:
+    def _closed(self, tape: Cassette, exc_type: type[BaseException] | None, *,
+                cut: bool = False) -> None:
         """What the block says once its file is written: discarded recordings, warnings, and
-        the errors its calls left."""
+        the errors its calls left. ``cut``: its caller was cancelled during the save."""
         interrupted, saved = self._fate(exc_type)
-        if exc_type is not None and interrupted:
-            # (no warnings: under -W error one would replace the interruption, and the test
-            # session would report a failure instead of stopping)
+        if exc_type is not None and not saved:
+            # (logged for an interruption only: an error is the caller's own news)
+            reason = exc_type.__name__
+            _discarded(tape, reason if interrupted else self.discard_reason or reason,
+                       log=interrupted)
+        if interrupted or cut:
+            # No warnings: under -W error one would replace the interruption (the test
+            # session would report a failure instead of stopping) or the cancellation; nor
+            # the verdict on the block's calls, which its gone caller would not hear.
             self._paths.exit(quiet=True)
-            _discarded(tape, exc_type.__name__)
             return
-        if exc_type is not None and not saved:  # (the error itself is the caller's news)
-            _discarded(tape, self.discard_reason or exc_type.__name__, log=False)
         # After the save: under -W error this warning is raised, and must not cost the file.
         self._paths.exit()
         if exc_type is None:  # (under -W error it must not replace the block's own error)
@@ -329,6 +346,18 @@ class cassette(Block[Cassette]):
 
             warnings.warn(unmatched_note(unmatched, partial.calls, f"in cassette {self.path}"),
                           DejacacheWarning, stacklevel=3)
+
+
+def _abandon(tape: Cassette) -> None:
+    """Close a tape no block entered (its file could not be read, or its caller was
+    cancelled while it opened): nothing was recorded, so nothing is saved."""
+    # (damage in the file: the open's own error says so, or the next open does)
+    with contextlib.suppress(CassetteError):
+        tape.close()
+
+
+def _unentered(ready: tuple[Cassette, Effective]) -> None:
+    _abandon(ready[0])
 
 
 def _discarded(tape: Cassette, reason: str, *, log: bool = True) -> None:
