@@ -49,8 +49,13 @@ def test_a_proxy_that_cannot_start_says_why(tmp_path: pathlib.Path) -> None:
     ({"idle_timeout": float("nan")}, "idle_timeout=nan: expected"),
     ({"write_timeout": "soon"}, "write_timeout='soon': expected"),
     ({"idle_timeout": True}, "idle_timeout=True: expected"),
+    ({"max_connections": 0}, "max_connections=0: expected a whole number > 0"),
+    ({"max_connections": True}, "max_connections=True: expected a whole number > 0"),
+    ({"max_connections": 2.5}, "max_connections=2.5: expected a whole number > 0"),
+    ({"max_buffered": -1}, "max_buffered=-1: expected a whole number > 0"),
+    ({"max_buffered": "1GiB"}, "max_buffered='1GiB': expected a whole number > 0"),
 ])
-def test_a_bad_timeout_is_refused_naming_it_before_a_proxy_starts(
+def test_a_bad_timeout_or_limit_is_refused_naming_it_before_a_proxy_starts(
         tmp_path: pathlib.Path, given: dict[str, object], said: str) -> None:
     with pytest.raises(ConfigurationError, match=re.escape(said)):
         dejacache.proxy(tmp_path / "c.json", env=proxy_env(tmp_path), **given)  # type: ignore[arg-type]
@@ -69,6 +74,36 @@ def test_the_connection_timeouts_are_the_proxys_own(tmp_path: pathlib.Path) -> N
         with socket.create_connection((host, int(port)), timeout=10) as slow:
             slow.sendall(b"POST /openai/v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
             assert slow.recv(100).startswith(b"HTTP/1.1 408")
+
+
+def whole_answer(sock: socket.socket) -> bytes:
+    """One answer framed by Content-Length, its head included."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(re.search(rb"(?i)\r\ncontent-length: *(\d+)", head).group(1))  # type: ignore[union-attr]
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def test_the_limits_are_the_proxys_own(tmp_path: pathlib.Path) -> None:
+    # One connection open at once: a second is answered 503 and closed; bodies held at
+    # once 100 bytes at most: a larger one could never be, a 413.
+    with dejacache.proxy(tmp_path / "c.json", env=proxy_env(tmp_path), max_connections=1,
+                         max_buffered=100) as p:
+        host, port = p.url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as first:
+            first.sendall(b"GET /_dejacache HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert whole_answer(first).startswith(b"HTTP/1.1 200 ")  # taken
+            with socket.create_connection((host, int(port)), timeout=10) as second:
+                refused = second.recv(1000)
+            assert refused.startswith(b"HTTP/1.1 503 ") and b"--max-connections" in refused
+            first.sendall(b"POST /openai/v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+                          b"Content-Length: 101\r\n\r\n")
+            too_large = first.recv(1000)
+        assert too_large.startswith(b"HTTP/1.1 413 ") and b"over 100" in too_large
 
 
 AGENT = textwrap.dedent("""

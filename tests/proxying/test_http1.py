@@ -235,3 +235,44 @@ def test_answers_are_framed_and_never_split_by_a_header() -> None:
         b"HTTP/1.1 200 OK\r\na: \xe9\r\nb: " + "€".encode() + b"\r\n\r\n")
     assert head_bytes(200, [("a", "x\ry"), ("b", "z\n")]) == b"HTTP/1.1 200 OK\r\n\r\n"
     assert chunk(b"data: x\n\n") == b"9\r\ndata: x\n\n\r\n"
+
+
+# ---------------------------------------------------------------- the budget of body bytes
+
+
+def test_a_body_takes_its_declared_length_from_the_budget_and_its_request_holds_it() -> None:
+    from dejacache.proxying._limits import Budget
+
+    budget = Budget(100)
+    parser = RequestParser(1000, budget)
+    assert parser.feed(b"POST / HTTP/1.1\r\nContent-Length: 60\r\n\r\n" + b"x" * 10) == []
+    assert budget.held == 60  # taken before the body arrived
+    [req] = parser.feed(b"x" * 50)
+    assert req.held == 60 and budget.held == 60  # the request's to give back, answered
+    # Another one that would pass the budget: a 503 before its body is read, nothing taken.
+    other = RequestParser(1000, budget)
+    assert other.feed(b"POST / HTTP/1.1\r\nContent-Length: 41\r\n\r\n") == []
+    assert other.failed is not None and other.failed.status == 503
+    assert "over 100 bytes (60 held now)" in str(other.failed) and budget.held == 60
+    budget.give(req.held)
+    assert budget.held == 0
+
+
+def test_a_chunked_body_takes_chunk_by_chunk_and_a_dropped_one_gives_back() -> None:
+    from dejacache.proxying._limits import Budget
+
+    budget = Budget(100)
+    parser = RequestParser(1000, budget)
+    head = b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+    assert parser.feed(head + b"32\r\n" + b"x" * 50 + b"\r\n") == [] and budget.held == 50
+    assert parser.feed(b"33\r\n") == []  # 51 more: over 100
+    assert parser.failed is not None and parser.failed.status == 503 and budget.held == 0
+    for too_slow in (True, False):  # refused as too slow, or its client gone
+        parser = RequestParser(1000, budget)
+        parser.feed(head + b"32\r\n" + b"x" * 10)
+        assert budget.held == 50
+        if too_slow:
+            parser.fail(408, "too slow")
+        else:
+            parser.drop()
+        assert budget.held == 0

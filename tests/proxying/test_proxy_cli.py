@@ -132,6 +132,9 @@ def one_line(stderr: str) -> str:
     (["--write-timeout", "0"], "--write-timeout 0: expected a number of seconds > 0"),
     (["--write-timeout", "inf"], "--write-timeout inf: expected a number of seconds > 0"),
     (["--idle-timeout", "soon"], "invalid float value"),
+    (["--max-connections", "0"], "--max-connections 0: expected a whole number > 0"),
+    (["--max-buffered", "-1"], "--max-buffered -1: expected a whole number > 0"),
+    (["--max-connections", "many"], "invalid int value"),
     (["--cassette", "c.json", "--bogus"], "unrecognized arguments: --bogus"),
     (["--cassette", "c.json", "--"], "-- must be followed by a command"),
 ])
@@ -149,6 +152,15 @@ def test_the_timeouts_reach_the_proxy_as_given_else_their_defaults() -> None:
     default = config_from_args(parse(["proxy"]), "")
     assert (default.read_timeout, default.idle_timeout, default.write_timeout) == (
         30.0, 75.0, 60.0)
+
+
+def test_the_limits_reach_the_proxy_as_given_else_their_defaults() -> None:
+    parse = build_parser().parse_args
+    given = config_from_args(parse(["proxy", "--max-connections", "3",
+                                    "--max-buffered", "4096"]), "")
+    assert (given.max_connections, given.max_buffered) == (3, 4096)
+    default = config_from_args(parse(["proxy"]), "")
+    assert (default.max_connections, default.max_buffered) == (256, 1 << 30)
 
 
 def test_a_non_loopback_address_needs_allow_remote(capsys: pytest.CaptureFixture[str]

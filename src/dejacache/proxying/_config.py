@@ -1,5 +1,5 @@
 """``dejacache proxy``'s arguments as a :class:`~._server.ProxyConfig`, every value checked
-where it is read (a malformed duration, ``live=`` item or upstream is a
+where it is read (a malformed duration, limit, ``live=`` item or upstream is a
 ``ConfigurationError`` naming it, before the proxy listens)."""
 
 from __future__ import annotations
@@ -13,11 +13,12 @@ from ..cassettes.ageing import resolve as resolve_ageing
 from ..cassettes.partial import parse_live
 from ..errors import ConfigurationError
 from ._connection import IDLE_TIMEOUT, READ_TIMEOUT, WRITE_TIMEOUT
+from ._limits import MAX_BUFFERED, MAX_CONNECTIONS
 from ._server import ProxyConfig
 from ._sessions import SessionSpec
 from .upstreams import builtin_upstreams, env_upstreams, upstream_table
 
-__all__ = ["config_from_args", "timeout_seconds"]
+__all__ = ["config_from_args", "limit_count", "timeout_seconds"]
 
 
 def spec_from_args(args: argparse.Namespace, cassette: pathlib.Path, rerecord: str
@@ -51,7 +52,10 @@ def config_from_args(args: argparse.Namespace, rerecord: str) -> ProxyConfig:
         host=args.host, port=args.port, allow_remote=args.allow_remote,
         read_timeout=timeout_seconds("--read-timeout", args.read_timeout, READ_TIMEOUT),
         idle_timeout=timeout_seconds("--idle-timeout", args.idle_timeout, IDLE_TIMEOUT),
-        write_timeout=timeout_seconds("--write-timeout", args.write_timeout, WRITE_TIMEOUT))
+        write_timeout=timeout_seconds("--write-timeout", args.write_timeout, WRITE_TIMEOUT),
+        max_connections=limit_count("--max-connections", args.max_connections,
+                                    MAX_CONNECTIONS),
+        max_buffered=limit_count("--max-buffered", args.max_buffered, MAX_BUFFERED))
 
 
 def timeout_seconds(what: str, value: object, default: float) -> float:
@@ -60,9 +64,25 @@ def timeout_seconds(what: str, value: object, default: float) -> float:
     (``read_timeout=0: ...``), which checks it before starting the process."""
     if value is None:
         return default
-    named = what if what.endswith("=") else what + " "
+    named = _named(what)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ConfigurationError(f"{named}{value!r}: expected a number of seconds > 0")
     if not 0 < value < math.inf:  # (nan fails too)
         raise ConfigurationError(f"{named}{value:g}: expected a number of seconds > 0")
     return float(value)
+
+
+def limit_count(what: str, value: object, default: int) -> int:
+    """One of the proxy's limits (``--max-connections``, ``--max-buffered``: a whole number
+    > 0), ``default`` when not given; ``what`` names it as :func:`timeout_seconds` does."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(f"{_named(what)}{value!r}: expected a whole number > 0")
+    return value
+
+
+def _named(what: str) -> str:
+    """How an error names the value: ``--read-timeout 0`` (a flag), ``read_timeout=0``
+    (``dejacache.proxy()``'s argument)."""
+    return what if what.endswith("=") else what + " "

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from .._secrets import PLACEHOLDER, mask_text
 from ._forward import Out
 from ._http1 import CONTINUE, Request, RequestParser
+from ._limits import Budget
 from ._websocket import Upgraded, wants_websocket
 
 __all__ = ["IDLE_TIMEOUT", "READ_TIMEOUT", "WRITE_TIMEOUT", "Connection", "Handler", "start"]
@@ -153,13 +154,18 @@ class Connection(asyncio.Protocol):
     (:meth:`_deadline`), and left armed when that state moves on: when it fires early it is
     armed again for the new deadline. Arming one and cancelling it on every keep-alive call
     cost ~1.8 us (and leaves the cancelled handle in the loop's heap); noting the time and
-    comparing it with the armed one's costs ~0.2 us (timeit, Python 3.11)."""
+    comparing it with the armed one's costs ~0.2 us (timeit, Python 3.11).
+
+    ``buffered``: the bytes of request bodies the proxy may hold at once, across its
+    connections (``_limits.py``). A request's share is given back when its answer is done
+    (written, failed, or its task ended after the client left), and a request dropped
+    unanswered (queued when its client left, refused, timed out) gives back its own."""
 
     def __init__(self, handler: Handler, max_body: int, read_timeout: float = READ_TIMEOUT,
-                 idle_timeout: float = IDLE_TIMEOUT, write_timeout: float = WRITE_TIMEOUT
-                 ) -> None:
+                 idle_timeout: float = IDLE_TIMEOUT, write_timeout: float = WRITE_TIMEOUT,
+                 buffered: Budget | None = None) -> None:
         self.handler = handler
-        self.parser = RequestParser(max_body)
+        self.parser = RequestParser(max_body, buffered)
         self.read_timeout = read_timeout
         self.idle_timeout = idle_timeout
         self.write_timeout = write_timeout
@@ -172,6 +178,7 @@ class Connection(asyncio.Protocol):
         self._lingering = False  # refused: what arrives is dropped until the close
         self.queue: collections.deque[Request] = collections.deque()
         self.task: asyncio.Future[Any] | None = None  # the request being answered
+        self._held = 0  # what its body holds of the budget (``Request.held``)
         self.keep = True  # the request being answered leaves the connection open
         self.out: Out | None = None
         self.upgraded: Upgraded | None = None  # a WebSocket now: its bytes are not HTTP
@@ -320,11 +327,20 @@ class Connection(asyncio.Protocol):
             assert self.out is not None
             task = self.handler.answer(req, self.out)
             if task is not None and not task.done():
-                self.task = task
+                self.task, self._held = task, req.held
                 task.add_done_callback(self._done)
                 return
+            if req.held:
+                self.parser.budget.give(req.held)
             if not self._answered(task):
                 return
+
+    def turn_away(self, message: str) -> None:
+        """Answer a connection the proxy cannot take now with a 503 before anything is read
+        from it, then close it (:meth:`_linger`: what the client sends meanwhile, its body
+        included, is dropped unread)."""
+        self.transport.write(self.handler.refusal(503, message, close=True))
+        self._linger()
 
     def _linger(self) -> None:
         """End the connection after a refusal: the refusal and the end of what the proxy
@@ -340,6 +356,9 @@ class Connection(asyncio.Protocol):
 
     def _done(self, task: asyncio.Future[Any]) -> None:
         self.task = None
+        if self._held:
+            self.parser.budget.give(self._held)
+            self._held = 0
         if self._answered(task):
             self._next()
 
@@ -390,7 +409,11 @@ class Connection(asyncio.Protocol):
             self._timer = None
         if self.upgraded is not None:
             self.upgraded.lost()
+        budget = self.parser.budget
+        for req in self.queue:  # never to be answered: their bodies are let go
+            budget.give(req.held)
         self.queue.clear()
+        self.parser.drop()
         if self.out is not None:  # a write waiting for the client to read fails now
             self.out.resume(ConnectionResetError("the client closed the connection"))
 

@@ -6,6 +6,8 @@ upstream, and saves its cassettes when it stops.
 session a test runner opened; ``/_dejacache...`` is the control endpoint (``_control.py``).
 A connection (``_connection.py``) answers its requests one after the other, each started
 at once in its session's context (``Session.begin``), in a task from where it first waits.
+A connection over ``max_connections`` is answered ``503`` at once and closed; a body that
+would take the bodies held over ``max_buffered`` is refused so too (``_limits.py``).
 
 Stopping (SIGTERM, SIGINT, or the command it ran exiting) stops accepting, lets requests in
 flight finish for ``grace`` seconds, then closes the sessions: the default cassette is
@@ -35,6 +37,7 @@ from ._connection import IDLE_TIMEOUT, READ_TIMEOUT, WRITE_TIMEOUT, Connection, 
 from ._control import PREFIX, SESSION_PREFIX, control
 from ._forward import FORWARDED, Forwarder, Out, error_bytes, json_bytes
 from ._http1 import Request
+from ._limits import MAX_BUFFERED, MAX_CONNECTIONS, Budget
 from ._sessions import Session, Sessions, SessionSpec
 from ._websocket import Upgraded, relay
 from .upstreams import BASE_URL_ENV, Upstream, split_target, unknown_upstream
@@ -57,6 +60,8 @@ class ProxyConfig:
     read_timeout: float = READ_TIMEOUT
     idle_timeout: float = IDLE_TIMEOUT
     write_timeout: float = WRITE_TIMEOUT
+    max_connections: int = MAX_CONNECTIONS
+    max_buffered: int = MAX_BUFFERED
     grace: float = 10.0
 
 
@@ -88,6 +93,8 @@ class ProxyServer:
         self.url = ""
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[Connection] = set()
+        self.admitted = Budget(config.max_connections)  # connections open, refused ones not
+        self.buffered = Budget(config.max_buffered)  # bytes of request bodies held
         self.stopping = False
         self._generic = next(p for p in all_providers() if p.name == "http")
 
@@ -149,13 +156,18 @@ class ProxyServer:
 
     def _connection(self) -> Connection:
         config = self.config
-        return _Tracked(self, config.max_body, config.read_timeout, config.idle_timeout,
-                        config.write_timeout)
+        # A body larger than all the proxy may hold could never be taken: 413, not 503.
+        return _Tracked(self, min(config.max_body, config.max_buffered), config.read_timeout,
+                        config.idle_timeout, config.write_timeout, self.buffered)
 
     def refusal(self, status: int, message: str, *, close: bool = False) -> bytes:
         extra = [("connection", "close")] if close else []
+        kind = "dejacache_bad_request"
+        if status == 503:  # the proxy's state, not the request: it may be sent again
+            extra.append(("retry-after", "1"))
+            kind = "dejacache_busy"
         return json_bytes(status, {"error": {"message": f"dejacache proxy: {message}",
-                                             "type": "dejacache_bad_request"}}, extra)
+                                             "type": kind}}, extra)
 
     def answer(self, req: Request, out: Out) -> asyncio.Future[Any] | None:
         """Answer ``req``: None when it was answered at once, else the task finishing it
@@ -219,20 +231,32 @@ class ProxyServer:
 
 
 class _Tracked(Connection):
-    """A connection the server keeps track of, for ``stop``."""
+    """A connection the server keeps track of, for ``stop``, and counts against
+    ``max_connections``: one over it is turned away at once (the accept loop never waits)."""
 
     def __init__(self, server: ProxyServer, max_body: int, read_timeout: float,
-                 idle_timeout: float, write_timeout: float) -> None:
-        super().__init__(server, max_body, read_timeout, idle_timeout, write_timeout)
+                 idle_timeout: float, write_timeout: float, buffered: Budget) -> None:
+        super().__init__(server, max_body, read_timeout, idle_timeout, write_timeout,
+                         buffered)
         self.server = server
+        self.admitted = False
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
-        self.server._connections.add(self)
+        server = self.server
+        server._connections.add(self)
+        self.admitted = server.admitted.take(1)
+        if not self.admitted:
+            self.turn_away(
+                f"its limit of {server.admitted.limit} open connections is reached: retry "
+                "shortly, or raise --max-connections (max_connections= of dejacache.proxy())")
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         self.server._connections.discard(self)
+        if self.admitted:
+            self.admitted = False
+            self.server.admitted.give(1)
 
 
 # ---------------------------------------------------------------- running it

@@ -90,6 +90,13 @@ def _add_proxy(sub: Any) -> None:
     p.add_argument("--write-timeout", metavar="SECONDS", type=float, default=None,
                    help="a client that takes nothing of what it is sent for this long is "
                         "cut off, its answer unfinished and not recorded (default: 60)")
+    p.add_argument("--max-connections", metavar="N", type=int, default=None,
+                   help="connections open at once (WebSockets included); one more is "
+                        "answered 503 with Retry-After and closed (default: 256)")
+    p.add_argument("--max-buffered", metavar="BYTES", type=int, default=None,
+                   help="bytes of request bodies held at once across connections; a body "
+                        "that would pass it is answered 503 with Retry-After (default: "
+                        "1073741824, 1 GiB)")
     p.add_argument("--node-helper", metavar="DIR", default=None,
                    help="copy the helper for Node test runners (dejacache-proxy.mjs, a "
                         "cassette per test; and its types) into DIR, and exit")

@@ -229,6 +229,8 @@ def proxy(
     read_timeout: float | None = None,
     idle_timeout: float | None = None,
     write_timeout: float | None = None,
+    max_connections: int | None = None,
+    max_buffered: int | None = None,
 ) -> ProxyProcess:
     """Start ``dejacache proxy`` (see the module docstring); use it as a context manager.
 
@@ -238,15 +240,21 @@ def proxy(
     where ``CI`` and ``DEJACACHE_MODE`` choose its default mode and AWS credentials are
     found); ``timeout``: seconds to wait for it to start; ``read_timeout``,
     ``idle_timeout``, ``write_timeout``: the connection timeouts of its ``--read-timeout``,
-    ``--idle-timeout`` and ``--write-timeout`` (seconds; default 30, 75 and 60); the other
+    ``--idle-timeout`` and ``--write-timeout`` (seconds; default 30, 75 and 60);
+    ``max_connections``, ``max_buffered``: its ``--max-connections`` (default 256) and
+    ``--max-buffered`` (bytes of request bodies held at once; default 1 GiB); the other
     arguments are ``dejacache.cassette``'s."""
-    from ._config import timeout_seconds  # (checked here: a bad value never starts one)
+    # (checked here: a bad value never starts one)
+    from ._config import limit_count, timeout_seconds
 
     argv: list[str] = ["--port", str(port)]
     for name, given in (("read_timeout", read_timeout), ("idle_timeout", idle_timeout),
                         ("write_timeout", write_timeout)):
         if given is not None:
             argv += ["--" + name.replace("_", "-"), repr(timeout_seconds(name + "=", given, 0))]
+    for name, count in (("max_connections", max_connections), ("max_buffered", max_buffered)):
+        if count is not None:
+            argv += ["--" + name.replace("_", "-"), str(limit_count(name + "=", count, 0))]
     if cassette is not None:
         argv += ["--cassette", os.fspath(cassette)]
     if cassette_dir is not None:
