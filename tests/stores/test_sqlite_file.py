@@ -165,3 +165,46 @@ def _read_forever(path: str, stop: object) -> None:
         for i in range(50):
             store.get(f"k{i}")
     store.close()
+
+
+def test_a_cut_refused_for_another_checkpoint_is_tried_again_at_the_next_look(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite refuses a checkpoint at once, with no busy wait, while another connection's is
+    under way (a writer's automatic one, after each commit of a long log). Backing off half a
+    second then, as after readers that would not move on, left four processes' log at 124 MB
+    (``benchmarks/load_sqlite_wal.py``): the next look tries again."""
+    import threading
+    import time
+
+    from dejacache.stores import _sqlite_file
+
+    monkeypatch.setattr(_sqlite_file, "WAL_LIMIT", 0)
+    monkeypatch.setattr(_sqlite_file, "_WAL_WAIT_MS", 50)
+    path = tmp_path / "c.db"
+    f = open_file(path)
+    f.transact(lambda c: c.execute("CREATE TABLE t (x)"))
+    reader = sqlite3.connect(path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM t").fetchone()  # a snapshot older than the next write
+    f.transact(lambda c: c.execute("INSERT INTO t VALUES (1)"))
+    other = sqlite3.connect(path, timeout=30, check_same_thread=False)
+
+    def full() -> None:  # waits for the reader, holding the checkpoint lock meanwhile
+        while other.execute("PRAGMA wal_checkpoint(FULL)").fetchone() == (1, -1, -1):
+            pass  # (the probe below held the lock for a moment)
+
+    waiting = threading.Thread(target=full)
+    waiting.start()
+    probe = sqlite3.connect(path)
+    while probe.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone() != (1, -1, -1):
+        time.sleep(0.001)  # (leaves the lock free for the thread to take)
+    try:
+        assert f.bound_wal(f.conn()) is False
+    finally:
+        reader.execute("COMMIT")
+        waiting.join(30)
+    assert f.bound_wal(f.conn()) is True  # at once: no half-second back-off
+    assert os.path.getsize(f"{path}-wal") == 0
+    for c in (reader, other, probe):
+        c.close()
+    f.close()
