@@ -6,7 +6,7 @@ import urllib.parse
 
 import orjson
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from dejacache._core.spellings import Spellings, spellings
@@ -99,6 +99,7 @@ def _spell(c: str, how: str) -> str:
 @given(key=st.text(st.sampled_from("ab7Z/+=-_.~é\"\\ "), min_size=8, max_size=24)
        .filter(lambda k: sum(c.isascii() and c.isalnum() for c in k) >= 3),
        hows=st.lists(_SPELL, min_size=24, max_size=24))
+@example(key="77777777777\\", hows=["as-is"] * 11 + ["unicode"] * 13)  # ``\\u005c`` whole
 def test_any_mix_of_spellings_is_one_match_replaced_in_place(key: str, hows: list[str]) -> None:
     spelt = "".join(_spell(c, h) for c, h in zip(key, hows, strict=False))
     assert Spellings([key]).replaced(f"<<{spelt}>>") == "<<<REDACTED>>>"

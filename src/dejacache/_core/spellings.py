@@ -51,7 +51,9 @@ def _char(c: str) -> str:
                       for i in range(0, len(units), 2))
     short = [r"\\+" + _SHORT[c]] if c in _SHORT else []
     percent = "".join("%(?:25)*" + _hex(b, 2) for b in c.encode())
-    return "(?:" + "|".join([r"\\*" + re.escape(c), escaped, *short, percent]) + ")"
+    # The escapes first: a backslash's own pattern would match the one opening its
+    # ``\\u005c`` and stop there.
+    return "(?:" + "|".join([escaped, *short, r"\\*" + re.escape(c), percent]) + ")"
 
 
 def _pattern(secret: str) -> str:
