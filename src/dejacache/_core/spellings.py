@@ -29,13 +29,14 @@ import functools
 import re
 from collections.abc import Sequence
 
+from .._lazy import pattern
 from .._secrets import PLACEHOLDER
 
 __all__ = ["Spellings", "spellings"]
 
 _HEX = {d: f"[{d}{d.upper()}]" if d.isalpha() else d for d in "0123456789abcdef"}
 _SHORT = {"\b": "b", "\f": "f", "\n": "n", "\r": "r", "\t": "t"}
-_RUNS = re.compile(r"[A-Za-z0-9]+")
+_RUNS = pattern(r"[A-Za-z0-9]+")
 
 
 def _hex(value: int, width: int) -> str:
