@@ -9,7 +9,8 @@ body was searched); with ``--record`` instead, one recorded call through ``Trans
 an ``httpx2.MockTransport`` into a ``MemoryStore`` (the whole record path: key, read,
 store), with and without credentials in the request (run it against two checkouts, by
 ``PYTHONPATH``, to compare before and after). Answers: a 2 KB chat completion, a 1 MB one
-(one long string), a 1 MB embeddings answer (floats), a 200-event stream.
+(one long string, or lines and links), a 1 MB embeddings answer (floats), a 200-event
+stream.
 """
 
 from __future__ import annotations
@@ -43,8 +44,8 @@ SDK_HEADERS = [("accept", "application/json"), ("content-type", "application/jso
                ("content-length", "120")]
 
 
-def completion(size: int) -> bytes:
-    filler = ("lorem ipsum dolor sit amet " * (size // 27 + 1))[: max(size - 420, 10)]
+def completion(size: int, line: str = "lorem ipsum dolor sit amet ") -> bytes:
+    filler = (line * (size // len(line) + 1))[: max(size - 420, 10)]
     return orjson.dumps({
         "id": "chatcmpl-1", "object": "chat.completion", "created": 1700000000, "model": "m",
         "choices": [{"index": 0, "finish_reason": "stop",
@@ -73,6 +74,9 @@ def stream(events: int) -> bytes:
 ANSWERS: dict[str, tuple[str, bytes]] = {
     "json 2 KB": ("application/json", completion(2048)),
     "json 1 MB": ("application/json", completion(1 << 20)),
+    # Lines and links: a body with backslashes (``\\n``) and ``%``, written and searched.
+    "json 1 MB, lines": ("application/json", completion(
+        1 << 20, "lorem ipsum https://h/a%2Fb dolor sit amet\n")),
     "embeddings 1 MB": ("application/json", embeddings(1 << 20)),
     "sse 200 events": ("text/event-stream", stream(200)),
 }

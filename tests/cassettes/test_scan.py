@@ -100,6 +100,8 @@ def _old_cassette(request: object) -> str:
     ({"opts": [["auth", ["alice", "hunter2"]]]}, "auth"),
     ({"opts": [["basic_auth", "alice:hunter2"]]}, "basic_auth"),
     ({"auth": [{"\x00bytes": "YWxpY2U="}, {"\x00bytes": "aHVudGVyMg=="}]}, "auth"),  # bytes
+    ({"url": "u", "aUtH": ["alice", "hunter2"]}, "aUtH"),  # names in any case
+    ({"opts": {"Proxy-AuTh": "alice:hunter2"}}, "Proxy-AuTh"),
 ])
 def test_a_plain_basic_auth_password_in_an_older_cassette_is_a_finding(request_, name) -> None:
     """A file recorded before the password of basic credentials was masked: a finding on

@@ -1,13 +1,16 @@
 """Helpers shared by the HTTP tests: a sequenced store, the record-stop-replay routine and a
-server quoting every key it is sent (in a refusal, a 200, a 200 stream's error event)."""
+server quoting every key it is sent (in a refusal, a 200, a 200 stream's error event), as it
+is or in another spelling."""
 
 from __future__ import annotations
 
 import collections
 import http.server
 import pathlib
+import re
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -17,7 +20,8 @@ from fake_provider import FakeProvider
 import dejacache
 from dejacache import MemoryStore, Record
 
-__all__ = ["KeyRefuser", "SeqStore", "leaked", "record_then_replay"]
+__all__ = ["FORMS", "SPELLINGS", "KeyRefuser", "KeySpeller", "SeqStore", "leaked",
+           "record_then_replay"]
 
 
 class SeqStore(MemoryStore):
@@ -109,11 +113,13 @@ class KeyRefuser:
     the request knows them. ``url`` refuses them (401) and carries ``KEYS[2]`` as ``?key=``;
     ``at("echo")`` and ``at("stream")`` quote them in a 200 (``_Quote``); send ``HEADERS``."""
 
-    KEYS = ("plain-api-key-41c9e2", "bearer-token-7d0a3f", "query-key-93b1c7")
+    KEYS: ClassVar[tuple[str, ...]] = (
+        "plain-api-key-41c9e2", "bearer-token-7d0a3f", "query-key-93b1c7")
     HEADERS: ClassVar[dict[str, str]] = {"x-api-key": KEYS[0], "authorization": f"Bearer {KEYS[1]}"}
+    HANDLER: ClassVar[type[http.server.BaseHTTPRequestHandler]]
 
     def __enter__(self) -> KeyRefuser:
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Quote)
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self.HANDLER)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         self.base = f"http://127.0.0.1:{self.server.server_port}"
         self.url = self.at("things")
@@ -126,9 +132,95 @@ class KeyRefuser:
         self.server.shutdown()
         self.server.server_close()
 
+    @classmethod
+    def held(cls, text: str) -> list[str]:
+        """The keys ``text`` holds as they are."""
+        return [k for k in cls.KEYS if k in text]
 
-def leaked(folder: pathlib.Path) -> list[str]:
-    """The keys :class:`KeyRefuser` quoted that some file under ``folder`` holds."""
+
+def leaked(folder: pathlib.Path, refuser: type[KeyRefuser] | None = None) -> list[str]:
+    """The keys ``refuser`` (:class:`KeyRefuser`) quoted that some file under ``folder``
+    holds, in any spelling (:meth:`KeySpeller.held`)."""
     data = b"".join(f.read_bytes() for f in folder.rglob("*") if f.is_file())
     assert b"Incorrect API key provided" in data  # the answer itself was kept
-    return [k for k in KeyRefuser.KEYS if k.encode() in data]
+    return (refuser or KeyRefuser).held(data.decode(errors="replace"))
+
+
+KeyRefuser.HANDLER = _Quote
+
+# How a server may spell a key it quotes: PHP's JSON escaping ``/``; an encoder writing some
+# characters as ``\uXXXX`` (``+`` and ``=`` here, in either case of hex digits, ``/`` left
+# alone); a URL's percent-encoding, in either case of hex digits.
+SPELLINGS: dict[str, Callable[[str], str]] = {
+    "slash": lambda k: k.replace("/", "\\/"),
+    "unicode": lambda k: k.replace("+", "\\u002B").replace("=", "\\u003d"),
+    "percent": lambda k: urllib.parse.quote(k, safe=""),
+    "percent-lower": lambda k: re.sub("%..", lambda m: m.group(0).lower(),
+                                      urllib.parse.quote(k, safe="")),
+}
+# Where the spelling survives what dejacache keeps: a JSON body (parsed, so only the
+# percent-encoding survives), JSON served as text, an error message that embeds the
+# upstream's JSON document as a string, an event stream's ``data:`` kept as text.
+FORMS = ("json", "text", "double", "stream")
+
+
+class KeySpeller(KeyRefuser):
+    """:class:`KeyRefuser` with keys holding ``/``, ``+`` and ``=`` (as session tokens do),
+    quoted in another spelling: ``at(FORM/SPELLING)`` (:data:`FORMS`, :data:`SPELLINGS`),
+    always 200."""
+
+    KEYS: ClassVar[tuple[str, ...]] = (
+        "plain/api+key=41c9e2qx", "bearer+token/7d0a3fqy==", "query/key+93b1c7qz=")
+    HEADERS: ClassVar[dict[str, str]] = {"x-api-key": KEYS[0], "authorization": f"Bearer {KEYS[1]}"}
+
+    @classmethod
+    def route(cls, path: str) -> str:
+        return f"/v1/{path}?key={urllib.parse.quote(cls.KEYS[2], safe='')}"
+
+    def at(self, path: str) -> str:
+        return self.base + self.route(path)
+
+    @classmethod
+    def held(cls, text: str) -> list[str]:
+        """The keys ``text`` holds in any spelling: each ends in a run of letters and digits
+        that every spelling writes as it is, and nothing else does."""
+        return [k for k in cls.KEYS if re.split(r"[^A-Za-z0-9]", k.rstrip("="))[-1] in text]
+
+
+class _Spell(http.server.BaseHTTPRequestHandler):
+    """``/v1/FORM/SPELLING``: a 200 quoting the keys spelt so (:class:`KeySpeller`)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        url = urllib.parse.urlsplit(self.path)
+        form, spelling = url.path.split("/")[2:4]
+        spell = SPELLINGS[spelling]
+        key = urllib.parse.parse_qs(url.query)["key"][0]
+        said = (f"Incorrect API key provided: {spell(self.headers['x-api-key'])} "
+                f"{spell(self.headers['authorization'])} https://h{url.path}?key={spell(key)}")
+        doc = ('{"error": {"message": "' + said + '"}}').encode()  # (spelt as it is)
+        if form == "stream":
+            self._stream(doc)
+            return
+        if form == "double":
+            doc = orjson.dumps({"error": {"message": "upstream said: " + doc.decode()}})
+        self.send_response(200)
+        self.send_header("content-type", "text/plain" if form == "text" else "application/json")
+        self.send_header("content-length", str(len(doc)))
+        self.end_headers()
+        self.wfile.write(doc)
+
+    def _stream(self, doc: bytes) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.end_headers()
+        self.wfile.write(b'data: {"delta": "hi"}\n\n')
+        self.wfile.flush()
+        time.sleep(0.005)
+        self.wfile.write(b"event: error\ndata: " + doc + b"\n\n")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+KeySpeller.HANDLER = _Spell

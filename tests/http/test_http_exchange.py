@@ -16,6 +16,7 @@ from dejacache.http.exchange import (
     stored_headers,
     unechoed,
 )
+from dejacache.http.headers import credential_values
 from dejacache.http.providers import detect
 from dejacache.http.providers.anthropic import PROVIDER as ANTHROPIC
 from dejacache.http.providers.openai import PROVIDER as OPENAI
@@ -319,6 +320,15 @@ def test_a_live_answer_of_any_status_is_stored_without_the_credentials(
                            credentials=[key])
     assert value["json"]["error"]["message"] == "bad key <REDACTED>"
     assert key not in str(value)
+
+
+def test_basic_credentials_echoed_as_sent_are_found_in_any_spelling() -> None:
+    # A debug echo of the request's headers: the base64 as sent, padding percent-encoded.
+    sent = credential_values([("Authorization", "Basic YWxpY2U6aHVudGVyMjAyNA==")])
+    body = b'{"headers": {"Authorization": "Basic YWxpY2U6aHVudGVyMjAyNA%3d%3D"}}'
+    value = response_value(200, _OK_HEADERS, "text/plain", OPENAI, body=body,
+                           credentials=sent)
+    assert value["text"] == '{"headers": {"Authorization": "<REDACTED>"}}'
 
 
 def test_a_body_not_spelling_a_credential_leaves_only_the_headers_to_look_at() -> None:

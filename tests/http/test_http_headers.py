@@ -14,7 +14,7 @@ from fake_tool_api import ToolAPI
 
 import dejacache
 from dejacache.errors import ConfigurationError, ReplayMiss
-from dejacache.http.headers import TRANSPORT, classify
+from dejacache.http.headers import TRANSPORT, classify, credential_values
 
 
 @pytest.fixture
@@ -198,3 +198,15 @@ def test_a_value_that_asks_what_absence_asks_is_left_out() -> None:
     assert classify([("Accept", "*/*")], provider=False) == ({}, ())
     assert classify([("Accept", "*/*;q=0.8, text/csv")], provider=False).plain == {
         "accept": "*/*;q=0.8, text/csv"}
+
+
+def test_a_cookies_value_is_a_credential_an_answer_may_quote_without_its_name() -> None:
+    # A debug page echoing the session id alone; a one-word setting is no secret, and hidden
+    # it would hide that word in every stored answer.
+    sent = [("Cookie", "sid=s3ss10n/7d41c0ffee; consent=accepted; theme=dark"),
+            ("Accept", "application/json")]
+    found = credential_values(sent)
+    assert set(found) == {
+        "sid=s3ss10n/7d41c0ffee; consent=accepted; theme=dark", "sid=s3ss10n/7d41c0ffee;",
+        "consent=accepted;", "s3ss10n/7d41c0ffee", "theme=dark"}
+    assert found == sorted(found, key=len, reverse=True)  # a value holding another first

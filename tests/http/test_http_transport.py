@@ -18,7 +18,7 @@ import openai
 import orjson
 import pytest
 from fake_provider import FakeProvider
-from http_support import KeyRefuser, leaked
+from http_support import FORMS, SPELLINGS, KeyRefuser, KeySpeller, leaked
 
 import dejacache
 from dejacache.http import AsyncTransport, Transport
@@ -768,6 +768,26 @@ def test_a_200_answer_quoting_the_requests_key_is_stored_without_it(
             again = _quoting(server.at(path), body, is_async)
     assert again.count("<REDACTED>") == 3
     assert again == _placeholders(live)
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+@pytest.mark.parametrize("form", FORMS)
+def test_an_answer_quoting_the_requests_key_in_another_spelling_is_stored_without_it(
+        tmp_path: pathlib.Path, form: str, spelling: str) -> None:
+    # The JSON escapes of PHP (``\\/``) and of encoders writing ``\\u002B``, a URL's
+    # percent-encoding, where what is kept still spells them so.
+    cassette = tmp_path / "spelt.json"
+    body = {"stream": True} if form == "stream" else {"q": 1}
+    with KeySpeller() as server:
+        with dejacache.cassette(cassette, "record"), dejacache.http_client() as c:
+            live = c.post(server.at(f"{form}/{spelling}"), json=body,
+                          headers=KeySpeller.HEADERS).text
+        assert KeySpeller.held(live) == list(KeySpeller.KEYS)
+        assert leaked(tmp_path, KeySpeller) == []
+        with dejacache.cassette(cassette, "replay"), dejacache.http_client() as c:
+            again = c.post(server.at(f"{form}/{spelling}"), json=body,
+                           headers=KeySpeller.HEADERS).text
+    assert again.count("<REDACTED>") == 3 and KeySpeller.held(again) == []
 
 
 def _placeholders(text: str) -> str:

@@ -24,7 +24,7 @@ from cases_support import (  # noqa: E402
     record_then_replay_cases,
 )
 from fake_tool_api import ToolAPI  # noqa: E402
-from http_support import KeyRefuser, leaked  # noqa: E402
+from http_support import FORMS, SPELLINGS, KeyRefuser, KeySpeller, leaked  # noqa: E402
 from urllib3_cases import SECRETS  # noqa: E402
 
 import dejacache  # noqa: E402
@@ -310,3 +310,22 @@ def test_an_answer_quoting_the_requests_key_is_stored_without_it(
         with block("replay"):
             got, again = _refused(client, server.at(path))
     assert got == status and again.count("<REDACTED>") == 3
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+@pytest.mark.parametrize("form", FORMS)
+def test_an_answer_quoting_the_requests_key_in_another_spelling_is_stored_without_it(
+        tmp_path: pathlib.Path, form: str, spelling: str) -> None:
+    import requests
+
+    def ask(url: str) -> str:
+        return requests.post(url, json={"q": 1}, headers=KeySpeller.HEADERS, timeout=10).text
+
+    with KeySpeller() as server:
+        with dejacache.cassette(tmp_path / "spelt.json", "record"):
+            live = ask(server.at(f"{form}/{spelling}"))
+        assert KeySpeller.held(live) == list(KeySpeller.KEYS)
+        assert leaked(tmp_path, KeySpeller) == []
+        with dejacache.cassette(tmp_path / "spelt.json", "replay"):
+            again = ask(server.at(f"{form}/{spelling}"))
+    assert again.count("<REDACTED>") == 3 and KeySpeller.held(again) == []

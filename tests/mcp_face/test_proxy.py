@@ -23,7 +23,7 @@ import pytest
 
 pytest.importorskip("mcp.server.mcpserver", reason="the MCP tests need mcp 2")
 
-from fake_mcp_server import LEDGER_ENV, Ledger
+from fake_mcp_server import LEDGER_ENV, SPELLINGS, Ledger
 from mcp_flow import ask, desk_session, run
 from mcp_servers import SCRIPT, HttpServer
 
@@ -718,3 +718,45 @@ async def test_a_store_that_answers_by_key_keeps_no_credential_the_server_quotes
     assert again[0] == (False, again[0][1]) and "<REDACTED>" in again[0][1]  # a hit
     assert mcp_ledger.starts() == 2  # the errors are never kept: asked again, live
     assert KEY.encode() not in b"".join(p.read_bytes() for p in tmp_path.glob("mcp.db*"))
+
+
+async def _whoami_by(url: str, headers: dict[str, str], spell: str, block: Any) -> str:
+    """In ``block``, what ``whoami(spell=spell)`` says to a session sending ``headers``."""
+    import httpx2
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    with block:
+        async with httpx2.AsyncClient(headers=headers) as client, \
+                streamable_http_client(url, http_client=client) as (read, write, *_), \
+                ClientSession(read, write, read_timeout_seconds=30) as s:
+            await s.initialize()
+            result = await s.call_tool("whoami", {"spell": spell})
+    return str(result.content[0].text)
+
+
+# A session token's characters, each spelt otherwise by some writer; the tail is what every
+# spelling writes as it is.
+SPELT_KEY, TAIL = "plain/echoed+credential=7d41c0ffee93b2", "7d41c0ffee93b2"
+
+
+@pytest.mark.parametrize(("headers", "spell"), [
+    *[({"Authorization": f"Bearer {SPELT_KEY}"}, s) for s in SPELLINGS if s],
+    ({"Cookie": f"sid={SPELT_KEY}"}, ""),  # the cookie's value alone
+], ids=[*[s for s in SPELLINGS if s], "cookie-value"])
+async def test_a_credential_the_server_quotes_in_another_spelling_is_never_recorded(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger, headers: dict[str, str], spell: str,
+) -> None:
+    # A tool relaying an upstream's JSON text (``\\/``, ``\\u002B``) or URL (``%2F``).
+    server = HttpServer(mcp_ledger, "streamable-http").start()
+    tape = tmp_path / "spelt.json"
+    try:
+        live = await _whoami_by(server.url, headers, spell,
+                                dejacache.cassette(str(tape), mode="record"))
+    finally:
+        server.stop()
+    assert live.startswith("Bad credentials: ") and TAIL in live
+    assert TAIL not in tape.read_text() and "<REDACTED>" in tape.read_text()
+    replayed = await _whoami_by(server.url, headers, spell,
+                                dejacache.cassette(str(tape), mode="replay"))
+    assert replayed.startswith("Bad credentials: <REDACTED> (")

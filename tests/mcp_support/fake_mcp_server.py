@@ -16,9 +16,11 @@ tool list changed (``notifications/tools/list_changed`` to the session that aske
 handshake-era protocol; an event on ``subscriptions/listen`` streams on 2026-07-28), as a
 server redeployed under its clients does.
 
-``whoami(fail)`` quotes the credential the server was given (its ``GITHUB_TOKEN``, the
-request's ``Authorization`` or ``?api_key=``) as a server refusing one does ("Bad credentials:
-KEY"): in its result, in an error result (``fail="tool"``) or a JSON-RPC error (``"rpc"``).
+``whoami(fail, spell)`` quotes the credential the server was given (its ``GITHUB_TOKEN``, the
+request's ``Authorization``, its ``sid`` cookie's value or ``?api_key=``) as a server refusing
+one does ("Bad credentials: KEY"): in its result, in an error result (``fail="tool"``) or a
+JSON-RPC error (``"rpc"``); ``spell`` quotes it in another spelling, as a tool relaying an
+upstream's JSON text or URL would (``SPELLINGS``).
 
 Every answer carries the server's running call number and a fresh nonce, so an answer that
 came from the server is told apart from a replayed one by its text alone. ``get_weather(city)``
@@ -39,8 +41,10 @@ it; ``build()`` makes the app that ``mcp_servers.py`` serves over streamable HTT
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import threading
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -52,7 +56,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.types import INVALID_PARAMS, ToolAnnotations
 from pydantic import BaseModel
 
-__all__ = ["LEDGER_ENV", "SERVER_NAME", "Desk", "Ledger", "Ticket", "build"]
+__all__ = ["LEDGER_ENV", "SERVER_NAME", "SPELLINGS", "Desk", "Ledger", "Ticket", "build"]
 
 LEDGER_ENV = "FAKE_MCP_LEDGER"
 SERVER_NAME = "ticket-desk"
@@ -222,9 +226,9 @@ def _tools(app: MCPServer, desk: Desk) -> None:
         return f"{text} ({desk.stamp()})"
 
     @app.tool(annotations=READ_ONLY)
-    def whoami(ctx: Context, fail: str = "") -> str:
+    def whoami(ctx: Context, fail: str = "", spell: str = "") -> str:
         """Say which credential the server was given, quoting it."""
-        said = f"Bad credentials: {_credential(ctx)}"
+        said = f"Bad credentials: {SPELLINGS[spell](_credential(ctx))}"
         if fail == "tool":
             raise ToolError(said)  # an isError result
         if fail == "rpc":
@@ -248,8 +252,20 @@ def _credential(ctx: Context) -> str:
     request: Any = ctx.request_context.request
     if request is None:  # stdio: what the process was started with
         return os.environ.get("GITHUB_TOKEN", "")
-    auth = request.headers.get("authorization")
+    auth = request.headers.get("authorization") or request.cookies.get("sid")
     return str(auth) if auth else str(request.query_params.get("api_key", ""))
+
+
+# How ``whoami(spell=...)`` spells what it quotes: as it is, JSON text escaping ``/`` (PHP)
+# or ``+`` and ``=`` (``\\u002B``), a URL's percent-encoding in either case of hex digits.
+SPELLINGS: dict[str, Callable[[str], str]] = {
+    "": lambda k: k,
+    "slash": lambda k: k.replace("/", "\\/"),
+    "unicode": lambda k: k.replace("+", "\\u002B").replace("=", "\\u003d"),
+    "percent": lambda k: urllib.parse.quote(k, safe=""),
+    "percent-lower": lambda k: re.sub("%..", lambda m: m.group(0).lower(),
+                                      urllib.parse.quote(k, safe="")),
+}
 
 
 def _resources_and_prompts(app: MCPServer, desk: Desk) -> None:

@@ -16,7 +16,7 @@ import openai
 import orjson
 import pytest
 from fake_provider import FakeProvider
-from http_support import KeyRefuser
+from http_support import FORMS, SPELLINGS, KeyRefuser, KeySpeller
 from proxy_support import entries
 
 import dejacache
@@ -597,3 +597,22 @@ def test_an_answer_quoting_the_requests_key_is_stored_without_it(
         assert [k for k in KeyRefuser.KEYS if k.encode() in data] == []
         again = ask(session_for("quoting", upstreams={"echo": server.base}, mode="replay"))
     assert again.status_code == status and again.text.count("<REDACTED>") == 3
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+@pytest.mark.parametrize("form", FORMS)
+def test_an_answer_quoting_the_requests_key_in_another_spelling_is_stored_without_it(
+        session_for: Open, form: str, spelling: str) -> None:
+    with KeySpeller() as server:
+        def ask(session: ProxySession) -> httpx2.Response:
+            return post(f"{session.url}/echo{KeySpeller.route(f'{form}/{spelling}')}",
+                        {"q": 1}, **KeySpeller.HEADERS)
+
+        s = session_for("spelt", upstreams={"echo": server.base})
+        live = ask(s)
+        assert KeySpeller.held(live.text) == list(KeySpeller.KEYS)
+        s.close(ok=True)
+        data = s.cassette.read_text()
+        assert "Incorrect API key provided" in data and KeySpeller.held(data) == []
+        again = ask(session_for("spelt", upstreams={"echo": server.base}, mode="replay"))
+    assert again.text.count("<REDACTED>") == 3 and KeySpeller.held(again.text) == []

@@ -391,6 +391,51 @@ async def _refused_session(url: str) -> list[Any]:
         return [resp.status_code, resp.headers.get("x-error-detail"), json.loads(resp.body)]
 
 
+# Keys holding a session token's characters; each ends in a run no spelling changes.
+_SPELT = ("plain/ws+key=5e81a0qx", "query/ws+key=0b6d3eqz")
+
+
+async def _quotes_spelt(ws: Any) -> None:
+    """Quotes the handshake's keys as servers spell them: a text frame that is not JSON
+    escaping ``/`` (PHP's JSON of the key, embedded), a JSON frame echoing the URL
+    (percent-encoded)."""
+    await ws.recv()
+    escaped = ws.request.headers["x-api-key"].replace("/", "\\/")
+    await ws.send(f'error: {{"message": "bad key {escaped}"}}')
+    await ws.send(json.dumps({"type": "error", "url": ws.request.path}))
+    await ws.close()
+
+
+async def _spelt_session(url: str) -> list[Any]:
+    from urllib.parse import quote
+
+    from websockets.asyncio.client import connect
+
+    async with connect(f"{url}/v1/live?key={quote(_SPELT[1], safe='')}",
+                       additional_headers={"x-api-key": _SPELT[0]}, open_timeout=5) as ws:
+        await ws.send(json.dumps({"n": 0}))
+        return [await ws.recv(), await ws.recv()]
+
+
+def test_a_frame_quoting_the_handshakes_key_in_another_spelling_is_stored_without_it(
+        tmp_path: pathlib.Path) -> None:
+    server = LoopbackServer(_quotes_spelt).start()
+    cassette = tmp_path / "spelt.json"
+    try:
+        with dejacache.cassette(cassette, mode="record"):
+            live = asyncio.run(_spelt_session(server.url))
+    finally:
+        server.stop()
+    tails = [k.rsplit("=", 1)[1] for k in _SPELT]
+    assert all(t in json.dumps(live) for t in tails)
+    stored = cassette.read_text()
+    assert "bad key" in stored and [t for t in tails if t in stored] == []
+    with dejacache.cassette(cassette, mode="replay"):
+        again = asyncio.run(_spelt_session(server.url))
+    assert again[0] == 'error: {"message": "bad key <REDACTED>"}'
+    assert json.loads(again[1]) == {"type": "error", "url": "/v1/live?key=<REDACTED>"}
+
+
 @pytest.mark.parametrize("refuse", ["frame", "handshake"])
 def test_a_refusal_quoting_the_handshakes_key_is_stored_without_it(
         tmp_path: pathlib.Path, refuse: str) -> None:

@@ -35,6 +35,7 @@ import orjson
 
 from .._core import volatile as _vol
 from .._core.cache_fields import strip as strip_cache_fields
+from .._core.spellings import Spellings, spellings
 from .._secrets import (
     AUTH_QUERY,
     PLACEHOLDER,
@@ -300,8 +301,9 @@ def stored_headers(headers: Iterable[tuple[str, str]]) -> list[list[str]]:
 def unechoed(value: dict[str, Any], credentials: Sequence[str],
              wire: bytes | None = None) -> dict[str, Any]:
     """A stored answer without the credentials of the request it answers
-    (``headers.credential_values``), wherever a string in it quotes one: a provider refusing
-    a key quotes it ("Incorrect API key provided: KEY", the ``?key=`` of the URL), an event
+    (``headers.credential_values``), wherever a string in it quotes one, in any spelling
+    (``_core.spellings``: ``\\/``, ``\\u002B``, ``%2F``): a provider refusing a key
+    quotes it ("Incorrect API key provided: KEY", the ``?key=`` of the URL), an event
     stream answered 200 may end in an error event that does, a debug endpoint echoes it; a
     key of no known shape under no credential name reached cassettes and stores as it was.
     Every recording driver stores every live answer through this, whatever its status (HTTP:
@@ -311,57 +313,53 @@ def unechoed(value: dict[str, Any], credentials: Sequence[str],
     never come here. ``wire``: the body bytes the answer was read from, looked at
     instead of the answer's own body (:func:`_quotes`).
     The caller still gets the answer as it came; a replay quotes the placeholder."""
-    if not credentials or not _quotes(value, credentials, wire):
+    if not credentials:
         return value
-    out: dict[str, Any] = _without(value, credentials)
+    spelt = spellings(tuple(credentials))
+    if not _quotes(value, spelt, wire):
+        return value
+    out: dict[str, Any] = _without(value, spelt)
     return out
 
 
-def _quotes(value: dict[str, Any], credentials: Sequence[str],
-            wire: bytes | None = None) -> bool:
-    """Whether a string in ``value`` may hold one of ``credentials``: JSON escapes a string
-    character by character, so a string holding one, written, holds it written. Looking
-    through a WebSocket window node by node cost 68 us for 20 small text events and 170 us
-    for 50 audio deltas of 6.4 KB (5 s of audio); written once by orjson and searched,
-    about 10 and 120 us (orjson's writing alone: 3 and 60).
+def _quotes(value: dict[str, Any], spelt: Spellings, wire: bytes | None = None) -> bool:
+    """Whether a string in ``value`` may hold one of the credentials ``spelt``: JSON
+    escapes a string character by character, so a string holding one, written, holds it
+    written (only with more backslashes, which a spelling absorbs). Looking through a
+    WebSocket window node by node cost 68 us for 20 small text events and 170 us for 50
+    audio deltas of 6.4 KB (5 s of audio); written once by orjson and searched, about 10 and
+    120 us (orjson's writing alone: 3 and 60).
 
     Every live HTTP answer comes here, with the body it was read from (``wire``): a body
     without a backslash escapes nothing, so it spells every string of its JSON, text and
-    events as they are, and is searched as it is; only its headers are written. Writing a
-    1 MB embeddings answer (floats) cost 1,400 us beside a record path of 12.5 ms;
-    searching it, 200 us. Text-heavy bodies escape their newlines, and are written: 1 MB of
-    text, 150 us beside 800 us (searching it costs about as much); a 2 KB chat completion,
-    3 us beside 310 us; a 200-event stream (events, no wire), 40 us beside ~6.5 ms."""
-    least = _least(credentials)
-    if wire is not None and b"\\" not in wire and not any(c.encode() in wire for c in least):
+    events as they are, and is searched as it is (for each credential's anchor, which any
+    spelling of it writes as it is); only its headers are written. Writing a 1 MB
+    embeddings answer (floats) cost 1,400 us beside a record path of 12.5 ms; searching it,
+    200 us. Text-heavy bodies escape their newlines, and are written: 1 MB of text, 150 us
+    beside 800 us (searching it costs about as much); a 2 KB chat completion, 3 us beside
+    310 us; a 200-event stream (events, no wire), 40 us beside ~6.5 ms. The spellings'
+    patterns only run where an anchor is. An anchor is shorter than its key, and a shorter
+    needle is searched slower: a 1 MB body of lines and links, written, took 234 us when the
+    key alone was looked for, 313 us now (``benchmarks/bench_unechoed.py``); the others
+    as before."""
+    if wire is not None and b"\\" not in wire and not spelt.may_hold(wire):
         value = {"headers": value.get("headers")}
     try:
         written = orjson.dumps(value)
     except TypeError:  # (bytes, a body that was not text): looked through node by node
         return True
-    return any(orjson.dumps(c)[1:-1] in written for c in least)
+    return spelt.held(written)
 
 
-def _least(credentials: Sequence[str]) -> list[str]:
-    """A credential holding another (``Bearer KEY``, ``KEY``) is found only where that one
-    is: only the others are looked for."""
-    return [c for c in credentials if not any(o in c for o in credentials if o != c)]
-
-
-def _without(node: Any, found: Sequence[str]) -> Any:
+def _without(node: Any, spelt: Spellings) -> Any:
     if type(node) is str:
-        for secret in found:
-            if secret in node:
-                node = node.replace(secret, PLACEHOLDER)
-        return node
+        return spelt.replaced(node)
     if type(node) is dict:
-        return {k: _without(v, found) for k, v in node.items()}
+        return {k: _without(v, spelt) for k, v in node.items()}
     if type(node) is list:
-        return [_without(v, found) for v in node]
+        return [_without(v, spelt) for v in node]
     if type(node) is bytes:  # a body that was not text holds it as its UTF-8
-        for secret in found:
-            node = node.replace(secret.encode(), PLACEHOLDER.encode())
-        return node
+        return spelt.replaced_bytes(node)
     return node
 
 

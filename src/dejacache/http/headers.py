@@ -135,18 +135,23 @@ def credential_values(headers: Iterable[tuple[str, str]],
     upstream's error answer echoing the key, an exception's message): its credential
     headers' values (:func:`is_credential`) parted as :func:`quotable` parts them, and its
     credential query parameters' values whole."""
-    return quotable([v for n, v in headers if is_credential(n)],
+    return quotable([(n, v) for n, v in headers if is_credential(n)],
                     [v for n, v in query if is_secret_query(n)])
 
 
-def quotable(values: Iterable[str], whole: Iterable[str] = ()) -> list[str]:
-    """Credentials as an answer or a message may quote them: each of ``values`` and each of
-    its words (``Bearer KEY``: the key; a key read with a NUL, which an HTTP library refuses
-    quoting it escaped), each of ``whole`` as it is; none shorter than a secret can be;
+def quotable(pairs: Iterable[tuple[str, str]], whole: Iterable[str] = ()) -> list[str]:
+    """Credentials as an answer or a message may quote them: each value of ``pairs``
+    (``(name, value)``) and each of its words (``Bearer KEY``: the key; a key read with a
+    NUL, which an HTTP library refuses quoting it escaped), a cookie's value without its name
+    (``sid=KEY``: the key), each of ``whole`` as it is; none shorter than a secret can be;
     longest first, so a value holding another is replaced whole."""
     found: set[str] = set(whole)
-    for value in values:
+    for name, value in pairs:
         found.update((value, *_PARTS.split(value)))
+        if name.lower() == "cookie":
+            # A value that is one word (``consent=accepted``) is a setting, not a session:
+            # hidden, it would hide that word in every answer the session stores.
+            found.update(v for _, v in cookie_pairs(value) if not v.isalpha())
     return sorted((v for v in found if len(v) >= _SHORTEST_SECRET), key=len, reverse=True)
 
 

@@ -51,7 +51,7 @@ class Callers:
 
     def __init__(self, scope: str, pairs: Sequence[tuple[str, str]]) -> None:
         self.items: list[tuple[Item, str]] = items_of(scope, pairs) if pairs else []
-        self.secrets = quotable(v for n, v in pairs if n != _NOT_SECRET)
+        self.secrets = quotable([(n, v) for n, v in pairs if n != _NOT_SECRET])
 
     def unechoed(self, value: dict[str, Any]) -> dict[str, Any]:
         """``value`` (a live answer, as it will be stored) without the session's own

@@ -27,7 +27,8 @@ from typing import Any
 
 import orjson
 
-from .._secrets import PLACEHOLDER, mask_text, placeholder
+from .._core.spellings import spellings
+from .._secrets import mask_text, placeholder
 from ..cassettes.placeholder_keys import carries_placeholder
 from ..errors import ConfigurationError, ReplayDivergence, ReplayMiss
 from ..http._libs import Lib
@@ -304,14 +305,15 @@ def hidden(text: str, headers: Sequence[tuple[str, str]], url: Any = None) -> st
     ``headers`` (and httpx ``url``) it is about: the values of its credential headers
     (``Authorization``, ``x-api-key``, ``api-key``...) and credential query parameters
     (``?key=``), by the rule keys and cassettes use (``credential_values``), wherever they
-    appear, then every secret-shaped string and credential URL parameter (``mask_text``).
+    appear in any spelling (``_core.spellings``), then every secret-shaped string and
+    credential URL parameter (``mask_text``).
     An exception's message may quote a header, the URL it was sent to or the key alone
     (an upstream refusing it), and the proxy's log and answers are read by people who hold
     no key."""
     query = url.params.multi_items() if url is not None and url.query else ()
-    for secret in credential_values(headers, query):
-        if secret in text:
-            text = text.replace(secret, PLACEHOLDER)
+    found = credential_values(headers, query)
+    if found:
+        text = spellings(tuple(found)).replaced(text)
     return mask_text(text, placeholder)
 
 
