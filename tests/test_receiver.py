@@ -656,3 +656,29 @@ def test_a_simple_namespace_is_a_plain_object(store: dejacache.MemoryStore) -> N
     a, b = _Agent("a"), _Agent("a")
     a.config, b.config = types.SimpleNamespace(model="a"), types.SimpleNamespace(model="b")  # type: ignore[assignment]
     assert a.ask("q") == "a: q" and b.ask("q") == "b: q"
+
+
+@settings(deadline=None, derandomize=True, max_examples=200,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(_attrs, _attrs)
+def test_a_nested_object_is_keyed_exactly_when_all_it_holds_is_data(
+    a: dict[str, Any], b: dict[str, Any],
+) -> None:
+    # Left out whole when anything in it is not data (and key_self=True refuses it, naming
+    # the path); else keyed by its data: equal keys exactly when that data is equal.
+    def holder(attrs: dict[str, Any]) -> _Bag:
+        return _Bag({"inner": _Bag(attrs), "n": 1})
+
+    data_a, data_b = _kept(a).keys() == a.keys(), _kept(b).keys() == b.keys()
+    left = _BAG.left_out((holder(a), "q"), {})
+    assert left == (() if data_a else ("self.inner",))
+    same = (not data_a and not data_b) or (data_a and data_b and canonical_json(
+        {"v": a}) == canonical_json({"v": b}))
+    ka, kb = _BAG.key("", (holder(a), "q"), {}), _BAG.key("", (holder(b), "q"), {})
+    assert (ka == kb) == same
+    if data_a:
+        assert _STRICT.key("", (holder(a), "q"), {}) == ka
+    else:
+        names = "|".join(a.keys() - _kept(a).keys())  # (one of them, named by its path)
+        with pytest.raises(dejacache.ConfigurationError, match=rf"self\.inner\.({names}) "):
+            _STRICT.key("", (holder(a), "q"), {})
