@@ -391,3 +391,294 @@ def test_an_instance_is_keyed_by_exactly_the_attributes_that_are_data(
             _STRICT.key("", (_Bag(a), "q"), {})
     else:
         assert _STRICT.key("", (_Bag(a), "q"), {}) == ka
+
+
+# Plain objects an instance holds: keyed by their data when all of it is data.
+
+
+class _Config:
+    """A plain class (no dataclass, no model, no hook), as users write one."""
+
+    def __init__(self, model: str, **more: Any) -> None:
+        self.model = model
+        self.__dict__.update(more)
+
+
+class _Agent:
+    def __init__(self, model: str, **more: Any) -> None:
+        self.config = _Config(model, **more)
+
+    @dejacache.cache
+    def ask(self, q: str) -> str:
+        return f"{self.config.model}: {q}"
+
+    @dejacache.cache(volatile=["self.config.started_at"])
+    def ask_masked(self, q: str) -> str:
+        return f"{self.config.model}: {q}"
+
+    @dejacache.cache(key_self=True)
+    def ask_strict(self, q: str) -> str:
+        return f"{self.config.model}: {q}"
+
+
+def test_a_nested_plain_object_is_keyed_by_its_data(store: dejacache.MemoryStore) -> None:
+    # Both used to get "a: hi": the nested object was left out, one answer for both.
+    assert _Agent("a").ask("hi") == "a: hi"
+    assert _Agent("b").ask("hi") == "b: hi"
+    assert _Agent("a").ask("hi") == "a: hi"  # the same data: a hit
+    assert len(list(store.iterate())) == 2
+    parts = _Agent.ask.explain(_Agent("a"), "hi")  # type: ignore[attr-defined]
+    assert parts.left_out == ()
+    assert parts.arguments["self"] == [f"{__name__}:_Agent", {
+        "config": [f"{__name__}:_Config", {"model": "a"}]}]
+
+
+def test_nested_objects_are_followed_through_every_level(
+    store: dejacache.MemoryStore,
+) -> None:
+    def agent(model: str) -> _Agent:
+        a = _Agent("x")
+        a.config.inner = _Config("y", deeper=_Config(model, tags=("t", 1)))
+        return a
+
+    assert agent("a").ask("q") == agent("a").ask("q")
+    assert _Agent.ask.cache_key(agent("a"), "q") != _Agent.ask.cache_key(  # type: ignore[attr-defined]
+        agent("b"), "q")
+    assert _Agent.ask.explain(agent("a"), "q").left_out == ()  # type: ignore[attr-defined]
+
+
+def test_an_object_holding_anything_that_is_not_data_is_left_out_whole(
+    store: dejacache.MemoryStore,
+) -> None:
+    lock = threading.Lock()
+    for what in (lock, print, threading.Thread(target=print), io.StringIO(), _Config,
+                 socket, [lock]):
+        a, b = _Agent("a", other=what), _Agent("b", other=what)
+        assert _Agent.ask.explain(a, "q").left_out == ("self.config",)  # type: ignore[attr-defined]
+        assert _Agent.ask.cache_key(a, "q") == _Agent.ask.cache_key(b, "q")  # type: ignore[attr-defined]
+    # ... and so is a socket, a lock or a thread held directly: they are not plain objects
+    with socket.socket() as sock:
+        a = _Agent("a")
+        a.config, a.thread = sock, threading.Thread(target=print)  # type: ignore[assignment]
+        a.event = threading.Event()  # a class written in Python, holding a lock
+        assert _Agent.ask.explain(a, "q").left_out == (  # type: ignore[attr-defined]
+            "self.config", "self.event", "self.thread")
+
+
+def _clients() -> tuple[Any, Any]:
+    httpx = pytest.importorskip("httpx")
+    openai = pytest.importorskip("openai")
+    return (httpx.Client(),
+            openai.OpenAI(api_key="sk-proj-abcdefghijklmnop0123456789",
+                          base_url="http://127.0.0.1:1"))
+
+
+def test_clients_stay_left_out_and_never_change_the_key(store: dejacache.MemoryStore) -> None:
+    made: list[Any] = []
+    try:
+        def agent(model: str) -> _Agent:
+            a = _Agent(model)
+            http, llm = _clients()
+            made.extend((http, llm))
+            a.http, a.llm, a.model = http, llm, model  # type: ignore[attr-defined]
+            a.config.llm = llm  # inside a plain object too: that one is left out
+            return a
+
+        first, second = agent("a"), agent("a")
+        key = _Agent.ask.cache_key(first, "q")  # type: ignore[attr-defined]
+        assert _Agent.ask.explain(first, "q").left_out == (  # type: ignore[attr-defined]
+            "self.config", "self.http", "self.llm")
+        assert key == _Agent.ask.cache_key(second, "q")  # type: ignore[attr-defined]
+        first.http.headers["x-changed"] = "1"
+        first.llm.max_retries = 7
+        assert first.ask("q") == second.ask("q")
+        assert len(list(store.iterate())) == 1
+        assert key == _Agent.ask.cache_key(first, "q")  # type: ignore[attr-defined]
+        assert key != _Agent.ask.cache_key(agent("b"), "q")  # type: ignore[attr-defined]
+    finally:
+        for c in made:
+            c.close()
+
+
+def test_clients_leave_the_key_of_another_run_alone(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import httpx, openai, dejacache\n"
+        "class Config:\n"
+        "    def __init__(self):\n"
+        "        self.model = 'm'\n"
+        "        self.llm = openai.OpenAI(api_key='sk-run', base_url='http://127.0.0.1:1')\n"
+        "class Agent:\n"
+        "    def __init__(self):\n"
+        "        self.config, self.http = Config(), httpx.Client()\n"
+        "        self.llm = self.config.llm\n"
+        "    @dejacache.cache\n"
+        "    def ask(self, q): return q\n"
+        "print(Agent.ask.cache_key(Agent(), 'q'))\n")
+    pytest.importorskip("openai")
+    keys_ = {subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            check=True, cwd=tmp_path).stdout for _ in range(2)}
+    assert len(keys_) == 1
+
+
+class _Node:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    @dejacache.cache
+    def ask(self, q: str) -> str:
+        return f"{self.name}: {q}"
+
+    @dejacache.cache(key_self=True)
+    def ask_strict(self, q: str) -> str:
+        return q
+
+
+def test_a_cycle_is_left_out_and_named(store: dejacache.MemoryStore) -> None:
+    parent = _Node("p")
+    parent.child = _Node("c")  # type: ignore[attr-defined]
+    parent.child.parent = parent  # type: ignore[attr-defined]  # back to the receiver
+    parent.loop = _Config("m")  # type: ignore[attr-defined]
+    parent.loop.me = parent.loop  # type: ignore[attr-defined]  # to itself
+    parent.shared = parent.twice = _Config("s")  # type: ignore[attr-defined]  # not a cycle
+    parts = _Node.ask.explain(parent, "q")  # type: ignore[attr-defined]
+    assert parts.left_out == ("self.child", "self.loop")
+    assert parts.arguments["self"][1]["shared"] == parts.arguments["self"][1]["twice"]
+    assert parent.ask("q") == "p: q"
+    with pytest.raises(dejacache.ConfigurationError, match=(
+            r"attribute 'child' of .*_Node cannot be keyed: self\.child\.parent "
+            r"\(.*_Node\) refers back to an object holding it \(a cycle\); .*"
+            r"volatile=\['self\.child\.parent'\]")):
+        parent.ask_strict("q")
+
+
+def test_objects_deeper_than_the_limit_are_left_out(store: dejacache.MemoryStore) -> None:
+    from dejacache._receiver import NESTED_DEPTH
+
+    def chain(levels: int, leaf: str) -> _Node:
+        root = _Node("root")
+        node: Any = root
+        for _ in range(levels):
+            node.next = _Config("x")
+            node = node.next
+        node.leaf = leaf
+        return root
+
+    deepest = chain(NESTED_DEPTH, "a")
+    assert _Node.ask.explain(deepest, "q").left_out == ()  # type: ignore[attr-defined]
+    assert _Node.ask.cache_key(deepest, "q") != _Node.ask.cache_key(  # type: ignore[attr-defined]
+        chain(NESTED_DEPTH, "b"), "q")
+    too_deep = chain(NESTED_DEPTH + 1, "a")
+    assert _Node.ask.explain(too_deep, "q").left_out == ("self.next",)  # type: ignore[attr-defined]
+    with pytest.raises(dejacache.ConfigurationError,
+                       match=rf"self(\.next){{{NESTED_DEPTH + 1}}} .* is more than "
+                             rf"{NESTED_DEPTH} objects deep"):
+        too_deep.ask_strict("q")
+
+
+def test_a_volatile_path_reaches_into_a_nested_object(store: dejacache.MemoryStore) -> None:
+    first, second = _Agent("a", started_at=1.0), _Agent("a", started_at=2.0)
+    assert first.ask_masked("q") == second.ask_masked("q")
+    assert _Agent.ask_masked.cache_key(first, "q") == _Agent.ask_masked.cache_key(  # type: ignore[attr-defined]
+        second, "q")
+    assert _Agent.ask.cache_key(first, "q") != _Agent.ask.cache_key(second, "q")  # type: ignore[attr-defined]
+    assert _Agent.ask_masked.explain(first, "q").arguments["self"][1]["config"] == [  # type: ignore[attr-defined]
+        f"{__name__}:_Config", {"model": "a"}]
+    assert _Agent.ask_masked.cache_key(_Agent("b", started_at=1.0), "q") != (  # type: ignore[attr-defined]
+        _Agent.ask_masked.cache_key(first, "q"))  # type: ignore[attr-defined]
+    # a path may mask what would leave the whole object out
+    locked = _Agent("a", started_at=threading.Lock())
+    assert _Agent.ask_masked.explain(locked, "q").left_out == ()  # type: ignore[attr-defined]
+    assert _Agent.ask_masked.cache_key(locked, "q") == _Agent.ask_masked.cache_key(  # type: ignore[attr-defined]
+        first, "q")
+
+
+def test_key_self_true_names_the_nested_attribute(store: dejacache.MemoryStore) -> None:
+    assert _Agent("a", n=1).ask_strict("q") == "a: q"
+    with pytest.raises(dejacache.ConfigurationError, match=(
+            r"key_self=True on .*_Agent\.ask_strict: attribute 'config' of .*_Agent cannot "
+            r"be keyed: self\.config\.lock \(_thread\.lock\) is not data; .*"
+            r"mask it \(volatile=\['self\.config\.lock'\]\)")):
+        _Agent("a", lock=threading.Lock()).ask_strict("q")
+    with pytest.raises(dejacache.ConfigurationError,
+                       match=r"self\.config\.inner\.tools \(builtins\.list\) is not data"):
+        _Agent("a", inner=_Config("b", tools=[print])).ask_strict("q")
+
+
+def test_credentials_in_a_nested_object_are_masked(tmp_path: Any) -> None:
+    secret, password = "sk-live-nested0123456789abcdef", "hunter2-nested"
+    store = dejacache.SQLiteStore(tmp_path / "c.db")
+    with dejacache.scope(store=store):
+        a = _Agent("a", api_key=secret, auth=_Config("x", password=password))
+        assert a.ask("q") == "a: q"
+        assert a.ask("q") == "a: q"
+        parts = _Agent.ask.explain(a, "q")  # type: ignore[attr-defined]
+        b = _Agent("a", api_key=secret + "x", auth=_Config("x", password=password))
+        assert _Agent.ask.cache_key(a, "q") != _Agent.ask.cache_key(b, "q")  # type: ignore[attr-defined]
+        requests = [r.request for _k, r in store.iterate()]
+    store.close()
+    assert requests and parts.left_out == ()
+    for text in (parts.canonical, *(r.decode() for r in requests)):
+        assert secret not in text and password not in text
+        assert "<secret:" in text
+    for f in tmp_path.iterdir():
+        raw = f.read_bytes()
+        assert secret.encode() not in raw and password.encode() not in raw
+
+
+def test_a_list_never_spells_a_nested_object(store: dejacache.MemoryStore) -> None:
+    # The nested form is a list ([tag, data]): a two-item list an attribute holds, whose
+    # first item could be a tag, is written apart from it.
+    real = _Agent("a")
+    forged = _Agent("a")
+    forged.config = [f"{__name__}:_Config", {"model": "a"}]  # type: ignore[assignment]
+    escaped = _Agent("a")
+    escaped.config = ["", forged.config]  # type: ignore[assignment]
+    keys_ = {_Agent.ask.cache_key(x, "q") for x in (real, forged, escaped)}  # type: ignore[attr-defined]
+    assert len(keys_) == 3
+    inner = _Agent("a")
+    inner.config.sub = (f"{__name__}:_Config", {"model": "a"})
+    nested = _Agent("a")
+    nested.config.sub = _Config("a")
+    assert _Agent.ask.cache_key(inner, "q") != _Agent.ask.cache_key(nested, "q")  # type: ignore[attr-defined]
+    plain = _Agent("a")
+    plain.config.pair = ["role", "user"]  # no tag-like first item: written as it was
+    assert _Agent.ask.explain(plain, "q").arguments["self"][1]["config"][1]["pair"] == [  # type: ignore[attr-defined]
+        "role", "user"]
+
+
+def test_a_simple_namespace_is_a_plain_object(store: dejacache.MemoryStore) -> None:
+    import types
+
+    a, b = _Agent("a"), _Agent("a")
+    a.config, b.config = types.SimpleNamespace(model="a"), types.SimpleNamespace(model="b")  # type: ignore[assignment]
+    assert a.ask("q") == "a: q" and b.ask("q") == "b: q"
+
+
+@settings(deadline=None, derandomize=True, max_examples=200,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(_attrs, _attrs)
+def test_a_nested_object_is_keyed_exactly_when_all_it_holds_is_data(
+    a: dict[str, Any], b: dict[str, Any],
+) -> None:
+    # Left out whole when anything in it is not data (and key_self=True refuses it, naming
+    # the path); else keyed by its data: equal keys exactly when that data is equal.
+    def holder(attrs: dict[str, Any]) -> _Bag:
+        return _Bag({"inner": _Bag(attrs), "n": 1})
+
+    data_a, data_b = _kept(a).keys() == a.keys(), _kept(b).keys() == b.keys()
+    left = _BAG.left_out((holder(a), "q"), {})
+    assert left == (() if data_a else ("self.inner",))
+    same = (not data_a and not data_b) or (data_a and data_b and canonical_json(
+        {"v": a}) == canonical_json({"v": b}))
+    ka, kb = _BAG.key("", (holder(a), "q"), {}), _BAG.key("", (holder(b), "q"), {})
+    assert (ka == kb) == same
+    if data_a:
+        assert _STRICT.key("", (holder(a), "q"), {}) == ka
+    else:
+        names = "|".join(a.keys() - _kept(a).keys())  # (one of them, named by its path)
+        with pytest.raises(dejacache.ConfigurationError, match=rf"self\.inner\.({names}) "):
+            _STRICT.key("", (holder(a), "q"), {})

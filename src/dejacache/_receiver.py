@@ -12,11 +12,25 @@ rest of the arguments in one ``orjson.dumps`` and remembers it as plain data (a 
 object is walked in Python on every hit: ~0.15 µs a container). Only a receiver is keyed
 in the receiver's place (its parameter), so no other argument can spell it.
 
+An attribute holding a plain object (an instance of a class written in Python over
+``object``, neither a dataclass nor a model, with no ``__dejacache_key__``) is keyed in the
+receiver's own form, ``[class tag, data]``, when every attribute of it is data by these same
+rules, plain objects included, up to ``NESTED_DEPTH`` objects deep: ``Agent("a")`` and
+``Agent("b")`` holding ``Config("a")`` and ``Config("b")`` are two questions. One attribute
+that is not data (a lock, a client, a callable...), a reference back to an object on the way
+down (a cycle) or more depth leaves the whole object out: keyed by what a client holds (its
+headers, its pools), a method would miss on every run. A two-item list or tuple attribute
+whose first item could be a tag (:func:`_escaped`) is written as ``["", value]``, so no
+attribute's list spells an object: a tag always holds a ``:``.
+
 An attribute the key cannot hold (a client, a lock, a socket, a callable, anything the
 canonicaliser refuses) is left out and named (``KeyParts.left_out``), never an error, unless
-``key_self=True`` asks for every attribute: then it is a ``ConfigurationError`` naming it.
-A type that is never data is left out by a verdict remembered per type; a container's
-content is asked about only when the key cannot be written with it (:func:`recheck`).
+``key_self=True`` asks for every attribute: then it is a ``ConfigurationError`` naming it
+(``self.config.lock`` when it is inside a plain object). A type that is never data is left
+out by a verdict remembered per type, and a plain object's class remembers the attribute
+that last made one of its instances not data, asked first (an ``openai.OpenAI`` is left out
+by one look at its stream class, not a walk of its HTTP client); a container's content is
+asked about only when the key cannot be written with it (:func:`recheck`).
 """
 
 from __future__ import annotations
@@ -25,6 +39,7 @@ import dataclasses
 import datetime as _dt
 import enum
 import sys
+import types
 from collections.abc import Callable, Mapping
 from typing import Any
 from uuid import UUID
@@ -33,7 +48,11 @@ from ._core import volatile as _vol
 from ._secrets import with_secrets, wraps_secret
 from .errors import ConfigurationError
 
-__all__ = ["Receiver", "class_tag", "model_data", "receiver_form", "recheck", "rule_for"]
+__all__ = ["NESTED_DEPTH", "Receiver", "class_tag", "model_data", "receiver_form",
+           "recheck", "rule_for"]
+
+#: How many plain objects deep a receiver's attributes are followed (``self.a.b.c``...).
+NESTED_DEPTH = 8
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 # Values of these types are always keyed, with a spelling of their own (``keys._tagged``).
@@ -41,9 +60,23 @@ _LEAVES = (bytes, bytearray, memoryview, _dt.date, _dt.time, _dt.timedelta, UUID
            float)
 # Values of these may be keyed, as their content says.
 _CONTAINERS = (set, frozenset, enum.Enum, Mapping, list, tuple)
-NEVER, ALWAYS, ASK = 0, 1, 2
+# OBJECT: a plain object, data when each of its attributes is (:func:`_nested`); ARRAY: a
+# list or tuple, which the key writes as an array (ASK, and :func:`_escaped` when of two).
+NEVER, ALWAYS, ASK, OBJECT, ARRAY = 0, 1, 2, 3, 4
 _VERDICT: dict[type, int] = {}  # per attribute type (``_verdict``)
+_RULES: dict[type, Receiver] = {}  # per plain object type (``_rule``), and by its tag:
+_KINDS: dict[str, type] = {}
+# Per plain object type: the attribute that last made an instance not data, asked first.
+_BLOCKER: dict[type, str] = {}
 _MEMO_MAX = 4096
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class made at run time (a class statement's)
+_PTR = tuple.__itemsize__  # a pointer's size
+# Their classes are written in Python, hold only attributes, and are not data: an unused
+# asyncio.Lock is three Nones and a False, a logging.Logger every logger of the process.
+_NOT_DATA_MODULES = frozenset({
+    "asyncio", "concurrent", "contextvars", "io", "logging", "multiprocessing", "queue",
+    "sched", "selectors", "socket", "socketserver", "ssl", "subprocess", "threading",
+    "weakref"})
 
 AS_IS, FIELDS, MODEL, BUILTIN, PLAIN = range(5)
 
@@ -132,37 +165,193 @@ def _data(value: Any, rule: Receiver) -> dict[str, Any]:
     return out
 
 
+# Why an attribute is left out: its path from the receiver (``("self", "config", "lock")``),
+# the type of what it holds and what is wrong with it.
+Why = tuple[tuple[str, ...], type, str]
+_NOT_DATA = "is not data"
+
+
+class _Walk:
+    """One receiver's walk into the plain objects it holds: the objects on the way down
+    (a revisit is a cycle), the volatile paths and patterns, and how values are asked."""
+
+    __slots__ = ("active", "every", "keyable", "paths", "patterns")
+
+    def __init__(self, receiver: Any, paths: tuple[_vol.Path, ...], patterns: tuple[Any, ...],
+                 keyable: Callable[[Any], bool], every: bool) -> None:
+        self.active = {id(receiver)}
+        self.paths, self.patterns, self.keyable, self.every = paths, patterns, keyable, every
+
+
 def receiver_form(value: Any, rule: Receiver, recv: str, paths: tuple[_vol.Path, ...],
                   patterns: tuple[Any, ...], strict: bool, where: str,
-                  keyable: Callable[[Any], bool] | None) -> tuple[Any, tuple[str, ...]]:
+                  keyable: Callable[[Any], bool], every: bool) -> tuple[Any, tuple[str, ...]]:
     """``(form, names left out)``: the receiver as the key holds it, ``value`` itself
     (``AS_IS``) or ``[tag, data]``, and the attributes its data leaves out. ``paths``: the
     volatile paths under the receiver (``recv.name...``). ``keyable`` (whether the
-    canonicaliser can key a value) is asked of every attribute; None (the hit path): an
-    attribute whose type the key never holds is left out, any other kept for the key to try
-    (:func:`recheck` when it fails)."""
+    canonicaliser can key a value) is asked of every attribute when ``every`` (explain);
+    else (the hit path) an attribute whose type the key never holds is left out, any other
+    kept for the key to try (:func:`recheck` when it fails), plain objects walked."""
     if rule.kind == AS_IS:
         return value, ()
     data = _data(value, rule)
     if paths or patterns:
         data = _vol.apply({recv: data}, paths, patterns)[recv]
     out: list[Any] = []
+    whys: dict[Any, Why] | None = None
+    walk = None
     for k, v in data.items():
-        if keyable is not None:
-            if not keyable(v):
+        if not every:  # (the hit path, inlined for what is not a plain object)
+            tv = type(v)
+            if tv in _SCALARS:
+                continue
+            verdict = _VERDICT.get(tv)
+            if verdict is None:
+                verdict = _verdict(tv)
+            if verdict != OBJECT:
+                if verdict == NEVER:
+                    out.append(k)
+                elif verdict == ARRAY and len(v) == 2:
+                    data[k] = _escaped(v)
+                continue
+            if not (strict or paths) and _blocked(v, tv):  # (strict names the path)
                 out.append(k)
-            continue
-        tv = type(v)
-        if tv in _SCALARS:
-            continue
-        verdict = _VERDICT.get(tv)
-        if verdict is None:
-            verdict = _verdict(tv)
-        if verdict == NEVER:
+                continue
+        if walk is None:
+            walk = _Walk(value, paths, patterns, keyable, every)
+        why = _attr(data, k, v, (recv,), walk, every)
+        if why is not None:
             out.append(k)
+            whys = whys or {}
+            whys[k] = why
     if out:
-        data = _without(data, out, rule.tag, recv, strict, where)
+        data = _without(data, out, rule.tag, recv, strict, where, whys or {})
     return [rule.tag, data], tuple(sorted(out, key=str))
+
+
+def _blocked(v: Any, t: type) -> bool:
+    """Whether the attribute that last made a ``t`` not data holds, in ``v``, a value of a
+    type that never is: a receiver holding a client then pays a look, not a walk (an
+    ``openai.OpenAI``'s hit cost 1.6 µs more through :func:`_nested`, 0.4 this way)."""
+    name = _BLOCKER.get(t)
+    return name is not None and _VERDICT.get(type(_peek(v, name))) == NEVER
+
+
+def _peek(v: Any, name: str) -> Any:
+    """Attribute ``name`` of ``v`` as its data holds it (its ``__dict__``, else a slot):
+    never a class attribute or a ``__getattr__``'s answer."""
+    own = getattr(v, "__dict__", None)
+    if type(own) is dict and name in own:
+        return own[name]
+    member = getattr(type(v), name, None)
+    return getattr(v, name, None) if type(member) is types.MemberDescriptorType else None
+
+
+def _escaped(v: Any) -> Any:
+    """A two-item list or tuple attribute that could spell a plain object's form ``[tag,
+    data]`` (its first item a str holding ``:``, or ``""``, or an Enum member) as
+    ``["", v]``: a tag always holds a ``:``, so neither spells the other."""
+    first = v[0]
+    if isinstance(first, enum.Enum) or (isinstance(first, str) and (not first or ":" in first)):
+        return ["", v]
+    return v
+
+
+def _attr(data: dict[Any, Any], k: Any, v: Any, at: tuple[str, ...], walk: _Walk,
+          ask: bool) -> Why | None:
+    """Why attribute ``k`` (value ``v``) of ``data``, the data of the object at ``at``, is
+    not data, or None, ``data[k]`` then as the key holds it (a plain object's form, an
+    escaped list). ``ask``: ask ``keyable`` of values that may be data (else the key tries
+    them)."""
+    tv = type(v)
+    verdict = ALWAYS if tv in _SCALARS else _VERDICT.get(tv)
+    if verdict is None:
+        verdict = _verdict(tv)
+    if verdict == OBJECT:
+        form = _nested(v, (*at, str(k)), walk)
+        if type(form) is list:
+            data[k] = form
+            return None
+        return form  # type: ignore[return-value]
+    if verdict == NEVER or (ask and not walk.keyable(v)):
+        return (*at, str(k)), tv, _NOT_DATA
+    if verdict == ARRAY and len(v) == 2:
+        data[k] = _escaped(v)
+    return None
+
+
+def _nested(value: Any, at: tuple[str, ...], walk: _Walk) -> list[Any] | Why:
+    """A plain object's form, ``[tag, data]`` as a receiver's, when every attribute of it
+    is data, else why not (the first attribute that is not, a cycle, or too deep)."""
+    t = type(value)
+    if len(at) > NESTED_DEPTH + 1:
+        return at, t, f"is more than {NESTED_DEPTH} objects deep"
+    oid = id(value)
+    if oid in walk.active:
+        return at, t, "refers back to an object holding it (a cycle)"
+    rule = _RULES.get(t) or _rule(t)
+    walk.active.add(oid)
+    try:
+        blocker = _BLOCKER.get(t)
+        if blocker is not None and not walk.paths:  # (a path may mask it)
+            why = _attr({}, blocker, _peek(value, blocker), at, walk, True)
+            if why is not None:
+                return why
+        data = _data(value, rule)
+        if walk.paths or walk.patterns:
+            data = _masked(data, at, walk)
+        every = walk.every
+        for k, v in data.items():
+            if not every and type(v) in _SCALARS:
+                continue
+            why = _attr(data, k, v, at, walk, every)
+            if why is not None:
+                _remember(t, _cheapest(data, k))
+                return why
+    finally:
+        walk.active.discard(oid)
+    return [rule.tag, data]
+
+
+def _rule(t: type) -> Receiver:
+    rule = rule_for(t)
+    if len(_RULES) < _MEMO_MAX:
+        _RULES[t] = rule
+        _KINDS[rule.tag] = t
+    return rule
+
+
+def _remember(t: type | None, name: Any) -> None:
+    if t is not None and type(name) is str and (t in _BLOCKER or len(_BLOCKER) < _MEMO_MAX):
+        _BLOCKER[t] = name
+
+
+def _cheapest(data: dict[Any, Any], k: Any) -> Any:
+    """The attribute to ask first next time: one whose type is never data if there is one
+    (an ``openai.OpenAI`` by its stream class: one look, where its HTTP client, the first
+    found, is four objects deep), else ``k``."""
+    for name, v in data.items():
+        tv = type(v)
+        if tv not in _SCALARS and (_VERDICT[tv] if tv in _VERDICT else _verdict(tv)) == NEVER:
+            return name
+    return k
+
+
+def _masked(data: dict[str, Any], at: tuple[str, ...], walk: _Walk) -> dict[str, Any]:
+    """``data`` (of the object at ``at``) less the volatile paths under it, patterns
+    applied: applied to ``{"self": {"config": data}}``, so a path matches (and is noted as
+    matched) as written, ``self.config.started_at``."""
+    n = len(at)
+    mine = tuple(p for p in walk.paths if len(p) > n and p[:n] == at)
+    if not mine and not walk.patterns:
+        return data
+    tree: Any = data
+    for step in reversed(at):
+        tree = {step: tree}
+    tree = _vol.apply(tree, mine, walk.patterns)
+    for step in at:
+        tree = tree[step]
+    return dict(tree)
 
 
 def recheck(form: Any, recv: str, strict: bool, where: str,
@@ -174,39 +363,65 @@ def recheck(form: Any, recv: str, strict: bool, where: str,
     if type(form) is not list or len(form) != 2 or type(form[1]) is not dict:
         return None
     tag, data = form
-    out = [k for k, v in data.items() if not keyable(v)]
-    return [tag, _without(data, out, tag, recv, strict, where)] if out else None
+    whys = {k: _refused(v, (recv, str(k)), keyable) for k, v in data.items() if not keyable(v)}
+    if not whys:
+        return None
+    return [tag, _without(data, list(whys), tag, recv, strict, where, whys)]
+
+
+def _refused(value: Any, at: tuple[str, ...], keyable: Callable[[Any], bool]) -> Why:
+    """Why ``value`` (at ``at``), which the canonicaliser refuses, is not data: inside a
+    plain object's form, the attribute refused (remembered for its class, so the next
+    instance is left out before its key is tried)."""
+    if (type(value) is list and len(value) == 2 and type(value[0]) is str
+            and ":" in value[0] and type(value[1]) is dict):  # (lists like it are escaped)
+        for k, v in value[1].items():
+            if not keyable(v):
+                _remember(_KINDS.get(value[0]), k)
+                return _refused(v, (*at, str(k)), keyable)
+    return at, type(value), _NOT_DATA
 
 
 def _without(data: dict[str, Any], out: list[Any], tag: str, recv: str, strict: bool,
-             where: str) -> dict[str, Any]:
+             where: str, whys: Mapping[Any, Why]) -> dict[str, Any]:
     if strict:
         first = sorted(out, key=str)[0]
+        at, t, reason = whys.get(first) or ((recv, str(first)), type(data[first]), _NOT_DATA)
+        if len(at) > 2 or reason != _NOT_DATA:
+            path = ".".join(at)
+            raise ConfigurationError(
+                f"key_self=True on {where}: attribute {first!r} of {tag} cannot be keyed: "
+                f"{path} ({_name_of(t)}) {reason}; make it data, give its class a "
+                f"__dejacache_key__, mask it (volatile=['{path}']), or drop key_self=True "
+                "to leave it out of the key")
         raise ConfigurationError(
             f"key_self=True on {where}: attribute {first!r} of {tag} "
-            f"({_type_name(data[first])}) cannot be keyed; make it data, give the class "
+            f"({_name_of(t)}) cannot be keyed; make it data, give the class "
             f"a __dejacache_key__, mask it (volatile=['{recv}.{first}']), or drop "
             "key_self=True to leave it out of the key")
     return {k: v for k, v in data.items() if k not in out}
 
 
-def _type_name(v: Any) -> str:
-    t = type(v)
+def _name_of(t: type) -> str:
     return f"{t.__module__}.{t.__qualname__}"
 
 
 def _verdict(t: type) -> int:
     """Whether values of type ``t`` are keyed: ``ALWAYS`` (fixed spellings), ``ASK`` (their
     content decides: containers, dataclasses, models, a class's hook; the key tries them) or
-    ``NEVER`` (a client, a lock, a function, a class: what the canonicaliser refuses
-    whatever it holds)."""
+    ``OBJECT`` (a plain object: data when its attributes are, :func:`_nested`) or ``NEVER``
+    (a lock, a socket, a function, a class: what the key refuses whatever it holds)."""
     if (getattr(t, "__dejacache_key__", None) is not None or dataclasses.is_dataclass(t)
-            or hasattr(t, "model_dump") or issubclass(t, _CONTAINERS)):
+            or hasattr(t, "model_dump")):
+        found = ASK
+    elif issubclass(t, (list, tuple)) and not hasattr(t, "_fields"):
+        found = ARRAY
+    elif issubclass(t, _CONTAINERS):
         found = ASK
     elif issubclass(t, _LEAVES) or _late_leaf(t) or wraps_secret(t):
         found = ALWAYS
     else:
-        found = NEVER
+        found = OBJECT if _plain_class(t) else NEVER
     if len(_VERDICT) < _MEMO_MAX:
         _VERDICT[t] = found
     return found
@@ -217,3 +432,21 @@ def _late_leaf(t: type) -> bool:
     dec, pl = sys.modules.get("decimal"), sys.modules.get("pathlib")
     return bool((dec is not None and issubclass(t, dec.Decimal))
                 or (pl is not None and issubclass(t, pl.PurePath)))
+
+
+def _plain_class(t: type) -> bool:
+    """Whether an instance of ``t`` holds all it is in attributes (``__dict__`` and
+    ``__slots__``), which the key can then read: a class written in Python over ``object``
+    alone (or ``SimpleNamespace``), neither callable, a class, an exception, nor one of
+    ``_NOT_DATA_MODULES``."""
+    if t is types.SimpleNamespace:
+        return True
+    if (not t.__flags__ & _HEAPTYPE or t.__itemsize__ or issubclass(t, (type, BaseException))
+            or str(getattr(t, "__module__", "")).partition(".")[0] in _NOT_DATA_MODULES
+            or any("__call__" in vars(k) for k in t.__mro__)):
+        return False
+    slots = len(_slot_members(t))
+    # A base written in C holds what no attribute shows (a socket's descriptor, a lock's
+    # state): its instances are bigger than an object with these slots, a dict and a weakref.
+    return bool(t.__dictoffset__ or slots) and (
+        t.__basicsize__ <= object.__basicsize__ + _PTR * (slots + 2))

@@ -1577,12 +1577,11 @@ class KeyBuilder:
         recv = self._recv
         if recv is None or recv not in bound:
             return out
-        out[recv] = self._receiver_form(bound[recv], None)[0]
+        out[recv] = self._receiver_form(bound[recv], False)[0]
         return out
 
-    def _receiver_form(self, value: Any, keyable: Callable[[Any], bool] | None
-                       ) -> tuple[Any, tuple[str, ...]]:
-        """``(form, attributes left out)`` of the receiver ``value`` (``keyable``: see
+    def _receiver_form(self, value: Any, every: bool) -> tuple[Any, tuple[str, ...]]:
+        """``(form, attributes left out)`` of the receiver ``value`` (``every``: see
         ``_receiver.receiver_form``)."""
         if self._recv == "cls":
             cls = value if isinstance(value, type) else type(value)
@@ -1596,7 +1595,7 @@ class KeyBuilder:
             rule = rule_for(t)
             self._seen = (t, rule)
         return receiver_form(value, rule, self._recv or "self", self._recv_paths,
-                             self.patterns, self._key_self is True, self.name, keyable)
+                             self.patterns, self._key_self is True, self.name, _keyable, every)
 
     def _rechecked(self, bound: dict[str, Any], exc: Exception) -> dict[str, Any]:
         """``bound`` whose key could not be written (``exc``), with the receiver's
@@ -1623,7 +1622,7 @@ class KeyBuilder:
             value = kwargs[recv]
         else:
             return ()
-        return tuple(f"{recv}.{n}" for n in self._receiver_form(value, _keyable)[1])
+        return tuple(f"{recv}.{n}" for n in self._receiver_form(value, True)[1])
 
     def _is_default(self, name: str, value: Any) -> bool:
         """Whether ``value`` is the default of parameter ``name``: the same canonical form,
