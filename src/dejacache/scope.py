@@ -256,6 +256,24 @@ def check_ambiguous(eff: Effective, name: str) -> None:
 E = TypeVar("E")
 
 
+EntryT = TypeVar("EntryT", bound=tuple[Any, ...])
+_ENTRIES_LOCK = threading.Lock()
+
+
+def own_entry(entries: list[EntryT], here: object) -> EntryT:
+    """Take out of a block object's ``entries`` the newest one this context made (its first
+    item is ``here``: what its entry made current here), else the newest. One object may
+    be entered by several tasks or threads at once (the decorator form): an exit that took
+    the newest entry left another call's block while that call still ran in it (a cassette
+    saved and closed the tape it was recording into: its next calls went live, unrecorded),
+    and reset this context's settings to none instead of its outer block's."""
+    with _ENTRIES_LOCK:  # (another thread's exit may take an entry between look and pop)
+        for i in range(len(entries) - 1, -1, -1):
+            if entries[i][0] is here:
+                return entries.pop(i)
+        return entries.pop()
+
+
 class Block(Generic[E]):
     """Async-with and decorator forms for a sync context manager, so every dejacache block
     (scope, cassette, intercept, agent_session) works in ``with``, ``async with`` and as a
@@ -330,15 +348,7 @@ class scope(Block["scope"]):
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        # One scope object may be entered by several tasks/threads at once (decorator form):
-        # leave the entry this context made, not simply the newest one, or an interleaved
-        # exit would reset another context's token and drop this context's outer scope.
-        cur = CURRENT.get()
-        tokens = self._tokens
-        i = len(tokens) - 1
-        while i >= 0 and tokens[i][0] is not cur:
-            i -= 1
-        eff, token = tokens.pop(i if i >= 0 else -1)
+        eff, token = own_entry(self._tokens, CURRENT.get())
         leave(eff, token)
         if not _PAUSED.get():
             settle(eff, "its scope block")

@@ -1,5 +1,6 @@
-"""The cassette block's exit: what an interrupted block (Ctrl-C, ``SystemExit``) writes, and
-what an ``async with`` block cancelled while its file opens or saves leaves behind."""
+"""The cassette block's exit: what an interrupted block (Ctrl-C, ``SystemExit``) writes, what
+an ``async with`` block cancelled while its file opens or saves leaves behind, and which tape
+each exit takes when one block object is entered by calls that run at once."""
 
 from __future__ import annotations
 
@@ -595,3 +596,110 @@ def test_a_save_that_fails_after_its_block_was_cancelled_raises_its_error(
     assert told == [(path, f"recording discarded (the save failed): 1 call not written to "
                            f"{path}")]
     assert not path.exists()
+
+
+# ---------------------------------------------------------------- one block object, many calls
+
+
+def _recorded(path: pathlib.Path) -> list[str]:
+    return sorted(e["request"]["q"] for e in json.loads(path.read_text())["entries"])
+
+
+@pytest.mark.parametrize("mode", ["auto", "replay"])
+async def test_calls_of_one_decorated_coroutine_run_at_once_each_keep_their_own_tape(
+        tmp_path: pathlib.Path, mode: str) -> None:
+    # The first call to leave the block leaves while the other one, which entered after it,
+    # still records: its exit must save its own tape, not the one still in use.
+    path = tmp_path / "c.json"
+    blk = dejacache.cassette(path)
+    if mode == "replay":
+        await _interleaved(blk)
+        LIVE.clear()
+        blk = dejacache.cassette(path, "replay")
+    await _interleaved(blk)
+    assert _recorded(path) == ["a1", "a2", "b1", "b2"]
+    assert sorted(LIVE) == ([] if mode == "replay" else ["a1", "a2", "b1", "b2"])
+
+
+async def _interleaved(blk: dejacache.cassette) -> None:
+    """Call A enters, call B enters, A leaves, then B records again and leaves."""
+    a_in, b_in, a_out = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    @blk
+    async def run(name: str, entered: asyncio.Event, other: asyncio.Event,
+                  after: asyncio.Event | None = None) -> None:
+        entered.set()
+        await other.wait()
+        tool(f"{name}1")
+        if after is not None:
+            await after.wait()
+        tool(f"{name}2")
+
+    async def a() -> None:
+        try:
+            await run("a", a_in, b_in)
+        finally:
+            a_out.set()
+
+    async def b() -> None:
+        await a_in.wait()  # entered after A
+        await run("b", b_in, a_in, a_out)
+
+    await asyncio.wait_for(asyncio.gather(a(), b()), 30)
+
+
+def test_calls_of_one_decorated_function_in_two_threads_each_keep_their_own_tape(
+        tmp_path: pathlib.Path) -> None:
+    from dejacache.scope import CURRENT
+
+    path = tmp_path / "c.json"
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+
+    @dejacache.cassette(path)
+    def run(name: str, entered: threading.Event, other: threading.Event,
+            after: threading.Event | None = None) -> None:
+        entered.set()
+        assert other.wait(30)
+        tool(f"{name}1")
+        if after is not None:
+            assert after.wait(30)
+        tool(f"{name}2")
+
+    def a() -> object:
+        try:
+            with dejacache.scope(cache_key="calls"):
+                outer = CURRENT.get()
+                run("a", a_in, b_in)
+                return CURRENT.get() is outer
+        finally:
+            a_out.set()
+
+    def b() -> object:
+        assert a_in.wait(30)
+        with dejacache.scope(cache_key="calls"):
+            outer = CURRENT.get()
+            run("b", b_in, a_in, a_out)
+            return CURRENT.get() is outer  # the thread's own scope, not none
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        calls = [pool.submit(a), pool.submit(b)]
+        assert [c.result(60) for c in calls] == [True, True]
+    assert _recorded(path) == ["a1", "a2", "b1", "b2"]
+
+
+def test_one_cassette_entered_again_inside_itself_pairs_each_exit_with_its_entry(
+        tmp_path: pathlib.Path) -> None:
+    from dejacache.scope import CURRENT
+
+    path = tmp_path / "c.json"
+    blk = dejacache.cassette(path)
+    with blk as outer:
+        tool("outer1")
+        here = CURRENT.get()
+        with blk as inner:
+            assert inner is not outer
+            tool("inner")
+        assert CURRENT.get() is here and blk.last is inner
+        tool("outer2")
+    assert CURRENT.get() is None
+    assert _recorded(path) == ["inner", "outer1", "outer2"]

@@ -496,6 +496,100 @@ async def test_async_factory_coroutine() -> None:
         pool.get("t", model="m")
 
 
+class SlowBuild:
+    """A sync factory that blocks in its thread until the test lets it finish."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.gate = threading.Event()
+        self.built: list[Agent] = []
+
+    def __call__(self, model: str = "m") -> Agent:
+        self.started.set()
+        assert self.gate.wait(10)
+        agent = Agent(model)
+        self.built.append(agent)
+        return agent
+
+
+def _asyncio_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    # "Task was destroyed but it is pending", an exception in a callback of a closed loop...
+    return [r.getMessage() for r in caplog.records
+            if r.name == "asyncio" or r.levelno >= logging.ERROR]
+
+
+async def test_an_agent_built_for_a_cancelled_turn_is_released_once(
+    rel: Releases, caplog: pytest.LogCaptureFixture,
+) -> None:
+    build = SlowBuild()
+    released = threading.Event()
+
+    def on_evict(agent: Agent) -> None:
+        rel(agent)
+        released.set()
+
+    pool = AgentPool(build, signature=("model",), on_evict=on_evict)
+    turn = asyncio.create_task(pool.lease("s").__aenter__())
+    await asyncio.to_thread(build.started.wait, 5)
+    turn.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await turn
+    build.gate.set()
+    assert await asyncio.to_thread(released.wait, 5)
+    orphan, = build.built
+    assert rel.released == [orphan] and orphan.closed == 1
+    assert len(pool) == 0 and pool.stats().leased == 0
+    async with pool.lease("s") as again:  # the session is free, and builds anew
+        assert again is not orphan
+    assert _asyncio_errors(caplog) == []
+
+
+def test_an_agent_built_while_asyncio_run_ended_is_released_once(
+    rel: Releases, caplog: pytest.LogCaptureFixture,
+) -> None:
+    # asyncio.run cancels the tasks left when its coroutine returns and closes the loop: the
+    # agent the factory's thread finishes afterwards has no loop to hand it back to.
+    build = SlowBuild()
+    cut = threading.Event()
+    pool = AgentPool(build, signature=("model",), on_evict=rel)
+
+    async def turn() -> None:
+        try:
+            async with pool.lease("s"):
+                pytest.fail("the turn was cut while its agent was built")
+        except asyncio.CancelledError:
+            cut.set()
+            raise
+
+    tasks: list[asyncio.Task[None]] = []
+
+    async def main() -> None:
+        tasks.append(asyncio.create_task(turn()))
+        await asyncio.to_thread(build.started.wait, 5)  # then return, the turn still open
+
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    runner = threading.Thread(target=run)
+    runner.start()
+    try:
+        assert cut.wait(5)
+    finally:
+        build.gate.set()  # asyncio.run waits for its executor's threads before it returns
+    runner.join(10)
+    assert not runner.is_alive() and errors == []
+    assert rel.released == build.built and len(build.built) == 1
+    assert build.built[0].closed == 1 and rel.threads != []
+    assert pool.stats().released == 1 and len(pool) == 0
+    gc.collect()
+    assert _asyncio_errors(caplog) == []
+
+
 # ---------------------------------------------------------------- the lease's session
 
 

@@ -33,7 +33,7 @@ from ..config import (
 )
 from ..errors import CassetteError, ConfigurationError
 from ..keys import key_substitutions
-from ..scope import Block, enter, inherited, leave, settle
+from ..scope import CURRENT, Block, enter, inherited, leave, own_entry, settle
 from ..stores._base import off_loop_owned, off_loop_whole
 from . import scratch
 from ._events import DISCARDED, INTERRUPTIONS, OPENED
@@ -159,7 +159,8 @@ class cassette(Block[Cassette]):
         if self.partial:
             Partial(self.live, replay_until)  # checked here, made anew for each block entered
             check_partial(self.mode)
-        self._stack: list[tuple[Cassette, Effective, contextvars.Token[Effective | None]]] = []
+        # One entry per block open on this object: several at once in the decorator form.
+        self._stack: list[tuple[Effective, Cassette, contextvars.Token[Effective | None]]] = []
         self.last: Cassette | None = None
         # Set by integrations that write the file later (dejacache.integrations.scenario under
         # pytest): called with (tape, block_ok) on exit instead of saving and closing the tape.
@@ -233,7 +234,7 @@ class cassette(Block[Cassette]):
                            "namespace": ns, "test_facing": True, "key_substitute": subs,
                            "volatile": (*base.volatile, *self.volatile)})
         token = enter(eff)
-        self._stack.append((tape, eff, token))
+        self._stack.append((eff, tape, token))
         self.last = tape
         self._paths.enter()
         return tape
@@ -270,7 +271,7 @@ class cassette(Block[Cassette]):
     def _left(self, exc_type: type[BaseException] | None) -> Cassette | None:
         """Leave the block in the caller's context; the tape whose file is this block's to
         save (None: ``defer_save`` has it)."""
-        tape, eff, token = self._stack.pop()
+        eff, tape, token = own_entry(self._stack, CURRENT.get())
         leave(eff, token)
         # A stream still being read cannot reach the file any more: say so, by name.
         settle(tape, "its cassette block")

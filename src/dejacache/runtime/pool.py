@@ -29,6 +29,7 @@ import collections
 import contextlib
 import contextvars
 import dataclasses
+import functools
 import inspect
 import logging
 import threading
@@ -41,6 +42,7 @@ from typing import Any, Generic, Literal, TypeVar
 from .._core.durations import Duration, seconds
 from ..errors import ConfigurationError, PoolError
 from ..keys import KeyBuilder
+from ..stores._base import off_loop_owned
 from . import _lease_threads
 from ._cache_apply import CacheFixer, fixes_of
 from .session import agent_session
@@ -484,18 +486,15 @@ class AgentPool(Generic[A]):
             agent = await self.factory(**config)  # type: ignore[misc]
             return self._install(slot, digest, outside, agent)
         # Building an agent takes a while (hermes: ~0.3 s): never on the event loop. If this
-        # turn is cancelled meanwhile, the agent still gets built: release it once it is.
-        build = asyncio.ensure_future(asyncio.to_thread(self.factory, **config))
-        try:
-            agent = await asyncio.shield(build)
-        except asyncio.CancelledError:
-            build.add_done_callback(self._release_orphan)
-            raise
+        # turn is cancelled meanwhile, the agent still gets built, and is released by the
+        # factory's thread: a done callback on the loop never ran when asyncio.run's end
+        # cancelled the build's task with the turn, and the agent's clients leaked.
+        agent = await off_loop_owned(functools.partial(self.factory, **config),
+                                     self._release_orphan)
         return self._install(slot, digest, outside, agent)
 
-    def _release_orphan(self, build: asyncio.Future[Any]) -> None:
-        if not build.cancelled() and build.exception() is None:
-            self._dispatch([build.result()])
+    def _release_orphan(self, agent: A) -> None:
+        self._dispatch([agent])
 
     def _hit(self, slot: _Slot, digest: str, outside: tuple[str, ...],
              config: Mapping[str, Any]) -> tuple[A] | None:

@@ -49,7 +49,7 @@ from .._core.prompt_cache import (
 )
 from ..cassettes.prices import rates_from_table
 from ..errors import ConfigurationError
-from ..scope import Block
+from ..scope import Block, own_entry
 from . import _lease_threads
 from ._cache_apply import CacheFixer, fixes_of
 from ._conversation import THREAD_SESSION, conversation
@@ -267,13 +267,7 @@ class PrefixMonitor(Block["PrefixMonitor"]):
 
         here = observers.WATCHERS.get()
         with self._lock:
-            # One monitor may be open in several tasks or threads at once (decorator form):
-            # leave the entry this context made, not simply the newest one.
-            tokens = self._tokens
-            i = len(tokens) - 1
-            while i > 0 and tokens[i][0] is not here:
-                i -= 1
-            _, watch, threads, fixing = tokens.pop(i)
+            _, watch, threads, fixing = own_entry(self._tokens, here)
             self._depth -= 1
             if self._depth == 0:
                 self._block = ""
