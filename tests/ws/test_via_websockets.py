@@ -310,6 +310,22 @@ def test_a_server_message_over_the_clients_max_size_leaves_its_window_unrecorded
         asyncio.run(run(server.url))
 
 
+def test_the_threads_client_leaves_a_window_its_max_size_cut_unrecorded_too(
+        tmp_path: pathlib.Path, server: LoopbackServer) -> None:
+    path = tmp_path / "big-sync.json"
+    with dejacache.cassette(path, mode="record"), sconnect(server.url, max_size=1000) as ws:
+        ws.recv()
+        ws.send(json.dumps({"n": 0}))
+        assert json.loads(ws.recv()) == {"ack": 0}
+        ws.send(json.dumps({"big": 5000}))
+        with pytest.raises(ConnectionClosedError) as info:
+            ws.recv()
+        rcvd = info.value.rcvd
+    assert rcvd is not None and rcvd.code == 1011 and "over the 1000 bytes limit" in rcvd.reason
+    bodies = [e["request"].get("body") for e in json.loads(path.read_text())["entries"]]
+    assert bodies == [None, {"n": 0}]
+
+
 def test_a_client_message_over_the_bound_closes_it_1009_in_process(
         tmp_path: pathlib.Path, server: LoopbackServer, monkeypatch: pytest.MonkeyPatch
         ) -> None:
