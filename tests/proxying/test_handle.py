@@ -54,6 +54,8 @@ def test_a_proxy_that_cannot_start_says_why(tmp_path: pathlib.Path) -> None:
     ({"max_connections": 2.5}, "max_connections=2.5: expected a whole number > 0"),
     ({"max_buffered": -1}, "max_buffered=-1: expected a whole number > 0"),
     ({"max_buffered": "1GiB"}, "max_buffered='1GiB': expected a whole number > 0"),
+    ({"max_message": 0}, "max_message=0: expected a whole number > 0"),
+    ({"max_message": 1e6}, "max_message=1000000.0: expected a whole number > 0"),
 ])
 def test_a_bad_timeout_or_limit_is_refused_naming_it_before_a_proxy_starts(
         tmp_path: pathlib.Path, given: dict[str, object], said: str) -> None:

@@ -135,6 +135,8 @@ def one_line(stderr: str) -> str:
     (["--max-connections", "0"], "--max-connections 0: expected a whole number > 0"),
     (["--max-buffered", "-1"], "--max-buffered -1: expected a whole number > 0"),
     (["--max-connections", "many"], "invalid int value"),
+    (["--max-message", "0"], "--max-message 0: expected a whole number > 0"),
+    (["--max-message", "64MiB"], "invalid int value"),
     (["--cassette", "c.json", "--bogus"], "unrecognized arguments: --bogus"),
     (["--cassette", "c.json", "--"], "-- must be followed by a command"),
 ])
@@ -157,10 +159,11 @@ def test_the_timeouts_reach_the_proxy_as_given_else_their_defaults() -> None:
 def test_the_limits_reach_the_proxy_as_given_else_their_defaults() -> None:
     parse = build_parser().parse_args
     given = config_from_args(parse(["proxy", "--max-connections", "3",
-                                    "--max-buffered", "4096"]), "")
-    assert (given.max_connections, given.max_buffered) == (3, 4096)
+                                    "--max-buffered", "4096", "--max-message", "512"]), "")
+    assert (given.max_connections, given.max_buffered, given.max_message) == (3, 4096, 512)
     default = config_from_args(parse(["proxy"]), "")
-    assert (default.max_connections, default.max_buffered) == (256, 1 << 30)
+    assert (default.max_connections, default.max_buffered, default.max_message) == (
+        256, 1 << 30, 64 << 20)
 
 
 def test_a_non_loopback_address_needs_allow_remote(capsys: pytest.CaptureFixture[str]

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import pathlib
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -444,3 +446,139 @@ def test_upstreams_of_the_users_opened_alike_replay_each_their_own_session(
             for k, _ in r["headers"]]
     assert "authorization" in sent and "x-dejacache-upstream" not in sent  # keyed, not sent
     _no_key(proxy_dir, KEY)
+
+
+# ---------------------------------------------------------------- the message bound
+#
+# A proxy with a 4 KiB bound (``max_message=``): the side that sends a larger message is
+# closed with 1009, the other one as a side the proxy leaves; no cut window is recorded.
+
+_BOUND = 4096
+_RAISE = "raise --max-message (max_message= of dejacache.proxy())"
+
+
+@pytest.fixture(scope="module")
+def bounded(tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[tuple[ProxyProcess, pathlib.Path]]:
+    from proxy_support import proxy_env
+
+    folder = tmp_path_factory.mktemp("bounded")
+    with dejacache.proxy(cassette_dir=folder, env=proxy_env(folder),
+                         max_message=_BOUND) as p:
+        yield p, folder
+
+
+class _Closes:
+    """tests/ws's echo protocol, keeping the close code and reason each connection got."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[int | None, str | None]] = []
+
+    async def __call__(self, ws: Any) -> None:
+        # (a close other than 1000/1001 ends its loop with an error)
+        with contextlib.suppress(Exception):
+            await echo(ws)
+        self.got.append((ws.close_code, ws.close_reason))
+
+    def wait(self) -> list[tuple[int | None, str | None]]:
+        for _ in range(100):
+            if self.got:
+                break
+            time.sleep(0.05)
+        return self.got
+
+
+def _bodies(path: pathlib.Path) -> list[Any]:
+    return [e["request"].get("body") for e in json.loads(path.read_text())["entries"]]
+
+
+async def _client_over(url: str, fragmented: bool) -> list[Any]:
+    """Whole and fragmented messages under the bound answered; then one over it."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosedError
+
+    out: list[Any] = []
+    async with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+        out.append(json.loads(await ws.recv()))
+        await ws.send(json.dumps({"n": 0, "pad": "a" * 4000}))  # one frame, under it
+        out.append(json.loads(await ws.recv()))
+        whole = json.dumps({"n": 1, "pad": "b" * 4000})  # three frames, under it in all
+        await ws.send(iter([whole[:1500], whole[1500:3000], whole[3000:]]))
+        out.append(json.loads(await ws.recv()))
+        with pytest.raises(ConnectionClosedError) as info:
+            if fragmented:  # each frame under it, the third takes the total over
+                await ws.send(iter(["x" * 1500] * 3))
+            else:
+                await ws.send("x" * (_BOUND + 1))
+            await ws.recv()
+        rcvd = info.value.rcvd
+        out.append(None if rcvd is None else [rcvd.code, rcvd.reason])
+    return out
+
+
+@pytest.mark.parametrize("fragmented", [False, True], ids=["whole", "fragmented"])
+def test_a_client_message_over_the_bound_closes_it_1009_and_the_upstream_1001(
+        bounded: tuple[ProxyProcess, pathlib.Path], fragmented: bool) -> None:
+    proxy, folder = bounded
+    closes = _Closes()
+    server = LoopbackServer(closes).start()
+    name = f"ws-bound/client-{fragmented}.json"
+    try:
+        s = proxy.session(name, upstreams={"chat": f"http://127.0.0.1:{server.port}"},
+                          mode="record")
+        got = asyncio.run(_client_over(s.url.replace("http", "ws", 1) + "/chat/room",
+                                       fragmented))
+        assert s.close(ok=True)["saved"]
+        upstream = closes.wait()
+    finally:
+        server.stop()
+    assert got[:3] == [{"hello": "/room"}, {"ack": 0}, {"ack": 1}]
+    assert got[3] == [1009, f"dejacache: the client's message over the 4096 bytes limit; "
+                            f"{_RAISE}"]
+    assert upstream == [(1001, "dejacache proxy: the client's message was over its limit")]
+    assert [b and b["n"] for b in _bodies(folder / name)] == [None, 0, 1]
+
+
+async def _upstream_over(url: str) -> list[Any]:
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosedError
+
+    out: list[Any] = []
+    async with connect(url, additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
+        out.append(json.loads(await ws.recv()))
+        await ws.send(json.dumps({"n": 0}))
+        out.append(json.loads(await ws.recv()))
+        await ws.send(json.dumps({"big": _BOUND + 1}))
+        with pytest.raises(ConnectionClosedError) as info:
+            await ws.recv()
+        rcvd = info.value.rcvd
+        out.append(None if rcvd is None else [rcvd.code, rcvd.reason])
+    return out
+
+
+def test_an_upstream_message_over_the_bound_closes_it_1009_the_client_1011_unrecorded(
+        bounded: tuple[ProxyProcess, pathlib.Path]) -> None:
+    proxy, folder = bounded
+    closes = _Closes()
+    server = LoopbackServer(closes).start()
+    ups = {"chat": f"http://127.0.0.1:{server.port}"}
+    name = "ws-bound/upstream.json"
+    try:
+        s = proxy.session(name, upstreams=ups, mode="record")
+        got = asyncio.run(_upstream_over(s.url.replace("http", "ws", 1) + "/chat/room"))
+        assert s.close(ok=True)["saved"]
+        upstream = closes.wait()
+    finally:
+        server.stop()
+    assert got[:2] == [{"hello": "/room"}, {"ack": 0}]
+    assert got[2] == [1011, f"dejacache: the server's message over the 4096 bytes limit; "
+                            f"{_RAISE}"]
+    assert upstream and upstream[0][0] == 1009
+    # The window the message cut is not stored: a replay misses there (1011), never
+    # replaying a session shorter than the live one as if whole.
+    assert _bodies(folder / name) == [None, {"n": 0}]
+    r = proxy.session(name, upstreams=ups, mode="replay")
+    again = asyncio.run(_upstream_over(r.url.replace("http", "ws", 1) + "/chat/room"))
+    summary = r.close(ok=False)
+    assert again[:2] == got[:2] and again[2] is not None and again[2][0] == 1011
+    assert "replay miss" in again[2][1] and summary["missed"] == 1

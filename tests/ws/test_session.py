@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 
 from dejacache.http.providers.openai_realtime import PROVIDER as REALTIME
-from dejacache.ws._message import Answer, Closed, Message
+from dejacache.ws._message import Answer, Closed, Cut, Message
 from dejacache.ws._session import SessionState, answer_of, error_of, handshake_value
 
 
@@ -33,6 +33,21 @@ def test_a_window_keeps_messages_offsets_close_usage_and_ids() -> None:
     assert v["model"] == "gpt-realtime" and v["ids"] == ["resp_1"]
     # the client was handed each as it came
     assert [type(item).__name__ for _, item in s.pending] == ["Message", "Message", "Closed"]
+
+
+def test_a_window_a_message_over_the_bound_cut_is_marked_so_the_client_told() -> None:
+    s = SessionState(REALTIME, "openai.realtime", realtime=False)
+    s.open_window(0.0)
+    s.heard(Message('{"type": "response.created"}'), 0.1)
+    cut = Cut(1011, "dejacache: the server's message over the 64 MiB limit")
+    s.heard(cut, 0.2)
+    w = s.take_window()
+    assert w is not None and w.cut  # (its driver stores nothing for it: ``_window_value``)
+    assert [item for _, item in s.pending][-1] == cut and s.ended
+    s.open_window(1.0)
+    s.heard(Closed(1000, ""), 1.1)
+    w = s.take_window()
+    assert w is not None and not w.cut
 
 
 def test_played_windows_are_due_at_their_offsets_only_in_realtime() -> None:

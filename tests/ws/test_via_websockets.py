@@ -281,6 +281,83 @@ def test_a_dropped_connection_replays_as_1006(tmp_path: pathlib.Path,
         assert asyncio.run(run(server.url)) == recorded == (None, 1006)
 
 
+def test_a_server_message_over_the_clients_max_size_leaves_its_window_unrecorded(
+        tmp_path: pathlib.Path, server: LoopbackServer) -> None:
+    """The live connection refuses it (1009 to the server, as the client's own would); the
+    client is closed with 1011 naming the bound; the window it cut is not stored, so a
+    replay misses there rather than replaying a session shorter than the live one."""
+    async def run(url: str) -> Any:
+        async with aconnect(url, max_size=1000) as ws:
+            await ws.recv()
+            await ws.send(json.dumps({"n": 0}))
+            acked = json.loads(await ws.recv())
+            await ws.send(json.dumps({"big": 5000}))
+            with pytest.raises(ConnectionClosedError) as info:
+                await ws.recv()
+            return acked, info.value.rcvd
+
+    path = tmp_path / "big.json"
+    with dejacache.cassette(path, mode="record"):
+        acked, rcvd = asyncio.run(run(server.url))
+    assert acked == {"ack": 0}
+    assert rcvd is not None and rcvd.code == 1011
+    assert rcvd.reason == ("dejacache: the server's message over the 1000 bytes limit; "
+                           "raise max_size= of connect()")
+    bodies = [e["request"].get("body") for e in json.loads(path.read_text())["entries"]]
+    assert bodies == [None, {"n": 0}]  # the handshake and the whole window, not the cut one
+    server.stop()
+    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss):
+        asyncio.run(run(server.url))
+
+
+def test_the_threads_client_leaves_a_window_its_max_size_cut_unrecorded_too(
+        tmp_path: pathlib.Path, server: LoopbackServer) -> None:
+    path = tmp_path / "big-sync.json"
+    with dejacache.cassette(path, mode="record"), sconnect(server.url, max_size=1000) as ws:
+        ws.recv()
+        ws.send(json.dumps({"n": 0}))
+        assert json.loads(ws.recv()) == {"ack": 0}
+        ws.send(json.dumps({"big": 5000}))
+        with pytest.raises(ConnectionClosedError) as info:
+            ws.recv()
+        rcvd = info.value.rcvd
+    assert rcvd is not None and rcvd.code == 1011 and "over the 1000 bytes limit" in rcvd.reason
+    bodies = [e["request"].get("body") for e in json.loads(path.read_text())["entries"]]
+    assert bodies == [None, {"n": 0}]
+
+
+def test_a_client_message_over_the_bound_closes_it_1009_in_process(
+        tmp_path: pathlib.Path, server: LoopbackServer, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """The in-memory endpoint's bound (64 MiB; 1,000 bytes here): the client is closed with
+    1009 as a server would close it; what the session said before is kept."""
+    import functools
+
+    from dejacache.ws import _asyncio
+    from dejacache.ws._wire import Endpoint
+
+    monkeypatch.setattr(_asyncio, "Endpoint", functools.partial(Endpoint, max_message=1000))
+
+    async def run(url: str) -> Any:
+        async with aconnect(url) as ws:
+            await ws.recv()
+            await ws.send(json.dumps({"n": 0, "pad": "a" * 900}))
+            acked = json.loads(await ws.recv())
+            with pytest.raises(ConnectionClosedError) as info:
+                await ws.send("x" * 1001)
+                await ws.recv()
+            return acked, info.value.rcvd
+
+    path = tmp_path / "over.json"
+    with dejacache.cassette(path, mode="record"):
+        acked, rcvd = asyncio.run(run(server.url))
+    assert acked == {"ack": 0}
+    assert rcvd is not None and rcvd.code == 1009
+    assert rcvd.reason == "dejacache: the client's message over the 1000 bytes limit"
+    bodies = [e["request"].get("body") for e in json.loads(path.read_text())["entries"]]
+    assert [b and b["n"] for b in bodies] == [None, 0]  # (the padding stored by hash)
+
+
 def test_another_key_in_ci_still_replays(tmp_path: pathlib.Path,
                                          server: LoopbackServer) -> None:
     async def run(url: str, token: str) -> Any:

@@ -326,3 +326,118 @@ def test_any_writes_read_as_the_protocol_reads_them(
         out = b"".join(end.feed(w) for w in writes if not end.eof)
         seen.append((end.take(), out, end.client_closed, end.eof))
     assert seen[0] == seen[1]
+
+
+# ---------------------------------------------------------------- the message bound
+#
+# A message (all its frames) over ``max_message`` closes the connection with 1009 and a
+# reason naming the bound and what raises it, on the fast path and the protocol's alike.
+
+_LIMIT = 1000
+
+
+def _bounded(raise_with: str = "--max-message") -> tuple[ClientProtocol, Endpoint]:
+    client = ClientProtocol(parse_uri("ws://127.0.0.1:8765/chat"))
+    client.send_request(client.connect())
+    end = Endpoint("ws", _LIMIT, raise_with)
+    end.feed(b"".join(client.data_to_send()))
+    client.receive_data(end.answer(Answer(101)))
+    return client, end
+
+
+def _closed_with(client: ClientProtocol, out: bytes) -> tuple[int, str]:
+    client.receive_data(out)
+    close = client.close_rcvd
+    assert close is not None
+    return int(close.code), close.reason
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_a_whole_message_at_the_bound_skips_the_protocol_and_one_byte_more_is_1009(
+        binary: bool) -> None:
+    for size, over in ((_LIMIT, False), (_LIMIT + 1, True)):
+        client, end = _bounded()
+        seen = _spied(end)
+        if binary:
+            client.send_binary(b"\x07" * size)
+        else:
+            client.send_text(b"a" * size)
+        out = _fed(client, end)
+        assert end.over is over and end.eof is over
+        if not over:
+            assert out == b"" and seen == []  # the fast path took it
+            assert end.take() == [Message(b"\x07" * size if binary else "a" * size)]
+            continue
+        assert len(seen) == 1  # handed to the protocol, which refused it
+        assert end.take() == []
+        assert _closed_with(client, out) == (
+            1009, "dejacache: the client's message over the 1000 bytes limit; "
+                  "raise --max-message")
+
+
+def test_a_fragmented_message_is_bounded_by_its_running_total() -> None:
+    client, end = _bounded()
+    client.send_text(b"a" * 400, fin=False)
+    client.send_continuation(b"b" * 400, fin=False)
+    client.send_continuation(b"c" * 200, fin=True)  # 1000 in all: taken
+    client.send_binary(b"\x01" * 600, fin=False)
+    client.send_continuation(b"\x02" * 401, fin=True)  # 1001: refused
+    out = _fed(client, end)
+    assert end.take() == [Message("a" * 400 + "b" * 400 + "c" * 200)]
+    assert end.over and end.eof
+    assert _closed_with(client, out)[0] == 1009
+
+
+def test_a_fragmented_message_over_it_across_writes_is_refused_at_the_frame_that_passes(
+        ) -> None:
+    client, end = _bounded()
+    client.send_text(b"x" * 300, fin=False)
+    assert _fed(client, end) == b""
+    for _ in range(2):  # 900 in all, one write a frame
+        client.send_continuation(b"x" * 300, fin=False)
+        assert _fed(client, end) == b"" and not end.over
+    client.send_continuation(b"x" * 101, fin=False)
+    out = _fed(client, end)
+    assert end.over and end.take() == []
+    assert _closed_with(client, out)[0] == 1009
+
+
+def test_a_huge_frame_is_refused_from_its_header_nothing_of_it_held() -> None:
+    client, end = _bounded()
+    # A 10 GB binary frame's header (FIN, binary, 64-bit length, the mask), no payload.
+    header = bytes((0x82, 0xFF)) + (10 * 2**30).to_bytes(8, "big") + b"\x00\x00\x00\x00"
+    out = end.feed(header)
+    assert end.over and end.eof
+    assert _closed_with(client, out)[0] == 1009
+    assert end.feed(b"\x00" * 65536) == b""  # what follows is dropped, not kept
+
+
+def test_endless_empty_continuation_frames_hold_nothing() -> None:
+    client, end = _bounded()
+    client.send_text(b"start", fin=False)
+    for _ in range(2000):
+        client.send_continuation(b"", fin=False)
+    _fed(client, end)
+    assert end._parts == bytearray(b"start") and not end.over
+    client.send_continuation(b" end", fin=True)
+    _fed(client, end)
+    assert end.take() == [Message("start end")]
+
+
+def test_the_default_bound_is_64_mib_and_the_reason_fits_a_close_frame() -> None:
+    from dejacache.ws._message import MAX_MESSAGE, too_big
+
+    assert Endpoint("ws").max_message == MAX_MESSAGE == 64 * 2**20
+    reason = too_big("the client's", MAX_MESSAGE, "--max-message (max_message= of "
+                     "dejacache.proxy())")
+    assert "64 MiB" in reason and "--max-message" in reason
+    assert len(reason.encode()) <= 123
+
+
+def test_messages_written_before_the_one_over_it_are_still_taken() -> None:
+    client, end = _bounded()
+    client.send_text(b"first")
+    client.send_binary(b"\x01" * (_LIMIT + 1))
+    out = _fed(client, end)  # one write: the protocol reads both
+    assert end.take() == [Message("first")] and end.over
+    assert _closed_with(client, out)[0] == 1009

@@ -135,7 +135,8 @@ async def echo(ws: Any) -> None:
     with ``{"ack": k}`` (after ``{"wait": s}`` seconds when asked, then ``{"late": k}``);
     ``{"close": code}`` closes with that code; ``{"drop": true}`` drops the connection; a
     binary message comes back reversed; ``{"parts": [...]}`` comes back as one fragmented
-    message; ``{"ping": true}`` is answered after a ping frame the client has ponged."""
+    message; ``{"ping": true}`` is answered after a ping frame the client has ponged;
+    ``{"big": n}`` is answered with a text message of ``n`` bytes."""
     import json
 
     await ws.send(json.dumps({"hello": ws.request.path}))
@@ -152,6 +153,9 @@ async def echo(ws: Any) -> None:
             return
         if "parts" in msg:
             await ws.send(iter(msg["parts"]))
+            continue
+        if "big" in msg:
+            await ws.send("y" * msg["big"])
             continue
         if msg.get("ping"):
             await (await ws.ping(b"are you there"))  # answered by the client's library

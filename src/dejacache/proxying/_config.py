@@ -13,7 +13,7 @@ from ..cassettes.ageing import resolve as resolve_ageing
 from ..cassettes.partial import parse_live
 from ..errors import ConfigurationError
 from ._connection import IDLE_TIMEOUT, READ_TIMEOUT, WRITE_TIMEOUT
-from ._limits import MAX_BUFFERED, MAX_CONNECTIONS
+from ._limits import MAX_BUFFERED, MAX_CONNECTIONS, MAX_MESSAGE
 from ._server import ProxyConfig
 from ._sessions import SessionSpec
 from .upstreams import builtin_upstreams, env_upstreams, upstream_table
@@ -55,7 +55,8 @@ def config_from_args(args: argparse.Namespace, rerecord: str) -> ProxyConfig:
         write_timeout=timeout_seconds("--write-timeout", args.write_timeout, WRITE_TIMEOUT),
         max_connections=limit_count("--max-connections", args.max_connections,
                                     MAX_CONNECTIONS),
-        max_buffered=limit_count("--max-buffered", args.max_buffered, MAX_BUFFERED))
+        max_buffered=limit_count("--max-buffered", args.max_buffered, MAX_BUFFERED),
+        max_message=limit_count("--max-message", args.max_message, MAX_MESSAGE))
 
 
 def timeout_seconds(what: str, value: object, default: float) -> float:
@@ -73,8 +74,9 @@ def timeout_seconds(what: str, value: object, default: float) -> float:
 
 
 def limit_count(what: str, value: object, default: int) -> int:
-    """One of the proxy's limits (``--max-connections``, ``--max-buffered``: a whole number
-    > 0), ``default`` when not given; ``what`` names it as :func:`timeout_seconds` does."""
+    """One of the proxy's limits (``--max-connections``, ``--max-buffered``,
+    ``--max-message``: a whole number > 0), ``default`` when not given; ``what`` names it
+    as :func:`timeout_seconds` does."""
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

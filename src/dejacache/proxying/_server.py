@@ -37,7 +37,7 @@ from ._connection import IDLE_TIMEOUT, READ_TIMEOUT, WRITE_TIMEOUT, Connection, 
 from ._control import PREFIX, SESSION_PREFIX, control
 from ._forward import FORWARDED, Forwarder, Out, error_bytes, json_bytes
 from ._http1 import Request
-from ._limits import MAX_BUFFERED, MAX_CONNECTIONS, Budget
+from ._limits import MAX_BUFFERED, MAX_CONNECTIONS, MAX_MESSAGE, Budget
 from ._sessions import Session, Sessions, SessionSpec
 from ._websocket import Upgraded, relay
 from .upstreams import BASE_URL_ENV, Upstream, split_target, unknown_upstream
@@ -62,6 +62,7 @@ class ProxyConfig:
     write_timeout: float = WRITE_TIMEOUT
     max_connections: int = MAX_CONNECTIONS
     max_buffered: int = MAX_BUFFERED
+    max_message: int = MAX_MESSAGE
     grace: float = 10.0
 
 
@@ -183,7 +184,7 @@ class ProxyServer:
         task: asyncio.Future[Any]
         if isinstance(out, Upgraded):
             task = asyncio.get_running_loop().create_task(
-                relay(session, upstream, req, rest, out), context=ctx)
+                relay(session, upstream, req, rest, out, self.config.max_message), context=ctx)
         else:
             started = start(self.forwarder.answer(session, upstream, req, rest, out), ctx)
             if started is None or started.done():

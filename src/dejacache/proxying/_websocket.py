@@ -20,6 +20,13 @@ credentials reach the upstream, never a file). A replay opens no connection.
 What goes wrong is said in the client's terms: a handshake the recording lacks is an HTTP
 error answer in the upstream's shape (404, the miss report, as for HTTP), an upstream that
 cannot be reached a 502, and a message the recording lacks closes the WebSocket with 1011.
+
+A message is at most ``max_message`` bytes (``--max-message``), both ways; the side that
+sends a larger one is closed with 1009 (the bound and the flag in the reason), before more
+of it than one frame header is read. The other side is then closed as a side the proxy
+leaves: the upstream with 1001 (going away: its client is gone, it did nothing wrong), the
+client with 1011 (the server cannot go on with its request). A window an upstream's
+message cut is not stored (``ws._message.Cut``): replayed, its message misses.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from typing import Any
 from ..cassettes.placeholder_keys import PLACEHOLDER
 from ..errors import ConfigurationError, ReplayDivergence, ReplayMiss
 from ..http.providers import Provider, all_providers
-from ..ws._message import Answer, Closed, Handshake, Message
+from ..ws._message import MAX_MESSAGE, Answer, Closed, Handshake, Message
 from ._forward import FORWARDED, Out, error_bytes
 from ._http1 import Request
 from ._sessions import Session
@@ -45,6 +52,8 @@ _QUEUED = 64
 # How long a client has to answer the proxy's close frame before its connection is closed
 # anyway (websockets' own close_timeout is 10 s; a client answers in well under one).
 _CLOSE_TIMEOUT = 5.0
+# What raises the message bound, for the 1009 close reasons.
+_RAISE_WITH = "--max-message (max_message= of dejacache.proxy())"
 # Request headers the live leg's own handshake writes (or that belong to the client's
 # connection to the proxy): the rest are sent on as the client sent them.
 _OWN = frozenset({"host", "upgrade", "connection", "keep-alive", "proxy-connection",
@@ -135,8 +144,9 @@ def _provider(found: Provider, upstream: Upstream) -> Provider:
     return found
 
 
-def _open_live(hs: Handshake) -> Any:
-    """How the session opens its live leg: a ``websockets`` client to the upstream."""
+def _open_live(hs: Handshake, max_message: int) -> Any:
+    """How the session opens its live leg: a ``websockets`` client to the upstream, taking
+    messages of at most ``max_message`` bytes."""
 
     async def open_live() -> Any:
         from websockets.asyncio.client import connect
@@ -154,17 +164,17 @@ def _open_live(hs: Handshake) -> Any:
         try:
             conn = await connect(hs.url, additional_headers=[*headers, (FORWARDED, "1")],
                                  subprotocols=list(hs.subprotocols) or None,  # type: ignore[arg-type]
-                                 user_agent_header=agent, compression=None, max_size=None,
-                                 open_timeout=30)
+                                 user_agent_header=agent, compression=None,
+                                 max_size=max_message, open_timeout=30)
         except InvalidStatus as exc:
             raise refused_of(exc) from exc
-        return Live(conn)
+        return Live(conn, raise_with=_RAISE_WITH)
 
     return open_live
 
 
 async def relay(session: Session, upstream: Upstream, req: Request, rest: str,
-                out: Upgraded) -> None:
+                out: Upgraded, max_message: int = MAX_MESSAGE) -> None:
     """Answer the WebSocket ``req`` asks for (routed to ``upstream`` with path ``rest``)
     under ``session`` (see the module docstring)."""
     from ..ws._drive import AsyncSession
@@ -177,9 +187,10 @@ async def relay(session: Session, upstream: Upstream, req: Request, rest: str,
                                     "dejacache_proxy_error", str(exc)))
         return
     sent, keyed = _handshake(req, url, upstream)
-    endpoint = Endpoint("wss" if url.startswith("wss:") else "ws")
+    endpoint = Endpoint("wss" if url.startswith("wss:") else "ws", max_message, _RAISE_WITH)
     endpoint.feed(_request_bytes(req))
-    ws = AsyncSession(session.eff, keyed, _open_live(sent), realtime=session.options.realtime)
+    ws = AsyncSession(session.eff, keyed, _open_live(sent, max_message),
+                      realtime=session.options.realtime)
     provider = _provider(ws.route.provider, upstream)
     try:
         answer = await ws.open()
@@ -238,6 +249,9 @@ async def _from_client(ws: Any, endpoint: Any, out: Upgraded) -> Closed:
                 await out.write(endpoint.fail(why))
                 await _until_client_closes(endpoint, out)
                 return Closed(1011, why[:120])
+        if endpoint.over:  # a message passed the bound (those before it were sent on): 1009
+            await _drain(out)
+            return Closed(1001, "dejacache proxy: the client's message was over its limit")
         if endpoint.client_closed is not None:
             return endpoint.client_closed  # type: ignore[no-any-return]
         if not data:
@@ -261,6 +275,20 @@ async def _until_client_closes(endpoint: Any, out: Upgraded) -> None:
                 endpoint.take()  # messages after the close: nobody reads them
                 if not data:
                     return
+
+
+async def _drain(out: Upgraded) -> None:
+    """After a 1009: the end of what the proxy sends (the client's library closes its side
+    once it has read the close frame), and the rest of the client's message read and dropped
+    until then, for at most ``_CLOSE_TIMEOUT`` (closed with it unread, the socket would be
+    reset, and the reset can overtake the close frame: the client saw 1006, not 1009)."""
+    transport = out.transport
+    if transport.can_write_eof() and not transport.is_closing():
+        transport.write_eof()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(_CLOSE_TIMEOUT):
+            while await out.read():
+                pass
 
 
 async def _to_client(ws: Any, endpoint: Any, out: Upgraded) -> None:

@@ -97,6 +97,10 @@ def _add_proxy(sub: Any) -> None:
                    help="bytes of request bodies held at once across connections; a body "
                         "that would pass it is answered 503 with Retry-After (default: "
                         "1073741824, 1 GiB)")
+    p.add_argument("--max-message", metavar="BYTES", type=int, default=None,
+                   help="bytes of one WebSocket message, all its frames together, either "
+                        "way; the side sending a larger one is closed with 1009 (default: "
+                        "67108864, 64 MiB)")
     p.add_argument("--node-helper", metavar="DIR", default=None,
                    help="copy the helper for Node test runners (dejacache-proxy.mjs, a "
                         "cassette per test; and its types) into DIR, and exit")

@@ -231,6 +231,7 @@ def proxy(
     write_timeout: float | None = None,
     max_connections: int | None = None,
     max_buffered: int | None = None,
+    max_message: int | None = None,
 ) -> ProxyProcess:
     """Start ``dejacache proxy`` (see the module docstring); use it as a context manager.
 
@@ -241,8 +242,9 @@ def proxy(
     found); ``timeout``: seconds to wait for it to start; ``read_timeout``,
     ``idle_timeout``, ``write_timeout``: the connection timeouts of its ``--read-timeout``,
     ``--idle-timeout`` and ``--write-timeout`` (seconds; default 30, 75 and 60);
-    ``max_connections``, ``max_buffered``: its ``--max-connections`` (default 256) and
-    ``--max-buffered`` (bytes of request bodies held at once; default 1 GiB); the other
+    ``max_connections``, ``max_buffered``, ``max_message``: its ``--max-connections``
+    (default 256), ``--max-buffered`` (bytes of request bodies held at once; default 1 GiB)
+    and ``--max-message`` (bytes of one WebSocket message; default 64 MiB); the other
     arguments are ``dejacache.cassette``'s."""
     # (checked here: a bad value never starts one)
     from ._config import limit_count, timeout_seconds
@@ -252,7 +254,8 @@ def proxy(
                         ("write_timeout", write_timeout)):
         if given is not None:
             argv += ["--" + name.replace("_", "-"), repr(timeout_seconds(name + "=", given, 0))]
-    for name, count in (("max_connections", max_connections), ("max_buffered", max_buffered)):
+    for name, count in (("max_connections", max_connections), ("max_buffered", max_buffered),
+                        ("max_message", max_message)):
         if count is not None:
             argv += ["--" + name.replace("_", "-"), str(limit_count(name + "=", count, 0))]
     if cassette is not None:

@@ -27,7 +27,7 @@ from ..errors import ReplayMiss
 from ..http.transport import Options
 from ._captured import ARGS
 from ._drive import AsyncSession
-from ._message import Answer, Closed, Message, Refused
+from ._message import TOO_BIG, Answer, Closed, Cut, Message, Refused, too_big
 from ._wire import Endpoint, client_protocol
 
 __all__ = ["Live", "answering", "awaited", "closed_of", "connect_in_block", "in_memory",
@@ -46,22 +46,40 @@ class _Awaiting:
         return self.fn(self.obj)
 
 
-def closed_of(exc: Any) -> Closed:
-    """The end a ``ConnectionClosed`` reports (no close frame received: 1006)."""
+def closed_of(exc: Any, conn: Any = None, raise_with: str = "max_size= of connect()") -> Closed:
+    """The end a ``ConnectionClosed`` reports (no close frame received: 1006); a
+    :class:`~._message.Cut` when ``conn`` (the live connection) closed it first for a
+    message over its ``max_size``: 1011 for the client, whose session cannot go on (the
+    server did nothing wrong by its own rules), naming the bound and ``raise_with``."""
+    sent = getattr(exc, "sent", None)
+    if (conn is not None and sent is not None and sent.code == TOO_BIG
+            and not getattr(exc, "rcvd_then_sent", False)):
+        return Cut(1011, too_big("the server's", _max_size(conn), raise_with))
     rcvd = getattr(exc, "rcvd", None)
     if rcvd is None:
         return Closed(1006, "")
     return Closed(int(rcvd.code), str(rcvd.reason))
 
 
+def _max_size(conn: Any) -> int:
+    """The message bound of a websockets connection (the new API's protocol, or legacy)."""
+    size = getattr(getattr(conn, "protocol", None), "max_message_size", None)
+    if size is None:
+        size = getattr(conn, "max_size", None)
+    return size if type(size) is int else 0
+
+
 class Live:
     """The live side: a real ``websockets`` connection (asyncio or legacy; ``answer``: its
-    handshake's, read from the response headers it kept)."""
+    handshake's, read from the response headers it kept; ``raise_with``: what raises its
+    message bound, for the close reason when a message passes it)."""
 
-    def __init__(self, conn: Any, answer: Answer | None = None) -> None:
+    def __init__(self, conn: Any, answer: Answer | None = None,
+                 raise_with: str = "max_size= of connect()") -> None:
         self.conn = conn
         self.answer = answer or Answer(101, list(conn.response.headers.raw_items()),
                                        conn.subprotocol)
+        self.raise_with = raise_with
 
     async def send(self, m: Message) -> None:
         await self.conn.send(m.data)
@@ -72,7 +90,7 @@ class Live:
         try:
             return Message(await self.conn.recv())
         except ConnectionClosed as exc:
-            return closed_of(exc)
+            return closed_of(exc, self.conn, self.raise_with)
 
     async def close(self, code: int, reason: str) -> None:
         await self.conn.close(code, reason)

@@ -27,8 +27,9 @@ import orjson
 
 from ..errors import SerializationError
 
-__all__ = ["ABNORMAL", "UPGRADE_HEADERS", "Answer", "Closed", "Handshake", "Message", "Refused",
-           "canonical_message", "json_of", "message_of", "stored"]
+__all__ = ["ABNORMAL", "MAX_MESSAGE", "TOO_BIG", "UPGRADE_HEADERS", "Answer", "Closed", "Cut",
+           "Handshake", "Message", "Refused", "canonical_message", "json_of", "message_of",
+           "stored", "too_big"]
 
 #: Response headers that belong to one connection's upgrade: a replay's own handshake makes
 #: them anew (its accept key, no extension negotiated), so none is stored or handed back.
@@ -36,6 +37,16 @@ UPGRADE_HEADERS = frozenset({"upgrade", "connection", "sec-websocket-accept",
                              "sec-websocket-protocol", "sec-websocket-extensions"})
 #: The close code the protocol reserves for a connection that dropped without a close frame.
 ABNORMAL = 1006
+#: The close code for a message larger than the receiver takes (RFC 6455 7.4.1).
+TOO_BIG = 1009
+#: The largest message (bytes, all its frames together) a session takes from either side.
+#: The realtime APIs send media as base64 inside JSON: OpenAI Realtime documents up to
+#: 15 MiB for one ``input_audio_buffer.append``, and Gemini Live's ``realtimeInput`` /
+#: ``clientContent`` carry inline audio and images the same way. 64 MiB is four of the
+#: largest documented message (Node's ws takes 100 MiB by default, Python's websockets
+#: 1 MiB), so no real session comes near it, while one message (held whole before it is
+#: keyed or sent on) no longer takes the process's memory: a 10 GB one was held to its end.
+MAX_MESSAGE = 64 * 1024 * 1024
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -56,6 +67,21 @@ class Closed:
 
     code: int = 1000
     reason: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Cut(Closed):
+    """The end of a session cut because a message passed the size bound: the window it was
+    recording is not stored (a replay of it would be a session shorter than the live one,
+    served as if whole; without it, the replay misses)."""
+
+
+def too_big(who: str, limit: int, raise_with: str) -> str:
+    """The close reason for a message over ``limit`` (it fits a close frame's 123 bytes):
+    whose message, the bound, and what raises it."""
+    size = f"{limit // 2**20} MiB" if limit % 2**20 == 0 else f"{limit} bytes"
+    reason = f"dejacache: {who} message over the {size} limit"
+    return f"{reason}; raise {raise_with}"[:123] if raise_with else reason
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -30,7 +30,16 @@ from typing import Any
 
 from ..http.exchange import body_field, replay_headers, stored_headers
 from ..http.providers import Provider
-from ._message import UPGRADE_HEADERS, Answer, Closed, Message, json_of, message_of, stored
+from ._message import (
+    UPGRADE_HEADERS,
+    Answer,
+    Closed,
+    Cut,
+    Message,
+    json_of,
+    message_of,
+    stored,
+)
 
 __all__ = ["SessionState", "Window", "add_meta", "answer_of", "error_of", "handshake_value",
            "model_in_query"]
@@ -86,13 +95,14 @@ class Window:
     """The server's messages after one client message (or after the handshake), as they
     come while recorded."""
 
-    __slots__ = ("close", "items", "jsons", "start")
+    __slots__ = ("close", "cut", "items", "jsons", "start")
 
     def __init__(self, start: float) -> None:
         self.start = start
         self.items: list[list[Any]] = []
         self.jsons: list[Any] = []
         self.close: dict[str, Any] | None = None
+        self.cut = False  # ended by a message over the size bound: not stored (``Cut``)
 
     def add(self, m: Message, now: float) -> None:
         kept = stored(m)
@@ -101,6 +111,8 @@ class Window:
             self.jsons.append(kept["json"])
 
     def end(self, c: Closed, now: float) -> None:
+        if isinstance(c, Cut):
+            self.cut = True
         if self.close is None:
             self.close = {"code": c.code, "reason": c.reason, "at": round(now - self.start, 4)}
 

@@ -50,7 +50,7 @@ class _Live:
         try:
             return Message(self.conn.recv())
         except ConnectionClosed as exc:
-            return closed_of(exc)
+            return closed_of(exc, self.conn)
 
     def close(self, code: int, reason: str) -> None:
         self.conn.close(code, reason)
