@@ -14,6 +14,7 @@ import contextlib
 import json
 import pathlib
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -473,19 +474,19 @@ class _Closes:
 
     def __init__(self) -> None:
         self.got: list[tuple[int | None, str | None]] = []
+        self._closed = threading.Event()
 
     async def __call__(self, ws: Any) -> None:
         # (a close other than 1000/1001 ends its loop with an error)
         with contextlib.suppress(Exception):
             await echo(ws)
         self.got.append((ws.close_code, ws.close_reason))
+        self._closed.set()
 
-    def wait(self) -> list[tuple[int | None, str | None]]:
-        for _ in range(100):
-            if self.got:
-                break
-            time.sleep(0.05)
-        return self.got
+    def wait(self, seconds: float = 5.0) -> list[tuple[int | None, str | None]]:
+        """What the connections got once one has closed, or within ``seconds``."""
+        self._closed.wait(seconds)
+        return list(self.got)  # (stopping the server closes the others later)
 
 
 def _bodies(path: pathlib.Path) -> list[Any]:
@@ -582,3 +583,50 @@ def test_an_upstream_message_over_the_bound_closes_it_1009_the_client_1011_unrec
     summary = r.close(ok=False)
     assert again[:2] == got[:2] and again[2] is not None and again[2][0] == 1011
     assert "replay miss" in again[2][1] and summary["missed"] == 1
+
+
+# ---------------------------------------------------------------- a client that vanishes
+#
+# The proxy passes the client's close on to the upstream; a close that carries no code it may
+# send (RFC 6455 7.4.1 reserves 1005, 1006 and 1015 for reporting) goes on as 1001. Sent as
+# it came, ``websockets`` refused it and the upstream connection stayed open (a live realtime
+# session held, and billed, until the upstream itself timed it out).
+
+_EMPTY_CLOSE = b"\x88\x80\x00\x00\x00\x00"  # a masked close frame with no status code
+
+
+async def _vanish(url: str, how: str) -> Any:
+    """Opens a session, has one message answered, then leaves: its socket reset with no
+    close frame (``drop``) or a close frame with no code (``empty``, as browsers and Node's
+    ws send for ``close()``), then its socket reset."""
+    from websockets.asyncio.client import connect
+
+    ws = await connect(url, additional_headers={"Authorization": f"Bearer {KEY}"})
+    hello = json.loads(await ws.recv())
+    await ws.send(json.dumps({"n": 0}))
+    ack = json.loads(await ws.recv())
+    if how == "empty":
+        ws.transport.write(_EMPTY_CLOSE)
+        await asyncio.sleep(0.2)  # read by the proxy before the reset
+    ws.transport.abort()
+    return hello, ack
+
+
+@pytest.mark.parametrize("how", ["drop", "empty"])
+def test_a_client_that_leaves_without_a_close_code_closes_the_upstream_1001(
+        proxy_process: ProxyProcess, how: str) -> None:
+    closes = _Closes()
+    server = LoopbackServer(closes).start()
+    try:
+        s = proxy_process.session(f"ws-vanish/{how}.json", mode="record",
+                                  upstreams={"chat": f"http://127.0.0.1:{server.port}"})
+        got = asyncio.run(_vanish(s.url.replace("http", "ws", 1) + "/chat/room", how))
+        started = time.monotonic()
+        upstream = closes.wait(5.0)  # before the session ends: nothing else closes it
+        took = time.monotonic() - started
+        assert s.close(ok=True)["saved"]
+    finally:
+        server.stop()
+    assert got == ({"hello": "/room"}, {"ack": 0})
+    assert upstream == [(1001, "")], upstream
+    assert took < 2.0, took

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dejacache.ws._message import Message, canonical_message, message_of, stored
+from dejacache.ws._message import Message, canonical_message, message_of, onward, stored
 
 _JSON = st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1)
                      | st.text(max_size=20) | st.floats(allow_nan=False, allow_infinity=False),
@@ -50,3 +51,10 @@ def test_the_stored_forms_read_well() -> None:
     assert stored(Message("plain")) == {"text": "plain"}
     assert stored(Message(b"\x00\x01")) == {"bytes": "AAE="}
     assert stored(Message('{"not json')) == {"text": '{"not json'}
+
+
+@pytest.mark.parametrize(("heard", "sent"), [
+    (1005, 1001), (1006, 1001), (1015, 1001),  # report an end: no close frame may carry them
+    (1000, 1000), (1001, 1001), (1009, 1009), (1011, 1011), (4001, 4001)])
+def test_a_close_passed_on_carries_a_code_a_close_frame_may(heard: int, sent: int) -> None:
+    assert onward(heard) == sent

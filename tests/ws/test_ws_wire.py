@@ -74,6 +74,21 @@ def test_the_client_closing_is_kept() -> None:
     assert end.client_closed == Closed(4000, "done") and end.take() == []
 
 
+@pytest.mark.parametrize(("heard", "read"), [(1000, 1000), (4001, 4001), (1005, 1005),
+                                             (1015, 1001)])
+def test_the_server_closing_sends_a_code_the_client_reads(heard: int, read: int) -> None:
+    """A close heard without a code goes on without one (the client reads 1005); 1015 (TLS
+    failed), which no close frame may carry, as 1001."""
+    client, end = _opened()
+    client.receive_data(end.close(Closed(heard, "")))
+    assert client.close_rcvd is not None and client.close_rcvd.code == read
+
+
+def test_the_server_dropping_drops_the_connection() -> None:
+    _, end = _opened()
+    assert end.close(Closed(1006, "")) == b"" and end.eof
+
+
 # ---------------------------------------------------------------- frames read and written here
 #
 # Once open, a write of whole plain data frames skips the protocol (``_read``) and the

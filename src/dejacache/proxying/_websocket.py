@@ -26,7 +26,9 @@ sends a larger one is closed with 1009 (the bound and the flag in the reason), b
 of it than one frame header is read. The other side is then closed as a side the proxy
 leaves: the upstream with 1001 (going away: its client is gone, it did nothing wrong), the
 client with 1011 (the server cannot go on with its request). A window an upstream's
-message cut is not stored (``ws._message.Cut``): replayed, its message misses.
+message cut is not stored (``ws._message.Cut``): replayed, its message misses. A client
+that leaves without a close code (its connection reset, or a close frame with none) closes
+the upstream with 1001 too (``ws._message.onward``: no close frame may carry 1005 or 1006).
 """
 
 from __future__ import annotations

@@ -48,7 +48,7 @@ from ..http.transport import handing_on
 from ..scope import track, untrack
 from ..stores._base import Record
 from ._keys import MessageKey, Route, message_key, route
-from ._message import Answer, Closed, Handshake, Message, Refused
+from ._message import Answer, Closed, Handshake, Message, Refused, onward
 from ._session import SessionState, answer_of, error_of, handshake_value, model_in_query
 
 __all__ = ["AsyncLive", "AsyncSession", "SyncLive", "SyncSession", "rebuilt_error"]
@@ -306,7 +306,8 @@ class _Session:
         track(self)
 
     def _close_flow(self, code: int, reason: str) -> Generator[Any, Any, None]:
-        """The client closes: the open window stored, the live side closed."""
+        """The client closes: the open window stored, the live side closed (1001 when the
+        client's end carried no code a close frame may: ``onward``)."""
         found = self._window_value()
         if found is not None:
             yield _Later(*found)
@@ -318,7 +319,7 @@ class _Session:
         self._wake()
         live, self.live = self.live, None
         if live is not None:
-            yield _CloseLive(live, code, reason)
+            yield _CloseLive(live, onward(code), reason)
 
     # ------------------------------------------------------------ shared steps
 

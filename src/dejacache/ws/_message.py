@@ -29,7 +29,7 @@ from ..errors import SerializationError
 
 __all__ = ["ABNORMAL", "MAX_MESSAGE", "TOO_BIG", "UPGRADE_HEADERS", "Answer", "Closed", "Cut",
            "Handshake", "Message", "Refused", "canonical_message", "json_of", "message_of",
-           "stored", "too_big"]
+           "onward", "stored", "too_big"]
 
 #: Response headers that belong to one connection's upgrade: a replay's own handshake makes
 #: them anew (its accept key, no extension negotiated), so none is stored or handed back.
@@ -39,6 +39,12 @@ UPGRADE_HEADERS = frozenset({"upgrade", "connection", "sec-websocket-accept",
 ABNORMAL = 1006
 #: The close code for a message larger than the receiver takes (RFC 6455 7.4.1).
 TOO_BIG = 1009
+#: Close codes RFC 6455 (7.4.1) keeps for reporting an end no close frame's code told: 1005
+#: (a close frame without a code), 1006 (no close frame), 1015 (TLS failed). No close frame
+#: may carry one: ``websockets`` refuses to send it, so passed on as heard, the other side's
+#: connection was never closed.
+_REPORTED_ONLY = frozenset({1005, ABNORMAL, 1015})
+_GOING_AWAY = 1001
 #: The largest message (bytes, all its frames together) a session takes from either side.
 #: The realtime APIs send media as base64 inside JSON: OpenAI Realtime documents up to
 #: 15 MiB for one ``input_audio_buffer.append``, and Gemini Live's ``realtimeInput`` /
@@ -74,6 +80,13 @@ class Cut(Closed):
     """The end of a session cut because a message passed the size bound: the window it was
     recording is not stored (a replay of it would be a session shorter than the live one,
     served as if whole; without it, the replay misses)."""
+
+
+def onward(code: int) -> int:
+    """The code to close the other side with for an end heard as ``code``: one that only
+    reports (a connection dropped, a close without a code) becomes 1001, going away (the side
+    it came from is gone; the other did nothing wrong)."""
+    return _GOING_AWAY if code in _REPORTED_ONLY else code
 
 
 def too_big(who: str, limit: int, raise_with: str) -> str:

@@ -37,6 +37,7 @@ from ._message import (
     Closed,
     Handshake,
     Message,
+    onward,
     too_big,
 )
 
@@ -210,8 +211,8 @@ class Endpoint:
             self.eof = True
             return b""
         self._framed = self._plain = False
-        if self.proto.state is State.OPEN:
-            self.proto.send_close(c.code if c.code != 1005 else None, c.reason)
+        if self.proto.state is State.OPEN:  # (a close without a code passed on as one)
+            self.proto.send_close(onward(c.code) if c.code != 1005 else None, c.reason)
         return self._out()
 
     def fail(self, reason: str) -> bytes:
