@@ -257,6 +257,7 @@ E = TypeVar("E")
 
 
 EntryT = TypeVar("EntryT", bound=tuple[Any, ...])
+X = TypeVar("X")
 _ENTRIES_LOCK = threading.Lock()
 
 
@@ -267,11 +268,37 @@ def own_entry(entries: list[EntryT], here: object) -> EntryT:
     the newest entry left another call's block while that call still ran in it (a cassette
     saved and closed the tape it was recording into: its next calls went live, unrecorded),
     and reset this context's settings to none instead of its outer block's."""
+    return _take(entries, lambda entry: entry[0] is here)[0]
+
+
+def reset_own(tokens: list[contextvars.Token[Any]]) -> None:
+    """:func:`own_entry` for a block whose entries all make the same value current (one
+    ``intercept``'s options, an ``agent_session`` itself), so no value tells them apart:
+    its entries are the tokens they set, and this context's newest is the newest that resets
+    here (a token set in another context refuses), which leaves it reset. A context that
+    entered none (a generator handed over to another task) takes the newest and sets its
+    variable to None, as a reset that fails does everywhere."""
+    token, mine = _take(tokens, _resets_here)
+    if not mine:
+        token.var.set(None)
+
+
+def _resets_here(token: contextvars.Token[Any]) -> bool:
+    try:
+        token.var.reset(token)
+    except ValueError:  # set in another context
+        return False
+    return True
+
+
+def _take(entries: list[X], mine: Callable[[X], bool]) -> tuple[X, bool]:
+    """The one rule of :func:`own_entry` and :func:`reset_own`: the newest of ``entries``
+    that is ``mine``, else the newest, taken out (and whether it was ``mine``)."""
     with _ENTRIES_LOCK:  # (another thread's exit may take an entry between look and pop)
         for i in range(len(entries) - 1, -1, -1):
-            if entries[i][0] is here:
-                return entries.pop(i)
-        return entries.pop()
+            if mine(entries[i]):
+                return entries.pop(i), True
+        return entries.pop(), False
 
 
 class Block(Generic[E]):

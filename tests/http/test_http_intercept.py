@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import importlib
 import pathlib
 import threading
@@ -14,6 +17,7 @@ import pytest
 from fake_provider import FakeProvider
 
 import dejacache
+from dejacache.http.routing import INTERCEPT_OPTIONS
 
 # The package re-exports the ``intercept`` class under the module's name.
 intercept_mod = importlib.import_module("dejacache.http.intercept")
@@ -373,3 +377,90 @@ def test_non_loopback_connections_are_refused_in_replay_only(
             s.connect(("203.0.113.7", 443))
             s.close()
     assert reached == [("203.0.113.7", 443)]
+
+
+# ---------------------------------------------------------------- one object, many calls
+
+
+async def test_calls_of_one_decorated_coroutine_run_at_once_each_restore_their_own_options(
+) -> None:
+    # Call A enters, call B enters, A leaves first: A's exit must reset A's entry, not the
+    # newest (B's), or A's task is left with none instead of its outer intercept's options.
+    blk = dejacache.intercept(ignore_hosts=["inner"])
+    a_in, b_in, a_out = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    @blk
+    async def call(entered: asyncio.Event, other: asyncio.Event,
+                   after: asyncio.Event | None = None) -> bool:
+        entered.set()
+        await other.wait()
+        if after is not None:
+            await after.wait()  # still inside after A left
+        opts = INTERCEPT_OPTIONS.get()
+        return opts is not None and opts.ignore_hosts == {"inner"}
+
+    async def run(outer: str, *gates: asyncio.Event) -> list[bool]:
+        with dejacache.intercept(ignore_hosts=[outer]):
+            enclosing = INTERCEPT_OPTIONS.get()
+            inside = await call(*gates)
+            left = INTERCEPT_OPTIONS.get() is enclosing
+        return [inside, left, INTERCEPT_OPTIONS.get() is None]
+
+    async def a() -> list[bool]:
+        try:
+            return await run("outer-a", a_in, b_in)
+        finally:
+            a_out.set()
+
+    async def b() -> list[bool]:
+        await a_in.wait()  # entered after A
+        return await run("outer-b", b_in, a_in, a_out)
+
+    seen = await asyncio.wait_for(asyncio.gather(a(), b()), 30)
+    assert seen == [[True, True, True], [True, True, True]]
+    assert INTERCEPT_OPTIONS.get() is None and intercept_mod.active() == 0
+
+
+def test_calls_of_one_decorated_function_in_two_threads_each_restore_their_own_options(
+) -> None:
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+
+    @dejacache.intercept(ignore_hosts=["inner"])
+    def call(entered: threading.Event, other: threading.Event,
+             after: threading.Event | None = None) -> None:
+        entered.set()
+        assert other.wait(30)
+        if after is not None:
+            assert after.wait(30)
+
+    def run(outer: str | None, *gates: threading.Event) -> list[bool]:
+        with dejacache.intercept(ignore_hosts=[outer]) if outer else contextlib.nullcontext():
+            enclosing = INTERCEPT_OPTIONS.get()
+            call(*gates)
+            left = INTERCEPT_OPTIONS.get() is enclosing
+        return [left, INTERCEPT_OPTIONS.get() is None]
+
+    def a() -> list[bool]:
+        try:
+            return run("outer-a", a_in, b_in)
+        finally:
+            a_out.set()
+
+    def b() -> list[bool]:
+        assert a_in.wait(30)
+        return run(None, b_in, a_in, a_out)  # no enclosing intercept: none again after
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        calls = [pool.submit(a), pool.submit(b)]
+        assert [c.result(60) for c in calls] == [[True, True], [True, True]]
+    assert intercept_mod.active() == 0
+
+
+def test_one_intercept_entered_again_inside_itself_pairs_each_exit_with_its_entry() -> None:
+    blk = dejacache.intercept(ignore_hosts=["inner"])
+    with blk:
+        outer = INTERCEPT_OPTIONS.get()
+        with blk:
+            assert INTERCEPT_OPTIONS.get() == outer
+        assert INTERCEPT_OPTIONS.get() is outer
+    assert INTERCEPT_OPTIONS.get() is None

@@ -47,7 +47,7 @@ from .._blockwatch import EXTRA_TRANSPORTS, on_load
 from .._core.volatile import BlockPaths
 from ..config import volatile_items
 from ..errors import ConfigurationError
-from ..scope import Block
+from ..scope import Block, reset_own
 from ..ws import via_websockets as _via_websockets
 from . import lm15 as _lm15
 from . import socketguard
@@ -256,11 +256,7 @@ class intercept(Block["intercept"]):
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        token = self._tokens.pop()
-        try:
-            INTERCEPT_OPTIONS.reset(token)
-        except ValueError:  # exited from another context (generator/task hand-over)
-            INTERCEPT_OPTIONS.set(None)
+        reset_own(self._tokens)  # (one object may be open in several tasks/threads at once)
         release()
         self._paths.exit()
 

@@ -20,7 +20,7 @@ import uuid
 from .._core.scopes import global_prefix, session_prefix, tenant_prefix
 from .._slots import slot_setters
 from ..errors import DejacacheWarning, ScopeError
-from ..scope import Block
+from ..scope import Block, reset_own
 from .guard import GuardState, LoopGuard
 
 __all__ = ["SESSION", "ToolCallTrace", "agent_session", "current_session"]
@@ -143,17 +143,7 @@ class agent_session(Block["agent_session"]):  # lower case like ``scope``: used 
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        # The same object may be entered from several threads or tasks at once: reset the
-        # newest token that belongs to this context (reset refuses the others).
-        for i in range(len(self._tokens) - 1, -1, -1):
-            try:
-                SESSION.reset(self._tokens[i])
-            except ValueError:
-                continue
-            del self._tokens[i]
-            self._check_writes(exc_info[0] is None)
-            return
-        SESSION.set(None)  # exited in a context that never entered (generator hand-over)
+        reset_own(self._tokens)  # (one object may be open in several tasks/threads at once)
         self._check_writes(exc_info[0] is None)
 
     def _check_writes(self, clean: bool) -> None:
