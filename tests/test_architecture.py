@@ -428,3 +428,15 @@ def test_the_size_check_measures_what_it_must() -> None:
         "coro.<locals>.inner": ("function", 7 + MAX_FUNCTION_LINES, 2),
     }
     assert [s.lines > s.limit for s in _sized(module)] == [False] * 5
+
+
+def test_no_two_test_modules_share_a_name() -> None:
+    """pytest imports a test file under its bare name (the test folders are not packages), so
+    two files of one name fail to collect when they land in one worker: under
+    ``--dist loadfile`` that depends on the schedule (two ``test_limits.py`` failed a CI run,
+    two ``test_vcr_match.py`` had never met)."""
+    tests = pathlib.Path(__file__).resolve().parent
+    seen: dict[str, list[str]] = {}
+    for path in tests.rglob("test_*.py"):
+        seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

@@ -2,7 +2,7 @@
 
 The rules as pure functions, then a cassette recorded by dejacache and replayed with changed
 bodies through the real openai SDK against the loopback provider (the vcrpy-written
-recordings are in ``tests/cassettes/importers/test_vcr_match.py``).
+recordings are in ``tests/cassettes/importers/test_vcr_import_match.py``).
 """
 
 from __future__ import annotations
