@@ -138,13 +138,14 @@ def test_a_server_message_over_max_msg_size_leaves_its_window_unrecorded(
         asyncio.run(run(server.url))
 
 
-@pytest.mark.parametrize(("last", "code"), [({"close": 1000}, 1000)])
+@pytest.mark.parametrize(("last", "code"), [({"close": 1000}, 1000), ({"drop": True}, 1006)])
 def test_a_close_frame_and_a_drop_replay_as_they_ended(
         tmp_path: pathlib.Path, server: LoopbackServer, last: dict[str, Any], code: int
         ) -> None:
     """A close frame's 1000 stays 1000; a connection dropped without one (aiohttp reports
     1000 when it then closes its end cleanly) is stored as 1006, and replayed as aiohttp
-    reads a dropped connection."""
+    reads a dropped connection. The drop's window is stored although aiohttp never calls
+    the writer's ``close()`` after one."""
     async def run(url: str) -> Any:
         async with aiohttp.ClientSession() as s, s.ws_connect(url) as ws:
             await ws.receive_json()

@@ -144,6 +144,10 @@ class _Reader:
         item = await self.queue.get()
         if isinstance(item, Closed):
             if item.code == ABNORMAL:  # the connection dropped: what aiohttp reads then
+                # aiohttp calls no close() after it (it is closed), so the session's last
+                # window is stored here: the block's exit, which tracks sessions weakly,
+                # found it only while the app still held the WebSocket (else it was lost).
+                await self.session.close(item.code, item.reason)
                 raise aiohttp.ServerDisconnectedError()
             return aiohttp.WSMessage(aiohttp.WSMsgType.CLOSE, item.code, item.reason)
         return item
