@@ -6,6 +6,7 @@ own shapes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import pathlib
 from collections.abc import Iterator
@@ -159,6 +160,32 @@ def test_a_close_frame_and_a_drop_replay_as_they_ended(
     closes = [e["response"].get("close") for e in json.loads(path.read_text())["entries"]]
     assert [c and c["code"] for c in closes] == [None, code]
     assert recorded[2:] == [True, code]
+    server.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert asyncio.run(run(server.url)) == recorded
+
+
+def test_a_receive_timeout_is_the_apps_not_the_recordings(
+        tmp_path: pathlib.Path, server: LoopbackServer) -> None:
+    """``receive_timeout`` times out the app's ``receive()``, and aiohttp goes on reading
+    after it: a server silent longer is recorded on, not as a dropped connection."""
+    quick = aiohttp.ClientWSTimeout(ws_receive=0.2, ws_close=10.0)
+
+    async def run(url: str) -> list[Any]:
+        async with aiohttp.ClientSession() as s, s.ws_connect(url, timeout=quick) as ws:
+            out = [await ws.receive_json()]
+            await ws.send_json({"n": 0, "wait": 0.6})
+            out.append(await ws.receive_json())
+            for _ in range(50):
+                with contextlib.suppress(TimeoutError):
+                    out.append(await ws.receive_json())
+                    return out
+            return out
+
+    path = tmp_path / "quiet.json"
+    with dejacache.cassette(path, mode="record"):
+        recorded = asyncio.run(run(server.url))
+    assert recorded[1:] == [{"ack": 0}, {"late": 0}]
     server.stop()
     with dejacache.cassette(path, mode="replay"):
         assert asyncio.run(run(server.url)) == recorded

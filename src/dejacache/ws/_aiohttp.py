@@ -67,13 +67,22 @@ class _Live:
     async def recv(self) -> Message | Closed:
         import aiohttp
 
-        msg = await self.ws.receive()
-        while msg.type in (aiohttp.WSMsgType.PING, aiohttp.WSMsgType.PONG):
-            # (autoping off) the connection's, not a message: a replay has none to give, so
-            # the app is not given them live either, and the server's ping is answered here
+        while True:
+            try:
+                msg = await self.ws.receive()
+            except TimeoutError:
+                # The caller's receive timeout, which ws_connect gave this connection too:
+                # it times out the app's own receive (the block's response has it), and
+                # aiohttp reads on after it. Taken here as the end, a server silent that
+                # long was recorded and replayed as a dropped connection.
+                continue
+            # (autoping off) pings and pongs are the connection's, not messages: a replay
+            # has none to give, so the app is not given them live either, and the server's
+            # ping is answered here
             if msg.type is aiohttp.WSMsgType.PING:
                 await self.ws.pong(msg.data)
-            msg = await self.ws.receive()
+            elif msg.type is not aiohttp.WSMsgType.PONG:
+                break
         if msg.type is aiohttp.WSMsgType.TEXT:
             return Message(msg.data if type(msg.data) is str else bytes(msg.data).decode())
         if msg.type is aiohttp.WSMsgType.BINARY:
