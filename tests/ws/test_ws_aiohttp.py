@@ -6,6 +6,7 @@ own shapes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import pathlib
 from collections.abc import Iterator
@@ -106,6 +107,88 @@ def test_server_pings_are_ponged_live_and_need_no_recording(
         assert asyncio.run(run()) == recorded
     assert tape.counters.replayed == 4
     assert b"are you there" not in path.read_bytes()
+
+
+def test_a_server_message_over_max_msg_size_leaves_its_window_unrecorded(
+        tmp_path: pathlib.Path, server: LoopbackServer) -> None:
+    """aiohttp's own bound (``max_msg_size``, 4 MiB by default) refuses the message and
+    closes the connection with 1009: the client is closed with 1011 naming the bound, as the
+    websockets clients are; the window it cut is not stored, so a replay misses there
+    rather than replaying a close the server never sent."""
+    async def run(url: str) -> Any:
+        async with aiohttp.ClientSession() as s, s.ws_connect(url, max_msg_size=1000) as ws:
+            await ws.receive_json()
+            await ws.send_json({"n": 0})
+            acked = await ws.receive_json()
+            await ws.send_json({"big": 5000})
+            msg = await ws.receive()
+            return acked, [msg.type, msg.data, msg.extra, ws.close_code]
+
+    path = tmp_path / "big.json"
+    with dejacache.cassette(path, mode="record"):
+        acked, end = asyncio.run(run(server.url))
+    assert acked == {"ack": 0}
+    assert end == [aiohttp.WSMsgType.CLOSE, 1011,
+                   "dejacache: the server's message over the 1000 bytes limit; "
+                   "raise max_msg_size= of ws_connect()", 1011]
+    entries = json.loads(path.read_text())["entries"]
+    assert [e["request"].get("body") for e in entries] == [None, {"n": 0}]
+    assert "close" not in entries[1]["response"]
+    server.stop()
+    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss):
+        asyncio.run(run(server.url))
+
+
+@pytest.mark.parametrize(("last", "code"), [({"close": 1000}, 1000), ({"drop": True}, 1006)])
+def test_a_close_frame_and_a_drop_replay_as_they_ended(
+        tmp_path: pathlib.Path, server: LoopbackServer, last: dict[str, Any], code: int
+        ) -> None:
+    """A close frame's 1000 stays 1000; a connection dropped without one (aiohttp reports
+    1000 when it then closes its end cleanly) is stored as 1006, and replayed as aiohttp
+    reads a dropped connection. The drop's window is stored although aiohttp never calls
+    the writer's ``close()`` after one."""
+    async def run(url: str) -> Any:
+        async with aiohttp.ClientSession() as s, s.ws_connect(url) as ws:
+            await ws.receive_json()
+            await ws.send_json(last)
+            msg = await ws.receive()
+            return [msg.type, msg.data, ws.closed, ws.close_code]
+
+    path = tmp_path / "end.json"
+    with dejacache.cassette(path, mode="record"):
+        recorded = asyncio.run(run(server.url))
+    closes = [e["response"].get("close") for e in json.loads(path.read_text())["entries"]]
+    assert [c and c["code"] for c in closes] == [None, code]
+    assert recorded[2:] == [True, code]
+    server.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert asyncio.run(run(server.url)) == recorded
+
+
+def test_a_receive_timeout_is_the_apps_not_the_recordings(
+        tmp_path: pathlib.Path, server: LoopbackServer) -> None:
+    """``receive_timeout`` times out the app's ``receive()``, and aiohttp goes on reading
+    after it: a server silent longer is recorded on, not as a dropped connection."""
+    quick = aiohttp.ClientWSTimeout(ws_receive=0.2, ws_close=10.0)
+
+    async def run(url: str) -> list[Any]:
+        async with aiohttp.ClientSession() as s, s.ws_connect(url, timeout=quick) as ws:
+            out = [await ws.receive_json()]
+            await ws.send_json({"n": 0, "wait": 0.6})
+            out.append(await ws.receive_json())
+            for _ in range(50):
+                with contextlib.suppress(TimeoutError):
+                    out.append(await ws.receive_json())
+                    return out
+            return out
+
+    path = tmp_path / "quiet.json"
+    with dejacache.cassette(path, mode="record"):
+        recorded = asyncio.run(run(server.url))
+    assert recorded[1:] == [{"ack": 0}, {"late": 0}]
+    server.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert asyncio.run(run(server.url)) == recorded
 
 
 def test_a_refusal_and_a_refused_connection_are_aiohttps_errors(

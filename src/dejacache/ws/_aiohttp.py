@@ -10,7 +10,9 @@ raises ``ReplayMiss`` from ``send_str()`` itself. The handshake is made of what 
 would send: the session's default headers, the call's, ``auth``, the cookie jar's cookies
 for the URL, the subprotocols and the origin. A refusal is raised as
 ``WSServerHandshakeError``, a connection failure as ``ClientOSError``; the live side, when
-one is needed, is the original ``ws_connect`` with the caller's arguments.
+one is needed, is the original ``ws_connect`` with the caller's arguments. A server message
+over the caller's ``max_msg_size``, which aiohttp refuses live (1009 to the server), ends
+the session as the websockets clients' bound does (``_message.server_cut``).
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-from collections.abc import Coroutine, Generator
+from collections.abc import Callable, Coroutine, Generator
 from typing import Any
 
 from ..config import Effective
 from ..http.transport import Options
 from ._drive import AsyncSession
-from ._message import Answer, Closed, Handshake, Message, Refused
+from ._message import ABNORMAL, TOO_BIG, Answer, Closed, Handshake, Message, Refused, server_cut
 
 __all__ = ["Connecting", "connect_in_block"]
 
@@ -48,11 +50,13 @@ class Connecting:
 
 
 class _Live:
-    """The live side: aiohttp's own WebSocket."""
+    """The live side: aiohttp's own WebSocket (``bound``: its ``max_msg_size``, read when
+    a message passes it)."""
 
-    def __init__(self, ws: Any) -> None:
+    def __init__(self, ws: Any, bound: Callable[[], int]) -> None:
         self.ws = ws
         self.answer = Answer(101, [], ws.protocol)
+        self.bound = bound
 
     async def send(self, m: Message) -> None:
         if m.binary:
@@ -63,21 +67,38 @@ class _Live:
     async def recv(self) -> Message | Closed:
         import aiohttp
 
-        msg = await self.ws.receive()
-        while msg.type in (aiohttp.WSMsgType.PING, aiohttp.WSMsgType.PONG):
-            # (autoping off) the connection's, not a message: a replay has none to give, so
-            # the app is not given them live either, and the server's ping is answered here
+        while True:
+            try:
+                msg = await self.ws.receive()
+            except TimeoutError:
+                # The caller's receive timeout, which ws_connect gave this connection too:
+                # it times out the app's own receive (the block's response has it), and
+                # aiohttp reads on after it. Taken here as the end, a server silent that
+                # long was recorded and replayed as a dropped connection.
+                continue
+            # (autoping off) pings and pongs are the connection's, not messages: a replay
+            # has none to give, so the app is not given them live either, and the server's
+            # ping is answered here
             if msg.type is aiohttp.WSMsgType.PING:
                 await self.ws.pong(msg.data)
-            msg = await self.ws.receive()
+            elif msg.type is not aiohttp.WSMsgType.PONG:
+                break
         if msg.type is aiohttp.WSMsgType.TEXT:
             return Message(msg.data if type(msg.data) is str else bytes(msg.data).decode())
         if msg.type is aiohttp.WSMsgType.BINARY:
             return Message(bytes(msg.data))
         if msg.type is aiohttp.WSMsgType.CLOSE:
             return Closed(int(msg.data), str(msg.extra or ""))
+        if (msg.type is aiohttp.WSMsgType.ERROR and isinstance(msg.data, aiohttp.WebSocketError)
+                and msg.data.code == TOO_BIG):
+            # aiohttp closed it (1009 to the server), not the server: stored as the
+            # server's close, it was replayed as one the server never sent, after a window
+            # one message short.
+            return server_cut(self.bound(), "max_msg_size= of ws_connect()")
+        # No close frame came (a CLOSE message is the only one that carries one): 1006,
+        # though aiohttp reports 1000 when the stream ended and it closed its end cleanly.
         code = self.ws.close_code
-        return Closed(int(code) if code is not None and code != 1000 else 1006, "")
+        return Closed(int(code) if code is not None and code != 1000 else ABNORMAL, "")
 
     async def close(self, code: int, reason: str) -> None:
         await self.ws.close(code=code, message=reason.encode())
@@ -91,7 +112,16 @@ async def _live(session: Any, orig: Any, url: str, kwargs: dict[str, Any]) -> _L
     except aiohttp.WSServerHandshakeError as exc:
         headers = list((exc.headers or {}).items())
         raise Refused(Answer(exc.status, headers)) from exc
-    return _Live(ws)
+    return _Live(ws, lambda: _max_msg_size(orig, kwargs))
+
+
+def _max_msg_size(orig: Any, kwargs: dict[str, Any]) -> int:
+    """The message bound the live ``ws_connect`` had: the caller's, else its default."""
+    size = kwargs.get("max_msg_size")
+    if size is None:
+        param = inspect.signature(orig).parameters.get("max_msg_size")
+        size = None if param is None else param.default
+    return size if type(size) is int else 0
 
 
 class _Reader:
@@ -122,7 +152,11 @@ class _Reader:
 
         item = await self.queue.get()
         if isinstance(item, Closed):
-            if item.code == 1006:  # the connection dropped: what aiohttp reads then
+            if item.code == ABNORMAL:  # the connection dropped: what aiohttp reads then
+                # aiohttp calls no close() after it (it is closed), so the session's last
+                # window is stored here: the block's exit, which tracks sessions weakly,
+                # found it only while the app still held the WebSocket (else it was lost).
+                await self.session.close(item.code, item.reason)
                 raise aiohttp.ServerDisconnectedError()
             return aiohttp.WSMessage(aiohttp.WSMsgType.CLOSE, item.code, item.reason)
         return item

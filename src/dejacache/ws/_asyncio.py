@@ -27,7 +27,7 @@ from ..errors import ReplayMiss
 from ..http.transport import Options
 from ._captured import ARGS
 from ._drive import AsyncSession
-from ._message import TOO_BIG, Answer, Closed, Cut, Message, Refused, too_big
+from ._message import TOO_BIG, Answer, Closed, Message, Refused, server_cut
 from ._wire import Endpoint, client_protocol
 
 __all__ = ["Live", "answering", "awaited", "closed_of", "connect_in_block", "in_memory",
@@ -48,13 +48,12 @@ class _Awaiting:
 
 def closed_of(exc: Any, conn: Any = None, raise_with: str = "max_size= of connect()") -> Closed:
     """The end a ``ConnectionClosed`` reports (no close frame received: 1006); a
-    :class:`~._message.Cut` when ``conn`` (the live connection) closed it first for a
-    message over its ``max_size``: 1011 for the client, whose session cannot go on (the
-    server did nothing wrong by its own rules), naming the bound and ``raise_with``."""
+    :func:`~._message.server_cut` when ``conn`` (the live connection) closed it first for a
+    message over its ``max_size`` (``raise_with`` raises it)."""
     sent = getattr(exc, "sent", None)
     if (conn is not None and sent is not None and sent.code == TOO_BIG
             and not getattr(exc, "rcvd_then_sent", False)):
-        return Cut(1011, too_big("the server's", _max_size(conn), raise_with))
+        return server_cut(_max_size(conn), raise_with)
     rcvd = getattr(exc, "rcvd", None)
     if rcvd is None:
         return Closed(1006, "")

@@ -29,7 +29,7 @@ from ..errors import SerializationError
 
 __all__ = ["ABNORMAL", "MAX_MESSAGE", "TOO_BIG", "UPGRADE_HEADERS", "Answer", "Closed", "Cut",
            "Handshake", "Message", "Refused", "canonical_message", "json_of", "message_of",
-           "onward", "stored", "too_big"]
+           "onward", "server_cut", "stored", "too_big"]
 
 #: Response headers that belong to one connection's upgrade: a replay's own handshake makes
 #: them anew (its accept key, no extension negotiated), so none is stored or handed back.
@@ -95,6 +95,13 @@ def too_big(who: str, limit: int, raise_with: str) -> str:
     size = f"{limit // 2**20} MiB" if limit % 2**20 == 0 else f"{limit} bytes"
     reason = f"dejacache: {who} message over the {size} limit"
     return f"{reason}; raise {raise_with}"[:123] if raise_with else reason
+
+
+def server_cut(limit: int, raise_with: str) -> Cut:
+    """The end a client is given when its live connection refused a server message over
+    its own bound (``limit``, which ``raise_with`` raises): 1011, its session cannot go on
+    (the server did nothing wrong by its own rules); the window it cut is not stored."""
+    return Cut(1011, too_big("the server's", limit, raise_with))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
