@@ -1,8 +1,10 @@
 """What the proxy's tests share: the proxy's environment, the Node clients, a stopped
-provider that counts the connections still made to it, and cassette reading."""
+provider that counts the connections still made to it, cassette reading, and a raw loopback
+upstream to build the answers a test needs on."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pathlib
 import shutil
@@ -69,3 +71,48 @@ def entries(path: pathlib.Path) -> list[dict[str, Any]]:
     doc = orjson.loads(path.read_bytes())
     out: list[dict[str, Any]] = doc["entries"]
     return out
+
+
+class RawUpstream:
+    """A loopback HTTP/1.1 upstream on asyncio streams, for answers no real server gives on
+    cue: :meth:`answer` writes each request's (``body``: its bytes), on the connection it came
+    by, as long as the client keeps it. A connection gone before its answer ends calls
+    :meth:`gone`."""
+
+    def __init__(self) -> None:
+        self.server: asyncio.Server | None = None
+        self._serving: set[asyncio.Task[Any]] = set()
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        for task in self._serving:
+            task.cancel()
+        await asyncio.gather(*self._serving, return_exceptions=True)
+
+    async def answer(self, writer: asyncio.StreamWriter, body: bytes) -> None:
+        raise NotImplementedError
+
+    def gone(self) -> None:
+        """A connection ended before its answer did."""
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._serving.add(task)
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:"))
+                await self.answer(writer, await reader.readexactly(length))
+        except (ConnectionError, asyncio.IncompleteReadError):
+            self.gone()
+        except asyncio.CancelledError:
+            pass  # stopped (a pooled connection of the proxy's, left open)
+        finally:
+            writer.close()
+            self._serving.discard(task)

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 import httpx2
 import pytest
 from fake_provider import FakeProvider
+from proxy_support import RawUpstream
 
 from dejacache import DejacacheWarning
 from dejacache.proxying import _server
@@ -622,7 +623,7 @@ WRITE_TIMEOUT = 0.5
 EVENT = 1024  # bytes of text per streamed event
 
 
-class Streamer:
+class Streamer(RawUpstream):
     """A loopback upstream speaking OpenAI's chat stream over HTTP/1.1: ``max_tokens`` events
     of EVENT bytes each, one chunk apiece, as fast as its client takes them, then the one
     that finishes the answer and ``[DONE]``. ``released`` is set once a connection of its
@@ -631,38 +632,14 @@ class Streamer:
     took a whole 6 MiB answer while the client had read 40 KiB of it.)"""
 
     def __init__(self) -> None:
+        super().__init__()
         self.released = asyncio.Event()
-        self.server: asyncio.Server | None = None
-        self._serving: set[asyncio.Task[Any]] = set()
 
-    async def start(self) -> str:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+    async def answer(self, writer: asyncio.StreamWriter, body: bytes) -> None:
+        await self._answer(writer, int(json.loads(body)["max_tokens"]))
 
-    async def stop(self) -> None:
-        assert self.server is not None
-        self.server.close()
-        for task in self._serving:
-            task.cancel()
-        await asyncio.gather(*self._serving, return_exceptions=True)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._serving.add(task)
-        try:
-            while head := await reader.readuntil(b"\r\n\r\n"):
-                length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length:"))
-                body = json.loads(await reader.readexactly(length))
-                await self._answer(writer, int(body["max_tokens"]))
-        except (ConnectionError, asyncio.IncompleteReadError):
-            self.released.set()
-        except asyncio.CancelledError:
-            pass  # stopped (a pooled connection of the proxy's, left open)
-        finally:
-            writer.close()
-            self._serving.discard(task)
+    def gone(self) -> None:
+        self.released.set()
 
     async def _answer(self, writer: asyncio.StreamWriter, count: int) -> None:
         def chunk(data: dict[str, Any] | str) -> bytes:

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from proxy_support import RawUpstream
 
 from dejacache.proxying._limits import Budget
 from dejacache.proxying._server import ProxyConfig, ProxyServer
@@ -44,47 +45,22 @@ async def until(condition: Callable[[], bool], what: str) -> None:
         await asyncio.sleep(0.005)
 
 
-class Gate:
+class Gate(RawUpstream):
     """A loopback upstream that reads a request and answers it (200, a small JSON body) only
     once :attr:`release` is set: an answer in flight for as long as a test needs."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.release = asyncio.Event()
         self.arrived = 0
-        self.server: asyncio.Server | None = None
-        self._serving: set[asyncio.Task[Any]] = set()
 
-    async def start(self) -> str:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-
-    async def stop(self) -> None:
-        assert self.server is not None
-        self.server.close()
-        for task in self._serving:
-            task.cancel()
-        await asyncio.gather(*self._serving, return_exceptions=True)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._serving.add(task)
-        try:
-            while head := await reader.readuntil(b"\r\n\r\n"):
-                length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                              if line.lower().startswith(b"content-length:"))
-                await reader.readexactly(length)
-                self.arrived += 1
-                await self.release.wait()
-                body = b'{"id": "chatcmpl-1", "choices": []}'
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                             b"content-length: %d\r\n\r\n%s" % (len(body), body))
-                await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
-            self._serving.discard(task)
+    async def answer(self, writer: asyncio.StreamWriter, body: bytes) -> None:
+        self.arrived += 1
+        await self.release.wait()
+        answer = b'{"id": "chatcmpl-1", "choices": []}'
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                     b"content-length: %d\r\n\r\n%s" % (len(answer), answer))
+        await writer.drain()
 
 
 def dead_url() -> str:
