@@ -56,6 +56,8 @@ def test_a_proxy_that_cannot_start_says_why(tmp_path: pathlib.Path) -> None:
     ({"max_buffered": "1GiB"}, "max_buffered='1GiB': expected a whole number > 0"),
     ({"max_message": 0}, "max_message=0: expected a whole number > 0"),
     ({"max_message": 1e6}, "max_message=1000000.0: expected a whole number > 0"),
+    ({"max_recorded_stream": 0}, "max_recorded_stream=0: expected a whole number > 0"),
+    ({"max_recorded_stream": "64MiB"}, "max_recorded_stream='64MiB': expected a whole"),
 ])
 def test_a_bad_timeout_or_limit_is_refused_naming_it_before_a_proxy_starts(
         tmp_path: pathlib.Path, given: dict[str, object], said: str) -> None:
