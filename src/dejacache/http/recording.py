@@ -146,8 +146,8 @@ class Recorder:
     it keeps; past ``bound`` it keeps none (``dropped``) and is not stored."""
 
     __slots__ = ("__weakref__", "_ended", "_lock", "as_sent", "bound", "call", "decoding",
-                 "dropped", "events", "held", "live", "open", "splitter", "stage", "t0",
-                 "wire")
+                 "dropped", "events", "handed", "held", "live", "open", "splitter", "stage",
+                 "t0", "wire")
 
     def __init__(self, call: CallInfo, live: Any, t0: float) -> None:
         self.call = call
@@ -168,6 +168,7 @@ class Recorder:
         self.held = 0
         self.bound = _BOUND.get() or MAX_RECORDED_STREAM
         self.dropped = False
+        self.handed = False  # a stream handed to its caller (``track``), not read whole
 
     @property
     def opaque(self) -> bool:
@@ -180,6 +181,7 @@ class Recorder:
 
     def track(self) -> Recorder:
         """Handed to a caller: a block exiting before it is done should say so."""
+        self.handed = True
         return track(self)
 
     def feed(self, chunk: bytes) -> int:
@@ -208,7 +210,8 @@ class Recorder:
         self.splitter = splitter_for(self.live.headers.get("content-type"))
         self.held = 0
         if self._claim():
-            record_miss(self.call.name, stored=False)
+            if self.handed:  # (a stream read whole is counted by the flow it runs in)
+                record_miss(self.call.name, stored=False)
             warnings.warn(self._too_long(), DejacacheWarning, stacklevel=4)
 
     def end(self) -> None:
