@@ -19,9 +19,10 @@ from fake_provider import FakeProvider
 
 import dejacache
 from dejacache import MemoryStore, Record
+from dejacache.http import recording, transport
 
-__all__ = ["FORMS", "SPELLINGS", "KeyRefuser", "KeySpeller", "SeqStore", "leaked",
-           "record_then_replay"]
+__all__ = ["FORMS", "SPELLINGS", "EventServer", "KeyRefuser", "KeySpeller", "SeqStore",
+           "WatchedRecorder", "leaked", "record_then_replay", "watch_recorders"]
 
 
 class SeqStore(MemoryStore):
@@ -224,3 +225,81 @@ class _Spell(http.server.BaseHTTPRequestHandler):
 
 
 KeySpeller.HANDLER = _Spell
+
+
+class WatchedRecorder(recording.Recorder):
+    """A stream recorder that notes, after each chunk, the most bytes it held for the
+    recording: its events and the wire bytes it kept (what it holds, counted apart from its
+    own ``held``)."""
+
+    seen: ClassVar[list[WatchedRecorder]] = []
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.peak = 0
+        WatchedRecorder.seen.append(self)
+
+    def feed(self, chunk: bytes) -> int:
+        stage = super().feed(chunk)
+        held = sum(len(e) for _, e in self.events) + sum(len(w) for w in self.wire or ())
+        self.peak = max(self.peak, held)
+        return stage
+
+
+def watch_recorders(monkeypatch: Any) -> list[WatchedRecorder]:
+    """Every stream recorder the exchange makes from now on (the test's monkeypatch undoes
+    it), in order."""
+    monkeypatch.setattr(WatchedRecorder, "seen", [])
+    monkeypatch.setattr(transport, "Recorder", WatchedRecorder)
+    return WatchedRecorder.seen
+
+
+class _Events(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _EventHTTPServer
+
+    def do_GET(self) -> None:
+        srv = self.server
+        srv.calls += 1
+        time.sleep(srv.delay)
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        for i in range(srv.events):
+            data = b"data: " + orjson.dumps({"n": i, "call": srv.calls}) + b"\n\n"
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _EventHTTPServer(http.server.ThreadingHTTPServer):
+    events = 50
+    delay = 0.0
+    calls = 0
+
+
+class EventServer:
+    """A loopback server answering every GET with ``events`` server-sent events (~25 bytes
+    each), one per chunk, after ``delay`` seconds: a stream no request asks for by its body,
+    so a call reads it whole (``transport._read_events``)."""
+
+    def __init__(self, events: int = 50, delay: float = 0.0) -> None:
+        self.server = _EventHTTPServer(("127.0.0.1", 0), _Events)
+        self.server.events, self.server.delay = events, delay
+
+    def __enter__(self) -> EventServer:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}/v1/events"
+        return self
+
+    @property
+    def calls(self) -> int:
+        return self.server.calls
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -10,6 +10,7 @@ read as the event before it.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import gc
 import importlib
 import threading
@@ -20,6 +21,7 @@ from typing import Any
 import orjson
 import pytest
 from fake_provider import FakeProvider
+from http_support import EventServer, WatchedRecorder, watch_recorders
 
 import dejacache
 from dejacache.http import recording
@@ -413,6 +415,152 @@ def test_async_stalled_end_marker_is_recorded_after_the_caller_stops(
         again = _read(True, "httpx", _request(fake, "anthropic"), False)
     assert again[:len(live)] == live
 
+
+
+# ---------------------------------------------------------------- a stream past the bound
+
+# Smaller than one fake answer (~10 events of ~200 bytes), larger than a few of its events.
+_BOUND = 400
+_PAST = (r"openai.chat.completions \(model 'm'\) stream \(POST /\S*chat/completions\) passed "
+         r"400 bytes held for its recording; it was not recorded .*MAX_RECORDED_STREAM")
+
+
+@pytest.fixture
+def watched(monkeypatch: pytest.MonkeyPatch) -> list[WatchedRecorder]:
+    return watch_recorders(monkeypatch)
+
+
+def _bounded(monkeypatch: pytest.MonkeyPatch, bound: int) -> None:
+    monkeypatch.setattr(recording, "MAX_RECORDED_STREAM", bound)
+
+
+def _dejacache_warnings(got: Any) -> list[Any]:
+    return [w for w in got if issubclass(w.category, dejacache.DejacacheWarning)]
+
+
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_a_stream_past_the_bound_reaches_the_caller_whole_and_is_not_stored(
+    fake: FakeProvider, watched: list[WatchedRecorder], monkeypatch: pytest.MonkeyPatch,
+    lib: str, is_async: bool,
+) -> None:
+    _bounded(monkeypatch, _BOUND)
+    req = _request(fake, "openai")
+    with dejacache.scope(mode="off"):
+        unrecorded = _read(is_async, lib, req, False)
+    store = dejacache.MemoryStore()
+    with dejacache.scope(mode="auto", store=store), \
+            pytest.warns(dejacache.DejacacheWarning, match=_PAST) as got:
+        lines = _read(is_async, lib, req, False)
+    # Every event, the end marker last: as many lines as the same answer read unrecorded.
+    assert len(lines) == len(unrecorded) and [x for x in lines if x][-1] == "data: [DONE]"
+    assert len(store) == 0 and len(_dejacache_warnings(got)) == 1
+    assert dejacache.stats().by_name["openai.chat.completions"].stores == 0
+    (rec,) = watched
+    # What the recording held never passed the bound, and was let go once over it.
+    assert rec.dropped and not rec.events and 0 < rec.peak <= _BOUND
+
+
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_a_stream_within_the_bound_is_recorded_and_replays(
+    fake: FakeProvider, watched: list[WatchedRecorder], monkeypatch: pytest.MonkeyPatch,
+    is_async: bool,
+) -> None:
+    _bounded(monkeypatch, 64 * 1024)
+    store = dejacache.MemoryStore()
+    req = _request(fake, "openai")
+    with dejacache.scope(mode="auto", store=store):
+        live = _read(is_async, "httpx2", req, False)
+        again = _read(is_async, "httpx2", req, False)
+    assert len(store) == 1 and fake.count() == 1 and again == live
+    (rec,) = watched
+    assert not rec.dropped and rec.peak == sum(len(e) for _, e in rec.events) > _BOUND
+
+
+_WHOLE_PAST = (r"http.* stream \(GET /v1/events\) passed 400 bytes held for its recording; "
+               r"it was not recorded")
+
+
+@pytest.mark.parametrize("lib", LIBS)
+def test_a_stream_read_whole_past_the_bound_reaches_the_caller_and_is_not_stored(
+    watched: list[WatchedRecorder], monkeypatch: pytest.MonkeyPatch, lib: str,
+) -> None:
+    # A call whose request does not ask for a stream, answered one: read whole for it.
+    _bounded(monkeypatch, _BOUND)
+    store = dejacache.MemoryStore()
+    with EventServer() as server, importlib.import_module(lib).Client() as client, \
+            dejacache.scope(mode="auto", store=store), \
+            pytest.warns(dejacache.DejacacheWarning, match=_WHOLE_PAST):
+        body = client.get(server.url).text
+    assert body.count("data: ") == 50 and body.endswith('"n":49,"call":1}\n\n')
+    assert len(store) == 0
+    (name,) = dejacache.stats().by_name  # one call, counted once, as not stored
+    assert (dejacache.stats().by_name[name].misses, dejacache.stats().by_name[name].stores) == (
+        1, 0)
+    (rec,) = watched
+    assert rec.dropped and not rec.events and 0 < rec.peak <= _BOUND
+
+
+def test_a_stream_read_whole_within_the_bound_is_stored() -> None:
+    store = dejacache.MemoryStore()
+    with EventServer() as server, dejacache.scope(mode="auto", store=store):
+        import httpx2
+
+        first = httpx2.get(server.url).text
+        again = httpx2.get(server.url).text
+    assert len(store) == 1 and server.calls == 1 and again == first
+
+
+def test_calls_joining_the_flight_of_a_stream_past_the_bound_get_it_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Identical calls at once go live once (single-flight); the others get the first one's
+    # answer. Past the bound that answer is not stored, and is still the whole one.
+    import httpx2
+
+    _bounded(monkeypatch, _BOUND)
+    start = threading.Barrier(3)
+    bodies: list[str] = []
+
+    def call(url: str) -> None:
+        start.wait()
+        bodies.append(httpx2.get(url).text)
+
+    # The first to go live answers late: the others join its flight meanwhile.
+    with EventServer(delay=0.5) as server, \
+            dejacache.scope(mode="auto", store=dejacache.MemoryStore()), \
+            pytest.warns(dejacache.DejacacheWarning, match=_WHOLE_PAST):
+        threads = [threading.Thread(target=contextvars.copy_context().run, args=(call,
+                                                                                 server.url))
+                   for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    assert server.calls == 1
+    assert bodies == [bodies[0]] * 3 and bodies[0].count("data: ") == 50
+
+
+def test_an_encoded_stream_counts_its_wire_bytes_too() -> None:
+    # A gzip stream's recorder keeps the wire bytes as well as the decoded events (in case
+    # its coding cannot be undone): both count against the bound.
+    import gzip
+
+    import httpx2
+
+    call = SimpleNamespace(provider=OPENAI, name="openai.chat", canonical=b"{}", aliases=None,
+                           key="k", credentials=[], eff=SimpleNamespace(source=""))
+    live = httpx2.Response(200, headers={"content-type": "text/event-stream",
+                                         "content-encoding": "gzip"}, stream=httpx2.ByteStream(b""))
+    rec = recording.Recorder(call, live, time.perf_counter())  # type: ignore[arg-type]
+    rec.bound = 10_000
+    events = b"".join(b'data: {"n": %d, "pad": "%s"}\n\n' % (i, b"x" * 80) for i in range(200))
+    wire = gzip.compress(events)
+    with pytest.warns(dejacache.DejacacheWarning, match="passed 10000 bytes"):
+        for i in range(0, len(wire), 64):
+            rec.feed(wire[i:i + 64])
+    assert rec.dropped and rec.wire is None and not rec.events and rec.held == 0
+    assert rec.feed(b"more") == 0 and not rec.events  # nothing is taken in after
 
 
 # ---------------------------------------------------------------- echoed credentials

@@ -16,7 +16,7 @@ import openai
 import orjson
 import pytest
 from fake_provider import FakeProvider
-from http_support import FORMS, SPELLINGS, KeyRefuser, KeySpeller
+from http_support import FORMS, SPELLINGS, KeyRefuser, KeySpeller, watch_recorders
 from proxy_support import entries
 
 import dejacache
@@ -519,6 +519,50 @@ def test_the_proxy_keys_a_request_as_an_in_process_transport_does(
         if own.identity is not None and given.identity is not None:
             assert (given.identity.items, given.identity.keyed, given.identity.pending) == (
                 own.identity.items, own.identity.keyed, own.identity.pending)
+
+
+async def _stream_through(server: ProxyServer) -> bytes:
+    url = await server.start()
+    try:
+        async with httpx2.AsyncClient(timeout=30) as client, client.stream(
+                "POST", f"{url}/openai/v1/chat/completions",
+                json={**CHAT, "stream": True}) as r:
+            return b"".join([part async for part in r.aiter_raw()])
+    finally:
+        await server.stop()
+
+
+def _server(tmp_path: pathlib.Path, fake: FakeProvider, **config: Any) -> ProxyServer:
+    return ProxyServer(ProxyConfig(
+        spec=SessionSpec(cassette=tmp_path / "s.json"), cassette=tmp_path / "s.json",
+        upstreams={"openai": parse_upstream(f"openai={fake.url}", "test")},
+        cassette_dir=tmp_path, **config))
+
+
+async def test_a_stream_past_the_proxys_bound_reaches_the_client_and_is_not_recorded(
+        tmp_path: pathlib.Path, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+    # --max-recorded-stream 400: less than one answer of the fake provider (~2 kB).
+    watched = watch_recorders(monkeypatch)
+    with pytest.warns(dejacache.DejacacheWarning, match=r"openai.chat.completions \(model "
+                      r"'gpt-test'\) stream \(POST /v1/chat/completions\) passed 400 bytes "
+                      r"held for its recording; it was not recorded in .*s\.json.*"
+                      r"--max-recorded-stream"):
+        body = await _stream_through(_server(tmp_path, fake, max_recorded_stream=400))
+    assert body.endswith(b"data: [DONE]\n\n") and body.count(b"data: ") > 5
+    path = tmp_path / "s.json"
+    assert not path.exists() or entries(path) == []
+    (rec,) = watched
+    assert rec.dropped and not rec.events and 0 < rec.peak <= 400
+
+
+async def test_a_stream_within_the_proxys_bound_is_recorded(
+        tmp_path: pathlib.Path, fake: FakeProvider, monkeypatch: pytest.MonkeyPatch) -> None:
+    watched = watch_recorders(monkeypatch)
+    body = await _stream_through(_server(tmp_path, fake, max_recorded_stream=64 * 1024))
+    (entry,) = entries(tmp_path / "s.json")
+    assert b"".join(e.encode() for _, e in entry["response"]["events"]) == body
+    (rec,) = watched
+    assert not rec.dropped and rec.peak > 400
 
 
 def _unreadable(call: Any, resp: Any, raw: Any) -> Any:

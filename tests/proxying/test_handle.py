@@ -37,6 +37,21 @@ def test_proxy_records_then_replays_its_cassette(tmp_path: pathlib.Path,
     assert again == live and fake.count() == 1
 
 
+def test_max_recorded_stream_reaches_the_proxy(tmp_path: pathlib.Path, fake: FakeProvider,
+                                              capfd: pytest.CaptureFixture[str]) -> None:
+    # 400 bytes: less than one streamed answer of the fake provider (~2 kB).
+    cassette = tmp_path / "long.json"
+    with dejacache.proxy(cassette, upstreams={"openai": fake.url}, env=proxy_env(tmp_path),
+                         max_recorded_stream=400) as p, \
+            httpx2.stream("POST", p.base_url("openai") + "/v1/chat/completions", timeout=30,
+                          json={**CHAT, "stream": True}) as r:
+        body = r.read()
+    assert body.endswith(b"data: [DONE]\n\n") and fake.count() == 1
+    assert not cassette.exists() or entries(cassette) == []
+    said = capfd.readouterr().err
+    assert "passed 400 bytes held for its recording" in said and "--max-recorded-stream" in said
+
+
 def test_a_proxy_that_cannot_start_says_why(tmp_path: pathlib.Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("[1, 2")
@@ -56,6 +71,8 @@ def test_a_proxy_that_cannot_start_says_why(tmp_path: pathlib.Path) -> None:
     ({"max_buffered": "1GiB"}, "max_buffered='1GiB': expected a whole number > 0"),
     ({"max_message": 0}, "max_message=0: expected a whole number > 0"),
     ({"max_message": 1e6}, "max_message=1000000.0: expected a whole number > 0"),
+    ({"max_recorded_stream": 0}, "max_recorded_stream=0: expected a whole number > 0"),
+    ({"max_recorded_stream": "64MiB"}, "max_recorded_stream='64MiB': expected a whole"),
 ])
 def test_a_bad_timeout_or_limit_is_refused_naming_it_before_a_proxy_starts(
         tmp_path: pathlib.Path, given: dict[str, object], said: str) -> None:

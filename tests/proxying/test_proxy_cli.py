@@ -137,6 +137,7 @@ def one_line(stderr: str) -> str:
     (["--max-connections", "many"], "invalid int value"),
     (["--max-message", "0"], "--max-message 0: expected a whole number > 0"),
     (["--max-message", "64MiB"], "invalid int value"),
+    (["--max-recorded-stream", "-5"], "--max-recorded-stream -5: expected a whole number > 0"),
     (["--cassette", "c.json", "--bogus"], "unrecognized arguments: --bogus"),
     (["--cassette", "c.json", "--"], "-- must be followed by a command"),
 ])
@@ -159,11 +160,13 @@ def test_the_timeouts_reach_the_proxy_as_given_else_their_defaults() -> None:
 def test_the_limits_reach_the_proxy_as_given_else_their_defaults() -> None:
     parse = build_parser().parse_args
     given = config_from_args(parse(["proxy", "--max-connections", "3",
-                                    "--max-buffered", "4096", "--max-message", "512"]), "")
-    assert (given.max_connections, given.max_buffered, given.max_message) == (3, 4096, 512)
+                                    "--max-buffered", "4096", "--max-message", "512",
+                                    "--max-recorded-stream", "2048"]), "")
+    assert (given.max_connections, given.max_buffered, given.max_message,
+            given.max_recorded_stream) == (3, 4096, 512, 2048)
     default = config_from_args(parse(["proxy"]), "")
-    assert (default.max_connections, default.max_buffered, default.max_message) == (
-        256, 1 << 30, 64 << 20)
+    assert (default.max_connections, default.max_buffered, default.max_message,
+            default.max_recorded_stream) == (256, 1 << 30, 64 << 20, 64 << 20)
 
 
 def test_a_non_loopback_address_needs_allow_remote(capsys: pytest.CaptureFixture[str]

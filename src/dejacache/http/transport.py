@@ -415,7 +415,11 @@ def _kept(call: _Call, value: dict[str, Any]) -> dict[str, Any]:
 
 def _read_events(call: _Call, resp: Any, rec: Recorder, chunks: list[bytes]) -> dict[str, Any]:
     """The stored value of a stream read whole (an SSE answer to a call that did not ask for
-    a stream); the caller gets its bytes as they came (``recording.wire_chunks``)."""
+    a stream); the caller gets its bytes as they came (``recording.wire_chunks``). One whose
+    recording passed its bound is handed on whole and never stored; the calls waiting on
+    its flight get it whole too (the caller's bytes: the recorder holds none)."""
+    if rec.dropped:
+        raise _Unstored(_read_whole(call, resp, b"".join(chunks) if rec.as_sent else None))
     m = call.lib.module
     rec.end()
     call.live = m.Response(resp.status_code, headers=_handed_headers(resp, rec.as_sent),

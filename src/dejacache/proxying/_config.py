@@ -13,7 +13,7 @@ from ..cassettes.ageing import resolve as resolve_ageing
 from ..cassettes.partial import parse_live
 from ..errors import ConfigurationError
 from ._connection import IDLE_TIMEOUT, READ_TIMEOUT, WRITE_TIMEOUT
-from ._limits import MAX_BUFFERED, MAX_CONNECTIONS, MAX_MESSAGE
+from ._limits import MAX_BUFFERED, MAX_CONNECTIONS, MAX_MESSAGE, MAX_RECORDED_STREAM
 from ._server import ProxyConfig
 from ._sessions import SessionSpec
 from .upstreams import builtin_upstreams, env_upstreams, upstream_table
@@ -56,7 +56,9 @@ def config_from_args(args: argparse.Namespace, rerecord: str) -> ProxyConfig:
         max_connections=limit_count("--max-connections", args.max_connections,
                                     MAX_CONNECTIONS),
         max_buffered=limit_count("--max-buffered", args.max_buffered, MAX_BUFFERED),
-        max_message=limit_count("--max-message", args.max_message, MAX_MESSAGE))
+        max_message=limit_count("--max-message", args.max_message, MAX_MESSAGE),
+        max_recorded_stream=limit_count("--max-recorded-stream", args.max_recorded_stream,
+                                        MAX_RECORDED_STREAM))
 
 
 def timeout_seconds(what: str, value: object, default: float) -> float:
@@ -75,8 +77,8 @@ def timeout_seconds(what: str, value: object, default: float) -> float:
 
 def limit_count(what: str, value: object, default: int) -> int:
     """One of the proxy's limits (``--max-connections``, ``--max-buffered``,
-    ``--max-message``: a whole number > 0), ``default`` when not given; ``what`` names it
-    as :func:`timeout_seconds` does."""
+    ``--max-message``, ``--max-recorded-stream``: a whole number > 0), ``default`` when not
+    given; ``what`` names it as :func:`timeout_seconds` does."""
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -7,14 +7,17 @@ fault), never queued: a queue is memory and file descriptors too.
 The per-request limits (a body's size, a head's, a request's pace) are the parser's and the
 connection's; without these two, a thousand clients each within them (uploading 200 MiB, or
 opening sockets and sending nothing) still held it all at once. A WebSocket message's bound,
-``MAX_MESSAGE``, is the WebSocket sessions' own (``ws/_message.py`` says why 64 MiB).
+``MAX_MESSAGE``, is the WebSocket sessions' own (``ws/_message.py`` says why 64 MiB); the
+bytes one live stream's recording may hold, ``MAX_RECORDED_STREAM``, the recorder's own
+(``http/recording.py`` says why 64 MiB).
 """
 
 from __future__ import annotations
 
+from ..http.recording import MAX_RECORDED_STREAM
 from ..ws._message import MAX_MESSAGE
 
-__all__ = ["MAX_BUFFERED", "MAX_CONNECTIONS", "MAX_MESSAGE", "Budget"]
+__all__ = ["MAX_BUFFERED", "MAX_CONNECTIONS", "MAX_MESSAGE", "MAX_RECORDED_STREAM", "Budget"]
 
 # Connections open at once. Each live one holds two file descriptors (the client's and, in
 # the pool, the upstream's), and the usual soft limit is 1,024 per process (``ulimit -n``):

@@ -33,11 +33,12 @@ from ..cassettes.placeholder_keys import KEY_VARIABLES, PLACEHOLDER
 from ..errors import ConfigurationError
 from ..http._libs import LIBRARIES, Lib, lib_named
 from ..http.providers import all_providers
+from ..http.recording import recording_bound
 from ._connection import IDLE_TIMEOUT, READ_TIMEOUT, WRITE_TIMEOUT, Connection, start
 from ._control import PREFIX, SESSION_PREFIX, control
 from ._forward import FORWARDED, Forwarder, Out, error_bytes, json_bytes
 from ._http1 import Request
-from ._limits import MAX_BUFFERED, MAX_CONNECTIONS, MAX_MESSAGE, Budget
+from ._limits import MAX_BUFFERED, MAX_CONNECTIONS, MAX_MESSAGE, MAX_RECORDED_STREAM, Budget
 from ._sessions import Session, Sessions, SessionSpec
 from ._websocket import Upgraded, relay
 from .upstreams import BASE_URL_ENV, Upstream, split_target, unknown_upstream
@@ -63,6 +64,7 @@ class ProxyConfig:
     max_connections: int = MAX_CONNECTIONS
     max_buffered: int = MAX_BUFFERED
     max_message: int = MAX_MESSAGE
+    max_recorded_stream: int = MAX_RECORDED_STREAM
     grace: float = 10.0
 
 
@@ -181,6 +183,7 @@ class ProxyServer:
             return asyncio.get_running_loop().create_task(self._control(req, out))
         session, upstream, rest = routed
         ctx = session.begin()
+        ctx.run(recording_bound, self.config.max_recorded_stream)
         task: asyncio.Future[Any]
         if isinstance(out, Upgraded):
             task = asyncio.get_running_loop().create_task(

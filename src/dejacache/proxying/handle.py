@@ -232,6 +232,7 @@ def proxy(
     max_connections: int | None = None,
     max_buffered: int | None = None,
     max_message: int | None = None,
+    max_recorded_stream: int | None = None,
 ) -> ProxyProcess:
     """Start ``dejacache proxy`` (see the module docstring); use it as a context manager.
 
@@ -244,7 +245,9 @@ def proxy(
     ``--idle-timeout`` and ``--write-timeout`` (seconds; default 30, 75 and 60);
     ``max_connections``, ``max_buffered``, ``max_message``: its ``--max-connections``
     (default 256), ``--max-buffered`` (bytes of request bodies held at once; default 1 GiB)
-    and ``--max-message`` (bytes of one WebSocket message; default 64 MiB); the other
+    and ``--max-message`` (bytes of one WebSocket message; default 64 MiB);
+    ``max_recorded_stream``: its ``--max-recorded-stream`` (bytes one live stream's
+    recording may hold: past it the stream is not recorded; default 64 MiB); the other
     arguments are ``dejacache.cassette``'s."""
     # (checked here: a bad value never starts one)
     from ._config import limit_count, timeout_seconds
@@ -255,7 +258,8 @@ def proxy(
         if given is not None:
             argv += ["--" + name.replace("_", "-"), repr(timeout_seconds(name + "=", given, 0))]
     for name, count in (("max_connections", max_connections), ("max_buffered", max_buffered),
-                        ("max_message", max_message)):
+                        ("max_message", max_message),
+                        ("max_recorded_stream", max_recorded_stream)):
         if count is not None:
             argv += ["--" + name.replace("_", "-"), str(limit_count(name + "=", count, 0))]
     if cassette is not None:
