@@ -877,3 +877,21 @@ def test_a_list_of_objects_never_spells_a_list_of_lists(
 
 
 _BOX = KeyBuilder(_Toolbox.ask, "ask")
+
+
+class _Pair:
+    def __init__(self, first: str) -> None:
+        self.pair = [first, 1]
+
+    @dejacache.cache(volatile=["self.pair[1]"])
+    def ask(self, q: str) -> str:
+        return q
+
+
+def test_a_volatile_path_under_the_instance_is_applied_once() -> None:
+    # Applied again to the instance's form, the path masked the escape ``["", pair]`` whole:
+    # pairs starting "a:b" and "c:d" shared one key.
+    assert _Pair.ask.explain(_Pair("a:b"), "q").arguments["self"][1] == {  # type: ignore[attr-defined]
+        "pair": ["", ["a:b", "<volatile>"]]}
+    assert _Pair.ask.cache_key(_Pair("a:b"), "q") != _Pair.ask.cache_key(  # type: ignore[attr-defined]
+        _Pair("c:d"), "q")
