@@ -843,6 +843,11 @@ def test_a_volatile_path_reaches_into_a_list_item(store: dejacache.MemoryStore) 
     other = _Toolbox()
     other.tools = {"s": _Tool("a", started_at=2)}
     assert _key(keyed, _Toolbox.ask_all_masked) == _key(other, _Toolbox.ask_all_masked)
+    # a block's path matches there too (it warns at exit about a path that never matched)
+    for path in ("self.tools[1].started_at", "self.tools[*].started_at"):
+        with dejacache.scope(volatile=[path]):
+            assert _key(box(1, 1)) == _key(box(1, 2))
+            assert box(1, 1).ask("q")
 
 
 def test_plain_objects_passed_as_arguments_are_still_not_data() -> None:
