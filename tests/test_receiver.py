@@ -604,7 +604,8 @@ def test_key_self_true_names_the_nested_attribute(store: dejacache.MemoryStore) 
             r"mask it \(volatile=\['self\.config\.lock'\]\)")):
         _Agent("a", lock=threading.Lock()).ask_strict("q")
     with pytest.raises(dejacache.ConfigurationError,
-                       match=r"self\.config\.inner\.tools \(builtins\.list\) is not data"):
+                       match=r"self\.config\.inner\.tools\[0\] "
+                             r"\(builtins\.builtin_function_or_method\) is not data"):
         _Agent("a", inner=_Config("b", tools=[print])).ask_strict("q")
 
 
@@ -682,3 +683,220 @@ def test_a_nested_object_is_keyed_exactly_when_all_it_holds_is_data(
         names = "|".join(a.keys() - _kept(a).keys())  # (one of them, named by its path)
         with pytest.raises(dejacache.ConfigurationError, match=rf"self\.inner\.({names}) "):
             _STRICT.key("", (holder(a), "q"), {})
+
+
+# Plain objects inside a list, tuple or dict an instance holds: keyed as nested ones are.
+
+
+class _Tool:
+    def __init__(self, name: str, **more: Any) -> None:
+        self.name = name
+        self.__dict__.update(more)
+
+
+class _Toolbox:
+    def __init__(self, *names: str) -> None:
+        self.tools: Any = [_Tool(n) for n in names]
+
+    @dejacache.cache
+    def ask(self, q: str) -> str:
+        return f"{[getattr(t, 'name', t) for t in self.tools]}: {q}"
+
+    @dejacache.cache(key_self=True)
+    def ask_strict(self, q: str) -> str:
+        return q
+
+    @dejacache.cache(volatile=["self.tools[1].started_at"])
+    def ask_second_masked(self, q: str) -> str:
+        return q
+
+    @dejacache.cache(volatile=["self.tools[*].started_at", "self.tools.s.started_at"])
+    def ask_all_masked(self, q: str) -> str:
+        return q
+
+
+def _key(box: _Toolbox, method: Any = _Toolbox.ask) -> str:
+    return str(method.cache_key(box, "q"))
+
+
+def test_plain_objects_in_a_list_are_keyed_by_their_data(
+    store: dejacache.MemoryStore,
+) -> None:
+    # Both used to get "['search']: hi": the list was left out, one answer for both.
+    assert _Toolbox("search").ask("hi") == "['search']: hi"
+    assert _Toolbox("calc").ask("hi") == "['calc']: hi"
+    assert _Toolbox("search").ask("hi") == "['search']: hi"  # the same data: a hit
+    assert len(list(store.iterate())) == 2
+    parts = _Toolbox.ask.explain(_Toolbox("a", "b"), "q")  # type: ignore[attr-defined]
+    assert parts.left_out == ()
+    assert parts.arguments["self"] == [f"{__name__}:_Toolbox", {"tools": [":", [
+        [f"{__name__}:_Tool", {"name": "a"}], [f"{__name__}:_Tool", {"name": "b"}]]]}]
+
+
+def test_dict_values_tuples_and_later_items_are_keyed(store: dejacache.MemoryStore) -> None:
+    def box(tools: Any) -> _Toolbox:
+        b = _Toolbox()
+        b.tools = tools
+        return b
+
+    pairs = [({"s": _Tool("a")}, {"s": _Tool("b")}),
+             ((_Tool("a"), _Tool("x")), (_Tool("b"), _Tool("x"))),
+             ([1, {"t": [_Tool("a")]}], [1, {"t": [_Tool("b")]}]),  # not the first item
+             ({"s": 1, "t": _Tool("a")}, {"s": 1, "t": _Tool("b")})]
+    for a, b in pairs:
+        assert _Toolbox.ask.explain(box(a), "q").left_out == ()  # type: ignore[attr-defined]
+        assert _key(box(a)) != _key(box(b))
+        assert _key(box(a)) == _Toolbox.ask.cache_key(box(a), "q")  # type: ignore[attr-defined]
+        assert box(a).ask("q") == box(a).ask("q")
+    # a set's objects are not read: it stays left out
+    assert _Toolbox.ask.explain(box({_Tool("a")}), "q").left_out == ("self.tools",)  # type: ignore[attr-defined]
+    # a list without plain objects is written as it was
+    assert _Toolbox.ask.explain(box([["m:C", {}]]), "q").arguments["self"][1] == {  # type: ignore[attr-defined]
+        "tools": [["m:C", {}]]}
+
+
+def test_a_container_holding_anything_that_is_not_data_is_left_out_whole(
+    store: dejacache.MemoryStore,
+) -> None:
+    with socket.socket() as sock:
+        for what in (threading.Lock(), sock, print, _Tool("x", lock=threading.Lock())):
+            a, b = _Toolbox("a"), _Toolbox("b")
+            a.tools.append(what)
+            b.tools.append(what)
+            assert _Toolbox.ask.explain(a, "q").left_out == ("self.tools",)  # type: ignore[attr-defined]
+            assert _key(a) == _key(b)
+        with pytest.raises(dejacache.ConfigurationError, match=(
+                r"self\.tools\[1\]\.lock \(_thread\.lock\) is not data; .*"
+                r"mask it \(volatile=\['self\.tools\[1\]\.lock'\]\)")):
+            box = _Toolbox("a", "b")
+            box.tools[1].lock = threading.Lock()
+            box.ask_strict("q")
+    assert _Toolbox("a", "b").ask_strict("q") == "q"
+
+
+def test_a_client_in_a_list_is_left_out_whole(store: dejacache.MemoryStore) -> None:
+    http, llm = _clients()
+    try:
+        a, b = _Toolbox("a"), _Toolbox("b")
+        a.tools.append(llm)
+        b.tools = {"s": _Tool("b"), "http": http}
+        assert _Toolbox.ask.explain(a, "q").left_out == ("self.tools",)  # type: ignore[attr-defined]
+        assert _Toolbox.ask.explain(b, "q").left_out == ("self.tools",)  # type: ignore[attr-defined]
+        c = _Toolbox("c")
+        c.tools.append(llm)
+        assert _key(a) == _key(c)  # (the list is out whatever else it holds)
+    finally:
+        http.close()
+        llm.close()
+
+
+def test_a_cycle_through_a_list_is_left_out_and_named(store: dejacache.MemoryStore) -> None:
+    box = _Toolbox("a")
+    box.tools.append(box)  # back to the receiver
+    assert _Toolbox.ask.explain(box, "q").left_out == ("self.tools",)  # type: ignore[attr-defined]
+    assert box.ask("q")
+    loop = _Toolbox("a")
+    loop.tools[0].mine = loop.tools  # a list holding an object holding that list
+    assert _Toolbox.ask.explain(loop, "q").left_out == ("self.tools",)  # type: ignore[attr-defined]
+    with pytest.raises(dejacache.ConfigurationError,
+                       match=r"self\.tools\[0\]\.mine \(builtins\.list\) refers back"):
+        loop.ask_strict("q")
+    shared = _Toolbox()
+    one = _Tool("s")
+    shared.tools = [one, one, [one]]  # the same object twice is no cycle
+    assert _Toolbox.ask.explain(shared, "q").left_out == ()  # type: ignore[attr-defined]
+
+
+def test_depth_counts_through_containers(store: dejacache.MemoryStore) -> None:
+    from dejacache._receiver import NESTED_DEPTH
+
+    def nest(levels: int, leaf: str) -> _Toolbox:
+        box = _Toolbox()
+        value: Any = _Tool(leaf)
+        for _ in range(levels - 1):  # the list is a level
+            value = [value]
+        box.tools = value
+        return box
+
+    assert _Toolbox.ask.explain(nest(NESTED_DEPTH, "a"), "q").left_out == ()  # type: ignore[attr-defined]
+    assert _key(nest(NESTED_DEPTH, "a")) != _key(nest(NESTED_DEPTH, "b"))
+    assert _Toolbox.ask.explain(nest(NESTED_DEPTH + 1, "a"), "q").left_out == (  # type: ignore[attr-defined]
+        "self.tools",)
+
+
+def test_a_volatile_path_reaches_into_a_list_item(store: dejacache.MemoryStore) -> None:
+    def box(first: Any, second: Any) -> _Toolbox:
+        b = _Toolbox("a", "b")
+        b.tools[0].started_at, b.tools[1].started_at = first, second
+        return b
+
+    masked = _Toolbox.ask_second_masked
+    assert _key(box(1, 1), masked) == _key(box(1, 2), masked)
+    assert _key(box(1, 1), masked) != _key(box(2, 1), masked)  # only the second is masked
+    assert _key(box(1, 1)) != _key(box(1, 2))
+    assert _key(box(1, 1), _Toolbox.ask_all_masked) == _key(box(2, 2), _Toolbox.ask_all_masked)
+    # a path may mask what would leave the whole list out
+    assert _Toolbox.ask_second_masked.explain(  # type: ignore[attr-defined]
+        box(1, threading.Lock()), "q").left_out == ()
+    keyed = _Toolbox()
+    keyed.tools = {"s": _Tool("a", started_at=1)}
+    other = _Toolbox()
+    other.tools = {"s": _Tool("a", started_at=2)}
+    assert _key(keyed, _Toolbox.ask_all_masked) == _key(other, _Toolbox.ask_all_masked)
+    # a block's path matches there too (it warns at exit about a path that never matched)
+    for path in ("self.tools[1].started_at", "self.tools[*].started_at"):
+        with dejacache.scope(volatile=[path]):
+            assert _key(box(1, 1)) == _key(box(1, 2))
+            assert box(1, 1).ask("q")
+
+
+def test_plain_objects_passed_as_arguments_are_still_not_data() -> None:
+    @dejacache.cache
+    def ask(tools: list[Any]) -> str:
+        return "x"
+
+    with pytest.raises(dejacache.UnhashableArgument):
+        ask.cache_key([_Tool("a")])  # type: ignore[attr-defined]
+
+
+_pairs = st.lists(st.tuples(st.sampled_from([f"{__name__}:_Tool", ":", "", "a:b", "x"]),
+                            st.dictionaries(st.just("name"), st.sampled_from(["a", "b"]))),
+                  max_size=3)
+
+
+@settings(deadline=None, derandomize=True, max_examples=200,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(["a", "b"]), min_size=1, max_size=3), _pairs,
+       st.booleans())
+def test_a_list_of_objects_never_spells_a_list_of_lists(
+    names: list[str], pairs: list[tuple[str, dict[str, str]]], wrapped: bool,
+) -> None:
+    objects, lists = _Toolbox(*names), _Toolbox()
+    lists.tools = [list(p) for p in pairs]
+    if wrapped:  # the container's own form, as data
+        lists.tools = [":", lists.tools]
+    assert _BOX.key("", (objects, "q"), {}) != _BOX.key("", (lists, "q"), {})
+    forged = _Toolbox()
+    forged.tools = [":", [[f"{__name__}:_Tool", {"name": n}] for n in names]]
+    assert _BOX.key("", (objects, "q"), {}) != _BOX.key("", (forged, "q"), {})
+
+
+_BOX = KeyBuilder(_Toolbox.ask, "ask")
+
+
+class _Pair:
+    def __init__(self, first: str) -> None:
+        self.pair = [first, 1]
+
+    @dejacache.cache(volatile=["self.pair[1]"])
+    def ask(self, q: str) -> str:
+        return q
+
+
+def test_a_volatile_path_under_the_instance_is_applied_once() -> None:
+    # Applied again to the instance's form, the path masked the escape ``["", pair]`` whole:
+    # pairs starting "a:b" and "c:d" shared one key.
+    assert _Pair.ask.explain(_Pair("a:b"), "q").arguments["self"][1] == {  # type: ignore[attr-defined]
+        "pair": ["", ["a:b", "<volatile>"]]}
+    assert _Pair.ask.cache_key(_Pair("a:b"), "q") != _Pair.ask.cache_key(  # type: ignore[attr-defined]
+        _Pair("c:d"), "q")

@@ -23,6 +23,15 @@ headers, its pools), a method would miss on every run. A two-item list or tuple 
 whose first item could be a tag (:func:`_escaped`) is written as ``["", value]``, so no
 attribute's list spells an object: a tag always holds a ``:``.
 
+A list, tuple or dict (its values) holding plain objects is keyed by the same rule, each
+object in its ``[tag, data]`` form, the container written ``[":", items]`` (:func:`_container`):
+``":"`` is no class's tag, and a two-item list starting with it is escaped, so a list of
+objects never spells a list of lists that look like them. Containers count towards the depth
+and a container on the way down is a cycle; one item that is not data leaves the whole
+container out. The hit path looks at a container's first item only (a 200-message history is
+not walked on every call); a container whose plain objects come later fails the key, and the
+key is written again with every container walked (``deep``).
+
 An attribute the key cannot hold (a client, a lock, a socket, a callable, anything the
 canonicaliser refuses) is left out and named (``KeyParts.left_out``), never an error, unless
 ``key_self=True`` asks for every attribute: then it is a ``ConfigurationError`` naming it
@@ -48,11 +57,13 @@ from ._core import volatile as _vol
 from ._secrets import with_secrets, wraps_secret
 from .errors import ConfigurationError
 
-__all__ = ["NESTED_DEPTH", "Receiver", "class_tag", "model_data", "receiver_form",
+__all__ = ["ITEMS", "NESTED_DEPTH", "Receiver", "class_tag", "model_data", "receiver_form",
            "recheck", "rule_for"]
 
 #: How many plain objects deep a receiver's attributes are followed (``self.a.b.c``...).
 NESTED_DEPTH = 8
+#: The first item of a container holding plain objects as the key writes it, ``[ITEMS, items]``.
+ITEMS = ":"
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 # Values of these types are always keyed, with a spelling of their own (``keys._tagged``).
@@ -61,8 +72,9 @@ _LEAVES = (bytes, bytearray, memoryview, _dt.date, _dt.time, _dt.timedelta, UUID
 # Values of these may be keyed, as their content says.
 _CONTAINERS = (set, frozenset, enum.Enum, Mapping, list, tuple)
 # OBJECT: a plain object, data when each of its attributes is (:func:`_nested`); ARRAY: a
-# list or tuple, which the key writes as an array (ASK, and :func:`_escaped` when of two).
-NEVER, ALWAYS, ASK, OBJECT, ARRAY = 0, 1, 2, 3, 4
+# list or tuple, which the key writes as an array (ASK, and :func:`_escaped` when of two);
+# MAP: a dict (ASK); both walked for plain objects (:func:`_container`).
+NEVER, ALWAYS, ASK, OBJECT, ARRAY, MAP = 0, 1, 2, 3, 4, 5
 _VERDICT: dict[type, int] = {}  # per attribute type (``_verdict``)
 _RULES: dict[type, Receiver] = {}  # per plain object type (``_rule``), and by its tag:
 _KINDS: dict[str, type] = {}
@@ -165,33 +177,44 @@ def _data(value: Any, rule: Receiver) -> dict[str, Any]:
     return out
 
 
-# Why an attribute is left out: its path from the receiver (``("self", "config", "lock")``),
-# the type of what it holds and what is wrong with it.
-Why = tuple[tuple[str, ...], type, str]
+# Why an attribute is left out: its path from the receiver (``("self", "config", "lock")``;
+# an int is a list's index), the type of what it holds and what is wrong with it.
+At = tuple[str | int, ...]
+Why = tuple[At, type, str]
 _NOT_DATA = "is not data"
+_CYCLE = "refers back to an object holding it (a cycle)"
+
+
+def dotted(at: At) -> str:
+    """``("self", "tools", 1, "lock")`` -> ``self.tools[1].lock`` (a volatile path's syntax)."""
+    return "".join(f"[{s}]" if type(s) is int else f".{s}" for s in at).lstrip(".")
 
 
 class _Walk:
     """One receiver's walk into the plain objects it holds: the objects on the way down
     (a revisit is a cycle), the volatile paths and patterns, and how values are asked."""
 
-    __slots__ = ("active", "every", "keyable", "paths", "patterns")
+    __slots__ = ("active", "deep", "every", "keyable", "objects", "paths", "patterns")
 
     def __init__(self, receiver: Any, paths: tuple[_vol.Path, ...], patterns: tuple[Any, ...],
-                 keyable: Callable[[Any], bool], every: bool) -> None:
+                 keyable: Callable[[Any], bool], every: bool, deep: bool) -> None:
         self.active = {id(receiver)}
         self.paths, self.patterns, self.keyable, self.every = paths, patterns, keyable, every
+        self.deep = every or deep  # walk every container, not only those starting with one
+        self.objects = 0  # plain objects keyed so far (a container holding none is as it is)
 
 
 def receiver_form(value: Any, rule: Receiver, recv: str, paths: tuple[_vol.Path, ...],
                   patterns: tuple[Any, ...], strict: bool, where: str,
-                  keyable: Callable[[Any], bool], every: bool) -> tuple[Any, tuple[str, ...]]:
+                  keyable: Callable[[Any], bool], every: bool,
+                  deep: bool = False) -> tuple[Any, tuple[str, ...]]:
     """``(form, names left out)``: the receiver as the key holds it, ``value`` itself
     (``AS_IS``) or ``[tag, data]``, and the attributes its data leaves out. ``paths``: the
     volatile paths under the receiver (``recv.name...``). ``keyable`` (whether the
     canonicaliser can key a value) is asked of every attribute when ``every`` (explain);
     else (the hit path) an attribute whose type the key never holds is left out, any other
-    kept for the key to try (:func:`recheck` when it fails), plain objects walked."""
+    kept for the key to try (:func:`recheck` when it fails), plain objects walked, and the
+    containers whose first item is one; ``deep``: every container (the key failed)."""
     if rule.kind == AS_IS:
         return value, ()
     data = _data(value, rule)
@@ -211,14 +234,21 @@ def receiver_form(value: Any, rule: Receiver, recv: str, paths: tuple[_vol.Path,
             if verdict != OBJECT:
                 if verdict == NEVER:
                     out.append(k)
-                elif verdict == ARRAY and len(v) == 2:
-                    data[k] = _escaped(v)
-                continue
-            if not (strict or paths) and _blocked(v, tv):  # (strict names the path)
+                    continue
+                if verdict < ARRAY:
+                    continue
+                # (:func:`_starts_with_object` inlined: the call cost a list 0.15 µs a hit; a
+                # type not seen yet is walked once the key fails, then known)
+                first = (v[0] if verdict == ARRAY else next(iter(v.values()))) if v else None
+                if not deep and _VERDICT.get(type(first)) != OBJECT:
+                    if verdict == ARRAY and len(v) == 2:
+                        data[k] = _escaped(v)
+                    continue
+            elif not (strict or paths) and _blocked(v, tv):  # (strict names the path)
                 out.append(k)
                 continue
         if walk is None:
-            walk = _Walk(value, paths, patterns, keyable, every)
+            walk = _Walk(value, paths, patterns, keyable, every, deep)
         why = _attr(data, k, v, (recv,), walk, every)
         if why is not None:
             out.append(k)
@@ -227,6 +257,16 @@ def receiver_form(value: Any, rule: Receiver, recv: str, paths: tuple[_vol.Path,
     if out:
         data = _without(data, out, rule.tag, recv, strict, where, whys or {})
     return [rule.tag, data], tuple(sorted(out, key=str))
+
+
+def _starts_with_object(v: Any, verdict: int) -> bool:
+    """Whether container ``v``'s first item (a mapping's first value) is a plain object: one
+    look, so a container of data costs the hit path what it did (a 200-message history)."""
+    if not v:
+        return False
+    first = v[0] if verdict == ARRAY else next(iter(v.values()))
+    t = type(first)
+    return t not in _SCALARS and (_VERDICT[t] if t in _VERDICT else _verdict(t)) == OBJECT
 
 
 def _blocked(v: Any, t: type) -> bool:
@@ -257,30 +297,65 @@ def _escaped(v: Any) -> Any:
     return v
 
 
-def _attr(data: dict[Any, Any], k: Any, v: Any, at: tuple[str, ...], walk: _Walk,
-          ask: bool) -> Why | None:
-    """Why attribute ``k`` (value ``v``) of ``data``, the data of the object at ``at``, is
-    not data, or None, ``data[k]`` then as the key holds it (a plain object's form, an
-    escaped list). ``ask``: ask ``keyable`` of values that may be data (else the key tries
-    them)."""
+def _attr(data: Any, k: Any, v: Any, at: At, walk: _Walk, ask: bool,
+          step: str | int | None = None) -> Why | None:
+    """Why item ``k`` (value ``v``) of ``data``, the data of the object (or the container)
+    at ``at``, is not data, or None, ``data[k]`` then as the key holds it (a plain object's
+    form, a container's, an escaped list). ``ask``: ask ``keyable`` of values that may be
+    data (else the key tries them). ``step``: ``k`` in a path (``str(k)`` unless given)."""
     tv = type(v)
     verdict = ALWAYS if tv in _SCALARS else _VERDICT.get(tv)
     if verdict is None:
         verdict = _verdict(tv)
+    here = (*at, str(k) if step is None else step)
     if verdict == OBJECT:
-        form = _nested(v, (*at, str(k)), walk)
+        form = _nested(v, here, walk)
         if type(form) is list:
             data[k] = form
             return None
         return form  # type: ignore[return-value]
+    if verdict >= ARRAY and (walk.deep or _starts_with_object(v, verdict)):
+        items = _container(v, here, walk)
+        if type(items) is tuple:
+            return items
+        if items is not None:
+            data[k] = v = items
+            verdict = ASK
     if verdict == NEVER or (ask and not walk.keyable(v)):
-        return (*at, str(k)), tv, _NOT_DATA
+        return here, tv, _NOT_DATA
     if verdict == ARRAY and len(v) == 2:
         data[k] = _escaped(v)
     return None
 
 
-def _nested(value: Any, at: tuple[str, ...], walk: _Walk) -> list[Any] | Why:
+def _container(v: Any, at: At, walk: _Walk) -> list[Any] | Why | None:
+    """A list's, tuple's or mapping's form when it holds plain objects (at any depth),
+    ``[ITEMS, items]``, each item as an attribute is written; None when it holds none (the
+    key writes it as it is); else why not (an item that is not data, a cycle, too deep)."""
+    oid = id(v)
+    if oid in walk.active:
+        return at, type(v), _CYCLE
+    if len(at) > NESTED_DEPTH + 1:
+        return None  # the key tries it: a plain object in it then leaves it out
+    mapping = isinstance(v, dict)
+    items: Any = dict(v) if mapping else list(v)
+    before = walk.objects
+    walk.active.add(oid)
+    try:
+        for k, item in (list(items.items()) if mapping else enumerate(items)):
+            if type(item) in _SCALARS:
+                continue
+            why = _attr(items, k, item, at, walk, False, None if mapping else k)
+            if why is not None:
+                return why
+    finally:
+        walk.active.discard(oid)
+    # Written as it is when it holds no plain object, escapes undone: as the hit path, which
+    # does not walk it, writes it.
+    return [ITEMS, items] if walk.objects > before else None
+
+
+def _nested(value: Any, at: At, walk: _Walk) -> list[Any] | Why:
     """A plain object's form, ``[tag, data]`` as a receiver's, when every attribute of it
     is data, else why not (the first attribute that is not, a cycle, or too deep)."""
     t = type(value)
@@ -288,7 +363,7 @@ def _nested(value: Any, at: tuple[str, ...], walk: _Walk) -> list[Any] | Why:
         return at, t, f"is more than {NESTED_DEPTH} objects deep"
     oid = id(value)
     if oid in walk.active:
-        return at, t, "refers back to an object holding it (a cycle)"
+        return at, t, _CYCLE
     rule = _RULES.get(t) or _rule(t)
     walk.active.add(oid)
     try:
@@ -310,6 +385,7 @@ def _nested(value: Any, at: tuple[str, ...], walk: _Walk) -> list[Any] | Why:
                 return why
     finally:
         walk.active.discard(oid)
+    walk.objects += 1
     return [rule.tag, data]
 
 
@@ -337,21 +413,46 @@ def _cheapest(data: dict[Any, Any], k: Any) -> Any:
     return k
 
 
-def _masked(data: dict[str, Any], at: tuple[str, ...], walk: _Walk) -> dict[str, Any]:
+def _masked(data: dict[str, Any], at: At, walk: _Walk) -> dict[str, Any]:
     """``data`` (of the object at ``at``) less the volatile paths under it, patterns
     applied: applied to ``{"self": {"config": data}}``, so a path matches (and is noted as
     matched) as written, ``self.config.started_at``."""
     n = len(at)
-    mine = tuple(p for p in walk.paths if len(p) > n and p[:n] == at)
-    if not mine and not walk.patterns:
-        return data
-    tree: Any = data
-    for step in reversed(at):
-        tree = {step: tree}
-    tree = _vol.apply(tree, mine, walk.patterns)
-    for step in at:
-        tree = tree[step]
-    return dict(tree)
+    mine = tuple(p for p in walk.paths if len(p) > n and _under(p, at))
+    if not mine:  # (patterns read no path: the data alone is what they see)
+        return dict(_vol.apply(data, (), walk.patterns)) if walk.patterns else data
+    if all(type(s) is str for s in at):
+        tree: Any = data
+        for step in reversed(at):
+            tree = {step: tree}
+        tree = _vol.apply(tree, mine, walk.patterns)
+        for step in at:
+            tree = tree[step]
+        return dict(tree)
+    return _masked_item(data, n, mine, walk.patterns)
+
+
+def _masked_item(data: dict[str, Any], n: int, mine: tuple[_vol.Path, ...],
+                 patterns: tuple[Any, ...]) -> dict[str, Any]:
+    """``data``, of an object inside a container (its path holds an index), less ``mine``,
+    the paths under it (their first ``n`` steps lead to it), each noted as the user wrote it
+    when it matched: applied from the object down, as a wrapping like :func:`_masked`'s
+    would be a list as long as the index (quadratic in a long list's length)."""
+    from ._core.volatile_watch import WATCH
+
+    data = _vol.apply(data, (), patterns) if patterns else data
+    w = WATCH.get()
+    for p in mine:
+        new = _vol.apply({"": data}, (("", *p[n:]),), ())[""]
+        if new is not data and p not in w.matched:
+            w.note(p, True)
+        data = new
+    return dict(data)
+
+
+def _under(path: _vol.Path, at: At) -> bool:
+    """Whether ``path`` starts with ``at`` (``[*]`` matching any index)."""
+    return all(a == b or (a is None and type(b) is int) for a, b in zip(path, at, strict=False))
 
 
 def recheck(form: Any, recv: str, strict: bool, where: str,
@@ -369,7 +470,7 @@ def recheck(form: Any, recv: str, strict: bool, where: str,
     return [tag, _without(data, list(whys), tag, recv, strict, where, whys)]
 
 
-def _refused(value: Any, at: tuple[str, ...], keyable: Callable[[Any], bool]) -> Why:
+def _refused(value: Any, at: At, keyable: Callable[[Any], bool]) -> Why:
     """Why ``value`` (at ``at``), which the canonicaliser refuses, is not data: inside a
     plain object's form, the attribute refused (remembered for its class, so the next
     instance is left out before its key is tried)."""
@@ -388,7 +489,7 @@ def _without(data: dict[str, Any], out: list[Any], tag: str, recv: str, strict: 
         first = sorted(out, key=str)[0]
         at, t, reason = whys.get(first) or ((recv, str(first)), type(data[first]), _NOT_DATA)
         if len(at) > 2 or reason != _NOT_DATA:
-            path = ".".join(at)
+            path = dotted(at)
             raise ConfigurationError(
                 f"key_self=True on {where}: attribute {first!r} of {tag} cannot be keyed: "
                 f"{path} ({_name_of(t)}) {reason}; make it data, give its class a "
@@ -416,6 +517,8 @@ def _verdict(t: type) -> int:
         found = ASK
     elif issubclass(t, (list, tuple)) and not hasattr(t, "_fields"):
         found = ARRAY
+    elif issubclass(t, dict):  # (another Mapping may compute its values: the key asks it)
+        found = MAP
     elif issubclass(t, _CONTAINERS):
         found = ASK
     elif issubclass(t, _LEAVES) or _late_leaf(t) or wraps_secret(t):

@@ -1015,6 +1015,7 @@ _PLAIN_ENTRY: tuple[_seg.NoneCheck | None, str | None] = (None, None)  # nothing
 
 # Types orjson writes as themselves, none of them an Enum: one set lookup clears the
 # commonest arguments (an isinstance each cost ~4% of a small hit on the 2-core VM).
+_NO_RECEIVER: Final = object()  # (``KeyBuilder._receiver_of``: a call without one)
 _NOT_MEMBERS: Final = frozenset({dict, list, str, int, float, bool, type(None), tuple, bytes})
 
 
@@ -1345,6 +1346,7 @@ class KeyBuilder:
 
     __slots__ = (
         "_all_plain",
+        "_arg_paths",
         "_cells",
         "_defaults",
         "_drop",
@@ -1410,6 +1412,7 @@ class KeyBuilder:
         self._filter = _names_for(self.volatile, telemetry_names(self.volatile, spec.keep)
                                   if use_default_volatile else frozenset())
         self.paths = spec.paths
+        self._arg_paths = spec.paths  # the paths applied to the bound arguments
         self.patterns = spec.patterns
         self._ignore = frozenset(ignore)
         self._drop = self._ignore  # and the receiver of a method: dropped once bound
@@ -1445,6 +1448,9 @@ class KeyBuilder:
                 if key_self is not False and receiver not in self._ignore:
                     self._recv = receiver
                     self._recv_paths = tuple(p for p in spec.paths if p[0] == receiver)
+                    # Applied by ``receiver_form`` as it walks (into objects and containers
+                    # the form then wraps, where the same path would name something else).
+                    self._arg_paths = tuple(p for p in spec.paths if p[0] != receiver)
             # Required parameters the key leaves out: a call without one is refused, never
             # keyed like the calls that pass it.
             self._must = frozenset(p.name for p in params if p.default is _EMPTY
@@ -1580,9 +1586,10 @@ class KeyBuilder:
         out[recv] = self._receiver_form(bound[recv], False)[0]
         return out
 
-    def _receiver_form(self, value: Any, every: bool) -> tuple[Any, tuple[str, ...]]:
-        """``(form, attributes left out)`` of the receiver ``value`` (``every``: see
-        ``_receiver.receiver_form``)."""
+    def _receiver_form(self, value: Any, every: bool,
+                       deep: bool = False) -> tuple[Any, tuple[str, ...]]:
+        """``(form, attributes left out)`` of the receiver ``value`` (``every``, ``deep``:
+        see ``_receiver.receiver_form``)."""
         if self._recv == "cls":
             cls = value if isinstance(value, type) else type(value)
             return f"{cls.__module__}.{cls.__qualname__}", ()
@@ -1595,34 +1602,39 @@ class KeyBuilder:
             rule = rule_for(t)
             self._seen = (t, rule)
         return receiver_form(value, rule, self._recv or "self", self._recv_paths,
-                             self.patterns, self._key_self is True, self.name, _keyable, every)
+                             self.patterns, self._key_self is True, self.name, _keyable, every,
+                             deep)
 
-    def _rechecked(self, bound: dict[str, Any], exc: Exception) -> dict[str, Any]:
-        """``bound`` whose key could not be written (``exc``), with the receiver's
-        attributes the canonicaliser refuses left out; ``exc`` again when that is not why."""
+    def _rechecked(self, bound: dict[str, Any], exc: Exception, args: tuple[Any, ...],
+                   kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """``bound`` whose key could not be written (``exc``), the receiver's form made with
+        every container walked for plain objects, its attributes the canonicaliser refuses
+        left out (tried again as it is when none is: a container holding a plain object past
+        its first item); ``exc`` again when there is no receiver."""
         recv = self._recv
-        form = bound.get(recv) if recv is not None else None
-        fixed = None if recv is None else recheck(form, recv, self._key_self is True,
-                                                   self.name, _keyable)
-        if fixed is None or recv is None:
+        value = self._receiver_of(args, kwargs)
+        if recv is None or value is _NO_RECEIVER:
             raise exc
-        return {**bound, recv: fixed}
+        deep = self._receiver_form(value, False, True)[0]
+        fixed = recheck(deep, recv, self._key_self is True, self.name, _keyable)
+        return {**bound, recv: deep if fixed is None else fixed}
+
+    def _receiver_of(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        """The receiver of a call with ``args`` and ``kwargs`` (``_NO_RECEIVER``: none)."""
+        if self._recv is None:
+            return _NO_RECEIVER
+        args = self._pre_args + tuple(args)
+        if args:  # the first parameter
+            return args[0]
+        return {**self._pre_kwargs, **kwargs}.get(self._recv, _NO_RECEIVER)
 
     def left_out(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str, ...]:
         """The receiver's attributes the key of this call leaves out (``recv.name``), as
         ``explain`` reports them."""
-        recv = self._recv
-        if recv is None:
+        value = self._receiver_of(args, kwargs)
+        if value is _NO_RECEIVER:
             return ()
-        args = self._pre_args + tuple(args)
-        kwargs = {**self._pre_kwargs, **kwargs}
-        if args:  # the first parameter
-            value = args[0]
-        elif recv in kwargs:
-            value = kwargs[recv]
-        else:
-            return ()
-        return tuple(f"{recv}.{n}" for n in self._receiver_form(value, True)[1])
+        return tuple(f"{self._recv}.{n}" for n in self._receiver_form(value, True)[1])
 
     def _is_default(self, name: str, value: Any) -> bool:
         """Whether ``value`` is the default of parameter ``name``: the same canonical form,
@@ -1648,14 +1660,15 @@ class KeyBuilder:
         try:
             return self.canonical_bound(bound, substitutions)
         except Exception as exc:  # a receiver's attribute the key cannot hold: left out
-            return self.canonical_bound(self._rechecked(bound, exc), substitutions)
+            return self.canonical_bound(self._rechecked(bound, exc, args, kwargs),
+                                        substitutions)
 
     def canonical_bound(self, bound: Mapping[str, Any],
                         substitutions: tuple[tuple[bytes, bytes], ...] = ()) -> bytes:
         """The canonical form of already-bound arguments: volatile fields stripped,
         credentials masked."""
-        data: Any = _vol.apply(bound, self.paths, self.patterns) if (
-            self.paths or self.patterns) else bound
+        data: Any = _vol.apply(bound, self._arg_paths, self.patterns) if (
+            self._arg_paths or self.patterns) else bound
         return _canonical(data, self._filter, self.name, substitutions)
 
     def fast_form(self, bound: Mapping[str, Any],
@@ -1667,8 +1680,8 @@ class KeyBuilder:
         miss, to compute the key to store under and look up once more. See :func:`fast_json`
         for why it is sound.
         """
-        data: Any = _vol.apply(bound, self.paths, self.patterns) if (
-            self.paths or self.patterns) else bound
+        data: Any = _vol.apply(bound, self._arg_paths, self.patterns) if (
+            self._arg_paths or self.patterns) else bound
         return _fast(data, self._filter, self.name, substitutions)
 
     def fast_key(self, bound: Mapping[str, Any], seed: int,
@@ -1677,8 +1690,8 @@ class KeyBuilder:
         """:meth:`fast_form` with its key: ``(key, body, tail, full)``, the form being
         ``body + tail`` and the key its digest under ``seed`` (:func:`key_seed`), which is
         exactly ``digest(namespace, name, body + tail)``. ``out``: see :meth:`bind_key`."""
-        data: Any = _vol.apply(bound, self.paths, self.patterns) if (
-            self.paths or self.patterns) else bound
+        data: Any = _vol.apply(bound, self._arg_paths, self.patterns) if (
+            self._arg_paths or self.patterns) else bound
         return _fast_key(data, self._filter, self.name, substitutions, seed, False,
                          out if data is bound else None)
 
@@ -1691,8 +1704,8 @@ class KeyBuilder:
         when these very arguments wrote them), asking only what is new of a conversation
         whose earlier turns were seen. Written from scratch (:meth:`canonical_bound`), a
         miss after a probe of the same bytes cost 31x the orjson floor at 1,000 messages."""
-        data: Any = _vol.apply(bound, self.paths, self.patterns) if (
-            self.paths or self.patterns) else bound
+        data: Any = _vol.apply(bound, self._arg_paths, self.patterns) if (
+            self._arg_paths or self.patterns) else bound
         names = self._filter
         if out is None or data is not bound:
             out = None
@@ -1724,7 +1737,7 @@ class KeyBuilder:
         try:
             key, body, tail, full = self.fast_key(bound, seed, substitutions, out)
         except Exception as exc:  # a receiver's attribute the key cannot hold: left out
-            bound = self._rechecked(bound, exc)
+            bound = self._rechecked(bound, exc, args, kwargs)
             key, body, tail, full = self.fast_key(bound, seed, substitutions)
         return bound, key, body, tail, full
 
