@@ -45,6 +45,9 @@ class Step:
     input_tokens: int
     output_tokens: int
     tokens_exact: bool  # False: the recording carried no usage
+    # Whether totals count its tokens: ``trajectory.Step.counted``'s verdict, taken as it is
+    # (the page's totals are the trajectory's, by one rule).
+    counted: bool
     duration: float
     cost: float
     model: str = ""
@@ -57,12 +60,6 @@ class Step:
     @property
     def label(self) -> str:
         return f"#{self.index} {self.name}"
-
-    @property
-    def counted(self) -> bool:
-        """Whether totals count its tokens (``trajectory.Step.counted``): a model call, or a
-        step whose tokens are a provider's usage."""
-        return self.kind == "model" or self.tokens_exact
 
 
 @dataclasses.dataclass(slots=True)
@@ -146,7 +143,8 @@ def _step(s: Any, now: float) -> Step:
     return Step(
         index=s.index, name=s.name, kind=s.kind, request=s.request, response=s.response,
         error=s.error, input_tokens=s.input_tokens, output_tokens=s.output_tokens,
-        tokens_exact=s.tokens_exact, duration=s.duration, cost=s.cost, model=s.model,
+        tokens_exact=s.tokens_exact, counted=s.counted, duration=s.duration, cost=s.cost,
+        model=s.model,
         state=s.outcome or "recorded",  # a file does not say what a run replayed
         key=s.key, age=age_text(recorded_at(entry), now), recorded=age_line(entry, now),
     )
