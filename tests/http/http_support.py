@@ -11,7 +11,7 @@ import re
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, ClassVar
 
 import orjson
@@ -19,10 +19,11 @@ from fake_provider import FakeProvider
 
 import dejacache
 from dejacache import MemoryStore, Record
-from dejacache.http import recording, transport
+from dejacache.http import _passing, recording, transport
 
 __all__ = ["FORMS", "SPELLINGS", "EventServer", "KeyRefuser", "KeySpeller", "SeqStore",
-           "WatchedRecorder", "leaked", "record_then_replay", "watch_recorders"]
+           "WatchedPassing", "WatchedRecorder", "leaked", "record_then_replay",
+           "watch_passing", "watch_recorders"]
 
 
 class SeqStore(MemoryStore):
@@ -244,6 +245,49 @@ class WatchedRecorder(recording.Recorder):
         held = sum(len(e) for _, e in self.events) + sum(len(w) for w in self.wire or ())
         self.peak = max(self.peak, held)
         return stage
+
+
+class WatchedPassing:
+    """A whole answer read up to the bound and handed on (``_passing.Passing``): the sizes of
+    the chunks it held when it passed the bound, and the bytes pulled from the rest of its
+    body since (only as the caller reads them)."""
+
+    def __init__(self, passing: _passing.Passing) -> None:
+        self.held = [len(c) for c in passing.held]
+        self.pulled = 0
+        rest = passing.rest
+        passing.rest = self._apulled(rest) if hasattr(rest, "__anext__") else self._pulled(rest)
+
+    def _pulled(self, rest: Iterator[bytes]) -> Iterator[bytes]:
+        for chunk in rest:
+            self.pulled += len(chunk)
+            yield chunk
+
+    async def _apulled(self, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        async for chunk in rest:
+            self.pulled += len(chunk)
+            yield chunk
+
+
+def watch_passing(monkeypatch: Any, *modules: Any) -> list[WatchedPassing]:
+    """Every whole answer read past the bound from now on (by the exchange, and by the
+    ``read_bounded``/``aread_bounded`` of ``modules`` too: the proxy's), in order."""
+    seen: list[WatchedPassing] = []
+
+    def noted(read: Any) -> Any:
+        if isinstance(read, _passing.Passing):
+            seen.append(WatchedPassing(read))
+        return read
+
+    async def aread(live: Any) -> Any:
+        return noted(await _passing.aread_bounded(live))
+
+    for module in (transport, *modules):
+        if hasattr(module, "read_bounded"):
+            monkeypatch.setattr(module, "read_bounded",
+                                lambda live: noted(_passing.read_bounded(live)))
+        monkeypatch.setattr(module, "aread_bounded", aread)
+    return seen
 
 
 def watch_recorders(monkeypatch: Any) -> list[WatchedRecorder]:

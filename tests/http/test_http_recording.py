@@ -511,11 +511,13 @@ def test_a_stream_read_whole_within_the_bound_is_stored() -> None:
     assert len(store) == 1 and server.calls == 1 and again == first
 
 
-def test_calls_joining_the_flight_of_a_stream_past_the_bound_get_it_whole(
+def test_calls_joining_the_flight_of_a_stream_past_the_bound_go_live_themselves(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Identical calls at once go live once (single-flight); the others get the first one's
-    # answer. Past the bound that answer is not stored, and is still the whole one.
+    # answer. Past the bound that answer is handed on as it arrives, held by nobody: the
+    # others, told so once the first one passed the bound, go live themselves, and each
+    # gets a whole answer of its own.
     import httpx2
 
     _bounded(monkeypatch, _BOUND)
@@ -528,7 +530,7 @@ def test_calls_joining_the_flight_of_a_stream_past_the_bound_get_it_whole(
 
     # The first to go live answers late: the others join its flight meanwhile.
     with EventServer(delay=0.5) as server, \
-            dejacache.scope(mode="auto", store=dejacache.MemoryStore()), \
+            dejacache.scope(mode="auto", store=(store := dejacache.MemoryStore())), \
             pytest.warns(dejacache.DejacacheWarning, match=_WHOLE_PAST):
         threads = [threading.Thread(target=contextvars.copy_context().run, args=(call,
                                                                                  server.url))
@@ -537,8 +539,10 @@ def test_calls_joining_the_flight_of_a_stream_past_the_bound_get_it_whole(
             t.start()
         for t in threads:
             t.join(30)
-    assert server.calls == 1
-    assert bodies == [bodies[0]] * 3 and bodies[0].count("data: ") == 50
+    assert server.calls == 3 and len(store) == 0
+    assert sorted(int(b.rsplit('"call":', 1)[1].rstrip("}\n")) for b in bodies) == [1, 2, 3]
+    for b in bodies:
+        assert b.count("data: ") == 50 and '"n":49,' in b
 
 
 def test_an_encoded_stream_counts_its_wire_bytes_too() -> None:

@@ -1,6 +1,7 @@
 """What the proxy's tests share: the proxy's environment, the Node clients, a stopped
-provider that counts the connections still made to it, cassette reading, and a raw loopback
-upstream to build the answers a test needs on."""
+provider that counts the connections still made to it, cassette reading, a raw loopback
+upstream to build the answers a test needs on, and a client that stops reading its answer
+(a small receive window) with the wait for the proxy's writes to back up on it."""
 
 from __future__ import annotations
 
@@ -8,12 +9,18 @@ import asyncio
 import os
 import pathlib
 import shutil
+import socket
 import subprocess
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import orjson
 import pytest
+
+if TYPE_CHECKING:
+    from dejacache.proxying._connection import Connection
+    from dejacache.proxying._server import ProxyServer
 
 NODE_DIR = pathlib.Path(__file__).resolve().parents[1] / "node"
 CLIENTS = NODE_DIR / "clients.mjs"
@@ -116,3 +123,41 @@ class RawUpstream:
         finally:
             writer.close()
             self._serving.discard(task)
+
+
+async def small_window_client(server: ProxyServer, request: bytes) -> socket.socket:
+    """A client socket with a small receive buffer (4 KiB: the proxy's writes back up at
+    once), ``request`` sent on it."""
+    port = urlsplit(server.url).port
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_connect(sock, ("127.0.0.1", port))
+    await loop.sock_sendall(sock, request)
+    return sock
+
+
+async def writes_waiting(server: ProxyServer) -> Connection:
+    """Once the proxy's writes to the client it answers wait on that client (its socket
+    buffer full), the proxy's side of that connection: ``_stalled_since`` says since when
+    (loop time), 0.0 once they no longer wait. Waited for, not guessed: how long the proxy
+    takes to fill the buffers between depends on the box's load (seconds on a busy one)."""
+    for _ in range(3000):
+        for conn in server._connections:
+            if conn.task is not None and conn._stalled_since:
+                return conn
+        await asyncio.sleep(0.01)
+    raise AssertionError("the proxy's writes never waited on its client")
+
+
+async def read_to_end(sock: socket.socket) -> bytes:
+    """What arrives until the proxy ends the connection (a reset ends it too)."""
+    loop = asyncio.get_running_loop()
+    data = bytearray()
+    try:
+        while part := await asyncio.wait_for(loop.sock_recv(sock, 1 << 20), 10):
+            data += part
+    except ConnectionResetError:
+        pass
+    return bytes(data)

@@ -24,11 +24,11 @@ from urllib.parse import urlsplit
 import httpx2
 import pytest
 from fake_provider import FakeProvider
-from proxy_support import RawUpstream
+from proxy_support import RawUpstream, read_to_end, small_window_client, writes_waiting
 
 from dejacache import DejacacheWarning
 from dejacache.proxying import _server
-from dejacache.proxying._connection import Connection, start
+from dejacache.proxying._connection import start
 from dejacache.proxying._server import ProxyConfig, ProxyServer
 from dejacache.proxying._sessions import SessionSpec
 from dejacache.proxying.handle import ProxyProcess
@@ -687,44 +687,6 @@ def stream_request(prefix: str, events: int, what: str) -> bytes:
             b"Content-Type: application/json\r\nAuthorization: Bearer sk-test\r\n"
             b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (
                 prefix.encode(), len(body), body))
-
-
-async def small_window_client(server: ProxyServer, request: bytes) -> socket.socket:
-    """A client socket with a small receive buffer (4 KiB: the proxy's writes back up at
-    once), ``request`` sent on it."""
-    port = urlsplit(server.url).port
-    sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.setblocking(False)
-    loop = asyncio.get_running_loop()
-    await loop.sock_connect(sock, ("127.0.0.1", port))
-    await loop.sock_sendall(sock, request)
-    return sock
-
-
-async def writes_waiting(server: ProxyServer) -> Connection:
-    """Once the proxy's writes to the client it answers wait on that client (its socket
-    buffer full), the proxy's side of that connection: ``_stalled_since`` says since when
-    (loop time), 0.0 once they no longer wait. Waited for, not guessed: how long the proxy
-    takes to fill the buffers between depends on the box's load (seconds on a busy one)."""
-    for _ in range(3000):
-        for conn in server._connections:
-            if conn.task is not None and conn._stalled_since:
-                return conn
-        await asyncio.sleep(0.01)
-    raise AssertionError("the proxy's writes never waited on its client")
-
-
-async def read_to_end(sock: socket.socket) -> bytes:
-    """What arrives until the proxy ends the connection (a reset ends it too)."""
-    loop = asyncio.get_running_loop()
-    data = bytearray()
-    try:
-        while part := await asyncio.wait_for(loop.sock_recv(sock, 1 << 20), 10):
-            data += part
-    except ConnectionResetError:
-        pass
-    return bytes(data)
 
 
 def dechunked(data: bytes) -> bytes:

@@ -6,9 +6,13 @@ provider)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import gzip
 import pathlib
+import random
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx2
@@ -16,8 +20,21 @@ import openai
 import orjson
 import pytest
 from fake_provider import FakeProvider
-from http_support import FORMS, SPELLINGS, KeyRefuser, KeySpeller, watch_recorders
-from proxy_support import entries
+from http_support import (
+    FORMS,
+    SPELLINGS,
+    KeyRefuser,
+    KeySpeller,
+    watch_passing,
+    watch_recorders,
+)
+from proxy_support import (
+    RawUpstream,
+    entries,
+    read_to_end,
+    small_window_client,
+    writes_waiting,
+)
 
 import dejacache
 from dejacache.cassettes import ageing
@@ -26,6 +43,7 @@ from dejacache.cassettes.document import load_document
 from dejacache.cassettes.render import render
 from dejacache.errors import CassetteError
 from dejacache.http import transport
+from dejacache.proxying import _forward
 from dejacache.proxying._server import ProxyConfig, ProxyServer
 from dejacache.proxying._sessions import SessionSpec
 from dejacache.proxying.handle import ProxySession
@@ -660,3 +678,152 @@ def test_an_answer_quoting_the_requests_key_in_another_spelling_is_stored_withou
         assert "Incorrect API key provided" in data and KeySpeller.held(data) == []
         again = ask(session_for("spelt", upstreams={"echo": server.base}, mode="replay"))
     assert again.text.count("<REDACTED>") == 3 and KeySpeller.held(again.text) == []
+
+
+# ---------------------------------------------------------------- a whole answer past the bound
+# A download (not a stream) larger than --max-recorded-stream was read whole into the proxy's
+# memory before the client got a byte. Now the client gets it as it arrives, nothing is
+# recorded, and what the proxy held stays within the bound.
+
+PIECE = 4096  # bytes the upstream writes at a time
+
+
+class Download(RawUpstream):
+    """A loopback upstream answering every request with ``wire`` (under ``encoding``), with
+    its length or in chunks, PIECE bytes a write, as fast as the proxy takes them."""
+
+    def __init__(self, wire: bytes, *, chunked: bool, encoding: str = "") -> None:
+        super().__init__()
+        self.wire, self.chunked, self.encoding = wire, chunked, encoding
+        self.requests = 0
+
+    async def answer(self, writer: asyncio.StreamWriter, body: bytes) -> None:
+        self.requests += 1
+        head = b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\n"
+        if self.encoding:
+            head += b"content-encoding: %s\r\n" % self.encoding.encode()
+        head += (b"transfer-encoding: chunked\r\n" if self.chunked
+                 else b"content-length: %d\r\n" % len(self.wire))
+        writer.write(head + b"\r\n")
+        for i in range(0, len(self.wire), PIECE):
+            piece = self.wire[i:i + PIECE]
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece) if self.chunked else piece)
+            await writer.drain()
+        if self.chunked:
+            writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+
+BODY = random.Random(7).randbytes(256 * 1024)  # random: gzip leaves it as large
+# case: (sent in chunks, not with a length; content-encoding; the bytes on the wire)
+DOWNLOADS = {"length": (False, "", BODY), "chunked": (True, "", BODY),
+             "gzip": (False, "gzip", gzipped(BODY))}
+ASKED = {"file": "report.bin"}
+
+
+@contextlib.asynccontextmanager
+async def _downloading(tmp_path: pathlib.Path, case: str, mode: str | None = None,
+                       **config: Any) -> AsyncIterator[tuple[ProxyServer, Download]]:
+    chunked, encoding, wire = DOWNLOADS[case]
+    upstream = Download(wire, chunked=chunked, encoding=encoding)
+    ups = {"files": parse_upstream(f"files={await upstream.start()}", "test")}
+    cassette = tmp_path / "s.json"
+    server = ProxyServer(ProxyConfig(spec=SessionSpec(cassette=cassette, mode=mode),
+                                     cassette=cassette, upstreams=ups, cassette_dir=tmp_path,
+                                     **config))
+    await server.start()
+    try:
+        yield server, upstream
+    finally:
+        await server.stop()
+        await upstream.stop()
+
+
+async def _download(url: str) -> tuple[httpx2.Headers, bytes]:
+    """The answer's headers and its bytes as they came (not decoded)."""
+    async with httpx2.AsyncClient(timeout=30) as client, client.stream(
+            "POST", f"{url}/files/download", json=ASKED) as r:
+        return r.headers, b"".join([part async for part in r.aiter_raw()])
+
+
+@pytest.mark.parametrize("case", list(DOWNLOADS))
+async def test_a_download_past_the_proxys_bound_reaches_the_client_as_it_arrives(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    chunked, encoding, wire = DOWNLOADS[case]
+    watched = watch_passing(monkeypatch, _forward)
+    with pytest.warns(dejacache.DejacacheWarning, match=r"http.* answer \(POST /download\) "
+                      r"passed 4096 bytes held for its recording; it was not recorded in "
+                      r".*s\.json.*--max-recorded-stream"):
+        async with _downloading(tmp_path, case, max_recorded_stream=4096) as (server, _):
+            headers, raw = await _download(server.url)
+    # Every byte as the upstream sent it, its coding and length with it: the client's own
+    # decoder undoes gzip once.
+    assert raw == wire and headers.get("content-encoding", "") == encoding
+    if chunked:
+        assert "content-length" not in headers and headers["transfer-encoding"] == "chunked"
+    else:
+        assert headers["content-length"] == str(len(wire))
+    if encoding:
+        assert gzip.decompress(raw) == BODY
+    path = tmp_path / "s.json"
+    assert not path.exists() or entries(path) == []
+    # The exchange, then the proxy's relay of its answer: each held the bound, and the one
+    # read that passed it, at most; the rest went through as it came.
+    exchange, relay = watched
+    for w in watched:
+        assert sum(w.held[:-1]) <= 4096 < sum(w.held) and w.held[-1] <= 64 * 1024
+    assert sum(exchange.held) + exchange.pulled == sum(relay.held) + relay.pulled == len(wire)
+
+
+async def test_a_download_past_the_bound_is_read_no_faster_than_the_client_takes_it(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    size = 16 * 1024 * 1024
+    watched = watch_passing(monkeypatch, _forward)
+    body = orjson.dumps(ASKED)
+    request = (b"POST /files/download HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+               b"\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    with pytest.warns(dejacache.DejacacheWarning, match="passed 65536 bytes"):
+        async with _downloading(tmp_path, "length", max_recorded_stream=65536) as (server, up):
+            up.wire = bytes(range(256)) * (size // 256)
+            with await small_window_client(server, request) as sock:
+                await writes_waiting(server)  # the client reads nothing: the writes wait
+                await asyncio.sleep(0.3)
+                exchange = watched[0]
+                taken = sum(exchange.held) + exchange.pulled
+                # What sits in the socket buffers between (a few MiB at most), not the
+                # whole answer the upstream would send at once.
+                assert taken < size // 2
+                data = await read_to_end(sock)
+    assert data.endswith(up.wire[-1000:])
+    head, _, rest = data.partition(b"\r\n\r\n")
+    assert b"content-length: %d" % size in head.lower() and rest == up.wire
+
+
+async def test_a_download_within_the_proxys_bound_is_recorded_and_replayed_with_its_length(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Chunked from the upstream: the proxy answers it whole, with its length, as before;
+    # and replays it so.
+    watched = watch_passing(monkeypatch, _forward)
+    async with _downloading(tmp_path, "chunked") as (server, upstream):
+        live_headers, live = await _download(server.url)
+    (entry,) = entries(tmp_path / "s.json")
+    async with _downloading(tmp_path, "chunked", "replay") as (server, upstream):
+        headers, again = await _download(server.url)
+        assert upstream.requests == 0
+    assert live == again == BODY and watched == []
+    assert live_headers["content-length"] == headers["content-length"] == str(len(BODY))
+    assert "transfer-encoding" not in live_headers and entry["response"]["status"] == 200
+
+
+async def test_a_download_not_recorded_is_relayed_as_it_arrives_too(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # --mode off: the exchange hands the upstream's answer on unread, and the proxy held it
+    # whole. Now it relays it by the same bound, with nothing to warn about.
+    watched = watch_passing(monkeypatch, _forward)
+    async with _downloading(tmp_path, "length", "off", max_recorded_stream=4096) as (
+            server, _):
+        headers, raw = await _download(server.url)
+    assert raw == BODY and headers["content-length"] == str(len(BODY))
+    (relay,) = watched
+    assert sum(relay.held[:-1]) <= 4096 < sum(relay.held)
+    assert sum(relay.held) + relay.pulled == len(BODY)

@@ -74,8 +74,8 @@ from .sse import splitter_for
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = ["MAX_RECORDED_STREAM", "READ_AHEAD_TIMEOUT", "Recorder", "recording_bound",
-           "recording_classes", "wire_chunks"]
+__all__ = ["MAX_RECORDED_STREAM", "READ_AHEAD_TIMEOUT", "Held", "Recorder", "past_bound",
+           "recording_bound", "recording_classes", "wire_chunks"]
 
 # How long the event that finishes an answer may wait for the end marker behind it. Real
 # providers send both within milliseconds; a server that stalls in between costs the caller
@@ -83,11 +83,12 @@ __all__ = ["MAX_RECORDED_STREAM", "READ_AHEAD_TIMEOUT", "Recorder", "recording_b
 # marker comes, even if the caller has stopped reading or closed the stream.
 READ_AHEAD_TIMEOUT = 2.0
 
-# Bytes one live stream's recording may hold (its events, and its wire bytes while they may
-# have to be kept as they came). A 16,000-token OpenAI chat completion streamed is 16,003
-# events and 3.4 MB of SSE (~210 bytes a chunk); with ``top_logprobs=20`` a chunk is
-# ~1.7 kB, 26 MB (both measured on chunks built as the API sends them). 64 MiB holds either
-# with room, and bounds a stream that never ends.
+# Bytes one live answer's recording may hold: a stream's events, and its wire bytes while
+# they may have to be kept as they came; a whole answer's wire bytes (``_passing.py``).
+# A 16,000-token OpenAI chat completion streamed is 16,003 events and 3.4 MB of SSE (~210
+# bytes a chunk); with ``top_logprobs=20`` a chunk is ~1.7 kB, 26 MB (both measured on
+# chunks built as the API sends them). 64 MiB holds either with room, and bounds a stream
+# that never ends, or a file download.
 # The proxy's ``--max-recorded-stream`` sets it for its requests (``recording_bound``).
 MAX_RECORDED_STREAM = 64 * 1024 * 1024
 # The bound for the recordings started in this context, when not ``MAX_RECORDED_STREAM``.
@@ -96,9 +97,25 @@ _BOUND: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 
 
 def recording_bound(limit: int) -> None:
-    """Bound the recordings of streams started in the current context (the proxy's
+    """Bound the recordings of live answers started in the current context (the proxy's
     requests: ``--max-recorded-stream``) to ``limit`` bytes each."""
     _BOUND.set(limit)
+
+
+class Held:
+    """The bytes a live answer's recording holds, against the bound in force: the one rule
+    for a stream (:class:`Recorder`) and a whole answer (``_passing.py``)."""
+
+    __slots__ = ("bound", "held")
+
+    def __init__(self) -> None:
+        self.held = 0
+        self.bound = _BOUND.get() or MAX_RECORDED_STREAM
+
+    def take(self, n: int) -> bool:
+        """Count ``n`` more bytes held; False once they pass the bound."""
+        self.held += n
+        return self.held <= self.bound
 
 
 class CallInfo(Protocol):
@@ -137,7 +154,7 @@ def awire_chunks(live: Any) -> AsyncIterator[bytes]:
     return chunks
 
 
-class Recorder:
+class Recorder(Held):
     """One live stream being recorded: its events so far, and whether it is still open.
 
     It is fed the bytes as they came and keeps its own decoded copy (``codings.py``): a body
@@ -145,11 +162,11 @@ class Recorder:
     coding cut short) is kept as it came, whole, with its header. ``held`` counts the bytes
     it keeps; past ``bound`` it keeps none (``dropped``) and is not stored."""
 
-    __slots__ = ("__weakref__", "_ended", "_lock", "as_sent", "bound", "call", "decoding",
-                 "dropped", "events", "handed", "held", "live", "open", "splitter", "stage",
-                 "t0", "wire")
+    __slots__ = ("__weakref__", "_ended", "_lock", "as_sent", "call", "decoding", "dropped",
+                 "events", "handed", "live", "open", "splitter", "stage", "t0", "wire")
 
     def __init__(self, call: CallInfo, live: Any, t0: float) -> None:
+        super().__init__()
         self.call = call
         self.live = live
         self.t0 = t0
@@ -165,8 +182,6 @@ class Recorder:
         # The wire bytes, while they may have to be kept as they came.
         self.wire: list[bytes] | None = None if self.decoding is None else []
         self._ended = False
-        self.held = 0
-        self.bound = _BOUND.get() or MAX_RECORDED_STREAM
         self.dropped = False
         self.handed = False  # a stream handed to its caller (``track``), not read whole
 
@@ -212,7 +227,8 @@ class Recorder:
         if self._claim():
             if self.handed:  # (a stream read whole is counted by the flow it runs in)
                 record_miss(self.call.name, stored=False)
-            warnings.warn(self._too_long(), DejacacheWarning, stacklevel=4)
+            warnings.warn(past_bound(self.call, self.bound, stream=True), DejacacheWarning,
+                          stacklevel=4)
 
     def end(self) -> None:
         """The body has ended: the decoder's last bytes are read (and it is told whether
@@ -225,7 +241,7 @@ class Recorder:
                     self._take(tail)
 
     def _take(self, chunk: bytes) -> int:
-        # The bound, written out here and in ``feed``: a method call for it cost 0.04 us an
+        # ``Held.take``, written out here and in ``feed``: a method call for it cost 0.04 us an
         # event more (2.90 against 2.86 us an event of a 200-event stream, measured).
         self.held += len(chunk)
         if self.held > self.bound:
@@ -294,38 +310,45 @@ class Recorder:
             warnings.warn(self.describe(why), DejacacheWarning, stacklevel=3)
 
     def describe(self, why: str) -> str:
-        return (f"dejacache: the {self._what()} stream {why}; it was not recorded"
-                f"{self._where()}. Read a stream at least to the event that ends the answer "
-                "to record it.")
+        return (f"dejacache: the {_what(self.call)} stream {why}; it was not recorded"
+                f"{_where(self.call)}. Read a stream at least to the event that ends the "
+                "answer to record it.")
 
-    def _too_long(self) -> str:
-        return (f"dejacache: the {self._what()} stream ({self._url()}) passed {self.bound} "
-                f"bytes held for its recording; it was not recorded{self._where()} (the "
-                "caller still gets every event). Raise the bound with dejacache.http."
-                "recording.MAX_RECORDED_STREAM = <bytes> in-process, or the proxy's "
-                "--max-recorded-stream (max_recorded_stream= of dejacache.proxy()).")
 
-    def _what(self) -> str:
-        """The call, as a person finds it: endpoint name and model."""
-        body = self._request().get("body")
-        model = body.get("model") if isinstance(body, dict) else None
-        return self.call.name + (f" (model {model!r})" if isinstance(model, str) else "")
+def past_bound(call: CallInfo, bound: int, *, stream: bool) -> str:
+    """The warning for a live answer whose recording passed ``bound`` bytes: not stored."""
+    what, gets = ("stream", "every event") if stream else ("answer", "every byte, as it arrives")
+    return (f"dejacache: the {_what(call)} {what} ({_url(call)}) passed {bound} bytes held for "
+            f"its recording; it was not recorded{_where(call)} (the caller still gets {gets})."
+            " Raise the bound with dejacache.http.recording.MAX_RECORDED_STREAM = <bytes> "
+            "in-process, or the proxy's --max-recorded-stream (max_recorded_stream= of "
+            "dejacache.proxy()).")
 
-    def _url(self) -> str:
-        """Method and path, as keyed (credential query values masked already)."""
-        request = self._request()
-        return f"{request.get('method', '?')} {request.get('path', '?')}"
 
-    def _request(self) -> dict[str, Any]:
-        try:
-            request = orjson.loads(self.call.canonical)
-        except orjson.JSONDecodeError:
-            return {}
-        return request if isinstance(request, dict) else {}
+def _what(call: CallInfo) -> str:
+    """The call, as a person finds it: endpoint name and model."""
+    body = _request(call).get("body")
+    model = body.get("model") if isinstance(body, dict) else None
+    return call.name + (f" (model {model!r})" if isinstance(model, str) else "")
 
-    def _where(self) -> str:
-        source = self.call.eff.source
-        return f" in {source}" if source else ""
+
+def _url(call: CallInfo) -> str:
+    """Method and path, as keyed (credential query values masked already)."""
+    request = _request(call)
+    return f"{request.get('method', '?')} {request.get('path', '?')}"
+
+
+def _request(call: CallInfo) -> dict[str, Any]:
+    try:
+        request = orjson.loads(call.canonical)
+    except orjson.JSONDecodeError:
+        return {}
+    return request if isinstance(request, dict) else {}
+
+
+def _where(call: CallInfo) -> str:
+    source = call.eff.source
+    return f" in {source}" if source else ""
 
 
 # ---------------------------------------------------------------- reading ahead

@@ -7,8 +7,10 @@ from the store or calls ``next_transport`` and stores what came back. Automatic 
 (``intercept.py``) runs the same functions from patched transport classes.
 
 Whole bodies go through ``_engine.call_sync``/``call_async`` (modes, single-flight, fail-open
-stores). Server-sent event streams are handed to the caller as they arrive and stored once the
-answer is complete (``recording.py``): a stream abandoned half-way is not a complete answer.
+stores); one larger than the recording bound is handed on as it arrives and not stored
+(``_passing.py``). Server-sent event streams are handed to the caller as they arrive and stored
+once the answer is complete (``recording.py``): a stream abandoned half-way is not a complete
+answer.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from ..stats import record_miss
 from ..stores._base import Record, off_loop
 from . import observers
 from ._libs import LIBRARIES, Lib, lib_named, lib_of
+from ._passing import Passing, aread_bounded, passed_on, read_bounded
 from ._pending import built
 from .aliases import AliasTable, table_for
 from .codings import decoded
@@ -123,6 +126,11 @@ class _Unstored(Exception):
     def __init__(self, value: dict[str, Any]) -> None:
         super().__init__("not stored")
         self.value = value
+
+
+# The value of a live answer handed on as it arrives, past the recording bound
+# (``_passing.py``): only the call that went live holds it (``_Call.live``).
+_PASSED: dict[str, Any] = {}
 
 
 @dataclasses.dataclass(slots=True)
@@ -371,22 +379,13 @@ def _extensions(resp: Any) -> dict[str, Any]:
     return {k: v for k, v in resp.extensions.items() if k != "network_stream"}
 
 
-def _wire(resp: Any) -> bytes | None:
-    """The answer's wire bytes, or None when the transport handed it over already read
-    (``Response(content=...)`` from a ``MockTransport`` handler: ``iter_raw`` raised
-    ``StreamConsumed`` on it, and recording through one failed)."""
-    return None if resp.is_stream_consumed else b"".join(resp.iter_raw())
-
-
-async def _awire(resp: Any) -> bytes | None:
-    return None if resp.is_stream_consumed else b"".join([c async for c in resp.aiter_raw()])
-
-
 def _read_whole(call: _Call, resp: Any, raw: bytes | None) -> dict[str, Any]:
-    """The stored value of a whole (non-stream) answer read as ``raw`` wire bytes; the caller
-    gets those bytes and every header as they came (its client decodes them as it would).
-    ``raw`` None (see :func:`_wire`): the caller gets the decoded content, without the
-    headers of the wire encoding."""
+    """The stored value of a whole (non-stream) answer read as ``raw`` wire bytes
+    (``_passing.read_bounded``); the caller gets those bytes and every header as they came
+    (its client decodes them as it would). ``raw`` None, when the transport handed the
+    answer over read already (``Response(content=...)`` from a ``MockTransport`` handler:
+    ``iter_raw`` raised ``StreamConsumed`` on it, and recording through one failed): the
+    caller gets the decoded content, without the headers of the wire encoding."""
     m = call.lib.module
     if raw is None:
         body = resp.content
@@ -408,6 +407,15 @@ def _read_whole(call: _Call, resp: Any, raw: bytes | None) -> dict[str, Any]:
                                       body=body, credentials=call.credentials))
 
 
+def _past_bound(call: _Call, resp: Any, passing: Passing, rec: Recorder | None, *,
+                is_async: bool) -> Any:
+    """The caller's answer to a live ``resp`` read up to the recording bound and no further
+    (``_passing.py``): not stored; said by the stream recorder ``rec`` when one read it."""
+    headers = resp.headers if rec is None else _handed_headers(resp, rec.as_sent)
+    return passed_on(call, call.lib, resp, passing, headers, is_async=is_async,
+                     said=rec is not None)
+
+
 def _kept(call: _Call, value: dict[str, Any]) -> dict[str, Any]:
     """A live answer as stored: tagged with the call it answers, before the store keeps it."""
     return value if call.aliases is None else call.aliases.keep(call.key, value)
@@ -415,11 +423,7 @@ def _kept(call: _Call, value: dict[str, Any]) -> dict[str, Any]:
 
 def _read_events(call: _Call, resp: Any, rec: Recorder, chunks: list[bytes]) -> dict[str, Any]:
     """The stored value of a stream read whole (an SSE answer to a call that did not ask for
-    a stream); the caller gets its bytes as they came (``recording.wire_chunks``). One whose
-    recording passed its bound is handed on whole and never stored; the calls waiting on
-    its flight get it whole too (the caller's bytes: the recorder holds none)."""
-    if rec.dropped:
-        raise _Unstored(_read_whole(call, resp, b"".join(chunks) if rec.as_sent else None))
+    a stream); the caller gets its bytes as they came (``recording.wire_chunks``)."""
     m = call.lib.module
     rec.end()
     call.live = m.Response(resp.status_code, headers=_handed_headers(resp, rec.as_sent),
@@ -487,18 +491,33 @@ def _live_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> dict[st
     try:
         with _bypass():
             resp = _received(call, send(_sending(call, request)))
+        value, handed = _PASSED, None
         try:
             if _is_stream_answer(resp):
                 rec = Recorder(call, resp, t0)
-                chunks = []
-                for chunk in wire_chunks(resp):
+                chunks: list[bytes] = []
+                source = wire_chunks(resp)
+                for chunk in source:
                     chunks.append(chunk)
                     rec.feed(chunk)
-                value = _read_events(call, resp, rec, chunks)
+                    if rec.dropped:
+                        handed = Passing(chunks, source, rec.bound)
+                        call.live = _past_bound(call, resp, handed, rec, is_async=False)
+                        break
+                else:
+                    value = _read_events(call, resp, rec, chunks)
             else:
-                value = _read_whole(call, resp, _wire(resp))
+                raw = read_bounded(resp)
+                if isinstance(raw, Passing):
+                    handed = raw
+                    call.live = _past_bound(call, resp, raw, None, is_async=False)
+                else:
+                    value = _read_whole(call, resp, raw)
         finally:
-            resp.close()
+            if handed is None:
+                resp.close()  # (else the caller's answer closes it)
+        if value is _PASSED:
+            raise _Unstored(value)
     except Exception as exc:
         if not (call.sequenced and call.lib.transport_error(exc)):
             raise
@@ -524,7 +543,16 @@ def _stream_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> Any:
         raise  # pragma: no cover
     if not _is_stream_answer(resp):
         try:
-            value = _read_whole(call, resp, _wire(resp))
+            raw = read_bounded(resp)
+        except BaseException:
+            resp.close()
+            raise
+        if isinstance(raw, Passing):
+            d.advance(flow, d.ran(None, keep=False))
+            record_miss(call.name, stored=False)
+            return _past_bound(call, resp, raw, None, is_async=False)
+        try:
+            value = _read_whole(call, resp, raw)
         finally:
             resp.close()
         d.advance(flow, d.ran(value))
@@ -550,11 +578,17 @@ def handle_sync(
     try:
         if call.stream:
             return _stream_sync(call, request, send)
-        try:
-            value = call_sync(eff, call.name, KIND, *call.first,
-                              lambda: _live_sync(call, request, send), rekey=call.rekey)
-        except _Unstored as u:
-            value = u.value
+        while True:
+            try:
+                value = call_sync(eff, call.name, KIND, *call.first,
+                                  lambda: _live_sync(call, request, send), rekey=call.rekey)
+            except _Unstored as u:
+                value = u.value
+            if value is not _PASSED:
+                break
+            if call.live is not None:
+                return call.live
+            # (the flight it waited on was handed on, not kept: it goes live itself)
     except ReplayMiss as miss:
         raise native_miss(_explained(call, miss)) from None
     return _respond(call, request, value, is_async=False)
@@ -573,18 +607,33 @@ async def _live_async(
             resp = _received(call, await send(_sending(call, request)))
         finally:
             _BYPASS.reset(token)
+        value, handed = _PASSED, None
         try:
             if _is_stream_answer(resp):
                 rec = Recorder(call, resp, t0)
-                chunks = []
-                async for chunk in awire_chunks(resp):
+                chunks: list[bytes] = []
+                source = awire_chunks(resp)
+                async for chunk in source:
                     chunks.append(chunk)
                     rec.feed(chunk)
-                value = _read_events(call, resp, rec, chunks)
+                    if rec.dropped:
+                        handed = Passing(chunks, source, rec.bound)
+                        call.live = _past_bound(call, resp, handed, rec, is_async=True)
+                        break
+                else:
+                    value = _read_events(call, resp, rec, chunks)
             else:
-                value = _read_whole(call, resp, await _awire(resp))
+                raw = await aread_bounded(resp)
+                if isinstance(raw, Passing):
+                    handed = raw
+                    call.live = _past_bound(call, resp, raw, None, is_async=True)
+                else:
+                    value = _read_whole(call, resp, raw)
         finally:
-            await resp.aclose()
+            if handed is None:
+                await resp.aclose()
+        if value is _PASSED:
+            raise _Unstored(value)
     except Exception as exc:
         if not (call.sequenced and call.lib.transport_error(exc)):
             raise
@@ -613,7 +662,16 @@ async def _stream_async(
         _BYPASS.reset(token)
     if not _is_stream_answer(resp):
         try:
-            value = _read_whole(call, resp, await _awire(resp))
+            raw = await aread_bounded(resp)
+        except BaseException:
+            await resp.aclose()
+            raise
+        if isinstance(raw, Passing):
+            await d.advance(flow, d.ran(None, keep=False))
+            record_miss(call.name, stored=False)
+            return _past_bound(call, resp, raw, None, is_async=True)
+        try:
+            value = _read_whole(call, resp, raw)
         finally:
             await resp.aclose()
         await d.advance(flow, d.ran(value))
@@ -646,12 +704,18 @@ async def handle_async(
     try:
         if call.stream:
             return await _stream_async(call, built(request), send)
-        try:
-            value = await call_async(eff, call.name, KIND, *call.first,
-                                     lambda: _live_async(call, built(request), send),
-                                     rekey=call.rekey)
-        except _Unstored as u:
-            value = u.value
+        while True:
+            try:
+                value = await call_async(eff, call.name, KIND, *call.first,
+                                         lambda: _live_async(call, built(request), send),
+                                         rekey=call.rekey)
+            except _Unstored as u:
+                value = u.value
+            if value is not _PASSED:
+                break
+            if call.live is not None:
+                return call.live
+            # (as in handle_sync)
     except ReplayMiss as miss:
         raise native_miss(_explained(call, miss)) from None
     return _respond(call, request, value, is_async=True)

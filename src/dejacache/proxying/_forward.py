@@ -11,7 +11,10 @@ and the session's cassette's. What is the proxy's own:
   on, and keyed, as the client sent it;
 - an AWS request is signed again with the proxy's credentials on its way out (``_aws.py``);
 - the answer goes back with ``Content-Length``, or, for a stream, one chunk per piece as
-  it arrives (live) or per recorded event (replay);
+  it arrives (live) or per recorded event (replay); a whole answer larger than the
+  recording bound (``--max-recorded-stream``), which the exchange hands on unrecorded
+  (``http/_passing.py``), goes back as it arrives too, never held whole: with the
+  upstream's ``Content-Length`` when it sent one, else in chunks;
 - what the exchange raises becomes an answer in the upstream's own error shape
   (``Provider.error_answer``): a replay miss (404, so no SDK retries it) whose message is
   the miss report, an upstream that failed (502), a proxy that cannot send (502).
@@ -22,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import orjson
@@ -32,6 +35,7 @@ from .._secrets import mask_text, placeholder
 from ..cassettes.placeholder_keys import carries_placeholder
 from ..errors import ConfigurationError, ReplayDivergence, ReplayMiss
 from ..http._libs import Lib
+from ..http._passing import Passing, ahanded, aread_bounded
 from ..http._pending import Pending, built
 from ..http.headers import credential_values
 from ..http.providers import Provider, all_providers, detect
@@ -276,28 +280,43 @@ class Forwarder:
             if resp.is_stream_consumed:  # a replayed whole body, decoded already
                 body = resp.content
             elif is_stream(resp.headers.get("content-type")):
-                await self._stream(resp, status, [(k, v) for k, v in headers
-                                                  if k.lower() not in _HOP_ANSWER], out)
+                await self._stream(resp.aiter_raw(), status, headers, None, out)
                 return
             else:
-                body = b"".join([part async for part in resp.aiter_raw()])
+                # Whole when it fits the recording bound (as recorded, with its length);
+                # else as it arrives: the exchange held that much of it at most, so does
+                # the proxy (the answer to a request not recorded, ``--mode off``, too).
+                read = await aread_bounded(resp)
+                if isinstance(read, Passing):
+                    await self._stream(ahanded(read), status, headers,
+                                       resp.headers.get("content-length"), out)
+                    return
+                body = read if read is not None else resp.content
             await out.write(_whole(status, headers, body, False))
         finally:
             await resp.aclose()
 
-    async def _stream(self, resp: Any, status: int, headers: list[tuple[str, str]],
-                      out: Out) -> None:
-        await out.write(head_bytes(status, [*headers, ("transfer-encoding", "chunked")]))
+    async def _stream(self, parts: AsyncIterator[bytes], status: int,
+                      headers: list[tuple[str, str]], length: str | None, out: Out) -> None:
+        """The answer written as ``parts`` arrive, each once the client took the last (its
+        writes wait while it is slow to read): its bytes as they came, framed by
+        ``length`` (the upstream's ``Content-Length``: those are the bytes it counted) or
+        else in chunks."""
+        framed = length if length is not None and length.isdigit() else None
+        kept = [(k, v) for k, v in headers if k.lower() not in _HOP_ANSWER]
+        kept.append(("content-length", framed) if framed else ("transfer-encoding", "chunked"))
+        await out.write(head_bytes(status, kept))
         try:
-            async for part in resp.aiter_raw():
+            async for part in parts:
                 if part:
-                    await out.write(chunk(part))
+                    await out.write(part if framed else chunk(part))
         except Exception as exc:  # the upstream failed half-way: so does the answer
             if not self.lib.transport_error(exc):
                 raise
             out.abort()
             return
-        await out.write(LAST_CHUNK)
+        if not framed:
+            await out.write(LAST_CHUNK)
 
 
 def hidden(text: str, headers: Sequence[tuple[str, str]], url: Any = None) -> str:

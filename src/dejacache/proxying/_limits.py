@@ -8,7 +8,7 @@ The per-request limits (a body's size, a head's, a request's pace) are the parse
 connection's; without these two, a thousand clients each within them (uploading 200 MiB, or
 opening sockets and sending nothing) still held it all at once. A WebSocket message's bound,
 ``MAX_MESSAGE``, is the WebSocket sessions' own (``ws/_message.py`` says why 64 MiB); the
-bytes one live stream's recording may hold, ``MAX_RECORDED_STREAM``, the recorder's own
+bytes one live answer's recording may hold, ``MAX_RECORDED_STREAM``, the recorder's own
 (``http/recording.py`` says why 64 MiB).
 """
 

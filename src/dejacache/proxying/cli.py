@@ -102,9 +102,9 @@ def _add_proxy(sub: Any) -> None:
                         "way; the side sending a larger one is closed with 1009 (default: "
                         "67108864, 64 MiB)")
     p.add_argument("--max-recorded-stream", metavar="BYTES", type=int, default=None,
-                   help="bytes one live stream's recording may hold; a longer stream still "
-                        "reaches the client whole, but is not recorded, with a warning "
-                        "(default: 67108864, 64 MiB)")
+                   help="bytes one live answer's recording may hold; a longer stream or "
+                        "download still reaches the client whole, as it arrives, but is not "
+                        "recorded, with a warning (default: 67108864, 64 MiB)")
     p.add_argument("--node-helper", metavar="DIR", default=None,
                    help="copy the helper for Node test runners (dejacache-proxy.mjs, a "
                         "cassette per test; and its types) into DIR, and exit")

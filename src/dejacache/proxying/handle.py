@@ -246,8 +246,9 @@ def proxy(
     ``max_connections``, ``max_buffered``, ``max_message``: its ``--max-connections``
     (default 256), ``--max-buffered`` (bytes of request bodies held at once; default 1 GiB)
     and ``--max-message`` (bytes of one WebSocket message; default 64 MiB);
-    ``max_recorded_stream``: its ``--max-recorded-stream`` (bytes one live stream's
-    recording may hold: past it the stream is not recorded; default 64 MiB); the other
+    ``max_recorded_stream``: its ``--max-recorded-stream`` (bytes one live answer's
+    recording may hold, a stream's or a download's: past it the answer is passed on as it
+    arrives and not recorded; default 64 MiB); the other
     arguments are ``dejacache.cassette``'s."""
     # (checked here: a bad value never starts one)
     from ._config import limit_count, timeout_seconds
