@@ -84,3 +84,31 @@ def test_only_immutable_values_are_keyed_and_members_under_their_class() -> None
         assert not _captures.immutable(v)
     assert _captures.form(Mode.A) == {"\x00enum": [f"{__name__}:Mode", 1]}
     assert _captures.form((Mode.A, 2)) == [{"\x00enum": [f"{__name__}:Mode", 1]}, 2]
+
+
+def test_methods_under_decorators_and_odd_class_attributes() -> None:
+    import functools
+    from unittest import mock
+
+    def deco(f: Any) -> Any:
+        @functools.wraps(f)
+        def wrapper(*a: Any) -> Any:
+            return f(*a)
+
+        return wrapper
+
+    def made(tag: str) -> type:
+        class Cfg:
+            odd = mock.MagicMock()  # every attribute, __wrapped__ too: no function of it
+
+            @deco
+            def label(self) -> str:
+                return tag
+
+            @functools.cached_property
+            def cached(self) -> str:
+                return tag * 2
+
+        return Cfg
+
+    assert _captures.values(_captures.class_cells(made("a")))[0] == {"tag": "a"}

@@ -17,7 +17,6 @@ that is not data (``_receiver``): its methods may answer by it, so no key may ho
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as _dt
 import enum
@@ -102,16 +101,20 @@ def class_cells(t: type) -> tuple[tuple[str, Any], ...]:
 
 def _functions(klass: type) -> list[types.FunctionType]:
     """The functions ``klass``'s body defines: methods, static and class methods,
-    properties' accessors, under their decorators (``@cache``'s, any ``functools.wraps``)."""
+    properties' accessors, a ``cached_property``'s, under their decorators (``@cache``'s,
+    any ``functools.wraps``)."""
     out: list[types.FunctionType] = []
     for v in vars(klass).values():
-        parts = (v.fget, v.fset, v.fdel) if isinstance(v, property) else (
-            getattr(v, "__func__", v),)
-        for f in parts:
-            with contextlib.suppress(ValueError):  # (a cycle of __wrapped__)
-                f = inspect.unwrap(f) if f is not None else f
-            if isinstance(f, types.FunctionType):
-                out.append(f)
+        if isinstance(v, property):
+            parts: tuple[Any, ...] = (v.fget, v.fset, v.fdel)
+        else:
+            # (any class attribute: one whose __getattr__ raises is no function of it)
+            try:
+                parts = (inspect.unwrap(getattr(v, "__func__", None) or v),
+                         getattr(v, "func", None))
+            except Exception:
+                continue
+        out.extend(f for f in parts if isinstance(f, types.FunctionType))
     return out
 
 
