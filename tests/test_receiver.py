@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import enum
 import io
 import socket
 import threading
@@ -748,8 +749,8 @@ def test_dict_values_tuples_and_later_items_are_keyed(store: dejacache.MemorySto
         assert _key(box(a)) != _key(box(b))
         assert _key(box(a)) == _Toolbox.ask.cache_key(box(a), "q")  # type: ignore[attr-defined]
         assert box(a).ask("q") == box(a).ask("q")
-    # a set's objects are not read: it stays left out
-    assert _Toolbox.ask.explain(box({_Tool("a")}), "q").left_out == ("self.tools",)  # type: ignore[attr-defined]
+    # a set's objects are keyed too (test_plain_objects_in_a_set_are_keyed_by_their_data)
+    assert _key(box({_Tool("a")})) != _key(box({_Tool("b")}))
     # a list without plain objects is written as it was
     assert _Toolbox.ask.explain(box([["m:C", {}]]), "q").arguments["self"][1] == {  # type: ignore[attr-defined]
         "tools": [["m:C", {}]]}
@@ -900,3 +901,298 @@ def test_a_volatile_path_under_the_instance_is_applied_once() -> None:
         "pair": ["", ["a:b", "<volatile>"]]}
     assert _Pair.ask.cache_key(_Pair("a:b"), "q") != _Pair.ask.cache_key(  # type: ignore[attr-defined]
         _Pair("c:d"), "q")
+
+
+# Plain objects inside a set or frozenset an instance holds: keyed as in a list, as a set.
+
+
+def _boxed(tools: Any) -> _Toolbox:
+    b = _Toolbox()
+    b.tools = tools
+    return b
+
+
+def test_plain_objects_in_a_set_are_keyed_by_their_data(store: dejacache.MemoryStore) -> None:
+    # Both used to get "['a']: hi": the set was left out, one answer for both.
+    assert _boxed({_Tool("a")}).ask("hi") == "['a']: hi"
+    assert _boxed({_Tool("b")}).ask("hi") == "['b']: hi"
+    assert _boxed({_Tool("a")}).ask("hi") == "['a']: hi"  # the same data: a hit
+    assert len(list(store.iterate())) == 2
+    parts = _Toolbox.ask.explain(_boxed({_Tool("b"), _Tool("a")}), "q")  # type: ignore[attr-defined]
+    assert parts.left_out == ()
+    tool = f"{__name__}:_Tool"
+    assert parts.arguments["self"][1] == {"tools": [":", {"\x00set": [
+        [tool, {"name": "a"}], [tool, {"name": "b"}]]}]}
+    # a frozenset is the same data; a list or tuple of the same objects is not
+    assert _key(_boxed(frozenset({_Tool("a"), _Tool("b")}))) == _key(
+        _boxed({_Tool("b"), _Tool("a")}))
+    assert _key(_boxed([_Tool("a"), _Tool("b")])) != _key(_boxed({_Tool("a"), _Tool("b")}))
+    assert _key(_boxed((_Tool("a"),))) != _key(_boxed({_Tool("a")}))
+    # inside the containers already walked, mixed with data, and sets in sets
+    for a, b in (([{_Tool("a")}], [{_Tool("b")}]), ({"s": {_Tool("a")}}, {"s": {_Tool("b")}}),
+                 ({"x", _Tool("a"), 1}, {"x", _Tool("b"), 1}),
+                 ({frozenset({_Tool("a")})}, {frozenset({_Tool("b")})}),
+                 ({("x", _Tool("a"))}, {("x", _Tool("b"))})):
+        assert _Toolbox.ask.explain(_boxed(a), "q").left_out == ()  # type: ignore[attr-defined]
+        assert _key(_boxed(a)) != _key(_boxed(b))
+        assert _key(_boxed(a)) == str(_Toolbox.ask.cache_key(_boxed(a), "q"))  # type: ignore[attr-defined]
+    # a set of data is keyed as it was
+    assert _Toolbox.ask.explain(_boxed({"b", "a"}), "q").arguments["self"][1] == {  # type: ignore[attr-defined]
+        "tools": {"\x00set": ["a", "b"]}}
+
+
+@settings(deadline=None, derandomize=True, max_examples=100,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=1, max_size=5, unique=True),
+       st.lists(st.sampled_from(["x", "y", 1, 2.5]), max_size=3), st.randoms())
+def test_a_set_of_objects_is_keyed_whatever_its_order(names: list[str], data: list[Any],
+                                                      rnd: Any) -> None:
+    items = [*map(_Tool, names), *data]
+    keys_ = set()
+    for _ in range(3):  # new objects, inserted in another order: another iteration order
+        rnd.shuffle(items)
+        fresh = [_Tool(i.name) if isinstance(i, _Tool) else i for i in items]
+        keys_.add(_BOX.key("", (_boxed(set(fresh)), "q"), {}))
+        keys_.add(_BOX.key("", (_boxed([1, {"t": frozenset(reversed(fresh))}]), "q"), {}))
+    assert len(keys_) == 2
+
+
+def test_a_set_of_objects_keys_alike_under_any_hash_seed(tmp_path: Any) -> None:
+    import pathlib
+    import subprocess
+    import sys
+
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import dejacache\n"
+        "class Tool:\n"
+        "    def __init__(self, n): self.n = n\n"
+        "class Agent:\n"
+        "    def __init__(self):\n"
+        "        self.tools = {Tool('a'), Tool('b'), 'x', 'y', 3, frozenset({Tool('c'), 'z'})}\n"
+        "        self.named = [{Tool(str(i)) for i in range(20)}]\n"
+        "    @dejacache.cache\n"
+        "    def ask(self, q): return q\n"
+        "print(Agent.ask.cache_key(Agent(), 'q'))\n")
+    env = {"PATH": "/usr/bin:/bin",
+           "PYTHONPATH": str(pathlib.Path(dejacache.__file__).parents[1])}
+    keys_ = {subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            check=True, cwd=tmp_path, timeout=60,
+                            env={**env, "PYTHONHASHSEED": seed}).stdout
+             for seed in ("1", "2", "3")}
+    assert len(keys_) == 1
+
+
+class _Set(_Toolbox):
+    @dejacache.cache(volatile=["self.tools[*].started_at"])
+    def ask_masked(self, q: str) -> str:
+        return q
+
+    @dejacache.cache(volatile=["self.tools[0].started_at"])
+    def ask_first_masked(self, q: str) -> str:
+        return q
+
+
+def test_a_set_of_objects_keeps_the_limits(store: dejacache.MemoryStore) -> None:
+    from dejacache._receiver import NESTED_DEPTH
+
+    def key(tools: Any, method: Any = _Toolbox.ask) -> str:
+        b = _Set()
+        b.tools = tools
+        return str(method.cache_key(b, "q"))
+
+    # one member that is not data leaves the set out, named; key_self=True names the path
+    locked = {_Tool("a"), _Tool("b", lock=threading.Lock())}
+    assert _Toolbox.ask.explain(_boxed(locked), "q").left_out == ("self.tools",)  # type: ignore[attr-defined]
+    with pytest.raises(dejacache.ConfigurationError, match=(
+            r"self\.tools\[\*\]\.lock \(_thread\.lock\) is not data; .*"
+            r"mask it \(volatile=\['self\.tools\[\*\]\.lock'\]\)")):
+        _boxed(locked).ask_strict("q")
+    # a path masks what would leave it out; [*] reaches every member, an index none
+    assert _Set.ask_masked.explain(_boxed({_Tool("a", started_at=threading.Lock())}),  # type: ignore[attr-defined]
+                                   "q").left_out == ()
+    masked, first = _Set.ask_masked, _Set.ask_first_masked
+    one, two = {_Tool("a", started_at=1)}, {_Tool("a", started_at=2)}
+    assert key(one, masked) == key(two, masked)
+    assert key(one, first) != key(two, first)
+    assert key(one) != key(two)
+    # a cycle back to the receiver is named
+    box = _Toolbox()
+    back = _Tool("a")
+    back.owner = box  # type: ignore[attr-defined]
+    box.tools = {back}
+    assert _Toolbox.ask.explain(box, "q").left_out == ("self.tools",)  # type: ignore[attr-defined]
+    with pytest.raises(dejacache.ConfigurationError, match=r"self\.tools\[\*\]\.owner .* cycle"):
+        box.ask_strict("q")
+    # a set counts as a level
+    deep: Any = _Tool("a")
+    for _ in range(NESTED_DEPTH - 3):  # the set, _Tool("x"), the lists, _Tool("a")
+        deep = [deep]
+    assert _Toolbox.ask.explain(_boxed({_Tool("x", deep=deep)}), "q").left_out == ()  # type: ignore[attr-defined]
+    assert _Toolbox.ask.explain(_boxed({_Tool("x", deep=[deep])}), "q").left_out == (  # type: ignore[attr-defined]
+        "self.tools",)
+
+
+def test_credentials_of_objects_in_a_set_are_masked() -> None:
+    box = _boxed({_Tool("a", api_key="sk-live-123456789"), _Tool("b")})
+    canonical = _Toolbox.ask.explain(box, "q").canonical  # type: ignore[attr-defined]
+    assert "sk-live-123456789" not in canonical
+    other = _boxed({_Tool("a", api_key="sk-live-987654321"), _Tool("b")})
+    assert _key(box) != _key(other)  # masked by a keyed digest: still told apart
+
+
+# Classes a factory makes share one qualified name: what their methods captured tells them
+# apart (``_captures``).
+
+
+def _cfg_class(tag: Any) -> type:
+    class Cfg:
+        def __init__(self) -> None:
+            self.x = 1
+
+        def label(self) -> Any:
+            return tag
+
+    return Cfg
+
+
+class _Holder:
+    def __init__(self, c: Any) -> None:
+        self.c = c
+
+    @dejacache.cache
+    def go(self) -> Any:
+        return self.c.label()
+
+    @dejacache.cache(key_self=True)
+    def go_strict(self) -> Any:
+        return self.c.label()
+
+
+def test_classes_a_factory_makes_are_keyed_by_what_they_captured(
+    store: dejacache.MemoryStore,
+) -> None:
+    # Both used to answer "one": one class tag, the same attributes.
+    assert _Holder(_cfg_class("one")()).go() == "one"
+    assert _Holder(_cfg_class("two")()).go() == "two"
+    assert _Holder(_cfg_class("one")()).go() == "one"  # the same data: a hit
+    assert len(list(store.iterate())) == 2
+    parts = _Holder.go.explain(_Holder(_cfg_class("one")()))  # type: ignore[attr-defined]
+    assert parts.left_out == ()
+    assert parts.arguments["self"][1]["c"] == [
+        f"{__name__}:_cfg_class.<locals>.Cfg", {"x": 1, "<captured>": {"tag": "one"}}]
+    # the receiver itself, its escaped attributes, its bases', and an immutable capture
+    key = _Holder.go.cache_key  # type: ignore[attr-defined]
+
+    def receiver(tag: Any) -> type:
+        class Base:
+            def name(self) -> Any:
+                return tag
+
+        class Agent(Base):
+            @dejacache.cache
+            def ask(self, q: str) -> str:
+                return f"{self.name()}: {q}"
+
+        return Agent
+
+    agents = receiver("a"), receiver("b")
+    assert [a().ask("q") for a in agents] == ["a: q", "b: q"]
+    one, two = agents[0](), agents[0]()
+    one.__dict__["<captured>"] = {"tag": "x"}  # an attribute never spells the captures
+    assert type(one).ask.explain(one, "q").arguments["self"][1] == {  # type: ignore[attr-defined]
+        "<<captured>": {"tag": "x"}, "<captured>": {"tag": "a"}}
+    assert type(two).ask.explain(two, "q").arguments["self"][1] == {"<captured>": {"tag": "a"}}  # type: ignore[attr-defined]
+    assert key(_Holder(_cfg_class(("x", 1))())) != key(_Holder(_cfg_class(("x", 2))()))
+    assert key(_Holder(_cfg_class(Color.RED)())) != key(_Holder(_cfg_class(1)()))
+
+
+class Color(enum.Enum):
+    RED = 1
+
+
+def test_a_capture_that_is_not_data_leaves_its_object_out_and_named(
+    store: dejacache.MemoryStore,
+) -> None:
+    calls: list[str] = []
+    held = _Holder(_cfg_class(calls)())
+    # a nested object: left out whole, as for an attribute that is not data
+    assert _Holder.go.explain(held).left_out == ("self.c",)  # type: ignore[attr-defined]
+    with pytest.raises(dejacache.ConfigurationError, match=(
+            r"self\.c\.<captured>\.tag \(builtins\.list\) is captured by a method of its "
+            r"class and is not immutable data; make it immutable")):
+        held.go_strict()
+
+    # the receiver: that capture left out and named, the rest of it keyed; what the method
+    # itself captures is its own key's, by the closure rule (a list it appends to: out)
+    def receiver(tag: str, log: list[str], seen: list[str]) -> type:
+        class Agent:
+            def __init__(self, model: str) -> None:
+                self.model = model
+
+            def _record(self, q: str) -> None:
+                log.append(q)
+
+            @dejacache.cache
+            def ask(self, q: str) -> str:
+                self._record(q)
+                seen.append(q)
+                return f"{tag}/{self.model}: {q}"
+
+        return Agent
+
+    a = receiver("a", calls, [])("m")
+    parts = type(a).ask.explain(a, "q")  # type: ignore[attr-defined]
+    assert parts.left_out == ("self.<captured>.log",)
+    assert parts.arguments["self"][1] == {"model": "m"}
+    assert parts.arguments["<captured>"] == {"tag": "a"}  # (the method's own)
+    assert a.ask("q") == "a/m: q"
+    assert receiver("b", calls, [])("m").ask("q") == "b/m: q"
+
+
+# Keys of a receiver whose classes are written at a module's top level, computed on main
+# before classes made in a function were keyed by their captures: they must never change.
+class _PinTool:
+
+    def __init__(self, name: str, **more: Any) -> None:
+        self.name = name
+        self.__dict__.update(more)
+
+
+@dataclasses.dataclass
+class _PinSpec:
+    model: str
+    tags: frozenset[str] = frozenset()
+
+
+class _PinColor(enum.Enum):
+    RED = 1
+
+
+class _PinAgent:
+
+    def __init__(self) -> None:
+        self.model = "m"
+        self.tools = [_PinTool("a", n=1), _PinTool("b", c=_PinColor.RED)]
+        self.by = {"s": _PinTool("s")}
+        self.names = {"x", "y", "z"}
+        self.frozen = frozenset({1, 2})
+        self.pair = ["a:b", 1]
+        self.inner = _PinTool("i", deep=_PinTool("j", tags={"p", "q"}))
+        self.lock = threading.Lock()
+        self.spec = _PinSpec("x", frozenset({"u"}))
+        self.sets = [{"k", "l"}, frozenset({3})]
+
+    def ask(self, q: str) -> str:
+        return q
+
+
+for _pinned in (_PinTool, _PinSpec, _PinColor, _PinAgent):
+    _pinned.__module__ = "pin"  # (the test module's name depends on how pytest is run)
+
+
+def test_keys_of_classes_written_at_top_level_did_not_change() -> None:
+    kb = KeyBuilder(_PinAgent.ask, "ask")
+    masked = KeyBuilder(_PinAgent.ask, "ask", volatile=["self.tools[*].n"])
+    assert kb.key("ns", (_PinAgent(), "q"), {}) == "55a35b2d3c69b81f2027adfe011939b4"
+    assert masked.key("ns", (_PinAgent(), "q"), {}) == "079920e1d3ae71322bb5d2636f461908"

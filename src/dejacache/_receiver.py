@@ -26,11 +26,19 @@ attribute's list spells an object: a tag always holds a ``:``.
 A list, tuple or dict (its values) holding plain objects is keyed by the same rule, each
 object in its ``[tag, data]`` form, the container written ``[":", items]`` (:func:`_container`):
 ``":"`` is no class's tag, and a two-item list starting with it is escaped, so a list of
-objects never spells a list of lists that look like them. Containers count towards the depth
+objects never spells a list of lists that look like them. A set's items are
+:class:`Members`, which the canonicaliser writes as a set (sorted by their canonical forms,
+so the key is the same under any hash seed); a member's step in a path is :data:`MEMBER`,
+which ``[*]`` reaches and no index does. Containers count towards the depth
 and a container on the way down is a cycle; one item that is not data leaves the whole
 container out. The hit path looks at a container's first item only (a 200-message history is
 not walked on every call); a container whose plain objects come later fails the key, and the
 key is written again with every container walked (``deep``).
+
+A class made in a function (``make.<locals>.Cfg``) shares its qualified name with every
+class that function makes: its objects' data also holds what its methods capture
+(``_captures``; :func:`_captured`). A captured value that is not immutable leaves a nested
+object out, as an attribute that is not data does, and is left out of the receiver's.
 
 An attribute the key cannot hold (a client, a lock, a socket, a callable, anything the
 canonicaliser refuses) is left out and named (``KeyParts.left_out``), never an error, unless
@@ -44,6 +52,7 @@ asked about only when the key cannot be written with it (:func:`recheck`).
 
 from __future__ import annotations
 
+import copy as _copy
 import dataclasses
 import datetime as _dt
 import enum
@@ -53,28 +62,43 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from uuid import UUID
 
+from . import _captures
+from ._captures import class_tag
 from ._core import volatile as _vol
 from ._secrets import with_secrets, wraps_secret
 from .errors import ConfigurationError
 
-__all__ = ["ITEMS", "NESTED_DEPTH", "Receiver", "class_tag", "model_data", "receiver_form",
-           "recheck", "rule_for"]
+__all__ = ["ITEMS", "MEMBER", "NESTED_DEPTH", "Members", "Receiver", "class_tag", "model_data",
+           "receiver_form", "recheck", "rule_for"]
 
 #: How many plain objects deep a receiver's attributes are followed (``self.a.b.c``...).
 NESTED_DEPTH = 8
 #: The first item of a container holding plain objects as the key writes it, ``[ITEMS, items]``.
 ITEMS = ":"
+#: A set member's step in a path (``self.tools[*].name``): it has no index, so ``[*]`` is
+#: the one path step that reaches it, and an index never does (which member is the second
+#: changes with the process's hash seed).
+MEMBER = -1
+
+
+class Members(tuple[Any, ...]):
+    """The items of a set holding plain objects, each in its form: keyed as a set is (the
+    canonicaliser sorts their canonical forms), not in the order the set gave them."""
+
+    __slots__ = ()
+
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 # Values of these types are always keyed, with a spelling of their own (``keys._tagged``).
 _LEAVES = (bytes, bytearray, memoryview, _dt.date, _dt.time, _dt.timedelta, UUID, str, int,
            float)
 # Values of these may be keyed, as their content says.
-_CONTAINERS = (set, frozenset, enum.Enum, Mapping, list, tuple)
+_CONTAINERS = (enum.Enum, Mapping, list, tuple)
 # OBJECT: a plain object, data when each of its attributes is (:func:`_nested`); ARRAY: a
 # list or tuple, which the key writes as an array (ASK, and :func:`_escaped` when of two);
-# MAP: a dict (ASK); both walked for plain objects (:func:`_container`).
-NEVER, ALWAYS, ASK, OBJECT, ARRAY, MAP = 0, 1, 2, 3, 4, 5
+# MAP: a dict (ASK); SET: a set or frozenset (ASK); all walked for plain objects
+# (:func:`_container`).
+NEVER, ALWAYS, ASK, OBJECT, ARRAY, MAP, SET = 0, 1, 2, 3, 4, 5, 6
 _VERDICT: dict[type, int] = {}  # per attribute type (``_verdict``)
 _RULES: dict[type, Receiver] = {}  # per plain object type (``_rule``), and by its tag:
 _KINDS: dict[str, type] = {}
@@ -93,10 +117,6 @@ _NOT_DATA_MODULES = frozenset({
 AS_IS, FIELDS, MODEL, BUILTIN, PLAIN = range(5)
 
 
-def class_tag(t: type) -> str:
-    return f"{t.__module__}:{t.__qualname__}"
-
-
 def model_data(obj: Any) -> Any:
     """A model's data as keys hold it: its JSON dump, its secrets keyed by their values."""
     try:
@@ -112,12 +132,24 @@ class Receiver:
     """What the key does with receivers of one class, worked out once per class: its kind,
     its tag, and where its data is (field names, slot descriptors, the base type's copy)."""
 
-    __slots__ = ("base", "fields", "kind", "slots", "tag")
+    __slots__ = ("base", "cells", "fields", "kind", "slots", "tag")
 
     def __init__(self, kind: int, t: type, fields: tuple[str, ...] = (),
                  base: Callable[[Any], Any] | None = None) -> None:
         self.kind, self.tag, self.fields, self.base = kind, class_tag(t), fields, base
         self.slots = _slot_members(t) if kind in (BUILTIN, PLAIN) else ()
+        # What the methods of a class made in a function captured (none for a class written
+        # at a module's top level): the class's qualified name is that of every class the
+        # function makes, so these tell them apart (:func:`_captured`).
+        self.cells = _captures.class_cells(t) if kind != AS_IS else ()
+
+    def but(self, own: tuple[Any, ...]) -> Receiver:
+        """This rule for the receiver of a method whose own closure holds cells ``own``:
+        without them, which that method's key holds by the closure rule (``keys._Captures``:
+        its ``ignore=`` honoured, a list it appends to left out as it always was)."""
+        rule = _copy.copy(self)
+        rule.cells = tuple((n, c) for n, c in self.cells if not any(c is o for o in own))
+        return rule
 
 
 def rule_for(t: type) -> Receiver:
@@ -183,11 +215,30 @@ At = tuple[str | int, ...]
 Why = tuple[At, type, str]
 _NOT_DATA = "is not data"
 _CYCLE = "refers back to an object holding it (a cycle)"
+_UNKEPT = "is captured by a method of its class and is not immutable data"
 
 
 def dotted(at: At) -> str:
-    """``("self", "tools", 1, "lock")`` -> ``self.tools[1].lock`` (a volatile path's syntax)."""
-    return "".join(f"[{s}]" if type(s) is int else f".{s}" for s in at).lstrip(".")
+    """``("self", "tools", 1, "lock")`` -> ``self.tools[1].lock`` (a volatile path's syntax;
+    a set's member is ``[*]``)."""
+    return "".join(("[*]" if s == MEMBER else f"[{s}]") if type(s) is int else f".{s}"
+                   for s in at).lstrip(".")
+
+
+def _captured(data: dict[str, Any], rule: Receiver
+              ) -> tuple[dict[str, Any], list[tuple[str, Any]]]:
+    """``data`` of an object whose class's methods capture values (``rule.cells``), with
+    the immutable ones under ``CAPTURED`` (an attribute starting with ``<`` gets one more,
+    so none spells it), and ``(name, value)`` of the others: its methods may answer by them,
+    so the object is not data (:data:`_UNKEPT`). Read at each call, as a closure's are (the
+    factory may rebind them): a receiver holding one such object with one captured str
+    costs 78k instructions a hit, 61k when its captures were left out (callgrind); a class
+    written at a module's top level pays one attribute read."""
+    keyed, other = _captures.values(rule.cells)
+    out = {("<" + k if type(k) is str and k[:1] == "<" else k): v for k, v in data.items()}
+    if keyed:
+        out[_captures.CAPTURED] = keyed
+    return out, other
 
 
 class _Walk:
@@ -218,10 +269,17 @@ def receiver_form(value: Any, rule: Receiver, recv: str, paths: tuple[_vol.Path,
     if rule.kind == AS_IS:
         return value, ()
     data = _data(value, rule)
-    if paths or patterns:
-        data = _vol.apply({recv: data}, paths, patterns)[recv]
     out: list[Any] = []
     whys: dict[Any, Why] | None = None
+    if rule.cells:  # (a class made in a function: what its methods captured)
+        data, unkept = _captured(data, rule)
+        for name, v in unkept:
+            k = f"{_captures.CAPTURED}.{name}"
+            out.append(k)
+            whys = whys or {}
+            whys[k] = (recv, _captures.CAPTURED, name), type(v), _UNKEPT
+    if paths or patterns:
+        data = _vol.apply({recv: data}, paths, patterns)[recv]
     walk = None
     for k, v in data.items():
         if not every:  # (the hit path, inlined for what is not a plain object)
@@ -239,7 +297,8 @@ def receiver_form(value: Any, rule: Receiver, recv: str, paths: tuple[_vol.Path,
                     continue
                 # (:func:`_starts_with_object` inlined: the call cost a list 0.15 µs a hit; a
                 # type not seen yet is walked once the key fails, then known)
-                first = (v[0] if verdict == ARRAY else next(iter(v.values()))) if v else None
+                first = (v[0] if verdict == ARRAY else next(iter(
+                    v.values() if verdict == MAP else v))) if v else None
                 if not deep and _VERDICT.get(type(first)) != OBJECT:
                     if verdict == ARRAY and len(v) == 2:
                         data[k] = _escaped(v)
@@ -264,7 +323,7 @@ def _starts_with_object(v: Any, verdict: int) -> bool:
     look, so a container of data costs the hit path what it did (a 200-message history)."""
     if not v:
         return False
-    first = v[0] if verdict == ARRAY else next(iter(v.values()))
+    first = v[0] if verdict == ARRAY else next(iter(v.values() if verdict == MAP else v))
     t = type(first)
     return t not in _SCALARS and (_VERDICT[t] if t in _VERDICT else _verdict(t)) == OBJECT
 
@@ -329,15 +388,17 @@ def _attr(data: Any, k: Any, v: Any, at: At, walk: _Walk, ask: bool,
 
 
 def _container(v: Any, at: At, walk: _Walk) -> list[Any] | Why | None:
-    """A list's, tuple's or mapping's form when it holds plain objects (at any depth),
-    ``[ITEMS, items]``, each item as an attribute is written; None when it holds none (the
-    key writes it as it is); else why not (an item that is not data, a cycle, too deep)."""
+    """A list's, tuple's, mapping's or set's form when it holds plain objects (at any
+    depth), ``[ITEMS, items]``, each item as an attribute is written (a set's in
+    :class:`Members`, at :data:`MEMBER`); None when it holds none (the key writes it as it
+    is); else why not (an item that is not data, a cycle, too deep)."""
     oid = id(v)
     if oid in walk.active:
         return at, type(v), _CYCLE
     if len(at) > NESTED_DEPTH + 1:
         return None  # the key tries it: a plain object in it then leaves it out
     mapping = isinstance(v, dict)
+    members = isinstance(v, (set, frozenset))
     items: Any = dict(v) if mapping else list(v)
     before = walk.objects
     walk.active.add(oid)
@@ -345,14 +406,17 @@ def _container(v: Any, at: At, walk: _Walk) -> list[Any] | Why | None:
         for k, item in (list(items.items()) if mapping else enumerate(items)):
             if type(item) in _SCALARS:
                 continue
-            why = _attr(items, k, item, at, walk, False, None if mapping else k)
+            why = _attr(items, k, item, at, walk, False,
+                        None if mapping else MEMBER if members else k)
             if why is not None:
                 return why
     finally:
         walk.active.discard(oid)
     # Written as it is when it holds no plain object, escapes undone: as the hit path, which
     # does not walk it, writes it.
-    return [ITEMS, items] if walk.objects > before else None
+    if walk.objects == before:
+        return None
+    return [ITEMS, Members(items) if members else items]
 
 
 def _nested(value: Any, at: At, walk: _Walk) -> list[Any] | Why:
@@ -373,6 +437,11 @@ def _nested(value: Any, at: At, walk: _Walk) -> list[Any] | Why:
             if why is not None:
                 return why
         data = _data(value, rule)
+        if rule.cells:
+            data, unkept = _captured(data, rule)
+            if unkept:  # (its methods may answer by it: the object is not data)
+                name, v = unkept[0]
+                return (*at, _captures.CAPTURED, name), type(v), _UNKEPT
         if walk.paths or walk.patterns:
             data = _masked(data, at, walk)
         every = walk.every
@@ -490,11 +559,13 @@ def _without(data: dict[str, Any], out: list[Any], tag: str, recv: str, strict: 
         at, t, reason = whys.get(first) or ((recv, str(first)), type(data[first]), _NOT_DATA)
         if len(at) > 2 or reason != _NOT_DATA:
             path = dotted(at)
+            fix = ("make it immutable (a tuple, a frozen dataclass...), give its class a "
+                   "__dejacache_key__," if reason == _UNKEPT else "make it data, give its "
+                   f"class a __dejacache_key__, mask it (volatile=['{path}']),")
             raise ConfigurationError(
                 f"key_self=True on {where}: attribute {first!r} of {tag} cannot be keyed: "
-                f"{path} ({_name_of(t)}) {reason}; make it data, give its class a "
-                f"__dejacache_key__, mask it (volatile=['{path}']), or drop key_self=True "
-                "to leave it out of the key")
+                f"{path} ({_name_of(t)}) {reason}; {fix} or drop key_self=True to leave it "
+                "out of the key")
         raise ConfigurationError(
             f"key_self=True on {where}: attribute {first!r} of {tag} "
             f"({_name_of(t)}) cannot be keyed; make it data, give the class "
@@ -519,6 +590,8 @@ def _verdict(t: type) -> int:
         found = ARRAY
     elif issubclass(t, dict):  # (another Mapping may compute its values: the key asks it)
         found = MAP
+    elif issubclass(t, (set, frozenset)):
+        found = SET
     elif issubclass(t, _CONTAINERS):
         found = ASK
     elif issubclass(t, _LEAVES) or _late_leaf(t) or wraps_secret(t):

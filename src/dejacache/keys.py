@@ -44,11 +44,11 @@ from uuid import UUID
 import orjson
 import xxhash
 
+from . import _captures, _secrets
 from . import _keys_segments as _seg
-from . import _secrets
 from ._core import volatile as _vol
 from ._lazy import pattern, served
-from ._receiver import Receiver, class_tag, model_data, receiver_form, recheck, rule_for
+from ._receiver import Members, Receiver, class_tag, model_data, receiver_form, recheck, rule_for
 from .errors import ConfigurationError, UnhashableArgument
 
 if TYPE_CHECKING:
@@ -128,8 +128,7 @@ _SIMPLE = (_LEAF - _TAG_LEAF) | {int, bool}
 # met before its module is loaded, so the sets grow (rebound, never mutated) the first time
 # one is: a miss in _clean asks _late_leaf, the general path refreshes once per call, and a
 # by-parts write that met one first falls back to the whole write, which gives the same bytes.
-_LATE = {"decimal": ("Decimal",),
-         "pathlib": ("PurePosixPath", "PureWindowsPath", "PosixPath", "WindowsPath")}
+_LATE = _captures.LATE
 _LATE_DONE: set[str] = set()
 _LATE_PENDING = True  # some module of _LATE not added yet
 
@@ -431,7 +430,7 @@ def _tagged(value: Any) -> Any:
     pl = sys.modules.get("pathlib")
     if pl is not None and isinstance(value, pl.PurePath):
         return {_TAG + "path": value.as_posix()}
-    if isinstance(value, (set, frozenset)):
+    if isinstance(value, (set, frozenset, Members)):  # (a receiver's set of plain objects)
         return {_TAG + "set": [orjson.Fragment(i) for i in sorted(_item(v) for v in value)]}
     if isinstance(value, enum.Enum):  # (orjson writes members itself: _Canon tags them)
         return {_TAG + "enum": [_class_name(t), value.value]}
@@ -603,6 +602,8 @@ class _Canon:
                 return self._mapping(obj, path, depth, place)
             finally:
                 self.loose -= 1
+        if t is Members:  # a receiver's set of plain objects, each in its form: a set
+            return self._held(self._set, obj, path, depth)
         if t is list or t is tuple or (isinstance(obj, (list, tuple)) and not (
                 hasattr(t, "_fields") or hasattr(t, "__dejacache_key__"))):
             item = _vol.telemetry_item(place)
@@ -1229,63 +1230,6 @@ _FAST_KINDS = (_PK, inspect.Parameter.KEYWORD_ONLY, _VAR_KW)
 # a str, so no binding (whose names all are) nor keyword can ever write it.
 _REFUSED: Any = None
 _ARG_N = pattern(r"arg[0-9]+")  # compiled when first used
-# The member holding a closure's captured values (``_Captures.bind``): not an identifier,
-# and the one ``**kwargs`` key that could spell it is escaped.
-_CAPTURED = "<captured>"
-
-
-@functools.lru_cache(maxsize=256)
-def _assigned_free(code: Any) -> frozenset[str]:
-    """Free variables a function (or a function inside it) assigns with ``nonlocal``: its own
-    state (a counter), not what it was made with; keyed, every call would miss."""
-    import dis  # decorating a closure only
-
-    out: set[str] = set()
-    stack = [code]
-    while stack:
-        c = stack.pop()
-        out.update(str(i.argval) for i in dis.get_instructions(c)
-                   if i.opname in ("STORE_DEREF", "DELETE_DEREF"))
-        stack.extend(k for k in c.co_consts if inspect.iscode(k))
-    return frozenset(out)
-
-
-def _captured_cells(target: Any, ignore: frozenset[str]) -> tuple[tuple[str, Any], ...]:
-    """The cells of a closure whose values its key holds (``_Captures.bind``): what
-    ``make(1)`` and ``make(2)`` were made with. Not ``__class__`` (``super()``'s), nor
-    variables it assigns itself, nor those ``ignore=`` names."""
-    closure = getattr(target, "__closure__", None)
-    code = getattr(target, "__code__", None)
-    if not closure or code is None:
-        return ()
-    mine = _assigned_free(code)
-    return tuple((n, c) for n, c in zip(code.co_freevars, closure, strict=False)
-                 if n != "__class__" and n not in mine and n not in ignore)
-
-
-# Captured values keyed as data: immutable ones. A list, a dict, an object, a function or a
-# module captured by a closure is most often a client, a helper or a counter the function
-# appends to (its contents change each call, and keying them would make every call miss):
-# those stay out of the key, as they always were.
-_IMMUTABLE: frozenset[type] = frozenset({type(None), bool, int, float, str, bytes,
-                                         _dt.datetime, _dt.date, _dt.time, _dt.timedelta,
-                                         UUID})
-
-
-def _immutable(v: Any, depth: int = 0) -> bool:
-    t = type(v)
-    if t in _IMMUTABLE or isinstance(v, enum.Enum):
-        return t is not _dt.time or v.tzinfo is None or v.utcoffset() is not None
-    if depth > 8:
-        return False
-    if t.__module__ in _LATE:  # Decimal, PurePath and its kinds
-        return t in _LEAF or _late_leaf(t)
-    if isinstance(v, (tuple, frozenset)):  # named tuples too
-        return all(_immutable(x, depth + 1) for x in v)
-    params = getattr(t, "__dataclass_params__", None)
-    if params is not None and params.frozen:
-        return all(_immutable(getattr(v, f.name), depth + 1) for f in dataclasses.fields(v))
-    return False
 
 
 def _receiver(target: Any, sig: inspect.Signature) -> str | None:
@@ -1348,6 +1292,7 @@ class KeyBuilder:
         "_all_plain",
         "_arg_paths",
         "_cells",
+        "_closure",
         "_defaults",
         "_drop",
         "_escape_kw",
@@ -1425,7 +1370,8 @@ class KeyBuilder:
         self._fast = False
         self._plan = False
         # A closure's captured values are part of its calls (``_Captures``).
-        self._cells = _captured_cells(target, self._ignore)
+        self._cells = _captures.cells(target, self._ignore)
+        self._closure: tuple[Any, ...] = getattr(target, "__closure__", None) or ()
         self._free: tuple[str, ...] = getattr(getattr(target, "__code__", None),
                                               "co_freevars", ())
         if target is not None:
@@ -1600,6 +1546,8 @@ class KeyBuilder:
         rule = seen[1]
         if seen[0] is not t or rule is None:
             rule = rule_for(t)
+            if rule.cells and self._closure:
+                rule = rule.but(self._closure)
             self._seen = (t, rule)
         return receiver_form(value, rule, self._recv or "self", self._recv_paths,
                              self.patterns, self._key_self is True, self.name, _keyable, every,
@@ -1809,29 +1757,10 @@ class _Captures(KeyBuilder):
         if any(type(k) is str and k[:1] == "<" for k in bound):
             bound = {"<" + k if type(k) is str and k[:1] == "<" else k: v
                      for k, v in bound.items()}
-        values = {}
-        for name, cell in self._cells:
-            try:
-                v = cell.cell_contents
-            except ValueError:  # not assigned yet
-                continue
-            if _immutable(v):
-                values[name] = _captured_form(v)
+        values = _captures.values(self._cells)[0]
         if values:
-            bound = {**bound, _CAPTURED: values}
+            bound = {**bound, _captures.CAPTURED: values}
         return bound
-
-
-def _captured_form(v: Any) -> Any:
-    """A captured value as the key holds it: an Enum member (bare, or in a plain tuple)
-    under its class, since inside plain data it would be its value (``_Canon.loose``). The
-    tag is escaped like a caller's NUL key in the full form, which these members always take
-    (no dict is captured as data, so nothing else writes it)."""
-    if isinstance(v, enum.Enum):
-        return {_TAG + "enum": [_class_name(type(v)), _captured_form(v.value)]}
-    if type(v) is tuple:
-        return [_captured_form(x) for x in v]
-    return v
 
 
 def call_key(
