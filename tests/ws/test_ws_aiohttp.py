@@ -139,6 +139,40 @@ def test_a_server_message_over_max_msg_size_leaves_its_window_unrecorded(
         asyncio.run(run(server.url))
 
 
+def test_a_client_message_over_the_bound_goes_live_and_is_not_recorded(
+        tmp_path: pathlib.Path, server: LoopbackServer, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """A message the app sends over the recording's bound (64 MiB; 1,000 bytes here) still
+    reaches the server, and so do the app's later ones; the session is recorded up to it
+    (the window before it is whole) and not past it, with one warning naming the bound.
+    Replayed, that message misses."""
+    from dejacache.ws import _message
+
+    monkeypatch.setattr(_message, "MAX_MESSAGE", 1000)
+    pad = "p" * 2000
+
+    async def run() -> list[Any]:
+        async with aiohttp.ClientSession() as s, s.ws_connect(server.url) as ws:
+            out = [await ws.receive_json()]
+            for msg in ({"n": 0}, {"n": 1, "pad": pad}, {"n": 2}):
+                await ws.send_json(msg)
+                out.append(await ws.receive_json())
+            return out
+
+    path = tmp_path / "huge.json"
+    with dejacache.cassette(path, mode="record"), pytest.warns(
+            dejacache.DejacacheWarning, match="over the 1000 bytes") as said:
+        assert asyncio.run(run())[1:] == [{"ack": 0}, {"ack": 1}, {"ack": 2}]
+    assert len([w for w in said if "1000 bytes" in str(w.message)]) == 1
+    entries = json.loads(path.read_text())["entries"]
+    assert [e["request"].get("body") for e in entries] == [None, {"n": 0}]
+    assert entries[1]["response"]["messages"][0][1] == {"json": {"ack": 0}}
+    assert pad.encode() not in path.read_bytes()
+    server.stop()
+    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss):
+        asyncio.run(run())
+
+
 @pytest.mark.parametrize(("last", "code"), [({"close": 1000}, 1000), ({"drop": True}, 1006)])
 def test_a_close_frame_and_a_drop_replay_as_they_ended(
         tmp_path: pathlib.Path, server: LoopbackServer, last: dict[str, Any], code: int
