@@ -28,7 +28,7 @@ import orjson
 from ..errors import SerializationError
 
 __all__ = ["ABNORMAL", "MAX_MESSAGE", "TOO_BIG", "UPGRADE_HEADERS", "Answer", "Closed", "Cut",
-           "Handshake", "Message", "Refused", "canonical_message", "json_of",
+           "Faulted", "Handshake", "Message", "Refused", "canonical_message", "json_of",
            "larger_than", "message_of", "onward", "server_cut", "stored", "too_big"]
 
 #: Response headers that belong to one connection's upgrade: a replay's own handshake makes
@@ -80,6 +80,14 @@ class Cut(Closed):
     """The end of a session cut because a message passed the size bound: the window it was
     recording is not stored (a replay of it would be a session shorter than the live one,
     served as if whole; without it, the replay misses)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Faulted(Closed):
+    """The end of a session the client's own library made, refusing what the server sent
+    (a protocol error, text that is not UTF-8): the code it closed with and its error's
+    text. The server sent it, so it is recorded (``"error": true`` in the stored close) and
+    replayed as that library reports it, not as a close the server made."""
 
 
 def larger_than(m: Message, limit: int) -> bool:
