@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dejacache.ws._message import Message, canonical_message, message_of, onward, stored
+from dejacache.ws._message import (
+    Message,
+    canonical_message,
+    larger_than,
+    message_of,
+    onward,
+    stored,
+)
 
 _JSON = st.recursive(st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1)
                      | st.text(max_size=20) | st.floats(allow_nan=False, allow_infinity=False),
@@ -58,3 +65,14 @@ def test_the_stored_forms_read_well() -> None:
     (1000, 1000), (1001, 1001), (1009, 1009), (1011, 1011), (4001, 4001)])
 def test_a_close_passed_on_carries_a_code_a_close_frame_may(heard: int, sent: int) -> None:
     assert onward(heard) == sent
+
+
+@pytest.mark.parametrize(("data", "limit", "over"), [
+    ("a" * 10, 10, False), ("a" * 11, 10, True), (b"x" * 10, 10, False), (b"x" * 11, 10, True),
+    ("\u00e9" * 5, 10, False), ("\u00e9" * 6, 10, True),  # 2 bytes each in UTF-8
+    ("\U0001f600" * 3, 12, False), ("\U0001f600" * 3, 11, True),  # 4 bytes each
+    ("", 0, False), ("a", 0, True),
+])
+def test_a_message_is_over_a_bound_by_its_bytes_on_the_wire(data: str | bytes, limit: int,
+                                                             over: bool) -> None:
+    assert larger_than(Message(data), limit) is over

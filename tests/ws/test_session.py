@@ -5,7 +5,7 @@ from __future__ import annotations
 import orjson
 
 from dejacache.http.providers.openai_realtime import PROVIDER as REALTIME
-from dejacache.ws._message import Answer, Closed, Cut, Message
+from dejacache.ws._message import Answer, Closed, Cut, Faulted, Message
 from dejacache.ws._session import SessionState, answer_of, error_of, handshake_value
 
 
@@ -48,6 +48,25 @@ def test_a_window_a_message_over_the_bound_cut_is_marked_so_the_client_told() ->
     s.heard(Closed(1000, ""), 1.1)
     w = s.take_window()
     assert w is not None and not w.cut
+
+
+def test_an_end_the_clients_library_made_is_stored_and_played_as_its_own() -> None:
+    """A ``Faulted`` end (the client's library refused a frame the server sent) is kept with
+    ``"error": true`` and played back as one; a server's close stays a ``Closed``."""
+    s = SessionState(REALTIME, "n", realtime=False)
+    s.open_window(0.0)
+    s.heard(Faulted(1007, "Invalid UTF-8 text message"), 0.5)
+    w = s.take_window()
+    assert w is not None and not w.cut
+    v = w.value(REALTIME, "")
+    assert v["close"] == {"code": 1007, "reason": "Invalid UTF-8 text message", "at": 0.5,
+                          "error": True}
+    back = SessionState(REALTIME, "n", realtime=False)
+    back.play(orjson.loads(orjson.dumps(v)), 0.0)
+    assert [item for _, item in back.pending] == [Faulted(1007, "Invalid UTF-8 text message")]
+    plain = SessionState(REALTIME, "n", realtime=False)
+    plain.play({"messages": [], "close": {"code": 1007, "reason": "", "at": 0}}, 0.0)
+    assert type(plain.pending[0][1]) is Closed
 
 
 def test_played_windows_are_due_at_their_offsets_only_in_realtime() -> None:

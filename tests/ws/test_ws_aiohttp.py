@@ -16,7 +16,7 @@ import pytest
 
 aiohttp = pytest.importorskip("aiohttp")
 
-from ws_support import LoopbackServer, echo, free_port  # noqa: E402
+from ws_support import LoopbackServer, RawServer, echo, free_port  # noqa: E402
 
 import dejacache  # noqa: E402
 from dejacache.errors import ReplayMiss  # noqa: E402
@@ -109,34 +109,131 @@ def test_server_pings_are_ponged_live_and_need_no_recording(
     assert b"are you there" not in path.read_bytes()
 
 
+def _shape(msg: Any) -> list[Any]:
+    """A received ``WSMessage`` as the app reads it: an ERROR's exception by class, code
+    and text (its identity differs from run to run)."""
+    data = msg.data
+    if isinstance(data, BaseException):
+        data = [type(data).__name__, getattr(data, "code", None), str(data)]
+    elif isinstance(data, str):
+        data = data[:20]
+    return [msg.type, data, msg.extra]
+
+
+async def _over(url: str, bound: int, size: int) -> list[Any]:
+    async with aiohttp.ClientSession() as s, s.ws_connect(url, max_msg_size=bound) as ws:
+        out = [await ws.receive_json()]
+        await ws.send_json({"n": 0})
+        out.append(await ws.receive_json())
+        await ws.send_json({"big": size})
+        out += [_shape(await ws.receive()), ws.closed, ws.close_code]
+        if ws.closed:  # (else nothing more comes)
+            out.append(_shape(await ws.receive()))
+        return out
+
+
 def test_a_server_message_over_max_msg_size_leaves_its_window_unrecorded(
         tmp_path: pathlib.Path, server: LoopbackServer) -> None:
     """aiohttp's own bound (``max_msg_size``, 4 MiB by default) refuses the message and
-    closes the connection with 1009: the client is closed with 1011 naming the bound, as the
-    websockets clients are; the window it cut is not stored, so a replay misses there
-    rather than replaying a close the server never sent."""
-    async def run(url: str) -> Any:
-        async with aiohttp.ClientSession() as s, s.ws_connect(url, max_msg_size=1000) as ws:
-            await ws.receive_json()
-            await ws.send_json({"n": 0})
-            acked = await ws.receive_json()
-            await ws.send_json({"big": 5000})
-            msg = await ws.receive()
-            return acked, [msg.type, msg.data, msg.extra, ws.close_code]
-
+    closes the connection with 1009: the app gets aiohttp's ERROR message as it does
+    unrecorded; the window it cut is not stored, so a replay misses there rather than
+    replaying a close the server never sent."""
+    live = asyncio.run(_over(server.url, 1000, 5000))
+    assert live[2][:2] == [aiohttp.WSMsgType.ERROR,
+                           ["WebSocketError", 1009, "Message size 5000 exceeds limit 1000"]]
     path = tmp_path / "big.json"
     with dejacache.cassette(path, mode="record"):
-        acked, end = asyncio.run(run(server.url))
-    assert acked == {"ack": 0}
-    assert end == [aiohttp.WSMsgType.CLOSE, 1011,
-                   "dejacache: the server's message over the 1000 bytes limit; "
-                   "raise max_msg_size= of ws_connect()", 1011]
+        assert asyncio.run(_over(server.url, 1000, 5000)) == live
     entries = json.loads(path.read_text())["entries"]
     assert [e["request"].get("body") for e in entries] == [None, {"n": 0}]
     assert "close" not in entries[1]["response"]
     server.stop()
     with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss):
-        asyncio.run(run(server.url))
+        asyncio.run(_over(server.url, 1000, 5000))
+
+
+@pytest.mark.parametrize("size", [999, 1000, 5000])
+def test_a_replay_refuses_a_message_over_max_msg_size_as_aiohttp_does(
+        tmp_path: pathlib.Path, server: LoopbackServer, size: int) -> None:
+    """Recorded with no bound, replayed with ``max_msg_size=1000``: the app sees what
+    aiohttp gives it live with that bound (a message of exactly the bound is refused too),
+    not the message."""
+    live = asyncio.run(_over(server.url, 1000, size))
+    path = tmp_path / "unbounded.json"
+    with dejacache.cassette(path, mode="record"):
+        whole = asyncio.run(_over(server.url, 0, size))
+    assert whole[2][:2] == [aiohttp.WSMsgType.TEXT, "y" * min(size, 20)]
+    server.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert asyncio.run(_over(server.url, 1000, size)) == live
+
+
+@pytest.mark.parametrize(("frame", "code"), [
+    (bytes((0xC1, 2)) + b"hi", 1002),  # RSV1 set, no extension negotiated: protocol error
+    (bytes((0x81, 2)) + b"\xff\xfe", 1007),  # a text frame that is not UTF-8
+], ids=["reserved-bit", "invalid-utf8"])
+def test_a_frame_aiohttp_refuses_is_recorded_and_replayed_as_its_error(
+        tmp_path: pathlib.Path, frame: bytes, code: int) -> None:
+    """A server frame aiohttp refuses reaches the app as aiohttp's ERROR message (and a
+    close with that code), live, recorded and replayed alike: the server sent it, so the
+    window keeps it, marked as the client's library's error, not the server's close."""
+    raw = RawServer(frame)
+
+    async def run() -> list[Any]:
+        async with aiohttp.ClientSession() as s, s.ws_connect(raw.url) as ws:
+            out = [await ws.receive_json()]
+            await ws.send_json({"n": 0})
+            out += [_shape(await ws.receive()), ws.closed, ws.close_code]
+            out.append(_shape(await ws.receive()))
+            return out
+
+    try:
+        live = asyncio.run(run())
+        assert live[1][0] is aiohttp.WSMsgType.ERROR and live[1][1][:2] == ["WebSocketError",
+                                                                              code]
+        path = tmp_path / "bad.json"
+        with dejacache.cassette(path, mode="record"):
+            assert asyncio.run(run()) == live
+    finally:
+        raw.stop()
+    close = json.loads(path.read_text())["entries"][1]["response"]["close"]
+    assert {k: close[k] for k in ("code", "error")} == {"code": code, "error": True}
+    with dejacache.cassette(path, mode="replay"):
+        assert asyncio.run(run()) == live
+
+
+def test_a_client_message_over_the_bound_goes_live_and_is_not_recorded(
+        tmp_path: pathlib.Path, server: LoopbackServer, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """A message the app sends over the recording's bound (64 MiB; 1,000 bytes here) still
+    reaches the server, and so do the app's later ones; the session is recorded up to it
+    (the window before it is whole) and not past it, with one warning naming the bound.
+    Replayed, that message misses."""
+    from dejacache.ws import _message
+
+    monkeypatch.setattr(_message, "MAX_MESSAGE", 1000)
+    pad = "p" * 2000
+
+    async def run() -> list[Any]:
+        async with aiohttp.ClientSession() as s, s.ws_connect(server.url) as ws:
+            out = [await ws.receive_json()]
+            for msg in ({"n": 0}, {"n": 1, "pad": pad}, {"n": 2}):
+                await ws.send_json(msg)
+                out.append(await ws.receive_json())
+            return out
+
+    path = tmp_path / "huge.json"
+    with dejacache.cassette(path, mode="record"), pytest.warns(
+            dejacache.DejacacheWarning, match="over the 1000 bytes") as said:
+        assert asyncio.run(run())[1:] == [{"ack": 0}, {"ack": 1}, {"ack": 2}]
+    assert len([w for w in said if "1000 bytes" in str(w.message)]) == 1
+    entries = json.loads(path.read_text())["entries"]
+    assert [e["request"].get("body") for e in entries] == [None, {"n": 0}]
+    assert entries[1]["response"]["messages"][0][1] == {"json": {"ack": 0}}
+    assert pad.encode() not in path.read_bytes()
+    server.stop()
+    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss):
+        asyncio.run(run())
 
 
 @pytest.mark.parametrize(("last", "code"), [({"close": 1000}, 1000), ({"drop": True}, 1006)])

@@ -10,6 +10,7 @@ client context trusts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import ipaddress
 import pathlib
@@ -171,3 +172,105 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class RawServer:
+    """A WebSocket server written from the wire up (RFC 6455), on a free loopback port in a
+    thread of its own: it answers the handshake, sends ``{"hello": true}``, and answers the
+    client's first message with ``frame`` (bytes as they go on the wire: the tests send
+    frames no library writes, reserved bits set or text that is not UTF-8). It then answers
+    a close frame with its own, and ends."""
+
+    GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+    def __init__(self, frame: bytes) -> None:
+        import socket
+
+        self.frame = frame
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(4)
+        self.port = self.sock.getsockname()[1]
+        self._thread = threading.Thread(target=self._serve, daemon=True, name="ws-raw")
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/raw"
+
+    def stop(self) -> None:
+        self.sock.close()
+        self._thread.join(10)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:  # stopped
+                return
+            with conn:
+                conn.settimeout(10)
+                with contextlib.suppress(OSError):  # the client went first
+                    self._session(conn)
+
+    def _session(self, conn: Any) -> None:
+        import base64
+        import hashlib
+
+        head = b""
+        while b"\r\n\r\n" not in head:
+            got = conn.recv(4096)
+            if not got:
+                return
+            head += got
+        lines = head.split(b"\r\n\r\n")[0].split(b"\r\n")
+        fields = dict(ln.split(b":", 1) for ln in lines[1:])
+        key = next(v.strip() for k, v in fields.items() if k.lower() == b"sec-websocket-key")
+        accept = base64.b64encode(hashlib.sha1(key + self.GUID).digest())
+        conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                     b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+        hello = b'{"hello":true}'
+        conn.sendall(bytes((0x81, len(hello))) + hello)
+        reader = _FrameReader(conn)
+        opcode, _ = reader.frame()
+        if opcode is None:
+            return
+        conn.sendall(self.frame)
+        while True:
+            opcode, payload = reader.frame()
+            if opcode is None:
+                return
+            if opcode == 8:  # the client's close: answered with its code
+                conn.sendall(bytes((0x88, len(payload[:2]))) + payload[:2])
+                return
+
+
+class _FrameReader:
+    """A client's masked frames off a socket: ``(opcode, payload)``, ``(None, b"")`` at
+    the end."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.buf = b""
+
+    def _take(self, n: int) -> bytes | None:
+        while len(self.buf) < n:
+            got = self.conn.recv(65536)
+            if not got:
+                return None
+            self.buf += got
+        out, self.buf = self.buf[:n], self.buf[n:]
+        return out
+
+    def frame(self) -> tuple[int | None, bytes]:
+        head = self._take(2)
+        if head is None:
+            return None, b""
+        n = head[1] & 0x7F
+        if n == 126:
+            n = int.from_bytes(self._take(2) or b"\0\0", "big")
+        elif n == 127:
+            n = int.from_bytes(self._take(8) or bytes(8), "big")
+        mask = self._take(4) or bytes(4)
+        data = self._take(n) or b""
+        return head[0] & 0x0F, bytes(b ^ mask[i % 4] for i, b in enumerate(data))

@@ -192,7 +192,7 @@ async def relay(session: Session, upstream: Upstream, req: Request, rest: str,
     endpoint = Endpoint("wss" if url.startswith("wss:") else "ws", max_message, _RAISE_WITH)
     endpoint.feed(_request_bytes(req))
     ws = AsyncSession(session.eff, keyed, _open_live(sent, max_message),
-                      realtime=session.options.realtime)
+                      realtime=session.options.realtime, max_message=max_message)
     provider = _provider(ws.route.provider, upstream)
     try:
         answer = await ws.open()

@@ -10,23 +10,41 @@ raises ``ReplayMiss`` from ``send_str()`` itself. The handshake is made of what 
 would send: the session's default headers, the call's, ``auth``, the cookie jar's cookies
 for the URL, the subprotocols and the origin. A refusal is raised as
 ``WSServerHandshakeError``, a connection failure as ``ClientOSError``; the live side, when
-one is needed, is the original ``ws_connect`` with the caller's arguments. A server message
-over the caller's ``max_msg_size``, which aiohttp refuses live (1009 to the server), ends
-the session as the websockets clients' bound does (``_message.server_cut``).
+one is needed, is the original ``ws_connect`` with the caller's arguments.
+
+What aiohttp refuses of the server's reaches the app as aiohttp makes it, recorded or
+replayed: an ``ERROR`` message holding its ``WebSocketError`` (the connection closed with
+its code). A frame it refuses for what the server did (a protocol error, 1002; text that is
+not UTF-8, 1007) is recorded as such (``_message.Faulted``); a message over the caller's
+``max_msg_size`` (1009) ends a recording without storing the window it cut (the message was
+never read: ``_message.Cut``), and a replay applies the caller's bound to each recorded
+message by aiohttp's own rule, so a smaller bound than the recording's refuses as live.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
-from collections.abc import Callable, Coroutine, Generator
+from collections.abc import Coroutine, Generator
 from typing import Any
 
 from ..config import Effective
 from ..http.transport import Options
 from ._drive import AsyncSession
-from ._message import ABNORMAL, TOO_BIG, Answer, Closed, Handshake, Message, Refused, server_cut
+from ._message import (
+    ABNORMAL,
+    TOO_BIG,
+    Answer,
+    Closed,
+    Cut,
+    Faulted,
+    Handshake,
+    Message,
+    Refused,
+    larger_than,
+)
 
 __all__ = ["Connecting", "connect_in_block"]
 
@@ -50,13 +68,11 @@ class Connecting:
 
 
 class _Live:
-    """The live side: aiohttp's own WebSocket (``bound``: its ``max_msg_size``, read when
-    a message passes it)."""
+    """The live side: aiohttp's own WebSocket."""
 
-    def __init__(self, ws: Any, bound: Callable[[], int]) -> None:
+    def __init__(self, ws: Any) -> None:
         self.ws = ws
         self.answer = Answer(101, [], ws.protocol)
-        self.bound = bound
 
     async def send(self, m: Message) -> None:
         if m.binary:
@@ -89,12 +105,13 @@ class _Live:
             return Message(bytes(msg.data))
         if msg.type is aiohttp.WSMsgType.CLOSE:
             return Closed(int(msg.data), str(msg.extra or ""))
-        if (msg.type is aiohttp.WSMsgType.ERROR and isinstance(msg.data, aiohttp.WebSocketError)
-                and msg.data.code == TOO_BIG):
-            # aiohttp closed it (1009 to the server), not the server: stored as the
-            # server's close, it was replayed as one the server never sent, after a window
-            # one message short.
-            return server_cut(self.bound(), "max_msg_size= of ws_connect()")
+        if msg.type is aiohttp.WSMsgType.ERROR and isinstance(msg.data, aiohttp.WebSocketError):
+            # aiohttp closed it (with this code, to the server), not the server: stored as
+            # the server's close, it reached the app as a CLOSE message, where aiohttp
+            # gives an ERROR. Over max_msg_size, the message was refused from its header
+            # (never read): the window it cut is not stored.
+            err = msg.data
+            return (Cut if err.code == TOO_BIG else Faulted)(int(err.code), str(err))
         # No close frame came (a CLOSE message is the only one that carries one): 1006,
         # though aiohttp reports 1000 when the stream ended and it closed its end cleanly.
         code = self.ws.close_code
@@ -112,37 +129,64 @@ async def _live(session: Any, orig: Any, url: str, kwargs: dict[str, Any]) -> _L
     except aiohttp.WSServerHandshakeError as exc:
         headers = list((exc.headers or {}).items())
         raise Refused(Answer(exc.status, headers)) from exc
-    return _Live(ws, lambda: _max_msg_size(orig, kwargs))
+    return _Live(ws)
+
+
+def _refusal_of(m: Message, bound: int, compressed: bool) -> str | None:
+    """The error aiohttp 3.14's reader raises for ``m`` under ``max_msg_size=bound`` (None:
+    it takes it). Uncompressed, a message of ``bound`` bytes or more: it compares the length
+    a frame header declares, plus the parts before it, with ``>=``, so one of exactly the
+    bound is refused too; compressed, one over ``bound`` once inflated."""
+    if not larger_than(m, bound if compressed else bound - 1):
+        return None
+    if compressed:
+        return f"Decompressed message exceeds size limit {bound}"
+    n = len(m.data.encode() if type(m.data) is str else m.data)
+    return f"Message size {n} exceeds limit {bound}"
 
 
 def _max_msg_size(orig: Any, kwargs: dict[str, Any]) -> int:
-    """The message bound the live ``ws_connect`` had: the caller's, else its default."""
+    """The message bound the live ``ws_connect`` has: the caller's, else its default."""
     size = kwargs.get("max_msg_size")
     if size is None:
-        param = inspect.signature(orig).parameters.get("max_msg_size")
-        size = None if param is None else param.default
+        size = _default_bound(orig)
     return size if type(size) is int else 0
+
+
+@functools.cache
+def _default_bound(orig: Any) -> Any:
+    # Read once per method: ``inspect.signature`` of aiohttp 3.14's ws_connect took 69 µs.
+    param = inspect.signature(orig).parameters.get("max_msg_size")
+    return None if param is None else param.default
 
 
 class _Reader:
     """What the WebSocket response reads: the session's messages as ``WSMessage``, and what
-    the response feeds itself (its CLOSING marker, a pong)."""
+    the response feeds itself (its CLOSING marker, a pong). ``bound``: the caller's
+    ``max_msg_size`` (0: none)."""
 
-    def __init__(self, session: AsyncSession) -> None:
+    def __init__(self, session: AsyncSession, bound: int, compressed: bool) -> None:
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.session = session
+        self.bound, self.compressed = bound, compressed
         self.task = asyncio.get_running_loop().create_task(self._pump())
 
     async def _pump(self) -> None:
         import aiohttp
 
+        bound = self.bound
         while True:
             for item in (await self.session.receive(), *self.session.due()):
                 if isinstance(item, Closed):
                     self.queue.put_nowait(item)
                     return
+                refusal = _refusal_of(item, bound, self.compressed) if bound else None
+                if refusal is not None:  # as aiohttp's reader refuses it live
+                    self.queue.put_nowait(Cut(TOO_BIG, refusal))
+                    return
                 t = aiohttp.WSMsgType.BINARY if item.binary else aiohttp.WSMsgType.TEXT
-                self.queue.put_nowait(aiohttp.WSMessage(t, item.data, None))
+                # ("" as aiohttp's reader gives a data message, not None)
+                self.queue.put_nowait(aiohttp.WSMessage(t, item.data, ""))
 
     def feed_data(self, data: Any, size: int = 0) -> None:
         self.queue.put_nowait(data)
@@ -152,6 +196,8 @@ class _Reader:
 
         item = await self.queue.get()
         if isinstance(item, Closed):
+            if isinstance(item, (Cut, Faulted)):  # aiohttp's refusal: its ERROR message
+                raise aiohttp.WebSocketError(item.code, item.reason)
             if item.code == ABNORMAL:  # the connection dropped: what aiohttp reads then
                 # aiohttp calls no close() after it (it is closed), so the session's last
                 # window is stored here: the block's exit, which tracks sessions weakly,
@@ -241,10 +287,15 @@ def _refusal(target: Any, hs: Handshake, answer: Answer) -> BaseException:
         headers=CIMultiDictProxy(CIMultiDict(list(answer.headers))))
 
 
-def _response(session: AsyncSession, answer: Answer, target: Any, kw: dict[str, Any]) -> Any:
+def _response(session: AsyncSession, answer: Answer, target: Any, orig: Any,
+              kw: dict[str, Any]) -> Any:
     import aiohttp
 
-    reader = _Reader(session)
+    # Compressed as the live connection negotiated; a replay has none to ask, and takes the
+    # caller's request for it (the rules differ only for a message of exactly the bound).
+    live = getattr(session.live, "ws", None)
+    compressed = bool(live.compress if live is not None else kw.get("compress"))
+    reader = _Reader(session, _max_msg_size(orig, kw), compressed)
     timeout = kw.get("timeout")
     if not isinstance(timeout, aiohttp.ClientWSTimeout):
         timeout = aiohttp.ClientWSTimeout(ws_receive=kw.get("receive_timeout"), ws_close=10.0)
@@ -276,4 +327,4 @@ async def connect_in_block(client: Any, orig: Any, url: str, kw: dict[str, Any],
         with contextlib.suppress(Exception):
             await session.close()
         raise _refusal(target, hs, answer)
-    return _response(session, answer, target, kw)
+    return _response(session, answer, target, orig, kw)

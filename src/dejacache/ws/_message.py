@@ -28,8 +28,8 @@ import orjson
 from ..errors import SerializationError
 
 __all__ = ["ABNORMAL", "MAX_MESSAGE", "TOO_BIG", "UPGRADE_HEADERS", "Answer", "Closed", "Cut",
-           "Handshake", "Message", "Refused", "canonical_message", "json_of", "message_of",
-           "onward", "server_cut", "stored", "too_big"]
+           "Faulted", "Handshake", "Message", "Refused", "canonical_message", "json_of",
+           "larger_than", "message_of", "onward", "server_cut", "stored", "too_big"]
 
 #: Response headers that belong to one connection's upgrade: a replay's own handshake makes
 #: them anew (its accept key, no extension negotiated), so none is stored or handed back.
@@ -80,6 +80,27 @@ class Cut(Closed):
     """The end of a session cut because a message passed the size bound: the window it was
     recording is not stored (a replay of it would be a session shorter than the live one,
     served as if whole; without it, the replay misses)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Faulted(Closed):
+    """The end of a session the client's own library made, refusing what the server sent
+    (a protocol error, text that is not UTF-8): the code it closed with and its error's
+    text. The server sent it, so it is recorded (``"error": true`` in the stored close) and
+    replayed as that library reports it, not as a close the server made."""
+
+
+def larger_than(m: Message, limit: int) -> bool:
+    """Whether ``m`` is over ``limit`` bytes as it goes on the wire (text as UTF-8): the
+    rule of every message bound, as websockets' ``max_size`` reads it. Text is encoded only
+    when its length alone cannot tell (a str's UTF-8 is 1 to 4 bytes a character)."""
+    data = m.data
+    n = len(data)
+    if n > limit:
+        return True
+    if type(data) is not str or n * 4 <= limit:
+        return False
+    return len(data.encode()) > limit
 
 
 def onward(code: int) -> int:

@@ -10,8 +10,11 @@ client's next one (a *window*), each with its offset in seconds from the window'
                 "messages": [[0.012, {"json": {...}}], ...], "close"?, "usage"?, "model"?}
                {"status": 401, "headers": [...], "json" | "text" | "bytes": ...}
                {"error": {"type": "ConnectionRefusedError", "message": "...", "errno": 111}}
-    message:   {"messages": [[0.4, {...}], ...], "close"?: {"code", "reason", "at"},
+    message:   {"messages": [[0.4, {...}], ...], "close"?: {"code", "reason", "at", "error"?},
                 "usage"?, "model"?, "ids"?, "alias"?}
+
+(``error``: true when the client's own library ended the session, refusing what the server
+sent, ``_message.Faulted``; its code and its error's text are the close's.)
 
 (``alias``: the tag the window's ids are keyed by, ``http/aliases.py``; a handshake with ids
 carries one too.)
@@ -35,6 +38,7 @@ from ._message import (
     Answer,
     Closed,
     Cut,
+    Faulted,
     Message,
     json_of,
     message_of,
@@ -115,6 +119,8 @@ class Window:
             self.cut = True
         if self.close is None:
             self.close = {"code": c.code, "reason": c.reason, "at": round(now - self.start, 4)}
+            if isinstance(c, Faulted):
+                self.close["error"] = True
 
     def value(self, provider: Provider, model: str) -> dict[str, Any]:
         """The stored answer: the messages, the close, and what the provider reads in them
@@ -177,8 +183,9 @@ class SessionState:
         close = value.get("close")
         if isinstance(close, dict):
             at = float(close.get("at", 0.0))
+            end = Faulted if close.get("error") is True else Closed
             self._queue(now + at if self.realtime else None,
-                        Closed(int(close.get("code", 1000)), str(close.get("reason", ""))))
+                        end(int(close.get("code", 1000)), str(close.get("reason", ""))))
         found = value.get("model")
         if type(found) is str and found:
             self.model = found
