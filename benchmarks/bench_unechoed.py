@@ -10,12 +10,13 @@ an ``httpx2.MockTransport`` into a ``MemoryStore`` (the whole record path: key, 
 store), with and without credentials in the request (run it against two checkouts, by
 ``PYTHONPATH``, to compare before and after). Answers: a 2 KB chat completion, a 1 MB one
 (one long string, or lines and links), a 1 MB embeddings answer (floats), a 200-event
-stream.
+stream, and an echo of the request's bytes base64-encoded, holding the key.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import statistics
 import time
 from collections.abc import Callable
@@ -79,6 +80,10 @@ ANSWERS: dict[str, tuple[str, bytes]] = {
         1 << 20, "lorem ipsum https://h/a%2Fb dolor sit amet\n")),
     "embeddings 1 MB": ("application/json", embeddings(1 << 20)),
     "sse 200 events": ("text/event-stream", stream(200)),
+    # An echo server answering the request's bytes as a data URL: the key inside base64.
+    "echo, base64 64 KB": ("application/json", orjson.dumps({"data": (
+        "data:application/octet-stream;base64," + base64.b64encode(
+            b"\x89PNG" * 12_000 + KEY.encode() + b"\x00" * 100).decode())})),
 }
 
 

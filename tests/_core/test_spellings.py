@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import re
 import urllib.parse
 
 import orjson
@@ -103,3 +105,90 @@ def _spell(c: str, how: str) -> str:
 def test_any_mix_of_spellings_is_one_match_replaced_in_place(key: str, hows: list[str]) -> None:
     spelt = "".join(_spell(c, h) for c, h in zip(key, hows, strict=False))
     assert Spellings([key]).replaced(f"<<{spelt}>>") == "<<<REDACTED>>>"
+
+
+# ------------------------------------------------------------ inside a larger base64 blob
+
+_B64_KEY = "sk-echo-7f3a9c2d+e0b/4a5f"  # 25 characters, ``+`` and ``/`` in it
+
+
+def _loose_decodings(text: str) -> list[bytes]:
+    """Every reading of ``text``'s base64 a decoder could make: each run of either
+    alphabet's characters, from each of its four alignments, and the same with the
+    placeholder dropped."""
+    out = []
+    for source in (text, text.replace("<REDACTED>", "")):
+        for run in re.findall(r"[A-Za-z0-9+/_\-]{4,}", source):
+            std = run.replace("-", "+").replace("_", "/")
+            for k in range(4):
+                cut = std[k:][:len(std) - k - ((len(std) - k) % 4 == 1)]  # a lone char: cut
+                out.append(base64.b64decode(cut + "=" * (-len(cut) % 4)))
+    return out
+
+
+def _blob(key: str, before: bytes, after: bytes, urlsafe: bool, padded: bool) -> str:
+    coded = base64.b64encode(before + key.encode() + after).decode()
+    if urlsafe:
+        coded = coded.replace("+", "-").replace("/", "_")
+    if not padded:
+        coded = coded.rstrip("=")
+    return coded
+
+
+@given(key=st.text(st.sampled_from("abcXYZ0189-_+/=.~:é\U0001f511"), min_size=16,
+                   max_size=90),
+       before=st.binary(max_size=40), after=st.binary(max_size=40), urlsafe=st.booleans(),
+       padded=st.booleans())
+@example(key="a" * 16, before=b"", after=b"", urlsafe=False, padded=True)
+@example(key=_B64_KEY, before=b"\x00", after=b"", urlsafe=True, padded=False)
+def test_a_credential_inside_a_base64_blob_no_longer_decodes_from_it(
+        key: str, before: bytes, after: bytes, urlsafe: bool, padded: bool) -> None:
+    coded = _blob(key, before, after, urlsafe, padded)
+    assert any(key.encode() in d for d in _loose_decodings(coded))  # (the test's own reading)
+    text = '{"data": "data:application/octet-stream;base64,' + coded + '", "n": 1}'
+    kept = Spellings([key]).replaced(text)
+    assert "<REDACTED>" in kept and Spellings([key]).held(text.encode())
+    assert not any(key.encode() in d for d in _loose_decodings(kept))
+    assert kept.startswith('{"data": "data:application/octet-stream;base64,')
+    assert kept.endswith('", "n": 1}')
+    assert orjson.loads(kept)  # still JSON: the blob's characters only are replaced
+
+
+@pytest.mark.parametrize("coded", [
+    # httpbin's /anything answering a binary body: the request's body as a data URL
+    base64.b64encode(b'\x89PNG{"api_key": "' + _B64_KEY.encode() + b'"}').decode(),
+    # a JWT-like token whose payload holds the key (base64url, no padding)
+    "eyJhbGciOiJub25lIn0." + base64.urlsafe_b64encode(
+        orjson.dumps({"sub": "u", "key": _B64_KEY})).decode().rstrip("=") + ".c2ln",
+    # JSON text escaping the standard alphabet's ``/``
+    base64.b64encode(b"x" + _B64_KEY.encode()).decode().replace("/", "\\/"),
+    # a URL percent-encoding it
+    urllib.parse.quote(base64.b64encode(b"xy" + _B64_KEY.encode()).decode(), safe=""),
+])
+def test_a_credential_is_found_in_base64_as_echo_servers_and_tokens_write_it(
+        coded: str) -> None:
+    kept = Spellings([_B64_KEY]).replaced(f"echo: {coded} ok")
+    assert "<REDACTED>" in kept and kept.startswith("echo: ") and kept.endswith(" ok")
+    unescaped = urllib.parse.unquote(kept).replace("\\/", "/")
+    assert not any(_B64_KEY.encode() in d for d in _loose_decodings(unescaped))
+
+
+def test_basic_credentials_are_found_inside_a_base64_blob() -> None:
+    from dejacache.http.headers import credential_values
+
+    sent = credential_values([("Authorization", "Basic YWxpY2U6aHVudGVyMjAyNC1sb25n")])
+    echoed = base64.b64encode(b"GET / HTTP/1.1\r\nAuthorization: Basic "
+                              b"YWxpY2U6aHVudGVyMjAyNC1sb25n\r\n\r\n").decode()
+    kept = spellings(tuple(sent)).replaced(echoed)
+    assert not any(b"YWxpY2U6aHVudGVyMjAyNC1sb25n" in d for d in _loose_decodings(kept))
+
+
+def test_short_credentials_and_unrelated_base64_are_left_alone() -> None:
+    # Under 16 bytes a key's inner base64 runs are 12 characters or fewer (72 bits): a
+    # megabyte of images would hold one by chance too often to damage them for it.
+    short = "0123456789abcde"
+    coded = base64.b64encode(b"\x01" + short.encode()).decode()
+    assert Spellings([short]).replaced(coded) == coded
+    other = base64.b64encode(bytes(range(256)) * 8).decode()
+    assert Spellings([_B64_KEY]).replaced(other) is other
+    assert not Spellings([_B64_KEY]).may_hold(other.encode())

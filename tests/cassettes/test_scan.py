@@ -146,3 +146,18 @@ def test_a_cassette_recorded_with_basic_credentials_now_scans_clean(tmp_path) ->
     assert scan_file(path) == []
     path.write_text(path.read_text().replace(PLACEHOLDER, "hunter2"))  # as written before
     assert len(scan_file(path)) == 4
+
+
+def test_a_secret_shaped_string_inside_base64_is_a_finding() -> None:
+    import base64
+
+    key = "sk-proj-" + "A1b2C3d4" * 5
+    echoed = base64.b64encode(b'\x89PNG{"api_key": "' + key.encode() + b'"}').decode()
+    jwt = "eyJhbGciOiJub25lIn0." + base64.urlsafe_b64encode(
+        b'{"sub": "u", "key": "' + key.encode() + b'"}').decode().rstrip("=") + ".c2ln"
+    text = (f'{{"status": 200,\n "text": "data:application/octet-stream;base64,{echoed}",\n'
+            f' "token": "{jwt}"}}\n')
+    found = [(f.line, f.kind) for f in scan_text(text) if f.kind.endswith("in base64")]
+    assert found == [(2, "openai key in base64"), (3, "openai key in base64")]
+    plain = base64.b64encode(bytes(range(256)) * 4).decode()  # base64 holding no secret
+    assert list(scan_text(f'{{"data": "{plain}"}}')) == []

@@ -4,6 +4,7 @@ is or in another spelling."""
 
 from __future__ import annotations
 
+import base64
 import collections
 import http.server
 import pathlib
@@ -159,6 +160,10 @@ SPELLINGS: dict[str, Callable[[str], str]] = {
     "percent": lambda k: urllib.parse.quote(k, safe=""),
     "percent-lower": lambda k: re.sub("%..", lambda m: m.group(0).lower(),
                                       urllib.parse.quote(k, safe="")),
+    # An echo of the request's bytes, base64-encoded: the key a byte into the blob (standard
+    # alphabet, padded), or two (base64url, unpadded, as a JWT's payload).
+    "base64": lambda k: base64.b64encode(b"\x00" + k.encode() + b"\x01").decode(),
+    "base64url": lambda k: base64.urlsafe_b64encode(b"<<" + k.encode()).decode().rstrip("="),
 }
 # Where the spelling survives what dejacache keeps: a JSON body (parsed, so only the
 # percent-encoding survives), JSON served as text, an error message that embeds the
@@ -186,7 +191,20 @@ class KeySpeller(KeyRefuser):
     def held(cls, text: str) -> list[str]:
         """The keys ``text`` holds in any spelling: each ends in a run of letters and digits
         that every spelling writes as it is, and nothing else does."""
-        return [k for k in cls.KEYS if re.split(r"[^A-Za-z0-9]", k.rstrip("="))[-1] in text]
+        decoded = b"".join(_base64_readings(text))
+        return [k for k in cls.KEYS if re.split(r"[^A-Za-z0-9]", k.rstrip("="))[-1] in text
+                or k.encode() in decoded]
+
+
+def _base64_readings(text: str) -> list[bytes]:
+    """What each run of base64 characters in ``text`` decodes to, from each alignment."""
+    out = []
+    for run in re.findall(r"[A-Za-z0-9+/_\-]{16,}", text):
+        std = run.replace("-", "+").replace("_", "/")
+        for k in range(4):
+            cut = std[k:][:len(std) - k - ((len(std) - k) % 4 == 1)]
+            out.append(base64.b64decode(cut + "=" * (-len(cut) % 4)) + b"\n")
+    return out
 
 
 class _Spell(http.server.BaseHTTPRequestHandler):

@@ -20,7 +20,7 @@ aiohttp = pytest.importorskip("aiohttp")
 from aiohttp_cases import SECRETS  # noqa: E402
 from cases_support import MODELS, case_env, record_then_replay_cases  # noqa: E402
 from fake_tool_api import ToolAPI  # noqa: E402
-from http_support import KeyRefuser, SeqStore, leaked  # noqa: E402
+from http_support import FORMS, KeyRefuser, KeySpeller, SeqStore, leaked  # noqa: E402
 
 import dejacache  # noqa: E402
 from dejacache.http.intercept import patched_libraries  # noqa: E402
@@ -233,3 +233,23 @@ def test_an_answer_quoting_the_requests_key_is_stored_without_it(
         with dejacache.cassette(cassette, "replay"):
             got, again = asyncio.run(_refused(server.at(path)))
     assert got == status and again.count("<REDACTED>") == 3
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("spelling", ["base64", "base64url"])
+def test_an_answer_quoting_the_requests_key_inside_base64_is_stored_without_it(
+        tmp_path: pathlib.Path, form: str, spelling: str) -> None:
+    async def ask(url: str) -> str:
+        async with aiohttp.ClientSession() as s, \
+                s.post(url, json={"q": 1}, headers=KeySpeller.HEADERS) as r:
+            return await r.text()
+
+    cassette = tmp_path / "spelt.json"
+    with KeySpeller() as server:
+        with dejacache.cassette(cassette, "record"):
+            live = asyncio.run(ask(server.at(f"{form}/{spelling}")))
+        assert KeySpeller.held(live) == list(KeySpeller.KEYS)
+        assert leaked(tmp_path, KeySpeller) == []
+        with dejacache.cassette(cassette, "replay"):
+            again = asyncio.run(ask(server.at(f"{form}/{spelling}")))
+    assert again.count("<REDACTED>") == 3 and KeySpeller.held(again) == []

@@ -740,10 +740,13 @@ async def _whoami_by(url: str, headers: dict[str, str], spell: str, block: Any) 
 SPELT_KEY, TAIL = "plain/echoed+credential=7d41c0ffee93b2", "7d41c0ffee93b2"
 
 
+_TEXT_SPELLINGS = [s for s in SPELLINGS if s and s != "base64"]
+
+
 @pytest.mark.parametrize(("headers", "spell"), [
-    *[({"Authorization": f"Bearer {SPELT_KEY}"}, s) for s in SPELLINGS if s],
+    *[({"Authorization": f"Bearer {SPELT_KEY}"}, s) for s in _TEXT_SPELLINGS],
     ({"Cookie": f"sid={SPELT_KEY}"}, ""),  # the cookie's value alone
-], ids=[*[s for s in SPELLINGS if s], "cookie-value"])
+], ids=[*_TEXT_SPELLINGS, "cookie-value"])
 async def test_a_credential_the_server_quotes_in_another_spelling_is_never_recorded(
     tmp_path: pathlib.Path, mcp_ledger: Ledger, headers: dict[str, str], spell: str,
 ) -> None:
@@ -760,3 +763,27 @@ async def test_a_credential_the_server_quotes_in_another_spelling_is_never_recor
     replayed = await _whoami_by(server.url, headers, spell,
                                 dejacache.cassette(str(tape), mode="replay"))
     assert replayed.startswith("Bad credentials: <REDACTED> (")
+
+
+async def test_a_credential_the_server_quotes_inside_base64_is_never_recorded(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger,
+) -> None:
+    # A tool relaying an echo of the request's bytes, base64-encoded.
+    import base64
+
+    server = HttpServer(mcp_ledger, "streamable-http").start()
+    tape = tmp_path / "b64.json"
+    headers = {"Authorization": f"Bearer {SPELT_KEY}"}
+    try:
+        live = await _whoami_by(server.url, headers, "base64",
+                                dejacache.cassette(str(tape), mode="record"))
+    finally:
+        server.stop()
+    coded = live.removeprefix("Bad credentials: ").split(" ")[0]
+    assert SPELT_KEY.encode() in base64.b64decode(coded)
+    stored = tape.read_text()
+    assert coded not in stored and "<REDACTED>" in stored
+    replayed = await _whoami_by(server.url, headers, "base64",
+                                dejacache.cassette(str(tape), mode="replay"))
+    kept = replayed.removeprefix("Bad credentials: ").split("<REDACTED>")
+    assert len(kept) == 2 and SPELT_KEY.encode() not in base64.b64decode(kept[0] + "==")

@@ -40,6 +40,7 @@ it; ``build()`` makes the app that ``mcp_servers.py`` serves over streamable HTT
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import secrets
@@ -265,6 +266,8 @@ SPELLINGS: dict[str, Callable[[str], str]] = {
     "percent": lambda k: urllib.parse.quote(k, safe=""),
     "percent-lower": lambda k: re.sub("%..", lambda m: m.group(0).lower(),
                                       urllib.parse.quote(k, safe="")),
+    # Inside a blob of the request's bytes, base64-encoded (as an echo server answers them).
+    "base64": lambda k: base64.b64encode(b"\x00" + k.encode()).decode(),
 }
 
 

@@ -5,9 +5,11 @@ session opened, sent to and read from directly, its live side any client the cal
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import pathlib
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -434,6 +436,43 @@ def test_a_frame_quoting_the_handshakes_key_in_another_spelling_is_stored_withou
         again = asyncio.run(_spelt_session(server.url))
     assert again[0] == 'error: {"message": "bad key <REDACTED>"}'
     assert json.loads(again[1]) == {"type": "error", "url": "/v1/live?key=<REDACTED>"}
+
+
+async def _echoes_in_binary(ws: Any) -> None:
+    """Echoes the handshake's key inside a binary frame (kept as base64) and inside a text
+    frame's base64 blob."""
+    await ws.recv()
+    key = ws.request.headers["x-api-key"].encode()
+    await ws.send(b"\x00\x01echo:" + key + b"\xff")
+    await ws.send(json.dumps({"data": base64.b64encode(b"\x02" + key).decode()}))
+    await ws.close()
+
+
+async def _binary_session(url: str) -> list[Any]:
+    from websockets.asyncio.client import connect
+
+    async with connect(f"{url}/v1/live", additional_headers={"x-api-key": _SPELT[0]},
+                       open_timeout=5) as ws:
+        await ws.send(json.dumps({"n": 0}))
+        return [await ws.recv(), await ws.recv()]
+
+
+def test_a_frame_quoting_the_handshakes_key_inside_base64_is_stored_without_it(
+        tmp_path: pathlib.Path) -> None:
+    server = LoopbackServer(_echoes_in_binary).start()
+    cassette = tmp_path / "binary.json"
+    try:
+        with dejacache.cassette(cassette, mode="record"):
+            live = asyncio.run(_binary_session(server.url))
+    finally:
+        server.stop()
+    key = _SPELT[0].encode()
+    assert key in live[0] and key in base64.b64decode(json.loads(live[1])["data"])
+    stored = cassette.read_text()
+    readings = [base64.b64decode(run + "=" * (-len(run) % 4)) for k in range(4)
+                for run in (r[k:][:len(r) - k - ((len(r) - k) % 4 == 1)]
+                            for r in re.findall(r"[A-Za-z0-9+/]{8,}", stored))]
+    assert "<REDACTED>" in stored and not any(key in r for r in readings)
 
 
 @pytest.mark.parametrize("refuse", ["frame", "handshake"])
