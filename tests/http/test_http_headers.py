@@ -210,3 +210,51 @@ def test_a_cookies_value_is_a_credential_an_answer_may_quote_without_its_name() 
         "sid=s3ss10n/7d41c0ffee; consent=accepted; theme=dark", "sid=s3ss10n/7d41c0ffee;",
         "consent=accepted;", "s3ss10n/7d41c0ffee", "theme=dark"}
     assert found == sorted(found, key=len, reverse=True)  # a value holding another first
+
+
+@pytest.mark.parametrize("name", ["Authorization", "Proxy-Authorization"])
+def test_a_basic_token_is_also_a_credential_decoded(name: str) -> None:
+    # An echo server answers the header decoded ("you": "alice:s3cretPassw0rdXYZ"): the
+    # token alone left the password plain in the cassette.
+    import base64
+
+    token = base64.b64encode(b"alice:s3cretPassw0rdXYZ").decode()
+    found = credential_values([(name, f"Basic {token}")])
+    assert {"alice:s3cretPassw0rdXYZ", "s3cretPassw0rdXYZ", token} <= set(found)
+    # not base64, or no colon: nothing more is taken
+    assert "s3cretPassw0rdXYZ" not in credential_values([(name, "Basic not*base64!")])
+    plain = base64.b64encode(b"no-colon-in-this-token").decode()
+    assert credential_values([(name, f"Basic {plain}")]) == [f"Basic {plain}", plain]
+
+
+def test_an_answer_quoting_the_basic_password_decoded_is_stored_redacted(
+        tmp_path: pathlib.Path) -> None:
+    import base64
+    import http.server
+    import threading
+
+    class Echo(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            user_pass = base64.b64decode(self.headers["Authorization"].split()[1]).decode()
+            body = orjson.dumps({"you": user_pass, "password": user_pass.split(":")[1]})
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Echo)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    path = tmp_path / "basic.json"
+    try:
+        with dejacache.cassette(str(path), mode="record"):
+            got = httpx.get(f"http://127.0.0.1:{server.server_port}/me",
+                            auth=("alice", "s3cretPassw0rdXYZ")).json()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert got["password"] == "s3cretPassw0rdXYZ"  # the caller gets the live answer whole
+    assert "s3cretPassw0rdXYZ" not in path.read_text()

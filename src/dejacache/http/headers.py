@@ -32,6 +32,7 @@ repeated headers are joined with ``", "`` in order.
 
 from __future__ import annotations
 
+import base64
 import functools
 import re
 from collections.abc import Iterable
@@ -147,12 +148,28 @@ def quotable(pairs: Iterable[tuple[str, str]], whole: Iterable[str] = ()) -> lis
     longest first, so a value holding another is replaced whole."""
     found: set[str] = set(whole)
     for name, value in pairs:
-        found.update((value, *_PARTS.split(value)))
+        words = _PARTS.split(value)
+        found.update((value, *words, *_basic_decoded(words)))
         if name.lower() == "cookie":
             # A value that is one word (``consent=accepted``) is a setting, not a session:
             # hidden, it would hide that word in every answer the session stores.
             found.update(v for _, v in cookie_pairs(value) if not v.isalpha())
     return sorted((v for v in found if len(v) >= _SHORTEST_SECRET), key=len, reverse=True)
+
+
+def _basic_decoded(words: list[str]) -> tuple[str, ...]:
+    """``Basic TOKEN``'s credentials as an answer may quote them decoded: ``user:password``
+    and the password (an echo server answers the header decoded; the token alone left the
+    password plain in the cassette)."""
+    for i, word in enumerate(words[:-1]):
+        if word.lower() == "basic":
+            try:
+                text = base64.b64decode(words[i + 1], validate=True).decode("utf-8")
+            except (ValueError, UnicodeDecodeError):
+                return ()
+            _user, colon, password = text.partition(":")
+            return (text, password) if colon else ()
+    return ()
 
 
 def _joined_kind(spellings: set[str]) -> str:
