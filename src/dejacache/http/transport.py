@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from typing import Any, NamedTuple
 
 from .._core.flow import Fail, Store
-from .._engine import AsyncDriver, SyncDriver, call_async, call_sync, encode_record
+from .._engine import AsyncDriver, SyncDriver, Unkept, call_async, call_sync, encode_record
 from .._secrets import key_loaded, secret_key
 from ..cassettes.ageing import sending
 from ..cassettes.vcr_match import calling
@@ -115,14 +115,6 @@ def _bypass() -> Iterator[None]:
         yield
     finally:
         _BYPASS.reset(token)
-
-
-class _Unstored(Exception):
-    """A live answer to hand back but not to keep (a transient failure, runtime cache)."""
-
-    def __init__(self, value: dict[str, Any]) -> None:
-        super().__init__("not stored")
-        self.value = value
 
 
 @dataclasses.dataclass(slots=True)
@@ -419,7 +411,9 @@ def _read_events(call: _Call, resp: Any, rec: Recorder, chunks: list[bytes]) -> 
     recording passed its bound is handed on whole and never stored; the calls waiting on
     its flight get it whole too (the caller's bytes: the recorder holds none)."""
     if rec.dropped:
-        raise _Unstored(_read_whole(call, resp, b"".join(chunks) if rec.as_sent else None))
+        # (a whole answer, not an error: ``Unkept``)
+        raise Unkept(_read_whole(call, resp, b"".join(chunks) if rec.as_sent else None),
+                     error=False)
     m = call.lib.module
     rec.end()
     call.live = m.Response(resp.status_code, headers=_handed_headers(resp, rec.as_sent),
@@ -506,7 +500,7 @@ def _live_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> dict[st
         # a cassette keeps failures in order, to replay them
         value = error_value(exc, call.credentials)
     if not storable(value, call.sequenced):
-        raise _Unstored(value)
+        raise Unkept(value)  # (a transient failure, runtime cache)
     return value
 
 
@@ -553,7 +547,7 @@ def handle_sync(
         try:
             value = call_sync(eff, call.name, KIND, *call.first,
                               lambda: _live_sync(call, request, send), rekey=call.rekey)
-        except _Unstored as u:
+        except Unkept as u:
             value = u.value
     except ReplayMiss as miss:
         raise native_miss(_explained(call, miss)) from None
@@ -591,7 +585,7 @@ async def _live_async(
         call.live = exc
         value = error_value(exc, call.credentials)
     if not storable(value, call.sequenced):
-        raise _Unstored(value)
+        raise Unkept(value)  # (a transient failure, runtime cache)
     return value
 
 
@@ -650,7 +644,7 @@ async def handle_async(
             value = await call_async(eff, call.name, KIND, *call.first,
                                      lambda: _live_async(call, built(request), send),
                                      rekey=call.rekey)
-        except _Unstored as u:
+        except Unkept as u:
             value = u.value
     except ReplayMiss as miss:
         raise native_miss(_explained(call, miss)) from None
