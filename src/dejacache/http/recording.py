@@ -28,11 +28,12 @@ itself. What is stored holds none of the request's credentials, wherever an even
 (a mid-stream error event quoting the key: ``exchange.unechoed``); the caller's chunks are
 not touched. Events are looked at whole, so a key cut across two socket reads is found.
 
-A stream whose recording would hold more than ``MAX_RECORDED_STREAM`` bytes (an upstream
-streaming for hours, a keep-alive stream that never ends) stops being recorded there: what
-was held is freed, the caller still gets every chunk as it comes, and the call is not stored
-(a stream cut short must never replay as the whole answer: a miss next time is safe), with
-one ``DejacacheWarning`` naming the call, the bound and how to raise it.
+A stream whose recording would hold more than its bound (``MAX_RECORDED_STREAM`` unless
+``configure(max_recorded_stream=)``, the project file or the proxy's flag says otherwise; an
+upstream streaming for hours, a keep-alive stream that never ends) stops being recorded
+there: what was held is freed, the caller still gets every chunk as it comes, and the call is
+not stored (a stream cut short must never replay as the whole answer: a miss next time is
+safe), with one ``DejacacheWarning`` naming the call, the bound and how to raise it.
 
 Cost per event: one cheap string check (``Provider.stage``); per chunk, one addition and one
 comparison for the bound (~0.05 us: ``feed`` took 2.81 us an event of a 200-event OpenAI
@@ -58,7 +59,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from ..config import Effective
+from .._project import current as current_project
+from ..config import Effective, settings_object
 from ..errors import DejacacheWarning
 from ..scope import track, untrack
 from ..stats import record_miss
@@ -88,11 +90,25 @@ READ_AHEAD_TIMEOUT = 2.0
 # events and 3.4 MB of SSE (~210 bytes a chunk); with ``top_logprobs=20`` a chunk is
 # ~1.7 kB, 26 MB (both measured on chunks built as the API sends them). 64 MiB holds either
 # with room, and bounds a stream that never ends.
-# The proxy's ``--max-recorded-stream`` sets it for its requests (``recording_bound``).
+# ``configure(max_recorded_stream=)`` or the project file's ``max_recorded_stream`` set it
+# in-process (:func:`_configured_bound`); the proxy's ``--max-recorded-stream`` for its
+# requests (``recording_bound``).
 MAX_RECORDED_STREAM = 64 * 1024 * 1024
-# The bound for the recordings started in this context, when not ``MAX_RECORDED_STREAM``.
+# The bound for the recordings started in this context, when not the configured one.
 _BOUND: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "dejacache_recorded_stream_bound", default=None)
+
+
+def _configured_bound() -> int:
+    """The bound ``configure()`` or the project file set, else ``MAX_RECORDED_STREAM``:
+    worked out at the first recording after each ``configure()`` (a hit never reads it)."""
+    s = settings_object()
+    bound = s.stream_bound
+    if bound is None:
+        bound = s.max_recorded_stream or current_project().get("max_recorded_stream") \
+            or MAX_RECORDED_STREAM
+        s.stream_bound = bound
+    return bound
 
 
 def recording_bound(limit: int) -> None:
@@ -166,7 +182,7 @@ class Recorder:
         self.wire: list[bytes] | None = None if self.decoding is None else []
         self._ended = False
         self.held = 0
-        self.bound = _BOUND.get() or MAX_RECORDED_STREAM
+        self.bound = _BOUND.get() or _configured_bound()
         self.dropped = False
         self.handed = False  # a stream handed to its caller (``track``), not read whole
 
@@ -301,9 +317,10 @@ class Recorder:
     def _too_long(self) -> str:
         return (f"dejacache: the {self._what()} stream ({self._url()}) passed {self.bound} "
                 f"bytes held for its recording; it was not recorded{self._where()} (the "
-                "caller still gets every event). Raise the bound with dejacache.http."
-                "recording.MAX_RECORDED_STREAM = <bytes> in-process, or the proxy's "
-                "--max-recorded-stream (max_recorded_stream= of dejacache.proxy()).")
+                "caller still gets every event). Raise the bound with dejacache.configure("
+                "max_recorded_stream=<bytes>) or max_recorded_stream in [tool.dejacache], "
+                "or the proxy's --max-recorded-stream (max_recorded_stream= of "
+                "dejacache.proxy()).")
 
     def _what(self) -> str:
         """The call, as a person finds it: endpoint name and model."""
