@@ -35,6 +35,10 @@ there: what was held is freed, the caller still gets every chunk as it comes, an
 not stored (a stream cut short must never replay as the whole answer: a miss next time is
 safe), with one ``DejacacheWarning`` naming the call, the bound and how to raise it.
 
+No warning said beside the caller's stream stops it: under ``-W error`` one raised while the
+caller reads (that bound, a store's complaint while the answer is stored) is kept and raised
+once the caller has every chunk, at the end of the stream or at its close (``_deferred``).
+
 Cost per event: one cheap string check (``Provider.stage``); per chunk, one addition and one
 comparison for the bound (~0.05 us: ``feed`` took 2.81 us an event of a 200-event OpenAI
 stream before the bound, 2.86 with it); for an encoded stream, decoding the recorder's copy
@@ -49,6 +53,7 @@ transports (litellm's, the SDKs' ``DefaultAioHttpClient``), which hand back http
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import threading
@@ -64,6 +69,7 @@ from ..config import Effective, settings_object
 from ..errors import DejacacheWarning
 from ..scope import track, untrack
 from ..stats import record_miss
+from ._deferred import Deferred
 from ._libs import Lib
 from .aliases import AliasTable
 from .codings import Decoding, is_encoded
@@ -162,8 +168,8 @@ class Recorder:
     it keeps; past ``bound`` it keeps none (``dropped``) and is not stored."""
 
     __slots__ = ("__weakref__", "_ended", "_lock", "as_sent", "bound", "call", "decoding",
-                 "dropped", "events", "handed", "held", "live", "open", "splitter", "stage",
-                 "t0", "wire")
+                 "deferred", "dropped", "events", "handed", "held", "live", "open", "splitter",
+                 "stage", "t0", "wire")
 
     def __init__(self, call: CallInfo, live: Any, t0: float) -> None:
         self.call = call
@@ -185,6 +191,8 @@ class Recorder:
         self.bound = _BOUND.get() or _configured_bound()
         self.dropped = False
         self.handed = False  # a stream handed to its caller (``track``), not read whole
+        # Warnings raised as errors while the caller reads: raised at the end (``_deferred``).
+        self.deferred = Deferred()
 
     @property
     def opaque(self) -> bool:
@@ -228,7 +236,10 @@ class Recorder:
         if self._claim():
             if self.handed:  # (a stream read whole is counted by the flow it runs in)
                 record_miss(self.call.name, stored=False)
-            warnings.warn(self._too_long(), DejacacheWarning, stacklevel=4)
+            # The caller reads on, and gets it at the end if the filters make it an error;
+            # a stream read whole is not read by its caller yet: its warning is the call's.
+            with self.deferred if self.handed else contextlib.nullcontext():
+                warnings.warn(self._too_long(), DejacacheWarning, stacklevel=4)
 
     def end(self) -> None:
         """The body has ended: the decoder's last bytes are read (and it is told whether
@@ -291,12 +302,17 @@ class Recorder:
         return value
 
     def complete(self, store: StoreSync) -> None:
+        """Store the answer; a warning the store raises as an error waits for the end of
+        the stream (``_deferred``): a stream is stored before its last events reach the
+        caller."""
         if self._claim():
-            store(self.value(), time.perf_counter() - self.t0)
+            with self.deferred:
+                store(self.value(), time.perf_counter() - self.t0)
 
     async def acomplete(self, store: StoreAsync) -> None:
         if self._claim():
-            await store(self.value(), time.perf_counter() - self.t0)
+            with self.deferred:
+                await store(self.value(), time.perf_counter() - self.t0)
 
     def failed(self) -> None:
         """The live stream raised: nothing to store, and the caller sees the error itself."""
@@ -389,7 +405,8 @@ class _Ahead:
 
 
 def _orphan_failed(rec: Recorder, ahead: _Ahead) -> None:
-    rec.abandon(f"failed after the caller stopped reading ({ahead.error!r})")
+    with rec.deferred:
+        rec.abandon(f"failed after the caller stopped reading ({ahead.error!r})")
 
 
 def _read_ahead(rec: Recorder, source: Iterator[bytes], ahead: _Ahead,
@@ -409,8 +426,9 @@ def _read_ahead(rec: Recorder, source: Iterator[bytes], ahead: _Ahead,
             rec.complete(store)
         else:
             _orphan_failed(rec, ahead)
-    if close_here:
+    if close_here:  # the caller has closed the stream: what was kept is raised here, last
         rec.live.close()
+        rec.deferred.raise_kept()
 
 
 async def _aread_ahead(rec: Recorder, source: AsyncIterator[bytes], ahead: _Ahead,
@@ -437,6 +455,8 @@ async def _aread_ahead(rec: Recorder, source: AsyncIterator[bytes], ahead: _Ahea
 
     if isinstance(ahead.error, asyncio.CancelledError):
         raise ahead.error
+    if close_here:  # (as in _read_ahead: a caller still reading awaits this task instead)
+        rec.deferred.raise_kept()
 
 
 def _opaque(rec: Recorder, rest: list[bytes]) -> None:
@@ -480,13 +500,16 @@ class _SyncRecording:
                     rec.complete(self._store)
                     yield chunk
                     yield from rest
-                    return
+                    break
                 yield chunk
         except Exception:
             rec.failed()
             raise
         rec.end()
         rec.complete(self._store)  # the end of the body: the answer is all there
+        if rec.deferred.kept:  # the caller has every chunk: now what was kept is raised
+            rec.live.close()
+            rec.deferred.raise_kept()
 
     def _read_on(self, chunk: bytes, source: Iterator[bytes]) -> Iterator[bytes]:
         # Before handing over the finishing event, read on to the end marker. In a
@@ -513,10 +536,11 @@ class _SyncRecording:
         ahead = self._ahead
         if ahead is not None and ahead.defer_close():
             return  # the reader settles the recording, then closes the response
-        try:  # (under -W error the warning raises: the connection is released all the same)
-            self._rec.abandon("was closed before the end of the answer")
-        finally:
-            self._rec.live.close()
+        rec = self._rec
+        with rec.deferred:  # (an error by the filters: raised once the response is released)
+            rec.abandon("was closed before the end of the answer")
+        rec.live.close()
+        rec.deferred.raise_kept()
 
     def __del__(self) -> None:
         ahead = self._ahead
@@ -551,13 +575,16 @@ class _AsyncRecording:
                     yield chunk
                     for c in rest:
                         yield c
-                    return
+                    break
                 yield chunk
         except Exception:
             rec.failed()
             raise
         rec.end()
         await rec.acomplete(self._store)
+        if rec.deferred.kept:
+            await rec.live.aclose()
+            rec.deferred.raise_kept()
 
     async def _read_on(self, chunk: bytes,
                        source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -593,10 +620,11 @@ class _AsyncRecording:
         ahead = self._ahead
         if ahead is not None and ahead.defer_close():
             return  # the reader settles the recording, then closes the response
-        try:  # (as in close)
-            self._rec.abandon("was closed before the end of the answer")
-        finally:
-            await self._rec.live.aclose()
+        rec = self._rec
+        with rec.deferred:  # (as in close)
+            rec.abandon("was closed before the end of the answer")
+        await rec.live.aclose()
+        rec.deferred.raise_kept()
 
     def __del__(self) -> None:
         ahead = self._ahead
