@@ -350,6 +350,19 @@ def test_configure_names_the_setting_a_misspelt_argument_meant() -> None:
         dejacache.configure(allow_hosts=["x"])  # type: ignore[call-arg]
 
 
+@pytest.mark.parametrize("bad", [0, -1, "64MiB", 1.5, True])
+def test_max_recorded_stream_is_a_whole_number_as_the_proxys_flag(bad: object) -> None:
+    from dejacache.proxying._config import limit_count
+
+    with pytest.raises(ConfigurationError) as given:
+        dejacache.configure(max_recorded_stream=bad)  # type: ignore[arg-type]
+    assert str(given.value) == f"max_recorded_stream={bad!r}: expected a whole number > 0"
+    with pytest.raises(ConfigurationError) as flag:  # one rule: the proxy's flag says alike
+        limit_count("--max-recorded-stream", bad, 1)
+    assert str(flag.value) == f"--max-recorded-stream {bad!r}: expected a whole number > 0"
+    assert config.settings_object().max_recorded_stream is None  # nothing half-set
+
+
 def test_configure_refuses_a_misspelt_key_in_the_project_file(project_dir: pathlib.Path
                                                               ) -> None:
     (project_dir / "pyproject.toml").write_text("[tool.dejacache]\nmodes = 'replay'\n")

@@ -262,6 +262,25 @@ async def test_failing_store_async_fails_open() -> None:
 # ------------------------------------------------------------------------------ engine API
 
 
+@pytest.mark.parametrize("error", [False, True])
+def test_an_unkept_answer_is_a_miss_not_stored_and_an_error_only_when_it_says_so(
+    tmp_path: Any, error: bool,
+) -> None:
+    # A cassette keeping every exception would have kept the Unkept as a failure to replay.
+    def fn() -> int:
+        raise _engine.Unkept({"whole": "answer"}, error=error)
+
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record", record_errors=(Exception,)):
+        eff = dejacache.scope().effective()
+        with pytest.raises(_engine.Unkept) as got:
+            _engine.call_sync(eff, "unkept.fn", "call", "k1", b"{}", fn)
+        assert got.value.value == {"whole": "answer"}
+    assert not path.exists() or "unkept.fn" not in path.read_text()
+    s = dejacache.stats().by_name["unkept.fn"]
+    assert (s.misses, s.stores, s.errors) == (1, 0, int(error))
+
+
 def test_call_sync_and_call_async_directly(store: dejacache.MemoryStore) -> None:
     eff = dejacache.scope(cache_key="direct").effective()
     n: list[int] = []

@@ -31,6 +31,7 @@ max_age = "30d"
 on_expiry = "rerecord"
 live = "model, tool:search"
 allow_hosts = ["api.internal"]
+max_recorded_stream = 1048576
 prices = {"gpt-x" = [1, 2.5]}
 """)
     p = _project.current()
@@ -39,7 +40,7 @@ prices = {"gpt-x" = [1, 2.5]}
         "volatile": (r"re:\d{4}", "body.metadata.run"), "mode": "replay",
         "cassette_dir": "recordings", "max_age": 30 * 86400.0, "on_expiry": "rerecord",
         "live": ("model", "tool:search"), "allow_hosts": ("api.internal",),
-        "prices": {"gpt-x": (1.0, 2.5)}}
+        "max_recorded_stream": 1048576, "prices": {"gpt-x": (1.0, 2.5)}}
     assert set(p.values) == set(_project.KEYS)  # the test covers every row of the table
 
 
@@ -51,6 +52,10 @@ prices = {"gpt-x" = [1, 2.5]}
     ("volatile = ['re:(a+)+$']", "exponential time"),
     ("max_age = 'soon'", "max_age"),
     ("prices = {'m' = [1]}", "prices: 'm' must be \\[input, output\\]"),
+    ("max_recorded_stream = 0", "max_recorded_stream = 0: expected a whole number > 0"),
+    ("max_recorded_stream = '64MiB'", "max_recorded_stream = '64MiB': expected a whole"),
+    ("max_recorded_stream = 1.5", "max_recorded_stream = 1.5: expected a whole"),
+    ("max_recorded_stream = true", "max_recorded_stream = True: expected a whole"),
 ])
 def test_an_unknown_key_or_a_bad_value_names_it(project_file: pathlib.Path, line: str,
                                                  message: str) -> None:
@@ -88,13 +93,14 @@ def test_dejacache_project_names_another_file_or_none(project_file: pathlib.Path
 def test_ini_values_are_checked_and_laid_over_the_table(project_file: pathlib.Path) -> None:
     project_file.write_text("[tool.dejacache]\nmode = 'record'\nmax_age = '1d'\n")
     ini = {"dejacache_mode": "replay", "dejacache_volatile": ["body.a", "re:x"],
-           "dejacache_prices": ["gpt-y 3 4"]}
+           "dejacache_prices": ["gpt-y 3 4"], "dejacache_max_recorded_stream": " 4096 "}
     over = _project.ini_values(lambda name: ini.get(name, ""))
     merged = _project.current().overlaid(over, "ini")
     assert merged.values["mode"] == "replay" and merged.sources["mode"] == "ini"
     assert merged.values["max_age"] == 86400.0
     assert merged.values["volatile"] == ("body.a", "re:x")
     assert merged.values["prices"] == {"gpt-y": (3.0, 4.0)}
+    assert merged.values["max_recorded_stream"] == 4096  # (pytest reads an ini key as text)
     with pytest.raises(ConfigurationError, match="dejacache_mode"):
         _project.ini_values(lambda name: "never" if name == "dejacache_mode" else "")
 

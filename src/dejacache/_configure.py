@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from . import _project
+from ._core.counts import whole_count
 from ._core.durations import Duration, seconds
 from ._core.modes import resolve_mode
 from .codec import Codec, JsonCodec
@@ -34,6 +35,7 @@ def configure(
     max_age: Duration | Unset | None = UNSET,
     on_expiry: str | Unset | None = UNSET,
     runtime_cache: bool | Unset | None = UNSET,
+    max_recorded_stream: int | Unset | None = UNSET,
     **unknown: object,
 ) -> None:
     """Set process-wide defaults. Arguments left out keep their current value.
@@ -49,7 +51,10 @@ def configure(
     back to ``DEJACACHE_MAX_AGE`` / ``DEJACACHE_ON_EXPIRY``. ``runtime_cache=False`` switches
     the runtime face's tool cache off (every ``@tool_cache`` tool runs, counted as ``off``;
     writes still invalidate, so switching it on again serves nothing older than them);
-    ``None`` goes back to ``DEJACACHE_RUNTIME_CACHE`` (``off``/``on``), else on. Each setting
+    ``None`` goes back to ``DEJACACHE_RUNTIME_CACHE`` (``off``/``on``), else on.
+    ``max_recorded_stream`` is the bytes one live stream's recording may hold (default
+    64 MiB): past them the caller still gets every event and the call is not recorded
+    (``docs/interception.md``); ``None`` goes back to the project file's. Each setting
     left out here falls back to the environment, then to the project file
     (``[tool.dejacache]`` in pyproject.toml, checked now: docs/configuration.md).
     """
@@ -85,6 +90,9 @@ def configure(
                 raise ConfigurationError(f"runtime_cache must be True, False or None, not "
                                          f"{runtime_cache!r}")
             s.runtime_cache = runtime_cache
+        if not isinstance(max_recorded_stream, Unset):
+            s.max_recorded_stream = (None if max_recorded_stream is None else whole_count(
+                max_recorded_stream, "max_recorded_stream="))
         s.invalidate()
 
 

@@ -57,6 +57,7 @@ __all__ = [
     "MISS",
     "NOT_LOOKED",
     "CallSite",
+    "Unkept",
     "call_async",
     "call_sync",
     "looks_first",
@@ -273,6 +274,19 @@ def _record_error(eff: Effective, name: str, kind: str, key: str, canonical: byt
             _unstored(eff, name, repr(failed))
 
 
+class Unkept(Exception):
+    """Raised by a run to hand its live ``value`` back without keeping it (a face catches
+    it and answers ``value``; so do the calls that joined its flight). Counted as a miss not
+    stored, as an error only when ``error`` says the answer is a failure (a transient one,
+    never cached), and never kept as a recorded failure: an HTTP stream past its recording
+    bound is a whole answer, not stored, and neither an error nor an exception to replay."""
+
+    def __init__(self, value: Any, *, error: bool = True) -> None:
+        super().__init__("not stored")
+        self.value = value
+        self.error = error
+
+
 RekeyFn = Callable[[], tuple[str, bytes]]
 # What a driver answers from ``advance``: the Run the caller must carry out, or the value.
 Step = tuple[Run | None, Any]
@@ -342,8 +356,9 @@ class Driver:
     def fail(self, f: Fail) -> Store | None:
         """Count a failed run and keep the error where asked; a face may answer a
         :class:`Store` of what the failure should leave in the store."""
-        record_miss(self.name, stored=False, error=True)
-        if f.keep:
+        unkept = f.error if isinstance(f.error, Unkept) else None
+        record_miss(self.name, stored=False, error=unkept is None or unkept.error)
+        if f.keep and unkept is None:
             _record_error(self.eff, self.name, self.kind, f.key, f.canonical, f.error,
                           time.perf_counter() - self.t0)
         return None

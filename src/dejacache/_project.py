@@ -99,6 +99,15 @@ def _on_expiry(value: Any, where: str) -> str:
     return check_on_expiry(value, where)
 
 
+def _count(value: Any, where: str) -> int:
+    """A whole number > 0 (``_core.counts``); the pytest ini key gives it as text."""
+    from ._core.counts import whole_count
+
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        value = int(value)
+    return whole_count(value, f"{where} = ")
+
+
 def _kinds(value: Any, where: str) -> tuple[str, ...]:
     """``live``: a list, or one comma-separated string as ``--dejacache-live`` takes it."""
     if isinstance(value, str):
@@ -169,6 +178,9 @@ KEYS: Final[dict[str, Key]] = {k.name: k for k in (
         "(as --dejacache-live)", None, "dejacache_live", "linelist", "none"),
     Key("allow_hosts", _strings, "hosts cassette tests may reach while the network guard "
         "is on", None, "dejacache_allow_hosts", "linelist", "[] (loopback only)"),
+    Key("max_recorded_stream", _count, "bytes one live stream's recording may hold: past "
+        "them it still reaches the caller, and is not recorded", None,
+        "dejacache_max_recorded_stream", default="67108864 (64 MiB)"),
     Key("prices", _prices, "price overrides: model prefix -> [input, output] dollars per "
         "million tokens", None, "dejacache_prices", "linelist", "the built-in table"),
 )}

@@ -372,6 +372,10 @@ class _Settings:
         self.max_age: float | None = None  # None: DEJACACHE_MAX_AGE (cassettes/ageing.py)
         self.on_expiry: str | None = None  # None: DEJACACHE_ON_EXPIRY, else "warn"
         self.runtime_cache: bool | None = None  # None: DEJACACHE_RUNTIME_CACHE, else on
+        self.max_recorded_stream: int | None = None  # None: the project file's, else 64 MiB
+        #: That bound as the recordings read it (None: not worked out since the last
+        #: configure(); ``http/recording.py`` does, once per configuration).
+        self.stream_bound: int | None = None
         #: The runtime cache's switch as the hot path reads it (one attribute; None: not
         #: worked out since the last configure()).
         self.runtime_on: bool | None = None
@@ -430,6 +434,7 @@ class _Settings:
     def invalidate(self) -> None:
         self._effective = None
         self.runtime_on = None
+        self.stream_bound = None
         GLOBAL[0] = None
 
     def resolve_runtime(self) -> bool:

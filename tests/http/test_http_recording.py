@@ -422,7 +422,7 @@ def test_async_stalled_end_marker_is_recorded_after_the_caller_stops(
 # Smaller than one fake answer (~10 events of ~200 bytes), larger than a few of its events.
 _BOUND = 400
 _PAST = (r"openai.chat.completions \(model 'm'\) stream \(POST /\S*chat/completions\) passed "
-         r"400 bytes held for its recording; it was not recorded .*MAX_RECORDED_STREAM")
+         r"400 bytes held for its recording; it was not recorded .*max_recorded_stream=<bytes>")
 
 
 @pytest.fixture
@@ -430,8 +430,8 @@ def watched(monkeypatch: pytest.MonkeyPatch) -> list[WatchedRecorder]:
     return watch_recorders(monkeypatch)
 
 
-def _bounded(monkeypatch: pytest.MonkeyPatch, bound: int) -> None:
-    monkeypatch.setattr(recording, "MAX_RECORDED_STREAM", bound)
+def _bounded(bound: int) -> None:
+    dejacache.configure(max_recorded_stream=bound)
 
 
 def _dejacache_warnings(got: Any) -> list[Any]:
@@ -441,10 +441,9 @@ def _dejacache_warnings(got: Any) -> list[Any]:
 @pytest.mark.parametrize("lib", LIBS)
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
 def test_a_stream_past_the_bound_reaches_the_caller_whole_and_is_not_stored(
-    fake: FakeProvider, watched: list[WatchedRecorder], monkeypatch: pytest.MonkeyPatch,
-    lib: str, is_async: bool,
+    fake: FakeProvider, watched: list[WatchedRecorder], lib: str, is_async: bool,
 ) -> None:
-    _bounded(monkeypatch, _BOUND)
+    _bounded(_BOUND)
     req = _request(fake, "openai")
     with dejacache.scope(mode="off"):
         unrecorded = _read(is_async, lib, req, False)
@@ -463,10 +462,9 @@ def test_a_stream_past_the_bound_reaches_the_caller_whole_and_is_not_stored(
 
 @pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
 def test_a_stream_within_the_bound_is_recorded_and_replays(
-    fake: FakeProvider, watched: list[WatchedRecorder], monkeypatch: pytest.MonkeyPatch,
-    is_async: bool,
+    fake: FakeProvider, watched: list[WatchedRecorder], is_async: bool,
 ) -> None:
-    _bounded(monkeypatch, 64 * 1024)
+    _bounded(64 * 1024)
     store = dejacache.MemoryStore()
     req = _request(fake, "openai")
     with dejacache.scope(mode="auto", store=store):
@@ -483,10 +481,10 @@ _WHOLE_PAST = (r"http.* stream \(GET /v1/events\) passed 400 bytes held for its 
 
 @pytest.mark.parametrize("lib", LIBS)
 def test_a_stream_read_whole_past_the_bound_reaches_the_caller_and_is_not_stored(
-    watched: list[WatchedRecorder], monkeypatch: pytest.MonkeyPatch, lib: str,
+    watched: list[WatchedRecorder], lib: str,
 ) -> None:
     # A call whose request does not ask for a stream, answered one: read whole for it.
-    _bounded(monkeypatch, _BOUND)
+    _bounded(_BOUND)
     store = dejacache.MemoryStore()
     with EventServer() as server, importlib.import_module(lib).Client() as client, \
             dejacache.scope(mode="auto", store=store), \
@@ -495,8 +493,8 @@ def test_a_stream_read_whole_past_the_bound_reaches_the_caller_and_is_not_stored
     assert body.count("data: ") == 50 and body.endswith('"n":49,"call":1}\n\n')
     assert len(store) == 0
     (name,) = dejacache.stats().by_name  # one call, counted once, as not stored
-    assert (dejacache.stats().by_name[name].misses, dejacache.stats().by_name[name].stores) == (
-        1, 0)
+    stats = dejacache.stats().by_name[name]  # a whole answer not stored: not an error
+    assert (stats.misses, stats.stores, stats.errors) == (1, 0, 0)
     (rec,) = watched
     assert rec.dropped and not rec.events and 0 < rec.peak <= _BOUND
 
@@ -511,16 +509,14 @@ def test_a_stream_read_whole_within_the_bound_is_stored() -> None:
     assert len(store) == 1 and server.calls == 1 and again == first
 
 
-def test_calls_joining_the_flight_of_a_stream_past_the_bound_go_live_themselves(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_calls_joining_the_flight_of_a_stream_past_the_bound_go_live_themselves() -> None:
     # Identical calls at once go live once (single-flight); the others get the first one's
     # answer. Past the bound that answer is handed on as it arrives, held by nobody: the
     # others, told so once the first one passed the bound, go live themselves, and each
     # gets a whole answer of its own.
     import httpx2
 
-    _bounded(monkeypatch, _BOUND)
+    _bounded(_BOUND)
     start = threading.Barrier(3)
     bodies: list[str] = []
 
@@ -543,6 +539,39 @@ def test_calls_joining_the_flight_of_a_stream_past_the_bound_go_live_themselves(
     assert sorted(int(b.rsplit('"call":', 1)[1].rstrip("}\n")) for b in bodies) == [1, 2, 3]
     for b in bodies:
         assert b.count("data: ") == 50 and '"n":49,' in b
+
+
+def test_the_bound_is_configured_or_the_project_files_worked_out_once_per_configuration(
+    fake: FakeProvider, watched: list[WatchedRecorder], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from dejacache import _project
+
+    monkeypatch.setattr(_project, "_OVERRIDE", [_project.Project(
+        None, {"max_recorded_stream": 500})])
+    reads: list[int] = []
+    project = recording.current_project
+
+    def counted() -> _project.Project:
+        reads.append(1)
+        return project()
+
+    monkeypatch.setattr(recording, "current_project", counted)
+    req = _request(fake, "openai")
+    with dejacache.scope(mode="auto", store=dejacache.MemoryStore()), \
+            pytest.warns(dejacache.DejacacheWarning, match="passed 500 bytes"):
+        _read(False, "httpx2", req, False)
+        _read(True, "httpx2", req, False)
+    assert len(reads) == 1  # read at the first recording, then kept
+    _bounded(_BOUND)  # configure() wins over the project file, and is read again
+    with dejacache.scope(mode="auto", store=dejacache.MemoryStore()), \
+            pytest.warns(dejacache.DejacacheWarning, match=_PAST):
+        _read(False, "httpx2", req, False)
+    dejacache.configure(max_recorded_stream=None)  # back to the project file's
+    with dejacache.scope(mode="auto", store=dejacache.MemoryStore()), \
+            pytest.warns(dejacache.DejacacheWarning, match="passed 500 bytes"):
+        _read(False, "httpx2", req, False)
+    assert [r.bound for r in watched] == [500, 500, _BOUND, 500]
+    assert len(reads) == 2  # (the configured bound needs no project file)
 
 
 def test_an_encoded_stream_counts_its_wire_bytes_too() -> None:

@@ -19,7 +19,6 @@ import pytest
 from http_support import WatchedPassing, watch_passing
 
 import dejacache
-from dejacache.http import recording
 from encoded_upstream import EncodedUpstream, gzipped, pieces
 
 LIBS = ["httpx", "httpx2"]
@@ -37,7 +36,7 @@ ASKED = {"file": "report.bin"}
 
 @pytest.fixture
 def bounded(monkeypatch: pytest.MonkeyPatch) -> list[WatchedPassing]:
-    monkeypatch.setattr(recording, "MAX_RECORDED_STREAM", BOUND)
+    dejacache.configure(max_recorded_stream=BOUND)
     return watch_passing(monkeypatch)
 
 
@@ -105,6 +104,40 @@ def test_a_whole_answer_past_the_bound_reaches_the_caller_as_it_arrives_and_is_n
     (w,) = bounded
     assert before == [0]
     _held_no_more_than_the_bound(w, len(wire))
+
+
+@pytest.mark.parametrize("lib", LIBS)
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_under_warnings_as_errors_the_caller_gets_every_byte_then_the_warning(
+        bounded: list[WatchedPassing], lib: str, is_async: bool) -> None:
+    # python -W error / filterwarnings = error: raised when the answer was built, the
+    # warning threw the answer away; it is raised once the caller has every byte.
+    import warnings
+
+    server = EncodedUpstream().serve("identity", pieces(BODY, 64), streamed=True,
+                                     content_type="application/octet-stream").start()
+    m = importlib.import_module(lib)
+    got: list[bytes] = []
+    try:
+        with warnings.catch_warnings(), \
+                dejacache.scope(mode="auto", store=dejacache.MemoryStore()):
+            warnings.simplefilter("error")
+            with pytest.raises(dejacache.DejacacheWarning, match=PAST):
+                if is_async:
+                    async def run() -> None:
+                        async with m.AsyncClient() as client, \
+                                client.stream("POST", server.url + "/download",
+                                              json=ASKED) as r:
+                            async for chunk in r.aiter_bytes():
+                                got.append(chunk)
+                    asyncio.run(run())
+                else:
+                    with m.Client() as client, \
+                            client.stream("POST", server.url + "/download", json=ASKED) as r:
+                        got.extend(r.iter_bytes())
+    finally:
+        server.stop()
+    assert b"".join(got) == BODY
 
 
 def test_requests_streaming_a_download_past_the_bound(bounded: list[WatchedPassing],

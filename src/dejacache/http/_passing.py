@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from ..errors import DejacacheWarning
+from ._deferred import Deferred
 from ._libs import Lib
 from .recording import CallInfo, Held, past_bound
 
@@ -33,12 +34,16 @@ class Passing:
     """A whole answer past the bound: the chunks read so far (the last one passed the
     bound) and the rest of its body, unread."""
 
-    __slots__ = ("bound", "held", "rest")
+    __slots__ = ("bound", "deferred", "held", "rest")
 
-    def __init__(self, held: list[bytes], rest: Any, bound: int) -> None:
+    def __init__(self, held: list[bytes], rest: Any, bound: int,
+                 deferred: Deferred | None = None) -> None:
         self.held = collections.deque(held)
         self.rest = rest  # Iterator[bytes], or AsyncIterator[bytes]
         self.bound = bound
+        # Its warning, when the filters make it an error: raised once the caller has every
+        # byte (at the end or at its close), never instead of the answer (``_deferred``).
+        self.deferred = Deferred() if deferred is None else deferred
 
 
 def read_bounded(live: Any) -> bytes | Passing | None:
@@ -78,6 +83,7 @@ def handed(passing: Passing) -> Iterator[bytes]:
         yield held.popleft()
     rest: Iterator[bytes] = passing.rest
     yield from rest
+    passing.deferred.raise_kept()
 
 
 async def ahanded(passing: Passing) -> AsyncIterator[bytes]:
@@ -88,6 +94,7 @@ async def ahanded(passing: Passing) -> AsyncIterator[bytes]:
     rest: AsyncIterator[bytes] = passing.rest
     async for chunk in rest:
         yield chunk
+    passing.deferred.raise_kept()
 
 
 def passed_on(call: CallInfo, lib: Lib, live: Any, passing: Passing, headers: Any, *,
@@ -96,8 +103,9 @@ def passed_on(call: CallInfo, lib: Lib, live: Any, passing: Passing, headers: An
     extensions, its body handed on as it comes; said once (``said``: the stream recorder
     has said it already)."""
     if not said:
-        warnings.warn(past_bound(call, passing.bound, stream=False), DejacacheWarning,
-                      stacklevel=3)
+        with passing.deferred:
+            warnings.warn(past_bound(call, passing.bound, stream=False), DejacacheWarning,
+                          stacklevel=3)
     stream = _classes(lib)[1 if is_async else 0](passing, live)
     return lib.module.Response(live.status_code, headers=headers, stream=stream,
                                extensions=live.extensions)
@@ -116,6 +124,7 @@ class _SyncPassing:
     def close(self) -> None:
         self._passing.held.clear()
         self._live.close()
+        self._passing.deferred.raise_kept()
 
 
 class _AsyncPassing:
@@ -131,6 +140,7 @@ class _AsyncPassing:
     async def aclose(self) -> None:
         self._passing.held.clear()
         await self._live.aclose()
+        self._passing.deferred.raise_kept()
 
 
 @functools.cache

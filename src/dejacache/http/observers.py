@@ -11,7 +11,8 @@ not), each observer is called once with an :class:`Exchange`: the request body a
 whether the provider saw it, and the provider's usage object, as soon as its prompt-side
 counts are known (a stream's first usage-bearing event: some callers stop reading a stream
 early and never close it, as litellm does). Observers run in the thread that reads the answer; an
-observer that raises is reported as a warning, never to the caller.
+observer that raises is reported as a warning, never to the caller (beside a stream, under
+``-W error``, that warning waits for the stream's end: ``_deferred``).
 
 A rewriter (:func:`rewrite`) is the one kind of watcher that takes part: before the request is
 handled it may return new body bytes for it (the prompt-cache fixes of
@@ -32,6 +33,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from ._deferred import Deferred
 from ._pending import built
 from .codings import Decoding, is_encoded
 from .providers import detect
@@ -206,41 +208,56 @@ class _Watch:
         _notify(dataclasses.replace(self.base, usage=self.usage or None))
 
 
+class _Teeing:
+    """What the sync and async tees share: the observers are told beside the caller's
+    stream, and a warning they raise as an error waits for its end (``_deferred``)."""
+
+    def __init__(self, inner: Any, watch: _Watch) -> None:
+        self._inner = inner
+        self._watch = watch
+        self._deferred = Deferred()
+
+    def _feed(self, chunk: bytes) -> None:
+        with self._deferred:
+            self._watch.feed(chunk)
+
+    def _finish(self) -> None:
+        with self._deferred:
+            self._watch.finish()
+        self._deferred.raise_kept()
+
+
 @functools.cache
 def _tee_classes(module: Any) -> tuple[type, type]:
-    class Tee(module.SyncByteStream):  # type: ignore[misc]
-        def __init__(self, inner: Any, watch: _Watch) -> None:
-            self._inner = inner
-            self._watch = watch
-
+    class Tee(_Teeing, module.SyncByteStream):  # type: ignore[misc]
         def __iter__(self) -> Iterator[bytes]:
             for chunk in self._inner:
-                self._watch.feed(chunk)
+                # Most chunks come after the usage: skipped here, a chunk costs the tee
+                # 0.07-0.11 us, against 0.18-0.21 us feeding each (measured, 200k chunks).
+                if not self._watch.done:
+                    self._feed(chunk)
                 yield chunk
-            self._watch.finish()
+            self._finish()
 
         def close(self) -> None:
             try:
                 self._inner.close()
             finally:
-                self._watch.finish()
+                self._finish()
 
-    class AsyncTee(module.AsyncByteStream):  # type: ignore[misc]
-        def __init__(self, inner: Any, watch: _Watch) -> None:
-            self._inner = inner
-            self._watch = watch
-
+    class AsyncTee(_Teeing, module.AsyncByteStream):  # type: ignore[misc]
         async def __aiter__(self) -> AsyncIterator[bytes]:
             async for chunk in self._inner:
-                self._watch.feed(chunk)
+                if not self._watch.done:
+                    self._feed(chunk)
                 yield chunk
-            self._watch.finish()
+            self._finish()
 
         async def aclose(self) -> None:
             try:
                 await self._inner.aclose()
             finally:
-                self._watch.finish()
+                self._finish()
 
     return Tee, AsyncTee
 

@@ -28,11 +28,16 @@ itself. What is stored holds none of the request's credentials, wherever an even
 (a mid-stream error event quoting the key: ``exchange.unechoed``); the caller's chunks are
 not touched. Events are looked at whole, so a key cut across two socket reads is found.
 
-A stream whose recording would hold more than ``MAX_RECORDED_STREAM`` bytes (an upstream
-streaming for hours, a keep-alive stream that never ends) stops being recorded there: what
-was held is freed, the caller still gets every chunk as it comes, and the call is not stored
-(a stream cut short must never replay as the whole answer: a miss next time is safe), with
-one ``DejacacheWarning`` naming the call, the bound and how to raise it.
+A stream whose recording would hold more than its bound (``MAX_RECORDED_STREAM`` unless
+``configure(max_recorded_stream=)``, the project file or the proxy's flag says otherwise; an
+upstream streaming for hours, a keep-alive stream that never ends) stops being recorded
+there: what was held is freed, the caller still gets every chunk as it comes, and the call is
+not stored (a stream cut short must never replay as the whole answer: a miss next time is
+safe), with one ``DejacacheWarning`` naming the call, the bound and how to raise it.
+
+No warning said beside the caller's stream stops it: under ``-W error`` one raised while the
+caller reads (that bound, a store's complaint while the answer is stored) is kept and raised
+once the caller has every chunk, at the end of the stream or at its close (``_deferred``).
 
 Cost per event: one cheap string check (``Provider.stage``); per chunk, one addition and one
 comparison for the bound (~0.05 us: ``feed`` took 2.81 us an event of a 200-event OpenAI
@@ -58,10 +63,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from ..config import Effective
+from .._project import current as current_project
+from ..config import Effective, settings_object
 from ..errors import DejacacheWarning
 from ..scope import track, untrack
 from ..stats import record_miss
+from ._deferred import Deferred
 from ._libs import Lib
 from .aliases import AliasTable
 from .codings import Decoding, is_encoded
@@ -89,11 +96,25 @@ READ_AHEAD_TIMEOUT = 2.0
 # bytes a chunk); with ``top_logprobs=20`` a chunk is ~1.7 kB, 26 MB (both measured on
 # chunks built as the API sends them). 64 MiB holds either with room, and bounds a stream
 # that never ends, or a file download.
-# The proxy's ``--max-recorded-stream`` sets it for its requests (``recording_bound``).
+# ``configure(max_recorded_stream=)`` or the project file's ``max_recorded_stream`` set it
+# in-process (:func:`_configured_bound`); the proxy's ``--max-recorded-stream`` for its
+# requests (``recording_bound``).
 MAX_RECORDED_STREAM = 64 * 1024 * 1024
-# The bound for the recordings started in this context, when not ``MAX_RECORDED_STREAM``.
+# The bound for the recordings started in this context, when not the configured one.
 _BOUND: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "dejacache_recorded_stream_bound", default=None)
+
+
+def _configured_bound() -> int:
+    """The bound ``configure()`` or the project file set, else ``MAX_RECORDED_STREAM``:
+    worked out at the first recording after each ``configure()`` (a hit never reads it)."""
+    s = settings_object()
+    bound = s.stream_bound
+    if bound is None:
+        bound = s.max_recorded_stream or current_project().get("max_recorded_stream") \
+            or MAX_RECORDED_STREAM
+        s.stream_bound = bound
+    return bound
 
 
 def recording_bound(limit: int) -> None:
@@ -110,7 +131,7 @@ class Held:
 
     def __init__(self) -> None:
         self.held = 0
-        self.bound = _BOUND.get() or MAX_RECORDED_STREAM
+        self.bound = _BOUND.get() or _configured_bound()
 
     def take(self, n: int) -> bool:
         """Count ``n`` more bytes held; False once they pass the bound."""
@@ -162,8 +183,9 @@ class Recorder(Held):
     coding cut short) is kept as it came, whole, with its header. ``held`` counts the bytes
     it keeps; past ``bound`` it keeps none (``dropped``) and is not stored."""
 
-    __slots__ = ("__weakref__", "_ended", "_lock", "as_sent", "call", "decoding", "dropped",
-                 "events", "handed", "live", "open", "splitter", "stage", "t0", "wire")
+    __slots__ = ("__weakref__", "_ended", "_lock", "as_sent", "call", "decoding", "deferred",
+                 "dropped", "events", "handed", "live", "open", "splitter", "stage", "t0",
+                 "wire")
 
     def __init__(self, call: CallInfo, live: Any, t0: float) -> None:
         super().__init__()
@@ -184,6 +206,8 @@ class Recorder(Held):
         self._ended = False
         self.dropped = False
         self.handed = False  # a stream handed to its caller (``track``), not read whole
+        # Warnings raised as errors while the caller reads: raised at the end (``_deferred``).
+        self.deferred = Deferred()
 
     @property
     def opaque(self) -> bool:
@@ -227,8 +251,12 @@ class Recorder(Held):
         if self._claim():
             if self.handed:  # (a stream read whole is counted by the flow it runs in)
                 record_miss(self.call.name, stored=False)
-            warnings.warn(past_bound(self.call, self.bound, stream=True), DejacacheWarning,
-                          stacklevel=4)
+            # The caller reads on, and gets it at the end if the filters make it an error;
+            # a stream read whole is handed on past the bound too (``_passing.Passing``
+            # takes this recorder's ``deferred``), and raises it at its end.
+            with self.deferred:
+                warnings.warn(past_bound(self.call, self.bound, stream=True), DejacacheWarning,
+                              stacklevel=4)
 
     def end(self) -> None:
         """The body has ended: the decoder's last bytes are read (and it is told whether
@@ -291,12 +319,17 @@ class Recorder(Held):
         return value
 
     def complete(self, store: StoreSync) -> None:
+        """Store the answer; a warning the store raises as an error waits for the end of
+        the stream (``_deferred``): a stream is stored before its last events reach the
+        caller."""
         if self._claim():
-            store(self.value(), time.perf_counter() - self.t0)
+            with self.deferred:
+                store(self.value(), time.perf_counter() - self.t0)
 
     async def acomplete(self, store: StoreAsync) -> None:
         if self._claim():
-            await store(self.value(), time.perf_counter() - self.t0)
+            with self.deferred:
+                await store(self.value(), time.perf_counter() - self.t0)
 
     def failed(self) -> None:
         """The live stream raised: nothing to store, and the caller sees the error itself."""
@@ -320,9 +353,9 @@ def past_bound(call: CallInfo, bound: int, *, stream: bool) -> str:
     what, gets = ("stream", "every event") if stream else ("answer", "every byte, as it arrives")
     return (f"dejacache: the {_what(call)} {what} ({_url(call)}) passed {bound} bytes held for "
             f"its recording; it was not recorded{_where(call)} (the caller still gets {gets})."
-            " Raise the bound with dejacache.http.recording.MAX_RECORDED_STREAM = <bytes> "
-            "in-process, or the proxy's --max-recorded-stream (max_recorded_stream= of "
-            "dejacache.proxy()).")
+            " Raise the bound with dejacache.configure(max_recorded_stream=<bytes>) or "
+            "max_recorded_stream in [tool.dejacache], or the proxy's --max-recorded-stream "
+            "(max_recorded_stream= of dejacache.proxy()).")
 
 
 def _what(call: CallInfo) -> str:
@@ -395,7 +428,8 @@ class _Ahead:
 
 
 def _orphan_failed(rec: Recorder, ahead: _Ahead) -> None:
-    rec.abandon(f"failed after the caller stopped reading ({ahead.error!r})")
+    with rec.deferred:
+        rec.abandon(f"failed after the caller stopped reading ({ahead.error!r})")
 
 
 def _read_ahead(rec: Recorder, source: Iterator[bytes], ahead: _Ahead,
@@ -415,8 +449,9 @@ def _read_ahead(rec: Recorder, source: Iterator[bytes], ahead: _Ahead,
             rec.complete(store)
         else:
             _orphan_failed(rec, ahead)
-    if close_here:
+    if close_here:  # the caller has closed the stream: what was kept is raised here, last
         rec.live.close()
+        rec.deferred.raise_kept()
 
 
 async def _aread_ahead(rec: Recorder, source: AsyncIterator[bytes], ahead: _Ahead,
@@ -443,6 +478,8 @@ async def _aread_ahead(rec: Recorder, source: AsyncIterator[bytes], ahead: _Ahea
 
     if isinstance(ahead.error, asyncio.CancelledError):
         raise ahead.error
+    if close_here:  # (as in _read_ahead: a caller still reading awaits this task instead)
+        rec.deferred.raise_kept()
 
 
 def _opaque(rec: Recorder, rest: list[bytes]) -> None:
@@ -486,13 +523,16 @@ class _SyncRecording:
                     rec.complete(self._store)
                     yield chunk
                     yield from rest
-                    return
+                    break
                 yield chunk
         except Exception:
             rec.failed()
             raise
         rec.end()
         rec.complete(self._store)  # the end of the body: the answer is all there
+        if rec.deferred.kept:  # the caller has every chunk: now what was kept is raised
+            rec.live.close()
+            rec.deferred.raise_kept()
 
     def _read_on(self, chunk: bytes, source: Iterator[bytes]) -> Iterator[bytes]:
         # Before handing over the finishing event, read on to the end marker. In a
@@ -519,10 +559,11 @@ class _SyncRecording:
         ahead = self._ahead
         if ahead is not None and ahead.defer_close():
             return  # the reader settles the recording, then closes the response
-        try:  # (under -W error the warning raises: the connection is released all the same)
-            self._rec.abandon("was closed before the end of the answer")
-        finally:
-            self._rec.live.close()
+        rec = self._rec
+        with rec.deferred:  # (an error by the filters: raised once the response is released)
+            rec.abandon("was closed before the end of the answer")
+        rec.live.close()
+        rec.deferred.raise_kept()
 
     def __del__(self) -> None:
         ahead = self._ahead
@@ -557,13 +598,16 @@ class _AsyncRecording:
                     yield chunk
                     for c in rest:
                         yield c
-                    return
+                    break
                 yield chunk
         except Exception:
             rec.failed()
             raise
         rec.end()
         await rec.acomplete(self._store)
+        if rec.deferred.kept:
+            await rec.live.aclose()
+            rec.deferred.raise_kept()
 
     async def _read_on(self, chunk: bytes,
                        source: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
@@ -599,10 +643,11 @@ class _AsyncRecording:
         ahead = self._ahead
         if ahead is not None and ahead.defer_close():
             return  # the reader settles the recording, then closes the response
-        try:  # (as in close)
-            self._rec.abandon("was closed before the end of the answer")
-        finally:
-            await self._rec.live.aclose()
+        rec = self._rec
+        with rec.deferred:  # (as in close)
+            rec.abandon("was closed before the end of the answer")
+        await rec.live.aclose()
+        rec.deferred.raise_kept()
 
     def __del__(self) -> None:
         ahead = self._ahead

@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from typing import Any, NamedTuple
 
 from .._core.flow import Fail, Store
-from .._engine import AsyncDriver, SyncDriver, call_async, call_sync, encode_record
+from .._engine import AsyncDriver, SyncDriver, Unkept, call_async, call_sync, encode_record
 from .._secrets import key_loaded, secret_key
 from ..cassettes.ageing import sending
 from ..cassettes.vcr_match import calling
@@ -118,14 +118,6 @@ def _bypass() -> Iterator[None]:
         yield
     finally:
         _BYPASS.reset(token)
-
-
-class _Unstored(Exception):
-    """A live answer to hand back but not to keep (a transient failure, runtime cache)."""
-
-    def __init__(self, value: dict[str, Any]) -> None:
-        super().__init__("not stored")
-        self.value = value
 
 
 # The value of a live answer handed on as it arrives, past the recording bound
@@ -501,7 +493,7 @@ def _live_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> dict[st
                     chunks.append(chunk)
                     rec.feed(chunk)
                     if rec.dropped:
-                        handed = Passing(chunks, source, rec.bound)
+                        handed = Passing(chunks, source, rec.bound, rec.deferred)
                         call.live = _past_bound(call, resp, handed, rec, is_async=False)
                         break
                 else:
@@ -517,7 +509,7 @@ def _live_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> dict[st
             if handed is None:
                 resp.close()  # (else the caller's answer closes it)
         if value is _PASSED:
-            raise _Unstored(value)
+            raise Unkept(value, error=False)  # (a whole answer, handed on: not an error)
     except Exception as exc:
         if not (call.sequenced and call.lib.transport_error(exc)):
             raise
@@ -525,7 +517,7 @@ def _live_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> dict[st
         # a cassette keeps failures in order, to replay them
         value = error_value(exc, call.credentials)
     if not storable(value, call.sequenced):
-        raise _Unstored(value)
+        raise Unkept(value)  # (a transient failure, runtime cache)
     return value
 
 
@@ -582,7 +574,7 @@ def handle_sync(
             try:
                 value = call_sync(eff, call.name, KIND, *call.first,
                                   lambda: _live_sync(call, request, send), rekey=call.rekey)
-            except _Unstored as u:
+            except Unkept as u:
                 value = u.value
             if value is not _PASSED:
                 break
@@ -617,7 +609,7 @@ async def _live_async(
                     chunks.append(chunk)
                     rec.feed(chunk)
                     if rec.dropped:
-                        handed = Passing(chunks, source, rec.bound)
+                        handed = Passing(chunks, source, rec.bound, rec.deferred)
                         call.live = _past_bound(call, resp, handed, rec, is_async=True)
                         break
                 else:
@@ -633,14 +625,14 @@ async def _live_async(
             if handed is None:
                 await resp.aclose()
         if value is _PASSED:
-            raise _Unstored(value)
+            raise Unkept(value, error=False)  # (a whole answer, handed on: not an error)
     except Exception as exc:
         if not (call.sequenced and call.lib.transport_error(exc)):
             raise
         call.live = exc
         value = error_value(exc, call.credentials)
     if not storable(value, call.sequenced):
-        raise _Unstored(value)
+        raise Unkept(value)  # (a transient failure, runtime cache)
     return value
 
 
@@ -709,7 +701,7 @@ async def handle_async(
                 value = await call_async(eff, call.name, KIND, *call.first,
                                          lambda: _live_async(call, built(request), send),
                                          rekey=call.rekey)
-            except _Unstored as u:
+            except Unkept as u:
                 value = u.value
             if value is not _PASSED:
                 break

@@ -44,7 +44,7 @@ from typing import Any
 import anyio
 import anyio.abc
 
-from .._engine import MISS, AsyncDriver, alookup, call_mode
+from .._engine import MISS, AsyncDriver, Unkept, alookup, call_mode
 from ..config import Effective
 from ..errors import ReplayMiss
 from ..http.transport import handing_on
@@ -78,15 +78,6 @@ def take_miss(ref: Any) -> ReplayMiss | None:
     """The ReplayMiss a miss answer refers to (once)."""
     with _MISS_LOCK:
         return _MISSES.pop(ref, None) if isinstance(ref, int) else None
-
-
-class _Unstored(Exception):
-    """A live JSON-RPC error outside a cassette: handed back, never cached by a runtime
-    store (the next call may succeed)."""
-
-    def __init__(self, value: dict[str, Any]) -> None:
-        super().__init__("not stored")
-        self.value = value
 
 
 class _Lost(Exception):
@@ -337,7 +328,7 @@ class _Proxy:
         call = _Call(self, item, data, eff)
         try:
             value = await call.answer()
-        except _Unstored as u:
+        except Unkept as u:
             value = u.value
         except ReplayMiss as miss:
             if call.identity is not None:
@@ -408,10 +399,10 @@ class _Call:
         value = await proxy._exchange(self.item, self.data)
         if not self.eff.features.sequenced:
             if "error" in value:  # outside a cassette, an error is handed back, never kept
-                raise _Unstored(value)
+                raise Unkept(value)  # (the next call may succeed)
             driver.ttl = _wire.hinted_ttl(self.data.get("params"), value)  # None: no hint
             if driver.ttl == 0:
-                raise _Unstored(value)
+                raise Unkept(value, error=False)  # (an answer not to keep, not an error)
         return self.stored(value)
 
     def stored(self, value: dict[str, Any]) -> dict[str, Any]:

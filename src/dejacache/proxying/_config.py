@@ -9,6 +9,7 @@ import math
 import os
 import pathlib
 
+from .._core.counts import whole_count
 from ..cassettes.ageing import resolve as resolve_ageing
 from ..cassettes.partial import parse_live
 from ..errors import ConfigurationError
@@ -79,11 +80,7 @@ def limit_count(what: str, value: object, default: int) -> int:
     """One of the proxy's limits (``--max-connections``, ``--max-buffered``,
     ``--max-message``, ``--max-recorded-stream``: a whole number > 0), ``default`` when not
     given; ``what`` names it as :func:`timeout_seconds` does."""
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigurationError(f"{_named(what)}{value!r}: expected a whole number > 0")
-    return value
+    return default if value is None else whole_count(value, _named(what))
 
 
 def _named(what: str) -> str:
