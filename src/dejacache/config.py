@@ -374,7 +374,7 @@ class _Settings:
         self.runtime_cache: bool | None = None  # None: DEJACACHE_RUNTIME_CACHE, else on
         self.max_recorded_stream: int | None = None  # None: the project file's, else 64 MiB
         #: That bound as the recordings read it (None: not worked out since the last
-        #: configure(); ``http/recording.py`` does, once per configuration).
+        #: configure(); :meth:`effective` does, 0 for the recorder's default).
         self.stream_bound: int | None = None
         #: The runtime cache's switch as the hot path reads it (one attribute; None: not
         #: worked out since the last configure()).
@@ -418,6 +418,10 @@ class _Settings:
                 lazy = self.lazy_default_store()
                 store = lazy if lazy.opened is None else lazy.opened
             volatile = self.volatile if self.volatile is not None else global_volatile(project)
+            # From the same reading of the project file: a recording on an event loop reads
+            # the bound here, never the file there (0: the recorder's default).
+            self.stream_bound = (self.max_recorded_stream
+                                 or project.get("max_recorded_stream") or 0)
             eff = Effective(
                 namespace=ns,
                 mode=mode,

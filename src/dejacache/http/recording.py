@@ -63,7 +63,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
-from .._project import current as current_project
 from ..config import Effective, settings_object
 from ..errors import DejacacheWarning
 from ..scope import track, untrack
@@ -107,14 +106,12 @@ _BOUND: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 
 def _configured_bound() -> int:
     """The bound ``configure()`` or the project file set, else ``MAX_RECORDED_STREAM``:
-    worked out at the first recording after each ``configure()`` (a hit never reads it)."""
+    worked out with the settings in force (``config.Settings.effective``), once per
+    ``configure()``; a hit never reads it."""
     s = settings_object()
-    bound = s.stream_bound
-    if bound is None:
-        bound = s.max_recorded_stream or current_project().get("max_recorded_stream") \
-            or MAX_RECORDED_STREAM
-        s.stream_bound = bound
-    return bound
+    if s.stream_bound is None:
+        s.effective()
+    return s.stream_bound or MAX_RECORDED_STREAM
 
 
 def recording_bound(limit: int) -> None:
