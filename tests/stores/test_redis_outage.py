@@ -357,3 +357,63 @@ def test_fail_open_false_names_the_outage_instead_of_answering_empty(
     live = RedisStore(redis_server.url, fail_open=False)
     live.put("k", dejacache.Record(b"1"))
     assert live.stats().entries == 1
+
+
+# A write that could not reach Redis must not leave the value it replaced to be served once
+# Redis answers again: the caller was told the call went through (fail open), so the old
+# entry is stale from that moment on, for this process and, once the store has told Redis,
+# for every other.
+WRITES_THAT_MISS = {
+    "put": lambda s: s.put("k", dejacache.Record(b"new")),
+    "delete": lambda s: s.delete("k"),
+}
+
+
+@pytest.mark.parametrize("write", WRITES_THAT_MISS.values(), ids=WRITES_THAT_MISS.keys())
+@pytest.mark.parametrize("outage", ["restarted", "paused"])
+def test_a_write_lost_to_an_outage_never_lets_the_old_value_be_read(
+    redis_server: RedisServer, store: RedisStore, write: Callable[[RedisStore], Any],
+    outage: str,
+) -> None:
+    other = RedisStore(redis_server.url, timeout=2.0, connect_timeout=2.0)  # another process
+    assert store.put("k", dejacache.Record(b"old")) is True
+    if outage == "restarted":
+        assert other.run(lambda c: c.save()) is True  # the restart keeps the data
+        redis_server.stop()
+    else:
+        redis_server.pause()
+        assert store.get("j") is None  # a read timed out: the breaker is open
+        assert store.breaker.state is not State.CLOSED
+    write(store)  # answered (fail open), but Redis never got it
+    if outage == "restarted":
+        redis_server.start()
+        assert (got := other.get("k")) is not None and got.value == b"old"  # still there
+    else:
+        redis_server.resume()
+    assert (got := store.get("k")) is None or got.value != b"old"  # at once, in this process
+    wait_for(recovered(store))
+    assert (got := store.get("k")) is None or got.value != b"old"
+    assert (got := other.get("k")) is None or got.value != b"old"  # and for the others
+    other.close()
+
+
+async def test_an_async_write_lost_to_an_outage_never_lets_the_old_value_be_read(
+    redis_server: RedisServer,
+) -> None:
+    store = RedisStore(redis_server.url, breaker=WatchedBreaker(cooldown=0.2))
+    other = RedisStore(redis_server.url, timeout=2.0, connect_timeout=2.0)
+    assert await store.aput("k", dejacache.Record(b"old")) is True
+    assert await store.aput("j", dejacache.Record(b"old")) is True
+    redis_server.pause()
+    assert await store.aget("x") is None  # a read timed out: the breaker is open
+    await store.aput("k", dejacache.Record(b"new"))
+    await store.adelete("j")
+    redis_server.resume()
+    for key in ("k", "j"):
+        assert (got := await store.aget(key)) is None or got.value != b"old"
+    wait_for(recovered(store))
+    for key in ("k", "j"):
+        assert (got := await store.aget(key)) is None or got.value != b"old"
+        assert (got := other.get(key)) is None or got.value != b"old"
+    other.close()
+    await store.aclose()
