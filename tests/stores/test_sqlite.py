@@ -334,43 +334,54 @@ def test_readonly_option_reads_and_never_writes(tmp_path: pathlib.Path) -> None:
 # ---------------------------------------------------------------- locking
 
 
-def _hold_write_lock(path: pathlib.Path, seconds: float) -> threading.Thread:
-    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    other.execute("BEGIN IMMEDIATE")
-    other.execute("INSERT INTO dejacache_meta VALUES ('holder', 'x')")
+class _WriteLock:
+    """Another connection holding the file's write lock until :meth:`release` (not until a
+    time: a loaded machine once kept a test from running for longer than such a time)."""
 
-    def release() -> None:
-        time.sleep(seconds)
-        other.execute("COMMIT")
-        other.close()
+    def __init__(self, path: pathlib.Path) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.conn.execute("BEGIN IMMEDIATE")
+        self.conn.execute("INSERT INTO dejacache_meta VALUES ('holder', 'x')")
+        self.released = threading.Event()  # set before the lock goes
 
-    t = threading.Thread(target=release)
-    t.start()
-    return t
+    def release(self) -> None:
+        self.released.set()
+        self.conn.execute("COMMIT")
+        self.conn.close()
+
+    def release_after(self, seconds: float) -> threading.Thread:
+        def later() -> None:
+            time.sleep(seconds)
+            self.release()
+
+        t = threading.Thread(target=later)
+        t.start()
+        return t
 
 
 def test_a_writer_waits_for_a_competing_writer(tmp_path: pathlib.Path) -> None:
-    store = SQLiteStore(tmp_path / "cache.db")
+    store = SQLiteStore(tmp_path / "cache.db", timeout=5.0)
     store.put("before", rec(b"b"))
+    lock = _WriteLock(store.path)
+    got = store.get("before")  # WAL: reads are not blocked by the writer, who holds on
+    assert got is not None and got.value == b"b" and not lock.released.is_set()
+    releasing = lock.release_after(0.3)
     t0 = time.monotonic()
-    holder = _hold_write_lock(store.path, 0.3)
-    got = store.get("before")  # WAL: reads are not blocked by the writer
-    assert got is not None and got.value == b"b"
-    assert time.monotonic() - t0 < 0.25
     store.put("k", rec(b"v"))
+    assert lock.released.is_set()  # the put waited for the other writer
     assert time.monotonic() - t0 >= 0.25
-    holder.join()
+    releasing.join()
     assert store.get("k") is not None
     store.close()
 
 
 def test_lock_timeout_is_a_store_error_not_a_hang(tmp_path: pathlib.Path) -> None:
     store = SQLiteStore(tmp_path / "cache.db", timeout=0.2)
-    holder = _hold_write_lock(store.path, 0.8)
+    lock = _WriteLock(store.path)
     with pytest.raises(StoreError, match="locked") as info:
         store.put("k", rec(b"v"))
     assert str(store.path) in str(info.value)
-    holder.join()
+    lock.release()
     store.put("k", rec(b"v"))
     assert store.get("k") is not None
     store.close()
