@@ -189,14 +189,17 @@ def test_full_disk_keeps_reads_and_drops_writes(tmp_path: pathlib.Path) -> None:
     # SQLITE_FULL for real: the file may not grow past 12 pages (48 KB).
     store = SQLiteStore(tmp_path / "cache.db", pragmas={"max_page_count": 12})
     store.put("small", rec(b"fits"))
+    store.put("kept", rec(b"fits too"))
     with pytest.warns(DejacacheWarning, match="cannot write") as caught:
         store.put("big", rec(os.urandom(200_000)))
         store.put("big2", rec(os.urandom(200_000)))
         store.put("tiny", rec(b"t"))  # dropped too: no retry storm against a full disk
         assert store.delete("small") is False
     assert len(caught) == 1
-    got = store.get("small")
-    assert got is not None and got.value == b"fits"
+    got = store.get("kept")  # reads keep working
+    assert got is not None and got.value == b"fits too"
+    # but not of a row a dropped delete was meant to remove (test_a_write_the_file_refused_...)
+    assert store.get("small") is None
     assert store.get("big") is None and store.get("tiny") is None
     assert store.stats().extra["writable"] is False
     store.close()
@@ -888,3 +891,33 @@ def test_an_unknown_pragma_is_refused_with_the_closest_name(tmp_path: pathlib.Pa
     with pytest.raises(StoreError, match=r"unknown pragma 'jornal_mode'.*'journal_mode'"):
         SQLiteStore(tmp_path / "c.db", pragmas={"jornal_mode": "wal"})
     SQLiteStore(tmp_path / "c.db", pragmas={"journal_mode": "wal", "cache_size": -2000})
+
+
+def test_a_write_the_file_refused_never_lets_the_old_value_be_read(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A full disk drops writes (one warning, reads keep working): the entry a dropped
+    put or delete was meant to replace is a miss from then on in this process, and is
+    deleted for every process once the file takes writes again."""
+    path = tmp_path / "cache.db"
+    setup = SQLiteStore(path)
+    setup.put("k", rec(b"old"))
+    setup.put("j", rec(b"old"))
+    setup.close()
+    full = SQLiteStore(path, pragmas={"max_page_count": 1})  # no write that grows the file
+    with pytest.warns(DejacacheWarning, match="cannot write"):
+        assert full.put("k", rec(b"new" * 100_000)) is False
+    assert full.delete("j") is False  # (writes are not tried again for a while)
+    for key in ("k", "j"):
+        assert full.get(key) is None and full.hit(key) is None
+    # The disk has room again.
+    full._db.conn().execute("PRAGMA max_page_count = 1073741823")
+    full._db.retry_writes_at = 0.0
+    assert full.get("k") is None  # its old row is deleted first
+    other = SQLiteStore(path)
+    assert other.get("k") is None and other.get("j") is None
+    full.put("k", rec(b"newer"))
+    assert (got := other.get("k")) is not None and got.value == b"newer"
+    assert (got := full.get("k")) is not None and got.value == b"newer"
+    other.close()
+    full.close()

@@ -66,7 +66,7 @@ class RedisCalls:
         self._probe_key = probe_key  # a key a cluster probe reads (any key will do)
         self._warned: set[str] = set()
         #: ``settle(client)``: work that must land before the breaker closes again (the
-        #: store's lost writes, ``_redis_lost``); True when it made a round trip, which
+        #: store's lost writes, ``_lost``); True when it made a round trip, which
         #: then is the probe.
         self.settle: Callable[[Any], bool] | None = None
 

@@ -69,6 +69,7 @@ from ..errors import ConfigurationError
 from ._base import NOT_SHARED, BaseStore, Hit, Record, StoreStats
 from ._breaker import CircuitBreaker
 from ._loop_deadline import within
+from ._lost import MAX_KEYS, LostWrites
 from ._redis_calls import FAILURES, RedisCalls, doubtful
 from ._redis_clients import RedisClients, split_own_options
 from ._redis_codec import (
@@ -79,7 +80,6 @@ from ._redis_codec import (
     unpack_record,
 )
 from ._redis_keyspace import Keyspace
-from ._redis_lost import MAX_KEYS, LostWrites
 from ._redis_topology import Kind
 from ._short import keeps_short_path
 
@@ -175,11 +175,11 @@ class RedisStore(BaseStore):
         self._direct = clients.direct
         self._hits = KnownHits()
         self._known = self._hits.entries
-        # Writes answered without Redis: their keys read as misses until settled (see
-        # _redis_lost); the recovery probe settles them before the breaker closes.
-        self._lost = LostWrites(keys.entry, keys.request)
+        # Writes answered without Redis: their keys read as misses until their entries
+        # are unlinked (see _lost); the recovery probe does it before the breaker closes.
+        self._lost = LostWrites()
         self._lost_keys = self._lost.keys  # the reads' one check: empty
-        self._calls.settle = self._lost.settle
+        self._calls.settle = self._settle
 
     @property
     def url(self) -> str:
@@ -441,7 +441,7 @@ class RedisStore(BaseStore):
 
     def _wrote(self, key: str, out: Any) -> bool:
         """Book a write of ``key`` that answered ``out``: whether it reached Redis (for a
-        delete: and removed something). One that did not is lost (``_redis_lost``)."""
+        delete: and removed something). One that did not is lost (``_lost``)."""
         if out is not _NOT_WRITTEN:
             self._lost.landed(key)
             return bool(out)
@@ -450,15 +450,36 @@ class RedisStore(BaseStore):
                         "process reads no entry from it until clear()", MAX_KEYS, self.url)
         return False
 
+    def _unlink(self, keys: list[str]) -> Callable[[Any], Any]:
+        """``op(client)`` unlinking the entries (and requests) of ``keys``."""
+        pairs = [(self._e + k + "}", self._r + k + "}") for k in keys]
+
+        def op(client: Any) -> Any:
+            pipe = client.pipeline(transaction=False)
+            for pair in pairs:  # an entry and its request share a slot (one hash tag)
+                pipe.execute_command("UNLINK", *pair)  # by name: see _write_ops
+            return pipe.execute()
+
+        return op
+
+    def _settle(self, client: Any) -> bool:
+        """The recovery probe's work: unlink every lost write's entry with ``client`` (a
+        failure raises); False when there was none (the probe PINGs instead)."""
+        lost, did = self._lost, False
+        while (keys := lost.batch()) is not None:
+            self._unlink(keys)(client)
+            lost.settled(keys)
+            did = True
+        return did
+
     def _still_lost(self, key: str) -> bool:
         """Whether ``key``'s entry may be one a lost write replaced; the lost writes are
         settled first when Redis answers (the probe usually did it already)."""
         lost = self._lost
         if not lost.unsure(key):
             return False
-        while (todo := lost.batch()) is not None:
-            keys, op = todo
-            if self._calls.do(op, _NOT_WRITTEN) is _NOT_WRITTEN:
+        while (keys := lost.batch()) is not None:
+            if self._calls.do(self._unlink(keys), _NOT_WRITTEN) is _NOT_WRITTEN:
                 break
             lost.settled(keys)
         return lost.unsure(key)
@@ -467,9 +488,8 @@ class RedisStore(BaseStore):
         lost = self._lost  # :meth:`_still_lost`, awaited
         if not lost.unsure(key):
             return False
-        while (todo := lost.batch()) is not None:
-            keys, op = todo
-            if await self._calls.ado(op, _NOT_WRITTEN) is _NOT_WRITTEN:
+        while (keys := lost.batch()) is not None:
+            if await self._calls.ado(self._unlink(keys), _NOT_WRITTEN) is _NOT_WRITTEN:
                 break
             lost.settled(keys)
         return lost.unsure(key)
@@ -487,9 +507,7 @@ class RedisStore(BaseStore):
     def iterate(
         self, name: str | None = None, namespace: str | None = None
     ) -> Iterator[tuple[str, Record]]:
-        records = self._keys.records(self._calls, name, namespace)
-        lost = self._lost
-        return (item for item in records if not (lost.keys and lost.unsure(item[0])))
+        return self._keys.records(self._calls, name, namespace)
 
     def clear(self, namespace: str | None = None) -> int:
         """Delete entries (all, or one namespace); how many Redis says it deleted. Counters
