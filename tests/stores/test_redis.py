@@ -126,10 +126,11 @@ def test_every_key_is_prefixed(store: RedisStore, raw: redis.Redis) -> None:
 def test_ttl_is_applied_by_the_server(store: RedisStore, raw: redis.Redis) -> None:
     store.put("short", rec(), ttl=0.2)
     store.put("long", rec(), ttl=100)
-    assert 0 < raw.pttl("t:e:{short}") <= 200
-    assert 0 < raw.pttl("t:r:{short}") <= 200
+    for key in ("t:e:{short}", "t:r:{short}"):
+        left = raw.pttl(key)  # -2: expired already (a stalled test can pass 200 ms)
+        assert left == -2 or 0 < left <= 200  # and never -1, no TTL at all
     got, remaining = store.get_with_ttl("long")
-    assert got is not None and remaining is not None and 99 < remaining <= 100
+    assert got is not None and remaining is not None and 90 < remaining <= 100
     time.sleep(0.3)
     assert store.get("short") is None
     assert store.get_with_ttl("short") == (None, None)
@@ -237,7 +238,7 @@ async def test_async_twins(astore: RedisStore) -> None:
     got = await astore.aget("k")
     assert got is not None and got.value == b"v"
     got2, remaining = await astore.aget_with_ttl("k")
-    assert got2 == got and remaining is not None and 29 < remaining <= 30
+    assert got2 == got and remaining is not None and 20 < remaining <= 30
     assert await astore.adelete("k") is True
     assert await astore.aget("k") is None
     assert await astore.aget_with_ttl("k") == (None, None)

@@ -3,6 +3,7 @@ never a wrong or failed call; two processes share one Redis."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from stalls import Stopwatch
 
 import dejacache
 from dejacache.runtime.generations import FENCE
@@ -21,8 +23,12 @@ from support_redis import RedisServer, free_port
 
 pytestmark = pytest.mark.redis
 
-# The bound: ~50 ms per call before the breaker opens; the default
-# timeouts are 50 ms. Assertions leave slack for a loaded 2-core CI machine.
+# The bound: ~50 ms per call before the breaker opens; the default timeouts are 50 ms. What a
+# call costs is timed by ``Stopwatch``: its wall time less the time the calling thread waited
+# for a core, which a loaded 2-core machine stretched to 0.26 of a 0.38 s first call (the
+# call's own cost: 0.11 s, two timeouts) and which no bound here is about. Redis answering
+# in time is not assumed either: a starved redis-server can miss a 50 ms timeout, and the
+# miss that follows is a right answer, so hits are waited for (``served_by_redis``).
 FIRST_CALL_MAX = 0.25
 OPEN_CALLS = 50
 # What "an open breaker costs callers ~0" means, measured so that a loaded machine cannot
@@ -44,6 +50,15 @@ def wait_for(cond: Callable[[], bool], timeout: float = 5.0) -> None:
     raise AssertionError("condition not met in time")
 
 
+def entries(server: RedisServer) -> int:
+    """How many entries the server holds, read with a client that waits for it."""
+    reader = RedisStore(server.url, timeout=5.0, connect_timeout=5.0)
+    try:
+        return reader.stats().entries
+    finally:
+        reader.close()
+
+
 def recovered(store: RedisStore) -> Callable[[], bool]:
     def check() -> bool:
         store.get("any")  # a call after the cooldown elects the background probe
@@ -52,9 +67,17 @@ def recovered(store: RedisStore) -> Callable[[], bool]:
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
-    t0 = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t0
+    """``fn()`` and what it cost (``Stopwatch``: not the time spent waiting for a core)."""
+    with Stopwatch() as watch:
+        out = fn()
+    return out, watch.took
+
+
+def tripped(store: RedisStore) -> bool:
+    """The breaker opened and Redis is still skipped. Not ``state is OPEN``: past the
+    cooldown (a stalled test passes it) a caller elects a probe, and the state is
+    ``HALF_OPEN`` while it runs."""
+    return store.breaker.trips >= 1 and store.breaker.state is not State.CLOSED
 
 
 class Origin:
@@ -69,6 +92,14 @@ class Origin:
             return {"x": x, "double": 2 * x}
 
         self.fn = double
+
+    def served_by_redis(self, x: int) -> Callable[[], bool]:
+        """A check for ``wait_for``: a call of ``fn(x)``, right, and answered from the store."""
+        def check() -> bool:
+            before = len(self.calls)
+            assert self.fn(x) == {"x": x, "double": 2 * x}
+            return len(self.calls) == before
+        return check
 
 
 @pytest.fixture
@@ -144,7 +175,7 @@ def test_starts_and_serves_with_redis_down_at_startup() -> None:
     assert origin.calls == [3] * 20  # nothing cached, every answer right
     assert dejacache.stats().total.stores == 0  # and nothing counted as stored
     assert took < 0.3
-    assert store.breaker.state is State.OPEN
+    assert tripped(store)
     assert store.stats().entries == 0  # stats fail open too
     assert list(store.iterate()) == []
     assert store.incr("gen") is None and store.get_counters(["gen"]) is None
@@ -161,9 +192,9 @@ async def test_async_starts_and_serves_with_redis_down_at_startup() -> None:
         calls.append(x)
         return 3 * x
 
-    t0 = time.perf_counter()
-    assert [await triple(2) for _ in range(10)] == [6] * 10
-    assert time.perf_counter() - t0 < 0.3
+    with Stopwatch() as watch:
+        assert [await triple(2) for _ in range(10)] == [6] * 10
+    assert watch.took < 0.3
     assert calls == [2] * 10
     assert await store.aput("k", dejacache.stores.Record(value=b"v")) is False
     assert await store.aincr("gen") is None and await store.aget_counters(["g"]) is None
@@ -173,21 +204,20 @@ async def test_async_starts_and_serves_with_redis_down_at_startup() -> None:
 def test_stopped_redis_costs_a_bounded_delay(redis_server: RedisServer,
                                              store: RedisStore) -> None:
     origin = Origin("stop.double")
-    origin.fn(1)
-    origin.fn(1)
-    assert origin.calls == [1]  # a hit while Redis is up
+    wait_for(origin.served_by_redis(1))  # a hit while Redis is up
     redis_server.stop()
     out, took = timed(lambda: origin.fn(1))
     assert out == {"x": 1, "double": 2} and took < FIRST_CALL_MAX
     origin.fn(2)  # refused connections are fast: the third failure opens the breaker
-    assert store.breaker.state is State.OPEN
+    assert tripped(store)
     assert_open_calls_are_free(origin, store, 100)
 
 
 def test_paused_redis_costs_one_timeout_then_nothing(redis_server: RedisServer,
                                                      store: RedisStore) -> None:
     origin = Origin("pause.double")
-    origin.fn(1)
+    wait_for(origin.served_by_redis(1))
+    kept = entries(redis_server)
     redis_server.pause()
     out, took = timed(lambda: origin.fn(5))
     assert out == {"x": 5, "double": 10}
@@ -200,10 +230,9 @@ def test_paused_redis_costs_one_timeout_then_nothing(redis_server: RedisServer,
         origin.fn(7)
     cost.check(1)
     redis_server.resume()
+    assert entries(redis_server) >= kept  # the entry survived the pause
     wait_for(recovered(store))
-    before = len(origin.calls)
-    assert origin.fn(1) == {"x": 1, "double": 2}  # the entry survived the pause: a hit
-    assert len(origin.calls) == before
+    wait_for(origin.served_by_redis(1))  # and is served again
 
 
 async def test_async_paused_redis_costs_one_timeout_then_nothing(
@@ -218,11 +247,19 @@ async def test_async_paused_redis_costs_one_timeout_then_nothing(
         calls.append(x)
         return x * x
 
-    assert await square(3) == 9
+    async def served_by_redis(x: int) -> bool:
+        before = len(calls)
+        assert await square(x) == x * x
+        return len(calls) == before
+
+    await square(3)
+    while not await served_by_redis(3):
+        await asyncio.sleep(0.02)
+    kept = entries(redis_server)
     redis_server.pause()
-    t0 = time.perf_counter()
-    assert await square(4) == 16
-    assert time.perf_counter() - t0 < FIRST_CALL_MAX
+    with Stopwatch() as first:
+        assert await square(4) == 16
+    assert first.took < FIRST_CALL_MAX
     with OpenCalls(store) as cost:
         for i in range(OPEN_CALLS):
             if i == OPEN_CALLS // 2:
@@ -230,10 +267,14 @@ async def test_async_paused_redis_costs_one_timeout_then_nothing(
             assert await square(100 + i) == (100 + i) ** 2
     cost.check(OPEN_CALLS)
     redis_server.resume()
+    assert entries(redis_server) >= kept
     wait_for(recovered(store))
-    before = len(calls)
-    assert await square(3) == 9
-    assert len(calls) == before
+    for _ in range(250):
+        if await served_by_redis(3):
+            break
+        await asyncio.sleep(0.02)
+    else:
+        raise AssertionError("no hit after the pause")
     await store.aclose()
 
 
@@ -243,13 +284,13 @@ def test_restart_recovers_and_hits_resume(redis_server: RedisServer, store: Redi
     redis_server.stop()
     for i in range(5):
         assert origin.fn(i) == {"x": i, "double": 2 * i}
-    assert store.breaker.state is State.OPEN
+    assert tripped(store)
     redis_server.start()  # same port, empty data (no persistence)
     wait_for(recovered(store))
     before = len(origin.calls)
     assert origin.fn(9) == {"x": 9, "double": 18}  # a miss, stored again
-    assert origin.fn(9) == {"x": 9, "double": 18}  # and a hit
     assert len(origin.calls) == before + 1
+    wait_for(origin.served_by_redis(9))  # and a hit
     assert store.breaker.trips >= 1
 
 
@@ -262,10 +303,13 @@ def test_tool_cache_through_a_paused_redis_is_bounded(redis_server: RedisServer,
         reads.append(user_id)
         return {"user": user_id}
 
+    def hits_again() -> bool:
+        before = len(reads)
+        assert get_cart(1) == {"user": 1}
+        return len(reads) == before
+
     with dejacache.agent_session(tenant="acme"):
-        assert get_cart(1) == {"user": 1}
-        assert get_cart(1) == {"user": 1}
-        assert reads == [1]
+        wait_for(hits_again)
         redis_server.pause()
         out, took = timed(lambda: get_cart(1))
         assert out == {"user": 1} and took < FIRST_CALL_MAX
@@ -277,12 +321,6 @@ def test_tool_cache_through_a_paused_redis_is_bounded(redis_server: RedisServer,
         cost.check(OPEN_CALLS)
         redis_server.resume()
         wait_for(recovered(store))
-
-        def hits_again() -> bool:
-            before = len(reads)
-            assert get_cart(1) == {"user": 1}
-            return len(reads) == before
-
         # Counters stay fenced for FENCE seconds after an outage (another process's queued
         # invalidations may still be landing): hits resume once it has passed.
         wait_for(hits_again, timeout=FENCE + 5)
@@ -350,10 +388,70 @@ def test_fail_open_false_names_the_outage_instead_of_answering_empty(
     store.fail_open = True  # calls fail open again: three misses open the breaker
     for _ in range(3):
         assert store.get("k") is None
-    assert store.breaker.state is State.OPEN
+    assert tripped(store)
     store.fail_open = False
     with pytest.raises(dejacache.StoreUnavailable, match="failed recently"):
         store.stats()
     live = RedisStore(redis_server.url, fail_open=False)
     live.put("k", dejacache.Record(b"1"))
     assert live.stats().entries == 1
+
+
+# A write that could not reach Redis must not leave the value it replaced to be served once
+# Redis answers again: the caller was told the call went through (fail open), so the old
+# entry is stale from that moment on, for this process and, once the store has told Redis,
+# for every other.
+WRITES_THAT_MISS = {
+    "put": lambda s: s.put("k", dejacache.Record(b"new")),
+    "delete": lambda s: s.delete("k"),
+}
+
+
+@pytest.mark.parametrize("write", WRITES_THAT_MISS.values(), ids=WRITES_THAT_MISS.keys())
+@pytest.mark.parametrize("outage", ["restarted", "paused"])
+def test_a_write_lost_to_an_outage_never_lets_the_old_value_be_read(
+    redis_server: RedisServer, store: RedisStore, write: Callable[[RedisStore], Any],
+    outage: str,
+) -> None:
+    other = RedisStore(redis_server.url, timeout=2.0, connect_timeout=2.0)  # another process
+    assert store.put("k", dejacache.Record(b"old")) is True
+    if outage == "restarted":
+        assert other.run(lambda c: c.save()) is True  # the restart keeps the data
+        redis_server.stop()
+    else:
+        redis_server.pause()
+        assert store.get("j") is None  # a read timed out: the breaker is open
+        assert store.breaker.state is not State.CLOSED
+    write(store)  # answered (fail open), but Redis never got it
+    if outage == "restarted":
+        redis_server.start()
+        assert (got := other.get("k")) is not None and got.value == b"old"  # still there
+    else:
+        redis_server.resume()
+    assert (got := store.get("k")) is None or got.value != b"old"  # at once, in this process
+    wait_for(recovered(store))
+    assert (got := store.get("k")) is None or got.value != b"old"
+    assert (got := other.get("k")) is None or got.value != b"old"  # and for the others
+    other.close()
+
+
+async def test_an_async_write_lost_to_an_outage_never_lets_the_old_value_be_read(
+    redis_server: RedisServer,
+) -> None:
+    store = RedisStore(redis_server.url, breaker=WatchedBreaker(cooldown=0.2))
+    other = RedisStore(redis_server.url, timeout=2.0, connect_timeout=2.0)
+    assert await store.aput("k", dejacache.Record(b"old")) is True
+    assert await store.aput("j", dejacache.Record(b"old")) is True
+    redis_server.pause()
+    assert await store.aget("x") is None  # a read timed out: the breaker is open
+    await store.aput("k", dejacache.Record(b"new"))
+    await store.adelete("j")
+    redis_server.resume()
+    for key in ("k", "j"):
+        assert (got := await store.aget(key)) is None or got.value != b"old"
+    wait_for(recovered(store))
+    for key in ("k", "j"):
+        assert (got := await store.aget(key)) is None or got.value != b"old"
+        assert (got := other.get(key)) is None or got.value != b"old"
+    other.close()
+    await store.aclose()

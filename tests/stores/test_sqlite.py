@@ -189,14 +189,17 @@ def test_full_disk_keeps_reads_and_drops_writes(tmp_path: pathlib.Path) -> None:
     # SQLITE_FULL for real: the file may not grow past 12 pages (48 KB).
     store = SQLiteStore(tmp_path / "cache.db", pragmas={"max_page_count": 12})
     store.put("small", rec(b"fits"))
+    store.put("kept", rec(b"fits too"))
     with pytest.warns(DejacacheWarning, match="cannot write") as caught:
         store.put("big", rec(os.urandom(200_000)))
         store.put("big2", rec(os.urandom(200_000)))
         store.put("tiny", rec(b"t"))  # dropped too: no retry storm against a full disk
         assert store.delete("small") is False
     assert len(caught) == 1
-    got = store.get("small")
-    assert got is not None and got.value == b"fits"
+    got = store.get("kept")  # reads keep working
+    assert got is not None and got.value == b"fits too"
+    # but not of a row a dropped delete was meant to remove (test_a_write_the_file_refused_...)
+    assert store.get("small") is None
     assert store.get("big") is None and store.get("tiny") is None
     assert store.stats().extra["writable"] is False
     store.close()
@@ -334,43 +337,54 @@ def test_readonly_option_reads_and_never_writes(tmp_path: pathlib.Path) -> None:
 # ---------------------------------------------------------------- locking
 
 
-def _hold_write_lock(path: pathlib.Path, seconds: float) -> threading.Thread:
-    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    other.execute("BEGIN IMMEDIATE")
-    other.execute("INSERT INTO dejacache_meta VALUES ('holder', 'x')")
+class _WriteLock:
+    """Another connection holding the file's write lock until :meth:`release` (not until a
+    time: a loaded machine once kept a test from running for longer than such a time)."""
 
-    def release() -> None:
-        time.sleep(seconds)
-        other.execute("COMMIT")
-        other.close()
+    def __init__(self, path: pathlib.Path) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.conn.execute("BEGIN IMMEDIATE")
+        self.conn.execute("INSERT INTO dejacache_meta VALUES ('holder', 'x')")
+        self.released = threading.Event()  # set before the lock goes
 
-    t = threading.Thread(target=release)
-    t.start()
-    return t
+    def release(self) -> None:
+        self.released.set()
+        self.conn.execute("COMMIT")
+        self.conn.close()
+
+    def release_after(self, seconds: float) -> threading.Thread:
+        def later() -> None:
+            time.sleep(seconds)
+            self.release()
+
+        t = threading.Thread(target=later)
+        t.start()
+        return t
 
 
 def test_a_writer_waits_for_a_competing_writer(tmp_path: pathlib.Path) -> None:
-    store = SQLiteStore(tmp_path / "cache.db")
+    store = SQLiteStore(tmp_path / "cache.db", timeout=5.0)
     store.put("before", rec(b"b"))
+    lock = _WriteLock(store.path)
+    got = store.get("before")  # WAL: reads are not blocked by the writer, who holds on
+    assert got is not None and got.value == b"b" and not lock.released.is_set()
+    releasing = lock.release_after(0.3)
     t0 = time.monotonic()
-    holder = _hold_write_lock(store.path, 0.3)
-    got = store.get("before")  # WAL: reads are not blocked by the writer
-    assert got is not None and got.value == b"b"
-    assert time.monotonic() - t0 < 0.25
     store.put("k", rec(b"v"))
+    assert lock.released.is_set()  # the put waited for the other writer
     assert time.monotonic() - t0 >= 0.25
-    holder.join()
+    releasing.join()
     assert store.get("k") is not None
     store.close()
 
 
 def test_lock_timeout_is_a_store_error_not_a_hang(tmp_path: pathlib.Path) -> None:
     store = SQLiteStore(tmp_path / "cache.db", timeout=0.2)
-    holder = _hold_write_lock(store.path, 0.8)
+    lock = _WriteLock(store.path)
     with pytest.raises(StoreError, match="locked") as info:
         store.put("k", rec(b"v"))
     assert str(store.path) in str(info.value)
-    holder.join()
+    lock.release()
     store.put("k", rec(b"v"))
     assert store.get("k") is not None
     store.close()
@@ -877,3 +891,33 @@ def test_an_unknown_pragma_is_refused_with_the_closest_name(tmp_path: pathlib.Pa
     with pytest.raises(StoreError, match=r"unknown pragma 'jornal_mode'.*'journal_mode'"):
         SQLiteStore(tmp_path / "c.db", pragmas={"jornal_mode": "wal"})
     SQLiteStore(tmp_path / "c.db", pragmas={"journal_mode": "wal", "cache_size": -2000})
+
+
+def test_a_write_the_file_refused_never_lets_the_old_value_be_read(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A full disk drops writes (one warning, reads keep working): the entry a dropped
+    put or delete was meant to replace is a miss from then on in this process, and is
+    deleted for every process once the file takes writes again."""
+    path = tmp_path / "cache.db"
+    setup = SQLiteStore(path)
+    setup.put("k", rec(b"old"))
+    setup.put("j", rec(b"old"))
+    setup.close()
+    full = SQLiteStore(path, pragmas={"max_page_count": 1})  # no write that grows the file
+    with pytest.warns(DejacacheWarning, match="cannot write"):
+        assert full.put("k", rec(b"new" * 100_000)) is False
+    assert full.delete("j") is False  # (writes are not tried again for a while)
+    for key in ("k", "j"):
+        assert full.get(key) is None and full.hit(key) is None
+    # The disk has room again.
+    full._db.conn().execute("PRAGMA max_page_count = 1073741823")
+    full._db.retry_writes_at = 0.0
+    assert full.get("k") is None  # its old row is deleted first
+    other = SQLiteStore(path)
+    assert other.get("k") is None and other.get("j") is None
+    full.put("k", rec(b"newer"))
+    assert (got := other.get("k")) is not None and got.value == b"newer"
+    assert (got := full.get("k")) is not None and got.value == b"newer"
+    other.close()
+    full.close()

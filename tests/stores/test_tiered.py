@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from contract import StoreContract
+from contract import StoreContract, within_ttl
 from redis_shared import flushed, module_server
 
 import dejacache
@@ -124,9 +124,15 @@ def test_front_copy_of_a_back_entry_expires_after_front_ttl() -> None:
     front, back = MemoryStore(), MemoryStore()
     back.put("k", rec())
     t = TieredStore(front, back, front_ttl=0.1)
-    assert t.get("k") is not None
-    back.delete("k")  # as another process would
-    assert t.get("k") is not None  # stale within the bound...
+
+    def fill_then_delete_behind() -> Record | None:
+        front.clear()
+        back.put("k", rec())
+        assert t.get("k") is not None
+        back.delete("k")  # as another process would
+        return t.get("k")
+
+    assert within_ttl(0.1, fill_then_delete_behind) is not None  # stale within the bound...
     time.sleep(0.15)
     assert t.get("k") is None  # ...and not after it
 
@@ -204,8 +210,9 @@ async def test_async_read_through() -> None:
 @pytest.mark.redis
 def test_front_fill_uses_the_remaining_redis_ttl(tiered: TieredStore,
                                                  redis_back: RedisStore) -> None:
-    redis_back.put("k", rec(), ttl=0.3)
-    assert tiered.get("k") is not None  # filled with ~0.3 s left, not front_ttl (60 s)
+    # filled with ~0.3 s left, not front_ttl (60 s)
+    assert within_ttl(0.3, lambda: (redis_back.put("k", rec(), ttl=0.3),
+                                    tiered.get("k"))[1]) is not None
     time.sleep(0.4)
     assert tiered.front.get("k") is None
     assert tiered.get("k") is None
@@ -216,12 +223,18 @@ def test_other_process_sees_writes_and_deletes_within_front_ttl(redis_back: Redi
                                                                 ) -> None:
     here = TieredStore(MemoryStore(), redis_back, front_ttl=0.15)
     there = TieredStore(MemoryStore(), redis_back, front_ttl=0.15)  # another replica
-    here.put("k", rec(b"one"))
-    got = there.get("k")
-    assert got is not None and got.value == b"one"
-    here.put("k", rec(b"two"))
-    assert value_of(here, "k") == b"two"  # its own writes: at once
-    assert value_of(there, "k") == b"one"  # another's: stale for at most front_ttl
+
+    def write_over_a_copy() -> tuple[bytes | None, bytes | None]:
+        there.front.clear()
+        here.put("k", rec(b"one"))
+        got = there.get("k")
+        assert got is not None and got.value == b"one"
+        here.put("k", rec(b"two"))
+        return value_of(here, "k"), value_of(there, "k")
+
+    mine, theirs = within_ttl(0.15, write_over_a_copy)
+    assert mine == b"two"  # its own writes: at once
+    assert theirs == b"one"  # another's: stale for at most front_ttl
     time.sleep(0.2)
     assert value_of(there, "k") == b"two"
     here.delete("k")
@@ -234,9 +247,13 @@ async def test_async_front_fill_uses_the_remaining_redis_ttl(redis_server: Redis
                                                              ) -> None:
     back = RedisStore(redis_server.url, key_prefix="tier", **SLOW_OK)
     t = TieredStore(MemoryStore(), back)
-    await back.aput("k", rec(), ttl=0.3)
-    assert await t.aget("k") is not None
-    assert await t.front.aget("k") is not None
+    for _ in range(20):  # contract.within_ttl, awaited
+        t0 = time.monotonic()
+        await back.aput("k", rec(), ttl=0.3)
+        got, front = await t.aget("k"), await t.front.aget("k")
+        if time.monotonic() - t0 < 0.3:
+            break
+    assert got is not None and front is not None
     await t.aput("j", rec())
     assert await back.aget("j") is not None
     await asyncio.sleep(0.4)

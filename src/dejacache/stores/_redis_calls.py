@@ -62,8 +62,13 @@ class RedisCalls:
         self.breaker = breaker
         self.fail_open = fail_open
         self.skipped = 0  # calls answered without Redis because the breaker was open
+        self.booked = 0  # failures booked on the breaker
         self._probe_key = probe_key  # a key a cluster probe reads (any key will do)
         self._warned: set[str] = set()
+        #: ``settle(client)``: work that must land before the breaker closes again (the
+        #: store's lost writes, ``_lost``); True when it made a round trip, which
+        #: then is the probe.
+        self.settle: Callable[[Any], bool] | None = None
 
     # ---------------------------------------------------------------- decisions
 
@@ -90,7 +95,9 @@ class RedisCalls:
             # A cluster is probed with a read the slots route (PING goes to one node
             # only, which says nothing about CLUSTERDOWN).
             client = self.clients.sync()
-            if self.clients.kind == "cluster":
+            if self.settle is not None and self.settle(client):
+                pass  # it reached Redis: that was the probe
+            elif self.clients.kind == "cluster":
                 client.exists(self._probe_key)
             else:
                 client.ping()
@@ -109,6 +116,7 @@ class RedisCalls:
         url = self.clients.url
         if not self.fail_open:
             raise StoreUnavailable(f"Redis did not answer ({exc})", backend=url) from exc
+        self.booked += 1
         if self.breaker.failure(time.perf_counter() - t0):
             log.warning("dejacache: Redis at %s is failing (%s: %s); skipping it for %.3gs, "
                         "then probing", url, type(exc).__name__, exc, self.breaker.cooldown)

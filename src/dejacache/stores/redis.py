@@ -69,6 +69,7 @@ from ..errors import ConfigurationError
 from ._base import NOT_SHARED, BaseStore, Hit, Record, StoreStats
 from ._breaker import CircuitBreaker
 from ._loop_deadline import within
+from ._lost import MAX_KEYS, LostWrites
 from ._redis_calls import FAILURES, RedisCalls, doubtful
 from ._redis_clients import RedisClients, split_own_options
 from ._redis_codec import (
@@ -174,6 +175,11 @@ class RedisStore(BaseStore):
         self._direct = clients.direct
         self._hits = KnownHits()
         self._known = self._hits.entries
+        # Writes answered without Redis: their keys read as misses until their entries
+        # are unlinked (see _lost); the recovery probe does it before the breaker closes.
+        self._lost = LostWrites()
+        self._lost_keys = self._lost.keys  # the reads' one check: empty
+        self._calls.settle = self._settle
 
     @property
     def url(self) -> str:
@@ -246,6 +252,8 @@ class RedisStore(BaseStore):
 
     def _read(self, key: str) -> Any:
         """The entry's bytes; None when absent or Redis is unavailable."""
+        if self._lost_keys and self._still_lost(key):
+            return None
         vkey = self._e + key + "}"
         client = self._clients.client
         if client is not None and self.breaker.healthy:
@@ -280,6 +288,8 @@ class RedisStore(BaseStore):
         return rec
 
     async def aget(self, key: str) -> Record | None:
+        if self._lost_keys and await self._astill_lost(key):
+            return None
         vkey = self._e + key + "}"
         client = self._clients.for_loop()
         if client is not None and self.breaker.healthy:  # the hit path, as in get()
@@ -327,7 +337,7 @@ class RedisStore(BaseStore):
         """:meth:`hit` given the bytes a ``GET`` of :meth:`entry_key` answered.
         ``discard=False``: bytes that are not a record are a miss, left for the caller's
         own read to delete (an async caller: deleting here would block its loop)."""
-        if raw is None:
+        if raw is None or (self._lost_keys and self._lost.unsure(key)):
             return None
         known = self._known.get(key)
         if known is not None and known[0] == raw:
@@ -352,6 +362,8 @@ class RedisStore(BaseStore):
 
     def get_with_ttl(self, key: str) -> tuple[Record | None, float | None]:
         """The record and its remaining TTL in seconds (None: no expiry), one round trip."""
+        if self._lost_keys and self._still_lost(key):
+            return None, None
         out = self._calls.do(self._get_ttl_op(key), None, _BAD)
         rec, ttl, bad = record_with_ttl(None if out is _BAD else out)
         if bad or out is _BAD:
@@ -359,6 +371,8 @@ class RedisStore(BaseStore):
         return rec, ttl
 
     async def aget_with_ttl(self, key: str) -> tuple[Record | None, float | None]:
+        if self._lost_keys and await self._astill_lost(key):
+            return None, None
         out = await self._calls.ado(self._get_ttl_op(key), None, _BAD)
         rec, ttl, bad = record_with_ttl(None if out is _BAD else out)
         if bad or out is _BAD:
@@ -395,8 +409,8 @@ class RedisStore(BaseStore):
         if ttl is not None and ttl <= 0:  # expired on arrival: Redis rejects PX 0
             self.delete(key)
             return False
-        return (self._calls.do(self._write_ops(key, record, ttl), _NOT_WRITTEN)
-                is not _NOT_WRITTEN)
+        out = self._calls.do(self._write_ops(key, record, ttl), _NOT_WRITTEN)
+        return self._wrote(key, out)
 
     async def aput(self, key: str, record: Record, *, ttl: float | None = None) -> bool:
         if self.read_only:
@@ -405,22 +419,80 @@ class RedisStore(BaseStore):
         if ttl is not None and ttl <= 0:
             await self.adelete(key)
             return False
-        return (await self._calls.ado(self._write_ops(key, record, ttl), _NOT_WRITTEN)
-                is not _NOT_WRITTEN)
+        out = await self._calls.ado(self._write_ops(key, record, ttl), _NOT_WRITTEN)
+        return self._wrote(key, out)
 
     def delete(self, key: str) -> bool:
         if self.read_only:
             return False
         self._hits.forget(key)
         keys = (self._e + key + "}", self._r + key + "}")
-        return bool(self._calls.do(lambda c: c.unlink(*keys), 0))
+        return self._wrote(key, self._calls.do(lambda c: c.unlink(*keys), _NOT_WRITTEN))
 
     async def adelete(self, key: str) -> bool:
         if self.read_only:
             return False
         self._hits.forget(key)
         keys = (self._e + key + "}", self._r + key + "}")
-        return bool(await self._calls.ado(lambda c: c.unlink(*keys), 0))
+        return self._wrote(key, await self._calls.ado(lambda c: c.unlink(*keys),
+                                                      _NOT_WRITTEN))
+
+    # ---------------------------------------------------------------- lost writes
+
+    def _wrote(self, key: str, out: Any) -> bool:
+        """Book a write of ``key`` that answered ``out``: whether it reached Redis (for a
+        delete: and removed something). One that did not is lost (``_lost``)."""
+        if out is not _NOT_WRITTEN:
+            self._lost.landed(key)
+            return bool(out)
+        if self._lost.lost(key):
+            log.warning("dejacache: more than %d writes did not reach Redis at %s; this "
+                        "process reads no entry from it until clear()", MAX_KEYS, self.url)
+        return False
+
+    def _unlink(self, keys: list[str]) -> Callable[[Any], Any]:
+        """``op(client)`` unlinking the entries (and requests) of ``keys``."""
+        pairs = [(self._e + k + "}", self._r + k + "}") for k in keys]
+
+        def op(client: Any) -> Any:
+            pipe = client.pipeline(transaction=False)
+            for pair in pairs:  # an entry and its request share a slot (one hash tag)
+                pipe.execute_command("UNLINK", *pair)  # by name: see _write_ops
+            return pipe.execute()
+
+        return op
+
+    def _settle(self, client: Any) -> bool:
+        """The recovery probe's work: unlink every lost write's entry with ``client`` (a
+        failure raises); False when there was none (the probe PINGs instead)."""
+        lost, did = self._lost, False
+        while (keys := lost.batch()) is not None:
+            self._unlink(keys)(client)
+            lost.settled(keys)
+            did = True
+        return did
+
+    def _still_lost(self, key: str) -> bool:
+        """Whether ``key``'s entry may be one a lost write replaced; the lost writes are
+        settled first when Redis answers (the probe usually did it already)."""
+        lost = self._lost
+        if not lost.unsure(key):
+            return False
+        while (keys := lost.batch()) is not None:
+            if self._calls.do(self._unlink(keys), _NOT_WRITTEN) is _NOT_WRITTEN:
+                break
+            lost.settled(keys)
+        return lost.unsure(key)
+
+    async def _astill_lost(self, key: str) -> bool:
+        lost = self._lost  # :meth:`_still_lost`, awaited
+        if not lost.unsure(key):
+            return False
+        while (keys := lost.batch()) is not None:
+            if await self._calls.ado(self._unlink(keys), _NOT_WRITTEN) is _NOT_WRITTEN:
+                break
+            lost.settled(keys)
+        return lost.unsure(key)
 
     def _discard(self, key: str) -> None:
         log.debug("dejacache: discarding malformed Redis entry %s", key)
@@ -445,7 +517,12 @@ class RedisStore(BaseStore):
         if self.read_only:
             return 0
         self._hits.forget()
-        return self._keys.clear(self._calls, namespace)
+        calls = self._calls
+        before = calls.booked, calls.skipped
+        removed = self._keys.clear(calls, namespace)
+        if namespace is None and (calls.booked, calls.skipped) == before:
+            self._lost.cleared()  # every call reached Redis: no entry is left
+        return removed
 
     def stats(self) -> StoreStats:
         entries, size = self._keys.sizes(self._calls)

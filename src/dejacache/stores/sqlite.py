@@ -39,6 +39,7 @@ from .._paths import default_cache_dir
 from ..codec import checked_plain_body
 from ..errors import StoreError
 from ._base import NOT_SHARED, BaseStore, Hit, Record, StoreStats
+from ._lost import MAX_KEYS, LostWrites
 from ._short import keeps_short_path
 from ._sqlite_file import SQLiteFile, is_busy
 from ._sqlite_requests import (
@@ -246,6 +247,10 @@ class SQLiteStore(BaseStore):
         _check_pragmas(self.pragmas, self.url)
         self._db = SQLiteFile(self.path, url=self.url, timeout=self.timeout,
                               readonly=readonly, pragmas=self.pragmas)
+        # Writes the file refused (a full disk, a read-only file): their keys read as
+        # misses until their rows are deleted, once it takes writes again (see _lost).
+        self._lost = LostWrites()
+        self._lost_keys = self._lost.keys  # the reads' one check: empty
 
     def __reduce__(self) -> tuple[object, ...]:
         # Another process gets its own connections to the same file (spawn, pickling).
@@ -264,6 +269,8 @@ class SQLiteStore(BaseStore):
         # first after a fork or close, raises AttributeError and opens it); the one-off
         # cursor is dropped at once, which resets the statement: a kept cursor would hold its
         # read snapshot open and keep later reads from seeing other processes' writes.
+        if self._lost_keys and self._still_lost(key):
+            return None
         db = self._db
         try:
             row = db.local.conn.execute(_GET, (key,)).fetchone()
@@ -302,6 +309,8 @@ class SQLiteStore(BaseStore):
         made last time is handed out again (no usage lookup, no tuple). Another process may
         replace a row at any time: only equal bytes count, so a changed row is checked
         afresh."""
+        if self._lost_keys and self._still_lost(key):
+            return None
         try:
             row = self._db.local.conn.execute(_HIT, (key,)).fetchone()
         except (AttributeError, sqlite3.Error):
@@ -364,12 +373,49 @@ class SQLiteStore(BaseStore):
             add_refs(conn, stored, old)
             return 1
 
-        kept = self._db.write(body, key) > 0
-        self._forget(key)
+        kept = False
+        try:
+            kept = self._db.write(body, key) > 0
+        finally:  # (a lock held past ``timeout`` raises: the old row stays all the same)
+            self._forget(key)
+            self._wrote(key, kept)
         return kept
 
     def delete(self, key: str) -> bool:
-        return self._remove("key=?", (key,), key) > 0
+        removed = -1
+        try:
+            removed = self._remove("key=?", (key,), key)
+        finally:
+            self._wrote(key, removed >= 0)
+        return removed > 0
+
+    # ---------------------------------------------------------------- lost writes
+
+    def _wrote(self, key: str, landed: bool) -> None:
+        """Book a write of ``key``: one the file refused is lost (``_lost``). A store
+        opened ``readonly`` drops writes by design: its file is the truth, nothing is lost."""
+        if landed:
+            self._lost.landed(key)
+        elif not self.readonly and self._lost.lost(key):
+            self._db.warn.once("lost", f"dejacache: more than {MAX_KEYS} writes to "
+                               f"{self.path} were dropped; this process reads no entry from "
+                               "it until clear()")
+
+    def _still_lost(self, key: str) -> bool:
+        """Whether ``key``'s row may be one a dropped write replaced; the dropped writes'
+        rows are deleted first when the file takes writes again."""
+        lost = self._lost
+        if not lost.unsure(key):
+            return False
+        while self._db.can_write() and (keys := lost.batch()) is not None:
+            marks = ",".join("?" * len(keys))
+            try:
+                if self._remove(f"key IN ({marks})", tuple(keys)) < 0:
+                    break
+            except StoreError:  # locked past ``timeout``: a read does not fail for it
+                break
+            lost.settled(keys)
+        return lost.unsure(key)
 
     def iterate(
         self, name: str | None = None, namespace: str | None = None
@@ -435,17 +481,18 @@ class SQLiteStore(BaseStore):
 
     def _remove(self, where: str, args: tuple[Any, ...], key: str = "") -> int:
         """Delete the entries matching ``where`` and release the blobs they referenced
-        (``key``: the one key removed, named by a write error)."""
+        (``key``: the one key removed, named by a write error); how many, -1 when the file
+        refused the write."""
 
         def body(conn: sqlite3.Connection) -> int:
             counts = refs_of_rows(conn.execute(
                 f"SELECT z, request FROM entries WHERE z >= 2 AND ({where})", args))
             n: int = conn.execute(f"DELETE FROM entries WHERE {where}", args).rowcount
             release(conn, counts)
-            return n
+            return n + 1  # (write() answers 0 for a refused write)
 
         try:
-            return self._db.write(body, key)
+            return self._db.write(body, key) - 1
         finally:
             self._forget(key)
 
@@ -454,17 +501,20 @@ class SQLiteStore(BaseStore):
             def body(conn: sqlite3.Connection) -> int:
                 n: int = conn.execute("DELETE FROM entries").rowcount
                 conn.execute("DELETE FROM blobs")
-                return n
+                return n + 1  # (write() answers 0 for a refused write)
 
             try:
-                return self._db.write(body)
+                n = self._db.write(body) - 1
             finally:
                 self._forget()
-        return self._remove("namespace=?", (namespace,))
+            if n >= 0:
+                self._lost.cleared()  # no row is left
+            return max(n, 0)
+        return max(self._remove("namespace=?", (namespace,)), 0)
 
     def purge_expired(self) -> int:
         """Delete entries whose TTL has passed (reads already skip them); returns the count."""
-        return self._remove("expires IS NOT NULL AND expires <= ?", (time.time(),))
+        return max(self._remove("expires IS NOT NULL AND expires <= ?", (time.time(),)), 0)
 
     def prune_blobs(self) -> int:
         """Recount every blob's references from the stored skeletons, fix counts that
