@@ -40,9 +40,10 @@ class _Handler(LoopbackHandler):
     fake: EncodedUpstream
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("content-length") or 0))
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
         with self.fake._lock:
             self.fake.requests.append(self.path)
+            self.fake.bodies.append(body)
         content_type, encoding, chunks, streamed = self.fake.answer
         headers = {"content-encoding": encoding, "x-request-id": "req-enc"}
         if streamed:
@@ -68,6 +69,7 @@ class EncodedUpstream(LoopbackProvider):
 
     def __init__(self) -> None:
         super().__init__()
+        self.bodies: list[bytes] = []  # each request's body, as it came
         self.answer: tuple[str, str, list[bytes], bool] = ("text/event-stream", "gzip",
                                                            pieces(gzipped(PLAIN)), True)
 

@@ -20,7 +20,7 @@ from fake_provider import FakeProvider
 
 import dejacache
 from dejacache import MemoryStore, Record
-from dejacache.http import _passing, recording, transport
+from dejacache.http import _passing, codings, recording, transport
 
 __all__ = ["FORMS", "SPELLINGS", "EventServer", "KeyRefuser", "KeySpeller", "SeqStore",
            "WatchedPassing", "WatchedRecorder", "leaked", "record_then_replay",
@@ -365,3 +365,32 @@ class EventServer:
     def __exit__(self, *exc: object) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class _Counted:
+    """A real decoder step, the size of each piece it yields noted in ``sizes``."""
+
+    def __init__(self, step: Any, sizes: list[int]) -> None:
+        self._step, self._sizes = step, sizes
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._step, name)
+
+    def decompress(self, data: bytes) -> bytes:
+        out: bytes = self._step.decompress(data)
+        self._sizes.append(len(out))
+        return out
+
+
+def count_decoded(monkeypatch: Any) -> list[int]:
+    """The size of every piece any decoder step of ``codings.py`` yields from now on: what
+    dejacache held of a body it decoded (not RSS)."""
+    sizes: list[int] = []
+    real = codings.decompressor
+
+    def counted(name: str, bound: int | None = None) -> Any:
+        step = real(name, bound)
+        return None if step is None else _Counted(step, sizes)
+
+    monkeypatch.setattr(codings, "decompressor", counted)
+    return sizes

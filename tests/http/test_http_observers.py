@@ -10,10 +10,11 @@ import openai
 import orjson
 import pytest
 from fake_provider import FakeProvider
+from http_support import count_decoded
 
 import dejacache
 from dejacache.errors import DejacacheWarning
-from dejacache.http import observers
+from dejacache.http import observers, recording
 
 
 @pytest.fixture
@@ -78,6 +79,31 @@ def test_compressed_pass_through_bodies_are_followed() -> None:
     finally:
         observers.unwatch(token, got.append)
     assert [g.usage for g in got] == [{"prompt_tokens": 7}, None]
+
+
+@pytest.mark.parametrize("encoding", ["gzip", ""])
+def test_a_whole_answer_past_the_bound_is_followed_without_usage_and_not_held(
+        monkeypatch: pytest.MonkeyPatch, encoding: str) -> None:
+    # A decompression bomb (or a plain download) is not buffered whole to find its usage:
+    # the parse holds the recording bound at most, then lets go and reports no usage.
+    monkeypatch.setattr(recording, "MAX_RECORDED_STREAM", 4096)
+    made = count_decoded(monkeypatch)
+    got: list[observers.Exchange] = []
+    token = observers.watch(got.append)
+    base = observers.Exchange("openai", "openai.chat.completions", b"{}", 200, None,
+                              contextvars.copy_context())
+    plain = orjson.dumps({"usage": {"prompt_tokens": 7}, "pad": "0" * 1024 * 1024})
+    data = gzip.compress(plain) if encoding else plain
+    try:
+        watch = observers._Watch(base, "application/json", encoding)
+        for i in range(0, len(data), 1000):
+            watch.feed(data[i:i + 1000])
+        assert watch.buffer is None
+        watch.finish()
+    finally:
+        observers.unwatch(token, got.append)
+    assert [g.usage for g in got] == [None]
+    assert sum(made) <= 4097
 
 
 def test_an_observer_sees_its_own_context_only(fake: FakeProvider,

@@ -25,6 +25,7 @@ from http_support import (
     SPELLINGS,
     KeyRefuser,
     KeySpeller,
+    count_decoded,
     watch_passing,
     watch_recorders,
 )
@@ -827,3 +828,72 @@ async def test_a_download_not_recorded_is_relayed_as_it_arrives_too(
     (relay,) = watched
     assert sum(relay.held[:-1]) <= 4096 < sum(relay.held)
     assert sum(relay.held) + relay.pulled == len(BODY)
+
+
+# ---------------------------------------------------------------- decompression bombs
+# A few KB of gzip that inflate to megabytes: within the bound on the wire, past it decoded.
+
+ZEROS = bytes(8 * 1024 * 1024)
+
+
+class Received(Download):
+    """A :class:`Download` that keeps each request's body as it came."""
+
+    def __init__(self, wire: bytes, *, encoding: str = "") -> None:
+        super().__init__(wire, chunked=False, encoding=encoding)
+        self.bodies: list[bytes] = []
+
+    async def answer(self, writer: asyncio.StreamWriter, body: bytes) -> None:
+        self.bodies.append(body)
+        await super().answer(writer, body)
+
+
+@contextlib.asynccontextmanager
+async def _bombed(tmp_path: pathlib.Path, upstream: Received,
+                  **config: Any) -> AsyncIterator[ProxyServer]:
+    ups = {"files": parse_upstream(f"files={await upstream.start()}", "test")}
+    cassette = tmp_path / "s.json"
+    server = ProxyServer(ProxyConfig(spec=SessionSpec(cassette=cassette), cassette=cassette,
+                                     upstreams=ups, cassette_dir=tmp_path, **config))
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+        await upstream.stop()
+
+
+async def test_an_answer_that_decodes_past_the_proxys_bound_reaches_the_client_unrecorded(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = count_decoded(monkeypatch)
+    wire = gzipped(ZEROS)
+    with pytest.warns(dejacache.DejacacheWarning, match=r"answer \(POST /download\) passed "
+                      r"65536 bytes held for its recording; it was not recorded in .*s\.json"):
+        async with _bombed(tmp_path, Received(wire, encoding="gzip"),
+                           max_recorded_stream=65536) as server:
+            headers, raw = await _download(server.url)
+    # As the upstream sent it: the client's own decoder inflates it, if it will.
+    assert raw == wire and headers["content-encoding"] == "gzip"
+    assert headers["content-length"] == str(len(wire))
+    path = tmp_path / "s.json"
+    assert not path.exists() or entries(path) == []
+    assert made and max(made) <= 65536 + 1
+
+
+async def test_a_request_body_that_would_decode_to_a_bomb_is_relayed_and_keyed_as_it_came(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    made = count_decoded(monkeypatch)
+    bombs = [gzipped(ZEROS), gzipped(ZEROS + b"1")]
+    upstream = Received(b'{"ok":true}')
+    async with _bombed(tmp_path, upstream) as server, \
+            httpx2.AsyncClient(timeout=30) as client:
+        for bomb in bombs:
+            r = await client.post(f"{server.url}/files/upload", content=bomb,
+                                  headers={"content-encoding": "gzip",
+                                           "content-type": "application/json"})
+            assert r.status_code == 200
+    assert upstream.bodies == bombs and made == []  # relayed unchanged, never inflated
+    stored = [e["request"]["body"] for e in entries(tmp_path / "s.json")]
+    assert [b["size"] for b in stored] == [len(b) for b in bombs]
+    assert all(set(b) == {"xxh3_128", "size"} for b in stored)
+    assert stored[0]["xxh3_128"] != stored[1]["xxh3_128"]

@@ -37,6 +37,7 @@ from ._deferred import Deferred
 from ._pending import built
 from .codings import Decoding, is_encoded
 from .providers import detect
+from .recording import Held
 from .sse import SSESplitter, event_data, is_sse
 
 __all__ = ["REWRITERS", "WATCHERS", "Exchange", "Rewriter", "rewrite", "unrewrite", "unwatch",
@@ -171,7 +172,7 @@ def _usage_of(data: Any, into: dict[str, Any]) -> bool:
 class _Watch:
     """One exchange in flight: parses the answer as it passes and notifies once."""
 
-    __slots__ = ("base", "buffer", "decoding", "done", "splitter", "usage")
+    __slots__ = ("base", "buffer", "decoding", "done", "held", "splitter", "usage")
 
     def __init__(self, base: Exchange, content_type: str, encoding: str) -> None:
         self.base = base
@@ -180,15 +181,19 @@ class _Watch:
         self.splitter = SSESplitter() if is_sse(content_type) else None
         self.buffer: list[bytes] | None = None if self.splitter else []
         # Live answers arrive as they came: read through the recordings' own decoding
-        # (``codings.py``). One it cannot undo is not parsed: reported without usage.
-        self.decoding = Decoding(encoding) if is_encoded(encoding) else None
+        # (``codings.py``), to the recordings' bound. One it cannot undo, or that passes
+        # the bound, is not parsed: reported without usage.
+        self.held = Held()  # (a whole answer is buffered to be parsed: no more than this)
+        self.decoding = (Decoding(encoding, bound=self.held.bound)
+                         if is_encoded(encoding) else None)
 
     def feed(self, chunk: bytes) -> None:
         if self.done:
             return
         if self.decoding is not None:
             chunk = self.decoding.feed(chunk)
-            if self.decoding.opaque:
+            if self.decoding.opaque or self.decoding.past:
+                self.buffer = None  # (nothing of it is parsed: let go what was held)
                 return
         if self.splitter is not None:
             for ev in self.splitter.feed(chunk):
@@ -196,7 +201,10 @@ class _Watch:
                     self.finish()
                     return
         elif self.buffer is not None:
-            self.buffer.append(chunk)
+            if self.held.take(len(chunk)):
+                self.buffer.append(chunk)
+            else:
+                self.buffer = None
 
     def finish(self) -> None:
         if self.done:

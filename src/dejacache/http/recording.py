@@ -197,7 +197,8 @@ class Recorder(Held):
         # Fed the bytes as they came (``wire_chunks``), not the decoded content.
         self.as_sent = not live.is_stream_consumed
         encoding = live.headers.get("content-encoding", "")
-        self.decoding = Decoding(encoding) if self.as_sent and is_encoded(encoding) else None
+        self.decoding = (Decoding(encoding, bound=self.bound)
+                         if self.as_sent and is_encoded(encoding) else None)
         # The wire bytes, while they may have to be kept as they came.
         self.wire: list[bytes] | None = None if self.decoding is None else []
         self._ended = False
@@ -233,6 +234,9 @@ class Recorder(Held):
             self.wire.append(chunk)  # type: ignore[union-attr]
             chunk = self.decoding.feed(chunk)
             if not chunk:
+                if self.decoding.past:  # its decoded copy would pass the bound
+                    self._drop()
+                    return 0
                 return self.stage
         return self._take(chunk)
 
@@ -262,7 +266,9 @@ class Recorder(Held):
             self._ended = True
             if self.decoding is not None:
                 tail = self.decoding.finish()
-                if tail:
+                if self.decoding.past:
+                    self._drop()
+                elif tail:
                     self._take(tail)
 
     def _take(self, chunk: bytes) -> int:

@@ -21,6 +21,7 @@ import dataclasses
 import functools
 import re
 import time
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
@@ -30,7 +31,7 @@ from .._secrets import key_loaded, secret_key
 from ..cassettes.ageing import sending
 from ..cassettes.vcr_match import calling
 from ..config import Effective
-from ..errors import ConfigurationError, ReplayMiss
+from ..errors import ConfigurationError, DejacacheWarning, ReplayMiss
 from ..scope import current
 from ..stats import record_miss
 from ..stores._base import Record, off_loop
@@ -39,7 +40,7 @@ from ._libs import LIBRARIES, Lib, lib_named, lib_of
 from ._passing import Passing, aread_bounded, passed_on, read_bounded
 from ._pending import built
 from .aliases import AliasTable, table_for
-from .codings import decoded
+from .codings import Past, decoded
 from .exchange import (
     body_bytes,
     error_value,
@@ -52,7 +53,7 @@ from .headers import credential_values, spelled_names
 from .identities import identities_for, scope_of
 from .keying import Identity, keyed
 from .providers import Provider, detect
-from .recording import Recorder, awire_chunks, recording_classes, wire_chunks
+from .recording import Held, Recorder, awire_chunks, past_bound, recording_classes, wire_chunks
 from .sdk_errors import native_miss
 from .sse import is_stream, replay_async, replay_sync
 
@@ -373,8 +374,9 @@ def _extensions(resp: Any) -> dict[str, Any]:
 
 def _read_whole(call: _Call, resp: Any, raw: bytes | None) -> dict[str, Any]:
     """The stored value of a whole (non-stream) answer read as ``raw`` wire bytes
-    (``_passing.read_bounded``); the caller gets those bytes and every header as they came
-    (its client decodes them as it would). ``raw`` None, when the transport handed the
+    (``_passing.read_bounded``), or ``_PASSED`` (not to be stored) when they decode past the
+    recording bound; the caller gets those bytes and every header as they came (its client
+    decodes them as it would). ``raw`` None, when the transport handed the
     answer over read already (``Response(content=...)`` from a ``MockTransport`` handler:
     ``iter_raw`` raised ``StreamConsumed`` on it, and recording through one failed): the
     caller gets the decoded content, without the headers of the wire encoding."""
@@ -388,9 +390,14 @@ def _read_whole(call: _Call, resp: Any, raw: bytes | None) -> dict[str, Any]:
                                           body=body, credentials=call.credentials))
     call.live = m.Response(resp.status_code, headers=resp.headers, stream=m.ByteStream(raw),
                            extensions=_extensions(resp))
-    # Stored decoded when every coding is undone; else as it came (``codings.py``).
+    # Stored decoded when every coding is undone; else as it came (``codings.py``); not at
+    # all when decoded it passes the recording bound (a decompression bomb).
     encoding = resp.headers.get("content-encoding", "")
-    body = decoded(encoding, raw)
+    body = decoded(encoding, raw, bound=Held().bound)
+    if isinstance(body, Past):
+        warnings.warn(past_bound(call, body.bound, stream=False), DejacacheWarning,
+                      stacklevel=4)
+        return _PASSED
     if body is None:
         return _kept(call, opaque_value(resp.status_code, _as_sent(resp.headers), call.provider,
                                         raw, encoding, credentials=call.credentials))
@@ -420,7 +427,7 @@ def _read_events(call: _Call, resp: Any, rec: Recorder, chunks: list[bytes]) -> 
     rec.end()
     call.live = m.Response(resp.status_code, headers=_handed_headers(resp, rec.as_sent),
                            stream=m.ByteStream(b"".join(chunks)), extensions=_extensions(resp))
-    return rec.value()
+    return _PASSED if rec.dropped else rec.value()  # (dropped: its decoded tail passed the bound)
 
 
 class _Keeping:
@@ -547,6 +554,10 @@ def _stream_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> Any:
             value = _read_whole(call, resp, raw)
         finally:
             resp.close()
+        if value is _PASSED:  # decoded past the bound: handed on, not kept
+            d.advance(flow, d.ran(None, keep=False))
+            record_miss(call.name, stored=False)
+            return call.live
         d.advance(flow, d.ran(value))
         return _respond(call, request, value, is_async=False)
     stream = recording_classes(call.lib)[0](Recorder(call, resp, d.t0).track(), d.later)
@@ -666,6 +677,10 @@ async def _stream_async(
             value = _read_whole(call, resp, raw)
         finally:
             await resp.aclose()
+        if value is _PASSED:  # decoded past the bound: handed on, not kept
+            await d.advance(flow, d.ran(None, keep=False))
+            record_miss(call.name, stored=False)
+            return call.live
         await d.advance(flow, d.ran(value))
         return _respond(call, request, value, is_async=True)
     stream = recording_classes(call.lib)[1](Recorder(call, resp, d.t0).track(), d.later)
