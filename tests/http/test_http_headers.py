@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pathlib
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import orjson
 import pytest
 import requests
 from fake_tool_api import ToolAPI
+from http_support import CLIENTS, fetch
 
 import dejacache
 from dejacache.errors import ConfigurationError, ReplayMiss
@@ -65,6 +67,7 @@ def tool() -> Iterator[ToolAPI]:
     ("Date", "Tue, 01 Dec 2026 10:00:00 GMT", "out"),
     ("Content-Length", "10", "out"),
     ("Content-Type", "multipart/form-data; boundary=x1", "plain"),
+    ("Content-Type", "text/plain; charset=latin-1", "plain"),
     ("Accept-Encoding", "gzip", "out"),
     ("Connection", "keep-alive", "out"),
     ("Idempotency-Key", "stainless-retry-1", "out"),
@@ -78,6 +81,43 @@ def test_each_header_is_keyed_as_what_it_is(name: str, value: str, kind: str) ->
     assert seen == kind
     if kind == "plain":
         assert got.plain == {name.lower(): value.partition("; boundary")[0]}
+
+
+@pytest.mark.parametrize(("value", "keyed"), [
+    ("application/json", "application/json"),
+    ("Application/JSON; charset=UTF-8", "application/json"),  # what no charset reads as
+    ("text/plain; charset=utf8", "text/plain"),
+    ("text/plain; charset=ISO-8859-1", "text/plain; charset=iso-8859-1"),
+    ('application/json; profile="a;b"; charset=latin-1',
+     "application/json; charset=latin-1; profile=a;b"),
+    ('multipart/form-data; boundary="x;1"; charset=latin-1',
+     "multipart/form-data; charset=latin-1"),
+    ("text/plain; charset=latin-1; boundary=x; ???", "text/plain; charset=latin-1; ???"),
+])
+def test_content_type_keys_what_the_body_is_without_its_framing(value: str, keyed: str
+                                                               ) -> None:
+    assert classify([("Content-Type", value)], provider=False).plain == {
+        "content-type": keyed}
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_the_same_bytes_in_another_charset_are_another_question(
+        tool: ToolAPI, tmp_path: pathlib.Path, client: str) -> None:
+    """``caf\xc3\xa9`` is "café" as UTF-8 and "cafÃ©" as Latin-1: the server answers
+    each its own; the charset once was cut from the key with the boundary."""
+    path = tmp_path / "c.json"
+
+    def text(charset: str) -> Any:
+        return fetch(client, "POST", tool.url + "/text",
+                     {"Content-Type": f"text/plain; charset={charset}"}, "café".encode())
+
+    with dejacache.cassette(path, mode="record"):
+        live = text("utf-8")
+    assert live[1]["text"] == "café"
+    with dejacache.cassette(path, mode="replay"):
+        assert text("UTF-8") == live
+        with pytest.raises(ReplayMiss, match="charset=latin-1"):
+            text("latin-1")
 
 
 def test_a_providers_api_key_is_a_role_but_its_account_headers_count() -> None:
