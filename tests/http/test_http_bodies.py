@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 import dejacache
 from dejacache import _secrets
+from dejacache.errors import ReplayMiss
 from dejacache.http.exchange import canonical_request
 from dejacache.http.providers import detect
 from dejacache.keys import canonical_json
@@ -382,3 +383,18 @@ def test_an_answer_quoting_a_body_credential_is_stored_without_it(
     assert status == 422 and "body-key-0123456789" in str(live)  # the caller gets it as sent
     assert b"body-key-0123456789" not in path.read_bytes()
 
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_json_null_body_is_not_an_empty_body(
+        tool: ToolAPI, tmp_path: pathlib.Path, client: str) -> None:
+    """``null`` is a JSON value a server reads (an empty body is none, often a 400): both
+    once keyed as no body at all."""
+    path = tmp_path / "c.json"
+    json_ = {"Content-Type": "application/json"}
+    with dejacache.cassette(path, mode="record"):
+        live = fetch(client, "POST", tool.url + "/echo", json_, b"null")
+    assert live[1]["echo"] is None
+    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss):
+        fetch(client, "POST", tool.url + "/echo", json_, b"")
+    with dejacache.cassette(path, mode="replay"):
+        assert fetch(client, "POST", tool.url + "/echo", json_, b"null") == live

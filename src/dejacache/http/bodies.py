@@ -70,6 +70,8 @@ def body_for_key(body: bytes, content_type: str, aliases: AliasTable | None, *,
         except orjson.JSONDecodeError:
             pass
         else:
+            if data is None:  # ``null``: a value, which no body (None) must not key as
+                return _text(body, content_type)
             if _LONG_RUN in body.translate(_DIGITS_AS_ZERO):
                 data = _exact_json(body)
             if aliases is None:

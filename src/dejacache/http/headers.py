@@ -77,11 +77,13 @@ TRANSPORT_PREFIXES: Final = ("x-stainless-", "x-fern-", "x-b3-", "x-datadog-", "
                              "sec-fetch-", "sec-ch-", "x-amz-sdk-", "x-ms-client-")
 
 # Words that make a header name a credential (``x-rapidapi-key``, ``private-token``,
-# ``X-AuthToken``): header names describe their value, so a name made of these words carries
-# who is asking.
+# ``X-AuthToken``, ``X-User-Jwt``, ``X-Pass``): header names describe their value, so a name
+# made of these words carries who is asking. A setting under such a name (``X-Pass-Through:
+# 1``) is keyed as a digest, never stood in for (``is_setting``).
 _CREDENTIAL_WORDS: Final = frozenset({
     "auth", "authorization", "authentication", "token", "key", "apikey", "secret", "password",
-    "passwd", "credential", "credentials", "cookie", "session", "signature", "sig", "bearer",
+    "passwd", "pass", "passphrase", "passcode", "pwd", "credential", "credentials", "cookie",
+    "session", "signature", "sig", "hmac", "bearer", "jwt",
 })
 
 
