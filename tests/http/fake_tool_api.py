@@ -15,6 +15,12 @@ from a new live call; the server counts the connections it accepted and the requ
 - ``GET /slow``: answers after ``SLOW`` seconds (for read timeouts).
 - ``GET /me``: the user the ``Authorization`` bearer token (or ``Cookie: session=``) names,
   as JSON, or as CSV when the request asks ``Accept: text/csv``; 401 without either.
+- ``GET /prefs``: the settings the request asks with, as JSON: its ``theme`` cookie, its
+  ``X-Token-Limit`` header and its ``key`` query parameter (a sort key).
+- ``POST /text``: the body read as text in the charset its ``Content-Type`` names (UTF-8
+  when none), as JSON.
+- ``POST /validate``: 422 quoting the JSON or form body it was sent, field by field, as a
+  FastAPI validation error does (``{"detail": [{"loc": [...], "input": ...}]}``).
 """
 
 from __future__ import annotations
@@ -64,6 +70,12 @@ class _Handler(LoopbackHandler):
                                    "x-request-id": "req-" + nonce})
         if url.path == "/me":
             return self._me(nonce)
+        if url.path == "/prefs":
+            cookies = dict(p.strip().partition("=")[::2]
+                           for p in self.headers.get("cookie", "").split(";") if p.strip())
+            return self.send_json(200, {"theme": cookies.get("theme"), "key": query.get("key"),
+                                        "limit": self.headers.get("x-token-limit"),
+                                        "nonce": nonce})
         if url.path == "/traces":
             return self.send_json(200, {"trace_id": query.get("trace_id"), "nonce": nonce})
         if url.path == "/redirect":
@@ -119,9 +131,24 @@ class _Handler(LoopbackHandler):
         return self.send_json(200, {"user": user, "nonce": nonce})
 
     def do_POST(self) -> None:
+        path = urlsplit(self.path).path
+        if path in ("/text", "/validate"):
+            return self._raw(path)
         body = self.read_json()
         self._log(body)
-        self.send_json(200, {"echo": body, "nonce": secrets.token_hex(4)})
+        return self.send_json(200, {"echo": body, "nonce": secrets.token_hex(4)})
+
+    def _raw(self, path: str) -> None:
+        raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+        self._log(raw)
+        ctype = self.headers.get("content-type", "")
+        if path == "/text":
+            charset = ctype.partition("charset=")[2].partition(";")[0].strip() or "utf-8"
+            return self.send_json(200, {"text": raw.decode(charset), "nonce": secrets.token_hex(4)})
+        fields = (orjson.loads(raw).items() if "json" in ctype
+                  else [(k, v[0]) for k, v in parse_qs(raw.decode()).items()])
+        return self.send_json(422, {"detail": [
+            {"loc": ["body", k], "msg": "rejected", "input": v} for k, v in fields]})
 
 
 class ToolAPI(LoopbackProvider):

@@ -4,6 +4,7 @@ is or in another spelling."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import collections
 import http.server
@@ -22,9 +23,9 @@ import dejacache
 from dejacache import MemoryStore, Record
 from dejacache.http import _passing, codings, recording, transport
 
-__all__ = ["FORMS", "SPELLINGS", "EventServer", "KeyRefuser", "KeySpeller", "SeqStore",
-           "WatchedPassing", "WatchedRecorder", "leaked", "record_then_replay",
-           "watch_passing", "watch_recorders"]
+__all__ = ["CLIENTS", "FORMS", "SPELLINGS", "EventServer", "KeyRefuser", "KeySpeller",
+           "SeqStore", "WatchedPassing", "WatchedRecorder", "fetch", "leaked",
+           "record_then_replay", "watch_passing", "watch_recorders"]
 
 
 class SeqStore(MemoryStore):
@@ -68,6 +69,50 @@ def record_then_replay(fake: FakeProvider, run: Callable[[], Any]) -> tuple[Any,
         again = run()
     assert fake.count() == seen  # nothing reached the (stopped) server
     return live, again
+
+
+#: The clients dejacache intercepts, by the name :func:`fetch` takes.
+CLIENTS = ("httpx", "requests", "urllib3", "aiohttp")
+
+
+def fetch(client: str, method: str, url: str, headers: dict[str, str] | None = None,
+          body: bytes | None = None) -> tuple[int, Any]:
+    """One request through the real ``client`` (:data:`CLIENTS`): its status, and its body
+    as JSON (text when not JSON). The clients are imported here: the suites of other
+    environments (``gen2/``, ``legacy/``) import this module without them."""
+    headers = headers or {}
+    if client == "aiohttp":
+        return asyncio.run(_aiohttp_fetch(method, url, headers, body))
+    import httpx
+    import requests
+    import urllib3
+
+    if client == "httpx":
+        r = httpx.request(method, url, headers=headers, content=body)
+        status, text = r.status_code, r.text
+    elif client == "requests":
+        rr = requests.request(method, url, headers=headers, data=body, timeout=10)
+        status, text = rr.status_code, rr.text
+    else:
+        ru = urllib3.PoolManager().request(method, url, headers=headers, body=body)
+        status, text = ru.status, ru.data.decode()
+    return status, _json_or_text(text)
+
+
+async def _aiohttp_fetch(method: str, url: str, headers: dict[str, str], body: bytes | None
+                         ) -> tuple[int, Any]:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as s, s.request(method, url, headers=headers,
+                                                       data=body) as r:
+        return r.status, _json_or_text(await r.text())
+
+
+def _json_or_text(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
 
 
 def send_json(handler: http.server.BaseHTTPRequestHandler, status: int, body: bytes) -> None:

@@ -12,6 +12,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -20,10 +21,14 @@ import xxhash
 from bodies_cases import PEM, SECRETS
 from cases_support import case_env, run_cases
 from fake_oauth import OAuthAPI
+from fake_tool_api import ToolAPI
+from http_support import CLIENTS, fetch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import dejacache
 from dejacache import _secrets
+from dejacache.errors import ReplayMiss
 from dejacache.http.exchange import canonical_request
 from dejacache.http.providers import detect
 from dejacache.keys import canonical_json
@@ -345,3 +350,51 @@ def test_a_sqlite_store_keeps_no_credential_of_a_form_or_an_upload(
     db = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.name.startswith("cache.db"))
     for secret in ("client_secret", "refresh_token", "code_verifier", "password", "pem"):
         assert SECRETS[secret].encode() not in db, secret
+
+
+# ---------------------------------------------------------------- answers quoting the body
+
+
+@pytest.fixture
+def tool() -> Iterator[ToolAPI]:
+    server = ToolAPI().start()
+    yield server
+    server.stop()
+
+
+_QUOTED = [
+    ("application/json", b'{"q": "weather", "api_key": "body-key-0123456789"}'),
+    ("application/json", b'{"user": {"name": "a", "password": "body-key-0123456789"}}'),
+    (FORM, b"grant_type=client_credentials&client_secret=body-key-0123456789"),
+]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize(("ctype", "body"), _QUOTED, ids=["json", "nested", "form"])
+def test_an_answer_quoting_a_body_credential_is_stored_without_it(
+        tool: ToolAPI, tmp_path: pathlib.Path, client: str, ctype: str, body: bytes) -> None:
+    """A validation error quotes what it was sent (FastAPI's ``"input"``): the key masked the
+    body's credential field, the stored answer kept it, as only the credentials of headers
+    and the query were looked for in answers."""
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record"):
+        status, live = fetch(client, "POST", tool.url + "/validate", {"Content-Type": ctype},
+                             body)
+    assert status == 422 and "body-key-0123456789" in str(live)  # the caller gets it as sent
+    assert b"body-key-0123456789" not in path.read_bytes()
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_json_null_body_is_not_an_empty_body(
+        tool: ToolAPI, tmp_path: pathlib.Path, client: str) -> None:
+    """``null`` is a JSON value a server reads (an empty body is none, often a 400): both
+    once keyed as no body at all."""
+    path = tmp_path / "c.json"
+    json_ = {"Content-Type": "application/json"}
+    with dejacache.cassette(path, mode="record"):
+        live = fetch(client, "POST", tool.url + "/echo", json_, b"null")
+    assert live[1]["echo"] is None
+    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss):
+        fetch(client, "POST", tool.url + "/echo", json_, b"")
+    with dejacache.cassette(path, mode="replay"):
+        assert fetch(client, "POST", tool.url + "/echo", json_, b"null") == live

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import pathlib
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import orjson
 import pytest
 import requests
 from fake_tool_api import ToolAPI
+from http_support import CLIENTS, fetch
 
 import dejacache
 from dejacache.errors import ConfigurationError, ReplayMiss
@@ -56,6 +58,13 @@ def tool() -> Iterator[ToolAPI]:
     ("X-SessionId", "s", "identity"),
     ("Authentication", "Basic dTpw", "identity"),
     ("X-Authentication", "t", "identity"),
+    # credential words a name is made of: a JWT, a pass (phrase, code), an HMAC
+    ("X-Jwt", "t", "identity"),
+    ("X-User-Jwt", "t", "identity"),
+    ("X-Pass", "p", "identity"),
+    ("X-Passphrase", "p", "identity"),
+    ("X-Hmac", "h", "identity"),
+    ("X-Hmac-Signature", "h", "identity"),
     # transport and telemetry: left out
     ("User-Agent", "OpenAI/Python 2.1", "out"),
     ("X-Stainless-Retry-Count", "1", "out"),
@@ -65,6 +74,7 @@ def tool() -> Iterator[ToolAPI]:
     ("Date", "Tue, 01 Dec 2026 10:00:00 GMT", "out"),
     ("Content-Length", "10", "out"),
     ("Content-Type", "multipart/form-data; boundary=x1", "plain"),
+    ("Content-Type", "text/plain; charset=latin-1", "plain"),
     ("Accept-Encoding", "gzip", "out"),
     ("Connection", "keep-alive", "out"),
     ("Idempotency-Key", "stainless-retry-1", "out"),
@@ -78,6 +88,44 @@ def test_each_header_is_keyed_as_what_it_is(name: str, value: str, kind: str) ->
     assert seen == kind
     if kind == "plain":
         assert got.plain == {name.lower(): value.partition("; boundary")[0]}
+
+
+@pytest.mark.parametrize(("value", "keyed"), [
+    ("application/json", "application/json"),
+    ("Application/JSON; charset=UTF-8", "application/json"),  # what no charset reads as
+    ("text/plain; charset=utf8", "text/plain"),
+    ("text/plain; charset=ISO-8859-1", "text/plain; charset=iso-8859-1"),
+    ('application/json; profile="a;b"; charset=latin-1',
+     "application/json; charset=latin-1; profile=a;b"),
+    ('multipart/form-data; boundary="x;1"; charset=latin-1',
+     "multipart/form-data; charset=latin-1"),
+    ("text/plain; charset=latin-1; boundary=x; ???", "text/plain; charset=latin-1; ???"),
+])
+def test_content_type_keys_what_the_body_is_without_its_framing(value: str, keyed: str
+                                                               ) -> None:
+    assert classify([("Content-Type", value)], provider=False).plain == {
+        "content-type": keyed}
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_the_same_bytes_in_another_charset_are_another_question(
+        tool: ToolAPI, tmp_path: pathlib.Path, client: str) -> None:
+    """``caf\xc3\xa9`` is "café" as UTF-8 and "cafÃ©" as Latin-1: the server answers
+    each its own; the charset once was cut from the key with the boundary."""
+    path = tmp_path / "c.json"
+
+    def text(charset: str) -> Any:
+        return fetch(client, "POST", tool.url + "/text",
+                     {"Content-Type": f"text/plain; charset={charset}"}, "café".encode())
+
+    with dejacache.cassette(path, mode="record"):
+        live = text("utf-8")
+    assert live[1]["text"] == "café"
+    with dejacache.cassette(path, mode="replay"), \
+            pytest.raises(ReplayMiss, match="charset=latin-1"):
+        text("latin-1")  # first in its block: the recording is not used up
+    with dejacache.cassette(path, mode="replay"):
+        assert text("UTF-8") == live
 
 
 def test_a_providers_api_key_is_a_role_but_its_account_headers_count() -> None:
@@ -107,6 +155,20 @@ def test_credential_words_are_read_from_the_clients_spelling() -> None:
     got = classify([("x-authtoken", "a"), ("X-AuthToken", "b")], provider=False)
     assert got == ({}, (("x-authtoken", "a, b"),))
     assert classify([("X-Keyword", "k")], provider=False).plain == {"x-keyword": "k"}
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_header_named_with_credential_words_never_reaches_the_cassette(
+        tool: ToolAPI, tmp_path: pathlib.Path, client: str) -> None:
+    """``X-Jwt``, ``X-Pass``, ``X-Hmac``: keyed and stored as they were sent, as neither a
+    credential name nor made of the words that make one, and their values no known shape."""
+    path = tmp_path / "c.json"
+    sent = {"X-Jwt": "jwt-value-0123456789", "X-Pass": "pass-value-0123456789",
+            "X-Hmac": "hmac-value-0123456789"}
+    with dejacache.cassette(path, mode="record"):
+        fetch(client, "GET", tool.url + "/me", {"Authorization": "Bearer alice-token", **sent})
+    text = path.read_text()
+    assert [v for v in sent.values() if v in text] == []
 
 
 def test_a_camel_case_credential_header_never_reaches_the_cassette(

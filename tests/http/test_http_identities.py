@@ -22,6 +22,7 @@ import pytest
 import requests
 from fake_provider import FakeProvider
 from fake_tool_api import ToolAPI
+from http_support import CLIENTS, fetch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -225,6 +226,11 @@ def test_ci_replays_a_real_keys_recording_with_the_placeholder_key(
         assert run(placeholder, placeholder) == live
 
 
+# OpenAI's organization ids as they are: ``org-`` and 24 characters (a shorter value would
+# be a setting, ``headers.is_setting``, never mapped).
+_ORG_A, _ORG_B = "org-" + "a1" * 12, "org-" + "b2" * 12
+
+
 def test_a_providers_account_headers_are_who_asks_mapped_one_to_one(
         fake: FakeProvider, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``OpenAI-Organization``/``-Project`` are an identity on the provider's own endpoints
@@ -235,7 +241,7 @@ def test_a_providers_account_headers_are_who_asks_mapped_one_to_one(
 
     def ask(org: str | None, q: str = "Hi") -> Any:
         with openai.OpenAI(base_url=fake.openai_url, api_key="dejacache-placeholder",
-                           organization=org, project=org and "proj_1",
+                           organization=org, project=org and "proj_" + "c3" * 12,
                            max_retries=0) as c:
             return c.chat.completions.create(
                 model="m", messages=[{"role": "user", "content": q}]).model_dump()
@@ -243,17 +249,17 @@ def test_a_providers_account_headers_are_who_asks_mapped_one_to_one(
     one, two, out = tmp_path / "one.json", tmp_path / "two.json", tmp_path / "out.json"
     leave_out = ["openai-organization", "openai-project"]
     with dejacache.cassette(one, mode="record"):
-        live = ask("org-A")
+        live = ask(_ORG_A)
     with dejacache.cassette(two, mode="record"):
-        a, b = ask("org-A", "files?"), ask("org-B", "files?")
+        a, b = ask(_ORG_A, "files?"), ask(_ORG_B, "files?")
     with dejacache.cassette(out, mode="record", volatile=leave_out):
-        left = ask("org-A")
+        left = ask(_ORG_A)
     fake.stop()
     with dejacache.cassette(two, mode="replay"):
-        assert ask("org-B", "files?") == b and ask("org-A", "files?") == a  # any order
+        assert ask(_ORG_B, "files?") == b and ask(_ORG_A, "files?") == a  # any order
     _other_machine(monkeypatch)
     with dejacache.cassette(one, mode="replay"):
-        assert ask("org-B") == live  # the one recorded org stands for CI's
+        assert ask(_ORG_B) == live  # the one recorded org stands for CI's
     with dejacache.cassette(one, mode="replay"), pytest.raises(ReplayMiss, match="who is asking"):
         ask(None)
     with dejacache.cassette(out, mode="replay", volatile=leave_out):
@@ -293,6 +299,45 @@ def test_a_cookie_brought_from_outside_is_who_asks(tool: ToolAPI,
     tool.stop()
     with dejacache.cassette(path, mode="replay"):
         assert me("bob") == live["bob"] and me("alice") == live["alice"]
+
+
+_PREFS = [({"Cookie": "theme=light"}, ""), ({"X-Token-Limit": "200"}, ""), ({}, "?key=size")]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_setting_under_a_credential_name_is_never_stood_in_for(
+        tool: ToolAPI, tmp_path: pathlib.Path, client: str) -> None:
+    """A ``theme`` cookie, ``X-Token-Limit``, a ``?key=`` sort key: who is asking by their
+    names (a cookie, the word token, Google's key parameter), what is asked by their
+    values. The recording's one value stood in for this run's, so the light page was served
+    the dark one recorded (and the 200-token limit the 100 one, size the color order)."""
+    path = tmp_path / "c.json"
+    dark = {"Cookie": "theme=dark", "X-Token-Limit": "100"}
+
+    def prefs(headers: dict[str, str], query: str = "?key=color") -> Any:
+        return fetch(client, "GET", tool.url + "/prefs" + query, {**dark, **headers})
+
+    with dejacache.cassette(path, mode="record"):
+        live = prefs({})
+    assert live[1]["theme"] == "dark"
+    for headers, query in _PREFS:
+        with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss):
+            prefs(headers, query or "?key=color")
+    with dejacache.cassette(path, mode="replay"):
+        assert prefs({}) == live
+
+
+def test_a_setting_on_another_machine_misses_and_says_why(
+        tool: ToolAPI, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another masking key makes every digest another: a credential is mapped back, a
+    setting never is (the same value and another one cannot be told apart)."""
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record"):
+        live = fetch("httpx", "GET", tool.url + "/prefs", {"Cookie": "theme=dark"})
+    _other_machine(monkeypatch)
+    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss) as miss:
+        fetch("httpx", "GET", tool.url + "/prefs", {"Cookie": "theme=dark"})
+    assert live[0] == 200 and "a setting, not a credential" in str(miss.value)
 
 
 # ------------------------------------------------------------------ recordings made before
@@ -383,6 +428,28 @@ def test_sigv4_names_the_caller_by_access_key_not_by_signature() -> None:
     one = items_of("http.s3", auth("20261201", "a" * 64))
     assert one == items_of("http.s3", auth("20261202", "b" * 64))
     assert one != items_of("http.s3", auth("20261201", "a" * 64, "AKIDOTHER"))
+
+
+def test_a_setting_keys_as_itself_and_only_a_credential_is_mapped() -> None:
+    """Mapping stands the recording's value in for this run's: right for who is asking, a
+    wrong answer for what is asked. Under a name that does not say credential on its own
+    (a cookie's, a header's made of credential words, ``?key=``), a value shorter than 8
+    characters or one word of letters (``dark``, ``100``, ``color``) is a setting: it keys
+    as itself."""
+    table = IdentityTable()
+    settings_ = [items_of("http.x", [p])[0] for p in [
+        ("cookie", "theme=light"), ("x-token-limit", "200"), ("query:key", "size"),
+        ("query:sig", "12"), ("cookie", "consent=accepted")]]
+    # Under a name that says credential on its own, a short value is CI's placeholder.
+    creds = [items_of("http.x", [p])[0] for p in [
+        ("authorization", "Bearer ci-placeholder"), ("x-api-key", "dummy"),
+        ("query:access_token", "x"), ("cookie", "sid=0123456789abcdef")]]
+    held = {i: frozenset({"r1"}) for i, _ in settings_ + creds}
+    for item, digest in settings_:
+        assert table.resolve(item, digest, lambda: held) == digest
+        assert "not a credential" in (table.note(item, digest) or "")
+    for item, digest in creds:
+        assert table.resolve(item, digest, lambda: held) == "r1"
 
 
 def test_echoed_cookies_are_left_out_and_others_kept_by_name() -> None:

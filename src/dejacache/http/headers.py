@@ -17,8 +17,9 @@ A request header is, in this order:
    real key replays under CI's placeholder), and is left out; the account headers stay an
    identity, mapped one to one like any (``identities.py``: another org in CI replays a
    recording made under one; none where the recording has one misses);
-3. **keyed as it is** otherwise: what the body is (``Content-Type``'s media type, without
-   its parameters), content negotiation (``Accept``, ``Accept-Language``,
+3. **keyed as it is** otherwise: what the body is (``Content-Type``'s media type and
+   parameters, such as a charset, without the multipart boundary or a UTF-8 charset), content
+   negotiation (``Accept``, ``Accept-Language``,
    ``Range``, ``If-None-Match``...), API versions and betas (``anthropic-version``,
    ``anthropic-beta``, ``openai-beta``, ``X-GitHub-Api-Version``...), and any header this
    module does not know, since a miss is safe and a wrong answer is not. A value that asks
@@ -48,7 +49,8 @@ from .._secrets import (
 )
 
 __all__ = ["TRANSPORT", "TRANSPORT_PREFIXES", "KeyedHeaders", "classify", "cookie_pairs",
-           "credential_values", "is_credential", "quotable", "spelled_names"]
+           "credential_values", "header_params", "is_credential", "is_setting", "quotable",
+           "spelled_names", "split_content_type"]
 
 #: Request headers that describe the connection, the client or the trace, never the question.
 TRANSPORT: Final = frozenset({
@@ -75,11 +77,13 @@ TRANSPORT_PREFIXES: Final = ("x-stainless-", "x-fern-", "x-b3-", "x-datadog-", "
                              "sec-fetch-", "sec-ch-", "x-amz-sdk-", "x-ms-client-")
 
 # Words that make a header name a credential (``x-rapidapi-key``, ``private-token``,
-# ``X-AuthToken``): header names describe their value, so a name made of these words carries
-# who is asking.
+# ``X-AuthToken``, ``X-User-Jwt``, ``X-Pass``): header names describe their value, so a name
+# made of these words carries who is asking. A setting under such a name (``X-Pass-Through:
+# 1``) is keyed as a digest, never stood in for (``is_setting``).
 _CREDENTIAL_WORDS: Final = frozenset({
     "auth", "authorization", "authentication", "token", "key", "apikey", "secret", "password",
-    "passwd", "credential", "credentials", "cookie", "session", "signature", "sig", "bearer",
+    "passwd", "pass", "passphrase", "passcode", "pwd", "credential", "credentials", "cookie",
+    "session", "signature", "sig", "hmac", "bearer", "jwt",
 })
 
 
@@ -130,14 +134,25 @@ _SHORTEST_SECRET: Final = 8
 _PARTS: Final = re.compile(r"[\s\x00-\x1f\x7f]+")
 
 
+def is_setting(value: str) -> bool:
+    """Whether ``value``, under a credential's name, is no credential: shorter than a secret
+    can be, or one word of letters (``theme=dark``, ``consent=accepted``, ``X-Token-Limit:
+    100``, a ``?key=color`` sort key). Such a value says what is asked, not who asks: it is
+    never hidden from answers (it would hide that word in every answer) and never stands for
+    another machine's value (``identities.py``)."""
+    return len(value) < _SHORTEST_SECRET or value.isalpha()
+
+
 def credential_values(headers: Iterable[tuple[str, str]],
-                      query: Iterable[tuple[str, str]] = ()) -> list[str]:
+                      query: Iterable[tuple[str, str]] = (), body: Iterable[str] = ()
+                      ) -> list[str]:
     """The credentials a request carries, as text that may be found quoted elsewhere (an
     upstream's error answer echoing the key, an exception's message): its credential
-    headers' values (:func:`is_credential`) parted as :func:`quotable` parts them, and its
-    credential query parameters' values whole."""
+    headers' values (:func:`is_credential`) parted as :func:`quotable` parts them, its
+    credential query parameters' values whole, and ``body``, its body's
+    (``bodies.credentials_in``)."""
     return quotable([(n, v) for n, v in headers if is_credential(n)],
-                    [v for n, v in query if is_secret_query(n)])
+                    [*(v for n, v in query if is_secret_query(n)), *body])
 
 
 def quotable(pairs: Iterable[tuple[str, str]], whole: Iterable[str] = ()) -> list[str]:
@@ -151,9 +166,7 @@ def quotable(pairs: Iterable[tuple[str, str]], whole: Iterable[str] = ()) -> lis
         words = _PARTS.split(value)
         found.update((value, *words, *_basic_decoded(words)))
         if name.lower() == "cookie":
-            # A value that is one word (``consent=accepted``) is a setting, not a session:
-            # hidden, it would hide that word in every answer the session stores.
-            found.update(v for _, v in cookie_pairs(value) if not v.isalpha())
+            found.update(v for _, v in cookie_pairs(value) if not is_setting(v))
     return sorted((v for v in found if len(v) >= _SHORTEST_SECRET), key=len, reverse=True)
 
 
@@ -214,8 +227,8 @@ def _classify(headers: tuple[tuple[str, str], ...], provider: bool, volatile: fr
     identity: list[tuple[str, str]] = []
     for name in sorted(joined):
         value = ", ".join(joined[name])
-        if name == "content-type":  # what the body is; its parameters are framing (boundary)
-            value = value.partition(";")[0].strip().lower()
+        if name == "content-type":
+            value = _body_type(value)
         if name in volatile or _AS_ABSENT.get(name) == value:
             continue
         kind = _joined_kind(spellings[name])
@@ -229,6 +242,64 @@ def _classify(headers: tuple[tuple[str, str], ...], provider: bool, volatile: fr
             continue
         plain[name] = value
     return KeyedHeaders(plain, tuple(identity))
+
+
+# One ``; name=value`` parameter of a header (a quoted value may hold ``;`` and ``\"``).
+_PARAM = re.compile(r'\s*;\s*([^\s=;"]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s;"]*))\s*')
+_UNESCAPE = re.compile(r"\\(.)")
+# The charset a body without one is read in (JSON is UTF-8, RFC 8259) and that clients add or
+# not (aiohttp's ``text/plain; charset=utf-8``): asked either way, the same question.
+_UTF8 = frozenset({"utf-8", "utf8"})
+_BOUNDARY = re.compile(r'(?i);?\s*boundary=(?:"[^"]*"|[^;\s]*)')
+
+
+def split_content_type(value: str) -> tuple[str, dict[str, str]]:
+    """``multipart/form-data; boundary="x"`` -> ``("multipart/form-data", {"boundary": "x"})``
+    (a header whose parameters do not parse has none)."""
+    mime, _, rest = value.partition(";")
+    params = header_params(";" + rest) if rest else {}
+    return mime.strip().lower(), params or {}
+
+
+def header_params(text: str) -> dict[str, str] | None:
+    """Every ``; name=value`` of a header after its first token, names lower-cased; None when
+    the text is not all parameters or a name repeats."""
+    out: dict[str, str] = {}
+    pos = 0
+    while pos < len(text):
+        m = _PARAM.match(text, pos)
+        if m is None:
+            return None
+        name = m.group(1).lower()
+        if name in out:
+            return None
+        quoted = m.group(2)
+        out[name] = _UNESCAPE.sub(r"\1", quoted) if quoted is not None else m.group(3)
+        pos = m.end()
+    return out
+
+
+def _body_type(value: str) -> str:
+    """``Content-Type`` as a key holds it: what the body is, its media type and parameters
+    (``charset=latin-1`` makes the same bytes other text: ``caf\xc3\xa9`` is "café" in
+    UTF-8, "cafÃ©" in Latin-1, and both once shared a key), without the multipart
+    ``boundary`` (random per request, framing) or a UTF-8 charset (``_UTF8``)."""
+    mime, sep, rest = value.partition(";")
+    mime = mime.strip().lower()
+    if not sep:
+        return mime
+    params = header_params(";" + rest)
+    if params is None:  # unreadable: kept whole but for a boundary, never read loosely
+        return _BOUNDARY.sub("", value).strip()
+    kept = []
+    for k, v in sorted(params.items()):
+        if k == "charset":
+            v = v.lower()
+            if v in _UTF8:
+                continue
+        if k != "boundary":
+            kept.append(f"; {k}={v}")
+    return mime + "".join(kept)
 
 
 def cookie_pairs(value: str) -> list[tuple[str, str]]:

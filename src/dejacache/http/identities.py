@@ -10,10 +10,12 @@ bob's ``GET /me`` key apart, and each is answered with its own recording in any 
 
 A digest made on another machine (CI's secrets, a rotated token) is another digest. Within a
 block, :class:`IdentityTable` maps this run's value of an item onto the recording's when
-that cannot be wrong: the recording holds exactly one value of that item for the scope and
-this run has sent no other. Where the recording holds several (alice and bob), or this run
-sends a second one, nothing is mapped: the call keys with its own digest, misses, and the
-miss says why (:meth:`IdentityTable.note`).
+that cannot be wrong: the value may be a credential (not a setting such as a ``theme=dark``
+cookie or ``X-Token-Limit: 100``, :func:`headers.is_setting`, which says what is asked,
+under a name that does not say credential on its own), the recording holds exactly one value
+of that item for the scope and this run has sent no other. Where the recording holds several
+(alice and bob), or this run sends a second one, nothing is mapped: the call keys with its
+own digest, misses, and the miss says why (:meth:`IdentityTable.note`).
 
 Cookies the server set during the block (``Set-Cookie`` on a live answer) are echoes, like
 ids: a replayed answer hands back no cookie (a file never holds one), so the request after a
@@ -27,10 +29,10 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
-from .._secrets import keyed_digest
+from .._secrets import is_secret_name, keyed_digest
 from ..config import Effective
 from ._blocks import PerBlock
-from .headers import cookie_pairs
+from .headers import cookie_pairs, is_setting
 
 __all__ = ["ITEM", "IdentityTable", "Item", "identities_for", "items_of", "scope_of", "spell"]
 
@@ -67,8 +69,29 @@ def _value(name: str, value: str) -> str:
     return value
 
 
+class Setting(str):
+    """The digest of a value that is a setting, not a credential (``headers.is_setting``):
+    keyed as itself, never mapped onto a recording's value. Marked on the digest so that
+    every table it meets (an HTTP call's, an MCP session's) knows it without the value."""
+
+    __slots__ = ()
+
+
 def _digest(name: str, value: str) -> str:
-    return keyed_digest(f"{name}\x00{value}".encode("utf-8", "surrogatepass"), _PERSON, _SIZE)
+    d = keyed_digest(f"{name}\x00{value}".encode("utf-8", "surrogatepass"), _PERSON, _SIZE)
+    return Setting(d) if is_setting(value) and not _names_credential(name) else d
+
+
+def _names_credential(name: str) -> bool:
+    """Whether an item's name says credential on its own (``Authorization``, ``X-Api-Key``,
+    ``?access_token=``, an MCP server's ``--api-key`` argument or ``env=`` entry), so that
+    any value under it, CI's ``dummy`` included, is one. A cookie's name is the site's
+    choice, and a header named with credential words (``X-Token-Limit``) or a ``?key=``
+    parameter may as well carry a setting: there, only the value tells."""
+    kind, colon, rest = name.partition(":")
+    if not colon:
+        return is_secret_name(name)
+    return kind in ("arg", "env") or is_secret_name(rest)
 
 
 def items_of(scope: str, pairs: Iterable[tuple[str, str]],
@@ -136,7 +159,9 @@ class IdentityTable:
             others = self._sent.setdefault(item, set()) - {digest}
             use = digest
             if held and digest not in held:
-                if len(held) == 1 and not others:
+                if type(digest) is Setting:
+                    self._notes[(item, digest)] = _setting(item)
+                elif len(held) == 1 and not others:
                     use = next(iter(held))
                 else:
                     self._notes[(item, digest)] = _ambiguous(item, len(held), len(others) + 1)
@@ -171,6 +196,15 @@ def _ambiguous(item: Item, held: int, sent: int) -> str:
             f"{sent}. Credentials are mapped only one to one, never by guess: replay with the "
             "credentials (and DEJACACHE_SECRET_KEY) the cassette was recorded with, or "
             "re-record it.")
+
+
+def _setting(item: Item) -> str:
+    name, scope = item
+    return (f"the {name} this call sends to {scope} is not one it was recorded with, and it is "
+            "a setting, not a credential (shorter than 8 characters, or one word of letters): "
+            "it may change the answer, so it is never stood in for the recorded one. Replay "
+            "with the DEJACACHE_SECRET_KEY the cassette was recorded with (its digest then "
+            "matches when the value does), or re-record it.")
 
 
 _TABLES: PerBlock[IdentityTable] = PerBlock(IdentityTable)

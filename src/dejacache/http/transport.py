@@ -40,6 +40,7 @@ from ._libs import LIBRARIES, Lib, lib_named, lib_of
 from ._passing import Passing, aread_bounded, passed_on, read_bounded
 from ._pending import built
 from .aliases import AliasTable, table_for
+from .bodies import credentials_in
 from .codings import Past, decoded
 from .exchange import (
     body_bytes,
@@ -243,8 +244,10 @@ def _sending(call: _Call, request: Any) -> Any:
     """``request`` goes live: the credentials its answer, or the error sending it raises
     (h11's "Illegal header value b'KEY\\n'"), may quote are found (``exchange.unechoed``)."""
     url = request.url
-    call.credentials = credential_values(request.headers.multi_items(),
-                                         url.params.multi_items() if url.query else ())
+    headers = request.headers
+    call.credentials = credential_values(
+        headers.multi_items(), url.params.multi_items() if url.query else (),
+        credentials_in(request.content, headers.get("content-type", "")))
     return request
 
 
