@@ -184,3 +184,41 @@ def test_an_encoded_request_body_is_sent_as_it_is_and_keyed_by_its_bytes_never_d
     assert [b["size"] for b in keyed] == sorted(len(b) for b in bodies)
     assert all(set(b) == {"xxh3_128", "size"} for b in keyed)
     assert gzip.decompress(bodies[0]) == ZEROS
+
+
+@pytest.mark.parametrize("kind", ["whole", "stream-read-whole"])
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_under_warnings_as_errors_a_bomb_reaches_the_caller_then_the_warning(
+        made: list[int], upstream: Any, kind: str, is_async: bool) -> None:
+    # python -W error: said when the answer was built, the warning threw the answer away;
+    # it is raised once the caller has every byte.
+    import warnings
+
+    import httpx
+
+    asked: dict[str, Any] = {"file": "zeros"}
+    url, past, want = upstream.url + "/v1/files", PAST, ZEROS
+    if kind == "stream-read-whole":
+        want = PLAIN + b": " + bytes(4 * 1024 * 1024).replace(b"\0", b"0") + b"\n\n"
+        upstream.serve("gzip", pieces(gzipped(want), 4))
+        asked = {"model": "gpt-test", "messages": [], "stream": False}
+        url, past = upstream.url + "/v1/chat/completions", STREAM_PAST
+    got: list[bytes] = []
+
+    async def aread() -> None:
+        async with httpx.AsyncClient() as client, \
+                client.stream("POST", url, json=asked) as r:
+            async for chunk in r.aiter_bytes():
+                got.append(chunk)
+
+    with warnings.catch_warnings(), \
+            dejacache.scope(mode="auto", store=(store := dejacache.MemoryStore())):
+        warnings.simplefilter("error")
+        with pytest.raises(dejacache.DejacacheWarning, match=past):
+            if is_async:
+                asyncio.run(aread())
+            else:
+                with httpx.Client() as client, client.stream("POST", url, json=asked) as r:
+                    for chunk in r.iter_bytes():
+                        got.append(chunk)
+    assert b"".join(got) == want and len(store) == 0

@@ -39,7 +39,7 @@ class Passing:
     def __init__(self, held: list[bytes], rest: Any, bound: int,
                  deferred: Deferred | None = None) -> None:
         self.held = collections.deque(held)
-        self.rest = rest  # Iterator[bytes], or AsyncIterator[bytes]
+        self.rest = rest  # Iterator[bytes], or AsyncIterator[bytes]; None: all read
         self.bound = bound
         # Its warning, when the filters make it an error: raised once the caller has every
         # byte (at the end or at its close), never instead of the answer (``_deferred``).
@@ -81,8 +81,9 @@ def handed(passing: Passing) -> Iterator[bytes]:
     held = passing.held
     while held:
         yield held.popleft()
-    rest: Iterator[bytes] = passing.rest
-    yield from rest
+    rest: Iterator[bytes] | None = passing.rest
+    if rest is not None:
+        yield from rest
     passing.deferred.raise_kept()
 
 
@@ -91,9 +92,10 @@ async def ahanded(passing: Passing) -> AsyncIterator[bytes]:
     held = passing.held
     while held:
         yield held.popleft()
-    rest: AsyncIterator[bytes] = passing.rest
-    async for chunk in rest:
-        yield chunk
+    rest: AsyncIterator[bytes] | None = passing.rest
+    if rest is not None:
+        async for chunk in rest:
+            yield chunk
     passing.deferred.raise_kept()
 
 

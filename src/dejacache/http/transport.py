@@ -21,7 +21,6 @@ import dataclasses
 import functools
 import re
 import time
-import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from typing import Any, NamedTuple
 
@@ -31,7 +30,7 @@ from .._secrets import key_loaded, secret_key
 from ..cassettes.ageing import sending
 from ..cassettes.vcr_match import calling
 from ..config import Effective
-from ..errors import ConfigurationError, DejacacheWarning, ReplayMiss
+from ..errors import ConfigurationError, ReplayMiss
 from ..scope import current
 from ..stats import record_miss
 from ..stores._base import Record, off_loop
@@ -54,7 +53,7 @@ from .headers import credential_values, spelled_names
 from .identities import identities_for, scope_of
 from .keying import Identity, keyed
 from .providers import Provider, detect
-from .recording import Held, Recorder, awire_chunks, past_bound, recording_classes, wire_chunks
+from .recording import Held, Recorder, awire_chunks, recording_classes, wire_chunks
 from .sdk_errors import native_miss
 from .sse import is_stream, replay_async, replay_sync
 
@@ -375,7 +374,7 @@ def _extensions(resp: Any) -> dict[str, Any]:
     return {k: v for k, v in resp.extensions.items() if k != "network_stream"}
 
 
-def _read_whole(call: _Call, resp: Any, raw: bytes | None) -> dict[str, Any]:
+def _read_whole(call: _Call, resp: Any, raw: bytes | None, *, is_async: bool) -> dict[str, Any]:
     """The stored value of a whole (non-stream) answer read as ``raw`` wire bytes
     (``_passing.read_bounded``), or ``_PASSED`` (not to be stored) when they decode past the
     recording bound; the caller gets those bytes and every header as they came (its client
@@ -397,9 +396,9 @@ def _read_whole(call: _Call, resp: Any, raw: bytes | None) -> dict[str, Any]:
     # all when decoded it passes the recording bound (a decompression bomb).
     encoding = resp.headers.get("content-encoding", "")
     body = decoded(encoding, raw, bound=Held().bound)
-    if isinstance(body, Past):
-        warnings.warn(past_bound(call, body.bound, stream=False), DejacacheWarning,
-                      stacklevel=4)
+    if isinstance(body, Past):  # handed on as any answer past the bound (``_passing.py``)
+        call.live = passed_on(call, call.lib, resp, Passing([raw], None, body.bound),
+                              resp.headers, is_async=is_async)
         return _PASSED
     if body is None:
         return _kept(call, opaque_value(resp.status_code, _as_sent(resp.headers), call.provider,
@@ -423,14 +422,19 @@ def _kept(call: _Call, value: dict[str, Any]) -> dict[str, Any]:
     return value if call.aliases is None else call.aliases.keep(call.key, value)
 
 
-def _read_events(call: _Call, resp: Any, rec: Recorder, chunks: list[bytes]) -> dict[str, Any]:
+def _read_events(call: _Call, resp: Any, rec: Recorder, chunks: list[bytes], *,
+                 is_async: bool) -> dict[str, Any]:
     """The stored value of a stream read whole (an SSE answer to a call that did not ask for
     a stream); the caller gets its bytes as they came (``recording.wire_chunks``)."""
     m = call.lib.module
     rec.end()
+    if rec.dropped:  # its decoded tail passed the bound: handed on, said at its end
+        call.live = _past_bound(call, resp, Passing(chunks, None, rec.bound, rec.deferred), rec,
+                                is_async=is_async)
+        return _PASSED
     call.live = m.Response(resp.status_code, headers=_handed_headers(resp, rec.as_sent),
                            stream=m.ByteStream(b"".join(chunks)), extensions=_extensions(resp))
-    return _PASSED if rec.dropped else rec.value()  # (dropped: its decoded tail passed the bound)
+    return rec.value()
 
 
 class _Keeping:
@@ -507,14 +511,14 @@ def _live_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> dict[st
                         call.live = _past_bound(call, resp, handed, rec, is_async=False)
                         break
                 else:
-                    value = _read_events(call, resp, rec, chunks)
+                    value = _read_events(call, resp, rec, chunks, is_async=False)
             else:
                 raw = read_bounded(resp)
                 if isinstance(raw, Passing):
                     handed = raw
                     call.live = _past_bound(call, resp, raw, None, is_async=False)
                 else:
-                    value = _read_whole(call, resp, raw)
+                    value = _read_whole(call, resp, raw, is_async=False)
         finally:
             if handed is None:
                 resp.close()  # (else the caller's answer closes it)
@@ -554,7 +558,7 @@ def _stream_sync(call: _Call, request: Any, send: Callable[[Any], Any]) -> Any:
             record_miss(call.name, stored=False)
             return _past_bound(call, resp, raw, None, is_async=False)
         try:
-            value = _read_whole(call, resp, raw)
+            value = _read_whole(call, resp, raw, is_async=False)
         finally:
             resp.close()
         if value is _PASSED:  # decoded past the bound: handed on, not kept
@@ -627,14 +631,14 @@ async def _live_async(
                         call.live = _past_bound(call, resp, handed, rec, is_async=True)
                         break
                 else:
-                    value = _read_events(call, resp, rec, chunks)
+                    value = _read_events(call, resp, rec, chunks, is_async=True)
             else:
                 raw = await aread_bounded(resp)
                 if isinstance(raw, Passing):
                     handed = raw
                     call.live = _past_bound(call, resp, raw, None, is_async=True)
                 else:
-                    value = _read_whole(call, resp, raw)
+                    value = _read_whole(call, resp, raw, is_async=True)
         finally:
             if handed is None:
                 await resp.aclose()
@@ -677,7 +681,7 @@ async def _stream_async(
             record_miss(call.name, stored=False)
             return _past_bound(call, resp, raw, None, is_async=True)
         try:
-            value = _read_whole(call, resp, raw)
+            value = _read_whole(call, resp, raw, is_async=True)
         finally:
             await resp.aclose()
         if value is _PASSED:  # decoded past the bound: handed on, not kept
