@@ -584,7 +584,7 @@ async def test_a_stream_within_the_proxys_bound_is_recorded(
     assert not rec.dropped and rec.peak > 400
 
 
-def _unreadable(call: Any, resp: Any, raw: Any) -> Any:
+def _unreadable(call: Any, resp: Any, raw: Any, **flags: Any) -> Any:
     raise ValueError(f"cannot read the answer for {' and '.join(call.credentials)}")
 
 
