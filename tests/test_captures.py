@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import enum
 from typing import Any
@@ -112,3 +113,35 @@ def test_methods_under_decorators_and_odd_class_attributes() -> None:
         return Cfg
 
     assert _captures.values(_captures.class_cells(made("a")))[0] == {"tag": "a"}
+
+
+def test_a_class_made_at_run_time_is_one_its_module_does_not_name() -> None:
+    assert not _captures.made_at_run_time(_Top)
+    assert not _captures.made_at_run_time(int)
+    assert _captures.made_at_run_time(_factory("one", []))
+    built = type("_Top", (), {})  # (its module names another class by its name)
+    assert _captures.made_at_run_time(built)
+    assert _captures.made_at_run_time(type("Nowhere", (), {}))
+
+
+def test_a_run_time_class_holds_its_own_data_attributes_read_at_each_call() -> None:
+    def label(self: Any) -> Any:
+        return self.LABEL
+
+    built = type("Built", (abc.ABC,), {
+        "LABEL": "one", "tags": ["x"], "label": label, "kind": int, "mod": enum,
+        "size": property(lambda self: 1), "__slots__": ()})
+    cells = _captures.class_cells(built)
+    assert [name for name, _ in cells] == ["Built.LABEL", "Built.tags"]  # no _abc_impl
+    assert _captures.values(cells) == ({"Built.LABEL": "one"}, [("Built.tags", ["x"])])
+    built.LABEL = "two"  # type: ignore[attr-defined]
+    del built.tags  # type: ignore[attr-defined]
+    assert _captures.values(cells) == ({"Built.LABEL": "two"}, [])
+    assert _captures.class_cells(type("Empty", (), {})) == ()
+
+
+def test_with_values_escapes_what_could_spell_the_captures() -> None:
+    held = (("tag", _captures.class_cells(_factory("one", []))[-1][1]),)
+    assert _captures.with_values({"<captured>": 1, "x": 2}, held)[0] == {
+        "<<captured>": 1, "x": 2, "<captured>": {"tag": "one"}}
+    assert _captures.with_values([1], held)[0] == {"<": [1], "<captured>": {"tag": "one"}}

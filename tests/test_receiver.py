@@ -7,7 +7,9 @@ import dataclasses
 import enum
 import io
 import socket
+import sys
 import threading
+import types
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
@@ -1119,8 +1121,8 @@ def test_a_capture_that_is_not_data_leaves_its_object_out_and_named(
     # a nested object: left out whole, as for an attribute that is not data
     assert _Holder.go.explain(held).left_out == ("self.c",)  # type: ignore[attr-defined]
     with pytest.raises(dejacache.ConfigurationError, match=(
-            r"self\.c\.<captured>\.tag \(builtins\.list\) is captured by a method of its "
-            r"class and is not immutable data; make it immutable")):
+            r"self\.c\.<captured>\.tag \(builtins\.list\) is held by its class \(captured by "
+            r"a method or set in its body\) and is not immutable data; make it immutable")):
         held.go_strict()
 
     # the receiver: that capture left out and named, the rest of it keyed; what the method
@@ -1191,8 +1193,194 @@ for _pinned in (_PinTool, _PinSpec, _PinColor, _PinAgent):
     _pinned.__module__ = "pin"  # (the test module's name depends on how pytest is run)
 
 
+@pytest.mark.usefixtures("pin")
 def test_keys_of_classes_written_at_top_level_did_not_change() -> None:
     kb = KeyBuilder(_PinAgent.ask, "ask")
     masked = KeyBuilder(_PinAgent.ask, "ask", volatile=["self.tools[*].n"])
     assert kb.key("ns", (_PinAgent(), "q"), {}) == "55a35b2d3c69b81f2027adfe011939b4"
     assert masked.key("ns", (_PinAgent(), "q"), {}) == "079920e1d3ae71322bb5d2636f461908"
+
+
+# A class made at run time (not importable by its module and qualified name: a factory's, or
+# one ``type()`` built) is keyed by its class-body data and what its methods capture.
+
+
+def _labelled(tag: Any) -> type:
+    class Cfg:
+        LABEL = tag
+
+        def label(self) -> Any:
+            return self.LABEL
+
+    return Cfg
+
+
+def _labeller(tag: Any) -> Any:
+    def label(self: Any) -> Any:
+        return tag
+
+    return label
+
+
+class _Asks:
+    def __init__(self, c: Any) -> None:
+        self.c = c
+
+    @dejacache.cache
+    def go(self) -> Any:
+        return self.c.label()
+
+
+def test_class_attributes_of_a_factory_made_class_are_keyed(
+    store: dejacache.MemoryStore,
+) -> None:
+    # Both used to answer "one": one qualified name, no instance data, nothing captured.
+    assert _Asks(_labelled("one")()).go() == "one"
+    assert _Asks(_labelled("two")()).go() == "two"
+    assert _Asks(_labelled("one")()).go() == "one"  # the same class data: a hit
+    assert len(list(store.iterate())) == 2
+    parts = _Asks.go.explain(_Asks(_labelled("one")()))  # type: ignore[attr-defined]
+    assert parts.arguments["self"][1]["c"] == [
+        f"{__name__}:_labelled.<locals>.Cfg", {"<captured>": {"Cfg.LABEL": "one"}}]
+
+    def agent(tag: str) -> type:
+        class Agent:
+            PREFIX = tag
+
+            @dejacache.cache
+            def ask(self, q: str) -> str:
+                return f"{self.PREFIX}: {q}"
+
+        return Agent
+
+    assert [agent(t)().ask("q") for t in ("a", "b")] == ["a: q", "b: q"]
+    # a class attribute that is not immutable data: left out and named, as a capture is
+    listed = agent("a")
+    listed.HISTORY = []  # type: ignore[attr-defined]
+    a = listed()
+    assert type(a).ask.explain(a, "q").left_out == ("self.<captured>.Agent.HISTORY",)  # type: ignore[attr-defined]
+
+
+def test_classes_built_by_type_with_one_name_are_told_apart(
+    store: dejacache.MemoryStore,
+) -> None:
+    by_attr = [type("Cfg", (), {"LABEL": t, "label": lambda self: self.LABEL})
+               for t in ("one", "two")]
+    assert [_Asks(k()).go() for k in by_attr] == ["one", "two"]
+    by_capture = [type("Named", (), {"label": _labeller(t)}) for t in ("three", "four")]
+    assert [_Asks(k()).go() for k in by_capture] == ["three", "four"]
+
+
+def test_a_classmethods_class_made_at_run_time_is_keyed_by_its_data(
+    store: dejacache.MemoryStore,
+) -> None:
+    def make(tag: str, suffix: str) -> type:
+        class Made:
+            LABEL = tag
+
+            @classmethod
+            @dejacache.cache
+            def create(cls, q: str) -> str:
+                return f"{cls.LABEL}{cls.end()}: {q}"
+
+            @staticmethod
+            def end() -> str:
+                return suffix
+
+        return Made
+
+    made = [make("a", "!"), make("b", "!"), make("a", "?")]
+    assert [k.create("q") for k in made] == ["a!: q", "b!: q", "a?: q"]
+    assert make("a", "!").create("q") == "a!: q"
+    assert len(list(store.iterate())) == 3
+    assert made[0].create.explain(made[0], "q").arguments["cls"] == [  # type: ignore[attr-defined]
+        f"{__name__}.{made[0].__qualname__}",
+        {"<captured>": {"Made.LABEL": "a", "suffix": "!"}}]
+
+
+def _spec_class(tag: str) -> Any:
+    @dataclasses.dataclass(frozen=True)
+    class Spec:
+        model: str
+
+        def label(self) -> str:
+            return f"{tag}/{self.model}"
+
+    return Spec
+
+
+def _model_class(tag: str) -> Any:
+    class Prompt(pydantic.BaseModel):
+        text: str
+        SYSTEM: ClassVar[str] = tag
+
+        def label(self) -> str:
+            return f"{self.SYSTEM}/{self.text}"
+
+    return Prompt
+
+
+@dejacache.cache
+def _labelled_by(spec: Any) -> str:
+    return str(spec.label())
+
+
+def test_factory_made_dataclasses_and_models_are_keyed_by_their_class_data(
+    store: dejacache.MemoryStore,
+) -> None:
+    assert [_labelled_by(_spec_class(t)("m")) for t in ("a", "b")] == ["a/m", "b/m"]
+    assert [_labelled_by(_model_class(t)(text="x")) for t in ("a", "b")] == ["a/x", "b/x"]
+    assert _labelled_by(_spec_class("a")("m")) == "a/m"  # the same data: a hit
+    assert len(list(store.iterate())) == 4
+    # nested in a receiver
+    assert [_Asks(_spec_class(t)("m")).go() for t in ("c", "d")] == ["c/m", "d/m"]
+    assert [_Asks(_model_class(t)(text="y")).go() for t in ("c", "d")] == ["c/y", "d/y"]
+
+
+# Keys of arguments and a classmethod's class written at a module's top level, computed on
+# main before classes made at run time were keyed by their class data: they must never change.
+class _PinMaker:
+    LABEL = "x"
+
+    @classmethod
+    def make(cls, spec: Any) -> Any:
+        return spec
+
+
+class _PinModel(pydantic.BaseModel):
+    text: str
+    SYSTEM: ClassVar[str] = "s"
+
+
+_PinMaker.__module__ = _PinModel.__module__ = "pin"
+
+
+@pytest.fixture
+def pin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pinned classes importable as ``pin.<name>``, as a module's own are."""
+    module = types.ModuleType("pin")
+    for k in (_PinTool, _PinSpec, _PinColor, _PinAgent, _PinMaker, _PinModel):
+        setattr(module, k.__qualname__, k)
+    monkeypatch.setitem(sys.modules, "pin", module)
+
+
+@pytest.mark.usefixtures("pin")
+def test_keys_of_arguments_and_classes_written_at_top_level_did_not_change() -> None:
+    kb = KeyBuilder(vars(_PinMaker)["make"].__func__, "make")
+    spec = _PinSpec("x", frozenset({"u"}))
+    assert kb.key("ns", (_PinMaker, spec), {}) == "e1437ef5dd80cde764aa649709b68a5a"
+    assert kb.key("ns", (_PinMaker, _PinModel(text="t")), {}) == "5c7c8904cf5dc009b7d7c144a3a47c82"
+
+
+def test_a_class_attribute_that_is_not_data_is_named_by_key_self() -> None:
+    listed = _labelled("a")
+    listed.HISTORY = []  # type: ignore[attr-defined]
+
+    class Strict(_Asks):
+        @dejacache.cache(key_self=True)
+        def go(self) -> Any:
+            return self.c.label()
+
+    with pytest.raises(dejacache.ConfigurationError, match=(
+            r"self\.c\.<captured>\.Cfg\.HISTORY \(builtins\.list\) is held by its class")):
+        Strict(listed()).go()

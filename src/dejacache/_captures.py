@@ -1,18 +1,21 @@
-"""What a function made inside another one captured, as keys hold it: one rule for closures
-and for the classes a factory makes.
+"""What a function made inside another one captured, and what a class made at run time
+holds, as keys hold them: one rule for closures and for the classes made at run time.
 
 ``make(1)`` and ``make(2)`` return closures, or classes whose methods are closures, with one
 qualified name (``make.<locals>.Cfg``) and one signature: what tells them apart is what they
-captured. A closure's key holds its captured values (``keys._Captures``), and the key of an
-object whose class was made in a function holds those of its class's methods
-(``_receiver``), both read here: the cells (:func:`cells`, :func:`class_cells`), which values
-are keyed (:func:`immutable`) and how (:func:`form`).
+captured, and a class's own data attributes (``LABEL = tag``; ``type("Cfg", (), {...})``
+names two classes alike too). A closure's key holds its captured values (``keys._Captures``);
+the key of an object whose class was made at run time (:func:`made_at_run_time`), of such a
+classmethod's class and of such a dataclass or model argument holds its class's (``_receiver``,
+``keys._object_data``), all read here: the cells (:func:`cells`, :func:`class_cells`), which
+values are keyed (:func:`immutable`) and how (:func:`form`, :func:`with_values`).
 
 Only immutable values are keyed. A list, a dict, an object, a function or a module captured
 is most often a client, a helper or a counter the function appends to: its contents change
 each call, and keying them would make every call miss. A closure leaves them out of its key,
-as it always did; an object whose class captured one is left out and named as any attribute
-that is not data (``_receiver``): its methods may answer by it, so no key may hold it without.
+as it always did, and so does an argument; an object whose class holds one is left out and
+named as any attribute that is not data (``_receiver``): its methods may answer by it, so no
+key may hold it without.
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ import functools
 import inspect
 import sys
 import types
+from collections.abc import Mapping
 from typing import Any, Final
 from uuid import UUID
 
-__all__ = ["CAPTURED", "LATE", "cells", "class_cells", "class_tag", "form", "immutable",
-           "values"]
+__all__ = ["CAPTURED", "HELD", "LATE", "cells", "class_cells", "class_tag", "form", "immutable",
+           "made_at_run_time", "values", "with_values"]
 
 #: The member holding captured values (a closure's bound arguments, an object's data): not an
 #: identifier, so no parameter or attribute spells it (a ``**kwargs`` key or an attribute
@@ -41,7 +45,6 @@ LATE: Final = {"decimal": ("Decimal",),
 _IMMUTABLE: frozenset[type] = frozenset({type(None), bool, int, float, str, bytes,
                                          _dt.datetime, _dt.date, _dt.time, _dt.timedelta,
                                          UUID})
-_LOCALS = "<locals>"
 
 
 def class_tag(t: type) -> str:
@@ -79,24 +82,89 @@ def cells(target: Any, ignore: frozenset[str] = frozenset()) -> tuple[tuple[str,
 
 
 def class_cells(t: type) -> tuple[tuple[str, Any], ...]:
-    """``(name, cell)`` of what the methods of ``t`` written in a function's body capture
-    (those of its bases made in one too), for :data:`CAPTURED`; none for a class written at
-    a module's top level, whose key stays as it was. A name two classes of its MRO capture
-    from different scopes is ``name#i`` for the later one, ``i`` its place in the MRO."""
+    """``(name, cell)`` of what tells ``t`` apart from another class of its name, for
+    :data:`CAPTURED`: for each class of its MRO made at run time (:func:`made_at_run_time`),
+    what the functions its body holds capture and its own data attributes (``Cfg.LABEL``:
+    a reader with a cell's ``cell_contents``, so both are read at each call by
+    :func:`values`); none when every class of it is importable, whose key stays as it was.
+    A name two classes of its MRO hold from different scopes is ``name#i`` for the later
+    one, ``i`` its place in the MRO. Worked out once per class (:data:`HELD`)."""
+    held = HELD.get(t)
+    if held is None:
+        held = _class_cells(t)
+        if len(HELD) < _HELD_MAX:
+            HELD[t] = held
+    return held
+
+
+def _class_cells(t: type) -> tuple[tuple[str, Any], ...]:
     out: dict[str, Any] = {}
     for i, klass in enumerate(t.__mro__):
-        prefix = f"{klass.__qualname__}."
-        if _LOCALS not in prefix:
+        if not made_at_run_time(klass):
             continue
+        prefix = f"{klass.__qualname__}."
+        found: list[tuple[str, Any]] = []
         for fn in _functions(klass):
-            # Written in the class body: not one a decorator or dataclasses generated (a
-            # dataclass's __repr__ captures a set and a function, and its object is data).
-            if not fn.__code__.co_qualname.startswith(prefix):
-                continue
-            for name, cell in cells(fn):
-                if out.setdefault(name, cell) is not cell:
-                    out.setdefault(f"{name}#{i}", cell)
+            # Written for the class (in its body, or handed to type() as it was written):
+            # not one a decorator or dataclasses generated and renamed (a dataclass's
+            # __repr__ captures a set and a function, and its object is data).
+            code = fn.__code__.co_qualname
+            if code.startswith(prefix) or fn.__qualname__ == code:
+                found.extend(cells(fn))
+        found.extend((f"{klass.__name__}.{name}", _Attr(klass, name))
+                     for name in _data_names(klass))
+        for name, cell in found:
+            if out.setdefault(name, cell) is not cell:
+                out.setdefault(f"{name}#{i}", cell)
     return tuple(sorted(out.items()))
+
+
+#: :func:`class_cells` per class, read first where a call costs (a hit's argument).
+HELD: dict[type, tuple[tuple[str, Any], ...]] = {}
+_HELD_MAX = 4096
+# Class attributes frameworks set that are no data of the class: ABCMeta's cache, a named
+# tuple's defaults and pydantic's settings (its values and the model's dump reflect them).
+_MACHINERY = frozenset({"_abc_impl", "_field_defaults", "model_config"})
+
+
+def made_at_run_time(t: type) -> bool:
+    """Whether ``t`` is not the class its module and qualified name name (a factory's
+    ``make.<locals>.Cfg``, one ``type()`` built, one whose module is not loaded): its name
+    is then that of other classes, so its tag alone does not tell it apart."""
+    obj: Any = sys.modules.get(t.__module__)
+    for part in t.__qualname__.split("."):
+        try:
+            obj = getattr(obj, part, None)
+        except Exception:  # a module's __getattr__ that raises: not found by its name
+            return True
+    return obj is not t
+
+
+def _data_names(klass: type) -> list[str]:
+    """The names of ``klass``'s own data attributes: not dunders, methods or other
+    descriptors, classes or modules, nor a dataclass field's default (its objects' data
+    holds the field); which of them are keyed is :func:`immutable`'s."""
+    fields = vars(klass).get("__dataclass_fields__", ())
+    return [name for name, v in vars(klass).items()
+            if not (name[:2] == "__" == name[-2:] or name in _MACHINERY or name in fields
+                    or hasattr(type(v), "__get__") or isinstance(v, (type, types.ModuleType)))]
+
+
+class _Attr:
+    """A class's data attribute read as a cell is (``cell_contents``, ValueError when gone):
+    the class may be given another value, as a factory may rebind what it captured."""
+
+    __slots__ = ("klass", "name")
+
+    def __init__(self, klass: type, name: str) -> None:
+        self.klass, self.name = klass, name
+
+    @property
+    def cell_contents(self) -> Any:
+        try:
+            return vars(self.klass)[self.name]
+        except KeyError:
+            raise ValueError(self.name) from None
 
 
 def _functions(klass: type) -> list[types.FunctionType]:
@@ -166,3 +234,19 @@ def values(held: tuple[tuple[str, Any], ...]) -> tuple[dict[str, Any], list[tupl
         else:
             other.append((name, v))
     return keyed, other
+
+
+def with_values(data: Any, held: tuple[tuple[str, Any], ...]
+                ) -> tuple[dict[Any, Any], list[tuple[str, Any]]]:
+    """``data`` (an object's, a mapping or any value) with the immutable values of ``held``
+    under :data:`CAPTURED` (a key starting with ``<`` gets one more, so none spells it; a
+    value that is no mapping is under ``"<"``, which no escaped key is), and ``(name,
+    value)`` of the others (:func:`values`)."""
+    keyed, other = values(held)
+    if isinstance(data, Mapping):
+        out = {("<" + k if type(k) is str and k[:1] == "<" else k): v for k, v in data.items()}
+    else:
+        out = {"<": data}
+    if keyed:
+        out[CAPTURED] = keyed
+    return out, other

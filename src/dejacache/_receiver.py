@@ -5,7 +5,7 @@ the key holds the instance: ``[class tag, data]``, the data being a plain instan
 ``__dict__`` and ``__slots__`` values, a dataclass's or a model's fields, or a ``dict``,
 ``list``, ``str``... subclass's content as the base type (under ``"*"``) with its attributes.
 A class that defines ``__dejacache_key__``, an Enum member or a named tuple is keyed as any
-argument of its type is; a classmethod's class by its qualified name (``keys``).
+argument of its type is; a classmethod's class by its qualified name (:func:`class_form`).
 
 The form is a plain two-item list, not a tagged object, so the hit path writes it with the
 rest of the arguments in one ``orjson.dumps`` and remembers it as plain data (a tagged
@@ -35,10 +35,12 @@ container out. The hit path looks at a container's first item only (a 200-messag
 not walked on every call); a container whose plain objects come later fails the key, and the
 key is written again with every container walked (``deep``).
 
-A class made in a function (``make.<locals>.Cfg``) shares its qualified name with every
-class that function makes: its objects' data also holds what its methods capture
-(``_captures``; :func:`_captured`). A captured value that is not immutable leaves a nested
-object out, as an attribute that is not data does, and is left out of the receiver's.
+A class made at run time (a function's ``make.<locals>.Cfg``, one ``type()`` built) shares
+its qualified name with other classes: its objects' data also holds what tells it apart, its
+class-body data and what its methods capture (``_captures.class_cells``; :func:`_captured`),
+and a classmethod's class is written with them (:func:`class_form`). A value there that is
+not immutable leaves a nested object out, as an attribute that is not data does, and is left
+out of the receiver's.
 
 An attribute the key cannot hold (a client, a lock, a socket, a callable, anything the
 canonicaliser refuses) is left out and named (``KeyParts.left_out``), never an error, unless
@@ -68,8 +70,8 @@ from ._core import volatile as _vol
 from ._secrets import with_secrets, wraps_secret
 from .errors import ConfigurationError
 
-__all__ = ["ITEMS", "MEMBER", "NESTED_DEPTH", "Members", "Receiver", "class_tag", "model_data",
-           "receiver_form", "recheck", "rule_for"]
+__all__ = ["ITEMS", "MEMBER", "NESTED_DEPTH", "Members", "Receiver", "class_form", "class_tag",
+           "model_data", "receiver_form", "recheck", "rule_for"]
 
 #: How many plain objects deep a receiver's attributes are followed (``self.a.b.c``...).
 NESTED_DEPTH = 8
@@ -215,7 +217,7 @@ At = tuple[str | int, ...]
 Why = tuple[At, type, str]
 _NOT_DATA = "is not data"
 _CYCLE = "refers back to an object holding it (a cycle)"
-_UNKEPT = "is captured by a method of its class and is not immutable data"
+_UNKEPT = "is held by its class (captured by a method or set in its body) and is not immutable data"
 
 
 def dotted(at: At) -> str:
@@ -223,6 +225,24 @@ def dotted(at: At) -> str:
     a set's member is ``[*]``)."""
     return "".join(("[*]" if s == MEMBER else f"[{s}]") if type(s) is int else f".{s}"
                    for s in at).lstrip(".")
+
+
+def class_form(cls: type, own: tuple[Any, ...]) -> tuple[Any, tuple[str, ...]]:
+    """``(form, names left out)`` of a classmethod's class: its qualified name, and for a
+    class made at run time what tells it apart from others of that name, ``[name,
+    {CAPTURED: values}]`` (:func:`_captures.class_cells`, less the cells ``own`` of the
+    method's own closure, which its key holds by the closure rule). A class whose every
+    class is importable pays one dict look-up and keeps its key."""
+    name = f"{cls.__module__}.{cls.__qualname__}"
+    held = _captures.HELD.get(cls)
+    if held is None:
+        held = _captures.class_cells(cls)
+    if not held:
+        return name, ()
+    keyed, other = _captures.values(
+        tuple((n, c) for n, c in held if not any(c is o for o in own)))
+    left = tuple(sorted(f"{_captures.CAPTURED}.{n}" for n, _ in other))
+    return ([name, {_captures.CAPTURED: keyed}] if keyed else name), left
 
 
 def _captured(data: dict[str, Any], rule: Receiver
@@ -234,11 +254,7 @@ def _captured(data: dict[str, Any], rule: Receiver
     factory may rebind them): a receiver holding one such object with one captured str
     costs 78k instructions a hit, 61k when its captures were left out (callgrind); a class
     written at a module's top level pays one attribute read."""
-    keyed, other = _captures.values(rule.cells)
-    out = {("<" + k if type(k) is str and k[:1] == "<" else k): v for k, v in data.items()}
-    if keyed:
-        out[_captures.CAPTURED] = keyed
-    return out, other
+    return _captures.with_values(data, rule.cells)
 
 
 class _Walk:
