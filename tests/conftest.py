@@ -26,6 +26,19 @@ else:
     settings.register_profile("dejacache", deadline=None)
     settings.load_profile("dejacache")
 
+try:
+    # Loaded before any pytester run, so no run's module snapshot drops them: a run that
+    # first imported cryptography and hashed with it (an inner test's library) dropped its
+    # Python modules on return, but its Rust extension (PyO3: initialised once
+    # per process) kept the classes it had looked up; the ws tests' certificate, imported
+    # again after, then failed "Algorithm must be a registered hash algorithm" on whichever
+    # xdist worker ran such a run first (seen once in a loaded run, by order alone).
+    from cryptography import x509  # noqa: F401
+    from cryptography.hazmat.primitives import hashes, serialization  # noqa: F401
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa  # noqa: F401
+except ImportError:  # not in every SDK-generation venv
+    pass
+
 
 def _import_every_module() -> None:
     # pytester's in-process runs drop the modules first imported inside them when they end; a
