@@ -34,6 +34,7 @@ def configure(
     max_age: Duration | Unset | None = UNSET,
     on_expiry: str | Unset | None = UNSET,
     runtime_cache: bool | Unset | None = UNSET,
+    max_ws_message: int | Unset | None = UNSET,
     **unknown: object,
 ) -> None:
     """Set process-wide defaults. Arguments left out keep their current value.
@@ -49,7 +50,10 @@ def configure(
     back to ``DEJACACHE_MAX_AGE`` / ``DEJACACHE_ON_EXPIRY``. ``runtime_cache=False`` switches
     the runtime face's tool cache off (every ``@tool_cache`` tool runs, counted as ``off``;
     writes still invalidate, so switching it on again serves nothing older than them);
-    ``None`` goes back to ``DEJACACHE_RUNTIME_CACHE`` (``off``/``on``), else on. Each setting
+    ``None`` goes back to ``DEJACACHE_RUNTIME_CACHE`` (``off``/``on``), else on.
+    ``max_ws_message`` is the largest WebSocket message (bytes) a session records (default
+    64 MiB): a client message over it still reaches the server, and the session is not
+    recorded from it on (``docs/interception.md``); ``None`` goes back to the default. Each setting
     left out here falls back to the environment, then to the project file
     (``[tool.dejacache]`` in pyproject.toml, checked now: docs/configuration.md).
     """
@@ -85,6 +89,13 @@ def configure(
                 raise ConfigurationError(f"runtime_cache must be True, False or None, not "
                                          f"{runtime_cache!r}")
             s.runtime_cache = runtime_cache
+        if not isinstance(max_ws_message, Unset):
+            if max_ws_message is not None and (isinstance(max_ws_message, bool) or not
+                                               isinstance(max_ws_message, int)
+                                               or max_ws_message < 1):
+                raise ConfigurationError(f"max_ws_message={max_ws_message!r}: expected a "
+                                         "whole number > 0")
+            s.max_ws_message = max_ws_message
         s.invalidate()
 
 

@@ -372,6 +372,7 @@ class _Settings:
         self.max_age: float | None = None  # None: DEJACACHE_MAX_AGE (cassettes/ageing.py)
         self.on_expiry: str | None = None  # None: DEJACACHE_ON_EXPIRY, else "warn"
         self.runtime_cache: bool | None = None  # None: DEJACACHE_RUNTIME_CACHE, else on
+        self.max_ws_message: int | None = None  # None: ws/_message.MAX_MESSAGE (64 MiB)
         #: The runtime cache's switch as the hot path reads it (one attribute; None: not
         #: worked out since the last configure()).
         self.runtime_on: bool | None = None
