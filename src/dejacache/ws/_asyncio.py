@@ -336,7 +336,9 @@ async def in_memory(conn: Any, ws_uri: Any, handshake: Callable[[], Awaitable[No
     legacy API's) to an endpoint in memory, have it make its ``handshake()`` and answer it
     from the session; then feed it what the session owes it."""
     loop = asyncio.get_running_loop()
-    link = _Link(conn, Endpoint("wss" if ws_uri.secure else "ws"), loop,
+    # Unbounded: a message over the session's bound goes to the server unrecorded (the
+    # client holds it whole already), as aiohttp's does.
+    link = _Link(conn, Endpoint("wss" if ws_uri.secure else "ws", None), loop,
                  (ws_uri.host, ws_uri.port))
     setattr(conn, _LINK, link)
     transport = _Transport(link)

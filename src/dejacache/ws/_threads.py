@@ -209,7 +209,8 @@ def connect_in_block(uri: str, kwargs: dict[str, Any], live: Callable[[], Any],
     from websockets.uri import parse_uri
 
     mine, theirs = socket.socketpair()
-    link = _Link(Endpoint("wss" if parse_uri(uri).secure else "ws"), theirs)
+    # (unbounded: the session's bound applies, as for the asyncio client: ``_asyncio.py``)
+    link = _Link(Endpoint("wss" if parse_uri(uri).secure else "ws", None), theirs)
     sock = _Socket(mine.family, mine.type, mine.proto, fileno=mine.detach())
     sock.link = link
     conn = _client(uri, kwargs, sock)

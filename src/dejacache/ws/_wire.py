@@ -16,15 +16,19 @@ the frame boundary between such frames. Anything else (pings, closes, fragments,
 split across writes, a frame over the size bound, its debug log on) goes through the protocol.
 
 A message (all its frames together) is bounded: ``max_message`` bytes, ``MAX_MESSAGE`` by
-default. The protocol refuses a frame whose length passes what is left of it from its header,
-before reading its payload, so nothing over it is held; the connection is closed with 1009
-and a reason naming the bound and ``raise_with`` (what raises it), and :attr:`over` is set.
+default. The protocol refuses a frame whose length passes what is left of it from its
+header, before reading its payload, so nothing over it is held; the connection is closed
+with 1009 and a reason naming the bound and ``raise_with`` (what raises it), and
+:attr:`over` is set. ``None``: unbounded, for an in-process client, whose session applies
+its bound by sending a larger message on unrecorded (``_drive.py``): the client holds the
+message whole already, and a live server is owed it.
 """
 
 from __future__ import annotations
 
 import functools
 import struct
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -51,7 +55,8 @@ class Endpoint:
     bytes the server answers at once (pongs, its reply to a close); whole client messages
     wait in ``incoming`` for the session. ``eof`` is set once the server end has closed."""
 
-    def __init__(self, scheme: str, max_message: int = MAX_MESSAGE, raise_with: str = "") -> None:
+    def __init__(self, scheme: str, max_message: int | None = MAX_MESSAGE,
+                 raise_with: str = "") -> None:
         from websockets.protocol import State
 
         self._open = State.OPEN
@@ -59,12 +64,14 @@ class Endpoint:
         self.scheme = scheme
         self.chosen: str | None = None  # the recorded subprotocol
         self.max_message = max_message
+        self._limit = sys.maxsize if max_message is None else max_message
 
         def select(proto: Any, offered: Sequence[str]) -> str | None:
             return self.chosen if self.chosen in offered else None
 
         self.proto = _protocol()(select_subprotocol=select, max_size=max_message)
-        self.proto.too_big = too_big("the client's", max_message, raise_with)
+        if max_message is not None:
+            self.proto.too_big = too_big("the client's", max_message, raise_with)
         self.request: Any = None
         self.incoming: list[Message] = []
         self.client_closed: Closed | None = None
@@ -88,7 +95,7 @@ class Endpoint:
         # A voice session's 6.4 KB audio messages read here, not through the protocol's
         # parser: ~550 -> ~150 Python opcodes each.
         if self._framed:
-            msgs, whole = _read(data, self._unmask, self.max_message)
+            msgs, whole = _read(data, self._unmask, self._limit)
             if msgs is not None and self._parts is None:  # (no fragmented message under way)
                 self.incoming += msgs
                 return b""
