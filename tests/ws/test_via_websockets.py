@@ -17,7 +17,7 @@ import pytest
 from websockets.asyncio.client import connect as aconnect
 from websockets.exceptions import ConnectionClosed, ConnectionClosedError, InvalidStatus
 from websockets.sync.client import connect as sconnect  # bound before any block opens
-from ws_support import LoopbackServer, echo, free_port
+from ws_support import LoopbackServer, RawServer, echo, free_port
 
 import dejacache
 from dejacache.errors import NetworkBlocked, ReplayMiss
@@ -391,6 +391,79 @@ def test_a_client_message_over_the_bound_goes_live_and_is_not_recorded(
     with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss,
                                                                 match="max_ws_message"):
         run(server.url)
+
+
+def _closed(exc: ConnectionClosed) -> list[Any]:
+    """A ``ConnectionClosed`` as the app reads it: its class, both closes and its text."""
+    rcvd, sent = exc.rcvd, exc.sent
+    return [type(exc).__name__, rcvd and [rcvd.code, rcvd.reason],
+            sent and [sent.code, sent.reason], exc.rcvd_then_sent, str(exc)]
+
+
+def _refused_asyncio(url: str) -> list[Any]:
+    async def run() -> list[Any]:
+        async with aconnect(url) as ws:
+            out: list[Any] = [await ws.recv()]
+            await ws.send(json.dumps({"n": 0}))
+            with pytest.raises(ConnectionClosed) as info:
+                await ws.recv()
+            return [*out, _closed(info.value)]
+
+    return asyncio.run(run())
+
+
+def _refused_threads(url: str) -> list[Any]:
+    with sconnect(url) as ws:
+        out: list[Any] = [ws.recv()]
+        ws.send(json.dumps({"n": 0}))
+        with pytest.raises(ConnectionClosed) as info:
+            ws.recv()
+        return [*out, _closed(info.value)]
+
+
+def _refused_legacy(url: str) -> list[Any]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from websockets.legacy.client import connect as lconnect
+
+    async def run() -> list[Any]:
+        async with lconnect(url) as ws:
+            out: list[Any] = [await ws.recv()]
+            await ws.send(json.dumps({"n": 0}))
+            with pytest.raises(ConnectionClosed) as info:
+                await ws.recv()
+            return [*out, _closed(info.value)]
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("run", [_refused_asyncio, _refused_threads, _refused_legacy],
+                         ids=["asyncio", "threads", "legacy"])
+@pytest.mark.parametrize(("frame", "code"), [
+    (bytes((0xC1, 2)) + b"hi", 1002),  # RSV1 set, no extension negotiated: protocol error
+    (bytes((0x81, 2)) + b"\xff\xfe", 1007),  # a text frame that is not UTF-8
+], ids=["reserved-bit", "invalid-utf8"])
+def test_a_frame_the_client_refuses_is_recorded_and_replayed_as_its_error(
+        tmp_path: pathlib.Path, frame: bytes, code: int, run: Callable[[str], list[Any]]
+        ) -> None:
+    """A server frame the websockets client refuses fails the connection from the client's
+    side: ``ConnectionClosedError`` with the close it sent (that code, its library's reason)
+    and none received. Recorded and replayed, the app gets the same: the window keeps it as
+    the client library's error, and a replay has the client's own library refuse a frame
+    again, failing with the recorded code and reason."""
+    raw = RawServer(frame)
+    try:
+        live = run(raw.url)
+        assert live[1][2][0] == code and live[1][1] is None
+        path = tmp_path / "bad.json"
+        with dejacache.cassette(path, mode="record"):
+            assert run(raw.url) == live
+    finally:
+        raw.stop()
+    close = json.loads(path.read_text())["entries"][1]["response"]["close"]
+    assert {k: close[k] for k in ("code", "error")} == {"code": code, "error": True}
+    with dejacache.cassette(path, mode="replay"):
+        assert run(raw.url) == live
 
 
 def test_another_key_in_ci_still_replays(tmp_path: pathlib.Path,

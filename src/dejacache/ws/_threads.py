@@ -83,6 +83,7 @@ class _Link:
         self.lock = threading.Lock()
         self.asked = threading.Event()  # the client's handshake request has come
         self.session: SyncSession | None = None
+        self.client: Any = None  # the client connection's sans-I/O protocol
         self.settling = threading.Lock()
 
     def from_client(self, data: bytes) -> None:
@@ -118,7 +119,7 @@ class _Link:
                 if self.endpoint.proto.state is not State.OPEN:
                     return
                 if isinstance(item, Closed):
-                    data, eof = self.endpoint.close(item), True
+                    data, eof = self.endpoint.end(item, self.client), True
                 else:
                     assert item is not None
                     data, eof = self.endpoint.message(item), self.endpoint.eof
@@ -215,6 +216,7 @@ def connect_in_block(uri: str, kwargs: dict[str, Any], live: Callable[[], Any],
     sock.link = link
     conn = _client(uri, kwargs, sock)
     setattr(conn, _LINK, link)
+    link.client = conn.protocol
     failed: list[BaseException] = []
 
     def shake() -> None:
