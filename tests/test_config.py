@@ -393,3 +393,24 @@ def test_project_volatile_and_mode_apply_below_the_environment_and_configure(
     assert config.get_settings().volatile == ("body.x",)
     dejacache.configure(volatile=["y"])  # and configure() replaces both
     assert config.get_settings().volatile == ("y",)
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5, "64MiB"])
+def test_max_ws_message_is_a_whole_number_named_when_wrong(bad: Any) -> None:
+    with pytest.raises(ConfigurationError, match=r"max_ws_message=.*whole number > 0"):
+        dejacache.configure(max_ws_message=bad)
+
+
+def test_max_ws_message_is_read_by_a_session_at_its_start() -> None:
+    from dejacache.ws._drive import SyncSession
+    from dejacache.ws._message import MAX_MESSAGE, Handshake
+
+    def bound() -> int:
+        hs = Handshake("ws://127.0.0.1:1/", [])
+        return SyncSession(current(), hs, None).max_message
+
+    assert bound() == MAX_MESSAGE
+    dejacache.configure(max_ws_message=2**27)
+    assert bound() == 2**27
+    dejacache.configure(max_ws_message=None)
+    assert bound() == MAX_MESSAGE

@@ -36,6 +36,7 @@ def configure(
     on_expiry: str | Unset | None = UNSET,
     runtime_cache: bool | Unset | None = UNSET,
     max_recorded_stream: int | Unset | None = UNSET,
+    max_ws_message: int | Unset | None = UNSET,
     **unknown: object,
 ) -> None:
     """Set process-wide defaults. Arguments left out keep their current value.
@@ -54,7 +55,11 @@ def configure(
     ``None`` goes back to ``DEJACACHE_RUNTIME_CACHE`` (``off``/``on``), else on.
     ``max_recorded_stream`` is the bytes one live stream's recording may hold (default
     64 MiB): past them the caller still gets every event and the call is not recorded
-    (``docs/interception.md``); ``None`` goes back to the project file's. Each setting
+    (``docs/interception.md``); ``None`` goes back to the project file's.
+    ``max_ws_message`` is the largest WebSocket message (bytes) a session records (default
+    64 MiB): a client message over it still reaches the server, and the session is not
+    recorded from it on (``docs/interception.md``); ``None`` goes back to the default. Each
+    setting
     left out here falls back to the environment, then to the project file
     (``[tool.dejacache]`` in pyproject.toml, checked now: docs/configuration.md).
     """
@@ -93,6 +98,9 @@ def configure(
         if not isinstance(max_recorded_stream, Unset):
             s.max_recorded_stream = (None if max_recorded_stream is None else whole_count(
                 max_recorded_stream, "max_recorded_stream="))
+        if not isinstance(max_ws_message, Unset):
+            s.max_ws_message = (None if max_ws_message is None else whole_count(
+                max_ws_message, "max_ws_message="))
         s.invalidate()
 
 

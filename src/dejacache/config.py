@@ -376,6 +376,7 @@ class _Settings:
         #: That bound as the recordings read it (None: not worked out since the last
         #: configure(); :meth:`effective` does, 0 for the recorder's default).
         self.stream_bound: int | None = None
+        self.max_ws_message: int | None = None  # None: ws/_message.MAX_MESSAGE (64 MiB)
         #: The runtime cache's switch as the hot path reads it (one attribute; None: not
         #: worked out since the last configure()).
         self.runtime_on: bool | None = None

@@ -17,7 +17,7 @@ import pytest
 from websockets.asyncio.client import connect as aconnect
 from websockets.exceptions import ConnectionClosed, ConnectionClosedError, InvalidStatus
 from websockets.sync.client import connect as sconnect  # bound before any block opens
-from ws_support import LoopbackServer, echo, free_port
+from ws_support import LoopbackServer, RawServer, echo, free_port
 
 import dejacache
 from dejacache.errors import NetworkBlocked, ReplayMiss
@@ -326,36 +326,144 @@ def test_the_threads_client_leaves_a_window_its_max_size_cut_unrecorded_too(
     assert bodies == [None, {"n": 0}]
 
 
-def test_a_client_message_over_the_bound_closes_it_1009_in_process(
-        tmp_path: pathlib.Path, server: LoopbackServer, monkeypatch: pytest.MonkeyPatch
-        ) -> None:
-    """The in-memory endpoint's bound (64 MiB; 1,000 bytes here): the client is closed with
-    1009 as a server would close it; what the session said before is kept."""
-    import functools
+_PAD = "p" * 2000
+_OVER = ({"n": 0}, {"n": 1, "pad": _PAD}, {"n": 2})
 
-    from dejacache.ws import _asyncio
-    from dejacache.ws._wire import Endpoint
 
-    monkeypatch.setattr(_asyncio, "Endpoint", functools.partial(Endpoint, max_message=1000))
-
-    async def run(url: str) -> Any:
+def _over_asyncio(url: str) -> list[Any]:
+    async def run() -> list[Any]:
         async with aconnect(url) as ws:
-            await ws.recv()
-            await ws.send(json.dumps({"n": 0, "pad": "a" * 900}))
-            acked = json.loads(await ws.recv())
-            with pytest.raises(ConnectionClosedError) as info:
-                await ws.send("x" * 1001)
-                await ws.recv()
-            return acked, info.value.rcvd
+            out = [json.loads(await ws.recv())]
+            for msg in _OVER:
+                await ws.send(json.dumps(msg))
+                out.append(json.loads(await ws.recv()))
+            return out
 
+    return asyncio.run(run())
+
+
+def _over_threads(url: str) -> list[Any]:
+    with sconnect(url) as ws:
+        out = [json.loads(ws.recv())]
+        for msg in _OVER:
+            ws.send(json.dumps(msg))
+            out.append(json.loads(ws.recv()))
+        return out
+
+
+def _over_legacy(url: str) -> list[Any]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from websockets.legacy.client import connect as lconnect
+
+    async def run() -> list[Any]:
+        async with lconnect(url) as ws:
+            out = [json.loads(await ws.recv())]
+            for msg in _OVER:
+                await ws.send(json.dumps(msg))
+                out.append(json.loads(await ws.recv()))
+            return out
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("run", [_over_asyncio, _over_threads, _over_legacy],
+                         ids=["asyncio", "threads", "legacy"])
+def test_a_client_message_over_the_bound_goes_live_and_is_not_recorded(
+        tmp_path: pathlib.Path, server: LoopbackServer, run: Callable[[str], list[Any]]
+        ) -> None:
+    """A message the app sends over the recording's bound (64 MiB;
+    ``configure(max_ws_message=1000)`` here) still reaches the server, and so do the app's
+    later ones: the session is recorded up to it (the window before it whole) and not past
+    it, with one warning naming the bound and how to raise it. Replayed, it misses."""
+    dejacache.configure(max_ws_message=1000)
     path = tmp_path / "over.json"
-    with dejacache.cassette(path, mode="record"):
-        acked, rcvd = asyncio.run(run(server.url))
-    assert acked == {"ack": 0}
-    assert rcvd is not None and rcvd.code == 1009
-    assert rcvd.reason == "dejacache: the client's message over the 1000 bytes limit"
-    bodies = [e["request"].get("body") for e in json.loads(path.read_text())["entries"]]
-    assert [b and b["n"] for b in bodies] == [None, 0]  # (the padding stored by hash)
+    with dejacache.cassette(path, mode="record"), pytest.warns(
+            dejacache.DejacacheWarning, match="over the 1000 bytes limit") as said:
+        assert run(server.url)[1:] == [{"ack": 0}, {"ack": 1}, {"ack": 2}]
+    warned = [str(w.message) for w in said if "1000 bytes" in str(w.message)]
+    assert len(warned) == 1 and "dejacache.configure(max_ws_message=...)" in warned[0]
+    entries = json.loads(path.read_text())["entries"]
+    assert [e["request"].get("body") for e in entries] == [None, {"n": 0}]
+    assert entries[1]["response"]["messages"][0][1] == {"json": {"ack": 0}}
+    assert _PAD.encode() not in path.read_bytes()
+    server.stop()
+    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss,
+                                                                match="max_ws_message"):
+        run(server.url)
+
+
+def _closed(exc: ConnectionClosed) -> list[Any]:
+    """A ``ConnectionClosed`` as the app reads it: its class, both closes and its text."""
+    rcvd, sent = exc.rcvd, exc.sent
+    return [type(exc).__name__, rcvd and [rcvd.code, rcvd.reason],
+            sent and [sent.code, sent.reason], exc.rcvd_then_sent, str(exc)]
+
+
+def _refused_asyncio(url: str) -> list[Any]:
+    async def run() -> list[Any]:
+        async with aconnect(url) as ws:
+            out: list[Any] = [await ws.recv()]
+            await ws.send(json.dumps({"n": 0}))
+            with pytest.raises(ConnectionClosed) as info:
+                await ws.recv()
+            return [*out, _closed(info.value)]
+
+    return asyncio.run(run())
+
+
+def _refused_threads(url: str) -> list[Any]:
+    with sconnect(url) as ws:
+        out: list[Any] = [ws.recv()]
+        ws.send(json.dumps({"n": 0}))
+        with pytest.raises(ConnectionClosed) as info:
+            ws.recv()
+        return [*out, _closed(info.value)]
+
+
+def _refused_legacy(url: str) -> list[Any]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from websockets.legacy.client import connect as lconnect
+
+    async def run() -> list[Any]:
+        async with lconnect(url) as ws:
+            out: list[Any] = [await ws.recv()]
+            await ws.send(json.dumps({"n": 0}))
+            with pytest.raises(ConnectionClosed) as info:
+                await ws.recv()
+            return [*out, _closed(info.value)]
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("run", [_refused_asyncio, _refused_threads, _refused_legacy],
+                         ids=["asyncio", "threads", "legacy"])
+@pytest.mark.parametrize(("frame", "code"), [
+    (bytes((0xC1, 2)) + b"hi", 1002),  # RSV1 set, no extension negotiated: protocol error
+    (bytes((0x81, 2)) + b"\xff\xfe", 1007),  # a text frame that is not UTF-8
+], ids=["reserved-bit", "invalid-utf8"])
+def test_a_frame_the_client_refuses_is_recorded_and_replayed_as_its_error(
+        tmp_path: pathlib.Path, frame: bytes, code: int, run: Callable[[str], list[Any]]
+        ) -> None:
+    """A server frame the websockets client refuses fails the connection from the client's
+    side: ``ConnectionClosedError`` with the close it sent (that code, its library's reason)
+    and none received. Recorded and replayed, the app gets the same: the window keeps it as
+    the client library's error, and a replay has the client's own library refuse a frame
+    again, failing with the recorded code and reason."""
+    raw = RawServer(frame)
+    try:
+        live = run(raw.url)
+        assert live[1][2][0] == code and live[1][1] is None
+        path = tmp_path / "bad.json"
+        with dejacache.cassette(path, mode="record"):
+            assert run(raw.url) == live
+    finally:
+        raw.stop()
+    close = json.loads(path.read_text())["entries"][1]["response"]["close"]
+    assert {k: close[k] for k in ("code", "error")} == {"code": code, "error": True}
+    with dejacache.cassette(path, mode="replay"):
+        assert run(raw.url) == live
 
 
 def test_another_key_in_ci_still_replays(tmp_path: pathlib.Path,

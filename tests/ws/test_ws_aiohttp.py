@@ -109,6 +109,50 @@ def test_server_pings_are_ponged_live_and_need_no_recording(
     assert b"are you there" not in path.read_bytes()
 
 
+def _typed(value: Any) -> Any:
+    """What the app got, with JSON text parsed (a replay writes it compactly) and its type
+    kept."""
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    if isinstance(value, (bytes, str)) and value[:1] in (b"{", "{"):
+        return [type(value).__name__, json.loads(value)]
+    return value
+
+
+async def _undecoded(url: str) -> list[Any]:
+    """A session with ``decode_text=False``: every way the app reads a TEXT message."""
+    async with aiohttp.ClientSession() as s, s.ws_connect(url, decode_text=False) as ws:
+        out: list[Any] = [await ws.receive_str()]
+        await ws.send_json({"n": 0})
+        out.append(await ws.receive_json())
+        await ws.send_json({"n": 1})
+        msg = await ws.receive()
+        out.append([msg.type, msg.data])
+        await ws.send_bytes(b"\x00ab")
+        out.append(await ws.receive_bytes())
+        await ws.send_json({"n": 2})
+        async for msg in ws:
+            out.append([msg.type, msg.data])
+            break
+        return _typed(out)
+
+
+def test_decode_text_false_gets_text_as_bytes_recorded_and_replayed(
+        tmp_path: pathlib.Path, server: LoopbackServer) -> None:
+    """Live, aiohttp hands TEXT messages over as ``bytes`` when asked not to decode them;
+    the block gives the same types while it records and when it replays."""
+    live = asyncio.run(_undecoded(server.url))
+    text = aiohttp.WSMsgType.TEXT
+    assert live == [["bytes", {"hello": "/"}], {"ack": 0}, [text, ["bytes", {"ack": 1}]],
+                    b"ba\x00", [text, ["bytes", {"ack": 2}]]]
+    path = tmp_path / "undecoded.json"
+    with dejacache.cassette(path, mode="record"):
+        assert asyncio.run(_undecoded(server.url)) == live
+    server.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert asyncio.run(_undecoded(server.url)) == live
+
+
 def _shape(msg: Any) -> list[Any]:
     """A received ``WSMessage`` as the app reads it: an ERROR's exception by class, code
     and text (its identity differs from run to run)."""

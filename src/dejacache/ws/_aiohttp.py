@@ -163,12 +163,14 @@ def _default_bound(orig: Any) -> Any:
 class _Reader:
     """What the WebSocket response reads: the session's messages as ``WSMessage``, and what
     the response feeds itself (its CLOSING marker, a pong). ``bound``: the caller's
-    ``max_msg_size`` (0: none)."""
+    ``max_msg_size`` (0: none); ``decode``: its ``decode_text`` (False: a TEXT message's
+    data is its UTF-8 ``bytes``, as aiohttp's reader then gives it)."""
 
-    def __init__(self, session: AsyncSession, bound: int, compressed: bool) -> None:
+    def __init__(self, session: AsyncSession, bound: int, compressed: bool,
+                 decode: bool = True) -> None:
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.session = session
-        self.bound, self.compressed = bound, compressed
+        self.bound, self.compressed, self.decode = bound, compressed, decode
         self.task = asyncio.get_running_loop().create_task(self._pump())
 
     async def _pump(self) -> None:
@@ -184,9 +186,15 @@ class _Reader:
                 if refusal is not None:  # as aiohttp's reader refuses it live
                     self.queue.put_nowait(Cut(TOO_BIG, refusal))
                     return
-                t = aiohttp.WSMsgType.BINARY if item.binary else aiohttp.WSMsgType.TEXT
+                data = item.data
+                if type(data) is str:
+                    t = aiohttp.WSMsgType.TEXT
+                    if not self.decode:
+                        data = data.encode()
+                else:
+                    t = aiohttp.WSMsgType.BINARY
                 # ("" as aiohttp's reader gives a data message, not None)
-                self.queue.put_nowait(aiohttp.WSMessage(t, item.data, ""))
+                self.queue.put_nowait(aiohttp.WSMessage(t, data, ""))
 
     def feed_data(self, data: Any, size: int = 0) -> None:
         self.queue.put_nowait(data)
@@ -295,7 +303,8 @@ def _response(session: AsyncSession, answer: Answer, target: Any, orig: Any,
     # caller's request for it (the rules differ only for a message of exactly the bound).
     live = getattr(session.live, "ws", None)
     compressed = bool(live.compress if live is not None else kw.get("compress"))
-    reader = _Reader(session, _max_msg_size(orig, kw), compressed)
+    reader = _Reader(session, _max_msg_size(orig, kw), compressed,
+                     kw.get("decode_text", True) is not False)
     timeout = kw.get("timeout")
     if not isinstance(timeout, aiohttp.ClientWSTimeout):
         timeout = aiohttp.ClientWSTimeout(ws_receive=kw.get("receive_timeout"), ws_close=10.0)

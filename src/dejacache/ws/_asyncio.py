@@ -27,13 +27,16 @@ from ..errors import ReplayMiss
 from ..http.transport import Options
 from ._captured import ARGS
 from ._drive import AsyncSession
-from ._message import TOO_BIG, Answer, Closed, Message, Refused, server_cut
+from ._message import TOO_BIG, Answer, Closed, Faulted, Message, Refused, server_cut
 from ._wire import Endpoint, client_protocol
 
 __all__ = ["Live", "answering", "awaited", "closed_of", "connect_in_block", "in_memory",
            "live_connection", "refused_of"]
 
 _LINK = "_dejacache_ws_link"
+# The codes websockets fails a connection with for a frame of the server's it refuses: a
+# protocol error, text that is not UTF-8.
+_REFUSED = frozenset({1002, 1007})
 
 
 class _Awaiting:
@@ -49,12 +52,16 @@ class _Awaiting:
 def closed_of(exc: Any, conn: Any = None, raise_with: str = "max_size= of connect()") -> Closed:
     """The end a ``ConnectionClosed`` reports (no close frame received: 1006); a
     :func:`~._message.server_cut` when ``conn`` (the live connection) closed it first for a
-    message over its ``max_size`` (``raise_with`` raises it)."""
+    message over its ``max_size`` (``raise_with`` raises it); a ``Faulted`` when it failed
+    it for a frame of the server's it refused (1002, 1007): what the app is given, as the
+    library closed it (that close sent, none received)."""
     sent = getattr(exc, "sent", None)
-    if (conn is not None and sent is not None and sent.code == TOO_BIG
-            and not getattr(exc, "rcvd_then_sent", False)):
-        return server_cut(_max_size(conn), raise_with)
     rcvd = getattr(exc, "rcvd", None)
+    if conn is not None and sent is not None and not getattr(exc, "rcvd_then_sent", False):
+        if sent.code == TOO_BIG:
+            return server_cut(_max_size(conn), raise_with)
+        if sent.code in _REFUSED and rcvd is None:
+            return Faulted(int(sent.code), str(sent.reason))
     if rcvd is None:
         return Closed(1006, "")
     return Closed(int(rcvd.code), str(rcvd.reason))
@@ -187,7 +194,8 @@ class _Link:
             frames = []
             for item in items:
                 if isinstance(item, Closed):
-                    frames.append(self.endpoint.close(item))
+                    client = getattr(self.conn, "protocol", self.conn)
+                    frames.append(self.endpoint.end(item, client))
                     break
                 frames.append(self.endpoint.message(item))
             self.to_client(b"".join(frames))
@@ -336,7 +344,9 @@ async def in_memory(conn: Any, ws_uri: Any, handshake: Callable[[], Awaitable[No
     legacy API's) to an endpoint in memory, have it make its ``handshake()`` and answer it
     from the session; then feed it what the session owes it."""
     loop = asyncio.get_running_loop()
-    link = _Link(conn, Endpoint("wss" if ws_uri.secure else "ws"), loop,
+    # Unbounded: a message over the session's bound goes to the server unrecorded (the
+    # client holds it whole already), as aiohttp's does.
+    link = _Link(conn, Endpoint("wss" if ws_uri.secure else "ws", None), loop,
                  (ws_uri.host, ws_uri.port))
     setattr(conn, _LINK, link)
     transport = _Transport(link)

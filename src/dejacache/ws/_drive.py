@@ -23,8 +23,11 @@ A client message over ``max_message`` bytes (``_message.MAX_MESSAGE``, 64 MiB, b
 of every message bound, ``larger_than``) ends the recording, not the session: the open
 window is stored (it is whole), and that message and every later one go to the live side
 (brought live first if the session was replayed so far; in ``replay`` mode, ``ReplayMiss``)
-without being keyed, kept or stored, with one ``DejacacheWarning``. The clients answered by
-an endpoint (``_wire.Endpoint``) never get here with one: the endpoint refuses it first.
+without being keyed, kept or stored, with one ``DejacacheWarning`` naming the bound and
+what raises it (``configure(max_ws_message=)``, read when the session starts). Every
+in-process client goes by this rule (aiohttp's, and websockets' through their unbounded
+endpoint); the proxy's clients never get here with one: its endpoint, a server bounding
+what it accepts, refuses it first (1009).
 
 Each call is made in the task or thread that sends, as an HTTP request is: it is that
 caller's step in the cassette's order.
@@ -47,7 +50,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 
 from .._core.flow import MISS, Flow, Store
 from .._engine import NOT_LOOKED, AsyncDriver, CallSite, SyncDriver, store_value, try_encode
-from ..config import Effective
+from ..config import Effective, settings_object
 from ..errors import DejacacheWarning, ReplayMiss
 from ..http._blocks import PerBlock
 from ..http.exchange import unechoed
@@ -206,6 +209,8 @@ class _CloseLive(NamedTuple):
     reason: str
 
 
+#: What raises the message bound of an in-process session (for the warning past it).
+_RAISE_WITH = "dejacache.configure(max_ws_message=...)"
 _OPEN = "open live"  #: open the live side: the live connection
 _READER = "start reader"  #: start reading the live side
 
@@ -221,8 +226,13 @@ class _Session:
     def __init__(self, eff: Effective, hs: Handshake, *, realtime: bool,
                  volatile: Sequence[Any], max_message: int | None = None) -> None:
         self.eff = eff
-        # (read here, not bound at import: a test sets a small one)
-        self.max_message = _message.MAX_MESSAGE if max_message is None else max_message
+        # Read once, at the session's start: ``configure(max_ws_message=)``, else the default
+        # (read here, not bound at import: a test sets a small one). A bound given (the
+        # proxy's ``--max-message``) is raised where it was given.
+        self.raise_with = "" if max_message is not None else _RAISE_WITH
+        if max_message is None:
+            max_message = settings_object().max_ws_message or _message.MAX_MESSAGE
+        self.max_message = max_message
         # No message of this length or less (characters or bytes) can pass it: only a longer
         # one is put to ``larger_than``. Calling it for every message cost 1.2M instructions
         # of a 612-message voice session's replay (151.4M -> 152.6M, callgrind); this check,
@@ -338,8 +348,9 @@ class _Session:
                 yield _Later(*found)
         if self.live is None:
             if self.eff.mode == "replay":
-                raise ReplayMiss(f"{self.name}: {self._over()}, so no recording can answer it",
-                                 name=self.name, source=self.eff.source)
+                raise ReplayMiss(f"{self.name}: {self._over()}, so no recording can answer "
+                                 f"it{self._raise_hint()}", name=self.name,
+                                 source=self.eff.source)
             self.live = yield _OPEN
             with self.lock:
                 self.muted = self.state.replayed
@@ -351,10 +362,13 @@ class _Session:
             warnings.warn(f"{self._over()} in the WebSocket session {self.name} "
                           f"({self.eff.source}): it reached the server, as will the rest of "
                           "the session, which is not recorded from it on (a replay misses "
-                          "there)", DejacacheWarning, stacklevel=2)
+                          f"there){self._raise_hint()}", DejacacheWarning, stacklevel=2)
 
     def _over(self) -> str:
         return too_big("the client's", self.max_message, "")
+
+    def _raise_hint(self) -> str:
+        return f"; raise it with {self.raise_with}" if self.raise_with else ""
 
     def _close_flow(self, code: int, reason: str) -> Generator[Any, Any, None]:
         """The client closes: the open window stored, the live side closed (1001 when the

@@ -83,6 +83,7 @@ class _Link:
         self.lock = threading.Lock()
         self.asked = threading.Event()  # the client's handshake request has come
         self.session: SyncSession | None = None
+        self.client: Any = None  # the client connection's sans-I/O protocol
         self.settling = threading.Lock()
 
     def from_client(self, data: bytes) -> None:
@@ -118,7 +119,7 @@ class _Link:
                 if self.endpoint.proto.state is not State.OPEN:
                     return
                 if isinstance(item, Closed):
-                    data, eof = self.endpoint.close(item), True
+                    data, eof = self.endpoint.end(item, self.client), True
                 else:
                     assert item is not None
                     data, eof = self.endpoint.message(item), self.endpoint.eof
@@ -209,11 +210,13 @@ def connect_in_block(uri: str, kwargs: dict[str, Any], live: Callable[[], Any],
     from websockets.uri import parse_uri
 
     mine, theirs = socket.socketpair()
-    link = _Link(Endpoint("wss" if parse_uri(uri).secure else "ws"), theirs)
+    # (unbounded: the session's bound applies, as for the asyncio client: ``_asyncio.py``)
+    link = _Link(Endpoint("wss" if parse_uri(uri).secure else "ws", None), theirs)
     sock = _Socket(mine.family, mine.type, mine.proto, fileno=mine.detach())
     sock.link = link
     conn = _client(uri, kwargs, sock)
     setattr(conn, _LINK, link)
+    link.client = conn.protocol
     failed: list[BaseException] = []
 
     def shake() -> None:

@@ -16,15 +16,20 @@ the frame boundary between such frames. Anything else (pings, closes, fragments,
 split across writes, a frame over the size bound, its debug log on) goes through the protocol.
 
 A message (all its frames together) is bounded: ``max_message`` bytes, ``MAX_MESSAGE`` by
-default. The protocol refuses a frame whose length passes what is left of it from its header,
-before reading its payload, so nothing over it is held; the connection is closed with 1009
-and a reason naming the bound and ``raise_with`` (what raises it), and :attr:`over` is set.
+default. The protocol refuses a frame whose length passes what is left of it from its
+header, before reading its payload, so nothing over it is held; the connection is closed
+with 1009 and a reason naming the bound and ``raise_with`` (what raises it), and
+:attr:`over` is set. ``None``: unbounded, for an in-process client, whose session applies
+its bound by sending a larger message on unrecorded (``_drive.py``): the client holds the
+message whole already, and a live server is owed it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import struct
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -35,6 +40,7 @@ from ._message import (
     UPGRADE_HEADERS,
     Answer,
     Closed,
+    Faulted,
     Handshake,
     Message,
     onward,
@@ -51,7 +57,8 @@ class Endpoint:
     bytes the server answers at once (pongs, its reply to a close); whole client messages
     wait in ``incoming`` for the session. ``eof`` is set once the server end has closed."""
 
-    def __init__(self, scheme: str, max_message: int = MAX_MESSAGE, raise_with: str = "") -> None:
+    def __init__(self, scheme: str, max_message: int | None = MAX_MESSAGE,
+                 raise_with: str = "") -> None:
         from websockets.protocol import State
 
         self._open = State.OPEN
@@ -59,12 +66,14 @@ class Endpoint:
         self.scheme = scheme
         self.chosen: str | None = None  # the recorded subprotocol
         self.max_message = max_message
+        self._limit = sys.maxsize if max_message is None else max_message
 
         def select(proto: Any, offered: Sequence[str]) -> str | None:
             return self.chosen if self.chosen in offered else None
 
         self.proto = _protocol()(select_subprotocol=select, max_size=max_message)
-        self.proto.too_big = too_big("the client's", max_message, raise_with)
+        if max_message is not None:
+            self.proto.too_big = too_big("the client's", max_message, raise_with)
         self.request: Any = None
         self.incoming: list[Message] = []
         self.client_closed: Closed | None = None
@@ -88,7 +97,7 @@ class Endpoint:
         # A voice session's 6.4 KB audio messages read here, not through the protocol's
         # parser: ~550 -> ~150 Python opcodes each.
         if self._framed:
-            msgs, whole = _read(data, self._unmask, self.max_message)
+            msgs, whole = _read(data, self._unmask, self._limit)
             if msgs is not None and self._parts is None:  # (no fragmented message under way)
                 self.incoming += msgs
                 return b""
@@ -219,6 +228,20 @@ class Endpoint:
         """End the connection with 1011 (a replay miss): the client's next call raises."""
         return self.close(Closed(1011, reason[:120]))
 
+    def end(self, c: Closed, client: Any) -> bytes:
+        """The end ``c`` as ``client`` (its protocol: sans-I/O, or the legacy one) is told
+        it: a close, or for a refusal of its library's (``Faulted``) a frame it refuses
+        again, failing the connection itself as it did live: text that is not UTF-8 for
+        1007, else a reserved bit (RSV2: no extension websockets negotiates uses it), so
+        that the legacy client, which sends no reason, fails with the same code. The
+        sans-I/O one, armed (``_faulting``), fails with the recorded code and reason."""
+        if not isinstance(c, Faulted):
+            return self.close(c)
+        if isinstance(client, _faulting()):
+            client.fault = c
+        self._framed = self._plain = False
+        return _NOT_UTF8 if c.code == _INVALID_DATA else _RESERVED_BIT
+
     def _out(self) -> bytes:
         proto = self.proto
         chunks = proto.data_to_send()
@@ -274,6 +297,10 @@ def _read(data: bytes, unmask: Callable[[bytes, bytes], bytes], limit: int
     return msgs, True
 
 
+# Server frames (unmasked) a client refuses: text that is not UTF-8; RSV2 set, empty.
+_NOT_UTF8 = bytes((0x81, 1, 0xFF))
+_RESERVED_BIT = bytes((0xA1, 0))
+_INVALID_DATA = 1007
 _LENGTH16 = struct.Struct("!BBH").pack
 _LENGTH64 = struct.Struct("!BBQ").pack
 
@@ -346,9 +373,35 @@ def _refusal(answer: Answer) -> Any:
     return Response(answer.status, phrase, Headers(), answer.body)
 
 
-def client_protocol(uri: str, kw: dict[str, Any]) -> Any:
-    """The sans-I/O ``ClientProtocol`` a websockets ``connect(uri, **kw)`` would make."""
+@functools.cache
+def _faulting() -> Any:
+    """websockets' ``ClientProtocol`` that fails the connection, once armed (``fault``: a
+    recorded ``_message.Faulted``), with the code and reason its live twin failed it with:
+    the client refuses :meth:`Endpoint.fault`'s frame through its own parser and ``fail``
+    (public, the one every refusal goes through), so the app gets the same
+    ``ConnectionClosedError`` (sent that close, none received) as live."""
     from websockets.client import ClientProtocol
+    from websockets.frames import CloseCode
+
+    class Faulting(ClientProtocol):
+        fault: Closed | None = None
+
+        def fail(self, code: int, reason: str = "") -> None:
+            armed, self.fault = self.fault, None
+            if armed is not None:
+                code, reason = armed.code, armed.reason
+                with contextlib.suppress(ValueError):  # (as its own refusals name it)
+                    code = CloseCode(code)
+            super().fail(code, reason)
+
+    Faulting.__name__ = Faulting.__qualname__ = ClientProtocol.__name__
+    Faulting.__module__ = ClientProtocol.__module__
+    return Faulting
+
+
+def client_protocol(uri: str, kw: dict[str, Any]) -> Any:
+    """The sans-I/O ``ClientProtocol`` a websockets ``connect(uri, **kw)`` would make (one
+    that can replay a refusal of the server's: ``_faulting``)."""
     from websockets.extensions.permessage_deflate import enable_client_permessage_deflate
     from websockets.uri import parse_uri
 
@@ -356,4 +409,4 @@ def client_protocol(uri: str, kw: dict[str, Any]) -> Any:
     if kw.get("compression", "deflate") == "deflate":
         extensions = enable_client_permessage_deflate(extensions)
     args = {k: kw[k] for k in ("origin", "subprotocols", "max_size", "logger") if k in kw}
-    return ClientProtocol(parse_uri(uri), extensions=extensions, **args)
+    return _faulting()(parse_uri(uri), extensions=extensions, **args)
