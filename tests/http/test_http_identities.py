@@ -538,3 +538,56 @@ def test_query_credentials_are_identity_items_by_name() -> None:
         ("query:Token", "a,c\\,d"), ("query:apiKey", "b"))
     assert query_identity([("token", "a,b")]) != query_identity([("token", "a"), ("token", "b")])
     assert query_identity([("q", "x"), ("code", "c0de")]) == ()  # ``code``: masked, keyed
+
+
+# A session's id and a credential under a bracketed or dotted name (``auth[token]``, Rails'
+# and PHP's nested parameters; ``auth.token``): who is asking, as ``?access_token=`` is.
+NESTED_QUERY = ["session", "sid", "auth[token]", "auth.token", "credentials[api_key]",
+                "user[password]"]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("name", NESTED_QUERY)
+def test_a_session_or_nested_query_credential_never_reaches_the_cassette(
+        tool: ToolAPI, tmp_path: pathlib.Path, client: str, name: str) -> None:
+    from urllib.parse import quote
+
+    path = tmp_path / "c.json"
+
+    def weather(who: str) -> Any:
+        url = f"{tool.url}/weather?city=Oslo&{quote(name)}={who}-secret-0123456789"
+        return fetch(client, "GET", url)
+
+    with dejacache.cassette(path, mode="record"):
+        alice, bob = weather("alice"), weather("bob")
+    text = path.read_text()
+    assert "alice-secret" not in text and "bob-secret" not in text
+    with dejacache.cassette(path, mode="replay"):
+        assert [weather("bob"), weather("alice")] == [bob, alice]
+    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss) as miss:
+        weather("carol")
+    assert "carol-secret" not in str(miss.value)
+
+
+def test_nested_query_names_are_judged_by_their_parts() -> None:
+    from dejacache._secrets import is_secret_query
+
+    assert all(is_secret_query(n) for n in NESTED_QUERY)
+    assert all(is_secret_query(n) for n in ["auth%5Btoken%5D", "data[attributes][api_key]",
+                                            "token[]", "PHPSESSID", "session_id"])
+    # a setting's part names no credential: ``auth[type]=oauth2``, ``sort.key`` is a field,
+    # ``filter[code]`` a country (``?code=`` alone is OAuth's)
+    assert not any(is_secret_query(n) for n in ["auth[type]", "filter[code]", "page[size]",
+                                                "ids[]", "a.b", "sessions", "side"])
+
+
+def test_a_session_query_value_that_is_a_setting_keys_as_itself() -> None:
+    """``?session=new`` asks for a new session (a word, ``headers.is_setting``): never
+    stood in for another machine's value."""
+    from dejacache.http.exchange import query_identity
+    from dejacache.http.identities import Setting
+
+    pairs = query_identity([("session", "new"), ("q", "x")])
+    assert pairs == (("query:session", "new"),)
+    ((_, digest),) = items_of("http.example.com", pairs)
+    assert isinstance(digest, Setting)
