@@ -27,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dejacache
+from dejacache._secrets import PLACEHOLDER
 from dejacache.cassettes import store as cassette_store
 from dejacache.errors import ReplayMiss
 from dejacache.http import Transport, keying
@@ -591,3 +592,41 @@ def test_a_session_query_value_that_is_a_setting_keys_as_itself() -> None:
     assert pairs == (("query:session", "new"),)
     ((_, digest),) = items_of("http.example.com", pairs)
     assert isinstance(digest, Setting)
+
+
+# Tokens a URL's path carries, each after the ids that name the bot or the channel.
+PATH_TOKENS = {
+    "telegram": ("/bot123456789:{}/getMe", "AAHdqTcvCH1vGWJxfSeofSAs0K5P{}"),
+    "slack": ("/services/T0A1B2C3D/B0A1B2C3D/{}", "xY9xY9xY9xY9xY9xY9{}"),
+    "discord": ("/api/webhooks/112233445566778899/{}", "Ab-_9z" * 10 + "{}"),
+}
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("service", list(PATH_TOKENS))
+def test_a_token_in_the_path_never_reaches_the_cassette(
+        tool: ToolAPI, tmp_path: pathlib.Path, client: str, service: str) -> None:
+    """The server answers quoting the path (a 404 naming it): neither the stored request nor
+    the answer nor a miss report holds the token; each token replays its own answer."""
+    path = tmp_path / "c.json"
+    route, token = PATH_TOKENS[service]
+
+    def call(who: str) -> Any:
+        return fetch(client, "GET", tool.url + route.format(token.format(who)))
+
+    with dejacache.cassette(path, mode="record"):
+        alice, bob = call("alice"), call("bobby")
+    assert token.format("alice") in orjson.dumps(alice).decode()  # the caller gets it as sent
+    text = path.read_text()
+    assert token.format("alice") not in text and token.format("bobby") not in text
+    with dejacache.cassette(path, mode="replay"):
+        replayed = [call("bobby"), call("alice")]
+
+    def stored(answer: Any, who: str) -> Any:
+        return tuple(orjson.loads(orjson.dumps(answer).replace(
+            token.format(who).encode(), PLACEHOLDER.encode())))
+
+    assert replayed == [stored(bob, "bobby"), stored(alice, "alice")]
+    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss) as miss:
+        call("carol")
+    assert token.format("carol") not in str(miss.value)
