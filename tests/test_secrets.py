@@ -244,6 +244,8 @@ _STEMS = {
                        'form-data; name="password"', "\n--"],
     "form pairs": ["password=", "&password=a", "a=", "?a", "a" * 70 + "=", "=a"],
     "multipart fields": ['form-data; name="password"\n\n', 'form-data; name=\\"pwd\\"'],
+    "credential lines": ["password: ", " ", "\n", "a" * 70 + ":", "export ", "password: x \t",
+                         "pass\n"],
 }
 
 
@@ -263,6 +265,9 @@ def _compiled(name: str) -> Callable[[str], object]:
         return lambda s: _formtext.mask_multipart(s, str.upper, _secrets.is_secret_query)
     if name == "form pairs":
         return lambda s: list(_formtext.pair_fields(s, _secrets.is_secret_pair))
+    if name == "credential lines":
+        return lambda s: _formtext.mask_lines(s, str.upper, _secrets.is_secret_name,
+                                                    _secrets.NAME_HINTS)
     if name == "multipart fields":
         return lambda s: list(_formtext.multipart_fields(s, _secrets.is_secret_pair))
     return functools.partial({"mask": c.mask, "trigger": c.trigger,
@@ -305,7 +310,7 @@ def test_every_secret_pattern_passes_the_static_exponential_check() -> None:
 
     patterns = [*_secret_shapes.SHAPES.values(), _formtext._NOT_FORM, _formtext._MP_NAME,
                 _formtext._NAME_REVERSED, _formtext._PAIR_VALUE, _formtext._VALUE,
-                _formtext._BLANK_ANY]
+                _formtext._BLANK_ANY, _formtext._LINE]
     assert [p for p in patterns if exponential(re.compile(p)) is not None] == []
 
 
