@@ -232,6 +232,9 @@ _STEMS = {
     "tavily key": ["tvly-", "tvly-dev-"], "npm token": ["npm_"], "pypi token": ["pypi-AgE"],
     "sendgrid key": ["SG.", "SG." + "a" * 16 + "."], "twilio key": ["SK"],
     "digitalocean token": ["dop_v1_"], "databricks token": ["dapi", "dapi" + "a" * 32 + "-"],
+    "telegram bot token": ["1234567:AA", "1" * 12 + ":", ":AA"],
+    "slack webhook": ["services/T", "services/TAAAAAA/B", "services/TAAAAAA/BAAAAAA/"],
+    "discord webhook": ["webhooks/", "webhooks/" + "1" * 18 + "/"],
     "url password": ["://", "://a:", "://a:b", "://:@"],
     "url": ["http://x", "https://x?a=", "http://a<secret:", "/", "/a?"],
     "param": ["?", "&a", "?a=b;", "#", "#a"],
@@ -241,6 +244,8 @@ _STEMS = {
                        'form-data; name="password"', "\n--"],
     "form pairs": ["password=", "&password=a", "a=", "?a", "a" * 70 + "=", "=a"],
     "multipart fields": ['form-data; name="password"\n\n', 'form-data; name=\\"pwd\\"'],
+    "credential lines": ["password: ", " ", "\n", "a" * 70 + ":", "export ", "password: x \t",
+                         "pass\n"],
 }
 
 
@@ -260,6 +265,9 @@ def _compiled(name: str) -> Callable[[str], object]:
         return lambda s: _formtext.mask_multipart(s, str.upper, _secrets.is_secret_query)
     if name == "form pairs":
         return lambda s: list(_formtext.pair_fields(s, _secrets.is_secret_pair))
+    if name == "credential lines":
+        return lambda s: _formtext.mask_lines(s, str.upper, _secrets.is_secret_name,
+                                                    _secrets.NAME_HINTS)
     if name == "multipart fields":
         return lambda s: list(_formtext.multipart_fields(s, _secrets.is_secret_pair))
     return functools.partial({"mask": c.mask, "trigger": c.trigger,
@@ -302,7 +310,7 @@ def test_every_secret_pattern_passes_the_static_exponential_check() -> None:
 
     patterns = [*_secret_shapes.SHAPES.values(), _formtext._NOT_FORM, _formtext._MP_NAME,
                 _formtext._NAME_REVERSED, _formtext._PAIR_VALUE, _formtext._VALUE,
-                _formtext._BLANK_ANY]
+                _formtext._BLANK_ANY, _formtext._LINE]
     assert [p for p in patterns if exponential(re.compile(p)) is not None] == []
 
 
@@ -443,6 +451,10 @@ SHAPED = {
     "twilio key": ["SK" + _HEX[:32]],
     "digitalocean token": ["dop_v1_" + _HEX],
     "databricks token": ["dapi" + _HEX[:32], "dapi" + _HEX[:32] + "-2"],
+    "telegram bot token": ["bot123456789:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsawX",
+                           "110201543:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw"],
+    "slack webhook": ["services/T0A1B2C3D/B0A1B2C3D/" + "xY9" * 8],
+    "discord webhook": ["webhooks/112233445566778899/" + "Ab-_9z" * 11],
 }
 
 
@@ -475,6 +487,8 @@ def test_a_pem_keeps_its_labels_and_a_file_line_with_its_header_is_found() -> No
     "1//0", "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----",
     "-----BEGIN PUBLIC KEY-----\nMIIB\n-----END PUBLIC KEY-----",
     "keep your PRIVATE KEY private", "glpat-short", "whsec_x", "r8_abc", "the end. ya29.",
+    "at 12:30:AAA", "ratio 123456:AAshort", "services/Terms/Billing/overview-of-our-plans",
+    "webhooks/12/list", "see /api/webhooks/112233445566778899 for the hook",
 ])
 def test_ordinary_text_is_not_taken_for_an_added_shape(text: str) -> None:
     assert list(_secrets.find_secrets(text)) == []

@@ -1,6 +1,6 @@
-"""The text of the secret-shaped patterns: 31 kinds of API keys, tokens and URL passwords, the
-substrings each match contains, and the URL and query-parameter patterns keys mask credentials
-in.
+"""The text of the secret-shaped patterns: 34 kinds of API keys, tokens (in a URL's path too)
+and URL passwords, the substrings each match contains, and the URL and query-parameter patterns
+keys mask credentials in.
 
 Read once, where ``_secrets`` compiles its patterns (``_secrets._re``: the first string
 scanned for a credential) or first asks for the needles (``may_be_secret``). Apart from
@@ -88,6 +88,17 @@ SHAPES: Final[dict[str, str]] = {
     "twilio key": _at("SK", 2, r"[0-9a-fA-F]{32}") + r"(?![0-9A-Za-z])",
     "digitalocean token": _at("do[opr]_v1_", 7, r"[0-9a-f]{64}"),
     "databricks token": _at("dapi", 4, r"[0-9a-f]{32}(?:-[0-9])?") + r"(?![0-9A-Za-z])",
+    # Tokens that travel in a URL's path, where no name says credential: a Telegram bot's
+    # (``/bot123456789:AA.../getMe``), a Slack incoming webhook's last segment
+    # (``/services/T.../B.../SECRET``), a Discord webhook's (``/api/webhooks/ID/SECRET``).
+    # The ids before them name the bot or channel and stay; each run is read once from its
+    # start (digits after a non-digit, a literal prefix), so every pattern stays linear.
+    "telegram bot token": (
+        r"(?<![0-9])[0-9]{5,12}:(?P<s>AA[0-9A-Za-z_\-]{30,})(?![0-9A-Za-z_\-])"),
+    "slack webhook": (
+        r"services/T[0-9A-Z]{6,}/B[0-9A-Z]{6,}/(?P<s>[0-9A-Za-z]{20,})(?![0-9A-Za-z])"),
+    "discord webhook": (
+        r"webhooks/[0-9]{17,20}/(?P<s>[0-9A-Za-z_\-]{60,})(?![0-9A-Za-z_\-])"),
     # The password of a URL's userinfo, any scheme (``postgresql://app:pw@db``,
     # ``https://user:pw@host``): up to the last ``@`` before the host's end, since a raw
     # password may hold one. Both runs are bounded, so each ``://`` is read a bounded length.
@@ -126,6 +137,9 @@ NEEDLES: Final[dict[str, tuple[str, ...]]] = {
     "twilio key": ("SK",),
     "digitalocean token": ("_v1_",),
     "databricks token": ("dapi",),
+    "telegram bot token": (":AA",),
+    "slack webhook": ("services/T",),
+    "discord webhook": ("webhooks/",),
     "url password": ("://",),
 }
 # URLs, whose query and fragment parameters ``PARAM`` then reads: from a URL's first ``/`` on,

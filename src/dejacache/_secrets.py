@@ -48,6 +48,7 @@ __all__ = [
     "SCHEMA_VALUES",
     "SECRET_PATTERNS",
     "SENSITIVE_HEADERS",
+    "SESSION_QUERY",
     "Shape",
     "basic_auth",
     "credential",
@@ -57,6 +58,7 @@ __all__ = [
     "held_kind",
     "hidden",
     "is_auth_name",
+    "is_auth_query",
     "is_basic_auth",
     "is_schema",
     "is_secret_name",
@@ -118,11 +120,17 @@ _SUFFIXES: Final = ("_api_key", "_apikey", "_secret", "_secret_key", "_password"
 REQUEST_ONLY: Final = frozenset({"token", "pwd", "pass"})
 #: Not credentials, but account details a committed cassette should not carry.
 SENSITIVE_HEADERS: Final = frozenset({"openai_organization", "openai_project"})
+#: Query parameters naming a session (a session cookie's value, sent in the URL): who is
+#: asking, never a provider's API key. ``?session=new`` asks something; its value is a setting
+#: (``headers.is_setting``), which keys as itself.
+SESSION_QUERY: Final = frozenset({"session", "sid", "session_id", "sessionid", "phpsessid",
+                                  "jsessionid"})
 #: Query parameters that authenticate a request rather than ask something: dropped from HTTP
 #: keys (like the ``Authorization`` header, so a recording replays under another API key).
 AUTH_QUERY: Final = frozenset({"key", "api_key", "apikey", "access_token", "token", "sig",
                                "signature", "x_amz_signature", "x_amz_credential",
-                               "x_amz_security_token", "x_goog_signature", "x_goog_credential"})
+                               "x_amz_security_token", "x_goog_signature", "x_goog_credential",
+                               *SESSION_QUERY})
 # Secret only as a URL query parameter or a form field (``?code=`` is an OAuth code; a JSON
 # body's ``code`` is code): OAuth's proofs of possession (PKCE's verifier, a device code, a
 # SAML or JWT assertion, RFC 8693's exchanged tokens) travel there, and so does Firebase's
@@ -292,28 +300,57 @@ def held(kind: int, v: Any, hide: Callable[[Any], Any], walk: Callable[[Any, str
 #: Substrings (lower case) of every name :func:`is_secret_pair` accepts: text holding none of
 #: them holds no credential ``name=value`` (``dejacache scan`` skips its lines).
 NAME_HINTS: Final = ("key", "token", "secret", "pass", "pwd", "pswd", "auth", "cookie",
-                     "bearer", "cred", "sig", "code", "assertion", "jwt")
+                     "bearer", "cred", "sig", "code", "assertion", "jwt", "sess", "sid")
 
 
 @functools.lru_cache(maxsize=4096)
 def is_secret_pair(name: str) -> bool:
     """Whether ``name=value`` found in a file (a URL query, form or multipart field) holds
-    a secret, by its name: a query-only one (``code``, ``key``, ``sig``) or a credential
-    name as answers use them (``pwd=`` in a tool's output is a directory, ``token=`` is
-    still a token)."""
-    import urllib.parse
-
-    raw = urllib.parse.unquote_plus(name)
-    return not _QUERY_ONLY.isdisjoint(name_forms(raw)) or is_secret_name(raw, response=True)
+    a secret, by its name: a query-only one (``code``, ``key``, ``sig``), a nested one
+    (:func:`is_auth_query`) or a credential name as answers use them (``pwd=`` in a tool's
+    output is a directory, ``token=`` is still a token)."""
+    raw = _unquoted(name)
+    return (not _QUERY_ONLY.isdisjoint(name_forms(raw)) or is_secret_name(raw, response=True)
+            or _nested_credential(raw))
 
 
 @functools.lru_cache(maxsize=4096)
 def is_secret_query(name: str) -> bool:
     """Whether a URL query parameter carries a credential."""
+    raw = _unquoted(name)
+    return (not _QUERY_ONLY.isdisjoint(name_forms(raw)) or is_secret_name(raw)
+            or _nested_credential(raw))
+
+
+@functools.lru_cache(maxsize=4096)
+def is_auth_query(name: str) -> bool:
+    """Whether a URL query parameter says who is asking (:data:`AUTH_QUERY`, or a nested
+    name holding a credential, :func:`_nested_credential`): keyed as an identity digest."""
+    raw = _unquoted(name)
+    return not AUTH_QUERY.isdisjoint(name_forms(raw)) or _nested_credential(raw)
+
+
+def _unquoted(name: str) -> str:
     import urllib.parse  # with pathlib and ipaddress: ~4 ms at import
 
-    raw = urllib.parse.unquote_plus(name)
-    return not _QUERY_ONLY.isdisjoint(name_forms(raw)) or is_secret_name(raw)
+    return urllib.parse.unquote_plus(name)
+
+
+# The parts of a nested parameter's name: Rails', PHP's and qs's ``auth[token]``,
+# ``data[attributes][api_key]``, ``token[]``, and dotted ``auth.token``.
+_NESTING: Final = re.compile(r"[\[\].]+")
+
+
+def _nested_credential(raw: str) -> bool:
+    """Whether a nested name holds a credential, judged by its parts: its last part
+    authenticates (``auth[token]``, ``auth.key``) or any part is a credential name
+    (``credentials[user]``, ``user[password]``). The words secret only as a whole query name
+    are not (``filter[code]`` is a country, ``auth[type]=oauth2`` a setting)."""
+    if "[" not in raw and "." not in raw:
+        return False
+    parts = [p for p in _NESTING.split(raw) if p]
+    return bool(parts) and (not AUTH_QUERY.isdisjoint(name_forms(parts[-1]))
+                            or any(is_secret_name(p) for p in parts))
 
 
 # ---------------------------------------------------------------------- secret shapes

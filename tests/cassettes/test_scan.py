@@ -69,6 +69,18 @@ def test_form_and_multipart_credentials_are_findings_in_json_and_yaml() -> None:
         (2, "credential field 'client_secret'"), (5, "credential field 'api_key'")]
 
 
+def test_session_and_nested_query_credentials_are_findings() -> None:
+    """A URL a file holds with ``?sid=``, ``?session=`` or ``auth[token]`` (percent-encoded
+    as clients send it) is a finding; ``filter[code]`` is not."""
+    text = ('{"url": "https://a.example/x?sid=sid-live-0123456789&q=1"}\n'
+            '{"url": "https://a.example/x?session=s-live-0123456789"}\n'
+            '{"url": "https://a.example/x?auth%5Btoken%5D=t-live-0123456789"}\n'
+            '{"url": "https://a.example/x?filter%5Bcode%5D=US-live-0123456789"}\n')
+    assert [(f.line, f.kind) for f in scan_text(text)] == [
+        (1, "credential field 'sid'"), (2, "credential field 'session'"),
+        (3, "credential field 'auth%5Btoken%5D'")]
+
+
 def test_credential_response_headers_are_findings_on_one_line_or_many() -> None:
     """A cassette keeps a response's headers as ``[name, value]`` pairs, each on lines of its
     own: one named by the request headers' rule with a value is a finding (a file written

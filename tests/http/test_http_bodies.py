@@ -398,3 +398,49 @@ def test_a_json_null_body_is_not_an_empty_body(
         fetch(client, "POST", tool.url + "/echo", json_, b"")
     with dejacache.cassette(path, mode="replay"):
         assert fetch(client, "POST", tool.url + "/echo", json_, b"null") == live
+
+
+# Credential lines of a text body: ``name: value`` and ``name=value`` lines (a config, an
+# ``.env``, a YAML document sent as text), each under a credential name.
+_LINES = ("user: alice\npassword: hunter2-{who}\n  api_key = k-{who}-0123456789\n"
+          "export DB_PASSWORD=db-{who}-0123456789\nnote: keep password: short\n")
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("ctype", ["text/plain", "application/x-yaml"])
+def test_credential_lines_of_a_text_body_never_reach_the_cassette(
+        tool: ToolAPI, tmp_path: pathlib.Path, client: str, ctype: str) -> None:
+    """The server answers quoting the text: neither the stored request nor the answer holds
+    a credential line's value; each body replays its own answer, the rest of the text kept."""
+    path = tmp_path / "c.json"
+
+    def send(who: str) -> Any:
+        return fetch(client, "POST", tool.url + "/text", {"Content-Type": ctype},
+                     _LINES.format(who=who).encode())
+
+    secrets_ = ["hunter2-{}", "k-{}-0123456789", "db-{}-0123456789"]
+    with dejacache.cassette(path, mode="record"):
+        alice, bob = send("alice"), send("bob")
+    assert all(s.format("alice") in alice[1]["text"] for s in secrets_)  # as sent
+    text = path.read_text()
+    assert [s for s in secrets_ for who in ("alice", "bob") if s.format(who) in text] == []
+    assert "user: alice" in text and "note: keep password: short" in text
+    with dejacache.cassette(path, mode="replay"):
+        assert [send("bob")[1]["nonce"], send("alice")[1]["nonce"]] == [
+            bob[1]["nonce"], alice[1]["nonce"]]
+    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss) as miss:
+        send("carol")
+    assert not any(s.format("carol") in str(miss.value) for s in secrets_)
+
+
+def test_only_whole_credential_lines_of_text_are_masked() -> None:
+    from dejacache._formtext import mask_lines
+
+    def upper(text: str) -> str:
+        return mask_lines(text, lambda v: "<X>", _secrets.is_secret_name, _secrets.NAME_HINTS)
+
+    assert upper("password: hunter2\r\nToken=abc\n\tapiKey :  k1 \n") == (
+        "password: <X>\r\nToken=<X>\n\tapiKey :  <X> \n")
+    kept = ["the password: is hunter2", "passwords: many", "password:", "code: 1234",
+            "f(password=pw)", "# password: x", "password: <REDACTED>"]
+    assert [upper(t) for t in kept] == kept

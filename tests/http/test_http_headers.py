@@ -65,6 +65,12 @@ def tool() -> Iterator[ToolAPI]:
     ("X-Passphrase", "p", "identity"),
     ("X-Hmac", "h", "identity"),
     ("X-Hmac-Signature", "h", "identity"),
+    # one-time codes, PINs, signing and user:password words
+    ("X-Otp", "123456", "identity"),
+    ("X-Pin", "1234", "identity"),
+    ("X-Sign", "s", "identity"),
+    ("X-Signature", "s", "identity"),
+    ("X-Userpass", "u:p", "identity"),
     # transport and telemetry: left out
     ("User-Agent", "OpenAI/Python 2.1", "out"),
     ("X-Stainless-Retry-Count", "1", "out"),
@@ -169,6 +175,24 @@ def test_a_header_named_with_credential_words_never_reaches_the_cassette(
         fetch(client, "GET", tool.url + "/me", {"Authorization": "Bearer alice-token", **sent})
     text = path.read_text()
     assert [v for v in sent.values() if v in text] == []
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_otp_pin_sign_and_userpass_headers_never_reach_the_cassette(
+        tool: ToolAPI, tmp_path: pathlib.Path, client: str) -> None:
+    """``X-Otp``, ``X-Pin``, ``X-Sign``, ``X-Signature``, ``X-Userpass``: a one-time code, a
+    PIN, a request signature and a user's password say who is asking; a replay still hits."""
+    path = tmp_path / "c.json"
+    sent = {"X-Otp": "otp-value-0123456789", "X-Pin": "pin-value-0123456789",
+            "X-Sign": "sign-value-0123456789", "X-Signature": "sigv-value-0123456789",
+            "X-Userpass": "alice:userpass-0123456789"}
+    headers = {"Authorization": "Bearer alice-token", **sent}
+    with dejacache.cassette(path, mode="record"):
+        live = fetch(client, "GET", tool.url + "/me", headers)
+    text = path.read_text()
+    assert [v for v in sent.values() if v in text] == []
+    with dejacache.cassette(path, mode="replay"):
+        assert fetch(client, "GET", tool.url + "/me", headers) == live
 
 
 def test_a_camel_case_credential_header_never_reaches_the_cassette(

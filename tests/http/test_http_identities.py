@@ -27,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dejacache
+from dejacache._secrets import PLACEHOLDER
 from dejacache.cassettes import store as cassette_store
 from dejacache.errors import ReplayMiss
 from dejacache.http import Transport, keying
@@ -538,3 +539,94 @@ def test_query_credentials_are_identity_items_by_name() -> None:
         ("query:Token", "a,c\\,d"), ("query:apiKey", "b"))
     assert query_identity([("token", "a,b")]) != query_identity([("token", "a"), ("token", "b")])
     assert query_identity([("q", "x"), ("code", "c0de")]) == ()  # ``code``: masked, keyed
+
+
+# A session's id and a credential under a bracketed or dotted name (``auth[token]``, Rails'
+# and PHP's nested parameters; ``auth.token``): who is asking, as ``?access_token=`` is.
+NESTED_QUERY = ["session", "sid", "auth[token]", "auth.token", "credentials[api_key]",
+                "user[password]"]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("name", NESTED_QUERY)
+def test_a_session_or_nested_query_credential_never_reaches_the_cassette(
+        tool: ToolAPI, tmp_path: pathlib.Path, client: str, name: str) -> None:
+    from urllib.parse import quote
+
+    path = tmp_path / "c.json"
+
+    def weather(who: str) -> Any:
+        url = f"{tool.url}/weather?city=Oslo&{quote(name)}={who}-secret-0123456789"
+        return fetch(client, "GET", url)
+
+    with dejacache.cassette(path, mode="record"):
+        alice, bob = weather("alice"), weather("bob")
+    text = path.read_text()
+    assert "alice-secret" not in text and "bob-secret" not in text
+    with dejacache.cassette(path, mode="replay"):
+        assert [weather("bob"), weather("alice")] == [bob, alice]
+    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss) as miss:
+        weather("carol")
+    assert "carol-secret" not in str(miss.value)
+
+
+def test_nested_query_names_are_judged_by_their_parts() -> None:
+    from dejacache._secrets import is_secret_query
+
+    assert all(is_secret_query(n) for n in NESTED_QUERY)
+    assert all(is_secret_query(n) for n in ["auth%5Btoken%5D", "data[attributes][api_key]",
+                                            "token[]", "PHPSESSID", "session_id"])
+    # a setting's part names no credential: ``auth[type]=oauth2``, ``sort.key`` is a field,
+    # ``filter[code]`` a country (``?code=`` alone is OAuth's)
+    assert not any(is_secret_query(n) for n in ["auth[type]", "filter[code]", "page[size]",
+                                                "ids[]", "a.b", "sessions", "side"])
+
+
+def test_a_session_query_value_that_is_a_setting_keys_as_itself() -> None:
+    """``?session=new`` asks for a new session (a word, ``headers.is_setting``): never
+    stood in for another machine's value."""
+    from dejacache.http.exchange import query_identity
+    from dejacache.http.identities import Setting
+
+    pairs = query_identity([("session", "new"), ("q", "x")])
+    assert pairs == (("query:session", "new"),)
+    ((_, digest),) = items_of("http.example.com", pairs)
+    assert isinstance(digest, Setting)
+
+
+# Tokens a URL's path carries, each after the ids that name the bot or the channel.
+PATH_TOKENS = {
+    "telegram": ("/bot123456789:{}/getMe", "AAHdqTcvCH1vGWJxfSeofSAs0K5P{}"),
+    "slack": ("/services/T0A1B2C3D/B0A1B2C3D/{}", "xY9xY9xY9xY9xY9xY9{}"),
+    "discord": ("/api/webhooks/112233445566778899/{}", "Ab-_9z" * 10 + "{}"),
+}
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("service", list(PATH_TOKENS))
+def test_a_token_in_the_path_never_reaches_the_cassette(
+        tool: ToolAPI, tmp_path: pathlib.Path, client: str, service: str) -> None:
+    """The server answers quoting the path (a 404 naming it): neither the stored request nor
+    the answer nor a miss report holds the token; each token replays its own answer."""
+    path = tmp_path / "c.json"
+    route, token = PATH_TOKENS[service]
+
+    def call(who: str) -> Any:
+        return fetch(client, "GET", tool.url + route.format(token.format(who)))
+
+    with dejacache.cassette(path, mode="record"):
+        alice, bob = call("alice"), call("bobby")
+    assert token.format("alice") in orjson.dumps(alice).decode()  # the caller gets it as sent
+    text = path.read_text()
+    assert token.format("alice") not in text and token.format("bobby") not in text
+    with dejacache.cassette(path, mode="replay"):
+        replayed = [call("bobby"), call("alice")]
+
+    def stored(answer: Any, who: str) -> Any:
+        return tuple(orjson.loads(orjson.dumps(answer).replace(
+            token.format(who).encode(), PLACEHOLDER.encode())))
+
+    assert replayed == [stored(bob, "bobby"), stored(alice, "alice")]
+    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss) as miss:
+        call("carol")
+    assert token.format("carol") not in str(miss.value)

@@ -17,9 +17,10 @@
   a credential has its content masked (a file's digest could be dictionary-attacked as well as
   its text); a plain credential field is left to the core, like a form's.
 - **Anything else**, and a form or multipart body that does not parse: ``{"text": ...}`` up to
-  ``INLINE_TEXT`` bytes (a multipart boundary replaced by ``BOUNDARY``), else its digest. What
-  stores and cassettes keep of such text is still masked (``_secrets.mask_text`` reads form and
-  multipart text too).
+  ``INLINE_TEXT`` bytes (a multipart boundary replaced by ``BOUNDARY``), else its digest; the
+  value of each credential line (``password: ...``, ``API_KEY=...``: ``_formtext``) masked
+  as a JSON field's is. What stores and cassettes keep of such text is still masked
+  (``_secrets.mask_text`` reads form and multipart text too).
 
 ``legacy=True`` is the body as keys had it before forms and multipart were parsed (a form as
 ``{"text": ...}``): recordings made then are found by recomputing that form.
@@ -34,7 +35,16 @@ import orjson
 import xxhash
 
 from .. import _formtext
-from .._secrets import held, held_kind, is_secret_name, is_secret_query, mask, pair_kind
+from .._secrets import (
+    MASK_PREFIX,
+    NAME_HINTS,
+    held,
+    held_kind,
+    is_secret_name,
+    is_secret_query,
+    mask,
+    pair_kind,
+)
 from .aliases import AliasTable
 from .headers import header_params, split_content_type
 
@@ -71,7 +81,7 @@ def body_for_key(body: bytes, content_type: str, aliases: AliasTable | None, *,
             pass
         else:
             if data is None:  # ``null``: a value, which no body (None) must not key as
-                return _text(body, content_type)
+                return _text(body, content_type, legacy)
             if _LONG_RUN in body.translate(_DIGITS_AS_ZERO):
                 data = _exact_json(body)
             if aliases is None:
@@ -86,7 +96,7 @@ def body_for_key(body: bytes, content_type: str, aliases: AliasTable | None, *,
             parsed = _multipart(body, params["boundary"].encode("latin-1", "replace"))
         if parsed is not None:
             return parsed
-    return _text(body, content_type)
+    return _text(body, content_type, legacy)
 
 
 def credentials_in(body: bytes, content_type: str) -> list[str]:
@@ -115,7 +125,10 @@ def credentials_in(body: bytes, content_type: str) -> list[str]:
                     walk(v)
         return node
 
-    walk(body_for_key(body, content_type, None))
+    keyed = body_for_key(body, content_type, None)
+    walk(keyed)
+    if type(keyed) is dict and MASK_PREFIX in str(keyed.get("text", "")):  # credential lines
+        found += _formtext.line_values(body.decode(), is_secret_name, NAME_HINTS)
     return found
 
 
@@ -133,17 +146,25 @@ def parsed_since_legacy(content_type: str) -> bool:
     return mime == _FORM or mime.startswith("multipart/")
 
 
-def _text(body: bytes, content_type: str) -> Any:
-    if content_type.startswith("multipart/"):
+def _text(body: bytes, content_type: str, legacy: bool = False) -> Any:
+    """``legacy``: as keys had it before credential lines were masked (and forms parsed)."""
+    multipart = content_type.startswith("multipart/")
+    if multipart:
         # The boundary is random per request; without this no upload would ever match.
         _, _, boundary = content_type.partition("boundary=")
         if boundary:
             body = body.replace(boundary.strip('"').encode(), b"BOUNDARY")
     if len(body) <= INLINE_TEXT:
         try:
-            return {"text": body.decode()}
+            text = body.decode()
         except UnicodeDecodeError:
             pass
+        else:
+            # A credential line's value (``password: ...``) is masked as a JSON field's is:
+            # keyed by its value, so neither the key's input nor a stored copy holds it.
+            if multipart or legacy:
+                return {"text": text}
+            return {"text": _formtext.mask_lines(text, mask, is_secret_name, NAME_HINTS)}
     return _digest(body)
 
 

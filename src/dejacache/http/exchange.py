@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -39,6 +39,8 @@ from .._core.spellings import Spellings, spellings
 from .._secrets import (
     AUTH_QUERY,
     PLACEHOLDER,
+    SESSION_QUERY,
+    is_auth_query,
     is_secret_name,
     is_secret_query,
     mask,
@@ -140,8 +142,17 @@ def _body_for_key(body: bytes, content_type: str, aliases: AliasTable | None, *,
     return body_for_key(body, content_type, aliases, legacy=legacy)
 
 
-def _auth_query(name: str) -> bool:
-    return not AUTH_QUERY.isdisjoint(name_forms(name))
+_auth_query = is_auth_query
+
+#: A provider's API key as its SDKs put it in a query (Gemini's and Azure's ``?key=``).
+ROLE_QUERY: Final = AUTH_QUERY - SESSION_QUERY
+
+
+@functools.lru_cache(maxsize=256)
+def caller_query(name: str) -> bool:
+    """Whether a query parameter says who is asking even on a provider's endpoint, where the
+    API key is a role: a session (``?sid=``) or a nested credential (``auth[token]``)."""
+    return is_auth_query(name) and ROLE_QUERY.isdisjoint(name_forms(name))
 
 
 def query_identity(query: Iterable[tuple[str, str]],

@@ -77,13 +77,16 @@ TRANSPORT_PREFIXES: Final = ("x-stainless-", "x-fern-", "x-b3-", "x-datadog-", "
                              "sec-fetch-", "sec-ch-", "x-amz-sdk-", "x-ms-client-")
 
 # Words that make a header name a credential (``x-rapidapi-key``, ``private-token``,
-# ``X-AuthToken``, ``X-User-Jwt``, ``X-Pass``): header names describe their value, so a name
-# made of these words carries who is asking. A setting under such a name (``X-Pass-Through:
-# 1``) is keyed as a digest, never stood in for (``is_setting``).
+# ``X-AuthToken``, ``X-User-Jwt``, ``X-Pass``, ``X-Otp``, ``X-Pin``, ``X-Sign``): header names
+# describe their value, so a name made of these words carries who is asking (a one-time code,
+# a PIN and a request's signature too: each proves who sent it). A setting under such a name
+# (``X-Pass-Through: 1``) is keyed as a digest, never stood in for (``is_setting``). Words,
+# not substrings: ``X-Pinned-Version`` and ``X-Design`` are not made of them.
 _CREDENTIAL_WORDS: Final = frozenset({
     "auth", "authorization", "authentication", "token", "key", "apikey", "secret", "password",
-    "passwd", "pass", "passphrase", "passcode", "pwd", "credential", "credentials", "cookie",
-    "session", "signature", "sig", "hmac", "bearer", "jwt",
+    "passwd", "pass", "passphrase", "passcode", "pwd", "userpass", "credential", "credentials",
+    "cookie", "session", "signature", "sign", "sig", "hmac", "bearer", "jwt", "otp", "totp",
+    "pin",
 })
 
 

@@ -26,6 +26,7 @@ from .._core.cache_fields import may_hold
 from ..config import Effective
 from ..errors import ReplayMiss
 from .exchange import (
+    caller_query,
     canonical_request,
     legacy_request,
     query_identity,
@@ -118,11 +119,9 @@ def _key(eff: Effective, name: str, args: tuple[Any, ...], canonical: bytes,
 
 def _who(provider: str, headers: tuple[tuple[str, str], ...],
          query: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
-    """The identity pairs of a request: its identity headers, and its query's credentials
-    unless it goes to a provider's endpoint (where the API key is a role, as in a header)."""
-    if provider != "http":
-        return headers
-    found = query_identity(query)
+    """The identity pairs of a request: its identity headers, and its query's credentials,
+    on a provider's endpoint but its API key (a role there, as in a header)."""
+    found = query_identity(query) if provider == "http" else query_identity(query, caller_query)
     return (*headers, *found) if found else headers
 
 

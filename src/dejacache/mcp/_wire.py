@@ -27,7 +27,7 @@ from urllib.parse import SplitResult, parse_qsl, quote, urlencode, urlsplit
 import orjson
 
 from .._core import volatile as _vol
-from .._secrets import AUTH_QUERY, is_secret_name, mask_text, name_forms
+from .._secrets import is_auth_query, is_secret_name, mask_text
 from ..keys import DEFAULT_VOLATILE, canonical_json, digest, kept_out, telemetry_names
 
 __all__ = [
@@ -204,7 +204,7 @@ def stdio_scope(server: Mapping[str, Any]) -> str:
 
 
 def _secret_query(name: str) -> bool:
-    return not AUTH_QUERY.isdisjoint(name_forms(name)) or is_secret_name(name)
+    return is_auth_query(name) or is_secret_name(name)
 
 
 def _host(parts: SplitResult) -> str:
