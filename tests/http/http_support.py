@@ -367,14 +367,16 @@ class _Events(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         srv = self.server
-        srv.calls += 1
+        with srv.lock:  # (ThreadingHTTPServer: requests are counted from several threads)
+            srv.calls += 1
+            call = srv.calls  # this request's number: later ones count on meanwhile
         time.sleep(srv.delay)
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
         for i in range(srv.events):
-            data = b"data: " + orjson.dumps({"n": i, "call": srv.calls}) + b"\n\n"
+            data = b"data: " + orjson.dumps({"n": i, "call": call}) + b"\n\n"
             self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
             self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")
@@ -387,6 +389,10 @@ class _EventHTTPServer(http.server.ThreadingHTTPServer):
     events = 50
     delay = 0.0
     calls = 0
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.lock = threading.Lock()
 
 
 class EventServer:

@@ -80,8 +80,8 @@ from .sse import splitter_for
 if TYPE_CHECKING:
     import asyncio
 
-__all__ = ["MAX_RECORDED_STREAM", "READ_AHEAD_TIMEOUT", "Held", "Recorder", "past_bound",
-           "recording_bound", "recording_classes", "wire_chunks"]
+__all__ = ["MAX_RECORDED_STREAM", "READ_AHEAD_TIMEOUT", "Held", "Recorder", "bound_in_force",
+           "past_bound", "recording_bound", "recording_classes", "wire_chunks"]
 
 # How long the event that finishes an answer may wait for the end marker behind it. Real
 # providers send both within milliseconds; a server that stalls in between costs the caller
@@ -114,6 +114,12 @@ def _configured_bound() -> int:
     return s.stream_bound or MAX_RECORDED_STREAM
 
 
+def bound_in_force() -> int:
+    """The bytes a live answer's recording started now may hold: the context's (the proxy's
+    ``--max-recorded-stream``), else the configured one."""
+    return _BOUND.get() or _configured_bound()
+
+
 def recording_bound(limit: int) -> None:
     """Bound the recordings of live answers started in the current context (the proxy's
     requests: ``--max-recorded-stream``) to ``limit`` bytes each."""
@@ -128,7 +134,7 @@ class Held:
 
     def __init__(self) -> None:
         self.held = 0
-        self.bound = _BOUND.get() or _configured_bound()
+        self.bound = bound_in_force()
 
     def take(self, n: int) -> bool:
         """Count ``n`` more bytes held; False once they pass the bound."""

@@ -53,7 +53,7 @@ from .headers import credential_values, spelled_names
 from .identities import identities_for, scope_of
 from .keying import Identity, keyed
 from .providers import Provider, detect
-from .recording import Held, Recorder, awire_chunks, recording_classes, wire_chunks
+from .recording import Recorder, awire_chunks, bound_in_force, recording_classes, wire_chunks
 from .sdk_errors import native_miss
 from .sse import is_stream, replay_async, replay_sync
 
@@ -395,7 +395,7 @@ def _read_whole(call: _Call, resp: Any, raw: bytes | None, *, is_async: bool) ->
     # Stored decoded when every coding is undone; else as it came (``codings.py``); not at
     # all when decoded it passes the recording bound (a decompression bomb).
     encoding = resp.headers.get("content-encoding", "")
-    body = decoded(encoding, raw, bound=Held().bound)
+    body = decoded(encoding, raw, bound=bound_in_force())
     if isinstance(body, Past):  # handed on as any answer past the bound (``_passing.py``)
         call.live = passed_on(call, call.lib, resp, Passing([raw], None, body.bound),
                               resp.headers, is_async=is_async)
