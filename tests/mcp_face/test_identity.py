@@ -60,7 +60,7 @@ def test_a_command_line_is_its_command_and_arguments_without_environment(session
     assert "t-5512" not in repr(conn) and "k-7713" not in repr(conn)
 
 
-def test_a_launchs_credentials_and_env_are_who_is_asking_as_digests(
+def test_a_launchs_credentials_are_who_is_asking_as_digests_and_its_settings_plain(
     sessions: Any, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     def conn(args: list[str], env: dict[str, str] | None) -> Any:
@@ -68,9 +68,9 @@ def test_a_launchs_credentials_and_env_are_who_is_asking_as_digests(
         return connection_of(sessions(), params)[0]
 
     alice = conn(["--token", "t-alice-1"], {"API_KEY": "k-alice-2", "REGION": "eu"})
-    assert alice["args"][-1] == "<REDACTED>" and len(alice["identity"]) == 3
+    assert alice["args"][-1] == "<REDACTED>" and len(alice["identity"]) == 2
     assert "t-alice-1" not in repr(alice) and "k-alice-2" not in repr(alice)
-    assert "REGION" not in repr(alice)  # keyed by digest: a name may hide a secret
+    assert alice["env"] == {"REGION": "eu"}  # a setting: what is asked, keyed as itself
     others = [conn(["--token", "t-bob-1"], {"API_KEY": "k-alice-2", "REGION": "eu"}),
               conn(["--token", "t-alice-1"], {"API_KEY": "k-bob-2", "REGION": "eu"}),
               conn(["--token", "t-alice-1"], {"API_KEY": "k-alice-2", "REGION": "us"}),

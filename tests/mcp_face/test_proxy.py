@@ -496,14 +496,20 @@ def _by_query(url: str, token: str) -> Any:
 
 
 async def _echoes(url: str, tokens: list[str], tape: str, mode: str,
-                  connect: Any = _by_query) -> list[Any]:
+                  connect: Any = _by_query, entered: str = "with") -> list[Any]:
     """One session per token to the server at ``url`` (opened by ``connect(url, token)``),
-    one after another in one block: each one's echo of ``hi`` (its text), or its failure."""
+    one after another in one block (``entered`` ``with`` or ``async with``): each one's
+    echo of ``hi`` (its text), or its failure."""
     from mcp import ClientSession
     from mcp_flow import failure
 
     out: list[Any] = []
-    with dejacache.cassette(tape, mode=mode):
+    async with contextlib.AsyncExitStack() as stack:
+        block = dejacache.cassette(tape, mode=mode)
+        if entered == "with":
+            stack.enter_context(block)
+        else:
+            await stack.enter_async_context(block)
         for token in tokens:
             async with connect(url, token) as (read, write, *_), \
                     ClientSession(read, write, read_timeout_seconds=30) as s:
@@ -624,6 +630,63 @@ async def test_two_stdio_launches_with_other_credentials_each_replay_their_own_a
     assert carol["replay_miss"] is True and "one to one" in carol["text"]
     assert "tok-carol-3310" not in carol["text"]  # the miss names the digest, never the value
     assert mcp_ledger.starts() == starts  # a replay starts no process
+
+
+# ---------------------------------------------------------------- what a launch's env= says
+
+
+def _stdio_with(ledger: Ledger, name: str) -> Any:
+    """``connect(_, value)`` for ``_echoes``: the desk launched with ``name=value`` in its
+    ``env=`` beside its ledger's path."""
+    from mcp import StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    def connect(_: str, value: str) -> Any:
+        env = {LEDGER_ENV: ledger.path, name: value}
+        return stdio_client(StdioServerParameters(command=sys.executable, args=[str(SCRIPT)],
+                                                  env=env))
+
+    return connect
+
+
+@pytest.mark.parametrize("entered", ["with", "async with"])
+@pytest.mark.parametrize(("recorded_in", "replayed_in"), [("eu", "us"), ("us", "eu")])
+async def test_a_setting_in_a_launchs_env_never_replays_another_settings_answers(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger, recorded_in: str, replayed_in: str,
+    entered: str,
+) -> None:
+    # REGION=eu and REGION=us may answer differently: a setting is keyed as itself, never
+    # stood for by the recording's one value as a credential is.
+    connect = _stdio_with(mcp_ledger, "REGION")
+    tape = str(tmp_path / "regions.json")
+
+    async def echo(region: str, mode: str) -> Any:
+        [got] = await _echoes("", [region], tape, mode, connect, entered)
+        return got
+
+    recorded = await echo(recorded_in, "record")
+    starts = mcp_ledger.starts()
+    other = await echo(replayed_in, "replay")
+    assert other != recorded and other["replay_miss"] is True, other  # never eu's for us
+    assert f"server.env.REGION: '{recorded_in}' -> '{replayed_in}'" in other["text"]
+    assert mcp_ledger.starts() == starts  # and no process started
+    live = await echo(replayed_in, "auto")
+    assert live != recorded and mcp_ledger.starts() == starts + 1  # auto: asked live
+    assert await echo(recorded_in, "replay") == recorded
+
+
+@pytest.mark.parametrize("spelt", [str, pathlib.Path.as_uri])
+async def test_a_per_run_path_in_a_launchs_env_replays_from_another_directory(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger, spelt: Any,
+) -> None:
+    # A pytest tmp_path differs on every run: the recording's stands for this run's.
+    connect = _stdio_with(mcp_ledger, "WORKDIR")
+    tape = str(tmp_path / "workdir.json")
+    recorded = await _echoes("", [spelt(tmp_path / "run-1")], tape, "record", connect)
+    starts = mcp_ledger.starts()
+    assert await _echoes("", [spelt(tmp_path / "run-2")], tape, "replay", connect) == recorded
+    assert str(tmp_path) not in pathlib.Path(tape).read_text()
+    assert mcp_ledger.starts() == starts
 
 
 # ---------------------------------------------------------------- credentials a server quotes

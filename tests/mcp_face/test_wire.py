@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import os
+import pathlib
 from typing import Any
 
 import orjson
 import pytest
 
 from dejacache.mcp import _wire
+
+# A pytest ``tmp_path`` file, as a launch's env= names it: another on every run.
+TMP_LEDGER = "/tmp/pytest-of-root/pytest-12/test_x0/ledger.jsonl"
+SK = "sk-" + "c3" * 12
+
 
 
 def test_a_stdio_server_is_its_command_name_and_arguments_with_portable_paths() -> None:
@@ -153,15 +159,81 @@ def test_a_recorded_stdio_identity_redacts_credentials_so_another_key_replays() 
     (["desk.py"], {"API_KEY": "k1", "UPSTREAM": "sk-" + "b2" * 12,
                    "DB": "postgres://app:pw@db/x", "REGION": "eu", "DEBUG": "1"},
      (("env:API_KEY", "k1"), ("env:DB", "postgres://app:pw@db/x"),
-      ("env:UPSTREAM", "sk-" + "b2" * 12), ("env", '{"DEBUG":"1","REGION":"eu"}'))),
+      ("env:UPSTREAM", "sk-" + "b2" * 12))),  # the settings are keyed in plain
+    (["desk.py"], {"LEDGER": TMP_LEDGER, "REGION": "eu"},
+     (("env", f'{{"LEDGER":"{TMP_LEDGER}"}}'),)),  # this run's paths, mapped
     (["desk.py"], {}, ()),
 ])
-def test_who_launched_a_stdio_server_is_its_credentials_and_the_env_it_was_given(
+def test_who_launched_a_stdio_server_is_its_credentials_and_its_per_run_paths(
     args: list[str], env: dict[str, str] | None, expected: tuple[tuple[str, str], ...],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("API_KEY", "inherited-k9")  # the inherited environment is never read
-    assert _wire.stdio_credentials(args, env) == expected
+    assert _wire.stdio_credentials(args, _wire.stdio_env(env)) == expected
+
+
+@pytest.mark.parametrize(("value", "part"), [
+    ("eu", "settings"),
+    ("1", "settings"),
+    ("", "settings"),
+    (TMP_LEDGER, "per_run"),
+    ("file:///tmp/tmpab12cd34/store.db", "per_run"),
+    ("sqlite:////tmp/tmpab12cd34/store.db", "per_run"),
+    ("file://localhost/tmp/tmpab12cd34/x", "per_run"),
+    (os.pathsep.join(["/tmp/a/src", "/tmp/b/src"]), "per_run"),
+    ("sqlite:////tmp/tmpab12cd34/store.db?mode=ro", "settings"),  # says more than where
+    ("http://files.example.com/tmp/x", "settings"),  # another host's /tmp
+    (os.pathsep.join(["/tmp/a/src", "/srv/app/src"]), "settings"),
+    ("/tmp", "settings"),  # the temp directory itself is the same on every run
+    ("/tmp/../etc/app/eu.toml", "settings"),  # read lexically: not under /tmp
+    ("/var/tmpx/a", "settings"),
+    ("/etc/app/eu.toml", "settings"),  # not made by this run: may say what is asked
+    ("tmp/relative", "settings"),
+    (SK, "credentials"),  # a secret-shaped value under a harmless name
+    ("postgres://app:pw@db/x", "credentials"),
+    ("file:///tmp/tmpab12cd34/x?token=" + "t" * 20, "credentials"),
+])
+def test_a_launchs_env_is_credentials_per_run_paths_or_settings(value: str, part: str) -> None:
+    parts = _wire.stdio_env({"SOME_VALUE": value})
+    found = {"credentials": dict(parts.credentials).get("env:SOME_VALUE"),
+             "per_run": parts.per_run.get("SOME_VALUE"),
+             "settings": parts.settings.get("SOME_VALUE")}
+    assert found == {k: value if k == part else None for k in found}
+
+
+def test_a_credentials_name_makes_any_value_a_credential() -> None:
+    parts = _wire.stdio_env({"API_KEY": "eu", "DB_PASSWORD": TMP_LEDGER})
+    assert parts.credentials == (("env:API_KEY", "eu"), ("env:DB_PASSWORD", TMP_LEDGER))
+    assert parts == (parts.credentials, {}, {})
+
+
+def test_the_temp_directory_is_read_as_given_and_with_its_links_resolved(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    monkeypatch.chdir(tmp_path / "real")  # no effect: a path under a temp root is per-run
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "link"))
+    for path in (tmp_path / "link" / "run1" / "x", real / "run1" / "x"):
+        assert _wire.stdio_env({"WORK": str(path)}).per_run == {"WORK": str(path)}
+    monkeypatch.setenv("TMPDIR", "/")  # a file system's root is never a temp directory
+    assert _wire.stdio_env({"CONFIG": "/srv/app/eu.toml"}).settings
+
+
+def test_a_launchs_settings_are_in_its_plain_identity_and_nothing_else_is() -> None:
+    env = {"REGION": "eu", "API_KEY": "k-7713", "UPSTREAM": SK, "LEDGER": TMP_LEDGER,
+           "CONFIG": os.path.join(os.getcwd(), "conf", "eu.toml")}
+    ident = _wire.stdio_identity("/usr/bin/python3", ["desk.py"],
+                                 settings=_wire.stdio_env(env).settings)
+    assert ident["env"] == {"CONFIG": os.path.join(".", "conf", "eu.toml"), "REGION": "eu"}
+    assert "k-7713" not in repr(ident) and SK not in repr(ident)
+    assert TMP_LEDGER not in repr(ident)
+    # No settings, no "env": such a launch keys as it did before settings were keyed apart.
+    plain = _wire.stdio_identity("/usr/bin/python3", ["desk.py"])
+    other = _wire.stdio_env({"API_KEY": "k", "LEDGER": TMP_LEDGER})
+    assert _wire.stdio_identity("/usr/bin/python3", ["desk.py"], None, other.settings) == plain
+    assert "env" not in plain and _wire.stdio_env(None) == _wire.stdio_env({}) == _wire.NO_ENV
 
 
 def test_a_stdio_launchs_credentials_apply_to_its_command_line() -> None:

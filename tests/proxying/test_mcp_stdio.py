@@ -157,8 +157,8 @@ def echo(cassette: pathlib.Path, tmp_path: pathlib.Path, ledger: Ledger, mode: s
         with (tmp_path / "stderr.log").open("a") as errlog:
             async with stdio_client(params, errlog=errlog) as (r, w), \
                     ClientSession(r, w) as s:
-                await s.initialize()
                 try:
+                    await s.initialize()
                     return (await s.call_tool("echo", {"text": said})).content[0].text
                 except Exception as exc:
                     return {"error": str(getattr(exc, "message", None) or exc)}
@@ -188,6 +188,23 @@ def test_who_launched_or_reached_the_server_is_keyed_and_never_written(
     assert "dejacache replay miss" in miss and "--mode record" in miss
     kept = cassette.read_text() + (tmp_path / "stderr.log").read_text() + miss
     assert token not in kept
+
+
+def test_a_setting_the_server_is_launched_with_is_keyed_as_itself(
+        tmp_path: pathlib.Path, ledger: Ledger) -> None:
+    # REGION=us is never served REGION=eu's answers; this run's temp paths stand for the
+    # recording's (another directory each run), as in a cassette block.
+    def launched(region: str, work: str) -> list[str]:
+        return ["--env", f"REGION={region}", "--env", f"WORKDIR={tmp_path / work}", "--",
+                sys.executable, str(SERVER)]
+
+    cassette = tmp_path / "desk.json"
+    recorded = echo(cassette, tmp_path, ledger, "record", launched("eu", "run-1"))
+    assert echo(cassette, tmp_path, ledger, "replay", launched("eu", "run-2")) == recorded
+    miss = echo(cassette, tmp_path, ledger, "replay", launched("us", "run-2"))
+    assert "dejacache replay miss" in miss["error"], miss
+    assert ledger.starts() == 1
+    assert '"REGION": "eu"' in cassette.read_text() and "run-1" not in cassette.read_text()
 
 
 @pytest.mark.parametrize(("args", "says"), [

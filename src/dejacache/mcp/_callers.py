@@ -37,8 +37,8 @@ from . import _wire
 
 __all__ = ["NOBODY", "Callers", "Identity", "as_sent", "callers_of", "keyed", "stdio_launch"]
 
-# ``_wire.stdio_credentials``' pair of a launch's other ``env=`` entries (``REGION=eu``):
-# keyed, but no credential an answer could leak.
+# ``_wire.stdio_credentials``' pair of a launch's ``env=`` entries that are this run's temp
+# paths (a pytest ``tmp_path``): keyed, but no credential an answer could leak.
 _NOT_SECRET = "env"
 
 
@@ -79,11 +79,13 @@ def callers_of(url: str, headers: Iterable[tuple[str, str]] = ()) -> Callers:
 
 def stdio_launch(command: str, args: Sequence[str], env: Mapping[str, str] | None = None,
                  cwd: str | None = None) -> tuple[dict[str, Any], Callers]:
-    """A stdio server as every face names it: its plain identity (``_wire.stdio_identity``)
-    and who launched it (``_wire.stdio_credentials``: the command line's credentials and the
-    ``env=`` given, never the inherited environment). Made once per session."""
-    server = _wire.stdio_identity(command, args, cwd)
-    return server, Callers(_wire.stdio_scope(server), _wire.stdio_credentials(args, env))
+    """A stdio server as every face names it: its plain identity (``_wire.stdio_identity``:
+    its ``env=``'s settings included) and who launched it (``_wire.stdio_credentials``: the
+    credentials of its command line and ``env=``, and its ``env=``'s per-run paths; one
+    rule, ``_wire.stdio_env``; never the inherited environment). Made once per session."""
+    parts = _wire.stdio_env(env)
+    server = _wire.stdio_identity(command, args, cwd, parts.settings)
+    return server, Callers(_wire.stdio_scope(server), _wire.stdio_credentials(args, parts))
 
 
 def as_sent(items: Iterable[tuple[Item, str]]) -> list[str]:

@@ -9,8 +9,9 @@ of the request it answers; for a ``subscriptions/listen`` stream, its acknowledg
 
 Also here: which requests are answered by content rather than by occurrence
 (:func:`by_content`), how long a store that answers by key may keep a 2026-07-28 answer
-(:func:`hinted_ttl`), and credentials hidden from a server's identity (:func:`hidden_args`)
-and named as who is asking (:func:`http_credentials`, :func:`stdio_credentials`).
+(:func:`hinted_ttl`), credentials hidden from a server's identity (:func:`hidden_args`)
+and named as who is asking (:func:`http_credentials`, :func:`stdio_credentials`), and what a
+stdio launch's ``env=`` says (:func:`stdio_env`: credentials, per-run paths, settings).
 
 Nothing here imports ``mcp`` or does I/O: the proxy (``_proxy.py``) feeds it dicts.
 """
@@ -21,7 +22,8 @@ import os
 import pathlib
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from types import MappingProxyType
+from typing import Any, Final, NamedTuple
 from urllib.parse import SplitResult, parse_qsl, quote, urlencode, urlsplit
 
 import orjson
@@ -32,9 +34,11 @@ from ..keys import DEFAULT_VOLATILE, canonical_json, digest, kept_out, telemetry
 
 __all__ = [
     "ACKNOWLEDGED",
+    "EnvParts",
     "HANDSHAKE",
     "KIND",
     "LISTEN",
+    "NO_ENV",
     "REDACTED",
     "Request",
     "by_content",
@@ -55,6 +59,7 @@ __all__ = [
     "replayed_ack",
     "replayed_notifications",
     "stdio_credentials",
+    "stdio_env",
     "stdio_identity",
     "stdio_scope",
     "subscription_of",
@@ -147,12 +152,14 @@ def hidden_args(args: Sequence[str], hide: Callable[[str], str]) -> list[str]:
     return out
 
 
-def stdio_identity(command: str, args: Sequence[str], cwd: str | None = None
-                   ) -> dict[str, Any]:
+def stdio_identity(command: str, args: Sequence[str], cwd: str | None = None,
+                   settings: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A stdio server as keys name it in plain: the command's file name and its arguments,
-    credentials :data:`REDACTED` (they are who is asking: :func:`stdio_credentials`). The
-    environment is left out of it, and so is where the interpreter or checkout lives."""
-    roots = [(os.getcwd(), "."), (os.path.expanduser("~"), "~")]
+    credentials :data:`REDACTED` (they are who is asking: :func:`stdio_credentials`), and
+    the settings of its ``env=`` (``stdio_env(env).settings``), only when it has some.
+    Where the interpreter or checkout lives is left out, and so is the inherited
+    environment."""
+    roots = _portable_roots()
     out: dict[str, Any] = {
         "transport": "stdio",
         "command": pathlib.PurePath(command).name or command,
@@ -160,7 +167,13 @@ def stdio_identity(command: str, args: Sequence[str], cwd: str | None = None
     }
     if cwd is not None:
         out["cwd"] = _portable(os.fspath(cwd), roots)
+    if settings:
+        out["env"] = {name: _portable(value, roots) for name, value in settings.items()}
     return out
+
+
+def _portable_roots() -> list[tuple[str, str]]:
+    return [(os.getcwd(), "."), (os.path.expanduser("~"), "~")]
 
 
 def _holds_secret(value: str) -> bool:
@@ -169,13 +182,97 @@ def _holds_secret(value: str) -> bool:
     return hidden_url(value, _redact) != value
 
 
-def stdio_credentials(args: Sequence[str], env: Mapping[str, str] | None
+# A URL naming a local file (``file:///tmp/x``, ``sqlite:////tmp/x.db``): its path. A query
+# or a fragment says more than where the file is, so such a URL is not a path alone.
+_LOCAL_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://(?:localhost)?(/[^?#]*)")
+
+
+def _temp_roots() -> frozenset[str]:
+    """The directories a run's own files are made under: ``tempfile``'s, ``/tmp``,
+    ``$TMPDIR`` and pytest's root for its ``tmp_path`` directories; each as given and with
+    its links resolved (macOS's ``/var/folders/...`` is ``/private/var/folders/...``, and
+    pytest resolves it). A file system's root is never one: every path would be per-run."""
+    import tempfile  # here: a launch with an env= is the only reader
+
+    given = (tempfile.gettempdir(), "/tmp", os.environ.get("TMPDIR"),
+             os.environ.get("PYTEST_DEBUG_TEMPROOT"))
+    roots = set()
+    for root in given:
+        if root and os.path.isabs(root):
+            for form in (os.path.normpath(root), os.path.realpath(root)):
+                if os.path.dirname(form) != form:
+                    roots.add(form)
+    return frozenset(roots)
+
+
+def _under(path: str, roots: frozenset[str]) -> bool:
+    """Whether ``path`` is strictly below one of ``roots``, read lexically (``..`` taken
+    out, no link followed): the root itself is the same directory on every run."""
+    if not os.path.isabs(path):
+        return False
+    path = os.path.normpath(path)
+    return any(path.startswith(root + os.sep) for root in roots)
+
+
+def _per_run(value: str, roots: frozenset[str]) -> bool:
+    """Whether ``value`` names only files this run made: a path under a temp directory
+    (:func:`_temp_roots`), a local URL of one, or a list of them (``os.pathsep``)."""
+    url = _LOCAL_URL.fullmatch(value)
+    if url is not None:
+        return _under("/" + url.group(1).lstrip("/"), roots)
+    return all(_under(part, roots) for part in value.split(os.pathsep))
+
+
+class EnvParts(NamedTuple):
+    """A launch's ``env=`` as keys take it (:func:`stdio_env`)."""
+
+    credentials: tuple[tuple[str, str], ...]  # ``(env:NAME, value)``: who is asking
+    per_run: Mapping[str, str]  # this run's temp paths: mapped onto the recording's
+    settings: Mapping[str, str]  # anything else: keyed as itself
+
+
+NO_ENV: Final = EnvParts((), MappingProxyType({}), MappingProxyType({}))
+
+
+def stdio_env(env: Mapping[str, str] | None) -> EnvParts:
+    """The one rule for a stdio launch's ``env=`` (never the inherited environment):
+
+    * a credential (its name says so, or its value holds one by its shape) is who is asking,
+      an identity item of its own (``env:NAME``) that a replay's other key maps onto;
+    * a path a run makes afresh (a pytest ``tmp_path``, a ``mkdtemp``) differs on every run
+      but says nothing about the answer: the per-run paths together are one such item
+      (``env``), mapped onto the recording's as a credential is;
+    * anything else is a setting (``REGION=eu``, ``MODEL``, ``DEBUG=1``): what is asked,
+      keyed in plain as itself, never stood for by another value: ``REGION=us`` replaying
+      ``eu``'s answers is a wrong answer, where a miss is only a miss.
+
+    A path outside the temp directories (``CONFIG=~/app/eu.toml``, ``/etc/app/us.toml``) is
+    a setting too: it names the same file on every run, and another file may answer
+    otherwise. Under the working or the home directory it is keyed relative to it, as
+    arguments are, so a checkout elsewhere (CI) names the same server."""
+    if not env:
+        return NO_ENV
+    credentials: list[tuple[str, str]] = []
+    per_run: dict[str, str] = {}
+    settings: dict[str, str] = {}
+    roots = _temp_roots()  # ~27 µs (four realpath calls), once per launch
+    for name, value in sorted(env.items()):
+        if is_secret_name(name) or _holds_secret(value):
+            credentials.append((f"env:{quote(name, safe='')}", value))
+        elif _per_run(value, roots):
+            per_run[name] = value
+        else:
+            settings[name] = value
+    return EnvParts(tuple(credentials), per_run, settings)
+
+
+def stdio_credentials(args: Sequence[str], env: EnvParts = NO_ENV
                       ) -> tuple[tuple[str, str], ...]:
     """Who a stdio launch says is asking, as identity pairs: the n-th credential of its
-    command line (``arg:N``, what :func:`hidden_args` hides), each ``env=`` entry named like
-    a credential or holding one (``env:NAME``), and the launch's other ``env=`` entries
-    together (``env``: ``REGION=eu`` and ``REGION=us`` may answer differently). Only the
-    ``env=`` given: the inherited environment is never read."""
+    command line (``arg:N``, what :func:`hidden_args` hides), each credential of its
+    ``env=`` (``env:NAME``) and the ``env=`` entries that are this run's temp paths,
+    together (``env``), ``env`` as :func:`stdio_env` parts it. Its settings are not here:
+    they are keyed in plain (:func:`stdio_identity`)."""
     found: list[str] = []
 
     def note(value: str) -> str:
@@ -184,14 +281,9 @@ def stdio_credentials(args: Sequence[str], env: Mapping[str, str] | None
 
     hidden_args([str(a) for a in args], note)
     pairs = [(f"arg:{n}", value) for n, value in enumerate(found, 1)]
-    rest: dict[str, str] = {}
-    for name, value in sorted((env or {}).items()):
-        if is_secret_name(name) or _holds_secret(value):
-            pairs.append((f"env:{quote(name, safe='')}", value))
-        else:
-            rest[name] = value
-    if rest:
-        pairs.append(("env", orjson.dumps(rest).decode()))
+    pairs += env.credentials
+    if env.per_run:
+        pairs.append(("env", orjson.dumps(dict(env.per_run)).decode()))
     return tuple(pairs)
 
 
