@@ -18,6 +18,7 @@ Nothing here imports ``mcp`` or does I/O: the proxy (``_proxy.py``) feeds it dic
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 import re
@@ -189,13 +190,19 @@ _LOCAL_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://(?:localhost)?(/[^?#]*)")
 
 def _temp_roots() -> frozenset[str]:
     """The directories a run's own files are made under: ``tempfile``'s, ``/tmp``,
-    ``$TMPDIR`` and pytest's root for its ``tmp_path`` directories; each as given and with
-    its links resolved (macOS's ``/var/folders/...`` is ``/private/var/folders/...``, and
-    pytest resolves it). A file system's root is never one: every path would be per-run."""
+    ``$TMPDIR`` and pytest's root for its ``tmp_path`` directories."""
     import tempfile  # here: a launch with an env= is the only reader
 
-    given = (tempfile.gettempdir(), "/tmp", os.environ.get("TMPDIR"),
-             os.environ.get("PYTEST_DEBUG_TEMPROOT"))
+    return _resolved((tempfile.gettempdir(), "/tmp", os.environ.get("TMPDIR"),
+                      os.environ.get("PYTEST_DEBUG_TEMPROOT")))
+
+
+# Four realpath calls cost ~27 µs of a launch's ~45 µs: made once per spelling of the roots.
+@functools.lru_cache(maxsize=8)
+def _resolved(given: tuple[str | None, ...]) -> frozenset[str]:
+    """``given``'s absolute directories, each as given and with its links resolved (macOS's
+    ``/var/folders/...`` is ``/private/var/folders/...``, and pytest resolves it). A file
+    system's root is never one: every path under it would be per-run."""
     roots = set()
     for root in given:
         if root and os.path.isabs(root):
@@ -255,7 +262,7 @@ def stdio_env(env: Mapping[str, str] | None) -> EnvParts:
     credentials: list[tuple[str, str]] = []
     per_run: dict[str, str] = {}
     settings: dict[str, str] = {}
-    roots = _temp_roots()  # ~27 µs (four realpath calls), once per launch
+    roots = _temp_roots()
     for name, value in sorted(env.items()):
         if is_secret_name(name) or _holds_secret(value):
             credentials.append((f"env:{quote(name, safe='')}", value))
