@@ -329,3 +329,39 @@ def test_reset_gives_a_store_used_again_fresh_counters(tmp_path: pathlib.Path) -
     generations.reset()
     assert generations.generations_for(store) is not first
     store.close()
+
+
+_TENANT_WRITER = """
+import pathlib, sys
+import dejacache
+store = dejacache.SQLiteStore(sys.argv[1])
+data = pathlib.Path(sys.argv[2])
+
+@dejacache.invalidates("price", key="price:{sku}", store=store)
+def set_price(sku: str, value: int) -> None:
+    data.write_text(str(value))
+
+with dejacache.agent_session(tenant="a"):
+    set_price("x", 2)
+store.close()
+"""
+
+
+def test_a_tenant_write_in_a_process_without_global_readers_reaches_them_elsewhere(
+        tmp_path: pathlib.Path) -> None:
+    """The process that writes need not declare the global reader: one in another process
+    over the same file is invalidated all the same (before: only when the writer's own
+    process had registered a global reader of the resource, so this served 1)."""
+    store = dejacache.SQLiteStore(tmp_path / "cache.db")
+    data = tmp_path / "price.txt"
+    data.write_text("1")
+
+    @dejacache.tool_cache(resource="price", scope="global", store=store)
+    def price(sku: str) -> int:
+        return int(data.read_text())
+
+    assert price("x") == 1 and price("x") == 1
+    subprocess.run([sys.executable, "-W", "error", "-c", _TENANT_WRITER,
+                    str(tmp_path / "cache.db"), str(data)], check=True, timeout=60)
+    assert price("x") == 2
+    store.close()

@@ -35,7 +35,15 @@ from ..stores.memory import MemoryStore, bound
 from . import metrics as m
 from ._binding import Template, is_error_result
 from ._decorate import probe, tool_names
-from ._layout import GLOBAL, REG_LOCK, SCOPES, Gens, read_counters, register_reader
+from ._layout import (
+    ANY_TENANT,
+    GLOBAL,
+    REG_LOCK,
+    SCOPES,
+    Gens,
+    read_counters,
+    register_reader,
+)
 from ._tracing import Args, Kwargs, Noted, Trace, guard_after, guard_before
 from .generations import (
     NOT_READ,
@@ -165,7 +173,7 @@ class ToolCache:
         # an exact int or str (``Template.value_of``): formatting it was 1 µs of a 5 µs hit.
         self._by_value: dict[tuple[str | None, Any], _Where] = {}
         self._route = Route(None, None, None)
-        register_reader(self.resource, scope, store)
+        register_reader(self.resource, store)
 
     def store(self) -> Store:
         """``store=`` if given, else the store passed to ``configure(store=...)``, else this
@@ -245,7 +253,7 @@ class ToolCache:
         got = self._heads.get((prefix, entity))
         if got is None:
             # A session prefix names its tenant, so (prefix, entity) fixes the levels too.
-            levels = ([GLOBAL] if self.scope == "global" or sess is None
+            levels = ([GLOBAL, ANY_TENANT] if self.scope == "global" or sess is None
                       else [sess.prefixes["tenant"], GLOBAL])
             got = (prefix, f"{prefix}/{self.res_tool}/",
                    tuple(read_counters(levels, self.res, entity)), [None, None])

@@ -17,8 +17,8 @@ from . import metrics as m
 from ._binding import Template
 from ._decorate import F, function_only, probe, tool_names
 from ._layout import (
+    ANY_TENANT,
     GLOBAL,
-    GLOBAL_READERS,
     READER_STORES,
     REG_LOCK,
     WRITTEN,
@@ -52,7 +52,7 @@ def _levels(sess: agent_session | None, resource: str, scope: str | None,
             "dejacache.agent_session(tenant=...); pass scope='global' to invalidate for "
             "everyone"
         )
-    return [tenant_pfx, GLOBAL] if resource in GLOBAL_READERS else [tenant_pfx]
+    return [tenant_pfx, ANY_TENANT]
 
 
 def bump_targets(resource: str, store: Store | None) -> list[Gens]:
