@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -292,6 +293,50 @@ def test_local_counters_are_bounded_and_start_over_safely() -> None:
     after = (gens.epoch, gens.read(names))
     assert before == (0, [1, 1]) and after == (1, [0, 0])
     assert before != after  # so no key from before can be computed again
+
+
+def test_a_key_never_pairs_an_epoch_with_counters_of_another() -> None:
+    """Counters read while another thread starts them over: the key part names the epoch
+    the values were read in. Before, a read between the reset and the new epoch paired the
+    old epoch with zeros (the key of an entry cached before that epoch's writes), or the
+    new epoch with old values (a key the new epoch reaches again later): 5,065 of 300,000
+    reads at a counter bound of 3."""
+    import sys
+
+    @dejacache.tool_cache(resource="r", scope="global")
+    def read() -> int:
+        return 0
+
+    tc = read.tool_cache  # type: ignore[attr-defined]
+    gens = generations.LocalGenerations(max_counters=3)
+
+    stop = threading.Event()
+
+    def writer() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            gens.bump(["x", f"other{i}"])  # "x" climbs; every other bump starts over
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter allows
+    t = threading.Thread(target=writer)
+    seen: dict[str, int] = {}
+    mixed = 0
+    try:
+        t.start()
+        end = time.monotonic() + 5.0  # or 2,000 epochs seen, whichever comes first
+        while time.monotonic() < end and len(seen) < 2000 and not mixed:
+            values, part = tc.local_counters(gens, ("x",), [None])
+            epoch = part.split(".", 1)[0]
+            mixed += values[0] < seen.get(epoch, 0)  # an epoch's counters never go down
+            seen[epoch] = max(seen.get(epoch, 0), values[0])
+    finally:
+        stop.set()
+        t.join()
+        sys.setswitchinterval(interval)
+    assert len(seen) > 1  # the reads did overlap resets
+    assert mixed == 0
 
 
 @pytest.mark.parametrize("tiered", [False, True], ids=["sqlite", "memory-over-sqlite"])

@@ -280,9 +280,8 @@ class ToolCache:
         memo = cell[0]
         if memo is not None and memo[0] is gens and memo[1] == version:
             return memo[3], memo[2]
-        values = gens.read(names)
-        assert values is not None  # in-process counters are always readable
-        part = f"{gens.epoch}.{'.'.join(map(str, values))}/"
+        epoch, values = gens.snapshot(names)
+        part = f"{epoch}.{'.'.join(map(str, values))}/"
         cell[0] = (gens, version, part, values)  # one tuple: readers never see half of it
         return values, part
 
