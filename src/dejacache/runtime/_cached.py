@@ -799,6 +799,7 @@ async def _async_miss(tc: ToolCache, sess: agent_session | None, tr: Trace, args
         if got[0] is not PROCEED:
             return _served(tc, sess, adigest, got, tr)
     tenant = sess.tenant if sess is not None else None
+    paid: list[Record] = []  # what the tool returned, encoded to be stored
 
     async def lead() -> _Led:
         got = await _aload(tc, r, prefix, key)
@@ -807,15 +808,20 @@ async def _async_miss(tc: ToolCache, sess: agent_session | None, tr: Trace, args
         t0 = time.perf_counter()
         result = await tc.fn(*args, **kwargs)
         rec, blob = tc.settle(tenant, prefix, key, result, time.perf_counter() - t0)
-        if rec is not None and tc.fresh(tenant, at.values, await r.gens.aread(at.names)):
-            try:
-                await r.store.aput(key, rec, ttl=tc.ttl)
-                m.count(tenant, tc.resource, tc.name, m.BSTORED, len(rec.value))
-            except Exception as exc:
-                _put_failed(r.store, exc)
+        if rec is not None:
+            paid.append(rec)
         return result, None, blob
 
-    flown, led = await tc.flights.arun(key, lead)
+    async def keep() -> None:
+        # After the tool returned: a cancelled leader still stores it (``arun``).
+        if paid and tc.fresh(tenant, at.values, await r.gens.aread(at.names)):
+            try:
+                await r.store.aput(key, paid[0], ttl=tc.ttl)
+                m.count(tenant, tc.resource, tc.name, m.BSTORED, len(paid[0].value))
+            except Exception as exc:
+                _put_failed(r.store, exc)
+
+    flown, led = await tc.flights.arun(key, lead, keep)
     return _landed(tc, sess, tr, adigest, prefix, key, flown, led)
 
 
