@@ -365,3 +365,29 @@ def test_a_tenant_write_in_a_process_without_global_readers_reaches_them_elsewhe
                     str(tmp_path / "cache.db"), str(data)], check=True, timeout=60)
     assert price("x") == 2
     store.close()
+
+
+async def test_a_custom_store_with_sync_counters_serves_async_tools(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store offering only ``incr``/``get_counters`` (what the refusal asks a custom store
+    for): async tools and writers use them too, in a worker thread (before: every async call
+    found no ``aget_counters``, ran uncached as "bypassed", and each async write waited for
+    the background flush)."""
+    monkeypatch.setattr(FlakyCounters, "server", {})
+    store = FlakyCounters()
+    truth = [1]
+
+    @dejacache.tool_cache(resource="c", scope="global", store=store)
+    async def get() -> int:
+        return truth[0]
+
+    @dejacache.invalidates("c", scope="global", store=store)
+    async def put(v: int) -> None:
+        truth[0] = v
+
+    assert await get() == 1 and await get() == 1
+    await put(2)
+    assert await get() == 2 and await get() == 2
+    stats = dejacache.runtime_stats().by_tool["get"]
+    assert (stats.hits, stats.misses, stats.bypassed) == (2, 2, 0)
+    assert FlakyCounters.server == {"gen/c/rt1/g/R": 2}

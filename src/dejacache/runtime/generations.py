@@ -49,6 +49,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..stores._base import off_loop
 from ..stores.memory import MemoryStore
 from ..stores.tiered import TieredStore
 
@@ -160,7 +161,8 @@ class SharedGenerations:
         from ._redis_counters import redis_counters  # (imports _layout, which imports us)
 
         self.backend = backend
-        self._ops: Any = redis_counters(backend) or backend
+        redis = redis_counters(backend)
+        self._ops: Any = redis or _with_async_twins(backend)
         self._resets = 0
         # Part of every entry key. The "g" marks the counter layout of this version (names
         # start with the resource): counters under the new names start at 0, and an entry
@@ -176,7 +178,7 @@ class SharedGenerations:
         self._flusher: threading.Thread | None = None
         # Whether the counters' store takes ``probe=True`` (Redis): the background flush
         # is then its recovery probe.
-        self._probes = self._ops is not backend
+        self._probes = redis is not None
         #: Whether :meth:`read_with` reads an entry in the counters' round trip.
         self.folds = getattr(self._ops, "folds", False) is True
         self.fence = FENCE
@@ -437,6 +439,37 @@ class SharedGenerations:
             if await self._aflush(probe=True):
                 return True
         return False
+
+
+class _AsyncTwins:
+    """Counters of a store offering only the sync ``incr``/``get_counters`` (and maybe
+    ``incr_many``): the async twins run them in a worker thread. Without them every async
+    tool call ran uncached ("bypassed"), and an async write waited for the background
+    flush; inline, the store's I/O would hold the event loop."""
+
+    def __init__(self, ops: Any) -> None:
+        self.ops = ops
+        self.incr, self.get_counters = ops.incr, ops.get_counters
+        many = getattr(ops, "incr_many", None)
+        if callable(many):
+            self.incr_many = many
+            self.aincr_many = self._aincr_many
+
+    async def aget_counters(self, names: Sequence[str]) -> list[int] | None:
+        return await off_loop(self.ops.get_counters, names)
+
+    async def aincr(self, name: str) -> int | None:
+        return await off_loop(self.ops.incr, name)
+
+    async def _aincr_many(self, names: Sequence[str]) -> list[int] | None:
+        return await off_loop(self.ops.incr_many, names)
+
+
+def _with_async_twins(backend: Any) -> Any:
+    """``backend``, or :class:`_AsyncTwins` over it when it lacks the async twins."""
+    if all(callable(getattr(backend, a, None)) for a in ("aget_counters", "aincr")):
+        return backend
+    return _AsyncTwins(backend)
 
 
 def _flush_loop(gens: SharedGenerations) -> None:
