@@ -141,6 +141,25 @@ def test_tenant_write_reaches_global_readers_of_the_resource() -> None:
     assert price("x") == 2
 
 
+def test_a_write_whose_entity_template_does_not_bind_invalidates_the_whole_resource() -> None:
+    """A writer taking ``**fields`` whose call lacks the template's name still writes: with
+    no entity to name, its whole resource is invalidated (before: nothing was, and the
+    reader served the cart from before the write)."""
+    carts = {1: ["old"]}
+
+    @dejacache.tool_cache(resource="cart", key="cart:{user_id}", scope="global")
+    def get_cart(user_id: int) -> list[str]:
+        return list(carts[user_id])
+
+    @dejacache.invalidates("cart", key="cart:{user_id}", scope="global")
+    def save(**fields: Any) -> None:
+        carts[fields["uid"]] = fields["items"]
+
+    assert get_cart(1) == ["old"]
+    save(uid=1, items=["new"])
+    assert get_cart(1) == ["new"]
+
+
 def test_invalidates_tenant_scope_needs_a_session() -> None:
     @dejacache.invalidates("cart", scope="tenant")
     def write() -> None:
