@@ -12,7 +12,9 @@ Every waiter gets the leader's result or its exception. A leader that is cancell
 interrupted (``BaseException``: ``CancelledError``, ``KeyboardInterrupt``, ``SystemExit``)
 marks the flight abandoned; its waiters loop and one of them becomes the new leader, so no
 waiter is ever left hanging on a leader that will not finish (the failure mode reported
-against async-cache's ``get``).
+against async-cache's ``get``). An asyncio leader cancelled after its run returned, while
+storing the result (``arun``'s ``keep``), is not abandoned: the storing starts over in a
+task that lands the flight with that result.
 
 The primitive is :meth:`SingleFlight.join` / :meth:`SingleFlight.land` (and their asyncio
 forms): a leader lands its flight ``OK``, ``ERROR`` or ``ABANDONED`` in a ``finally``.
@@ -141,19 +143,53 @@ class SingleFlight(Generic[R]):
             if state != ABANDONED:
                 return _shared(state, value), False
 
-    async def arun(self, key: Hashable, fn: Callable[[], Awaitable[R]]) -> tuple[R, bool]:
-        """Async twin of :meth:`run`; flights are per event loop."""
+    async def arun(self, key: Hashable, fn: Callable[[], Awaitable[R]],
+                   keep: Callable[[], Awaitable[None]] | None = None) -> tuple[R, bool]:
+        """Async twin of :meth:`run`; flights are per event loop. ``keep`` (storing what
+        ``fn`` returned; safe to run again) is awaited after it, the flight still open. A
+        leader cancelled there starts it over in a task of its own, which lands the flight
+        when done: what ``fn`` paid for is handed to the waiters and stored, not run
+        again."""
+        import asyncio
+
         while True:
             flight, leader = self.ajoin(key)
             if leader:
-                with _Leading(flight, key, self.aland):
-                    return _landed(flight, await fn()), True
+                with _Leading(flight, key, self.aland) as leading:
+                    result = _landed(flight, await fn())
+                    if keep is not None:
+                        try:
+                            await keep()
+                        except asyncio.CancelledError:
+                            leading.handed = True
+                            _in_background(self._keep(keep, key, flight))
+                            raise
+                    return result, True
             state, value = await self.await_landing(flight)
             if state != ABANDONED:
                 return _shared(state, value), False
 
+    async def _keep(self, keep: Callable[[], Awaitable[None]], key: Hashable,
+                    flight: Flight) -> None:
+        try:
+            await keep()
+        finally:
+            self.aland(key, flight)
+
     def __len__(self) -> int:
         return len(self._calls) + len(self._acalls)
+
+
+# Tasks started by ``_in_background``: the event loop holds tasks only weakly.
+_BACKGROUND: set[Any] = set()
+
+
+def _in_background(step: Awaitable[None]) -> None:
+    import asyncio
+
+    task = asyncio.ensure_future(step)
+    _BACKGROUND.add(task)
+    task.add_done_callback(_BACKGROUND.discard)
 
 
 def _landed(flight: Flight, result: R) -> R:
@@ -171,17 +207,19 @@ class _Leading:
     """Around a leader's run: its exception becomes every waiter's, and the flight lands
     whatever happens (an interrupted leader's as abandoned)."""
 
-    __slots__ = ("flight", "key", "land")
+    __slots__ = ("flight", "handed", "key", "land")
 
     def __init__(self, flight: Flight, key: Hashable,
                  land: Callable[[Hashable, Flight], None]) -> None:
         self.flight, self.key, self.land = flight, key, land
+        self.handed = False  # True: another task lands the flight
 
-    def __enter__(self) -> None:
-        return None
+    def __enter__(self) -> _Leading:
+        return self
 
     def __exit__(self, tp: type[BaseException] | None, exc: BaseException | None,
                  tb: object) -> None:
-        if isinstance(exc, Exception):
+        if isinstance(exc, Exception) and self.flight.state != OK:
             self.flight.state, self.flight.value = ERROR, exc
-        self.land(self.key, self.flight)
+        if not self.handed:
+            self.land(self.key, self.flight)

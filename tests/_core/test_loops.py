@@ -124,3 +124,16 @@ def test_loop_keys_identify_instances() -> None:
 def test_invalid_limits(kw: dict[str, int]) -> None:
     with pytest.raises(ValueError):
         LoopDetector(**kw)
+
+
+def test_a_long_session_of_distinct_calls_keeps_bounded_state() -> None:
+    """A session with a generous depth budget (a long-lived chat, on_loop="warn") makes
+    calls with ever new arguments: the per-signature state stays bounded (before: one
+    entry per distinct call, forever), and a loop among recent calls is still caught."""
+    d = LoopDetector(max_depth=10**9, max_repeats=3)
+    for i in range(20_000):
+        assert d.before("search", str(i)) is None
+        assert d.after("search", str(i), f"r{i}") is None
+    assert len(d._counts) <= 4096 and len(d._streaks) <= 4096
+    assert run(d, ["search(19999", "search(19999", "search(19999"]) == [
+        None, None, "repeat"]

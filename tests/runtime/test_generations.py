@@ -329,3 +329,65 @@ def test_reset_gives_a_store_used_again_fresh_counters(tmp_path: pathlib.Path) -
     generations.reset()
     assert generations.generations_for(store) is not first
     store.close()
+
+
+_TENANT_WRITER = """
+import pathlib, sys
+import dejacache
+store = dejacache.SQLiteStore(sys.argv[1])
+data = pathlib.Path(sys.argv[2])
+
+@dejacache.invalidates("price", key="price:{sku}", store=store)
+def set_price(sku: str, value: int) -> None:
+    data.write_text(str(value))
+
+with dejacache.agent_session(tenant="a"):
+    set_price("x", 2)
+store.close()
+"""
+
+
+def test_a_tenant_write_in_a_process_without_global_readers_reaches_them_elsewhere(
+        tmp_path: pathlib.Path) -> None:
+    """The process that writes need not declare the global reader: one in another process
+    over the same file is invalidated all the same (before: only when the writer's own
+    process had registered a global reader of the resource, so this served 1)."""
+    store = dejacache.SQLiteStore(tmp_path / "cache.db")
+    data = tmp_path / "price.txt"
+    data.write_text("1")
+
+    @dejacache.tool_cache(resource="price", scope="global", store=store)
+    def price(sku: str) -> int:
+        return int(data.read_text())
+
+    assert price("x") == 1 and price("x") == 1
+    subprocess.run([sys.executable, "-W", "error", "-c", _TENANT_WRITER,
+                    str(tmp_path / "cache.db"), str(data)], check=True, timeout=60)
+    assert price("x") == 2
+    store.close()
+
+
+async def test_a_custom_store_with_sync_counters_serves_async_tools(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store offering only ``incr``/``get_counters`` (what the refusal asks a custom store
+    for): async tools and writers use them too, in a worker thread (before: every async call
+    found no ``aget_counters``, ran uncached as "bypassed", and each async write waited for
+    the background flush)."""
+    monkeypatch.setattr(FlakyCounters, "server", {})
+    store = FlakyCounters()
+    truth = [1]
+
+    @dejacache.tool_cache(resource="c", scope="global", store=store)
+    async def get() -> int:
+        return truth[0]
+
+    @dejacache.invalidates("c", scope="global", store=store)
+    async def put(v: int) -> None:
+        truth[0] = v
+
+    assert await get() == 1 and await get() == 1
+    await put(2)
+    assert await get() == 2 and await get() == 2
+    stats = dejacache.runtime_stats().by_tool["get"]
+    assert (stats.hits, stats.misses, stats.bypassed) == (2, 2, 0)
+    assert FlakyCounters.server == {"gen/c/rt1/g/R": 2}

@@ -277,3 +277,23 @@ def test_key_self_false_compares_a_tool_methods_arguments_alone() -> None:
 def test_key_self_on_tool_and_invalidates_is_checked(deco: Any) -> None:
     with pytest.raises(dejacache.ConfigurationError, match="key_self"):
         deco()(lambda x: x)
+
+
+def test_a_long_warning_session_keeps_bounded_state(caplog: pytest.LogCaptureFixture) -> None:
+    """on_loop="warn" over a long session whose loops have ever new arguments: the
+    patterns warned about are not all kept (before: one per loop, forever)."""
+    from dejacache._core.loops import MAX_SIGNATURES
+
+    guard = dejacache.LoopGuard(max_repeats=1, max_depth=10**9, on_loop="warn")
+
+    @dejacache.tool
+    def look(q: int) -> int:
+        return q
+
+    with dejacache.agent_session(tenant="t", loop_guard=guard, max_calls=0) as sess:
+        for i in range(MAX_SIGNATURES + 100):
+            look(i)
+            look(i)  # a repeat: warned once
+    assert sess.guard is not None
+    assert len(sess.guard._warned) <= MAX_SIGNATURES
+    assert len(sess.guard.detector._counts) <= MAX_SIGNATURES

@@ -108,3 +108,25 @@ def test_hit_rate_of_a_run_with_redis_down() -> None:
     st = dejacache.runtime_stats()
     assert st.by_tool["read"].bypassed == 6 and st.by_tool["read"].hit_rate == 0.0
     assert st.total.calls == 12 and st.total.hit_rate == 4 / 12
+
+
+def test_counters_of_many_tenants_stay_bounded() -> None:
+    """A server with ever new tenants: past ``MAX_ROWS`` rows, new tenants' calls count
+    under ``OTHER_TENANTS`` (before: one row per tenant and tool, for good); every total
+    stays exact, and the tenants counted so far keep their own rows."""
+    from dejacache.runtime import metrics
+
+    @dejacache.tool_cache(resource="r")
+    def look(x: int) -> int:
+        return x
+
+    n = 10_500
+    for i in range(n):
+        with dejacache.agent_session(tenant=f"t{i}"):
+            look(1)
+            look(1)
+    assert len(metrics._COUNTS) <= 10_001  # MAX_ROWS, and the row of OTHER_TENANTS
+    stats = dejacache.runtime_stats()
+    assert (stats.total.misses, stats.total.hits) == (n, n)
+    assert dejacache.runtime_stats(tenant="t0").total.hits == 1
+    assert dejacache.runtime_stats(tenant=metrics.OTHER_TENANTS).total.misses >= 500

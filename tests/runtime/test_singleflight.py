@@ -189,6 +189,38 @@ async def test_asyncio_cancelled_leader_hands_over_to_a_waiter() -> None:
     assert len(calls) == 2  # the cancelled leader, then exactly one new leader
 
 
+async def test_asyncio_leader_cancelled_after_the_tool_returned_keeps_its_result(
+        tmp_path: Any) -> None:
+    """The leader is cancelled while it stores what the tool returned (a SQLite store: the
+    counters' read and the write await a thread): the waiters get that result and it is
+    stored, instead of the tool running again (before: the flight was abandoned, a waiter
+    led a second run, and nothing was cached)."""
+    store = dejacache.SQLiteStore(tmp_path / "c.db")
+    calls = []
+    leader: asyncio.Task[str] | None = None
+
+    @dejacache.tool_cache(resource="apaid", store=store)
+    async def tool() -> str:
+        calls.append(1)
+        await asyncio.sleep(0.05)
+        if len(calls) == 1:
+            assert leader is not None
+            # lands on the leader's next await: after this return, while it stores
+            asyncio.get_running_loop().call_soon(leader.cancel)
+        return f"run {len(calls)}"
+
+    async with dejacache.agent_session(tenant="acme"):
+        leader = asyncio.create_task(tool())
+        await asyncio.sleep(0.01)
+        waiters = [asyncio.create_task(tool()) for _ in range(3)]
+        with pytest.raises(asyncio.CancelledError):
+            await leader
+        assert await asyncio.wait_for(asyncio.gather(*waiters), 5) == ["run 1"] * 3
+        assert await asyncio.wait_for(tool(), 5) == "run 1"  # and it was stored
+    assert len(calls) == 1
+    store.close()
+
+
 async def test_asyncio_cancelled_waiter_does_not_cancel_the_leader() -> None:
     calls = []
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import multiprocessing
@@ -564,6 +565,34 @@ async def test_async_counter_twins(tmp_path: pathlib.Path) -> None:
     assert await store.aincr("a") == 1
     assert await store.aincr_many(["a", "b"]) == [2, 1]
     assert await store.aget_counters(["a", "b"]) == [2, 1]
+    store.close()
+
+
+async def test_async_increments_wait_for_a_lock_off_the_event_loop(
+        tmp_path: pathlib.Path) -> None:
+    """An async ``@invalidates`` over a file another connection is writing: its increments
+    wait for the lock in a worker thread, and the event loop runs on meanwhile (before:
+    inline, the loop stood still until the lock went, up to ``timeout``)."""
+    store = SQLiteStore(tmp_path / "cache.db")
+    assert await store.aincr("a") == 1  # the file and its tables exist
+    lock = _WriteLock(store.path)
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    tick = asyncio.create_task(ticker())
+    releasing = lock.release_after(0.5)
+    try:
+        assert await store.aincr_many(["a", "b"]) == [2, 1]
+        assert await store.aincr("a") == 3
+    finally:
+        tick.cancel()
+        releasing.join()
+    assert ticks >= 10  # ~50 while the lock was held; 0 or 1 when the loop was stalled
     store.close()
 
 

@@ -32,6 +32,12 @@ __all__ = ["Loop", "LoopDetector", "Signature"]
 
 Signature = tuple[str, str]  # (tool name, argument digest)
 
+#: Signatures whose repeat count and result streak are kept, the most recently called
+#: ones: a long session of ever new arguments kept one entry per call for good. A
+#: signature not called for this many others starts over (a loop missed, never a call
+#: refused); a loop repeats recent calls.
+MAX_SIGNATURES = 4096
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Loop:
@@ -112,7 +118,10 @@ class LoopDetector:
             self._counts.clear()
             self._counts[sig] = own + 1
         else:
-            self._counts[sig] = self._counts.get(sig, 0) + 1
+            counts = self._counts
+            counts[sig] = counts.pop(sig, 0) + 1  # re-inserted: the oldest come first
+            if len(counts) > MAX_SIGNATURES:
+                del counts[next(iter(counts))]
         h = self._history
         self._run = self._run + 1 if h and h[-1] == sig else 1
         h.append(sig)
@@ -134,9 +143,12 @@ class LoopDetector:
         if result is None:
             self._streaks.pop(sig, None)
             return None
-        last = self._streaks.get(sig)
+        streaks = self._streaks
+        last = streaks.pop(sig, None)  # re-inserted below: the oldest come first
         n = last[1] + 1 if last is not None and last[0] == result else 1
-        self._streaks[sig] = (result, n)
+        streaks[sig] = (result, n)
+        if len(streaks) > MAX_SIGNATURES:
+            del streaks[next(iter(streaks))]
         # Without writes in between, the repeat rule has already spoken for this call.
         if n > self.max_repeats and self._counts.get(sig, 0) <= self.max_repeats:
             return Loop("no_progress", tool, args, n, limit=self.max_repeats)

@@ -35,7 +35,15 @@ from ..stores.memory import MemoryStore, bound
 from . import metrics as m
 from ._binding import Template, is_error_result
 from ._decorate import probe, tool_names
-from ._layout import GLOBAL, REG_LOCK, SCOPES, Gens, read_counters, register_reader
+from ._layout import (
+    ANY_TENANT,
+    GLOBAL,
+    REG_LOCK,
+    SCOPES,
+    Gens,
+    read_counters,
+    register_reader,
+)
 from ._tracing import Args, Kwargs, Noted, Trace, guard_after, guard_before
 from .generations import (
     NOT_READ,
@@ -165,7 +173,7 @@ class ToolCache:
         # an exact int or str (``Template.value_of``): formatting it was 1 µs of a 5 µs hit.
         self._by_value: dict[tuple[str | None, Any], _Where] = {}
         self._route = Route(None, None, None)
-        register_reader(self.resource, scope, store)
+        register_reader(self.resource, store)
 
     def store(self) -> Store:
         """``store=`` if given, else the store passed to ``configure(store=...)``, else this
@@ -245,7 +253,7 @@ class ToolCache:
         got = self._heads.get((prefix, entity))
         if got is None:
             # A session prefix names its tenant, so (prefix, entity) fixes the levels too.
-            levels = ([GLOBAL] if self.scope == "global" or sess is None
+            levels = ([GLOBAL, ANY_TENANT] if self.scope == "global" or sess is None
                       else [sess.prefixes["tenant"], GLOBAL])
             got = (prefix, f"{prefix}/{self.res_tool}/",
                    tuple(read_counters(levels, self.res, entity)), [None, None])
@@ -272,9 +280,8 @@ class ToolCache:
         memo = cell[0]
         if memo is not None and memo[0] is gens and memo[1] == version:
             return memo[3], memo[2]
-        values = gens.read(names)
-        assert values is not None  # in-process counters are always readable
-        part = f"{gens.epoch}.{'.'.join(map(str, values))}/"
+        epoch, values = gens.snapshot(names)
+        part = f"{epoch}.{'.'.join(map(str, values))}/"
         cell[0] = (gens, version, part, values)  # one tuple: readers never see half of it
         return values, part
 
@@ -792,6 +799,7 @@ async def _async_miss(tc: ToolCache, sess: agent_session | None, tr: Trace, args
         if got[0] is not PROCEED:
             return _served(tc, sess, adigest, got, tr)
     tenant = sess.tenant if sess is not None else None
+    paid: list[Record] = []  # what the tool returned, encoded to be stored
 
     async def lead() -> _Led:
         got = await _aload(tc, r, prefix, key)
@@ -800,15 +808,20 @@ async def _async_miss(tc: ToolCache, sess: agent_session | None, tr: Trace, args
         t0 = time.perf_counter()
         result = await tc.fn(*args, **kwargs)
         rec, blob = tc.settle(tenant, prefix, key, result, time.perf_counter() - t0)
-        if rec is not None and tc.fresh(tenant, at.values, await r.gens.aread(at.names)):
-            try:
-                await r.store.aput(key, rec, ttl=tc.ttl)
-                m.count(tenant, tc.resource, tc.name, m.BSTORED, len(rec.value))
-            except Exception as exc:
-                _put_failed(r.store, exc)
+        if rec is not None:
+            paid.append(rec)
         return result, None, blob
 
-    flown, led = await tc.flights.arun(key, lead)
+    async def keep() -> None:
+        # After the tool returned: a cancelled leader still stores it (``arun``).
+        if paid and tc.fresh(tenant, at.values, await r.gens.aread(at.names)):
+            try:
+                await r.store.aput(key, paid[0], ttl=tc.ttl)
+                m.count(tenant, tc.resource, tc.name, m.BSTORED, len(paid[0].value))
+            except Exception as exc:
+                _put_failed(r.store, exc)
+
+    flown, led = await tc.flights.arun(key, lead, keep)
     return _landed(tc, sess, tr, adigest, prefix, key, flown, led)
 
 

@@ -17,8 +17,8 @@ from . import metrics as m
 from ._binding import Template
 from ._decorate import F, function_only, probe, tool_names
 from ._layout import (
+    ANY_TENANT,
     GLOBAL,
-    GLOBAL_READERS,
     READER_STORES,
     REG_LOCK,
     WRITTEN,
@@ -52,7 +52,7 @@ def _levels(sess: agent_session | None, resource: str, scope: str | None,
             "dejacache.agent_session(tenant=...); pass scope='global' to invalidate for "
             "everyone"
         )
-    return [tenant_pfx, GLOBAL] if resource in GLOBAL_READERS else [tenant_pfx]
+    return [tenant_pfx, ANY_TENANT]
 
 
 def bump_targets(resource: str, store: Store | None) -> list[Gens]:
@@ -95,18 +95,16 @@ class Writer:
                                key_self=key_self)
 
     def plan(self, sess: agent_session | None, args: Args, kwargs: Kwargs
-             ) -> tuple[list[str] | None, list[Gens]]:
-        """(counter names, counter backends) to bump; None: the template does not bind."""
+             ) -> tuple[list[str], list[Gens]]:
+        """(counter names, counter backends) to bump."""
         levels = _levels(sess, self.resource, self.scope, self.name)
         if self.resource not in WRITTEN:
             WRITTEN.setdefault(self.resource, self.name)
         if sess is not None:
             sess.written.add(self.resource)
-        entity: str | None = None
-        if self.template is not None:
-            entity = self.template.format(args, kwargs)
-            if entity is None:
-                return None, []
+        # A call the template does not bind (a ``**fields`` writer called without the
+        # name) may still write: with no entity to name, the whole resource is invalidated.
+        entity = self.template.format(args, kwargs) if self.template is not None else None
         return write_counters(levels, self.res, entity), bump_targets(self.resource,
                                                                        self.store)
 
@@ -159,8 +157,6 @@ def invalidates(
             async def _awrite(sess: agent_session | None, tr: Trace, args: Args,
                               kwargs: Kwargs) -> Any:
                 names, targets = w.plan(sess, args, kwargs)
-                if names is None:
-                    return await f(*args, **kwargs)
                 adigest, nudge = w.before(sess, tr, args, kwargs)
                 if nudge is not PROCEED:
                     return nudge
@@ -184,8 +180,6 @@ def invalidates(
             def _write(sess: agent_session | None, tr: Trace, args: Args,
                        kwargs: Kwargs) -> Any:
                 names, targets = w.plan(sess, args, kwargs)
-                if names is None:
-                    return f(*args, **kwargs)
                 adigest, nudge = w.before(sess, tr, args, kwargs)
                 if nudge is not PROCEED:
                     return nudge

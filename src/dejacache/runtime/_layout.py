@@ -12,7 +12,9 @@ tenants can never share a key. ``g1...`` are the generation counters the entry d
 counter; without ``key=`` the resource counter and the resource's "any entity written"
 counter (a listing must not survive a write to one of its items). Tenant and session entries
 also depend on the global counters, so a write made outside any session (an admin job)
-reaches every tenant.
+reaches every tenant. Global entries also depend on the "any tenant" level (``rt1/a``),
+which every tenant's write bumps: so a tenant's write reaches the global readers of its
+resource wherever they run, without invalidating the other tenants' entries.
 
 Counter names::
 
@@ -30,17 +32,19 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from .._core.scopes import encode_component, global_prefix
+from .._core.scopes import KEY_VERSION, encode_component, global_prefix
 from .generations import LocalGenerations, SharedGenerations
 
 SCOPES = ("global", "tenant", "session")
 GLOBAL = global_prefix()
+# The level every tenant's write bumps besides its own, and only global readers read. A
+# registry of this process's global readers was used instead: a process that writes for a
+# tenant without declaring the global reader (a worker, an admin job) left the readers of
+# other processes serving what it replaced. ("a": no tenant or session prefix starts so.)
+ANY_TENANT = f"{KEY_VERSION}/a"
 
 Gens = LocalGenerations | SharedGenerations
 
-# Resources that have a global-scope reader somewhere in this process: a tenant's write must
-# then also bump the global counters, or the global entry would stay stale.
-GLOBAL_READERS: set[str] = set()
 # Explicit per-tool stores of readers, by resource: writes bump the counters of each.
 # Strong references: decorated tools (and so their stores) live as long as their module.
 READER_STORES: dict[str, dict[int, Any]] = {}
@@ -54,12 +58,10 @@ READ: set[str] = set()
 WRITTEN: dict[str, str] = {}
 
 
-def register_reader(resource: str, scope: str, store: Any) -> None:
+def register_reader(resource: str, store: Any) -> None:
     """Note a ``@tool_cache`` reader of ``resource`` that writes must reach."""
     with REG_LOCK:
         READ.add(resource)
-        if scope == "global":
-            GLOBAL_READERS.add(resource)
         if store is not None:
             READER_STORES.setdefault(resource, {})[id(store)] = store
 
@@ -103,7 +105,6 @@ def reset_readers() -> None:
     a server since stopped, would otherwise be bumped by every later write to its resource
     and retried by its background flush)."""
     with REG_LOCK:
-        GLOBAL_READERS.clear()
         READER_STORES.clear()
 
 

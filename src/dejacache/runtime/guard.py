@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 import xxhash
 
-from .._core.loops import Loop, LoopDetector
+from .._core.loops import MAX_SIGNATURES, Loop, LoopDetector
 from .._tags import to_tree
 from ..errors import AgentLoopDetected, ConfigurationError
 from . import metrics
@@ -164,6 +164,8 @@ class GuardState:
             )
         if action == "warn":
             if loop.key not in self._warned:
+                if len(self._warned) >= MAX_SIGNATURES:  # bounded: may warn again, once
+                    self._warned.clear()
                 self._warned.add(loop.key)
                 g.logger.warning("dejacache loop guard: %s (session %r)", loop.describe(),
                                  self.session)

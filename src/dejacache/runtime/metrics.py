@@ -43,6 +43,22 @@ FIELDS = (
 
 _LOCK = threading.Lock()
 _COUNTS: dict[tuple[str, str, str], list[int]] = {}
+#: Rows (tenant, resource, tool) kept apart. Past it a new tenant's calls count under
+#: :data:`OTHER_TENANTS`: a server meeting ever new tenants kept a row per tenant and tool
+#: for good (~0.3 KB each); totals, and per-tool and per-resource sums, stay exact.
+MAX_ROWS = 10_000
+OTHER_TENANTS = "(other tenants)"
+
+
+def _row(k: tuple[str, str, str]) -> list[int]:
+    """Under the lock: the counters of a row not seen yet (the shared one past MAX_ROWS)."""
+    if len(_COUNTS) >= MAX_ROWS:
+        k = (OTHER_TENANTS, k[1], k[2])
+        c = _COUNTS.get(k)
+        if c is not None:
+            return c
+    c = _COUNTS[k] = [0] * len(FIELDS)
+    return c
 
 
 def count(tenant: str | None, resource: str, tool: str, field: int, n: int = 1) -> None:
@@ -51,7 +67,7 @@ def count(tenant: str | None, resource: str, tool: str, field: int, n: int = 1) 
     with _LOCK:
         c = _COUNTS.get(k)
         if c is None:
-            c = _COUNTS[k] = [0] * len(FIELDS)
+            c = _row(k)
         c[field] += n
 
 
@@ -61,7 +77,7 @@ def count_hit(tenant: str | None, resource: str, tool: str, size: int) -> None:
     with _LOCK:
         c = _COUNTS.get(k)
         if c is None:
-            c = _COUNTS[k] = [0] * len(FIELDS)
+            c = _row(k)
         c[HITS] += 1
         c[BSERVED] += size
 
@@ -123,7 +139,8 @@ def runtime_stats(tenant: str | None = None) -> RuntimeStats:
     """Tool-cache and loop-guard counters since start (or :func:`reset_runtime_stats`).
 
     With ``tenant`` only that tenant's calls are counted (calls outside a session count
-    under the empty tenant ``""``).
+    under the empty tenant ``""``; tenants met past :data:`MAX_ROWS` rows, under
+    :data:`OTHER_TENANTS`).
     """
     rows = [(k, v) for k, v in _snapshot().items() if tenant is None or k[0] == tenant]
     tools: dict[str, list[list[int]]] = {}

@@ -26,8 +26,9 @@ class Store(Protocol):
 
     Optional, for the runtime tool cache: a store whose entries outlive the process or are
     shared offers generation counters next to them (``incr(name) -> int | None``,
-    ``get_counters(names) -> list[int] | None``, optionally ``incr_many``, and ``a``-prefixed
-    async twins; None means unavailable, never zero), as ``RedisStore`` and ``SQLiteStore``
+    ``get_counters(names) -> list[int] | None``, optionally ``incr_many`` and ``a``-prefixed
+    async twins, else async callers run the sync ones in a worker thread; None means
+    unavailable, never zero), as ``RedisStore`` and ``SQLiteStore``
     do; a store whose entries live only in this process's memory may say
     ``process_local = True``. ``tool_cache`` refuses any other store (runtime/generations.py).
     """
