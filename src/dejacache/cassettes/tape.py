@@ -530,11 +530,15 @@ class Tape:
 
     # ---------------------------------------------------------------- reports
 
-    def keep_seal(self) -> bool:
+    def keep_seal(self, *, parsed: bool = True) -> bool:
         """Remember which recording the file held (its cross-reference checksum), so a
-        report after close can read it again; whether there is one to read."""
+        report after close can read it again; whether there is one to read. ``parsed``: a
+        file parsed whole when opened (a small one) keeps the seal of its cross-reference
+        too (False: its report is made now, from the parse)."""
         if isinstance(self.ix, FileIndex):
             self.seal = self.ix.seal
+        elif parsed and self.file_index is not None:
+            self.seal = self.file_index.seal
         return bool(self.seal)
 
     def forget_file(self) -> None:
