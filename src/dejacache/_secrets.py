@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, AnyStr, Final
 
 import orjson
 
+from ._lazy import pattern
 from .errors import DejacacheWarning
 
 if TYPE_CHECKING:
@@ -337,8 +338,9 @@ def _unquoted(name: str) -> str:
 
 
 # The parts of a nested parameter's name: Rails', PHP's and qs's ``auth[token]``,
-# ``data[attributes][api_key]``, ``token[]``, and dotted ``auth.token``.
-_NESTING: Final = re.compile(r"[\[\].]+")
+# ``data[attributes][api_key]``, ``token[]``, and dotted ``auth.token``. (Compiled when a
+# query name is first judged: the only expression compiled as every process loads this.)
+_NESTING: Final = pattern(r"[\[\].]+")
 
 
 def _nested_credential(raw: str) -> bool:
