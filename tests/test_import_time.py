@@ -460,7 +460,10 @@ _NOT_ON_A_REPLAY_HIT = (
     "dejacache._secret_shapes", "dejacache.cassettes.redacting", "dejacache.cassettes.attempts",
     "dejacache._configure", "dejacache.stores._protocols", "dejacache._async_and_generators",
     "dejacache.mcp._patch", "dejacache.http", "dejacache.mcp", "dejacache._threads",
-    "dejacache._importhook", "dejacache.cassettes.orphans")
+    "dejacache._importhook", "dejacache.cassettes.orphans",
+    # nor ``typing`` (~12M instructions of a fresh process): the modules a hit loads import
+    # it for the type checker only, their run-time pieces are ``_hints``' stand-ins
+    "typing", "dejacache._codec_protocol")
 
 
 # A late hit: a non-strict block replays the last of three recorded calls only. It is out

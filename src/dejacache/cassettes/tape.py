@@ -22,15 +22,19 @@ import operator
 import pathlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import CassetteError
 from . import format as fmt
 from .reader import DocIndex, FileIndex, Index
 
+TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
 if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
     from .blobs import Folder
     from .findings import EntryInfo
+else:
+    from .._hints import Any, TypeVar
 
 __all__ = ["Tape", "Unused", "folder"]
 
