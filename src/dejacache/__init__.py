@@ -21,13 +21,14 @@ from ._lazy import attach
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: typing is not loaded at interpreter start
 if TYPE_CHECKING:
+    from ._codec_protocol import Codec
     from ._configure import configure
     from ._frozen import thaw
     from ._pickle_codec import PickleCodec
     from .cassettes.block import cassette
     from .cassettes.store import Cassette
     from .cassettes.trajectory import diff_cassettes, load_cassette
-    from .codec import Codec, JsonCodec
+    from .codec import JsonCodec
     from .decorators import cache
     from .errors import (
         AgentLoopDetected,
@@ -144,7 +145,8 @@ _WHERE = {
     ".cassettes.block": ("cassette",),
     ".cassettes.store": ("Cassette",),
     ".cassettes.trajectory": ("diff_cassettes", "load_cassette"),
-    ".codec": ("Codec", "JsonCodec"),
+    "._codec_protocol": ("Codec",),
+    ".codec": ("JsonCodec",),
     "._configure": ("configure",),
     ".decorators": ("cache",),
     ".errors": ("AgentLoopDetected", "CassetteError", "ConfigurationError", "DejacacheError",

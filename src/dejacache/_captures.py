@@ -28,8 +28,11 @@ import inspect
 import sys
 import types
 from collections.abc import Mapping
-from typing import Any, Final
 from uuid import UUID
+
+TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
+if TYPE_CHECKING:
+    from typing import Any, Final
 
 __all__ = ["CAPTURED", "HELD", "LATE", "cells", "class_cells", "class_tag", "form", "immutable",
            "made_at_run_time", "values", "with_values"]

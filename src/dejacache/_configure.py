@@ -11,10 +11,11 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from . import _project
+from ._codec_protocol import Codec
 from ._core.counts import whole_count
 from ._core.durations import Duration, seconds
 from ._core.modes import resolve_mode
-from .codec import Codec, JsonCodec
+from .codec import JsonCodec
 from .config import UNSET, Unset, resolve_store, settings_object, volatile_items
 from .errors import ConfigurationError
 

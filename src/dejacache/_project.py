@@ -31,14 +31,15 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final
 
 from ._core.modes import as_mode, in_ci, project_mode, resolve_mode
 from ._paths import chdirs, on_a_loop, project_root
 from .errors import ConfigurationError
 
+TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
 if TYPE_CHECKING:
     import pathlib
+    from typing import Any, Final
     from typing import NamedTuple as Row  # checked as one: see _slots.Row
 else:
     from ._slots import Row

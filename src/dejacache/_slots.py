@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable
-from typing import Any, ClassVar
+
+TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
+if TYPE_CHECKING:
+    from typing import Any, ClassVar
 
 __all__ = ["Row", "Sentinel", "add_slots", "slot_setters", "value_methods"]
 

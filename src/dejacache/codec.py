@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from _operator import _compare_digest as compare_digest  # hmac's, without OpenSSL (below)
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import orjson
 import xxhash
@@ -29,7 +28,11 @@ import xxhash
 from ._lazy import served
 from .errors import IntegrityError, SerializationError
 
+TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
 if TYPE_CHECKING:
+    from typing import Any
+
+    from ._codec_protocol import Codec
     from ._pickle_codec import PickleCodec
     from ._tags import Resolver, from_tree, to_tree
 
@@ -56,21 +59,13 @@ CODEC_VERSION = 1
 MAGIC = b"DJ"
 HEAD = 4  # magic + version + kind
 
-# The type tags' public functions, kept in ``_tags.py`` (see the note above), and the opt-in
-# PickleCodec, in ``_pickle_codec.py`` (only a process that configures it loads it).
+# The type tags' public functions, kept in ``_tags.py`` (see the note above), the opt-in
+# PickleCodec, in ``_pickle_codec.py`` (only a process that configures it loads it), and the
+# ``Codec`` protocol, in ``_codec_protocol.py`` (a runtime-checkable protocol loads ``typing``;
+# only ``configure(codec=...)`` checks one).
 __getattr__ = served(__name__, {"from_tree": "dejacache._tags", "to_tree": "dejacache._tags",
-                                 "PickleCodec": "dejacache._pickle_codec"})
-
-
-@runtime_checkable
-class Codec(Protocol):
-    """Turns values into bytes bound to a key, and back."""
-
-    name: str
-
-    def encode(self, value: Any, *, key: str = "", namespace: str = "") -> bytes: ...
-
-    def decode(self, data: bytes, *, key: str = "", namespace: str = "") -> Any: ...
+                                 "PickleCodec": "dejacache._pickle_codec",
+                                 "Codec": "dejacache._codec_protocol"})
 
 
 def _check(key: str, kind: bytes, payload: bytes | memoryview) -> bytes:

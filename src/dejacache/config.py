@@ -17,7 +17,6 @@ import os
 import re
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, Final
 
 from . import _project
 from ._core import volatile as _vol
@@ -27,12 +26,16 @@ from ._env import warn_unknown
 from ._lazy import served
 from ._paths import default_cache_dir
 from ._slots import slot_setters, value_methods
-from .codec import Codec, JsonCodec
+from .codec import JsonCodec
 from .errors import ConfigurationError
 from .keys import env_volatile
 from .stores._base import BaseStore, Features, Record, features_of, off_loop
 
+TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
 if TYPE_CHECKING:
+    from typing import Any, Final
+
+    from ._codec_protocol import Codec
     from ._core.durations import Duration
     from .stores._protocols import Store
     from .stores._store_stats import StoreStats

@@ -6,7 +6,6 @@ import functools
 import inspect
 import weakref
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import orjson
 
@@ -18,12 +17,16 @@ from .scope import CURRENT, OPEN_BLOCKS, current
 from .stats import record_hit
 from .stores._base import NOT_SHARED
 
+TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
 if TYPE_CHECKING:
     import re
     from types import ModuleType
+    from typing import Any, TypeVar, overload
 
     from ._core.durations import Duration
     from .keys import KeyParts
+else:
+    from ._hints import Any, TypeVar, overload
 
 __all__ = ["cache"]
 

@@ -23,7 +23,6 @@ import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from ._core.volatile import BlockPaths
 from ._lazy import ON_FIRST_BLOCK
@@ -39,10 +38,14 @@ from .config import (
 )
 from .errors import ReplayMiss
 
+TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
 if TYPE_CHECKING:
     import concurrent.futures  # at run time in _executor: it loads logging, ~7 ms
+    from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
     from .stores._protocols import Store
+else:
+    from ._hints import Any, Generic, ParamSpec, Protocol, TypeVar
 
 __all__ = ["current", "inherited", "propagate", "scope", "settle", "track", "untrack",
            "wrap_executor"]

@@ -237,6 +237,46 @@ def test_closing_an_unchanged_block_reads_only_the_entries_it_used(tmp_path, laz
     assert [d.reason for d in divs if d.reason != "unmade"] == ["order"]
 
 
+def test_a_small_file_reports_a_late_hit_when_asked_reading_the_file_again(tmp_path):
+    """A file parsed whole when opened names its out-of-order hit and the steps never made
+    when ``divergences`` is read after close, from the file, as a lazily read one does."""
+    p = tmp_path / "c.json"
+    record_steps(p, 5)
+    entries = orjson.loads(p.read_bytes())["entries"]
+    tape = Cassette(p, mode="replay")
+    assert tape.get(entries[4]["key"]) is not None  # out of order
+    assert tape._tape.full is not None  # parsed whole
+    tape.save()
+    tape.close()
+    assert tape._order.divergences == []  # nothing named at exit
+    divs = tape.divergences
+    assert [(d.reason, d.recorded_step) for d in divs] == [
+        ("order", 0), ("unmade", 0), ("unmade", 1), ("unmade", 2), ("unmade", 3)]
+    assert divs[0].actual is not None and divs[0].actual.recorded_step == 4
+    assert divs[0].actual.request == orjson.loads(
+        orjson.dumps({"body": next(s for i, s in enumerate(agent_steps(5)) if i == 4)[0]}))
+    assert divs[2].expected is not None and divs[2].expected.request == orjson.loads(
+        orjson.dumps({"body": next(s for i, s in enumerate(agent_steps(5)) if i == 1)[0]}))
+
+
+def test_a_small_file_a_block_recorded_into_names_its_late_hit_at_exit(tmp_path):
+    """The block rewrites the file: what it reports is named before, from the parse, so
+    the requests stay known."""
+    p = tmp_path / "c.json"
+    record_steps(p, 5)
+    entries = orjson.loads(p.read_bytes())["entries"]
+    tape = Cassette(p, mode="auto")
+    assert tape.get(entries[4]["key"]) is not None  # out of order
+    assert tape.get("no-such-key") is None
+    tape.put("no-such-key", Record(value=CODEC.encode({"new": 1}, key="no-such-key"),
+                                   name="openai.chat", kind="llm", request=b'{"new":1}'))
+    assert tape.save() is True
+    tape.close()
+    divs = tape.divergences
+    assert divs[0].reason == "order"
+    assert divs[0].actual is not None and divs[0].actual.request is not None
+
+
 def test_a_block_that_records_a_call_leaves_the_unmade_report_for_later(tmp_path, lazy):
     """An auto-mode miss does not parse the file; the block's exit does not expand the
     requests of every recorded step it never made (2.3 s for a 10k-entry agent run): the

@@ -84,7 +84,6 @@ import mmap
 import os
 import pathlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 import xxhash
@@ -92,7 +91,10 @@ import xxhash
 from .._lazy import served
 from ..errors import CassetteError
 
+TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
 if TYPE_CHECKING:
+    from typing import Any, Final
+
     from .document import load_document
     from .render import render
 

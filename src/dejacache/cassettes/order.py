@@ -21,7 +21,6 @@ import contextvars
 import itertools
 import pathlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from .._core import strict as order
 from ..errors import CassetteError, ReplayDivergence, ReplayMiss
@@ -30,7 +29,10 @@ from .calls import Call
 from .reader import Index
 from .tape import Entry, Tape, Unused
 
+TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
 if TYPE_CHECKING:
+    from typing import Any
+
     from .findings import Divergence
 
 # A divergence's explanation (divergence.py: its message, records and field diff) is imported
@@ -280,8 +282,11 @@ class RunOrder:
         # parse too (an auto-mode miss parses the file): expanding the requests of 9,999
         # unused entries of a 20 KB agent run took 2.3 s at the exit of a block that
         # recorded one new call. The file read is still named by its seal; if the block
-        # rewrote it, a later report shows those requests as unknown (None).
-        later = tape.keep_seal() and not self.strict
+        # rewrote it, a later report shows those requests as unknown (None). A small file,
+        # parsed whole when opened, is read again too unless this run recorded (and so
+        # rewrites it): naming a late hit there loaded the report modules (divergence.py,
+        # findings.py: 15M instructions, ~2.5 ms) in every such block.
+        later = not self.strict and tape.keep_seal(parsed=not self.pred)
         if not later:
             self.settle()
         if not replayed or tape.raw is None or (shared and not self.strict) or rest_live:

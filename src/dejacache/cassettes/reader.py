@@ -23,13 +23,16 @@ import itertools
 import mmap
 import operator
 import threading
-from typing import Any, Final
 
 import orjson
 import xxhash
 
 from ..errors import CassetteError
 from . import format as fmt
+
+TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
+if TYPE_CHECKING:
+    from typing import Any, Final
 
 __all__ = ["DocIndex", "FileIndex", "Index"]
 

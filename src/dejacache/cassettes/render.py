@@ -8,7 +8,6 @@ format.py keeps; the first save, a whole parse (checking checksums) and the CLI 
 from __future__ import annotations
 
 import collections
-from typing import Any
 
 import orjson
 import xxhash
@@ -24,6 +23,10 @@ from .format import (
     segment_head,
     segment_names,
 )
+
+TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["build_xref", "dumps", "empty_document", "entry_bytes", "entry_checksum", "render",
            "segment_bytes", "tail_bytes", "value_item", "with_xref_at", "xref_checksum",

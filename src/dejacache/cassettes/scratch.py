@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import os
 import pathlib
-from typing import Final
 
 from .._paths import project_root
+
+TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
+if TYPE_CHECKING:
+    from typing import Final
 
 __all__ = ["ENV", "OUTSIDE", "active", "directory", "original", "redirect"]
 

@@ -22,15 +22,19 @@ import operator
 import pathlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import CassetteError
 from . import format as fmt
 from .reader import DocIndex, FileIndex, Index
 
+TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
 if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
     from .blobs import Folder
     from .findings import EntryInfo
+else:
+    from .._hints import Any, TypeVar
 
 __all__ = ["Tape", "Unused", "folder"]
 
@@ -530,11 +534,15 @@ class Tape:
 
     # ---------------------------------------------------------------- reports
 
-    def keep_seal(self) -> bool:
+    def keep_seal(self, *, parsed: bool = True) -> bool:
         """Remember which recording the file held (its cross-reference checksum), so a
-        report after close can read it again; whether there is one to read."""
+        report after close can read it again; whether there is one to read. ``parsed``: a
+        file parsed whole when opened (a small one) keeps the seal of its cross-reference
+        too (False: its report is made now, from the parse)."""
         if isinstance(self.ix, FileIndex):
             self.seal = self.ix.seal
+        elif parsed and self.file_index is not None:
+            self.seal = self.file_index.seal
         return bool(self.seal)
 
     def forget_file(self) -> None:

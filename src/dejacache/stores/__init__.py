@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from .._lazy import attach
 from ..errors import ConfigurationError
 from ._base import BaseStore, Record
 
+TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
 if TYPE_CHECKING:
+    from typing import Any
+
     from ._protocols import Store
     from ._store_stats import StoreStats
     from .memory import MemoryStore
