@@ -20,6 +20,7 @@ from websockets.sync.client import connect as sconnect  # bound before any block
 from ws_support import LoopbackServer, RawServer, echo, free_port
 
 import dejacache
+from dejacache.cassettes.rehash import rehash
 from dejacache.errors import NetworkBlocked, ReplayMiss
 
 SECRET = "sk-test-wsSECRET0123456789abcdefghijkl"
@@ -281,49 +282,73 @@ def test_a_dropped_connection_replays_as_1006(tmp_path: pathlib.Path,
         assert asyncio.run(run(server.url)) == recorded == (None, 1006)
 
 
-def test_a_server_message_over_the_clients_max_size_leaves_its_window_unrecorded(
-        tmp_path: pathlib.Path, server: LoopbackServer) -> None:
-    """The live connection refuses it (1009 to the server, as the client's own would); the
-    client is closed with 1011 naming the bound; the window it cut is not stored, so a
-    replay misses there rather than replaying a session shorter than the live one."""
-    async def run(url: str) -> Any:
+def _too_big_asyncio(url: str) -> list[Any]:
+    async def run() -> list[Any]:
         async with aconnect(url, max_size=1000) as ws:
-            await ws.recv()
+            out = [json.loads(await ws.recv())]
             await ws.send(json.dumps({"n": 0}))
-            acked = json.loads(await ws.recv())
+            out.append(json.loads(await ws.recv()))
             await ws.send(json.dumps({"big": 5000}))
-            with pytest.raises(ConnectionClosedError) as info:
+            with pytest.raises(ConnectionClosed) as info:
                 await ws.recv()
-            return acked, info.value.rcvd
+            return [*out, _closed(info.value)]
 
+    return asyncio.run(run())
+
+
+def _too_big_threads(url: str) -> list[Any]:
+    with sconnect(url, max_size=1000) as ws:
+        out = [json.loads(ws.recv())]
+        ws.send(json.dumps({"n": 0}))
+        out.append(json.loads(ws.recv()))
+        ws.send(json.dumps({"big": 5000}))
+        with pytest.raises(ConnectionClosed) as info:
+            ws.recv()
+        return [*out, _closed(info.value)]
+
+
+def _too_big_legacy(url: str) -> list[Any]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from websockets.legacy.client import connect as lconnect
+
+    async def run() -> list[Any]:
+        async with lconnect(url, max_size=1000) as ws:
+            out = [json.loads(await ws.recv())]
+            await ws.send(json.dumps({"n": 0}))
+            out.append(json.loads(await ws.recv()))
+            await ws.send(json.dumps({"big": 5000}))
+            with pytest.raises(ConnectionClosed) as info:
+                await ws.recv()
+            return [*out, _closed(info.value)]
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("run", [_too_big_asyncio, _too_big_threads, _too_big_legacy],
+                         ids=["asyncio", "threads", "legacy"])
+def test_a_server_message_over_the_clients_max_size_replays_as_its_1009(
+        tmp_path: pathlib.Path, server: LoopbackServer, run: Callable[[str], list[Any]]
+        ) -> None:
+    """The client's own bound (``max_size``) refuses the message from its frame's header:
+    live, its library fails the connection with 1009 and raises ``ConnectionClosedError``
+    (that close sent, none received). Recorded, the window keeps it as the client library's
+    error, as the frames it refuses for other reasons; replayed, the app gets the same
+    exception (class, closes, text), the message itself never read nor stored."""
+    live = run(server.url)
+    assert live[1] == {"ack": 0} and live[2][0] == "ConnectionClosedError"
+    assert live[2][1] is None and live[2][2][0] == 1009
     path = tmp_path / "big.json"
     with dejacache.cassette(path, mode="record"):
-        acked, rcvd = asyncio.run(run(server.url))
-    assert acked == {"ack": 0}
-    assert rcvd is not None and rcvd.code == 1011
-    assert rcvd.reason == ("dejacache: the server's message over the 1000 bytes limit; "
-                           "raise max_size= of connect()")
-    bodies = [e["request"].get("body") for e in json.loads(path.read_text())["entries"]]
-    assert bodies == [None, {"n": 0}]  # the handshake and the whole window, not the cut one
+        assert run(server.url) == live
+    entries = json.loads(path.read_text())["entries"]
+    assert [e["request"].get("body") for e in entries] == [None, {"n": 0}, {"big": 5000}]
+    close = entries[2]["response"]["close"]
+    assert {k: close[k] for k in ("code", "error")} == {"code": 1009, "error": True}
+    assert "y" * 1000 not in path.read_text()
     server.stop()
-    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss):
-        asyncio.run(run(server.url))
-
-
-def test_the_threads_client_leaves_a_window_its_max_size_cut_unrecorded_too(
-        tmp_path: pathlib.Path, server: LoopbackServer) -> None:
-    path = tmp_path / "big-sync.json"
-    with dejacache.cassette(path, mode="record"), sconnect(server.url, max_size=1000) as ws:
-        ws.recv()
-        ws.send(json.dumps({"n": 0}))
-        assert json.loads(ws.recv()) == {"ack": 0}
-        ws.send(json.dumps({"big": 5000}))
-        with pytest.raises(ConnectionClosedError) as info:
-            ws.recv()
-        rcvd = info.value.rcvd
-    assert rcvd is not None and rcvd.code == 1011 and "over the 1000 bytes limit" in rcvd.reason
-    bodies = [e["request"].get("body") for e in json.loads(path.read_text())["entries"]]
-    assert bodies == [None, {"n": 0}]
+    with dejacache.cassette(path, mode="replay"):
+        assert run(server.url) == live
 
 
 _PAD = "p" * 2000
@@ -574,3 +599,73 @@ def test_patched_only_while_a_block_is_open(tmp_path: pathlib.Path,
         assert not isinstance(info.value, NetworkBlocked)  # answered from the cassette
     assert module.connect.__dict__["__await__"] is plain
     assert asyncio.run(_async_session(server.url))[0] == {"hello": "/"}
+
+
+_WAIT = 10  # seconds a client waits for the end before the test fails (not hangs)
+
+
+def _ended_asyncio(url: str) -> str:
+    async def run() -> str:
+        async with aconnect(url) as ws:
+            await ws.recv()
+            await ws.send(json.dumps({"n": 0}))
+            with pytest.raises(ConnectionClosed) as info:
+                await asyncio.wait_for(ws.recv(), _WAIT)
+            return type(info.value).__name__
+
+    return asyncio.run(run())
+
+
+def _ended_threads(url: str) -> str:
+    with sconnect(url) as ws:
+        ws.recv()
+        ws.send(json.dumps({"n": 0}))
+        with pytest.raises(ConnectionClosed) as info:
+            ws.recv(timeout=_WAIT)
+        return type(info.value).__name__
+
+
+def _ended_legacy(url: str) -> str:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from websockets.legacy.client import connect as lconnect
+
+    async def run() -> str:
+        async with lconnect(url) as ws:
+            await ws.recv()
+            await ws.send(json.dumps({"n": 0}))
+            with pytest.raises(ConnectionClosed) as info:
+                await asyncio.wait_for(ws.recv(), _WAIT)
+            return type(info.value).__name__
+
+    return asyncio.run(run())
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("run", [_ended_asyncio, _ended_threads, _ended_legacy],
+                         ids=["asyncio", "threads", "legacy"])
+@pytest.mark.parametrize("close", [
+    {"code": 1005, "error": True},  # a refusal with a code no close frame may carry
+    {"code": 1002, "reason": "r" * 200, "error": True},  # ... a reason no frame holds
+    {"code": 4000, "reason": "r" * 200, "error": False},  # the server's close, the same
+], ids=["unsendable-code", "refusal-reason-too-long", "close-reason-too-long"])
+def test_a_replayed_end_no_protocol_can_act_out_ends_the_connection(
+        tmp_path: pathlib.Path, run: Callable[[str], str], close: dict[str, Any]) -> None:
+    """A recorded end the in-memory connection cannot act out (a cassette edited by hand, or
+    written elsewhere) raises where dejacache drives a protocol: the client's own parser
+    (a refusal it replays) or the server end's (a close it writes). The connection ends as
+    the client's library ends one whose transport failed, and the app's ``recv()`` raises
+    ``ConnectionClosed``: it never waits forever."""
+    raw = RawServer(bytes((0xC1, 2)) + b"hi")
+    path = tmp_path / "bad.json"
+    try:
+        with dejacache.cassette(path, mode="record"):
+            assert _ended_asyncio(raw.url) == "ConnectionClosedError"
+    finally:
+        raw.stop()
+    doc = json.loads(path.read_text())
+    doc["entries"][1]["response"]["close"].update(close)
+    path.write_bytes(rehash(json.dumps(doc).encode(), path)[0])
+    with dejacache.cassette(path, mode="replay"):
+        assert run(raw.url) == "ConnectionClosedError"
+

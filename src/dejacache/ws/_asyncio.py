@@ -49,18 +49,19 @@ class _Awaiting:
         return self.fn(self.obj)
 
 
-def closed_of(exc: Any, conn: Any = None, raise_with: str = "max_size= of connect()") -> Closed:
+def closed_of(exc: Any, conn: Any = None, raise_with: str | None = None) -> Closed:
     """The end a ``ConnectionClosed`` reports (no close frame received: 1006); a
-    :func:`~._message.server_cut` when ``conn`` (the live connection) closed it first for a
-    message over its ``max_size`` (``raise_with`` raises it); a ``Faulted`` when it failed
-    it for a frame of the server's it refused (1002, 1007): what the app is given, as the
-    library closed it (that close sent, none received)."""
+    ``Faulted`` when ``conn`` (the live connection) failed it for a frame of the server's it
+    refused (1002, 1007, and 1009 for one over its ``max_size``): what the app is given, as
+    the library closed it (that close sent, none received). ``raise_with``: the live
+    connection is not the client's own but a proxy's (what raises its bound), whose
+    refusal of a message too big is no client's: a :func:`~._message.server_cut`."""
     sent = getattr(exc, "sent", None)
     rcvd = getattr(exc, "rcvd", None)
     if conn is not None and sent is not None and not getattr(exc, "rcvd_then_sent", False):
-        if sent.code == TOO_BIG:
+        if sent.code == TOO_BIG and raise_with is not None:
             return server_cut(_max_size(conn), raise_with)
-        if sent.code in _REFUSED and rcvd is None:
+        if rcvd is None and (sent.code in _REFUSED or sent.code == TOO_BIG):
             return Faulted(int(sent.code), str(sent.reason))
     if rcvd is None:
         return Closed(1006, "")
@@ -78,10 +79,10 @@ def _max_size(conn: Any) -> int:
 class Live:
     """The live side: a real ``websockets`` connection (asyncio or legacy; ``answer``: its
     handshake's, read from the response headers it kept; ``raise_with``: what raises its
-    message bound, for the close reason when a message passes it)."""
+    message bound when it is a proxy's, not the client's own: :func:`closed_of`)."""
 
     def __init__(self, conn: Any, answer: Answer | None = None,
-                 raise_with: str = "max_size= of connect()") -> None:
+                 raise_with: str | None = None) -> None:
         self.conn = conn
         self.answer = answer or Answer(101, list(conn.response.headers.raw_items()),
                                        conn.subprotocol)
@@ -158,7 +159,14 @@ class _Link:
 
     def to_client(self, data: bytes) -> None:
         if not self.lost and data:
-            self.conn.data_received(data)
+            try:
+                self.conn.data_received(data)
+            except Exception as exc:
+                # The client's parser failed (a recorded end its protocol cannot act out:
+                # a close code no frame carries, a reason no frame holds). asyncio's own
+                # transports lose the connection with the error then; raised here, it ended
+                # the feed and the client waited for the rest forever.
+                self.lose(exc)
 
     def end(self) -> None:
         """The server end has closed the connection."""
@@ -181,7 +189,14 @@ class _Link:
         self.pump = self.loop.create_task(self._pump())
 
     async def _pump(self) -> None:
-        """Feed the client what the session owes it, as frames, in order."""
+        """Feed the client what the session owes it, as frames, in order; a failure there
+        ends the connection, as a transport's failure does."""
+        try:
+            await self._feed()
+        except Exception as exc:  # (a recorded end the server end cannot write): see above
+            self.lose(exc)
+
+    async def _feed(self) -> None:
         from websockets.protocol import State
 
         session = self.session

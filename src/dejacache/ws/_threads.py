@@ -108,7 +108,15 @@ class _Link:
                 self.server.shutdown(socket.SHUT_WR)
 
     def feed(self) -> None:
-        """Write what the session owes the client, in order (the pump's thread)."""
+        """Write what the session owes the client, in order (the pump's thread). A failure
+        there (a recorded end the server end cannot write: a reason no close frame holds)
+        ends the connection, as a socket's failure does: the client waited forever."""
+        try:
+            self._feed()
+        except Exception:
+            self.write(b"", eof=True)
+
+    def _feed(self) -> None:
         from websockets.protocol import State
 
         session = self.session

@@ -43,6 +43,7 @@ from ._message import (
     Faulted,
     Handshake,
     Message,
+    TextBytes,
     onward,
     too_big,
 )
@@ -200,6 +201,10 @@ class Endpoint:
 
     def message(self, m: Message) -> bytes:
         data = m.data
+        if type(m) is TextBytes:  # (the text frame as it came: the client refuses it)
+            assert isinstance(data, bytes)
+            self.proto.send_text(data)
+            return self._out()
         if self._plain:  # the frame the protocol would write: ~235 -> ~50 opcodes
             if type(data) is str:
                 return _frame(0x81, data.encode())
@@ -234,12 +239,18 @@ class Endpoint:
         again, failing the connection itself as it did live: text that is not UTF-8 for
         1007, else a reserved bit (RSV2: no extension websockets negotiates uses it), so
         that the legacy client, which sends no reason, fails with the same code. The
-        sans-I/O one, armed (``_faulting``), fails with the recorded code and reason."""
+        sans-I/O one, armed (``_faulting``), fails with the recorded code and reason; the
+        legacy one, for a message over its ``max_size`` (1009), is sent a frame header
+        declaring one."""
         if not isinstance(c, Faulted):
             return self.close(c)
+        self._framed = self._plain = False
         if isinstance(client, _faulting()):
             client.fault = c
-        self._framed = self._plain = False
+        elif c.code == TOO_BIG and type(getattr(client, "max_size", None)) is int:
+            # The legacy client refuses a frame over its bound from the header: one
+            # declaring a byte more than it takes, its payload never sent.
+            return _LENGTH64(0x82, 127, client.max_size + 1)
         return _NOT_UTF8 if c.code == _INVALID_DATA else _RESERVED_BIT
 
     def _out(self) -> bytes:
@@ -388,7 +399,7 @@ def _faulting() -> Any:
 
         def fail(self, code: int, reason: str = "") -> None:
             armed, self.fault = self.fault, None
-            if armed is not None:
+            if armed is not None and _sendable(armed):
                 code, reason = armed.code, armed.reason
                 with contextlib.suppress(ValueError):  # (as its own refusals name it)
                     code = CloseCode(code)
@@ -397,6 +408,26 @@ def _faulting() -> Any:
     Faulting.__name__ = Faulting.__qualname__ = ClientProtocol.__name__
     Faulting.__module__ = ClientProtocol.__module__
     return Faulting
+
+
+def _sendable(c: Closed) -> bool:
+    """Whether the client's protocol can fail with ``c`` (its close frame written: a code
+    one may carry, a reason it holds). A recorded end that cannot (a cassette edited by
+    hand, or written by another client) raised inside the client's parser, which then had
+    died with the connection open: the app waited for the rest forever. It fails as its
+    own refusal of the frame instead."""
+    from websockets.exceptions import ProtocolError
+    from websockets.frames import Close
+
+    if c.code == ABNORMAL:  # (no close frame is written for it)
+        return True
+    try:
+        return len(Close(c.code, c.reason).serialize()) <= _CONTROL_PAYLOAD
+    except (ProtocolError, ValueError):
+        return False
+
+
+_CONTROL_PAYLOAD = 125  #: the most a control frame carries (RFC 6455 5.5)
 
 
 def client_protocol(uri: str, kw: dict[str, Any]) -> Any:
