@@ -669,3 +669,89 @@ def test_a_replayed_end_no_protocol_can_act_out_ends_the_connection(
     with dejacache.cassette(path, mode="replay"):
         assert run(raw.url) == "ConnectionClosedError"
 
+
+_FRAGMENT = 64 * 1024
+_FRAGMENTS = 256  # 16 MiB in all: 256 times the bound below
+
+
+async def _count(ws: Any) -> None:
+    """Each message's length, read fragment by fragment (nothing held whole here either)."""
+    while True:
+        n = 0
+        async for part in ws.recv_streaming():
+            n += len(part)
+        await ws.send(json.dumps({"got": n}))
+
+
+def _parts() -> Iterator[bytes]:
+    for _ in range(_FRAGMENTS):
+        yield bytes(_FRAGMENT)
+
+
+def _huge_asyncio(url: str) -> Any:
+    async def run() -> Any:
+        async with aconnect(url, max_size=None) as ws:
+            await ws.send(json.dumps({"n": 0}))
+            before = json.loads(await ws.recv())
+            await ws.send(_parts())
+            return before, json.loads(await ws.recv())
+
+    return asyncio.run(run())
+
+
+def _huge_threads(url: str) -> Any:
+    with sconnect(url, max_size=None) as ws:
+        ws.send(json.dumps({"n": 0}))
+        before = json.loads(ws.recv())
+        ws.send(_parts())
+        return before, json.loads(ws.recv())
+
+
+def _huge_legacy(url: str) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from websockets.legacy.client import connect as lconnect
+
+    async def run() -> Any:
+        async with lconnect(url, max_size=None) as ws:
+            await ws.send(json.dumps({"n": 0}))
+            before = json.loads(await ws.recv())
+            await ws.send(_parts())
+            return before, json.loads(await ws.recv())
+
+    return asyncio.run(run())
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("run", [_huge_asyncio, _huge_threads, _huge_legacy],
+                         ids=["asyncio", "threads", "legacy"])
+def test_a_fragmented_message_over_the_bound_is_never_held_whole(
+        tmp_path: pathlib.Path, run: Callable[[str], Any]) -> None:
+    """A client message sent in fragments is bounded as they come: past the bound
+    (``configure(max_ws_message=)``, 64 KiB here) its fragments go on to the server as they
+    arrive, the session unrecorded from it on, as for a whole message over it (a replay
+    misses there). 16 MiB went through with 1.3-1.7 MB held at the peak, the loopback
+    server's included (50-60 MB before)."""
+    import tracemalloc
+
+    server = LoopbackServer(_count).start()
+    dejacache.configure(max_ws_message=_FRAGMENT)
+    path = tmp_path / "huge.json"
+    try:
+        tracemalloc.start()
+        try:
+            with dejacache.cassette(path, mode="record"), pytest.warns(
+                    dejacache.DejacacheWarning, match="over the 65536 bytes limit"):
+                got = run(server.url)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    finally:
+        server.stop()
+    assert got == ({"got": 8}, {"got": _FRAGMENT * _FRAGMENTS})
+    assert peak < _FRAGMENT * _FRAGMENTS // 4, peak  # (1.3-1.7 MB, the server's share too)
+    entries = json.loads(path.read_text())["entries"]
+    assert [e["request"].get("body") for e in entries] == [None, {"n": 0}]
+    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss,
+                                                                match="max_ws_message"):
+        run(server.url)

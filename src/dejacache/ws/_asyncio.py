@@ -17,9 +17,10 @@ connection is closed with code 1011.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from typing import Any
 
 from ..config import Effective
@@ -27,8 +28,8 @@ from ..errors import ReplayMiss
 from ..http.transport import Options
 from ._captured import ARGS
 from ._drive import AsyncSession
-from ._message import TOO_BIG, Answer, Closed, Faulted, Message, Refused, server_cut
-from ._wire import Endpoint, client_protocol
+from ._message import TOO_BIG, Answer, Closed, Faulted, Message, Refused, Streamed, server_cut
+from ._wire import Endpoint, Parts, client_protocol
 
 __all__ = ["Live", "answering", "awaited", "closed_of", "connect_in_block", "in_memory",
            "live_connection", "refused_of"]
@@ -89,7 +90,7 @@ class Live:
         self.raise_with = raise_with
 
     async def send(self, m: Message) -> None:
-        await self.conn.send(m.data)
+        await self.conn.send(m.parts if type(m) is Streamed else m.data)
 
     async def recv(self) -> Message | Closed:
         from websockets.exceptions import ConnectionClosed
@@ -125,6 +126,63 @@ async def awaited(connect: Any, orig_await: Any) -> Any:
     return await _Awaiting(orig_await, connect)
 
 
+#: The bytes of a streamed message's fragments that may wait for the live side before the
+#: client's writes are paused (as a socket's buffer pauses them).
+HELD = 256 * 1024
+
+
+class _Spill(Parts):
+    """A client message past the session's bound, sent live from a task of its own as its
+    fragments come (``session.send`` of a ``Streamed``); the client's writes are paused
+    while more than ``HELD`` bytes of them wait. Its error is raised by ``_Link.settle``."""
+
+    def __init__(self, link: _Link, text: bool) -> None:
+        super().__init__(text)
+        self.conn = link.conn
+        self.waiting: collections.deque[tuple[str | bytes, int]] = collections.deque()
+        self.held = 0
+        self.fin = self.paused = False
+        self.changed = asyncio.Event()
+        assert link.session is not None
+        self.task = link.loop.create_task(link.session.send(Streamed(b"", self._parts())))
+        self.task.add_done_callback(self._done)
+
+    def part(self, data: bytes, fin: bool) -> None:
+        if self.task.done():  # it failed: the rest is dropped, its error raised by settle
+            return
+        self.waiting.append((self.piece(data, fin), len(data)))
+        self.held += len(data)
+        self.fin = fin
+        self.changed.set()
+        if self.held > HELD and not self.paused:
+            self.paused = True
+            self.conn.pause_writing()
+
+    async def _parts(self) -> AsyncIterator[str | bytes]:
+        while True:
+            while not self.waiting:
+                if self.fin:
+                    return
+                self.changed.clear()
+                await self.changed.wait()
+            piece, n = self.waiting.popleft()
+            self.held -= n
+            if self.paused and self.held <= HELD // 2:
+                self._resume()
+            yield piece
+
+    def _resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            self.conn.resume_writing()
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self.waiting.clear()
+        self._resume()
+        if not task.cancelled():
+            task.exception()  # (retrieved: ``settle`` raises it)
+
+
 class _Link:
     """One in-memory connection: the client connection, its endpoint and its session."""
 
@@ -137,6 +195,12 @@ class _Link:
         self.pump: asyncio.Task[None] | None = None
         self.lost = False
         self.settling = asyncio.Lock()
+        self.spills: list[_Spill] = []  # streamed messages ``settle`` has not seen end
+
+    def spilling(self, text: bool) -> _Spill:
+        spill = _Spill(self, text)
+        self.spills.append(spill)
+        return spill
 
     # ------------------------------------------------------------ the client's bytes
 
@@ -230,6 +294,12 @@ class _Link:
         lock = self.settling
         await lock.acquire()
         try:
+            while self.spills:
+                try:
+                    await self.spills.pop(0).task
+                except ReplayMiss as miss:
+                    self.fail(miss)
+                    raise
             for m in self.endpoint.take():
                 try:
                     await session.send(m)
@@ -360,7 +430,8 @@ async def in_memory(conn: Any, ws_uri: Any, handshake: Callable[[], Awaitable[No
     from the session; then feed it what the session owes it."""
     loop = asyncio.get_running_loop()
     # Unbounded: a message over the session's bound goes to the server unrecorded (the
-    # client holds it whole already), as aiohttp's does.
+    # client holds a whole one already; a fragmented one is handed on as it comes:
+    # ``spill_past``), as aiohttp's does.
     link = _Link(conn, Endpoint("wss" if ws_uri.secure else "ws", None), loop,
                  (ws_uri.host, ws_uri.port))
     setattr(conn, _LINK, link)
@@ -376,6 +447,7 @@ async def in_memory(conn: Any, ws_uri: Any, handshake: Callable[[], Awaitable[No
     session = AsyncSession(eff, hs, open_live, realtime=opts.realtime,
                            volatile=opts.volatile)
     link.session = session
+    link.endpoint.spill_past(session.max_message, link.spilling)
     try:
         answer = await session.open()
         link.to_client(link.endpoint.answer(answer))

@@ -31,8 +31,9 @@ import orjson
 from ..errors import SerializationError
 
 __all__ = ["ABNORMAL", "MAX_MESSAGE", "TOO_BIG", "UPGRADE_HEADERS", "Answer", "Closed", "Cut",
-           "Faulted", "Handshake", "Message", "Refused", "TextBytes", "canonical_message",
-           "json_of", "larger_than", "message_of", "onward", "server_cut", "stored", "too_big"]
+           "Faulted", "Handshake", "Message", "Refused", "Streamed", "TextBytes",
+           "canonical_message", "json_of", "larger_than", "message_of", "onward", "server_cut",
+           "stored", "too_big"]
 
 #: Response headers that belong to one connection's upgrade: a replay's own handshake makes
 #: them anew (its accept key, no extension negotiated), so none is stored or handed back.
@@ -78,6 +79,15 @@ class TextBytes(Message):
     @property
     def binary(self) -> bool:
         return False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Streamed(Message):
+    """A client message over the recording's bound, sent in fragments: ``parts`` hands them
+    on as they come (an iterator, or an async one, of ``str`` or ``bytes``), so it is never
+    held whole; ``data`` is empty. Always past the bound: it goes live, unrecorded."""
+
+    parts: Any = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
