@@ -128,13 +128,13 @@ async def awaited(connect: Any, orig_await: Any) -> Any:
 
 #: The bytes of a streamed message's fragments that may wait for the live side before the
 #: client's writes are paused (as a socket's buffer pauses them).
-HELD = 256 * 1024
+_HELD = 256 * 1024
 
 
 class _Spill(Parts):
     """A client message past the session's bound, sent live from a task of its own as its
     fragments come (``session.send`` of a ``Streamed``); the client's writes are paused
-    while more than ``HELD`` bytes of them wait. Its error is raised by ``_Link.settle``."""
+    while more than ``_HELD`` bytes of them wait. Its error is raised by ``_Link.settle``."""
 
     def __init__(self, link: _Link, text: bool) -> None:
         super().__init__(text)
@@ -154,7 +154,7 @@ class _Spill(Parts):
         self.held += len(data)
         self.fin = fin
         self.changed.set()
-        if self.held > HELD and not self.paused:
+        if self.held > _HELD and not self.paused:
             self.paused = True
             self.conn.pause_writing()
 
@@ -167,7 +167,7 @@ class _Spill(Parts):
                 await self.changed.wait()
             piece, n = self.waiting.popleft()
             self.held -= n
-            if self.paused and self.held <= HELD // 2:
+            if self.paused and self.held <= _HELD // 2:
                 self._resume()
             yield piece
 

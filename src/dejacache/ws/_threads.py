@@ -76,17 +76,17 @@ def _live(connect: Callable[[], Any]) -> _Live:
 
 #: The fragments of a streamed message that may wait for the live side before the client's
 #: write blocks (as a full socket buffer blocks it).
-QUEUED = 4
+_QUEUED = 4
 
 
 class _Spill(Parts):
     """A client message past the session's bound, sent live from a thread of its own as its
     fragments come (``session.send`` of a ``Streamed``); the client's write blocks while
-    ``QUEUED`` of them wait. Its error is raised by ``_Link.settle``."""
+    ``_QUEUED`` of them wait. Its error is raised by ``_Link.settle``."""
 
     def __init__(self, session: SyncSession, text: bool) -> None:
         super().__init__(text)
-        self.waiting: queue.Queue[tuple[str | bytes, bool]] = queue.Queue(QUEUED)
+        self.waiting: queue.Queue[tuple[str | bytes, bool]] = queue.Queue(_QUEUED)
         self.error: Exception | None = None
         self.done = threading.Event()
         self.thread = threading.Thread(target=self._send, args=(session,), daemon=True,
