@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from dejacache.ws._message import (
     Message,
+    TextBytes,
     canonical_message,
     larger_than,
     message_of,
@@ -34,6 +35,15 @@ def test_text_and_bytes_come_back_as_they_came(data: str | bytes) -> None:
         assert back.binary == m.binary
     else:
         assert back == m
+
+
+@given(st.binary(max_size=200))
+def test_text_that_is_not_utf8_comes_back_as_text_of_those_bytes(data: bytes) -> None:
+    m = TextBytes(b"{\xff" + data)
+    kept = orjson.loads(orjson.dumps(stored(m)))
+    assert list(kept) == ["text_bytes"]
+    back = message_of(kept)
+    assert type(back) is TextBytes and back == m and not back.binary
 
 
 @given(st.dictionaries(st.text(max_size=8), _JSON, max_size=5) | st.lists(_JSON, max_size=5),

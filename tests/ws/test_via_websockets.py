@@ -20,6 +20,7 @@ from websockets.sync.client import connect as sconnect  # bound before any block
 from ws_support import LoopbackServer, RawServer, echo, free_port
 
 import dejacache
+from dejacache.cassettes.rehash import rehash
 from dejacache.errors import NetworkBlocked, ReplayMiss
 
 SECRET = "sk-test-wsSECRET0123456789abcdefghijkl"
@@ -281,49 +282,73 @@ def test_a_dropped_connection_replays_as_1006(tmp_path: pathlib.Path,
         assert asyncio.run(run(server.url)) == recorded == (None, 1006)
 
 
-def test_a_server_message_over_the_clients_max_size_leaves_its_window_unrecorded(
-        tmp_path: pathlib.Path, server: LoopbackServer) -> None:
-    """The live connection refuses it (1009 to the server, as the client's own would); the
-    client is closed with 1011 naming the bound; the window it cut is not stored, so a
-    replay misses there rather than replaying a session shorter than the live one."""
-    async def run(url: str) -> Any:
+def _too_big_asyncio(url: str) -> list[Any]:
+    async def run() -> list[Any]:
         async with aconnect(url, max_size=1000) as ws:
-            await ws.recv()
+            out = [json.loads(await ws.recv())]
             await ws.send(json.dumps({"n": 0}))
-            acked = json.loads(await ws.recv())
+            out.append(json.loads(await ws.recv()))
             await ws.send(json.dumps({"big": 5000}))
-            with pytest.raises(ConnectionClosedError) as info:
+            with pytest.raises(ConnectionClosed) as info:
                 await ws.recv()
-            return acked, info.value.rcvd
+            return [*out, _closed(info.value)]
 
+    return asyncio.run(run())
+
+
+def _too_big_threads(url: str) -> list[Any]:
+    with sconnect(url, max_size=1000) as ws:
+        out = [json.loads(ws.recv())]
+        ws.send(json.dumps({"n": 0}))
+        out.append(json.loads(ws.recv()))
+        ws.send(json.dumps({"big": 5000}))
+        with pytest.raises(ConnectionClosed) as info:
+            ws.recv()
+        return [*out, _closed(info.value)]
+
+
+def _too_big_legacy(url: str) -> list[Any]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from websockets.legacy.client import connect as lconnect
+
+    async def run() -> list[Any]:
+        async with lconnect(url, max_size=1000) as ws:
+            out = [json.loads(await ws.recv())]
+            await ws.send(json.dumps({"n": 0}))
+            out.append(json.loads(await ws.recv()))
+            await ws.send(json.dumps({"big": 5000}))
+            with pytest.raises(ConnectionClosed) as info:
+                await ws.recv()
+            return [*out, _closed(info.value)]
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("run", [_too_big_asyncio, _too_big_threads, _too_big_legacy],
+                         ids=["asyncio", "threads", "legacy"])
+def test_a_server_message_over_the_clients_max_size_replays_as_its_1009(
+        tmp_path: pathlib.Path, server: LoopbackServer, run: Callable[[str], list[Any]]
+        ) -> None:
+    """The client's own bound (``max_size``) refuses the message from its frame's header:
+    live, its library fails the connection with 1009 and raises ``ConnectionClosedError``
+    (that close sent, none received). Recorded, the window keeps it as the client library's
+    error, as the frames it refuses for other reasons; replayed, the app gets the same
+    exception (class, closes, text), the message itself never read nor stored."""
+    live = run(server.url)
+    assert live[1] == {"ack": 0} and live[2][0] == "ConnectionClosedError"
+    assert live[2][1] is None and live[2][2][0] == 1009
     path = tmp_path / "big.json"
     with dejacache.cassette(path, mode="record"):
-        acked, rcvd = asyncio.run(run(server.url))
-    assert acked == {"ack": 0}
-    assert rcvd is not None and rcvd.code == 1011
-    assert rcvd.reason == ("dejacache: the server's message over the 1000 bytes limit; "
-                           "raise max_size= of connect()")
-    bodies = [e["request"].get("body") for e in json.loads(path.read_text())["entries"]]
-    assert bodies == [None, {"n": 0}]  # the handshake and the whole window, not the cut one
+        assert run(server.url) == live
+    entries = json.loads(path.read_text())["entries"]
+    assert [e["request"].get("body") for e in entries] == [None, {"n": 0}, {"big": 5000}]
+    close = entries[2]["response"]["close"]
+    assert {k: close[k] for k in ("code", "error")} == {"code": 1009, "error": True}
+    assert "y" * 1000 not in path.read_text()
     server.stop()
-    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss):
-        asyncio.run(run(server.url))
-
-
-def test_the_threads_client_leaves_a_window_its_max_size_cut_unrecorded_too(
-        tmp_path: pathlib.Path, server: LoopbackServer) -> None:
-    path = tmp_path / "big-sync.json"
-    with dejacache.cassette(path, mode="record"), sconnect(server.url, max_size=1000) as ws:
-        ws.recv()
-        ws.send(json.dumps({"n": 0}))
-        assert json.loads(ws.recv()) == {"ack": 0}
-        ws.send(json.dumps({"big": 5000}))
-        with pytest.raises(ConnectionClosedError) as info:
-            ws.recv()
-        rcvd = info.value.rcvd
-    assert rcvd is not None and rcvd.code == 1011 and "over the 1000 bytes limit" in rcvd.reason
-    bodies = [e["request"].get("body") for e in json.loads(path.read_text())["entries"]]
-    assert bodies == [None, {"n": 0}]
+    with dejacache.cassette(path, mode="replay"):
+        assert run(server.url) == live
 
 
 _PAD = "p" * 2000
@@ -574,3 +599,159 @@ def test_patched_only_while_a_block_is_open(tmp_path: pathlib.Path,
         assert not isinstance(info.value, NetworkBlocked)  # answered from the cassette
     assert module.connect.__dict__["__await__"] is plain
     assert asyncio.run(_async_session(server.url))[0] == {"hello": "/"}
+
+
+_WAIT = 10  # seconds a client waits for the end before the test fails (not hangs)
+
+
+def _ended_asyncio(url: str) -> str:
+    async def run() -> str:
+        async with aconnect(url) as ws:
+            await ws.recv()
+            await ws.send(json.dumps({"n": 0}))
+            with pytest.raises(ConnectionClosed) as info:
+                await asyncio.wait_for(ws.recv(), _WAIT)
+            return type(info.value).__name__
+
+    return asyncio.run(run())
+
+
+def _ended_threads(url: str) -> str:
+    with sconnect(url) as ws:
+        ws.recv()
+        ws.send(json.dumps({"n": 0}))
+        with pytest.raises(ConnectionClosed) as info:
+            ws.recv(timeout=_WAIT)
+        return type(info.value).__name__
+
+
+def _ended_legacy(url: str) -> str:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from websockets.legacy.client import connect as lconnect
+
+    async def run() -> str:
+        async with lconnect(url) as ws:
+            await ws.recv()
+            await ws.send(json.dumps({"n": 0}))
+            with pytest.raises(ConnectionClosed) as info:
+                await asyncio.wait_for(ws.recv(), _WAIT)
+            return type(info.value).__name__
+
+    return asyncio.run(run())
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("run", [_ended_asyncio, _ended_threads, _ended_legacy],
+                         ids=["asyncio", "threads", "legacy"])
+@pytest.mark.parametrize("close", [
+    {"code": 1005, "error": True},  # a refusal with a code no close frame may carry
+    {"code": 1002, "reason": "r" * 200, "error": True},  # ... a reason no frame holds
+    {"code": 4000, "reason": "r" * 200, "error": False},  # the server's close, the same
+], ids=["unsendable-code", "refusal-reason-too-long", "close-reason-too-long"])
+def test_a_replayed_end_no_protocol_can_act_out_ends_the_connection(
+        tmp_path: pathlib.Path, run: Callable[[str], str], close: dict[str, Any]) -> None:
+    """A recorded end the in-memory connection cannot act out (a cassette edited by hand, or
+    written elsewhere) raises where dejacache drives a protocol: the client's own parser
+    (a refusal it replays) or the server end's (a close it writes). The connection ends as
+    the client's library ends one whose transport failed, and the app's ``recv()`` raises
+    ``ConnectionClosed``: it never waits forever."""
+    raw = RawServer(bytes((0xC1, 2)) + b"hi")
+    path = tmp_path / "bad.json"
+    try:
+        with dejacache.cassette(path, mode="record"):
+            assert _ended_asyncio(raw.url) == "ConnectionClosedError"
+    finally:
+        raw.stop()
+    doc = json.loads(path.read_text())
+    doc["entries"][1]["response"]["close"].update(close)
+    path.write_bytes(rehash(json.dumps(doc).encode(), path)[0])
+    with dejacache.cassette(path, mode="replay"):
+        assert run(raw.url) == "ConnectionClosedError"
+
+
+_FRAGMENT = 64 * 1024
+_FRAGMENTS = 256  # 16 MiB in all: 256 times the bound below
+
+
+async def _count(ws: Any) -> None:
+    """Each message's length, read fragment by fragment (nothing held whole here either)."""
+    while True:
+        n = 0
+        async for part in ws.recv_streaming():
+            n += len(part)
+        await ws.send(json.dumps({"got": n}))
+
+
+def _parts() -> Iterator[bytes]:
+    for _ in range(_FRAGMENTS):
+        yield bytes(_FRAGMENT)
+
+
+def _huge_asyncio(url: str) -> Any:
+    async def run() -> Any:
+        async with aconnect(url, max_size=None) as ws:
+            await ws.send(json.dumps({"n": 0}))
+            before = json.loads(await ws.recv())
+            await ws.send(_parts())
+            return before, json.loads(await ws.recv())
+
+    return asyncio.run(run())
+
+
+def _huge_threads(url: str) -> Any:
+    with sconnect(url, max_size=None) as ws:
+        ws.send(json.dumps({"n": 0}))
+        before = json.loads(ws.recv())
+        ws.send(_parts())
+        return before, json.loads(ws.recv())
+
+
+def _huge_legacy(url: str) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from websockets.legacy.client import connect as lconnect
+
+    async def run() -> Any:
+        async with lconnect(url, max_size=None) as ws:
+            await ws.send(json.dumps({"n": 0}))
+            before = json.loads(await ws.recv())
+            await ws.send(_parts())
+            return before, json.loads(await ws.recv())
+
+    return asyncio.run(run())
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("run", [_huge_asyncio, _huge_threads, _huge_legacy],
+                         ids=["asyncio", "threads", "legacy"])
+def test_a_fragmented_message_over_the_bound_is_never_held_whole(
+        tmp_path: pathlib.Path, run: Callable[[str], Any]) -> None:
+    """A client message sent in fragments is bounded as they come: past the bound
+    (``configure(max_ws_message=)``, 64 KiB here) its fragments go on to the server as they
+    arrive, the session unrecorded from it on, as for a whole message over it (a replay
+    misses there). 16 MiB went through with 1.3-1.7 MB held at the peak, the loopback
+    server's included (50-60 MB before)."""
+    import tracemalloc
+
+    server = LoopbackServer(_count).start()
+    dejacache.configure(max_ws_message=_FRAGMENT)
+    path = tmp_path / "huge.json"
+    try:
+        tracemalloc.start()
+        try:
+            with dejacache.cassette(path, mode="record"), pytest.warns(
+                    dejacache.DejacacheWarning, match="over the 65536 bytes limit"):
+                got = run(server.url)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    finally:
+        server.stop()
+    assert got == ({"got": 8}, {"got": _FRAGMENT * _FRAGMENTS})
+    assert peak < _FRAGMENT * _FRAGMENTS // 4, peak  # (1.3-1.7 MB, the server's share too)
+    entries = json.loads(path.read_text())["entries"]
+    assert [e["request"].get("body") for e in entries] == [None, {"n": 0}]
+    with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss,
+                                                                match="max_ws_message"):
+        run(server.url)

@@ -246,6 +246,40 @@ def test_a_frame_aiohttp_refuses_is_recorded_and_replayed_as_its_error(
         assert asyncio.run(run()) == live
 
 
+async def _raw_text(url: str, decode: bool) -> list[Any]:
+    async with aiohttp.ClientSession() as s, s.ws_connect(url, decode_text=decode) as ws:
+        out = [await ws.receive_json()]
+        await ws.send_json({"n": 0})
+        out += [_shape(await ws.receive()), ws.closed, ws.close_code]
+        return out
+
+
+def test_text_that_is_not_utf8_reaches_an_undecoding_app_as_its_bytes_replayed_too(
+        tmp_path: pathlib.Path) -> None:
+    """With ``decode_text=False`` aiohttp reads no TEXT payload as UTF-8, so a text frame
+    that is not UTF-8 reaches the app as a TEXT message of its bytes; recorded, it is kept
+    as those bytes (marked text), and replayed as the same message. The same recording
+    replayed to an app that decodes is refused as aiohttp refuses the frame live (1007)."""
+    raw = RawServer(bytes((0x81, 3)) + b"\xff\xfeA")
+    try:
+        live = asyncio.run(_raw_text(raw.url, False))
+        decoding = asyncio.run(_raw_text(raw.url, True))
+        assert live[1] == [aiohttp.WSMsgType.TEXT, b"\xff\xfeA", ""]
+        assert live[2:] == [False, None]
+        path = tmp_path / "raw-text.json"
+        with dejacache.cassette(path, mode="record"):
+            assert asyncio.run(_raw_text(raw.url, False)) == live
+    finally:
+        raw.stop()
+    stored = json.loads(path.read_text())["entries"][1]["response"]
+    assert stored["messages"][0][1] == {"text_bytes": "//5B"} and "close" not in stored
+    with dejacache.cassette(path, mode="replay"):
+        assert asyncio.run(_raw_text(raw.url, False)) == live
+    with dejacache.cassette(path, mode="replay"):
+        assert asyncio.run(_raw_text(raw.url, True)) == decoding
+    assert decoding[1][0] is aiohttp.WSMsgType.ERROR and decoding[1][1][1] == 1007
+
+
 def test_a_client_message_over_the_bound_goes_live_and_is_not_recorded(
         tmp_path: pathlib.Path, server: LoopbackServer, monkeypatch: pytest.MonkeyPatch
         ) -> None:
@@ -369,3 +403,27 @@ def test_outside_a_block_ws_connect_is_untouched(server: LoopbackServer) -> None
 
     assert asyncio.run(run()) == {"hello": "/"}
     assert not getattr(aiohttp.ClientSession.ws_connect, "__dejacache_patch__", False)
+
+
+def test_a_recording_made_before_text_bytes_replays_as_it_did(tmp_path: pathlib.Path) -> None:
+    """Recorded by the release before the ``text_bytes`` form (``decode_text=False``: text,
+    JSON, binary, the server's close): replayed unchanged, no server running."""
+    path = tmp_path / "old.json"
+    path.write_bytes((pathlib.Path(__file__).parent / "fixtures/aiohttp_undecoded_v1.json")
+                     .read_bytes())
+
+    async def run(url: str) -> list[Any]:
+        async with aiohttp.ClientSession() as s, s.ws_connect(url, decode_text=False) as ws:
+            out = [(await ws.receive()).data]
+            await ws.send_json({"n": 0})
+            out.append((await ws.receive()).data)
+            await ws.send_bytes(b"\x00ab")
+            out.append((await ws.receive()).data)
+            await ws.send_json({"close": 4001, "reason": "bye"})
+            m = await ws.receive()
+            return [*out, [m.type, m.data, m.extra]]
+
+    with dejacache.cassette(path, mode="replay"):
+        got = asyncio.run(run("ws://127.0.0.1:42525/old"))
+    assert got == [b'{"hello":"/old"}', b'{"ack":0}', b"ba\x00",
+                   [aiohttp.WSMsgType.CLOSE, 4001, "bye"]]

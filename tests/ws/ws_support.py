@@ -199,6 +199,10 @@ class RawServer:
         return f"ws://127.0.0.1:{self.port}/raw"
 
     def stop(self) -> None:
+        import socket
+
+        with contextlib.suppress(OSError):  # (wakes the accept() closing alone did not)
+            self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
         self._thread.join(10)
 

@@ -43,10 +43,15 @@ from ._message import (
     Handshake,
     Message,
     Refused,
+    TextBytes,
     larger_than,
 )
 
 __all__ = ["Connecting", "connect_in_block"]
+
+#: What aiohttp's reader fails a text message that is not UTF-8 with, when it decodes.
+INVALID_TEXT = 1007
+_NOT_UTF8 = "Invalid UTF-8 text message"
 
 
 class Connecting:
@@ -100,7 +105,13 @@ class _Live:
             elif msg.type is not aiohttp.WSMsgType.PONG:
                 break
         if msg.type is aiohttp.WSMsgType.TEXT:
-            return Message(msg.data if type(msg.data) is str else bytes(msg.data).decode())
+            if type(msg.data) is str:
+                return Message(msg.data)
+            raw = bytes(msg.data)  # (``decode_text=False``: aiohttp did not read it as UTF-8)
+            try:
+                return Message(raw.decode())
+            except UnicodeDecodeError:  # handed to the app as it came: kept so
+                return TextBytes(raw)
         if msg.type is aiohttp.WSMsgType.BINARY:
             return Message(bytes(msg.data))
         if msg.type is aiohttp.WSMsgType.CLOSE:
@@ -191,6 +202,11 @@ class _Reader:
                     t = aiohttp.WSMsgType.TEXT
                     if not self.decode:
                         data = data.encode()
+                elif type(item) is TextBytes:
+                    if self.decode:  # as aiohttp's reader refuses it when it decodes
+                        self.queue.put_nowait(Faulted(INVALID_TEXT, _NOT_UTF8))
+                        return
+                    t = aiohttp.WSMsgType.TEXT
                 else:
                     t = aiohttp.WSMsgType.BINARY
                 # ("" as aiohttp's reader gives a data message, not None)

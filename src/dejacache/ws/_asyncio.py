@@ -17,9 +17,10 @@ connection is closed with code 1011.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from typing import Any
 
 from ..config import Effective
@@ -27,8 +28,8 @@ from ..errors import ReplayMiss
 from ..http.transport import Options
 from ._captured import ARGS
 from ._drive import AsyncSession
-from ._message import TOO_BIG, Answer, Closed, Faulted, Message, Refused, server_cut
-from ._wire import Endpoint, client_protocol
+from ._message import TOO_BIG, Answer, Closed, Faulted, Message, Refused, Streamed, server_cut
+from ._wire import Endpoint, Parts, client_protocol
 
 __all__ = ["Live", "answering", "awaited", "closed_of", "connect_in_block", "in_memory",
            "live_connection", "refused_of"]
@@ -49,18 +50,19 @@ class _Awaiting:
         return self.fn(self.obj)
 
 
-def closed_of(exc: Any, conn: Any = None, raise_with: str = "max_size= of connect()") -> Closed:
+def closed_of(exc: Any, conn: Any = None, raise_with: str | None = None) -> Closed:
     """The end a ``ConnectionClosed`` reports (no close frame received: 1006); a
-    :func:`~._message.server_cut` when ``conn`` (the live connection) closed it first for a
-    message over its ``max_size`` (``raise_with`` raises it); a ``Faulted`` when it failed
-    it for a frame of the server's it refused (1002, 1007): what the app is given, as the
-    library closed it (that close sent, none received)."""
+    ``Faulted`` when ``conn`` (the live connection) failed it for a frame of the server's it
+    refused (1002, 1007, and 1009 for one over its ``max_size``): what the app is given, as
+    the library closed it (that close sent, none received). ``raise_with``: the live
+    connection is not the client's own but a proxy's (what raises its bound), whose
+    refusal of a message too big is no client's: a :func:`~._message.server_cut`."""
     sent = getattr(exc, "sent", None)
     rcvd = getattr(exc, "rcvd", None)
     if conn is not None and sent is not None and not getattr(exc, "rcvd_then_sent", False):
-        if sent.code == TOO_BIG:
+        if sent.code == TOO_BIG and raise_with is not None:
             return server_cut(_max_size(conn), raise_with)
-        if sent.code in _REFUSED and rcvd is None:
+        if rcvd is None and (sent.code in _REFUSED or sent.code == TOO_BIG):
             return Faulted(int(sent.code), str(sent.reason))
     if rcvd is None:
         return Closed(1006, "")
@@ -78,17 +80,17 @@ def _max_size(conn: Any) -> int:
 class Live:
     """The live side: a real ``websockets`` connection (asyncio or legacy; ``answer``: its
     handshake's, read from the response headers it kept; ``raise_with``: what raises its
-    message bound, for the close reason when a message passes it)."""
+    message bound when it is a proxy's, not the client's own: :func:`closed_of`)."""
 
     def __init__(self, conn: Any, answer: Answer | None = None,
-                 raise_with: str = "max_size= of connect()") -> None:
+                 raise_with: str | None = None) -> None:
         self.conn = conn
         self.answer = answer or Answer(101, list(conn.response.headers.raw_items()),
                                        conn.subprotocol)
         self.raise_with = raise_with
 
     async def send(self, m: Message) -> None:
-        await self.conn.send(m.data)
+        await self.conn.send(m.parts if type(m) is Streamed else m.data)
 
     async def recv(self) -> Message | Closed:
         from websockets.exceptions import ConnectionClosed
@@ -124,6 +126,63 @@ async def awaited(connect: Any, orig_await: Any) -> Any:
     return await _Awaiting(orig_await, connect)
 
 
+#: The bytes of a streamed message's fragments that may wait for the live side before the
+#: client's writes are paused (as a socket's buffer pauses them).
+_HELD = 256 * 1024
+
+
+class _Spill(Parts):
+    """A client message past the session's bound, sent live from a task of its own as its
+    fragments come (``session.send`` of a ``Streamed``); the client's writes are paused
+    while more than ``_HELD`` bytes of them wait. Its error is raised by ``_Link.settle``."""
+
+    def __init__(self, link: _Link, text: bool) -> None:
+        super().__init__(text)
+        self.conn = link.conn
+        self.waiting: collections.deque[tuple[str | bytes, int]] = collections.deque()
+        self.held = 0
+        self.fin = self.paused = False
+        self.changed = asyncio.Event()
+        assert link.session is not None
+        self.task = link.loop.create_task(link.session.send(Streamed(b"", self._parts())))
+        self.task.add_done_callback(self._done)
+
+    def part(self, data: bytes, fin: bool) -> None:
+        if self.task.done():  # it failed: the rest is dropped, its error raised by settle
+            return
+        self.waiting.append((self.piece(data, fin), len(data)))
+        self.held += len(data)
+        self.fin = fin
+        self.changed.set()
+        if self.held > _HELD and not self.paused:
+            self.paused = True
+            self.conn.pause_writing()
+
+    async def _parts(self) -> AsyncIterator[str | bytes]:
+        while True:
+            while not self.waiting:
+                if self.fin:
+                    return
+                self.changed.clear()
+                await self.changed.wait()
+            piece, n = self.waiting.popleft()
+            self.held -= n
+            if self.paused and self.held <= _HELD // 2:
+                self._resume()
+            yield piece
+
+    def _resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            self.conn.resume_writing()
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self.waiting.clear()
+        self._resume()
+        if not task.cancelled():
+            task.exception()  # (retrieved: ``settle`` raises it)
+
+
 class _Link:
     """One in-memory connection: the client connection, its endpoint and its session."""
 
@@ -136,6 +195,12 @@ class _Link:
         self.pump: asyncio.Task[None] | None = None
         self.lost = False
         self.settling = asyncio.Lock()
+        self.spills: list[_Spill] = []  # streamed messages ``settle`` has not seen end
+
+    def spilling(self, text: bool) -> _Spill:
+        spill = _Spill(self, text)
+        self.spills.append(spill)
+        return spill
 
     # ------------------------------------------------------------ the client's bytes
 
@@ -158,7 +223,14 @@ class _Link:
 
     def to_client(self, data: bytes) -> None:
         if not self.lost and data:
-            self.conn.data_received(data)
+            try:
+                self.conn.data_received(data)
+            except Exception as exc:
+                # The client's parser failed (a recorded end its protocol cannot act out:
+                # a close code no frame carries, a reason no frame holds). asyncio's own
+                # transports lose the connection with the error then; raised here, it ended
+                # the feed and the client waited for the rest forever.
+                self.lose(exc)
 
     def end(self) -> None:
         """The server end has closed the connection."""
@@ -181,7 +253,14 @@ class _Link:
         self.pump = self.loop.create_task(self._pump())
 
     async def _pump(self) -> None:
-        """Feed the client what the session owes it, as frames, in order."""
+        """Feed the client what the session owes it, as frames, in order; a failure there
+        ends the connection, as a transport's failure does."""
+        try:
+            await self._feed()
+        except Exception as exc:  # (a recorded end the server end cannot write): see above
+            self.lose(exc)
+
+    async def _feed(self) -> None:
         from websockets.protocol import State
 
         session = self.session
@@ -215,6 +294,12 @@ class _Link:
         lock = self.settling
         await lock.acquire()
         try:
+            while self.spills:
+                try:
+                    await self.spills.pop(0).task
+                except ReplayMiss as miss:
+                    self.fail(miss)
+                    raise
             for m in self.endpoint.take():
                 try:
                     await session.send(m)
@@ -345,7 +430,8 @@ async def in_memory(conn: Any, ws_uri: Any, handshake: Callable[[], Awaitable[No
     from the session; then feed it what the session owes it."""
     loop = asyncio.get_running_loop()
     # Unbounded: a message over the session's bound goes to the server unrecorded (the
-    # client holds it whole already), as aiohttp's does.
+    # client holds a whole one already; a fragmented one is handed on as it comes:
+    # ``spill_past``), as aiohttp's does.
     link = _Link(conn, Endpoint("wss" if ws_uri.secure else "ws", None), loop,
                  (ws_uri.host, ws_uri.port))
     setattr(conn, _LINK, link)
@@ -361,6 +447,7 @@ async def in_memory(conn: Any, ws_uri: Any, handshake: Callable[[], Awaitable[No
     session = AsyncSession(eff, hs, open_live, realtime=opts.realtime,
                            volatile=opts.volatile)
     link.session = session
+    link.endpoint.spill_past(session.max_message, link.spilling)
     try:
         answer = await session.open()
         link.to_client(link.endpoint.answer(answer))

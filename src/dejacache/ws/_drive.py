@@ -27,7 +27,9 @@ without being keyed, kept or stored, with one ``DejacacheWarning`` naming the bo
 what raises it (``configure(max_ws_message=)``, read when the session starts). Every
 in-process client goes by this rule (aiohttp's, and websockets' through their unbounded
 endpoint); the proxy's clients never get here with one: its endpoint, a server bounding
-what it accepts, refuses it first (1009).
+what it accepts, refuses it first (1009). A message a websockets client sends in fragments
+is bounded as they come: past the bound it is sent as a ``Streamed`` one, its fragments
+handed to the live side as they arrive, never held whole (``_wire.Endpoint.spill_past``).
 
 Each call is made in the task or thread that sends, as an HTTP request is: it is that
 caller's step in the cassette's order.
@@ -60,7 +62,17 @@ from ..scope import track, untrack
 from ..stores._base import Record
 from . import _message
 from ._keys import MessageKey, Route, message_key, route
-from ._message import Answer, Closed, Handshake, Message, Refused, larger_than, onward, too_big
+from ._message import (
+    Answer,
+    Closed,
+    Handshake,
+    Message,
+    Refused,
+    Streamed,
+    larger_than,
+    onward,
+    too_big,
+)
 from ._session import SessionState, answer_of, error_of, handshake_value, model_in_query
 
 __all__ = ["AsyncLive", "AsyncSession", "SyncLive", "SyncSession", "rebuilt_error"]
@@ -295,7 +307,7 @@ class _Session:
         """One client message: the open window stored, then the message answered from the
         recording or sent live (a session replayed so far is brought live first)."""
         if self.unrecorded or (len(m.data) > self.surely_within
-                               and larger_than(m, self.max_message)):
+                               and larger_than(m, self.max_message)) or type(m) is Streamed:
             yield from self._unrecorded_flow(m)
             return
         tree = self.state.sent(m)

@@ -9,7 +9,10 @@ message in the form :func:`stored` gives (readable, and the exact text back):
   the keys in the file's sorted order, as a replayed HTTP JSON body does: the client's
   parser reads the same event;
 * ``{"text": "..."}``: any other text, as it came;
-* ``{"bytes": "<base64>"}``: any other binary frame, as it came.
+* ``{"bytes": "<base64>"}``: any other binary frame, as it came;
+* ``{"text_bytes": "<base64>"}``: a text frame whose payload is not UTF-8, as it came
+  (:class:`TextBytes`: aiohttp hands it to an app that does not decode text). A key of its
+  own, so that a reader that does not know it refuses it rather than replay it as binary.
 
 Large strings inside (audio, images) are stored once by hash beside the cassette
 (``cassettes/blobs.py``), so a recording of a voice session stays small.
@@ -28,8 +31,9 @@ import orjson
 from ..errors import SerializationError
 
 __all__ = ["ABNORMAL", "MAX_MESSAGE", "TOO_BIG", "UPGRADE_HEADERS", "Answer", "Closed", "Cut",
-           "Faulted", "Handshake", "Message", "Refused", "canonical_message", "json_of",
-           "larger_than", "message_of", "onward", "server_cut", "stored", "too_big"]
+           "Faulted", "Handshake", "Message", "Refused", "Streamed", "TextBytes",
+           "canonical_message", "json_of", "larger_than", "message_of", "onward", "server_cut",
+           "stored", "too_big"]
 
 #: Response headers that belong to one connection's upgrade: a replay's own handshake makes
 #: them anew (its accept key, no extension negotiated), so none is stored or handed back.
@@ -64,6 +68,26 @@ class Message:
     @property
     def binary(self) -> bool:
         return type(self.data) is not str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TextBytes(Message):
+    """A text message whose payload is not UTF-8: ``data`` is its ``bytes``. aiohttp reads
+    no text as UTF-8 for an app that asks it not to (``decode_text=False``) and hands such
+    a message on as it came; every other client refuses it (1007)."""
+
+    @property
+    def binary(self) -> bool:
+        return False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Streamed(Message):
+    """A client message over the recording's bound, sent in fragments: ``parts`` hands them
+    on as they come (an iterator, or an async one, of ``str`` or ``bytes``), so it is never
+    held whole; ``data`` is empty. Always past the bound: it goes live, unrecorded."""
+
+    parts: Any = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -158,6 +182,8 @@ class Refused(Exception):
 def stored(m: Message) -> dict[str, Any]:
     """``m`` as a recording keeps it (see the module docstring)."""
     data = m.data
+    if type(m) is TextBytes:
+        return {"text_bytes": base64.b64encode(data).decode()}  # type: ignore[arg-type]
     raw = data.encode() if type(data) is str else data
     assert isinstance(raw, bytes)
     if raw[:1] in (b"{", b"["):
@@ -180,10 +206,11 @@ def message_of(value: Mapping[str, Any]) -> Message:
         return Message(written if value.get("binary") else written.decode())
     if "text" in value and type(value["text"]) is str:
         return Message(value["text"])
-    raw = value.get("bytes")
+    kind, raw = (TextBytes, value["text_bytes"]) if "text_bytes" in value else (
+        Message, value.get("bytes"))
     if isinstance(raw, str):
         try:
-            return Message(base64.b64decode(raw, validate=True))
+            return kind(base64.b64decode(raw, validate=True))
         except (binascii.Error, ValueError):
             pass
     raise SerializationError(f"not a recorded WebSocket message: {str(value)[:120]}")

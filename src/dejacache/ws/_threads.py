@@ -16,9 +16,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import queue
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..config import Effective
@@ -26,8 +27,8 @@ from ..errors import ReplayMiss
 from ..http.transport import Options
 from ._asyncio import closed_of, refused_of
 from ._drive import SyncSession
-from ._message import Answer, Closed, Message
-from ._wire import Endpoint, client_protocol
+from ._message import Answer, Closed, Message, Streamed
+from ._wire import Endpoint, Parts, client_protocol
 
 __all__ = ["connect_in_block", "live_by_function"]
 
@@ -42,7 +43,7 @@ class _Live:
         self.answer = Answer(101, list(conn.response.headers.raw_items()), conn.subprotocol)
 
     def send(self, m: Message) -> None:
-        self.conn.send(m.data)
+        self.conn.send(m.parts if type(m) is Streamed else m.data)
 
     def recv(self) -> Message | Closed:
         from websockets.exceptions import ConnectionClosed
@@ -73,6 +74,48 @@ def _live(connect: Callable[[], Any]) -> _Live:
         raise refused_of(exc) from exc
 
 
+#: The fragments of a streamed message that may wait for the live side before the client's
+#: write blocks (as a full socket buffer blocks it).
+_QUEUED = 4
+
+
+class _Spill(Parts):
+    """A client message past the session's bound, sent live from a thread of its own as its
+    fragments come (``session.send`` of a ``Streamed``); the client's write blocks while
+    ``_QUEUED`` of them wait. Its error is raised by ``_Link.settle``."""
+
+    def __init__(self, session: SyncSession, text: bool) -> None:
+        super().__init__(text)
+        self.waiting: queue.Queue[tuple[str | bytes, bool]] = queue.Queue(_QUEUED)
+        self.error: Exception | None = None
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._send, args=(session,), daemon=True,
+                                       name="dejacache-ws-spill")
+        self.thread.start()
+
+    def part(self, data: bytes, fin: bool) -> None:
+        item = (self.piece(data, fin), fin)
+        while not self.done.is_set():  # (it failed: the rest is dropped)
+            with contextlib.suppress(queue.Full):
+                self.waiting.put(item, timeout=0.05)
+                return
+
+    def _parts(self) -> Iterator[str | bytes]:
+        while True:
+            piece, fin = self.waiting.get()
+            yield piece
+            if fin:
+                return
+
+    def _send(self, session: SyncSession) -> None:
+        try:
+            session.send(Streamed(b"", self._parts()))
+        except Exception as exc:
+            self.error = exc
+        finally:
+            self.done.set()
+
+
 class _Link:
     """One connection: its endpoint (under a lock: the client writes from its own thread
     and from its reader's) and the end of the pair the server writes to."""
@@ -85,6 +128,13 @@ class _Link:
         self.session: SyncSession | None = None
         self.client: Any = None  # the client connection's sans-I/O protocol
         self.settling = threading.Lock()
+        self.spills: list[_Spill] = []  # streamed messages ``settle`` has not seen end
+
+    def spilling(self, text: bool) -> _Spill:
+        assert self.session is not None
+        spill = _Spill(self.session, text)
+        self.spills.append(spill)
+        return spill
 
     def from_client(self, data: bytes) -> None:
         with self.lock:
@@ -108,7 +158,15 @@ class _Link:
                 self.server.shutdown(socket.SHUT_WR)
 
     def feed(self) -> None:
-        """Write what the session owes the client, in order (the pump's thread)."""
+        """Write what the session owes the client, in order (the pump's thread). A failure
+        there (a recorded end the server end cannot write: a reason no close frame holds)
+        ends the connection, as a socket's failure does: the client waited forever."""
+        try:
+            self._feed()
+        except Exception:
+            self.write(b"", eof=True)
+
+    def _feed(self) -> None:
         from websockets.protocol import State
 
         session = self.session
@@ -132,18 +190,28 @@ class _Link:
         if session is None:
             return
         with self.settling:
+            while self.spills:
+                spill = self.spills.pop(0)
+                spill.done.wait()
+                if spill.error is not None:
+                    self._failed(session, spill.error)
             with self.lock:
                 sent = self.endpoint.take()
             for m in sent:
                 try:
                     session.send(m)
                 except ReplayMiss as miss:
-                    with session.lock:
-                        session.state.pending.clear()
-                    with self.lock:
-                        out = self.endpoint.fail(f"dejacache replay miss: {miss.name}")
-                    self.write(out)
-                    raise
+                    self._failed(session, miss)
+
+    def _failed(self, session: SyncSession, exc: Exception) -> None:
+        """Raise ``exc``; a replay miss ends the connection (1011) first."""
+        if isinstance(exc, ReplayMiss):
+            with session.lock:
+                session.state.pending.clear()
+            with self.lock:
+                out = self.endpoint.fail(f"dejacache replay miss: {exc.name}")
+            self.write(out)
+        raise exc
 
 
 class _Socket(socket.socket):
@@ -238,6 +306,7 @@ def connect_in_block(uri: str, kwargs: dict[str, Any], live: Callable[[], Any],
         session = SyncSession(eff, hs, lambda: _live(live),
                               realtime=opts.realtime, volatile=opts.volatile)
         link.session = session
+        link.endpoint.spill_past(session.max_message, link.spilling)
         answer = session.open()
         with link.lock:
             out = link.endpoint.answer(answer)

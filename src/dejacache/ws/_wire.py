@@ -20,12 +20,14 @@ default. The protocol refuses a frame whose length passes what is left of it fro
 header, before reading its payload, so nothing over it is held; the connection is closed
 with 1009 and a reason naming the bound and ``raise_with`` (what raises it), and
 :attr:`over` is set. ``None``: unbounded, for an in-process client, whose session applies
-its bound by sending a larger message on unrecorded (``_drive.py``): the client holds the
-message whole already, and a live server is owed it.
+its bound by sending a larger message on unrecorded (``_drive.py``): the client holds a
+whole message already, and a live server is owed it; one it sends in fragments is handed on
+as they come once past the session's bound (:meth:`Endpoint.spill_past`), never held whole.
 """
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import functools
 import struct
@@ -43,11 +45,12 @@ from ._message import (
     Faulted,
     Handshake,
     Message,
+    TextBytes,
     onward,
     too_big,
 )
 
-__all__ = ["Endpoint", "client_protocol"]
+__all__ = ["Endpoint", "Parts", "client_protocol"]
 
 _FRAMING = frozenset({"content-length", "transfer-encoding", "date"})
 
@@ -82,6 +85,11 @@ class Endpoint:
         # endless empty continuation frames then hold nothing.
         self._parts: bytearray | None = None
         self._text = False
+        # An in-process client's bound (``spill_past``): a fragmented message past it is
+        # handed on as its fragments come (``_spill``), never held whole here.
+        self._bound = sys.maxsize
+        self._spilling: Callable[[bool], Parts] | None = None
+        self._spill: Parts | None = None
         # What the client wrote before the answer: its request alone, or the protocol's
         # parser may not sit at a frame boundary once open (None once answered).
         self._head: bytearray | None = bytearray()
@@ -93,12 +101,19 @@ class Endpoint:
 
     # ------------------------------------------------------------ from the client
 
+    def spill_past(self, bound: int, spilling: Callable[[bool], Parts]) -> None:
+        """Hand a fragmented message longer than ``bound`` bytes (the session's) on as it
+        comes: ``spilling(text)`` takes its fragments, the first ones together, so that
+        nothing past the bound is held here."""
+        self._bound, self._spilling = bound, spilling
+
     def feed(self, data: bytes) -> bytes:
         # A voice session's 6.4 KB audio messages read here, not through the protocol's
         # parser: ~550 -> ~150 Python opcodes each.
         if self._framed:
             msgs, whole = _read(data, self._unmask, self._limit)
-            if msgs is not None and self._parts is None:  # (no fragmented message under way)
+            if msgs is not None and self._parts is None and self._spill is None:
+                # (no fragmented message under way)
                 self.incoming += msgs
                 return b""
         else:
@@ -135,6 +150,11 @@ class Endpoint:
                 self._text = op is text
                 self._parts = bytearray(ev.data)
             elif op is cont:
+                if self._spill is not None:  # past the bound: handed on, not held
+                    self._spill.part(bytes(ev.data), ev.fin)
+                    if ev.fin:
+                        self._spill = None
+                    continue
                 if self._parts is not None:  # (else the protocol has failed the connection)
                     self._parts += ev.data
             elif op is close:
@@ -148,6 +168,11 @@ class Endpoint:
                 raw = bytes(self._parts)
                 self._parts = None
                 self.incoming.append(Message(raw.decode() if self._text else raw))
+            elif self._parts is not None and len(self._parts) > self._bound:
+                assert self._spilling is not None
+                self._spill = self._spilling(self._text)
+                self._spill.part(bytes(self._parts), False)
+                self._parts = None
         return self._out()
 
     @property
@@ -200,6 +225,10 @@ class Endpoint:
 
     def message(self, m: Message) -> bytes:
         data = m.data
+        if type(m) is TextBytes:  # (the text frame as it came: the client refuses it)
+            assert isinstance(data, bytes)
+            self.proto.send_text(data)
+            return self._out()
         if self._plain:  # the frame the protocol would write: ~235 -> ~50 opcodes
             if type(data) is str:
                 return _frame(0x81, data.encode())
@@ -234,12 +263,18 @@ class Endpoint:
         again, failing the connection itself as it did live: text that is not UTF-8 for
         1007, else a reserved bit (RSV2: no extension websockets negotiates uses it), so
         that the legacy client, which sends no reason, fails with the same code. The
-        sans-I/O one, armed (``_faulting``), fails with the recorded code and reason."""
+        sans-I/O one, armed (``_faulting``), fails with the recorded code and reason; the
+        legacy one, for a message over its ``max_size`` (1009), is sent a frame header
+        declaring one."""
         if not isinstance(c, Faulted):
             return self.close(c)
+        self._framed = self._plain = False
         if isinstance(client, _faulting()):
             client.fault = c
-        self._framed = self._plain = False
+        elif c.code == TOO_BIG and type(getattr(client, "max_size", None)) is int:
+            # The legacy client refuses a frame over its bound from the header: one
+            # declaring a byte more than it takes, its payload never sent.
+            return _LENGTH64(0x82, 127, client.max_size + 1)
         return _NOT_UTF8 if c.code == _INVALID_DATA else _RESERVED_BIT
 
     def _out(self) -> bytes:
@@ -249,6 +284,22 @@ class Endpoint:
             self.eof = True
         self._plain = self._quiet and proto.state is self._open
         return b"".join(chunks)
+
+
+class Parts:
+    """Where the fragments of a client message past its session's bound go as they come
+    (each link's queue to the live side subclasses it): text decoded fragment by fragment,
+    a character straddling two kept for the next."""
+
+    def __init__(self, text: bool) -> None:
+        self._decode = codecs.getincrementaldecoder("utf-8")().decode if text else None
+
+    def piece(self, data: bytes, fin: bool) -> str | bytes:
+        """The fragment as the live side's fragmented send takes it."""
+        return self._decode(data, fin) if self._decode is not None else data
+
+    def part(self, data: bytes, fin: bool) -> None:
+        raise NotImplementedError
 
 
 def _read(data: bytes, unmask: Callable[[bytes, bytes], bytes], limit: int
@@ -388,7 +439,7 @@ def _faulting() -> Any:
 
         def fail(self, code: int, reason: str = "") -> None:
             armed, self.fault = self.fault, None
-            if armed is not None:
+            if armed is not None and _sendable(armed):
                 code, reason = armed.code, armed.reason
                 with contextlib.suppress(ValueError):  # (as its own refusals name it)
                     code = CloseCode(code)
@@ -397,6 +448,26 @@ def _faulting() -> Any:
     Faulting.__name__ = Faulting.__qualname__ = ClientProtocol.__name__
     Faulting.__module__ = ClientProtocol.__module__
     return Faulting
+
+
+def _sendable(c: Closed) -> bool:
+    """Whether the client's protocol can fail with ``c`` (its close frame written: a code
+    one may carry, a reason it holds). A recorded end that cannot (a cassette edited by
+    hand, or written by another client) raised inside the client's parser, which then had
+    died with the connection open: the app waited for the rest forever. It fails as its
+    own refusal of the frame instead."""
+    from websockets.exceptions import ProtocolError
+    from websockets.frames import Close
+
+    if c.code == ABNORMAL:  # (no close frame is written for it)
+        return True
+    try:
+        return len(Close(c.code, c.reason).serialize()) <= _CONTROL_PAYLOAD
+    except (ProtocolError, ValueError):
+        return False
+
+
+_CONTROL_PAYLOAD = 125  #: the most a control frame carries (RFC 6455 5.5)
 
 
 def client_protocol(uri: str, kw: dict[str, Any]) -> Any:
