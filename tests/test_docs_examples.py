@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,6 +26,7 @@ import anthropic  # noqa: F401  (loaded before the inner sessions: they share th
 import openai  # noqa: F401
 import pytest
 
+from dejacache.cassettes import ageing
 from loopback_provider import http_fake, loopback
 
 __all__ = ["loopback"]
@@ -80,6 +82,13 @@ def reader_env(loopback: Any, other_providers: list[Any], tmp_path: pathlib.Path
                monkeypatch: pytest.MonkeyPatch) -> Any:
     """A reader's shell, with the providers on loopback and a scratch project directory."""
     loopback.others = other_providers
+    # And the reader's clock. The suite holds the cassettes' clock at the second the test
+    # began (tests/conftest.py), but an example reads time.time() as a reader would: the
+    # ageing example dates an entry "45 days before time.time()", and once the wall clock had
+    # passed the next whole second the held clock judged it 44d 23h 59m old and the warning
+    # said "recorded 44d ago" (1 run in 20 alone; every run that crossed a second boundary
+    # between the fixture's setup and the example's time.time(), more often under load).
+    monkeypatch.setattr(ageing, "clock", time.time)
     monkeypatch.setenv("OPENAI_BASE_URL", loopback.openai_url)
     monkeypatch.setenv("ANTHROPIC_BASE_URL", loopback.url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-docs-example-not-a-real-key")
@@ -136,6 +145,12 @@ def _run_pytest_example(code: str, fake: Any, pytester: pytest.Pytester,
     assert second.ret == 0, second.stdout.str()
     assert [p.count() for p in (fake, *fake.others)] == live, "the CI run reached a provider"
     assert os.environ.get("CI") == "true"
+
+
+def test_examples_read_the_readers_clock(reader_env: Any) -> None:
+    """Cassettes stamp and judge ages by the clock an example's own time.time() reads."""
+    before = time.time()
+    assert ageing.clock() >= before
 
 
 def test_every_page_has_been_collected() -> None:

@@ -8,7 +8,8 @@ write (with its invalidation) has returned, written by the writer *after* its wr
 returned. A read that starts after that and answers an older version is a stale read.
 
 Prints ``{"ready": true}`` once warm, then loops (10% invalidating writes, 90% reads of 4
-shared carts) until a line arrives on stdin, then prints its counts as one JSON line:
+shared carts). A ``count`` line on stdin is answered with the running counts (one JSON line);
+any other line stops the loop, and the worker prints its counts as one JSON line:
 (with HOLD, in seconds, the tools are async and an event loop runs the loop, held HOLD
 seconds every 200 ms, as a saturated async worker is)
 calls that raised (``failed``), answers for the wrong cart (``wrong``), stale reads, hits,
@@ -115,6 +116,10 @@ class Worker:
         self.out["failed"] += 1
         self.error(repr(exc))
 
+    def counts(self) -> dict[str, int]:
+        """The running totals, for a test waiting until the load has been enough."""
+        return {k: int(self.out[k]) for k in ("calls", "writes", "hits")}
+
     def result(self) -> dict[str, Any]:
         self.out["hit_buckets"] = sorted(self.buckets)
         return self.out
@@ -181,6 +186,15 @@ async def run_async(w: Worker, store: RedisStore, hold: float) -> None:
     await store.aclose()
 
 
+def commands(w: Worker) -> None:
+    """Answers ``count`` lines until another line (or the end of stdin) stops the loop."""
+    for line in sys.stdin:
+        if line.strip() != "count":
+            break
+        print(orjson.dumps(w.counts()).decode(), flush=True)
+    w.stop.set()
+
+
 def main() -> None:
     if sys.argv[1] == "--init":
         init_data(sys.argv[2])
@@ -189,7 +203,7 @@ def main() -> None:
     hold = float(sys.argv[5]) if len(sys.argv) > 5 else 0.0
     w = Worker(open_data(data_path), proc, seed)
     store = RedisStore(url, key_prefix="fo")
-    threading.Thread(target=lambda: (sys.stdin.readline(), w.stop.set()), daemon=True).start()
+    threading.Thread(target=commands, args=(w,), daemon=True).start()
     if hold:
         asyncio.run(run_async(w, store, hold))
     else:
