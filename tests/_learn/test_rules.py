@@ -75,6 +75,18 @@ def test_a_call_of_one_run_must_not_key_like_another_call_of_the_other() -> None
     assert "instead of" in (rec.check(Rules([])) or "")
 
 
+def test_a_merge_is_refused_whichever_call_of_the_group_comes_first() -> None:
+    # #0 and #1 are one call asked twice (answered twice); #2, answered like #0, would join
+    # them: replayed before #1, it would be handed #1's answer.
+    a0 = _http("status at 2026-01-01T00:00:01 of order 1")
+    a2 = _http("status at 2026-01-01T00:00:09 of order 1")
+    calls = [_call(0, a0, "pending"), _call(1, a0, "shipped"), _call(2, a2, "pending")]
+    rec = Recordings(files=[calls])
+    assert rec.check(Rules([])) is None
+    why = rec.check(Rules([r"re:(?<=at )\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}"]))
+    assert why is not None and "#1 openai.chat and #2" in why
+
+
 def test_whole_fields_become_paths_and_a_field_that_is_sometimes_equal_does_not() -> None:
     observed = [
         _obs(0, _http("q", metadata={"run": "3fa9c2d1e0b41234"}, seed=1, temp=0),

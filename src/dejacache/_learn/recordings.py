@@ -20,10 +20,9 @@ import pathlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import orjson
-
 from ..cassettes.trajectory import CassetteView, load_cassette
 from ..errors import CassetteError
+from .answers import answer_of, first_merge
 from .diffs import differences
 from .echo import Echoes
 from .masking import Rules, canonical, masked
@@ -49,16 +48,7 @@ class Call:
 
 
 def _answer(step: Any) -> tuple[Any, bytes]:
-    if step.error is not None:
-        value: Any = {"error": step.error}
-    else:
-        value = step.response
-    comparable = value
-    if isinstance(value, dict) and "status" in value:
-        from ..http.exchange import comparable as without_volatile_headers
-
-        comparable = dict(without_volatile_headers(value))
-    return value, orjson.dumps(comparable, option=orjson.OPT_SORT_KEYS)
+    return answer_of(step.response, step.error)
 
 
 def calls_of(view: CassetteView, label: str) -> list[tuple[Call, Any]]:
@@ -164,14 +154,13 @@ def _shown(path: pathlib.Path, root: pathlib.Path) -> str:
 
 
 def _merged(calls: list[Call], rules: Rules) -> str | None:
-    seen: dict[tuple[str, str, bytes], Call] = {}
-    for c in calls:
-        k = (*c.group, canonical(masked(c.request, c.kind, rules)))
-        other = seen.setdefault(k, c)
-        if other is not c and other.key != c.key and other.answer != c.answer:
-            return (f"it would give {other.ref} and #{c.ref.index} one key, and they were "
-                    "answered differently")
-    return None
+    found = first_merge(((*c.group, canonical(masked(c.request, c.kind, rules))), c.key,
+                         c.answer, c) for c in calls)
+    if found is None:
+        return None
+    other, c = found
+    return (f"it would give {other.ref} and #{c.ref.index} one key, and they were "
+            "answered differently")
 
 
 def _crossed(first: list[Call], pairs: list[tuple[Call, Call, Any]], rules: Rules
