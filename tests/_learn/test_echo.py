@@ -42,3 +42,19 @@ def test_short_strings_are_not_translated_inside_text() -> None:
 def test_nothing_learned_nothing_translated() -> None:
     tree = {"a": ["b", 1]}
     assert Echoes().translate(tree) is tree
+
+
+def test_a_value_each_run_took_from_its_own_answers_is_quoted() -> None:
+    e = Echoes()
+    e.learn({"json": {"content": "Let me check Paris.", "arguments": '{"city": "Paris"}'}},
+            {"json": {"content": "Let me check Rome.", "arguments": '{"city": "Rome"}'}})
+    assert e.quoted("Paris", "Rome") and e.quoted("check Paris", "Rome")
+    assert not e.quoted("Rome", "Paris")  # each value from its own run's answers
+    assert not e.quoted("Paris", "Oslo") and not e.quoted("", "Rome")
+
+
+def test_an_answers_headers_are_not_what_it_said() -> None:
+    e = Echoes()
+    e.learn({"status": 200, "headers": [["date", "Sat, 05 Dec 2026 04:32:50 GMT"]]},
+            {"status": 200, "headers": [["date", "Sat, 05 Dec 2026 04:32:51 GMT"]]})
+    assert not e.quoted("04:32:50", "04:32:51")

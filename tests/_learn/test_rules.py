@@ -4,12 +4,14 @@ differently (``_learn/rules.py``, checked by ``_learn/recordings.py``)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from typing import Any
 
+from dejacache._learn.answers import answer_of
 from dejacache._learn.diffs import differences
 from dejacache._learn.masking import Rules, canonical, masked
-from dejacache._learn.recordings import Call, Recordings
+from dejacache._learn.recordings import Call, Recordings, observe
 from dejacache._learn.rules import CallRef, Observed, propose
 
 
@@ -85,6 +87,43 @@ def test_a_merge_is_refused_whichever_call_of_the_group_comes_first() -> None:
     assert rec.check(Rules([])) is None
     why = rec.check(Rules([r"re:(?<=at )\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}"]))
     assert why is not None and "#1 openai.chat and #2" in why
+
+
+USERS = ["6f1c2b9e-7a34-4d2e-9c1a-0b5e8f3d7a21", "0d5e9a47-2c1b-4f8e-a6d3-91e7c2b4f580"]
+
+
+def _run(label: str, city: str, pick: int, request_id: str) -> list[tuple[Call, Any]]:
+    """A model that picks a city and a user (out of one list, the same in both runs), and
+    the tool call that follows, with a request id of its own."""
+    said = {"status": 200, "headers": [], "json": {
+        "content": f"{city}, user {pick} of {USERS}",
+        "arguments": json.dumps({"city": city, "user": pick})}}
+    tool = {"method": "POST", "path": "/weather", "headers": {},
+            "body": {"city": city, "user": USERS[pick], "note": f"request id: {request_id}"}}
+    calls = [(_http("plan a trip for one of the users"), said, "openai.chat"),
+             (tool, {"status": 200, "headers": [], "json": {"sky": f"sky of {city}"}},
+              "weather")]
+    return [(Call(CallRef("c.json", i, name), "default", "http", f"{label}{i}", req,
+                  answer_of(ans, None)[1]), ans) for i, (req, ans, name) in enumerate(calls)]
+
+
+def test_what_the_model_chose_differently_in_each_run_is_never_masked() -> None:
+    # Masked, `body.city` (or every UUID) would give the weather in Paris and in Rome, for
+    # one user and the other, one key in every store.
+    a = _run("a", "Paris", 0, "11111111-1111-4111-8111-111111111111")
+    b = _run("b", "Rome", 1, "33333333-3333-4333-8333-333333333333")
+    observed, pairs, _ = observe(a, b)
+    rec = Recordings(observed=observed, paired=[([c for c, _ in a], pairs)],
+                     files=[[c for c, _ in a], [c for c, _ in b]])
+    p = propose(rec.observed, rec.check)
+    assert sorted((d.where, d.kind) for _, d in p.other) == [
+        ("body.city", "quoted"), ("body.user", "quoted")]
+    (refused,) = p.refused  # the bare UUID rule: it would mask the user too
+    assert refused.what == "UUID" and "what the model chose" in refused.reason
+    (rule,) = p.texts
+    assert rule.startswith("re:(?<=id: )")
+    r = Rules(p.texts)
+    assert masked(a[1][0].request, "http", r) != masked(b[1][0].request, "http", r)
 
 
 def test_whole_fields_become_paths_and_a_field_that_is_sometimes_equal_does_not() -> None:

@@ -9,7 +9,9 @@ A difference is one of
 * ``text``: a string differs in ordinary words (``Paris`` / ``Rome``): not volatile;
 * ``structure``: a key present on one side only, lists of different lengths: not volatile;
 * ``credential``: under a credential's name, a masked secret, or the caller's identity:
-  never masked by a rule, whatever it looks like.
+  never masked by a rule, whatever it looks like;
+* ``quoted``: a value each run took from its own earlier answers (``echo.py``; set by
+  ``recordings.py``, which knows the answers): what the model chose, never masked.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ from .._core.shapes import Shape, Span, shape_of, spans
 from .._core.volatile import Path
 from .._secrets import MASK_PREFIX, is_secret_name
 
-__all__ = ["Difference", "differences", "generalised", "path_text", "shape_of_value"]
+__all__ = ["Difference", "at", "differences", "generalised", "path_text", "shape_of_value"]
 
 SPAN: Final = "span"
 FIELD: Final = "field"
 TEXT: Final = "text"
 STRUCTURE: Final = "structure"
 CREDENTIAL: Final = "credential"
+QUOTED: Final = "quoted"
 
 _REDACTED: Final = "<REDACTED>"
 # Top-level members that say who asks, never what: an HTTP request's credentials, and which
@@ -64,6 +67,21 @@ def path_text(path: Path) -> str:
         else:
             out += f".{step}" if out else str(step)
     return out
+
+
+MISSING: Final = object()
+
+
+def at(tree: Any, path: Path) -> Any:
+    """The value at ``path`` in ``tree`` (:data:`MISSING`: none there)."""
+    for step in path:
+        if type(tree) is dict and isinstance(step, str):
+            tree = tree.get(step, MISSING)
+        elif type(tree) is list and isinstance(step, int) and step < len(tree):
+            tree = tree[step]
+        else:
+            return MISSING
+    return tree
 
 
 def generalised(path: Path) -> Path:

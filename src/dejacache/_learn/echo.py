@@ -7,6 +7,14 @@ so they must not become rules. :class:`Echoes` learns, call by call, which strin
 second run's answers stand where the first run's stood, and translates the second run's
 later requests into the first run's words before they are compared: what is left differs
 for another reason. Ids the recorder aliases (``<id:3>``) are equal already.
+
+A value both runs were told and chose differently is no translation's business: the model
+said Paris in one run and Rome in the other, and the tool call that followed asked for the
+weather there (too short to translate, or said the same in both runs' answers: a list of
+users, one picked). :meth:`Echoes.quoted` tells such a value by its words: each run's value
+is made of words that run's earlier answers held. Masked, it would give the weather in
+Paris and in Rome one key, in every store; unmasked, a replay asks what its recorded answer
+says, as the run did.
 """
 
 from __future__ import annotations
@@ -21,6 +29,10 @@ __all__ = ["Echoes"]
 # A string this short is a word, not something quoted: translating it would rewrite text
 # that merely happens to contain it.
 MIN_ECHO: Final = 6
+_WORD: Final = re.compile(r"\w+")
+# An answer's headers say when and by whom it was served (Date, request ids), not what:
+# a request sent in the same second as an earlier answer's Date would read as quoting it.
+_NOT_SAID: Final = frozenset({"headers"})
 _EVENT_DATA: Final = "data:"
 
 
@@ -66,6 +78,29 @@ def _delta_text(node: Any, out: list[str]) -> None:
             _delta_text(v, out)
 
 
+def _words(node: Any, out: set[str]) -> None:
+    t = type(node)
+    if t is str:
+        out.update(_WORD.findall(node))
+    elif t is dict:
+        for k, v in node.items():
+            if k not in _NOT_SAID:
+                _words(v, out)
+    elif t is list:
+        for v in node:
+            _words(v, out)
+    elif t is int or t is float:
+        out.add(str(node))
+
+
+def _said(value: Any, said: set[str]) -> bool:
+    t = type(value)
+    if t is not str and t is not int and t is not float:
+        return False
+    words = _WORD.findall(str(value))
+    return bool(words) and all(w in said for w in words)
+
+
 class Echoes:
     """Strings of the second run's answers, mapped to the first run's."""
 
@@ -73,11 +108,19 @@ class Echoes:
         self._whole: dict[str, str] = {}
         self._parts: dict[str, str] = {}
         self._pattern: re.Pattern[str] | None = None
+        self._said: tuple[set[str], set[str]] = (set(), set())  # each run's answers' words
         self.used = 0  #: strings translated so far
 
     def learn(self, answer_a: Any, answer_b: Any) -> None:
         """One call's answers, from the first and the second run."""
         self._pair(answer_a, answer_b)
+        _words(answer_a, self._said[0])
+        _words(answer_b, self._said[1])
+
+    def quoted(self, a: Any, b: Any) -> bool:
+        """Whether each of two differing values (``a`` of the first run, ``b`` of the
+        second) is made of words its own run's earlier answers held."""
+        return all(_said(v, said) for v, said in zip((a, b), self._said, strict=True))
 
     def _pair(self, a: Any, b: Any) -> None:
         if type(a) is dict and type(b) is dict:

@@ -23,7 +23,7 @@ from typing import Any
 from ..cassettes.trajectory import CassetteView, load_cassette
 from ..errors import CassetteError
 from .answers import answer_of, first_merge
-from .diffs import differences
+from .diffs import FIELD, QUOTED, SPAN, Difference, at, differences
 from .echo import Echoes
 from .masking import Rules, canonical, masked
 from .rules import CallRef, Observed
@@ -84,10 +84,38 @@ def observe(a: list[tuple[Call, Any]], b: list[tuple[Call, Any]]
     for (ca, va), (cb, vb) in _pairs(a, b):
         tb = echoes.translate(cb.request)
         observed.append(Observed(ca.ref, ca.kind, ca.request, tb,
-                                 differences(ca.request, tb)))
+                                 _chosen(differences(ca.request, tb), echoes)))
         pairs.append((ca, cb, tb))
         echoes.learn(va, vb)  # later requests may quote this answer
     return observed, pairs, echoes.used
+
+
+# Shapes a model can pick out of what it was told (ids, numbers) besides plain values; a
+# clock, a temp directory or a port comes from the machine the test runs on.
+_CHOSEN_SHAPES = frozenset({"UUID", "hex nonce", "base64 nonce", "random token", "number"})
+
+
+def _choosable(shape: Any) -> bool:
+    return shape is None or shape.name in _CHOSEN_SHAPES
+
+
+def _chosen(diffs: list[Difference], echoes: Echoes) -> list[Difference]:
+    """``diffs`` with the values each run took from its own earlier answers marked
+    ``quoted``: a rule must not mask them (see ``echo.py``)."""
+    out = []
+    for d in diffs:
+        if d.kind == FIELD and _choosable(d.shape) and echoes.quoted(d.a, d.b):
+            out.append(dataclasses.replace(d, kind=QUOTED))
+        elif d.kind == SPAN:
+            rest = tuple(s for s in d.spans if not (
+                _choosable(s.shape) and echoes.quoted(s.a_text, s.b_text)))
+            if rest:
+                out.append(dataclasses.replace(d, spans=rest))
+            if len(rest) < len(d.spans):
+                out.append(dataclasses.replace(d, kind=QUOTED, spans=()))
+        else:
+            out.append(d)
+    return out
 
 
 def _load(path: pathlib.Path, label: str) -> list[tuple[Call, Any]] | None:
@@ -135,6 +163,9 @@ class Recordings:
                 self.files.append([c for c, _ in calls])
 
     def check(self, rules: Rules) -> str | None:
+        why = _masks_quoted(self.observed, rules)
+        if why is not None:
+            return why
         for calls in self.files:
             why = _merged(calls, rules)
             if why is not None:
@@ -161,6 +192,20 @@ def _merged(calls: list[Call], rules: Rules) -> str | None:
     other, c = found
     return (f"it would give {other.ref} and #{c.ref.index} one key, and they were "
             "answered differently")
+
+
+def _masks_quoted(observed: list[Observed], rules: Rules) -> str | None:
+    for o in observed:
+        quoted = [d for d in o.diffs if d.kind == QUOTED]
+        if not quoted:
+            continue
+        a, b = masked(o.a, o.kind, rules), masked(o.b, o.kind, rules)
+        for d in quoted:
+            if at(a, d.path) == at(b, d.path):
+                return (f"it would mask {o.ref} {d.where}, a value each run took from its "
+                        "earlier answers (what the model chose): calls choosing otherwise "
+                        "would share a key")
+    return None
 
 
 def _crossed(first: list[Call], pairs: list[tuple[Call, Call, Any]], rules: Rules

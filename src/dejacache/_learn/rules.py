@@ -24,7 +24,7 @@ from .._core.shapes import SHAPES, Shape, Span, common_after, common_before, rul
 from .._core.volatile import Path, parse
 from .._secrets import guarded
 from ..errors import ConfigurationError
-from .diffs import FIELD, SPAN, Difference, generalised, path_text
+from .diffs import FIELD, SPAN, Difference, at, generalised, path_text
 from .masking import Rules, canonical, is_http, masked
 
 __all__ = ["CallRef", "Observed", "Proposal", "Refused", "Rule", "propose", "residual"]
@@ -245,22 +245,8 @@ def _anchored_rule(ch: _Chooser, shape: Shape, group: list[_Item], *, quiet: boo
 def _field_explained(rule: Rules, item: _Item) -> bool:
     o, d, _ = item
     a, b = masked(o.a, o.kind, rule), masked(o.b, o.kind, rule)
-    now = _at(a, d.path)
-    return bool(now != _at(o.a, d.path) and now == _at(b, d.path))
-
-
-_MISSING = object()
-
-
-def _at(tree: Any, path: Path) -> Any:
-    for step in path:
-        if type(tree) is dict and isinstance(step, str):
-            tree = tree.get(step, _MISSING)
-        elif type(tree) is list and isinstance(step, int) and step < len(tree):
-            tree = tree[step]
-        else:
-            return _MISSING
-    return tree
+    now = at(a, d.path)
+    return bool(now != at(o.a, d.path) and now == at(b, d.path))
 
 
 def _values(tree: Any, path: Path) -> list[Any]:
