@@ -19,6 +19,7 @@ says, as the run did.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Final
 
@@ -106,8 +107,10 @@ class Echoes:
 
     def __init__(self) -> None:
         self._whole: dict[str, str] = {}
-        self._parts: dict[str, str] = {}
-        self._pattern: re.Pattern[str] | None = None
+        self._parts: dict[str, str] = {}  # in the order learned
+        self._keys: list[str] = []  # self._parts' keys, in that order
+        # string -> (parts known when it was translated, its translation, strings replaced)
+        self._done: dict[str, tuple[int, str, int]] = {}
         self._said: tuple[set[str], set[str]] = (set(), set())  # each run's answers' words
         self.used = 0  #: strings translated so far
 
@@ -154,7 +157,7 @@ class Echoes:
     def _add_part(self, b: str, a: str) -> None:
         if b not in self._parts:
             self._parts[b] = a
-            self._pattern = None
+            self._keys.append(b)
 
     def translate(self, tree: Any) -> Any:
         """``tree`` (a second-run request) with the answers it quotes in first-run words."""
@@ -177,11 +180,33 @@ class Echoes:
         if whole is not None:
             self.used += 1
             return whole
-        if not self._parts:
+        if not self._keys:
             return s
-        if self._pattern is None:  # longest first: a whole message before a nonce in it
-            keys = sorted(self._parts, key=len, reverse=True)
-            self._pattern = re.compile("|".join(map(re.escape, keys)))
-        out, n = self._pattern.subn(lambda m: self._parts[m.group()], s)
+        out, n = self._parts_in(s)
         self.used += n
         return out
+
+    def _parts_in(self, s: str) -> tuple[str, int]:
+        """``s`` with the parts it holds translated, and how many. One pattern of every part
+        was compiled again after each call (a part or more each): 300 calls of a cassette
+        took 88 s, nearly all in ``re.compile``. Only the parts ``s`` holds can match, so the
+        pattern is made of those; and a string seen before (an agent sends its history
+        again with every turn) is looked at only for the parts learned since."""
+        known = len(self._keys)
+        done = self._done.get(s)
+        if done is not None and (done[0] == known or not any(
+                p in s for p in self._keys[done[0]:])):
+            self._done[s] = (known, done[1], done[2])
+            return done[1], done[2]
+        found = tuple(p for p in self._keys if p in s)
+        out, n = (s, 0) if not found else _pattern(found).subn(
+            lambda m: self._parts[m.group()], s)
+        self._done[s] = (known, out, n)
+        return out, n
+
+
+@functools.lru_cache(maxsize=256)
+def _pattern(parts: tuple[str, ...]) -> re.Pattern[str]:
+    # Longest first: a whole message before a nonce in it (a stable sort keeps the order
+    # learned among parts of one length, as one pattern of them all did).
+    return re.compile("|".join(map(re.escape, sorted(parts, key=len, reverse=True))))
