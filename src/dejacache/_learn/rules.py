@@ -160,6 +160,13 @@ class _Chooser:
         return done
 
 
+def _without(items: list[_Item], done: list[_Item]) -> list[_Item]:
+    """``items`` less ``done`` (by identity: comparing the dataclasses field by field made a
+    cassette of 2,500 calls take 16 s here, quadratic in its spans)."""
+    gone = {id(it) for it in done}
+    return [it for it in items if id(it) not in gone]
+
+
 def _span_explained(rule: Rules, item: _Item) -> bool:
     _, diff, span = item
     assert span is not None
@@ -184,7 +191,7 @@ def _spans(ch: _Chooser) -> None:
             bare = rule_for(shape, texts, bare=True)
             assert bare is not None
             done = ch.attempt(bare, shape.name, items, _span_explained)
-            items = [it for it in items if it not in done]
+            items = _without(items, done)
         _anchored_rules(ch, shape, items)
 
 
@@ -204,7 +211,7 @@ def _anchored_rules(ch: _Chooser, shape: Shape, items: list[_Item]) -> None:
         done: list[_Item] = []
         for group in groups.values():
             done += _anchored_rule(ch, shape, group, quiet=not last, level=level)
-        items = [it for it in items if it not in done]
+        items = _without(items, done)
 
 
 def _texts(items: Iterable[_Item]) -> list[str]:
