@@ -4,6 +4,10 @@
 from __future__ import annotations
 
 import json
+import re
+
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dejacache._learn.echo import Echoes
 
@@ -76,3 +80,25 @@ def test_a_long_cassette_is_translated_in_linear_time() -> None:
         history_a.append(f"you said: {a}")
         history_b.append(f"you said: {b}")
     assert time.perf_counter() - start < 10
+
+
+@given(st.lists(st.tuples(st.text("abc ", min_size=6, max_size=12),
+                          st.text("abc ", min_size=6, max_size=12)), max_size=12),
+       st.lists(st.text("abc ", max_size=40), max_size=6))
+def test_translation_is_one_pattern_of_every_part_longest_first(
+        answers: list[tuple[str, str]], requests: list[str]) -> None:
+    e = Echoes()
+    for i, (a, b) in enumerate(answers):
+        e.learn({"n": i}, {"n": i})
+        e._strings(a, b)  # the parts one answer's strings add
+        for r in requests:  # looked at again as more parts are learned
+            assert e.translate(r) == _naive(e, r)
+
+
+def _naive(e: Echoes, s: str) -> str:
+    if s in e._whole:
+        return e._whole[s]
+    if not e._parts:
+        return s
+    keys = sorted(e._parts, key=len, reverse=True)
+    return re.sub("|".join(map(re.escape, keys)), lambda m: e._parts[m.group()], s)

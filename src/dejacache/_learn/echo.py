@@ -109,6 +109,8 @@ class Echoes:
         self._whole: dict[str, str] = {}
         self._parts: dict[str, str] = {}  # in the order learned
         self._keys: list[str] = []  # self._parts' keys, in that order
+        self._by_head: dict[str, list[str]] = {}  # the parts by their first MIN_ECHO chars
+        self._rank: dict[str, int] = {}  # a part's place in self._keys
         # string -> (parts known when it was translated, its translation, strings replaced)
         self._done: dict[str, tuple[int, str, int]] = {}
         self._said: tuple[set[str], set[str]] = (set(), set())  # each run's answers' words
@@ -157,7 +159,9 @@ class Echoes:
     def _add_part(self, b: str, a: str) -> None:
         if b not in self._parts:
             self._parts[b] = a
+            self._rank[b] = len(self._keys)
             self._keys.append(b)
+            self._by_head.setdefault(b[:MIN_ECHO], []).append(b)
 
     def translate(self, tree: Any) -> Any:
         """``tree`` (a second-run request) with the answers it quotes in first-run words."""
@@ -198,11 +202,22 @@ class Echoes:
                 p in s for p in self._keys[done[0]:])):
             self._done[s] = (known, done[1], done[2])
             return done[1], done[2]
-        found = tuple(p for p in self._keys if p in s)
+        found = self._held(s)
         out, n = (s, 0) if not found else _pattern(found).subn(
             lambda m: self._parts[m.group()], s)
         self._done[s] = (known, out, n)
         return out, n
+
+
+    def _held(self, s: str) -> tuple[str, ...]:
+        """The parts ``s`` holds, in the order learned: each part looked for, or, when ``s``
+        is the shorter, the parts starting at each of its places (10,000 calls: 35 s
+        looking for every part in every new string)."""
+        if len(self._keys) <= len(s):
+            return tuple(p for p in self._keys if p in s)
+        heads = {s[i:i + MIN_ECHO] for i in range(len(s) - MIN_ECHO + 1)}
+        found = {p for h in heads for p in self._by_head.get(h, ()) if p in s}
+        return tuple(sorted(found, key=self._rank.__getitem__))
 
 
 @functools.lru_cache(maxsize=256)
