@@ -102,3 +102,14 @@ def _naive(e: Echoes, s: str) -> str:
         return s
     keys = sorted(e._parts, key=len, reverse=True)
     return re.sub("|".join(map(re.escape, keys)), lambda m: e._parts[m.group()], s)
+
+
+def test_a_string_equal_in_both_runs_is_never_translated() -> None:
+    # Run 1 was told "no", run 2 "yes"; both then sent confirm "yes" (the test's own word).
+    # Translated, run 2's "yes" read "no": a difference the runs never had, learned as the
+    # rule `body.confirm`, which gave "yes" and "no" one key.
+    e = Echoes()
+    e.learn({"answer": "no"}, {"answer": "yes"})
+    assert e.translate({"confirm": "yes"}, {"confirm": "yes"}) == {"confirm": "yes"}
+    assert e.translate({"confirm": "yes", "l": ["yes"]}, {"confirm": "ok", "l": []}) == {
+        "confirm": "no", "l": ["no"]}

@@ -126,6 +126,18 @@ def test_what_the_model_chose_differently_in_each_run_is_never_masked() -> None:
     assert masked(a[1][0].request, "http", r) != masked(b[1][0].request, "http", r)
 
 
+def test_a_word_both_runs_sent_is_no_difference_whatever_their_answers_said() -> None:
+    def run(label: str, said: str) -> list[tuple[Call, Any]]:
+        calls = [(_http("is it open?"), {"status": 200, "headers": [], "json": said}),
+                 (_http("place it", confirm="yes"), {"status": 200, "headers": [], "json": 1})]
+        return [(Call(CallRef("c.json", i, "openai.chat"), "default", "http", f"{label}{i}",
+                      req, answer_of(ans, None)[1]), ans) for i, (req, ans) in enumerate(calls)]
+
+    observed, _, _ = observe(run("a", "no"), run("b", "yes"))
+    assert [o.diffs for o in observed] == [[], []]
+    assert propose(observed, _none).texts == []
+
+
 def test_whole_fields_become_paths_and_a_field_that_is_sometimes_equal_does_not() -> None:
     observed = [
         _obs(0, _http("q", metadata={"run": "3fa9c2d1e0b41234"}, seed=1, temp=0),

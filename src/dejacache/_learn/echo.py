@@ -163,20 +163,26 @@ class Echoes:
             self._keys.append(b)
             self._by_head.setdefault(b[:MIN_ECHO], []).append(b)
 
-    def translate(self, tree: Any) -> Any:
-        """``tree`` (a second-run request) with the answers it quotes in first-run words."""
+    def translate(self, tree: Any, like: Any = None) -> Any:
+        """``tree`` (a second-run request) with the answers it quotes in first-run words;
+        ``like``: the first run's request, whose equal strings are left as they are (an
+        answer's word that happens to be in both requests, ``"yes"``, would otherwise
+        read as the other run's answer there, and that difference become a rule)."""
         if not self._whole and not self._parts:
             return tree
-        return self._tr(tree)
+        return self._tr(tree, like)
 
-    def _tr(self, tree: Any) -> Any:
+    def _tr(self, tree: Any, like: Any) -> Any:
         t = type(tree)
         if t is str:
-            return self._text(tree)
+            return tree if tree == like else self._text(tree)
         if t is dict:
-            return {k: self._tr(v) for k, v in tree.items()}
+            same = like if type(like) is dict else {}
+            return {k: self._tr(v, same.get(k)) for k, v in tree.items()}
         if t is list:
-            return [self._tr(v) for v in tree]
+            same = like if type(like) is list else []
+            return [self._tr(v, same[i] if i < len(same) else None)
+                    for i, v in enumerate(tree)]
         return tree
 
     def _text(self, s: str) -> str:

@@ -82,7 +82,7 @@ def observe(a: list[tuple[Call, Any]], b: list[tuple[Call, Any]]
     observed: list[Observed] = []
     pairs: list[tuple[Call, Call, Any]] = []
     for (ca, va), (cb, vb) in _pairs(a, b):
-        tb = echoes.translate(cb.request)
+        tb = echoes.translate(cb.request, ca.request)
         observed.append(Observed(ca.ref, ca.kind, ca.request, tb,
                                  _chosen(differences(ca.request, tb), echoes)))
         pairs.append((ca, cb, tb))
