@@ -177,11 +177,11 @@ class Echoes:
         if t is str:
             return tree if tree == like else self._text(tree)
         if t is dict:
-            same = like if type(like) is dict else {}
-            return {k: self._tr(v, same.get(k)) for k, v in tree.items()}
+            pairs: dict[Any, Any] = like if type(like) is dict else {}
+            return {k: self._tr(v, pairs.get(k)) for k, v in tree.items()}
         if t is list:
-            same = like if type(like) is list else []
-            return [self._tr(v, same[i] if i < len(same) else None)
+            items: list[Any] = like if type(like) is list else []
+            return [self._tr(v, items[i] if i < len(items) else None)
                     for i, v in enumerate(tree)]
         return tree
 
