@@ -8,6 +8,9 @@ A difference is one of
   strings with nothing in common): a candidate for a path rule;
 * ``text``: a string differs in ordinary words (``Paris`` / ``Rome``): not volatile;
 * ``structure``: a key present on one side only, lists of different lengths: not volatile;
+* ``order``: a list holding the same items in another order (a set's iteration order
+  changes from run to run with string hashing): not volatile, and never masked item by item
+  (``tags[*]`` would give every list of tags one key);
 * ``credential``: under a credential's name, a masked secret, or the caller's identity:
   never masked by a rule, whatever it looks like;
 * ``quoted``: a value each run took from its own earlier answers (``echo.py``; set by
@@ -20,6 +23,8 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any, Final
 
+import orjson
+
 from .._core.shapes import Shape, Span, shape_of, spans
 from .._core.volatile import Path
 from .._secrets import MASK_PREFIX, is_secret_name
@@ -30,6 +35,7 @@ SPAN: Final = "span"
 FIELD: Final = "field"
 TEXT: Final = "text"
 STRUCTURE: Final = "structure"
+ORDER: Final = "order"
 CREDENTIAL: Final = "credential"
 QUOTED: Final = "quoted"
 
@@ -141,6 +147,9 @@ def _walk(a: Any, b: Any, path: Path) -> Iterator[Difference]:
         if len(a) != len(b):
             yield Difference(STRUCTURE, path, len(a), len(b))
             return
+        if _reordered(a, b):
+            yield Difference(ORDER, path, a, b)
+            return
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
             if x != y:
                 yield from _walk(x, y, (*path, i))
@@ -156,6 +165,17 @@ def _walk(a: Any, b: Any, path: Path) -> Iterator[Difference]:
         yield Difference(STRUCTURE, path, a, b)
     else:
         yield Difference(FIELD, path, a, b, shape=_epoch(a, b))
+
+
+def _reordered(a: list[Any], b: list[Any]) -> bool:
+    """Whether two differing lists of one length hold the same items in another order."""
+    def items(v: list[Any]) -> list[bytes]:
+        return sorted(orjson.dumps(x, option=orjson.OPT_SORT_KEYS) for x in v)
+
+    try:
+        return items(a) == items(b)
+    except TypeError:  # not JSON (a stored request always is)
+        return False
 
 
 def differences(a: Any, b: Any) -> list[Difference]:
