@@ -142,3 +142,24 @@ def test_cassette_files_skip_environments_and_hidden_directories(tmp_path: pathl
     (tmp_path / "venv" / "pyvenv.cfg").write_text("")
     found = sorted(p.relative_to(tmp_path).as_posix() for p in cassette_files([tmp_path]))
     assert found == ["tests/cassettes/a/t.json"]
+
+
+def test_an_append_killed_midway_is_rolled_back_before_the_cassette_is_rekeyed(
+        tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The file is read under the lock rekey holds: reading it took the lock again when an
+    # undo record was there, and waited for itself (60 s) before giving up.
+    from dejacache.cassettes import format as fmt
+    from dejacache.cassettes import lock
+
+    monkeypatch.setattr(lock, "TIMEOUT_S", 2.0)
+    path = tmp_path / "cassettes" / "c.json"
+    recorded = _record(path, ["made at 2026-01-01T00:00:01 for Ann"])
+    good = path.read_bytes()
+    with path.open("ab") as fh:
+        fh.write(b"half an append")
+    fmt.undo_path(path).write_bytes(fmt.undo_record(len(good), len(good), b""))
+    done = rekey_file(path, Rules([RULE]))
+    assert (done.changed, done.problem) == (1, None)
+    assert not fmt.undo_path(path).exists()
+    with dejacache.cassette(path, mode="replay", volatile=[RULE]):
+        assert plan("Paris", "made at 2031-05-05T10:00:00 for Ann") == recorded[0]

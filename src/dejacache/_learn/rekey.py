@@ -97,6 +97,9 @@ def rekey_file(path: pathlib.Path, rules: Rules) -> Rekeyed:
     result = Rekeyed(path)
     try:
         with cassette_lock(path):
+            # An append killed midway is rolled back here, under the lock: reading the file
+            # with its undo record there would take the lock again, held by this very call.
+            fmt.recover_locked(path)
             data = fmt.read_file(path)
             if data is None:
                 raise CassetteError("no such file", path=path)
