@@ -8,6 +8,7 @@ import json
 import re
 from typing import Any
 
+from dejacache._core.shapes import shape_of
 from dejacache._learn.answers import answer_of
 from dejacache._learn.diffs import differences
 from dejacache._learn.masking import Rules, canonical, masked
@@ -207,3 +208,23 @@ def test_a_long_recording_is_proposed_for_in_linear_time() -> None:
     p = propose(observed, _none)
     assert time.perf_counter() - start < 20
     assert len(p.rules) == 1 and p.differing_after == 0
+
+
+def test_a_chosen_value_beside_a_clock_is_kept_keyed() -> None:
+    # The strings still differ in their times when a rule masks the users' ids: the check
+    # looks at the chosen value itself, not at the whole string.
+    said = {"status": 200, "headers": [], "json": {"users": USERS}}
+    a = [(Call(CallRef("c.json", 0, "chat"), "default", "http", "a0", _http("list"),
+               answer_of(said, None)[1]), said),
+         (Call(CallRef("c.json", 1, "chat"), "default", "http", "a1",
+               _http(f"user {USERS[0]} at 2026-01-01T00:00:01"), b""), None)]
+    b = [(Call(CallRef("c.json", 0, "chat"), "default", "http", "b0", _http("list"),
+               answer_of(said, None)[1]), said),
+         (Call(CallRef("c.json", 1, "chat"), "default", "http", "b1",
+               _http(f"user {USERS[1]} at 2026-01-01T00:00:09"), b""), None)]
+    observed, _, _ = observe(a, b)
+    assert sorted(d.kind for d in observed[1].diffs) == ["quoted", "span"]
+    rec = Recordings(observed=observed)
+    uuid_rule = "re:" + shape_of("UUID").find.pattern
+    assert "what the model chose" in (rec.check(Rules([uuid_rule])) or "")
+    assert rec.check(Rules([r"re:(?<=at )\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}"])) is None

@@ -112,7 +112,8 @@ def _chosen(diffs: list[Difference], echoes: Echoes) -> list[Difference]:
             if rest:
                 out.append(dataclasses.replace(d, spans=rest))
             if len(rest) < len(d.spans):
-                out.append(dataclasses.replace(d, kind=QUOTED, spans=()))
+                out.append(dataclasses.replace(d, kind=QUOTED, spans=tuple(
+                    s for s in d.spans if s not in rest)))
         else:
             out.append(d)
     return out
@@ -201,11 +202,21 @@ def _masks_quoted(observed: list[Observed], rules: Rules) -> str | None:
             continue
         a, b = masked(o.a, o.kind, rules), masked(o.b, o.kind, rules)
         for d in quoted:
-            if at(a, d.path) == at(b, d.path):
+            values = [(s.a_text, s.b_text) for s in d.spans] or [(d.a, d.b)]
+            was_a, was_b, now_a, now_b = (at(t, d.path) for t in (o.a, o.b, a, b))
+            if any(_hidden(was_a, now_a, va) or _hidden(was_b, now_b, vb)
+                   for va, vb in values):
                 return (f"it would mask {o.ref} {d.where}, a value each run took from its "
                         "earlier answers (what the model chose): calls choosing otherwise "
                         "would share a key")
     return None
+
+
+def _hidden(before: Any, after: Any, value: Any) -> bool:
+    """Whether masking took ``value`` (all of ``before``, or a part of a string) away."""
+    if type(value) is str and type(before) is str:
+        return type(after) is not str or after.count(value) < before.count(value)
+    return bool(after != before)
 
 
 def _crossed(first: list[Call], pairs: list[tuple[Call, Call, Any]], rules: Rules
