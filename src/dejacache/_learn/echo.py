@@ -198,8 +198,8 @@ class Echoes:
 
     def _parts_in(self, s: str) -> tuple[str, int]:
         """``s`` with the parts it holds translated, and how many. One pattern of every part
-        was compiled again after each call (a part or more each): 300 calls of a cassette
-        took 88 s, nearly all in ``re.compile``. Only the parts ``s`` holds can match, so the
+        was compiled again after each call (a part or more each): 1,000 calls of a cassette
+        took 150 s, nearly all in ``re.compile``. Only the parts ``s`` holds can match, so the
         pattern is made of those; and a string seen before (an agent sends its history
         again with every turn) is looked at only for the parts learned since."""
         known = len(self._keys)
