@@ -119,6 +119,23 @@ def test_a_weak_shape_is_anchored_on_the_text_before_it(x: bytes, y: bytes, ctx:
     assert pat.sub("<v>", f"other {x.hex()}") == f"other {x.hex()}"  # not without its anchor
 
 
+@pytest.mark.parametrize(("a", "b", "other", "kept"), [
+    ("41 items", "97 items", "model v2 items", "v2"),
+    ("5f3a9c items", "9b2e4d items", "sha 0123456789abcdef5f3a9c items", "0123456789abcdef5f3a9c"),
+    ("1733400000 starts", "1733400999 starts", "v1.1733400000 starts", "1733400000"),
+    ("Zm9vYmFyYmF6cXV4 sent", "cXV4YmFyZm9vYmF6 sent", "key/Zm9vYmFyYmF6cXV4 sent", "Zm9v"),
+])
+def test_a_rule_anchored_after_the_value_never_masks_the_tail_of_a_longer_token(
+        a: str, b: str, other: str, kept: str) -> None:
+    (s,) = spans(a, b)
+    assert s.shape is not None and not s.shape.strong and s.before == ""
+    rule = rule_for(s.shape, [s.a_text, s.b_text], s.before, s.after)
+    assert rule is not None
+    pat = re.compile(rule[3:])
+    assert pat.sub("<v>", a) == pat.sub("<v>", b)  # what it was written for
+    assert kept in pat.sub("<v>", other)
+
+
 def test_a_weak_shape_with_nothing_around_it_gets_no_rule() -> None:
     hexa = shape_of("hex nonce")
     assert rule_for(hexa, ["3fa9c2d1"], "", "") is None

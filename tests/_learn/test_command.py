@@ -176,3 +176,18 @@ def test_learn_help_lists_its_options() -> None:
                          capture_output=True, text=True, check=True).stdout
     for option in ("--write", "--from-miss", "--scratch", "--upstream", "--json"):
         assert option in out
+
+
+def test_a_scratch_directory_holding_earlier_runs_is_refused(tmp_path: pathlib.Path) -> None:
+    # A test failing now records nothing: its recording of an earlier learn would be compared
+    # as this run's.
+    proj = _small(tmp_path)
+    (tmp_path / "s" / "run2" / "tests").mkdir(parents=True)
+    (tmp_path / "s" / "run2" / "tests" / "old.json").write_text("{}")
+    (tmp_path / "file").write_text("")
+    for where in ("s", "file"):
+        res = run(proj, "dejacache", "learn", "--scratch", str(tmp_path / where), "tests")
+        assert res.returncode == 1 and "running:" not in res.stdout, res.stdout
+        assert res.stderr.startswith(f"dejacache learn: error: --scratch {tmp_path / where}")
+    assert "earlier run's recordings" in run(proj, "dejacache", "learn", "--scratch",
+                                             str(tmp_path / "s")).stderr

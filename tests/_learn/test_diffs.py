@@ -12,6 +12,7 @@ from dejacache._learn.diffs import (
     generalised,
     path_text,
 )
+from dejacache._learn.rules import CallRef, Observed, propose
 
 
 def _kinds(a: object, b: object) -> dict[str, str]:
@@ -48,3 +49,16 @@ def test_paths_are_written_as_rules_take_them() -> None:
     p = ("body", "messages", 3, "content")
     assert path_text(p) == "body.messages[3].content"
     assert path_text(generalised(p)) == "body.messages[*].content"
+
+
+def test_a_list_in_another_order_is_one_order_difference_never_volatile() -> None:
+    # Item by item, each tag differs "in every call": `body.tags[*]` was learned, and every
+    # search keyed alike whatever its tags.
+    a = {"body": {"tags": ["red", "blue", {"k": 1}], "q": "shoes"}}
+    b = {"body": {"tags": [{"k": 1}, "red", "blue"], "q": "shoes"}}
+    (d,) = differences(a, b)
+    assert (d.kind, d.where) == ("order", "body.tags")
+    assert propose([Observed(CallRef("c", 0, "s"), "tool", a, b, [d])], lambda r: None
+                   ).texts == []
+    (d,) = differences({"t": ["red", "blue"]}, {"t": ["red", "green"]})
+    assert (d.kind, d.where) == ("field", "t[1]")  # other items: compared one by one

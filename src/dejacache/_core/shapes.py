@@ -284,6 +284,14 @@ def _body(shape: Shape, texts: Sequence[str]) -> str:
     return r"\d+(?:\.\d+)?(?!\d|\.\d)" if any("." in t for t in texts) else r"\d+(?!\d)"
 
 
+# Where a weak shape may start, as its pattern says (``_body`` writes only the value): a
+# rule anchored on the text after it alone would otherwise mask the tail of a longer token
+# (``abc123 items``: ``123``; a 40-digit hash: its last 16).
+_START: Final = {"epoch": r"(?<![\d.])", "duration": r"(?<![\w.])",
+                 "hex nonce": r"(?<![0-9A-Za-z])", "base64 nonce": r"(?<![A-Za-z0-9+/_-])",
+                 "random token": r"(?<![A-Za-z0-9_])", "number": r"(?<![\w.])"}
+
+
 _SPECIAL: Final = frozenset(".^$*+?{}[]\\|()")
 _CONTROL: Final = {"\n": "\\n", "\t": "\\t", "\r": "\\r"} | {
     chr(i): f"\\x{i:02x}" for i in (*range(32), 127) if chr(i) not in "\n\t\r"}
@@ -355,6 +363,8 @@ def rule_for(shape: Shape, texts: Sequence[str], before: str = "", after: str = 
     if _anchored(before, ""):
         after = ""  # the text before is anchor enough: the rule then fits other endings too
     body = shape.find.pattern if shape.strong else _body(shape, texts)
+    if not before:  # only the text after: the shape's own start, or "v2 items" masks "2"
+        body = _START.get(shape.name, "") + body
     lead = f"(?<={literal(before)})" if before else ""
     tail = f"(?={literal(after)})" if after else ""
     return "re:" + lead + body + tail

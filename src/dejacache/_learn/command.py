@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import _project
+from ..errors import ConfigurationError
 from .masking import Rules
 from .recordings import Recordings
 from .rekey import Rekeyed, cassette_files, rekey_files
@@ -112,6 +113,24 @@ def _unkeyed(r: Rekeyed) -> bool:
     return r.problem is not None and "not a dejacache cassette" not in r.problem
 
 
+RUNS = ("run1", "run2")
+
+
+def _kept_scratch(raw: str) -> pathlib.Path:
+    """``--scratch DIR``, refused when it is no directory or holds an earlier learn's runs: a
+    test that fails now records nothing, and its earlier recording would be compared as if
+    this run had made it."""
+    path = pathlib.Path(raw)
+    if path.exists() and not path.is_dir():
+        raise ConfigurationError(f"--scratch {raw}: not a directory")
+    for name in RUNS:
+        run = path / name
+        if run.exists() and (not run.is_dir() or any(run.iterdir())):
+            raise ConfigurationError(f"--scratch {raw}: {run} holds an earlier run's "
+                                     "recordings; remove it, or choose another directory")
+    return path
+
+
 def _learn(args: argparse.Namespace, project: _project.Project) -> int:
     import shutil
     import tempfile
@@ -121,12 +140,12 @@ def _learn(args: argparse.Namespace, project: _project.Project) -> int:
 
     env = parse_upstreams(args.upstream)
     root = _root(project)
-    scratch_root = pathlib.Path(args.scratch) if args.scratch else pathlib.Path(
+    scratch_root = _kept_scratch(args.scratch) if args.scratch else pathlib.Path(
         tempfile.mkdtemp(prefix="dejacache-learn-"))
     try:
         dirs = []
-        for i in (1, 2):
-            d = scratch_root / f"run{i}"
+        for i, name in enumerate(RUNS, 1):
+            d = scratch_root / name
             print(f"dejacache learn: run {i} of 2, every call live, recorded into {d}",
                   flush=True)
             status = run_tests(args.pytest_args, learn_dir=d, mode="record", env=env)

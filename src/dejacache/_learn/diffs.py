@@ -8,8 +8,13 @@ A difference is one of
   strings with nothing in common): a candidate for a path rule;
 * ``text``: a string differs in ordinary words (``Paris`` / ``Rome``): not volatile;
 * ``structure``: a key present on one side only, lists of different lengths: not volatile;
+* ``order``: a list holding the same items in another order (a set's iteration order
+  changes from run to run with string hashing): not volatile, and never masked item by item
+  (``tags[*]`` would give every list of tags one key);
 * ``credential``: under a credential's name, a masked secret, or the caller's identity:
-  never masked by a rule, whatever it looks like.
+  never masked by a rule, whatever it looks like;
+* ``quoted``: a value each run took from its own earlier answers (``echo.py``; set by
+  ``recordings.py``, which knows the answers): what the model chose, never masked.
 """
 
 from __future__ import annotations
@@ -18,17 +23,21 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any, Final
 
+import orjson
+
 from .._core.shapes import Shape, Span, shape_of, spans
 from .._core.volatile import Path
 from .._secrets import MASK_PREFIX, is_secret_name
 
-__all__ = ["Difference", "differences", "generalised", "path_text", "shape_of_value"]
+__all__ = ["Difference", "at", "differences", "generalised", "path_text", "shape_of_value"]
 
 SPAN: Final = "span"
 FIELD: Final = "field"
 TEXT: Final = "text"
 STRUCTURE: Final = "structure"
+ORDER: Final = "order"
 CREDENTIAL: Final = "credential"
+QUOTED: Final = "quoted"
 
 _REDACTED: Final = "<REDACTED>"
 # Top-level members that say who asks, never what: an HTTP request's credentials, and which
@@ -64,6 +73,21 @@ def path_text(path: Path) -> str:
         else:
             out += f".{step}" if out else str(step)
     return out
+
+
+MISSING: Final = object()
+
+
+def at(tree: Any, path: Path) -> Any:
+    """The value at ``path`` in ``tree`` (:data:`MISSING`: none there)."""
+    for step in path:
+        if type(tree) is dict and isinstance(step, str):
+            tree = tree.get(step, MISSING)
+        elif type(tree) is list and isinstance(step, int) and step < len(tree):
+            tree = tree[step]
+        else:
+            return MISSING
+    return tree
 
 
 def generalised(path: Path) -> Path:
@@ -123,6 +147,9 @@ def _walk(a: Any, b: Any, path: Path) -> Iterator[Difference]:
         if len(a) != len(b):
             yield Difference(STRUCTURE, path, len(a), len(b))
             return
+        if _reordered(a, b):
+            yield Difference(ORDER, path, a, b)
+            return
         for i, (x, y) in enumerate(zip(a, b, strict=True)):
             if x != y:
                 yield from _walk(x, y, (*path, i))
@@ -138,6 +165,17 @@ def _walk(a: Any, b: Any, path: Path) -> Iterator[Difference]:
         yield Difference(STRUCTURE, path, a, b)
     else:
         yield Difference(FIELD, path, a, b, shape=_epoch(a, b))
+
+
+def _reordered(a: list[Any], b: list[Any]) -> bool:
+    """Whether two differing lists of one length hold the same items in another order."""
+    def items(v: list[Any]) -> list[bytes]:
+        return sorted(orjson.dumps(x, option=orjson.OPT_SORT_KEYS) for x in v)
+
+    try:
+        return items(a) == items(b)
+    except TypeError:  # not JSON (a stored request always is)
+        return False
 
 
 def differences(a: Any, b: Any) -> list[Difference]:

@@ -7,10 +7,19 @@ so they must not become rules. :class:`Echoes` learns, call by call, which strin
 second run's answers stand where the first run's stood, and translates the second run's
 later requests into the first run's words before they are compared: what is left differs
 for another reason. Ids the recorder aliases (``<id:3>``) are equal already.
+
+A value both runs were told and chose differently is no translation's business: the model
+said Paris in one run and Rome in the other, and the tool call that followed asked for the
+weather there (too short to translate, or said the same in both runs' answers: a list of
+users, one picked). :meth:`Echoes.quoted` tells such a value by its words: each run's value
+is made of words that run's earlier answers held. Masked, it would give the weather in
+Paris and in Rome one key, in every store; unmasked, a replay asks what its recorded answer
+says, as the run did.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any, Final
 
@@ -21,6 +30,10 @@ __all__ = ["Echoes"]
 # A string this short is a word, not something quoted: translating it would rewrite text
 # that merely happens to contain it.
 MIN_ECHO: Final = 6
+_WORD: Final = re.compile(r"\w+")
+# An answer's headers say when and by whom it was served (Date, request ids), not what:
+# a request sent in the same second as an earlier answer's Date would read as quoting it.
+_NOT_SAID: Final = frozenset({"headers"})
 _EVENT_DATA: Final = "data:"
 
 
@@ -66,18 +79,53 @@ def _delta_text(node: Any, out: list[str]) -> None:
             _delta_text(v, out)
 
 
+def _words(node: Any, out: set[str]) -> None:
+    t = type(node)
+    if t is str:
+        out.update(_WORD.findall(node))
+    elif t is dict:
+        for k, v in node.items():
+            if k not in _NOT_SAID:
+                _words(v, out)
+    elif t is list:
+        for v in node:
+            _words(v, out)
+    elif t is int or t is float:
+        out.add(str(node))
+
+
+def _said(value: Any, said: set[str]) -> bool:
+    t = type(value)
+    if t is not str and t is not int and t is not float:
+        return False
+    words = _WORD.findall(str(value))
+    return bool(words) and all(w in said for w in words)
+
+
 class Echoes:
     """Strings of the second run's answers, mapped to the first run's."""
 
     def __init__(self) -> None:
         self._whole: dict[str, str] = {}
-        self._parts: dict[str, str] = {}
-        self._pattern: re.Pattern[str] | None = None
+        self._parts: dict[str, str] = {}  # in the order learned
+        self._keys: list[str] = []  # self._parts' keys, in that order
+        self._by_head: dict[str, list[str]] = {}  # the parts by their first MIN_ECHO chars
+        self._rank: dict[str, int] = {}  # a part's place in self._keys
+        # string -> (parts known when it was translated, its translation, strings replaced)
+        self._done: dict[str, tuple[int, str, int]] = {}
+        self._said: tuple[set[str], set[str]] = (set(), set())  # each run's answers' words
         self.used = 0  #: strings translated so far
 
     def learn(self, answer_a: Any, answer_b: Any) -> None:
         """One call's answers, from the first and the second run."""
         self._pair(answer_a, answer_b)
+        _words(answer_a, self._said[0])
+        _words(answer_b, self._said[1])
+
+    def quoted(self, a: Any, b: Any) -> bool:
+        """Whether each of two differing values (``a`` of the first run, ``b`` of the
+        second) is made of words its own run's earlier answers held."""
+        return all(_said(v, said) for v, said in zip((a, b), self._said, strict=True))
 
     def _pair(self, a: Any, b: Any) -> None:
         if type(a) is dict and type(b) is dict:
@@ -111,22 +159,30 @@ class Echoes:
     def _add_part(self, b: str, a: str) -> None:
         if b not in self._parts:
             self._parts[b] = a
-            self._pattern = None
+            self._rank[b] = len(self._keys)
+            self._keys.append(b)
+            self._by_head.setdefault(b[:MIN_ECHO], []).append(b)
 
-    def translate(self, tree: Any) -> Any:
-        """``tree`` (a second-run request) with the answers it quotes in first-run words."""
+    def translate(self, tree: Any, like: Any = None) -> Any:
+        """``tree`` (a second-run request) with the answers it quotes in first-run words;
+        ``like``: the first run's request, whose equal strings are left as they are (an
+        answer's word that happens to be in both requests, ``"yes"``, would otherwise
+        read as the other run's answer there, and that difference become a rule)."""
         if not self._whole and not self._parts:
             return tree
-        return self._tr(tree)
+        return self._tr(tree, like)
 
-    def _tr(self, tree: Any) -> Any:
+    def _tr(self, tree: Any, like: Any) -> Any:
         t = type(tree)
         if t is str:
-            return self._text(tree)
+            return tree if tree == like else self._text(tree)
         if t is dict:
-            return {k: self._tr(v) for k, v in tree.items()}
+            pairs: dict[Any, Any] = like if type(like) is dict else {}
+            return {k: self._tr(v, pairs.get(k)) for k, v in tree.items()}
         if t is list:
-            return [self._tr(v) for v in tree]
+            items: list[Any] = like if type(like) is list else []
+            return [self._tr(v, items[i] if i < len(items) else None)
+                    for i, v in enumerate(tree)]
         return tree
 
     def _text(self, s: str) -> str:
@@ -134,11 +190,44 @@ class Echoes:
         if whole is not None:
             self.used += 1
             return whole
-        if not self._parts:
+        if not self._keys:
             return s
-        if self._pattern is None:  # longest first: a whole message before a nonce in it
-            keys = sorted(self._parts, key=len, reverse=True)
-            self._pattern = re.compile("|".join(map(re.escape, keys)))
-        out, n = self._pattern.subn(lambda m: self._parts[m.group()], s)
+        out, n = self._parts_in(s)
         self.used += n
         return out
+
+    def _parts_in(self, s: str) -> tuple[str, int]:
+        """``s`` with the parts it holds translated, and how many. One pattern of every part
+        was compiled again after each call (a part or more each): 1,000 calls of a cassette
+        took 150 s, nearly all in ``re.compile``. Only the parts ``s`` holds can match, so the
+        pattern is made of those; and a string seen before (an agent sends its history
+        again with every turn) is looked at only for the parts learned since."""
+        known = len(self._keys)
+        done = self._done.get(s)
+        if done is not None and (done[0] == known or not any(
+                p in s for p in self._keys[done[0]:])):
+            self._done[s] = (known, done[1], done[2])
+            return done[1], done[2]
+        found = self._held(s)
+        out, n = (s, 0) if not found else _pattern(found).subn(
+            lambda m: self._parts[m.group()], s)
+        self._done[s] = (known, out, n)
+        return out, n
+
+
+    def _held(self, s: str) -> tuple[str, ...]:
+        """The parts ``s`` holds, in the order learned: each part looked for, or, when ``s``
+        is the shorter, the parts starting at each of its places (10,000 calls: 35 s
+        looking for every part in every new string)."""
+        if len(self._keys) <= len(s):
+            return tuple(p for p in self._keys if p in s)
+        heads = {s[i:i + MIN_ECHO] for i in range(len(s) - MIN_ECHO + 1)}
+        found = {p for h in heads for p in self._by_head.get(h, ()) if p in s}
+        return tuple(sorted(found, key=self._rank.__getitem__))
+
+
+@functools.lru_cache(maxsize=256)
+def _pattern(parts: tuple[str, ...]) -> re.Pattern[str]:
+    # Longest first: a whole message before a nonce in it (a stable sort keeps the order
+    # learned among parts of one length, as one pattern of them all did).
+    return re.compile("|".join(map(re.escape, sorted(parts, key=len, reverse=True))))

@@ -20,11 +20,10 @@ import pathlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-import orjson
-
 from ..cassettes.trajectory import CassetteView, load_cassette
 from ..errors import CassetteError
-from .diffs import differences
+from .answers import answer_of, first_merge
+from .diffs import FIELD, QUOTED, SPAN, Difference, at, differences
 from .echo import Echoes
 from .masking import Rules, canonical, masked
 from .rules import CallRef, Observed
@@ -49,16 +48,7 @@ class Call:
 
 
 def _answer(step: Any) -> tuple[Any, bytes]:
-    if step.error is not None:
-        value: Any = {"error": step.error}
-    else:
-        value = step.response
-    comparable = value
-    if isinstance(value, dict) and "status" in value:
-        from ..http.exchange import comparable as without_volatile_headers
-
-        comparable = dict(without_volatile_headers(value))
-    return value, orjson.dumps(comparable, option=orjson.OPT_SORT_KEYS)
+    return answer_of(step.response, step.error)
 
 
 def calls_of(view: CassetteView, label: str) -> list[tuple[Call, Any]]:
@@ -92,12 +82,41 @@ def observe(a: list[tuple[Call, Any]], b: list[tuple[Call, Any]]
     observed: list[Observed] = []
     pairs: list[tuple[Call, Call, Any]] = []
     for (ca, va), (cb, vb) in _pairs(a, b):
-        tb = echoes.translate(cb.request)
+        tb = echoes.translate(cb.request, ca.request)
         observed.append(Observed(ca.ref, ca.kind, ca.request, tb,
-                                 differences(ca.request, tb)))
+                                 _chosen(differences(ca.request, tb), echoes)))
         pairs.append((ca, cb, tb))
         echoes.learn(va, vb)  # later requests may quote this answer
     return observed, pairs, echoes.used
+
+
+# Shapes a model can pick out of what it was told (ids, numbers) besides plain values; a
+# clock, a temp directory or a port comes from the machine the test runs on.
+_CHOSEN_SHAPES = frozenset({"UUID", "hex nonce", "base64 nonce", "random token", "number"})
+
+
+def _choosable(shape: Any) -> bool:
+    return shape is None or shape.name in _CHOSEN_SHAPES
+
+
+def _chosen(diffs: list[Difference], echoes: Echoes) -> list[Difference]:
+    """``diffs`` with the values each run took from its own earlier answers marked
+    ``quoted``: a rule must not mask them (see ``echo.py``)."""
+    out = []
+    for d in diffs:
+        if d.kind == FIELD and _choosable(d.shape) and echoes.quoted(d.a, d.b):
+            out.append(dataclasses.replace(d, kind=QUOTED))
+        elif d.kind == SPAN:
+            rest = tuple(s for s in d.spans if not (
+                _choosable(s.shape) and echoes.quoted(s.a_text, s.b_text)))
+            if rest:
+                out.append(dataclasses.replace(d, spans=rest))
+            if len(rest) < len(d.spans):
+                out.append(dataclasses.replace(d, kind=QUOTED, spans=tuple(
+                    s for s in d.spans if s not in rest)))
+        else:
+            out.append(d)
+    return out
 
 
 def _load(path: pathlib.Path, label: str) -> list[tuple[Call, Any]] | None:
@@ -145,6 +164,9 @@ class Recordings:
                 self.files.append([c for c, _ in calls])
 
     def check(self, rules: Rules) -> str | None:
+        why = _masks_quoted(self.observed, rules)
+        if why is not None:
+            return why
         for calls in self.files:
             why = _merged(calls, rules)
             if why is not None:
@@ -164,14 +186,37 @@ def _shown(path: pathlib.Path, root: pathlib.Path) -> str:
 
 
 def _merged(calls: list[Call], rules: Rules) -> str | None:
-    seen: dict[tuple[str, str, bytes], Call] = {}
-    for c in calls:
-        k = (*c.group, canonical(masked(c.request, c.kind, rules)))
-        other = seen.setdefault(k, c)
-        if other is not c and other.key != c.key and other.answer != c.answer:
-            return (f"it would give {other.ref} and #{c.ref.index} one key, and they were "
-                    "answered differently")
+    found = first_merge(((*c.group, canonical(masked(c.request, c.kind, rules))), c.key,
+                         c.answer, c) for c in calls)
+    if found is None:
+        return None
+    other, c = found
+    return (f"it would give {other.ref} and #{c.ref.index} one key, and they were "
+            "answered differently")
+
+
+def _masks_quoted(observed: list[Observed], rules: Rules) -> str | None:
+    for o in observed:
+        quoted = [d for d in o.diffs if d.kind == QUOTED]
+        if not quoted:
+            continue
+        a, b = masked(o.a, o.kind, rules), masked(o.b, o.kind, rules)
+        for d in quoted:
+            values = [(s.a_text, s.b_text) for s in d.spans] or [(d.a, d.b)]
+            was_a, was_b, now_a, now_b = (at(t, d.path) for t in (o.a, o.b, a, b))
+            if any(_hidden(was_a, now_a, va) or _hidden(was_b, now_b, vb)
+                   for va, vb in values):
+                return (f"it would mask {o.ref} {d.where}, a value each run took from its "
+                        "earlier answers (what the model chose): calls choosing otherwise "
+                        "would share a key")
     return None
+
+
+def _hidden(before: Any, after: Any, value: Any) -> bool:
+    """Whether masking took ``value`` (all of ``before``, or a part of a string) away."""
+    if type(value) is str and type(before) is str:
+        return type(after) is not str or after.count(value) < before.count(value)
+    return bool(after != before)
 
 
 def _crossed(first: list[Call], pairs: list[tuple[Call, Call, Any]], rules: Rules

@@ -29,6 +29,7 @@ from ..cassettes.pack import Packer
 from ..cassettes.render import render
 from ..errors import CassetteError
 from ..keys import canonical_json, digest, volatile_spellings
+from .answers import answer_of, first_merge
 from .masking import Rules, masked
 
 __all__ = ["Rekeyed", "cassette_files", "rekey_file", "rekey_files"]
@@ -91,10 +92,14 @@ def _entry(e: dict[str, Any], values: dict[str, Any], rules: Rules) -> dict[str,
 
 
 def rekey_file(path: pathlib.Path, rules: Rules) -> Rekeyed:
-    """Key ``path``'s entries again under ``rules`` (written only when a key changed)."""
+    """Key ``path``'s entries again under ``rules`` (written only when a key changed; not
+    at all when the rules would give two calls answered differently one key)."""
     result = Rekeyed(path)
     try:
         with cassette_lock(path):
+            # An append killed midway is rolled back here, under the lock: reading the file
+            # with its undo record there would take the lock again, held by this very call.
+            fmt.recover_locked(path)
             data = fmt.read_file(path)
             if data is None:
                 raise CassetteError("no such file", path=path)
@@ -110,10 +115,32 @@ def rekey_file(path: pathlib.Path, rules: Rules) -> Rekeyed:
                     result.changed += 1
                 entries.append(new)
             if result.changed:
+                _refuse_merges(doc["entries"], entries, values, path)
                 atomic_write(path, render(entries, values))
     except CassetteError as exc:
         result.problem = str(exc)
+        result.changed = 0
     return result
+
+
+def _refuse_merges(before: list[dict[str, Any]], after: list[dict[str, Any]],
+                   values: dict[str, Any], path: pathlib.Path) -> None:
+    """A cassette whose rekeyed entries would merge calls answered differently is left as
+    it was: replayed in another order, or alone, one would get the other's answer (the rule
+    is wrong for this suite, or the calls must be re-recorded under it)."""
+    def calls() -> Iterator[tuple[str, str, bytes, int]]:
+        for i, (old, new) in enumerate(zip(before, after, strict=True)):
+            err = old.get("error")
+            response = None if "error" in old else fmt.unpack(old.get("response"), values.get)
+            _, answer = answer_of(response, err if isinstance(err, dict) else None)
+            yield str(new.get("key")), str(old.get("key")), answer, i
+
+    found = first_merge(calls())
+    if found is not None:
+        a, b = found
+        raise CassetteError(f"the rules would give entries #{a} and #{b} one key, and they "
+                            "were answered differently: narrow the rule, or re-record them "
+                            "under it", path=path)
 
 
 def rekey_files(paths: Iterable[pathlib.Path], rules: Rules) -> list[Rekeyed]:

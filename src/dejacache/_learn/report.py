@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .._core.diff import short
-from .diffs import CREDENTIAL, STRUCTURE, Difference
+from .diffs import CREDENTIAL, ORDER, QUOTED, STRUCTURE, Difference
 from .recordings import Recordings
 from .rules import Evidence, Proposal
 
@@ -25,6 +25,11 @@ def _places(where: list[Evidence], indent: str) -> list[str]:
 def _other(d: Difference) -> str:
     if d.kind == CREDENTIAL:
         return "a credential's or a caller's place (who asks): never masked"
+    if d.kind == QUOTED:
+        return ("a value each run took from its earlier answers (what the model chose: "
+                f"{short(d.a, 30)} -> {short(d.b, 30)}): replays as recorded, never masked")
+    if d.kind == ORDER:
+        return "the same items in another order: the order is part of the call, never masked"
     if d.kind == STRUCTURE:
         return f"the calls differ in structure ({short(d.a, 40)} -> {short(d.b, 40)})"
     return f"ordinary text, not volatile: {short(d.a, 50)} -> {short(d.b, 50)}"

@@ -24,7 +24,7 @@ from .._core.shapes import SHAPES, Shape, Span, common_after, common_before, rul
 from .._core.volatile import Path, parse
 from .._secrets import guarded
 from ..errors import ConfigurationError
-from .diffs import FIELD, SPAN, Difference, generalised, path_text
+from .diffs import FIELD, SPAN, Difference, at, generalised, path_text
 from .masking import Rules, canonical, is_http, masked
 
 __all__ = ["CallRef", "Observed", "Proposal", "Refused", "Rule", "propose", "residual"]
@@ -160,6 +160,13 @@ class _Chooser:
         return done
 
 
+def _without(items: list[_Item], done: list[_Item]) -> list[_Item]:
+    """``items`` less ``done`` (by identity: comparing the dataclasses field by field made a
+    cassette of 2,500 calls take 16 s here, quadratic in its spans)."""
+    gone = {id(it) for it in done}
+    return [it for it in items if id(it) not in gone]
+
+
 def _span_explained(rule: Rules, item: _Item) -> bool:
     _, diff, span = item
     assert span is not None
@@ -184,7 +191,7 @@ def _spans(ch: _Chooser) -> None:
             bare = rule_for(shape, texts, bare=True)
             assert bare is not None
             done = ch.attempt(bare, shape.name, items, _span_explained)
-            items = [it for it in items if it not in done]
+            items = _without(items, done)
         _anchored_rules(ch, shape, items)
 
 
@@ -204,7 +211,7 @@ def _anchored_rules(ch: _Chooser, shape: Shape, items: list[_Item]) -> None:
         done: list[_Item] = []
         for group in groups.values():
             done += _anchored_rule(ch, shape, group, quiet=not last, level=level)
-        items = [it for it in items if it not in done]
+        items = _without(items, done)
 
 
 def _texts(items: Iterable[_Item]) -> list[str]:
@@ -245,22 +252,8 @@ def _anchored_rule(ch: _Chooser, shape: Shape, group: list[_Item], *, quiet: boo
 def _field_explained(rule: Rules, item: _Item) -> bool:
     o, d, _ = item
     a, b = masked(o.a, o.kind, rule), masked(o.b, o.kind, rule)
-    now = _at(a, d.path)
-    return bool(now != _at(o.a, d.path) and now == _at(b, d.path))
-
-
-_MISSING = object()
-
-
-def _at(tree: Any, path: Path) -> Any:
-    for step in path:
-        if type(tree) is dict and isinstance(step, str):
-            tree = tree.get(step, _MISSING)
-        elif type(tree) is list and isinstance(step, int) and step < len(tree):
-            tree = tree[step]
-        else:
-            return _MISSING
-    return tree
+    now = at(a, d.path)
+    return bool(now != at(o.a, d.path) and now == at(b, d.path))
 
 
 def _values(tree: Any, path: Path) -> list[Any]:
