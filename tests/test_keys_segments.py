@@ -602,3 +602,28 @@ def test_written_whole_the_form_is_the_one_by_parts(history: list[Any], other: A
     data = {"messages": list(history), "other": other}
     whole = keys._canonical(data, _FILTER, "f", (), by_parts=False)
     assert whole == _reference(data) == _quick(data)
+
+
+def test_compiled_none_probe_walks_a_shared_prefix_once_and_checks_every_leaf() -> None:
+    """Paths under one ``request.messages`` share its steps in the generated probe: every
+    ``None`` is still probed, and a missing key or a short list answers False, not an
+    error."""
+    data = {"request": {"messages": [{"content": None}, {"content": "x"},
+                                     {"content": None, "name": None}], "stop": None}}
+    paths = seg.none_paths(data, frozenset())
+    assert paths is not None and len(paths) == 4
+    check = seg.NoneCheck(paths)
+    assert check.ok(data) and check.ok(data)  # the second call runs the compiled probe
+    for path in paths:
+        twin = copy.deepcopy(data)
+        node: Any = twin
+        for step in path[:-1]:
+            node = node[step]
+        node[path[-1]] = float("nan")
+        assert not check.ok(twin), path
+        del node[path[-1]]
+        assert not check.ok(twin), path
+    short = copy.deepcopy(data)
+    short["request"]["messages"].pop()
+    assert not check.ok(short)
+    assert not check.ok({"request": (data["request"],)})

@@ -239,32 +239,57 @@ _COMPILE_MAX = 64  # more probes than this are looped over (bounded code per mem
 def _compile(paths: tuple[Path, ...]) -> Callable[[Any], bool]:
     """The probes of ``paths`` as one straight-line function: each step checks the exact
     container type (a subclass could answer a lookup differently from what orjson wrote)
-    and looks up one key or index. The loop over paths and steps it replaces cost 0.5 µs of
-    a 2 KB hit. Dict keys are passed in as constants, never spelled in
-    the source; indexes are ``int`` (checked), written as literals."""
-    names: list[str] = []
-    lines = ["def probe(d):"]
+    and looks up one key or index; a missing one raises ``KeyError`` or ``IndexError``
+    (exact dicts have no ``__missing__``), which answers False. Paths sharing a prefix
+    (``request.messages``) walk it once. The loop over paths and steps it replaces cost
+    0.5 µs of a 2 KB hit; this form, over the ``.get``-per-step one it replaced, cut the
+    2 KB probe from ~2,500 to ~1,700 instructions. Dict keys are passed in as closure
+    constants, never spelled in the source; indexes are ``int`` (checked), written as
+    literals."""
+    trie: dict[Step, Any] = {}
     for path in paths:
-        lines.append("    n = d")
+        if any(type(step) is not str and type(step) is not int for step in path):
+            return functools.partial(_slow_ok, paths)
+        node = trie
         for step in path:
-            if type(step) is int:
-                lines.append("    t = type(n)")
-                lines.append(f"    if (t is not list and t is not tuple) or len(n) <= {step:d}:")
-                lines.append("        return False")
-                lines.append(f"    n = n[{step:d}]")
-            elif type(step) is str:
-                lines.append("    if type(n) is not dict:")
-                lines.append("        return False")
-                lines.append(f"    n = n.get(K[{len(names)}], M)")
-                names.append(step)
-            else:
-                return functools.partial(_slow_ok, paths)
-        lines.append("    if n is not None:")
-        lines.append("        return False")
-    lines.append("    return True")
-    scope: dict[str, Any] = {"K": tuple(names), "M": _MISS}
+            node = node.setdefault(step, {})
+        node[_END] = {}
+    names: list[str] = []
+    body: list[str] = []
+    _emit(trie, 0, names, body)
+    params = ", ".join(f"K{i}" for i in range(len(names)))
+    lines = [f"def make({params}):", "    def probe(n0):", "        try:",
+             *(body or ["            pass"]),  # (no paths: nothing to probe)
+             "        except (KeyError, IndexError):", "            return False",
+             "        return True", "    return probe"]
+    scope: dict[str, Any] = {}
     exec(compile("\n".join(lines), "<dejacache none probe>", "exec"), scope)
-    return scope["probe"]  # type: ignore[no-any-return]
+    return scope["make"](*names)  # type: ignore[no-any-return]
+
+
+_END: Any = object()  # a trie node's mark: a path ends here (its value must be None)
+
+
+def _emit(trie: dict[Step, Any], depth: int, names: list[str], out: list[str]) -> None:
+    """The checks of ``trie`` under ``n{depth}`` (see :func:`_compile`)."""
+    here, below, pad = f"n{depth}", f"n{depth + 1}", " " * 12
+    if _END in trie:
+        out.append(f"{pad}if {here} is not None:")
+        out.append(f"{pad}    return False")
+    steps = [step for step in trie if step is not _END]
+    if any(type(step) is str for step in steps):
+        out.append(f"{pad}if type({here}) is not dict:")
+        out.append(f"{pad}    return False")
+    if any(type(step) is int for step in steps):
+        out.append(f"{pad}if type({here}) is not list and type({here}) is not tuple:")
+        out.append(f"{pad}    return False")
+    for step in steps:
+        if isinstance(step, str):
+            out.append(f"{pad}{below} = {here}[K{len(names)}]")
+            names.append(step)
+        else:  # an exact int (see _compile)
+            out.append(f"{pad}{below} = {here}[{step:d}]")
+        _emit(trie[step], depth + 1, names, out)
 
 
 def _slow_ok(paths: tuple[Path, ...], data: Any) -> bool:

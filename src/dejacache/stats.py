@@ -148,7 +148,10 @@ def record_hit(name: str, duration: float, usage: Mapping[str, int] | None) -> N
     b.time_saved += duration
     tokens = 0
     if usage:
-        tokens = int(usage["total_tokens"]) if "total_tokens" in usage else token_total(usage)
+        # One lookup for the common int total (``in``, ``[]`` and ``int()`` were ~500 of
+        # a 2 KB hit's instructions); anything else is token_total's to read.
+        total = usage.get("total_tokens")
+        tokens = total if type(total) is int else token_total(usage)
         b.tokens_saved += tokens
     if _inside():
         b.nhits += 1
