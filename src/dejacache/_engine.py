@@ -388,8 +388,15 @@ class Driver:
         accept = self.accept
         return value if accept is None or value is MISS or accept(value) else MISS
 
-    def _led(self, flight: Flight, fkey: Any) -> tuple[str, None]:
-        self.flight, self.fkey = flight, fkey
+    def _mine(self, fkey: Any) -> Flight:
+        """The flight this call joins ``fkey`` with, in its charge before it joins: an
+        interrupt (a signal handler's ``KeyboardInterrupt``) right after the join still
+        finds it in ``self.flight`` and lands it. A call that joins another's drops it."""
+        self.fkey, mine = fkey, Flight()
+        self.flight = mine
+        return mine
+
+    def _led(self) -> tuple[str, None]:
         # A flight that landed since this call's last lookup may have stored its answer.
         recheck = self.eff.mode != "record" and _FLIGHTS.landed != self.landed
         return (RECHECK if recheck else LEAD), None
@@ -534,14 +541,16 @@ class SyncDriver(Driver):
                 # was the driver's own calls.
                 if type(effect) is Join:
                     fkey = (id(self.eff.store), effect.key)
-                    flight, leader = _FLIGHTS.join(fkey)
+                    self.fkey, mine = fkey, Flight()  # _mine, written out
+                    self.flight = mine
+                    flight, leader = _FLIGHTS.join(fkey, mine)
                     if leader:
-                        self.flight, self.fkey = flight, fkey
                         # A flight that landed since this call's last lookup may have
                         # stored its answer.
                         answer = (RECHECK if self.eff.mode != "record"
                                   and _FLIGHTS.landed != self.landed else LEAD), None
                     else:
+                        self.flight = None
                         answer = self._followed(effect.key, *_FLIGHTS.wait(flight))
                 elif type(effect) is Store:
                     if self._plain_keep:  # store, written out
@@ -568,9 +577,10 @@ class SyncDriver(Driver):
             return self.store(effect)
         if isinstance(effect, Join):
             fkey = (id(self.eff.store), effect.key)
-            flight, leader = _FLIGHTS.join(fkey)
+            flight, leader = _FLIGHTS.join(fkey, self._mine(fkey))
             if leader:
-                return self._led(flight, fkey)
+                return self._led()
+            self.flight = None
             return self._followed(effect.key, *_FLIGHTS.wait(flight))
         if isinstance(effect, Fail):
             s = self.fail(effect)
@@ -655,9 +665,10 @@ class AsyncDriver(Driver):
             return await self.store(effect)
         if isinstance(effect, Join):
             fkey = (id(self.eff.store), effect.key)
-            flight, leader = _FLIGHTS.ajoin(fkey)
+            flight, leader = _FLIGHTS.ajoin(fkey, self._mine(fkey))
             if leader:
-                return self._led(flight, fkey)
+                return self._led()
+            self.flight = None
             return self._followed(effect.key, *await _FLIGHTS.await_landing(flight))
         if isinstance(effect, Fail):
             s = self.fail(effect)

@@ -16,6 +16,14 @@ against async-cache's ``get``). An asyncio leader cancelled after its run return
 storing the result (``arun``'s ``keep``), is not abandoned: the storing starts over in a
 task that lands the flight with that result.
 
+A flight never outlives its leader. A caller makes its flight before it joins and takes
+charge of it inside its ``finally``, so an exception a signal handler raises between the two
+(``KeyboardInterrupt``) still lands it. An asyncio flight holds its loop (the table is keyed
+by the loop object, so a call on another loop never joins it, even one that reuses a freed
+loop's ``id``) and lands without needing that loop to run: a leader coroutine closed
+outside it (``coro.close()``, or collected un-finished after ``asyncio.run`` returned or its
+loop was closed) removes its flight and wakes its waiters, who run the call themselves.
+
 The primitive is :meth:`SingleFlight.join` / :meth:`SingleFlight.land` (and their asyncio
 forms): a leader lands its flight ``OK``, ``ERROR`` or ``ABANDONED`` in a ``finally``.
 :meth:`SingleFlight.run` / :meth:`SingleFlight.arun` wrap a callable in that protocol.
@@ -43,13 +51,16 @@ OK, ERROR, ABANDONED = "ok", "error", "abandoned"
 class Flight:
     """One run others wait for. ``state``/``value`` are final once the flight has landed."""
 
-    __slots__ = ("event", "fut", "state", "value")
+    __slots__ = ("akey", "event", "fut", "state", "value")
 
-    def __init__(self, fut: asyncio.Future[None] | None = None) -> None:
+    def __init__(self) -> None:
         # A thread's flight gets its event from its first waiter, under the lock: a lone
         # miss (nearly every miss) makes none and sets none, ~10 Python calls fewer.
         self.event: threading.Event | None = None
-        self.fut = fut
+        # An asyncio flight's future and its key in the table, ``(loop, key)``: set when
+        # it starts, so landing needs no running loop.
+        self.fut: asyncio.Future[None] | None = None
+        self.akey: tuple[asyncio.AbstractEventLoop, Hashable] | None = None
         self.state = ABANDONED  # what a leader that never says otherwise leaves behind
         self.value: Any = None
 
@@ -61,7 +72,7 @@ class SingleFlight(Generic[R]):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._calls: dict[Hashable, Flight] = {}
-        self._acalls: dict[tuple[int, Hashable], Flight] = {}
+        self._acalls: dict[tuple[asyncio.AbstractEventLoop, Hashable], Flight] = {}
         # Flights landed so far. A caller whose lookup missed just before another leader
         # stored and left would otherwise lead a second run; reading this before the lookup
         # and again on leading tells it whether one more lookup is worth it, so a plain miss
@@ -70,16 +81,17 @@ class SingleFlight(Generic[R]):
 
     # ------------------------------------------------------------ the primitive (threads)
 
-    def join(self, key: Hashable) -> tuple[Flight, bool]:
-        """``(flight, leader)``: the flight under ``key``, started now if none was."""
+    def join(self, key: Hashable, mine: Flight) -> tuple[Flight, bool]:
+        """``(flight, leader)``: the flight under ``key``, or ``mine`` started now if none
+        was. The caller lands ``mine`` in a ``finally`` it entered before joining."""
         with self._lock:
             flight = self._calls.get(key)
             if flight is not None:
                 if flight.event is None:
                     flight.event = threading.Event()
                 return flight, False
-            flight = self._calls[key] = Flight()
-            return flight, True
+            self._calls[key] = mine
+            return mine, True
 
     @staticmethod
     def wait(flight: Flight) -> tuple[str, Any]:
@@ -88,10 +100,12 @@ class SingleFlight(Generic[R]):
         return flight.state, flight.value
 
     def land(self, key: Hashable, flight: Flight) -> None:
-        """End a flight this caller leads, with the ``state``/``value`` it set."""
+        """End a flight this caller leads, with the ``state``/``value`` it set (a flight
+        that never started, another's being joined instead, is nothing)."""
         with self._lock:
-            if self._calls.get(key) is flight:
-                del self._calls[key]
+            if self._calls.get(key) is not flight:
+                return
+            del self._calls[key]
             self.landed += 1
             # Read under the lock: every waiter joined (and made the event) before the
             # flight left ``_calls``; one that comes after leads a flight of its own.
@@ -101,17 +115,20 @@ class SingleFlight(Generic[R]):
 
     # ------------------------------------------------------------ the primitive (asyncio)
 
-    def ajoin(self, key: Hashable) -> tuple[Flight, bool]:
+    def ajoin(self, key: Hashable, mine: Flight) -> tuple[Flight, bool]:
         """:meth:`join` for a task on the running event loop."""
         import asyncio  # a coroutine runs here, so asyncio is loaded: a dict lookup
 
         loop = asyncio.get_running_loop()
-        fk = (id(loop), key)
+        # The loop itself, not its id: a loop freed and another made at its address must
+        # not find the first one's flights (the key holds the loop, so it cannot be freed).
+        fk = (loop, key)
         flight = self._acalls.get(fk)
         if flight is not None:
             return flight, False
-        flight = self._acalls[fk] = Flight(loop.create_future())
-        return flight, True
+        mine.fut, mine.akey = loop.create_future(), fk
+        self._acalls[fk] = mine
+        return mine, True
 
     @staticmethod
     async def await_landing(flight: Flight) -> tuple[str, Any]:
@@ -123,24 +140,36 @@ class SingleFlight(Generic[R]):
         return flight.state, flight.value
 
     def aland(self, key: Hashable, flight: Flight) -> None:
-        import asyncio
-
-        fk = (id(asyncio.get_running_loop()), key)
-        if self._acalls.get(fk) is flight:
-            del self._acalls[fk]
+        """:meth:`land` for an asyncio flight, from anywhere: its leader may be closed
+        outside its loop (collected after the loop stopped, or while another one runs)."""
+        fk = flight.akey
+        if fk is None:  # never started: this caller joined another's flight
+            return
         with self._lock:
+            # (the lock: a leader collected in another thread may land here)
+            if self._acalls.get(fk) is flight:
+                del self._acalls[fk]
             self.landed += 1
-        assert flight.fut is not None
-        flight.fut.set_result(None)
+        fut = flight.fut
+        assert fut is not None
+        loop = fk[0]
+        try:
+            if loop is _running_loop():
+                fut.set_result(None)
+            elif not fut.done():  # (a stopped loop wakes its waiters when it runs again)
+                loop.call_soon_threadsafe(_wake, fut)
+        except RuntimeError:
+            pass  # the loop is closed: no waiter of it can run again
 
     # ------------------------------------------------------------ one callable
 
     def run(self, key: Hashable, fn: Callable[[], R]) -> tuple[R, bool]:
         """``(result, led)``: ``led`` is True for the caller that ran ``fn``."""
         while True:
-            flight, leader = self.join(key)
-            if leader:
-                with _Leading(flight, key, self.land):
+            mine = Flight()
+            with _Leading(mine, key, self.land):
+                flight, leader = self.join(key, mine)
+                if leader:
                     return _landed(flight, fn()), True
             state, value = self.wait(flight)
             if state != ABANDONED:
@@ -156,9 +185,10 @@ class SingleFlight(Generic[R]):
         import asyncio
 
         while True:
-            flight, leader = self.ajoin(key)
-            if leader:
-                with _Leading(flight, key, self.aland) as leading:
+            mine = Flight()
+            with _Leading(mine, key, self.aland) as leading:
+                flight, leader = self.ajoin(key, mine)
+                if leader:
                     result = _landed(flight, await fn())
                     if keep is not None:
                         try:
@@ -181,6 +211,17 @@ class SingleFlight(Generic[R]):
 
     def __len__(self) -> int:
         return len(self._calls) + len(self._acalls)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    import asyncio
+
+    return asyncio._get_running_loop()
+
+
+def _wake(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
 
 
 # Tasks started by ``_in_background``: the event loop holds tasks only weakly.

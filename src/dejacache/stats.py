@@ -107,7 +107,14 @@ class live_call:
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
                  tb: TracebackType | None) -> None:
-        _INSIDE.reset(self._token)
+        # try/except, not contextlib.suppress: this runs on every miss (suppress is an
+        # object and two calls more).
+        try:  # noqa: SIM105
+            _INSIDE.reset(self._token)
+        except ValueError:
+            # A coroutine collected un-finished is closed in whatever context is current
+            # then, not its own: that context is gone with it, so there is nothing to undo.
+            pass
 
 
 def _cell(name: str) -> _Bucket:
