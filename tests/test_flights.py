@@ -292,3 +292,62 @@ def test_cache_thread_leader_interrupted_right_after_joining_lands_its_flight(
     assert len(_engine._FLIGHTS) == before
     assert _within(lambda: work("a")) == "A"
     assert calls == ["a"]
+
+
+# ------------------------------------------------------------ a leader calling itself again
+
+
+def test_cache_a_call_retrying_by_calling_itself_runs_as_live(
+    store: dejacache.MemoryStore,
+) -> None:
+    # ``fetch(x)`` retrying through ``fetch(x)``: the inner call has the outer's key, in the
+    # outer's thread, while the outer leads its flight. Waiting for that flight waits for
+    # itself; live, it is one more call.
+    tries: list[int] = []
+
+    @dejacache.cache(name="retrying")
+    def fetch(x: int) -> str:
+        tries.append(x)
+        if len(tries) < 3:
+            return fetch(x)
+        return f"got {x} on try {len(tries)}"
+
+    assert _within(lambda: fetch(7)) == "got 7 on try 3"
+    assert _within(lambda: fetch(7)) == "got 7 on try 3" and len(tries) == 3  # then a hit
+    assert len(_engine._FLIGHTS) == 0
+
+
+def test_cache_a_coroutine_retrying_by_awaiting_itself_runs_as_live(
+    store: dejacache.MemoryStore,
+) -> None:
+    tries: list[int] = []
+
+    @dejacache.cache(name="aretrying")
+    async def fetch(x: int) -> str:
+        tries.append(x)
+        if len(tries) < 3:
+            return await fetch(x)
+        return f"got {x} on try {len(tries)}"
+
+    async def twice() -> tuple[str, str]:
+        return (await asyncio.wait_for(fetch(7), LIMIT), await asyncio.wait_for(fetch(7), LIMIT))
+
+    assert asyncio.run(twice()) == ("got 7 on try 3", "got 7 on try 3") and len(tries) == 3
+    assert len(_engine._FLIGHTS) == 0
+
+
+def test_single_flight_a_leader_joining_its_own_key_runs_again() -> None:
+    sf: SingleFlight[str] = SingleFlight()
+    depth: list[int] = []
+
+    def call() -> str:
+        depth.append(1)
+        return sf.run("k", call)[0] if len(depth) < 2 else "inner"
+
+    async def acall() -> str:
+        depth.append(1)
+        return (await sf.arun("k", acall))[0] if len(depth) < 4 else "ainner"
+
+    assert _within(lambda: sf.run("k", call)) == ("inner", True)
+    assert _within(lambda: asyncio.run(sf.arun("k", acall))) == ("ainner", True)
+    assert len(sf) == 0

@@ -32,6 +32,7 @@ forms): a leader lands its flight ``OK``, ``ERROR`` or ``ABANDONED`` in a ``fina
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Awaitable, Callable, Hashable
 
 TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
@@ -51,7 +52,7 @@ OK, ERROR, ABANDONED = "ok", "error", "abandoned"
 class Flight:
     """One run others wait for. ``state``/``value`` are final once the flight has landed."""
 
-    __slots__ = ("akey", "event", "fut", "state", "value")
+    __slots__ = ("akey", "event", "fut", "owner", "state", "value")
 
     def __init__(self) -> None:
         # A thread's flight gets its event from its first waiter, under the lock: a lone
@@ -63,6 +64,10 @@ class Flight:
         self.akey: tuple[asyncio.AbstractEventLoop, Hashable] | None = None
         self.state = ABANDONED  # what a leader that never says otherwise leaves behind
         self.value: Any = None
+        # Who leads it: a thread's ident, an asyncio task (weakly). A call it makes with the
+        # same key (a function retrying by calling itself) must not wait for itself: that
+        # never lands.
+        self.owner: Any = None
 
 
 class SingleFlight(Generic[R]):
@@ -84,12 +89,16 @@ class SingleFlight(Generic[R]):
     def join(self, key: Hashable, mine: Flight) -> tuple[Flight, bool]:
         """``(flight, leader)``: the flight under ``key``, or ``mine`` started now if none
         was. The caller lands ``mine`` in a ``finally`` it entered before joining."""
+        me = threading.get_ident()
         with self._lock:
             flight = self._calls.get(key)
             if flight is not None:
+                if flight.owner == me:  # its own leader, called again inside its run:
+                    return mine, True  # runs as live would (``mine``, unlisted, lands as nothing)
                 if flight.event is None:
                     flight.event = threading.Event()
                 return flight, False
+            mine.owner = me
             self._calls[key] = mine
             return mine, True
 
@@ -124,8 +133,14 @@ class SingleFlight(Generic[R]):
         # not find the first one's flights (the key holds the loop, so it cannot be freed).
         fk = (loop, key)
         flight = self._acalls.get(fk)
+        task = asyncio.current_task(loop)
         if flight is not None:
+            if task is not None and flight.owner is not None and flight.owner() is task:
+                return mine, True  # (as in :meth:`join`)
             return flight, False
+        # Weakly: the table holds the flight, and a task held here would keep its coroutine,
+        # which a closed loop's leader is landed by the collector closing.
+        mine.owner = None if task is None else weakref.ref(task)
         mine.fut, mine.akey = loop.create_future(), fk
         self._acalls[fk] = mine
         return mine, True
