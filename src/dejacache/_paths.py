@@ -133,7 +133,9 @@ def exists(text: str) -> bool:
     except (FileNotFoundError, NotADirectoryError):
         return False
     except OSError as exc:
-        if exc.errno in (errno.EBADF, errno.ELOOP):
+        # (Windows: not ready, an invalid name, a name it cannot resolve)
+        if exc.errno in (errno.EBADF, errno.ELOOP) or getattr(exc, "winerror", None) in (
+                21, 123, 1921):
             return False
         raise
     except ValueError:  # (an embedded NUL)
