@@ -463,7 +463,10 @@ _NOT_ON_A_REPLAY_HIT = (
     "dejacache._importhook", "dejacache.cassettes.orphans",
     # nor ``typing`` (~12M instructions of a fresh process): the modules a hit loads import
     # it for the type checker only, their run-time pieces are ``_hints``' stand-ins
-    "typing", "dejacache._codec_protocol")
+    "typing", "dejacache._codec_protocol",
+    # nor ``pathlib``, with the ``urllib.parse`` and ``ipaddress`` it imports (~16.7M
+    # instructions): a block works on its file's path as text, a Path is made when asked for
+    "pathlib", "urllib.parse", "ipaddress")
 
 
 # A late hit: a non-strict block replays the last of three recorded calls only. It is out
@@ -489,6 +492,22 @@ with dejacache.cassette(TMP + '/c.json', mode='replay'):
 print(json.dumps(sorted(m for m in {_NOT_ON_A_REPLAY_HIT!r} if m in sys.modules)))
 """)
     assert got == []
+
+
+# Registered before dejacache is imported, so it runs after the settings' own exit hook.
+_AT_EXIT = """
+import atexit, json, sys
+atexit.register(lambda: print(json.dumps(sorted(
+    m for m in ("pathlib", "urllib.parse", "ipaddress") if m in sys.modules))))
+import dejacache.config
+"""
+
+
+def test_the_settings_exit_check_loads_no_pathlib_when_nothing_is_declared(
+    tmp_path: pathlib.Path,
+) -> None:
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    assert _run(_AT_EXIT, cwd=tmp_path) == []
 
 
 _GUARDED = """

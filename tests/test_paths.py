@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 import dejacache
-from dejacache._paths import project_root
+from dejacache._paths import exists, path_text, project_root
 
 
 @pytest.mark.parametrize("marker", ["pyproject.toml", ".git", "setup.cfg"])
@@ -88,3 +88,17 @@ def test_only_the_pytest_plugin_counts_directory_changes(tmp_path: pathlib.Path)
     out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True,
                          text=True, timeout=60, check=True)
     assert out.stdout.strip() == "None"
+
+
+@pytest.mark.parametrize("text", [
+    "", ".", "a", "/", "//", "///", "//a//b/", "///a", "a/./b/", "./a", "a/../b", "x//",
+    "/tmp//c.json", ".hidden", "a/.", "././", "~/c.json"])
+def test_a_path_as_text_is_spelt_as_pathlib_spells_it(text: str) -> None:
+    assert path_text(text) == str(pathlib.Path(text))
+    assert path_text(pathlib.PurePath(text)) == str(pathlib.Path(text))
+
+
+def test_exists_answers_as_pathlib_does(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "f").write_text("")
+    for p in (tmp_path / "f", tmp_path / "g", tmp_path / "f" / "under", tmp_path):
+        assert exists(str(p)) == p.exists()

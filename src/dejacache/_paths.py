@@ -6,6 +6,7 @@ without a store reaching up into ``config`` (which closed an import cycle).
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 
@@ -13,8 +14,9 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing; mypy rea
 if TYPE_CHECKING:
     import pathlib
 
-__all__ = ["DIR_NAME", "NOTES", "asked_here", "chdirs", "cwd", "default_cache_dir", "make_dir",
-           "note_files", "on_a_loop", "path_arg", "project_root"]
+__all__ = ["DIR_NAME", "NOTES", "as_path", "asked_here", "cache_dir_text", "chdirs", "cwd",
+           "default_cache_dir", "exists", "make_dir", "note_files", "on_a_loop", "path_arg",
+           "path_text", "project_root", "root_dir", "user_path_text"]
 
 #: The name of dejacache's own directory in a project (machine-local: a store, the usage
 #: record; never reviewed, never committed).
@@ -32,7 +34,7 @@ _IGNORE_ALL = "# made by dejacache: nothing in this directory belongs in version
 # directory last asked for with that count.
 _CHDIRS = [0]
 _CWD: list[tuple[int | None, str]] = []
-_ROOT: list[tuple[int | None, pathlib.Path]] = []  # the same for project_root()
+_ROOT: list[tuple[int | None, str]] = []  # the same for root_dir()
 _WATCHING = [False]
 
 
@@ -95,8 +97,59 @@ def path_arg(value: object, what: str) -> str | os.PathLike[str]:
                              f"{type(value).__name__} {value!r}")
 
 
+# A cassette block works on its file's path as a string (os.path): pathlib imports
+# urllib.parse, which imports ipaddress, ~16.7M instructions (~2.8 ms) of a fresh process
+# whose replay hit needs none of them. A Path is made where the public API hands one out.
+if sys.platform == "win32":  # drives and shares: pathlib's own rules (and cost)
+    import pathlib as _pathlib
+
+    def path_text(value: str | os.PathLike[str]) -> str:
+        """The text of ``pathlib.Path(value)``."""
+        return str(_pathlib.PurePath(value))
+else:
+    def path_text(value: str | os.PathLike[str]) -> str:
+        """The text of ``pathlib.Path(value)`` (its POSIX rules: repeated and trailing
+        slashes and ``.`` parts dropped, a leading ``//`` kept), without pathlib."""
+        text = os.fspath(value)
+        body = text.lstrip("/")
+        root = "//" if len(text) - len(body) == 2 else "/" if text != body else ""
+        parts = [p for p in body.split("/") if p and p != "."]
+        return root + "/".join(parts) if root or parts else "."
+
+
+def as_path(text: str) -> pathlib.Path:
+    """``pathlib.Path(text)``, importing pathlib with the first one made: only where the
+    public API returns a Path (``Cassette.path``) or a rare path needs one."""
+    import pathlib
+
+    return pathlib.Path(text)
+
+
+def exists(text: str) -> bool:
+    """``pathlib.Path(text).exists()``: False when there is no such file, and the errors it
+    lets through (a directory it may not search) raised the same."""
+    try:
+        os.stat(text)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        # (Windows: not ready, an invalid name, a name it cannot resolve)
+        if exc.errno in (errno.EBADF, errno.ELOOP) or getattr(exc, "winerror", None) in (
+                21, 123, 1921):
+            return False
+        raise
+    except ValueError:  # (an embedded NUL)
+        return False
+    return True
+
+
 def project_root(start: pathlib.Path | None = None) -> pathlib.Path:
     """The nearest directory holding ``pyproject.toml``, ``.git`` or ``setup.cfg``."""
+    return as_path(root_dir(start))
+
+
+def root_dir(start: str | os.PathLike[str] | None = None) -> str:
+    """:func:`project_root` as text (what a replay hit reads needs no Path)."""
     # Walked as strings (os.path), not Paths: every pytest session looks for the root (the
     # learn notes it clears), and Path joins and parents cost it ~4k opcodes of ~4.2k.
     # (getcwd() is already the physical path: resolving it again cost ~60 us a call, and
@@ -111,16 +164,14 @@ def project_root(start: pathlib.Path | None = None) -> pathlib.Path:
     return root
 
 
-def _root_of(here: str) -> pathlib.Path:
-    import pathlib  # with urllib.parse and ipaddress ~4 ms: not at import
-
+def _root_of(here: str) -> str:
     d = here
     while True:
         if any(os.path.exists(os.path.join(d, marker)) for marker in _ROOT_MARKERS):
-            return pathlib.Path(d)
+            return d
         parent = os.path.dirname(d)
         if parent == d:
-            return pathlib.Path(here)
+            return here
         d = parent
 
 
@@ -143,17 +194,26 @@ def asked_here() -> None:
     if not (_CWD and _CWD[0][0] == count):
         cwd()
     if not (_ROOT and _ROOT[0][0] == count):
-        project_root()
+        root_dir()
 
 
 def default_cache_dir() -> pathlib.Path | None:
     """``DEJACACHE_DIR`` if set (empty string: no persistence), else ``<root>/.dejacache``."""
-    import pathlib
+    d = cache_dir_text()
+    return None if d is None else as_path(d)
 
+
+def cache_dir_text() -> str | None:
+    """:func:`default_cache_dir` as text (the default store names its file without a Path)."""
     raw = os.environ.get("DEJACACHE_DIR")
     if raw is not None:
-        return pathlib.Path(raw).expanduser() if raw.strip() else None
-    return project_root() / DIR_NAME
+        return user_path_text(raw) if raw.strip() else None
+    return os.path.join(root_dir(), DIR_NAME)
+
+
+def user_path_text(raw: str) -> str:
+    """The text of ``pathlib.Path(raw).expanduser()`` (a path from the environment)."""
+    return path_text(os.path.expanduser(path_text(raw)))
 
 
 def make_dir(d: pathlib.Path) -> None:

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 
 from ._core.modes import as_mode, in_ci, project_mode, resolve_mode
-from ._paths import chdirs, on_a_loop, project_root
+from ._paths import as_path, chdirs, on_a_loop, path_text, root_dir, user_path_text
 from .errors import ConfigurationError
 
 TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
@@ -207,12 +207,17 @@ _NOTHING: Final[Mapping[str, Any]] = MappingProxyType({})
 
 
 class Project(Row):
-    """The project file's settings: ``path`` is the file read (None: there is none),
+    """The project file's settings: ``file`` is the file read (None: there is none),
     ``values`` the checked settings, ``sources`` where each came from."""
 
-    path: pathlib.Path | None = None
+    file: str | None = None
     values: Mapping[str, Any] = _NOTHING
     sources: Mapping[str, str] = _NOTHING
+
+    @property
+    def path(self) -> pathlib.Path | None:
+        """``file`` as a Path (made on each read: a replay hit makes none)."""
+        return None if self.file is None else as_path(self.file)
 
     def get(self, name: str) -> Any:
         if name not in KEYS:  # a typo in dejacache itself, not a user's
@@ -221,26 +226,26 @@ class Project(Row):
 
     @property
     def directory(self) -> pathlib.Path | None:
-        return None if self.path is None else self.path.parent
+        path = self.path
+        return None if path is None else path.parent
 
     def overlaid(self, values: Mapping[str, Any], source: str) -> Project:
         """This project with ``values`` (checked) taking the place of its own."""
         if not values:
             return self
-        return Project(self.path, {**self.values, **values},
+        return Project(self.file, {**self.values, **values},
                        {**self.sources, **dict.fromkeys(values, source)})
 
 
-def find(start: pathlib.Path | None = None) -> pathlib.Path | None:
+def find(start: str | os.PathLike[str] | None = None) -> str | None:
     """The project file: ``DEJACACHE_PROJECT`` (empty: none), else ``pyproject.toml`` at the
-    project root, when it exists."""
-    import pathlib
-
+    project root, when it exists. As text, as ``str(pathlib.Path(...))`` spells it: a
+    replay hit makes no Path (pathlib's imports cost a fresh process ~16.7M instructions)."""
     named = os.environ.get(_ENV_FILE)
     if named is not None:
-        return pathlib.Path(named).expanduser() if named.strip() else None
-    path = project_root(start) / "pyproject.toml"
-    return path if path.is_file() else None
+        return user_path_text(named) if named.strip() else None
+    path = os.path.join(root_dir(start), "pyproject.toml")
+    return path if os.path.isfile(path) else None
 
 
 _SQUEEZED: Final = b" \t\f\v\"'"
@@ -263,12 +268,14 @@ def _may_hold_table(data: bytes) -> bool:
     return False
 
 
-def load(path: pathlib.Path | None) -> Project:
-    """The settings ``path`` holds under ``[tool.dejacache]`` (checked)."""
-    if path is None:
+def load(where: str | os.PathLike[str] | None) -> Project:
+    """The settings the file ``where`` holds under ``[tool.dejacache]`` (checked)."""
+    if where is None:
         return Project()
+    path = path_text(where)
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as fh:
+            data = fh.read()
     except OSError as exc:
         raise ConfigurationError(f"cannot read the project file {path}: {exc}") from None
     if not _may_hold_table(data):
@@ -330,11 +337,11 @@ def current() -> Project:
     stamp: tuple[str, int, int] | None = None
     if path is not None:
         try:
-            st = path.stat()
+            st = os.stat(path)
         except OSError:
             path = None
         else:
-            stamp = (str(path), st.st_mtime_ns, st.st_size)
+            stamp = (path, st.st_mtime_ns, st.st_size)
     with _LOCK:
         if _CACHED and _CACHED[0][1] == stamp:
             _CACHED[:] = [(where, stamp, _CACHED[0][2])]

@@ -24,7 +24,7 @@ from ._core.modes import MODES, as_mode, resolve_mode
 from ._core.volatile import check as _check_volatile
 from ._env import warn_unknown
 from ._lazy import served
-from ._paths import default_cache_dir
+from ._paths import as_path, cache_dir_text, default_cache_dir
 from ._slots import slot_setters, value_methods
 from .codec import JsonCodec
 from .errors import ConfigurationError
@@ -33,6 +33,7 @@ from .stores._base import BaseStore, Features, Record, features_of, off_loop
 
 TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
 if TYPE_CHECKING:
+    import pathlib
     from typing import Any, Final
 
     from ._codec_protocol import Codec
@@ -274,13 +275,19 @@ class _DefaultStore(BaseStore):
     sequenced = False
 
     def __init__(self, on_open: Callable[[], None] | None = None) -> None:
-        d = default_cache_dir()  # finds the project root: reads the disk, creates nothing
-        self.path = None if d is None else d / "cache.db"
-        self.url = "memory://" if self.path is None else f"sqlite:///{self.path}"
+        d = cache_dir_text()  # finds the project root: reads the disk, creates nothing
+        # (text: a replay hit makes no Path; ``path`` makes one when asked)
+        self.file = None if d is None else os.path.join(d, "cache.db")
+        self.url = "memory://" if self.file is None else f"sqlite:///{self.file}"
         self.opened: Store | None = None
-        self.blocking = self.path is not None  # SQLite (see BaseStore.blocking)
+        self.blocking = self.file is not None  # SQLite (see BaseStore.blocking)
         self._on_open = on_open
         self._lock = threading.Lock()
+
+    @property
+    def path(self) -> pathlib.Path | None:
+        """The SQLite file it opens (None: a MemoryStore)."""
+        return None if self.file is None else as_path(self.file)
 
     def features(self) -> Features:
         # Read without opening: inside an async call that would open the file on the event
@@ -298,7 +305,7 @@ class _DefaultStore(BaseStore):
                 from .stores.memory import MemoryStore
                 from .stores.sqlite import SQLiteStore
 
-                real = MemoryStore() if self.path is None else SQLiteStore(self.path)
+                real = MemoryStore() if self.file is None else SQLiteStore(self.file)
                 for name in self._FORWARD:
                     self.__dict__[name] = getattr(real, name)
                 self.opened = real

@@ -236,6 +236,7 @@ def _session_project(config: pytest.Config) -> _project.Project:
     import os
 
     inipath = config.inipath
+    path: str | os.PathLike[str] | None
     if os.environ.get("DEJACACHE_PROJECT") is not None:
         path = _project.find()
     elif inipath is not None and inipath.name == "pyproject.toml":

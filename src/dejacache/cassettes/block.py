@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
-import pathlib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
@@ -21,7 +20,7 @@ from types import TracebackType
 from .. import _project
 from .._core.modes import in_ci
 from .._core.volatile import BlockPaths
-from .._paths import path_arg
+from .._paths import as_path, exists, path_arg, path_text
 from ..config import (
     UNSET,
     Effective,
@@ -43,6 +42,8 @@ from .store import Cassette
 
 TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
 if TYPE_CHECKING:
+    import pathlib
+
     from .._core.durations import Duration
     from .partial import LiveRule, Partial
 
@@ -112,11 +113,16 @@ class cassette(Block[Cassette]):
         blobs: bool | int = True,
     ) -> None:
         # (itself unless `dejacache learn`)
-        self.path = scratch.redirect(pathlib.Path(path_arg(path, "cassette path")))
-        if self.path.suffix.lower() in (".yaml", ".yml"):
+        file = path_text(path_arg(path, "cassette path"))
+        if scratch.active():
+            file = str(scratch.redirect(as_path(file)))
+        #: the cassette's path as text (``path``, a Path, is made when first read)
+        self.file = file
+        self._path: pathlib.Path | None = None
+        if os.path.splitext(file)[1].lower() in (".yaml", ".yml"):
             # (written as JSON under a .yaml name, it looked like a vcrpy file to every tool)
             raise ConfigurationError(
-                f"cassette {self.path}: dejacache cassettes are JSON; name it "
+                f"cassette {file}: dejacache cassettes are JSON; name it "
                 f"{self.path.with_suffix('.json').name} (a vcrpy / pytest-recording YAML "
                 f"recording converts with: dejacache import {self.path} -o "
                 f"{self.path.with_suffix('.json')})")
@@ -128,15 +134,15 @@ class cassette(Block[Cassette]):
         self.mode = resolve_mode(mode) if mode is not None else None
         self.redactor = Redactor.from_spec(redact, substitute)
         self.key_substitute = key_substitutions(substitute or {})
-        self.prune = flag(prune, f"cassette {self.path}: prune")
-        self.record_on_error = flag(record_on_error, f"cassette {self.path}: record_on_error")
+        self.prune = flag(prune, f"cassette {file}: prune")
+        self.record_on_error = flag(record_on_error, f"cassette {file}: record_on_error")
         self.record_errors = tuple(record_errors)
         self.cache_key = cache_key
         self.volatile = volatile_items(volatile)
-        self._paths = BlockPaths(self.volatile, f"cassette {self.path}")
+        self._paths = BlockPaths(self.volatile, f"cassette {file}")
         self.rerecord_hint = rerecord_hint
-        self.shared = flag(shared, f"cassette {self.path}: shared")
-        self.strict = flag(strict, f"cassette {self.path}: strict")
+        self.shared = flag(shared, f"cassette {file}: shared")
+        self.strict = flag(strict, f"cassette {file}: strict")
         if match != "request":  # (the default needs no check, nor vcr_match.py)
             from .vcr_match import check_match
 
@@ -173,12 +179,19 @@ class cassette(Block[Cassette]):
         # ends a test's block with AssertionError whether the test failed or was skipped).
         self.discard_reason: str | None = None
 
+    @property
+    def path(self) -> pathlib.Path:
+        """The cassette's path."""
+        if self._path is None:
+            self._path = as_path(self.file)
+        return self._path
+
     def open(self) -> Cassette:
         """A fresh tape over the file (not yet active)."""
         learning = scratch.active()  # `dejacache learn`: every call live, into scratch
-        mode = "record" if learning else self.mode or default_mode(self.path.exists())
+        mode = "record" if learning else self.mode or default_mode(exists(self.file))
         hint = self.rerecord_hint or (
-            f"DEJACACHE_MODE=record <your command>  (or cassette({str(self.path)!r}, "
+            f"DEJACACHE_MODE=record <your command>  (or cassette({self.file!r}, "
             "mode='record'))")
         max_age, on_expiry = resolve_ageing(self.max_age, self.on_expiry)
         partial = None
@@ -186,7 +199,7 @@ class cassette(Block[Cassette]):
             from .partial import Partial
 
             partial = Partial(self.live, self.replay_until)
-        return Cassette(self.path, mode="replay" if partial else mode, redactor=self.redactor,
+        return Cassette(self.file, mode="replay" if partial else mode, redactor=self.redactor,
                         rerecord_hint=hint, record_errors=self.record_errors,
                         shared=self.shared,
                         strict=self.strict or self.replay_until is not None,
@@ -226,8 +239,8 @@ class cassette(Block[Cassette]):
             ns = self.cache_key
         else:
             ns = base.namespace if base.namespace is not None else "default"
-        source = str(self.path) if tape.exists or tape.mode != "replay" else (
-            f"{self.path} (file does not exist)")
+        source = self.file if tape.exists or tape.mode != "replay" else (
+            f"{self.file} (file does not exist)")
         # Live values are keyed as their placeholders, as they are written to the file.
         subs = self.key_substitute or base.key_substitute
         eff = base.derive({"store": tape, "mode": tape.mode, "source": source,
@@ -345,7 +358,7 @@ class cassette(Block[Cassette]):
             from ..errors import DejacacheWarning
             from .partial import unmatched_note
 
-            warnings.warn(unmatched_note(unmatched, partial.calls, f"in cassette {self.path}"),
+            warnings.warn(unmatched_note(unmatched, partial.calls, f"in cassette {self.file}"),
                           DejacacheWarning, stacklevel=3)
 
 

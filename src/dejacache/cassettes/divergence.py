@@ -39,7 +39,7 @@ def diverge(run: RunOrder, verdict: Verdict, call: Call, pos: int,
             diff += field_diff(exp.request, actual.request)
     head = _headline(run, verdict, call, pos, actual, exp)
     lines = [f"dejacache {'strict ' if run.strict else ''}replay divergence in cassette "
-             f"{run.path}: {head}."]
+             f"{run.tape.file}: {head}."]
     if exp is not None:
         lines.append(f"  expected: {exp}")
     lines.append(f"  actual:   {actual}")
@@ -57,7 +57,7 @@ def diverge(run: RunOrder, verdict: Verdict, call: Call, pos: int,
     run.divergences.append(Divergence(reason, call.index, verdict.expected, exp, actual,
                                       tuple(diff), message))
     return ReplayDivergence(message, name=actual.name, key=actual.key,
-                            source=str(run.path), diff=diff, step=call.index,
+                            source=run.tape.file, diff=diff, step=call.index,
                             recorded_step=verdict.expected, expected=exp, actual=actual,
                             reason=reason)
 
@@ -123,13 +123,13 @@ def unmade(tape: Tape, steps: Iterable[int]) -> list[Divergence]:
 def unmade_error(run: RunOrder, unmade: list[Divergence]) -> ReplayDivergence:
     """The error a strict block raises at exit for the recorded calls never made."""
     lines = [f"dejacache strict replay: {len(unmade)} of the {len(run.book)} recorded "
-             f"calls in cassette {run.path} were never made:"]
+             f"calls in cassette {run.tape.file} were never made:"]
     lines += [f"  {d.expected}" for d in unmade[:20]]
     if len(unmade) > 20:
         lines.append(f"  ... and {len(unmade) - 20} more")
     lines.append(f"  to re-record: {run.rerecord_hint or 'DEJACACHE_MODE=record'}")
     first = unmade[0]
     return ReplayDivergence("\n".join(lines), name=first.expected.name if first.expected
-                            else "", source=str(run.path), step=None,
+                            else "", source=run.tape.file, step=None,
                             recorded_step=first.recorded_step, expected=first.expected,
                             reason="unmade")

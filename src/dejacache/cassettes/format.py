@@ -82,7 +82,6 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
-import pathlib
 from collections.abc import Callable
 
 import orjson
@@ -93,6 +92,7 @@ from ..errors import CassetteError
 
 TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
 if TYPE_CHECKING:
+    import pathlib
     from typing import Any, Final
 
     from .document import load_document
@@ -123,6 +123,7 @@ __all__ = [
     "segment_names",
     "strings_in",
     "sync_dir",
+    "undo_file",
     "undo_path",
     "unpack",
     "value_hash",
@@ -237,9 +238,15 @@ def last_bytes(data: Buffer, n: int) -> bytes:
     return bytes(data[-n:])
 
 
-def undo_path(path: pathlib.Path) -> pathlib.Path:
+def undo_file(path: str | os.PathLike[str]) -> str:
     """Where an append keeps what it overwrites until it is durable (``append.py``)."""
-    return path.parent / f".{path.name}.undo"
+    head, name = os.path.split(os.fspath(path))
+    return os.path.join(head, f".{name}.undo")
+
+
+def undo_path(path: pathlib.Path) -> pathlib.Path:
+    """:func:`undo_file` as a Path."""
+    return type(path)(undo_file(path))
 
 
 # An undo record (``append.py``): what an append is about to overwrite, kept beside the
@@ -316,7 +323,7 @@ def sync_dir(path: pathlib.Path) -> None:
             os.close(dfd)
 
 
-def read_file(path: pathlib.Path,
+def read_file(path: str | os.PathLike[str],
               seen: list[tuple[int, ...]] | None = None) -> Buffer | None:
     """The file's bytes; large files are memory-mapped so a cold load reads only the pages it
     touches (reading 35 MB took 25 ms on its own, over the whole load budget). ``seen``
@@ -330,7 +337,7 @@ def read_file(path: pathlib.Path,
     Otherwise it is read again under the cassette's lock, which no append holds, after
     rolling back an append that was killed. (A shared ``flock`` around every read did the
     same, but importing ``fcntl`` was 0.2 ms of every first open.)"""
-    undo = undo_path(path)
+    undo = undo_file(path)  # (a string: a replay hit makes no Path, nor imports pathlib)
     try:
         with open(path, "rb") as fh:  # first: no stat at all when there is no file
             if not os.path.exists(undo):
@@ -350,8 +357,12 @@ def read_file(path: pathlib.Path,
         raise CassetteError(f"cannot read: {exc}", path=path) from None
 
 
-def _read_locked(path: pathlib.Path, seen: list[tuple[int, ...]] | None) -> Buffer:
-    from .lock import cassette_lock
+def _read_locked(where: str | os.PathLike[str], seen: list[tuple[int, ...]] | None
+                 ) -> Buffer:
+    from .._paths import as_path
+    from .lock import cassette_lock  # (with pathlib: this read is rare)
+
+    path = as_path(os.fspath(where))
 
     # (a reader takes the lock only when an append overlapped its read: nothing is lost)
     with cassette_lock(path, unsaved="the cassette was not read: an append overlapped the "
@@ -416,7 +427,7 @@ def follows_of(entry: dict[str, Any] | None) -> int | None:
     return f if type(f) is int else None
 
 
-def identity(path: pathlib.Path, fd: int | None = None) -> tuple[int, ...] | None:
+def identity(path: str | os.PathLike[str], fd: int | None = None) -> tuple[int, ...] | None:
     """What tells one version of a file from another without reading it: device, inode,
     size, modification and change times (None: no file). Every dejacache write replaces the
     inode (``atomic.atomic_write``); an edit in place changes the times."""

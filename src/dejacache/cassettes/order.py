@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextvars
 import itertools
-import pathlib
 from collections.abc import Callable
 
 from .._core import strict as order
@@ -66,7 +65,6 @@ class RunOrder:
                  live: Callable[[str, str], bool] | None = None,
                  derived: bool = False) -> None:
         self.tape = tape
-        self.path: pathlib.Path = tape.path
         self.strict = strict
         self.rerecord_hint = rerecord_hint
         self.book = order.OrderBook()
@@ -353,7 +351,7 @@ class RunOrder:
         from .trajectory import load_cassette
 
         try:
-            view = load_cassette(self.path)
+            view = load_cassette(self.tape.path)
         except CassetteError:
             return None
         first: dict[str, Any] = {}

@@ -11,12 +11,12 @@ written, and :func:`original` maps a scratch file back to the cassette it stands
 from __future__ import annotations
 
 import os
-import pathlib
 
 from .._paths import project_root
 
 TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
 if TYPE_CHECKING:
+    import pathlib
     from typing import Final
 
 __all__ = ["ENV", "OUTSIDE", "active", "directory", "original", "redirect"]
@@ -26,6 +26,8 @@ OUTSIDE: Final = "_outside"
 
 
 def directory() -> pathlib.Path | None:
+    import pathlib  # (a learning run only: a replay hit loads no pathlib, ~16.7M instructions)
+
     raw = os.environ.get(ENV, "").strip()
     return pathlib.Path(raw) if raw else None
 
@@ -39,6 +41,8 @@ def redirect(path: pathlib.Path) -> pathlib.Path:
     scratch = directory()
     if scratch is None:
         return path
+    import pathlib
+
     full = pathlib.Path(os.path.abspath(path))
     root = project_root()
     try:
@@ -51,6 +55,8 @@ def redirect(path: pathlib.Path) -> pathlib.Path:
 def original(scratch_file: pathlib.Path, scratch: pathlib.Path,
              root: pathlib.Path) -> pathlib.Path:
     """The cassette a file of a learning run's ``scratch`` directory stands for."""
+    import pathlib
+
     rel = scratch_file.relative_to(scratch)
     if rel.parts and rel.parts[0] == OUTSIDE:
         return pathlib.Path(pathlib.Path(root.anchor), *rel.parts[1:])

@@ -21,12 +21,12 @@ this run use nothing of the file and drops what it recorded; there are no TTLs.
 from __future__ import annotations
 
 import functools
-import pathlib
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import orjson
 
+from .._paths import path_text
 from ..codec import blob_from_tree
 from ..config import resolve_mode
 from ..errors import CassetteError, ReplayDivergence, ReplayMiss
@@ -42,6 +42,7 @@ _UNSTORED_SHOWN = 3  # calls an unstored error names (their count is given in fu
 
 TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
 if TYPE_CHECKING:
+    import pathlib
     from typing import Any, ClassVar
 
     from ..stores._store_stats import StoreStats
@@ -144,7 +145,7 @@ class Cassette(BaseStore):
         derived: bool = False,
         blobs: bool | int = True,
     ) -> None:
-        self.path = pathlib.Path(path)
+        file = path_text(path)
         self.url = str(path)
         self.mode = resolve_mode(mode)
         self.redactor = redactor or Redactor()
@@ -163,7 +164,7 @@ class Cassette(BaseStore):
         self._unstored: list[str] = []
         self._lock = threading.RLock()
         self._loaded = False
-        self._tape = Tape(self.path, self.mode, self._lock)
+        self._tape = Tape(file, self.mode, self._lock)
         # a partial block's order skips the recorded steps its ``live=`` rules send live
         self._order = RunOrder(self._tape, strict=strict, rerecord_hint=rerecord_hint,
                                live=partial.goes_live if partial and partial.rules else None,
@@ -183,13 +184,23 @@ class Cassette(BaseStore):
         # outlived the block) can no longer reach the file, and is named instead of kept.
         self._sealed = False
         #: ``max_age`` applied to entries as they replay (None: they never expire)
-        self.ageing = block_ageing(self.path, max_age, on_expiry, self.mode)
+        self.ageing = block_ageing(file, max_age, on_expiry, self.mode)
         #: which calls go live (``partial.py``); their recordings go to ``live_tape``
         self.partial = partial
         self.live_tape = None if partial is None else Cassette(
             live_path or _derived_path(self.path), mode="record",
             redactor=self.redactor, rerecord_hint=rerecord_hint,
             record_errors=self.record_errors, derived=True, blobs=blobs)
+
+    @property
+    def path(self) -> pathlib.Path:
+        """The cassette's path."""
+        return self._tape.path
+
+    @property
+    def file(self) -> str:
+        """The cassette's path as text (``str(path)``, without making the Path)."""
+        return self._tape.file
 
     # ---------------------------------------------------------------- loading
 
@@ -444,7 +455,7 @@ class Cassette(BaseStore):
             f"{n} call{'s' if n != 1 else ''} this block ran could not be recorded (the "
             f"caller got {'their results' if n != 1 else 'its result'}; the file holds the "
             f"rest): {'; '.join(shown)}{more}. Fix the cause and record again.",
-            path=self.path)
+            path=self.file)
 
     def redact_tree(self, tree: Any) -> Any:
         """What the file would hold for ``tree`` (used to keep secrets out of miss reports)."""
@@ -460,7 +471,7 @@ class Cassette(BaseStore):
         from ..stores._store_stats import StoreStats  # (only stats() makes one)
         tape = self._tape
         tape.index()
-        return StoreStats(backend=f"cassette:{self.path}",
+        return StoreStats(backend=f"cassette:{self.file}",
                           entries=len(tape.old) + len(self._new),
                           bytes=len(tape.raw or b""),
                           extra=self.counters.public())

@@ -19,16 +19,18 @@ import collections
 import itertools
 import mmap
 import operator
-import pathlib
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 
+from .._paths import as_path
 from ..errors import CassetteError
 from . import format as fmt
 from .reader import DocIndex, FileIndex, Index
 
 TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
 if TYPE_CHECKING:
+    import pathlib
     from typing import Any, TypeVar
 
     from .blobs import Folder
@@ -62,7 +64,7 @@ View = tuple[dict[str, Any], bytes | None]
 _MISSING: Any = object()
 
 
-def _layout_changed(path: pathlib.Path) -> CassetteError:
+def _layout_changed(path: str) -> CassetteError:
     return CassetteError("the file's layout was changed (its content checks out): rewrite it "
                          f"with dejacache rehash {path}", path=path)
 
@@ -105,9 +107,11 @@ class Tape:
     itself from it).
     """
 
-    def __init__(self, path: pathlib.Path, mode: str, lock: threading.RLock | None = None,
+    def __init__(self, file: str | os.PathLike[str], mode: str,
+                 lock: threading.RLock | None = None,
                  on_index: Callable[[Index, bool], None] | None = None) -> None:
-        self.path = path
+        self.file = os.fspath(file)  # the path as text: what a replay hit reads needs no Path
+        self._path: pathlib.Path | None = None
         self.mode = mode
         self.lock = lock if lock is not None else threading.RLock()
         self.on_index = on_index
@@ -138,13 +142,20 @@ class Tape:
         self.again: tuple[FileIndex | None, fmt.Buffer | None, dict[str, Any]] | None = None
         self.blobs: Folder | None = None  # where its entries' payloads are kept: folder()
 
+    @property
+    def path(self) -> pathlib.Path:
+        """The cassette's path (``Cassette.path``, the writer's, the reports')."""
+        if self._path is None:
+            self._path = as_path(self.file)
+        return self._path
+
     # ---------------------------------------------------------------- reading the file
 
     def load(self) -> bool:
         """Read the file, once (again after a check that raised); whether it exists."""
         if not self.loaded:
             seen: list[tuple[int, ...]] = []
-            raw = fmt.read_file(self.path, seen)
+            raw = fmt.read_file(self.file, seen)
             # What a save compares the file with: unchanged since this read, it is spliced.
             self.identity = seen[0] if seen else None
             self.read(raw)
@@ -190,7 +201,7 @@ class Tape:
         if isinstance(self.ix, FileIndex):  # the file read keeps its seal after a parse
             self.seal = self.ix.seal
         if self.ix is not None and ix.n != len(self.old):
-            raise _layout_changed(self.path)
+            raise _layout_changed(self.file)
         first = self.ix is None
         self.ix = ix
         self._follows = None
@@ -213,14 +224,14 @@ class Tape:
             assert self.raw is not None
             from .document import load_document  # (a small file, a miss, a damaged index)
 
-            full = load_document(self.raw, self.path)
+            full = load_document(self.raw, self.file)
             keys = [e["key"] for e in full["entries"]]
             for e in self.old:
                 if e is not None and (e.index is None or e.index >= len(keys)
                                       or keys[e.index] != e.key):
                     # The parser accepts the file, but the byte index read it differently:
                     # entries it handed out were whole and checked; others may not be.
-                    raise _layout_changed(self.path)
+                    raise _layout_changed(self.file)
             self.use(DocIndex(full))
             self.full = full
             self.values.update(full["values"])
@@ -344,7 +355,7 @@ class Tape:
 
                     raise CassetteError(f"{describe(e.index)} is not where the index "
                                         f"put it; rewrite the file with dejacache rehash "
-                                        f"{self.path}", path=self.path)
+                                        f"{self.file}", path=self.file)
                 doc = entries[e.index]
             e.doc = doc
         return e.doc
@@ -478,7 +489,7 @@ class Tape:
             v = self.values.get(h, _MISSING)
             if v is not _MISSING:
                 return v
-        raise CassetteError(f"dangling value reference {fmt.REF}{h}", path=self.path)
+        raise CassetteError(f"dangling value reference {fmt.REF}{h}", path=self.file)
 
     def expand(self, tree: Any) -> Any:
         """``tree`` with its shared-value references replaced by the values."""
