@@ -213,7 +213,7 @@ def test_the_temp_directory_is_read_as_given_and_with_its_links_resolved(
     real = tmp_path / "real"
     real.mkdir()
     (tmp_path / "link").symlink_to(real)
-    monkeypatch.chdir(tmp_path / "real")  # no effect: a path under a temp root is per-run
+    monkeypatch.chdir(tmp_path / "real")  # the temp directory itself: its paths stay per-run
     monkeypatch.setenv("TMPDIR", str(tmp_path / "link"))
     for path in (tmp_path / "link" / "run1" / "x", real / "run1" / "x"):
         assert _wire.stdio_env({"WORK": str(path)}).per_run == {"WORK": str(path)}
@@ -221,7 +221,26 @@ def test_the_temp_directory_is_read_as_given_and_with_its_links_resolved(
     assert _wire.stdio_env({"CONFIG": "/srv/app/eu.toml"}).settings
 
 
-def test_a_launchs_settings_are_in_its_plain_identity_and_nothing_else_is() -> None:
+def test_a_checkout_inside_a_temp_directory_names_its_own_files_as_settings(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # CI cloning into /tmp: the project's config is the same file every run, and eu.toml
+    # must never stand for us.toml; a pytest tmp_path beside the clone is still per-run.
+    checkout, run = tmp_path / "clone", tmp_path / "pytest-7" / "test0"
+    checkout.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.chdir(checkout)
+    for config in (checkout / "conf" / "eu.toml", checkout, f"file://{checkout}/eu.db"):
+        parts = _wire.stdio_env({"CONFIG": str(config), "WORK": str(run)})
+        assert parts.settings == {"CONFIG": str(config)} and parts.per_run == {"WORK": str(run)}
+    monkeypatch.chdir(tmp_path)  # the temp directory itself: everything in it is per-run
+    assert _wire.stdio_env({"CONFIG": str(checkout / "eu.toml")}).per_run
+
+
+def test_a_launchs_settings_are_in_its_plain_identity_and_nothing_else_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.chdir(pathlib.Path(__file__).resolve().parents[2])  # the checkout, wherever
     env = {"REGION": "eu", "API_KEY": "k-7713", "UPSTREAM": SK, "LEDGER": TMP_LEDGER,
            "CONFIG": os.path.join(os.getcwd(), "conf", "eu.toml")}
     ident = _wire.stdio_identity("/usr/bin/python3", ["desk.py"],

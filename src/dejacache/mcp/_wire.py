@@ -221,13 +221,33 @@ def _under(path: str, roots: frozenset[str]) -> bool:
     return any(path.startswith(root + os.sep) for root in roots)
 
 
-def _per_run(value: str, roots: frozenset[str]) -> bool:
+def _checkout(roots: frozenset[str]) -> frozenset[str]:
+    """The working directory, as given and resolved, when it lies inside a temp directory
+    (a CI clone in ``/tmp``): its files are the project's, the same on every run, not ones
+    the run made. Nothing when it is a temp directory itself or holds one (``/``, ``/tmp``):
+    then every temp path would be the project's."""
+    try:
+        cwd = os.getcwd()
+    except OSError:  # (a working directory removed under the process)
+        return frozenset()
+    forms = frozenset({os.path.normpath(cwd), os.path.realpath(cwd)})
+    if any(r == f or r.startswith(f.rstrip(os.sep) + os.sep) for r in roots for f in forms):
+        return frozenset()
+    return forms
+
+
+def _per_run(value: str, roots: frozenset[str], checkout: frozenset[str]) -> bool:
     """Whether ``value`` names only files this run made: a path under a temp directory
-    (:func:`_temp_roots`), a local URL of one, or a list of them (``os.pathsep``)."""
+    (:func:`_temp_roots`) and not in the working directory (:func:`_checkout`), a local URL
+    of one, or a list of them (``os.pathsep``)."""
+    def made(path: str) -> bool:
+        return (_under(path, roots) and not _under(path, checkout)
+                and os.path.normpath(path) not in checkout)
+
     url = _LOCAL_URL.fullmatch(value)
     if url is not None:
-        return _under("/" + url.group(1).lstrip("/"), roots)
-    return all(_under(part, roots) for part in value.split(os.pathsep))
+        return made("/" + url.group(1).lstrip("/"))
+    return all(made(part) for part in value.split(os.pathsep))
 
 
 class EnvParts(NamedTuple):
@@ -253,20 +273,22 @@ def stdio_env(env: Mapping[str, str] | None) -> EnvParts:
       keyed in plain as itself, never stood for by another value: ``REGION=us`` replaying
       ``eu``'s answers is a wrong answer, where a miss is only a miss.
 
-    A path outside the temp directories (``CONFIG=~/app/eu.toml``, ``/etc/app/us.toml``) is
-    a setting too: it names the same file on every run, and another file may answer
-    otherwise. Under the working or the home directory it is keyed relative to it, as
-    arguments are, so a checkout elsewhere (CI) names the same server."""
+    A path outside the temp directories (``CONFIG=~/app/eu.toml``, ``/etc/app/us.toml``), or
+    in the working directory (a checkout CI clones into ``/tmp``), is a setting too: it names
+    the same file on every run, and another file may answer otherwise. Under the working or
+    the home directory it is keyed relative to it, as arguments are, so a checkout elsewhere
+    (CI) names the same server."""
     if not env:
         return NO_ENV
     credentials: list[tuple[str, str]] = []
     per_run: dict[str, str] = {}
     settings: dict[str, str] = {}
     roots = _temp_roots()
+    checkout = _checkout(roots)
     for name, value in sorted(env.items()):
         if is_secret_name(name) or _holds_secret(value):
             credentials.append((f"env:{quote(name, safe='')}", value))
-        elif _per_run(value, roots):
+        elif _per_run(value, roots, checkout):
             per_run[name] = value
         else:
             settings[name] = value
