@@ -424,21 +424,25 @@ _HEXISH = st.text("0123456789abcdefABCDEF-_ x\"{}:", max_size=120)
 
 
 @given(before=_HEXISH, after=_HEXISH, form=st.sampled_from(["dashed", "hex", "none"]),
-       upper=st.booleans())
-def test_the_hex_run_prefilter_never_hides_a_uuid(before: str, after: str, form: str,
-                                                   upper: bool) -> None:
-    """``learn_sent`` searches for a UUID only in bytes with 12 hex digits in a row: every
-    body the pattern finds one in has such a run, whatever surrounds it."""
-    from dejacache.http.aliases import _UUID4_RAW, _hex_run
+       upper=st.booleans(), second=st.sampled_from(["", "dashed", "hex"]))
+def test_the_uuid_search_around_hex_runs_is_the_whole_search(
+        before: str, after: str, form: str, upper: bool, second: str) -> None:
+    """``learn_sent`` tries the UUID pattern only around runs of 12 hex digits: it finds one
+    exactly when the pattern run over every byte does, whatever surrounds it (longer hex
+    runs, dashes, a second UUID after a near miss)."""
+    from dejacache.http.aliases import _UUID4_RAW, _holds_uuid
 
-    u = uuid.uuid4()
+    u, v = uuid.uuid4(), uuid.uuid4()
     middle = {"dashed": str(u), "hex": u.hex, "none": ""}[form]
-    raw = (before + (middle.upper() if upper else middle) + after).encode()
-    if _UUID4_RAW.search(raw) is not None:
-        assert _hex_run(raw)
+    tail = {"dashed": str(v), "hex": v.hex, "": ""}[second]
+    raw = (before + (middle.upper() if upper else middle) + after + tail).encode()
+    assert _holds_uuid(raw) == (_UUID4_RAW.search(raw) is not None)
     if form != "none":
-        assert _hex_run(raw)
-    assert not _hex_run(b"0123456789a-0123456789a" + b"x" * 40)
+        assert _holds_uuid(raw)
+    assert not _holds_uuid(b"0123456789a-0123456789a" + b"x" * 40)
+    # a hex run with no UUID (a provider id), then a UUID further on
+    assert _holds_uuid(b'"call_55894effd4b2151a5574c7c5" ' + str(v).encode())
+    assert not _holds_uuid(b'"call_55894effd4b2151a5574c7c5" ' * 50)
 
 
 class _Conversations:

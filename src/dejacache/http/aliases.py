@@ -174,7 +174,7 @@ class AliasTable:
         """``data`` (a request body parsed from ``raw``) with the client-made ids it holds
         learned and replaced (see the module docstring); ``data`` itself when ``raw`` holds
         nothing UUID-shaped, which one search of the bytes tells."""
-        if not _hex_run(raw) or _UUID4_RAW.search(raw) is None:
+        if not _holds_uuid(raw):
             return data
         found = [v for v in _sent_ids(data) if v not in self._map]
         if not found:
@@ -352,9 +352,21 @@ _HEX_CLASS = bytes(0x78 if chr(c) in "0123456789abcdefABCDEF" else 0x2E for c in
 _HEX_RUN = b"x" * 12
 
 
-def _hex_run(raw: bytes) -> bool:
-    """Whether ``raw`` has 12 hex digits in a row: without them it holds no UUID."""
-    return raw.translate(_HEX_CLASS).find(_HEX_RUN) >= 0
+def _holds_uuid(raw: bytes) -> bool:
+    """Whether ``raw`` holds a UUID, the pattern tried only around its runs of 12 or more hex
+    digits. Provider ids are often hex (``call_55894effd4b2151a5574c7c5``), and one such id
+    in a 2.3 KB chat request sent the pattern over every byte: 53 µs a request, ~20% of a
+    replayed call; around the runs ~2 µs. Exact: a dashed UUID's last group is the run's
+    start (the UUID begins 24 bytes before it) and an undashed one lies inside its run."""
+    mapped = raw.translate(_HEX_CLASS)
+    at = mapped.find(_HEX_RUN)
+    while at >= 0:
+        end = mapped.find(b".", at)
+        end = len(raw) if end < 0 else end
+        if _UUID4_RAW.search(raw, max(0, at - 24), end) is not None:
+            return True
+        at = mapped.find(_HEX_RUN, end)
+    return False
 
 
 # A client-made id: a random UUID, alone or after a word prefix (``call_``, ``pyd_ai_``).

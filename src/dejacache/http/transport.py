@@ -193,8 +193,6 @@ _DELIMITER_ESCAPE = re.compile(r"(%(?:2[Ff]|3[Ff]|23|25))")
 def _keyed_path(url: Any, path: str) -> str:
     """The path as the key holds it: ``path`` (``url.path``, decoded) unless the raw path
     escapes a delimiter, then decoded around those escapes, each kept upper-cased."""
-    from urllib.parse import unquote
-
     raw = url.raw_path
     if b"%" not in raw:
         return path
@@ -202,6 +200,10 @@ def _keyed_path(url: Any, path: str) -> str:
     pieces = _DELIMITER_ESCAPE.split(text)
     if len(pieces) == 1:
         return path
+    # (imported here: ``from urllib.parse import ...`` on every call went through
+    # urllib.parse's module ``__getattr__`` for ``__path__``, an exception per request)
+    from urllib.parse import unquote
+
     # split() with a group alternates text and escape: even indexes are text
     return "".join(p.upper() if i % 2 else unquote(p) for i, p in enumerate(pieces))
 
