@@ -1574,7 +1574,9 @@ def test_hit_key_answers_for_a_plain_request_once_its_bytes_were_seen() -> None:
     request = {"messages": [{"role": "assistant", "content": None}], "model": "m"}
     assert kb.hit_key((request,), {}, seed) is None  # never seen: bind_key works it out
     key = kb.bind_key((request,), {}, seed)[1]
-    kb.bind_key((request,), {}, seed)  # the second sight compiles the None probe
+    kb.bind_key((request,), {}, seed)  # the second sight probes by a loop: a turn of a
+    assert kb.hit_key((request,), {}, seed) is None  # conversation is never seen again
+    kb.bind_key((request,), {}, seed)  # the third compiles the None probe
     assert kb.hit_key((request,), {}, seed) == key
     request["messages"][0]["content"] = math.nan  # the same bytes, but not the same call
     assert kb.hit_key((request,), {}, seed) is None
