@@ -17,7 +17,7 @@ import pytest
 from websockets.asyncio.client import connect as aconnect
 from websockets.exceptions import ConnectionClosed, ConnectionClosedError, InvalidStatus
 from websockets.sync.client import connect as sconnect  # bound before any block opens
-from ws_support import LoopbackServer, RawServer, echo, free_port
+from ws_support import LoopbackServer, RawServer, count, echo, free_port
 
 import dejacache
 from dejacache.cassettes.rehash import rehash
@@ -282,9 +282,9 @@ def test_a_dropped_connection_replays_as_1006(tmp_path: pathlib.Path,
         assert asyncio.run(run(server.url)) == recorded == (None, 1006)
 
 
-def _too_big_asyncio(url: str) -> list[Any]:
+def _too_big_asyncio(url: str, bound: int | None = 1000) -> list[Any]:
     async def run() -> list[Any]:
-        async with aconnect(url, max_size=1000) as ws:
+        async with aconnect(url, max_size=bound) as ws:
             out = [json.loads(await ws.recv())]
             await ws.send(json.dumps({"n": 0}))
             out.append(json.loads(await ws.recv()))
@@ -296,8 +296,8 @@ def _too_big_asyncio(url: str) -> list[Any]:
     return asyncio.run(run())
 
 
-def _too_big_threads(url: str) -> list[Any]:
-    with sconnect(url, max_size=1000) as ws:
+def _too_big_threads(url: str, bound: int | None = 1000) -> list[Any]:
+    with sconnect(url, max_size=bound) as ws:
         out = [json.loads(ws.recv())]
         ws.send(json.dumps({"n": 0}))
         out.append(json.loads(ws.recv()))
@@ -307,13 +307,13 @@ def _too_big_threads(url: str) -> list[Any]:
         return [*out, _closed(info.value)]
 
 
-def _too_big_legacy(url: str) -> list[Any]:
+def _too_big_legacy(url: str, bound: int | None = 1000) -> list[Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         from websockets.legacy.client import connect as lconnect
 
     async def run() -> list[Any]:
-        async with lconnect(url, max_size=1000) as ws:
+        async with lconnect(url, max_size=bound) as ws:
             out = [json.loads(await ws.recv())]
             await ws.send(json.dumps({"n": 0}))
             out.append(json.loads(await ws.recv()))
@@ -349,6 +349,27 @@ def test_a_server_message_over_the_clients_max_size_replays_as_its_1009(
     server.stop()
     with dejacache.cassette(path, mode="replay"):
         assert run(server.url) == live
+
+
+_TOO_BIG = {"asyncio": _too_big_asyncio, "threads": _too_big_threads,
+            "legacy": _too_big_legacy}
+
+
+@pytest.mark.parametrize("replayer", list(_TOO_BIG))
+@pytest.mark.parametrize("recorder", list(_TOO_BIG))
+def test_a_recorded_1009_replays_as_recorded_to_a_client_with_no_bound(
+        tmp_path: pathlib.Path, server: LoopbackServer, recorder: str, replayer: str) -> None:
+    """The bound lived in the client that recorded (``max_size=1000``): its 1009 is the
+    session's end as recorded, so a client with none (``max_size=None``) replaying it gets
+    that end (code and reason, the recording client's library's), not one of its own making
+    (the legacy client replayed it as 1002, a protocol error)."""
+    path = tmp_path / "big.json"
+    with dejacache.cassette(path, mode="record"):
+        live = _TOO_BIG[recorder](server.url)
+    assert live[2][2][0] == 1009
+    server.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert _TOO_BIG[replayer](server.url, None) == live
 
 
 _PAD = "p" * 2000
@@ -487,6 +508,32 @@ def test_a_frame_the_client_refuses_is_recorded_and_replayed_as_its_error(
         raw.stop()
     close = json.loads(path.read_text())["entries"][1]["response"]["close"]
     assert {k: close[k] for k in ("code", "error")} == {"code": code, "error": True}
+    with dejacache.cassette(path, mode="replay"):
+        assert run(raw.url) == live
+
+
+@pytest.mark.parametrize("run", [_refused_asyncio, _refused_threads, _refused_legacy],
+                         ids=["asyncio", "threads", "legacy"])
+def test_text_kept_as_its_bytes_replays_to_a_websockets_client_as_its_1007(
+        tmp_path: pathlib.Path, run: Callable[[str], list[Any]]) -> None:
+    """A text frame that is not UTF-8 kept as it came (``text_bytes``: recorded by an
+    aiohttp app that does not decode text) and replayed to a websockets client: the client
+    refuses it as it refuses the frame live (``ConnectionClosedError``, 1007 sent with its
+    library's reason, none received), its own parser reading the same bytes."""
+    raw = RawServer(bytes((0x81, 3)) + b"\xff\xfeA")
+    path = tmp_path / "raw-text.json"
+    try:
+        live = run(raw.url)
+        with dejacache.cassette(path, mode="record"):
+            assert run(raw.url) == live
+    finally:
+        raw.stop()
+    assert live[1][2][0] == 1007 and live[1][1] is None
+    doc = json.loads(path.read_text())
+    # The window as aiohttp's ``decode_text=False`` recording keeps it: the frame's bytes,
+    # no close (aiohttp handed the message on and the session went on).
+    doc["entries"][1]["response"] = {"messages": [[0.0, {"text_bytes": "//5B"}]]}
+    path.write_bytes(rehash(json.dumps(doc).encode(), path)[0])
     with dejacache.cassette(path, mode="replay"):
         assert run(raw.url) == live
 
@@ -674,15 +721,6 @@ _FRAGMENT = 64 * 1024
 _FRAGMENTS = 256  # 16 MiB in all: 256 times the bound below
 
 
-async def _count(ws: Any) -> None:
-    """Each message's length, read fragment by fragment (nothing held whole here either)."""
-    while True:
-        n = 0
-        async for part in ws.recv_streaming():
-            n += len(part)
-        await ws.send(json.dumps({"got": n}))
-
-
 def _parts() -> Iterator[bytes]:
     for _ in range(_FRAGMENTS):
         yield bytes(_FRAGMENT)
@@ -734,7 +772,7 @@ def test_a_fragmented_message_over_the_bound_is_never_held_whole(
     server's included (50-60 MB before)."""
     import tracemalloc
 
-    server = LoopbackServer(_count).start()
+    server = LoopbackServer(count).start()
     dejacache.configure(max_ws_message=_FRAGMENT)
     path = tmp_path / "huge.json"
     try:

@@ -16,7 +16,7 @@ import pytest
 
 aiohttp = pytest.importorskip("aiohttp")
 
-from ws_support import LoopbackServer, RawServer, echo, free_port  # noqa: E402
+from ws_support import LoopbackServer, RawServer, count, echo, free_port  # noqa: E402
 
 import dejacache  # noqa: E402
 from dejacache.errors import ReplayMiss  # noqa: E402
@@ -246,6 +246,44 @@ def test_a_frame_aiohttp_refuses_is_recorded_and_replayed_as_its_error(
         assert asyncio.run(run()) == live
 
 
+async def _codes(url: str, bound: int) -> list[Any]:
+    """The refusal's code as the app reads it, by type too (``WSCloseCode`` or ``int``)."""
+    async with aiohttp.ClientSession() as s, s.ws_connect(url, max_msg_size=bound) as ws:
+        await ws.receive_json()
+        await ws.send_json({"big": 5000})
+        msg = await ws.receive()
+        if msg.type is not aiohttp.WSMsgType.ERROR:
+            return [msg.type]
+        code = msg.data.code
+        return [msg.type, type(code), code, type(ws.close_code), ws.close_code]
+
+
+@pytest.mark.parametrize("frame", [bytes((0xC1, 2)) + b"hi", bytes((0x81, 2)) + b"\xff\xfe",
+                                   None], ids=["reserved-bit", "invalid-utf8", "too-big"])
+def test_aiohttps_refusal_names_its_code_as_live(
+        tmp_path: pathlib.Path, server: LoopbackServer, frame: bytes | None) -> None:
+    """The code of aiohttp's refusal (the ERROR's ``WebSocketError.code``, the response's
+    ``close_code``) is aiohttp's own ``WSCloseCode`` while recorded and replayed, as live:
+    an ``int`` equal to it reprs and compares by identity otherwise."""
+    raw = RawServer(frame) if frame is not None else None
+    url = raw.url if raw is not None else server.url
+    path = tmp_path / "codes.json"
+    try:
+        live = asyncio.run(_codes(url, 1000))
+        assert live[1] is aiohttp.WSCloseCode and live[3] is aiohttp.WSCloseCode
+        with dejacache.cassette(path, mode="record"):
+            # (no bound while recording one too big: it would cut the window it is in)
+            recorded = asyncio.run(_codes(url, 0 if raw is None else 1000))
+        if raw is not None:
+            assert recorded == live
+    finally:
+        if raw is not None:
+            raw.stop()
+    server.stop()
+    with dejacache.cassette(path, mode="replay"):
+        assert asyncio.run(_codes(url, 1000)) == live
+
+
 async def _raw_text(url: str, decode: bool) -> list[Any]:
     async with aiohttp.ClientSession() as s, s.ws_connect(url, decode_text=decode) as ws:
         out = [await ws.receive_json()]
@@ -312,6 +350,49 @@ def test_a_client_message_over_the_bound_goes_live_and_is_not_recorded(
     server.stop()
     with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss):
         asyncio.run(run())
+
+
+_HUGE = 16 * 2**20
+
+
+async def _send_huge(url: str, kind: str) -> tuple[Any, int]:
+    """A 16 MiB message sent (text, or a ``bytearray``): what the server counted, and the
+    most memory held meanwhile beyond what was held before."""
+    import tracemalloc
+
+    async with aiohttp.ClientSession() as s, s.ws_connect(url) as ws:
+        tracemalloc.reset_peak()
+        before = tracemalloc.get_traced_memory()[0]
+        if kind == "text":
+            await ws.send_str("x" * _HUGE)
+        else:
+            await ws.send_bytes(bytearray(_HUGE))
+        got = await ws.receive_json()
+        return got, tracemalloc.get_traced_memory()[1] - before
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["text", "bytearray"])
+def test_a_client_message_over_the_bound_is_held_no_more_than_live(
+        tmp_path: pathlib.Path, kind: str) -> None:
+    """Past the bound an aiohttp app's message goes on as aiohttp handed it over (text as
+    its UTF-8), not copied or decoded first: recording holds no more of it than a live
+    connection does (a text message was held twice more, a ``bytearray`` once)."""
+    import tracemalloc
+
+    server = LoopbackServer(count).start()
+    dejacache.configure(max_ws_message=64 * 1024)
+    tracemalloc.start()
+    try:
+        live, live_peak = asyncio.run(_send_huge(server.url, kind))
+        with dejacache.cassette(tmp_path / "huge.json", mode="record"), pytest.warns(
+                dejacache.DejacacheWarning, match="over the 65536 bytes limit"):
+            recorded, peak = asyncio.run(_send_huge(server.url, kind))
+    finally:
+        tracemalloc.stop()
+        server.stop()
+    assert live == recorded == {"got": _HUGE}
+    assert peak < live_peak + _HUGE // 2, (peak, live_peak)
 
 
 @pytest.mark.parametrize(("last", "code"), [({"close": 1000}, 1000), ({"drop": True}, 1006)])

@@ -166,6 +166,18 @@ async def echo(ws: Any) -> None:
             await ws.send(json.dumps({"late": msg.get("n")}))
 
 
+async def count(ws: Any) -> None:
+    """Answers each message with its length (``{"got": n}``), read fragment by fragment:
+    nothing held whole here either."""
+    import json
+
+    while True:
+        n = 0
+        async for part in ws.recv_streaming():
+            n += len(part)
+        await ws.send(json.dumps({"got": n}))
+
+
 def free_port() -> int:
     import socket
 

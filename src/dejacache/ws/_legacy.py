@@ -6,6 +6,7 @@ imported the legacy API (importing it warns that it is deprecated)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ..config import Effective
@@ -13,6 +14,7 @@ from ..http.transport import Options
 from ._asyncio import Live, answering, awaited, in_memory
 from ._captured import ARGS
 from ._message import Answer, Refused
+from ._wire import Armed
 
 __all__ = ["connect_in_block"]
 
@@ -44,8 +46,22 @@ def _protocol(uri: str, kw: dict[str, Any]) -> Any:
     if kw.get("compression", "deflate") == "deflate":
         args["extensions"] = enable_client_permessage_deflate(kw.get("extensions"))
     args.setdefault("close_timeout", 10)
-    cls = answering(kw.get("create_protocol") or WebSocketClientProtocol)
+    cls = _armed(answering(kw.get("create_protocol") or WebSocketClientProtocol))
     return cls(host=ws_uri.host, port=ws_uri.port, secure=ws_uri.secure, **args)
+
+
+@functools.cache
+def _armed(base: type) -> type:
+    """``base`` (a legacy protocol), :class:`~._wire.Armed`: a recorded refusal of the
+    client's library replays with its code and reason, whatever this client's bound."""
+
+    class Faulting(Armed, base):  # type: ignore[misc]
+        def fail_connection(self, code: int = 1006, reason: str = "") -> None:
+            super().fail_connection(*self.armed(code, reason))
+
+    Faulting.__name__ = Faulting.__qualname__ = base.__name__
+    Faulting.__module__ = base.__module__
+    return Faulting
 
 
 async def connect_in_block(connect: Any, orig_await: Any, eff: Effective,

@@ -74,7 +74,9 @@ class Message:
 class TextBytes(Message):
     """A text message whose payload is not UTF-8: ``data`` is its ``bytes``. aiohttp reads
     no text as UTF-8 for an app that asks it not to (``decode_text=False``) and hands such
-    a message on as it came; every other client refuses it (1007)."""
+    a message on as it came; every other client refuses it (1007). Also an aiohttp app's
+    text message past the session's bound, its UTF-8 as aiohttp made it: sent on, never
+    decoded, kept or stored."""
 
     @property
     def binary(self) -> bool:

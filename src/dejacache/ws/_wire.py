@@ -28,7 +28,6 @@ as they come once past the session's bound (:meth:`Endpoint.spill_past`), never 
 from __future__ import annotations
 
 import codecs
-import contextlib
 import functools
 import struct
 import sys
@@ -50,7 +49,7 @@ from ._message import (
     too_big,
 )
 
-__all__ = ["Endpoint", "Parts", "client_protocol"]
+__all__ = ["Armed", "Endpoint", "Parts", "client_protocol"]
 
 _FRAMING = frozenset({"content-length", "transfer-encoding", "date"})
 
@@ -261,20 +260,16 @@ class Endpoint:
         """The end ``c`` as ``client`` (its protocol: sans-I/O, or the legacy one) is told
         it: a close, or for a refusal of its library's (``Faulted``) a frame it refuses
         again, failing the connection itself as it did live: text that is not UTF-8 for
-        1007, else a reserved bit (RSV2: no extension websockets negotiates uses it), so
-        that the legacy client, which sends no reason, fails with the same code. The
-        sans-I/O one, armed (``_faulting``), fails with the recorded code and reason; the
-        legacy one, for a message over its ``max_size`` (1009), is sent a frame header
-        declaring one."""
+        1007, else a reserved bit (RSV2: no extension websockets negotiates uses it). Armed
+        first (:class:`Armed`: every client protocol a block makes is), the client fails
+        with the recorded code and reason, whatever its own bound: a 1009 recorded by a
+        client with a ``max_size`` is that client's end, replayed as it was to one with
+        none too."""
         if not isinstance(c, Faulted):
             return self.close(c)
         self._framed = self._plain = False
-        if isinstance(client, _faulting()):
+        if isinstance(client, Armed):
             client.fault = c
-        elif c.code == TOO_BIG and type(getattr(client, "max_size", None)) is int:
-            # The legacy client refuses a frame over its bound from the header: one
-            # declaring a byte more than it takes, its payload never sent.
-            return _LENGTH64(0x82, 127, client.max_size + 1)
         return _NOT_UTF8 if c.code == _INVALID_DATA else _RESERVED_BIT
 
     def _out(self) -> bytes:
@@ -424,26 +419,40 @@ def _refusal(answer: Answer) -> Any:
     return Response(answer.status, phrase, Headers(), answer.body)
 
 
+class Armed:
+    """A websockets client protocol (sans-I/O or legacy) that fails the connection, once
+    armed (``fault``: a recorded ``_message.Faulted``), with the code and reason its live
+    twin failed it with: the client refuses :meth:`Endpoint.end`'s frame through its own
+    parser and its own failing method (``fail``, ``fail_connection``: public, the one every
+    refusal goes through), which asks :meth:`armed` what to fail with, so the app gets the
+    same ``ConnectionClosedError`` (that close sent, none received) as live."""
+
+    fault: Closed | None = None
+
+    def armed(self, code: int, reason: str) -> tuple[int, str]:
+        """What to fail with instead of ``code`` and ``reason``: the fault armed, once. The
+        first failure after arming is the fault's, whichever comes first: the threads
+        client decodes text in the app's ``recv()``, and the end of the stream written
+        after the frame may fail it before that (1006)."""
+        fault, self.fault = self.fault, None
+        if fault is None or not _sendable(fault):
+            return code, reason
+        from websockets.frames import CloseCode
+
+        try:  # (as its own refusals name it)
+            return CloseCode(fault.code), fault.reason
+        except ValueError:
+            return fault.code, fault.reason
+
+
 @functools.cache
 def _faulting() -> Any:
-    """websockets' ``ClientProtocol`` that fails the connection, once armed (``fault``: a
-    recorded ``_message.Faulted``), with the code and reason its live twin failed it with:
-    the client refuses :meth:`Endpoint.fault`'s frame through its own parser and ``fail``
-    (public, the one every refusal goes through), so the app gets the same
-    ``ConnectionClosedError`` (sent that close, none received) as live."""
+    """websockets' ``ClientProtocol``, :class:`Armed`."""
     from websockets.client import ClientProtocol
-    from websockets.frames import CloseCode
 
-    class Faulting(ClientProtocol):
-        fault: Closed | None = None
-
+    class Faulting(Armed, ClientProtocol):
         def fail(self, code: int, reason: str = "") -> None:
-            armed, self.fault = self.fault, None
-            if armed is not None and _sendable(armed):
-                code, reason = armed.code, armed.reason
-                with contextlib.suppress(ValueError):  # (as its own refusals name it)
-                    code = CloseCode(code)
-            super().fail(code, reason)
+            super().fail(*self.armed(code, reason))
 
     Faulting.__name__ = Faulting.__qualname__ = ClientProtocol.__name__
     Faulting.__module__ = ClientProtocol.__module__
