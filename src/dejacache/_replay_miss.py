@@ -82,11 +82,8 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
                 "dejacache rehash refreshes checksums, never keys (the entry still answers "
                 "the call it was recorded for), or it was recorded by another version of "
                 "dejacache. Re-record the call.)")
-        elif all("<secret:" in d or PLACEHOLDER in d for d in diff):
-            lines.append(
-                "  the calls differ only in credentials, which keys mask with a per-machine "
-                "key: declare them with substitute={'<NAME>': live_value}, ignore them, or "
-                "share DEJACACHE_SECRET_KEY (README, Keys)")
+        elif any("<secret:" in d or PLACEHOLDER in d for d in diff) or not diff:
+            lines.extend(_credentials(near[1], target))
     if older:
         lines.append("  (the nearest call was recorded before request headers were part of "
                      "keys, so it is compared without them; re-recording keys them)")
@@ -112,6 +109,27 @@ def replay_miss(eff: Effective, name: str, key: str, canonical: bytes) -> Replay
         # out-of-order call is the one to report, not the miss it leads to)
         miss = cast("SequencedStore", eff.store).note_miss(miss) or miss
     return miss
+
+
+def _credentials(recorded: Any, target: Any) -> list[str]:
+    """What the miss says of the masked credentials its diff shows: that the calls differ
+    only in them, or which fields differ beside them (a timestamp next to a redacted key:
+    the credential reads alike, the timestamp is the difference, ``_learn.diffs``)."""
+    try:
+        from ._learn.diffs import CREDENTIAL, differences
+
+        found = differences(recorded, target)
+    except Exception:  # explaining must never hide the miss itself
+        return []
+    beside = [d.where for d in found if d.kind != CREDENTIAL and _masked([d.a, d.b])]
+    if beside:
+        return [f"  {', '.join(beside)}: differs beside the credential it holds, which reads "
+                "alike in both"]
+    if any(d.kind != CREDENTIAL for d in found):
+        return []
+    return ["  the calls differ only in credentials, which keys mask with a per-machine "
+            "key: declare them with substitute={'<NAME>': live_value}, ignore them, or "
+            "share DEJACACHE_SECRET_KEY (README, Keys)"]
 
 
 def _masked(request: Any) -> bool:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from dejacache._learn.diffs import (
     CREDENTIAL,
     FIELD,
@@ -62,3 +64,26 @@ def test_a_list_in_another_order_is_one_order_difference_never_volatile() -> Non
                    ).texts == []
     (d,) = differences({"t": ["red", "blue"]}, {"t": ["red", "green"]})
     assert (d.kind, d.where) == ("field", "t[1]")  # other items: compared one by one
+
+
+KEY_MASK = "<secret:" + "ab" * 64 + ">"
+OTHER_MASK = "<secret:" + "cd" * 64 + ">"
+
+
+@pytest.mark.parametrize(("a", "b", "kind"), [
+    # The credential reads alike: what differs beside it is what it is.
+    ("<REDACTED> at 2026-01-01T10:00:00Z", "<REDACTED> at 2026-01-02T11:30:00Z", SPAN),
+    (f"{KEY_MASK} at 2026-01-01T10:00:00Z", f"{KEY_MASK} at 2026-01-02T11:30:00Z", SPAN),
+    ("<REDACTED> about Paris", "<REDACTED> about Rome", TEXT),
+    # The credential differs, or the difference touches it: a credential's.
+    (f"{KEY_MASK} at 2026-01-01T10:00:00Z", f"{OTHER_MASK} at 2026-01-02T11:30:00Z",
+     CREDENTIAL),
+    ("<REDACTED> at 2026-01-01T10:00:00Z", "2026-01-02T11:30:00Z", CREDENTIAL),
+    # A weak shape is written with the text beside it: a placeholder a live key never holds.
+    ("<REDACTED>=3fa9c2d1e0b41234", "<REDACTED>=77b0e1aa42c9ff00", CREDENTIAL),
+])
+def test_a_string_holding_a_credential_differs_by_what_differs_beside_it(
+    a: str, b: str, kind: str,
+) -> None:
+    assert _kinds({"note": a}, {"note": b}) == {"note": kind}
+    assert _kinds({"api_key": a}, {"api_key": b}) == {"api_key": CREDENTIAL}  # by its name

@@ -93,3 +93,33 @@ def test_a_websocket_session_number_is_never_suggested() -> None:
                 "body": {"type": "conversation.item.create", "text": "cats"}}
 
     assert for_miss(msg(0), msg(1), [msg(0)], kind="call") is None
+
+
+@dejacache.cache(kind="tool")
+def signed(note: str) -> str:
+    CALLS.append(note)
+    return f"answer {len(CALLS)}"
+
+
+def test_a_timestamp_beside_a_credential_is_named_and_gets_its_rule(
+        tmp_path: pathlib.Path) -> None:
+    # The key reads alike (<REDACTED> in the file, the same mask live): the timestamp beside
+    # it is the difference, not "credentials only", and its rule makes the call a hit.
+    key = "sk-ant-" + "Z" * 30
+    path = tmp_path / "c.json"
+    with dejacache.cassette(path, mode="record"):
+        signed(f"{key} at 2026-01-01T10:00:00Z")
+    with pytest.raises(dejacache.ReplayMiss) as info, dejacache.cassette(path, mode="replay"):
+        signed(f"{key} at 2026-01-02T11:30:00Z")
+    miss = str(info.value)
+    assert "differ only in credentials" not in miss
+    assert "note: differs beside the credential it holds" in miss
+    (rule,) = info.value.suggestion
+    assert rule.startswith("re:") and rule in miss and "would have made it a hit" in miss
+    # (Recorded again with it: rekey cannot key an entry whose credential the file masks.)
+    with dejacache.cassette(path, mode="record", volatile=[rule]):
+        recorded = signed(f"{key} at 2026-01-01T10:00:00Z")
+    with dejacache.cassette(path, mode="replay", volatile=[rule]):
+        assert signed(f"{key} at 2026-01-02T11:30:00Z") == recorded
+        with pytest.raises(dejacache.ReplayMiss):  # another key is still another call
+            signed(f"sk-ant-{'Y' * 30} at 2026-01-02T11:30:00Z")

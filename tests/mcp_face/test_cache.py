@@ -473,6 +473,33 @@ async def test_a_stdio_launchs_other_settings_in_its_environment_are_another_ser
     assert calls(ledger, "search_docs") == 2
 
 
+@pytest.mark.parametrize("where", ["env", "args"])
+async def test_one_file_name_in_two_runs_directories_never_shares_a_cache(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, where: str,
+) -> None:
+    # Two runs' desk.db may hold other data: a replay maps the recording's directory onto
+    # this run's, a runtime cache keys each run's directory as itself.
+    from mcp import StdioServerParameters
+    from mcp_servers import run_dir
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+
+    def launch(run: int) -> Any:
+        path = str(run_dir(tmp_path, run, "mkdtemp") / "desk.db")
+        args, env = [str(SCRIPT)], {LEDGER_ENV: ledger.path}
+        if where == "args":
+            args += ["--db", path]
+        else:
+            env["DB"] = path
+        return StdioServerParameters(command=sys.executable, args=args, env=env)
+
+    with dejacache.agent_session(tenant="acme"):
+        answers = [await _search(p) for p in (launch(1), launch(2), launch(1))]
+    assert answers[0] != answers[1] and answers[2] == answers[0]
+    assert calls(ledger, "search_docs") == 2
+
+
 # ---------------------------------------------------------------- credentials a server quotes
 
 KEY = "plain-echoed-credential-7d41c0ffee93b2"  # no known shape: found as the session's own

@@ -25,7 +25,7 @@ pytest.importorskip("mcp.server.mcpserver", reason="the MCP tests need mcp 2")
 
 from fake_mcp_server import LEDGER_ENV, SPELLINGS, Ledger
 from mcp_flow import ask, desk_session, run
-from mcp_servers import SCRIPT, HttpServer
+from mcp_servers import SCRIPT, HttpServer, run_dir
 
 import dejacache
 from dejacache.mcp import _arming, _patch
@@ -91,7 +91,9 @@ async def test_a_stdio_session_replays_in_a_fresh_process_without_its_server(
     entries = json.loads(pathlib.Path(tape).read_text())["entries"]
     assert {e["kind"] for e in entries} == {"mcp"}
     assert [e["name"] for e in entries][:2] == ["mcp.initialize", "mcp.tools/list"]
-    assert LEDGER_ENV not in pathlib.Path(tape).read_text()  # the environment is not keyed
+    # This run's directory is not keyed, which file in it the env= names is.
+    text = pathlib.Path(tape).read_text()
+    assert str(tmp_path) not in text and f'"{LEDGER_ENV}": "<tmp>/' in text
 
 
 @pytest.mark.parametrize("transport", ["streamable-http", "sse"])
@@ -675,18 +677,68 @@ async def test_a_setting_in_a_launchs_env_never_replays_another_settings_answers
     assert await echo(recorded_in, "replay") == recorded
 
 
+@pytest.mark.parametrize("made_by", ["pytest", "mkdtemp"])
 @pytest.mark.parametrize("spelt", [str, pathlib.Path.as_uri])
-async def test_a_per_run_path_in_a_launchs_env_replays_from_another_directory(
-    tmp_path: pathlib.Path, mcp_ledger: Ledger, spelt: Any,
+async def test_a_per_run_directory_in_a_launchs_env_replays_from_another_runs(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger, monkeypatch: pytest.MonkeyPatch, spelt: Any,
+    made_by: Any,
 ) -> None:
     # A pytest tmp_path differs on every run: the recording's stands for this run's.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     connect = _stdio_with(mcp_ledger, "WORKDIR")
     tape = str(tmp_path / "workdir.json")
-    recorded = await _echoes("", [spelt(tmp_path / "run-1")], tape, "record", connect)
+    recorded = await _echoes("", [spelt(run_dir(tmp_path, 1, made_by))], tape, "record",
+                             connect)
     starts = mcp_ledger.starts()
-    assert await _echoes("", [spelt(tmp_path / "run-2")], tape, "replay", connect) == recorded
+    again = await _echoes("", [spelt(run_dir(tmp_path, 2, made_by))], tape, "replay", connect)
+    assert again == recorded
     assert str(tmp_path) not in pathlib.Path(tape).read_text()
     assert mcp_ledger.starts() == starts
+
+
+def _stdio_naming(ledger: Ledger, where: str) -> Any:
+    """``connect(_, path)`` for ``_echoes``: the desk launched naming ``path`` in its
+    ``env=`` (``DATA=path``) or on its command line (``--data path``)."""
+    from mcp import StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    def connect(_: str, path: str) -> Any:
+        args, env = [str(SCRIPT)], {LEDGER_ENV: ledger.path}
+        if where == "args":
+            args += ["--data", path]
+        else:
+            env["DATA"] = path
+        return stdio_client(StdioServerParameters(command=sys.executable, args=args, env=env))
+
+    return connect
+
+
+@pytest.mark.parametrize("where", ["env", "args"])
+@pytest.mark.parametrize("made_by", ["pytest", "mkdtemp"])
+async def test_a_file_a_run_made_replays_from_the_next_runs_directory_and_no_other_file(
+    tmp_path: pathlib.Path, mcp_ledger: Ledger, monkeypatch: pytest.MonkeyPatch, where: str,
+    made_by: Any,
+) -> None:
+    # The next run's tmp_path is another directory holding the same eu.json: it replays.
+    # us.json is another file, which may answer otherwise: it misses, never eu's answers.
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    connect = _stdio_naming(mcp_ledger, where)
+    tape = str(tmp_path / "data.json")
+
+    async def echo(run: int, name: str, mode: str) -> Any:
+        [got] = await _echoes("", [str(run_dir(tmp_path, run, made_by) / name)], tape, mode,
+                              connect)
+        return got
+
+    recorded = await echo(1, "eu.json", "record")
+    starts = mcp_ledger.starts()
+    assert await echo(2, "eu.json", "replay") == recorded
+    other = await echo(2, "us.json", "replay")
+    assert other != recorded and other["replay_miss"] is True, other
+    assert "eu.json' -> '" in other["text"] and "us.json'" in other["text"], other["text"]
+    assert mcp_ledger.starts() == starts  # and no process started
+    text = pathlib.Path(tape).read_text()
+    assert "eu.json" in text and str(tmp_path) not in text
 
 
 # ---------------------------------------------------------------- credentials a server quotes

@@ -11,8 +11,9 @@ import pytest
 
 from dejacache.mcp import _wire
 
-# A pytest ``tmp_path`` file, as a launch's env= names it: another on every run.
-TMP_LEDGER = "/tmp/pytest-of-root/pytest-12/test_x0/ledger.jsonl"
+# A pytest ``tmp_path``, and a file in it, as a launch's env= names them: another on every run.
+TMP_PATH = "/tmp/pytest-of-root/pytest-12/test_x0"
+TMP_LEDGER = f"{TMP_PATH}/ledger.jsonl"
 SK = "sk-" + "c3" * 12
 
 
@@ -160,8 +161,10 @@ def test_a_recorded_stdio_identity_redacts_credentials_so_another_key_replays() 
                    "DB": "postgres://app:pw@db/x", "REGION": "eu", "DEBUG": "1"},
      (("env:API_KEY", "k1"), ("env:DB", "postgres://app:pw@db/x"),
       ("env:UPSTREAM", "sk-" + "b2" * 12))),  # the settings are keyed in plain
-    (["desk.py"], {"LEDGER": TMP_LEDGER, "REGION": "eu"},
-     (("env", f'{{"LEDGER":"{TMP_LEDGER}"}}'),)),  # this run's paths, mapped
+    (["desk.py"], {"HOME": TMP_PATH, "LEDGER": TMP_LEDGER, "REGION": "eu"},
+     (("env", f'{{"HOME":"{TMP_PATH}","LEDGER":"{TMP_PATH}"}}'),)),  # the run's directories
+    (["desk.py", "--db", TMP_LEDGER, "/tmp/tmpab12cd34"], None,
+     (("paths", f'["{TMP_PATH}","/tmp/tmpab12cd34"]'),)),  # on its command line too
     (["desk.py"], {}, ()),
 ])
 def test_who_launched_a_stdio_server_is_its_credentials_and_its_per_run_paths(
@@ -172,33 +175,89 @@ def test_who_launched_a_stdio_server_is_its_credentials_and_its_per_run_paths(
     assert _wire.stdio_credentials(args, _wire.stdio_env(env)) == expected
 
 
-@pytest.mark.parametrize(("value", "part"), [
-    ("eu", "settings"),
-    ("1", "settings"),
-    ("", "settings"),
-    (TMP_LEDGER, "per_run"),
-    ("file:///tmp/tmpab12cd34/store.db", "per_run"),
-    ("sqlite:////tmp/tmpab12cd34/store.db", "per_run"),
-    ("file://localhost/tmp/tmpab12cd34/x", "per_run"),
-    (os.pathsep.join(["/tmp/a/src", "/tmp/b/src"]), "per_run"),
-    ("sqlite:////tmp/tmpab12cd34/store.db?mode=ro", "settings"),  # says more than where
-    ("http://files.example.com/tmp/x", "settings"),  # another host's /tmp
-    (os.pathsep.join(["/tmp/a/src", "/srv/app/src"]), "settings"),
-    ("/tmp", "settings"),  # the temp directory itself is the same on every run
-    ("/tmp/../etc/app/eu.toml", "settings"),  # read lexically: not under /tmp
-    ("/var/tmpx/a", "settings"),
-    ("/etc/app/eu.toml", "settings"),  # not made by this run: may say what is asked
-    ("tmp/relative", "settings"),
-    (SK, "credentials"),  # a secret-shaped value under a harmless name
-    ("postgres://app:pw@db/x", "credentials"),
-    ("file:///tmp/tmpab12cd34/x?token=" + "t" * 20, "credentials"),
+@pytest.mark.parametrize(("value", "part", "keyed"), [
+    ("eu", "settings", "eu"),
+    ("1", "settings", "1"),
+    ("", "settings", ""),
+    (TMP_PATH, "per_run", TMP_PATH),  # a run's directory: mapped, as it always was
+    ("/tmp/tmpab12cd34", "per_run", "/tmp/tmpab12cd34"),
+    ("/tmp/pytest-of-ci/pytest-3/popen-gw1/test_x12", "per_run",
+     "/tmp/pytest-of-ci/pytest-3/popen-gw1/test_x12"),
+    ("/tmp/pytest-of-root/pytest-12", "per_run", "/tmp/pytest-of-root/pytest-12"),
+    ("file:///tmp/tmpab12cd34", "per_run", "file:///tmp/tmpab12cd34"),
+    (os.pathsep.join(["/tmp/tmpab12cd34", TMP_PATH]), "per_run",
+     os.pathsep.join(["/tmp/tmpab12cd34", TMP_PATH])),
+    # A file or a directory in one: which one is keyed, under a run's directory spelt <tmp>
+    # (a test's tmp_path by its name, without the number pytest gave it).
+    (TMP_LEDGER, "settings", "<tmp>/test_x/ledger.jsonl"),
+    ("/tmp/pytest-of-ci/pytest-3/popen-gw1/test_x12/a/b.db", "settings", "<tmp>/test_x/a/b.db"),
+    ("/tmp/pytest-of-root/pytest-12/data/x", "settings", "<tmp>/data/x"),
+    ("/tmp/tmpab12cd34/store.db", "settings", "<tmp>/store.db"),
+    ("file:///tmp/tmpab12cd34/store.db", "settings", "file://<tmp>/store.db"),
+    ("sqlite:////tmp/tmpab12cd34/store.db", "settings", "sqlite://<tmp>/store.db"),
+    ("file://localhost/tmp/tmpab12cd34/x", "settings", "file://localhost<tmp>/x"),
+    ("sqlite:////tmp/tmpab12cd34?mode=ro", "settings", "sqlite://<tmp>?mode=ro"),
+    (os.pathsep.join(["/tmp/tmpab12cd34/src", "/srv/app/src"]), "settings",
+     os.pathsep.join(["<tmp>/src", "/srv/app/src"])),
+    ("--db=/tmp/tmpab12cd34", "settings", "--db=<tmp>"),
+    # Made by no run: the same path every time, keyed as it is.
+    ("/tmp/eu.json", "settings", "/tmp/eu.json"),
+    ("/tmp/app/data", "settings", "/tmp/app/data"),  # a temp directory of no run's shape
+    ("/tmp/tmpsettings.json", "settings", "/tmp/tmpsettings.json"),
+    ("/tmp/pytest-of-root", "settings", "/tmp/pytest-of-root"),
+    ("http://files.example.com/tmp/tmpab12cd34/x", "settings",
+     "http://files.example.com/tmp/tmpab12cd34/x"),  # another host's /tmp
+    ("/tmp", "settings", "/tmp"),  # the temp directory itself is the same on every run
+    ("/tmp/../etc/app/eu.toml", "settings", "/tmp/../etc/app/eu.toml"),  # not under /tmp
+    ("/var/tmpx/tmpab12cd34", "settings", "/var/tmpx/tmpab12cd34"),
+    ("/etc/app/eu.toml", "settings", "/etc/app/eu.toml"),  # may say what is asked
+    ("tmp/relative", "settings", "tmp/relative"),
+    (SK, "credentials", SK),  # a secret-shaped value under a harmless name
+    ("postgres://app:pw@db/x", "credentials", "postgres://app:pw@db/x"),
+    ("file:///tmp/tmpab12cd34/x?token=" + "t" * 20, "credentials",
+     "file:///tmp/tmpab12cd34/x?token=" + "t" * 20),
 ])
-def test_a_launchs_env_is_credentials_per_run_paths_or_settings(value: str, part: str) -> None:
+def test_a_launchs_env_is_credentials_per_run_paths_or_settings(
+    value: str, part: str, keyed: str,
+) -> None:
     parts = _wire.stdio_env({"SOME_VALUE": value})
     found = {"credentials": dict(parts.credentials).get("env:SOME_VALUE"),
              "per_run": parts.per_run.get("SOME_VALUE"),
              "settings": parts.settings.get("SOME_VALUE")}
-    assert found == {k: value if k == part else None for k in found}
+    expected = {k: keyed if k == part else None for k in found}
+    if part == "settings" and keyed != value:  # a file in a run's directory: that, mapped
+        dirs = found["per_run"] or ""
+        assert dirs and all(d in value and d not in keyed for d in dirs.split(os.pathsep))
+        expected["per_run"] = dirs
+    assert found == expected
+
+
+@pytest.mark.parametrize(("recorded", "replayed", "same"), [
+    # Another run's directory: the same file; another file, or another directory in the
+    # run's: another key.
+    (TMP_LEDGER, "/tmp/pytest-of-ci/pytest-7/popen-gw3/test_x2/ledger.jsonl", True),
+    ("/tmp/tmpab12cd34/eu.json", "/tmp/tmp_9zz81qx/eu.json", True),
+    ("/tmp/tmpab12cd34/eu.json", "/tmp/tmp_9zz81qx/us.json", False),
+    (f"{TMP_PATH}/eu.json", "/tmp/pytest-of-root/pytest-13/test_x0/us.json", False),
+    (f"{TMP_PATH}/eu/data.json", "/tmp/pytest-of-root/pytest-13/test_x0/us/data.json", False),
+    (f"{TMP_PATH}/data.json", "/tmp/pytest-of-root/pytest-13/test_y0/data.json", False),
+])
+def test_a_file_in_a_runs_directory_is_keyed_by_which_file_it_is(
+    recorded: str, replayed: str, same: bool,
+) -> None:
+    for args, env in (([], {"DATA": recorded}), (["--data", recorded], None)):
+        a = _wire.stdio_identity("python3", args, None, _wire.stdio_env(env).settings)
+        swapped = [replayed if x == recorded else x for x in args]
+        b = _wire.stdio_identity("python3", swapped, None,
+                                 _wire.stdio_env(env and {"DATA": replayed}).settings)
+        assert (a == b) is same, (a, b)
+        assert recorded not in repr(a)
+
+
+def test_the_directory_a_launch_starts_in_is_spelt_as_its_paths_are() -> None:
+    ident = _wire.stdio_identity("python3", [], f"{TMP_PATH}/srv")
+    assert ident["cwd"] == "<tmp>/test_x/srv"
+    assert ident == _wire.stdio_identity("python3", [], "/tmp/pytest-of-ci/pytest-9/test_x0/srv")
 
 
 def test_a_credentials_name_makes_any_value_a_credential() -> None:
@@ -215,8 +274,9 @@ def test_the_temp_directory_is_read_as_given_and_with_its_links_resolved(
     (tmp_path / "link").symlink_to(real)
     monkeypatch.chdir(tmp_path / "real")  # the temp directory itself: its paths stay per-run
     monkeypatch.setenv("TMPDIR", str(tmp_path / "link"))
-    for path in (tmp_path / "link" / "run1" / "x", real / "run1" / "x"):
+    for path in (tmp_path / "link" / "tmpab12cd34", real / "tmpab12cd34"):
         assert _wire.stdio_env({"WORK": str(path)}).per_run == {"WORK": str(path)}
+        assert _wire.stdio_env({"DB": str(path / "x.db")}).settings == {"DB": "<tmp>/x.db"}
     monkeypatch.setenv("TMPDIR", "/")  # a file system's root is never a temp directory
     assert _wire.stdio_env({"CONFIG": "/srv/app/eu.toml"}).settings
 
@@ -226,15 +286,15 @@ def test_a_checkout_inside_a_temp_directory_names_its_own_files_as_settings(
 ) -> None:
     # CI cloning into /tmp: the project's config is the same file every run, and eu.toml
     # must never stand for us.toml; a pytest tmp_path beside the clone is still per-run.
-    checkout, run = tmp_path / "clone", tmp_path / "pytest-7" / "test0"
+    checkout, run = tmp_path / "clone", tmp_path / "pytest-of-ci" / "pytest-7" / "test0"
     checkout.mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.chdir(checkout)
     for config in (checkout / "conf" / "eu.toml", checkout, f"file://{checkout}/eu.db"):
         parts = _wire.stdio_env({"CONFIG": str(config), "WORK": str(run)})
         assert parts.settings == {"CONFIG": str(config)} and parts.per_run == {"WORK": str(run)}
-    monkeypatch.chdir(tmp_path)  # the temp directory itself: everything in it is per-run
-    assert _wire.stdio_env({"CONFIG": str(checkout / "eu.toml")}).per_run
+    monkeypatch.chdir(tmp_path)  # the temp directory itself: a run's directory is per-run
+    assert _wire.stdio_env({"WORK": str(run)}).per_run
 
 
 def test_a_launchs_settings_are_in_its_plain_identity_and_nothing_else_is(
@@ -242,15 +302,16 @@ def test_a_launchs_settings_are_in_its_plain_identity_and_nothing_else_is(
 ) -> None:
     monkeypatch.chdir(pathlib.Path(__file__).resolve().parents[2])  # the checkout, wherever
     env = {"REGION": "eu", "API_KEY": "k-7713", "UPSTREAM": SK, "LEDGER": TMP_LEDGER,
-           "CONFIG": os.path.join(os.getcwd(), "conf", "eu.toml")}
+           "HOME": TMP_PATH, "CONFIG": os.path.join(os.getcwd(), "conf", "eu.toml")}
     ident = _wire.stdio_identity("/usr/bin/python3", ["desk.py"],
                                  settings=_wire.stdio_env(env).settings)
-    assert ident["env"] == {"CONFIG": os.path.join(".", "conf", "eu.toml"), "REGION": "eu"}
+    assert ident["env"] == {"CONFIG": os.path.join(".", "conf", "eu.toml"), "REGION": "eu",
+                            "LEDGER": "<tmp>/test_x/ledger.jsonl"}
     assert "k-7713" not in repr(ident) and SK not in repr(ident)
-    assert TMP_LEDGER not in repr(ident)
+    assert TMP_PATH not in repr(ident)
     # No settings, no "env": such a launch keys as it did before settings were keyed apart.
     plain = _wire.stdio_identity("/usr/bin/python3", ["desk.py"])
-    other = _wire.stdio_env({"API_KEY": "k", "LEDGER": TMP_LEDGER})
+    other = _wire.stdio_env({"API_KEY": "k", "HOME": TMP_PATH})
     assert _wire.stdio_identity("/usr/bin/python3", ["desk.py"], None, other.settings) == plain
     assert "env" not in plain and _wire.stdio_env(None) == _wire.stdio_env({}) == _wire.NO_ENV
 

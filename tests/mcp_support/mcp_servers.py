@@ -27,9 +27,21 @@ from mcp import ClientSession, StdioServerParameters
 
 from provider_support import DropListener
 
-__all__ = ["SCRIPT", "HttpServer", "StdioServer", "arrived", "on_change", "session"]
+__all__ = ["SCRIPT", "HttpServer", "StdioServer", "arrived", "on_change", "run_dir", "session"]
 
 SCRIPT = pathlib.Path(__file__).with_name("fake_mcp_server.py")
+
+
+def run_dir(temp: pathlib.Path, n: int, made_by: Literal["pytest", "mkdtemp"] = "pytest"
+            ) -> pathlib.Path:
+    """The directory the ``n``-th run of a test makes under the temp directory ``temp``
+    (``$TMPDIR``), shaped as pytest's ``tmp_path`` (another session number, another xdist
+    worker) or as ``tempfile.mkdtemp()``'s: a test's next run, in one test."""
+    made = (temp / "pytest-of-ci" / f"pytest-{n}" / f"popen-gw{n % 2}" / "test_desk0"
+            if made_by == "pytest" else temp / f"tmprun{n:05d}")
+    made.mkdir(parents=True, exist_ok=True)
+    return made
+
 
 # What a transport yields: the (read, write) memory-object stream pair a ClientSession takes.
 Streams = tuple[Any, Any]

@@ -191,20 +191,48 @@ def test_who_launched_or_reached_the_server_is_keyed_and_never_written(
 
 
 def test_a_setting_the_server_is_launched_with_is_keyed_as_itself(
-        tmp_path: pathlib.Path, ledger: Ledger) -> None:
-    # REGION=us is never served REGION=eu's answers; this run's temp paths stand for the
-    # recording's (another directory each run), as in a cassette block.
-    def launched(region: str, work: str) -> list[str]:
-        return ["--env", f"REGION={region}", "--env", f"WORKDIR={tmp_path / work}", "--",
-                sys.executable, str(SERVER)]
+        tmp_path: pathlib.Path, ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    # REGION=us is never served REGION=eu's answers; this run's temp directories stand for
+    # the recording's (another directory each run), as in a cassette block.
+    from mcp_servers import run_dir
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the proxy's too
+
+    def launched(region: str, run: int) -> list[str]:
+        return ["--env", f"REGION={region}", "--env", f"WORKDIR={run_dir(tmp_path, run)}",
+                "--", sys.executable, str(SERVER)]
 
     cassette = tmp_path / "desk.json"
-    recorded = echo(cassette, tmp_path, ledger, "record", launched("eu", "run-1"))
-    assert echo(cassette, tmp_path, ledger, "replay", launched("eu", "run-2")) == recorded
-    miss = echo(cassette, tmp_path, ledger, "replay", launched("us", "run-2"))
+    recorded = echo(cassette, tmp_path, ledger, "record", launched("eu", 1))
+    assert echo(cassette, tmp_path, ledger, "replay", launched("eu", 2)) == recorded
+    miss = echo(cassette, tmp_path, ledger, "replay", launched("us", 2))
     assert "dejacache replay miss" in miss["error"], miss
     assert ledger.starts() == 1
-    assert '"REGION": "eu"' in cassette.read_text() and "run-1" not in cassette.read_text()
+    assert '"REGION": "eu"' in cassette.read_text() and "pytest-1" not in cassette.read_text()
+
+
+@pytest.mark.parametrize("where", ["env", "args"])
+def test_a_file_a_run_made_is_keyed_by_its_name_under_the_runs_directory(
+        tmp_path: pathlib.Path, ledger: Ledger, monkeypatch: pytest.MonkeyPatch,
+        where: str) -> None:
+    # The next run's tmp_path holds the same eu.json: it replays; us.json misses.
+    from mcp_servers import run_dir
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the proxy's too
+
+    def launched(run: int, name: str) -> list[str]:
+        path = str(run_dir(tmp_path, run, "mkdtemp") / name)
+        if where == "env":
+            return ["--env", f"DATA={path}", "--", sys.executable, str(SERVER)]
+        return ["--", sys.executable, str(SERVER), "--data", path]
+
+    cassette = tmp_path / "desk.json"
+    recorded = echo(cassette, tmp_path, ledger, "record", launched(1, "eu.json"))
+    assert echo(cassette, tmp_path, ledger, "replay", launched(2, "eu.json")) == recorded
+    miss = echo(cassette, tmp_path, ledger, "replay", launched(2, "us.json"))
+    assert "dejacache replay miss" in miss["error"] and "us.json" in miss["error"], miss
+    assert ledger.starts() == 1
+    assert "<tmp>/eu.json" in cassette.read_text() and "tmprun" not in cassette.read_text()
 
 
 @pytest.mark.parametrize(("args", "says"), [

@@ -18,17 +18,23 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Final
 
-__all__ = ["SHAPES", "Shape", "Span", "rule_for", "shape_of", "spans"]
+__all__ = ["MKDTEMP_RUN", "PYTEST_RUN", "SHAPES", "Shape", "Span", "rule_for", "shape_of", "spans"]
 
 _UNITS = r"(?:ns|µs|us|ms|s|sec|secs|seconds|m|min|mins|minutes|h|hrs?|hours)"
 _MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
 _DAY = r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)"
+#: pytest's directory for one session, below the temp root ('/'-separated).
+PYTEST_RUN: Final = r"pytest-of-[\w.-]+/pytest-\d+"
+#: ``tempfile.mkdtemp``'s (and ``TemporaryDirectory``'s) directory, below the temp root: not
+#: a longer name or a file with a suffix (``tmpsettings.json`` is a file of the project's).
+MKDTEMP_RUN: Final = r"tmp[a-z0-9_]{8}(?![\w-]|\.\w)"
 # The directories tempfile and pytest's tmp_path make (the varying part only: what follows
 # in the path, a file's name, stays keyed): macOS and Linux roots, then Windows.
 _TEMP = (r"(?:/private)?(?:/tmp|/var/tmp|/var/folders/[\w-]+/[\w-]+/T)/"
-         r"(?:pytest-of-[\w.-]+/pytest-\d+|tmp[a-z0-9_]{8}(?![\w-]|\.\w))")
+         rf"(?:{PYTEST_RUN}|{MKDTEMP_RUN})")
+_WINDOWS_PYTEST = PYTEST_RUN.replace("/", r"\\")
 _WINDOWS_TEMP = (r"[A-Za-z]:\\(?:Users\\[\w.-]+\\AppData\\Local\\Temp|Windows\\Temp)\\"
-                 r"(?:pytest-of-[\w.-]+\\pytest-\d+|tmp[a-z0-9_]{8}(?![\w-]|\.\w))")
+                 rf"(?:{_WINDOWS_PYTEST}|{MKDTEMP_RUN})")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -12,7 +12,9 @@ A difference is one of
   changes from run to run with string hashing): not volatile, and never masked item by item
   (``tags[*]`` would give every list of tags one key);
 * ``credential``: under a credential's name, a masked secret, or the caller's identity:
-  never masked by a rule, whatever it looks like;
+  never masked by a rule, whatever it looks like. A string holding the same masked secrets
+  on both sides and differing only away from them (a timestamp beside a redacted key) is
+  told apart by what differs there, as any other string;
 * ``quoted``: a value each run took from its own earlier answers (``echo.py``; set by
   ``recordings.py``, which knows the answers): what the model chose, never masked.
 """
@@ -20,6 +22,7 @@ A difference is one of
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterator
 from typing import Any, Final
 
@@ -44,6 +47,10 @@ _REDACTED: Final = "<REDACTED>"
 # WebSocket session a message is in (``<handshake key>#<n>``: a rule masking the number let
 # two sessions with one handshake answer each other's messages).
 _IDENTITY: Final = frozenset({"identity", "ws_session"})
+# A credential inside a string as keys and files hold it: a key mask (its hex, or the
+# placeholder a file writes for it), or the placeholder alone.
+_MASKED: Final = re.compile(re.escape(MASK_PREFIX) + r"(?:[0-9a-f]+>|" + re.escape(_REDACTED)
+                            + r")?|" + re.escape(_REDACTED))
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -95,12 +102,36 @@ def generalised(path: Path) -> Path:
     return tuple(None if isinstance(s, int) else s for s in path)
 
 
+def _named_credential(path: Path) -> bool:
+    return bool(path) and (path[0] in _IDENTITY
+                           or any(isinstance(s, str) and is_secret_name(s) for s in path))
+
+
 def _credential(path: Path, a: Any, b: Any) -> bool:
-    if path and path[0] in _IDENTITY:
-        return True
-    if any(isinstance(s, str) and is_secret_name(s) for s in path):
+    if _named_credential(path):
         return True
     return any(isinstance(v, str) and (MASK_PREFIX in v or _REDACTED in v) for v in (a, b))
+
+
+def _beside_credentials(path: Path, a: Any, b: Any) -> Difference | None:
+    """How two strings holding the same masked credentials differ away from them (a
+    timestamp beside a redacted key is a timestamp's difference), or None: the credentials
+    differ, or a difference touches one. A weak shape is written with the literal text
+    beside it (``rule_for``), so it may not lean on a credential either: a rule anchored on
+    a file's placeholder would never match a live key's mask."""
+    if type(a) is not str or type(b) is not str or _named_credential(path):
+        return None
+    in_a, in_b = list(_MASKED.finditer(a)), list(_MASKED.finditer(b))
+    if [m.group() for m in in_a] != [m.group() for m in in_b]:
+        return None
+    found = _string(path, a, b)
+    for span in found.spans:
+        lean = 0 if span.shape is not None and span.shape.strong else 1
+        for (start, end), masks in ((span.a, in_a), (span.b, in_b)):
+            lo, hi = start - lean * len(span.before), end + lean * len(span.after)
+            if any(m.start() < hi and lo < m.end() for m in masks):
+                return None
+    return found
 
 
 def shape_of_value(value: Any) -> str:
@@ -157,7 +188,7 @@ def _walk(a: Any, b: Any, path: Path) -> Iterator[Difference]:
     if a == b and type(a) is type(b):
         return
     if _credential(path, a, b):
-        yield Difference(CREDENTIAL, path, a, b)
+        yield _beside_credentials(path, a, b) or Difference(CREDENTIAL, path, a, b)
     elif type(a) is str and type(b) is str:
         yield _string(path, a, b)
     elif type(a) is not type(b) and not (isinstance(a, (int, float))

@@ -37,9 +37,10 @@ from . import _wire
 
 __all__ = ["NOBODY", "Callers", "Identity", "as_sent", "callers_of", "keyed", "stdio_launch"]
 
-# ``_wire.stdio_credentials``' pair of a launch's ``env=`` entries that are this run's temp
-# paths (a pytest ``tmp_path``): keyed, but no credential an answer could leak.
-_NOT_SECRET = "env"
+# ``_wire.stdio_credentials``' pairs of the run's temp directories a launch names (a pytest
+# ``tmp_path``), in its ``env=`` and on its command line: keyed, but no credential an answer
+# could leak.
+_NOT_SECRET = frozenset({"env", "paths"})
 
 
 class Callers:
@@ -51,7 +52,7 @@ class Callers:
 
     def __init__(self, scope: str, pairs: Sequence[tuple[str, str]]) -> None:
         self.items: list[tuple[Item, str]] = items_of(scope, pairs) if pairs else []
-        self.secrets = quotable([(n, v) for n, v in pairs if n != _NOT_SECRET])
+        self.secrets = quotable([(n, v) for n, v in pairs if n not in _NOT_SECRET])
 
     def unechoed(self, value: dict[str, Any]) -> dict[str, Any]:
         """``value`` (a live answer, as it will be stored) without the session's own
@@ -81,11 +82,12 @@ def stdio_launch(command: str, args: Sequence[str], env: Mapping[str, str] | Non
                  cwd: str | None = None) -> tuple[dict[str, Any], Callers]:
     """A stdio server as every face names it: its plain identity (``_wire.stdio_identity``:
     its ``env=``'s settings included) and who launched it (``_wire.stdio_credentials``: the
-    credentials of its command line and ``env=``, and its ``env=``'s per-run paths; one
+    credentials of its command line and ``env=``, and the run's directories it names; one
     rule, ``_wire.stdio_env``; never the inherited environment). Made once per session."""
     parts = _wire.stdio_env(env)
     server = _wire.stdio_identity(command, args, cwd, parts.settings)
-    return server, Callers(_wire.stdio_scope(server), _wire.stdio_credentials(args, parts))
+    return server, Callers(_wire.stdio_scope(server),
+                           _wire.stdio_credentials(args, parts, cwd))
 
 
 def as_sent(items: Iterable[tuple[Item, str]]) -> list[str]:

@@ -16,10 +16,11 @@ or a ``Transport`` object.
 Credentials never reach a key, a store or a log as they are: a URL's user and password and
 credential query values are replaced by their keyed masks (``_secrets.mask``: different
 credentials, different identities); a stdio launch's credential arguments (``--token V``,
-``API_KEY=V``, secret-shaped strings), its ``env=``'s credentials and its per-run temp paths
-are who is asking, keyed digests as a recording keys them, and its ``env=``'s other settings
-(``REGION=eu``) are keyed in plain (``_callers.stdio_launch``, ``_wire.stdio_env``; the
-inherited environment is never read).
+``API_KEY=V``, secret-shaped strings), its ``env=``'s credentials and its per-run temp
+directories are who is asking, keyed digests as a recording keys them, and its ``env=``'s
+other settings (``REGION=eu``, a file in a per-run directory as ``<tmp>/eu.json``) are keyed
+in plain (``_callers.stdio_launch``, ``_wire.stdio_env``; the inherited environment is never
+read).
 What keys and counters carry is a digest of all that; the name shown in metrics is the
 server's name or a label, a host, a command's file name. The live values are kept beside it,
 in memory (:attr:`Identity.callers`), so a result that quotes one is stored without it.

@@ -10,8 +10,10 @@ of the request it answers; for a ``subscriptions/listen`` stream, its acknowledg
 Also here: which requests are answered by content rather than by occurrence
 (:func:`by_content`), how long a store that answers by key may keep a 2026-07-28 answer
 (:func:`hinted_ttl`), credentials hidden from a server's identity (:func:`hidden_args`)
-and named as who is asking (:func:`http_credentials`, :func:`stdio_credentials`), and what a
-stdio launch's ``env=`` says (:func:`stdio_env`: credentials, per-run paths, settings).
+and named as who is asking (:func:`http_credentials`, :func:`stdio_credentials`), what a
+stdio launch's ``env=`` says (:func:`stdio_env`: credentials, per-run directories,
+settings), and how a path a run made is keyed, in ``env=`` and arguments alike
+(:func:`_per_run`: its run's directory as ``<tmp>``, which file it is as itself).
 
 Nothing here imports ``mcp`` or does I/O: the proxy (``_proxy.py``) feeds it dicts.
 """
@@ -22,7 +24,7 @@ import functools
 import os
 import pathlib
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 from urllib.parse import SplitResult, parse_qsl, quote, urlencode, urlsplit
@@ -42,6 +44,7 @@ __all__ = [
     "NO_ENV",
     "REDACTED",
     "Request",
+    "TEMP",
     "by_content",
     "call_name",
     "canonical",
@@ -156,18 +159,19 @@ def hidden_args(args: Sequence[str], hide: Callable[[str], str]) -> list[str]:
 def stdio_identity(command: str, args: Sequence[str], cwd: str | None = None,
                    settings: Mapping[str, str] | None = None) -> dict[str, Any]:
     """A stdio server as keys name it in plain: the command's file name and its arguments,
-    credentials :data:`REDACTED` (they are who is asking: :func:`stdio_credentials`), and
-    the settings of its ``env=`` (``stdio_env(env).settings``), only when it has some.
-    Where the interpreter or checkout lives is left out, and so is the inherited
-    environment."""
+    credentials :data:`REDACTED` (they are who is asking: :func:`stdio_credentials`), paths
+    a run made in them and in its ``cwd`` spelt by :func:`_per_run`, and the settings of its
+    ``env=`` (``stdio_env(env).settings``), only when it has some. Where the interpreter or
+    checkout lives is left out, and so is the inherited environment."""
     roots = _portable_roots()
+    made = _per_run_reader()
     out: dict[str, Any] = {
         "transport": "stdio",
         "command": pathlib.PurePath(command).name or command,
-        "args": hidden_args([_portable(str(a), roots) for a in args], _redact),
+        "args": hidden_args([_portable(_spelt(str(a), made), roots) for a in args], _redact),
     }
     if cwd is not None:
-        out["cwd"] = _portable(os.fspath(cwd), roots)
+        out["cwd"] = _portable(_spelt(os.fspath(cwd), made), roots)
     if settings:
         out["env"] = {name: _portable(value, roots) for name, value in settings.items()}
     return out
@@ -183,15 +187,16 @@ def _holds_secret(value: str) -> bool:
     return hidden_url(value, _redact) != value
 
 
-# A URL naming a local file (``file:///tmp/x``, ``sqlite:////tmp/x.db``): its path. A query
-# or a fragment says more than where the file is, so such a URL is not a path alone.
-_LOCAL_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://(?:localhost)?(/[^?#]*)")
+# A URL naming a local file (``file:///tmp/x``, ``sqlite:////tmp/x.db?mode=ro``): its path,
+# then its query or fragment, which say more than where the file is.
+_LOCAL_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://(?:localhost)?(/[^?#]*)(.*)", re.DOTALL)
 
 
-def _temp_roots() -> frozenset[str]:
+def _temp_roots() -> tuple[str, ...]:
     """The directories a run's own files are made under: ``tempfile``'s, ``/tmp``,
-    ``$TMPDIR`` and pytest's root for its ``tmp_path`` directories."""
-    import tempfile  # here: a launch with an env= is the only reader
+    ``$TMPDIR`` and pytest's root for its ``tmp_path`` directories; the deepest first (a
+    ``$TMPDIR`` inside ``/tmp`` is where this run's directories are made)."""
+    import tempfile  # here: a launch naming a path is the only reader
 
     return _resolved((tempfile.gettempdir(), "/tmp", os.environ.get("TMPDIR"),
                       os.environ.get("PYTEST_DEBUG_TEMPROOT")))
@@ -199,20 +204,20 @@ def _temp_roots() -> frozenset[str]:
 
 # Four realpath calls cost ~27 µs of a launch's ~45 µs: made once per spelling of the roots.
 @functools.lru_cache(maxsize=8)
-def _resolved(given: tuple[str | None, ...]) -> frozenset[str]:
+def _resolved(given: tuple[str | None, ...]) -> tuple[str, ...]:
     """``given``'s absolute directories, each as given and with its links resolved (macOS's
-    ``/var/folders/...`` is ``/private/var/folders/...``, and pytest resolves it). A file
-    system's root is never one: every path under it would be per-run."""
+    ``/var/folders/...`` is ``/private/var/folders/...``, and pytest resolves it), longest
+    first. A file system's root is never one: every path under it would be per-run."""
     roots = set()
     for root in given:
         if root and os.path.isabs(root):
             for form in (os.path.normpath(root), os.path.realpath(root)):
                 if os.path.dirname(form) != form:
                     roots.add(form)
-    return frozenset(roots)
+    return tuple(sorted(roots, key=lambda r: (-len(r), r)))
 
 
-def _under(path: str, roots: frozenset[str]) -> bool:
+def _under(path: str, roots: Iterable[str]) -> bool:
     """Whether ``path`` is strictly below one of ``roots``, read lexically (``..`` taken
     out, no link followed): the root itself is the same directory on every run."""
     if not os.path.isabs(path):
@@ -221,7 +226,7 @@ def _under(path: str, roots: frozenset[str]) -> bool:
     return any(path.startswith(root + os.sep) for root in roots)
 
 
-def _checkout(roots: frozenset[str]) -> frozenset[str]:
+def _checkout(roots: tuple[str, ...]) -> frozenset[str]:
     """The working directory, as given and resolved, when it lies inside a temp directory
     (a CI clone in ``/tmp``): its files are the project's, the same on every run, not ones
     the run made. Nothing when it is a temp directory itself or holds one (``/``, ``/tmp``):
@@ -230,32 +235,124 @@ def _checkout(roots: frozenset[str]) -> frozenset[str]:
         cwd = os.getcwd()
     except OSError:  # (a working directory removed under the process)
         return frozenset()
+    return _checkout_at(cwd, roots)
+
+
+# Its realpath call is ~10 µs of a launch's: made once per working directory.
+@functools.lru_cache(maxsize=8)
+def _checkout_at(cwd: str, roots: tuple[str, ...]) -> frozenset[str]:
     forms = frozenset({os.path.normpath(cwd), os.path.realpath(cwd)})
     if any(r == f or r.startswith(f.rstrip(os.sep) + os.sep) for r in roots for f in forms):
         return frozenset()
     return forms
 
 
-def _per_run(value: str, roots: frozenset[str], checkout: frozenset[str]) -> bool:
-    """Whether ``value`` names only files this run made: a path under a temp directory
-    (:func:`_temp_roots`) and not in the working directory (:func:`_checkout`), a local URL
-    of one, or a list of them (``os.pathsep``)."""
-    def made(path: str) -> bool:
-        return (_under(path, roots) and not _under(path, checkout)
-                and os.path.normpath(path) not in checkout)
+#: What a directory a run made is keyed as, in a launch's arguments and ``env=``.
+TEMP: Final = "<tmp>"
 
+
+@functools.cache
+def _run_dir() -> re.Pattern[str]:
+    """The directory a run makes below a temp root, matched where the root ends: pytest's
+    session directory (``pytest-of-USER/pytest-N``), an xdist worker's in it
+    (``popen-gwK``) and a test's own (``tmp_path``: ``NAME0``, its ``name`` kept and its
+    number not, since pytest numbers a directory by how many before it in that session
+    shared its name's first 30 characters, which scheduling and ``-k`` decide), or
+    ``tempfile``'s (``tmpXXXXXXXX``). The shapes are the ones ``learn`` masks in text."""
+    from .._core.shapes import MKDTEMP_RUN, PYTEST_RUN  # here: a launch naming a path
+
+    sep = re.escape(os.sep)
+    pytest = PYTEST_RUN.replace("/", sep)
+    return re.compile(rf"{pytest}(?:{sep}popen-gw\d+)?(?:{sep}(?P<name>[^{sep}]+?)\d+"
+                      rf"(?={sep}|$))?|{MKDTEMP_RUN}")
+
+
+class _PerRun(NamedTuple):
+    """A value naming files a run made (:func:`_per_run`)."""
+
+    spelling: str  # as keyed: each run's directory written TEMP, what follows it kept
+    whole: bool  # it is such directories, nothing below them: keyed as before (stdio_env)
+    dirs: tuple[str, ...]  # the run's directories: who is asking, mapped in a replay
+
+
+def _per_run_path(path: str, roots: tuple[str, ...], checkout: frozenset[str]
+                  ) -> _PerRun | None:
+    if not os.path.isabs(path):
+        return None
+    path = os.path.normpath(path)
+    if path in checkout or _under(path, checkout):
+        return None
+    for root in roots:
+        if path.startswith(root + os.sep):
+            run = _run_dir().match(path, len(root) + 1)
+            if run is not None:
+                name = run.group("name")
+                spelt = TEMP + os.sep + name if name else TEMP
+                return _PerRun(spelt + path[run.end():], run.end() == len(path),
+                               (path[:run.end()],))
+    return None
+
+
+def _per_run(value: str, roots: tuple[str, ...], checkout: frozenset[str]) -> _PerRun | None:
+    """``value`` as keys spell it when it names files this run made, else None: the one
+    rule for a launch's arguments and its ``env=``.
+
+    Only the directory a run made differs from run to run (:func:`_run_dir`, below a temp
+    directory, :func:`_temp_roots`, and not in the working directory, :func:`_checkout`):
+    it is written :data:`TEMP`. What follows it (a file's name, sub-directories) says which
+    file, and is keyed as itself: ``<tmp>/eu.json`` never stands for ``<tmp>/us.json``. A
+    path in a temp directory of no such shape (``/tmp/eu.json``, ``/tmp/app/data``) is the
+    same path on every run, keyed as it is. ``value`` may be a path, a local URL of one
+    (``file:///tmp/...``), an ``os.pathsep`` list, or either after ``NAME=``
+    (``--db=/tmp/...``)."""
     url = _LOCAL_URL.fullmatch(value)
     if url is not None:
-        return made("/" + url.group(1).lstrip("/"))
-    return all(made(part) for part in value.split(os.pathsep))
+        found = _per_run_path("/" + url.group(1).lstrip("/"), roots, checkout)
+        return found and _PerRun(value[:url.start(1)] + found.spelling + url.group(2),
+                                 found.whole and not url.group(2), found.dirs)
+    if "://" in value:  # another host's URL
+        return None
+    name, eq, rest = value.partition("=")
+    if eq and name and os.sep not in name:
+        found = _per_run(rest, roots, checkout)
+        return found and _PerRun(f"{name}={found.spelling}", False, found.dirs)
+    parts = value.split(os.pathsep)
+    made = [_per_run_path(part, roots, checkout) for part in parts]
+    if not any(made):
+        return None
+    spelling = os.pathsep.join(m.spelling if m else p for m, p in zip(made, parts, strict=True))
+    return _PerRun(spelling, all(m is not None and m.whole for m in made),
+                   tuple(d for m in made if m for d in m.dirs))
+
+
+def _per_run_reader() -> Callable[[str], _PerRun | None]:
+    """:func:`_per_run` with this moment's temp directories and working directory, read
+    when a value first names a path (most launches name none)."""
+    where: tuple[tuple[str, ...], frozenset[str]] | None = None
+
+    def read(value: str) -> _PerRun | None:
+        nonlocal where
+        if os.sep not in value:
+            return None
+        if where is None:
+            roots = _temp_roots()
+            where = roots, _checkout(roots)
+        return _per_run(value, *where)
+
+    return read
+
+
+def _spelt(value: str, made: Callable[[str], _PerRun | None]) -> str:
+    found = made(value)
+    return value if found is None else found.spelling
 
 
 class EnvParts(NamedTuple):
     """A launch's ``env=`` as keys take it (:func:`stdio_env`)."""
 
     credentials: tuple[tuple[str, str], ...]  # ``(env:NAME, value)``: who is asking
-    per_run: Mapping[str, str]  # this run's temp paths: mapped onto the recording's
-    settings: Mapping[str, str]  # anything else: keyed as itself
+    per_run: Mapping[str, str]  # the run's directories each names: mapped in a replay
+    settings: Mapping[str, str]  # anything else: keyed as itself, a file a run made spelt
 
 
 NO_ENV: Final = EnvParts((), MappingProxyType({}), MappingProxyType({}))
@@ -266,12 +363,15 @@ def stdio_env(env: Mapping[str, str] | None) -> EnvParts:
 
     * a credential (its name says so, or its value holds one by its shape) is who is asking,
       an identity item of its own (``env:NAME``) that a replay's other key maps onto;
-    * a path a run makes afresh (a pytest ``tmp_path``, a ``mkdtemp``) differs on every run
-      but says nothing about the answer: the per-run paths together are one such item
+    * a directory a run makes afresh (a pytest ``tmp_path``, a ``mkdtemp``) differs on
+      every run but says nothing about the answer: such directories together are one item
       (``env``), mapped onto the recording's as a credential is;
     * anything else is a setting (``REGION=eu``, ``MODEL``, ``DEBUG=1``): what is asked,
       keyed in plain as itself, never stood for by another value: ``REGION=us`` replaying
-      ``eu``'s answers is a wrong answer, where a miss is only a miss.
+      ``eu``'s answers is a wrong answer, where a miss is only a miss. A file or a
+      directory below a run's directory is a setting spelt by :func:`_per_run`
+      (``DATA=<tmp>/eu.json``), its run's directory in the item: the same file in another
+      run's directory replays, another file misses.
 
     A path outside the temp directories (``CONFIG=~/app/eu.toml``, ``/etc/app/us.toml``), or
     in the working directory (a checkout CI clones into ``/tmp``), is a setting too: it names
@@ -283,25 +383,31 @@ def stdio_env(env: Mapping[str, str] | None) -> EnvParts:
     credentials: list[tuple[str, str]] = []
     per_run: dict[str, str] = {}
     settings: dict[str, str] = {}
-    roots = _temp_roots()
-    checkout = _checkout(roots)
+    made = _per_run_reader()
     for name, value in sorted(env.items()):
         if is_secret_name(name) or _holds_secret(value):
             credentials.append((f"env:{quote(name, safe='')}", value))
-        elif _per_run(value, roots, checkout):
+            continue
+        found = made(value)
+        if found is None:
+            settings[name] = value
+        elif found.whole:  # (as before files were told apart: such recordings replay)
             per_run[name] = value
         else:
-            settings[name] = value
+            settings[name] = found.spelling
+            per_run[name] = os.pathsep.join(found.dirs)
     return EnvParts(tuple(credentials), per_run, settings)
 
 
-def stdio_credentials(args: Sequence[str], env: EnvParts = NO_ENV
+def stdio_credentials(args: Sequence[str], env: EnvParts = NO_ENV, cwd: str | None = None
                       ) -> tuple[tuple[str, str], ...]:
     """Who a stdio launch says is asking, as identity pairs: the n-th credential of its
     command line (``arg:N``, what :func:`hidden_args` hides), each credential of its
-    ``env=`` (``env:NAME``) and the ``env=`` entries that are this run's temp paths,
-    together (``env``), ``env`` as :func:`stdio_env` parts it. Its settings are not here:
-    they are keyed in plain (:func:`stdio_identity`)."""
+    ``env=`` (``env:NAME``), the run's directories its ``env=`` names, together (``env``,
+    as :func:`stdio_env` parts it), and those its command line and ``cwd`` name
+    (``paths``). Its settings are not here: they are keyed in plain
+    (:func:`stdio_identity`), paths spelt ``<tmp>/...``, so a runtime cache (each item as
+    itself) never shares one run's files with another's, where a replay maps them."""
     found: list[str] = []
 
     def note(value: str) -> str:
@@ -313,6 +419,11 @@ def stdio_credentials(args: Sequence[str], env: EnvParts = NO_ENV
     pairs += env.credentials
     if env.per_run:
         pairs.append(("env", orjson.dumps(dict(env.per_run)).decode()))
+    made = _per_run_reader()
+    named = [*map(str, args), *([] if cwd is None else [os.fspath(cwd)])]
+    dirs = [d for value in named if (run := made(value)) for d in run.dirs]
+    if dirs:
+        pairs.append(("paths", orjson.dumps(dirs).decode()))
     return tuple(pairs)
 
 
