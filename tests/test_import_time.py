@@ -130,6 +130,21 @@ def test_the_receiver_and_closure_rules_load_when_a_call_needs_them(
     assert got == sorted(loaded)
 
 
+def test_a_receivers_set_keys_as_a_set_whoever_loaded_the_receiver_rules() -> None:
+    # Loaded by another module than keys, the receiver's set type is still told apart from
+    # a tuple (the order of a set's members would otherwise be in its key).
+    got = _run("""
+import json
+import dejacache._receiver as receiver
+import dejacache.keys as keys
+members = receiver.Members((2, 1))
+print(json.dumps([keys.call_key("n", "f", (members,)) == keys.call_key("n", "f", ({1, 2},)),
+                  keys.call_key("n", "f", ({"a": members},))
+                  == keys.call_key("n", "f", ({"a": {1, 2}},))]))
+""")
+    assert got == [True, True]
+
+
 def test_the_command_line_loads_the_proxy_only_to_run_it() -> None:
     # Registering ``proxy`` and ``mcp-proxy`` is argparse; the server, asyncio and the HTTP
     # stacks come with the command, not with every other one.

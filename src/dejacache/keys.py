@@ -399,8 +399,8 @@ class _Unhashable(Exception):
 # ``_receiver`` (a method's receiver, a model's data) and ``_captures`` (a closure's or a
 # run-time class's captured values, late leaf types) when first needed: ~0.5 ms of a fresh
 # process's import that a plain function called with JSON data never uses. Read as
-# ``(_rcv or _receiver_module())``; ``_Members`` is the receiver's set type once loaded (none
-# exists before: only ``_receiver_form``, through the loader, makes one).
+# ``(_rcv or _receiver_module())``; ``_Members`` is the receiver's set type once loaded
+# (:func:`_members`: no value of it exists before).
 _rcv: ModuleType | None = None
 _cap: ModuleType | None = None
 _Members: Any = None
@@ -414,6 +414,14 @@ def _receiver_module() -> ModuleType:
         _Members = _receiver.Members
         _rcv = _receiver
     return _rcv
+
+
+def _members() -> Any:
+    """``_receiver.Members``, or None while nothing has loaded ``_receiver`` (whoever did:
+    then a value of it may exist). Asked once per general write, not per container."""
+    if _Members is None and "dejacache._receiver" in sys.modules:
+        _receiver_module()
+    return _Members
 
 
 def _captures_module() -> ModuleType:
@@ -467,7 +475,7 @@ def _tagged(value: Any) -> Any:
     if pl is not None and isinstance(value, pl.PurePath):
         return {_TAG + "path": value.as_posix()}
     if isinstance(value, (set, frozenset)) or (  # (or a receiver's set of plain objects)
-            _Members is not None and isinstance(value, _Members)):
+            (members := _members()) is not None and isinstance(value, members)):
         return {_TAG + "set": [orjson.Fragment(i) for i in sorted(_item(v) for v in value)]}
     if isinstance(value, enum.Enum):  # (orjson writes members itself: _Canon tags them)
         return {_TAG + "enum": [_class_name(t), value.value]}
@@ -609,6 +617,7 @@ class _Canon:
         self.held = 0  # objects and sets enclosing the value being written (``_held``)
         if _LATE_PENDING:  # norm and mask look leaves up in _LEAF without asking
             _refresh_late()
+        _members()  # (_container compares types with _Members, read as it is)
 
     def norm(self, obj: Any, path: str, depth: int, place: int = 0) -> Any:
         """``place``: where ``obj`` sits, for telemetry ids (``_vol.telemetry_at``)."""
