@@ -96,6 +96,55 @@ assert c.decode(c.encode({"a": [1, 2.5, None]}, key="k"), key="k") == {"a": [1, 
     assert got == []
 
 
+# What keying needs only for some arguments: a method's receiver or a model's data, a
+# closure's (or a class made at run time's) captured values.
+_KEY_MACHINERY = ("dejacache._receiver", "dejacache._captures")
+
+
+def test_a_plain_function_keyed_on_data_loads_no_receiver_or_closure_rules() -> None:
+    got = _run(_LOADED.format(stmt="""
+import dejacache.keys as keys
+def f(request, n=1, *a, **k): pass
+b = keys.KeyBuilder(f, "f")
+for args in (({"messages": [{"role": "user", "content": "hi", "x": None}] * 3}, 2),
+             ({"prompt": "hi", "n": 1.5, "b": b"raw", "password": "pw"}, float("nan"))):
+    b.bind_key(args, {}, keys.key_seed("n", "f"))
+    keys.call_key("n", "f", args, fn=f)
+""", names=_KEY_MACHINERY))
+    assert got == []
+
+
+@pytest.mark.parametrize(("stmt", "loaded"), [
+    ("class C:\n    def m(self, x): pass\nkeys.call_key('n', 'f', (C(), 1), fn=C.m)",
+     list(_KEY_MACHINERY)),
+    ("def make(v):\n    return lambda x: v\nkeys.call_key('n', 'f', (1,), fn=make(2))",
+     ["dejacache._captures"]),
+    ("import dataclasses\n@dataclasses.dataclass\nclass P:\n    x: int\n"
+     "keys.call_key('n', 'f', (P(1),))", ["dejacache._captures"]),
+])
+def test_the_receiver_and_closure_rules_load_when_a_call_needs_them(
+    stmt: str, loaded: list[str],
+) -> None:
+    got = _run(_LOADED.format(stmt="import dejacache.keys as keys\n" + stmt,
+                              names=_KEY_MACHINERY))
+    assert got == sorted(loaded)
+
+
+def test_a_receivers_set_keys_as_a_set_whoever_loaded_the_receiver_rules() -> None:
+    # Loaded by another module than keys, the receiver's set type is still told apart from
+    # a tuple (the order of a set's members would otherwise be in its key).
+    got = _run("""
+import json
+import dejacache._receiver as receiver
+import dejacache.keys as keys
+members = receiver.Members((2, 1))
+print(json.dumps([keys.call_key("n", "f", (members,)) == keys.call_key("n", "f", ({1, 2},)),
+                  keys.call_key("n", "f", ({"a": members},))
+                  == keys.call_key("n", "f", ({"a": {1, 2}},))]))
+""")
+    assert got == [True, True]
+
+
 def test_the_command_line_loads_the_proxy_only_to_run_it() -> None:
     # Registering ``proxy`` and ``mcp-proxy`` is argparse; the server, asyncio and the HTTP
     # stacks come with the command, not with every other one.
@@ -461,6 +510,13 @@ _NOT_ON_A_REPLAY_HIT = (
     "dejacache._configure", "dejacache.stores._protocols", "dejacache._async_and_generators",
     "dejacache.mcp._patch", "dejacache.http", "dejacache.mcp", "dejacache._threads",
     "dejacache._importhook", "dejacache.cassettes.orphans",
+    # nor the key rules of a method's receiver or a model's data and of a closure's
+    # captured values: a plain function called with JSON data needs neither (~0.5 ms)
+    "dejacache._receiver", "dejacache._captures",
+    # nor the worker-thread hand-offs of async calls that wait on a file or a lock
+    "dejacache.stores._off_loop",
+    # nor where `dejacache learn` sends recordings (a run it starts sets its variable)
+    "dejacache.cassettes.scratch",
     # nor ``typing`` (~12M instructions of a fresh process): the modules a hit loads import
     # it for the type checker only, their run-time pieces are ``_hints``' stand-ins
     "typing", "dejacache._codec_protocol",

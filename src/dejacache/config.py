@@ -29,7 +29,7 @@ from ._slots import slot_setters, value_methods
 from .codec import JsonCodec
 from .errors import ConfigurationError
 from .keys import env_volatile
-from .stores._base import BaseStore, Features, Record, features_of, off_loop
+from .stores._base import BaseStore, Features, Record, features_of
 
 TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
 if TYPE_CHECKING:
@@ -336,7 +336,11 @@ class _DefaultStore(BaseStore):
     async def _aopen(self) -> Store:
         # Opening creates the directory and the schema: never on the event loop.
         real = self.opened
-        return real if real is not None else await off_loop(self.open)
+        if real is not None:
+            return real
+        from .stores._off_loop import off_loop
+
+        return await off_loop(self.open)
 
     async def aget(self, key: str) -> Record | None:
         return await (await self._aopen()).aget(key)

@@ -43,27 +43,19 @@ from uuid import UUID
 import orjson
 import xxhash
 
-from . import _captures, _secrets
 from . import _keys_segments as _seg
+from . import _secrets
 from ._core import volatile as _vol
 from ._lazy import pattern, served
-from ._receiver import (
-    Members,
-    Receiver,
-    class_form,
-    class_tag,
-    model_data,
-    receiver_form,
-    recheck,
-    rule_for,
-)
 from .errors import ConfigurationError, UnhashableArgument
 
 TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
 if TYPE_CHECKING:
+    from types import ModuleType
     from typing import Any, Final
 
     from ._key_parts import KeyParts
+    from ._receiver import Receiver
 
 __all__ = [
     "DEFAULT_SECRETS",
@@ -139,15 +131,13 @@ _SIMPLE = (_LEAF - _TAG_LEAF) | {int, bool}
 # met before its module is loaded, so the sets grow (rebound, never mutated) the first time
 # one is: a miss in _clean asks _late_leaf, the general path refreshes once per call, and a
 # by-parts write that met one first falls back to the whole write, which gives the same bytes.
-_LATE = _captures.LATE
-_HELD = _captures.HELD
 _LATE_DONE: set[str] = set()
-_LATE_PENDING = True  # some module of _LATE not added yet
+_LATE_PENDING = True  # some module of _captures.LATE not added yet
 
 
 def _late_leaf(t: type) -> bool:
     """Whether ``t``, not in ``_SIMPLE``, is a leaf of a module loaded after this one."""
-    names = _LATE.get(t.__module__)  # _decimal's and _pydecimal's Decimal say "decimal"
+    names = (_cap or _captures_module()).LATE.get(t.__module__)  # (_decimal's Decimal too)
     if names is None:
         return False
     _add_late(t.__module__)
@@ -159,11 +149,12 @@ def _add_late(module: str) -> None:
     if module in _LATE_DONE:
         return
     mod = __import__(module)  # cheap: a value of its type exists, so it is (nearly) loaded
-    new = {getattr(mod, n) for n in _LATE[module]}
+    late = (_cap or _captures_module()).LATE
+    new = {getattr(mod, n) for n in late[module]}
     _LEAF = _LEAF | new
     _TAG_LEAF = _TAG_LEAF | new
     _LATE_DONE.add(module)
-    _LATE_PENDING = len(_LATE_DONE) < len(_LATE)
+    _LATE_PENDING = len(_LATE_DONE) < len(late)
 
 
 def _refresh_late() -> None:
@@ -405,7 +396,48 @@ class _Unhashable(Exception):
         self.reason = reason
 
 
-_model_data = model_data
+# ``_receiver`` (a method's receiver, a model's data) and ``_captures`` (a closure's or a
+# run-time class's captured values, late leaf types) when first needed: ~0.5 ms of a fresh
+# process's import that a plain function called with JSON data never uses. Read as
+# ``(_rcv or _receiver_module())``; ``_Members`` is the receiver's set type once loaded
+# (:func:`_members`: no value of it exists before).
+_rcv: ModuleType | None = None
+_cap: ModuleType | None = None
+_Members: Any = None
+
+
+def _receiver_module() -> ModuleType:
+    global _rcv, _Members
+    if _rcv is None:
+        from . import _receiver
+
+        _Members = _receiver.Members
+        _rcv = _receiver
+    return _rcv
+
+
+def _members() -> Any:
+    """``_receiver.Members``, or None while nothing has loaded ``_receiver`` (whoever did:
+    then a value of it may exist). Asked once per general write, not per container."""
+    if _Members is None and "dejacache._receiver" in sys.modules:
+        _receiver_module()
+    return _Members
+
+
+def _captures_module() -> ModuleType:
+    global _cap
+    if _cap is None:
+        from . import _captures
+
+        _cap = _captures
+    return _cap
+
+
+def _cells(target: Any, ignore: frozenset[str]) -> tuple[tuple[str, Any], ...]:
+    """``_captures.cells``: what a closure's key holds (nothing without a closure)."""
+    if not getattr(target, "__closure__", None):
+        return ()
+    return (_cap or _captures_module()).cells(target, ignore)  # type: ignore[no-any-return]
 
 
 def _tagged(value: Any) -> Any:
@@ -442,7 +474,8 @@ def _tagged(value: Any) -> Any:
     pl = sys.modules.get("pathlib")
     if pl is not None and isinstance(value, pl.PurePath):
         return {_TAG + "path": value.as_posix()}
-    if isinstance(value, (set, frozenset, Members)):  # (a receiver's set of plain objects)
+    if isinstance(value, (set, frozenset)) or (  # (or a receiver's set of plain objects)
+            (members := _members()) is not None and isinstance(value, members)):
         return {_TAG + "set": [orjson.Fragment(i) for i in sorted(_item(v) for v in value)]}
     if isinstance(value, enum.Enum):  # (orjson writes members itself: _Canon tags them)
         return {_TAG + "enum": [_class_name(t), value.value]}
@@ -458,7 +491,8 @@ def _tagged(value: Any) -> Any:
 _dump = functools.partial(orjson.dumps, default=_tagged, option=_OPTS)
 
 
-_class_name = class_tag
+def _class_name(t: type) -> str:
+    return (_cap or _captures_module()).class_tag(t)  # type: ignore[no-any-return]
 
 
 def _object_data(value: Any, t: type) -> Any:
@@ -470,7 +504,7 @@ def _object_data(value: Any, t: type) -> Any:
     if dataclasses.is_dataclass(value):
         data: Any = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     elif hasattr(value, "model_dump"):
-        data = _model_data(value)
+        data = (_rcv or _receiver_module()).model_data(value)
     elif isinstance(value, tuple) and hasattr(t, "_fields"):
         return list(value)  # (what it holds is its values: basic credentials are one)
     else:
@@ -478,10 +512,11 @@ def _object_data(value: Any, t: type) -> Any:
     # A class made at run time: what tells it apart from others of its name, by the
     # closure rule (what is not immutable is left out, as a closure's key leaves it). The
     # memo read first: the call cost a dataclass argument 1.9k instructions a hit, 1.2k so.
-    held = _HELD.get(t)
+    cap = _cap or _captures_module()
+    held = cap.HELD.get(t)
     if held is None:
-        held = _captures.class_cells(t)
-    return _captures.with_values(data, held)[0] if held else data
+        held = cap.class_cells(t)
+    return cap.with_values(data, held)[0] if held else data
 
 
 def _hooked(value: Any, hook: Any) -> Any:
@@ -582,6 +617,7 @@ class _Canon:
         self.held = 0  # objects and sets enclosing the value being written (``_held``)
         if _LATE_PENDING:  # norm and mask look leaves up in _LEAF without asking
             _refresh_late()
+        _members()  # (_container compares types with _Members, read as it is)
 
     def norm(self, obj: Any, path: str, depth: int, place: int = 0) -> Any:
         """``place``: where ``obj`` sits, for telemetry ids (``_vol.telemetry_at``)."""
@@ -622,7 +658,7 @@ class _Canon:
                 return self._mapping(obj, path, depth, place)
             finally:
                 self.loose -= 1
-        if t is Members:  # a receiver's set of plain objects, each in its form: a set
+        if t is _Members:  # a receiver's set of plain objects, each in its form: a set
             return self._held(self._set, obj, path, depth)
         if t is list or t is tuple or (isinstance(obj, (list, tuple)) and not (
                 hasattr(t, "_fields") or hasattr(t, "__dejacache_key__"))):
@@ -1392,7 +1428,7 @@ class KeyBuilder:
         self._fast = False
         self._plan = False
         # A closure's captured values are part of its calls (``_Captures``).
-        self._cells = _captures.cells(target, self._ignore)
+        self._cells = _cells(target, self._ignore)
         self._closure: tuple[Any, ...] = getattr(target, "__closure__", None) or ()
         self._free: tuple[str, ...] = getattr(getattr(target, "__code__", None),
                                               "co_freevars", ())
@@ -1560,20 +1596,21 @@ class KeyBuilder:
         see ``_receiver.receiver_form``)."""
         if self._recv == "cls":
             cls = value if isinstance(value, type) else type(value)
-            return class_form(cls, self._closure)
+            return (_rcv or _receiver_module()).class_form(  # type: ignore[no-any-return]
+                cls, self._closure)
         t = type(value)
         # The rule for the last class seen, in one tuple a thread replaces whole: a method's
         # calls are on one class, and asking the class each call cost 0.35 µs of a 3.3 µs hit.
         seen = self._seen
         rule = seen[1]
         if seen[0] is not t or rule is None:
-            rule = rule_for(t)
+            rule = (_rcv or _receiver_module()).rule_for(t)
             if rule.cells and self._closure:
                 rule = rule.but(self._closure)
             self._seen = (t, rule)
-        return receiver_form(value, rule, self._recv or "self", self._recv_paths,
-                             self.patterns, self._key_self is True, self.name, _keyable, every,
-                             deep)
+        return (_rcv or _receiver_module()).receiver_form(  # type: ignore[no-any-return]
+            value, rule, self._recv or "self", self._recv_paths, self.patterns,
+            self._key_self is True, self.name, _keyable, every, deep)
 
     def _rechecked(self, bound: dict[str, Any], exc: Exception, args: tuple[Any, ...],
                    kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -1586,7 +1623,8 @@ class KeyBuilder:
         if recv is None or value is _NO_RECEIVER:
             raise exc
         deep = self._receiver_form(value, False, True)[0]
-        fixed = recheck(deep, recv, self._key_self is True, self.name, _keyable)
+        fixed = _receiver_module().recheck(deep, recv, self._key_self is True, self.name,
+                                           _keyable)
         return {**bound, recv: deep if fixed is None else fixed}
 
     def _receiver_of(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
@@ -1779,9 +1817,10 @@ class _Captures(KeyBuilder):
         if any(type(k) is str and k[:1] == "<" for k in bound):
             bound = {"<" + k if type(k) is str and k[:1] == "<" else k: v
                      for k, v in bound.items()}
-        values = _captures.values(self._cells)[0]
+        cap = _cap or _captures_module()
+        values = cap.values(self._cells)[0]
         if values:
-            bound = {**bound, _captures.CAPTURED: values}
+            bound = {**bound, cap.CAPTURED: values}
         return bound
 
 

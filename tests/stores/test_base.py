@@ -5,6 +5,7 @@ handed to a worker thread by a caller that may be cancelled: released, or finish
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 import pickle
 import threading
@@ -12,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from dejacache.stores import Record, StoreStats, _base
+from dejacache.stores import Record, StoreStats, _base, _off_loop
 from dejacache.stores._base import Features
 
 
@@ -43,7 +44,12 @@ def test_record_stays_a_frozen_slotted_dataclass() -> None:
     assert dataclasses.replace(r, kind="http") == Record(b"v", name="fn", kind="http",
                                                          usage={"prompt_tokens": 1})
     assert pickle.loads(pickle.dumps(r)) == r
+    assert copy.copy(r) == r == copy.deepcopy(r)
     assert "name='fn'" in repr(r)
+    # frozen as dataclasses see it too: a subclass must be frozen, as of a frozen dataclass
+    assert Record.__dataclass_params__.frozen  # type: ignore[attr-defined]
+    with pytest.raises(TypeError):
+        dataclasses.dataclass(type("Loose", (Record,), {"__annotations__": {"x": int}}))
 
 
 def test_features_keep_what_the_frozen_dataclass_offered() -> None:
@@ -79,10 +85,10 @@ def test_store_stats_is_served_by_base_and_the_package() -> None:
 
 def test_a_result_given_after_its_caller_left_is_released_by_the_worker() -> None:
     released: list[object] = []
-    late = _base._Handoff(released.append)
+    late = _off_loop._Handoff(released.append)
     late.leave()
     assert late.run(lambda: "tape") == "tape" and released == ["tape"]
-    early = _base._Handoff(released.append)
+    early = _off_loop._Handoff(released.append)
     early.run(lambda: "kept")
     assert released == ["tape"]  # the caller takes it
     early.leave()  # (the caller cancelled after the worker gave it, before it arrived)
@@ -97,14 +103,14 @@ def test_a_cancelled_caller_of_owned_work_leaves_at_once_and_the_result_is_relea
     done, its result on its way to a caller cancelled before it arrived."""
     go, given = threading.Event(), threading.Event()
     released: list[tuple[object, bool]] = []
-    run = _base._Handoff.run
+    run = _off_loop._Handoff.run
 
-    def handed(self: _base._Handoff[object], fn: Callable[[], object]) -> object:
+    def handed(self: _off_loop._Handoff[object], fn: Callable[[], object]) -> object:
         out = run(self, fn)
         given.set()
         return out
 
-    monkeypatch.setattr(_base._Handoff, "run", handed)
+    monkeypatch.setattr(_off_loop._Handoff, "run", handed)
 
     def release(result: object) -> None:
         released.append((result, threading.current_thread() is threading.main_thread()))
@@ -115,7 +121,7 @@ def test_a_cancelled_caller_of_owned_work_leaves_at_once_and_the_result_is_relea
         return "tape"
 
     async def main() -> None:
-        task = asyncio.ensure_future(_base.off_loop_owned(opening, release))
+        task = asyncio.ensure_future(_off_loop.off_loop_owned(opening, release))
         await asyncio.sleep(0)  # (the task starts the worker)
         if worker_first:
             given.wait(30)  # the loop is held: the result cannot reach the task yet
@@ -138,7 +144,7 @@ def test_whole_work_finishes_before_its_cancelled_caller_hears_of_it() -> None:
         done.append(what)
 
     async def main() -> None:
-        task = asyncio.ensure_future(_base.off_loop_whole(save, "file"))
+        task = asyncio.ensure_future(_off_loop.off_loop_whole(save, "file"))
         await asyncio.to_thread(started.wait, 30)
         task.cancel()
         for _ in range(20):

@@ -32,8 +32,6 @@ from ..config import (
 from ..errors import CassetteError, ConfigurationError
 from ..keys import key_substitutions
 from ..scope import CURRENT, Block, enter, inherited, leave, own_entry, settle
-from ..stores._base import off_loop_owned, off_loop_whole
-from . import scratch
 from ._events import DISCARDED, INTERRUPTIONS, OPENED
 from .ageing import given as given_ageing
 from .ageing import resolve as resolve_ageing
@@ -54,6 +52,17 @@ def default_mode(exists: bool = True) -> str:
     """The mode of a block that names none (``_project.default_mode``)."""
     return _project.default_mode(exists)
 
+
+
+def _learning() -> bool:
+    """Whether ``dejacache learn`` runs this process (``scratch.active``). Asked first of
+    the environment, so a block outside such a run never loads ``scratch.py`` (a module's
+    import costs a fresh process ~0.4M instructions however little it holds)."""
+    if "DEJACACHE_LEARN_DIR" not in os.environ:
+        return False
+    from . import scratch
+
+    return scratch.active()
 
 class cassette(Block[Cassette]):
     """Record calls made inside the block to ``path`` and replay them on later runs.
@@ -114,7 +123,9 @@ class cassette(Block[Cassette]):
     ) -> None:
         # (itself unless `dejacache learn`)
         file = path_text(path_arg(path, "cassette path"))
-        if scratch.active():
+        if _learning():
+            from . import scratch
+
             file = str(scratch.redirect(as_path(file)))
         #: the cassette's path as text (``path``, a Path, is made when first read)
         self.file = file
@@ -188,7 +199,7 @@ class cassette(Block[Cassette]):
 
     def open(self) -> Cassette:
         """A fresh tape over the file (not yet active)."""
-        learning = scratch.active()  # `dejacache learn`: every call live, into scratch
+        learning = _learning()  # `dejacache learn`: every call live, into scratch
         mode = "record" if learning else self.mode or default_mode(exists(self.file))
         hint = self.rerecord_hint or (
             f"DEJACACHE_MODE=record <your command>  (or cassette({self.file!r}, "
@@ -215,6 +226,8 @@ class cassette(Block[Cassette]):
         # the cassette, the default store's directory) is a blocking call on an event loop,
         # which a loop checker such as blockbuster fails the block for. A caller cancelled
         # meanwhile leaves at once, and the tape is closed when the worker has opened it.
+        from ..stores._off_loop import off_loop_owned  # (a thread hop follows)
+
         return self._entered(*await off_loop_owned(self._ready, _unentered))
 
     def _ready(self) -> tuple[Cassette, Effective]:
@@ -273,6 +286,8 @@ class cassette(Block[Cassette]):
         if tape is None:
             return
         import asyncio  # (a coroutine runs: loaded already, unless under trio)
+
+        from ..stores._off_loop import off_loop_whole
 
         try:  # the file is written in a worker thread (see __aenter__), to the end
             await off_loop_whole(self._save, tape, exc_type)

@@ -6,21 +6,21 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import threading
-from collections.abc import Callable, Mapping
+import operator
+from collections.abc import Mapping
 
 from .._lazy import served
 from .._slots import Sentinel, slot_setters, value_methods
 
 TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
 if TYPE_CHECKING:
-    from typing import Any, Generic, TypeVar
+    from typing import Any
     from typing import NamedTuple as Row  # checked as one: see _slots.Row
 
+    from ._off_loop import off_loop, off_loop_owned, off_loop_whole
     from ._protocols import Store
     from ._store_stats import StoreStats
 else:
-    from .._hints import Generic, TypeVar
     from .._slots import Row
 
 __all__ = [
@@ -36,14 +36,25 @@ __all__ = [
     "off_loop_whole",
 ]
 
-T = TypeVar("T")
+_RECORD_FIELDS = ("value", "name", "namespace", "kind", "request", "duration", "usage",
+                  "created")
+_RECORD_VALUES = operator.attrgetter(*_RECORD_FIELDS)
+
+# ``StoreStats`` is imported on first use: only ``stats()`` makes one (see _store_stats); the
+# worker-thread hand-offs with the first async call that waits (see _off_loop).
+__getattr__ = served(__name__, {
+    "StoreStats": "dejacache.stores._store_stats",
+    "off_loop": "dejacache.stores._off_loop",
+    "off_loop_owned": "dejacache.stores._off_loop",
+    "off_loop_whole": "dejacache.stores._off_loop",
+})
 
 
-# ``StoreStats`` is imported on first use: only ``stats()`` makes one (see _store_stats).
-__getattr__ = served(__name__, {"StoreStats": "dejacache.stores._store_stats"})
-
-
-@dataclasses.dataclass(frozen=True, slots=True, init=False, repr=False, eq=False)
+# Frozen by the two methods below, not by ``frozen=True``: that compiles a ``__setattr__``
+# and ``__delattr__`` from source, ~0.19 of the ~0.25 ms that defining the class cost every
+# process that opens a cassette block (a replay hit never makes a ``Record``). It stays a
+# dataclass (``fields``, ``replace``, ``asdict``), immutable, slotted, pickled by value.
+@dataclasses.dataclass(slots=True, init=False, repr=False, eq=False)
 class Record:
     """One stored call.
 
@@ -77,18 +88,29 @@ class Record:
         _SET_USAGE(self, usage)
         _SET_CREATED(self, created)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __reduce__(self) -> tuple[type[Record], tuple[Any, ...]]:
+        # (by the constructor: pickle's default sets each slot with ``setattr``, refused)
+        return Record, _RECORD_VALUES(self)
+
     @property
     def size(self) -> int:
         return len(self.value) + len(self.request)
 
     # Written once in _slots rather than generated: see value_methods.
-    __repr__, __eq__, __hash__ = value_methods("value", "name", "namespace", "kind", "request",
-                                               "duration", "usage", "created")
+    __repr__, __eq__, __hash__ = value_methods(*_RECORD_FIELDS)
 
 
 (_SET_VALUE, _SET_NAME, _SET_NAMESPACE, _SET_KIND, _SET_REQUEST, _SET_DURATION, _SET_USAGE,
- _SET_CREATED) = slot_setters(Record, "value", "name", "namespace", "kind", "request",
-                              "duration", "usage", "created")
+ _SET_CREATED) = slot_setters(Record, *_RECORD_FIELDS)
+# Frozen as far as dataclasses and keys ask (``replace`` on a subclass, ``_captures.immutable``
+# of a closure's captured record): it is.
+Record.__dataclass_params__.frozen = True  # type: ignore[attr-defined]
 
 
 NOT_SHARED: Any = Sentinel("NOT_SHARED")
@@ -171,97 +193,6 @@ def features_of(store: Store) -> Features:
     return found
 
 
-async def off_loop(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-    """``fn(*args, **kwargs)`` in a worker thread under asyncio, so whatever it waits on (a
-    file, a lock another process holds) never stalls the event loop; inline under any other
-    loop (trio), which asyncio's threads cannot serve."""
-    import asyncio  # a coroutine runs here: under asyncio, already loaded
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return fn(*args, **kwargs)
-    return await asyncio.to_thread(fn, *args, **kwargs)
-
-
-async def off_loop_owned(fn: Callable[[], T], release: Callable[[T], object]) -> T:
-    """:func:`off_loop` for a result that holds something until it is released (a cassette's
-    tape: a large file's memory map). A caller cancelled meanwhile hears of it at once; the
-    result, once made, is released rather than left to the garbage collector: by the worker
-    when it finishes, or here when it had finished already."""
-    import asyncio
-
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return fn()
-    handoff = _Handoff(release)
-    try:
-        return await asyncio.to_thread(handoff.run, fn)
-    except BaseException:
-        handoff.leave()
-        raise
-
-
-class _Handoff(Generic[T]):
-    """A worker's result and a caller that may leave before it comes: whichever of the two
-    is second (the lock decides) releases it."""
-
-    __slots__ = ("_gone", "_lock", "_release", "_result")
-
-    def __init__(self, release: Callable[[T], object]) -> None:
-        self._lock = threading.Lock()
-        self._release = release
-        self._gone = False
-        self._result: list[T] = []  # the result, given and not yet released
-
-    def run(self, fn: Callable[[], T]) -> T:
-        """``fn()``, in the worker: kept for the caller, or released if it has left."""
-        result = fn()
-        with self._lock:
-            if not self._gone:
-                self._result.append(result)
-                return result
-        self._release(result)
-        return result
-
-    def leave(self) -> None:
-        """The caller will not take the result: release it if the worker gave it already."""
-        with self._lock:
-            self._gone = True
-            given, self._result = self._result, []
-        for result in given:
-            self._release(result)
-
-
-async def off_loop_whole(fn: Callable[..., T], /, *args: Any) -> T:
-    """:func:`off_loop` for work that must finish once begun (a cassette's save: the
-    recordings the caller paid for). A caller cancelled meanwhile waits for the worker, then
-    hears of the cancellation, or of the work's own error, which would otherwise be lost."""
-    import asyncio
-    import contextvars
-    import functools
-
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return fn(*args)
-    # A future, not a task: asyncio.run cancels the tasks left when its coroutine ends, and
-    # would cancel the wait for the worker with them.
-    work = loop.run_in_executor(None, functools.partial(contextvars.copy_context().run, fn,
-                                                        *args))
-    cancelled: asyncio.CancelledError | None = None
-    while not work.done():
-        try:
-            await asyncio.shield(work)
-        except asyncio.CancelledError as exc:  # (again after each further cancellation)
-            cancelled = exc
-    result = work.result()  # the work's error first
-    if cancelled is not None:
-        raise cancelled
-    return result
-
-
 class BaseStore:
     """Shared behaviour: async twins that call the sync methods.
 
@@ -285,17 +216,23 @@ class BaseStore:
 
     async def aget(self, key: str) -> Record | None:
         if self.blocking:
+            from ._off_loop import off_loop  # (a thread hop follows: ~45 us)
+
             return await off_loop(self.get, key)
         return self.get(key)
 
     async def aput(self, key: str, record: Record, *, ttl: float | None = None
                    ) -> bool | None:
         if self.blocking:
+            from ._off_loop import off_loop
+
             return await off_loop(self.put, key, record, ttl=ttl)
         return self.put(key, record, ttl=ttl)
 
     async def adelete(self, key: str) -> bool:
         if self.blocking:
+            from ._off_loop import off_loop
+
             return await off_loop(self.delete, key)
         return self.delete(key)
 
