@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -158,6 +161,57 @@ def test_a_write_whose_entity_template_does_not_bind_invalidates_the_whole_resou
     assert get_cart(1) == ["old"]
     save(uid=1, items=["new"])
     assert get_cart(1) == ["new"]
+
+
+# Values a dict user holds for one key (each == 1), read one way and written another.
+EQUAL_IDS = [1, 1.0, True, Decimal("1"), Fraction(1), "1"]
+
+
+@pytest.mark.parametrize("written", EQUAL_IDS, ids=repr)
+@pytest.mark.parametrize("read", [1, 1.0, Decimal("1.00")], ids=repr)
+def test_a_write_naming_the_entity_by_an_equal_value_invalidates_the_read(
+        read: Any, written: Any) -> None:
+    """``order_id=1`` read, ``order_id=1.0`` (or ``True``, ``Decimal("1")``) written: one
+    order (they are one dict key), so the read after the write must see it. Before, the
+    template formatted "1" and "1.0" as two entities and the read served the old status."""
+    orders = {1: "new"}
+
+    @dejacache.tool_cache(resource="order", key="order:{order_id}")
+    def get_order(order_id: Any) -> str:
+        return orders[order_id]
+
+    @dejacache.invalidates("order", key="order:{order_id}")
+    def ship(order_id: Any, *, region: str = "eu") -> None:
+        orders[1] = "shipped"
+
+    with dejacache.agent_session(tenant="acme"):
+        assert get_order(read) == "new"
+        assert get_order(read) == "new"  # cached
+        ship(order_id=written) if isinstance(written, str) else ship(written)
+        assert get_order(read) == "shipped"
+        assert get_order(order_id=read) == "shipped"
+
+
+@dataclasses.dataclass(frozen=True)
+class Sku:
+    id: Any
+
+
+def test_a_multi_field_entity_compares_its_numbers_by_value() -> None:
+    stock = {("eu", 7): 3}
+
+    @dejacache.tool_cache(resource="stock", key="{region}/{sku.id}")
+    def level(region: str, sku: Any) -> int:
+        return stock[(region, sku.id)]
+
+    @dejacache.invalidates("stock", key="{region}/{sku.id}")
+    def take(region: str, sku: Any) -> None:
+        stock[(region, 7)] -= 1
+
+    with dejacache.agent_session(tenant="acme"):
+        assert level("eu", Sku(7)) == 3
+        take("eu", Sku(7.0))
+        assert level("eu", Sku(7)) == 2
 
 
 def test_invalidates_tenant_scope_needs_a_session() -> None:

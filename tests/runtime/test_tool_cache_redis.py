@@ -89,6 +89,39 @@ def test_tiered_store_learns_of_invalidation_through_redis_counters(
         assert shop.reads == 2
 
 
+@pytest.mark.parametrize(("read_as", "write_as"), [(1, 1.0), (1.0, True), (1, "1")],
+                         ids=["int-float", "float-bool", "int-str"])
+def test_a_replica_writing_an_equal_entity_id_invalidates_the_readers_entry(
+    redis_server: RedisServer, read_as: Any, write_as: Any,
+) -> None:
+    """Two replicas (two stores over one Redis, no shared Python state) name cart 1 as
+    ``1`` and ``1.0``: one entity, so one counter in Redis. Before, the writer bumped the
+    counter of "cart:1.0" and the reader served the cart from before the write."""
+    db = redis.Redis.from_url(redis_server.url, socket_timeout=1)
+    db.set("db:cart", "v0")
+
+    def replica() -> tuple[Any, Any]:
+        store = tiered(redis_server.url)
+
+        @dejacache.tool_cache(resource="cart", key="cart:{user_id}", store=store)
+        def get_cart(user_id: Any) -> str:
+            return (db.get("db:cart") or b"").decode()
+
+        @dejacache.invalidates("cart", key="cart:{user_id}", store=store)
+        def set_cart(user_id: Any, value: str) -> None:
+            db.set("db:cart", value)
+
+        return get_cart, set_cart
+
+    (get_a, _), (_, set_b) = replica(), replica()
+    with dejacache.agent_session(tenant="acme"):
+        assert get_a(read_as) == "v0"
+        assert get_a(read_as) == "v0"
+        assert dejacache.runtime_stats().by_tool["get_cart"].hits == 1
+        set_b(write_as, "v1")
+        assert get_a(read_as) == "v1"
+
+
 def test_counter_max_age_bounds_staleness(redis_server: RedisServer) -> None:
     store = tiered(redis_server.url)
     shop = Shop(redis_server.url, store, max_age=0.3)
