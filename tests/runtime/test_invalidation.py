@@ -442,6 +442,37 @@ def test_counters_of_a_file_store_outlive_this_process_state(
     sq.close()
 
 
+def test_a_write_reaches_a_configured_store_readers_go_back_to(tmp_path: Any) -> None:
+    """Readers read through the store configured at the time of each call; a write bumped
+    only the one configured at its own time. So a reader that went back to an earlier
+    configured store served what a write made while another was configured had replaced
+    (before: 0 after the write of 1)."""
+    first = dejacache.SQLiteStore(tmp_path / "first.db")
+    other = dejacache.SQLiteStore(tmp_path / "other.db")
+    truth = [0]
+
+    @dejacache.tool_cache(resource="price", scope="global")
+    def price() -> int:
+        return truth[0]
+
+    @dejacache.invalidates("price")
+    def raise_price() -> None:
+        truth[0] += 1
+
+    try:
+        dejacache.configure(store=first)
+        assert price() == 0 and price() == 0
+        dejacache.configure(store=other)
+        raise_price()
+        dejacache.configure(store=first)
+        assert price() == 1
+        assert price() == 1 and dejacache.runtime_stats().by_tool["price"].hits == 2
+    finally:
+        dejacache.configure(store=None)
+        first.close()
+        other.close()
+
+
 @pytest.fixture
 def forget_cartz() -> Iterator[None]:
     """This process's record of resources written forgets 'cartz' afterwards: the pytest

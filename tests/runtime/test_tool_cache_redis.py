@@ -211,6 +211,58 @@ def test_write_while_redis_is_down_is_replayed_before_serving(redis_server: Redi
     assert seen[0] == "v0" and set(seen[1:]) == {"v1"}
 
 
+def test_a_configured_redis_left_behind_and_down_neither_holds_writes_nor_serves_stale(
+    redis_server: RedisServer,
+) -> None:
+    """A write also bumps the stores configured earlier that readers read through (so a
+    reader going back to one does not serve what the write replaced), without waiting for
+    one that no longer answers: its bump is queued, and until it lands this process reads
+    nothing through that store."""
+    old = rt(redis_server.url, cooldown=0.05, timeout=0.05, connect_timeout=0.05)
+    value = {"v": "v0"}
+    runs: list[str] = []
+
+    @dejacache.tool_cache(resource="doc", scope="global")
+    def read() -> str:
+        runs.append(value["v"])
+        return value["v"]
+
+    @dejacache.invalidates("doc")
+    def write(v: str) -> None:
+        value["v"] = v
+
+    try:
+        dejacache.configure(store=old)
+        assert read() == "v0" and read() == "v0" and runs == ["v0"]
+        redis_server.pause()
+        dejacache.configure(store=dejacache.MemoryStore())
+        t0 = time.monotonic()
+        write("v1")
+        assert time.monotonic() - t0 < 2.0  # not LAND_WITHIN (30 s)
+        dejacache.configure(store=old)
+        assert read() == "v1"  # its counters unreadable, the bump queued: uncached
+    finally:
+        redis_server.resume()
+        dejacache.configure(store=None)
+    wait_for(lambda: old.get_counters(["x"]) is not None)
+    dejacache.configure(store=old)
+    served: list[str] = []  # what the cache answered (the tool not run), once it does
+
+    def hit() -> bool:
+        before = len(runs)
+        got = read()
+        if len(runs) == before:
+            served.append(got)
+        return bool(served)
+
+    try:
+        wait_for(hit)  # past the fence after the outage
+    finally:
+        dejacache.configure(store=None)
+    assert served == ["v1"]  # before: "v0", cached before the write
+    old.close()
+
+
 @pytest.mark.parametrize("silence", [0.3, 2.5], ids=["0.3 s", "2.5 s: a failover"])
 @pytest.mark.parametrize("run", ["sync", "async"])
 def test_a_write_returns_once_its_invalidation_landed(redis_server: RedisServer,

@@ -43,6 +43,7 @@ from ._layout import (
     Gens,
     read_counters,
     register_reader,
+    register_route,
 )
 from ._tracing import Args, Kwargs, Noted, Trace, guard_after, guard_before
 from .generations import (
@@ -95,6 +96,8 @@ class Route:
             return
         store = self.store = tc.store_for(configured)
         self.gens = tc.generations(store)
+        if store is configured:  # writes must reach it after the configuration changes
+            register_route(tc.resource, store)
         self.local = isinstance(self.gens, LocalGenerations)
         self.short = (getattr(store, "short_hits", False) is True
                       and getattr(codec, "plain_payloads", False) is True)
