@@ -28,7 +28,9 @@ def entity_value(v: Any) -> Any:
     ``order_id=1`` and a write of ``order_id=1.0`` name one entity. Two unequal numbers may
     meet on one float (``Decimal("0.1")`` and ``0.1``): a write to one then invalidates the
     other too, a miss, never a stale read. A ``str`` is kept as given: ``"1"`` names the
-    entity ``1`` does (the text is the same), ``"1.0"`` does not."""
+    entity ``1`` does (the text is the same), ``"1.0"`` does not. Tuples, lists, dicts and
+    sets hold their items by the same rule, a dict's items and a set's in one order (a set
+    as a tuple): ``{"a", "b"}`` iterates in an order each process draws at random."""
     tv = type(v)
     if tv is int or tv is str:
         return v
@@ -36,6 +38,13 @@ def entity_value(v: Any) -> Any:
         return int(v) if v.is_integer() else v
     if tv is bool:
         return int(v)
+    if tv is tuple or tv is list:  # (exact types: a named tuple's text is its own)
+        return tv(map(entity_value, v))
+    if tv is dict:
+        return dict(sorted(((entity_value(k), entity_value(x)) for k, x in v.items()),
+                           key=_first_repr))
+    if tv is set or tv is frozenset:
+        return tuple(sorted(map(entity_value, v), key=repr))
     if not isinstance(v, (numbers.Number, decimal.Decimal)):
         return v
     if isinstance(v, numbers.Complex) and not isinstance(v, numbers.Real):
@@ -56,6 +65,10 @@ def entity_value(v: Any) -> Any:
         return float(v)
     except (ArithmeticError, ValueError, TypeError):
         return v
+
+
+def _first_repr(item: tuple[Any, Any]) -> str:
+    return repr(item[0])
 
 
 def _text(v: Any) -> str:
@@ -87,9 +100,9 @@ def _render(parsed: _Parsed, bound: Mapping[str, Any]) -> str:
     return "".join(out)
 
 # A field that cannot be formatted (a missing name, a spec the value refuses, an int too
-# long to print) names no entity: the reader runs uncached, the writer invalidates the
-# whole resource.
-_UNBOUND = (TypeError, KeyError, AttributeError, IndexError, ValueError)
+# long to print, a list that holds itself) names no entity: the reader runs uncached, the
+# writer invalidates the whole resource.
+_UNBOUND = (TypeError, KeyError, AttributeError, IndexError, ValueError, RecursionError)
 
 
 class Template:
