@@ -214,6 +214,29 @@ def test_a_multi_field_entity_compares_its_numbers_by_value() -> None:
         assert level("eu", Sku(7)) == 2
 
 
+def test_two_entities_never_share_an_entry_the_argument_digest_cannot_tell_apart() -> None:
+    """The entity is in the entry's key. Before, only its counters' values were, so two
+    entities whose counters agreed (none written yet) shared one entry whenever the
+    argument digest held nothing that told them apart: user 2 was served user 1's cart."""
+    @dejacache.tool_cache(resource="cart", key="cart:{user_id}", ignore=["user_id"])
+    def get_cart(user_id: int, verbose: bool = False) -> str:
+        return f"cart of {user_id}"
+
+    class Region:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        @dejacache.tool_cache(resource="stock", key="{self.name}/{sku}", key_self=False)
+        def stock(self, sku: str) -> str:
+            return f"{sku} in {self.name}"
+
+    with dejacache.agent_session(tenant="acme"):
+        assert get_cart(1) == "cart of 1" and get_cart(2) == "cart of 2"
+        assert get_cart(1) == "cart of 1"  # still cached, per user
+        assert Region("eu").stock("x") == "x in eu" and Region("us").stock("x") == "x in us"
+    assert dejacache.runtime_stats().by_tool["get_cart"].hits == 1
+
+
 def test_invalidates_tenant_scope_needs_a_session() -> None:
     @dejacache.invalidates("cart", scope="tenant")
     def write() -> None:

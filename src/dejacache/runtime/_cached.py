@@ -258,8 +258,14 @@ class ToolCache:
             # A session prefix names its tenant, so (prefix, entity) fixes the levels too.
             levels = ([GLOBAL, ANY_TENANT] if self.scope == "global" or sess is None
                       else [sess.prefixes["tenant"], GLOBAL])
-            got = (prefix, f"{prefix}/{self.res_tool}/",
-                   tuple(read_counters(levels, self.res, entity)), [None, None])
+            # The entity is in the key, not only in its counters' values: two entities
+            # whose counters agree shared one entry when the argument digest did not tell
+            # them apart (a template naming an ``ignore``d argument, or ``{self.region}``
+            # under ``key_self=False``), and one answered for the other.
+            head = f"{prefix}/{self.res_tool}/" + (
+                "" if entity is None else f"{encode_component(entity)}/")
+            got = (prefix, head, tuple(read_counters(levels, self.res, entity)),
+                   [None, None])
             heads = self._heads
             if len(heads) >= _MAX_HEADS:
                 heads.clear()

@@ -3,14 +3,16 @@
 
 Entry keys::
 
-    <scope prefix>/<resource>/<tool>/<epoch>.<g1>.<g2>.../<argument digest>
+    <scope prefix>/<resource>/<tool>/[<entity>/]<epoch>.<g1>.<g2>.../<argument digest>
 
 where the scope prefix is ``rt1/g`` (global), ``rt1/t/<tenant>`` or
 ``rt1/s/<tenant>/<session>``, and every name is encoded by ``_core.scopes``, so different
-tenants can never share a key. ``g1...`` are the generation counters the entry depends on
-(see :mod:`.generations`): for a tool with ``key=`` the resource counter and the entity
-counter; without ``key=`` the resource counter and the resource's "any entity written"
-counter (a listing must not survive a write to one of its items). Tenant and session entries
+tenants can never share a key. ``<entity>`` (a tool with ``key=``): what its template
+formats, so two entities never share an entry, whatever the argument digest holds.
+``g1...`` are the generation counters the entry depends on (see :mod:`.generations`):
+for a tool with ``key=`` the resource counter and the entity counter; without ``key=`` the
+resource counter and the resource's "any entity written" counter (a listing must not
+survive a write to one of its items). Tenant and session entries
 also depend on the global counters, so a write made outside any session (an admin job)
 reaches every tenant. Global entries also depend on the "any tenant" level (``rt1/a``),
 which every tenant's write bumps: so a tenant's write reaches the global readers of its
