@@ -154,3 +154,20 @@ def test_the_set_order_is_the_same_in_every_process() -> None:
                            check=True, env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout
             for seed in range(4)}
     assert len(seen) == 1
+
+
+def test_entity_values_load_neither_decimal_nor_numbers() -> None:
+    """``decimal`` is ~3 ms to import: a tool cache reads a number's kind from the modules
+    already loaded (a Decimal cannot exist before its module is)."""
+    code = ("import sys, enum, dejacache\n"
+            "class L(enum.IntEnum):\n"
+            "    ONE = 1\n"
+            "@dejacache.tool_cache(resource='r', scope='global', key='{a}')\n"
+            "def f(a): return 1\n"
+            "@dejacache.invalidates('r', key='{a}')\n"
+            "def w(a): pass\n"
+            "f(1.0); w(L.ONE); f((1.5, {'x'}))\n"
+            "print(sorted({'decimal', 'numbers', 'fractions'} & set(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"

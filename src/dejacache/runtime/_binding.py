@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import decimal
 import inspect
-import numbers
 import string
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -45,13 +44,22 @@ def entity_value(v: Any) -> Any:
                            key=_first_repr))
     if tv is set or tv is frozenset:
         return tuple(sorted(map(entity_value, v), key=repr))
-    if not isinstance(v, (numbers.Number, decimal.Decimal)):
+    if isinstance(v, int):  # an IntEnum, whether or not ``numbers`` is loaded
+        return int(v)
+    if isinstance(v, float):  # numpy's float64
+        f = float(v)
+        return int(f) if f.is_integer() else f
+    # ``numbers`` and ``decimal`` as loaded by whoever made ``v``: a tool cache loads
+    # neither (``decimal`` is ~2 ms), and a number of theirs cannot exist before they are.
+    num, dec = sys.modules.get("numbers"), sys.modules.get("decimal")
+    is_dec = dec is not None and isinstance(v, dec.Decimal)
+    if not (is_dec or (num is not None and isinstance(v, num.Number))):
         return v
-    if isinstance(v, numbers.Complex) and not isinstance(v, numbers.Real):
+    if num is not None and isinstance(v, num.Complex) and not isinstance(v, num.Real):
         if v.imag:
             return v
         v = v.real
-    if isinstance(v, decimal.Decimal) and v.is_finite() and v.adjusted() > _MAX_DIGITS:
+    if is_dec and v.is_finite() and v.adjusted() > _MAX_DIGITS:
         return v  # (formats as its own text: equal to an int Python cannot print anyway)
     try:
         whole = int(v)
