@@ -5,7 +5,8 @@ or ``tiered`` (a ``MemoryStore`` in front of it). The "database" the tools read 
 another SQLite file (DATA_DB), so every process sees the same truth. Commands, one per line
 on stdin, each answered by one JSON line on stdout:
 
-    read UID / aread UID     get_cart(uid) through tool_cache (sync / async)
+    read UID / aread UID     get_cart(uid) through tool_cache (sync / async); UID ``1.0``
+                             is passed as a float (the same cart as ``1``)
     write UID / awrite UID   add_item(uid) through invalidates: the cart's new version
     calls                    how many times get_cart actually ran in this process
     stress PROC OPS SEED     a mixed read/write loop; returns its own staleness counts
@@ -125,6 +126,11 @@ class App:
         return out
 
 
+def uid(text: str) -> int | float:
+    """A cart id as the command spells it: ``1`` an int, ``1.0`` a float (the same cart)."""
+    return float(text) if "." in text else int(text)
+
+
 def main() -> None:
     kind, cache_path, data_path = sys.argv[1:4]
     init_data(data_path)
@@ -138,13 +144,13 @@ def main() -> None:
             if cmd == "quit":
                 break
             if cmd == "read":
-                result = app.get_cart(int(args[0]))
+                result = app.get_cart(uid(args[0]))
             elif cmd == "aread":
-                result = loop.run_until_complete(app.aget_cart(int(args[0])))
+                result = loop.run_until_complete(app.aget_cart(uid(args[0])))
             elif cmd == "write":
-                result = app.add_item(int(args[0]))
+                result = app.add_item(uid(args[0]))
             elif cmd == "awrite":
-                result = loop.run_until_complete(app.aadd_item(int(args[0])))
+                result = loop.run_until_complete(app.aadd_item(uid(args[0])))
             elif cmd == "calls":
                 result = app.calls
             elif cmd == "stress":

@@ -105,6 +105,26 @@ def test_a_write_in_another_process_invalidates_at_once(
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(("read_as", "write_as"), [("1", "1.0"), ("1.0", "1")])
+def test_a_write_naming_the_cart_by_an_equal_number_in_another_process_invalidates_it(
+    kind: str, read_as: str, write_as: str, tmp_path: pathlib.Path, workers: list[Worker]
+) -> None:
+    """The reader's counter names and the writer's agree across processes on one file when
+    they spell one entity differently (``1`` and ``1.0``). Before: the write bumped the
+    counter of entity "1.0" and the other process kept serving cart 1's old version."""
+    a, b = start(workers, kind, tmp_path), start(workers, kind, tmp_path)
+    assert a.ask(f"read {read_as}") == 0
+    assert a.ask(f"read {read_as}") == 0 and a.ask("calls") == 1
+    assert b.ask(f"write {write_as}") == 1
+    assert a.ask(f"read {read_as}") == 1
+    assert a.ask(f"aread {read_as}") == 1  # the async tools: their own resource
+    assert b.ask(f"awrite {write_as}") == 2
+    assert a.ask(f"aread {read_as}") == 2
+    a.close()
+    b.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_restarted_process_does_not_reach_entries_from_before_a_write(
     kind: str, tmp_path: pathlib.Path, workers: list[Worker]
 ) -> None:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -158,6 +161,80 @@ def test_a_write_whose_entity_template_does_not_bind_invalidates_the_whole_resou
     assert get_cart(1) == ["old"]
     save(uid=1, items=["new"])
     assert get_cart(1) == ["new"]
+
+
+# Values a dict user holds for one key (each == 1), read one way and written another.
+EQUAL_IDS = [1, 1.0, True, Decimal("1"), Fraction(1), "1"]
+
+
+@pytest.mark.parametrize("written", EQUAL_IDS, ids=repr)
+@pytest.mark.parametrize("read", [1, 1.0, Decimal("1.00")], ids=repr)
+def test_a_write_naming_the_entity_by_an_equal_value_invalidates_the_read(
+        read: Any, written: Any) -> None:
+    """``order_id=1`` read, ``order_id=1.0`` (or ``True``, ``Decimal("1")``) written: one
+    order (they are one dict key), so the read after the write must see it. Before, the
+    template formatted "1" and "1.0" as two entities and the read served the old status."""
+    orders = {1: "new"}
+
+    @dejacache.tool_cache(resource="order", key="order:{order_id}")
+    def get_order(order_id: Any) -> str:
+        return orders[order_id]
+
+    @dejacache.invalidates("order", key="order:{order_id}")
+    def ship(order_id: Any, *, region: str = "eu") -> None:
+        orders[1] = "shipped"
+
+    with dejacache.agent_session(tenant="acme"):
+        assert get_order(read) == "new"
+        assert get_order(read) == "new"  # cached
+        ship(order_id=written) if isinstance(written, str) else ship(written)
+        assert get_order(read) == "shipped"
+        assert get_order(order_id=read) == "shipped"
+
+
+@dataclasses.dataclass(frozen=True)
+class Sku:
+    id: Any
+
+
+def test_a_multi_field_entity_compares_its_numbers_by_value() -> None:
+    stock = {("eu", 7): 3}
+
+    @dejacache.tool_cache(resource="stock", key="{region}/{sku.id}")
+    def level(region: str, sku: Any) -> int:
+        return stock[(region, sku.id)]
+
+    @dejacache.invalidates("stock", key="{region}/{sku.id}")
+    def take(region: str, sku: Any) -> None:
+        stock[(region, 7)] -= 1
+
+    with dejacache.agent_session(tenant="acme"):
+        assert level("eu", Sku(7)) == 3
+        take("eu", Sku(7.0))
+        assert level("eu", Sku(7)) == 2
+
+
+def test_two_entities_never_share_an_entry_the_argument_digest_cannot_tell_apart() -> None:
+    """The entity is in the entry's key. Before, only its counters' values were, so two
+    entities whose counters agreed (none written yet) shared one entry whenever the
+    argument digest held nothing that told them apart: user 2 was served user 1's cart."""
+    @dejacache.tool_cache(resource="cart", key="cart:{user_id}", ignore=["user_id"])
+    def get_cart(user_id: int, verbose: bool = False) -> str:
+        return f"cart of {user_id}"
+
+    class Region:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        @dejacache.tool_cache(resource="stock", key="{self.name}/{sku}", key_self=False)
+        def stock(self, sku: str) -> str:
+            return f"{sku} in {self.name}"
+
+    with dejacache.agent_session(tenant="acme"):
+        assert get_cart(1) == "cart of 1" and get_cart(2) == "cart of 2"
+        assert get_cart(1) == "cart of 1"  # still cached, per user
+        assert Region("eu").stock("x") == "x in eu" and Region("us").stock("x") == "x in us"
+    assert dejacache.runtime_stats().by_tool["get_cart"].hits == 1
 
 
 def test_invalidates_tenant_scope_needs_a_session() -> None:
@@ -386,6 +463,37 @@ def test_counters_of_a_file_store_outlive_this_process_state(
         assert get(1) == 1
     assert dejacache.runtime_stats().by_tool["get"].hits == 1  # and still cached
     sq.close()
+
+
+def test_a_write_reaches_a_configured_store_readers_go_back_to(tmp_path: Any) -> None:
+    """Readers read through the store configured at the time of each call; a write bumped
+    only the one configured at its own time. So a reader that went back to an earlier
+    configured store served what a write made while another was configured had replaced
+    (before: 0 after the write of 1)."""
+    first = dejacache.SQLiteStore(tmp_path / "first.db")
+    other = dejacache.SQLiteStore(tmp_path / "other.db")
+    truth = [0]
+
+    @dejacache.tool_cache(resource="price", scope="global")
+    def price() -> int:
+        return truth[0]
+
+    @dejacache.invalidates("price")
+    def raise_price() -> None:
+        truth[0] += 1
+
+    try:
+        dejacache.configure(store=first)
+        assert price() == 0 and price() == 0
+        dejacache.configure(store=other)
+        raise_price()
+        dejacache.configure(store=first)
+        assert price() == 1
+        assert price() == 1 and dejacache.runtime_stats().by_tool["price"].hits == 2
+    finally:
+        dejacache.configure(store=None)
+        first.close()
+        other.close()
 
 
 @pytest.fixture

@@ -675,3 +675,123 @@ async def test_churn_releases_each_evicted_agent_once_and_never_a_leased_one(
     st = pool.stats()
     assert st.size == 0 and st.released == len(unique)
     assert st.builds + st.rebuilds == len(unique)
+
+
+# ---------------------------------------------------------------- the caller's tenant
+
+
+def test_a_lease_runs_under_the_callers_tenant_and_loop_guard() -> None:
+    """A ``scope="tenant"`` tool called in a lease is cached for the caller's tenant (before:
+    the lease opened a session without it, and the tool raised ``ScopeError``); the
+    caller's loop guard watches the turn's calls too."""
+    pool = make()
+    runs: list[str] = []
+
+    @dejacache.tool_cache(resource="orders", scope="tenant")
+    def orders() -> str:
+        who = current_session()
+        assert who is not None and who.tenant is not None
+        runs.append(who.tenant)
+        return f"orders of {who.tenant}"
+
+    @dejacache.tool_cache(resource="notes", scope="session")
+    def notes() -> str:
+        who = current_session()
+        assert who is not None
+        return f"notes of {who.tenant}/{who.session_id}"
+
+    guard = dejacache.LoopGuard(max_repeats=2, on_loop="raise")
+    with dejacache.agent_session(tenant="acme", session_id="http-1", loop_guard=guard):
+        with pool.lease("chat:42") as agent:
+            sess = current_session()
+            assert sess is not None and (sess.tenant, sess.session_id) == ("acme", "chat:42")
+            assert orders() == "orders of acme" and orders() == "orders of acme"
+            assert notes() == "notes of acme/chat:42"
+            with pytest.raises(dejacache.AgentLoopDetected):
+                orders()
+        assert current_session() is not None and current_session().session_id == "http-1"
+        with pool.lease("http-1") as again:  # the caller's own session: continued
+            assert current_session() is not None and current_session().session_id == "http-1"
+    assert runs == ["acme"] and again is not agent
+
+
+def test_a_lease_never_serves_one_tenants_agent_or_cached_results_to_another() -> None:
+    """Two tenants whose sessions share a key (chat 42 of two customers' bots): tenant b's
+    lease gets an agent of its own, built for it, and its tool calls never see tenant a's
+    cached results. Before: the agent built for tenant a was reused for tenant b."""
+    rel = Releases()
+    pool = make(rel)
+    runs: list[str] = []
+
+    @dejacache.tool_cache(resource="profile", scope="tenant")
+    def profile() -> str:
+        who = current_session()
+        assert who is not None and who.tenant is not None
+        runs.append(who.tenant)
+        return f"profile of {who.tenant}"
+
+    with dejacache.agent_session(tenant="a"), pool.lease("chat:42", model="m") as agent_a:
+        assert profile() == "profile of a"
+    with dejacache.agent_session(tenant="b"), pool.lease("chat:42", model="m") as agent_b:
+        assert profile() == "profile of b"
+    assert agent_b is not agent_a and rel.released == [agent_a]  # replaced, closed once
+    with dejacache.agent_session(tenant="b"), pool.lease("chat:42", model="m") as again:
+        assert profile() == "profile of b"
+    assert again is agent_b and runs == ["a", "b"]
+    with pool.lease("chat:42", model="m") as untenanted:  # no tenant is not tenant b
+        pass
+    assert untenanted is not agent_b
+    assert pool.stats().rebuilds == 2
+
+
+def test_a_bare_thread_a_tenants_lease_starts_never_takes_the_tenant() -> None:
+    """A thread the agent starts may outlive the turn (a worker started lazily) and run
+    another tenant's work later: it gets the conversation's name for its requests, never
+    the tenant, so a tenant-scoped tool there refuses instead of serving tenant a's
+    entries. Executor tasks carry their submitter's context per task: the tenant's."""
+    pool = make()
+
+    @dejacache.tool_cache(resource="profile", scope="tenant")
+    def profile() -> str:
+        return "p"
+
+    from dejacache.runtime._conversation import conversation
+
+    seen: dict[str, Any] = {}
+
+    def bare() -> None:
+        seen["session"] = current_session()
+        seen["conversation"] = conversation()
+        try:
+            profile()
+        except dejacache.ScopeError:
+            seen["refused"] = True
+        grandchild = threading.Thread(target=lambda: seen.update(grand=conversation()))
+        grandchild.start()
+        grandchild.join(5)
+
+    with dejacache.agent_session(tenant="a"), pool.lease("chat:42"):
+        mine = conversation()
+        t = threading.Thread(target=bare)
+        t.start()
+        t.join(5)
+        with ThreadPoolExecutor(1) as ex:
+            task = ex.submit(lambda: (current_session(), profile())).result(5)
+    assert mine == "a/chat:42"
+    assert seen == {"session": None, "conversation": mine, "refused": True, "grand": mine}
+    assert task[0] is not None and task[0].tenant == "a" and task[1] == "p"
+
+
+def test_a_signature_callable_is_the_whole_signature_however_lossy() -> None:
+    """By design: what a callable signature returns decides reuse, and the names it read
+    are never set on the agent (a prompt's per-message clock left out keeps the agent's
+    built prompt). A callable returning only the model's family keeps the agent built for
+    the family's first model; returning the model rebuilds on a change."""
+    family = make(signature=lambda c: {"family": c["model"].split("-")[0]})
+    a = family.get("s", model="gpt-4.1")
+    b = family.get("s", model="gpt-4.1-mini")
+    assert b is a and b.model == "gpt-4.1"  # declared: the family is the signature
+    assert family.get("s", model="claude-3") is not a
+    exact = make(signature=lambda c: {"model": c["model"]})
+    c = exact.get("s", model="gpt-4.1")
+    assert exact.get("s", model="gpt-4.1-mini") is not c

@@ -249,9 +249,9 @@ def test_traces_are_the_frozen_dataclass_they_were() -> None:
 
 def test_entities_remembered_by_value_keep_equal_but_different_values_apart() -> None:
     """A one-field template's entity is remembered by the argument's value when it is an
-    exact int or str. ``True == 1`` (same hash) formats as ``cart:True``, and ``1`` and
-    ``"1"`` are two entries of one entity: each must be invalidated as its own entity says,
-    in its own tenant only."""
+    exact int or str. ``1``, ``"1"`` and ``True`` (``True == 1``) are three entries of one
+    entity, ``cart:1``: a write naming any of them invalidates all three, in its own tenant
+    only, and ``2`` stays cached."""
     store = MemoryStore()
     calls: list[Any] = []
 
@@ -268,9 +268,11 @@ def test_entities_remembered_by_value_keep_equal_but_different_values_apart() ->
         one, text, yes = get(1), get("1"), get(True)  # (True == 1: not dict keys)
         assert (get(1), get("1"), get(True)) == (one, text, yes)  # all hits
         assert len(calls) == 3 and yes["user"] == "True"
-        update(True)  # entity cart:True: 1 and "1" stay cached
-        assert get(1) == one and get("1") == text
-        assert get(True) != yes
+        two = get(2)
+        update(True)  # entity cart:1 (it was cart:True, and 1 and "1" stayed cached)
+        assert get(1) != one and get("1") != text and get(True) != yes
+        assert get(2) == two
+        one, text = get(1), get("1")
         update(1)  # entity cart:1: both spellings of it miss
         assert get(1) != one and get("1") != text
         n = len(calls)

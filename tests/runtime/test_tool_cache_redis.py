@@ -89,6 +89,39 @@ def test_tiered_store_learns_of_invalidation_through_redis_counters(
         assert shop.reads == 2
 
 
+@pytest.mark.parametrize(("read_as", "write_as"), [(1, 1.0), (1.0, True), (1, "1")],
+                         ids=["int-float", "float-bool", "int-str"])
+def test_a_replica_writing_an_equal_entity_id_invalidates_the_readers_entry(
+    redis_server: RedisServer, read_as: Any, write_as: Any,
+) -> None:
+    """Two replicas (two stores over one Redis, no shared Python state) name cart 1 as
+    ``1`` and ``1.0``: one entity, so one counter in Redis. Before, the writer bumped the
+    counter of "cart:1.0" and the reader served the cart from before the write."""
+    db = redis.Redis.from_url(redis_server.url, socket_timeout=1)
+    db.set("db:cart", "v0")
+
+    def replica() -> tuple[Any, Any]:
+        store = tiered(redis_server.url)
+
+        @dejacache.tool_cache(resource="cart", key="cart:{user_id}", store=store)
+        def get_cart(user_id: Any) -> str:
+            return (db.get("db:cart") or b"").decode()
+
+        @dejacache.invalidates("cart", key="cart:{user_id}", store=store)
+        def set_cart(user_id: Any, value: str) -> None:
+            db.set("db:cart", value)
+
+        return get_cart, set_cart
+
+    (get_a, _), (_, set_b) = replica(), replica()
+    with dejacache.agent_session(tenant="acme"):
+        assert get_a(read_as) == "v0"
+        assert get_a(read_as) == "v0"
+        assert dejacache.runtime_stats().by_tool["get_cart"].hits == 1
+        set_b(write_as, "v1")
+        assert get_a(read_as) == "v1"
+
+
 def test_counter_max_age_bounds_staleness(redis_server: RedisServer) -> None:
     store = tiered(redis_server.url)
     shop = Shop(redis_server.url, store, max_age=0.3)
@@ -176,6 +209,58 @@ def test_write_while_redis_is_down_is_replayed_before_serving(redis_server: Redi
 
         wait_for(hit)
     assert seen[0] == "v0" and set(seen[1:]) == {"v1"}
+
+
+def test_a_configured_redis_left_behind_and_down_neither_holds_writes_nor_serves_stale(
+    redis_server: RedisServer,
+) -> None:
+    """A write also bumps the stores configured earlier that readers read through (so a
+    reader going back to one does not serve what the write replaced), without waiting for
+    one that no longer answers: its bump is queued, and until it lands this process reads
+    nothing through that store."""
+    old = rt(redis_server.url, cooldown=0.05, timeout=0.05, connect_timeout=0.05)
+    value = {"v": "v0"}
+    runs: list[str] = []
+
+    @dejacache.tool_cache(resource="doc", scope="global")
+    def read() -> str:
+        runs.append(value["v"])
+        return value["v"]
+
+    @dejacache.invalidates("doc")
+    def write(v: str) -> None:
+        value["v"] = v
+
+    try:
+        dejacache.configure(store=old)
+        assert read() == "v0" and read() == "v0" and runs == ["v0"]
+        redis_server.pause()
+        dejacache.configure(store=dejacache.MemoryStore())
+        t0 = time.monotonic()
+        write("v1")
+        assert time.monotonic() - t0 < 2.0  # not LAND_WITHIN (30 s)
+        dejacache.configure(store=old)
+        assert read() == "v1"  # its counters unreadable, the bump queued: uncached
+    finally:
+        redis_server.resume()
+        dejacache.configure(store=None)
+    wait_for(lambda: old.get_counters(["x"]) is not None)
+    dejacache.configure(store=old)
+    served: list[str] = []  # what the cache answered (the tool not run), once it does
+
+    def hit() -> bool:
+        before = len(runs)
+        got = read()
+        if len(runs) == before:
+            served.append(got)
+        return bool(served)
+
+    try:
+        wait_for(hit)  # past the fence after the outage
+    finally:
+        dejacache.configure(store=None)
+    assert served == ["v1"]  # before: "v0", cached before the write
+    old.close()
 
 
 @pytest.mark.parametrize("silence", [0.3, 2.5], ids=["0.3 s", "2.5 s: a failover"])

@@ -4,14 +4,114 @@ from __future__ import annotations
 
 import inspect
 import string
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import ConfigurationError
 
-__all__ = ["Template", "is_error_result"]
+__all__ = ["Template", "entity_value", "is_error_result"]
 
 _PK = inspect.Parameter.POSITIONAL_OR_KEYWORD
+# Past this many digits an integral Decimal is not made an int (Decimal("1e999999999")
+# would take gigabytes); Python formats no int that long anyway (``int_max_str_digits``).
+_MAX_DIGITS = 4300
+
+
+def entity_value(v: Any) -> Any:
+    """The value an entity template formats for ``v``: numbers equal to each other (and so
+    one dict key: ``1 == 1.0 == True == Decimal("1")``) become one value, the ``int`` for a
+    whole number and the ``float`` otherwise; anything else (``str`` included) is ``v``.
+
+    The reader's and the writer's templates both format through this, so a read of
+    ``order_id=1`` and a write of ``order_id=1.0`` name one entity. Two unequal numbers may
+    meet on one float (``Decimal("0.1")`` and ``0.1``): a write to one then invalidates the
+    other too, a miss, never a stale read. A ``str`` is kept as given: ``"1"`` names the
+    entity ``1`` does (the text is the same), ``"1.0"`` does not. Tuples, lists, dicts and
+    sets hold their items by the same rule, a dict's items and a set's in one order (a set
+    as a tuple): ``{"a", "b"}`` iterates in an order each process draws at random."""
+    tv = type(v)
+    if tv is int or tv is str:
+        return v
+    if tv is float:  # (the ABC checks below cost ~2 µs)
+        return int(v) if v.is_integer() else v
+    if tv is bool:
+        return int(v)
+    if tv is tuple or tv is list:  # (exact types: a named tuple's text is its own)
+        return tv(map(entity_value, v))
+    if tv is dict:
+        return dict(sorted(((entity_value(k), entity_value(x)) for k, x in v.items()),
+                           key=_first_repr))
+    if tv is set or tv is frozenset:
+        return tuple(sorted(map(entity_value, v), key=repr))
+    if isinstance(v, int):  # an IntEnum, whether or not ``numbers`` is loaded
+        return int(v)
+    if isinstance(v, float):  # numpy's float64
+        f = float(v)
+        return int(f) if f.is_integer() else f
+    # ``numbers`` and ``decimal`` as loaded by whoever made ``v``: a tool cache loads
+    # neither (``decimal`` is ~3 ms), and a number of theirs cannot exist before they are.
+    num, dec = sys.modules.get("numbers"), sys.modules.get("decimal")
+    is_dec = dec is not None and isinstance(v, dec.Decimal)
+    if not (is_dec or (num is not None and isinstance(v, num.Number))):
+        return v
+    if num is not None and isinstance(v, num.Complex) and not isinstance(v, num.Real):
+        if v.imag:
+            return v
+        v = v.real
+    if is_dec and v.is_finite() and v.adjusted() > _MAX_DIGITS:
+        return v  # (formats as its own text: equal to an int Python cannot print anyway)
+    try:
+        whole = int(v)
+        if whole == v:
+            return whole
+    except (ArithmeticError, ValueError, TypeError):  # inf, nan
+        pass
+    if isinstance(v, float):
+        return v
+    try:
+        return float(v)
+    except (ArithmeticError, ValueError, TypeError):
+        return v
+
+
+def _first_repr(item: tuple[Any, Any]) -> str:
+    return repr(item[0])
+
+
+def _text(v: Any) -> str:
+    """One template field's text, for a field with no format spec or conversion."""
+    tv = type(v)
+    return v if tv is str else str(v) if tv is int else format(entity_value(v), "")
+
+
+_Parsed = list[tuple[str, str | None, str | None, str | None]]
+_FORMATTER = string.Formatter()
+
+
+def _render(parsed: _Parsed, bound: Mapping[str, Any]) -> str:
+    """``text.format_map(bound)`` from the template's parse, with every field's value passed
+    through :func:`entity_value` before its conversion and format spec (``{order.id}``,
+    ``{n:05d}``, ``{x!r}``). (``string.Formatter.vformat`` parsed the text on every call:
+    twice the cost.)"""
+    out = []
+    for lit, field, spec, conv in parsed:
+        out.append(lit)
+        if field is None:
+            continue
+        value = entity_value(_FORMATTER.get_field(field, (), bound)[0])
+        if conv:
+            value = _FORMATTER.convert_field(value, conv)
+        if spec and "{" in spec:  # a nested field: "{price:{width}}"
+            spec = _render(list(_FORMATTER.parse(spec)), bound)
+        out.append(format(value, spec or ""))
+    return "".join(out)
+
+
+# A field that cannot be formatted (a missing name, a spec the value refuses, an int too
+# long to print, a list that holds itself) names no entity: the reader runs uncached, the
+# writer invalidates the whole resource.
+_UNBOUND = (TypeError, KeyError, AttributeError, IndexError, ValueError, RecursionError)
 
 
 class Template:
@@ -21,7 +121,8 @@ class Template:
     fails at import time instead of silently sharing one entity between all calls.
     """
 
-    __slots__ = ("_defaults", "_fast", "_names", "_pieces", "_sig", "nparams", "one", "text")
+    __slots__ = ("_defaults", "_fast", "_names", "_parsed", "_pieces", "_sig", "nparams", "one",
+                 "text")
 
     def __init__(self, fn: Callable[..., Any], text: str, where: str) -> None:
         self.text = text
@@ -33,9 +134,10 @@ class Template:
         self._fast = all(p.kind is _PK for p in params)
         has_var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
         try:
-            parsed = list(string.Formatter().parse(text))
+            parsed: _Parsed = list(_FORMATTER.parse(text))
         except ValueError as exc:
             raise ConfigurationError(f"{where}: bad key template {text!r}: {exc}") from None
+        self._parsed = parsed
         fields = [f for _, f, _, _ in parsed if f is not None]
         # Templates of bare parameter names (the usual ``"cart:{user_id}"``) are formatted
         # piece by piece from the arguments, without binding a dict (a third of the cost):
@@ -93,8 +195,8 @@ class Template:
                 try:
                     v = (kwargs[name] if name in kwargs else args[i] if i < len(args)
                          else self._defaults[name])
-                    return lit + format(v, "") + pieces[1]
-                except (TypeError, KeyError, AttributeError, IndexError):
+                    return lit + _text(v) + pieces[1]
+                except _UNBOUND:
                     return None
             out = []
             try:
@@ -106,8 +208,8 @@ class Template:
                     else:
                         v = self._defaults[name]
                     out.append(lit)
-                    out.append(format(v, ""))
-            except (TypeError, KeyError, AttributeError, IndexError):
+                    out.append(_text(v))
+            except _UNBOUND:
                 return None
             out.append(pieces[1])
             return "".join(out)
@@ -126,8 +228,8 @@ class Template:
                         bound.update(v)
                     else:
                         bound[k] = v
-            return self.text.format_map(bound)
-        except (TypeError, KeyError, AttributeError, IndexError):
+            return _render(self._parsed, bound)
+        except _UNBOUND:
             return None
 
 

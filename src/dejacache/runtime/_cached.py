@@ -43,6 +43,7 @@ from ._layout import (
     Gens,
     read_counters,
     register_reader,
+    register_route,
 )
 from ._tracing import Args, Kwargs, Noted, Trace, guard_after, guard_before
 from .generations import (
@@ -95,6 +96,8 @@ class Route:
             return
         store = self.store = tc.store_for(configured)
         self.gens = tc.generations(store)
+        if store is configured:  # writes must reach it after the configuration changes
+            register_route(tc.resource, store)
         self.local = isinstance(self.gens, LocalGenerations)
         self.short = (getattr(store, "short_hits", False) is True
                       and getattr(codec, "plain_payloads", False) is True)
@@ -255,8 +258,14 @@ class ToolCache:
             # A session prefix names its tenant, so (prefix, entity) fixes the levels too.
             levels = ([GLOBAL, ANY_TENANT] if self.scope == "global" or sess is None
                       else [sess.prefixes["tenant"], GLOBAL])
-            got = (prefix, f"{prefix}/{self.res_tool}/",
-                   tuple(read_counters(levels, self.res, entity)), [None, None])
+            # The entity is in the key, not only in its counters' values: two entities
+            # whose counters agree shared one entry when the argument digest did not tell
+            # them apart (a template naming an ``ignore``d argument, or ``{self.region}``
+            # under ``key_self=False``), and one answered for the other.
+            head = f"{prefix}/{self.res_tool}/" + (
+                "" if entity is None else f"{encode_component(entity)}/")
+            got = (prefix, head, tuple(read_counters(levels, self.res, entity)),
+                   [None, None])
             heads = self._heads
             if len(heads) >= _MAX_HEADS:
                 heads.clear()

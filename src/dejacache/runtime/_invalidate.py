@@ -16,15 +16,7 @@ from ..stores._protocols import Store
 from . import metrics as m
 from ._binding import Template
 from ._decorate import F, function_only, probe, tool_names
-from ._layout import (
-    ANY_TENANT,
-    GLOBAL,
-    READER_STORES,
-    REG_LOCK,
-    WRITTEN,
-    Gens,
-    write_counters,
-)
+from ._layout import ANY_TENANT, GLOBAL, WRITTEN, Gens, reader_stores, write_counters
 from ._tracing import (
     Args,
     Kwargs,
@@ -55,20 +47,24 @@ def _levels(sess: agent_session | None, resource: str, scope: str | None,
     return [tenant_pfx, ANY_TENANT]
 
 
-def bump_targets(resource: str, store: Store | None) -> list[Gens]:
-    """Every counter backend a reader of ``resource`` may be using."""
-    out: list[Gens] = [local_generations()]
-    cands: list[Any] = [store, config.settings_object().store]
-    with REG_LOCK:
-        cands.extend(READER_STORES.get(resource, {}).values())
-    for s in cands:
+def bump_targets(resource: str, store: Store | None) -> list[tuple[Gens, bool]]:
+    """Every counter backend a reader of ``resource`` may be using, each with whether the
+    bump after the write waits for it to land (``LAND_WITHIN``). A store that was configured
+    before, and is no longer, does not: readers elsewhere read the store configured now, and
+    a bump queued there keeps this process off it until it lands; a store gone for good
+    would otherwise hold every write up to ``LAND_WITHIN``."""
+    out: list[tuple[Gens, bool]] = [(local_generations(), True)]
+    explicit, routed = reader_stores(resource)
+    cands = [(s, True) for s in (store, config.settings_object().store, *explicit)]
+    cands += [(s, False) for s in routed]
+    for s, land in cands:
         if s is None:
             continue
         # None: a store tool_cache refuses (a reader using it has already raised), or a
         # configured cassette, which runtime caches never read.
         g = maybe_generations_for(s)
-        if g is not None and all(g is not o for o in out):
-            out.append(g)
+        if g is not None and all(g is not o for o, _ in out):
+            out.append((g, land))
     return out
 
 
@@ -95,7 +91,7 @@ class Writer:
                                key_self=key_self)
 
     def plan(self, sess: agent_session | None, args: Args, kwargs: Kwargs
-             ) -> tuple[list[str], list[Gens]]:
+             ) -> tuple[list[str], list[tuple[Gens, bool]]]:
         """(counter names, counter backends) to bump."""
         levels = _levels(sess, self.resource, self.scope, self.name)
         if self.resource not in WRITTEN:
@@ -160,13 +156,13 @@ def invalidates(
                 adigest, nudge = w.before(sess, tr, args, kwargs)
                 if nudge is not PROCEED:
                     return nudge
-                for g in targets:
+                for g, _ in targets:
                     await g.abump(names)
                 try:
                     result = await f(*args, **kwargs)
                 finally:
-                    for g in targets:  # landed before the write returns (LAND_WITHIN)
-                        await g.abump(names, land=True)
+                    for g, land in targets:  # landed before the write returns (LAND_WITHIN)
+                        await g.abump(names, land=land)
                     w.count(sess)
                 return w.after(sess, adigest, result, tr)
 
@@ -183,13 +179,13 @@ def invalidates(
                 adigest, nudge = w.before(sess, tr, args, kwargs)
                 if nudge is not PROCEED:
                     return nudge
-                for g in targets:
+                for g, _ in targets:
                     g.bump(names)
                 try:
                     result = f(*args, **kwargs)
                 finally:
-                    for g in targets:  # landed before the write returns (LAND_WITHIN)
-                        g.bump(names, land=True)
+                    for g, land in targets:  # landed before the write returns (LAND_WITHIN)
+                        g.bump(names, land=land)
                     w.count(sess)
                 return w.after(sess, adigest, result, tr)
 

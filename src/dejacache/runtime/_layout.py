@@ -3,14 +3,16 @@
 
 Entry keys::
 
-    <scope prefix>/<resource>/<tool>/<epoch>.<g1>.<g2>.../<argument digest>
+    <scope prefix>/<resource>/<tool>/[<entity>/]<epoch>.<g1>.<g2>.../<argument digest>
 
 where the scope prefix is ``rt1/g`` (global), ``rt1/t/<tenant>`` or
 ``rt1/s/<tenant>/<session>``, and every name is encoded by ``_core.scopes``, so different
-tenants can never share a key. ``g1...`` are the generation counters the entry depends on
-(see :mod:`.generations`): for a tool with ``key=`` the resource counter and the entity
-counter; without ``key=`` the resource counter and the resource's "any entity written"
-counter (a listing must not survive a write to one of its items). Tenant and session entries
+tenants can never share a key. ``<entity>`` (a tool with ``key=``): what its template
+formats, so two entities never share an entry, whatever the argument digest holds.
+``g1...`` are the generation counters the entry depends on (see :mod:`.generations`):
+for a tool with ``key=`` the resource counter and the entity counter; without ``key=`` the
+resource counter and the resource's "any entity written" counter (a listing must not
+survive a write to one of its items). Tenant and session entries
 also depend on the global counters, so a write made outside any session (an admin job)
 reaches every tenant. Global entries also depend on the "any tenant" level (``rt1/a``),
 which every tenant's write bumps: so a tenant's write reaches the global readers of its
@@ -29,6 +31,7 @@ so a store that groups keys by it (a Redis Cluster hash tag) reads them in one s
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -49,6 +52,11 @@ Gens = LocalGenerations | SharedGenerations
 # Strong references: decorated tools (and so their stores) live as long as their module.
 READER_STORES: dict[str, dict[int, Any]] = {}
 REG_LOCK = threading.Lock()
+# The configured stores (``configure(store=...)``) readers of a resource have read through,
+# by resource, weakly: a write bumps them too. Writes bumped only the store configured at
+# the time, so a reader that went back to an earlier configured store served what the
+# write had replaced there. Weak: a process that configures a store per job lets each go.
+ROUTED: dict[str, weakref.WeakValueDictionary[int, Any]] = {}
 # Every resource a ``@tool_cache`` of this process reads, and each one an ``@invalidates``
 # wrote (-> the writer's name): a resource written and read by none is most likely a typo
 # (``invalidates("cartz")`` invalidates nothing, and the readers of "cart" serve stale data),
@@ -64,6 +72,23 @@ def register_reader(resource: str, store: Any) -> None:
         READ.add(resource)
         if store is not None:
             READER_STORES.setdefault(resource, {})[id(store)] = store
+
+
+def register_route(resource: str, store: Any) -> None:
+    """Note a configured store a reader of ``resource`` reads through (see ``ROUTED``)."""
+    with REG_LOCK:
+        try:
+            ROUTED.setdefault(resource, weakref.WeakValueDictionary())[id(store)] = store
+        except TypeError:  # no weak reference to it: kept as an explicit store is
+            READER_STORES.setdefault(resource, {})[id(store)] = store
+
+
+def reader_stores(resource: str) -> tuple[list[Any], list[Any]]:
+    """The stores a write to ``resource`` must reach besides the writer's and the one
+    configured now: (readers' explicit stores, configured ones readers read through)."""
+    with REG_LOCK:
+        return (list(READER_STORES.get(resource, {}).values()),
+                list(ROUTED.get(resource, {}).values()))
 
 
 def unread(resources: Iterable[str]) -> list[str]:
@@ -106,6 +131,7 @@ def reset_readers() -> None:
     and retried by its background flush)."""
     with REG_LOCK:
         READER_STORES.clear()
+        ROUTED.clear()
 
 
 def read_counters(levels: Iterable[str], res: str, entity: str | None) -> list[str]:

@@ -7,9 +7,10 @@ one lease or monitor is open, the public ``Thread.start`` is wrapped so that a t
 *from inside one* runs in a context carried from its starter:
 
 - inside a lease, a copy of the starter's whole context (what Python 3.14 does under
-  ``-X thread_inherit_context``). A lease's session never carries a tenant, so no
-  tenant-scoped cache can leak this way (``agent_session`` itself deliberately does not reach
-  bare threads; see ``session.py``);
+  ``-X thread_inherit_context``), with what the lease sets over it: a lease for a tenant
+  hands its threads no session, only the conversation's name, so no tenant-scoped cache can
+  leak into a thread that outlives the turn and serves another tenant's work later
+  (``agent_session`` itself deliberately does not reach bare threads; see ``session.py``);
 - inside a monitor only, a fresh context holding just the variables the monitor names (its
   observers, the conversation's name), read when the thread starts: a monitor sees the
   thread's requests without changing the session, tenant or scope they run under, and a
@@ -39,7 +40,13 @@ Carried = Callable[[], Iterable[tuple[contextvars.ContextVar[Any], Any]]]
 
 
 class _Whole:
-    """Inside a lease: threads take a copy of the starter's whole context."""
+    """Inside a lease: threads take a copy of the starter's whole context, with ``over``
+    (variable, value) pairs set in the copy."""
+
+    __slots__ = ("over",)
+
+    def __init__(self, over: tuple[tuple[contextvars.ContextVar[Any], Any], ...] = ()) -> None:
+        self.over = over
 
 
 _WHOLE = _Whole()
@@ -56,8 +63,7 @@ _CARRY: contextvars.ContextVar[_Carry] = contextvars.ContextVar(
 _POOL_WORKERS = frozenset({"concurrent.futures.thread", "multiprocessing.pool"})
 
 
-def _set_all(pairs: list[tuple[contextvars.ContextVar[Any], Any]],
-             carry: tuple[Carried, ...]) -> None:
+def _set_all(pairs: list[tuple[contextvars.ContextVar[Any], Any]], carry: _Carry) -> None:
     for var, value in pairs:
         var.set(value)
     _CARRY.set(carry)  # the thread's own threads carry the same again
@@ -66,7 +72,10 @@ def _set_all(pairs: list[tuple[contextvars.ContextVar[Any], Any]],
 def _context_for_thread() -> contextvars.Context | None:
     carry = _CARRY.get()
     if isinstance(carry, _Whole):
-        return contextvars.copy_context()
+        ctx = contextvars.copy_context()
+        if carry.over:
+            ctx.run(_set_all, list(carry.over), carry)
+        return ctx
     if not carry:
         return None
     ctx = contextvars.Context()
@@ -83,10 +92,13 @@ def _start(self: threading.Thread) -> None:
     _ORIGINAL(self)
 
 
-def enter(carried: Carried | None = None) -> contextvars.Token[_Carry]:
+def enter(carried: Carried | None = None, *,
+          over: tuple[tuple[contextvars.ContextVar[Any], Any], ...] = ()
+          ) -> contextvars.Token[_Carry]:
     """Mark this context so that threads started here carry it: the whole of it (a lease,
-    ``carried`` None), or just the variables ``carried()`` returns (a monitor; inside a lease
-    the whole copy holds them already). Makes sure both carries are installed."""
+    ``carried`` None) with the ``over`` pairs set over it, or just the variables
+    ``carried()`` returns (a monitor; inside a lease the whole copy holds them already).
+    Makes sure both carries are installed."""
     global _DEPTH
     with _LOCK:
         _DEPTH += 1
@@ -95,7 +107,7 @@ def enter(carried: Carried | None = None) -> contextvars.Token[_Carry]:
     _threads.on_block(1)
     carry = _CARRY.get()
     if carried is None:
-        carry = _WHOLE
+        carry = _Whole(over) if over else _WHOLE
     elif not isinstance(carry, _Whole) and carried not in carry:
         carry = (*carry, carried)
     return _CARRY.set(carry)

@@ -61,6 +61,9 @@ __all__ = ["NOT_READ", "LocalGenerations", "SharedGenerations", "generations_for
 MAX_COUNTERS = 200_000
 #: ``SharedGenerations.read_with``: no entry was read with the counters.
 NOT_READ: Any = object()
+#: The counter layout's mark, first in every shared-counter key part (see
+#: ``SharedGenerations.epoch``); a new letter whenever counter names change meaning.
+LAYOUT = "h"
 
 
 class LocalGenerations:
@@ -164,10 +167,12 @@ class SharedGenerations:
         redis = redis_counters(backend)
         self._ops: Any = redis or _with_async_twins(backend)
         self._resets = 0
-        # Part of every entry key. The "g" marks the counter layout of this version (names
-        # start with the resource): counters under the new names start at 0, and an entry
-        # an earlier version cached under zeros must not be reachable again.
-        self.epoch = "g0"
+        # Part of every entry key. The letter marks the counter layout of this version
+        # (names start with the resource; "h": equal numbers name one entity, so
+        # ``order_id=1.0`` counts under ``e/1``): counters under new names start at 0, and
+        # an entry an earlier version cached under the same values must not be reachable
+        # again.
+        self.epoch = f"{LAYOUT}0"
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[int, float]] = {}
         self._seen: dict[str, int] = {}
@@ -245,7 +250,7 @@ class SharedGenerations:
                 if v < self._seen.get(n, 0):
                     # Redis lost its counters: old keys could become reachable again.
                     self._resets += 1
-                    self.epoch = f"g{self._resets}"
+                    self.epoch = f"{LAYOUT}{self._resets}"
                     self._seen.clear()
                 self._seen[n] = max(v, self._seen.get(n, 0))
                 self._cache[n] = (v, now)

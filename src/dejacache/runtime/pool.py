@@ -16,9 +16,11 @@ a cache lock held on the event loop (#52197). So here:
   when the caller is on one (a single release thread). No lock is held across an ``await``
   or while a factory runs; one session's turns are serialised (or refused) and never block
   another session's.
-- A lease runs inside ``agent_session(session_id=...)``, carried into executor tasks and the
-  bare threads the agent starts (``_lease_threads``), so every request it makes is attributed
-  to its session. ``apply=`` (opt in) rewrites those requests with the prompt-cache planner's
+- A lease runs inside ``agent_session(session_id=...)`` under the caller's tenant, carried
+  into executor tasks and the bare threads the agent starts (``_lease_threads``; a bare
+  thread gets the conversation's name, never the tenant), so every request it makes is
+  attributed to its session. The tenant is part of every signature: an agent is never
+  reused across tenants. ``apply=`` (opt in) rewrites those requests with the prompt-cache planner's
   runtime fixes (``_cache_apply.py``: a ``prompt_cache_key`` per session, cache breakpoints).
 """
 
@@ -40,12 +42,14 @@ from types import TracebackType
 from typing import Any, Generic, Literal, TypeVar
 
 from .._core.durations import Duration, seconds
+from .._core.scopes import tenant_prefix
 from ..errors import ConfigurationError, PoolError
 from ..keys import KeyBuilder
 from ..stores._base import off_loop_owned
 from . import _lease_threads
 from ._cache_apply import CacheFixer, fixes_of
-from .session import agent_session
+from ._conversation import THREAD_SESSION, conversation
+from .session import SESSION, agent_session
 
 __all__ = ["AgentPool", "PoolStats"]
 
@@ -145,6 +149,31 @@ def _session_id(key: Hashable) -> str:
     return key if isinstance(key, str) else repr(key)
 
 
+def _turn_session(key: Hashable) -> agent_session:
+    """The session a turn of ``key`` runs in: ``session_id=key``, with what the caller's
+    session set (its tenant, loop guard and trace bound); the caller's session itself when
+    it is already that session. Without the tenant a ``scope="tenant"`` tool in the turn
+    raised ``ScopeError`` though the caller had set one."""
+    outer = SESSION.get()
+    sid = _session_id(key)
+    if outer is None:
+        return agent_session(session_id=sid)
+    if outer.session_id == sid:
+        return outer  # (re-entering it continues its loop-guard state and trace)
+    maxlen = outer.calls.maxlen
+    return agent_session(outer.tenant, sid, loop_guard=outer.loop_guard,
+                         max_calls=1000 if maxlen is None else maxlen)
+
+
+def _tenant_digest(digest: str) -> str:
+    """A signature digest that holds the caller's tenant: an agent built for one tenant
+    (its history, its credentials, what its tools cached) is never reused for another,
+    whatever the signature says; a lease of the same key by another tenant rebuilds it."""
+    outer = SESSION.get()
+    tenant = outer.tenant if outer is not None else None
+    return digest if tenant is None else f"{digest}@{tenant_prefix(tenant)}"
+
+
 _DEFAULT_SIGNATURE = ("model", "provider", "base_url", "api_key", "toolsets", "system_prompt")
 
 
@@ -184,7 +213,12 @@ class AgentPool(Generic[A]):
     ``factory(**config)`` builds an agent. ``signature`` is the config names whose values
     decide whether a session's agent can be reused (or a callable taking the config mapping
     and returning the signature's inputs; the names it reads count as inside). Other config
-    names are passed to ``factory`` and set with ``setattr`` on a reused agent. ``apply``:
+    names are passed to ``factory`` and set with ``setattr`` on a reused agent. A callable's
+    return value is the whole signature, by design: configs it maps to one value reuse the
+    agent as it was built, and the names it read are not set on it (what leaves a message's
+    clock out of a prompt). Return what must rebuild the agent: ``{"model":
+    config["model"]}``, not only the model's family, unless an agent built for ``gpt-4.1``
+    should answer for ``gpt-4.1-mini``. The caller's tenant is always part of it. ``apply``:
     the prompt-cache fixes applied to the requests made in a lease (``True`` for
     ``"prompt_cache_key"`` and ``"breakpoints"``, or a list of them).
     """
@@ -269,7 +303,7 @@ class AgentPool(Generic[A]):
         digest, outside = self._signature(config)
         slot = self._acquire_sync(session_key)
         try:
-            with agent_session(session_id=_session_id(session_key)):
+            with _turn_session(session_key):
                 agent = self._resolve_sync(slot, digest, outside, config)
         finally:
             self._finish(slot)
@@ -278,7 +312,10 @@ class AgentPool(Generic[A]):
     def lease(self, session_key: Hashable, /, **config: Any) -> _Lease[A]:
         """A turn of ``session_key``: ``with pool.lease(key, **config) as agent`` (or
         ``async with``). Inside it the agent is never released, and requests it makes (from
-        its own threads too) are attributed to ``agent_session(session_id=key)``."""
+        its own threads too) are attributed to ``agent_session(session_id=key)`` under the
+        caller's tenant (and loop guard), if its ``agent_session`` set one. An agent built
+        under one tenant is never reused under another: the tenant is part of the
+        signature."""
         return _Lease(self, session_key, config)
 
     def evict(self, session_key: Hashable) -> bool:
@@ -374,7 +411,7 @@ class AgentPool(Generic[A]):
             outside = tuple(n for n in config if n not in rec.read)
         # Missing and None agree, so adding an optional name does not rebuild every agent.
         inputs = {k: v for k, v in inputs.items() if v is not None}
-        return _KEYS.key(_NAMESPACE, (), inputs), outside
+        return _tenant_digest(_KEYS.key(_NAMESPACE, (), inputs)), outside
 
     def _check_given(self, config: Mapping[str, Any], outside: tuple[str, ...]) -> None:
         """A turn of a factory taking ``**kwargs`` (any name could be a parameter) whose config
@@ -668,11 +705,16 @@ class _Lease(Generic[A]):
 
     def _open(self, slot: _Slot) -> None:
         self._slot = slot
-        self._session = agent_session(session_id=_session_id(self._key))
-        self._session.__enter__()
+        sess = self._session = _turn_session(self._key)
+        sess.__enter__()
         held = _HELD.set((*_HELD.get(), self))
         fixer = self._pool._fixer
-        self._tokens = (_lease_threads.enter(), held, fixer.enter() if fixer else None)
+        # A bare thread the agent starts may outlive the turn and run another tenant's work
+        # later: it gets no tenant (as an ``agent_session`` never reaches a bare thread),
+        # only the conversation's name, for the requests it sends.
+        over = () if sess.tenant is None else ((SESSION, None), (THREAD_SESSION, conversation()))
+        self._tokens = (_lease_threads.enter(over=over), held,
+                        fixer.enter() if fixer else None)
 
     def _close(self) -> None:
         slot, self._slot = self._slot, None
