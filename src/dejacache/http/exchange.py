@@ -40,6 +40,7 @@ from .._secrets import (
     AUTH_QUERY,
     PLACEHOLDER,
     SESSION_QUERY,
+    credential_token,
     is_auth_query,
     is_secret_name,
     is_secret_query,
@@ -378,10 +379,12 @@ def unquoted(body: bytes, headers: Sequence[tuple[str, str]],
     parts and bodies keyed by digest are all covered by one search. The token is what the
     key and the stored request hold: a replay with another key (CI's) quotes its own key,
     which becomes the same token, while its header is mapped onto the recording's as an
-    identity (``identities.py``), so it still hits; a body quoting another header keys
-    apart. A body quoting none costs one substring search per credential and per base64
-    run of it (``Spellings.may_hold``, as :func:`_quotes` does for answers): one API key,
-    2 KB of JSON 2.3 us (a replayed call ~185 us), 200 KB 77 us (~1 ms)."""
+    identity (``identities.py``), so it still hits (on any machine: under a credential
+    field's name the token keys as itself, ``_secrets.is_credential_token``, not as a
+    per-machine mask); a body quoting another header keys apart. A body quoting none
+    costs one substring search per credential and per base64 run of it
+    (``Spellings.may_hold``, as :func:`_quotes` does for answers): one API key, 2 KB of
+    JSON 2.3 us (a replayed call ~185 us), 200 KB 77 us (~1 ms)."""
     if not body:
         return body
     own = _own(tuple(headers), tuple(query))
@@ -389,7 +392,7 @@ def unquoted(body: bytes, headers: Sequence[tuple[str, str]],
         return body
     text = body.decode("utf-8", "surrogateescape")
     for name, spelt in own.named:
-        token = f"<credential:{name}>"
+        token = credential_token(name)
         # Split on the placeholder the body may hold already, so that only this
         # credential's replacements are renamed after it.
         text = PLACEHOLDER.join(spelt.replaced(part).replace(PLACEHOLDER, token)
@@ -412,7 +415,11 @@ def _own(headers: tuple[tuple[str, str], ...], query: tuple[tuple[str, str], ...
     for name, value in headers:
         found.setdefault(name.lower(), set()).update(credential_values([(name, value)]))
     for name, value in query:
-        found.setdefault(f"query:{name}", set()).update(credential_values((), [(name, value)]))
+        vs = credential_values((), [(name, value)])
+        if vs:
+            from urllib.parse import quote  # only for a query that carries a credential
+
+            found.setdefault(f"query:{quote(name, safe='')}", set()).update(vs)
     named = sorted(((n, sorted(vs)) for n, vs in found.items() if vs),
                    key=lambda nv: (-max(len(v) for v in nv[1]), nv[0]))
     if not named:
