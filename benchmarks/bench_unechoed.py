@@ -10,7 +10,10 @@ an ``httpx2.MockTransport`` into a ``MemoryStore`` (the whole record path: key, 
 store), with and without credentials in the request (run it against two checkouts, by
 ``PYTHONPATH``, to compare before and after). Answers: a 2 KB chat completion, a 1 MB one
 (one long string, or lines and links), a 1 MB embeddings answer (floats), a 200-event
-stream, and an echo of the request's bytes base64-encoded, holding the key.
+stream, and an echo of the request's bytes base64-encoded, holding the key. Then the
+request side: a body looked through for the request's own credentials before it is keyed
+(``exchange.unquoted``, on the record and the replay path alike), 2 KB and 200 KB of
+JSON, without the key (the common case) and quoting it.
 """
 
 from __future__ import annotations
@@ -130,6 +133,28 @@ def look_alone(ctype: str, body: bytes, wire: bool) -> Callable[[], Any]:
     return lambda: unechoed(value, creds, given)
 
 
+def request_body(size: int, quoting: bool) -> bytes:
+    text = "the quick brown fox jumps over the lazy dog " * 23
+    turns = [{"role": "user", "content": text} for _ in range(max(size // 1030, 1))]
+    if quoting:
+        turns[-1] = {"role": "user", "content": f"call the tool with {KEY}"}
+    return orjson.dumps({"model": "m", "messages": turns})
+
+
+def request_rows(budget: float) -> list[list[str]]:
+    from dejacache.http.exchange import unquoted
+
+    headers = [*SDK_HEADERS, *CREDENTIALED.items()]
+    rows = []
+    for label, size in (("json 2 KB", 2048), ("json 200 KB", 200 * 1024)):
+        cells = []
+        for quoting in (False, True):
+            body = request_body(size, quoting)
+            cells.append(median_us(lambda body=body: unquoted(body, headers), budget))
+        rows.append([label, *(f"{c:.1f}" for c in cells)])
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=1.0)
@@ -153,6 +178,9 @@ def main() -> None:
                           budget)
         none = median_us(lambda: credential_values(SDK_HEADERS), budget)
         print(f"\nFinding the request's credentials: {found:.1f} us ({none:.1f} us with none).")
+        print("\n## A request body quoting its own credentials (exchange.unquoted)\n")
+        print(md_table(["body", "without the key (us)", "quoting it (us)"],
+                       request_rows(budget)))
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ __all__ = [
     "Shape",
     "basic_auth",
     "credential",
+    "credential_token",
     "find_secrets",
     "guarded",
     "held",
@@ -62,6 +63,7 @@ __all__ = [
     "is_auth_name",
     "is_auth_query",
     "is_basic_auth",
+    "is_credential_token",
     "is_schema",
     "is_secret_name",
     "is_secret_pair",
@@ -360,6 +362,25 @@ def _nested_credential(raw: str) -> bool:
 
 #: What a file shows in place of a secret (cassettes, miss reports, CLI output).
 PLACEHOLDER: Final = "<REDACTED>"
+
+
+#: What a request body holds in place of one of the request's own credentials
+#: (``http.exchange.unquoted``): the name it came under, never its value.
+_TOKEN_PREFIX: Final = "<credential:"
+_TOKEN: Final = pattern(r"<credential:[^\s<>\"\\]{1,256}>")
+
+
+def credential_token(name: str) -> str:
+    """``<credential:NAME>``: the stand-in for a credential sent under ``name`` (a header's
+    lower-cased name, ``query:NAME`` percent-encoded)."""
+    return f"{_TOKEN_PREFIX}{name}>"
+
+
+def is_credential_token(value: str) -> bool:
+    """Whether ``value`` is one :func:`credential_token` and nothing else: a stand-in that
+    holds no secret, so a credential-named field holding it keys as it is, the same on
+    every machine (a keyed digest of it would differ on CI's)."""
+    return value.startswith(_TOKEN_PREFIX) and _TOKEN.fullmatch(value) is not None
 
 
 def placeholder(_: Any) -> str:

@@ -840,6 +840,8 @@ class _Canon:
             subbed = _subst(esc, self.subs)
             if subbed != esc:  # a declared live value: key it as its placeholder, portably
                 return orjson.loads(subbed)
+        if t is str and _secrets.is_credential_token(v):  # the request's own key, named
+            return v
         if t is str or t is int or t is float or t in _LEAF:
             return _secrets.mask(v)
         if isinstance(v, enum.Enum):  # its value masked, under its class as anywhere else

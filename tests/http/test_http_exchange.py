@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from dejacache.http import exchange
 from dejacache.http.aliases import AliasTable
 from dejacache.http.exchange import (
     canonical_request,
@@ -348,3 +349,35 @@ def test_stream_events_are_stored_without_the_credentials() -> None:
                            OPENAI, events=events, credentials=[_LONG_KEY])
     assert value["events"][1][1] == 'event: error\ndata: {"message": "bad key <REDACTED>"}\n\n'
     assert _LONG_KEY in events[1][1]  # the events as read are not touched
+
+
+# ------------------------------------------------------------------ a body quoting its own key
+
+_OWN_KEY = "k7Qz9WmXv2Lp4Rt8Yn3Bc6Hd"
+_OWN = [("x-api-key", _OWN_KEY), ("Authorization", "Bearer tok/en+9f3c2b7e1d==")]
+
+
+@pytest.mark.parametrize(("body", "stored"), [
+    (b'{"a": {"b": ["use k7Qz9WmXv2Lp4Rt8Yn3Bc6Hd"]}}',
+     b'{"a": {"b": ["use <credential:x-api-key>"]}}'),
+    # JSON's escapes, a form's percent-encoding, the Bearer token alone
+    (b'{"t": "tok\\/en+9f3c2b7e1d=="}', b'{"t": "<credential:authorization>"}'),
+    (b"f=tok%2Fen%2B9f3c2b7e1d%3D%3D&g=1", b"f=<credential:authorization>&g=1"),
+    # base64 inside a string: the run and the groups either side of it
+    (b'{"blob": "dG9rZW49azdRejlXbVh2MkxwNFJ0OFluM0JjNkhk"}',
+     b'{"blob": "dG9r<credential:x-api-key>"}'),
+    # a placeholder the body held already stays what it was
+    (b"<REDACTED> k7Qz9WmXv2Lp4Rt8Yn3Bc6Hd", b"<REDACTED> <credential:x-api-key>"),
+])
+def test_a_body_quoting_its_own_credentials_holds_tokens_naming_them(
+        body: bytes, stored: bytes) -> None:
+    assert exchange.unquoted(body, _OWN) == stored
+
+
+def test_a_body_quoting_no_credential_is_kept_as_it_is() -> None:
+    body = orjson.dumps({"messages": [{"role": "user", "content": "hi " * 700}]})
+    assert exchange.unquoted(body, _OWN) is body
+    assert exchange.unquoted(b"k7Qz9WmXv2Lp4Rt8Yn3Bc6Hd", [("accept", _OWN_KEY)]) == (
+        b"k7Qz9WmXv2Lp4Rt8Yn3Bc6Hd")  # not a credential where it came from
+    assert exchange.unquoted(b"q=k7Qz9WmXv2Lp4Rt8Yn3Bc6Hd", [],
+                             [("key", _OWN_KEY)]) == b"q=<credential:query:key>"

@@ -662,6 +662,30 @@ def test_an_answer_quoting_the_requests_key_is_stored_without_it(
     assert again.status_code == status and again.text.count("<REDACTED>") == 3
 
 
+def test_a_body_quoting_the_requests_keys_is_stored_and_keyed_with_tokens(
+        session_for: Open) -> None:
+    # A client handing its keys on in the body: through the proxy, the cassette holds a
+    # token naming each, and a replay with other keys, quoted alike, is the same call.
+    def ask(session: ProxySession, keys: tuple[str, ...]) -> httpx2.Response:
+        body = {"handing_on": list(keys), "note": f"the key is {keys[0]}"}
+        return post(f"{session.url}/echo/v1/echo?key={keys[2]}", body,
+                    **{"x-api-key": keys[0], "authorization": f"Bearer {keys[1]}"})
+
+    with KeyRefuser() as server:
+        s = session_for("handing-on", upstreams={"echo": server.base})
+        assert ask(s, KeyRefuser.KEYS).status_code == 200
+        s.close(ok=True)
+        data = s.cassette.read_bytes()
+        assert [k for k in KeyRefuser.KEYS if k.encode() in data] == []
+        (entry,) = entries(s.cassette)
+        assert entry["request"]["body"]["handing_on"] == [
+            "<credential:x-api-key>", "<credential:authorization>", "<credential:query:key>"]
+    others = ("other-api-key-0f1e2d", "other-token-3c4b5a", "other-query-6d7e8f")
+    again = ask(session_for("handing-on", upstreams={"echo": server.base}, mode="replay"),
+                others)
+    assert again.status_code == 200 and "Incorrect API key provided" in again.text
+
+
 @pytest.mark.parametrize("spelling", SPELLINGS)
 @pytest.mark.parametrize("form", FORMS)
 def test_an_answer_quoting_the_requests_key_in_another_spelling_is_stored_without_it(

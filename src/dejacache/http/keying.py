@@ -31,6 +31,7 @@ from .exchange import (
     legacy_request,
     query_identity,
     request_key,
+    unquoted,
     volatile_for,
 )
 from .headers import classify
@@ -82,11 +83,17 @@ def keyed(eff: Effective, name: str, args: tuple[Any, ...],
           headers: Iterable[tuple[str, str]] | None) -> Keyed:
     """``args``: ``canonical_request``'s positional arguments (method, path, query, body,
     content type, provider, aliases, volatile items, substitutions). ``headers`` None: the
-    form before request headers counted, as importers write it."""
+    form before request headers counted, as importers write it. A body quoting the request's
+    own credentials is keyed, in every form, with each replaced by a token naming it
+    (``exchange.unquoted``)."""
     if headers is None:
         canonical, stream = canonical_request(*args, legacy=True)
         return Keyed(request_key(eff.namespace or "", name, canonical), canonical, stream,
                      _NOBODY, None)
+    headers = tuple(headers)
+    body = unquoted(args[3], headers, args[2])
+    if body is not args[3]:  # the body quotes its own credentials: keyed and stored as tokens
+        args = (*args[:3], body, *args[4:])
     provider, aliases, extra = args[5], args[6], args[7]
     names, _, _, keep, _ = volatile_for(provider.name, extra, provider.volatile)
     kh = classify(headers, provider=provider.name != "http", volatile=names, keep=keep)
