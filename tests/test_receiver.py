@@ -6,6 +6,7 @@ import collections
 import dataclasses
 import enum
 import io
+import re
 import socket
 import sys
 import threading
@@ -424,6 +425,43 @@ class _Agent:
     @dejacache.cache(key_self=True)
     def ask_strict(self, q: str) -> str:
         return f"{self.config.model}: {q}"
+
+
+class _Run2:
+    """A class whose name a digits pattern matches."""
+
+    def __init__(self, note: str, **more: Any) -> None:
+        self.note = note
+        self.config = _Config("m-1", **more)
+        self.tools = [_Config("t-1")]
+        self.members = frozenset({_Config("s-1")})
+
+    @dejacache.cache(volatile=[re.compile(r"\d+"), "self.config.tags[0]"])
+    def ask(self, q: str) -> str:
+        return f"{self.note}: {q}"
+
+
+class _Run3(_Run2):
+    pass
+
+
+def test_volatile_patterns_run_once_over_a_receiver(store: dejacache.MemoryStore) -> None:
+    # Each string used to be masked twice, by the receiver's walk and by the arguments'
+    # pass: "<volatile>" came out as "<volatile\\>", as a literal placeholder does.
+    r = _Run2("id 7", tags=["x 1", "kept 2"])
+    parts = _Run2.ask.explain(r, "q 9")  # type: ignore[attr-defined]
+    ph = "<volatile>"
+    assert parts.arguments == {"q": f"q {ph}", "self": [f"{__name__}:_Run2", {
+        "note": f"id {ph}",
+        "config": [f"{__name__}:_Config", {"model": f"m-{ph}", "tags": [ph, f"kept {ph}"]}],
+        "tools": [":", [[f"{__name__}:_Config", {"model": f"t-{ph}"}]]],
+        "members": [":", {"\x00set": [[f"{__name__}:_Config", {"model": f"s-{ph}"}]]}]}]}
+    # a class's tag is not text a pattern masks: a _Run3 is not a _Run2
+    assert _Run3.ask.explain(_Run3("id 7", tags=[]), "q").arguments["self"][0] == (  # type: ignore[attr-defined]
+        f"{__name__}:_Run3")
+    assert _Run2("id 1").ask("q") == _Run2("id 2").ask("q") == "id 1: q"  # masked: a hit
+    assert _Run3("id 1").ask("q") == "id 1: q"
+    assert len(list(store.iterate())) == 2
 
 
 def test_a_nested_plain_object_is_keyed_by_its_data(store: dejacache.MemoryStore) -> None:
