@@ -7,6 +7,7 @@ import abc
 import dataclasses
 import enum
 from typing import Any
+from unittest.mock import ANY
 
 from dejacache import _captures
 
@@ -52,9 +53,10 @@ def _factory(tag: Any, log: list[Any]) -> type:
 def test_a_class_made_in_a_function_captures_what_its_body_wrote() -> None:
     made = _factory("one", [])
     cells = _captures.class_cells(made)
-    assert [name for name, _ in cells] == ["log", "tag"]  # not the dataclass's own closures
+    # not the dataclass's own closures; the code of the methods its body wrote
+    assert [name for name, _ in cells] == ["Made.<code>", "log", "tag"]
     keyed, other = _captures.values(cells)
-    assert keyed == {"tag": "one"}
+    assert keyed == {"Made.<code>": ANY, "tag": "one"}
     assert other == [("log", [])]
     assert _captures.class_cells(_Top) == ()
     assert _captures.class_cells(int) == ()
@@ -71,7 +73,8 @@ def test_a_name_captured_by_two_classes_of_the_mro_keeps_both() -> None:
         return Derived
 
     cells = dict(_captures.class_cells(derived("mine")))
-    assert _captures.values(tuple(cells.items()))[0] == {"tag": "mine", "tag#1": "base"}
+    assert _captures.values(tuple(cells.items()))[0] == {
+        "tag": "mine", "tag#1": "base", "Derived.<code>": ANY, "Made.<code>": ANY}
 
 
 def test_only_immutable_values_are_keyed_and_members_under_their_class() -> None:
@@ -112,7 +115,8 @@ def test_methods_under_decorators_and_odd_class_attributes() -> None:
 
         return Cfg
 
-    assert _captures.values(_captures.class_cells(made("a")))[0] == {"tag": "a"}
+    assert _captures.values(_captures.class_cells(made("a")))[0] == {
+        "tag": "a", "Cfg.<code>": ANY}
 
 
 def test_a_class_made_at_run_time_is_one_its_module_does_not_name() -> None:
@@ -132,11 +136,13 @@ def test_a_run_time_class_holds_its_own_data_attributes_read_at_each_call() -> N
         "LABEL": "one", "tags": ["x"], "label": label, "kind": int, "mod": enum,
         "size": property(lambda self: 1), "__slots__": ()})
     cells = _captures.class_cells(built)
-    assert [name for name, _ in cells] == ["Built.LABEL", "Built.tags"]  # no _abc_impl
-    assert _captures.values(cells) == ({"Built.LABEL": "one"}, [("Built.tags", ["x"])])
+    # no _abc_impl
+    assert [name for name, _ in cells] == ["Built.<code>", "Built.LABEL", "Built.tags"]
+    code = {"Built.<code>": ANY}
+    assert _captures.values(cells) == ({**code, "Built.LABEL": "one"}, [("Built.tags", ["x"])])
     built.LABEL = "two"  # type: ignore[attr-defined]
     del built.tags  # type: ignore[attr-defined]
-    assert _captures.values(cells) == ({"Built.LABEL": "two"}, [])
+    assert _captures.values(cells) == ({**code, "Built.LABEL": "two"}, [])
     assert _captures.class_cells(type("Empty", (), {})) == ()
 
 

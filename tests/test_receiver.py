@@ -6,12 +6,14 @@ import collections
 import dataclasses
 import enum
 import io
+import re
 import socket
 import sys
 import threading
 import types
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
+from unittest.mock import ANY
 
 import pydantic
 import pytest
@@ -225,7 +227,7 @@ def test_a_classmethod_keys_its_class_by_qualified_name(store: dejacache.MemoryS
     assert [Base.create("q"), Child.create("q"), Child().create("q")] == [
         "Base", "Child", "Child"]
     assert live == ["Base", "Child"]
-    assert Base.create.explain(Child, "q").arguments["cls"].endswith(  # type: ignore[attr-defined]
+    assert Base.create.explain(Child, "q").arguments["cls"][0].endswith(  # type: ignore[attr-defined]
         "<locals>.Child")
 
 
@@ -325,9 +327,10 @@ def test_slots_and_builtin_subclasses_are_keyed_never_refused(
                     "x", "y"]
     parts = Slotted.ask.explain(Slotted("a"), "q")  # type: ignore[attr-defined]
     assert parts.left_out == ("self.lock",)
-    assert parts.arguments["self"][1] == {"model": "a", "_Slotted__secret_sauce": "aa"}
+    assert parts.arguments["self"][1] == {"model": "a", "_Slotted__secret_sauce": "aa",
+                                          "<captured>": {"Slotted.<code>": ANY}}
     assert Name.ask.explain(Name("x"), "q").arguments["self"][1] == {  # type: ignore[attr-defined]
-        "*": "x"}
+        "*": "x", "<captured>": {"Name.<code>": ANY}}
 
 
 def test_key_builder_binds_the_receiver_in_every_spelling() -> None:
@@ -422,6 +425,43 @@ class _Agent:
     @dejacache.cache(key_self=True)
     def ask_strict(self, q: str) -> str:
         return f"{self.config.model}: {q}"
+
+
+class _Run2:
+    """A class whose name a digits pattern matches."""
+
+    def __init__(self, note: str, **more: Any) -> None:
+        self.note = note
+        self.config = _Config("m-1", **more)
+        self.tools = [_Config("t-1")]
+        self.members = frozenset({_Config("s-1")})
+
+    @dejacache.cache(volatile=[re.compile(r"\d+"), "self.config.tags[0]"])
+    def ask(self, q: str) -> str:
+        return f"{self.note}: {q}"
+
+
+class _Run3(_Run2):
+    pass
+
+
+def test_volatile_patterns_run_once_over_a_receiver(store: dejacache.MemoryStore) -> None:
+    # Each string used to be masked twice, by the receiver's walk and by the arguments'
+    # pass: "<volatile>" came out as "<volatile\\>", as a literal placeholder does.
+    r = _Run2("id 7", tags=["x 1", "kept 2"])
+    parts = _Run2.ask.explain(r, "q 9")  # type: ignore[attr-defined]
+    ph = "<volatile>"
+    assert parts.arguments == {"q": f"q {ph}", "self": [f"{__name__}:_Run2", {
+        "note": f"id {ph}",
+        "config": [f"{__name__}:_Config", {"model": f"m-{ph}", "tags": [ph, f"kept {ph}"]}],
+        "tools": [":", [[f"{__name__}:_Config", {"model": f"t-{ph}"}]]],
+        "members": [":", {"\x00set": [[f"{__name__}:_Config", {"model": f"s-{ph}"}]]}]}]}
+    # a class's tag is not text a pattern masks: a _Run3 is not a _Run2
+    assert _Run3.ask.explain(_Run3("id 7", tags=[]), "q").arguments["self"][0] == (  # type: ignore[attr-defined]
+        f"{__name__}:_Run3")
+    assert _Run2("id 1").ask("q") == _Run2("id 2").ask("q") == "id 1: q"  # masked: a hit
+    assert _Run3("id 1").ask("q") == "id 1: q"
+    assert len(list(store.iterate())) == 2
 
 
 def test_a_nested_plain_object_is_keyed_by_its_data(store: dejacache.MemoryStore) -> None:
@@ -1082,7 +1122,8 @@ def test_classes_a_factory_makes_are_keyed_by_what_they_captured(
     parts = _Holder.go.explain(_Holder(_cfg_class("one")()))  # type: ignore[attr-defined]
     assert parts.left_out == ()
     assert parts.arguments["self"][1]["c"] == [
-        f"{__name__}:_cfg_class.<locals>.Cfg", {"x": 1, "<captured>": {"tag": "one"}}]
+        f"{__name__}:_cfg_class.<locals>.Cfg",
+        {"x": 1, "<captured>": {"tag": "one", "Cfg.<code>": ANY}}]
     # the receiver itself, its escaped attributes, its bases', and an immutable capture
     key = _Holder.go.cache_key  # type: ignore[attr-defined]
 
@@ -1101,10 +1142,11 @@ def test_classes_a_factory_makes_are_keyed_by_what_they_captured(
     agents = receiver("a"), receiver("b")
     assert [a().ask("q") for a in agents] == ["a: q", "b: q"]
     one, two = agents[0](), agents[0]()
+    code = {"tag": "a", "Agent.<code>": ANY, "Base.<code>": ANY}
     one.__dict__["<captured>"] = {"tag": "x"}  # an attribute never spells the captures
     assert type(one).ask.explain(one, "q").arguments["self"][1] == {  # type: ignore[attr-defined]
-        "<<captured>": {"tag": "x"}, "<captured>": {"tag": "a"}}
-    assert type(two).ask.explain(two, "q").arguments["self"][1] == {"<captured>": {"tag": "a"}}  # type: ignore[attr-defined]
+        "<<captured>": {"tag": "x"}, "<captured>": code}
+    assert type(two).ask.explain(two, "q").arguments["self"][1] == {"<captured>": code}  # type: ignore[attr-defined]
     assert key(_Holder(_cfg_class(("x", 1))())) != key(_Holder(_cfg_class(("x", 2))()))
     assert key(_Holder(_cfg_class(Color.RED)())) != key(_Holder(_cfg_class(1)()))
 
@@ -1146,7 +1188,7 @@ def test_a_capture_that_is_not_data_leaves_its_object_out_and_named(
     a = receiver("a", calls, [])("m")
     parts = type(a).ask.explain(a, "q")  # type: ignore[attr-defined]
     assert parts.left_out == ("self.<captured>.log",)
-    assert parts.arguments["self"][1] == {"model": "m"}
+    assert parts.arguments["self"][1] == {"model": "m", "<captured>": {"Agent.<code>": ANY}}
     assert parts.arguments["<captured>"] == {"tag": "a"}  # (the method's own)
     assert a.ask("q") == "a/m: q"
     assert receiver("b", calls, [])("m").ask("q") == "b/m: q"
@@ -1241,7 +1283,8 @@ def test_class_attributes_of_a_factory_made_class_are_keyed(
     assert len(list(store.iterate())) == 2
     parts = _Asks.go.explain(_Asks(_labelled("one")()))  # type: ignore[attr-defined]
     assert parts.arguments["self"][1]["c"] == [
-        f"{__name__}:_labelled.<locals>.Cfg", {"<captured>": {"Cfg.LABEL": "one"}}]
+        f"{__name__}:_labelled.<locals>.Cfg",
+        {"<captured>": {"Cfg.LABEL": "one", "Cfg.<code>": ANY}}]
 
     def agent(tag: str) -> type:
         class Agent:
@@ -1271,6 +1314,87 @@ def test_classes_built_by_type_with_one_name_are_told_apart(
     assert [_Asks(k()).go() for k in by_capture] == ["three", "four"]
 
 
+def _label_one(self: Any) -> str:
+    return "one"
+
+
+def _label_two(self: Any) -> str:
+    return "two"
+
+
+def _one_of_two_statements(first: bool) -> type:
+    if first:
+        class Cfg:
+            def label(self) -> str:
+                return "first"
+    else:
+        class Cfg:  # type: ignore[no-redef]
+            def label(self) -> str:
+                return "second"
+    return Cfg
+
+
+def test_classes_of_one_name_whose_methods_differ_only_in_code_are_told_apart(
+    store: dejacache.MemoryStore,
+) -> None:
+    # Each pair used to answer its first's answer twice: one name, no data, nothing captured.
+    by_function = [type("Cfg", (), {"label": f}) for f in (_label_one, _label_two)]
+    assert [_Asks(k()).go() for k in by_function] == ["one", "two"]
+    by_lambda = [type("Cfg", (), {"label": lambda self: "three"}),
+                 type("Cfg", (), {"label": lambda self: "four"})]
+    assert [_Asks(k()).go() for k in by_lambda] == ["three", "four"]
+    by_default = [type("Cfg", (), {"label": lambda self, t=t: t}) for t in ("five", "six")]
+    assert [_Asks(k()).go() for k in by_default] == ["five", "six"]
+    by_statement = [_one_of_two_statements(first) for first in (True, False)]
+    assert [_Asks(k()).go() for k in by_statement] == ["first", "second"]
+    unread: list[Any] = []  # functions whose source cannot be read: keyed by their bytecode
+    for text in ("'seven'", "'eight'"):
+        ns: dict[str, Any] = {}
+        exec(f"def label(self):\n    return {text}\n", ns)
+        unread.append(type("Cfg", (), {"label": ns["label"]}))
+    assert [_Asks(k()).go() for k in unread] == ["seven", "eight"]
+    stored = len(list(store.iterate()))
+    # the same statement made again, the same functions: hits
+    assert _Asks(_one_of_two_statements(True)()).go() == "first"
+    assert _Asks(type("Cfg", (), {"label": _label_one})()).go() == "one"
+    assert len(list(store.iterate())) == stored == 10
+
+
+def test_a_classmethods_class_and_a_dataclass_argument_are_told_apart_by_their_code(
+    store: dejacache.MemoryStore,
+) -> None:
+    def make(first: bool) -> type:
+        if first:
+            @dataclasses.dataclass(frozen=True)
+            class Spec:
+                model: str
+
+                def label(self) -> str:
+                    return f"first/{self.model}"
+
+                @classmethod
+                @dejacache.cache
+                def create(cls, q: str) -> str:
+                    return f"first: {q}"
+        else:
+            @dataclasses.dataclass(frozen=True)
+            class Spec:  # type: ignore[no-redef]
+                model: str
+
+                def label(self) -> str:
+                    return f"second/{self.model}"
+
+                @classmethod
+                @dejacache.cache
+                def create(cls, q: str) -> str:
+                    return f"second: {q}"
+        return Spec
+
+    specs = [make(True), make(False)]
+    assert [_labelled_by(k("m")) for k in specs] == ["first/m", "second/m"]
+    assert [k.create("q") for k in specs] == ["first: q", "second: q"]
+
+
 def test_a_classmethods_class_made_at_run_time_is_keyed_by_its_data(
     store: dejacache.MemoryStore,
 ) -> None:
@@ -1295,7 +1419,7 @@ def test_a_classmethods_class_made_at_run_time_is_keyed_by_its_data(
     assert len(list(store.iterate())) == 3
     assert made[0].create.explain(made[0], "q").arguments["cls"] == [  # type: ignore[attr-defined]
         f"{__name__}.{made[0].__qualname__}",
-        {"<captured>": {"Made.LABEL": "a", "suffix": "!"}}]
+        {"<captured>": {"Made.LABEL": "a", "suffix": "!", "Made.<code>": ANY}}]
 
 
 def _spec_class(tag: str) -> Any:

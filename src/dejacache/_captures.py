@@ -34,13 +34,16 @@ TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions
 if TYPE_CHECKING:
     from typing import Any, Final
 
-__all__ = ["CAPTURED", "HELD", "LATE", "cells", "class_cells", "class_tag", "form", "immutable",
-           "made_at_run_time", "values", "with_values"]
+__all__ = ["CAPTURED", "CODE", "HELD", "LATE", "cells", "class_cells", "class_tag", "form",
+           "immutable", "made_at_run_time", "values", "with_values"]
 
 #: The member holding captured values (a closure's bound arguments, an object's data): not an
 #: identifier, so no parameter or attribute spells it (a ``**kwargs`` key or an attribute
 #: starting with ``<`` gets one more ``<`` where this member can be written).
 CAPTURED: Final = "<captured>"
+#: Under :data:`CAPTURED`, ``Class.<code>``: a digest of the code of the functions written for
+#: a class made at run time (``_code_digest``).
+CODE: Final = "<code>"
 _ENUM_TAG: Final = "\x00enum"  # (``keys._Canon._enum_form``'s spelling)
 #: Types of modules ``import dejacache`` does not load, keyed as data (leaves) when one is.
 LATE: Final = {"decimal": ("Decimal",),
@@ -107,19 +110,109 @@ def _class_cells(t: type) -> tuple[tuple[str, Any], ...]:
             continue
         prefix = f"{klass.__qualname__}."
         found: list[tuple[str, Any]] = []
-        for fn in _functions(klass):
-            # Written for the class (in its body, or handed to type() as it was written):
-            # not one a decorator or dataclasses generated and renamed (a dataclass's
-            # __repr__ captures a set and a function, and its object is data).
-            code = fn.__code__.co_qualname
-            if code.startswith(prefix) or fn.__qualname__ == code:
-                found.extend(cells(fn))
+        own = _own_functions(klass, prefix)
+        for _name, fn in own:
+            found.extend(cells(fn))
+        if own:
+            found.append((f"{klass.__name__}.{CODE}", _Fixed(_code_digest(own))))
         found.extend((f"{klass.__name__}.{name}", _Attr(klass, name))
                      for name in _data_names(klass))
         for name, cell in found:
             if out.setdefault(name, cell) is not cell:
                 out.setdefault(f"{name}#{i}", cell)
     return tuple(sorted(out.items()))
+
+
+def _own_functions(klass: type, prefix: str) -> list[tuple[str, types.FunctionType]]:
+    """``(attribute, function)`` of the functions written for ``klass`` (in its body, or
+    handed to ``type()`` as they were written): not one a decorator or dataclasses generated
+    and renamed (a dataclass's ``__repr__`` captures a set and a function, and its object is
+    data)."""
+    return [(name, fn) for name, fn in _functions(klass)
+            if (code := fn.__code__.co_qualname).startswith(prefix) or fn.__qualname__ == code]
+
+
+def _code_digest(fns: list[tuple[str, types.FunctionType]]) -> str:
+    """A digest of the code of ``fns``, the functions written for a class made at run time:
+    two classes of one name whose methods differ only in their code (``type("Cfg", (),
+    {"run": f1})`` and one with ``f2``; two ``class Cfg`` statements in one factory)
+    answer differently, and what they capture is the same. Worked out once per class."""
+    import hashlib  # (a class made at run time only)
+
+    h = hashlib.blake2b(digest_size=8)
+    for name, fn in fns:
+        h.update(f"{name}\0{_code_text(fn)}\0".encode(errors="surrogatepass"))
+    return h.hexdigest()
+
+
+def _code_text(fn: types.FunctionType) -> str:
+    """What a function does, as text that does not change with the Python version: its
+    source (the span its instructions cover, so two lambdas on one line differ), its
+    parameters and defaults; its bytecode when its source cannot be read (``exec``)."""
+    code = fn.__code__
+    head = (f"{code.co_varnames[:_arg_count(code)]}{code.co_flags & _KINDS:x}"
+            f"{_stable(fn.__defaults__)}{_stable(fn.__kwdefaults__)}")
+    return head + _source(code, fn.__globals__)
+
+
+def _arg_count(code: Any) -> int:
+    n: int = code.co_argcount + code.co_kwonlyargcount
+    return n + bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)
+
+
+# *args, **kwargs, generator, coroutine, async generator: flags that say how it is called.
+_KINDS = 0x04 | 0x08 | 0x20 | 0x80 | 0x100 | 0x200
+
+
+def _source(code: Any, module: dict[str, Any]) -> str:
+    """The text of ``code``'s span in its file (``module``: its globals, for a loader's
+    source), or its marshalled bytes in hex when there is none to read."""
+    import linecache
+    import marshal
+
+    spans: list[tuple[int, int, int, int]] = []
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        # (a zero-width position is the function's entry, at its first line's column 0)
+        spans.extend(p for p in c.co_positions()
+                     if None not in p and (p[0], p[2]) != (p[1], p[3]))
+        stack.extend(k for k in c.co_consts if inspect.iscode(k))
+    lines = linecache.getlines(code.co_filename, module)
+    if not spans or not lines:
+        return marshal.dumps(code).hex()
+    (l0, c0), (l1, c1) = min((p[0], p[2]) for p in spans), max((p[1], p[3]) for p in spans)
+    if l1 > len(lines):
+        return marshal.dumps(code).hex()
+    text = "".join(lines[l0 - 1:l1]).encode(errors="surrogatepass")
+    end = len(text) - len(lines[l1 - 1].encode(errors="surrogatepass")) + c1
+    return text[c0:end].decode(errors="surrogatepass")
+
+
+def _stable(v: Any) -> str:
+    """A default value as text the same in every process (a frozenset's items sorted, an
+    Enum member by its class and name); a value that is not immutable by its type alone."""
+    t = type(v)
+    if t is tuple:
+        return "(" + ",".join(_stable(x) for x in v) + ")"
+    if t is frozenset:
+        return "{" + ",".join(sorted(_stable(x) for x in v)) + "}"
+    if t is dict:  # (``__kwdefaults__``)
+        return "{" + ",".join(sorted(f"{k}={_stable(x)}" for k, x in v.items())) + "}"
+    if isinstance(v, enum.Enum):
+        return f"{class_tag(t)}.{v.name}"
+    if t in _IMMUTABLE:
+        return repr(v)
+    return f"<{class_tag(t)}>"
+
+
+class _Fixed:
+    """A value worked out once, read as a cell is (``cell_contents``)."""
+
+    __slots__ = ("cell_contents",)
+
+    def __init__(self, value: Any) -> None:
+        self.cell_contents = value
 
 
 #: :func:`class_cells` per class, read first where a call costs (a hit's argument).
@@ -170,12 +263,12 @@ class _Attr:
             raise ValueError(self.name) from None
 
 
-def _functions(klass: type) -> list[types.FunctionType]:
-    """The functions ``klass``'s body defines: methods, static and class methods,
-    properties' accessors, a ``cached_property``'s, under their decorators (``@cache``'s,
-    any ``functools.wraps``)."""
-    out: list[types.FunctionType] = []
-    for v in vars(klass).values():
+def _functions(klass: type) -> list[tuple[str, types.FunctionType]]:
+    """``(attribute, function)`` of the functions ``klass``'s body defines: methods, static
+    and class methods, properties' accessors, a ``cached_property``'s, under their
+    decorators (``@cache``'s, any ``functools.wraps``)."""
+    out: list[tuple[str, types.FunctionType]] = []
+    for name, v in vars(klass).items():
         if isinstance(v, property):
             parts: tuple[Any, ...] = (v.fget, v.fset, v.fdel)
         else:
@@ -185,7 +278,7 @@ def _functions(klass: type) -> list[types.FunctionType]:
                          getattr(v, "func", None))
             except Exception:
                 continue
-        out.extend(f for f in parts if isinstance(f, types.FunctionType))
+        out.extend((name, f) for f in parts if isinstance(f, types.FunctionType))
     return out
 
 

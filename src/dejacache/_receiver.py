@@ -66,6 +66,7 @@ from uuid import UUID
 from . import _captures
 from ._captures import class_tag
 from ._core import volatile as _vol
+from ._core.volatile import Masked
 from ._secrets import with_secrets, wraps_secret
 from .errors import ConfigurationError
 
@@ -75,8 +76,8 @@ if TYPE_CHECKING:
 else:
     from ._hints import Any
 
-__all__ = ["ITEMS", "MEMBER", "NESTED_DEPTH", "Members", "Receiver", "class_form", "class_tag",
-           "model_data", "receiver_form", "recheck", "rule_for"]
+__all__ = ["ITEMS", "MEMBER", "NESTED_DEPTH", "Masked", "Members", "Receiver", "class_form",
+           "class_tag", "model_data", "receiver_form", "recheck", "rule_for"]
 
 #: How many plain objects deep a receiver's attributes are followed (``self.a.b.c``...).
 NESTED_DEPTH = 8
@@ -336,7 +337,7 @@ def receiver_form(value: Any, rule: Receiver, recv: str, paths: tuple[_vol.Path,
             whys[k] = why
     if out:
         data = _without(data, out, rule.tag, recv, strict, where, whys or {})
-    return [rule.tag, data], tuple(sorted(out, key=str))
+    return (Masked if patterns else list)((rule.tag, data)), tuple(sorted(out, key=str))
 
 
 def _starts_with_object(v: Any, verdict: int) -> bool:
@@ -551,13 +552,14 @@ def recheck(form: Any, recv: str, strict: bool, where: str,
     canonicaliser refuses; None when it is not a ``[tag, data]`` form or none is refused (the
     failure was elsewhere). Asked only then: checking every container attribute on every
     call wrote a 200-message history twice per hit (13 µs more than the key's own 24)."""
-    if type(form) is not list or len(form) != 2 or type(form[1]) is not dict:
+    if type(form) not in (list, Masked) or len(form) != 2 or type(form[1]) is not dict:
         return None
     tag, data = form
     whys = {k: _refused(v, (recv, str(k)), keyable) for k, v in data.items() if not keyable(v)}
     if not whys:
         return None
-    return [tag, _without(data, list(whys), tag, recv, strict, where, whys)]
+    out = (tag, _without(data, list(whys), tag, recv, strict, where, whys))
+    return Masked(out) if type(form) is Masked else list(out)
 
 
 def _refused(value: Any, at: At, keyable: Callable[[Any], bool]) -> Why:

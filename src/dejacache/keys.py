@@ -46,6 +46,7 @@ import xxhash
 from . import _keys_segments as _seg
 from . import _secrets
 from ._core import volatile as _vol
+from ._core.volatile import Masked
 from ._lazy import pattern, served
 from .errors import ConfigurationError, UnhashableArgument
 
@@ -341,7 +342,7 @@ def _clean(obj: Any, names: _Names) -> int:
         if not plain.issuperset(obj) and not names.clean(obj):
             return 0
         obj = obj.values()
-    elif (len(obj) == 2 and (type(obj) is list or type(obj) is tuple)
+    elif (len(obj) == 2 and (type(obj) is list or type(obj) is tuple or type(obj) is Masked)
           and type(first := obj[0]) is str and first not in names.firsts and names.pair(obj)):
         return 0  # ``["api_key", "..."]``: its value is masked (``_Canon``)
     for v in obj:
@@ -371,7 +372,7 @@ def _clean(obj: Any, names: _Names) -> int:
                     if tw not in _TAG_LEAF and not _late_leaf(tw):
                         return 0
                     seen |= _TAGGED
-        elif tv is list or tv is tuple:
+        elif tv is list or tv is tuple or tv is Masked:  # (a receiver's, patterns applied)
             r = _clean(v, names)
             if not r:
                 return 0

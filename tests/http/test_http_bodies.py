@@ -79,6 +79,49 @@ def test_integers_within_64_bits_and_long_digit_strings_key_as_before() -> None:
         assert canon(body, JSON)["body"] == orjson.loads(body)
 
 
+def test_a_body_typed_as_text_is_keyed_as_its_text_even_when_it_parses_as_json() -> None:
+    # Both used to key as {"a": 1, "b": 2}: a text server reads two texts.
+    one, two = b'{"a":1, "b":2}', b'{"b":2,"a":1}'
+    for ct in ("text/plain", "text/plain; charset=utf-8", "application/octet-stream"):
+        assert canon(one, ct) != canon(two, ct)
+        assert canon(one, ct)["body"] == {"text": one.decode()}
+    # typed as JSON (any +json), or not typed at all: parsed, one request in any layout
+    for ct in ("application/json", "application/vnd.api+json", ""):
+        assert canon(one, ct)["body"] == canon(two, ct)["body"] == {"a": 1, "b": 2}
+    # a credential field in it: keyed as JSON, masked, never held in plain
+    secret = b'{"password": "hunter2-hunter2", "q": 1}'
+    keyed = orjson.dumps(canon(secret, "text/plain")).decode()
+    assert "hunter2" not in keyed and '"password":"<secret:' in keyed
+
+
+@pytest.mark.parametrize("body, alone", [
+    (b'{"a":1,"a":2}', b'{"a":2}'),
+    (b'{"a":2,"a":2}', b'{"a":2}'),
+    (b'{"m":[{"role":"user","role":"system"}]}', b'{"m":[{"role":"system"}]}'),
+    (b'{"a" : 1, "a":2}', b'{"a":2}'),  # space before a colon
+    (b'{"x\\u003a":1,"y":"\\u003a","a":1,"a":2}', b'{"x:":1,"y":":","a":2}'),  # escaped
+], ids=["top", "same-value", "nested", "spaced", "escaped-colon"])
+def test_a_json_body_repeating_a_key_never_keys_as_one_without(body: bytes,
+                                                                 alone: bytes) -> None:
+    JSON = "application/json"
+    # It used to key as the last of its pairs: a server taking the first reads another body.
+    assert orjson.loads(body) == orjson.loads(alone)
+    assert canon(body, JSON) != canon(alone, JSON)
+    assert canon(body, JSON) == canon(body, JSON)
+    # a repeated credential is masked in each of its pairs
+    pw = canon(b'{"password":"first-pw-123","password":"second-pw-456"}', JSON)
+    assert "-pw-" not in orjson.dumps(pw).decode()
+    assert canon(b'{"password":"a-pw-1","password":"b-pw-2"}', JSON) != canon(
+        b'{"password":"b-pw-2","password":"b-pw-2"}', JSON)
+
+
+def test_a_body_without_a_repeated_key_keys_as_before() -> None:
+    JSON = "application/json"
+    for body in (b'{"a":"x:y","b":{"c":"\\"quoted\\": 1"}}', b'[{"a":1},{"a":1}]',
+                 b'{"t":"a\\u0041:b","n":18446744073709551615}', b'{"a": 1, "b": [1, 2]}'):
+        assert canon(body, JSON)["body"] == orjson.loads(body)
+
+
 # ---------------------------------------------------------------- forms
 
 

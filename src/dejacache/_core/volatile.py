@@ -61,6 +61,7 @@ else:
 __all__ = [
     "TELEMETRY",
     "BlockPaths",
+    "Masked",
     "PLACEHOLDER",
     "Path",
     "REQUEST_ROOTS",
@@ -134,6 +135,17 @@ _INDEX = pattern(r"\[(\*|\d+)\]")
 
 # A named tuple, not a frozen dataclass: ~0.15 against ~1 ms to define on the 2-core box, in
 # a module every first cassette block loads.
+class Masked(list["Any"]):
+    """A receiver's form ``[tag, data]`` the volatile patterns have run over (its data's
+    text, never its tags): ``_vol.apply``, which the key runs over every argument, walks
+    exact lists only, so it leaves this one as it is and no text is masked twice (a second
+    pass escaped each placeholder, ``<volatile\\>``, as a literal one, and masked the tags:
+    ``Run2`` keyed as ``Run3``). orjson writes it as the list it is. Made only where patterns
+    are declared."""
+
+    __slots__ = ()
+
+
 class Volatility(Row):
     names: frozenset[str] = frozenset()
     paths: tuple[Path, ...] = ()
