@@ -183,12 +183,90 @@ def test_basic_credentials_are_found_inside_a_base64_blob() -> None:
     assert not any(b"YWxpY2U6aHVudGVyMjAyNC1sb25n" in d for d in _loose_decodings(kept))
 
 
-def test_short_credentials_and_unrelated_base64_are_left_alone() -> None:
+def test_unrelated_base64_and_a_short_credentials_run_without_its_edges_are_left_alone(
+        ) -> None:
     # Under 16 bytes a key's inner base64 runs are 12 characters or fewer (72 bits): a
-    # megabyte of images would hold one by chance too often to damage them for it.
+    # megabyte of images would hold one by chance too often to damage them for it, so the
+    # bits the key shares with the groups either side must match too (64 bits at 8 bytes).
     short = "0123456789abcde"
-    coded = base64.b64encode(b"\x01" + short.encode()).decode()
+    aligned = b"\x01\x02Z" + short[1:].encode()  # its run from its 2nd byte, not its 1st
+    coded = base64.b64encode(aligned).decode()
+    assert base64.b64encode(short[1:13].encode()).decode() in coded
     assert Spellings([short]).replaced(coded) == coded
+    assert Spellings([short]).replaced(base64.b64encode(b"\x01" + short.encode()).decode()
+                                       ) != base64.b64encode(b"\x01" + short.encode()).decode()
+    seven = "hunt3r!"  # under 8 bytes: never looked for in base64 (48 bits)
+    coded = base64.b64encode(b"xy" + seven.encode() + b"z").decode()
+    assert Spellings([seven]).replaced(coded) == coded
     other = base64.b64encode(bytes(range(256)) * 8).decode()
     assert Spellings([_B64_KEY]).replaced(other) is other
     assert not Spellings([_B64_KEY]).may_hold(other.encode())
+    wrapped = base64.encodebytes(bytes(range(256)) * 8).decode()
+    assert Spellings([_B64_KEY, short]).replaced(wrapped) == wrapped
+
+
+def _unwrapped(text: str) -> str:
+    """``text`` without its line breaks, raw or as JSON writes them."""
+    for brk in ("\\r", "\\n", "\r", "\n"):
+        text = text.replace(brk, "")
+    return text
+
+
+def _wrap(coded: str, width: int, eol: str) -> str:
+    return eol.join(coded[i:i + width] for i in range(0, len(coded), width)) + eol
+
+
+@given(key=st.text(st.sampled_from("abcXYZ0189-_+/=.~:é\U0001f511"), min_size=8,
+                   max_size=90).filter(lambda k: len(k.encode()) >= 8),
+       before=st.binary(max_size=120), after=st.binary(max_size=120), urlsafe=st.booleans(),
+       width=st.sampled_from([76, 64, 48]), eol=st.sampled_from(["\n", "\r\n"]),
+       written=st.booleans())
+@example(key="hunt3r-7", before=b"", after=b"", urlsafe=False, width=76, eol="\n",
+         written=False)
+@example(key=_B64_KEY, before=b"x" * 40, after=b"", urlsafe=False, width=76, eol="\r\n",
+         written=True)
+def test_a_credential_in_base64_wrapped_in_lines_no_longer_decodes_from_it(
+        key: str, before: bytes, after: bytes, urlsafe: bool, width: int, eol: str,
+        written: bool) -> None:
+    # MIME (76 characters a line), PEM (64): a break may fall anywhere in the key's runs,
+    # and a key of 8 to 15 bytes is found too, at any offset.
+    coded = _wrap(_blob(key, before, after, urlsafe, True), width, eol)
+    text = "Content-Transfer-Encoding: base64\r\n\r\n" + coded
+    if written:  # JSON text kept as text: the breaks written ``\n``
+        text = orjson.dumps(text).decode()
+    assert any(key.encode() in d for d in _loose_decodings(_unwrapped(text)))
+    kept = Spellings([key]).replaced(text)
+    assert "<REDACTED>" in kept
+    assert Spellings([key]).held(text.encode()) and Spellings([key]).held(orjson.dumps(text))
+    assert not any(key.encode() in d for d in _loose_decodings(_unwrapped(kept)))
+    assert kept.startswith(text[:20])
+
+
+@given(key=st.text(st.sampled_from("abcXYZ0189-_+/=.~:"), min_size=8, max_size=15),
+       before=st.binary(max_size=40), after=st.binary(max_size=40), urlsafe=st.booleans(),
+       padded=st.booleans())
+def test_a_short_credential_inside_a_base64_blob_no_longer_decodes_from_it(
+        key: str, before: bytes, after: bytes, urlsafe: bool, padded: bool) -> None:
+    coded = _blob(key, before, after, urlsafe, padded)
+    kept = Spellings([key]).replaced('{"token": "' + coded + '"}')
+    assert not any(key.encode() in d for d in _loose_decodings(kept))
+    assert orjson.loads(kept)
+
+
+def test_a_credential_under_8_characters_is_found_only_as_a_whole_word() -> None:
+    # A Basic password such as ``hunt3r``: hidden inside longer words, it would hide parts
+    # of every answer that spells them.
+    found = Spellings(["hunt3r"])
+    said = "bad password hunt3r for alice (hunt3r); hunt3rs, xhunt3r, hunt3r_1"
+    assert found.replaced(said) == (
+        "bad password <REDACTED> for alice (<REDACTED>); hunt3rs, xhunt3r, <REDACTED>_1")
+    assert found.held(orjson.dumps("line one\nhunt3r"))  # ``\n`` written before it
+    assert not found.held(orjson.dumps("hunt3rs only"))
+    assert Spellings(["pw!"]).replaced("a pw!x b") == "a <REDACTED>x b"  # ``!`` ends no word
+
+
+def test_a_whole_word_credential_never_stands_for_a_longer_one_holding_it() -> None:
+    # ``pw`` is no word inside ``pwd-7f3a9c2d4e``: that key is looked for on its own.
+    found = Spellings(["pw", "pwd-7f3a9c2d4e"])
+    assert found.held(b'"key pwd-7f3a9c2d4e"')
+    assert found.replaced("key pwd-7f3a9c2d4e, pw") == "key <REDACTED>, <REDACTED>"

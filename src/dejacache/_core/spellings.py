@@ -24,18 +24,32 @@ where one is.
 
 A credential may also be quoted inside a larger base64 blob: an echo server answering the
 request's bytes base64-encoded (httpbin's ``/anything`` with a binary body), a JWT-like
-token whose payload holds it, a WebSocket binary frame (kept as base64). Its characters
-there depend on its offset in the blob modulo 3, so each offset gives its own *inner run*:
-the base64 of the credential's whole 3-byte groups at that offset, the same in every blob
-(:func:`_runs`), in the standard or the URL-safe alphabet, padded or not, in the spellings
-above. The run is replaced with the group either side of it (the 1-2 bytes of the
-credential that share a group with its neighbours), so the blob no longer decodes to it.
+token whose payload holds it, a WebSocket binary frame (kept as base64), an email
+attachment. Its characters there depend on its offset in the blob modulo 3, so each offset
+gives its own *inner run*: the base64 of the credential's whole 3-byte groups at that
+offset, the same in every blob (:func:`_runs`), in the standard or the URL-safe alphabet,
+padded or not, in the spellings above, and with a line break (``\\n``, ``\\r\\n``, escaped
+or percent-encoded) anywhere in it: MIME wraps base64 at 76 characters, PEM at 64. The run
+is replaced with the group either side of it (the 1-2 bytes of the credential that share a
+group with its neighbours; across a line break too), so the blob no longer decodes to it.
+A credential of 8 to 15 bytes must also match those neighbouring groups' bits that are
+its own (:func:`_edges`), so every one of its bits is checked: 64 bits or more, where its
+inner runs alone (48 for 8 bytes) would match random base64 by chance once in a few
+hundred terabytes, each a damaged image on replay. Shorter ones are not looked for in
+base64 (a 6-character password is 48 bits).
+
 Looked for the same way, by anchors: each run's longest run of letters and digits, three
 more substring searches per credential (``benchmarks/bench_unechoed.py``: a 2 KB answer,
-2.2 -> 4.5 us beside ~350 us of recording; a megabyte of JSON, 123 -> 291 us; a 200-event
-stream, 40 -> 50 us). Base64 wrapped in lines (MIME) is not looked into: a break may fall
-inside any run, so each run would be looked for by pieces, three more searches wherever
-text holds a line break (most answers; a megabyte of text, +800 us).
+2.2 -> 4.5 us beside ~350 us of recording; a megabyte of JSON, 123 -> 291 us). Text
+holding a line break is searched for the two halves of each anchor's first 48 characters
+instead (a line of 48 characters or more breaks them at most once, so one half is whole),
+six searches: 200 KB of text in lines 101 -> 246 us, a megabyte 0.5 -> 2.5 ms (shorter
+needles are searched slower), 200 KB of MIME-wrapped base64 91 -> 235 us; text without
+one, as before (200 KB, 59 -> 66 us). Each short credential adds its own three runs.
+
+A credential shorter than :data:`WORD_SHORTEST` characters (a Basic password such as
+``hunt3r``) is found only as a whole word: not where a letter or digit continues it on
+either side, so ``hunt3rs`` and ``xhunt3r`` are left as they are.
 """
 
 from __future__ import annotations
@@ -73,38 +87,119 @@ def _char(c: str) -> str:
     return "(?:" + "|".join([escaped, *short, r"\\*" + re.escape(c), percent]) + ")"
 
 
+# Where a short credential's first (last) letter or digit starts (ends) a word: after the
+# first character, so sre searches for that literal (a lookbehind first tried every
+# position); ``\n`` written as JSON (``\\npw``) still starts one.
+_WORD_START = r"(?:(?<![A-Za-z0-9].)|(?<=\\[nrtbf].))"
+_WORD_END = r"(?![A-Za-z0-9])"
+
+
 def _pattern(secret: str) -> str:
-    return "".join(_char(c) for c in secret)
+    """Every spelling of ``secret``; a whole word only when it is shorter than
+    :data:`WORD_SHORTEST` (a letter or digit either side continues another word)."""
+    chars = [_char(c) for c in secret]
+    if len(secret) < WORD_SHORTEST and secret:
+        if _alnum(secret[0]):
+            chars[0] += _WORD_START
+        if _alnum(secret[-1]):
+            chars[-1] += _WORD_END
+    return "".join(chars)
 
 
-#: Credentials shorter than this (in UTF-8 bytes) are not looked for inside base64: the
-#: shortest inner run of a 16-byte one is 16 characters (96 bits), which random base64
-#: holds by chance once in 2**96 positions (a gigabyte of images: once in 2**66); at 8
-#: bytes it is 8 characters (48 bits), once in 2**28 megabytes of them, each a damaged
-#: image on replay, and a short credential's needles are the slowest to search for.
-B64_SHORTEST = 16
+def _alnum(c: str) -> bool:
+    return c.isascii() and c.isalnum()
+
+
+#: Credentials shorter than this (in UTF-8 bytes) are not looked for inside base64: 8 bytes
+#: are 64 bits, which random base64 holds by chance once in 2**64 positions (a gigabyte of
+#: images: once in 2**34); a 6-byte password's 48 bits, once in 2**28 megabytes of them.
+B64_SHORTEST = 8
+#: From this many bytes on a credential's inner run alone is enough (16 characters, 96
+#: bits): a blob cut short inside it still has the run replaced. Shorter ones must match
+#: their edges too (:func:`_edges`).
+B64_EDGELESS = 16
+#: Credentials shorter than this (characters) are found only as whole words.
+WORD_SHORTEST = 8
 _B64 = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_")
+_STANDARD = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 _ALPHABETS = {"+": "(?:" + _char("+") + "|" + _char("-") + ")",
               "/": "(?:" + _char("/") + "|" + _char("_") + ")"}
+# A line break base64 may be wrapped with, in any spelling (raw, ``\\r\\n`` written as
+# JSON, ``%0D%0A`` in a form), between any two of a run's characters.
+_BREAK = "(?:" + _char("\r") + "?" + _char("\n") + ")?"
+# The prefix of an anchor whose halves are looked for in text holding a line break: a
+# line of at least this many characters (MIME's 76, PEM's 64) breaks it at most once.
+_WRAP_WINDOW = 48
 
 
-def _runs(secret: str) -> list[str]:
-    """The inner runs of ``secret`` in the standard alphabet, one per offset modulo 3: the
-    base64 of its whole 3-byte groups from its first, second and third byte on."""
+class _Run:
+    """One offset of a credential inside base64: the characters every blob holding it
+    there holds (the inner run, and for a short credential the edges), and the needles
+    that say a text may hold them."""
+
+    __slots__ = ("anchor", "anchor_b", "chars", "halves", "halves_b")
+
+    def __init__(self, chars: list[str], core: str) -> None:
+        self.chars = chars  # each character's pattern
+        self.anchor = _anchor(core)
+        window = self.anchor[:_WRAP_WINDOW]
+        half = len(window) // 2
+        self.halves = (window[:half], window[half:]) if half else (window,)
+        self.anchor_b = self.anchor.encode()
+        self.halves_b = tuple(h.encode() for h in self.halves)
+
+    def pattern(self) -> str:
+        return _BREAK.join(self.chars)
+
+
+def _runs(secret: str) -> list[_Run]:
+    """The runs of ``secret``, one per offset modulo 3: the base64 of its whole 3-byte
+    groups from its first, second and third byte on (its inner run), in either alphabet;
+    under :data:`B64_EDGELESS` bytes with the edges it shares with the groups either side."""
     data = secret.encode("utf-8", "surrogatepass")
-    return [binascii.b2a_base64(data[s:s + (len(data) - s) // 3 * 3], newline=False).decode()
-            for s in range(3)]
+    out = []
+    for s in range(3):
+        whole = (len(data) - s) // 3 * 3
+        core = binascii.b2a_base64(data[s:s + whole], newline=False).decode()
+        chars = [_ALPHABETS.get(c) or _char(c) for c in core]
+        if len(data) < B64_EDGELESS:
+            chars = _edges(data[:s], True) + chars + _edges(data[s + whole:], False)
+        out.append(_Run(chars, core))
+    return out
 
 
-def _run_pattern(run: str) -> str:
-    """A run in either alphabet and every spelling."""
-    return "".join(_ALPHABETS.get(c) or _char(c) for c in run)
+def _edges(known: bytes, lead: bool) -> list[str]:
+    """The patterns of the characters of a 3-byte group that ``known`` (its last bytes when
+    ``lead``, else its first) fixes some bits of: each, the characters whose bits agree."""
+    if not known:
+        return []
+    shift = (3 - len(known)) * 8 if not lead else 0
+    value = int.from_bytes(known, "big") << shift
+    fixed = ((1 << len(known) * 8) - 1) << shift
+    out = []
+    for i in range(4):
+        at = 18 - 6 * i  # the group's 24 bits, char i's 6 of them
+        need, bits = (fixed >> at) & 63, (value >> at) & 63
+        if need:
+            out.append(_one_of([v for v in range(64) if v & need == bits]))
+    return out
+
+
+def _one_of(values: list[int]) -> str:
+    """A pattern of the base64 characters of ``values`` in either alphabet."""
+    plain = "".join(_STANDARD[v] for v in values if v < 62)
+    extra = [_ALPHABETS[_STANDARD[v]] for v in values if v >= 62]
+    if not extra:
+        return plain if len(plain) == 1 else f"[{plain}]"
+    return "(?:" + "|".join(([f"[{plain}]"] if plain else []) + extra) + ")"
 
 
 def _least(credentials: Sequence[str]) -> list[str]:
     """A credential holding another (``Bearer KEY``, ``KEY``) is spelt only where that one
-    is: only the others are looked for."""
-    return [c for c in credentials if not any(o in c for o in credentials if o != c)]
+    is: only the others are looked for. A whole-word one (shorter than
+    :data:`WORD_SHORTEST`) holds no other: ``pw`` inside ``pwd-…`` is no word."""
+    return [c for c in credentials if not any(
+        o in c for o in credentials if o != c and len(o) >= WORD_SHORTEST)]
 
 
 def _anchor(secret: str) -> str:
@@ -113,55 +208,100 @@ def _anchor(secret: str) -> str:
     return max(_RUNS.findall(secret), key=len, default="")
 
 
+def _wrapped(data: str | bytes) -> bool:
+    """Whether ``data`` may hold base64 wrapped in lines: it holds a line break, raw,
+    written as JSON writes it, or percent-encoded. A two-character search runs at a fifth
+    of memchr's speed (``"%0" in`` a megabyte without a ``%``: 2.7 ms), so each is asked
+    only after a one-character one found its first character."""
+    if type(data) is str:
+        return "\n" in data or ("\\" in data and "\\n" in data) or (
+            "%" in data and "%0" in data)
+    return b"\n" in data or (b"\\" in data and b"\\n" in data) or (
+        b"%" in data and b"%0" in data)
+
+
 def _widened(text: str, start: int, end: int, floor: int) -> tuple[int, int]:
-    """``start:end`` (an inner run found in ``text``) with the base64 group either side of
-    it, as far as ``floor`` back, and the padding after: those groups hold the credential's
-    bytes that share them with its neighbours."""
-    for _ in range(4):
-        if start <= floor or text[start - 1] not in _B64:
+    """``start:end`` (a run found in ``text``) with the base64 group either side of it, as
+    far as ``floor`` back, and the padding after: those groups hold the credential's bytes
+    that share them with its neighbours. Line breaks between are passed over (raw, or
+    ``\\n`` as JSON writes them: base64 holds no backslash)."""
+    return _back(text, start, floor), _ahead(text, end)
+
+
+def _back(text: str, at: int, floor: int) -> int:
+    i, n = at, 0
+    while n < 4 and i > floor:
+        c = text[i - 1]
+        if c in "\r\n":
+            i -= 1
+        elif c in "rn" and i - 2 >= floor and text[i - 2] == "\\":
+            i -= 2
+        elif c in _B64:
+            i -= 1
+            n += 1
+            at = i
+        else:
             break
-        start -= 1
-    for _ in range(4):
-        if end >= len(text) or text[end] not in _B64:
+    return at
+
+
+def _ahead(text: str, at: int) -> int:
+    i, n = at, 0
+    while i < len(text):
+        c = text[i]
+        if c in "\r\n":
+            i += 1
+        elif c == "\\" and text[i + 1:i + 2] in ("r", "n"):
+            i += 2
+        elif n < 4 and c in _B64:
+            i += 1
+            n += 1
+            at = i
+        elif c == "=":
+            i += 1
+            at = i
+        else:
             break
-        end += 1
-    while end < len(text) and text[end] == "=":
-        end += 1
-    return start, end
+    return at
 
 
 class _Coded:
     """Credentials inside larger base64 blobs (the module docstring's second half): which
-    of their inner runs text may hold, whether it does, and the text with each replaced."""
+    of their runs text may hold, whether it does, and the text with each replaced."""
 
     __slots__ = ("_bytes", "_runs", "_texts")
 
     def __init__(self, credentials: Sequence[str]) -> None:
-        runs = sorted({r for c in credentials for r in _runs(c)}, key=len, reverse=True)
-        self._runs = [(r, _anchor(r), _anchor(r).encode()) for r in runs]
-        self._texts: dict[str, re.Pattern[str]] = {}
-        self._bytes: dict[str, re.Pattern[bytes]] = {}
+        runs = [r for c in credentials for r in _runs(c)]
+        self._runs = sorted(runs, key=lambda r: len(r.chars), reverse=True)
+        self._texts: dict[int, re.Pattern[str]] = {}
+        self._bytes: dict[int, re.Pattern[bytes]] = {}
 
-    def present(self, data: str | bytes) -> list[str]:
-        """The runs ``data`` may hold: those with an anchor in it."""
+    def present(self, data: str | bytes) -> list[_Run]:
+        """The runs ``data`` may hold: those with an anchor in it, or, where it holds a
+        line break, half of one (:data:`_WRAP_WINDOW`)."""
         if type(data) is str:
-            return [run for run, a, _ in self._runs if a in data]
-        return [run for run, _, b in self._runs if b in data]
+            if _wrapped(data):
+                return [r for r in self._runs if any(h in data for h in r.halves)]
+            return [r for r in self._runs if r.anchor in data]
+        if _wrapped(data):
+            return [r for r in self._runs if any(h in data for h in r.halves_b)]
+        return [r for r in self._runs if r.anchor_b in data]
 
     def held(self, data: bytes) -> bool:
         for run in self.present(data):
-            p = self._bytes.get(run)
+            p = self._bytes.get(id(run))
             if p is None:
-                p = self._bytes[run] = re.compile(_run_pattern(run).encode())
+                p = self._bytes[id(run)] = re.compile(run.pattern().encode())
             if p.search(data) is not None:
                 return True
         return False
 
     def replaced(self, text: str) -> str:
         for run in self.present(text):
-            p = self._texts.get(run)
+            p = self._texts.get(id(run))
             if p is None:
-                p = self._texts[run] = re.compile(_run_pattern(run))
+                p = self._texts[id(run)] = re.compile(run.pattern())
             text = _blotted(p, text)
         return text
 
