@@ -270,3 +270,99 @@ def test_a_whole_word_credential_never_stands_for_a_longer_one_holding_it() -> N
     found = Spellings(["pw", "pwd-7f3a9c2d4e"])
     assert found.held(b'"key pwd-7f3a9c2d4e"')
     assert found.replaced("key pwd-7f3a9c2d4e, pw") == "key <REDACTED>, <REDACTED>"
+
+
+def _looked_for_everywhere(found: Spellings, text: str) -> str:
+    """The slow form: every credential's pattern and every base64 run's run over the whole
+    text, no needle asked first."""
+    from dejacache._core.spellings import _blotted, _least, _pattern, _runs
+
+    for secret in sorted(set(found._secrets), key=len, reverse=True):
+        text = re.sub(_pattern(secret), "<REDACTED>", text)
+    coded = [c for c in _least(found._secrets) if len(c.encode()) >= 8]
+    runs = sorted((r for c in coded for r in _runs(c)), key=lambda r: len(r.chars),
+                  reverse=True)
+    for run in runs:
+        text = _blotted(re.compile(run.pattern()), text)
+    return text
+
+
+def _held_anywhere(found: Spellings, data: bytes) -> bool:
+    from dejacache._core.spellings import _least, _pattern, _runs
+
+    least = _least(found._secrets)
+    runs = [r for c in least if len(c.encode()) >= 8 for r in _runs(c)]
+    return any(re.search(p.encode(), data) for p in [*map(_pattern, least),
+                                                    *(r.pattern() for r in runs)])
+
+
+_PROSE = st.sampled_from(["lorem ipsum ", "Dolor SIT amet, ", "https://h/a%2Fb?q=1 ",
+                          "x = 42\n", "## Title\r\n", "see \\u000a and \\n ", "QZJX 7 "])
+
+
+@st.composite
+def _answers(draw: st.DrawFn) -> tuple[list[str], str]:
+    """Credentials (a long key, short ones, a password under 8) and a text holding some
+    of them, in base64 one line or MIME- or PEM-wrapped (LF or CRLF), raw or written as
+    JSON, and decoys: another blob, a run with one character changed, a run's half."""
+    keys = draw(st.lists(st.text(st.sampled_from("abcXYZ0189-_+/.:Q"), min_size=6,
+                                 max_size=40), min_size=1, max_size=3))
+    parts = []
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["prose", "blob", "blob", "blob", "decoy", "half",
+                                     "plain"]))
+        key = draw(st.sampled_from(keys))
+        if kind == "prose":
+            parts.append(draw(_PROSE) * draw(st.integers(1, 5)))
+            continue
+        if kind == "plain":
+            parts.append(key)
+            continue
+        inside = key.encode() if kind == "blob" else draw(st.binary(min_size=8, max_size=40))
+        coded = _blob("", draw(st.binary(max_size=80)) + inside, draw(st.binary(max_size=60)),
+                      draw(st.booleans()), draw(st.booleans()))
+        if kind == "decoy" and len(key.encode()) >= 8:  # a run of the key, one bit off
+            run = base64.b64encode(key.encode()[:len(key.encode()) // 3 * 3]).decode()
+            coded = run[:-1] + ("A" if run[-1] != "A" else "B")
+        if kind == "half":
+            run = base64.b64encode(key.encode()[:len(key.encode()) // 3 * 3]).decode()
+            coded = run[:len(run) // 2]
+        width = draw(st.sampled_from([0, 48, 64, 76]))
+        if width:
+            coded = _wrap(coded, width, draw(st.sampled_from(
+                ["\n", "\r\n", "\n", "\r\n", "\\u000a", "%0D%0A", "%250A"])))
+        parts.append(coded)
+    text = "".join(parts)
+    if draw(st.booleans()):
+        text = orjson.dumps(text).decode()
+    return keys, text
+
+
+@given(_answers())
+@example((["alice:hunt3r-long", "hunt3r"], "\\n" + base64.encodebytes(
+    b"x" * 50 + b"alice:hunt3r-long" + b"y" * 50).decode().replace("\n", "\\n")))
+@example((["k3y-7f3a9c2d"], orjson.dumps(base64.encodebytes(b"\x00" * 52 + b"k3y-7f3a9c2d")
+                                         .decode().replace("\n", "\r\n")).decode()))
+@example((["k3y-7f3a9c2d"], _wrap(_blob("k3y-7f3a9c2d", b"\x00" * 50, b"", False, True),
+                                  64, "\r\n")))
+@example((["k3y-7f3a9c2d"], _wrap(_blob("k3y-7f3a9c2d", b"\x00" * 40, b"", False, True),
+                                  64, "\\u000a")))  # a break written ``\u000a``
+def test_the_needles_find_exactly_what_the_patterns_find_over_the_whole_text(
+        answer: tuple[list[str], str]) -> None:
+    # The needles first (characters held, anchors, flat forms, halves) only spare the
+    # patterns' runs over texts that cannot hold a match: they never hide one.
+    from dejacache._core import spellings as module
+
+    keys, text = answer
+    found = Spellings(keys)
+    expected = _looked_for_everywhere(found, text)
+    datas = [(d, _held_anywhere(found, d)) for d in (text.encode(), orjson.dumps(text))]
+    gated_from = module._GATED_FROM
+    for module._GATED_FROM in (gated_from, 0):  # characters looked up in short text too
+        try:
+            assert found.replaced(text) == expected
+            for data, held in datas:
+                assert found.held(data) == held
+                assert found.may_hold(data) or not held
+        finally:
+            module._GATED_FROM = gated_from

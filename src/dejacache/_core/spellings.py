@@ -41,11 +41,16 @@ base64 (a 6-character password is 48 bits).
 Looked for the same way, by anchors: each run's longest run of letters and digits, three
 more substring searches per credential (``benchmarks/bench_unechoed.py``: a 2 KB answer,
 2.2 -> 4.5 us beside ~350 us of recording; a megabyte of JSON, 123 -> 291 us). Text
-holding a line break is searched for the two halves of each anchor's first 48 characters
-instead (a line of 48 characters or more breaks them at most once, so one half is whole),
-six searches: 200 KB of text in lines 101 -> 246 us, a megabyte 0.5 -> 2.5 ms (shorter
-needles are searched slower), 200 KB of MIME-wrapped base64 91 -> 235 us; text without
-one, as before (200 KB, 59 -> 66 us). Each short credential adds its own three runs.
+holding a line break (most answers) may hold a run broken by one, so there each short
+anchor is looked for in the text's flat form (:class:`_Looked`: without backslashes,
+raw breaks and the letters ``n`` and ``r``, where a broken run is whole), and each long
+one (:data:`_FLAT_BELOW`) as the two halves of its first 48 characters (a line of 48
+characters or more breaks them at most once, so one half is whole); in text of 16 KB or
+more an anchor is looked for only once the text holds its rarest characters (:func:`_gate`:
+a ``memchr`` each). The patterns then run only where a needle was found, over the whole
+text, so what is found is what the patterns find (a test compares them on random texts).
+Costs: ``CHANGELOG.md``, the entry on wrapped base64. Each short credential adds its
+own three runs.
 
 A credential shorter than :data:`WORD_SHORTEST` characters (a Basic password such as
 ``hunt3r``) is found only as a whole word: not where a letter or digit continues it on
@@ -130,6 +135,37 @@ _BREAK = "(?:" + _char("\r") + "?" + _char("\n") + ")?"
 # The prefix of an anchor whose halves are looked for in text holding a line break: a
 # line of at least this many characters (MIME's 76, PEM's 64) breaks it at most once.
 _WRAP_WINDOW = 48
+# Anchors shorter than this are looked for whole in a text's flat form (:class:`_Looked`)
+# rather than by halves: a needle of 6 to 12 characters is searched at a half to a third
+# of the speed of one of 20 (200 KB of base64: 250-310K instructions against 115K), so the
+# eighteen halves of a Basic token's and two 12-character keys' nine runs took 3-12 ms
+# where one flat form and nine whole anchors take ~0.7 ms. A long anchor's halves (24
+# characters) cost less than the flat form (~0.2 ms for 200 KB) unless it is made anyway.
+_FLAT_BELOW = 32
+# How many of an anchor's characters are looked up before its searches (:func:`_gate`),
+# in text of at least :data:`_GATED_FROM` characters: in less, the searches cost less than
+# the look-ups' Python (a 2 KB answer: 4.5 us, ~2 us more with them).
+_GATE = 8
+_GATED_FROM = 16 << 10
+# What the flat form drops: every character a line break may be spelt with but for ``%``
+# and ``\\u000A`` (texts with those have none), and so the letters ``n`` and ``r`` of the
+# anchors too.
+_FLAT_DROPPED = "\\\n\rnr"
+
+
+def _gate(anchor: str) -> str:
+    """Up to :data:`_GATE` distinct characters of ``anchor``, capitals first, then digits:
+    the ones text without base64 most often lacks (a looked-up character that is absent
+    costs one ``memchr`` over the text, 5 us for 200 KB; a present one stops at its first
+    occurrence)."""
+    return "".join(sorted(set(anchor), key=lambda c: (not c.isupper(), not c.isdigit(), c))
+                   [:_GATE])
+
+
+def _dropped(text: str) -> str:
+    for c in _FLAT_DROPPED:
+        text = text.replace(c, "")
+    return text
 
 
 class _Run:
@@ -137,7 +173,8 @@ class _Run:
     there holds (the inner run, and for a short credential the edges), and the needles
     that say a text may hold them."""
 
-    __slots__ = ("anchor", "anchor_b", "chars", "halves", "halves_b")
+    __slots__ = ("anchor", "anchor_b", "chars", "flat", "flat_b", "gate", "gate_b", "halves",
+                 "halves_b", "long")
 
     def __init__(self, chars: list[str], core: str) -> None:
         self.chars = chars  # each character's pattern
@@ -147,6 +184,11 @@ class _Run:
         self.halves = (window[:half], window[half:]) if half else (window,)
         self.anchor_b = self.anchor.encode()
         self.halves_b = tuple(h.encode() for h in self.halves)
+        self.flat = _dropped(self.anchor)  # the anchor as a text's flat form holds it
+        self.flat_b = self.flat.encode()
+        self.gate = tuple(_gate(self.anchor))
+        self.gate_b = tuple(c.encode() for c in self.gate)
+        self.long = len(self.anchor) >= _FLAT_BELOW
 
     def pattern(self) -> str:
         return _BREAK.join(self.chars)
@@ -209,15 +251,17 @@ def _anchor(secret: str) -> str:
 
 
 def _wrapped(data: str | bytes) -> bool:
-    """Whether ``data`` may hold base64 wrapped in lines: it holds a line break, raw,
-    written as JSON writes it, or percent-encoded. A two-character search runs at a fifth
-    of memchr's speed (``"%0" in`` a megabyte without a ``%``: 2.7 ms), so each is asked
-    only after a one-character one found its first character."""
+    """Whether ``data`` may hold base64 wrapped in lines: it holds a line feed in a spelling
+    :data:`_BREAK` allows (raw; ``\\n`` or ``\\u000A`` as JSON writes them;
+    percent-encoded, ``%0A`` or ``%250A``). A two-character search runs at a fifth of
+    memchr's speed (``"%0" in`` a megabyte without a ``%``: 2.7 ms), so each is asked only
+    after a one-character one found its first character."""
     if type(data) is str:
-        return "\n" in data or ("\\" in data and "\\n" in data) or (
-            "%" in data and "%0" in data)
-    return b"\n" in data or (b"\\" in data and b"\\n" in data) or (
-        b"%" in data and b"%0" in data)
+        return "\n" in data or ("\\" in data and ("\\n" in data or "\\u" in data)) or (
+            "%" in data and ("%0" in data or "%25" in data))
+    assert type(data) is bytes
+    return b"\n" in data or (b"\\" in data and (b"\\n" in data or b"\\u" in data)) or (
+        b"%" in data and (b"%0" in data or b"%25" in data))
 
 
 def _widened(text: str, start: int, end: int, floor: int) -> tuple[int, int]:
@@ -265,6 +309,73 @@ def _ahead(text: str, at: int) -> int:
     return at
 
 
+def _wrapped_in(run: _Run, looked: _Looked) -> bool:
+    """Whether ``looked`` (text holding a line break) may hold ``run`` broken by one: its
+    flat form holds the run's (a short anchor; a long one too where the flat form was made
+    already), or, where it has none, the text holds one of the anchor's halves."""
+    if not run.long or looked.has_flat():
+        flat = looked.flat()
+        if flat is not None:
+            return (run.flat if type(flat) is str else run.flat_b) in flat  # type: ignore[operator]
+    if type(looked.data) is str:
+        return any(h in looked.data for h in run.halves)
+    return any(h in looked.data for h in run.halves_b)
+
+
+class _Looked:
+    """One text as the searches see it: which characters it holds (each looked up once, as
+    an anchor asks for it) and, made when first asked, its flat form: the text without
+    backslashes, raw line breaks and the letters ``n`` and ``r``. A run broken by line
+    breaks (``\\n``, ``\\r\\n`` as JSON writes them, raw, more backslashes) is whole
+    there, without its own ``n`` and ``r``: five one-character replacements and a look for
+    ``u000`` (200 KB of MIME-wrapped base64: ~0.2 ms) where removing the two-character
+    ``\\n`` itself (a search stepping a third of a character at a time) took ~0.5 ms. A
+    text spelling a break with ``%`` or ``\\u000A`` has no flat form (the halves are
+    looked for instead)."""
+
+    __slots__ = ("_flat", "_has", "data", "gated")
+
+    def __init__(self, data: str | bytes) -> None:
+        self.data = data
+        self.gated = len(data) >= _GATED_FROM  # characters looked up before searches
+        self._has: dict[str | bytes, bool] = {}
+        self._flat: str | bytes | bool | None = False  # False: not made yet
+
+    def holds(self, chars: tuple[str, ...], chars_b: tuple[bytes, ...]) -> bool:
+        """Whether the text holds each of ``chars`` (``chars_b`` for bytes)."""
+        has, data = self._has, self.data
+        for c in chars if type(data) is str else chars_b:
+            h = has.get(c)
+            if h is None:
+                h = has[c] = c in data  # type: ignore[operator]
+            if not h:
+                return False
+        return True
+
+    def has_flat(self) -> bool:
+        return self._flat is not False
+
+    def flat(self) -> str | bytes | None:
+        if self._flat is False:
+            self._flat = _flat(self.data)
+        assert self._flat is not True
+        return self._flat
+
+
+def _flat(data: str | bytes) -> str | bytes | None:
+    if type(data) is str:
+        if "%" in data:
+            return None
+        flat = _dropped(data)
+        return None if "u000" in flat else flat
+    assert type(data) is bytes
+    if b"%" in data:
+        return None
+    for c in _FLAT_DROPPED.encode():
+        data = data.replace(bytes((c,)), b"")
+    return None if b"u000" in data else data
+
+
 class _Coded:
     """Credentials inside larger base64 blobs (the module docstring's second half): which
     of their runs text may hold, whether it does, and the text with each replaced."""
@@ -277,19 +388,29 @@ class _Coded:
         self._texts: dict[int, re.Pattern[str]] = {}
         self._bytes: dict[int, re.Pattern[bytes]] = {}
 
-    def present(self, data: str | bytes) -> list[_Run]:
-        """The runs ``data`` may hold: those with an anchor in it, or, where it holds a
-        line break, half of one (:data:`_WRAP_WINDOW`)."""
-        if type(data) is str:
-            if _wrapped(data):
-                return [r for r in self._runs if any(h in data for h in r.halves)]
-            return [r for r in self._runs if r.anchor in data]
+    def present(self, looked: _Looked) -> list[_Run]:
+        """The runs ``looked`` may hold: those whose characters it holds (:func:`_gate`)
+        and their anchor; where it holds a line break, in its flat form, or half of it
+        (:data:`_WRAP_WINDOW`, :data:`_FLAT_BELOW`)."""
+        data = looked.data
+        runs = self._runs
         if _wrapped(data):
-            return [r for r in self._runs if any(h in data for h in r.halves_b)]
-        return [r for r in self._runs if r.anchor_b in data]
+            if looked.gated:
+                runs = [r for r in runs if looked.holds(r.gate, r.gate_b)]
+            return [r for r in runs if _wrapped_in(r, looked)]
+        # A long anchor is searched for at about a memchr's cost: looked up first only
+        # when short (a needle of 12 characters: 250K instructions for 200 KB, a missing
+        # character's memchr 30K).
+        if looked.gated:
+            runs = [r for r in runs if r.long or looked.holds(r.gate, r.gate_b)]
+        if type(data) is str:
+            return [r for r in runs if r.anchor in data]
+        return [r for r in runs if r.anchor_b in data]
 
-    def held(self, data: bytes) -> bool:
-        for run in self.present(data):
+    def held(self, looked: _Looked) -> bool:
+        data = looked.data
+        assert type(data) is bytes
+        for run in self.present(looked):
             p = self._bytes.get(id(run))
             if p is None:
                 p = self._bytes[id(run)] = re.compile(run.pattern().encode())
@@ -297,8 +418,10 @@ class _Coded:
                 return True
         return False
 
-    def replaced(self, text: str) -> str:
-        for run in self.present(text):
+    def replaced(self, looked: _Looked) -> str:
+        text = looked.data
+        assert type(text) is str
+        for run in self.present(looked):
             p = self._texts.get(id(run))
             if p is None:
                 p = self._texts[id(run)] = re.compile(run.pattern())
@@ -334,39 +457,51 @@ class Spellings:
         self._secrets = sorted(set(credentials), key=len, reverse=True)
         least = _least(self._secrets)
         anchors = [_anchor(c) for c in least]
-        self._anchors = None if "" in anchors else [(a, a.encode()) for a in set(anchors)]
+        self._anchors = None if "" in anchors else [
+            (a, a.encode(), tuple(_gate(a)) if len(a) < _FLAT_BELOW else (),
+             tuple(c.encode() for c in _gate(a)) if len(a) < _FLAT_BELOW else ())
+            for a in set(anchors)]
         self._texts: list[re.Pattern[str]] | None = None
         self._bytes: re.Pattern[bytes] | None = None
         coded = [c for c in least if len(c.encode("utf-8", "surrogatepass")) >= B64_SHORTEST]
         self._coded = _Coded(coded) if coded else None
 
-    def _spelt(self, data: str | bytes) -> bool:
-        """Whether ``data`` holds an anchor (a substring search per credential: 1 MB in
-        100-300 us, by the text and the anchor's length)."""
+    def _spelt(self, looked: _Looked) -> bool:
+        """Whether ``looked`` holds an anchor (a substring search per credential whose
+        characters it holds: 1 MB in 100-300 us, by the text and the anchor's length)."""
         if self._anchors is None:
             return True
+        data = looked.data
+        if not looked.gated:
+            if type(data) is str:
+                return any(a in data for a, _, _, _ in self._anchors)
+            return any(b in data for _, b, _, _ in self._anchors)
         if type(data) is str:
-            return any(a in data for a, _ in self._anchors)
-        return any(b in data for _, b in self._anchors)
+            return any(looked.holds(g, gb) and a in data for a, _, g, gb in self._anchors)
+        return any(looked.holds(g, gb) and b in data for _, b, g, gb in self._anchors)
 
     def may_hold(self, data: str | bytes) -> bool:
         """Whether ``data`` may hold a spelling: it holds an anchor of a credential or of
         one of its inner base64 runs."""
-        return self._spelt(data) or (self._coded is not None and bool(self._coded.present(data)))
+        looked = _Looked(data)
+        return self._spelt(looked) or (
+            self._coded is not None and bool(self._coded.present(looked)))
 
     def held(self, data: bytes) -> bool:
         """Whether ``data`` holds a credential in some spelling."""
-        if self._spelt(data):
+        looked = _Looked(data)
+        if self._spelt(looked):
             if self._bytes is None:
                 self._bytes = re.compile("|".join(_pattern(c) for c in _least(self._secrets))
                                          .encode())
             if self._bytes.search(data) is not None:
                 return True
-        return self._coded is not None and self._coded.held(data)
+        return self._coded is not None and self._coded.held(looked)
 
     def replaced(self, text: str) -> str:
         """``text`` with every spelling of a credential replaced by the placeholder."""
-        if self._spelt(text):
+        looked = _Looked(text)
+        if self._spelt(looked):
             if self._texts is None:
                 # One pattern each, not one alternation: a pattern opening with letters is
                 # searched for by them (sre's literal prefix), an alternation at every
@@ -374,7 +509,9 @@ class Spellings:
                 self._texts = [re.compile(_pattern(c)) for c in self._secrets]
             for p in self._texts:
                 text = p.sub(PLACEHOLDER, text)
-        return text if self._coded is None else self._coded.replaced(text)
+        if self._coded is None:
+            return text
+        return self._coded.replaced(looked if text is looked.data else _Looked(text))
 
     def replaced_bytes(self, data: bytes) -> bytes:
         """``data`` (a body that was not text, holding a credential as its UTF-8) with every
