@@ -10,10 +10,12 @@ an ``httpx2.MockTransport`` into a ``MemoryStore`` (the whole record path: key, 
 store), with and without credentials in the request (run it against two checkouts, by
 ``PYTHONPATH``, to compare before and after). Answers: a 2 KB chat completion, a 1 MB one
 (one long string, or lines and links), a 1 MB embeddings answer (floats), a 200-event
-stream, and an echo of the request's bytes base64-encoded, holding the key. Then the
-request side: a body looked through for the request's own credentials before it is keyed
-(``exchange.unquoted``, on the record and the replay path alike), 2 KB and 200 KB of
-JSON, without the key (the common case) and quoting it.
+stream, an echo of the request's bytes base64-encoded, holding the key, and 2 KB and 200 KB
+answers with and without base64 (a PNG in one line, or wrapped in MIME lines) looked through
+for a long key and for short credentials (``--short``: a 12-character API key and a Basic
+password of 6). Then the request side: a body looked through for the request's own
+credentials before it is keyed (``exchange.unquoted``, on the record and the replay path
+alike), 2 KB and 200 KB of JSON, without the key (the common case) and quoting it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ from dejacache.http.providers.openai import PROVIDER
 
 KEY = "sk-bench-echo-7f3a9c2d1e0b4a5f6e7d8c9b0a1f2e3d"
 CREDENTIALED = {"authorization": f"Bearer {KEY}", "x-api-key": KEY}
+# Short credentials: an API key of 12 characters and Basic ``alice:hunt3r``.
+SHORT = {"authorization": "Basic " + base64.b64encode(b"alice:hunt3r").decode(),
+         "x-api-key": "k3y-7f3a9c2d"}
 # The other headers an SDK sends with each call.
 SDK_HEADERS = [("accept", "application/json"), ("content-type", "application/json"),
                ("user-agent", "OpenAI/Python 1.99.0"), ("x-stainless-lang", "python"),
@@ -65,6 +70,14 @@ def embeddings(size: int) -> bytes:
          "embedding": [0.0123456789 * (i % 97) - 0.5 for i in range(n)]}]})
 
 
+def with_base64(size: int, wrapped: bool) -> bytes:
+    """An answer carrying a picture of ``size`` bytes as base64 (no credential in it), in one
+    line or wrapped at 76 characters (MIME)."""
+    raw = bytes((i * 7919 + (i >> 5)) % 251 for i in range(size * 3 // 4))
+    coded = (base64.encodebytes(raw) if wrapped else base64.b64encode(raw)).decode()
+    return orjson.dumps({"id": "r-1", "content": [{"type": "image", "data": coded}]})
+
+
 def stream(events: int) -> bytes:
     out = []
     for k in range(events):
@@ -83,6 +96,13 @@ ANSWERS: dict[str, tuple[str, bytes]] = {
         1 << 20, "lorem ipsum https://h/a%2Fb dolor sit amet\n")),
     "embeddings 1 MB": ("application/json", embeddings(1 << 20)),
     "sse 200 events": ("text/event-stream", stream(200)),
+    "json 200 KB": ("application/json", completion(200 << 10)),
+    "json 200 KB, lines": ("application/json", completion(
+        200 << 10, "lorem ipsum https://h/a%2Fb dolor sit amet\n")),
+    "base64 2 KB": ("application/json", with_base64(2 << 10, False)),
+    "base64 2 KB, MIME lines": ("application/json", with_base64(2 << 10, True)),
+    "base64 200 KB": ("application/json", with_base64(200 << 10, False)),
+    "base64 200 KB, MIME lines": ("application/json", with_base64(200 << 10, True)),
     # An echo server answering the request's bytes as a data URL: the key inside base64.
     "echo, base64 64 KB": ("application/json", orjson.dumps({"data": (
         "data:application/octet-stream;base64," + base64.b64encode(
@@ -117,7 +137,8 @@ def recorded_call(ctype: str, body: bytes, headers: dict[str, str]) -> Callable[
     return op
 
 
-def look_alone(ctype: str, body: bytes, wire: bool) -> Callable[[], Any]:
+def look_alone(ctype: str, body: bytes, wire: bool,
+               sent: dict[str, str] = CREDENTIALED) -> Callable[[], Any]:
     """The look alone, on the value stored (``wire``: given the body it was read from, as
     the drivers give it; else the value written whole)."""
     from dejacache.http.exchange import unechoed
@@ -129,7 +150,7 @@ def look_alone(ctype: str, body: bytes, wire: bool) -> Callable[[], Any]:
         value = response_value(200, [("content-type", ctype)], ctype, PROVIDER,
                                events=[[0.0, e] for e in SSESplitter().feed(body)])
         given = None
-    creds = credential_values(CREDENTIALED.items())
+    creds = credential_values(sent.items())
     return lambda: unechoed(value, creds, given)
 
 
@@ -161,15 +182,18 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="a short budget (make bench-quick)")
     ap.add_argument("--record", action="store_true",
                     help="the whole record path instead (runs on any checkout)")
+    ap.add_argument("--short", action="store_true",
+                    help="short credentials (a 12-character key, a 6-character password)")
     args = ap.parse_args()
+    sent = SHORT if args.short else CREDENTIALED
     budget = 0.1 if args.quick else args.budget
     heads = ("record, key", "record, none") if args.record else ("look, wire", "look, whole")
     rows = []
     for name, (ctype, body) in ANSWERS.items():
         if args.record:
-            ops = [recorded_call(ctype, body, CREDENTIALED), recorded_call(ctype, body, {})]
+            ops = [recorded_call(ctype, body, sent), recorded_call(ctype, body, {})]
         else:
-            ops = [look_alone(ctype, body, True), look_alone(ctype, body, False)]
+            ops = [look_alone(ctype, body, True, sent), look_alone(ctype, body, False, sent)]
         rows.append([name, *(f"{median_us(op, budget):.1f}" for op in ops)])
     print("## bench_unechoed.py: a live answer stored without the request's credentials\n")
     print(md_table(["answer", f"{heads[0]} (us)", f"{heads[1]} (us)"], rows))

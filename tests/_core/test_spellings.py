@@ -183,12 +183,186 @@ def test_basic_credentials_are_found_inside_a_base64_blob() -> None:
     assert not any(b"YWxpY2U6aHVudGVyMjAyNC1sb25n" in d for d in _loose_decodings(kept))
 
 
-def test_short_credentials_and_unrelated_base64_are_left_alone() -> None:
+def test_unrelated_base64_and_a_short_credentials_run_without_its_edges_are_left_alone(
+        ) -> None:
     # Under 16 bytes a key's inner base64 runs are 12 characters or fewer (72 bits): a
-    # megabyte of images would hold one by chance too often to damage them for it.
+    # megabyte of images would hold one by chance too often to damage them for it, so the
+    # bits the key shares with the groups either side must match too (64 bits at 8 bytes).
     short = "0123456789abcde"
-    coded = base64.b64encode(b"\x01" + short.encode()).decode()
+    aligned = b"\x01\x02Z" + short[1:].encode()  # its run from its 2nd byte, not its 1st
+    coded = base64.b64encode(aligned).decode()
+    assert base64.b64encode(short[1:13].encode()).decode() in coded
     assert Spellings([short]).replaced(coded) == coded
+    assert Spellings([short]).replaced(base64.b64encode(b"\x01" + short.encode()).decode()
+                                       ) != base64.b64encode(b"\x01" + short.encode()).decode()
+    seven = "hunt3r!"  # under 8 bytes: never looked for in base64 (48 bits)
+    coded = base64.b64encode(b"xy" + seven.encode() + b"z").decode()
+    assert Spellings([seven]).replaced(coded) == coded
     other = base64.b64encode(bytes(range(256)) * 8).decode()
     assert Spellings([_B64_KEY]).replaced(other) is other
     assert not Spellings([_B64_KEY]).may_hold(other.encode())
+    wrapped = base64.encodebytes(bytes(range(256)) * 8).decode()
+    assert Spellings([_B64_KEY, short]).replaced(wrapped) == wrapped
+
+
+def _unwrapped(text: str) -> str:
+    """``text`` without its line breaks, raw or as JSON writes them."""
+    for brk in ("\\r", "\\n", "\r", "\n"):
+        text = text.replace(brk, "")
+    return text
+
+
+def _wrap(coded: str, width: int, eol: str) -> str:
+    return eol.join(coded[i:i + width] for i in range(0, len(coded), width)) + eol
+
+
+@given(key=st.text(st.sampled_from("abcXYZ0189-_+/=.~:é\U0001f511"), min_size=8,
+                   max_size=90).filter(lambda k: len(k.encode()) >= 8),
+       before=st.binary(max_size=120), after=st.binary(max_size=120), urlsafe=st.booleans(),
+       width=st.sampled_from([76, 64, 48]), eol=st.sampled_from(["\n", "\r\n"]),
+       written=st.booleans())
+@example(key="hunt3r-7", before=b"", after=b"", urlsafe=False, width=76, eol="\n",
+         written=False)
+@example(key=_B64_KEY, before=b"x" * 40, after=b"", urlsafe=False, width=76, eol="\r\n",
+         written=True)
+def test_a_credential_in_base64_wrapped_in_lines_no_longer_decodes_from_it(
+        key: str, before: bytes, after: bytes, urlsafe: bool, width: int, eol: str,
+        written: bool) -> None:
+    # MIME (76 characters a line), PEM (64): a break may fall anywhere in the key's runs,
+    # and a key of 8 to 15 bytes is found too, at any offset.
+    coded = _wrap(_blob(key, before, after, urlsafe, True), width, eol)
+    text = "Content-Transfer-Encoding: base64\r\n\r\n" + coded
+    if written:  # JSON text kept as text: the breaks written ``\n``
+        text = orjson.dumps(text).decode()
+    assert any(key.encode() in d for d in _loose_decodings(_unwrapped(text)))
+    kept = Spellings([key]).replaced(text)
+    assert "<REDACTED>" in kept
+    assert Spellings([key]).held(text.encode()) and Spellings([key]).held(orjson.dumps(text))
+    assert not any(key.encode() in d for d in _loose_decodings(_unwrapped(kept)))
+    assert kept.startswith(text[:20])
+
+
+@given(key=st.text(st.sampled_from("abcXYZ0189-_+/=.~:"), min_size=8, max_size=15),
+       before=st.binary(max_size=40), after=st.binary(max_size=40), urlsafe=st.booleans(),
+       padded=st.booleans())
+def test_a_short_credential_inside_a_base64_blob_no_longer_decodes_from_it(
+        key: str, before: bytes, after: bytes, urlsafe: bool, padded: bool) -> None:
+    coded = _blob(key, before, after, urlsafe, padded)
+    kept = Spellings([key]).replaced('{"token": "' + coded + '"}')
+    assert not any(key.encode() in d for d in _loose_decodings(kept))
+    assert orjson.loads(kept)
+
+
+def test_a_credential_under_8_characters_is_found_only_as_a_whole_word() -> None:
+    # A Basic password such as ``hunt3r``: hidden inside longer words, it would hide parts
+    # of every answer that spells them.
+    found = Spellings(["hunt3r"])
+    said = "bad password hunt3r for alice (hunt3r); hunt3rs, xhunt3r, hunt3r_1"
+    assert found.replaced(said) == (
+        "bad password <REDACTED> for alice (<REDACTED>); hunt3rs, xhunt3r, <REDACTED>_1")
+    assert found.held(orjson.dumps("line one\nhunt3r"))  # ``\n`` written before it
+    assert not found.held(orjson.dumps("hunt3rs only"))
+    assert Spellings(["pw!"]).replaced("a pw!x b") == "a <REDACTED>x b"  # ``!`` ends no word
+
+
+def test_a_whole_word_credential_never_stands_for_a_longer_one_holding_it() -> None:
+    # ``pw`` is no word inside ``pwd-7f3a9c2d4e``: that key is looked for on its own.
+    found = Spellings(["pw", "pwd-7f3a9c2d4e"])
+    assert found.held(b'"key pwd-7f3a9c2d4e"')
+    assert found.replaced("key pwd-7f3a9c2d4e, pw") == "key <REDACTED>, <REDACTED>"
+
+
+def _looked_for_everywhere(found: Spellings, text: str) -> str:
+    """The slow form: every credential's pattern and every base64 run's run over the whole
+    text, no needle asked first."""
+    from dejacache._core.spellings import _blotted, _least, _pattern, _runs
+
+    for secret in sorted(set(found._secrets), key=len, reverse=True):
+        text = re.sub(_pattern(secret), "<REDACTED>", text)
+    coded = [c for c in _least(found._secrets) if len(c.encode()) >= 8]
+    runs = sorted((r for c in coded for r in _runs(c)), key=lambda r: len(r.chars),
+                  reverse=True)
+    for run in runs:
+        text = _blotted(re.compile(run.pattern()), text)
+    return text
+
+
+def _held_anywhere(found: Spellings, data: bytes) -> bool:
+    from dejacache._core.spellings import _least, _pattern, _runs
+
+    least = _least(found._secrets)
+    runs = [r for c in least if len(c.encode()) >= 8 for r in _runs(c)]
+    return any(re.search(p.encode(), data) for p in [*map(_pattern, least),
+                                                    *(r.pattern() for r in runs)])
+
+
+_PROSE = st.sampled_from(["lorem ipsum ", "Dolor SIT amet, ", "https://h/a%2Fb?q=1 ",
+                          "x = 42\n", "## Title\r\n", "see \\u000a and \\n ", "QZJX 7 "])
+
+
+@st.composite
+def _answers(draw: st.DrawFn) -> tuple[list[str], str]:
+    """Credentials (a long key, short ones, a password under 8) and a text holding some
+    of them, in base64 one line or MIME- or PEM-wrapped (LF or CRLF), raw or written as
+    JSON, and decoys: another blob, a run with one character changed, a run's half."""
+    keys = draw(st.lists(st.text(st.sampled_from("abcXYZ0189-_+/.:Q"), min_size=6,
+                                 max_size=40), min_size=1, max_size=3))
+    parts = []
+    for _ in range(draw(st.integers(1, 4))):
+        kind = draw(st.sampled_from(["prose", "blob", "blob", "blob", "decoy", "half",
+                                     "plain"]))
+        key = draw(st.sampled_from(keys))
+        if kind == "prose":
+            parts.append(draw(_PROSE) * draw(st.integers(1, 5)))
+            continue
+        if kind == "plain":
+            parts.append(key)
+            continue
+        inside = key.encode() if kind == "blob" else draw(st.binary(min_size=8, max_size=40))
+        coded = _blob("", draw(st.binary(max_size=80)) + inside, draw(st.binary(max_size=60)),
+                      draw(st.booleans()), draw(st.booleans()))
+        if kind == "decoy" and len(key.encode()) >= 8:  # a run of the key, one bit off
+            run = base64.b64encode(key.encode()[:len(key.encode()) // 3 * 3]).decode()
+            coded = run[:-1] + ("A" if run[-1] != "A" else "B")
+        if kind == "half":
+            run = base64.b64encode(key.encode()[:len(key.encode()) // 3 * 3]).decode()
+            coded = run[:len(run) // 2]
+        width = draw(st.sampled_from([0, 48, 64, 76]))
+        if width:
+            coded = _wrap(coded, width, draw(st.sampled_from(
+                ["\n", "\r\n", "\n", "\r\n", "\\u000a", "%0D%0A", "%250A"])))
+        parts.append(coded)
+    text = "".join(parts)
+    if draw(st.booleans()):
+        text = orjson.dumps(text).decode()
+    return keys, text
+
+
+@given(_answers())
+@example((["alice:hunt3r-long", "hunt3r"], "\\n" + base64.encodebytes(
+    b"x" * 50 + b"alice:hunt3r-long" + b"y" * 50).decode().replace("\n", "\\n")))
+@example((["k3y-7f3a9c2d"], orjson.dumps(base64.encodebytes(b"\x00" * 52 + b"k3y-7f3a9c2d")
+                                         .decode().replace("\n", "\r\n")).decode()))
+@example((["k3y-7f3a9c2d"], _wrap(_blob("k3y-7f3a9c2d", b"\x00" * 50, b"", False, True),
+                                  64, "\r\n")))
+@example((["k3y-7f3a9c2d"], _wrap(_blob("k3y-7f3a9c2d", b"\x00" * 40, b"", False, True),
+                                  64, "\\u000a")))  # a break written ``\u000a``
+def test_the_needles_find_exactly_what_the_patterns_find_over_the_whole_text(
+        answer: tuple[list[str], str]) -> None:
+    # The needles first (characters held, anchors, flat forms, halves) only spare the
+    # patterns' runs over texts that cannot hold a match: they never hide one.
+    from dejacache._core import spellings as module
+
+    keys, text = answer
+    found = Spellings(keys)
+    expected = _looked_for_everywhere(found, text)
+    datas = [(d, _held_anywhere(found, d)) for d in (text.encode(), orjson.dumps(text))]
+    gated_from = module._GATED_FROM
+    for module._GATED_FROM in (gated_from, 0):  # characters looked up in short text too
+        try:
+            assert found.replaced(text) == expected
+            for data, held in datas:
+                assert found.held(data) == held
+                assert found.may_hold(data) or not held
+        finally:
+            module._GATED_FROM = gated_from

@@ -3,6 +3,7 @@ keyed, transport and telemetry are not, and the user moves a header either way."
 
 from __future__ import annotations
 
+import base64
 import pathlib
 from collections.abc import Iterator
 from typing import Any
@@ -344,3 +345,101 @@ def test_an_answer_quoting_the_basic_password_decoded_is_stored_redacted(
         server.server_close()
     assert got["password"] == "s3cretPassw0rdXYZ"  # the caller gets the live answer whole
     assert "s3cretPassw0rdXYZ" not in path.read_text()
+
+
+def test_a_basic_password_under_8_characters_is_a_credential_an_answer_may_quote() -> None:
+    import base64
+
+    token = base64.b64encode(b"alice:hunt3r").decode()
+    found = credential_values([("Authorization", f"Basic {token}")])
+    assert {"alice:hunt3r", "hunt3r", token} <= set(found)
+    # the scheme and other short parts are still no credential; an empty password none
+    assert "Basic" not in found
+    empty = base64.b64encode(b"alice:").decode()
+    assert "" not in credential_values([("Authorization", f"Basic {empty}")])
+
+
+class _Echo:
+    """A loopback server answering each request's credentials back as a mail server, a
+    debug endpoint and an echo server may: base64 wrapped in MIME lines (CRLF), base64 of a
+    JSON blob in one line, and the password in prose."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                user, _, pw = base64.b64decode(
+                    self.headers["Authorization"].split()[1]).decode().partition(":")
+                short, long = self.headers["X-Api-Key"], self.headers["X-Auth-Token"]
+                dump = f"x-api-key: {short}\r\nx-auth-token: {long}\r\n".encode()
+                mail = ("Content-Type: text/plain\r\nContent-Transfer-Encoding: base64\r\n"
+                        "\r\n" + base64.encodebytes(b"\x00" * 70 + dump).decode()
+                        .replace("\n", "\r\n"))
+                body = orjson.dumps({
+                    "mail": mail,
+                    "blob": base64.b64encode(orjson.dumps({"token": short})).decode(),
+                    "said": f"wrong password {pw} for {user}",
+                })
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}/send"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _b64_forms(secret: str) -> set[str]:
+    """The inner base64 runs of ``secret`` at each offset, in both alphabets."""
+    data = secret.encode()
+    runs = {base64.b64encode(data[s:s + (len(data) - s) // 3 * 3]).decode() for s in range(3)}
+    return runs | {r.replace("+", "-").replace("/", "_") for r in runs}
+
+
+def test_credentials_wrapped_or_short_in_base64_never_reach_the_cassette(
+        tmp_path: pathlib.Path) -> None:
+    short, long = "k3y-7f3a9c2d", "tok-4b1e0c9a7d2f8e3b6a5c"
+    echo = _Echo()
+    path = tmp_path / "echo.json"
+    try:
+        with dejacache.cassette(str(path), mode="record"):
+            got = httpx.post(echo.url, content=b"{}", auth=("alice", "hunt3r"),
+                             headers={"X-Api-Key": short, "X-Auth-Token": long}).json()
+    finally:
+        echo.close()
+    assert "hunt3r" in got["said"] and short.encode() in base64.b64decode(got["blob"])
+    raw = path.read_bytes()
+    flat = raw.replace(b"\\r", b"").replace(b"\\n", b"")  # the MIME lines joined
+    for secret in (short, long, "hunt3r", "alice:hunt3r"):
+        assert secret.encode() not in raw, secret
+        for form in _b64_forms(secret) if len(secret) >= 8 else ():
+            assert form.encode() not in flat, (secret, form)
+    stored = orjson.loads(raw)["entries"][0]["response"]["json"]
+    assert stored["said"] == "wrong password <REDACTED> for alice"
+    for text in (stored["mail"].split("\r\n\r\n", 1)[1], stored["blob"]):
+        for part in _unwrapped_runs(text):
+            assert short.encode() not in part and long.encode() not in part
+
+
+def _unwrapped_runs(text: str) -> list[bytes]:
+    """Each base64 run of ``text`` (line breaks dropped) decoded from each alignment."""
+    import re
+
+    out = []
+    for run in re.findall(r"[A-Za-z0-9+/]{4,}", text.replace("\r\n", "")):
+        for k in range(4):
+            cut = run[k:][:len(run) - k - ((len(run) - k) % 4 == 1)]
+            out.append(base64.b64decode(cut + "=" * (-len(cut) % 4)))
+    return out

@@ -162,15 +162,21 @@ def quotable(pairs: Iterable[tuple[str, str]], whole: Iterable[str] = ()) -> lis
     """Credentials as an answer or a message may quote them: each value of ``pairs``
     (``(name, value)``) and each of its words (``Bearer KEY``: the key; a key read with a
     NUL, which an HTTP library refuses quoting it escaped), a cookie's value without its name
-    (``sid=KEY``: the key), each of ``whole`` as it is; none shorter than a secret can be;
-    longest first, so a value holding another is replaced whole."""
+    (``sid=KEY``: the key), each of ``whole`` as it is; none shorter than a secret can be,
+    but a Basic password, which is one whatever its length (``_core.spellings`` finds one
+    under 8 characters only as a whole word); longest first, so a value holding another is
+    replaced whole."""
     found: set[str] = set(whole)
+    passwords: set[str] = set()
     for name, value in pairs:
         words = _PARTS.split(value)
-        found.update((value, *words, *_basic_decoded(words)))
+        decoded = _basic_decoded(words)
+        found.update((value, *words, *decoded))
+        passwords.update(p for p in decoded[1:] if p)
         if name.lower() == "cookie":
             found.update(v for _, v in cookie_pairs(value) if not is_setting(v))
-    return sorted((v for v in found if len(v) >= _SHORTEST_SECRET), key=len, reverse=True)
+    return sorted((v for v in found if len(v) >= _SHORTEST_SECRET or v in passwords),
+                  key=len, reverse=True)
 
 
 def _basic_decoded(words: list[str]) -> tuple[str, ...]:
