@@ -242,6 +242,30 @@ def test_a_credential_in_base64_wrapped_in_lines_no_longer_decodes_from_it(
     assert kept.startswith(text[:20])
 
 
+@given(key=st.text(st.sampled_from("abcXYZ0189-_+/=.~:"), min_size=8, max_size=40),
+       before=st.binary(max_size=120), after=st.binary(max_size=120), urlsafe=st.booleans(),
+       width=st.integers(48, 80),
+       eol=st.sampled_from(["\\u000a", "\\u000D\\u000A", "%0A", "%0d%0a", "%250A",
+                            "\\\\n"]))
+@example(key="abcXYZ0189abcXYZ", before=b"x" * 37, after=b"y" * 50, urlsafe=False, width=50,
+         eol="\\u000a")
+@example(key="abcXYZ0189abcXYZ", before=b"x" * 37, after=b"y" * 50, urlsafe=False, width=49,
+         eol="%0A")
+def test_a_mask_in_wrapped_base64_never_cuts_a_break_written_as_an_escape(
+        key: str, before: bytes, after: bytes, urlsafe: bool, width: int, eol: str) -> None:
+    # Walking out from the run to the groups either side, a break is passed over whole:
+    # ``\u000A``'s ``000A`` and ``%0A``'s ``0A`` are base64 letters too, and a mask starting
+    # inside them left ``\u00<REDACTED>`` (invalid JSON) or ``%<REDACTED>``.
+    text = "data: " + _wrap(_blob(key, before, after, urlsafe, True), width, eol) + " end"
+    kept = Spellings([key]).replaced(text)
+    assert "<REDACTED>" in kept
+    assert re.search(r"\\+u(?![0-9a-fA-F]{4})", kept) is None, kept
+    assert re.search(r"%(?![0-9a-fA-F]{2})", kept) is None, kept
+    assert re.search(r"(?<!\\)(?:\\\\)*\\<", kept) is None, kept  # no lone backslash
+    flat = re.sub(r"\\+(?:u000[aAdD]|[nr])|%(?:25)*0[aAdD]", "", kept)
+    assert not any(key.encode() in d for d in _loose_decodings(flat))
+
+
 @given(key=st.text(st.sampled_from("abcXYZ0189-_+/=.~:"), min_size=8, max_size=15),
        before=st.binary(max_size=40), after=st.binary(max_size=40), urlsafe=st.booleans(),
        padded=st.booleans())

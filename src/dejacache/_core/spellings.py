@@ -275,12 +275,10 @@ def _widened(text: str, start: int, end: int, floor: int) -> tuple[int, int]:
 def _back(text: str, at: int, floor: int) -> int:
     i, n = at, 0
     while n < 4 and i > floor:
-        c = text[i - 1]
-        if c in "\r\n":
-            i -= 1
-        elif c in "rn" and i - 2 >= floor and text[i - 2] == "\\":
-            i -= 2
-        elif c in _B64:
+        brk = _break_before(text, i, floor)
+        if brk:
+            i -= brk
+        elif text[i - 1] in _B64:
             i -= 1
             n += 1
             at = i
@@ -289,14 +287,32 @@ def _back(text: str, at: int, floor: int) -> int:
     return at
 
 
+# One line break in any spelling :data:`_BREAK` allows. Walking a run's groups out, a break
+# is passed over whole: ``\\u000A``'s ``000A`` and ``%0A``'s ``0A`` read as base64, and a
+# mask starting inside them left ``\\u00<REDACTED>`` (invalid JSON) or ``%<REDACTED>``.
+_ONE_BREAK = pattern(_char("\r") + "|" + _char("\n"))
+_LONGEST_BREAK = 16  # characters back a break spelling is looked for (``\\\\u000a``: 8)
+
+
+def _break_before(text: str, i: int, floor: int) -> int:
+    """The length of the longest break spelling ending at ``i`` (not before ``floor``);
+    0 for none. Asked only at a found run's edges."""
+    c = text[i - 1]
+    if c not in "\r\nrnaAdD":
+        return 0
+    for s in range(max(floor, i - _LONGEST_BREAK), i):
+        if _ONE_BREAK.fullmatch(text, s, i):
+            return i - s
+    return 0
+
+
 def _ahead(text: str, at: int) -> int:
     i, n = at, 0
     while i < len(text):
         c = text[i]
-        if c in "\r\n":
-            i += 1
-        elif c == "\\" and text[i + 1:i + 2] in ("r", "n"):
-            i += 2
+        m = _ONE_BREAK.match(text, i) if c in "\r\n\\%" else None
+        if m is not None:
+            i = m.end()
         elif n < 4 and c in _B64:
             i += 1
             n += 1
