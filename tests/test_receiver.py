@@ -464,6 +464,61 @@ def test_volatile_patterns_run_once_over_a_receiver(store: dejacache.MemoryStore
     assert len(list(store.iterate())) == 2
 
 
+class _Gen2:
+    """Classes whose names a digits pattern matches, called through a classmethod."""
+
+    @classmethod
+    @dejacache.cache(volatile=[re.compile(r"\d+")])
+    def make(cls, q: str) -> str:
+        return f"{cls.__name__}: {q}"
+
+
+class _Gen3(_Gen2):
+    pass
+
+
+def test_volatile_patterns_never_mask_a_classmethods_class(
+        store: dejacache.MemoryStore) -> None:
+    # Its class's qualified name was text the patterns masked: _Gen3.make("q 1") was served
+    # _Gen2's answer. The patterns run over the arguments and a run-time class's captured
+    # values, never over the class's name.
+    assert _Gen2.make("q 1") == "_Gen2: q 1"
+    assert _Gen3.make("q 1") == "_Gen3: q 1"
+    assert _Gen2.make("q 2") == "_Gen2: q 1"  # the argument's digits masked: a hit
+    assert len(list(store.iterate())) == 2
+    assert _Gen2.make.explain(_Gen3, "q").arguments["cls"] == [  # type: ignore[attr-defined]
+        f"{__name__}._Gen3"]
+
+    def made(n: int) -> type:
+        class Local:
+            @classmethod
+            @dejacache.cache(volatile=[re.compile(r"\d+")])
+            def make(cls, q: str) -> str:
+                return f"{n}: {q}"
+
+        return Local
+
+    assert made(1).make("q") == "1: q"
+    assert made(2).make("q") == "2: q"  # what its method captured still keys it apart
+
+    def tagged(tag: str) -> type:
+        class Tagged:
+            def label(self) -> str:
+                return tag
+
+            @classmethod
+            @dejacache.cache(volatile=[re.compile(r"\d+")])
+            def make(cls, q: str) -> str:
+                return f"{cls().label()}: {q}"
+
+        return Tagged
+
+    # a run-time class's captured values are arguments' text: masked, its name is not
+    form = tagged("v1").make.explain(tagged("v1"), "q").arguments["cls"]  # type: ignore[attr-defined]
+    assert form[0].endswith("<locals>.Tagged")
+    assert "v<volatile>" in str(form[1]) and "v1" not in str(form[1])
+
+
 def test_a_nested_plain_object_is_keyed_by_its_data(store: dejacache.MemoryStore) -> None:
     # Both used to get "a: hi": the nested object was left out, one answer for both.
     assert _Agent("a").ask("hi") == "a: hi"
