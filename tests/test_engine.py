@@ -422,7 +422,7 @@ def test_a_call_site_reads_a_cassettes_plain_answers_as_get_would(
     from dejacache.cassettes import format as fmt
     from dejacache.cassettes.document import load_document
     from dejacache.scope import current
-    from dejacache.stores._base import NOT_SHARED, Hit
+    from dejacache.stores._base import NOT_SHARED
 
     @dejacache.cache(name="site.plain")
     def f(x: int) -> Any:
@@ -443,6 +443,6 @@ def test_a_call_site_reads_a_cassettes_plain_answers_as_get_would(
         assert site.first(keys[0]) is _engine.MISS  # used up
         # JSON the file's checksum vouched for, yet not JSON: read as get's blob, which the
         # codec calls damaged (a warning and a miss), as the general path does.
-        site.plain = lambda key: Hit(b'{"x": ', 0.0, None, None, NOT_SHARED)
+        site.plain = lambda key: (b'{"x": ', 0.0, None, None, NOT_SHARED)
         with pytest.warns(dejacache.DejacacheWarning, match="stored JSON is invalid"):
             assert site.first(keys[0]) is _engine.MISS

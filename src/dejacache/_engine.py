@@ -501,16 +501,16 @@ class CallSite:
             return _read_failed(eff, exc), False
         if item is None:
             return MISS, False
-        body = item.body
+        body = item[0]
         if body is None:
-            return _read(eff, name, key, item.record)
+            return _read(eff, name, key, item[3])
         try:
             value = orjson.loads(body)
         except orjson.JSONDecodeError:
             # The blob ``get`` would have answered, read by the codec: it names the damage.
             blob = blob_from_tree(orjson.Fragment(body), True, key=key)
-            return _read(eff, name, key, Record(blob, duration=item.duration, usage=item.usage))
-        record_hit(name, item.duration, item.usage)
+            return _read(eff, name, key, Record(blob, duration=item[1], usage=item[2]))
+        record_hit(name, item[1], item[2])
         return value, False
 
 

@@ -47,12 +47,12 @@ def test_a_plain_answer_is_its_json_and_anything_else_is_gets_record(
         store: Any = current().store
         assert isinstance(store, Cassette) and type(store).plain_hits
         first = store.plain_hit(keys["plain"])
-        assert first.record is None and orjson.loads(first.body) == {"x": 1}
-        assert orjson.loads(store.plain_hit(keys["plain"]).body) == {"x": 1}  # the 2nd
+        assert first[3] is None and orjson.loads(first[0]) == {"x": 1}
+        assert orjson.loads(store.plain_hit(keys["plain"])[0]) == {"x": 1}  # the 2nd
         assert store.plain_hit(keys["plain"]) is None  # none left
         hit = store.plain_hit(keys["tagged"])
-        assert hit.body is None and isinstance(hit.record, Record)
-        assert current().codec.decode(hit.record.value, key=keys["tagged"]) == \
+        assert hit[0] is None and isinstance(hit[3], Record)
+        assert current().codec.decode(hit[3].value, key=keys["tagged"]) == \
             datetime.date(2020, 1, 2)
         assert store.counters.replayed == 3
 
@@ -77,5 +77,5 @@ def test_a_file_parsed_whole_answers_with_records(tmp_path: pathlib.Path) -> Non
         store: Any = current().store
         key = _keys(path)["plain"]
         hit = store.plain_hit(key)
-        assert hit.body is None
-        assert current().codec.decode(hit.record.value, key=key) == {"x": 3}
+        assert hit[0] is None
+        assert current().codec.decode(hit[3].value, key=key) == {"x": 3}

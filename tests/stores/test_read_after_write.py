@@ -46,7 +46,7 @@ _READER = textwrap.dedent("""
     for line in sys.stdin:
         key = line.strip()
         hit = store.hit(key)
-        seen = ["-" if hit is None else "?" if hit.body is None else str(orjson.loads(hit.body)),
+        seen = ["-" if hit is None else "?" if hit[0] is None else str(orjson.loads(hit[0])),
                 of(store.get(key), key), of(loop.run_until_complete(store.aget(key)), key)]
         print(" ".join(seen), flush=True)
     loop.run_until_complete(store.aclose())

@@ -578,7 +578,7 @@ def test_hit_defers_to_the_general_path_under_a_running_loop(store: RedisStore) 
         return store.hit("k")
 
     item = asyncio.run(inside())
-    assert item is not None and item.body is None and item.record is None
+    assert item is not None and item[0] is None and item[3] is None
 
 
 def test_hit_hands_a_tagged_value_as_its_record(store: RedisStore, raw: redis.Redis) -> None:
@@ -587,8 +587,8 @@ def test_hit_hands_a_tagged_value_as_its_record(store: RedisStore, raw: redis.Re
     value = JsonCodec().encode((1, 2), key="k")  # a tuple: a tagged value
     store.put("k", rec(value))
     item = store.hit("k")
-    assert item is not None and item.body is None
-    assert item.record is not None and item.record.value == value
+    assert item is not None and item[0] is None
+    assert item[3] is not None and item[3].value == value
 
 
 def test_hit_of_garbage_is_a_miss_and_deletes(store: RedisStore, raw: redis.Redis) -> None:
@@ -605,11 +605,11 @@ def test_hit_sees_another_writer_replace_the_bytes(redis_server: RedisServer) ->
     b = RedisStore(redis_server.url, key_prefix="t", **SLOW_OK)
     a.put("k", rec(codec.encode("old", key="k")))
     first = a.hit("k")
-    assert first is not None and first.body is not None
+    assert first is not None and first[0] is not None
     assert a.hit("k") is first  # the same bytes: the same Hit
     b.put("k", rec(codec.encode("new", key="k")))
     item = a.hit("k")
-    assert item is not None and item.body is not None and bytes(item.body) == b'"new"'
+    assert item is not None and item[0] is not None and bytes(item[0]) == b'"new"'
     a.close()
     b.close()
 

@@ -81,11 +81,11 @@ def test_known_hits_remember_a_checked_body_and_hand_it_out_again() -> None:
     known = KnownHits()
     raw = _plain("k", {"a": 1})
     hit = known.decode("k", raw)
-    assert hit is not None and hit.record is None and bytes(hit.body or b"") == b'{"a":1}'
+    assert hit is not None and hit[3] is None and bytes(hit[0] or b"") == b'{"a":1}'
     assert known.entries["k"] == (raw, hit)
     known.share("k", hit, "frozen")
     shared = known.entries["k"][1]
-    assert shared.shared == "frozen" and shared.body is hit.body
+    assert shared[4] == "frozen" and shared[0] is hit[0]
     known.share("k", hit, "again")  # not the remembered Hit any more: nothing changes
     assert known.entries["k"][1] is shared
     known.forget("k")
@@ -98,11 +98,11 @@ def test_known_hits_remember_a_checked_body_and_hand_it_out_again() -> None:
 def test_known_hits_leave_what_the_codec_must_read() -> None:
     known = KnownHits()
     wrong_key = known.decode("other", _plain("k", {"a": 1}))  # checksum bound to "k"
-    assert wrong_key is not None and wrong_key.body is None and wrong_key.record is not None
+    assert wrong_key is not None and wrong_key[0] is None and wrong_key[3] is not None
     error = pack_record(Record(value=b"boom", name="n", kind="error"))
     got = known.decode("k", error)
-    assert got is not None and got.body is None and got.record is not None
-    assert got.record.kind == "error" and got.shared is NOT_SHARED
+    assert got is not None and got[0] is None and got[3] is not None
+    assert got[3].kind == "error" and got[4] is NOT_SHARED
     assert known.decode("k", b"not ours") is None
     assert known.entries == {}
 

@@ -332,7 +332,7 @@ class Cassette(BaseStore):
             self.misses.append(exc)  # shown first if an SDK wraps it (pytest plugin)
             raise exc
         if lazy and value is payload:  # a plain answer's JSON: the caller loads it
-            return tuple.__new__(Hit, (payload, duration, usage, None, NOT_SHARED))
+            return (payload, duration, usage, None, NOT_SHARED)
         # (positional: no keywords to match)
         rec = Record(value, str(doc.get("name", "")), str(doc.get("namespace", "")), kind,
                      b"", duration, usage)
@@ -610,7 +610,7 @@ def summarize(tapes: Iterable[Cassette]) -> TapeCounters:
 def _hit_of(rec: Record) -> Hit:
     """What :meth:`Cassette.plain_hit` answers for a hit that is not a plain answer's JSON
     read from the file: the record ``get`` answers."""
-    return Hit(None, rec.duration, rec.usage, rec, NOT_SHARED)
+    return (None, rec.duration, rec.usage, rec, NOT_SHARED)
 
 
 def _derived_path(path: pathlib.Path) -> pathlib.Path:

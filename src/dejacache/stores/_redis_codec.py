@@ -28,7 +28,6 @@ __all__ = ["KnownHits", "counter_values", "header", "pack_record", "record_with_
            "unpack_record"]
 
 _MAGIC = b"DJR\x01"
-_new_tuple = tuple.__new__
 
 _Meta = tuple[str, str, str, float, "dict[str, Any] | None", float]
 # Metadata already parsed and checked, by its bytes; every record still gets its own
@@ -144,14 +143,13 @@ class KnownHits:
         if kind != "error":
             body = checked_plain_body(raw[end:], key)
             if body is not None:
-                # tuple.__new__: Hit(...) runs a Python-level __new__; usage is shared by
-                # hits (read only), as Hit documents.
-                hit: Hit = _new_tuple(Hit, (body, duration, usage, None, NOT_SHARED))
+                # usage is shared by hits (read only), as Hit documents.
+                hit: Hit = (body, duration, usage, None, NOT_SHARED)
                 self._remember(key, raw, hit)
                 return hit
-        return _new_tuple(Hit, (None, duration, usage, Record(
+        return (None, duration, usage, Record(
             raw[end:], name, namespace, kind, b"", duration,
-            None if usage is None else dict(usage), created), NOT_SHARED))
+            None if usage is None else dict(usage), created), NOT_SHARED)
 
     def _remember(self, key: str, raw: bytes, hit: Hit) -> None:
         if len(self.entries) >= _KNOWN_MAX or self.size >= _KNOWN_BYTES:
@@ -165,7 +163,7 @@ class KnownHits:
         ``Hit`` remembered for ``key`` and holds no shared value yet."""
         known = self.entries.get(key)
         if known is not None and known[1] is item and item[4] is NOT_SHARED:
-            self.entries[key] = (known[0], _new_tuple(Hit, (*item[:4], value)))
+            self.entries[key] = (known[0], (*item[:4], value))
 
     def forget(self, key: str | None = None) -> None:
         """Drop what is remembered of ``key`` (of every key when None)."""

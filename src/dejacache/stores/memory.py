@@ -77,7 +77,7 @@ class MemoryStore(BaseStore):
 
     def get(self, key: str) -> Record | None:
         item = self.hit(key)
-        return None if item is None else item.record
+        return None if item is None else item[3]
 
     def hit(self, key: str) -> Hit | None:
         """The stored entry's ``Hit`` (see ``stores._base``), for the decorator's short path:
@@ -108,7 +108,7 @@ class MemoryStore(BaseStore):
         returned, for later ``frozen`` hits; nothing when the entry has been replaced or
         removed since (the value belongs to those bytes only). Its estimated size counts
         against ``max_bytes`` like the bytes do."""
-        body = item.body
+        body = item[0]
         if body is None:
             return
         extra = shared_size(value, len(body))
@@ -117,7 +117,7 @@ class MemoryStore(BaseStore):
             if old is None or old[0] is not item:
                 return
             # same place in the LRU order
-            self._data[key] = (item._replace(shared=value), old[1], old[2] + extra)
+            self._data[key] = ((*item[:4], value), old[1], old[2] + extra)
             self._bytes += extra
             self._evict()
 
@@ -131,7 +131,8 @@ class MemoryStore(BaseStore):
         size = record.size
         expires = time.monotonic() + ttl if ttl is not None else None
         body = plain_body(record.value) if record.kind != "error" else None
-        entry = (Hit(body, record.duration, record.usage, record, NOT_SHARED), expires, size)
+        hit: Hit = (body, record.duration, record.usage, record, NOT_SHARED)
+        entry = (hit, expires, size)
         with self._lock:
             if key in self._data:
                 self._remove(key)  # even when the new value is not kept: never serve the old
@@ -163,7 +164,7 @@ class MemoryStore(BaseStore):
             items = list(self._data.items())
         now = time.monotonic()
         for key, (hit, expires, _) in items:
-            record = hit.record
+            record = hit[3]
             assert record is not None  # kept with every entry (see put)
             if expires is not None and now >= expires:
                 continue
@@ -181,7 +182,7 @@ class MemoryStore(BaseStore):
                 self._bytes = 0
                 return n
             doomed = [k for k, (hit, _, _) in self._data.items()
-                      if hit.record is not None and hit.record.namespace == namespace]
+                      if hit[3] is not None and hit[3].namespace == namespace]
             for k in doomed:
                 self._remove(k)
             return len(doomed)

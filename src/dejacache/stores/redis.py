@@ -90,7 +90,7 @@ log = logging.getLogger("dejacache.redis")
 _NOT_WRITTEN = object()  # what a write answers when the breaker or the server refused it
 _BAD = object()  # what a read answers on an error reply about the entry: it is deleted
 # What hit() answers when the general path must decide (see RedisStore.hit).
-_GENERAL = Hit(None, 0.0, None, None, NOT_SHARED)
+_GENERAL: Hit = (None, 0.0, None, None, NOT_SHARED)
 _running_loop = asyncio._get_running_loop  # the C getter: ~40 ns, no exception when none
 
 
