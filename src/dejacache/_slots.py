@@ -79,7 +79,7 @@ class Sentinel:
 
 
 class _RowType(type):
-    """Makes each class written ``class Hit(Row): body: bytes`` a tuple of those fields."""
+    """Makes each class written ``class Point(Row): x: int`` a tuple of those fields."""
 
     def __new__(mcs, name: str, bases: tuple[type, ...], ns: dict[str, Any]) -> Any:
         if bases == (tuple,):  # Row itself
@@ -103,8 +103,8 @@ class Row(tuple, metaclass=_RowType):  # type: ignore[type-arg]
     ~0.75M instructions each (pytest loaded) against ~0.3M here, for the 14 such classes a
     first cassette block loads. Modules declare their rows ``NamedTuple`` to the type checker
     (``if TYPE_CHECKING: from typing import NamedTuple as Row``), which checks them as one.
-    A call ``Hit(...)`` costs ~0.8K instructions more than the compiled one (~0.2 µs: the
-    ``**kwargs`` dict and the length check); the hit paths make their rows with
+    A row call such as ``Point(...)`` costs ~0.8K instructions more than the compiled one
+    (~0.2 µs: the ``**kwargs`` dict and the length check); hot paths make their rows with
     ``tuple.__new__`` and call no constructor at all."""
 
     __slots__ = ()
