@@ -15,11 +15,11 @@ calls only: a block opened in such a thread starts from the thread's own setting
 
 from __future__ import annotations
 
+import _thread
 import contextvars
 import functools
 import inspect
 import re
-import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Iterable
 from types import TracebackType
@@ -58,7 +58,7 @@ CURRENT: contextvars.ContextVar[Effective | None] = contextvars.ContextVar(
 )
 
 # Test-facing blocks open anywhere in the process (for context-less worker threads).
-_ACTIVE_LOCK = threading.Lock()
+_ACTIVE_LOCK = _thread.allocate_lock()
 OPEN_BLOCKS: list[Effective] = []
 # id(block) -> the test-facing block it was opened inside (None: outermost). Nested blocks
 # count as one, so `with scope(a): with scope(b):` routes worker threads to b rather than
@@ -94,6 +94,8 @@ def current() -> Effective:
         return eff
     if not OPEN_BLOCKS:
         return GLOBAL[0] or get_settings()
+    import threading  # (here only: a call in a block has a scope and never gets this far)
+
     if threading.current_thread() is not threading.main_thread():
         with _ACTIVE_LOCK:
             inner = {id(p) for p in _PARENT.values() if p is not None}
@@ -199,7 +201,7 @@ class Recording(Protocol):
         the call."""
 
 
-_RECORDINGS_LOCK = threading.Lock()
+_RECORDINGS_LOCK = _thread.allocate_lock()
 _RECORDINGS: weakref.WeakSet[Recording] = weakref.WeakSet()
 R = TypeVar("R", bound=Recording)
 
@@ -261,7 +263,7 @@ E = TypeVar("E")
 
 EntryT = TypeVar("EntryT", bound=tuple[Any, ...])
 X = TypeVar("X")
-_ENTRIES_LOCK = threading.Lock()
+_ENTRIES_LOCK = _thread.allocate_lock()
 
 
 def own_entry(entries: list[EntryT], here: object) -> EntryT:
@@ -396,6 +398,8 @@ class scope(Block["scope"]):
                 box.append((True, ctx.run(fn, *args, **kwargs)))
             except BaseException as exc:
                 box.append((False, exc))
+
+        import threading
 
         t = threading.Thread(target=target, name="dejacache-scope")
         t.start()

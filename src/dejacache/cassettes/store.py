@@ -20,8 +20,8 @@ this run use nothing of the file and drops what it recorded; there are no TTLs.
 
 from __future__ import annotations
 
+import _thread
 import functools
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import orjson
@@ -162,7 +162,7 @@ class Cassette(BaseStore):
         #: first few, named with why
         self.unstored = 0
         self._unstored: list[str] = []
-        self._lock = threading.RLock()
+        self._lock = _thread.RLock()
         self._loaded = False
         self._tape = Tape(file, self.mode, self._lock)
         # a partial block's order skips the recorded steps its ``live=`` rules send live
