@@ -523,7 +523,7 @@ _NOT_ON_A_REPLAY_HIT = (
     # nor ``pathlib``, with the ``urllib.parse`` and ``ipaddress`` it imports (~16.7M
     # instructions): a block works on its file's path as text, a Path is made when asked for
     "pathlib", "urllib.parse", "ipaddress",
-    # nor ``threading`` (~2.6M instructions): a hit takes locks and thread-locals, which
+    # nor ``threading`` (~2.5M instructions): a hit takes locks and thread-locals, which
     # ``_thread`` gives; a thread is started or named only off the hit
     "threading")
 

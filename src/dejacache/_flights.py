@@ -98,7 +98,7 @@ class SingleFlight(Generic[R]):
                     return mine, True  # runs as live would (``mine``, unlisted, lands as nothing)
                 if flight.event is None:
                     # Loaded by a waiter only: a replay hit (no flight) never needs the
-                    # module, ~2.6M instructions of a fresh process's first hit.
+                    # module, ~2.5M instructions of a fresh process's first hit.
                     import threading
 
                     flight.event = threading.Event()

@@ -19,7 +19,9 @@ import _thread
 import contextvars
 import functools
 import inspect
+import os
 import re
+import sys
 import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Iterable
 from types import TracebackType
@@ -56,6 +58,28 @@ T = TypeVar("T")
 CURRENT: contextvars.ContextVar[Effective | None] = contextvars.ContextVar(
     "dejacache_scope", default=None
 )
+
+# The main thread, told without loading ``threading`` (~2.5M instructions of a fresh
+# process's first hit): the one ``threading`` names if it is loaded, else the one importing
+# this module (whom ``threading`` named when this module imported it; a bare thread that
+# loaded it first would be named main by it). Kept with the process id: a forked child's
+# main thread is the one that forked, which ``threading``, loaded in any process that
+# started a thread with it, names there. (No ``os.register_at_fork``: registering was
+# ~0.5M instructions of that first hit.)
+_threading = sys.modules.get("threading")
+_MAIN = (os.getpid(),
+         _threading.main_thread().ident if _threading is not None else _thread.get_ident())
+del _threading
+
+
+def _off_main_thread() -> bool:
+    pid, ident = _MAIN
+    if pid != os.getpid():
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            return threading.current_thread() is not threading.main_thread()
+    return _thread.get_ident() != ident
+
 
 # Test-facing blocks open anywhere in the process (for context-less worker threads).
 _ACTIVE_LOCK = _thread.allocate_lock()
@@ -94,9 +118,7 @@ def current() -> Effective:
         return eff
     if not OPEN_BLOCKS:
         return GLOBAL[0] or get_settings()
-    import threading  # (here only: a call in a block has a scope and never gets this far)
-
-    if threading.current_thread() is not threading.main_thread():
+    if _off_main_thread():
         with _ACTIVE_LOCK:
             inner = {id(p) for p in _PARENT.values() if p is not None}
             leaves = {id(b): b for b in OPEN_BLOCKS if id(b) not in inner}
