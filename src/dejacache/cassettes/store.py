@@ -139,7 +139,7 @@ class Cassette(BaseStore):
         strict: bool = False,
         match: str = "request",
         max_age: float | None = None,
-        on_expiry: str = "warn",
+        on_expiry: str | None = None,
         partial: Partial | None = None,
         live_path: pathlib.Path | None = None,
         derived: bool = False,
