@@ -522,7 +522,13 @@ _NOT_ON_A_REPLAY_HIT = (
     "typing", "dejacache._codec_protocol",
     # nor ``pathlib``, with the ``urllib.parse`` and ``ipaddress`` it imports (~16.7M
     # instructions): a block works on its file's path as text, a Path is made when asked for
-    "pathlib", "urllib.parse", "ipaddress")
+    "pathlib", "urllib.parse", "ipaddress",
+    # nor ``threading`` (~2.5M instructions): a hit takes locks and thread-locals, which
+    # ``_thread`` gives; a thread is started or named only off the hit
+    "threading",
+    # nor the ageing rules: a block without ``max_age`` has no entry that can expire, and
+    # ``on_expiry``'s default is applied where one can (~0.5M instructions)
+    "dejacache._core.ageing")
 
 
 # A late hit: a non-strict block replays the last of three recorded calls only. It is out

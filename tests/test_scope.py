@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import importlib
+import json
+import pathlib
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -613,3 +618,75 @@ def test_a_cached_generator_read_across_a_decorated_generators_steps_is_recorded
         assert list(agent()) == ["a", "b", "c"]
         assert list(wrapped()) == ["d", "e"]
     assert calls == ["a b c", "d e"]
+
+
+_BARE_THREAD = """
+import _thread, json, sys
+import dejacache
+
+calls = []
+
+@dejacache.cache
+def f(x):
+    calls.append(x)
+    return x
+
+if sys.argv[1] == "record":
+    with dejacache.cassette("c.json", mode="record"):
+        f(1)
+    raise SystemExit
+done, box = _thread.allocate_lock(), []
+done.acquire()
+
+def worker():
+    try:
+        box.append(f(1))
+    finally:
+        done.release()
+
+with dejacache.cassette("c.json", mode="replay"):
+    loaded = "threading" in sys.modules
+    _thread.start_new_thread(worker, ())
+    with done:
+        pass
+print(json.dumps([loaded, box, calls]))
+"""
+
+
+def test_a_bare_thread_that_is_first_to_need_the_main_thread_is_still_routed(
+    tmp_path: pathlib.Path,
+) -> None:
+    """A thread started with ``_thread`` carries no scope: its call goes to the block open
+    in the main thread. Telling the main thread apart must not load ``threading`` from that
+    thread (the module would name it main, and the call would run live in a replay)."""
+    def run(what: str) -> str:
+        out = subprocess.run([sys.executable, "-c", _BARE_THREAD, what], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    run("record")
+    assert json.loads(run("replay")) == [False, [1], []]
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_a_child_forked_from_a_worker_thread_takes_that_thread_as_its_main_one() -> None:
+    import os
+
+    scope_mod = importlib.import_module("dejacache.scope")
+
+    seen: list[object] = []
+
+    def work() -> None:
+        seen.append(scope_mod._off_main_thread())
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if not scope_mod._off_main_thread() else 1)
+        seen.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join(30)
+    assert seen == [True, 0]
+    assert not scope_mod._off_main_thread()

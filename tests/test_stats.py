@@ -110,13 +110,71 @@ def test_counts_of_threads_that_have_exited_are_kept() -> None:
             record_hit("gone", 0.5, {"total_tokens": 2})
             record_miss("gone", stored=True)
 
-    done = [_in_thread(work, 3), _in_thread(work, 4)]
+    _in_thread(work, 3), _in_thread(work, 4)
     _in_thread(record_hit, "later", 0.0, None)  # registers, folding the two exited threads
-    registered = [t for t, _ in stats_mod._THREADS.values()]
-    assert not any(t in registered for t in done)
+    # The two exited threads were folded away; what stays is the thread that folded them
+    # (exited since: the next to register folds it) and at most this one.
+    entries = list(stats_mod._THREADS.values())
+    assert len(entries) <= 2
+    assert sum(alive() is None for alive, _ in entries) == 1
     s = dejacache.stats().by_name["gone"]
     assert (s.hits, s.misses, s.stores, s.tokens_saved, s.time_saved) == (7, 7, 7, 14, 3.5)
     assert dejacache.stats().total.hits == 8
+
+
+def test_a_thread_started_outside_threading_is_folded_once_it_exits() -> None:
+    """Liveness is read from the thread's own thread-local slot, so a bare ``_thread``
+    thread (which ``threading`` never lists) leaves the registry too, its counts kept."""
+    import _thread
+
+    stats_mod = importlib.import_module("dejacache.stats")
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def work() -> None:
+        record_hit("bare", 1.0, None)
+        done.release()
+
+    _thread.start_new_thread(work, ())
+    with done:
+        pass
+    for _ in range(3000):  # its slot goes just after it releases the lock
+        _in_thread(record_hit, "later", 0.0, None)
+        if len(stats_mod._THREADS) <= 2:
+            break
+    assert all(cells.get("bare") is None for _, cells in stats_mod._THREADS.values())
+    assert dejacache.stats().by_name["bare"].hits == 1
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_after_a_fork_the_other_threads_are_folded_in_the_child() -> None:
+    import os
+
+    stats_mod = importlib.import_module("dejacache.stats")
+    started, stop = threading.Event(), threading.Event()
+
+    def work() -> None:
+        record_hit("forked", 1.0, None)
+        started.set()
+        stop.wait(30)
+
+    t = threading.Thread(target=work)
+    t.start()
+    started.wait(30)
+    pid = os.fork()
+    if pid == 0:  # the child: only the forking thread is left
+        code = 1
+        try:
+            _in_thread(record_hit, "child", 0.0, None)
+            gone = all(c.get("forked") is None for _, c in stats_mod._THREADS.values())
+            code = 0 if gone and dejacache.stats().by_name["forked"].hits == 1 else 1
+        finally:
+            os._exit(code)
+    stop.set()
+    t.join(30)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def test_reset_reaches_counts_made_in_other_threads() -> None:

@@ -21,8 +21,8 @@ Imports nothing beyond what a first block already has.
 
 from __future__ import annotations
 
+import _thread
 import sys
-import threading
 from collections.abc import Callable
 from types import ModuleType
 
@@ -70,7 +70,7 @@ _PARTY_OF = {**dict.fromkeys(_HTTP_MODULES, "http"), "socket": "http",
              EXECUTOR_MODULE: "threads"}
 _MACHINERY = {"http": ".http.intercept", "mcp": ".mcp._arming", "threads": "._threads"}
 
-_LOCK = threading.RLock()
+_LOCK = _thread.RLock()
 _OPEN = 0  # test-facing blocks open now
 _ARMED: dict[str, ModuleType] = {}  # party -> its machinery, holding one count per open block
 _WIRED = False  # whether the tripwire is set

@@ -7,8 +7,8 @@ behave the same everywhere.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
-import threading
 import time
 from collections.abc import Awaitable, Callable
 
@@ -73,7 +73,7 @@ T = TypeVar("T")
 
 
 _WARNED: set[str] = set()
-_WARNED_LOCK = threading.Lock()
+_WARNED_LOCK = _thread.allocate_lock()
 
 
 def warn_once(tag: str, message: str) -> None:

@@ -31,13 +31,14 @@ forms): a leader lands its flight ``OK``, ``ERROR`` or ``ABANDONED`` in a ``fina
 
 from __future__ import annotations
 
-import threading
+import _thread
 import weakref
 from collections.abc import Awaitable, Callable, Hashable
 
 TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
 if TYPE_CHECKING:
     import asyncio  # imported where a coroutine runs: ~35 ms of ``import dejacache``
+    import threading
     from typing import Any, Generic, TypeVar
 else:
     from ._hints import Generic, TypeVar
@@ -75,7 +76,7 @@ class SingleFlight(Generic[R]):
     (asyncio flights per event loop)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._calls: dict[Hashable, Flight] = {}
         self._acalls: dict[tuple[asyncio.AbstractEventLoop, Hashable], Flight] = {}
         # Flights landed so far. A caller whose lookup missed just before another leader
@@ -89,13 +90,17 @@ class SingleFlight(Generic[R]):
     def join(self, key: Hashable, mine: Flight) -> tuple[Flight, bool]:
         """``(flight, leader)``: the flight under ``key``, or ``mine`` started now if none
         was. The caller lands ``mine`` in a ``finally`` it entered before joining."""
-        me = threading.get_ident()
+        me = _thread.get_ident()
         with self._lock:
             flight = self._calls.get(key)
             if flight is not None:
                 if flight.owner == me:  # its own leader, called again inside its run:
                     return mine, True  # runs as live would (``mine``, unlisted, lands as nothing)
                 if flight.event is None:
+                    # Loaded by a waiter only: a replay hit (no flight) never needs the
+                    # module, ~2.5M instructions of a fresh process's first hit.
+                    import threading
+
                     flight.event = threading.Event()
                 return flight, False
             mine.owner = me

@@ -27,8 +27,8 @@ and parsed only when it mentions dejacache at all.
 
 from __future__ import annotations
 
+import _thread
 import os
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 
@@ -310,7 +310,7 @@ def ini_values(read: Callable[[str], Any], where: str = "pytest ini") -> dict[st
     return out
 
 
-_LOCK = threading.Lock()
+_LOCK = _thread.allocate_lock()
 # (DEJACACHE_PROJECT, the chdir count when read), the file's stamp, its settings
 _CACHED: list[tuple[tuple[str | None, int | None], tuple[str, int, int] | None, Project]] = []
 #: Set by the pytest plugin for its session: the project its rootdir names, with the ini keys.

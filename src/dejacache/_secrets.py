@@ -17,10 +17,10 @@ Two kinds of hiding:
 
 from __future__ import annotations
 
+import _thread
 import functools
 import os
 import re
-import threading
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 
@@ -888,7 +888,7 @@ def vouch(canonical: bytes, check: Callable[[], bool], plain: bytes | None = Non
 
 _KEY_ENV = "DEJACACHE_SECRET_KEY"
 _KEY_FILE_ENV = "DEJACACHE_SECRET_KEY_FILE"
-_lock = threading.Lock()
+_lock = _thread.allocate_lock()
 _cache: dict[str, bytes] = {}  # where the key came from -> key
 _memo: dict[tuple[bytes, str, bytes], str] = {}
 _MEMO_MAX = 4096

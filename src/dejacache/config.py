@@ -10,12 +10,12 @@ when a call first uses it).
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import dataclasses
 import operator
 import os
 import re
-import threading
 from collections.abc import Callable, Iterable, Iterator
 
 from . import _project
@@ -282,7 +282,7 @@ class _DefaultStore(BaseStore):
         self.opened: Store | None = None
         self.blocking = self.file is not None  # SQLite (see BaseStore.blocking)
         self._on_open = on_open
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
 
     @property
     def path(self) -> pathlib.Path | None:
@@ -377,7 +377,7 @@ class _Settings:
     """Process-wide configuration; read through :func:`get_settings`."""
 
     def __init__(self) -> None:
-        self.lock = threading.RLock()
+        self.lock = _thread.RLock()
         self.cache_key: str | Unset | None = UNSET
         self.mode: str | None = None
         self.store: Store | None = None

@@ -15,11 +15,13 @@ calls only: a block opened in such a thread starts from the thread's own setting
 
 from __future__ import annotations
 
+import _thread
 import contextvars
 import functools
 import inspect
+import os
 import re
-import threading
+import sys
 import weakref
 from collections.abc import AsyncIterator, Callable, Generator, Iterable
 from types import TracebackType
@@ -57,8 +59,30 @@ CURRENT: contextvars.ContextVar[Effective | None] = contextvars.ContextVar(
     "dejacache_scope", default=None
 )
 
+# The main thread, told without loading ``threading`` (~2.5M instructions of a fresh
+# process's first hit): the one ``threading`` names if it is loaded, else the one importing
+# this module (whom ``threading`` named when this module imported it; a bare thread that
+# loaded it first would be named main by it). Kept with the process id: a forked child's
+# main thread is the one that forked, which ``threading``, loaded in any process that
+# started a thread with it, names there. (No ``os.register_at_fork``: registering was
+# ~0.5M instructions of that first hit.)
+_threading = sys.modules.get("threading")
+_MAIN = (os.getpid(),
+         _threading.main_thread().ident if _threading is not None else _thread.get_ident())
+del _threading
+
+
+def _off_main_thread() -> bool:
+    pid, ident = _MAIN
+    if pid != os.getpid():
+        threading = sys.modules.get("threading")
+        if threading is not None:
+            return threading.current_thread() is not threading.main_thread()
+    return _thread.get_ident() != ident
+
+
 # Test-facing blocks open anywhere in the process (for context-less worker threads).
-_ACTIVE_LOCK = threading.Lock()
+_ACTIVE_LOCK = _thread.allocate_lock()
 OPEN_BLOCKS: list[Effective] = []
 # id(block) -> the test-facing block it was opened inside (None: outermost). Nested blocks
 # count as one, so `with scope(a): with scope(b):` routes worker threads to b rather than
@@ -94,7 +118,7 @@ def current() -> Effective:
         return eff
     if not OPEN_BLOCKS:
         return GLOBAL[0] or get_settings()
-    if threading.current_thread() is not threading.main_thread():
+    if _off_main_thread():
         with _ACTIVE_LOCK:
             inner = {id(p) for p in _PARENT.values() if p is not None}
             leaves = {id(b): b for b in OPEN_BLOCKS if id(b) not in inner}
@@ -199,7 +223,7 @@ class Recording(Protocol):
         the call."""
 
 
-_RECORDINGS_LOCK = threading.Lock()
+_RECORDINGS_LOCK = _thread.allocate_lock()
 _RECORDINGS: weakref.WeakSet[Recording] = weakref.WeakSet()
 R = TypeVar("R", bound=Recording)
 
@@ -261,7 +285,7 @@ E = TypeVar("E")
 
 EntryT = TypeVar("EntryT", bound=tuple[Any, ...])
 X = TypeVar("X")
-_ENTRIES_LOCK = threading.Lock()
+_ENTRIES_LOCK = _thread.allocate_lock()
 
 
 def own_entry(entries: list[EntryT], here: object) -> EntryT:
@@ -396,6 +420,8 @@ class scope(Block["scope"]):
                 box.append((True, ctx.run(fn, *args, **kwargs)))
             except BaseException as exc:
                 box.append((False, exc))
+
+        import threading
 
         t = threading.Thread(target=target, name="dejacache-scope")
         t.start()

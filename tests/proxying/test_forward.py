@@ -38,8 +38,8 @@ from proxy_support import (
 )
 
 import dejacache
+from dejacache._core.ageing import stamp
 from dejacache.cassettes import ageing
-from dejacache.cassettes.ageing import stamp
 from dejacache.cassettes.document import load_document
 from dejacache.cassettes.render import render
 from dejacache.errors import CassetteError

@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable
 
 from .. import _project
-from .._core.ageing import WARN, check_on_expiry, stamp
 from .._lazy import pattern
 from ..config import settings_object
 
@@ -78,38 +77,45 @@ def given(max_age: object, on_expiry: str | None) -> tuple[float | None, str | N
 
         age = seconds(env, "DEJACACHE_MAX_AGE")
     how: str | None = None
+    # The rules module is loaded where an ``on_expiry`` is given to check, or an entry can
+    # expire: loading it was ~0.5M instructions of a fresh process's first replay hit.
     if on_expiry is not None:
+        from .._core.ageing import check_on_expiry
+
         how = check_on_expiry(on_expiry)
     elif s.on_expiry is not None:
         how = s.on_expiry
     elif env := os.environ.get("DEJACACHE_ON_EXPIRY", "").strip():
+        from .._core.ageing import check_on_expiry
+
         how = check_on_expiry(env, "DEJACACHE_ON_EXPIRY")
     return age, how
 
 
-def resolve(max_age: object, on_expiry: str | None) -> tuple[float | None, str]:
+def resolve(max_age: object, on_expiry: str | None) -> tuple[float | None, str | None]:
     """A block's ``max_age`` (seconds; None: entries never expire) and ``on_expiry``: its
     own arguments > ``configure()`` > ``DEJACACHE_MAX_AGE`` / ``DEJACACHE_ON_EXPIRY`` > the
     project file (the pytest ini's ``dejacache_max_age``, then ``[tool.dejacache]``) > none /
-    ``"warn"``."""
+    None (``"warn"``, applied by :func:`block_ageing` where an entry can expire)."""
     age, how = given(max_age, on_expiry)
     if age is None:
         age = _project.current().get("max_age")
     if how is None:
-        how = _project.current().get("on_expiry") or WARN
+        how = _project.current().get("on_expiry")
     return age, how
 
 
-def block_ageing(path: Any, max_age: float | None, on_expiry: str, mode: str
+def block_ageing(path: Any, max_age: float | None, on_expiry: str | None, mode: str
                  ) -> Ageing | None:
     """The :class:`~.expiry.Ageing` of a block's cassette at ``path`` (None: without a
     ``max_age`` its entries never expire), judging every entry by one reading of
     :data:`clock`."""
     if max_age is None:
         return None
+    from .._core.ageing import WARN
     from .expiry import Ageing  # (a block without max_age never loads it: see there)
 
-    return Ageing(path, max_age, on_expiry, mode, clock())
+    return Ageing(path, max_age, on_expiry or WARN, mode, clock())
 
 
 def sending(key: str, user_agent: str) -> None:
@@ -165,6 +171,8 @@ def recorded_with(key: str, name: str, kind: str, request: Any, response: Any
 
 def stamp_entry(doc: dict[str, Any], key: str, name: str, kind: str, request: Any) -> None:
     """Add ``recorded_at`` and ``recorded_with`` to a new entry ``doc``."""
+    from .._core.ageing import stamp
+
     doc["recorded_at"] = stamp(clock())
     made_with = recorded_with(key, name, kind, request, doc.get("response"))
     if made_with:

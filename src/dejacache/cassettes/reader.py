@@ -17,12 +17,12 @@ small enough to check whole when opened, hand-edited layouts).
 
 from __future__ import annotations
 
+import _thread
 import bisect
 import collections
 import itertools
 import mmap
 import operator
-import threading
 
 import orjson
 import xxhash
@@ -197,7 +197,7 @@ class _Segment:
 # The cache holds at most ``_KEPT_BYTES`` itself (what indexes hold is theirs).
 _KEPT: collections.OrderedDict[tuple[bytes, int], fmt.Buffer] = collections.OrderedDict()
 _KEPT_BYTES: Final = 16 << 20
-_KEPT_LOCK = threading.Lock()
+_KEPT_LOCK = _thread.allocate_lock()
 
 
 def _kept_xref(data: fmt.Buffer, x0: int, x1: int) -> fmt.Buffer:

@@ -20,8 +20,8 @@ this run use nothing of the file and drops what it recorded; there are no TTLs.
 
 from __future__ import annotations
 
+import _thread
 import functools
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 import orjson
@@ -139,7 +139,7 @@ class Cassette(BaseStore):
         strict: bool = False,
         match: str = "request",
         max_age: float | None = None,
-        on_expiry: str = "warn",
+        on_expiry: str | None = None,
         partial: Partial | None = None,
         live_path: pathlib.Path | None = None,
         derived: bool = False,
@@ -162,7 +162,7 @@ class Cassette(BaseStore):
         #: first few, named with why
         self.unstored = 0
         self._unstored: list[str] = []
-        self._lock = threading.RLock()
+        self._lock = _thread.RLock()
         self._loaded = False
         self._tape = Tape(file, self.mode, self._lock)
         # a partial block's order skips the recorded steps its ``live=`` rules send live

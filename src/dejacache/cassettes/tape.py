@@ -15,12 +15,12 @@ takes it for callers outside).
 
 from __future__ import annotations
 
+import _thread
 import collections
 import itertools
 import mmap
 import operator
 import os
-import threading
 from collections.abc import Callable, Iterable, Iterator
 
 from .._paths import as_path
@@ -108,12 +108,12 @@ class Tape:
     """
 
     def __init__(self, file: str | os.PathLike[str], mode: str,
-                 lock: threading.RLock | None = None,
+                 lock: _thread.RLock | None = None,
                  on_index: Callable[[Index, bool], None] | None = None) -> None:
         self.file = os.fspath(file)  # the path as text: what a replay hit reads needs no Path
         self._path: pathlib.Path | None = None
         self.mode = mode
-        self.lock = lock if lock is not None else threading.RLock()
+        self.lock = lock if lock is not None else _thread.RLock()
         self.on_index = on_index
         self.loaded = False
         self.raw: fmt.Buffer | None = None
