@@ -31,3 +31,18 @@ def test_a_repeat_is_flagged_and_keeps_its_pairs_in_order() -> None:
                                        {"a": 3}]}
     hidden = '{"k\\u003a":1}'  # an escaped colon: counted apart, so parsed again
     assert may_repeat(hidden, orjson.loads(hidden)) and with_pairs(hidden) == {"k:": 1}
+
+
+@given(st.lists(st.tuples(st.sampled_from(["a", "b:", "c"]),
+                          st.none() | st.integers(-5, 5) | st.sampled_from(["x", "y:z", "\\u003a"])
+                          | st.just([1]) | st.just({"k": "v"})), min_size=1, max_size=4),
+       st.booleans())
+def test_a_repeat_is_always_flagged_and_a_flag_without_one_keys_alike(
+        pairs: list[tuple[str, object]], as_str: bool) -> None:
+    text = "{" + ",".join(f"{json.dumps(k)}:{json.dumps(v)}" for k, v in pairs) + "}"
+    raw: str | bytes = text if as_str else text.encode()
+    flagged = may_repeat(raw, orjson.loads(raw))
+    if len({k for k, _ in pairs}) < len(pairs):
+        assert flagged
+    elif flagged:  # only a text ``\u003a``, like an escaped colon: parsed again, alike
+        assert "\\u003a" in text and with_pairs(raw) == orjson.loads(raw)

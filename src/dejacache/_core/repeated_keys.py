@@ -31,13 +31,51 @@ def may_repeat(raw: bytes | str, data: Any) -> bool:
     UTF-8 (no other character's UTF-8 holds the byte of ``:``): encoding a 20 KB message took
     0.5 us, ``str.replace`` on it 6 us against ``bytes.replace``'s 0.6. The escape is looked
     for only past a backslash: ``in`` for the 5-byte escape took 9 us on 20 KB of base64,
-    looking for the backslash 0.3."""
+    looking for the backslash 0.3. An object holding no object, array or string with a ``:``
+    (a realtime audio chunk) is counted without writing it: a 60-second voice session's
+    replay took 8.1% more instructions (callgrind) with the check, 4.8% with this."""
+    if _escapes_colon(raw):
+        return True
+    flat = _flat_colons(data)
+    if flat >= 0:
+        return _has_more_colons(raw, flat)
     if type(raw) is str:
         raw = raw.encode()
     assert isinstance(raw, bytes)
     out = orjson.dumps(data)
-    return (len(raw) - len(raw.replace(b":", b"")) != len(out) - len(out.replace(b":", b""))
-            or (b"\\" in raw and b"\\u003" in raw and _ESCAPED_COLON.search(raw) is not None))
+    return len(raw) - len(raw.replace(b":", b"")) != len(out) - len(out.replace(b":", b""))
+
+
+def _escapes_colon(raw: bytes | str) -> bool:
+    if type(raw) is str:
+        return "\\" in raw and "\\u003" in raw and _ESCAPED_COLON.search(raw.encode()) is not None
+    assert isinstance(raw, bytes)
+    return b"\\" in raw and b"\\u003" in raw and _ESCAPED_COLON.search(raw) is not None
+
+
+def _flat_colons(data: Any) -> int:
+    """The ``:`` orjson writes for ``data`` when it is an object of no object or array with no
+    ``:`` in its names or strings (one a name), else -1. A realtime audio chunk is one: its
+    6 KB of base64 need not be written again (nor the text encoded) to count them."""
+    if type(data) is not dict:
+        return -1
+    for k, v in data.items():
+        t = type(v)
+        if t is dict or t is list or ":" in k or (t is str and ":" in v):
+            return -1
+    return len(data)
+
+
+def _has_more_colons(raw: bytes | str, n: int) -> bool:
+    """Whether ``raw`` holds more than ``n`` colons: ``n + 1`` finds (each a ``memchr``), so
+    a ``str`` is not encoded and nothing is copied."""
+    i = -1
+    colon: Any = ":" if type(raw) is str else b":"
+    for _ in range(n + 1):
+        i = raw.find(colon, i + 1)
+        if i < 0:
+            return False
+    return True
 
 
 def with_pairs(raw: bytes | str) -> Any:
