@@ -630,3 +630,43 @@ def test_a_client_that_leaves_without_a_close_code_closes_the_upstream_1001(
     assert got == ({"hello": "/room"}, {"ack": 0})
     assert upstream == [(1001, "")], upstream
     assert took < 2.0, took
+
+
+async def _first_op(ws: Any) -> None:
+    """Answers each message with the ``op`` it reads, the first of a repeated key."""
+
+    def first(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        return dict(reversed(pairs))
+
+    async for raw in ws:
+        await ws.send(json.dumps({"did": json.loads(raw, object_pairs_hook=first)["op"]}))
+
+
+async def _ops(url: str, text: str) -> Any:
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    async with connect(url) as ws:
+        await ws.send(text)
+        try:
+            return json.loads(await ws.recv())
+        except ConnectionClosed as exc:
+            return exc.rcvd.code if exc.rcvd else None
+
+
+def test_a_message_repeating_a_key_replays_only_for_itself_through_the_proxy(
+        proxy_process: ProxyProcess) -> None:
+    server = LoopbackServer(_first_op).start()
+    ups = {"trade": f"http://127.0.0.1:{server.port}"}
+    repeated = '{"op":"buy","op":"sell"}'
+    try:
+        s = proxy_process.session("ws-repeat/r.json", upstreams=ups, mode="record")
+        assert asyncio.run(_ops(s.url.replace("http", "ws", 1) + "/trade/", repeated)) == {
+            "did": "buy"}
+        assert s.close(ok=True)["saved"]
+    finally:
+        server.stop()
+    for text, answer in (('{"op":"sell"}', 1011), (repeated, {"did": "buy"})):
+        s = proxy_process.session("ws-repeat/r.json", upstreams=ups, mode="replay")
+        assert asyncio.run(_ops(s.url.replace("http", "ws", 1) + "/trade/", text)) == answer
+        s.close(ok=answer != 1011)

@@ -86,3 +86,17 @@ def test_a_close_passed_on_carries_a_code_a_close_frame_may(heard: int, sent: in
 def test_a_message_is_over_a_bound_by_its_bytes_on_the_wire(data: str | bytes, limit: int,
                                                              over: bool) -> None:
     assert larger_than(Message(data), limit) is over
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_an_object_repeating_a_key_keys_apart_and_is_kept_as_sent(binary: bool) -> None:
+    def m(text: str) -> Message:
+        return Message(text.encode() if binary else text)
+
+    repeated = m('{"op":"buy","n":[{"a":1,"a":2}],"op":"sell"}')
+    assert canonical_message(repeated) != canonical_message(m('{"op":"sell","n":[{"a":2}]}'))
+    assert canonical_message(repeated) == canonical_message(
+        m('{"op": "buy", "n": [{"a": 1, "a": 2}], "op": "sell"}'))  # spacing still not
+    assert canonical_message(m('{"t":"a:b\\u003a"}')) == canonical_message(m('{"t":"a:b:"}'))
+    kept = orjson.loads(orjson.dumps(stored(repeated)))
+    assert "json" not in kept and message_of(kept) == repeated

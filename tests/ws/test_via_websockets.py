@@ -793,3 +793,49 @@ def test_a_fragmented_message_over_the_bound_is_never_held_whole(
     with dejacache.cassette(path, mode="replay"), pytest.raises(ReplayMiss,
                                                                 match="max_ws_message"):
         run(server.url)
+
+
+async def _first_wins(ws: Any) -> None:
+    """Answers each message with the ``op`` it reads, taking the first of a repeated key (as
+    a parser that keeps the first does), so ``{"op":"buy","op":"sell"}`` is a buy."""
+
+    def first(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in pairs:
+            out.setdefault(k, v)
+        return out
+
+    async for raw in ws:
+        await ws.send(json.dumps({"did": json.loads(raw, object_pairs_hook=first)["op"]}))
+
+
+def test_a_message_repeating_a_key_never_replays_for_one_without_the_repeat(
+        tmp_path: pathlib.Path) -> None:
+    server = LoopbackServer(_first_wins).start()
+    repeated, plain = '{"op":"buy","op":"sell"}', '{"op":"sell"}'
+
+    async def run(*sent: str) -> list[Any]:
+        out: list[Any] = []
+        async with aconnect(server.url + "/trade") as ws:
+            for text in sent:
+                try:
+                    await ws.send(text)
+                except ReplayMiss:
+                    out.append("miss")
+                    break
+                out.append(json.loads(await ws.recv()))
+        return out
+
+    try:
+        with dejacache.cassette(tmp_path / "r.json", mode="record"):
+            assert asyncio.run(run(repeated)) == [{"did": "buy"}]
+        with dejacache.cassette(tmp_path / "p.json", mode="record"):
+            assert asyncio.run(run(plain)) == [{"did": "sell"}]
+    finally:
+        server.stop()
+    with dejacache.cassette(tmp_path / "r.json", mode="replay"):
+        assert asyncio.run(run(plain)) == ["miss"]  # not the buy the repeat was answered
+    with dejacache.cassette(tmp_path / "p.json", mode="replay"):
+        assert asyncio.run(run(repeated)) == ["miss"]
+    with dejacache.cassette(tmp_path / "r.json", mode="replay"):  # itself, however spaced
+        assert asyncio.run(run('{"op": "buy",  "op": "sell"}')) == [{"did": "buy"}]

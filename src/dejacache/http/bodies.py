@@ -3,8 +3,8 @@
 - **JSON** (a content type saying JSON, or none and a body starting with ``{`` or ``[``): the
   parsed value, provider ids aliased; the core then drops volatile fields and masks
   credential-named ones. An object repeating a key keeps its pairs in order
-  (:func:`_with_pairs`). Under another type (``text/plain``) a body is text, as sent, unless
-  it is JSON holding a credential field (:func:`_holds_credential`).
+  (``_core/repeated_keys.py``). Under another type (``text/plain``) a body is text, as sent,
+  unless it is JSON holding a credential field (:func:`_holds_credential`).
 - **Form** (``application/x-www-form-urlencoded``): ``{"form": [{name: value}, ...]}``, the
   pairs decoded, in order, a repeated name kept each time. Each pair is a one-key dict so the
   core masks a credential name's value (``client_secret``, ``password``, ``refresh_token``)
@@ -38,6 +38,7 @@ import orjson
 import xxhash
 
 from .. import _formtext
+from .._core.repeated_keys import may_repeat, with_pairs
 from .._secrets import (
     MASK_PREFIX,
     NAME_HINTS,
@@ -86,8 +87,8 @@ def body_for_key(body: bytes, content_type: str, aliases: AliasTable | None, *,
         else:
             if data is None:  # ``null``: a value, which no body (None) must not key as
                 return _text(body, content_type, legacy)
-            if not legacy and _may_repeat(body, data):
-                data = _with_pairs(body)
+            if not legacy and may_repeat(body, data):
+                data = with_pairs(body)
             elif _LONG_RUN in body.translate(_DIGITS_AS_ZERO):
                 data = _exact_json(body)
             if aliases is None:
@@ -160,41 +161,6 @@ def _holds_credential(body: bytes) -> bool:
     except orjson.JSONDecodeError:
         return False
     return data is not None and bool(credentials_in(body, "application/json"))
-
-
-# A colon written as an escape: the one way a JSON text hides a key's colon from a count.
-_ESCAPED_COLON = re.compile(rb"\\u003[aA]")
-
-
-def _may_repeat(body: bytes, data: Any) -> bool:
-    """Whether an object of JSON ``body`` (parsed: ``data``) may repeat a key, which the parse
-    kept the last of (``{"a":1,"a":2}`` is ``{"a":2}``, and a server taking the first reads
-    another request). Each ``:`` of the body ends a key or is inside a string, where orjson
-    writes it again as it is, so a body with no escaped colon that counts as many ``:`` as
-    ``data`` written again repeats no key (a repeat's pair is not written again). Measured
-    (callgrind) against the parse it follows: 2 KB chat request 30k instructions (the parse
-    46k), 200 KB conversation 2.4M (the parse 3.5M); colons counted by what removing them
-    leaves: ``bytes.count`` took 2.7x that on the 200 KB body, a Python walk counting the
-    parsed keys 5x."""
-    out = orjson.dumps(data)
-    return (len(body) - len(body.replace(b":", b"")) != len(out) - len(out.replace(b":", b""))
-            or (b"\\u003" in body and _ESCAPED_COLON.search(body) is not None))
-
-
-def _with_pairs(body: bytes) -> Any:
-    """JSON ``body`` with each object that repeats a key as ``{0: [{key: value}, ...]}``, its
-    pairs in order (one-key dicts, so the core masks a credential's value as a field's): an
-    int key, which no JSON object has, so no body without a repeat keys alike. Integers
-    exact, as :func:`_exact_json`'s."""
-    import json  # only for a body that may repeat a key
-
-    return json.loads(body, object_pairs_hook=_pairs)
-
-
-def _pairs(pairs: list[tuple[str, Any]]) -> Any:
-    """One parsed object: a dict, or its pairs in order when it repeats a key."""
-    out = dict(pairs)
-    return out if len(out) == len(pairs) else {0: [{k: v} for k, v in pairs]}
 
 
 def _exact_json(body: bytes) -> Any:

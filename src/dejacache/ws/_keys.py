@@ -14,7 +14,8 @@ A client message is keyed as ``{"ws_session": "<handshake key>#<n>", "body": <it
 block's sessions with that handshake, so two concurrent sessions each find their own. The
 body loses the provider's volatile fields (``event_id``) and the block's, and ids the server
 named earlier in the block are aliased by the call whose answer held them, as in HTTP bodies
-(``http/aliases.py``; ``_drive.py`` tags each window). JSON keys alike however it is spaced.
+(``http/aliases.py``; ``_drive.py`` tags each window). JSON keys alike however it is spaced;
+an object repeating a key keys as its pairs in order (``_message.json_of``).
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ message in the form :func:`stored` gives (readable, and the exact text back):
   frame, as Gemini Live's answers do). It comes back as equal JSON written compactly, with
   the keys in the file's sorted order, as a replayed HTTP JSON body does: the client's
   parser reads the same event;
-* ``{"text": "..."}``: any other text, as it came;
+* ``{"text": "..."}``: any other text, as it came (an object repeating a key among them:
+  written again, the repeat would be gone);
 * ``{"bytes": "<base64>"}``: any other binary frame, as it came;
 * ``{"text_bytes": "<base64>"}``: a text frame whose payload is not UTF-8, as it came
   (:class:`TextBytes`: aiohttp hands it to an app that does not decode text). A key of its
@@ -28,6 +29,7 @@ from typing import Any
 
 import orjson
 
+from .._core.repeated_keys import may_repeat, with_pairs
 from ..errors import SerializationError
 
 __all__ = ["ABNORMAL", "MAX_MESSAGE", "TOO_BIG", "UPGRADE_HEADERS", "Answer", "Closed", "Cut",
@@ -194,7 +196,9 @@ def stored(m: Message) -> dict[str, Any]:
         except orjson.JSONDecodeError:
             pass
         else:
-            return {"json": tree, "binary": True} if type(data) is not str else {"json": tree}
+            if not may_repeat(raw, tree):  # (a repeat is kept as sent: written again, it goes)
+                return ({"json": tree, "binary": True} if type(data) is not str
+                        else {"json": tree})
     if type(data) is str:
         return {"text": data}
     return {"bytes": base64.b64encode(raw).decode()}
@@ -235,11 +239,14 @@ def canonical_message(m: Message, tree: Any = None) -> dict[str, Any]:
 
 
 def json_of(m: Message) -> Any:
-    """The JSON ``m`` carries (an object or array), else None."""
+    """The JSON ``m`` carries (an object or array), else None; an object repeating a key as
+    its pairs in order (``_core/repeated_keys.py``), so it never keys like one without the
+    repeat, whose first value a server may read."""
     raw = m.data
     if raw[:1] not in ("{", "[", b"{", b"["):
         return None
     try:
-        return orjson.loads(raw)
+        tree = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return None
+    return with_pairs(raw) if may_repeat(raw, tree) else tree
