@@ -282,18 +282,20 @@ def test_a_dropped_connection_replays_as_1006(tmp_path: pathlib.Path,
         assert asyncio.run(run(server.url)) == recorded == (None, 1006)
 
 
-def _too_big_asyncio(url: str, bound: int | None = 1000) -> list[Any]:
-    async def run() -> list[Any]:
-        async with aconnect(url, max_size=bound) as ws:
-            out = [json.loads(await ws.recv())]
-            await ws.send(json.dumps({"n": 0}))
-            out.append(json.loads(await ws.recv()))
-            await ws.send(json.dumps({"big": 5000}))
-            with pytest.raises(ConnectionClosed) as info:
-                await ws.recv()
-            return [*out, _closed(info.value)]
+async def _too_big_async(connect: Callable[..., Any], url: str, bound: int | None
+                         ) -> list[Any]:
+    async with connect(url, max_size=bound) as ws:
+        out = [json.loads(await ws.recv())]
+        await ws.send(json.dumps({"n": 0}))
+        out.append(json.loads(await ws.recv()))
+        await ws.send(json.dumps({"big": 5000}))
+        with pytest.raises(ConnectionClosed) as info:
+            await ws.recv()
+        return [*out, _closed(info.value)]
 
-    return asyncio.run(run())
+
+def _too_big_asyncio(url: str, bound: int | None = 1000) -> list[Any]:
+    return asyncio.run(_too_big_async(aconnect, url, bound))
 
 
 def _too_big_threads(url: str, bound: int | None = 1000) -> list[Any]:
@@ -312,17 +314,7 @@ def _too_big_legacy(url: str, bound: int | None = 1000) -> list[Any]:
         warnings.simplefilter("ignore", DeprecationWarning)
         from websockets.legacy.client import connect as lconnect
 
-    async def run() -> list[Any]:
-        async with lconnect(url, max_size=bound) as ws:
-            out = [json.loads(await ws.recv())]
-            await ws.send(json.dumps({"n": 0}))
-            out.append(json.loads(await ws.recv()))
-            await ws.send(json.dumps({"big": 5000}))
-            with pytest.raises(ConnectionClosed) as info:
-                await ws.recv()
-            return [*out, _closed(info.value)]
-
-    return asyncio.run(run())
+    return asyncio.run(_too_big_async(lconnect, url, bound))
 
 
 @pytest.mark.parametrize("run", [_too_big_asyncio, _too_big_threads, _too_big_legacy],
