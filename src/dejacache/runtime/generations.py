@@ -63,7 +63,7 @@ MAX_COUNTERS = 200_000
 NOT_READ: Any = object()
 #: The counter layout's mark, first in every shared-counter key part (see
 #: ``SharedGenerations.epoch``); a new letter whenever counter names change meaning.
-LAYOUT = "h"
+LAYOUT = "i"
 
 
 class LocalGenerations:
@@ -169,9 +169,10 @@ class SharedGenerations:
         self._resets = 0
         # Part of every entry key. The letter marks the counter layout of this version
         # (names start with the resource; "h": equal numbers name one entity, so
-        # ``order_id=1.0`` counts under ``e/1``): counters under new names start at 0, and
+        # ``order_id=1.0`` counts under ``e/1``; "i": so do all values equal to each other,
+        # a named tuple under its tuple's name): counters under new names start at 0, and
         # an entry an earlier version cached under the same values must not be reachable
-        # again.
+        # again (one a write through the other spelling left stale).
         self.epoch = f"{LAYOUT}0"
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[int, float]] = {}
