@@ -1515,6 +1515,11 @@ class KeyBuilder:
         gone = self._drop - self._ignore - {self._recv}
         return [".".join(str(s) for s in p) for p in self.paths if p[0] in gone]
 
+    def unkeyed(self) -> frozenset[str]:
+        """The parameters whose values the key leaves out as given: the ``ignore``d ones,
+        and a method's receiver (keyed in its own form, if at all)."""
+        return self._drop
+
     def unknown_ignored(self) -> tuple[list[str], list[str]]:
         """``ignore=`` names no call of the function can carry (a misspelling would keep the
         argument in the key without a word), and the parameters there are."""

@@ -237,6 +237,48 @@ def test_two_entities_never_share_an_entry_the_argument_digest_cannot_tell_apart
     assert dejacache.runtime_stats().by_tool["get_cart"].hits == 1
 
 
+def test_unequal_values_of_one_entity_never_share_an_entry_the_digest_cannot_tell_apart(
+) -> None:
+    """Unequal values can name one entity (``0.1`` and ``Decimal("0.1")``, a rounding spec,
+    ``1`` and ``"1"``); where the template reads an argument the key leaves out, the values
+    it read are in the entry key too. Before, each second call was served the first's
+    answer."""
+    runs: list[Any] = []
+
+    @dejacache.tool_cache(resource="price", key="p:{x}", ignore=["x"])
+    def price(x: Any, verbose: bool = False) -> str:
+        runs.append(x)
+        return f"price of {x!r}"
+
+    @dejacache.tool_cache(resource="rounded", key="r:{x:.0f}/{unit}", ignore=["x", "unit"])
+    def rounded(x: float, unit: str = "kg") -> str:
+        return f"{x} {unit}"
+
+    @dejacache.invalidates("price", key="p:{x}")
+    def reprice(x: Any) -> None:
+        return None
+
+    with dejacache.agent_session(tenant="acme"):
+        assert price(0.1) == "price of 0.1"
+        assert price(Decimal("0.1")) == "price of Decimal('0.1')"
+        assert price(1) == "price of 1" and price("1") == "price of '1'"
+        assert price(1) == "price of 1" and price("1") == "price of '1'"  # cached, apart
+        assert rounded(1.2) == "1.2 kg" and rounded(1.4) == "1.4 kg"
+        assert rounded(1.2) == "1.2 kg"
+        # one entity still: a write through one spelling invalidates the other's entry
+        reprice(0.1)
+        assert price(Decimal("0.1")) == "price of Decimal('0.1')"
+    assert runs == [0.1, Decimal("0.1"), 1, "1", Decimal("0.1")]
+    assert dejacache.runtime_stats().by_tool["rounded"].hits == 1
+
+
+def test_a_template_field_that_is_no_parameter_is_refused_in_a_nested_spec_too() -> None:
+    with pytest.raises(dejacache.ConfigurationError, match="'width'"):
+        @dejacache.tool_cache(resource="price", key="p:{x:{width}}")
+        def price(x: float) -> str:
+            return str(x)
+
+
 def test_invalidates_tenant_scope_needs_a_session() -> None:
     @dejacache.invalidates("cart", scope="tenant")
     def write() -> None:

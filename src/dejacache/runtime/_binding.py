@@ -352,8 +352,8 @@ class Template:
     fails at import time instead of silently sharing one entity between all calls.
     """
 
-    __slots__ = ("_defaults", "_fast", "_names", "_parsed", "_pieces", "_sig", "nparams", "one",
-                 "text")
+    __slots__ = ("_defaults", "_fast", "_fields", "_names", "_parsed", "_pieces", "_sig",
+                 "nparams", "one", "roots", "text")
 
     def __init__(self, fn: Callable[..., Any], text: str, where: str) -> None:
         self.text = text
@@ -369,7 +369,10 @@ class Template:
         except ValueError as exc:
             raise ConfigurationError(f"{where}: bad key template {text!r}: {exc}") from None
         self._parsed = parsed
-        fields = [f for _, f, _, _ in parsed if f is not None]
+        #: Every field the text is formatted from, those of nested specs too
+        #: (``"{price:{width}}"``), and the arguments they start from (``roots``).
+        self._fields = tuple(_all_fields(parsed, where, text))
+        self.roots = frozenset(_root(f) for f in self._fields)
         # Templates of bare parameter names (the usual ``"cart:{user_id}"``) are formatted
         # piece by piece from the arguments, without binding a dict (a third of the cost):
         # (text before, parameter position, name) per field, then the text after.
@@ -389,8 +392,8 @@ class Template:
         # a call passing it by position, alone, formats to a function of its value.
         self.one: int | None = (self._pieces[0][0][1] if self._pieces is not None
                                 and len(self._pieces[0]) == 1 else None)
-        for f in fields:
-            root = f.split(".", 1)[0].split("[", 1)[0]
+        for f in self._fields:
+            root = _root(f)
             if not root or root.isdigit():
                 raise ConfigurationError(
                     f"{where}: key template {text!r} must name arguments, like "
@@ -445,23 +448,57 @@ class Template:
             out.append(pieces[1])
             return "".join(out)
         try:
-            if self._fast and len(args) <= len(self._names):
-                bound = dict(zip(self._names, args, strict=False))
-                bound.update(kwargs)
-                for k, v in self._defaults.items():
-                    bound.setdefault(k, v)
-            else:
-                b = self._sig.bind(*args, **kwargs)
-                b.apply_defaults()
-                bound = {}
-                for k, v in b.arguments.items():
-                    if self._sig.parameters[k].kind is inspect.Parameter.VAR_KEYWORD:
-                        bound.update(v)
-                    else:
-                        bound[k] = v
-            return _render(self._parsed, bound)
+            return _render(self._parsed, self._bound(args, kwargs))
         except _UNBOUND:
             return None
+
+    def values(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> list[Any] | None:
+        """The values of every field, as given (not as :func:`entity_value` names them), or
+        None when the arguments do not bind. Unequal values can format to one entity
+        (``Decimal("0.1")`` and ``0.1``, ``"{x:.0f}"`` of 1.2 and 1.4, ``1`` and ``"1"``):
+        where the arguments they come from are not keyed, these tell the entries apart."""
+        try:
+            bound = self._bound(args, kwargs)
+            return [_FORMATTER.get_field(f, (), bound)[0] for f in self._fields]
+        except _UNBOUND:
+            return None
+
+    def _bound(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The call's arguments by name, defaults applied and ``**kwargs`` spread; raises
+        one of ``_UNBOUND`` when they do not bind."""
+        if self._fast and len(args) <= len(self._names):
+            bound = dict(zip(self._names, args, strict=False))
+            bound.update(kwargs)
+            for k, v in self._defaults.items():
+                bound.setdefault(k, v)
+            return bound
+        b = self._sig.bind(*args, **kwargs)
+        b.apply_defaults()
+        bound = {}
+        for k, v in b.arguments.items():
+            if self._sig.parameters[k].kind is inspect.Parameter.VAR_KEYWORD:
+                bound.update(v)
+            else:
+                bound[k] = v
+        return bound
+
+
+def _root(field: str) -> str:
+    """The argument a field starts from: ``order`` of ``order.id`` and ``items[0]``."""
+    return field.split(".", 1)[0].split("[", 1)[0]
+
+
+def _all_fields(parsed: _Parsed, where: str, text: str) -> list[str]:
+    out: list[str] = []
+    for _, field, spec, _ in parsed:
+        if field is not None:
+            out.append(field)
+        if spec and "{" in spec:
+            try:
+                out += _all_fields(list(_FORMATTER.parse(spec)), where, text)
+            except ValueError as exc:
+                raise ConfigurationError(f"{where}: bad key template {text!r}: {exc}") from None
+    return out
 
 
 def is_error_result(value: Any) -> bool:

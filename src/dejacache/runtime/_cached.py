@@ -27,8 +27,9 @@ from ..errors import (
     IntegrityError,
     ScopeError,
     SerializationError,
+    UnhashableArgument,
 )
-from ..keys import KeyBuilder, digest, key_seed
+from ..keys import KeyBuilder, canonical_json, digest, key_seed
 from ..stores._base import BaseStore, Record
 from ..stores._protocols import Store
 from ..stores.memory import MemoryStore, bound
@@ -160,6 +161,12 @@ class ToolCache:
         self.keys = KeyBuilder(fn, self.key_name, ignore=ignore, use_default_volatile=False,
                                key_self=key_self)
         self.template = Template(fn, key, f"tool_cache({self.name})") if key else None
+        # A template reading an argument the key leaves out: the entity is all that tells
+        # such calls' entries apart, and unequal values can name one entity (``0.1`` and
+        # ``Decimal("0.1")``, ``"{x:.0f}"`` of 1.2 and 1.4), so the values it read as given
+        # go into the entry key too (one answered for the other).
+        self.exact = (self.template is not None
+                      and not self.template.roots.isdisjoint(self.keys.unkeyed()))
         self.res = encode_component(self.resource)
         self.res_tool = f"{self.res}/{encode_component(self.key_name)}"
         self.flights: SingleFlight[_Led] = SingleFlight()
@@ -171,7 +178,7 @@ class ToolCache:
         # (key prefix, entity) -> (entry key head, counter names): pure functions of the
         # two, so worked out once instead of formatting four names and a prefix per call.
         # The counters themselves are read on every call (they are the invalidation).
-        self._heads: dict[tuple[str, str | None], _Where] = {}
+        self._heads: dict[tuple[str, str | None, str], _Where] = {}
         # The same by (key prefix, the argument a one-field template formats), when that is
         # an exact int or str (``Template.value_of``): formatting it was 1 µs of a 5 µs hit.
         self._by_value: dict[tuple[str | None, Any], _Where] = {}
@@ -242,6 +249,7 @@ class ToolCache:
                 )
             prefix = pfx
         entity: str | None = None
+        exact = entity_part = ""
         template = self.template
         value = None
         if template is not None:
@@ -253,7 +261,13 @@ class ToolCache:
             entity = template.format(args, kwargs)
             if entity is None:
                 return None
-        got = self._heads.get((prefix, entity))
+            if self.exact:
+                given = self._exact(template, args, kwargs)
+                if given is None:
+                    return None
+                exact = given
+                entity_part = f"{encode_component(entity)}/{exact}/"
+        got = self._heads.get((prefix, entity, exact))
         if got is None:
             # A session prefix names its tenant, so (prefix, entity) fixes the levels too.
             levels = ([GLOBAL, ANY_TENANT] if self.scope == "global" or sess is None
@@ -263,19 +277,31 @@ class ToolCache:
             # them apart (a template naming an ``ignore``d argument, or ``{self.region}``
             # under ``key_self=False``), and one answered for the other.
             head = f"{prefix}/{self.res_tool}/" + (
-                "" if entity is None else f"{encode_component(entity)}/")
+                "" if entity is None else entity_part or f"{encode_component(entity)}/")
             got = (prefix, head, tuple(read_counters(levels, self.res, entity)),
                    [None, None])
             heads = self._heads
             if len(heads) >= _MAX_HEADS:
                 heads.clear()
-            heads[(prefix, entity)] = got
+            heads[(prefix, entity, exact)] = got
         if value is not None:
             by_value = self._by_value
             if len(by_value) >= _MAX_HEADS:
                 by_value.clear()
             by_value[(prefix, value)] = got
         return got
+
+    def _exact(self, template: Template, args: tuple[Any, ...],
+               kwargs: dict[str, Any]) -> str | None:
+        """A digest of the values ``template`` formats, as given (``self.exact``); None
+        when they do not bind or cannot be keyed (the call then runs uncached)."""
+        values = template.values(args, kwargs)
+        if values is None:
+            return None
+        try:
+            return digest("", self.key_name, canonical_json({"entity": values}))
+        except UnhashableArgument:
+            return None
 
     def full_digest(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
         """The argument digest of the full canonical form (what entries are stored under)."""
