@@ -80,12 +80,12 @@ _FORBIDDEN: Final = "<>?%*:|\"'/\\"
 _MAX_NAME: Final = 255
 
 
-def _default_mode(exists: bool = True) -> str:
+def _default_mode(exists: bool = True, otherwise: str = "auto") -> str:
     """``configure()``, ``DEJACACHE_MODE``, ``CI``, the project file (``_project``): read in
     every run, so not through the cassette machinery (test_pytest_plugin_cost.py)."""
     from ._project import default_mode
 
-    return default_mode(exists)
+    return default_mode(exists, otherwise)
 
 
 def _mode_given() -> bool:
@@ -209,7 +209,9 @@ def _cli_record_mode(config: pytest.Config, exists: bool) -> str | None:
 
 def _test_mode(config: pytest.Config, asked: str | None, exists: bool) -> str:
     """A vcr test's mode: the command line, then ``DEJACACHE_MODE``, then ``asked`` (the
-    marker's or ``vcr_config``'s ``record_mode``), then the ini key and the defaults."""
+    marker's or ``vcr_config``'s ``record_mode``), then ``CI`` and the ini key, else
+    ``replay``: pytest-recording's default ``--record-mode`` is ``none``, so a suite moved
+    over must not start going live (with the developer's key) on every call it misses."""
     cli = config.getoption("dejacache_mode") or _cli_record_mode(config, exists)
     if cli:
         return str(cli)
@@ -217,7 +219,7 @@ def _test_mode(config: pytest.Config, asked: str | None, exists: bool) -> str:
         return _default_mode()
     if asked is not None:
         return _mode_named(asked, exists, "vcr record_mode")
-    return fallback_mode(config, exists)
+    return _default_mode(exists, otherwise="replay")
 
 
 def _merged(request: pytest.FixtureRequest) -> tuple[dict[str, Any], list[pytest.Mark]]:
