@@ -91,7 +91,7 @@ def tool_cache(
     Not cached: exceptions, results marked ``is_error``/``isError``, results over
     ``max_bytes``. Identical concurrent misses run the tool once.
     """
-    ignore = tuple(ignore)
+    ignore = (ignore,) if isinstance(ignore, str) else tuple(ignore)  # one name, as @cache
 
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
         function_only(f, "tool_cache")
