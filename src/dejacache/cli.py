@@ -189,9 +189,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     import pathlib
     import time
 
-    from .cassettes import orphans, verify
+    from .cassettes import ageing, orphans, verify
 
-    max_age = args.max_age
+    # --max-age, else what `dejacache config` says is in force (DEJACACHE_MAX_AGE, then the
+    # project file): a limit written once must not need the flag too.
+    max_age = ageing.resolve(args.max_age, None)[0]
     record_path = pathlib.Path(args.usage) if args.usage else _usage_path()
     if args.usage and record_path is not None and record_path.is_dir():  # (a usage error)
         print(f"dejacache verify: --usage {args.usage} is a directory, not a usage record "
