@@ -280,6 +280,16 @@ def test_plain():
     _run(pytester).assert_outcomes(passed=2)
 
 
+def test_the_markers_accepted_but_not_enforced_say_so(pytester: pytest.Pytester) -> None:
+    # `pytest --markers` said block_network blocks network access: nothing read it.
+    res = _run(pytester, "--markers")
+    res.stdout.fnmatch_lines([
+        "@pytest.mark.block_network: pytest-recording's marker, accepted and not enforced*",
+        "@pytest.mark.allowed_hosts(hosts): pytest-recording's marker, accepted and not read*",
+    ])
+    res.stdout.no_fnmatch_line("*block network access*")
+
+
 def test_another_plugins_vcr_fixture_is_named_once_in_the_header(
         pytester: pytest.Pytester) -> None:
     pytester.makepyfile(other_vcr="""

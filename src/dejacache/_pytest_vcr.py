@@ -166,8 +166,14 @@ def configure(config: pytest.Config, opener: Opener, cassette_dir: CassetteDir) 
         return
     for line in ("vcr: record and replay this test's HTTP calls from a cassette (dejacache)",
                  "default_cassette(name): the cassette name for a vcr test",
-                 "block_network: block network access (accepted for pytest-recording suites)",
-                 "allowed_hosts(hosts): hosts a vcr test may reach while the guard is on"):
+                 # Accepted so a pytest-recording suite collects under --strict-markers;
+                 # neither blocks or allows anything here, and their help must not say so.
+                 "block_network: pytest-recording's marker, accepted and not enforced: "
+                 "a vcr test's replay reaches no network anyway; the guard is "
+                 "--dejacache-block-network (on under CI)",
+                 "allowed_hosts(hosts): pytest-recording's marker, accepted and not read: "
+                 "give the hosts as vcr_config's allowed_hosts or "
+                 "@pytest.mark.dejacache(allow_hosts=[...])"):
         config.addinivalue_line("markers", line)
     if not pm.has_plugin(_FIXTURES):
         pm.register(sys.modules[__name__], _FIXTURES)
