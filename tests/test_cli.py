@@ -135,6 +135,24 @@ def test_clear_one_namespace_then_all(
     assert store.stats().entries == 0
 
 
+def test_clear_of_a_missing_file_creates_nothing(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A misspelt --store must not answer "removed 0 entries" over a new empty database
+    # (and its directories) while the real cache stays full.
+    typo = tmp_path / "nope" / "cahce.db"
+    assert main(["clear", "--store", f"sqlite:///{typo}"]) == 1
+    err = capsys.readouterr().err
+    assert f"{typo}: no such file" in err and "nothing was cleared" in err
+    assert not typo.parent.exists()
+    # the default store of a project that has none yet: nothing to do, nothing made
+    monkeypatch.setenv("DEJACACHE_DIR", str(tmp_path / "cache"))
+    assert main(["clear"]) == 0
+    assert "nothing to clear" in capsys.readouterr().out
+    assert not (tmp_path / "cache").exists()
+
+
 def test_demo_command(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DEJACACHE_DEMO_LATENCY", "0.01")
     assert main(["demo", "--plain"]) == 0

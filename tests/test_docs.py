@@ -51,7 +51,7 @@ def test_the_cli_reference_lists_every_pytest_option() -> None:
 
     source = pathlib.Path(plugin.__file__).read_text(encoding="utf-8")  # (the gate's too)
     options = set(re.findall(r'addoption\(\s*"(--dejacache-[a-z-]+)"', source))
-    inis = set(re.findall(r'addini\(\s*"(dejacache_[a-z_]+)"', source))
+    inis = {*plugin._PLUGIN_INI, *(k.ini for k in plugin._project.KEYS.values() if k.ini)}
     text = (DOCS / "cli.md").read_text(encoding="utf-8")
     assert options and inis
     assert [o for o in sorted(options | inis) if f"`{o}" not in text] == []

@@ -930,6 +930,13 @@ def test_the_ini_key_spells_the_same_rules(pytester: pytest.Pytester) -> None:
     ({"pytest.ini": "[pytest]\nDEJACACHE_VOLATIL = x\n"}, "unknown ini key 'dejacache_volatil'"),
     ({"pyproject.toml": '[tool.pytest.ini_options]\n"dejacache\\u005fvolatil" = "x"\n'},
      "unknown ini key 'dejacache_volatil'"),
+    # the plugin's own ini keys are suggested too, not a project setting in their place
+    ({"pytest.ini": "[pytest]\ndejacache_scenaro = true\n"},
+     "did you mean 'dejacache_scenario'?"),
+    ({"pytest.ini": "[pytest]\ndejacache_min_hitrate = 0.5\n"},
+     "did you mean 'dejacache_min_hit_rate'?"),
+    ({"pytest.ini": "[pytest]\ndejacache_proxy_upstream = openai=http://127.0.0.1:1\n"},
+     "did you mean 'dejacache_proxy_upstreams'?"),
 ])
 def test_a_misspelt_or_bad_setting_is_a_usage_error_naming_it(
         pytester: pytest.Pytester, files: dict[str, str], message: str) -> None:

@@ -251,6 +251,45 @@ def vcr_config():
     res.stdout.fnmatch_lines(["calls: 2 replayed, 0 recorded*"])
 
 
+def test_a_vcr_test_that_names_no_mode_replays_as_pytest_recordings_none(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # pytest-recording's --record-mode defaults to none: a moved suite run with a bare
+    # `pytest` must miss, not go live and record with the developer's key.
+    monkeypatch.delenv("DEJACACHE_MODE", raising=False)
+    monkeypatch.delenv("CI", raising=False)
+    pytester.makepyfile(test_bare="""
+import dejacache, pytest
+
+f = dejacache.cache(name="f")(lambda x: x + 1)
+
+@pytest.mark.vcr
+def test_vcr(vcr, record_mode):
+    assert vcr.record_mode == record_mode  # the fixture says what the test does
+    assert f(1) == 2
+
+@pytest.mark.dejacache
+def test_plain():
+    assert f(2) == 3
+""")
+    res = _run(pytester)
+    res.assert_outcomes(passed=1, failed=1)  # the dejacache test records (auto), as before
+    res.stdout.fnmatch_lines(["*test_vcr*replay miss*"])
+    assert not (pytester.path / "cassettes" / "test_bare" / "test_vcr.json").exists()
+    # recording is asked for, in either vocabulary
+    _run(pytester, "--record-mode=once").assert_outcomes(passed=2)
+    _run(pytester).assert_outcomes(passed=2)
+
+
+def test_the_markers_accepted_but_not_enforced_say_so(pytester: pytest.Pytester) -> None:
+    # `pytest --markers` said block_network blocks network access: nothing read it.
+    res = _run(pytester, "--markers")
+    res.stdout.fnmatch_lines([
+        "@pytest.mark.block_network: pytest-recording's marker, accepted and not enforced*",
+        "@pytest.mark.allowed_hosts(hosts): pytest-recording's marker, accepted and not read*",
+    ])
+    res.stdout.no_fnmatch_line("*block network access*")
+
+
 def test_another_plugins_vcr_fixture_is_named_once_in_the_header(
         pytester: pytest.Pytester) -> None:
     pytester.makepyfile(other_vcr="""

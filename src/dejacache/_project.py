@@ -378,13 +378,13 @@ def describe(project: Project) -> list[tuple[str, Any, str]]:
     return rows
 
 
-def default_mode(exists: bool = True) -> str:
+def default_mode(exists: bool = True, otherwise: str = "auto") -> str:
     """The mode of a block that names none: ``configure(mode=)`` > ``DEJACACHE_MODE`` >
     ``replay`` under ``CI`` (the environment too) > the project file's ``mode`` (the pytest
     ini key, then ``[tool.dejacache]``; vcrpy's names too, ``exists`` deciding ``once``) >
-    ``auto``. Here, beside the project file, so the pytest plugin reads it in every run
-    without loading the settings (``configure()`` cannot have been called before
-    ``dejacache.config`` was loaded)."""
+    ``otherwise`` (``auto``; a ``@pytest.mark.vcr`` test's is ``replay``). Here, beside the
+    project file, so the pytest plugin reads it in every run without loading the settings
+    (``configure()`` cannot have been called before ``dejacache.config`` was loaded)."""
     import sys
 
     config = sys.modules.get("dejacache.config")
@@ -397,4 +397,4 @@ def default_mode(exists: bool = True) -> str:
     if in_ci():
         return "replay"
     project: str | None = current().get("mode")
-    return as_mode(project, exists) if project else "auto"
+    return as_mode(project, exists) if project else otherwise

@@ -273,9 +273,9 @@ def _verify(session: pytest.Session, record: dict[str, Any]) -> None:
     here = pathlib.Path.cwd()
     files = sorted(f.relative_to(here) if f.is_relative_to(here) else f  # shown shorter
                    for f in found | {f for f in named if f.is_file()})
-    from . import _project
+    from .cassettes.ageing import resolve
 
-    limit = _project.current().get("max_age")  # the ini key, else [tool.dejacache]
+    limit = resolve(None, None)[0]  # configure(), DEJACACHE_MAX_AGE, the ini key, the table
     rows = verify_files(files, usage=UsageRecord(record, pathlib.Path("usage.json")),
                         max_age=limit, now=time.time())
     session.config.stash[_ROWS] = rows

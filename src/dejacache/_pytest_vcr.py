@@ -80,12 +80,12 @@ _FORBIDDEN: Final = "<>?%*:|\"'/\\"
 _MAX_NAME: Final = 255
 
 
-def _default_mode(exists: bool = True) -> str:
+def _default_mode(exists: bool = True, otherwise: str = "auto") -> str:
     """``configure()``, ``DEJACACHE_MODE``, ``CI``, the project file (``_project``): read in
     every run, so not through the cassette machinery (test_pytest_plugin_cost.py)."""
     from ._project import default_mode
 
-    return default_mode(exists)
+    return default_mode(exists, otherwise)
 
 
 def _mode_given() -> bool:
@@ -166,8 +166,14 @@ def configure(config: pytest.Config, opener: Opener, cassette_dir: CassetteDir) 
         return
     for line in ("vcr: record and replay this test's HTTP calls from a cassette (dejacache)",
                  "default_cassette(name): the cassette name for a vcr test",
-                 "block_network: block network access (accepted for pytest-recording suites)",
-                 "allowed_hosts(hosts): hosts a vcr test may reach while the guard is on"):
+                 # Accepted so a pytest-recording suite collects under --strict-markers;
+                 # neither blocks or allows anything here, and their help must not say so.
+                 "block_network: pytest-recording's marker, accepted and not enforced: "
+                 "a vcr test's replay reaches no network anyway; the guard is "
+                 "--dejacache-block-network (on under CI)",
+                 "allowed_hosts(hosts): pytest-recording's marker, accepted and not read: "
+                 "give the hosts as vcr_config's allowed_hosts or "
+                 "@pytest.mark.dejacache(allow_hosts=[...])"):
         config.addinivalue_line("markers", line)
     if not pm.has_plugin(_FIXTURES):
         pm.register(sys.modules[__name__], _FIXTURES)
@@ -209,7 +215,9 @@ def _cli_record_mode(config: pytest.Config, exists: bool) -> str | None:
 
 def _test_mode(config: pytest.Config, asked: str | None, exists: bool) -> str:
     """A vcr test's mode: the command line, then ``DEJACACHE_MODE``, then ``asked`` (the
-    marker's or ``vcr_config``'s ``record_mode``), then the ini key and the defaults."""
+    marker's or ``vcr_config``'s ``record_mode``), then ``CI`` and the ini key, else
+    ``replay``: pytest-recording's default ``--record-mode`` is ``none``, so a suite moved
+    over must not start going live (with the developer's key) on every call it misses."""
     cli = config.getoption("dejacache_mode") or _cli_record_mode(config, exists)
     if cli:
         return str(cli)
@@ -217,7 +225,7 @@ def _test_mode(config: pytest.Config, asked: str | None, exists: bool) -> str:
         return _default_mode()
     if asked is not None:
         return _mode_named(asked, exists, "vcr record_mode")
-    return fallback_mode(config, exists)
+    return _default_mode(exists, otherwise="replay")
 
 
 def _merged(request: pytest.FixtureRequest) -> tuple[dict[str, Any], list[pytest.Mark]]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-__all__ = ["closest", "did_you_mean"]
+__all__ = ["closest", "did_you_mean", "not_parameters"]
 
 
 def _norm(name: str) -> str:
@@ -44,3 +44,10 @@ def did_you_mean(name: str, choices: Iterable[str], what: str = "") -> str:
     if near is None:
         return ""
     return f"; did you mean {what + ' ' if what else ''}{near!r}?"
+
+
+def not_parameters(where: str, unknown: list[str], params: list[str]) -> str:
+    """The error for ``ignore=`` names that are none of a function's parameters (a
+    misspelling would keep the argument in the key without a word)."""
+    return (f"ignore= on {where} names {', '.join(map(repr, unknown))}, which is not one of "
+            f"its parameters ({', '.join(params)}){did_you_mean(unknown[0], params)}")

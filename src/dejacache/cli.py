@@ -142,6 +142,16 @@ def _add_stats(sub: _Sub) -> None:
 
 
 def _cmd_clear(args: argparse.Namespace) -> int:
+    path = _sqlite_path(args.store) if args.store else _default_path()
+    if path is not None and not os.path.exists(path):
+        # Opening it would create it (and its directories): a misspelt --store answered
+        # "removed 0 entries" with a new empty database, the real one left full.
+        if args.store:
+            print(f"dejacache clear: {args.store}: no such file (nothing was cleared or "
+                  "created)", file=sys.stderr)
+            return 1
+        print(f"nothing to clear: {path} does not exist yet")
+        return 0
     store = _store(args)
     n = store.clear(namespace=args.cache_key)
     where = f"namespace {args.cache_key!r} of " if args.cache_key is not None else ""
@@ -189,9 +199,11 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     import pathlib
     import time
 
-    from .cassettes import orphans, verify
+    from .cassettes import ageing, orphans, verify
 
-    max_age = args.max_age
+    # --max-age, else what `dejacache config` says is in force (DEJACACHE_MAX_AGE, then the
+    # project file): a limit written once must not need the flag too.
+    max_age = ageing.resolve(args.max_age, None)[0]
     record_path = pathlib.Path(args.usage) if args.usage else _usage_path()
     if args.usage and record_path is not None and record_path.is_dir():  # (a usage error)
         print(f"dejacache verify: --usage {args.usage} is a directory, not a usage record "

@@ -85,6 +85,16 @@ _SAVED: pytest.StashKey[tuple[_project.Project | None,
 _DISCARDED: pytest.StashKey[list[tuple[pytest.Item, str]]] = pytest.StashKey()
 _TOLD: pytest.StashKey[Callable[[Cassette, str], None]] = pytest.StashKey()
 
+# The ini keys that are the plugin's own, not project settings (those come from
+# _project.KEYS): name -> (type, default, help). One table, so the check that refuses a
+# misspelt dejacache_* key knows them too and never suggests a setting in their place.
+_PLUGIN_INI: dict[str, tuple[str, Any, str]] = {
+    "dejacache_proxy_upstreams": (
+        "linelist", [], "upstreams of the dejacache_proxy fixture's proxy: NAME=URL lines"),
+    "dejacache_scenario": ("bool", False, "same as --dejacache-scenario"),
+    "dejacache_min_hit_rate": ("string", "", "same as --dejacache-min-hit-rate"),
+}
+
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     _pytest_vcr.addhooks(pluginmanager)  # pytest_recording_configure, when no one declares it
@@ -123,14 +133,12 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
             parser.addini(key.ini, type=key.ini_type,  # type: ignore[arg-type]
                           default=[] if key.ini_type == "linelist" else "",
                           help=f"{key.help} (also [tool.dejacache] {key.name})")
-    parser.addini("dejacache_proxy_upstreams", type="linelist", default=[],
-                  help="upstreams of the dejacache_proxy fixture's proxy: NAME=URL lines")
+    for name, (kind, default, text) in _PLUGIN_INI.items():
+        parser.addini(name, type=kind, default=default, help=text)  # type: ignore[arg-type]
     _pytest_vcr.addoption(parser, pluginmanager)  # --record-mode, unless pytest-recording's
     addoption("--dejacache-scenario", action="store_true", default=False,
               help="record and replay every langwatch-scenario run through a cassette "
                    "named after the scenario (dejacache.integrations.scenario)")
-    parser.addini("dejacache_scenario", type="bool", default=False,
-                  help="same as --dejacache-scenario")
     addoption("--dejacache-verify", action="store_true", default=False,
               help="after the run, verify the cassettes of the modules collected "
                    "(damage, secrets, entries no test used, expiry, format: "
@@ -147,8 +155,6 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
                    "matched by name)")
     addoption("--dejacache-hit-rate-drop", type=float, default=0.05, metavar="RATE",
               help="how far below the baseline's a conversation may fall (0.05)")
-    parser.addini("dejacache_min_hit_rate", default="",
-                  help="same as --dejacache-min-hit-rate")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -255,7 +261,7 @@ def _session_project(config: pytest.Config) -> _project.Project:
 
 def _unknown_ini_keys(config: pytest.Config) -> None:
     """A ``dejacache_*`` ini key no plugin registered is a typo, not a setting to skip."""
-    known = [k.ini for k in _project.KEYS.values() if k.ini]
+    known = [*(k.ini for k in _project.KEYS.values() if k.ini), *_PLUGIN_INI]
     for name in _ini_names(config.inipath):
         if not name.startswith("dejacache_"):
             continue

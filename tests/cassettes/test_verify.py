@@ -171,6 +171,34 @@ def test_expired_entries_fail_by_recorded_at(tree: pathlib.Path,
         "ok", "all 2 entries younger than 60d")
 
 
+def test_the_project_files_and_the_environments_max_age_judge_without_the_flag(
+        tree: pathlib.Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # `dejacache config` says max_age is in force: verify (the pre-commit hook, CI) must not
+    # call the cassettes fine for want of a flag.
+    path = tree / "tests" / "cassettes" / "test_agent" / "test_one.json"
+    _edit(path, lambda e: e.update(recorded_at=_ago(40)))
+    project = tree / "pyproject.toml"
+    project.write_text('[tool.dejacache]\nmax_age = "30d"\n')
+    monkeypatch.setenv("DEJACACHE_PROJECT", str(project))
+    monkeypatch.delenv("DEJACACHE_MAX_AGE", raising=False)
+    from dejacache import _project
+
+    monkeypatch.setattr(_project, "_OVERRIDE", [None])  # not this pytest session's settings
+    status, out = verify(capsys, str(path))
+    assert status == 1 and rows(out, "test_one.json")["expired"][0] == "fail"
+    monkeypatch.setenv("DEJACACHE_MAX_AGE", "60d")  # the environment, over the file
+    status, out = verify(capsys, str(path), "-v")
+    assert status == 0 and rows(out, "test_one.json")["expired"][0] == "ok"
+    status, out = verify(capsys, str(path), "--max-age", "10d")  # the flag, over both
+    assert status == 1
+    monkeypatch.setenv("DEJACACHE_PROJECT", "")
+    monkeypatch.delenv("DEJACACHE_MAX_AGE")
+    status, out = verify(capsys, str(path), "-v")
+    verdict, detail = rows(out, "test_one.json")["expired"]
+    assert verdict == "skip" and "[tool.dejacache]" in detail and "--max-age" in detail
+
+
 def test_the_cassettes_own_max_age_wins_and_unknown_age_is_said(
         tree: pathlib.Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tree / "tests" / "cassettes" / "test_agent" / "test_one.json"

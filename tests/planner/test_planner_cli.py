@@ -116,6 +116,17 @@ def test_unreadable_input_is_status_2(capsys: pytest.CaptureFixture[str],
     assert "a fraction between 0 and 1" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("rate", ["70", "seventy", "70%"])
+def test_a_rate_that_is_no_fraction_is_named_with_what_is_wanted(
+        capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path, rate: str) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["prompt-cache", "check", str(tmp_path), "--min-hit-rate", rate])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--min-hit-rate: {rate}: a fraction between 0 and 1, e.g. 0.7" in err
+    assert "_number" not in err
+
+
 def test_rules_lists_the_table_with_sources(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = cli(capsys, "prompt-cache", "rules")
     assert status == 0

@@ -131,6 +131,20 @@ def test_cli_writes_the_page(run_a: pathlib.Path, run_b: pathlib.Path,
     assert "no such file" in capsys.readouterr().err
 
 
+def test_cli_makes_the_pages_directory_and_names_a_place_it_cannot_write(
+        run_a: pathlib.Path, tmp_path: pathlib.Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "reports" / "run.html"  # a directory not made yet: was a traceback
+    assert main(["report", str(run_a), "-o", str(out)]) == 0
+    assert out.read_text().startswith("<!doctype html>")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    assert main(["report", str(run_a), "-o", str(blocker / "run.html")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"dejacache report: cannot write {blocker / 'run.html'}: ")
+    assert "Traceback" not in err and len(err.splitlines()) == 1
+
+
 def test_an_empty_directory_says_so(tmp_path: pathlib.Path) -> None:
     assert "No cassettes found" in render_runs([])
     assert "No cassettes found" in report(tmp_path)

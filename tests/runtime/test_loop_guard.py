@@ -215,6 +215,19 @@ def test_bad_guard_settings(kw: dict[str, Any]) -> None:
         dejacache.LoopGuard(**kw)
 
 
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"max_repeats": 0}, "max_repeats must be a whole number >= 1, not 0"),
+    ({"max_depth": "50"}, "max_depth must be a whole number >= 1, not '50'"),  # a TypeError
+    ({"max_cycle": -1}, "max_cycle must be a whole number >= 0, not -1"),
+    ({"cycle_repeats": 1.5}, "cycle_repeats must be a whole number >= 2, not 1.5"),
+    ({"escalate": "3"}, "escalate must be a whole number >= 0 or None, not '3'"),
+])
+def test_a_bad_limit_is_named_with_its_value(kw: dict[str, Any], message: str) -> None:
+    with pytest.raises(dejacache.ConfigurationError) as err:
+        dejacache.LoopGuard(**kw)
+    assert str(err.value) == f"LoopGuard {message}"
+
+
 def test_a_tool_method_repeats_only_on_the_same_instance_data() -> None:
     # The argument digest holds the instance as a cache key does: the same search on two
     # indexes is two calls, not a loop; on one index, a repeat (its lock is not data).

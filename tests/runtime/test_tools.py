@@ -90,3 +90,22 @@ def test_functions_partials_and_callable_objects_still_work(deco: str) -> None:
     # A tool class of some other library with "Tool" in its name is no framework's tool.
     other = _stand_in("mylib.tools", "WeatherTool")
     assert DECORATORS[deco](other)("Lima") == "sunny in Lima"
+
+
+def test_an_ignored_name_that_is_no_parameter_is_refused_naming_the_one_meant() -> None:
+    # A misspelt ignore= would keep the argument in the key without a word (every call a
+    # miss), as @cache refuses it.
+    def get_cart(user_id: int, verbose: bool = False) -> dict[str, int]:
+        return {"user_id": user_id}
+
+    with pytest.raises(dejacache.ConfigurationError,
+                       match=r"tool_cache\(.*get_cart\) names 'verbos', which is not one of "
+                             r"its parameters \(user_id, verbose\); did you mean 'verbose'\?"):
+        dejacache.tool_cache(resource="cart", ignore=["verbos"])(get_cart)
+    # a string was read as its letters (none a parameter): the argument stayed in the key
+    with pytest.raises(dejacache.ConfigurationError,
+                       match=r"not the string 'verbose' \(write ignore=\['verbose'\]\)"):
+        dejacache.tool_cache(resource="cart", ignore="verbose")
+    cached = dejacache.tool_cache(resource="cart", scope="global", ignore=["verbose"])(get_cart)
+    assert cached(7) == cached(7, verbose=True) == {"user_id": 7}
+    assert dejacache.runtime_stats().by_tool["get_cart"].hits >= 1

@@ -95,9 +95,13 @@ class LoopDetector:
         max_cycle: int = 10,
         cycle_repeats: int = 2,
     ) -> None:
-        if max_repeats < 1 or max_depth < 1 or cycle_repeats < 2 or max_cycle < 0:
-            raise ValueError("max_repeats and max_depth must be >= 1, cycle_repeats >= 2, "
-                             "max_cycle >= 0")
+        for name, value, least in (("max_repeats", max_repeats, 1), ("max_depth", max_depth, 1),
+                                   ("max_cycle", max_cycle, 0),
+                                   ("cycle_repeats", cycle_repeats, 2)):
+            # Named one by one: "50" from a config file failed as a bare TypeError, and a
+            # bad value was not told from the good ones.
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name} must be a whole number >= {least}, not {value!r}")
         self.max_repeats = max_repeats
         self.max_depth = max_depth
         self.max_cycle = max_cycle

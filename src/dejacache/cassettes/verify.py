@@ -287,6 +287,12 @@ def _orphans(path: pathlib.Path, data: bytes, usage: UsageRecord | None) -> Orph
 # ---------------------------------------------------------------- expiry
 
 
+# Every way a run can be given the limit, as a skipped row advises (under pytest there is no
+# --max-age flag).
+_GIVE_MAX_AGE = ("give --max-age, DEJACACHE_MAX_AGE, or max_age in [tool.dejacache] "
+                 "(pytest ini: dejacache_max_age)")
+
+
 def _expiry(doc: dict[str, Any], default: float | None, now: float) -> tuple[str, str]:
     raw = doc.get("max_age")
     max_age: float | None
@@ -308,8 +314,8 @@ def _expiry(doc: dict[str, Any], default: float | None, now: float) -> tuple[str
                   "hand edit")
     if max_age is None:
         if future:  # no limit to judge ages by, but such a date is never right
-            return WARN, f"{future}; no max_age to judge the rest (give --max-age)"
-        return SKIP, "no max_age (give --max-age, or a max_age member in the cassette)"
+            return WARN, f"{future}; no max_age to judge the rest ({_GIVE_MAX_AGE})"
+        return SKIP, f"no max_age ({_GIVE_MAX_AGE}, or a max_age member in the cassette)"
     gone = [t for t in born if expired(t, max_age, now)]
     old = [t for t in gone if t is not None and not in_future(t, now)]
     if gone:

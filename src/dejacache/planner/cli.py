@@ -94,7 +94,10 @@ def _cmd_rules(args: argparse.Namespace) -> int:
 
 
 def _number(text: str) -> float:
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:  # argparse would name this function ("invalid _number value")
+        value = -1.0
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"{text}: a fraction between 0 and 1, e.g. 0.7")
     return value

@@ -32,7 +32,12 @@ def _cmd(args: argparse.Namespace) -> int:
         print(f"dejacache report: {exc}", file=sys.stderr)
         return 2
     out = pathlib.Path(args.output)
-    out.write_text(page, encoding="utf-8")
+    try:  # -o reports/run.html makes reports/, as dejacache import -o does
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(page, encoding="utf-8")
+    except OSError as exc:  # one line, never a traceback
+        print(f"dejacache report: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
+        return 1
     print(f"wrote {out} ({len(page.encode()):,} bytes); open it in a browser")
     return 0
 

@@ -160,6 +160,11 @@ class ToolCache:
         # a tool argument of that name is data: dropping it would serve one answer to all.
         self.keys = KeyBuilder(fn, self.key_name, ignore=ignore, use_default_volatile=False,
                                key_self=key_self)
+        unknown, params = self.keys.unknown_ignored()
+        if unknown:
+            from .._suggest import not_parameters
+
+            raise ConfigurationError(not_parameters(f"tool_cache({self.name})", unknown, params))
         self.template = Template(fn, key, f"tool_cache({self.name})") if key else None
         # A template reading an argument the key leaves out: the entity is all that tells
         # such calls' entries apart, and unequal values can name one entity (``0.1`` and

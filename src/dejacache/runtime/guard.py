@@ -52,13 +52,15 @@ class LoopGuard:
             raise ConfigurationError(
                 f"unknown on_loop {on_loop!r}; expected one of {', '.join(_ACTIONS)}"
             )
-        if escalate is not None and escalate < 0:
-            raise ConfigurationError("escalate must be >= 0 or None")
+        if escalate is not None and (isinstance(escalate, bool) or not isinstance(escalate, int)
+                                     or escalate < 0):
+            raise ConfigurationError(
+                f"LoopGuard escalate must be a whole number >= 0 or None, not {escalate!r}")
         try:
             LoopDetector(max_repeats=max_repeats, max_depth=max_depth, max_cycle=max_cycle,
                          cycle_repeats=cycle_repeats)
         except ValueError as exc:
-            raise ConfigurationError(f"invalid LoopGuard limits: {exc}") from None
+            raise ConfigurationError(f"LoopGuard {exc}") from None
         self.max_repeats = max_repeats
         self.max_depth = max_depth
         self.max_cycle = max_cycle

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, overload
 
 from ..config import Duration
+from ..errors import ConfigurationError
 from ..stores._protocols import Store
 from ._cached import ToolCache, wrap_cached
 from ._decorate import F, function_only
@@ -91,6 +92,12 @@ def tool_cache(
     Not cached: exceptions, results marked ``is_error``/``isError``, results over
     ``max_bytes``. Identical concurrent misses run the tool once.
     """
+    if isinstance(ignore, str):
+        # Read as its letters, it left the argument in the key. Taking it as one name would
+        # change the keys of tools decorated so; refusing it changes none.
+        raise ConfigurationError(
+            f"tool_cache ignore= takes a list of parameter names, not the string {ignore!r} "
+            f"(write ignore=[{ignore!r}])")
     ignore = tuple(ignore)
 
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:

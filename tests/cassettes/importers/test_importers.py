@@ -72,3 +72,45 @@ def test_cli_reports_errors_in_one_line(tmp_path: pathlib.Path,
     assert main(["import", str(src), "-o", str(tmp_path / "o.json"),
                  "--function", "nonsense"]) == 1
     assert "expected NAME=module:attribute" in capsys.readouterr().err
+
+
+_VCR_JSON = """{"version": 1, "interactions": [{
+  "request": {"method": "GET", "uri": "http://127.0.0.1:9/api/items?page=1", "body": null,
+              "headers": {"Accept": ["*/*"], "Authorization": ["Bearer sk-abcdef0123456789"]}},
+  "response": {"status": {"code": 200, "message": "OK"},
+               "headers": {"Content-Type": ["application/json"]},
+               "body": {"string": "{\\"items\\": [1, 2]}"}}}]}"""
+
+# Neither httpx nor httpx2 importable, as in a project whose tools use only requests.
+_WITHOUT_HTTPX = """
+import json, sys
+sys.modules["httpx"] = sys.modules["httpx2"] = None
+import urllib3
+import dejacache
+from dejacache.cassettes.importers import import_file
+src, out = sys.argv[1:]
+import_file(src, out)
+with dejacache.cassette(out, mode="replay"):  # nothing listens on port 9
+    r = urllib3.PoolManager().request("GET", "http://127.0.0.1:9/api/items?page=1")
+print(json.dumps([r.status, r.json()]))
+"""
+
+
+def test_a_vcr_recording_imports_without_httpx_keyed_as_with_it(tmp_path: pathlib.Path) -> None:
+    # A suite that moves from vcrpy with requests alone must not be told to install httpx:
+    # its calls are recorded in dejacache's own request model, keyed as httpx keys them.
+    import json
+    import subprocess
+    import sys
+
+    src = tmp_path / "items.json"
+    src.write_text(_VCR_JSON)
+    bare, with_httpx = tmp_path / "bare.json", tmp_path / "httpx.json"
+    done = subprocess.run([sys.executable, "-c", _WITHOUT_HTTPX, str(src), str(bare)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [200, {"items": [1, 2]}]
+    import_file(src, with_httpx)
+    keys = [json.loads(p.read_text())["xref"]["keys"] for p in (bare, with_httpx)]
+    assert keys[0] == keys[1] and len(keys[0]) == 1
+    assert "sk-abcdef0123456789" not in bare.read_text()

@@ -50,8 +50,9 @@ def add_import(sub: Any) -> None:
     p = sub.add_parser(
         "import",
         help="convert a vcrpy / pytest-recording or agentcassette recording into a cassette",
-        description="Convert a vcrpy / pytest-recording cassette (YAML or JSON) of OpenAI or "
-        "Anthropic HTTP calls, or an agentcassette JSON recording, into a dejacache cassette "
+        description="Convert a vcrpy / pytest-recording cassette (YAML or JSON) of HTTP "
+        "calls (OpenAI, Anthropic, Gemini, Bedrock, any web API), or an agentcassette JSON "
+        "recording, into a dejacache cassette "
         "that replays the same calls. Credentials are redacted on the way in; calls that "
         "cannot be mapped faithfully are skipped and listed. Exit status 1 when nothing was "
         "converted.")

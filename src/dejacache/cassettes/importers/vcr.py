@@ -28,8 +28,8 @@ import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
-from ...errors import CassetteError, ConfigurationError
-from ...http._libs import Lib, available
+from ...errors import CassetteError
+from ...http._libs import Lib, available, plain
 from ...http.providers import detect
 from ...http.transport import Options, handle_sync
 from ...scope import current
@@ -71,12 +71,13 @@ class Exchange:
 
 
 def library() -> Lib:
-    """The HTTP library the recording is replayed through (either keys a request alike: the
-    key is built from the request's data)."""
+    """The HTTP library the recording is replayed through (any of them keys a request alike:
+    the key is built from the request's data). Without httpx or httpx2, dejacache's own
+    model, as ``requests`` and ``urllib3`` calls are recorded there: a suite whose tools use
+    only ``requests`` moves from vcrpy with nothing more installed."""
     libs = available()
     if not libs:
-        raise ConfigurationError("importing HTTP recordings needs httpx or httpx2: "
-                                 "pip install 'dejacache[httpx]'")
+        return plain()
     return next((x for x in libs if x.name == "httpx"), libs[0])
 
 
