@@ -72,12 +72,9 @@ class _Keys:
                 "key_self=False leaves the instance out of the key")
         unknown, params = first.unknown_ignored()
         if unknown:
-            from ._suggest import did_you_mean
+            from ._suggest import not_parameters
 
-            raise ConfigurationError(
-                f"ignore= on {name} names {', '.join(map(repr, unknown))}, which is not one "
-                f"of its parameters ({', '.join(params)})"
-                f"{did_you_mean(unknown[0], params)}")
+            raise ConfigurationError(not_parameters(name, unknown, params))
 
     def builder(self, extra: VolatileItems) -> KeyBuilder:
         b = self._builders.get(extra)
