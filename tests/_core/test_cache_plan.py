@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from dejacache._core.cache_gate import check, failed
-from dejacache._core.cache_plan import Account, Plan, Turn, plan
+from dejacache._core.cache_plan import Account, Plan, SessionPlan, Turn, plan
 from dejacache._core.prompt_cache import Rates, Usage
 
 RULES = "House rules: cite the tool, answer briefly, never guess a price. " * 120
@@ -143,6 +143,26 @@ def test_the_gate_names_the_turn_and_the_span() -> None:
     assert not v.ok and "below the baseline's" in v.why and v.baseline is not None
     (v,) = check(good, 0.0, baseline=good)
     assert v.ok and v.why == "" and v.cause == ""
+
+
+def rated(cached: int, prompt: int) -> Plan:
+    return Plan((SessionPlan("s", "a.json", 3, prompt, None, None, cached, 0.0),))
+
+
+def test_the_gate_allows_a_drop_of_exactly_max_drop() -> None:
+    # 0.40 - 0.05 is a hair above 0.35 in floats: the exact allowance must still pass.
+    (v,) = check(rated(7, 20), 0.0, baseline=rated(2, 5), max_drop=0.05)
+    assert v.ok, v.why
+    (v,) = check(rated(69, 200), 0.0, baseline=rated(2, 5), max_drop=0.05)
+    assert not v.ok
+    assert v.why == "predicted hit rate 34% is 6% below the baseline's 40% (allowed: 5%)"
+
+
+def test_the_gate_shows_a_rate_just_under_the_bar_apart_from_it() -> None:
+    (v,) = check(rated(6996, 10000), 0.7)
+    assert not v.ok and v.why == "predicted hit rate 69.96% is below the bar 70.00%"
+    (v,) = check(rated(7, 10), 0.7)
+    assert v.ok
 
 
 def test_the_gate_skips_single_turns_and_names_hazards() -> None:

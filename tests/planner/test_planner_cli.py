@@ -116,6 +116,13 @@ def test_unreadable_input_is_status_2(capsys: pytest.CaptureFixture[str],
     assert "a fraction between 0 and 1" in capsys.readouterr().err
 
 
+def test_check_of_nothing_is_status_2(capsys: pytest.CaptureFixture[str],
+                                      tmp_path: pathlib.Path) -> None:
+    status, _, err = cli(capsys, "prompt-cache", "check", str(tmp_path), "--min-hit-rate",
+                         "0.9")
+    assert status == 2 and "no recorded LLM request to check" in err and str(tmp_path) in err
+
+
 def test_rules_lists_the_table_with_sources(capsys: pytest.CaptureFixture[str]) -> None:
     status, out, _ = cli(capsys, "prompt-cache", "rules")
     assert status == 0
