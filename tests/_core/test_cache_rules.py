@@ -41,6 +41,13 @@ def _built_in() -> Iterator[None]:
     ("gemini", "gemini-2.5-pro", 4096, AUTOMATIC, 1),
     ("gemini", "gemini-2.5-flash", 1024, AUTOMATIC, 1),
     ("mistral", "mistral-large", 1024, AUTOMATIC, 128),  # an OpenAI-shaped API
+    # Bedrock ids, profiles and ARNs name the model after a vendor (and a geography).
+    ("anthropic", "anthropic.claude-3-5-haiku-20241022-v1:0", 2048, BREAKPOINTS, 1),
+    ("anthropic", "us.anthropic.claude-haiku-4-5-20251001-v1:0", 4096, BREAKPOINTS, 1),
+    ("anthropic", "arn:aws:bedrock:eu-west-1:123456789012:inference-profile/"
+                  "eu.anthropic.claude-opus-4-5-20251101-v1:0", 4096, BREAKPOINTS, 1),
+    ("anthropic", "us.anthropic.claude-sonnet-4-5-20250929-v1:0", 1024, BREAKPOINTS, 1),
+    ("anthropic", "claude-haiku-4-5@20251001", 4096, BREAKPOINTS, 1),  # Vertex AI
 ])
 def test_longest_family_prefix_wins(provider: str, model: str, minimum: int, mode: str,
                                     block: int) -> None:
@@ -63,6 +70,12 @@ def test_every_row_names_its_source_and_prices() -> None:
     assert (gpt.routing_key, gpt.route_tokens, gpt.route_rpm) == ("prompt_cache_key", 256, 15)
     assert (rules_for("openai", "gpt-5.6").write, rules_for("openai", "gpt-4o").read) == (1.25,
                                                                                          0.5)
+
+
+def test_a_mini_model_reads_at_its_own_discount() -> None:
+    # o3-mini's cached input is half its price (o3's a quarter): the longer family wins.
+    assert rules_for("openai", "o3-mini-2025-01-31").read == 0.5
+    assert rules_for("openai", "o3-2025-04-16").read == 0.25
 
 
 def test_overrides_change_one_field_and_what_the_monitor_reads() -> None:

@@ -58,7 +58,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = ["AUTOMATIC", "BREAKPOINTS", "IMPLICIT", "READ_ON", "RULES", "CacheRules",
-           "rules_for", "set_cache_rules", "table"]
+           "model_id", "rules_for", "set_cache_rules", "table"]
 
 READ_ON = "2026-12-02"
 
@@ -127,6 +127,7 @@ RULES: dict[tuple[str, str], CacheRules] = {(r.provider, r.family): r for r in (
     _row(_GPT, "o1", read=0.5),
     _row(_GPT, "gpt-4.1", read=0.25),
     _row(_GPT, "o3", read=0.25),
+    _row(_GPT, "o3-mini", read=0.5),
     _row(_GPT, "o4-mini", read=0.25),
     _row(_GPT, "gpt-5", read=0.1),
     _row(_GPT, "gpt-5.5", read=0.1, ttl=86400.0, long_ttl=None),  # only "24h" from gpt-5.5
@@ -143,18 +144,43 @@ _BUILT_IN = dict(RULES)
 _FOUND: dict[tuple[str, str], CacheRules] = {}
 
 
-def rules_for(provider: str, model: str) -> CacheRules:
-    """The row for ``model`` (longest family prefix) of ``provider``; the provider's default
-    row when none matches; OpenAI's for a provider the table does not know (the OpenAI-shaped
-    APIs cache like it)."""
-    found = _FOUND.get((provider, model))
-    if found is not None:
-        return found
+# Bedrock's cross-region inference profile ids put a geography before the model id.
+_GEOGRAPHIES = frozenset({"us", "eu", "apac", "global", "us-gov", "ca", "jp", "au"})
+
+
+def model_id(model: str) -> str:
+    """The model id a Bedrock ARN or cross-region profile names (``arn:...:inference-profile/
+    us.anthropic.claude-haiku-4-5-...`` -> ``anthropic.claude-haiku-4-5-...``); other names as
+    they are."""
+    name = model.rsplit("/", 1)[-1]
+    geo, _, rest = name.partition(".")
+    return rest if geo in _GEOGRAPHIES and rest else name
+
+
+def _longest(provider: str, model: str) -> CacheRules | None:
     best: CacheRules | None = None
     for (prov, family), row in RULES.items():
         if prov == provider and model.startswith(family) and (
                 best is None or len(family) > len(best.family)):
             best = row
+    return best
+
+
+def rules_for(provider: str, model: str) -> CacheRules:
+    """The row for ``model`` (longest family prefix) of ``provider``; the provider's default
+    row when none matches; OpenAI's for a provider the table does not know (the OpenAI-shaped
+    APIs cache like it). A Bedrock id (``us.anthropic.claude-haiku-4-5-...-v1:0``, or an ARN
+    ending in one) is read as the model it names."""
+    found = _FOUND.get((provider, model))
+    if found is not None:
+        return found
+    best = _longest(provider, model)
+    if best is not None and not best.family:
+        # Bedrock prefixes the vendor ("anthropic.claude-...") and may prefix a geography:
+        # Haiku 4.5 there caches from 4,096 tokens as it does at Anthropic, not the default.
+        vendor, _, rest = model_id(model).partition(".")
+        if vendor == provider and rest:
+            best = _longest(provider, rest) or best
     if best is None:
         best = RULES.get(("openai", ""), _GPT)
     if len(_FOUND) < 4096:
