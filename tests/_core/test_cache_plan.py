@@ -3,6 +3,7 @@ found, each priced; and the gate's verdicts on a plan. Synthetic recordings, exp
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
@@ -173,3 +174,27 @@ def test_the_gate_skips_single_turns_and_names_hazards() -> None:
                     rates)
     (v,) = check(unmarked, 0.5)
     assert not v.ok and v.cause.startswith("no_cache_marker:")
+
+
+def test_an_inline_image_weighs_its_tokens_not_its_base64() -> None:
+    # A ~2,000-token marked system prompt and a 300 KB photo (~1,600 tokens) in the first
+    # message; the provider reads the system prompt from its cache from turn 2 on. Scaled by
+    # characters, the photo's 400,000 base64 characters put the system prompt at ~40
+    # tokens, under the minimum: 0% predicted.
+    photo = base64.b64encode(bytes(range(256)) * 1200).decode()
+    system = [{"type": "text", "text": RULES[:8000], "cache_control": EPH}]
+    msgs: list[Any] = [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg",
+                                     "data": photo}},
+        {"type": "text", "text": "What is on this ticket?"}]}]
+    turns = []
+    for i in range(3):
+        body = {"model": "claude-sonnet-4-6", "max_tokens": 64, "system": system,
+                "messages": list(msgs)}
+        usage = Usage(3600 + 20 * i, 0 if i == 0 else 2000, 2000 if i == 0 else 0)
+        turns.append(Turn("s", "messages", body, usage, 10.0 * i))
+        msgs += [{"role": "assistant", "content": "A train ticket."},
+                 {"role": "user", "content": f"And the seat {i}?"}]
+    s = one(plan([Account("a.json", tuple(turns))], rates))
+    assert s.recorded_cached == 4000
+    assert 3000 < s.predicted_cached < 5500  # two reads of the ~2,000-token system prompt

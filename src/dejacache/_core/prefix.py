@@ -66,10 +66,15 @@ class Item:
     system_like: bool = False  # a leading system/developer message (OpenAI chat)
     long: bool = False  # the marker asks for the long lifetime (Anthropic 1 h, OpenAI 12 h)
     blocks: int = 1  # content blocks (what Anthropic's breakpoint lookback counts)
+    # Characters of inline image data, less what the images weigh as tokens (_IMAGE_CHARS
+    # each): what ``size`` leaves out so that it stays proportional to the prompt's tokens.
+    images: int = 0
 
     @property
     def size(self) -> int:
-        return len(self.canonical)
+        """The item's weight in characters of canonical JSON, an image counted as the
+        characters of its tokens rather than of its base64."""
+        return len(self.canonical) - self.images
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -165,6 +170,38 @@ def _blocks(content: Any, text_type: str = "text") -> tuple[Any, bool, bool]:
     return out, marked, hour
 
 
+# A provider counts an image's tokens from its pixels, not its bytes: ~1,600 for a
+# 1.15-megapixel image at Anthropic, 765 for a 1024x1024 one at OpenAI's high detail, 258 a
+# 768-pixel tile at Gemini. Counted as its base64 (1.3 MB for a 1 MB photo), one image
+# outweighed a 2,000-token system prompt ~100 to 1, and scaling the reported prompt tokens
+# by characters put that system prompt's breakpoint under the minimum: a plan predicted 0%
+# where the provider reported 37%. So an inline image weighs about a thousand tokens.
+_IMAGE_CHARS = 4_000
+_IMAGE_TYPES = ("media_type", "mimeType", "mime_type")
+
+
+def _image_chars(value: Any) -> int:
+    """Characters of inline base64 image data in ``value`` (a data: URL, or the ``data`` of
+    an object whose media type is an image), less ``_IMAGE_CHARS`` for each image."""
+    out, stack = 0, [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is str:
+            if v.startswith("data:image/") and ";base64," in v[:80]:
+                out += max(0, len(v) - _IMAGE_CHARS)
+        elif type(v) is dict:
+            data = v.get("data")
+            if type(data) is str and any(str(v.get(k, "")).startswith("image/")
+                                         for k in _IMAGE_TYPES):
+                out += max(0, len(data) - _IMAGE_CHARS)
+                stack.extend(x for k, x in v.items() if k != "data")
+            else:
+                stack.extend(v.values())
+        elif type(v) is list:
+            stack.extend(v)
+    return out
+
+
 def _canon(value: Any) -> bytes:
     # canonical_json keys a mapping of arguments; one fixed argument name makes any JSON value
     # one (the wrapper adds the same few bytes to every item, so sizes stay comparable).
@@ -182,7 +219,8 @@ class _Builder:
         content = data.get("content") if type(data) is dict else None
         blocks = len(content) if type(content) is list and content else 1
         self.items.append(Item(segment, path, data, canon, digest("prefix", segment, canon),
-                               breakpoint, system_like, long, blocks))
+                               breakpoint, system_like, long, blocks,
+                               _image_chars(data) if b"image/" in canon else 0))
 
     def tools(self, tools: Any) -> None:
         for i, tool in enumerate(tools if isinstance(tools, list) else []):
@@ -436,6 +474,14 @@ def _common_bytes(a: bytes, b: bytes) -> int:
     return lo
 
 
+def _partial(old: Item, new: Item) -> int:
+    """Characters (as ``size`` weighs them) of ``new`` that repeat the start of ``old``."""
+    common = _common_bytes(old.canonical, new.canonical)
+    if not new.images:
+        return common
+    return round(common * new.size / len(new.canonical))
+
+
 def _segment_reason(segment: str) -> str:
     return {"tools": "tools", "system": "system", "instructions": "system"}.get(segment,
                                                                                "modified")
@@ -479,7 +525,7 @@ def shared(prev: Prefix, cur: Prefix) -> tuple[int, bool]:
             old.segment in ("messages", "input") and not (old.system_like and new.system_like)
             and any(x.digest == new.digest for x in pa[i + 1:] if x.segment == old.segment)):
         return common, False
-    return common + _common_bytes(old.canonical, new.canonical), False
+    return common + _partial(old, new), False
 
 
 def compare(prev: Prefix, cur: Prefix) -> Difference | None:
@@ -519,7 +565,7 @@ def compare(prev: Prefix, cur: Prefix) -> Difference | None:
     if reason == "truncated":
         return Difference(reason, old.segment, old.path, 0, _show(old.data), _show(new.data),
                           common)
-    common += _common_bytes(old.canonical, new.canonical)
+    common += _partial(old, new)
     found = first_difference(old.data, new.data)
     if found is None:  # equal data, different digest: cannot happen; keep a clear answer
         return Difference(reason, old.segment, old.path, 0, "", "", common)
