@@ -79,6 +79,30 @@ def test_anthropic_frozen_prefix_expects_the_previous_breakpoint() -> None:
     assert 2_000 < rec2.expected_cached < 2_300
 
 
+def test_anthropic_reads_only_where_the_request_has_a_marker_in_reach() -> None:
+    # The entry the first turn wrote at the system prompt's end is read only through a
+    # breakpoint of the next request at or after it, at most 20 content blocks on.
+    def body(msgs: int, marks: bool, tail: bool = False) -> Any:
+        system: dict[str, Any] = {"type": "text", "text": BIG}
+        if marks:
+            system["cache_control"] = {"type": "ephemeral"}
+        out: dict[str, Any] = {"model": "claude-sonnet-4-6", "system": [system], "messages": [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"}
+            for i in range(msgs)]}
+        if tail:
+            out["cache_control"] = {"type": "ephemeral"}  # on the last block
+        return build_prefix("messages", out)
+
+    for second, reads in ((body(3, marks=True), True),
+                          (body(3, marks=False), False),  # markers dropped: nothing read
+                          (body(3, marks=False, tail=True), True),  # 3 blocks on
+                          (body(25, marks=False, tail=True), False)):  # 25: past the 20
+        s = SessionState("s")
+        s.turn(body(1, marks=True), None, 0.0, rates)
+        rec, _, _ = s.turn(second, None, 10.0, rates)
+        assert (rec.expected_cached > 2_000) is reads, second
+
+
 def test_usage_scales_the_estimate() -> None:
     s = SessionState("s")
     p = claude()

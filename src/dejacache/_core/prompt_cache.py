@@ -237,7 +237,7 @@ class SessionState:
             return 0
         if seen is not self.prev:
             diff = compare(seen, cur)
-        return _reuse(seen, diff.common if diff else seen.size, self.seen_scale)
+        return _reuse(seen, diff.common if diff else seen.size, self.seen_scale, cur)
 
     def _expired(self, n: int, usage: Usage | None, now: float | None, reuse: int,
                  rates: RatesFor) -> PrefixBreak | None:
@@ -290,19 +290,38 @@ def _cacheable(p: Prefix) -> int:
     return p.size
 
 
-def _reuse(prev: Prefix, common: int, scale: float) -> int:
+def _reuse(prev: Prefix, common: int, scale: float, cur: Prefix | None = None) -> int:
     """Tokens of ``prev``'s cache entries that a request sharing ``common`` characters with it
-    can read."""
+    can read (``cur``: that request, whose own breakpoints must reach the entry, Anthropic
+    reading only at a marker and looking back ``lookback`` blocks from it; None: any)."""
     rules = rules_for(prev.provider, prev.model)
     minimum = rules.minimum
     if prev.provider == "anthropic":
-        best = 0
-        for bp in prev.breakpoints():
-            if bp <= common and round(bp * scale) >= minimum:
-                best = bp
+        reach = _reach(cur, rules.lookback) if cur is not None else None
+        best, end, blocks = 0, 0, 0
+        for i, item in enumerate(prev.items):
+            end += item.size
+            blocks += item.blocks
+            if end > common:
+                break
+            if item.breakpoint and round(end * scale) >= minimum and (
+                    reach is None or any(b >= i and n - blocks <= reach[1] for b, n in reach[0])):
+                best = end
         return round(best * scale)
     tokens = round(min(common, prev.size) * scale)
     return 0 if tokens < minimum else tokens // rules.block * rules.block
+
+
+def _reach(cur: Prefix, lookback: int | None) -> tuple[list[tuple[int, int]], float]:
+    """(item index and content blocks up to its end, of each breakpoint ``cur`` carries;
+    blocks a breakpoint looks back): where an Anthropic request looks for cache entries. A
+    request without markers reads nothing, whatever an earlier one wrote."""
+    out, blocks = [], 0
+    for i, item in enumerate(cur.items):
+        blocks += item.blocks
+        if item.breakpoint:
+            out.append((i, blocks))
+    return out, float("inf") if lookback is None else lookback
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
