@@ -68,6 +68,9 @@ def test_read_usage_per_provider() -> None:
     # Without the cache counts, Anthropic's input_tokens may be the uncached tail only.
     assert read_usage({"input_tokens": 12}) == Usage(12, None, None, whole=False)
     assert read_usage(None) is None and read_usage({"other": 1}) is None
+    # A negative count is no count (a hand-edited trace must not make prompts negative).
+    assert read_usage({"prompt_tokens": -5, "prompt_tokens_details":
+                       {"cached_tokens": -1}}) == Usage(0, None)
 
 
 def test_anthropic_frozen_prefix_expects_the_previous_breakpoint() -> None:

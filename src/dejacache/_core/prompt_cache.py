@@ -65,7 +65,7 @@ class Usage:
 
 
 def _int(v: Any) -> int | None:
-    return v if type(v) is int else None
+    return v if type(v) is int and v >= 0 else None  # a negative count is no count
 
 
 def read_usage(usage: Any) -> Usage | None:
