@@ -106,6 +106,30 @@ def test_anthropic_reads_only_where_the_request_has_a_marker_in_reach() -> None:
         assert (rec.expected_cached > 2_000) is reads, second
 
 
+def test_anthropic_tool_choice_change_keeps_the_system_entry_only() -> None:
+    # Anthropic: a changed tool_choice (or thinking) drops the messages' cache entries and
+    # keeps the tools' and system's. A forced tool call on turn 1, "auto" on turn 2.
+    def body(turns: int, choice: Any) -> Any:
+        msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": BIG if i == 0
+                 else f"m{i}"} for i in range(2 * turns - 1)]
+        return build_prefix("messages", {
+            "model": "claude-sonnet-4-6", "tool_choice": choice, "cache_control": {
+                "type": "ephemeral"}, "messages": msgs, "system": [
+                {"type": "text", "text": BIG, "cache_control": {"type": "ephemeral"}}]})
+
+    s = SessionState("s")
+    s.turn(body(1, {"type": "tool", "name": "search"}), None, 0.0, rates)
+    rec, (brk,), _ = s.turn(body(2, {"type": "auto"}), None, 10.0, rates)
+    assert (brk.reason, brk.segment, brk.path, brk.before, brk.after) == (
+        "settings", "settings", "tool_choice.type", "tool", "auto")
+    assert 2_000 < rec.expected_cached < 2_300  # the system prompt's entry, not the message's
+    assert 2_000 < brk.tokens < 2_300  # the first message's entry, lost
+    s = SessionState("s")
+    s.turn(body(1, {"type": "auto"}), None, 0.0, rates)
+    rec, breaks, _ = s.turn(body(2, {"type": "auto"}), None, 10.0, rates)
+    assert breaks == [] and rec.expected_cached > 4_000
+
+
 def test_usage_scales_the_estimate() -> None:
     s = SessionState("s")
     p = claude()

@@ -46,7 +46,7 @@ __all__ = [
 
 # Segment order per API; a difference in an earlier segment invalidates everything after it.
 ORDER: dict[str, tuple[str, ...]] = {
-    "messages": ("tools", "system", "messages"),
+    "messages": ("tools", "system", "settings", "messages"),
     "chat": ("tools", "messages"),
     "responses": ("tools", "instructions", "input"),
     "gemini": ("system", "tools", "messages"),
@@ -120,7 +120,7 @@ class Prefix:
 class Difference:
     """Where ``cur`` first parts from ``prev``."""
 
-    reason: str  # model | tools | system | truncated | modified
+    reason: str  # model | tools | system | settings | truncated | modified
     segment: str
     path: str  # JSON path of the first differing value
     offset: int  # character offset inside that value
@@ -263,6 +263,9 @@ def item(segment: str, path: str, data: Any, **flags: Any) -> Item:
     return b.items[0]
 
 
+_MESSAGE_SETTINGS = ("tool_choice", "thinking")
+
+
 def _anthropic(body: Mapping[str, Any]) -> Prefix:
     b = _Builder()
     b.tools(body.get("tools"))
@@ -273,6 +276,13 @@ def _anthropic(body: Mapping[str, Any]) -> Prefix:
         sb, m, h = _strip_marker(block)
         b.one_hour |= h
         b.add("system", f"system[{i}]", sb, breakpoint=m, long=h)
+    # Anthropic keeps the tools' and system's entries when these change, and drops every
+    # entry of the messages (its list of what invalidates the cache): one item between them,
+    # holding no content block, so a change breaks the prefix exactly there.
+    settings = {k: body[k] for k in _MESSAGE_SETTINGS if body.get(k) is not None}
+    if settings:
+        b.add("settings", ", ".join(settings), settings)
+        b.items[-1] = dataclasses.replace(b.items[-1], blocks=0)
     for i, msg in enumerate(body.get("messages") or []):
         if type(msg) is not dict:
             b.add("messages", f"messages[{i}]", msg)
@@ -483,8 +493,8 @@ def _partial(old: Item, new: Item) -> int:
 
 
 def _segment_reason(segment: str) -> str:
-    return {"tools": "tools", "system": "system", "instructions": "system"}.get(segment,
-                                                                               "modified")
+    return {"tools": "tools", "system": "system", "instructions": "system",
+            "settings": "settings"}.get(segment, "modified")
 
 
 def _parting(prev: Prefix, cur: Prefix) -> tuple[int, tuple[Item, ...], tuple[Item, ...]]:
@@ -579,4 +589,6 @@ def compare(prev: Prefix, cur: Prefix) -> Difference | None:
             head = a[span[0]:start]
             before, after = _clip(head + before), _clip(head + after)
         offset = span[0]
-    return Difference(reason, old.segment, old.path + leaf, offset, before, after, common)
+    # A setting is named as the request's field (``tool_choice.name``), not as an item.
+    path = leaf.lstrip(".") if old.segment == "settings" else old.path + leaf
+    return Difference(reason, old.segment, path, offset, before, after, common)

@@ -121,7 +121,7 @@ class PrefixBreak:
 
     session: str
     turn: int
-    reason: str  # model | tools | system | truncated | modified | ttl
+    reason: str  # model | tools | system | settings | truncated | modified | ttl
     segment: str
     path: str
     offset: int
