@@ -130,6 +130,28 @@ def test_anthropic_tool_choice_change_keeps_the_system_entry_only() -> None:
     assert breaks == [] and rec.expected_cached > 4_000
 
 
+def test_a_five_minute_entry_expires_behind_a_one_hour_one() -> None:
+    # Anthropic's advice: 1 h on the system prompt, 5 minutes on the conversation. Ten
+    # minutes later the system prompt's entry is read and the conversation's is gone.
+    def body(turns: int) -> Any:
+        msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": BIG if i == 0
+                 else f"m{i}"} for i in range(2 * turns - 1)]
+        return build_prefix("messages", {
+            "model": "claude-sonnet-4-6", "cache_control": {"type": "ephemeral"},
+            "messages": msgs, "system": [{"type": "text", "text": BIG, "cache_control": {
+                "type": "ephemeral", "ttl": "1h"}}]})
+
+    s = SessionState("s")
+    s.turn(body(1), None, 0.0, rates)
+    rec, (brk,), _ = s.turn(body(2), None, 600.0, rates)
+    assert (brk.reason, brk.before, brk.after) == ("ttl", "600 s idle", "cache lives 300 s")
+    assert 2_000 < rec.expected_cached < 2_300  # the system prompt, still cached
+    assert 2_000 < brk.tokens < 2_300  # the first message, written again
+    assert brk.cost == pytest.approx(brk.tokens * 3.0 / 1e6 * (1.25 - 0.1))
+    rec, (brk,), _ = s.turn(body(3), None, 600.0 + 4000.0, rates)  # past the hour too
+    assert rec.expected_cached == 0 and brk.after == "cache lives 3,600 s"
+
+
 def test_usage_scales_the_estimate() -> None:
     s = SessionState("s")
     p = claude()
