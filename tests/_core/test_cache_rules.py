@@ -11,6 +11,7 @@ from dejacache._core import cache_rules
 from dejacache._core.cache_rules import (
     AUTOMATIC,
     BREAKPOINTS,
+    EXPLICIT,
     IMPLICIT,
     CacheRules,
     rules_for,
@@ -38,8 +39,15 @@ def _built_in() -> Iterator[None]:
     ("openai", "gpt-4.1-mini", 1024, AUTOMATIC, 128),
     ("openai", "gpt-5.6", 1024, IMPLICIT, 1),
     ("openai", "gpt-5.6-mini", 1024, IMPLICIT, 1),
-    ("gemini", "gemini-2.5-pro", 4096, AUTOMATIC, 1),
-    ("gemini", "gemini-2.5-flash", 1024, AUTOMATIC, 1),
+    # The English page as of 2026-10-13: 2,048 for 2.5, 4,096 for the newer ones.
+    ("gemini", "gemini-2.5-pro", 2048, AUTOMATIC, 1),
+    ("gemini", "gemini-2.5-flash", 2048, AUTOMATIC, 1),
+    ("gemini", "gemini-3.1-pro-preview", 4096, AUTOMATIC, 1),
+    ("gemini", "gemini-3.5-flash", 4096, AUTOMATIC, 1),
+    ("gemini", "gemini-3-flash-preview", 1024, AUTOMATIC, 1),
+    # No implicit caching before 2.5: only an explicit cache is read.
+    ("gemini", "gemini-2.0-flash-001", 4096, EXPLICIT, 1),
+    ("gemini", "gemini-1.5-pro-002", 4096, EXPLICIT, 1),
     ("mistral", "mistral-large", 1024, AUTOMATIC, 128),  # an OpenAI-shaped API
     # Bedrock ids, profiles and ARNs name the model after a vendor (and a geography).
     ("anthropic", "anthropic.claude-3-5-haiku-20241022-v1:0", 2048, BREAKPOINTS, 1),

@@ -152,6 +152,20 @@ def test_a_five_minute_entry_expires_behind_a_one_hour_one() -> None:
     assert rec.expected_cached == 0 and brk.after == "cache lives 3,600 s"
 
 
+def test_gemini_2_0_expects_nothing_cached_and_no_break() -> None:
+    def body(model: str, clock: str, turns: int) -> Any:
+        contents = [{"role": "user" if i % 2 == 0 else "model", "parts": [{"text": f"m{i}"}]}
+                    for i in range(2 * turns - 1)]
+        return build_prefix("gemini", {"model": model, "contents": contents,
+                                       "systemInstruction": {"parts": [{"text": BIG + clock}]}})
+
+    for model, cached in (("gemini-2.5-pro", True), ("gemini-2.0-flash", False)):
+        s = SessionState("s")
+        s.turn(body(model, "", 1), None, 0.0, rates)
+        rec, breaks, hazards = s.turn(body(model, "", 2), None, 10.0, rates)
+        assert (rec.expected_cached > 2_000) is cached and breaks == [] and hazards == []
+
+
 def test_usage_scales_the_estimate() -> None:
     s = SessionState("s")
     p = claude()

@@ -40,8 +40,13 @@ Sources, read on 2026-12-02 (the documentation changes: override with
 - Gemini, https://ai.google.dev/gemini-api/docs/caching (and Vertex AI's context-cache
   overview): implicit caching on by default, reads 90% off, writes at the input price, no
   storage charge; explicit ``CachedContent`` with a TTL (default 1 h) and a per-hour storage
-  price. *Contradicted*: the English page lists minimums of 1,024 (2.5 Flash) and 4,096
-  (2.5 Pro), a newer translation 2,048 for both; we keep the English page. Storage of an
+  price. Implicit caching is for "Gemini 2.5 and newer models" only: 2.0 and 1.5 cache only
+  explicitly (reads 0.25x, as their price list has it; their minimum for an explicit cache,
+  4,096, is an older version of the page's: *unverified*). Minimums, as the English page
+  last updated 2026-10-13 lists them: 2,048 for 2.5 Flash and 2.5 Pro, 4,096 for 3.1 Pro and
+  the 3.5 to 3.8 Flash models and Gemini 4 (models it did not list take 4,096); 3 Flash
+  (1,024) and 3 Pro (4,096) from its version of 2026-05-07, which listed 1,024 for 2.5 Flash
+  and 4,096 for 2.5 Pro, since changed. Storage of an
   explicit cache, per million tokens per hour, from the price list
   (https://ai.google.dev/gemini-api/docs/pricing, as third-party pages quote it: not read
   directly): $1.00 for the Flash models, $4.50 for the Pro ones. Implicit caching keeps a
@@ -57,7 +62,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["AUTOMATIC", "BREAKPOINTS", "IMPLICIT", "READ_ON", "RULES", "CacheRules",
+__all__ = ["AUTOMATIC", "BREAKPOINTS", "EXPLICIT", "IMPLICIT", "READ_ON", "RULES", "CacheRules",
            "model_id", "rules_for", "set_cache_rules", "table"]
 
 READ_ON = "2026-12-02"
@@ -66,6 +71,7 @@ READ_ON = "2026-12-02"
 BREAKPOINTS = "breakpoints"  # only at the request's markers (Anthropic cache_control)
 AUTOMATIC = "automatic"  # every prefix of the prompt, in ``block`` steps (OpenAI < gpt-5.6)
 IMPLICIT = "implicit"  # one managed breakpoint at the latest message, and explicit ones
+EXPLICIT = "explicit"  # nothing cached unless the request names an explicit cache (Gemini 2.0)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,7 +111,7 @@ _GPT = CacheRules("openai", "", 1024, block=128, mode=AUTOMATIC, max_breakpoints
                   route_rpm=15, read=0.5, write=1.0, write_long=1.0, source=_OPENAI_DOC)
 _GPT56 = dataclasses.replace(_GPT, block=1, mode=IMPLICIT, max_breakpoints=4, ttl=1800.0,
                              long_ttl=43200.0, read=0.1, write=1.25, write_long=1.25)
-_GEMINI = CacheRules("gemini", "", 1024, mode=AUTOMATIC, max_breakpoints=0, ttl=300.0,
+_GEMINI = CacheRules("gemini", "", 4096, mode=AUTOMATIC, max_breakpoints=0, ttl=300.0,
                      long_ttl=3600.0, read=0.1, write=1.0, write_long=1.0, storage=1.0,
                      source=_GEMINI_DOC)
 
@@ -135,10 +141,14 @@ RULES: dict[tuple[str, str], CacheRules] = {(r.provider, r.family): r for r in (
     _row(_GPT56, "gpt-5.7"),
     _row(_GPT56, "gpt-6"),
     _GEMINI,
-    _row(_GEMINI, "gemini-2.5-flash", minimum=1024),
-    _row(_GEMINI, "gemini-2.5-pro", minimum=4096, storage=4.5),
+    _row(_GEMINI, "gemini-2.5-flash", minimum=2048),
+    _row(_GEMINI, "gemini-2.5-pro", minimum=2048, storage=4.5),
     _row(_GEMINI, "gemini-3-pro", minimum=4096, storage=4.5),
+    _row(_GEMINI, "gemini-3.1-pro", minimum=4096, storage=4.5),
     _row(_GEMINI, "gemini-3-flash", minimum=1024),
+    _row(_GEMINI, "gemini-2.0", mode=EXPLICIT, read=0.25),
+    _row(_GEMINI, "gemini-1.5", mode=EXPLICIT, read=0.25),
+    _row(_GEMINI, "gemini-1.5-pro", mode=EXPLICIT, read=0.25, storage=4.5),
 )}
 _BUILT_IN = dict(RULES)
 _FOUND: dict[tuple[str, str], CacheRules] = {}

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .cache_rules import CacheRules, rules_for
+from .cache_rules import EXPLICIT, CacheRules, rules_for
 from .hazards import PrefixHazard, scan
 from .prefix import Difference, Prefix, compare
 
@@ -293,7 +293,7 @@ def _cacheable(p: Prefix) -> int:
     if p.provider == "anthropic":
         bps = p.breakpoints()
         return bps[-1] if bps else 0
-    return p.size
+    return 0 if rules_for(p.provider, p.model).mode == EXPLICIT else p.size
 
 
 def _lives(p: Prefix) -> list[float]:
@@ -330,7 +330,7 @@ def _reuse(prev: Prefix, common: int, scale: float, cur: Prefix | None = None,
                     reach is None or any(b >= i and n - blocks <= reach[1] for b, n in reach[0])):
                 best = end
         return round(best * scale)
-    if gap is not None and gap > lifetime(prev):
+    if rules.mode == EXPLICIT or (gap is not None and gap > lifetime(prev)):
         return 0
     tokens = round(min(common, prev.size) * scale)
     return 0 if tokens < minimum else tokens // rules.block * rules.block
