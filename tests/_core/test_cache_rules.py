@@ -33,6 +33,8 @@ def _built_in() -> Iterator[None]:
     ("anthropic", "claude-sonnet-4-6", 1024, BREAKPOINTS, 1),
     ("anthropic", "claude-opus-4-5-20251101", 4096, BREAKPOINTS, 1),
     ("anthropic", "claude-opus-4-6", 4096, BREAKPOINTS, 1),
+    ("anthropic", "claude-opus-4-7", 4096, BREAKPOINTS, 1),
+    ("anthropic", "claude-opus-4-1-20250805", 1024, BREAKPOINTS, 1),
     ("anthropic", "claude-haiku-4-5", 4096, BREAKPOINTS, 1),
     ("anthropic", "claude-3-5-haiku-latest", 2048, BREAKPOINTS, 1),
     ("anthropic", "claude-next-unlisted", 1024, BREAKPOINTS, 1),

@@ -12,6 +12,8 @@ from dejacache.cassettes.prices import estimate_dollars, input_price, rates_from
     ("claude-opus-4-1-20250805", 15.00),
     ("claude-opus-4-5-20251101", 5.00),  # a third of Opus 4's, not Opus 4's
     ("claude-opus-4-6", 5.00),
+    ("claude-opus-4-7", 5.00),
+    ("claude-opus-4-20250514", 15.00),
     ("us.anthropic.claude-opus-4-6-v1", 5.00),
     ("arn:aws:bedrock:us-east-1:123456789012:inference-profile/"
      "us.anthropic.claude-opus-4-5-20251101-v1:0", 5.00),

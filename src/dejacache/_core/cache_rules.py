@@ -21,7 +21,9 @@ Sources, read on 2026-12-02 (the documentation changes: override with
   2,048 for Haiku 3.5 and 3; 1,024 for Sonnet 4.6, 4.5, 4, 3.7 and Opus 4.1, 4. *Contradicted*:
   that issue reports Sonnet 4.6 caching only from 2,048 tokens, and some gateways' tables
   say 2,048 for Sonnet 4.6; we keep the documented 1,024. Models the docs did not list when
-  read (later Opus and Sonnet versions) take the family default, 1,024.
+  read (later Opus and Sonnet versions) take the family default, 1,024, but Opus 4.7:
+  4,096, as copies of the page made since list it (claudecodeguides.com, clawdemy.org; one
+  blog says 2,048).
 - OpenAI, https://developers.openai.com/api/docs/guides/prompt-caching and the API reference
   as shipped in openai-python 3.57.0 (``prompt_cache_options``, ``prompt_cache_breakpoint``,
   ``prompt_cache_retention``): automatic caching from 1,024 tokens; before the gpt-5.6 family a
@@ -125,6 +127,7 @@ RULES: dict[tuple[str, str], CacheRules] = {(r.provider, r.family): r for r in (
     _CLAUDE,
     _row(_CLAUDE, "claude-opus-4-5", minimum=4096),
     _row(_CLAUDE, "claude-opus-4-6", minimum=4096),
+    _row(_CLAUDE, "claude-opus-4-7", minimum=4096),
     _row(_CLAUDE, "claude-haiku-4-5", minimum=4096),
     _row(_CLAUDE, "claude-3-5-haiku", minimum=2048),
     _row(_CLAUDE, "claude-3-haiku", minimum=2048),

@@ -35,12 +35,14 @@ PRICES: dict[str, tuple[float, float]] = {
     "claude-3-7-sonnet": (3.00, 15.00),
     "claude-opus-4": (15.00, 75.00),
     # Longer names the prefix match above priced as their shorter namesakes (o3-mini at o3's
-    # price, Opus 4.5 at Opus 4's: 3x its cost), from the same price pages.
+    # price, Opus 4.5 at Opus 4's: 3x its cost), from the same price pages (Opus 4.7 from
+    # copies of Anthropic's caching page, which price it at $5).
     "o3-mini": (1.10, 4.40),
     "o3-pro": (20.00, 80.00),
     "gpt-5-pro": (15.00, 120.00),
     "claude-opus-4-5": (5.00, 25.00),
     "claude-opus-4-6": (5.00, 25.00),
+    "claude-opus-4-7": (5.00, 25.00),
     "gemini-2.5-flash": (0.30, 2.50),
     "gemini-2.5-pro": (1.25, 10.00),
     # Added from the providers' public price pages as they stood in mid-2025 (Google AI
@@ -76,6 +78,7 @@ PRICES: dict[str, tuple[float, float]] = {
     "anthropic.claude-opus-4": (15.00, 75.00),
     "anthropic.claude-opus-4-5": (5.00, 25.00),
     "anthropic.claude-opus-4-6": (5.00, 25.00),
+    "anthropic.claude-opus-4-7": (5.00, 25.00),
     "amazon.nova-micro": (0.035, 0.14),
     "amazon.nova-lite": (0.06, 0.24),
     "amazon.nova-pro": (0.80, 3.20),
