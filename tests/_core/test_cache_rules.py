@@ -50,6 +50,8 @@ def _built_in() -> Iterator[None]:
     # No implicit caching before 2.5: only an explicit cache is read.
     ("gemini", "gemini-2.0-flash-001", 4096, EXPLICIT, 1),
     ("gemini", "gemini-1.5-pro-002", 4096, EXPLICIT, 1),
+    ("openai", "o3-pro-2025-06-10", 1024, EXPLICIT, 128),  # no cached price: no caching
+    ("openai", "gpt-5-pro", 1024, EXPLICIT, 128),
     ("mistral", "mistral-large", 1024, AUTOMATIC, 128),  # an OpenAI-shaped API
     # Bedrock ids, profiles and ARNs name the model after a vendor (and a geography).
     ("anthropic", "anthropic.claude-3-5-haiku-20241022-v1:0", 2048, BREAKPOINTS, 1),

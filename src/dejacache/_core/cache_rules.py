@@ -38,7 +38,8 @@ Sources, read on 2026-12-02 (the documentation changes: override with
   ``prompt_cache_retention="24h"`` keeps them up to 24 h, the only policy from gpt-5.5 on.
   *Unclear*: the reference says organisations without zero data retention default to
   ``"24h"`` on older models too; we assume in-memory unless the request says otherwise.
-  Cached-read prices per model: OpenAI's price list, as in the cassette price table.
+  Cached-read prices per model: OpenAI's price list, as in the cassette price table; it
+  lists none for the pro models (o1-pro, o3-pro, gpt-5-pro): they cache nothing.
 - Gemini, https://ai.google.dev/gemini-api/docs/caching (and Vertex AI's context-cache
   overview): implicit caching on by default, reads 90% off, writes at the input price, no
   storage charge; explicit ``CachedContent`` with a TTL (default 1 h) and a per-hour storage
@@ -140,6 +141,9 @@ RULES: dict[tuple[str, str], CacheRules] = {(r.provider, r.family): r for r in (
     _row(_GPT, "o4-mini", read=0.25),
     _row(_GPT, "gpt-5", read=0.1),
     _row(_GPT, "gpt-5.5", read=0.1, ttl=86400.0, long_ttl=None),  # only "24h" from gpt-5.5
+    _row(_GPT, "o1-pro", mode=EXPLICIT, long_ttl=None),  # no cached price: no caching
+    _row(_GPT, "o3-pro", mode=EXPLICIT, long_ttl=None),
+    _row(_GPT, "gpt-5-pro", mode=EXPLICIT, long_ttl=None),
     _row(_GPT56, "gpt-5.6"),
     _row(_GPT56, "gpt-5.7"),
     _row(_GPT56, "gpt-6"),
