@@ -166,6 +166,37 @@ def test_gemini_2_0_expects_nothing_cached_and_no_break() -> None:
         assert (rec.expected_cached > 2_000) is cached and breaks == [] and hazards == []
 
 
+def test_openai_structured_output_schema_prefixes_the_system_message() -> None:
+    # OpenAI renders the schema ahead of the system message: a changed schema is a break
+    # there, and nothing after it is read (chat, and Responses' text.format).
+    def schema(*fields: str) -> dict[str, Any]:
+        return {"type": "json_schema", "json_schema": {"name": "trip", "schema": {
+            "type": "object", "properties": {f: {"type": "string"} for f in fields}}}}
+
+    def chat(fmt: dict[str, Any], turns: int) -> Any:
+        msgs = [{"role": "system", "content": BIG}] + [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"}
+            for i in range(2 * turns - 1)]
+        return build_prefix("chat", {"model": "gpt-4.1", "messages": msgs,
+                                     "response_format": fmt})
+
+    def responses(fmt: dict[str, Any], turns: int) -> Any:
+        return build_prefix("responses", {"model": "gpt-4.1", "instructions": BIG,
+                                          "input": [{"role": "user", "content": f"m{i}"}
+                                                    for i in range(turns)],
+                                          "text": {"format": fmt["json_schema"] | {
+                                              "type": "json_schema"}}})
+
+    for build, path in ((chat, "response_format.json_schema.schema.properties.date"),
+                        (responses, "text.format.schema.properties.date")):
+        s = SessionState("s")
+        s.turn(build(schema("city"), 1), None, 0.0, rates)
+        rec, (brk,), _ = s.turn(build(schema("city", "date"), 2), None, 10.0, rates)
+        assert (brk.reason, brk.path, rec.expected_cached) == ("settings", path, 0)
+        rec, breaks, _ = s.turn(build(schema("city", "date"), 3), None, 20.0, rates)
+        assert breaks == [] and rec.expected_cached > 2_000
+
+
 def test_usage_scales_the_estimate() -> None:
     s = SessionState("s")
     p = claude()

@@ -47,8 +47,8 @@ __all__ = [
 # Segment order per API; a difference in an earlier segment invalidates everything after it.
 ORDER: dict[str, tuple[str, ...]] = {
     "messages": ("tools", "system", "settings", "messages"),
-    "chat": ("tools", "messages"),
-    "responses": ("tools", "instructions", "input"),
+    "chat": ("tools", "settings", "messages"),
+    "responses": ("tools", "settings", "instructions", "input"),
     "gemini": ("system", "tools", "messages"),
 }
 
@@ -300,9 +300,19 @@ def _anthropic(body: Mapping[str, Any]) -> Prefix:
     return b.prefix("anthropic", "messages", body.get("model"))
 
 
+def _schema(b: _Builder, name: str, fmt: Any) -> None:
+    """OpenAI renders a structured-output schema ahead of the system message ("a prefix to
+    the system message", its caching guide): a changed schema breaks the cache there."""
+    if type(fmt) is dict and fmt.get("type") == "json_schema":
+        b.add("settings", name, {name: fmt} if name == "response_format" else
+              {"text": {"format": fmt}})
+        b.items[-1] = dataclasses.replace(b.items[-1], blocks=0)
+
+
 def _chat(body: Mapping[str, Any]) -> Prefix:
     b = _Builder()
     b.tools(body.get("tools"))
+    _schema(b, "response_format", body.get("response_format"))
     leading = True
     for i, msg in enumerate(body.get("messages") or []):
         if type(msg) is not dict:
@@ -323,6 +333,8 @@ def _chat(body: Mapping[str, Any]) -> Prefix:
 def _responses(body: Mapping[str, Any]) -> Prefix:
     b = _Builder()
     b.tools(body.get("tools"))
+    text = body.get("text")
+    _schema(b, "text.format", text.get("format") if type(text) is dict else None)
     if body.get("instructions"):
         b.add("instructions", "instructions", body["instructions"])
     inp = body.get("input")
