@@ -116,6 +116,18 @@ def test_unreadable_input_is_status_2(capsys: pytest.CaptureFixture[str],
     assert "a fraction between 0 and 1" in capsys.readouterr().err
 
 
+def test_rules_lists_the_table_with_sources(capsys: pytest.CaptureFixture[str]) -> None:
+    status, out, _ = cli(capsys, "prompt-cache", "rules")
+    assert status == 0
+    assert "read 2026-12-02" in out
+    assert "claude-opus-4-5" in out and "platform.claude.com" in out
+    # An explicit Gemini cache's storage, per million tokens per hour.
+    assert "gemini-2.5-pro" in out and "storage $4.5/M/h" in out
+    status, out, _ = cli(capsys, "prompt-cache", "rules", "--json")
+    doc = orjson.loads(out)
+    assert {r["provider"] for r in doc["rules"]} == {"anthropic", "openai", "gemini"}
+
+
 def test_hostile_traces_are_status_2_not_a_traceback(capsys: pytest.CaptureFixture[str],
                                                      tmp_path: pathlib.Path) -> None:
     head = b'{"dejacache": "prompt-cache-trace", "version": 1}\n'
@@ -138,15 +150,3 @@ def test_check_of_nothing_is_status_2(capsys: pytest.CaptureFixture[str],
     status, _, err = cli(capsys, "prompt-cache", "check", str(tmp_path), "--min-hit-rate",
                          "0.9")
     assert status == 2 and "no recorded LLM request to check" in err and str(tmp_path) in err
-
-
-def test_rules_lists_the_table_with_sources(capsys: pytest.CaptureFixture[str]) -> None:
-    status, out, _ = cli(capsys, "prompt-cache", "rules")
-    assert status == 0
-    assert "read 2026-12-02" in out
-    assert "claude-opus-4-5" in out and "platform.claude.com" in out
-    # An explicit Gemini cache's storage, per million tokens per hour.
-    assert "gemini-2.5-pro" in out and "storage $4.5/M/h" in out
-    status, out, _ = cli(capsys, "prompt-cache", "rules", "--json")
-    doc = orjson.loads(out)
-    assert {r["provider"] for r in doc["rules"]} == {"anthropic", "openai", "gemini"}
