@@ -96,3 +96,28 @@ def test_a_moved_marker_keeps_its_lifetime() -> None:
         {"role": "user", "content": "hi"}]}
     assert place("chat", chat, GPT56).edits[1] == (
         ("messages", 0, "content", 0), "prompt_cache_breakpoint", twelve)
+
+
+def test_added_markers_keep_anthropics_lifetime_order() -> None:
+    # A 1 h entry may not follow a 5-minute one (Anthropic refuses the request): a marker
+    # added before a 1 h one is 1 h, one added after a 5-minute one is 5 minutes.
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    body = {"model": "claude-sonnet-4-6", "system": [text("rules")], "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "a long document",
+                                      "cache_control": hour}]},
+        {"role": "assistant", "content": "ok"}, {"role": "user", "content": "and?"}]}
+    added = [(p, v) for p, _, v in place("messages", body, CLAUDE).edits]
+    assert added == [((), EPHEMERAL), (("system", 0), hour)]
+    # The moved marker's 1 h, put after a kept 5-minute one, becomes 5 minutes.
+    body = {"model": "claude-sonnet-4-6",
+            "tools": [{"name": "t", "description": "d", "cache_control": EPHEMERAL}],
+            "system": [text("rules"), {"type": "text", "text": "Now 12:04:31",
+                                       "cache_control": hour}],
+            "messages": [{"role": "user", "content": [text("hi")]}]}
+    edits = place("messages", body, CLAUDE).edits
+    assert [(p, v) for p, _, v in edits if v is not DELETE] == [
+        ((), EPHEMERAL), (("system", 0), EPHEMERAL)]
+    fixed = apply(body, edits)
+    ttls = [b.get("cache_control", {}).get("ttl", "5m") for b in
+            [*fixed["tools"], *fixed["system"]] if "cache_control" in b]
+    assert ttls == ["5m", "5m"] and fixed["cache_control"] == EPHEMERAL

@@ -173,3 +173,18 @@ def test_openai_from_gpt_5_6_writes_at_breakpoints_only() -> None:
     off = ProviderCache()
     b = {**body(1), "prompt_cache_options": {"mode": "explicit"}}
     assert send(off, "chat", b, at=0.0).written == 0
+
+
+def test_gemini_before_2_5_caches_nothing_implicitly() -> None:
+    # Implicit caching is for Gemini 2.5 and newer: 2.0 reads only an explicit cache.
+    def gemini(model: str, turns: int) -> dict[str, Any]:
+        contents = [{"role": "user" if i % 2 == 0 else "model", "parts": [{"text": f"m{i}"}]}
+                    for i in range(2 * turns - 1)]
+        return {"model": model, "systemInstruction": {"parts": [{"text": RULES * 2}]},
+                "contents": contents}
+
+    for model, reads in (("gemini-2.5-flash", True), ("gemini-2.0-flash", False)):
+        cache = ProviderCache()
+        send(cache, "gemini", gemini(model, 1), at=0.0)
+        second = send(cache, "gemini", gemini(model, 2), at=10.0)
+        assert (second.read > 2048) is reads, model

@@ -3,12 +3,13 @@ found, each priced; and the gate's verdicts on a plan. Synthetic recordings, exp
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
 
 from dejacache._core.cache_gate import check, failed
-from dejacache._core.cache_plan import Account, Plan, Turn, plan
+from dejacache._core.cache_plan import Account, Plan, SessionPlan, Turn, plan
 from dejacache._core.prompt_cache import Rates, Usage
 
 RULES = "House rules: cite the tool, answer briefly, never guess a price. " * 120
@@ -145,6 +146,26 @@ def test_the_gate_names_the_turn_and_the_span() -> None:
     assert v.ok and v.why == "" and v.cause == ""
 
 
+def rated(cached: int, prompt: int) -> Plan:
+    return Plan((SessionPlan("s", "a.json", 3, prompt, None, None, cached, 0.0),))
+
+
+def test_the_gate_allows_a_drop_of_exactly_max_drop() -> None:
+    # 0.40 - 0.05 is a hair above 0.35 in floats: the exact allowance must still pass.
+    (v,) = check(rated(7, 20), 0.0, baseline=rated(2, 5), max_drop=0.05)
+    assert v.ok, v.why
+    (v,) = check(rated(69, 200), 0.0, baseline=rated(2, 5), max_drop=0.05)
+    assert not v.ok
+    assert v.why == "predicted hit rate 34% is 6% below the baseline's 40% (allowed: 5%)"
+
+
+def test_the_gate_shows_a_rate_just_under_the_bar_apart_from_it() -> None:
+    (v,) = check(rated(6996, 10000), 0.7)
+    assert not v.ok and v.why == "predicted hit rate 69.96% is below the bar 70.00%"
+    (v,) = check(rated(7, 10), 0.7)
+    assert v.ok
+
+
 def test_the_gate_skips_single_turns_and_names_hazards() -> None:
     single = plan([Account("a", (claude_turn(1),))], rates)
     (v,) = check(single, 0.9)
@@ -153,3 +174,27 @@ def test_the_gate_skips_single_turns_and_names_hazards() -> None:
                     rates)
     (v,) = check(unmarked, 0.5)
     assert not v.ok and v.cause.startswith("no_cache_marker:")
+
+
+def test_an_inline_image_weighs_its_tokens_not_its_base64() -> None:
+    # A ~2,000-token marked system prompt and a 300 KB photo (~1,600 tokens) in the first
+    # message; the provider reads the system prompt from its cache from turn 2 on. Scaled by
+    # characters, the photo's 400,000 base64 characters put the system prompt at ~40
+    # tokens, under the minimum: 0% predicted.
+    photo = base64.b64encode(bytes(range(256)) * 1200).decode()
+    system = [{"type": "text", "text": RULES[:8000], "cache_control": EPH}]
+    msgs: list[Any] = [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg",
+                                     "data": photo}},
+        {"type": "text", "text": "What is on this ticket?"}]}]
+    turns = []
+    for i in range(3):
+        body = {"model": "claude-sonnet-4-6", "max_tokens": 64, "system": system,
+                "messages": list(msgs)}
+        usage = Usage(3600 + 20 * i, 0 if i == 0 else 2000, 2000 if i == 0 else 0)
+        turns.append(Turn("s", "messages", body, usage, 10.0 * i))
+        msgs += [{"role": "assistant", "content": "A train ticket."},
+                 {"role": "user", "content": f"And the seat {i}?"}]
+    s = one(plan([Account("a.json", tuple(turns))], rates))
+    assert s.recorded_cached == 4000
+    assert 3000 < s.predicted_cached < 5500  # two reads of the ~2,000-token system prompt

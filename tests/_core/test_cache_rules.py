@@ -11,6 +11,7 @@ from dejacache._core import cache_rules
 from dejacache._core.cache_rules import (
     AUTOMATIC,
     BREAKPOINTS,
+    EXPLICIT,
     IMPLICIT,
     CacheRules,
     rules_for,
@@ -32,15 +33,33 @@ def _built_in() -> Iterator[None]:
     ("anthropic", "claude-sonnet-4-6", 1024, BREAKPOINTS, 1),
     ("anthropic", "claude-opus-4-5-20251101", 4096, BREAKPOINTS, 1),
     ("anthropic", "claude-opus-4-6", 4096, BREAKPOINTS, 1),
+    ("anthropic", "claude-opus-4-7", 4096, BREAKPOINTS, 1),
+    ("anthropic", "claude-opus-4-1-20250805", 1024, BREAKPOINTS, 1),
     ("anthropic", "claude-haiku-4-5", 4096, BREAKPOINTS, 1),
     ("anthropic", "claude-3-5-haiku-latest", 2048, BREAKPOINTS, 1),
     ("anthropic", "claude-next-unlisted", 1024, BREAKPOINTS, 1),
     ("openai", "gpt-4.1-mini", 1024, AUTOMATIC, 128),
     ("openai", "gpt-5.6", 1024, IMPLICIT, 1),
     ("openai", "gpt-5.6-mini", 1024, IMPLICIT, 1),
-    ("gemini", "gemini-2.5-pro", 4096, AUTOMATIC, 1),
-    ("gemini", "gemini-2.5-flash", 1024, AUTOMATIC, 1),
+    # The English page as of 2026-10-13: 2,048 for 2.5, 4,096 for the newer ones.
+    ("gemini", "gemini-2.5-pro", 2048, AUTOMATIC, 1),
+    ("gemini", "gemini-2.5-flash", 2048, AUTOMATIC, 1),
+    ("gemini", "gemini-3.1-pro-preview", 4096, AUTOMATIC, 1),
+    ("gemini", "gemini-3.5-flash", 4096, AUTOMATIC, 1),
+    ("gemini", "gemini-3-flash-preview", 1024, AUTOMATIC, 1),
+    # No implicit caching before 2.5: only an explicit cache is read.
+    ("gemini", "gemini-2.0-flash-001", 4096, EXPLICIT, 1),
+    ("gemini", "gemini-1.5-pro-002", 4096, EXPLICIT, 1),
+    ("openai", "o3-pro-2025-06-10", 1024, EXPLICIT, 128),  # no cached price: no caching
+    ("openai", "gpt-5-pro", 1024, EXPLICIT, 128),
     ("mistral", "mistral-large", 1024, AUTOMATIC, 128),  # an OpenAI-shaped API
+    # Bedrock ids, profiles and ARNs name the model after a vendor (and a geography).
+    ("anthropic", "anthropic.claude-3-5-haiku-20241022-v1:0", 2048, BREAKPOINTS, 1),
+    ("anthropic", "us.anthropic.claude-haiku-4-5-20251001-v1:0", 4096, BREAKPOINTS, 1),
+    ("anthropic", "arn:aws:bedrock:eu-west-1:123456789012:inference-profile/"
+                  "eu.anthropic.claude-opus-4-5-20251101-v1:0", 4096, BREAKPOINTS, 1),
+    ("anthropic", "us.anthropic.claude-sonnet-4-5-20250929-v1:0", 1024, BREAKPOINTS, 1),
+    ("anthropic", "claude-haiku-4-5@20251001", 4096, BREAKPOINTS, 1),  # Vertex AI
 ])
 def test_longest_family_prefix_wins(provider: str, model: str, minimum: int, mode: str,
                                     block: int) -> None:
@@ -63,6 +82,12 @@ def test_every_row_names_its_source_and_prices() -> None:
     assert (gpt.routing_key, gpt.route_tokens, gpt.route_rpm) == ("prompt_cache_key", 256, 15)
     assert (rules_for("openai", "gpt-5.6").write, rules_for("openai", "gpt-4o").read) == (1.25,
                                                                                          0.5)
+
+
+def test_a_mini_model_reads_at_its_own_discount() -> None:
+    # o3-mini's cached input is half its price (o3's a quarter): the longer family wins.
+    assert rules_for("openai", "o3-mini-2025-01-31").read == 0.5
+    assert rules_for("openai", "o3-2025-04-16").read == 0.25
 
 
 def test_overrides_change_one_field_and_what_the_monitor_reads() -> None:

@@ -107,3 +107,16 @@ def _get(value: Any, path: Path) -> Any:
     for step in path:
         value = value[step]
     return value
+
+
+def test_an_added_member_replaces_one_of_its_name() -> None:
+    # An SDK that writes "cache_control": null: the marker added must not be a second
+    # member of that name (parsers disagree on which one counts).
+    raw = b'{"system": [{"type": "text", "text": "rules", "cache_control": null}], "k": ""}'
+    out = insert(raw, [(("system", 0), "cache_control", {"type": "ephemeral"}),
+                       ((), "k", "dejacache-1")])
+    assert out.count(b'"cache_control"') == 1 and out.count(b'"k"') == 1
+    assert orjson.loads(out) == {"system": [{"type": "text", "text": "rules", "cache_control": {
+        "type": "ephemeral"}}], "k": "dejacache-1"}
+    assert out == (b'{"system": [{"type": "text", "text": "rules","cache_control":'
+                   b'{"type":"ephemeral"}}],"k":"dejacache-1"}')

@@ -188,3 +188,33 @@ def test_any_single_change_in_the_system_prompt_is_found_where_it_is(
     changed = system[:at] + ch + system[at + 1:]
     d = diff(anthropic(system=system), anthropic(system=changed))
     assert (d.reason, d.path, d.offset) == ("system", "system[0].text", at)
+
+
+def test_an_inline_image_weighs_about_a_thousand_tokens_in_every_shape() -> None:
+    data = "iVBORw0KGgo" + "A" * 200_000
+    url = "data:image/png;base64," + data
+    shapes = [
+        ("messages", {"model": "m", "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                         "data": data}}]}]}),
+        ("chat", {"model": "m", "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": url}}]}]}),
+        ("responses", {"model": "m", "input": [{"role": "user", "content": [
+            {"type": "input_image", "image_url": url}]}]}),
+        ("gemini", {"model": "m", "contents": [{"role": "user", "parts": [
+            {"inlineData": {"mimeType": "image/png", "data": data}}]}]}),
+    ]
+    for api, body in shapes:
+        (msg,) = build_prefix(api, body).items
+        assert len(msg.canonical) > 200_000 and 4_000 < msg.size < 4_300, api
+    # Text that only looks like base64, and an image passed by URL, count as written.
+    text = build_prefix("chat", {"model": "m", "messages": [
+        {"role": "user", "content": data}]}).items[0]
+    assert text.size == len(text.canonical)
+    # An image changed after a shared start: what repeats is weighed as the item is.
+    a, b = shapes[0][1], {**shapes[0][1]}
+    b["messages"] = [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                     "data": data[:-10] + "B" * 10}}]}]
+    d = diff(a, b)
+    assert d is not None and d.common <= build_prefix("messages", a).size

@@ -68,6 +68,9 @@ def test_read_usage_per_provider() -> None:
     # Without the cache counts, Anthropic's input_tokens may be the uncached tail only.
     assert read_usage({"input_tokens": 12}) == Usage(12, None, None, whole=False)
     assert read_usage(None) is None and read_usage({"other": 1}) is None
+    # A negative count is no count (a hand-edited trace must not make prompts negative).
+    assert read_usage({"prompt_tokens": -5, "prompt_tokens_details":
+                       {"cached_tokens": -1}}) == Usage(0, None)
 
 
 def test_anthropic_frozen_prefix_expects_the_previous_breakpoint() -> None:
@@ -77,6 +80,121 @@ def test_anthropic_frozen_prefix_expects_the_previous_breakpoint() -> None:
     assert b1 == b2 == []
     assert rec1.expected_cached == 0 and rec1.estimated
     assert 2_000 < rec2.expected_cached < 2_300
+
+
+def test_anthropic_reads_only_where_the_request_has_a_marker_in_reach() -> None:
+    # The entry the first turn wrote at the system prompt's end is read only through a
+    # breakpoint of the next request at or after it, at most 20 content blocks on.
+    def body(msgs: int, marks: bool, tail: bool = False) -> Any:
+        system: dict[str, Any] = {"type": "text", "text": BIG}
+        if marks:
+            system["cache_control"] = {"type": "ephemeral"}
+        out: dict[str, Any] = {"model": "claude-sonnet-4-6", "system": [system], "messages": [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"}
+            for i in range(msgs)]}
+        if tail:
+            out["cache_control"] = {"type": "ephemeral"}  # on the last block
+        return build_prefix("messages", out)
+
+    for second, reads in ((body(3, marks=True), True),
+                          (body(3, marks=False), False),  # markers dropped: nothing read
+                          (body(3, marks=False, tail=True), True),  # 3 blocks on
+                          (body(25, marks=False, tail=True), False)):  # 25: past the 20
+        s = SessionState("s")
+        s.turn(body(1, marks=True), None, 0.0, rates)
+        rec, _, _ = s.turn(second, None, 10.0, rates)
+        assert (rec.expected_cached > 2_000) is reads, second
+
+
+def test_anthropic_tool_choice_change_keeps_the_system_entry_only() -> None:
+    # Anthropic: a changed tool_choice (or thinking) drops the messages' cache entries and
+    # keeps the tools' and system's. A forced tool call on turn 1, "auto" on turn 2.
+    def body(turns: int, choice: Any) -> Any:
+        msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": BIG if i == 0
+                 else f"m{i}"} for i in range(2 * turns - 1)]
+        return build_prefix("messages", {
+            "model": "claude-sonnet-4-6", "tool_choice": choice, "cache_control": {
+                "type": "ephemeral"}, "messages": msgs, "system": [
+                {"type": "text", "text": BIG, "cache_control": {"type": "ephemeral"}}]})
+
+    s = SessionState("s")
+    s.turn(body(1, {"type": "tool", "name": "search"}), None, 0.0, rates)
+    rec, (brk,), _ = s.turn(body(2, {"type": "auto"}), None, 10.0, rates)
+    assert (brk.reason, brk.segment, brk.path, brk.before, brk.after) == (
+        "settings", "settings", "tool_choice.type", "tool", "auto")
+    assert 2_000 < rec.expected_cached < 2_300  # the system prompt's entry, not the message's
+    assert 2_000 < brk.tokens < 2_300  # the first message's entry, lost
+    s = SessionState("s")
+    s.turn(body(1, {"type": "auto"}), None, 0.0, rates)
+    rec, breaks, _ = s.turn(body(2, {"type": "auto"}), None, 10.0, rates)
+    assert breaks == [] and rec.expected_cached > 4_000
+
+
+def test_a_five_minute_entry_expires_behind_a_one_hour_one() -> None:
+    # Anthropic's advice: 1 h on the system prompt, 5 minutes on the conversation. Ten
+    # minutes later the system prompt's entry is read and the conversation's is gone.
+    def body(turns: int) -> Any:
+        msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": BIG if i == 0
+                 else f"m{i}"} for i in range(2 * turns - 1)]
+        return build_prefix("messages", {
+            "model": "claude-sonnet-4-6", "cache_control": {"type": "ephemeral"},
+            "messages": msgs, "system": [{"type": "text", "text": BIG, "cache_control": {
+                "type": "ephemeral", "ttl": "1h"}}]})
+
+    s = SessionState("s")
+    s.turn(body(1), None, 0.0, rates)
+    rec, (brk,), _ = s.turn(body(2), None, 600.0, rates)
+    assert (brk.reason, brk.before, brk.after) == ("ttl", "600 s idle", "cache lives 300 s")
+    assert 2_000 < rec.expected_cached < 2_300  # the system prompt, still cached
+    assert 2_000 < brk.tokens < 2_300  # the first message, written again
+    assert brk.cost == pytest.approx(brk.tokens * 3.0 / 1e6 * (1.25 - 0.1))
+    rec, (brk,), _ = s.turn(body(3), None, 600.0 + 4000.0, rates)  # past the hour too
+    assert rec.expected_cached == 0 and brk.after == "cache lives 3,600 s"
+
+
+def test_gemini_2_0_expects_nothing_cached_and_no_break() -> None:
+    def body(model: str, clock: str, turns: int) -> Any:
+        contents = [{"role": "user" if i % 2 == 0 else "model", "parts": [{"text": f"m{i}"}]}
+                    for i in range(2 * turns - 1)]
+        return build_prefix("gemini", {"model": model, "contents": contents,
+                                       "systemInstruction": {"parts": [{"text": BIG + clock}]}})
+
+    for model, cached in (("gemini-2.5-pro", True), ("gemini-2.0-flash", False)):
+        s = SessionState("s")
+        s.turn(body(model, "", 1), None, 0.0, rates)
+        rec, breaks, hazards = s.turn(body(model, "", 2), None, 10.0, rates)
+        assert (rec.expected_cached > 2_000) is cached and breaks == [] and hazards == []
+
+
+def test_openai_structured_output_schema_prefixes_the_system_message() -> None:
+    # OpenAI renders the schema ahead of the system message: a changed schema is a break
+    # there, and nothing after it is read (chat, and Responses' text.format).
+    def schema(*fields: str) -> dict[str, Any]:
+        return {"type": "json_schema", "json_schema": {"name": "trip", "schema": {
+            "type": "object", "properties": {f: {"type": "string"} for f in fields}}}}
+
+    def chat(fmt: dict[str, Any], turns: int) -> Any:
+        msgs = [{"role": "system", "content": BIG}] + [
+            {"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i}"}
+            for i in range(2 * turns - 1)]
+        return build_prefix("chat", {"model": "gpt-4.1", "messages": msgs,
+                                     "response_format": fmt})
+
+    def responses(fmt: dict[str, Any], turns: int) -> Any:
+        return build_prefix("responses", {"model": "gpt-4.1", "instructions": BIG,
+                                          "input": [{"role": "user", "content": f"m{i}"}
+                                                    for i in range(turns)],
+                                          "text": {"format": fmt["json_schema"] | {
+                                              "type": "json_schema"}}})
+
+    for build, path in ((chat, "response_format.json_schema.schema.properties.date"),
+                        (responses, "text.format.schema.properties.date")):
+        s = SessionState("s")
+        s.turn(build(schema("city"), 1), None, 0.0, rates)
+        rec, (brk,), _ = s.turn(build(schema("city", "date"), 2), None, 10.0, rates)
+        assert (brk.reason, brk.path, rec.expected_cached) == ("settings", path, 0)
+        rec, breaks, _ = s.turn(build(schema("city", "date"), 3), None, 20.0, rates)
+        assert breaks == [] and rec.expected_cached > 2_000
 
 
 def test_usage_scales_the_estimate() -> None:

@@ -137,3 +137,27 @@ def test_rules_lists_the_table_with_sources(capsys: pytest.CaptureFixture[str]) 
     status, out, _ = cli(capsys, "prompt-cache", "rules", "--json")
     doc = orjson.loads(out)
     assert {r["provider"] for r in doc["rules"]} == {"anthropic", "openai", "gemini"}
+
+
+def test_hostile_traces_are_status_2_not_a_traceback(capsys: pytest.CaptureFixture[str],
+                                                     tmp_path: pathlib.Path) -> None:
+    head = b'{"dejacache": "prompt-cache-trace", "version": 1}\n'
+    deep = tmp_path / "deep.jsonl"
+    content = b"[" * 1000 + b'"Time 12:04:31"' + b"]" * 1000  # orjson reads 1,024 levels
+    row = (b'{"session": "s", "at": %d, "provider": "openai", "endpoint": "", "body": '
+           b'{"model": "gpt-4.1", "messages": [{"role": "system", "content": '
+           + content + b'}, {"role": "user", "content": "hi"}]}}\n')
+    deep.write_bytes(head + row % 0 + row % 10)
+    status, _, err = cli(capsys, "prompt-cache", "plan", str(deep))
+    assert status == 2 and "line 2 is nested more than 254 levels deep" in err
+    listed = tmp_path / "list.jsonl"
+    listed.write_bytes(b"[1, 2]\n")  # a first line that is not an object
+    status, _, err = cli(capsys, "prompt-cache", "check", str(listed), "--min-hit-rate", "0.5")
+    assert status == 2 and "no recorded LLM request to check" in err
+
+
+def test_check_of_nothing_is_status_2(capsys: pytest.CaptureFixture[str],
+                                      tmp_path: pathlib.Path) -> None:
+    status, _, err = cli(capsys, "prompt-cache", "check", str(tmp_path), "--min-hit-rate",
+                         "0.9")
+    assert status == 2 and "no recorded LLM request to check" in err and str(tmp_path) in err

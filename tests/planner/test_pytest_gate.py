@@ -92,6 +92,10 @@ def test_without_the_option_nothing_is_checked_and_bad_values_are_usage_errors(
     res = run(pytester, "--dejacache-min-hit-rate=70")
     assert res.ret == pytest.ExitCode.USAGE_ERROR
     res.stderr.fnmatch_lines(["*--dejacache-min-hit-rate: a fraction between 0 and 1, not 70*"])
+    res = run(pytester, "--dejacache-min-hit-rate=0.5", "--dejacache-hit-rate-baseline=nowhere")
+    assert res.ret == pytest.ExitCode.USAGE_ERROR
+    res.stderr.fnmatch_lines(["*--dejacache-hit-rate-baseline: no such file or directory: "
+                              "nowhere*"])
     pytester.makeini("[pytest]\ndejacache_min_hit_rate = 0.9\n")
     res = run(pytester, "--dejacache-mode=replay")
     assert res.ret == pytest.ExitCode.TESTS_FAILED  # the ini's bar

@@ -220,8 +220,47 @@ def _anthropic(body: Mapping[str, Any], rules: CacheRules) -> Placement:
     taken = {p for p, _ in gone}
     mark = next((m[3] for m in marks if m[0] in taken and isinstance(m[3], dict)), EPHEMERAL)
     edits: list[Edit] = [(p, "cache_control", DELETE) for p, _ in gone]
-    edits += [(p, "cache_control", dict(mark)) for p in adds]
+    placed = [(m[0], m[3]) for m in kept]
+    values: dict[Path, dict[str, Any]] = {}
+    for p in sorted(adds, key=_order):  # each lifetime read against the markers before it
+        value = _in_order(p, mark, placed)
+        if value is not None:
+            placed.append((p, value))
+            values[p] = value
+    adds = [p for p in adds if p in values]
+    edits += [(p, "cache_control", values[p]) for p in adds]
     return Placement(tuple(edits), _moves(gone, adds, stable))
+
+
+def _order(path: Path) -> tuple[int, ...]:
+    """Where the block at ``path`` is rendered: tools, system, messages, then the last block
+    (top-level ``cache_control``)."""
+    if not path:
+        return (3,)
+    return ({"tools": 0, "system": 1}.get(str(path[0]), 2),
+            *(s for s in path[1:] if isinstance(s, int)))
+
+
+def _long(mark: Any) -> bool:
+    return isinstance(mark, dict) and mark.get("ttl") == "1h"
+
+
+def _in_order(path: Path, mark: Any, placed: list[tuple[Path, Any]]) -> dict[str, Any] | None:
+    """``mark`` for a marker added at ``path``, its lifetime changed where Anthropic requires
+    it: a 1 h entry may not follow a 5-minute one (the API refuses the request), so a marker
+    before a 1 h one is 1 h and one after a 5-minute one is 5 minutes (None: both, which the
+    request already breaks)."""
+    at = _order(path)
+    must_long = any(_long(m) for p, m in placed if _order(p) > at)
+    must_short = any(not _long(m) for p, m in placed if _order(p) < at)
+    if must_long and must_short:
+        return None
+    value = dict(mark)
+    if must_long:
+        value["ttl"] = "1h"
+    elif must_short and _long(value):
+        del value["ttl"]
+    return value
 
 
 def _moves(gone: list[tuple[Path, str]], adds: list[Path], stable: Path | None

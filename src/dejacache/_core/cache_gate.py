@@ -18,6 +18,11 @@ from .cache_plan import Plan, SessionPlan
 
 __all__ = ["Verdict", "check", "failed"]
 
+# Rates are ratios of token counts, and ``baseline - max_drop`` is a float subtraction that
+# lands a hair above the decimal it stands for (0.40 - 0.05 > 0.35): a drop of exactly the
+# allowance would fail. Differences below this are not differences.
+_EPS = 1e-9
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Verdict:
@@ -43,6 +48,16 @@ def _cause(s: SessionPlan) -> str:
     return "no break: the conversation is too short for the bar"
 
 
+def _apart(a: float, b: float) -> tuple[str, str]:
+    """``a`` and ``b`` as percentages with the fewest decimals (up to 2) that tell them apart,
+    so a failure never reads "70% is below the bar 70%"."""
+    for digits in range(3):
+        shown, other = f"{a:.{digits}%}", f"{b:.{digits}%}"
+        if shown != other:
+            break
+    return shown, other
+
+
 def check(plan: Plan, min_hit_rate: float, baseline: Plan | None = None,
           max_drop: float = 0.05) -> list[Verdict]:
     """A verdict per session of ``plan`` (see the module)."""
@@ -57,10 +72,13 @@ def check(plan: Plan, min_hit_rate: float, baseline: Plan | None = None,
             continue
         why = []
         if rate < min_hit_rate:
-            why.append(f"predicted hit rate {rate:.0%} is below the bar {min_hit_rate:.0%}")
-        if old_rate is not None and rate < old_rate - max_drop:
-            why.append(f"predicted hit rate {rate:.0%} is {old_rate - rate:.0%} below the "
-                       f"baseline's {old_rate:.0%} (allowed: {max_drop:.0%})")
+            shown, bar = _apart(rate, min_hit_rate)
+            why.append(f"predicted hit rate {shown} is below the bar {bar}")
+        if old_rate is not None and old_rate - rate > max_drop + _EPS:
+            shown, was = _apart(rate, old_rate)
+            drop, allowed = _apart(old_rate - rate, max_drop)
+            why.append(f"predicted hit rate {shown} is {drop} below the "
+                       f"baseline's {was} (allowed: {allowed})")
         out.append(Verdict(s.session, not why, rate, old_rate, "; ".join(why),
                            _cause(s) if why else ""))
     return out

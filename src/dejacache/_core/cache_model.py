@@ -5,7 +5,8 @@ answers, per request (:class:`Sent`: its prefix, its prompt tokens and when it w
 tokens read from the cache and written to it (:class:`Served`), by the rows of
 ``cache_rules.py``:
 
-- **where entries are written** (``mode``): at the request's breakpoints only (Anthropic:
+- **where entries are written** (``mode``): nowhere but an explicit cache the request names
+  (Gemini before 2.5); at the request's breakpoints only (Anthropic:
   each ``cache_control`` marker whose prefix reaches the minimum); at every prefix, in
   ``block``-token steps (OpenAI before gpt-5.6, Gemini's implicit caching); or at one managed
   breakpoint at the latest user or tool message plus the explicit ones (gpt-5.6 on).
@@ -37,7 +38,7 @@ import dataclasses
 from collections.abc import Callable
 
 from ..keys import digest
-from .cache_rules import AUTOMATIC, BREAKPOINTS, CacheRules, rules_for
+from .cache_rules import AUTOMATIC, BREAKPOINTS, EXPLICIT, CacheRules, rules_for
 from .prefix import Prefix, shared
 
 __all__ = ["ProviderCache", "Sent", "Served"]
@@ -124,6 +125,8 @@ class ProviderCache:
         machine = self._machine(rules, sent)
         if p.pinned:
             return _pinned(rules, machine, sent, scale)
+        if rules.mode == EXPLICIT:  # no implicit caching: only a named explicit cache reads
+            return Served(sent.tokens)
         if rules.mode == AUTOMATIC:
             return self._automatic(rules, machine, sent, scale)
         return self._at_points(rules, machine, sent, scale)

@@ -21,7 +21,9 @@ Sources, read on 2026-12-02 (the documentation changes: override with
   2,048 for Haiku 3.5 and 3; 1,024 for Sonnet 4.6, 4.5, 4, 3.7 and Opus 4.1, 4. *Contradicted*:
   that issue reports Sonnet 4.6 caching only from 2,048 tokens, and some gateways' tables
   say 2,048 for Sonnet 4.6; we keep the documented 1,024. Models the docs did not list when
-  read (later Opus and Sonnet versions) take the family default, 1,024.
+  read (later Opus and Sonnet versions) take the family default, 1,024, but Opus 4.7:
+  4,096, as copies of the page made since list it (claudecodeguides.com, clawdemy.org; one
+  blog says 2,048).
 - OpenAI, https://developers.openai.com/api/docs/guides/prompt-caching and the API reference
   as shipped in openai-python 3.57.0 (``prompt_cache_options``, ``prompt_cache_breakpoint``,
   ``prompt_cache_retention``): automatic caching from 1,024 tokens; before the gpt-5.6 family a
@@ -36,12 +38,18 @@ Sources, read on 2026-12-02 (the documentation changes: override with
   ``prompt_cache_retention="24h"`` keeps them up to 24 h, the only policy from gpt-5.5 on.
   *Unclear*: the reference says organisations without zero data retention default to
   ``"24h"`` on older models too; we assume in-memory unless the request says otherwise.
-  Cached-read prices per model: OpenAI's price list, as in the cassette price table.
+  Cached-read prices per model: OpenAI's price list, as in the cassette price table; it
+  lists none for the pro models (o1-pro, o3-pro, gpt-5-pro): they cache nothing.
 - Gemini, https://ai.google.dev/gemini-api/docs/caching (and Vertex AI's context-cache
   overview): implicit caching on by default, reads 90% off, writes at the input price, no
   storage charge; explicit ``CachedContent`` with a TTL (default 1 h) and a per-hour storage
-  price. *Contradicted*: the English page lists minimums of 1,024 (2.5 Flash) and 4,096
-  (2.5 Pro), a newer translation 2,048 for both; we keep the English page. Storage of an
+  price. Implicit caching is for "Gemini 2.5 and newer models" only: 2.0 and 1.5 cache only
+  explicitly (reads 0.25x, as their price list has it; their minimum for an explicit cache,
+  4,096, is an older version of the page's: *unverified*). Minimums, as the English page
+  last updated 2026-10-13 lists them: 2,048 for 2.5 Flash and 2.5 Pro, 4,096 for 3.1 Pro and
+  the 3.5 to 3.8 Flash models and Gemini 4 (models it did not list take 4,096); 3 Flash
+  (1,024) and 3 Pro (4,096) from its version of 2026-05-07, which listed 1,024 for 2.5 Flash
+  and 4,096 for 2.5 Pro, since changed. Storage of an
   explicit cache, per million tokens per hour, from the price list
   (https://ai.google.dev/gemini-api/docs/pricing, as third-party pages quote it: not read
   directly): $1.00 for the Flash models, $4.50 for the Pro ones. Implicit caching keeps a
@@ -57,8 +65,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["AUTOMATIC", "BREAKPOINTS", "IMPLICIT", "READ_ON", "RULES", "CacheRules",
-           "rules_for", "set_cache_rules", "table"]
+__all__ = ["AUTOMATIC", "BREAKPOINTS", "EXPLICIT", "IMPLICIT", "READ_ON", "RULES", "CacheRules",
+           "model_id", "rules_for", "set_cache_rules", "table"]
 
 READ_ON = "2026-12-02"
 
@@ -66,6 +74,7 @@ READ_ON = "2026-12-02"
 BREAKPOINTS = "breakpoints"  # only at the request's markers (Anthropic cache_control)
 AUTOMATIC = "automatic"  # every prefix of the prompt, in ``block`` steps (OpenAI < gpt-5.6)
 IMPLICIT = "implicit"  # one managed breakpoint at the latest message, and explicit ones
+EXPLICIT = "explicit"  # nothing cached unless the request names an explicit cache (Gemini 2.0)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -105,7 +114,7 @@ _GPT = CacheRules("openai", "", 1024, block=128, mode=AUTOMATIC, max_breakpoints
                   route_rpm=15, read=0.5, write=1.0, write_long=1.0, source=_OPENAI_DOC)
 _GPT56 = dataclasses.replace(_GPT, block=1, mode=IMPLICIT, max_breakpoints=4, ttl=1800.0,
                              long_ttl=43200.0, read=0.1, write=1.25, write_long=1.25)
-_GEMINI = CacheRules("gemini", "", 1024, mode=AUTOMATIC, max_breakpoints=0, ttl=300.0,
+_GEMINI = CacheRules("gemini", "", 4096, mode=AUTOMATIC, max_breakpoints=0, ttl=300.0,
                      long_ttl=3600.0, read=0.1, write=1.0, write_long=1.0, storage=1.0,
                      source=_GEMINI_DOC)
 
@@ -119,6 +128,7 @@ RULES: dict[tuple[str, str], CacheRules] = {(r.provider, r.family): r for r in (
     _CLAUDE,
     _row(_CLAUDE, "claude-opus-4-5", minimum=4096),
     _row(_CLAUDE, "claude-opus-4-6", minimum=4096),
+    _row(_CLAUDE, "claude-opus-4-7", minimum=4096),
     _row(_CLAUDE, "claude-haiku-4-5", minimum=4096),
     _row(_CLAUDE, "claude-3-5-haiku", minimum=2048),
     _row(_CLAUDE, "claude-3-haiku", minimum=2048),
@@ -127,34 +137,67 @@ RULES: dict[tuple[str, str], CacheRules] = {(r.provider, r.family): r for r in (
     _row(_GPT, "o1", read=0.5),
     _row(_GPT, "gpt-4.1", read=0.25),
     _row(_GPT, "o3", read=0.25),
+    _row(_GPT, "o3-mini", read=0.5),
     _row(_GPT, "o4-mini", read=0.25),
     _row(_GPT, "gpt-5", read=0.1),
     _row(_GPT, "gpt-5.5", read=0.1, ttl=86400.0, long_ttl=None),  # only "24h" from gpt-5.5
+    _row(_GPT, "o1-pro", mode=EXPLICIT, long_ttl=None),  # no cached price: no caching
+    _row(_GPT, "o3-pro", mode=EXPLICIT, long_ttl=None),
+    _row(_GPT, "gpt-5-pro", mode=EXPLICIT, long_ttl=None),
     _row(_GPT56, "gpt-5.6"),
     _row(_GPT56, "gpt-5.7"),
     _row(_GPT56, "gpt-6"),
     _GEMINI,
-    _row(_GEMINI, "gemini-2.5-flash", minimum=1024),
-    _row(_GEMINI, "gemini-2.5-pro", minimum=4096, storage=4.5),
+    _row(_GEMINI, "gemini-2.5-flash", minimum=2048),
+    _row(_GEMINI, "gemini-2.5-pro", minimum=2048, storage=4.5),
     _row(_GEMINI, "gemini-3-pro", minimum=4096, storage=4.5),
+    _row(_GEMINI, "gemini-3.1-pro", minimum=4096, storage=4.5),
     _row(_GEMINI, "gemini-3-flash", minimum=1024),
+    _row(_GEMINI, "gemini-2.0", mode=EXPLICIT, read=0.25),
+    _row(_GEMINI, "gemini-1.5", mode=EXPLICIT, read=0.25),
+    _row(_GEMINI, "gemini-1.5-pro", mode=EXPLICIT, read=0.25, storage=4.5),
 )}
 _BUILT_IN = dict(RULES)
 _FOUND: dict[tuple[str, str], CacheRules] = {}
 
 
-def rules_for(provider: str, model: str) -> CacheRules:
-    """The row for ``model`` (longest family prefix) of ``provider``; the provider's default
-    row when none matches; OpenAI's for a provider the table does not know (the OpenAI-shaped
-    APIs cache like it)."""
-    found = _FOUND.get((provider, model))
-    if found is not None:
-        return found
+# Bedrock's cross-region inference profile ids put a geography before the model id.
+_GEOGRAPHIES = frozenset({"us", "eu", "apac", "global", "us-gov", "ca", "jp", "au"})
+
+
+def model_id(model: str) -> str:
+    """The model id a Bedrock ARN or cross-region profile names (``arn:...:inference-profile/
+    us.anthropic.claude-haiku-4-5-...`` -> ``anthropic.claude-haiku-4-5-...``); other names as
+    they are."""
+    name = model.rsplit("/", 1)[-1]
+    geo, _, rest = name.partition(".")
+    return rest if geo in _GEOGRAPHIES and rest else name
+
+
+def _longest(provider: str, model: str) -> CacheRules | None:
     best: CacheRules | None = None
     for (prov, family), row in RULES.items():
         if prov == provider and model.startswith(family) and (
                 best is None or len(family) > len(best.family)):
             best = row
+    return best
+
+
+def rules_for(provider: str, model: str) -> CacheRules:
+    """The row for ``model`` (longest family prefix) of ``provider``; the provider's default
+    row when none matches; OpenAI's for a provider the table does not know (the OpenAI-shaped
+    APIs cache like it). A Bedrock id (``us.anthropic.claude-haiku-4-5-...-v1:0``, or an ARN
+    ending in one) is read as the model it names."""
+    found = _FOUND.get((provider, model))
+    if found is not None:
+        return found
+    best = _longest(provider, model)
+    if best is not None and not best.family:
+        # Bedrock prefixes the vendor ("anthropic.claude-...") and may prefix a geography:
+        # Haiku 4.5 there caches from 4,096 tokens as it does at Anthropic, not the default.
+        vendor, _, rest = model_id(model).partition(".")
+        if vendor == provider and rest:
+            best = _longest(provider, rest) or best
     if best is None:
         best = RULES.get(("openai", ""), _GPT)
     if len(_FOUND) < 4096:

@@ -140,10 +140,12 @@ def moved(prefixes: Sequence[Prefix], path: str) -> list[Prefix] | None:
 
 def head_length(p: Prefix) -> int:
     """Items an agent builds once: tools, system blocks, instructions, leading system
-    messages."""
+    messages, and OpenAI's structured-output schema (Anthropic's settings, a tool_choice,
+    change per call)."""
     n = 0
     for it in p.items:
-        if it.segment in ("tools", "system", "instructions") or it.system_like:
+        if it.segment in ("tools", "system", "instructions") or it.system_like or (
+                it.segment == "settings" and p.api != "messages"):
             n += 1
         else:
             break

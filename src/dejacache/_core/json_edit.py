@@ -138,11 +138,14 @@ def _remove(raw: bytes, targets: set[tuple[Path, str]]) -> bytes:
 def insert(raw: bytes, edits: Sequence[tuple[Path, str, Any]]) -> bytes:
     """``raw`` with ``name: value`` added as the last member of the object at each path
     (``()``: the top level), in the order given, or the member removed where ``value`` is
-    :data:`DELETE` (removals first). A path that names no object in ``raw`` is skipped.
-    ``value`` is written compactly (orjson)."""
+    :data:`DELETE` (removals first). An added member replaces one of the same name (a
+    ``"cache_control": null`` the SDK wrote): a second one would make the JSON hold the name
+    twice, which parsers read differently. A path that names no object in ``raw`` is
+    skipped. ``value`` is written compactly (orjson)."""
     if not edits:
         return raw
-    gone = {(p, n) for p, n, v in edits if v is DELETE}
+    gone = {(p, n) for p, n, v in edits
+            if v is DELETE or not n.isascii() or orjson.dumps(n) in raw}
     if gone:
         raw = _remove(raw, gone)
         edits = [e for e in edits if e[2] is not DELETE]

@@ -46,9 +46,9 @@ __all__ = [
 
 # Segment order per API; a difference in an earlier segment invalidates everything after it.
 ORDER: dict[str, tuple[str, ...]] = {
-    "messages": ("tools", "system", "messages"),
-    "chat": ("tools", "messages"),
-    "responses": ("tools", "instructions", "input"),
+    "messages": ("tools", "system", "settings", "messages"),
+    "chat": ("tools", "settings", "messages"),
+    "responses": ("tools", "settings", "instructions", "input"),
     "gemini": ("system", "tools", "messages"),
 }
 
@@ -66,10 +66,15 @@ class Item:
     system_like: bool = False  # a leading system/developer message (OpenAI chat)
     long: bool = False  # the marker asks for the long lifetime (Anthropic 1 h, OpenAI 12 h)
     blocks: int = 1  # content blocks (what Anthropic's breakpoint lookback counts)
+    # Characters of inline image data, less what the images weigh as tokens (_IMAGE_CHARS
+    # each): what ``size`` leaves out so that it stays proportional to the prompt's tokens.
+    images: int = 0
 
     @property
     def size(self) -> int:
-        return len(self.canonical)
+        """The item's weight in characters of canonical JSON, an image counted as the
+        characters of its tokens rather than of its base64."""
+        return len(self.canonical) - self.images
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -115,7 +120,7 @@ class Prefix:
 class Difference:
     """Where ``cur`` first parts from ``prev``."""
 
-    reason: str  # model | tools | system | truncated | modified
+    reason: str  # model | tools | system | settings | truncated | modified
     segment: str
     path: str  # JSON path of the first differing value
     offset: int  # character offset inside that value
@@ -165,6 +170,38 @@ def _blocks(content: Any, text_type: str = "text") -> tuple[Any, bool, bool]:
     return out, marked, hour
 
 
+# A provider counts an image's tokens from its pixels, not its bytes: ~1,600 for a
+# 1.15-megapixel image at Anthropic, 765 for a 1024x1024 one at OpenAI's high detail, 258 a
+# 768-pixel tile at Gemini. Counted as its base64 (1.3 MB for a 1 MB photo), one image
+# outweighed a 2,000-token system prompt ~100 to 1, and scaling the reported prompt tokens
+# by characters put that system prompt's breakpoint under the minimum: a plan predicted 0%
+# where the provider reported 37%. So an inline image weighs about a thousand tokens.
+_IMAGE_CHARS = 4_000
+_IMAGE_TYPES = ("media_type", "mimeType", "mime_type")
+
+
+def _image_chars(value: Any) -> int:
+    """Characters of inline base64 image data in ``value`` (a data: URL, or the ``data`` of
+    an object whose media type is an image), less ``_IMAGE_CHARS`` for each image."""
+    out, stack = 0, [value]
+    while stack:
+        v = stack.pop()
+        if type(v) is str:
+            if v.startswith("data:image/") and ";base64," in v[:80]:
+                out += max(0, len(v) - _IMAGE_CHARS)
+        elif type(v) is dict:
+            data = v.get("data")
+            if type(data) is str and any(str(v.get(k, "")).startswith("image/")
+                                         for k in _IMAGE_TYPES):
+                out += max(0, len(data) - _IMAGE_CHARS)
+                stack.extend(x for k, x in v.items() if k != "data")
+            else:
+                stack.extend(v.values())
+        elif type(v) is list:
+            stack.extend(v)
+    return out
+
+
 def _canon(value: Any) -> bytes:
     # canonical_json keys a mapping of arguments; one fixed argument name makes any JSON value
     # one (the wrapper adds the same few bytes to every item, so sizes stay comparable).
@@ -182,7 +219,8 @@ class _Builder:
         content = data.get("content") if type(data) is dict else None
         blocks = len(content) if type(content) is list and content else 1
         self.items.append(Item(segment, path, data, canon, digest("prefix", segment, canon),
-                               breakpoint, system_like, long, blocks))
+                               breakpoint, system_like, long, blocks,
+                               _image_chars(data) if b"image/" in canon else 0))
 
     def tools(self, tools: Any) -> None:
         for i, tool in enumerate(tools if isinstance(tools, list) else []):
@@ -225,6 +263,9 @@ def item(segment: str, path: str, data: Any, **flags: Any) -> Item:
     return b.items[0]
 
 
+_MESSAGE_SETTINGS = ("tool_choice", "thinking")
+
+
 def _anthropic(body: Mapping[str, Any]) -> Prefix:
     b = _Builder()
     b.tools(body.get("tools"))
@@ -235,6 +276,13 @@ def _anthropic(body: Mapping[str, Any]) -> Prefix:
         sb, m, h = _strip_marker(block)
         b.one_hour |= h
         b.add("system", f"system[{i}]", sb, breakpoint=m, long=h)
+    # Anthropic keeps the tools' and system's entries when these change, and drops every
+    # entry of the messages (its list of what invalidates the cache): one item between them,
+    # holding no content block, so a change breaks the prefix exactly there.
+    settings = {k: body[k] for k in _MESSAGE_SETTINGS if body.get(k) is not None}
+    if settings:
+        b.add("settings", ", ".join(settings), settings)
+        b.items[-1] = dataclasses.replace(b.items[-1], blocks=0)
     for i, msg in enumerate(body.get("messages") or []):
         if type(msg) is not dict:
             b.add("messages", f"messages[{i}]", msg)
@@ -252,9 +300,19 @@ def _anthropic(body: Mapping[str, Any]) -> Prefix:
     return b.prefix("anthropic", "messages", body.get("model"))
 
 
+def _schema(b: _Builder, name: str, fmt: Any) -> None:
+    """OpenAI renders a structured-output schema ahead of the system message ("a prefix to
+    the system message", its caching guide): a changed schema breaks the cache there."""
+    if type(fmt) is dict and fmt.get("type") == "json_schema":
+        b.add("settings", name, {name: fmt} if name == "response_format" else
+              {"text": {"format": fmt}})
+        b.items[-1] = dataclasses.replace(b.items[-1], blocks=0)
+
+
 def _chat(body: Mapping[str, Any]) -> Prefix:
     b = _Builder()
     b.tools(body.get("tools"))
+    _schema(b, "response_format", body.get("response_format"))
     leading = True
     for i, msg in enumerate(body.get("messages") or []):
         if type(msg) is not dict:
@@ -275,6 +333,8 @@ def _chat(body: Mapping[str, Any]) -> Prefix:
 def _responses(body: Mapping[str, Any]) -> Prefix:
     b = _Builder()
     b.tools(body.get("tools"))
+    text = body.get("text")
+    _schema(b, "text.format", text.get("format") if type(text) is dict else None)
     if body.get("instructions"):
         b.add("instructions", "instructions", body["instructions"])
     inp = body.get("input")
@@ -436,9 +496,17 @@ def _common_bytes(a: bytes, b: bytes) -> int:
     return lo
 
 
+def _partial(old: Item, new: Item) -> int:
+    """Characters (as ``size`` weighs them) of ``new`` that repeat the start of ``old``."""
+    common = _common_bytes(old.canonical, new.canonical)
+    if not new.images:
+        return common
+    return round(common * new.size / len(new.canonical))
+
+
 def _segment_reason(segment: str) -> str:
-    return {"tools": "tools", "system": "system", "instructions": "system"}.get(segment,
-                                                                               "modified")
+    return {"tools": "tools", "system": "system", "instructions": "system",
+            "settings": "settings"}.get(segment, "modified")
 
 
 def _parting(prev: Prefix, cur: Prefix) -> tuple[int, tuple[Item, ...], tuple[Item, ...]]:
@@ -479,7 +547,7 @@ def shared(prev: Prefix, cur: Prefix) -> tuple[int, bool]:
             old.segment in ("messages", "input") and not (old.system_like and new.system_like)
             and any(x.digest == new.digest for x in pa[i + 1:] if x.segment == old.segment)):
         return common, False
-    return common + _common_bytes(old.canonical, new.canonical), False
+    return common + _partial(old, new), False
 
 
 def compare(prev: Prefix, cur: Prefix) -> Difference | None:
@@ -519,7 +587,7 @@ def compare(prev: Prefix, cur: Prefix) -> Difference | None:
     if reason == "truncated":
         return Difference(reason, old.segment, old.path, 0, _show(old.data), _show(new.data),
                           common)
-    common += _common_bytes(old.canonical, new.canonical)
+    common += _partial(old, new)
     found = first_difference(old.data, new.data)
     if found is None:  # equal data, different digest: cannot happen; keep a clear answer
         return Difference(reason, old.segment, old.path, 0, "", "", common)
@@ -533,4 +601,6 @@ def compare(prev: Prefix, cur: Prefix) -> Difference | None:
             head = a[span[0]:start]
             before, after = _clip(head + before), _clip(head + after)
         offset = span[0]
-    return Difference(reason, old.segment, old.path + leaf, offset, before, after, common)
+    # A setting is named as the request's field (``tool_choice.name``), not as an item.
+    path = leaf.lstrip(".") if old.segment == "settings" else old.path + leaf
+    return Difference(reason, old.segment, path, offset, before, after, common)

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from .cache_rules import rules_for
+from .cache_rules import EXPLICIT, CacheRules, rules_for
 from .hazards import PrefixHazard, scan
 from .prefix import Difference, Prefix, compare
 
@@ -65,7 +65,7 @@ class Usage:
 
 
 def _int(v: Any) -> int | None:
-    return v if type(v) is int else None
+    return v if type(v) is int and v >= 0 else None  # a negative count is no count
 
 
 def read_usage(usage: Any) -> Usage | None:
@@ -121,7 +121,7 @@ class PrefixBreak:
 
     session: str
     turn: int
-    reason: str  # model | tools | system | truncated | modified | ttl
+    reason: str  # model | tools | system | settings | truncated | modified | ttl
     segment: str
     path: str
     offset: int
@@ -217,8 +217,8 @@ class SessionState:
         expected = 0 if local else self._reusable(cur, diff)
         if not local:
             expired = self._expired(n, usage, now, expected, rates)
-            if expired is not None:
-                return 0, [expired]
+            if expired is not None:  # what outlived the gap is still read (a 1 h entry)
+                return self._reusable(cur, diff, expired[1]), [expired[0]]
         # A change inside what the previous turn cached is a break even when it costs nothing
         # yet (OpenAI: inside the last, uncached 128-token step): every token the
         # conversation adds after it is paid in full from now on.
@@ -229,30 +229,36 @@ class SessionState:
         return expected, [self._break(n, diff.reason, diff.segment, diff.path, diff.offset,
                                       diff.before, diff.after, lost, prev, rates, local)]
 
-    def _reusable(self, cur: Prefix, diff: Difference | None) -> int:
+    def _reusable(self, cur: Prefix, diff: Difference | None, gap: float | None = None
+                  ) -> int:
         """Tokens of the provider's cache entries (from the last request it saw) ``cur`` can
-        read."""
+        read (``gap``: seconds since, which entries must have outlived)."""
         seen = self.seen
         if seen is None:
             return 0
         if seen is not self.prev:
             diff = compare(seen, cur)
-        return _reuse(seen, diff.common if diff else seen.size, self.seen_scale)
+        return _reuse(seen, diff.common if diff else seen.size, self.seen_scale, cur, gap)
 
     def _expired(self, n: int, usage: Usage | None, now: float | None, reuse: int,
-                 rates: RatesFor) -> PrefixBreak | None:
-        """A ``ttl`` break when the provider's entry outlived its lifetime (and the provider's
-        report, if any, agrees)."""
+                 rates: RatesFor) -> tuple[PrefixBreak, float] | None:
+        """A ``ttl`` break, and the gap, when some of the provider's entries did not outlive
+        it (and the provider's report, if any, agrees): on Anthropic a 5-minute entry after
+        a 1 h one goes while the 1 h one stays."""
         seen, at = self.seen, self.seen_at
         if seen is None or now is None or at is None:
             return None
+        gap = now - at
         full = _reuse(seen, seen.size, self.seen_scale)
-        gap, life = now - at, lifetime(seen)
+        alive = _reuse(seen, seen.size, self.seen_scale, gap=gap)
         reported = usage.cached if usage else None
-        if not full or gap <= life or (reported is not None and reported >= reuse):
+        if not full or alive >= full or (reported is not None and reported >= reuse):
             return None
+        life = max(x for x in _lives(seen) if x < gap)  # the longest that did not last
+        rules = rules_for(seen.provider, seen.model)
         return self._break(n, "ttl", "", "", 0, f"{gap:,.0f} s idle",
-                           f"cache lives {life:,.0f} s", full, seen, rates, False)
+                           f"cache lives {life:,.0f} s", full - alive, seen, rates, False,
+                           long=life == rules.long_ttl), gap
 
     def _below_minimum(self, cur: Prefix, usage: Usage | None, scale: float
                        ) -> PrefixHazard | None:
@@ -272,11 +278,11 @@ class SessionState:
 
     def _break(self, n: int, reason: str, segment: str, path: str, offset: int, before: str,
                after: str, tokens: int, prev: Prefix, rates: RatesFor,
-               local: bool) -> PrefixBreak:
+               local: bool, long: bool | None = None) -> PrefixBreak:
         r = rates(prev.provider, prev.model)
         cost = 0.0
         if r is not None:
-            write = r.write_long if prev.long_lived else r.write
+            write = r.write_long if (prev.long_lived if long is None else long) else r.write
             cost = tokens * r.input / 1e6 * (write - r.read)
         return PrefixBreak(self.name, n, reason, segment, path, offset, before, after, tokens,
                            cost, local)
@@ -287,22 +293,59 @@ def _cacheable(p: Prefix) -> int:
     if p.provider == "anthropic":
         bps = p.breakpoints()
         return bps[-1] if bps else 0
-    return p.size
+    return 0 if rules_for(p.provider, p.model).mode == EXPLICIT else p.size
 
 
-def _reuse(prev: Prefix, common: int, scale: float) -> int:
+def _lives(p: Prefix) -> list[float]:
+    """Lifetimes of the entries ``p`` writes: per marker on Anthropic (a 1 h marker's entry
+    outlives a 5-minute one's), one for the whole prompt elsewhere."""
+    if p.provider != "anthropic":
+        return [lifetime(p)]
+    rules = rules_for(p.provider, p.model)
+    return [_life(rules, i.long) for i in p.items if i.breakpoint] or [rules.ttl]
+
+
+def _life(rules: CacheRules, long: bool) -> float:
+    return float(rules.long_ttl if long and rules.long_ttl else rules.ttl)
+
+
+def _reuse(prev: Prefix, common: int, scale: float, cur: Prefix | None = None,
+           gap: float | None = None) -> int:
     """Tokens of ``prev``'s cache entries that a request sharing ``common`` characters with it
-    can read."""
+    can read (``cur``: that request, whose own breakpoints must reach the entry, Anthropic
+    reading only at a marker and looking back ``lookback`` blocks from it; None: any;
+    ``gap``: seconds since ``prev``, which an entry must outlive; None: any)."""
     rules = rules_for(prev.provider, prev.model)
     minimum = rules.minimum
     if prev.provider == "anthropic":
-        best = 0
-        for bp in prev.breakpoints():
-            if bp <= common and round(bp * scale) >= minimum:
-                best = bp
+        reach = _reach(cur, rules.lookback) if cur is not None else None
+        best, end, blocks = 0, 0, 0
+        for i, item in enumerate(prev.items):
+            end += item.size
+            blocks += item.blocks
+            if end > common:
+                break
+            if item.breakpoint and round(end * scale) >= minimum and (
+                    gap is None or gap <= _life(rules, item.long)) and (
+                    reach is None or any(b >= i and n - blocks <= reach[1] for b, n in reach[0])):
+                best = end
         return round(best * scale)
+    if rules.mode == EXPLICIT or (gap is not None and gap > lifetime(prev)):
+        return 0
     tokens = round(min(common, prev.size) * scale)
     return 0 if tokens < minimum else tokens // rules.block * rules.block
+
+
+def _reach(cur: Prefix, lookback: int | None) -> tuple[list[tuple[int, int]], float]:
+    """(item index and content blocks up to its end, of each breakpoint ``cur`` carries;
+    blocks a breakpoint looks back): where an Anthropic request looks for cache entries. A
+    request without markers reads nothing, whatever an earlier one wrote."""
+    out, blocks = [], 0
+    for i, item in enumerate(cur.items):
+        blocks += item.blocks
+        if item.breakpoint:
+            out.append((i, blocks))
+    return out, float("inf") if lookback is None else lookback
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

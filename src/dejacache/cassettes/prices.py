@@ -34,6 +34,15 @@ PRICES: dict[str, tuple[float, float]] = {
     "claude-sonnet-4": (3.00, 15.00),
     "claude-3-7-sonnet": (3.00, 15.00),
     "claude-opus-4": (15.00, 75.00),
+    # Longer names the prefix match above priced as their shorter namesakes (o3-mini at o3's
+    # price, Opus 4.5 at Opus 4's: 3x its cost), from the same price pages (Opus 4.7 from
+    # copies of Anthropic's caching page, which price it at $5).
+    "o3-mini": (1.10, 4.40),
+    "o3-pro": (20.00, 80.00),
+    "gpt-5-pro": (15.00, 120.00),
+    "claude-opus-4-5": (5.00, 25.00),
+    "claude-opus-4-6": (5.00, 25.00),
+    "claude-opus-4-7": (5.00, 25.00),
     "gemini-2.5-flash": (0.30, 2.50),
     "gemini-2.5-pro": (1.25, 10.00),
     # Added from the providers' public price pages as they stood in mid-2025 (Google AI
@@ -68,6 +77,8 @@ PRICES: dict[str, tuple[float, float]] = {
     "anthropic.claude-sonnet-4": (3.00, 15.00),
     "anthropic.claude-opus-4": (15.00, 75.00),
     "anthropic.claude-opus-4-5": (5.00, 25.00),
+    "anthropic.claude-opus-4-6": (5.00, 25.00),
+    "anthropic.claude-opus-4-7": (5.00, 25.00),
     "amazon.nova-micro": (0.035, 0.14),
     "amazon.nova-lite": (0.06, 0.24),
     "amazon.nova-pro": (0.80, 3.20),
@@ -95,8 +106,6 @@ AUDIO_PRICES: dict[str, tuple[float, float]] = {
     "gemini-live-2.5-flash": (3.00, 12.00),
     "gemini-2.0-flash-live": (2.10, 8.50),
 }
-# Bedrock's cross-region inference profile ids put a geography before the model id.
-_GEOGRAPHIES = frozenset({"us", "eu", "apac", "global", "us-gov", "ca", "jp", "au"})
 _DEFAULT: tuple[float, float] | None = None  # unknown models cost nothing rather than a guess
 
 
@@ -119,12 +128,11 @@ def _price(model: str) -> tuple[float, float] | None:
 
 
 def _lookup(model: str) -> tuple[float, float] | None:
+    from .._core.cache_rules import model_id
+
     best = _longest(model)
     if not best and ("/" in model or "." in model):
-        # A Bedrock ARN ends in the model or profile id; a profile id is "us." + model id.
-        name = model.rsplit("/", 1)[-1]
-        geo, _, rest = name.partition(".")
-        best = _longest(rest if geo in _GEOGRAPHIES else name)
+        best = _longest(model_id(model))
     return PRICES[best] if best else _DEFAULT
 
 

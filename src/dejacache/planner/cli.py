@@ -8,7 +8,7 @@
   the same name by more than ``--max-drop``, naming the session, the turn and the span.
 - ``rules``: the provider cache rules in use, with their sources.
 
-Exit status 2 when a file cannot be read.
+Exit status 2 when a file cannot be read, or ``check`` finds no recorded LLM request.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _plan(target: str, per_cassette: bool) -> Any:
     return plan_recordings(target, per_cassette=per_cassette)
 
 
-def _fail(args: argparse.Namespace, exc: Exception) -> int:
+def _fail(args: argparse.Namespace, exc: Exception | str) -> int:
     print(f"dejacache prompt-cache {args.action}: {exc}", file=sys.stderr)
     return 2
 
@@ -63,6 +63,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
         baseline = _plan(args.baseline, args.per_cassette) if args.baseline else None
     except (DejacacheError, OSError, orjson.JSONDecodeError) as exc:
         return _fail(args, exc)
+    # A gate that judged nothing must not pass: a wrong path or an empty directory would
+    # turn it green for good.
+    for target, found in ((args.target, plan), (args.baseline, baseline)):
+        if found is not None and not found.sessions:
+            return _fail(args, f"{target}: no recorded LLM request to check")
     verdicts = check(plan, args.min_hit_rate, baseline, args.max_drop)
     if args.json:
         print(orjson.dumps(verdicts_json(verdicts), option=orjson.OPT_INDENT_2).decode())

@@ -23,6 +23,7 @@ from .._core.cache_plan import Account, Turn
 from .._core.prefix import api_of
 from .._core.prompt_cache import read_usage
 from ..errors import CassetteError
+from ..keys import MAX_DEPTH
 
 __all__ = ["TRACE_HEAD", "accounts", "trace_line"]
 
@@ -76,12 +77,32 @@ def _trace(path: pathlib.Path) -> Account:
                 row = orjson.loads(line)
             except orjson.JSONDecodeError as exc:
                 raise CassetteError(f"line {n} is not JSON ({exc})", path=path) from None
-            if n == 1 and row.get("dejacache") == TRACE_HEAD["dejacache"]:
+            if n == 1 and isinstance(row, dict) and row.get("dejacache") == TRACE_HEAD[
+                    "dejacache"]:
                 continue
+            if _too_deep(row):
+                raise CassetteError(f"line {n} is nested more than {MAX_DEPTH} levels deep "
+                                    "(no provider request is)", path=path)
             turn = _trace_turn(row)
             if turn is not None:
                 turns.append(turn)
     return Account(path.name, tuple(turns))
+
+
+def _too_deep(value: Any) -> bool:
+    """Nested deeper than a call key may be: the planner copies and compares requests
+    recursively, and a row ~1,000 levels deep (orjson reads up to 1,024) ran it out of
+    stack."""
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return True
+        if type(v) is dict:
+            stack.extend((x, depth + 1) for x in v.values())
+        elif type(v) is list:
+            stack.extend((x, depth + 1) for x in v)
+    return False
 
 
 def _trace_turn(row: Any) -> Turn | None:

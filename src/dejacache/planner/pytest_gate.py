@@ -40,7 +40,12 @@ def configure(config: pytest.Config) -> None:
     for name, value in (("--dejacache-min-hit-rate", rate), ("--dejacache-hit-rate-drop", drop)):
         if not 0.0 <= value <= 1.0:
             raise pytest.UsageError(f"{name}: a fraction between 0 and 1, not {value}")
-    gate = _Gate(rate, config.getoption("dejacache_hit_rate_baseline"), drop)
+    baseline = config.getoption("dejacache_hit_rate_baseline")
+    if baseline is not None and not pathlib.Path(baseline).exists():
+        # Found missing only after the run, it was an INTERNALERROR with the suite's result lost.
+        raise pytest.UsageError(f"--dejacache-hit-rate-baseline: no such file or directory: "
+                                f"{baseline}")
+    gate = _Gate(rate, baseline, drop)
     config.stash[_GATE] = gate
     config.pluginmanager.register(gate, f"dejacache-prompt-cache-gate-{id(gate)}")
 
