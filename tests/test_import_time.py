@@ -533,7 +533,10 @@ _NOT_ON_A_REPLAY_HIT = (
     # tape makes the default rules when it writes), the errors only stores and the runtime
     # raise, nor ``contextvars``, which only re-exports ``_contextvars`` (~0.7-0.9M
     # instructions each)
-    "dejacache.cassettes.redact", "dejacache._errors_rare", "contextvars")
+    "dejacache.cassettes.redact", "dejacache._errors_rare", "contextvars",
+    # nor the masking of credentials (secret-shaped text, URL queries, the masking key, the
+    # stores' scrubbing): a key asks only the rules of ``_secrets`` (~1M instructions)
+    "dejacache._secret_masks")
 
 
 # A late hit: a non-strict block replays the last of three recorded calls only. It is out
