@@ -528,7 +528,15 @@ _NOT_ON_A_REPLAY_HIT = (
     "threading",
     # nor the ageing rules: a block without ``max_age`` has no entry that can expire, and
     # ``on_expiry``'s default is applied where one can (~0.5M instructions)
-    "dejacache._core.ageing")
+    "dejacache._core.ageing",
+    # nor the redaction rules (a block without redact= or substitute= restores nothing; its
+    # tape makes the default rules when it writes), the errors only stores and the runtime
+    # raise, nor ``contextvars``, which only re-exports ``_contextvars`` (~0.7-0.9M
+    # instructions each)
+    "dejacache.cassettes.redact", "dejacache._errors_rare", "contextvars",
+    # nor the masking of credentials (secret-shaped text, URL queries, the masking key, the
+    # stores' scrubbing): a key asks only the rules of ``_secrets`` (~1M instructions)
+    "dejacache._secret_masks")
 
 
 # A late hit: a non-strict block replays the last of three recorded calls only. It is out
@@ -554,6 +562,50 @@ with dejacache.cassette(TMP + '/c.json', mode='replay'):
 print(json.dumps(sorted(m for m in {_NOT_ON_A_REPLAY_HIT!r} if m in sys.modules)))
 """)
     assert got == []
+
+
+# Every module a replay hit adds to a process that has imported pytest (a test's first cassette
+# block): pytest has loaded ``re``, ``inspect``, ``dataclasses`` and ``enum`` by then, so
+# nearly all of the block's import cost is these, each ~0.3-0.4M instructions to find and load
+# before its body runs. A module joining the list is a cost every test suite pays once. (Run
+# without DEJACACHE_* variables: with one set, the table of known ones is loaded to check it.)
+_PYTEST_REPLAY_HIT = [
+    "_contextvars", "mmap", "orjson", "orjson.orjson", "xxhash", "xxhash._xxhash",
+    "xxhash.version",
+    "dejacache", "dejacache._blockwatch", "dejacache._core", "dejacache._core.flow",
+    "dejacache._core.modes", "dejacache._core.strict", "dejacache._core.volatile",
+    "dejacache._engine", "dejacache._flights", "dejacache._hints", "dejacache._keys_segments",
+    "dejacache._lazy", "dejacache._paths", "dejacache._project", "dejacache._pytest_imports",
+    "dejacache._secrets", "dejacache._slots", "dejacache.cassettes",
+    "dejacache.cassettes._events", "dejacache.cassettes.ageing", "dejacache.cassettes.block",
+    "dejacache.cassettes.calls", "dejacache.cassettes.format", "dejacache.cassettes.netguard",
+    "dejacache.cassettes.order", "dejacache.cassettes.reader", "dejacache.cassettes.store",
+    "dejacache.cassettes.tape", "dejacache.codec", "dejacache.config", "dejacache.decorators",
+    "dejacache.errors", "dejacache.keys", "dejacache.scope", "dejacache.stats",
+    "dejacache.stores", "dejacache.stores._base",
+    # a file this small is one JSON document without a cross-reference index: read whole
+    "dejacache.cassettes.document", "dejacache.cassettes.render",
+]
+
+
+def test_a_replay_hit_in_a_pytest_process_loads_exactly_these_modules(
+    tmp_path: pathlib.Path,
+) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEJACACHE_")}
+    head = f"import json, sys\nimport dejacache\nTMP = {str(tmp_path)!r}\n"
+    _run(head + _LATE + "print(1)", env=env)
+    got = _run(f"""
+import json, sys
+import pytest
+before = set(sys.modules)
+import dejacache
+TMP = {str(tmp_path)!r}
+{_F}
+with dejacache.cassette(TMP + '/c.json', mode='replay'):
+    assert f(3) == 3
+print(json.dumps(sorted(set(sys.modules) - before)))
+""", env=env)
+    assert got == sorted(_PYTEST_REPLAY_HIT)
 
 
 # Registered before dejacache is imported, so it runs after the settings' own exit hook.

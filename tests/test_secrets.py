@@ -16,7 +16,7 @@ import pytest
 from hypothesis import strategies as st
 
 import dejacache
-from dejacache import _secret_shapes, _secrets, keys
+from dejacache import _secret_masks, _secret_shapes, _secrets, keys
 from dejacache.cassettes.redact import PLACEHOLDER, Redactor
 from dejacache.cassettes.scan import scan_text
 
@@ -91,7 +91,7 @@ def test_key_file_is_created_once_0600_and_reused(key_home: pathlib.Path) -> Non
         assert stat.S_IMODE(key_home.stat().st_mode) == 0o600
         assert stat.S_IMODE(key_home.parent.stat().st_mode) == 0o700
     assert len(bytes.fromhex(key_home.read_text().strip())) == 64
-    _secrets._cache.clear()  # a new process reads the same file
+    _secret_masks._cache.clear()  # a new process reads the same file
     assert _secrets.mask("hunter2") == a
 
 
@@ -250,7 +250,7 @@ _STEMS = {
 
 
 def _compiled(name: str) -> Callable[[str], object]:
-    c = _secrets._re()
+    c = _secret_masks._re()
     if name in c.shapes:
         return functools.partial(c.shapes[name].sub, "")
     if name == "url":
@@ -537,7 +537,7 @@ def test_masking_skips_only_regexes_that_cannot_match() -> None:
         "Bearer " + "t" * 20, " ", "_", "-", "\n", "plain words", "TASK"]
 
     def every_kind(text: str) -> str:
-        for _, needles, pat in _secrets._re().kinds:
+        for _, needles, pat in _secret_masks._re().kinds:
             if any(n in text for n in needles):
                 text = pat.sub(lambda m: m.group(0).replace(m.group("s"), "#"), text)
         return text

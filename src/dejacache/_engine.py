@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 
+from . import _secrets  # (its masks load with the first record: a hit needs none)
 from ._core.flow import (
     FOLLOWED,
     LEAD,
@@ -33,7 +34,6 @@ from ._core.flow import (
     looks_up,
 )
 from ._flights import ABANDONED, ERROR, OK, Flight, SingleFlight
-from ._secrets import scrub_request  # (keys loads it too: on every path already)
 from ._slots import Sentinel
 from .codec import blob_from_tree
 from .config import Effective
@@ -200,7 +200,7 @@ def encode_record(
         name=name,
         namespace=eff.namespace or "",
         kind=kind,
-        request=scrub_request(canonical),
+        request=_secrets.scrub_request(canonical),
         duration=duration,
         usage=usage_of(value),
         created=time.time(),

@@ -2,9 +2,9 @@
 and URL passwords, the substrings each match contains, and the URL and query-parameter patterns
 keys mask credentials in.
 
-Read once, where ``_secrets`` compiles its patterns (``_secrets._re``: the first string
-scanned for a credential) or first asks for the needles (``may_be_secret``). Apart from
-``_secrets.py``, whose credential *names* every key checks: a replay hit that scans no text
+Read once, where ``_secret_masks`` compiles its patterns (``_secret_masks._re``: the first
+string scanned for a credential) or first asks for the needles (``may_be_secret``). Apart
+from ``_secrets.py``, whose credential *names* every key checks: a replay hit that scans no text
 never builds these tables.
 """
 

@@ -16,13 +16,13 @@ import dataclasses
 import operator
 import os
 import re
+import sys
 from collections.abc import Callable, Iterable, Iterator
 
 from . import _project
 from ._core import volatile as _vol
 from ._core.modes import MODES, as_mode, resolve_mode
 from ._core.volatile import check as _check_volatile
-from ._env import warn_unknown
 from ._lazy import served
 from ._paths import as_path, cache_dir_text, default_cache_dir
 from ._slots import slot_setters, value_methods
@@ -418,7 +418,7 @@ class _Settings:
         eff = self._effective
         if eff is not None:
             return eff
-        warn_unknown()  # (once per process: a misspelt DEJACACHE_* variable)
+        _check_environment()
         with self.lock:
             if isinstance(self.cache_key, Unset):
                 ns: str | None = os.environ.get("DEJACACHE_CACHE_KEY") or "default"
@@ -496,6 +496,24 @@ def settings_object() -> _Settings:
 
 _SWITCH = {"on": True, "1": True, "true": True, "yes": True, "": True,
            "off": False, "0": False, "false": False, "no": False}
+
+
+def _check_environment() -> None:
+    """Name a misspelt ``DEJACACHE_*`` variable (``_env``: once per process). The table of
+    known names is loaded only when the environment holds such a variable: a process with
+    none has nothing to name, and a module's import costs it ~0.4M instructions."""
+    env = sys.modules.get("dejacache._env")
+    if env is None:
+        if _ENV_CHECKED[0] or not any(n.startswith("DEJACACHE_") for n in os.environ):
+            _ENV_CHECKED[0] = True  # (as warn_unknown's own: checked once)
+            return
+        from . import _env
+
+        env = _env
+    env.warn_unknown()
+
+
+_ENV_CHECKED = [False]
 
 
 def _env_switch(name: str) -> bool:

@@ -1030,7 +1030,8 @@ def _finish(out: bytes, subs: tuple[tuple[bytes, bytes], ...]) -> bytes:
     if subs:
         out = _subst(out, subs)
     # ``?password=...`` inside a URL string is a credential by name too: mask it in the key.
-    return _secrets.mask_url_queries(out)
+    # (Asked first of the few substring checks that find none: the masks load only then.)
+    return _secrets.mask_url_queries(out) if _secrets.url_may_hold_secret(out) else out
 
 
 def _canonical(data: Mapping[str, Any], names: _Names, function: str,
@@ -1172,7 +1173,7 @@ def _first_sight(data: Any, names: _Names, function: str,
         # Written by parts out of ``out``: the store's scrubbing of the request may ask
         # only what is new (``_secrets.vouch``).
         _secrets.vouch(form, functools.partial(_seg.scrub_free, form, cut[0],
-                                               _secrets.scrub_invariant), out)
+                                               _scrub_invariant), out)
     if check is not None and (form if not subs else _finish(full, ())) == full:
         if not check.nones:
             _remember(key, _PLAIN_ENTRY)
@@ -1187,7 +1188,12 @@ def _first_sight(data: Any, names: _Names, function: str,
 
 
 def _urls_unmasked(data: bytes) -> bool:
-    return _secrets.mask_url_queries(data) == data
+    return not _secrets.url_may_hold_secret(data) or _secrets.mask_url_queries(data) == data
+
+
+def _scrub_invariant(data: bytes) -> bool:
+    # Named here, not bound: the masks load when a store first asks (a hit never does).
+    return _secrets.scrub_invariant(data)
 
 
 def _marked_cut(out: bytes, check: _seg.NoneCheck, spans: list[tuple[int, _seg.Run]],
@@ -1200,7 +1206,7 @@ def _marked_cut(out: bytes, check: _seg.NoneCheck, spans: list[tuple[int, _seg.R
     h.update(_NONE_MARK)
     form_key = h.hexdigest()
     _secrets.vouch(out, functools.partial(_seg.scrub_free, out, spans,
-                                          _secrets.scrub_invariant), out)
+                                          _scrub_invariant), out)
     _remember(key, (check, form_key))
     return form_key, out, _NONE_MARK, True
 

@@ -15,8 +15,10 @@ calls only: a block opened in such a thread starts from the thread's own setting
 
 from __future__ import annotations
 
+# (``contextvars`` only re-exports ``_contextvars``: importing it cost a replay hit's
+# process ~0.7M instructions; every module a hit loads imports the C module itself)
+import _contextvars as contextvars
 import _thread
-import contextvars
 import functools
 import inspect
 import os

@@ -11,8 +11,8 @@ twice.
 
 from __future__ import annotations
 
+import _contextvars as contextvars  # (as scope.py says)
 import _thread
-import contextvars
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from weakref import ref

@@ -18,7 +18,7 @@ to a block given a ``max_age``, and says how an entry's age reads.
 
 from __future__ import annotations
 
-import contextvars
+import _contextvars as contextvars  # (as scope.py says)
 import os
 import sys
 import time

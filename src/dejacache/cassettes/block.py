@@ -10,8 +10,8 @@ discarded are logged, and the pytest plugin names them in its summary (``DISCARD
 
 from __future__ import annotations
 
+import _contextvars as contextvars  # (as scope.py says)
 import contextlib
-import contextvars
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -35,7 +35,6 @@ from ..scope import CURRENT, Block, enter, inherited, leave, own_entry, settle
 from ._events import DISCARDED, INTERRUPTIONS, OPENED
 from .ageing import given as given_ageing
 from .ageing import resolve as resolve_ageing
-from .redact import Redactor
 from .store import Cassette
 
 TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
@@ -44,6 +43,7 @@ if TYPE_CHECKING:
 
     from .._core.durations import Duration
     from .partial import LiveRule, Partial
+    from .redact import Redactor
 
 __all__ = ["DISCARDED", "INTERRUPTIONS", "OPENED", "cassette", "default_mode", "in_ci"]
 
@@ -143,7 +143,12 @@ class cassette(Block[Cassette]):
             sink_for(blobs)  # a wrong value fails where it is written
         self.blobs = blobs
         self.mode = resolve_mode(mode) if mode is not None else None
-        self.redactor = Redactor.from_spec(redact, substitute)
+        #: None: the default rules (the tape makes them when it first needs them)
+        self.redactor: Redactor | None = None
+        if redact is not None or substitute:
+            from .redact import Redactor  # (checked here: a wrong spec fails where written)
+
+            self.redactor = Redactor.from_spec(redact, substitute)
         self.key_substitute = key_substitutions(substitute or {})
         self.prune = flag(prune, f"cassette {file}: prune")
         self.record_on_error = flag(record_on_error, f"cassette {file}: record_on_error")

@@ -17,7 +17,7 @@ each new entry's task made before it (``pred``) and the call made before each re
 
 from __future__ import annotations
 
-import contextvars
+import _contextvars as contextvars  # (as scope.py says)
 import itertools
 from collections.abc import Callable
 

@@ -35,7 +35,6 @@ from ..stores._base import NOT_SHARED, BaseStore, Hit, Record
 from . import format as fmt
 from .ageing import block_ageing
 from .order import RunOrder
-from .redact import Redactor
 from .tape import NONE_UNUSED, Entry, Tape, Unused, View
 
 _UNSTORED_SHOWN = 3  # calls an unstored error names (their count is given in full)
@@ -49,6 +48,7 @@ if TYPE_CHECKING:
     from .calls import Call
     from .findings import Divergence, EntryInfo
     from .partial import Partial
+    from .redact import Redactor
     from .vcr_match import VcrMatch
     from .writer import Writer
 
@@ -148,7 +148,10 @@ class Cassette(BaseStore):
         file = path_text(path)
         self.url = str(path)
         self.mode = resolve_mode(mode)
-        self.redactor = redactor or Redactor()
+        # None: the default rules, made when first needed (a write, or an answer stored
+        # whole): a replay of the file's bytes never loads ``redact.py`` (~0.8M
+        # instructions of a first block's process)
+        self._redactor = redactor
         self.rerecord_hint = rerecord_hint
         self.record_errors = tuple(record_errors)
         self.shared = shared
@@ -189,8 +192,18 @@ class Cassette(BaseStore):
         self.partial = partial
         self.live_tape = None if partial is None else Cassette(
             live_path or _derived_path(self.path), mode="record",
-            redactor=self.redactor, rerecord_hint=rerecord_hint,
+            redactor=self._redactor, rerecord_hint=rerecord_hint,
             record_errors=self.record_errors, derived=True, blobs=blobs)
+
+    @property
+    def redactor(self) -> Redactor:
+        """What keeps secrets out of the file, and restores ``substitute``'s live values."""
+        r = self._redactor
+        if r is None:
+            from .redact import Redactor
+
+            r = self._redactor = Redactor()
+        return r
 
     @property
     def path(self) -> pathlib.Path:
@@ -305,7 +318,7 @@ class Cassette(BaseStore):
             kind = "error"
         else:
             kind = str(doc.get("kind", "call"))
-            if body is not None and not self.redactor.restore_map:
+            if body is not None and (self._redactor is None or not self._redactor.restore_map):
                 payload = body if body.find(fmt.REF_BYTES) < 0 else _spliced(body, self._blob)
             if payload is not None:
                 # the file's bytes (with their blobs' payloads) are the payload: parsed
@@ -316,7 +329,9 @@ class Cassette(BaseStore):
                     model = fmt.model_in(payload)
             else:
                 response = orjson.loads(body) if body is not None else doc.get("response")
-                response = self.redactor.restore(self._tape.expand(response))
+                response = self._tape.expand(response)
+                if self._redactor is not None:  # (the default rules restore nothing)
+                    response = self._redactor.restore(response)
                 value = blob_from_tree(response, plain, key=e.key)
                 model = _model_of(response)
         if usage and not model:  # an answer that names no model (Cohere): the one asked for
