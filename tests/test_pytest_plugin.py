@@ -973,6 +973,22 @@ def test_one_precedence_from_the_marker_down_to_the_project_file(
     res.stdout.fnmatch_lines([f"*MODE {expected}*"])
 
 
+@pytest.mark.parametrize(("env", "option", "marker"), [
+    ("none", None, ""), ("NONE", None, ""), (None, "--dejacache-mode=none", ""),
+    (None, None, "(mode='none')")])
+def test_vcrpys_none_is_replay_wherever_a_mode_is_read(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, env: str | None,
+        option: str | None, marker: str) -> None:
+    """As ``[tool.dejacache] mode = "none"`` already was: pytest-recording's word for
+    replay only, not refused in the environment, the option or the marker."""
+    pytester.makepyprojecttoml("[tool.dejacache]\nmode = 'record'\n")
+    if env is not None:
+        monkeypatch.setenv("DEJACACHE_MODE", env)
+    pytester.makepyfile(test_agent=MODE_SEEN.replace("@MARKER@", marker))
+    res = run(pytester, "-s", *([option] if option else []))
+    res.stdout.fnmatch_lines(["*MODE replay*"])
+
+
 def test_cassette_dir_and_prices_from_the_project_file(pytester: pytest.Pytester) -> None:
     pytester.makepyprojecttoml("[tool.dejacache]\ncassette_dir = 'recordings'\n"
                                "prices = {'gpt-4o' = [1000, 0]}\n")
