@@ -117,6 +117,23 @@ def test_rekey_applies_rules_written_by_hand(tmp_path: pathlib.Path) -> None:
     assert res.returncode == 1 and "not re-keyed" in res.stdout  # (it was 0: "nothing wrong")
 
 
+def test_rekey_of_a_missing_path_says_so_first(tmp_path: pathlib.Path,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """With no volatile rules in force either, the path is what is wrong: one line on stderr
+    and status 2, as ``show`` and ``verify`` give a missing file (it was the rules' line on
+    stdout and status 0)."""
+    from dejacache.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DEJACACHE_PROJECT", "")  # (no project file: no rules)
+    monkeypatch.delenv("DEJACACHE_VOLATILE", raising=False)
+    assert main(["rekey", str(tmp_path / "missing")]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"dejacache rekey: {tmp_path / 'missing'}: no such file or directory\n"
+
+
 def test_every_command_refuses_a_misspelt_project_key(tmp_path: pathlib.Path) -> None:
     proj = _small(tmp_path)
     (proj / "pyproject.toml").write_text("[tool.dejacache]\nmax_ages = '3d'\n")

@@ -252,6 +252,10 @@ def add_learn(sub: Any) -> None:
 def _cmd_rekey(args: argparse.Namespace) -> int:
     from ..config import global_volatile, global_volatile_source
 
+    for raw in args.paths:  # first: a typo in a path says so, whatever the rules
+        if not pathlib.Path(raw).exists():
+            print(f"dejacache rekey: {raw}: no such file or directory", file=sys.stderr)
+            return 2
     project = _project.current()
     items = [i for i in global_volatile(project) if isinstance(i, str)]
     rules = Rules(items)
@@ -259,10 +263,6 @@ def _cmd_rekey(args: argparse.Namespace) -> int:
         print(f"dejacache rekey: no volatile rules in force ({global_volatile_source()})")
         return 0
     root = _root(project)
-    for raw in args.paths:
-        if not pathlib.Path(raw).exists():
-            print(f"dejacache rekey: {raw}: no such file or directory", file=sys.stderr)
-            return 2
     files = (list(cassette_files(pathlib.Path(p) for p in args.paths)) if args.paths
              else _project_cassettes(root, project))
     print(f"rules ({global_volatile_source()}): {len(items)}")
