@@ -59,7 +59,7 @@ def test_plan(dejacache_cassette):
     res.assert_outcomes(passed=1)
     res.stdout.fnmatch_lines([
         "*dejacache*",
-        "calls: 2 replayed, 0 recorded, 0 missed*",
+        "calls: 2 replayed, 0 recorded, 0 missed (1 cassette use)",
         "replay saved:*2,400 tokens, ~$0.01*",
     ])
 
@@ -165,7 +165,7 @@ def test_t(dejacache_cassette):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SHORT", "1")
         res = run(pytester)
-        res.stdout.fnmatch_lines(["unused entries: 1 in 1 cassettes*"])
+        res.stdout.fnmatch_lines(["unused entries: 1 in 1 cassette (*"])
         path = _cassette(pytester, "test_t")
         assert len(orjson.loads(path.read_bytes())["entries"]) == 2
         pruned = run(pytester, "--dejacache-prune")

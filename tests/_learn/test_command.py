@@ -87,7 +87,7 @@ def test_learn_from_miss_applies_the_rule_the_miss_printed(tmp_path: pathlib.Pat
     assert miss.returncode == 1 and "would have made it a hit" in miss.stdout
     fixed = run(proj, "dejacache", "learn", "--from-miss")
     assert fixed.returncode == 0, fixed.stderr
-    assert "re-keyed 1 entries in 1 cassette" in fixed.stdout
+    assert "re-keyed 1 entry in 1 cassette" in fixed.stdout
     assert run(proj, "pytest", "--dejacache-mode=replay").returncode == 0
     again = run(proj, "dejacache", "learn", "--from-miss")  # the passing run noted nothing
     assert again.returncode == 1 and "no replay miss" in again.stderr
@@ -107,7 +107,7 @@ def test_rekey_applies_rules_written_by_hand(tmp_path: pathlib.Path) -> None:
     with (proj / "pyproject.toml").open("a") as fh:
         fh.write("\n[tool.dejacache]\nvolatile = ['re:\\d{4}-\\d{2}-\\d{2}T[\\d:.]+']\n")
     res = run(proj, "dejacache", "rekey")
-    assert res.returncode == 0 and "re-keyed 1 entries in 1 cassette" in res.stdout
+    assert res.returncode == 0 and "re-keyed 1 entry in 1 cassette" in res.stdout
     assert run(proj, "pytest", "--dejacache-mode=replay").returncode == 0
     assert "re-keyed 0 entries" in run(proj, "dejacache", "rekey", "tests").stdout
     assert run(proj, "dejacache", "rekey", "nowhere").returncode == 2
