@@ -235,13 +235,11 @@ def live_summary(parts: list[Partial]) -> str | None:
 # ---------------------------------------------------------------- advice for a refused call
 
 
-def placeholder_advice(item: pytest.Item, host: str) -> str | None:
-    """What the placeholder guard tells a test whose call it refused: whether the test has
-    a cassette at all, and whether the call went live on purpose."""
+def placeholder_advice(item: pytest.Item, host: str, keys: str) -> str | None:
+    """What the placeholder guard tells a test whose call it refused (``keys``: the
+    variables to set): whether the test has a cassette at all, and whether the call went
+    live on purpose."""
     tape: Cassette | None = item.stash.get(state.TAPE, None)
-    from .cassettes import placeholder_keys
-
-    keys = placeholder_keys.held()
     if tape is None:
         from .scope import current
 

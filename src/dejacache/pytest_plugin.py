@@ -392,13 +392,13 @@ def adopt_tape(item: pytest.Item, tape: Cassette, finish: Callable[[bool], None]
     item.stash.setdefault(_ADOPTED, []).append((tape, finish))
 
 
-def _explain_refusal(host: str) -> str | None:
+def _explain_refusal(host: str, keys: str) -> str | None:
     item = current_test()
     if item is None:
         return None
     from ._pytest_cassette import placeholder_advice
 
-    return placeholder_advice(item, host)
+    return placeholder_advice(item, host, keys)
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
