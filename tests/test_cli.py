@@ -131,7 +131,7 @@ def test_clear_one_namespace_then_all(
     assert "removed 3 entries from namespace 'ns-a'" in capsys.readouterr().out
     assert [r.namespace for _, r in store.iterate()] == ["ns-b"]
     assert main(["clear", "--store", url]) == 0
-    assert "removed 1 entries" in capsys.readouterr().out
+    assert "removed 1 entry from" in capsys.readouterr().out
     assert store.stats().entries == 0
 
 

@@ -115,6 +115,20 @@ def test_mode_precedence(monkeypatch: pytest.MonkeyPatch) -> None:
     assert current().mode == "record"
 
 
+@pytest.mark.parametrize("written", ["none", "None"])
+def test_vcrpys_none_is_replay_in_every_setter(monkeypatch: pytest.MonkeyPatch,
+                                               written: str) -> None:
+    monkeypatch.setenv("DEJACACHE_MODE", written)
+    config.reset()
+    assert current().mode == "replay"
+    configure(mode=written)
+    assert current().mode == "replay"
+    configure(mode="off")
+    with dejacache.scope(mode=written):
+        assert current().mode == "replay"
+    assert resolve_mode(written) == "replay"
+
+
 def test_bad_env_mode_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DEJACACHE_MODE", "sometimes")
     config.reset()

@@ -133,6 +133,26 @@ def test_mode_takes_vcrpys_names_as_the_ini_key_does(
     assert default_mode(exists) == "off"
 
 
+@pytest.mark.parametrize(("written", "env", "shown", "source"), [
+    ("none", None, "replay", "vcrpy's none, "),
+    ("all", None, "record", "vcrpy's all, "),
+    ("once", None, "replay (record when a test's cassette is missing)", "vcrpy's once, "),
+    ("off", None, "off", ""),
+    ("record", "None", "replay", "vcrpy's none, environment DEJACACHE_MODE"),
+    ("record", "sometimes", "sometimes", "environment DEJACACHE_MODE")])
+def test_config_shows_the_mode_that_applies_and_the_word_written(
+        project_file: pathlib.Path, monkeypatch: pytest.MonkeyPatch, written: str,
+        env: str | None, shown: str, source: str) -> None:
+    monkeypatch.delenv("DEJACACHE_MODE", raising=False)
+    if env is not None:
+        monkeypatch.setenv("DEJACACHE_MODE", env)
+    project_file.write_text(f"[tool.dejacache]\nmode = {written!r}\n")
+    rows = {k: (v, src) for k, v, src in _project.describe(_project.current())}
+    assert rows["mode"][0] == shown
+    assert rows["mode"][1].startswith(source)
+    assert env is not None or rows["mode"][1].endswith("[tool.dejacache]")
+
+
 def test_a_mode_in_neither_vocabulary_lists_both(project_file: pathlib.Path) -> None:
     project_file.write_text("[tool.dejacache]\nmode = 'twice'\n")
     with pytest.raises(ConfigurationError, match=r"auto, replay, record, off .*vcrpy's once"):

@@ -132,7 +132,7 @@ def test_t(dejacache_cassette):
     res.assert_outcomes(failed=1)
     out = res.stdout.str()
     assert "remove them with --dejacache-prune" not in out
-    res.stdout.fnmatch_lines(["unused entries: 1 in 1 cassettes (kept although "
+    res.stdout.fnmatch_lines(["unused entries: 1 in 1 cassette (kept although "
                               "--dejacache-prune was given: a test that does not pass prunes "
                               "nothing):"])
 

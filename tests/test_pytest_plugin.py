@@ -59,7 +59,7 @@ def test_plan(dejacache_cassette):
     res.assert_outcomes(passed=1)
     res.stdout.fnmatch_lines([
         "*dejacache*",
-        "calls: 2 replayed, 0 recorded, 0 missed*",
+        "calls: 2 replayed, 0 recorded, 0 missed (1 cassette use)",
         "replay saved:*2,400 tokens, ~$0.01*",
     ])
 
@@ -165,7 +165,7 @@ def test_t(dejacache_cassette):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SHORT", "1")
         res = run(pytester)
-        res.stdout.fnmatch_lines(["unused entries: 1 in 1 cassettes*"])
+        res.stdout.fnmatch_lines(["unused entries: 1 in 1 cassette (*"])
         path = _cassette(pytester, "test_t")
         assert len(orjson.loads(path.read_bytes())["entries"]) == 2
         pruned = run(pytester, "--dejacache-prune")
@@ -971,6 +971,22 @@ def test_one_precedence_from_the_marker_down_to_the_project_file(
     pytester.makepyfile(test_agent=MODE_SEEN.replace("@MARKER@", marker))
     res = run(pytester, "-s", *([option] if option else []))
     res.stdout.fnmatch_lines([f"*MODE {expected}*"])
+
+
+@pytest.mark.parametrize(("env", "option", "marker"), [
+    ("none", None, ""), ("NONE", None, ""), (None, "--dejacache-mode=none", ""),
+    (None, None, "(mode='none')")])
+def test_vcrpys_none_is_replay_wherever_a_mode_is_read(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, env: str | None,
+        option: str | None, marker: str) -> None:
+    """As ``[tool.dejacache] mode = "none"`` already was: pytest-recording's word for
+    replay only, not refused in the environment, the option or the marker."""
+    pytester.makepyprojecttoml("[tool.dejacache]\nmode = 'record'\n")
+    if env is not None:
+        monkeypatch.setenv("DEJACACHE_MODE", env)
+    pytester.makepyfile(test_agent=MODE_SEEN.replace("@MARKER@", marker))
+    res = run(pytester, "-s", *([option] if option else []))
+    res.stdout.fnmatch_lines(["*MODE replay*"])
 
 
 def test_cassette_dir_and_prices_from_the_project_file(pytester: pytest.Pytester) -> None:

@@ -375,7 +375,25 @@ def describe(project: Project) -> list[tuple[str, Any, str]]:
             rows.append((key.name, value, project.sources.get(key.name, "project file")))
         else:
             rows.append((key.name, key.default, "default"))
+        if key.name == "mode" and rows[-1][2] != "default":
+            rows[-1] = _mode_row(*rows[-1])
     return rows
+
+
+def _mode_row(name: str, written: str, source: str) -> tuple[str, Any, str]:
+    """The mode as dejacache applies it, saying when it was written in vcrpy's words. An
+    environment value that is no mode is shown as written: the commands reading it refuse
+    it, saying why."""
+    try:
+        # (the project file's value was checked as the file was read; the environment's now)
+        mode = resolve_mode(written) if source.startswith("environment") else written
+    except ConfigurationError:
+        return name, written, source
+    if mode == "once":
+        return name, "replay (record when a test's cassette is missing)", f"vcrpy's once, {source}"
+    word = written.strip().lower()
+    resolved = as_mode(mode)
+    return name, resolved, source if resolved == word else f"vcrpy's {word}, {source}"
 
 
 def default_mode(exists: bool = True, otherwise: str = "auto") -> str:

@@ -12,6 +12,7 @@ import pytest
 
 from . import _project, _pytest_vcr
 from . import _pytest_state as state
+from ._core.counts import counted
 from ._lazy import pattern
 from .cassettes import scratch
 from .cassettes._events import INTERRUPTIONS
@@ -192,7 +193,7 @@ def summary_counts(tr: Any, tapes: list[tuple[str, Cassette]], remote: list[dict
         pruned.extend(tuple(u) for u in r.get("pruned", ()))
     tr.write_line(
         f"calls: {total.replayed} replayed, {total.recorded} recorded, {total.missed} missed "
-        f"({len(tapes) or 'xdist'} cassette uses)"
+        f"({counted(len(tapes), 'cassette use') if tapes else 'xdist cassette uses'})"
     )
     if total.replayed:  # (a run that only recorded saved nothing: no line, no price note)
         priced = (f", ~${total.dollars_saved:.2f} (prices as of {_prices_date()}; override "
@@ -203,15 +204,15 @@ def summary_counts(tr: Any, tapes: list[tuple[str, Cassette]], remote: list[dict
         n = sum(u[2] for u in unused)
         how = ("kept although --dejacache-prune was given: a test that does not pass "
                "prunes nothing" if pruning else "remove them with --dejacache-prune")
-        tr.write_line(f"unused entries: {n} in {len(unused)} cassettes ({how}):")
+        tr.write_line(f"unused entries: {n} in {counted(len(unused), 'cassette')} ({how}):")
         for nodeid, path, k in unused[:10]:
             tr.write_line(f"  {k:>4}  {path}  ({nodeid})")
         if len(unused) > 10:
             tr.write_line(f"  ... and {len(unused) - 10} more")
     if pruned:  # --dejacache-prune (or the marker's prune=True) removed them: done
         n = sum(u[2] for u in pruned)
-        tr.write_line(f"pruned: {n} unused entr{'ies' if n != 1 else 'y'} removed from "
-                      f"{len(pruned)} cassette{'s' * (len(pruned) != 1)}")
+        tr.write_line(f"pruned: {counted(n, 'unused entry', 'unused entries')} removed "
+                      f"from {counted(len(pruned), 'cassette')}")
 
 
 def live_summary(parts: list[Partial]) -> str | None:
@@ -227,21 +228,18 @@ def live_summary(parts: list[Partial]) -> str | None:
     calls: dict[tuple[str, str], None] = {}
     for p in parts:
         calls.update(p.calls)
-    return unmatched_note(unmatched, calls, f"in the {len(parts)} cassette test"
-                          f"{'s' if len(parts) != 1 else ''} of this session "
-                          "(--dejacache-live)")
+    return unmatched_note(unmatched, calls, f"in the {counted(len(parts), 'cassette test')} "
+                          "of this session (--dejacache-live)")
 
 
 # ---------------------------------------------------------------- advice for a refused call
 
 
-def placeholder_advice(item: pytest.Item, host: str) -> str | None:
-    """What the placeholder guard tells a test whose call it refused: whether the test has
-    a cassette at all, and whether the call went live on purpose."""
+def placeholder_advice(item: pytest.Item, host: str, keys: str) -> str | None:
+    """What the placeholder guard tells a test whose call it refused (``keys``: the
+    variables to set): whether the test has a cassette at all, and whether the call went
+    live on purpose."""
     tape: Cassette | None = item.stash.get(state.TAPE, None)
-    from .cassettes import placeholder_keys
-
-    keys = placeholder_keys.held()
     if tape is None:
         from .scope import current
 

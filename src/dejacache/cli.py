@@ -153,9 +153,11 @@ def _cmd_clear(args: argparse.Namespace) -> int:
         print(f"nothing to clear: {path} does not exist yet")
         return 0
     store = _store(args)
+    from ._core.counts import counted
+
     n = store.clear(namespace=args.cache_key)
     where = f"namespace {args.cache_key!r} of " if args.cache_key is not None else ""
-    print(f"removed {n} entries from {where}{store.url}")
+    print(f"removed {counted(n, 'entry', 'entries')} from {where}{store.url}")
     return 0
 
 

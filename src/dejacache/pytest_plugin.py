@@ -58,7 +58,7 @@ from . import _pytest_imports  # noqa: F401
 
 # isort: split
 from . import _project, _pytest_state, _pytest_usage, _pytest_vcr
-from ._core.modes import MODES
+from ._core.modes import MODES, option_mode
 from ._pytest_state import cassette_path
 from .cassettes import _events
 from .errors import CassetteError, ConfigurationError, ReplayMiss
@@ -112,9 +112,9 @@ def pytest_addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginMa
         # of every plugin (~300), which cost a run ~0.8M instructions for these 11.
         group.addoption(name, dest=name.removeprefix("--").replace("-", "_"), **attrs)
 
-    addoption("--dejacache-mode", choices=MODES, default=None,
-              help="cassette mode for this run (default: DEJACACHE_MODE, replay under CI, "
-                   "else auto)")
+    addoption("--dejacache-mode", type=option_mode, choices=MODES, default=None,
+              help="cassette mode for this run: auto, replay (vcrpy's none), record or off "
+                   "(default: DEJACACHE_MODE, replay under CI, else auto)")
     addoption("--dejacache-prune", action="store_true", default=False,
               help="remove cassette entries that passing tests did not use")
     addoption("--dejacache-block-network", action="store_true", default=False,
@@ -392,13 +392,13 @@ def adopt_tape(item: pytest.Item, tape: Cassette, finish: Callable[[bool], None]
     item.stash.setdefault(_ADOPTED, []).append((tape, finish))
 
 
-def _explain_refusal(host: str) -> str | None:
+def _explain_refusal(host: str, keys: str) -> str | None:
     item = current_test()
     if item is None:
         return None
     from ._pytest_cassette import placeholder_advice
 
-    return placeholder_advice(item, host)
+    return placeholder_advice(item, host, keys)
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,

@@ -323,7 +323,7 @@ def test_hazards_are_kept_per_session_once_per_place() -> None:
     totals.add(rec, found, hazards)
     (h,) = totals.report().hazards
     assert (h.kind, h.path) == ("time", "system[0].text")
-    assert "1 hazards" in str(totals.report())
+    assert "1 hazard," in str(totals.report())
 
 
 def test_model_change_loses_everything_and_unknown_models_cost_nothing() -> None:
@@ -360,7 +360,7 @@ def test_totals() -> None:
     r = totals.report()
     assert (r.turns, r.breaks, r.prompt_tokens, r.reported_cached) == (2, 1, 4000, 0)
     assert r.hit_ratio == 0.0 and r.cost > 0
-    assert "2 turns, 1 breaks" in str(r)
+    assert "2 turns, 1 break " in str(r)
     assert SessionTotals("x").report().hit_ratio is None
 
 

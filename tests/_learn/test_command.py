@@ -87,7 +87,7 @@ def test_learn_from_miss_applies_the_rule_the_miss_printed(tmp_path: pathlib.Pat
     assert miss.returncode == 1 and "would have made it a hit" in miss.stdout
     fixed = run(proj, "dejacache", "learn", "--from-miss")
     assert fixed.returncode == 0, fixed.stderr
-    assert "re-keyed 1 entries in 1 cassette" in fixed.stdout
+    assert "re-keyed 1 entry in 1 cassette" in fixed.stdout
     assert run(proj, "pytest", "--dejacache-mode=replay").returncode == 0
     again = run(proj, "dejacache", "learn", "--from-miss")  # the passing run noted nothing
     assert again.returncode == 1 and "no replay miss" in again.stderr
@@ -107,7 +107,7 @@ def test_rekey_applies_rules_written_by_hand(tmp_path: pathlib.Path) -> None:
     with (proj / "pyproject.toml").open("a") as fh:
         fh.write("\n[tool.dejacache]\nvolatile = ['re:\\d{4}-\\d{2}-\\d{2}T[\\d:.]+']\n")
     res = run(proj, "dejacache", "rekey")
-    assert res.returncode == 0 and "re-keyed 1 entries in 1 cassette" in res.stdout
+    assert res.returncode == 0 and "re-keyed 1 entry in 1 cassette" in res.stdout
     assert run(proj, "pytest", "--dejacache-mode=replay").returncode == 0
     assert "re-keyed 0 entries" in run(proj, "dejacache", "rekey", "tests").stdout
     assert run(proj, "dejacache", "rekey", "nowhere").returncode == 2
@@ -115,6 +115,23 @@ def test_rekey_applies_rules_written_by_hand(tmp_path: pathlib.Path) -> None:
     damaged.write_text('{"checksums": "xxh3-128", "entries": [')
     res = run(proj, "dejacache", "rekey", "tests")
     assert res.returncode == 1 and "not re-keyed" in res.stdout  # (it was 0: "nothing wrong")
+
+
+def test_rekey_of_a_missing_path_says_so_first(tmp_path: pathlib.Path,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """With no volatile rules in force either, the path is what is wrong: one line on stderr
+    and status 2, as ``show`` and ``verify`` give a missing file (it was the rules' line on
+    stdout and status 0)."""
+    from dejacache.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DEJACACHE_PROJECT", "")  # (no project file: no rules)
+    monkeypatch.delenv("DEJACACHE_VOLATILE", raising=False)
+    assert main(["rekey", str(tmp_path / "missing")]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == f"dejacache rekey: {tmp_path / 'missing'}: no such file or directory\n"
 
 
 def test_every_command_refuses_a_misspelt_project_key(tmp_path: pathlib.Path) -> None:

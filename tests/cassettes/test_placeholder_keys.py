@@ -46,6 +46,7 @@ def test_live_call_with_the_placeholder_is_refused():
     assert blocked, chain
     assert "placeholder credential" in str(blocked[0])
     assert "OPENAI_API_KEY" in str(blocked[0])
+    assert "ANTHROPIC_API_KEY" not in str(blocked[0])  # the variable this call used, only
 """
 
 
@@ -203,3 +204,43 @@ async def test_the_guard_refuses_the_placeholder_on_every_transport(
     finally:
         placeholder_keys.withdraw(keys, {})
     assert loopback.count() == 1
+
+
+_BEDROCK = "https://bedrock-runtime.us-east-1.amazonaws.com/model/m/converse"
+_GEMINI = "https://generativelanguage.googleapis.com/v1beta/models/g:generateContent"
+
+
+@pytest.mark.parametrize(("url", "headers", "named"), [
+    ("https://api.openai.com/v1/chat/completions",
+     {"authorization": f"Bearer {PLACEHOLDER}"}, "OPENAI_API_KEY was unset"),
+    ("https://api.anthropic.com/v1/messages", {"x-api-key": PLACEHOLDER},
+     "ANTHROPIC_API_KEY was unset"),
+    (_GEMINI, {"x-goog-api-key": PLACEHOLDER}, "GEMINI_API_KEY was unset"),
+    (_GEMINI + f"?key={PLACEHOLDER}", {}, "GEMINI_API_KEY was unset"),
+    ("https://generativelanguage.googleapis.com/v1beta/openai/chat/completions",
+     {"authorization": f"Bearer {PLACEHOLDER}"}, "GEMINI_API_KEY was unset"),
+    (_BEDROCK, {"authorization": f"AWS4-HMAC-SHA256 Credential={PLACEHOLDER}/20261205/"},
+     "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY were unset"),
+    # nowhere an SDK puts its key: every variable holding a placeholder
+    ("http://127.0.0.1:9/v1", {"x-custom": PLACEHOLDER},
+     " / ".join(placeholder_keys.KEY_VARIABLES) + " were unset"),
+])
+def test_the_refusal_names_the_variable_the_request_used(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any, url: str, headers: dict[str, str],
+        named: str) -> None:
+    """It listed all five whatever the host: the user had to work out which to set."""
+    import httpx
+
+    from dejacache.errors import NetworkBlocked
+
+    for var in (*placeholder_keys.KEY_VARIABLES, *placeholder_keys._AWS, "GOOGLE_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    for var, path in _no_aws_files(tmp_path).items():
+        monkeypatch.setenv(var, path)
+    got = placeholder_keys.supply()
+    try:
+        with pytest.raises(NetworkBlocked) as info:
+            placeholder_keys.check(httpx.Request("POST", url, headers=headers))
+    finally:
+        placeholder_keys.withdraw(got)
+    assert f"({named})" in str(info.value)

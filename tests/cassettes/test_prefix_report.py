@@ -46,7 +46,7 @@ def test_report_names_sessions_hit_ratio_and_top_breakers(
     assert "2 cassettes, 3 sessions, 3 prefix breaks" in out
     assert "rebuilt.json#1: 4 turns, 3 breaks" in out
     assert "frozen.json#1: 4 turns, 0 breaks" in out
-    assert "frozen.json#2: 1 turns, 0 breaks ($0.0000), 1 hazards" in out
+    assert "frozen.json#2: 1 turn, 0 breaks ($0.0000), 1 hazard," in out
     assert "hazards:\n" in out and "1x below_minimum" in out
     # each conversation's clock, flagged on its first turn
     assert "1x timestamp     `system[0].text` at offset 7,755: `2026-05-01 12:04:31`" in out
@@ -73,9 +73,9 @@ def test_per_cassette_and_single_file(recorded: pathlib.Path,
                                       capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["prefix-report", str(recorded / "frozen.json"), "--per-cassette"]) == 0
     out = capsys.readouterr().out
-    assert "1 cassettes, 1 sessions" in out
+    assert "1 cassette, 1 session, " in out
     # the unrelated call now "modifies" the conversation (and is below the minimum)
-    assert "frozen.json#1: 5 turns, 1 breaks ($0.0031), 2 hazards" in out
+    assert "frozen.json#1: 5 turns, 1 break ($0.0031), 2 hazards" in out
 
 
 def test_unreadable_target_is_one_line(tmp_path: pathlib.Path,

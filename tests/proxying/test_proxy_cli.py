@@ -147,6 +147,12 @@ def test_a_bad_argument_is_one_line(capsys: pytest.CaptureFixture[str], args: li
     assert status != 0 and says in one_line(err)
 
 
+@pytest.mark.parametrize("written", ["none", "replay"])
+def test_vcrpys_none_is_replay_as_dejacache_mode_takes_it(written: str) -> None:
+    args = build_parser().parse_args(["proxy", "--mode", written])
+    assert args.mode == "replay"
+
+
 def test_the_timeouts_reach_the_proxy_as_given_else_their_defaults() -> None:
     parse = build_parser().parse_args
     given = config_from_args(parse(["proxy", "--read-timeout", "1.5", "--idle-timeout", "2",

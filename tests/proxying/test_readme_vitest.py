@@ -42,6 +42,16 @@ def test_the_section_holds_a_test_file_and_three_commands() -> None:
     assert "```sh\n" + "\n".join(commands) + "\n```" in page
 
 
+def test_the_first_command_says_how_many_files_it_copies(tmp_path: pathlib.Path) -> None:
+    from dejacache.cli import main
+
+    assert main(["proxy", "--node-helper", str(tmp_path)]) == 0
+    copied = sorted(p.name for p in tmp_path.iterdir())
+    assert copied == ["dejacache-proxy.d.mts", "dejacache-proxy.mjs"]
+    said = {1: "(one file, ", 2: "(two files, "}[len(copied)]
+    assert said in section()[1][0]
+
+
 def node_test_recipe() -> str:
     blocks = re.findall(r"```js\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.S)
     assert len(blocks) == 1 and blocks[0].startswith("// agent.test.mjs (node --test)")

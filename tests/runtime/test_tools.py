@@ -109,3 +109,15 @@ def test_an_ignored_name_that_is_no_parameter_is_refused_naming_the_one_meant() 
     cached = dejacache.tool_cache(resource="cart", scope="global", ignore=["verbose"])(get_cart)
     assert cached(7) == cached(7, verbose=True) == {"user_id": 7}
     assert dejacache.runtime_stats().by_tool["get_cart"].hits >= 1
+
+
+@pytest.mark.parametrize("resource", ["", "  ", 3, b"cart"])
+def test_a_resource_that_names_nothing_is_refused_naming_the_argument(resource: Any) -> None:
+    """``resource=""`` was read as "not given": the tool cached under its own name, which
+    no ``@invalidates`` of the resource meant reached."""
+    with pytest.raises(dejacache.ConfigurationError, match="tool_cache resource= must be a "
+                                                           "non-empty string"):
+        dejacache.tool_cache(resource=resource)
+    with pytest.raises(dejacache.ConfigurationError, match=r"invalidates\(\) resource must "
+                                                           "be a non-empty string"):
+        dejacache.invalidates(resource)

@@ -4,7 +4,10 @@ Imports nothing heavy: the pytest plugin reads it in every run, cassettes or not
 
 A project file may name a mode in vcrpy's words too (``dejacache_mode = none`` in a suite
 moved from pytest-recording): :func:`project_mode` checks either vocabulary and
-:func:`as_mode` turns it into dejacache's once the cassette's existence is known.
+:func:`as_mode` turns it into dejacache's once the cassette's existence is known. vcrpy's
+``none`` means ``replay`` wherever a mode is read (``DEJACACHE_MODE``, ``configure()``, a
+scope, a marker, a command-line option): it needs no cassette to be known, and a
+pytest-recording user's ``--record-mode=none`` is their word for replay only.
 """
 
 from __future__ import annotations
@@ -17,8 +20,8 @@ TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["MODES", "VCR_MODES", "as_mode", "in_ci", "project_mode", "resolve_mode",
-           "vcr_mode"]
+__all__ = ["MODES", "VCR_MODES", "as_mode", "in_ci", "option_mode", "project_mode",
+           "resolve_mode", "vcr_mode"]
 
 MODES: Final = ("auto", "replay", "record", "off")
 #: vcrpy's record modes, as pytest-recording's ``--record-mode`` takes them (``rewrite``:
@@ -34,10 +37,20 @@ def _text(mode: object, where: str, expected: str) -> str:
 
 
 def resolve_mode(mode: str, *, where: str = "mode") -> str:
+    """A mode in dejacache's words, or vcrpy's ``none`` (-> ``replay``)."""
     m = _text(mode, where, ", ".join(MODES))
+    if m == "none":
+        return "replay"
     if m not in MODES:
-        raise ConfigurationError(f"unknown {where} {mode!r}; expected one of {', '.join(MODES)}")
+        raise ConfigurationError(f"unknown {where} {mode!r}; expected one of {', '.join(MODES)}"
+                                 " (or vcrpy's none: replay)")
     return m
+
+
+def option_mode(text: str) -> str:
+    """A command-line option's mode as argparse's ``type=``: vcrpy's ``none`` as ``replay``,
+    the rest left for ``choices=MODES`` to check (and refuse with the list)."""
+    return "replay" if text.strip().lower() == "none" else text
 
 
 def in_ci() -> bool:

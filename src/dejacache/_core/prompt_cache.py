@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from .cache_rules import EXPLICIT, CacheRules, rules_for
+from .counts import counted
 from .hazards import PrefixHazard, scan
 from .prefix import Difference, Prefix, compare
 
@@ -382,8 +383,9 @@ class SessionReport:
     def __str__(self) -> str:
         hit = "not reported" if self.hit_ratio is None else f"{self.hit_ratio:.0%}"
         local = f" ({self.local_turns} answered by dejacache)" if self.local_turns else ""
-        hazards = f", {len(self.hazards)} hazards" if self.hazards else ""
-        return (f"{self.session}: {self.turns} turns{local}, {self.breaks} breaks "
+        hazards = f", {counted(len(self.hazards), 'hazard')}" if self.hazards else ""
+        return (f"{self.session}: {counted(self.turns, 'turn')}{local}, "
+                f"{counted(self.breaks, 'break')} "
                 f"(${self.cost:.4f}){hazards}, cached {self.reported_cached or 0:,}/"
                 f"{self.prompt_tokens:,} tokens reported ({hit}), "
                 f"{self.expected_cached:,} expected ({self.expected_ratio:.0%})")

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .. import _project
+from .._core.counts import counted
 from ..errors import ConfigurationError
 from .masking import Rules
 from .recordings import Recordings
@@ -69,7 +70,7 @@ def _write(rules: Sequence[str], root: pathlib.Path, project: _project.Project,
     out = []
     if added:
         atomic_write(path, new.encode("utf-8"))
-        out.append(f"wrote {len(added)} rule{'s' * (len(added) != 1)} to {path} "
+        out.append(f"wrote {counted(len(added), 'rule')} to {path} "
                    "[tool.dejacache] volatile")
     else:
         out.append(f"{path} [tool.dejacache] volatile has every rule already")
@@ -95,13 +96,14 @@ def _shown(path: pathlib.Path, root: pathlib.Path) -> str:
 def _rekeyed(done: list[Rekeyed], root: pathlib.Path) -> list[str]:
     changed = [r for r in done if r.changed]
     kept = sum(r.kept for r in done)
-    out = [f"re-keyed {sum(r.changed for r in changed)} entries in {len(changed)} "
-           f"cassette{'s' * (len(changed) != 1)} (of {len(done)} read)"]
+    out = [f"re-keyed {counted(sum(r.changed for r in changed), 'entry', 'entries')} in "
+           f"{counted(len(changed), 'cassette')} (of {len(done)} read)"]
     for r in changed[:10]:
         out.append(f"  {_shown(r.path, root)}: {r.changed}")
     if kept:
-        out.append(f"  {kept} entries keep their key: their stored request does not give it "
-                   "back (masked credentials, substitute= placeholders); re-record those")
+        out.append(f"  {counted(kept, 'entry', 'entries')} kept as keyed: the stored request "
+                   "does not give the key back (masked credentials, substitute= "
+                   "placeholders); re-record those")
     for r in done:
         if _unkeyed(r):
             out.append(f"  not re-keyed: {r.problem}")
@@ -252,6 +254,10 @@ def add_learn(sub: Any) -> None:
 def _cmd_rekey(args: argparse.Namespace) -> int:
     from ..config import global_volatile, global_volatile_source
 
+    for raw in args.paths:  # first: a typo in a path says so, whatever the rules
+        if not pathlib.Path(raw).exists():
+            print(f"dejacache rekey: {raw}: no such file or directory", file=sys.stderr)
+            return 2
     project = _project.current()
     items = [i for i in global_volatile(project) if isinstance(i, str)]
     rules = Rules(items)
@@ -259,10 +265,6 @@ def _cmd_rekey(args: argparse.Namespace) -> int:
         print(f"dejacache rekey: no volatile rules in force ({global_volatile_source()})")
         return 0
     root = _root(project)
-    for raw in args.paths:
-        if not pathlib.Path(raw).exists():
-            print(f"dejacache rekey: {raw}: no such file or directory", file=sys.stderr)
-            return 2
     files = (list(cassette_files(pathlib.Path(p) for p in args.paths)) if args.paths
              else _project_cassettes(root, project))
     print(f"rules ({global_volatile_source()}): {len(items)}")

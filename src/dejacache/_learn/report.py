@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._core.counts import counted
 from .._core.diff import short
 from .diffs import CREDENTIAL, ORDER, QUOTED, STRUCTURE, Difference
 from .recordings import Recordings
@@ -36,21 +37,22 @@ def _other(d: Difference) -> str:
 
 
 def lines(p: Proposal, rec: Recordings, files: int) -> list[str]:
-    out = [f"dejacache learn: compared {p.calls} calls in {files} cassettes of two runs; "
+    out = [f"dejacache learn: compared {counted(p.calls, 'call')} in "
+           f"{counted(files, 'cassette')} of two runs; "
            f"{p.differing_before} differed"]
     if rec.echoes:
-        out.append(f"  {rec.echoes} quotes of earlier answers told apart (answers replay "
-                   "as recorded: not volatile)")
+        out.append(f"  {counted(rec.echoes, 'quote')} of earlier answers told apart "
+                   "(answers replay as recorded: not volatile)")
     if rec.only_one_run:
-        out.append(f"  {len(rec.only_one_run)} cassettes written by one run only (a test "
-                   f"failed or was skipped once), not compared: {', '.join(rec.only_one_run[:3])}"
+        out.append(f"  {counted(len(rec.only_one_run), 'cassette')} written by one run only "
+                   "(a test failed or was skipped once), not compared: "
+                   f"{', '.join(rec.only_one_run[:3])}"
                    + (" ..." if len(rec.only_one_run) > 3 else ""))
     if p.rules:
         out.append(f"rules ({len(p.rules)}):")
         for r in p.rules:
             out.append(f"  {r.text}")
-            out.append(f"      {r.what}: {len(r.explains)} place"
-                       f"{'s' * (len(r.explains) != 1)}")
+            out.append(f"      {r.what}: {counted(len(r.explains), 'place')}")
             out += _places(r.explains, "        ")
     else:
         out.append("no rules: nothing that differs between the runs is volatile text")

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import orjson
 
+from .._core.counts import counted
 from ..errors import CassetteError, ConfigurationError
 from .ageing import resolve as resolve_ageing
 from .expiry import age_line
@@ -113,7 +114,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
     if view is None:
         return 2
     _warn_if_damaged("show", view)
-    out.line(f"{args.file}: {view.num_steps} calls, {view.num_values} shared values", "bold")
+    out.line(f"{args.file}: {counted(view.num_steps, 'call')}, "
+             f"{counted(view.num_values, 'shared value')}", "bold")
     out.line(_totals(view))
     _show_blobs(out, view)
     now, max_age = time.time(), _max_age()
@@ -213,12 +215,12 @@ def _cmd_scan(args: argparse.Namespace) -> int:
                 out.line(str(finding), "red")
     if found:
         if not args.quiet:
-            out.line(f"dejacache scan: {found} finding{'s' * (found != 1)} in {dirty} of "
-                     f"{len(files)} file{'s' * (len(files) != 1)}; redact them "
+            out.line(f"dejacache scan: {counted(found, 'finding')} in {dirty} of "
+                     f"{counted(len(files), 'file')}; redact them "
                      "(cassette(redact=...)) and re-record", "bold red")
         return 1
     if not args.quiet:
-        out.line(f"dejacache scan: {len(files)} file{'s' * (len(files) != 1)} clean")
+        out.line(f"dejacache scan: {counted(len(files), 'file')} clean")
     return 0
 
 

@@ -66,14 +66,47 @@ def carries_placeholder(request: Any) -> bool:
 
 #: Asked (innermost last) what a refused request was part of: the pytest plugin names the
 #: test, and says whether it has a cassette and whether the call went live on purpose.
-#: Each takes the host and returns the advice to give, or None to leave it to the next.
-EXPLAIN: list[Callable[[str], str | None]] = []
+#: Each takes the host and the variables to set (as :func:`held` writes them) and returns
+#: the advice to give, or None to leave it to the next.
+EXPLAIN: list[Callable[[str, str], str | None]] = []
 
 
 def held() -> str:
     """The variables holding a placeholder now, as a message names them (all it may set
     when none does)."""
     return " / ".join(n for n in KEY_VARIABLES if n in _OUT) or " / ".join(KEY_VARIABLES)
+
+
+def _carrier(request: Any) -> tuple[str, ...]:
+    """The variables the placeholder a request carries came from, by where each SDK sends
+    its credential (all placeholders are one text, so the place tells them apart)."""
+    url = str(request.url)
+    host = str(request.url.host)
+    for name, value in request.headers.items():
+        if PLACEHOLDER not in value:
+            continue
+        name = name.lower()
+        if name == "x-api-key":
+            return ("ANTHROPIC_API_KEY",)
+        if name == "x-goog-api-key":
+            return ("GEMINI_API_KEY",)
+        if name == "authorization" and value.startswith("AWS4-"):
+            return _AWS[:2]
+        if name == "authorization":  # a bearer token: OpenAI's, or Gemini's OpenAI-style API
+            return ("GEMINI_API_KEY",) if host.endswith("googleapis.com") else ("OPENAI_API_KEY",)
+    if PLACEHOLDER in url:  # a presigned AWS URL, or Gemini's ?key=
+        return _AWS[:2] if "X-Amz-Credential" in url else ("GEMINI_API_KEY",)
+    return ()
+
+
+def _to_set(request: Any) -> str:
+    """The variables to set for ``request``: the one it used when dejacache holds it, else
+    every one holding a placeholder (a request to an unknown host in an unknown place)."""
+    try:
+        named = [n for n in _carrier(request) if n in _OUT]
+    except AttributeError:  # not a request shape we know
+        named = []
+    return " / ".join(named) or held()
 
 
 def check(request: Any) -> None:
@@ -85,14 +118,16 @@ def check(request: Any) -> None:
 
 def _refuse(request: Any) -> None:
     host = str(request.url.host)
+    keys = _to_set(request)
     advice = None
     for explain in reversed(EXPLAIN):
-        advice = explain(host)
+        advice = explain(host, keys)
         if advice:
             break
+    verb = "were" if " / " in keys else "was"
     raise NetworkBlocked(
         f"dejacache refused a live request to {host}: it carries the placeholder credential "
-        f"dejacache sets while tests replay ({held()} were unset). "
+        f"dejacache sets while tests replay ({keys} {verb} unset). "
         + (advice or "A call that misses the cassette needs a real key: set the variable and "
            "re-record locally with --dejacache-mode=record."),
         source=host,

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
+from .._core.counts import counted
 from .._core.prefix import Prefix, api_of, build_prefix
 from .._core.prompt_cache import PrefixBreak, SessionReport, SessionState, SessionTotals, read_usage
 from ..errors import CassetteError
@@ -203,7 +204,8 @@ def _cmd(args: argparse.Namespace) -> int:
         }
         print(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode())
         return 0
-    print(f"{len(paths)} cassettes, {len(reports)} sessions, {len(breaks)} prefix breaks")
+    print(f"{counted(len(paths), 'cassette')}, {counted(len(reports), 'session')}, "
+          f"{counted(len(breaks), 'prefix break')}")
     for r in reports.values():
         print(f"  {r}")
     if ranked:

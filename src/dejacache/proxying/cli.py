@@ -1,10 +1,10 @@
 """``dejacache proxy`` and ``dejacache mcp-proxy``: their arguments, checked before anything
 starts.
 
-Registering the commands imports nothing but ``argparse``: the server (asyncio, httpx, the
-cassettes) is imported when the command runs. A bad argument is one line on stderr and exit
-status 2, as a port in use or a damaged cassette is one line and status 1: never a
-traceback.
+Registering the commands imports nothing but ``argparse`` and the modes' vocabulary: the
+server (asyncio, httpx, the cassettes) is imported when the command runs. A bad argument is
+one line on stderr and exit status 2, as a port in use or a damaged cassette is one line and
+status 1: never a traceback.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import shlex
 import sys
 from typing import Any, NoReturn
 
+from .._core.modes import MODES, option_mode
+
 __all__ = ["add_proxy_commands"]
 
-_MODES = ("auto", "replay", "record", "off")
 # Left out of the command a miss report says re-records: the mode it sets itself, and what
 # belonged to that one run (a ready file in a temporary directory, a port then free).
 _NOT_AGAIN = frozenset({"--mode", "--ready-file", "--port"})
@@ -32,8 +33,8 @@ def _one_line_errors(p: argparse.ArgumentParser) -> None:
 
 
 def _add_cassette_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mode", choices=_MODES, default=None,
-                   help="auto (replay hits, record misses), replay, record, off "
+    p.add_argument("--mode", type=option_mode, choices=MODES, default=None,
+                   help="auto (replay hits, record misses), replay (vcrpy's none), record, off "
                         "(default: DEJACACHE_MODE, replay when CI is set, else auto)")
     p.add_argument("--strict", action="store_true",
                    help="calls must follow the recorded order; a divergence is a miss")

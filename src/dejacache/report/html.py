@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from .._core.counts import counted
 from .model import Drift, Missed, Run, Step
 
 __all__ = ["render_drift", "render_runs"]
@@ -243,7 +244,8 @@ def _blobs(run: Run) -> str:
         f"{'missing' if b.size < 0 else _num(b.size)}</td><td>{_e(b.kind)}</td>"
         f"<td>{_e(', '.join(f'#{i}' for i in b.steps))}</td></tr>" for b in found)
     total = sum(b.size for b in found if b.size > 0)
-    return (f"<h3>Blobs</h3><p class=\"mut\">{len(found)} payloads kept once by hash in "
+    return (f"<h3>Blobs</h3><p class=\"mut\">{counted(len(found), 'payload')} kept once by "
+            "hash in "
             f"<code>blobs/</code> beside the cassette, {_num(total)} bytes</p><table><thead>"
             "<tr><th>hash</th><th class=\"num\">bytes</th><th>type</th><th>steps</th></tr>"
             f"</thead><tbody>{rows}</tbody></table>")
@@ -339,7 +341,7 @@ def render_drift(d: Drift, title: str = "dejacache drift report") -> str:
     changed = "".join(
         f"<details class=\"changed\"{' open' if len(lines) <= 12 else ''}><summary>"
         f"<code>{_e(old.label)}</code> → "
-        f"<code>{_e(new.label)}</code> ({len(lines)} fields{_token_change(old, new)})"
+        f"<code>{_e(new.label)}</code> ({counted(len(lines), 'field')}{_token_change(old, new)})"
         "</summary><ul>"
         + "".join(f"<li><code>{_e(line)}</code></li>" for line in lines) + "</ul></details>"
         for old, new, lines in d.changed) or "<p class=\"mut\">none</p>"

@@ -30,6 +30,15 @@ def tool_names(fn: Callable[..., Any], name: str | None) -> tuple[str, str]:
     return (name or f"{module}.{qual}"), (name or short)
 
 
+def resource_name(resource: object, where: str) -> None:
+    """Refuse a resource that names nothing: ``tool_cache(resource="")`` read as "not given"
+    put the tool under its own name, so an ``@invalidates("")`` (or the resource the user
+    meant) never reached its entries."""
+    if not isinstance(resource, str) or not resource.strip():
+        raise ConfigurationError(f"{where} must be a non-empty string naming what the tool "
+                                 f"reads or writes, not {resource!r}")
+
+
 def probe(fn: Callable[..., Any]) -> Any:
     """What to ask whether ``fn`` is a coroutine or generator function."""
     target = _unwrapped(fn)

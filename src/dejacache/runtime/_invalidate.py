@@ -15,7 +15,7 @@ from ..keys import KeyBuilder
 from ..stores._protocols import Store
 from . import metrics as m
 from ._binding import Template
-from ._decorate import F, function_only, probe, tool_names
+from ._decorate import F, function_only, probe, resource_name, tool_names
 from ._layout import ANY_TENANT, GLOBAL, WRITTEN, Gens, reader_stores, write_counters
 from ._tracing import (
     Args,
@@ -138,6 +138,7 @@ def invalidates(
     ``store`` as ``tool_cache(store=...)`` takes it: a ``Store`` or a URL. ``key_self``: as
     ``@tool``'s, for the loop guard's digest of a method's call.
     """
+    resource_name(resource, "invalidates() resource")
 
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
         function_only(f, "invalidates")

@@ -22,7 +22,7 @@ from ..config import Duration
 from ..errors import ConfigurationError
 from ..stores._protocols import Store
 from ._cached import ToolCache, wrap_cached
-from ._decorate import F, function_only
+from ._decorate import F, function_only, resource_name
 from ._invalidate import invalidates
 from ._layout import write_counters as _counter_names_w  # noqa: F401  (tests pin names)
 from ._tracing import tool
@@ -99,6 +99,8 @@ def tool_cache(
             f"tool_cache ignore= takes a list of parameter names, not the string {ignore!r} "
             f"(write ignore=[{ignore!r}])")
     ignore = tuple(ignore)
+    if resource is not None:  # (left out: the tool's name)
+        resource_name(resource, "tool_cache resource=")
 
     def deco(f: Callable[..., Any]) -> Callable[..., Any]:
         function_only(f, "tool_cache")
