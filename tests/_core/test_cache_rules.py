@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
+import dejacache
 from dejacache._core import cache_rules
 from dejacache._core.cache_rules import (
     AUTOMATIC,
@@ -110,6 +111,26 @@ def test_overrides_change_one_field_and_what_the_monitor_reads() -> None:
 def test_a_malformed_override_names_itself() -> None:
     with pytest.raises(ValueError, match=r"claude-x.*provider:family"):
         set_cache_rules({"claude-x": {"minimum": 1}})
+
+
+@pytest.mark.parametrize(("rows", "says"), [
+    ({"anthropic:claude-x": {"minimum": "2048"}}, r"minimum='2048'; it must be a int >= 0"),
+    ({"anthropic:claude-x": {"minimun": 2048}}, r"'minimun' is not a rule field.*'minimum'"),
+    ({"anthropic:claude-x": {"read": -0.1}}, r"read=-0.1; it must be a float >= 0"),
+    ({"anthropic:claude-x": {"read": float("nan")}}, r"read=nan"),
+    ({"anthropic:claude-x": {"mode": "auto"}}, r"mode='auto'; it must be one of automatic"),
+    ({"anthropic:claude-x": {"family": "y"}}, r"'family' is not a rule field"),
+    ({"anthropic:claude-x": 2048}, r"as a mapping"),
+    ([{"minimum": 1}], r"not a CacheRules row"),
+    ({"anthropic:claude-x": {"minimum": 9}, "claude-y": {"minimum": 1}}, r"provider:family"),
+])
+def test_an_override_the_model_cannot_use_is_refused_where_it_is_given(rows: object,
+                                                                        says: str) -> None:
+    """It was taken (``"2048"`` as a minimum, a negative price: a later plan compared text
+    with numbers or predicted negative costs) or failed as a bare TypeError."""
+    with pytest.raises(dejacache.ConfigurationError, match=says):
+        set_cache_rules(rows)  # type: ignore[arg-type]
+    assert rules_for("anthropic", "claude-x").minimum == 1024  # nothing half applied
 
 
 def test_lifetimes_follow_what_the_request_asks() -> None:

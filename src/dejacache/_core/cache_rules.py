@@ -65,6 +65,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..errors import ConfigurationError
+
 __all__ = ["AUTOMATIC", "BREAKPOINTS", "EXPLICIT", "IMPLICIT", "READ_ON", "RULES", "CacheRules",
            "model_id", "rules_for", "set_cache_rules", "table"]
 
@@ -210,24 +212,73 @@ def set_cache_rules(rows: Iterable[CacheRules] | Mapping[str, Mapping[str, Any]]
     """Add or change rows: :class:`CacheRules` objects, or ``{"provider:family": {field:
     value}}``, which changes those fields of the row ``rules_for`` gives for that family
     (a new family starts as a copy of it). ``replace=True`` restores the built-in table
-    first."""
+    first. Every row is checked before any is applied: a refused call changes nothing."""
+    changed = dict(rows) if isinstance(rows, Mapping) else None
+    given: list[Any] = [] if changed is not None else list(rows)
+    for name, changes in (changed or {}).items():
+        _check_changes(name, changes)
+    for row in given:
+        if not isinstance(row, CacheRules):
+            raise ConfigurationError(f"set_cache_rules: {row!r} is not a CacheRules row (or "
+                                     "pass {'provider:family': {field: value}})")
     _FOUND.clear()
     if replace:
         RULES.clear()
         RULES.update(_BUILT_IN)
-    if isinstance(rows, Mapping):
-        for name, changes in rows.items():
-            provider, sep, family = name.partition(":")
-            if not sep or not provider:
-                raise ValueError(f"set_cache_rules: {name!r}: name rows 'provider:family', "
-                                 "e.g. 'anthropic:claude-sonnet-4-6'")
+    if changed is not None:
+        for name, changes in changed.items():
+            provider, _, family = name.partition(":")
             base = rules_for(provider, family)
             _FOUND.clear()
             RULES[(provider, family)] = dataclasses.replace(
                 base, provider=provider, family=family, **dict(changes))
         return
-    for row in rows:
+    for row in given:
         RULES[(row.provider, row.family)] = row
+
+
+_MODES = frozenset({BREAKPOINTS, AUTOMATIC, IMPLICIT, EXPLICIT})
+
+
+def _check_changes(name: Any, changes: Any) -> None:
+    """Refuse an override the model could not use (a misspelt field, a count given as text,
+    a negative price) where it is given, not as a wrong number or a crash in a later plan."""
+    if type(name) is not str or ":" not in name or not name.partition(":")[0]:
+        raise ConfigurationError(f"set_cache_rules: {name!r}: name rows 'provider:family', "
+                                 "e.g. 'anthropic:claude-sonnet-4-6'")
+    if not isinstance(changes, Mapping):
+        raise ConfigurationError(f"set_cache_rules: {name!r}: give the fields to change as a "
+                                 f"mapping ({{'minimum': 2048}}), not {changes!r}")
+    fields = {f.name: f for f in dataclasses.fields(CacheRules)}
+    for field, value in changes.items():
+        f = fields.get(field)
+        if f is None or field in ("provider", "family"):
+            from .._suggest import did_you_mean
+
+            known = [n for n in fields if n not in ("provider", "family")]
+            raise ConfigurationError(
+                f"set_cache_rules: {name!r}: {field!r} is not a rule field ({', '.join(known)})"
+                f"{did_you_mean(str(field), known)}")
+        if not _valid(field, f.type, value):
+            wanted = (f"one of {', '.join(sorted(_MODES))}" if field == "mode"
+                      else f"a {f.type}" + (" >= 0" if "int" in f.type or "float" in f.type
+                                            else ""))
+            raise ConfigurationError(
+                f"set_cache_rules: {name!r}: {field}={value!r}; it must be {wanted}")
+
+
+def _valid(field: str, kind: Any, value: Any) -> bool:
+    if field == "mode":
+        return value in _MODES
+    if value is None:
+        return "None" in str(kind)
+    if "bool" in str(kind):
+        return type(value) is bool
+    if "int" in str(kind):
+        return type(value) is int and value >= 0
+    if "float" in str(kind):
+        return type(value) in (int, float) and value >= 0 and value == value
+    return isinstance(value, str)
 
 
 def table() -> list[CacheRules]:
