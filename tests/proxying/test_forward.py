@@ -41,6 +41,7 @@ import dejacache
 from dejacache._core.ageing import stamp
 from dejacache.cassettes import ageing
 from dejacache.cassettes.document import load_document
+from dejacache.cassettes.placeholder_keys import PLACEHOLDER as PLACEHOLDER_KEY
 from dejacache.cassettes.render import render
 from dejacache.errors import CassetteError
 from dejacache.http import transport
@@ -921,3 +922,19 @@ async def test_a_request_body_that_would_decode_to_a_bomb_is_relayed_and_keyed_a
     assert [b["size"] for b in stored] == [len(b) for b in bombs]
     assert all(set(b) == {"xxh3_128", "size"} for b in stored)
     assert stored[0]["xxh3_128"] != stored[1]["xxh3_128"]
+
+
+@pytest.mark.parametrize(("headers", "named", "not_named"), [
+    ({"x-api-key": PLACEHOLDER_KEY}, "ANTHROPIC_API_KEY was unset", "OPENAI_API_KEY"),
+    ({"authorization": f"Bearer {PLACEHOLDER_KEY}"}, "OPENAI_API_KEY was unset",
+     "ANTHROPIC_API_KEY"),
+])
+def test_a_live_call_with_the_placeholder_key_names_the_variable_it_came_from(
+        session_for: Open, fake: FakeProvider, headers: dict[str, str], named: str,
+        not_named: str) -> None:
+    # The refusal named OPENAI_API_KEY / ANTHROPIC_API_KEY whatever the call (and none of
+    # the three others the proxy sets for its command); it goes by where the key was sent.
+    s = session_for("placeholder", fake)
+    r = post(f"{s.url}/anthropic/v1/messages", {"model": "m", "messages": []}, **headers)
+    assert r.status_code >= 500 and named in r.text and not_named not in r.text
+    assert fake.count() == 0

@@ -32,8 +32,8 @@ from typing import Any
 
 from ..errors import NetworkBlocked
 
-__all__ = ["EXPLAIN", "KEY_VARIABLES", "PLACEHOLDER", "carries_placeholder", "check", "held",
-           "supply", "withdraw"]
+__all__ = ["EXPLAIN", "KEY_VARIABLES", "PLACEHOLDER", "carrier_of", "carries_placeholder", "check",
+           "held", "proxy_refusal", "supply", "withdraw"]
 
 # Not secret-shaped (no ``sk-`` prefix), so ``dejacache scan`` and redaction leave it alone
 # and nobody mistakes it for a leaked key.
@@ -80,9 +80,22 @@ def held() -> str:
 def _carrier(request: Any) -> tuple[str, ...]:
     """The variables the placeholder a request carries came from, by where each SDK sends
     its credential (all placeholders are one text, so the place tells them apart)."""
-    url = str(request.url)
-    host = str(request.url.host)
-    for name, value in request.headers.items():
+    return carrier_of(str(request.url), str(request.url.host), request.headers.items())
+
+
+def proxy_refusal(what: str, url: str, host: str, headers: Iterable[tuple[str, str]]) -> str:
+    """Why the proxy refused a live ``what`` (call, WebSocket) carrying the placeholder it
+    gave its command, naming the variable the credential's place says it came from (every
+    one it sets when the place does not tell)."""
+    names = " / ".join(carrier_of(url, host, headers)) or " / ".join(KEY_VARIABLES)
+    verb = "were" if " / " in names else "was"
+    return (f"this {what} to {host} would go live with the placeholder API key the proxy gave "
+            f"its command for replaying ({names} {verb} unset): set the key and record again")
+
+
+def carrier_of(url: str, host: str, headers: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    """:func:`_carrier` of a request given by parts."""
+    for name, value in headers:
         if PLACEHOLDER not in value:
             continue
         name = name.lower()

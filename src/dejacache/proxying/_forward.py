@@ -32,7 +32,7 @@ import orjson
 
 from .._core.spellings import spellings
 from .._secrets import mask_text, placeholder
-from ..cassettes.placeholder_keys import carries_placeholder
+from ..cassettes.placeholder_keys import carries_placeholder, proxy_refusal
 from ..errors import ConfigurationError, ReplayDivergence, ReplayMiss
 from ..http._libs import Lib
 from ..http._passing import Passing, ahanded, aread_bounded
@@ -197,10 +197,8 @@ class Forwarder:
             # ``current_task()``: one pass of the loop, then the task is the current one.
             await asyncio.sleep(0)
             if carries_placeholder(hreq):
-                raise ConfigurationError(
-                    "this call would go live with the placeholder API key the proxy gave its "
-                    "command for replaying (OPENAI_API_KEY / ANTHROPIC_API_KEY were unset): "
-                    "set the key and record again")
+                raise ConfigurationError(proxy_refusal(
+                    "call", str(hreq.url), str(hreq.url.host), hreq.headers.items()))
             hreq.headers[FORWARDED] = "1"
             scope = signed_scope(hreq.headers.multi_items())
             if scope is None:

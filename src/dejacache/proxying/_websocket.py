@@ -37,8 +37,9 @@ import asyncio
 import contextlib
 import functools
 from typing import Any
+from urllib.parse import urlsplit
 
-from ..cassettes.placeholder_keys import PLACEHOLDER
+from ..cassettes.placeholder_keys import PLACEHOLDER, proxy_refusal
 from ..errors import ConfigurationError, ReplayDivergence, ReplayMiss
 from ..http.providers import Provider, all_providers
 from ..ws._message import MAX_MESSAGE, Answer, Closed, Handshake, Message
@@ -158,10 +159,8 @@ def _open_live(hs: Handshake, max_message: int) -> Any:
 
         headers = [(k, v) for k, v in hs.headers if k.lower() not in _OWN]
         if PLACEHOLDER in hs.url or any(PLACEHOLDER in v for _, v in headers):
-            raise ConfigurationError(
-                "this WebSocket would go live with the placeholder API key the proxy gave its "
-                "command for replaying (OPENAI_API_KEY / ANTHROPIC_API_KEY were unset): set "
-                "the key and record again")
+            host = urlsplit(hs.url).hostname or ""
+            raise ConfigurationError(proxy_refusal("WebSocket", hs.url, host, headers))
         agent = next((v for k, v in hs.headers if k.lower() == "user-agent"), None)
         try:
             conn = await connect(hs.url, additional_headers=[*headers, (FORWARDED, "1")],
