@@ -40,12 +40,46 @@ class AnthropicMessage(pydantic.BaseModel):
 def test_usage_from_dicts_and_models() -> None:
     assert usage_of({"usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3,
                                "prompt_tokens_details": {"cached_tokens": 1}}}) == {
-        "prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}
+        "prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3, "cached_tokens": 1}
     model = ChatCompletion(id="x", usage=CompletionUsage(prompt_tokens=4, completion_tokens=5,
                                                          total_tokens=9))
     assert usage_of(model) == {"prompt_tokens": 4, "completion_tokens": 5, "total_tokens": 9}
     anth = AnthropicMessage(usage=AnthropicUsage(input_tokens=2, output_tokens=3))
     assert usage_of(anth) == {"input_tokens": 2, "output_tokens": 3}
+
+
+def test_cached_parts_of_sdk_results_are_kept_apart_from_the_totals() -> None:
+    """The SDKs' own objects nest the cached counts (OpenAI chat and Responses) and the 1-hour
+    share of Anthropic's cache writes: kept under top-level names for the prices, never
+    added to a total."""
+    from anthropic.types import CacheCreation, Message, Usage
+    from openai.types import completion_usage as oc
+    from openai.types.chat import ChatCompletion as SDKChat
+    from openai.types.responses import Response, ResponseUsage
+    from openai.types.responses import response_usage as ru
+
+    chat = SDKChat.model_construct(id="c", usage=oc.CompletionUsage(
+        prompt_tokens=2006, completion_tokens=300, total_tokens=2306,
+        prompt_tokens_details=oc.PromptTokensDetails(cached_tokens=1920, audio_tokens=0)))
+    assert usage_of(chat) == {"prompt_tokens": 2006, "completion_tokens": 300,
+                              "total_tokens": 2306, "cached_tokens": 1920}
+    resp = Response.model_construct(id="r", usage=ResponseUsage(
+        input_tokens=5000, output_tokens=200, total_tokens=5200,
+        input_tokens_details=ru.InputTokensDetails(cached_tokens=4096, cache_write_tokens=0),
+        output_tokens_details=ru.OutputTokensDetails(reasoning_tokens=128)))
+    assert usage_of(resp) == {"input_tokens": 5000, "output_tokens": 200,
+                              "total_tokens": 5200, "cached_tokens": 4096,
+                              "cache_write_tokens": 0}
+    msg = Message.model_construct(id="m", usage=Usage(
+        input_tokens=120, output_tokens=80, cache_read_input_tokens=30000,
+        cache_creation_input_tokens=2000, cache_creation=CacheCreation(
+            ephemeral_5m_input_tokens=500, ephemeral_1h_input_tokens=1500)))
+    got = usage_of(msg)
+    assert got == {"input_tokens": 120, "output_tokens": 80, "cache_read_input_tokens": 30000,
+                   "cache_creation_input_tokens": 2000, "ephemeral_1h_input_tokens": 1500}
+    assert token_total(got) == 32200
+    # A result of @cache that is a plain dict: the same.
+    assert usage_of({"usage": msg.usage.model_dump()}) == got
 
 
 def test_no_usage() -> None:

@@ -20,7 +20,7 @@ from weakref import ref
 from ._slots import add_slots
 
 __all__ = ["CallStats", "Stats", "live_call", "record_hit", "record_miss", "reset_stats",
-           "stats", "usage_of"]
+           "stats", "usage_of", "with_cached_parts"]
 
 _TOKEN_FIELDS = (
     "prompt_tokens",
@@ -31,10 +31,19 @@ _TOKEN_FIELDS = (
     "cache_read_input_tokens",
     "cache_creation_input_tokens",
 )
-# Parts of the counts above, kept with them (audio is priced apart from text) but never
-# added to a total.
+# Parts of the counts above, kept with them (audio is priced apart from text, cached reads
+# and cache writes at their own rates) but never added to a total.
 _PART_FIELDS = ("input_audio_tokens", "output_audio_tokens", "input_text_tokens",
-                "output_text_tokens", "cached_tokens")
+                "output_text_tokens", "cached_tokens", "cache_write_tokens",
+                "ephemeral_1h_input_tokens")
+# Parts a provider reports nested, lifted to the top under the names above: OpenAI's cached
+# and (from gpt-5.6) cache-written prompt tokens, chat and Responses, and the 1-hour share of
+# Anthropic's cache writes (``cache_creation_input_tokens`` counts both lifetimes).
+_NESTED = (("prompt_tokens_details", "cached_tokens", "cached_tokens"),
+           ("prompt_tokens_details", "cache_write_tokens", "cache_write_tokens"),
+           ("input_tokens_details", "cached_tokens", "cached_tokens"),
+           ("input_tokens_details", "cache_write_tokens", "cache_write_tokens"),
+           ("cache_creation", "ephemeral_1h_input_tokens", "ephemeral_1h_input_tokens"))
 
 
 TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
@@ -199,6 +208,20 @@ def token_total(usage: Mapping[str, int]) -> int:
     return sum(int(usage.get(f, 0)) for f in _TOKEN_FIELDS if f != "total_tokens")
 
 
+def with_cached_parts(counts: dict[str, int], usage: Mapping[str, Any]) -> dict[str, int]:
+    """``counts`` (a usage object's top-level integers) with the cache counts ``usage`` nests
+    lifted beside them (``prompt_tokens_details.cached_tokens`` -> ``cached_tokens``): parts
+    that prices read and totals never add. A top-level count of the same name wins."""
+    for field, leaf, name in _NESTED:
+        sub = usage.get(field)
+        if sub is None or name in counts:
+            continue
+        v = sub.get(leaf) if isinstance(sub, Mapping) else getattr(sub, leaf, None)
+        if type(v) is int and v >= 0:
+            counts[name] = v
+    return counts
+
+
 def usage_of(value: Any) -> dict[str, int] | None:
     """The token counts of an OpenAI/Anthropic-style result (``usage`` key or attribute)."""
     usage = value.get("usage") if isinstance(value, dict) else getattr(value, "usage", None)
@@ -209,7 +232,7 @@ def usage_of(value: Any) -> dict[str, int] | None:
         usage = dump() if callable(dump) else getattr(usage, "__dict__", {})
     out = {k: int(v) for k, v in usage.items()
            if (k in _TOKEN_FIELDS or k in _PART_FIELDS) and isinstance(v, int)}
-    return out or None
+    return with_cached_parts(out, usage) if out else None
 
 
 def stats() -> Stats:

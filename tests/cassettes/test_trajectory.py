@@ -229,3 +229,56 @@ def test_a_tool_steps_tokens_estimate_its_result(tmp_path) -> None:
     step = dejacache.load_cassette(p).steps[0]
     assert step.output_tokens == 109 and not step.tokens_exact  # (434 JSON characters) / 4
     assert step.input_tokens == 0 and dejacache.load_cassette(p).total_tokens == 0
+
+
+def test_cached_prompt_tokens_are_priced_at_the_cache_rates_in_steps_and_savings(
+        tmp_path: pathlib.Path) -> None:
+    """Anthropic through its SDK, against a loopback provider that caches prompts and
+    reports it: the second turn reads the 1-hour prefix the first wrote. Each step and what
+    a replay saved cost the reads at 0.1x and the writes at 1.25x (5 min) or 2x (1 h)."""
+    import anthropic
+
+    from runtime.cache_provider import CachingProvider
+
+    model = "claude-sonnet-4-5-20250929"  # $3 / $15 a million tokens
+    system = [{"type": "text", "text": "You answer questions about the weather. " * 200,
+               "cache_control": {"type": "ephemeral", "ttl": "1h"}}]
+    path = tmp_path / "cached.json"
+    provider = CachingProvider().start()
+    seen: list[Any] = []
+
+    def ask() -> None:
+        with anthropic.Anthropic(base_url=provider.url, api_key="sk-ant-test", max_retries=0,
+                                 http_client=dejacache.http_client()) as client:
+            for q in ("Rain in Paris?", "Rain in Lisbon? " * 60):
+                msg = client.messages.create(model=model, max_tokens=16, system=system,
+                                             messages=[{"role": "user", "content": [{
+                                                 "type": "text", "text": q, "cache_control": {
+                                                     "type": "ephemeral"}}]}])
+                seen.append(msg.usage)
+
+    try:
+        with dejacache.cassette(path, mode="record"):
+            ask()
+    finally:
+        provider.stop()
+    first, second = seen
+    assert first.cache_creation.ephemeral_1h_input_tokens > 0  # the system prompt, 1 h
+    assert second.cache_read_input_tokens > 0 and second.cache_creation_input_tokens > 0
+
+    def dollars(u: Any) -> float:
+        long = u.cache_creation.ephemeral_1h_input_tokens
+        return (u.input_tokens * 3 + u.cache_read_input_tokens * 0.3
+                + (u.cache_creation_input_tokens - long) * 3.75 + long * 6
+                + u.output_tokens * 15) / 1e6
+
+    view = dejacache.load_cassette(path)
+    steps = [s for s in view.steps if s.kind == "model"]
+    assert [s.cost for s in steps] == [pytest.approx(dollars(u)) for u in seen]
+    assert [s.input_tokens for s in steps] == [  # the whole prompt, as before
+        u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens for u in seen]
+    seen.clear()
+    with dejacache.cassette(path, mode="replay") as tape:
+        ask()
+    assert tape.counters.replayed == 2
+    assert tape.counters.dollars_saved == pytest.approx(sum(dollars(u) for u in seen))

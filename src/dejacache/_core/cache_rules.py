@@ -143,9 +143,10 @@ RULES: dict[tuple[str, str], CacheRules] = {(r.provider, r.family): r for r in (
     _row(_GPT, "o4-mini", read=0.25),
     _row(_GPT, "gpt-5", read=0.1),
     _row(_GPT, "gpt-5.5", read=0.1, ttl=86400.0, long_ttl=None),  # only "24h" from gpt-5.5
-    _row(_GPT, "o1-pro", mode=EXPLICIT, long_ttl=None),  # no cached price: no caching
-    _row(_GPT, "o3-pro", mode=EXPLICIT, long_ttl=None),
-    _row(_GPT, "gpt-5-pro", mode=EXPLICIT, long_ttl=None),
+    # No cached price: no caching, and a token reported cached costs the full price.
+    _row(_GPT, "o1-pro", mode=EXPLICIT, long_ttl=None, read=1.0),
+    _row(_GPT, "o3-pro", mode=EXPLICIT, long_ttl=None, read=1.0),
+    _row(_GPT, "gpt-5-pro", mode=EXPLICIT, long_ttl=None, read=1.0),
     _row(_GPT56, "gpt-5.6"),
     _row(_GPT56, "gpt-5.7"),
     _row(_GPT56, "gpt-6"),

@@ -7,10 +7,12 @@ option ``dejacache_prices``), e.g. ``set_prices({"my-model": (1.0, 2.0)})``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .._core.cache_rules import CacheRules
     from .._core.prompt_cache import Rates
 
 __all__ = ["AUDIO_PRICES", "PRICES", "PRICES_DATE", "estimate_dollars", "input_price",
@@ -145,20 +147,70 @@ def _longest(model: str) -> str:
 
 
 def estimate_dollars(usage: Mapping[str, int], model: str) -> float:
-    """Dollars of ``usage`` at ``model``'s prices; audio tokens (``input_audio_tokens``,
-    ``output_audio_tokens``, parts of the input and output counts) at its audio prices."""
+    """Dollars of ``usage`` at ``model``'s prices: audio tokens (``input_audio_tokens``,
+    ``output_audio_tokens``, parts of the input and output counts) at its audio prices;
+    cached reads and cache writes at the multiples of the input price its provider's cache
+    rules give (``_core/cache_rules.py``), all other input at the full price."""
     price = _price(model) if model else None
     if price is None:
         return 0.0
-    tin = usage.get("input_tokens", usage.get("prompt_tokens", 0)) + usage.get(
-        "cache_read_input_tokens", 0) + usage.get("cache_creation_input_tokens", 0)
+    tin = usage.get("input_tokens", usage.get("prompt_tokens", 0))
     tout = usage.get("output_tokens", usage.get("completion_tokens", 0))
     ain, aout = usage.get("input_audio_tokens", 0), usage.get("output_audio_tokens", 0)
-    audio = _audio_price(model) if ain or aout else None
-    if audio is None:
-        return (tin * price[0] + tout * price[1]) / 1_000_000
-    return ((tin - ain) * price[0] + ain * audio[0] + (tout - aout) * price[1]
-            + aout * audio[1]) / 1_000_000
+    audio = (_audio_price(model) if ain or aout else None) or price
+    read, write, write_long = _cache_rates(model)
+    # Anthropic (and Bedrock's Converse) report reads and writes apart from input_tokens;
+    # cache_creation_input_tokens counts both lifetimes, the 1-hour share at its own rate.
+    made = usage.get("cache_creation_input_tokens", 0)
+    made_long = min(usage.get("ephemeral_1h_input_tokens", 0), made)
+    apart = (usage.get("cache_read_input_tokens", 0) * read + (made - made_long) * write
+             + made_long * write_long)
+    # OpenAI, Gemini, Cohere and the realtime APIs count cached reads (and OpenAI's writes)
+    # within the prompt. Which of them are audio is not said: the audio share of the prompt.
+    cached = min(usage.get("cached_tokens", 0), tin)
+    written = min(usage.get("cache_write_tokens", 0), tin - cached)
+    prompt = tin - cached - written + cached * read + written * write  # in full-price tokens
+    share = min(ain, tin) / tin if ain and tin else 0.0
+    return ((apart + prompt * (1 - share)) * price[0] + prompt * share * audio[0]
+            + (tout - aout) * price[1] + aout * audio[1]) / 1_000_000
+
+
+def _cache_rates(model: str) -> tuple[float, float, float]:
+    """(read, write, 1-hour write) multiples of the input price; 1.0 each for a model whose
+    provider's cache rules are not known (priced in full, as the usage reports it)."""
+    found = _RULED.get(model)
+    if found is None:
+        found = _RULED[model] = _ruled(model)
+    if not found[0]:
+        return 1.0, 1.0, 1.0
+    r = _rules_for()(*found)  # (asked each time: set_cache_rules changes the rows)
+    return r.read, r.write, r.write_long
+
+
+@functools.cache
+def _rules_for() -> Callable[[str, str], CacheRules]:
+    # Bound once: an import statement in every priced call was ~0.7 us of its ~2.5 us.
+    from .._core.cache_rules import rules_for
+
+    return rules_for
+
+
+#: Model-name starts -> the provider whose cache rules price its cached tokens (a Bedrock
+#: id is read as the model it names: ``us.anthropic.claude-...`` is Anthropic's).
+_PROVIDERS = (("claude-", "anthropic"), ("anthropic.", "anthropic"), ("gpt-", "openai"),
+              ("chatgpt-", "openai"), ("o1", "openai"), ("o3", "openai"), ("o4", "openai"),
+              ("gemini-", "gemini"))
+_RULED: dict[str, tuple[str, str]] = {}  # model -> (provider or "", the name its rules read)
+
+
+def _ruled(model: str) -> tuple[str, str]:
+    from .._core.cache_rules import model_id
+
+    name = model_id(model)
+    for start, provider in _PROVIDERS:
+        if name.startswith(start):
+            return provider, name
+    return "", name
 
 
 def _audio_price(model: str) -> tuple[float, float] | None:

@@ -148,11 +148,14 @@ class Step:
             self.tokens_exact = False
         if self.kind == "model":
             self.model = view._model(entry)
-        audio = {k: v for k, v in (self.usage or {}).items()
-                 if k in ("input_audio_tokens", "output_audio_tokens") and type(v) is int}
-        self.cost = estimate_dollars(
-            {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens, **audio},
-            self.model) if self.model else 0.0
+        self.cost = estimate_dollars(self._priced(), self.model) if self.model else 0.0
+
+    def _priced(self) -> dict[str, int]:
+        """The counts to price: the provider's own usage when it gave the tokens (its audio,
+        cached and cache-written parts are priced apart), else the estimate."""
+        if self.tokens_exact and self.usage is not None:
+            return {k: v for k, v in self.usage.items() if type(v) is int}
+        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
 
     @property
     def total_tokens(self) -> int:

@@ -6,7 +6,10 @@ import copy
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-__all__ = ["END", "FINISHING", "IN_PROGRESS", "Provider", "int_fields", "last_str", "walk_ids"]
+from ...stats import with_cached_parts
+
+__all__ = ["END", "FINISHING", "IN_PROGRESS", "Provider", "int_fields", "last_str", "usage_ints",
+           "walk_ids"]
 
 # Where one SSE event leaves a streamed answer (``Provider.stage``).
 IN_PROGRESS = 0
@@ -138,8 +141,15 @@ def _usage_block(obj: Any) -> dict[str, int] | None:
         usage = resp.get("usage") if isinstance(resp, dict) else None
     if not isinstance(usage, dict):
         return None
-    out = {k: v for k, v in usage.items() if type(v) is int}
-    return out or None
+    return usage_ints(usage) or None
+
+
+def usage_ints(usage: Any) -> dict[str, int]:
+    """The integer counts of a usage object, with the cache counts a provider nests (OpenAI's
+    cached prompt tokens, Anthropic's 1-hour cache writes) lifted beside them: prices read
+    them, totals never add them (``stats.with_cached_parts``)."""
+    out = int_fields(usage)
+    return with_cached_parts(out, usage) if out else out
 
 
 def int_fields(obj: Any) -> dict[str, int]:

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..._core.cache_fields import FIELDS
-from ._base import END, FINISHING, IN_PROGRESS, Provider
+from ._base import END, FINISHING, IN_PROGRESS, Provider, usage_ints
 
 __all__ = ["PROVIDER", "Anthropic"]
 
@@ -51,26 +51,20 @@ class Anthropic(Provider):
         # Streams report input tokens in message_start and output tokens in message_delta.
         out: dict[str, int] = {}
         if isinstance(body, dict) and isinstance(body.get("usage"), dict):
-            out.update(_ints(body["usage"]))
+            out.update(usage_ints(body["usage"]))
         for ev in events:
             if not isinstance(ev, dict):
                 continue
             if ev.get("type") == "message_start" and isinstance(ev.get("message"), dict):
-                out.update(_ints(ev["message"].get("usage")))
+                out.update(usage_ints(ev["message"].get("usage")))
             elif ev.get("type") == "message_delta":
-                out.update(_ints(ev.get("usage")))
+                out.update(usage_ints(ev.get("usage")))
         return out or None
 
 
     def error_answer(self, status: int, kind: str, message: str
                      ) -> tuple[dict[str, str], Any]:
         return {}, {"type": "error", "error": {"type": kind, "message": message}}
-
-
-def _ints(usage: Any) -> dict[str, int]:
-    if not isinstance(usage, dict):
-        return {}
-    return {k: v for k, v in usage.items() if type(v) is int}
 
 
 PROVIDER = Anthropic()

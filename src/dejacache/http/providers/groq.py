@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._base import int_fields, last_str
+from ._base import last_str, usage_ints
 from .openai import OpenAI
 
 __all__ = ["PROVIDER", "Groq"]
@@ -41,7 +41,7 @@ class Groq(OpenAI):
         for ev in evs:  # streams: usage rides in x_groq on the last chunk
             x = ev.get("x_groq") if isinstance(ev, dict) else None
             if isinstance(x, dict):
-                found = int_fields(x.get("usage")) or found
+                found = usage_ints(x.get("usage")) or found
         return found
 
     def model(self, body: Any, events: Iterable[Any]) -> str | None:
