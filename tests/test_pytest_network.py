@@ -80,6 +80,17 @@ def test_remote_still_refused():
          ).assert_outcomes(passed=2)
 
 
+def test_block_network_in_addopts_seals_every_test(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\naddopts = --block-network --allowed-hosts=nomatch\n")
+    pytester.makepyfile(test_addopts="""
+from helpers import refused
+
+def test_loopback(server):
+    refused("127.0.0.1", server)
+""")
+    _run(pytester).assert_outcomes(passed=1)
+
+
 def test_the_marker_seals_only_its_test(pytester: pytest.Pytester) -> None:
     # Loopback only, this one: without the option the run starts on main's code, and a
     # test that is not sealed there must send nothing off the box.
