@@ -31,6 +31,8 @@ def test_every_error_derives_from_dejacache_error() -> None:
         (errors.StoreUnavailable, errors.StoreError),
         (errors.ReplayMiss, AssertionError),
         (errors.NetworkBlocked, errors.ReplayMiss),
+        (errors.NetworkDisabled, errors.NetworkBlocked),
+        (errors.NetworkDisabled, RuntimeError),
     ],
 )
 def test_hierarchy(cls: type, base: type) -> None:

@@ -280,14 +280,17 @@ def test_plain():
     _run(pytester).assert_outcomes(passed=2)
 
 
-def test_the_markers_accepted_but_not_enforced_say_so(pytester: pytest.Pytester) -> None:
-    # `pytest --markers` said block_network blocks network access: nothing read it.
+def test_the_markers_and_options_say_what_they_enforce(pytester: pytest.Pytester) -> None:
+    # block_network and allowed_hosts were accepted and not enforced; now they seal a test.
     res = _run(pytester, "--markers")
     res.stdout.fnmatch_lines([
-        "@pytest.mark.block_network: pytest-recording's marker, accepted and not enforced*",
-        "@pytest.mark.allowed_hosts(hosts): pytest-recording's marker, accepted and not read*",
+        "@pytest.mark.block_network(allowed_hosts=*): refuse this test's socket "
+        "connections (loopback too*",
+        "@pytest.mark.allowed_hosts(hosts): regexes of the hosts a test sealed by "
+        "block_network may reach*",
     ])
-    res.stdout.no_fnmatch_line("*block network access*")
+    res.stdout.no_fnmatch_line("*not enforced*")
+    _run(pytester, "--help").stdout.fnmatch_lines(["*--block-network*", "*--allowed-hosts=*"])
 
 
 def test_another_plugins_vcr_fixture_is_named_once_in_the_header(

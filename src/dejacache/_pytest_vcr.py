@@ -13,8 +13,10 @@ fixture), the plugin takes their names:
   names it), ``vcr_cassette`` (pytest-vcr's name),
   ``vcr_config``, ``vcr_cassette_dir``, ``default_cassette_name`` and ``record_mode``, which a
   conftest overrides as before;
-* the markers ``vcr``, ``default_cassette``, ``block_network`` and ``allowed_hosts``
-  (registered, so ``--strict-markers`` suites collect), the option ``--record-mode`` and the
+* the markers ``vcr`` and ``default_cassette`` (registered, so ``--strict-markers`` suites
+  collect); ``block_network`` and ``allowed_hosts`` with the options ``--block-network`` and
+  ``--allowed-hosts``, enforced as pytest-recording does (``_pytest_network.py``, loaded by
+  the first test they seal); the option ``--record-mode`` and the
   hook ``pytest_recording_configure(config, vcr)`` (declared, so a conftest that implements it
   loads). The hook is called only when a test reads ``vcr._path``: the serializer and
   persister it registers write that file in the suite's own layout.
@@ -61,6 +63,7 @@ if TYPE_CHECKING:
 __all__ = [
     "addhooks",
     "addoption",
+    "block_network",
     "claimed",
     "configure",
     "fallback_mode",
@@ -75,6 +78,8 @@ _FOREIGN: pytest.StashKey[str | None] = pytest.StashKey()
 # the cassette a @pytest.mark.vcr test opened
 _PATH: pytest.StashKey[pathlib.Path] = pytest.StashKey()
 _PLUGIN: pytest.StashKey[tuple[Opener, CassetteDir]] = pytest.StashKey()
+# None: another plugin's markers and options; else whether --block-network seals every test
+_SEAL_ALL: pytest.StashKey[bool | None] = pytest.StashKey()
 # pytest-recording replaces these in a cassette name (they are not allowed in file names).
 _FORBIDDEN: Final = "<>?%*:|\"'/\\"
 _MAX_NAME: Final = 255
@@ -126,7 +131,24 @@ _ALSO_RECORD_MODE: Final = (("pytest_recording", _RECORDING), ("agentcassette", 
 
 
 def addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) -> None:
-    """``--record-mode``, unless a plugin that has it (pytest-recording) will be loaded."""
+    """``--record-mode``, unless a plugin that has it (pytest-recording) will be loaded;
+    ``--block-network`` and ``--allowed-hosts`` unless pytest-recording will be."""
+    if not _pytest_recording_active(pluginmanager):
+        # In pytest-recording's group: a plugin loaded before that adds them there too makes
+        # ours a ValueError (skipped), not the clash of two groups that stops pytest.
+        group = parser.getgroup("recording", "pytest-recording's options (served by dejacache)")
+        with contextlib.suppress(ValueError):
+            group.addoption(
+                "--block-network", action="store_true", default=False, dest="block_network",
+                help="pytest-recording's option: refuse every socket connection (loopback "
+                     "too) but to --allowed-hosts, in every test except one recording its "
+                     "cassette")
+        with contextlib.suppress(ValueError):
+            group.addoption(
+                "--allowed-hosts", default=None, dest="allowed_hosts", metavar="REGEXES",
+                help="comma-separated regular expressions of the hosts (names or addresses) "
+                     "a test sealed by --block-network or @pytest.mark.block_network may "
+                     "reach")
     if any(_installed(module) and not pluginmanager.is_blocked(name)
            for module, name in _ALSO_RECORD_MODE):
         return
@@ -163,17 +185,18 @@ def configure(config: pytest.Config, opener: Opener, cassette_dir: CassetteDir) 
                   if hasattr(p, "vcr") and p is not sys.modules[__name__]), None)
     config.stash[_FOREIGN] = owner
     if owner is not None:
+        config.stash[_SEAL_ALL] = None  # the markers and options are the other plugin's
         return
+    config.stash[_SEAL_ALL] = bool(config.getoption("block_network", False))
     for line in ("vcr: record and replay this test's HTTP calls from a cassette (dejacache)",
                  "default_cassette(name): the cassette name for a vcr test",
-                 # Accepted so a pytest-recording suite collects under --strict-markers;
-                 # neither blocks or allows anything here, and their help must not say so.
-                 "block_network: pytest-recording's marker, accepted and not enforced: "
-                 "a vcr test's replay reaches no network anyway; the guard is "
-                 "--dejacache-block-network (on under CI)",
-                 "allowed_hosts(hosts): pytest-recording's marker, accepted and not read: "
-                 "give the hosts as vcr_config's allowed_hosts or "
-                 "@pytest.mark.dejacache(allow_hosts=[...])"):
+                 "block_network(allowed_hosts=[...]): refuse this test's socket "
+                 "connections (loopback too; NetworkDisabled, a RuntimeError) but to the "
+                 "hosts matching allowed_hosts' regexes, unless it records its cassette "
+                 "(pytest-recording's marker; --block-network does it for every test)",
+                 "allowed_hosts(hosts): regexes of the hosts a test sealed by "
+                 "block_network may reach, when its marker names none (before "
+                 "--allowed-hosts and vcr_config's allowed_hosts)"):
         config.addinivalue_line("markers", line)
     if not pm.has_plugin(_FIXTURES):
         pm.register(sys.modules[__name__], _FIXTURES)
@@ -429,6 +452,22 @@ def wanted(request: pytest.FixtureRequest) -> bool:
     is not, as each autouse fixture costs every test of a suite, marked or not)."""
     return request.node.get_closest_marker("vcr") is not None \
         and request.config.pluginmanager.has_plugin(_FIXTURES)
+
+
+def block_network(request: pytest.FixtureRequest) -> None:
+    """Seal the test when ``--block-network`` or its ``block_network`` marker asks (called
+    by the plugin's autouse fixture after the test's cassette is open: one stash read and
+    one marker lookup for a test that asks nothing; the guard loads with the first sealed
+    test)."""
+    every = request.config.stash.get(_SEAL_ALL, None)
+    if every is None:
+        return
+    marker = request.node.get_closest_marker("block_network")
+    if every or marker is not None:
+        from ._pytest_network import seal
+
+        seal(request, marker, "@pytest.mark.block_network" if marker is not None
+             else "--block-network")
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@
     ├── PoolError                     AgentPool misuse or a session refused; names the session
     └── ReplayMiss (AssertionError)   replay mode found no recording; explains the nearest one
         ├── NetworkBlocked            a live connection was attempted while replaying
+        │   └── NetworkDisabled (RuntimeError) refused by --block-network (pytest-recording's)
         └── ReplayDivergence          a strict replay left the recorded order; names the step
 
     DejacacheWarning (UserWarning)    something was degraded but the caller got a correct result
@@ -53,6 +54,7 @@ __all__ = [
     "IncompatibleStore",
     "IntegrityError",
     "NetworkBlocked",
+    "NetworkDisabled",
     "PoolError",
     "ReadOnlyResult",
     "ReplayDivergence",
@@ -171,6 +173,12 @@ class NetworkBlocked(ReplayMiss):
         self.host = host
         self.code_path = code_path
         super().__init__(message, **context)
+
+
+class NetworkDisabled(NetworkBlocked, RuntimeError):
+    """A connection refused under pytest-recording's ``--block-network`` or
+    ``@pytest.mark.block_network``: a ``RuntimeError`` whose message starts "Network is
+    disabled", as pytest-recording's, so a moved suite's ``pytest.raises`` still catches it."""
 
 
 class ReplayDivergence(ReplayMiss):

@@ -16,7 +16,8 @@
   its SDK at ``.url``); the proxy's upstreams come from the ``dejacache_proxy_upstreams`` ini
   option or ``.route(name, url)``.
 * pytest-recording's surface when no other plugin has a ``vcr`` fixture (``_pytest_vcr.py``):
-  ``@pytest.mark.vcr``, ``vcr_config``, ``vcr_cassette_dir``, ``--record-mode``, the
+  ``@pytest.mark.vcr``, ``vcr_config``, ``vcr_cassette_dir``, ``--record-mode``,
+  ``--block-network`` / ``--allowed-hosts`` and their markers (``_pytest_network.py``), the
   ``pytest_recording_configure`` hook, and the fixtures ``vcr`` / ``vcr_cassette``: the test's
   cassette with vcrpy's ``Cassette`` names (``cassettes/vcr_view.py``), so a suite moved with
   ``dejacache migrate`` runs without marker edits. pytest-recording and pytest-vcr, when
@@ -519,6 +520,7 @@ def _dejacache_marker(request: pytest.FixtureRequest) -> None:
             request.getfixturevalue("dejacache_cassette")
     elif _pytest_vcr.wanted(request):
         request.getfixturevalue("vcr")
+    _pytest_vcr.block_network(request)  # --block-network, @pytest.mark.block_network
 
 
 @pytest.fixture(scope="session")

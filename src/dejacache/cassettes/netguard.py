@@ -6,8 +6,10 @@ the last one goes). Every connection or lookup on an AF_INET/AF_INET6 socket is 
 registered checks as an :class:`~.attempts.Attempt` (``attempts.py``, loaded with the
 first one); a check refuses it by raising ``NetworkBlocked``. Two checks use it:
 
-- :class:`NetworkGuard`, the CI guard of the pytest plugin: for one replaying test, only
-  loopback (and hosts allowed by name) is reachable.
+- :class:`NetworkGuard`, the pytest plugin's guards: the CI guard (for one replaying test,
+  only loopback and hosts allowed by name are reachable) and pytest-recording's
+  ``--block-network`` (``_pytest_network.py``: connections only, loopback too, hosts
+  allowed by regular expression).
 - the replay backstop (``http/socketguard.py``): inside a replay block, a connection that
   did not come through HTTP interception is refused, naming the host and the code path.
 
@@ -17,6 +19,7 @@ address names the host the caller asked for.
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 from collections.abc import Callable, Iterable
@@ -156,24 +159,45 @@ def allowed_hosts() -> frozenset[str]:
 
 
 class NetworkGuard:
-    """Context manager; ``explain`` returns the message tail (cassette, how to re-record)."""
+    """Context manager; ``explain`` returns the message tail (cassette, how to re-record).
 
-    def __init__(self, explain: Callable[[str], str], allow: Iterable[str] = ()) -> None:
+    ``allow`` are host names or addresses allowed as written; ``patterns`` regular
+    expressions matched (``re.match``) against the address and the name it was looked up
+    under. ``loopback=False`` makes loopback reachable only when allowed, and ``lookups=False``
+    lets every lookup through (pytest-recording's ``--block-network`` checks connections only:
+    a name may be allowed by the address it resolves to). ``refusal`` is the error raised.
+    """
+
+    def __init__(self, explain: Callable[[str], str], allow: Iterable[str] = (), *,
+                 patterns: Iterable[str] = (), loopback: bool = True, lookups: bool = True,
+                 refusal: type[NetworkBlocked] = NetworkBlocked, lead: str = "") -> None:
         self.explain = explain
         self.allow = {a.lower() for a in allow}
+        self.patterns = [re.compile(p) for p in patterns]
+        self.loopback = loopback
+        self.lookups = lookups
+        self.refusal = refusal
+        self.lead = lead
         self._entered = False
 
+    def allows(self, attempt: Attempt) -> bool:
+        if (self.loopback and attempt.loopback) or not attempt.names.isdisjoint(self.allow):
+            return True
+        return any(p.match(n) for p in self.patterns for n in (attempt.host, attempt.name))
+
     def _check(self, attempt: Attempt) -> None:
-        if attempt.loopback or not attempt.names.isdisjoint(self.allow):
+        if (attempt.kind == "resolve" and not self.lookups) or self.allows(attempt):
             return
         where = f"{attempt.name}:{attempt.port}" if attempt.port not in (None, "") \
             else attempt.name
         from .attempts import code_path, stack_modules  # (a refusal's message only)
 
         path = code_path(stack_modules(3))
-        raise NetworkBlocked(
-            f"dejacache blocked a connection to {where}: only loopback is reachable while "
-            f"tests replay (code path: {path}). {self.explain(where)}",
+        reach = "only loopback is reachable while tests replay" if self.loopback else \
+            "no host is reachable but those allowed"
+        raise self.refusal(
+            f"{self.lead}dejacache blocked a connection to {where}: {reach} "
+            f"(code path: {path}). {self.explain(where)}",
             source=where, host=attempt.name, code_path=path,
         )
 
