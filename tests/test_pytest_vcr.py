@@ -280,6 +280,28 @@ def test_plain():
     _run(pytester).assert_outcomes(passed=2)
 
 
+def test_disable_recording_runs_vcr_tests_without_their_cassettes(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    # pytest-recording's --disable-recording (in CI scripts that check the live API) stopped
+    # a moved suite at startup as an unknown option; it now runs vcr tests with no cassette.
+    monkeypatch.delenv("DEJACACHE_MODE", raising=False)
+    monkeypatch.delenv("CI", raising=False)
+    pytester.makepyfile(test_live="""
+import dejacache, pytest
+
+runs = []
+f = dejacache.cache(name="f")(lambda x: runs.append(x) or x + 1)
+
+@pytest.mark.vcr
+def test_vcr():
+    assert f(1) == 2 and f(1) == 2
+    assert runs == [1, 1]  # live both times: no cassette answered or recorded
+""")
+    _run(pytester, "--disable-recording").assert_outcomes(passed=1)
+    assert not (pytester.path / "cassettes").exists()
+    _run(pytester).assert_outcomes(failed=1)  # without it: replay, and no cassette: a miss
+
+
 def test_the_markers_and_options_say_what_they_enforce(pytester: pytest.Pytester) -> None:
     # block_network and allowed_hosts were accepted and not enforced; now they seal a test.
     res = _run(pytester, "--markers")

@@ -149,6 +149,12 @@ def addoption(parser: pytest.Parser, pluginmanager: pytest.PytestPluginManager) 
                 help="comma-separated regular expressions of the hosts (names or addresses) "
                      "a test sealed by --block-network or @pytest.mark.block_network may "
                      "reach")
+        with contextlib.suppress(ValueError):
+            group.addoption(
+                "--disable-recording", action="store_true", default=False,
+                dest="disable_recording",
+                help="pytest-recording's option: @pytest.mark.vcr tests use no cassette "
+                     "(their calls go live, as with mode off)")
     if any(_installed(module) and not pluginmanager.is_blocked(name)
            for module, name in _ALSO_RECORD_MODE):
         return
@@ -237,10 +243,13 @@ def _cli_record_mode(config: pytest.Config, exists: bool) -> str | None:
 
 
 def _test_mode(config: pytest.Config, asked: str | None, exists: bool) -> str:
-    """A vcr test's mode: the command line, then ``DEJACACHE_MODE``, then ``asked`` (the
+    """A vcr test's mode: ``off`` under ``--disable-recording``, the command line, then
+    ``DEJACACHE_MODE``, then ``asked`` (the
     marker's or ``vcr_config``'s ``record_mode``), then ``CI`` and the ini key, else
     ``replay``: pytest-recording's default ``--record-mode`` is ``none``, so a suite moved
     over must not start going live (with the developer's key) on every call it misses."""
+    if config.getoption("disable_recording", False):
+        return "off"  # pytest-recording's --disable-recording: no cassette at all
     cli = config.getoption("dejacache_mode") or _cli_record_mode(config, exists)
     if cli:
         return str(cli)
