@@ -7,12 +7,12 @@ option ``dejacache_prices``), e.g. ``set_prices({"my-model": (1.0, 2.0)})``.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from .._core.cache_rules import model_id, rules_for
+
 if TYPE_CHECKING:
-    from .._core.cache_rules import CacheRules
     from .._core.prompt_cache import Rates
 
 __all__ = ["AUDIO_PRICES", "PRICES", "PRICES_DATE", "estimate_dollars", "input_price",
@@ -130,8 +130,6 @@ def _price(model: str) -> tuple[float, float] | None:
 
 
 def _lookup(model: str) -> tuple[float, float] | None:
-    from .._core.cache_rules import model_id
-
     best = _longest(model)
     if not best and ("/" in model or "." in model):
         best = _longest(model_id(model))
@@ -183,16 +181,8 @@ def _cache_rates(model: str) -> tuple[float, float, float]:
         found = _RULED[model] = _ruled(model)
     if not found[0]:
         return 1.0, 1.0, 1.0
-    r = _rules_for()(*found)  # (asked each time: set_cache_rules changes the rows)
+    r = rules_for(*found)  # (asked each time: set_cache_rules changes the rows)
     return r.read, r.write, r.write_long
-
-
-@functools.cache
-def _rules_for() -> Callable[[str, str], CacheRules]:
-    # Bound once: an import statement in every priced call was ~0.7 us of its ~2.5 us.
-    from .._core.cache_rules import rules_for
-
-    return rules_for
 
 
 #: Model-name starts -> the provider whose cache rules price its cached tokens (a Bedrock
@@ -204,8 +194,6 @@ _RULED: dict[str, tuple[str, str]] = {}  # model -> (provider or "", the name it
 
 
 def _ruled(model: str) -> tuple[str, str]:
-    from .._core.cache_rules import model_id
-
     name = model_id(model)
     for start, provider in _PROVIDERS:
         if name.startswith(start):
@@ -230,7 +218,6 @@ def rates_from_table(table: Mapping[str, tuple[float, float]] | None = None,
     -> (input, output) dollars per million tokens; the longest prefix wins) or, without one,
     from :data:`PRICES`, and its cache multipliers (``_core/cache_rules.py``). None for a
     model with no known price."""
-    from .._core.cache_rules import rules_for
     from .._core.prompt_cache import Rates
 
     def rates(provider: str, model: str) -> Rates | None:
