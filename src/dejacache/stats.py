@@ -39,11 +39,11 @@ _PART_FIELDS = ("input_audio_tokens", "output_audio_tokens", "input_text_tokens"
 # Parts a provider reports nested, lifted to the top under the names above: OpenAI's cached
 # and (from gpt-5.6) cache-written prompt tokens, chat and Responses, and the 1-hour share of
 # Anthropic's cache writes (``cache_creation_input_tokens`` counts both lifetimes).
-_NESTED = (("prompt_tokens_details", "cached_tokens", "cached_tokens"),
-           ("prompt_tokens_details", "cache_write_tokens", "cache_write_tokens"),
-           ("input_tokens_details", "cached_tokens", "cached_tokens"),
-           ("input_tokens_details", "cache_write_tokens", "cache_write_tokens"),
-           ("cache_creation", "ephemeral_1h_input_tokens", "ephemeral_1h_input_tokens"))
+_NESTED = (("prompt_tokens_details", "cached_tokens"),
+           ("prompt_tokens_details", "cache_write_tokens"),
+           ("input_tokens_details", "cached_tokens"),
+           ("input_tokens_details", "cache_write_tokens"),
+           ("cache_creation", "ephemeral_1h_input_tokens"))
 
 
 TYPE_CHECKING = False  # typing is not loaded by a replay hit (~12M instructions); mypy reads True
@@ -212,11 +212,11 @@ def with_cached_parts(counts: dict[str, int], usage: Mapping[str, Any]) -> dict[
     """``counts`` (a usage object's top-level integers) with the cache counts ``usage`` nests
     lifted beside them (``prompt_tokens_details.cached_tokens`` -> ``cached_tokens``): parts
     that prices read and totals never add. A top-level count of the same name wins."""
-    for field, leaf, name in _NESTED:
+    for field, name in _NESTED:
         sub = usage.get(field)
         if sub is None or name in counts:
             continue
-        v = sub.get(leaf) if isinstance(sub, Mapping) else getattr(sub, leaf, None)
+        v = sub.get(name) if isinstance(sub, Mapping) else getattr(sub, name, None)
         if type(v) is int and v >= 0:
             counts[name] = v
     return counts
